@@ -1,0 +1,235 @@
+/* dlock.h: the public API of libdlock, distributed locks for C on Redis. */
+#ifndef DLOCK_H
+#define DLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(DLOCK_BUILDING) && defined(__GNUC__)
+#define DLOCK_API __attribute__((visibility("default")))
+#else
+#define DLOCK_API
+#endif
+
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+#define DLOCK_VERSION_STRING "0.1.0"
+#define DLOCK_VERSION_NUM                                                      \
+  ((DLOCK_VERSION_MAJOR << 16) | (DLOCK_VERSION_MINOR << 8) |                  \
+   DLOCK_VERSION_PATCH)
+
+/* Longest lock name accepted, in bytes (the key prefix not counted). */
+#define DLOCK_NAME_MAX 1024
+
+/* ------------------------------------------------------------------------
+ * Errors. Every call returns 0 or a positive value on success and one of
+ * these negative codes on failure. Codes are append-only.
+ * ---------------------------------------------------------------------- */
+#define DLOCK_ERRNO_MAP(X)                                                     \
+  X(EINVAL, -1, "invalid argument")                                           \
+  X(ENOMEM, -2, "out of memory")                                              \
+  X(EURL, -3, "malformed URL")                                                \
+  X(ENAMETOOLONG, -4, "lock name too long")                                   \
+  X(ECONNECT, -5, "cannot connect to the server")                             \
+  X(EAUTH, -6, "authentication failed")                                       \
+  X(ETLS, -7, "TLS error")                                                    \
+  X(ETIMEDOUT, -8, "server did not answer in time")                           \
+  X(ECONNLOST, -9, "connection to the server lost")                           \
+  X(EPROTO, -10, "unexpected reply from the server")                          \
+  X(ESERVER, -11, "server error")                                             \
+  X(EWRONGTYPE, -12, "key holds a value of another type")                     \
+  X(EREADONLY, -13, "server refuses writes (read-only replica)")              \
+  X(EOOM, -14, "server out of memory (maxmemory reached)")                    \
+  X(ELOCKED, -15, "lock is held by another owner")                            \
+  X(ENOTOWNER, -16, "lock is not held by this owner")                         \
+  X(ELOST, -17, "lock was lost (lease expired or taken away)")                \
+  X(ECLOSED, -18, "client is closing")                                        \
+  X(ENOTSUP, -19, "not supported by this build")
+
+typedef enum {
+  DLOCK_OK = 0,
+#define DLOCK_X_ENUM(name, code, msg) DLOCK_##name = code,
+  DLOCK_ERRNO_MAP(DLOCK_X_ENUM)
+#undef DLOCK_X_ENUM
+} dlock_errno_t;
+
+/* Returns a static English description of `err` ("unknown error" for codes
+ * this version does not know). Thread-safe. */
+DLOCK_API const char *dlock_strerror(int err);
+
+/* Returns the code's name without prefix ("ETIMEDOUT"), or "UNKNOWN".
+ * Thread-safe. */
+DLOCK_API const char *dlock_err_name(int err);
+
+/* Returns the library's version string ("0.1.0"); DLOCK_VERSION_NUM's value
+ * at build time through `num` if non-NULL. Thread-safe. */
+DLOCK_API const char *dlock_version(int *num);
+
+/* ------------------------------------------------------------------------
+ * Client: one per process is typical, shared by all its threads.
+ * ---------------------------------------------------------------------- */
+typedef struct dlock_client dlock_client;
+typedef struct dlock_lock dlock_lock;
+
+typedef struct dlock_client_options {
+  /* redis://[user[:password]@]host[:port][/db], rediss://... (TLS) or
+   * unix:///path/redis.sock[?db=N]. NULL means redis://127.0.0.1:6379. */
+  const char *url;
+  /* Override the URL's user and password when non-NULL. */
+  const char *username;
+  const char *password;
+  /* Sent with CLIENT SETNAME when non-NULL (no spaces allowed). */
+  const char *client_name;
+  /* Prepended to every key and channel name; NULL = none (as Redisson). */
+  const char *key_prefix;
+  /* The client id, the first half of every owner id ("<id>:<thread>").
+   * NULL = a fresh random UUID, as a Redisson client does. */
+  const char *client_id;
+
+  int connect_timeout_ms; /* default 2000 */
+  int command_timeout_ms; /* default 3000: bound on one round trip */
+  /* Lease of locks acquired without an explicit lease; the watchdog
+   * renews it every watchdog_timeout_ms / 3. Default 30000 (Redisson). */
+  int64_t watchdog_timeout_ms;
+  /* Reconnect backoff after a lost connection, doubling from min to max. */
+  int reconnect_min_ms; /* default 100 */
+  int reconnect_max_ms; /* default 5000 */
+  /* Command connections shared by all threads (requests are pipelined
+   * over them). Default 1, at most 64. */
+  int connections;
+
+  /* TLS (rediss:// URLs). All paths are PEM files or directories. */
+  const char *tls_ca_file;
+  const char *tls_ca_dir;
+  const char *tls_cert_file;
+  const char *tls_key_file;
+  const char *tls_server_name; /* default: the URL's host */
+  int tls_verify;              /* default 1: verify chain and host name */
+} dlock_client_options;
+
+/* Fills `opts` with the defaults documented above. Never fails. */
+DLOCK_API void dlock_client_options_init(dlock_client_options *opts);
+
+/* Opens a client and connects it. On success returns 0 and stores a new
+ * client in *out, to be freed with dlock_client_close(). On failure returns
+ * a negative code, stores NULL and frees everything; the detail is then in
+ * dlock_client_open_errmsg(). All strings in `opts` are copied. Thread-safe
+ * (opens are independent). */
+DLOCK_API int dlock_client_open(const dlock_client_options *opts,
+                                dlock_client **out);
+
+/* The detail of the calling thread's last failed dlock_client_open(), or "".
+ * Valid until that thread's next open. */
+DLOCK_API const char *dlock_client_open_errmsg(void);
+
+/* Stops the watchdog (held locks then expire after their lease), wakes every
+ * waiter with DLOCK_ECLOSED, closes the connections and frees the client.
+ * Lock handles must be freed first. Accepts NULL. Must not be called while
+ * another thread is still inside a call on this client or its locks. */
+DLOCK_API void dlock_client_close(dlock_client *c);
+
+/* The detail of the calling thread's last failed call on `c` (server error
+ * text included; never a password), or "". Valid until the thread's next
+ * call on `c`. Thread-safe. */
+DLOCK_API const char *dlock_client_errmsg(const dlock_client *c);
+
+/* The client id (the owner id's first half). Owned by the client. */
+DLOCK_API const char *dlock_client_id(const dlock_client *c);
+
+/* Writes the calling thread's owner id ("<client id>:<thread id>") to buf
+ * (at most len bytes with the NUL). Returns its length, or DLOCK_EINVAL
+ * when it does not fit. Thread-safe. */
+DLOCK_API int dlock_client_owner(const dlock_client *c, char *buf, size_t len);
+
+/* Sends PING and waits for PONG. Returns 0 or a negative code. */
+DLOCK_API int dlock_client_ping(dlock_client *c);
+
+/* ------------------------------------------------------------------------
+ * The reentrant lock, wire-compatible with Redisson's RLock.
+ * ---------------------------------------------------------------------- */
+
+/* Creates a handle for the lock `name` (copied; 1..DLOCK_NAME_MAX bytes).
+ * No server call is made. `owner` NULL makes the owner the calling thread of
+ * each call, as Redisson does; a non-NULL `owner` (copied, no ':' needed)
+ * fixes the owner to "<client id>:<owner>" for every call on this handle, so
+ * one thread may lock and another unlock. Returns 0 and stores the handle
+ * in *out, or DLOCK_EINVAL / DLOCK_ENAMETOOLONG / DLOCK_ENOMEM (then *out is
+ * NULL). Free with dlock_lock_free(). A handle may be used by many threads
+ * at once. */
+DLOCK_API int dlock_lock_new(dlock_client *c, const char *name,
+                             const char *owner, dlock_lock **out);
+
+/* Frees the handle. Holds still taken through it stop being renewed and
+ * expire after their lease (they are not released). Accepts NULL. */
+DLOCK_API void dlock_lock_free(dlock_lock *l);
+
+/* Tries to acquire, waiting up to `wait_ms` (0 = one attempt, negative =
+ * forever). `lease_ms` > 0 is a fixed lease; <= 0 means the client's
+ * watchdog_timeout_ms, renewed by the watchdog until release. On success
+ * returns 0 and stores the fencing token in *token if non-NULL (a reentrant
+ * acquisition returns the token of the hold it re-enters). Returns
+ * DLOCK_ELOCKED if another owner still held it when the wait ran out, or
+ * another negative code; on failure nothing is held. Blocks the calling
+ * thread; thread-safe. */
+DLOCK_API int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms,
+                                     int64_t lease_ms, uint64_t *token);
+
+/* dlock_lock_try_acquire(l, -1, lease_ms, token): waits until acquired or
+ * an error occurs. */
+DLOCK_API int dlock_lock_acquire(dlock_lock *l, int64_t lease_ms,
+                                 uint64_t *token);
+
+/* Releases one hold of the owner. Returns 1 when the lock became free (the
+ * waiters are woken), 0 when the owner still holds it (reentrant), or
+ * DLOCK_ENOTOWNER when the owner did not hold it (Redis unchanged), or
+ * DLOCK_ELOST when the owner's hold had been lost (the lost state is
+ * cleared), or another negative code. */
+DLOCK_API int dlock_lock_release(dlock_lock *l);
+
+/* Deletes the lock whoever holds it and wakes the waiters. Returns 1 if it
+ * was held, 0 if not, or a negative code. */
+DLOCK_API int dlock_lock_force_release(dlock_lock *l);
+
+/* Returns 1 if anyone holds the lock, 0 if not, or a negative code. */
+DLOCK_API int dlock_lock_is_locked(dlock_lock *l);
+
+/* Returns 1 if the owner (see dlock_lock_new) holds it, 0 if not, or a
+ * negative code. */
+DLOCK_API int dlock_lock_is_held(dlock_lock *l);
+
+/* Returns the owner's hold count (0 if not held) or a negative code. */
+DLOCK_API int dlock_lock_hold_count(dlock_lock *l);
+
+/* Stores the lock's remaining lease in *ttl_ms: -2 if free, -1 if held with
+ * no expiry. Returns 0 or a negative code. */
+DLOCK_API int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms);
+
+/* Stores the last fencing token issued for this lock name in *token (0 if
+ * none yet). Anyone may call it. Returns 0 or a negative code. */
+DLOCK_API int dlock_lock_current_token(dlock_lock *l, uint64_t *token);
+
+/* Called from the watchdog thread when a renewal finds that `owner`'s hold of
+ * `l` is gone (expired, force-released or taken). Must not block for long
+ * and must not free `l`. */
+typedef void (*dlock_lost_cb)(dlock_lock *l, const char *owner, void *ud);
+
+/* Registers `cb` (NULL to clear) for this handle's losses. Not for use
+ * while another thread acquires through the same handle. */
+DLOCK_API void dlock_lock_on_lost(dlock_lock *l, dlock_lost_cb cb, void *ud);
+
+/* Returns 1 if the owner's hold was found lost (and not yet released), else
+ * 0. Local state only, no server call. */
+DLOCK_API int dlock_lock_is_lost(dlock_lock *l);
+
+/* The lock's name as given (owned by the handle). */
+DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* DLOCK_H */

@@ -1,0 +1,200 @@
+/* client.c: opening and closing a client, owner ids and key names. */
+#include "internal.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dlock_client_options_init(dlock_client_options *o) {
+  if (o == NULL) return;
+  memset(o, 0, sizeof *o);
+  o->connect_timeout_ms = 2000;
+  o->command_timeout_ms = 3000;
+  o->watchdog_timeout_ms = 30000;
+  o->reconnect_min_ms = 100;
+  o->reconnect_max_ms = 5000;
+  o->connections = 1;
+  o->tls_verify = 1;
+}
+
+static int make_uuid(char out[37]) {
+  unsigned char b[16];
+  if (dl_random_bytes(b, sizeof b) != 0) return DLOCK_ENOMEM;
+  b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+  b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+  snprintf(out, 37,
+           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x"
+           "%02x",
+           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
+           b[11], b[12], b[13], b[14], b[15]);
+  return 0;
+}
+
+static void client_free(dlock_client *c) {
+  if (c == NULL) return;
+  dl_watchdog_free(c->watchdog);
+  if (c->backend) c->backend->ops->free(c->backend);
+  dl_tls_ctx_free(c->conn_cfg.tls);
+  dl_endpoint_clear(&c->conn_cfg.ep);
+  free((char *)c->conn_cfg.server_name);
+  free((char *)c->conn_cfg.client_name);
+  free(c->id);
+  free(c->key_prefix);
+  free(c->url_redacted);
+  free(c);
+}
+
+static int open_fail(dlock_client *c, int rc) {
+  /* Details recorded under the client move to the open's own slot. */
+  dl_reowner_err(NULL);
+  client_free(c);
+  return rc;
+}
+
+int dlock_client_open(const dlock_client_options *opts, dlock_client **out) {
+  if (out == NULL)
+    return dl_seterr(NULL, DLOCK_EINVAL, "out must not be NULL");
+  *out = NULL;
+  dlock_client_options defaults;
+  if (opts == NULL) {
+    dlock_client_options_init(&defaults);
+    opts = &defaults;
+  }
+  if (opts->connect_timeout_ms <= 0 || opts->command_timeout_ms <= 0 ||
+      opts->watchdog_timeout_ms < 3 || opts->reconnect_min_ms <= 0 ||
+      opts->reconnect_max_ms < opts->reconnect_min_ms ||
+      opts->connections < 1 || opts->connections > 64)
+    return dl_seterr(NULL, DLOCK_EINVAL,
+                     "timeouts, backoff and connections must be positive "
+                     "(connections 1..64, watchdog_timeout_ms >= 3)");
+  if (opts->client_name && strpbrk(opts->client_name, " \n\r\t"))
+    return dl_seterr(NULL, DLOCK_EINVAL, "client_name must have no spaces");
+  if (opts->client_id && (*opts->client_id == '\0' ||
+                          strlen(opts->client_id) > 200))
+    return dl_seterr(NULL, DLOCK_EINVAL, "client_id must be 1..200 bytes");
+
+  dlock_client *c = calloc(1, sizeof *c);
+  if (c == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  const char *url = opts->url ? opts->url : "redis://127.0.0.1:6379";
+  char msg[256];
+  c->url_redacted = dl_url_redact(url);
+  int rc = dl_url_parse(url, &c->conn_cfg.ep, msg, sizeof msg);
+  if (rc != 0) {
+    dl_seterr(NULL, rc, "%s (url %s)", msg,
+              c->url_redacted ? c->url_redacted : "");
+    client_free(c);
+    return rc;
+  }
+  dl_endpoint *ep = &c->conn_cfg.ep;
+  if (opts->username) {
+    free(ep->username);
+    ep->username = dl_strdup(opts->username);
+  }
+  if (opts->password) {
+    free(ep->password);
+    ep->password = dl_strdup(opts->password);
+  }
+  char uuid[37];
+  if (!opts->client_id && make_uuid(uuid) != 0) {
+    client_free(c);
+    return dl_seterr(NULL, DLOCK_ENOMEM, "no random bytes for the client id");
+  }
+  c->id = dl_strdup(opts->client_id ? opts->client_id : uuid);
+  c->key_prefix = dl_strdup(opts->key_prefix ? opts->key_prefix : "");
+  c->conn_cfg.client_name = dl_strdup(opts->client_name);
+  c->conn_cfg.server_name = dl_strdup(opts->tls_server_name);
+  if (!c->id || !c->key_prefix || (opts->client_name && !c->conn_cfg.client_name) ||
+      (opts->tls_server_name && !c->conn_cfg.server_name) ||
+      (opts->username && !ep->username) || (opts->password && !ep->password)) {
+    client_free(c);
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  }
+  c->prefix_len = strlen(c->key_prefix);
+  c->watchdog_timeout_ms = opts->watchdog_timeout_ms;
+  c->command_timeout_ms = opts->command_timeout_ms;
+  c->conn_cfg.connect_timeout_ms = opts->connect_timeout_ms;
+  c->conn_cfg.command_timeout_ms = opts->command_timeout_ms;
+  c->conn_cfg.reconnect_min_ms = opts->reconnect_min_ms;
+  c->conn_cfg.reconnect_max_ms = opts->reconnect_max_ms;
+  c->conn_cfg.err_owner = c;
+
+  if (ep->tls) {
+    dl_tls_config tc = {opts->tls_ca_file, opts->tls_ca_dir, opts->tls_cert_file,
+                        opts->tls_key_file, opts->tls_server_name,
+                        opts->tls_verify};
+    rc = dl_tls_ctx_new(&tc, &c->conn_cfg.tls, msg, sizeof msg);
+    if (rc != 0) {
+      dl_seterr(NULL, rc, "%s", msg);
+      client_free(c);
+      return rc;
+    }
+  }
+  rc = dl_redis_backend_new(c, &c->conn_cfg, opts->connections, &c->backend);
+  if (rc != 0) return open_fail(c, rc);
+  rc = dl_watchdog_new(c, c->watchdog_timeout_ms, &c->watchdog);
+  if (rc != 0) {
+    dl_seterr(NULL, rc, "cannot start the watchdog thread");
+    client_free(c);
+    return rc;
+  }
+  dl_clearerr(NULL);
+  *out = c;
+  return 0;
+}
+
+void dlock_client_close(dlock_client *c) {
+  if (c == NULL) return;
+  atomic_store(&c->closing, 1);
+  client_free(c);
+}
+
+const char *dlock_client_id(const dlock_client *c) {
+  return c ? c->id : "";
+}
+
+int dl_owner_id(const dlock_client *c, const char *explicit_owner, char *buf,
+                size_t len) {
+  int n;
+  if (explicit_owner)
+    n = snprintf(buf, len, "%s:%s", c->id, explicit_owner);
+  else
+    n = snprintf(buf, len, "%s:%llu", c->id,
+                 (unsigned long long)dl_thread_id());
+  if (n < 0 || (size_t)n >= len) return DLOCK_EINVAL;
+  return n;
+}
+
+int dlock_client_owner(const dlock_client *c, char *buf, size_t len) {
+  if (c == NULL || buf == NULL) return DLOCK_EINVAL;
+  return dl_owner_id(c, NULL, buf, len);
+}
+
+char *dl_key(const dlock_client *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *tail = NULL;
+  int n = vasprintf(&tail, fmt, ap);
+  va_end(ap);
+  if (n < 0) return NULL;
+  char *out = malloc(c->prefix_len + (size_t)n + 1);
+  if (out) {
+    memcpy(out, c->key_prefix, c->prefix_len);
+    memcpy(out + c->prefix_len, tail, (size_t)n + 1);
+  }
+  free(tail);
+  return out;
+}
+
+int dlock_client_ping(dlock_client *c) {
+  if (c == NULL) return DLOCK_EINVAL;
+  const char *argv[] = {"PING"};
+  redisReply *r = NULL;
+  int rc = c->backend->ops->command(c->backend, 1, argv, &r);
+  if (rc == 0) {
+    if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "PONG") != 0)
+      rc = dl_seterr(c, DLOCK_EPROTO, "PING answered something else");
+    freeReplyObject(r);
+  }
+  return rc;
+}

@@ -1,0 +1,225 @@
+/* internal.h: types and functions shared by libdlock's modules, not exported. */
+#ifndef DLOCK_INTERNAL_H
+#define DLOCK_INTERNAL_H
+
+#include "dlock.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct redisReply;
+
+/* ---- util.c: clocks, strings, thread identity ---- */
+int64_t dl_now_ms(void); /* CLOCK_MONOTONIC */
+int64_t dl_now_us(void);
+char *dl_strdup(const char *s); /* NULL -> NULL */
+uint64_t dl_thread_id(void);    /* process-unique, never reused */
+/* Absolute CLOCK_MONOTONIC deadline for pthread_cond_timedwait. */
+void dl_abstime(int64_t deadline_ms, struct timespec *ts);
+/* pthread_cond_t that waits on CLOCK_MONOTONIC. */
+int dl_cond_init(pthread_cond_t *cv);
+int dl_random_bytes(unsigned char *buf, size_t len);
+
+/* ---- error.c: per-thread detail messages ---- */
+/* Records `fmt` as the calling thread's detail for `owner` (a client or
+ * NULL for dlock_client_open) and returns err. */
+int dl_seterr(const void *owner, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void dl_clearerr(const void *owner);
+/* Hands the thread's current detail over to another owner. */
+void dl_reowner_err(const void *owner);
+/* Maps a server error reply's text to a code. */
+int dl_server_errcode(const char *msg);
+
+/* ---- url.c ---- */
+typedef struct dl_endpoint {
+  char *host;      /* NULL for unix sockets */
+  int port;        /* 0 for unix sockets */
+  char *unix_path; /* NULL for TCP */
+  bool tls;
+  int db;
+  char *username;
+  char *password;
+} dl_endpoint;
+
+int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen);
+void dl_endpoint_clear(dl_endpoint *ep);
+/* The URL with any password replaced by "***". Caller frees. */
+char *dl_url_redact(const char *url);
+
+/* ---- transport/io.c: one socket, plain or TLS, deadline-bounded ---- */
+typedef struct dl_io dl_io;
+typedef struct dl_tls_config {
+  const char *ca_file, *ca_dir, *cert_file, *key_file, *server_name;
+  int verify;
+} dl_tls_config;
+
+typedef struct dl_tls_ctx dl_tls_ctx;
+int dl_tls_ctx_new(const dl_tls_config *cfg, dl_tls_ctx **out, char *err,
+                   size_t errlen);
+void dl_tls_ctx_free(dl_tls_ctx *t);
+
+int dl_io_connect(const dl_endpoint *ep, dl_tls_ctx *tls,
+                  const char *server_name, int64_t deadline_ms, dl_io **out,
+                  char *err, size_t errlen);
+/* Read up to len bytes. Returns >0 bytes, or a negative code. */
+int dl_io_read(dl_io *io, char *buf, size_t len, int64_t deadline_ms);
+/* Write all of buf. Returns 0 or a negative code. */
+int dl_io_write(dl_io *io, const char *buf, size_t len, int64_t deadline_ms);
+/* Makes blocked and later reads/writes fail at once; thread-safe. */
+void dl_io_shutdown(dl_io *io);
+void dl_io_close(dl_io *io);
+
+/* ---- transport/conn.c: pipelined command connection ---- */
+typedef struct dl_conn dl_conn;
+typedef struct dl_req dl_req;
+
+typedef struct dl_conn_config {
+  dl_endpoint ep;
+  dl_tls_ctx *tls;
+  const char *server_name;
+  const char *client_name;
+  int connect_timeout_ms;
+  int command_timeout_ms;
+  int reconnect_min_ms, reconnect_max_ms;
+  const void *err_owner; /* where dl_seterr records details */
+} dl_conn_config;
+
+/* Connection that reconnects on demand; `cfg` must outlive it. */
+int dl_conn_new(const dl_conn_config *cfg, dl_conn **out);
+/* Connects now; returns 0 or a negative code (detail recorded). */
+int dl_conn_connect(dl_conn *c);
+void dl_conn_free(dl_conn *c);
+
+/* Queues a command (argv copied) and writes it, pipelined with other
+ * threads' commands. Returns a request to pass to dl_req_wait, or NULL with
+ * *err set (nothing queued). */
+dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
+                     const size_t *argvlen, int *err);
+/* Waits for the reply until deadline_ms. Returns 0 and stores the reply
+ * (caller frees with freeReplyObject; may be an error reply), or a negative
+ * code. Frees the request in every case. */
+int dl_req_wait(dl_conn *c, dl_req *r, int64_t deadline_ms,
+                struct redisReply **reply);
+/* Send + wait with the command timeout. */
+int dl_conn_call(dl_conn *c, int argc, const char **argv,
+                 const size_t *argvlen, struct redisReply **reply);
+/* The connection's round trips since creation (for tests and benchmarks). */
+uint64_t dl_conn_batches(dl_conn *c);
+
+/* Sets up a freshly connected socket: AUTH, SELECT, CLIENT SETNAME. */
+int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
+                      char *err, size_t errlen);
+
+/* ---- redis/scripts.c: the Lua scripts, embedded at build time ---- */
+typedef struct dl_script {
+  const char *name;
+  const char *body;
+  char sha[41];
+} dl_script;
+
+enum {
+  DL_SCRIPT_LOCK_ACQUIRE,
+  DL_SCRIPT_LOCK_RELEASE,
+  DL_SCRIPT_LOCK_RENEW,
+  DL_SCRIPT_LOCK_FORCE_RELEASE,
+  DL_SCRIPT_COUNT
+};
+extern dl_script dl_scripts[DL_SCRIPT_COUNT];
+void dl_scripts_init(void); /* computes the SHA1s once; thread-safe */
+
+/* ---- backend: what a lock kind needs from a deployment ---- */
+typedef struct dl_backend dl_backend;
+typedef struct dl_sub dl_sub;
+
+typedef struct dl_backend_ops {
+  const char *name;
+  /* Runs a script (EVALSHA, falling back to EVAL on NOSCRIPT) and returns
+   * its reply (caller frees), or a negative code with the detail recorded.
+   * A script error reply becomes a code too. */
+  int (*eval)(dl_backend *b, int script, int nkeys, const char **keys,
+              int nargs, const char **args, struct redisReply **reply);
+  /* Starts many evals at once and collects their replies in order; each
+   * replies[i] is a reply or NULL with errs[i] set. */
+  int (*eval_many)(dl_backend *b, int n, int script, const int *nkeys,
+                   const char *const *const *keys, const int *nargs,
+                   const char *const *const *args,
+                   struct redisReply **replies, int *errs);
+  int (*command)(dl_backend *b, int argc, const char **argv,
+                 struct redisReply **reply);
+  /* Waiting without polling: a reference-counted subscription. */
+  dl_sub *(*sub_ref)(dl_backend *b, const char *channel, int64_t deadline);
+  /* Waits for one wake-up until deadline. Returns 1 woken, 0 timed out,
+   * DLOCK_ECLOSED on close. */
+  int (*sub_wait)(dl_backend *b, dl_sub *s, int64_t deadline);
+  void (*sub_unref)(dl_backend *b, dl_sub *s);
+  void (*free)(dl_backend *b);
+} dl_backend_ops;
+
+struct dl_backend {
+  const dl_backend_ops *ops;
+};
+
+int dl_redis_backend_new(dlock_client *c, const dl_conn_config *cfg, int nconn,
+                         dl_backend **out);
+/* Counters for tests and the benchmark. */
+uint64_t dl_redis_backend_round_trips(dl_backend *b);
+uint64_t dl_redis_backend_wakeups(dl_backend *b);
+
+/* ---- pubsub.c: one subscriber connection per client ---- */
+typedef struct dl_pubsub dl_pubsub;
+int dl_pubsub_new(const dl_conn_config *cfg, dl_pubsub **out);
+void dl_pubsub_free(dl_pubsub *p);
+dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int64_t deadline);
+int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline);
+void dl_pubsub_unref(dl_pubsub *p, dl_sub *s);
+uint64_t dl_pubsub_wakeups(dl_pubsub *p);
+
+/* ---- watchdog.c: one renewal scheduler per client ---- */
+typedef struct dl_watchdog dl_watchdog;
+typedef struct dl_renewal dl_renewal;
+
+/* Called (from the watchdog thread) for a renewal found lost. */
+typedef void (*dl_renewal_lost_fn)(void *ud, const char *owner);
+
+int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_watchdog **out);
+void dl_watchdog_free(dl_watchdog *w);
+/* Registers key/owner for renewal every lease/3. Returns NULL on ENOMEM. */
+dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
+                            const char *owner, dl_renewal_lost_fn fn,
+                            void *ud);
+/* Stops renewing; a renewal result arriving later is ignored. */
+void dl_watchdog_remove(dl_watchdog *w, dl_renewal *r);
+/* Brackets a release: "gone" answers meanwhile are not losses. */
+void dl_watchdog_release_begin(dl_watchdog *w, dl_renewal *r);
+void dl_watchdog_release_end(dl_watchdog *w, dl_renewal *r);
+/* Runs one renewal round now (tests). Returns the number of locks renewed. */
+int dl_watchdog_run_once(dl_watchdog *w);
+uint64_t dl_watchdog_round_trips(dl_watchdog *w);
+
+/* ---- client.c ---- */
+struct dlock_client {
+  char *id;
+  char *key_prefix;
+  size_t prefix_len;
+  int64_t watchdog_timeout_ms;
+  int command_timeout_ms;
+  dl_conn_config conn_cfg;
+  char *url_redacted;
+  dl_backend *backend;
+  dl_watchdog *watchdog;
+  atomic_int closing;
+};
+
+/* "<prefix><fmt...>" with the client's key prefix. Caller frees. */
+char *dl_key(const dlock_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Owner id for thread `tid`, or for the explicit owner string. */
+int dl_owner_id(const dlock_client *c, const char *explicit_owner, char *buf,
+                size_t len);
+
+#endif /* DLOCK_INTERNAL_H */

@@ -1,0 +1,175 @@
+/* url.c: parses redis://, rediss:// and unix:// server URLs. */
+#include "internal.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void dl_endpoint_clear(dl_endpoint *ep) {
+  if (ep == NULL) return;
+  free(ep->host);
+  free(ep->unix_path);
+  free(ep->username);
+  free(ep->password);
+  memset(ep, 0, sizeof *ep);
+}
+
+static int hexval(int ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  ch = tolower(ch);
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  return -1;
+}
+
+/* Copies s[0..n) with %XX decoding; NULL if malformed or out of memory. */
+static char *pct_decode(const char *s, size_t n) {
+  char *out = malloc(n + 1);
+  if (out == NULL) return NULL;
+  size_t j = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] == '%') {
+      if (i + 2 >= n) { free(out); return NULL; }
+      int h = hexval((unsigned char)s[i + 1]), l = hexval((unsigned char)s[i + 2]);
+      if (h < 0 || l < 0) { free(out); return NULL; }
+      char ch = (char)(h * 16 + l);
+      if (ch == '\0') { free(out); return NULL; }
+      out[j++] = ch;
+      i += 2;
+    } else {
+      out[j++] = s[i];
+    }
+  }
+  out[j] = '\0';
+  return out;
+}
+
+static int parse_int(const char *s, size_t n, int lo, int hi, int *out) {
+  if (n == 0 || n > 9) return -1;
+  int v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!isdigit((unsigned char)s[i])) return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  if (v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+#define FAIL(...)                                                              \
+  do {                                                                         \
+    snprintf(err, errlen, __VA_ARGS__);                                        \
+    dl_endpoint_clear(ep);                                                     \
+    return DLOCK_EURL;                                                         \
+  } while (0)
+
+static int parse_unix(const char *p, dl_endpoint *ep, char *err,
+                      size_t errlen) {
+  /* unix:///path/redis.sock[?db=N] */
+  if (p[0] != '/') FAIL("unix URL needs an absolute path (unix:///path)");
+  const char *q = strchr(p, '?');
+  size_t plen = q ? (size_t)(q - p) : strlen(p);
+  if (plen < 2) FAIL("unix URL has an empty path");
+  ep->unix_path = pct_decode(p, plen);
+  if (ep->unix_path == NULL) FAIL("bad %%-escape in the socket path");
+  if (q) {
+    if (strncmp(q + 1, "db=", 3) != 0) FAIL("unix URL accepts only ?db=N");
+    const char *d = q + 4;
+    if (parse_int(d, strlen(d), 0, 1000000, &ep->db) != 0)
+      FAIL("bad database number in the unix URL");
+  }
+  return 0;
+}
+
+int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen) {
+  memset(ep, 0, sizeof *ep);
+  if (url == NULL || *url == '\0') FAIL("empty URL");
+  const char *p;
+  if (strncmp(url, "redis://", 8) == 0) {
+    p = url + 8;
+  } else if (strncmp(url, "rediss://", 9) == 0) {
+    p = url + 9;
+    ep->tls = true;
+  } else if (strncmp(url, "unix://", 7) == 0) {
+    return parse_unix(url + 7, ep, err, errlen);
+  } else {
+    FAIL("URL must start with redis://, rediss:// or unix://");
+  }
+  for (const char *s = p; *s; s++)
+    if ((unsigned char)*s <= ' ') FAIL("URL contains a space or control byte");
+
+  /* Userinfo ends at the last '@' before the path. */
+  const char *slash = strchr(p, '/');
+  const char *end_auth = slash ? slash : p + strlen(p);
+  const char *at = NULL;
+  for (const char *s = p; s < end_auth; s++)
+    if (*s == '@') at = s;
+  if (at) {
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    if (colon) {
+      if (colon > p) {
+        ep->username = pct_decode(p, (size_t)(colon - p));
+        if (!ep->username) FAIL("bad %%-escape in the user name");
+      }
+      ep->password = pct_decode(colon + 1, (size_t)(at - colon - 1));
+      if (!ep->password) FAIL("bad %%-escape in the password");
+    } else if (at > p) {
+      ep->username = pct_decode(p, (size_t)(at - p));
+      if (!ep->username) FAIL("bad %%-escape in the user name");
+    }
+    p = at + 1;
+  }
+
+  /* host[:port], host may be [v6]. */
+  const char *hend;
+  const char *portp = NULL;
+  if (*p == '[') {
+    const char *rb = strchr(p, ']');
+    if (rb == NULL || rb > end_auth) FAIL("unterminated [IPv6] host");
+    ep->host = pct_decode(p + 1, (size_t)(rb - p - 1));
+    hend = rb + 1;
+    if (*hend == ':') portp = hend + 1;
+    else if (hend != end_auth) FAIL("unexpected text after the [IPv6] host");
+  } else {
+    const char *colon = memchr(p, ':', (size_t)(end_auth - p));
+    hend = colon ? colon : end_auth;
+    ep->host = pct_decode(p, (size_t)(hend - p));
+    if (colon) portp = colon + 1;
+  }
+  if (ep->host == NULL) FAIL("bad host");
+  if (ep->host[0] == '\0') {
+    free(ep->host);
+    ep->host = dl_strdup("127.0.0.1");
+    if (ep->host == NULL) FAIL("out of memory");
+  }
+  ep->port = 6379;
+  if (portp && parse_int(portp, (size_t)(end_auth - portp), 1, 65535,
+                         &ep->port) != 0)
+    FAIL("bad port (1-65535)");
+
+  if (slash && slash[1] != '\0') {
+    if (parse_int(slash + 1, strlen(slash + 1), 0, 1000000, &ep->db) != 0)
+      FAIL("bad database number after '/'");
+  }
+  return 0;
+}
+
+char *dl_url_redact(const char *url) {
+  if (url == NULL) return dl_strdup("");
+  const char *scheme = strstr(url, "://");
+  if (scheme == NULL) return dl_strdup(url);
+  const char *p = scheme + 3;
+  const char *slash = strchr(p, '/');
+  const char *end_auth = slash ? slash : p + strlen(p);
+  const char *at = NULL;
+  for (const char *s = p; s < end_auth; s++)
+    if (*s == '@') at = s;
+  if (at == NULL) return dl_strdup(url);
+  const char *colon = memchr(p, ':', (size_t)(at - p));
+  if (colon == NULL) return dl_strdup(url);
+  size_t n = strlen(url) + 4;
+  char *out = malloc(n);
+  if (out == NULL) return NULL;
+  snprintf(out, n, "%.*s:***%s", (int)(colon - url), url, at);
+  return out;
+}

@@ -1,0 +1,60 @@
+/* util.c: monotonic clocks, string copies and process-unique thread ids. */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/rand.h>
+
+int64_t dl_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t dl_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+char *dl_strdup(const char *s) {
+  if (s == NULL) return NULL;
+  size_t n = strlen(s) + 1;
+  char *p = malloc(n);
+  if (p) memcpy(p, s, n);
+  return p;
+}
+
+/* Thread ids come from a counter, not gettid(): a kernel tid is reused once
+ * its thread exits, and a new thread must never inherit a dead thread's
+ * holds. */
+static atomic_uint_fast64_t next_thread_id = 1;
+static _Thread_local uint64_t my_thread_id;
+
+uint64_t dl_thread_id(void) {
+  if (my_thread_id == 0) my_thread_id = atomic_fetch_add(&next_thread_id, 1);
+  return my_thread_id;
+}
+
+void dl_abstime(int64_t deadline_ms, struct timespec *ts) {
+  ts->tv_sec = (time_t)(deadline_ms / 1000);
+  ts->tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
+}
+
+int dl_cond_init(pthread_cond_t *cv) {
+  pthread_condattr_t a;
+  if (pthread_condattr_init(&a) != 0) return DLOCK_ENOMEM;
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  int rc = pthread_cond_init(cv, &a);
+  pthread_condattr_destroy(&a);
+  return rc == 0 ? 0 : DLOCK_ENOMEM;
+}
+
+int dl_random_bytes(unsigned char *buf, size_t len) {
+  return RAND_bytes(buf, (int)len) == 1 ? 0 : DLOCK_ENOMEM;
+}

@@ -1,0 +1,279 @@
+/* watchdog.c: one renewal scheduler per client. Every lease/3 it extends the
+ * lease of every watchdog-held lock, up to BATCH locks per script call and
+ * all calls of a round pipelined. It never re-acquires: a hold the server no
+ * longer has is reported lost and dropped.
+ *
+ * Ordering of renew vs release (Redisson #7272 is a renewal outliving its
+ * unlock): a renewal can only extend a hash field that still exists, so a
+ * renewal sent after a release finds nothing to extend. The other race, a
+ * renewal that the server ran just after our own release and that therefore
+ * answers "gone", must not be taken for a loss: a release in progress marks
+ * the renewal (`releasing`), and such answers are ignored. */
+#include "internal.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BATCH 100
+
+struct dl_renewal {
+  dl_renewal *prev, *next;
+  char *key;
+  char *owner;
+  dl_renewal_lost_fn fn;
+  void *ud;
+  int releasing;
+  bool linked;
+  int refs; /* 1 for its owner (until remove), +1 per round in progress */
+};
+
+struct dl_watchdog {
+  dlock_client *c;
+  int64_t lease_ms;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t thread;
+  bool stop;
+  dl_renewal *head;
+  size_t count;
+  dl_renewal *calling; /* whose lost callback runs now */
+  uint64_t round_trips;
+};
+
+static void unref(dl_renewal *r) {
+  if (--r->refs == 0) {
+    free(r->key);
+    free(r->owner);
+    free(r);
+  }
+}
+
+static void unlink_r(dl_watchdog *w, dl_renewal *r) {
+  if (!r->linked) return;
+  if (r->prev) r->prev->next = r->next;
+  else w->head = r->next;
+  if (r->next) r->next->prev = r->prev;
+  r->prev = r->next = NULL;
+  r->linked = false;
+  w->count--;
+}
+
+dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
+                            const char *owner, dl_renewal_lost_fn fn,
+                            void *ud) {
+  dl_renewal *r = calloc(1, sizeof *r);
+  if (r == NULL) return NULL;
+  r->key = dl_strdup(key);
+  r->owner = dl_strdup(owner);
+  if (!r->key || !r->owner) {
+    free(r->key);
+    free(r->owner);
+    free(r);
+    return NULL;
+  }
+  r->fn = fn;
+  r->ud = ud;
+  r->refs = 1;
+  pthread_mutex_lock(&w->mu);
+  r->next = w->head;
+  if (w->head) w->head->prev = r;
+  w->head = r;
+  r->linked = true;
+  w->count++;
+  pthread_mutex_unlock(&w->mu);
+  return r;
+}
+
+void dl_watchdog_remove(dl_watchdog *w, dl_renewal *r) {
+  if (r == NULL) return;
+  pthread_mutex_lock(&w->mu);
+  unlink_r(w, r);
+  r->fn = NULL;
+  /* Wait out a lost callback running for r, unless this is that callback
+   * (a release called from inside it). */
+  while (w->calling == r && !pthread_equal(pthread_self(), w->thread))
+    pthread_cond_wait(&w->cv, &w->mu);
+  unref(r);
+  pthread_mutex_unlock(&w->mu);
+}
+
+void dl_watchdog_release_begin(dl_watchdog *w, dl_renewal *r) {
+  if (r == NULL) return;
+  pthread_mutex_lock(&w->mu);
+  r->releasing++;
+  pthread_mutex_unlock(&w->mu);
+}
+
+void dl_watchdog_release_end(dl_watchdog *w, dl_renewal *r) {
+  if (r == NULL) return;
+  pthread_mutex_lock(&w->mu);
+  r->releasing--;
+  pthread_mutex_unlock(&w->mu);
+}
+
+int dl_watchdog_run_once(dl_watchdog *w) {
+  pthread_mutex_lock(&w->mu);
+  size_t n = w->count;
+  if (n == 0) {
+    pthread_mutex_unlock(&w->mu);
+    return 0;
+  }
+  dl_renewal **snap = malloc(n * sizeof *snap);
+  if (snap == NULL) {
+    pthread_mutex_unlock(&w->mu);
+    return DLOCK_ENOMEM;
+  }
+  size_t i = 0;
+  for (dl_renewal *r = w->head; r && i < n; r = r->next) {
+    r->refs++;
+    snap[i++] = r;
+  }
+  pthread_mutex_unlock(&w->mu);
+
+  int nb = (int)((n + BATCH - 1) / BATCH);
+  char lease[24];
+  snprintf(lease, sizeof lease, "%lld", (long long)w->lease_ms);
+  const char **keys = malloc(n * sizeof *keys);
+  const char **args = malloc((n + (size_t)nb) * sizeof *args);
+  int *nkeys = malloc((size_t)nb * sizeof *nkeys);
+  int *nargs = malloc((size_t)nb * sizeof *nargs);
+  const char *const **kp = malloc((size_t)nb * sizeof *kp);
+  const char *const **ap = malloc((size_t)nb * sizeof *ap);
+  redisReply **replies = calloc((size_t)nb, sizeof *replies);
+  int *errs = calloc((size_t)nb, sizeof *errs);
+  int renewed = 0;
+  if (!keys || !args || !nkeys || !nargs || !kp || !ap || !replies || !errs) {
+    renewed = DLOCK_ENOMEM;
+    goto out;
+  }
+  for (int b = 0; b < nb; b++) {
+    size_t lo = (size_t)b * BATCH;
+    size_t hi = lo + BATCH > n ? n : lo + BATCH;
+    nkeys[b] = (int)(hi - lo);
+    nargs[b] = nkeys[b] + 1;
+    kp[b] = keys + lo;
+    ap[b] = args + lo + (size_t)b;
+    args[lo + (size_t)b] = lease;
+    for (size_t k = lo; k < hi; k++) {
+      keys[k] = snap[k]->key;
+      args[k + (size_t)b + 1] = snap[k]->owner;
+    }
+  }
+  int rc = w->c->backend->ops->eval_many(w->c->backend, nb,
+                                         DL_SCRIPT_LOCK_RENEW, nkeys, kp, nargs,
+                                         ap, replies, errs);
+  pthread_mutex_lock(&w->mu);
+  w->round_trips += (uint64_t)nb;
+  pthread_mutex_unlock(&w->mu);
+  for (int b = 0; b < nb; b++) {
+    redisReply *rep = replies[b];
+    if (errs[b] != 0 || rep == NULL || rep->type != REDIS_REPLY_ARRAY ||
+        (int)rep->elements != nkeys[b])
+      continue; /* unknown: try again next round, the lease still runs */
+    for (int k = 0; k < nkeys[b]; k++) {
+      dl_renewal *r = snap[(size_t)b * BATCH + (size_t)k];
+      if (rep->element[k]->integer == 1) {
+        renewed++;
+        continue;
+      }
+      pthread_mutex_lock(&w->mu);
+      if (!r->linked || r->releasing > 0 || r->fn == NULL) {
+        pthread_mutex_unlock(&w->mu);
+        continue;
+      }
+      unlink_r(w, r); /* the owner keeps its reference until remove */
+      w->calling = r;
+      dl_renewal_lost_fn fn = r->fn;
+      void *ud = r->ud;
+      pthread_mutex_unlock(&w->mu);
+      fn(ud, r->owner);
+      pthread_mutex_lock(&w->mu);
+      w->calling = NULL;
+      pthread_cond_broadcast(&w->cv);
+      pthread_mutex_unlock(&w->mu);
+    }
+  }
+  (void)rc;
+out:
+  for (int b = 0; b < nb && replies; b++)
+    if (replies[b]) freeReplyObject(replies[b]);
+  pthread_mutex_lock(&w->mu);
+  for (i = 0; i < n; i++) unref(snap[i]);
+  pthread_mutex_unlock(&w->mu);
+  free(snap);
+  free(keys);
+  free(args);
+  free(nkeys);
+  free(nargs);
+  free(kp);
+  free(ap);
+  free(replies);
+  free(errs);
+  return renewed;
+}
+
+static void *run(void *arg) {
+  dl_watchdog *w = arg;
+  int64_t period = w->lease_ms / 3;
+  if (period < 1) period = 1;
+  pthread_mutex_lock(&w->mu);
+  int64_t next = dl_now_ms() + period;
+  while (!w->stop) {
+    struct timespec ts;
+    dl_abstime(next, &ts);
+    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    if (w->stop) break;
+    if (dl_now_ms() < next) continue;
+    pthread_mutex_unlock(&w->mu);
+    int64_t started = dl_now_ms();
+    int rc = dl_watchdog_run_once(w);
+    pthread_mutex_lock(&w->mu);
+    /* After a failed round, try again sooner: two thirds of the lease are
+     * left, and a short outage should not cost the lock. */
+    int64_t retry = period / 5 < 1000 ? period / 5 : 1000;
+    next = started + (rc < 0 ? retry : period);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_watchdog **out) {
+  dl_watchdog *w = calloc(1, sizeof *w);
+  if (w == NULL) return DLOCK_ENOMEM;
+  w->c = c;
+  w->lease_ms = lease_ms;
+  pthread_mutex_init(&w->mu, NULL);
+  dl_cond_init(&w->cv);
+  if (pthread_create(&w->thread, NULL, run, w) != 0) {
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+    return DLOCK_ENOMEM;
+  }
+  *out = w;
+  return 0;
+}
+
+void dl_watchdog_free(dl_watchdog *w) {
+  if (w == NULL) return;
+  pthread_mutex_lock(&w->mu);
+  w->stop = true;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  pthread_join(w->thread, NULL);
+  /* Renewals still listed belong to lock handles not yet freed (a contract
+   * breach): unlink them, their handles free them. */
+  while (w->head) unlink_r(w, w->head);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  free(w);
+}
+
+uint64_t dl_watchdog_round_trips(dl_watchdog *w) {
+  pthread_mutex_lock(&w->mu);
+  uint64_t n = w->round_trips;
+  pthread_mutex_unlock(&w->mu);
+  return n;
+}

@@ -1,0 +1,436 @@
+/* lock.c: the reentrant lock, wire-compatible with Redisson's RLock: a hash
+ * at the lock's name (field owner id -> hold count) with a PEXPIRE lease,
+ * the unlock message "0" on redisson_lock__channel:{name}, and fencing
+ * tokens from redisson_lock_token:{name} (RFencedLock's counter). */
+#include "../core/internal.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OWNER_MAX 256
+#define UNLOCK_MESSAGE "0"
+
+/* What this handle knows of one owner's hold. */
+typedef struct hold {
+  struct hold *next;
+  char owner[OWNER_MAX];
+  int count;
+  uint64_t token;
+  int64_t lease_ms;
+  bool lost;
+  dl_renewal *renewal; /* watchdog-renewed holds only */
+} hold;
+
+struct dlock_lock {
+  dlock_client *c;
+  char *name;
+  char *key;       /* prefix + name */
+  char *channel;   /* redisson_lock__channel:{key} */
+  char *token_key; /* redisson_lock_token:{key} */
+  char *owner;     /* explicit owner, or NULL for the calling thread */
+  char *info;      /* holder description stored beside the lock, or NULL */
+  pthread_mutex_t mu;
+  bool mu_ready;
+  hold *holds;
+  dlock_lost_cb cb;
+  void *cb_ud;
+};
+
+/* Redisson's derived names: "<prefix>:{<name>}", or "<prefix>:<name>" when
+ * the name carries its own hash tag. Either way it shares the lock's slot. */
+static char *derived(const char *prefix, const char *key) {
+  char *out = NULL;
+  int n = strchr(key, '{') ? asprintf(&out, "%s:%s", prefix, key)
+                           : asprintf(&out, "%s:{%s}", prefix, key);
+  return n < 0 ? NULL : out;
+}
+
+int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
+                   dlock_lock **out) {
+  if (out) *out = NULL;
+  if (c == NULL || out == NULL)
+    return DLOCK_EINVAL;
+  if (name == NULL || *name == '\0')
+    return dl_seterr(c, DLOCK_EINVAL, "the lock name is empty");
+  if (strlen(name) > DLOCK_NAME_MAX)
+    return dl_seterr(c, DLOCK_ENAMETOOLONG, "the lock name has %zu bytes, "
+                     "the limit is %d", strlen(name), DLOCK_NAME_MAX);
+  if (owner && (*owner == '\0' || strlen(owner) > 100))
+    return dl_seterr(c, DLOCK_EINVAL, "an explicit owner must be 1..100 bytes");
+  dlock_lock *l = calloc(1, sizeof *l);
+  if (l == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
+  l->c = c;
+  l->name = dl_strdup(name);
+  l->key = dl_key(c, "%s", name);
+  l->owner = dl_strdup(owner);
+  if (l->key) {
+    l->channel = derived("redisson_lock__channel", l->key);
+    l->token_key = derived("redisson_lock_token", l->key);
+  }
+  if (!l->name || !l->key || !l->channel || !l->token_key ||
+      (owner && !l->owner)) {
+    dlock_lock_free(l);
+    return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
+  }
+  pthread_mutex_init(&l->mu, NULL);
+  l->mu_ready = true;
+  *out = l;
+  return 0;
+}
+
+void dlock_lock_free(dlock_lock *l) {
+  if (l == NULL) return;
+  for (hold *h = l->holds, *n; h; h = n) {
+    n = h->next;
+    dl_watchdog_remove(l->c->watchdog, h->renewal);
+    free(h);
+  }
+  if (l->mu_ready) pthread_mutex_destroy(&l->mu);
+  free(l->name);
+  free(l->key);
+  free(l->channel);
+  free(l->token_key);
+  free(l->owner);
+  free(l->info);
+  free(l);
+}
+
+const char *dlock_lock_name(const dlock_lock *l) { return l ? l->name : ""; }
+
+static hold *find_hold(dlock_lock *l, const char *owner) {
+  for (hold *h = l->holds; h; h = h->next)
+    if (strcmp(h->owner, owner) == 0) return h;
+  return NULL;
+}
+
+/* With l->mu held: forgets the owner's hold. Returns its renewal, which the
+ * caller must pass to dl_watchdog_remove() after unlocking l->mu (a lost
+ * callback in progress takes l->mu, and remove waits for it). */
+static dl_renewal *drop_hold(dlock_lock *l, hold *h) {
+  hold **pp = &l->holds;
+  while (*pp != h) pp = &(*pp)->next;
+  *pp = h->next;
+  dl_renewal *r = h->renewal;
+  free(h);
+  return r;
+}
+
+static void on_lost(void *ud, const char *owner) {
+  dlock_lock *l = ud;
+  pthread_mutex_lock(&l->mu);
+  hold *h = find_hold(l, owner);
+  if (h) h->lost = true;
+  dlock_lost_cb cb = l->cb;
+  void *cb_ud = l->cb_ud;
+  pthread_mutex_unlock(&l->mu);
+  if (cb) cb(l, owner, cb_ud);
+}
+
+void dlock_lock_on_lost(dlock_lock *l, dlock_lost_cb cb, void *ud) {
+  if (l == NULL) return;
+  pthread_mutex_lock(&l->mu);
+  l->cb = cb;
+  l->cb_ud = ud;
+  pthread_mutex_unlock(&l->mu);
+}
+
+int dl_lock_set_info(dlock_lock *l, const char *info) {
+  char *copy = NULL;
+  if (info && (copy = dl_strdup(info)) == NULL) return DLOCK_ENOMEM;
+  pthread_mutex_lock(&l->mu);
+  free(l->info);
+  l->info = copy;
+  pthread_mutex_unlock(&l->mu);
+  return 0;
+}
+
+/* One attempt. Returns 1 and the token when acquired, 0 and the holder's
+ * PTTL when another owner holds it, or a negative code. */
+static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
+                   uint64_t *token, int64_t *ttl) {
+  char lease[24];
+  snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
+  pthread_mutex_lock(&l->mu);
+  char *info = dl_strdup(l->info ? l->info : "");
+  pthread_mutex_unlock(&l->mu);
+  if (info == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
+  const char *keys[] = {l->key, l->token_key};
+  const char *args[] = {lease, owner, info};
+  redisReply *r = NULL;
+  int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_ACQUIRE, 2,
+                                    keys, 3, args, &r);
+  free(info);
+  if (rc != 0) return rc;
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[0]->type != REDIS_REPLY_INTEGER ||
+      r->element[1]->type != REDIS_REPLY_INTEGER) {
+    freeReplyObject(r);
+    return dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to the acquire");
+  }
+  long long status = r->element[0]->integer, value = r->element[1]->integer;
+  freeReplyObject(r);
+  if (status == 0) {
+    *ttl = value;
+    return 0;
+  }
+  *token = (uint64_t)value;
+  return (int)status; /* 1 taken, 2 re-entered */
+}
+
+/* Records a successful acquisition locally. */
+static int record(dlock_lock *l, const char *owner, int status, uint64_t token,
+                  int64_t lease_ms, bool watchdog) {
+  int rc = 0;
+  dl_renewal *old = NULL;
+  pthread_mutex_lock(&l->mu);
+  hold *h = find_hold(l, owner);
+  if (h && (status == 1 || h->lost)) { /* a fresh hold after a lost one */
+    old = drop_hold(l, h);
+    h = NULL;
+  }
+  if (h == NULL) {
+    h = calloc(1, sizeof *h);
+    if (h == NULL) {
+      rc = DLOCK_ENOMEM;
+      goto out;
+    }
+    snprintf(h->owner, sizeof h->owner, "%s", owner);
+    h->token = token;
+    h->next = l->holds;
+    l->holds = h;
+  }
+  h->count++;
+  h->lease_ms = lease_ms;
+  if (watchdog && h->renewal == NULL) {
+    h->renewal = dl_watchdog_add(l->c->watchdog, l->key, owner, on_lost, l);
+    if (h->renewal == NULL) rc = DLOCK_ENOMEM;
+  }
+out:
+  pthread_mutex_unlock(&l->mu);
+  dl_watchdog_remove(l->c->watchdog, old);
+  return rc;
+}
+
+static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms) {
+  char lease[24];
+  snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
+  const char *keys[] = {l->key, l->channel};
+  const char *args[] = {UNLOCK_MESSAGE, lease, owner};
+  redisReply *r = NULL;
+  int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_RELEASE, 2,
+                                    keys, 3, args, &r);
+  if (rc != 0) return rc;
+  if (r->type == REDIS_REPLY_NIL) rc = DLOCK_ENOTOWNER;
+  else if (r->type == REDIS_REPLY_INTEGER) rc = r->integer == 1 ? 1 : 0;
+  else rc = dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to the release");
+  freeReplyObject(r);
+  return rc;
+}
+
+static int owner_of(dlock_lock *l, char *buf) {
+  int n = dl_owner_id(l->c, l->owner, buf, OWNER_MAX);
+  return n < 0 ? dl_seterr(l->c, DLOCK_EINVAL, "owner id too long") : 0;
+}
+
+int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
+                           uint64_t *token) {
+  if (l == NULL) return DLOCK_EINVAL;
+  dlock_client *c = l->c;
+  if (atomic_load(&c->closing))
+    return dl_seterr(c, DLOCK_ECLOSED, "the client is closing");
+  char owner[OWNER_MAX];
+  int rc = owner_of(l, owner);
+  if (rc != 0) return rc;
+  bool watchdog = lease_ms <= 0;
+  if (watchdog) lease_ms = c->watchdog_timeout_ms;
+  int64_t start = dl_now_ms();
+  int64_t deadline = wait_ms < 0 ? INT64_MAX : start + wait_ms;
+  uint64_t tok = 0;
+  int64_t ttl = 0;
+
+  rc = attempt(l, owner, lease_ms, &tok, &ttl);
+  if (rc == 0 && wait_ms != 0) {
+    /* Subscribe first, then try again: an unlock between our failed attempt
+     * and the subscription would otherwise go unheard. Each sleep is bounded
+     * by the holder's TTL, so even a lost message costs at most that. */
+    const dl_backend_ops *ops = c->backend->ops;
+    dl_sub *sub = ops->sub_ref(c->backend, l->channel, deadline);
+    for (;;) {
+      rc = attempt(l, owner, lease_ms, &tok, &ttl);
+      if (rc != 0) break;
+      int64_t now = dl_now_ms();
+      if (now >= deadline) break;
+      if (ttl == -2) continue; /* freed since: try again at once */
+      int64_t until = deadline;
+      if (ttl >= 0 && now + ttl + 1 < until) until = now + ttl + 1;
+      int w = ops->sub_wait(c->backend, sub, until);
+      if (w < 0) {
+        rc = dl_seterr(c, w, "the client closed while waiting");
+        break;
+      }
+    }
+    ops->sub_unref(c->backend, sub);
+  }
+  if (rc == 0)
+    return dl_seterr(c, DLOCK_ELOCKED, "'%s' is held by another owner "
+                     "(remaining lease %lld ms)", l->name, (long long)ttl);
+  if (rc < 0) return rc;
+  int st = rc;
+  rc = record(l, owner, st, tok, lease_ms, watchdog);
+  if (rc != 0) {
+    /* Cannot track it: give it back rather than hold it unseen. */
+    release_script(l, owner, lease_ms);
+    return dl_seterr(c, rc, "out of memory");
+  }
+  if (token) {
+    pthread_mutex_lock(&l->mu);
+    hold *h = find_hold(l, owner);
+    *token = h ? h->token : tok;
+    pthread_mutex_unlock(&l->mu);
+  }
+  dl_clearerr(c);
+  return 0;
+}
+
+int dlock_lock_acquire(dlock_lock *l, int64_t lease_ms, uint64_t *token) {
+  return dlock_lock_try_acquire(l, -1, lease_ms, token);
+}
+
+int dlock_lock_release(dlock_lock *l) {
+  if (l == NULL) return DLOCK_EINVAL;
+  char owner[OWNER_MAX];
+  int rc = owner_of(l, owner);
+  if (rc != 0) return rc;
+  dl_watchdog *w = l->c->watchdog;
+  pthread_mutex_lock(&l->mu);
+  hold *h = find_hold(l, owner);
+  if (h && h->lost) {
+    dl_renewal *old = drop_hold(l, h);
+    pthread_mutex_unlock(&l->mu);
+    dl_watchdog_remove(w, old);
+    return dl_seterr(l->c, DLOCK_ELOST, "'%s' was lost before this release",
+                     l->name);
+  }
+  int64_t lease = h ? h->lease_ms : l->c->watchdog_timeout_ms;
+  dl_renewal *ren = h ? h->renewal : NULL;
+  dl_watchdog_release_begin(w, ren);
+  pthread_mutex_unlock(&l->mu);
+
+  rc = release_script(l, owner, lease);
+
+  pthread_mutex_lock(&l->mu);
+  dl_watchdog_release_end(w, ren);
+  h = find_hold(l, owner);
+  dl_renewal *old = NULL;
+  if (rc == 1 || rc == DLOCK_ENOTOWNER) {
+    bool had = h != NULL;
+    if (h) old = drop_hold(l, h);
+    if (rc == DLOCK_ENOTOWNER)
+      rc = had ? dl_seterr(l->c, DLOCK_ELOST, "'%s' expired or was taken "
+                           "before this release", l->name)
+               : dl_seterr(l->c, DLOCK_ENOTOWNER, "'%s' is not held by %s",
+                           l->name, owner);
+  } else if (rc == 0 && h && h->count > 1) {
+    h->count--;
+  }
+  pthread_mutex_unlock(&l->mu);
+  dl_watchdog_remove(w, old);
+  if (rc >= 0) dl_clearerr(l->c);
+  return rc;
+}
+
+int dlock_lock_force_release(dlock_lock *l) {
+  if (l == NULL) return DLOCK_EINVAL;
+  const char *keys[] = {l->key, l->channel};
+  const char *args[] = {UNLOCK_MESSAGE};
+  redisReply *r = NULL;
+  int rc = l->c->backend->ops->eval(l->c->backend,
+                                    DL_SCRIPT_LOCK_FORCE_RELEASE, 2, keys, 1,
+                                    args, &r);
+  if (rc != 0) return rc;
+  rc = r->type == REDIS_REPLY_INTEGER
+           ? (int)r->integer
+           : dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply");
+  freeReplyObject(r);
+  return rc;
+}
+
+/* Runs a read command and returns its integer (or nil as `nil_value`). */
+static int query_int(dlock_lock *l, int argc, const char **argv,
+                     long long nil_value, long long *out) {
+  redisReply *r = NULL;
+  int rc = l->c->backend->ops->command(l->c->backend, argc, argv, &r);
+  if (rc != 0) return rc;
+  if (r->type == REDIS_REPLY_INTEGER) *out = r->integer;
+  else if (r->type == REDIS_REPLY_NIL) *out = nil_value;
+  else if (r->type == REDIS_REPLY_STRING) {
+    char *end;
+    *out = strtoll(r->str, &end, 10);
+    if (*end != '\0') rc = dl_seterr(l->c, DLOCK_EPROTO, "not a number");
+  } else {
+    rc = dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply type %d", r->type);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int dlock_lock_is_locked(dlock_lock *l) {
+  if (l == NULL) return DLOCK_EINVAL;
+  const char *argv[] = {"EXISTS", l->key};
+  long long v;
+  int rc = query_int(l, 2, argv, 0, &v);
+  return rc ? rc : (v > 0);
+}
+
+int dlock_lock_is_held(dlock_lock *l) {
+  if (l == NULL) return DLOCK_EINVAL;
+  char owner[OWNER_MAX];
+  int rc = owner_of(l, owner);
+  if (rc != 0) return rc;
+  const char *argv[] = {"HEXISTS", l->key, owner};
+  long long v;
+  rc = query_int(l, 3, argv, 0, &v);
+  return rc ? rc : (v > 0);
+}
+
+int dlock_lock_hold_count(dlock_lock *l) {
+  if (l == NULL) return DLOCK_EINVAL;
+  char owner[OWNER_MAX];
+  int rc = owner_of(l, owner);
+  if (rc != 0) return rc;
+  const char *argv[] = {"HGET", l->key, owner};
+  long long v;
+  rc = query_int(l, 3, argv, 0, &v);
+  return rc ? rc : (int)v;
+}
+
+int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms) {
+  if (l == NULL || ttl_ms == NULL) return DLOCK_EINVAL;
+  const char *argv[] = {"PTTL", l->key};
+  long long v;
+  int rc = query_int(l, 2, argv, -2, &v);
+  if (rc == 0) *ttl_ms = v;
+  return rc;
+}
+
+int dlock_lock_current_token(dlock_lock *l, uint64_t *token) {
+  if (l == NULL || token == NULL) return DLOCK_EINVAL;
+  const char *argv[] = {"GET", l->token_key};
+  long long v;
+  int rc = query_int(l, 2, argv, 0, &v);
+  if (rc == 0) *token = (uint64_t)v;
+  return rc;
+}
+
+int dlock_lock_is_lost(dlock_lock *l) {
+  if (l == NULL) return 0;
+  char owner[OWNER_MAX];
+  if (owner_of(l, owner) != 0) return 0;
+  pthread_mutex_lock(&l->mu);
+  hold *h = find_hold(l, owner);
+  int lost = h && h->lost;
+  pthread_mutex_unlock(&l->mu);
+  return lost;
+}

@@ -1,0 +1,237 @@
+/* backend.c: the single-server Redis backend: scripts by EVALSHA over
+ * pipelined command connections, waiting through the subscriber connection. */
+#include "../core/internal.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/sha.h>
+
+typedef struct redis_backend {
+  dl_backend base;
+  dlock_client *client;
+  int nconn;
+  dl_conn **conns;
+  atomic_uint next;
+  dl_pubsub *pubsub;
+} redis_backend;
+
+static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+
+static void scripts_hash(void) {
+  for (int i = 0; i < DL_SCRIPT_COUNT; i++) {
+    unsigned char md[SHA_DIGEST_LENGTH];
+    SHA1((const unsigned char *)dl_scripts[i].body, strlen(dl_scripts[i].body),
+         md);
+    for (int j = 0; j < SHA_DIGEST_LENGTH; j++)
+      snprintf(dl_scripts[i].sha + 2 * j, 3, "%02x", md[j]);
+  }
+}
+
+void dl_scripts_init(void) { pthread_once(&scripts_once, scripts_hash); }
+
+static dl_conn *pick(redis_backend *b) {
+  if (b->nconn == 1) return b->conns[0];
+  return b->conns[atomic_fetch_add(&b->next, 1) % (unsigned)b->nconn];
+}
+
+/* Turns an error reply into a code (recording the server's text); keeps
+ * any other reply. */
+static int check_reply(redis_backend *b, redisReply **reply) {
+  redisReply *r = *reply;
+  if (r->type != REDIS_REPLY_ERROR) return 0;
+  int code = dl_server_errcode(r->str);
+  dl_seterr(b->client, code, "%s", r->str);
+  freeReplyObject(r);
+  *reply = NULL;
+  return code;
+}
+
+static bool is_noscript(const redisReply *r) {
+  return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Builds EVALSHA/EVAL argv; returns argc or -1. */
+static int build_argv(int script, bool body, int nkeys,
+                      const char *const *keys, int nargs,
+                      const char *const *args, const char ***argvp,
+                      size_t **lensp, char *nkbuf) {
+  int argc = 3 + nkeys + nargs;
+  const char **argv = malloc(sizeof *argv * (size_t)argc);
+  size_t *lens = malloc(sizeof *lens * (size_t)argc);
+  if (!argv || !lens) {
+    free(argv);
+    free(lens);
+    return -1;
+  }
+  snprintf(nkbuf, 16, "%d", nkeys);
+  argv[0] = body ? "EVAL" : "EVALSHA";
+  argv[1] = body ? dl_scripts[script].body : dl_scripts[script].sha;
+  argv[2] = nkbuf;
+  for (int i = 0; i < nkeys; i++) argv[3 + i] = keys[i];
+  for (int i = 0; i < nargs; i++) argv[3 + nkeys + i] = args[i];
+  for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+  *argvp = argv;
+  *lensp = lens;
+  return argc;
+}
+
+static int rb_eval_many(dl_backend *base, int n, int script, const int *nkeys,
+                        const char *const *const *keys, const int *nargs,
+                        const char *const *const *args, redisReply **replies,
+                        int *errs) {
+  redis_backend *b = (redis_backend *)base;
+  dl_conn *conn = pick(b);
+  dl_req **reqs = calloc((size_t)n, sizeof *reqs);
+  if (reqs == NULL) return dl_seterr(b->client, DLOCK_ENOMEM, "out of memory");
+  int64_t deadline = dl_now_ms() + b->client->command_timeout_ms;
+  for (int i = 0; i < n; i++) {
+    const char **argv;
+    size_t *lens;
+    char nk[16];
+    replies[i] = NULL;
+    errs[i] = 0;
+    int argc =
+        build_argv(script, false, nkeys[i], keys[i], nargs[i], args[i], &argv,
+                   &lens, nk);
+    if (argc < 0) {
+      errs[i] = DLOCK_ENOMEM;
+      continue;
+    }
+    reqs[i] = dl_conn_send(conn, argc, argv, lens, &errs[i]);
+    free(argv);
+    free(lens);
+  }
+  int first_err = 0;
+  for (int i = 0; i < n; i++) {
+    if (reqs[i] != NULL)
+      errs[i] = dl_req_wait(conn, reqs[i], deadline, &replies[i]);
+    if (errs[i] == 0 && is_noscript(replies[i])) {
+      /* SCRIPT FLUSH or a restart: send the body once, then EVALSHA works
+       * again for everyone. */
+      freeReplyObject(replies[i]);
+      replies[i] = NULL;
+      const char **argv;
+      size_t *lens;
+      char nk[16];
+      int argc = build_argv(script, true, nkeys[i], keys[i], nargs[i], args[i],
+                            &argv, &lens, nk);
+      if (argc < 0) errs[i] = DLOCK_ENOMEM;
+      else {
+        errs[i] = dl_conn_call(conn, argc, argv, lens, &replies[i]);
+        free(argv);
+        free(lens);
+      }
+    }
+    if (errs[i] == 0) errs[i] = check_reply(b, &replies[i]);
+    if (errs[i] != 0 && first_err == 0) first_err = errs[i];
+  }
+  free(reqs);
+  return first_err;
+}
+
+static int rb_eval(dl_backend *base, int script, int nkeys, const char **keys,
+                   int nargs, const char **args, redisReply **reply) {
+  int err = 0;
+  const char *const *k = keys;
+  const char *const *a = args;
+  int rc = rb_eval_many(base, 1, script, &nkeys, &k, &nargs, &a, reply, &err);
+  return rc ? rc : err;
+}
+
+static int rb_command(dl_backend *base, int argc, const char **argv,
+                      redisReply **reply) {
+  redis_backend *b = (redis_backend *)base;
+  size_t lens[16];
+  if (argc > 16) return dl_seterr(b->client, DLOCK_EINVAL, "too many args");
+  for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+  int rc = dl_conn_call(pick(b), argc, argv, lens, reply);
+  if (rc == 0) rc = check_reply(b, reply);
+  return rc;
+}
+
+static dl_sub *rb_sub_ref(dl_backend *base, const char *channel,
+                          int64_t deadline) {
+  return dl_pubsub_ref(((redis_backend *)base)->pubsub, channel, deadline);
+}
+
+static int rb_sub_wait(dl_backend *base, dl_sub *s, int64_t deadline) {
+  redis_backend *b = (redis_backend *)base;
+  if (s == NULL) { /* no memory for a subscription: fall back to the TTL */
+    struct timespec ts;
+    int64_t d = deadline - dl_now_ms();
+    if (d > 0) {
+      ts.tv_sec = d / 1000;
+      ts.tv_nsec = (d % 1000) * 1000000;
+      nanosleep(&ts, NULL);
+    }
+    return 0;
+  }
+  return dl_pubsub_wait(b->pubsub, s, deadline);
+}
+
+static void rb_sub_unref(dl_backend *base, dl_sub *s) {
+  dl_pubsub_unref(((redis_backend *)base)->pubsub, s);
+}
+
+static void rb_free(dl_backend *base) {
+  redis_backend *b = (redis_backend *)base;
+  if (b == NULL) return;
+  dl_pubsub_free(b->pubsub);
+  for (int i = 0; i < b->nconn; i++) dl_conn_free(b->conns[i]);
+  free(b->conns);
+  free(b);
+}
+
+static const dl_backend_ops redis_ops = {
+    .name = "redis",
+    .eval = rb_eval,
+    .eval_many = rb_eval_many,
+    .command = rb_command,
+    .sub_ref = rb_sub_ref,
+    .sub_wait = rb_sub_wait,
+    .sub_unref = rb_sub_unref,
+    .free = rb_free,
+};
+
+int dl_redis_backend_new(dlock_client *c, const dl_conn_config *cfg, int nconn,
+                         dl_backend **out) {
+  *out = NULL;
+  dl_scripts_init();
+  redis_backend *b = calloc(1, sizeof *b);
+  if (b == NULL) return DLOCK_ENOMEM;
+  b->base.ops = &redis_ops;
+  b->client = c;
+  b->conns = calloc((size_t)nconn, sizeof *b->conns);
+  if (b->conns == NULL) {
+    free(b);
+    return DLOCK_ENOMEM;
+  }
+  int rc = 0;
+  for (; b->nconn < nconn; b->nconn++) {
+    rc = dl_conn_new(cfg, &b->conns[b->nconn]);
+    if (rc != 0) break;
+  }
+  /* Connect the first now, so that a wrong URL or password fails the open. */
+  if (rc == 0) rc = dl_conn_connect(b->conns[0]);
+  if (rc == 0) rc = dl_pubsub_new(cfg, &b->pubsub);
+  if (rc != 0) {
+    rb_free(&b->base);
+    return rc;
+  }
+  *out = &b->base;
+  return 0;
+}
+
+uint64_t dl_redis_backend_round_trips(dl_backend *base) {
+  redis_backend *b = (redis_backend *)base;
+  uint64_t n = 0;
+  for (int i = 0; i < b->nconn; i++) n += dl_conn_batches(b->conns[i]);
+  return n;
+}
+
+uint64_t dl_redis_backend_wakeups(dl_backend *base) {
+  return dl_pubsub_wakeups(((redis_backend *)base)->pubsub);
+}

@@ -1,0 +1,338 @@
+/* pubsub.c: the client's one subscriber connection. Waiters share
+ * reference-counted channel subscriptions; an unlock message wakes one
+ * waiter of the process, and a waiter never misses a message that arrives
+ * between its failed attempt and its sleep (messages are kept as permits). */
+#include "../core/internal.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NBUCKETS 1024
+#define IDLE_PING_MS 5000
+
+struct dl_sub {
+  dl_sub *next;
+  char *channel;
+  int refs;        /* threads between ref and unref */
+  int outstanding; /* SUBSCRIBE/UNSUBSCRIBE sent, not yet confirmed */
+  bool active;     /* the last command sent was SUBSCRIBE */
+  int permits;     /* wake-ups not yet taken, at most refs */
+  pthread_cond_t cv;
+};
+
+struct dl_pubsub {
+  const dl_conn_config *cfg;
+  pthread_mutex_t mu;
+  pthread_cond_t stop_cv;
+  pthread_t thread;
+  bool started;
+  dl_io *io; /* written under mu; read and closed by the thread */
+  bool stop;
+  dl_sub *table[NBUCKETS];
+  uint64_t wakeups;
+};
+
+static unsigned hash(const char *s) {
+  unsigned h = 2166136261u;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h % NBUCKETS;
+}
+
+static dl_sub *find(dl_pubsub *p, const char *ch, size_t len) {
+  for (dl_sub *s = p->table[hash(ch)]; s; s = s->next)
+    if (strlen(s->channel) == len && memcmp(s->channel, ch, len) == 0)
+      return s;
+  return NULL;
+}
+
+static void sub_free(dl_pubsub *p, dl_sub *s) {
+  dl_sub **pp = &p->table[hash(s->channel)];
+  while (*pp != s) pp = &(*pp)->next;
+  *pp = s->next;
+  pthread_cond_destroy(&s->cv);
+  free(s->channel);
+  free(s);
+}
+
+/* With mu held: sends one (UN)SUBSCRIBE. A failed write shuts the socket;
+ * the thread then reconnects and subscribes again. */
+static void send_cmd(dl_pubsub *p, const char *verb, const char *ch) {
+  if (p->io == NULL) return;
+  const char *argv[2] = {verb, ch};
+  size_t lens[2] = {strlen(verb), strlen(ch)};
+  char *cmd;
+  int len = redisFormatCommandArgv(&cmd, 2, argv, lens);
+  if (len < 0) {
+    dl_io_shutdown(p->io);
+    return;
+  }
+  if (dl_io_write(p->io, cmd, (size_t)len,
+                  dl_now_ms() + p->cfg->command_timeout_ms) != 0)
+    dl_io_shutdown(p->io);
+  redisFreeCommand(cmd);
+}
+
+static bool confirmed(dl_pubsub *p, dl_sub *s) {
+  return p->io != NULL && s->active && s->outstanding == 0;
+}
+
+static void wake(dl_sub *s, bool all) {
+  if (s->permits >= s->refs) return;
+  if (all) {
+    s->permits = s->refs;
+    pthread_cond_broadcast(&s->cv);
+  } else {
+    s->permits++;
+    pthread_cond_signal(&s->cv);
+  }
+}
+
+/* With mu held: a new socket is up; subscribe again to every channel still
+ * wanted and wake every waiter (a message may have been lost meanwhile). */
+static void on_connected(dl_pubsub *p) {
+  for (int b = 0; b < NBUCKETS; b++) {
+    for (dl_sub *s = p->table[b], *n; s; s = n) {
+      n = s->next;
+      s->outstanding = 0;
+      if (s->refs == 0) {
+        sub_free(p, s);
+        continue;
+      }
+      s->active = true;
+      s->outstanding = 1;
+      send_cmd(p, "SUBSCRIBE", s->channel);
+      wake(s, true);
+    }
+  }
+}
+
+static void on_disconnected(dl_pubsub *p) {
+  for (int b = 0; b < NBUCKETS; b++)
+    for (dl_sub *s = p->table[b]; s; s = s->next) {
+      wake(s, true);
+      pthread_cond_broadcast(&s->cv);
+    }
+}
+
+static void dispatch(dl_pubsub *p, redisReply *r, bool *pong) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+      r->element[0]->type != REDIS_REPLY_STRING)
+    return;
+  const char *kind = r->element[0]->str;
+  redisReply *ch = r->element[1];
+  if (strcmp(kind, "pong") == 0) {
+    *pong = true;
+    return;
+  }
+  if (ch->type != REDIS_REPLY_STRING) return;
+  dl_sub *s = find(p, ch->str, ch->len);
+  if (s == NULL) return;
+  if (strcmp(kind, "message") == 0 && r->elements >= 3) {
+    redisReply *msg = r->element[2];
+    bool all = msg->type == REDIS_REPLY_STRING && msg->len == 1 &&
+               msg->str[0] == '1';
+    if (s->permits < s->refs) p->wakeups++;
+    wake(s, all);
+  } else if (strcmp(kind, "subscribe") == 0 ||
+             strcmp(kind, "unsubscribe") == 0) {
+    if (s->outstanding > 0) s->outstanding--;
+    if (s->outstanding == 0 && s->refs == 0) sub_free(p, s);
+    else if (confirmed(p, s)) pthread_cond_broadcast(&s->cv);
+  }
+}
+
+static void *run(void *arg) {
+  dl_pubsub *p = arg;
+  int backoff = p->cfg->reconnect_min_ms;
+  char buf[16384];
+  pthread_mutex_lock(&p->mu);
+  while (!p->stop) {
+    if (p->io == NULL) {
+      pthread_mutex_unlock(&p->mu);
+      char msg[256];
+      dl_io *io = NULL;
+      int64_t dl = dl_now_ms() + p->cfg->connect_timeout_ms;
+      int rc = dl_io_connect(&p->cfg->ep, p->cfg->tls, p->cfg->server_name,
+                             dl, &io, msg, sizeof msg);
+      if (rc == 0) rc = dl_conn_handshake(io, p->cfg, dl, msg, sizeof msg);
+      pthread_mutex_lock(&p->mu);
+      if (rc != 0) {
+        dl_io_close(io);
+        struct timespec ts;
+        dl_abstime(dl_now_ms() + backoff, &ts);
+        if (!p->stop) pthread_cond_timedwait(&p->stop_cv, &p->mu, &ts);
+        backoff = backoff * 2 > p->cfg->reconnect_max_ms
+                      ? p->cfg->reconnect_max_ms
+                      : backoff * 2;
+        continue;
+      }
+      backoff = p->cfg->reconnect_min_ms;
+      p->io = io;
+      on_connected(p);
+    }
+    dl_io *io = p->io;
+    pthread_mutex_unlock(&p->mu);
+
+    redisReader *rd = redisReaderCreate();
+    bool ping_sent = false;
+    int rc = rd ? 0 : DLOCK_ENOMEM;
+    while (rc == 0) {
+      int n = dl_io_read(io, buf, sizeof buf, dl_now_ms() + IDLE_PING_MS);
+      if (n == DLOCK_ETIMEDOUT && !ping_sent) {
+        /* An idle link: a PING proves the server is still there. */
+        pthread_mutex_lock(&p->mu);
+        send_cmd(p, "PING", "");
+        pthread_mutex_unlock(&p->mu);
+        ping_sent = true;
+        continue;
+      }
+      if (n < 0) {
+        rc = n;
+        break;
+      }
+      if (redisReaderFeed(rd, buf, (size_t)n) != REDIS_OK) {
+        rc = DLOCK_EPROTO;
+        break;
+      }
+      pthread_mutex_lock(&p->mu);
+      void *rep;
+      while (rc == 0) {
+        rep = NULL;
+        if (redisReaderGetReply(rd, &rep) != REDIS_OK) rc = DLOCK_EPROTO;
+        if (rep == NULL) break;
+        bool pong = false;
+        dispatch(p, rep, &pong);
+        if (pong) ping_sent = false;
+        freeReplyObject(rep);
+      }
+      ping_sent = ping_sent && n <= 0;
+      pthread_mutex_unlock(&p->mu);
+    }
+    if (rd) redisReaderFree(rd);
+    pthread_mutex_lock(&p->mu);
+    dl_io_shutdown(io);
+    dl_io_close(io);
+    p->io = NULL;
+    on_disconnected(p);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+int dl_pubsub_new(const dl_conn_config *cfg, dl_pubsub **out) {
+  dl_pubsub *p = calloc(1, sizeof *p);
+  if (p == NULL) return DLOCK_ENOMEM;
+  p->cfg = cfg;
+  pthread_mutex_init(&p->mu, NULL);
+  dl_cond_init(&p->stop_cv);
+  if (pthread_create(&p->thread, NULL, run, p) != 0) {
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->stop_cv);
+    free(p);
+    return DLOCK_ENOMEM;
+  }
+  p->started = true;
+  *out = p;
+  return 0;
+}
+
+void dl_pubsub_free(dl_pubsub *p) {
+  if (p == NULL) return;
+  pthread_mutex_lock(&p->mu);
+  p->stop = true;
+  if (p->io) dl_io_shutdown(p->io);
+  pthread_cond_broadcast(&p->stop_cv);
+  for (int b = 0; b < NBUCKETS; b++)
+    for (dl_sub *s = p->table[b]; s; s = s->next)
+      pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&p->mu);
+  if (p->started) pthread_join(p->thread, NULL);
+  for (int b = 0; b < NBUCKETS; b++)
+    while (p->table[b]) sub_free(p, p->table[b]);
+  pthread_mutex_destroy(&p->mu);
+  pthread_cond_destroy(&p->stop_cv);
+  free(p);
+}
+
+dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int64_t deadline) {
+  pthread_mutex_lock(&p->mu);
+  dl_sub *s = find(p, channel, strlen(channel));
+  if (s == NULL) {
+    s = calloc(1, sizeof *s);
+    if (s == NULL || (s->channel = dl_strdup(channel)) == NULL) {
+      free(s);
+      pthread_mutex_unlock(&p->mu);
+      return NULL;
+    }
+    dl_cond_init(&s->cv);
+    unsigned h = hash(channel);
+    s->next = p->table[h];
+    p->table[h] = s;
+  }
+  s->refs++;
+  if (!s->active) {
+    s->active = true;
+    if (p->io) {
+      s->outstanding++;
+      send_cmd(p, "SUBSCRIBE", channel);
+    }
+  }
+  /* Wait for the confirmation: only then can no unlock message be missed.
+   * Without it (server down) the waiter still wakes at the holder's TTL. */
+  int64_t limit = dl_now_ms() + p->cfg->command_timeout_ms;
+  if (deadline > limit) deadline = limit;
+  while (!confirmed(p, s) && !p->stop && p->io != NULL) {
+    struct timespec ts;
+    dl_abstime(deadline, &ts);
+    if (pthread_cond_timedwait(&s->cv, &p->mu, &ts) != 0 &&
+        dl_now_ms() >= deadline)
+      break;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return s;
+}
+
+int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline) {
+  int rc = 0;
+  pthread_mutex_lock(&p->mu);
+  while (s->permits == 0 && !p->stop) {
+    struct timespec ts;
+    dl_abstime(deadline, &ts);
+    if (pthread_cond_timedwait(&s->cv, &p->mu, &ts) != 0 &&
+        dl_now_ms() >= deadline)
+      break;
+  }
+  if (p->stop) rc = DLOCK_ECLOSED;
+  else if (s->permits > 0) {
+    s->permits--;
+    rc = 1;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return rc;
+}
+
+void dl_pubsub_unref(dl_pubsub *p, dl_sub *s) {
+  if (s == NULL) return;
+  pthread_mutex_lock(&p->mu);
+  if (--s->refs == 0) {
+    s->permits = 0;
+    s->active = false;
+    if (p->io) {
+      s->outstanding++;
+      send_cmd(p, "UNSUBSCRIBE", s->channel);
+    }
+    if (s->outstanding == 0) sub_free(p, s);
+  } else if (s->permits > s->refs) {
+    s->permits = s->refs;
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+uint64_t dl_pubsub_wakeups(dl_pubsub *p) {
+  pthread_mutex_lock(&p->mu);
+  uint64_t n = p->wakeups;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}

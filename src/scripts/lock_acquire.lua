@@ -1,0 +1,36 @@
+-- lock_acquire.lua: takes or re-enters a reentrant lock (Redisson RLock layout).
+-- KEYS[1] the lock hash (field = owner id, value = hold count)
+-- KEYS[2] the fencing-token counter (Redisson RFencedLock's key)
+-- ARGV[1] lease in ms; ARGV[2] owner id; ARGV[3] holder info ('' = none)
+-- Returns {1, token} when taken, {2, token} when re-entered by the owner,
+-- {0, pttl} when another owner holds it. Fails before any write, so an error
+-- (WRONGTYPE, OOM, READONLY) leaves the data as it was.
+local function next_token()
+  if redis.call('exists', KEYS[2]) == 1 then
+    return redis.call('incr', KEYS[2])
+  end
+  -- The counter was lost (never set, or a restart without persistence):
+  -- restart it from the server clock in microseconds, above every token
+  -- issued before as long as fewer than one lock grant per microsecond was
+  -- made, which a single-threaded server cannot exceed.
+  local now = redis.call('time')
+  local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  redis.call('set', KEYS[2], string.format('%.0f', t))
+  return t
+end
+
+if redis.call('exists', KEYS[1]) == 0 then
+  local token = next_token()
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  if ARGV[3] ~= '' then
+    redis.call('hset', KEYS[1], 'dlock:info', ARGV[3])
+  end
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, token}
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {2, tonumber(redis.call('get', KEYS[2]) or '0')}
+end
+return {0, redis.call('pttl', KEYS[1])}

@@ -1,0 +1,485 @@
+/* conn.c: a command connection shared by many threads, which pipelines their
+ * requests automatically and reconnects with backoff.
+ *
+ * There is no I/O thread. A thread that finds requests queued and nobody
+ * writing becomes the writer and sends every queued request in one write; a
+ * thread whose request is in flight and finds nobody reading becomes the
+ * reader and completes every reply that arrives, in order, until its own has
+ * come, then hands the reader role to the oldest request still in flight.
+ * Alone, a thread writes its command and reads its reply itself (no hand-off,
+ * no added latency); under load, one write and one read serve many threads. */
+#include "../core/internal.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { REQ_QUEUED, REQ_INFLIGHT, REQ_DONE };
+enum { CONN_DOWN, CONN_CONNECTING, CONN_UP };
+
+struct dl_req {
+  dl_req *next;
+  char *cmd;
+  size_t len;
+  redisReply *reply;
+  int err;
+  int state;
+  bool waiting; /* its thread sleeps on cv */
+  pthread_cond_t cv;
+};
+
+/* A socket and the threads using it outside the mutex: the last one out of
+ * a failed socket closes it. */
+typedef struct iohold {
+  dl_io *io;
+  int refs;
+  redisReader *reader;
+} iohold;
+
+struct dl_conn {
+  const dl_conn_config *cfg;
+  pthread_mutex_t mu;
+  pthread_cond_t state_cv; /* connect finished */
+  iohold *cur;
+  int state;
+  int64_t next_connect_ms;
+  int backoff_ms;
+  int last_err;
+  char last_msg[256];
+  dl_req *outq, *outq_tail;
+  dl_req *infl, *infl_tail;
+  bool writing, reading;
+  uint64_t batches;
+};
+
+static void hold_put(iohold *h) {
+  if (--h->refs == 0) {
+    dl_io_close(h->io);
+    if (h->reader) redisReaderFree(h->reader);
+    free(h);
+  }
+}
+
+int dl_conn_new(const dl_conn_config *cfg, dl_conn **out) {
+  dl_conn *c = calloc(1, sizeof *c);
+  if (c == NULL) return DLOCK_ENOMEM;
+  c->cfg = cfg;
+  pthread_mutex_init(&c->mu, NULL);
+  dl_cond_init(&c->state_cv);
+  c->backoff_ms = cfg->reconnect_min_ms;
+  *out = c;
+  return 0;
+}
+
+static void complete(dl_req *r, redisReply *reply, int err) {
+  r->reply = reply;
+  r->err = err;
+  r->state = REQ_DONE;
+  if (r->waiting) pthread_cond_signal(&r->cv);
+}
+
+/* Called with mu held: fails every pending request with `err`, shuts the
+ * socket (a thread blocked on it returns at once) and marks the connection
+ * down. The next call reconnects. */
+static void conn_fail(dl_conn *c, int err, const char *why) {
+  if (c->cur == NULL) return;
+  snprintf(c->last_msg, sizeof c->last_msg, "%s", why);
+  c->last_err = err;
+  for (dl_req *r = c->infl; r; ) {
+    dl_req *n = r->next;
+    complete(r, NULL, err);
+    r = n;
+  }
+  for (dl_req *r = c->outq; r; ) {
+    dl_req *n = r->next;
+    complete(r, NULL, err);
+    r = n;
+  }
+  c->infl = c->infl_tail = c->outq = c->outq_tail = NULL;
+  dl_io_shutdown(c->cur->io);
+  hold_put(c->cur);
+  c->cur = NULL;
+  c->state = CONN_DOWN;
+  c->next_connect_ms = dl_now_ms(); /* first retry at once, then back off */
+}
+
+static int conn_err(dl_conn *c, int err, const char *what) {
+  return dl_seterr(c->cfg->err_owner, err, "%s", what);
+}
+
+/* Called with mu held; returns with mu held and the connection up, or a
+ * negative code. */
+static int ensure_up(dl_conn *c, int64_t deadline) {
+  for (;;) {
+    if (c->state == CONN_UP) return 0;
+    if (c->state == CONN_CONNECTING) {
+      struct timespec ts;
+      dl_abstime(deadline, &ts);
+      if (pthread_cond_timedwait(&c->state_cv, &c->mu, &ts) != 0 &&
+          dl_now_ms() >= deadline)
+        return conn_err(c, DLOCK_ETIMEDOUT, "waiting for the reconnect");
+      continue;
+    }
+    int64_t now = dl_now_ms();
+    if (now < c->next_connect_ms) {
+      char m[300];
+      snprintf(m, sizeof m, "%s (next reconnect in %lld ms)", c->last_msg,
+               (long long)(c->next_connect_ms - now));
+      return conn_err(c, c->last_err ? c->last_err : DLOCK_ECONNLOST, m);
+    }
+    c->state = CONN_CONNECTING;
+    pthread_mutex_unlock(&c->mu);
+    char msg[256] = "";
+    dl_io *io = NULL;
+    int64_t cdl = dl_now_ms() + c->cfg->connect_timeout_ms;
+    int rc = dl_io_connect(&c->cfg->ep, c->cfg->tls, c->cfg->server_name, cdl,
+                           &io, msg, sizeof msg);
+    if (rc == 0) rc = dl_conn_handshake(io, c->cfg, cdl, msg, sizeof msg);
+    iohold *h = NULL;
+    if (rc == 0) {
+      h = calloc(1, sizeof *h);
+      if (h) h->reader = redisReaderCreate();
+      if (h == NULL || h->reader == NULL) {
+        free(h);
+        h = NULL;
+        rc = DLOCK_ENOMEM;
+        snprintf(msg, sizeof msg, "out of memory");
+      }
+    }
+    if (rc != 0) dl_io_close(io);
+    pthread_mutex_lock(&c->mu);
+    if (rc == 0) {
+      h->io = io;
+      h->refs = 1;
+      c->cur = h;
+      c->state = CONN_UP;
+      c->backoff_ms = c->cfg->reconnect_min_ms;
+    } else {
+      c->state = CONN_DOWN;
+      c->last_err = rc;
+      snprintf(c->last_msg, sizeof c->last_msg, "%s", msg);
+      c->next_connect_ms = dl_now_ms() + c->backoff_ms;
+      c->backoff_ms *= 2;
+      if (c->backoff_ms > c->cfg->reconnect_max_ms)
+        c->backoff_ms = c->cfg->reconnect_max_ms;
+    }
+    pthread_cond_broadcast(&c->state_cv);
+    if (rc != 0) return conn_err(c, rc, msg);
+  }
+}
+
+int dl_conn_connect(dl_conn *c) {
+  pthread_mutex_lock(&c->mu);
+  c->next_connect_ms = 0;
+  int rc = ensure_up(c, dl_now_ms() + c->cfg->connect_timeout_ms);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+/* With mu held: become the writer and send everything queued. */
+static void do_write(dl_conn *c, int64_t deadline) {
+  c->writing = true;
+  while (c->outq != NULL && c->cur != NULL) {
+    dl_req *first = c->outq;
+    size_t total = 0;
+    for (dl_req *r = first; r; r = r->next) total += r->len;
+    char *buf = first->next ? malloc(total) : first->cmd;
+    if (buf == NULL) {
+      conn_fail(c, DLOCK_ENOMEM, "out of memory");
+      break;
+    }
+    if (buf != first->cmd) {
+      size_t off = 0;
+      for (dl_req *r = first; r; r = r->next) {
+        memcpy(buf + off, r->cmd, r->len);
+        off += r->len;
+      }
+    }
+    /* In flight before the write: replies may arrive before it returns. */
+    if (c->infl_tail) c->infl_tail->next = first;
+    else c->infl = first;
+    c->infl_tail = c->outq_tail;
+    for (dl_req *r = first; r; r = r->next) r->state = REQ_INFLIGHT;
+    c->outq = c->outq_tail = NULL;
+    c->batches++;
+    iohold *h = c->cur;
+    h->refs++;
+    pthread_mutex_unlock(&c->mu);
+    int rc = dl_io_write(h->io, buf, total, deadline);
+    if (buf != first->cmd) free(buf);
+    pthread_mutex_lock(&c->mu);
+    if (rc != 0 && c->cur == h)
+      conn_fail(c, rc == DLOCK_ETIMEDOUT ? DLOCK_ETIMEDOUT : DLOCK_ECONNLOST,
+                rc == DLOCK_ETIMEDOUT ? "write timed out"
+                                      : "connection lost while writing");
+    hold_put(h);
+  }
+  c->writing = false;
+  /* A request queued meanwhile by a thread now asleep needs a writer. */
+  for (dl_req *r = c->outq; r; r = r->next)
+    if (r->waiting) {
+      pthread_cond_signal(&r->cv);
+      break;
+    }
+}
+
+/* With mu held: become the reader until `mine` is done. */
+static void do_read(dl_conn *c, dl_req *mine, int64_t deadline) {
+  c->reading = true;
+  iohold *h = c->cur;
+  h->refs++;
+  char buf[16384];
+  while (mine->state != REQ_DONE && c->cur == h) {
+    pthread_mutex_unlock(&c->mu);
+    int n = dl_io_read(h->io, buf, sizeof buf, deadline);
+    redisReply *got[64];
+    int ngot = 0;
+    int perr = 0;
+    if (n > 0 && redisReaderFeed(h->reader, buf, (size_t)n) != REDIS_OK)
+      perr = 1;
+    pthread_mutex_lock(&c->mu);
+    if (c->cur != h) break;
+    if (n < 0) {
+      conn_fail(c, n == DLOCK_ETIMEDOUT ? DLOCK_ETIMEDOUT : DLOCK_ECONNLOST,
+                n == DLOCK_ETIMEDOUT ? "no reply before the command timeout"
+                                     : "connection lost while reading");
+      break;
+    }
+    for (;;) {
+      void *rep = NULL;
+      ngot = 0;
+      while (!perr && ngot < 64) {
+        if (redisReaderGetReply(h->reader, &rep) != REDIS_OK) {
+          perr = 1;
+          break;
+        }
+        if (rep == NULL) break;
+        got[ngot++] = rep;
+      }
+      for (int i = 0; i < ngot; i++) {
+        dl_req *r = c->infl;
+        if (r == NULL) { /* a reply nobody asked for */
+          freeReplyObject(got[i]);
+          perr = 1;
+          continue;
+        }
+        c->infl = r->next;
+        if (c->infl == NULL) c->infl_tail = NULL;
+        r->next = NULL;
+        complete(r, got[i], 0);
+      }
+      if (ngot < 64 || perr) break;
+    }
+    if (perr) {
+      conn_fail(c, DLOCK_EPROTO, "malformed reply from the server");
+      break;
+    }
+  }
+  hold_put(h);
+  c->reading = false;
+  /* Hand the reader role to the oldest request still waiting. */
+  for (dl_req *r = c->infl; r; r = r->next)
+    if (r->waiting) {
+      pthread_cond_signal(&r->cv);
+      break;
+    }
+}
+
+dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
+                     const size_t *argvlen, int *err) {
+  dl_req *r = calloc(1, sizeof *r);
+  if (r == NULL) {
+    *err = conn_err(c, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  int len = redisFormatCommandArgv(&r->cmd, argc, argv, argvlen);
+  if (len < 0) {
+    free(r);
+    *err = conn_err(c, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  r->len = (size_t)len;
+  dl_cond_init(&r->cv);
+  int64_t deadline = dl_now_ms() + c->cfg->command_timeout_ms;
+  pthread_mutex_lock(&c->mu);
+  int rc = ensure_up(c, deadline);
+  if (rc != 0) {
+    pthread_mutex_unlock(&c->mu);
+    redisFreeCommand(r->cmd);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+    *err = rc;
+    return NULL;
+  }
+  r->state = REQ_QUEUED;
+  if (c->outq_tail) c->outq_tail->next = r;
+  else c->outq = r;
+  c->outq_tail = r;
+  if (!c->writing) do_write(c, deadline);
+  pthread_mutex_unlock(&c->mu);
+  return r;
+}
+
+int dl_req_wait(dl_conn *c, dl_req *r, int64_t deadline,
+                struct redisReply **reply) {
+  *reply = NULL;
+  pthread_mutex_lock(&c->mu);
+  while (r->state != REQ_DONE) {
+    if (r->state == REQ_QUEUED && !c->writing) {
+      do_write(c, deadline);
+    } else if (r->state == REQ_INFLIGHT && !c->reading) {
+      do_read(c, r, deadline);
+    } else {
+      struct timespec ts;
+      dl_abstime(deadline, &ts);
+      r->waiting = true;
+      int w = pthread_cond_timedwait(&r->cv, &c->mu, &ts);
+      r->waiting = false;
+      if (w != 0 && r->state != REQ_DONE && dl_now_ms() >= deadline)
+        conn_fail(c, DLOCK_ETIMEDOUT, "no reply before the command timeout");
+    }
+  }
+  int err = r->err;
+  char msg[256];
+  if (err) snprintf(msg, sizeof msg, "%s", c->last_msg);
+  pthread_mutex_unlock(&c->mu);
+  *reply = r->reply;
+  redisFreeCommand(r->cmd);
+  pthread_cond_destroy(&r->cv);
+  free(r);
+  if (err) return conn_err(c, err, msg);
+  return 0;
+}
+
+int dl_conn_call(dl_conn *c, int argc, const char **argv,
+                 const size_t *argvlen, struct redisReply **reply) {
+  int err = 0;
+  *reply = NULL;
+  dl_req *r = dl_conn_send(c, argc, argv, argvlen, &err);
+  if (r == NULL) return err;
+  return dl_req_wait(c, r, dl_now_ms() + c->cfg->command_timeout_ms, reply);
+}
+
+uint64_t dl_conn_batches(dl_conn *c) {
+  pthread_mutex_lock(&c->mu);
+  uint64_t n = c->batches;
+  pthread_mutex_unlock(&c->mu);
+  return n;
+}
+
+void dl_conn_free(dl_conn *c) {
+  if (c == NULL) return;
+  pthread_mutex_lock(&c->mu);
+  if (c->cur) conn_fail(c, DLOCK_ECLOSED, "client closed");
+  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->state_cv);
+  free(c);
+}
+
+/* ---- handshake: AUTH, SELECT, CLIENT SETNAME on a fresh socket ---- */
+
+int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
+                      char *err, size_t errlen) {
+  const char *argv[4];
+  size_t lens[4];
+  char *cmds[3];
+  size_t cmdlen[3];
+  int ncmd = 0;
+  size_t total = 0;
+  int len;
+  char db[16];
+  if (cfg->ep.password) {
+    int argc = 0;
+    argv[argc++] = "AUTH";
+    if (cfg->ep.username) argv[argc++] = cfg->ep.username;
+    argv[argc++] = cfg->ep.password;
+    for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+    if ((len = redisFormatCommandArgv(&cmds[ncmd], argc, argv, lens)) < 0)
+      goto oom;
+    total += (size_t)len;
+    cmdlen[ncmd++] = (size_t)len;
+  }
+  if (cfg->ep.db != 0) {
+    snprintf(db, sizeof db, "%d", cfg->ep.db);
+    argv[0] = "SELECT";
+    argv[1] = db;
+    lens[0] = 6;
+    lens[1] = strlen(db);
+    if ((len = redisFormatCommandArgv(&cmds[ncmd], 2, argv, lens)) < 0)
+      goto oom;
+    total += (size_t)len;
+    cmdlen[ncmd++] = (size_t)len;
+  }
+  if (cfg->client_name) {
+    argv[0] = "CLIENT";
+    argv[1] = "SETNAME";
+    argv[2] = cfg->client_name;
+    for (int i = 0; i < 3; i++) lens[i] = strlen(argv[i]);
+    if ((len = redisFormatCommandArgv(&cmds[ncmd], 3, argv, lens)) < 0)
+      goto oom;
+    total += (size_t)len;
+    cmdlen[ncmd++] = (size_t)len;
+  }
+  if (ncmd == 0) return 0;
+  char *buf = malloc(total);
+  if (buf == NULL) {
+    for (int i = 0; i < ncmd; i++) redisFreeCommand(cmds[i]);
+    goto oom;
+  }
+  size_t off = 0;
+  for (int i = 0; i < ncmd; i++) {
+    memcpy(buf + off, cmds[i], cmdlen[i]);
+    off += cmdlen[i];
+    redisFreeCommand(cmds[i]);
+  }
+  int rc = dl_io_write(io, buf, off, deadline);
+  free(buf);
+  if (rc != 0) {
+    snprintf(err, errlen, "handshake: %s", dlock_strerror(rc));
+    return rc;
+  }
+  redisReader *rd = redisReaderCreate();
+  if (rd == NULL) goto oom;
+  int got = 0;
+  rc = 0;
+  char rbuf[4096];
+  while (got < ncmd) {
+    void *rep = NULL;
+    if (redisReaderGetReply(rd, &rep) != REDIS_OK) {
+      rc = DLOCK_EPROTO;
+      snprintf(err, errlen, "handshake: malformed reply");
+      break;
+    }
+    if (rep == NULL) {
+      int n = dl_io_read(io, rbuf, sizeof rbuf, deadline);
+      if (n < 0) {
+        if (rc == 0) {
+          rc = n;
+          snprintf(err, errlen, "handshake: %s", dlock_strerror(n));
+        }
+        break;
+      } else {
+        redisReaderFeed(rd, rbuf, (size_t)n);
+      }
+      continue;
+    }
+    redisReply *r = rep;
+    if (r->type == REDIS_REPLY_ERROR) {
+      /* The server's text names the failure, never the password. */
+      if (rc == 0) {
+        rc = dl_server_errcode(r->str);
+        if (got == 0 && cfg->ep.password) rc = DLOCK_EAUTH;
+        snprintf(err, errlen, "%s", r->str);
+      }
+    }
+    freeReplyObject(r);
+    got++;
+  }
+  redisReaderFree(rd);
+  return rc;
+oom:
+  snprintf(err, errlen, "out of memory");
+  return DLOCK_ENOMEM;
+}

@@ -1,0 +1,345 @@
+/* io.c: one non-blocking socket to a server, plain or TLS, every operation
+ * bounded by a deadline. The transport owns its sockets (hiredis 0.14 has no
+ * TLS); hiredis only parses and formats RESP. */
+#include "../core/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+struct dl_tls_ctx {
+  SSL_CTX *ctx;
+  int verify;
+};
+
+struct dl_io {
+  int fd;
+  SSL *ssl;
+  /* OpenSSL forbids concurrent SSL_read/SSL_write on one SSL object, while
+   * the pipeline may have one thread writing and another reading: both take
+   * this mutex around each (non-blocking) SSL call and poll outside it. */
+  pthread_mutex_t ssl_mu;
+  atomic_int shut;
+};
+
+static void tls_errstr(char *err, size_t errlen, const char *what) {
+  unsigned long e = ERR_get_error();
+  char buf[256] = "";
+  if (e) ERR_error_string_n(e, buf, sizeof buf);
+  ERR_clear_error();
+  snprintf(err, errlen, "%s%s%s", what, buf[0] ? ": " : "", buf);
+}
+
+int dl_tls_ctx_new(const dl_tls_config *cfg, dl_tls_ctx **out, char *err,
+                   size_t errlen) {
+  *out = NULL;
+  dl_tls_ctx *t = calloc(1, sizeof *t);
+  if (t == NULL) return DLOCK_ENOMEM;
+  t->ctx = SSL_CTX_new(TLS_client_method());
+  if (t->ctx == NULL) {
+    tls_errstr(err, errlen, "cannot create the TLS context");
+    free(t);
+    return DLOCK_ETLS;
+  }
+  SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
+  SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+                               SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  t->verify = cfg->verify;
+  if (cfg->ca_file || cfg->ca_dir) {
+    if (SSL_CTX_load_verify_locations(t->ctx, cfg->ca_file, cfg->ca_dir) != 1) {
+      tls_errstr(err, errlen, "cannot load the CA file or directory");
+      goto fail;
+    }
+  } else if (SSL_CTX_set_default_verify_paths(t->ctx) != 1) {
+    tls_errstr(err, errlen, "cannot load the system CA store");
+    goto fail;
+  }
+  if (cfg->cert_file || cfg->key_file) {
+    if (!cfg->cert_file || !cfg->key_file) {
+      snprintf(err, errlen, "a client certificate needs both cert and key");
+      goto fail;
+    }
+    if (SSL_CTX_use_certificate_chain_file(t->ctx, cfg->cert_file) != 1) {
+      tls_errstr(err, errlen, "cannot load the client certificate");
+      goto fail;
+    }
+    if (SSL_CTX_use_PrivateKey_file(t->ctx, cfg->key_file, SSL_FILETYPE_PEM) !=
+        1) {
+      tls_errstr(err, errlen, "cannot load the client key");
+      goto fail;
+    }
+  }
+  SSL_CTX_set_verify(t->ctx, t->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE,
+                     NULL);
+  *out = t;
+  return 0;
+fail:
+  SSL_CTX_free(t->ctx);
+  free(t);
+  return DLOCK_ETLS;
+}
+
+void dl_tls_ctx_free(dl_tls_ctx *t) {
+  if (t == NULL) return;
+  SSL_CTX_free(t->ctx);
+  free(t);
+}
+
+static int wait_fd(int fd, short events, int64_t deadline_ms) {
+  for (;;) {
+    int64_t left = deadline_ms - dl_now_ms();
+    if (left <= 0) return DLOCK_ETIMEDOUT;
+    struct pollfd p = {.fd = fd, .events = events};
+    int rc = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+    if (rc > 0) return 0;
+    if (rc < 0 && errno != EINTR) return DLOCK_ECONNLOST;
+  }
+}
+
+static int set_nonblock(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -1;
+  return 0;
+}
+
+static int connect_addr(const struct sockaddr *sa, socklen_t salen, int family,
+                        int64_t deadline_ms, int *out, char *err,
+                        size_t errlen) {
+  int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(err, errlen, "socket: %s", strerror(errno));
+    return DLOCK_ECONNECT;
+  }
+  if (set_nonblock(fd) < 0) {
+    snprintf(err, errlen, "fcntl: %s", strerror(errno));
+    close(fd);
+    return DLOCK_ECONNECT;
+  }
+  if (family != AF_UNIX) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  }
+  if (connect(fd, sa, salen) < 0) {
+    if (errno != EINPROGRESS && errno != EAGAIN) {
+      snprintf(err, errlen, "connect: %s", strerror(errno));
+      close(fd);
+      return DLOCK_ECONNECT;
+    }
+    int rc = wait_fd(fd, POLLOUT, deadline_ms);
+    if (rc != 0) {
+      snprintf(err, errlen, "connect: %s",
+               rc == DLOCK_ETIMEDOUT ? "timed out" : strerror(errno));
+      close(fd);
+      return rc == DLOCK_ETIMEDOUT ? DLOCK_ETIMEDOUT : DLOCK_ECONNECT;
+    }
+    int soerr = 0;
+    socklen_t sl = sizeof soerr;
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+    if (soerr != 0) {
+      snprintf(err, errlen, "connect: %s", strerror(soerr));
+      close(fd);
+      return DLOCK_ECONNECT;
+    }
+  }
+  *out = fd;
+  return 0;
+}
+
+static int tcp_connect(const dl_endpoint *ep, int64_t deadline_ms, int *out,
+                       char *err, size_t errlen) {
+  if (ep->unix_path) {
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(ep->unix_path) >= sizeof sa.sun_path) {
+      snprintf(err, errlen, "unix socket path too long");
+      return DLOCK_EINVAL;
+    }
+    strcpy(sa.sun_path, ep->unix_path);
+    return connect_addr((struct sockaddr *)&sa, sizeof sa, AF_UNIX,
+                        deadline_ms, out, err, errlen);
+  }
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                           .ai_family = AF_UNSPEC};
+  struct addrinfo *res = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%d", ep->port);
+  int gai = getaddrinfo(ep->host, port, &hints, &res);
+  if (gai != 0) {
+    snprintf(err, errlen, "cannot resolve %s: %s", ep->host, gai_strerror(gai));
+    return DLOCK_ECONNECT;
+  }
+  int rc = DLOCK_ECONNECT;
+  for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+    rc = connect_addr(ai->ai_addr, ai->ai_addrlen, ai->ai_family, deadline_ms,
+                      out, err, errlen);
+    if (rc == 0 || rc == DLOCK_ETIMEDOUT) break;
+  }
+  freeaddrinfo(res);
+  if (rc != 0) {
+    char tmp[200];
+    snprintf(tmp, sizeof tmp, "%s", err);
+    snprintf(err, errlen, "%s:%d: %s", ep->host, ep->port, tmp);
+  }
+  return rc;
+}
+
+static int tls_handshake(dl_io *io, dl_tls_ctx *tls, const char *server_name,
+                         int64_t deadline_ms, char *err, size_t errlen) {
+  io->ssl = SSL_new(tls->ctx);
+  if (io->ssl == NULL) {
+    tls_errstr(err, errlen, "SSL_new");
+    return DLOCK_ETLS;
+  }
+  SSL_set_fd(io->ssl, io->fd);
+  if (server_name && *server_name) {
+    SSL_set_tlsext_host_name(io->ssl, server_name);
+    if (tls->verify) {
+      X509_VERIFY_PARAM *vp = SSL_get0_param(io->ssl);
+      X509_VERIFY_PARAM_set_hostflags(vp,
+                                      X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+      /* An IP literal is checked against the certificate's IP SANs. */
+      if (X509_VERIFY_PARAM_set1_ip_asc(vp, server_name) != 1)
+        X509_VERIFY_PARAM_set1_host(vp, server_name, 0);
+    }
+  }
+  for (;;) {
+    ERR_clear_error();
+    int rc = SSL_connect(io->ssl);
+    if (rc == 1) return 0;
+    int e = SSL_get_error(io->ssl, rc);
+    short ev;
+    if (e == SSL_ERROR_WANT_READ) ev = POLLIN;
+    else if (e == SSL_ERROR_WANT_WRITE) ev = POLLOUT;
+    else {
+      long vr = SSL_get_verify_result(io->ssl);
+      if (vr != X509_V_OK)
+        snprintf(err, errlen, "TLS handshake: certificate verify failed: %s",
+                 X509_verify_cert_error_string(vr));
+      else
+        tls_errstr(err, errlen, "TLS handshake failed");
+      return DLOCK_ETLS;
+    }
+    if (wait_fd(io->fd, ev, deadline_ms) != 0) {
+      snprintf(err, errlen, "TLS handshake timed out");
+      return DLOCK_ETIMEDOUT;
+    }
+  }
+}
+
+int dl_io_connect(const dl_endpoint *ep, dl_tls_ctx *tls,
+                  const char *server_name, int64_t deadline_ms, dl_io **out,
+                  char *err, size_t errlen) {
+  *out = NULL;
+  dl_io *io = calloc(1, sizeof *io);
+  if (io == NULL) return DLOCK_ENOMEM;
+  pthread_mutex_init(&io->ssl_mu, NULL);
+  int rc = tcp_connect(ep, deadline_ms, &io->fd, err, errlen);
+  if (rc != 0) {
+    pthread_mutex_destroy(&io->ssl_mu);
+    free(io);
+    return rc;
+  }
+  if (ep->tls) {
+    if (tls == NULL) {
+      snprintf(err, errlen, "rediss:// URL but no TLS context");
+      rc = DLOCK_ETLS;
+    } else {
+      rc = tls_handshake(io, tls, server_name ? server_name : ep->host,
+                         deadline_ms, err, errlen);
+    }
+    if (rc != 0) {
+      dl_io_close(io);
+      return rc;
+    }
+  }
+  *out = io;
+  return 0;
+}
+
+int dl_io_read(dl_io *io, char *buf, size_t len, int64_t deadline_ms) {
+  for (;;) {
+    if (atomic_load(&io->shut)) return DLOCK_ECONNLOST;
+    short ev = POLLIN;
+    if (io->ssl) {
+      pthread_mutex_lock(&io->ssl_mu);
+      ERR_clear_error();
+      int n = SSL_read(io->ssl, buf, (int)(len > INT32_MAX ? INT32_MAX : len));
+      int e = n > 0 ? SSL_ERROR_NONE : SSL_get_error(io->ssl, n);
+      pthread_mutex_unlock(&io->ssl_mu);
+      if (n > 0) return n;
+      if (e == SSL_ERROR_WANT_WRITE) ev = POLLOUT;
+      else if (e != SSL_ERROR_WANT_READ) return DLOCK_ECONNLOST;
+    } else {
+      ssize_t n = recv(io->fd, buf, len, 0);
+      if (n > 0) return (int)(n > INT32_MAX ? INT32_MAX : n);
+      if (n == 0) return DLOCK_ECONNLOST;
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        return DLOCK_ECONNLOST;
+    }
+    int rc = wait_fd(io->fd, ev, deadline_ms);
+    if (rc != 0) return rc;
+  }
+}
+
+int dl_io_write(dl_io *io, const char *buf, size_t len, int64_t deadline_ms) {
+  size_t off = 0;
+  while (off < len) {
+    if (atomic_load(&io->shut)) return DLOCK_ECONNLOST;
+    short ev = POLLOUT;
+    if (io->ssl) {
+      pthread_mutex_lock(&io->ssl_mu);
+      ERR_clear_error();
+      size_t chunk = len - off > 1 << 20 ? 1 << 20 : len - off;
+      int n = SSL_write(io->ssl, buf + off, (int)chunk);
+      int e = n > 0 ? SSL_ERROR_NONE : SSL_get_error(io->ssl, n);
+      pthread_mutex_unlock(&io->ssl_mu);
+      if (n > 0) {
+        off += (size_t)n;
+        continue;
+      }
+      if (e == SSL_ERROR_WANT_READ) ev = POLLIN;
+      else if (e != SSL_ERROR_WANT_WRITE) return DLOCK_ECONNLOST;
+    } else {
+      ssize_t n = send(io->fd, buf + off, len - off, MSG_NOSIGNAL);
+      if (n > 0) {
+        off += (size_t)n;
+        continue;
+      }
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        return DLOCK_ECONNLOST;
+    }
+    int rc = wait_fd(io->fd, ev, deadline_ms);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+void dl_io_shutdown(dl_io *io) {
+  if (io == NULL) return;
+  atomic_store(&io->shut, 1);
+  shutdown(io->fd, SHUT_RDWR);
+}
+
+void dl_io_close(dl_io *io) {
+  if (io == NULL) return;
+  if (io->ssl) {
+    if (!atomic_load(&io->shut)) SSL_shutdown(io->ssl);
+    SSL_free(io->ssl);
+  }
+  if (io->fd >= 0) close(io->fd);
+  pthread_mutex_destroy(&io->ssl_mu);
+  free(io);
+}

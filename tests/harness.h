@@ -1,0 +1,96 @@
+/* harness.h: a tiny test runner and real redis-server processes for tests. */
+#ifndef DLOCK_TEST_HARNESS_H
+#define DLOCK_TEST_HARNESS_H
+
+#include <hiredis/hiredis.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
+#include "dlock.h"
+
+/* ---- assertions: a failed check ends the current test ---- */
+extern int th_failed_checks;
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "    %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__,     \
+              #cond);                                                          \
+      th_failed_checks++;                                                      \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+#define CHECK_EQ(a, b)                                                         \
+  do {                                                                         \
+    long long a_ = (long long)(a), b_ = (long long)(b);                        \
+    if (a_ != b_) {                                                            \
+      fprintf(stderr, "    %s:%d: %s == %lld, expected %s == %lld\n",         \
+              __FILE__, __LINE__, #a, a_, #b, b_);                             \
+      th_failed_checks++;                                                      \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+#define CHECK_RC(call, expect)                                                 \
+  do {                                                                         \
+    int rc_ = (call);                                                          \
+    if (rc_ != (expect)) {                                                     \
+      fprintf(stderr, "    %s:%d: %s returned %d (%s), expected %s\n",        \
+              __FILE__, __LINE__, #call, rc_, dlock_err_name(rc_), #expect);   \
+      th_failed_checks++;                                                      \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
+typedef void (*th_test_fn)(void);
+typedef struct th_test {
+  const char *name;
+  th_test_fn fn;
+} th_test;
+
+/* Runs the tests (all, or those named on the command line), prints one line
+ * each and the closing "N passed, N failed". Returns the exit status. */
+int th_run(int argc, char **argv, const th_test *tests, size_t n);
+#define TH_MAIN(...)                                                           \
+  int main(int argc, char **argv) {                                            \
+    static const th_test tests_[] = {__VA_ARGS__};                             \
+    return th_run(argc, argv, tests_, sizeof tests_ / sizeof tests_[0]);       \
+  }
+#define T(fn) {#fn, fn}
+
+/* ---- redis-server processes ---- */
+typedef struct th_redis {
+  pid_t pid;
+  int port;
+  char dir[256];
+  char sock[300];
+  char url[400];     /* redis://127.0.0.1:port */
+  char sock_url[400]; /* unix://dir/redis.sock */
+  char extra[1024];  /* extra arguments, kept for restarts */
+} th_redis;
+
+/* Starts redis-server on a free loopback port and a unix socket in a fresh
+ * temp dir, with `extra` arguments (space-separated, may be NULL), and waits
+ * until it answers PING. Returns 0 or -1. */
+int th_redis_start(th_redis *r, const char *extra);
+/* Starts again on the same port and dir (after a kill or stop). */
+int th_redis_restart(th_redis *r);
+void th_redis_kill(th_redis *r, int sig); /* signal; SIGKILL also reaps */
+void th_redis_stop(th_redis *r);          /* stop, reap and remove the dir */
+/* A fresh hiredis connection over the unix socket (caller frees). */
+redisContext *th_redis_connect(th_redis *r);
+/* One command through a fresh connection; returns the reply (caller frees). */
+redisReply *th_cmd(th_redis *r, const char *fmt, ...);
+long long th_cmd_int(th_redis *r, const char *fmt, ...);
+
+/* A client on r with the given watchdog timeout (0 = default). */
+dlock_client *th_client(th_redis *r, int64_t watchdog_ms);
+dlock_client *th_client_opts(dlock_client_options *o);
+
+int64_t th_now_ms(void);
+/* Polls cond every 2 ms until it holds or timeout_ms passes. */
+bool th_wait_for(bool (*cond)(void *), void *arg, int timeout_ms);
+void th_sleep_ms(int ms);
+
+#endif

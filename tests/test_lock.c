@@ -1,0 +1,439 @@
+/* test_lock.c: the reentrant lock's semantics against a real redis-server. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static th_redis srv;
+
+static void setup(void) {
+  if (srv.pid == 0 && th_redis_start(&srv, NULL) != 0) {
+    fprintf(stderr, "cannot start redis-server\n");
+    exit(2);
+  }
+}
+
+static void t_acquire_release(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "t:basic", NULL, &l), 0);
+  CHECK_EQ(dlock_lock_is_locked(l), 0);
+  uint64_t tok = 0;
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, &tok), 0);
+  CHECK(tok > 0);
+  CHECK_EQ(dlock_lock_is_locked(l), 1);
+  CHECK_EQ(dlock_lock_is_held(l), 1);
+  CHECK_EQ(dlock_lock_hold_count(l), 1);
+  /* Redisson's layout: a hash, field "<uuid>:<thread>" = 1, with a lease. */
+  char owner[256];
+  CHECK(dlock_client_owner(c, owner, sizeof owner) > 0);
+  CHECK_EQ(th_cmd_int(&srv, "HGET t:basic %s", owner), 1);
+  long long pttl = th_cmd_int(&srv, "PTTL t:basic");
+  CHECK(pttl > 9000 && pttl <= 10000);
+  int64_t ttl;
+  CHECK_RC(dlock_lock_remaining_ttl(l, &ttl), 0);
+  CHECK(ttl > 9000 && ttl <= 10000);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:basic"), 0);
+  CHECK_RC(dlock_lock_remaining_ttl(l, &ttl), 0);
+  CHECK_EQ(ttl, -2);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
+static void t_reentrant(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "t:reent", NULL, &l), 0);
+  uint64_t t1, t2, t3;
+  CHECK_RC(dlock_lock_acquire(l, 0, &t1), 0);
+  CHECK_RC(dlock_lock_acquire(l, 0, &t2), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &t3), 0);
+  CHECK_EQ(t1, t2);
+  CHECK_EQ(t2, t3);
+  CHECK_EQ(dlock_lock_hold_count(l), 3);
+  CHECK_EQ(dlock_lock_release(l), 0);
+  CHECK_EQ(dlock_lock_release(l), 0);
+  CHECK_EQ(dlock_lock_hold_count(l), 1);
+  CHECK_EQ(dlock_lock_is_locked(l), 1);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_EQ(dlock_lock_is_locked(l), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
+typedef struct {
+  dlock_lock *l;
+  int rc;
+  int64_t t_acquired;
+} thr_arg;
+
+static void *try_in_thread(void *p) {
+  thr_arg *a = p;
+  a->rc = dlock_lock_try_acquire(a->l, 0, 5000, NULL);
+  return NULL;
+}
+
+static void *release_in_thread(void *p) {
+  thr_arg *a = p;
+  a->rc = dlock_lock_release(a->l);
+  return NULL;
+}
+
+static void t_exclusion_between_threads(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "t:threads", NULL, &l), 0);
+  CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
+  thr_arg a = {l, 0, 0};
+  pthread_t th;
+  pthread_create(&th, NULL, try_in_thread, &a);
+  pthread_join(th, NULL);
+  CHECK_RC(a.rc, DLOCK_ELOCKED);
+  /* Another thread may not release it, and nothing changes in Redis. */
+  pthread_create(&th, NULL, release_in_thread, &a);
+  pthread_join(th, NULL);
+  CHECK_RC(a.rc, DLOCK_ENOTOWNER);
+  CHECK_EQ(dlock_lock_hold_count(l), 1);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
+static void t_explicit_owner(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "t:owner", "job-42", &l), 0);
+  CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
+  char field[300];
+  snprintf(field, sizeof field, "%s:job-42", dlock_client_id(c));
+  CHECK_EQ(th_cmd_int(&srv, "HGET t:owner %s", field), 1);
+  thr_arg a = {l, 0, 0};
+  pthread_t th;
+  pthread_create(&th, NULL, release_in_thread, &a);
+  pthread_join(th, NULL);
+  CHECK_EQ(a.rc, 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:owner"), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
+static void t_lease_expiry(void) {
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:lease", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:lease", NULL, &lb), 0);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 300, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 300, NULL), DLOCK_ELOCKED);
+  /* b waits: it gets the lock when a's lease runs out, not before. */
+  CHECK_RC(dlock_lock_try_acquire(lb, 5000, 10000, NULL), 0);
+  int64_t waited = th_now_ms() - t0;
+  CHECK(waited >= 290);
+  CHECK(waited < 2000);
+  /* a's late release must not free b's lock. */
+  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  CHECK_EQ(dlock_lock_is_held(lb), 1);
+  CHECK_EQ(dlock_lock_release(lb), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+static void t_force_release(void) {
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:force", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:force", NULL, &lb), 0);
+  CHECK_RC(dlock_lock_acquire(la, 10000, NULL), 0);
+  CHECK_EQ(dlock_lock_force_release(lb), 1);
+  CHECK_EQ(dlock_lock_force_release(lb), 0);
+  CHECK_EQ(dlock_lock_is_locked(la), 0);
+  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* ---- waiting: woken by the unlock message, not by the TTL ---- */
+
+static void *wait_and_take(void *p) {
+  thr_arg *a = p;
+  a->rc = dlock_lock_try_acquire(a->l, 20000, 10000, NULL);
+  a->t_acquired = th_now_ms();
+  if (a->rc == 0) dlock_lock_release(a->l);
+  return NULL;
+}
+
+static bool has_subscriber(void *p) {
+  (void)p;
+  redisReply *r = th_cmd(&srv, "PUBSUB NUMSUB redisson_lock__channel:{t:wake}");
+  bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[1]->integer >= 1;
+  if (r) freeReplyObject(r);
+  return ok;
+}
+
+static bool no_subscriber(void *p) { return !has_subscriber(p); }
+
+static void t_waiter_woken_by_unlock(void) {
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:wake", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:wake", NULL, &lb), 0);
+  CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0); /* TTL 30 s */
+  thr_arg w = {lb, -100, 0};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_and_take, &w);
+  CHECK(th_wait_for(has_subscriber, NULL, 5000));
+  th_sleep_ms(50); /* the waiter is asleep on its subscription */
+  int64_t released = th_now_ms();
+  CHECK_EQ(dlock_lock_release(la), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(w.rc, 0);
+  /* Within a few ms of the unlock, not after the 30 s TTL. */
+  CHECK(w.t_acquired - released < 200);
+  /* The subscription is dropped once nobody waits. */
+  CHECK(th_wait_for(no_subscriber, NULL, 2000));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+static void t_wait_timeout(void) {
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:wto", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:wto", NULL, &lb), 0);
+  CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(lb, 300, 1000, NULL), DLOCK_ELOCKED);
+  int64_t took = th_now_ms() - t0;
+  CHECK(took >= 295 && took < 1500);
+  CHECK(strstr(dlock_client_errmsg(b), "held by another") != NULL);
+  CHECK_EQ(dlock_lock_release(la), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* ---- the watchdog ---- */
+
+static void t_watchdog_keeps_lock(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 600); /* lease 600 ms, renew every 200 */
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "t:wd", NULL, &l), 0);
+  CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
+  int64_t end = th_now_ms() + 3 * 600 + 300;
+  while (th_now_ms() < end) {
+    long long pttl = th_cmd_int(&srv, "PTTL t:wd");
+    CHECK(pttl > 0);
+    th_sleep_ms(50);
+  }
+  CHECK_EQ(dlock_lock_is_held(l), 1);
+  CHECK_EQ(dlock_lock_is_lost(l), 0);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  /* Released: the watchdog must not bring it back. */
+  th_sleep_ms(450);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:wd"), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
+static atomic_int lost_calls;
+static char lost_owner[256];
+
+static void on_lost(dlock_lock *l, const char *owner, void *ud) {
+  (void)l;
+  (void)ud;
+  snprintf(lost_owner, sizeof lost_owner, "%s", owner);
+  atomic_fetch_add(&lost_calls, 1);
+}
+
+static bool lost_called(void *p) {
+  (void)p;
+  return atomic_load(&lost_calls) > 0;
+}
+
+static void t_watchdog_detects_loss(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 600);
+  dlock_client *other = th_client(&srv, 0);
+  CHECK(c && other);
+  dlock_lock *l, *lo;
+  CHECK_RC(dlock_lock_new(c, "t:loss", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(other, "t:loss", NULL, &lo), 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  atomic_store(&lost_calls, 0);
+  CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
+  CHECK_EQ(dlock_lock_force_release(lo), 1);
+  CHECK_RC(dlock_lock_acquire(lo, 10000, NULL), 0); /* someone else takes it */
+  CHECK(th_wait_for(lost_called, NULL, 2000));
+  char owner[256];
+  dlock_client_owner(c, owner, sizeof owner);
+  CHECK(strcmp(owner, lost_owner) == 0);
+  CHECK_EQ(dlock_lock_is_lost(l), 1);
+  /* Never re-acquired: the other owner keeps it across renewal rounds. */
+  th_sleep_ms(700);
+  CHECK_EQ(dlock_lock_is_held(lo), 1);
+  CHECK_EQ(atomic_load(&lost_calls), 1);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  CHECK_EQ(dlock_lock_is_lost(l), 0);
+  CHECK_EQ(dlock_lock_release(lo), 1);
+  dlock_lock_free(l);
+  dlock_lock_free(lo);
+  dlock_client_close(c);
+  dlock_client_close(other);
+}
+
+/* ---- fencing tokens ---- */
+
+static void t_fencing_tokens_increase(void) {
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:fence", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:fence", NULL, &lb), 0);
+  uint64_t last = 0;
+  for (int i = 0; i < 20; i++) {
+    dlock_lock *l = i % 2 ? la : lb;
+    uint64_t t, cur;
+    CHECK_RC(dlock_lock_acquire(l, 5000, &t), 0);
+    CHECK(t > last);
+    CHECK_RC(dlock_lock_current_token(la, &cur), 0);
+    CHECK_EQ(cur, t);
+    last = t;
+    CHECK_EQ(dlock_lock_release(l), 1);
+  }
+  /* The counter starts from the server clock in microseconds. */
+  CHECK(last > 1000000000000000ULL);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* ---- several processes of several threads: a non-atomic counter ---- */
+
+#define PROCS 4
+#define THREADS 4
+#define ITERS 60
+
+static void *counter_worker(void *p) {
+  dlock_lock *l = p;
+  redisContext *rc = th_redis_connect(&srv);
+  for (int i = 0; i < ITERS; i++) {
+    if (dlock_lock_acquire(l, 5000, NULL) != 0) _exit(3);
+    redisReply *r = redisCommand(rc, "GET t:counter");
+    long long v = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    freeReplyObject(r);
+    r = redisCommand(rc, "SET t:counter %lld", v + 1);
+    freeReplyObject(r);
+    if (dlock_lock_release(l) != 1) _exit(4);
+  }
+  redisFree(rc);
+  return NULL;
+}
+
+static void t_mutual_exclusion_processes(void) {
+  setup();
+  th_cmd_int(&srv, "DEL t:counter");
+  pid_t kids[PROCS];
+  for (int p = 0; p < PROCS; p++) {
+    kids[p] = fork();
+    if (kids[p] == 0) {
+      dlock_client *c = th_client(&srv, 0);
+      if (c == NULL) _exit(2);
+      dlock_lock *l;
+      if (dlock_lock_new(c, "t:mutex", NULL, &l) != 0) _exit(2);
+      pthread_t th[THREADS];
+      for (int t = 0; t < THREADS; t++)
+        pthread_create(&th[t], NULL, counter_worker, l);
+      for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+      dlock_lock_free(l);
+      dlock_client_close(c);
+      _exit(0);
+    }
+  }
+  for (int p = 0; p < PROCS; p++) {
+    int st;
+    waitpid(kids[p], &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  CHECK_EQ(th_cmd_int(&srv, "GET t:counter"), PROCS * THREADS * ITERS);
+}
+
+/* ---- a SIGKILLed holder ---- */
+
+static void t_killed_holder_frees_after_lease(void) {
+  setup();
+  int pipefd[2];
+  CHECK(pipe(pipefd) == 0);
+  pid_t kid = fork();
+  if (kid == 0) {
+    dlock_client *c = th_client(&srv, 800); /* watchdog lease 800 ms */
+    dlock_lock *l;
+    if (!c || dlock_lock_new(c, "t:killed", NULL, &l) != 0 ||
+        dlock_lock_acquire(l, 0, NULL) != 0)
+      _exit(2);
+    char ch = 'x';
+    if (write(pipefd[1], &ch, 1) != 1) _exit(2);
+    for (;;) pause();
+  }
+  char ch;
+  CHECK(read(pipefd[0], &ch, 1) == 1);
+  close(pipefd[0]);
+  close(pipefd[1]);
+  th_sleep_ms(1000); /* the watchdog renewed it meanwhile */
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:killed"), 1);
+  kill(kid, SIGKILL);
+  waitpid(kid, NULL, 0);
+  int64_t killed = th_now_ms();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "t:killed", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 5000, 1000, NULL), 0);
+  int64_t took = th_now_ms() - killed;
+  CHECK(took < 800 + 300); /* at most the lease, plus scheduling */
+  CHECK_EQ(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
+static void t_teardown(void) { th_redis_stop(&srv); }
+
+TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_exclusion_between_threads),
+        T(t_explicit_owner), T(t_lease_expiry), T(t_force_release),
+        T(t_waiter_woken_by_unlock), T(t_wait_timeout),
+        T(t_watchdog_keeps_lock), T(t_watchdog_detects_loss),
+        T(t_fencing_tokens_increase), T(t_mutual_exclusion_processes),
+        T(t_killed_holder_frees_after_lease), T(t_teardown))

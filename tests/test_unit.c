@@ -1,0 +1,99 @@
+/* test_unit.c: URL parsing, error codes and names; no server needed. */
+#include "harness.h"
+#include "core/internal.h"
+
+#include <string.h>
+
+static void t_url_redis(void) {
+  dl_endpoint ep;
+  char err[200];
+  CHECK_RC(dl_url_parse("redis://u:p%40ss@example.com:6380/3", &ep, err,
+                        sizeof err), 0);
+  CHECK(strcmp(ep.host, "example.com") == 0);
+  CHECK_EQ(ep.port, 6380);
+  CHECK_EQ(ep.db, 3);
+  CHECK(strcmp(ep.username, "u") == 0);
+  CHECK(strcmp(ep.password, "p@ss") == 0);
+  CHECK(!ep.tls);
+  dl_endpoint_clear(&ep);
+  CHECK_RC(dl_url_parse("redis://:secret@127.0.0.1", &ep, err, sizeof err), 0);
+  CHECK(ep.username == NULL);
+  CHECK(strcmp(ep.password, "secret") == 0);
+  CHECK_EQ(ep.port, 6379);
+  dl_endpoint_clear(&ep);
+  CHECK_RC(dl_url_parse("rediss://[::1]:7000", &ep, err, sizeof err), 0);
+  CHECK(ep.tls);
+  CHECK(strcmp(ep.host, "::1") == 0);
+  CHECK_EQ(ep.port, 7000);
+  dl_endpoint_clear(&ep);
+  CHECK_RC(dl_url_parse("unix:///tmp/r.sock?db=2", &ep, err, sizeof err), 0);
+  CHECK(strcmp(ep.unix_path, "/tmp/r.sock") == 0);
+  CHECK_EQ(ep.db, 2);
+  dl_endpoint_clear(&ep);
+}
+
+static void t_url_bad(void) {
+  static const char *bad[] = {
+      "",           "http://x",         "redis://h:0",     "redis://h:99999",
+      "redis://h:x", "redis://h/abc",   "redis://[::1",    "unix://rel/path",
+      "unix:///s?x=1", "redis://h /",   "redis://u:%zz@h", "unix://",
+      "redis://h:6379/1/2",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dl_endpoint ep;
+    char err[200] = "";
+    int rc = dl_url_parse(bad[i], &ep, err, sizeof err);
+    if (rc != DLOCK_EURL) fprintf(stderr, "    accepted: '%s'\n", bad[i]);
+    CHECK_RC(rc, DLOCK_EURL);
+    CHECK(err[0] != '\0');
+  }
+}
+
+static void t_url_redact(void) {
+  char *r = dl_url_redact("redis://user:hunter2@h:1/0");
+  CHECK(r != NULL);
+  CHECK(strstr(r, "hunter2") == NULL);
+  CHECK(strcmp(r, "redis://user:***@h:1/0") == 0);
+  free(r);
+  r = dl_url_redact("redis://h:1");
+  CHECK(strcmp(r, "redis://h:1") == 0);
+  free(r);
+}
+
+static void t_errors(void) {
+  CHECK(strcmp(dlock_err_name(DLOCK_ETIMEDOUT), "ETIMEDOUT") == 0);
+  CHECK(strcmp(dlock_strerror(DLOCK_ENOTOWNER),
+               "lock is not held by this owner") == 0);
+  CHECK(strcmp(dlock_strerror(12345), "unknown error") == 0);
+  CHECK(strcmp(dlock_err_name(0), "OK") == 0);
+  int num;
+  CHECK(strcmp(dlock_version(&num), DLOCK_VERSION_STRING) == 0);
+  CHECK_EQ(num, DLOCK_VERSION_NUM);
+  CHECK_EQ(dl_server_errcode("WRONGTYPE Operation against a key"),
+           DLOCK_EWRONGTYPE);
+  CHECK_EQ(dl_server_errcode("ERR Error running script: -WRONGTYPE x"),
+           DLOCK_EWRONGTYPE);
+  CHECK_EQ(dl_server_errcode("OOM command not allowed"), DLOCK_EOOM);
+  CHECK_EQ(dl_server_errcode("READONLY You can't write"), DLOCK_EREADONLY);
+  CHECK_EQ(dl_server_errcode("ERR something"), DLOCK_ESERVER);
+}
+
+static void t_bad_open(void) {
+  dlock_client *c = (dlock_client *)1;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = "redis://u:topsecret@h:notaport";
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+  CHECK(c == NULL);
+  CHECK(strstr(dlock_client_open_errmsg(), "topsecret") == NULL);
+  CHECK(strstr(dlock_client_open_errmsg(), "port") != NULL);
+  o.url = NULL;
+  o.connections = 0;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EINVAL);
+  CHECK_RC(dlock_client_open(NULL, NULL), DLOCK_EINVAL);
+  dlock_client_close(NULL);
+  dlock_lock_free(NULL);
+}
+
+TH_MAIN(T(t_url_redis), T(t_url_bad), T(t_url_redact), T(t_errors),
+        T(t_bad_open))
