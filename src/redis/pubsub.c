@@ -158,6 +158,10 @@ static void *run(void *arg) {
                              dl, &io, msg, sizeof msg);
       if (rc == 0) rc = dl_conn_handshake(io, p->cfg, dl, msg, sizeof msg);
       pthread_mutex_lock(&p->mu);
+      if (rc == 0 && p->stop) { /* closed while we connected */
+        dl_io_close(io);
+        break;
+      }
       if (rc != 0) {
         dl_io_close(io);
         struct timespec ts;

@@ -12,6 +12,9 @@ if counter > 0 then
   redis.call('pexpire', KEYS[1], ARGV[2])
   return 0
 end
-redis.call('del', KEYS[1])
+-- Publish first: a server that refuses it (an ACL without the channel)
+-- then fails the script before anything changed. Subscribers see the message
+-- only after the script, when the key is already gone.
 redis.call('publish', KEYS[2], ARGV[1])
+redis.call('del', KEYS[1])
 return 1
