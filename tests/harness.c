@@ -78,7 +78,7 @@ int th_run(int argc, char **argv, const th_test *tests, size_t n) {
   return failed ? 1 : 0;
 }
 
-static int free_port(void) {
+int th_free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in sa = {.sin_family = AF_INET,
                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -141,7 +141,7 @@ int th_redis_start(th_redis *r, const char *extra) {
   if (mkdtemp(r->dir) == NULL) return -1;
   snprintf(r->sock, sizeof r->sock, "%s/redis.sock", r->dir);
   snprintf(r->extra, sizeof r->extra, "%s", extra ? extra : "");
-  r->port = free_port();
+  r->port = th_free_port();
   snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
   snprintf(r->sock_url, sizeof r->sock_url, "unix://%s", r->sock);
   for (int i = 0; i < 16; i++)

@@ -88,6 +88,8 @@ long long th_cmd_int(th_redis *r, const char *fmt, ...);
 dlock_client *th_client(th_redis *r, int64_t watchdog_ms);
 dlock_client *th_client_opts(dlock_client_options *o);
 
+/* A loopback TCP port that was free a moment ago. */
+int th_free_port(void);
 int64_t th_now_ms(void);
 /* Polls cond every 2 ms until it holds or timeout_ms passes. */
 bool th_wait_for(bool (*cond)(void *), void *arg, int timeout_ms);
