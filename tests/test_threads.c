@@ -1,0 +1,155 @@
+/* test_threads.c: one client shared by many threads (run under TSan in CI):
+ * exclusion, request pipelining, and one wake-up per unlock per process. */
+#include "harness.h"
+#include "core/internal.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+static th_redis srv;
+static dlock_client *shared;
+
+static void setup(void) {
+  if (srv.pid == 0 && th_redis_start(&srv, NULL) != 0) exit(2);
+}
+
+#define NTHREADS 16
+#define NITERS 150
+
+static atomic_int failures;
+
+static void *worker(void *p) {
+  dlock_lock *l = p;
+  redisContext *rc = th_redis_connect(&srv);
+  for (int i = 0; i < NITERS; i++) {
+    if (dlock_lock_acquire(l, 5000, NULL) != 0) {
+      atomic_fetch_add(&failures, 1);
+      continue;
+    }
+    redisReply *r = redisCommand(rc, "GET th:counter");
+    long long v = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    freeReplyObject(r);
+    r = redisCommand(rc, "SET th:counter %lld", v + 1);
+    freeReplyObject(r);
+    if (dlock_lock_release(l) != 1) atomic_fetch_add(&failures, 1);
+  }
+  redisFree(rc);
+  return NULL;
+}
+
+static void t_shared_client_exclusion(void) {
+  setup();
+  shared = th_client(&srv, 0);
+  CHECK(shared != NULL);
+  redisReply *r = th_cmd(&srv, "DEL th:counter");
+  freeReplyObject(r);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(shared, "th:lock", NULL, &l), 0);
+  pthread_t th[NTHREADS];
+  for (int i = 0; i < NTHREADS; i++) pthread_create(&th[i], NULL, worker, l);
+  for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
+  CHECK_EQ(atomic_load(&failures), 0);
+  CHECK_EQ(th_cmd_int(&srv, "GET th:counter"), NTHREADS * NITERS);
+  dlock_lock_free(l);
+  dlock_client_close(shared);
+}
+
+static void *own_lock_worker(void *p) {
+  dlock_client *c = p;
+  char name[32];
+  snprintf(name, sizeof name, "th:own:%p", (void *)&name);
+  dlock_lock *l;
+  if (dlock_lock_new(c, name, NULL, &l) != 0) {
+    atomic_fetch_add(&failures, 1);
+    return NULL;
+  }
+  for (int i = 0; i < 300; i++) {
+    if (dlock_lock_try_acquire(l, 0, 5000, NULL) != 0 ||
+        dlock_lock_release(l) != 1)
+      atomic_fetch_add(&failures, 1);
+  }
+  dlock_lock_free(l);
+  return NULL;
+}
+
+static void t_pipelining(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  atomic_store(&failures, 0);
+  uint64_t rt0 = dl_redis_backend_round_trips(c->backend);
+  pthread_t th[32];
+  for (int i = 0; i < 32; i++) pthread_create(&th[i], NULL, own_lock_worker, c);
+  for (int i = 0; i < 32; i++) pthread_join(th[i], NULL);
+  uint64_t writes = dl_redis_backend_round_trips(c->backend) - rt0;
+  CHECK_EQ(atomic_load(&failures), 0);
+  /* 32 threads x 300 cycles x 2 commands, over one connection: many requests
+   * share a write. */
+  fprintf(stderr, "    %d requests in %llu writes\n", 32 * 300 * 2,
+          (unsigned long long)writes);
+  CHECK(writes < 32 * 300 * 2);
+  dlock_client_close(c);
+}
+
+typedef struct {
+  dlock_lock *l;
+  atomic_int *acquired;
+} wa;
+
+static void *wait_once(void *p) {
+  wa *a = p;
+  if (dlock_lock_try_acquire(a->l, 10000, 10000, NULL) == 0) {
+    atomic_fetch_add(a->acquired, 1);
+    dlock_lock_release(a->l);
+  }
+  return NULL;
+}
+
+static atomic_int got;
+static bool one_got(void *p) {
+  (void)p;
+  return atomic_load(&got) >= 1;
+}
+
+static bool numsub1(void *p) {
+  (void)p;
+  redisReply *r = th_cmd(&srv, "PUBSUB NUMSUB redisson_lock__channel:{th:one}");
+  bool ok = r && r->elements == 2 && r->element[1]->integer == 1;
+  if (r) freeReplyObject(r);
+  return ok;
+}
+
+static void t_one_wakeup_per_unlock(void) {
+  setup();
+  dlock_client *holder = th_client(&srv, 0), *c = th_client(&srv, 0);
+  CHECK(holder && c);
+  dlock_lock *lh, *l;
+  CHECK_RC(dlock_lock_new(holder, "th:one", NULL, &lh), 0);
+  CHECK_RC(dlock_lock_new(c, "th:one", NULL, &l), 0);
+  CHECK_RC(dlock_lock_acquire(lh, 30000, NULL), 0);
+  atomic_store(&got, 0);
+  wa a = {l, &got};
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, wait_once, &a);
+  /* One subscription for the four waiters of this process. */
+  CHECK(th_wait_for(numsub1, NULL, 5000));
+  th_sleep_ms(100); /* let all four reach their sleep */
+  uint64_t w0 = dl_redis_backend_wakeups(c->backend);
+  CHECK_EQ(dlock_lock_release(lh), 1);
+  CHECK(th_wait_for(one_got, NULL, 2000));
+  for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+  CHECK_EQ(atomic_load(&got), 4);
+  /* Each of the four unlocks (the holder's, then three waiters') woke exactly
+   * one waiter: 4 wake-ups, not 4 + 3 + 2 + 1. */
+  CHECK_EQ(dl_redis_backend_wakeups(c->backend) - w0, 4);
+  dlock_lock_free(lh);
+  dlock_lock_free(l);
+  dlock_client_close(holder);
+  dlock_client_close(c);
+}
+
+static void t_teardown(void) { th_redis_stop(&srv); }
+
+TH_MAIN(T(t_shared_client_exclusion), T(t_pipelining),
+        T(t_one_wakeup_per_unlock), T(t_teardown))
