@@ -184,17 +184,24 @@ static void do_write(dl_conn *c, int64_t deadline) {
     dl_req *first = c->outq;
     size_t total = 0;
     for (dl_req *r = first; r; r = r->next) total += r->len;
-    char *buf = first->next ? malloc(total) : first->cmd;
+    /* The writer takes the formatted commands: once in flight a request
+     * may complete (and be freed by its thread) before this write returns. */
+    bool single = first->next == NULL;
+    char *buf = single ? first->cmd : malloc(total);
     if (buf == NULL) {
       conn_fail(c, DLOCK_ENOMEM, "out of memory");
       break;
     }
-    if (buf != first->cmd) {
+    if (first->next) {
       size_t off = 0;
       for (dl_req *r = first; r; r = r->next) {
         memcpy(buf + off, r->cmd, r->len);
         off += r->len;
+        redisFreeCommand(r->cmd);
+        r->cmd = NULL;
       }
+    } else {
+      first->cmd = NULL;
     }
     /* In flight before the write: replies may arrive before it returns. */
     if (c->infl_tail) c->infl_tail->next = first;
@@ -207,7 +214,8 @@ static void do_write(dl_conn *c, int64_t deadline) {
     h->refs++;
     pthread_mutex_unlock(&c->mu);
     int rc = dl_io_write(h->io, buf, total, deadline);
-    if (buf != first->cmd) free(buf);
+    if (single) redisFreeCommand(buf);
+    else free(buf);
     pthread_mutex_lock(&c->mu);
     if (rc != 0 && c->cur == h)
       conn_fail(c, rc == DLOCK_ETIMEDOUT ? DLOCK_ETIMEDOUT : DLOCK_ECONNLOST,
@@ -345,7 +353,7 @@ int dl_req_wait(dl_conn *c, dl_req *r, int64_t deadline,
   if (err) snprintf(msg, sizeof msg, "%s", c->last_msg);
   pthread_mutex_unlock(&c->mu);
   *reply = r->reply;
-  redisFreeCommand(r->cmd);
+  if (r->cmd) redisFreeCommand(r->cmd);
   pthread_cond_destroy(&r->cv);
   free(r);
   if (err) return conn_err(c, err, msg);
