@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# install-deps.sh: installs every build and test dependency of dlock on a
+# Debian or Ubuntu machine. Idempotent; needs root or sudo.
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
+          redis-server redis-tools openssl)
+[ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(valgrind clang gnuplot)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo for: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# test.sh: installs what is missing, builds with -Werror and runs the whole
+# test suite against redis-server processes the tests start themselves.
+#   scripts/test.sh            normal build
+#   scripts/test.sh asan       AddressSanitizer + UndefinedBehaviorSanitizer
+#   scripts/test.sh tsan       ThreadSanitizer
+#   scripts/test.sh valgrind   memcheck over every test binary
+#   scripts/test.sh all        normal, asan and tsan in turn
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-normal}
+[ "$mode" = valgrind ] && export DLOCK_WITH_TOOLS=1
+scripts/install-deps.sh
+jobs=$(nproc)
+
+run() { # run NAME CMAKE_ARGS...
+  local name=$1; shift
+  local dir=build-$name
+  echo "== $name build"
+  cmake -S . -B "$dir" -DDLOCK_WERROR=ON "$@" >/dev/null
+  cmake --build "$dir" -j"$jobs" >/dev/null
+  echo "== $name tests"
+  (cd "$dir" && ctest --output-on-failure -j2)
+}
+
+case "$mode" in
+  normal) run normal -DCMAKE_BUILD_TYPE=RelWithDebInfo ;;
+  asan) ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+          run asan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_SANITIZE=address,undefined ;;
+  tsan) TSAN_OPTIONS=halt_on_error=1 \
+          run tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_SANITIZE=thread ;;
+  valgrind)
+    run normal -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    for t in build-normal/tests/test_*; do
+      echo "== valgrind $t"
+      valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite \
+        --trace-children=no "$t"
+    done ;;
+  all) "$0" normal && "$0" asan && "$0" tsan ;;
+  *) echo "usage: $0 [normal|asan|tsan|valgrind|all]" >&2; exit 64 ;;
+esac
