@@ -16,18 +16,56 @@
 
 int th_failed_checks;
 
-static th_redis *live[16];
+/* Servers still running, by value: a test that fails a CHECK returns early
+ * and its th_redis (often on its stack) is gone; exit still cleans up. */
+static struct {
+  pid_t pid;
+  char dir[256];
+} live[16];
+
+static void rm_dir(const char *dir) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+}
 
 static void cleanup_all(void) {
-  for (int i = 0; i < 16; i++)
-    if (live[i]) th_redis_stop(live[i]);
+  for (int i = 0; i < 16; i++) {
+    if (live[i].pid > 0) {
+      kill(live[i].pid, SIGCONT);
+      kill(live[i].pid, SIGKILL);
+      waitpid(live[i].pid, NULL, 0);
+    }
+    if (live[i].dir[0]) rm_dir(live[i].dir);
+    live[i].pid = 0;
+    live[i].dir[0] = '\0';
+  }
 }
 
 static void on_signal(int sig) {
   for (int i = 0; i < 16; i++)
-    if (live[i] && live[i]->pid > 0) kill(live[i]->pid, SIGKILL);
+    if (live[i].pid > 0) kill(live[i].pid, SIGKILL);
   signal(sig, SIG_DFL);
   raise(sig);
+}
+
+static void track(th_redis *r) {
+  int slot = -1;
+  for (int i = 0; i < 16 && slot < 0; i++)
+    if (strcmp(live[i].dir, r->dir) == 0) slot = i;
+  for (int i = 0; i < 16 && slot < 0; i++)
+    if (live[i].dir[0] == '\0') slot = i;
+  if (slot < 0) return;
+  live[slot].pid = r->pid;
+  snprintf(live[slot].dir, sizeof live[slot].dir, "%s", r->dir);
+}
+
+static void untrack(th_redis *r) {
+  for (int i = 0; i < 16; i++)
+    if (strcmp(live[i].dir, r->dir) == 0) {
+      live[i].pid = 0;
+      live[i].dir[0] = '\0';
+    }
 }
 
 int64_t th_now_ms(void) {
@@ -109,6 +147,7 @@ static int spawn(th_redis *r) {
     _exit(127);
   }
   r->pid = pid;
+  track(r);
   int64_t end = th_now_ms() + 10000;
   while (th_now_ms() < end) {
     redisContext *c = redisConnectUnix(r->sock);
@@ -144,11 +183,6 @@ int th_redis_start(th_redis *r, const char *extra) {
   r->port = th_free_port();
   snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
   snprintf(r->sock_url, sizeof r->sock_url, "unix://%s", r->sock);
-  for (int i = 0; i < 16; i++)
-    if (live[i] == NULL) {
-      live[i] = r;
-      break;
-    }
   return spawn(r);
 }
 
@@ -163,6 +197,7 @@ void th_redis_kill(th_redis *r, int sig) {
   if (sig == SIGKILL || sig == SIGTERM) {
     waitpid(r->pid, NULL, 0);
     r->pid = 0;
+    track(r);
   }
 }
 
@@ -172,13 +207,10 @@ void th_redis_stop(th_redis *r) {
     th_redis_kill(r, SIGKILL);
   }
   if (r->dir[0]) {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", r->dir);
+    untrack(r);
+    rm_dir(r->dir);
     r->dir[0] = '\0';
   }
-  for (int i = 0; i < 16; i++)
-    if (live[i] == r) live[i] = NULL;
 }
 
 redisContext *th_redis_connect(th_redis *r) {
