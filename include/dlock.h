@@ -25,6 +25,10 @@ extern "C" {
 
 /* Longest lock name accepted, in bytes (the key prefix not counted). */
 #define DLOCK_NAME_MAX 1024
+/* Longest holder description (dlock_lock_set_info), in bytes. */
+#define DLOCK_INFO_MAX 512
+/* Longest owner id, in bytes with the NUL. */
+#define DLOCK_OWNER_MAX 256
 
 /* ------------------------------------------------------------------------
  * Errors. Every call returns 0 or a positive value on success and one of
@@ -228,6 +232,41 @@ DLOCK_API int dlock_lock_is_lost(dlock_lock *l);
 
 /* The lock's name as given (owned by the handle). */
 DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
+
+/* Sets a description of the holder (for example "host pid command"), copied,
+ * at most DLOCK_INFO_MAX bytes, NULL to clear. Each later first acquisition
+ * through this handle stores it beside the lock (field "dlock:info" of the
+ * lock's hash, which Redisson ignores), where dlock_lock_inspect shows it;
+ * it goes away with the lock. Returns 0, DLOCK_EINVAL or DLOCK_ENOMEM.
+ * Thread-safe. */
+DLOCK_API int dlock_lock_set_info(dlock_lock *l, const char *info);
+
+/* A snapshot of a lock, for tools and monitoring. */
+typedef struct dlock_lock_state {
+  int held;                       /* 1 if an owner holds it, else 0 */
+  int holders;                    /* owner fields found (1 for this kind) */
+  char owner[DLOCK_OWNER_MAX];    /* the (first) holder's owner id, or "" */
+  int hold_count;                 /* that holder's count */
+  char info[DLOCK_INFO_MAX + 1];  /* its dlock_lock_set_info text, or "" */
+  int64_t ttl_ms;                 /* remaining lease; -2 free, -1 no expiry */
+  uint64_t token;                 /* last fencing token issued, 0 if none */
+  int waiters;                    /* processes subscribed to its channel */
+} dlock_lock_state;
+
+/* Fills *st in one script call plus one PUBSUB NUMSUB. Returns 0 or a
+ * negative code (then *st is unspecified). Read-only; thread-safe. */
+DLOCK_API int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st);
+
+/* Called by dlock_client_scan_locks for each candidate lock name (the key
+ * prefix removed). Return 0 to go on, anything else to stop. */
+typedef int (*dlock_scan_cb)(const char *name, void *ud);
+
+/* Walks the keyspace with SCAN (never KEYS) for hashes whose names match
+ * `pattern` (glob, NULL = "*", the key prefix added), calling cb for each.
+ * A hash is only a candidate: dlock_lock_inspect tells whether it is held.
+ * Returns the number of names passed to cb, or a negative code. */
+DLOCK_API int dlock_client_scan_locks(dlock_client *c, const char *pattern,
+                                      dlock_scan_cb cb, void *ud);
 
 #ifdef __cplusplus
 }

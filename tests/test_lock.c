@@ -89,6 +89,100 @@ static void *release_in_thread(void *p) {
   return NULL;
 }
 
+static int count_names(const char *name, void *ud) {
+  if (strcmp(name, "t:inspect") == 0) (*(int *)ud)++;
+  return 0;
+}
+
+static void t_orphan_from_lost_reply(void) {
+  /* An acquire whose reply was lost left the owner's field behind: the
+   * owner's next acquire takes it afresh (new token, count 1) instead of
+   * re-entering a hold nobody would release. */
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "t:orphan", NULL, &l), 0);
+  char owner[256];
+  dlock_client_owner(c, owner, sizeof owner);
+  redisReply *r = th_cmd(&srv, "HSET t:orphan %s 1", owner);
+  freeReplyObject(r);
+  r = th_cmd(&srv, "PEXPIRE t:orphan 30000");
+  freeReplyObject(r);
+  uint64_t before = 0, tok = 0;
+  dlock_lock_current_token(l, &before);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, &tok), 0);
+  CHECK(tok > before);
+  CHECK_EQ(dlock_lock_hold_count(l), 1);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:orphan"), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
+static void t_handles_share_holds(void) {
+  /* Two handles of one name in one thread are one owner: reentrant, as two
+   * RLock objects of one name are in Redisson. */
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_lock *a, *b;
+  CHECK_RC(dlock_lock_new(c, "t:share", NULL, &a), 0);
+  CHECK_RC(dlock_lock_new(c, "t:share", NULL, &b), 0);
+  uint64_t ta, tb;
+  CHECK_RC(dlock_lock_acquire(a, 5000, &ta), 0);
+  CHECK_RC(dlock_lock_try_acquire(b, 0, 5000, &tb), 0);
+  CHECK_EQ(ta, tb);
+  CHECK_EQ(dlock_lock_hold_count(a), 2);
+  CHECK_EQ(dlock_lock_release(b), 0);
+  CHECK_EQ(dlock_lock_release(a), 1);
+  dlock_lock_free(a);
+  dlock_lock_free(b);
+  dlock_client_close(c);
+}
+
+static void t_inspect(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "t:inspect", NULL, &l), 0);
+  dlock_lock_state st;
+  CHECK_RC(dlock_lock_inspect(l, &st), 0);
+  CHECK_EQ(st.held, 0);
+  CHECK_EQ(st.ttl_ms, -2);
+  CHECK_RC(dlock_lock_set_info(l, "host1\t42\tsleep 10"), 0);
+  uint64_t tok;
+  CHECK_RC(dlock_lock_acquire(l, 0, &tok), 0);
+  CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
+  CHECK_RC(dlock_lock_inspect(l, &st), 0);
+  CHECK_EQ(st.held, 1);
+  CHECK_EQ(st.holders, 1);
+  CHECK_EQ(st.hold_count, 2);
+  char owner[256];
+  dlock_client_owner(c, owner, sizeof owner);
+  CHECK(strcmp(st.owner, owner) == 0);
+  CHECK(strcmp(st.info, "host1\t42\tsleep 10") == 0);
+  CHECK(st.ttl_ms > 29000);
+  CHECK_EQ(st.token, tok);
+  CHECK_EQ(st.waiters, 0);
+  char big[DLOCK_INFO_MAX + 2];
+  memset(big, 'i', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  CHECK_RC(dlock_lock_set_info(l, big), DLOCK_EINVAL);
+  CHECK_EQ(dlock_lock_release(l), 0);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  /* The description goes away with the lock. */
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:inspect"), 0);
+  int n = 0;
+  CHECK_RC(dlock_lock_acquire(l, 5000, NULL), 0);
+  CHECK(dlock_client_scan_locks(c, "t:insp*", count_names, &n) >= 1);
+  CHECK_EQ(n, 1);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 static void t_exclusion_between_threads(void) {
   setup();
   dlock_client *c = th_client(&srv, 0);
@@ -431,7 +525,8 @@ static void t_killed_holder_frees_after_lease(void) {
 
 static void t_teardown(void) { th_redis_stop(&srv); }
 
-TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_exclusion_between_threads),
+TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
+        T(t_handles_share_holds), T(t_inspect), T(t_exclusion_between_threads),
         T(t_explicit_owner), T(t_lease_expiry), T(t_force_release),
         T(t_waiter_woken_by_unlock), T(t_wait_timeout),
         T(t_watchdog_keeps_lock), T(t_watchdog_detects_loss),

@@ -18,23 +18,33 @@ static void setup(void) {
 #define NITERS 150
 
 static atomic_int failures;
+static atomic_int last_failure;
+
+static atomic_int by_code[32];
+
+static void failed(int rc) {
+  atomic_fetch_add(&failures, 1);
+  atomic_store(&last_failure, rc);
+  atomic_fetch_add(&by_code[(rc < 0 ? -rc : rc) % 32], 1);
+}
 
 static void *worker(void *p) {
   dlock_lock *l = p;
-  redisContext *rc = th_redis_connect(&srv);
+  redisContext *rc_ = th_redis_connect(&srv);
   for (int i = 0; i < NITERS; i++) {
-    if (dlock_lock_acquire(l, 5000, NULL) != 0) {
-      atomic_fetch_add(&failures, 1);
+    int rc = dlock_lock_acquire(l, 5000, NULL);
+    if (rc != 0) {
+      failed(rc);
       continue;
     }
-    redisReply *r = redisCommand(rc, "GET th:counter");
+    redisReply *r = redisCommand(rc_, "GET th:counter");
     long long v = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
     freeReplyObject(r);
-    r = redisCommand(rc, "SET th:counter %lld", v + 1);
+    r = redisCommand(rc_, "SET th:counter %lld", v + 1);
     freeReplyObject(r);
-    if (dlock_lock_release(l) != 1) atomic_fetch_add(&failures, 1);
+    if ((rc = dlock_lock_release(l)) != 1) failed(rc);
   }
-  redisFree(rc);
+  redisFree(rc_);
   return NULL;
 }
 
@@ -49,6 +59,11 @@ static void t_shared_client_exclusion(void) {
   pthread_t th[NTHREADS];
   for (int i = 0; i < NTHREADS; i++) pthread_create(&th[i], NULL, worker, l);
   for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 32; i++)
+    if (atomic_load(&by_code[i]))
+      fprintf(stderr, "    %d failures with code %d (%s)\n",
+              atomic_load(&by_code[i]), -i,
+              i == 0 ? "release returned 0" : dlock_err_name(-i));
   CHECK_EQ(atomic_load(&failures), 0);
   CHECK_EQ(th_cmd_int(&srv, "GET th:counter"), NTHREADS * NITERS);
   dlock_lock_free(l);

@@ -33,6 +33,10 @@ static int make_uuid(char out[37]) {
 
 static void client_free(dlock_client *c) {
   if (c == NULL) return;
+  /* Holds of handles not freed (a contract breach) stop being renewed. */
+  for (int i = 0; i < DL_HOLD_BUCKETS; i++)
+    while (c->holds[i])
+      dl_watchdog_remove(c->watchdog, dl_hold_drop(c, c->holds[i]));
   dl_watchdog_free(c->watchdog);
   if (c->backend) c->backend->ops->free(c->backend);
   dl_tls_ctx_free(c->conn_cfg.tls);
@@ -42,6 +46,8 @@ static void client_free(dlock_client *c) {
   free(c->id);
   free(c->key_prefix);
   free(c->url_redacted);
+  pthread_mutex_destroy(&c->holds_mu);
+  pthread_cond_destroy(&c->holds_cv);
   free(c);
 }
 
@@ -76,6 +82,8 @@ int dlock_client_open(const dlock_client_options *opts, dlock_client **out) {
 
   dlock_client *c = calloc(1, sizeof *c);
   if (c == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  pthread_mutex_init(&c->holds_mu, NULL);
+  dl_cond_init(&c->holds_cv);
   const char *url = opts->url ? opts->url : "redis://127.0.0.1:6379";
   char msg[256];
   c->url_redacted = dl_url_redact(url);

@@ -127,6 +127,7 @@ enum {
   DL_SCRIPT_LOCK_RELEASE,
   DL_SCRIPT_LOCK_RENEW,
   DL_SCRIPT_LOCK_FORCE_RELEASE,
+  DL_SCRIPT_LOCK_INSPECT,
   DL_SCRIPT_COUNT
 };
 extern dl_script dl_scripts[DL_SCRIPT_COUNT];
@@ -184,7 +185,8 @@ typedef struct dl_watchdog dl_watchdog;
 typedef struct dl_renewal dl_renewal;
 
 /* Called (from the watchdog thread) for a renewal found lost. */
-typedef void (*dl_renewal_lost_fn)(void *ud, const char *owner);
+typedef void (*dl_renewal_lost_fn)(void *ud, const char *key,
+                                   const char *owner);
 
 int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_watchdog **out);
 void dl_watchdog_free(dl_watchdog *w);
@@ -201,8 +203,33 @@ void dl_watchdog_release_end(dl_watchdog *w, dl_renewal *r);
 int dl_watchdog_run_once(dl_watchdog *w);
 uint64_t dl_watchdog_round_trips(dl_watchdog *w);
 
+/* ---- holds.c: the client's own holds, guarded by dlock_client.holds_mu ---- */
+#define DL_HOLD_BUCKETS 4096
+typedef struct dl_hold {
+  struct dl_hold *next;
+  char *key;
+  char *owner;
+  int count;
+  uint64_t token;
+  int64_t lease_ms;
+  bool lost;
+  dl_renewal *renewal;    /* watchdog-renewed holds only */
+  struct dlock_lock *via; /* the handle whose lost callback reports it */
+} dl_hold;
+
+dl_hold *dl_hold_find(dlock_client *c, const char *key, const char *owner);
+dl_hold *dl_hold_add(dlock_client *c, const char *key, const char *owner);
+/* Forgets the hold; returns its renewal, which the caller passes to
+ * dl_watchdog_remove() after unlocking holds_mu (a lost callback in progress
+ * takes holds_mu, and remove waits for it). */
+dl_renewal *dl_hold_drop(dlock_client *c, dl_hold *h);
+
 /* ---- client.c ---- */
 struct dlock_client {
+  pthread_mutex_t holds_mu;
+  pthread_cond_t holds_cv;            /* a lost callback finished */
+  struct dlock_lock *in_lost_callback; /* whose callback runs now */
+  dl_hold *holds[DL_HOLD_BUCKETS];
   char *id;
   char *key_prefix;
   size_t prefix_len;

@@ -188,7 +188,7 @@ int dl_watchdog_run_once(dl_watchdog *w) {
       dl_renewal_lost_fn fn = r->fn;
       void *ud = r->ud;
       pthread_mutex_unlock(&w->mu);
-      fn(ud, r->owner);
+      fn(ud, r->key, r->owner);
       pthread_mutex_lock(&w->mu);
       w->calling = NULL;
       pthread_cond_broadcast(&w->cv);

@@ -12,17 +12,6 @@
 #define OWNER_MAX 256
 #define UNLOCK_MESSAGE "0"
 
-/* What this handle knows of one owner's hold. */
-typedef struct hold {
-  struct hold *next;
-  char owner[OWNER_MAX];
-  int count;
-  uint64_t token;
-  int64_t lease_ms;
-  bool lost;
-  dl_renewal *renewal; /* watchdog-renewed holds only */
-} hold;
-
 struct dlock_lock {
   dlock_client *c;
   char *name;
@@ -31,10 +20,9 @@ struct dlock_lock {
   char *token_key; /* redisson_lock_token:{key} */
   char *owner;     /* explicit owner, or NULL for the calling thread */
   char *info;      /* holder description stored beside the lock, or NULL */
-  pthread_mutex_t mu;
+  pthread_mutex_t mu; /* guards info */
   bool mu_ready;
-  hold *holds;
-  dlock_lost_cb cb;
+  dlock_lost_cb cb; /* guarded by the client's holds_mu */
   void *cb_ud;
 };
 
@@ -82,12 +70,27 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
 
 void dlock_lock_free(dlock_lock *l) {
   if (l == NULL) return;
-  for (hold *h = l->holds, *n; h; h = n) {
-    n = h->next;
-    dl_watchdog_remove(l->c->watchdog, h->renewal);
-    free(h);
+  if (l->mu_ready) {
+    /* Holds taken through this handle stop being renewed and expire after
+     * their lease; wait out a lost callback running for it. */
+    dlock_client *c = l->c;
+    dl_renewal *stop[64];
+    int nstop;
+    do {
+      nstop = 0;
+      pthread_mutex_lock(&c->holds_mu);
+      while (c->in_lost_callback == l)
+        pthread_cond_wait(&c->holds_cv, &c->holds_mu);
+      for (int i = 0; i < DL_HOLD_BUCKETS && nstop < 64; i++)
+        for (dl_hold *h = c->holds[i], *n; h && nstop < 64; h = n) {
+          n = h->next;
+          if (h->via == l) stop[nstop++] = dl_hold_drop(c, h);
+        }
+      pthread_mutex_unlock(&c->holds_mu);
+      for (int i = 0; i < nstop; i++) dl_watchdog_remove(c->watchdog, stop[i]);
+    } while (nstop == 64);
+    pthread_mutex_destroy(&l->mu);
   }
-  if (l->mu_ready) pthread_mutex_destroy(&l->mu);
   free(l->name);
   free(l->key);
   free(l->channel);
@@ -99,46 +102,59 @@ void dlock_lock_free(dlock_lock *l) {
 
 const char *dlock_lock_name(const dlock_lock *l) { return l ? l->name : ""; }
 
-static hold *find_hold(dlock_lock *l, const char *owner) {
-  for (hold *h = l->holds; h; h = h->next)
-    if (strcmp(h->owner, owner) == 0) return h;
-  return NULL;
-}
-
-/* With l->mu held: forgets the owner's hold. Returns its renewal, which the
- * caller must pass to dl_watchdog_remove() after unlocking l->mu (a lost
- * callback in progress takes l->mu, and remove waits for it). */
-static dl_renewal *drop_hold(dlock_lock *l, hold *h) {
-  hold **pp = &l->holds;
-  while (*pp != h) pp = &(*pp)->next;
-  *pp = h->next;
-  dl_renewal *r = h->renewal;
-  free(h);
-  return r;
-}
-
-static void on_lost(void *ud, const char *owner) {
-  dlock_lock *l = ud;
-  pthread_mutex_lock(&l->mu);
-  hold *h = find_hold(l, owner);
-  if (h) h->lost = true;
-  dlock_lost_cb cb = l->cb;
-  void *cb_ud = l->cb_ud;
-  pthread_mutex_unlock(&l->mu);
+/* The watchdog found (key, owner) gone: mark the hold lost and tell the
+ * handle that took it. */
+static void on_lost(void *ud, const char *key, const char *owner) {
+  dlock_client *c = ud;
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = dl_hold_find(c, key, owner);
+  dlock_lock *l = NULL;
+  dlock_lost_cb cb = NULL;
+  void *cb_ud = NULL;
+  if (h) {
+    h->lost = true;
+    l = h->via;
+    if (l) {
+      cb = l->cb;
+      cb_ud = l->cb_ud;
+      c->in_lost_callback = l;
+    }
+  }
+  pthread_mutex_unlock(&c->holds_mu);
   if (cb) cb(l, owner, cb_ud);
+  if (l) {
+    pthread_mutex_lock(&c->holds_mu);
+    c->in_lost_callback = NULL;
+    pthread_cond_broadcast(&c->holds_cv);
+    pthread_mutex_unlock(&c->holds_mu);
+  }
 }
 
 void dlock_lock_on_lost(dlock_lock *l, dlock_lost_cb cb, void *ud) {
   if (l == NULL) return;
-  pthread_mutex_lock(&l->mu);
+  pthread_mutex_lock(&l->c->holds_mu);
   l->cb = cb;
   l->cb_ud = ud;
-  pthread_mutex_unlock(&l->mu);
+  pthread_mutex_unlock(&l->c->holds_mu);
 }
 
-int dl_lock_set_info(dlock_lock *l, const char *info) {
+/* The hold count the client knows for (key, owner): 0 if none or lost. */
+static int believed(dlock_lock *l, const char *owner) {
+  pthread_mutex_lock(&l->c->holds_mu);
+  dl_hold *h = dl_hold_find(l->c, l->key, owner);
+  int n = h && !h->lost ? h->count : 0;
+  pthread_mutex_unlock(&l->c->holds_mu);
+  return n;
+}
+
+int dlock_lock_set_info(dlock_lock *l, const char *info) {
+  if (l == NULL) return DLOCK_EINVAL;
+  if (info && strlen(info) > DLOCK_INFO_MAX)
+    return dl_seterr(l->c, DLOCK_EINVAL, "holder info over %d bytes",
+                     DLOCK_INFO_MAX);
   char *copy = NULL;
-  if (info && (copy = dl_strdup(info)) == NULL) return DLOCK_ENOMEM;
+  if (info && (copy = dl_strdup(info)) == NULL)
+    return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
   pthread_mutex_lock(&l->mu);
   free(l->info);
   l->info = copy;
@@ -150,17 +166,18 @@ int dl_lock_set_info(dlock_lock *l, const char *info) {
  * PTTL when another owner holds it, or a negative code. */
 static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
                    uint64_t *token, int64_t *ttl) {
-  char lease[24];
+  char lease[24], count[16];
   snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
+  snprintf(count, sizeof count, "%d", believed(l, owner));
   pthread_mutex_lock(&l->mu);
   char *info = dl_strdup(l->info ? l->info : "");
   pthread_mutex_unlock(&l->mu);
   if (info == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
   const char *keys[] = {l->key, l->token_key};
-  const char *args[] = {lease, owner, info};
+  const char *args[] = {lease, owner, info, count};
   redisReply *r = NULL;
   int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_ACQUIRE, 2,
-                                    keys, 3, args, &r);
+                                    keys, 4, args, &r);
   free(info);
   if (rc != 0) return rc;
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -179,48 +196,52 @@ static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
   return (int)status; /* 1 taken, 2 re-entered */
 }
 
-/* Records a successful acquisition locally. */
-static int record(dlock_lock *l, const char *owner, int status, uint64_t token,
-                  int64_t lease_ms, bool watchdog) {
-  int rc = 0;
+/* Records a successful acquisition in the client's holds. Returns the
+ * hold's token, or 0 with *err set. */
+static uint64_t record(dlock_lock *l, const char *owner, int status,
+                       uint64_t token, int64_t lease_ms, bool watchdog,
+                       int *err) {
+  dlock_client *c = l->c;
   dl_renewal *old = NULL;
-  pthread_mutex_lock(&l->mu);
-  hold *h = find_hold(l, owner);
-  if (h && (status == 1 || h->lost)) { /* a fresh hold after a lost one */
-    old = drop_hold(l, h);
+  *err = 0;
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = dl_hold_find(c, l->key, owner);
+  if (h && (status == 1 || h->lost)) { /* a fresh hold */
+    old = dl_hold_drop(c, h);
     h = NULL;
   }
-  if (h == NULL) {
-    h = calloc(1, sizeof *h);
-    if (h == NULL) {
-      rc = DLOCK_ENOMEM;
-      goto out;
-    }
-    snprintf(h->owner, sizeof h->owner, "%s", owner);
+  if (h == NULL && (h = dl_hold_add(c, l->key, owner)) == NULL) {
+    *err = DLOCK_ENOMEM;
+    pthread_mutex_unlock(&c->holds_mu);
+    dl_watchdog_remove(c->watchdog, old);
+    return 0;
+  }
+  if (h->count == 0) {
     h->token = token;
-    h->next = l->holds;
-    l->holds = h;
+    h->via = l;
   }
   h->count++;
   h->lease_ms = lease_ms;
   if (watchdog && h->renewal == NULL) {
-    h->renewal = dl_watchdog_add(l->c->watchdog, l->key, owner, on_lost, l);
-    if (h->renewal == NULL) rc = DLOCK_ENOMEM;
+    h->renewal = dl_watchdog_add(c->watchdog, l->key, owner, on_lost, c);
+    if (h->renewal == NULL) *err = DLOCK_ENOMEM;
   }
-out:
-  pthread_mutex_unlock(&l->mu);
-  dl_watchdog_remove(l->c->watchdog, old);
-  return rc;
+  uint64_t tok = h->token;
+  pthread_mutex_unlock(&c->holds_mu);
+  dl_watchdog_remove(c->watchdog, old);
+  return tok;
 }
 
-static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms) {
-  char lease[24];
+static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
+                          int count) {
+  char lease[24], cnt[16];
   snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
+  snprintf(cnt, sizeof cnt, "%d", count);
   const char *keys[] = {l->key, l->channel};
-  const char *args[] = {UNLOCK_MESSAGE, lease, owner};
+  const char *args[] = {UNLOCK_MESSAGE, lease, owner, cnt};
   redisReply *r = NULL;
   int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_RELEASE, 2,
-                                    keys, 3, args, &r);
+                                    keys, 4, args, &r);
   if (rc != 0) return rc;
   if (r->type == REDIS_REPLY_NIL) rc = DLOCK_ENOTOWNER;
   else if (r->type == REDIS_REPLY_INTEGER) rc = r->integer == 1 ? 1 : 0;
@@ -277,19 +298,14 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
     return dl_seterr(c, DLOCK_ELOCKED, "'%s' is held by another owner "
                      "(remaining lease %lld ms)", l->name, (long long)ttl);
   if (rc < 0) return rc;
-  int st = rc;
-  rc = record(l, owner, st, tok, lease_ms, watchdog);
-  if (rc != 0) {
+  int err;
+  tok = record(l, owner, rc, tok, lease_ms, watchdog, &err);
+  if (err != 0) {
     /* Cannot track it: give it back rather than hold it unseen. */
-    release_script(l, owner, lease_ms);
-    return dl_seterr(c, rc, "out of memory");
+    dlock_lock_release(l);
+    return dl_seterr(c, err, "out of memory");
   }
-  if (token) {
-    pthread_mutex_lock(&l->mu);
-    hold *h = find_hold(l, owner);
-    *token = h ? h->token : tok;
-    pthread_mutex_unlock(&l->mu);
-  }
+  if (token) *token = tok;
   dl_clearerr(c);
   return 0;
 }
@@ -300,44 +316,46 @@ int dlock_lock_acquire(dlock_lock *l, int64_t lease_ms, uint64_t *token) {
 
 int dlock_lock_release(dlock_lock *l) {
   if (l == NULL) return DLOCK_EINVAL;
+  dlock_client *c = l->c;
   char owner[OWNER_MAX];
   int rc = owner_of(l, owner);
   if (rc != 0) return rc;
-  dl_watchdog *w = l->c->watchdog;
-  pthread_mutex_lock(&l->mu);
-  hold *h = find_hold(l, owner);
+  dl_watchdog *w = c->watchdog;
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = dl_hold_find(c, l->key, owner);
   if (h && h->lost) {
-    dl_renewal *old = drop_hold(l, h);
-    pthread_mutex_unlock(&l->mu);
+    dl_renewal *old = dl_hold_drop(c, h);
+    pthread_mutex_unlock(&c->holds_mu);
     dl_watchdog_remove(w, old);
-    return dl_seterr(l->c, DLOCK_ELOST, "'%s' was lost before this release",
+    return dl_seterr(c, DLOCK_ELOST, "'%s' was lost before this release",
                      l->name);
   }
-  int64_t lease = h ? h->lease_ms : l->c->watchdog_timeout_ms;
+  int64_t lease = h ? h->lease_ms : c->watchdog_timeout_ms;
+  int count = h ? h->count : 0;
   dl_renewal *ren = h ? h->renewal : NULL;
   dl_watchdog_release_begin(w, ren);
-  pthread_mutex_unlock(&l->mu);
+  pthread_mutex_unlock(&c->holds_mu);
 
-  rc = release_script(l, owner, lease);
+  rc = release_script(l, owner, lease, count);
 
-  pthread_mutex_lock(&l->mu);
+  pthread_mutex_lock(&c->holds_mu);
   dl_watchdog_release_end(w, ren);
-  h = find_hold(l, owner);
+  h = dl_hold_find(c, l->key, owner);
   dl_renewal *old = NULL;
   if (rc == 1 || rc == DLOCK_ENOTOWNER) {
     bool had = h != NULL;
-    if (h) old = drop_hold(l, h);
+    if (h) old = dl_hold_drop(c, h);
     if (rc == DLOCK_ENOTOWNER)
-      rc = had ? dl_seterr(l->c, DLOCK_ELOST, "'%s' expired or was taken "
+      rc = had ? dl_seterr(c, DLOCK_ELOST, "'%s' expired or was taken "
                            "before this release", l->name)
-               : dl_seterr(l->c, DLOCK_ENOTOWNER, "'%s' is not held by %s",
+               : dl_seterr(c, DLOCK_ENOTOWNER, "'%s' is not held by %s",
                            l->name, owner);
   } else if (rc == 0 && h && h->count > 1) {
     h->count--;
   }
-  pthread_mutex_unlock(&l->mu);
+  pthread_mutex_unlock(&c->holds_mu);
   dl_watchdog_remove(w, old);
-  if (rc >= 0) dl_clearerr(l->c);
+  if (rc >= 0) dl_clearerr(c);
   return rc;
 }
 
@@ -428,9 +446,97 @@ int dlock_lock_is_lost(dlock_lock *l) {
   if (l == NULL) return 0;
   char owner[OWNER_MAX];
   if (owner_of(l, owner) != 0) return 0;
-  pthread_mutex_lock(&l->mu);
-  hold *h = find_hold(l, owner);
+  pthread_mutex_lock(&l->c->holds_mu);
+  dl_hold *h = dl_hold_find(l->c, l->key, owner);
   int lost = h && h->lost;
-  pthread_mutex_unlock(&l->mu);
+  pthread_mutex_unlock(&l->c->holds_mu);
   return lost;
+}
+
+/* An owner field of a lock hash: "<id>:<thread>" with a positive count. */
+static bool owner_field(const redisReply *f, const redisReply *v) {
+  if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
+    return false;
+  if (strcmp(f->str, "dlock:info") == 0 || strchr(f->str, ':') == NULL)
+    return false;
+  char *end;
+  long n = strtol(v->str, &end, 10);
+  return *end == '\0' && n > 0;
+}
+
+int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
+  if (l == NULL || st == NULL) return DLOCK_EINVAL;
+  memset(st, 0, sizeof *st);
+  const char *keys[] = {l->key, l->token_key};
+  redisReply *r = NULL;
+  dl_backend *b = l->c->backend;
+  int rc = b->ops->eval(b, DL_SCRIPT_LOCK_INSPECT, 2, keys, 0, NULL, &r);
+  if (rc != 0) return rc;
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+      r->element[0]->type != REDIS_REPLY_ARRAY ||
+      r->element[1]->type != REDIS_REPLY_INTEGER) {
+    freeReplyObject(r);
+    return dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to inspect");
+  }
+  redisReply *all = r->element[0];
+  for (size_t i = 0; i + 1 < all->elements; i += 2) {
+    redisReply *f = all->element[i], *v = all->element[i + 1];
+    if (f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
+        strcmp(f->str, "dlock:info") == 0) {
+      snprintf(st->info, sizeof st->info, "%s", v->str);
+    } else if (owner_field(f, v)) {
+      if (st->holders++ == 0) {
+        snprintf(st->owner, sizeof st->owner, "%s", f->str);
+        st->hold_count = atoi(v->str);
+      }
+    }
+  }
+  st->held = st->holders > 0;
+  st->ttl_ms = r->element[1]->integer;
+  if (r->element[2]->type == REDIS_REPLY_STRING)
+    st->token = strtoull(r->element[2]->str, NULL, 10);
+  freeReplyObject(r);
+  const char *argv[] = {"PUBSUB", "NUMSUB", l->channel};
+  rc = b->ops->command(b, 3, argv, &r);
+  if (rc != 0) return rc;
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+      r->element[1]->type == REDIS_REPLY_INTEGER)
+    st->waiters = (int)r->element[1]->integer;
+  freeReplyObject(r);
+  return 0;
+}
+
+int dlock_client_scan_locks(dlock_client *c, const char *pattern,
+                            dlock_scan_cb cb, void *ud) {
+  if (c == NULL || cb == NULL) return DLOCK_EINVAL;
+  char *match = dl_key(c, "%s", pattern ? pattern : "*");
+  if (match == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
+  char cursor[32] = "0";
+  int found = 0, rc = 0;
+  bool stop = false;
+  do {
+    const char *argv[] = {"SCAN", cursor, "MATCH", match, "COUNT", "500",
+                          "TYPE", "hash"};
+    redisReply *r = NULL;
+    rc = c->backend->ops->command(c->backend, 8, argv, &r);
+    if (rc != 0) break;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_ARRAY) {
+      freeReplyObject(r);
+      rc = dl_seterr(c, DLOCK_EPROTO, "unexpected reply to SCAN");
+      break;
+    }
+    snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+    redisReply *keys = r->element[1];
+    for (size_t i = 0; i < keys->elements && !stop; i++) {
+      redisReply *k = keys->element[i];
+      if (k->type != REDIS_REPLY_STRING || k->len < c->prefix_len) continue;
+      found++;
+      if (cb(k->str + c->prefix_len, ud) != 0) stop = true;
+    }
+    freeReplyObject(r);
+  } while (!stop && strcmp(cursor, "0") != 0);
+  free(match);
+  return rc != 0 ? rc : found;
 }

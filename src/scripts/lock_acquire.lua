@@ -2,6 +2,7 @@
 -- KEYS[1] the lock hash (field = owner id, value = hold count)
 -- KEYS[2] the fencing-token counter (Redisson RFencedLock's key)
 -- ARGV[1] lease in ms; ARGV[2] owner id; ARGV[3] holder info ('' = none)
+-- ARGV[4] the hold count the client believes the owner has (0 = none)
 -- Returns {1, token} when taken, {2, token} when re-entered by the owner,
 -- {0, pttl} when another owner holds it. Fails before any write, so an error
 -- (WRONGTYPE, OOM, READONLY) leaves the data as it was.
@@ -19,17 +20,28 @@ local function next_token()
   return t
 end
 
-if redis.call('exists', KEYS[1]) == 0 then
+local function take()
   local token = next_token()
-  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('hset', KEYS[1], ARGV[2], 1)
   if ARGV[3] ~= '' then
     redis.call('hset', KEYS[1], 'dlock:info', ARGV[3])
   end
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {1, token}
 end
+
+if redis.call('exists', KEYS[1]) == 0 then
+  return take()
+end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  local believed = tonumber(ARGV[4])
+  if believed == 0 then
+    -- The owner's field is there but its client knows of no hold: an earlier
+    -- acquire ran here and its reply was lost. Take it afresh rather than
+    -- re-enter a hold nobody will release.
+    return take()
+  end
+  redis.call('hset', KEYS[1], ARGV[2], believed + 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {2, tonumber(redis.call('get', KEYS[2]) or '0')}
 end

@@ -1,14 +1,18 @@
--- lock_release.lua: releases one hold (Redisson RLock's unlock script).
+-- lock_release.lua: releases one hold (Redisson RLock's unlock, reentrant).
 -- KEYS[1] the lock hash; KEYS[2] the unlock channel
 -- ARGV[1] the unlock message ('0'); ARGV[2] lease in ms; ARGV[3] owner id
+-- ARGV[4] the hold count the client believes the owner has (0 = none known)
 -- Returns nil if the owner does not hold it (nothing changed), 0 if still
 -- held (reentrant), 1 if released: then the key is deleted and one message
 -- is published, which wakes one waiter in each subscribed process.
+-- The count written is the client's own: a hold left by an acquire whose
+-- reply was lost is released with the last hold the client knows of.
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
   return nil
 end
-local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if counter > 0 then
+local believed = tonumber(ARGV[4])
+if believed > 1 then
+  redis.call('hset', KEYS[1], ARGV[3], believed - 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
   return 0
 end
