@@ -235,9 +235,9 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
 
 /* Sets a description of the holder (for example "host pid command"), copied,
  * at most DLOCK_INFO_MAX bytes, NULL to clear. Each later first acquisition
- * through this handle stores it beside the lock (field "dlock:info" of the
- * lock's hash, which Redisson ignores), where dlock_lock_inspect shows it;
- * it goes away with the lock. Returns 0, DLOCK_EINVAL or DLOCK_ENOMEM.
+ * through this handle stores it beside the lock (fields "dlock:info" and
+ * "dlock:since" of the lock's hash, which Redisson ignores), where
+ * dlock_lock_inspect shows it; it goes away with the lock. Returns 0, DLOCK_EINVAL or DLOCK_ENOMEM.
  * Thread-safe. */
 DLOCK_API int dlock_lock_set_info(dlock_lock *l, const char *info);
 
@@ -248,6 +248,8 @@ typedef struct dlock_lock_state {
   char owner[DLOCK_OWNER_MAX];    /* the (first) holder's owner id, or "" */
   int hold_count;                 /* that holder's count */
   char info[DLOCK_INFO_MAX + 1];  /* its dlock_lock_set_info text, or "" */
+  int64_t held_ms;                /* how long it has held it (server clock),
+                                     -1 if unknown (no info was set) */
   int64_t ttl_ms;                 /* remaining lease; -2 free, -1 no expiry */
   uint64_t token;                 /* last fencing token issued, 0 if none */
   int waiters;                    /* processes subscribed to its channel */

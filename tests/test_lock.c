@@ -166,6 +166,7 @@ static void t_inspect(void) {
   CHECK(st.ttl_ms > 29000);
   CHECK_EQ(st.token, tok);
   CHECK_EQ(st.waiters, 0);
+  CHECK(st.held_ms >= 0 && st.held_ms < 5000);
   char big[DLOCK_INFO_MAX + 2];
   memset(big, 'i', sizeof big - 1);
   big[sizeof big - 1] = 0;

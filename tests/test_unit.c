@@ -1,5 +1,6 @@
 /* test_unit.c: URL parsing, error codes and names; no server needed. */
 #include "harness.h"
+#include "cli/duration.h"
 #include "core/internal.h"
 
 #include <string.h>
@@ -95,5 +96,29 @@ static void t_bad_open(void) {
   dlock_lock_free(NULL);
 }
 
-TH_MAIN(T(t_url_redis), T(t_url_bad), T(t_url_redact), T(t_errors),
+static void t_durations(void) {
+  static const struct {
+    const char *in;
+    long long ms;
+  } good[] = {{"250ms", 250}, {"30s", 30000},   {"5m", 300000},
+              {"1h", 3600000}, {"10", 10000},   {"0", 0},
+              {"1.5s", 1500},  {"0.25", 250},   {"0.0001s", 1},
+              {"2.5m", 150000}, {"0ms", 0},     {"8784h", 8784LL * 3600000}};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    int64_t ms = -1;
+    CHECK_RC(dl_parse_duration(good[i].in, &ms), 0);
+    CHECK_EQ(ms, good[i].ms);
+  }
+  static const char *bad[] = {"",    "s",    "-1s",  "1x",   "1 s", " 1",
+                              "1e3", "inf",  "nan",  "0x10", "1.s.", "1..2",
+                              "8785h", "99999999999999999999", "1sec", "ms"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int64_t ms = 0;
+    if (dl_parse_duration(bad[i], &ms) == 0)
+      fprintf(stderr, "    accepted '%s'\n", bad[i]);
+    CHECK_EQ(dl_parse_duration(bad[i], &ms), -1);
+  }
+}
+
+TH_MAIN(T(t_durations), T(t_url_redis), T(t_url_bad), T(t_url_redact), T(t_errors),
         T(t_bad_open))

@@ -457,7 +457,7 @@ int dlock_lock_is_lost(dlock_lock *l) {
 static bool owner_field(const redisReply *f, const redisReply *v) {
   if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
     return false;
-  if (strcmp(f->str, "dlock:info") == 0 || strchr(f->str, ':') == NULL)
+  if (strncmp(f->str, "dlock:", 6) == 0 || strchr(f->str, ':') == NULL)
     return false;
   char *end;
   long n = strtol(v->str, &end, 10);
@@ -472,18 +472,23 @@ int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
   dl_backend *b = l->c->backend;
   int rc = b->ops->eval(b, DL_SCRIPT_LOCK_INSPECT, 2, keys, 0, NULL, &r);
   if (rc != 0) return rc;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
       r->element[0]->type != REDIS_REPLY_ARRAY ||
       r->element[1]->type != REDIS_REPLY_INTEGER) {
     freeReplyObject(r);
     return dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to inspect");
   }
   redisReply *all = r->element[0];
+  st->held_ms = -1;
   for (size_t i = 0; i + 1 < all->elements; i += 2) {
     redisReply *f = all->element[i], *v = all->element[i + 1];
-    if (f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING &&
-        strcmp(f->str, "dlock:info") == 0) {
+    bool strs = f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING;
+    if (strs && strcmp(f->str, "dlock:info") == 0) {
       snprintf(st->info, sizeof st->info, "%s", v->str);
+    } else if (strs && strcmp(f->str, "dlock:since") == 0) {
+      if (r->element[3]->type == REDIS_REPLY_INTEGER)
+        st->held_ms = r->element[3]->integer - strtoll(v->str, NULL, 10);
+      if (st->held_ms < 0) st->held_ms = 0;
     } else if (owner_field(f, v)) {
       if (st->holders++ == 0) {
         snprintf(st->owner, sizeof st->owner, "%s", f->str);

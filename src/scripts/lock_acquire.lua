@@ -24,7 +24,9 @@ local function take()
   local token = next_token()
   redis.call('hset', KEYS[1], ARGV[2], 1)
   if ARGV[3] ~= '' then
-    redis.call('hset', KEYS[1], 'dlock:info', ARGV[3])
+    local now = redis.call('time')
+    redis.call('hset', KEYS[1], 'dlock:info', ARGV[3], 'dlock:since',
+               string.format('%.0f', now[1] * 1000 + math.floor(now[2] / 1000)))
   end
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {1, token}

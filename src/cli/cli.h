@@ -1,0 +1,70 @@
+/* cli.h: what the dlock command's subcommands share. */
+#ifndef DLOCK_CLI_H
+#define DLOCK_CLI_H
+
+#include "dlock.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Exit statuses (sysexits.h where one fits). */
+enum {
+  EXIT_USAGE = 64,       /* EX_USAGE */
+  EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: server unreachable or refusing */
+  EXIT_CONFLICT = 75,    /* EX_TEMPFAIL: not acquired in time */
+  EXIT_LOST = 76,        /* the lock was lost while COMMAND ran */
+  EXIT_NOEXEC = 126,
+  EXIT_NOTFOUND = 127,
+};
+
+/* Options every subcommand accepts. */
+typedef struct cli_global {
+  const char *url;      /* -u, else $DLOCK_URL, else the default */
+  char *password;       /* $DLOCK_PASSWORD or --password-file */
+  const char *cacert, *cert, *key;
+  bool insecure;
+  int verbose; /* -v: 1, -q: -1 */
+} cli_global;
+
+/* getopt_long entries for the global options, and their handler: returns 1
+ * if `opt` was one of them, 0 if not, -1 on a bad value (message printed). */
+#define CLI_GLOBAL_LONGOPTS                                                    \
+  {"url", required_argument, 0, 'u'},                                          \
+      {"password-file", required_argument, 0, 1001},                           \
+      {"cacert", required_argument, 0, 1002},                                  \
+      {"cert", required_argument, 0, 1003},                                    \
+      {"key", required_argument, 0, 1004},                                     \
+      {"insecure", no_argument, 0, 1005}, {"quiet", no_argument, 0, 'q'},      \
+      {"verbose", no_argument, 0, 'v'}, {"help", no_argument, 0, 'h'}
+#define CLI_GLOBAL_SHORTOPTS "u:qvh"
+int cli_global_opt(cli_global *g, int opt, const char *arg);
+
+/* Opens the client for g (watchdog lease `lease_ms`, 0 = default). On
+ * failure prints why and returns NULL with *exit_code set. */
+dlock_client *cli_open(const cli_global *g, int64_t lease_ms, int *exit_code);
+
+/* Maps a library error to the command's exit status. */
+int cli_exit_for(int err);
+
+/* The URL to show or pass on: without any password. Caller frees. */
+char *cli_url_public(const char *url);
+
+/* "dlock: " + message on stderr. */
+void cli_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A lock's holder description, parsed from dlock_lock_state.info
+ * ("v1\thost\tpid\tcommand"). Fields point into `buf`. */
+typedef struct cli_holder {
+  const char *host, *pid, *cmd;
+} cli_holder;
+bool cli_parse_holder(const char *info, char *buf, size_t len, cli_holder *h);
+
+/* Writes s as a JSON string (with quotes) to f. */
+void cli_json_str(void *f, const char *s);
+
+int cmd_run(int argc, char **argv, cli_global *g);
+int cmd_status(int argc, char **argv, cli_global *g);
+int cmd_release(int argc, char **argv, cli_global *g);
+int cmd_list(int argc, char **argv, cli_global *g);
+
+#endif

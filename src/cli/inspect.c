@@ -1,0 +1,256 @@
+/* inspect.c: dlock status, dlock release --force and dlock list. */
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void print_duration(FILE *f, int64_t ms) {
+  if (ms < 0) fputs("?", f);
+  else if (ms < 10000) fprintf(f, "%.1fs", (double)ms / 1000);
+  else if (ms < 120000) fprintf(f, "%llds", (long long)(ms / 1000));
+  else if (ms < 7200000) fprintf(f, "%lldm%02llds", (long long)(ms / 60000),
+                                 (long long)(ms / 1000 % 60));
+  else fprintf(f, "%lldh%02lldm", (long long)(ms / 3600000),
+               (long long)(ms / 60000 % 60));
+}
+
+/* "host pid 123 (command)" or the owner id when there is no description. */
+static void print_holder(FILE *f, const dlock_lock_state *st) {
+  char buf[DLOCK_INFO_MAX + 1];
+  cli_holder h;
+  if (cli_parse_holder(st->info, buf, sizeof buf, &h))
+    fprintf(f, "%s pid %s (%s)", h.host, h.pid, h.cmd);
+  else
+    fprintf(f, "%s", st->owner);
+}
+
+static void json_state(FILE *f, const char *name, const dlock_lock_state *st) {
+  fputs("{\"name\":", f);
+  cli_json_str(f, name);
+  fprintf(f, ",\"held\":%s", st->held ? "true" : "false");
+  if (st->held) {
+    fputs(",\"owner\":", f);
+    cli_json_str(f, st->owner);
+    fprintf(f, ",\"hold_count\":%d", st->hold_count);
+    char buf[DLOCK_INFO_MAX + 1];
+    cli_holder h;
+    if (cli_parse_holder(st->info, buf, sizeof buf, &h)) {
+      fputs(",\"host\":", f);
+      cli_json_str(f, h.host);
+      fprintf(f, ",\"pid\":%ld,\"command\":", strtol(h.pid, NULL, 10));
+      cli_json_str(f, h.cmd);
+    }
+    if (st->held_ms >= 0) fprintf(f, ",\"held_ms\":%lld", (long long)st->held_ms);
+    fprintf(f, ",\"lease_ms\":%lld", (long long)st->ttl_ms);
+  }
+  fprintf(f, ",\"token\":%llu,\"waiters\":%d}\n",
+          (unsigned long long)st->token, st->waiters);
+}
+
+static void text_state(FILE *f, const char *name, const dlock_lock_state *st) {
+  if (!st->held) {
+    fprintf(f, "%s: free (last token %llu, %d waiting)\n", name,
+            (unsigned long long)st->token, st->waiters);
+    return;
+  }
+  fprintf(f, "%s: held by ", name);
+  print_holder(f, st);
+  fputc('\n', f);
+  fprintf(f, "  owner:     %s (hold count %d)\n", st->owner, st->hold_count);
+  if (st->held_ms >= 0) {
+    fputs("  held for:  ", f);
+    print_duration(f, st->held_ms);
+    fputc('\n', f);
+  }
+  fputs("  lease:     ", f);
+  if (st->ttl_ms == -1) fputs("no expiry", f);
+  else print_duration(f, st->ttl_ms);
+  fprintf(f, " left\n  token:     %llu\n  waiting:   %d\n",
+          (unsigned long long)st->token, st->waiters);
+}
+
+typedef struct {
+  bool json;
+  bool force;
+  const char *help;
+} simple_opts;
+
+/* Parses [--json] [--force] and the global options; returns the index of
+ * the first operand or -1 (exit code in *rc). */
+static int parse_simple(int argc, char **argv, cli_global *g, simple_opts *o,
+                        int *rc) {
+  static const struct option longopts[] = {
+      CLI_GLOBAL_LONGOPTS, {"json", no_argument, 0, 'j'},
+      {"force", no_argument, 0, 'f'}, {0, 0, 0, 0}};
+  int opt;
+  while ((opt = getopt_long(argc, argv, CLI_GLOBAL_SHORTOPTS "f", longopts,
+                            NULL)) != -1) {
+    if (opt == 'h') {
+      fputs(o->help, stdout);
+      *rc = 0;
+      return -1;
+    }
+    if (opt == 'j') o->json = true;
+    else if (opt == 'f') o->force = true;
+    else if (opt == '?') {
+      cli_err("unknown option '%s' (see dlock %s --help)", argv[optind - 1],
+              argv[0]);
+      *rc = EXIT_USAGE;
+      return -1;
+    } else if (cli_global_opt(g, opt, optarg) < 0) {
+      *rc = EXIT_USAGE;
+      return -1;
+    }
+  }
+  return optind;
+}
+
+/* Opens the client and a handle for `name`; NULL with *rc on failure. */
+static dlock_lock *open_named(cli_global *g, const char *name,
+                              dlock_client **c, int *rc) {
+  *c = cli_open(g, 0, rc);
+  if (*c == NULL) return NULL;
+  dlock_lock *l = NULL;
+  int e = dlock_lock_new(*c, name, NULL, &l);
+  if (e != 0) {
+    cli_err("%s", dlock_client_errmsg(*c));
+    *rc = cli_exit_for(e);
+    dlock_client_close(*c);
+    return NULL;
+  }
+  return l;
+}
+
+int cmd_status(int argc, char **argv, cli_global *g) {
+  simple_opts o = {.help = "usage: dlock status [--json] NAME\n"
+                           "Shows whether NAME is held, by whom (owner, host, "
+                           "pid, command, since when,\nhold count), the lease "
+                           "left, the fencing token and the waiters.\n"
+                           "Exit status: 0 held, 1 free, 69 server trouble, "
+                           "64 usage.\n"};
+  int rc = 0;
+  int i = parse_simple(argc, argv, g, &o, &rc);
+  if (i < 0) return rc;
+  if (o.force || argc - i != 1) {
+    cli_err("usage: dlock status [--json] NAME");
+    return EXIT_USAGE;
+  }
+  dlock_client *c;
+  dlock_lock *l = open_named(g, argv[i], &c, &rc);
+  if (l == NULL) return rc;
+  dlock_lock_state st;
+  int e = dlock_lock_inspect(l, &st);
+  if (e != 0) {
+    cli_err("%s", dlock_client_errmsg(c));
+    rc = cli_exit_for(e);
+  } else {
+    if (o.json) json_state(stdout, argv[i], &st);
+    else text_state(stdout, argv[i], &st);
+    rc = st.held ? 0 : 1;
+  }
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  return rc;
+}
+
+int cmd_release(int argc, char **argv, cli_global *g) {
+  simple_opts o = {.help = "usage: dlock release --force NAME\n"
+                           "Deletes lock NAME whoever holds it and wakes its "
+                           "waiters; prints who held it.\nThe holder's dlock "
+                           "run sees the loss and stops its command (exit "
+                           "76).\nExit status: 0 released, 1 it was free.\n"};
+  int rc = 0;
+  int i = parse_simple(argc, argv, g, &o, &rc);
+  if (i < 0) return rc;
+  if (o.json || argc - i != 1) {
+    cli_err("usage: dlock release --force NAME");
+    return EXIT_USAGE;
+  }
+  if (!o.force) {
+    cli_err("release takes a lock from its holder: say --force");
+    return EXIT_USAGE;
+  }
+  dlock_client *c;
+  dlock_lock *l = open_named(g, argv[i], &c, &rc);
+  if (l == NULL) return rc;
+  dlock_lock_state st;
+  int e = dlock_lock_inspect(l, &st);
+  if (e == 0) e = dlock_lock_force_release(l);
+  if (e < 0) {
+    cli_err("%s", dlock_client_errmsg(c));
+    rc = cli_exit_for(e);
+  } else if (e == 1) {
+    if (g->verbose >= 0) {
+      printf("released %s, held by ", argv[i]);
+      print_holder(stdout, &st);
+      putchar('\n');
+    }
+    rc = 0;
+  } else {
+    if (g->verbose >= 0) printf("%s was not held\n", argv[i]);
+    rc = 1;
+  }
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  return rc;
+}
+
+typedef struct {
+  dlock_client *c;
+  bool json;
+  int held;
+  int err;
+} list_ctx;
+
+static int list_one(const char *name, void *ud) {
+  list_ctx *x = ud;
+  dlock_lock *l;
+  if (dlock_lock_new(x->c, name, NULL, &l) != 0) return 0; /* too long */
+  dlock_lock_state st;
+  int e = dlock_lock_inspect(l, &st);
+  dlock_lock_free(l);
+  if (e != 0) {
+    x->err = e;
+    return 1;
+  }
+  if (!st.held) return 0; /* a hash, but not a lock */
+  x->held++;
+  if (x->json) {
+    json_state(stdout, name, &st);
+    return 0;
+  }
+  printf("%-30s ", name);
+  print_holder(stdout, &st);
+  fputs("  lease ", stdout);
+  if (st.ttl_ms == -1) fputs("none", stdout);
+  else print_duration(stdout, st.ttl_ms);
+  printf("  token %llu\n", (unsigned long long)st.token);
+  return 0;
+}
+
+int cmd_list(int argc, char **argv, cli_global *g) {
+  simple_opts o = {.help = "usage: dlock list [--json] [PATTERN]\n"
+                           "Lists the held locks whose names match PATTERN "
+                           "(a glob, default *), found\nwith SCAN: one line "
+                           "each with the holder and the lease left; --json, "
+                           "one\nobject per line.\n"};
+  int rc = 0;
+  int i = parse_simple(argc, argv, g, &o, &rc);
+  if (i < 0) return rc;
+  if (o.force || argc - i > 1) {
+    cli_err("usage: dlock list [--json] [PATTERN]");
+    return EXIT_USAGE;
+  }
+  dlock_client *c = cli_open(g, 0, &rc);
+  if (c == NULL) return rc;
+  list_ctx x = {c, o.json, 0, 0};
+  int e = dlock_client_scan_locks(c, i < argc ? argv[i] : NULL, list_one, &x);
+  if (e < 0 || x.err) {
+    cli_err("%s", dlock_client_errmsg(c));
+    rc = cli_exit_for(e < 0 ? e : x.err);
+  }
+  dlock_client_close(c);
+  return rc;
+}

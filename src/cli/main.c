@@ -1,0 +1,235 @@
+/* main.c: the dlock command: dispatch, global options, shared helpers. */
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *usage_text =
+    "usage: dlock [-u URL] COMMAND [options] ...\n"
+    "\n"
+    "Distributed locks on Redis, shared with Redisson's RLock.\n"
+    "\n"
+    "commands:\n"
+    "  run [options] NAME -- COMMAND [ARG...]   run COMMAND holding lock NAME\n"
+    "  status [--json] NAME                     who holds NAME (exit 0 held, "
+    "1 free)\n"
+    "  release --force NAME                     delete NAME whoever holds it\n"
+    "  list [--json] [PATTERN]                  the held locks\n"
+    "\n"
+    "global options (any command):\n"
+    "  -u, --url URL          redis://[user[:pass]@]host[:port][/db], "
+    "rediss://...,\n"
+    "                         unix:///path.sock (default $DLOCK_URL, else\n"
+    "                         redis://127.0.0.1:6379)\n"
+    "  --password-file FILE   read the password from FILE (or "
+    "$DLOCK_PASSWORD)\n"
+    "  --cacert FILE          CA for rediss:// (--cert FILE --key FILE: "
+    "client cert)\n"
+    "  --insecure             do not verify the server's certificate\n"
+    "  -q, --quiet            no messages but errors\n"
+    "  -v, --verbose          say what happens\n"
+    "  -h, --help             this help; 'dlock COMMAND --help' for a "
+    "command\n"
+    "\n"
+    "Durations: 250ms, 30s, 5m, 1h, or a number of seconds.\n"
+    "See dlock(1).\n";
+
+void cli_err(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("dlock: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+static char *read_password_file(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return NULL;
+  char buf[1024];
+  char *line = fgets(buf, sizeof buf, f);
+  fclose(f);
+  if (line == NULL) return strdup("");
+  buf[strcspn(buf, "\r\n")] = '\0';
+  return strdup(buf);
+}
+
+int cli_global_opt(cli_global *g, int opt, const char *arg) {
+  switch (opt) {
+  case 'u': g->url = arg; return 1;
+  case 'q': g->verbose = -1; return 1;
+  case 'v': g->verbose = 1; return 1;
+  case 1001:
+    free(g->password);
+    g->password = read_password_file(arg);
+    if (g->password == NULL) {
+      cli_err("cannot read the password file %s: %s", arg, strerror(errno));
+      return -1;
+    }
+    return 1;
+  case 1002: g->cacert = arg; return 1;
+  case 1003: g->cert = arg; return 1;
+  case 1004: g->key = arg; return 1;
+  case 1005: g->insecure = true; return 1;
+  }
+  return 0;
+}
+
+int cli_exit_for(int err) {
+  switch (err) {
+  case DLOCK_EURL:
+  case DLOCK_EINVAL:
+  case DLOCK_ENAMETOOLONG:
+    return EXIT_USAGE;
+  case DLOCK_ELOCKED:
+    return EXIT_CONFLICT;
+  case DLOCK_ELOST:
+    return EXIT_LOST;
+  default:
+    return EXIT_UNAVAILABLE;
+  }
+}
+
+dlock_client *cli_open(const cli_global *g, int64_t lease_ms, int *exit_code) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = g->url;
+  o.password = g->password;
+  o.client_name = "dlock-cli";
+  o.tls_ca_file = g->cacert;
+  o.tls_cert_file = g->cert;
+  o.tls_key_file = g->key;
+  o.tls_verify = !g->insecure;
+  if (lease_ms > 0) o.watchdog_timeout_ms = lease_ms;
+  dlock_client *c = NULL;
+  int rc = dlock_client_open(&o, &c);
+  if (rc != 0) {
+    cli_err("%s", dlock_client_open_errmsg());
+    *exit_code = cli_exit_for(rc);
+    return NULL;
+  }
+  return c;
+}
+
+char *cli_url_public(const char *url) {
+  /* scheme://user:pass@host -> scheme://user@host */
+  const char *p = strstr(url, "://");
+  char *out = strdup(url);
+  if (p == NULL || out == NULL) return out;
+  p += 3;
+  const char *slash = strchr(p, '/');
+  const char *end = slash ? slash : p + strlen(p);
+  const char *at = NULL;
+  for (const char *s = p; s < end; s++)
+    if (*s == '@') at = s;
+  if (at == NULL) return out;
+  const char *colon = memchr(p, ':', (size_t)(at - p));
+  if (colon == NULL) return out;
+  size_t head = (size_t)(colon - url);
+  if (colon == p) head = (size_t)(p - url); /* ":pass@" -> no userinfo */
+  snprintf(out + head, strlen(url) + 1 - head, "%s",
+           colon == p ? at + 1 : at);
+  return out;
+}
+
+bool cli_parse_holder(const char *info, char *buf, size_t len,
+                      cli_holder *h) {
+  memset(h, 0, sizeof *h);
+  if (strncmp(info, "v1\t", 3) != 0) return false;
+  snprintf(buf, len, "%s", info + 3);
+  char *host = buf, *pid = strchr(host, '\t');
+  if (pid == NULL) return false;
+  *pid++ = '\0';
+  char *cmd = strchr(pid, '\t');
+  if (cmd == NULL) return false;
+  *cmd++ = '\0';
+  h->host = host;
+  h->pid = pid;
+  h->cmd = cmd;
+  return true;
+}
+
+void cli_json_str(void *fp, const char *s) {
+  FILE *f = fp;
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+    else if (*p == '\n') fputs("\\n", f);
+    else if (*p == '\t') fputs("\\t", f);
+    else if (*p < 0x20 || *p == 0x7f) fprintf(f, "\\u%04x", *p);
+    else fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+/* Whether the URL carries its own password (user:pass@ or :pass@). */
+static bool url_has_password(const char *url) {
+  const char *p = url ? strstr(url, "://") : NULL;
+  if (p == NULL) return false;
+  p += 3;
+  const char *at = strchr(p, '@'), *slash = strchr(p, '/');
+  if (at == NULL || (slash && slash < at)) return false;
+  const char *colon = memchr(p, ':', (size_t)(at - p));
+  return colon != NULL;
+}
+
+int main(int argc, char **argv) {
+  cli_global g = {0};
+  g.url = getenv("DLOCK_URL");
+  if (g.url && *g.url == '\0') g.url = NULL;
+
+  /* Global options before the command. */
+  int i = 1;
+  static const struct option longopts[] = {CLI_GLOBAL_LONGOPTS, {0, 0, 0, 0}};
+  opterr = 0;
+  int opt;
+  /* '+': stop at the first non-option (the command). */
+  while ((opt = getopt_long(argc, argv, "+" CLI_GLOBAL_SHORTOPTS, longopts,
+                            NULL)) != -1) {
+    if (opt == 'h') {
+      fputs(usage_text, stdout);
+      return 0;
+    }
+    if (opt == '?') {
+      cli_err("unknown option '%s' (see dlock --help)", argv[optind - 1]);
+      return EXIT_USAGE;
+    }
+    int r = cli_global_opt(&g, opt, optarg);
+    if (r < 0) return EXIT_USAGE;
+  }
+  i = optind;
+  /* A password: --password-file, else the URL's own, else $DLOCK_PASSWORD. */
+  const char *pw = getenv("DLOCK_PASSWORD");
+  if (g.password == NULL && pw && *pw && !url_has_password(g.url))
+    g.password = strdup(pw);
+  if (i >= argc) {
+    fputs(usage_text, stderr);
+    return EXIT_USAGE;
+  }
+  const char *cmd = argv[i];
+  int sub_argc = argc - i;
+  char **sub_argv = argv + i;
+  optind = 1; /* each command parses its own options */
+  int rc;
+  if (strcmp(cmd, "run") == 0) rc = cmd_run(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "status") == 0) rc = cmd_status(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "release") == 0)
+    rc = cmd_release(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "list") == 0) rc = cmd_list(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "help") == 0) {
+    fputs(usage_text, stdout);
+    rc = 0;
+  } else if (strcmp(cmd, "version") == 0) {
+    printf("dlock %s\n", dlock_version(NULL));
+    rc = 0;
+  } else {
+    cli_err("unknown command '%s' (see dlock --help)", cmd);
+    rc = EXIT_USAGE;
+  }
+  free(g.password);
+  return rc;
+}

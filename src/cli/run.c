@@ -1,0 +1,423 @@
+/* run.c: dlock run: acquire a lock, run a command while holding it, release.
+ *
+ * Signals: the interesting ones are blocked in every thread from the start,
+ * and the main thread takes them with sigtimedwait, so a signal is never
+ * handled in a library thread or lost between checks. The lock is acquired
+ * on a helper thread that raises SIGUSR2 when done; a lost lock raises
+ * SIGUSR1 from the watchdog thread. */
+#include "cli.h"
+#include "duration.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *run_help =
+    "usage: dlock run [options] NAME -- COMMAND [ARG...]\n"
+    "Acquires lock NAME, runs COMMAND while holding it, releases it when "
+    "COMMAND ends.\n"
+    "\n"
+    "  -w, --wait DURATION        how long to wait for the lock (default "
+    "forever;\n"
+    "                             0 = one attempt)\n"
+    "  -l, --lease DURATION       how long the lock outlives a dead holder "
+    "(default 30s);\n"
+    "                             renewed while COMMAND runs\n"
+    "      --no-renew             a fixed lease: COMMAND is stopped as lost "
+    "when it ends\n"
+    "  -E, --conflict-exit-code N exit status when not acquired in time "
+    "(default 75)\n"
+    "      --kill-grace DURATION  on lock loss, SIGTERM to SIGKILL delay "
+    "(default 5s,\n"
+    "                             at most the lease)\n"
+    "  -q, --quiet / -v, --verbose\n"
+    "\n"
+    "COMMAND runs without a shell, in its own process group, with "
+    "DLOCK_NAME,\n"
+    "DLOCK_TOKEN (the fencing token) and DLOCK_URL (no password) in its "
+    "environment.\n"
+    "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to its group.\n"
+    "\n"
+    "Exit status: COMMAND's (128+N if killed by signal N); 75 (-E) not "
+    "acquired in\n"
+    "time; 76 lock lost while COMMAND ran; 69 server unreachable or "
+    "refusing;\n"
+    "64 usage; 127 COMMAND not found, 126 not executable.\n";
+
+typedef struct acq {
+  dlock_lock *lock;
+  int64_t wait_ms, lease_ms;
+  uint64_t token;
+  int rc;
+  pthread_t thread;
+} acq;
+
+static void *acquire_thread(void *p) {
+  acq *a = p;
+  a->rc = dlock_lock_try_acquire(a->lock, a->wait_ms, a->lease_ms, &a->token);
+  kill(getpid(), SIGUSR2);
+  return NULL;
+}
+
+static void on_lost(dlock_lock *l, const char *owner, void *ud) {
+  (void)l;
+  (void)owner;
+  (void)ud;
+  kill(getpid(), SIGUSR1);
+}
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits for one of `set` until deadline_ms (-1 = forever). Returns the
+ * signal, or 0 on timeout. */
+static int wait_signal(const sigset_t *set, int64_t deadline_ms) {
+  for (;;) {
+    int sig;
+    if (deadline_ms < 0) {
+      sig = sigwaitinfo(set, NULL);
+    } else {
+      int64_t left = deadline_ms - mono_ms();
+      if (left <= 0) return 0;
+      struct timespec ts = {left / 1000, (left % 1000) * 1000000L};
+      sig = sigtimedwait(set, NULL, &ts);
+      if (sig < 0 && errno == EAGAIN) return 0;
+    }
+    if (sig > 0) return sig;
+  }
+}
+
+/* The one status line shown on a terminal while waiting. */
+static void show_waiting(dlock_lock *l, const char *name, int64_t since) {
+  dlock_lock_state st;
+  char line[600];
+  double waited = (double)(mono_ms() - since) / 1000;
+  if (dlock_lock_inspect(l, &st) != 0 || !st.held) {
+    snprintf(line, sizeof line, "waiting for %s (%.0fs)", name, waited);
+  } else {
+    char buf[DLOCK_INFO_MAX + 1], held[32] = "";
+    cli_holder h;
+    if (st.held_ms >= 0)
+      snprintf(held, sizeof held, " for %llds", (long long)st.held_ms / 1000);
+    if (cli_parse_holder(st.info, buf, sizeof buf, &h))
+      snprintf(line, sizeof line, "waiting for %s (%.0fs): held by %s pid %s "
+               "(%.60s)%s", name, waited, h.host, h.pid, h.cmd, held);
+    else
+      snprintf(line, sizeof line, "waiting for %s (%.0fs): held by %s%s", name,
+               waited, st.owner, held);
+  }
+  fprintf(stderr, "\r\033[Kdlock: %s", line);
+  fflush(stderr);
+}
+
+static void clear_line(void) {
+  fputs("\r\033[K", stderr);
+  fflush(stderr);
+}
+
+/* The holder description stored beside the lock: "v1\thost\tpid\tcmd". */
+static void make_info(char *buf, size_t len, char **cmd) {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  int n = snprintf(buf, len, "v1\t%s\t%d\t", host, (int)getpid());
+  for (int i = 0; cmd[i] && n < (int)len - 1; i++) {
+    for (const char *s = cmd[i]; *s && n < (int)len - 1; s++)
+      buf[n++] = (*s == '\t' || *s == '\n' || *s == '\r') ? ' ' : *s;
+    if (cmd[i + 1] && n < (int)len - 1) buf[n++] = ' ';
+  }
+  buf[n < (int)len ? n : (int)len - 1] = '\0';
+}
+
+/* Child side: own process group (foreground on the terminal if we were),
+ * environment, exec. Reports exec's errno on `errfd` and exits 127. */
+static void child(char **cmd, int errfd, const sigset_t *orig,
+                  bool take_tty) {
+  setpgid(0, 0);
+  if (take_tty) tcsetpgrp(STDIN_FILENO, getpid()); /* SIGTTOU is blocked */
+  for (int s = 1; s < NSIG; s++)
+    if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
+  sigprocmask(SIG_SETMASK, orig, NULL);
+  execvp(cmd[0], cmd);
+  int e = errno;
+  if (write(errfd, &e, sizeof e) != sizeof e) _exit(EXIT_NOTFOUND);
+  _exit(EXIT_NOTFOUND);
+}
+
+static int parse_count(const char *s, int *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (*s == '\0' || *end != '\0' || v < 0 || v > 255) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+int cmd_run(int argc, char **argv, cli_global *g) {
+  static const struct option longopts[] = {
+      CLI_GLOBAL_LONGOPTS,
+      {"wait", required_argument, 0, 'w'},
+      {"lease", required_argument, 0, 'l'},
+      {"no-renew", no_argument, 0, 2001},
+      {"conflict-exit-code", required_argument, 0, 'E'},
+      {"kill-grace", required_argument, 0, 2002},
+      {0, 0, 0, 0}};
+  int64_t wait_ms = -1, lease_ms = 30000, grace_ms = 5000;
+  bool renew = true, grace_set = false;
+  int conflict = EXIT_CONFLICT;
+  int opt;
+  /* '+': options end at NAME; "--" separates the command. */
+  while ((opt = getopt_long(argc, argv, "+" CLI_GLOBAL_SHORTOPTS "w:l:E:",
+                            longopts, NULL)) != -1) {
+    switch (opt) {
+    case 'h': fputs(run_help, stdout); return 0;
+    case 'w':
+      if (dl_parse_duration(optarg, &wait_ms) != 0) {
+        cli_err("bad duration for --wait: '%s' (e.g. 250ms, 30s, 5m, 1h)",
+                optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 'l':
+      if (dl_parse_duration(optarg, &lease_ms) != 0 || lease_ms < 3) {
+        cli_err("bad duration for --lease: '%s' (e.g. 30s; at least 3ms)",
+                optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 2001: renew = false; break;
+    case 'E':
+      if (parse_count(optarg, &conflict) != 0) {
+        cli_err("bad --conflict-exit-code '%s' (0-255)", optarg);
+        return EXIT_USAGE;
+      }
+      break;
+    case 2002:
+      if (dl_parse_duration(optarg, &grace_ms) != 0) {
+        cli_err("bad duration for --kill-grace: '%s'", optarg);
+        return EXIT_USAGE;
+      }
+      grace_set = true;
+      break;
+    case '?':
+      cli_err("unknown or incomplete option '%s' (see dlock run --help)",
+              argv[optind - 1]);
+      return EXIT_USAGE;
+    default:
+      if (cli_global_opt(g, opt, optarg) < 0) return EXIT_USAGE;
+    }
+  }
+  (void)grace_set;
+  if (grace_ms > lease_ms) grace_ms = lease_ms;
+  if (optind >= argc) {
+    cli_err("missing lock NAME (usage: dlock run [options] NAME -- COMMAND)");
+    return EXIT_USAGE;
+  }
+  const char *name = argv[optind++];
+  if (optind >= argc || strcmp(argv[optind], "--") != 0) {
+    cli_err("missing '--' before the command (usage: dlock run [options] "
+            "NAME -- COMMAND [ARG...])");
+    return EXIT_USAGE;
+  }
+  optind++;
+  if (optind >= argc) {
+    cli_err("missing COMMAND after '--'");
+    return EXIT_USAGE;
+  }
+  char **cmd = argv + optind;
+  if (*name == '\0' || strlen(name) > DLOCK_NAME_MAX) {
+    cli_err("the lock name must be 1 to %d bytes", DLOCK_NAME_MAX);
+    return EXIT_USAGE;
+  }
+
+  /* Block the signals we take ourselves, before any thread exists. */
+  sigset_t set, orig;
+  sigemptyset(&set);
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    sigaddset(&set, sigs[i]);
+  sigset_t blocked = set;
+  sigaddset(&blocked, SIGTTOU);
+  pthread_sigmask(SIG_BLOCK, &blocked, &orig);
+
+  int rc = 0;
+  dlock_client *c = cli_open(g, renew ? lease_ms : 0, &rc);
+  if (c == NULL) return rc;
+  /* An explicit owner: the helper thread acquires, this thread releases. */
+  char owner[32];
+  snprintf(owner, sizeof owner, "%d", (int)getpid());
+  dlock_lock *l = NULL;
+  int e = dlock_lock_new(c, name, owner, &l);
+  if (e != 0) {
+    cli_err("%s", dlock_client_errmsg(c));
+    dlock_client_close(c);
+    return cli_exit_for(e);
+  }
+  char info[DLOCK_INFO_MAX + 1];
+  make_info(info, sizeof info, cmd);
+  dlock_lock_set_info(l, info);
+  dlock_lock_on_lost(l, on_lost, NULL);
+
+  /* ---- acquire, on a helper thread; signals and the status line here ---- */
+  acq a = {.lock = l, .wait_ms = wait_ms, .lease_ms = renew ? 0 : lease_ms};
+  int64_t started = mono_ms();
+  bool tty_status = g->verbose >= 0 && isatty(STDERR_FILENO);
+  pthread_create(&a.thread, NULL, acquire_thread, &a);
+  bool shown = false;
+  for (;;) {
+    int64_t next = tty_status ? mono_ms() + (shown ? 500 : 300) : -1;
+    int sig = wait_signal(&set, next);
+    if (sig == SIGUSR2) break;
+    if (sig == 0) {
+      show_waiting(l, name, started);
+      shown = true;
+    } else if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP ||
+               sig == SIGQUIT) {
+      /* Interrupted while waiting: leave at once. Had the lock just been
+       * granted, its lease frees it (the watchdog dies with us). */
+      if (shown) clear_line();
+      _exit(128 + sig);
+    }
+  }
+  pthread_join(a.thread, NULL);
+  if (shown) clear_line();
+  if (a.rc != 0) {
+    if (a.rc == DLOCK_ELOCKED) {
+      if (g->verbose >= 0) {
+        dlock_lock_state st;
+        if (dlock_lock_inspect(l, &st) == 0 && st.held) {
+          char buf[DLOCK_INFO_MAX + 1];
+          cli_holder h;
+          if (cli_parse_holder(st.info, buf, sizeof buf, &h))
+            cli_err("%s is held by %s pid %s (%s)", name, h.host, h.pid,
+                    h.cmd);
+          else
+            cli_err("%s is held by %s", name, st.owner);
+        } else {
+          cli_err("%s was not acquired in time", name);
+        }
+      }
+      rc = conflict;
+    } else {
+      cli_err("%s", dlock_client_errmsg(c));
+      rc = cli_exit_for(a.rc);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return rc;
+  }
+  int64_t acquired_at = mono_ms();
+  if (g->verbose > 0)
+    cli_err("acquired %s (token %llu) after %lld ms", name,
+            (unsigned long long)a.token, (long long)(acquired_at - started));
+
+  /* ---- run COMMAND ---- */
+  char tok[32];
+  snprintf(tok, sizeof tok, "%llu", (unsigned long long)a.token);
+  char *pub = cli_url_public(g->url ? g->url : "redis://127.0.0.1:6379");
+  setenv("DLOCK_NAME", name, 1);
+  setenv("DLOCK_TOKEN", tok, 1);
+  setenv("DLOCK_URL", pub ? pub : "", 1);
+  free(pub);
+  bool take_tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
+  int errpipe[2];
+  if (pipe2(errpipe, O_CLOEXEC) != 0) {
+    cli_err("pipe: %s", strerror(errno));
+    dlock_lock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return EXIT_UNAVAILABLE;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(errpipe[0]);
+    child(cmd, errpipe[1], &orig, take_tty);
+  }
+  close(errpipe[1]);
+  if (pid < 0) {
+    cli_err("fork: %s", strerror(errno));
+    close(errpipe[0]);
+    dlock_lock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    return EXIT_UNAVAILABLE;
+  }
+  setpgid(pid, pid); /* also here: no race with signals we forward */
+  int exec_errno = 0;
+  ssize_t got = read(errpipe[0], &exec_errno, sizeof exec_errno);
+  close(errpipe[0]);
+  int status = 0;
+  bool lost = false;
+  if (got == (ssize_t)sizeof exec_errno) { /* exec failed */
+    waitpid(pid, &status, 0);
+    cli_err("%s: %s", cmd[0], exec_errno == ENOENT ? "command not found"
+                                                   : strerror(exec_errno));
+    rc = exec_errno == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
+  } else {
+    int64_t lease_end = renew ? -1 : acquired_at + lease_ms;
+    int64_t kill_at = -1;
+    for (;;) {
+      int64_t deadline = kill_at >= 0 ? kill_at : lease_end;
+      int sig = wait_signal(&set, deadline);
+      if (sig == SIGCHLD) {
+        if (waitpid(pid, &status, WNOHANG) == pid) break;
+        continue;
+      }
+      if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
+        if (g->verbose > 0) cli_err("forwarding signal %d", sig);
+        kill(-pid, sig);
+        continue;
+      }
+      if (sig == 0 && kill_at >= 0) {
+        kill(-pid, SIGKILL);
+        kill_at = -1;
+        lease_end = -1;
+        continue;
+      }
+      if ((sig == SIGUSR1 || sig == 0) && !lost) {
+        /* Lost: the lease could not be renewed, it was taken or
+         * force-released, or a fixed lease ran out. */
+        lost = true;
+        if (g->verbose >= 0)
+          cli_err("lost lock %s; stopping %s (SIGTERM, SIGKILL in %lld ms)",
+                  name, cmd[0], (long long)grace_ms);
+        kill(-pid, SIGTERM);
+        kill_at = mono_ms() + grace_ms;
+        lease_end = -1;
+      }
+    }
+    if (WIFEXITED(status)) rc = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status)) rc = 128 + WTERMSIG(status);
+  }
+  if (take_tty) tcsetpgrp(STDIN_FILENO, getpgrp());
+
+  /* ---- release ---- */
+  if (lost) {
+    dlock_lock_release(l); /* forgets the lost hold */
+    rc = EXIT_LOST;
+  } else {
+    e = dlock_lock_release(l);
+    if (e == DLOCK_ELOST) {
+      cli_err("lock %s was lost before %s finished", name, cmd[0]);
+      rc = EXIT_LOST;
+    } else if (e < 0) {
+      cli_err("could not release %s (it expires with its lease): %s", name,
+              dlock_client_errmsg(c));
+    } else if (g->verbose > 0) {
+      cli_err("released %s after %lld ms", name,
+              (long long)(mono_ms() - acquired_at));
+    }
+  }
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  return rc;
+}

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# test_cli.sh: end-to-end tests of the dlock command against a private
+# redis-server. Usage: test_cli.sh PATH/TO/dlock
+set -u
+DLOCK=$(realpath "$1")
+TMP=$(mktemp -d /tmp/dlock-cli-XXXXXX)
+SOCK=$TMP/redis.sock
+PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+redis-server --port "$PORT" --bind 127.0.0.1 --unixsocket "$SOCK" --dir "$TMP" \
+  --save '' --appendonly no --requirepass s3cret --logfile "$TMP/redis.log" \
+  --daemonize no &
+SERVER=$!
+cleanup() {
+  kill -9 "$SERVER" 2>/dev/null
+  wait "$SERVER" 2>/dev/null
+  pkill -9 -f "$TMP/" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+export DLOCK_URL="unix://$SOCK" DLOCK_PASSWORD=s3cret
+rcli() { redis-cli -s "$SOCK" -a s3cret --no-auth-warning "$@"; }
+for _ in $(seq 200); do rcli ping >/dev/null 2>&1 && break; sleep 0.02; done
+cd "$TMP" || exit 2
+
+passed=0 failed=0 current=""
+fail() { echo "    $current: $*" >&2; current_failed=1; }
+run_test() {
+  current=$1 current_failed=0
+  local t0=$(date +%s%N)
+  "$1"
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  if [ "$current_failed" = 0 ]; then echo "ok   $1 ($ms ms)"; passed=$((passed+1))
+  else echo "FAIL $1 ($ms ms)"; failed=$((failed+1)); fi
+}
+expect_rc() { # expect_rc WANT GOT WHAT
+  [ "$2" = "$1" ] || fail "$3: exit $2, expected $1"
+}
+# wait_until CMD...: polls up to 10 s
+wait_until() {
+  for _ in $(seq 500); do "$@" && return 0; sleep 0.02; done
+  return 1
+}
+is_held() { "$DLOCK" status "$1" >/dev/null 2>&1; }
+not_held() { ! is_held "$1"; }
+
+t_mutual_exclusion() {
+  echo 0 > counter
+  local pids=()
+  for i in $(seq 10); do
+    ( for j in $(seq 5); do
+        "$DLOCK" run -q mutex -- sh -c 'v=$(cat counter); sleep 0.01; echo $((v+1)) > counter' || exit 1
+      done ) &
+    pids+=($!)
+  done
+  local bad=0
+  for p in "${pids[@]}"; do wait "$p" || bad=1; done
+  [ "$bad" = 0 ] || fail "a dlock run failed"
+  [ "$(cat counter)" = 50 ] || fail "counter is $(cat counter), expected 50"
+}
+
+t_exit_status() {
+  "$DLOCK" run st -- sh -c 'exit 3'; expect_rc 3 $? "exit 3"
+  "$DLOCK" run st -- true; expect_rc 0 $? "true"
+  "$DLOCK" run st -- sh -c 'kill -TERM $$'; expect_rc 143 $? "death by SIGTERM"
+  "$DLOCK" run st -- sh -c 'kill -KILL $$'; expect_rc 137 $? "death by SIGKILL"
+  not_held st || fail "lock still held after the commands"
+}
+
+t_conflict() {
+  "$DLOCK" run -q c1 -- sleep 3 & local h=$!
+  wait_until is_held c1 || fail "holder never took it"
+  local t0=$(date +%s%N)
+  "$DLOCK" run -q -w 0 c1 -- true; expect_rc 75 $? "-w 0"
+  "$DLOCK" run -q -w 0 -E 9 c1 -- true; expect_rc 9 $? "-E 9"
+  local err
+  err=$("$DLOCK" run -w 0 c1 -- true 2>&1); expect_rc 75 $? "-w 0 (not quiet)"
+  case "$err" in *"held by"*"sleep 3"*) ;; *) fail "conflict message: $err" ;; esac
+  t0=$(date +%s%N)
+  "$DLOCK" run -q -w 300ms c1 -- true; expect_rc 75 $? "-w 300ms"
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ "$ms" -ge 290 ] || fail "gave up after $ms ms, before the 300 ms wait"
+  "$DLOCK" run -q -w 10s c1 -- true; expect_rc 0 $? "-w 10s gets it after the holder"
+  wait "$h"; expect_rc 0 $? "holder"
+}
+
+t_signal_forwarding() {
+  "$DLOCK" run sig -- sh -c 'sleep 30 & echo $! > grandchild.pid; wait' & local d=$!
+  wait_until test -s grandchild.pid || fail "no grandchild"
+  local gc; gc=$(cat grandchild.pid)
+  kill -TERM "$d"
+  wait "$d"; local rc=$?
+  [ "$rc" = 143 ] || fail "dlock exit $rc, expected 143 (sh died of SIGTERM)"
+  wait_until sh -c "! kill -0 $gc 2>/dev/null" || fail "grandchild $gc survived SIGTERM"
+  not_held sig || fail "lock not released"
+  rm -f grandchild.pid
+}
+
+t_lock_loss_kills_command() {
+  "$DLOCK" run -q -l 1500ms loss -- sh -c 'sleep 30 & echo $! > loss.pid; wait' & local d=$!
+  wait_until test -s loss.pid || fail "no command"
+  "$DLOCK" release --force loss >/dev/null; expect_rc 0 $? "release --force"
+  "$DLOCK" run -q -l 30s loss -- sleep 2 & local other=$!  # someone else takes it
+  local t0=$(date +%s%N)
+  wait "$d"; local rc=$?
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  expect_rc 76 "$rc" "after losing the lock"
+  [ "$ms" -lt 3000 ] || fail "loss took $ms ms to act on"
+  wait_until sh -c "! kill -0 $(cat loss.pid) 2>/dev/null" || fail "command survived"
+  wait "$other"
+  rm -f loss.pid
+}
+
+t_sigkilled_runner_frees_after_lease() {
+  "$DLOCK" run -q -l 1s killed -- sleep 30 & local d=$!
+  wait_until is_held killed || fail "not held"
+  kill -9 "$d"; wait "$d" 2>/dev/null
+  local t0=$(date +%s%N)
+  "$DLOCK" run -q -w 10s killed -- true; expect_rc 0 $? "after the lease"
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ "$ms" -lt 2000 ] || fail "took $ms ms, lease is 1 s"
+  pkill -f "sleep 30" 2>/dev/null; true
+}
+
+t_token_increases() {
+  local last=0 t
+  for i in $(seq 5); do
+    t=$("$DLOCK" run tok -- sh -c 'echo $DLOCK_TOKEN')
+    [ "$t" -gt "$last" ] || fail "token $t after $last"
+    last=$t
+  done
+  local env; env=$("$DLOCK" run tok -- sh -c 'echo "$DLOCK_NAME $DLOCK_URL"')
+  [ "$env" = "tok unix://$SOCK" ] || fail "env: $env"
+}
+
+t_url_without_password() {
+  local out
+  out=$(DLOCK_PASSWORD=wrong "$DLOCK" -u "redis://:s3cret@127.0.0.1:$PORT" run pw -- sh -c 'echo $DLOCK_URL')
+  expect_rc 0 $? "password in the URL"
+  [ "$out" = "redis://127.0.0.1:$PORT" ] || fail "DLOCK_URL is '$out'"
+  echo s3cret > pwfile
+  DLOCK_PASSWORD=wrong "$DLOCK" -u "redis://127.0.0.1:$PORT" --password-file pwfile run pw -- true
+  expect_rc 0 $? "--password-file"
+  out=$(DLOCK_PASSWORD=wrong "$DLOCK" status pw 2>&1); expect_rc 69 $? "wrong password"
+  case "$out" in *wrong*) fail "the password appears in: $out" ;; esac
+}
+
+t_status_and_list_json() {
+  "$DLOCK" run -q js -- sleep 2 & local h=$!
+  wait_until is_held js || fail "not held"
+  local out
+  out=$("$DLOCK" status --json js); expect_rc 0 $? "status of a held lock"
+  python3 -c '
+import json,sys
+d=json.loads(sys.argv[1])
+assert d["held"] and d["command"]=="sleep 2" and d["pid"]>0 and d["token"]>0, d
+assert d["lease_ms"]>0 and d["hold_count"]==1 and d["host"], d
+' "$out" || fail "status --json: $out"
+  out=$("$DLOCK" list --json 'j*'); expect_rc 0 $? "list"
+  python3 -c '
+import json,sys
+rows=[json.loads(l) for l in sys.argv[1].splitlines()]
+assert [r["name"] for r in rows]==["js"] and rows[0]["command"]=="sleep 2", rows
+' "$out" || fail "list --json: $out"
+  out=$("$DLOCK" list); case "$out" in js*"sleep 2"*) ;; *) fail "list: $out" ;; esac
+  wait "$h"
+  "$DLOCK" status js >/dev/null; expect_rc 1 $? "status of a free lock"
+  out=$("$DLOCK" status --json js)
+  python3 -c 'import json,sys; assert not json.loads(sys.argv[1])["held"]' "$out" || fail "$out"
+  "$DLOCK" release --force js >/dev/null; expect_rc 1 $? "release of a free lock"
+}
+
+t_bad_input() {
+  local long; long=$(head -c 1100 /dev/zero | tr '\0' x)
+  local cases=(
+    "64|run --bogus n -- true"
+    "64|run n true"
+    "64|run n --"
+    "64|run"
+    "64|run -w 5x n -- true"
+    "64|run -w -1s n -- true"
+    "64|run -l abc n -- true"
+    "64|run -E 300 n -- true"
+    "64|-u bad://x status n"
+    "64|-u redis://h:99999 status n"
+    "64|frobnicate"
+    "64|status"
+    "64|release n"
+    "64|status $long"
+    "69|-u redis://127.0.0.1:1 status n"
+  )
+  for c in "${cases[@]}"; do
+    local want=${c%%|*} args=${c#*|} out
+    # shellcheck disable=SC2086
+    out=$("$DLOCK" $args 2>&1 >/dev/null); local rc=$?
+    [ "$rc" = "$want" ] || fail "dlock $args: exit $rc, expected $want"
+    [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] && [ -n "$out" ] \
+      || fail "dlock $args: want one line of message, got: $out"
+  done
+  "$DLOCK" run "" -- true 2>/dev/null; expect_rc 64 $? "empty name"
+  "$DLOCK" run nf -- /nonexistent/cmd 2>/dev/null; expect_rc 127 $? "missing command"
+  not_held nf || fail "lock kept after a missing command"
+  "$DLOCK" run nx -- /etc/passwd 2>/dev/null; expect_rc 126 $? "not executable"
+  "$DLOCK" --help >/dev/null; expect_rc 0 $? "--help"
+  for c in run status release list; do
+    "$DLOCK" "$c" --help | grep -q "usage: dlock $c" || fail "$c --help"
+  done
+}
+
+for t in t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
+         t_lock_loss_kills_command t_sigkilled_runner_frees_after_lease \
+         t_token_increases t_url_without_password t_status_and_list_json \
+         t_bad_input; do
+  run_test "$t"
+done
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
