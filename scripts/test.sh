@@ -5,7 +5,7 @@
 #   scripts/test.sh asan       AddressSanitizer + UndefinedBehaviorSanitizer
 #   scripts/test.sh tsan       ThreadSanitizer
 #   scripts/test.sh valgrind   memcheck over every test binary
-#   scripts/test.sh all        normal, asan and tsan in turn
+#   scripts/test.sh all        normal, valgrind, asan and tsan in turn
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-normal}
@@ -36,6 +36,6 @@ case "$mode" in
       valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite \
         --trace-children=no "$t"
     done ;;
-  all) "$0" normal && "$0" asan && "$0" tsan ;;
+  all) "$0" normal && "$0" valgrind && "$0" asan && "$0" tsan ;;
   *) echo "usage: $0 [normal|asan|tsan|valgrind|all]" >&2; exit 64 ;;
 esac
