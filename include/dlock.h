@@ -106,6 +106,10 @@ typedef struct dlock_client_options {
   /* Command connections shared by all threads (requests are pipelined
    * over them). Default 1, at most 64. */
   int connections;
+  /* The lock is not fair: a waiter that has waited this long reserves the
+   * next hand-off, so no waiter starves (Go's mutex starvation mode).
+   * Default 20; 0 = never reserve. */
+  int starvation_ms;
 
   /* TLS (rediss:// URLs). All paths are PEM files or directories. */
   const char *tls_ca_file;
@@ -149,6 +153,20 @@ DLOCK_API const char *dlock_client_id(const dlock_client *c);
  * (at most len bytes with the NUL). Returns its length, or DLOCK_EINVAL
  * when it does not fit. Thread-safe. */
 DLOCK_API int dlock_client_owner(const dlock_client *c, char *buf, size_t len);
+
+/* Counters since the client was opened, for monitoring and benchmarks. */
+typedef struct dlock_client_stats {
+  uint64_t writes;        /* writes on the command connections (one write
+                             carries every request pipelined at that moment) */
+  uint64_t wakeups;       /* waiters woken by unlock messages */
+  uint64_t renewal_calls; /* watchdog script calls (up to 100 locks each) */
+  uint64_t renewals;      /* lock leases extended by the watchdog */
+  uint64_t lost;          /* holds the watchdog found lost */
+  uint64_t watched;       /* locks the watchdog renews now */
+} dlock_client_stats;
+
+/* Fills *st. Returns 0, or DLOCK_EINVAL. Thread-safe; no server call. */
+DLOCK_API int dlock_client_stats_get(dlock_client *c, dlock_client_stats *st);
 
 /* Sends PING and waits for PONG. Returns 0 or a negative code. */
 DLOCK_API int dlock_client_ping(dlock_client *c);

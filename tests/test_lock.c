@@ -524,6 +524,89 @@ static void t_killed_holder_frees_after_lease(void) {
   dlock_client_close(c);
 }
 
+/* ---- starvation mode ---- */
+
+static void *wait_long(void *p) {
+  thr_arg *a = p;
+  a->rc = dlock_lock_try_acquire(a->l, 10000, 10000, NULL);
+  a->t_acquired = th_now_ms();
+  return NULL;
+}
+
+static bool handoff_reserved(void *p) {
+  (void)p;
+  return th_cmd_int(&srv, "EXISTS dlock_handoff:{t:starve}") == 1;
+}
+
+static void t_starving_waiter_reserves_handoff(void) {
+  /* A holder that frees the lock and asks again at once would win the race
+   * against the waiter it woke (one round trip against a message and a round
+   * trip). A waiter past the starvation threshold reserves the hand-off: the
+   * holder's immediate retry fails and the waiter gets the lock. */
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:starve", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:starve", "waiter", &lb), 0);
+  CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
+  thr_arg w = {lb, -100, 0};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_long, &w);
+  CHECK(th_wait_for(handoff_reserved, NULL, 3000));
+  redisReply *r = th_cmd(&srv, "GET dlock_handoff:{t:starve}");
+  CHECK(r && r->type == REDIS_REPLY_STRING && strstr(r->str, ":waiter"));
+  freeReplyObject(r);
+  CHECK_EQ(dlock_lock_release(la), 1);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 30000, NULL), DLOCK_ELOCKED);
+  pthread_join(th, NULL);
+  CHECK_RC(w.rc, 0);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_handoff:{t:starve}"), 0);
+  CHECK_EQ(dlock_lock_release(lb), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+static void t_reservation_dropped_on_give_up(void) {
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:giveup", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:giveup", NULL, &lb), 0);
+  CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
+  /* b waits past the threshold (so it reserves), then gives up. */
+  CHECK_RC(dlock_lock_try_acquire(lb, 200, 10000, NULL), DLOCK_ELOCKED);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_handoff:{t:giveup}"), 0);
+  CHECK_EQ(dlock_lock_release(la), 1);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 1000, NULL), 0); /* not reserved */
+  CHECK_EQ(dlock_lock_release(la), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+static void t_dead_waiters_reservation_expires(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "t:deadres", NULL, &l), 0);
+  redisReply *r = th_cmd(&srv, "SET dlock_handoff:{t:deadres} gone:1 PX 400");
+  freeReplyObject(r);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 1000, NULL), DLOCK_ELOCKED);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(l, 3000, 1000, NULL), 0);
+  int64_t waited = th_now_ms() - t0;
+  CHECK(waited >= 250 && waited < 1500);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 static void t_teardown(void) { th_redis_stop(&srv); }
 
 TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
@@ -532,4 +615,6 @@ TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
         T(t_waiter_woken_by_unlock), T(t_wait_timeout),
         T(t_watchdog_keeps_lock), T(t_watchdog_detects_loss),
         T(t_fencing_tokens_increase), T(t_mutual_exclusion_processes),
-        T(t_killed_holder_frees_after_lease), T(t_teardown))
+        T(t_killed_holder_frees_after_lease),
+        T(t_starving_waiter_reserves_handoff), T(t_reservation_dropped_on_give_up),
+        T(t_dead_waiters_reservation_expires), T(t_teardown))

@@ -19,6 +19,8 @@ static const char *usage_text =
     "1 free)\n"
     "  release --force NAME                     delete NAME whoever holds it\n"
     "  list [--json] [PATTERN]                  the held locks\n"
+    "  bench [options] SCENARIO                 benchmark (see dlock bench "
+    "--help)\n"
     "\n"
     "global options (any command):\n"
     "  -u, --url URL          redis://[user[:pass]@]host[:port][/db], "
@@ -220,6 +222,7 @@ int main(int argc, char **argv) {
   else if (strcmp(cmd, "release") == 0)
     rc = cmd_release(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "list") == 0) rc = cmd_list(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "bench") == 0) rc = cmd_bench(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "help") == 0) {
     fputs(usage_text, stdout);
     rc = 0;

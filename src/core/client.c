@@ -15,6 +15,7 @@ void dlock_client_options_init(dlock_client_options *o) {
   o->reconnect_min_ms = 100;
   o->reconnect_max_ms = 5000;
   o->connections = 1;
+  o->starvation_ms = 20;
   o->tls_verify = 1;
 }
 
@@ -121,6 +122,7 @@ int dlock_client_open(const dlock_client_options *opts, dlock_client **out) {
   c->prefix_len = strlen(c->key_prefix);
   c->watchdog_timeout_ms = opts->watchdog_timeout_ms;
   c->command_timeout_ms = opts->command_timeout_ms;
+  c->starvation_ms = opts->starvation_ms < 0 ? 0 : opts->starvation_ms;
   c->conn_cfg.connect_timeout_ms = opts->connect_timeout_ms;
   c->conn_cfg.command_timeout_ms = opts->command_timeout_ms;
   c->conn_cfg.reconnect_min_ms = opts->reconnect_min_ms;
@@ -205,4 +207,13 @@ int dlock_client_ping(dlock_client *c) {
     freeReplyObject(r);
   }
   return rc;
+}
+
+int dlock_client_stats_get(dlock_client *c, dlock_client_stats *st) {
+  if (c == NULL || st == NULL) return DLOCK_EINVAL;
+  memset(st, 0, sizeof *st);
+  st->writes = dl_redis_backend_round_trips(c->backend);
+  st->wakeups = dl_redis_backend_wakeups(c->backend);
+  dl_watchdog_stats(c->watchdog, st);
+  return 0;
 }

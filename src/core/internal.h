@@ -128,6 +128,7 @@ enum {
   DL_SCRIPT_LOCK_RENEW,
   DL_SCRIPT_LOCK_FORCE_RELEASE,
   DL_SCRIPT_LOCK_INSPECT,
+  DL_SCRIPT_LOCK_UNRESERVE,
   DL_SCRIPT_COUNT
 };
 extern dl_script dl_scripts[DL_SCRIPT_COUNT];
@@ -154,10 +155,13 @@ typedef struct dl_backend_ops {
                  struct redisReply **reply);
   /* Waiting without polling: a reference-counted subscription. */
   dl_sub *(*sub_ref)(dl_backend *b, const char *channel, int64_t deadline);
-  /* Waits for one wake-up until deadline. Returns 1 woken, 0 timed out,
-   * DLOCK_ECLOSED on close. */
-  int (*sub_wait)(dl_backend *b, dl_sub *s, int64_t deadline);
+  /* Waits for one wake-up until deadline. Sleepers are woken in the order
+   * of `since`, when each began waiting for its lock. Returns 1 woken, 0
+   * timed out, DLOCK_ECLOSED on close. */
+  int (*sub_wait)(dl_backend *b, dl_sub *s, int64_t deadline, int64_t since);
   void (*sub_unref)(dl_backend *b, dl_sub *s);
+  /* Wakes every thread asleep on the subscription (no permits). */
+  void (*sub_kick)(dl_backend *b, dl_sub *s);
   void (*free)(dl_backend *b);
 } dl_backend_ops;
 
@@ -176,8 +180,9 @@ typedef struct dl_pubsub dl_pubsub;
 int dl_pubsub_new(const dl_conn_config *cfg, dl_pubsub **out);
 void dl_pubsub_free(dl_pubsub *p);
 dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int64_t deadline);
-int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline);
+int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since);
 void dl_pubsub_unref(dl_pubsub *p, dl_sub *s);
+void dl_pubsub_kick(dl_pubsub *p, dl_sub *s);
 uint64_t dl_pubsub_wakeups(dl_pubsub *p);
 
 /* ---- watchdog.c: one renewal scheduler per client ---- */
@@ -201,7 +206,7 @@ void dl_watchdog_release_begin(dl_watchdog *w, dl_renewal *r);
 void dl_watchdog_release_end(dl_watchdog *w, dl_renewal *r);
 /* Runs one renewal round now (tests). Returns the number of locks renewed. */
 int dl_watchdog_run_once(dl_watchdog *w);
-uint64_t dl_watchdog_round_trips(dl_watchdog *w);
+void dl_watchdog_stats(dl_watchdog *w, dlock_client_stats *st);
 
 /* ---- holds.c: the client's own holds, guarded by dlock_client.holds_mu ---- */
 #define DL_HOLD_BUCKETS 4096
@@ -235,6 +240,7 @@ struct dlock_client {
   size_t prefix_len;
   int64_t watchdog_timeout_ms;
   int command_timeout_ms;
+  int starvation_ms;
   dl_conn_config conn_cfg;
   char *url_redacted;
   dl_backend *backend;

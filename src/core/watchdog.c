@@ -40,6 +40,8 @@ struct dl_watchdog {
   size_t count;
   dl_renewal *calling; /* whose lost callback runs now */
   uint64_t round_trips;
+  uint64_t renewed;
+  uint64_t lost;
 };
 
 static void unref(dl_renewal *r) {
@@ -184,6 +186,7 @@ int dl_watchdog_run_once(dl_watchdog *w) {
         continue;
       }
       unlink_r(w, r); /* the owner keeps its reference until remove */
+      w->lost++;
       w->calling = r;
       dl_renewal_lost_fn fn = r->fn;
       void *ud = r->ud;
@@ -196,6 +199,9 @@ int dl_watchdog_run_once(dl_watchdog *w) {
     }
   }
   (void)rc;
+  pthread_mutex_lock(&w->mu);
+  w->renewed += (uint64_t)renewed;
+  pthread_mutex_unlock(&w->mu);
 out:
   for (int b = 0; b < nb && replies; b++)
     if (replies[b]) freeReplyObject(replies[b]);
@@ -271,9 +277,11 @@ void dl_watchdog_free(dl_watchdog *w) {
   free(w);
 }
 
-uint64_t dl_watchdog_round_trips(dl_watchdog *w) {
+void dl_watchdog_stats(dl_watchdog *w, dlock_client_stats *st) {
   pthread_mutex_lock(&w->mu);
-  uint64_t n = w->round_trips;
+  st->renewal_calls = w->round_trips;
+  st->renewals = w->renewed;
+  st->lost = w->lost;
+  st->watched = w->count;
   pthread_mutex_unlock(&w->mu);
-  return n;
 }

@@ -11,6 +11,10 @@
 
 #define OWNER_MAX 256
 #define UNLOCK_MESSAGE "0"
+/* A starving waiter's hand-off reservation lasts this long, renewed at each
+ * attempt; a starving waiter attempts at least every RESERVE_MS / 3. So a
+ * waiter that dies blocks a free lock for at most this long. */
+#define RESERVE_MS 600
 
 struct dlock_lock {
   dlock_client *c;
@@ -18,6 +22,7 @@ struct dlock_lock {
   char *key;       /* prefix + name */
   char *channel;   /* redisson_lock__channel:{key} */
   char *token_key; /* redisson_lock_token:{key} */
+  char *handoff_key; /* dlock_handoff:{key}: a starving waiter's reservation */
   char *owner;     /* explicit owner, or NULL for the calling thread */
   char *info;      /* holder description stored beside the lock, or NULL */
   pthread_mutex_t mu; /* guards info */
@@ -56,8 +61,9 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
   if (l->key) {
     l->channel = derived("redisson_lock__channel", l->key);
     l->token_key = derived("redisson_lock_token", l->key);
+    l->handoff_key = derived("dlock_handoff", l->key);
   }
-  if (!l->name || !l->key || !l->channel || !l->token_key ||
+  if (!l->name || !l->key || !l->channel || !l->token_key || !l->handoff_key ||
       (owner && !l->owner)) {
     dlock_lock_free(l);
     return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
@@ -95,6 +101,7 @@ void dlock_lock_free(dlock_lock *l) {
   free(l->key);
   free(l->channel);
   free(l->token_key);
+  free(l->handoff_key);
   free(l->owner);
   free(l->info);
   free(l);
@@ -163,9 +170,11 @@ int dlock_lock_set_info(dlock_lock *l, const char *info) {
 }
 
 /* One attempt. Returns 1 and the token when acquired, 0 and the holder's
- * PTTL when another owner holds it, or a negative code. */
+ * PTTL when another owner holds it (*local_reserved: the lock is free but
+ * reserved for a starving waiter of this client), or a negative code. */
 static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
-                   uint64_t *token, int64_t *ttl) {
+                   bool starving, uint64_t *token, int64_t *ttl,
+                   bool *local_reserved) {
   char lease[24], count[16];
   snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
   snprintf(count, sizeof count, "%d", believed(l, owner));
@@ -173,20 +182,29 @@ static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
   char *info = dl_strdup(l->info ? l->info : "");
   pthread_mutex_unlock(&l->mu);
   if (info == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
-  const char *keys[] = {l->key, l->token_key};
-  const char *args[] = {lease, owner, info, count};
+  const char *keys[] = {l->key, l->token_key, l->handoff_key};
+  char reserve[16];
+  snprintf(reserve, sizeof reserve, "%d", RESERVE_MS);
+  const char *args[] = {lease, owner, info, count, starving ? "1" : "0",
+                        reserve};
   redisReply *r = NULL;
-  int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_ACQUIRE, 2,
-                                    keys, 4, args, &r);
+  int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_ACQUIRE, 3,
+                                    keys, 6, args, &r);
   free(info);
   if (rc != 0) return rc;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+  *local_reserved = false;
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
       r->element[0]->type != REDIS_REPLY_INTEGER ||
       r->element[1]->type != REDIS_REPLY_INTEGER) {
     freeReplyObject(r);
     return dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to the acquire");
   }
   long long status = r->element[0]->integer, value = r->element[1]->integer;
+  if (r->elements == 3 && r->element[2]->type == REDIS_REPLY_STRING) {
+    size_t idl = strlen(l->c->id);
+    *local_reserved = strncmp(r->element[2]->str, l->c->id, idl) == 0 &&
+                      r->element[2]->str[idl] == ':';
+  }
   freeReplyObject(r);
   if (status == 0) {
     *ttl = value;
@@ -232,8 +250,10 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
   return tok;
 }
 
+/* Returns 1 released (*woken: subscribed processes told), 0 still held,
+ * or a negative code. */
 static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
-                          int count) {
+                          int count, long long *woken) {
   char lease[24], cnt[16];
   snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
   snprintf(cnt, sizeof cnt, "%d", count);
@@ -243,9 +263,13 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
   int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_RELEASE, 2,
                                     keys, 4, args, &r);
   if (rc != 0) return rc;
+  *woken = 0;
   if (r->type == REDIS_REPLY_NIL) rc = DLOCK_ENOTOWNER;
-  else if (r->type == REDIS_REPLY_INTEGER) rc = r->integer == 1 ? 1 : 0;
-  else rc = dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to the release");
+  else if (r->type == REDIS_REPLY_INTEGER) {
+    rc = r->integer >= 1 ? 1 : 0;
+    if (r->integer > 1) *woken = r->integer - 1;
+  } else
+    rc = dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to the release");
   freeReplyObject(r);
   return rc;
 }
@@ -271,28 +295,49 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
   uint64_t tok = 0;
   int64_t ttl = 0;
 
-  rc = attempt(l, owner, lease_ms, &tok, &ttl);
+  bool reserved = false;
+  rc = attempt(l, owner, lease_ms, false, &tok, &ttl, &reserved);
   if (rc == 0 && wait_ms != 0) {
     /* Subscribe first, then try again: an unlock between our failed attempt
      * and the subscription would otherwise go unheard. Each sleep is bounded
      * by the holder's TTL, so even a lost message costs at most that. */
     const dl_backend_ops *ops = c->backend->ops;
     dl_sub *sub = ops->sub_ref(c->backend, l->channel, deadline);
+    bool starving = false;
     for (;;) {
-      rc = attempt(l, owner, lease_ms, &tok, &ttl);
+      starving = c->starvation_ms > 0 &&
+                 dl_now_ms() - start >= c->starvation_ms;
+      rc = attempt(l, owner, lease_ms, starving, &tok, &ttl, &reserved);
       if (rc != 0) break;
+      /* Free, but reserved for a starving thread of this process that the
+       * unlock message did not wake: wake it (and the others asleep). */
+      if (reserved) ops->sub_kick(c->backend, sub);
       int64_t now = dl_now_ms();
       if (now >= deadline) break;
       if (ttl == -2) continue; /* freed since: try again at once */
       int64_t until = deadline;
       if (ttl >= 0 && now + ttl + 1 < until) until = now + ttl + 1;
-      int w = ops->sub_wait(c->backend, sub, until);
+      /* Past the starvation threshold, attempt (to reserve the hand-off)
+       * as soon as it is reached, then often enough to keep the
+       * reservation. */
+      if (starving && now + RESERVE_MS / 3 < until) until = now + RESERVE_MS / 3;
+      if (!starving && c->starvation_ms > 0 &&
+          start + c->starvation_ms + 1 < until)
+        until = start + c->starvation_ms + 1;
+      int w = ops->sub_wait(c->backend, sub, until, start);
       if (w < 0) {
         rc = dl_seterr(c, w, "the client closed while waiting");
         break;
       }
     }
     ops->sub_unref(c->backend, sub);
+    if (starving && rc <= 0) { /* gave up: free the hand-off for others */
+      const char *k[] = {l->handoff_key};
+      const char *a[] = {owner};
+      redisReply *r = NULL;
+      if (ops->eval(c->backend, DL_SCRIPT_LOCK_UNRESERVE, 1, k, 1, a, &r) == 0)
+        freeReplyObject(r);
+    }
   }
   if (rc == 0)
     return dl_seterr(c, DLOCK_ELOCKED, "'%s' is held by another owner "
@@ -336,7 +381,8 @@ int dlock_lock_release(dlock_lock *l) {
   dl_watchdog_release_begin(w, ren);
   pthread_mutex_unlock(&c->holds_mu);
 
-  rc = release_script(l, owner, lease, count);
+  long long woken = 0;
+  rc = release_script(l, owner, lease, count, &woken);
 
   pthread_mutex_lock(&c->holds_mu);
   dl_watchdog_release_end(w, ren);

@@ -157,7 +157,8 @@ static dl_sub *rb_sub_ref(dl_backend *base, const char *channel,
   return dl_pubsub_ref(((redis_backend *)base)->pubsub, channel, deadline);
 }
 
-static int rb_sub_wait(dl_backend *base, dl_sub *s, int64_t deadline) {
+static int rb_sub_wait(dl_backend *base, dl_sub *s, int64_t deadline,
+                       int64_t since) {
   redis_backend *b = (redis_backend *)base;
   if (s == NULL) { /* no memory for a subscription: fall back to the TTL */
     struct timespec ts;
@@ -169,11 +170,15 @@ static int rb_sub_wait(dl_backend *base, dl_sub *s, int64_t deadline) {
     }
     return 0;
   }
-  return dl_pubsub_wait(b->pubsub, s, deadline);
+  return dl_pubsub_wait(b->pubsub, s, deadline, since);
 }
 
 static void rb_sub_unref(dl_backend *base, dl_sub *s) {
   dl_pubsub_unref(((redis_backend *)base)->pubsub, s);
+}
+
+static void rb_sub_kick(dl_backend *base, dl_sub *s) {
+  dl_pubsub_kick(((redis_backend *)base)->pubsub, s);
 }
 
 static void rb_free(dl_backend *base) {
@@ -193,6 +198,7 @@ static const dl_backend_ops redis_ops = {
     .sub_ref = rb_sub_ref,
     .sub_wait = rb_sub_wait,
     .sub_unref = rb_sub_unref,
+    .sub_kick = rb_sub_kick,
     .free = rb_free,
 };
 

@@ -1,7 +1,8 @@
 /* pubsub.c: the client's one subscriber connection. Waiters share
  * reference-counted channel subscriptions; an unlock message wakes one
- * waiter of the process, and a waiter never misses a message that arrives
- * between its failed attempt and its sleep (messages are kept as permits). */
+ * waiter of the process, the one that has slept longest, and a waiter never
+ * misses a message that arrives between its failed attempt and its sleep
+ * (a message that finds nobody asleep is kept as a permit). */
 #include "../core/internal.h"
 
 #include <hiredis/hiredis.h>
@@ -12,14 +13,26 @@
 #define NBUCKETS 1024
 #define IDLE_PING_MS 5000
 
+/* A thread asleep in dl_pubsub_wait, queued by the time it began waiting
+ * for its lock (not for this sleep): a waiter that woke, lost the race and
+ * sleeps again keeps its place, so the longest waiter is woken first. */
+typedef struct sleeper {
+  struct sleeper *next;
+  int64_t since;
+  pthread_cond_t cv;
+  bool woken;
+} sleeper;
+
 struct dl_sub {
   dl_sub *next;
   char *channel;
   int refs;        /* threads between ref and unref */
   int outstanding; /* SUBSCRIBE/UNSUBSCRIBE sent, not yet confirmed */
   bool active;     /* the last command sent was SUBSCRIBE */
-  int permits;     /* wake-ups not yet taken, at most refs */
-  pthread_cond_t cv;
+  int permits;     /* wake-ups for threads not asleep, at most refs */
+  sleeper *head, *tail;
+  int asleep;
+  pthread_cond_t cv; /* the subscription's confirmation */
 };
 
 struct dl_pubsub {
@@ -78,15 +91,33 @@ static bool confirmed(dl_pubsub *p, dl_sub *s) {
   return p->io != NULL && s->active && s->outstanding == 0;
 }
 
-static void wake(dl_sub *s, bool all) {
-  if (s->permits >= s->refs) return;
-  if (all) {
-    s->permits = s->refs;
-    pthread_cond_broadcast(&s->cv);
-  } else {
-    s->permits++;
-    pthread_cond_signal(&s->cv);
+static sleeper *pop(dl_sub *s) {
+  sleeper *w = s->head;
+  if (w) {
+    s->head = w->next;
+    if (s->head == NULL) s->tail = NULL;
+    s->asleep--;
+    w->woken = true;
+    pthread_cond_signal(&w->cv);
   }
+  return w;
+}
+
+/* Returns whether anyone was woken or given a permit. */
+static bool wake(dl_sub *s, bool all) {
+  if (all) {
+    bool any = s->head != NULL || s->permits < s->refs - s->asleep;
+    while (pop(s)) {
+    }
+    s->permits = s->refs; /* everyone not asleep tries again once */
+    return any;
+  }
+  if (pop(s)) return true;
+  if (s->permits < s->refs) {
+    s->permits++;
+    return true;
+  }
+  return false;
 }
 
 /* With mu held: a new socket is up; subscribe again to every channel still
@@ -133,8 +164,7 @@ static void dispatch(dl_pubsub *p, redisReply *r, bool *pong) {
     redisReply *msg = r->element[2];
     bool all = msg->type == REDIS_REPLY_STRING && msg->len == 1 &&
                msg->str[0] == '1';
-    if (s->permits < s->refs) p->wakeups++;
-    wake(s, all);
+    if (wake(s, all)) p->wakeups++;
   } else if (strcmp(kind, "subscribe") == 0 ||
              strcmp(kind, "unsubscribe") == 0) {
     if (s->outstanding > 0) s->outstanding--;
@@ -249,8 +279,10 @@ void dl_pubsub_free(dl_pubsub *p) {
   if (p->io) dl_io_shutdown(p->io);
   pthread_cond_broadcast(&p->stop_cv);
   for (int b = 0; b < NBUCKETS; b++)
-    for (dl_sub *s = p->table[b]; s; s = s->next)
+    for (dl_sub *s = p->table[b]; s; s = s->next) {
       pthread_cond_broadcast(&s->cv);
+      for (sleeper *w = s->head; w; w = w->next) pthread_cond_signal(&w->cv);
+    }
   pthread_mutex_unlock(&p->mu);
   if (p->started) pthread_join(p->thread, NULL);
   for (int b = 0; b < NBUCKETS; b++)
@@ -298,22 +330,45 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int64_t deadline) {
   return s;
 }
 
-int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline) {
-  int rc = 0;
+int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since) {
   pthread_mutex_lock(&p->mu);
-  while (s->permits == 0 && !p->stop) {
+  if (s->permits > 0 || p->stop) {
+    int rc = p->stop ? DLOCK_ECLOSED : 1;
+    if (!p->stop) s->permits--;
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+  }
+  sleeper w = {.next = NULL, .since = since, .woken = false};
+  dl_cond_init(&w.cv);
+  sleeper **pp = &s->head;
+  while (*pp && (*pp)->since <= since) pp = &(*pp)->next;
+  w.next = *pp;
+  *pp = &w;
+  if (w.next == NULL) s->tail = &w;
+  s->asleep++;
+  while (!w.woken && !p->stop) {
     struct timespec ts;
     dl_abstime(deadline, &ts);
-    if (pthread_cond_timedwait(&s->cv, &p->mu, &ts) != 0 &&
+    if (pthread_cond_timedwait(&w.cv, &p->mu, &ts) != 0 &&
         dl_now_ms() >= deadline)
       break;
   }
-  if (p->stop) rc = DLOCK_ECLOSED;
-  else if (s->permits > 0) {
-    s->permits--;
-    rc = 1;
+  if (!w.woken) { /* timed out or closing: leave the queue */
+    sleeper *prev = NULL;
+    pp = &s->head;
+    while (*pp && *pp != &w) {
+      prev = *pp;
+      pp = &(*pp)->next;
+    }
+    if (*pp) {
+      *pp = w.next;
+      if (s->tail == &w) s->tail = prev;
+      s->asleep--;
+    }
   }
+  int rc = p->stop ? DLOCK_ECLOSED : w.woken ? 1 : 0;
   pthread_mutex_unlock(&p->mu);
+  pthread_cond_destroy(&w.cv);
   return rc;
 }
 
@@ -330,6 +385,14 @@ void dl_pubsub_unref(dl_pubsub *p, dl_sub *s) {
     if (s->outstanding == 0) sub_free(p, s);
   } else if (s->permits > s->refs) {
     s->permits = s->refs;
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+void dl_pubsub_kick(dl_pubsub *p, dl_sub *s) {
+  if (s == NULL) return;
+  pthread_mutex_lock(&p->mu);
+  while (pop(s)) {
   }
   pthread_mutex_unlock(&p->mu);
 }

@@ -1,21 +1,33 @@
 -- lock_acquire.lua: takes or re-enters a reentrant lock (Redisson RLock layout).
 -- KEYS[1] the lock hash (field = owner id, value = hold count)
 -- KEYS[2] the fencing-token counter (Redisson RFencedLock's key)
+-- KEYS[3] the hand-off reservation of a starving waiter (string: owner id)
 -- ARGV[1] lease in ms; ARGV[2] owner id; ARGV[3] holder info ('' = none)
 -- ARGV[4] the hold count the client believes the owner has (0 = none)
+-- ARGV[5] '1' if the caller has waited past the starvation threshold
+-- ARGV[6] how long a reservation lasts, in ms (renewed at each attempt)
 -- Returns {1, token} when taken, {2, token} when re-entered by the owner,
--- {0, pttl} when another owner holds it. Fails before any write, so an error
--- (WRONGTYPE, OOM, READONLY) leaves the data as it was.
+-- {0, ms} when another owner holds it (ms = its PTTL), or {0, ms, owner}
+-- when it is free but reserved for the starving waiter `owner` (ms = the
+-- reservation's PTTL). Fails before
+-- any write, so an error (WRONGTYPE, OOM, READONLY) leaves the data as is.
+--
+-- Starvation mode, as in Go's sync.Mutex: the lock is not fair, and a
+-- releasing owner that asks again at once usually wins the race against the
+-- waiters it woke. A waiter that has waited past the threshold reserves the
+-- next hand-off; until it takes the lock, gives up, or the reservation
+-- expires (it died) nobody else may take the lock when it is free.
 local function next_token()
-  if redis.call('exists', KEYS[2]) == 1 then
-    return redis.call('incr', KEYS[2])
+  local t = redis.call('incr', KEYS[2])
+  if t ~= 1 then
+    return t
   end
-  -- The counter was lost (never set, or a restart without persistence):
-  -- restart it from the server clock in microseconds, above every token
-  -- issued before as long as fewer than one lock grant per microsecond was
-  -- made, which a single-threaded server cannot exceed.
+  -- The counter was missing (never set, or lost in a restart without
+  -- persistence): restart it from the server clock in microseconds, above
+  -- every token issued before as long as fewer than one lock grant per
+  -- microsecond was made, which a single-threaded server cannot exceed.
   local now = redis.call('time')
-  local t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  t = tonumber(now[1]) * 1000000 + tonumber(now[2])
   redis.call('set', KEYS[2], string.format('%.0f', t))
   return t
 end
@@ -33,6 +45,13 @@ local function take()
 end
 
 if redis.call('exists', KEYS[1]) == 0 then
+  local reserved = redis.call('get', KEYS[3])
+  if reserved then
+    if reserved ~= ARGV[2] then
+      return {0, redis.call('pttl', KEYS[3]), reserved}
+    end
+    redis.call('del', KEYS[3])
+  end
   return take()
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
@@ -46,5 +65,12 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   redis.call('hset', KEYS[1], ARGV[2], believed + 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {2, tonumber(redis.call('get', KEYS[2]) or '0')}
+end
+if ARGV[5] == '1' then
+  -- Reserve the next hand-off, or renew our reservation.
+  local reserved = redis.call('get', KEYS[3])
+  if not reserved or reserved == ARGV[2] then
+    redis.call('set', KEYS[3], ARGV[2], 'PX', ARGV[6])
+  end
 end
 return {0, redis.call('pttl', KEYS[1])}

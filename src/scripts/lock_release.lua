@@ -3,8 +3,9 @@
 -- ARGV[1] the unlock message ('0'); ARGV[2] lease in ms; ARGV[3] owner id
 -- ARGV[4] the hold count the client believes the owner has (0 = none known)
 -- Returns nil if the owner does not hold it (nothing changed), 0 if still
--- held (reentrant), 1 if released: then the key is deleted and one message
--- is published, which wakes one waiter in each subscribed process.
+-- held (reentrant), 1 + n if released: then the key is deleted and one
+-- message is published, which wakes one waiter in each of the n subscribed
+-- processes.
 -- The count written is the client's own: a hold left by an acquire whose
 -- reply was lost is released with the last hold the client knows of.
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
@@ -19,6 +20,6 @@ end
 -- Publish first: a server that refuses it (an ACL without the channel)
 -- then fails the script before anything changed. Subscribers see the message
 -- only after the script, when the key is already gone.
-redis.call('publish', KEYS[2], ARGV[1])
+local woken = redis.call('publish', KEYS[2], ARGV[1])
 redis.call('del', KEYS[1])
-return 1
+return 1 + woken
