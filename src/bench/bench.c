@@ -27,6 +27,7 @@ typedef struct bench_opts {
   int64_t secs_ms, hold_ms, lease_ms;
   bool json;
   const char *plot;
+  const char *url, *password; /* for the interleaved baseline */
 } bench_opts;
 
 /* ---- samples ---- */
@@ -168,6 +169,7 @@ typedef struct run_result {
   uint64_t wakeups;  /* waiters woken by unlock messages */
   long errors;
   samples lat;       /* cycle (uncontended) or wait (contended), in us */
+  samples ping;      /* PINGs interleaved with the cycles (one thread) */
 } run_result;
 
 typedef struct worker {
@@ -203,8 +205,16 @@ static void sleep_until_us(int64_t t) {
   nanosleep(&ts, NULL);
 }
 
+static redisContext *raw_connect(const char *url, const char *password);
+
 static void *uncontended_worker(void *p) {
   worker *w = p;
+  /* Alone, the worker measures the baseline itself, a PING after each
+   * cycle on a plain connection: same moment, same conditions (this
+   * machine's round trip drifts by a factor of three within minutes). */
+  redisContext *raw = NULL;
+  if (w->o->threads == 1 && w->o->processes == 1)
+    raw = raw_connect(w->o->url, w->o->password);
   char name[64];
   snprintf(name, sizeof name, "bench:u:%d:%d", (int)getpid(), w->index);
   dlock_lock *l;
@@ -222,7 +232,14 @@ static void *uncontended_worker(void *p) {
     }
     push(&w->res.lat, dl_now_us() - t0);
     w->res.ops++;
+    if (raw) {
+      int64_t p0 = dl_now_us();
+      redisReply *r = redisCommand(raw, "PING");
+      if (r) freeReplyObject(r);
+      push(&w->res.ping, dl_now_us() - p0);
+    }
   }
+  if (raw) redisFree(raw);
   dlock_lock_free(l);
   return NULL;
 }
@@ -284,7 +301,9 @@ static int run_threads(const cli_global *g, const bench_opts *o,
     out->hold_us += ws[i].res.hold_us;
     out->errors += ws[i].res.errors;
     merge(&out->lat, &ws[i].res.lat);
+    merge(&out->ping, &ws[i].res.ping);
     free(ws[i].res.lat.v);
+    free(ws[i].res.ping.v);
   }
   dlock_client_stats st;
   dlock_client_stats_get(c, &st);
@@ -314,6 +333,7 @@ static int run_processes(const cli_global *g, const bench_opts *o,
       FILE *f = fdopen(pfd[1], "w");
       fwrite(&r, sizeof r, 1, f);
       fwrite(r.lat.v, sizeof *r.lat.v, r.lat.n, f);
+      fwrite(r.ping.v, sizeof *r.ping.v, r.ping.n, f);
       fclose(f);
       _exit(rc == 0 ? 0 : 1);
     }
@@ -332,6 +352,13 @@ static int run_processes(const cli_global *g, const bench_opts *o,
         merge(&out->lat, &s);
       }
       free(s.v);
+      samples q = {calloc(r.ping.n ? r.ping.n : 1, sizeof(uint32_t)), 0,
+                   r.ping.n};
+      if (q.v && fread(q.v, sizeof *q.v, r.ping.n, f) == r.ping.n) {
+        q.n = r.ping.n;
+        merge(&out->ping, &q);
+      }
+      free(q.v);
       out->ops += r.ops;
       out->hold_us += r.hold_us;
       out->errors += r.errors;
@@ -448,6 +475,12 @@ static int measure(const cli_global *g, const bench_opts *o, redisContext *raw,
   r->max = pct(&res.lat, 1.0);
   r->cpu_per_op = res.ops ? (cpu1 - cpu0) / (double)res.ops : 0;
   r->errors = res.errors;
+  if (res.ping.n > 0) { /* interleaved: the fairer baseline */
+    qsort(res.ping.v, res.ping.n, sizeof *res.ping.v, cmp_u32);
+    r->rtt_p50 = pct(&res.ping, 0.5);
+    /* (server_cpu_us_per_op then includes those PINGs too) */
+  }
+  free(res.ping.v);
   if (contended) {
     r->utilisation = res.hold_us / (secs * 1e6);
     r->wait_p50 = r->p50;
@@ -735,8 +768,9 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
   if (o.processes == 0)
     o.processes = strcmp(o.scenario, "contended") == 0 ? 8 : 1;
   if (o.connections > 64) o.connections = 64;
-  redisContext *raw =
-      raw_connect(g->url ? g->url : "redis://127.0.0.1:6379", g->password);
+  o.url = g->url ? g->url : "redis://127.0.0.1:6379";
+  o.password = g->password;
+  redisContext *raw = raw_connect(o.url, o.password);
   if (raw == NULL) return EXIT_UNAVAILABLE;
   int rc = 0;
   report r;

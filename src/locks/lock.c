@@ -18,26 +18,26 @@
 
 struct dlock_lock {
   dlock_client *c;
+  /* All in this allocation, after the struct: */
   char *name;
-  char *key;       /* prefix + name */
-  char *channel;   /* redisson_lock__channel:{key} */
-  char *token_key; /* redisson_lock_token:{key} */
+  char *key;         /* prefix + name */
+  char *channel;     /* redisson_lock__channel:{key} */
+  char *token_key;   /* redisson_lock_token:{key} */
   char *handoff_key; /* dlock_handoff:{key}: a starving waiter's reservation */
-  char *owner;     /* explicit owner, or NULL for the calling thread */
-  char *info;      /* holder description stored beside the lock, or NULL */
-  pthread_mutex_t mu; /* guards info */
-  bool mu_ready;
-  dlock_lost_cb cb; /* guarded by the client's holds_mu */
+  char *owner;       /* explicit owner, or NULL for the calling thread */
+  /* Guarded by the client's holds_mu: */
+  char *info; /* holder description stored beside the lock, or NULL */
+  dlock_lost_cb cb;
   void *cb_ud;
+  int nholds; /* holds whose lost callback goes through this handle */
 };
 
 /* Redisson's derived names: "<prefix>:{<name>}", or "<prefix>:<name>" when
  * the name carries its own hash tag. Either way it shares the lock's slot. */
-static char *derived(const char *prefix, const char *key) {
-  char *out = NULL;
-  int n = strchr(key, '{') ? asprintf(&out, "%s:%s", prefix, key)
-                           : asprintf(&out, "%s:{%s}", prefix, key);
-  return n < 0 ? NULL : out;
+static size_t derived(char *out, const char *prefix, const char *key) {
+  const char *fmt = strchr(key, '{') ? "%s:%s" : "%s:{%s}";
+  int n = sprintf(out, fmt, prefix, key);
+  return (size_t)n + 1;
 }
 
 int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
@@ -47,67 +47,78 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
     return DLOCK_EINVAL;
   if (name == NULL || *name == '\0')
     return dl_seterr(c, DLOCK_EINVAL, "the lock name is empty");
-  if (strlen(name) > DLOCK_NAME_MAX)
+  size_t nl = strlen(name);
+  if (nl > DLOCK_NAME_MAX)
     return dl_seterr(c, DLOCK_ENAMETOOLONG, "the lock name has %zu bytes, "
-                     "the limit is %d", strlen(name), DLOCK_NAME_MAX);
+                     "the limit is %d", nl, DLOCK_NAME_MAX);
   if (owner && (*owner == '\0' || strlen(owner) > 100))
     return dl_seterr(c, DLOCK_EINVAL, "an explicit owner must be 1..100 bytes");
-  dlock_lock *l = calloc(1, sizeof *l);
+  /* One allocation: the handle and its names, so that holding many locks
+   * costs little memory. */
+  size_t kl = c->prefix_len + nl;
+  size_t ol = owner ? strlen(owner) + 1 : 0;
+  size_t size = sizeof(dlock_lock) + (nl + 1) + (kl + 1) +
+                (sizeof "redisson_lock__channel:{}" + kl) +
+                (sizeof "redisson_lock_token:{}" + kl) +
+                (sizeof "dlock_handoff:{}" + kl) + ol;
+  dlock_lock *l = calloc(1, size);
   if (l == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
   l->c = c;
-  l->name = dl_strdup(name);
-  l->key = dl_key(c, "%s", name);
-  l->owner = dl_strdup(owner);
-  if (l->key) {
-    l->channel = derived("redisson_lock__channel", l->key);
-    l->token_key = derived("redisson_lock_token", l->key);
-    l->handoff_key = derived("dlock_handoff", l->key);
-  }
-  if (!l->name || !l->key || !l->channel || !l->token_key || !l->handoff_key ||
-      (owner && !l->owner)) {
-    dlock_lock_free(l);
-    return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
-  }
-  pthread_mutex_init(&l->mu, NULL);
-  l->mu_ready = true;
+  char *p = (char *)(l + 1);
+  l->name = memcpy(p, name, nl + 1);
+  p += nl + 1;
+  l->key = p;
+  memcpy(p, c->key_prefix, c->prefix_len);
+  memcpy(p + c->prefix_len, name, nl + 1);
+  p += kl + 1;
+  l->channel = p;
+  p += derived(p, "redisson_lock__channel", l->key);
+  l->token_key = p;
+  p += derived(p, "redisson_lock_token", l->key);
+  l->handoff_key = p;
+  p += derived(p, "dlock_handoff", l->key);
+  if (owner) l->owner = memcpy(p, owner, ol);
   *out = l;
   return 0;
 }
 
 void dlock_lock_free(dlock_lock *l) {
   if (l == NULL) return;
-  if (l->mu_ready) {
-    /* Holds taken through this handle stop being renewed and expire after
-     * their lease; wait out a lost callback running for it. */
-    dlock_client *c = l->c;
-    dl_renewal *stop[64];
-    int nstop;
-    do {
-      nstop = 0;
-      pthread_mutex_lock(&c->holds_mu);
-      while (c->in_lost_callback == l)
-        pthread_cond_wait(&c->holds_cv, &c->holds_mu);
-      for (int i = 0; i < DL_HOLD_BUCKETS && nstop < 64; i++)
-        for (dl_hold *h = c->holds[i], *n; h && nstop < 64; h = n) {
-          n = h->next;
-          if (h->via == l) stop[nstop++] = dl_hold_drop(c, h);
+  /* Holds taken through this handle stop being renewed and expire after
+   * their lease; wait out a lost callback running for it. */
+  dlock_client *c = l->c;
+  dl_renewal *stop[64];
+  int nstop;
+  do {
+    nstop = 0;
+    pthread_mutex_lock(&c->holds_mu);
+    while (c->in_lost_callback == l)
+      pthread_cond_wait(&c->holds_cv, &c->holds_mu);
+    for (int i = 0; i < DL_HOLD_BUCKETS && nstop < 64 && l->nholds > 0; i++)
+      for (dl_hold *h = c->holds[i], *n; h && nstop < 64; h = n) {
+        n = h->next;
+        if (h->via == l) {
+          l->nholds--;
+          stop[nstop++] = dl_hold_drop(c, h);
         }
-      pthread_mutex_unlock(&c->holds_mu);
-      for (int i = 0; i < nstop; i++) dl_watchdog_remove(c->watchdog, stop[i]);
-    } while (nstop == 64);
-    pthread_mutex_destroy(&l->mu);
-  }
-  free(l->name);
-  free(l->key);
-  free(l->channel);
-  free(l->token_key);
-  free(l->handoff_key);
-  free(l->owner);
-  free(l->info);
+      }
+    if (nstop == 0) {
+      free(l->info);
+      l->info = NULL;
+    }
+    pthread_mutex_unlock(&c->holds_mu);
+    for (int i = 0; i < nstop; i++) dl_watchdog_remove(c->watchdog, stop[i]);
+  } while (nstop > 0);
   free(l);
 }
 
 const char *dlock_lock_name(const dlock_lock *l) { return l ? l->name : ""; }
+
+/* With holds_mu held: forgets a hold (see dl_hold_drop). */
+static dl_renewal *forget(dlock_client *c, dl_hold *h) {
+  if (h->via) h->via->nholds--;
+  return dl_hold_drop(c, h);
+}
 
 /* The watchdog found (key, owner) gone: mark the hold lost and tell the
  * handle that took it. */
@@ -162,10 +173,10 @@ int dlock_lock_set_info(dlock_lock *l, const char *info) {
   char *copy = NULL;
   if (info && (copy = dl_strdup(info)) == NULL)
     return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
-  pthread_mutex_lock(&l->mu);
+  pthread_mutex_lock(&l->c->holds_mu);
   free(l->info);
   l->info = copy;
-  pthread_mutex_unlock(&l->mu);
+  pthread_mutex_unlock(&l->c->holds_mu);
   return 0;
 }
 
@@ -178,9 +189,9 @@ static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
   char lease[24], count[16];
   snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
   snprintf(count, sizeof count, "%d", believed(l, owner));
-  pthread_mutex_lock(&l->mu);
+  pthread_mutex_lock(&l->c->holds_mu);
   char *info = dl_strdup(l->info ? l->info : "");
-  pthread_mutex_unlock(&l->mu);
+  pthread_mutex_unlock(&l->c->holds_mu);
   if (info == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
   const char *keys[] = {l->key, l->token_key, l->handoff_key};
   char reserve[16];
@@ -225,7 +236,7 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_find(c, l->key, owner);
   if (h && (status == 1 || h->lost)) { /* a fresh hold */
-    old = dl_hold_drop(c, h);
+    old = forget(c, h);
     h = NULL;
   }
   if (h == NULL && (h = dl_hold_add(c, l->key, owner)) == NULL) {
@@ -237,6 +248,7 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
   if (h->count == 0) {
     h->token = token;
     h->via = l;
+    l->nholds++;
   }
   h->count++;
   h->lease_ms = lease_ms;
@@ -369,7 +381,7 @@ int dlock_lock_release(dlock_lock *l) {
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_find(c, l->key, owner);
   if (h && h->lost) {
-    dl_renewal *old = dl_hold_drop(c, h);
+    dl_renewal *old = forget(c, h);
     pthread_mutex_unlock(&c->holds_mu);
     dl_watchdog_remove(w, old);
     return dl_seterr(c, DLOCK_ELOST, "'%s' was lost before this release",
@@ -390,7 +402,7 @@ int dlock_lock_release(dlock_lock *l) {
   dl_renewal *old = NULL;
   if (rc == 1 || rc == DLOCK_ENOTOWNER) {
     bool had = h != NULL;
-    if (h) old = dl_hold_drop(c, h);
+    if (h) old = forget(c, h);
     if (rc == DLOCK_ENOTOWNER)
       rc = had ? dl_seterr(c, DLOCK_ELOST, "'%s' expired or was taken "
                            "before this release", l->name)
