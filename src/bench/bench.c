@@ -225,9 +225,12 @@ static void *uncontended_worker(void *p) {
   sleep_until_us(w->start_us);
   while (dl_now_us() < w->end_us) {
     int64_t t0 = dl_now_us();
-    if (dlock_lock_try_acquire(l, 0, 10000, NULL) != 0 ||
-        dlock_lock_release(l) != 1) {
-      w->res.errors++;
+    int rc = dlock_lock_try_acquire(l, 0, 10000, NULL);
+    if (rc == 0 && (rc = dlock_lock_release(l)) == 1) rc = 0;
+    if (rc != 0) {
+      if (w->res.errors++ == 0)
+        fprintf(stderr, "dlock bench: %s (%s)\n", dlock_err_name(rc),
+                dlock_client_errmsg(w->c));
       continue;
     }
     push(&w->res.lat, dl_now_us() - t0);

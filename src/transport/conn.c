@@ -283,9 +283,12 @@ static void do_read(dl_conn *c, dl_req *mine, int64_t deadline) {
       conn_fail(c, DLOCK_EPROTO, "malformed reply from the server");
       break;
     }
+    /* Requests queued while we waited go out now, in one write. */
+    if (c->outq && !c->writing && c->cur == h) do_write(c, deadline);
   }
   hold_put(h);
   c->reading = false;
+  if (c->outq && !c->writing) do_write(c, deadline);
   /* Hand the reader role to the oldest request still waiting. */
   for (dl_req *r = c->infl; r; r = r->next)
     if (r->waiting) {
@@ -324,7 +327,11 @@ dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
   if (c->outq_tail) c->outq_tail->next = r;
   else c->outq = r;
   c->outq_tail = r;
-  if (!c->writing) do_write(c, deadline);
+  /* Automatic pipelining: while replies are awaited, a reader is blocked on
+   * the socket and will send what queued up meanwhile, in one write, as soon
+   * as it wakes (at most one round trip later). Otherwise write now: a
+   * thread alone never waits. */
+  if (!c->writing && !(c->reading && c->infl)) do_write(c, deadline);
   pthread_mutex_unlock(&c->mu);
   return r;
 }
@@ -334,7 +341,7 @@ int dl_req_wait(dl_conn *c, dl_req *r, int64_t deadline,
   *reply = NULL;
   pthread_mutex_lock(&c->mu);
   while (r->state != REQ_DONE) {
-    if (r->state == REQ_QUEUED && !c->writing) {
+    if (r->state == REQ_QUEUED && !c->writing && !(c->reading && c->infl)) {
       do_write(c, deadline);
     } else if (r->state == REQ_INFLIGHT && !c->reading) {
       do_read(c, r, deadline);
