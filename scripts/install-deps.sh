@@ -4,8 +4,8 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
-          redis-server redis-tools openssl)
-[ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(valgrind clang gnuplot)
+          redis-server redis-tools openssl gnuplot-nox python3 bsdutils)
+[ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(valgrind clang)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -169,6 +169,20 @@ assert [r["name"] for r in rows]==["js"] and rows[0]["command"]=="sleep 2", rows
   "$DLOCK" release --force js >/dev/null; expect_rc 1 $? "release of a free lock"
 }
 
+t_terminal_status_line() {
+  "$DLOCK" run -q busy -- sleep 2 & local h=$!
+  wait_until is_held busy || fail "not held"
+  # On a terminal (script(1) gives one) the wait shows who holds the lock.
+  local out
+  out=$(script -qec "$DLOCK run -w 800ms busy -- true" /dev/null 2>&1)
+  case "$out" in *"waiting for busy"*"held by"*"sleep 2"*) ;;
+    *) fail "no status line: $out" ;; esac
+  # Not on a terminal: no status line at all.
+  out=$("$DLOCK" run -w 300ms busy -- true 2>&1)
+  case "$out" in *"waiting for"*) fail "status line without a terminal" ;; esac
+  wait "$h"
+}
+
 t_bad_input() {
   local long; long=$(head -c 1100 /dev/zero | tr '\0' x)
   local cases=(
@@ -209,7 +223,7 @@ t_bad_input() {
 for t in t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_sigkilled_runner_frees_after_lease \
          t_token_increases t_url_without_password t_status_and_list_json \
-         t_bad_input; do
+         t_terminal_status_line t_bad_input; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

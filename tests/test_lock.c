@@ -184,6 +184,35 @@ static void t_inspect(void) {
   dlock_client_close(c);
 }
 
+static int find_p(const char *name, void *ud) {
+  if (strcmp(name, "p") == 0) (*(int *)ud)++;
+  return 0;
+}
+
+static void t_key_prefix(void) {
+  setup();
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  o.key_prefix = "app1:";
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "p", NULL, &l), 0);
+  uint64_t tok;
+  CHECK_RC(dlock_lock_acquire(l, 5000, &tok), 0);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS app1:p"), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS p"), 0);
+  CHECK_EQ(th_cmd_int(&srv, "GET redisson_lock_token:{app1:p}"), (long long)tok);
+  int n = 0;
+  CHECK(dlock_client_scan_locks(c, "*", find_p, &n) >= 1);
+  CHECK_EQ(n, 1); /* names come back without the prefix */
+  CHECK(strcmp(dlock_lock_name(l), "p") == 0);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 static void t_exclusion_between_threads(void) {
   setup();
   dlock_client *c = th_client(&srv, 0);
@@ -610,7 +639,7 @@ static void t_dead_waiters_reservation_expires(void) {
 static void t_teardown(void) { th_redis_stop(&srv); }
 
 TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
-        T(t_handles_share_holds), T(t_inspect), T(t_exclusion_between_threads),
+        T(t_handles_share_holds), T(t_inspect), T(t_key_prefix), T(t_exclusion_between_threads),
         T(t_explicit_owner), T(t_lease_expiry), T(t_force_release),
         T(t_waiter_woken_by_unlock), T(t_wait_timeout),
         T(t_watchdog_keeps_lock), T(t_watchdog_detects_loss),

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# test_bench.sh: dlock bench runs each scenario, prints the documented JSON
+# fields and draws its plot. Usage: test_bench.sh PATH/TO/dlock
+set -u
+DLOCK=$(realpath "$1")
+TMP=$(mktemp -d /tmp/dlock-bench-XXXXXX)
+PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP" --save '' \
+  --appendonly no --logfile "$TMP/redis.log" --daemonize no &
+SERVER=$!
+trap 'kill -9 $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; rm -rf "$TMP"' EXIT
+for _ in $(seq 200); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.02; done
+export DLOCK_URL=redis://127.0.0.1:$PORT
+passed=0 failed=0
+check() { # check NAME PYTHON-ASSERTIONS -- dlock args...
+  local name=$1 py=$2; shift 3
+  local out
+  out=$("$DLOCK" bench --json "$@" 2>"$TMP/err")
+  if python3 -c "
+import json,sys
+rows=[json.loads(l) for l in sys.argv[1].splitlines()]
+for r in rows:
+    for k in ('scenario','threads','processes','ops_per_sec','p50_us','p99_us','max_us',
+              'baseline_rtt_p50_us','ceiling_ops_per_sec','server_cpu_us_per_op','errors'):
+        assert k in r, k
+    assert r['errors']==0 and r['ceiling_ops_per_sec']>0 and r['baseline_rtt_p50_us']>0, r
+$py
+" "$out"; then echo "ok   $name"; passed=$((passed+1))
+  else echo "FAIL $name: $out $(cat "$TMP/err")"; failed=$((failed+1)); fi
+}
+check uncontended "assert rows[0]['ops_per_sec']>0 and rows[0]['p50_us']>0" -- -d 300ms uncontended
+check uncontended_threads "assert rows[0]['threads']==4" -- -d 300ms -t 4 -c 2 uncontended
+check contended "r=rows[0]; assert r['processes']==2 and 0<r['utilisation']<=1 and r['wakeups_per_acquire']>=0 and 'wait_max_us' in r" -- -d 500ms -p 2 -t 2 --hold 1ms contended
+check watchdog "r=rows[0]; assert r['locks']==500 and r['lost']==0 and r['renewal_round_trips_per_period']>=5 and r['bytes_per_lock']>0" -- -k 500 --lease 300ms --periods 2 watchdog
+if command -v gnuplot >/dev/null; then
+  if "$DLOCK" bench -d 200ms -t 2 --plot "$TMP/p.svg" uncontended >/dev/null 2>&1 && grep -q "<svg" "$TMP/p.svg"; then
+    echo "ok   plot"; passed=$((passed+1))
+  else echo "FAIL plot"; failed=$((failed+1)); fi
+fi
+"$DLOCK" bench nosuchscenario 2>/dev/null; rc=$?
+if [ "$rc" = 64 ]; then echo "ok   bad_scenario"; passed=$((passed+1)); else echo "FAIL bad_scenario ($rc)"; failed=$((failed+1)); fi
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
