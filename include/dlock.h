@@ -25,6 +25,8 @@ extern "C" {
 
 /* Longest lock name accepted, in bytes (the key prefix not counted). */
 #define DLOCK_NAME_MAX 1024
+/* Longest key prefix (dlock_client_options.key_prefix), in bytes. */
+#define DLOCK_KEY_PREFIX_MAX 256
 /* Longest holder description (dlock_lock_set_info), in bytes. */
 #define DLOCK_INFO_MAX 512
 /* Longest owner id, in bytes with the NUL. */
@@ -89,7 +91,8 @@ typedef struct dlock_client_options {
   const char *password;
   /* Sent with CLIENT SETNAME when non-NULL (no spaces allowed). */
   const char *client_name;
-  /* Prepended to every key and channel name; NULL = none (as Redisson). */
+  /* Prepended to every key and channel name; NULL = none (as Redisson).
+   * At most DLOCK_KEY_PREFIX_MAX bytes. */
   const char *key_prefix;
   /* The client id, the first half of every owner id ("<id>:<thread>").
    * NULL = a fresh random UUID, as a Redisson client does. */

@@ -335,8 +335,8 @@ static int run_processes(const cli_global *g, const bench_opts *o,
       int rc = run_threads(g, o, fn, lock_name, start_us, end_us, &r);
       FILE *f = fdopen(pfd[1], "w");
       fwrite(&r, sizeof r, 1, f);
-      fwrite(r.lat.v, sizeof *r.lat.v, r.lat.n, f);
-      fwrite(r.ping.v, sizeof *r.ping.v, r.ping.n, f);
+      if (r.lat.n) fwrite(r.lat.v, sizeof *r.lat.v, r.lat.n, f);
+      if (r.ping.n) fwrite(r.ping.v, sizeof *r.ping.v, r.ping.n, f);
       fclose(f);
       _exit(rc == 0 ? 0 : 1);
     }
@@ -350,14 +350,15 @@ static int run_processes(const cli_global *g, const bench_opts *o,
     if (fread(&r, sizeof r, 1, f) == 1) {
       samples s = {calloc(r.lat.n ? r.lat.n : 1, sizeof(uint32_t)), 0,
                    r.lat.n};
-      if (s.v && fread(s.v, sizeof *s.v, r.lat.n, f) == r.lat.n) {
+      if (s.v && r.lat.n && fread(s.v, sizeof *s.v, r.lat.n, f) == r.lat.n) {
         s.n = r.lat.n;
         merge(&out->lat, &s);
       }
       free(s.v);
       samples q = {calloc(r.ping.n ? r.ping.n : 1, sizeof(uint32_t)), 0,
                    r.ping.n};
-      if (q.v && fread(q.v, sizeof *q.v, r.ping.n, f) == r.ping.n) {
+      if (q.v && r.ping.n &&
+          fread(q.v, sizeof *q.v, r.ping.n, f) == r.ping.n) {
         q.n = r.ping.n;
         merge(&out->ping, &q);
       }
@@ -471,7 +472,7 @@ static int measure(const cli_global *g, const bench_opts *o, redisContext *raw,
   double cpu1 = server_cpu_us(raw);
   if (rc != 0) cli_err("a benchmark process failed");
   double secs = (double)o->secs_ms / 1000;
-  qsort(res.lat.v, res.lat.n, sizeof *res.lat.v, cmp_u32);
+  if (res.lat.n) qsort(res.lat.v, res.lat.n, sizeof *res.lat.v, cmp_u32);
   r->ops_per_sec = (double)res.ops / secs;
   r->p50 = pct(&res.lat, 0.5);
   r->p99 = pct(&res.lat, 0.99);

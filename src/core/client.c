@@ -36,8 +36,7 @@ static void client_free(dlock_client *c) {
   if (c == NULL) return;
   /* Holds of handles not freed (a contract breach) stop being renewed. */
   for (int i = 0; i < DL_HOLD_BUCKETS; i++)
-    while (c->holds[i])
-      dl_watchdog_remove(c->watchdog, dl_hold_drop(c, c->holds[i]));
+    while (c->holds[i]) dl_hold_bury(c, dl_hold_drop(c, c->holds[i]));
   dl_watchdog_free(c->watchdog);
   if (c->backend) c->backend->ops->free(c->backend);
   dl_tls_ctx_free(c->conn_cfg.tls);
@@ -77,6 +76,9 @@ int dlock_client_open(const dlock_client_options *opts, dlock_client **out) {
                      "(connections 1..64, watchdog_timeout_ms >= 3)");
   if (opts->client_name && strpbrk(opts->client_name, " \n\r\t"))
     return dl_seterr(NULL, DLOCK_EINVAL, "client_name must have no spaces");
+  if (opts->key_prefix && strlen(opts->key_prefix) > DLOCK_KEY_PREFIX_MAX)
+    return dl_seterr(NULL, DLOCK_EINVAL, "key_prefix over %d bytes",
+                     DLOCK_KEY_PREFIX_MAX);
   if (opts->client_id && (*opts->client_id == '\0' ||
                           strlen(opts->client_id) > 200))
     return dl_seterr(NULL, DLOCK_EINVAL, "client_id must be 1..200 bytes");

@@ -34,11 +34,16 @@ dl_hold *dl_hold_add(dlock_client *c, const char *key, const char *owner) {
   return h;
 }
 
-dl_renewal *dl_hold_drop(dlock_client *c, dl_hold *h) {
+dl_hold *dl_hold_drop(dlock_client *c, dl_hold *h) {
   dl_hold **pp = &c->holds[bucket(h->key, h->owner)];
   while (*pp != h) pp = &(*pp)->next;
   *pp = h->next;
-  dl_renewal *r = h->renewal;
+  h->next = NULL;
+  return h;
+}
+
+void dl_hold_bury(dlock_client *c, dl_hold *h) {
+  if (h == NULL) return;
+  dl_watchdog_remove(c->watchdog, h->renewal);
   free(h);
-  return r;
 }

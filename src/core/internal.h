@@ -195,7 +195,9 @@ typedef void (*dl_renewal_lost_fn)(void *ud, const char *key,
 
 int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_watchdog **out);
 void dl_watchdog_free(dl_watchdog *w);
-/* Registers key/owner for renewal every lease/3. Returns NULL on ENOMEM. */
+/* Registers key/owner for renewal every lease/3. The strings are borrowed:
+ * they must stay valid until dl_watchdog_remove(r) returns. Returns NULL on
+ * ENOMEM. */
 dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
                             const char *owner, dl_renewal_lost_fn fn,
                             void *ud);
@@ -224,10 +226,13 @@ typedef struct dl_hold {
 
 dl_hold *dl_hold_find(dlock_client *c, const char *key, const char *owner);
 dl_hold *dl_hold_add(dlock_client *c, const char *key, const char *owner);
-/* Forgets the hold; returns its renewal, which the caller passes to
- * dl_watchdog_remove() after unlocking holds_mu (a lost callback in progress
- * takes holds_mu, and remove waits for it). */
-dl_renewal *dl_hold_drop(dlock_client *c, dl_hold *h);
+/* Takes the hold out of the table and returns it, still allocated: after
+ * unlocking holds_mu the caller passes it to dl_hold_bury() (a lost callback
+ * in progress takes holds_mu, and removing the renewal waits for it; the
+ * renewal borrows the hold's strings). */
+dl_hold *dl_hold_drop(dlock_client *c, dl_hold *h);
+/* Stops the hold's renewal and frees it. Accepts NULL. Not under holds_mu. */
+void dl_hold_bury(dlock_client *c, dl_hold *h);
 
 /* ---- client.c ---- */
 struct dlock_client {

@@ -20,8 +20,8 @@
 
 struct dl_renewal {
   dl_renewal *prev, *next;
-  char *key;
-  char *owner;
+  const char *key;   /* borrowed: valid until dl_watchdog_remove returns */
+  const char *owner; /* borrowed, likewise */
   dl_renewal_lost_fn fn;
   void *ud;
   int releasing;
@@ -45,11 +45,7 @@ struct dl_watchdog {
 };
 
 static void unref(dl_renewal *r) {
-  if (--r->refs == 0) {
-    free(r->key);
-    free(r->owner);
-    free(r);
-  }
+  if (--r->refs == 0) free(r);
 }
 
 static void unlink_r(dl_watchdog *w, dl_renewal *r) {
@@ -67,14 +63,8 @@ dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
                             void *ud) {
   dl_renewal *r = calloc(1, sizeof *r);
   if (r == NULL) return NULL;
-  r->key = dl_strdup(key);
-  r->owner = dl_strdup(owner);
-  if (!r->key || !r->owner) {
-    free(r->key);
-    free(r->owner);
-    free(r);
-    return NULL;
-  }
+  r->key = key;
+  r->owner = owner;
   r->fn = fn;
   r->ud = ud;
   r->refs = 1;
@@ -127,10 +117,30 @@ int dl_watchdog_run_once(dl_watchdog *w) {
     pthread_mutex_unlock(&w->mu);
     return DLOCK_ENOMEM;
   }
-  size_t i = 0;
+  /* The strings are borrowed from their holders, who may drop them once
+   * their renewal is removed: copy them while the list is locked. */
+  size_t i = 0, bytes = 0;
+  for (dl_renewal *r = w->head; r && i < n; r = r->next, i++)
+    bytes += strlen(r->key) + strlen(r->owner) + 2;
+  char *arena = malloc(bytes ? bytes : 1);
+  char **copies = malloc(2 * n * sizeof *copies);
+  if (arena == NULL || copies == NULL) {
+    pthread_mutex_unlock(&w->mu);
+    free(arena);
+    free(copies);
+    free(snap);
+    return DLOCK_ENOMEM;
+  }
+  i = 0;
+  char *at = arena;
   for (dl_renewal *r = w->head; r && i < n; r = r->next) {
     r->refs++;
-    snap[i++] = r;
+    snap[i] = r;
+    size_t kl = strlen(r->key) + 1, ol = strlen(r->owner) + 1;
+    copies[2 * i] = memcpy(at, r->key, kl);
+    copies[2 * i + 1] = memcpy(at + kl, r->owner, ol);
+    at += kl + ol;
+    i++;
   }
   pthread_mutex_unlock(&w->mu);
 
@@ -159,8 +169,8 @@ int dl_watchdog_run_once(dl_watchdog *w) {
     ap[b] = args + lo + (size_t)b;
     args[lo + (size_t)b] = lease;
     for (size_t k = lo; k < hi; k++) {
-      keys[k] = snap[k]->key;
-      args[k + (size_t)b + 1] = snap[k]->owner;
+      keys[k] = copies[2 * k];
+      args[k + (size_t)b + 1] = copies[2 * k + 1];
     }
   }
   int rc = w->c->backend->ops->eval_many(w->c->backend, nb,
@@ -191,7 +201,8 @@ int dl_watchdog_run_once(dl_watchdog *w) {
       dl_renewal_lost_fn fn = r->fn;
       void *ud = r->ud;
       pthread_mutex_unlock(&w->mu);
-      fn(ud, r->key, r->owner);
+      fn(ud, copies[2 * ((size_t)b * BATCH + (size_t)k)],
+         copies[2 * ((size_t)b * BATCH + (size_t)k) + 1]);
       pthread_mutex_lock(&w->mu);
       w->calling = NULL;
       pthread_cond_broadcast(&w->cv);
@@ -209,6 +220,8 @@ out:
   for (i = 0; i < n; i++) unref(snap[i]);
   pthread_mutex_unlock(&w->mu);
   free(snap);
+  free(arena);
+  free(copies);
   free(keys);
   free(args);
   free(nkeys);

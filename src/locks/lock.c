@@ -18,13 +18,11 @@
 
 struct dlock_lock {
   dlock_client *c;
-  /* All in this allocation, after the struct: */
-  char *name;
-  char *key;         /* prefix + name */
-  char *channel;     /* redisson_lock__channel:{key} */
-  char *token_key;   /* redisson_lock_token:{key} */
-  char *handoff_key; /* dlock_handoff:{key}: a starving waiter's reservation */
-  char *owner;       /* explicit owner, or NULL for the calling thread */
+  /* In this allocation, after the struct (the derived names, such as the
+   * channel, are built on the stack when needed: a held lock costs less). */
+  char *key;   /* prefix + name */
+  char *name;  /* the name, inside key */
+  char *owner; /* explicit owner, or NULL for the calling thread */
   /* Guarded by the client's holds_mu: */
   char *info; /* holder description stored beside the lock, or NULL */
   dlock_lost_cb cb;
@@ -33,12 +31,17 @@ struct dlock_lock {
 };
 
 /* Redisson's derived names: "<prefix>:{<name>}", or "<prefix>:<name>" when
- * the name carries its own hash tag. Either way it shares the lock's slot. */
-static size_t derived(char *out, const char *prefix, const char *key) {
-  const char *fmt = strchr(key, '{') ? "%s:%s" : "%s:{%s}";
-  int n = sprintf(out, fmt, prefix, key);
-  return (size_t)n + 1;
+ * the name carries its own hash tag. Either way it shares the lock's slot.
+ * `out` has DERIVED_MAX bytes. */
+#define DERIVED_MAX (DLOCK_KEY_PREFIX_MAX + DLOCK_NAME_MAX + 32)
+static const char *derived(char *out, const char *prefix, const dlock_lock *l) {
+  const char *fmt = strchr(l->key, '{') ? "%s:%s" : "%s:{%s}";
+  snprintf(out, DERIVED_MAX, fmt, prefix, l->key);
+  return out;
 }
+#define CHANNEL(l, buf) derived(buf, "redisson_lock__channel", l)
+#define TOKEN_KEY(l, buf) derived(buf, "redisson_lock_token", l)
+#define HANDOFF_KEY(l, buf) derived(buf, "dlock_handoff", l)
 
 int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
                    dlock_lock **out) {
@@ -53,31 +56,17 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
                      "the limit is %d", nl, DLOCK_NAME_MAX);
   if (owner && (*owner == '\0' || strlen(owner) > 100))
     return dl_seterr(c, DLOCK_EINVAL, "an explicit owner must be 1..100 bytes");
-  /* One allocation: the handle and its names, so that holding many locks
-   * costs little memory. */
+  /* One allocation: the handle, its key and its owner. */
   size_t kl = c->prefix_len + nl;
   size_t ol = owner ? strlen(owner) + 1 : 0;
-  size_t size = sizeof(dlock_lock) + (nl + 1) + (kl + 1) +
-                (sizeof "redisson_lock__channel:{}" + kl) +
-                (sizeof "redisson_lock_token:{}" + kl) +
-                (sizeof "dlock_handoff:{}" + kl) + ol;
-  dlock_lock *l = calloc(1, size);
+  dlock_lock *l = calloc(1, sizeof(dlock_lock) + kl + 1 + ol);
   if (l == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
   l->c = c;
-  char *p = (char *)(l + 1);
-  l->name = memcpy(p, name, nl + 1);
-  p += nl + 1;
-  l->key = p;
-  memcpy(p, c->key_prefix, c->prefix_len);
-  memcpy(p + c->prefix_len, name, nl + 1);
-  p += kl + 1;
-  l->channel = p;
-  p += derived(p, "redisson_lock__channel", l->key);
-  l->token_key = p;
-  p += derived(p, "redisson_lock_token", l->key);
-  l->handoff_key = p;
-  p += derived(p, "dlock_handoff", l->key);
-  if (owner) l->owner = memcpy(p, owner, ol);
+  l->key = (char *)(l + 1);
+  memcpy(l->key, c->key_prefix, c->prefix_len);
+  memcpy(l->key + c->prefix_len, name, nl + 1);
+  l->name = l->key + c->prefix_len;
+  if (owner) l->owner = memcpy(l->key + kl + 1, owner, ol);
   *out = l;
   return 0;
 }
@@ -87,7 +76,7 @@ void dlock_lock_free(dlock_lock *l) {
   /* Holds taken through this handle stop being renewed and expire after
    * their lease; wait out a lost callback running for it. */
   dlock_client *c = l->c;
-  dl_renewal *stop[64];
+  dl_hold *stop[64];
   int nstop;
   do {
     nstop = 0;
@@ -107,15 +96,16 @@ void dlock_lock_free(dlock_lock *l) {
       l->info = NULL;
     }
     pthread_mutex_unlock(&c->holds_mu);
-    for (int i = 0; i < nstop; i++) dl_watchdog_remove(c->watchdog, stop[i]);
+    for (int i = 0; i < nstop; i++) dl_hold_bury(c, stop[i]);
   } while (nstop > 0);
   free(l);
 }
 
 const char *dlock_lock_name(const dlock_lock *l) { return l ? l->name : ""; }
 
-/* With holds_mu held: forgets a hold (see dl_hold_drop). */
-static dl_renewal *forget(dlock_client *c, dl_hold *h) {
+/* With holds_mu held: forgets a hold (see dl_hold_drop); pass the result
+ * to dl_hold_bury once holds_mu is unlocked. */
+static dl_hold *forget(dlock_client *c, dl_hold *h) {
   if (h->via) h->via->nholds--;
   return dl_hold_drop(c, h);
 }
@@ -193,7 +183,8 @@ static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
   char *info = dl_strdup(l->info ? l->info : "");
   pthread_mutex_unlock(&l->c->holds_mu);
   if (info == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
-  const char *keys[] = {l->key, l->token_key, l->handoff_key};
+  char tk[DERIVED_MAX], hk[DERIVED_MAX];
+  const char *keys[] = {l->key, TOKEN_KEY(l, tk), HANDOFF_KEY(l, hk)};
   char reserve[16];
   snprintf(reserve, sizeof reserve, "%d", RESERVE_MS);
   const char *args[] = {lease, owner, info, count, starving ? "1" : "0",
@@ -231,7 +222,7 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
                        uint64_t token, int64_t lease_ms, bool watchdog,
                        int *err) {
   dlock_client *c = l->c;
-  dl_renewal *old = NULL;
+  dl_hold *old = NULL;
   *err = 0;
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_find(c, l->key, owner);
@@ -242,7 +233,7 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
   if (h == NULL && (h = dl_hold_add(c, l->key, owner)) == NULL) {
     *err = DLOCK_ENOMEM;
     pthread_mutex_unlock(&c->holds_mu);
-    dl_watchdog_remove(c->watchdog, old);
+    dl_hold_bury(c, old);
     return 0;
   }
   if (h->count == 0) {
@@ -253,12 +244,12 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
   h->count++;
   h->lease_ms = lease_ms;
   if (watchdog && h->renewal == NULL) {
-    h->renewal = dl_watchdog_add(c->watchdog, l->key, owner, on_lost, c);
+    h->renewal = dl_watchdog_add(c->watchdog, h->key, h->owner, on_lost, c);
     if (h->renewal == NULL) *err = DLOCK_ENOMEM;
   }
   uint64_t tok = h->token;
   pthread_mutex_unlock(&c->holds_mu);
-  dl_watchdog_remove(c->watchdog, old);
+  dl_hold_bury(c, old);
   return tok;
 }
 
@@ -269,7 +260,8 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
   char lease[24], cnt[16];
   snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
   snprintf(cnt, sizeof cnt, "%d", count);
-  const char *keys[] = {l->key, l->channel};
+  char ch[DERIVED_MAX];
+  const char *keys[] = {l->key, CHANNEL(l, ch)};
   const char *args[] = {UNLOCK_MESSAGE, lease, owner, cnt};
   redisReply *r = NULL;
   int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_RELEASE, 2,
@@ -314,7 +306,8 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
      * and the subscription would otherwise go unheard. Each sleep is bounded
      * by the holder's TTL, so even a lost message costs at most that. */
     const dl_backend_ops *ops = c->backend->ops;
-    dl_sub *sub = ops->sub_ref(c->backend, l->channel, deadline);
+    char ch[DERIVED_MAX];
+    dl_sub *sub = ops->sub_ref(c->backend, CHANNEL(l, ch), deadline);
     bool starving = false;
     for (;;) {
       starving = c->starvation_ms > 0 &&
@@ -344,7 +337,8 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
     }
     ops->sub_unref(c->backend, sub);
     if (starving && rc <= 0) { /* gave up: free the hand-off for others */
-      const char *k[] = {l->handoff_key};
+      char hk[DERIVED_MAX];
+      const char *k[] = {HANDOFF_KEY(l, hk)};
       const char *a[] = {owner};
       redisReply *r = NULL;
       if (ops->eval(c->backend, DL_SCRIPT_LOCK_UNRESERVE, 1, k, 1, a, &r) == 0)
@@ -381,9 +375,9 @@ int dlock_lock_release(dlock_lock *l) {
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_find(c, l->key, owner);
   if (h && h->lost) {
-    dl_renewal *old = forget(c, h);
+    dl_hold *old = forget(c, h);
     pthread_mutex_unlock(&c->holds_mu);
-    dl_watchdog_remove(w, old);
+    dl_hold_bury(c, old);
     return dl_seterr(c, DLOCK_ELOST, "'%s' was lost before this release",
                      l->name);
   }
@@ -399,7 +393,7 @@ int dlock_lock_release(dlock_lock *l) {
   pthread_mutex_lock(&c->holds_mu);
   dl_watchdog_release_end(w, ren);
   h = dl_hold_find(c, l->key, owner);
-  dl_renewal *old = NULL;
+  dl_hold *old = NULL;
   if (rc == 1 || rc == DLOCK_ENOTOWNER) {
     bool had = h != NULL;
     if (h) old = forget(c, h);
@@ -412,14 +406,15 @@ int dlock_lock_release(dlock_lock *l) {
     h->count--;
   }
   pthread_mutex_unlock(&c->holds_mu);
-  dl_watchdog_remove(w, old);
+  dl_hold_bury(c, old);
   if (rc >= 0) dl_clearerr(c);
   return rc;
 }
 
 int dlock_lock_force_release(dlock_lock *l) {
   if (l == NULL) return DLOCK_EINVAL;
-  const char *keys[] = {l->key, l->channel};
+  char ch[DERIVED_MAX];
+  const char *keys[] = {l->key, CHANNEL(l, ch)};
   const char *args[] = {UNLOCK_MESSAGE};
   redisReply *r = NULL;
   int rc = l->c->backend->ops->eval(l->c->backend,
@@ -493,7 +488,8 @@ int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms) {
 
 int dlock_lock_current_token(dlock_lock *l, uint64_t *token) {
   if (l == NULL || token == NULL) return DLOCK_EINVAL;
-  const char *argv[] = {"GET", l->token_key};
+  char tk[DERIVED_MAX];
+  const char *argv[] = {"GET", TOKEN_KEY(l, tk)};
   long long v;
   int rc = query_int(l, 2, argv, 0, &v);
   if (rc == 0) *token = (uint64_t)v;
@@ -525,7 +521,8 @@ static bool owner_field(const redisReply *f, const redisReply *v) {
 int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
   if (l == NULL || st == NULL) return DLOCK_EINVAL;
   memset(st, 0, sizeof *st);
-  const char *keys[] = {l->key, l->token_key};
+  char tk[DERIVED_MAX];
+  const char *keys[] = {l->key, TOKEN_KEY(l, tk)};
   redisReply *r = NULL;
   dl_backend *b = l->c->backend;
   int rc = b->ops->eval(b, DL_SCRIPT_LOCK_INSPECT, 2, keys, 0, NULL, &r);
@@ -559,7 +556,8 @@ int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
   if (r->element[2]->type == REDIS_REPLY_STRING)
     st->token = strtoull(r->element[2]->str, NULL, 10);
   freeReplyObject(r);
-  const char *argv[] = {"PUBSUB", "NUMSUB", l->channel};
+  char ch[DERIVED_MAX];
+  const char *argv[] = {"PUBSUB", "NUMSUB", CHANNEL(l, ch)};
   rc = b->ops->command(b, 3, argv, &r);
   if (rc != 0) return rc;
   if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
