@@ -184,14 +184,11 @@ typedef struct worker {
 static dlock_client *bench_client(const cli_global *g, const bench_opts *o,
                                   int64_t lease_ms) {
   dlock_client_options opt;
-  dlock_client_options_init(&opt);
-  opt.url = g->url;
-  opt.password = g->password;
+  cli_options(g, lease_ms, &opt);
   opt.client_name = "dlock-bench";
   opt.connections = o->connections;
   opt.command_timeout_ms = 10000;
   opt.starvation_ms = o->starvation_ms;
-  if (lease_ms > 0) opt.watchdog_timeout_ms = lease_ms;
   dlock_client *c = NULL;
   if (dlock_client_open(&opt, &c) != 0)
     cli_err("%s", dlock_client_open_errmsg());

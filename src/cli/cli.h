@@ -39,6 +39,10 @@ typedef struct cli_global {
 #define CLI_GLOBAL_SHORTOPTS "u:qvh"
 int cli_global_opt(cli_global *g, int opt, const char *arg);
 
+/* Client options for g (watchdog lease `lease_ms`, 0 = default). */
+void cli_options(const cli_global *g, int64_t lease_ms,
+                 dlock_client_options *o);
+
 /* Opens the client for g (watchdog lease `lease_ms`, 0 = default). On
  * failure prints why and returns NULL with *exit_code set. */
 dlock_client *cli_open(const cli_global *g, int64_t lease_ms, int *exit_code);

@@ -96,17 +96,22 @@ int cli_exit_for(int err) {
   }
 }
 
+void cli_options(const cli_global *g, int64_t lease_ms,
+                 dlock_client_options *o) {
+  dlock_client_options_init(o);
+  o->url = g->url;
+  o->password = g->password;
+  o->client_name = "dlock-cli";
+  o->tls_ca_file = g->cacert;
+  o->tls_cert_file = g->cert;
+  o->tls_key_file = g->key;
+  o->tls_verify = !g->insecure;
+  if (lease_ms > 0) o->watchdog_timeout_ms = lease_ms;
+}
+
 dlock_client *cli_open(const cli_global *g, int64_t lease_ms, int *exit_code) {
   dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = g->url;
-  o.password = g->password;
-  o.client_name = "dlock-cli";
-  o.tls_ca_file = g->cacert;
-  o.tls_cert_file = g->cert;
-  o.tls_key_file = g->key;
-  o.tls_verify = !g->insecure;
-  if (lease_ms > 0) o.watchdog_timeout_ms = lease_ms;
+  cli_options(g, lease_ms, &o);
   dlock_client *c = NULL;
   int rc = dlock_client_open(&o, &c);
   if (rc != 0) {
