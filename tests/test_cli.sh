@@ -155,6 +155,8 @@ d=json.loads(sys.argv[1])
 assert d["held"] and d["command"]=="sleep 2" and d["pid"]>0 and d["token"]>0, d
 assert d["lease_ms"]>0 and d["hold_count"]==1 and d["host"], d
 ' "$out" || fail "status --json: $out"
+  out=$("$DLOCK" status js --json); expect_rc 0 $? "status NAME --json (options after the name)"
+  case "$out" in "{"*) ;; *) fail "status js --json: $out" ;; esac
   out=$("$DLOCK" list --json 'j*'); expect_rc 0 $? "list"
   python3 -c '
 import json,sys

@@ -220,7 +220,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[i];
   int sub_argc = argc - i;
   char **sub_argv = argv + i;
-  optind = 1; /* each command parses its own options */
+  optind = 0; /* each command parses its own options (0: glibc starts afresh) */
   int rc;
   if (strcmp(cmd, "run") == 0) rc = cmd_run(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "status") == 0) rc = cmd_status(sub_argc, sub_argv, &g);
