@@ -243,6 +243,48 @@ static void t_client_killed_mid_call(void) {
   dlock_client_close(c);
 }
 
+static void *release_thread(void *p) {
+  targ *a = p;
+  a->rc = dlock_lock_release(a->l);
+  return NULL;
+}
+
+static bool key_gone(void *p) {
+  return th_cmd_int(&srv, "EXISTS %s", (const char *)p) == 0;
+}
+
+static void t_failed_release_stops_renewal(void) {
+  /* The last release never reaches the server (connection killed while the
+   * server holds it back): the watchdog must stop renewing, so the lease
+   * frees the lock instead of it being renewed for as long as we live. */
+  setup();
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  o.watchdog_timeout_ms = 600;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "f:relfail", "me", &l), 0);
+  CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
+  redisReply *r = th_cmd(&srv, "CLIENT PAUSE 2000 WRITE");
+  freeReplyObject(r);
+  targ a = {l, 1};
+  pthread_t th;
+  pthread_create(&th, NULL, release_thread, &a);
+  th_sleep_ms(150);
+  r = th_cmd(&srv, "CLIENT KILL TYPE normal SKIPME yes");
+  freeReplyObject(r);
+  pthread_join(th, NULL);
+  r = th_cmd(&srv, "CLIENT UNPAUSE");
+  freeReplyObject(r);
+  CHECK_RC(a.rc, DLOCK_ECONNLOST);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:relfail"), 1);
+  CHECK(th_wait_for(key_gone, "f:relfail", 2000));
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 static void t_server_paused(void) {
   setup();
   dlock_client *c = fast_client(srv.url);
@@ -335,6 +377,7 @@ static void t_teardown(void) { th_redis_stop(&srv); }
 
 TH_MAIN(T(t_bad_names), T(t_unreachable), T(t_wrong_password), T(t_wrongtype),
         T(t_script_flush), T(t_oom_noeviction), T(t_readonly_replica),
-        T(t_client_killed_mid_call), T(t_server_paused),
+        T(t_client_killed_mid_call), T(t_failed_release_stops_renewal),
+        T(t_server_paused),
         T(t_server_restart_while_held), T(t_waiter_survives_restart),
         T(t_teardown))

@@ -189,8 +189,9 @@ uint64_t dl_pubsub_wakeups(dl_pubsub *p);
 typedef struct dl_watchdog dl_watchdog;
 typedef struct dl_renewal dl_renewal;
 
-/* Called (from the watchdog thread) for a renewal found lost. */
-typedef void (*dl_renewal_lost_fn)(void *ud, const char *key,
+/* Called (from the watchdog thread) for a renewal found lost: r (alive for
+ * the call, possibly already removed) and copies of its key and owner. */
+typedef void (*dl_renewal_lost_fn)(void *ud, dl_renewal *r, const char *key,
                                    const char *owner);
 
 int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_watchdog **out);
@@ -201,7 +202,9 @@ void dl_watchdog_free(dl_watchdog *w);
 dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
                             const char *owner, dl_renewal_lost_fn fn,
                             void *ud);
-/* Stops renewing; a renewal result arriving later is ignored. */
+/* Stops renewing; a renewal result arriving later is ignored (a lost
+ * callback already running may still be called with r). Never waits; may
+ * be called with the client's holds_mu held. Accepts NULL. */
 void dl_watchdog_remove(dl_watchdog *w, dl_renewal *r);
 /* Brackets a release: "gone" answers meanwhile are not losses. */
 void dl_watchdog_release_begin(dl_watchdog *w, dl_renewal *r);

@@ -38,7 +38,6 @@ struct dl_watchdog {
   bool stop;
   dl_renewal *head;
   size_t count;
-  dl_renewal *calling; /* whose lost callback runs now */
   uint64_t round_trips;
   uint64_t renewed;
   uint64_t lost;
@@ -83,10 +82,9 @@ void dl_watchdog_remove(dl_watchdog *w, dl_renewal *r) {
   pthread_mutex_lock(&w->mu);
   unlink_r(w, r);
   r->fn = NULL;
-  /* Wait out a lost callback running for r, unless this is that callback
-   * (a release called from inside it). */
-  while (w->calling == r && !pthread_equal(pthread_self(), w->thread))
-    pthread_cond_wait(&w->cv, &w->mu);
+  /* A lost callback may still be running for r: it is handed r itself (kept
+   * alive by its round's reference) and string copies, never r's borrowed
+   * strings, so nothing here waits for it. */
   unref(r);
   pthread_mutex_unlock(&w->mu);
 }
@@ -197,16 +195,11 @@ int dl_watchdog_run_once(dl_watchdog *w) {
       }
       unlink_r(w, r); /* the owner keeps its reference until remove */
       w->lost++;
-      w->calling = r;
       dl_renewal_lost_fn fn = r->fn;
       void *ud = r->ud;
       pthread_mutex_unlock(&w->mu);
-      fn(ud, copies[2 * ((size_t)b * BATCH + (size_t)k)],
+      fn(ud, r, copies[2 * ((size_t)b * BATCH + (size_t)k)],
          copies[2 * ((size_t)b * BATCH + (size_t)k) + 1]);
-      pthread_mutex_lock(&w->mu);
-      w->calling = NULL;
-      pthread_cond_broadcast(&w->cv);
-      pthread_mutex_unlock(&w->mu);
     }
   }
   (void)rc;

@@ -112,14 +112,17 @@ static dl_hold *forget(dlock_client *c, dl_hold *h) {
 
 /* The watchdog found (key, owner) gone: mark the hold lost and tell the
  * handle that took it. */
-static void on_lost(void *ud, const char *key, const char *owner) {
+static void on_lost(void *ud, dl_renewal *r, const char *key,
+                    const char *owner) {
   dlock_client *c = ud;
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_find(c, key, owner);
   dlock_lock *l = NULL;
   dlock_lost_cb cb = NULL;
   void *cb_ud = NULL;
-  if (h) {
+  /* Only the hold this renewal belonged to: the owner may have released
+   * and taken the lock again since the renewal went out. */
+  if (h && h->renewal == r) {
     h->lost = true;
     l = h->via;
     if (l) {
@@ -404,6 +407,12 @@ int dlock_lock_release(dlock_lock *l) {
                            l->name, owner);
   } else if (rc == 0 && h && h->count > 1) {
     h->count--;
+  } else if (rc < 0 && h && h->count <= 1 && h->renewal) {
+    /* The last release failed (server unreachable, timeout): the caller
+     * meant to let go, so stop renewing. Unless a retry reaches the server
+     * first, the lease frees the lock. */
+    dl_watchdog_remove(w, h->renewal);
+    h->renewal = NULL;
   }
   pthread_mutex_unlock(&c->holds_mu);
   dl_hold_bury(c, old);
