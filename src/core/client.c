@@ -122,6 +122,7 @@ int dlock_client_open(const dlock_client_options *opts, dlock_client **out) {
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   }
   c->prefix_len = strlen(c->key_prefix);
+  c->id_len = strlen(c->id);
   c->watchdog_timeout_ms = opts->watchdog_timeout_ms;
   c->command_timeout_ms = opts->command_timeout_ms;
   c->starvation_ms = opts->starvation_ms < 0 ? 0 : opts->starvation_ms;
@@ -144,7 +145,8 @@ int dlock_client_open(const dlock_client_options *opts, dlock_client **out) {
   }
   rc = dl_redis_backend_new(c, &c->conn_cfg, opts->connections, &c->backend);
   if (rc != 0) return open_fail(c, rc);
-  rc = dl_watchdog_new(c, c->watchdog_timeout_ms, &c->watchdog);
+  rc = dl_watchdog_new(c, c->watchdog_timeout_ms, dl_lock_on_lost, c,
+                       &c->watchdog);
   if (rc != 0) {
     dl_seterr(NULL, rc, "cannot start the watchdog thread");
     client_free(c);

@@ -7,35 +7,43 @@
 #include <stdlib.h>
 #include <string.h>
 
-static unsigned bucket(const char *key, const char *owner) {
+/* Every owner id of this client is "<client id>:<tail>"; a hold keeps only
+ * the tail, and borrows its key from the handle that took it (holds taken
+ * through a handle are dropped before it is freed), so that holding many
+ * locks costs little memory. */
+static const char *tail_of(const dlock_client *c, const char *owner) {
+  return owner + c->id_len + 1;
+}
+
+static unsigned bucket(const char *key, const char *tail) {
   unsigned h = 2166136261u;
   for (const char *s = key; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  for (const char *s = owner; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  for (const char *s = tail; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
   return h % DL_HOLD_BUCKETS;
 }
 
 dl_hold *dl_hold_find(dlock_client *c, const char *key, const char *owner) {
-  for (dl_hold *h = c->holds[bucket(key, owner)]; h; h = h->next)
-    if (strcmp(h->owner, owner) == 0 && strcmp(h->key, key) == 0) return h;
+  const char *tail = tail_of(c, owner);
+  for (dl_hold *h = c->holds[bucket(key, tail)]; h; h = h->next)
+    if (strcmp(h->tail, tail) == 0 && strcmp(h->key, key) == 0) return h;
   return NULL;
 }
 
 dl_hold *dl_hold_add(dlock_client *c, const char *key, const char *owner) {
-  size_t kl = strlen(key), ol = strlen(owner);
-  dl_hold *h = calloc(1, sizeof *h + kl + ol + 2);
+  const char *tail = tail_of(c, owner);
+  size_t tl = strlen(tail);
+  dl_hold *h = calloc(1, sizeof *h + tl + 1);
   if (h == NULL) return NULL;
-  h->key = (char *)(h + 1);
-  h->owner = h->key + kl + 1;
-  memcpy(h->key, key, kl + 1);
-  memcpy(h->owner, owner, ol + 1);
-  unsigned b = bucket(key, owner);
-  h->next = c->holds[b];
-  c->holds[b] = h;
+  h->key = key;
+  memcpy(h->tail, tail, tl + 1);
+  h->bucket = bucket(key, tail);
+  h->next = c->holds[h->bucket];
+  c->holds[h->bucket] = h;
   return h;
 }
 
 dl_hold *dl_hold_drop(dlock_client *c, dl_hold *h) {
-  dl_hold **pp = &c->holds[bucket(h->key, h->owner)];
+  dl_hold **pp = &c->holds[h->bucket];
   while (*pp != h) pp = &(*pp)->next;
   *pp = h->next;
   h->next = NULL;

@@ -194,14 +194,14 @@ typedef struct dl_renewal dl_renewal;
 typedef void (*dl_renewal_lost_fn)(void *ud, dl_renewal *r, const char *key,
                                    const char *owner);
 
-int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_watchdog **out);
+/* `fn(ud, ...)` is called for each renewal found lost. */
+int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
+                    void *ud, dl_watchdog **out);
 void dl_watchdog_free(dl_watchdog *w);
-/* Registers key/owner for renewal every lease/3. The strings are borrowed:
- * they must stay valid until dl_watchdog_remove(r) returns. Returns NULL on
- * ENOMEM. */
-dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
-                            const char *owner, dl_renewal_lost_fn fn,
-                            void *ud);
+/* Registers key for renewal every lease/3, for the owner
+ * "<client id>:<tail>". The strings are borrowed: they must stay valid until
+ * dl_watchdog_remove(r) returns. Returns NULL on ENOMEM. */
+dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key, const char *tail);
 /* Stops renewing; a renewal result arriving later is ignored (a lost
  * callback already running may still be called with r). Never waits; may
  * be called with the client's holds_mu held. Accepts NULL. */
@@ -217,14 +217,15 @@ void dl_watchdog_stats(dl_watchdog *w, dlock_client_stats *st);
 #define DL_HOLD_BUCKETS 4096
 typedef struct dl_hold {
   struct dl_hold *next;
-  char *key;
-  char *owner;
-  int count;
+  const char *key;         /* borrowed from the handle `via` */
+  dl_renewal *renewal;     /* watchdog-renewed holds only */
+  struct dlock_lock *via;  /* the handle whose lost callback reports it */
   uint64_t token;
   int64_t lease_ms;
+  unsigned bucket;
+  int count;
   bool lost;
-  dl_renewal *renewal;    /* watchdog-renewed holds only */
-  struct dlock_lock *via; /* the handle whose lost callback reports it */
+  char tail[];             /* the owner id after "<client id>:" */
 } dl_hold;
 
 dl_hold *dl_hold_find(dlock_client *c, const char *key, const char *owner);
@@ -239,6 +240,7 @@ void dl_hold_bury(dlock_client *c, dl_hold *h);
 
 /* ---- client.c ---- */
 struct dlock_client {
+  size_t id_len;
   pthread_mutex_t holds_mu;
   pthread_cond_t holds_cv;            /* a lost callback finished */
   struct dlock_lock *in_lost_callback; /* whose callback runs now */
@@ -255,6 +257,10 @@ struct dlock_client {
   dl_watchdog *watchdog;
   atomic_int closing;
 };
+
+/* lock.c: the watchdog's lost callback for the client's holds. */
+void dl_lock_on_lost(void *ud, dl_renewal *r, const char *key,
+                     const char *owner);
 
 /* "<prefix><fmt...>" with the client's key prefix. Caller frees. */
 char *dl_key(const dlock_client *c, const char *fmt, ...)

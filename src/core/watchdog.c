@@ -20,18 +20,19 @@
 
 struct dl_renewal {
   dl_renewal *prev, *next;
-  const char *key;   /* borrowed: valid until dl_watchdog_remove returns */
-  const char *owner; /* borrowed, likewise */
-  dl_renewal_lost_fn fn;
-  void *ud;
-  int releasing;
+  const char *key;  /* borrowed: valid until dl_watchdog_remove returns */
+  const char *tail; /* the owner id after "<client id>:", borrowed too */
+  /* Small fields: a held lock's entry fits a 48-byte allocation. */
+  int16_t releasing; /* releases in progress */
+  int16_t refs;      /* 1 for its owner (until remove), +1 per round */
   bool linked;
-  int refs; /* 1 for its owner (until remove), +1 per round in progress */
 };
 
 struct dl_watchdog {
   dlock_client *c;
   int64_t lease_ms;
+  dl_renewal_lost_fn fn;
+  void *ud;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   pthread_t thread;
@@ -58,14 +59,11 @@ static void unlink_r(dl_watchdog *w, dl_renewal *r) {
 }
 
 dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
-                            const char *owner, dl_renewal_lost_fn fn,
-                            void *ud) {
+                            const char *tail) {
   dl_renewal *r = calloc(1, sizeof *r);
   if (r == NULL) return NULL;
   r->key = key;
-  r->owner = owner;
-  r->fn = fn;
-  r->ud = ud;
+  r->tail = tail;
   r->refs = 1;
   pthread_mutex_lock(&w->mu);
   r->next = w->head;
@@ -81,7 +79,6 @@ void dl_watchdog_remove(dl_watchdog *w, dl_renewal *r) {
   if (r == NULL) return;
   pthread_mutex_lock(&w->mu);
   unlink_r(w, r);
-  r->fn = NULL;
   /* A lost callback may still be running for r: it is handed r itself (kept
    * alive by its round's reference) and string copies, never r's borrowed
    * strings, so nothing here waits for it. */
@@ -117,9 +114,11 @@ int dl_watchdog_run_once(dl_watchdog *w) {
   }
   /* The strings are borrowed from their holders, who may drop them once
    * their renewal is removed: copy them while the list is locked. */
+  const char *id = w->c->id;
+  size_t idl = w->c->id_len;
   size_t i = 0, bytes = 0;
   for (dl_renewal *r = w->head; r && i < n; r = r->next, i++)
-    bytes += strlen(r->key) + strlen(r->owner) + 2;
+    bytes += strlen(r->key) + idl + strlen(r->tail) + 3;
   char *arena = malloc(bytes ? bytes : 1);
   char **copies = malloc(2 * n * sizeof *copies);
   if (arena == NULL || copies == NULL) {
@@ -134,10 +133,14 @@ int dl_watchdog_run_once(dl_watchdog *w) {
   for (dl_renewal *r = w->head; r && i < n; r = r->next) {
     r->refs++;
     snap[i] = r;
-    size_t kl = strlen(r->key) + 1, ol = strlen(r->owner) + 1;
+    size_t kl = strlen(r->key) + 1, tl = strlen(r->tail) + 1;
     copies[2 * i] = memcpy(at, r->key, kl);
-    copies[2 * i + 1] = memcpy(at + kl, r->owner, ol);
-    at += kl + ol;
+    char *owner = at + kl; /* "<client id>:<tail>" */
+    memcpy(owner, id, idl);
+    owner[idl] = ':';
+    memcpy(owner + idl + 1, r->tail, tl);
+    copies[2 * i + 1] = owner;
+    at += kl + idl + 1 + tl;
     i++;
   }
   pthread_mutex_unlock(&w->mu);
@@ -189,16 +192,14 @@ int dl_watchdog_run_once(dl_watchdog *w) {
         continue;
       }
       pthread_mutex_lock(&w->mu);
-      if (!r->linked || r->releasing > 0 || r->fn == NULL) {
+      if (!r->linked || r->releasing > 0) {
         pthread_mutex_unlock(&w->mu);
         continue;
       }
       unlink_r(w, r); /* the owner keeps its reference until remove */
       w->lost++;
-      dl_renewal_lost_fn fn = r->fn;
-      void *ud = r->ud;
       pthread_mutex_unlock(&w->mu);
-      fn(ud, r, copies[2 * ((size_t)b * BATCH + (size_t)k)],
+      w->fn(w->ud, r, copies[2 * ((size_t)b * BATCH + (size_t)k)],
          copies[2 * ((size_t)b * BATCH + (size_t)k) + 1]);
     }
   }
@@ -251,11 +252,14 @@ static void *run(void *arg) {
   return NULL;
 }
 
-int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_watchdog **out) {
+int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
+                    void *ud, dl_watchdog **out) {
   dl_watchdog *w = calloc(1, sizeof *w);
   if (w == NULL) return DLOCK_ENOMEM;
   w->c = c;
   w->lease_ms = lease_ms;
+  w->fn = fn;
+  w->ud = ud;
   pthread_mutex_init(&w->mu, NULL);
   dl_cond_init(&w->cv);
   if (pthread_create(&w->thread, NULL, run, w) != 0) {

@@ -112,8 +112,8 @@ static dl_hold *forget(dlock_client *c, dl_hold *h) {
 
 /* The watchdog found (key, owner) gone: mark the hold lost and tell the
  * handle that took it. */
-static void on_lost(void *ud, dl_renewal *r, const char *key,
-                    const char *owner) {
+void dl_lock_on_lost(void *ud, dl_renewal *r, const char *key,
+                     const char *owner) {
   dlock_client *c = ud;
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_find(c, key, owner);
@@ -247,7 +247,7 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
   h->count++;
   h->lease_ms = lease_ms;
   if (watchdog && h->renewal == NULL) {
-    h->renewal = dl_watchdog_add(c->watchdog, h->key, h->owner, on_lost, c);
+    h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail);
     if (h->renewal == NULL) *err = DLOCK_ENOMEM;
   }
   uint64_t tok = h->token;
