@@ -9,14 +9,8 @@ cd "$(dirname "$0")/.."
 SECS=${1:-5}
 DLOCK=${DLOCK:-build/dlock}
 PEERS=${PEERS:-../shared/peers/node}
-TMP=$(mktemp -d /tmp/dlock-compare-XXXXXX)
-PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP" --save '' \
-  --appendonly no --logfile "$TMP/redis.log" --daemonize no &
-SERVER=$!
-trap 'kill -9 $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; rm -rf "$TMP"' EXIT
-for _ in $(seq 200); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.02; done
-URL=redis://127.0.0.1:$PORT
+set --  # redis-tmp.sh passes its arguments to redis-server
+. scripts/redis-tmp.sh
 OUT=$TMP/results.jsonl
 
 dl() { "$DLOCK" -u "$URL" bench --json -d "${SECS}s" "$@" | tee -a "$OUT"; }

@@ -3,13 +3,8 @@
 # fields and draws its plot. Usage: test_bench.sh PATH/TO/dlock
 set -u
 DLOCK=$(realpath "$1")
-TMP=$(mktemp -d /tmp/dlock-bench-XXXXXX)
-PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --dir "$TMP" --save '' \
-  --appendonly no --logfile "$TMP/redis.log" --daemonize no &
-SERVER=$!
-trap 'kill -9 $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; rm -rf "$TMP"' EXIT
-for _ in $(seq 200); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.02; done
+set --  # redis-tmp.sh passes its arguments to redis-server
+. "$(dirname "$0")/../scripts/redis-tmp.sh"
 export DLOCK_URL=redis://127.0.0.1:$PORT
 passed=0 failed=0
 check() { # check NAME PYTHON-ASSERTIONS -- dlock args...

@@ -3,23 +3,10 @@
 # redis-server. Usage: test_cli.sh PATH/TO/dlock
 set -u
 DLOCK=$(realpath "$1")
-TMP=$(mktemp -d /tmp/dlock-cli-XXXXXX)
-SOCK=$TMP/redis.sock
-PORT=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-redis-server --port "$PORT" --bind 127.0.0.1 --unixsocket "$SOCK" --dir "$TMP" \
-  --save '' --appendonly no --requirepass s3cret --logfile "$TMP/redis.log" \
-  --daemonize no &
-SERVER=$!
-cleanup() {
-  kill -9 "$SERVER" 2>/dev/null
-  wait "$SERVER" 2>/dev/null
-  pkill -9 -f "$TMP/" 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+REDIS_TMP_AUTH=s3cret . "$(dirname "$0")/../scripts/redis-tmp.sh" \
+  --requirepass s3cret
 export DLOCK_URL="unix://$SOCK" DLOCK_PASSWORD=s3cret
 rcli() { redis-cli -s "$SOCK" -a s3cret --no-auth-warning "$@"; }
-for _ in $(seq 200); do rcli ping >/dev/null 2>&1 && break; sleep 0.02; done
 cd "$TMP" || exit 2
 
 passed=0 failed=0 current=""
