@@ -5,11 +5,12 @@
 #   scripts/test.sh asan       AddressSanitizer + UndefinedBehaviorSanitizer
 #   scripts/test.sh tsan       ThreadSanitizer
 #   scripts/test.sh valgrind   memcheck over every test binary
-#   scripts/test.sh all        normal, valgrind, asan and tsan in turn
+#   scripts/test.sh fuzz       a short libFuzzer run of the input parsers
+#   scripts/test.sh all        normal, valgrind, fuzz, asan and tsan in turn
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-normal}
-[ "$mode" = valgrind ] && export DLOCK_WITH_TOOLS=1
+case "$mode" in valgrind|fuzz) export DLOCK_WITH_TOOLS=1 ;; esac
 scripts/install-deps.sh
 jobs=$(nproc)
 
@@ -36,6 +37,7 @@ case "$mode" in
       valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite \
         --trace-children=no "$t"
     done ;;
-  all) "$0" normal && "$0" valgrind && "$0" asan && "$0" tsan ;;
-  *) echo "usage: $0 [normal|asan|tsan|valgrind|all]" >&2; exit 64 ;;
+  fuzz) echo "== fuzz"; scripts/fuzz.sh 20 ;;
+  all) "$0" normal && "$0" valgrind && "$0" fuzz && "$0" asan && "$0" tsan ;;
+  *) echo "usage: $0 [normal|asan|tsan|valgrind|fuzz|all]" >&2; exit 64 ;;
 esac

@@ -1,0 +1,52 @@
+/* fuzz_parsers.c: libFuzzer target for the parsers of outside input: server
+ * URLs, durations, the text of server error replies and URL redaction. The
+ * first input byte picks the parser. Build: scripts/fuzz.sh. */
+#include "cli/duration.h"
+#include "core/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
+  if (size < 1) return 0;
+  char *s = malloc(size);
+  if (s == NULL) return 0;
+  memcpy(s, data + 1, size - 1);
+  s[size - 1] = '\0';
+  switch (data[0] % 4) {
+  case 0: {
+    dl_endpoint ep;
+    char err[256];
+    if (dl_url_parse(s, &ep, err, sizeof err) == 0) {
+      /* Accepted: a host or a socket path, a sane port. */
+      if ((ep.host == NULL) == (ep.unix_path == NULL)) abort();
+      if (ep.host && (ep.port < 1 || ep.port > 65535)) abort();
+      dl_endpoint_clear(&ep);
+    }
+    break;
+  }
+  case 1: {
+    int64_t ms = -1;
+    if (dl_parse_duration(s, &ms) == 0 &&
+        (ms < 0 || ms > DLOCK_DURATION_MAX_MS))
+      abort();
+    break;
+  }
+  case 2: {
+    int code = dl_server_errcode(s);
+    if (code >= 0) abort();
+    break;
+  }
+  case 3: {
+    char *r = dl_url_redact(s);
+    /* Never longer than the input plus the "***" it may insert. */
+    if (r && strlen(r) > strlen(s) + 3) abort();
+    free(r);
+    break;
+  }
+  }
+  free(s);
+  return 0;
+}
