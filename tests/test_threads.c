@@ -14,6 +14,16 @@ static void setup(void) {
   if (srv.pid == 0 && th_redis_start(&srv, NULL) != 0) exit(2);
 }
 
+/* These tests check correctness under many threads, not speed: a long
+ * command timeout keeps them meaningful under valgrind and TSan. */
+static dlock_client *slow_client(void) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  o.command_timeout_ms = 60000;
+  return th_client_opts(&o);
+}
+
 #define NTHREADS 16
 #define NITERS 150
 
@@ -32,7 +42,7 @@ static void *worker(void *p) {
   dlock_lock *l = p;
   redisContext *rc_ = th_redis_connect(&srv);
   for (int i = 0; i < NITERS; i++) {
-    int rc = dlock_lock_acquire(l, 5000, NULL);
+    int rc = dlock_lock_acquire(l, 60000, NULL);
     if (rc != 0) {
       failed(rc);
       continue;
@@ -50,7 +60,7 @@ static void *worker(void *p) {
 
 static void t_shared_client_exclusion(void) {
   setup();
-  shared = th_client(&srv, 0);
+  shared = slow_client();
   CHECK(shared != NULL);
   redisReply *r = th_cmd(&srv, "DEL th:counter");
   freeReplyObject(r);
@@ -80,9 +90,9 @@ static void *own_lock_worker(void *p) {
     return NULL;
   }
   for (int i = 0; i < 300; i++) {
-    if (dlock_lock_try_acquire(l, 0, 5000, NULL) != 0 ||
-        dlock_lock_release(l) != 1)
-      atomic_fetch_add(&failures, 1);
+    int rc = dlock_lock_try_acquire(l, 0, 60000, NULL);
+    if (rc == 0 && (rc = dlock_lock_release(l)) == 1) rc = 0;
+    if (rc != 0) failed(rc);
   }
   dlock_lock_free(l);
   return NULL;
@@ -90,7 +100,7 @@ static void *own_lock_worker(void *p) {
 
 static void t_pipelining(void) {
   setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = slow_client();
   CHECK(c != NULL);
   atomic_store(&failures, 0);
   uint64_t rt0 = dl_redis_backend_round_trips(c->backend);
@@ -98,6 +108,11 @@ static void t_pipelining(void) {
   for (int i = 0; i < 32; i++) pthread_create(&th[i], NULL, own_lock_worker, c);
   for (int i = 0; i < 32; i++) pthread_join(th[i], NULL);
   uint64_t writes = dl_redis_backend_round_trips(c->backend) - rt0;
+  for (int i = 0; i < 32; i++)
+    if (atomic_load(&by_code[i]))
+      fprintf(stderr, "    %d failures with code %d (%s)\n",
+              atomic_load(&by_code[i]), -i,
+              i == 0 ? "release returned 0" : dlock_err_name(-i));
   CHECK_EQ(atomic_load(&failures), 0);
   /* 32 threads x 300 cycles x 2 commands, over one connection: many requests
    * share a write. */
