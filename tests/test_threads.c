@@ -179,7 +179,43 @@ static void t_one_wakeup_per_unlock(void) {
   dlock_client_close(c);
 }
 
+static void *short_worker(void *p) {
+  dlock_client *c = p;
+  char name[32];
+  snprintf(name, sizeof name, "th:short:%p", (void *)&name);
+  dlock_lock *l;
+  if (dlock_lock_new(c, name, NULL, &l) != 0) return NULL;
+  for (int i = 0; i < 20; i++) {
+    int rc = dlock_lock_try_acquire(l, 0, 60000, NULL);
+    if (rc == 0 && (rc = dlock_lock_release(l)) == 1) rc = 0;
+    if (rc != 0) failed(rc);
+  }
+  dlock_lock_free(l);
+  return NULL;
+}
+
+static void t_pipeline_rounds(void) {
+  /* Many short rounds: threads come and go, so a thread that writes other
+   * threads' requests and leaves must hand the reader role on. A lost
+   * hand-off shows as a round stuck until the command timeout (5 s). */
+  setup();
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  o.command_timeout_ms = 5000;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  atomic_store(&failures, 0);
+  for (int round = 0; round < 40; round++) {
+    pthread_t th[16];
+    for (int i = 0; i < 16; i++) pthread_create(&th[i], NULL, short_worker, c);
+    for (int i = 0; i < 16; i++) pthread_join(th[i], NULL);
+  }
+  CHECK_EQ(atomic_load(&failures), 0);
+  dlock_client_close(c);
+}
+
 static void t_teardown(void) { th_redis_stop(&srv); }
 
-TH_MAIN(T(t_shared_client_exclusion), T(t_pipelining),
+TH_MAIN(T(t_shared_client_exclusion), T(t_pipelining), T(t_pipeline_rounds),
         T(t_one_wakeup_per_unlock), T(t_teardown))

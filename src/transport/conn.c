@@ -230,6 +230,15 @@ static void do_write(dl_conn *c, int64_t deadline) {
       pthread_cond_signal(&r->cv);
       break;
     }
+  /* And what we wrote needs a reader. We may have written only other
+   * threads' requests (ours may even be answered already, and we leave):
+   * with nobody reading, their threads would sleep until the timeout. */
+  if (!c->reading)
+    for (dl_req *r = c->infl; r; r = r->next)
+      if (r->waiting) {
+        pthread_cond_signal(&r->cv);
+        break;
+      }
 }
 
 /* With mu held: become the reader until `mine` is done. */
