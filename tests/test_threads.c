@@ -80,16 +80,22 @@ static void t_shared_client_exclusion(void) {
   dlock_client_close(shared);
 }
 
+/* Cycles `cycles` times on a lock of its own, counting failures. */
+typedef struct {
+  dlock_client *c;
+  int cycles;
+} own_arg;
+
 static void *own_lock_worker(void *p) {
-  dlock_client *c = p;
+  own_arg *a = p;
   char name[32];
   snprintf(name, sizeof name, "th:own:%p", (void *)&name);
   dlock_lock *l;
-  if (dlock_lock_new(c, name, NULL, &l) != 0) {
+  if (dlock_lock_new(a->c, name, NULL, &l) != 0) {
     atomic_fetch_add(&failures, 1);
     return NULL;
   }
-  for (int i = 0; i < 300; i++) {
+  for (int i = 0; i < a->cycles; i++) {
     int rc = dlock_lock_try_acquire(l, 0, 60000, NULL);
     if (rc == 0 && (rc = dlock_lock_release(l)) == 1) rc = 0;
     if (rc != 0) failed(rc);
@@ -105,7 +111,9 @@ static void t_pipelining(void) {
   atomic_store(&failures, 0);
   uint64_t rt0 = dl_redis_backend_round_trips(c->backend);
   pthread_t th[32];
-  for (int i = 0; i < 32; i++) pthread_create(&th[i], NULL, own_lock_worker, c);
+  own_arg arg = {c, 300};
+  for (int i = 0; i < 32; i++)
+    pthread_create(&th[i], NULL, own_lock_worker, &arg);
   for (int i = 0; i < 32; i++) pthread_join(th[i], NULL);
   uint64_t writes = dl_redis_backend_round_trips(c->backend) - rt0;
   for (int i = 0; i < 32; i++)
@@ -179,21 +187,6 @@ static void t_one_wakeup_per_unlock(void) {
   dlock_client_close(c);
 }
 
-static void *short_worker(void *p) {
-  dlock_client *c = p;
-  char name[32];
-  snprintf(name, sizeof name, "th:short:%p", (void *)&name);
-  dlock_lock *l;
-  if (dlock_lock_new(c, name, NULL, &l) != 0) return NULL;
-  for (int i = 0; i < 20; i++) {
-    int rc = dlock_lock_try_acquire(l, 0, 60000, NULL);
-    if (rc == 0 && (rc = dlock_lock_release(l)) == 1) rc = 0;
-    if (rc != 0) failed(rc);
-  }
-  dlock_lock_free(l);
-  return NULL;
-}
-
 static void t_pipeline_rounds(void) {
   /* Many short rounds: threads come and go, so a thread that writes other
    * threads' requests and leaves must hand the reader role on. A lost
@@ -206,9 +199,11 @@ static void t_pipeline_rounds(void) {
   dlock_client *c = th_client_opts(&o);
   CHECK(c != NULL);
   atomic_store(&failures, 0);
+  own_arg arg = {c, 20};
   for (int round = 0; round < 40; round++) {
     pthread_t th[16];
-    for (int i = 0; i < 16; i++) pthread_create(&th[i], NULL, short_worker, c);
+    for (int i = 0; i < 16; i++)
+      pthread_create(&th[i], NULL, own_lock_worker, &arg);
     for (int i = 0; i < 16; i++) pthread_join(th[i], NULL);
   }
   CHECK_EQ(atomic_load(&failures), 0);

@@ -123,6 +123,24 @@ static dlock_lock *open_named(cli_global *g, const char *name,
   return l;
 }
 
+/* open_named, then a snapshot of the lock in *st. NULL with *rc (message
+ * printed, everything closed) on failure. */
+static dlock_lock *open_inspected(cli_global *g, const char *name,
+                                  dlock_client **c, dlock_lock_state *st,
+                                  int *rc) {
+  dlock_lock *l = open_named(g, name, c, rc);
+  if (l == NULL) return NULL;
+  int e = dlock_lock_inspect(l, st);
+  if (e != 0) {
+    cli_err("%s", dlock_client_errmsg(*c));
+    *rc = cli_exit_for(e);
+    dlock_lock_free(l);
+    dlock_client_close(*c);
+    return NULL;
+  }
+  return l;
+}
+
 int cmd_status(int argc, char **argv, cli_global *g) {
   simple_opts o = {.help = "usage: dlock status [--json] NAME\n"
                            "Shows whether NAME is held, by whom (owner, host, "
@@ -138,18 +156,12 @@ int cmd_status(int argc, char **argv, cli_global *g) {
     return EXIT_USAGE;
   }
   dlock_client *c;
-  dlock_lock *l = open_named(g, argv[i], &c, &rc);
-  if (l == NULL) return rc;
   dlock_lock_state st;
-  int e = dlock_lock_inspect(l, &st);
-  if (e != 0) {
-    cli_err("%s", dlock_client_errmsg(c));
-    rc = cli_exit_for(e);
-  } else {
-    if (o.json) json_state(stdout, argv[i], &st);
-    else text_state(stdout, argv[i], &st);
-    rc = st.held ? 0 : 1;
-  }
+  dlock_lock *l = open_inspected(g, argv[i], &c, &st, &rc);
+  if (l == NULL) return rc;
+  if (o.json) json_state(stdout, argv[i], &st);
+  else text_state(stdout, argv[i], &st);
+  rc = st.held ? 0 : 1;
   dlock_lock_free(l);
   dlock_client_close(c);
   return rc;
@@ -173,11 +185,10 @@ int cmd_release(int argc, char **argv, cli_global *g) {
     return EXIT_USAGE;
   }
   dlock_client *c;
-  dlock_lock *l = open_named(g, argv[i], &c, &rc);
-  if (l == NULL) return rc;
   dlock_lock_state st;
-  int e = dlock_lock_inspect(l, &st);
-  if (e == 0) e = dlock_lock_force_release(l);
+  dlock_lock *l = open_inspected(g, argv[i], &c, &st, &rc);
+  if (l == NULL) return rc;
+  int e = dlock_lock_force_release(l);
   if (e < 0) {
     cli_err("%s", dlock_client_errmsg(c));
     rc = cli_exit_for(e);
