@@ -32,6 +32,15 @@ static atomic_int last_failure;
 
 static atomic_int by_code[32];
 
+/* Prints the failures counted so far, by code. */
+static void report_failures(void) {
+  for (int i = 0; i < 32; i++)
+    if (atomic_load(&by_code[i]))
+      fprintf(stderr, "    %d failures with code %d (%s)\n",
+              atomic_load(&by_code[i]), -i,
+              i == 0 ? "release returned 0" : dlock_err_name(-i));
+}
+
 static void failed(int rc) {
   atomic_fetch_add(&failures, 1);
   atomic_store(&last_failure, rc);
@@ -69,11 +78,7 @@ static void t_shared_client_exclusion(void) {
   pthread_t th[NTHREADS];
   for (int i = 0; i < NTHREADS; i++) pthread_create(&th[i], NULL, worker, l);
   for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
-  for (int i = 0; i < 32; i++)
-    if (atomic_load(&by_code[i]))
-      fprintf(stderr, "    %d failures with code %d (%s)\n",
-              atomic_load(&by_code[i]), -i,
-              i == 0 ? "release returned 0" : dlock_err_name(-i));
+  report_failures();
   CHECK_EQ(atomic_load(&failures), 0);
   CHECK_EQ(th_cmd_int(&srv, "GET th:counter"), NTHREADS * NITERS);
   dlock_lock_free(l);
@@ -116,11 +121,7 @@ static void t_pipelining(void) {
     pthread_create(&th[i], NULL, own_lock_worker, &arg);
   for (int i = 0; i < 32; i++) pthread_join(th[i], NULL);
   uint64_t writes = dl_redis_backend_round_trips(c->backend) - rt0;
-  for (int i = 0; i < 32; i++)
-    if (atomic_load(&by_code[i]))
-      fprintf(stderr, "    %d failures with code %d (%s)\n",
-              atomic_load(&by_code[i]), -i,
-              i == 0 ? "release returned 0" : dlock_err_name(-i));
+  report_failures();
   CHECK_EQ(atomic_load(&failures), 0);
   /* 32 threads x 300 cycles x 2 commands, over one connection: many requests
    * share a write. */

@@ -174,7 +174,8 @@ int dl_watchdog_run_once(dl_watchdog *w) {
       args[k + (size_t)b + 1] = copies[2 * k + 1];
     }
   }
-  int rc = w->c->backend->ops->eval_many(w->c->backend, nb,
+  /* Per-batch errors are in errs[]: a failed batch is retried next round. */
+  w->c->backend->ops->eval_many(w->c->backend, nb,
                                          DL_SCRIPT_LOCK_RENEW, nkeys, kp, nargs,
                                          ap, replies, errs);
   pthread_mutex_lock(&w->mu);
@@ -203,7 +204,6 @@ int dl_watchdog_run_once(dl_watchdog *w) {
          copies[2 * ((size_t)b * BATCH + (size_t)k) + 1]);
     }
   }
-  (void)rc;
   pthread_mutex_lock(&w->mu);
   w->renewed += (uint64_t)renewed;
   pthread_mutex_unlock(&w->mu);

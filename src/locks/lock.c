@@ -256,10 +256,9 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
   return tok;
 }
 
-/* Returns 1 released (*woken: subscribed processes told), 0 still held,
- * or a negative code. */
+/* Returns 1 released, 0 still held, or a negative code. */
 static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
-                          int count, long long *woken) {
+                          int count) {
   char lease[24], cnt[16];
   snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
   snprintf(cnt, sizeof cnt, "%d", count);
@@ -270,12 +269,10 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
   int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_RELEASE, 2,
                                     keys, 4, args, &r);
   if (rc != 0) return rc;
-  *woken = 0;
   if (r->type == REDIS_REPLY_NIL) rc = DLOCK_ENOTOWNER;
-  else if (r->type == REDIS_REPLY_INTEGER) {
+  else if (r->type == REDIS_REPLY_INTEGER) /* freed: 1 + subscribers told */
     rc = r->integer >= 1 ? 1 : 0;
-    if (r->integer > 1) *woken = r->integer - 1;
-  } else
+  else
     rc = dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to the release");
   freeReplyObject(r);
   return rc;
@@ -390,8 +387,7 @@ int dlock_lock_release(dlock_lock *l) {
   dl_watchdog_release_begin(w, ren);
   pthread_mutex_unlock(&c->holds_mu);
 
-  long long woken = 0;
-  rc = release_script(l, owner, lease, count, &woken);
+  rc = release_script(l, owner, lease, count);
 
   pthread_mutex_lock(&c->holds_mu);
   dl_watchdog_release_end(w, ren);
