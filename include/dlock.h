@@ -247,9 +247,21 @@ typedef void (*dlock_lost_cb)(dlock_lock *l, const char *owner, void *ud);
  * while another thread acquires through the same handle. */
 DLOCK_API void dlock_lock_on_lost(dlock_lock *l, dlock_lost_cb cb, void *ud);
 
-/* Returns 1 if the owner's hold was found lost (and not yet released), else
- * 0. Local state only, no server call. */
+/* Returns 1 if the calling owner's hold is lost (and not yet released):
+ * the watchdog found it gone, or its validity (see dlock_lock_validity) ran
+ * out; else 0. Local state only, no server call; thread-safe. */
 DLOCK_API int dlock_lock_is_lost(dlock_lock *l);
+
+/* How long the calling owner's hold is certainly still valid, from this
+ * process's monotonic clock: the send time of the last acquire or renewal
+ * the server confirmed, plus the lease, less a drift allowance of
+ * lease/100 + 2 ms. Stores the milliseconds left in *ms (may be NULL) and
+ * returns 0; returns DLOCK_ELOST (*ms = 0) when the hold is lost or its
+ * validity ran out, DLOCK_ENOTOWNER when this client holds nothing under
+ * this owner. A holder checks it before an action that must not outlive
+ * the lease; fencing tokens cover the pause that can follow any check.
+ * Local state only, no server call; thread-safe. */
+DLOCK_API int dlock_lock_validity(dlock_lock *l, int64_t *ms);
 
 /* The lock's name as given (owned by the handle). */
 DLOCK_API const char *dlock_lock_name(const dlock_lock *l);

@@ -4,7 +4,8 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
-          redis-server redis-tools openssl gnuplot-nox python3 bsdutils)
+          redis-server redis-tools openssl gnuplot-nox python3 bsdutils
+          libfaketime)
 [ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(valgrind clang)
 
 missing=()

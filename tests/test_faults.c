@@ -278,7 +278,34 @@ static void t_failed_release_stops_renewal(void) {
   call_killed_mid_flight(release_thread, &a);
   CHECK_RC(a.rc, DLOCK_ECONNLOST);
   CHECK_EQ(th_cmd_int(&srv, "EXISTS f:relfail"), 1);
+  /* The hold ended with the failed release: not believed any more. */
+  CHECK_RC(dlock_lock_validity(l, NULL), DLOCK_ENOTOWNER);
   CHECK(th_wait_for(key_gone, "f:relfail", 2000));
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
+static void t_acquire_after_failed_release(void) {
+  /* The same owner asks again before the lease of a lock whose release
+   * failed has run out: a fresh hold with a new token, not a re-entry of
+   * the hold it gave up (which kept the lock for a lease, handing out the
+   * old token again at every acquire). */
+  setup();
+  dlock_client *c = th_client(&srv, 600);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "f:relfail2", "me", &l), 0);
+  uint64_t t1 = 0, t2 = 0;
+  CHECK_RC(dlock_lock_acquire(l, 0, &t1), 0);
+  targ a = {l, 1};
+  call_killed_mid_flight(release_thread, &a);
+  CHECK_RC(a.rc, DLOCK_ECONNLOST);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:relfail2"), 1);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &t2), 0);
+  CHECK(t2 > t1);
+  CHECK_EQ(dlock_lock_hold_count(l), 1);
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:relfail2"), 0);
   dlock_lock_free(l);
   dlock_client_close(c);
 }
@@ -375,7 +402,7 @@ static void t_teardown(void) { th_redis_stop(&srv); }
 
 TH_MAIN(T(t_bad_names), T(t_unreachable), T(t_wrong_password), T(t_wrongtype),
         T(t_script_flush), T(t_oom_noeviction), T(t_readonly_replica),
-        T(t_client_killed_mid_call), T(t_failed_release_stops_renewal),
+        T(t_client_killed_mid_call), T(t_failed_release_stops_renewal), T(t_acquire_after_failed_release),
         T(t_server_paused),
         T(t_server_restart_while_held), T(t_waiter_survives_restart),
         T(t_teardown))

@@ -363,7 +363,12 @@ int cmd_run(int argc, char **argv, cli_global *g) {
                                                    : strerror(exec_errno));
     rc = exec_errno == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
   } else {
-    int64_t lease_end = renew ? -1 : acquired_at + lease_ms;
+    /* A fixed lease ends when its validity does (counted from when the
+     * acquire was sent, less the drift allowance), not a full lease after
+     * the reply came. */
+    int64_t valid_ms = 0;
+    dlock_lock_validity(l, &valid_ms);
+    int64_t lease_end = renew ? -1 : acquired_at + valid_ms;
     int64_t kill_at = -1;
     for (;;) {
       int64_t deadline = kill_at >= 0 ? kill_at : lease_end;

@@ -59,6 +59,11 @@ static int open_fail(dlock_client *c, int rc) {
 }
 
 int dlock_client_open(const dlock_client_options *opts, dlock_client **out) {
+  return dl_client_open_with(opts, dl_redis_backend_new, out);
+}
+
+int dl_client_open_with(const dlock_client_options *opts,
+                        dl_backend_factory make, dlock_client **out) {
   if (out == NULL)
     return dl_seterr(NULL, DLOCK_EINVAL, "out must not be NULL");
   *out = NULL;
@@ -143,7 +148,7 @@ int dlock_client_open(const dlock_client_options *opts, dlock_client **out) {
       return rc;
     }
   }
-  rc = dl_redis_backend_new(c, &c->conn_cfg, opts->connections, &c->backend);
+  rc = make(c, &c->conn_cfg, opts->connections, &c->backend);
   if (rc != 0) return open_fail(c, rc);
   rc = dl_watchdog_new(c, c->watchdog_timeout_ms, dl_lock_on_lost, c,
                        &c->watchdog);

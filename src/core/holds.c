@@ -55,3 +55,17 @@ void dl_hold_bury(dlock_client *c, dl_hold *h) {
   dl_watchdog_remove(c->watchdog, h->renewal);
   free(h);
 }
+
+int64_t dl_validity(int64_t sent, int64_t lease_ms) {
+  /* Redlock's allowance for clocks that run at different rates. */
+  return sent + lease_ms - (lease_ms / 100 + 2);
+}
+
+int64_t dl_hold_valid_until(dlock_client *c, const dl_hold *h) {
+  int64_t v = h->valid_until;
+  if (h->renewal) {
+    int64_t r = dl_watchdog_valid_until(c->watchdog, h->renewal);
+    if (r > v) v = r;
+  }
+  return v;
+}

@@ -145,9 +145,11 @@ typedef struct dl_backend_ops {
    * A script error reply becomes a code too. */
   int (*eval)(dl_backend *b, int script, int nkeys, const char **keys,
               int nargs, const char **args, struct redisReply **reply);
-  /* Starts many evals at once and collects their replies in order; each
+  /* Starts many evals at once and collects their replies in order, waiting
+   * until deadline (dl_now_ms() time; 0: the command timeout); each
    * replies[i] is a reply or NULL with errs[i] set. */
-  int (*eval_many)(dl_backend *b, int n, int script, const int *nkeys,
+  int (*eval_many)(dl_backend *b, int64_t deadline, int n, int script,
+                   const int *nkeys,
                    const char *const *const *keys, const int *nargs,
                    const char *const *const *args,
                    struct redisReply **replies, int *errs);
@@ -169,6 +171,9 @@ struct dl_backend {
   const dl_backend_ops *ops;
 };
 
+/* Makes the backend a client talks to (one per deployment kind). */
+typedef int (*dl_backend_factory)(dlock_client *c, const dl_conn_config *cfg,
+                                  int nconn, dl_backend **out);
 int dl_redis_backend_new(dlock_client *c, const dl_conn_config *cfg, int nconn,
                          dl_backend **out);
 /* Counters for tests and the benchmark. */
@@ -184,6 +189,9 @@ int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since);
 void dl_pubsub_unref(dl_pubsub *p, dl_sub *s);
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s);
 uint64_t dl_pubsub_wakeups(dl_pubsub *p);
+/* Handles one reply as if read from the subscriber connection (the reply
+ * fuzzer). Does not free r. */
+void dl_pubsub_feed(dl_pubsub *p, struct redisReply *r);
 
 /* ---- watchdog.c: one renewal scheduler per client ---- */
 typedef struct dl_watchdog dl_watchdog;
@@ -194,14 +202,21 @@ typedef struct dl_renewal dl_renewal;
 typedef void (*dl_renewal_lost_fn)(void *ud, dl_renewal *r, const char *key,
                                    const char *owner);
 
-/* `fn(ud, ...)` is called for each renewal found lost. */
+/* `fn(ud, ...)` is called for each renewal found lost: the server no longer
+ * has the hold, or no renewal was confirmed before its validity ran out. */
 int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
                     void *ud, dl_watchdog **out);
 void dl_watchdog_free(dl_watchdog *w);
 /* Registers key for renewal every lease/3, for the owner
- * "<client id>:<tail>". The strings are borrowed: they must stay valid until
+ * "<client id>:<tail>", valid until `valid_until` (dl_now_ms() time) unless
+ * renewed. The strings are borrowed: they must stay valid until
  * dl_watchdog_remove(r) returns. Returns NULL on ENOMEM. */
-dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key, const char *tail);
+dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key, const char *tail,
+                            int64_t valid_until);
+/* A re-entry extended the lease: validity is at least `valid_until`. */
+void dl_watchdog_extend(dl_watchdog *w, dl_renewal *r, int64_t valid_until);
+/* Until when (dl_now_ms() time) the last confirmed renewal keeps r valid. */
+int64_t dl_watchdog_valid_until(dl_watchdog *w, dl_renewal *r);
 /* Stops renewing; a renewal result arriving later is ignored (a lost
  * callback already running may still be called with r). Never waits; may
  * be called with the client's holds_mu held. Accepts NULL. */
@@ -209,12 +224,17 @@ void dl_watchdog_remove(dl_watchdog *w, dl_renewal *r);
 /* Brackets a release: "gone" answers meanwhile are not losses. */
 void dl_watchdog_release_begin(dl_watchdog *w, dl_renewal *r);
 void dl_watchdog_release_end(dl_watchdog *w, dl_renewal *r);
-/* Runs one renewal round now (tests). Returns the number of locks renewed. */
+/* Runs one renewal round now (tests). Returns the number of locks renewed,
+ * or the first error of a round in which some renewal could not be sent or
+ * answered. */
 int dl_watchdog_run_once(dl_watchdog *w);
+/* Fault injection (tests): a stalled watchdog runs no rounds, as if its
+ * thread got no CPU, until un-stalled. */
+void dl_watchdog_stall(dl_watchdog *w, bool stalled);
 void dl_watchdog_stats(dl_watchdog *w, dlock_client_stats *st);
 
 /* ---- holds.c: the client's own holds, guarded by dlock_client.holds_mu ---- */
-#define DL_HOLD_BUCKETS 4096
+#define DL_HOLD_BUCKETS 4096 /* fits the uint16_t bucket */
 typedef struct dl_hold {
   struct dl_hold *next;
   const char *key;         /* borrowed from the handle `via` */
@@ -222,13 +242,20 @@ typedef struct dl_hold {
   struct dlock_lock *via;  /* the handle whose lost callback reports it */
   uint64_t token;
   int64_t lease_ms;
-  unsigned bucket;
+  int64_t valid_until;     /* dl_now_ms() time; the renewal's if later */
   int count;
+  uint16_t bucket;
   bool lost;
   char tail[];             /* the owner id after "<client id>:" */
 } dl_hold;
 
 dl_hold *dl_hold_find(dlock_client *c, const char *key, const char *owner);
+/* Until when (dl_now_ms() time) the hold is certainly valid: the send time
+ * of the last acquire or renewal the server confirmed, plus the lease, less
+ * a clock drift allowance. */
+int64_t dl_hold_valid_until(dlock_client *c, const dl_hold *h);
+/* The validity a confirmed request sent at `sent` gives. */
+int64_t dl_validity(int64_t sent, int64_t lease_ms);
 dl_hold *dl_hold_add(dlock_client *c, const char *key, const char *owner);
 /* Takes the hold out of the table and returns it, still allocated: after
  * unlocking holds_mu the caller passes it to dl_hold_bury() (a lost callback
@@ -257,6 +284,11 @@ struct dlock_client {
   dl_watchdog *watchdog;
   atomic_int closing;
 };
+
+/* dlock_client_open with the backend made by `make` (the seam where other
+ * deployments plug in; the reply fuzzer plugs in one fed from its input). */
+int dl_client_open_with(const dlock_client_options *opts,
+                        dl_backend_factory make, dlock_client **out);
 
 /* lock.c: the watchdog's lost callback for the client's holds. */
 void dl_lock_on_lost(void *ud, dl_renewal *r, const char *key,

@@ -8,7 +8,15 @@
  * renewal sent after a release finds nothing to extend. The other race, a
  * renewal that the server ran just after our own release and that therefore
  * answers "gone", must not be taken for a loss: a release in progress marks
- * the renewal (`releasing`), and such answers are ignored. */
+ * the renewal (`releasing`), and such answers are ignored..
+ *
+ * Validity: each renewal remembers until when the last confirmed renewal
+ * (or the acquire) keeps it valid, counted from when the request was sent,
+ * on the monotonic clock. A round waits for replies no longer than the
+ * earliest validity in it, and a hold whose validity runs out before a
+ * renewal is confirmed (server paused or unreachable, replies delayed, this
+ * thread starved) is reported lost: the client never goes on believing in a
+ * lease that may have expired on the server. */
 #include "internal.h"
 
 #include <hiredis/hiredis.h>
@@ -22,7 +30,8 @@ struct dl_renewal {
   dl_renewal *prev, *next;
   const char *key;  /* borrowed: valid until dl_watchdog_remove returns */
   const char *tail; /* the owner id after "<client id>:", borrowed too */
-  /* Small fields: a held lock's entry fits a 48-byte allocation. */
+  int64_t valid_until; /* dl_now_ms() time */
+  /* Small fields: a held lock's entry is a 48-byte allocation. */
   int16_t releasing; /* releases in progress */
   int16_t refs;      /* 1 for its owner (until remove), +1 per round */
   bool linked;
@@ -37,6 +46,7 @@ struct dl_watchdog {
   pthread_cond_t cv;
   pthread_t thread;
   bool stop;
+  bool stalled; /* fault injection */
   dl_renewal *head;
   size_t count;
   uint64_t round_trips;
@@ -59,11 +69,12 @@ static void unlink_r(dl_watchdog *w, dl_renewal *r) {
 }
 
 dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
-                            const char *tail) {
+                            const char *tail, int64_t valid_until) {
   dl_renewal *r = calloc(1, sizeof *r);
   if (r == NULL) return NULL;
   r->key = key;
   r->tail = tail;
+  r->valid_until = valid_until;
   r->refs = 1;
   pthread_mutex_lock(&w->mu);
   r->next = w->head;
@@ -84,6 +95,35 @@ void dl_watchdog_remove(dl_watchdog *w, dl_renewal *r) {
    * strings, so nothing here waits for it. */
   unref(r);
   pthread_mutex_unlock(&w->mu);
+}
+
+void dl_watchdog_extend(dl_watchdog *w, dl_renewal *r, int64_t valid_until) {
+  if (r == NULL) return;
+  pthread_mutex_lock(&w->mu);
+  if (valid_until > r->valid_until) r->valid_until = valid_until;
+  pthread_mutex_unlock(&w->mu);
+}
+
+int64_t dl_watchdog_valid_until(dl_watchdog *w, dl_renewal *r) {
+  pthread_mutex_lock(&w->mu);
+  int64_t v = r->valid_until;
+  pthread_mutex_unlock(&w->mu);
+  return v;
+}
+
+void dl_watchdog_stall(dl_watchdog *w, bool stalled) {
+  pthread_mutex_lock(&w->mu);
+  w->stalled = stalled;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* With w->mu held: r is no longer renewed and counts as lost. */
+static bool take_lost(dl_watchdog *w, dl_renewal *r) {
+  if (!r->linked || r->releasing > 0) return false;
+  unlink_r(w, r); /* the owner keeps its reference until remove */
+  w->lost++;
+  return true;
 }
 
 void dl_watchdog_release_begin(dl_watchdog *w, dl_renewal *r) {
@@ -130,8 +170,10 @@ int dl_watchdog_run_once(dl_watchdog *w) {
   }
   i = 0;
   char *at = arena;
+  int64_t earliest = INT64_MAX;
   for (dl_renewal *r = w->head; r && i < n; r = r->next) {
     r->refs++;
+    if (r->valid_until < earliest) earliest = r->valid_until;
     snap[i] = r;
     size_t kl = strlen(r->key) + 1, tl = strlen(r->tail) + 1;
     copies[2 * i] = memcpy(at, r->key, kl);
@@ -174,39 +216,57 @@ int dl_watchdog_run_once(dl_watchdog *w) {
       args[k + (size_t)b + 1] = copies[2 * k + 1];
     }
   }
-  /* Per-batch errors are in errs[]: a failed batch is retried next round. */
-  w->c->backend->ops->eval_many(w->c->backend, nb,
-                                         DL_SCRIPT_LOCK_RENEW, nkeys, kp, nargs,
-                                         ap, replies, errs);
+  /* Per-batch errors are in errs[]: a failed batch is retried next round.
+   * A reply that comes after the earliest validity would be too late for
+   * that hold anyway. */
+  int64_t sent = dl_now_ms();
+  int64_t valid = dl_validity(sent, w->lease_ms);
+  int failed = w->c->backend->ops->eval_many(
+      w->c->backend, earliest, nb, DL_SCRIPT_LOCK_RENEW, nkeys, kp, nargs, ap,
+      replies, errs);
   pthread_mutex_lock(&w->mu);
   w->round_trips += (uint64_t)nb;
   pthread_mutex_unlock(&w->mu);
   for (int b = 0; b < nb; b++) {
     redisReply *rep = replies[b];
     if (errs[b] != 0 || rep == NULL || rep->type != REDIS_REPLY_ARRAY ||
-        (int)rep->elements != nkeys[b])
-      continue; /* unknown: try again next round, the lease still runs */
+        (int)rep->elements != nkeys[b]) {
+      if (failed == 0) failed = DLOCK_EPROTO;
+      continue; /* unknown: try again soon, the lease still runs */
+    }
     for (int k = 0; k < nkeys[b]; k++) {
-      dl_renewal *r = snap[(size_t)b * BATCH + (size_t)k];
-      if (rep->element[k]->integer == 1) {
-        renewed++;
+      size_t at_k = (size_t)b * BATCH + (size_t)k;
+      dl_renewal *r = snap[at_k];
+      redisReply *e = rep->element[k];
+      if (e->type != REDIS_REPLY_INTEGER) {
+        if (failed == 0) failed = DLOCK_EPROTO;
         continue;
       }
       pthread_mutex_lock(&w->mu);
-      if (!r->linked || r->releasing > 0) {
-        pthread_mutex_unlock(&w->mu);
-        continue;
+      bool lost = false;
+      if (e->integer == 1) {
+        if (valid > r->valid_until) r->valid_until = valid;
+        renewed++;
+      } else {
+        lost = take_lost(w, r);
       }
-      unlink_r(w, r); /* the owner keeps its reference until remove */
-      w->lost++;
       pthread_mutex_unlock(&w->mu);
-      w->fn(w->ud, r, copies[2 * ((size_t)b * BATCH + (size_t)k)],
-         copies[2 * ((size_t)b * BATCH + (size_t)k) + 1]);
+      if (lost) w->fn(w->ud, r, copies[2 * at_k], copies[2 * at_k + 1]);
     }
+  }
+  /* Whatever was not confirmed in time may have expired on the server. */
+  int64_t now = dl_now_ms();
+  for (i = 0; i < n; i++) {
+    dl_renewal *r = snap[i];
+    pthread_mutex_lock(&w->mu);
+    bool lost = r->valid_until <= now && take_lost(w, r);
+    pthread_mutex_unlock(&w->mu);
+    if (lost) w->fn(w->ud, r, copies[2 * i], copies[2 * i + 1]);
   }
   pthread_mutex_lock(&w->mu);
   w->renewed += (uint64_t)renewed;
   pthread_mutex_unlock(&w->mu);
+  if (failed < 0) renewed = failed;
 out:
   for (int b = 0; b < nb && replies; b++)
     if (replies[b]) freeReplyObject(replies[b]);
@@ -236,9 +296,10 @@ static void *run(void *arg) {
   while (!w->stop) {
     struct timespec ts;
     dl_abstime(next, &ts);
-    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    if (w->stalled) pthread_cond_wait(&w->cv, &w->mu);
+    else pthread_cond_timedwait(&w->cv, &w->mu, &ts);
     if (w->stop) break;
-    if (dl_now_ms() < next) continue;
+    if (w->stalled || dl_now_ms() < next) continue;
     pthread_mutex_unlock(&w->mu);
     int64_t started = dl_now_ms();
     int rc = dl_watchdog_run_once(w);

@@ -5,6 +5,7 @@
 #include "../core/internal.h"
 
 #include <hiredis/hiredis.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,7 +179,7 @@ int dlock_lock_set_info(dlock_lock *l, const char *info) {
  * reserved for a starving waiter of this client), or a negative code. */
 static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
                    bool starving, uint64_t *token, int64_t *ttl,
-                   bool *local_reserved) {
+                   bool *local_reserved, int64_t *sent) {
   char lease[24], count[16];
   snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
   snprintf(count, sizeof count, "%d", believed(l, owner));
@@ -193,6 +194,7 @@ static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
   const char *args[] = {lease, owner, info, count, starving ? "1" : "0",
                         reserve};
   redisReply *r = NULL;
+  *sent = dl_now_ms();
   int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_ACQUIRE, 3,
                                     keys, 6, args, &r);
   free(info);
@@ -205,6 +207,11 @@ static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
     return dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to the acquire");
   }
   long long status = r->element[0]->integer, value = r->element[1]->integer;
+  if (status < 0 || status > 2) { /* found by the reply fuzzer */
+    freeReplyObject(r);
+    return dl_seterr(l->c, DLOCK_EPROTO, "unexpected status %lld in the "
+                     "reply to the acquire", status);
+  }
   if (r->elements == 3 && r->element[2]->type == REDIS_REPLY_STRING) {
     size_t idl = strlen(l->c->id);
     *local_reserved = strncmp(r->element[2]->str, l->c->id, idl) == 0 &&
@@ -222,8 +229,8 @@ static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
 /* Records a successful acquisition in the client's holds. Returns the
  * hold's token, or 0 with *err set. */
 static uint64_t record(dlock_lock *l, const char *owner, int status,
-                       uint64_t token, int64_t lease_ms, bool watchdog,
-                       int *err) {
+                       uint64_t token, int64_t lease_ms, int64_t sent,
+                       bool watchdog, int *err) {
   dlock_client *c = l->c;
   dl_hold *old = NULL;
   *err = 0;
@@ -246,9 +253,13 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
   }
   h->count++;
   h->lease_ms = lease_ms;
+  /* The script set the lease when it ran, after `sent`. */
+  h->valid_until = dl_validity(sent, lease_ms);
   if (watchdog && h->renewal == NULL) {
-    h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail);
+    h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail, h->valid_until);
     if (h->renewal == NULL) *err = DLOCK_ENOMEM;
+  } else if (h->renewal) {
+    dl_watchdog_extend(c->watchdog, h->renewal, h->valid_until);
   }
   uint64_t tok = h->token;
   pthread_mutex_unlock(&c->holds_mu);
@@ -297,10 +308,10 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
   int64_t start = dl_now_ms();
   int64_t deadline = wait_ms < 0 ? INT64_MAX : start + wait_ms;
   uint64_t tok = 0;
-  int64_t ttl = 0;
+  int64_t ttl = 0, sent = 0;
 
   bool reserved = false;
-  rc = attempt(l, owner, lease_ms, false, &tok, &ttl, &reserved);
+  rc = attempt(l, owner, lease_ms, false, &tok, &ttl, &reserved, &sent);
   if (rc == 0 && wait_ms != 0) {
     /* Subscribe first, then try again: an unlock between our failed attempt
      * and the subscription would otherwise go unheard. Each sleep is bounded
@@ -312,7 +323,8 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
     for (;;) {
       starving = c->starvation_ms > 0 &&
                  dl_now_ms() - start >= c->starvation_ms;
-      rc = attempt(l, owner, lease_ms, starving, &tok, &ttl, &reserved);
+      rc = attempt(l, owner, lease_ms, starving, &tok, &ttl, &reserved,
+                   &sent);
       if (rc != 0) break;
       /* Free, but reserved for a starving thread of this process that the
        * unlock message did not wake: wake it (and the others asleep). */
@@ -350,11 +362,19 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
                      "(remaining lease %lld ms)", l->name, (long long)ttl);
   if (rc < 0) return rc;
   int err;
-  tok = record(l, owner, rc, tok, lease_ms, watchdog, &err);
+  tok = record(l, owner, rc, tok, lease_ms, sent, watchdog, &err);
   if (err != 0) {
     /* Cannot track it: give it back rather than hold it unseen. */
     dlock_lock_release(l);
     return dl_seterr(c, err, "out of memory");
+  }
+  if (dl_now_ms() >= dl_validity(sent, lease_ms)) {
+    /* The reply came so late that the lease may already have run out on
+     * the server: never report a lock that may have expired as taken. */
+    dlock_lock_release(l);
+    return dl_seterr(c, DLOCK_ETIMEDOUT, "'%s' was granted, but the reply "
+                     "came after its %lld ms lease could have run out",
+                     l->name, (long long)lease_ms);
   }
   if (token) *token = tok;
   dl_clearerr(c);
@@ -375,9 +395,12 @@ int dlock_lock_release(dlock_lock *l) {
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_find(c, l->key, owner);
   if (h && h->lost) {
+    /* Reported lost, perhaps only because its validity ran out here: if the
+     * server still has it, free it now (the script checks the owner). */
     dl_hold *old = forget(c, h);
     pthread_mutex_unlock(&c->holds_mu);
     dl_hold_bury(c, old);
+    release_script(l, owner, c->watchdog_timeout_ms, 1);
     return dl_seterr(c, DLOCK_ELOST, "'%s' was lost before this release",
                      l->name);
   }
@@ -403,12 +426,13 @@ int dlock_lock_release(dlock_lock *l) {
                            l->name, owner);
   } else if (rc == 0 && h && h->count > 1) {
     h->count--;
-  } else if (rc < 0 && h && h->count <= 1 && h->renewal) {
+  } else if (rc < 0 && h && h->count <= 1) {
     /* The last release failed (server unreachable, timeout): the caller
-     * meant to let go, so stop renewing. Unless a retry reaches the server
-     * first, the lease frees the lock. */
-    dl_watchdog_remove(w, h->renewal);
-    h->renewal = NULL;
+     * meant to let go, so the hold ends here and is no longer renewed.
+     * Unless a retry reaches the server first, the lease frees the lock; a
+     * new acquire takes it afresh, with a new token, rather than re-enter a
+     * hold the caller gave up (found by the safety suite's soak). */
+    old = forget(c, h);
   }
   pthread_mutex_unlock(&c->holds_mu);
   dl_hold_bury(c, old);
@@ -426,9 +450,13 @@ int dlock_lock_force_release(dlock_lock *l) {
                                     DL_SCRIPT_LOCK_FORCE_RELEASE, 2, keys, 1,
                                     args, &r);
   if (rc != 0) return rc;
-  rc = r->type == REDIS_REPLY_INTEGER
+  /* 1 deleted, 0 nothing to delete; anything else is not our script's
+   * answer (found by the reply fuzzer: a negative number passed through as
+   * if it were an error code). */
+  rc = r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1)
            ? (int)r->integer
-           : dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply");
+           : dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to the force "
+                       "release");
   freeReplyObject(r);
   return rc;
 }
@@ -479,6 +507,8 @@ int dlock_lock_hold_count(dlock_lock *l) {
   const char *argv[] = {"HGET", l->key, owner};
   long long v;
   rc = query_int(l, 3, argv, 0, &v);
+  if (rc == 0 && (v < 0 || v > INT_MAX))
+    rc = dl_seterr(l->c, DLOCK_EPROTO, "hold count %lld out of range", v);
   return rc ? rc : (int)v;
 }
 
@@ -501,15 +531,25 @@ int dlock_lock_current_token(dlock_lock *l, uint64_t *token) {
   return rc;
 }
 
-int dlock_lock_is_lost(dlock_lock *l) {
-  if (l == NULL) return 0;
+int dlock_lock_validity(dlock_lock *l, int64_t *ms) {
+  if (ms) *ms = 0;
+  if (l == NULL) return DLOCK_EINVAL;
   char owner[OWNER_MAX];
-  if (owner_of(l, owner) != 0) return 0;
+  int rc = owner_of(l, owner);
+  if (rc != 0) return rc;
   pthread_mutex_lock(&l->c->holds_mu);
   dl_hold *h = dl_hold_find(l->c, l->key, owner);
-  int lost = h && h->lost;
+  int64_t left = h ? dl_hold_valid_until(l->c, h) - dl_now_ms() : 0;
+  bool lost = h && h->lost;
   pthread_mutex_unlock(&l->c->holds_mu);
-  return lost;
+  if (h == NULL) return DLOCK_ENOTOWNER;
+  if (lost || left <= 0) return DLOCK_ELOST;
+  if (ms) *ms = left;
+  return 0;
+}
+
+int dlock_lock_is_lost(dlock_lock *l) {
+  return dlock_lock_validity(l, NULL) == DLOCK_ELOST;
 }
 
 /* An owner field of a lock hash: "<id>:<thread>" with a positive count. */

@@ -78,7 +78,8 @@ static int build_argv(int script, bool body, int nkeys,
   return argc;
 }
 
-static int rb_eval_many(dl_backend *base, int n, int script, const int *nkeys,
+static int rb_eval_many(dl_backend *base, int64_t deadline, int n, int script,
+                        const int *nkeys,
                         const char *const *const *keys, const int *nargs,
                         const char *const *const *args, redisReply **replies,
                         int *errs) {
@@ -86,7 +87,8 @@ static int rb_eval_many(dl_backend *base, int n, int script, const int *nkeys,
   dl_conn *conn = pick(b);
   dl_req **reqs = calloc((size_t)n, sizeof *reqs);
   if (reqs == NULL) return dl_seterr(b->client, DLOCK_ENOMEM, "out of memory");
-  int64_t deadline = dl_now_ms() + b->client->command_timeout_ms;
+  int64_t limit = dl_now_ms() + b->client->command_timeout_ms;
+  if (deadline <= 0 || deadline > limit) deadline = limit;
   for (int i = 0; i < n; i++) {
     const char **argv;
     size_t *lens;
@@ -137,7 +139,7 @@ static int rb_eval(dl_backend *base, int script, int nkeys, const char **keys,
   int err = 0;
   const char *const *k = keys;
   const char *const *a = args;
-  int rc = rb_eval_many(base, 1, script, &nkeys, &k, &nargs, &a, reply, &err);
+  int rc = rb_eval_many(base, 0, 1, script, &nkeys, &k, &nargs, &a, reply, &err);
   return rc ? rc : err;
 }
 

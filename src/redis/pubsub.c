@@ -173,6 +173,13 @@ static void dispatch(dl_pubsub *p, redisReply *r, bool *pong) {
   }
 }
 
+void dl_pubsub_feed(dl_pubsub *p, redisReply *r) {
+  bool pong = false;
+  pthread_mutex_lock(&p->mu);
+  dispatch(p, r, &pong);
+  pthread_mutex_unlock(&p->mu);
+}
+
 static void *run(void *arg) {
   dl_pubsub *p = arg;
   int backoff = p->cfg->reconnect_min_ms;

@@ -1,0 +1,757 @@
+/* safety.c: the fault-injection suite. Each scenario starts its own
+ * redis-server, a fenced resource (resource.c), worker processes (worker.c,
+ * this same binary in another mode) and, for `dlock run`, the CLI; injects
+ * one fault; then checks the resource's log. Every scenario runs with the
+ * resource enforcing fencing tokens and again ignoring them: with tokens
+ * there must be no accepted stale write and an exact count; without, a fault
+ * that can break exclusion must show a violation (else the injection did not
+ * work). docs/SAFETY.md maps each guarantee to its scenario here.
+ *
+ *   test_safety [--dlock PATH] [SCENARIO...] */
+#include "../harness.h"
+#include "core/internal.h"
+#include "proxy.h"
+#include "resource.h"
+#include "worker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <limits.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
+
+#define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
+#define LEASE 600 /* the workers' watchdog lease, ms */
+#define VICTIM 0  /* the victim's worker id */
+
+static char self[PATH_MAX];
+static const char *dlock_bin = "dlock";
+static char dir[64]; /* the resource socket and faketime files */
+static th_redis srv;
+static const char *lock_name;
+static int64_t lease = LEASE;
+
+/* ---- processes ---- */
+typedef struct proc {
+  pid_t pid;
+  bool reaped;
+  int status;
+} proc;
+static proc procs[64];
+static int nprocs;
+static bool clients_faketime;
+
+static pid_t spawn(char *const argv[]) {
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (clients_faketime) {
+      char file[128];
+      snprintf(file, sizeof file, "%s/client.faketime", dir);
+      setenv("LD_PRELOAD", FAKETIME_LIB, 1);
+      setenv("FAKETIME_TIMESTAMP_FILE", file, 1);
+      setenv("FAKETIME_NO_CACHE", "1", 1);
+      setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+      setenv("DONT_FAKE_MONOTONIC", "1", 1);
+    }
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  if (nprocs < 64) procs[nprocs++] = (proc){pid, false, 0};
+  return pid;
+}
+
+static proc *find_proc(pid_t pid) {
+  for (int i = 0; i < nprocs; i++)
+    if (procs[i].pid == pid) return &procs[i];
+  return NULL;
+}
+
+/* Waits for pid until timeout; returns its status or -1. */
+static int reap(pid_t pid, int timeout_ms) {
+  proc *p = find_proc(pid);
+  if (p && p->reaped) return p->status;
+  int64_t end = th_now_ms() + timeout_ms;
+  for (;;) {
+    int st;
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) {
+      if (p) {
+        p->reaped = true;
+        p->status = st;
+      }
+      return st;
+    }
+    if (r < 0 || th_now_ms() >= end) return -1;
+    th_sleep_ms(2);
+  }
+}
+
+static void kill_all(void) {
+  for (int i = 0; i < nprocs; i++)
+    if (!procs[i].reaped) {
+      kill(procs[i].pid, SIGCONT);
+      kill(procs[i].pid, SIGKILL);
+      waitpid(procs[i].pid, NULL, 0);
+    }
+  nprocs = 0;
+}
+
+static pid_t start_worker(int id, int threads, int hold_us,
+                          const char *victim_hold_ms, const char *stall,
+                          const char *fixed_lease_ms) {
+  char sid[16], sth[16], shold[16], slease[24];
+  snprintf(sid, sizeof sid, "%d", id);
+  snprintf(sth, sizeof sth, "%d", threads);
+  snprintf(shold, sizeof shold, "%d", hold_us);
+  snprintf(slease, sizeof slease, "%lld", (long long)lease);
+  char *argv[32] = {self, "worker", "--url", srv.url, "--res",
+                    (char *)res_path(), "--name", (char *)lock_name, "--id",
+                    sid, "--threads", sth, "--hold-us", shold, "--lease-ms",
+                    slease};
+  int n = 16;
+  if (victim_hold_ms) {
+    argv[n++] = "--victim-hold-ms";
+    argv[n++] = (char *)victim_hold_ms;
+  }
+  if (stall) {
+    argv[n++] = "--stall";
+    argv[n++] = (char *)stall;
+  }
+  if (fixed_lease_ms) {
+    argv[n++] = "--fixed-lease-ms";
+    argv[n++] = (char *)fixed_lease_ms;
+  }
+  argv[n] = NULL;
+  return spawn(argv);
+}
+
+/* The victim under `dlock run`: its command reads, holds, writes, then
+ * lingers for 10 s, so that only dlock can end it early. */
+static pid_t start_cli_victim(const char *hold_ms) {
+  char slease[24], sid[16];
+  snprintf(slease, sizeof slease, "%lldms", (long long)lease);
+  snprintf(sid, sizeof sid, "%d", VICTIM);
+  char *argv[] = {(char *)dlock_bin, "-u", srv.url, "-q", "run", "-l", slease,
+                  "--kill-grace", "100ms", (char *)lock_name, "--", self,
+                  "cmd", "--res", (char *)res_path(), "--id", sid,
+                  "--victim-hold-ms", (char *)hold_ms, "--after-ms", "10000",
+                  NULL};
+  return spawn(argv);
+}
+
+static void start_others(int workers, int threads) {
+  for (int i = 1; i <= workers; i++)
+    start_worker(i, threads, 300, NULL, NULL, NULL);
+}
+
+static void write_file(const char *name, const char *text) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs(text, f);
+    fclose(f);
+  }
+}
+
+/* Sets the offset of the server's wall clock (clockshift.c), in place: the
+ * server has the file mapped. */
+static void shift_server_clock(int64_t seconds) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/server.clockshift", dir);
+  int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0 || pwrite(fd, &seconds, sizeof seconds, 0) != sizeof seconds)
+    fprintf(stderr, "cannot write %s\n", path);
+  if (fd >= 0) close(fd);
+}
+
+/* A fresh server (with `extra` arguments, and a steppable wall clock if
+ * asked) and a fresh resource. */
+static bool begin(const char *name, bool enforce, const char *extra,
+                  bool server_clock) {
+  kill_all();
+  th_redis_stop(&srv);
+  lock_name = name;
+  lease = LEASE;
+  clients_faketime = false;
+  char file[128];
+  snprintf(file, sizeof file, "%s/server.clockshift", dir);
+  if (server_clock) {
+    shift_server_clock(0);
+    setenv("LD_PRELOAD", DLOCK_CLOCKSHIFT_LIB, 1);
+    setenv("DLOCK_CLOCKSHIFT_FILE", file, 1);
+  }
+  int rc = th_redis_start(&srv, extra);
+  if (server_clock) unsetenv("LD_PRELOAD");
+  res_reset(enforce);
+  printf("    %s run\n", enforce ? "fenced " : "control");
+  fflush(stdout);
+  return rc == 0;
+}
+
+/* Lets the workers make `more` accepted writes after the fault (liveness),
+ * stops them and checks every worker still counted exited 0. */
+static bool finish(long more) {
+  long target = res_accepted() + more;
+  int64_t end = th_now_ms() + 15000;
+  while (res_accepted() < target && th_now_ms() < end) th_sleep_ms(5);
+  bool progressed = res_accepted() >= target;
+  res_halt();
+  bool ok = true;
+  for (int i = 0; i < nprocs; i++) {
+    if (procs[i].reaped) continue;
+    kill(procs[i].pid, SIGCONT);
+    int st = reap(procs[i].pid, 30000);
+    if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      fprintf(stderr, "    worker %d: status %d\n", (int)procs[i].pid, st);
+      ok = false;
+    }
+    if (st < 0) { /* stuck: where? (gdb, when there is one) */
+      char cmd[200];
+      snprintf(cmd, sizeof cmd,
+               "grep -E 'State|TracerPid|Threads' /proc/%d/status >&2; "
+               "command -v gdb >/dev/null && "
+               "gdb -p %d -batch -ex 'thread apply all bt' 2>&1 | "
+               "grep -E '^#|^Thread' >&2",
+               (int)procs[i].pid, (int)procs[i].pid);
+      if (system(cmd) != 0) fprintf(stderr, "    (no stack)\n");
+    }
+  }
+  if (!progressed) fprintf(stderr, "    no progress after the fault\n");
+  kill_all();
+  return ok && progressed;
+}
+
+enum { OVERLAP_NONE, OVERLAP_SOME, OVERLAP_ANY };
+
+/* The checkers. can_break: this fault can break exclusion (so the control
+ * run must show a violation and the fenced run a rejected write). */
+static void judge(bool enforce, bool can_break, int exclude, int overlap) {
+  res_verdict v;
+  res_verdict_get(exclude, &v);
+  printf("      value %lld, accepted %ld, rejected %ld, stale accepted %ld, "
+         "sections %zu, overlaps %d (%d without the victim), token errors "
+         "%d\n",
+         v.value, v.accepted, v.rejected, v.stale_accepted, v.sections,
+         v.overlaps, v.overlaps_excluding, v.token_errors);
+  fflush(stdout);
+  CHECK_EQ(v.token_errors, 0);
+  CHECK(v.sections >= 10);
+  if (enforce || !can_break) {
+    CHECK_EQ(v.stale_accepted, 0);
+    CHECK_EQ(v.value, v.accepted);
+  }
+  if (enforce && can_break) CHECK(v.rejected >= 1);
+  if (!enforce && can_break)
+    CHECK(v.stale_accepted >= 1 && v.value != v.accepted);
+  if (!can_break) CHECK_EQ(v.rejected, 0);
+  if (exclude >= 0) CHECK_EQ(v.overlaps_excluding, 0);
+  if (overlap == OVERLAP_NONE) CHECK_EQ(v.overlaps, 0);
+  if (overlap == OVERLAP_SOME) CHECK(v.overlaps >= 1);
+}
+
+static void expect_victim(int lost, int callback, int release) {
+  res_victim v;
+  CHECK(res_wait_victim(VICTIM, 15000, &v));
+  printf("      victim: lost before write %d, callback %d, release %s, "
+         "still holder after %d\n",
+         v.lost, v.callback, dlock_err_name(v.release), v.held_after);
+  if (lost >= 0) CHECK_EQ(v.lost, lost); /* -1: either, timing decides */
+  CHECK_EQ(v.callback, callback);
+  CHECK_EQ(v.release, release);
+  CHECK_EQ(v.held_after, 0); /* a lost lock is never re-acquired */
+}
+
+static void victim_read(res_event *e) {
+  CHECK(res_wait_event('R', VICTIM, 0, true, 0, 10000, e));
+}
+
+/* ---- 1. holder SIGKILLed inside its critical section ---- */
+static void s1_run(bool enforce) {
+  CHECK(begin("safety:s1", enforce, NULL, false));
+  pid_t v = start_worker(VICTIM, 1, 0, "10000", NULL, NULL);
+  res_event e;
+  CHECK(res_wait_event('R', VICTIM, 0, true, 0, 10000, &e));
+  start_others(3, 1);
+  th_sleep_ms(100); /* let renewals and waiters settle (not a sync point) */
+  size_t mark = res_mark();
+  int64_t killed = th_now_ms();
+  kill(v, SIGKILL);
+  reap(v, 5000);
+  long long pttl = th_cmd_int(&srv, "PTTL %s", lock_name);
+  CHECK(pttl > 0 && pttl <= lease);
+  CHECK(res_wait_event('R', -2, VICTIM, true, mark, 10000, &e));
+  int64_t after = e.t_us / 1000 - killed;
+  printf("      lock free %lld ms after the kill (PTTL then %lld ms)\n",
+         (long long)after, pttl);
+  CHECK(after >= pttl - 10);  /* not before the lease ran out */
+  CHECK(after <= pttl + 250); /* nor much after */
+  CHECK(finish(20));
+  judge(enforce, false, -1, OVERLAP_NONE);
+}
+static void t_s1_holder_killed(void) {
+  s1_run(true);
+  s1_run(false);
+}
+
+/* ---- 2. holder SIGSTOPped for twice the lease, then resumed ---- */
+static void s2_lib(bool enforce) {
+  CHECK(begin("safety:s2", enforce, NULL, false));
+  pid_t v = start_worker(VICTIM, 1, 0, "300", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  kill(v, SIGSTOP);
+  start_others(3, 1);
+  th_sleep_ms((int)(2 * lease)); /* the fault's length */
+  CHECK(res_wait_event('W', -2, VICTIM, true, 0, 10000, NULL));
+  kill(v, SIGCONT);
+  expect_victim(1, 1, DLOCK_ELOST);
+  CHECK(finish(20));
+  judge(enforce, true, VICTIM, OVERLAP_SOME);
+}
+
+/* Ends a `dlock run` victim: resumed at `since`, it must exit 76 soon,
+ * having killed its command. */
+static void expect_cli_lost(pid_t v, pid_t cmd, int64_t since) {
+  int st = reap(v, 8000);
+  int64_t took = th_now_ms() - since;
+  printf("      dlock run exited %d, %lld ms after it resumed\n",
+         st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1, (long long)took);
+  CHECK(st >= 0 && WIFEXITED(st));
+  CHECK_EQ(WEXITSTATUS(st), 76);
+  CHECK(took < 5000); /* the command lingers 10 s unless killed */
+  CHECK(kill(cmd, 0) != 0); /* killed and reaped by dlock */
+}
+
+static void s2_cli(bool enforce) {
+  CHECK(begin("safety:s2cli", enforce, NULL, false));
+  pid_t v = start_cli_victim("300");
+  res_event e;
+  victim_read(&e);
+  pid_t cmd = e.pid;
+  kill(cmd, SIGSTOP);
+  kill(v, SIGSTOP);
+  start_others(3, 1);
+  th_sleep_ms((int)(2 * lease));
+  CHECK(res_wait_event('W', -2, VICTIM, true, 0, 10000, NULL));
+  size_t mark = res_mark();
+  kill(cmd, SIGCONT); /* the command goes on writing first */
+  CHECK(res_wait_event('W', VICTIM, 0, false, mark, 5000, NULL));
+  int64_t resumed = th_now_ms();
+  kill(v, SIGCONT);
+  expect_cli_lost(v, cmd, resumed);
+  CHECK(finish(20));
+  judge(enforce, true, VICTIM, OVERLAP_SOME);
+}
+static void t_s2_holder_paused(void) {
+  s2_lib(true);
+  s2_lib(false);
+  s2_cli(true);
+  s2_cli(false);
+}
+
+/* ---- 3. only the renewal machinery starved ---- */
+static void s3_lib(bool enforce) {
+  CHECK(begin("safety:s3", enforce, NULL, false));
+  char hold[16];
+  snprintf(hold, sizeof hold, "%lld", (long long)(2 * lease + 300));
+  start_worker(VICTIM, 1, 0, hold, "1", NULL);
+  res_event e;
+  victim_read(&e);
+  start_others(3, 1);
+  expect_victim(1, 1, DLOCK_ELOST);
+  CHECK(finish(20));
+  judge(enforce, true, VICTIM, OVERLAP_SOME);
+}
+
+static void s3_cli(bool enforce) {
+  CHECK(begin("safety:s3cli", enforce, NULL, false));
+  char hold[16];
+  snprintf(hold, sizeof hold, "%lld", (long long)(2 * lease + 500));
+  pid_t v = start_cli_victim(hold);
+  res_event e;
+  victim_read(&e);
+  kill(v, SIGSTOP); /* dlock only: its command runs on */
+  start_others(3, 1);
+  CHECK(res_wait_event('W', VICTIM, 0, false, 0, 10000, NULL));
+  int64_t resumed = th_now_ms();
+  kill(v, SIGCONT);
+  expect_cli_lost(v, e.pid, resumed);
+  CHECK(finish(20));
+  judge(enforce, true, VICTIM, OVERLAP_SOME);
+}
+static void t_s3_renewal_starved(void) {
+  s3_lib(true);
+  s3_lib(false);
+  s3_cli(true);
+  s3_cli(false);
+}
+
+/* ---- 4. replies delayed past the lease, and lost ---- */
+static dlock_client *proxied_client(int port, int64_t watchdog_ms,
+                                    int command_timeout_ms) {
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.watchdog_timeout_ms = watchdog_ms;
+  o.command_timeout_ms = command_timeout_ms;
+  return th_client_opts(&o);
+}
+
+typedef struct lost_flag {
+  atomic_int fired;
+} lost_flag;
+static void flag_lost(dlock_lock *l, const char *owner, void *ud) {
+  (void)l;
+  (void)owner;
+  atomic_store(&((lost_flag *)ud)->fired, 1);
+}
+static bool flag_fired(void *p) { return atomic_load(&((lost_flag *)p)->fired); }
+static bool key_gone(void *p) {
+  return th_cmd_int(&srv, "EXISTS %s", (const char *)p) == 0;
+}
+
+static void t_s4_reply_faults(void) {
+  CHECK(begin("safety:s4", true, NULL, false));
+  int port = proxy_start(srv.port);
+  CHECK(port > 0);
+  dlock_client *c = proxied_client(port, 600, 3000);
+  dlock_lock *l = NULL;
+  CHECK(c != NULL);
+  CHECK_RC(dlock_lock_new(c, lock_name, NULL, &l), 0);
+
+  /* a) The acquire's reply comes after its 300 ms lease. */
+  uint64_t before = 0, tok = 0;
+  CHECK_RC(dlock_lock_current_token(l, &before), 0);
+  proxy_set(PROXY_DELAY, 700);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 300, &tok), DLOCK_ETIMEDOUT);
+  proxy_set(PROXY_PASS, 0);
+  printf("      a) late grant refused after %lld ms, %llu reply bytes "
+         "delayed\n",
+         (long long)(th_now_ms() - t0),
+         (unsigned long long)proxy_faulted_bytes());
+  CHECK(proxy_faulted_bytes() > 0);
+  uint64_t after = 0;
+  CHECK_RC(dlock_lock_current_token(l, &after), 0);
+  CHECK(after > before);                       /* the server did grant it */
+  CHECK_RC(dlock_lock_validity(l, NULL), DLOCK_ENOTOWNER); /* not believed */
+  CHECK(th_wait_for(key_gone, (void *)lock_name, 1000)); /* no orphan */
+
+  /* b) Watchdog renewals answered late: the server renews, but the client
+   * cannot know in time, so it reports the loss rather than believe. */
+  lost_flag lf = {0};
+  dlock_lock_on_lost(l, flag_lost, &lf);
+  CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
+  proxy_set(PROXY_DELAY, 1500);
+  t0 = th_now_ms();
+  CHECK(th_wait_for(flag_fired, &lf, 3000));
+  printf("      b) loss reported %lld ms after renewals began to lag\n",
+         (long long)(th_now_ms() - t0));
+  CHECK(dlock_lock_is_lost(l) == 1);
+  CHECK(th_now_ms() - t0 <= 600 + 400);
+  /* No longer renewed, the server's lock expires within its lease. */
+  CHECK(th_wait_for(key_gone, (void *)lock_name, 1500));
+  proxy_set(PROXY_PASS, 0);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  dlock_lock_on_lost(l, NULL, NULL);
+
+  /* c) The acquire's reply is lost (the server ran it): no belief, and the
+   * orphan lives no longer than its lease. Also in watchdog mode (d). */
+  int64_t leases[2] = {1500, 0}; /* fixed, and the watchdog's 2 s */
+  for (int i = 0; i < 2; i++) {
+    dlock_client *c2 = proxied_client(port, 2000, 800);
+    dlock_lock *l2 = NULL;
+    CHECK(c2 != NULL);
+    CHECK_RC(dlock_lock_new(c2, lock_name, NULL, &l2), 0);
+    uint64_t dropped = proxy_faulted_bytes();
+    proxy_set(PROXY_DROP, 0);
+    int rc = dlock_lock_try_acquire(l2, 0, leases[i], NULL);
+    int64_t gave_up = th_now_ms();
+    proxy_set(PROXY_PASS, 0);
+    CHECK(rc == DLOCK_ETIMEDOUT || rc == DLOCK_ECONNLOST);
+    CHECK(proxy_faulted_bytes() > dropped);
+    long long pttl = th_cmd_int(&srv, "PTTL %s", lock_name);
+    printf("      %c) reply dropped: %s, orphan PTTL %lld ms\n", "cd"[i],
+           dlock_err_name(rc), pttl);
+    CHECK(pttl > 0); /* the server did take it */
+    CHECK_RC(dlock_lock_validity(l2, NULL), DLOCK_ENOTOWNER);
+    CHECK(th_wait_for(key_gone, (void *)lock_name, (int)pttl + 100));
+    CHECK(th_now_ms() - gave_up <= pttl + 100);
+    /* And the client is not stuck with a ghost hold. */
+    CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), 0);
+    CHECK_EQ(dlock_lock_hold_count(l2), 1);
+    CHECK_RC(dlock_lock_release(l2), 1);
+    dlock_lock_free(l2);
+    dlock_client_close(c2);
+  }
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  proxy_stop();
+}
+
+/* ---- 5. a stale release after expiry ---- */
+static void t_s5_stale_release(void) {
+  CHECK(begin("safety:s5", true, NULL, false));
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, lock_name, NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, lock_name, NULL, &lb), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 200, NULL), 0);
+  CHECK(th_wait_for(key_gone, (void *)lock_name, 1000));
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 5000, NULL), 0);
+  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  CHECK_EQ(dlock_lock_hold_count(lb), 1); /* B's lock untouched */
+  CHECK(th_cmd_int(&srv, "PTTL %s", lock_name) > 4000);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  /* The same among workers: a victim on a 300 ms fixed lease holds 900 ms,
+   * writes and releases late. No other holder may lose its lock to it. */
+  for (int enforce = 1; enforce >= 0; enforce--) {
+    CHECK(begin("safety:s5w", enforce, NULL, false));
+    start_worker(VICTIM, 1, 0, "900", NULL, "300");
+    res_event e;
+    victim_read(&e);
+    start_others(3, 1);
+    expect_victim(1, 0, DLOCK_ELOST);
+    CHECK(finish(20));
+    judge(enforce, true, VICTIM, OVERLAP_SOME);
+  }
+}
+
+/* ---- 6. Redis killed and restarted under a held lock ---- */
+static void s6_run(bool enforce, bool aof) {
+  CHECK(begin(aof ? "safety:s6aof" : "safety:s6", enforce,
+                aof ? "--appendonly yes --appendfsync always" : NULL, false));
+  if (aof) lease = 2000; /* a restart well inside the lease */
+  start_worker(VICTIM, 1, 0, "2500", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  start_others(3, 1);
+  th_sleep_ms(100);
+  uint64_t old_token = e.token;
+  CHECK(th_redis_restart(&srv) == 0);
+  if (!aof) {
+    /* The lock is forgotten: a waiter takes it while the victim holds. */
+    res_event o;
+    CHECK(res_wait_event('W', -2, VICTIM, true, 0, 10000, &o));
+    CHECK(o.token > old_token); /* tokens never go backwards */
+    expect_victim(-1, 1, DLOCK_ELOST);
+    CHECK(finish(20));
+    judge(enforce, true, VICTIM, OVERLAP_SOME);
+  } else {
+    expect_victim(0, 0, 1);
+    CHECK(finish(20));
+    judge(enforce, false, -1, OVERLAP_NONE);
+  }
+}
+static void t_s6_server_restart(void) {
+  s6_run(true, false);
+  s6_run(false, false);
+  s6_run(true, true);
+  s6_run(false, true);
+}
+
+/* ---- 7. Redis paused (SIGSTOP) past the lease ---- */
+static void s7_run(bool enforce) {
+  CHECK(begin("safety:s7", enforce, NULL, false));
+  char hold[16];
+  snprintf(hold, sizeof hold, "%lld", (long long)(2 * lease + 1000));
+  start_worker(VICTIM, 1, 0, hold, NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  start_others(3, 1);
+  th_sleep_ms(100);
+  th_redis_kill(&srv, SIGSTOP);
+  th_sleep_ms((int)(2 * lease)); /* the fault's length */
+  size_t mark = res_mark();
+  th_redis_kill(&srv, SIGCONT);
+  CHECK(res_wait_event('W', -2, VICTIM, true, mark, 10000, NULL));
+  /* The victim's watchdog gave the lock up while the server was stopped. */
+  expect_victim(1, 1, DLOCK_ELOST);
+  CHECK(finish(20));
+  judge(enforce, true, VICTIM, OVERLAP_SOME);
+}
+static void t_s7_server_paused(void) {
+  s7_run(true);
+  s7_run(false);
+}
+
+/* ---- 8. clocks stepped: the server's forward, the clients' both ways ---- */
+static void s8_server(bool enforce) {
+  CHECK(begin("safety:s8", enforce, NULL, true));
+  start_worker(VICTIM, 1, 0, "1500", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  start_others(3, 1);
+  th_sleep_ms(100);
+  size_t mark = res_mark();
+  shift_server_clock(3600); /* an hour forward */
+  CHECK(res_wait_event('W', -2, VICTIM, true, mark, 10000, NULL));
+  expect_victim(-1, 1, DLOCK_ELOST);
+  CHECK(finish(20));
+  judge(enforce, true, VICTIM, OVERLAP_SOME);
+}
+
+static void s8_clients(bool enforce) {
+  CHECK(begin("safety:s8c", enforce, NULL, false));
+  write_file("client.faketime", "+0\n");
+  clients_faketime = true;
+  start_worker(VICTIM, 1, 0, "1500", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  start_others(3, 1);
+  th_sleep_ms(300);
+  write_file("client.faketime", "+3600\n");
+  th_sleep_ms(300);
+  write_file("client.faketime", "-7200\n");
+  /* Nothing happens: leases, waits and validity run on CLOCK_MONOTONIC. */
+  expect_victim(0, 0, 1);
+  CHECK(finish(20));
+  judge(enforce, false, -1, OVERLAP_NONE);
+}
+static void t_s8_clock_steps(void) {
+  s8_server(true);
+  s8_server(false);
+  if (SANITIZED) {
+    /* libfaketime cannot be preloaded ahead of a sanitizer's runtime: the
+     * client-clock half runs in the plain build. */
+    printf("    client clock steps: plain build only\n");
+    return;
+  }
+  s8_clients(true);
+  s8_clients(false);
+}
+
+/* ---- 9. soak: 8 processes x 4 threads, random faults ---- */
+static unsigned rnd_state;
+static unsigned rnd(unsigned n) {
+  rnd_state = rnd_state * 1103515245u + 12345u;
+  return (rnd_state >> 16) % n;
+}
+
+static void t_s9_soak(void) {
+  CHECK(begin("safety:s9", true, NULL, false));
+  const char *env = getenv("DLOCK_SOAK_SECONDS");
+  int seconds = env ? atoi(env) : (SANITIZED ? 15 : 10);
+  rnd_state = (unsigned)th_now_ms();
+  printf("    seed %u, %d s\n", rnd_state, seconds);
+  pid_t pids[9];
+  for (int i = 1; i <= 8; i++) pids[i] = start_worker(i, 4, 1000, 0, 0, 0);
+  int64_t end = th_now_ms() + seconds * 1000;
+  int counts[5] = {0};
+  while (th_now_ms() < end) {
+    th_sleep_ms(300 + (int)rnd(500));
+    unsigned f = rnd(5);
+    counts[f]++;
+    int w = 1 + (int)rnd(8);
+    switch (f) {
+    case 0: { /* the holder (the latest reader) paused past its lease */
+      pid_t h = res_last_reader();
+      if (h <= 0) h = pids[w];
+      kill(h, SIGSTOP);
+      th_sleep_ms((int)(2 * lease));
+      kill(h, SIGCONT);
+      break;
+    }
+    case 1: /* a process killed, and started again */
+      kill(pids[w], SIGKILL);
+      reap(pids[w], 5000);
+      pids[w] = start_worker(w, 4, 1000, 0, 0, 0);
+      break;
+    case 2: /* the server paused past the lease */
+      th_redis_kill(&srv, SIGSTOP);
+      th_sleep_ms((int)(2 * lease));
+      th_redis_kill(&srv, SIGCONT);
+      break;
+    case 3: { /* every connection dropped */
+      redisReply *r = th_cmd(&srv, "CLIENT KILL TYPE normal");
+      if (r) freeReplyObject(r);
+      r = th_cmd(&srv, "CLIENT KILL TYPE pubsub");
+      if (r) freeReplyObject(r);
+      break;
+    }
+    case 4: /* the server restarted without persistence */
+      th_redis_restart(&srv);
+      break;
+    }
+  }
+  printf("      faults: %d paused workers, %d killed, %d server pauses, %d "
+         "connection kills, %d restarts\n",
+         counts[0], counts[1], counts[2], counts[3], counts[4]);
+  /* Killed workers exit by signal: take them out of the exit check. */
+  for (int i = 0; i < nprocs; i++)
+    if (!procs[i].reaped && waitpid(procs[i].pid, &procs[i].status, WNOHANG) ==
+                                procs[i].pid)
+      procs[i].reaped = true;
+  CHECK(finish(50));
+  res_verdict v;
+  res_verdict_get(-1, &v);
+  printf("      %zu critical sections, %ld accepted, %ld stale rejected, "
+         "value %lld, overlaps %d, token errors %d\n",
+         v.sections, v.accepted, v.rejected, v.value, v.overlaps,
+         v.token_errors);
+  CHECK(v.sections >= (SANITIZED ? 300u : 1000u));
+  CHECK_EQ(v.stale_accepted, 0);
+  CHECK_EQ(v.value, v.accepted);
+  CHECK_EQ(v.token_errors, 0);
+}
+
+static void t_teardown(void) {
+  static bool done;
+  if (done) return;
+  done = true;
+  kill_all();
+  th_redis_stop(&srv);
+  res_stop();
+  char cmd[96];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "worker") == 0)
+    return worker_main(argc - 2, argv + 2);
+  if (argc > 1 && strcmp(argv[1], "cmd") == 0)
+    return cmd_main(argc - 2, argv + 2);
+  if (argc > 2 && strcmp(argv[1], "--dlock") == 0) {
+    dlock_bin = argv[2];
+    argv[2] = argv[0];
+    argc -= 2;
+    argv += 2;
+  }
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return 1;
+  self[n] = '\0';
+  snprintf(dir, sizeof dir, "/tmp/dlock-safety-XXXXXX");
+  if (mkdtemp(dir) == NULL || res_start(dir) != 0) {
+    fprintf(stderr, "cannot start the resource\n");
+    return 1;
+  }
+  static const th_test tests[] = {
+      T(t_s1_holder_killed), T(t_s2_holder_paused), T(t_s3_renewal_starved),
+      T(t_s4_reply_faults),  T(t_s5_stale_release), T(t_s6_server_restart),
+      T(t_s7_server_paused), T(t_s8_clock_steps),   T(t_s9_soak),
+      T(t_teardown)};
+  int rc = th_run(argc, argv, tests, sizeof tests / sizeof tests[0]);
+  if (argc > 1) t_teardown(); /* a chosen few: t_teardown may not have run */
+  return rc;
+}
