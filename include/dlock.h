@@ -55,7 +55,8 @@ extern "C" {
   X(ENOTOWNER, -16, "lock is not held by this owner")                         \
   X(ELOST, -17, "lock was lost (lease expired or taken away)")                \
   X(ECLOSED, -18, "client is closing")                                        \
-  X(ENOTSUP, -19, "not supported by this build")
+  X(ENOTSUP, -19, "not supported by this build")                             \
+  X(ERANGE, -20, "count out of range (a latch already at zero)")
 
 typedef enum {
   DLOCK_OK = 0,
@@ -302,6 +303,62 @@ typedef int (*dlock_scan_cb)(const char *name, void *ud);
  * Returns the number of names passed to cb, or a negative code. */
 DLOCK_API int dlock_client_scan_locks(dlock_client *c, const char *pattern,
                                       dlock_scan_cb cb, void *ud);
+
+/* ---- Semaphore (Redisson RSemaphore) ----
+ * A count of permits at NAME, shared by every process. Permits are not
+ * owned: anyone may release, and a holder that dies keeps its permits (use
+ * the permit-expirable semaphore for permits that come back). Handles are
+ * thread-safe; free them before closing their client. */
+typedef struct dlock_semaphore dlock_semaphore;
+
+/* A handle for the semaphore NAME (nothing is sent). Returns 0,
+ * DLOCK_EINVAL, DLOCK_ENAMETOOLONG or DLOCK_ENOMEM. */
+DLOCK_API int dlock_semaphore_new(dlock_client *c, const char *name,
+                                  dlock_semaphore **out);
+DLOCK_API void dlock_semaphore_free(dlock_semaphore *s);
+/* Sets the permits if the semaphore was never set (Redisson's
+ * trySetPermits). Returns 1 set, 0 already set (nothing changed), or a
+ * negative code; wakes waiters. */
+DLOCK_API int dlock_semaphore_try_set_permits(dlock_semaphore *s,
+                                              int permits);
+/* Adds permits (negative: takes them away, down to below zero if the
+ * holders have them). Returns 0 or a negative code; wakes waiters. */
+DLOCK_API int dlock_semaphore_add_permits(dlock_semaphore *s, int permits);
+/* Takes `permits` (> 0), waiting up to wait_ms (0: one try, < 0: forever)
+ * without polling: each release wakes as many waiters as it makes permits
+ * available. Returns 0, DLOCK_ELOCKED when not enough came in time, or
+ * another negative code. */
+DLOCK_API int dlock_semaphore_acquire(dlock_semaphore *s, int permits,
+                                      int64_t wait_ms);
+/* Gives back `permits` (> 0). Returns 0 or a negative code. */
+DLOCK_API int dlock_semaphore_release(dlock_semaphore *s, int permits);
+/* The permits available now (0 if never set), or a negative code. */
+DLOCK_API int dlock_semaphore_available(dlock_semaphore *s);
+/* Takes every available permit; returns how many, or a negative code. */
+DLOCK_API int dlock_semaphore_drain(dlock_semaphore *s);
+
+/* ---- Count-down latch (Redisson RCountDownLatch) ----
+ * Waiters wait for a count set once to reach zero. Handles are
+ * thread-safe; free them before closing their client. */
+typedef struct dlock_latch dlock_latch;
+
+DLOCK_API int dlock_latch_new(dlock_client *c, const char *name,
+                              dlock_latch **out);
+DLOCK_API void dlock_latch_free(dlock_latch *l);
+/* Starts a count (> 0) if none is running. Returns 1 set, 0 a count is
+ * running (nothing changed), or a negative code. */
+DLOCK_API int dlock_latch_try_set_count(dlock_latch *l, int64_t count);
+/* Counts down by one; reaching zero wakes every waiter. Returns 0,
+ * DLOCK_ERANGE when no count is running (at zero: nothing changed), or
+ * another negative code. */
+DLOCK_API int dlock_latch_count_down(dlock_latch *l);
+/* The count left (0 when none is running) in *count. Returns 0 or a
+ * negative code. */
+DLOCK_API int dlock_latch_count(dlock_latch *l, int64_t *count);
+/* Waits up to wait_ms (< 0: forever) for the count to reach zero, without
+ * polling. Returns 1 at zero, 0 when the wait ran out, or a negative
+ * code. */
+DLOCK_API int dlock_latch_await(dlock_latch *l, int64_t wait_ms);
 
 #ifdef __cplusplus
 }

@@ -129,6 +129,9 @@ enum {
   DL_SCRIPT_LOCK_FORCE_RELEASE,
   DL_SCRIPT_LOCK_INSPECT,
   DL_SCRIPT_LOCK_UNRESERVE,
+  DL_SCRIPT_SEMAPHORE_ACQUIRE,
+  DL_SCRIPT_SEMAPHORE_UPDATE,
+  DL_SCRIPT_LATCH_UPDATE,
   DL_SCRIPT_COUNT
 };
 extern dl_script dl_scripts[DL_SCRIPT_COUNT];
@@ -155,8 +158,10 @@ typedef struct dl_backend_ops {
                    struct redisReply **replies, int *errs);
   int (*command)(dl_backend *b, int argc, const char **argv,
                  struct redisReply **reply);
-  /* Waiting without polling: a reference-counted subscription. */
-  dl_sub *(*sub_ref)(dl_backend *b, const char *channel, int64_t deadline);
+  /* Waiting without polling: a reference-counted subscription; `mode`
+   * (dl_wake_mode) says what a message on the channel wakes. */
+  dl_sub *(*sub_ref)(dl_backend *b, const char *channel, int mode,
+                     int64_t deadline);
   /* Waits for one wake-up until deadline. Sleepers are woken in the order
    * of `since`, when each began waiting for its lock. Returns 1 woken, 0
    * timed out, DLOCK_ECLOSED on close. */
@@ -181,10 +186,18 @@ uint64_t dl_redis_backend_round_trips(dl_backend *b);
 uint64_t dl_redis_backend_wakeups(dl_backend *b);
 
 /* ---- pubsub.c: one subscriber connection per client ---- */
+/* What a message wakes, by the channel's kind (Redisson's meanings). */
+typedef enum dl_wake_mode {
+  DL_WAKE_LOCK,  /* "1" every waiter (read unlock), else one (unlock) */
+  DL_WAKE_COUNT, /* the message is a number n of permits: n waiters */
+  DL_WAKE_ALL    /* any message: every waiter (a latch reached zero) */
+} dl_wake_mode;
 typedef struct dl_pubsub dl_pubsub;
 int dl_pubsub_new(const dl_conn_config *cfg, dl_pubsub **out);
 void dl_pubsub_free(dl_pubsub *p);
-dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int64_t deadline);
+/* The first reference of a channel fixes its mode. */
+dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
+                      int64_t deadline);
 int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since);
 void dl_pubsub_unref(dl_pubsub *p, dl_sub *s);
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s);
@@ -289,6 +302,21 @@ struct dlock_client {
  * deployments plug in; the reply fuzzer plugs in one fed from its input). */
 int dl_client_open_with(const dlock_client_options *opts,
                         dl_backend_factory make, dlock_client **out);
+
+/* ---- locks/wait.c: waiting on a channel, shared by the lock kinds ---- */
+/* One try of what a waiter wants: returns 1 done, a negative code, or 0 not
+ * yet, with *recheck_ms how soon to try again even without a message (-1:
+ * only on a message). */
+typedef int (*dl_try_fn)(void *ctx, int64_t *recheck_ms);
+/* Tries, and until it is done or wait_ms (< 0: forever) runs out, sleeps on
+ * `channel` (mode: dl_wake_mode) between tries, subscribed before the
+ * second try so that no message is missed. Returns 1, 0 when the wait ran
+ * out, or a negative code. */
+int dl_wait_for(dlock_client *c, const char *channel, int mode,
+                int64_t wait_ms, dl_try_fn fn, void *ctx);
+/* Redisson's derived name "<prefix>:{<key>}", or "<prefix>:<key>" when the
+ * key has its own hash tag (same slot either way). Caller frees. */
+char *dl_derived(const char *prefix, const char *key);
 
 /* lock.c: the watchdog's lost callback for the client's holds. */
 void dl_lock_on_lost(void *ud, dl_renewal *r, const char *key,

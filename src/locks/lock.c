@@ -318,7 +318,8 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
      * by the holder's TTL, so even a lost message costs at most that. */
     const dl_backend_ops *ops = c->backend->ops;
     char ch[DERIVED_MAX];
-    dl_sub *sub = ops->sub_ref(c->backend, CHANNEL(l, ch), deadline);
+    dl_sub *sub = ops->sub_ref(c->backend, CHANNEL(l, ch), DL_WAKE_LOCK,
+                               deadline);
     bool starving = false;
     for (;;) {
       starving = c->starvation_ms > 0 &&

@@ -154,9 +154,10 @@ static int rb_command(dl_backend *base, int argc, const char **argv,
   return rc;
 }
 
-static dl_sub *rb_sub_ref(dl_backend *base, const char *channel,
+static dl_sub *rb_sub_ref(dl_backend *base, const char *channel, int mode,
                           int64_t deadline) {
-  return dl_pubsub_ref(((redis_backend *)base)->pubsub, channel, deadline);
+  return dl_pubsub_ref(((redis_backend *)base)->pubsub, channel, mode,
+                       deadline);
 }
 
 static int rb_sub_wait(dl_backend *base, dl_sub *s, int64_t deadline,

@@ -32,6 +32,7 @@ struct dl_sub {
   int permits;     /* wake-ups for threads not asleep, at most refs */
   sleeper *head, *tail;
   int asleep;
+  int mode; /* dl_wake_mode */
   pthread_cond_t cv; /* the subscription's confirmation */
 };
 
@@ -162,8 +163,16 @@ static void dispatch(dl_pubsub *p, redisReply *r, bool *pong) {
   if (s == NULL) return;
   if (strcmp(kind, "message") == 0 && r->elements >= 3) {
     redisReply *msg = r->element[2];
-    bool all = msg->type == REDIS_REPLY_STRING && msg->len == 1 &&
-               msg->str[0] == '1';
+    bool text = msg->type == REDIS_REPLY_STRING;
+    if (s->mode == DL_WAKE_COUNT) {
+      /* Permits now available: wake that many (at most everyone). */
+      long long n = text ? strtoll(msg->str, NULL, 10) : 0;
+      for (long long i = 0; i < n && i <= s->refs; i++)
+        if (wake(s, false)) p->wakeups++;
+      return;
+    }
+    bool all = s->mode == DL_WAKE_ALL ||
+               (text && msg->len == 1 && msg->str[0] == '1');
     if (wake(s, all)) p->wakeups++;
   } else if (strcmp(kind, "subscribe") == 0 ||
              strcmp(kind, "unsubscribe") == 0) {
@@ -299,7 +308,8 @@ void dl_pubsub_free(dl_pubsub *p) {
   free(p);
 }
 
-dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int64_t deadline) {
+dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
+                      int64_t deadline) {
   pthread_mutex_lock(&p->mu);
   dl_sub *s = find(p, channel, strlen(channel));
   if (s == NULL) {
@@ -310,6 +320,7 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int64_t deadline) {
       return NULL;
     }
     dl_cond_init(&s->cv);
+    s->mode = mode;
     unsigned h = hash(channel);
     s->next = p->table[h];
     p->table[h] = s;

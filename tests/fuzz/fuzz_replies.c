@@ -22,7 +22,7 @@ static redisReply *queue[MAX_REPLIES];
 static int qlen, qnext;
 static dl_pubsub *pubsub;
 static dl_conn_config ps_cfg;
-static dl_sub *subs[2];
+static dl_sub *subs[3];
 
 /* The next reply, as the Redis backend would hand it over: an error reply
  * becomes its code. */
@@ -68,8 +68,9 @@ static int fb_command(dl_backend *b, int argc, const char **argv,
 }
 
 static int dummy_sub;
-static dl_sub *fb_sub_ref(dl_backend *b, const char *ch, int64_t deadline) {
-  (void)b, (void)ch, (void)deadline;
+static dl_sub *fb_sub_ref(dl_backend *b, const char *ch, int mode,
+                          int64_t deadline) {
+  (void)b, (void)ch, (void)mode, (void)deadline;
   return (dl_sub *)&dummy_sub;
 }
 static int fb_sub_wait(dl_backend *b, dl_sub *s, int64_t deadline,
@@ -123,8 +124,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   ps_cfg.reconnect_min_ms = 1000;
   ps_cfg.reconnect_max_ms = 1000;
   if (dl_pubsub_new(&ps_cfg, &pubsub) != 0) abort();
-  subs[0] = dl_pubsub_ref(pubsub, "redisson_lock__channel:{k}", 0);
-  subs[1] = dl_pubsub_ref(pubsub, "ch", 0);
+  subs[0] = dl_pubsub_ref(pubsub, "redisson_lock__channel:{k}", DL_WAKE_LOCK,
+                          0);
+  subs[1] = dl_pubsub_ref(pubsub, "redisson_sc:{k}", DL_WAKE_COUNT, 0);
+  subs[2] = dl_pubsub_ref(pubsub, "redisson_countdownlatch__channel:{k}",
+                          DL_WAKE_ALL, 0);
   return 0;
 }
 

@@ -1,0 +1,153 @@
+/* semaphore.c: the counting semaphore, wire-compatible with Redisson's
+ * RSemaphore: a string at the semaphore's name holding the permits
+ * available, and "redisson_sc:{name}" on which every change publishes the
+ * permits now available, which wakes that many waiters. Permits are not
+ * owned: a holder that dies keeps its permits (see the permit-expirable
+ * semaphore for permits that come back). */
+#include "../core/internal.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dlock_semaphore {
+  dlock_client *c;
+  char *key;     /* prefix + name */
+  char *channel; /* redisson_sc:{key} */
+};
+
+int dlock_semaphore_new(dlock_client *c, const char *name,
+                        dlock_semaphore **out) {
+  if (out) *out = NULL;
+  if (c == NULL || out == NULL) return DLOCK_EINVAL;
+  if (name == NULL || *name == '\0')
+    return dl_seterr(c, DLOCK_EINVAL, "the semaphore name is empty");
+  if (strlen(name) > DLOCK_NAME_MAX)
+    return dl_seterr(c, DLOCK_ENAMETOOLONG, "the name is over %d bytes",
+                     DLOCK_NAME_MAX);
+  dlock_semaphore *s = calloc(1, sizeof *s);
+  if (s == NULL || (s->key = dl_key(c, "%s", name)) == NULL ||
+      (s->channel = dl_derived("redisson_sc", s->key)) == NULL) {
+    dlock_semaphore_free(s);
+    return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
+  }
+  s->c = c;
+  *out = s;
+  return 0;
+}
+
+void dlock_semaphore_free(dlock_semaphore *s) {
+  if (s == NULL) return;
+  free(s->key);
+  free(s->channel);
+  free(s);
+}
+
+/* Runs semaphore_update.lua: 0 and its integer in *v, or a negative code. */
+static int update(dlock_semaphore *s, const char *op, int n, long long *v) {
+  char num[16];
+  snprintf(num, sizeof num, "%d", n);
+  const char *keys[] = {s->key, s->channel};
+  const char *args[] = {op, num};
+  redisReply *r = NULL;
+  int rc = s->c->backend->ops->eval(s->c->backend, DL_SCRIPT_SEMAPHORE_UPDATE,
+                                    2, keys, 2, args, &r);
+  if (rc != 0) return rc;
+  bool ok = r->type == REDIS_REPLY_INTEGER && r->integer >= INT32_MIN &&
+            r->integer <= INT32_MAX;
+  if (ok) *v = r->integer;
+  freeReplyObject(r);
+  if (!ok) return dl_seterr(s->c, DLOCK_EPROTO, "unexpected reply");
+  dl_clearerr(s->c);
+  return 0;
+}
+
+int dlock_semaphore_try_set_permits(dlock_semaphore *s, int permits) {
+  if (s == NULL) return DLOCK_EINVAL;
+  if (permits < 0)
+    return dl_seterr(s->c, DLOCK_EINVAL, "permits must not be negative");
+  long long v = 0;
+  int rc = update(s, "set", permits, &v);
+  return rc ? rc : (v == 1);
+}
+
+int dlock_semaphore_add_permits(dlock_semaphore *s, int permits) {
+  if (s == NULL) return DLOCK_EINVAL;
+  long long v = 0;
+  return update(s, "add", permits, &v);
+}
+
+int dlock_semaphore_drain(dlock_semaphore *s) {
+  if (s == NULL) return DLOCK_EINVAL;
+  long long v = 0;
+  int rc = update(s, "drain", 0, &v);
+  return rc ? rc : (v < 0 ? 0 : (int)v);
+}
+
+int dlock_semaphore_available(dlock_semaphore *s) {
+  if (s == NULL) return DLOCK_EINVAL;
+  const char *argv[] = {"GET", s->key};
+  redisReply *r = NULL;
+  int rc = s->c->backend->ops->command(s->c->backend, 2, argv, &r);
+  if (rc != 0) return rc;
+  long long v = 0;
+  if (r->type == REDIS_REPLY_STRING) {
+    char *end;
+    v = strtoll(r->str, &end, 10);
+    if (*end != '\0' || v < INT32_MIN || v > INT32_MAX) rc = DLOCK_EPROTO;
+  } else if (r->type != REDIS_REPLY_NIL) {
+    rc = DLOCK_EPROTO;
+  }
+  freeReplyObject(r);
+  if (rc) return dl_seterr(s->c, rc, "unexpected reply to GET");
+  dl_clearerr(s->c);
+  return v < 0 ? 0 : (int)v; /* below zero after add_permits(-n): none */
+}
+
+typedef struct try_ctx {
+  dlock_semaphore *s;
+  char num[16];
+} try_ctx;
+
+static int try_take(void *p, int64_t *recheck_ms) {
+  try_ctx *t = p;
+  *recheck_ms = -1; /* permits only come back with a message */
+  const char *keys[] = {t->s->key};
+  const char *args[] = {t->num};
+  redisReply *r = NULL;
+  int rc = t->s->c->backend->ops->eval(
+      t->s->c->backend, DL_SCRIPT_SEMAPHORE_ACQUIRE, 1, keys, 1, args, &r);
+  if (rc != 0) return rc;
+  rc = r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1)
+           ? (int)r->integer
+           : dl_seterr(t->s->c, DLOCK_EPROTO, "unexpected reply to acquire");
+  freeReplyObject(r);
+  return rc;
+}
+
+int dlock_semaphore_acquire(dlock_semaphore *s, int permits,
+                            int64_t wait_ms) {
+  if (s == NULL) return DLOCK_EINVAL;
+  if (permits <= 0)
+    return dl_seterr(s->c, DLOCK_EINVAL, "permits must be positive");
+  if (atomic_load(&s->c->closing))
+    return dl_seterr(s->c, DLOCK_ECLOSED, "the client is closing");
+  try_ctx t = {.s = s};
+  snprintf(t.num, sizeof t.num, "%d", permits);
+  int rc = dl_wait_for(s->c, s->channel, DL_WAKE_COUNT, wait_ms, try_take, &t);
+  if (rc == 0)
+    return dl_seterr(s->c, DLOCK_ELOCKED, "no %d permit(s) of '%s' in time",
+                     permits, s->key + s->c->prefix_len);
+  if (rc < 0) return rc;
+  dl_clearerr(s->c);
+  return 0;
+}
+
+int dlock_semaphore_release(dlock_semaphore *s, int permits) {
+  if (s == NULL) return DLOCK_EINVAL;
+  if (permits <= 0)
+    return dl_seterr(s->c, DLOCK_EINVAL, "permits must be positive");
+  long long v = 0;
+  return update(s, "release", permits, &v);
+}

@@ -1,0 +1,25 @@
+-- latch_update.lua: sets or counts down a count-down latch (Redisson
+-- RCountDownLatch's trySetCount and countDown).
+-- KEYS[1] the latch (a string: the count); KEYS[2] its channel
+-- ARGV[1] 'set' or 'down'; ARGV[2] the count ('set')
+-- Returns: set: 1 set, 0 a count is already running; down: the count
+-- left (the key goes at zero, and "0" is published), or -1 if there was
+-- no count to count down (nothing changed).
+if ARGV[1] == 'set' then
+  if redis.call('exists', KEYS[1]) == 1 then
+    return 0
+  end
+  redis.call('set', KEYS[1], ARGV[2])
+  redis.call('publish', KEYS[2], '1')
+  return 1
+end
+local value = tonumber(redis.call('get', KEYS[1]) or '0')
+if value <= 0 then
+  return -1
+end
+value = redis.call('decr', KEYS[1])
+if value <= 0 then
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], '0')
+end
+return value

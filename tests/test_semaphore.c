@@ -1,0 +1,377 @@
+/* test_semaphore.c: the semaphore and the count-down latch against a real
+ * server: semantics, admission under processes x threads, waits that wake
+ * without polling, misuse, and interop with Redisson's own scripts. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static th_redis srv;
+
+static void setup(void) {
+  if (srv.pid == 0 && th_redis_start(&srv, NULL) != 0) exit(2);
+}
+
+/* RedissonSemaphore.tryAcquireAsync(permits) */
+static const char *REDISSON_SEM_ACQUIRE =
+    "local value = redis.call('get', KEYS[1]); "
+    "if (value ~= false and tonumber(value) >= tonumber(ARGV[1])) then "
+    "local val = redis.call('decrby', KEYS[1], ARGV[1]); "
+    "return 1; "
+    "end; "
+    "return 0;";
+/* RedissonSemaphore.releaseAsync(permits) */
+static const char *REDISSON_SEM_RELEASE =
+    "local value = redis.call('incrby', KEYS[1], ARGV[1]); "
+    "redis.call('publish', KEYS[2], value); ";
+/* RedissonCountDownLatch.countDownAsync */
+static const char *REDISSON_LATCH_DOWN =
+    "local v = redis.call('decr', KEYS[1]);"
+    "if v <= 0 then redis.call('del', KEYS[1]) end;"
+    "if v == 0 then redis.call('publish', KEYS[2], ARGV[1]) end;";
+/* RedissonCountDownLatch.trySetCountAsync */
+static const char *REDISSON_LATCH_SET =
+    "if redis.call('exists', KEYS[1]) == 0 then "
+    "redis.call('set', KEYS[1], ARGV[2]); "
+    "redis.call('publish', KEYS[2], ARGV[1]); "
+    "return 1 "
+    "else "
+    "return 0 "
+    "end";
+
+static void t_semaphore_basics(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_semaphore *s;
+  CHECK_RC(dlock_semaphore_new(c, "sem:basic", &s), 0);
+  CHECK_EQ(dlock_semaphore_available(s), 0); /* never set */
+  CHECK_RC(dlock_semaphore_acquire(s, 1, 0), DLOCK_ELOCKED);
+  CHECK_EQ(dlock_semaphore_try_set_permits(s, 3), 1);
+  CHECK_EQ(dlock_semaphore_try_set_permits(s, 9), 0); /* already set */
+  CHECK_EQ(dlock_semaphore_available(s), 3);
+  CHECK_RC(dlock_semaphore_acquire(s, 2, 0), 0);
+  CHECK_EQ(dlock_semaphore_available(s), 1);
+  CHECK_RC(dlock_semaphore_acquire(s, 2, 0), DLOCK_ELOCKED);
+  CHECK_EQ(dlock_semaphore_available(s), 1); /* a failed take takes none */
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_semaphore_acquire(s, 2, 150), DLOCK_ELOCKED);
+  CHECK(th_now_ms() - t0 >= 150);
+  CHECK_RC(dlock_semaphore_release(s, 2), 0);
+  CHECK_EQ(dlock_semaphore_available(s), 3);
+  CHECK_EQ(dlock_semaphore_drain(s), 3);
+  CHECK_EQ(dlock_semaphore_available(s), 0);
+  CHECK_RC(dlock_semaphore_add_permits(s, 2), 0);
+  CHECK_EQ(dlock_semaphore_available(s), 2);
+  CHECK_RC(dlock_semaphore_add_permits(s, -2), 0);
+  CHECK_EQ(dlock_semaphore_available(s), 0);
+  dlock_semaphore_free(s);
+  dlock_client_close(c);
+}
+
+static void t_semaphore_misuse(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_semaphore *s = NULL;
+  CHECK_RC(dlock_semaphore_new(c, "", &s), DLOCK_EINVAL);
+  CHECK_RC(dlock_semaphore_new(NULL, "x", &s), DLOCK_EINVAL);
+  CHECK_RC(dlock_semaphore_new(c, "sem:misuse", &s), 0);
+  CHECK_EQ(dlock_semaphore_try_set_permits(s, 2), 1);
+  CHECK_RC(dlock_semaphore_acquire(s, 0, 0), DLOCK_EINVAL);
+  CHECK_RC(dlock_semaphore_acquire(s, -1, 0), DLOCK_EINVAL);
+  CHECK_RC(dlock_semaphore_release(s, 0), DLOCK_EINVAL);
+  CHECK_RC(dlock_semaphore_try_set_permits(s, -1), DLOCK_EINVAL);
+  CHECK_EQ(dlock_semaphore_available(s), 2); /* unchanged */
+  /* A key of another type: an error, and the key untouched. */
+  th_cmd_int(&srv, "HSET sem:hash a 1");
+  dlock_semaphore *h;
+  CHECK_RC(dlock_semaphore_new(c, "sem:hash", &h), 0);
+  CHECK_RC(dlock_semaphore_acquire(h, 1, 0), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_semaphore_release(h, 1), DLOCK_EWRONGTYPE);
+  CHECK_EQ(th_cmd_int(&srv, "HGET sem:hash a"), 1);
+  dlock_semaphore_free(h);
+  dlock_semaphore_free(s);
+  dlock_client_close(c);
+}
+
+/* ---- admission: 4 processes x 3 threads, 3 permits ---- */
+#define PERMITS 3
+typedef struct adm {
+  dlock_semaphore *s;
+  int rounds;
+  int bad;
+} adm;
+
+static void *admit(void *p) {
+  adm *a = p;
+  for (int i = 0; i < a->rounds; i++) {
+    if (dlock_semaphore_acquire(a->s, 1, 10000) != 0) {
+      a->bad++;
+      continue;
+    }
+    long long inside = th_cmd_int(&srv, "INCR sem:inside");
+    if (inside > PERMITS) {
+      a->bad++;
+      th_cmd_int(&srv, "SET sem:violation 1");
+    }
+    th_sleep_ms(1);
+    th_cmd_int(&srv, "DECR sem:inside");
+    if (dlock_semaphore_release(a->s, 1) != 0) a->bad++;
+  }
+  return NULL;
+}
+
+static int admission_child(void) {
+  dlock_client *c = th_client(&srv, 0);
+  if (c == NULL) return 2;
+  dlock_semaphore *s;
+  if (dlock_semaphore_new(c, "sem:adm", &s) != 0) return 2;
+  adm a[3];
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++) {
+    a[i] = (adm){s, 30, 0};
+    pthread_create(&t[i], NULL, admit, &a[i]);
+  }
+  int bad = 0;
+  for (int i = 0; i < 3; i++) {
+    pthread_join(t[i], NULL);
+    bad += a[i].bad;
+  }
+  dlock_semaphore_free(s);
+  dlock_client_close(c);
+  return bad ? 1 : 0;
+}
+
+static void t_semaphore_admission(void) {
+  setup();
+  /* The workers first (no client open here yet to fork across); they wait
+   * for the permits to be set. */
+  pid_t kids[4];
+  for (int i = 0; i < 4; i++) {
+    kids[i] = fork();
+    if (kids[i] == 0) _exit(admission_child());
+  }
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_semaphore *s;
+  CHECK_RC(dlock_semaphore_new(c, "sem:adm", &s), 0);
+  CHECK_EQ(dlock_semaphore_try_set_permits(s, PERMITS), 1);
+  for (int i = 0; i < 4; i++) {
+    int st;
+    CHECK(waitpid(kids[i], &st, 0) == kids[i]);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS sem:violation"), 0);
+  CHECK_EQ(dlock_semaphore_available(s), PERMITS); /* all given back */
+  dlock_semaphore_free(s);
+  dlock_client_close(c);
+}
+
+/* ---- waking without polling ---- */
+typedef struct waiter {
+  dlock_semaphore *s;
+  dlock_latch *l;
+  atomic_int rc; /* read while the thread runs */
+  int64_t done_at;
+} waiter;
+
+static void *wait_permit(void *p) {
+  waiter *w = p;
+  w->rc = dlock_semaphore_acquire(w->s, 1, 10000);
+  w->done_at = th_now_ms();
+  return NULL;
+}
+
+static bool subscribed(void *channel) {
+  redisReply *r = th_cmd(&srv, "PUBSUB NUMSUB %s", (const char *)channel);
+  bool yes = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+             r->element[1]->integer >= 1;
+  if (r) freeReplyObject(r);
+  return yes;
+}
+
+typedef struct count_arg {
+  waiter *w;
+  int n, want;
+} count_arg;
+static bool n_done(void *p) {
+  count_arg *a = p;
+  int done = 0;
+  for (int i = 0; i < a->n; i++) done += atomic_load(&a->w[i].rc) == 0;
+  return done >= a->want;
+}
+
+static void t_semaphore_release_wakes(void) {
+  setup();
+  dlock_client *wc = th_client(&srv, 0), *rc = th_client(&srv, 0);
+  CHECK(wc && rc);
+  dlock_semaphore *ws, *rs;
+  CHECK_RC(dlock_semaphore_new(wc, "sem:wake", &ws), 0);
+  CHECK_RC(dlock_semaphore_new(rc, "sem:wake", &rs), 0);
+  CHECK_EQ(dlock_semaphore_try_set_permits(rs, 0), 1);
+  waiter w[3];
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++) {
+    w[i] = (waiter){.s = ws, .rc = 99};
+    pthread_create(&t[i], NULL, wait_permit, &w[i]);
+  }
+  /* Subscribed; then give their second tries a moment to finish, and
+   * watch a 300 ms window: asleep, not polling. */
+  CHECK(th_wait_for(subscribed, "redisson_sc:{sem:wake}", 2000));
+  th_sleep_ms(100);
+  dlock_client_stats st0, st1;
+  dlock_client_stats_get(wc, &st0);
+  th_sleep_ms(300);
+  dlock_client_stats_get(wc, &st1);
+  CHECK_EQ(st1.writes - st0.writes, 0);
+  /* One release of 2 permits lets two of them in, then one more. */
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_semaphore_release(rs, 2), 0);
+  count_arg two = {w, 3, 2};
+  CHECK(th_wait_for(n_done, &two, 2000));
+  CHECK_EQ(dlock_semaphore_available(rs), 0);
+  CHECK_RC(dlock_semaphore_release(rs, 1), 0);
+  for (int i = 0; i < 3; i++) {
+    pthread_join(t[i], NULL);
+    CHECK_RC(w[i].rc, 0);
+    CHECK(w[i].done_at - t0 < 500); /* woken, not timed out (10 s) */
+  }
+  CHECK_EQ(dlock_semaphore_available(rs), 0);
+  dlock_semaphore_free(ws);
+  dlock_semaphore_free(rs);
+  dlock_client_close(wc);
+  dlock_client_close(rc);
+}
+
+static void t_semaphore_interop(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_semaphore *s;
+  CHECK_RC(dlock_semaphore_new(c, "sem:java", &s), 0);
+  CHECK_EQ(dlock_semaphore_try_set_permits(s, 1), 1);
+  /* Redisson takes the one permit; we cannot. */
+  CHECK_EQ(th_cmd_int(&srv, "EVAL %s 1 sem:java 1", REDISSON_SEM_ACQUIRE), 1);
+  CHECK_RC(dlock_semaphore_acquire(s, 1, 0), DLOCK_ELOCKED);
+  /* Redisson's release wakes our waiter through redisson_sc:{sem:java}. */
+  waiter w = {.s = s, .rc = 99};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_permit, &w);
+  CHECK(th_wait_for(subscribed, "redisson_sc:{sem:java}", 2000));
+  int64_t t0 = th_now_ms();
+  redisReply *r = th_cmd(&srv, "EVAL %s 2 sem:java redisson_sc:{sem:java} 1",
+                         REDISSON_SEM_RELEASE);
+  if (r) freeReplyObject(r);
+  pthread_join(t, NULL);
+  CHECK_RC(w.rc, 0);
+  CHECK(w.done_at - t0 < 500);
+  /* And our release is Redisson's: the permit is there for its acquire. */
+  CHECK_EQ(th_cmd_int(&srv, "EVAL %s 1 sem:java 1", REDISSON_SEM_ACQUIRE), 0);
+  CHECK_RC(dlock_semaphore_release(s, 1), 0);
+  CHECK_EQ(th_cmd_int(&srv, "EVAL %s 1 sem:java 1", REDISSON_SEM_ACQUIRE), 1);
+  dlock_semaphore_free(s);
+  dlock_client_close(c);
+}
+
+/* ---- the count-down latch ---- */
+static void t_latch_basics(void) {
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_latch *l;
+  int64_t n = -1;
+  CHECK_RC(dlock_latch_new(c, "latch:basic", &l), 0);
+  CHECK_EQ(dlock_latch_await(l, 0), 1); /* no count running */
+  CHECK_EQ(dlock_latch_try_set_count(l, 2), 1);
+  CHECK_EQ(dlock_latch_try_set_count(l, 5), 0); /* running: unchanged */
+  CHECK_RC(dlock_latch_count(l, &n), 0);
+  CHECK_EQ(n, 2);
+  CHECK_EQ(dlock_latch_await(l, 0), 0);
+  int64_t t0 = th_now_ms();
+  CHECK_EQ(dlock_latch_await(l, 120), 0);
+  CHECK(th_now_ms() - t0 >= 120);
+  CHECK_RC(dlock_latch_count_down(l), 0);
+  CHECK_RC(dlock_latch_count(l, &n), 0);
+  CHECK_EQ(n, 1);
+  CHECK_RC(dlock_latch_count_down(l), 0);
+  CHECK_RC(dlock_latch_count(l, &n), 0);
+  CHECK_EQ(n, 0);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS latch:basic"), 0);
+  /* Below zero: an error, and nothing written. */
+  CHECK_RC(dlock_latch_count_down(l), DLOCK_ERANGE);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS latch:basic"), 0);
+  CHECK_RC(dlock_latch_try_set_count(l, 0), DLOCK_EINVAL);
+  CHECK_EQ(dlock_latch_await(l, 0), 1);
+  dlock_latch_free(l);
+  dlock_client_close(c);
+}
+
+static void *await_zero(void *p) {
+  waiter *w = p;
+  w->rc = dlock_latch_await(w->l, 10000);
+  w->done_at = th_now_ms();
+  return NULL;
+}
+
+static void t_latch_wakes_all(void) {
+  setup();
+  dlock_client *wc = th_client(&srv, 0), *dc = th_client(&srv, 0);
+  CHECK(wc && dc);
+  dlock_latch *wl, *dl;
+  CHECK_RC(dlock_latch_new(wc, "latch:wake", &wl), 0);
+  CHECK_RC(dlock_latch_new(dc, "latch:wake", &dl), 0);
+  CHECK_EQ(dlock_latch_try_set_count(dl, 2), 1);
+  waiter w[3];
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++) {
+    w[i] = (waiter){.l = wl, .rc = 99};
+    pthread_create(&t[i], NULL, await_zero, &w[i]);
+  }
+  CHECK(th_wait_for(subscribed,
+                    "redisson_countdownlatch__channel:{latch:wake}", 2000));
+  th_sleep_ms(100);
+  dlock_client_stats st0, st1;
+  dlock_client_stats_get(wc, &st0);
+  CHECK_RC(dlock_latch_count_down(dl), 0); /* 1 left: they sleep on */
+  th_sleep_ms(200);
+  dlock_client_stats_get(wc, &st1);
+  /* A new count message may make each look once; no more than that. */
+  CHECK(st1.writes - st0.writes <= 3);
+  for (int i = 0; i < 3; i++) CHECK_EQ(atomic_load(&w[i].rc), 99);
+  int64_t t0 = th_now_ms();
+  /* Redisson's countDown reaches zero: every waiter wakes. */
+  redisReply *r =
+      th_cmd(&srv, "EVAL %s 2 latch:wake "
+                   "redisson_countdownlatch__channel:{latch:wake} 0",
+             REDISSON_LATCH_DOWN);
+  if (r) freeReplyObject(r);
+  for (int i = 0; i < 3; i++) {
+    pthread_join(t[i], NULL);
+    CHECK_EQ(w[i].rc, 1);
+    CHECK(w[i].done_at - t0 < 500);
+  }
+  /* And Redisson sees our count. */
+  CHECK_EQ(dlock_latch_try_set_count(dl, 4), 1);
+  CHECK_EQ(th_cmd_int(&srv, "GET latch:wake"), 4);
+  CHECK_EQ(th_cmd_int(&srv, "EVAL %s 2 latch:wake "
+                            "redisson_countdownlatch__channel:{latch:wake} 1 "
+                            "7",
+                      REDISSON_LATCH_SET),
+           0);
+  dlock_latch_free(wl);
+  dlock_latch_free(dl);
+  dlock_client_close(wc);
+  dlock_client_close(dc);
+}
+
+static void t_teardown(void) { th_redis_stop(&srv); }
+
+TH_MAIN(T(t_semaphore_basics), T(t_semaphore_misuse),
+        T(t_semaphore_admission), T(t_semaphore_release_wakes),
+        T(t_semaphore_interop), T(t_latch_basics), T(t_latch_wakes_all),
+        T(t_teardown))
