@@ -360,6 +360,49 @@ DLOCK_API int dlock_latch_count(dlock_latch *l, int64_t *count);
  * code. */
 DLOCK_API int dlock_latch_await(dlock_latch *l, int64_t wait_ms);
 
+/* ---- Permit-expirable semaphore (Redisson RPermitExpirableSemaphore) ----
+ * A semaphore whose permits have ids and leases: a permit taken without a
+ * lease is renewed by the client's watchdog while the client lives, so the
+ * permits of a holder that crashed come back one lease later. Handles are
+ * thread-safe; free them before closing their client (their permits then
+ * stop being renewed). */
+typedef struct dlock_permits dlock_permits;
+#define DLOCK_PERMIT_ID_LEN 33 /* 32 hex digits and a NUL */
+/* Called on the watchdog thread when a permit's renewal finds it gone (its
+ * lease ended: the process was paused, the server restarted...). */
+typedef void (*dlock_permit_lost_cb)(dlock_permits *p, const char *id,
+                                     void *ud);
+
+DLOCK_API int dlock_permits_new(dlock_client *c, const char *name,
+                                dlock_permits **out);
+DLOCK_API void dlock_permits_free(dlock_permits *p);
+/* As dlock_semaphore_try_set_permits / _add_permits. */
+DLOCK_API int dlock_permits_try_set_permits(dlock_permits *p, int permits);
+DLOCK_API int dlock_permits_add_permits(dlock_permits *p, int permits);
+/* The permits available now, after taking back those whose lease ended;
+ * or a negative code. */
+DLOCK_API int dlock_permits_available(dlock_permits *p);
+/* Takes one permit, waiting up to wait_ms (0: one try, < 0: forever)
+ * without polling (a release wakes a waiter; a lease that ends is waited
+ * for). lease_ms > 0: a fixed lease; <= 0: the watchdog lease, renewed
+ * until released. Writes the permit's id to `id`. Returns 0,
+ * DLOCK_ELOCKED when none came in time, DLOCK_ETIMEDOUT when the grant
+ * came after its lease could have ended (given back), or another code. */
+DLOCK_API int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms,
+                                    int64_t lease_ms,
+                                    char id[DLOCK_PERMIT_ID_LEN]);
+/* Gives permit `id` back. Returns 0; DLOCK_ELOST if its lease had ended (it
+ * was taken back, or is now); DLOCK_ENOTOWNER if no such permit is taken
+ * (never issued, or already released); DLOCK_EINVAL for a malformed id.
+ * Nothing changes on the server unless the permit was there. */
+DLOCK_API int dlock_permits_release(dlock_permits *p, const char *id);
+/* As dlock_lock_validity, for a permit this client took. */
+DLOCK_API int dlock_permits_validity(dlock_permits *p, const char *id,
+                                     int64_t *ms);
+/* Registers `cb` (NULL to clear) for this handle's lost permits. */
+DLOCK_API void dlock_permits_on_lost(dlock_permits *p, dlock_permit_lost_cb cb,
+                                     void *ud);
+
 #ifdef __cplusplus
 }
 #endif

@@ -209,10 +209,34 @@ t_bad_input() {
   done
 }
 
+permits_taken() { [ "$(rcli ZCARD '{pool}:timeout')" = "$1" ]; }
+
+t_permits() {
+  # At most 2 holders of "pool": a third with -w 0 is refused.
+  "$DLOCK" run -q --permits 2 pool -- sh -c 'echo "$DLOCK_PERMIT" > p1; sleep 30' & local a=$!
+  "$DLOCK" run -q --permits 2 pool -- sleep 30 & local b=$!
+  wait_until permits_taken 2 || fail "two permits never taken"
+  "$DLOCK" run -q --permits 2 -w 0 pool -- true; expect_rc 75 $? "third holder"
+  grep -qE '^[0-9a-f]{32}$' p1 || fail "DLOCK_PERMIT is '$(cat p1)'"
+  # A SIGKILLed holder's permit comes back after its lease.
+  kill "$a" "$b"; wait "$a" "$b" 2>/dev/null
+  wait_until permits_taken 0 || fail "permits not given back on exit"
+  "$DLOCK" run -q --permits 1 -l 1s pool1 -- sleep 30 & local d=$!
+  wait_until is_pool1_taken || fail "pool1 permit never taken"
+  kill -9 "$d"; wait "$d" 2>/dev/null
+  local t0=$(date +%s%N)
+  "$DLOCK" run -q --permits 1 -w 5s pool1 -- true; expect_rc 0 $? "after the lease"
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ "$ms" -lt 2000 ] || fail "took $ms ms, lease is 1 s"
+  "$DLOCK" run --permits 0 pool -- true 2>/dev/null; expect_rc 64 $? "--permits 0"
+  pkill -f "sleep 30" 2>/dev/null; true
+}
+is_pool1_taken() { [ "$(rcli ZCARD '{pool1}:timeout')" = 1 ]; }
+
 for t in t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_sigkilled_runner_frees_after_lease \
          t_token_increases t_url_without_password t_status_and_list_json \
-         t_terminal_status_line t_bad_input; do
+         t_terminal_status_line t_bad_input t_permits; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

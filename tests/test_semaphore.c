@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -369,9 +370,228 @@ static void t_latch_wakes_all(void) {
   dlock_client_close(dc);
 }
 
+/* ---- the permit-expirable semaphore ---- */
+/* RedissonPermitExpirableSemaphore.tryAcquireAsync(ids, timeoutDate):
+ * ARGV = permits, timeoutDate, now, nonExpirableTimeout, publish, ids... */
+static const char *REDISSON_PERMIT_ACQUIRE =
+    "local expiredIds = redis.call('zrangebyscore', KEYS[2], 0, ARGV[3], "
+    "'limit', 0, ARGV[1]); "
+    "if #expiredIds > 0 then "
+    "redis.call('zrem', KEYS[2], unpack(expiredIds)); "
+    "local value = redis.call('incrby', KEYS[1], #expiredIds); "
+    "if tonumber(value) > 0 then "
+    "redis.call(ARGV[5], KEYS[3], value); "
+    "end;"
+    "end; "
+    "local value = redis.call('get', KEYS[1]); "
+    "if (value ~= false and tonumber(value) >= tonumber(ARGV[1])) then "
+    "redis.call('decrby', KEYS[1], ARGV[1]); "
+    "for i = 6, #ARGV, 1 do "
+    "redis.call('zadd', KEYS[2], ARGV[2], ARGV[i]); "
+    "end; "
+    "local ttl = redis.call('pttl', KEYS[1]); "
+    "if ttl > 0 then "
+    "redis.call('pexpire', KEYS[2], ttl); "
+    "end; "
+    "return 'OK'; "
+    "end; "
+    "local v = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES'); "
+    "if v[1] ~= nil and v[2] ~= ARGV[4] then "
+    "return ':' .. tostring(v[2]); "
+    "end "
+    "return nil;";
+
+static dlock_client *client_with_lease(int64_t lease) {
+  return th_client(&srv, lease);
+}
+
+static void t_permits_basics(void) {
+  setup();
+  dlock_client *c = client_with_lease(0);
+  CHECK(c != NULL);
+  dlock_permits *p;
+  char a[DLOCK_PERMIT_ID_LEN], b[DLOCK_PERMIT_ID_LEN], x[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_new(c, "perm:basic", &p), 0);
+  CHECK_EQ(dlock_permits_try_set_permits(p, 2), 1);
+  CHECK_EQ(dlock_permits_try_set_permits(p, 5), 0);
+  CHECK_RC(dlock_permits_acquire(p, 0, 0, a), 0);
+  CHECK_RC(dlock_permits_acquire(p, 0, 0, b), 0);
+  CHECK(strcmp(a, b) != 0 && strlen(a) == 32);
+  CHECK_RC(dlock_permits_acquire(p, 0, 0, x), DLOCK_ELOCKED);
+  CHECK_EQ(dlock_permits_available(p), 0);
+  /* Redisson's layout: 16-byte members of {perm:basic}:timeout. */
+  CHECK_EQ(th_cmd_int(&srv, "ZCARD {perm:basic}:timeout"), 2);
+  redisReply *r = th_cmd(&srv, "ZRANGE {perm:basic}:timeout 0 0");
+  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+        r->element[0]->len == 16);
+  freeReplyObject(r);
+  int64_t ms = 0;
+  CHECK_RC(dlock_permits_validity(p, a, &ms), 0);
+  CHECK(ms > 20000); /* the 30 s watchdog lease */
+  CHECK_RC(dlock_permits_release(p, a), 0);
+  CHECK_EQ(dlock_permits_available(p), 1);
+  /* Misuse: each an error, nothing changed. */
+  CHECK_RC(dlock_permits_release(p, a), DLOCK_ENOTOWNER); /* twice */
+  CHECK_RC(dlock_permits_release(p, "00000000000000000000000000000000"),
+           DLOCK_ENOTOWNER); /* never issued */
+  CHECK_RC(dlock_permits_release(p, "not-an-id"), DLOCK_EINVAL);
+  CHECK_RC(dlock_permits_release(p, NULL), DLOCK_EINVAL);
+  CHECK_EQ(dlock_permits_available(p), 1);
+  CHECK_EQ(th_cmd_int(&srv, "ZCARD {perm:basic}:timeout"), 1);
+  CHECK_RC(dlock_permits_release(p, b), 0);
+  CHECK_EQ(dlock_permits_available(p), 2);
+  dlock_permits_free(p);
+  dlock_client_close(c);
+}
+
+static void t_permits_fixed_lease_ends(void) {
+  setup();
+  dlock_client *c = client_with_lease(0);
+  CHECK(c != NULL);
+  dlock_permits *p;
+  char a[DLOCK_PERMIT_ID_LEN], b[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_new(c, "perm:lease", &p), 0);
+  CHECK_EQ(dlock_permits_try_set_permits(p, 1), 1);
+  CHECK_RC(dlock_permits_acquire(p, 0, 200, a), 0);
+  /* Waiting for the only permit: it comes back when its lease ends, with
+   * no message, and the waiter gets it then. */
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_permits_acquire(p, 3000, 5000, b), 0);
+  int64_t took = th_now_ms() - t0;
+  CHECK(took >= 150 && took < 1000);
+  CHECK_RC(dlock_permits_validity(p, a, NULL), DLOCK_ELOST);
+  CHECK_RC(dlock_permits_release(p, a), DLOCK_ELOST);
+  CHECK_EQ(dlock_permits_available(p), 0); /* b still holds the one */
+  CHECK_RC(dlock_permits_release(p, b), 0);
+  CHECK_EQ(dlock_permits_available(p), 1);
+  dlock_permits_free(p);
+  dlock_client_close(c);
+}
+
+static int crashed_holder_child(void) {
+  dlock_client *c = client_with_lease(600);
+  dlock_permits *p;
+  char id[DLOCK_PERMIT_ID_LEN];
+  if (c == NULL || dlock_permits_new(c, "perm:crash", &p) != 0) return 2;
+  if (dlock_permits_acquire(p, 5000, 0, id) != 0) return 3;
+  th_cmd_int(&srv, "SET perm:crash:held 1");
+  for (;;) pause(); /* SIGKILLed while holding */
+}
+
+static bool child_holds(void *arg) {
+  (void)arg;
+  return th_cmd_int(&srv, "EXISTS perm:crash:held") == 1;
+}
+
+static void t_permits_crashed_holder_returns(void) {
+  setup();
+  pid_t kid = fork();
+  if (kid == 0) _exit(crashed_holder_child());
+  dlock_client *c = client_with_lease(0);
+  CHECK(c != NULL);
+  dlock_permits *p;
+  char id[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_new(c, "perm:crash", &p), 0);
+  CHECK_EQ(dlock_permits_try_set_permits(p, 1), 1);
+  CHECK(th_wait_for(child_holds, NULL, 5000));
+  /* Renewed while its holder lives: three leases later, still taken. */
+  CHECK_RC(dlock_permits_acquire(p, 1800, 0, id), DLOCK_ELOCKED);
+  kill(kid, SIGKILL);
+  waitpid(kid, NULL, 0);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_permits_acquire(p, 3000, 0, id), 0);
+  int64_t took = th_now_ms() - t0;
+  printf("    the dead holder's permit came back after %lld ms\n",
+         (long long)took);
+  CHECK(took <= 600 + 300);
+  CHECK_RC(dlock_permits_release(p, id), 0);
+  dlock_permits_free(p);
+  dlock_client_close(c);
+}
+
+typedef struct lost_rec {
+  atomic_int n;
+  char id[DLOCK_PERMIT_ID_LEN];
+} lost_rec;
+static void on_permit_lost(dlock_permits *p, const char *id, void *ud) {
+  (void)p;
+  lost_rec *r = ud;
+  snprintf(r->id, sizeof r->id, "%s", id);
+  atomic_fetch_add(&r->n, 1);
+}
+static bool lost_seen(void *p) { return atomic_load(&((lost_rec *)p)->n) > 0; }
+
+static void t_permits_loss_reported(void) {
+  setup();
+  dlock_client *c = client_with_lease(600);
+  CHECK(c != NULL);
+  dlock_permits *p;
+  char id[DLOCK_PERMIT_ID_LEN];
+  lost_rec rec = {0};
+  CHECK_RC(dlock_permits_new(c, "perm:lost", &p), 0);
+  dlock_permits_on_lost(p, on_permit_lost, &rec);
+  CHECK_EQ(dlock_permits_try_set_permits(p, 1), 1);
+  CHECK_RC(dlock_permits_acquire(p, 0, 0, id), 0);
+  /* Someone takes the permit away on the server. */
+  CHECK_EQ(th_cmd_int(&srv, "DEL {perm:lost}:timeout"), 1);
+  CHECK(th_wait_for(lost_seen, &rec, 2000));
+  CHECK(strcmp(rec.id, id) == 0);
+  CHECK_RC(dlock_permits_validity(p, id, NULL), DLOCK_ELOST);
+  CHECK_RC(dlock_permits_release(p, id), DLOCK_ELOST);
+  dlock_permits_free(p);
+  dlock_client_close(c);
+}
+
+static void t_permits_interop(void) {
+  setup();
+  dlock_client *c = client_with_lease(0);
+  CHECK(c != NULL);
+  dlock_permits *p;
+  char id[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_new(c, "perm:java", &p), 0);
+  CHECK_EQ(dlock_permits_try_set_permits(p, 2), 1);
+  /* Redisson takes one, with its own 16-byte id and a lease in 60 s. */
+  struct timeval tv;
+  gettimeofday(&tv, NULL);
+  long long now = (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+  const char jid[16] = "java-permit-0001";
+  redisReply *r = th_cmd(
+      &srv, "EVAL %s 3 perm:java {perm:java}:timeout redisson_sc:{perm:java} "
+            "1 %lld %lld 922337203685477 publish %b",
+      REDISSON_PERMIT_ACQUIRE, now + 60000, now, jid, sizeof jid);
+  if (r && r->type != REDIS_REPLY_STATUS)
+    fprintf(stderr, "    reply type %d: %s\n", r->type, r->str ? r->str : "");
+  CHECK(r && r->str && strcmp(r->str, "OK") == 0);
+  freeReplyObject(r);
+  CHECK_EQ(dlock_permits_available(p), 1);
+  CHECK_RC(dlock_permits_acquire(p, 0, 0, id), 0);
+  CHECK_EQ(dlock_permits_available(p), 0);
+  /* Now Redisson finds none, and tells the nearest lease end. */
+  r = th_cmd(&srv, "EVAL %s 3 perm:java {perm:java}:timeout "
+                   "redisson_sc:{perm:java} 1 %lld %lld 922337203685477 "
+                   "publish %b",
+             REDISSON_PERMIT_ACQUIRE, now + 60000, now, "another-16-byte!",
+             (size_t)16);
+  CHECK(r && (r->type == REDIS_REPLY_NIL || r->type == REDIS_REPLY_STRING));
+  if (r) freeReplyObject(r);
+  /* Redisson's permit, released by id from dlock (as any Redisson client
+   * may): the hex of its 16 bytes. */
+  char hex[33];
+  for (int i = 0; i < 16; i++)
+    snprintf(hex + 2 * i, 3, "%02x", (unsigned char)jid[i]);
+  CHECK_RC(dlock_permits_release(p, hex), 0);
+  CHECK_EQ(dlock_permits_available(p), 1);
+  CHECK_RC(dlock_permits_release(p, id), 0);
+  CHECK_EQ(dlock_permits_available(p), 2);
+  dlock_permits_free(p);
+  dlock_client_close(c);
+}
+
 static void t_teardown(void) { th_redis_stop(&srv); }
 
 TH_MAIN(T(t_semaphore_basics), T(t_semaphore_misuse),
         T(t_semaphore_admission), T(t_semaphore_release_wakes),
         T(t_semaphore_interop), T(t_latch_basics), T(t_latch_wakes_all),
-        T(t_teardown))
+        T(t_permits_basics), T(t_permits_fixed_lease_ends),
+        T(t_permits_crashed_holder_returns), T(t_permits_loss_reported),
+        T(t_permits_interop), T(t_teardown))

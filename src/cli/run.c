@@ -33,6 +33,11 @@ static const char *run_help =
     "                             renewed while COMMAND runs\n"
     "      --no-renew             a fixed lease: COMMAND is stopped as lost "
     "when it ends\n"
+    "      --permits N            at most N holders of NAME at once (a permit "
+    "of the\n"
+    "                             permit-expirable semaphore NAME; a dead "
+    "holder's\n"
+    "                             permit comes back after the lease)\n"
     "  -E, --conflict-exit-code N exit status when not acquired in time "
     "(default 75)\n"
     "      --kill-grace DURATION  on lock loss, SIGTERM to SIGKILL delay "
@@ -42,8 +47,9 @@ static const char *run_help =
     "\n"
     "COMMAND runs without a shell, in its own process group, with "
     "DLOCK_NAME,\n"
-    "DLOCK_TOKEN (the fencing token) and DLOCK_URL (no password) in its "
-    "environment.\n"
+    "DLOCK_TOKEN (the fencing token; with --permits, DLOCK_PERMIT, the "
+    "permit's id)\n"
+    "and DLOCK_URL (no password) in its environment.\n"
     "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to its group.\n"
     "\n"
     "Exit status: COMMAND's (128+N if killed by signal N); 75 (-E) not "
@@ -52,17 +58,24 @@ static const char *run_help =
     "refusing;\n"
     "64 usage; 127 COMMAND not found, 126 not executable.\n";
 
+/* What `run` holds: the lock NAME, or (--permits) one permit of the
+ * permit-expirable semaphore NAME. */
 typedef struct acq {
   dlock_lock *lock;
+  dlock_permits *permits;
   int64_t wait_ms, lease_ms;
   uint64_t token;
+  char id[DLOCK_PERMIT_ID_LEN];
   int rc;
   pthread_t thread;
 } acq;
 
 static void *acquire_thread(void *p) {
   acq *a = p;
-  a->rc = dlock_lock_try_acquire(a->lock, a->wait_ms, a->lease_ms, &a->token);
+  a->rc = a->permits ? dlock_permits_acquire(a->permits, a->wait_ms,
+                                             a->lease_ms, a->id)
+                      : dlock_lock_try_acquire(a->lock, a->wait_ms,
+                                               a->lease_ms, &a->token);
   kill(getpid(), SIGUSR2);
   return NULL;
 }
@@ -72,6 +85,23 @@ static void on_lost(dlock_lock *l, const char *owner, void *ud) {
   (void)owner;
   (void)ud;
   kill(getpid(), SIGUSR1);
+}
+
+static void on_permit_lost(dlock_permits *p, const char *id, void *ud) {
+  (void)p;
+  (void)id;
+  (void)ud;
+  kill(getpid(), SIGUSR1);
+}
+
+static int held_release(acq *a) {
+  return a->permits ? dlock_permits_release(a->permits, a->id)
+                    : dlock_lock_release(a->lock);
+}
+
+static void held_free(acq *a) {
+  dlock_permits_free(a->permits);
+  dlock_lock_free(a->lock);
 }
 
 static int64_t mono_ms(void) {
@@ -170,9 +200,11 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       {"no-renew", no_argument, 0, 2001},
       {"conflict-exit-code", required_argument, 0, 'E'},
       {"kill-grace", required_argument, 0, 2002},
+      {"permits", required_argument, 0, 2003},
       {0, 0, 0, 0}};
   int64_t wait_ms = -1, lease_ms = 30000, grace_ms = 5000;
   bool renew = true, grace_set = false;
+  int permits = 0;
   int conflict = EXIT_CONFLICT;
   int opt;
   /* '+': options end at NAME; "--" separates the command. */
@@ -195,6 +227,12 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       }
       break;
     case 2001: renew = false; break;
+    case 2003:
+      if (parse_count(optarg, &permits) != 0 || permits < 1) {
+        cli_err("bad --permits '%s' (1 or more)", optarg);
+        return EXIT_USAGE;
+      }
+      break;
     case 'E':
       if (parse_count(optarg, &conflict) != 0) {
         cli_err("bad --conflict-exit-code '%s' (0-255)", optarg);
@@ -255,20 +293,32 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   /* An explicit owner: the helper thread acquires, this thread releases. */
   char owner[32];
   snprintf(owner, sizeof owner, "%d", (int)getpid());
-  dlock_lock *l = NULL;
-  int e = dlock_lock_new(c, name, owner, &l);
-  if (e != 0) {
+  acq a = {.wait_ms = wait_ms, .lease_ms = renew ? 0 : lease_ms};
+  int e;
+  if (permits > 0) {
+    /* At most `permits` holders: the first user sets the count. */
+    e = dlock_permits_new(c, name, &a.permits);
+    if (e == 0 && (e = dlock_permits_try_set_permits(a.permits, permits)) > 0)
+      e = 0;
+    if (e == 0) dlock_permits_on_lost(a.permits, on_permit_lost, NULL);
+  } else {
+    e = dlock_lock_new(c, name, owner, &a.lock);
+    if (e == 0) {
+      char info[DLOCK_INFO_MAX + 1];
+      make_info(info, sizeof info, cmd);
+      dlock_lock_set_info(a.lock, info);
+      dlock_lock_on_lost(a.lock, on_lost, NULL);
+    }
+  }
+  if (e < 0) {
     cli_err("%s", dlock_client_errmsg(c));
+    held_free(&a);
     dlock_client_close(c);
     return cli_exit_for(e);
   }
-  char info[DLOCK_INFO_MAX + 1];
-  make_info(info, sizeof info, cmd);
-  dlock_lock_set_info(l, info);
-  dlock_lock_on_lost(l, on_lost, NULL);
+  dlock_lock *l = a.lock;
 
   /* ---- acquire, on a helper thread; signals and the status line here ---- */
-  acq a = {.lock = l, .wait_ms = wait_ms, .lease_ms = renew ? 0 : lease_ms};
   int64_t started = mono_ms();
   bool tty_status = g->verbose >= 0 && isatty(STDERR_FILENO);
   pthread_create(&a.thread, NULL, acquire_thread, &a);
@@ -277,7 +327,7 @@ int cmd_run(int argc, char **argv, cli_global *g) {
     int64_t next = tty_status ? mono_ms() + (shown ? 500 : 300) : -1;
     int sig = wait_signal(&set, next);
     if (sig == SIGUSR2) break;
-    if (sig == 0) {
+    if (sig == 0 && l) {
       show_waiting(l, name, started);
       shown = true;
     } else if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP ||
@@ -292,7 +342,9 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   if (shown) clear_line();
   if (a.rc != 0) {
     if (a.rc == DLOCK_ELOCKED) {
-      if (g->verbose >= 0) {
+      if (g->verbose >= 0 && a.permits) {
+        cli_err("no permit of %s was free in time", name);
+      } else if (g->verbose >= 0) {
         dlock_lock_state st;
         if (dlock_lock_inspect(l, &st) == 0 && st.held) {
           char buf[DLOCK_INFO_MAX + 1];
@@ -311,12 +363,15 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       cli_err("%s", dlock_client_errmsg(c));
       rc = cli_exit_for(a.rc);
     }
-    dlock_lock_free(l);
+    held_free(&a);
     dlock_client_close(c);
     return rc;
   }
   int64_t acquired_at = mono_ms();
-  if (g->verbose > 0)
+  if (g->verbose > 0 && a.permits)
+    cli_err("took permit %s of %s after %lld ms", a.id, name,
+            (long long)(acquired_at - started));
+  else if (g->verbose > 0)
     cli_err("acquired %s (token %llu) after %lld ms", name,
             (unsigned long long)a.token, (long long)(acquired_at - started));
 
@@ -325,15 +380,16 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   snprintf(tok, sizeof tok, "%llu", (unsigned long long)a.token);
   char *pub = cli_url_public(g->url ? g->url : "redis://127.0.0.1:6379");
   setenv("DLOCK_NAME", name, 1);
-  setenv("DLOCK_TOKEN", tok, 1);
+  if (a.permits) setenv("DLOCK_PERMIT", a.id, 1);
+  else setenv("DLOCK_TOKEN", tok, 1);
   setenv("DLOCK_URL", pub ? pub : "", 1);
   free(pub);
   bool take_tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) {
     cli_err("pipe: %s", strerror(errno));
-    dlock_lock_release(l);
-    dlock_lock_free(l);
+    held_release(&a);
+    held_free(&a);
     dlock_client_close(c);
     return EXIT_UNAVAILABLE;
   }
@@ -346,8 +402,8 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   if (pid < 0) {
     cli_err("fork: %s", strerror(errno));
     close(errpipe[0]);
-    dlock_lock_release(l);
-    dlock_lock_free(l);
+    held_release(&a);
+    held_free(&a);
     dlock_client_close(c);
     return EXIT_UNAVAILABLE;
   }
@@ -367,7 +423,8 @@ int cmd_run(int argc, char **argv, cli_global *g) {
      * acquire was sent, less the drift allowance), not a full lease after
      * the reply came. */
     int64_t valid_ms = 0;
-    dlock_lock_validity(l, &valid_ms);
+    if (a.permits) dlock_permits_validity(a.permits, a.id, &valid_ms);
+    else dlock_lock_validity(l, &valid_ms);
     int64_t lease_end = renew ? -1 : acquired_at + valid_ms;
     int64_t kill_at = -1;
     for (;;) {
@@ -407,10 +464,10 @@ int cmd_run(int argc, char **argv, cli_global *g) {
 
   /* ---- release ---- */
   if (lost) {
-    dlock_lock_release(l); /* forgets the lost hold */
+    held_release(&a); /* forgets the lost hold */
     rc = EXIT_LOST;
   } else {
-    e = dlock_lock_release(l);
+    e = held_release(&a);
     if (e == DLOCK_ELOST) {
       cli_err("lock %s was lost before %s finished", name, cmd[0]);
       rc = EXIT_LOST;
@@ -422,7 +479,7 @@ int cmd_run(int argc, char **argv, cli_global *g) {
               (long long)(mono_ms() - acquired_at));
     }
   }
-  dlock_lock_free(l);
+  held_free(&a);
   dlock_client_close(c);
   return rc;
 }

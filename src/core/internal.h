@@ -132,6 +132,7 @@ enum {
   DL_SCRIPT_SEMAPHORE_ACQUIRE,
   DL_SCRIPT_SEMAPHORE_UPDATE,
   DL_SCRIPT_LATCH_UPDATE,
+  DL_SCRIPT_PERMITS,
   DL_SCRIPT_COUNT
 };
 extern dl_script dl_scripts[DL_SCRIPT_COUNT];
@@ -252,13 +253,15 @@ typedef struct dl_hold {
   struct dl_hold *next;
   const char *key;         /* borrowed from the handle `via` */
   dl_renewal *renewal;     /* watchdog-renewed holds only */
-  struct dlock_lock *via;  /* the handle whose lost callback reports it */
+  void *via;               /* the handle whose lost callback reports it: a
+                              dlock_lock, or a dlock_permits if `permit` */
   uint64_t token;
   int64_t lease_ms;
   int64_t valid_until;     /* dl_now_ms() time; the renewal's if later */
   int count;
   uint16_t bucket;
   bool lost;
+  bool permit;             /* a permit of a permit-expirable semaphore */
   char tail[];             /* the owner id after "<client id>:" */
 } dl_hold;
 
@@ -283,7 +286,7 @@ struct dlock_client {
   size_t id_len;
   pthread_mutex_t holds_mu;
   pthread_cond_t holds_cv;            /* a lost callback finished */
-  struct dlock_lock *in_lost_callback; /* whose callback runs now */
+  void *in_lost_callback;             /* whose callback runs now */
   dl_hold *holds[DL_HOLD_BUCKETS];
   char *id;
   char *key_prefix;
@@ -321,6 +324,9 @@ char *dl_derived(const char *prefix, const char *key);
 /* lock.c: the watchdog's lost callback for the client's holds. */
 void dl_lock_on_lost(void *ud, dl_renewal *r, const char *key,
                      const char *owner);
+/* permits.c: tells a permit's handle that the permit was lost. Called
+ * with no lock held; `p` stays alive (c->in_lost_callback). */
+void dl_permit_lost(void *p, const char *owner);
 
 /* "<prefix><fmt...>" with the client's key prefix. Caller frees. */
 char *dl_key(const dlock_client *c, const char *fmt, ...)

@@ -107,7 +107,7 @@ const char *dlock_lock_name(const dlock_lock *l) { return l ? l->name : ""; }
 /* With holds_mu held: forgets a hold (see dl_hold_drop); pass the result
  * to dl_hold_bury once holds_mu is unlocked. */
 static dl_hold *forget(dlock_client *c, dl_hold *h) {
-  if (h->via) h->via->nholds--;
+  if (h->via && !h->permit) ((dlock_lock *)h->via)->nholds--;
   return dl_hold_drop(c, h);
 }
 
@@ -123,10 +123,13 @@ void dl_lock_on_lost(void *ud, dl_renewal *r, const char *key,
   void *cb_ud = NULL;
   /* Only the hold this renewal belonged to: the owner may have released
    * and taken the lock again since the renewal went out. */
+  void *permits = NULL;
   if (h && h->renewal == r) {
     h->lost = true;
-    l = h->via;
-    if (l) {
+    if (h->permit) {
+      permits = h->via;
+      c->in_lost_callback = permits;
+    } else if ((l = h->via) != NULL) {
       cb = l->cb;
       cb_ud = l->cb_ud;
       c->in_lost_callback = l;
@@ -134,7 +137,8 @@ void dl_lock_on_lost(void *ud, dl_renewal *r, const char *key,
   }
   pthread_mutex_unlock(&c->holds_mu);
   if (cb) cb(l, owner, cb_ud);
-  if (l) {
+  if (permits) dl_permit_lost(permits, owner);
+  if (l || permits) {
     pthread_mutex_lock(&c->holds_mu);
     c->in_lost_callback = NULL;
     pthread_cond_broadcast(&c->holds_cv);

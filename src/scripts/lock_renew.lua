@@ -1,14 +1,34 @@
--- lock_renew.lua: the watchdog's batched renewal.
--- KEYS[i] a lock hash; ARGV[1] lease in ms; ARGV[i + 1] the owner of KEYS[i]
+-- lock_renew.lua: the watchdog's batched renewal, of locks and of permits.
+-- KEYS[i] a lock hash, or the timeout set of a permit-expirable semaphore;
+-- ARGV[1] lease in ms; ARGV[i + 1] the owner of KEYS[i] (for a permit,
+-- "<client id>:<permit id in hex>")
 -- Returns an array: 1 where the owner still held KEYS[i] and its lease was
--- extended, 0 where the hold is gone (expired, taken, or the key is not a
--- hash). A lost lock is never re-created.
+-- extended, 0 where the hold is gone (expired, taken, or the key is of
+-- another type). A lost lock or permit is never re-created.
 local res = {}
+local t, now
 for i = 1, #KEYS do
   local held = redis.pcall('hexists', KEYS[i], ARGV[i + 1])
   if held == 1 then
     redis.call('pexpire', KEYS[i], ARGV[1])
     res[i] = 1
+  elseif type(held) == 'table' and redis.call('type', KEYS[i]).ok == 'zset' then
+    -- A permit: extend its lease if it has not ended.
+    if not now then
+      t = redis.call('time')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local hex = string.match(ARGV[i + 1], '([0-9a-f]+)$')
+    local id = hex and hex:gsub('..', function(h)
+      return string.char(tonumber(h, 16))
+    end)
+    local ends = id and redis.call('zscore', KEYS[i], id)
+    if ends and tonumber(ends) > now then
+      redis.call('zadd', KEYS[i], now + tonumber(ARGV[1]), id)
+      res[i] = 1
+    else
+      res[i] = 0
+    end
   else
     res[i] = 0
   end

@@ -1,0 +1,84 @@
+-- permits.lua: the permit-expirable semaphore (Redisson
+-- RPermitExpirableSemaphore's layout). Each permit taken has an id, a member
+-- of the timeout set scored with the time its lease ends; permits whose lease
+-- ended go back to the count at the next call, so a crashed holder's permits
+-- come back.
+-- KEYS[1] the permits available (string); KEYS[2] the timeout set (zset of
+-- 16-byte ids); KEYS[3] the channel
+-- ARGV[1] 'acquire', 'release', 'set', 'add' or 'available'
+-- acquire: ARGV[2] lease in ms, ARGV[3] the new id (32 hex digits).
+--   Returns {1, 0} taken, or {0, ms until the next lease ends, -1 if none}.
+-- release: ARGV[2] the id. Returns 1 released, -1 released but its lease had
+--   already ended, 0 no such permit (never issued, released, or taken back).
+-- set: ARGV[2] permits, only if never set: 1 set, 0 not. add: ARGV[2]
+--   permits (may be negative): 0. available: the permits available.
+-- Time is the server's, in ms (Redisson uses each client's clock).
+local NON_EXPIRABLE = 922337203685477
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local function bin(hex)
+  return (hex:gsub('..', function(h) return string.char(tonumber(h, 16)) end))
+end
+
+local function publish(value)
+  if tonumber(value) > 0 then
+    redis.call('publish', KEYS[3], value)
+  end
+end
+
+-- Permits whose lease ended come back.
+local expired = redis.call('zrangebyscore', KEYS[2], 0, now, 'limit', 0, 1000)
+if #expired > 0 then
+  redis.call('zrem', KEYS[2], unpack(expired))
+  publish(redis.call('incrby', KEYS[1], #expired))
+end
+
+local op = ARGV[1]
+if op == 'acquire' then
+  local value = redis.call('get', KEYS[1])
+  if value ~= false and tonumber(value) >= 1 then
+    redis.call('decrby', KEYS[1], 1)
+    local lease = tonumber(ARGV[2])
+    redis.call('zadd', KEYS[2], lease > 0 and now + lease or NON_EXPIRABLE,
+               bin(ARGV[3]))
+    local ttl = redis.call('pttl', KEYS[1])
+    if ttl > 0 then
+      redis.call('pexpire', KEYS[2], ttl)
+    end
+    return {1, 0}
+  end
+  local first = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES')
+  if first[1] ~= nil and tonumber(first[2]) ~= NON_EXPIRABLE then
+    return {0, tonumber(first[2]) - now}
+  end
+  return {0, -1}
+end
+if op == 'release' then
+  local id = bin(ARGV[2])
+  local ends = redis.call('zscore', KEYS[2], id)
+  if not ends then
+    return 0
+  end
+  redis.call('zrem', KEYS[2], id)
+  publish(redis.call('incrby', KEYS[1], 1))
+  if tonumber(ends) <= now then
+    return -1
+  end
+  return 1
+end
+if op == 'set' then
+  if redis.call('exists', KEYS[1]) == 1 then
+    return 0
+  end
+  redis.call('set', KEYS[1], ARGV[2])
+  publish(ARGV[2])
+  return 1
+end
+if op == 'add' then
+  local value = tonumber(redis.call('get', KEYS[1]) or '0') + tonumber(ARGV[2])
+  redis.call('set', KEYS[1], value)
+  publish(value)
+  return 0
+end
+return tonumber(redis.call('get', KEYS[1]) or '0')
