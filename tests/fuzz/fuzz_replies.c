@@ -186,6 +186,34 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
   check(dlock_lock_force_release(l));
   check(dlock_client_scan_locks(c, "*", on_name, NULL));
   check(dlock_client_ping(c));
+  /* The semaphores and the latch read their own replies. */
+  dlock_semaphore *sem = NULL;
+  dlock_latch *lat = NULL;
+  dlock_permits *per = NULL;
+  char id[DLOCK_PERMIT_ID_LEN];
+  int64_t n = 0;
+  if (dlock_semaphore_new(c, "k", &sem) != 0 ||
+      dlock_latch_new(c, "k", &lat) != 0 || dlock_permits_new(c, "k", &per))
+    abort();
+  check(dlock_semaphore_try_set_permits(sem, 2));
+  check(dlock_semaphore_acquire(sem, 1, (mode & 2) ? 2 : 0));
+  check(dlock_semaphore_available(sem));
+  check(dlock_semaphore_release(sem, 1));
+  check(dlock_semaphore_drain(sem));
+  check(dlock_latch_try_set_count(lat, 1));
+  check(dlock_latch_count(lat, &n));
+  check(dlock_latch_count_down(lat));
+  check(dlock_latch_await(lat, (mode & 2) ? 2 : 0));
+  check(dlock_permits_try_set_permits(per, 1));
+  int rc = dlock_permits_acquire(per, (mode & 2) ? 2 : 0,
+                                 (mode & 1) ? 1000 : 0, id);
+  check(rc);
+  check(dlock_permits_available(per));
+  check(dl_watchdog_run_once(c->watchdog));
+  if (rc == 0) check(dlock_permits_release(per, id));
+  dlock_semaphore_free(sem);
+  dlock_latch_free(lat);
+  dlock_permits_free(per);
   dlock_lock_free(l);
   dlock_client_close(c);
   for (int i = qnext; i < qlen; i++) freeReplyObject(queue[i]);
