@@ -108,15 +108,20 @@ static void kill_all(void) {
   nprocs = 0;
 }
 
+/* The next worker started connects here instead of to the server. */
+static const char *next_url;
+
 static pid_t start_worker(int id, int threads, int hold_us,
                           const char *victim_hold_ms, const char *stall,
                           const char *fixed_lease_ms) {
+  char *url = (char *)(next_url ? next_url : srv.url);
+  next_url = NULL;
   char sid[16], sth[16], shold[16], slease[24];
   snprintf(sid, sizeof sid, "%d", id);
   snprintf(sth, sizeof sth, "%d", threads);
   snprintf(shold, sizeof shold, "%d", hold_us);
   snprintf(slease, sizeof slease, "%lld", (long long)lease);
-  char *argv[32] = {self, "worker", "--url", srv.url, "--res",
+  char *argv[32] = {self, "worker", "--url", url, "--res",
                     (char *)res_path(), "--name", (char *)lock_name, "--id",
                     sid, "--threads", sth, "--hold-us", shold, "--lease-ms",
                     slease};
@@ -506,6 +511,43 @@ static void t_s4_reply_faults(void) {
   proxy_stop();
 }
 
+/* The same faults on a worker among others, judged by the resource: a
+ * worker whose grants all come late, then whose replies are lost, never
+ * writes while the fault lasts, and nobody else's exclusion suffers. */
+static void s4_workers(bool enforce) {
+  CHECK(begin("safety:s4w", enforce, NULL, false));
+  int port = proxy_start(srv.port);
+  CHECK(port > 0);
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  proxy_set(PROXY_DELAY, 700);
+  size_t mark = res_mark();
+  next_url = url;
+  start_worker(VICTIM, 1, 300, NULL, NULL, "300"); /* 300 ms fixed leases */
+  start_others(3, 1);
+  th_sleep_ms(2000); /* the faults' length */
+  proxy_set(PROXY_DROP, 0);
+  th_sleep_ms(2500);
+  bool wrote = res_wait_event('W', VICTIM, 0, false, mark, 0, NULL);
+  proxy_set(PROXY_PASS, 0);
+  printf("      %llu reply bytes delayed or dropped; the worker behind them "
+         "%s\n",
+         (unsigned long long)proxy_faulted_bytes(),
+         wrote ? "WROTE" : "never wrote meanwhile");
+  CHECK(proxy_faulted_bytes() > 0);
+  CHECK(!wrote);
+  /* Once the replies flow again, it takes its turns like everyone. */
+  CHECK(res_wait_event('W', VICTIM, 0, true, mark, 10000, NULL));
+  CHECK(finish(20));
+  judge(enforce, false, -1, OVERLAP_NONE);
+  proxy_stop();
+}
+
+static void t_s4_reply_faults_workers(void) {
+  s4_workers(true);
+  s4_workers(false);
+}
+
 /* ---- 5. a stale release after expiry ---- */
 static void t_s5_stale_release(void) {
   CHECK(begin("safety:s5", true, NULL, false));
@@ -750,7 +792,8 @@ int main(int argc, char **argv) {
   }
   static const th_test tests[] = {
       T(t_s1_holder_killed), T(t_s2_holder_paused), T(t_s3_renewal_starved),
-      T(t_s4_reply_faults),  T(t_s5_stale_release), T(t_s6_server_restart),
+      T(t_s4_reply_faults),  T(t_s4_reply_faults_workers),
+      T(t_s5_stale_release), T(t_s6_server_restart),
       T(t_s7_server_paused), T(t_s8_clock_steps),   T(t_s9_soak),
       T(t_teardown)};
   int rc = th_run(argc, argv, tests, sizeof tests / sizeof tests[0]);
