@@ -345,8 +345,8 @@ typedef struct dlock_latch dlock_latch;
 DLOCK_API int dlock_latch_new(dlock_client *c, const char *name,
                               dlock_latch **out);
 DLOCK_API void dlock_latch_free(dlock_latch *l);
-/* Starts a count (> 0) if none is running. Returns 1 set, 0 a count is
- * running (nothing changed), or a negative code. */
+/* Starts a count (1..INT32_MAX) if none is running. Returns 1 set, 0 a
+ * count is running (nothing changed), or a negative code. */
 DLOCK_API int dlock_latch_try_set_count(dlock_latch *l, int64_t count);
 /* Counts down by one; reaching zero wakes every waiter. Returns 0,
  * DLOCK_ERANGE when no count is running (at zero: nothing changed), or

@@ -306,7 +306,7 @@ struct dlock_client {
 int dl_client_open_with(const dlock_client_options *opts,
                         dl_backend_factory make, dlock_client **out);
 
-/* ---- locks/wait.c: waiting on a channel, shared by the lock kinds ---- */
+/* ---- locks/kinds.c: what the lock kinds on a channel share ---- */
 /* One try of what a waiter wants: returns 1 done, a negative code, or 0 not
  * yet, with *recheck_ms how soon to try again even without a message (-1:
  * only on a message). */
@@ -320,6 +320,16 @@ int dl_wait_for(dlock_client *c, const char *channel, int mode,
 /* Redisson's derived name "<prefix>:{<key>}", or "<prefix>:<key>" when the
  * key has its own hash tag (same slot either way). Caller frees. */
 char *dl_derived(const char *prefix, const char *key);
+/* 0, or DLOCK_EINVAL / DLOCK_ENAMETOOLONG with the detail recorded. */
+int dl_check_name(dlock_client *c, const char *name);
+/* Runs a script answered by one integer in [lo, hi]: 0 and *v, or a
+ * negative code (DLOCK_EPROTO for any other reply). */
+int dl_eval_int(dlock_client *c, int script, int nkeys, const char **keys,
+                int nargs, const char **args, long long lo, long long hi,
+                long long *v);
+/* GET of an integer string (nil: 0) in the int32 range: 0 and *v, or a
+ * negative code. */
+int dl_get_int(dlock_client *c, const char *key, long long *v);
 
 /* lock.c: the watchdog's lost callback for the client's holds. */
 void dl_lock_on_lost(void *ud, dl_renewal *r, const char *key,

@@ -18,11 +18,8 @@ struct dlock_latch {
 int dlock_latch_new(dlock_client *c, const char *name, dlock_latch **out) {
   if (out) *out = NULL;
   if (c == NULL || out == NULL) return DLOCK_EINVAL;
-  if (name == NULL || *name == '\0')
-    return dl_seterr(c, DLOCK_EINVAL, "the latch name is empty");
-  if (strlen(name) > DLOCK_NAME_MAX)
-    return dl_seterr(c, DLOCK_ENAMETOOLONG, "the name is over %d bytes",
-                     DLOCK_NAME_MAX);
+  int rc = dl_check_name(c, name);
+  if (rc != 0) return rc;
   dlock_latch *l = calloc(1, sizeof *l);
   if (l == NULL || (l->key = dl_key(c, "%s", name)) == NULL ||
       (l->channel = dl_derived("redisson_countdownlatch__channel", l->key)) ==
@@ -48,22 +45,15 @@ static int update(dlock_latch *l, const char *op, int64_t count,
   snprintf(num, sizeof num, "%lld", (long long)count);
   const char *keys[] = {l->key, l->channel};
   const char *args[] = {op, num};
-  redisReply *r = NULL;
-  int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LATCH_UPDATE, 2,
-                                    keys, 2, args, &r);
-  if (rc != 0) return rc;
-  bool ok = r->type == REDIS_REPLY_INTEGER && r->integer >= -1;
-  if (ok) *v = r->integer;
-  freeReplyObject(r);
-  if (!ok) return dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply");
-  dl_clearerr(l->c);
-  return 0;
+  return dl_eval_int(l->c, DL_SCRIPT_LATCH_UPDATE, 2, keys, 2, args, -1,
+                     INT64_MAX, v);
 }
 
 int dlock_latch_try_set_count(dlock_latch *l, int64_t count) {
   if (l == NULL) return DLOCK_EINVAL;
-  if (count <= 0)
-    return dl_seterr(l->c, DLOCK_EINVAL, "the count must be positive");
+  if (count <= 0 || count > INT32_MAX)
+    return dl_seterr(l->c, DLOCK_EINVAL, "the count must be 1..%d",
+                     INT32_MAX);
   long long v = 0;
   int rc = update(l, "set", count, &v);
   return rc ? rc : (v == 1);
@@ -82,23 +72,10 @@ int dlock_latch_count_down(dlock_latch *l) {
 
 int dlock_latch_count(dlock_latch *l, int64_t *count) {
   if (l == NULL || count == NULL) return DLOCK_EINVAL;
-  const char *argv[] = {"GET", l->key};
-  redisReply *r = NULL;
-  int rc = l->c->backend->ops->command(l->c->backend, 2, argv, &r);
-  if (rc != 0) return rc;
   long long v = 0;
-  if (r->type == REDIS_REPLY_STRING) {
-    char *end;
-    v = strtoll(r->str, &end, 10);
-    if (*end != '\0') rc = DLOCK_EPROTO;
-  } else if (r->type != REDIS_REPLY_NIL) {
-    rc = DLOCK_EPROTO;
-  }
-  freeReplyObject(r);
-  if (rc) return dl_seterr(l->c, rc, "unexpected reply to GET");
-  *count = v < 0 ? 0 : v;
-  dl_clearerr(l->c);
-  return 0;
+  int rc = dl_get_int(l->c, l->key, &v);
+  if (rc == 0) *count = v < 0 ? 0 : v;
+  return rc;
 }
 
 static int at_zero(void *p, int64_t *recheck_ms) {

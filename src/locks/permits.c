@@ -37,11 +37,8 @@ static char *suffixed(const char *key, const char *suffix) {
 int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
   if (out) *out = NULL;
   if (c == NULL || out == NULL) return DLOCK_EINVAL;
-  if (name == NULL || *name == '\0')
-    return dl_seterr(c, DLOCK_EINVAL, "the semaphore name is empty");
-  if (strlen(name) > DLOCK_NAME_MAX)
-    return dl_seterr(c, DLOCK_ENAMETOOLONG, "the name is over %d bytes",
-                     DLOCK_NAME_MAX);
+  int rc = dl_check_name(c, name);
+  if (rc != 0) return rc;
   dlock_permits *p = calloc(1, sizeof *p);
   if (p == NULL || (p->key = dl_key(c, "%s", name)) == NULL ||
       (p->timeout = suffixed(p->key, "timeout")) == NULL ||
@@ -116,16 +113,9 @@ static int run(dlock_permits *p, const char *op, const char *a1,
 static int run_int(dlock_permits *p, const char *op, const char *a1,
                    const char *a2, long long lo, long long hi,
                    long long *v) {
-  redisReply *r = NULL;
-  int rc = run(p, op, a1, a2, &r);
-  if (rc != 0) return rc;
-  bool ok = r->type == REDIS_REPLY_INTEGER && r->integer >= lo &&
-            r->integer <= hi;
-  if (ok) *v = r->integer;
-  freeReplyObject(r);
-  if (!ok) return dl_seterr(p->c, DLOCK_EPROTO, "unexpected reply");
-  dl_clearerr(p->c);
-  return 0;
+  const char *keys[] = {p->key, p->timeout, p->channel};
+  const char *args[] = {op, a1 ? a1 : "", a2 ? a2 : ""};
+  return dl_eval_int(p->c, DL_SCRIPT_PERMITS, 3, keys, 3, args, lo, hi, v);
 }
 
 int dlock_permits_try_set_permits(dlock_permits *p, int permits) {

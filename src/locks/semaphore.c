@@ -21,11 +21,8 @@ int dlock_semaphore_new(dlock_client *c, const char *name,
                         dlock_semaphore **out) {
   if (out) *out = NULL;
   if (c == NULL || out == NULL) return DLOCK_EINVAL;
-  if (name == NULL || *name == '\0')
-    return dl_seterr(c, DLOCK_EINVAL, "the semaphore name is empty");
-  if (strlen(name) > DLOCK_NAME_MAX)
-    return dl_seterr(c, DLOCK_ENAMETOOLONG, "the name is over %d bytes",
-                     DLOCK_NAME_MAX);
+  int rc = dl_check_name(c, name);
+  if (rc != 0) return rc;
   dlock_semaphore *s = calloc(1, sizeof *s);
   if (s == NULL || (s->key = dl_key(c, "%s", name)) == NULL ||
       (s->channel = dl_derived("redisson_sc", s->key)) == NULL) {
@@ -50,17 +47,8 @@ static int update(dlock_semaphore *s, const char *op, int n, long long *v) {
   snprintf(num, sizeof num, "%d", n);
   const char *keys[] = {s->key, s->channel};
   const char *args[] = {op, num};
-  redisReply *r = NULL;
-  int rc = s->c->backend->ops->eval(s->c->backend, DL_SCRIPT_SEMAPHORE_UPDATE,
-                                    2, keys, 2, args, &r);
-  if (rc != 0) return rc;
-  bool ok = r->type == REDIS_REPLY_INTEGER && r->integer >= INT32_MIN &&
-            r->integer <= INT32_MAX;
-  if (ok) *v = r->integer;
-  freeReplyObject(r);
-  if (!ok) return dl_seterr(s->c, DLOCK_EPROTO, "unexpected reply");
-  dl_clearerr(s->c);
-  return 0;
+  return dl_eval_int(s->c, DL_SCRIPT_SEMAPHORE_UPDATE, 2, keys, 2, args,
+                     INT32_MIN, INT32_MAX, v);
 }
 
 int dlock_semaphore_try_set_permits(dlock_semaphore *s, int permits) {
@@ -87,22 +75,10 @@ int dlock_semaphore_drain(dlock_semaphore *s) {
 
 int dlock_semaphore_available(dlock_semaphore *s) {
   if (s == NULL) return DLOCK_EINVAL;
-  const char *argv[] = {"GET", s->key};
-  redisReply *r = NULL;
-  int rc = s->c->backend->ops->command(s->c->backend, 2, argv, &r);
-  if (rc != 0) return rc;
   long long v = 0;
-  if (r->type == REDIS_REPLY_STRING) {
-    char *end;
-    v = strtoll(r->str, &end, 10);
-    if (*end != '\0' || v < INT32_MIN || v > INT32_MAX) rc = DLOCK_EPROTO;
-  } else if (r->type != REDIS_REPLY_NIL) {
-    rc = DLOCK_EPROTO;
-  }
-  freeReplyObject(r);
-  if (rc) return dl_seterr(s->c, rc, "unexpected reply to GET");
-  dl_clearerr(s->c);
-  return v < 0 ? 0 : (int)v; /* below zero after add_permits(-n): none */
+  int rc = dl_get_int(s->c, s->key, &v);
+  /* Below zero after add_permits(-n): none available. */
+  return rc ? rc : (v < 0 ? 0 : (int)v);
 }
 
 typedef struct try_ctx {

@@ -1,0 +1,89 @@
+/* kinds.c: what the lock kinds built on a channel (semaphores, latches)
+ * share: name checks, integer replies, and waiting without polling: try,
+ * subscribe, try again, then sleep until a message (or a re-check time the
+ * kind asks for) between tries. */
+#include "../core/internal.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *dl_derived(const char *prefix, const char *key) {
+  const char *fmt = strchr(key, '{') ? "%s:%s" : "%s:{%s}";
+  size_t n = strlen(prefix) + strlen(key) + 4;
+  char *out = malloc(n);
+  if (out) snprintf(out, n, fmt, prefix, key);
+  return out;
+}
+
+int dl_wait_for(dlock_client *c, const char *channel, int mode,
+                int64_t wait_ms, dl_try_fn fn, void *ctx) {
+  int64_t start = dl_now_ms();
+  int64_t deadline = wait_ms < 0 ? INT64_MAX : start + wait_ms;
+  int64_t recheck = -1;
+  int rc = fn(ctx, &recheck);
+  if (rc != 0 || wait_ms == 0) return rc;
+  const dl_backend_ops *ops = c->backend->ops;
+  dl_sub *sub = ops->sub_ref(c->backend, channel, mode, deadline);
+  if (sub == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
+  for (;;) {
+    rc = fn(ctx, &recheck);
+    if (rc != 0) break;
+    int64_t now = dl_now_ms();
+    if (now >= deadline) break;
+    int64_t until = deadline;
+    if (recheck >= 0 && now + recheck < until) until = now + recheck;
+    int w = ops->sub_wait(c->backend, sub, until, start);
+    if (w < 0) {
+      rc = dl_seterr(c, w, "the client closed while waiting");
+      break;
+    }
+  }
+  ops->sub_unref(c->backend, sub);
+  return rc;
+}
+
+int dl_check_name(dlock_client *c, const char *name) {
+  if (name == NULL || *name == '\0')
+    return dl_seterr(c, DLOCK_EINVAL, "the name is empty");
+  if (strlen(name) > DLOCK_NAME_MAX)
+    return dl_seterr(c, DLOCK_ENAMETOOLONG, "the name is over %d bytes",
+                     DLOCK_NAME_MAX);
+  return 0;
+}
+
+int dl_eval_int(dlock_client *c, int script, int nkeys, const char **keys,
+                int nargs, const char **args, long long lo, long long hi,
+                long long *v) {
+  redisReply *r = NULL;
+  int rc = c->backend->ops->eval(c->backend, script, nkeys, keys, nargs, args,
+                                 &r);
+  if (rc != 0) return rc;
+  bool ok = r->type == REDIS_REPLY_INTEGER && r->integer >= lo &&
+            r->integer <= hi;
+  if (ok) *v = r->integer;
+  freeReplyObject(r);
+  if (!ok) return dl_seterr(c, DLOCK_EPROTO, "unexpected reply");
+  dl_clearerr(c);
+  return 0;
+}
+
+int dl_get_int(dlock_client *c, const char *key, long long *v) {
+  const char *argv[] = {"GET", key};
+  redisReply *r = NULL;
+  int rc = c->backend->ops->command(c->backend, 2, argv, &r);
+  if (rc != 0) return rc;
+  *v = 0;
+  if (r->type == REDIS_REPLY_STRING) {
+    char *end;
+    *v = strtoll(r->str, &end, 10);
+    if (*end != '\0' || *v < INT32_MIN || *v > INT32_MAX) rc = DLOCK_EPROTO;
+  } else if (r->type != REDIS_REPLY_NIL) {
+    rc = DLOCK_EPROTO;
+  }
+  freeReplyObject(r);
+  if (rc) return dl_seterr(c, rc, "unexpected reply to GET");
+  dl_clearerr(c);
+  return 0;
+}
