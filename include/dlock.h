@@ -304,6 +304,30 @@ typedef int (*dlock_scan_cb)(const char *name, void *ud);
 DLOCK_API int dlock_client_scan_locks(dlock_client *c, const char *pattern,
                                       dlock_scan_cb cb, void *ud);
 
+/* ---- Multi-lock (Redisson RedissonMultiLock) ----
+ * All or nothing over a set of locks, with a wait and a lease like one
+ * lock. The locks are taken in one canonical order (by key), whatever the
+ * order given, so multi-locks over the same locks in different orders do
+ * not deadlock. The lock handles are borrowed: they must outlive the
+ * multi-lock; their owners (threads or explicit) are theirs. */
+typedef struct dlock_multilock dlock_multilock;
+
+/* Over `n` (>= 1) distinct locks. Returns 0, DLOCK_EINVAL (NULL, none, or
+ * the same lock twice) or DLOCK_ENOMEM. */
+DLOCK_API int dlock_multilock_new(dlock_lock *const *locks, size_t n,
+                                  dlock_multilock **out);
+DLOCK_API void dlock_multilock_free(dlock_multilock *m);
+/* Takes every lock, waiting up to wait_ms in all (0: one try each, < 0:
+ * forever), each with lease_ms as in dlock_lock_try_acquire. Fills
+ * tokens[i] (may be NULL) with the token of locks[i]. On any failure it
+ * releases what it took and returns that failure (DLOCK_ELOCKED when the
+ * wait ran out). */
+DLOCK_API int dlock_multilock_acquire(dlock_multilock *m, int64_t wait_ms,
+                                      int64_t lease_ms, uint64_t *tokens);
+/* Releases every lock (in reverse order). Returns 0, or the first error
+ * met (the others are still released). */
+DLOCK_API int dlock_multilock_release(dlock_multilock *m);
+
 /* ---- Semaphore (Redisson RSemaphore) ----
  * A count of permits at NAME, shared by every process. Permits are not
  * owned: anyone may release, and a holder that dies keeps its permits (use

@@ -331,6 +331,9 @@ int dl_eval_int(dlock_client *c, int script, int nkeys, const char **keys,
  * negative code. */
 int dl_get_int(dlock_client *c, const char *key, long long *v);
 
+/* lock.c: the lock's key (prefix + name). */
+const char *dl_lock_key(const struct dlock_lock *l);
+
 /* lock.c: the watchdog's lost callback for the client's holds. */
 void dl_lock_on_lost(void *ud, dl_renewal *r, const char *key,
                      const char *owner);

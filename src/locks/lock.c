@@ -104,6 +104,8 @@ void dlock_lock_free(dlock_lock *l) {
 
 const char *dlock_lock_name(const dlock_lock *l) { return l ? l->name : ""; }
 
+const char *dl_lock_key(const dlock_lock *l) { return l->key; }
+
 /* With holds_mu held: forgets a hold (see dl_hold_drop); pass the result
  * to dl_hold_bury once holds_mu is unlocked. */
 static dl_hold *forget(dlock_client *c, dl_hold *h) {
