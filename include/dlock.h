@@ -192,6 +192,17 @@ DLOCK_API int dlock_lock_new(dlock_client *c, const char *name,
 
 /* Frees the handle. Holds still taken through it stop being renewed and
  * expire after their lease (they are not released). Accepts NULL. */
+/* As dlock_lock_new, for the fair lock `name` (Redisson RFairLock's
+ * layout): waiters queue on the server and take the lock in FIFO order,
+ * across processes; an unlock wakes only the first waiter. A waiter that
+ * stops trying (it died) is skipped `stale_ms` after its last attempt
+ * (<= 0: 300 000, Redisson's 5 minutes); live waiters attempt every
+ * stale_ms/3 to keep their place. Reentrancy, leases, the watchdog, fencing
+ * tokens and loss reports are the lock's. A wait of 0 tries once without
+ * queueing. All the dlock_lock_* calls apply. */
+DLOCK_API int dlock_lock_new_fair(dlock_client *c, const char *name,
+                                  const char *owner, int64_t stale_ms,
+                                  dlock_lock **out);
 DLOCK_API void dlock_lock_free(dlock_lock *l);
 
 /* Tries to acquire, waiting up to `wait_ms` (0 = one attempt, negative =

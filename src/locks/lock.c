@@ -24,6 +24,7 @@ struct dlock_lock {
   char *key;   /* prefix + name */
   char *name;  /* the name, inside key */
   char *owner; /* explicit owner, or NULL for the calling thread */
+  int64_t fair_ms; /* a fair lock's stale-waiter timeout; 0: not fair */
   /* Guarded by the client's holds_mu: */
   char *info; /* holder description stored beside the lock, or NULL */
   dlock_lost_cb cb;
@@ -43,6 +44,10 @@ static const char *derived(char *out, const char *prefix, const dlock_lock *l) {
 #define CHANNEL(l, buf) derived(buf, "redisson_lock__channel", l)
 #define TOKEN_KEY(l, buf) derived(buf, "redisson_lock_token", l)
 #define HANDOFF_KEY(l, buf) derived(buf, "dlock_handoff", l)
+#define QUEUE_KEY(l, buf) derived(buf, "redisson_lock_queue", l)
+#define TIMEOUT_KEY(l, buf) derived(buf, "redisson_lock_timeout", l)
+/* Redisson RFairLock's default stale-waiter timeout (threadWaitTime). */
+#define FAIR_STALE_DEFAULT_MS 300000
 
 int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
                    dlock_lock **out) {
@@ -70,6 +75,13 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
   if (owner) l->owner = memcpy(l->key + kl + 1, owner, ol);
   *out = l;
   return 0;
+}
+
+int dlock_lock_new_fair(dlock_client *c, const char *name, const char *owner,
+                        int64_t stale_ms, dlock_lock **out) {
+  int rc = dlock_lock_new(c, name, owner, out);
+  if (rc == 0) (*out)->fair_ms = stale_ms > 0 ? stale_ms : FAIR_STALE_DEFAULT_MS;
+  return rc;
 }
 
 void dlock_lock_free(dlock_lock *l) {
@@ -184,7 +196,7 @@ int dlock_lock_set_info(dlock_lock *l, const char *info) {
  * PTTL when another owner holds it (*local_reserved: the lock is free but
  * reserved for a starving waiter of this client), or a negative code. */
 static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
-                   bool starving, uint64_t *token, int64_t *ttl,
+                   bool starving, bool enqueue, uint64_t *token, int64_t *ttl,
                    bool *local_reserved, int64_t *sent) {
   char lease[24], count[16];
   snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
@@ -193,16 +205,20 @@ static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
   char *info = dl_strdup(l->info ? l->info : "");
   pthread_mutex_unlock(&l->c->holds_mu);
   if (info == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
-  char tk[DERIVED_MAX], hk[DERIVED_MAX];
-  const char *keys[] = {l->key, TOKEN_KEY(l, tk), HANDOFF_KEY(l, hk)};
-  char reserve[16];
+  char tk[DERIVED_MAX], hk[DERIVED_MAX], qk[DERIVED_MAX], tok[DERIVED_MAX];
+  const char *keys[] = {l->key, TOKEN_KEY(l, tk), HANDOFF_KEY(l, hk),
+                        QUEUE_KEY(l, qk), TIMEOUT_KEY(l, tok)};
+  char reserve[16], stale[24];
   snprintf(reserve, sizeof reserve, "%d", RESERVE_MS);
+  snprintf(stale, sizeof stale, "%lld", (long long)l->fair_ms);
   const char *args[] = {lease, owner, info, count, starving ? "1" : "0",
-                        reserve};
+                        reserve, stale, enqueue ? "1" : "0"};
+  bool fair = l->fair_ms > 0;
   redisReply *r = NULL;
   *sent = dl_now_ms();
-  int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_ACQUIRE, 3,
-                                    keys, 6, args, &r);
+  int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_ACQUIRE,
+                                    fair ? 5 : 3, keys, fair ? 8 : 6, args,
+                                    &r);
   free(info);
   if (rc != 0) return rc;
   *local_reserved = false;
@@ -279,12 +295,12 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
   char lease[24], cnt[16];
   snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
   snprintf(cnt, sizeof cnt, "%d", count);
-  char ch[DERIVED_MAX];
-  const char *keys[] = {l->key, CHANNEL(l, ch)};
+  char ch[DERIVED_MAX], qk[DERIVED_MAX];
+  const char *keys[] = {l->key, CHANNEL(l, ch), QUEUE_KEY(l, qk)};
   const char *args[] = {UNLOCK_MESSAGE, lease, owner, cnt};
   redisReply *r = NULL;
-  int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_RELEASE, 2,
-                                    keys, 4, args, &r);
+  int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_RELEASE,
+                                    l->fair_ms > 0 ? 3 : 2, keys, 4, args, &r);
   if (rc != 0) return rc;
   if (r->type == REDIS_REPLY_NIL) rc = DLOCK_ENOTOWNER;
   else if (r->type == REDIS_REPLY_INTEGER) /* freed: 1 + subscribers told */
@@ -316,21 +332,27 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
   uint64_t tok = 0;
   int64_t ttl = 0, sent = 0;
 
-  bool reserved = false;
-  rc = attempt(l, owner, lease_ms, false, &tok, &ttl, &reserved, &sent);
+  bool reserved = false, fair = l->fair_ms > 0;
+  /* A fair lock's one-shot try does not join the queue (as Redisson's
+   * tryLock() without a wait). */
+  rc = attempt(l, owner, lease_ms, false, fair && wait_ms != 0, &tok, &ttl,
+               &reserved, &sent);
   if (rc == 0 && wait_ms != 0) {
     /* Subscribe first, then try again: an unlock between our failed attempt
      * and the subscription would otherwise go unheard. Each sleep is bounded
      * by the holder's TTL, so even a lost message costs at most that. */
     const dl_backend_ops *ops = c->backend->ops;
-    char ch[DERIVED_MAX];
-    dl_sub *sub = ops->sub_ref(c->backend, CHANNEL(l, ch), DL_WAKE_LOCK,
-                               deadline);
+    /* A fair lock's waiter has its own channel: a release tells only the
+     * first of the queue. */
+    char ch[DERIVED_MAX + OWNER_MAX + 1];
+    CHANNEL(l, ch);
+    if (fair) snprintf(ch + strlen(ch), OWNER_MAX + 1, ":%s", owner);
+    dl_sub *sub = ops->sub_ref(c->backend, ch, DL_WAKE_LOCK, deadline);
     bool starving = false;
     for (;;) {
-      starving = c->starvation_ms > 0 &&
+      starving = !fair && c->starvation_ms > 0 &&
                  dl_now_ms() - start >= c->starvation_ms;
-      rc = attempt(l, owner, lease_ms, starving, &tok, &ttl, &reserved,
+      rc = attempt(l, owner, lease_ms, starving, fair, &tok, &ttl, &reserved,
                    &sent);
       if (rc != 0) break;
       /* Free, but reserved for a starving thread of this process that the
@@ -338,9 +360,12 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
       if (reserved) ops->sub_kick(c->backend, sub);
       int64_t now = dl_now_ms();
       if (now >= deadline) break;
-      if (ttl == -2) continue; /* freed since: try again at once */
+      if (ttl == -2 && !fair) continue; /* freed since: try again at once */
       int64_t until = deadline;
       if (ttl >= 0 && now + ttl + 1 < until) until = now + ttl + 1;
+      /* A queued waiter attempts often enough to keep its place (each
+       * attempt is its heartbeat), and to notice a dead first waiter. */
+      if (fair && now + l->fair_ms / 3 < until) until = now + l->fair_ms / 3;
       /* Past the starvation threshold, attempt (to reserve the hand-off)
        * as soon as it is reached, then often enough to keep the
        * reservation. */
@@ -355,6 +380,15 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
       }
     }
     ops->sub_unref(c->backend, sub);
+    if (fair && rc <= 0) { /* gave up: leave the queue */
+      char ch2[DERIVED_MAX], qk[DERIVED_MAX], tk[DERIVED_MAX];
+      const char *k[] = {l->key, CHANNEL(l, ch2), QUEUE_KEY(l, qk),
+                         TIMEOUT_KEY(l, tk)};
+      const char *a[] = {owner, UNLOCK_MESSAGE};
+      redisReply *r = NULL;
+      if (ops->eval(c->backend, DL_SCRIPT_FAIR_CANCEL, 4, k, 2, a, &r) == 0)
+        freeReplyObject(r);
+    }
     if (starving && rc <= 0) { /* gave up: free the hand-off for others */
       char hk[DERIVED_MAX];
       const char *k[] = {HANDOFF_KEY(l, hk)};
@@ -449,13 +483,13 @@ int dlock_lock_release(dlock_lock *l) {
 
 int dlock_lock_force_release(dlock_lock *l) {
   if (l == NULL) return DLOCK_EINVAL;
-  char ch[DERIVED_MAX];
-  const char *keys[] = {l->key, CHANNEL(l, ch)};
+  char ch[DERIVED_MAX], qk[DERIVED_MAX];
+  const char *keys[] = {l->key, CHANNEL(l, ch), QUEUE_KEY(l, qk)};
   const char *args[] = {UNLOCK_MESSAGE};
   redisReply *r = NULL;
   int rc = l->c->backend->ops->eval(l->c->backend,
-                                    DL_SCRIPT_LOCK_FORCE_RELEASE, 2, keys, 1,
-                                    args, &r);
+                                    DL_SCRIPT_LOCK_FORCE_RELEASE,
+                                    l->fair_ms > 0 ? 3 : 2, keys, 1, args, &r);
   if (rc != 0) return rc;
   /* 1 deleted, 0 nothing to delete; anything else is not our script's
    * answer (found by the reply fuzzer: a negative number passed through as

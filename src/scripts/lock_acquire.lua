@@ -6,6 +6,18 @@
 -- ARGV[4] the hold count the client believes the owner has (0 = none)
 -- ARGV[5] '1' if the caller has waited past the starvation threshold
 -- ARGV[6] how long a reservation lasts, in ms (renewed at each attempt)
+-- The fair lock (Redisson RFairLock's layout) also passes:
+-- KEYS[4] the queue of waiters (list of owner ids); KEYS[5] their timeouts
+-- (zset: owner id -> server time in ms after which a waiter counts as dead)
+-- ARGV[7] the stale-waiter timeout in ms ('0' or absent: not fair)
+-- ARGV[8] '1' to join the queue (or keep one's place) if not taken
+-- A fair lock is taken only by the first waiter of the queue (or anyone
+-- when the queue is empty). Each attempt of a queued waiter pushes its
+-- timeout to now + ARGV[7]; waiters whose timeout passed are dropped from
+-- anywhere in the queue. (Redisson sets a waiter's timeout once, from the
+-- waiters before it, and can drop a live waiter that waited long; dlock's
+-- heartbeat cannot. Redisson also lets a non-first waiter pop the first one
+-- off the queue while the lock is free; dlock does not.)
 -- Returns {1, token} when taken, {2, token} when re-entered by the owner,
 -- {0, ms} when another owner holds it (ms = its PTTL), or {0, ms, owner}
 -- when it is free but reserved for the starving waiter `owner` (ms = the
@@ -44,15 +56,39 @@ local function take()
   return {1, token}
 end
 
-if redis.call('exists', KEYS[1]) == 0 then
-  local reserved = redis.call('get', KEYS[3])
-  if reserved then
-    if reserved ~= ARGV[2] then
-      return {0, redis.call('pttl', KEYS[3]), reserved}
-    end
-    redis.call('del', KEYS[3])
+local stale_ms = tonumber(ARGV[7] or '0')
+local fair = stale_ms > 0
+local now_ms
+if fair then
+  local t = redis.call('time')
+  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local dead = redis.call('zrangebyscore', KEYS[5], 0, now_ms)
+  for i = 1, #dead do
+    redis.call('lrem', KEYS[4], 0, dead[i])
+    redis.call('zrem', KEYS[5], dead[i])
   end
-  return take()
+end
+
+if redis.call('exists', KEYS[1]) == 0 then
+  if fair then
+    local first = redis.call('lindex', KEYS[4], 0)
+    if not first or first == ARGV[2] then
+      if first then
+        redis.call('lpop', KEYS[4])
+      end
+      redis.call('zrem', KEYS[5], ARGV[2])
+      return take()
+    end
+  else
+    local reserved = redis.call('get', KEYS[3])
+    if reserved then
+      if reserved ~= ARGV[2] then
+        return {0, redis.call('pttl', KEYS[3]), reserved}
+      end
+      redis.call('del', KEYS[3])
+    end
+    return take()
+  end
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   local believed = tonumber(ARGV[4])
@@ -65,6 +101,13 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   redis.call('hset', KEYS[1], ARGV[2], believed + 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {2, tonumber(redis.call('get', KEYS[2]) or '0')}
+end
+if fair then
+  if ARGV[8] == '1' and
+     redis.call('zadd', KEYS[5], now_ms + stale_ms, ARGV[2]) == 1 then
+    redis.call('rpush', KEYS[4], ARGV[2])
+  end
+  return {0, redis.call('pttl', KEYS[1])}
 end
 if ARGV[5] == '1' then
   -- Reserve the next hand-off, or renew our reservation.

@@ -2,6 +2,7 @@
 -- KEYS[1] the lock hash; KEYS[2] the unlock channel
 -- ARGV[1] the unlock message ('0'); ARGV[2] lease in ms; ARGV[3] owner id
 -- ARGV[4] the hold count the client believes the owner has (0 = none known)
+-- KEYS[3] (fair lock only) the queue of waiters
 -- Returns nil if the owner does not hold it (nothing changed), 0 if still
 -- held (reentrant), 1 + n if released: then the key is deleted and one
 -- message is published, which wakes one waiter in each of the n subscribed
@@ -19,7 +20,17 @@ if believed > 1 then
 end
 -- Publish first: a server that refuses it (an ACL without the channel)
 -- then fails the script before anything changed. Subscribers see the message
--- only after the script, when the key is already gone.
-local woken = redis.call('publish', KEYS[2], ARGV[1])
+-- only after the script, when the key is already gone. A fair lock (KEYS[3]
+-- its queue) wakes only the first waiter, on its own channel.
+local channel = KEYS[2]
+if KEYS[3] then
+  local first = redis.call('lindex', KEYS[3], 0)
+  if not first then
+    redis.call('del', KEYS[1])
+    return 1
+  end
+  channel = KEYS[2] .. ':' .. first
+end
+local woken = redis.call('publish', channel, ARGV[1])
 redis.call('del', KEYS[1])
 return 1 + woken
