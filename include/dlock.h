@@ -56,7 +56,8 @@ extern "C" {
   X(ELOST, -17, "lock was lost (lease expired or taken away)")                \
   X(ECLOSED, -18, "client is closing")                                        \
   X(ENOTSUP, -19, "not supported by this build")                             \
-  X(ERANGE, -20, "count out of range (a latch already at zero)")
+  X(ERANGE, -20, "count out of range (a latch already at zero)")              \
+  X(EDEADLK, -21, "would deadlock (a reader asked for the write lock)")
 
 typedef enum {
   DLOCK_OK = 0,
@@ -203,6 +204,18 @@ DLOCK_API int dlock_lock_new(dlock_client *c, const char *name,
 DLOCK_API int dlock_lock_new_fair(dlock_client *c, const char *name,
                                   const char *owner, int64_t stale_ms,
                                   dlock_lock **out);
+/* Handles for the read lock and the write lock of the read-write lock
+ * `name` (Redisson RReadWriteLock's layout; `owner` as in dlock_lock_new).
+ * Many readers or one writer; both reentrant; the writer may also take the
+ * read lock (and keeps it after releasing the write lock: a downgrade). A
+ * reader that asks for the write lock gets DLOCK_EDEADLK at once (Redisson
+ * waits forever). Leases, the watchdog and loss reports apply to both;
+ * the writer gets fencing tokens (a reader's token is 0). Free each handle
+ * with dlock_lock_free. Returns 0, or a code as dlock_lock_new (then both
+ * are NULL). */
+DLOCK_API int dlock_rwlock_new(dlock_client *c, const char *name,
+                               const char *owner, dlock_lock **read_lock,
+                               dlock_lock **write_lock);
 DLOCK_API void dlock_lock_free(dlock_lock *l);
 
 /* Tries to acquire, waiting up to `wait_ms` (0 = one attempt, negative =

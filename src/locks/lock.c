@@ -25,6 +25,7 @@ struct dlock_lock {
   char *name;  /* the name, inside key */
   char *owner; /* explicit owner, or NULL for the calling thread */
   int64_t fair_ms; /* a fair lock's stale-waiter timeout; 0: not fair */
+  int rw;          /* RW_NONE, or which side of a read-write lock */
   /* Guarded by the client's holds_mu: */
   char *info; /* holder description stored beside the lock, or NULL */
   dlock_lost_cb cb;
@@ -46,6 +47,8 @@ static const char *derived(char *out, const char *prefix, const dlock_lock *l) {
 #define HANDOFF_KEY(l, buf) derived(buf, "dlock_handoff", l)
 #define QUEUE_KEY(l, buf) derived(buf, "redisson_lock_queue", l)
 #define TIMEOUT_KEY(l, buf) derived(buf, "redisson_lock_timeout", l)
+#define RW_CHANNEL(l, buf) derived(buf, "redisson_rwlock", l)
+enum { RW_NONE, RW_READ, RW_WRITE };
 /* Redisson RFairLock's default stale-waiter timeout (threadWaitTime). */
 #define FAIR_STALE_DEFAULT_MS 300000
 
@@ -81,6 +84,23 @@ int dlock_lock_new_fair(dlock_client *c, const char *name, const char *owner,
                         int64_t stale_ms, dlock_lock **out) {
   int rc = dlock_lock_new(c, name, owner, out);
   if (rc == 0) (*out)->fair_ms = stale_ms > 0 ? stale_ms : FAIR_STALE_DEFAULT_MS;
+  return rc;
+}
+
+int dlock_rwlock_new(dlock_client *c, const char *name, const char *owner,
+                     dlock_lock **read_lock, dlock_lock **write_lock) {
+  if (read_lock) *read_lock = NULL;
+  if (write_lock) *write_lock = NULL;
+  if (read_lock == NULL || write_lock == NULL) return DLOCK_EINVAL;
+  int rc = dlock_lock_new(c, name, owner, read_lock);
+  if (rc == 0 && (rc = dlock_lock_new(c, name, owner, write_lock)) != 0) {
+    dlock_lock_free(*read_lock);
+    *read_lock = NULL;
+  }
+  if (rc == 0) {
+    (*read_lock)->rw = RW_READ;
+    (*write_lock)->rw = RW_WRITE;
+  }
   return rc;
 }
 
@@ -192,6 +212,52 @@ int dlock_lock_set_info(dlock_lock *l, const char *info) {
   return 0;
 }
 
+/* One attempt at a side of a read-write lock (see attempt). */
+static int rw_attempt(dlock_lock *l, const char *owner, const char *lease,
+                      uint64_t *token, int64_t *ttl, bool *local_reserved,
+                      int64_t *sent) {
+  /* The same thread's owner ids on the other side. */
+  char reader[OWNER_MAX], writer[OWNER_MAX];
+  size_t ol = strlen(owner);
+  if (l->rw == RW_WRITE) {
+    memcpy(reader, owner, ol - 6);
+    reader[ol - 6] = '\0';
+    memcpy(writer, owner, ol + 1);
+  } else {
+    memcpy(reader, owner, ol + 1);
+    snprintf(writer, sizeof writer, "%s:write", owner);
+  }
+  char tk[DERIVED_MAX];
+  const char *keys[] = {l->key, TOKEN_KEY(l, tk)};
+  const char *args[] = {lease, owner, l->rw == RW_READ ? "read" : "write",
+                        writer, reader};
+  redisReply *r = NULL;
+  *local_reserved = false;
+  *sent = dl_now_ms();
+  int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_RW_ACQUIRE, 2,
+                                    keys, 5, args, &r);
+  if (rc != 0) return rc;
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[0]->type != REDIS_REPLY_INTEGER ||
+      r->element[1]->type != REDIS_REPLY_INTEGER ||
+      r->element[0]->integer < -1 || r->element[0]->integer > 2) {
+    freeReplyObject(r);
+    return dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to the acquire");
+  }
+  long long status = r->element[0]->integer, value = r->element[1]->integer;
+  freeReplyObject(r);
+  if (status == -1)
+    return dl_seterr(l->c, DLOCK_EDEADLK, "this owner holds the read lock "
+                     "of '%s': release it before asking for the write lock",
+                     l->name);
+  if (status == 0) {
+    *ttl = value;
+    return 0;
+  }
+  *token = (uint64_t)value;
+  return (int)status;
+}
+
 /* One attempt. Returns 1 and the token when acquired, 0 and the holder's
  * PTTL when another owner holds it (*local_reserved: the lock is free but
  * reserved for a starving waiter of this client), or a negative code. */
@@ -205,6 +271,10 @@ static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
   char *info = dl_strdup(l->info ? l->info : "");
   pthread_mutex_unlock(&l->c->holds_mu);
   if (info == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
+  if (l->rw != RW_NONE) {
+    free(info);
+    return rw_attempt(l, owner, lease, token, ttl, local_reserved, sent);
+  }
   char tk[DERIVED_MAX], hk[DERIVED_MAX], qk[DERIVED_MAX], tok[DERIVED_MAX];
   const char *keys[] = {l->key, TOKEN_KEY(l, tk), HANDOFF_KEY(l, hk),
                         QUEUE_KEY(l, qk), TIMEOUT_KEY(l, tok)};
@@ -296,11 +366,19 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
   snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
   snprintf(cnt, sizeof cnt, "%d", count);
   char ch[DERIVED_MAX], qk[DERIVED_MAX];
-  const char *keys[] = {l->key, CHANNEL(l, ch), QUEUE_KEY(l, qk)};
-  const char *args[] = {UNLOCK_MESSAGE, lease, owner, cnt};
   redisReply *r = NULL;
-  int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_RELEASE,
-                                    l->fair_ms > 0 ? 3 : 2, keys, 4, args, &r);
+  int rc;
+  if (l->rw != RW_NONE) {
+    const char *keys[] = {l->key, RW_CHANNEL(l, ch)};
+    const char *args[] = {owner, l->rw == RW_READ ? "read" : "write", lease};
+    rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_RW_RELEASE, 2,
+                                  keys, 3, args, &r);
+  } else {
+    const char *keys[] = {l->key, CHANNEL(l, ch), QUEUE_KEY(l, qk)};
+    const char *args[] = {UNLOCK_MESSAGE, lease, owner, cnt};
+    rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_RELEASE,
+                                  l->fair_ms > 0 ? 3 : 2, keys, 4, args, &r);
+  }
   if (rc != 0) return rc;
   if (r->type == REDIS_REPLY_NIL) rc = DLOCK_ENOTOWNER;
   else if (r->type == REDIS_REPLY_INTEGER) /* freed: 1 + subscribers told */
@@ -312,7 +390,8 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
 }
 
 static int owner_of(dlock_lock *l, char *buf) {
-  int n = dl_owner_id(l->c, l->owner, buf, OWNER_MAX);
+  int n = dl_owner_id(l->c, l->owner, buf, OWNER_MAX - 6);
+  if (n >= 0 && l->rw == RW_WRITE) memcpy(buf + n, ":write", 7);
   return n < 0 ? dl_seterr(l->c, DLOCK_EINVAL, "owner id too long") : 0;
 }
 
@@ -345,12 +424,13 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
     /* A fair lock's waiter has its own channel: a release tells only the
      * first of the queue. */
     char ch[DERIVED_MAX + OWNER_MAX + 1];
-    CHANNEL(l, ch);
+    if (l->rw != RW_NONE) RW_CHANNEL(l, ch);
+    else CHANNEL(l, ch);
     if (fair) snprintf(ch + strlen(ch), OWNER_MAX + 1, ":%s", owner);
     dl_sub *sub = ops->sub_ref(c->backend, ch, DL_WAKE_LOCK, deadline);
     bool starving = false;
     for (;;) {
-      starving = !fair && c->starvation_ms > 0 &&
+      starving = !fair && l->rw == RW_NONE && c->starvation_ms > 0 &&
                  dl_now_ms() - start >= c->starvation_ms;
       rc = attempt(l, owner, lease_ms, starving, fair, &tok, &ttl, &reserved,
                    &sent);
@@ -370,7 +450,7 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
        * as soon as it is reached, then often enough to keep the
        * reservation. */
       if (starving && now + RESERVE_MS / 3 < until) until = now + RESERVE_MS / 3;
-      if (!starving && c->starvation_ms > 0 &&
+      if (!starving && !fair && l->rw == RW_NONE && c->starvation_ms > 0 &&
           start + c->starvation_ms + 1 < until)
         until = start + c->starvation_ms + 1;
       int w = ops->sub_wait(c->backend, sub, until, start);
@@ -484,12 +564,19 @@ int dlock_lock_release(dlock_lock *l) {
 int dlock_lock_force_release(dlock_lock *l) {
   if (l == NULL) return DLOCK_EINVAL;
   char ch[DERIVED_MAX], qk[DERIVED_MAX];
-  const char *keys[] = {l->key, CHANNEL(l, ch), QUEUE_KEY(l, qk)};
-  const char *args[] = {UNLOCK_MESSAGE};
   redisReply *r = NULL;
-  int rc = l->c->backend->ops->eval(l->c->backend,
-                                    DL_SCRIPT_LOCK_FORCE_RELEASE,
-                                    l->fair_ms > 0 ? 3 : 2, keys, 1, args, &r);
+  int rc;
+  if (l->rw != RW_NONE) {
+    const char *keys[] = {l->key, RW_CHANNEL(l, ch)};
+    const char *args[] = {"", "force", "0"};
+    rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_RW_RELEASE, 2,
+                                  keys, 3, args, &r);
+  } else {
+    const char *keys[] = {l->key, CHANNEL(l, ch), QUEUE_KEY(l, qk)};
+    const char *args[] = {UNLOCK_MESSAGE};
+    rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_FORCE_RELEASE,
+                                  l->fair_ms > 0 ? 3 : 2, keys, 1, args, &r);
+  }
   if (rc != 0) return rc;
   /* 1 deleted, 0 nothing to delete; anything else is not our script's
    * answer (found by the reply fuzzer: a negative number passed through as

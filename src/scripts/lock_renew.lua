@@ -1,5 +1,6 @@
 -- lock_renew.lua: the watchdog's batched renewal, of locks and of permits.
--- KEYS[i] a lock hash, or the timeout set of a permit-expirable semaphore;
+-- KEYS[i] a lock hash (also of a read-write lock), or the timeout set of a
+-- permit-expirable semaphore;
 -- ARGV[1] lease in ms; ARGV[i + 1] the owner of KEYS[i] (for a permit,
 -- "<client id>:<permit id in hex>")
 -- Returns an array: 1 where the owner still held KEYS[i] and its lease was
@@ -11,6 +12,18 @@ for i = 1, #KEYS do
   local held = redis.pcall('hexists', KEYS[i], ARGV[i + 1])
   if held == 1 then
     redis.call('pexpire', KEYS[i], ARGV[1])
+    -- A reader of a read-write lock: its holds' own lease keys too.
+    local owner = ARGV[i + 1]
+    if string.sub(owner, -6) ~= ':write' and
+       redis.call('hexists', KEYS[i], 'mode') == 1 then
+      local prefix = string.find(KEYS[i], '{', 1, true) and (KEYS[i] .. ':')
+                     or ('{' .. KEYS[i] .. '}:')
+      local n = tonumber(redis.call('hget', KEYS[i], owner)) or 0
+      for j = 1, n do
+        redis.call('pexpire', prefix .. owner .. ':rwlock_timeout:' .. j,
+                   ARGV[1])
+      end
+    end
     res[i] = 1
   elseif type(held) == 'table' and redis.call('type', KEYS[i]).ok == 'zset' then
     -- A permit: extend its lease if it has not ended.

@@ -1,0 +1,72 @@
+-- rw_release.lua: releases one read or write hold of a read-write lock
+-- (Redisson RReadWriteLock's unlock), or any hold (force).
+-- KEYS[1] the lock hash; KEYS[2] the channel "redisson_rwlock:{name}"
+-- ARGV[1] owner id (with ":write" for the writer); ARGV[2] 'read', 'write'
+-- or 'force'; ARGV[3] lease in ms (a writer's remaining holds)
+-- Returns nil if the owner holds nothing (nothing changed), 0 if it still
+-- holds (reentrant), 1 if this was its last hold. When the lock becomes
+-- free, "0" (after reads) or "1" (after a write: wakes every waiter) is
+-- published. force: deletes the lock, publishes "1", returns 1 or 0.
+if ARGV[2] == 'force' then
+  if redis.call('exists', KEYS[1]) == 0 then
+    return 0
+  end
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], '1')
+  return 1
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return nil
+end
+local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+
+if ARGV[2] == 'write' then
+  if n > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[3])
+    return 0
+  end
+  redis.call('hdel', KEYS[1], ARGV[1])
+  if redis.call('hlen', KEYS[1]) == 1 then
+    redis.call('publish', KEYS[2], '1')
+    redis.call('del', KEYS[1])
+  else
+    redis.call('hset', KEYS[1], 'mode', 'read') -- the writer's own reads
+  end
+  return 1
+end
+
+local prefix
+if string.find(KEYS[1], '{', 1, true) then
+  prefix = KEYS[1] .. ':'
+else
+  prefix = '{' .. KEYS[1] .. '}:'
+end
+if n == 0 then
+  redis.call('hdel', KEYS[1], ARGV[1])
+end
+redis.call('del', prefix .. ARGV[1] .. ':rwlock_timeout:' .. (n + 1))
+if redis.call('hlen', KEYS[1]) > 1 then
+  -- Others (or our own other holds) remain: live as long as the longest.
+  local longest = -3
+  local fields = redis.call('hkeys', KEYS[1])
+  for _, f in ipairs(fields) do
+    local c = tonumber(redis.call('hget', KEYS[1], f))
+    if c then
+      for i = c, 1, -1 do
+        longest = math.max(longest,
+          redis.call('pttl', prefix .. f .. ':rwlock_timeout:' .. i))
+      end
+    end
+  end
+  if longest > 0 then
+    redis.call('pexpire', KEYS[1], longest)
+    return n == 0 and 1 or 0
+  end
+  if mode == 'write' then
+    return n == 0 and 1 or 0
+  end
+end
+redis.call('publish', KEYS[2], '0')
+redis.call('del', KEYS[1])
+return 1

@@ -1,0 +1,234 @@
+/* test_rwlock.c: the read-write lock against a real server: many readers
+ * or one writer, reentrancy, downgrade, the upgrade refused at once, wake-
+ * ups, the watchdog for readers, and interop with Redisson's read lock. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+static th_redis srv;
+
+static void setup(void) {
+  if (srv.pid == 0 && th_redis_start(&srv, NULL) != 0) exit(2);
+}
+
+typedef struct side {
+  dlock_client *c;
+  dlock_lock *r, *w;
+} side;
+
+static bool open_side(side *s, const char *name, int64_t watchdog_ms) {
+  /* An explicit owner: a helper thread may take what the test releases. */
+  s->c = th_client(&srv, watchdog_ms);
+  return s->c && dlock_rwlock_new(s->c, name, "o", &s->r, &s->w) == 0;
+}
+
+static void close_side(side *s) {
+  dlock_lock_free(s->r);
+  dlock_lock_free(s->w);
+  dlock_client_close(s->c);
+}
+
+static void t_readers_or_one_writer(void) {
+  setup();
+  side a, b, c;
+  CHECK(open_side(&a, "rw:basic", 0) && open_side(&b, "rw:basic", 0) &&
+        open_side(&c, "rw:basic", 0));
+  uint64_t tok = 99;
+  CHECK_RC(dlock_lock_acquire(a.r, 0, &tok), 0);
+  CHECK_EQ(tok, 0); /* readers get no token */
+  CHECK_RC(dlock_lock_acquire(b.r, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(c.w, 0, 0, NULL), DLOCK_ELOCKED);
+  CHECK_RC(dlock_lock_release(a.r), 1);
+  CHECK_RC(dlock_lock_try_acquire(c.w, 0, 0, NULL), DLOCK_ELOCKED);
+  CHECK_RC(dlock_lock_release(b.r), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS rw:basic"), 0);
+  uint64_t t1 = 0, t2 = 0;
+  CHECK_RC(dlock_lock_try_acquire(c.w, 0, 0, &t1), 0);
+  CHECK(t1 > 0);
+  CHECK_RC(dlock_lock_try_acquire(a.r, 0, 0, NULL), DLOCK_ELOCKED);
+  CHECK_RC(dlock_lock_try_acquire(a.w, 0, 0, NULL), DLOCK_ELOCKED);
+  /* Reentrant writer, then reentrant reader. */
+  CHECK_RC(dlock_lock_acquire(c.w, 0, &t2), 0);
+  CHECK_EQ(t1, t2);
+  CHECK_EQ(dlock_lock_hold_count(c.w), 2);
+  CHECK_RC(dlock_lock_release(c.w), 0);
+  CHECK_RC(dlock_lock_release(c.w), 1);
+  CHECK_RC(dlock_lock_acquire(a.r, 0, NULL), 0);
+  CHECK_RC(dlock_lock_acquire(a.r, 0, NULL), 0);
+  CHECK_EQ(dlock_lock_hold_count(a.r), 2);
+  CHECK_RC(dlock_lock_release(a.r), 0);
+  CHECK_RC(dlock_lock_release(a.r), 1);
+  CHECK_RC(dlock_lock_release(a.r), DLOCK_ENOTOWNER); /* not held */
+  CHECK_RC(dlock_lock_try_acquire(a.w, 0, 0, &t2), 0);
+  CHECK(t2 > t1); /* the writer's tokens grow */
+  CHECK_RC(dlock_lock_release(a.w), 1);
+  close_side(&a);
+  close_side(&b);
+  close_side(&c);
+}
+
+static void t_downgrade_and_upgrade(void) {
+  setup();
+  side a, b;
+  CHECK(open_side(&a, "rw:grade", 0) && open_side(&b, "rw:grade", 0));
+  /* Downgrade: the writer also reads, then lets the write go. */
+  CHECK_RC(dlock_lock_acquire(a.w, 0, NULL), 0);
+  CHECK_RC(dlock_lock_acquire(a.r, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(b.r, 0, 0, NULL), DLOCK_ELOCKED);
+  CHECK_RC(dlock_lock_release(a.w), 1);
+  redisReply *r = th_cmd(&srv, "HGET rw:grade mode");
+  CHECK(r && r->str && strcmp(r->str, "read") == 0);
+  freeReplyObject(r);
+  CHECK_RC(dlock_lock_try_acquire(b.r, 0, 0, NULL), 0); /* readers now */
+  CHECK_RC(dlock_lock_try_acquire(b.w, 0, 0, NULL), DLOCK_EDEADLK);
+  /* Upgrade: refused at once, even with a long wait, nothing changed. */
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(a.w, 5000, 0, NULL), DLOCK_EDEADLK);
+  CHECK(th_now_ms() - t0 < 1000);
+  CHECK_EQ(dlock_lock_hold_count(a.r), 1);
+  CHECK_RC(dlock_lock_release(a.r), 1);
+  CHECK_RC(dlock_lock_release(b.r), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS rw:grade"), 0);
+  close_side(&a);
+  close_side(&b);
+}
+
+typedef struct waiter {
+  dlock_lock *l;
+  atomic_int rc;
+  int64_t at;
+} waiter;
+
+static void *take(void *p) {
+  waiter *w = p;
+  int rc = dlock_lock_try_acquire(w->l, 10000, 0, NULL);
+  w->at = th_now_ms();
+  atomic_store(&w->rc, rc);
+  return NULL;
+}
+
+static bool subscribed(void *channel) {
+  redisReply *r = th_cmd(&srv, "PUBSUB NUMSUB %s", (const char *)channel);
+  bool yes = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+             r->element[1]->integer >= 1;
+  if (r) freeReplyObject(r);
+  return yes;
+}
+
+static void t_wakeups(void) {
+  setup();
+  side a, b, c;
+  CHECK(open_side(&a, "rw:wake", 0) && open_side(&b, "rw:wake", 0) &&
+        open_side(&c, "rw:wake", 0));
+  /* A writer waits for the last reader. */
+  CHECK_RC(dlock_lock_acquire(a.r, 0, NULL), 0);
+  waiter w = {c.w, 99, 0};
+  pthread_t t;
+  pthread_create(&t, NULL, take, &w);
+  CHECK(th_wait_for(subscribed, "redisson_rwlock:{rw:wake}", 2000));
+  th_sleep_ms(50);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_release(a.r), 1);
+  pthread_join(t, NULL);
+  CHECK_RC(atomic_load(&w.rc), 0);
+  CHECK(w.at - t0 < 500);
+  /* Two readers wait for the writer: one release wakes both. */
+  waiter r1 = {a.r, 99, 0}, r2 = {b.r, 99, 0};
+  pthread_t t1, t2;
+  pthread_create(&t1, NULL, take, &r1);
+  pthread_create(&t2, NULL, take, &r2);
+  th_sleep_ms(100);
+  t0 = th_now_ms();
+  CHECK_RC(dlock_lock_release(c.w), 1);
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  CHECK_RC(atomic_load(&r1.rc), 0);
+  CHECK_RC(atomic_load(&r2.rc), 0);
+  CHECK(r1.at - t0 < 500 && r2.at - t0 < 500);
+  CHECK_RC(dlock_lock_release(a.r), 1);
+  CHECK_RC(dlock_lock_release(b.r), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS rw:wake"), 0);
+  /* Force release frees any mode. */
+  CHECK_RC(dlock_lock_acquire(a.r, 0, NULL), 0);
+  CHECK_RC(dlock_lock_force_release(c.w), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS rw:wake"), 0);
+  CHECK_RC(dlock_lock_release(a.r), DLOCK_ELOST);
+  close_side(&a);
+  close_side(&b);
+  close_side(&c);
+}
+
+static void t_watchdog_renews_readers(void) {
+  setup();
+  side a;
+  CHECK(open_side(&a, "rw:dog", 600));
+  CHECK_RC(dlock_lock_acquire(a.r, 0, NULL), 0);
+  char owner[256];
+  snprintf(owner, sizeof owner, "%s:o", dlock_client_id(a.c));
+  th_sleep_ms(2000); /* over three leases */
+  CHECK_EQ(dlock_lock_is_held(a.r), 1);
+  CHECK(th_cmd_int(&srv, "PTTL {rw:dog}:%s:rwlock_timeout:1", owner) > 0);
+  CHECK_EQ(dlock_lock_is_lost(a.r), 0);
+  CHECK_RC(dlock_lock_release(a.r), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS {rw:dog}:%s:rwlock_timeout:1", owner), 0);
+  close_side(&a);
+}
+
+/* RedissonReadLock.tryLockInnerAsync: KEYS lock, timeout prefix; ARGV
+ * lease, owner, owner:write. */
+static const char *REDISSON_READ_LOCK =
+    "local mode = redis.call('hget', KEYS[1], 'mode'); "
+    "if (mode == false) then "
+    "redis.call('hset', KEYS[1], 'mode', 'read'); "
+    "redis.call('hset', KEYS[1], ARGV[2], 1); "
+    "redis.call('set', KEYS[2] .. ':1', 1); "
+    "redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]); "
+    "redis.call('pexpire', KEYS[1], ARGV[1]); "
+    "return nil; "
+    "end; "
+    "if (mode == 'read') or (mode == 'write' and redis.call('hexists', "
+    "KEYS[1], ARGV[3]) == 1) then "
+    "local ind = redis.call('hincrby', KEYS[1], ARGV[2], 1); "
+    "local key = KEYS[2] .. ':' .. ind;"
+    "redis.call('set', key, 1); "
+    "redis.call('pexpire', key, ARGV[1]); "
+    "local remainTime = redis.call('pttl', KEYS[1]); "
+    "redis.call('pexpire', KEYS[1], math.max(remainTime, ARGV[1])); "
+    "return nil; "
+    "end;"
+    "return redis.call('pttl', KEYS[1]);";
+
+#define JAVA "3f1a9c2e-7b44-4f0e-9d1a-2c5e8b7a6d10:1"
+
+static void t_interop_redisson_reader(void) {
+  setup();
+  side a;
+  CHECK(open_side(&a, "rw:java", 0));
+  /* A Redisson reader and a dlock reader share; a dlock writer waits. */
+  redisReply *r = th_cmd(&srv, "EVAL %s 2 rw:java {rw:java}:%s:rwlock_timeout "
+                               "30000 %s %s:write",
+                         REDISSON_READ_LOCK, JAVA, JAVA, JAVA);
+  CHECK(r && r->type == REDIS_REPLY_NIL);
+  freeReplyObject(r);
+  CHECK_RC(dlock_lock_acquire(a.r, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(a.r), 1);
+  CHECK_RC(dlock_lock_try_acquire(a.w, 0, 0, NULL), DLOCK_ELOCKED);
+  /* Our writer holding, Redisson's reader is kept out. */
+  th_cmd_int(&srv, "DEL rw:java {rw:java}:%s:rwlock_timeout:1", JAVA);
+  CHECK_RC(dlock_lock_acquire(a.w, 0, NULL), 0);
+  r = th_cmd(&srv, "EVAL %s 2 rw:java {rw:java}:%s:rwlock_timeout 30000 %s "
+                   "%s:write",
+             REDISSON_READ_LOCK, JAVA, JAVA, JAVA);
+  CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer > 0);
+  freeReplyObject(r);
+  CHECK_RC(dlock_lock_release(a.w), 1);
+  close_side(&a);
+}
+
+static void t_teardown(void) { th_redis_stop(&srv); }
+
+TH_MAIN(T(t_readers_or_one_writer), T(t_downgrade_and_upgrade), T(t_wakeups),
+        T(t_watchdog_renews_readers), T(t_interop_redisson_reader),
+        T(t_teardown))
