@@ -115,6 +115,12 @@ typedef struct dlock_client_options {
    * next hand-off, so no waiter starves (Go's mutex starvation mode).
    * Default 20; 0 = never reserve. */
   int starvation_ms;
+  /* How waiters wait. 0 (default): they sleep until a pub/sub message (one
+   * subscriber connection per client). > 0: no pub/sub at all; they try
+   * again after an exponential backoff with jitter, from 1 ms up to this
+   * many ms (Redisson's RSpinLock), for every lock kind. For deployments
+   * where pub/sub is unavailable or too costly. */
+  int wait_backoff_max_ms;
 
   /* TLS (rediss:// URLs). All paths are PEM files or directories. */
   const char *tls_ca_file;

@@ -346,6 +346,63 @@ static void t_waiter_woken_by_unlock(void) {
   dlock_client_close(b);
 }
 
+static int connections(void) {
+  redisReply *r = th_cmd(&srv, "CLIENT LIST");
+  int n = 0;
+  for (size_t i = 0; r && r->type == REDIS_REPLY_STRING && i < r->len; i++)
+    n += r->str[i] == '\n';
+  if (r) freeReplyObject(r);
+  return n;
+}
+
+static void t_backoff_wait_strategy(void) {
+  /* wait_backoff_max_ms: no subscriber connection at all; a waiter polls
+   * with a backoff doubling up to 32 ms, for the lock and the semaphore. */
+  setup();
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  o.wait_backoff_max_ms = 32;
+  dlock_client *a = th_client(&srv, 0);
+  CHECK(a != NULL);
+  th_sleep_ms(100); /* a's subscriber connection is up */
+  int before = connections();
+  dlock_client *b = th_client_opts(&o);
+  CHECK(b != NULL);
+  th_sleep_ms(200); /* time for a subscriber connection, if one came */
+  CHECK_EQ(connections() - before, 1); /* b: its command connection only */
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:spin", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:spin", NULL, &lb), 0);
+  CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
+  thr_arg w = {lb, -100, 0};
+  pthread_t th;
+  dlock_client_stats st0, st1;
+  dlock_client_stats_get(b, &st0);
+  pthread_create(&th, NULL, wait_and_take, &w);
+  th_sleep_ms(500); /* the waiter backs off meanwhile */
+  int64_t released = th_now_ms();
+  CHECK_EQ(dlock_lock_release(la), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(w.rc, 0);
+  CHECK(w.t_acquired - released < 32 + 100); /* within one backoff */
+  dlock_client_stats_get(b, &st1);
+  /* 500 ms at up to 32 ms apart: some 20 tries, not hundreds. */
+  CHECK(st1.writes - st0.writes < 60);
+  /* The semaphore waits the same way. */
+  dlock_semaphore *s;
+  CHECK_RC(dlock_semaphore_new(b, "t:spinsem", &s), 0);
+  CHECK_EQ(dlock_semaphore_try_set_permits(s, 0), 1);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_semaphore_acquire(s, 1, 200), DLOCK_ELOCKED);
+  CHECK(th_now_ms() - t0 >= 200);
+  dlock_semaphore_free(s);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
 static void t_wait_timeout(void) {
   setup();
   dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
@@ -641,7 +698,8 @@ static void t_teardown(void) { th_redis_stop(&srv); }
 TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
         T(t_handles_share_holds), T(t_inspect), T(t_key_prefix), T(t_exclusion_between_threads),
         T(t_explicit_owner), T(t_lease_expiry), T(t_force_release),
-        T(t_waiter_woken_by_unlock), T(t_wait_timeout),
+        T(t_waiter_woken_by_unlock), T(t_backoff_wait_strategy),
+        T(t_wait_timeout),
         T(t_watchdog_keeps_lock), T(t_watchdog_detects_loss),
         T(t_fencing_tokens_increase), T(t_mutual_exclusion_processes),
         T(t_killed_holder_frees_after_lease),

@@ -131,6 +131,8 @@ int dl_client_open_with(const dlock_client_options *opts,
   c->watchdog_timeout_ms = opts->watchdog_timeout_ms;
   c->command_timeout_ms = opts->command_timeout_ms;
   c->starvation_ms = opts->starvation_ms < 0 ? 0 : opts->starvation_ms;
+  c->backoff_max_ms =
+      opts->wait_backoff_max_ms < 0 ? 0 : opts->wait_backoff_max_ms;
   c->conn_cfg.connect_timeout_ms = opts->connect_timeout_ms;
   c->conn_cfg.command_timeout_ms = opts->command_timeout_ms;
   c->conn_cfg.reconnect_min_ms = opts->reconnect_min_ms;

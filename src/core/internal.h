@@ -297,6 +297,7 @@ struct dlock_client {
   int64_t watchdog_timeout_ms;
   int command_timeout_ms;
   int starvation_ms;
+  int backoff_max_ms; /* > 0: waiters back off instead of subscribing */
   dl_conn_config conn_cfg;
   char *url_redacted;
   dl_backend *backend;

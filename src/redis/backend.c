@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <openssl/sha.h>
 
@@ -154,15 +155,51 @@ static int rb_command(dl_backend *base, int argc, const char **argv,
   return rc;
 }
 
+/* Waiting by backoff (wait_backoff_max_ms > 0): no subscription, each
+ * waiter sleeps 1, 2, 4 ... up to the maximum ms between tries, each sleep
+ * drawn in [d/2, d] so that waiters do not retry in step. */
+typedef struct backoff {
+  int64_t delay;
+  uint64_t rng;
+} backoff;
+
 static dl_sub *rb_sub_ref(dl_backend *base, const char *channel, int mode,
                           int64_t deadline) {
-  return dl_pubsub_ref(((redis_backend *)base)->pubsub, channel, mode,
-                       deadline);
+  redis_backend *b = (redis_backend *)base;
+  if (b->pubsub == NULL) {
+    backoff *w = calloc(1, sizeof *w);
+    if (w) {
+      w->delay = 1;
+      w->rng = dl_thread_id() * 0x9e3779b97f4a7c15ull ^ (uint64_t)dl_now_us();
+    }
+    return (dl_sub *)w; /* NULL: sleeps until the TTL, see rb_sub_wait */
+  }
+  return dl_pubsub_ref(b->pubsub, channel, mode, deadline);
+}
+
+static int backoff_wait(redis_backend *b, backoff *w, int64_t deadline) {
+  w->rng ^= w->rng << 13;
+  w->rng ^= w->rng >> 7;
+  w->rng ^= w->rng << 17;
+  int64_t half = w->delay / 2;
+  int64_t d = w->delay - half;
+  if (half > 0) d += (int64_t)(w->rng % (uint64_t)(half + 1));
+  int64_t until = dl_now_ms() + d;
+  if (until > deadline) until = deadline;
+  int64_t left = until - dl_now_ms();
+  if (left > 0) {
+    struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  w->delay *= 2;
+  if (w->delay > b->client->backoff_max_ms) w->delay = b->client->backoff_max_ms;
+  return atomic_load(&b->client->closing) ? DLOCK_ECLOSED : 0;
 }
 
 static int rb_sub_wait(dl_backend *base, dl_sub *s, int64_t deadline,
                        int64_t since) {
   redis_backend *b = (redis_backend *)base;
+  if (s && b->pubsub == NULL) return backoff_wait(b, (backoff *)s, deadline);
   if (s == NULL) { /* no memory for a subscription: fall back to the TTL */
     struct timespec ts;
     int64_t d = deadline - dl_now_ms();
@@ -177,11 +214,14 @@ static int rb_sub_wait(dl_backend *base, dl_sub *s, int64_t deadline,
 }
 
 static void rb_sub_unref(dl_backend *base, dl_sub *s) {
-  dl_pubsub_unref(((redis_backend *)base)->pubsub, s);
+  redis_backend *b = (redis_backend *)base;
+  if (b->pubsub == NULL) free(s);
+  else dl_pubsub_unref(b->pubsub, s);
 }
 
 static void rb_sub_kick(dl_backend *base, dl_sub *s) {
-  dl_pubsub_kick(((redis_backend *)base)->pubsub, s);
+  redis_backend *b = (redis_backend *)base;
+  if (b->pubsub) dl_pubsub_kick(b->pubsub, s);
 }
 
 static void rb_free(dl_backend *base) {
@@ -225,7 +265,7 @@ int dl_redis_backend_new(dlock_client *c, const dl_conn_config *cfg, int nconn,
   }
   /* Connect the first now, so that a wrong URL or password fails the open. */
   if (rc == 0) rc = dl_conn_connect(b->conns[0]);
-  if (rc == 0) rc = dl_pubsub_new(cfg, &b->pubsub);
+  if (rc == 0 && c->backoff_max_ms <= 0) rc = dl_pubsub_new(cfg, &b->pubsub);
   if (rc != 0) {
     rb_free(&b->base);
     return rc;
@@ -242,5 +282,6 @@ uint64_t dl_redis_backend_round_trips(dl_backend *base) {
 }
 
 uint64_t dl_redis_backend_wakeups(dl_backend *base) {
-  return dl_pubsub_wakeups(((redis_backend *)base)->pubsub);
+  redis_backend *b = (redis_backend *)base;
+  return b->pubsub ? dl_pubsub_wakeups(b->pubsub) : 0;
 }
