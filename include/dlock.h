@@ -317,6 +317,13 @@ typedef struct dlock_lock_state {
   int64_t ttl_ms;                 /* remaining lease; -2 free, -1 no expiry */
   uint64_t token;                 /* last fencing token issued, 0 if none */
   int waiters;                    /* processes subscribed to its channel */
+  /* What else lives at the name (a snapshot of any lock kind): */
+  char mode[8];      /* a read-write lock: "read" or "write"; else "" */
+  int readers;       /* a read-write lock: owners holding the read lock */
+  int queued;        /* a fair lock: waiters in its queue */
+  int64_t counter;   /* a semaphore's permits available or a latch's count
+                        when the name holds a number, else -1 */
+  int permits_taken; /* a permit-expirable semaphore: permits out */
 } dlock_lock_state;
 
 /* Fills *st in one script call plus one PUBSUB NUMSUB. Returns 0 or a

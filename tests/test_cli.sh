@@ -233,10 +233,37 @@ t_permits() {
 }
 is_pool1_taken() { [ "$(rcli ZCARD '{pool1}:timeout')" = 1 ]; }
 
+readers_are() { "$DLOCK" status rwl 2>/dev/null | grep -q "read, $1 reader"; }
+queued_is() { [ "$(rcli LLEN 'redisson_lock_queue:{fq}')" = "$1" ]; }
+
+t_fair_read_write() {
+  # Two readers at once; a writer is refused meanwhile.
+  "$DLOCK" run -q --read rwl -- sleep 30 & local r1=$!
+  "$DLOCK" run -q --read rwl -- sleep 30 & local r2=$!
+  wait_until readers_are 2 || fail "two readers never held it together"
+  "$DLOCK" run -q -w 0 --write rwl -- true; expect_rc 75 $? "writer while read"
+  kill "$r1" "$r2"; wait "$r1" "$r2" 2>/dev/null
+  "$DLOCK" run -q -w 1s --write rwl -- true; expect_rc 0 $? "writer after"
+  # The fair lock serves waiters in the order they came.
+  : > fair.order
+  "$DLOCK" run -q --fair fq -- sleep 30 & local h=$!
+  wait_until is_held fq || fail "fair lock not held"
+  local pids=()
+  for i in 1 2 3; do
+    "$DLOCK" run -q --fair fq -- sh -c "echo $i >> fair.order" & pids+=($!)
+    wait_until queued_is "$i" || fail "waiter $i never queued"
+  done
+  kill "$h"; wait "$h" 2>/dev/null
+  for p in "${pids[@]}"; do wait "$p" || fail "a fair waiter failed"; done
+  [ "$(tr -d '\n' < fair.order)" = 123 ] || fail "order $(tr -d '\n' < fair.order)"
+  "$DLOCK" run --read --write x -- true 2>/dev/null; expect_rc 64 $? "--read --write"
+  pkill -f "sleep 30" 2>/dev/null; true
+}
+
 for t in t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_sigkilled_runner_frees_after_lease \
          t_token_increases t_url_without_password t_status_and_list_json \
-         t_terminal_status_line t_bad_input t_permits; do
+         t_terminal_status_line t_bad_input t_permits t_fair_read_write; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

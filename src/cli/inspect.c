@@ -45,11 +45,41 @@ static void json_state(FILE *f, const char *name, const dlock_lock_state *st) {
     if (st->held_ms >= 0) fprintf(f, ",\"held_ms\":%lld", (long long)st->held_ms);
     fprintf(f, ",\"lease_ms\":%lld", (long long)st->ttl_ms);
   }
+  if (st->mode[0]) {
+    fputs(",\"mode\":", f);
+    cli_json_str(f, st->mode);
+    fprintf(f, ",\"readers\":%d", st->readers);
+  }
+  if (st->queued > 0) fprintf(f, ",\"queued\":%d", st->queued);
+  if (st->counter >= 0) fprintf(f, ",\"counter\":%lld", (long long)st->counter);
+  if (st->permits_taken > 0)
+    fprintf(f, ",\"permits_taken\":%d", st->permits_taken);
   fprintf(f, ",\"token\":%llu,\"waiters\":%d}\n",
           (unsigned long long)st->token, st->waiters);
 }
 
+/* The lines that depend on the kind at the name (all but the plain lock). */
+static void text_kind(FILE *f, const dlock_lock_state *st) {
+  if (st->mode[0] && strcmp(st->mode, "read") == 0)
+    fprintf(f, "  mode:      read, %d reader(s)\n", st->readers);
+  else if (st->mode[0])
+    fprintf(f, "  mode:      write%s\n",
+            st->readers ? " (the writer also reads)" : "");
+  if (st->queued > 0)
+    fprintf(f, "  queued:    %d (fair lock, first come first served)\n",
+            st->queued);
+}
+
 static void text_state(FILE *f, const char *name, const dlock_lock_state *st) {
+  if (st->counter >= 0) { /* a semaphore or a latch */
+    fprintf(f, "%s: counter %lld (a semaphore's free permits, or a count-down "
+               "latch's count)\n",
+            name, (long long)st->counter);
+    if (st->permits_taken > 0)
+      fprintf(f, "  permits taken: %d (permit-expirable semaphore)\n",
+              st->permits_taken);
+    return;
+  }
   if (!st->held) {
     fprintf(f, "%s: free (last token %llu, %d waiting)\n", name,
             (unsigned long long)st->token, st->waiters);
@@ -69,6 +99,7 @@ static void text_state(FILE *f, const char *name, const dlock_lock_state *st) {
   else print_duration(f, st->ttl_ms);
   fprintf(f, " left\n  token:     %llu\n  waiting:   %d\n",
           (unsigned long long)st->token, st->waiters);
+  text_kind(f, st);
 }
 
 typedef struct {
@@ -145,9 +176,12 @@ int cmd_status(int argc, char **argv, cli_global *g) {
   simple_opts o = {.help = "usage: dlock status [--json] NAME\n"
                            "Shows whether NAME is held, by whom (owner, host, "
                            "pid, command, since when,\nhold count), the lease "
-                           "left, the fencing token and the waiters.\n"
-                           "Exit status: 0 held, 1 free, 69 server trouble, "
-                           "64 usage.\n"};
+                           "left, the fencing token and the waiters; for a "
+                           "read-write lock its\nmode and readers, for a fair "
+                           "lock its queue, for a semaphore or a latch its\n"
+                           "counter and the permits taken.\n"
+                           "Exit status: 0 held (or a counter is set), 1 free, "
+                           "69 server trouble, 64 usage.\n"};
   int rc = 0;
   int i = parse_simple(argc, argv, g, &o, &rc);
   if (i < 0) return rc;
@@ -161,7 +195,7 @@ int cmd_status(int argc, char **argv, cli_global *g) {
   if (l == NULL) return rc;
   if (o.json) json_state(stdout, argv[i], &st);
   else text_state(stdout, argv[i], &st);
-  rc = st.held ? 0 : 1;
+  rc = st.held || st.counter >= 0 ? 0 : 1;
   dlock_lock_free(l);
   dlock_client_close(c);
   return rc;

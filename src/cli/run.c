@@ -33,6 +33,11 @@ static const char *run_help =
     "                             renewed while COMMAND runs\n"
     "      --no-renew             a fixed lease: COMMAND is stopped as lost "
     "when it ends\n"
+    "      --fair                 the fair lock NAME: holders in the order "
+    "they asked\n"
+    "      --read, --write        the read or the write lock of the "
+    "read-write lock\n"
+    "                             NAME: many readers or one writer\n"
     "      --permits N            at most N holders of NAME at once (a permit "
     "of the\n"
     "                             permit-expirable semaphore NAME; a dead "
@@ -62,6 +67,7 @@ static const char *run_help =
  * permit-expirable semaphore NAME. */
 typedef struct acq {
   dlock_lock *lock;
+  dlock_lock *other; /* --read/--write: the other side, unused */
   dlock_permits *permits;
   int64_t wait_ms, lease_ms;
   uint64_t token;
@@ -102,6 +108,7 @@ static int held_release(acq *a) {
 static void held_free(acq *a) {
   dlock_permits_free(a->permits);
   dlock_lock_free(a->lock);
+  dlock_lock_free(a->other);
 }
 
 static int64_t mono_ms(void) {
@@ -201,10 +208,14 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       {"conflict-exit-code", required_argument, 0, 'E'},
       {"kill-grace", required_argument, 0, 2002},
       {"permits", required_argument, 0, 2003},
+      {"fair", no_argument, 0, 2004},
+      {"read", no_argument, 0, 2005},
+      {"write", no_argument, 0, 2006},
       {0, 0, 0, 0}};
   int64_t wait_ms = -1, lease_ms = 30000, grace_ms = 5000;
   bool renew = true, grace_set = false;
-  int permits = 0;
+  int permits = 0, kinds = 0;
+  bool fair = false, rd = false, wr = false;
   int conflict = EXIT_CONFLICT;
   int opt;
   /* '+': options end at NAME; "--" separates the command. */
@@ -232,7 +243,11 @@ int cmd_run(int argc, char **argv, cli_global *g) {
         cli_err("bad --permits '%s' (1 or more)", optarg);
         return EXIT_USAGE;
       }
+      kinds++;
       break;
+    case 2004: fair = true; kinds++; break;
+    case 2005: rd = true; kinds++; break;
+    case 2006: wr = true; kinds++; break;
     case 'E':
       if (parse_count(optarg, &conflict) != 0) {
         cli_err("bad --conflict-exit-code '%s' (0-255)", optarg);
@@ -255,6 +270,10 @@ int cmd_run(int argc, char **argv, cli_global *g) {
     }
   }
   (void)grace_set;
+  if (kinds > 1) {
+    cli_err("--fair, --read, --write and --permits exclude each other");
+    return EXIT_USAGE;
+  }
   if (grace_ms > lease_ms) grace_ms = lease_ms;
   if (optind >= argc) {
     cli_err("missing lock NAME (usage: dlock run [options] NAME -- COMMAND)");
@@ -302,7 +321,16 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       e = 0;
     if (e == 0) dlock_permits_on_lost(a.permits, on_permit_lost, NULL);
   } else {
-    e = dlock_lock_new(c, name, owner, &a.lock);
+    if (rd || wr) {
+      dlock_lock *r = NULL, *w = NULL;
+      e = dlock_rwlock_new(c, name, owner, &r, &w);
+      a.lock = rd ? r : w;
+      a.other = rd ? w : r;
+    } else if (fair) {
+      e = dlock_lock_new_fair(c, name, owner, 0, &a.lock);
+    } else {
+      e = dlock_lock_new(c, name, owner, &a.lock);
+    }
     if (e == 0) {
       char info[DLOCK_INFO_MAX + 1];
       make_info(info, sizeof info, cmd);

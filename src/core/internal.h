@@ -324,6 +324,9 @@ int dl_wait_for(dlock_client *c, const char *channel, int mode,
 /* Redisson's derived name "<prefix>:{<key>}", or "<prefix>:<key>" when the
  * key has its own hash tag (same slot either way). Caller frees. */
 char *dl_derived(const char *prefix, const char *key);
+/* Redisson's suffixed name "{<key>}:<suffix>" ("<key>:<suffix>" when the
+ * key has a hash tag). Caller frees. */
+char *dl_derived_suffix(const char *key, const char *suffix);
 /* 0, or DLOCK_EINVAL / DLOCK_ENAMETOOLONG with the detail recorded. */
 int dl_check_name(dlock_client *c, const char *name);
 /* Runs a script answered by one integer in [lo, hi]: 0 and *v, or a

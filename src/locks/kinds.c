@@ -44,6 +44,14 @@ int dl_wait_for(dlock_client *c, const char *channel, int mode,
   return rc;
 }
 
+char *dl_derived_suffix(const char *key, const char *suffix) {
+  const char *fmt = strchr(key, '{') ? "%s:%s" : "{%s}:%s";
+  size_t n = strlen(key) + strlen(suffix) + 4;
+  char *out = malloc(n);
+  if (out) snprintf(out, n, fmt, key, suffix);
+  return out;
+}
+
 int dl_check_name(dlock_client *c, const char *name) {
   if (name == NULL || *name == '\0')
     return dl_seterr(c, DLOCK_EINVAL, "the name is empty");

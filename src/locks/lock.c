@@ -694,13 +694,16 @@ static bool owner_field(const redisReply *f, const redisReply *v) {
 int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
   if (l == NULL || st == NULL) return DLOCK_EINVAL;
   memset(st, 0, sizeof *st);
-  char tk[DERIVED_MAX];
-  const char *keys[] = {l->key, TOKEN_KEY(l, tk)};
+  char tk[DERIVED_MAX], qk[DERIVED_MAX];
+  char *timeouts = dl_derived_suffix(l->key, "timeout");
+  if (timeouts == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
+  const char *keys[] = {l->key, TOKEN_KEY(l, tk), QUEUE_KEY(l, qk), timeouts};
   redisReply *r = NULL;
   dl_backend *b = l->c->backend;
-  int rc = b->ops->eval(b, DL_SCRIPT_LOCK_INSPECT, 2, keys, 0, NULL, &r);
+  int rc = b->ops->eval(b, DL_SCRIPT_LOCK_INSPECT, 4, keys, 0, NULL, &r);
+  free(timeouts);
   if (rc != 0) return rc;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||
       r->element[0]->type != REDIS_REPLY_ARRAY ||
       r->element[1]->type != REDIS_REPLY_INTEGER) {
     freeReplyObject(r);
@@ -717,7 +720,12 @@ int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
       if (r->element[3]->type == REDIS_REPLY_INTEGER)
         st->held_ms = r->element[3]->integer - strtoll(v->str, NULL, 10);
       if (st->held_ms < 0) st->held_ms = 0;
+    } else if (strs && strcmp(f->str, "mode") == 0) {
+      snprintf(st->mode, sizeof st->mode, "%s", v->str);
     } else if (owner_field(f, v)) {
+      size_t fl = strlen(f->str);
+      bool writer = fl > 6 && strcmp(f->str + fl - 6, ":write") == 0;
+      if (!writer) st->readers++; /* zeroed below unless a rw lock */
       if (st->holders++ == 0) {
         snprintf(st->owner, sizeof st->owner, "%s", f->str);
         st->hold_count = atoi(v->str);
@@ -725,7 +733,15 @@ int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
     }
   }
   st->held = st->holders > 0;
+  if (st->mode[0] == '\0') st->readers = 0; /* not a read-write lock */
   st->ttl_ms = r->element[1]->integer;
+  st->counter = r->element[4]->type == REDIS_REPLY_INTEGER
+                    ? r->element[4]->integer
+                    : -1;
+  if (r->element[5]->type == REDIS_REPLY_INTEGER)
+    st->queued = (int)r->element[5]->integer;
+  if (r->element[6]->type == REDIS_REPLY_INTEGER)
+    st->permits_taken = (int)r->element[6]->integer;
   if (r->element[2]->type == REDIS_REPLY_STRING)
     st->token = strtoull(r->element[2]->str, NULL, 10);
   freeReplyObject(r);

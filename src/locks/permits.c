@@ -26,14 +26,6 @@ struct dlock_permits {
   void *cb_ud;
 };
 
-static char *suffixed(const char *key, const char *suffix) {
-  const char *fmt = strchr(key, '{') ? "%s:%s" : "{%s}:%s";
-  size_t n = strlen(key) + strlen(suffix) + 4;
-  char *out = malloc(n);
-  if (out) snprintf(out, n, fmt, key, suffix);
-  return out;
-}
-
 int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
   if (out) *out = NULL;
   if (c == NULL || out == NULL) return DLOCK_EINVAL;
@@ -41,7 +33,7 @@ int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
   if (rc != 0) return rc;
   dlock_permits *p = calloc(1, sizeof *p);
   if (p == NULL || (p->key = dl_key(c, "%s", name)) == NULL ||
-      (p->timeout = suffixed(p->key, "timeout")) == NULL ||
+      (p->timeout = dl_derived_suffix(p->key, "timeout")) == NULL ||
       (p->channel = dl_derived("redisson_sc", p->key)) == NULL) {
     if (p) {
       free(p->key);

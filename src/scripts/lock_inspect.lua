@@ -1,12 +1,23 @@
--- lock_inspect.lua: a consistent read-only snapshot of a lock.
--- KEYS[1] the lock hash; KEYS[2] the fencing-token counter
--- Returns {fields-and-values of the hash (HGETALL), pttl, token or false,
--- the server's clock in ms}.
--- A non-hash key reads as empty.
+-- lock_inspect.lua: a consistent read-only snapshot of whatever kind of
+-- lock or synchronizer lives at a name.
+-- KEYS[1] the name; KEYS[2] the fencing-token counter; KEYS[3] a fair
+-- lock's queue; KEYS[4] a permit-expirable semaphore's timeout set
+-- Returns {fields-and-values of the hash (HGETALL; empty if not a hash),
+-- pttl, token or false, the server's clock in ms, the integer at the name
+-- if it is a string (a semaphore's permits or a latch's count) or false,
+-- the fair queue's length, the permits taken}.
 local all = redis.pcall('hgetall', KEYS[1])
 if type(all) ~= 'table' or all.err then
   all = {}
 end
+local counter = false
+if redis.call('type', KEYS[1]).ok == 'string' then
+  counter = tonumber(redis.call('get', KEYS[1])) or false
+end
+local queued = redis.pcall('llen', KEYS[3])
+local taken = redis.pcall('zcard', KEYS[4])
 local now = redis.call('time')
 return {all, redis.call('pttl', KEYS[1]), redis.call('get', KEYS[2]),
-        now[1] * 1000 + math.floor(now[2] / 1000)}
+        now[1] * 1000 + math.floor(now[2] / 1000), counter,
+        type(queued) == 'number' and queued or 0,
+        type(taken) == 'number' and taken or 0}
