@@ -24,6 +24,8 @@
 typedef struct bench_opts {
   const char *scenario;
   int threads, processes, locks, periods, connections, starvation_ms;
+  const char *kind; /* contended: "lock", "fair" or "semaphore" */
+  int permits;      /* contended semaphore: its permits (default 1) */
   int64_t secs_ms, hold_ms, lease_ms;
   bool json;
   const char *plot;
@@ -246,8 +248,14 @@ static void *uncontended_worker(void *p) {
 
 static void *contended_worker(void *p) {
   worker *w = p;
-  dlock_lock *l;
-  if (dlock_lock_new(w->c, w->lock_name, NULL, &l) != 0) {
+  dlock_lock *l = NULL;
+  dlock_semaphore *sem = NULL;
+  bool is_sem = strcmp(w->o->kind, "semaphore") == 0;
+  int e = is_sem ? dlock_semaphore_new(w->c, w->lock_name, &sem)
+          : strcmp(w->o->kind, "fair") == 0
+              ? dlock_lock_new_fair(w->c, w->lock_name, NULL, 0, &l)
+              : dlock_lock_new(w->c, w->lock_name, NULL, &l);
+  if (e != 0) {
     w->res.errors++;
     return NULL;
   }
@@ -255,7 +263,9 @@ static void *contended_worker(void *p) {
   for (;;) {
     int64_t t0 = dl_now_us();
     if (t0 >= w->end_us) break;
-    int rc = dlock_lock_try_acquire(l, (w->end_us - t0) / 1000 + 1, 10000, NULL);
+    int64_t wait = (w->end_us - t0) / 1000 + 1;
+    int rc = is_sem ? dlock_semaphore_acquire(sem, 1, wait)
+                    : dlock_lock_try_acquire(l, wait, 10000, NULL);
     int64_t t1 = dl_now_us();
     if (rc == DLOCK_ELOCKED) break; /* the run ended while waiting */
     if (rc != 0) {
@@ -269,11 +279,14 @@ static void *contended_worker(void *p) {
       nanosleep(&ts, NULL);
     }
     int64_t t2 = dl_now_us();
-    if (dlock_lock_release(l) != 1) w->res.errors++;
+    if (is_sem ? dlock_semaphore_release(sem, 1) != 0
+               : dlock_lock_release(l) != 1)
+      w->res.errors++;
     w->res.hold_us += (double)(t2 - t1);
     w->res.ops++;
   }
   dlock_lock_free(l);
+  dlock_semaphore_free(sem);
   return NULL;
 }
 
@@ -382,6 +395,7 @@ static int run_processes(const cli_global *g, const bench_opts *o,
 
 typedef struct report {
   const char *scenario;
+  const char *kind;
   int threads, processes;
   double ops_per_sec, p50, p99, max;
   double rtt_p50, ceiling, cpu_per_op;
@@ -404,6 +418,8 @@ static void print_report(const report *r, bool json) {
            r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50,
            r->p99, r->max, r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
     if (strcmp(r->scenario, "contended") == 0)
+      printf(",\"kind\":\"%s\"", r->kind);
+    if (strcmp(r->scenario, "contended") == 0)
       printf(",\"utilisation\":%.3f,\"wait_p50_us\":%.1f,\"wait_p99_us\":%.1f,"
              "\"wait_max_us\":%.1f,\"wakeups_per_acquire\":%.2f,"
              "\"max_wakeups_per_unlock_per_process\":%.2f",
@@ -419,10 +435,11 @@ static void print_report(const report *r, bool json) {
     fflush(stdout);
     return;
   }
+  bool cont = strcmp(r->scenario, "contended") == 0;
   printf("%-11s %3d thr x %2d proc  %9.0f ops/s  p50 %7.1f us  p99 %8.1f us"
-         "  max %9.1f us\n",
+         "  max %9.1f us%s%s\n",
          r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50, r->p99,
-         r->max);
+         r->max, cont ? "  kind " : "", cont ? r->kind : "");
   printf("  baselines: PING p50 %.1f us (2 x = %.1f us), ceiling %.0f "
          "cycles/s; server CPU %.2f us/op; errors %ld\n",
          r->rtt_p50, 2 * r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
@@ -453,6 +470,7 @@ static int measure(const cli_global *g, const bench_opts *o, redisContext *raw,
   r->scenario = o->scenario;
   r->threads = o->threads;
   r->processes = o->processes;
+  r->kind = o->kind;
   r->rtt_p50 = ping_p50_us(raw, 2000);
   r->ceiling = ceiling_ops(raw, 1000);
   char lock_name[64];
@@ -461,6 +479,20 @@ static int measure(const cli_global *g, const bench_opts *o, redisContext *raw,
   run_result res = {0};
   uint64_t max_proc_wakeups = 0;
   bool contended = strcmp(o->scenario, "contended") == 0;
+  if (contended && strcmp(o->kind, "semaphore") == 0) {
+    /* Its permits, set before any worker starts. */
+    int e = -1;
+    dlock_client *c = bench_client(g, o, 0);
+    dlock_semaphore *s = NULL;
+    if (c && dlock_semaphore_new(c, lock_name, &s) == 0)
+      e = dlock_semaphore_try_set_permits(s, o->permits);
+    dlock_semaphore_free(s);
+    dlock_client_close(c);
+    if (e != 1) {
+      cli_err("cannot set the semaphore's permits");
+      return -1;
+    }
+  }
   double cpu0 = server_cpu_us(raw);
   int64_t start = dl_now_us() + 300000; /* everyone connected by then */
   int64_t end = start + o->secs_ms * 1000;
@@ -679,6 +711,9 @@ static const char *bench_help =
     "  -k, --locks N        watchdog: locks held (default 10000)\n"
     "      --lease D        watchdog: lease (default 2s)\n"
     "      --periods N      watchdog: leases to run for (default 3)\n"
+    "      --kind K         contended: lock (default), fair (the fair "
+    "lock) or semaphore\n"
+    "      --permits N      contended semaphore: permits (default 1)\n"
     "  -c, --connections N  command connections per client (default 1)\n"
     "      --starvation D   the clients' starvation threshold (default 20ms, "
     "0 = off)\n"
@@ -700,10 +735,12 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
       {"json", no_argument, 0, 3004},
       {"plot", required_argument, 0, 3005},
       {"starvation", required_argument, 0, 3006},
+      {"kind", required_argument, 0, 3007},
+      {"permits", required_argument, 0, 3008},
       {0, 0, 0, 0}};
   bench_opts o = {.threads = 1, .processes = 0, .locks = 10000, .periods = 3,
                   .connections = 1, .starvation_ms = 20, .secs_ms = 5000,
-                  .hold_ms = 1,
+                  .hold_ms = 1, .kind = "lock", .permits = 1,
                   .lease_ms = 2000};
   int opt;
   while ((opt = getopt_long(argc, argv, CLI_GLOBAL_SHORTOPTS "t:p:d:k:c:",
@@ -714,7 +751,15 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
                   v <= 1000000;
     switch (opt) {
     case 'h': fputs(bench_help, stdout); return 0;
-    case 't': case 'p': case 'k': case 'c': case 3003:
+    case 3007:
+      if (strcmp(optarg, "lock") && strcmp(optarg, "fair") &&
+          strcmp(optarg, "semaphore")) {
+        cli_err("bad --kind '%s' (lock, fair or semaphore)", optarg);
+        return EXIT_USAGE;
+      }
+      o.kind = optarg;
+      break;
+    case 't': case 'p': case 'k': case 'c': case 3003: case 3008:
       if (!num_ok) {
         cli_err("bad number '%s'", optarg);
         return EXIT_USAGE;
@@ -723,6 +768,7 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
       else if (opt == 'p') o.processes = (int)v;
       else if (opt == 'k') o.locks = (int)v;
       else if (opt == 'c') o.connections = (int)v;
+      else if (opt == 3008) o.permits = (int)v;
       else o.periods = (int)v;
       break;
     case 'd': case 3001: case 3002: {
