@@ -444,6 +444,47 @@ static void t_permits_basics(void) {
   dlock_client_close(c);
 }
 
+typedef struct pwait {
+  dlock_permits *p;
+  atomic_int rc;
+  int64_t at;
+  char id[DLOCK_PERMIT_ID_LEN];
+} pwait;
+static void *wait_permit_id(void *arg) {
+  pwait *w = arg;
+  int rc = dlock_permits_acquire(w->p, 10000, 0, w->id);
+  w->at = th_now_ms();
+  atomic_store(&w->rc, rc);
+  return NULL;
+}
+
+static void t_permits_release_wakes(void) {
+  setup();
+  dlock_client *a = client_with_lease(0), *b = client_with_lease(0);
+  CHECK(a && b);
+  dlock_permits *pa, *pb;
+  char id[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_new(a, "perm:wake", &pa), 0);
+  CHECK_RC(dlock_permits_new(b, "perm:wake", &pb), 0);
+  CHECK_EQ(dlock_permits_try_set_permits(pa, 1), 1);
+  CHECK_RC(dlock_permits_acquire(pa, 0, 0, id), 0); /* 30 s lease */
+  pwait w = {.p = pb, .rc = 99};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_permit_id, &w);
+  CHECK(th_wait_for(subscribed, "redisson_sc:{perm:wake}", 2000));
+  th_sleep_ms(50);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_permits_release(pa, id), 0);
+  pthread_join(t, NULL);
+  CHECK_RC(atomic_load(&w.rc), 0);
+  CHECK(w.at - t0 < 500); /* woken by the release, not the lease's end */
+  CHECK_RC(dlock_permits_release(pb, w.id), 0);
+  dlock_permits_free(pa);
+  dlock_permits_free(pb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
 static void t_permits_fixed_lease_ends(void) {
   setup();
   dlock_client *c = client_with_lease(0);
@@ -592,6 +633,7 @@ static void t_teardown(void) { th_redis_stop(&srv); }
 TH_MAIN(T(t_semaphore_basics), T(t_semaphore_misuse),
         T(t_semaphore_admission), T(t_semaphore_release_wakes),
         T(t_semaphore_interop), T(t_latch_basics), T(t_latch_wakes_all),
-        T(t_permits_basics), T(t_permits_fixed_lease_ends),
+        T(t_permits_basics), T(t_permits_release_wakes),
+        T(t_permits_fixed_lease_ends),
         T(t_permits_crashed_holder_returns), T(t_permits_loss_reported),
         T(t_permits_interop), T(t_teardown))
