@@ -266,3 +266,16 @@ dlock_client *th_client(th_redis *r, int64_t watchdog_ms) {
   if (watchdog_ms > 0) o.watchdog_timeout_ms = watchdog_ms;
   return th_client_opts(&o);
 }
+
+bool th_wait_subscribed(th_redis *r, const char *channel, int timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  for (;;) {
+    redisReply *rep = th_cmd(r, "PUBSUB NUMSUB %s", channel);
+    bool yes = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
+               rep->element[1]->integer >= 1;
+    if (rep) freeReplyObject(rep);
+    if (yes) return true;
+    if (th_now_ms() >= end) return false;
+    th_sleep_ms(2);
+  }
+}

@@ -88,6 +88,9 @@ long long th_cmd_int(th_redis *r, const char *fmt, ...);
 dlock_client *th_client(th_redis *r, int64_t watchdog_ms);
 dlock_client *th_client_opts(dlock_client_options *o);
 
+/* Waits until `channel` has a subscriber on r (PUBSUB NUMSUB). */
+bool th_wait_subscribed(th_redis *r, const char *channel, int timeout_ms);
+
 /* A loopback TCP port that was free a moment ago. */
 int th_free_port(void);
 int64_t th_now_ms(void);

@@ -109,14 +109,6 @@ static void *take(void *p) {
   return NULL;
 }
 
-static bool subscribed(void *channel) {
-  redisReply *r = th_cmd(&srv, "PUBSUB NUMSUB %s", (const char *)channel);
-  bool yes = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-             r->element[1]->integer >= 1;
-  if (r) freeReplyObject(r);
-  return yes;
-}
-
 static void t_wakeups(void) {
   setup();
   side a, b, c;
@@ -127,7 +119,7 @@ static void t_wakeups(void) {
   waiter w = {c.w, 99, 0};
   pthread_t t;
   pthread_create(&t, NULL, take, &w);
-  CHECK(th_wait_for(subscribed, "redisson_rwlock:{rw:wake}", 2000));
+  CHECK(th_wait_subscribed(&srv, "redisson_rwlock:{rw:wake}", 2000));
   th_sleep_ms(50);
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_lock_release(a.r), 1);
