@@ -128,7 +128,13 @@ static void t_reentrant_tokens_no_queue_on_try(void) {
   dlock_client_close(b);
 }
 
+static bool go_set(void *p) {
+  (void)p;
+  return th_cmd_int(&srv, "EXISTS f:dead:go") == 1;
+}
+
 static int dead_waiter_child(void) {
+  if (!th_wait_for(go_set, NULL, 10000)) return 4;
   dlock_client *c = th_client(&srv, 0);
   dlock_lock *l;
   if (c == NULL || dlock_lock_new_fair(c, "f:dead", NULL, 600, &l) != 0)
@@ -139,13 +145,16 @@ static int dead_waiter_child(void) {
 
 static void t_dead_waiter_skipped(void) {
   setup();
+  /* Fork first (no client threads yet), start the child once the lock is
+   * held. */
+  pid_t kid = fork();
+  if (kid == 0) _exit(dead_waiter_child());
   dlock_client *hc = th_client(&srv, 0);
   CHECK(hc != NULL);
   dlock_lock *h;
   CHECK_RC(dlock_lock_new_fair(hc, "f:dead", NULL, 600, &h), 0);
   CHECK_RC(dlock_lock_acquire(h, 0, NULL), 0);
-  pid_t kid = fork();
-  if (kid == 0) _exit(dead_waiter_child());
+  th_cmd_int(&srv, "SET f:dead:go 1");
   qarg q1 = {"f:dead", 1};
   CHECK(th_wait_for(queue_is, &q1, 5000));
   fw w = {"f:dead", 7, 600, th_client(&srv, 0), 99};
