@@ -211,6 +211,22 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
   check(dlock_permits_available(per));
   check(dl_watchdog_run_once(c->watchdog));
   if (rc == 0) check(dlock_permits_release(per, id));
+  /* The fair lock and both sides of a read-write lock. */
+  dlock_lock *fl = NULL, *rl = NULL, *wl = NULL;
+  if (dlock_lock_new_fair(c, "k", NULL, 0, &fl) != 0 ||
+      dlock_rwlock_new(c, "k", NULL, &rl, &wl) != 0)
+    abort();
+  check(dlock_lock_try_acquire(fl, (mode & 2) ? 2 : 0, 0, &tok));
+  check(dlock_lock_release(fl));
+  check(dlock_lock_try_acquire(rl, 0, 0, &tok));
+  check(dlock_lock_try_acquire(wl, 0, (mode & 1) ? 1000 : 0, &tok));
+  check(dlock_lock_inspect(rl, &st));
+  check(dlock_lock_release(wl));
+  check(dlock_lock_release(rl));
+  check(dlock_lock_force_release(wl));
+  dlock_lock_free(fl);
+  dlock_lock_free(rl);
+  dlock_lock_free(wl);
   dlock_semaphore_free(sem);
   dlock_latch_free(lat);
   dlock_permits_free(per);
