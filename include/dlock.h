@@ -301,7 +301,8 @@ DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
  * at most DLOCK_INFO_MAX bytes, NULL to clear. Each later first acquisition
  * through this handle stores it beside the lock (fields "dlock:info" and
  * "dlock:since" of the lock's hash, which Redisson ignores), where
- * dlock_lock_inspect shows it; it goes away with the lock. Returns 0, DLOCK_EINVAL or DLOCK_ENOMEM.
+ * dlock_lock_inspect shows it; it goes away with the lock. Returns 0,
+ * DLOCK_EINVAL or DLOCK_ENOMEM.
  * Thread-safe. */
 DLOCK_API int dlock_lock_set_info(dlock_lock *l, const char *info);
 

@@ -73,7 +73,8 @@ static void t_fifo_across_clients(void) {
     CHECK(th_wait_for(queue_is, &q, 3000)); /* queued in this order */
   }
   dlock_client_stats before[N];
-  for (int i = 0; i < N; i++) dlock_client_stats_get(w[i].c, &before[i]);
+  for (int i = 0; i < N; i++)
+    dlock_client_stats_get(w[i].c, &before[i]);
   CHECK_RC(dlock_lock_release(h), 1);
   for (int i = 0; i < N; i++) {
     pthread_join(t[i], NULL);
@@ -82,7 +83,8 @@ static void t_fifo_across_clients(void) {
   /* Taken in the order they queued. */
   redisReply *r = th_cmd(&srv, "LRANGE order:f:fifo 0 -1");
   CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == N);
-  for (int i = 0; i < N; i++) CHECK_EQ(atoi(r->element[i]->str), i);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(atoi(r->element[i]->str), i);
   freeReplyObject(r);
   /* Each release woke only the next: one wake-up per waiter in all. */
   for (int i = 0; i < N; i++) {
@@ -213,8 +215,9 @@ static const char *REDISSON_FAIR_LOCK =
 #define JAVA_OWNER "3f1a9c2e-7b44-4f0e-9d1a-2c5e8b7a6d10:1"
 
 static redisReply *java_try(void) {
-  return th_cmd(&srv, "EVAL %s 3 f:java redisson_lock_queue:{f:java} "
-                      "redisson_lock_timeout:{f:java} 30000 %s 300000 %lld",
+  return th_cmd(&srv,
+                "EVAL %s 3 f:java redisson_lock_queue:{f:java} "
+                "redisson_lock_timeout:{f:java} 30000 %s 300000 %lld",
                 REDISSON_FAIR_LOCK, JAVA_OWNER, (long long)time(NULL) * 1000);
 }
 
@@ -253,7 +256,9 @@ static void t_interop_redisson_fair(void) {
   dlock_client_close(c);
 }
 
-static void t_teardown(void) { th_redis_stop(&srv); }
+static void t_teardown(void) {
+  th_redis_stop(&srv);
+}
 
 TH_MAIN(T(t_fifo_across_clients), T(t_reentrant_tokens_no_queue_on_try),
         T(t_dead_waiter_skipped), T(t_interop_redisson_fair), T(t_teardown))

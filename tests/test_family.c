@@ -38,9 +38,12 @@ static void *work(void *p) {
   dlock_lock *l = NULL, *r = NULL, *w = NULL;
   dlock_permits *pm = NULL;
   int e = 0;
-  if (j->kind == FAIR) e = dlock_lock_new_fair(j->c, "fam:fair", NULL, 0, &l);
-  else if (j->kind == RW) e = dlock_rwlock_new(j->c, "fam:rw", NULL, &r, &w);
-  else e = dlock_permits_new(j->c, "fam:permits", &pm);
+  if (j->kind == FAIR)
+    e = dlock_lock_new_fair(j->c, "fam:fair", NULL, 0, &l);
+  else if (j->kind == RW)
+    e = dlock_rwlock_new(j->c, "fam:rw", NULL, &r, &w);
+  else
+    e = dlock_permits_new(j->c, "fam:permits", &pm);
   if (e != 0) {
     j->errors++;
     return NULL;
@@ -136,10 +139,18 @@ static void run_kind(int kind) {
   CHECK_EQ(th_cmd_int(&srv, "EXISTS fam:violations"), 0);
 }
 
-static void t_fair_exclusion(void) { run_kind(FAIR); }
-static void t_rw_readers_xor_writer(void) { run_kind(RW); }
-static void t_permits_admission(void) { run_kind(PERMITS); }
-static void t_teardown(void) { th_redis_stop(&srv); }
+static void t_fair_exclusion(void) {
+  run_kind(FAIR);
+}
+static void t_rw_readers_xor_writer(void) {
+  run_kind(RW);
+}
+static void t_permits_admission(void) {
+  run_kind(PERMITS);
+}
+static void t_teardown(void) {
+  th_redis_stop(&srv);
+}
 
-TH_MAIN(T(t_fair_exclusion), T(t_rw_readers_xor_writer),
-        T(t_permits_admission), T(t_teardown))
+TH_MAIN(T(t_fair_exclusion), T(t_rw_readers_xor_writer), T(t_permits_admission),
+        T(t_teardown))

@@ -402,7 +402,7 @@ static void t_teardown(void) { th_redis_stop(&srv); }
 
 TH_MAIN(T(t_bad_names), T(t_unreachable), T(t_wrong_password), T(t_wrongtype),
         T(t_script_flush), T(t_oom_noeviction), T(t_readonly_replica),
-        T(t_client_killed_mid_call), T(t_failed_release_stops_renewal), T(t_acquire_after_failed_release),
-        T(t_server_paused),
+        T(t_client_killed_mid_call), T(t_failed_release_stops_renewal),
+        T(t_acquire_after_failed_release), T(t_server_paused),
         T(t_server_restart_while_held), T(t_waiter_survives_restart),
         T(t_teardown))

@@ -696,12 +696,12 @@ static void t_dead_waiters_reservation_expires(void) {
 static void t_teardown(void) { th_redis_stop(&srv); }
 
 TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
-        T(t_handles_share_holds), T(t_inspect), T(t_key_prefix), T(t_exclusion_between_threads),
-        T(t_explicit_owner), T(t_lease_expiry), T(t_force_release),
-        T(t_waiter_woken_by_unlock), T(t_backoff_wait_strategy),
-        T(t_wait_timeout),
-        T(t_watchdog_keeps_lock), T(t_watchdog_detects_loss),
-        T(t_fencing_tokens_increase), T(t_mutual_exclusion_processes),
-        T(t_killed_holder_frees_after_lease),
-        T(t_starving_waiter_reserves_handoff), T(t_reservation_dropped_on_give_up),
+        T(t_handles_share_holds), T(t_inspect), T(t_key_prefix),
+        T(t_exclusion_between_threads), T(t_explicit_owner), T(t_lease_expiry),
+        T(t_force_release), T(t_waiter_woken_by_unlock),
+        T(t_backoff_wait_strategy), T(t_wait_timeout), T(t_watchdog_keeps_lock),
+        T(t_watchdog_detects_loss), T(t_fencing_tokens_increase),
+        T(t_mutual_exclusion_processes), T(t_killed_holder_frees_after_lease),
+        T(t_starving_waiter_reserves_handoff),
+        T(t_reservation_dropped_on_give_up),
         T(t_dead_waiters_reservation_expires), T(t_teardown))

@@ -21,7 +21,8 @@ static void t_all_taken_all_released(void) {
   CHECK(c != NULL);
   dlock_lock *l[3];
   const char *names[] = {"m:b", "m:a", "m:c"};
-  for (int i = 0; i < 3; i++) CHECK_RC(dlock_lock_new(c, names[i], NULL, &l[i]), 0);
+  for (int i = 0; i < 3; i++)
+    CHECK_RC(dlock_lock_new(c, names[i], NULL, &l[i]), 0);
   dlock_multilock *m;
   CHECK_RC(dlock_multilock_new(l, 3, &m), 0);
   uint64_t tok[3] = {0};
@@ -34,9 +35,11 @@ static void t_all_taken_all_released(void) {
     CHECK_EQ(tok[i], cur); /* tokens in the caller's order */
   }
   CHECK_RC(dlock_multilock_release(m), 0);
-  for (int i = 0; i < 3; i++) CHECK(!held_by_anyone(names[i]));
+  for (int i = 0; i < 3; i++)
+    CHECK(!held_by_anyone(names[i]));
   dlock_multilock_free(m);
-  for (int i = 0; i < 3; i++) dlock_lock_free(l[i]);
+  for (int i = 0; i < 3; i++)
+    dlock_lock_free(l[i]);
   dlock_client_close(c);
 }
 
@@ -46,7 +49,8 @@ static void t_all_or_nothing(void) {
   CHECK(c && other);
   dlock_lock *l[3], *ob;
   const char *names[] = {"n:a", "n:b", "n:c"};
-  for (int i = 0; i < 3; i++) CHECK_RC(dlock_lock_new(c, names[i], NULL, &l[i]), 0);
+  for (int i = 0; i < 3; i++)
+    CHECK_RC(dlock_lock_new(c, names[i], NULL, &l[i]), 0);
   CHECK_RC(dlock_lock_new(other, "n:b", NULL, &ob), 0);
   CHECK_RC(dlock_lock_try_acquire(ob, 0, 400, NULL), 0);
   dlock_multilock *m;
@@ -61,15 +65,18 @@ static void t_all_or_nothing(void) {
   CHECK_RC(dlock_multilock_acquire(m, 3000, 0, NULL), 0);
   int64_t took = th_now_ms() - t0;
   CHECK(took >= 200 && took < 2000);
-  for (int i = 0; i < 3; i++) CHECK_EQ(dlock_lock_is_held(l[i]), 1);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(dlock_lock_is_held(l[i]), 1);
   /* Reentrant, as each lock is. */
   CHECK_RC(dlock_multilock_acquire(m, 0, 0, NULL), 0);
   CHECK_EQ(dlock_lock_hold_count(l[0]), 2);
   CHECK_RC(dlock_multilock_release(m), 0);
   CHECK_RC(dlock_multilock_release(m), 0);
-  for (int i = 0; i < 3; i++) CHECK(!held_by_anyone(names[i]));
+  for (int i = 0; i < 3; i++)
+    CHECK(!held_by_anyone(names[i]));
   dlock_multilock_free(m);
-  for (int i = 0; i < 3; i++) dlock_lock_free(l[i]);
+  for (int i = 0; i < 3; i++)
+    dlock_lock_free(l[i]);
   dlock_lock_free(ob);
   dlock_client_close(c);
   dlock_client_close(other);
@@ -103,7 +110,8 @@ static void *cross(void *p) {
     if (dlock_multilock_release(m) != 0) x->errors++;
   }
   dlock_multilock_free(m);
-  for (int i = 0; i < 3; i++) dlock_lock_free(l[i]);
+  for (int i = 0; i < 3; i++)
+    dlock_lock_free(l[i]);
   dlock_client_close(c);
   return NULL;
 }
@@ -114,8 +122,10 @@ static void t_crossing_orders_finish(void) {
                   {{"x:c", "x:b", "x:a"}, 60, 0}};
   pthread_t t[2];
   int64_t t0 = th_now_ms();
-  for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, cross, &x[i]);
-  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < 2; i++)
+    pthread_create(&t[i], NULL, cross, &x[i]);
+  for (int i = 0; i < 2; i++)
+    pthread_join(t[i], NULL);
   CHECK_EQ(x[0].errors + x[1].errors, 0);
   CHECK_EQ(th_cmd_int(&srv, "GET x:counter"), 120);
   printf("    120 crossing multi-lock rounds in %lld ms\n",
@@ -149,7 +159,9 @@ static void t_misuse(void) {
   dlock_client_close(c);
 }
 
-static void t_teardown(void) { th_redis_stop(&srv); }
+static void t_teardown(void) {
+  th_redis_stop(&srv);
+}
 
 TH_MAIN(T(t_all_taken_all_released), T(t_all_or_nothing),
         T(t_crossing_orders_finish), T(t_misuse), T(t_teardown))

@@ -199,8 +199,9 @@ static void t_interop_redisson_reader(void) {
   side a;
   CHECK(open_side(&a, "rw:java", 0));
   /* A Redisson reader and a dlock reader share; a dlock writer waits. */
-  redisReply *r = th_cmd(&srv, "EVAL %s 2 rw:java {rw:java}:%s:rwlock_timeout "
-                               "30000 %s %s:write",
+  redisReply *r = th_cmd(&srv,
+                         "EVAL %s 2 rw:java {rw:java}:%s:rwlock_timeout "
+                         "30000 %s %s:write",
                          REDISSON_READ_LOCK, JAVA, JAVA, JAVA);
   CHECK(r && r->type == REDIS_REPLY_NIL);
   freeReplyObject(r);
@@ -210,8 +211,9 @@ static void t_interop_redisson_reader(void) {
   /* Our writer holding, Redisson's reader is kept out. */
   th_cmd_int(&srv, "DEL rw:java {rw:java}:%s:rwlock_timeout:1", JAVA);
   CHECK_RC(dlock_lock_acquire(a.w, 0, NULL), 0);
-  r = th_cmd(&srv, "EVAL %s 2 rw:java {rw:java}:%s:rwlock_timeout 30000 %s "
-                   "%s:write",
+  r = th_cmd(&srv,
+             "EVAL %s 2 rw:java {rw:java}:%s:rwlock_timeout 30000 %s "
+             "%s:write",
              REDISSON_READ_LOCK, JAVA, JAVA, JAVA);
   CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer > 0);
   freeReplyObject(r);
@@ -219,7 +221,9 @@ static void t_interop_redisson_reader(void) {
   close_side(&a);
 }
 
-static void t_teardown(void) { th_redis_stop(&srv); }
+static void t_teardown(void) {
+  th_redis_stop(&srv);
+}
 
 TH_MAIN(T(t_readers_or_one_writer), T(t_downgrade_and_upgrade), T(t_wakeups),
         T(t_watchdog_renews_readers), T(t_interop_redisson_reader),

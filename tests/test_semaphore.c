@@ -195,7 +195,8 @@ typedef struct count_arg {
 static bool n_done(void *p) {
   count_arg *a = p;
   int done = 0;
-  for (int i = 0; i < a->n; i++) done += atomic_load(&a->w[i].rc) == 0;
+  for (int i = 0; i < a->n; i++)
+    done += atomic_load(&a->w[i].rc) == 0;
   return done >= a->want;
 }
 
@@ -335,13 +336,14 @@ static void t_latch_wakes_all(void) {
   dlock_client_stats_get(wc, &st1);
   /* A new count message may make each look once; no more than that. */
   CHECK(st1.writes - st0.writes <= 3);
-  for (int i = 0; i < 3; i++) CHECK_EQ(atomic_load(&w[i].rc), 99);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(atomic_load(&w[i].rc), 99);
   int64_t t0 = th_now_ms();
   /* Redisson's countDown reaches zero: every waiter wakes. */
-  redisReply *r =
-      th_cmd(&srv, "EVAL %s 2 latch:wake "
-                   "redisson_countdownlatch__channel:{latch:wake} 0",
-             REDISSON_LATCH_DOWN);
+  redisReply *r = th_cmd(&srv,
+                         "EVAL %s 2 latch:wake "
+                         "redisson_countdownlatch__channel:{latch:wake} 0",
+                         REDISSON_LATCH_DOWN);
   if (r) freeReplyObject(r);
   for (int i = 0; i < 3; i++) {
     pthread_join(t[i], NULL);
@@ -351,9 +353,10 @@ static void t_latch_wakes_all(void) {
   /* And Redisson sees our count. */
   CHECK_EQ(dlock_latch_try_set_count(dl, 4), 1);
   CHECK_EQ(th_cmd_int(&srv, "GET latch:wake"), 4);
-  CHECK_EQ(th_cmd_int(&srv, "EVAL %s 2 latch:wake "
-                            "redisson_countdownlatch__channel:{latch:wake} 1 "
-                            "7",
+  CHECK_EQ(th_cmd_int(&srv,
+                      "EVAL %s 2 latch:wake "
+                      "redisson_countdownlatch__channel:{latch:wake} 1 "
+                      "7",
                       REDISSON_LATCH_SET),
            0);
   dlock_latch_free(wl);
@@ -508,7 +511,8 @@ static int crashed_holder_child(void) {
   if (c == NULL || dlock_permits_new(c, "perm:crash", &p) != 0) return 2;
   if (dlock_permits_acquire(p, 5000, 0, id) != 0) return 3;
   th_cmd_int(&srv, "SET perm:crash:held 1");
-  for (;;) pause(); /* SIGKILLed while holding */
+  for (;;)
+    pause(); /* SIGKILLed while holding */
 }
 
 static bool child_holds(void *arg) {
@@ -552,7 +556,9 @@ static void on_permit_lost(dlock_permits *p, const char *id, void *ud) {
   snprintf(r->id, sizeof r->id, "%s", id);
   atomic_fetch_add(&r->n, 1);
 }
-static bool lost_seen(void *p) { return atomic_load(&((lost_rec *)p)->n) > 0; }
+static bool lost_seen(void *p) {
+  return atomic_load(&((lost_rec *)p)->n) > 0;
+}
 
 static void t_permits_loss_reported(void) {
   setup();
@@ -588,19 +594,21 @@ static void t_permits_interop(void) {
   gettimeofday(&tv, NULL);
   long long now = (long long)tv.tv_sec * 1000 + tv.tv_usec / 1000;
   const char jid[16] = "java-permit-0001";
-  redisReply *r = th_cmd(
-      &srv, "EVAL %s 3 perm:java {perm:java}:timeout redisson_sc:{perm:java} "
-            "1 %lld %lld 922337203685477 publish %b",
-      REDISSON_PERMIT_ACQUIRE, now + 60000, now, jid, sizeof jid);
+  redisReply *r =
+      th_cmd(&srv,
+             "EVAL %s 3 perm:java {perm:java}:timeout redisson_sc:{perm:java} "
+             "1 %lld %lld 922337203685477 publish %b",
+             REDISSON_PERMIT_ACQUIRE, now + 60000, now, jid, sizeof jid);
   CHECK(r && r->str && strcmp(r->str, "OK") == 0); /* a bulk "OK" */
   freeReplyObject(r);
   CHECK_EQ(dlock_permits_available(p), 1);
   CHECK_RC(dlock_permits_acquire(p, 0, 0, id), 0);
   CHECK_EQ(dlock_permits_available(p), 0);
   /* Now Redisson finds none, and tells the nearest lease end. */
-  r = th_cmd(&srv, "EVAL %s 3 perm:java {perm:java}:timeout "
-                   "redisson_sc:{perm:java} 1 %lld %lld 922337203685477 "
-                   "publish %b",
+  r = th_cmd(&srv,
+             "EVAL %s 3 perm:java {perm:java}:timeout "
+             "redisson_sc:{perm:java} 1 %lld %lld 922337203685477 "
+             "publish %b",
              REDISSON_PERMIT_ACQUIRE, now + 60000, now, "another-16-byte!",
              (size_t)16);
   CHECK(r && (r->type == REDIS_REPLY_NIL || r->type == REDIS_REPLY_STRING));
@@ -618,12 +626,12 @@ static void t_permits_interop(void) {
   dlock_client_close(c);
 }
 
-static void t_teardown(void) { th_redis_stop(&srv); }
+static void t_teardown(void) {
+  th_redis_stop(&srv);
+}
 
-TH_MAIN(T(t_semaphore_basics), T(t_semaphore_misuse),
-        T(t_semaphore_admission), T(t_semaphore_release_wakes),
-        T(t_semaphore_interop), T(t_latch_basics), T(t_latch_wakes_all),
-        T(t_permits_basics), T(t_permits_release_wakes),
-        T(t_permits_fixed_lease_ends),
-        T(t_permits_crashed_holder_returns), T(t_permits_loss_reported),
-        T(t_permits_interop), T(t_teardown))
+TH_MAIN(T(t_semaphore_basics), T(t_semaphore_misuse), T(t_semaphore_admission),
+        T(t_semaphore_release_wakes), T(t_semaphore_interop), T(t_latch_basics),
+        T(t_latch_wakes_all), T(t_permits_basics), T(t_permits_release_wakes),
+        T(t_permits_fixed_lease_ends), T(t_permits_crashed_holder_returns),
+        T(t_permits_loss_reported), T(t_permits_interop), T(t_teardown))

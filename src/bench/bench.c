@@ -76,8 +76,9 @@ static redisContext *raw_connect(const char *url, const char *password) {
     return NULL;
   }
   struct timeval tv = {2, 0};
-  redisContext *c = ep.unix_path ? redisConnectUnixWithTimeout(ep.unix_path, tv)
-                                 : redisConnectWithTimeout(ep.host, ep.port, tv);
+  redisContext *c = ep.unix_path
+                        ? redisConnectUnixWithTimeout(ep.unix_path, tv)
+                        : redisConnectWithTimeout(ep.host, ep.port, tv);
   if (ep.tls) {
     cli_err("the benchmark's baselines need a plain connection, not TLS");
     if (c) redisFree(c);

@@ -42,7 +42,8 @@ static void json_state(FILE *f, const char *name, const dlock_lock_state *st) {
       fprintf(f, ",\"pid\":%ld,\"command\":", strtol(h.pid, NULL, 10));
       cli_json_str(f, h.cmd);
     }
-    if (st->held_ms >= 0) fprintf(f, ",\"held_ms\":%lld", (long long)st->held_ms);
+    if (st->held_ms >= 0)
+      fprintf(f, ",\"held_ms\":%lld", (long long)st->held_ms);
     fprintf(f, ",\"lease_ms\":%lld", (long long)st->ttl_ms);
   }
   if (st->mode[0]) {

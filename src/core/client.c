@@ -120,7 +120,8 @@ int dl_client_open_with(const dlock_client_options *opts,
   c->key_prefix = dl_strdup(opts->key_prefix ? opts->key_prefix : "");
   c->conn_cfg.client_name = dl_strdup(opts->client_name);
   c->conn_cfg.server_name = dl_strdup(opts->tls_server_name);
-  if (!c->id || !c->key_prefix || (opts->client_name && !c->conn_cfg.client_name) ||
+  if (!c->id || !c->key_prefix ||
+      (opts->client_name && !c->conn_cfg.client_name) ||
       (opts->tls_server_name && !c->conn_cfg.server_name) ||
       (opts->username && !ep->username) || (opts->password && !ep->password)) {
     client_free(c);

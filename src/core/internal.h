@@ -250,7 +250,7 @@ int dl_watchdog_run_once(dl_watchdog *w);
 void dl_watchdog_stall(dl_watchdog *w, bool stalled);
 void dl_watchdog_stats(dl_watchdog *w, dlock_client_stats *st);
 
-/* ---- holds.c: the client's own holds, guarded by dlock_client.holds_mu ---- */
+/* ---- holds.c: the client's own holds, guarded by c->holds_mu ---- */
 #define DL_HOLD_BUCKETS 4096 /* fits the uint16_t bucket */
 typedef struct dl_hold {
   struct dl_hold *next;

@@ -17,8 +17,8 @@ char *dl_derived(const char *prefix, const char *key) {
   return out;
 }
 
-int dl_wait_for(dlock_client *c, const char *channel, int mode,
-                int64_t wait_ms, dl_try_fn fn, void *ctx) {
+int dl_wait_for(dlock_client *c, const char *channel, int mode, int64_t wait_ms,
+                dl_try_fn fn, void *ctx) {
   int64_t start = dl_now_ms();
   int64_t deadline = wait_ms < 0 ? INT64_MAX : start + wait_ms;
   int64_t recheck = -1;
@@ -65,11 +65,11 @@ int dl_eval_int(dlock_client *c, int script, int nkeys, const char **keys,
                 int nargs, const char **args, long long lo, long long hi,
                 long long *v) {
   redisReply *r = NULL;
-  int rc = c->backend->ops->eval(c->backend, script, nkeys, keys, nargs, args,
-                                 &r);
+  int rc =
+      c->backend->ops->eval(c->backend, script, nkeys, keys, nargs, args, &r);
   if (rc != 0) return rc;
-  bool ok = r->type == REDIS_REPLY_INTEGER && r->integer >= lo &&
-            r->integer <= hi;
+  bool ok =
+      r->type == REDIS_REPLY_INTEGER && r->integer >= lo && r->integer <= hi;
   if (ok) *v = r->integer;
   freeReplyObject(r);
   if (!ok) return dl_seterr(c, DLOCK_EPROTO, "unexpected reply");

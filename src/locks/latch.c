@@ -39,8 +39,7 @@ void dlock_latch_free(dlock_latch *l) {
   free(l);
 }
 
-static int update(dlock_latch *l, const char *op, int64_t count,
-                  long long *v) {
+static int update(dlock_latch *l, const char *op, int64_t count, long long *v) {
   char num[24];
   snprintf(num, sizeof num, "%lld", (long long)count);
   const char *keys[] = {l->key, l->channel};
@@ -52,8 +51,7 @@ static int update(dlock_latch *l, const char *op, int64_t count,
 int dlock_latch_try_set_count(dlock_latch *l, int64_t count) {
   if (l == NULL) return DLOCK_EINVAL;
   if (count <= 0 || count > INT32_MAX)
-    return dl_seterr(l->c, DLOCK_EINVAL, "the count must be 1..%d",
-                     INT32_MAX);
+    return dl_seterr(l->c, DLOCK_EINVAL, "the count must be 1..%d", INT32_MAX);
   long long v = 0;
   int rc = update(l, "set", count, &v);
   return rc ? rc : (v == 1);
@@ -65,8 +63,10 @@ int dlock_latch_count_down(dlock_latch *l) {
   int rc = update(l, "down", 0, &v);
   if (rc != 0) return rc;
   if (v < 0)
-    return dl_seterr(l->c, DLOCK_ERANGE, "latch '%s' is at zero: nothing to "
-                     "count down", l->key + l->c->prefix_len);
+    return dl_seterr(l->c, DLOCK_ERANGE,
+                     "latch '%s' is at zero: nothing to "
+                     "count down",
+                     l->key + l->c->prefix_len);
   return 0;
 }
 

@@ -83,7 +83,8 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
 int dlock_lock_new_fair(dlock_client *c, const char *name, const char *owner,
                         int64_t stale_ms, dlock_lock **out) {
   int rc = dlock_lock_new(c, name, owner, out);
-  if (rc == 0) (*out)->fair_ms = stale_ms > 0 ? stale_ms : FAIR_STALE_DEFAULT_MS;
+  if (rc == 0)
+    (*out)->fair_ms = stale_ms > 0 ? stale_ms : FAIR_STALE_DEFAULT_MS;
   return rc;
 }
 

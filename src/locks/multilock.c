@@ -1,8 +1,8 @@
-/* multilock.c: all-or-nothing over a set of locks (Redisson's RedissonMultiLock,
- * "联锁"), with a wait and a lease like one lock. The locks are taken in one
- * canonical order (by key), whatever order the caller lists them in, so two
- * multi-locks over the same locks never deadlock; on failure, what was taken
- * is released. */
+/* multilock.c: all-or-nothing over a set of locks (Redisson's
+ * RedissonMultiLock, "联锁"), with a wait and a lease like one lock. The locks
+ * are taken in one canonical order (by key), whatever order the caller lists
+ * them in, so two multi-locks over the same locks never deadlock; on failure,
+ * what was taken is released. */
 #include "../core/internal.h"
 
 #include <stdlib.h>
@@ -69,7 +69,8 @@ int dlock_multilock_acquire(dlock_multilock *m, int64_t wait_ms,
     int rc = dlock_lock_try_acquire(m->locks[i], left, lease_ms, &tok);
     if (rc != 0) {
       /* All or nothing: give back what was taken, newest first. */
-      while (k-- > 0) dlock_lock_release(m->locks[m->order[k]]);
+      while (k-- > 0)
+        dlock_lock_release(m->locks[m->order[k]]);
       return rc;
     }
     if (tokens) tokens[i] = tok;

@@ -65,7 +65,8 @@ void dlock_permits_free(dlock_permits *p) {
         if (h->permit && h->via == p) stop[nstop++] = dl_hold_drop(c, h);
       }
     pthread_mutex_unlock(&c->holds_mu);
-    for (int i = 0; i < nstop; i++) dl_hold_bury(c, stop[i]);
+    for (int i = 0; i < nstop; i++)
+      dl_hold_bury(c, stop[i]);
   } while (nstop > 0);
   free(p->key);
   free(p->timeout);
@@ -93,18 +94,17 @@ void dl_permit_lost(void *handle, const char *owner) {
 }
 
 /* Runs permits.lua with `op` and up to two arguments. */
-static int run(dlock_permits *p, const char *op, const char *a1,
-               const char *a2, redisReply **r) {
+static int run(dlock_permits *p, const char *op, const char *a1, const char *a2,
+               redisReply **r) {
   const char *keys[] = {p->key, p->timeout, p->channel};
   const char *args[] = {op, a1 ? a1 : "", a2 ? a2 : ""};
-  return p->c->backend->ops->eval(p->c->backend, DL_SCRIPT_PERMITS, 3, keys,
-                                  3, args, r);
+  return p->c->backend->ops->eval(p->c->backend, DL_SCRIPT_PERMITS, 3, keys, 3,
+                                  args, r);
 }
 
 /* An operation answered by one integer in [lo, hi]. */
 static int run_int(dlock_permits *p, const char *op, const char *a1,
-                   const char *a2, long long lo, long long hi,
-                   long long *v) {
+                   const char *a2, long long lo, long long hi, long long *v) {
   const char *keys[] = {p->key, p->timeout, p->channel};
   const char *args[] = {op, a1 ? a1 : "", a2 ? a2 : ""};
   return dl_eval_int(p->c, DL_SCRIPT_PERMITS, 3, keys, 3, args, lo, hi, v);
@@ -209,9 +209,8 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
     h->count = 1;
     h->lease_ms = lease_ms;
     h->valid_until = valid_until;
-    if (watchdog &&
-        (h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail,
-                                      h->valid_until)) == NULL)
+    if (watchdog && (h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail,
+                                                  h->valid_until)) == NULL)
       rc = DLOCK_ENOMEM;
   } else {
     rc = DLOCK_ENOMEM;
@@ -224,7 +223,8 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
   }
   if (dl_now_ms() >= valid_until) { /* granted too late to trust */
     dlock_permits_release(p, t.id);
-    return dl_seterr(c, DLOCK_ETIMEDOUT, "a permit was granted, but the "
+    return dl_seterr(c, DLOCK_ETIMEDOUT,
+                     "a permit was granted, but the "
                      "reply came after its lease could have ended");
   }
   dl_clearerr(c);
@@ -240,8 +240,8 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
   if (owner_of(p, id, owner) != 0) return DLOCK_EINVAL;
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_find(c, p->timeout, owner);
-  bool had = h != NULL, lost = h && (h->lost ||
-                                     dl_now_ms() >= dl_hold_valid_until(c, h));
+  bool had = h != NULL,
+       lost = h && (h->lost || dl_now_ms() >= dl_hold_valid_until(c, h));
   dl_hold *old = h ? dl_hold_drop(c, h) : NULL;
   pthread_mutex_unlock(&c->holds_mu);
   dl_hold_bury(c, old);
@@ -249,11 +249,13 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
   int rc = run_int(p, "release", id, NULL, -1, 1, &v);
   if (rc != 0) return rc;
   if (v == 0 && !had)
-    return dl_seterr(c, DLOCK_ENOTOWNER, "no permit %s of '%s' is taken",
-                     id, p->key + c->prefix_len);
+    return dl_seterr(c, DLOCK_ENOTOWNER, "no permit %s of '%s' is taken", id,
+                     p->key + c->prefix_len);
   if (v <= 0 || lost)
-    return dl_seterr(c, DLOCK_ELOST, "permit %s's lease ended before this "
-                     "release", id);
+    return dl_seterr(c, DLOCK_ELOST,
+                     "permit %s's lease ended before this "
+                     "release",
+                     id);
   return 0;
 }
 

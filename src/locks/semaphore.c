@@ -102,8 +102,7 @@ static int try_take(void *p, int64_t *recheck_ms) {
   return rc;
 }
 
-int dlock_semaphore_acquire(dlock_semaphore *s, int permits,
-                            int64_t wait_ms) {
+int dlock_semaphore_acquire(dlock_semaphore *s, int permits, int64_t wait_ms) {
   if (s == NULL) return DLOCK_EINVAL;
   if (permits <= 0)
     return dl_seterr(s->c, DLOCK_EINVAL, "permits must be positive");

@@ -140,7 +140,8 @@ static int rb_eval(dl_backend *base, int script, int nkeys, const char **keys,
   int err = 0;
   const char *const *k = keys;
   const char *const *a = args;
-  int rc = rb_eval_many(base, 0, 1, script, &nkeys, &k, &nargs, &a, reply, &err);
+  int rc =
+      rb_eval_many(base, 0, 1, script, &nkeys, &k, &nargs, &a, reply, &err);
   return rc ? rc : err;
 }
 

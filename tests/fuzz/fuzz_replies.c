@@ -78,8 +78,12 @@ static int fb_sub_wait(dl_backend *b, dl_sub *s, int64_t deadline,
   (void)b, (void)s, (void)deadline, (void)since;
   return 0;
 }
-static void fb_sub_unref(dl_backend *b, dl_sub *s) { (void)b, (void)s; }
-static void fb_free(dl_backend *b) { free(b); }
+static void fb_sub_unref(dl_backend *b, dl_sub *s) {
+  (void)b, (void)s;
+}
+static void fb_free(dl_backend *b) {
+  free(b);
+}
 
 static const dl_backend_ops fuzz_ops = {
     .name = "fuzz",
@@ -124,8 +128,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   ps_cfg.reconnect_min_ms = 1000;
   ps_cfg.reconnect_max_ms = 1000;
   if (dl_pubsub_new(&ps_cfg, &pubsub) != 0) abort();
-  subs[0] = dl_pubsub_ref(pubsub, "redisson_lock__channel:{k}", DL_WAKE_LOCK,
-                          0);
+  subs[0] =
+      dl_pubsub_ref(pubsub, "redisson_lock__channel:{k}", DL_WAKE_LOCK, 0);
   subs[1] = dl_pubsub_ref(pubsub, "redisson_sc:{k}", DL_WAKE_COUNT, 0);
   subs[2] = dl_pubsub_ref(pubsub, "redisson_countdownlatch__channel:{k}",
                           DL_WAKE_ALL, 0);
@@ -205,8 +209,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
   check(dlock_latch_count_down(lat));
   check(dlock_latch_await(lat, (mode & 2) ? 2 : 0));
   check(dlock_permits_try_set_permits(per, 1));
-  int rc = dlock_permits_acquire(per, (mode & 2) ? 2 : 0,
-                                 (mode & 1) ? 1000 : 0, id);
+  int rc =
+      dlock_permits_acquire(per, (mode & 2) ? 2 : 0, (mode & 1) ? 1000 : 0, id);
   check(rc);
   check(dlock_permits_available(per));
   check(dl_watchdog_run_once(c->watchdog));
@@ -232,6 +236,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
   dlock_permits_free(per);
   dlock_lock_free(l);
   dlock_client_close(c);
-  for (int i = qnext; i < qlen; i++) freeReplyObject(queue[i]);
+  for (int i = qnext; i < qlen; i++)
+    freeReplyObject(queue[i]);
   return 0;
 }

@@ -50,8 +50,7 @@ static int connect_server(void) {
   struct sockaddr_in sa = {.sin_family = AF_INET,
                            .sin_port = htons((uint16_t)P.server_port),
                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
-    return fd;
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) return fd;
   if (fd >= 0) close(fd);
   return -1;
 }
@@ -131,11 +130,13 @@ static void *run(void *arg) {
             if (c == NULL) abort();
             c->next = NULL;
             c->len = (size_t)n;
-            c->due_ms = now_ms() +
-                        (mode == PROXY_DELAY ? atomic_load(&P.delay_ms) : 0);
+            c->due_ms =
+                now_ms() + (mode == PROXY_DELAY ? atomic_load(&P.delay_ms) : 0);
             memcpy(c->data, buf, (size_t)n);
-            if (p->tail) p->tail->next = c;
-            else p->head = c;
+            if (p->tail)
+              p->tail->next = c;
+            else
+              p->head = c;
             p->tail = c;
             if (mode == PROXY_DELAY) atomic_fetch_add(&P.faulted, (uint64_t)n);
           } else {
@@ -149,12 +150,15 @@ static void *run(void *arg) {
       int cfd = accept(P.listen_fd, NULL, NULL);
       if (cfd >= 0) {
         int sfd = P.npairs < MAX_PAIRS ? connect_server() : -1;
-        if (sfd < 0) close(cfd);
-        else P.pairs[P.npairs++] = (pair){.cfd = cfd, .sfd = sfd};
+        if (sfd < 0)
+          close(cfd);
+        else
+          P.pairs[P.npairs++] = (pair){.cfd = cfd, .sfd = sfd};
       }
     }
   }
-  while (P.npairs > 0) close_pair(P.npairs - 1);
+  while (P.npairs > 0)
+    close_pair(P.npairs - 1);
   return NULL;
 }
 
@@ -190,4 +194,6 @@ void proxy_set(proxy_mode mode, int delay_ms) {
   atomic_store(&P.mode, (int)mode);
 }
 
-uint64_t proxy_faulted_bytes(void) { return atomic_load(&P.faulted); }
+uint64_t proxy_faulted_bytes(void) {
+  return atomic_load(&P.faulted);
+}

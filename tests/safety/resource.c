@@ -79,8 +79,10 @@ static void handle(const char *line, char *out, size_t outlen) {
     bool ok = !R.enforce || token >= R.highest;
     if (ok && token > R.highest) R.highest = token;
     log_event('R', id, token, pid, ok);
-    if (ok) snprintf(out, outlen, "OK %lld", R.value);
-    else snprintf(out, outlen, "REJ");
+    if (ok)
+      snprintf(out, outlen, "OK %lld", R.value);
+    else
+      snprintf(out, outlen, "REJ");
   } else if (sscanf(line, "W %d %llu %llu", &id, &token, &value) == 3) {
     bool stale = token < R.highest;
     bool ok = !R.enforce || !stale;
@@ -99,8 +101,8 @@ static void handle(const char *line, char *out, size_t outlen) {
     grow((void **)&R.secs, &R.cap_secs, R.nsecs, sizeof *R.secs);
     R.secs[R.nsecs++] = (res_section){id, token, a, b, c};
     snprintf(out, outlen, "OK");
-  } else if (sscanf(line, "V %d %d %d %d %d", &id, &lost, &cb, &rel,
-                    &held) == 5) {
+  } else if (sscanf(line, "V %d %d %d %d %d", &id, &lost, &cb, &rel, &held) ==
+             5) {
     if (R.nvictims < 16) {
       R.victims[R.nvictims].id = id;
       R.victims[R.nvictims++].v = (res_victim){true, lost, cb, rel, held};
@@ -161,7 +163,8 @@ static void *serve(void *arg) {
       if (fd >= 0) cl[n++] = (client){.fd = fd};
     }
   }
-  for (int i = 0; i < n; i++) close(cl[i].fd);
+  for (int i = 0; i < n; i++)
+    close(cl[i].fd);
   free(cl);
   free(pfd);
   return NULL;
@@ -178,8 +181,8 @@ int res_start(const char *dir) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   snprintf(sa.sun_path, sizeof sa.sun_path, "%s", R.path);
   R.listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (R.listen_fd < 0 || bind(R.listen_fd, (struct sockaddr *)&sa,
-                              sizeof sa) != 0 ||
+  if (R.listen_fd < 0 ||
+      bind(R.listen_fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
       listen(R.listen_fd, 128) != 0 || pipe(R.wake) != 0)
     return -1;
   return pthread_create(&R.thread, NULL, serve, NULL) == 0 ? 0 : -1;
@@ -199,7 +202,9 @@ void res_stop(void) {
   R.cap_events = R.cap_secs = R.nevents = R.nsecs = 0;
 }
 
-const char *res_path(void) { return R.path; }
+const char *res_path(void) {
+  return R.path;
+}
 
 void res_reset(bool enforce) {
   pthread_mutex_lock(&R.mu);
@@ -333,14 +338,16 @@ void res_verdict_get(int exclude, res_verdict *v) {
   uint64_t *prefix_max = malloc((n ? n : 1) * sizeof *prefix_max);
   if (prefix_max == NULL) abort();
   for (size_t i = 0; i < n; i++)
-    prefix_max[i] = i && prefix_max[i - 1] > s[i].token ? prefix_max[i - 1]
-                                                        : s[i].token;
+    prefix_max[i] =
+        i && prefix_max[i - 1] > s[i].token ? prefix_max[i - 1] : s[i].token;
   for (size_t i = 0; i < n; i++) {
     size_t lo = 0, hi = n; /* first index with acq_us >= s[i].start_us */
     while (lo < hi) {
       size_t mid = (lo + hi) / 2;
-      if (s[mid].acq_us < s[i].start_us) lo = mid + 1;
-      else hi = mid;
+      if (s[mid].acq_us < s[i].start_us)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
     if (lo > 0 && prefix_max[lo - 1] >= s[i].token) v->token_errors++;
   }

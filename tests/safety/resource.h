@@ -48,9 +48,9 @@ typedef struct res_verdict {
   long long value;
   long accepted, rejected, stale_accepted;
   size_t sections;
-  int overlaps;          /* believed critical sections that overlap */
+  int overlaps;           /* believed critical sections that overlap */
   int overlaps_excluding; /* the same, leaving out one worker's sections */
-  int token_errors;      /* a later grant with a lower or equal token */
+  int token_errors;       /* a later grant with a lower or equal token */
 } res_verdict;
 
 /* Starts the resource thread on a socket in `dir`. Returns 0 or -1. */

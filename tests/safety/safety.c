@@ -16,9 +16,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -121,10 +121,14 @@ static pid_t start_worker(int id, int threads, int hold_us,
   snprintf(sth, sizeof sth, "%d", threads);
   snprintf(shold, sizeof shold, "%d", hold_us);
   snprintf(slease, sizeof slease, "%lld", (long long)lease);
-  char *argv[32] = {self, "worker", "--url", url, "--res",
-                    (char *)res_path(), "--name", (char *)lock_name, "--id",
-                    sid, "--threads", sth, "--hold-us", shold, "--lease-ms",
-                    slease};
+  char *argv[32] = {self,         "worker",
+                    "--url",      url,
+                    "--res",      (char *)res_path(),
+                    "--name",     (char *)lock_name,
+                    "--id",       sid,
+                    "--threads",  sth,
+                    "--hold-us",  shold,
+                    "--lease-ms", slease};
   int n = 16;
   if (victim_hold_ms) {
     argv[n++] = "--victim-hold-ms";
@@ -148,10 +152,27 @@ static pid_t start_cli_victim(const char *hold_ms) {
   char slease[24], sid[16];
   snprintf(slease, sizeof slease, "%lldms", (long long)lease);
   snprintf(sid, sizeof sid, "%d", VICTIM);
-  char *argv[] = {(char *)dlock_bin, "-u", srv.url, "-q", "run", "-l", slease,
-                  "--kill-grace", "100ms", (char *)lock_name, "--", self,
-                  "cmd", "--res", (char *)res_path(), "--id", sid,
-                  "--victim-hold-ms", (char *)hold_ms, "--after-ms", "10000",
+  char *argv[] = {(char *)dlock_bin,
+                  "-u",
+                  srv.url,
+                  "-q",
+                  "run",
+                  "-l",
+                  slease,
+                  "--kill-grace",
+                  "100ms",
+                  (char *)lock_name,
+                  "--",
+                  self,
+                  "cmd",
+                  "--res",
+                  (char *)res_path(),
+                  "--id",
+                  sid,
+                  "--victim-hold-ms",
+                  (char *)hold_ms,
+                  "--after-ms",
+                  "10000",
                   NULL};
   return spawn(argv);
 }
@@ -211,7 +232,8 @@ static bool begin(const char *name, bool enforce, const char *extra,
 static bool finish(long more) {
   long target = res_accepted() + more;
   int64_t end = th_now_ms() + 15000;
-  while (res_accepted() < target && th_now_ms() < end) th_sleep_ms(5);
+  while (res_accepted() < target && th_now_ms() < end)
+    th_sleep_ms(5);
   bool progressed = res_accepted() >= target;
   res_halt();
   bool ok = true;
@@ -338,7 +360,7 @@ static void expect_cli_lost(pid_t v, pid_t cmd, int64_t since) {
          st >= 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1, (long long)took);
   CHECK(st >= 0 && WIFEXITED(st));
   CHECK_EQ(WEXITSTATUS(st), 76);
-  CHECK(took < 5000); /* the command lingers 10 s unless killed */
+  CHECK(took < 5000);       /* the command lingers 10 s unless killed */
   CHECK(kill(cmd, 0) != 0); /* killed and reaped by dlock */
 }
 
@@ -427,7 +449,9 @@ static void flag_lost(dlock_lock *l, const char *owner, void *ud) {
   (void)owner;
   atomic_store(&((lost_flag *)ud)->fired, 1);
 }
-static bool flag_fired(void *p) { return atomic_load(&((lost_flag *)p)->fired); }
+static bool flag_fired(void *p) {
+  return atomic_load(&((lost_flag *)p)->fired);
+}
 static bool key_gone(void *p) {
   return th_cmd_int(&srv, "EXISTS %s", (const char *)p) == 0;
 }
@@ -455,9 +479,9 @@ static void t_s4_reply_faults(void) {
   CHECK(proxy_faulted_bytes() > 0);
   uint64_t after = 0;
   CHECK_RC(dlock_lock_current_token(l, &after), 0);
-  CHECK(after > before);                       /* the server did grant it */
+  CHECK(after > before); /* the server did grant it */
   CHECK_RC(dlock_lock_validity(l, NULL), DLOCK_ENOTOWNER); /* not believed */
-  CHECK(th_wait_for(key_gone, (void *)lock_name, 1000)); /* no orphan */
+  CHECK(th_wait_for(key_gone, (void *)lock_name, 1000));   /* no orphan */
 
   /* b) Watchdog renewals answered late: the server renews, but the client
    * cannot know in time, so it reports the loss rather than believe. */
@@ -584,7 +608,7 @@ static void t_s5_stale_release(void) {
 /* ---- 6. Redis killed and restarted under a held lock ---- */
 static void s6_run(bool enforce, bool aof) {
   CHECK(begin(aof ? "safety:s6aof" : "safety:s6", enforce,
-                aof ? "--appendonly yes --appendfsync always" : NULL, false));
+              aof ? "--appendonly yes --appendfsync always" : NULL, false));
   if (aof) lease = 2000; /* a restart well inside the lease */
   start_worker(VICTIM, 1, 0, "2500", NULL, NULL);
   res_event e;
@@ -699,7 +723,8 @@ static void t_s9_soak(void) {
   rnd_state = (unsigned)th_now_ms();
   printf("    seed %u, %d s\n", rnd_state, seconds);
   pid_t pids[9];
-  for (int i = 1; i <= 8; i++) pids[i] = start_worker(i, 4, 1000, 0, 0, 0);
+  for (int i = 1; i <= 8; i++)
+    pids[i] = start_worker(i, 4, 1000, 0, 0, 0);
   int64_t end = th_now_ms() + seconds * 1000;
   int counts[5] = {0};
   while (th_now_ms() < end) {
@@ -743,8 +768,8 @@ static void t_s9_soak(void) {
          counts[0], counts[1], counts[2], counts[3], counts[4]);
   /* Killed workers exit by signal: take them out of the exit check. */
   for (int i = 0; i < nprocs; i++)
-    if (!procs[i].reaped && waitpid(procs[i].pid, &procs[i].status, WNOHANG) ==
-                                procs[i].pid)
+    if (!procs[i].reaped &&
+        waitpid(procs[i].pid, &procs[i].status, WNOHANG) == procs[i].pid)
       procs[i].reaped = true;
   CHECK(finish(50));
   res_verdict v;
@@ -790,12 +815,17 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cannot start the resource\n");
     return 1;
   }
-  static const th_test tests[] = {
-      T(t_s1_holder_killed), T(t_s2_holder_paused), T(t_s3_renewal_starved),
-      T(t_s4_reply_faults),  T(t_s4_reply_faults_workers),
-      T(t_s5_stale_release), T(t_s6_server_restart),
-      T(t_s7_server_paused), T(t_s8_clock_steps),   T(t_s9_soak),
-      T(t_teardown)};
+  static const th_test tests[] = {T(t_s1_holder_killed),
+                                  T(t_s2_holder_paused),
+                                  T(t_s3_renewal_starved),
+                                  T(t_s4_reply_faults),
+                                  T(t_s4_reply_faults_workers),
+                                  T(t_s5_stale_release),
+                                  T(t_s6_server_restart),
+                                  T(t_s7_server_paused),
+                                  T(t_s8_clock_steps),
+                                  T(t_s9_soak),
+                                  T(t_teardown)};
   int rc = th_run(argc, argv, tests, sizeof tests / sizeof tests[0]);
   if (argc > 1) t_teardown(); /* a chosen few: t_teardown may not have run */
   return rc;

@@ -15,9 +15,9 @@
 #include "dlock.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,8 +54,7 @@ static int res_connect(const char *path) {
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
-    return fd;
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) return fd;
   fprintf(stderr, "worker: cannot reach the resource at %s\n", path);
   exit(3);
 }
@@ -87,18 +86,30 @@ static int parse(int argc, char **argv, wopts *o) {
   o->lease_ms = 600;
   for (int i = 0; i + 1 < argc; i += 2) {
     const char *k = argv[i], *v = argv[i + 1];
-    if (!strcmp(k, "--url")) o->url = v;
-    else if (!strcmp(k, "--res")) o->res = v;
-    else if (!strcmp(k, "--name")) o->name = v;
-    else if (!strcmp(k, "--id")) o->id = atoi(v);
-    else if (!strcmp(k, "--threads")) o->threads = atoi(v);
-    else if (!strcmp(k, "--hold-us")) o->hold_us = atoi(v);
-    else if (!strcmp(k, "--lease-ms")) o->lease_ms = atoll(v);
-    else if (!strcmp(k, "--fixed-lease-ms")) o->fixed_lease_ms = atoll(v);
-    else if (!strcmp(k, "--victim-hold-ms")) o->victim_hold_ms = atoi(v);
-    else if (!strcmp(k, "--after-ms")) o->after_ms = atoi(v);
-    else if (!strcmp(k, "--stall")) o->stall = atoi(v) != 0;
-    else return -1;
+    if (!strcmp(k, "--url"))
+      o->url = v;
+    else if (!strcmp(k, "--res"))
+      o->res = v;
+    else if (!strcmp(k, "--name"))
+      o->name = v;
+    else if (!strcmp(k, "--id"))
+      o->id = atoi(v);
+    else if (!strcmp(k, "--threads"))
+      o->threads = atoi(v);
+    else if (!strcmp(k, "--hold-us"))
+      o->hold_us = atoi(v);
+    else if (!strcmp(k, "--lease-ms"))
+      o->lease_ms = atoll(v);
+    else if (!strcmp(k, "--fixed-lease-ms"))
+      o->fixed_lease_ms = atoll(v);
+    else if (!strcmp(k, "--victim-hold-ms"))
+      o->victim_hold_ms = atoi(v);
+    else if (!strcmp(k, "--after-ms"))
+      o->after_ms = atoi(v);
+    else if (!strcmp(k, "--stall"))
+      o->stall = atoi(v) != 0;
+    else
+      return -1;
   }
   return o->res ? 0 : -1;
 }
@@ -206,7 +217,8 @@ int worker_main(int argc, char **argv) {
     t[i].c = c;
     if (pthread_create(&t[i].tid, NULL, work, &t[i]) != 0) return 70;
   }
-  for (int i = 0; i < n; i++) pthread_join(t[i].tid, NULL);
+  for (int i = 0; i < n; i++)
+    pthread_join(t[i].tid, NULL);
   free(t);
   dlock_client_close(c);
   return 0;
