@@ -110,6 +110,9 @@ static void kill_all(void) {
 
 /* The next worker started connects here instead of to the server. */
 static const char *next_url;
+/* The lock kind every worker of the scenario takes ("lock", "fair",
+ * "write": the write side of a read-write lock). */
+static const char *kind = "lock";
 
 static pid_t start_worker(int id, int threads, int hold_us,
                           const char *victim_hold_ms, const char *stall,
@@ -142,6 +145,8 @@ static pid_t start_worker(int id, int threads, int hold_us,
     argv[n++] = "--fixed-lease-ms";
     argv[n++] = (char *)fixed_lease_ms;
   }
+  argv[n++] = "--kind";
+  argv[n++] = (char *)kind;
   argv[n] = NULL;
   return spawn(argv);
 }
@@ -384,6 +389,19 @@ static void s2_cli(bool enforce) {
   CHECK(finish(20));
   judge(enforce, true, VICTIM, OVERLAP_SOME);
 }
+/* The same fault on the other kinds that hand out fencing tokens: the fair
+ * lock and the write side of a read-write lock. */
+static void t_s2_family_paused(void) {
+  const char *kinds[] = {"fair", "write"};
+  for (int i = 0; i < 2; i++) {
+    printf("    kind %s\n", kinds[i]);
+    kind = kinds[i];
+    s2_lib(true);
+    s2_lib(false);
+  }
+  kind = "lock";
+}
+
 static void t_s2_holder_paused(void) {
   s2_lib(true);
   s2_lib(false);
@@ -817,6 +835,7 @@ int main(int argc, char **argv) {
   }
   static const th_test tests[] = {T(t_s1_holder_killed),
                                   T(t_s2_holder_paused),
+                                  T(t_s2_family_paused),
                                   T(t_s3_renewal_starved),
                                   T(t_s4_reply_faults),
                                   T(t_s4_reply_faults_workers),

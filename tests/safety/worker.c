@@ -36,6 +36,7 @@ typedef struct wopts {
   int victim_hold_ms;     /* > 0: one victim cycle */
   int after_ms;           /* cmd: linger after the write */
   bool stall;             /* victim: stall the watchdog while holding */
+  const char *kind;       /* "lock" (default), "fair" or "write" */
 } wopts;
 
 static int64_t now_us(void) {
@@ -106,6 +107,7 @@ static int parse(int argc, char **argv, wopts *o) {
       o->victim_hold_ms = atoi(v);
     else if (!strcmp(k, "--after-ms"))
       o->after_ms = atoi(v);
+    else if (!strcmp(k, "--kind")) o->kind = v;
     else if (!strcmp(k, "--stall"))
       o->stall = atoi(v) != 0;
     else
@@ -131,8 +133,14 @@ static void *work(void *arg) {
   wthread *t = arg;
   const wopts *o = t->o;
   int fd = res_connect(o->res);
-  dlock_lock *l = NULL;
-  if (dlock_lock_new(t->c, o->name, NULL, &l) != 0) exit(4);
+  dlock_lock *l = NULL, *reader = NULL;
+  const char *kind = o->kind ? o->kind : "lock";
+  int e = strcmp(kind, "fair") == 0
+              ? dlock_lock_new_fair(t->c, o->name, NULL, 0, &l)
+          : strcmp(kind, "write") == 0
+              ? dlock_rwlock_new(t->c, o->name, NULL, &reader, &l)
+              : dlock_lock_new(t->c, o->name, NULL, &l);
+  if (e != 0) exit(4);
   dlock_lock_on_lost(l, on_lost, t);
   char ans[64];
   bool victim = o->victim_hold_ms > 0;
@@ -189,6 +197,7 @@ static void *work(void *arg) {
              (long long)rel);
   }
   dlock_lock_free(l);
+  dlock_lock_free(reader);
   close(fd);
   return NULL;
 }
