@@ -56,6 +56,28 @@ void dl_hold_bury(dlock_client *c, dl_hold *h) {
   free(h);
 }
 
+void dl_holds_drop_via(dlock_client *c, const void *via, int *count) {
+  dl_hold *stop[64];
+  int nstop;
+  do {
+    nstop = 0;
+    pthread_mutex_lock(&c->holds_mu);
+    while (c->in_lost_callback == via)
+      pthread_cond_wait(&c->holds_cv, &c->holds_mu);
+    for (int i = 0; i < DL_HOLD_BUCKETS && nstop < 64 && (!count || *count > 0);
+         i++)
+      for (dl_hold *h = c->holds[i], *n; h && nstop < 64; h = n) {
+        n = h->next;
+        if (h->via == via) {
+          if (count) (*count)--;
+          stop[nstop++] = dl_hold_drop(c, h);
+        }
+      }
+    pthread_mutex_unlock(&c->holds_mu);
+    for (int i = 0; i < nstop; i++) dl_hold_bury(c, stop[i]);
+  } while (nstop > 0);
+}
+
 int64_t dl_validity(int64_t sent, int64_t lease_ms) {
   /* Redlock's allowance for clocks that run at different rates. */
   return sent + lease_ms - (lease_ms / 100 + 2);

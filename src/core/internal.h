@@ -283,6 +283,11 @@ dl_hold *dl_hold_add(dlock_client *c, const char *key, const char *owner);
 dl_hold *dl_hold_drop(dlock_client *c, dl_hold *h);
 /* Stops the hold's renewal and frees it. Accepts NULL. Not under holds_mu. */
 void dl_hold_bury(dlock_client *c, dl_hold *h);
+/* Drops every hold reported through handle `via` (they stop being renewed
+ * and expire after their lease), first waiting out a lost callback running
+ * for it; for a handle being freed. `count` (may be NULL: scan them all)
+ * is how many there are, decremented as they go. Not under holds_mu. */
+void dl_holds_drop_via(dlock_client *c, const void *via, int *count);
 
 /* ---- client.c ---- */
 struct dlock_client {
@@ -322,7 +327,10 @@ typedef int (*dl_try_fn)(void *ctx, int64_t *recheck_ms);
 int dl_wait_for(dlock_client *c, const char *channel, int mode,
                 int64_t wait_ms, dl_try_fn fn, void *ctx);
 /* Redisson's derived name "<prefix>:{<key>}", or "<prefix>:<key>" when the
- * key has its own hash tag (same slot either way). Caller frees. */
+ * key has its own hash tag (same slot either way), into out (len bytes). */
+void dl_derived_into(char *out, size_t len, const char *prefix,
+                     const char *key);
+/* The same, allocated. Caller frees. */
 char *dl_derived(const char *prefix, const char *key);
 /* Redisson's suffixed name "{<key>}:<suffix>" ("<key>:<suffix>" when the
  * key has a hash tag). Caller frees. */

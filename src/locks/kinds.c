@@ -9,11 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-char *dl_derived(const char *prefix, const char *key) {
+void dl_derived_into(char *out, size_t len, const char *prefix,
+                     const char *key) {
   const char *fmt = strchr(key, '{') ? "%s:%s" : "%s:{%s}";
+  snprintf(out, len, fmt, prefix, key);
+}
+
+char *dl_derived(const char *prefix, const char *key) {
   size_t n = strlen(prefix) + strlen(key) + 4;
   char *out = malloc(n);
-  if (out) snprintf(out, n, fmt, prefix, key);
+  if (out) dl_derived_into(out, n, prefix, key);
   return out;
 }
 

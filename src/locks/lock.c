@@ -38,8 +38,7 @@ struct dlock_lock {
  * `out` has DERIVED_MAX bytes. */
 #define DERIVED_MAX (DLOCK_KEY_PREFIX_MAX + DLOCK_NAME_MAX + 32)
 static const char *derived(char *out, const char *prefix, const dlock_lock *l) {
-  const char *fmt = strchr(l->key, '{') ? "%s:%s" : "%s:{%s}";
-  snprintf(out, DERIVED_MAX, fmt, prefix, l->key);
+  dl_derived_into(out, DERIVED_MAX, prefix, l->key);
   return out;
 }
 #define CHANNEL(l, buf) derived(buf, "redisson_lock__channel", l)
@@ -108,30 +107,9 @@ int dlock_rwlock_new(dlock_client *c, const char *name, const char *owner,
 void dlock_lock_free(dlock_lock *l) {
   if (l == NULL) return;
   /* Holds taken through this handle stop being renewed and expire after
-   * their lease; wait out a lost callback running for it. */
-  dlock_client *c = l->c;
-  dl_hold *stop[64];
-  int nstop;
-  do {
-    nstop = 0;
-    pthread_mutex_lock(&c->holds_mu);
-    while (c->in_lost_callback == l)
-      pthread_cond_wait(&c->holds_cv, &c->holds_mu);
-    for (int i = 0; i < DL_HOLD_BUCKETS && nstop < 64 && l->nholds > 0; i++)
-      for (dl_hold *h = c->holds[i], *n; h && nstop < 64; h = n) {
-        n = h->next;
-        if (h->via == l) {
-          l->nholds--;
-          stop[nstop++] = dl_hold_drop(c, h);
-        }
-      }
-    if (nstop == 0) {
-      free(l->info);
-      l->info = NULL;
-    }
-    pthread_mutex_unlock(&c->holds_mu);
-    for (int i = 0; i < nstop; i++) dl_hold_bury(c, stop[i]);
-  } while (nstop > 0);
+   * their lease. */
+  dl_holds_drop_via(l->c, l, &l->nholds);
+  free(l->info);
   free(l);
 }
 

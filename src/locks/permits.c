@@ -50,24 +50,8 @@ int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
 void dlock_permits_free(dlock_permits *p) {
   if (p == NULL) return;
   /* Permits taken through this handle stop being renewed and come back
-   * after their lease; wait out a lost callback running for it. */
-  dlock_client *c = p->c;
-  dl_hold *stop[64];
-  int nstop;
-  do {
-    nstop = 0;
-    pthread_mutex_lock(&c->holds_mu);
-    while (c->in_lost_callback == p)
-      pthread_cond_wait(&c->holds_cv, &c->holds_mu);
-    for (int i = 0; i < DL_HOLD_BUCKETS && nstop < 64; i++)
-      for (dl_hold *h = c->holds[i], *n; h && nstop < 64; h = n) {
-        n = h->next;
-        if (h->permit && h->via == p) stop[nstop++] = dl_hold_drop(c, h);
-      }
-    pthread_mutex_unlock(&c->holds_mu);
-    for (int i = 0; i < nstop; i++)
-      dl_hold_bury(c, stop[i]);
-  } while (nstop > 0);
+   * after their lease. */
+  dl_holds_drop_via(p->c, p, NULL);
   free(p->key);
   free(p->timeout);
   free(p->channel);
