@@ -3,6 +3,7 @@
 #include "cli/duration.h"
 #include "core/internal.h"
 
+#include <sched.h>
 #include <string.h>
 
 static void t_url_redis(void) {
@@ -120,5 +121,55 @@ static void t_durations(void) {
   }
 }
 
-TH_MAIN(T(t_durations), T(t_url_redis), T(t_url_bad), T(t_url_redact), T(t_errors),
+/* Parking: a sleeper wakes when the word changes, whichever comes first,
+ * its sleep or the change; it times out when nothing changes. */
+typedef struct park_ops {
+  int (*wait)(atomic_int *, int, int64_t);
+  void (*wake)(atomic_int *);
+} park_ops;
+
+typedef struct park_arg {
+  const park_ops *ops;
+  atomic_int word, asleep;
+  int rc;
+} park_arg;
+
+static void *park_sleeper(void *p) {
+  park_arg *a = p;
+  atomic_store(&a->asleep, 1);
+  a->rc = a->ops->wait(&a->word, 0, dl_now_ms() + 10000);
+  return NULL;
+}
+
+static void park_check(const park_ops *ops) {
+  atomic_int w = 0;
+  int64_t t0 = dl_now_ms();
+  CHECK_RC(ops->wait(&w, 0, t0 + 50), DLOCK_ETIMEDOUT);
+  CHECK(dl_now_ms() - t0 >= 49);
+  atomic_store(&w, 1);
+  CHECK_RC(ops->wait(&w, 0, t0 + 10000), 0); /* changed already */
+  for (int i = 0; i < 200; i++) {
+    park_arg a = {ops, 0, 0, -99};
+    pthread_t th;
+    pthread_create(&th, NULL, park_sleeper, &a);
+    /* Half the rounds change the word at once (maybe before the sleep),
+     * half once the sleeper said it was going to sleep. */
+    while (i % 2 && !atomic_load(&a.asleep)) sched_yield();
+    atomic_store(&a.word, 1);
+    ops->wake(&a.word);
+    pthread_join(th, NULL);
+    CHECK_RC(a.rc, 0);
+  }
+}
+
+static void t_park(void) {
+  static const park_ops cv = {dl_park_wait_cv, dl_park_wake_cv};
+  park_check(&cv);
+#ifdef __linux__
+  static const park_ops futex = {dl_park_wait_futex, dl_park_wake_futex};
+  park_check(&futex);
+#endif
+}
+
+TH_MAIN(T(t_park), T(t_durations), T(t_url_redis), T(t_url_bad), T(t_url_redact), T(t_errors),
         T(t_bad_open))

@@ -132,7 +132,10 @@ static double ping_p50_us(redisContext *c, int n) {
 }
 
 /* Acquire + release pairs pipelined on one connection for `ms`: the most
- * lock cycles per second the server can execute. */
+ * lock cycles per second the server can execute. The commands are the ones
+ * dlock_lock_try_acquire and dlock_lock_release send for a fresh hold with
+ * a fixed lease (the same keys and arguments); an error reply makes the
+ * ceiling 0 rather than a figure for scripts that stopped half-way. */
 static double ceiling_ops(redisContext *c, int64_t ms) {
   dl_scripts_init();
   const dl_script *acq = &dl_scripts[DL_SCRIPT_LOCK_ACQUIRE];
@@ -144,21 +147,30 @@ static double ceiling_ops(redisContext *c, int64_t ms) {
   const int batch = 256;
   long pairs = 0;
   int64_t t0 = dl_now_ms(), end = t0 + ms;
-  char key[64], tok[96];
+  char key[64], tok[96], hand[96], chan[96];
   while (dl_now_ms() < end) {
     for (int i = 0; i < batch; i++) {
       snprintf(key, sizeof key, "bench:ceil:%d", i);
-      snprintf(tok, sizeof tok, "redisson_lock_token:{%s}", key);
-      redisAppendCommand(c, "EVALSHA %s 2 %s %s 10000 bench:ceil %s 0",
-                         acq->sha, key, tok, "");
-      redisAppendCommand(c, "EVALSHA %s 2 %s redisson_lock__channel:{%s} 0 "
-                         "10000 bench:ceil 1", rel->sha, key, key);
+      dl_derived_into(tok, sizeof tok, "redisson_lock_token", key);
+      dl_derived_into(hand, sizeof hand, "dlock_handoff", key);
+      dl_derived_into(chan, sizeof chan, "redisson_lock__channel", key);
+      redisAppendCommand(c, "EVALSHA %s 3 %s %s %s 10000 bench:ceil:1 %s 0 0 "
+                         "600", acq->sha, key, tok, hand, "");
+      redisAppendCommand(c, "EVALSHA %s 2 %s %s 0 10000 bench:ceil:1 1",
+                         rel->sha, key, chan);
     }
+    bool bad = false;
     for (int i = 0; i < 2 * batch; i++) {
       void *rep = NULL;
       if (redisGetReply(c, &rep) != REDIS_OK) return 0;
+      redisReply *x = rep;
+      /* acquire: {1, token}; release: 1 + subscribers */
+      if (i % 2 == 0 ? x->type != REDIS_REPLY_ARRAY
+                     : x->type != REDIS_REPLY_INTEGER)
+        bad = true;
       freeReplyObject(rep);
     }
+    if (bad) return 0;
     pairs += batch;
   }
   return (double)pairs * 1000.0 / (double)(dl_now_ms() - t0);

@@ -18,11 +18,32 @@ int64_t dl_now_ms(void); /* CLOCK_MONOTONIC */
 int64_t dl_now_us(void);
 char *dl_strdup(const char *s); /* NULL -> NULL */
 uint64_t dl_thread_id(void);    /* process-unique, never reused */
+/* Writes v in decimal to buf (at least DL_INT_BUF bytes); returns buf.
+ * For the hot path, where snprintf's cost shows. */
+#define DL_INT_BUF 24
+const char *dl_fmt_ll(char *buf, long long v);
 /* Absolute CLOCK_MONOTONIC deadline for pthread_cond_timedwait. */
 void dl_abstime(int64_t deadline_ms, struct timespec *ts);
 /* pthread_cond_t that waits on CLOCK_MONOTONIC. */
 int dl_cond_init(pthread_cond_t *cv);
 int dl_random_bytes(unsigned char *buf, size_t len);
+
+/* ---- park.c: sleeping on a word ---- */
+/* Sleeps while *word == expect, until deadline_ms (dl_now_ms() time).
+ * Returns 0 once the word differs (acquire ordering), DLOCK_ETIMEDOUT at the
+ * deadline. May return early only with the word changed. */
+int dl_park_wait(atomic_int *word, int expect, int64_t deadline_ms);
+/* Wakes the thread sleeping on word; call after changing it. The word's
+ * memory must stay valid until this returns. */
+void dl_park_wake(atomic_int *word);
+/* The two ways behind them (tests): condition variables, and on Linux a
+ * futex (the one dl_park_* use there). */
+int dl_park_wait_cv(atomic_int *word, int expect, int64_t deadline_ms);
+void dl_park_wake_cv(atomic_int *word);
+#ifdef __linux__
+int dl_park_wait_futex(atomic_int *word, int expect, int64_t deadline_ms);
+void dl_park_wake_futex(atomic_int *word);
+#endif
 
 /* ---- error.c: per-thread detail messages ---- */
 /* Records `fmt` as the calling thread's detail for `owner` (a client or

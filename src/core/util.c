@@ -41,6 +41,22 @@ uint64_t dl_thread_id(void) {
   return my_thread_id;
 }
 
+const char *dl_fmt_ll(char *buf, long long v) {
+  char tmp[24];
+  int n = 0;
+  unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v
+                               : (unsigned long long)v;
+  do {
+    tmp[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  char *p = buf;
+  if (v < 0) *p++ = '-';
+  while (n) *p++ = tmp[--n];
+  *p = '\0';
+  return buf;
+}
+
 void dl_abstime(int64_t deadline_ms, struct timespec *ts) {
   ts->tv_sec = (time_t)(deadline_ms / 1000);
   ts->tv_nsec = (long)(deadline_ms % 1000) * 1000000L;

@@ -11,8 +11,19 @@
 
 void dl_derived_into(char *out, size_t len, const char *prefix,
                      const char *key) {
-  const char *fmt = strchr(key, '{') ? "%s:%s" : "%s:{%s}";
-  snprintf(out, len, fmt, prefix, key);
+  /* As snprintf(out, len, "%s:{%s}" or "%s:%s", ...), without its cost on
+   * the lock's hot path. */
+  bool tagged = strchr(key, '{') != NULL;
+  const char *parts[] = {prefix, tagged ? ":" : ":{", key, tagged ? "" : "}"};
+  size_t off = 0;
+  if (len == 0) return;
+  for (int i = 0; i < 4; i++) {
+    size_t n = strlen(parts[i]);
+    if (n > len - 1 - off) n = len - 1 - off;
+    memcpy(out + off, parts[i], n);
+    off += n;
+  }
+  out[off] = '\0';
 }
 
 char *dl_derived(const char *prefix, const char *key) {

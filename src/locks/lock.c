@@ -243,9 +243,9 @@ static int rw_attempt(dlock_lock *l, const char *owner, const char *lease,
 static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
                    bool starving, bool enqueue, uint64_t *token, int64_t *ttl,
                    bool *local_reserved, int64_t *sent) {
-  char lease[24], count[16];
-  snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
-  snprintf(count, sizeof count, "%d", believed(l, owner));
+  char lease[DL_INT_BUF], count[DL_INT_BUF];
+  dl_fmt_ll(lease, lease_ms);
+  dl_fmt_ll(count, believed(l, owner));
   pthread_mutex_lock(&l->c->holds_mu);
   char *info = dl_strdup(l->info ? l->info : "");
   pthread_mutex_unlock(&l->c->holds_mu);
@@ -257,9 +257,9 @@ static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
   char tk[DERIVED_MAX], hk[DERIVED_MAX], qk[DERIVED_MAX], tok[DERIVED_MAX];
   const char *keys[] = {l->key, TOKEN_KEY(l, tk), HANDOFF_KEY(l, hk),
                         QUEUE_KEY(l, qk), TIMEOUT_KEY(l, tok)};
-  char reserve[16], stale[24];
-  snprintf(reserve, sizeof reserve, "%d", RESERVE_MS);
-  snprintf(stale, sizeof stale, "%lld", (long long)l->fair_ms);
+  char reserve[DL_INT_BUF], stale[DL_INT_BUF];
+  dl_fmt_ll(reserve, RESERVE_MS);
+  dl_fmt_ll(stale, l->fair_ms);
   const char *args[] = {lease, owner, info, count, starving ? "1" : "0",
                         reserve, stale, enqueue ? "1" : "0"};
   bool fair = l->fair_ms > 0;
@@ -341,9 +341,9 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
 /* Returns 1 released, 0 still held, or a negative code. */
 static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
                           int count) {
-  char lease[24], cnt[16];
-  snprintf(lease, sizeof lease, "%lld", (long long)lease_ms);
-  snprintf(cnt, sizeof cnt, "%d", count);
+  char lease[DL_INT_BUF], cnt[DL_INT_BUF];
+  dl_fmt_ll(lease, lease_ms);
+  dl_fmt_ll(cnt, count);
   char ch[DERIVED_MAX], qk[DERIVED_MAX];
   redisReply *r = NULL;
   int rc;
@@ -590,7 +590,7 @@ static int query_int(dlock_lock *l, int argc, const char **argv,
 int dlock_lock_is_locked(dlock_lock *l) {
   if (l == NULL) return DLOCK_EINVAL;
   const char *argv[] = {"EXISTS", l->key};
-  long long v;
+  long long v = 0;
   int rc = query_int(l, 2, argv, 0, &v);
   return rc ? rc : (v > 0);
 }
@@ -601,7 +601,7 @@ int dlock_lock_is_held(dlock_lock *l) {
   int rc = owner_of(l, owner);
   if (rc != 0) return rc;
   const char *argv[] = {"HEXISTS", l->key, owner};
-  long long v;
+  long long v = 0;
   rc = query_int(l, 3, argv, 0, &v);
   return rc ? rc : (v > 0);
 }
@@ -612,7 +612,7 @@ int dlock_lock_hold_count(dlock_lock *l) {
   int rc = owner_of(l, owner);
   if (rc != 0) return rc;
   const char *argv[] = {"HGET", l->key, owner};
-  long long v;
+  long long v = 0;
   rc = query_int(l, 3, argv, 0, &v);
   if (rc == 0 && (v < 0 || v > INT_MAX))
     rc = dl_seterr(l->c, DLOCK_EPROTO, "hold count %lld out of range", v);
@@ -622,7 +622,7 @@ int dlock_lock_hold_count(dlock_lock *l) {
 int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms) {
   if (l == NULL || ttl_ms == NULL) return DLOCK_EINVAL;
   const char *argv[] = {"PTTL", l->key};
-  long long v;
+  long long v = 0;
   int rc = query_int(l, 2, argv, -2, &v);
   if (rc == 0) *ttl_ms = v;
   return rc;
@@ -632,7 +632,7 @@ int dlock_lock_current_token(dlock_lock *l, uint64_t *token) {
   if (l == NULL || token == NULL) return DLOCK_EINVAL;
   char tk[DERIVED_MAX];
   const char *argv[] = {"GET", TOKEN_KEY(l, tk)};
-  long long v;
+  long long v = 0;
   int rc = query_int(l, 2, argv, 0, &v);
   if (rc == 0) *token = (uint64_t)v;
   return rc;

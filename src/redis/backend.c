@@ -54,29 +54,49 @@ static bool is_noscript(const redisReply *r) {
   return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
-/* Builds EVALSHA/EVAL argv; returns argc or -1. */
+/* An EVALSHA/EVAL argv: on the stack for the usual few arguments. */
+typedef struct evargv {
+  const char **argv;
+  size_t *lens;
+  const char *small[16];
+  size_t small_lens[16];
+  char nk[DL_INT_BUF];
+} evargv;
+
+/* Builds the argv into *v; returns argc or -1 (out of memory). Release
+ * with evargv_free. */
 static int build_argv(int script, bool body, int nkeys,
                       const char *const *keys, int nargs,
-                      const char *const *args, const char ***argvp,
-                      size_t **lensp, char *nkbuf) {
+                      const char *const *args, evargv *v) {
   int argc = 3 + nkeys + nargs;
-  const char **argv = malloc(sizeof *argv * (size_t)argc);
-  size_t *lens = malloc(sizeof *lens * (size_t)argc);
-  if (!argv || !lens) {
-    free(argv);
-    free(lens);
-    return -1;
+  v->argv = v->small;
+  v->lens = v->small_lens;
+  if (argc > 16) {
+    v->argv = malloc(sizeof *v->argv * (size_t)argc);
+    v->lens = malloc(sizeof *v->lens * (size_t)argc);
+    if (!v->argv || !v->lens) {
+      free(v->argv);
+      free(v->lens);
+      v->argv = NULL;
+      v->lens = NULL;
+      return -1;
+    }
   }
-  snprintf(nkbuf, 16, "%d", nkeys);
+  const char **argv = v->argv;
   argv[0] = body ? "EVAL" : "EVALSHA";
   argv[1] = body ? dl_scripts[script].body : dl_scripts[script].sha;
-  argv[2] = nkbuf;
+  argv[2] = dl_fmt_ll(v->nk, nkeys);
   for (int i = 0; i < nkeys; i++) argv[3 + i] = keys[i];
   for (int i = 0; i < nargs; i++) argv[3 + nkeys + i] = args[i];
-  for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
-  *argvp = argv;
-  *lensp = lens;
+  for (int i = 0; i < argc; i++) v->lens[i] = strlen(argv[i]);
   return argc;
+}
+
+static void evargv_free(evargv *v) {
+  if (v->argv != v->small) {
+    free(v->argv);
+    free(v->lens);
+  }
 }
 
 static int rb_eval_many(dl_backend *base, int64_t deadline, int n, int script,
@@ -86,26 +106,23 @@ static int rb_eval_many(dl_backend *base, int64_t deadline, int n, int script,
                         int *errs) {
   redis_backend *b = (redis_backend *)base;
   dl_conn *conn = pick(b);
-  dl_req **reqs = calloc((size_t)n, sizeof *reqs);
+  dl_req *one = NULL;
+  dl_req **reqs = n == 1 ? &one : calloc((size_t)n, sizeof *reqs);
   if (reqs == NULL) return dl_seterr(b->client, DLOCK_ENOMEM, "out of memory");
   int64_t limit = dl_now_ms() + b->client->command_timeout_ms;
   if (deadline <= 0 || deadline > limit) deadline = limit;
   for (int i = 0; i < n; i++) {
-    const char **argv;
-    size_t *lens;
-    char nk[16];
+    evargv v;
     replies[i] = NULL;
     errs[i] = 0;
-    int argc =
-        build_argv(script, false, nkeys[i], keys[i], nargs[i], args[i], &argv,
-                   &lens, nk);
+    int argc = build_argv(script, false, nkeys[i], keys[i], nargs[i], args[i],
+                          &v);
     if (argc < 0) {
       errs[i] = DLOCK_ENOMEM;
       continue;
     }
-    reqs[i] = dl_conn_send(conn, argc, argv, lens, &errs[i]);
-    free(argv);
-    free(lens);
+    reqs[i] = dl_conn_send(conn, argc, v.argv, v.lens, &errs[i]);
+    evargv_free(&v);
   }
   int first_err = 0;
   for (int i = 0; i < n; i++) {
@@ -116,22 +133,19 @@ static int rb_eval_many(dl_backend *base, int64_t deadline, int n, int script,
        * again for everyone. */
       freeReplyObject(replies[i]);
       replies[i] = NULL;
-      const char **argv;
-      size_t *lens;
-      char nk[16];
+      evargv v;
       int argc = build_argv(script, true, nkeys[i], keys[i], nargs[i], args[i],
-                            &argv, &lens, nk);
+                            &v);
       if (argc < 0) errs[i] = DLOCK_ENOMEM;
       else {
-        errs[i] = dl_conn_call(conn, argc, argv, lens, &replies[i]);
-        free(argv);
-        free(lens);
+        errs[i] = dl_conn_call(conn, argc, v.argv, v.lens, &replies[i]);
+        evargv_free(&v);
       }
     }
     if (errs[i] == 0) errs[i] = check_reply(b, &replies[i]);
     if (errs[i] != 0 && first_err == 0) first_err = errs[i];
   }
-  free(reqs);
+  if (reqs != &one) free(reqs);
   return first_err;
 }
 

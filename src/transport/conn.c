@@ -7,7 +7,12 @@
  * reader and completes every reply that arrives, in order, until its own has
  * come, then hands the reader role to the oldest request still in flight.
  * Alone, a thread writes its command and reads its reply itself (no hand-off,
- * no added latency); under load, one write and one read serve many threads. */
+ * no added latency); under load, one write and one read serve many threads.
+ *
+ * Waiting costs one sleep and one wake-up per request: a waiter sleeps on
+ * its request's word (park.c), and the reader completes requests and wakes
+ * their threads outside the mutex, so a woken thread returns without
+ * queueing for the mutex. The mutex guards the queues and the roles only. */
 #include "../core/internal.h"
 
 #include <hiredis/hiredis.h>
@@ -15,8 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { REQ_QUEUED, REQ_INFLIGHT, REQ_DONE };
+/* phase, under mu. REQ_TAKEN: off the queues, its reply being delivered. */
+enum { REQ_QUEUED, REQ_INFLIGHT, REQ_TAKEN };
+enum { W_RUN, W_SLEEP, W_DONE };             /* word, atomic */
 enum { CONN_DOWN, CONN_CONNECTING, CONN_UP };
+/* Queued requests that go out without waiting for the reader (measured
+ * with dlock bench -t 64 uncontended: 8 did best, 1 and 16 worse). */
+enum { EAGER = 8 };
 
 struct dl_req {
   dl_req *next;
@@ -24,10 +34,22 @@ struct dl_req {
   size_t len;
   redisReply *reply;
   int err;
-  int state;
-  bool waiting; /* its thread sleeps on cv */
-  pthread_cond_t cv;
+  int phase;
+  /* W_RUN, W_SLEEP while its thread sleeps (set by that thread under mu;
+   * a role hand-off sets it back to W_RUN under mu), W_DONE once complete. */
+  atomic_int word;
+  /* The waiter's and the completer's: the completer may still be waking
+   * the thread when it sees W_DONE and leaves. The last one frees. */
+  atomic_int refs;
 };
+
+static void req_put(dl_req *r) {
+  if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) {
+    if (r->cmd) redisFreeCommand(r->cmd);
+    if (r->reply) freeReplyObject(r->reply);
+    free(r);
+  }
+}
 
 /* A socket and the threads using it outside the mutex: the last one out of
  * a failed socket closes it. */
@@ -50,6 +72,7 @@ struct dl_conn {
   dl_req *outq, *outq_tail;
   dl_req *infl, *infl_tail;
   bool writing, reading;
+  int outq_len; /* requests on outq */
   uint64_t batches;
 };
 
@@ -72,11 +95,24 @@ int dl_conn_new(const dl_conn_config *cfg, dl_conn **out) {
   return 0;
 }
 
+/* Completes r, wakes its thread if it sleeps, and lets go of r. Called by
+ * whoever took r off the queues (with or without mu). */
 static void complete(dl_req *r, redisReply *reply, int err) {
   r->reply = reply;
   r->err = err;
-  r->state = REQ_DONE;
-  if (r->waiting) pthread_cond_signal(&r->cv);
+  if (atomic_exchange_explicit(&r->word, W_DONE, memory_order_acq_rel) ==
+      W_SLEEP)
+    dl_park_wake(&r->word);
+  req_put(r);
+}
+
+/* With mu held: wakes r's thread, if it sleeps, to take a vacant role. r is
+ * on a queue, so it cannot complete (nor be freed) while mu is held. */
+static bool kick(dl_req *r) {
+  int expect = W_SLEEP;
+  if (!atomic_compare_exchange_strong(&r->word, &expect, W_RUN)) return false;
+  dl_park_wake(&r->word);
+  return true;
 }
 
 /* Called with mu held: fails every pending request with `err`, shuts the
@@ -97,6 +133,7 @@ static void conn_fail(dl_conn *c, int err, const char *why) {
     r = n;
   }
   c->infl = c->infl_tail = c->outq = c->outq_tail = NULL;
+  c->outq_len = 0;
   dl_io_shutdown(c->cur->io);
   hold_put(c->cur);
   c->cur = NULL;
@@ -207,8 +244,9 @@ static void do_write(dl_conn *c, int64_t deadline) {
     if (c->infl_tail) c->infl_tail->next = first;
     else c->infl = first;
     c->infl_tail = c->outq_tail;
-    for (dl_req *r = first; r; r = r->next) r->state = REQ_INFLIGHT;
+    for (dl_req *r = first; r; r = r->next) r->phase = REQ_INFLIGHT;
     c->outq = c->outq_tail = NULL;
+    c->outq_len = 0;
     c->batches++;
     iohold *h = c->cur;
     h->refs++;
@@ -226,84 +264,84 @@ static void do_write(dl_conn *c, int64_t deadline) {
   c->writing = false;
   /* A request queued meanwhile by a thread now asleep needs a writer. */
   for (dl_req *r = c->outq; r; r = r->next)
-    if (r->waiting) {
-      pthread_cond_signal(&r->cv);
-      break;
-    }
+    if (kick(r)) break;
   /* And what we wrote needs a reader. We may have written only other
    * threads' requests (ours may even be answered already, and we leave):
    * with nobody reading, their threads would sleep until the timeout. */
   if (!c->reading)
     for (dl_req *r = c->infl; r; r = r->next)
-      if (r->waiting) {
-        pthread_cond_signal(&r->cv);
-        break;
-      }
+      if (kick(r)) break;
 }
 
-/* With mu held: become the reader until `mine` is done. */
+/* With mu held: become the reader until `mine` is done. Replies are parsed
+ * outside mu (the reader role owns the hiredis reader); under mu the reader
+ * only takes their requests off the in-flight queue, and it completes them
+ * and wakes their threads after letting go of mu. */
 static void do_read(dl_conn *c, dl_req *mine, int64_t deadline) {
+  enum { BATCH = 64 };
   c->reading = true;
   iohold *h = c->cur;
   h->refs++;
   char buf[16384];
-  while (mine->state != REQ_DONE && c->cur == h) {
+  redisReply *got[BATCH];
+  dl_req *reqs[BATCH];
+  bool failed = false;
+  while (!failed &&
+         atomic_load_explicit(&mine->word, memory_order_acquire) != W_DONE &&
+         c->cur == h) {
     pthread_mutex_unlock(&c->mu);
     int n = dl_io_read(h->io, buf, sizeof buf, deadline);
-    redisReply *got[64];
-    int ngot = 0;
-    int perr = 0;
-    if (n > 0 && redisReaderFeed(h->reader, buf, (size_t)n) != REDIS_OK)
-      perr = 1;
-    pthread_mutex_lock(&c->mu);
-    if (c->cur != h) break;
+    bool perr = n > 0 && redisReaderFeed(h->reader, buf, (size_t)n) != REDIS_OK;
     if (n < 0) {
-      conn_fail(c, n == DLOCK_ETIMEDOUT ? DLOCK_ETIMEDOUT : DLOCK_ECONNLOST,
-                n == DLOCK_ETIMEDOUT ? "no reply before the command timeout"
-                                     : "connection lost while reading");
+      pthread_mutex_lock(&c->mu);
+      if (c->cur == h)
+        conn_fail(c, n == DLOCK_ETIMEDOUT ? DLOCK_ETIMEDOUT : DLOCK_ECONNLOST,
+                  n == DLOCK_ETIMEDOUT ? "no reply before the command timeout"
+                                       : "connection lost while reading");
       break;
     }
-    for (;;) {
-      void *rep = NULL;
+    /* Everything that came, BATCH replies at a time: nothing may stay in
+     * the hiredis reader when the role passes on. */
+    int ngot;
+    do {
       ngot = 0;
-      while (!perr && ngot < 64) {
-        if (redisReaderGetReply(h->reader, &rep) != REDIS_OK) {
-          perr = 1;
-          break;
-        }
-        if (rep == NULL) break;
-        got[ngot++] = rep;
+      while (!perr && ngot < BATCH) {
+        void *rep = NULL;
+        if (redisReaderGetReply(h->reader, &rep) != REDIS_OK) perr = true;
+        else if (rep == NULL) break;
+        else got[ngot++] = rep;
       }
-      for (int i = 0; i < ngot; i++) {
-        dl_req *r = c->infl;
-        if (r == NULL) { /* a reply nobody asked for */
-          freeReplyObject(got[i]);
-          perr = 1;
-          continue;
+      pthread_mutex_lock(&c->mu);
+      int nreq = 0;
+      if (c->cur == h)
+        for (; nreq < ngot && c->infl; nreq++) {
+          dl_req *r = c->infl;
+          c->infl = r->next;
+          if (c->infl == NULL) c->infl_tail = NULL;
+          r->next = NULL;
+          r->phase = REQ_TAKEN;
+          reqs[nreq] = r;
         }
-        c->infl = r->next;
-        if (c->infl == NULL) c->infl_tail = NULL;
-        r->next = NULL;
-        complete(r, got[i], 0);
+      if (c->cur != h) {
+        failed = true;
+      } else if (perr || nreq < ngot) { /* or a reply nobody asked for */
+        conn_fail(c, DLOCK_EPROTO, "malformed reply from the server");
+        failed = true;
+      } else if (c->outq && !c->writing) {
+        do_write(c, deadline); /* what queued meanwhile goes out now */
       }
-      if (ngot < 64 || perr) break;
-    }
-    if (perr) {
-      conn_fail(c, DLOCK_EPROTO, "malformed reply from the server");
-      break;
-    }
-    /* Requests queued while we waited go out now, in one write. */
-    if (c->outq && !c->writing && c->cur == h) do_write(c, deadline);
+      pthread_mutex_unlock(&c->mu);
+      for (int i = 0; i < nreq; i++) complete(reqs[i], got[i], 0);
+      for (int i = nreq; i < ngot; i++) freeReplyObject(got[i]);
+    } while (!failed && ngot == BATCH);
+    pthread_mutex_lock(&c->mu);
   }
   hold_put(h);
   c->reading = false;
   if (c->outq && !c->writing) do_write(c, deadline);
   /* Hand the reader role to the oldest request still waiting. */
   for (dl_req *r = c->infl; r; r = r->next)
-    if (r->waiting) {
-      pthread_cond_signal(&r->cv);
-      break;
-    }
+    if (kick(r)) break;
 }
 
 dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
@@ -320,27 +358,31 @@ dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
     return NULL;
   }
   r->len = (size_t)len;
-  dl_cond_init(&r->cv);
+  atomic_init(&r->word, W_RUN);
+  atomic_init(&r->refs, 2);
   int64_t deadline = dl_now_ms() + c->cfg->command_timeout_ms;
   pthread_mutex_lock(&c->mu);
   int rc = ensure_up(c, deadline);
   if (rc != 0) {
     pthread_mutex_unlock(&c->mu);
     redisFreeCommand(r->cmd);
-    pthread_cond_destroy(&r->cv);
     free(r);
     *err = rc;
     return NULL;
   }
-  r->state = REQ_QUEUED;
+  r->phase = REQ_QUEUED;
   if (c->outq_tail) c->outq_tail->next = r;
   else c->outq = r;
   c->outq_tail = r;
   /* Automatic pipelining: while replies are awaited, a reader is blocked on
    * the socket and will send what queued up meanwhile, in one write, as soon
-   * as it wakes (at most one round trip later). Otherwise write now: a
-   * thread alone never waits. */
-  if (!c->writing && !(c->reading && c->infl)) do_write(c, deadline);
+   * as it wakes (at most one round trip later), unless EAGER requests are
+   * waiting: then they go now, so that the server works on one batch while
+   * the client completes the last. Otherwise write now: a thread alone never
+   * waits. */
+  c->outq_len++;
+  if (!c->writing && (!(c->reading && c->infl) || c->outq_len >= EAGER))
+    do_write(c, deadline);
   pthread_mutex_unlock(&c->mu);
   return r;
 }
@@ -348,30 +390,47 @@ dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
 int dl_req_wait(dl_conn *c, dl_req *r, int64_t deadline,
                 struct redisReply **reply) {
   *reply = NULL;
-  pthread_mutex_lock(&c->mu);
-  while (r->state != REQ_DONE) {
-    if (r->state == REQ_QUEUED && !c->writing && !(c->reading && c->infl)) {
+  while (atomic_load_explicit(&r->word, memory_order_acquire) != W_DONE) {
+    pthread_mutex_lock(&c->mu);
+    if (atomic_load_explicit(&r->word, memory_order_acquire) == W_DONE) {
+      pthread_mutex_unlock(&c->mu);
+      break;
+    }
+    if (r->phase == REQ_QUEUED && !c->writing && !(c->reading && c->infl)) {
       do_write(c, deadline);
-    } else if (r->state == REQ_INFLIGHT && !c->reading) {
+    } else if (r->phase == REQ_INFLIGHT && !c->reading) {
       do_read(c, r, deadline);
     } else {
-      struct timespec ts;
-      dl_abstime(deadline, &ts);
-      r->waiting = true;
-      int w = pthread_cond_timedwait(&r->cv, &c->mu, &ts);
-      r->waiting = false;
-      if (w != 0 && r->state != REQ_DONE && dl_now_ms() >= deadline)
-        conn_fail(c, DLOCK_ETIMEDOUT, "no reply before the command timeout");
+      /* Sleep until completed or kicked to take a role. The word is
+       * W_SLEEP already if the last sleep timed out. */
+      int expect = W_RUN;
+      atomic_compare_exchange_strong(&r->word, &expect, W_SLEEP);
+      if (expect != W_DONE) {
+        /* A taken request completes in moments, deadline or not. */
+        bool taken = r->phase == REQ_TAKEN;
+        int64_t until = taken ? dl_now_ms() + 1000 : deadline;
+        pthread_mutex_unlock(&c->mu);
+        int w = dl_park_wait(&r->word, W_SLEEP, until);
+        pthread_mutex_lock(&c->mu);
+        /* Still queued or in flight after the deadline: fail it, with
+         * everything else on this connection. */
+        if (w != 0 && r->phase != REQ_TAKEN &&
+            atomic_load(&r->word) != W_DONE)
+          conn_fail(c, DLOCK_ETIMEDOUT, "no reply before the command timeout");
+      }
     }
+    pthread_mutex_unlock(&c->mu);
   }
   int err = r->err;
   char msg[256];
-  if (err) snprintf(msg, sizeof msg, "%s", c->last_msg);
-  pthread_mutex_unlock(&c->mu);
+  if (err) {
+    pthread_mutex_lock(&c->mu);
+    snprintf(msg, sizeof msg, "%s", c->last_msg);
+    pthread_mutex_unlock(&c->mu);
+  }
   *reply = r->reply;
-  if (r->cmd) redisFreeCommand(r->cmd);
-  pthread_cond_destroy(&r->cv);
-  free(r);
+  r->reply = NULL;
+  req_put(r);
   if (err) return conn_err(c, err, msg);
   return 0;
 }
@@ -394,6 +453,7 @@ uint64_t dl_conn_batches(dl_conn *c) {
 
 void dl_conn_free(dl_conn *c) {
   if (c == NULL) return;
+
   pthread_mutex_lock(&c->mu);
   if (c->cur) conn_fail(c, DLOCK_ECLOSED, "client closed");
   pthread_mutex_unlock(&c->mu);
