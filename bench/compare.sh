@@ -3,7 +3,9 @@
 # redis-server. Prints one JSON line per measurement (dlock bench --json and
 # the peers' lockbench.js), then a summary table.
 #   bench/compare.sh [SECS]          (default 5)
-# Needs: a built build/dlock; node and npm for the peers (skipped without).
+#   PIN=1 bench/compare.sh [SECS]    server on CPU 1, every client on CPU 0
+# Needs: a built build/dlock; node and npm for the peers (skipped without);
+# taskset (util-linux) for PIN=1.
 set -u
 cd "$(dirname "$0")/.."
 SECS=${1:-5}
@@ -12,12 +14,19 @@ PEERS=${PEERS:-../shared/peers/node}
 set --  # redis-tmp.sh passes its arguments to redis-server
 . scripts/redis-tmp.sh
 OUT=$TMP/results.jsonl
+# PIN=1: a core for the server and a core for the clients, dlock's and the
+# peers' alike, so that no client thread is woken on the server's core.
+ON=()
+if [ "${PIN:-0}" = 1 ]; then
+  taskset -pc 1 "$SERVER" >/dev/null
+  ON=(taskset -c 0)
+fi
 
-dl() { "$DLOCK" -u "$URL" bench --json -d "${SECS}s" "$@" | tee -a "$OUT"; }
+dl() { "${ON[@]}" "$DLOCK" -u "$URL" bench --json -d "${SECS}s" "$@" | tee -a "$OUT"; }
 peer() {
   [ -d "$TMP/peer/node_modules" ] || return 0
   local line
-  line=$(cd "$TMP/peer" && env PORT="$PORT" SECS="$SECS" "$@" node lockbench.js) || return 0
+  line=$(cd "$TMP/peer" && env PORT="$PORT" SECS="$SECS" "$@" "${ON[@]}" node lockbench.js) || return 0
   echo "$line" | tee -a "$OUT"
 }
 
@@ -38,7 +47,7 @@ dl -p 8 -t 1 --hold 1ms contended
 dl -p 8 -t 4 --hold 1ms contended
 peer LIB=redlock MODE=contended PROCS=8 HOLD_MS=1
 peer LIB=semaphore MODE=contended PROCS=8 HOLD_MS=1
-"$DLOCK" -u "$URL" bench --json -k 100000 --lease 2s --periods 3 watchdog | tee -a "$OUT"
+"${ON[@]}" "$DLOCK" -u "$URL" bench --json -k 100000 --lease 2s --periods 3 watchdog | tee -a "$OUT"
 
 python3 - "$OUT" <<'PY'
 import json, sys

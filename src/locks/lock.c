@@ -21,17 +21,20 @@ struct dlock_lock {
   dlock_client *c;
   /* In this allocation, after the struct (the derived names, such as the
    * channel, are built on the stack when needed: a held lock costs less). */
-  char *key;   /* prefix + name */
-  char *name;  /* the name, inside key */
+  char *key;   /* prefix + name (the name: NAME(l)) */
   char *owner; /* explicit owner, or NULL for the calling thread */
   int64_t fair_ms; /* a fair lock's stale-waiter timeout; 0: not fair */
-  int rw;          /* RW_NONE, or which side of a read-write lock */
   /* Guarded by the client's holds_mu: */
   char *info; /* holder description stored beside the lock, or NULL */
   dlock_lost_cb cb;
   void *cb_ud;
   int nholds; /* holds whose lost callback goes through this handle */
+  int rw;     /* RW_NONE, or which side of a read-write lock */
+  /* 64 bytes on LP64, so that with a short name and owner the handle fits
+   * a 96-byte malloc chunk (docs/PERFORMANCE.md, memory per held lock). */
 };
+
+#define NAME(l) ((l)->key + (l)->c->prefix_len)
 
 /* Redisson's derived names: "<prefix>:{<name>}", or "<prefix>:<name>" when
  * the name carries its own hash tag. Either way it shares the lock's slot.
@@ -73,7 +76,6 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
   l->key = (char *)(l + 1);
   memcpy(l->key, c->key_prefix, c->prefix_len);
   memcpy(l->key + c->prefix_len, name, nl + 1);
-  l->name = l->key + c->prefix_len;
   if (owner) l->owner = memcpy(l->key + kl + 1, owner, ol);
   *out = l;
   return 0;
@@ -113,7 +115,7 @@ void dlock_lock_free(dlock_lock *l) {
   free(l);
 }
 
-const char *dlock_lock_name(const dlock_lock *l) { return l ? l->name : ""; }
+const char *dlock_lock_name(const dlock_lock *l) { return l ? NAME(l) : ""; }
 
 const char *dl_lock_key(const dlock_lock *l) { return l->key; }
 
@@ -228,7 +230,7 @@ static int rw_attempt(dlock_lock *l, const char *owner, const char *lease,
   if (status == -1)
     return dl_seterr(l->c, DLOCK_EDEADLK, "this owner holds the read lock "
                      "of '%s': release it before asking for the write lock",
-                     l->name);
+                     NAME(l));
   if (status == 0) {
     *ttl = value;
     return 0;
@@ -459,7 +461,7 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
   }
   if (rc == 0)
     return dl_seterr(c, DLOCK_ELOCKED, "'%s' is held by another owner "
-                     "(remaining lease %lld ms)", l->name, (long long)ttl);
+                     "(remaining lease %lld ms)", NAME(l), (long long)ttl);
   if (rc < 0) return rc;
   int err;
   tok = record(l, owner, rc, tok, lease_ms, sent, watchdog, &err);
@@ -474,7 +476,7 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
     dlock_lock_release(l);
     return dl_seterr(c, DLOCK_ETIMEDOUT, "'%s' was granted, but the reply "
                      "came after its %lld ms lease could have run out",
-                     l->name, (long long)lease_ms);
+                     NAME(l), (long long)lease_ms);
   }
   if (token) *token = tok;
   dl_clearerr(c);
@@ -502,7 +504,7 @@ int dlock_lock_release(dlock_lock *l) {
     dl_hold_bury(c, old);
     release_script(l, owner, c->watchdog_timeout_ms, 1);
     return dl_seterr(c, DLOCK_ELOST, "'%s' was lost before this release",
-                     l->name);
+                     NAME(l));
   }
   int64_t lease = h ? h->lease_ms : c->watchdog_timeout_ms;
   int count = h ? h->count : 0;
@@ -521,9 +523,9 @@ int dlock_lock_release(dlock_lock *l) {
     if (h) old = forget(c, h);
     if (rc == DLOCK_ENOTOWNER)
       rc = had ? dl_seterr(c, DLOCK_ELOST, "'%s' expired or was taken "
-                           "before this release", l->name)
+                           "before this release", NAME(l))
                : dl_seterr(c, DLOCK_ENOTOWNER, "'%s' is not held by %s",
-                           l->name, owner);
+                           NAME(l), owner);
   } else if (rc == 0 && h && h->count > 1) {
     h->count--;
   } else if (rc < 0 && h && h->count <= 1) {
