@@ -25,6 +25,7 @@
 #include <string.h>
 
 #define BATCH 100
+#define CHUNK (16 * BATCH) /* holds a round renews at a time */
 
 struct dl_renewal {
   dl_renewal *prev, *next;
@@ -140,41 +141,45 @@ void dl_watchdog_release_end(dl_watchdog *w, dl_renewal *r) {
   pthread_mutex_unlock(&w->mu);
 }
 
-int dl_watchdog_run_once(dl_watchdog *w) {
+/* Renews the holds of snap[0..n) that are still linked, BATCH per script
+ * call, all calls pipelined. Returns how many were renewed, or a negative
+ * code if a call failed. */
+static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total) {
   pthread_mutex_lock(&w->mu);
-  size_t n = w->count;
-  if (n == 0) {
-    pthread_mutex_unlock(&w->mu);
-    return 0;
-  }
-  dl_renewal **snap = malloc(n * sizeof *snap);
-  if (snap == NULL) {
-    pthread_mutex_unlock(&w->mu);
-    return DLOCK_ENOMEM;
-  }
   /* The strings are borrowed from their holders, who may drop them once
-   * their renewal is removed: copy them while the list is locked. */
+   * their renewal is removed: copy them while the list is locked, for the
+   * holds still in it. */
   const char *id = w->c->id;
   size_t idl = w->c->id_len;
-  size_t i = 0, bytes = 0;
-  for (dl_renewal *r = w->head; r && i < n; r = r->next, i++)
-    bytes += strlen(r->key) + idl + strlen(r->tail) + 3;
+  size_t n = 0, bytes = 0;
+  dl_renewal **snap = malloc((total ? total : 1) * sizeof *snap);
+  for (size_t j = 0; snap && j < total; j++)
+    if (all[j]->linked) {
+      snap[n++] = all[j];
+      bytes += strlen(all[j]->key) + idl + strlen(all[j]->tail) + 3;
+    }
   char *arena = malloc(bytes ? bytes : 1);
-  char **copies = malloc(2 * n * sizeof *copies);
-  if (arena == NULL || copies == NULL) {
+  char **copies = malloc(2 * (n ? n : 1) * sizeof *copies);
+  if (snap == NULL || arena == NULL || copies == NULL) {
     pthread_mutex_unlock(&w->mu);
     free(arena);
     free(copies);
     free(snap);
     return DLOCK_ENOMEM;
   }
-  i = 0;
+  if (n == 0) {
+    pthread_mutex_unlock(&w->mu);
+    free(arena);
+    free(copies);
+    free(snap);
+    return 0;
+  }
+  size_t i = 0;
   char *at = arena;
   int64_t earliest = INT64_MAX;
-  for (dl_renewal *r = w->head; r && i < n; r = r->next) {
-    r->refs++;
+  for (i = 0; i < n; i++) {
+    dl_renewal *r = snap[i];
     if (r->valid_until < earliest) earliest = r->valid_until;
-    snap[i] = r;
     size_t kl = strlen(r->key) + 1, tl = strlen(r->tail) + 1;
     copies[2 * i] = memcpy(at, r->key, kl);
     char *owner = at + kl; /* "<client id>:<tail>" */
@@ -183,7 +188,6 @@ int dl_watchdog_run_once(dl_watchdog *w) {
     memcpy(owner + idl + 1, r->tail, tl);
     copies[2 * i + 1] = owner;
     at += kl + idl + 1 + tl;
-    i++;
   }
   pthread_mutex_unlock(&w->mu);
 
@@ -270,9 +274,6 @@ int dl_watchdog_run_once(dl_watchdog *w) {
 out:
   for (int b = 0; b < nb && replies; b++)
     if (replies[b]) freeReplyObject(replies[b]);
-  pthread_mutex_lock(&w->mu);
-  for (i = 0; i < n; i++) unref(snap[i]);
-  pthread_mutex_unlock(&w->mu);
   free(snap);
   free(arena);
   free(copies);
@@ -285,6 +286,41 @@ out:
   free(replies);
   free(errs);
   return renewed;
+}
+
+int dl_watchdog_run_once(dl_watchdog *w) {
+  pthread_mutex_lock(&w->mu);
+  size_t n = w->count;
+  if (n == 0) {
+    pthread_mutex_unlock(&w->mu);
+    return 0;
+  }
+  /* A round holds a reference to every entry (8 bytes per hold) and works
+   * through them CHUNK at a time, so that the copies, commands and replies
+   * it needs at once stay a bounded size however many locks are held. */
+  dl_renewal **snap = malloc(n * sizeof *snap);
+  if (snap == NULL) {
+    pthread_mutex_unlock(&w->mu);
+    return DLOCK_ENOMEM;
+  }
+  size_t i = 0;
+  for (dl_renewal *r = w->head; r && i < n; r = r->next) {
+    r->refs++;
+    snap[i++] = r;
+  }
+  n = i;
+  pthread_mutex_unlock(&w->mu);
+  int renewed = 0, failed = 0;
+  for (size_t lo = 0; lo < n; lo += CHUNK) {
+    int rc = renew_chunk(w, snap + lo, n - lo < CHUNK ? n - lo : CHUNK);
+    if (rc < 0 && failed == 0) failed = rc;
+    if (rc > 0) renewed += rc;
+  }
+  pthread_mutex_lock(&w->mu);
+  for (i = 0; i < n; i++) unref(snap[i]);
+  pthread_mutex_unlock(&w->mu);
+  free(snap);
+  return failed < 0 ? failed : renewed;
 }
 
 static void *run(void *arg) {
