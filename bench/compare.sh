@@ -45,6 +45,7 @@ peer LIB=redlock MODE=uncontended WORKERS=64
 peer LIB=semaphore MODE=uncontended WORKERS=64
 dl -p 8 -t 1 --hold 1ms contended
 dl -p 8 -t 4 --hold 1ms contended
+dl -p 8 -t 1 --hold 1ms --starvation 1s contended
 peer LIB=redlock MODE=contended PROCS=8 HOLD_MS=1
 peer LIB=semaphore MODE=contended PROCS=8 HOLD_MS=1
 "${ON[@]}" "$DLOCK" -u "$URL" bench --json -k 100000 --lease 2s --periods 3 watchdog | tee -a "$OUT"
@@ -60,6 +61,8 @@ for r in rows:
         cps, cpu, util = r['cycles_per_sec'], r['server_cpu_us_per_cycle'], r.get('utilisation')
     else:
         who = f"dlock {r['scenario']} {r['processes']}p x {r['threads']}t"
+        if r.get('starvation_ms', 20) != 20:
+            who += f" starv {r['starvation_ms']}ms"
         cps, cpu, util = r['ops_per_sec'], r['server_cpu_us_per_op'], r.get('utilisation')
         if r['scenario'] == 'watchdog':
             print(f"{'dlock watchdog':<34}{r['locks']:>10} locks, lost {r['lost']}, "

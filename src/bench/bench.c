@@ -409,6 +409,7 @@ static int run_processes(const cli_global *g, const bench_opts *o,
 typedef struct report {
   const char *scenario;
   const char *kind;
+  int starvation_ms; /* contended */
   int threads, processes;
   double ops_per_sec, p50, p99, max;
   double rtt_p50, ceiling, cpu_per_op;
@@ -431,7 +432,8 @@ static void print_report(const report *r, bool json) {
            r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50,
            r->p99, r->max, r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
     if (strcmp(r->scenario, "contended") == 0)
-      printf(",\"kind\":\"%s\"", r->kind);
+      printf(",\"kind\":\"%s\",\"starvation_ms\":%d", r->kind,
+             r->starvation_ms);
     if (strcmp(r->scenario, "contended") == 0)
       printf(",\"utilisation\":%.3f,\"wait_p50_us\":%.1f,\"wait_p99_us\":%.1f,"
              "\"wait_max_us\":%.1f,\"wakeups_per_acquire\":%.2f,"
@@ -484,6 +486,7 @@ static int measure(const cli_global *g, const bench_opts *o, redisContext *raw,
   r->threads = o->threads;
   r->processes = o->processes;
   r->kind = o->kind;
+  r->starvation_ms = o->starvation_ms;
   r->rtt_p50 = ping_p50_us(raw, 2000);
   r->ceiling = ceiling_ops(raw, 1000);
   char lock_name[64];
