@@ -160,19 +160,13 @@ static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total) {
     }
   char *arena = malloc(bytes ? bytes : 1);
   char **copies = malloc(2 * (n ? n : 1) * sizeof *copies);
-  if (snap == NULL || arena == NULL || copies == NULL) {
+  bool oom = snap == NULL || arena == NULL || copies == NULL;
+  if (oom || n == 0) { /* out of memory, or all released since */
     pthread_mutex_unlock(&w->mu);
     free(arena);
     free(copies);
     free(snap);
-    return DLOCK_ENOMEM;
-  }
-  if (n == 0) {
-    pthread_mutex_unlock(&w->mu);
-    free(arena);
-    free(copies);
-    free(snap);
-    return 0;
+    return oom ? DLOCK_ENOMEM : 0;
   }
   size_t i = 0;
   char *at = arena;
