@@ -45,7 +45,6 @@ peer LIB=redlock MODE=uncontended WORKERS=64
 peer LIB=semaphore MODE=uncontended WORKERS=64
 dl -p 8 -t 1 --hold 1ms contended
 dl -p 8 -t 4 --hold 1ms contended
-dl -p 8 -t 1 --hold 1ms --starvation 1s contended
 peer LIB=redlock MODE=contended PROCS=8 HOLD_MS=1
 peer LIB=semaphore MODE=contended PROCS=8 HOLD_MS=1
 "${ON[@]}" "$DLOCK" -u "$URL" bench --json -k 100000 --lease 2s --periods 3 watchdog | tee -a "$OUT"

@@ -111,9 +111,10 @@ typedef struct dlock_client_options {
   /* Command connections shared by all threads (requests are pipelined
    * over them). Default 1, at most 64. */
   int connections;
-  /* The lock is not fair: a waiter that has waited this long reserves the
-   * next hand-off, so no waiter starves (Go's mutex starvation mode).
-   * Default 20; 0 = never reserve. */
+  /* Waiters that cannot be handed the lock in turn (polling clients, see
+   * wait_backoff_max_ms) race for it: one that has waited this long
+   * reserves the next hand-off, so none starves (Go's mutex starvation
+   * mode). Default 20; 0 = never reserve. */
   int starvation_ms;
   /* How waiters wait. 0 (default): they sleep until a pub/sub message (one
    * subscriber connection per client). > 0: no pub/sub at all; they try
@@ -240,8 +241,9 @@ DLOCK_API int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms,
 DLOCK_API int dlock_lock_acquire(dlock_lock *l, int64_t lease_ms,
                                  uint64_t *token);
 
-/* Releases one hold of the owner. Returns 1 when the lock became free (the
- * waiters are woken), 0 when the owner still holds it (reentrant), or
+/* Releases one hold of the owner. Returns 1 when the lock became free (it
+ * was handed to the first queued waiter, or the waiters are woken), 0 when
+ * the owner still holds it (reentrant), or
  * DLOCK_ENOTOWNER when the owner did not hold it (Redis unchanged), or
  * DLOCK_ELOST when the owner's hold had been lost (the lost state is
  * cleared), or another negative code. */
@@ -321,7 +323,8 @@ typedef struct dlock_lock_state {
   /* What else lives at the name (a snapshot of any lock kind): */
   char mode[8];      /* a read-write lock: "read" or "write"; else "" */
   int readers;       /* a read-write lock: owners holding the read lock */
-  int queued;        /* a fair lock: waiters in its queue */
+  int queued;        /* waiters queued: a fair lock's queue, or the lock's
+                        hand-off queue (waiters that can be granted it) */
   int64_t counter;   /* a semaphore's permits available or a latch's count
                         when the name holds a number, else -1 */
   int permits_taken; /* a permit-expirable semaphore: permits out */

@@ -610,7 +610,17 @@ static void t_killed_holder_frees_after_lease(void) {
   dlock_client_close(c);
 }
 
-/* ---- starvation mode ---- */
+/* ---- starvation mode (waiters that cannot be handed the lock) ---- */
+
+/* A client that polls (wait_backoff_max_ms): its waiters have no channel
+ * to be granted the lock on, so they do not queue for hand-offs. */
+static dlock_client *polling_client(void) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  o.wait_backoff_max_ms = 8;
+  return th_client_opts(&o);
+}
 
 static void *wait_long(void *p) {
   thr_arg *a = p;
@@ -626,11 +636,11 @@ static bool handoff_reserved(void *p) {
 
 static void t_starving_waiter_reserves_handoff(void) {
   /* A holder that frees the lock and asks again at once would win the race
-   * against the waiter it woke (one round trip against a message and a round
-   * trip). A waiter past the starvation threshold reserves the hand-off: the
-   * holder's immediate retry fails and the waiter gets the lock. */
+   * against a polling waiter. A waiter past the starvation threshold
+   * reserves the hand-off: the holder's immediate retry fails and the
+   * waiter gets the lock. */
   setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&srv, 0), *b = polling_client();
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:starve", NULL, &la), 0);
@@ -657,7 +667,7 @@ static void t_starving_waiter_reserves_handoff(void) {
 
 static void t_reservation_dropped_on_give_up(void) {
   setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&srv, 0), *b = polling_client();
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:giveup", NULL, &la), 0);
@@ -693,6 +703,241 @@ static void t_dead_waiters_reservation_expires(void) {
   dlock_client_close(c);
 }
 
+/* ---- hand-off queue: a release grants the lock to the first waiter ---- */
+
+typedef struct {
+  dlock_lock *l;
+  int rc;
+  uint64_t token;
+  int *order; /* shared: the next place, taken under the lock */
+  int place;
+  bool keep; /* keep the lock: the test releases it */
+} grant_arg;
+
+static void *wait_grant(void *p) {
+  grant_arg *a = p;
+  a->rc = dlock_lock_try_acquire(a->l, 10000, 10000, &a->token);
+  if (a->rc == 0) {
+    a->place = (*a->order)++;
+    if (!a->keep) dlock_lock_release(a->l);
+  }
+  return NULL;
+}
+
+typedef struct {
+  const char *key;
+  long long n;
+} llen_arg;
+
+static bool queue_is(void *p) {
+  llen_arg *a = p;
+  return th_cmd_int(&srv, "LLEN %s", a->key) == a->n;
+}
+
+static void t_release_hands_over(void) {
+  /* The waiter is queued and listening: the release itself makes it the
+   * owner, with its lease and the next token, before it even wakes; the
+   * releaser's immediate retry is refused. */
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:grant", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:grant", "next", &lb), 0);
+  uint64_t t1 = 0;
+  CHECK_RC(dlock_lock_acquire(la, 30000, &t1), 0);
+  int order = 0;
+  grant_arg g = {lb, -100, 0, &order, -1, true};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_grant, &g);
+  llen_arg q = {"dlock_lock_queue:{t:grant}", 1};
+  CHECK(th_wait_for(queue_is, &q, 3000));
+  char field[256];
+  snprintf(field, sizeof field, "%s:next", dlock_client_id(b));
+  CHECK_EQ(th_cmd_int(&srv, "HEXISTS t:grant %s", field), 0);
+  dlock_lock_state st;
+  CHECK_RC(dlock_lock_inspect(la, &st), 0);
+  CHECK_EQ(st.queued, 1);
+  CHECK_EQ(dlock_lock_release(la), 1);
+  /* Granted by the release script, not by a later acquire of b's. */
+  CHECK_EQ(th_cmd_int(&srv, "HEXISTS t:grant %s", field), 1);
+  long long pttl = th_cmd_int(&srv, "PTTL t:grant");
+  CHECK(pttl > 5000 && pttl <= 10000); /* b's lease, not a's */
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_queue:{t:grant}"), 0);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_waiters:{t:grant}"), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 30000, NULL), DLOCK_ELOCKED);
+  pthread_join(th, NULL);
+  CHECK_RC(g.rc, 0);
+  CHECK(g.token > t1);
+  CHECK_EQ(dlock_lock_release(lb), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:grant"), 0);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+static void t_hand_overs_in_order(void) {
+  /* Three waiters of three processes' worth of clients, queued one after
+   * the other, get the lock in that order. */
+  setup();
+  dlock_client *a = th_client(&srv, 0);
+  CHECK(a != NULL);
+  dlock_lock *la;
+  CHECK_RC(dlock_lock_new(a, "t:order", NULL, &la), 0);
+  CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
+  dlock_client *w[3];
+  dlock_lock *lw[3];
+  grant_arg g[3];
+  pthread_t th[3];
+  int order = 0;
+  for (int i = 0; i < 3; i++) {
+    w[i] = th_client(&srv, 0);
+    CHECK(w[i] != NULL);
+    CHECK_RC(dlock_lock_new(w[i], "t:order", NULL, &lw[i]), 0);
+    g[i] = (grant_arg){lw[i], -100, 0, &order, -1, false};
+    pthread_create(&th[i], NULL, wait_grant, &g[i]);
+    llen_arg q = {"dlock_lock_queue:{t:order}", i + 1};
+    CHECK(th_wait_for(queue_is, &q, 3000));
+  }
+  CHECK_EQ(dlock_lock_release(la), 1);
+  for (int i = 0; i < 3; i++) {
+    pthread_join(th[i], NULL);
+    CHECK_RC(g[i].rc, 0);
+    CHECK_EQ(g[i].place, i);
+  }
+  CHECK(g[0].token < g[1].token && g[1].token < g[2].token);
+  for (int i = 0; i < 3; i++) {
+    dlock_lock_free(lw[i]);
+    dlock_client_close(w[i]);
+  }
+  dlock_lock_free(la);
+  dlock_client_close(a);
+}
+
+static void t_dead_or_deaf_waiters_skipped(void) {
+  /* A queued waiter nobody listens for (its process died) and one whose
+   * last attempt is too old (hung, though its channel is heard) are
+   * dropped; the lock is freed as usual. */
+  setup();
+  dlock_client *a = th_client(&srv, 0);
+  CHECK(a != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(a, "t:deaf", NULL, &l), 0);
+  CHECK_RC(dlock_lock_acquire(l, 30000, NULL), 0);
+  redisReply *r = th_cmd(&srv, "RPUSH dlock_lock_queue:{t:deaf} gone hung");
+  freeReplyObject(r);
+  r = th_cmd(&srv, "HSET dlock_lock_waiters:{t:deaf} gone 99999999999999:30000: "
+                   "hung 1:30000:");
+  freeReplyObject(r);
+  redisContext *sub = th_redis_connect(&srv);
+  CHECK(sub != NULL);
+  r = redisCommand(sub, "SUBSCRIBE redisson_lock__channel:{t:deaf}:hung");
+  freeReplyObject(r);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:deaf"), 0);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_queue:{t:deaf}"), 0);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_waiters:{t:deaf}"), 0);
+  redisFree(sub);
+  dlock_lock_free(l);
+  dlock_client_close(a);
+}
+
+static void t_waiter_gives_up_leaves_queue(void) {
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:leave", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:leave", NULL, &lb), 0);
+  CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(lb, 150, 10000, NULL), DLOCK_ELOCKED);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_queue:{t:leave}"), 0);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_waiters:{t:leave}"), 0);
+  CHECK_EQ(dlock_lock_release(la), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:leave"), 0);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+static void t_lost_grant_taken_at_next_attempt(void) {
+  /* The grant message never arrives (here: the lock is made b's by hand):
+   * b's next attempt, its heartbeat, finds itself the owner and takes it. */
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:lost", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:lost", "me", &lb), 0);
+  CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
+  int order = 0;
+  grant_arg g = {lb, -100, 0, &order, -1, false};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_grant, &g);
+  llen_arg q = {"dlock_lock_queue:{t:lost}", 1};
+  CHECK(th_wait_for(queue_is, &q, 3000));
+  redisReply *r = th_cmd(&srv, "DEL t:lost");
+  freeReplyObject(r);
+  r = th_cmd(&srv, "HSET t:lost %s:me 1", dlock_client_id(b));
+  freeReplyObject(r);
+  r = th_cmd(&srv, "PEXPIRE t:lost 30000");
+  freeReplyObject(r);
+  pthread_join(th, NULL); /* b's heartbeat: within 2 s */
+  CHECK_RC(g.rc, 0);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:lost"), 0);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+static bool reserved_for(void *p) {
+  (void)p;
+  return th_cmd_int(&srv, "EXISTS dlock_handoff:{t:mixq}") == 1;
+}
+
+static void t_reservation_beats_queue(void) {
+  /* A waiter that cannot queue (it polls) and starved reserved the next
+   * hand-off: the release frees the lock for it rather than grant it to
+   * the queue, and the queued waiter gets it next. */
+  setup();
+  dlock_client *a = th_client(&srv, 0), *q = th_client(&srv, 0),
+               *p = polling_client();
+  CHECK(a && q && p);
+  dlock_lock *la, *lq, *lp;
+  CHECK_RC(dlock_lock_new(a, "t:mixq", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(q, "t:mixq", "queued", &lq), 0);
+  CHECK_RC(dlock_lock_new(p, "t:mixq", NULL, &lp), 0);
+  CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
+  int order = 0;
+  grant_arg gq = {lq, -100, 0, &order, -1, false};
+  grant_arg gp = {lp, -100, 0, &order, -1, false};
+  pthread_t tq, tp;
+  pthread_create(&tq, NULL, wait_grant, &gq);
+  llen_arg ql = {"dlock_lock_queue:{t:mixq}", 1};
+  CHECK(th_wait_for(queue_is, &ql, 3000));
+  pthread_create(&tp, NULL, wait_grant, &gp);
+  CHECK(th_wait_for(reserved_for, NULL, 3000));
+  CHECK_EQ(dlock_lock_release(la), 1);
+  char field[256];
+  snprintf(field, sizeof field, "%s:queued", dlock_client_id(q));
+  CHECK_EQ(th_cmd_int(&srv, "HEXISTS t:mixq %s", field), 0);
+  pthread_join(tp, NULL);
+  pthread_join(tq, NULL);
+  CHECK_RC(gp.rc, 0);
+  CHECK_RC(gq.rc, 0);
+  CHECK_EQ(gp.place, 0);
+  CHECK_EQ(gq.place, 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lq);
+  dlock_lock_free(lp);
+  dlock_client_close(a);
+  dlock_client_close(q);
+  dlock_client_close(p);
+}
+
 static void t_teardown(void) { th_redis_stop(&srv); }
 
 TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
@@ -704,4 +949,8 @@ TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
         T(t_mutual_exclusion_processes), T(t_killed_holder_frees_after_lease),
         T(t_starving_waiter_reserves_handoff),
         T(t_reservation_dropped_on_give_up),
-        T(t_dead_waiters_reservation_expires), T(t_teardown))
+        T(t_dead_waiters_reservation_expires), T(t_release_hands_over),
+        T(t_hand_overs_in_order), T(t_dead_or_deaf_waiters_skipped),
+        T(t_waiter_gives_up_leaves_queue),
+        T(t_lost_grant_taken_at_next_attempt), T(t_reservation_beats_queue),
+        T(t_teardown))

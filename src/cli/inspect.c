@@ -67,7 +67,7 @@ static void text_kind(FILE *f, const dlock_lock_state *st) {
     fprintf(f, "  mode:      write%s\n",
             st->readers ? " (the writer also reads)" : "");
   if (st->queued > 0)
-    fprintf(f, "  queued:    %d (fair lock, first come first served)\n",
+    fprintf(f, "  queued:    %d (first come first served)\n",
             st->queued);
 }
 

@@ -157,6 +157,7 @@ enum {
   DL_SCRIPT_FAIR_CANCEL,
   DL_SCRIPT_RW_ACQUIRE,
   DL_SCRIPT_RW_RELEASE,
+  DL_SCRIPT_LOCK_CANCEL,
   DL_SCRIPT_COUNT
 };
 extern dl_script dl_scripts[DL_SCRIPT_COUNT];
@@ -188,9 +189,16 @@ typedef struct dl_backend_ops {
   dl_sub *(*sub_ref)(dl_backend *b, const char *channel, int mode,
                      int64_t deadline);
   /* Waits for one wake-up until deadline. Sleepers are woken in the order
-   * of `since`, when each began waiting for its lock. Returns 1 woken, 0
-   * timed out, DLOCK_ECLOSED on close. */
-  int (*sub_wait)(dl_backend *b, dl_sub *s, int64_t deadline, int64_t since);
+   * of `since`, when each began waiting for its lock. `grant` (or NULL) is
+   * the waiter's own DL_WAKE_GRANT subscription: a message there wakes this
+   * sleeper alone. Returns 1 woken (or a grant is pending), 0 timed out,
+   * DLOCK_ECLOSED on close. */
+  int (*sub_wait)(dl_backend *b, dl_sub *s, int64_t deadline, int64_t since,
+                  dl_sub *grant);
+  /* A DL_WAKE_GRANT subscription: 1 and *token if a grant came (taken
+   * here), 0 if not, -1 if no grant can come (not subscribed, or no
+   * subscriber connection: the waiter must not join the hand-off queue). */
+  int (*sub_grant)(dl_backend *b, dl_sub *s, uint64_t *token);
   void (*sub_unref)(dl_backend *b, dl_sub *s);
   /* Wakes every thread asleep on the subscription (no permits). */
   void (*sub_kick)(dl_backend *b, dl_sub *s);
@@ -215,7 +223,8 @@ uint64_t dl_redis_backend_wakeups(dl_backend *b);
 typedef enum dl_wake_mode {
   DL_WAKE_LOCK,  /* "1" every waiter (read unlock), else one (unlock) */
   DL_WAKE_COUNT, /* the message is a number n of permits: n waiters */
-  DL_WAKE_ALL    /* any message: every waiter (a latch reached zero) */
+  DL_WAKE_ALL,   /* any message: every waiter (a latch reached zero) */
+  DL_WAKE_GRANT  /* one waiter's own channel: "=<token>" hands it the lock */
 } dl_wake_mode;
 typedef struct dl_pubsub dl_pubsub;
 int dl_pubsub_new(const dl_conn_config *cfg, dl_pubsub **out);
@@ -223,7 +232,9 @@ void dl_pubsub_free(dl_pubsub *p);
 /* The first reference of a channel fixes its mode. */
 dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
                       int64_t deadline);
-int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since);
+int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
+                   dl_sub *grant);
+int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token);
 void dl_pubsub_unref(dl_pubsub *p, dl_sub *s);
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s);
 uint64_t dl_pubsub_wakeups(dl_pubsub *p);

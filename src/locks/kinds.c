@@ -50,7 +50,7 @@ int dl_wait_for(dlock_client *c, const char *channel, int mode, int64_t wait_ms,
     if (now >= deadline) break;
     int64_t until = deadline;
     if (recheck >= 0 && now + recheck < until) until = now + recheck;
-    int w = ops->sub_wait(c->backend, sub, until, start);
+    int w = ops->sub_wait(c->backend, sub, until, start, NULL);
     if (w < 0) {
       rc = dl_seterr(c, w, "the client closed while waiting");
       break;

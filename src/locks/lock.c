@@ -16,6 +16,9 @@
  * attempt; a starving waiter attempts at least every RESERVE_MS / 3. So a
  * waiter that dies blocks a free lock for at most this long. */
 #define RESERVE_MS 600
+/* A waiter in the plain lock's hand-off queue counts as alive this long
+ * after each attempt; it attempts at least every GRANT_STALE_MS / 3. */
+#define GRANT_STALE_MS 6000
 
 struct dlock_lock {
   dlock_client *c;
@@ -50,6 +53,8 @@ static const char *derived(char *out, const char *prefix, const dlock_lock *l) {
 #define QUEUE_KEY(l, buf) derived(buf, "redisson_lock_queue", l)
 #define TIMEOUT_KEY(l, buf) derived(buf, "redisson_lock_timeout", l)
 #define RW_CHANNEL(l, buf) derived(buf, "redisson_rwlock", l)
+#define GRANT_QUEUE_KEY(l, buf) derived(buf, "dlock_lock_queue", l)
+#define GRANT_WAITERS_KEY(l, buf) derived(buf, "dlock_lock_waiters", l)
 enum { RW_NONE, RW_READ, RW_WRITE };
 /* Redisson RFairLock's default stale-waiter timeout (threadWaitTime). */
 #define FAIR_STALE_DEFAULT_MS 300000
@@ -241,7 +246,9 @@ static int rw_attempt(dlock_lock *l, const char *owner, const char *lease,
 
 /* One attempt. Returns 1 and the token when acquired, 0 and the holder's
  * PTTL when another owner holds it (*local_reserved: the lock is free but
- * reserved for a starving waiter of this client), or a negative code. */
+ * reserved for a starving waiter of this client), or a negative code.
+ * `enqueue`: if refused, join (or stay in) the fair lock's queue, or the
+ * plain lock's hand-off queue. */
 static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
                    bool starving, bool enqueue, uint64_t *token, int64_t *ttl,
                    bool *local_reserved, int64_t *sent) {
@@ -256,20 +263,24 @@ static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
     free(info);
     return rw_attempt(l, owner, lease, token, ttl, local_reserved, sent);
   }
+  bool fair = l->fair_ms > 0;
   char tk[DERIVED_MAX], hk[DERIVED_MAX], qk[DERIVED_MAX], tok[DERIVED_MAX];
   const char *keys[] = {l->key, TOKEN_KEY(l, tk), HANDOFF_KEY(l, hk),
-                        QUEUE_KEY(l, qk), TIMEOUT_KEY(l, tok)};
-  char reserve[DL_INT_BUF], stale[DL_INT_BUF];
+                        fair ? QUEUE_KEY(l, qk) : GRANT_QUEUE_KEY(l, qk),
+                        fair ? TIMEOUT_KEY(l, tok) : GRANT_WAITERS_KEY(l, tok)};
+  char reserve[DL_INT_BUF], stale[DL_INT_BUF], alive[DL_INT_BUF];
   dl_fmt_ll(reserve, RESERVE_MS);
   dl_fmt_ll(stale, l->fair_ms);
+  dl_fmt_ll(alive, GRANT_STALE_MS);
   const char *args[] = {lease, owner, info, count, starving ? "1" : "0",
-                        reserve, stale, enqueue ? "1" : "0"};
-  bool fair = l->fair_ms > 0;
+                        reserve, stale, enqueue ? "1" : "0", alive};
+  /* A plain lock's first attempt sends only what it needs. */
+  int nkeys = fair || enqueue ? 5 : 3;
+  int nargs = fair ? 8 : enqueue ? 9 : 6;
   redisReply *r = NULL;
   *sent = dl_now_ms();
   int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_ACQUIRE,
-                                    fair ? 5 : 3, keys, fair ? 8 : 6, args,
-                                    &r);
+                                    nkeys, keys, nargs, args, &r);
   free(info);
   if (rc != 0) return rc;
   *local_reserved = false;
@@ -346,7 +357,8 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
   char lease[DL_INT_BUF], cnt[DL_INT_BUF];
   dl_fmt_ll(lease, lease_ms);
   dl_fmt_ll(cnt, count);
-  char ch[DERIVED_MAX], qk[DERIVED_MAX];
+  char ch[DERIVED_MAX], qk[DERIVED_MAX], wk[DERIVED_MAX], tk[DERIVED_MAX],
+      hk[DERIVED_MAX];
   redisReply *r = NULL;
   int rc;
   if (l->rw != RW_NONE) {
@@ -355,10 +367,16 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
     rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_RW_RELEASE, 2,
                                   keys, 3, args, &r);
   } else {
-    const char *keys[] = {l->key, CHANNEL(l, ch), QUEUE_KEY(l, qk)};
+    /* The fair lock wakes its first waiter; the plain lock hands itself to
+     * the first of its hand-off queue. */
+    bool fair = l->fair_ms > 0;
+    const char *keys[] = {l->key, CHANNEL(l, ch),
+                          fair ? QUEUE_KEY(l, qk) : GRANT_QUEUE_KEY(l, qk),
+                          GRANT_WAITERS_KEY(l, wk), TOKEN_KEY(l, tk),
+                          HANDOFF_KEY(l, hk)};
     const char *args[] = {UNLOCK_MESSAGE, lease, owner, cnt};
     rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_RELEASE,
-                                  l->fair_ms > 0 ? 3 : 2, keys, 4, args, &r);
+                                  fair ? 3 : 6, keys, 4, args, &r);
   }
   if (rc != 0) return rc;
   if (r->type == REDIS_REPLY_NIL) rc = DLOCK_ENOTOWNER;
@@ -409,12 +427,31 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
     else CHANNEL(l, ch);
     if (fair) snprintf(ch + strlen(ch), OWNER_MAX + 1, ":%s", owner);
     dl_sub *sub = ops->sub_ref(c->backend, ch, DL_WAKE_LOCK, deadline);
+    /* The plain lock's waiter also listens on its own channel, where a
+     * release hands it the lock; it joins the hand-off queue only once it
+     * can hear that (not when polling, nor without a subscription). */
+    dl_sub *grant = NULL;
+    bool queued = false;
+    if (!fair && l->rw == RW_NONE && sub != NULL) {
+      char gch[DERIVED_MAX + OWNER_MAX + 1];
+      CHANNEL(l, gch);
+      snprintf(gch + strlen(gch), OWNER_MAX + 1, ":%s", owner);
+      grant = ops->sub_ref(c->backend, gch, DL_WAKE_GRANT, deadline);
+      queued = grant != NULL && ops->sub_grant(c->backend, grant, NULL) == 0;
+    }
     bool starving = false;
+    int64_t queued_sent = 0; /* when the last attempt that queued us went */
     for (;;) {
-      starving = !fair && l->rw == RW_NONE && c->starvation_ms > 0 &&
+      /* The subscriber connection may come up (or back) while we wait. */
+      if (!queued && grant != NULL)
+        queued = ops->sub_grant(c->backend, grant, NULL) == 0;
+      /* A queued waiter is served in turn: no reservation needed. */
+      starving = !fair && !queued && l->rw == RW_NONE &&
+                 c->starvation_ms > 0 &&
                  dl_now_ms() - start >= c->starvation_ms;
-      rc = attempt(l, owner, lease_ms, starving, fair, &tok, &ttl, &reserved,
-                   &sent);
+      rc = attempt(l, owner, lease_ms, starving, fair || queued, &tok, &ttl,
+                   &reserved, &sent);
+      if (rc == 0 && queued) queued_sent = sent;
       if (rc != 0) break;
       /* Free, but reserved for a starving thread of this process that the
        * unlock message did not wake: wake it (and the others asleep). */
@@ -431,15 +468,45 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
        * as soon as it is reached, then often enough to keep the
        * reservation. */
       if (starving && now + RESERVE_MS / 3 < until) until = now + RESERVE_MS / 3;
-      if (!starving && !fair && l->rw == RW_NONE && c->starvation_ms > 0 &&
-          start + c->starvation_ms + 1 < until)
+      if (!starving && !queued && !fair && l->rw == RW_NONE &&
+          c->starvation_ms > 0 && start + c->starvation_ms + 1 < until)
         until = start + c->starvation_ms + 1;
-      int w = ops->sub_wait(c->backend, sub, until, start);
+      /* A queued waiter proves it is alive, and renews the lease it will
+       * be granted with, often enough (see record() below). */
+      if (queued) {
+        int64_t beat = GRANT_STALE_MS / 3;
+        if (lease_ms / 3 < beat) beat = lease_ms / 3 > 0 ? lease_ms / 3 : 1;
+        if (now + beat < until) until = now + beat;
+      }
+      int w = ops->sub_wait(c->backend, sub, until, start, grant);
+      if (queued && ops->sub_grant(c->backend, grant, &tok) == 1) {
+        /* Handed over by a release: the lease began after our last
+         * attempt was sent. */
+        rc = 1;
+        sent = queued_sent;
+        queued = false;
+        break;
+      }
       if (w < 0) {
         rc = dl_seterr(c, w, "the client closed while waiting");
         break;
       }
     }
+    if (queued && rc <= 0) { /* gave up: leave the hand-off queue */
+      char qk[DERIVED_MAX], wk[DERIVED_MAX];
+      const char *k[] = {l->key, GRANT_QUEUE_KEY(l, qk),
+                         GRANT_WAITERS_KEY(l, wk)};
+      const char *a[] = {owner};
+      redisReply *r = NULL;
+      if (ops->eval(c->backend, DL_SCRIPT_LOCK_CANCEL, 3, k, 1, a, &r) == 0) {
+        /* Handed over as we gave up (the grant is in flight or was lost):
+         * give it back rather than leave it held until its lease ends. */
+        bool handed = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+        freeReplyObject(r);
+        if (handed) release_script(l, owner, lease_ms, 1);
+      }
+    }
+    if (grant) ops->sub_unref(c->backend, grant);
     ops->sub_unref(c->backend, sub);
     if (fair && rc <= 0) { /* gave up: leave the queue */
       char ch2[DERIVED_MAX], qk[DERIVED_MAX], tk[DERIVED_MAX];
@@ -675,13 +742,14 @@ static bool owner_field(const redisReply *f, const redisReply *v) {
 int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
   if (l == NULL || st == NULL) return DLOCK_EINVAL;
   memset(st, 0, sizeof *st);
-  char tk[DERIVED_MAX], qk[DERIVED_MAX];
+  char tk[DERIVED_MAX], qk[DERIVED_MAX], gk[DERIVED_MAX];
   char *timeouts = dl_derived_suffix(l->key, "timeout");
   if (timeouts == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
-  const char *keys[] = {l->key, TOKEN_KEY(l, tk), QUEUE_KEY(l, qk), timeouts};
+  const char *keys[] = {l->key, TOKEN_KEY(l, tk), QUEUE_KEY(l, qk), timeouts,
+                        GRANT_QUEUE_KEY(l, gk)};
   redisReply *r = NULL;
   dl_backend *b = l->c->backend;
-  int rc = b->ops->eval(b, DL_SCRIPT_LOCK_INSPECT, 4, keys, 0, NULL, &r);
+  int rc = b->ops->eval(b, DL_SCRIPT_LOCK_INSPECT, 5, keys, 0, NULL, &r);
   free(timeouts);
   if (rc != 0) return rc;
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||

@@ -181,6 +181,7 @@ typedef struct backoff {
 static dl_sub *rb_sub_ref(dl_backend *base, const char *channel, int mode,
                           int64_t deadline) {
   redis_backend *b = (redis_backend *)base;
+  if (b->pubsub == NULL && mode == DL_WAKE_GRANT) return NULL; /* no grants */
   if (b->pubsub == NULL) {
     backoff *w = calloc(1, sizeof *w);
     if (w) {
@@ -212,7 +213,7 @@ static int backoff_wait(redis_backend *b, backoff *w, int64_t deadline) {
 }
 
 static int rb_sub_wait(dl_backend *base, dl_sub *s, int64_t deadline,
-                       int64_t since) {
+                       int64_t since, dl_sub *grant) {
   redis_backend *b = (redis_backend *)base;
   if (s && b->pubsub == NULL) return backoff_wait(b, (backoff *)s, deadline);
   if (s == NULL) { /* no memory for a subscription: fall back to the TTL */
@@ -225,7 +226,13 @@ static int rb_sub_wait(dl_backend *base, dl_sub *s, int64_t deadline,
     }
     return 0;
   }
-  return dl_pubsub_wait(b->pubsub, s, deadline, since);
+  return dl_pubsub_wait(b->pubsub, s, deadline, since, grant);
+}
+
+static int rb_sub_grant(dl_backend *base, dl_sub *s, uint64_t *token) {
+  redis_backend *b = (redis_backend *)base;
+  if (b->pubsub == NULL || s == NULL) return -1;
+  return dl_pubsub_grant(b->pubsub, s, token);
 }
 
 static void rb_sub_unref(dl_backend *base, dl_sub *s) {
@@ -255,6 +262,7 @@ static const dl_backend_ops redis_ops = {
     .command = rb_command,
     .sub_ref = rb_sub_ref,
     .sub_wait = rb_sub_wait,
+    .sub_grant = rb_sub_grant,
     .sub_unref = rb_sub_unref,
     .sub_kick = rb_sub_kick,
     .free = rb_free,

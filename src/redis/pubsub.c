@@ -19,6 +19,7 @@
 typedef struct sleeper {
   struct sleeper *next;
   int64_t since;
+  dl_sub *grant; /* its own grant subscription, or NULL */
   pthread_cond_t cv;
   bool woken;
 } sleeper;
@@ -34,6 +35,11 @@ struct dl_sub {
   int asleep;
   int mode; /* dl_wake_mode */
   pthread_cond_t cv; /* the subscription's confirmation */
+  /* DL_WAKE_GRANT: the subscription its waiters sleep on (set while they
+   * wait, cleared with the last reference), and a grant not yet taken. */
+  dl_sub *home;
+  bool granted;
+  uint64_t token;
 };
 
 struct dl_pubsub {
@@ -92,6 +98,19 @@ static bool confirmed(dl_pubsub *p, dl_sub *s) {
   return p->io != NULL && s->active && s->outstanding == 0;
 }
 
+/* Takes w out of s's sleepers and wakes it. */
+static void unlink_sleeper(dl_sub *s, sleeper *w) {
+  sleeper *prev = NULL, **pp = &s->head;
+  while (*pp && *pp != w) {
+    prev = *pp;
+    pp = &(*pp)->next;
+  }
+  if (*pp == NULL) return;
+  *pp = w->next;
+  if (s->tail == w) s->tail = prev;
+  s->asleep--;
+}
+
 static sleeper *pop(dl_sub *s) {
   sleeper *w = s->head;
   if (w) {
@@ -148,6 +167,21 @@ static void on_disconnected(dl_pubsub *p) {
     }
 }
 
+/* With mu held: wakes the sleepers of a DL_WAKE_GRANT subscription (asleep
+ * on its home subscription), and only them. */
+static void wake_grantee(dl_pubsub *p, dl_sub *g) {
+  bool any = false;
+  for (sleeper *w = g->home ? g->home->head : NULL, *n; w; w = n) {
+    n = w->next;
+    if (w->grant != g) continue;
+    unlink_sleeper(g->home, w);
+    w->woken = true;
+    pthread_cond_signal(&w->cv);
+    any = true;
+  }
+  if (any) p->wakeups++;
+}
+
 static void dispatch(dl_pubsub *p, redisReply *r, bool *pong) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
       r->element[0]->type != REDIS_REPLY_STRING)
@@ -164,6 +198,20 @@ static void dispatch(dl_pubsub *p, redisReply *r, bool *pong) {
   if (strcmp(kind, "message") == 0 && r->elements >= 3) {
     redisReply *msg = r->element[2];
     bool text = msg->type == REDIS_REPLY_STRING;
+    if (s->mode == DL_WAKE_GRANT) {
+      /* "=<token>": the lock is this waiter's. Any other message: it tries
+       * again. Either way only the sleepers of this grant wake. */
+      if (s->refs > 0 && text && msg->len > 1 && msg->str[0] == '=') {
+        char *end;
+        unsigned long long t = strtoull(msg->str + 1, &end, 10);
+        if (*end == '\0' && t > 0) {
+          s->granted = true;
+          s->token = (uint64_t)t;
+        }
+      }
+      wake_grantee(p, s);
+      return;
+    }
     if (s->mode == DL_WAKE_COUNT) {
       /* Permits now available: wake that many (at most everyone). */
       long long n = text ? strtoll(msg->str, NULL, 10) : 0;
@@ -177,8 +225,14 @@ static void dispatch(dl_pubsub *p, redisReply *r, bool *pong) {
   } else if (strcmp(kind, "subscribe") == 0 ||
              strcmp(kind, "unsubscribe") == 0) {
     if (s->outstanding > 0) s->outstanding--;
-    if (s->outstanding == 0 && s->refs == 0) sub_free(p, s);
-    else if (confirmed(p, s)) pthread_cond_broadcast(&s->cv);
+    if (s->outstanding == 0 && s->refs == 0) {
+      sub_free(p, s);
+    } else if (confirmed(p, s)) {
+      pthread_cond_broadcast(&s->cv);
+      /* A waiter that could not join the hand-off queue without this
+       * subscription tries again now. */
+      if (s->mode == DL_WAKE_GRANT) wake_grantee(p, s);
+    }
   }
 }
 
@@ -348,15 +402,17 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
   return s;
 }
 
-int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since) {
+int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
+                   dl_sub *grant) {
   pthread_mutex_lock(&p->mu);
-  if (s->permits > 0 || p->stop) {
+  if (s->permits > 0 || p->stop || (grant && grant->granted)) {
     int rc = p->stop ? DLOCK_ECLOSED : 1;
-    if (!p->stop) s->permits--;
+    if (!p->stop && !(grant && grant->granted)) s->permits--;
     pthread_mutex_unlock(&p->mu);
     return rc;
   }
-  sleeper w = {.next = NULL, .since = since, .woken = false};
+  if (grant) grant->home = s;
+  sleeper w = {.next = NULL, .since = since, .grant = grant, .woken = false};
   dl_cond_init(&w.cv);
   sleeper **pp = &s->head;
   while (*pp && (*pp)->since <= since) pp = &(*pp)->next;
@@ -371,19 +427,7 @@ int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since) {
         dl_now_ms() >= deadline)
       break;
   }
-  if (!w.woken) { /* timed out or closing: leave the queue */
-    sleeper *prev = NULL;
-    pp = &s->head;
-    while (*pp && *pp != &w) {
-      prev = *pp;
-      pp = &(*pp)->next;
-    }
-    if (*pp) {
-      *pp = w.next;
-      if (s->tail == &w) s->tail = prev;
-      s->asleep--;
-    }
-  }
+  if (!w.woken) unlink_sleeper(s, &w); /* timed out or closing */
   int rc = p->stop ? DLOCK_ECLOSED : w.woken ? 1 : 0;
   pthread_mutex_unlock(&p->mu);
   pthread_cond_destroy(&w.cv);
@@ -395,6 +439,8 @@ void dl_pubsub_unref(dl_pubsub *p, dl_sub *s) {
   pthread_mutex_lock(&p->mu);
   if (--s->refs == 0) {
     s->permits = 0;
+    s->home = NULL;
+    s->granted = false;
     s->active = false;
     if (p->io) {
       s->outstanding++;
@@ -405,6 +451,17 @@ void dl_pubsub_unref(dl_pubsub *p, dl_sub *s) {
     s->permits = s->refs;
   }
   pthread_mutex_unlock(&p->mu);
+}
+
+int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token) {
+  pthread_mutex_lock(&p->mu);
+  int rc = s->granted ? 1 : confirmed(p, s) ? 0 : -1;
+  if (s->granted) {
+    if (token) *token = s->token;
+    s->granted = false;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return rc;
 }
 
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s) {

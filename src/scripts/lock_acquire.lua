@@ -18,11 +18,19 @@
 -- waiters before it, and can drop a live waiter that waited long; dlock's
 -- heartbeat cannot. Redisson also lets a non-first waiter pop the first one
 -- off the queue while the lock is free; dlock does not.)
+-- The plain lock's waiters that can hear a grant (dlock's hand-off queue,
+-- see lock_release.lua) pass instead, with ARGV[7] '0' and ARGV[8] '1':
+-- KEYS[4] the queue (list of owner ids, first come first served)
+-- KEYS[5] the waiters (hash: owner id -> "deadline:lease:info", deadline in
+-- server ms, pushed to now + ARGV[9] by each attempt)
+-- ARGV[9] how long a queued waiter counts as alive after an attempt, in ms
+-- The queue only orders hand-offs: a free lock is still taken by whoever
+-- asks first, as in Redisson (a Redisson client frees it without granting).
 -- Returns {1, token} when taken, {2, token} when re-entered by the owner,
 -- {0, ms} when another owner holds it (ms = its PTTL), or {0, ms, owner}
 -- when it is free but reserved for the starving waiter `owner` (ms = the
--- reservation's PTTL). Fails before
--- any write, so an error (WRONGTYPE, OOM, READONLY) leaves the data as is.
+-- reservation's PTTL). Fails before any write, so an error (WRONGTYPE,
+-- OOM, READONLY) leaves the data as is.
 --
 -- Starvation mode, as in Go's sync.Mutex: the lock is not fair, and a
 -- releasing owner that asks again at once usually wins the race against the
@@ -44,7 +52,14 @@ local function next_token()
   return t
 end
 
+local stale_ms = tonumber(ARGV[7] or '0')
+local fair = stale_ms > 0
+local queued = not fair and ARGV[8] == '1' and KEYS[5] ~= nil
+
 local function take()
+  if queued and redis.call('hdel', KEYS[5], ARGV[2]) == 1 then
+    redis.call('lrem', KEYS[4], 1, ARGV[2])
+  end
   local token = next_token()
   redis.call('hset', KEYS[1], ARGV[2], 1)
   if ARGV[3] ~= '' then
@@ -56,8 +71,24 @@ local function take()
   return {1, token}
 end
 
-local stale_ms = tonumber(ARGV[7] or '0')
-local fair = stale_ms > 0
+-- Not taken: a plain lock's waiter joins the hand-off queue, or proves it
+-- is still alive there. Both keys live as long as some waiter does.
+local function refused(ms, who)
+  if queued then
+    local t = redis.call('time')
+    local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) +
+                     tonumber(ARGV[9])
+    local entry = string.format('%.0f', deadline) .. ':' .. ARGV[1] .. ':' ..
+                  ARGV[3]
+    if redis.call('hset', KEYS[5], ARGV[2], entry) == 1 then
+      redis.call('rpush', KEYS[4], ARGV[2])
+    end
+    redis.call('pexpire', KEYS[4], 2 * tonumber(ARGV[9]))
+    redis.call('pexpire', KEYS[5], 2 * tonumber(ARGV[9]))
+  end
+  return {0, ms, who}
+end
+
 local now_ms
 if fair then
   local t = redis.call('time')
@@ -83,7 +114,7 @@ if redis.call('exists', KEYS[1]) == 0 then
     local reserved = redis.call('get', KEYS[3])
     if reserved then
       if reserved ~= ARGV[2] then
-        return {0, redis.call('pttl', KEYS[3]), reserved}
+        return refused(redis.call('pttl', KEYS[3]), reserved)
       end
       redis.call('del', KEYS[3])
     end
@@ -116,4 +147,4 @@ if ARGV[5] == '1' then
     redis.call('set', KEYS[3], ARGV[2], 'PX', ARGV[6])
   end
 end
-return {0, redis.call('pttl', KEYS[1])}
+return refused(redis.call('pttl', KEYS[1]))

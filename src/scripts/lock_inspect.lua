@@ -1,11 +1,12 @@
 -- lock_inspect.lua: a consistent read-only snapshot of whatever kind of
 -- lock or synchronizer lives at a name.
 -- KEYS[1] the name; KEYS[2] the fencing-token counter; KEYS[3] a fair
--- lock's queue; KEYS[4] a permit-expirable semaphore's timeout set
+-- lock's queue; KEYS[4] a permit-expirable semaphore's timeout set;
+-- KEYS[5] the plain lock's hand-off queue
 -- Returns {fields-and-values of the hash (HGETALL; empty if not a hash),
 -- pttl, token or false, the server's clock in ms, the integer at the name
 -- if it is a string (a semaphore's permits or a latch's count) or false,
--- the fair queue's length, the permits taken}.
+-- the waiters queued (fair queue or hand-off queue), the permits taken}.
 local all = redis.pcall('hgetall', KEYS[1])
 if type(all) ~= 'table' or all.err then
   all = {}
@@ -15,6 +16,10 @@ if redis.call('type', KEYS[1]).ok == 'string' then
   counter = tonumber(redis.call('get', KEYS[1])) or false
 end
 local queued = redis.pcall('llen', KEYS[3])
+local handoff = redis.pcall('llen', KEYS[5])
+if type(queued) == 'number' and type(handoff) == 'number' then
+  queued = queued + handoff
+end
 local taken = redis.pcall('zcard', KEYS[4])
 local now = redis.call('time')
 return {all, redis.call('pttl', KEYS[1]), redis.call('get', KEYS[2]),

@@ -3,10 +3,14 @@
 -- ARGV[1] the unlock message ('0'); ARGV[2] lease in ms; ARGV[3] owner id
 -- ARGV[4] the hold count the client believes the owner has (0 = none known)
 -- KEYS[3] (fair lock only) the queue of waiters
+-- The plain lock passes instead KEYS[3] dlock's hand-off queue, KEYS[4] its
+-- waiters, KEYS[5] the fencing-token counter and KEYS[6] the reservation of
+-- a starving waiter (see lock_acquire.lua).
 -- Returns nil if the owner does not hold it (nothing changed), 0 if still
--- held (reentrant), 1 + n if released: then the key is deleted and one
--- message is published, which wakes one waiter in each of the n subscribed
--- processes.
+-- held (reentrant), 1 + n if released: then either the lock was handed to
+-- the first live waiter of the hand-off queue (n = 1), or the key is
+-- deleted and one message is published, which wakes one waiter in each of
+-- the n subscribed processes.
 -- The count written is the client's own: a hold left by an acquire whose
 -- reply was lost is released with the last hold the client knows of.
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
@@ -18,12 +22,60 @@ if believed > 1 then
   redis.call('pexpire', KEYS[1], ARGV[2])
   return 0
 end
+
+-- The hand-off: the lock goes straight to the first waiter that is alive
+-- (its last attempt is recent) and listening (its grant channel has a
+-- subscriber), with that waiter's lease and a new fencing token; the grant
+-- "=<token>" on "<channel>:<owner id>" tells it so without a round trip.
+-- Waiters found dead or deaf on the way are dropped (at most 64 a release;
+-- past them the lock is freed as below). Nothing is written before a
+-- PUBLISH succeeds, so a refused one (ACL) changes nothing. A waiter that
+-- cannot queue (it polls, or is not subscribed yet) and starved reserved
+-- the next hand-off: then the lock is freed for it instead.
+local seen = 0
+if #KEYS == 6 and redis.call('exists', KEYS[3]) == 1 and
+   redis.call('exists', KEYS[6]) == 0 then
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local queue = redis.call('lrange', KEYS[3], 0, 63)
+  for i = 1, #queue do
+    local who = queue[i]
+    seen = i
+    local entry = redis.call('hget', KEYS[4], who)
+    local deadline, lease, info
+    if entry then
+      deadline, lease, info = string.match(entry, '^(%d+):(%d+):(.*)$')
+    end
+    if who ~= ARGV[3] and deadline and tonumber(deadline) >= now then
+      local token = tonumber(redis.call('get', KEYS[5]) or '0') + 1
+      if token == 1 then -- the counter is missing: as in lock_acquire.lua
+        token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+      end
+      token = string.format('%.0f', token)
+      local heard = redis.pcall('publish', KEYS[2] .. ':' .. who, '=' .. token)
+      if type(heard) == 'number' and heard > 0 then
+        redis.call('ltrim', KEYS[3], i, -1)
+        redis.call('hdel', KEYS[4], unpack(queue, 1, i))
+        redis.call('set', KEYS[5], token)
+        redis.call('del', KEYS[1])
+        redis.call('hset', KEYS[1], who, 1)
+        if info ~= '' then
+          redis.call('hset', KEYS[1], 'dlock:info', info, 'dlock:since',
+                     string.format('%.0f', now))
+        end
+        redis.call('pexpire', KEYS[1], lease)
+        return 2
+      end
+    end
+  end
+end
+
 -- Publish first: a server that refuses it (an ACL without the channel)
 -- then fails the script before anything changed. Subscribers see the message
 -- only after the script, when the key is already gone. A fair lock (KEYS[3]
 -- its queue) wakes only the first waiter, on its own channel.
 local channel = KEYS[2]
-if KEYS[3] then
+if #KEYS == 3 then
   local first = redis.call('lindex', KEYS[3], 0)
   if not first then
     redis.call('del', KEYS[1])
@@ -32,5 +84,10 @@ if KEYS[3] then
   channel = KEYS[2] .. ':' .. first
 end
 local woken = redis.call('publish', channel, ARGV[1])
+if seen > 0 then -- every waiter looked at was dead or deaf
+  local queue = redis.call('lrange', KEYS[3], 0, seen - 1)
+  redis.call('ltrim', KEYS[3], seen, -1)
+  redis.call('hdel', KEYS[4], unpack(queue))
+end
 redis.call('del', KEYS[1])
 return 1 + woken

@@ -22,7 +22,7 @@ static redisReply *queue[MAX_REPLIES];
 static int qlen, qnext;
 static dl_pubsub *pubsub;
 static dl_conn_config ps_cfg;
-static dl_sub *subs[3];
+static dl_sub *subs[4];
 
 /* The next reply, as the Redis backend would hand it over: an error reply
  * becomes its code. */
@@ -74,8 +74,14 @@ static dl_sub *fb_sub_ref(dl_backend *b, const char *ch, int mode,
   return (dl_sub *)&dummy_sub;
 }
 static int fb_sub_wait(dl_backend *b, dl_sub *s, int64_t deadline,
-                       int64_t since) {
-  (void)b, (void)s, (void)deadline, (void)since;
+                       int64_t since, dl_sub *grant) {
+  (void)b, (void)s, (void)deadline, (void)since, (void)grant;
+  return 0;
+}
+/* Grants can come but never do: the waiter joins the hand-off queue, and
+ * leaves it when it gives up. */
+static int fb_sub_grant(dl_backend *b, dl_sub *s, uint64_t *token) {
+  (void)b, (void)s, (void)token;
   return 0;
 }
 static void fb_sub_unref(dl_backend *b, dl_sub *s) {
@@ -92,6 +98,7 @@ static const dl_backend_ops fuzz_ops = {
     .command = fb_command,
     .sub_ref = fb_sub_ref,
     .sub_wait = fb_sub_wait,
+    .sub_grant = fb_sub_grant,
     .sub_unref = fb_sub_unref,
     .sub_kick = fb_sub_unref,
     .free = fb_free,
@@ -133,6 +140,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   subs[1] = dl_pubsub_ref(pubsub, "redisson_sc:{k}", DL_WAKE_COUNT, 0);
   subs[2] = dl_pubsub_ref(pubsub, "redisson_countdownlatch__channel:{k}",
                           DL_WAKE_ALL, 0);
+  subs[3] = dl_pubsub_ref(pubsub, "redisson_lock__channel:{k}:o",
+                          DL_WAKE_GRANT, 0);
   return 0;
 }
 
