@@ -231,8 +231,10 @@ DLOCK_API void dlock_lock_free(dlock_lock *l);
  * returns 0 and stores the fencing token in *token if non-NULL (a reentrant
  * acquisition returns the token of the hold it re-enters). Returns
  * DLOCK_ELOCKED if another owner still held it when the wait ran out, or
- * another negative code; on failure nothing is held. Blocks the calling
- * thread; thread-safe. */
+ * another negative code; on failure nothing is held. A waiter queues on the
+ * server and is handed the lock by a release, in arrival order (unless the
+ * client polls: see wait_backoff_max_ms). Blocks the calling thread;
+ * thread-safe. */
 DLOCK_API int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms,
                                      int64_t lease_ms, uint64_t *token);
 
