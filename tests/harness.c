@@ -267,6 +267,15 @@ dlock_client *th_client(th_redis *r, int64_t watchdog_ms) {
   return th_client_opts(&o);
 }
 
+bool th_wait_llen(th_redis *r, const char *key, long long n, int timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  for (;;) {
+    if (th_cmd_int(r, "LLEN %s", key) == n) return true;
+    if (th_now_ms() >= end) return false;
+    th_sleep_ms(2);
+  }
+}
+
 bool th_wait_subscribed(th_redis *r, const char *channel, int timeout_ms) {
   int64_t end = th_now_ms() + timeout_ms;
   for (;;) {

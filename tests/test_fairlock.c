@@ -46,14 +46,6 @@ static void *fair_waiter(void *p) {
   return NULL;
 }
 
-typedef struct qarg {
-  const char *name;
-  long long n;
-} qarg;
-static bool queue_is(void *p) {
-  qarg *q = p;
-  return queued(q->name) == q->n;
-}
 
 static void t_fifo_across_clients(void) {
   setup();
@@ -69,8 +61,8 @@ static void t_fifo_across_clients(void) {
     w[i] = (fw){"f:fifo", i, 0, th_client(&srv, 0), 99};
     CHECK(w[i].c != NULL);
     pthread_create(&t[i], NULL, fair_waiter, &w[i]);
-    qarg q = {"f:fifo", i + 1};
-    CHECK(th_wait_for(queue_is, &q, 3000)); /* queued in this order */
+    /* queued in this order */
+    CHECK(th_wait_llen(&srv, "redisson_lock_queue:{f:fifo}", i + 1, 3000));
   }
   dlock_client_stats before[N];
   for (int i = 0; i < N; i++)
@@ -157,13 +149,12 @@ static void t_dead_waiter_skipped(void) {
   CHECK_RC(dlock_lock_new_fair(hc, "f:dead", NULL, 600, &h), 0);
   CHECK_RC(dlock_lock_acquire(h, 0, NULL), 0);
   th_cmd_int(&srv, "SET f:dead:go 1");
-  qarg q1 = {"f:dead", 1};
-  CHECK(th_wait_for(queue_is, &q1, 5000));
+  CHECK(th_wait_llen(&srv, "redisson_lock_queue:{f:dead}", 1, 5000));
   fw w = {"f:dead", 7, 600, th_client(&srv, 0), 99};
   pthread_t t;
   pthread_create(&t, NULL, fair_waiter, &w);
-  qarg q2 = {"f:dead", 2};
-  CHECK(th_wait_for(queue_is, &q2, 5000)); /* behind the child */
+  /* behind the child */
+  CHECK(th_wait_llen(&srv, "redisson_lock_queue:{f:dead}", 2, 5000));
   kill(kid, SIGKILL);
   waitpid(kid, NULL, 0);
   int64_t t0 = th_now_ms();

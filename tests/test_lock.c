@@ -724,16 +724,6 @@ static void *wait_grant(void *p) {
   return NULL;
 }
 
-typedef struct {
-  const char *key;
-  long long n;
-} llen_arg;
-
-static bool queue_is(void *p) {
-  llen_arg *a = p;
-  return th_cmd_int(&srv, "LLEN %s", a->key) == a->n;
-}
-
 static void t_release_hands_over(void) {
   /* The waiter is queued and listening: the release itself makes it the
    * owner, with its lease and the next token, before it even wakes; the
@@ -750,8 +740,7 @@ static void t_release_hands_over(void) {
   grant_arg g = {lb, -100, 0, &order, -1, true};
   pthread_t th;
   pthread_create(&th, NULL, wait_grant, &g);
-  llen_arg q = {"dlock_lock_queue:{t:grant}", 1};
-  CHECK(th_wait_for(queue_is, &q, 3000));
+  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:grant}", 1, 3000));
   char field[256];
   snprintf(field, sizeof field, "%s:next", dlock_client_id(b));
   CHECK_EQ(th_cmd_int(&srv, "HEXISTS t:grant %s", field), 0);
@@ -797,8 +786,7 @@ static void t_hand_overs_in_order(void) {
     CHECK_RC(dlock_lock_new(w[i], "t:order", NULL, &lw[i]), 0);
     g[i] = (grant_arg){lw[i], -100, 0, &order, -1, false};
     pthread_create(&th[i], NULL, wait_grant, &g[i]);
-    llen_arg q = {"dlock_lock_queue:{t:order}", i + 1};
-    CHECK(th_wait_for(queue_is, &q, 3000));
+    CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:order}", i + 1, 3000));
   }
   CHECK_EQ(dlock_lock_release(la), 1);
   for (int i = 0; i < 3; i++) {
@@ -876,8 +864,7 @@ static void t_lost_grant_taken_at_next_attempt(void) {
   grant_arg g = {lb, -100, 0, &order, -1, false};
   pthread_t th;
   pthread_create(&th, NULL, wait_grant, &g);
-  llen_arg q = {"dlock_lock_queue:{t:lost}", 1};
-  CHECK(th_wait_for(queue_is, &q, 3000));
+  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:lost}", 1, 3000));
   redisReply *r = th_cmd(&srv, "DEL t:lost");
   freeReplyObject(r);
   r = th_cmd(&srv, "HSET t:lost %s:me 1", dlock_client_id(b));
@@ -916,8 +903,7 @@ static void t_reservation_beats_queue(void) {
   grant_arg gp = {lp, -100, 0, &order, -1, false};
   pthread_t tq, tp;
   pthread_create(&tq, NULL, wait_grant, &gq);
-  llen_arg ql = {"dlock_lock_queue:{t:mixq}", 1};
-  CHECK(th_wait_for(queue_is, &ql, 3000));
+  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:mixq}", 1, 3000));
   pthread_create(&tp, NULL, wait_grant, &gp);
   CHECK(th_wait_for(reserved_for, NULL, 3000));
   CHECK_EQ(dlock_lock_release(la), 1);

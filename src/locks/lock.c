@@ -53,6 +53,15 @@ static const char *derived(char *out, const char *prefix, const dlock_lock *l) {
 #define QUEUE_KEY(l, buf) derived(buf, "redisson_lock_queue", l)
 #define TIMEOUT_KEY(l, buf) derived(buf, "redisson_lock_timeout", l)
 #define RW_CHANNEL(l, buf) derived(buf, "redisson_rwlock", l)
+/* A waiter's own channel, "<channel>:<owner id>": the fair lock's wake-up
+ * and the plain lock's grant. `out` has OWNER_CHANNEL_MAX bytes. */
+#define OWNER_CHANNEL_MAX (DERIVED_MAX + OWNER_MAX + 1)
+static const char *owner_channel(char *out, const dlock_lock *l,
+                                 const char *owner) {
+  size_t n = strlen(CHANNEL(l, out));
+  snprintf(out + n, OWNER_CHANNEL_MAX - n, ":%s", owner);
+  return out;
+}
 #define GRANT_QUEUE_KEY(l, buf) derived(buf, "dlock_lock_queue", l)
 #define GRANT_WAITERS_KEY(l, buf) derived(buf, "dlock_lock_waiters", l)
 enum { RW_NONE, RW_READ, RW_WRITE };
@@ -422,10 +431,10 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
     const dl_backend_ops *ops = c->backend->ops;
     /* A fair lock's waiter has its own channel: a release tells only the
      * first of the queue. */
-    char ch[DERIVED_MAX + OWNER_MAX + 1];
+    char ch[OWNER_CHANNEL_MAX];
     if (l->rw != RW_NONE) RW_CHANNEL(l, ch);
+    else if (fair) owner_channel(ch, l, owner);
     else CHANNEL(l, ch);
-    if (fair) snprintf(ch + strlen(ch), OWNER_MAX + 1, ":%s", owner);
     dl_sub *sub = ops->sub_ref(c->backend, ch, DL_WAKE_LOCK, deadline);
     /* The plain lock's waiter also listens on its own channel, where a
      * release hands it the lock; it joins the hand-off queue only once it
@@ -433,16 +442,15 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
     dl_sub *grant = NULL;
     bool queued = false;
     if (!fair && l->rw == RW_NONE && sub != NULL) {
-      char gch[DERIVED_MAX + OWNER_MAX + 1];
-      CHANNEL(l, gch);
-      snprintf(gch + strlen(gch), OWNER_MAX + 1, ":%s", owner);
-      grant = ops->sub_ref(c->backend, gch, DL_WAKE_GRANT, deadline);
-      queued = grant != NULL && ops->sub_grant(c->backend, grant, NULL) == 0;
+      char gch[OWNER_CHANNEL_MAX];
+      grant = ops->sub_ref(c->backend, owner_channel(gch, l, owner),
+                           DL_WAKE_GRANT, deadline);
     }
     bool starving = false;
     int64_t queued_sent = 0; /* when the last attempt that queued us went */
     for (;;) {
-      /* The subscriber connection may come up (or back) while we wait. */
+      /* Queued once the grant channel is heard; the subscriber connection
+       * may come up (or back) while we wait. */
       if (!queued && grant != NULL)
         queued = ops->sub_grant(c->backend, grant, NULL) == 0;
       /* A queued waiter is served in turn: no reservation needed. */
