@@ -276,15 +276,24 @@ bool th_wait_llen(th_redis *r, const char *key, long long n, int timeout_ms) {
   }
 }
 
-bool th_wait_subscribed(th_redis *r, const char *channel, int timeout_ms) {
+static bool wait_numsub(th_redis *r, const char *channel, bool some,
+                        int timeout_ms) {
   int64_t end = th_now_ms() + timeout_ms;
   for (;;) {
     redisReply *rep = th_cmd(r, "PUBSUB NUMSUB %s", channel);
     bool yes = rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2 &&
-               rep->element[1]->integer >= 1;
+               (rep->element[1]->integer >= 1) == some;
     if (rep) freeReplyObject(rep);
     if (yes) return true;
     if (th_now_ms() >= end) return false;
     th_sleep_ms(2);
   }
+}
+
+bool th_wait_subscribed(th_redis *r, const char *channel, int timeout_ms) {
+  return wait_numsub(r, channel, true, timeout_ms);
+}
+
+bool th_wait_unsubscribed(th_redis *r, const char *channel, int timeout_ms) {
+  return wait_numsub(r, channel, false, timeout_ms);
 }

@@ -90,6 +90,8 @@ dlock_client *th_client_opts(dlock_client_options *o);
 
 /* Waits until `channel` has a subscriber on r (PUBSUB NUMSUB). */
 bool th_wait_subscribed(th_redis *r, const char *channel, int timeout_ms);
+/* Waits until `channel` has no subscriber on r. */
+bool th_wait_unsubscribed(th_redis *r, const char *channel, int timeout_ms);
 /* Waits until the list `key` has exactly n elements (a queue reached n
  * waiters). Returns false if it did not within timeout_ms. */
 bool th_wait_llen(th_redis *r, const char *key, long long n, int timeout_ms);

@@ -724,6 +724,12 @@ static void *wait_grant(void *p) {
   return NULL;
 }
 
+static void *give_up_soon(void *p) {
+  grant_arg *a = p;
+  a->rc = dlock_lock_try_acquire(a->l, 500, 10000, &a->token);
+  return NULL;
+}
+
 static void t_release_hands_over(void) {
   /* The waiter is queued and listening: the release itself makes it the
    * owner, with its lease and the next token, before it even wakes; the
@@ -924,6 +930,98 @@ static void t_reservation_beats_queue(void) {
   dlock_client_close(p);
 }
 
+/* A counter of INFO commandstats ("cmdstat_<cmd>:calls=<n>"), 0 if absent. */
+static long long calls_of(const char *cmd) {
+  redisReply *r = th_cmd(&srv, "INFO commandstats");
+  long long n = 0;
+  char pat[64];
+  snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+  const char *at = r && r->type == REDIS_REPLY_STRING ? r->str : NULL;
+  if (at && (at = strstr(at, pat)) != NULL) n = atoll(at + strlen(pat));
+  if (r) freeReplyObject(r);
+  return n;
+}
+
+static void t_channels_linger(void) {
+  /* A waiter's channels stay subscribed for a while after its wait: its
+   * next wait on the lock needs no SUBSCRIBE, and its first attempt joins
+   * the hand-off queue (one attempt, not two). Then they are dropped. */
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:linger", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:linger", "me", &lb), 0);
+  char gch[256];
+  snprintf(gch, sizeof gch, "redisson_lock__channel:{t:linger}:%s:me",
+           dlock_client_id(b));
+  for (int round = 0; round < 2; round++) {
+    CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
+    if (round == 1) freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+    int order = 0;
+    grant_arg g = {lb, -100, 0, &order, -1, true};
+    pthread_t th;
+    pthread_create(&th, NULL, wait_grant, &g);
+    CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:linger}", 1, 3000));
+    CHECK_EQ(dlock_lock_release(la), 1);
+    pthread_join(th, NULL);
+    CHECK_RC(g.rc, 0);
+    if (round == 1) {
+      CHECK_EQ(calls_of("subscribe"), 0);
+      CHECK_EQ(calls_of("evalsha"), 2); /* b's one attempt, a's release */
+    }
+    CHECK(th_wait_subscribed(&srv, gch, 0));
+    CHECK(th_wait_subscribed(&srv, "redisson_lock__channel:{t:linger}", 0));
+    CHECK_EQ(dlock_lock_release(lb), 1);
+  }
+  CHECK(th_wait_unsubscribed(&srv, gch, 5000));
+  CHECK(th_wait_unsubscribed(&srv, "redisson_lock__channel:{t:linger}", 5000));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+static void t_unheard_give_up_is_deaf(void) {
+  /* A waiter gives up, but its request to leave the queue times out (the
+   * server is paused): its grant channel is dropped at once rather than
+   * left to linger, so the release skips it instead of granting the lock
+   * to a thread that no longer waits. */
+  setup();
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  o.command_timeout_ms = 200;
+  dlock_client *a = th_client(&srv, 0), *b = th_client_opts(&o);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:deaf", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:deaf", "me", &lb), 0);
+  char gch[256];
+  snprintf(gch, sizeof gch, "redisson_lock__channel:{t:deaf}:%s:me",
+           dlock_client_id(b));
+  CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
+  int order = 0;
+  grant_arg g = {lb, -100, 0, &order, -1, false};
+  pthread_t th;
+  pthread_create(&th, NULL, give_up_soon, &g);
+  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:deaf}", 1, 3000));
+  freeReplyObject(th_cmd(&srv, "CLIENT PAUSE 2000 WRITE"));
+  pthread_join(th, NULL);
+  /* Its last attempt, at the deadline, may have timed out too. */
+  CHECK(g.rc == DLOCK_ELOCKED || g.rc == DLOCK_ETIMEDOUT);
+  /* Well within the time a channel lingers (a second or more). */
+  CHECK(th_wait_unsubscribed(&srv, gch, 300));
+  freeReplyObject(th_cmd(&srv, "CLIENT UNPAUSE"));
+  CHECK_EQ(th_cmd_int(&srv, "LLEN dlock_lock_queue:{t:deaf}"), 1);
+  CHECK_EQ(dlock_lock_release(la), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:deaf"), 0);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
 static void t_teardown(void) { th_redis_stop(&srv); }
 
 TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
@@ -939,4 +1037,4 @@ TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
         T(t_hand_overs_in_order), T(t_dead_or_deaf_waiters_skipped),
         T(t_waiter_gives_up_leaves_queue),
         T(t_lost_grant_taken_at_next_attempt), T(t_reservation_beats_queue),
-        T(t_teardown))
+        T(t_channels_linger), T(t_unheard_give_up_is_deaf), T(t_teardown))

@@ -185,7 +185,10 @@ typedef struct dl_backend_ops {
   int (*command)(dl_backend *b, int argc, const char **argv,
                  struct redisReply **reply);
   /* Waiting without polling: a reference-counted subscription; `mode`
-   * (dl_wake_mode) says what a message on the channel wakes. */
+   * (dl_wake_mode) says what a message on the channel wakes. Waits until
+   * deadline for the server to confirm it. A negative deadline takes a
+   * reference only to a subscription already confirmed (one that lingers,
+   * or that another waiter holds), else returns NULL at once. */
   dl_sub *(*sub_ref)(dl_backend *b, const char *channel, int mode,
                      int64_t deadline);
   /* Waits for one wake-up until deadline. Sleepers are woken in the order
@@ -199,7 +202,11 @@ typedef struct dl_backend_ops {
    * here), 0 if not, -1 if no grant can come (not subscribed, or no
    * subscriber connection: the waiter must not join the hand-off queue). */
   int (*sub_grant)(dl_backend *b, dl_sub *s, uint64_t *token);
-  void (*sub_unref)(dl_backend *b, dl_sub *s);
+  /* Drops a reference. With `linger`, a subscription nobody references any
+   * more stays subscribed for a while, so the next waiter on the channel
+   * finds it confirmed. A waiter that may still be in a hand-off queue (it
+   * could not leave it) passes false: a grant must then find it deaf. */
+  void (*sub_unref)(dl_backend *b, dl_sub *s, bool linger);
   /* Wakes every thread asleep on the subscription (no permits). */
   void (*sub_kick)(dl_backend *b, dl_sub *s);
   void (*free)(dl_backend *b);
@@ -235,7 +242,7 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
 int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
                    dl_sub *grant);
 int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token);
-void dl_pubsub_unref(dl_pubsub *p, dl_sub *s);
+void dl_pubsub_unref(dl_pubsub *p, dl_sub *s, bool linger);
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s);
 uint64_t dl_pubsub_wakeups(dl_pubsub *p);
 /* Handles one reply as if read from the subscriber connection (the reply

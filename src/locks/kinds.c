@@ -56,7 +56,7 @@ int dl_wait_for(dlock_client *c, const char *channel, int mode, int64_t wait_ms,
       break;
     }
   }
-  ops->sub_unref(c->backend, sub);
+  ops->sub_unref(c->backend, sub, true);
   return rc;
 }
 

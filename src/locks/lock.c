@@ -32,7 +32,9 @@ struct dlock_lock {
   dlock_lost_cb cb;
   void *cb_ud;
   int nholds; /* holds whose lost callback goes through this handle */
-  int rw;     /* RW_NONE, or which side of a read-write lock */
+  unsigned char rw; /* RW_NONE, or which side of a read-write lock */
+  /* The last acquire through this handle had to wait (a hint only). */
+  atomic_bool contended;
   /* 64 bytes on LP64, so that with a short name and owner the handle fits
    * a 96-byte malloc chunk (docs/PERFORMANCE.md, memory per held lock). */
 };
@@ -403,6 +405,18 @@ static int owner_of(dlock_lock *l, char *buf) {
   return n < 0 ? dl_seterr(l->c, DLOCK_EINVAL, "owner id too long") : 0;
 }
 
+/* The channels a waiter listens on (each OWNER_CHANNEL_MAX bytes): the
+ * unlock channel, or a fair lock's waiter's own (a release tells only the
+ * first of the queue); and the plain lock's waiter's own grant channel,
+ * where a release hands it the lock. */
+static void wait_channels(const dlock_lock *l, const char *owner, char *ch,
+                          char *gch) {
+  if (l->rw != RW_NONE) RW_CHANNEL(l, ch);
+  else if (l->fair_ms > 0) owner_channel(ch, l, owner);
+  else CHANNEL(l, ch);
+  if (l->fair_ms <= 0 && l->rw == RW_NONE) owner_channel(gch, l, owner);
+}
+
 int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
                            uint64_t *token) {
   if (l == NULL) return DLOCK_EINVAL;
@@ -420,47 +434,57 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
   int64_t ttl = 0, sent = 0;
 
   bool reserved = false, fair = l->fair_ms > 0;
+  const dl_backend_ops *ops = c->backend->ops;
+  /* A plain lock's waiter joins the hand-off queue only once it can hear
+   * its grant channel (not when polling, nor without a subscription). */
+  char ch[OWNER_CHANNEL_MAX], gch[OWNER_CHANNEL_MAX];
+  bool grants = !fair && l->rw == RW_NONE;
+  dl_sub *sub = NULL, *grant = NULL;
+  bool queued = false;
+  int64_t queued_sent = 0; /* when the last attempt that queued us went */
+  /* The last acquire through this handle had to wait: if both channels are
+   * still subscribed (they linger), queue at the first attempt. */
+  if (grants && wait_ms != 0 && atomic_load(&l->contended)) {
+    wait_channels(l, owner, ch, gch);
+    sub = ops->sub_ref(c->backend, ch, DL_WAKE_LOCK, -1);
+    if (sub) grant = ops->sub_ref(c->backend, gch, DL_WAKE_GRANT, -1);
+    if (grant) queued = ops->sub_grant(c->backend, grant, NULL) == 0;
+  }
   /* A fair lock's one-shot try does not join the queue (as Redisson's
    * tryLock() without a wait). */
-  rc = attempt(l, owner, lease_ms, false, fair && wait_ms != 0, &tok, &ttl,
-               &reserved, &sent);
+  rc = attempt(l, owner, lease_ms, false, (fair && wait_ms != 0) || queued,
+               &tok, &ttl, &reserved, &sent);
+  if (rc == 0 && queued) queued_sent = sent;
+  if (rc == 0 && wait_ms != 0) atomic_store(&l->contended, true);
+  else if (rc > 0 && atomic_load(&l->contended))
+    atomic_store(&l->contended, false);
+  bool starving = false;
   if (rc == 0 && wait_ms != 0) {
     /* Subscribe first, then try again: an unlock between our failed attempt
      * and the subscription would otherwise go unheard. Each sleep is bounded
      * by the holder's TTL, so even a lost message costs at most that. */
-    const dl_backend_ops *ops = c->backend->ops;
-    /* A fair lock's waiter has its own channel: a release tells only the
-     * first of the queue. */
-    char ch[OWNER_CHANNEL_MAX];
-    if (l->rw != RW_NONE) RW_CHANNEL(l, ch);
-    else if (fair) owner_channel(ch, l, owner);
-    else CHANNEL(l, ch);
-    dl_sub *sub = ops->sub_ref(c->backend, ch, DL_WAKE_LOCK, deadline);
-    /* The plain lock's waiter also listens on its own channel, where a
-     * release hands it the lock; it joins the hand-off queue only once it
-     * can hear that (not when polling, nor without a subscription). */
-    dl_sub *grant = NULL;
-    bool queued = false;
-    if (!fair && l->rw == RW_NONE && sub != NULL) {
-      char gch[OWNER_CHANNEL_MAX];
-      grant = ops->sub_ref(c->backend, owner_channel(gch, l, owner),
-                           DL_WAKE_GRANT, deadline);
+    bool again = !queued; /* no need when the attempt queued us */
+    if (sub == NULL) {
+      wait_channels(l, owner, ch, gch);
+      sub = ops->sub_ref(c->backend, ch, DL_WAKE_LOCK, deadline);
     }
-    bool starving = false;
-    int64_t queued_sent = 0; /* when the last attempt that queued us went */
+    if (grant == NULL && grants && sub != NULL)
+      grant = ops->sub_ref(c->backend, gch, DL_WAKE_GRANT, deadline);
     for (;;) {
       /* Queued once the grant channel is heard; the subscriber connection
        * may come up (or back) while we wait. */
       if (!queued && grant != NULL)
         queued = ops->sub_grant(c->backend, grant, NULL) == 0;
       /* A queued waiter is served in turn: no reservation needed. */
-      starving = !fair && !queued && l->rw == RW_NONE &&
-                 c->starvation_ms > 0 &&
+      starving = grants && !queued && c->starvation_ms > 0 &&
                  dl_now_ms() - start >= c->starvation_ms;
-      rc = attempt(l, owner, lease_ms, starving, fair || queued, &tok, &ttl,
-                   &reserved, &sent);
-      if (rc == 0 && queued) queued_sent = sent;
-      if (rc != 0) break;
+      if (again) {
+        rc = attempt(l, owner, lease_ms, starving, fair || queued, &tok, &ttl,
+                     &reserved, &sent);
+        if (rc == 0 && queued) queued_sent = sent;
+        if (rc != 0) break;
+      }
+      again = true;
       /* Free, but reserved for a starving thread of this process that the
        * unlock message did not wake: wake it (and the others asleep). */
       if (reserved) ops->sub_kick(c->backend, sub);
@@ -476,8 +500,8 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
        * as soon as it is reached, then often enough to keep the
        * reservation. */
       if (starving && now + RESERVE_MS / 3 < until) until = now + RESERVE_MS / 3;
-      if (!starving && !queued && !fair && l->rw == RW_NONE &&
-          c->starvation_ms > 0 && start + c->starvation_ms + 1 < until)
+      if (!starving && !queued && grants && c->starvation_ms > 0 &&
+          start + c->starvation_ms + 1 < until)
         until = start + c->starvation_ms + 1;
       /* A queued waiter proves it is alive, and renews the lease it will
        * be granted with, often enough (see record() below). */
@@ -500,39 +524,45 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
         break;
       }
     }
-    if (queued && rc <= 0) { /* gave up: leave the hand-off queue */
-      char qk[DERIVED_MAX], wk[DERIVED_MAX];
-      const char *k[] = {l->key, GRANT_QUEUE_KEY(l, qk),
-                         GRANT_WAITERS_KEY(l, wk)};
-      const char *a[] = {owner};
-      redisReply *r = NULL;
-      if (ops->eval(c->backend, DL_SCRIPT_LOCK_CANCEL, 3, k, 1, a, &r) == 0) {
-        /* Handed over as we gave up (the grant is in flight or was lost):
-         * give it back rather than leave it held until its lease ends. */
-        bool handed = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-        freeReplyObject(r);
-        if (handed) release_script(l, owner, lease_ms, 1);
-      }
+  }
+  /* Taken by a queued attempt: the script took us off the queue. */
+  if (rc > 0) queued = false;
+  bool left = true; /* not (or no longer) in the hand-off queue */
+  if (queued) { /* gave up: leave the hand-off queue */
+    left = false;
+    char qk[DERIVED_MAX], wk[DERIVED_MAX];
+    const char *k[] = {l->key, GRANT_QUEUE_KEY(l, qk), GRANT_WAITERS_KEY(l, wk)};
+    const char *a[] = {owner};
+    redisReply *r = NULL;
+    if (ops->eval(c->backend, DL_SCRIPT_LOCK_CANCEL, 3, k, 1, a, &r) == 0) {
+      /* Handed over as we gave up (the grant is in flight or was lost):
+       * give it back rather than leave it held until its lease ends. */
+      bool handed = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+      freeReplyObject(r);
+      if (handed) release_script(l, owner, lease_ms, 1);
+      left = true;
     }
-    if (grant) ops->sub_unref(c->backend, grant);
-    ops->sub_unref(c->backend, sub);
-    if (fair && rc <= 0) { /* gave up: leave the queue */
-      char ch2[DERIVED_MAX], qk[DERIVED_MAX], tk[DERIVED_MAX];
-      const char *k[] = {l->key, CHANNEL(l, ch2), QUEUE_KEY(l, qk),
-                         TIMEOUT_KEY(l, tk)};
-      const char *a[] = {owner, UNLOCK_MESSAGE};
-      redisReply *r = NULL;
-      if (ops->eval(c->backend, DL_SCRIPT_FAIR_CANCEL, 4, k, 2, a, &r) == 0)
-        freeReplyObject(r);
-    }
-    if (starving && rc <= 0) { /* gave up: free the hand-off for others */
-      char hk[DERIVED_MAX];
-      const char *k[] = {HANDOFF_KEY(l, hk)};
-      const char *a[] = {owner};
-      redisReply *r = NULL;
-      if (ops->eval(c->backend, DL_SCRIPT_LOCK_UNRESERVE, 1, k, 1, a, &r) == 0)
-        freeReplyObject(r);
-    }
+  }
+  /* Still queued (the server did not answer): unsubscribe the grant channel
+   * now, so that a release finds us deaf and skips us. */
+  if (grant) ops->sub_unref(c->backend, grant, left);
+  if (sub) ops->sub_unref(c->backend, sub, true);
+  if (fair && wait_ms != 0 && rc <= 0) { /* gave up: leave the queue */
+    char ch2[DERIVED_MAX], qk[DERIVED_MAX], tk[DERIVED_MAX];
+    const char *k[] = {l->key, CHANNEL(l, ch2), QUEUE_KEY(l, qk),
+                       TIMEOUT_KEY(l, tk)};
+    const char *a[] = {owner, UNLOCK_MESSAGE};
+    redisReply *r = NULL;
+    if (ops->eval(c->backend, DL_SCRIPT_FAIR_CANCEL, 4, k, 2, a, &r) == 0)
+      freeReplyObject(r);
+  }
+  if (starving && rc <= 0) { /* gave up: free the hand-off for others */
+    char hk[DERIVED_MAX];
+    const char *k[] = {HANDOFF_KEY(l, hk)};
+    const char *a[] = {owner};
+    redisReply *r = NULL;
+    if (ops->eval(c->backend, DL_SCRIPT_LOCK_UNRESERVE, 1, k, 1, a, &r) == 0)
+      freeReplyObject(r);
   }
   if (rc == 0)
     return dl_seterr(c, DLOCK_ELOCKED, "'%s' is held by another owner "

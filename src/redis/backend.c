@@ -181,7 +181,8 @@ typedef struct backoff {
 static dl_sub *rb_sub_ref(dl_backend *base, const char *channel, int mode,
                           int64_t deadline) {
   redis_backend *b = (redis_backend *)base;
-  if (b->pubsub == NULL && mode == DL_WAKE_GRANT) return NULL; /* no grants */
+  if (b->pubsub == NULL && (mode == DL_WAKE_GRANT || deadline < 0))
+    return NULL; /* no grants; nothing subscribed */
   if (b->pubsub == NULL) {
     backoff *w = calloc(1, sizeof *w);
     if (w) {
@@ -235,10 +236,10 @@ static int rb_sub_grant(dl_backend *base, dl_sub *s, uint64_t *token) {
   return dl_pubsub_grant(b->pubsub, s, token);
 }
 
-static void rb_sub_unref(dl_backend *base, dl_sub *s) {
+static void rb_sub_unref(dl_backend *base, dl_sub *s, bool linger) {
   redis_backend *b = (redis_backend *)base;
   if (b->pubsub == NULL) free(s);
-  else dl_pubsub_unref(b->pubsub, s);
+  else dl_pubsub_unref(b->pubsub, s, linger);
 }
 
 static void rb_sub_kick(dl_backend *base, dl_sub *s) {

@@ -12,6 +12,13 @@
 
 #define NBUCKETS 1024
 #define IDLE_PING_MS 5000
+/* A subscription nobody waits on any more stays subscribed this long (to
+ * LINGER_MS + SWEEP_MS): a lock that was just waited for is usually waited
+ * for again soon, and a waiter that finds its channels still subscribed
+ * waits without a SUBSCRIBE round trip (and joins the hand-off queue at its
+ * first attempt). */
+#define LINGER_MS 1000
+#define SWEEP_MS 250
 
 /* A thread asleep in dl_pubsub_wait, queued by the time it began waiting
  * for its lock (not for this sleep): a waiter that woke, lost the race and
@@ -20,9 +27,21 @@ typedef struct sleeper {
   struct sleeper *next;
   int64_t since;
   dl_sub *grant; /* its own grant subscription, or NULL */
-  pthread_cond_t cv;
-  bool woken;
+  /* SLEEPING until a waker takes it out of the list and sets WOKEN (or the
+   * client closes: STOPPED). The sleeper parks on this word rather than on
+   * a condition variable of mu, so a woken thread returns without queueing
+   * for mu behind the subscriber thread that woke it. */
+  atomic_int state;
 } sleeper;
+
+enum { SLEEPING, WOKEN, STOPPED };
+
+/* With mu held: w has been taken out of its list. Nothing of w is read
+ * after the store, so it may return (and its stack go) at once. */
+static void rouse(sleeper *w, int state) {
+  atomic_store_explicit(&w->state, state, memory_order_release);
+  dl_park_wake(&w->state);
+}
 
 struct dl_sub {
   dl_sub *next;
@@ -40,6 +59,9 @@ struct dl_sub {
   dl_sub *home;
   bool granted;
   uint64_t token;
+  /* Unreferenced but still subscribed, since idle_since (dl_now_ms). */
+  bool lingering;
+  int64_t idle_since;
 };
 
 struct dl_pubsub {
@@ -51,6 +73,8 @@ struct dl_pubsub {
   dl_io *io; /* written under mu; read and closed by the thread */
   bool stop;
   dl_sub *table[NBUCKETS];
+  int subs;      /* subscriptions in the table */
+  int lingering; /* of which lingering */
   uint64_t wakeups;
 };
 
@@ -71,6 +95,8 @@ static void sub_free(dl_pubsub *p, dl_sub *s) {
   dl_sub **pp = &p->table[hash(s->channel)];
   while (*pp != s) pp = &(*pp)->next;
   *pp = s->next;
+  if (s->lingering) p->lingering--;
+  p->subs--;
   pthread_cond_destroy(&s->cv);
   free(s->channel);
   free(s);
@@ -111,16 +137,15 @@ static void unlink_sleeper(dl_sub *s, sleeper *w) {
   s->asleep--;
 }
 
-static sleeper *pop(dl_sub *s) {
+static bool pop(dl_sub *s) {
   sleeper *w = s->head;
   if (w) {
     s->head = w->next;
     if (s->head == NULL) s->tail = NULL;
     s->asleep--;
-    w->woken = true;
-    pthread_cond_signal(&w->cv);
+    rouse(w, WOKEN);
   }
-  return w;
+  return w != NULL;
 }
 
 /* Returns whether anyone was woken or given a permit. */
@@ -138,6 +163,24 @@ static bool wake(dl_sub *s, bool all) {
     return true;
   }
   return false;
+}
+
+/* With mu held: unsubscribes what has lingered long enough. */
+static void sweep(dl_pubsub *p, int64_t now) {
+  for (int b = 0; b < NBUCKETS && p->lingering > 0; b++) {
+    for (dl_sub *s = p->table[b], *n; s; s = n) {
+      n = s->next;
+      if (!s->lingering || now - s->idle_since < LINGER_MS) continue;
+      s->lingering = false;
+      p->lingering--;
+      s->active = false;
+      if (p->io) {
+        s->outstanding++;
+        send_cmd(p, "UNSUBSCRIBE", s->channel);
+      }
+      if (s->outstanding == 0) sub_free(p, s);
+    }
+  }
 }
 
 /* With mu held: a new socket is up; subscribe again to every channel still
@@ -175,23 +218,19 @@ static void wake_grantee(dl_pubsub *p, dl_sub *g) {
     n = w->next;
     if (w->grant != g) continue;
     unlink_sleeper(g->home, w);
-    w->woken = true;
-    pthread_cond_signal(&w->cv);
+    rouse(w, WOKEN);
     any = true;
   }
   if (any) p->wakeups++;
 }
 
-static void dispatch(dl_pubsub *p, redisReply *r, bool *pong) {
+static void dispatch(dl_pubsub *p, redisReply *r) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
       r->element[0]->type != REDIS_REPLY_STRING)
     return;
   const char *kind = r->element[0]->str;
   redisReply *ch = r->element[1];
-  if (strcmp(kind, "pong") == 0) {
-    *pong = true;
-    return;
-  }
+  if (strcmp(kind, "pong") == 0) return; /* the idle PING's: data enough */
   if (ch->type != REDIS_REPLY_STRING) return;
   dl_sub *s = find(p, ch->str, ch->len);
   if (s == NULL) return;
@@ -237,9 +276,8 @@ static void dispatch(dl_pubsub *p, redisReply *r, bool *pong) {
 }
 
 void dl_pubsub_feed(dl_pubsub *p, redisReply *r) {
-  bool pong = false;
   pthread_mutex_lock(&p->mu);
-  dispatch(p, r, &pong);
+  dispatch(p, r);
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -281,15 +319,37 @@ static void *run(void *arg) {
 
     redisReader *rd = redisReaderCreate();
     bool ping_sent = false;
+    int64_t quiet_since = dl_now_ms(); /* nothing read since (or the PING) */
+    int64_t next_sweep = quiet_since + SWEEP_MS;
     int rc = rd ? 0 : DLOCK_ENOMEM;
     while (rc == 0) {
-      int n = dl_io_read(io, buf, sizeof buf, dl_now_ms() + IDLE_PING_MS);
-      if (n == DLOCK_ETIMEDOUT && !ping_sent) {
+      /* While there are subscriptions, some may begin to linger during the
+       * read: wake often enough to sweep them in time. */
+      pthread_mutex_lock(&p->mu);
+      bool sweeping = p->subs > 0;
+      pthread_mutex_unlock(&p->mu);
+      int64_t until = quiet_since + IDLE_PING_MS;
+      if (sweeping && next_sweep < until) until = next_sweep;
+      int n = dl_io_read(io, buf, sizeof buf, until);
+      int64_t now = dl_now_ms();
+      if (sweeping && now >= next_sweep) {
+        pthread_mutex_lock(&p->mu);
+        sweep(p, now);
+        pthread_mutex_unlock(&p->mu);
+        next_sweep = now + SWEEP_MS;
+      }
+      if (n == DLOCK_ETIMEDOUT) {
+        if (now - quiet_since < IDLE_PING_MS) continue; /* a sweep was due */
+        if (ping_sent) {
+          rc = n; /* the PING went unanswered */
+          break;
+        }
         /* An idle link: a PING proves the server is still there. */
         pthread_mutex_lock(&p->mu);
         send_cmd(p, "PING", "");
         pthread_mutex_unlock(&p->mu);
         ping_sent = true;
+        quiet_since = now;
         continue;
       }
       if (n < 0) {
@@ -300,18 +360,19 @@ static void *run(void *arg) {
         rc = DLOCK_EPROTO;
         break;
       }
+      if (n > 0) {
+        ping_sent = false;
+        quiet_since = now;
+      }
       pthread_mutex_lock(&p->mu);
       void *rep;
       while (rc == 0) {
         rep = NULL;
         if (redisReaderGetReply(rd, &rep) != REDIS_OK) rc = DLOCK_EPROTO;
         if (rep == NULL) break;
-        bool pong = false;
-        dispatch(p, rep, &pong);
-        if (pong) ping_sent = false;
+        dispatch(p, rep);
         freeReplyObject(rep);
       }
-      ping_sent = ping_sent && n <= 0;
       pthread_mutex_unlock(&p->mu);
     }
     if (rd) redisReaderFree(rd);
@@ -351,7 +412,11 @@ void dl_pubsub_free(dl_pubsub *p) {
   for (int b = 0; b < NBUCKETS; b++)
     for (dl_sub *s = p->table[b]; s; s = s->next) {
       pthread_cond_broadcast(&s->cv);
-      for (sleeper *w = s->head; w; w = w->next) pthread_cond_signal(&w->cv);
+      /* Left in the list: each takes itself out when it wakes. */
+      for (sleeper *w = s->head, *n; w; w = n) {
+        n = w->next;
+        rouse(w, STOPPED);
+      }
     }
   pthread_mutex_unlock(&p->mu);
   if (p->started) pthread_join(p->thread, NULL);
@@ -366,6 +431,10 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
                       int64_t deadline) {
   pthread_mutex_lock(&p->mu);
   dl_sub *s = find(p, channel, strlen(channel));
+  if (deadline < 0 && (s == NULL || !confirmed(p, s))) {
+    pthread_mutex_unlock(&p->mu); /* only a subscription already heard */
+    return NULL;
+  }
   if (s == NULL) {
     s = calloc(1, sizeof *s);
     if (s == NULL || (s->channel = dl_strdup(channel)) == NULL) {
@@ -378,6 +447,11 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
     unsigned h = hash(channel);
     s->next = p->table[h];
     p->table[h] = s;
+    p->subs++;
+  } else if (s->lingering) { /* still subscribed: nothing to wait for */
+    s->lingering = false;
+    p->lingering--;
+    s->mode = mode;
   }
   s->refs++;
   if (!s->active) {
@@ -412,35 +486,40 @@ int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
     return rc;
   }
   if (grant) grant->home = s;
-  sleeper w = {.next = NULL, .since = since, .grant = grant, .woken = false};
-  dl_cond_init(&w.cv);
+  sleeper w = {.next = NULL, .since = since, .grant = grant};
+  atomic_init(&w.state, SLEEPING);
   sleeper **pp = &s->head;
   while (*pp && (*pp)->since <= since) pp = &(*pp)->next;
   w.next = *pp;
   *pp = &w;
   if (w.next == NULL) s->tail = &w;
   s->asleep++;
-  while (!w.woken && !p->stop) {
-    struct timespec ts;
-    dl_abstime(deadline, &ts);
-    if (pthread_cond_timedwait(&w.cv, &p->mu, &ts) != 0 &&
-        dl_now_ms() >= deadline)
-      break;
-  }
-  if (!w.woken) unlink_sleeper(s, &w); /* timed out or closing */
-  int rc = p->stop ? DLOCK_ECLOSED : w.woken ? 1 : 0;
   pthread_mutex_unlock(&p->mu);
-  pthread_cond_destroy(&w.cv);
+  dl_park_wait(&w.state, SLEEPING, deadline);
+  if (atomic_load_explicit(&w.state, memory_order_acquire) == WOKEN) return 1;
+  /* Timed out or closing; a waker may still take it under mu. */
+  pthread_mutex_lock(&p->mu);
+  int state = atomic_load_explicit(&w.state, memory_order_acquire);
+  if (state != WOKEN) unlink_sleeper(s, &w);
+  int rc = state == WOKEN ? 1 : p->stop ? DLOCK_ECLOSED : 0;
+  pthread_mutex_unlock(&p->mu);
   return rc;
 }
 
-void dl_pubsub_unref(dl_pubsub *p, dl_sub *s) {
+void dl_pubsub_unref(dl_pubsub *p, dl_sub *s, bool linger) {
   if (s == NULL) return;
   pthread_mutex_lock(&p->mu);
   if (--s->refs == 0) {
     s->permits = 0;
     s->home = NULL;
     s->granted = false;
+    if (linger && confirmed(p, s)) {
+      s->lingering = true;
+      s->idle_since = dl_now_ms();
+      p->lingering++;
+      pthread_mutex_unlock(&p->mu);
+      return;
+    }
     s->active = false;
     if (p->io) {
       s->outstanding++;

@@ -100,8 +100,8 @@ if fair then
   end
 end
 
-if redis.call('exists', KEYS[1]) == 0 then
-  if fair then
+if fair then
+  if redis.call('exists', KEYS[1]) == 0 then
     local first = redis.call('lindex', KEYS[4], 0)
     if not first or first == ARGV[2] then
       if first then
@@ -110,14 +110,20 @@ if redis.call('exists', KEYS[1]) == 0 then
       redis.call('zrem', KEYS[5], ARGV[2])
       return take()
     end
-  else
-    local reserved = redis.call('get', KEYS[3])
-    if reserved then
-      if reserved ~= ARGV[2] then
-        return refused(redis.call('pttl', KEYS[3]), reserved)
-      end
-      redis.call('del', KEYS[3])
+  end
+else
+  -- One call tells the common case: free and not reserved.
+  local n = redis.call('exists', KEYS[1], KEYS[3])
+  if n == 0 then
+    return take()
+  end
+  -- One of the two: free but reserved, or held.
+  local reserved = n == 1 and redis.call('get', KEYS[3])
+  if reserved then
+    if reserved ~= ARGV[2] then
+      return refused(redis.call('pttl', KEYS[3]), reserved)
     end
+    redis.call('del', KEYS[3])
     return take()
   end
 end

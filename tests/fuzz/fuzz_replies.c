@@ -84,7 +84,10 @@ static int fb_sub_grant(dl_backend *b, dl_sub *s, uint64_t *token) {
   (void)b, (void)s, (void)token;
   return 0;
 }
-static void fb_sub_unref(dl_backend *b, dl_sub *s) {
+static void fb_sub_unref(dl_backend *b, dl_sub *s, bool linger) {
+  (void)b, (void)s, (void)linger;
+}
+static void fb_sub_kick(dl_backend *b, dl_sub *s) {
   (void)b, (void)s;
 }
 static void fb_free(dl_backend *b) {
@@ -100,7 +103,7 @@ static const dl_backend_ops fuzz_ops = {
     .sub_wait = fb_sub_wait,
     .sub_grant = fb_sub_grant,
     .sub_unref = fb_sub_unref,
-    .sub_kick = fb_sub_unref,
+    .sub_kick = fb_sub_kick,
     .free = fb_free,
 };
 
