@@ -36,8 +36,9 @@ typedef struct sleeper {
 
 enum { SLEEPING, WOKEN, STOPPED };
 
-/* With mu held: w has been taken out of its list. Nothing of w is read
- * after the store, so it may return (and its stack go) at once. */
+/* With mu held: w has been taken out of its list (or, when the client
+ * closes, is left there for w to take itself out under mu). Nothing of w is
+ * read after the store, so it may return (and its stack go) at once. */
 static void rouse(sleeper *w, int state) {
   atomic_store_explicit(&w->state, state, memory_order_release);
   dl_park_wake(&w->state);
@@ -124,7 +125,7 @@ static bool confirmed(dl_pubsub *p, dl_sub *s) {
   return p->io != NULL && s->active && s->outstanding == 0;
 }
 
-/* Takes w out of s's sleepers and wakes it. */
+/* Takes w out of s's sleepers, if it is still there. */
 static void unlink_sleeper(dl_sub *s, sleeper *w) {
   sleeper *prev = NULL, **pp = &s->head;
   while (*pp && *pp != w) {
