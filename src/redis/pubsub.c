@@ -166,6 +166,17 @@ static bool wake(dl_sub *s, bool all) {
   return false;
 }
 
+/* With mu held: s has no references left; unsubscribes it, and frees it
+ * unless a confirmation is still to come. */
+static void unsubscribe(dl_pubsub *p, dl_sub *s) {
+  s->active = false;
+  if (p->io) {
+    s->outstanding++;
+    send_cmd(p, "UNSUBSCRIBE", s->channel);
+  }
+  if (s->outstanding == 0) sub_free(p, s);
+}
+
 /* With mu held: unsubscribes what has lingered long enough. */
 static void sweep(dl_pubsub *p, int64_t now) {
   for (int b = 0; b < NBUCKETS && p->lingering > 0; b++) {
@@ -174,12 +185,7 @@ static void sweep(dl_pubsub *p, int64_t now) {
       if (!s->lingering || now - s->idle_since < LINGER_MS) continue;
       s->lingering = false;
       p->lingering--;
-      s->active = false;
-      if (p->io) {
-        s->outstanding++;
-        send_cmd(p, "UNSUBSCRIBE", s->channel);
-      }
-      if (s->outstanding == 0) sub_free(p, s);
+      unsubscribe(p, s);
     }
   }
 }
@@ -518,15 +524,9 @@ void dl_pubsub_unref(dl_pubsub *p, dl_sub *s, bool linger) {
       s->lingering = true;
       s->idle_since = dl_now_ms();
       p->lingering++;
-      pthread_mutex_unlock(&p->mu);
-      return;
+    } else {
+      unsubscribe(p, s);
     }
-    s->active = false;
-    if (p->io) {
-      s->outstanding++;
-      send_cmd(p, "UNSUBSCRIBE", s->channel);
-    }
-    if (s->outstanding == 0) sub_free(p, s);
   } else if (s->permits > s->refs) {
     s->permits = s->refs;
   }
