@@ -657,11 +657,14 @@ static int watchdog_scenario(const cli_global *g, const bench_opts *o,
   for (int i = 0; i < k; i++)
     if (dlock_lock_is_lost(locks[i])) missing++;
   r->lost = lost > missing ? lost : missing;
-  double rounds = wall * 1000 / ((double)o->lease_ms / 3);
-  r->renewal_rt_per_period =
-      rounds > 0 ? (double)(s1.renewal_calls - s0.renewal_calls) / rounds : 0;
   r->client_cpu_share = cpu / wall;
   long renewed = (long)(s1.renewals - s0.renewals);
+  /* Round trips per renewal of all k locks, from the counters rather than
+   * the wall time: a round cut by the window's end would read short. */
+  r->renewal_rt_per_period =
+      renewed > 0
+          ? (double)(s1.renewal_calls - s0.renewal_calls) * k / (double)renewed
+          : 0;
   r->ops_per_sec = renewed / wall;
   r->cpu_per_op = renewed ? scpu / (double)renewed : 0;
   for (int i = 0; i < k; i++) {
