@@ -982,6 +982,45 @@ static void t_channels_linger(void) {
   dlock_client_close(b);
 }
 
+static void t_contended_release_pings_first(void) {
+  /* A handle whose last acquire had to wait sends its release behind a
+   * PING, so that the server writes the grant before the release's reply;
+   * the PING's reply is dropped and the release still reads its own. A
+   * handle that took its lock at once sends no PING. */
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:pingfirst", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:pingfirst", "b", &lb), 0);
+  CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
+  int order = 0;
+  grant_arg gb = {lb, -100, 0, &order, -1, true};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_grant, &gb);
+  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:pingfirst}", 1, 3000));
+  freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+  CHECK_EQ(dlock_lock_release(la), 1); /* la took it at once: no PING */
+  pthread_join(th, NULL);
+  CHECK_RC(gb.rc, 0);
+  CHECK_EQ(calls_of("ping"), 0);
+  /* Now lb holds it after a wait, and la waits. */
+  grant_arg ga = {la, -100, 0, &order, -1, true};
+  pthread_create(&th, NULL, wait_grant, &ga);
+  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:pingfirst}", 1, 3000));
+  freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+  CHECK_EQ(dlock_lock_release(lb), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(ga.rc, 0);
+  CHECK_EQ(calls_of("ping"), 1);
+  CHECK(ga.token > gb.token); /* the grant came with the next token */
+  CHECK_EQ(dlock_lock_release(la), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
 static void t_unheard_give_up_is_deaf(void) {
   /* A waiter gives up, but its request to leave the queue times out (the
    * server is paused): its grant channel is dropped at once rather than
@@ -1037,4 +1076,5 @@ TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
         T(t_hand_overs_in_order), T(t_dead_or_deaf_waiters_skipped),
         T(t_waiter_gives_up_leaves_queue),
         T(t_lost_grant_taken_at_next_attempt), T(t_reservation_beats_queue),
-        T(t_channels_linger), T(t_unheard_give_up_is_deaf), T(t_teardown))
+        T(t_channels_linger), T(t_unheard_give_up_is_deaf),
+        T(t_contended_release_pings_first), T(t_teardown))

@@ -117,10 +117,11 @@ int dl_conn_connect(dl_conn *c);
 void dl_conn_free(dl_conn *c);
 
 /* Queues a command (argv copied) and writes it, pipelined with other
- * threads' commands. Returns a request to pass to dl_req_wait, or NULL with
- * *err set (nothing queued). */
+ * threads' commands. `ping_first`: a PING goes just ahead of it, in the same
+ * write, and its reply is dropped (DL_EVAL_WAKE_FIRST says why). Returns a
+ * request to pass to dl_req_wait, or NULL with *err set (nothing queued). */
 dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
-                     const size_t *argvlen, int *err);
+                     const size_t *argvlen, bool ping_first, int *err);
 /* Waits for the reply until deadline_ms. Returns 0 and stores the reply
  * (caller frees with freeReplyObject; may be an error reply), or a negative
  * code. Frees the request in every case. */
@@ -161,6 +162,14 @@ enum {
   DL_SCRIPT_COUNT
 };
 extern dl_script dl_scripts[DL_SCRIPT_COUNT];
+/* Or'ed into eval's `script`: the script may publish to a waiter whose
+ * wake-up matters more than this reply (a release that hands the lock on).
+ * A PING then goes ahead of it in the same write. Redis writes its pending
+ * replies to the clients that got output most recently first, so with this
+ * connection's PONG already pending the published message goes out before
+ * the script's reply rather than after it (docs/PERFORMANCE.md, "Grant
+ * before reply"). */
+#define DL_EVAL_WAKE_FIRST 0x100
 void dl_scripts_init(void); /* computes the SHA1s once; thread-safe */
 
 /* ---- backend: what a lock kind needs from a deployment ---- */

@@ -33,7 +33,8 @@ struct dlock_lock {
   void *cb_ud;
   int nholds; /* holds whose lost callback goes through this handle */
   unsigned char rw; /* RW_NONE, or which side of a read-write lock */
-  /* The last acquire through this handle had to wait (a hint only). */
+  /* The last acquire through this handle had to wait (a hint only: its
+   * next acquire queues at once, its release sends the wake-up first). */
   atomic_bool contended;
   /* 64 bytes on LP64, so that with a short name and owner the handle fits
    * a 96-byte malloc chunk (docs/PERFORMANCE.md, memory per held lock). */
@@ -372,11 +373,15 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
       hk[DERIVED_MAX];
   redisReply *r = NULL;
   int rc;
+  /* This handle's last acquire had to wait: others likely wait too, and the
+   * message that wakes one of them goes out ahead of our reply. */
+  int wake_first = atomic_load(&l->contended) ? DL_EVAL_WAKE_FIRST : 0;
   if (l->rw != RW_NONE) {
     const char *keys[] = {l->key, RW_CHANNEL(l, ch)};
     const char *args[] = {owner, l->rw == RW_READ ? "read" : "write", lease};
-    rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_RW_RELEASE, 2,
-                                  keys, 3, args, &r);
+    rc = l->c->backend->ops->eval(l->c->backend,
+                                  DL_SCRIPT_RW_RELEASE | wake_first, 2, keys,
+                                  3, args, &r);
   } else {
     /* The fair lock wakes its first waiter; the plain lock hands itself to
      * the first of its hand-off queue. */
@@ -386,7 +391,8 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
                           GRANT_WAITERS_KEY(l, wk), TOKEN_KEY(l, tk),
                           HANDOFF_KEY(l, hk)};
     const char *args[] = {UNLOCK_MESSAGE, lease, owner, cnt};
-    rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_RELEASE,
+    rc = l->c->backend->ops->eval(l->c->backend,
+                                  DL_SCRIPT_LOCK_RELEASE | wake_first,
                                   fair ? 3 : 6, keys, 4, args, &r);
   }
   if (rc != 0) return rc;

@@ -105,6 +105,8 @@ static int rb_eval_many(dl_backend *base, int64_t deadline, int n, int script,
                         const char *const *const *args, redisReply **replies,
                         int *errs) {
   redis_backend *b = (redis_backend *)base;
+  bool ping_first = (script & DL_EVAL_WAKE_FIRST) != 0;
+  script &= ~DL_EVAL_WAKE_FIRST;
   dl_conn *conn = pick(b);
   dl_req *one = NULL;
   dl_req **reqs = n == 1 ? &one : calloc((size_t)n, sizeof *reqs);
@@ -121,7 +123,7 @@ static int rb_eval_many(dl_backend *base, int64_t deadline, int n, int script,
       errs[i] = DLOCK_ENOMEM;
       continue;
     }
-    reqs[i] = dl_conn_send(conn, argc, v.argv, v.lens, &errs[i]);
+    reqs[i] = dl_conn_send(conn, argc, v.argv, v.lens, ping_first, &errs[i]);
     evargv_free(&v);
   }
   int first_err = 0;

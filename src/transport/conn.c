@@ -9,6 +9,9 @@
  * Alone, a thread writes its command and reads its reply itself (no hand-off,
  * no added latency); under load, one write and one read serve many threads.
  *
+ * A request may ask for a PING just ahead of it, in the same write: the
+ * reader drops the PING's reply and completes the request with the next.
+ *
  * Waiting costs one sleep and one wake-up per request: a waiter sleeps on
  * its request's word (park.c), and the reader completes requests and wakes
  * their threads outside the mutex, so a woken thread returns without
@@ -27,6 +30,8 @@ enum { CONN_DOWN, CONN_CONNECTING, CONN_UP };
 /* Queued requests that go out without waiting for the reader (measured
  * with dlock bench -t 64 uncontended: 8 did best, 1 and 16 worse). */
 enum { EAGER = 8 };
+static const char PING[] = "*1\r\n$4\r\nPING\r\n";
+#define PING_LEN (sizeof PING - 1)
 
 struct dl_req {
   dl_req *next;
@@ -35,6 +40,9 @@ struct dl_req {
   redisReply *reply;
   int err;
   int phase;
+  /* A PING goes ahead of the command, in the same write; its reply is
+   * dropped (dl_conn_send's contract says why). */
+  bool ping;
   /* W_RUN, W_SLEEP while its thread sleeps (set by that thread under mu;
    * a role hand-off sets it back to W_RUN under mu), W_DONE once complete. */
   atomic_int word;
@@ -220,18 +228,23 @@ static void do_write(dl_conn *c, int64_t deadline) {
   while (c->outq != NULL && c->cur != NULL) {
     dl_req *first = c->outq;
     size_t total = 0;
-    for (dl_req *r = first; r; r = r->next) total += r->len;
+    for (dl_req *r = first; r; r = r->next)
+      total += r->len + (r->ping ? PING_LEN : 0);
     /* The writer takes the formatted commands: once in flight a request
      * may complete (and be freed by its thread) before this write returns. */
-    bool single = first->next == NULL;
+    bool single = first->next == NULL && !first->ping;
     char *buf = single ? first->cmd : malloc(total);
     if (buf == NULL) {
       conn_fail(c, DLOCK_ENOMEM, "out of memory");
       break;
     }
-    if (first->next) {
+    if (!single) {
       size_t off = 0;
       for (dl_req *r = first; r; r = r->next) {
+        if (r->ping) {
+          memcpy(buf + off, PING, PING_LEN);
+          off += PING_LEN;
+        }
         memcpy(buf + off, r->cmd, r->len);
         off += r->len;
         redisFreeCommand(r->cmd);
@@ -312,19 +325,28 @@ static void do_read(dl_conn *c, dl_req *mine, int64_t deadline) {
         else got[ngot++] = rep;
       }
       pthread_mutex_lock(&c->mu);
-      int nreq = 0;
+      /* got[0..used) are matched: to reqs[0..nreq), or dropped (a PING's). */
+      int nreq = 0, used = 0;
       if (c->cur == h)
-        for (; nreq < ngot && c->infl; nreq++) {
+        for (; used < ngot && c->infl; used++) {
           dl_req *r = c->infl;
+          if (r->ping) {
+            r->ping = false;
+            freeReplyObject(got[used]);
+            continue;
+          }
           c->infl = r->next;
           if (c->infl == NULL) c->infl_tail = NULL;
           r->next = NULL;
           r->phase = REQ_TAKEN;
-          reqs[nreq] = r;
+          got[nreq] = got[used];
+          reqs[nreq++] = r;
         }
+      int extra = ngot - used; /* replies nobody asked for */
+      for (int i = 0; i < extra; i++) got[nreq + i] = got[used + i];
       if (c->cur != h) {
         failed = true;
-      } else if (perr || nreq < ngot) { /* or a reply nobody asked for */
+      } else if (perr || extra > 0) {
         conn_fail(c, DLOCK_EPROTO, "malformed reply from the server");
         failed = true;
       } else if (c->outq && !c->writing) {
@@ -332,7 +354,7 @@ static void do_read(dl_conn *c, dl_req *mine, int64_t deadline) {
       }
       pthread_mutex_unlock(&c->mu);
       for (int i = 0; i < nreq; i++) complete(reqs[i], got[i], 0);
-      for (int i = nreq; i < ngot; i++) freeReplyObject(got[i]);
+      for (int i = nreq; i < nreq + extra; i++) freeReplyObject(got[i]);
     } while (!failed && ngot == BATCH);
     pthread_mutex_lock(&c->mu);
   }
@@ -345,7 +367,7 @@ static void do_read(dl_conn *c, dl_req *mine, int64_t deadline) {
 }
 
 dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
-                     const size_t *argvlen, int *err) {
+                     const size_t *argvlen, bool ping_first, int *err) {
   dl_req *r = calloc(1, sizeof *r);
   if (r == NULL) {
     *err = conn_err(c, DLOCK_ENOMEM, "out of memory");
@@ -358,6 +380,7 @@ dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
     return NULL;
   }
   r->len = (size_t)len;
+  r->ping = ping_first;
   atomic_init(&r->word, W_RUN);
   atomic_init(&r->refs, 2);
   int64_t deadline = dl_now_ms() + c->cfg->command_timeout_ms;
@@ -439,7 +462,7 @@ int dl_conn_call(dl_conn *c, int argc, const char **argv,
                  const size_t *argvlen, struct redisReply **reply) {
   int err = 0;
   *reply = NULL;
-  dl_req *r = dl_conn_send(c, argc, argv, argvlen, &err);
+  dl_req *r = dl_conn_send(c, argc, argv, argvlen, false, &err);
   if (r == NULL) return err;
   return dl_req_wait(c, r, dl_now_ms() + c->cfg->command_timeout_ms, reply);
 }
