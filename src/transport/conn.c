@@ -342,8 +342,7 @@ static void do_read(dl_conn *c, dl_req *mine, int64_t deadline) {
           got[nreq] = got[used];
           reqs[nreq++] = r;
         }
-      int extra = ngot - used; /* replies nobody asked for */
-      for (int i = 0; i < extra; i++) got[nreq + i] = got[used + i];
+      int extra = ngot - used; /* replies nobody asked for: got[used..) */
       if (c->cur != h) {
         failed = true;
       } else if (perr || extra > 0) {
@@ -354,7 +353,7 @@ static void do_read(dl_conn *c, dl_req *mine, int64_t deadline) {
       }
       pthread_mutex_unlock(&c->mu);
       for (int i = 0; i < nreq; i++) complete(reqs[i], got[i], 0);
-      for (int i = nreq; i < nreq + extra; i++) freeReplyObject(got[i]);
+      for (int i = used; i < ngot; i++) freeReplyObject(got[i]);
     } while (!failed && ngot == BATCH);
     pthread_mutex_lock(&c->mu);
   }
