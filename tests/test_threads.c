@@ -211,7 +211,117 @@ static void t_pipeline_rounds(void) {
   dlock_client_close(c);
 }
 
+/* ---- the reader role of the subscriber connection (pubsub.c) ---- */
+
+typedef struct {
+  dlock_lock *l;
+  int rc;
+} grant_wait;
+
+static void *wait_and_release(void *p) {
+  grant_wait *a = p;
+  a->rc = dlock_lock_try_acquire(a->l, 10000, 10000, NULL);
+  if (a->rc == 0) dlock_lock_release(a->l);
+  return NULL;
+}
+
+static bool sleeper_reads(void *p) {
+  return dl_redis_backend_sleeper_reads(((dlock_client *)p)->backend);
+}
+
+static void t_waiter_reads_its_grant(void) {
+  /* A lone waiter reads the subscriber socket itself while it sleeps, so
+   * its grant wakes it with no subscriber-thread hop. Three rounds: the
+   * role is asked of the subscriber thread, then taken from nobody. */
+  setup();
+  dlock_client *holder = th_client(&srv, 0), *c = th_client(&srv, 0);
+  CHECK(holder && c);
+  dlock_lock *lh, *l;
+  CHECK_RC(dlock_lock_new(holder, "th:direct", NULL, &lh), 0);
+  CHECK_RC(dlock_lock_new(c, "th:direct", NULL, &l), 0);
+  for (int round = 0; round < 3; round++) {
+    CHECK_RC(dlock_lock_acquire(lh, 30000, NULL), 0);
+    uint64_t d0 = dl_redis_backend_direct_wakeups(c->backend);
+    uint64_t w0 = dl_redis_backend_wakeups(c->backend);
+    grant_wait a = {l, -100};
+    pthread_t th;
+    pthread_create(&th, NULL, wait_and_release, &a);
+    CHECK(th_wait_llen(&srv, "dlock_lock_queue:{th:direct}", 1, 5000));
+    CHECK(th_wait_for(sleeper_reads, c, 5000));
+    CHECK_EQ(dlock_lock_release(lh), 1);
+    pthread_join(th, NULL);
+    CHECK_RC(a.rc, 0);
+    CHECK_EQ(dl_redis_backend_wakeups(c->backend) - w0, 1);
+    CHECK_EQ(dl_redis_backend_direct_wakeups(c->backend) - d0, 1);
+  }
+  dlock_lock_free(lh);
+  dlock_lock_free(l);
+  dlock_client_close(holder);
+  dlock_client_close(c);
+}
+
+static void t_reader_hands_on(void) {
+  /* Two waiters of one process: the one reading wakes the other when the
+   * other's grant comes, and a reader that got its own grant hands the
+   * role to the one still asleep. Either way the second grant is read by
+   * the waiter it wakes. */
+  setup();
+  dlock_client *holder = th_client(&srv, 0), *c = th_client(&srv, 0);
+  CHECK(holder && c);
+  dlock_lock *lh, *l;
+  CHECK_RC(dlock_lock_new(holder, "th:handon", NULL, &lh), 0);
+  CHECK_RC(dlock_lock_new(c, "th:handon", NULL, &l), 0);
+  CHECK_RC(dlock_lock_acquire(lh, 30000, NULL), 0);
+  uint64_t d0 = dl_redis_backend_direct_wakeups(c->backend);
+  uint64_t w0 = dl_redis_backend_wakeups(c->backend);
+  grant_wait a[2] = {{l, -100}, {l, -100}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&th[i], NULL, wait_and_release, &a[i]);
+  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{th:handon}", 2, 5000));
+  CHECK(th_wait_for(sleeper_reads, c, 5000));
+  CHECK_EQ(dlock_lock_release(lh), 1);
+  for (int i = 0; i < 2; i++) {
+    pthread_join(th[i], NULL);
+    CHECK_RC(a[i].rc, 0);
+  }
+  CHECK_EQ(dl_redis_backend_wakeups(c->backend) - w0, 2);
+  CHECK(dl_redis_backend_direct_wakeups(c->backend) - d0 >= 1);
+  dlock_lock_free(lh);
+  dlock_lock_free(l);
+  dlock_client_close(holder);
+  dlock_client_close(c);
+}
+
+static void t_reader_loses_connection(void) {
+  /* The subscriber connection dies under a waiter that reads it: the
+   * subscriber thread reconnects, subscribes again, and the waiter still
+   * gets the lock when it is released. */
+  setup();
+  dlock_client *holder = th_client(&srv, 0), *c = th_client(&srv, 0);
+  CHECK(holder && c);
+  dlock_lock *lh, *l;
+  CHECK_RC(dlock_lock_new(holder, "th:rkill", NULL, &lh), 0);
+  CHECK_RC(dlock_lock_new(c, "th:rkill", NULL, &l), 0);
+  CHECK_RC(dlock_lock_acquire(lh, 30000, NULL), 0);
+  grant_wait a = {l, -100};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_and_release, &a);
+  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{th:rkill}", 1, 5000));
+  CHECK(th_wait_for(sleeper_reads, c, 5000));
+  CHECK(th_cmd_int(&srv, "CLIENT KILL TYPE pubsub") >= 1);
+  CHECK(th_wait_subscribed(&srv, "redisson_lock__channel:{th:rkill}", 5000));
+  CHECK_EQ(dlock_lock_release(lh), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(a.rc, 0);
+  dlock_lock_free(lh);
+  dlock_lock_free(l);
+  dlock_client_close(holder);
+  dlock_client_close(c);
+}
+
 static void t_teardown(void) { th_redis_stop(&srv); }
 
 TH_MAIN(T(t_shared_client_exclusion), T(t_pipelining), T(t_pipeline_rounds),
-        T(t_one_wakeup_per_unlock), T(t_teardown))
+        T(t_one_wakeup_per_unlock), T(t_waiter_reads_its_grant),
+        T(t_reader_hands_on), T(t_reader_loses_connection), T(t_teardown))

@@ -89,6 +89,10 @@ int dl_io_connect(const dl_endpoint *ep, dl_tls_ctx *tls,
                   char *err, size_t errlen);
 /* Read up to len bytes. Returns >0 bytes, or a negative code. */
 int dl_io_read(dl_io *io, char *buf, size_t len, int64_t deadline_ms);
+/* The same, and returns 0 when the fd `bell` becomes readable before any
+ * byte came (the caller drains it). One thread reads a dl_io at a time. */
+int dl_io_read_bell(dl_io *io, char *buf, size_t len, int64_t deadline_ms,
+                    int bell);
 /* Write all of buf. Returns 0 or a negative code. */
 int dl_io_write(dl_io *io, const char *buf, size_t len, int64_t deadline_ms);
 /* Makes blocked and later reads/writes fail at once; thread-safe. */
@@ -233,6 +237,8 @@ int dl_redis_backend_new(dlock_client *c, const dl_conn_config *cfg, int nconn,
 /* Counters for tests and the benchmark. */
 uint64_t dl_redis_backend_round_trips(dl_backend *b);
 uint64_t dl_redis_backend_wakeups(dl_backend *b);
+uint64_t dl_redis_backend_direct_wakeups(dl_backend *b);
+bool dl_redis_backend_sleeper_reads(dl_backend *b);
 
 /* ---- pubsub.c: one subscriber connection per client ---- */
 /* What a message wakes, by the channel's kind (Redisson's meanings). */
@@ -254,6 +260,10 @@ int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token);
 void dl_pubsub_unref(dl_pubsub *p, dl_sub *s, bool linger);
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s);
 uint64_t dl_pubsub_wakeups(dl_pubsub *p);
+/* Of those, the wake-ups read by the sleeper they woke (the reader role). */
+uint64_t dl_pubsub_direct_wakeups(dl_pubsub *p);
+/* Whether a sleeper holds the reader role now (tests). */
+bool dl_pubsub_sleeper_reads(dl_pubsub *p);
 /* Handles one reply as if read from the subscriber connection (the reply
  * fuzzer). Does not free r. */
 void dl_pubsub_feed(dl_pubsub *p, struct redisReply *r);

@@ -311,3 +311,13 @@ uint64_t dl_redis_backend_wakeups(dl_backend *base) {
   redis_backend *b = (redis_backend *)base;
   return b->pubsub ? dl_pubsub_wakeups(b->pubsub) : 0;
 }
+
+uint64_t dl_redis_backend_direct_wakeups(dl_backend *base) {
+  redis_backend *b = (redis_backend *)base;
+  return b->pubsub ? dl_pubsub_direct_wakeups(b->pubsub) : 0;
+}
+
+bool dl_redis_backend_sleeper_reads(dl_backend *base) {
+  redis_backend *b = (redis_backend *)base;
+  return b->pubsub ? dl_pubsub_sleeper_reads(b->pubsub) : false;
+}

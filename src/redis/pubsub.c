@@ -2,13 +2,28 @@
  * reference-counted channel subscriptions; an unlock message wakes one
  * waiter of the process, the one that has slept longest, and a waiter never
  * misses a message that arrives between its failed attempt and its sleep
- * (a message that finds nobody asleep is kept as a permit). */
+ * (a message that finds nobody asleep is kept as a permit).
+ *
+ * Who reads the socket. The subscriber thread, unless a waiter does: a
+ * thread that goes to sleep waiting for its grant (or finds nobody reading)
+ * takes the reader role, reads the socket instead of sleeping on its word,
+ * and dispatches what comes, for everyone. Its own grant then wakes it with
+ * no thread in between: the subscriber thread's hop, a wake-up on the
+ * hand-off's path, is gone. The thread hands the role over when asked (a
+ * byte on the bell, a pipe it polls beside the socket) and parks; a reader
+ * that leaves passes the role to another sleeper, or back to the thread if
+ * a subscription's confirmation is awaited, or to nobody: the next sleeper
+ * then takes it without waking anyone, and the parked thread reads again
+ * at its next sweep (SWEEP_MS) at the latest. The reader's parser and
+ * buffer live here; the role, under mu, says whose they are. */
 #include "../core/internal.h"
 
+#include <fcntl.h>
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NBUCKETS 1024
 #define IDLE_PING_MS 5000
@@ -19,6 +34,7 @@
  * first attempt). */
 #define LINGER_MS 1000
 #define SWEEP_MS 250
+#define BUF_SIZE 16384
 
 /* A thread asleep in dl_pubsub_wait, queued by the time it began waiting
  * for its lock (not for this sleep): a waiter that woke, lost the race and
@@ -27,22 +43,19 @@ typedef struct sleeper {
   struct sleeper *next;
   int64_t since;
   dl_sub *grant; /* its own grant subscription, or NULL */
+  struct sleeper *aprev, *anext; /* every sleeper of the client */
   /* SLEEPING until a waker takes it out of the list and sets WOKEN (or the
-   * client closes: STOPPED). The sleeper parks on this word rather than on
-   * a condition variable of mu, so a woken thread returns without queueing
-   * for mu behind the subscriber thread that woke it. */
+   * client closes: STOPPED); READING while it holds the reader role. The
+   * sleeper parks on this word rather than on a condition variable of mu,
+   * so a woken thread returns without queueing for mu behind the thread
+   * that woke it. Changed under mu only. */
   atomic_int state;
 } sleeper;
 
-enum { SLEEPING, WOKEN, STOPPED };
-
-/* With mu held: w has been taken out of its list (or, when the client
- * closes, is left there for w to take itself out under mu). Nothing of w is
- * read after the store, so it may return (and its stack go) at once. */
-static void rouse(sleeper *w, int state) {
-  atomic_store_explicit(&w->state, state, memory_order_release);
-  dl_park_wake(&w->state);
-}
+enum { SLEEPING, WOKEN, STOPPED, READING };
+/* What the subscriber thread is doing: reading the socket, parked while a
+ * sleeper reads (or nobody needs to), or anything else. */
+enum { T_BUSY, T_READING, T_PARKED };
 
 struct dl_sub {
   dl_sub *next;
@@ -77,7 +90,60 @@ struct dl_pubsub {
   int subs;      /* subscriptions in the table */
   int lingering; /* of which lingering */
   uint64_t wakeups;
+  uint64_t direct; /* wake-ups read by the sleeper they woke */
+  /* The reader role (the file's header comment). */
+  sleeper *all;    /* every sleeper */
+  sleeper *reader; /* the sleeper reading, or NULL */
+  sleeper *want;   /* a grant's sleeper that asked the thread for the role */
+  int tmode;       /* T_*: the subscriber thread */
+  bool idle;       /* the last reader left with nobody to read for */
+  bool dispatching; /* the reader dispatches: its own wake needs no bell */
+  int read_err;    /* a sleeper's read failed: the thread reconnects */
+  int confirming;  /* threads awaiting a subscription's confirmation */
+  int bell[2];     /* a pipe: a byte wakes the reader out of its poll */
+  pthread_cond_t thread_cv; /* the parked thread */
+  redisReader *rd; /* the connection's parser, and the buffer it is fed */
+  char *buf;
+  int64_t quiet_since; /* nothing read since (or the idle PING) */
+  bool ping_sent;
 };
+
+static void ring(dl_pubsub *p) {
+  char b = 1;
+  ssize_t n = write(p->bell[1], &b, 1); /* a full pipe is rung already */
+  (void)n;
+}
+
+static void drain(dl_pubsub *p) {
+  char b[64];
+  while (read(p->bell[0], b, sizeof b) > 0) {
+  }
+}
+
+/* With mu held: w has been taken out of its list (or, when the client
+ * closes, is left there for w to take itself out under mu). Nothing of w is
+ * read after the store, so it may return (and its stack go) at once. A
+ * sleeper that reads is told by the bell, unless it is the one
+ * dispatching. */
+static void rouse(dl_pubsub *p, sleeper *w, int state) {
+  if (p->want == w) p->want = NULL;
+  int old = atomic_exchange_explicit(&w->state, state, memory_order_acq_rel);
+  if (old == SLEEPING) dl_park_wake(&w->state);
+  else if (old == READING && p->dispatching) p->direct++;
+  else if (old == READING) ring(p);
+}
+
+/* With mu held: w, asleep, becomes the reader; `self` when w is the caller
+ * (no wake-up). False if w no longer sleeps. */
+static bool make_reader(dl_pubsub *p, sleeper *w, bool self) {
+  int expect = SLEEPING;
+  if (!atomic_compare_exchange_strong(&w->state, &expect, READING))
+    return false;
+  p->reader = w;
+  p->idle = false;
+  if (!self) dl_park_wake(&w->state);
+  return true;
+}
 
 static unsigned hash(const char *s) {
   unsigned h = 2166136261u;
@@ -125,8 +191,14 @@ static bool confirmed(dl_pubsub *p, dl_sub *s) {
   return p->io != NULL && s->active && s->outstanding == 0;
 }
 
+static void all_del(dl_pubsub *p, sleeper *w) {
+  if (w->aprev) w->aprev->anext = w->anext;
+  else p->all = w->anext;
+  if (w->anext) w->anext->aprev = w->aprev;
+}
+
 /* Takes w out of s's sleepers, if it is still there. */
-static void unlink_sleeper(dl_sub *s, sleeper *w) {
+static void unlink_sleeper(dl_pubsub *p, dl_sub *s, sleeper *w) {
   sleeper *prev = NULL, **pp = &s->head;
   while (*pp && *pp != w) {
     prev = *pp;
@@ -136,29 +208,31 @@ static void unlink_sleeper(dl_sub *s, sleeper *w) {
   *pp = w->next;
   if (s->tail == w) s->tail = prev;
   s->asleep--;
+  all_del(p, w);
 }
 
-static bool pop(dl_sub *s) {
+static bool pop(dl_pubsub *p, dl_sub *s) {
   sleeper *w = s->head;
   if (w) {
     s->head = w->next;
     if (s->head == NULL) s->tail = NULL;
     s->asleep--;
-    rouse(w, WOKEN);
+    all_del(p, w);
+    rouse(p, w, WOKEN);
   }
   return w != NULL;
 }
 
 /* Returns whether anyone was woken or given a permit. */
-static bool wake(dl_sub *s, bool all) {
+static bool wake(dl_pubsub *p, dl_sub *s, bool all) {
   if (all) {
     bool any = s->head != NULL || s->permits < s->refs - s->asleep;
-    while (pop(s)) {
+    while (pop(p, s)) {
     }
     s->permits = s->refs; /* everyone not asleep tries again once */
     return any;
   }
-  if (pop(s)) return true;
+  if (pop(p, s)) return true;
   if (s->permits < s->refs) {
     s->permits++;
     return true;
@@ -204,7 +278,7 @@ static void on_connected(dl_pubsub *p) {
       s->active = true;
       s->outstanding = 1;
       send_cmd(p, "SUBSCRIBE", s->channel);
-      wake(s, true);
+      wake(p, s, true);
     }
   }
 }
@@ -212,7 +286,7 @@ static void on_connected(dl_pubsub *p) {
 static void on_disconnected(dl_pubsub *p) {
   for (int b = 0; b < NBUCKETS; b++)
     for (dl_sub *s = p->table[b]; s; s = s->next) {
-      wake(s, true);
+      wake(p, s, true);
       pthread_cond_broadcast(&s->cv);
     }
 }
@@ -224,8 +298,8 @@ static void wake_grantee(dl_pubsub *p, dl_sub *g) {
   for (sleeper *w = g->home ? g->home->head : NULL, *n; w; w = n) {
     n = w->next;
     if (w->grant != g) continue;
-    unlink_sleeper(g->home, w);
-    rouse(w, WOKEN);
+    unlink_sleeper(p, g->home, w);
+    rouse(p, w, WOKEN);
     any = true;
   }
   if (any) p->wakeups++;
@@ -262,12 +336,12 @@ static void dispatch(dl_pubsub *p, redisReply *r) {
       /* Permits now available: wake that many (at most everyone). */
       long long n = text ? strtoll(msg->str, NULL, 10) : 0;
       for (long long i = 0; i < n && i <= s->refs; i++)
-        if (wake(s, false)) p->wakeups++;
+        if (wake(p, s, false)) p->wakeups++;
       return;
     }
     bool all = s->mode == DL_WAKE_ALL ||
                (text && msg->len == 1 && msg->str[0] == '1');
-    if (wake(s, all)) p->wakeups++;
+    if (wake(p, s, all)) p->wakeups++;
   } else if (strcmp(kind, "subscribe") == 0 ||
              strcmp(kind, "unsubscribe") == 0) {
     if (s->outstanding > 0) s->outstanding--;
@@ -288,104 +362,167 @@ void dl_pubsub_feed(dl_pubsub *p, redisReply *r) {
   pthread_mutex_unlock(&p->mu);
 }
 
+/* With mu held, by the reader (the thread, or a sleeper with the role):
+ * reads once, until `until` at the latest, and dispatches what came.
+ * Unlocks mu while it waits. Returns 0 (read, timed out, or rung), or the
+ * error that ends the connection; an idle link gets a PING, and a PING
+ * unanswered for IDLE_PING_MS ends it. */
+static int read_some(dl_pubsub *p, dl_io *io, int64_t until) {
+  if (p->quiet_since + IDLE_PING_MS < until)
+    until = p->quiet_since + IDLE_PING_MS;
+  pthread_mutex_unlock(&p->mu);
+  int n = dl_io_read_bell(io, p->buf, BUF_SIZE, until, p->bell[0]);
+  pthread_mutex_lock(&p->mu);
+  int64_t now = dl_now_ms();
+  if (n == 0) { /* rung: the caller looks at why */
+    drain(p);
+    return 0;
+  }
+  if (n == DLOCK_ETIMEDOUT) {
+    if (now - p->quiet_since < IDLE_PING_MS) return 0;
+    if (p->ping_sent) return n; /* the PING went unanswered */
+    /* An idle link: a PING proves the server is still there. */
+    send_cmd(p, "PING", "");
+    p->ping_sent = true;
+    p->quiet_since = now;
+    return 0;
+  }
+  if (n < 0) return n;
+  if (redisReaderFeed(p->rd, p->buf, (size_t)n) != REDIS_OK)
+    return DLOCK_EPROTO;
+  p->ping_sent = false;
+  p->quiet_since = now;
+  int rc = 0;
+  p->dispatching = true;
+  for (;;) {
+    void *rep = NULL;
+    if (redisReaderGetReply(p->rd, &rep) != REDIS_OK) rc = DLOCK_EPROTO;
+    if (rep == NULL) break;
+    dispatch(p, rep);
+    freeReplyObject(rep);
+  }
+  p->dispatching = false;
+  return rc;
+}
+
+/* With mu held: w, the reader, gives the role up (and is a plain sleeper
+ * again unless it was woken). To another sleeper if one sleeps; else to
+ * the thread if somebody awaits a confirmation or the read failed (`err`);
+ * else to nobody. */
+static void leave_reader(dl_pubsub *p, sleeper *w, int err) {
+  int expect = READING;
+  atomic_compare_exchange_strong(&w->state, &expect, SLEEPING);
+  p->reader = NULL;
+  if (err == 0 && !p->stop)
+    for (sleeper *n = p->all; n; n = n->anext)
+      if (n != w && make_reader(p, n, false)) return;
+  if (err != 0 && p->read_err == 0) p->read_err = err;
+  p->idle = err == 0 && !p->stop && p->confirming == 0;
+  if (!p->idle) pthread_cond_broadcast(&p->thread_cv);
+}
+
+/* With mu held: w holds the reader role. Reads until w is woken (by its
+ * own message, a kick or the close), its deadline passes, or the socket
+ * fails, then leaves the role. */
+static void read_as_sleeper(dl_pubsub *p, sleeper *w, int64_t deadline) {
+  int err = 0;
+  while (err == 0 && !p->stop && dl_now_ms() < deadline &&
+         atomic_load(&w->state) == READING)
+    err = read_some(p, p->io, deadline);
+  leave_reader(p, w, err);
+}
+
+/* With mu held, before a reference changes: while nobody reads, what came
+ * meanwhile is read now, so that a message sent before this reference was
+ * taken (an unlock from an earlier wait) is not counted for it. */
+static void catch_up(dl_pubsub *p) {
+  if (p->reader != NULL || !p->idle || p->io == NULL || p->stop) return;
+  sleeper me = {.next = NULL}; /* holds the role; in no list */
+  atomic_init(&me.state, READING);
+  p->reader = &me;
+  int err = read_some(p, p->io, 0); /* what is there, without waiting */
+  leave_reader(p, &me, err); /* to whoever went to sleep meanwhile */
+}
+
+/* With mu held: serves a connection, reading it or letting a sleeper read
+ * it, until it fails or the client closes. Returns with nobody reading. */
+static void serve(dl_pubsub *p) {
+  int64_t next_sweep = dl_now_ms() + SWEEP_MS;
+  for (;;) {
+    if (p->stop || p->read_err) break;
+    if (p->want && p->reader == NULL) {
+      sleeper *w = p->want;
+      p->want = NULL;
+      make_reader(p, w, false);
+    }
+    int64_t now = dl_now_ms();
+    if (now >= next_sweep) {
+      sweep(p, now);
+      next_sweep = now + SWEEP_MS;
+      p->idle = false; /* read again, unless a sleeper does */
+    }
+    if (p->reader || p->idle) {
+      struct timespec ts;
+      dl_abstime(next_sweep, &ts);
+      p->tmode = T_PARKED;
+      pthread_cond_timedwait(&p->thread_cv, &p->mu, &ts);
+      p->tmode = T_BUSY;
+      continue;
+    }
+    /* While there are subscriptions, some may begin to linger during the
+     * read: wake often enough to sweep them in time. */
+    p->tmode = T_READING;
+    int rc = read_some(p, p->io, p->subs > 0 ? next_sweep : INT64_MAX);
+    p->tmode = T_BUSY;
+    if (rc != 0) break;
+  }
+  while (p->reader) pthread_cond_wait(&p->thread_cv, &p->mu);
+}
+
 static void *run(void *arg) {
   dl_pubsub *p = arg;
   int backoff = p->cfg->reconnect_min_ms;
-  char buf[16384];
   pthread_mutex_lock(&p->mu);
   while (!p->stop) {
-    if (p->io == NULL) {
-      pthread_mutex_unlock(&p->mu);
-      char msg[256];
-      dl_io *io = NULL;
-      int64_t dl = dl_now_ms() + p->cfg->connect_timeout_ms;
-      int rc = dl_io_connect(&p->cfg->ep, p->cfg->tls, p->cfg->server_name,
-                             dl, &io, msg, sizeof msg);
-      if (rc == 0) rc = dl_conn_handshake(io, p->cfg, dl, msg, sizeof msg);
-      pthread_mutex_lock(&p->mu);
-      if (rc == 0 && p->stop) { /* closed while we connected */
-        dl_io_close(io);
-        break;
-      }
-      if (rc != 0) {
-        dl_io_close(io);
-        struct timespec ts;
-        dl_abstime(dl_now_ms() + backoff, &ts);
-        if (!p->stop) pthread_cond_timedwait(&p->stop_cv, &p->mu, &ts);
-        backoff = backoff * 2 > p->cfg->reconnect_max_ms
-                      ? p->cfg->reconnect_max_ms
-                      : backoff * 2;
-        continue;
-      }
-      backoff = p->cfg->reconnect_min_ms;
-      p->io = io;
-      on_connected(p);
-    }
-    dl_io *io = p->io;
     pthread_mutex_unlock(&p->mu);
-
-    redisReader *rd = redisReaderCreate();
-    bool ping_sent = false;
-    int64_t quiet_since = dl_now_ms(); /* nothing read since (or the PING) */
-    int64_t next_sweep = quiet_since + SWEEP_MS;
-    int rc = rd ? 0 : DLOCK_ENOMEM;
-    while (rc == 0) {
-      /* While there are subscriptions, some may begin to linger during the
-       * read: wake often enough to sweep them in time. */
-      pthread_mutex_lock(&p->mu);
-      bool sweeping = p->subs > 0;
-      pthread_mutex_unlock(&p->mu);
-      int64_t until = quiet_since + IDLE_PING_MS;
-      if (sweeping && next_sweep < until) until = next_sweep;
-      int n = dl_io_read(io, buf, sizeof buf, until);
-      int64_t now = dl_now_ms();
-      if (sweeping && now >= next_sweep) {
-        pthread_mutex_lock(&p->mu);
-        sweep(p, now);
-        pthread_mutex_unlock(&p->mu);
-        next_sweep = now + SWEEP_MS;
-      }
-      if (n == DLOCK_ETIMEDOUT) {
-        if (now - quiet_since < IDLE_PING_MS) continue; /* a sweep was due */
-        if (ping_sent) {
-          rc = n; /* the PING went unanswered */
-          break;
-        }
-        /* An idle link: a PING proves the server is still there. */
-        pthread_mutex_lock(&p->mu);
-        send_cmd(p, "PING", "");
-        pthread_mutex_unlock(&p->mu);
-        ping_sent = true;
-        quiet_since = now;
-        continue;
-      }
-      if (n < 0) {
-        rc = n;
-        break;
-      }
-      if (redisReaderFeed(rd, buf, (size_t)n) != REDIS_OK) {
-        rc = DLOCK_EPROTO;
-        break;
-      }
-      if (n > 0) {
-        ping_sent = false;
-        quiet_since = now;
-      }
-      pthread_mutex_lock(&p->mu);
-      void *rep;
-      while (rc == 0) {
-        rep = NULL;
-        if (redisReaderGetReply(rd, &rep) != REDIS_OK) rc = DLOCK_EPROTO;
-        if (rep == NULL) break;
-        dispatch(p, rep);
-        freeReplyObject(rep);
-      }
-      pthread_mutex_unlock(&p->mu);
-    }
-    if (rd) redisReaderFree(rd);
+    char msg[256];
+    dl_io *io = NULL;
+    int64_t dl = dl_now_ms() + p->cfg->connect_timeout_ms;
+    int rc = dl_io_connect(&p->cfg->ep, p->cfg->tls, p->cfg->server_name, dl,
+                           &io, msg, sizeof msg);
+    if (rc == 0) rc = dl_conn_handshake(io, p->cfg, dl, msg, sizeof msg);
+    redisReader *rd = rc == 0 ? redisReaderCreate() : NULL;
+    if (rc == 0 && rd == NULL) rc = DLOCK_ENOMEM;
     pthread_mutex_lock(&p->mu);
-    dl_io_shutdown(io);
-    dl_io_close(io);
+    if (rc == 0 && p->stop) { /* closed while we connected */
+      redisReaderFree(rd);
+      dl_io_close(io);
+      break;
+    }
+    if (rc != 0) {
+      dl_io_close(io);
+      struct timespec ts;
+      dl_abstime(dl_now_ms() + backoff, &ts);
+      if (!p->stop) pthread_cond_timedwait(&p->stop_cv, &p->mu, &ts);
+      backoff = backoff * 2 > p->cfg->reconnect_max_ms
+                    ? p->cfg->reconnect_max_ms
+                    : backoff * 2;
+      continue;
+    }
+    backoff = p->cfg->reconnect_min_ms;
+    p->io = io;
+    p->rd = rd;
+    p->quiet_since = dl_now_ms();
+    p->ping_sent = false;
+    on_connected(p);
+    serve(p);
+    p->want = NULL;
+    p->read_err = 0;
+    p->idle = false;
+    redisReaderFree(p->rd);
+    p->rd = NULL;
+    dl_io_shutdown(p->io);
+    dl_io_close(p->io);
     p->io = NULL;
     on_disconnected(p);
   }
@@ -397,11 +534,26 @@ int dl_pubsub_new(const dl_conn_config *cfg, dl_pubsub **out) {
   dl_pubsub *p = calloc(1, sizeof *p);
   if (p == NULL) return DLOCK_ENOMEM;
   p->cfg = cfg;
+  p->buf = malloc(BUF_SIZE);
+  if (p->buf == NULL || pipe(p->bell) != 0) {
+    free(p->buf);
+    free(p);
+    return DLOCK_ENOMEM;
+  }
+  for (int i = 0; i < 2; i++) {
+    fcntl(p->bell[i], F_SETFL, fcntl(p->bell[i], F_GETFL) | O_NONBLOCK);
+    fcntl(p->bell[i], F_SETFD, FD_CLOEXEC);
+  }
   pthread_mutex_init(&p->mu, NULL);
   dl_cond_init(&p->stop_cv);
+  dl_cond_init(&p->thread_cv);
   if (pthread_create(&p->thread, NULL, run, p) != 0) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->stop_cv);
+    pthread_cond_destroy(&p->thread_cv);
+    close(p->bell[0]);
+    close(p->bell[1]);
+    free(p->buf);
     free(p);
     return DLOCK_ENOMEM;
   }
@@ -416,13 +568,14 @@ void dl_pubsub_free(dl_pubsub *p) {
   p->stop = true;
   if (p->io) dl_io_shutdown(p->io);
   pthread_cond_broadcast(&p->stop_cv);
+  pthread_cond_broadcast(&p->thread_cv);
   for (int b = 0; b < NBUCKETS; b++)
     for (dl_sub *s = p->table[b]; s; s = s->next) {
       pthread_cond_broadcast(&s->cv);
       /* Left in the list: each takes itself out when it wakes. */
       for (sleeper *w = s->head, *n; w; w = n) {
         n = w->next;
-        rouse(w, STOPPED);
+        rouse(p, w, STOPPED);
       }
     }
   pthread_mutex_unlock(&p->mu);
@@ -431,12 +584,17 @@ void dl_pubsub_free(dl_pubsub *p) {
     while (p->table[b]) sub_free(p, p->table[b]);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->stop_cv);
+  pthread_cond_destroy(&p->thread_cv);
+  close(p->bell[0]);
+  close(p->bell[1]);
+  free(p->buf);
   free(p);
 }
 
 dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
                       int64_t deadline) {
   pthread_mutex_lock(&p->mu);
+  catch_up(p);
   dl_sub *s = find(p, channel, strlen(channel));
   if (deadline < 0 && (s == NULL || !confirmed(p, s))) {
     pthread_mutex_unlock(&p->mu); /* only a subscription already heard */
@@ -472,6 +630,11 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
    * Without it (server down) the waiter still wakes at the holder's TTL. */
   int64_t limit = dl_now_ms() + p->cfg->command_timeout_ms;
   if (deadline > limit) deadline = limit;
+  p->confirming++;
+  if (p->reader == NULL && p->idle) { /* somebody must read it */
+    p->idle = false;
+    pthread_cond_broadcast(&p->thread_cv);
+  }
   while (!confirmed(p, s) && !p->stop && p->io != NULL) {
     struct timespec ts;
     dl_abstime(deadline, &ts);
@@ -479,6 +642,7 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
         dl_now_ms() >= deadline)
       break;
   }
+  p->confirming--;
   pthread_mutex_unlock(&p->mu);
   return s;
 }
@@ -501,13 +665,36 @@ int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
   *pp = &w;
   if (w.next == NULL) s->tail = &w;
   s->asleep++;
-  pthread_mutex_unlock(&p->mu);
-  dl_park_wait(&w.state, SLEEPING, deadline);
-  if (atomic_load_explicit(&w.state, memory_order_acquire) == WOKEN) return 1;
-  /* Timed out or closing; a waker may still take it under mu. */
-  pthread_mutex_lock(&p->mu);
+  w.anext = p->all;
+  if (p->all) p->all->aprev = &w;
+  p->all = &w;
+  /* Read the socket while we sleep, if nobody does; a waiter for its grant
+   * asks the thread for the role: the grant then needs no hop. */
+  if (p->reader == NULL && p->io != NULL && !p->stop && p->read_err == 0) {
+    if (p->tmode == T_PARKED) {
+      make_reader(p, &w, true);
+    } else if (grant && p->want == NULL) {
+      p->want = &w;
+      ring(p);
+    }
+  }
+  for (;;) {
+    int state = atomic_load(&w.state);
+    if (state == READING) {
+      read_as_sleeper(p, &w, deadline);
+      continue;
+    }
+    if (state != SLEEPING || dl_now_ms() >= deadline) break;
+    pthread_mutex_unlock(&p->mu);
+    dl_park_wait(&w.state, SLEEPING, deadline);
+    if (atomic_load_explicit(&w.state, memory_order_acquire) == WOKEN)
+      return 1;
+    pthread_mutex_lock(&p->mu);
+  }
+  /* Timed out or closing; a waker may still have taken it. */
   int state = atomic_load_explicit(&w.state, memory_order_acquire);
-  if (state != WOKEN) unlink_sleeper(s, &w);
+  if (state != WOKEN) unlink_sleeper(p, s, &w);
+  if (p->want == &w) p->want = NULL;
   int rc = state == WOKEN ? 1 : p->stop ? DLOCK_ECLOSED : 0;
   pthread_mutex_unlock(&p->mu);
   return rc;
@@ -547,7 +734,7 @@ int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token) {
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s) {
   if (s == NULL) return;
   pthread_mutex_lock(&p->mu);
-  while (pop(s)) {
+  while (pop(p, s)) {
   }
   pthread_mutex_unlock(&p->mu);
 }
@@ -555,6 +742,20 @@ void dl_pubsub_kick(dl_pubsub *p, dl_sub *s) {
 uint64_t dl_pubsub_wakeups(dl_pubsub *p) {
   pthread_mutex_lock(&p->mu);
   uint64_t n = p->wakeups;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}
+
+bool dl_pubsub_sleeper_reads(dl_pubsub *p) {
+  pthread_mutex_lock(&p->mu);
+  bool r = p->reader != NULL && atomic_load(&p->reader->state) == READING;
+  pthread_mutex_unlock(&p->mu);
+  return r;
+}
+
+uint64_t dl_pubsub_direct_wakeups(dl_pubsub *p) {
+  pthread_mutex_lock(&p->mu);
+  uint64_t n = p->direct;
   pthread_mutex_unlock(&p->mu);
   return n;
 }

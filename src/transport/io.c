@@ -98,15 +98,22 @@ void dl_tls_ctx_free(dl_tls_ctx *t) {
   free(t);
 }
 
-static int wait_fd(int fd, short events, int64_t deadline_ms) {
+/* Waits for fd to be ready for `events`: 0, or DLOCK_ETIMEDOUT at the
+ * deadline, or 1 if `bell` (>= 0) became readable first. */
+static int wait_fd_bell(int fd, short events, int64_t deadline_ms, int bell) {
   for (;;) {
     int64_t left = deadline_ms - dl_now_ms();
     if (left <= 0) return DLOCK_ETIMEDOUT;
-    struct pollfd p = {.fd = fd, .events = events};
-    int rc = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
-    if (rc > 0) return 0;
+    struct pollfd p[2] = {{.fd = fd, .events = events},
+                          {.fd = bell, .events = POLLIN}};
+    int rc = poll(p, bell >= 0 ? 2 : 1, left > 1000000 ? 1000000 : (int)left);
+    if (rc > 0) return p[0].revents == 0 && bell >= 0 ? 1 : 0;
     if (rc < 0 && errno != EINTR) return DLOCK_ECONNLOST;
   }
+}
+
+static int wait_fd(int fd, short events, int64_t deadline_ms) {
+  return wait_fd_bell(fd, events, deadline_ms, -1);
 }
 
 static int set_nonblock(int fd) {
@@ -270,6 +277,11 @@ int dl_io_connect(const dl_endpoint *ep, dl_tls_ctx *tls,
 }
 
 int dl_io_read(dl_io *io, char *buf, size_t len, int64_t deadline_ms) {
+  return dl_io_read_bell(io, buf, len, deadline_ms, -1);
+}
+
+int dl_io_read_bell(dl_io *io, char *buf, size_t len, int64_t deadline_ms,
+                    int bell) {
   for (;;) {
     if (atomic_load(&io->shut)) return DLOCK_ECONNLOST;
     short ev = POLLIN;
@@ -289,7 +301,8 @@ int dl_io_read(dl_io *io, char *buf, size_t len, int64_t deadline_ms) {
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
         return DLOCK_ECONNLOST;
     }
-    int rc = wait_fd(io->fd, ev, deadline_ms);
+    int rc = wait_fd_bell(io->fd, ev, deadline_ms, bell);
+    if (rc == 1) return 0;
     if (rc != 0) return rc;
   }
 }
