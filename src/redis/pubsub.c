@@ -413,9 +413,15 @@ static void leave_reader(dl_pubsub *p, sleeper *w, int err) {
   int expect = READING;
   atomic_compare_exchange_strong(&w->state, &expect, SLEEPING);
   p->reader = NULL;
-  if (err == 0 && !p->stop)
+  if (err == 0 && !p->stop) {
+    /* The one that has waited longest: likely the next to be granted. */
+    sleeper *next = NULL;
     for (sleeper *n = p->all; n; n = n->anext)
-      if (n != w && make_reader(p, n, false)) return;
+      if (n != w && atomic_load(&n->state) == SLEEPING &&
+          (next == NULL || n->since < next->since))
+        next = n;
+    if (next && make_reader(p, next, false)) return;
+  }
   if (err != 0 && p->read_err == 0) p->read_err = err;
   p->idle = err == 0 && !p->stop && p->confirming == 0;
   if (!p->idle) pthread_cond_broadcast(&p->thread_cv);
@@ -631,8 +637,8 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
   int64_t limit = dl_now_ms() + p->cfg->command_timeout_ms;
   if (deadline > limit) deadline = limit;
   p->confirming++;
-  if (p->reader == NULL && p->idle) { /* somebody must read it */
-    p->idle = false;
+  if (!confirmed(p, s) && p->reader == NULL && p->idle) {
+    p->idle = false; /* somebody must read the confirmation */
     pthread_cond_broadcast(&p->thread_cv);
   }
   while (!confirmed(p, s) && !p->stop && p->io != NULL) {
