@@ -177,14 +177,17 @@ const char *dlock_client_id(const dlock_client *c) {
 
 int dl_owner_id(const dlock_client *c, const char *explicit_owner, char *buf,
                 size_t len) {
-  int n;
-  if (explicit_owner)
-    n = snprintf(buf, len, "%s:%s", c->id, explicit_owner);
-  else
-    n = snprintf(buf, len, "%s:%llu", c->id,
-                 (unsigned long long)dl_thread_id());
-  if (n < 0 || (size_t)n >= len) return DLOCK_EINVAL;
-  return n;
+  /* "<client id>:<owner>", without snprintf's cost on the hot path. */
+  char num[DL_INT_BUF];
+  const char *tail = explicit_owner
+                         ? explicit_owner
+                         : dl_fmt_ll(num, (long long)dl_thread_id());
+  size_t a = strlen(c->id), b = strlen(tail);
+  if (a + 1 + b >= len || a + 1 + b > INT32_MAX) return DLOCK_EINVAL;
+  memcpy(buf, c->id, a);
+  buf[a] = ':';
+  memcpy(buf + a + 1, tail, b + 1);
+  return (int)(a + 1 + b);
 }
 
 int dlock_client_owner(const dlock_client *c, char *buf, size_t len) {

@@ -61,8 +61,11 @@ static const char *derived(char *out, const char *prefix, const dlock_lock *l) {
 #define OWNER_CHANNEL_MAX (DERIVED_MAX + OWNER_MAX + 1)
 static const char *owner_channel(char *out, const dlock_lock *l,
                                  const char *owner) {
-  size_t n = strlen(CHANNEL(l, out));
-  snprintf(out + n, OWNER_CHANNEL_MAX - n, ":%s", owner);
+  size_t n = strlen(CHANNEL(l, out)), m = strlen(owner);
+  if (n + 1 + m >= OWNER_CHANNEL_MAX) m = OWNER_CHANNEL_MAX - n - 2;
+  out[n] = ':'; /* n < DERIVED_MAX: the ':' and the NUL fit */
+  memcpy(out + n + 1, owner, m);
+  out[n + 1 + m] = '\0';
   return out;
 }
 #define GRANT_QUEUE_KEY(l, buf) derived(buf, "dlock_lock_queue", l)
