@@ -213,51 +213,64 @@ static void t_pipeline_rounds(void) {
 
 /* ---- the reader role of the subscriber connection (pubsub.c) ---- */
 
+/* A holder's client and a waiters' client, each with a handle on `name`;
+ * the holder holds it. */
 typedef struct {
-  dlock_lock *l;
-  int rc;
-} grant_wait;
+  dlock_client *holder, *c;
+  dlock_lock *lh, *l;
+} duo;
 
-static void *wait_and_release(void *p) {
-  grant_wait *a = p;
-  a->rc = dlock_lock_try_acquire(a->l, 10000, 10000, NULL);
-  if (a->rc == 0) dlock_lock_release(a->l);
-  return NULL;
+static void duo_open(duo *d, const char *name) {
+  setup();
+  d->holder = th_client(&srv, 0);
+  d->c = th_client(&srv, 0);
+  CHECK(d->holder && d->c);
+  CHECK_RC(dlock_lock_new(d->holder, name, NULL, &d->lh), 0);
+  CHECK_RC(dlock_lock_new(d->c, name, NULL, &d->l), 0);
+  CHECK_RC(dlock_lock_acquire(d->lh, 30000, NULL), 0);
+}
+
+static void duo_close(duo *d) {
+  dlock_lock_free(d->lh);
+  dlock_lock_free(d->l);
+  dlock_client_close(d->holder);
+  dlock_client_close(d->c);
 }
 
 static bool sleeper_reads(void *p) {
   return dl_redis_backend_sleeper_reads(((dlock_client *)p)->backend);
 }
 
+/* Starts n waiters (wait_once) in the waiters' client and returns once
+ * they are all in the hand-off queue `queue` and one reads the socket. */
+static void start_waiters(duo *d, const char *queue, int n, pthread_t *th,
+                          wa *a) {
+  for (int i = 0; i < n; i++) pthread_create(&th[i], NULL, wait_once, a);
+  CHECK(th_wait_llen(&srv, queue, n, 5000));
+  CHECK(th_wait_for(sleeper_reads, d->c, 5000));
+}
+
 static void t_waiter_reads_its_grant(void) {
   /* A lone waiter reads the subscriber socket itself while it sleeps, so
    * its grant wakes it with no subscriber-thread hop. Three rounds: the
    * role is asked of the subscriber thread, then taken from nobody. */
-  setup();
-  dlock_client *holder = th_client(&srv, 0), *c = th_client(&srv, 0);
-  CHECK(holder && c);
-  dlock_lock *lh, *l;
-  CHECK_RC(dlock_lock_new(holder, "th:direct", NULL, &lh), 0);
-  CHECK_RC(dlock_lock_new(c, "th:direct", NULL, &l), 0);
+  duo d;
+  duo_open(&d, "th:direct");
   for (int round = 0; round < 3; round++) {
-    CHECK_RC(dlock_lock_acquire(lh, 30000, NULL), 0);
-    uint64_t d0 = dl_redis_backend_direct_wakeups(c->backend);
-    uint64_t w0 = dl_redis_backend_wakeups(c->backend);
-    grant_wait a = {l, -100};
+    if (round > 0) CHECK_RC(dlock_lock_acquire(d.lh, 30000, NULL), 0);
+    uint64_t d0 = dl_redis_backend_direct_wakeups(d.c->backend);
+    uint64_t w0 = dl_redis_backend_wakeups(d.c->backend);
+    atomic_store(&got, 0);
+    wa a = {d.l, &got};
     pthread_t th;
-    pthread_create(&th, NULL, wait_and_release, &a);
-    CHECK(th_wait_llen(&srv, "dlock_lock_queue:{th:direct}", 1, 5000));
-    CHECK(th_wait_for(sleeper_reads, c, 5000));
-    CHECK_EQ(dlock_lock_release(lh), 1);
+    start_waiters(&d, "dlock_lock_queue:{th:direct}", 1, &th, &a);
+    CHECK_EQ(dlock_lock_release(d.lh), 1);
     pthread_join(th, NULL);
-    CHECK_RC(a.rc, 0);
-    CHECK_EQ(dl_redis_backend_wakeups(c->backend) - w0, 1);
-    CHECK_EQ(dl_redis_backend_direct_wakeups(c->backend) - d0, 1);
+    CHECK_EQ(atomic_load(&got), 1);
+    CHECK_EQ(dl_redis_backend_wakeups(d.c->backend) - w0, 1);
+    CHECK_EQ(dl_redis_backend_direct_wakeups(d.c->backend) - d0, 1);
   }
-  dlock_lock_free(lh);
-  dlock_lock_free(l);
-  dlock_client_close(holder);
-  dlock_client_close(c);
+  duo_close(&d);
 }
 
 static void t_reader_hands_on(void) {
@@ -265,59 +278,38 @@ static void t_reader_hands_on(void) {
    * other's grant comes, and a reader that got its own grant hands the
    * role to the one still asleep. Either way the second grant is read by
    * the waiter it wakes. */
-  setup();
-  dlock_client *holder = th_client(&srv, 0), *c = th_client(&srv, 0);
-  CHECK(holder && c);
-  dlock_lock *lh, *l;
-  CHECK_RC(dlock_lock_new(holder, "th:handon", NULL, &lh), 0);
-  CHECK_RC(dlock_lock_new(c, "th:handon", NULL, &l), 0);
-  CHECK_RC(dlock_lock_acquire(lh, 30000, NULL), 0);
-  uint64_t d0 = dl_redis_backend_direct_wakeups(c->backend);
-  uint64_t w0 = dl_redis_backend_wakeups(c->backend);
-  grant_wait a[2] = {{l, -100}, {l, -100}};
+  duo d;
+  duo_open(&d, "th:handon");
+  uint64_t d0 = dl_redis_backend_direct_wakeups(d.c->backend);
+  uint64_t w0 = dl_redis_backend_wakeups(d.c->backend);
+  atomic_store(&got, 0);
+  wa a = {d.l, &got};
   pthread_t th[2];
-  for (int i = 0; i < 2; i++)
-    pthread_create(&th[i], NULL, wait_and_release, &a[i]);
-  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{th:handon}", 2, 5000));
-  CHECK(th_wait_for(sleeper_reads, c, 5000));
-  CHECK_EQ(dlock_lock_release(lh), 1);
-  for (int i = 0; i < 2; i++) {
-    pthread_join(th[i], NULL);
-    CHECK_RC(a[i].rc, 0);
-  }
-  CHECK_EQ(dl_redis_backend_wakeups(c->backend) - w0, 2);
-  CHECK(dl_redis_backend_direct_wakeups(c->backend) - d0 >= 1);
-  dlock_lock_free(lh);
-  dlock_lock_free(l);
-  dlock_client_close(holder);
-  dlock_client_close(c);
+  start_waiters(&d, "dlock_lock_queue:{th:handon}", 2, th, &a);
+  CHECK_EQ(dlock_lock_release(d.lh), 1);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  CHECK_EQ(atomic_load(&got), 2);
+  CHECK_EQ(dl_redis_backend_wakeups(d.c->backend) - w0, 2);
+  CHECK(dl_redis_backend_direct_wakeups(d.c->backend) - d0 >= 1);
+  duo_close(&d);
 }
 
 static void t_reader_loses_connection(void) {
   /* The subscriber connection dies under a waiter that reads it: the
    * subscriber thread reconnects, subscribes again, and the waiter still
    * gets the lock when it is released. */
-  setup();
-  dlock_client *holder = th_client(&srv, 0), *c = th_client(&srv, 0);
-  CHECK(holder && c);
-  dlock_lock *lh, *l;
-  CHECK_RC(dlock_lock_new(holder, "th:rkill", NULL, &lh), 0);
-  CHECK_RC(dlock_lock_new(c, "th:rkill", NULL, &l), 0);
-  CHECK_RC(dlock_lock_acquire(lh, 30000, NULL), 0);
-  grant_wait a = {l, -100};
+  duo d;
+  duo_open(&d, "th:rkill");
+  atomic_store(&got, 0);
+  wa a = {d.l, &got};
   pthread_t th;
-  pthread_create(&th, NULL, wait_and_release, &a);
-  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{th:rkill}", 1, 5000));
-  CHECK(th_wait_for(sleeper_reads, c, 5000));
+  start_waiters(&d, "dlock_lock_queue:{th:rkill}", 1, &th, &a);
   CHECK(th_cmd_int(&srv, "CLIENT KILL TYPE pubsub") >= 1);
   CHECK(th_wait_subscribed(&srv, "redisson_lock__channel:{th:rkill}", 5000));
-  CHECK_EQ(dlock_lock_release(lh), 1);
+  CHECK_EQ(dlock_lock_release(d.lh), 1);
   pthread_join(th, NULL);
-  CHECK_RC(a.rc, 0);
-  dlock_lock_free(lh);
-  dlock_lock_free(l);
-  dlock_client_close(holder);
-  dlock_client_close(c);
+  CHECK_EQ(atomic_load(&got), 1);
+  duo_close(&d);
 }
 
 static void t_teardown(void) { th_redis_stop(&srv); }
