@@ -238,6 +238,17 @@ redisReply *th_cmd(th_redis *r, const char *fmt, ...) {
   return rep;
 }
 
+long long th_calls(th_redis *r, const char *cmd) {
+  redisReply *rep = th_cmd(r, "INFO commandstats");
+  long long n = 0;
+  char pat[64];
+  snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+  const char *at = rep && rep->type == REDIS_REPLY_STRING ? rep->str : NULL;
+  if (at && (at = strstr(at, pat)) != NULL) n = atoll(at + strlen(pat));
+  if (rep) freeReplyObject(rep);
+  return n;
+}
+
 long long th_cmd_int(th_redis *r, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

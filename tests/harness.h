@@ -83,6 +83,9 @@ redisContext *th_redis_connect(th_redis *r);
 /* One command through a fresh connection; returns the reply (caller frees). */
 redisReply *th_cmd(th_redis *r, const char *fmt, ...);
 long long th_cmd_int(th_redis *r, const char *fmt, ...);
+/* Calls of `cmd` in INFO commandstats ("cmdstat_<cmd>:calls=<n>"), 0 if
+ * absent (CONFIG RESETSTAT zeroes them). */
+long long th_calls(th_redis *r, const char *cmd);
 
 /* A client on r with the given watchdog timeout (0 = default). */
 dlock_client *th_client(th_redis *r, int64_t watchdog_ms);

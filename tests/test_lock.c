@@ -930,17 +930,6 @@ static void t_reservation_beats_queue(void) {
   dlock_client_close(p);
 }
 
-/* A counter of INFO commandstats ("cmdstat_<cmd>:calls=<n>"), 0 if absent. */
-static long long calls_of(const char *cmd) {
-  redisReply *r = th_cmd(&srv, "INFO commandstats");
-  long long n = 0;
-  char pat[64];
-  snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
-  const char *at = r && r->type == REDIS_REPLY_STRING ? r->str : NULL;
-  if (at && (at = strstr(at, pat)) != NULL) n = atoll(at + strlen(pat));
-  if (r) freeReplyObject(r);
-  return n;
-}
 
 static void t_channels_linger(void) {
   /* A waiter's channels stay subscribed for a while after its wait: its
@@ -967,8 +956,8 @@ static void t_channels_linger(void) {
     pthread_join(th, NULL);
     CHECK_RC(g.rc, 0);
     if (round == 1) {
-      CHECK_EQ(calls_of("subscribe"), 0);
-      CHECK_EQ(calls_of("evalsha"), 2); /* b's one attempt, a's release */
+      CHECK_EQ(th_calls(&srv, "subscribe"), 0);
+      CHECK_EQ(th_calls(&srv, "evalsha"), 2); /* b's one attempt, a's release */
     }
     CHECK(th_wait_subscribed(&srv, gch, 0));
     CHECK(th_wait_subscribed(&srv, "redisson_lock__channel:{t:linger}", 0));
@@ -1003,7 +992,7 @@ static void t_contended_release_pings_first(void) {
   CHECK_EQ(dlock_lock_release(la), 1); /* la took it at once: no PING */
   pthread_join(th, NULL);
   CHECK_RC(gb.rc, 0);
-  CHECK_EQ(calls_of("ping"), 0);
+  CHECK_EQ(th_calls(&srv, "ping"), 0);
   /* Now lb holds it after a wait, and la waits. */
   grant_arg ga = {la, -100, 0, &order, -1, true};
   pthread_create(&th, NULL, wait_grant, &ga);
@@ -1012,7 +1001,7 @@ static void t_contended_release_pings_first(void) {
   CHECK_EQ(dlock_lock_release(lb), 1);
   pthread_join(th, NULL);
   CHECK_RC(ga.rc, 0);
-  CHECK_EQ(calls_of("ping"), 1);
+  CHECK_EQ(th_calls(&srv, "ping"), 1);
   CHECK(ga.token > gb.token); /* the grant came with the next token */
   CHECK_EQ(dlock_lock_release(la), 1);
   dlock_lock_free(la);

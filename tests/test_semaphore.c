@@ -242,6 +242,52 @@ static void t_semaphore_release_wakes(void) {
   dlock_client_close(rc);
 }
 
+static void t_semaphore_contended_release_pings_first(void) {
+  /* A handle whose last acquire had to wait, or whose last release was
+   * heard, releases behind a PING, so that the waiters' message goes out
+   * before the release's reply; otherwise no PING. */
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  dlock_semaphore *sa, *sb;
+  CHECK_RC(dlock_semaphore_new(a, "sem:pingfirst", &sa), 0);
+  CHECK_RC(dlock_semaphore_new(b, "sem:pingfirst", &sb), 0);
+  CHECK_EQ(dlock_semaphore_try_set_permits(sa, 1), 1);
+  CHECK_RC(dlock_semaphore_acquire(sa, 1, 0), 0); /* at once */
+  waiter w = {.s = sb, .rc = 99};
+  pthread_t t;
+  pthread_create(&t, NULL, wait_permit, &w);
+  /* It subscribes after its first try failed. */
+  CHECK(th_wait_subscribed(&srv, "redisson_sc:{sem:pingfirst}", 3000));
+  freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+  CHECK_RC(dlock_semaphore_release(sa, 1), 0);
+  pthread_join(t, NULL);
+  CHECK_RC(atomic_load(&w.rc), 0);
+  CHECK_EQ(th_calls(&srv, "ping"), 0);
+  freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+  CHECK_RC(dlock_semaphore_release(sb, 1), 0); /* sb had waited */
+  CHECK_EQ(th_calls(&srv, "ping"), 1);
+  /* sa's last release was heard (b waited): its next one pings too. */
+  CHECK_RC(dlock_semaphore_acquire(sa, 1, 0), 0);
+  freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+  CHECK_RC(dlock_semaphore_release(sa, 1), 0);
+  CHECK_EQ(th_calls(&srv, "ping"), 1);
+  /* Once nobody listens, one release goes unheard, and the next is sent
+   * without a PING. */
+  CHECK(th_wait_unsubscribed(&srv, "redisson_sc:{sem:pingfirst}", 5000));
+  CHECK_RC(dlock_semaphore_acquire(sa, 1, 0), 0);
+  CHECK_RC(dlock_semaphore_release(sa, 1), 0);
+  CHECK_RC(dlock_semaphore_acquire(sa, 1, 0), 0);
+  freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+  CHECK_RC(dlock_semaphore_release(sa, 1), 0);
+  CHECK_EQ(th_calls(&srv, "ping"), 0);
+  CHECK_EQ(dlock_semaphore_available(sa), 1);
+  dlock_semaphore_free(sa);
+  dlock_semaphore_free(sb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
 static void t_semaphore_interop(void) {
   setup();
   dlock_client *c = th_client(&srv, 0);
@@ -631,7 +677,8 @@ static void t_teardown(void) {
 }
 
 TH_MAIN(T(t_semaphore_basics), T(t_semaphore_misuse), T(t_semaphore_admission),
-        T(t_semaphore_release_wakes), T(t_semaphore_interop), T(t_latch_basics),
+        T(t_semaphore_release_wakes),
+        T(t_semaphore_contended_release_pings_first), T(t_semaphore_interop), T(t_latch_basics),
         T(t_latch_wakes_all), T(t_permits_basics), T(t_permits_release_wakes),
         T(t_permits_fixed_lease_ends), T(t_permits_crashed_holder_returns),
         T(t_permits_loss_reported), T(t_permits_interop), T(t_teardown))

@@ -15,6 +15,12 @@ struct dlock_semaphore {
   dlock_client *c;
   char *key;     /* prefix + name */
   char *channel; /* redisson_sc:{key} */
+  /* The last acquire through this handle had to wait, or its last release
+   * was heard by some client: others likely wait. A release then goes out
+   * behind a PING, so that its message reaches the waiters before its reply
+   * reaches this thread, which would otherwise often take the permits back
+   * before any waiter could (as the lock's release, lock.c). */
+  atomic_bool waited, heard;
 };
 
 int dlock_semaphore_new(dlock_client *c, const char *name,
@@ -41,14 +47,16 @@ void dlock_semaphore_free(dlock_semaphore *s) {
   free(s);
 }
 
-/* Runs semaphore_update.lua: 0 and its integer in *v, or a negative code. */
-static int update(dlock_semaphore *s, const char *op, int n, long long *v) {
+/* Runs semaphore_update.lua: 0 and its integer in *v, or a negative code.
+ * `flags`: 0 or DL_EVAL_WAKE_FIRST. */
+static int update(dlock_semaphore *s, int flags, const char *op, int n,
+                  long long *v) {
   char num[16];
   snprintf(num, sizeof num, "%d", n);
   const char *keys[] = {s->key, s->channel};
   const char *args[] = {op, num};
-  return dl_eval_int(s->c, DL_SCRIPT_SEMAPHORE_UPDATE, 2, keys, 2, args,
-                     INT32_MIN, INT32_MAX, v);
+  return dl_eval_int(s->c, DL_SCRIPT_SEMAPHORE_UPDATE | flags, 2, keys, 2,
+                     args, INT32_MIN, INT32_MAX, v);
 }
 
 int dlock_semaphore_try_set_permits(dlock_semaphore *s, int permits) {
@@ -56,20 +64,20 @@ int dlock_semaphore_try_set_permits(dlock_semaphore *s, int permits) {
   if (permits < 0)
     return dl_seterr(s->c, DLOCK_EINVAL, "permits must not be negative");
   long long v = 0;
-  int rc = update(s, "set", permits, &v);
+  int rc = update(s, 0, "set", permits, &v);
   return rc ? rc : (v == 1);
 }
 
 int dlock_semaphore_add_permits(dlock_semaphore *s, int permits) {
   if (s == NULL) return DLOCK_EINVAL;
   long long v = 0;
-  return update(s, "add", permits, &v);
+  return update(s, 0, "add", permits, &v);
 }
 
 int dlock_semaphore_drain(dlock_semaphore *s) {
   if (s == NULL) return DLOCK_EINVAL;
   long long v = 0;
-  int rc = update(s, "drain", 0, &v);
+  int rc = update(s, 0, "drain", 0, &v);
   return rc ? rc : (v < 0 ? 0 : (int)v);
 }
 
@@ -84,10 +92,12 @@ int dlock_semaphore_available(dlock_semaphore *s) {
 typedef struct try_ctx {
   dlock_semaphore *s;
   char num[16];
+  int tries;
 } try_ctx;
 
 static int try_take(void *p, int64_t *recheck_ms) {
   try_ctx *t = p;
+  t->tries++;
   *recheck_ms = -1; /* permits only come back with a message */
   const char *keys[] = {t->s->key};
   const char *args[] = {t->num};
@@ -111,6 +121,7 @@ int dlock_semaphore_acquire(dlock_semaphore *s, int permits, int64_t wait_ms) {
   try_ctx t = {.s = s};
   snprintf(t.num, sizeof t.num, "%d", permits);
   int rc = dl_wait_for(s->c, s->channel, DL_WAKE_COUNT, wait_ms, try_take, &t);
+  if (rc >= 0) atomic_store(&s->waited, t.tries > 1);
   if (rc == 0)
     return dl_seterr(s->c, DLOCK_ELOCKED, "no %d permit(s) of '%s' in time",
                      permits, s->key + s->c->prefix_len);
@@ -123,6 +134,10 @@ int dlock_semaphore_release(dlock_semaphore *s, int permits) {
   if (s == NULL) return DLOCK_EINVAL;
   if (permits <= 0)
     return dl_seterr(s->c, DLOCK_EINVAL, "permits must be positive");
-  long long v = 0;
-  return update(s, "release", permits, &v);
+  long long heard = 0;
+  bool first = atomic_load(&s->waited) || atomic_load(&s->heard);
+  int rc = update(s, first ? DL_EVAL_WAKE_FIRST : 0, "release", permits,
+                  &heard);
+  if (rc == 0) atomic_store(&s->heard, heard > 0);
+  return rc;
 }

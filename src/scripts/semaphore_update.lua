@@ -4,13 +4,13 @@
 -- KEYS[1] the semaphore; KEYS[2] its channel
 -- ARGV[1] 'release', 'set' (only if never set), 'add' or 'drain';
 -- ARGV[2] permits
--- Returns: release, add: the permits now available; set: 1 set, 0 it
--- already existed; drain: the permits taken away.
+-- Returns: release: how many subscribed clients heard it; add: the permits
+-- now available; set: 1 set, 0 it already existed; drain: the permits taken
+-- away.
 local op, n = ARGV[1], tonumber(ARGV[2])
 if op == 'release' then
   local value = redis.call('incrby', KEYS[1], n)
-  redis.call('publish', KEYS[2], value)
-  return value
+  return redis.call('publish', KEYS[2], value)
 end
 if op == 'set' then
   if redis.call('exists', KEYS[1]) == 1 then
