@@ -541,14 +541,11 @@ int dl_pubsub_new(const dl_conn_config *cfg, dl_pubsub **out) {
   if (p == NULL) return DLOCK_ENOMEM;
   p->cfg = cfg;
   p->buf = malloc(BUF_SIZE);
-  if (p->buf == NULL || pipe(p->bell) != 0) {
+  /* Non-blocking: a full bell is rung already, and drain() stops. */
+  if (p->buf == NULL || pipe2(p->bell, O_NONBLOCK | O_CLOEXEC) != 0) {
     free(p->buf);
     free(p);
     return DLOCK_ENOMEM;
-  }
-  for (int i = 0; i < 2; i++) {
-    fcntl(p->bell[i], F_SETFL, fcntl(p->bell[i], F_GETFL) | O_NONBLOCK);
-    fcntl(p->bell[i], F_SETFD, FD_CLOEXEC);
   }
   pthread_mutex_init(&p->mu, NULL);
   dl_cond_init(&p->stop_cv);
