@@ -176,7 +176,7 @@ static void send_cmd(dl_pubsub *p, const char *verb, const char *ch) {
   const char *argv[2] = {verb, ch};
   size_t lens[2] = {strlen(verb), strlen(ch)};
   char *cmd;
-  int len = redisFormatCommandArgv(&cmd, 2, argv, lens);
+  int len = redisFormatSdsCommandArgv(&cmd, 2, argv, lens);
   if (len < 0) {
     dl_io_shutdown(p->io);
     return;
@@ -184,7 +184,7 @@ static void send_cmd(dl_pubsub *p, const char *verb, const char *ch) {
   if (dl_io_write(p->io, cmd, (size_t)len,
                   dl_now_ms() + p->cfg->command_timeout_ms) != 0)
     dl_io_shutdown(p->io);
-  redisFreeCommand(cmd);
+  redisFreeSdsCommand(cmd);
 }
 
 static bool confirmed(dl_pubsub *p, dl_sub *s) {
