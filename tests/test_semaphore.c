@@ -515,11 +515,30 @@ static void t_permits_release_wakes(void) {
   CHECK(th_wait_subscribed(&srv, "redisson_sc:{perm:wake}", 2000));
   th_sleep_ms(50);
   int64_t t0 = th_now_ms();
+  freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
   CHECK_RC(dlock_permits_release(pa, id), 0);
   pthread_join(t, NULL);
   CHECK_RC(atomic_load(&w.rc), 0);
   CHECK(w.at - t0 < 500); /* woken by the release, not the lease's end */
-  CHECK_RC(dlock_permits_release(pb, w.id), 0);
+  /* As the semaphore's (t_semaphore_contended_release_pings_first): a
+   * release goes out behind a PING when the handle's last acquire waited
+   * or its last release was heard, and only then. */
+  CHECK_EQ(th_calls(&srv, "ping"), 0);
+  freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+  CHECK_RC(dlock_permits_release(pb, w.id), 0); /* pb had waited */
+  CHECK_EQ(th_calls(&srv, "ping"), 1);
+  CHECK_RC(dlock_permits_acquire(pa, 0, 0, id), 0); /* pa was heard */
+  freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+  CHECK_RC(dlock_permits_release(pa, id), 0);
+  CHECK_EQ(th_calls(&srv, "ping"), 1);
+  CHECK(th_wait_unsubscribed(&srv, "redisson_sc:{perm:wake}", 5000));
+  CHECK_RC(dlock_permits_acquire(pa, 0, 0, id), 0);
+  CHECK_RC(dlock_permits_release(pa, id), 0); /* heard by nobody */
+  CHECK_RC(dlock_permits_acquire(pa, 0, 0, id), 0);
+  freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+  CHECK_RC(dlock_permits_release(pa, id), 0);
+  CHECK_EQ(th_calls(&srv, "ping"), 0);
+  CHECK_EQ(dlock_permits_available(pa), 1);
   dlock_permits_free(pa);
   dlock_permits_free(pb);
   dlock_client_close(a);

@@ -294,8 +294,12 @@ static void *contended_worker(void *p) {
   worker *w = p;
   dlock_lock *l = NULL;
   dlock_semaphore *sem = NULL;
-  bool is_sem = strcmp(w->o->kind, "semaphore") == 0;
-  int e = is_sem ? dlock_semaphore_new(w->c, w->lock_name, &sem)
+  dlock_permits *pm = NULL;
+  char id[DLOCK_PERMIT_ID_LEN];
+  bool is_sem = strcmp(w->o->kind, "semaphore") == 0,
+       is_pm = strcmp(w->o->kind, "permits") == 0;
+  int e = is_sem  ? dlock_semaphore_new(w->c, w->lock_name, &sem)
+          : is_pm ? dlock_permits_new(w->c, w->lock_name, &pm)
           : strcmp(w->o->kind, "fair") == 0
               ? dlock_lock_new_fair(w->c, w->lock_name, NULL, 0, &l)
               : dlock_lock_new(w->c, w->lock_name, NULL, &l);
@@ -308,8 +312,9 @@ static void *contended_worker(void *p) {
     int64_t t0 = dl_now_us();
     if (t0 >= w->end_us) break;
     int64_t wait = (w->end_us - t0) / 1000 + 1;
-    int rc = is_sem ? dlock_semaphore_acquire(sem, 1, wait)
-                    : dlock_lock_try_acquire(l, wait, 10000, NULL);
+    int rc = is_sem  ? dlock_semaphore_acquire(sem, 1, wait)
+             : is_pm ? dlock_permits_acquire(pm, wait, 10000, id)
+                     : dlock_lock_try_acquire(l, wait, 10000, NULL);
     int64_t t1 = dl_now_us();
     if (rc == DLOCK_ELOCKED) break; /* the run ended while waiting */
     if (rc != 0) {
@@ -323,14 +328,16 @@ static void *contended_worker(void *p) {
       nanosleep(&ts, NULL);
     }
     int64_t t2 = dl_now_us();
-    if (is_sem ? dlock_semaphore_release(sem, 1) != 0
-               : dlock_lock_release(l) != 1)
+    if (is_sem  ? dlock_semaphore_release(sem, 1) != 0
+        : is_pm ? dlock_permits_release(pm, id) != 0
+                : dlock_lock_release(l) != 1)
       w->res.errors++;
     w->res.hold_us += (double)(t2 - t1);
     w->res.ops++;
   }
   dlock_lock_free(l);
   dlock_semaphore_free(sem);
+  dlock_permits_free(pm);
   return NULL;
 }
 
@@ -526,14 +533,20 @@ static int measure(const cli_global *g, const bench_opts *o, redisContext *raw,
   run_result res = {0};
   uint64_t max_proc_wakeups = 0;
   bool contended = strcmp(o->scenario, "contended") == 0;
-  if (contended && strcmp(o->kind, "semaphore") == 0) {
+  bool sem = strcmp(o->kind, "semaphore") == 0,
+       pm = strcmp(o->kind, "permits") == 0;
+  if (contended && (sem || pm)) {
     /* Its permits, set before any worker starts. */
     int e = -1;
     dlock_client *c = bench_client(g, o, 0);
     dlock_semaphore *s = NULL;
-    if (c && dlock_semaphore_new(c, lock_name, &s) == 0)
+    dlock_permits *p = NULL;
+    if (c && sem && dlock_semaphore_new(c, lock_name, &s) == 0)
       e = dlock_semaphore_try_set_permits(s, o->permits);
+    if (c && pm && dlock_permits_new(c, lock_name, &p) == 0)
+      e = dlock_permits_try_set_permits(p, o->permits);
     dlock_semaphore_free(s);
+    dlock_permits_free(p);
     dlock_client_close(c);
     if (e != 1) {
       cli_err("cannot set the semaphore's permits");
@@ -765,8 +778,11 @@ static const char *bench_help =
     "      --lease D        watchdog: lease (default 2s)\n"
     "      --periods N      watchdog: leases to run for (default 3)\n"
     "      --kind K         contended: lock (default), fair (the fair "
-    "lock) or semaphore\n"
-    "      --permits N      contended semaphore: permits (default 1)\n"
+    "lock), semaphore,\n"
+    "                       or permits (the permit-expirable semaphore, "
+    "10 s leases)\n"
+    "      --permits N      contended semaphore or permits: permits "
+    "(default 1)\n"
     "  -c, --connections N  command connections per client (default 1)\n"
     "      --starvation D   the clients' starvation threshold (default 20ms, "
     "0 = off)\n"
@@ -806,8 +822,8 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
     case 'h': fputs(bench_help, stdout); return 0;
     case 3007:
       if (strcmp(optarg, "lock") && strcmp(optarg, "fair") &&
-          strcmp(optarg, "semaphore")) {
-        cli_err("bad --kind '%s' (lock, fair or semaphore)", optarg);
+          strcmp(optarg, "semaphore") && strcmp(optarg, "permits")) {
+        cli_err("bad --kind '%s' (lock, fair, semaphore or permits)", optarg);
         return EXIT_USAGE;
       }
       o.kind = optarg;

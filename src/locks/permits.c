@@ -24,6 +24,10 @@ struct dlock_permits {
   /* Guarded by the client's holds_mu: */
   dlock_permit_lost_cb cb;
   void *cb_ud;
+  /* As the semaphore's (semaphore.c): the last acquire through this handle
+   * waited, or its last release was heard, so others likely wait; a release
+   * then goes out behind a PING. */
+  atomic_bool waited, heard;
 };
 
 int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
@@ -86,12 +90,14 @@ static int run(dlock_permits *p, const char *op, const char *a1, const char *a2,
                                   args, r);
 }
 
-/* An operation answered by one integer in [lo, hi]. */
-static int run_int(dlock_permits *p, const char *op, const char *a1,
+/* An operation answered by one integer in [lo, hi]. `flags`: 0 or
+ * DL_EVAL_WAKE_FIRST. */
+static int run_int(dlock_permits *p, int flags, const char *op, const char *a1,
                    const char *a2, long long lo, long long hi, long long *v) {
   const char *keys[] = {p->key, p->timeout, p->channel};
   const char *args[] = {op, a1 ? a1 : "", a2 ? a2 : ""};
-  return dl_eval_int(p->c, DL_SCRIPT_PERMITS, 3, keys, 3, args, lo, hi, v);
+  return dl_eval_int(p->c, DL_SCRIPT_PERMITS | flags, 3, keys, 3, args, lo, hi,
+                     v);
 }
 
 int dlock_permits_try_set_permits(dlock_permits *p, int permits) {
@@ -101,7 +107,7 @@ int dlock_permits_try_set_permits(dlock_permits *p, int permits) {
   char n[16];
   snprintf(n, sizeof n, "%d", permits);
   long long v = 0;
-  int rc = run_int(p, "set", n, NULL, 0, 1, &v);
+  int rc = run_int(p, 0, "set", n, NULL, 0, 1, &v);
   return rc ? rc : (int)v;
 }
 
@@ -110,13 +116,13 @@ int dlock_permits_add_permits(dlock_permits *p, int permits) {
   char n[16];
   snprintf(n, sizeof n, "%d", permits);
   long long v = 0;
-  return run_int(p, "add", n, NULL, 0, 0, &v);
+  return run_int(p, 0, "add", n, NULL, 0, 0, &v);
 }
 
 int dlock_permits_available(dlock_permits *p) {
   if (p == NULL) return DLOCK_EINVAL;
   long long v = 0;
-  int rc = run_int(p, "available", NULL, NULL, INT32_MIN, INT32_MAX, &v);
+  int rc = run_int(p, 0, "available", NULL, NULL, INT32_MIN, INT32_MAX, &v);
   return rc ? rc : (v < 0 ? 0 : (int)v);
 }
 
@@ -125,11 +131,13 @@ typedef struct take_ctx {
   char lease[24];
   char id[DLOCK_PERMIT_ID_LEN];
   int64_t sent;
+  int tries;
 } take_ctx;
 
 static int try_take(void *arg, int64_t *recheck_ms) {
   take_ctx *t = arg;
   redisReply *r = NULL;
+  t->tries++;
   t->sent = dl_now_ms();
   int rc = run(t->p, "acquire", t->lease, t->id, &r);
   if (rc != 0) return rc;
@@ -177,6 +185,7 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
   for (int i = 0; i < ID_BYTES; i++)
     snprintf(t.id + 2 * i, 3, "%02x", raw[i]);
   int rc = dl_wait_for(c, p->channel, DL_WAKE_COUNT, wait_ms, try_take, &t);
+  if (rc >= 0) atomic_store(&p->waited, t.tries > 1);
   if (rc == 0)
     return dl_seterr(c, DLOCK_ELOCKED, "no permit of '%s' in time",
                      p->key + c->prefix_len);
@@ -230,8 +239,11 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
   pthread_mutex_unlock(&c->holds_mu);
   dl_hold_bury(c, old);
   long long v = 0;
-  int rc = run_int(p, "release", id, NULL, -1, 1, &v);
+  bool first = atomic_load(&p->waited) || atomic_load(&p->heard);
+  int rc = run_int(p, first ? DL_EVAL_WAKE_FIRST : 0, "release", id, NULL, -1,
+                   2, &v);
   if (rc != 0) return rc;
+  if (v > 0) atomic_store(&p->heard, v == 2);
   if (v == 0 && !had)
     return dl_seterr(c, DLOCK_ENOTOWNER, "no permit %s of '%s' is taken", id,
                      p->key + c->prefix_len);

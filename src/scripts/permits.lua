@@ -8,7 +8,8 @@
 -- ARGV[1] 'acquire', 'release', 'set', 'add' or 'available'
 -- acquire: ARGV[2] lease in ms, ARGV[3] the new id (32 hex digits).
 --   Returns {1, 0} taken, or {0, ms until the next lease ends, -1 if none}.
--- release: ARGV[2] the id. Returns 1 released, -1 released but its lease had
+-- release: ARGV[2] the id. Returns 1 released (2 if some client heard the
+--   release's message, so others likely wait), -1 released but its lease had
 --   already ended, 0 no such permit (never issued, released, or taken back).
 -- set: ARGV[2] permits, only if never set: 1 set, 0 not. add: ARGV[2]
 --   permits (may be negative): 0. available: the permits available.
@@ -21,10 +22,12 @@ local function bin(hex)
   return (hex:gsub('..', function(h) return string.char(tonumber(h, 16)) end))
 end
 
+-- Returns how many clients heard it.
 local function publish(value)
   if tonumber(value) > 0 then
-    redis.call('publish', KEYS[3], value)
+    return redis.call('publish', KEYS[3], value)
   end
+  return 0
 end
 
 -- Permits whose lease ended come back.
@@ -61,11 +64,11 @@ if op == 'release' then
     return 0
   end
   redis.call('zrem', KEYS[2], id)
-  publish(redis.call('incrby', KEYS[1], 1))
+  local heard = publish(redis.call('incrby', KEYS[1], 1))
   if tonumber(ends) <= now then
     return -1
   end
-  return 1
+  return heard > 0 and 2 or 1
 end
 if op == 'set' then
   if redis.call('exists', KEYS[1]) == 1 then
