@@ -384,6 +384,22 @@ typedef int (*dl_try_fn)(void *ctx, int64_t *recheck_ms);
  * out, or a negative code. */
 int dl_wait_for(dlock_client *c, const char *channel, int mode,
                 int64_t wait_ms, dl_try_fn fn, void *ctx);
+/* Whether a semaphore's release goes out behind a PING (DL_EVAL_WAKE_FIRST),
+ * so that its message reaches the waiters before its reply reaches the
+ * releaser, which would otherwise often take the permits back before any
+ * waiter could (as the lock's release, lock.c): yes when the handle's last
+ * acquire had to wait, or its last release was heard by some client, as
+ * others then likely wait. Any thread; a handle's hint is its own. */
+typedef struct dl_wake_hint {
+  atomic_bool waited, heard;
+} dl_wake_hint;
+/* DL_EVAL_WAKE_FIRST or 0, for a release through the handle. */
+int dl_wake_hint_flags(dl_wake_hint *h);
+/* After an acquire that succeeded or ran out of time; `waited`: it had to
+ * wait for a message. */
+void dl_wake_hint_acquired(dl_wake_hint *h, bool waited);
+/* After a release; `heard`: some client heard its message. */
+void dl_wake_hint_released(dl_wake_hint *h, bool heard);
 /* Redisson's derived name "<prefix>:{<key>}", or "<prefix>:<key>" when the
  * key has its own hash tag (same slot either way), into out (len bytes). */
 void dl_derived_into(char *out, size_t len, const char *prefix,

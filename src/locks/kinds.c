@@ -1,7 +1,8 @@
 /* kinds.c: what the lock kinds built on a channel (semaphores, latches)
- * share: name checks, integer replies, and waiting without polling: try,
- * subscribe, try again, then sleep until a message (or a re-check time the
- * kind asks for) between tries. */
+ * share: name checks, integer replies, the semaphores' hint for a release
+ * sent behind a PING, and waiting without polling: try, subscribe, try
+ * again, then sleep until a message (or a re-check time the kind asks for)
+ * between tries. */
 #include "../core/internal.h"
 
 #include <hiredis/hiredis.h>
@@ -31,6 +32,19 @@ char *dl_derived(const char *prefix, const char *key) {
   char *out = malloc(n);
   if (out) dl_derived_into(out, n, prefix, key);
   return out;
+}
+
+int dl_wake_hint_flags(dl_wake_hint *h) {
+  return atomic_load(&h->waited) || atomic_load(&h->heard) ? DL_EVAL_WAKE_FIRST
+                                                           : 0;
+}
+
+void dl_wake_hint_acquired(dl_wake_hint *h, bool waited) {
+  atomic_store(&h->waited, waited);
+}
+
+void dl_wake_hint_released(dl_wake_hint *h, bool heard) {
+  atomic_store(&h->heard, heard);
 }
 
 int dl_wait_for(dlock_client *c, const char *channel, int mode, int64_t wait_ms,

@@ -24,10 +24,7 @@ struct dlock_permits {
   /* Guarded by the client's holds_mu: */
   dlock_permit_lost_cb cb;
   void *cb_ud;
-  /* As the semaphore's (semaphore.c): the last acquire through this handle
-   * waited, or its last release was heard, so others likely wait; a release
-   * then goes out behind a PING. */
-  atomic_bool waited, heard;
+  dl_wake_hint hint;
 };
 
 int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
@@ -185,7 +182,7 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
   for (int i = 0; i < ID_BYTES; i++)
     snprintf(t.id + 2 * i, 3, "%02x", raw[i]);
   int rc = dl_wait_for(c, p->channel, DL_WAKE_COUNT, wait_ms, try_take, &t);
-  if (rc >= 0) atomic_store(&p->waited, t.tries > 1);
+  if (rc >= 0) dl_wake_hint_acquired(&p->hint, t.tries > 1);
   if (rc == 0)
     return dl_seterr(c, DLOCK_ELOCKED, "no permit of '%s' in time",
                      p->key + c->prefix_len);
@@ -239,11 +236,10 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
   pthread_mutex_unlock(&c->holds_mu);
   dl_hold_bury(c, old);
   long long v = 0;
-  bool first = atomic_load(&p->waited) || atomic_load(&p->heard);
-  int rc = run_int(p, first ? DL_EVAL_WAKE_FIRST : 0, "release", id, NULL, -1,
+  int rc = run_int(p, dl_wake_hint_flags(&p->hint), "release", id, NULL, -1,
                    2, &v);
   if (rc != 0) return rc;
-  if (v > 0) atomic_store(&p->heard, v == 2);
+  if (v > 0) dl_wake_hint_released(&p->hint, v == 2);
   if (v == 0 && !had)
     return dl_seterr(c, DLOCK_ENOTOWNER, "no permit %s of '%s' is taken", id,
                      p->key + c->prefix_len);

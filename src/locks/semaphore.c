@@ -15,12 +15,7 @@ struct dlock_semaphore {
   dlock_client *c;
   char *key;     /* prefix + name */
   char *channel; /* redisson_sc:{key} */
-  /* The last acquire through this handle had to wait, or its last release
-   * was heard by some client: others likely wait. A release then goes out
-   * behind a PING, so that its message reaches the waiters before its reply
-   * reaches this thread, which would otherwise often take the permits back
-   * before any waiter could (as the lock's release, lock.c). */
-  atomic_bool waited, heard;
+  dl_wake_hint hint;
 };
 
 int dlock_semaphore_new(dlock_client *c, const char *name,
@@ -121,7 +116,7 @@ int dlock_semaphore_acquire(dlock_semaphore *s, int permits, int64_t wait_ms) {
   try_ctx t = {.s = s};
   snprintf(t.num, sizeof t.num, "%d", permits);
   int rc = dl_wait_for(s->c, s->channel, DL_WAKE_COUNT, wait_ms, try_take, &t);
-  if (rc >= 0) atomic_store(&s->waited, t.tries > 1);
+  if (rc >= 0) dl_wake_hint_acquired(&s->hint, t.tries > 1);
   if (rc == 0)
     return dl_seterr(s->c, DLOCK_ELOCKED, "no %d permit(s) of '%s' in time",
                      permits, s->key + s->c->prefix_len);
@@ -135,9 +130,7 @@ int dlock_semaphore_release(dlock_semaphore *s, int permits) {
   if (permits <= 0)
     return dl_seterr(s->c, DLOCK_EINVAL, "permits must be positive");
   long long heard = 0;
-  bool first = atomic_load(&s->waited) || atomic_load(&s->heard);
-  int rc = update(s, first ? DL_EVAL_WAKE_FIRST : 0, "release", permits,
-                  &heard);
-  if (rc == 0) atomic_store(&s->heard, heard > 0);
+  int rc = update(s, dl_wake_hint_flags(&s->hint), "release", permits, &heard);
+  if (rc == 0) dl_wake_hint_released(&s->hint, heard > 0);
   return rc;
 }
