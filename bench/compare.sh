@@ -4,8 +4,9 @@
 # the peers' lockbench.js), then a summary table.
 #   bench/compare.sh [SECS]          (default 5)
 #   PIN=1 bench/compare.sh [SECS]    server on CPU 1, every client on CPU 0
+#   NICE=-10 bench/compare.sh [SECS] the server at nice -10, above its clients
 # Needs: a built build/dlock; node and npm for the peers (skipped without);
-# taskset (util-linux) for PIN=1.
+# taskset (util-linux) for PIN=1; root (renice) for a negative NICE.
 set -u
 cd "$(dirname "$0")/.."
 SECS=${1:-5}
@@ -20,6 +21,11 @@ ON=()
 if [ "${PIN:-0}" = 1 ]; then
   taskset -pc 1 "$SERVER" >/dev/null
   ON=(taskset -c 0)
+fi
+# NICE=N: the server shares the cores, but a client thread woken on its core
+# no longer preempts it as an equal (as on a host whose main service it is).
+if [ -n "${NICE:-}" ]; then
+  renice -n "$NICE" -p "$SERVER" >/dev/null || exit 1
 fi
 
 dl() { "${ON[@]}" "$DLOCK" -u "$URL" bench --json -d "${SECS}s" "$@" | tee -a "$OUT"; }
