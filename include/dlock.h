@@ -251,8 +251,15 @@ DLOCK_API int dlock_lock_acquire(dlock_lock *l, int64_t lease_ms,
  * cleared), or another negative code. */
 DLOCK_API int dlock_lock_release(dlock_lock *l);
 
-/* Deletes the lock whoever holds it and wakes the waiters. Returns 1 if it
- * was held, 0 if not, or a negative code. */
+/* Deletes the lock whoever holds it (Redisson's forceUnlock), wakes the
+ * waiters and tells the holder: a dlock client holding it hears of it on
+ * the revocation channel (docs/WIRE.md) and reports the hold lost within a
+ * round trip (dlock_lock_on_lost). Only a lock of this handle's kind is
+ * deleted: a lock hash (plain or fair) for a lock handle, a read-write lock
+ * for either of its handles. Returns 1 if it was held, 0 if nothing was
+ * there, DLOCK_EWRONGTYPE if something else is at the name (a string, a
+ * list, a hash that is not a lock, the other kind of lock: nothing is
+ * changed), or another negative code. Thread-safe. */
 DLOCK_API int dlock_lock_force_release(dlock_lock *l);
 
 /* Returns 1 if anyone holds the lock, 0 if not, or a negative code. */
@@ -273,9 +280,14 @@ DLOCK_API int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms);
  * none yet). Anyone may call it. Returns 0 or a negative code. */
 DLOCK_API int dlock_lock_current_token(dlock_lock *l, uint64_t *token);
 
-/* Called from the watchdog thread when a renewal finds that `owner`'s hold of
- * `l` is gone (expired, force-released or taken). Must not block for long
- * and must not free `l`. */
+/* Called from the watchdog thread when `owner`'s hold of `l` is lost: a
+ * renewal or a check finds it gone (expired, force-released, deleted), no
+ * renewal was confirmed in time, or a fixed lease ran out before release
+ * (at that instant, by the monotonic clock). A force release by any dlock
+ * client, and where the server publishes keyspace events (del, expired) a
+ * deletion by anyone, is heard at once and checked within a round trip;
+ * otherwise a deletion is found at the next renewal (lease/3). Called at
+ * most once per hold. Must not block for long and must not free `l`. */
 typedef void (*dlock_lost_cb)(dlock_lock *l, const char *owner, void *ud);
 
 /* Registers `cb` (NULL to clear) for this handle's losses. Not for use
@@ -435,8 +447,9 @@ DLOCK_API int dlock_latch_await(dlock_latch *l, int64_t wait_ms);
  * stop being renewed). */
 typedef struct dlock_permits dlock_permits;
 #define DLOCK_PERMIT_ID_LEN 33 /* 32 hex digits and a NUL */
-/* Called on the watchdog thread when a permit's renewal finds it gone (its
- * lease ended: the process was paused, the server restarted...). */
+/* Called on the watchdog thread when a permit is lost: its renewal or a
+ * check finds it gone (its lease ended, it was force-released, the server
+ * restarted...), or its fixed lease ran out before release. */
 typedef void (*dlock_permit_lost_cb)(dlock_permits *p, const char *id,
                                      void *ud);
 
@@ -463,6 +476,13 @@ DLOCK_API int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms,
  * (never issued, or already released); DLOCK_EINVAL for a malformed id.
  * Nothing changes on the server unless the permit was there. */
 DLOCK_API int dlock_permits_release(dlock_permits *p, const char *id);
+/* Takes permit `id` back whoever holds it (an operator's tool: dlock
+ * release --force --permit) and wakes a waiter; a dlock client holding it
+ * hears of it at once and reports it lost (dlock_permits_on_lost). Returns
+ * 1 taken back, 0 no such permit is out (nothing changed), DLOCK_EINVAL for
+ * a malformed id, DLOCK_EWRONGTYPE if the name holds something else, or
+ * another negative code. Thread-safe. */
+DLOCK_API int dlock_permits_force_release(dlock_permits *p, const char *id);
 /* As dlock_lock_validity, for a permit this client took. */
 DLOCK_API int dlock_permits_validity(dlock_permits *p, const char *id,
                                      int64_t *ms);

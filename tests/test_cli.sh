@@ -97,6 +97,58 @@ t_lock_loss_kills_command() {
   rm -f loss.pid
 }
 
+# A force release reaches the holder's command as SIGTERM within
+# milliseconds, not at the next renewal (lease/3 = 10 s here). Ten rounds;
+# the distribution goes to stderr (docs/SAFETY.md quotes it).
+t_revocation_kills_at_once() {
+  local all=() i
+  for i in $(seq 10); do
+    rm -f rv.ready rv.term
+    "$DLOCK" run -q rv -- sh -c 'trap "date +%s%N > rv.term; exit 0" TERM
+                                  sleep 30 & touch rv.ready; wait' & local d=$!
+    wait_until test -e rv.ready || fail "no command"
+    local t0=$(date +%s%N)
+    "$DLOCK" release --force -q rv; expect_rc 0 $? "release --force"
+    wait_until test -s rv.term || fail "the command never got SIGTERM"
+    wait "$d"; expect_rc 76 $? "dlock run after the revocation"
+    [ -s rv.term ] && all+=($(( ($(cat rv.term) - t0) / 1000000 )))
+  done
+  local sorted; sorted=$(printf '%s\n' "${all[@]}" | sort -n | tr '\n' ' ')
+  echo "    force release -> SIGTERM (ms, 10 runs): $sorted" >&2
+  local worst; worst=$(printf '%s\n' "${all[@]}" | sort -n | tail -1)
+  [ "${worst:-99999}" -lt 1000 ] || fail "SIGTERM came $worst ms after the revocation"
+  rm -f rv.ready rv.term
+}
+
+# release --force deletes a lock, nothing else: a string, a list, an
+# application's hash or a semaphore stay as they were.
+t_force_release_only_locks() {
+  rcli SET fr:string 42 >/dev/null
+  rcli RPUSH fr:list a >/dev/null
+  rcli HSET fr:hash name alice >/dev/null
+  local k out
+  for k in fr:string fr:list fr:hash; do
+    out=$("$DLOCK" release --force "$k" 2>&1); expect_rc 65 $? "release --force $k"
+    case "$out" in *"not a lock"*) ;; *) fail "message for $k: $out" ;; esac
+    [ "$(rcli EXISTS "$k")" = 1 ] || fail "$k was deleted"
+  done
+  [ "$(rcli HGET fr:hash name)" = alice ] || fail "fr:hash changed"
+  # A permit-expirable semaphore: only with the permit's id.
+  "$DLOCK" run -q --permits 2 fr:perm -- sh -c 'echo "$DLOCK_PERMIT" > fr.id; sleep 30' & local d=$!
+  wait_until test -s fr.id || fail "no permit"
+  out=$("$DLOCK" release --force fr:perm 2>&1); expect_rc 65 $? "semaphore without --permit"
+  case "$out" in *"--permit"*) ;; *) fail "message: $out" ;; esac
+  "$DLOCK" release --force -q --permit "$(cat fr.id)" fr:perm; expect_rc 0 $? "--permit ID"
+  wait "$d"; expect_rc 76 $? "the permit's holder"
+  "$DLOCK" release --force -q --permit "$(cat fr.id)" fr:perm; expect_rc 1 $? "the same permit again"
+  # A read-write lock, through its own kind.
+  "$DLOCK" run -q --read fr:rw -- sleep 30 & d=$!
+  wait_until is_held fr:rw || fail "reader never took it"
+  "$DLOCK" release --force -q fr:rw; expect_rc 0 $? "release --force of a read lock"
+  wait "$d"; expect_rc 76 $? "the reader"
+  rm -f fr.id
+}
+
 t_sigkilled_runner_frees_after_lease() {
   "$DLOCK" run -q -l 1s killed -- sleep 30 & local d=$!
   wait_until is_held killed || fail "not held"
@@ -261,7 +313,8 @@ t_fair_read_write() {
 }
 
 for t in t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
-         t_lock_loss_kills_command t_sigkilled_runner_frees_after_lease \
+         t_lock_loss_kills_command t_revocation_kills_at_once \
+         t_force_release_only_locks t_sigkilled_runner_frees_after_lease \
          t_token_increases t_url_without_password t_status_and_list_json \
          t_terminal_status_line t_bad_input t_permits t_fair_read_write; do
   run_test "$t"

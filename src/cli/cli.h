@@ -10,6 +10,7 @@
 /* Exit statuses (sysexits.h where one fits). */
 enum {
   EXIT_USAGE = 64,       /* EX_USAGE */
+  EXIT_DATAERR = 65,     /* EX_DATAERR: NAME holds something else */
   EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: server unreachable or refusing */
   EXIT_CONFLICT = 75,    /* EX_TEMPFAIL: not acquired in time */
   EXIT_LOST = 76,        /* the lock was lost while COMMAND ran */

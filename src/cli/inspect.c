@@ -106,6 +106,7 @@ static void text_state(FILE *f, const char *name, const dlock_lock_state *st) {
 typedef struct {
   bool json;
   bool force;
+  const char *permit; /* release --permit ID */
   const char *help;
 } simple_opts;
 
@@ -115,7 +116,8 @@ static int parse_simple(int argc, char **argv, cli_global *g, simple_opts *o,
                         int *rc) {
   static const struct option longopts[] = {
       CLI_GLOBAL_LONGOPTS, {"json", no_argument, 0, 'j'},
-      {"force", no_argument, 0, 'f'}, {0, 0, 0, 0}};
+      {"force", no_argument, 0, 'f'}, {"permit", required_argument, 0, 'P'},
+      {0, 0, 0, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, CLI_GLOBAL_SHORTOPTS "f", longopts,
                             NULL)) != -1) {
@@ -126,6 +128,7 @@ static int parse_simple(int argc, char **argv, cli_global *g, simple_opts *o,
     }
     if (opt == 'j') o->json = true;
     else if (opt == 'f') o->force = true;
+    else if (opt == 'P') o->permit = optarg;
     else if (opt == '?') {
       cli_err("unknown option '%s' (see dlock %s --help)", argv[optind - 1],
               argv[0]);
@@ -202,29 +205,76 @@ int cmd_status(int argc, char **argv, cli_global *g) {
   return rc;
 }
 
+/* release --force --permit ID NAME: takes one permit of the
+ * permit-expirable semaphore NAME back. */
+static int release_permit(cli_global *g, const char *name, const char *id) {
+  int rc = 0;
+  dlock_client *c = cli_open(g, 0, &rc);
+  if (c == NULL) return rc;
+  dlock_permits *p = NULL;
+  int e = dlock_permits_new(c, name, &p);
+  if (e == 0) e = dlock_permits_force_release(p, id);
+  if (e < 0) {
+    cli_err("%s", dlock_client_errmsg(c));
+    rc = cli_exit_for(e);
+  } else if (e == 1) {
+    if (g->verbose >= 0) printf("released permit %s of %s\n", id, name);
+  } else {
+    if (g->verbose >= 0) printf("no permit %s of %s is taken\n", id, name);
+    rc = 1;
+  }
+  dlock_permits_free(p);
+  dlock_client_close(c);
+  return rc;
+}
+
 int cmd_release(int argc, char **argv, cli_global *g) {
-  simple_opts o = {.help = "usage: dlock release --force NAME\n"
+  simple_opts o = {.help = "usage: dlock release --force [--permit ID] NAME\n"
                            "Deletes lock NAME whoever holds it and wakes its "
-                           "waiters; prints who held it.\nThe holder's dlock "
-                           "run sees the loss and stops its command (exit "
-                           "76).\nExit status: 0 released, 1 it was free.\n"};
+                           "waiters; prints who held it.\nThe holder is told "
+                           "at once: its dlock run stops its command (exit "
+                           "76).\nOnly a lock is deleted (a lock, fair lock "
+                           "or read-write lock); anything else\nat NAME is "
+                           "left as it is (exit 65). With --permit, takes "
+                           "back permit ID of\nthe permit-expirable semaphore "
+                           "NAME (its holder has it in $DLOCK_PERMIT).\n"
+                           "Exit status: 0 released, 1 it was free, 65 NAME "
+                           "is not a lock, 69 server\ntrouble, 64 usage.\n"};
   int rc = 0;
   int i = parse_simple(argc, argv, g, &o, &rc);
   if (i < 0) return rc;
   if (o.json || argc - i != 1) {
-    cli_err("usage: dlock release --force NAME");
+    cli_err("usage: dlock release --force [--permit ID] NAME");
     return EXIT_USAGE;
   }
   if (!o.force) {
     cli_err("release takes a lock from its holder: say --force");
     return EXIT_USAGE;
   }
+  if (o.permit) return release_permit(g, argv[i], o.permit);
   dlock_client *c;
   dlock_lock_state st;
   dlock_lock *l = open_inspected(g, argv[i], &c, &st, &rc);
   if (l == NULL) return rc;
-  int e = dlock_lock_force_release(l);
-  if (e < 0) {
+  int e = 0;
+  if (st.mode[0]) { /* a read-write lock: through one of its handles */
+    dlock_lock *rd = NULL, *wr = NULL;
+    e = dlock_rwlock_new(c, argv[i], NULL, &rd, &wr);
+    if (e == 0) e = dlock_lock_force_release(wr);
+    dlock_lock_free(rd);
+    dlock_lock_free(wr);
+  } else {
+    e = dlock_lock_force_release(l);
+  }
+  if (e == DLOCK_EWRONGTYPE && st.permits_taken > 0) {
+    cli_err("%s is a permit-expirable semaphore with %d permit(s) taken: "
+            "say which with --permit ID", argv[i], st.permits_taken);
+    rc = EXIT_DATAERR;
+  } else if (e == DLOCK_EWRONGTYPE) {
+    cli_err("%s is not a lock, nothing deleted (%s)", argv[i],
+            dlock_client_errmsg(c));
+    rc = EXIT_DATAERR;
+  } else if (e < 0) {
     cli_err("%s", dlock_client_errmsg(c));
     rc = cli_exit_for(e);
   } else if (e == 1) {

@@ -447,17 +447,11 @@ int cmd_run(int argc, char **argv, cli_global *g) {
                                                    : strerror(exec_errno));
     rc = exec_errno == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
   } else {
-    /* A fixed lease ends when its validity does (counted from when the
-     * acquire was sent, less the drift allowance), not a full lease after
-     * the reply came. */
-    int64_t valid_ms = 0;
-    if (a.permits) dlock_permits_validity(a.permits, a.id, &valid_ms);
-    else dlock_lock_validity(l, &valid_ms);
-    int64_t lease_end = renew ? -1 : acquired_at + valid_ms;
+    /* The library reports a loss of any kind (a fixed lease that ends
+     * included, at its validity's end) through on_lost: SIGUSR1. */
     int64_t kill_at = -1;
     for (;;) {
-      int64_t deadline = kill_at >= 0 ? kill_at : lease_end;
-      int sig = wait_signal(&set, deadline);
+      int sig = wait_signal(&set, kill_at);
       if (sig == SIGCHLD) {
         if (waitpid(pid, &status, WNOHANG) == pid) break;
         continue;
@@ -470,10 +464,9 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       if (sig == 0 && kill_at >= 0) {
         kill(-pid, SIGKILL);
         kill_at = -1;
-        lease_end = -1;
         continue;
       }
-      if ((sig == SIGUSR1 || sig == 0) && !lost) {
+      if (sig == SIGUSR1 && !lost) {
         /* Lost: the lease could not be renewed, it was taken or
          * force-released, or a fixed lease ran out. */
         lost = true;
@@ -482,7 +475,6 @@ int cmd_run(int argc, char **argv, cli_global *g) {
                   name, cmd[0], (long long)grace_ms);
         kill(-pid, SIGTERM);
         kill_at = mono_ms() + grace_ms;
-        lease_end = -1;
       }
     }
     if (WIFEXITED(status)) rc = WEXITSTATUS(status);

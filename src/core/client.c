@@ -46,6 +46,7 @@ static void client_free(dlock_client *c) {
   free(c->id);
   free(c->key_prefix);
   free(c->url_redacted);
+  free(c->revoke_channel);
   pthread_mutex_destroy(&c->holds_mu);
   pthread_cond_destroy(&c->holds_cv);
   free(c);
@@ -56,6 +57,13 @@ static int open_fail(dlock_client *c, int rc) {
   dl_reowner_err(NULL);
   client_free(c);
   return rc;
+}
+
+/* The backend heard that `key` may have been taken away (NULL: any). */
+static void on_notice(void *ud, const char *key, size_t len) {
+  dlock_client *c = ud;
+  if (key == NULL) dl_watchdog_check_all(c->watchdog);
+  else dl_watchdog_check(c->watchdog, key, len);
 }
 
 int dlock_client_open(const dlock_client_options *opts, dlock_client **out) {
@@ -128,6 +136,10 @@ int dl_client_open_with(const dlock_client_options *opts,
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   }
   c->prefix_len = strlen(c->key_prefix);
+  if ((c->revoke_channel = dl_key(c, "dlock_revoke")) == NULL) {
+    client_free(c);
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  }
   c->id_len = strlen(c->id);
   c->watchdog_timeout_ms = opts->watchdog_timeout_ms;
   c->command_timeout_ms = opts->command_timeout_ms;
@@ -160,6 +172,11 @@ int dl_client_open_with(const dlock_client_options *opts,
     client_free(c);
     return rc;
   }
+  /* A hold taken away is checked the moment the backend hears of it. */
+  if (c->backend->ops->watch_losses &&
+      (rc = c->backend->ops->watch_losses(c->backend, c->revoke_channel,
+                                          on_notice, c)) != 0)
+    return open_fail(c, rc);
   dl_clearerr(NULL);
   *out = c;
   return 0;

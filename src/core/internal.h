@@ -176,6 +176,9 @@ extern dl_script dl_scripts[DL_SCRIPT_COUNT];
 #define DL_EVAL_WAKE_FIRST 0x100
 void dl_scripts_init(void); /* computes the SHA1s once; thread-safe */
 
+/* Told a key whose holds may have been taken away, or NULL: any key. */
+typedef void (*dl_notice_fn)(void *ud, const char *key, size_t len);
+
 /* ---- backend: what a lock kind needs from a deployment ---- */
 typedef struct dl_backend dl_backend;
 typedef struct dl_sub dl_sub;
@@ -222,6 +225,15 @@ typedef struct dl_backend_ops {
   void (*sub_unref)(dl_backend *b, dl_sub *s, bool linger);
   /* Wakes every thread asleep on the subscription (no permits). */
   void (*sub_kick)(dl_backend *b, dl_sub *s);
+  /* Tells fn(ud, key, len) (on a backend thread, see dl_pubsub_listen)
+   * whenever it hears that a key may have been taken from its holder: a
+   * revocation on `revoke_channel` (published by any client's force
+   * release), or the server's keyspace events for del and expired where
+   * they are enabled. Returns 0, or a negative code; a backend that cannot
+   * hear them returns 0 and tells nothing (holds are then checked at each
+   * renewal only). */
+  int (*watch_losses)(dl_backend *b, const char *revoke_channel,
+                      dl_notice_fn fn, void *ud);
   void (*free)(dl_backend *b);
 } dl_backend_ops;
 
@@ -246,7 +258,8 @@ typedef enum dl_wake_mode {
   DL_WAKE_LOCK,  /* "1" every waiter (read unlock), else one (unlock) */
   DL_WAKE_COUNT, /* the message is a number n of permits: n waiters */
   DL_WAKE_ALL,   /* any message: every waiter (a latch reached zero) */
-  DL_WAKE_GRANT  /* one waiter's own channel: "=<token>" hands it the lock */
+  DL_WAKE_GRANT, /* one waiter's own channel: "=<token>" hands it the lock */
+  DL_WAKE_NOTICE /* wakes nobody: tells a dl_notice_fn the key it names */
 } dl_wake_mode;
 typedef struct dl_pubsub dl_pubsub;
 int dl_pubsub_new(const dl_conn_config *cfg, dl_pubsub **out);
@@ -256,6 +269,16 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
                       int64_t deadline);
 int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
                    dl_sub *grant);
+/* Subscribes to `channel` (a pattern with `pattern`) for the pubsub's life,
+ * again after every reconnect, without waiting for the confirmation. Each
+ * message there names a key, which fn(ud, key, len) is told, on whichever
+ * thread reads the subscriber connection, with the pubsub's lock held (fn
+ * must only take leaf locks): for a channel the message itself, for a
+ * pattern the channel after its first `strip` bytes when the message is
+ * "del" or "expired" (keyspace events). After a reconnect fn is called with
+ * key NULL: anything may have been missed. Returns 0 or DLOCK_ENOMEM. */
+int dl_pubsub_listen(dl_pubsub *p, const char *channel, bool pattern,
+                     size_t strip, dl_notice_fn fn, void *ud);
 int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token);
 void dl_pubsub_unref(dl_pubsub *p, dl_sub *s, bool linger);
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s);
@@ -282,14 +305,26 @@ typedef void (*dl_renewal_lost_fn)(void *ud, dl_renewal *r, const char *key,
 int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
                     void *ud, dl_watchdog **out);
 void dl_watchdog_free(dl_watchdog *w);
-/* Registers key for renewal every lease/3, for the owner
- * "<client id>:<tail>", valid until `valid_until` (dl_now_ms() time) unless
- * renewed. The strings are borrowed: they must stay valid until
- * dl_watchdog_remove(r) returns. Returns NULL on ENOMEM. */
+/* Registers the hold of key by the owner "<client id>:<tail>", valid until
+ * `valid_until` (dl_now_ms() time) unless renewed: with `renew`, renewed
+ * every lease/3; without (a fixed lease), reported lost the moment its
+ * validity runs out before it is removed. Either way checked at once when
+ * dl_watchdog_check names its key. The strings are borrowed: they must
+ * stay valid until dl_watchdog_remove(r) returns. Returns NULL on ENOMEM. */
 dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key, const char *tail,
-                            int64_t valid_until);
-/* A re-entry extended the lease: validity is at least `valid_until`. */
-void dl_watchdog_extend(dl_watchdog *w, dl_renewal *r, int64_t valid_until);
+                            int64_t valid_until, bool renew);
+/* A re-entry extended the lease: validity is at least `valid_until`; with
+ * `renew` (the watchdog's lease) a fixed hold becomes renewed. */
+void dl_watchdog_extend(dl_watchdog *w, dl_renewal *r, int64_t valid_until,
+                        bool renew);
+/* Someone says the key (len bytes, not NUL-terminated) may have been taken
+ * away (a revocation, a keyspace event): the watchdog thread asks the
+ * server about this client's holds on it at once, and reports lost the ones
+ * it no longer has. Cheap for keys this client holds nothing on. Never
+ * blocks on the server; any thread, also with the subscriber's lock held. */
+void dl_watchdog_check(dl_watchdog *w, const char *key, size_t len);
+/* The same for every hold (a revocation may have gone unheard). */
+void dl_watchdog_check_all(dl_watchdog *w);
 /* Until when (dl_now_ms() time) the last confirmed renewal keeps r valid. */
 int64_t dl_watchdog_valid_until(dl_watchdog *w, dl_renewal *r);
 /* Stops renewing; a renewal result arriving later is ignored (a lost
@@ -313,7 +348,7 @@ void dl_watchdog_stats(dl_watchdog *w, dlock_client_stats *st);
 typedef struct dl_hold {
   struct dl_hold *next;
   const char *key;         /* borrowed from the handle `via` */
-  dl_renewal *renewal;     /* watchdog-renewed holds only */
+  dl_renewal *renewal;     /* its watchdog entry: renewed, or timed */
   void *via;               /* the handle whose lost callback reports it: a
                               dlock_lock, or a dlock_permits if `permit` */
   uint64_t token;
@@ -363,6 +398,7 @@ struct dlock_client {
   int backoff_max_ms; /* > 0: waiters back off instead of subscribing */
   dl_conn_config conn_cfg;
   char *url_redacted;
+  char *revoke_channel; /* "<key prefix>dlock_revoke" (docs/WIRE.md) */
   dl_backend *backend;
   dl_watchdog *watchdog;
   atomic_int closing;

@@ -16,7 +16,18 @@
  * earliest validity in it, and a hold whose validity runs out before a
  * renewal is confirmed (server paused or unreachable, replies delayed, this
  * thread starved) is reported lost: the client never goes on believing in a
- * lease that may have expired on the server. */
+ * lease that may have expired on the server.
+ *
+ * Fixed leases: a hold with a lease of its own is listed too, never renewed,
+ * and reported lost the moment its validity runs out unreleased (a timer,
+ * not the next call).
+ *
+ * Checks: a revocation (a force release tells the holder's client on the
+ * revocation channel) or a keyspace event (del, expired) names a key; every
+ * hold on it is then checked at once, without extending anything, and one
+ * the server no longer has is reported lost. So a hold taken away is
+ * noticed within a round trip, not at the next renewal. A per-key counter
+ * filter drops the events of keys this client holds nothing on. */
 #include "internal.h"
 
 #include <hiredis/hiredis.h>
@@ -26,6 +37,8 @@
 
 #define BATCH 100
 #define CHUNK (16 * BATCH) /* holds a round renews at a time */
+#define FILTER 4096        /* counters of the keys held, by hash */
+#define PENDING 32         /* keys to check, then: check every hold */
 
 struct dl_renewal {
   dl_renewal *prev, *next;
@@ -36,6 +49,8 @@ struct dl_renewal {
   int16_t releasing; /* releases in progress */
   int16_t refs;      /* 1 for its owner (until remove), +1 per round */
   bool linked;
+  bool fixed; /* a lease of its own: checked and timed, never renewed */
+  uint16_t slot; /* its key's counter in the filter */
 };
 
 struct dl_watchdog {
@@ -50,6 +65,12 @@ struct dl_watchdog {
   bool stalled; /* fault injection */
   dl_renewal *head;
   size_t count;
+  size_t nfixed;         /* of which fixed */
+  int64_t next_expiry;   /* no fixed hold's validity ends before this */
+  uint32_t filter[FILTER];
+  char *pending[PENDING]; /* keys to check */
+  int npending;
+  bool check_all;         /* more keys than PENDING came */
   uint64_t round_trips;
   uint64_t renewed;
   uint64_t lost;
@@ -59,8 +80,17 @@ static void unref(dl_renewal *r) {
   if (--r->refs == 0) free(r);
 }
 
+static uint16_t slot_of(const char *key) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+    h = (h ^ *p) * 16777619u;
+  return (uint16_t)(h % FILTER);
+}
+
 static void unlink_r(dl_watchdog *w, dl_renewal *r) {
   if (!r->linked) return;
+  w->filter[r->slot]--;
+  if (r->fixed) w->nfixed--;
   if (r->prev) r->prev->next = r->next;
   else w->head = r->next;
   if (r->next) r->next->prev = r->prev;
@@ -70,21 +100,54 @@ static void unlink_r(dl_watchdog *w, dl_renewal *r) {
 }
 
 dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
-                            const char *tail, int64_t valid_until) {
+                            const char *tail, int64_t valid_until,
+                            bool renew) {
   dl_renewal *r = calloc(1, sizeof *r);
   if (r == NULL) return NULL;
   r->key = key;
   r->tail = tail;
   r->valid_until = valid_until;
   r->refs = 1;
+  r->fixed = !renew;
+  r->slot = slot_of(key);
   pthread_mutex_lock(&w->mu);
   r->next = w->head;
   if (w->head) w->head->prev = r;
   w->head = r;
   r->linked = true;
   w->count++;
+  w->filter[r->slot]++;
+  if (r->fixed) {
+    w->nfixed++;
+    /* The thread sleeps until the earliest end it knows of. */
+    if (valid_until < w->next_expiry) {
+      w->next_expiry = valid_until;
+      pthread_cond_signal(&w->cv);
+    }
+  }
   pthread_mutex_unlock(&w->mu);
   return r;
+}
+
+void dl_watchdog_check(dl_watchdog *w, const char *key, size_t len) {
+  char buf[DLOCK_KEY_PREFIX_MAX + DLOCK_NAME_MAX + 64];
+  if (len >= sizeof buf) return; /* no key of ours is that long */
+  memcpy(buf, key, len);
+  buf[len] = '\0';
+  uint16_t slot = slot_of(buf);
+  pthread_mutex_lock(&w->mu);
+  if (w->filter[slot] > 0 && !w->check_all) {
+    bool known = false;
+    for (int i = 0; i < w->npending && !known; i++)
+      known = strcmp(w->pending[i], buf) == 0;
+    if (!known && w->npending < PENDING &&
+        (w->pending[w->npending] = dl_strdup(buf)) != NULL)
+      w->npending++;
+    else if (!known)
+      w->check_all = true;
+    pthread_cond_signal(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
 }
 
 void dl_watchdog_remove(dl_watchdog *w, dl_renewal *r) {
@@ -98,10 +161,24 @@ void dl_watchdog_remove(dl_watchdog *w, dl_renewal *r) {
   pthread_mutex_unlock(&w->mu);
 }
 
-void dl_watchdog_extend(dl_watchdog *w, dl_renewal *r, int64_t valid_until) {
+void dl_watchdog_check_all(dl_watchdog *w) {
+  pthread_mutex_lock(&w->mu);
+  if (w->count > 0) {
+    w->check_all = true;
+    pthread_cond_signal(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+}
+
+void dl_watchdog_extend(dl_watchdog *w, dl_renewal *r, int64_t valid_until,
+                        bool renew) {
   if (r == NULL) return;
   pthread_mutex_lock(&w->mu);
   if (valid_until > r->valid_until) r->valid_until = valid_until;
+  if (renew && r->fixed) { /* re-entered with the watchdog's lease */
+    r->fixed = false;
+    if (r->linked) w->nfixed--;
+  }
   pthread_mutex_unlock(&w->mu);
 }
 
@@ -142,9 +219,11 @@ void dl_watchdog_release_end(dl_watchdog *w, dl_renewal *r) {
 }
 
 /* Renews the holds of snap[0..n) that are still linked, BATCH per script
- * call, all calls pipelined. Returns how many were renewed, or a negative
- * code if a call failed. */
-static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total) {
+ * call, all calls pipelined; or with `check`, asks whether the server still
+ * has them, extending nothing. Returns how many were renewed (still held),
+ * or a negative code if a call failed. */
+static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total,
+                       bool check) {
   pthread_mutex_lock(&w->mu);
   /* The strings are borrowed from their holders, who may drop them once
    * their renewal is removed: copy them while the list is locked, for the
@@ -187,7 +266,7 @@ static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total) {
 
   int nb = (int)((n + BATCH - 1) / BATCH);
   char lease[24];
-  snprintf(lease, sizeof lease, "%lld", (long long)w->lease_ms);
+  snprintf(lease, sizeof lease, "%lld", check ? 0LL : (long long)w->lease_ms);
   const char **keys = malloc(n * sizeof *keys);
   const char **args = malloc((n + (size_t)nb) * sizeof *args);
   int *nkeys = malloc((size_t)nb * sizeof *nkeys);
@@ -243,7 +322,7 @@ static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total) {
       pthread_mutex_lock(&w->mu);
       bool lost = false;
       if (e->integer == 1) {
-        if (valid > r->valid_until) r->valid_until = valid;
+        if (!check && valid > r->valid_until) r->valid_until = valid;
         renewed++;
       } else {
         lost = take_lost(w, r);
@@ -262,7 +341,7 @@ static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total) {
     if (lost) w->fn(w->ud, r, copies[2 * i], copies[2 * i + 1]);
   }
   pthread_mutex_lock(&w->mu);
-  w->renewed += (uint64_t)renewed;
+  if (!check) w->renewed += (uint64_t)renewed;
   pthread_mutex_unlock(&w->mu);
   if (failed < 0) renewed = failed;
 out:
@@ -282,10 +361,23 @@ out:
   return renewed;
 }
 
-int dl_watchdog_run_once(dl_watchdog *w) {
+/* With w->mu held: whether a check round takes r (its key is pending). */
+static bool wanted(dl_watchdog *w, const dl_renewal *r) {
+  if (w->check_all) return true;
+  for (int i = 0; i < w->npending; i++)
+    if (strcmp(w->pending[i], r->key) == 0) return true;
+  return false;
+}
+
+/* A renewal round over the renewed holds, or with `check` a check of the
+ * holds on the pending keys (which it clears). */
+static int round_of(dl_watchdog *w, bool check) {
   pthread_mutex_lock(&w->mu);
-  size_t n = w->count;
+  size_t n = check ? w->count : w->count - w->nfixed;
   if (n == 0) {
+    for (int i = 0; i < w->npending; i++) free(w->pending[i]);
+    w->npending = 0;
+    w->check_all = false;
     pthread_mutex_unlock(&w->mu);
     return 0;
   }
@@ -299,14 +391,20 @@ int dl_watchdog_run_once(dl_watchdog *w) {
   }
   size_t i = 0;
   for (dl_renewal *r = w->head; r && i < n; r = r->next) {
+    if (check ? !wanted(w, r) : r->fixed) continue;
     r->refs++;
     snap[i++] = r;
   }
   n = i;
+  if (check) {
+    for (int k = 0; k < w->npending; k++) free(w->pending[k]);
+    w->npending = 0;
+    w->check_all = false;
+  }
   pthread_mutex_unlock(&w->mu);
   int renewed = 0, failed = 0;
   for (size_t lo = 0; lo < n; lo += CHUNK) {
-    int rc = renew_chunk(w, snap + lo, n - lo < CHUNK ? n - lo : CHUNK);
+    int rc = renew_chunk(w, snap + lo, n - lo < CHUNK ? n - lo : CHUNK, check);
     if (rc < 0 && failed == 0) failed = rc;
     if (rc > 0) renewed += rc;
   }
@@ -317,6 +415,39 @@ int dl_watchdog_run_once(dl_watchdog *w) {
   return failed < 0 ? failed : renewed;
 }
 
+int dl_watchdog_run_once(dl_watchdog *w) { return round_of(w, false); }
+
+/* With w->mu held, which it unlocks while it reports: reports lost every
+ * fixed hold whose validity ran out by `now`, and finds the next end. */
+static void expire_fixed(dl_watchdog *w, int64_t now) {
+  w->next_expiry = INT64_MAX;
+  for (;;) {
+    dl_renewal *due = NULL;
+    for (dl_renewal *r = w->head; r; r = r->next) {
+      if (!r->fixed || r->releasing > 0) continue;
+      if (r->valid_until <= now && due == NULL) due = r;
+      else if (r->valid_until < w->next_expiry) w->next_expiry = r->valid_until;
+    }
+    if (due == NULL || !take_lost(w, due)) return;
+    /* Its strings are borrowed: copy them before the owner may drop them. */
+    size_t kl = strlen(due->key) + 1, idl = w->c->id_len,
+           tl = strlen(due->tail) + 1;
+    char *copy = malloc(kl + idl + 1 + tl);
+    due->refs++;
+    if (copy) {
+      memcpy(copy, due->key, kl);
+      memcpy(copy + kl, w->c->id, idl);
+      copy[kl + idl] = ':';
+      memcpy(copy + kl + idl + 1, due->tail, tl);
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (copy) w->fn(w->ud, due, copy, copy + kl);
+    free(copy);
+    pthread_mutex_lock(&w->mu);
+    unref(due);
+  }
+}
+
 static void *run(void *arg) {
   dl_watchdog *w = arg;
   int64_t period = w->lease_ms / 3;
@@ -325,11 +456,21 @@ static void *run(void *arg) {
   int64_t next = dl_now_ms() + period;
   while (!w->stop) {
     struct timespec ts;
-    dl_abstime(next, &ts);
+    int64_t until = next < w->next_expiry ? next : w->next_expiry;
+    dl_abstime(until, &ts);
+    bool idle = w->npending == 0 && !w->check_all;
     if (w->stalled) pthread_cond_wait(&w->cv, &w->mu);
-    else pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    else if (idle) pthread_cond_timedwait(&w->cv, &w->mu, &ts);
     if (w->stop) break;
-    if (w->stalled || dl_now_ms() < next) continue;
+    if (w->stalled) continue;
+    if (w->npending > 0 || w->check_all) {
+      pthread_mutex_unlock(&w->mu);
+      round_of(w, true);
+      pthread_mutex_lock(&w->mu);
+    }
+    int64_t now = dl_now_ms();
+    if (now >= w->next_expiry) expire_fixed(w, now);
+    if (now < next) continue;
     pthread_mutex_unlock(&w->mu);
     int64_t started = dl_now_ms();
     int rc = dl_watchdog_run_once(w);
@@ -351,6 +492,7 @@ int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
   w->lease_ms = lease_ms;
   w->fn = fn;
   w->ud = ud;
+  w->next_expiry = INT64_MAX;
   pthread_mutex_init(&w->mu, NULL);
   dl_cond_init(&w->cv);
   if (pthread_create(&w->thread, NULL, run, w) != 0) {
@@ -373,6 +515,7 @@ void dl_watchdog_free(dl_watchdog *w) {
   /* Renewals still listed belong to lock handles not yet freed (a contract
    * breach): unlink them, their handles free them. */
   while (w->head) unlink_r(w, w->head);
+  for (int i = 0; i < w->npending; i++) free(w->pending[i]);
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
   free(w);
@@ -383,6 +526,6 @@ void dl_watchdog_stats(dl_watchdog *w, dlock_client_stats *st) {
   st->renewal_calls = w->round_trips;
   st->renewals = w->renewed;
   st->lost = w->lost;
-  st->watched = w->count;
+  st->watched = w->count - w->nfixed;
   pthread_mutex_unlock(&w->mu);
 }

@@ -354,11 +354,14 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
   h->lease_ms = lease_ms;
   /* The script set the lease when it ran, after `sent`. */
   h->valid_until = dl_validity(sent, lease_ms);
-  if (watchdog && h->renewal == NULL) {
-    h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail, h->valid_until);
+  /* Every hold is listed with the watchdog: renewed (the watchdog's lease),
+   * or timed (a fixed lease: lost the moment it runs out unreleased). */
+  if (h->renewal == NULL) {
+    h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail, h->valid_until,
+                                 watchdog);
     if (h->renewal == NULL) *err = DLOCK_ENOMEM;
-  } else if (h->renewal) {
-    dl_watchdog_extend(c->watchdog, h->renewal, h->valid_until);
+  } else {
+    dl_watchdog_extend(c->watchdog, h->renewal, h->valid_until, watchdog);
   }
   uint64_t tok = h->token;
   pthread_mutex_unlock(&c->holds_mu);
@@ -659,20 +662,16 @@ int dlock_lock_release(dlock_lock *l) {
 int dlock_lock_force_release(dlock_lock *l) {
   if (l == NULL) return DLOCK_EINVAL;
   char ch[DERIVED_MAX], qk[DERIVED_MAX];
+  bool rw = l->rw != RW_NONE;
+  const char *keys[] = {l->key, rw ? RW_CHANNEL(l, ch) : CHANNEL(l, ch),
+                        QUEUE_KEY(l, qk)};
+  /* A write unlock's "1" wakes every waiter of a read-write lock. */
+  const char *args[] = {rw ? "1" : UNLOCK_MESSAGE, rw ? "rwlock" : "lock",
+                        l->c->revoke_channel};
   redisReply *r = NULL;
-  int rc;
-  if (l->rw != RW_NONE) {
-    const char *keys[] = {l->key, RW_CHANNEL(l, ch)};
-    const char *args[] = {"", "force", "0"};
-    rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_RW_RELEASE, 2,
-                                  keys, 3, args, &r);
-  } else {
-    const char *keys[] = {l->key, CHANNEL(l, ch), QUEUE_KEY(l, qk)};
-    const char *args[] = {UNLOCK_MESSAGE};
-    rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_FORCE_RELEASE,
-                                  l->fair_ms > 0 ? 3 : 2, keys, 1, args, &r);
-  }
-  if (rc != 0) return rc;
+  int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_LOCK_FORCE_RELEASE,
+                                    l->fair_ms > 0 ? 3 : 2, keys, 3, args, &r);
+  if (rc != 0) return rc; /* DLOCK_EWRONGTYPE: not a lock of this kind */
   /* 1 deleted, 0 nothing to delete; anything else is not our script's
    * answer (found by the reply fuzzer: a negative number passed through as
    * if it were an error code). */
@@ -681,6 +680,7 @@ int dlock_lock_force_release(dlock_lock *l) {
            : dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to the force "
                        "release");
   freeReplyObject(r);
+  if (rc >= 0) dl_clearerr(l->c);
   return rc;
 }
 

@@ -199,8 +199,8 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
     h->count = 1;
     h->lease_ms = lease_ms;
     h->valid_until = valid_until;
-    if (watchdog && (h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail,
-                                                  h->valid_until)) == NULL)
+    if ((h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail,
+                                      h->valid_until, watchdog)) == NULL)
       rc = DLOCK_ENOMEM;
   } else {
     rc = DLOCK_ENOMEM;
@@ -249,6 +249,17 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
                      "release",
                      id);
   return 0;
+}
+
+int dlock_permits_force_release(dlock_permits *p, const char *id) {
+  if (p == NULL) return DLOCK_EINVAL;
+  if (!valid_id(id))
+    return dl_seterr(p->c, DLOCK_EINVAL, "a permit id is 32 hex digits");
+  long long v = 0;
+  int rc = run_int(p, 0, "force", id, p->c->revoke_channel, 0, 1, &v);
+  if (rc != 0) return rc;
+  dl_clearerr(p->c);
+  return (int)v;
 }
 
 int dlock_permits_validity(dlock_permits *p, const char *id, int64_t *ms) {

@@ -249,6 +249,61 @@ static void rb_sub_kick(dl_backend *base, dl_sub *s) {
   if (b->pubsub) dl_pubsub_kick(b->pubsub, s);
 }
 
+/* The server's keyspace events, where enabled (notify-keyspace-events):
+ * keyevent channels (E) carry the key, one channel per event, so only del
+ * and expired are heard; keyspace channels (K) carry the event, one channel
+ * per key, so a pattern over the client's keys hears every event of every
+ * key under the prefix and keeps del and expired. Read once, at open: the
+ * setting changed later is not followed (docs/SAFETY.md). */
+static int listen_keyspace(redis_backend *b, dl_notice_fn fn, void *ud) {
+  const char *argv[] = {"CONFIG", "GET", "notify-keyspace-events"};
+  redisReply *r = NULL;
+  if (rb_command(&b->base, 3, argv, &r) != 0) {
+    dl_clearerr(b->client); /* CONFIG refused (ACL, renamed): none heard */
+    return 0;
+  }
+  char flags[32] = "";
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+      r->element[1]->type == REDIS_REPLY_STRING)
+    snprintf(flags, sizeof flags, "%s", r->element[1]->str);
+  freeReplyObject(r);
+  bool all = strchr(flags, 'A') != NULL;
+  bool del = all || strchr(flags, 'g'), exp = all || strchr(flags, 'x');
+  int db = b->client->conn_cfg.ep.db, rc = 0;
+  char ch[DLOCK_KEY_PREFIX_MAX + 64];
+  if (strchr(flags, 'E')) {
+    if (del && rc == 0) {
+      snprintf(ch, sizeof ch, "__keyevent@%d__:del", db);
+      rc = dl_pubsub_listen(b->pubsub, ch, false, 0, fn, ud);
+    }
+    if (exp && rc == 0) {
+      snprintf(ch, sizeof ch, "__keyevent@%d__:expired", db);
+      rc = dl_pubsub_listen(b->pubsub, ch, false, 0, fn, ud);
+    }
+  } else if (strchr(flags, 'K') && (del || exp)) {
+    int n = snprintf(ch, sizeof ch, "__keyspace@%d__:", db);
+    /* Glob metacharacters in the prefix would widen the pattern: escape. */
+    for (const char *k = b->client->key_prefix; *k && n < (int)sizeof ch - 3;
+         k++) {
+      if (strchr("*?[]\\", *k)) ch[n++] = '\\';
+      ch[n++] = *k;
+    }
+    ch[n++] = '*';
+    ch[n] = '\0';
+    size_t strip = (size_t)snprintf(NULL, 0, "__keyspace@%d__:", db);
+    rc = dl_pubsub_listen(b->pubsub, ch, true, strip, fn, ud);
+  }
+  return rc;
+}
+
+static int rb_watch_losses(dl_backend *base, const char *revoke_channel,
+                           dl_notice_fn fn, void *ud) {
+  redis_backend *b = (redis_backend *)base;
+  if (b->pubsub == NULL) return 0; /* waiting by backoff: no pub/sub */
+  int rc = dl_pubsub_listen(b->pubsub, revoke_channel, false, 0, fn, ud);
+  return rc ? rc : listen_keyspace(b, fn, ud);
+}
+
 static void rb_free(dl_backend *base) {
   redis_backend *b = (redis_backend *)base;
   if (b == NULL) return;
@@ -268,6 +323,7 @@ static const dl_backend_ops redis_ops = {
     .sub_grant = rb_sub_grant,
     .sub_unref = rb_sub_unref,
     .sub_kick = rb_sub_kick,
+    .watch_losses = rb_watch_losses,
     .free = rb_free,
 };
 

@@ -76,6 +76,11 @@ struct dl_sub {
   /* Unreferenced but still subscribed, since idle_since (dl_now_ms). */
   bool lingering;
   int64_t idle_since;
+  /* DL_WAKE_NOTICE: told the key each message names (dl_pubsub_listen). */
+  bool pattern;
+  size_t strip;
+  dl_notice_fn notice;
+  void *notice_ud;
 };
 
 struct dl_pubsub {
@@ -246,7 +251,7 @@ static void unsubscribe(dl_pubsub *p, dl_sub *s) {
   s->active = false;
   if (p->io) {
     s->outstanding++;
-    send_cmd(p, "UNSUBSCRIBE", s->channel);
+    send_cmd(p, s->pattern ? "PUNSUBSCRIBE" : "UNSUBSCRIBE", s->channel);
   }
   if (s->outstanding == 0) sub_free(p, s);
 }
@@ -277,8 +282,10 @@ static void on_connected(dl_pubsub *p) {
       }
       s->active = true;
       s->outstanding = 1;
-      send_cmd(p, "SUBSCRIBE", s->channel);
+      send_cmd(p, s->pattern ? "PSUBSCRIBE" : "SUBSCRIBE", s->channel);
       wake(p, s, true);
+      /* Whatever was taken away meanwhile went unheard: check it all. */
+      if (s->notice) s->notice(s->notice_ud, NULL, 0);
     }
   }
 }
@@ -315,6 +322,23 @@ static void dispatch(dl_pubsub *p, redisReply *r) {
   if (ch->type != REDIS_REPLY_STRING) return;
   dl_sub *s = find(p, ch->str, ch->len);
   if (s == NULL) return;
+  if (s->notice) {
+    /* A message names a key: itself, or (a keyspace pattern) the channel
+     * after its prefix, for the events that can take a hold away. */
+    redisReply *m = r->elements >= 3 ? r->element[r->elements - 1] : NULL;
+    redisReply *c2 = r->elements >= 4 ? r->element[2] : NULL;
+    if (m == NULL || m->type != REDIS_REPLY_STRING) {
+      /* a confirmation: handled below */
+    } else if (strcmp(kind, "message") == 0 && !s->pattern) {
+      s->notice(s->notice_ud, m->str, m->len);
+      return;
+    } else if (strcmp(kind, "pmessage") == 0 && c2 &&
+               c2->type == REDIS_REPLY_STRING && c2->len > s->strip &&
+               (strcmp(m->str, "del") == 0 || strcmp(m->str, "expired") == 0)) {
+      s->notice(s->notice_ud, c2->str + s->strip, c2->len - s->strip);
+      return;
+    }
+  }
   if (strcmp(kind, "message") == 0 && r->elements >= 3) {
     redisReply *msg = r->element[2];
     bool text = msg->type == REDIS_REPLY_STRING;
@@ -343,7 +367,9 @@ static void dispatch(dl_pubsub *p, redisReply *r) {
                (text && msg->len == 1 && msg->str[0] == '1');
     if (wake(p, s, all)) p->wakeups++;
   } else if (strcmp(kind, "subscribe") == 0 ||
-             strcmp(kind, "unsubscribe") == 0) {
+             strcmp(kind, "unsubscribe") == 0 ||
+             strcmp(kind, "psubscribe") == 0 ||
+             strcmp(kind, "punsubscribe") == 0) {
     if (s->outstanding > 0) s->outstanding--;
     if (s->outstanding == 0 && s->refs == 0) {
       sub_free(p, s);
@@ -648,6 +674,35 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
   p->confirming--;
   pthread_mutex_unlock(&p->mu);
   return s;
+}
+
+int dl_pubsub_listen(dl_pubsub *p, const char *channel, bool pattern,
+                     size_t strip, dl_notice_fn fn, void *ud) {
+  pthread_mutex_lock(&p->mu);
+  dl_sub *s = calloc(1, sizeof *s);
+  if (s == NULL || (s->channel = dl_strdup(channel)) == NULL) {
+    free(s);
+    pthread_mutex_unlock(&p->mu);
+    return DLOCK_ENOMEM;
+  }
+  dl_cond_init(&s->cv);
+  s->mode = DL_WAKE_NOTICE;
+  s->pattern = pattern;
+  s->strip = strip;
+  s->notice = fn;
+  s->notice_ud = ud;
+  s->refs = 1; /* for the life of the client */
+  s->active = true;
+  unsigned h = hash(channel);
+  s->next = p->table[h];
+  p->table[h] = s;
+  p->subs++;
+  if (p->io) { /* else on_connected subscribes it */
+    s->outstanding++;
+    send_cmd(p, pattern ? "PSUBSCRIBE" : "SUBSCRIBE", channel);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return 0;
 }
 
 int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,

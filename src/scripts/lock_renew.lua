@@ -1,16 +1,20 @@
 -- lock_renew.lua: the watchdog's batched renewal, of locks and of permits.
 -- KEYS[i] a lock hash (also of a read-write lock), or the timeout set of a
 -- permit-expirable semaphore;
--- ARGV[1] lease in ms; ARGV[i + 1] the owner of KEYS[i] (for a permit,
+-- ARGV[1] lease in ms, or 0 to check only (nothing is extended);
+-- ARGV[i + 1] the owner of KEYS[i] (for a permit,
 -- "<client id>:<permit id in hex>")
--- Returns an array: 1 where the owner still held KEYS[i] and its lease was
--- extended, 0 where the hold is gone (expired, taken, or the key is of
+-- Returns an array: 1 where the owner still held KEYS[i] (and its lease was
+-- extended), 0 where the hold is gone (expired, taken, or the key is of
 -- another type). A lost lock or permit is never re-created.
 local res = {}
 local t, now
+local check = tonumber(ARGV[1]) == 0
 for i = 1, #KEYS do
   local held = redis.pcall('hexists', KEYS[i], ARGV[i + 1])
-  if held == 1 then
+  if held == 1 and check then
+    res[i] = 1
+  elseif held == 1 then
     redis.call('pexpire', KEYS[i], ARGV[1])
     -- A reader of a read-write lock: its holds' own lease keys too.
     local owner = ARGV[i + 1]
@@ -37,7 +41,9 @@ for i = 1, #KEYS do
     end)
     local ends = id and redis.call('zscore', KEYS[i], id)
     if ends and tonumber(ends) > now then
-      redis.call('zadd', KEYS[i], now + tonumber(ARGV[1]), id)
+      if not check then
+        redis.call('zadd', KEYS[i], now + tonumber(ARGV[1]), id)
+      end
       res[i] = 1
     else
       res[i] = 0

@@ -5,12 +5,15 @@
 -- come back.
 -- KEYS[1] the permits available (string); KEYS[2] the timeout set (zset of
 -- 16-byte ids); KEYS[3] the channel
--- ARGV[1] 'acquire', 'release', 'set', 'add' or 'available'
+-- ARGV[1] 'acquire', 'release', 'force', 'set', 'add' or 'available'
 -- acquire: ARGV[2] lease in ms, ARGV[3] the new id (32 hex digits).
 --   Returns {1, 0} taken, or {0, ms until the next lease ends, -1 if none}.
 -- release: ARGV[2] the id. Returns 1 released (2 if some client heard the
 --   release's message, so others likely wait), -1 released but its lease had
 --   already ended, 0 no such permit (never issued, released, or taken back).
+-- force: ARGV[2] the id, ARGV[3] the revocation channel: releases the permit
+--   whoever holds it and names KEYS[2] there, so that its holder's client
+--   checks its permits at once. Returns 1 released, 0 no such permit.
 -- set: ARGV[2] permits, only if never set: 1 set, 0 not. add: ARGV[2]
 --   permits (may be negative): 0. available: the permits available.
 -- Time is the server's, in ms (Redisson uses each client's clock).
@@ -57,7 +60,7 @@ if op == 'acquire' then
   end
   return {0, -1}
 end
-if op == 'release' then
+if op == 'release' or op == 'force' then
   local id = bin(ARGV[2])
   local ends = redis.call('zscore', KEYS[2], id)
   if not ends then
@@ -65,6 +68,10 @@ if op == 'release' then
   end
   redis.call('zrem', KEYS[2], id)
   local heard = publish(redis.call('incrby', KEYS[1], 1))
+  if op == 'force' then
+    redis.call('publish', ARGV[3], KEYS[2])
+    return 1
+  end
   if tonumber(ends) <= now then
     return -1
   end

@@ -1,20 +1,13 @@
 -- rw_release.lua: releases one read or write hold of a read-write lock
--- (Redisson RReadWriteLock's unlock), or any hold (force).
+-- (Redisson RReadWriteLock's unlock). A force release is
+-- lock_force_release.lua's.
 -- KEYS[1] the lock hash; KEYS[2] the channel "redisson_rwlock:{name}"
--- ARGV[1] owner id (with ":write" for the writer); ARGV[2] 'read', 'write'
--- or 'force'; ARGV[3] lease in ms (a writer's remaining holds)
+-- ARGV[1] owner id (with ":write" for the writer); ARGV[2] 'read' or
+-- 'write'; ARGV[3] lease in ms (a writer's remaining holds)
 -- Returns nil if the owner holds nothing (nothing changed), 0 if it still
 -- holds (reentrant), 1 if this was its last hold. When the lock becomes
 -- free, "0" (after reads) or "1" (after a write: wakes every waiter) is
--- published. force: deletes the lock, publishes "1", returns 1 or 0.
-if ARGV[2] == 'force' then
-  if redis.call('exists', KEYS[1]) == 0 then
-    return 0
-  end
-  redis.call('del', KEYS[1])
-  redis.call('publish', KEYS[2], '1')
-  return 1
-end
+-- published.
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return nil
