@@ -1,5 +1,6 @@
 # embed_scripts.cmake: writes OUT, a C file holding each Lua script in
-# SCRIPTS as a string, in the order of dl_scripts[] (see internal.h).
+# SCRIPTS as a string, in the order of src/scripts/scripts.def (the
+# DL_SCRIPT_* enum in internal.h).
 string(REPLACE "|" ";" SCRIPTS "${SCRIPTS}")
 set(body "/* Generated from the .lua files in src/scripts by cmake/embed_scripts.cmake. */\n")
 string(APPEND body "#include \"core/internal.h\"\n\n")

@@ -617,7 +617,7 @@ static void t_s5_stale_release(void) {
     res_event e;
     victim_read(&e);
     start_others(3, 1);
-    expect_victim(1, 0, DLOCK_ELOST);
+    expect_victim(1, 1, DLOCK_ELOST); /* told when its lease ran out */
     CHECK(finish(20));
     judge(enforce, true, VICTIM, OVERLAP_SOME);
   }
