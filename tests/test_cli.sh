@@ -3,6 +3,7 @@
 # redis-server. Usage: test_cli.sh PATH/TO/dlock
 set -u
 DLOCK=$(realpath "$1")
+SRC=$(cd "$(dirname "$0")/.." && pwd)
 REDIS_TMP_AUTH=s3cret . "$(dirname "$0")/../scripts/redis-tmp.sh" \
   --requirepass s3cret
 export DLOCK_URL="unix://$SOCK" DLOCK_PASSWORD=s3cret
@@ -209,6 +210,42 @@ t_bad_input() {
   done
 }
 
+t_version() {
+  local v out
+  v=$("$DLOCK" version); expect_rc 0 $? "version"
+  case "$v" in "dlock "[0-9]*.[0-9]*.[0-9]*) ;; *) fail "version: $v" ;; esac
+  out=$("$DLOCK" --version); expect_rc 0 $? "--version"
+  [ "$out" = "$v" ] || fail "--version: '$out', expected '$v'"
+  out=$("$DLOCK" -V); expect_rc 0 $? "-V"
+  [ "$out" = "$v" ] || fail "-V: '$out', expected '$v'"
+  "$DLOCK" --help | grep -q -- "-V, --version" || fail "--version not in --help"
+  grep -q -- '\\-\\-version' "$SRC/docs/dlock.1" || fail "--version not in dlock.1"
+}
+
+t_options_after_name() {
+  # GNU style: options may follow NAME, up to the '--'.
+  "$DLOCK" run oan -w 0 -- true; expect_rc 0 $? "run NAME -w 0 -- true"
+  "$DLOCK" run -q oan -- sleep 3 & local h=$!
+  wait_until is_held oan || fail "holder never took it"
+  "$DLOCK" run oan -q -w 0 -E 9 -- true; expect_rc 9 $? "run NAME -q -w 0 -E 9"
+  "$DLOCK" run oan --wait=0 --quiet --conflict-exit-code 8 -- true
+  expect_rc 8 $? "long options after NAME"
+  # What follows '--' is the command's, even when it looks like ours.
+  local out
+  out=$("$DLOCK" run oan2 -w 1s -- echo -w 0 -E 9 --); expect_rc 0 $? "command's options"
+  [ "$out" = "-w 0 -E 9 --" ] || fail "the command got '$out'"
+  # Still usage errors, each saying what is wrong.
+  out=$("$DLOCK" run oan true 2>&1); expect_rc 64 $? "no --"
+  case "$out" in *"missing '--'"*) ;; *) fail "no --: $out" ;; esac
+  out=$("$DLOCK" run oan other -- true 2>&1); expect_rc 64 $? "two names"
+  case "$out" in *"one lock NAME"*oan*other*) ;; *) fail "two names: $out" ;; esac
+  out=$("$DLOCK" run -w 0 -- true 2>&1); expect_rc 64 $? "no name"
+  case "$out" in *"missing lock NAME"*) ;; *) fail "no name: $out" ;; esac
+  out=$("$DLOCK" run oan -w -- true 2>&1); expect_rc 64 $? "-w without its value"
+  case "$out" in *"-w"*) ;; *) fail "-w without value: $out" ;; esac
+  kill "$h"; wait "$h" 2>/dev/null
+}
+
 permits_taken() { [ "$(rcli ZCARD '{pool}:timeout')" = "$1" ]; }
 
 t_permits() {
@@ -260,10 +297,12 @@ t_fair_read_write() {
   pkill -f "sleep 30" 2>/dev/null; true
 }
 
-for t in t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
+# CLI_TESTS="t_a t_b" runs only those.
+for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_sigkilled_runner_frees_after_lease \
          t_token_increases t_url_without_password t_status_and_list_json \
-         t_terminal_status_line t_bad_input t_permits t_fair_read_write; do
+         t_terminal_status_line t_bad_input t_permits t_fair_read_write \
+         t_version t_options_after_name}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

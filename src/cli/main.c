@@ -21,6 +21,7 @@ static const char *usage_text =
     "  list [--json] [PATTERN]                  the held locks\n"
     "  bench [options] SCENARIO                 benchmark (see dlock bench "
     "--help)\n"
+    "  version                                  the version (as --version)\n"
     "\n"
     "global options (any command):\n"
     "  -u, --url URL          redis://[user[:pass]@]host[:port][/db], "
@@ -36,6 +37,7 @@ static const char *usage_text =
     "  -v, --verbose          say what happens\n"
     "  -h, --help             this help; 'dlock COMMAND --help' for a "
     "command\n"
+    "  -V, --version          the version (also 'dlock version')\n"
     "\n"
     "Durations: 250ms, 30s, 5m, 1h, or a number of seconds.\n"
     "See dlock(1).\n";
@@ -191,14 +193,19 @@ int main(int argc, char **argv) {
 
   /* Global options before the command. */
   int i = 1;
-  static const struct option longopts[] = {CLI_GLOBAL_LONGOPTS, {0, 0, 0, 0}};
+  static const struct option longopts[] = {
+      CLI_GLOBAL_LONGOPTS, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
   opterr = 0;
   int opt;
   /* '+': stop at the first non-option (the command). */
-  while ((opt = getopt_long(argc, argv, "+" CLI_GLOBAL_SHORTOPTS, longopts,
+  while ((opt = getopt_long(argc, argv, "+" CLI_GLOBAL_SHORTOPTS "V", longopts,
                             NULL)) != -1) {
     if (opt == 'h') {
       fputs(usage_text, stdout);
+      return 0;
+    }
+    if (opt == 'V') {
+      printf("dlock %s\n", dlock_version(NULL));
       return 0;
     }
     if (opt == '?') {

@@ -24,6 +24,7 @@ static const char *run_help =
     "usage: dlock run [options] NAME -- COMMAND [ARG...]\n"
     "Acquires lock NAME, runs COMMAND while holding it, releases it when "
     "COMMAND ends.\n"
+    "Options may also follow NAME; everything after '--' is COMMAND's.\n"
     "\n"
     "  -w, --wait DURATION        how long to wait for the lock (default "
     "forever;\n"
@@ -217,11 +218,21 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   int permits = 0, kinds = 0;
   bool fair = false, rd = false, wr = false;
   int conflict = EXIT_CONFLICT;
+  /* Options go before or after NAME, up to the first "--": getopt only
+   * sees the words before it, so nothing of COMMAND is taken for ours.
+   * '-': operands come back in order as opt 1 (also under
+   * POSIXLY_CORRECT), so that NAME is the only one. */
+  int dashes = 1;
+  while (dashes < argc && strcmp(argv[dashes], "--") != 0) dashes++;
+  const char *name = NULL, *extra = NULL;
   int opt;
-  /* '+': options end at NAME; "--" separates the command. */
-  while ((opt = getopt_long(argc, argv, "+" CLI_GLOBAL_SHORTOPTS "w:l:E:",
+  while ((opt = getopt_long(dashes, argv, "-" CLI_GLOBAL_SHORTOPTS "w:l:E:",
                             longopts, NULL)) != -1) {
     switch (opt) {
+    case 1:
+      if (name == NULL) name = optarg;
+      else if (extra == NULL) extra = optarg;
+      break;
     case 'h': fputs(run_help, stdout); return 0;
     case 'w':
       if (dl_parse_duration(optarg, &wait_ms) != 0) {
@@ -275,22 +286,25 @@ int cmd_run(int argc, char **argv, cli_global *g) {
     return EXIT_USAGE;
   }
   if (grace_ms > lease_ms) grace_ms = lease_ms;
-  if (optind >= argc) {
+  if (name == NULL) {
     cli_err("missing lock NAME (usage: dlock run [options] NAME -- COMMAND)");
     return EXIT_USAGE;
   }
-  const char *name = argv[optind++];
-  if (optind >= argc || strcmp(argv[optind], "--") != 0) {
-    cli_err("missing '--' before the command (usage: dlock run [options] "
-            "NAME -- COMMAND [ARG...])");
+  if (dashes >= argc) {
+    cli_err("missing '--' between NAME and COMMAND (usage: dlock run "
+            "[options] NAME -- COMMAND [ARG...])");
     return EXIT_USAGE;
   }
-  optind++;
-  if (optind >= argc) {
+  if (extra != NULL) {
+    cli_err("one lock NAME before '--', not '%s' and '%s' (usage: dlock run "
+            "[options] NAME -- COMMAND [ARG...])", name, extra);
+    return EXIT_USAGE;
+  }
+  if (dashes + 1 >= argc) {
     cli_err("missing COMMAND after '--'");
     return EXIT_USAGE;
   }
-  char **cmd = argv + optind;
+  char **cmd = argv + dashes + 1;
   if (*name == '\0' || strlen(name) > DLOCK_NAME_MAX) {
     cli_err("the lock name must be 1 to %d bytes", DLOCK_NAME_MAX);
     return EXIT_USAGE;
