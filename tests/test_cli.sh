@@ -246,6 +246,87 @@ t_options_after_name() {
   kill "$h"; wait "$h" 2>/dev/null
 }
 
+t_status_not_a_lock() {
+  local out
+  rcli SET num 5 >/dev/null; rcli SET txt hello >/dev/null
+  rcli RPUSH lst a >/dev/null
+  out=$("$DLOCK" status num 2>&1); expect_rc 65 $? "status of a number"
+  case "$out" in *"not a dlock lock: string"*"--permits"*) ;;
+    *) fail "status num: $out" ;; esac
+  out=$("$DLOCK" status --json txt 2>&1); expect_rc 65 $? "status of a string"
+  case "$out" in *"not a dlock lock: string"*) ;; *) fail "status txt: $out" ;; esac
+  out=$("$DLOCK" status lst 2>&1); expect_rc 65 $? "status of a list"
+  case "$out" in *"not a dlock lock: list"*) ;; *) fail "status lst: $out" ;; esac
+  # Asked for, the number is a semaphore's or a latch's.
+  out=$("$DLOCK" status --permits num); expect_rc 0 $? "status --permits"
+  case "$out" in "num: semaphore, 5 permit(s) free") ;; *) fail "--permits: $out" ;; esac
+  out=$("$DLOCK" status num --latch); expect_rc 0 $? "status --latch"
+  case "$out" in "num: count-down latch, count 5") ;; *) fail "--latch: $out" ;; esac
+  "$DLOCK" status --permits nosuch >/dev/null; expect_rc 1 $? "--permits, not set"
+  out=$("$DLOCK" status --permits txt 2>&1); expect_rc 65 $? "--permits of text"
+  # Nor is what is not a lock deleted.
+  out=$("$DLOCK" release --force num 2>&1); expect_rc 65 $? "release --force num"
+  [ "$(rcli GET num)" = 5 ] || fail "release --force deleted a semaphore"
+  # A semaphore from dlock run --permits.
+  "$DLOCK" run -q --permits 2 sp -- sleep 30 & local h=$!
+  wait_until sp_taken || fail "permit never taken"
+  out=$("$DLOCK" status --permits --json sp); expect_rc 0 $? "--permits --json"
+  python3 -c '
+import json,sys
+d=json.loads(sys.argv[1])
+assert d=={"name":"sp","kind":"semaphore","set":True,"counter":1,"permits_taken":1}, d
+' "$out" || fail "status --permits --json: $out"
+  out=$("$DLOCK" status sp --permits); expect_rc 0 $? "--permits of a pool"
+  case "$out" in "sp: semaphore, 1 permit(s) free, 1 taken"*) ;; *) fail "pool: $out" ;; esac
+  "$DLOCK" run -q js2 -- sleep 30 & local l=$!
+  wait_until is_held js2 || fail "js2 not held"
+  out=$("$DLOCK" status --permits js2 2>&1); expect_rc 65 $? "--permits of a lock"
+  case "$out" in *"not a semaphore: hash"*) ;; *) fail "--permits of a lock: $out" ;; esac
+  kill "$h" "$l"; wait "$h" "$l" 2>/dev/null
+  rcli DEL num txt lst >/dev/null
+}
+sp_taken() { [ "$(rcli ZCARD '{sp}:timeout')" = 1 ]; }
+
+t_holders_described() {
+  # Readers show host, pid and command, as the other kinds do.
+  "$DLOCK" run -q --read rdesc -- sleep 30 & local r1=$!
+  "$DLOCK" run -q --read rdesc -- sleep 31 & local r2=$!
+  wait_until readers_of rdesc 2 || fail "two readers never held it"
+  local out
+  out=$("$DLOCK" status rdesc)
+  case "$out" in "rdesc: held by $(hostname) pid "[0-9]*" (sleep 3"[01]")"*) ;;
+    *) fail "status of readers: $out" ;; esac
+  out=$("$DLOCK" status --json rdesc)
+  python3 -c '
+import json,sys
+d=json.loads(sys.argv[1])
+assert d["command"] in ("sleep 30","sleep 31") and d["pid"]>0 and d["readers"]==2, d
+assert d["held_ms"]>=0, d
+' "$out" || fail "status --json of readers: $out"
+  out=$("$DLOCK" list 'rdesc'); case "$out" in rdesc*"sleep 3"*) ;; *) fail "list: $out" ;; esac
+  kill "$r1" "$r2"; wait "$r1" "$r2" 2>/dev/null
+  "$DLOCK" run -q --write rdesc -- sleep 30 & local w=$!
+  wait_until is_held rdesc || fail "writer never held it"
+  out=$("$DLOCK" status rdesc)
+  case "$out" in *"(sleep 30)"*"mode:      write"*) ;; *) fail "writer: $out" ;; esac
+  kill "$w"; wait "$w" 2>/dev/null
+  # A library user's description, whatever its format, shows as is.
+  rcli HSET free 7b44:1 1 dlock:info "nightly export, ticket 42" >/dev/null
+  rcli PEXPIRE free 30000 >/dev/null
+  out=$("$DLOCK" status free)
+  case "$out" in "free: held by nightly export, ticket 42"*) ;; *) fail "free-form: $out" ;; esac
+  out=$("$DLOCK" status --json free)
+  python3 -c '
+import json,sys
+d=json.loads(sys.argv[1])
+assert d["info"]=="nightly export, ticket 42" and "command" not in d, d
+' "$out" || fail "free-form --json: $out"
+  out=$("$DLOCK" run -w 0 free -- true 2>&1); expect_rc 75 $? "run on a held lock"
+  case "$out" in *"held by nightly export, ticket 42"*) ;; *) fail "conflict: $out" ;; esac
+  rcli DEL free >/dev/null
+}
+readers_of() { "$DLOCK" status "$1" 2>/dev/null | grep -q "read, $2 reader"; }
+
 permits_taken() { [ "$(rcli ZCARD '{pool}:timeout')" = "$1" ]; }
 
 t_permits() {
@@ -302,7 +383,8 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_lock_loss_kills_command t_sigkilled_runner_frees_after_lease \
          t_token_increases t_url_without_password t_status_and_list_json \
          t_terminal_status_line t_bad_input t_permits t_fair_read_write \
-         t_version t_options_after_name}; do
+         t_version t_options_after_name t_status_not_a_lock \
+         t_holders_described}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

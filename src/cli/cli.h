@@ -10,6 +10,7 @@
 /* Exit statuses (sysexits.h where one fits). */
 enum {
   EXIT_USAGE = 64,       /* EX_USAGE */
+  EXIT_DATAERR = 65,     /* EX_DATAERR: NAME holds something else */
   EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: server unreachable or refusing */
   EXIT_CONFLICT = 75,    /* EX_TEMPFAIL: not acquired in time */
   EXIT_LOST = 76,        /* the lock was lost while COMMAND ran */
@@ -62,6 +63,13 @@ typedef struct cli_holder {
   const char *host, *pid, *cmd;
 } cli_holder;
 bool cli_parse_holder(const char *info, char *buf, size_t len, cli_holder *h);
+
+/* Who holds the lock of `st`, on one line, in buf: "host pid N (command)"
+ * for a holder described by dlock run, else its description as given (any
+ * dlock_lock_set_info text, control characters as spaces), else its owner
+ * id. Returns buf. */
+const char *cli_holder_text(const dlock_lock_state *st, char *buf,
+                            size_t len);
 
 /* Writes s as a JSON string (with quotes) to f. */
 void cli_json_str(void *f, const char *s);

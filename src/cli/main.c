@@ -15,8 +15,10 @@ static const char *usage_text =
     "\n"
     "commands:\n"
     "  run [options] NAME -- COMMAND [ARG...]   run COMMAND holding lock NAME\n"
-    "  status [--json] NAME                     who holds NAME (exit 0 held, "
-    "1 free)\n"
+    "  status [--json] NAME                     who holds lock NAME (exit 0 "
+    "held, 1 free)\n"
+    "  status --permits|--latch NAME            a semaphore's or latch's "
+    "count\n"
     "  release --force NAME                     delete NAME whoever holds it\n"
     "  list [--json] [PATTERN]                  the held locks\n"
     "  bench [options] SCENARIO                 benchmark (see dlock bench "
@@ -160,6 +162,22 @@ bool cli_parse_holder(const char *info, char *buf, size_t len,
   h->pid = pid;
   h->cmd = cmd;
   return true;
+}
+
+const char *cli_holder_text(const dlock_lock_state *st, char *buf,
+                            size_t len) {
+  char tmp[DLOCK_INFO_MAX + 1];
+  cli_holder h;
+  if (cli_parse_holder(st->info, tmp, sizeof tmp, &h)) {
+    snprintf(buf, len, "%s pid %s (%s)", h.host, h.pid, h.cmd);
+  } else if (st->info[0]) {
+    snprintf(buf, len, "%s", st->info);
+    for (char *p = buf; *p; p++)
+      if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
+  } else {
+    snprintf(buf, len, "%s", st->owner);
+  }
+  return buf;
 }
 
 void cli_json_str(void *fp, const char *s) {

@@ -144,16 +144,11 @@ static void show_waiting(dlock_lock *l, const char *name, int64_t since) {
   if (dlock_lock_inspect(l, &st) != 0 || !st.held) {
     snprintf(line, sizeof line, "waiting for %s (%.0fs)", name, waited);
   } else {
-    char buf[DLOCK_INFO_MAX + 1], held[32] = "";
-    cli_holder h;
+    char who[100], held[32] = "";
     if (st.held_ms >= 0)
       snprintf(held, sizeof held, " for %llds", (long long)st.held_ms / 1000);
-    if (cli_parse_holder(st.info, buf, sizeof buf, &h))
-      snprintf(line, sizeof line, "waiting for %s (%.0fs): held by %s pid %s "
-               "(%.60s)%s", name, waited, h.host, h.pid, h.cmd, held);
-    else
-      snprintf(line, sizeof line, "waiting for %s (%.0fs): held by %s%s", name,
-               waited, st.owner, held);
+    snprintf(line, sizeof line, "waiting for %s (%.0fs): held by %s%s", name,
+             waited, cli_holder_text(&st, who, sizeof who), held);
   }
   fprintf(stderr, "\r\033[Kdlock: %s", line);
   fflush(stderr);
@@ -389,13 +384,9 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       } else if (g->verbose >= 0) {
         dlock_lock_state st;
         if (dlock_lock_inspect(l, &st) == 0 && st.held) {
-          char buf[DLOCK_INFO_MAX + 1];
-          cli_holder h;
-          if (cli_parse_holder(st.info, buf, sizeof buf, &h))
-            cli_err("%s is held by %s pid %s (%s)", name, h.host, h.pid,
-                    h.cmd);
-          else
-            cli_err("%s is held by %s", name, st.owner);
+          char who[DLOCK_INFO_MAX + 64];
+          cli_err("%s is held by %s", name,
+                  cli_holder_text(&st, who, sizeof who));
         } else {
           cli_err("%s was not acquired in time", name);
         }
