@@ -132,6 +132,30 @@ t_url_without_password() {
   case "$out" in *wrong*) fail "the password appears in: $out" ;; esac
 }
 
+t_nested_password() {
+  # A dlock inside dlock run finds the server and the password: DLOCK_URL
+  # without it, DLOCK_PASSWORD with it, however the outer one got it.
+  local url="redis://:s3cret@127.0.0.1:$PORT" out
+  out=$(env -u DLOCK_PASSWORD DLOCK_URL="$url" "$DLOCK" run nest -- \
+        "$DLOCK" run nest2 -- sh -c 'echo "$DLOCK_URL|$DLOCK_PASSWORD"')
+  expect_rc 0 $? "nested run, the password in \$DLOCK_URL"
+  [ "$out" = "redis://127.0.0.1:$PORT|s3cret" ] || fail "nested env: '$out'"
+  env -u DLOCK_PASSWORD DLOCK_URL="$url" "$DLOCK" run nest -- \
+    "$DLOCK" status nest >/dev/null
+  expect_rc 0 $? "nested status, the password in \$DLOCK_URL"
+  DLOCK_PASSWORD=wrong "$DLOCK" -u "$url" run nest -- "$DLOCK" status nest >/dev/null
+  expect_rc 0 $? "nested status, the password in -u, a wrong \$DLOCK_PASSWORD"
+  DLOCK_PASSWORD=wrong "$DLOCK" run -u "$url" nest -- "$DLOCK" status nest >/dev/null
+  expect_rc 0 $? "run's own -u, a wrong \$DLOCK_PASSWORD"
+  echo s3cret > pwfile2
+  DLOCK_PASSWORD=wrong "$DLOCK" --password-file pwfile2 run nest -- \
+    "$DLOCK" run nest2 -- "$DLOCK" status nest2 >/dev/null
+  expect_rc 0 $? "twice nested, --password-file and a wrong \$DLOCK_PASSWORD"
+  out=$(DLOCK_PASSWORD=s3cret "$DLOCK" run nest -- sh -c 'echo "$DLOCK_PASSWORD"')
+  [ "$out" = s3cret ] || fail "inherited \$DLOCK_PASSWORD: '$out'"
+  rm -f pwfile2
+}
+
 t_status_and_list_json() {
   "$DLOCK" run -q js -- sleep 2 & local h=$!
   wait_until is_held js || fail "not held"
@@ -384,7 +408,7 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_token_increases t_url_without_password t_status_and_list_json \
          t_terminal_status_line t_bad_input t_permits t_fair_read_write \
          t_version t_options_after_name t_status_not_a_lock \
-         t_holders_described}; do
+         t_holders_described t_nested_password}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

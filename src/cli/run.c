@@ -55,7 +55,8 @@ static const char *run_help =
     "DLOCK_NAME,\n"
     "DLOCK_TOKEN (the fencing token; with --permits, DLOCK_PERMIT, the "
     "permit's id)\n"
-    "and DLOCK_URL (no password) in its environment.\n"
+    "DLOCK_URL (no password) and DLOCK_PASSWORD (the password in use, if "
+    "any) in its\nenvironment.\n"
     "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to its group.\n"
     "\n"
     "Exit status: COMMAND's (128+N if killed by signal N); 75 (-E) not "
@@ -417,6 +418,10 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   else setenv("DLOCK_TOKEN", tok, 1);
   setenv("DLOCK_URL", pub ? pub : "", 1);
   free(pub);
+  /* The password goes in the environment, never in argv: a nested dlock
+   * (or anything else) finds it there, whichever way it came to us. */
+  if (g->password) setenv("DLOCK_PASSWORD", g->password, 1);
+  else unsetenv("DLOCK_PASSWORD");
   bool take_tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) {
