@@ -246,6 +246,25 @@ t_version() {
   grep -q -- '\\-\\-version' "$SRC/docs/dlock.1" || fail "--version not in dlock.1"
 }
 
+t_man_page() {
+  # The man page tells all: run's lock kinds, the environment COMMAND gets,
+  # every exit status the command defines (src/cli/cli.h).
+  local man="$SRC/docs/dlock.1" syn env ex
+  syn=$(sed -n '/^\.SH SYNOPSIS/,/^\.SH DESCRIPTION/p' "$man")
+  env=$(sed -n '/^\.SH ENVIRONMENT/,/^\.SH SEE ALSO/p' "$man")
+  ex=$(sed -n '/^\.SH EXIT STATUS/,/^\.SH EXAMPLES/p' "$man")
+  for o in fair read write permits; do
+    grep -q -- "\\\\-\\\\-$o" <<<"$syn" || fail "SYNOPSIS lacks --$o"
+  done
+  for v in DLOCK_URL DLOCK_PASSWORD DLOCK_NAME DLOCK_TOKEN DLOCK_PERMIT; do
+    grep -q "^\.B $v\$" <<<"$env" || fail "ENVIRONMENT lacks $v"
+  done
+  for code in 0 1 $(grep -oE '= [0-9]+,' "$SRC/src/cli/cli.h" | tr -dc '0-9\n'); do
+    grep -q "^\.B $code\$" <<<"$ex" || fail "EXIT STATUS lacks $code"
+  done
+  grep -q 'sysexits(3)' "$SRC/README.md" || fail "README does not name sysexits(3)"
+}
+
 t_options_after_name() {
   # GNU style: options may follow NAME, up to the '--'.
   "$DLOCK" run oan -w 0 -- true; expect_rc 0 $? "run NAME -w 0 -- true"
@@ -408,7 +427,7 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_token_increases t_url_without_password t_status_and_list_json \
          t_terminal_status_line t_bad_input t_permits t_fair_read_write \
          t_version t_options_after_name t_status_not_a_lock \
-         t_holders_described t_nested_password}; do
+         t_holders_described t_nested_password t_man_page}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"
