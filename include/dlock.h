@@ -313,12 +313,13 @@ DLOCK_API int dlock_lock_validity(dlock_lock *l, int64_t *ms);
 /* The lock's name as given (owned by the handle). */
 DLOCK_API const char *dlock_lock_name(const dlock_lock *l);
 
-/* Sets a description of the holder (for example "host pid command"), copied,
- * at most DLOCK_INFO_MAX bytes, NULL to clear. Each later first acquisition
- * through this handle stores it beside the lock (fields "dlock:info" and
- * "dlock:since" of the lock's hash, which Redisson ignores), where
- * dlock_lock_inspect shows it; it goes away with the lock. Returns 0,
- * DLOCK_EINVAL or DLOCK_ENOMEM.
+/* Sets a description of the holder (any text, for example "host pid
+ * command"), copied, at most DLOCK_INFO_MAX bytes, NULL to clear. Each later
+ * first acquisition through this handle stores it beside the lock (fields
+ * "dlock:info" and "dlock:since" of the lock's hash; for each holder of a
+ * read-write lock, its field "dlock:info:<owner id>"; Redisson ignores them
+ * all), where dlock_lock_inspect shows it as given; it goes away with the
+ * hold. Returns 0, DLOCK_EINVAL or DLOCK_ENOMEM.
  * Thread-safe. */
 DLOCK_API int dlock_lock_set_info(dlock_lock *l, const char *info);
 
@@ -328,7 +329,9 @@ typedef struct dlock_lock_state {
   int holders;                    /* owner fields found (1 for this kind) */
   char owner[DLOCK_OWNER_MAX];    /* the (first) holder's owner id, or "" */
   int hold_count;                 /* that holder's count */
-  char info[DLOCK_INFO_MAX + 1];  /* its dlock_lock_set_info text, or "" */
+  char info[DLOCK_INFO_MAX + 1];  /* its dlock_lock_set_info text, or ""
+                                     (for a read-write lock, the text of
+                                     the holder in `owner`) */
   int64_t held_ms;                /* how long it has held it (server clock),
                                      -1 if unknown (no info was set) */
   int64_t ttl_ms;                 /* remaining lease; -2 free, -1 no expiry */
@@ -342,6 +345,10 @@ typedef struct dlock_lock_state {
   int64_t counter;   /* a semaphore's permits available or a latch's count
                         when the name holds a number, else -1 */
   int permits_taken; /* a permit-expirable semaphore: permits out */
+  char type[8];      /* the server's type of the key at the name: "none",
+                        "hash" (every lock kind), "string" (a semaphore's
+                        or latch's count, or anything else), "list", "set",
+                        "zset" or "stream" */
 } dlock_lock_state;
 
 /* Fills *st in one script call plus one PUBSUB NUMSUB. Returns 0 or a

@@ -17,7 +17,8 @@ jobs=$(nproc)
 build() { # build NAME CMAKE_ARGS...
   local name=$1; shift
   echo "== $name build"
-  cmake -S . -B "build-$name" -DDLOCK_WERROR=ON "$@" >/dev/null
+  cmake -S . -B "build-$name" -DDLOCK_WERROR=ON -DDLOCK_BUILD_TESTS=ON "$@" \
+    >/dev/null
   cmake --build "build-$name" -j"$jobs" >/dev/null
 }
 

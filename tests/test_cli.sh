@@ -3,6 +3,7 @@
 # redis-server. Usage: test_cli.sh PATH/TO/dlock
 set -u
 DLOCK=$(realpath "$1")
+SRC=$(cd "$(dirname "$0")/.." && pwd)
 REDIS_TMP_AUTH=s3cret . "$(dirname "$0")/../scripts/redis-tmp.sh" \
   --requirepass s3cret
 export DLOCK_URL="unix://$SOCK" DLOCK_PASSWORD=s3cret
@@ -129,7 +130,7 @@ t_force_release_only_locks() {
   local k out
   for k in fr:string fr:list fr:hash; do
     out=$("$DLOCK" release --force "$k" 2>&1); expect_rc 65 $? "release --force $k"
-    case "$out" in *"not a lock"*) ;; *) fail "message for $k: $out" ;; esac
+    case "$out" in *"not a dlock lock"*) ;; *) fail "message for $k: $out" ;; esac
     [ "$(rcli EXISTS "$k")" = 1 ] || fail "$k was deleted"
   done
   [ "$(rcli HGET fr:hash name)" = alice ] || fail "fr:hash changed"
@@ -181,6 +182,30 @@ t_url_without_password() {
   expect_rc 0 $? "--password-file"
   out=$(DLOCK_PASSWORD=wrong "$DLOCK" status pw 2>&1); expect_rc 69 $? "wrong password"
   case "$out" in *wrong*) fail "the password appears in: $out" ;; esac
+}
+
+t_nested_password() {
+  # A dlock inside dlock run finds the server and the password: DLOCK_URL
+  # without it, DLOCK_PASSWORD with it, however the outer one got it.
+  local url="redis://:s3cret@127.0.0.1:$PORT" out
+  out=$(env -u DLOCK_PASSWORD DLOCK_URL="$url" "$DLOCK" run nest -- \
+        "$DLOCK" run nest2 -- sh -c 'echo "$DLOCK_URL|$DLOCK_PASSWORD"')
+  expect_rc 0 $? "nested run, the password in \$DLOCK_URL"
+  [ "$out" = "redis://127.0.0.1:$PORT|s3cret" ] || fail "nested env: '$out'"
+  env -u DLOCK_PASSWORD DLOCK_URL="$url" "$DLOCK" run nest -- \
+    "$DLOCK" status nest >/dev/null
+  expect_rc 0 $? "nested status, the password in \$DLOCK_URL"
+  DLOCK_PASSWORD=wrong "$DLOCK" -u "$url" run nest -- "$DLOCK" status nest >/dev/null
+  expect_rc 0 $? "nested status, the password in -u, a wrong \$DLOCK_PASSWORD"
+  DLOCK_PASSWORD=wrong "$DLOCK" run -u "$url" nest -- "$DLOCK" status nest >/dev/null
+  expect_rc 0 $? "run's own -u, a wrong \$DLOCK_PASSWORD"
+  echo s3cret > pwfile2
+  DLOCK_PASSWORD=wrong "$DLOCK" --password-file pwfile2 run nest -- \
+    "$DLOCK" run nest2 -- "$DLOCK" status nest2 >/dev/null
+  expect_rc 0 $? "twice nested, --password-file and a wrong \$DLOCK_PASSWORD"
+  out=$(DLOCK_PASSWORD=s3cret "$DLOCK" run nest -- sh -c 'echo "$DLOCK_PASSWORD"')
+  [ "$out" = s3cret ] || fail "inherited \$DLOCK_PASSWORD: '$out'"
+  rm -f pwfile2
 }
 
 t_status_and_list_json() {
@@ -261,6 +286,142 @@ t_bad_input() {
   done
 }
 
+t_version() {
+  local v out
+  v=$("$DLOCK" version); expect_rc 0 $? "version"
+  case "$v" in "dlock "[0-9]*.[0-9]*.[0-9]*) ;; *) fail "version: $v" ;; esac
+  out=$("$DLOCK" --version); expect_rc 0 $? "--version"
+  [ "$out" = "$v" ] || fail "--version: '$out', expected '$v'"
+  out=$("$DLOCK" -V); expect_rc 0 $? "-V"
+  [ "$out" = "$v" ] || fail "-V: '$out', expected '$v'"
+  "$DLOCK" --help | grep -q -- "-V, --version" || fail "--version not in --help"
+  grep -q -- '\\-\\-version' "$SRC/docs/dlock.1" || fail "--version not in dlock.1"
+}
+
+t_man_page() {
+  # The man page tells all: run's lock kinds, the environment COMMAND gets,
+  # every exit status the command defines (src/cli/cli.h).
+  local man="$SRC/docs/dlock.1" syn env ex
+  syn=$(sed -n '/^\.SH SYNOPSIS/,/^\.SH DESCRIPTION/p' "$man")
+  env=$(sed -n '/^\.SH ENVIRONMENT/,/^\.SH SEE ALSO/p' "$man")
+  ex=$(sed -n '/^\.SH EXIT STATUS/,/^\.SH EXAMPLES/p' "$man")
+  for o in fair read write permits; do
+    grep -q -- "\\\\-\\\\-$o" <<<"$syn" || fail "SYNOPSIS lacks --$o"
+  done
+  for v in DLOCK_URL DLOCK_PASSWORD DLOCK_NAME DLOCK_TOKEN DLOCK_PERMIT; do
+    grep -q "^\.B $v\$" <<<"$env" || fail "ENVIRONMENT lacks $v"
+  done
+  for code in 0 1 $(grep -oE '= [0-9]+,' "$SRC/src/cli/cli.h" | tr -dc '0-9\n'); do
+    grep -q "^\.B $code\$" <<<"$ex" || fail "EXIT STATUS lacks $code"
+  done
+  grep -q 'sysexits(3)' "$SRC/README.md" || fail "README does not name sysexits(3)"
+}
+
+t_options_after_name() {
+  # GNU style: options may follow NAME, up to the '--'.
+  "$DLOCK" run oan -w 0 -- true; expect_rc 0 $? "run NAME -w 0 -- true"
+  "$DLOCK" run -q oan -- sleep 3 & local h=$!
+  wait_until is_held oan || fail "holder never took it"
+  "$DLOCK" run oan -q -w 0 -E 9 -- true; expect_rc 9 $? "run NAME -q -w 0 -E 9"
+  "$DLOCK" run oan --wait=0 --quiet --conflict-exit-code 8 -- true
+  expect_rc 8 $? "long options after NAME"
+  # What follows '--' is the command's, even when it looks like ours.
+  local out
+  out=$("$DLOCK" run oan2 -w 1s -- echo -w 0 -E 9 --); expect_rc 0 $? "command's options"
+  [ "$out" = "-w 0 -E 9 --" ] || fail "the command got '$out'"
+  # Still usage errors, each saying what is wrong.
+  out=$("$DLOCK" run oan true 2>&1); expect_rc 64 $? "no --"
+  case "$out" in *"missing '--'"*) ;; *) fail "no --: $out" ;; esac
+  out=$("$DLOCK" run oan other -- true 2>&1); expect_rc 64 $? "two names"
+  case "$out" in *"one lock NAME"*oan*other*) ;; *) fail "two names: $out" ;; esac
+  out=$("$DLOCK" run -w 0 -- true 2>&1); expect_rc 64 $? "no name"
+  case "$out" in *"missing lock NAME"*) ;; *) fail "no name: $out" ;; esac
+  out=$("$DLOCK" run oan -w -- true 2>&1); expect_rc 64 $? "-w without its value"
+  case "$out" in *"-w"*) ;; *) fail "-w without value: $out" ;; esac
+  kill "$h"; wait "$h" 2>/dev/null
+}
+
+t_status_not_a_lock() {
+  local out
+  rcli SET num 5 >/dev/null; rcli SET txt hello >/dev/null
+  rcli RPUSH lst a >/dev/null
+  out=$("$DLOCK" status num 2>&1); expect_rc 65 $? "status of a number"
+  case "$out" in *"not a dlock lock: string"*"--permits"*) ;;
+    *) fail "status num: $out" ;; esac
+  out=$("$DLOCK" status --json txt 2>&1); expect_rc 65 $? "status of a string"
+  case "$out" in *"not a dlock lock: string"*) ;; *) fail "status txt: $out" ;; esac
+  out=$("$DLOCK" status lst 2>&1); expect_rc 65 $? "status of a list"
+  case "$out" in *"not a dlock lock: list"*) ;; *) fail "status lst: $out" ;; esac
+  # Asked for, the number is a semaphore's or a latch's.
+  out=$("$DLOCK" status --permits num); expect_rc 0 $? "status --permits"
+  case "$out" in "num: semaphore, 5 permit(s) free") ;; *) fail "--permits: $out" ;; esac
+  out=$("$DLOCK" status num --latch); expect_rc 0 $? "status --latch"
+  case "$out" in "num: count-down latch, count 5") ;; *) fail "--latch: $out" ;; esac
+  "$DLOCK" status --permits nosuch >/dev/null; expect_rc 1 $? "--permits, not set"
+  out=$("$DLOCK" status --permits txt 2>&1); expect_rc 65 $? "--permits of text"
+  # Nor is what is not a lock deleted.
+  out=$("$DLOCK" release --force num 2>&1); expect_rc 65 $? "release --force num"
+  [ "$(rcli GET num)" = 5 ] || fail "release --force deleted a semaphore"
+  # A semaphore from dlock run --permits.
+  "$DLOCK" run -q --permits 2 sp -- sleep 30 & local h=$!
+  wait_until sp_taken || fail "permit never taken"
+  out=$("$DLOCK" status --permits --json sp); expect_rc 0 $? "--permits --json"
+  python3 -c '
+import json,sys
+d=json.loads(sys.argv[1])
+assert d=={"name":"sp","kind":"semaphore","set":True,"counter":1,"permits_taken":1}, d
+' "$out" || fail "status --permits --json: $out"
+  out=$("$DLOCK" status sp --permits); expect_rc 0 $? "--permits of a pool"
+  case "$out" in "sp: semaphore, 1 permit(s) free, 1 taken"*) ;; *) fail "pool: $out" ;; esac
+  "$DLOCK" run -q js2 -- sleep 30 & local l=$!
+  wait_until is_held js2 || fail "js2 not held"
+  out=$("$DLOCK" status --permits js2 2>&1); expect_rc 65 $? "--permits of a lock"
+  case "$out" in *"not a semaphore: hash"*) ;; *) fail "--permits of a lock: $out" ;; esac
+  kill "$h" "$l"; wait "$h" "$l" 2>/dev/null
+  rcli DEL num txt lst >/dev/null
+}
+sp_taken() { [ "$(rcli ZCARD '{sp}:timeout')" = 1 ]; }
+
+t_holders_described() {
+  # Readers show host, pid and command, as the other kinds do.
+  "$DLOCK" run -q --read rdesc -- sleep 30 & local r1=$!
+  "$DLOCK" run -q --read rdesc -- sleep 31 & local r2=$!
+  wait_until readers_of rdesc 2 || fail "two readers never held it"
+  local out
+  out=$("$DLOCK" status rdesc)
+  case "$out" in "rdesc: held by $(hostname) pid "[0-9]*" (sleep 3"[01]")"*) ;;
+    *) fail "status of readers: $out" ;; esac
+  out=$("$DLOCK" status --json rdesc)
+  python3 -c '
+import json,sys
+d=json.loads(sys.argv[1])
+assert d["command"] in ("sleep 30","sleep 31") and d["pid"]>0 and d["readers"]==2, d
+assert d["held_ms"]>=0, d
+' "$out" || fail "status --json of readers: $out"
+  out=$("$DLOCK" list 'rdesc'); case "$out" in rdesc*"sleep 3"*) ;; *) fail "list: $out" ;; esac
+  kill "$r1" "$r2"; wait "$r1" "$r2" 2>/dev/null
+  "$DLOCK" run -q --write rdesc -- sleep 30 & local w=$!
+  wait_until is_held rdesc || fail "writer never held it"
+  out=$("$DLOCK" status rdesc)
+  case "$out" in *"(sleep 30)"*"mode:      write"*) ;; *) fail "writer: $out" ;; esac
+  kill "$w"; wait "$w" 2>/dev/null
+  # A library user's description, whatever its format, shows as is.
+  rcli HSET free 7b44:1 1 dlock:info "nightly export, ticket 42" >/dev/null
+  rcli PEXPIRE free 30000 >/dev/null
+  out=$("$DLOCK" status free)
+  case "$out" in "free: held by nightly export, ticket 42"*) ;; *) fail "free-form: $out" ;; esac
+  out=$("$DLOCK" status --json free)
+  python3 -c '
+import json,sys
+d=json.loads(sys.argv[1])
+assert d["info"]=="nightly export, ticket 42" and "command" not in d, d
+' "$out" || fail "free-form --json: $out"
+  out=$("$DLOCK" run -w 0 free -- true 2>&1); expect_rc 75 $? "run on a held lock"
+  case "$out" in *"held by nightly export, ticket 42"*) ;; *) fail "conflict: $out" ;; esac
+  rcli DEL free >/dev/null
+}
+readers_of() { "$DLOCK" status "$1" 2>/dev/null | grep -q "read, $2 reader"; }
+
 permits_taken() { [ "$(rcli ZCARD '{pool}:timeout')" = "$1" ]; }
 
 t_permits() {
@@ -312,11 +473,14 @@ t_fair_read_write() {
   pkill -f "sleep 30" 2>/dev/null; true
 }
 
-for t in t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
+# CLI_TESTS="t_a t_b" runs only those.
+for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_revocation_kills_at_once \
          t_force_release_only_locks t_sigkilled_runner_frees_after_lease \
          t_token_increases t_url_without_password t_status_and_list_json \
-         t_terminal_status_line t_bad_input t_permits t_fair_read_write; do
+         t_terminal_status_line t_bad_input t_permits t_fair_read_write \
+         t_version t_options_after_name t_status_not_a_lock \
+         t_holders_described t_nested_password t_man_page}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

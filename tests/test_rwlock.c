@@ -221,10 +221,56 @@ static void t_interop_redisson_reader(void) {
   close_side(&a);
 }
 
+/* Each holder's description shows in inspect, as given, and goes with its
+ * hold; the value is never a bare number (Redisson loops over those). */
+static void t_inspect_describes_holders(void) {
+  setup();
+  side a, b;
+  CHECK(open_side(&a, "rw:info", 0) && open_side(&b, "rw:info", 0));
+  CHECK_RC(dlock_lock_set_info(a.r, "reader A: nightly export"), 0);
+  CHECK_RC(dlock_lock_set_info(b.r, "reader B"), 0);
+  CHECK_RC(dlock_lock_set_info(a.w, "the writer, pid 7"), 0);
+  CHECK_RC(dlock_lock_acquire(a.r, 0, NULL), 0);
+  CHECK_RC(dlock_lock_acquire(b.r, 0, NULL), 0);
+  dlock_lock_state st;
+  CHECK_RC(dlock_lock_inspect(a.r, &st), 0);
+  CHECK(st.held && st.readers == 2 && strcmp(st.mode, "read") == 0);
+  CHECK(strcmp(st.type, "hash") == 0);
+  /* Owner ids are "<client id>:o" here (the explicit owner "o"). */
+  char oa[256];
+  CHECK(dlock_client_owner(a.c, oa, sizeof oa) > 0);
+  size_t idl = (size_t)(strrchr(oa, ':') - oa);
+  bool is_a = strncmp(st.owner, oa, idl) == 0;
+  CHECK(strcmp(st.info, is_a ? "reader A: nightly export" : "reader B") == 0);
+  CHECK(st.held_ms >= 0 && st.held_ms < 5000);
+  CHECK_RC(dlock_lock_release(a.r), 1);
+  CHECK_RC(dlock_lock_inspect(b.r, &st), 0);
+  CHECK(st.readers == 1 && strcmp(st.info, "reader B") == 0);
+  CHECK_EQ(th_cmd_int(&srv, "HLEN rw:info"), 3); /* mode, B, B's info */
+  CHECK_RC(dlock_lock_release(b.r), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS rw:info"), 0);
+  CHECK_RC(dlock_lock_acquire(a.w, 0, NULL), 0);
+  CHECK_RC(dlock_lock_inspect(a.w, &st), 0);
+  CHECK(st.held && strcmp(st.mode, "write") == 0);
+  CHECK(strcmp(st.info, "the writer, pid 7") == 0);
+  redisReply *r = th_cmd(&srv, "HGET rw:info dlock:info:%s", st.owner);
+  CHECK(r && r->type == REDIS_REPLY_STRING);
+  char *end = NULL;
+  if (r && r->type == REDIS_REPLY_STRING) strtod(r->str, &end);
+  CHECK(end && *end != '\0'); /* not a number */
+  freeReplyObject(r);
+  CHECK_RC(dlock_lock_release(a.w), 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS rw:info"), 0);
+  CHECK_RC(dlock_lock_inspect(a.w, &st), 0);
+  CHECK(!st.held && strcmp(st.type, "none") == 0);
+  close_side(&a);
+  close_side(&b);
+}
+
 static void t_teardown(void) {
   th_redis_stop(&srv);
 }
 
 TH_MAIN(T(t_readers_or_one_writer), T(t_downgrade_and_upgrade), T(t_wakeups),
         T(t_watchdog_renews_readers), T(t_interop_redisson_reader),
-        T(t_teardown))
+        T(t_inspect_describes_holders), T(t_teardown))

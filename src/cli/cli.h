@@ -21,7 +21,10 @@ enum {
 /* Options every subcommand accepts. */
 typedef struct cli_global {
   const char *url;      /* -u, else $DLOCK_URL, else the default */
-  char *password;       /* $DLOCK_PASSWORD or --password-file */
+  char *password_file;  /* what --password-file read, or NULL */
+  char *password;       /* the password in use: --password-file's, else the
+                           URL's own, else $DLOCK_PASSWORD; NULL if none.
+                           Kept up to date by cli_global_opt. */
   const char *cacert, *cert, *key;
   bool insecure;
   int verbose; /* -v: 1, -q: -1 */
@@ -39,6 +42,10 @@ typedef struct cli_global {
       {"verbose", no_argument, 0, 'v'}, {"help", no_argument, 0, 'h'}
 #define CLI_GLOBAL_SHORTOPTS "u:qvh"
 int cli_global_opt(cli_global *g, int opt, const char *arg);
+
+/* Sets g->password from g->password_file, g->url and $DLOCK_PASSWORD (see
+ * cli_global). Returns 0, or -1 out of memory. */
+int cli_password_resolve(cli_global *g);
 
 /* Client options for g (watchdog lease `lease_ms`, 0 = default). */
 void cli_options(const cli_global *g, int64_t lease_ms,
@@ -63,6 +70,13 @@ typedef struct cli_holder {
   const char *host, *pid, *cmd;
 } cli_holder;
 bool cli_parse_holder(const char *info, char *buf, size_t len, cli_holder *h);
+
+/* Who holds the lock of `st`, on one line, in buf: "host pid N (command)"
+ * for a holder described by dlock run, else its description as given (any
+ * dlock_lock_set_info text, control characters as spaces), else its owner
+ * id. Returns buf. */
+const char *cli_holder_text(const dlock_lock_state *st, char *buf,
+                            size_t len);
 
 /* Writes s as a JSON string (with quotes) to f. */
 void cli_json_str(void *f, const char *s);

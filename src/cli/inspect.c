@@ -16,14 +16,11 @@ static void print_duration(FILE *f, int64_t ms) {
                (long long)(ms / 60000 % 60));
 }
 
-/* "host pid 123 (command)" or the owner id when there is no description. */
+/* "host pid 123 (command)", the holder's own description, or the owner id
+ * when there is none. */
 static void print_holder(FILE *f, const dlock_lock_state *st) {
-  char buf[DLOCK_INFO_MAX + 1];
-  cli_holder h;
-  if (cli_parse_holder(st->info, buf, sizeof buf, &h))
-    fprintf(f, "%s pid %s (%s)", h.host, h.pid, h.cmd);
-  else
-    fprintf(f, "%s", st->owner);
+  char buf[DLOCK_INFO_MAX + 64];
+  fputs(cli_holder_text(st, buf, sizeof buf), f);
 }
 
 static void json_state(FILE *f, const char *name, const dlock_lock_state *st) {
@@ -41,6 +38,9 @@ static void json_state(FILE *f, const char *name, const dlock_lock_state *st) {
       cli_json_str(f, h.host);
       fprintf(f, ",\"pid\":%ld,\"command\":", strtol(h.pid, NULL, 10));
       cli_json_str(f, h.cmd);
+    } else if (st->info[0]) { /* a description set by a library user */
+      fputs(",\"info\":", f);
+      cli_json_str(f, st->info);
     }
     if (st->held_ms >= 0)
       fprintf(f, ",\"held_ms\":%lld", (long long)st->held_ms);
@@ -52,9 +52,6 @@ static void json_state(FILE *f, const char *name, const dlock_lock_state *st) {
     fprintf(f, ",\"readers\":%d", st->readers);
   }
   if (st->queued > 0) fprintf(f, ",\"queued\":%d", st->queued);
-  if (st->counter >= 0) fprintf(f, ",\"counter\":%lld", (long long)st->counter);
-  if (st->permits_taken > 0)
-    fprintf(f, ",\"permits_taken\":%d", st->permits_taken);
   fprintf(f, ",\"token\":%llu,\"waiters\":%d}\n",
           (unsigned long long)st->token, st->waiters);
 }
@@ -72,15 +69,6 @@ static void text_kind(FILE *f, const dlock_lock_state *st) {
 }
 
 static void text_state(FILE *f, const char *name, const dlock_lock_state *st) {
-  if (st->counter >= 0) { /* a semaphore or a latch */
-    fprintf(f, "%s: counter %lld (a semaphore's free permits, or a count-down "
-               "latch's count)\n",
-            name, (long long)st->counter);
-    if (st->permits_taken > 0)
-      fprintf(f, "  permits taken: %d (permit-expirable semaphore)\n",
-              st->permits_taken);
-    return;
-  }
   if (!st->held) {
     fprintf(f, "%s: free (last token %llu, %d waiting)\n", name,
             (unsigned long long)st->token, st->waiters);
@@ -103,10 +91,17 @@ static void text_state(FILE *f, const char *name, const dlock_lock_state *st) {
   text_kind(f, st);
 }
 
+/* What `status` takes NAME for: a lock (any of the lock kinds, all hashes
+ * on the server), or with --permits or --latch a counter (Redisson's
+ * RSemaphore, RPermitExpirableSemaphore and RCountDownLatch keep a number
+ * at the name, which nothing tells apart from any other number). */
+enum { AS_LOCK, AS_SEMAPHORE, AS_LATCH };
+
 typedef struct {
   bool json;
   bool force;
   const char *permit; /* release --permit ID */
+  int as;
   const char *help;
 } simple_opts;
 
@@ -116,7 +111,8 @@ static int parse_simple(int argc, char **argv, cli_global *g, simple_opts *o,
                         int *rc) {
   static const struct option longopts[] = {
       CLI_GLOBAL_LONGOPTS, {"json", no_argument, 0, 'j'},
-      {"force", no_argument, 0, 'f'}, {"permit", required_argument, 0, 'P'},
+      {"force", no_argument, 0, 'f'}, {"permit", required_argument, 0, 'I'},
+      {"permits", no_argument, 0, 'P'}, {"latch", no_argument, 0, 'L'},
       {0, 0, 0, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, CLI_GLOBAL_SHORTOPTS "f", longopts,
@@ -128,7 +124,9 @@ static int parse_simple(int argc, char **argv, cli_global *g, simple_opts *o,
     }
     if (opt == 'j') o->json = true;
     else if (opt == 'f') o->force = true;
-    else if (opt == 'P') o->permit = optarg;
+    else if (opt == 'I') o->permit = optarg;
+    else if (opt == 'P') o->as = AS_SEMAPHORE;
+    else if (opt == 'L') o->as = AS_LATCH;
     else if (opt == '?') {
       cli_err("unknown option '%s' (see dlock %s --help)", argv[optind - 1],
               argv[0]);
@@ -176,30 +174,94 @@ static dlock_lock *open_inspected(cli_global *g, const char *name,
   return l;
 }
 
+/* Whether the key at the name can be a lock: a hash, or nothing (free). */
+static bool lockish(const dlock_lock_state *st) {
+  return strcmp(st->type, "hash") == 0 || strcmp(st->type, "none") == 0;
+}
+
+/* The message for a name that holds something else than a lock. */
+static void not_a_lock(const char *name, const dlock_lock_state *st) {
+  if (st->counter >= 0)
+    cli_err("%s: not a dlock lock: %s (a semaphore's or a latch's count "
+            "looks the same: dlock status --permits %s, or --latch)",
+            name, st->type, name);
+  else
+    cli_err("%s: not a dlock lock: %s", name, st->type);
+}
+
+/* status --permits / --latch: the counter at the name. Returns the exit
+ * status: 0 set, 1 not set, EXIT_DATAERR something else is there. */
+static int counter_status(const char *name, const dlock_lock_state *st,
+                          const simple_opts *o) {
+  const char *kind = o->as == AS_LATCH ? "latch" : "semaphore";
+  if (st->counter < 0 && strcmp(st->type, "none") != 0) {
+    cli_err("%s: not a %s: %s%s", name, kind, st->type,
+            strcmp(st->type, "hash") == 0 ? " (a lock: dlock status NAME)"
+                                          : "");
+    return EXIT_DATAERR;
+  }
+  bool set = st->counter >= 0;
+  if (o->json) {
+    fputs("{\"name\":", stdout);
+    cli_json_str(stdout, name);
+    printf(",\"kind\":\"%s\",\"set\":%s", kind, set ? "true" : "false");
+    if (set) printf(",\"counter\":%lld", (long long)st->counter);
+    if (o->as == AS_SEMAPHORE)
+      printf(",\"permits_taken\":%d", st->permits_taken);
+    fputs("}\n", stdout);
+  } else if (!set) {
+    printf("%s: no %s (%s)\n", name, kind,
+           o->as == AS_LATCH ? "its count is 0, or it was never set"
+                             : "never set, or deleted");
+  } else if (o->as == AS_LATCH) {
+    printf("%s: count-down latch, count %lld\n", name,
+           (long long)st->counter);
+  } else {
+    printf("%s: semaphore, %lld permit(s) free", name,
+           (long long)st->counter);
+    if (st->permits_taken > 0)
+      printf(", %d taken (permits with leases)", st->permits_taken);
+    putchar('\n');
+  }
+  return set ? 0 : 1;
+}
+
 int cmd_status(int argc, char **argv, cli_global *g) {
-  simple_opts o = {.help = "usage: dlock status [--json] NAME\n"
-                           "Shows whether NAME is held, by whom (owner, host, "
-                           "pid, command, since when,\nhold count), the lease "
-                           "left, the fencing token and the waiters; for a "
-                           "read-write lock its\nmode and readers, for a fair "
-                           "lock its queue, for a semaphore or a latch its\n"
-                           "counter and the permits taken.\n"
-                           "Exit status: 0 held (or a counter is set), 1 free, "
-                           "69 server trouble, 64 usage.\n"};
+  simple_opts o = {
+      .help =
+          "usage: dlock status [--json] [--permits | --latch] NAME\n"
+          "Shows whether lock NAME is held, by whom (owner, host, pid, "
+          "command, since\nwhen, hold count), the lease left, the fencing "
+          "token and the waiters; for a\nread-write lock its mode and "
+          "readers, for a fair lock its queue.\n"
+          "  --permits  NAME is a semaphore (dlock run --permits, Redisson's "
+          "RSemaphore or\n             RPermitExpirableSemaphore): the "
+          "permits free and taken\n"
+          "  --latch    NAME is a count-down latch (RCountDownLatch): its "
+          "count\n"
+          "Exit status: 0 held (or set), 1 free (or not set), 65 NAME holds "
+          "something\nelse, 69 server trouble, 64 usage.\n"};
   int rc = 0;
   int i = parse_simple(argc, argv, g, &o, &rc);
   if (i < 0) return rc;
   if (o.force || argc - i != 1) {
-    cli_err("usage: dlock status [--json] NAME");
+    cli_err("usage: dlock status [--json] [--permits | --latch] NAME");
     return EXIT_USAGE;
   }
   dlock_client *c;
   dlock_lock_state st;
   dlock_lock *l = open_inspected(g, argv[i], &c, &st, &rc);
   if (l == NULL) return rc;
-  if (o.json) json_state(stdout, argv[i], &st);
-  else text_state(stdout, argv[i], &st);
-  rc = st.held || st.counter >= 0 ? 0 : 1;
+  if (o.as != AS_LOCK) {
+    rc = counter_status(argv[i], &st, &o);
+  } else if (!lockish(&st)) {
+    not_a_lock(argv[i], &st);
+    rc = EXIT_DATAERR;
+  } else {
+    if (o.json) json_state(stdout, argv[i], &st);
+    else text_state(stdout, argv[i], &st);
+    rc = st.held ? 0 : 1;
+  }
   dlock_lock_free(l);
   dlock_client_close(c);
   return rc;
@@ -243,7 +305,7 @@ int cmd_release(int argc, char **argv, cli_global *g) {
   int rc = 0;
   int i = parse_simple(argc, argv, g, &o, &rc);
   if (i < 0) return rc;
-  if (o.json || argc - i != 1) {
+  if (o.json || o.as != AS_LOCK || argc - i != 1) {
     cli_err("usage: dlock release --force [--permit ID] NAME");
     return EXIT_USAGE;
   }
@@ -270,9 +332,9 @@ int cmd_release(int argc, char **argv, cli_global *g) {
     cli_err("%s is a permit-expirable semaphore with %d permit(s) taken: "
             "say which with --permit ID", argv[i], st.permits_taken);
     rc = EXIT_DATAERR;
-  } else if (e == DLOCK_EWRONGTYPE) {
-    cli_err("%s is not a lock, nothing deleted (%s)", argv[i],
-            dlock_client_errmsg(c));
+  } else if (e == DLOCK_EWRONGTYPE) { /* the script checked, atomically */
+    not_a_lock(argv[i], &st);
+    if (g->verbose > 0) cli_err("%s", dlock_client_errmsg(c));
     rc = EXIT_DATAERR;
   } else if (e < 0) {
     cli_err("%s", dlock_client_errmsg(c));
@@ -335,7 +397,7 @@ int cmd_list(int argc, char **argv, cli_global *g) {
   int rc = 0;
   int i = parse_simple(argc, argv, g, &o, &rc);
   if (i < 0) return rc;
-  if (o.force || argc - i > 1) {
+  if (o.force || o.as != AS_LOCK || argc - i > 1) {
     cli_err("usage: dlock list [--json] [PATTERN]");
     return EXIT_USAGE;
   }

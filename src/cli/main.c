@@ -1,5 +1,6 @@
 /* main.c: the dlock command: dispatch, global options, shared helpers. */
 #include "cli.h"
+#include "core/internal.h" /* dl_url_parse */
 
 #include <errno.h>
 #include <getopt.h>
@@ -15,12 +16,15 @@ static const char *usage_text =
     "\n"
     "commands:\n"
     "  run [options] NAME -- COMMAND [ARG...]   run COMMAND holding lock NAME\n"
-    "  status [--json] NAME                     who holds NAME (exit 0 held, "
-    "1 free)\n"
+    "  status [--json] NAME                     who holds lock NAME (exit 0 "
+    "held, 1 free)\n"
+    "  status --permits|--latch NAME            a semaphore's or latch's "
+    "count\n"
     "  release --force NAME                     delete NAME whoever holds it\n"
     "  list [--json] [PATTERN]                  the held locks\n"
     "  bench [options] SCENARIO                 benchmark (see dlock bench "
     "--help)\n"
+    "  version                                  the version (as --version)\n"
     "\n"
     "global options (any command):\n"
     "  -u, --url URL          redis://[user[:pass]@]host[:port][/db], "
@@ -36,6 +40,7 @@ static const char *usage_text =
     "  -v, --verbose          say what happens\n"
     "  -h, --help             this help; 'dlock COMMAND --help' for a "
     "command\n"
+    "  -V, --version          the version (also 'dlock version')\n"
     "\n"
     "Durations: 250ms, 30s, 5m, 1h, or a number of seconds.\n"
     "See dlock(1).\n";
@@ -60,19 +65,46 @@ static char *read_password_file(const char *path) {
   return strdup(buf);
 }
 
+/* The URL's own password, decoded (caller frees), or NULL if it has none
+ * or does not parse (the client reports a bad URL). */
+static char *url_password(const char *url) {
+  dl_endpoint ep = {0};
+  char err[128];
+  char *pw = NULL;
+  if (dl_url_parse(url ? url : "redis://127.0.0.1:6379", &ep, err,
+                   sizeof err) == 0 && ep.password) {
+    pw = ep.password;
+    ep.password = NULL;
+  }
+  dl_endpoint_clear(&ep);
+  return pw;
+}
+
+int cli_password_resolve(cli_global *g) {
+  free(g->password);
+  const char *env = getenv("DLOCK_PASSWORD");
+  if (g->password_file) g->password = strdup(g->password_file);
+  else if ((g->password = url_password(g->url)) != NULL) return 0;
+  else if (env && *env) g->password = strdup(env);
+  else return 0;
+  return g->password ? 0 : -1;
+}
+
 int cli_global_opt(cli_global *g, int opt, const char *arg) {
   switch (opt) {
-  case 'u': g->url = arg; return 1;
+  case 'u':
+    g->url = arg;
+    return cli_password_resolve(g) == 0 ? 1 : -1;
   case 'q': g->verbose = -1; return 1;
   case 'v': g->verbose = 1; return 1;
   case 1001:
-    free(g->password);
-    g->password = read_password_file(arg);
-    if (g->password == NULL) {
+    free(g->password_file);
+    g->password_file = read_password_file(arg);
+    if (g->password_file == NULL) {
       cli_err("cannot read the password file %s: %s", arg, strerror(errno));
       return -1;
     }
-    return 1;
+    return cli_password_resolve(g) == 0 ? 1 : -1;
   case 1002: g->cacert = arg; return 1;
   case 1003: g->cert = arg; return 1;
   case 1004: g->key = arg; return 1;
@@ -160,6 +192,22 @@ bool cli_parse_holder(const char *info, char *buf, size_t len,
   return true;
 }
 
+const char *cli_holder_text(const dlock_lock_state *st, char *buf,
+                            size_t len) {
+  char tmp[DLOCK_INFO_MAX + 1];
+  cli_holder h;
+  if (cli_parse_holder(st->info, tmp, sizeof tmp, &h)) {
+    snprintf(buf, len, "%s pid %s (%s)", h.host, h.pid, h.cmd);
+  } else if (st->info[0]) {
+    snprintf(buf, len, "%s", st->info);
+    for (char *p = buf; *p; p++)
+      if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = ' ';
+  } else {
+    snprintf(buf, len, "%s", st->owner);
+  }
+  return buf;
+}
+
 void cli_json_str(void *fp, const char *s) {
   FILE *f = fp;
   fputc('"', f);
@@ -173,17 +221,6 @@ void cli_json_str(void *fp, const char *s) {
   fputc('"', f);
 }
 
-/* Whether the URL carries its own password (user:pass@ or :pass@). */
-static bool url_has_password(const char *url) {
-  const char *p = url ? strstr(url, "://") : NULL;
-  if (p == NULL) return false;
-  p += 3;
-  const char *at = strchr(p, '@'), *slash = strchr(p, '/');
-  if (at == NULL || (slash && slash < at)) return false;
-  const char *colon = memchr(p, ':', (size_t)(at - p));
-  return colon != NULL;
-}
-
 int main(int argc, char **argv) {
   cli_global g = {0};
   g.url = getenv("DLOCK_URL");
@@ -191,14 +228,19 @@ int main(int argc, char **argv) {
 
   /* Global options before the command. */
   int i = 1;
-  static const struct option longopts[] = {CLI_GLOBAL_LONGOPTS, {0, 0, 0, 0}};
+  static const struct option longopts[] = {
+      CLI_GLOBAL_LONGOPTS, {"version", no_argument, 0, 'V'}, {0, 0, 0, 0}};
   opterr = 0;
   int opt;
   /* '+': stop at the first non-option (the command). */
-  while ((opt = getopt_long(argc, argv, "+" CLI_GLOBAL_SHORTOPTS, longopts,
+  while ((opt = getopt_long(argc, argv, "+" CLI_GLOBAL_SHORTOPTS "V", longopts,
                             NULL)) != -1) {
     if (opt == 'h') {
       fputs(usage_text, stdout);
+      return 0;
+    }
+    if (opt == 'V') {
+      printf("dlock %s\n", dlock_version(NULL));
       return 0;
     }
     if (opt == '?') {
@@ -209,10 +251,12 @@ int main(int argc, char **argv) {
     if (r < 0) return EXIT_USAGE;
   }
   i = optind;
-  /* A password: --password-file, else the URL's own, else $DLOCK_PASSWORD. */
-  const char *pw = getenv("DLOCK_PASSWORD");
-  if (g.password == NULL && pw && *pw && !url_has_password(g.url))
-    g.password = strdup(pw);
+  /* A password: --password-file, else the URL's own, else $DLOCK_PASSWORD
+   * (again whenever a command's own -u or --password-file changes them). */
+  if (cli_password_resolve(&g) != 0) {
+    cli_err("out of memory");
+    return EXIT_UNAVAILABLE;
+  }
   if (i >= argc) {
     fputs(usage_text, stderr);
     return EXIT_USAGE;
@@ -239,5 +283,6 @@ int main(int argc, char **argv) {
     rc = EXIT_USAGE;
   }
   free(g.password);
+  free(g.password_file);
   return rc;
 }

@@ -24,6 +24,7 @@ static const char *run_help =
     "usage: dlock run [options] NAME -- COMMAND [ARG...]\n"
     "Acquires lock NAME, runs COMMAND while holding it, releases it when "
     "COMMAND ends.\n"
+    "Options may also follow NAME; everything after '--' is COMMAND's.\n"
     "\n"
     "  -w, --wait DURATION        how long to wait for the lock (default "
     "forever;\n"
@@ -54,7 +55,8 @@ static const char *run_help =
     "DLOCK_NAME,\n"
     "DLOCK_TOKEN (the fencing token; with --permits, DLOCK_PERMIT, the "
     "permit's id)\n"
-    "and DLOCK_URL (no password) in its environment.\n"
+    "DLOCK_URL (no password) and DLOCK_PASSWORD (the password in use, if "
+    "any) in its\nenvironment.\n"
     "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to its group.\n"
     "\n"
     "Exit status: COMMAND's (128+N if killed by signal N); 75 (-E) not "
@@ -143,16 +145,11 @@ static void show_waiting(dlock_lock *l, const char *name, int64_t since) {
   if (dlock_lock_inspect(l, &st) != 0 || !st.held) {
     snprintf(line, sizeof line, "waiting for %s (%.0fs)", name, waited);
   } else {
-    char buf[DLOCK_INFO_MAX + 1], held[32] = "";
-    cli_holder h;
+    char who[100], held[32] = "";
     if (st.held_ms >= 0)
       snprintf(held, sizeof held, " for %llds", (long long)st.held_ms / 1000);
-    if (cli_parse_holder(st.info, buf, sizeof buf, &h))
-      snprintf(line, sizeof line, "waiting for %s (%.0fs): held by %s pid %s "
-               "(%.60s)%s", name, waited, h.host, h.pid, h.cmd, held);
-    else
-      snprintf(line, sizeof line, "waiting for %s (%.0fs): held by %s%s", name,
-               waited, st.owner, held);
+    snprintf(line, sizeof line, "waiting for %s (%.0fs): held by %s%s", name,
+             waited, cli_holder_text(&st, who, sizeof who), held);
   }
   fprintf(stderr, "\r\033[Kdlock: %s", line);
   fflush(stderr);
@@ -217,11 +214,21 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   int permits = 0, kinds = 0;
   bool fair = false, rd = false, wr = false;
   int conflict = EXIT_CONFLICT;
+  /* Options go before or after NAME, up to the first "--": getopt only
+   * sees the words before it, so nothing of COMMAND is taken for ours.
+   * '-': operands come back in order as opt 1 (also under
+   * POSIXLY_CORRECT), so that NAME is the only one. */
+  int dashes = 1;
+  while (dashes < argc && strcmp(argv[dashes], "--") != 0) dashes++;
+  const char *name = NULL, *extra = NULL;
   int opt;
-  /* '+': options end at NAME; "--" separates the command. */
-  while ((opt = getopt_long(argc, argv, "+" CLI_GLOBAL_SHORTOPTS "w:l:E:",
+  while ((opt = getopt_long(dashes, argv, "-" CLI_GLOBAL_SHORTOPTS "w:l:E:",
                             longopts, NULL)) != -1) {
     switch (opt) {
+    case 1:
+      if (name == NULL) name = optarg;
+      else if (extra == NULL) extra = optarg;
+      break;
     case 'h': fputs(run_help, stdout); return 0;
     case 'w':
       if (dl_parse_duration(optarg, &wait_ms) != 0) {
@@ -275,22 +282,25 @@ int cmd_run(int argc, char **argv, cli_global *g) {
     return EXIT_USAGE;
   }
   if (grace_ms > lease_ms) grace_ms = lease_ms;
-  if (optind >= argc) {
+  if (name == NULL) {
     cli_err("missing lock NAME (usage: dlock run [options] NAME -- COMMAND)");
     return EXIT_USAGE;
   }
-  const char *name = argv[optind++];
-  if (optind >= argc || strcmp(argv[optind], "--") != 0) {
-    cli_err("missing '--' before the command (usage: dlock run [options] "
-            "NAME -- COMMAND [ARG...])");
+  if (dashes >= argc) {
+    cli_err("missing '--' between NAME and COMMAND (usage: dlock run "
+            "[options] NAME -- COMMAND [ARG...])");
     return EXIT_USAGE;
   }
-  optind++;
-  if (optind >= argc) {
+  if (extra != NULL) {
+    cli_err("one lock NAME before '--', not '%s' and '%s' (usage: dlock run "
+            "[options] NAME -- COMMAND [ARG...])", name, extra);
+    return EXIT_USAGE;
+  }
+  if (dashes + 1 >= argc) {
     cli_err("missing COMMAND after '--'");
     return EXIT_USAGE;
   }
-  char **cmd = argv + optind;
+  char **cmd = argv + dashes + 1;
   if (*name == '\0' || strlen(name) > DLOCK_NAME_MAX) {
     cli_err("the lock name must be 1 to %d bytes", DLOCK_NAME_MAX);
     return EXIT_USAGE;
@@ -375,13 +385,9 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       } else if (g->verbose >= 0) {
         dlock_lock_state st;
         if (dlock_lock_inspect(l, &st) == 0 && st.held) {
-          char buf[DLOCK_INFO_MAX + 1];
-          cli_holder h;
-          if (cli_parse_holder(st.info, buf, sizeof buf, &h))
-            cli_err("%s is held by %s pid %s (%s)", name, h.host, h.pid,
-                    h.cmd);
-          else
-            cli_err("%s is held by %s", name, st.owner);
+          char who[DLOCK_INFO_MAX + 64];
+          cli_err("%s is held by %s", name,
+                  cli_holder_text(&st, who, sizeof who));
         } else {
           cli_err("%s was not acquired in time", name);
         }
@@ -412,6 +418,10 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   else setenv("DLOCK_TOKEN", tok, 1);
   setenv("DLOCK_URL", pub ? pub : "", 1);
   free(pub);
+  /* The password goes in the environment, never in argv: a nested dlock
+   * (or anything else) finds it there, whichever way it came to us. */
+  if (g->password) setenv("DLOCK_PASSWORD", g->password, 1);
+  else unsetenv("DLOCK_PASSWORD");
   bool take_tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) {

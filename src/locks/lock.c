@@ -215,8 +215,8 @@ int dlock_lock_set_info(dlock_lock *l, const char *info) {
 
 /* One attempt at a side of a read-write lock (see attempt). */
 static int rw_attempt(dlock_lock *l, const char *owner, const char *lease,
-                      uint64_t *token, int64_t *ttl, bool *local_reserved,
-                      int64_t *sent) {
+                      const char *info, uint64_t *token, int64_t *ttl,
+                      bool *local_reserved, int64_t *sent) {
   /* The same thread's owner ids on the other side. */
   char reader[OWNER_MAX], writer[OWNER_MAX];
   size_t ol = strlen(owner);
@@ -231,12 +231,12 @@ static int rw_attempt(dlock_lock *l, const char *owner, const char *lease,
   char tk[DERIVED_MAX];
   const char *keys[] = {l->key, TOKEN_KEY(l, tk)};
   const char *args[] = {lease, owner, l->rw == RW_READ ? "read" : "write",
-                        writer, reader};
+                        writer, reader, info};
   redisReply *r = NULL;
   *local_reserved = false;
   *sent = dl_now_ms();
   int rc = l->c->backend->ops->eval(l->c->backend, DL_SCRIPT_RW_ACQUIRE, 2,
-                                    keys, 5, args, &r);
+                                    keys, 6, args, &r);
   if (rc != 0) return rc;
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
       r->element[0]->type != REDIS_REPLY_INTEGER ||
@@ -275,8 +275,10 @@ static int attempt(dlock_lock *l, const char *owner, int64_t lease_ms,
   pthread_mutex_unlock(&l->c->holds_mu);
   if (info == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
   if (l->rw != RW_NONE) {
+    int rc = rw_attempt(l, owner, lease, info, token, ttl, local_reserved,
+                        sent);
     free(info);
-    return rw_attempt(l, owner, lease, token, ttl, local_reserved, sent);
+    return rc;
   }
   bool fair = l->fair_ms > 0;
   char tk[DERIVED_MAX], hk[DERIVED_MAX], qk[DERIVED_MAX], tok[DERIVED_MAX];
@@ -786,6 +788,14 @@ static bool owner_field(const redisReply *f, const redisReply *v) {
   return *end == '\0' && n > 0;
 }
 
+/* Sets st->held_ms from a holder's start, `since` (server ms, as text),
+ * and the server's clock `now` (-1 unknown). */
+static void held_since(dlock_lock_state *st, int64_t now, const char *since) {
+  if (now < 0) return;
+  st->held_ms = now - strtoll(since, NULL, 10);
+  if (st->held_ms < 0) st->held_ms = 0;
+}
+
 int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
   if (l == NULL || st == NULL) return DLOCK_EINVAL;
   memset(st, 0, sizeof *st);
@@ -799,13 +809,16 @@ int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
   int rc = b->ops->eval(b, DL_SCRIPT_LOCK_INSPECT, 5, keys, 0, NULL, &r);
   free(timeouts);
   if (rc != 0) return rc;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 7 ||
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 8 ||
       r->element[0]->type != REDIS_REPLY_ARRAY ||
       r->element[1]->type != REDIS_REPLY_INTEGER) {
     freeReplyObject(r);
     return dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to inspect");
   }
   redisReply *all = r->element[0];
+  int64_t now = r->element[3]->type == REDIS_REPLY_INTEGER
+                    ? r->element[3]->integer
+                    : -1;
   st->held_ms = -1;
   for (size_t i = 0; i + 1 < all->elements; i += 2) {
     redisReply *f = all->element[i], *v = all->element[i + 1];
@@ -813,9 +826,7 @@ int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
     if (strs && strcmp(f->str, "dlock:info") == 0) {
       snprintf(st->info, sizeof st->info, "%s", v->str);
     } else if (strs && strcmp(f->str, "dlock:since") == 0) {
-      if (r->element[3]->type == REDIS_REPLY_INTEGER)
-        st->held_ms = r->element[3]->integer - strtoll(v->str, NULL, 10);
-      if (st->held_ms < 0) st->held_ms = 0;
+      held_since(st, now, v->str);
     } else if (strs && strcmp(f->str, "mode") == 0) {
       snprintf(st->mode, sizeof st->mode, "%s", v->str);
     } else if (owner_field(f, v)) {
@@ -830,6 +841,21 @@ int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
   }
   st->held = st->holders > 0;
   if (st->mode[0] == '\0') st->readers = 0; /* not a read-write lock */
+  if (st->held && st->mode[0]) /* "dlock:info:<owner>" = "<since>:<info>" */
+    for (size_t i = 0; i + 1 < all->elements; i += 2) {
+      redisReply *f = all->element[i], *v = all->element[i + 1];
+      char *colon;
+      if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
+          strncmp(f->str, "dlock:info:", 11) != 0 ||
+          strcmp(f->str + 11, st->owner) != 0 ||
+          (colon = strchr(v->str, ':')) == NULL)
+        continue;
+      held_since(st, now, v->str);
+      snprintf(st->info, sizeof st->info, "%s", colon + 1);
+    }
+  if (r->element[7]->type == REDIS_REPLY_STRING ||
+      r->element[7]->type == REDIS_REPLY_STATUS)
+    snprintf(st->type, sizeof st->type, "%s", r->element[7]->str);
   st->ttl_ms = r->element[1]->integer;
   st->counter = r->element[4]->type == REDIS_REPLY_INTEGER
                     ? r->element[4]->integer

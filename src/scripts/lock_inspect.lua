@@ -6,13 +6,15 @@
 -- Returns {fields-and-values of the hash (HGETALL; empty if not a hash),
 -- pttl, token or false, the server's clock in ms, the integer at the name
 -- if it is a string (a semaphore's permits or a latch's count) or false,
--- the waiters queued (fair queue or hand-off queue), the permits taken}.
+-- the waiters queued (fair queue or hand-off queue), the permits taken,
+-- the type of the key at the name ('none', 'hash', 'string', ...)}.
 local all = redis.pcall('hgetall', KEYS[1])
 if type(all) ~= 'table' or all.err then
   all = {}
 end
 local counter = false
-if redis.call('type', KEYS[1]).ok == 'string' then
+local kind = redis.call('type', KEYS[1]).ok
+if kind == 'string' then
   counter = tonumber(redis.call('get', KEYS[1])) or false
 end
 local queued = redis.pcall('llen', KEYS[3])
@@ -25,4 +27,4 @@ local now = redis.call('time')
 return {all, redis.call('pttl', KEYS[1]), redis.call('get', KEYS[2]),
         now[1] * 1000 + math.floor(now[2] / 1000), counter,
         type(queued) == 'number' and queued or 0,
-        type(taken) == 'number' and taken or 0}
+        type(taken) == 'number' and taken or 0, kind}

@@ -8,6 +8,10 @@
 -- of the same thread (reads: a writer may also read, which downgrades);
 -- ARGV[5] the reader's owner id of the same thread (writes: a reader asking
 -- to write is refused, as it could never get it)
+-- ARGV[6] the holder's description ('' = none), stored at a first hold as
+-- field "dlock:info:<owner id>" = "<server ms>:<description>" (one per
+-- holder, as readers share the hash; never a bare number, since Redisson's
+-- read unlock and renewal loop over every field that holds one)
 -- Each read hold has its own lease key "{name}:<owner>:rwlock_timeout:<n>",
 -- and the hash lives as long as the longest of them (Redisson's scheme).
 -- Returns {1, token} taken, {2, token} re-entered, {0, pttl} held by
@@ -33,6 +37,15 @@ local function token(fresh)
   return t
 end
 
+local function describe()
+  if ARGV[6] and ARGV[6] ~= '' then
+    local now = redis.call('time')
+    redis.call('hset', KEYS[1], 'dlock:info:' .. ARGV[2],
+               string.format('%.0f', now[1] * 1000 + math.floor(now[2] / 1000))
+               .. ':' .. ARGV[6])
+  end
+end
+
 local mode = redis.call('hget', KEYS[1], 'mode')
 local lease = tonumber(ARGV[1])
 if ARGV[3] == 'read' then
@@ -42,6 +55,9 @@ if ARGV[3] == 'read' then
       redis.call('hset', KEYS[1], 'mode', 'read')
     end
     local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    if n == 1 then
+      describe()
+    end
     redis.call('set', timeout_prefix(ARGV[2]) .. ':' .. n, 1, 'px', lease)
     local ttl = redis.call('pttl', KEYS[1])
     redis.call('pexpire', KEYS[1], math.max(ttl, lease))
@@ -52,6 +68,7 @@ end
 
 if mode == false then
   redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
+  describe()
   redis.call('pexpire', KEYS[1], lease)
   return {1, token(true)}
 end

@@ -7,7 +7,8 @@
 -- Returns nil if the owner holds nothing (nothing changed), 0 if it still
 -- holds (reentrant), 1 if this was its last hold. When the lock becomes
 -- free, "0" (after reads) or "1" (after a write: wakes every waiter) is
--- published.
+-- published. A holder's last release also deletes its description
+-- ("dlock:info:<owner id>", see rw_acquire.lua).
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return nil
@@ -19,7 +20,7 @@ if ARGV[2] == 'write' then
     redis.call('pexpire', KEYS[1], ARGV[3])
     return 0
   end
-  redis.call('hdel', KEYS[1], ARGV[1])
+  redis.call('hdel', KEYS[1], ARGV[1], 'dlock:info:' .. ARGV[1])
   if redis.call('hlen', KEYS[1]) == 1 then
     redis.call('publish', KEYS[2], '1')
     redis.call('del', KEYS[1])
@@ -36,7 +37,7 @@ else
   prefix = '{' .. KEYS[1] .. '}:'
 end
 if n == 0 then
-  redis.call('hdel', KEYS[1], ARGV[1])
+  redis.call('hdel', KEYS[1], ARGV[1], 'dlock:info:' .. ARGV[1])
 end
 redis.call('del', prefix .. ARGV[1] .. ':rwlock_timeout:' .. (n + 1))
 if redis.call('hlen', KEYS[1]) > 1 then

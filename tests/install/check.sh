@@ -13,6 +13,17 @@ flags=$(PKG_CONFIG_PATH=$pcdir pkg-config --cflags --libs dlock)
 # shellcheck disable=SC2086
 cc "$here/example.c" $flags -o "$tmp/ex-pc"
 LD_LIBRARY_PATH=$libdir "$tmp/ex-pc"
+# dlock.h includes no hiredis header: its flags must not reach consumers.
+cflags=$(PKG_CONFIG_PATH=$pcdir pkg-config --cflags dlock)
+case "$cflags" in *hiredis*|*-D_FILE_OFFSET_BITS*)
+  echo "dlock.pc gives consumers hiredis' Cflags: $cflags" >&2; exit 1 ;; esac
+# A static link takes what it needs from Libs.private.
+static_libs=$(PKG_CONFIG_PATH=$pcdir pkg-config --static --libs-only-l dlock)
+# shellcheck disable=SC2086
+cc "$here/example.c" $cflags "$libdir/libdlock.a" \
+  $(PKG_CONFIG_PATH=$pcdir pkg-config --static --libs-only-L dlock) \
+  ${static_libs//-ldlock/} -o "$tmp/ex-static"
+"$tmp/ex-static"
 cmake -S "$here" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/consumer" >/dev/null
 LD_LIBRARY_PATH=$libdir "$tmp/consumer/example"
