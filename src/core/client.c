@@ -37,8 +37,12 @@ static void client_free(dlock_client *c) {
   /* Holds of handles not freed (a contract breach) stop being renewed. */
   for (int i = 0; i < DL_HOLD_BUCKETS; i++)
     while (c->holds[i]) dl_hold_bury(c, dl_hold_drop(c, c->holds[i]));
-  dl_watchdog_free(c->watchdog);
+  /* The watchdog's thread uses the backend, and the backend's subscriber
+   * tells the watchdog what to check: stop the one, free the other, then
+   * free the first. */
+  dl_watchdog_stop(c->watchdog);
   if (c->backend) c->backend->ops->free(c->backend);
+  dl_watchdog_free(c->watchdog);
   dl_tls_ctx_free(c->conn_cfg.tls);
   dl_endpoint_clear(&c->conn_cfg.ep);
   free((char *)c->conn_cfg.server_name);

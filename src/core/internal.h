@@ -293,6 +293,9 @@ typedef void (*dl_renewal_lost_fn)(void *ud, dl_renewal *r, const char *key,
  * has the hold, or no renewal was confirmed before its validity ran out. */
 int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
                     void *ud, dl_watchdog **out);
+/* Stops the thread (no more rounds or reports); checks are still taken,
+ * and dropped. Accepts NULL; may be called twice. */
+void dl_watchdog_stop(dl_watchdog *w);
 void dl_watchdog_free(dl_watchdog *w);
 /* Registers the hold of key by the owner "<client id>:<tail>", valid until
  * `valid_until` (dl_now_ms() time) unless renewed: with `renew`, renewed

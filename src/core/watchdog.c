@@ -62,6 +62,7 @@ struct dl_watchdog {
   pthread_cond_t cv;
   pthread_t thread;
   bool stop;
+  bool joined;  /* the thread was joined (dl_watchdog_stop) */
   bool stalled; /* fault injection */
   dl_renewal *head;
   size_t count;
@@ -505,13 +506,20 @@ int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
   return 0;
 }
 
-void dl_watchdog_free(dl_watchdog *w) {
+void dl_watchdog_stop(dl_watchdog *w) {
   if (w == NULL) return;
   pthread_mutex_lock(&w->mu);
+  bool joined = w->joined;
   w->stop = true;
+  w->joined = true;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
-  pthread_join(w->thread, NULL);
+  if (!joined) pthread_join(w->thread, NULL);
+}
+
+void dl_watchdog_free(dl_watchdog *w) {
+  if (w == NULL) return;
+  dl_watchdog_stop(w);
   /* Renewals still listed belong to lock handles not yet freed (a contract
    * breach): unlink them, their handles free them. */
   while (w->head) unlink_r(w, w->head);
