@@ -57,7 +57,8 @@ extern "C" {
   X(ECLOSED, -18, "client is closing")                                        \
   X(ENOTSUP, -19, "not supported by this build")                             \
   X(ERANGE, -20, "count out of range (a latch already at zero)")              \
-  X(EDEADLK, -21, "would deadlock (a reader asked for the write lock)")
+  X(EDEADLK, -21, "would deadlock (a reader asked for the write lock)")      \
+  X(ENOPERM, -22, "the server's ACL does not permit this command")
 
 typedef enum {
   DLOCK_OK = 0,

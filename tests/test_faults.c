@@ -108,6 +108,58 @@ static void t_wrong_password(void) {
   th_redis_stop(&s);
 }
 
+static void t_acl_noperm(void) {
+  /* A user the server's ACL does not allow to run scripts: its own code and
+   * the server's text, not "authentication failed". */
+  setup();
+  redisReply *r = th_cmd(&srv, "ACL SETUSER noeval on >pw3 ~* &* +@all "
+                               "-evalsha -eval");
+  CHECK(r && r->type == REDIS_REPLY_STATUS);
+  freeReplyObject(r);
+  char url[300];
+  snprintf(url, sizeof url, "redis://noeval:pw3@127.0.0.1:%d", srv.port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "f:noperm", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 1000, NULL), DLOCK_ENOPERM);
+  const char *m = dlock_client_errmsg(c);
+  CHECK(strstr(m, "ACL") != NULL);
+  CHECK(strstr(m, "NOPERM") != NULL && strstr(m, "evalsha") != NULL);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:noperm"), 0);
+  CHECK(strcmp(dlock_err_name(DLOCK_ENOPERM), "ENOPERM") == 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  r = th_cmd(&srv, "ACL DELUSER noeval");
+  freeReplyObject(r);
+}
+
+static void t_handshake_timeout_text(void) {
+  /* A hung server (SIGSTOP: the kernel still accepts the connection) does
+   * not answer the handshake. The detail says what did not answer, without
+   * repeating the code's own text. */
+  setup();
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  o.client_name = "hung-test"; /* so that there is a handshake */
+  o.connect_timeout_ms = 300;
+  dlock_client *c = (dlock_client *)1;
+  th_redis_kill(&srv, SIGSTOP);
+  int rc = dlock_client_open(&o, &c);
+  char m[512];
+  snprintf(m, sizeof m, "%s", dlock_client_open_errmsg());
+  th_redis_kill(&srv, SIGCONT);
+  CHECK_RC(rc, DLOCK_ETIMEDOUT);
+  CHECK(c == NULL);
+  CHECK(strstr(m, "no reply to CLIENT SETNAME within 300 ms") != NULL);
+  const char *first = strstr(m, "in time");
+  CHECK(first != NULL && strstr(first + 1, "in time") == NULL);
+}
+
 static void t_wrongtype(void) {
   setup();
   dlock_client *c = th_client(&srv, 0);
@@ -400,7 +452,8 @@ static void t_waiter_survives_restart(void) {
 
 static void t_teardown(void) { th_redis_stop(&srv); }
 
-TH_MAIN(T(t_bad_names), T(t_unreachable), T(t_wrong_password), T(t_wrongtype),
+TH_MAIN(T(t_bad_names), T(t_unreachable), T(t_wrong_password), T(t_acl_noperm),
+        T(t_handshake_timeout_text), T(t_wrongtype),
         T(t_script_flush), T(t_oom_noeviction), T(t_readonly_replica),
         T(t_client_killed_mid_call), T(t_failed_release_stops_renewal),
         T(t_acquire_after_failed_release), T(t_server_paused),

@@ -61,7 +61,8 @@ static const char *run_help =
     "acquired in\n"
     "time; 76 lock lost while COMMAND ran; 69 server unreachable or "
     "refusing;\n"
-    "64 usage; 127 COMMAND not found, 126 not executable.\n";
+    "77 not permitted by the server's ACL; 64 usage; 127 COMMAND not found, "
+    "126 not\nexecutable.\n";
 
 /* What `run` holds: the lock NAME, or (--permits) one permit of the
  * permit-expirable semaphore NAME. */

@@ -71,7 +71,7 @@ int dl_server_errcode(const char *msg) {
   } map[] = {
       {"WRONGTYPE", DLOCK_EWRONGTYPE}, {"READONLY", DLOCK_EREADONLY},
       {"OOM", DLOCK_EOOM},             {"NOAUTH", DLOCK_EAUTH},
-      {"WRONGPASS", DLOCK_EAUTH},      {"NOPERM", DLOCK_EAUTH},
+      {"WRONGPASS", DLOCK_EAUTH},      {"NOPERM", DLOCK_ENOPERM},
   };
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
     size_t n = strlen(map[i].prefix);
