@@ -155,8 +155,11 @@ DLOCK_API const char *dlock_client_open_errmsg(void);
 DLOCK_API void dlock_client_close(dlock_client *c);
 
 /* The detail of the calling thread's last failed call on `c` (server error
- * text included; never a password), or "". Valid until the thread's next
- * call on `c`. Thread-safe. */
+ * text included; never a password), or "" (none, or it succeeded since).
+ * Per client and per thread: a failure on another client, or in another
+ * thread, does not change it. Valid until the thread's next call on `c`; a
+ * thread keeps the details of its 8 clients that failed last (an older
+ * one then reads ""). Thread-safe. */
 DLOCK_API const char *dlock_client_errmsg(const dlock_client *c);
 
 /* The client id (the owner id's first half). Owned by the client. */

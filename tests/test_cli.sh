@@ -209,6 +209,27 @@ t_bad_input() {
   done
 }
 
+t_acquire_error_reason() {
+  # An acquire that fails on the server says why (the detail is the helper
+  # thread's, where dlock run acquires), not a bare "dlock: ".
+  rcli SET wrongtype-key x >/dev/null
+  local out rc
+  out=$("$DLOCK" run wrongtype-key -- true 2>&1); rc=$?
+  expect_rc 69 "$rc" "run on a string key"
+  case $out in
+    *WRONGTYPE*"another type"*|*"another type"*WRONGTYPE*) ;;
+    *) fail "no reason in: $out" ;;
+  esac
+  # A user the ACL does not let run scripts: its own exit status.
+  rcli ACL SETUSER noeval on '>pw' '~*' '&*' '+@all' -evalsha -eval >/dev/null
+  out=$(DLOCK_PASSWORD= "$DLOCK" -u "redis://noeval:pw@127.0.0.1:$PORT" \
+        run -w 0 aclkey -- true 2>&1); rc=$?
+  expect_rc 77 "$rc" "run as a user without EVALSHA"
+  case $out in *NOPERM*) ;; *) fail "no NOPERM in: $out" ;; esac
+  rcli ACL DELUSER noeval >/dev/null
+  rcli DEL wrongtype-key >/dev/null
+}
+
 permits_taken() { [ "$(rcli ZCARD '{pool}:timeout')" = "$1" ]; }
 
 t_permits() {
@@ -263,7 +284,8 @@ t_fair_read_write() {
 for t in t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_sigkilled_runner_frees_after_lease \
          t_token_increases t_url_without_password t_status_and_list_json \
-         t_terminal_status_line t_bad_input t_permits t_fair_read_write; do
+         t_terminal_status_line t_bad_input t_acquire_error_reason t_permits \
+         t_fair_read_write; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

@@ -182,6 +182,60 @@ static void t_wrongtype(void) {
   dlock_client_close(c);
 }
 
+static void *fail_on_thread(void *p) {
+  dlock_lock *l = p;
+  dlock_lock_try_acquire(l, 0, 1000, NULL); /* ELOCKED, on this thread */
+  return NULL;
+}
+
+static void t_errmsg_per_client(void) {
+  /* One thread, two clients: B's failure leaves A's detail alone, and
+   * another thread's failure on A leaves this thread's detail alone. */
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  redisReply *r = th_cmd(&srv, "SET f:errmsg-str x");
+  freeReplyObject(r);
+  dlock_lock *la, *lb, *held;
+  CHECK_RC(dlock_lock_new(a, "f:errmsg-str", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "f:errmsg-held", NULL, &lb), 0);
+  CHECK_RC(dlock_lock_new(a, "f:errmsg-held", "other", &held), 0);
+  CHECK_RC(dlock_lock_try_acquire(held, 0, 5000, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 1000, NULL), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 1000, NULL), DLOCK_ELOCKED);
+  CHECK(strstr(dlock_client_errmsg(a), "WRONGTYPE") != NULL);
+  CHECK(strstr(dlock_client_errmsg(b), "held by another owner") != NULL);
+  dlock_lock *la2;
+  CHECK_RC(dlock_lock_new(a, "f:errmsg-held", NULL, &la2), 0);
+  pthread_t th;
+  pthread_create(&th, NULL, fail_on_thread, la2);
+  pthread_join(th, NULL);
+  CHECK(strstr(dlock_client_errmsg(a), "WRONGTYPE") != NULL);
+  /* A success on B clears B's only. */
+  CHECK_RC(dlock_client_ping(b), 0);
+  CHECK_RC(dlock_lock_is_locked(lb), 1);
+  CHECK(strstr(dlock_client_errmsg(a), "WRONGTYPE") != NULL);
+  CHECK_RC(dlock_lock_try_acquire(la2, 0, 1000, NULL), DLOCK_ELOCKED);
+  CHECK(strstr(dlock_client_errmsg(a), "held by another owner") != NULL);
+  CHECK_EQ(dlock_lock_release(held), 1);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 1000, NULL), 0);
+  CHECK_EQ(dlock_lock_release(lb), 1);
+  CHECK(strcmp(dlock_client_errmsg(b), "") == 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 1000, NULL), DLOCK_EWRONGTYPE);
+  dlock_lock_free(la);
+  dlock_lock_free(la2);
+  dlock_lock_free(lb);
+  dlock_lock_free(held);
+  dlock_client_close(b);
+  /* A closed client's detail is never shown for a new one. */
+  dlock_client *b2 = th_client(&srv, 0);
+  CHECK(b2 != NULL);
+  CHECK(strcmp(dlock_client_errmsg(b2), "") == 0);
+  CHECK(strstr(dlock_client_errmsg(a), "WRONGTYPE") != NULL);
+  dlock_client_close(b2);
+  dlock_client_close(a);
+}
+
 static void t_script_flush(void) {
   setup();
   dlock_client *c = th_client(&srv, 0);
@@ -453,7 +507,7 @@ static void t_waiter_survives_restart(void) {
 static void t_teardown(void) { th_redis_stop(&srv); }
 
 TH_MAIN(T(t_bad_names), T(t_unreachable), T(t_wrong_password), T(t_acl_noperm),
-        T(t_handshake_timeout_text), T(t_wrongtype),
+        T(t_handshake_timeout_text), T(t_wrongtype), T(t_errmsg_per_client),
         T(t_script_flush), T(t_oom_noeviction), T(t_readonly_replica),
         T(t_client_killed_mid_call), T(t_failed_release_stops_renewal),
         T(t_acquire_after_failed_release), T(t_server_paused),

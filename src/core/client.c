@@ -53,7 +53,7 @@ static void client_free(dlock_client *c) {
 
 static int open_fail(dlock_client *c, int rc) {
   /* Details recorded under the client move to the open's own slot. */
-  dl_reowner_err(NULL);
+  dl_err_to_open(c);
   client_free(c);
   return rc;
 }
@@ -90,6 +90,7 @@ int dl_client_open_with(const dlock_client_options *opts,
 
   dlock_client *c = calloc(1, sizeof *c);
   if (c == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  c->err_serial = dl_err_serial();
   pthread_mutex_init(&c->holds_mu, NULL);
   dl_cond_init(&c->holds_cv);
   const char *url = opts->url ? opts->url : "redis://127.0.0.1:6379";
@@ -168,6 +169,9 @@ int dl_client_open_with(const dlock_client_options *opts,
 void dlock_client_close(dlock_client *c) {
   if (c == NULL) return;
   atomic_store(&c->closing, 1);
+  /* Other threads' slots for c are never matched again (serials are not
+   * reused) and make way for newer ones; the closing thread's is freed. */
+  dl_clearerr(c);
   client_free(c);
 }
 
