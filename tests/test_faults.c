@@ -1,6 +1,7 @@
 /* test_faults.c: bad input and server trouble. Each gives a clear error code,
  * and where a call failed Redis is left as it was. */
 #include "harness.h"
+#include "safety/proxy.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -374,19 +375,24 @@ static void t_failed_release_stops_renewal(void) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = srv.url;
-  o.watchdog_timeout_ms = 600;
+  o.watchdog_timeout_ms = 2000; /* outlives the 1 s the release tries */
+  o.command_timeout_ms = 1000;
   dlock_client *c = th_client_opts(&o);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "f:relfail", "me", &l), 0);
   CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
   targ a = {l, 1};
+  int64_t t0 = th_now_ms();
   call_killed_mid_flight(release_thread, &a);
-  CHECK_RC(a.rc, DLOCK_ECONNLOST);
+  /* Retried on a new connection, which the server holds back too, until
+   * the first send's command timeout. */
+  CHECK_RC(a.rc, DLOCK_ETIMEDOUT);
+  CHECK(th_now_ms() - t0 < 1000 + 500);
   CHECK_EQ(th_cmd_int(&srv, "EXISTS f:relfail"), 1);
   /* The hold ended with the failed release: not believed any more. */
   CHECK_RC(dlock_lock_validity(l, NULL), DLOCK_ENOTOWNER);
-  CHECK(th_wait_for(key_gone, "f:relfail", 2000));
+  CHECK(th_wait_for(key_gone, "f:relfail", 3000));
   dlock_lock_free(l);
   dlock_client_close(c);
 }
@@ -397,7 +403,12 @@ static void t_acquire_after_failed_release(void) {
    * the hold it gave up (which kept the lock for a lease, handing out the
    * old token again at every acquire). */
   setup();
-  dlock_client *c = th_client(&srv, 600);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  o.watchdog_timeout_ms = 2000; /* outlives the 1 s the release tries */
+  o.command_timeout_ms = 1000;
+  dlock_client *c = th_client_opts(&o);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "f:relfail2", "me", &l), 0);
@@ -405,7 +416,7 @@ static void t_acquire_after_failed_release(void) {
   CHECK_RC(dlock_lock_acquire(l, 0, &t1), 0);
   targ a = {l, 1};
   call_killed_mid_flight(release_thread, &a);
-  CHECK_RC(a.rc, DLOCK_ECONNLOST);
+  CHECK_RC(a.rc, DLOCK_ETIMEDOUT); /* retried, held back too */
   CHECK_EQ(th_cmd_int(&srv, "EXISTS f:relfail2"), 1);
   CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &t2), 0);
   CHECK(t2 > t1);
@@ -414,6 +425,79 @@ static void t_acquire_after_failed_release(void) {
   CHECK_EQ(th_cmd_int(&srv, "EXISTS f:relfail2"), 0);
   dlock_lock_free(l);
   dlock_client_close(c);
+}
+
+/* Releases through the fault proxy, whose next reply is cut (the server ran
+ * the release, the connection drops before the client hears): the release
+ * is retried on a new connection and returns the first result. */
+static void cut_release(dlock_lock *l, int want) {
+  proxy_set(PROXY_CUT, 0);
+  uint64_t cut = proxy_faulted_bytes();
+  CHECK_EQ(dlock_lock_release(l), want);
+  CHECK(proxy_faulted_bytes() > cut); /* the reply was cut */
+  proxy_set(PROXY_PASS, 0);
+}
+
+static void t_release_retried_after_lost_reply(void) {
+  setup();
+  int port = proxy_start(srv.port);
+  CHECK(port > 0);
+  char url[100];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 2000;
+  o.reconnect_min_ms = 10;
+  o.wait_backoff_max_ms = 50; /* no subscriber connection: one connection */
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l, *f, *rd, *wr;
+  CHECK_RC(dlock_lock_new(c, "f:cut", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new_fair(c, "f:cutfair", NULL, 0, &f), 0);
+  CHECK_RC(dlock_rwlock_new(c, "f:cutrw", NULL, &rd, &wr), 0);
+  /* The scripts loaded first, so that the reply cut is the release's own
+   * (not a NOSCRIPT that ran nothing). */
+  dlock_lock *all[] = {l, f, wr, rd};
+  for (int i = 0; i < 4; i++) {
+    CHECK_RC(dlock_lock_acquire(all[i], 10000, NULL), 0);
+    CHECK_EQ(dlock_lock_release(all[i]), 1);
+  }
+  long long evals = th_calls(&srv, "evalsha");
+  /* Last hold: freed once, and the retry says 1 (freed), not ENOTOWNER. */
+  CHECK_RC(dlock_lock_acquire(l, 10000, NULL), 0);
+  CHECK_RC(dlock_lock_acquire(l, 10000, NULL), 0);
+  cut_release(l, 0); /* a re-entered hold: still held */
+  CHECK_EQ(dlock_lock_hold_count(l), 1);
+  cut_release(l, 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:cut"), 0);
+  CHECK_RC(dlock_lock_validity(l, NULL), DLOCK_ENOTOWNER);
+  /* The result is kept a few command timeouts, then expires. */
+  redisReply *r = th_cmd(&srv, "KEYS redisson_unlock_latch:{f:cut}:*");
+  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 3); /* 1 + 2 cut */
+  long long ttl = th_cmd_int(&srv, "PTTL %s", r->element[0]->str);
+  freeReplyObject(r);
+  CHECK(ttl > 0 && ttl <= 3 * 2000);
+  /* The fair lock and both sides of a read-write lock, the same. */
+  CHECK_RC(dlock_lock_acquire(f, 10000, NULL), 0);
+  cut_release(f, 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:cutfair"), 0);
+  CHECK_RC(dlock_lock_acquire(wr, 10000, NULL), 0);
+  cut_release(wr, 1);
+  CHECK_RC(dlock_lock_acquire(rd, 10000, NULL), 0);
+  cut_release(rd, 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:cutrw"), 0);
+  /* 5 acquires, and 5 releases each sent twice (cut, then retried): 15
+   * EVALSHA; none answered NOSCRIPT (which would have run nothing). */
+  CHECK_EQ(th_calls(&srv, "evalsha") - evals, 15);
+  /* A release that is not retried is unchanged: not the owner. */
+  CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
+  dlock_lock_free(l);
+  dlock_lock_free(f);
+  dlock_lock_free(rd);
+  dlock_lock_free(wr);
+  dlock_client_close(c);
+  proxy_stop();
 }
 
 static void t_server_paused(void) {
@@ -510,6 +594,7 @@ TH_MAIN(T(t_bad_names), T(t_unreachable), T(t_wrong_password), T(t_acl_noperm),
         T(t_handshake_timeout_text), T(t_wrongtype), T(t_errmsg_per_client),
         T(t_script_flush), T(t_oom_noeviction), T(t_readonly_replica),
         T(t_client_killed_mid_call), T(t_failed_release_stops_renewal),
-        T(t_acquire_after_failed_release), T(t_server_paused),
+        T(t_acquire_after_failed_release),
+        T(t_release_retried_after_lost_reply), T(t_server_paused),
         T(t_server_restart_while_held), T(t_waiter_survives_restart),
         T(t_teardown))

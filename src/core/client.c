@@ -117,6 +117,13 @@ int dl_client_open_with(const dlock_client_options *opts,
     client_free(c);
     return dl_seterr(NULL, DLOCK_ENOMEM, "no random bytes for the client id");
   }
+  unsigned char nonce[8];
+  if (dl_random_bytes(nonce, sizeof nonce) != 0) {
+    client_free(c);
+    return dl_seterr(NULL, DLOCK_ENOMEM, "no random bytes for the client");
+  }
+  for (size_t i = 0; i < sizeof nonce; i++)
+    snprintf(c->release_nonce + 2 * i, 3, "%02x", nonce[i]);
   c->id = dl_strdup(opts->client_id ? opts->client_id : uuid);
   c->key_prefix = dl_strdup(opts->key_prefix ? opts->key_prefix : "");
   c->conn_cfg.client_name = dl_strdup(opts->client_name);

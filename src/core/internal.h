@@ -371,6 +371,10 @@ struct dlock_client {
   dl_backend *backend;
   dl_watchdog *watchdog;
   atomic_int closing;
+  /* Request ids of releases, "<nonce>:<seq>": unique across processes even
+   * with an explicit client_id (a restarted process reuses it). */
+  char release_nonce[17];
+  atomic_uint_fast64_t release_seq;
 };
 
 /* dlock_client_open with the backend made by `make` (the seam where other
