@@ -77,7 +77,9 @@ if nkeys == 6 and redis.call('exists', KEYS[3]) == 1 and
       if type(heard) == 'number' and heard > 0 then
         redis.call('ltrim', KEYS[3], i, -1)
         redis.call('hdel', KEYS[4], unpack(queue, 1, i))
-        redis.call('set', KEYS[5], token)
+        -- The counter's lifetime: as in lock_acquire.lua.
+        redis.call('set', KEYS[5], token, 'px',
+                   math.max(86400000, tonumber(lease)))
         redis.call('del', KEYS[1])
         redis.call('hset', KEYS[1], who, 1)
         if info ~= '' then
