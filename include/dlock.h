@@ -274,7 +274,9 @@ DLOCK_API int dlock_lock_hold_count(dlock_lock *l);
 DLOCK_API int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms);
 
 /* Stores the last fencing token issued for this lock name in *token (0 if
- * none yet). Anyone may call it. Returns 0 or a negative code. */
+ * none yet, or none for a day: the counter then expired, and the next token
+ * restarts above every earlier one, docs/WIRE.md). Anyone may call it.
+ * Returns 0 or a negative code. */
 DLOCK_API int dlock_lock_current_token(dlock_lock *l, uint64_t *token);
 
 /* Called from the watchdog thread when a renewal finds that `owner`'s hold of
