@@ -57,7 +57,8 @@ extern "C" {
   X(ECLOSED, -18, "client is closing")                                        \
   X(ENOTSUP, -19, "not supported by this build")                             \
   X(ERANGE, -20, "count out of range (a latch already at zero)")              \
-  X(EDEADLK, -21, "would deadlock (a reader asked for the write lock)")
+  X(EDEADLK, -21, "would deadlock (a reader asked for the write lock)")      \
+  X(ENOPERM, -22, "the server's ACL does not permit this command")
 
 typedef enum {
   DLOCK_OK = 0,
@@ -154,8 +155,11 @@ DLOCK_API const char *dlock_client_open_errmsg(void);
 DLOCK_API void dlock_client_close(dlock_client *c);
 
 /* The detail of the calling thread's last failed call on `c` (server error
- * text included; never a password), or "". Valid until the thread's next
- * call on `c`. Thread-safe. */
+ * text included; never a password), or "" (none, or it succeeded since).
+ * Per client and per thread: a failure on another client, or in another
+ * thread, does not change it. Valid until the thread's next call on `c`; a
+ * thread keeps the details of its 8 clients that failed last (an older
+ * one then reads ""). Thread-safe. */
 DLOCK_API const char *dlock_client_errmsg(const dlock_client *c);
 
 /* The client id (the owner id's first half). Owned by the client. */
@@ -277,7 +281,9 @@ DLOCK_API int dlock_lock_hold_count(dlock_lock *l);
 DLOCK_API int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms);
 
 /* Stores the last fencing token issued for this lock name in *token (0 if
- * none yet). Anyone may call it. Returns 0 or a negative code. */
+ * none yet, or none for a day: the counter then expired, and the next token
+ * restarts above every earlier one, docs/WIRE.md). Anyone may call it.
+ * Returns 0 or a negative code. */
 DLOCK_API int dlock_lock_current_token(dlock_lock *l, uint64_t *token);
 
 /* Called from the watchdog thread when `owner`'s hold of `l` is lost: a

@@ -422,6 +422,27 @@ assert d["info"]=="nightly export, ticket 42" and "command" not in d, d
 }
 readers_of() { "$DLOCK" status "$1" 2>/dev/null | grep -q "read, $2 reader"; }
 
+t_acquire_error_reason() {
+  # An acquire that fails on the server says why (the detail is the helper
+  # thread's, where dlock run acquires), not a bare "dlock: ".
+  rcli SET wrongtype-key x >/dev/null
+  local out rc
+  out=$("$DLOCK" run wrongtype-key -- true 2>&1); rc=$?
+  expect_rc 69 "$rc" "run on a string key"
+  case $out in
+    *WRONGTYPE*"another type"*|*"another type"*WRONGTYPE*) ;;
+    *) fail "no reason in: $out" ;;
+  esac
+  # A user the ACL does not let run scripts: its own exit status.
+  rcli ACL SETUSER noeval on '>pw' '~*' '&*' '+@all' -evalsha -eval >/dev/null
+  out=$(DLOCK_PASSWORD= "$DLOCK" -u "redis://noeval:pw@127.0.0.1:$PORT" \
+        run -w 0 aclkey -- true 2>&1); rc=$?
+  expect_rc 77 "$rc" "run as a user without EVALSHA"
+  case $out in *NOPERM*) ;; *) fail "no NOPERM in: $out" ;; esac
+  rcli ACL DELUSER noeval >/dev/null
+  rcli DEL wrongtype-key >/dev/null
+}
+
 permits_taken() { [ "$(rcli ZCARD '{pool}:timeout')" = "$1" ]; }
 
 t_permits() {
@@ -480,7 +501,8 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_token_increases t_url_without_password t_status_and_list_json \
          t_terminal_status_line t_bad_input t_permits t_fair_read_write \
          t_version t_options_after_name t_status_not_a_lock \
-         t_holders_described t_nested_password t_man_page}; do
+         t_holders_described t_nested_password t_man_page \
+         t_acquire_error_reason}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

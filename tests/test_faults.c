@@ -1,6 +1,7 @@
 /* test_faults.c: bad input and server trouble. Each gives a clear error code,
  * and where a call failed Redis is left as it was. */
 #include "harness.h"
+#include "safety/proxy.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -108,6 +109,58 @@ static void t_wrong_password(void) {
   th_redis_stop(&s);
 }
 
+static void t_acl_noperm(void) {
+  /* A user the server's ACL does not allow to run scripts: its own code and
+   * the server's text, not "authentication failed". */
+  setup();
+  redisReply *r = th_cmd(&srv, "ACL SETUSER noeval on >pw3 ~* &* +@all "
+                               "-evalsha -eval");
+  CHECK(r && r->type == REDIS_REPLY_STATUS);
+  freeReplyObject(r);
+  char url[300];
+  snprintf(url, sizeof url, "redis://noeval:pw3@127.0.0.1:%d", srv.port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "f:noperm", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 1000, NULL), DLOCK_ENOPERM);
+  const char *m = dlock_client_errmsg(c);
+  CHECK(strstr(m, "ACL") != NULL);
+  CHECK(strstr(m, "NOPERM") != NULL && strstr(m, "evalsha") != NULL);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:noperm"), 0);
+  CHECK(strcmp(dlock_err_name(DLOCK_ENOPERM), "ENOPERM") == 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  r = th_cmd(&srv, "ACL DELUSER noeval");
+  freeReplyObject(r);
+}
+
+static void t_handshake_timeout_text(void) {
+  /* A hung server (SIGSTOP: the kernel still accepts the connection) does
+   * not answer the handshake. The detail says what did not answer, without
+   * repeating the code's own text. */
+  setup();
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  o.client_name = "hung-test"; /* so that there is a handshake */
+  o.connect_timeout_ms = 300;
+  dlock_client *c = (dlock_client *)1;
+  th_redis_kill(&srv, SIGSTOP);
+  int rc = dlock_client_open(&o, &c);
+  char m[512];
+  snprintf(m, sizeof m, "%s", dlock_client_open_errmsg());
+  th_redis_kill(&srv, SIGCONT);
+  CHECK_RC(rc, DLOCK_ETIMEDOUT);
+  CHECK(c == NULL);
+  CHECK(strstr(m, "no reply to CLIENT SETNAME within 300 ms") != NULL);
+  const char *first = strstr(m, "in time");
+  CHECK(first != NULL && strstr(first + 1, "in time") == NULL);
+}
+
 static void t_wrongtype(void) {
   setup();
   dlock_client *c = th_client(&srv, 0);
@@ -128,6 +181,60 @@ static void t_wrongtype(void) {
   CHECK_EQ(th_cmd_int(&srv, "EXISTS redisson_lock_token:{f:string}"), 0);
   dlock_lock_free(l);
   dlock_client_close(c);
+}
+
+static void *fail_on_thread(void *p) {
+  dlock_lock *l = p;
+  dlock_lock_try_acquire(l, 0, 1000, NULL); /* ELOCKED, on this thread */
+  return NULL;
+}
+
+static void t_errmsg_per_client(void) {
+  /* One thread, two clients: B's failure leaves A's detail alone, and
+   * another thread's failure on A leaves this thread's detail alone. */
+  setup();
+  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  CHECK(a && b);
+  redisReply *r = th_cmd(&srv, "SET f:errmsg-str x");
+  freeReplyObject(r);
+  dlock_lock *la, *lb, *held;
+  CHECK_RC(dlock_lock_new(a, "f:errmsg-str", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "f:errmsg-held", NULL, &lb), 0);
+  CHECK_RC(dlock_lock_new(a, "f:errmsg-held", "other", &held), 0);
+  CHECK_RC(dlock_lock_try_acquire(held, 0, 5000, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 1000, NULL), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 1000, NULL), DLOCK_ELOCKED);
+  CHECK(strstr(dlock_client_errmsg(a), "WRONGTYPE") != NULL);
+  CHECK(strstr(dlock_client_errmsg(b), "held by another owner") != NULL);
+  dlock_lock *la2;
+  CHECK_RC(dlock_lock_new(a, "f:errmsg-held", NULL, &la2), 0);
+  pthread_t th;
+  pthread_create(&th, NULL, fail_on_thread, la2);
+  pthread_join(th, NULL);
+  CHECK(strstr(dlock_client_errmsg(a), "WRONGTYPE") != NULL);
+  /* A success on B clears B's only. */
+  CHECK_RC(dlock_client_ping(b), 0);
+  CHECK_RC(dlock_lock_is_locked(lb), 1);
+  CHECK(strstr(dlock_client_errmsg(a), "WRONGTYPE") != NULL);
+  CHECK_RC(dlock_lock_try_acquire(la2, 0, 1000, NULL), DLOCK_ELOCKED);
+  CHECK(strstr(dlock_client_errmsg(a), "held by another owner") != NULL);
+  CHECK_EQ(dlock_lock_release(held), 1);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 1000, NULL), 0);
+  CHECK_EQ(dlock_lock_release(lb), 1);
+  CHECK(strcmp(dlock_client_errmsg(b), "") == 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 1000, NULL), DLOCK_EWRONGTYPE);
+  dlock_lock_free(la);
+  dlock_lock_free(la2);
+  dlock_lock_free(lb);
+  dlock_lock_free(held);
+  dlock_client_close(b);
+  /* A closed client's detail is never shown for a new one. */
+  dlock_client *b2 = th_client(&srv, 0);
+  CHECK(b2 != NULL);
+  CHECK(strcmp(dlock_client_errmsg(b2), "") == 0);
+  CHECK(strstr(dlock_client_errmsg(a), "WRONGTYPE") != NULL);
+  dlock_client_close(b2);
+  dlock_client_close(a);
 }
 
 static void t_script_flush(void) {
@@ -268,19 +375,24 @@ static void t_failed_release_stops_renewal(void) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = srv.url;
-  o.watchdog_timeout_ms = 600;
+  o.watchdog_timeout_ms = 2000; /* outlives the 1 s the release tries */
+  o.command_timeout_ms = 1000;
   dlock_client *c = th_client_opts(&o);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "f:relfail", "me", &l), 0);
   CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
   targ a = {l, 1};
+  int64_t t0 = th_now_ms();
   call_killed_mid_flight(release_thread, &a);
-  CHECK_RC(a.rc, DLOCK_ECONNLOST);
+  /* Retried on a new connection, which the server holds back too, until
+   * the first send's command timeout. */
+  CHECK_RC(a.rc, DLOCK_ETIMEDOUT);
+  CHECK(th_now_ms() - t0 < 1000 + 500);
   CHECK_EQ(th_cmd_int(&srv, "EXISTS f:relfail"), 1);
   /* The hold ended with the failed release: not believed any more. */
   CHECK_RC(dlock_lock_validity(l, NULL), DLOCK_ENOTOWNER);
-  CHECK(th_wait_for(key_gone, "f:relfail", 2000));
+  CHECK(th_wait_for(key_gone, "f:relfail", 3000));
   dlock_lock_free(l);
   dlock_client_close(c);
 }
@@ -291,7 +403,12 @@ static void t_acquire_after_failed_release(void) {
    * the hold it gave up (which kept the lock for a lease, handing out the
    * old token again at every acquire). */
   setup();
-  dlock_client *c = th_client(&srv, 600);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = srv.url;
+  o.watchdog_timeout_ms = 2000; /* outlives the 1 s the release tries */
+  o.command_timeout_ms = 1000;
+  dlock_client *c = th_client_opts(&o);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "f:relfail2", "me", &l), 0);
@@ -299,7 +416,7 @@ static void t_acquire_after_failed_release(void) {
   CHECK_RC(dlock_lock_acquire(l, 0, &t1), 0);
   targ a = {l, 1};
   call_killed_mid_flight(release_thread, &a);
-  CHECK_RC(a.rc, DLOCK_ECONNLOST);
+  CHECK_RC(a.rc, DLOCK_ETIMEDOUT); /* retried, held back too */
   CHECK_EQ(th_cmd_int(&srv, "EXISTS f:relfail2"), 1);
   CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &t2), 0);
   CHECK(t2 > t1);
@@ -308,6 +425,79 @@ static void t_acquire_after_failed_release(void) {
   CHECK_EQ(th_cmd_int(&srv, "EXISTS f:relfail2"), 0);
   dlock_lock_free(l);
   dlock_client_close(c);
+}
+
+/* Releases through the fault proxy, whose next reply is cut (the server ran
+ * the release, the connection drops before the client hears): the release
+ * is retried on a new connection and returns the first result. */
+static void cut_release(dlock_lock *l, int want) {
+  proxy_set(PROXY_CUT, 0);
+  uint64_t cut = proxy_faulted_bytes();
+  CHECK_EQ(dlock_lock_release(l), want);
+  CHECK(proxy_faulted_bytes() > cut); /* the reply was cut */
+  proxy_set(PROXY_PASS, 0);
+}
+
+static void t_release_retried_after_lost_reply(void) {
+  setup();
+  int port = proxy_start(srv.port);
+  CHECK(port > 0);
+  char url[100];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 2000;
+  o.reconnect_min_ms = 10;
+  o.wait_backoff_max_ms = 50; /* no subscriber connection: one connection */
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l, *f, *rd, *wr;
+  CHECK_RC(dlock_lock_new(c, "f:cut", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new_fair(c, "f:cutfair", NULL, 0, &f), 0);
+  CHECK_RC(dlock_rwlock_new(c, "f:cutrw", NULL, &rd, &wr), 0);
+  /* The scripts loaded first, so that the reply cut is the release's own
+   * (not a NOSCRIPT that ran nothing). */
+  dlock_lock *all[] = {l, f, wr, rd};
+  for (int i = 0; i < 4; i++) {
+    CHECK_RC(dlock_lock_acquire(all[i], 10000, NULL), 0);
+    CHECK_EQ(dlock_lock_release(all[i]), 1);
+  }
+  long long evals = th_calls(&srv, "evalsha");
+  /* Last hold: freed once, and the retry says 1 (freed), not ENOTOWNER. */
+  CHECK_RC(dlock_lock_acquire(l, 10000, NULL), 0);
+  CHECK_RC(dlock_lock_acquire(l, 10000, NULL), 0);
+  cut_release(l, 0); /* a re-entered hold: still held */
+  CHECK_EQ(dlock_lock_hold_count(l), 1);
+  cut_release(l, 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:cut"), 0);
+  CHECK_RC(dlock_lock_validity(l, NULL), DLOCK_ENOTOWNER);
+  /* The result is kept a few command timeouts, then expires. */
+  redisReply *r = th_cmd(&srv, "KEYS redisson_unlock_latch:{f:cut}:*");
+  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 3); /* 1 + 2 cut */
+  long long ttl = th_cmd_int(&srv, "PTTL %s", r->element[0]->str);
+  freeReplyObject(r);
+  CHECK(ttl > 0 && ttl <= 3 * 2000);
+  /* The fair lock and both sides of a read-write lock, the same. */
+  CHECK_RC(dlock_lock_acquire(f, 10000, NULL), 0);
+  cut_release(f, 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:cutfair"), 0);
+  CHECK_RC(dlock_lock_acquire(wr, 10000, NULL), 0);
+  cut_release(wr, 1);
+  CHECK_RC(dlock_lock_acquire(rd, 10000, NULL), 0);
+  cut_release(rd, 1);
+  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:cutrw"), 0);
+  /* 5 acquires, and 5 releases each sent twice (cut, then retried): 15
+   * EVALSHA; none answered NOSCRIPT (which would have run nothing). */
+  CHECK_EQ(th_calls(&srv, "evalsha") - evals, 15);
+  /* A release that is not retried is unchanged: not the owner. */
+  CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
+  dlock_lock_free(l);
+  dlock_lock_free(f);
+  dlock_lock_free(rd);
+  dlock_lock_free(wr);
+  dlock_client_close(c);
+  proxy_stop();
 }
 
 static void t_server_paused(void) {
@@ -400,9 +590,11 @@ static void t_waiter_survives_restart(void) {
 
 static void t_teardown(void) { th_redis_stop(&srv); }
 
-TH_MAIN(T(t_bad_names), T(t_unreachable), T(t_wrong_password), T(t_wrongtype),
+TH_MAIN(T(t_bad_names), T(t_unreachable), T(t_wrong_password), T(t_acl_noperm),
+        T(t_handshake_timeout_text), T(t_wrongtype), T(t_errmsg_per_client),
         T(t_script_flush), T(t_oom_noeviction), T(t_readonly_replica),
         T(t_client_killed_mid_call), T(t_failed_release_stops_renewal),
-        T(t_acquire_after_failed_release), T(t_server_paused),
+        T(t_acquire_after_failed_release),
+        T(t_release_retried_after_lost_reply), T(t_server_paused),
         T(t_server_restart_while_held), T(t_waiter_survives_restart),
         T(t_teardown))

@@ -522,6 +522,56 @@ static void t_fencing_tokens_increase(void) {
   dlock_client_close(b);
 }
 
+static bool counter_gone(void *key) {
+  return th_cmd_int(&srv, "EXISTS %s", (const char *)key) == 0;
+}
+
+static void t_token_counter_expires(void) {
+  /* The counter does not outlive its lock forever: it expires a day after
+   * its last token (the lease, if longer). After it expired, the next token
+   * is still greater (restarted from the server clock in µs). */
+  setup();
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_lock *l, *r, *w;
+  CHECK_RC(dlock_lock_new(c, "t:fence-ttl", NULL, &l), 0);
+  CHECK_RC(dlock_rwlock_new(c, "t:fence-rw", NULL, &r, &w), 0);
+  const char *keys[] = {"redisson_lock_token:{t:fence-ttl}",
+                        "redisson_lock_token:{t:fence-rw}"};
+  dlock_lock *locks[] = {l, w};
+  for (int i = 0; i < 2; i++) {
+    uint64_t t1 = 0, t2 = 0, t3 = 0;
+    CHECK_RC(dlock_lock_acquire(locks[i], 5000, &t1), 0);
+    CHECK_EQ(dlock_lock_release(locks[i]), 1);
+    long long ttl = th_cmd_int(&srv, "PTTL %s", keys[i]);
+    CHECK(ttl > 86000000 && ttl <= 86400000);
+    /* Incremented (not restarted): the lifetime is renewed. */
+    redisReply *x = th_cmd(&srv, "PEXPIRE %s 60000", keys[i]);
+    freeReplyObject(x);
+    CHECK_RC(dlock_lock_acquire(locks[i], 5000, &t2), 0);
+    CHECK_EQ(dlock_lock_release(locks[i]), 1);
+    CHECK(t2 == t1 + 1);
+    CHECK(th_cmd_int(&srv, "PTTL %s", keys[i]) > 86000000);
+    /* Expired: restarted above every earlier token. */
+    x = th_cmd(&srv, "PEXPIRE %s 1", keys[i]);
+    freeReplyObject(x);
+    CHECK(th_wait_for(counter_gone, (void *)keys[i], 2000));
+    CHECK_RC(dlock_lock_acquire(locks[i], 5000, &t3), 0);
+    CHECK(t3 > t2);
+    CHECK_EQ(dlock_lock_release(locks[i]), 1);
+    CHECK(th_cmd_int(&srv, "PTTL %s", keys[i]) > 86000000);
+  }
+  /* A lease longer than a day: the counter lives as long as the lease. */
+  CHECK_RC(dlock_lock_acquire(l, 2LL * 86400000, NULL), 0);
+  CHECK(th_cmd_int(&srv, "PTTL redisson_lock_token:{t:fence-ttl}") >
+        86400000);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_lock_free(r);
+  dlock_lock_free(w);
+  dlock_client_close(c);
+}
+
 /* ---- several processes of several threads: a non-atomic counter ---- */
 
 #define PROCS 4
@@ -758,6 +808,8 @@ static void t_release_hands_over(void) {
   CHECK_EQ(th_cmd_int(&srv, "HEXISTS t:grant %s", field), 1);
   long long pttl = th_cmd_int(&srv, "PTTL t:grant");
   CHECK(pttl > 5000 && pttl <= 10000); /* b's lease, not a's */
+  /* The token the grant took keeps the counter's lifetime (a day). */
+  CHECK(th_cmd_int(&srv, "PTTL redisson_lock_token:{t:grant}") > 86000000);
   CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_queue:{t:grant}"), 0);
   CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_waiters:{t:grant}"), 0);
   CHECK_RC(dlock_lock_try_acquire(la, 0, 30000, NULL), DLOCK_ELOCKED);
@@ -1058,6 +1110,7 @@ TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
         T(t_force_release), T(t_waiter_woken_by_unlock),
         T(t_backoff_wait_strategy), T(t_wait_timeout), T(t_watchdog_keeps_lock),
         T(t_watchdog_detects_loss), T(t_fencing_tokens_increase),
+        T(t_token_counter_expires),
         T(t_mutual_exclusion_processes), T(t_killed_holder_frees_after_lease),
         T(t_starving_waiter_reserves_handoff),
         T(t_reservation_dropped_on_give_up),

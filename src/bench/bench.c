@@ -149,7 +149,7 @@ static double ceiling_ops(redisContext *c, int64_t ms) {
   const int batch = 256;
   char *cmds = NULL;
   size_t len = 0;
-  char key[64], tok[96], hand[96], chan[96], q[96], w[96];
+  char key[64], tok[96], hand[96], chan[96], q[96], w[96], latch[128];
   for (int i = 0; i < batch; i++) {
     snprintf(key, sizeof key, "bench:ceil:%d", i);
     dl_derived_into(tok, sizeof tok, "redisson_lock_token", key);
@@ -160,9 +160,15 @@ static double ceiling_ops(redisContext *c, int64_t ms) {
     char *a = NULL, *r2 = NULL;
     int la = redisFormatCommand(&a, "EVALSHA %s 3 %s %s %s 10000 bench:ceil:1 "
                                 "%s 0 0 600", acq->sha, key, tok, hand, "");
-    int lr = redisFormatCommand(&r2, "EVALSHA %s 6 %s %s %s %s %s %s 0 10000 "
-                                "bench:ceil:1 1", rel->sha, key, chan, q, w,
-                                tok, hand);
+    /* The release's latch (docs/WIRE.md) lives 1 ms here, not 3 command
+     * timeouts: the batch is sent again with the same request ids, and a
+     * latch still there would answer without running the release. A
+     * batch takes over 1 ms, so each release runs and writes its latch. */
+    dl_derived_into(latch, sizeof latch, "redisson_unlock_latch", key);
+    strcat(latch, ":0123456789abcdef:1");
+    int lr = redisFormatCommand(&r2, "EVALSHA %s 7 %s %s %s %s %s %s %s 0 "
+                                "10000 bench:ceil:1 1 1", rel->sha, key, chan,
+                                q, w, tok, hand, latch);
     char *grown = la > 0 && lr > 0 ? realloc(cmds, len + (size_t)la + (size_t)lr)
                                    : NULL;
     if (grown) {

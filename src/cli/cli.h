@@ -14,6 +14,7 @@ enum {
   EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: server unreachable or refusing */
   EXIT_CONFLICT = 75,    /* EX_TEMPFAIL: not acquired in time */
   EXIT_LOST = 76,        /* the lock was lost while COMMAND ran */
+  EXIT_NOPERM = 77,      /* EX_NOPERM: the server's ACL refuses a command */
   EXIT_NOEXEC = 126,
   EXIT_NOTFOUND = 127,
 };

@@ -123,6 +123,8 @@ int cli_exit_for(int err) {
     return EXIT_CONFLICT;
   case DLOCK_ELOST:
     return EXIT_LOST;
+  case DLOCK_ENOPERM:
+    return EXIT_NOPERM;
   default:
     return EXIT_UNAVAILABLE;
   }

@@ -63,7 +63,8 @@ static const char *run_help =
     "acquired in\n"
     "time; 76 lock lost while COMMAND ran; 69 server unreachable or "
     "refusing;\n"
-    "64 usage; 127 COMMAND not found, 126 not executable.\n";
+    "77 not permitted by the server's ACL; 64 usage; 127 COMMAND not found, "
+    "126 not\nexecutable.\n";
 
 /* What `run` holds: the lock NAME, or (--permits) one permit of the
  * permit-expirable semaphore NAME. */
@@ -76,6 +77,8 @@ typedef struct acq {
   char id[DLOCK_PERMIT_ID_LEN];
   int rc;
   pthread_t thread;
+  dlock_client *c;
+  char err[512]; /* the failed acquire's detail, copied on its thread */
 } acq;
 
 static void *acquire_thread(void *p) {
@@ -84,6 +87,9 @@ static void *acquire_thread(void *p) {
                                              a->lease_ms, a->id)
                       : dlock_lock_try_acquire(a->lock, a->wait_ms,
                                                a->lease_ms, &a->token);
+  /* The detail is this thread's: the main thread would read "". */
+  if (a->rc != 0)
+    snprintf(a->err, sizeof a->err, "%s", dlock_client_errmsg(a->c));
   kill(getpid(), SIGUSR2);
   return NULL;
 }
@@ -322,7 +328,7 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   /* An explicit owner: the helper thread acquires, this thread releases. */
   char owner[32];
   snprintf(owner, sizeof owner, "%d", (int)getpid());
-  acq a = {.wait_ms = wait_ms, .lease_ms = renew ? 0 : lease_ms};
+  acq a = {.wait_ms = wait_ms, .lease_ms = renew ? 0 : lease_ms, .c = c};
   int e;
   if (permits > 0) {
     /* At most `permits` holders: the first user sets the count. */
@@ -394,7 +400,7 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       }
       rc = conflict;
     } else {
-      cli_err("%s", dlock_client_errmsg(c));
+      cli_err("%s", a.err[0] ? a.err : dlock_strerror(a.rc));
       rc = cli_exit_for(a.rc);
     }
     held_free(&a);

@@ -58,7 +58,7 @@ static void client_free(dlock_client *c) {
 
 static int open_fail(dlock_client *c, int rc) {
   /* Details recorded under the client move to the open's own slot. */
-  dl_reowner_err(NULL);
+  dl_err_to_open(c);
   client_free(c);
   return rc;
 }
@@ -102,6 +102,7 @@ int dl_client_open_with(const dlock_client_options *opts,
 
   dlock_client *c = calloc(1, sizeof *c);
   if (c == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  c->err_serial = dl_err_serial();
   pthread_mutex_init(&c->holds_mu, NULL);
   dl_cond_init(&c->holds_cv);
   const char *url = opts->url ? opts->url : "redis://127.0.0.1:6379";
@@ -128,6 +129,13 @@ int dl_client_open_with(const dlock_client_options *opts,
     client_free(c);
     return dl_seterr(NULL, DLOCK_ENOMEM, "no random bytes for the client id");
   }
+  unsigned char nonce[8];
+  if (dl_random_bytes(nonce, sizeof nonce) != 0) {
+    client_free(c);
+    return dl_seterr(NULL, DLOCK_ENOMEM, "no random bytes for the client");
+  }
+  for (size_t i = 0; i < sizeof nonce; i++)
+    snprintf(c->release_nonce + 2 * i, 3, "%02x", nonce[i]);
   c->id = dl_strdup(opts->client_id ? opts->client_id : uuid);
   c->key_prefix = dl_strdup(opts->key_prefix ? opts->key_prefix : "");
   c->conn_cfg.client_name = dl_strdup(opts->client_name);
@@ -189,6 +197,9 @@ int dl_client_open_with(const dlock_client_options *opts,
 void dlock_client_close(dlock_client *c) {
   if (c == NULL) return;
   atomic_store(&c->closing, 1);
+  /* Other threads' slots for c are never matched again (serials are not
+   * reused) and make way for newer ones; the closing thread's is freed. */
+  dl_clearerr(c);
   client_free(c);
 }
 

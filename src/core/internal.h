@@ -45,14 +45,18 @@ int dl_park_wait_futex(atomic_int *word, int expect, int64_t deadline_ms);
 void dl_park_wake_futex(atomic_int *word);
 #endif
 
-/* ---- error.c: per-thread detail messages ---- */
-/* Records `fmt` as the calling thread's detail for `owner` (a client or
- * NULL for dlock_client_open) and returns err. */
-int dl_seterr(const void *owner, int err, const char *fmt, ...)
+/* ---- error.c: detail messages, per client and per thread ---- */
+/* Records `fmt` as the calling thread's detail for client `owner` (NULL:
+ * for dlock_client_open) and returns err. */
+int dl_seterr(const struct dlock_client *owner, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void dl_clearerr(const void *owner);
-/* Hands the thread's current detail over to another owner. */
-void dl_reowner_err(const void *owner);
+/* Forgets the calling thread's detail for `owner` (NULL: the open's). */
+void dl_clearerr(const struct dlock_client *owner);
+/* Moves the calling thread's detail for c to dlock_client_open's (a failed
+ * open), or leaves it as it is when there is none. */
+void dl_err_to_open(const struct dlock_client *c);
+/* A new client's serial: never 0, never reused in the process. */
+uint64_t dl_err_serial(void);
 /* Maps a server error reply's text to a code. */
 int dl_server_errcode(const char *msg);
 
@@ -111,7 +115,7 @@ typedef struct dl_conn_config {
   int connect_timeout_ms;
   int command_timeout_ms;
   int reconnect_min_ms, reconnect_max_ms;
-  const void *err_owner; /* where dl_seterr records details */
+  const struct dlock_client *err_owner; /* where dl_seterr records details */
 } dl_conn_config;
 
 /* Connection that reconnects on demand; `cfg` must outlive it. */
@@ -376,6 +380,7 @@ void dl_holds_drop_via(dlock_client *c, const void *via, int *count);
 
 /* ---- client.c ---- */
 struct dlock_client {
+  uint64_t err_serial; /* dl_err_serial(): tags its detail messages */
   size_t id_len;
   pthread_mutex_t holds_mu;
   pthread_cond_t holds_cv;            /* a lost callback finished */
@@ -394,6 +399,10 @@ struct dlock_client {
   dl_backend *backend;
   dl_watchdog *watchdog;
   atomic_int closing;
+  /* Request ids of releases, "<nonce>:<seq>": unique across processes even
+   * with an explicit client_id (a restarted process reuses it). */
+  char release_nonce[17];
+  atomic_uint_fast64_t release_seq;
 };
 
 /* dlock_client_open with the backend made by `make` (the seam where other

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define OWNER_MAX 256
 #define UNLOCK_MESSAGE "0"
@@ -371,44 +372,110 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
   return tok;
 }
 
-/* Returns 1 released, 0 still held, or a negative code. */
+/* A release's result is kept on the server this many command timeouts, so
+ * that a retry of it (below) finds it. */
+#define LATCH_TIMEOUTS 3
+
+/* Whether a release that failed with rc is sent again: the connection
+ * dropped, perhaps after the server ran it (its reply lost). The connection
+ * reconnects at once. Not after a timeout (no time is left), nor when the
+ * server cannot be reached (the retry could not get through either). */
+static bool release_retriable(int rc) { return rc == DLOCK_ECONNLOST; }
+
+static void pause_ms(int64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+/* Returns 1 released, 0 still held, or a negative code.
+ *
+ * Idempotent on retry, as Redisson's unlock: each release has a request id,
+ * and the script keeps its result for LATCH_TIMEOUTS command timeouts in
+ * "redisson_unlock_latch:{name}:<request id>" (the lock's slot). A release
+ * whose connection failed (the reply may have been lost after the server ran
+ * it) is sent again, with the same id, for up to one command timeout from
+ * the first send; a retry that finds the latch returns the first result
+ * instead of "not the owner". */
 static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
                           int count) {
-  char lease[DL_INT_BUF], cnt[DL_INT_BUF];
+  dlock_client *c = l->c;
+  char lease[DL_INT_BUF], cnt[DL_INT_BUF], keep[DL_INT_BUF];
   dl_fmt_ll(lease, lease_ms);
   dl_fmt_ll(cnt, count);
+  dl_fmt_ll(keep, (long long)LATCH_TIMEOUTS * c->command_timeout_ms);
   char ch[DERIVED_MAX], qk[DERIVED_MAX], wk[DERIVED_MAX], tk[DERIVED_MAX],
-      hk[DERIVED_MAX];
+      hk[DERIVED_MAX], latch[DERIVED_MAX + 48];
+  /* "<derived latch name>:<nonce>:<seq>" (no snprintf: the hot path). */
+  size_t n = strlen(derived(latch, "redisson_unlock_latch", l));
+  latch[n++] = ':';
+  memcpy(latch + n, c->release_nonce, 16);
+  n += 16;
+  latch[n++] = ':';
+  dl_fmt_ll(latch + n, (long long)atomic_fetch_add(&c->release_seq, 1));
   redisReply *r = NULL;
   int rc;
   /* This handle's last acquire had to wait: others likely wait too, and the
    * message that wakes one of them goes out ahead of our reply. */
   int wake_first = atomic_load(&l->contended) ? DL_EVAL_WAKE_FIRST : 0;
+  int script, nkeys, nargs;
+  const char *keys[7], *args[5];
   if (l->rw != RW_NONE) {
-    const char *keys[] = {l->key, RW_CHANNEL(l, ch)};
-    const char *args[] = {owner, l->rw == RW_READ ? "read" : "write", lease};
-    rc = l->c->backend->ops->eval(l->c->backend,
-                                  DL_SCRIPT_RW_RELEASE | wake_first, 2, keys,
-                                  3, args, &r);
+    script = DL_SCRIPT_RW_RELEASE;
+    keys[0] = l->key;
+    keys[1] = RW_CHANNEL(l, ch);
+    keys[2] = latch;
+    nkeys = 3;
+    args[0] = owner;
+    args[1] = l->rw == RW_READ ? "read" : "write";
+    args[2] = lease;
+    args[3] = keep;
+    nargs = 4;
   } else {
     /* The fair lock wakes its first waiter; the plain lock hands itself to
      * the first of its hand-off queue. */
     bool fair = l->fair_ms > 0;
-    const char *keys[] = {l->key, CHANNEL(l, ch),
-                          fair ? QUEUE_KEY(l, qk) : GRANT_QUEUE_KEY(l, qk),
-                          GRANT_WAITERS_KEY(l, wk), TOKEN_KEY(l, tk),
-                          HANDOFF_KEY(l, hk)};
-    const char *args[] = {UNLOCK_MESSAGE, lease, owner, cnt};
-    rc = l->c->backend->ops->eval(l->c->backend,
-                                  DL_SCRIPT_LOCK_RELEASE | wake_first,
-                                  fair ? 3 : 6, keys, 4, args, &r);
+    script = DL_SCRIPT_LOCK_RELEASE;
+    keys[0] = l->key;
+    keys[1] = CHANNEL(l, ch);
+    keys[2] = fair ? QUEUE_KEY(l, qk) : GRANT_QUEUE_KEY(l, qk);
+    nkeys = 3;
+    if (!fair) {
+      keys[3] = GRANT_WAITERS_KEY(l, wk);
+      keys[4] = TOKEN_KEY(l, tk);
+      keys[5] = HANDOFF_KEY(l, hk);
+      nkeys = 6;
+    }
+    keys[nkeys++] = latch;
+    args[0] = UNLOCK_MESSAGE;
+    args[1] = lease;
+    args[2] = owner;
+    args[3] = cnt;
+    args[4] = keep;
+    nargs = 5;
+  }
+  /* Retries end with the first send's command timeout: a release never
+   * takes longer than one. */
+  int64_t until = dl_now_ms() + c->command_timeout_ms;
+  const char *const *k = keys, *const *a = args;
+  for (int64_t pause = 0;; pause = pause ? 2 * pause : 5) {
+    int err = 0;
+    rc = c->backend->ops->eval_many(c->backend, until, 1, script | wake_first,
+                                    &nkeys, &k, &nargs, &a, &r, &err);
+    if (rc == 0) rc = err;
+    int64_t left = until - dl_now_ms();
+    if (rc == 0 || !release_retriable(rc) || left <= 0 ||
+        atomic_load(&c->closing))
+      break;
+    /* The connection reconnects at once after a failure, then backs off:
+     * do not spin on its "next reconnect in" answer. */
+    if (pause > 0) pause_ms(pause < left ? pause : left);
   }
   if (rc != 0) return rc;
   if (r->type == REDIS_REPLY_NIL) rc = DLOCK_ENOTOWNER;
   else if (r->type == REDIS_REPLY_INTEGER) /* freed: 1 + subscribers told */
     rc = r->integer >= 1 ? 1 : 0;
   else
-    rc = dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to the release");
+    rc = dl_seterr(c, DLOCK_EPROTO, "unexpected reply to the release");
   freeReplyObject(r);
   return rc;
 }

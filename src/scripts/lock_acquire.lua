@@ -37,18 +37,24 @@
 -- waiters it woke. A waiter that has waited past the threshold reserves the
 -- next hand-off; until it takes the lock, gives up, or the reservation
 -- expires (it died) nobody else may take the lock when it is free.
+-- The counter lives one day after the last token it gave (or a lease, if
+-- longer), so that names used once do not leave it forever. When it is
+-- missing (never set, expired, or lost in a restart without persistence),
+-- it restarts from the server clock in microseconds: above every token
+-- issued before, since every token is at most the clock (in µs) when it was
+-- given, as long as fewer than one grant per microsecond was made (a
+-- single-threaded server cannot exceed that) and the server's clock did
+-- not step back (docs/SAFETY.md has the argument).
 local function next_token()
+  local ttl = math.max(86400000, tonumber(ARGV[1]))
   local t = redis.call('incr', KEYS[2])
   if t ~= 1 then
+    redis.call('pexpire', KEYS[2], ttl)
     return t
   end
-  -- The counter was missing (never set, or lost in a restart without
-  -- persistence): restart it from the server clock in microseconds, above
-  -- every token issued before as long as fewer than one lock grant per
-  -- microsecond was made, which a single-threaded server cannot exceed.
   local now = redis.call('time')
   t = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  redis.call('set', KEYS[2], string.format('%.0f', t))
+  redis.call('set', KEYS[2], string.format('%.0f', t), 'px', ttl)
   return t
 end
 

@@ -13,6 +13,27 @@
 -- the n subscribed processes.
 -- The count written is the client's own: a hold left by an acquire whose
 -- reply was lost is released with the last hold the client knows of.
+-- With ARGV[5], the last KEY is the release's latch (Redisson's
+-- "redisson_unlock_latch:{name}:<request id>"): the result is kept there
+-- for ARGV[5] ms, and a retry of the same release (its reply was lost)
+-- returns it instead of running again.
+local nkeys = #KEYS
+local latch
+if ARGV[5] then
+  latch = KEYS[nkeys]
+  nkeys = nkeys - 1
+  local done = redis.call('get', latch)
+  if done then
+    return tonumber(done)
+  end
+end
+local function result(v)
+  if latch then
+    redis.call('set', latch, v, 'px', ARGV[5])
+  end
+  return v
+end
+
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
   return nil
 end
@@ -20,7 +41,7 @@ local believed = tonumber(ARGV[4])
 if believed > 1 then
   redis.call('hset', KEYS[1], ARGV[3], believed - 1)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return 0
+  return result(0)
 end
 
 -- The hand-off: the lock goes straight to the first waiter that is alive
@@ -33,7 +54,7 @@ end
 -- cannot queue (it polls, or is not subscribed yet) and starved reserved
 -- the next hand-off: then the lock is freed for it instead.
 local seen = 0
-if #KEYS == 6 and redis.call('exists', KEYS[3]) == 1 and
+if nkeys == 6 and redis.call('exists', KEYS[3]) == 1 and
    redis.call('exists', KEYS[6]) == 0 then
   local t = redis.call('time')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -56,7 +77,9 @@ if #KEYS == 6 and redis.call('exists', KEYS[3]) == 1 and
       if type(heard) == 'number' and heard > 0 then
         redis.call('ltrim', KEYS[3], i, -1)
         redis.call('hdel', KEYS[4], unpack(queue, 1, i))
-        redis.call('set', KEYS[5], token)
+        -- The counter's lifetime: as in lock_acquire.lua.
+        redis.call('set', KEYS[5], token, 'px',
+                   math.max(86400000, tonumber(lease)))
         redis.call('del', KEYS[1])
         redis.call('hset', KEYS[1], who, 1)
         if info ~= '' then
@@ -64,7 +87,7 @@ if #KEYS == 6 and redis.call('exists', KEYS[3]) == 1 and
                      string.format('%.0f', now))
         end
         redis.call('pexpire', KEYS[1], lease)
-        return 2
+        return result(2)
       end
     end
   end
@@ -75,11 +98,11 @@ end
 -- only after the script, when the key is already gone. A fair lock (KEYS[3]
 -- its queue) wakes only the first waiter, on its own channel.
 local channel = KEYS[2]
-if #KEYS == 3 then
+if nkeys == 3 then
   local first = redis.call('lindex', KEYS[3], 0)
   if not first then
     redis.call('del', KEYS[1])
-    return 1
+    return result(1)
   end
   channel = KEYS[2] .. ':' .. first
 end
@@ -90,4 +113,4 @@ if seen > 0 then -- every waiter looked at was dead or deaf
   redis.call('hdel', KEYS[4], unpack(queue))
 end
 redis.call('del', KEYS[1])
-return 1 + woken
+return result(1 + woken)

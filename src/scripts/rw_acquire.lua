@@ -27,12 +27,16 @@ local function token(fresh)
   if not fresh then
     return tonumber(redis.call('get', KEYS[2]) or '0')
   end
+  -- The counter's lifetime and its restart: as in lock_acquire.lua.
+  local ttl = math.max(86400000, tonumber(ARGV[1]))
   local t = redis.call('incr', KEYS[2])
   if t == 1 then
-    -- Lost counter: restart above every earlier token (see lock_acquire).
+    -- Missing (expired or lost): restart above every earlier token.
     local now = redis.call('time')
     t = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    redis.call('set', KEYS[2], string.format('%.0f', t))
+    redis.call('set', KEYS[2], string.format('%.0f', t), 'px', ttl)
+  else
+    redis.call('pexpire', KEYS[2], ttl)
   end
   return t
 end

@@ -9,6 +9,22 @@
 -- free, "0" (after reads) or "1" (after a write: wakes every waiter) is
 -- published. A holder's last release also deletes its description
 -- ("dlock:info:<owner id>", see rw_acquire.lua).
+-- With ARGV[4], KEYS[3] is the release's latch, as in lock_release.lua: the
+-- result is kept there for ARGV[4] ms and a retry returns it.
+local latch = ARGV[4] and KEYS[3]
+if latch then
+  local done = redis.call('get', latch)
+  if done then
+    return tonumber(done)
+  end
+end
+local function result(v)
+  if latch then
+    redis.call('set', latch, v, 'px', ARGV[4])
+  end
+  return v
+end
+
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false or redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return nil
@@ -18,7 +34,7 @@ local n = redis.call('hincrby', KEYS[1], ARGV[1], -1)
 if ARGV[2] == 'write' then
   if n > 0 then
     redis.call('pexpire', KEYS[1], ARGV[3])
-    return 0
+    return result(0)
   end
   redis.call('hdel', KEYS[1], ARGV[1], 'dlock:info:' .. ARGV[1])
   if redis.call('hlen', KEYS[1]) == 1 then
@@ -27,7 +43,7 @@ if ARGV[2] == 'write' then
   else
     redis.call('hset', KEYS[1], 'mode', 'read') -- the writer's own reads
   end
-  return 1
+  return result(1)
 end
 
 local prefix
@@ -55,12 +71,12 @@ if redis.call('hlen', KEYS[1]) > 1 then
   end
   if longest > 0 then
     redis.call('pexpire', KEYS[1], longest)
-    return n == 0 and 1 or 0
+    return result(n == 0 and 1 or 0)
   end
   if mode == 'write' then
-    return n == 0 and 1 or 0
+    return result(n == 0 and 1 or 0)
   end
 end
 redis.call('publish', KEYS[2], '0')
 redis.call('del', KEYS[1])
-return 1
+return result(1)

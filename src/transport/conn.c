@@ -496,6 +496,8 @@ int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
   size_t total = 0;
   int len;
   char db[16];
+  /* What was sent, for the error detail: "AUTH, SELECT, CLIENT SETNAME". */
+  char sent[40] = "";
   if (cfg->ep.password) {
     int argc = 0;
     argv[argc++] = "AUTH";
@@ -506,6 +508,7 @@ int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
       goto oom;
     total += (size_t)len;
     cmdlen[ncmd++] = (size_t)len;
+    strcat(sent, "AUTH");
   }
   if (cfg->ep.db != 0) {
     snprintf(db, sizeof db, "%d", cfg->ep.db);
@@ -517,6 +520,7 @@ int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
       goto oom;
     total += (size_t)len;
     cmdlen[ncmd++] = (size_t)len;
+    strcat(sent, sent[0] ? ", SELECT" : "SELECT");
   }
   if (cfg->client_name) {
     argv[0] = "CLIENT";
@@ -527,8 +531,12 @@ int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
       goto oom;
     total += (size_t)len;
     cmdlen[ncmd++] = (size_t)len;
+    strcat(sent, sent[0] ? ", CLIENT SETNAME" : "CLIENT SETNAME");
   }
   if (ncmd == 0) return 0;
+  /* The details say what failed; the caller prefixes the code's text, so
+   * they never repeat it ("did not answer in time: ... in time"). */
+  int limit_ms = cfg->connect_timeout_ms;
   char *buf = malloc(total);
   if (buf == NULL) {
     for (int i = 0; i < ncmd; i++) redisFreeCommand(cmds[i]);
@@ -543,7 +551,11 @@ int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
   int rc = dl_io_write(io, buf, off, deadline);
   free(buf);
   if (rc != 0) {
-    snprintf(err, errlen, "handshake: %s", dlock_strerror(rc));
+    if (rc == DLOCK_ETIMEDOUT)
+      snprintf(err, errlen, "could not send %s within %d ms (connect "
+               "timeout)", sent, limit_ms);
+    else
+      snprintf(err, errlen, "connection closed while sending %s", sent);
     return rc;
   }
   redisReader *rd = redisReaderCreate();
@@ -555,7 +567,7 @@ int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
     void *rep = NULL;
     if (redisReaderGetReply(rd, &rep) != REDIS_OK) {
       rc = DLOCK_EPROTO;
-      snprintf(err, errlen, "handshake: malformed reply");
+      snprintf(err, errlen, "malformed reply to %s", sent);
       break;
     }
     if (rep == NULL) {
@@ -563,7 +575,12 @@ int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
       if (n < 0) {
         if (rc == 0) {
           rc = n;
-          snprintf(err, errlen, "handshake: %s", dlock_strerror(n));
+          if (n == DLOCK_ETIMEDOUT)
+            snprintf(err, errlen, "no reply to %s within %d ms (connect "
+                     "timeout)", sent, limit_ms);
+          else
+            snprintf(err, errlen, "connection closed before the reply to %s",
+                     sent);
         }
         break;
       } else {

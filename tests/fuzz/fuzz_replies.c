@@ -29,7 +29,9 @@ static dl_sub *subs[4];
 static int next_reply(dl_backend *b, redisReply **out) {
   (void)b;
   *out = NULL;
-  if (qnext >= qlen) return DLOCK_ECONNLOST;
+  /* Out of replies: the server cannot be reached. (Not ECONNLOST, which a
+   * release retries for up to its command timeout.) */
+  if (qnext >= qlen) return DLOCK_ECONNECT;
   redisReply *r = queue[qnext];
   queue[qnext++] = NULL;
   if (r->type == REDIS_REPLY_ERROR) {

@@ -122,7 +122,12 @@ static void *run(void *arg) {
           dead = true;
         } else {
           int mode = atomic_load(&P.mode);
-          if (mode == PROXY_DROP) {
+          int cut = PROXY_CUT;
+          if (mode == PROXY_CUT &&
+              atomic_compare_exchange_strong(&P.mode, &cut, PROXY_PASS)) {
+            atomic_fetch_add(&P.faulted, (uint64_t)n);
+            dead = true; /* the reply goes nowhere, the connection too */
+          } else if (mode == PROXY_DROP) {
             atomic_fetch_add(&P.faulted, (uint64_t)n);
           } else if (mode == PROXY_DELAY || p->head) {
             /* Held back; later replies queue behind, keeping the order. */

@@ -6,7 +6,10 @@
 
 #include <stdint.h>
 
-typedef enum { PROXY_PASS, PROXY_DELAY, PROXY_DROP } proxy_mode;
+/* PROXY_CUT: the next reply (any connection's) is dropped and its
+ * connection closed on both sides, then the proxy passes again: the server
+ * executed the command, and the client sees the connection drop. */
+typedef enum { PROXY_PASS, PROXY_DELAY, PROXY_DROP, PROXY_CUT } proxy_mode;
 
 /* Listens on a free loopback port forwarding to 127.0.0.1:server_port.
  * Returns the port, or -1. */
