@@ -474,7 +474,10 @@ static void t_release_retried_after_lost_reply(void) {
   CHECK_RC(dlock_lock_validity(l, NULL), DLOCK_ENOTOWNER);
   /* The result is kept a few command timeouts, then expires. */
   redisReply *r = th_cmd(&srv, "KEYS redisson_unlock_latch:{f:cut}:*");
-  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 3); /* 1 + 2 cut */
+  /* The warm-up's release and the cut last one. The cut reentrant release
+   * kept none: it writes the count the client knows, so its retry ran it
+   * again to the same result. */
+  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
   long long ttl = th_cmd_int(&srv, "PTTL %s", r->element[0]->str);
   freeReplyObject(r);
   CHECK(ttl > 0 && ttl <= 3 * 2000);

@@ -418,7 +418,8 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
    * message that wakes one of them goes out ahead of our reply. */
   int wake_first = atomic_load(&l->contended) ? DL_EVAL_WAKE_FIRST : 0;
   int script, nkeys, nargs;
-  const char *keys[7], *args[5];
+  const char *keys[7], *args[6];
+  int retry_arg; /* the argument that says a send is a retry */
   if (l->rw != RW_NONE) {
     script = DL_SCRIPT_RW_RELEASE;
     keys[0] = l->key;
@@ -429,7 +430,9 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
     args[1] = l->rw == RW_READ ? "read" : "write";
     args[2] = lease;
     args[3] = keep;
-    nargs = 4;
+    args[4] = "0";
+    retry_arg = 4;
+    nargs = 5;
   } else {
     /* The fair lock wakes its first waiter; the plain lock hands itself to
      * the first of its hand-off queue. */
@@ -451,7 +454,9 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
     args[2] = owner;
     args[3] = cnt;
     args[4] = keep;
-    nargs = 5;
+    args[5] = "0";
+    retry_arg = 5;
+    nargs = 6;
   }
   /* Retries end with the first send's command timeout: a release never
    * takes longer than one. */
@@ -469,6 +474,7 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
     /* The connection reconnects at once after a failure, then backs off:
      * do not spin on its "next reconnect in" answer. */
     if (pause > 0) pause_ms(pause < left ? pause : left);
+    args[retry_arg] = "1"; /* only a retry can find a latch */
   }
   if (rc != 0) return rc;
   if (r->type == REDIS_REPLY_NIL) rc = DLOCK_ENOTOWNER;

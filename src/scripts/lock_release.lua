@@ -15,20 +15,25 @@
 -- reply was lost is released with the last hold the client knows of.
 -- With ARGV[5], the last KEY is the release's latch (Redisson's
 -- "redisson_unlock_latch:{name}:<request id>"): the result is kept there
--- for ARGV[5] ms, and a retry of the same release (its reply was lost)
--- returns it instead of running again.
+-- for ARGV[5] ms, and a retry of the same release (its reply was lost;
+-- ARGV[6] '1') returns it instead of running again. A reentrant release
+-- writes the count the client knows, so running it twice changes nothing:
+-- only a release that ends the hold, or knows no count, keeps a latch.
 local nkeys = #KEYS
 local latch
 if ARGV[5] then
   latch = KEYS[nkeys]
   nkeys = nkeys - 1
-  local done = redis.call('get', latch)
-  if done then
-    return tonumber(done)
+  if ARGV[6] == '1' then
+    local done = redis.call('get', latch)
+    if done then
+      return tonumber(done)
+    end
   end
 end
+local believed = tonumber(ARGV[4])
 local function result(v)
-  if latch then
+  if latch and (v ~= 0 or believed == 0) then
     redis.call('set', latch, v, 'px', ARGV[5])
   end
   return v
@@ -37,7 +42,6 @@ end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
   return nil
 end
-local believed = tonumber(ARGV[4])
 if believed > 1 then
   redis.call('hset', KEYS[1], ARGV[3], believed - 1)
   redis.call('pexpire', KEYS[1], ARGV[2])

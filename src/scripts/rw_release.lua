@@ -10,9 +10,9 @@
 -- published. A holder's last release also deletes its description
 -- ("dlock:info:<owner id>", see rw_acquire.lua).
 -- With ARGV[4], KEYS[3] is the release's latch, as in lock_release.lua: the
--- result is kept there for ARGV[4] ms and a retry returns it.
+-- result is kept there for ARGV[4] ms and a retry (ARGV[5] '1') returns it.
 local latch = ARGV[4] and KEYS[3]
-if latch then
+if latch and ARGV[5] == '1' then
   local done = redis.call('get', latch)
   if done then
     return tonumber(done)
