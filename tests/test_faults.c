@@ -367,17 +367,22 @@ static bool key_gone(void *p) {
   return th_cmd_int(&srv, "EXISTS %s", (const char *)p) == 0;
 }
 
-static void t_failed_release_stops_renewal(void) {
-  /* The last release never reaches the server (connection killed while the
-   * server holds it back): the watchdog must stop renewing, so the lease
-   * frees the lock instead of it being renewed for as long as we live. */
-  setup();
+/* A client whose releases retry for 1 s, on leases that outlive that. */
+static dlock_client *release_retry_client(void) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = srv.url;
   o.watchdog_timeout_ms = 2000; /* outlives the 1 s the release tries */
   o.command_timeout_ms = 1000;
-  dlock_client *c = th_client_opts(&o);
+  return th_client_opts(&o);
+}
+
+static void t_failed_release_stops_renewal(void) {
+  /* The last release never reaches the server (connection killed while the
+   * server holds it back): the watchdog must stop renewing, so the lease
+   * frees the lock instead of it being renewed for as long as we live. */
+  setup();
+  dlock_client *c = release_retry_client();
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "f:relfail", "me", &l), 0);
@@ -403,12 +408,7 @@ static void t_acquire_after_failed_release(void) {
    * the hold it gave up (which kept the lock for a lease, handing out the
    * old token again at every acquire). */
   setup();
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = srv.url;
-  o.watchdog_timeout_ms = 2000; /* outlives the 1 s the release tries */
-  o.command_timeout_ms = 1000;
-  dlock_client *c = th_client_opts(&o);
+  dlock_client *c = release_retry_client();
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "f:relfail2", "me", &l), 0);

@@ -163,6 +163,22 @@ static dl_sub *find(dl_pubsub *p, const char *ch, size_t len) {
   return NULL;
 }
 
+/* With mu held: a new, unreferenced subscription in the table, or NULL. */
+static dl_sub *sub_new(dl_pubsub *p, const char *channel, int mode) {
+  dl_sub *s = calloc(1, sizeof *s);
+  if (s == NULL || (s->channel = dl_strdup(channel)) == NULL) {
+    free(s);
+    return NULL;
+  }
+  dl_cond_init(&s->cv);
+  s->mode = mode;
+  unsigned h = hash(channel);
+  s->next = p->table[h];
+  p->table[h] = s;
+  p->subs++;
+  return s;
+}
+
 static void sub_free(dl_pubsub *p, dl_sub *s) {
   dl_sub **pp = &p->table[hash(s->channel)];
   while (*pp != s) pp = &(*pp)->next;
@@ -629,19 +645,9 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
     pthread_mutex_unlock(&p->mu); /* only a subscription already heard */
     return NULL;
   }
-  if (s == NULL) {
-    s = calloc(1, sizeof *s);
-    if (s == NULL || (s->channel = dl_strdup(channel)) == NULL) {
-      free(s);
-      pthread_mutex_unlock(&p->mu);
-      return NULL;
-    }
-    dl_cond_init(&s->cv);
-    s->mode = mode;
-    unsigned h = hash(channel);
-    s->next = p->table[h];
-    p->table[h] = s;
-    p->subs++;
+  if (s == NULL && (s = sub_new(p, channel, mode)) == NULL) {
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
   } else if (s->lingering) { /* still subscribed: nothing to wait for */
     s->lingering = false;
     p->lingering--;
@@ -679,24 +685,17 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
 int dl_pubsub_listen(dl_pubsub *p, const char *channel, bool pattern,
                      size_t strip, dl_notice_fn fn, void *ud) {
   pthread_mutex_lock(&p->mu);
-  dl_sub *s = calloc(1, sizeof *s);
-  if (s == NULL || (s->channel = dl_strdup(channel)) == NULL) {
-    free(s);
+  dl_sub *s = sub_new(p, channel, DL_WAKE_NOTICE);
+  if (s == NULL) {
     pthread_mutex_unlock(&p->mu);
     return DLOCK_ENOMEM;
   }
-  dl_cond_init(&s->cv);
-  s->mode = DL_WAKE_NOTICE;
   s->pattern = pattern;
   s->strip = strip;
   s->notice = fn;
   s->notice_ud = ud;
   s->refs = 1; /* for the life of the client */
   s->active = true;
-  unsigned h = hash(channel);
-  s->next = p->table[h];
-  p->table[h] = s;
-  p->subs++;
   if (p->io) { /* else on_connected subscribes it */
     s->outstanding++;
     send_cmd(p, pattern ? "PSUBSCRIBE" : "SUBSCRIBE", channel);
