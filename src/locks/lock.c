@@ -2,7 +2,7 @@
  * at the lock's name (field owner id -> hold count) with a PEXPIRE lease,
  * the unlock message "0" on redisson_lock__channel:{name}, and fencing
  * tokens from redisson_lock_token:{name} (RFencedLock's counter). */
-#include "../core/internal.h"
+#include "lock.h"
 
 #include <hiredis/hiredis.h>
 #include <limits.h>
@@ -11,7 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-#define OWNER_MAX 256
 #define UNLOCK_MESSAGE "0"
 /* A starving waiter's hand-off reservation lasts this long, renewed at each
  * attempt; a starving waiter attempts at least every RESERVE_MS / 3. So a
@@ -20,43 +19,6 @@
 /* A waiter in the plain lock's hand-off queue counts as alive this long
  * after each attempt; it attempts at least every GRANT_STALE_MS / 3. */
 #define GRANT_STALE_MS 6000
-
-struct dlock_lock {
-  dlock_client *c;
-  /* In this allocation, after the struct (the derived names, such as the
-   * channel, are built on the stack when needed: a held lock costs less). */
-  char *key;   /* prefix + name (the name: NAME(l)) */
-  char *owner; /* explicit owner, or NULL for the calling thread */
-  int64_t fair_ms; /* a fair lock's stale-waiter timeout; 0: not fair */
-  /* Guarded by the client's holds_mu: */
-  char *info; /* holder description stored beside the lock, or NULL */
-  dlock_lost_cb cb;
-  void *cb_ud;
-  int nholds; /* holds whose lost callback goes through this handle */
-  unsigned char rw; /* RW_NONE, or which side of a read-write lock */
-  /* The last acquire through this handle had to wait (a hint only: its
-   * next acquire queues at once, its release sends the wake-up first). */
-  atomic_bool contended;
-  /* 64 bytes on LP64, so that with a short name and owner the handle fits
-   * a 96-byte malloc chunk (docs/PERFORMANCE.md, memory per held lock). */
-};
-
-#define NAME(l) ((l)->key + (l)->c->prefix_len)
-
-/* Redisson's derived names: "<prefix>:{<name>}", or "<prefix>:<name>" when
- * the name carries its own hash tag. Either way it shares the lock's slot.
- * `out` has DERIVED_MAX bytes. */
-#define DERIVED_MAX (DLOCK_KEY_PREFIX_MAX + DLOCK_NAME_MAX + 32)
-static const char *derived(char *out, const char *prefix, const dlock_lock *l) {
-  dl_derived_into(out, DERIVED_MAX, prefix, l->key);
-  return out;
-}
-#define CHANNEL(l, buf) derived(buf, "redisson_lock__channel", l)
-#define TOKEN_KEY(l, buf) derived(buf, "redisson_lock_token", l)
-#define HANDOFF_KEY(l, buf) derived(buf, "dlock_handoff", l)
-#define QUEUE_KEY(l, buf) derived(buf, "redisson_lock_queue", l)
-#define TIMEOUT_KEY(l, buf) derived(buf, "redisson_lock_timeout", l)
-#define RW_CHANNEL(l, buf) derived(buf, "redisson_rwlock", l)
 /* A waiter's own channel, "<channel>:<owner id>": the fair lock's wake-up
  * and the plain lock's grant. `out` has OWNER_CHANNEL_MAX bytes. */
 #define OWNER_CHANNEL_MAX (DERIVED_MAX + OWNER_MAX + 1)
@@ -69,9 +31,6 @@ static const char *owner_channel(char *out, const dlock_lock *l,
   out[n + 1 + m] = '\0';
   return out;
 }
-#define GRANT_QUEUE_KEY(l, buf) derived(buf, "dlock_lock_queue", l)
-#define GRANT_WAITERS_KEY(l, buf) derived(buf, "dlock_lock_waiters", l)
-enum { RW_NONE, RW_READ, RW_WRITE };
 /* Redisson RFairLock's default stale-waiter timeout (threadWaitTime). */
 #define FAIR_STALE_DEFAULT_MS 300000
 
@@ -486,7 +445,7 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
   return rc;
 }
 
-static int owner_of(dlock_lock *l, char *buf) {
+int dl_lock_owner(dlock_lock *l, char *buf) {
   int n = dl_owner_id(l->c, l->owner, buf, OWNER_MAX - 6);
   if (n >= 0 && l->rw == RW_WRITE) memcpy(buf + n, ":write", 7);
   return n < 0 ? dl_seterr(l->c, DLOCK_EINVAL, "owner id too long") : 0;
@@ -511,7 +470,7 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
   if (atomic_load(&c->closing))
     return dl_seterr(c, DLOCK_ECLOSED, "the client is closing");
   char owner[OWNER_MAX];
-  int rc = owner_of(l, owner);
+  int rc = dl_lock_owner(l, owner);
   if (rc != 0) return rc;
   bool watchdog = lease_ms <= 0;
   if (watchdog) lease_ms = c->watchdog_timeout_ms;
@@ -683,7 +642,7 @@ int dlock_lock_release(dlock_lock *l) {
   if (l == NULL) return DLOCK_EINVAL;
   dlock_client *c = l->c;
   char owner[OWNER_MAX];
-  int rc = owner_of(l, owner);
+  int rc = dl_lock_owner(l, owner);
   if (rc != 0) return rc;
   dl_watchdog *w = c->watchdog;
   pthread_mutex_lock(&c->holds_mu);
@@ -759,81 +718,11 @@ int dlock_lock_force_release(dlock_lock *l) {
   return rc;
 }
 
-/* Runs a read command and returns its integer (or nil as `nil_value`). */
-static int query_int(dlock_lock *l, int argc, const char **argv,
-                     long long nil_value, long long *out) {
-  redisReply *r = NULL;
-  int rc = l->c->backend->ops->command(l->c->backend, argc, argv, &r);
-  if (rc != 0) return rc;
-  if (r->type == REDIS_REPLY_INTEGER) *out = r->integer;
-  else if (r->type == REDIS_REPLY_NIL) *out = nil_value;
-  else if (r->type == REDIS_REPLY_STRING) {
-    char *end;
-    *out = strtoll(r->str, &end, 10);
-    if (*end != '\0') rc = dl_seterr(l->c, DLOCK_EPROTO, "not a number");
-  } else {
-    rc = dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply type %d", r->type);
-  }
-  freeReplyObject(r);
-  return rc;
-}
-
-int dlock_lock_is_locked(dlock_lock *l) {
-  if (l == NULL) return DLOCK_EINVAL;
-  const char *argv[] = {"EXISTS", l->key};
-  long long v = 0;
-  int rc = query_int(l, 2, argv, 0, &v);
-  return rc ? rc : (v > 0);
-}
-
-int dlock_lock_is_held(dlock_lock *l) {
-  if (l == NULL) return DLOCK_EINVAL;
-  char owner[OWNER_MAX];
-  int rc = owner_of(l, owner);
-  if (rc != 0) return rc;
-  const char *argv[] = {"HEXISTS", l->key, owner};
-  long long v = 0;
-  rc = query_int(l, 3, argv, 0, &v);
-  return rc ? rc : (v > 0);
-}
-
-int dlock_lock_hold_count(dlock_lock *l) {
-  if (l == NULL) return DLOCK_EINVAL;
-  char owner[OWNER_MAX];
-  int rc = owner_of(l, owner);
-  if (rc != 0) return rc;
-  const char *argv[] = {"HGET", l->key, owner};
-  long long v = 0;
-  rc = query_int(l, 3, argv, 0, &v);
-  if (rc == 0 && (v < 0 || v > INT_MAX))
-    rc = dl_seterr(l->c, DLOCK_EPROTO, "hold count %lld out of range", v);
-  return rc ? rc : (int)v;
-}
-
-int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms) {
-  if (l == NULL || ttl_ms == NULL) return DLOCK_EINVAL;
-  const char *argv[] = {"PTTL", l->key};
-  long long v = 0;
-  int rc = query_int(l, 2, argv, -2, &v);
-  if (rc == 0) *ttl_ms = v;
-  return rc;
-}
-
-int dlock_lock_current_token(dlock_lock *l, uint64_t *token) {
-  if (l == NULL || token == NULL) return DLOCK_EINVAL;
-  char tk[DERIVED_MAX];
-  const char *argv[] = {"GET", TOKEN_KEY(l, tk)};
-  long long v = 0;
-  int rc = query_int(l, 2, argv, 0, &v);
-  if (rc == 0) *token = (uint64_t)v;
-  return rc;
-}
-
 int dlock_lock_validity(dlock_lock *l, int64_t *ms) {
   if (ms) *ms = 0;
   if (l == NULL) return DLOCK_EINVAL;
   char owner[OWNER_MAX];
-  int rc = owner_of(l, owner);
+  int rc = dl_lock_owner(l, owner);
   if (rc != 0) return rc;
   pthread_mutex_lock(&l->c->holds_mu);
   dl_hold *h = dl_hold_find(l->c, l->key, owner);
@@ -848,140 +737,4 @@ int dlock_lock_validity(dlock_lock *l, int64_t *ms) {
 
 int dlock_lock_is_lost(dlock_lock *l) {
   return dlock_lock_validity(l, NULL) == DLOCK_ELOST;
-}
-
-/* An owner field of a lock hash: "<id>:<thread>" with a positive count. */
-static bool owner_field(const redisReply *f, const redisReply *v) {
-  if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
-    return false;
-  if (strncmp(f->str, "dlock:", 6) == 0 || strchr(f->str, ':') == NULL)
-    return false;
-  char *end;
-  long n = strtol(v->str, &end, 10);
-  return *end == '\0' && n > 0;
-}
-
-/* Sets st->held_ms from a holder's start, `since` (server ms, as text),
- * and the server's clock `now` (-1 unknown). */
-static void held_since(dlock_lock_state *st, int64_t now, const char *since) {
-  if (now < 0) return;
-  st->held_ms = now - strtoll(since, NULL, 10);
-  if (st->held_ms < 0) st->held_ms = 0;
-}
-
-int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
-  if (l == NULL || st == NULL) return DLOCK_EINVAL;
-  memset(st, 0, sizeof *st);
-  char tk[DERIVED_MAX], qk[DERIVED_MAX], gk[DERIVED_MAX];
-  char *timeouts = dl_derived_suffix(l->key, "timeout");
-  if (timeouts == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
-  const char *keys[] = {l->key, TOKEN_KEY(l, tk), QUEUE_KEY(l, qk), timeouts,
-                        GRANT_QUEUE_KEY(l, gk)};
-  redisReply *r = NULL;
-  dl_backend *b = l->c->backend;
-  int rc = b->ops->eval(b, DL_SCRIPT_LOCK_INSPECT, 5, keys, 0, NULL, &r);
-  free(timeouts);
-  if (rc != 0) return rc;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 8 ||
-      r->element[0]->type != REDIS_REPLY_ARRAY ||
-      r->element[1]->type != REDIS_REPLY_INTEGER) {
-    freeReplyObject(r);
-    return dl_seterr(l->c, DLOCK_EPROTO, "unexpected reply to inspect");
-  }
-  redisReply *all = r->element[0];
-  int64_t now = r->element[3]->type == REDIS_REPLY_INTEGER
-                    ? r->element[3]->integer
-                    : -1;
-  st->held_ms = -1;
-  for (size_t i = 0; i + 1 < all->elements; i += 2) {
-    redisReply *f = all->element[i], *v = all->element[i + 1];
-    bool strs = f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING;
-    if (strs && strcmp(f->str, "dlock:info") == 0) {
-      snprintf(st->info, sizeof st->info, "%s", v->str);
-    } else if (strs && strcmp(f->str, "dlock:since") == 0) {
-      held_since(st, now, v->str);
-    } else if (strs && strcmp(f->str, "mode") == 0) {
-      snprintf(st->mode, sizeof st->mode, "%s", v->str);
-    } else if (owner_field(f, v)) {
-      size_t fl = strlen(f->str);
-      bool writer = fl > 6 && strcmp(f->str + fl - 6, ":write") == 0;
-      if (!writer) st->readers++; /* zeroed below unless a rw lock */
-      if (st->holders++ == 0) {
-        snprintf(st->owner, sizeof st->owner, "%s", f->str);
-        st->hold_count = atoi(v->str);
-      }
-    }
-  }
-  st->held = st->holders > 0;
-  if (st->mode[0] == '\0') st->readers = 0; /* not a read-write lock */
-  if (st->held && st->mode[0]) /* "dlock:info:<owner>" = "<since>:<info>" */
-    for (size_t i = 0; i + 1 < all->elements; i += 2) {
-      redisReply *f = all->element[i], *v = all->element[i + 1];
-      char *colon;
-      if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
-          strncmp(f->str, "dlock:info:", 11) != 0 ||
-          strcmp(f->str + 11, st->owner) != 0 ||
-          (colon = strchr(v->str, ':')) == NULL)
-        continue;
-      held_since(st, now, v->str);
-      snprintf(st->info, sizeof st->info, "%s", colon + 1);
-    }
-  if (r->element[7]->type == REDIS_REPLY_STRING ||
-      r->element[7]->type == REDIS_REPLY_STATUS)
-    snprintf(st->type, sizeof st->type, "%s", r->element[7]->str);
-  st->ttl_ms = r->element[1]->integer;
-  st->counter = r->element[4]->type == REDIS_REPLY_INTEGER
-                    ? r->element[4]->integer
-                    : -1;
-  if (r->element[5]->type == REDIS_REPLY_INTEGER)
-    st->queued = (int)r->element[5]->integer;
-  if (r->element[6]->type == REDIS_REPLY_INTEGER)
-    st->permits_taken = (int)r->element[6]->integer;
-  if (r->element[2]->type == REDIS_REPLY_STRING)
-    st->token = strtoull(r->element[2]->str, NULL, 10);
-  freeReplyObject(r);
-  char ch[DERIVED_MAX];
-  const char *argv[] = {"PUBSUB", "NUMSUB", CHANNEL(l, ch)};
-  rc = b->ops->command(b, 3, argv, &r);
-  if (rc != 0) return rc;
-  if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-      r->element[1]->type == REDIS_REPLY_INTEGER)
-    st->waiters = (int)r->element[1]->integer;
-  freeReplyObject(r);
-  return 0;
-}
-
-int dlock_client_scan_locks(dlock_client *c, const char *pattern,
-                            dlock_scan_cb cb, void *ud) {
-  if (c == NULL || cb == NULL) return DLOCK_EINVAL;
-  char *match = dl_key(c, "%s", pattern ? pattern : "*");
-  if (match == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
-  char cursor[32] = "0";
-  int found = 0, rc = 0;
-  bool stop = false;
-  do {
-    const char *argv[] = {"SCAN", cursor, "MATCH", match, "COUNT", "500",
-                          "TYPE", "hash"};
-    redisReply *r = NULL;
-    rc = c->backend->ops->command(c->backend, 8, argv, &r);
-    if (rc != 0) break;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[0]->type != REDIS_REPLY_STRING ||
-        r->element[1]->type != REDIS_REPLY_ARRAY) {
-      freeReplyObject(r);
-      rc = dl_seterr(c, DLOCK_EPROTO, "unexpected reply to SCAN");
-      break;
-    }
-    snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-    redisReply *keys = r->element[1];
-    for (size_t i = 0; i < keys->elements && !stop; i++) {
-      redisReply *k = keys->element[i];
-      if (k->type != REDIS_REPLY_STRING || k->len < c->prefix_len) continue;
-      found++;
-      if (cb(k->str + c->prefix_len, ud) != 0) stop = true;
-    }
-    freeReplyObject(r);
-  } while (!stop && strcmp(cursor, "0") != 0);
-  free(match);
-  return rc != 0 ? rc : found;
 }
