@@ -16,10 +16,7 @@ static const char *tail_of(const dlock_client *c, const char *owner) {
 }
 
 static unsigned bucket(const char *key, const char *tail) {
-  unsigned h = 2166136261u;
-  for (const char *s = key; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  for (const char *s = tail; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  return h % DL_HOLD_BUCKETS;
+  return dl_hash(dl_hash(DL_HASH_SEED, key), tail) % DL_HOLD_BUCKETS;
 }
 
 dl_hold *dl_hold_find(dlock_client *c, const char *key, const char *owner) {

@@ -27,6 +27,12 @@ void dl_abstime(int64_t deadline_ms, struct timespec *ts);
 /* pthread_cond_t that waits on CLOCK_MONOTONIC. */
 int dl_cond_init(pthread_cond_t *cv);
 int dl_random_bytes(unsigned char *buf, size_t len);
+/* FNV-1a over s, continuing from h (start with DL_HASH_SEED): for the
+ * tables keyed by names (holds, subscriptions, the watchdog's filter). */
+#define DL_HASH_SEED 2166136261u
+uint32_t dl_hash(uint32_t h, const char *s);
+/* Sleeps ms (<= 0: not at all); a signal may end it early. */
+void dl_sleep_ms(int64_t ms);
 
 /* ---- park.c: sleeping on a word ---- */
 /* Sleeps while *word == expect, until deadline_ms (dl_now_ms() time).

@@ -74,3 +74,14 @@ int dl_cond_init(pthread_cond_t *cv) {
 int dl_random_bytes(unsigned char *buf, size_t len) {
   return RAND_bytes(buf, (int)len) == 1 ? 0 : DLOCK_ENOMEM;
 }
+
+uint32_t dl_hash(uint32_t h, const char *s) {
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+  return h;
+}
+
+void dl_sleep_ms(int64_t ms) {
+  if (ms <= 0) return;
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}

@@ -82,10 +82,33 @@ static void unref(dl_renewal *r) {
 }
 
 static uint16_t slot_of(const char *key) {
-  uint32_t h = 2166136261u; /* FNV-1a */
-  for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-    h = (h ^ *p) * 16777619u;
-  return (uint16_t)(h % FILTER);
+  return (uint16_t)(dl_hash(DL_HASH_SEED, key) % FILTER);
+}
+
+/* With w->mu held: forgets the keys to check. */
+static void clear_pending(dl_watchdog *w) {
+  for (int i = 0; i < w->npending; i++) free(w->pending[i]);
+  w->npending = 0;
+  w->check_all = false;
+}
+
+/* With w->mu held: the bytes hold_strings writes for r. */
+static size_t hold_strings_len(const dl_watchdog *w, const dl_renewal *r) {
+  return strlen(r->key) + 1 + w->c->id_len + 1 + strlen(r->tail) + 1;
+}
+
+/* With w->mu held: writes r's key and then its owner "<client id>:<tail>",
+ * each NUL-terminated, at `at` (copies that outlive the borrowed strings).
+ * Returns the owner's copy. */
+static char *hold_strings(const dl_watchdog *w, const dl_renewal *r,
+                          char *at) {
+  size_t kl = strlen(r->key) + 1, idl = w->c->id_len;
+  memcpy(at, r->key, kl);
+  char *owner = at + kl;
+  memcpy(owner, w->c->id, idl);
+  owner[idl] = ':';
+  memcpy(owner + idl + 1, r->tail, strlen(r->tail) + 1);
+  return owner;
 }
 
 static void unlink_r(dl_watchdog *w, dl_renewal *r) {
@@ -229,14 +252,12 @@ static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total,
   /* The strings are borrowed from their holders, who may drop them once
    * their renewal is removed: copy them while the list is locked, for the
    * holds still in it. */
-  const char *id = w->c->id;
-  size_t idl = w->c->id_len;
   size_t n = 0, bytes = 0;
   dl_renewal **snap = malloc((total ? total : 1) * sizeof *snap);
   for (size_t j = 0; snap && j < total; j++)
     if (all[j]->linked) {
       snap[n++] = all[j];
-      bytes += strlen(all[j]->key) + idl + strlen(all[j]->tail) + 3;
+      bytes += hold_strings_len(w, all[j]);
     }
   char *arena = malloc(bytes ? bytes : 1);
   char **copies = malloc(2 * (n ? n : 1) * sizeof *copies);
@@ -254,14 +275,9 @@ static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total,
   for (i = 0; i < n; i++) {
     dl_renewal *r = snap[i];
     if (r->valid_until < earliest) earliest = r->valid_until;
-    size_t kl = strlen(r->key) + 1, tl = strlen(r->tail) + 1;
-    copies[2 * i] = memcpy(at, r->key, kl);
-    char *owner = at + kl; /* "<client id>:<tail>" */
-    memcpy(owner, id, idl);
-    owner[idl] = ':';
-    memcpy(owner + idl + 1, r->tail, tl);
-    copies[2 * i + 1] = owner;
-    at += kl + idl + 1 + tl;
+    copies[2 * i] = at;
+    copies[2 * i + 1] = hold_strings(w, r, at);
+    at += hold_strings_len(w, r);
   }
   pthread_mutex_unlock(&w->mu);
 
@@ -376,9 +392,7 @@ static int round_of(dl_watchdog *w, bool check) {
   pthread_mutex_lock(&w->mu);
   size_t n = check ? w->count : w->count - w->nfixed;
   if (n == 0) {
-    for (int i = 0; i < w->npending; i++) free(w->pending[i]);
-    w->npending = 0;
-    w->check_all = false;
+    clear_pending(w);
     pthread_mutex_unlock(&w->mu);
     return 0;
   }
@@ -397,11 +411,7 @@ static int round_of(dl_watchdog *w, bool check) {
     snap[i++] = r;
   }
   n = i;
-  if (check) {
-    for (int k = 0; k < w->npending; k++) free(w->pending[k]);
-    w->npending = 0;
-    w->check_all = false;
-  }
+  if (check) clear_pending(w);
   pthread_mutex_unlock(&w->mu);
   int renewed = 0, failed = 0;
   for (size_t lo = 0; lo < n; lo += CHUNK) {
@@ -431,18 +441,11 @@ static void expire_fixed(dl_watchdog *w, int64_t now) {
     }
     if (due == NULL || !take_lost(w, due)) return;
     /* Its strings are borrowed: copy them before the owner may drop them. */
-    size_t kl = strlen(due->key) + 1, idl = w->c->id_len,
-           tl = strlen(due->tail) + 1;
-    char *copy = malloc(kl + idl + 1 + tl);
+    char *copy = malloc(hold_strings_len(w, due)), *owner = NULL;
+    if (copy) owner = hold_strings(w, due, copy);
     due->refs++;
-    if (copy) {
-      memcpy(copy, due->key, kl);
-      memcpy(copy + kl, w->c->id, idl);
-      copy[kl + idl] = ':';
-      memcpy(copy + kl + idl + 1, due->tail, tl);
-    }
     pthread_mutex_unlock(&w->mu);
-    if (copy) w->fn(w->ud, due, copy, copy + kl);
+    if (copy) w->fn(w->ud, due, copy, owner);
     free(copy);
     pthread_mutex_lock(&w->mu);
     unref(due);
@@ -523,7 +526,7 @@ void dl_watchdog_free(dl_watchdog *w) {
   /* Renewals still listed belong to lock handles not yet freed (a contract
    * breach): unlink them, their handles free them. */
   while (w->head) unlink_r(w, w->head);
-  for (int i = 0; i < w->npending; i++) free(w->pending[i]);
+  clear_pending(w);
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
   free(w);

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define UNLOCK_MESSAGE "0"
 /* A starving waiter's hand-off reservation lasts this long, renewed at each
@@ -341,11 +340,6 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
  * server cannot be reached (the retry could not get through either). */
 static bool release_retriable(int rc) { return rc == DLOCK_ECONNLOST; }
 
-static void pause_ms(int64_t ms) {
-  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
-}
-
 /* Returns 1 released, 0 still held, or a negative code.
  *
  * Idempotent on retry, as Redisson's unlock: each release has a request id,
@@ -432,7 +426,7 @@ static int release_script(dlock_lock *l, const char *owner, int64_t lease_ms,
       break;
     /* The connection reconnects at once after a failure, then backs off:
      * do not spin on its "next reconnect in" answer. */
-    if (pause > 0) pause_ms(pause < left ? pause : left);
+    dl_sleep_ms(pause < left ? pause : left);
     args[retry_arg] = "1"; /* only a retry can find a latch */
   }
   if (rc != 0) return rc;

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <openssl/sha.h>
 
@@ -205,11 +204,7 @@ static int backoff_wait(redis_backend *b, backoff *w, int64_t deadline) {
   if (half > 0) d += (int64_t)(w->rng % (uint64_t)(half + 1));
   int64_t until = dl_now_ms() + d;
   if (until > deadline) until = deadline;
-  int64_t left = until - dl_now_ms();
-  if (left > 0) {
-    struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000};
-    nanosleep(&ts, NULL);
-  }
+  dl_sleep_ms(until - dl_now_ms());
   w->delay *= 2;
   if (w->delay > b->client->backoff_max_ms) w->delay = b->client->backoff_max_ms;
   return atomic_load(&b->client->closing) ? DLOCK_ECLOSED : 0;
@@ -220,13 +215,7 @@ static int rb_sub_wait(dl_backend *base, dl_sub *s, int64_t deadline,
   redis_backend *b = (redis_backend *)base;
   if (s && b->pubsub == NULL) return backoff_wait(b, (backoff *)s, deadline);
   if (s == NULL) { /* no memory for a subscription: fall back to the TTL */
-    struct timespec ts;
-    int64_t d = deadline - dl_now_ms();
-    if (d > 0) {
-      ts.tv_sec = d / 1000;
-      ts.tv_nsec = (d % 1000) * 1000000;
-      nanosleep(&ts, NULL);
-    }
+    dl_sleep_ms(deadline - dl_now_ms());
     return 0;
   }
   return dl_pubsub_wait(b->pubsub, s, deadline, since, grant);

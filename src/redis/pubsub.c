@@ -151,9 +151,7 @@ static bool make_reader(dl_pubsub *p, sleeper *w, bool self) {
 }
 
 static unsigned hash(const char *s) {
-  unsigned h = 2166136261u;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
-  return h % NBUCKETS;
+  return dl_hash(DL_HASH_SEED, s) % NBUCKETS;
 }
 
 static dl_sub *find(dl_pubsub *p, const char *ch, size_t len) {
