@@ -1,8 +1,8 @@
 # embed_scripts.cmake: writes OUT, a C file holding each Lua script in
-# SCRIPTS as a string, in the order of src/scripts/scripts.def (the
+# SCRIPTS as a string, in the order of src/redis/lua/scripts.def (the
 # DL_SCRIPT_* enum in internal.h).
 string(REPLACE "|" ";" SCRIPTS "${SCRIPTS}")
-set(body "/* Generated from the .lua files in src/scripts by cmake/embed_scripts.cmake. */\n")
+set(body "/* Generated from the .lua files in src/redis/lua by cmake/embed_scripts.cmake. */\n")
 string(APPEND body "#include \"core/internal.h\"\n\n")
 set(table "dl_script dl_scripts[DL_SCRIPT_COUNT] = {\n")
 foreach(path ${SCRIPTS})

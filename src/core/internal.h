@@ -82,7 +82,7 @@ void dl_endpoint_clear(dl_endpoint *ep);
 /* The URL with any password replaced by "***". Caller frees. */
 char *dl_url_redact(const char *url);
 
-/* ---- transport/io.c: one socket, plain or TLS, deadline-bounded ---- */
+/* ---- net/io.c: one socket, plain or TLS, deadline-bounded ---- */
 typedef struct dl_io dl_io;
 typedef struct dl_tls_config {
   const char *ca_file, *ca_dir, *cert_file, *key_file, *server_name;
@@ -109,7 +109,7 @@ int dl_io_write(dl_io *io, const char *buf, size_t len, int64_t deadline_ms);
 void dl_io_shutdown(dl_io *io);
 void dl_io_close(dl_io *io);
 
-/* ---- transport/conn.c: pipelined command connection ---- */
+/* ---- redis/conn.c: pipelined command connection ---- */
 typedef struct dl_conn dl_conn;
 typedef struct dl_req dl_req;
 
@@ -160,7 +160,7 @@ typedef struct dl_script {
 
 enum {
 #define X(id, file) DL_SCRIPT_##id,
-#include "../scripts/scripts.def"
+#include "../redis/lua/scripts.def"
 #undef X
   DL_SCRIPT_COUNT
 };

@@ -28,7 +28,7 @@
  * the server no longer has is reported lost. So a hold taken away is
  * noticed within a round trip, not at the next renewal. A per-key counter
  * filter drops the events of keys this client holds nothing on. */
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* client.c: opening and closing a client, owner ids and key names. */
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>

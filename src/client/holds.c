@@ -2,7 +2,7 @@
  * every lock handle of the client (as Redisson tracks holds per client, not
  * per RLock object). The count is sent with every acquire and release, so the
  * server's count always mirrors what the client knows. */
-#include "internal.h"
+#include "../core/internal.h"
 
 #include <stdlib.h>
 #include <string.h>
