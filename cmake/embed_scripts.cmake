@@ -3,7 +3,7 @@
 # DL_SCRIPT_* enum in internal.h).
 string(REPLACE "|" ";" SCRIPTS "${SCRIPTS}")
 set(body "/* Generated from the .lua files in src/redis/lua by cmake/embed_scripts.cmake. */\n")
-string(APPEND body "#include \"core/internal.h\"\n\n")
+string(APPEND body "#include \"redis/redis.h\"\n\n")
 set(table "dl_script dl_scripts[DL_SCRIPT_COUNT] = {\n")
 foreach(path ${SCRIPTS})
   get_filename_component(name ${path} NAME_WE)

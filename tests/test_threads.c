@@ -1,7 +1,8 @@
 /* test_threads.c: one client shared by many threads (run under TSan in CI):
  * exclusion, request pipelining, and one wake-up per unlock per process. */
 #include "harness.h"
-#include "core/internal.h"
+#include "client/client.h"
+#include "redis/redis.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,7 +1,8 @@
 /* test_unit.c: URL parsing, error codes and names; no server needed. */
 #include "harness.h"
 #include "cli/duration.h"
-#include "core/internal.h"
+#include "client/client.h"
+#include "redis/redis.h"
 
 #include <sched.h>
 #include <string.h>

@@ -5,7 +5,8 @@
  * can do), and the server's CPU time per operation (INFO cpu). */
 #include "../cli/cli.h"
 #include "../cli/duration.h"
-#include "../core/internal.h"
+#include "../redis/redis.h" /* dl_scripts, dl_derived_into */
+#include "../client/client.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -1,6 +1,6 @@
 /* main.c: the dlock command: dispatch, global options, shared helpers. */
 #include "cli.h"
-#include "core/internal.h" /* dl_url_parse */
+#include "core/core.h" /* dl_url_parse */
 
 #include <errno.h>
 #include <getopt.h>

@@ -1,7 +1,7 @@
 /* client.c: opening and closing a client, owner ids and key names. */
-#include "../core/internal.h"
+#include "client.h"
+#include "../redis/redis.h" /* the registry */
 
-#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,10 +43,6 @@ static void client_free(dlock_client *c) {
   dl_watchdog_stop(c->watchdog);
   if (c->backend) c->backend->ops->free(c->backend);
   dl_watchdog_free(c->watchdog);
-  dl_tls_ctx_free(c->conn_cfg.tls);
-  dl_endpoint_clear(&c->conn_cfg.ep);
-  free((char *)c->conn_cfg.server_name);
-  free((char *)c->conn_cfg.client_name);
   free(c->id);
   free(c->key_prefix);
   free(c->url_redacted);
@@ -70,8 +66,29 @@ static void on_notice(void *ud, const char *key, size_t len) {
   else dl_watchdog_check(c->watchdog, key, len);
 }
 
+/* The backends, by the URL's scheme. Sentinel, Cluster, Redlock and
+ * ZooKeeper join here (docs/ARCHITECTURE.md). */
+static const struct scheme {
+  const char *scheme;
+  dl_backend_factory make;
+} schemes[] = {
+    {"redis", dl_redis_backend_new},
+    {"rediss", dl_redis_backend_new},
+    {"unix", dl_redis_backend_new},
+};
+
+static dl_backend_factory factory_for(const char *url) {
+  const char *colon = strstr(url, "://");
+  size_t n = colon ? (size_t)(colon - url) : 0;
+  for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++)
+    if (strlen(schemes[i].scheme) == n &&
+        strncmp(url, schemes[i].scheme, n) == 0)
+      return schemes[i].make;
+  return NULL;
+}
+
 int dlock_client_open(const dlock_client_options *opts, dlock_client **out) {
-  return dl_client_open_with(opts, dl_redis_backend_new, out);
+  return dl_client_open_with(opts, NULL, out);
 }
 
 int dl_client_open_with(const dlock_client_options *opts,
@@ -102,48 +119,26 @@ int dl_client_open_with(const dlock_client_options *opts,
 
   dlock_client *c = calloc(1, sizeof *c);
   if (c == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
-  c->err_serial = dl_err_serial();
+  c->err.serial = dl_err_serial();
   pthread_mutex_init(&c->holds_mu, NULL);
   dl_cond_init(&c->holds_cv);
   const char *url = opts->url ? opts->url : "redis://127.0.0.1:6379";
-  char msg[256];
   c->url_redacted = dl_url_redact(url);
-  int rc = dl_url_parse(url, &c->conn_cfg.ep, msg, sizeof msg);
-  if (rc != 0) {
-    dl_seterr(NULL, rc, "%s (url %s)", msg,
-              c->url_redacted ? c->url_redacted : "");
+  if (make == NULL && (make = factory_for(url)) == NULL) {
+    int rc = dl_seterr(NULL, DLOCK_EINVAL, "URL must start with redis://, "
+                       "rediss:// or unix:// (url %s)",
+                       c->url_redacted ? c->url_redacted : "");
     client_free(c);
     return rc;
-  }
-  dl_endpoint *ep = &c->conn_cfg.ep;
-  if (opts->username) {
-    free(ep->username);
-    ep->username = dl_strdup(opts->username);
-  }
-  if (opts->password) {
-    free(ep->password);
-    ep->password = dl_strdup(opts->password);
   }
   char uuid[37];
   if (!opts->client_id && make_uuid(uuid) != 0) {
     client_free(c);
     return dl_seterr(NULL, DLOCK_ENOMEM, "no random bytes for the client id");
   }
-  unsigned char nonce[8];
-  if (dl_random_bytes(nonce, sizeof nonce) != 0) {
-    client_free(c);
-    return dl_seterr(NULL, DLOCK_ENOMEM, "no random bytes for the client");
-  }
-  for (size_t i = 0; i < sizeof nonce; i++)
-    snprintf(c->release_nonce + 2 * i, 3, "%02x", nonce[i]);
   c->id = dl_strdup(opts->client_id ? opts->client_id : uuid);
   c->key_prefix = dl_strdup(opts->key_prefix ? opts->key_prefix : "");
-  c->conn_cfg.client_name = dl_strdup(opts->client_name);
-  c->conn_cfg.server_name = dl_strdup(opts->tls_server_name);
-  if (!c->id || !c->key_prefix ||
-      (opts->client_name && !c->conn_cfg.client_name) ||
-      (opts->tls_server_name && !c->conn_cfg.server_name) ||
-      (opts->username && !ep->username) || (opts->password && !ep->password)) {
+  if (!c->id || !c->key_prefix) {
     client_free(c);
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   }
@@ -154,30 +149,18 @@ int dl_client_open_with(const dlock_client_options *opts,
   }
   c->id_len = strlen(c->id);
   c->watchdog_timeout_ms = opts->watchdog_timeout_ms;
-  c->command_timeout_ms = opts->command_timeout_ms;
-  c->starvation_ms = opts->starvation_ms < 0 ? 0 : opts->starvation_ms;
-  c->backoff_max_ms =
+  c->env.err_owner = c;
+  c->env.client_id = c->id;
+  c->env.key_prefix = c->key_prefix;
+  c->env.revoke_channel = c->revoke_channel;
+  c->env.closing = &c->closing;
+  c->env.command_timeout_ms = opts->command_timeout_ms;
+  c->env.starvation_ms = opts->starvation_ms < 0 ? 0 : opts->starvation_ms;
+  c->env.backoff_max_ms =
       opts->wait_backoff_max_ms < 0 ? 0 : opts->wait_backoff_max_ms;
-  c->conn_cfg.connect_timeout_ms = opts->connect_timeout_ms;
-  c->conn_cfg.command_timeout_ms = opts->command_timeout_ms;
-  c->conn_cfg.reconnect_min_ms = opts->reconnect_min_ms;
-  c->conn_cfg.reconnect_max_ms = opts->reconnect_max_ms;
-  c->conn_cfg.err_owner = c;
-
-  if (ep->tls) {
-    dl_tls_config tc = {opts->tls_ca_file, opts->tls_ca_dir, opts->tls_cert_file,
-                        opts->tls_key_file, opts->tls_server_name,
-                        opts->tls_verify};
-    rc = dl_tls_ctx_new(&tc, &c->conn_cfg.tls, msg, sizeof msg);
-    if (rc != 0) {
-      dl_seterr(NULL, rc, "%s", msg);
-      client_free(c);
-      return rc;
-    }
-  }
-  rc = make(c, &c->conn_cfg, opts->connections, &c->backend);
+  int rc = make(opts, &c->env, &c->backend);
   if (rc != 0) return open_fail(c, rc);
-  rc = dl_watchdog_new(c, c->watchdog_timeout_ms, dl_lock_on_lost, c,
+  rc = dl_watchdog_new(c, c->watchdog_timeout_ms, dl_holds_on_lost, c,
                        &c->watchdog);
   if (rc != 0) {
     dl_seterr(NULL, rc, "cannot start the watchdog thread");
@@ -186,8 +169,7 @@ int dl_client_open_with(const dlock_client_options *opts,
   }
   /* A hold taken away is checked the moment the backend hears of it. */
   if (c->backend->ops->watch_losses &&
-      (rc = c->backend->ops->watch_losses(c->backend, c->revoke_channel,
-                                          on_notice, c)) != 0)
+      (rc = c->backend->ops->watch_losses(c->backend, on_notice, c)) != 0)
     return open_fail(c, rc);
   dl_clearerr(NULL);
   *out = c;
@@ -245,22 +227,16 @@ char *dl_key(const dlock_client *c, const char *fmt, ...) {
 
 int dlock_client_ping(dlock_client *c) {
   if (c == NULL) return DLOCK_EINVAL;
-  const char *argv[] = {"PING"};
-  redisReply *r = NULL;
-  int rc = c->backend->ops->command(c->backend, 1, argv, &r);
-  if (rc == 0) {
-    if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "PONG") != 0)
-      rc = dl_seterr(c, DLOCK_EPROTO, "PING answered something else");
-    freeReplyObject(r);
-  }
-  return rc;
+  if (c->backend->ops->ping == NULL)
+    return dl_seterr(c, DLOCK_ENOTSUP, "the %s backend has no ping",
+                     c->backend->ops->name);
+  return c->backend->ops->ping(c->backend);
 }
 
 int dlock_client_stats_get(dlock_client *c, dlock_client_stats *st) {
   if (c == NULL || st == NULL) return DLOCK_EINVAL;
   memset(st, 0, sizeof *st);
-  st->writes = dl_redis_backend_round_trips(c->backend);
-  st->wakeups = dl_redis_backend_wakeups(c->backend);
+  if (c->backend->ops->stats) c->backend->ops->stats(c->backend, st);
   dl_watchdog_stats(c->watchdog, st);
   return 0;
 }

@@ -2,7 +2,7 @@
  * every lock handle of the client (as Redisson tracks holds per client, not
  * per RLock object). The count is sent with every acquire and release, so the
  * server's count always mirrors what the client knows. */
-#include "../core/internal.h"
+#include "client.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -75,11 +75,6 @@ void dl_holds_drop_via(dlock_client *c, const void *via, int *count) {
   } while (nstop > 0);
 }
 
-int64_t dl_validity(int64_t sent, int64_t lease_ms) {
-  /* Redlock's allowance for clocks that run at different rates. */
-  return sent + lease_ms - (lease_ms / 100 + 2);
-}
-
 int64_t dl_hold_valid_until(dlock_client *c, const dl_hold *h) {
   int64_t v = h->valid_until;
   if (h->renewal) {
@@ -87,4 +82,27 @@ int64_t dl_hold_valid_until(dlock_client *c, const dl_hold *h) {
     if (r > v) v = r;
   }
   return v;
+}
+
+void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,
+                      const char *owner) {
+  dlock_client *c = ud;
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = dl_hold_find(c, key, owner);
+  void *via = NULL;
+  dl_lost_fn fn = NULL;
+  /* Only the hold this renewal belonged to: the owner may have released
+   * and taken the lock again since the renewal went out. */
+  if (h && h->renewal == r) {
+    h->lost = true;
+    if ((via = h->via) != NULL && (fn = h->lost_fn) != NULL)
+      c->in_lost_callback = via;
+  }
+  pthread_mutex_unlock(&c->holds_mu);
+  if (fn == NULL) return;
+  fn(via, owner);
+  pthread_mutex_lock(&c->holds_mu);
+  c->in_lost_callback = NULL;
+  pthread_cond_broadcast(&c->holds_cv);
+  pthread_mutex_unlock(&c->holds_mu);
 }

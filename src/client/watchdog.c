@@ -1,6 +1,6 @@
 /* watchdog.c: one renewal scheduler per client. Every lease/3 it extends the
- * lease of every watchdog-held lock, up to BATCH locks per script call and
- * all calls of a round pipelined. It never re-acquires: a hold the server no
+ * lease of every watchdog-held lock, in one call of the backend's renewal
+ * per CHUNK holds (the Redis backend pipelines scripts of 100). It never re-acquires: a hold the server no
  * longer has is reported lost and dropped.
  *
  * Ordering of renew vs release (Redisson #7272 is a renewal outliving its
@@ -28,15 +28,13 @@
  * the server no longer has is reported lost. So a hold taken away is
  * noticed within a round trip, not at the next renewal. A per-key counter
  * filter drops the events of keys this client holds nothing on. */
-#include "../core/internal.h"
+#include "client.h"
 
-#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define BATCH 100
-#define CHUNK (16 * BATCH) /* holds a round renews at a time */
+#define CHUNK 1600 /* holds a round renews at a time */
 #define FILTER 4096        /* counters of the keys held, by hash */
 #define PENDING 32         /* keys to check, then: check every hold */
 
@@ -50,6 +48,7 @@ struct dl_renewal {
   int16_t refs;      /* 1 for its owner (until remove), +1 per round */
   bool linked;
   bool fixed; /* a lease of its own: checked and timed, never renewed */
+  bool permit; /* a permit of a permit-expirable semaphore */
   uint16_t slot; /* its key's counter in the filter */
 };
 
@@ -125,7 +124,7 @@ static void unlink_r(dl_watchdog *w, dl_renewal *r) {
 
 dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
                             const char *tail, int64_t valid_until,
-                            bool renew) {
+                            bool renew, bool permit) {
   dl_renewal *r = calloc(1, sizeof *r);
   if (r == NULL) return NULL;
   r->key = key;
@@ -133,6 +132,7 @@ dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
   r->valid_until = valid_until;
   r->refs = 1;
   r->fixed = !renew;
+  r->permit = permit;
   r->slot = slot_of(key);
   pthread_mutex_lock(&w->mu);
   r->next = w->head;
@@ -242,8 +242,8 @@ void dl_watchdog_release_end(dl_watchdog *w, dl_renewal *r) {
   pthread_mutex_unlock(&w->mu);
 }
 
-/* Renews the holds of snap[0..n) that are still linked, BATCH per script
- * call, all calls pipelined; or with `check`, asks whether the server still
+/* Renews the holds of snap[0..n) that are still linked, in one call of
+ * the backend; or with `check`, asks whether the server still
  * has them, extending nothing. Returns how many were renewed (still held),
  * or a negative code if a call failed. */
 static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total,
@@ -281,72 +281,41 @@ static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total,
   }
   pthread_mutex_unlock(&w->mu);
 
-  int nb = (int)((n + BATCH - 1) / BATCH);
-  char lease[24];
-  snprintf(lease, sizeof lease, "%lld", check ? 0LL : (long long)w->lease_ms);
-  const char **keys = malloc(n * sizeof *keys);
-  const char **args = malloc((n + (size_t)nb) * sizeof *args);
-  int *nkeys = malloc((size_t)nb * sizeof *nkeys);
-  int *nargs = malloc((size_t)nb * sizeof *nargs);
-  const char *const **kp = malloc((size_t)nb * sizeof *kp);
-  const char *const **ap = malloc((size_t)nb * sizeof *ap);
-  redisReply **replies = calloc((size_t)nb, sizeof *replies);
-  int *errs = calloc((size_t)nb, sizeof *errs);
+  dl_renew_item *items = malloc(n * sizeof *items);
   int renewed = 0;
-  if (!keys || !args || !nkeys || !nargs || !kp || !ap || !replies || !errs) {
+  if (items == NULL) {
     renewed = DLOCK_ENOMEM;
     goto out;
   }
-  for (int b = 0; b < nb; b++) {
-    size_t lo = (size_t)b * BATCH;
-    size_t hi = lo + BATCH > n ? n : lo + BATCH;
-    nkeys[b] = (int)(hi - lo);
-    nargs[b] = nkeys[b] + 1;
-    kp[b] = keys + lo;
-    ap[b] = args + lo + (size_t)b;
-    args[lo + (size_t)b] = lease;
-    for (size_t k = lo; k < hi; k++) {
-      keys[k] = copies[2 * k];
-      args[k + (size_t)b + 1] = copies[2 * k + 1];
-    }
+  for (i = 0; i < n; i++) {
+    items[i].key = copies[2 * i];
+    items[i].owner = copies[2 * i + 1];
+    items[i].permit = snap[i]->permit;
   }
-  /* Per-batch errors are in errs[]: a failed batch is retried next round.
-   * A reply that comes after the earliest validity would be too late for
-   * that hold anyway. */
-  int64_t sent = dl_now_ms();
-  int64_t valid = dl_validity(sent, w->lease_ms);
-  int failed = w->c->backend->ops->eval_many(
-      w->c->backend, earliest, nb, DL_SCRIPT_LOCK_RENEW, nkeys, kp, nargs, ap,
-      replies, errs);
+  /* A reply that comes after the earliest validity would be too late for
+   * that hold anyway. Items without an answer are tried again next round:
+   * the lease still runs. */
+  dl_backend *b = w->c->backend;
+  int calls = 0;
+  int failed = b->ops->renew(b, earliest, check ? 0 : w->lease_ms, (int)n,
+                             items, &calls);
   pthread_mutex_lock(&w->mu);
-  w->round_trips += (uint64_t)nb;
+  w->round_trips += (uint64_t)calls;
   pthread_mutex_unlock(&w->mu);
-  for (int b = 0; b < nb; b++) {
-    redisReply *rep = replies[b];
-    if (errs[b] != 0 || rep == NULL || rep->type != REDIS_REPLY_ARRAY ||
-        (int)rep->elements != nkeys[b]) {
-      if (failed == 0) failed = DLOCK_EPROTO;
-      continue; /* unknown: try again soon, the lease still runs */
+  for (i = 0; i < n; i++) {
+    dl_renewal *r = snap[i];
+    if (items[i].result < 0) continue;
+    pthread_mutex_lock(&w->mu);
+    bool lost = false;
+    if (items[i].result == 1) {
+      if (!check && items[i].valid_until > r->valid_until)
+        r->valid_until = items[i].valid_until;
+      renewed++;
+    } else {
+      lost = take_lost(w, r);
     }
-    for (int k = 0; k < nkeys[b]; k++) {
-      size_t at_k = (size_t)b * BATCH + (size_t)k;
-      dl_renewal *r = snap[at_k];
-      redisReply *e = rep->element[k];
-      if (e->type != REDIS_REPLY_INTEGER) {
-        if (failed == 0) failed = DLOCK_EPROTO;
-        continue;
-      }
-      pthread_mutex_lock(&w->mu);
-      bool lost = false;
-      if (e->integer == 1) {
-        if (!check && valid > r->valid_until) r->valid_until = valid;
-        renewed++;
-      } else {
-        lost = take_lost(w, r);
-      }
-      pthread_mutex_unlock(&w->mu);
-      if (lost) w->fn(w->ud, r, copies[2 * at_k], copies[2 * at_k + 1]);
-    }
+    pthread_mutex_unlock(&w->mu);
+    if (lost) w->fn(w->ud, r, copies[2 * i], copies[2 * i + 1]);
   }
   /* Whatever was not confirmed in time may have expired on the server. */
   int64_t now = dl_now_ms();
@@ -362,19 +331,10 @@ static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total,
   pthread_mutex_unlock(&w->mu);
   if (failed < 0) renewed = failed;
 out:
-  for (int b = 0; b < nb && replies; b++)
-    if (replies[b]) freeReplyObject(replies[b]);
+  free(items);
   free(snap);
   free(arena);
   free(copies);
-  free(keys);
-  free(args);
-  free(nkeys);
-  free(nargs);
-  free(kp);
-  free(ap);
-  free(replies);
-  free(errs);
   return renewed;
 }
 

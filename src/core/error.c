@@ -1,6 +1,6 @@
 /* error.c: error names and texts, and the detail messages (per client and
  * per thread). */
-#include "internal.h"
+#include "core.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -86,6 +86,12 @@ static void slot_drop(err_slot *s) {
   tl_live--;
 }
 
+/* A client begins with its tag (client.h), so the core reads its serial
+ * without knowing the rest of it. */
+static uint64_t serial_of(const dlock_client *c) {
+  return ((const dl_err_tag *)(const void *)c)->serial;
+}
+
 int dl_seterr(const dlock_client *owner, int err, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -94,7 +100,7 @@ int dl_seterr(const dlock_client *owner, int err, const char *fmt, ...) {
   va_end(ap);
   char *msg = tl_open;
   if (owner != NULL) {
-    err_slot *s = slot_take(owner->err_serial);
+    err_slot *s = slot_take(serial_of(owner));
     s->stamp = ++tl_stamp;
     msg = s->msg;
   }
@@ -103,7 +109,7 @@ int dl_seterr(const dlock_client *owner, int err, const char *fmt, ...) {
 }
 
 void dl_err_to_open(const dlock_client *c) {
-  err_slot *s = slot_find(c->err_serial);
+  err_slot *s = slot_find(serial_of(c));
   if (s == NULL) return;
   memcpy(tl_open, s->msg, ERR_LEN);
   slot_drop(s);
@@ -114,12 +120,12 @@ void dl_clearerr(const dlock_client *owner) {
     tl_open[0] = '\0';
     return;
   }
-  err_slot *s = slot_find(owner->err_serial);
+  err_slot *s = slot_find(serial_of(owner));
   if (s) slot_drop(s);
 }
 
 const char *dlock_client_errmsg(const dlock_client *c) {
-  err_slot *s = c ? slot_find(c->err_serial) : NULL;
+  err_slot *s = c ? slot_find(serial_of(c)) : NULL;
   return s ? s->msg : "";
 }
 

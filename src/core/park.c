@@ -5,7 +5,7 @@
  * Two ways, both built on Linux so the tests run both: a futex, and (the
  * portable one, used elsewhere) condition variables chosen by the word's
  * address. */
-#include "internal.h"
+#include "core.h"
 
 #include <errno.h>
 #include <time.h>

@@ -1,5 +1,5 @@
 /* url.c: parses redis://, rediss:// and unix:// server URLs. */
-#include "internal.h"
+#include "core.h"
 
 #include <ctype.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* util.c: monotonic clocks, string copies and process-unique thread ids. */
-#include "internal.h"
+#include "core.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -84,4 +84,9 @@ void dl_sleep_ms(int64_t ms) {
   if (ms <= 0) return;
   struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
   nanosleep(&ts, NULL);
+}
+
+int64_t dl_validity(int64_t sent, int64_t lease_ms) {
+  /* Redlock's allowance for clocks that run at different rates. */
+  return sent + lease_ms - (lease_ms / 100 + 2);
 }

@@ -3,7 +3,7 @@
  * are taken in one canonical order (by key), whatever order the caller lists
  * them in, so two multi-locks over the same locks never deadlock; on failure,
  * what was taken is released. */
-#include "../core/internal.h"
+#include "locks.h"
 
 #include <stdlib.h>
 #include <string.h>

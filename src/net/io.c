@@ -1,7 +1,7 @@
 /* io.c: one non-blocking socket to a server, plain or TLS, every operation
  * bounded by a deadline. The transport owns its sockets (hiredis 0.14 has no
  * TLS); hiredis only parses and formats RESP. */
-#include "../core/internal.h"
+#include "net.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,368 +1,318 @@
-/* backend.c: the single-server Redis backend: scripts by EVALSHA over
- * pipelined command connections, waiting through the subscriber connection. */
-#include "../core/internal.h"
+/* backend.c: the Redis backend: the typed operations of core/backend.h over
+ * a link, made from a redis://, rediss:// or unix:// URL. The operations of
+ * each kind are in their own files (lock.c, sync.c, inspect.c); here are
+ * the table, the renewal of holds, the loss notices and what the files
+ * share. */
+#include "redis.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/sha.h>
+#define RENEW_BATCH 100 /* holds per renewal script */
 
-typedef struct redis_backend {
-  dl_backend base;
-  dlock_client *client;
-  int nconn;
-  dl_conn **conns;
-  atomic_uint next;
-  dl_pubsub *pubsub;
-} redis_backend;
-
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_hash(void) {
-  for (int i = 0; i < DL_SCRIPT_COUNT; i++) {
-    unsigned char md[SHA_DIGEST_LENGTH];
-    SHA1((const unsigned char *)dl_scripts[i].body, strlen(dl_scripts[i].body),
-         md);
-    for (int j = 0; j < SHA_DIGEST_LENGTH; j++)
-      snprintf(dl_scripts[i].sha + 2 * j, 3, "%02x", md[j]);
-  }
+int dl_redis_eval_int(dl_redis *r, int script, int nkeys, const char **keys,
+                      int nargs, const char **args, long long lo, long long hi,
+                      long long *v) {
+  redisReply *rep = NULL;
+  int rc = r->link->ops->eval(r->link, script, nkeys, keys, nargs, args, &rep);
+  if (rc != 0) return rc;
+  bool ok = rep->type == REDIS_REPLY_INTEGER && rep->integer >= lo &&
+            rep->integer <= hi;
+  if (ok) *v = rep->integer;
+  freeReplyObject(rep);
+  if (!ok) return dl_seterr(r->env.err_owner, DLOCK_EPROTO, "unexpected reply");
+  return 0;
 }
 
-void dl_scripts_init(void) { pthread_once(&scripts_once, scripts_hash); }
-
-static dl_conn *pick(redis_backend *b) {
-  if (b->nconn == 1) return b->conns[0];
-  return b->conns[atomic_fetch_add(&b->next, 1) % (unsigned)b->nconn];
-}
-
-/* Turns an error reply into a code (recording the server's text); keeps
- * any other reply. */
-static int check_reply(redis_backend *b, redisReply **reply) {
-  redisReply *r = *reply;
-  if (r->type != REDIS_REPLY_ERROR) return 0;
-  int code = dl_server_errcode(r->str);
-  dl_seterr(b->client, code, "%s", r->str);
-  freeReplyObject(r);
-  *reply = NULL;
-  return code;
-}
-
-static bool is_noscript(const redisReply *r) {
-  return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
-}
-
-/* An EVALSHA/EVAL argv: on the stack for the usual few arguments. */
-typedef struct evargv {
-  const char **argv;
-  size_t *lens;
-  const char *small[16];
-  size_t small_lens[16];
-  char nk[DL_INT_BUF];
-} evargv;
-
-/* Builds the argv into *v; returns argc or -1 (out of memory). Release
- * with evargv_free. */
-static int build_argv(int script, bool body, int nkeys,
-                      const char *const *keys, int nargs,
-                      const char *const *args, evargv *v) {
-  int argc = 3 + nkeys + nargs;
-  v->argv = v->small;
-  v->lens = v->small_lens;
-  if (argc > 16) {
-    v->argv = malloc(sizeof *v->argv * (size_t)argc);
-    v->lens = malloc(sizeof *v->lens * (size_t)argc);
-    if (!v->argv || !v->lens) {
-      free(v->argv);
-      free(v->lens);
-      v->argv = NULL;
-      v->lens = NULL;
-      return -1;
+int dl_redis_wait_for(dl_redis *r, const char *channel, int mode, bool wait,
+                      int64_t deadline, dl_try_fn fn, void *ctx) {
+  int64_t start = dl_now_ms();
+  int64_t recheck = -1;
+  int rc = fn(ctx, &recheck);
+  if (rc != 0 || !wait) return rc;
+  const dl_rlink_ops *ops = r->link->ops;
+  dl_sub *sub = ops->sub_ref(r->link, channel, mode, deadline);
+  if (sub == NULL) return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  for (;;) {
+    rc = fn(ctx, &recheck);
+    if (rc != 0) break;
+    int64_t now = dl_now_ms();
+    if (now >= deadline) break;
+    int64_t until = deadline;
+    if (recheck >= 0 && now + recheck < until) until = now + recheck;
+    int w = ops->sub_wait(r->link, sub, until, start, NULL);
+    if (w < 0) {
+      rc = dl_seterr(r->env.err_owner, w, "the client closed while waiting");
+      break;
     }
   }
-  const char **argv = v->argv;
-  argv[0] = body ? "EVAL" : "EVALSHA";
-  argv[1] = body ? dl_scripts[script].body : dl_scripts[script].sha;
-  argv[2] = dl_fmt_ll(v->nk, nkeys);
-  for (int i = 0; i < nkeys; i++) argv[3 + i] = keys[i];
-  for (int i = 0; i < nargs; i++) argv[3 + nkeys + i] = args[i];
-  for (int i = 0; i < argc; i++) v->lens[i] = strlen(argv[i]);
-  return argc;
+  ops->sub_unref(r->link, sub, true);
+  return rc;
 }
 
-static void evargv_free(evargv *v) {
-  if (v->argv != v->small) {
-    free(v->argv);
-    free(v->lens);
-  }
-}
-
-static int rb_eval_many(dl_backend *base, int64_t deadline, int n, int script,
-                        const int *nkeys,
-                        const char *const *const *keys, const int *nargs,
-                        const char *const *const *args, redisReply **replies,
-                        int *errs) {
-  redis_backend *b = (redis_backend *)base;
-  bool ping_first = (script & DL_EVAL_WAKE_FIRST) != 0;
-  script &= ~DL_EVAL_WAKE_FIRST;
-  dl_conn *conn = pick(b);
-  dl_req *one = NULL;
-  dl_req **reqs = n == 1 ? &one : calloc((size_t)n, sizeof *reqs);
-  if (reqs == NULL) return dl_seterr(b->client, DLOCK_ENOMEM, "out of memory");
-  int64_t limit = dl_now_ms() + b->client->command_timeout_ms;
-  if (deadline <= 0 || deadline > limit) deadline = limit;
+/* Renewal by lock_renew.lua: up to RENEW_BATCH holds a script, every
+ * script of the round pipelined. A permit is renewed on its semaphore's
+ * timeout set, where its lease is. */
+static int rb_renew(dl_backend *base, int64_t deadline, int64_t lease_ms,
+                    int n, dl_renew_item *items, int *calls) {
+  dl_redis *r = (dl_redis *)base;
+  *calls = 0;
+  if (n <= 0) return 0;
+  int nb = (n + RENEW_BATCH - 1) / RENEW_BATCH;
+  char lease[DL_INT_BUF];
+  dl_fmt_ll(lease, lease_ms);
+  const char **keys = malloc((size_t)n * sizeof *keys);
+  const char **args = malloc((size_t)(n + nb) * sizeof *args);
+  char *sets = NULL; /* the timeout sets' names of permits */
+  int *nkeys = malloc((size_t)nb * sizeof *nkeys);
+  int *nargs = malloc((size_t)nb * sizeof *nargs);
+  const char *const **kp = malloc((size_t)nb * sizeof *kp);
+  const char *const **ap = malloc((size_t)nb * sizeof *ap);
+  redisReply **replies = calloc((size_t)nb, sizeof *replies);
+  int *errs = calloc((size_t)nb, sizeof *errs);
+  int permits = 0, failed = 0;
   for (int i = 0; i < n; i++) {
-    evargv v;
-    replies[i] = NULL;
-    errs[i] = 0;
-    int argc = build_argv(script, false, nkeys[i], keys[i], nargs[i], args[i],
-                          &v);
-    if (argc < 0) {
-      errs[i] = DLOCK_ENOMEM;
-      continue;
-    }
-    reqs[i] = dl_conn_send(conn, argc, v.argv, v.lens, ping_first, &errs[i]);
-    evargv_free(&v);
+    items[i].result = DLOCK_EPROTO;
+    permits += items[i].permit;
   }
-  int first_err = 0;
-  for (int i = 0; i < n; i++) {
-    if (reqs[i] != NULL)
-      errs[i] = dl_req_wait(conn, reqs[i], deadline, &replies[i]);
-    if (errs[i] == 0 && is_noscript(replies[i])) {
-      /* SCRIPT FLUSH or a restart: send the body once, then EVALSHA works
-       * again for everyone. */
-      freeReplyObject(replies[i]);
-      replies[i] = NULL;
-      evargv v;
-      int argc = build_argv(script, true, nkeys[i], keys[i], nargs[i], args[i],
-                            &v);
-      if (argc < 0) errs[i] = DLOCK_ENOMEM;
-      else {
-        errs[i] = dl_conn_call(conn, argc, v.argv, v.lens, &replies[i]);
-        evargv_free(&v);
+  if (permits)
+    sets = malloc((size_t)permits * DL_DERIVED_MAX);
+  if (!keys || !args || !nkeys || !nargs || !kp || !ap || !replies || !errs ||
+      (permits && !sets)) {
+    failed = dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+    goto out;
+  }
+  char *set = sets;
+  for (int b = 0; b < nb; b++) {
+    int lo = b * RENEW_BATCH, hi = lo + RENEW_BATCH > n ? n : lo + RENEW_BATCH;
+    nkeys[b] = hi - lo;
+    nargs[b] = nkeys[b] + 1;
+    kp[b] = keys + lo;
+    ap[b] = args + lo + b;
+    args[lo + b] = lease;
+    for (int k = lo; k < hi; k++) {
+      keys[k] = items[k].key;
+      if (items[k].permit) {
+        dl_derived_suffix_into(set, DL_DERIVED_MAX, items[k].key, "timeout");
+        keys[k] = set;
+        set += DL_DERIVED_MAX;
       }
+      args[k + b + 1] = items[k].owner;
     }
-    if (errs[i] == 0) errs[i] = check_reply(b, &replies[i]);
-    if (errs[i] != 0 && first_err == 0) first_err = errs[i];
   }
-  if (reqs != &one) free(reqs);
-  return first_err;
-}
-
-static int rb_eval(dl_backend *base, int script, int nkeys, const char **keys,
-                   int nargs, const char **args, redisReply **reply) {
-  int err = 0;
-  const char *const *k = keys;
-  const char *const *a = args;
-  int rc =
-      rb_eval_many(base, 0, 1, script, &nkeys, &k, &nargs, &a, reply, &err);
-  return rc ? rc : err;
-}
-
-static int rb_command(dl_backend *base, int argc, const char **argv,
-                      redisReply **reply) {
-  redis_backend *b = (redis_backend *)base;
-  size_t lens[16];
-  if (argc > 16) return dl_seterr(b->client, DLOCK_EINVAL, "too many args");
-  for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
-  int rc = dl_conn_call(pick(b), argc, argv, lens, reply);
-  if (rc == 0) rc = check_reply(b, reply);
-  return rc;
-}
-
-/* Waiting by backoff (wait_backoff_max_ms > 0): no subscription, each
- * waiter sleeps 1, 2, 4 ... up to the maximum ms between tries, each sleep
- * drawn in [d/2, d] so that waiters do not retry in step. */
-typedef struct backoff {
-  int64_t delay;
-  uint64_t rng;
-} backoff;
-
-static dl_sub *rb_sub_ref(dl_backend *base, const char *channel, int mode,
-                          int64_t deadline) {
-  redis_backend *b = (redis_backend *)base;
-  if (b->pubsub == NULL && (mode == DL_WAKE_GRANT || deadline < 0))
-    return NULL; /* no grants; nothing subscribed */
-  if (b->pubsub == NULL) {
-    backoff *w = calloc(1, sizeof *w);
-    if (w) {
-      w->delay = 1;
-      w->rng = dl_thread_id() * 0x9e3779b97f4a7c15ull ^ (uint64_t)dl_now_us();
+  int64_t sent = dl_now_ms();
+  int64_t valid = dl_validity(sent, lease_ms);
+  failed = r->link->ops->eval_many(r->link, deadline, nb, DL_SCRIPT_LOCK_RENEW,
+                                   nkeys, kp, nargs, ap, replies, errs);
+  *calls = nb;
+  for (int b = 0; b < nb; b++) {
+    redisReply *rep = replies[b];
+    if (errs[b] != 0 || rep == NULL || rep->type != REDIS_REPLY_ARRAY ||
+        (int)rep->elements != nkeys[b]) {
+      if (failed == 0) failed = errs[b] ? errs[b] : DLOCK_EPROTO;
+      for (int k = 0; k < nkeys[b]; k++)
+        items[b * RENEW_BATCH + k].result = errs[b] ? errs[b] : DLOCK_EPROTO;
+      continue; /* unknown: tried again soon, the lease still runs */
     }
-    return (dl_sub *)w; /* NULL: sleeps until the TTL, see rb_sub_wait */
+    for (int k = 0; k < nkeys[b]; k++) {
+      dl_renew_item *it = &items[b * RENEW_BATCH + k];
+      redisReply *e = rep->element[k];
+      if (e->type != REDIS_REPLY_INTEGER) {
+        if (failed == 0) failed = DLOCK_EPROTO;
+        continue;
+      }
+      it->result = e->integer == 1;
+      it->valid_until = valid;
+    }
   }
-  return dl_pubsub_ref(b->pubsub, channel, mode, deadline);
+out:
+  for (int b = 0; b < nb && replies; b++)
+    if (replies[b]) freeReplyObject(replies[b]);
+  free(keys);
+  free(args);
+  free(sets);
+  free(nkeys);
+  free(nargs);
+  free(kp);
+  free(ap);
+  free(replies);
+  free(errs);
+  return failed;
 }
 
-static int backoff_wait(redis_backend *b, backoff *w, int64_t deadline) {
-  w->rng ^= w->rng << 13;
-  w->rng ^= w->rng >> 7;
-  w->rng ^= w->rng << 17;
-  int64_t half = w->delay / 2;
-  int64_t d = w->delay - half;
-  if (half > 0) d += (int64_t)(w->rng % (uint64_t)(half + 1));
-  int64_t until = dl_now_ms() + d;
-  if (until > deadline) until = deadline;
-  dl_sleep_ms(until - dl_now_ms());
-  w->delay *= 2;
-  if (w->delay > b->client->backoff_max_ms) w->delay = b->client->backoff_max_ms;
-  return atomic_load(&b->client->closing) ? DLOCK_ECLOSED : 0;
+/* A notice names a Redis key; a permit's hold is on its semaphore's name,
+ * while its lease lives in "{name}:timeout": tell both. */
+typedef struct notice_ctx {
+  dl_notice_fn fn;
+  void *ud;
+} notice_ctx;
+
+static void on_notice(void *ud, const char *key, size_t len) {
+  notice_ctx *n = ud;
+  n->fn(n->ud, key, len);
+  static const char suffix[] = ":timeout";
+  size_t sl = sizeof suffix - 1;
+  if (key == NULL || len <= sl || memcmp(key + len - sl, suffix, sl) != 0)
+    return;
+  len -= sl;
+  if (len > 2 && key[0] == '{' && key[len - 1] == '}')
+    n->fn(n->ud, key + 1, len - 2); /* "{name}:timeout" */
+  else
+    n->fn(n->ud, key, len); /* "na{m}e:timeout" */
 }
 
-static int rb_sub_wait(dl_backend *base, dl_sub *s, int64_t deadline,
-                       int64_t since, dl_sub *grant) {
-  redis_backend *b = (redis_backend *)base;
-  if (s && b->pubsub == NULL) return backoff_wait(b, (backoff *)s, deadline);
-  if (s == NULL) { /* no memory for a subscription: fall back to the TTL */
-    dl_sleep_ms(deadline - dl_now_ms());
-    return 0;
-  }
-  return dl_pubsub_wait(b->pubsub, s, deadline, since, grant);
+static int rb_watch_losses(dl_backend *base, dl_notice_fn fn, void *ud) {
+  dl_redis *r = (dl_redis *)base;
+  if (r->link->ops->watch_losses == NULL) return 0;
+  notice_ctx *n = malloc(sizeof *n);
+  if (n == NULL) return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  n->fn = fn;
+  n->ud = ud;
+  free(r->notice); /* one watcher: the client's */
+  r->notice = n;
+  return r->link->ops->watch_losses(r->link, r->env.revoke_channel, on_notice,
+                                    n);
 }
 
-static int rb_sub_grant(dl_backend *base, dl_sub *s, uint64_t *token) {
-  redis_backend *b = (redis_backend *)base;
-  if (b->pubsub == NULL || s == NULL) return -1;
-  return dl_pubsub_grant(b->pubsub, s, token);
-}
-
-static void rb_sub_unref(dl_backend *base, dl_sub *s, bool linger) {
-  redis_backend *b = (redis_backend *)base;
-  if (b->pubsub == NULL) free(s);
-  else dl_pubsub_unref(b->pubsub, s, linger);
-}
-
-static void rb_sub_kick(dl_backend *base, dl_sub *s) {
-  redis_backend *b = (redis_backend *)base;
-  if (b->pubsub) dl_pubsub_kick(b->pubsub, s);
-}
-
-/* The server's keyspace events, where enabled (notify-keyspace-events):
- * keyevent channels (E) carry the key, one channel per event, so only del
- * and expired are heard; keyspace channels (K) carry the event, one channel
- * per key, so a pattern over the client's keys hears every event of every
- * key under the prefix and keeps del and expired. Read once, at open: the
- * setting changed later is not followed (docs/SAFETY.md). */
-static int listen_keyspace(redis_backend *b, dl_notice_fn fn, void *ud) {
-  const char *argv[] = {"CONFIG", "GET", "notify-keyspace-events"};
-  redisReply *r = NULL;
-  if (rb_command(&b->base, 3, argv, &r) != 0) {
-    dl_clearerr(b->client); /* CONFIG refused (ACL, renamed): none heard */
-    return 0;
-  }
-  char flags[32] = "";
-  if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-      r->element[1]->type == REDIS_REPLY_STRING)
-    snprintf(flags, sizeof flags, "%s", r->element[1]->str);
-  freeReplyObject(r);
-  bool all = strchr(flags, 'A') != NULL;
-  bool del = all || strchr(flags, 'g'), exp = all || strchr(flags, 'x');
-  int db = b->client->conn_cfg.ep.db, rc = 0;
-  char ch[DLOCK_KEY_PREFIX_MAX + 64];
-  if (strchr(flags, 'E')) {
-    if (del && rc == 0) {
-      snprintf(ch, sizeof ch, "__keyevent@%d__:del", db);
-      rc = dl_pubsub_listen(b->pubsub, ch, false, 0, fn, ud);
-    }
-    if (exp && rc == 0) {
-      snprintf(ch, sizeof ch, "__keyevent@%d__:expired", db);
-      rc = dl_pubsub_listen(b->pubsub, ch, false, 0, fn, ud);
-    }
-  } else if (strchr(flags, 'K') && (del || exp)) {
-    int n = snprintf(ch, sizeof ch, "__keyspace@%d__:", db);
-    /* Glob metacharacters in the prefix would widen the pattern: escape. */
-    for (const char *k = b->client->key_prefix; *k && n < (int)sizeof ch - 3;
-         k++) {
-      if (strchr("*?[]\\", *k)) ch[n++] = '\\';
-      ch[n++] = *k;
-    }
-    ch[n++] = '*';
-    ch[n] = '\0';
-    size_t strip = (size_t)snprintf(NULL, 0, "__keyspace@%d__:", db);
-    rc = dl_pubsub_listen(b->pubsub, ch, true, strip, fn, ud);
+static int rb_ping(dl_backend *base) {
+  dl_redis *r = (dl_redis *)base;
+  const char *argv[] = {"PING"};
+  redisReply *rep = NULL;
+  int rc = r->link->ops->command(r->link, 1, argv, &rep);
+  if (rc == 0) {
+    if (rep->type != REDIS_REPLY_STATUS || strcmp(rep->str, "PONG") != 0)
+      rc = dl_seterr(r->env.err_owner, DLOCK_EPROTO,
+                     "PING answered something else");
+    freeReplyObject(rep);
   }
   return rc;
 }
 
-static int rb_watch_losses(dl_backend *base, const char *revoke_channel,
-                           dl_notice_fn fn, void *ud) {
-  redis_backend *b = (redis_backend *)base;
-  if (b->pubsub == NULL) return 0; /* waiting by backoff: no pub/sub */
-  int rc = dl_pubsub_listen(b->pubsub, revoke_channel, false, 0, fn, ud);
-  return rc ? rc : listen_keyspace(b, fn, ud);
+static void rb_stats(dl_backend *base, dlock_client_stats *st) {
+  st->writes += dl_redis_backend_round_trips(base);
+  st->wakeups += dl_redis_backend_wakeups(base);
 }
 
 static void rb_free(dl_backend *base) {
-  redis_backend *b = (redis_backend *)base;
-  if (b == NULL) return;
-  dl_pubsub_free(b->pubsub);
-  for (int i = 0; i < b->nconn; i++) dl_conn_free(b->conns[i]);
-  free(b->conns);
-  free(b);
+  dl_redis *r = (dl_redis *)base;
+  if (r == NULL) return;
+  if (r->link) r->link->ops->free(r->link);
+  free(r->notice);
+  dl_tls_ctx_free(r->cfg.tls);
+  dl_endpoint_clear(&r->cfg.ep);
+  free((char *)r->cfg.server_name);
+  free((char *)r->cfg.client_name);
+  free(r);
 }
 
 static const dl_backend_ops redis_ops = {
     .name = "redis",
-    .eval = rb_eval,
-    .eval_many = rb_eval_many,
-    .command = rb_command,
-    .sub_ref = rb_sub_ref,
-    .sub_wait = rb_sub_wait,
-    .sub_grant = rb_sub_grant,
-    .sub_unref = rb_sub_unref,
-    .sub_kick = rb_sub_kick,
+    .lock_acquire = dl_redis_lock_acquire,
+    .lock_release = dl_redis_lock_release,
+    .lock_force_release = dl_redis_lock_force_release,
+    .lock_query = dl_redis_lock_query,
+    .inspect = dl_redis_inspect,
+    .scan = dl_redis_scan,
+    .sem_acquire = dl_redis_sem_acquire,
+    .permit_acquire = dl_redis_permit_acquire,
+    .latch_await = dl_redis_latch_await,
+    .sync_update = dl_redis_sync_update,
+    .renew = rb_renew,
     .watch_losses = rb_watch_losses,
+    .ping = rb_ping,
+    .stats = rb_stats,
     .free = rb_free,
 };
 
-int dl_redis_backend_new(dlock_client *c, const dl_conn_config *cfg, int nconn,
-                         dl_backend **out) {
+static dl_redis *redis_new(const dl_backend_env *env) {
+  dl_redis *r = calloc(1, sizeof *r);
+  if (r == NULL) return NULL;
+  r->base.ops = &redis_ops;
+  r->env = *env;
+  unsigned char nonce[8];
+  if (dl_random_bytes(nonce, sizeof nonce) != 0) {
+    free(r);
+    return NULL;
+  }
+  for (size_t i = 0; i < sizeof nonce; i++)
+    snprintf(r->release_nonce + 2 * i, 3, "%02x", nonce[i]);
+  return r;
+}
+
+int dl_redis_backend_over(dl_rlink *link, const dl_backend_env *env,
+                          dl_backend **out) {
   *out = NULL;
   dl_scripts_init();
-  redis_backend *b = calloc(1, sizeof *b);
-  if (b == NULL) return DLOCK_ENOMEM;
-  b->base.ops = &redis_ops;
-  b->client = c;
-  b->conns = calloc((size_t)nconn, sizeof *b->conns);
-  if (b->conns == NULL) {
-    free(b);
+  dl_redis *r = redis_new(env);
+  if (r == NULL) {
+    link->ops->free(link);
     return DLOCK_ENOMEM;
   }
-  int rc = 0;
-  for (; b->nconn < nconn; b->nconn++) {
-    rc = dl_conn_new(cfg, &b->conns[b->nconn]);
-    if (rc != 0) break;
-  }
-  /* Connect the first now, so that a wrong URL or password fails the open. */
-  if (rc == 0) rc = dl_conn_connect(b->conns[0]);
-  if (rc == 0 && c->backoff_max_ms <= 0) rc = dl_pubsub_new(cfg, &b->pubsub);
-  if (rc != 0) {
-    rb_free(&b->base);
-    return rc;
-  }
-  *out = &b->base;
+  r->link = link;
+  *out = &r->base;
   return 0;
 }
 
-uint64_t dl_redis_backend_round_trips(dl_backend *base) {
-  redis_backend *b = (redis_backend *)base;
-  uint64_t n = 0;
-  for (int i = 0; i < b->nconn; i++) n += dl_conn_batches(b->conns[i]);
-  return n;
+static char *copy_opt(const char *s, bool *oom) {
+  char *c = dl_strdup(s);
+  if (s && !c) *oom = true;
+  return c;
 }
 
-uint64_t dl_redis_backend_wakeups(dl_backend *base) {
-  redis_backend *b = (redis_backend *)base;
-  return b->pubsub ? dl_pubsub_wakeups(b->pubsub) : 0;
-}
-
-uint64_t dl_redis_backend_direct_wakeups(dl_backend *base) {
-  redis_backend *b = (redis_backend *)base;
-  return b->pubsub ? dl_pubsub_direct_wakeups(b->pubsub) : 0;
-}
-
-bool dl_redis_backend_sleeper_reads(dl_backend *base) {
-  redis_backend *b = (redis_backend *)base;
-  return b->pubsub ? dl_pubsub_sleeper_reads(b->pubsub) : false;
+int dl_redis_backend_new(const dlock_client_options *opts,
+                         const dl_backend_env *env, dl_backend **out) {
+  *out = NULL;
+  dl_redis *r = redis_new(env);
+  if (r == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  dl_conn_config *cfg = &r->cfg;
+  const char *url = opts->url ? opts->url : "redis://127.0.0.1:6379";
+  char msg[256];
+  int rc = dl_url_parse(url, &cfg->ep, msg, sizeof msg);
+  if (rc != 0) {
+    char *shown = dl_url_redact(url);
+    dl_seterr(NULL, rc, "%s (url %s)", msg, shown ? shown : "");
+    free(shown);
+    rb_free(&r->base);
+    return rc;
+  }
+  bool oom = false;
+  if (opts->username) {
+    free(cfg->ep.username);
+    cfg->ep.username = copy_opt(opts->username, &oom);
+  }
+  if (opts->password) {
+    free(cfg->ep.password);
+    cfg->ep.password = copy_opt(opts->password, &oom);
+  }
+  cfg->client_name = copy_opt(opts->client_name, &oom);
+  cfg->server_name = copy_opt(opts->tls_server_name, &oom);
+  if (oom) {
+    rb_free(&r->base);
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  }
+  cfg->connect_timeout_ms = opts->connect_timeout_ms;
+  cfg->command_timeout_ms = opts->command_timeout_ms;
+  cfg->reconnect_min_ms = opts->reconnect_min_ms;
+  cfg->reconnect_max_ms = opts->reconnect_max_ms;
+  cfg->err_owner = env->err_owner;
+  if (cfg->ep.tls) {
+    dl_tls_config tc = {opts->tls_ca_file,  opts->tls_ca_dir,
+                        opts->tls_cert_file, opts->tls_key_file,
+                        opts->tls_server_name, opts->tls_verify};
+    rc = dl_tls_ctx_new(&tc, &cfg->tls, msg, sizeof msg);
+    if (rc != 0) {
+      dl_seterr(NULL, rc, "%s", msg);
+      rb_free(&r->base);
+      return rc;
+    }
+  }
+  rc = dl_single_link_new(cfg, &r->env, opts->connections, &r->link);
+  if (rc != 0) {
+    rb_free(&r->base);
+    return rc;
+  }
+  *out = &r->base;
+  return 0;
 }

@@ -16,7 +16,7 @@
  * then takes it without waking anyone, and the parked thread reads again
  * at its next sweep (SWEEP_MS) at the latest. The reader's parser and
  * buffer live here; the role, under mu, says whose they are. */
-#include "../core/internal.h"
+#include "redis.h"
 
 #include <fcntl.h>
 #include <hiredis/hiredis.h>

@@ -2,7 +2,8 @@
  * URLs, durations, the text of server error replies and URL redaction. The
  * first input byte picks the parser. Build: scripts/fuzz.sh. */
 #include "cli/duration.h"
-#include "core/internal.h"
+#include "client/client.h"
+#include "redis/redis.h"
 
 #include <stdlib.h>
 #include <string.h>

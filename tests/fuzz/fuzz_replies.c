@@ -7,7 +7,8 @@
  * them instead of a server: the real lock, watchdog and pubsub code reads
  * them. A code outside the error table, a crash, a leak or undefined
  * behaviour is a finding. Build and run: scripts/fuzz.sh. */
-#include "core/internal.h"
+#include "client/client.h"
+#include "redis/redis.h"
 
 #include <hiredis/hiredis.h>
 #include <stdlib.h>

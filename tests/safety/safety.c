@@ -9,7 +9,8 @@
  *
  *   test_safety [--dlock PATH] [SCENARIO...] */
 #include "../harness.h"
-#include "core/internal.h"
+#include "client/client.h"
+#include "redis/redis.h"
 #include "proxy.h"
 #include "resource.h"
 #include "worker.h"

@@ -11,7 +11,8 @@
  * stop it. */
 #include "worker.h"
 
-#include "core/internal.h"
+#include "client/client.h"
+#include "redis/redis.h"
 #include "dlock.h"
 
 #include <errno.h>

@@ -1,0 +1,188 @@
+/* backend.h: the seam between the lock kinds and a deployment. A backend
+ * implements, per kind it supports, typed operations: acquire (waiting by
+ * its own algorithm), release, renewal of a batch of holds, force release,
+ * queries and snapshots. Results are typed (status, fencing token,
+ * validity on the monotonic clock, the holder's remaining lease), never a
+ * server's reply. An operation a backend does not have is a NULL entry:
+ * the caller answers DLOCK_ENOTSUP. docs/ARCHITECTURE.md, "How to add a
+ * backend", says what each entry must guarantee.
+ *
+ * Every call blocks the calling thread until done or its deadline; any
+ * thread may call; a failure returns a negative code with the detail
+ * recorded for env->err_owner (dl_seterr). */
+#ifndef DLOCK_BACKEND_H
+#define DLOCK_BACKEND_H
+
+#include "core.h"
+
+typedef struct dl_backend dl_backend;
+
+/* What a backend gets from its client, borrowed for the backend's life. */
+typedef struct dl_backend_env {
+  const struct dlock_client *err_owner; /* where details are recorded */
+  const char *client_id;                /* every owner is "<id>:<tail>" */
+  const char *key_prefix;
+  const char *revoke_channel; /* where force releases announce a key */
+  const atomic_int *closing;  /* set when the client closes */
+  int command_timeout_ms;
+  int starvation_ms;  /* dlock_client_options.starvation_ms */
+  int backoff_max_ms; /* > 0: wait by backoff, not by subscription */
+} dl_backend_env;
+
+/* Makes a backend for opts->url. Returns 0, or a negative code with the
+ * detail recorded for dlock_client_open (err_owner NULL). */
+typedef int (*dl_backend_factory)(const dlock_client_options *opts,
+                                  const dl_backend_env *env, dl_backend **out);
+
+/* ---- the lock family ---- */
+typedef enum dl_lock_kind {
+  DL_KIND_LOCK,  /* reentrant mutex (Redisson RLock) */
+  DL_KIND_FAIR,  /* first come, first served (RFairLock) */
+  DL_KIND_READ,  /* a read-write lock's sides (RReadWriteLock) */
+  DL_KIND_WRITE
+} dl_lock_kind;
+
+/* One lock as a backend sees it: borrowed for the call. */
+typedef struct dl_lock_ref {
+  const char *key;   /* the client's key prefix + name */
+  const char *name;  /* the name alone, for messages */
+  const char *owner; /* "<client id>:<tail>", ":write" after a writer's */
+  dl_lock_kind kind;
+  int64_t fair_stale_ms; /* DL_KIND_FAIR: when a queued waiter is dead */
+  /* A word the backend keeps hints in for this handle (whether its last
+   * acquire had to wait, say); any thread, relaxed. */
+  atomic_uchar *hint;
+} dl_lock_ref;
+
+typedef struct dl_acquire {
+  /* in */
+  const dl_lock_ref *lock;
+  int64_t lease_ms;
+  bool wait;        /* false: one attempt */
+  int64_t deadline; /* dl_now_ms() time the wait ends; INT64_MAX: never */
+  int held;         /* the hold count this client knows of (re-entry) */
+  const char *info; /* the holder's description, "" for none */
+  /* out, when acquired */
+  int status;          /* 1 taken, 2 re-entered */
+  uint64_t token;      /* the hold's fencing token */
+  int64_t valid_until; /* dl_now_ms() time the lease is certainly valid */
+  /* out, when refused */
+  int64_t ttl; /* the holder's remaining lease in ms (-1 none, -2 gone) */
+} dl_acquire;
+
+typedef enum dl_lock_query {
+  DL_QUERY_LOCKED, /* 1 if anyone holds it */
+  DL_QUERY_HELD,   /* 1 if the ref's owner holds it */
+  DL_QUERY_COUNT,  /* the owner's hold count */
+  DL_QUERY_TTL,    /* the remaining lease, ms (-1 none, -2 no lock) */
+  DL_QUERY_TOKEN   /* the last fencing token handed out */
+} dl_lock_query;
+
+/* ---- semaphores and latches ---- */
+typedef struct dl_sync_ref {
+  const char *key;  /* the client's key prefix + name */
+  const char *name; /* for messages */
+  atomic_uchar *hint; /* as dl_lock_ref's */
+} dl_sync_ref;
+
+typedef enum dl_sync_op {
+  DL_SEM_SET,      /* n permits if none were set: 1 set, 0 not */
+  DL_SEM_ADD,      /* add n (may be negative): 0 */
+  DL_SEM_DRAIN,    /* take all: how many were available */
+  DL_SEM_RELEASE,  /* give n back: how many clients heard it */
+  DL_SEM_AVAILABLE,
+  DL_PERMITS_SET,
+  DL_PERMITS_ADD,
+  DL_PERMITS_AVAILABLE,
+  DL_PERMITS_RELEASE, /* id: 1 released, 2 released and heard, 0 not
+                         taken, -1 its lease had ended */
+  DL_PERMITS_FORCE,   /* id: 1 released, 0 not taken */
+  DL_LATCH_SET,       /* n if at zero: 1 set, 0 not */
+  DL_LATCH_DOWN,      /* the count left, -1 if it was at zero */
+  DL_LATCH_COUNT
+} dl_sync_op;
+
+/* ---- holds ---- */
+/* One hold for a renewal round. */
+typedef struct dl_renew_item {
+  /* in */
+  const char *key;   /* the lock's key, or the permits' key */
+  const char *owner; /* its owner; for a permit "<client id>:<permit id>" */
+  bool permit;       /* a permit of a permit-expirable semaphore */
+  /* out */
+  int result; /* 1 held (and extended), 0 gone, < 0 unknown (error) */
+  int64_t valid_until; /* result 1, extended: the new validity */
+} dl_renew_item;
+
+/* Told a key whose holds may have been taken away, or NULL: any key. */
+typedef void (*dl_notice_fn)(void *ud, const char *key, size_t len);
+
+typedef struct dl_backend_ops {
+  const char *name;
+
+  /* The lock family. Acquire: 1 acquired (a->status, token, valid_until),
+   * 0 refused until a->deadline (a->ttl), or a negative code; with
+   * a->wait it waits without polling where it can, and leaves no trace of
+   * the wait (queue places, reservations) behind, whatever the result. */
+  int (*lock_acquire)(dl_backend *b, dl_acquire *a);
+  /* Releases one hold of `count` known to the client: 1 freed, 0 still
+   * held (re-entered), DLOCK_ENOTOWNER when the owner does not hold it, or
+   * a negative code. Bounded by one command timeout, retries included. */
+  int (*lock_release)(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
+                      int count);
+  /* Deletes the lock whoever holds it and tells its holder: 1 deleted, 0
+   * nothing there, DLOCK_EWRONGTYPE when the key is not a lock of l's kind
+   * (nothing changed). */
+  int (*lock_force_release)(dl_backend *b, const dl_lock_ref *l);
+  int (*lock_query)(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                    long long *v);
+  /* A snapshot of whatever lives at `key` (any kind). */
+  int (*inspect)(dl_backend *b, const char *key, dlock_lock_state *st);
+  /* Calls cb(name, ud) for each lock whose key matches the glob `match`
+   * (prefix included; names are passed without the prefix) until cb
+   * returns non-zero. Returns how many were passed, or a negative code. */
+  int (*scan)(dl_backend *b, const char *match, size_t prefix_len,
+              dlock_scan_cb cb, void *ud);
+
+  /* Semaphores, permit-expirable semaphores and latches. An acquire (or
+   * the latch's await) returns 1 done, 0 not by `deadline` (waiting
+   * without polling when wait), or a negative code. */
+  int (*sem_acquire)(dl_backend *b, const dl_sync_ref *s, int permits,
+                     bool wait, int64_t deadline);
+  /* Takes a permit with the caller's id (DLOCK_PERMIT_ID_LEN - 1 hex
+   * digits); *valid_until as dl_acquire's. */
+  int (*permit_acquire)(dl_backend *b, const dl_sync_ref *s, const char *id,
+                        int64_t lease_ms, bool wait, int64_t deadline,
+                        int64_t *valid_until);
+  int (*latch_await)(dl_backend *b, const dl_sync_ref *s, bool wait,
+                     int64_t deadline);
+  /* Everything else on them: the op's result (see dl_sync_op) in *v.
+   * `n` a count, `id` a permit's id (or NULL). */
+  int (*sync_update)(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                     long long n, const char *id, long long *v);
+
+  /* Renews (lease_ms > 0) or checks (lease_ms 0) each hold, waiting for
+   * answers until `deadline` at the latest. Never re-creates a hold that is
+   * gone. Returns 0 when every item got a result >= 0, else the first
+   * error (items without an answer have result < 0); *calls: how many
+   * requests it sent (dlock_client_stats.renewal_calls). */
+  int (*renew)(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+               dl_renew_item *items, int *calls);
+  /* Tells fn(ud, key, len), on a backend thread, whenever it hears that a
+   * key may have been taken from its holder (env->revoke_channel, the
+   * server's events); key NULL: anything may have been missed. Returns 0,
+   * or a negative code; a backend that cannot hear them returns 0. fn must
+   * only take leaf locks. */
+  int (*watch_losses)(dl_backend *b, dl_notice_fn fn, void *ud);
+
+  int (*ping)(dl_backend *b);
+  /* Adds the backend's counters (round trips, wake-ups) to st. */
+  void (*stats)(dl_backend *b, dlock_client_stats *st);
+  void (*free)(dl_backend *b);
+} dl_backend_ops;
+
+struct dl_backend {
+  const dl_backend_ops *ops;
+};
+
+#endif /* DLOCK_BACKEND_H */

@@ -1,0 +1,93 @@
+/* core.h: the bottom layer, shared by every other: clocks, strings,
+ * sleeping on a word, error details, URLs. Includes nothing of the layers
+ * above (tests/check_layers.sh). */
+#ifndef DLOCK_CORE_H
+#define DLOCK_CORE_H
+
+#include "dlock.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- util.c: clocks, strings, thread identity ---- */
+int64_t dl_now_ms(void); /* CLOCK_MONOTONIC */
+int64_t dl_now_us(void);
+char *dl_strdup(const char *s); /* NULL -> NULL */
+uint64_t dl_thread_id(void);    /* process-unique, never reused */
+/* Writes v in decimal to buf (at least DL_INT_BUF bytes); returns buf.
+ * For the hot path, where snprintf's cost shows. */
+#define DL_INT_BUF 24
+const char *dl_fmt_ll(char *buf, long long v);
+/* Absolute CLOCK_MONOTONIC deadline for pthread_cond_timedwait. */
+void dl_abstime(int64_t deadline_ms, struct timespec *ts);
+/* pthread_cond_t that waits on CLOCK_MONOTONIC. */
+int dl_cond_init(pthread_cond_t *cv);
+int dl_random_bytes(unsigned char *buf, size_t len);
+/* FNV-1a over s, continuing from h (start with DL_HASH_SEED): for the
+ * tables keyed by names (holds, subscriptions, the watchdog's filter). */
+#define DL_HASH_SEED 2166136261u
+uint32_t dl_hash(uint32_t h, const char *s);
+/* Sleeps ms (<= 0: not at all); a signal may end it early. */
+void dl_sleep_ms(int64_t ms);
+/* Until when (dl_now_ms() time) a lease of lease_ms, set by a request sent
+ * at `sent` and confirmed, is certainly valid: less an allowance for clocks
+ * that run at different rates (Redlock's). */
+int64_t dl_validity(int64_t sent, int64_t lease_ms);
+
+/* ---- park.c: sleeping on a word ---- */
+/* Sleeps while *word == expect, until deadline_ms (dl_now_ms() time).
+ * Returns 0 once the word differs (acquire ordering), DLOCK_ETIMEDOUT at the
+ * deadline. May return early only with the word changed. */
+int dl_park_wait(atomic_int *word, int expect, int64_t deadline_ms);
+/* Wakes the thread sleeping on word; call after changing it. The word's
+ * memory must stay valid until this returns. */
+void dl_park_wake(atomic_int *word);
+/* The two ways behind them (tests): condition variables, and on Linux a
+ * futex (the one dl_park_* use there). */
+int dl_park_wait_cv(atomic_int *word, int expect, int64_t deadline_ms);
+void dl_park_wake_cv(atomic_int *word);
+#ifdef __linux__
+int dl_park_wait_futex(atomic_int *word, int expect, int64_t deadline_ms);
+void dl_park_wake_futex(atomic_int *word);
+#endif
+
+/* ---- error.c: detail messages, per client and per thread ---- */
+/* Records `fmt` as the calling thread's detail for client `owner` (NULL:
+ * for dlock_client_open) and returns err. */
+int dl_seterr(const struct dlock_client *owner, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Forgets the calling thread's detail for `owner` (NULL: the open's). */
+void dl_clearerr(const struct dlock_client *owner);
+/* Moves the calling thread's detail for c to dlock_client_open's (a failed
+ * open), or leaves it as it is when there is none. */
+void dl_err_to_open(const struct dlock_client *c);
+/* A new client's serial: never 0, never reused in the process. */
+uint64_t dl_err_serial(void);
+/* The first member of every struct dlock_client: what tags its details. */
+typedef struct dl_err_tag {
+  uint64_t serial; /* dl_err_serial() */
+} dl_err_tag;
+/* Maps a server error reply's text to a code. */
+int dl_server_errcode(const char *msg);
+
+/* ---- url.c ---- */
+typedef struct dl_endpoint {
+  char *host;      /* NULL for unix sockets */
+  int port;        /* 0 for unix sockets */
+  char *unix_path; /* NULL for TCP */
+  bool tls;
+  int db;
+  char *username;
+  char *password;
+} dl_endpoint;
+
+int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen);
+void dl_endpoint_clear(dl_endpoint *ep);
+/* The URL with any password replaced by "***". Caller frees. */
+char *dl_url_redact(const char *url);
+
+#endif /* DLOCK_CORE_H */

@@ -1,0 +1,377 @@
+/* link.c: the single-server link: scripts by EVALSHA over pipelined command
+ * connections, waiting through the subscriber connection (or by backoff). */
+#include "redis.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/sha.h>
+
+typedef struct single_link {
+  dl_rlink base;
+  const dl_backend_env *env;
+  const dl_conn_config *cfg;
+  int nconn;
+  dl_conn **conns;
+  atomic_uint next;
+  dl_pubsub *pubsub;
+} single_link;
+
+static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+
+static void scripts_hash(void) {
+  for (int i = 0; i < DL_SCRIPT_COUNT; i++) {
+    unsigned char md[SHA_DIGEST_LENGTH];
+    SHA1((const unsigned char *)dl_scripts[i].body, strlen(dl_scripts[i].body),
+         md);
+    for (int j = 0; j < SHA_DIGEST_LENGTH; j++)
+      snprintf(dl_scripts[i].sha + 2 * j, 3, "%02x", md[j]);
+  }
+}
+
+void dl_scripts_init(void) { pthread_once(&scripts_once, scripts_hash); }
+
+static dl_conn *pick(single_link *b) {
+  if (b->nconn == 1) return b->conns[0];
+  return b->conns[atomic_fetch_add(&b->next, 1) % (unsigned)b->nconn];
+}
+
+/* Turns an error reply into a code (recording the server's text); keeps
+ * any other reply. */
+static int check_reply(single_link *b, redisReply **reply) {
+  redisReply *r = *reply;
+  if (r->type != REDIS_REPLY_ERROR) return 0;
+  int code = dl_server_errcode(r->str);
+  dl_seterr(b->env->err_owner, code, "%s", r->str);
+  freeReplyObject(r);
+  *reply = NULL;
+  return code;
+}
+
+static bool is_noscript(const redisReply *r) {
+  return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* An EVALSHA/EVAL argv: on the stack for the usual few arguments. */
+typedef struct evargv {
+  const char **argv;
+  size_t *lens;
+  const char *small[16];
+  size_t small_lens[16];
+  char nk[DL_INT_BUF];
+} evargv;
+
+/* Builds the argv into *v; returns argc or -1 (out of memory). Release
+ * with evargv_free. */
+static int build_argv(int script, bool body, int nkeys,
+                      const char *const *keys, int nargs,
+                      const char *const *args, evargv *v) {
+  int argc = 3 + nkeys + nargs;
+  v->argv = v->small;
+  v->lens = v->small_lens;
+  if (argc > 16) {
+    v->argv = malloc(sizeof *v->argv * (size_t)argc);
+    v->lens = malloc(sizeof *v->lens * (size_t)argc);
+    if (!v->argv || !v->lens) {
+      free(v->argv);
+      free(v->lens);
+      v->argv = NULL;
+      v->lens = NULL;
+      return -1;
+    }
+  }
+  const char **argv = v->argv;
+  argv[0] = body ? "EVAL" : "EVALSHA";
+  argv[1] = body ? dl_scripts[script].body : dl_scripts[script].sha;
+  argv[2] = dl_fmt_ll(v->nk, nkeys);
+  for (int i = 0; i < nkeys; i++) argv[3 + i] = keys[i];
+  for (int i = 0; i < nargs; i++) argv[3 + nkeys + i] = args[i];
+  for (int i = 0; i < argc; i++) v->lens[i] = strlen(argv[i]);
+  return argc;
+}
+
+static void evargv_free(evargv *v) {
+  if (v->argv != v->small) {
+    free(v->argv);
+    free(v->lens);
+  }
+}
+
+static int rb_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
+                        const int *nkeys,
+                        const char *const *const *keys, const int *nargs,
+                        const char *const *const *args, redisReply **replies,
+                        int *errs) {
+  single_link *b = (single_link *)base;
+  bool ping_first = (script & DL_EVAL_WAKE_FIRST) != 0;
+  script &= ~DL_EVAL_WAKE_FIRST;
+  dl_conn *conn = pick(b);
+  dl_req *one = NULL;
+  dl_req **reqs = n == 1 ? &one : calloc((size_t)n, sizeof *reqs);
+  if (reqs == NULL) return dl_seterr(b->env->err_owner, DLOCK_ENOMEM, "out of memory");
+  int64_t limit = dl_now_ms() + b->env->command_timeout_ms;
+  if (deadline <= 0 || deadline > limit) deadline = limit;
+  for (int i = 0; i < n; i++) {
+    evargv v;
+    replies[i] = NULL;
+    errs[i] = 0;
+    int argc = build_argv(script, false, nkeys[i], keys[i], nargs[i], args[i],
+                          &v);
+    if (argc < 0) {
+      errs[i] = DLOCK_ENOMEM;
+      continue;
+    }
+    reqs[i] = dl_conn_send(conn, argc, v.argv, v.lens, ping_first, &errs[i]);
+    evargv_free(&v);
+  }
+  int first_err = 0;
+  for (int i = 0; i < n; i++) {
+    if (reqs[i] != NULL)
+      errs[i] = dl_req_wait(conn, reqs[i], deadline, &replies[i]);
+    if (errs[i] == 0 && is_noscript(replies[i])) {
+      /* SCRIPT FLUSH or a restart: send the body once, then EVALSHA works
+       * again for everyone. */
+      freeReplyObject(replies[i]);
+      replies[i] = NULL;
+      evargv v;
+      int argc = build_argv(script, true, nkeys[i], keys[i], nargs[i], args[i],
+                            &v);
+      if (argc < 0) errs[i] = DLOCK_ENOMEM;
+      else {
+        errs[i] = dl_conn_call(conn, argc, v.argv, v.lens, &replies[i]);
+        evargv_free(&v);
+      }
+    }
+    if (errs[i] == 0) errs[i] = check_reply(b, &replies[i]);
+    if (errs[i] != 0 && first_err == 0) first_err = errs[i];
+  }
+  if (reqs != &one) free(reqs);
+  return first_err;
+}
+
+static int rb_eval(dl_rlink *base, int script, int nkeys, const char **keys,
+                   int nargs, const char **args, redisReply **reply) {
+  int err = 0;
+  const char *const *k = keys;
+  const char *const *a = args;
+  int rc =
+      rb_eval_many(base, 0, 1, script, &nkeys, &k, &nargs, &a, reply, &err);
+  return rc ? rc : err;
+}
+
+static int rb_command(dl_rlink *base, int argc, const char **argv,
+                      redisReply **reply) {
+  single_link *b = (single_link *)base;
+  size_t lens[16];
+  if (argc > 16) return dl_seterr(b->env->err_owner, DLOCK_EINVAL, "too many args");
+  for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+  int rc = dl_conn_call(pick(b), argc, argv, lens, reply);
+  if (rc == 0) rc = check_reply(b, reply);
+  return rc;
+}
+
+/* Waiting by backoff (wait_backoff_max_ms > 0): no subscription, each
+ * waiter sleeps 1, 2, 4 ... up to the maximum ms between tries, each sleep
+ * drawn in [d/2, d] so that waiters do not retry in step. */
+typedef struct backoff {
+  int64_t delay;
+  uint64_t rng;
+} backoff;
+
+static dl_sub *rb_sub_ref(dl_rlink *base, const char *channel, int mode,
+                          int64_t deadline) {
+  single_link *b = (single_link *)base;
+  if (b->pubsub == NULL && (mode == DL_WAKE_GRANT || deadline < 0))
+    return NULL; /* no grants; nothing subscribed */
+  if (b->pubsub == NULL) {
+    backoff *w = calloc(1, sizeof *w);
+    if (w) {
+      w->delay = 1;
+      w->rng = dl_thread_id() * 0x9e3779b97f4a7c15ull ^ (uint64_t)dl_now_us();
+    }
+    return (dl_sub *)w; /* NULL: sleeps until the TTL, see rb_sub_wait */
+  }
+  return dl_pubsub_ref(b->pubsub, channel, mode, deadline);
+}
+
+static int backoff_wait(single_link *b, backoff *w, int64_t deadline) {
+  w->rng ^= w->rng << 13;
+  w->rng ^= w->rng >> 7;
+  w->rng ^= w->rng << 17;
+  int64_t half = w->delay / 2;
+  int64_t d = w->delay - half;
+  if (half > 0) d += (int64_t)(w->rng % (uint64_t)(half + 1));
+  int64_t until = dl_now_ms() + d;
+  if (until > deadline) until = deadline;
+  dl_sleep_ms(until - dl_now_ms());
+  w->delay *= 2;
+  if (w->delay > b->env->backoff_max_ms) w->delay = b->env->backoff_max_ms;
+  return atomic_load(b->env->closing) ? DLOCK_ECLOSED : 0;
+}
+
+static int rb_sub_wait(dl_rlink *base, dl_sub *s, int64_t deadline,
+                       int64_t since, dl_sub *grant) {
+  single_link *b = (single_link *)base;
+  if (s && b->pubsub == NULL) return backoff_wait(b, (backoff *)s, deadline);
+  if (s == NULL) { /* no memory for a subscription: fall back to the TTL */
+    dl_sleep_ms(deadline - dl_now_ms());
+    return 0;
+  }
+  return dl_pubsub_wait(b->pubsub, s, deadline, since, grant);
+}
+
+static int rb_sub_grant(dl_rlink *base, dl_sub *s, uint64_t *token) {
+  single_link *b = (single_link *)base;
+  if (b->pubsub == NULL || s == NULL) return -1;
+  return dl_pubsub_grant(b->pubsub, s, token);
+}
+
+static void rb_sub_unref(dl_rlink *base, dl_sub *s, bool linger) {
+  single_link *b = (single_link *)base;
+  if (b->pubsub == NULL) free(s);
+  else dl_pubsub_unref(b->pubsub, s, linger);
+}
+
+static void rb_sub_kick(dl_rlink *base, dl_sub *s) {
+  single_link *b = (single_link *)base;
+  if (b->pubsub) dl_pubsub_kick(b->pubsub, s);
+}
+
+/* The server's keyspace events, where enabled (notify-keyspace-events):
+ * keyevent channels (E) carry the key, one channel per event, so only del
+ * and expired are heard; keyspace channels (K) carry the event, one channel
+ * per key, so a pattern over the client's keys hears every event of every
+ * key under the prefix and keeps del and expired. Read once, at open: the
+ * setting changed later is not followed (docs/SAFETY.md). */
+static int listen_keyspace(single_link *b, dl_notice_fn fn, void *ud) {
+  const char *argv[] = {"CONFIG", "GET", "notify-keyspace-events"};
+  redisReply *r = NULL;
+  if (rb_command(&b->base, 3, argv, &r) != 0) {
+    dl_clearerr(b->env->err_owner); /* CONFIG refused (ACL, renamed): none heard */
+    return 0;
+  }
+  char flags[32] = "";
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+      r->element[1]->type == REDIS_REPLY_STRING)
+    snprintf(flags, sizeof flags, "%s", r->element[1]->str);
+  freeReplyObject(r);
+  bool all = strchr(flags, 'A') != NULL;
+  bool del = all || strchr(flags, 'g'), exp = all || strchr(flags, 'x');
+  int db = b->cfg->ep.db, rc = 0;
+  char ch[DLOCK_KEY_PREFIX_MAX + 64];
+  if (strchr(flags, 'E')) {
+    if (del && rc == 0) {
+      snprintf(ch, sizeof ch, "__keyevent@%d__:del", db);
+      rc = dl_pubsub_listen(b->pubsub, ch, false, 0, fn, ud);
+    }
+    if (exp && rc == 0) {
+      snprintf(ch, sizeof ch, "__keyevent@%d__:expired", db);
+      rc = dl_pubsub_listen(b->pubsub, ch, false, 0, fn, ud);
+    }
+  } else if (strchr(flags, 'K') && (del || exp)) {
+    int n = snprintf(ch, sizeof ch, "__keyspace@%d__:", db);
+    /* Glob metacharacters in the prefix would widen the pattern: escape. */
+    for (const char *k = b->env->key_prefix; *k && n < (int)sizeof ch - 3;
+         k++) {
+      if (strchr("*?[]\\", *k)) ch[n++] = '\\';
+      ch[n++] = *k;
+    }
+    ch[n++] = '*';
+    ch[n] = '\0';
+    size_t strip = (size_t)snprintf(NULL, 0, "__keyspace@%d__:", db);
+    rc = dl_pubsub_listen(b->pubsub, ch, true, strip, fn, ud);
+  }
+  return rc;
+}
+
+static int rb_watch_losses(dl_rlink *base, const char *revoke_channel,
+                           dl_notice_fn fn, void *ud) {
+  single_link *b = (single_link *)base;
+  if (b->pubsub == NULL) return 0; /* waiting by backoff: no pub/sub */
+  int rc = dl_pubsub_listen(b->pubsub, revoke_channel, false, 0, fn, ud);
+  return rc ? rc : listen_keyspace(b, fn, ud);
+}
+
+static void rb_free(dl_rlink *base) {
+  single_link *b = (single_link *)base;
+  if (b == NULL) return;
+  dl_pubsub_free(b->pubsub);
+  for (int i = 0; i < b->nconn; i++) dl_conn_free(b->conns[i]);
+  free(b->conns);
+  free(b);
+}
+
+static const dl_rlink_ops single_ops = {
+    .name = "single",
+    .eval = rb_eval,
+    .eval_many = rb_eval_many,
+    .command = rb_command,
+    .sub_ref = rb_sub_ref,
+    .sub_wait = rb_sub_wait,
+    .sub_grant = rb_sub_grant,
+    .sub_unref = rb_sub_unref,
+    .sub_kick = rb_sub_kick,
+    .watch_losses = rb_watch_losses,
+    .free = rb_free,
+};
+
+int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                       int nconn, dl_rlink **out) {
+  *out = NULL;
+  dl_scripts_init();
+  single_link *b = calloc(1, sizeof *b);
+  if (b == NULL) return DLOCK_ENOMEM;
+  b->base.ops = &single_ops;
+  b->env = env;
+  b->cfg = cfg;
+  b->conns = calloc((size_t)nconn, sizeof *b->conns);
+  if (b->conns == NULL) {
+    free(b);
+    return DLOCK_ENOMEM;
+  }
+  int rc = 0;
+  for (; b->nconn < nconn; b->nconn++) {
+    rc = dl_conn_new(cfg, &b->conns[b->nconn]);
+    if (rc != 0) break;
+  }
+  /* Connect the first now, so that a wrong URL or password fails the open. */
+  if (rc == 0) rc = dl_conn_connect(b->conns[0]);
+  if (rc == 0 && env->backoff_max_ms <= 0) rc = dl_pubsub_new(cfg, &b->pubsub);
+  if (rc != 0) {
+    rb_free(&b->base);
+    return rc;
+  }
+  *out = &b->base;
+  return 0;
+}
+
+/* The single link under a backend made by dl_redis_backend_new, or NULL. */
+static single_link *single_of(dl_backend *base) {
+  dl_rlink *l = ((dl_redis *)base)->link;
+  return l->ops == &single_ops ? (single_link *)l : NULL;
+}
+
+uint64_t dl_redis_backend_round_trips(dl_backend *base) {
+  single_link *b = single_of(base);
+  uint64_t n = 0;
+  if (b == NULL) return 0;
+  for (int i = 0; i < b->nconn; i++) n += dl_conn_batches(b->conns[i]);
+  return n;
+}
+
+uint64_t dl_redis_backend_wakeups(dl_backend *base) {
+  single_link *b = single_of(base);
+  return b && b->pubsub ? dl_pubsub_wakeups(b->pubsub) : 0;
+}
+
+uint64_t dl_redis_backend_direct_wakeups(dl_backend *base) {
+  single_link *b = single_of(base);
+  return b && b->pubsub ? dl_pubsub_direct_wakeups(b->pubsub) : 0;
+}
+
+bool dl_redis_backend_sleeper_reads(dl_backend *base) {
+  single_link *b = single_of(base);
+  return b && b->pubsub ? dl_pubsub_sleeper_reads(b->pubsub) : false;
+}
