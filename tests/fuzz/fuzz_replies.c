@@ -27,7 +27,7 @@ static dl_sub *subs[4];
 
 /* The next reply, as the Redis backend would hand it over: an error reply
  * becomes its code. */
-static int next_reply(dl_backend *b, redisReply **out) {
+static int next_reply(dl_rlink *b, redisReply **out) {
   (void)b;
   *out = NULL;
   /* Out of replies: the server cannot be reached. (Not ECONNLOST, which a
@@ -44,13 +44,13 @@ static int next_reply(dl_backend *b, redisReply **out) {
   return 0;
 }
 
-static int fb_eval(dl_backend *b, int script, int nkeys, const char **keys,
+static int fb_eval(dl_rlink *b, int script, int nkeys, const char **keys,
                    int nargs, const char **args, redisReply **reply) {
   (void)script, (void)nkeys, (void)keys, (void)nargs, (void)args;
   return next_reply(b, reply);
 }
 
-static int fb_eval_many(dl_backend *b, int64_t deadline, int n, int script,
+static int fb_eval_many(dl_rlink *b, int64_t deadline, int n, int script,
                         const int *nkeys, const char *const *const *keys,
                         const int *nargs, const char *const *const *args,
                         redisReply **replies, int *errs) {
@@ -64,40 +64,40 @@ static int fb_eval_many(dl_backend *b, int64_t deadline, int n, int script,
   return first;
 }
 
-static int fb_command(dl_backend *b, int argc, const char **argv,
+static int fb_command(dl_rlink *b, int argc, const char **argv,
                       redisReply **reply) {
   (void)argc, (void)argv;
   return next_reply(b, reply);
 }
 
 static int dummy_sub;
-static dl_sub *fb_sub_ref(dl_backend *b, const char *ch, int mode,
+static dl_sub *fb_sub_ref(dl_rlink *b, const char *ch, int mode,
                           int64_t deadline) {
   (void)b, (void)ch, (void)mode, (void)deadline;
   return (dl_sub *)&dummy_sub;
 }
-static int fb_sub_wait(dl_backend *b, dl_sub *s, int64_t deadline,
+static int fb_sub_wait(dl_rlink *b, dl_sub *s, int64_t deadline,
                        int64_t since, dl_sub *grant) {
   (void)b, (void)s, (void)deadline, (void)since, (void)grant;
   return 0;
 }
 /* Grants can come but never do: the waiter joins the hand-off queue, and
  * leaves it when it gives up. */
-static int fb_sub_grant(dl_backend *b, dl_sub *s, uint64_t *token) {
+static int fb_sub_grant(dl_rlink *b, dl_sub *s, uint64_t *token) {
   (void)b, (void)s, (void)token;
   return 0;
 }
-static void fb_sub_unref(dl_backend *b, dl_sub *s, bool linger) {
+static void fb_sub_unref(dl_rlink *b, dl_sub *s, bool linger) {
   (void)b, (void)s, (void)linger;
 }
-static void fb_sub_kick(dl_backend *b, dl_sub *s) {
+static void fb_sub_kick(dl_rlink *b, dl_sub *s) {
   (void)b, (void)s;
 }
-static void fb_free(dl_backend *b) {
+static void fb_free(dl_rlink *b) {
   free(b);
 }
 
-static const dl_backend_ops fuzz_ops = {
+static const dl_rlink_ops fuzz_ops = {
     .name = "fuzz",
     .eval = fb_eval,
     .eval_many = fb_eval_many,
@@ -110,13 +110,14 @@ static const dl_backend_ops fuzz_ops = {
     .free = fb_free,
 };
 
-static int fuzz_backend_new(dlock_client *c, const dl_conn_config *cfg,
-                            int nconn, dl_backend **out) {
-  (void)c, (void)cfg, (void)nconn;
-  *out = calloc(1, sizeof **out);
-  if (*out == NULL) return DLOCK_ENOMEM;
-  (*out)->ops = &fuzz_ops;
-  return 0;
+/* The Redis backend's operations over a link that serves the replies. */
+static int fuzz_backend_new(const dlock_client_options *opts,
+                            const dl_backend_env *env, dl_backend **out) {
+  (void)opts;
+  dl_rlink *link = calloc(1, sizeof *link);
+  if (link == NULL) return DLOCK_ENOMEM;
+  link->ops = &fuzz_ops;
+  return dl_redis_backend_over(link, env, out);
 }
 
 /* Every return value must be a success or a code of the error table. */
