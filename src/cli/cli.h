@@ -86,6 +86,6 @@ int cmd_run(int argc, char **argv, cli_global *g);
 int cmd_status(int argc, char **argv, cli_global *g);
 int cmd_release(int argc, char **argv, cli_global *g);
 int cmd_list(int argc, char **argv, cli_global *g);
-int cmd_bench(int argc, char **argv, cli_global *g); /* src/bench/bench.c */
+int cmd_bench(int argc, char **argv, cli_global *g); /* src/cli/bench/bench.c */
 
 #endif

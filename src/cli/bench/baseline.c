@@ -1,0 +1,159 @@
+/* baseline.c: dlock bench's baselines, measured in the same run and against
+ * the same server as the lock, on a plain hiredis connection: the PING
+ * round trip, the ceiling (the lock's own acquire and release scripts
+ * pipelined on one connection: the most cycles the server can do) and the
+ * server's CPU time (INFO cpu). */
+#include "bench.h"
+#include "../../redis/redis.h" /* the scripts and names the ceiling sends */
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+redisContext *bench_raw_connect(const char *url, const char *password) {
+  dl_endpoint ep;
+  char err[256];
+  if (dl_url_parse(url, &ep, err, sizeof err) != 0) {
+    cli_err("%s", err);
+    return NULL;
+  }
+  struct timeval tv = {2, 0};
+  redisContext *c = ep.unix_path
+                        ? redisConnectUnixWithTimeout(ep.unix_path, tv)
+                        : redisConnectWithTimeout(ep.host, ep.port, tv);
+  if (ep.tls) {
+    cli_err("the benchmark's baselines need a plain connection, not TLS");
+    if (c) redisFree(c);
+    c = NULL;
+  }
+  const char *pw = password ? password : ep.password;
+  redisReply *r;
+  if (c && !c->err && pw) {
+    r = ep.username ? redisCommand(c, "AUTH %s %s", ep.username, pw)
+                    : redisCommand(c, "AUTH %s", pw);
+    if (r) freeReplyObject(r);
+  }
+  if (c && !c->err && ep.db) {
+    r = redisCommand(c, "SELECT %d", ep.db);
+    if (r) freeReplyObject(r);
+  }
+  dl_endpoint_clear(&ep);
+  if (c && c->err) {
+    cli_err("baseline connection: %s", c->errstr);
+    redisFree(c);
+    return NULL;
+  }
+  return c;
+}
+
+double bench_server_cpu_us(redisContext *c) {
+  redisReply *r = redisCommand(c, "INFO cpu");
+  double v = 0;
+  if (r && r->type == REDIS_REPLY_STRING) {
+    const char *u = strstr(r->str, "used_cpu_user:");
+    const char *s = strstr(r->str, "used_cpu_sys:");
+    if (u) v += atof(u + 14);
+    if (s) v += atof(s + 13);
+  }
+  if (r) freeReplyObject(r);
+  return v * 1e6;
+}
+
+int64_t bench_ping_us(redisContext *c) {
+  int64_t t0 = dl_now_us();
+  redisReply *r = redisCommand(c, "PING");
+  if (r) freeReplyObject(r);
+  return dl_now_us() - t0;
+}
+
+double bench_ping_p50_us(redisContext *c, int n) {
+  bench_samples s = {0};
+  for (int i = 0; i < n; i++) bench_samples_push(&s, bench_ping_us(c));
+  bench_samples_sort(&s);
+  double p = bench_samples_pct(&s, 0.5);
+  free(s.v);
+  return p;
+}
+
+/* Acquire + release pairs pipelined on one connection for `ms`: the most
+ * lock cycles per second the server can execute. The commands are the ones
+ * dlock_lock_try_acquire and dlock_lock_release send for a fresh hold with
+ * a fixed lease (the same keys and arguments); an error reply makes the
+ * ceiling 0 rather than a figure for scripts that stopped half-way. */
+double bench_ceiling_ops(redisContext *c, int64_t ms) {
+  dl_scripts_init();
+  const dl_script *acq = &dl_scripts[DL_SCRIPT_LOCK_ACQUIRE];
+  const dl_script *rel = &dl_scripts[DL_SCRIPT_LOCK_RELEASE];
+  redisReply *r = redisCommand(c, "SCRIPT LOAD %s", acq->body);
+  if (r) freeReplyObject(r);
+  r = redisCommand(c, "SCRIPT LOAD %s", rel->body);
+  if (r) freeReplyObject(r);
+  /* One batch of 256 pairs (on 256 keys), formatted once: the client's
+   * own cost stays out of the figure. */
+  const int batch = 256;
+  char *cmds = NULL;
+  size_t len = 0;
+  char key[64], tok[96], hand[96], chan[96], q[96], w[96], latch[128];
+  for (int i = 0; i < batch; i++) {
+    snprintf(key, sizeof key, "bench:ceil:%d", i);
+    dl_derived_into(tok, sizeof tok, "redisson_lock_token", key);
+    dl_derived_into(hand, sizeof hand, "dlock_handoff", key);
+    dl_derived_into(chan, sizeof chan, "redisson_lock__channel", key);
+    dl_derived_into(q, sizeof q, "dlock_lock_queue", key);
+    dl_derived_into(w, sizeof w, "dlock_lock_waiters", key);
+    char *a = NULL, *r2 = NULL;
+    int la = redisFormatCommand(&a, "EVALSHA %s 3 %s %s %s 10000 bench:ceil:1 "
+                                "%s 0 0 600", acq->sha, key, tok, hand, "");
+    /* The release's latch (docs/WIRE.md) is written as by the library; it
+     * lives 1 ms here, not 3 command timeouts, so that the batches sent
+     * again with the same request ids do not fill the server. A first send
+     * (the last argument 0) never reads it. */
+    dl_derived_into(latch, sizeof latch, "redisson_unlock_latch", key);
+    strcat(latch, ":0123456789abcdef:1");
+    int lr = redisFormatCommand(&r2, "EVALSHA %s 7 %s %s %s %s %s %s %s 0 "
+                                "10000 bench:ceil:1 1 1 0", rel->sha, key, chan,
+                                q, w, tok, hand, latch);
+    char *grown = la > 0 && lr > 0 ? realloc(cmds, len + (size_t)la + (size_t)lr)
+                                   : NULL;
+    if (grown) {
+      memcpy(grown + len, a, (size_t)la);
+      memcpy(grown + len + la, r2, (size_t)lr);
+      len += (size_t)la + (size_t)lr;
+      cmds = grown;
+    }
+    redisFreeCommand(a);
+    redisFreeCommand(r2);
+    if (grown == NULL) {
+      free(cmds);
+      return 0;
+    }
+  }
+  long pairs = 0;
+  int64_t t0 = dl_now_ms(), end = t0 + ms;
+  while (dl_now_ms() < end) {
+    if (redisAppendFormattedCommand(c, cmds, len) != REDIS_OK) break;
+    bool bad = false;
+    for (int i = 0; i < 2 * batch; i++) {
+      void *rep = NULL;
+      if (redisGetReply(c, &rep) != REDIS_OK) {
+        free(cmds);
+        return 0;
+      }
+      redisReply *x = rep;
+      /* acquire: {1, token}; release: 1 + subscribers */
+      if (i % 2 == 0 ? x->type != REDIS_REPLY_ARRAY
+                     : x->type != REDIS_REPLY_INTEGER)
+        bad = true;
+      freeReplyObject(rep);
+    }
+    if (bad) {
+      pairs = -1;
+      break;
+    }
+    pairs += batch;
+  }
+  free(cmds);
+  if (pairs < 0) return 0;
+  return (double)pairs * 1000.0 / (double)(dl_now_ms() - t0);
+}

@@ -1,0 +1,126 @@
+/* bench.h: what the files of dlock bench share, a section per file (the
+ * command itself: bench.c). */
+#ifndef DLOCK_CLI_BENCH_H
+#define DLOCK_CLI_BENCH_H
+
+#include "../cli.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct redisContext; /* hiredis: the baselines' plain connection */
+
+/* The command line, as bench.c parsed it. */
+typedef struct bench_opts {
+  const char *scenario;
+  int threads, processes, locks, periods, connections, starvation_ms;
+  const char *kind; /* contended: "lock", "fair", "semaphore", "permits" */
+  int permits;      /* contended semaphore or permits (default 1) */
+  int64_t secs_ms, hold_ms, lease_ms;
+  bool json;
+  const char *plot;
+  const char *url, *password; /* for the interleaved baseline */
+} bench_opts;
+
+/* A client for the benchmark (watchdog lease `lease_ms`, 0 = default), or
+ * NULL with the reason printed (bench.c). */
+dlock_client *bench_client(const cli_global *g, const bench_opts *o,
+                           int64_t lease_ms);
+
+/* ---- samples.c: latencies in microseconds ---- */
+
+typedef struct bench_samples {
+  uint32_t *v;
+  size_t n, cap;
+} bench_samples;
+
+/* Appends us (clamped to 0..UINT32_MAX); out of memory drops the sample
+ * rather than fail the run. */
+void bench_samples_push(bench_samples *s, int64_t us);
+void bench_samples_merge(bench_samples *into, const bench_samples *from);
+void bench_samples_sort(bench_samples *s);
+/* The p-quantile (0..1) of sorted samples; 0 when there are none. */
+double bench_samples_pct(const bench_samples *s, double p);
+
+/* ---- baseline.c: the baselines, on a plain hiredis connection ---- */
+
+/* A blocking hiredis connection to url (password: instead of the URL's),
+ * or NULL with the reason printed. The caller frees it with redisFree. */
+struct redisContext *bench_raw_connect(const char *url, const char *password);
+/* The server's CPU time so far (INFO cpu, user + sys), in microseconds. */
+double bench_server_cpu_us(struct redisContext *c);
+/* The round trip of one PING, in microseconds. */
+int64_t bench_ping_us(struct redisContext *c);
+/* The median of n PINGs, in microseconds. */
+double bench_ping_p50_us(struct redisContext *c, int n);
+/* The ceiling: lock cycles per second the server executes for `ms` when
+ * they are pipelined on one connection; 0 on any error. */
+double bench_ceiling_ops(struct redisContext *c, int64_t ms);
+
+/* ---- workers.c: one thread's lock cycles ---- */
+
+/* What workers measured, summed over threads and then processes. It goes
+ * over a pipe from each process as is, then its samples (run.c). */
+typedef struct bench_result {
+  long ops;           /* acquire+release cycles */
+  double hold_us;     /* summed time held (contended) */
+  uint64_t wakeups;   /* waiters woken by unlock messages */
+  long errors;
+  bench_samples lat;  /* cycle (uncontended) or wait (contended), in us */
+  bench_samples ping; /* PINGs interleaved with the cycles (one thread) */
+} bench_result;
+
+typedef struct bench_worker {
+  dlock_client *c;
+  int index;
+  const bench_opts *o;
+  int64_t start_us, end_us; /* dl_now_us() time */
+  const char *lock_name;    /* contended: the one lock */
+  bench_result res;
+} bench_worker;
+
+/* Thread functions, given a bench_worker: cycles from start_us to end_us.
+ * uncontended: each worker its own lock; contended: all on lock_name, of
+ * o->kind, held o->hold_ms each time. */
+void *bench_uncontended_worker(void *p);
+void *bench_contended_worker(void *p);
+
+/* ---- report.c: one run's figures and their output ---- */
+
+typedef struct bench_report {
+  const char *scenario;
+  const char *kind;
+  int starvation_ms; /* contended */
+  int threads, processes;
+  double ops_per_sec, p50, p99, max;
+  double rtt_p50, ceiling, cpu_per_op;
+  long errors;
+  /* contended */
+  double utilisation, wait_p50, wait_p99, wait_max, wakeups_per_acquire;
+  double max_wakeups_per_unlock_per_process;
+  /* watchdog */
+  long locks, lost;
+  double renewal_rt_per_period, client_cpu_share, bytes_per_lock;
+} bench_report;
+
+/* Prints r on stdout: one JSON object on a line, or text. */
+void bench_print_report(const bench_report *r, bool json);
+
+/* ---- the scenarios: each returns 0 or -1 and fills r ---- */
+
+/* run.c: uncontended or contended, o->processes x o->threads workers, with
+ * the baselines measured on raw. keep: if not NULL, gets the sorted
+ * latencies (the caller frees keep->v). */
+int bench_measure(const cli_global *g, const bench_opts *o,
+                  struct redisContext *raw, bench_report *r,
+                  bench_samples *keep);
+/* watchdog.c: one client holding o->locks locks in watchdog mode. */
+int bench_watchdog(const cli_global *g, const bench_opts *o,
+                   struct redisContext *raw, bench_report *r);
+/* plot.c: bench_measure for 1, 2, 4 ... o.threads threads, each report
+ * printed, then the SVG drawn by gnuplot at path. */
+int bench_plot(const cli_global *g, bench_opts o, struct redisContext *raw,
+               const char *path);
+
+#endif

@@ -1,0 +1,61 @@
+/* report.c: dlock bench's output: a run's figures as one JSON object on a
+ * line (--json) or as text. */
+#include "bench.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void bench_print_report(const bench_report *r, bool json) {
+  if (json) {
+    printf("{\"scenario\":\"%s\",\"threads\":%d,\"processes\":%d,"
+           "\"ops_per_sec\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
+           "\"max_us\":%.1f,\"baseline_rtt_p50_us\":%.1f,"
+           "\"ceiling_ops_per_sec\":%.0f,\"server_cpu_us_per_op\":%.2f,"
+           "\"errors\":%ld",
+           r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50,
+           r->p99, r->max, r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
+    if (strcmp(r->scenario, "contended") == 0) {
+      printf(",\"kind\":\"%s\",\"starvation_ms\":%d", r->kind,
+             r->starvation_ms);
+      printf(",\"utilisation\":%.3f,\"wait_p50_us\":%.1f,\"wait_p99_us\":%.1f,"
+             "\"wait_max_us\":%.1f,\"wakeups_per_acquire\":%.2f,"
+             "\"max_wakeups_per_unlock_per_process\":%.2f",
+             r->utilisation, r->wait_p50, r->wait_p99, r->wait_max,
+             r->wakeups_per_acquire, r->max_wakeups_per_unlock_per_process);
+    }
+    if (strcmp(r->scenario, "watchdog") == 0)
+      printf(",\"locks\":%ld,\"lost\":%ld,"
+             "\"renewal_round_trips_per_period\":%.1f,"
+             "\"client_cpu_share\":%.4f,\"bytes_per_lock\":%.0f",
+             r->locks, r->lost, r->renewal_rt_per_period, r->client_cpu_share,
+             r->bytes_per_lock);
+    printf("}\n");
+    fflush(stdout);
+    return;
+  }
+  bool cont = strcmp(r->scenario, "contended") == 0;
+  printf("%-11s %3d thr x %2d proc  %9.0f ops/s  p50 %7.1f us  p99 %8.1f us"
+         "  max %9.1f us%s%s\n",
+         r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50, r->p99,
+         r->max, cont ? "  kind " : "", cont ? r->kind : "");
+  printf("  baselines: PING p50 %.1f us (2 x = %.1f us), ceiling %.0f "
+         "cycles/s; server CPU %.2f us/op; errors %ld\n",
+         r->rtt_p50, 2 * r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
+  if (strcmp(r->scenario, "uncontended") == 0)
+    printf("  ratios: p50 / (2 x PING) = %.2f, ops / ceiling = %.2f\n",
+           r->p50 / (2 * r->rtt_p50), r->ops_per_sec / r->ceiling);
+  if (strcmp(r->scenario, "contended") == 0)
+    printf("  utilisation %.3f, wait p50 %.0f us, p99 %.0f us, max %.0f us, "
+           "wakeups/acquire %.2f, max wakeups/unlock/process %.2f\n",
+           r->utilisation, r->wait_p50, r->wait_p99, r->wait_max,
+           r->wakeups_per_acquire, r->max_wakeups_per_unlock_per_process);
+  if (strcmp(r->scenario, "watchdog") == 0)
+    printf("  %ld locks, lost %ld, renewal round trips/period %.1f "
+           "(%.0f locks each), client CPU %.2f%%, %.0f bytes/lock\n",
+           r->locks, r->lost, r->renewal_rt_per_period,
+           r->renewal_rt_per_period > 0
+               ? (double)r->locks / r->renewal_rt_per_period
+               : 0,
+           100 * r->client_cpu_share, r->bytes_per_lock);
+  fflush(stdout);
+}

@@ -1,0 +1,185 @@
+/* run.c: dlock bench's uncontended and contended scenarios: P forked
+ * processes of T worker threads on one client each, started together,
+ * their results sent back over pipes and summed into the report beside the
+ * baselines. */
+#include "bench.h"
+#include "../../core/core.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Runs T threads of `fn` on one client in this process. */
+static int run_threads(const cli_global *g, const bench_opts *o,
+                       void *(*fn)(void *), const char *lock_name,
+                       int64_t start_us, int64_t end_us, bench_result *out) {
+  dlock_client *c = bench_client(g, o, 0);
+  if (c == NULL) return -1;
+  bench_worker *ws = calloc((size_t)o->threads, sizeof *ws);
+  pthread_t *th = calloc((size_t)o->threads, sizeof *th);
+  if (!ws || !th) {
+    free(ws);
+    free(th);
+    dlock_client_close(c);
+    return -1;
+  }
+  for (int i = 0; i < o->threads; i++) {
+    ws[i] = (bench_worker){c, i, o, start_us, end_us, lock_name, {0}};
+    pthread_create(&th[i], NULL, fn, &ws[i]);
+  }
+  for (int i = 0; i < o->threads; i++) {
+    pthread_join(th[i], NULL);
+    out->ops += ws[i].res.ops;
+    out->hold_us += ws[i].res.hold_us;
+    out->errors += ws[i].res.errors;
+    bench_samples_merge(&out->lat, &ws[i].res.lat);
+    bench_samples_merge(&out->ping, &ws[i].res.ping);
+    free(ws[i].res.lat.v);
+    free(ws[i].res.ping.v);
+  }
+  dlock_client_stats st;
+  dlock_client_stats_get(c, &st);
+  out->wakeups += st.wakeups;
+  free(ws);
+  free(th);
+  dlock_client_close(c);
+  return 0;
+}
+
+/* Reads the n samples a child wrote after its bench_result into `into`
+ * (nothing if they do not all come). */
+static void read_samples(FILE *f, size_t n, bench_samples *into) {
+  bench_samples s = {calloc(n ? n : 1, sizeof(uint32_t)), 0, n};
+  if (s.v && n && fread(s.v, sizeof *s.v, n, f) == n) {
+    s.n = n;
+    bench_samples_merge(into, &s);
+  }
+  free(s.v);
+}
+
+/* Runs P processes (fork) of T threads each; results come back over pipes. */
+static int run_processes(const cli_global *g, const bench_opts *o,
+                         void *(*fn)(void *), const char *lock_name,
+                         int64_t start_us, int64_t end_us, bench_result *out,
+                         uint64_t *max_proc_wakeups) {
+  pid_t *kids = calloc((size_t)o->processes, sizeof *kids);
+  int *fds = calloc((size_t)o->processes, sizeof *fds);
+  if (!kids || !fds) return -1;
+  for (int p = 0; p < o->processes; p++) {
+    int pfd[2];
+    if (pipe(pfd) != 0) return -1;
+    kids[p] = fork();
+    if (kids[p] == 0) {
+      close(pfd[0]);
+      bench_result r = {0};
+      int rc = run_threads(g, o, fn, lock_name, start_us, end_us, &r);
+      FILE *f = fdopen(pfd[1], "w");
+      fwrite(&r, sizeof r, 1, f);
+      if (r.lat.n) fwrite(r.lat.v, sizeof *r.lat.v, r.lat.n, f);
+      if (r.ping.n) fwrite(r.ping.v, sizeof *r.ping.v, r.ping.n, f);
+      fclose(f);
+      _exit(rc == 0 ? 0 : 1);
+    }
+    close(pfd[1]);
+    fds[p] = pfd[0];
+  }
+  int bad = 0;
+  for (int p = 0; p < o->processes; p++) {
+    FILE *f = fdopen(fds[p], "r");
+    bench_result r;
+    if (fread(&r, sizeof r, 1, f) == 1) {
+      read_samples(f, r.lat.n, &out->lat);
+      read_samples(f, r.ping.n, &out->ping);
+      out->ops += r.ops;
+      out->hold_us += r.hold_us;
+      out->errors += r.errors;
+      out->wakeups += r.wakeups;
+      if (r.wakeups > *max_proc_wakeups) *max_proc_wakeups = r.wakeups;
+    } else {
+      bad = 1;
+    }
+    fclose(f);
+    int st;
+    waitpid(kids[p], &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) bad = 1;
+  }
+  free(kids);
+  free(fds);
+  return bad ? -1 : 0;
+}
+
+int bench_measure(const cli_global *g, const bench_opts *o,
+                  struct redisContext *raw, bench_report *r,
+                  bench_samples *keep) {
+  memset(r, 0, sizeof *r);
+  r->scenario = o->scenario;
+  r->threads = o->threads;
+  r->processes = o->processes;
+  r->kind = o->kind;
+  r->starvation_ms = o->starvation_ms;
+  r->rtt_p50 = bench_ping_p50_us(raw, 2000);
+  r->ceiling = bench_ceiling_ops(raw, 1000);
+  char lock_name[64];
+  snprintf(lock_name, sizeof lock_name, "bench:c:%d:%lld", (int)getpid(),
+           (long long)dl_now_us());
+  bench_result res = {0};
+  uint64_t max_proc_wakeups = 0;
+  bool contended = strcmp(o->scenario, "contended") == 0;
+  bool sem = strcmp(o->kind, "semaphore") == 0,
+       pm = strcmp(o->kind, "permits") == 0;
+  if (contended && (sem || pm)) {
+    /* Its permits, set before any worker starts. */
+    int e = -1;
+    dlock_client *c = bench_client(g, o, 0);
+    dlock_semaphore *s = NULL;
+    dlock_permits *p = NULL;
+    if (c && sem && dlock_semaphore_new(c, lock_name, &s) == 0)
+      e = dlock_semaphore_try_set_permits(s, o->permits);
+    if (c && pm && dlock_permits_new(c, lock_name, &p) == 0)
+      e = dlock_permits_try_set_permits(p, o->permits);
+    dlock_semaphore_free(s);
+    dlock_permits_free(p);
+    dlock_client_close(c);
+    if (e != 1) {
+      cli_err("cannot set the semaphore's permits");
+      return -1;
+    }
+  }
+  double cpu0 = bench_server_cpu_us(raw);
+  int64_t start = dl_now_us() + 300000; /* everyone connected by then */
+  int64_t end = start + o->secs_ms * 1000;
+  int rc = run_processes(
+      g, o, contended ? bench_contended_worker : bench_uncontended_worker,
+      lock_name, start, end, &res, &max_proc_wakeups);
+  double cpu1 = bench_server_cpu_us(raw);
+  if (rc != 0) cli_err("a benchmark process failed");
+  double secs = (double)o->secs_ms / 1000;
+  bench_samples_sort(&res.lat);
+  r->ops_per_sec = (double)res.ops / secs;
+  r->p50 = bench_samples_pct(&res.lat, 0.5);
+  r->p99 = bench_samples_pct(&res.lat, 0.99);
+  r->max = bench_samples_pct(&res.lat, 1.0);
+  r->cpu_per_op = res.ops ? (cpu1 - cpu0) / (double)res.ops : 0;
+  r->errors = res.errors;
+  if (res.ping.n > 0) { /* interleaved: the fairer baseline */
+    bench_samples_sort(&res.ping);
+    r->rtt_p50 = bench_samples_pct(&res.ping, 0.5);
+    /* (server_cpu_us_per_op then includes those PINGs too) */
+  }
+  free(res.ping.v);
+  if (contended) {
+    r->utilisation = res.hold_us / (secs * 1e6);
+    r->wait_p50 = r->p50;
+    r->wait_p99 = r->p99;
+    r->wait_max = r->max;
+    r->wakeups_per_acquire = res.ops ? (double)res.wakeups / res.ops : 0;
+    r->max_wakeups_per_unlock_per_process =
+        res.ops ? (double)max_proc_wakeups / res.ops : 0;
+  }
+  if (keep) *keep = res.lat;
+  else free(res.lat.v);
+  return rc;
+}
