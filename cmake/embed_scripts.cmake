@@ -1,6 +1,6 @@
 # embed_scripts.cmake: writes OUT, a C file holding each Lua script in
 # SCRIPTS as a string, in the order of src/redis/lua/scripts.def (the
-# DL_SCRIPT_* enum in internal.h).
+# DL_SCRIPT_* enum in src/redis/redis.h).
 string(REPLACE "|" ";" SCRIPTS "${SCRIPTS}")
 set(body "/* Generated from the .lua files in src/redis/lua by cmake/embed_scripts.cmake. */\n")
 string(APPEND body "#include \"redis/redis.h\"\n\n")

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# check_layers.sh: the tree's layers point one way (docs/ARCHITECTURE.md).
+#   core <- net <- redis (and later zk) <- client <- locks <- cli
+# A file may include headers of its own layer and of the layers below it,
+# never above; hiredis is included by the Redis layer and the CLI only.
+#   tests/check_layers.sh [SRC_DIR]   checks SRC_DIR (default: src)
+# It first checks itself on a small tree with one wrong include, which
+# must fail (the positive control).
+set -uo pipefail
+
+rank() {
+  case $1 in
+    core) echo 0 ;; net) echo 1 ;; redis | zk) echo 2 ;; client) echo 3 ;;
+    locks) echo 4 ;; cli) echo 5 ;; *) echo -1 ;;
+  esac
+}
+
+# Prints one line per wrong include under $1; returns 1 if any.
+check() {
+  local src=$1 bad=0 f layer inc target tl
+  while IFS= read -r f; do
+    layer=${f#"$src"/}
+    layer=${layer%%/*}
+    [[ $(rank "$layer") -ge 0 ]] || { echo "$f: not in a layer"; bad=1; continue; }
+    while IFS= read -r inc; do
+      target=$(realpath -m "$(dirname "$f")/$inc")
+      # Not beside the file: from src/ (the build's include path).
+      [[ -e $target ]] || target=$(realpath -m "$src/$inc")
+      case $target in "$(realpath -m "$src")"/*) ;; *) continue ;; esac
+      tl=${target#"$(realpath -m "$src")"/}
+      tl=${tl%%/*}
+      if [[ $(rank "$tl") -gt $(rank "$layer") ]]; then
+        echo "$f includes $inc: $layer may not see $tl (a layer above it)"
+        bad=1
+      fi
+    done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+    if grep -q '^[[:space:]]*#[[:space:]]*include[[:space:]]*<hiredis/' "$f" &&
+       [[ $layer != redis && $layer != cli ]]; then
+      echo "$f includes hiredis: only the Redis layer and the CLI may"
+      bad=1
+    fi
+  done < <(find "$src" -name '*.c' -o -name '*.h' | sort)
+  return $bad
+}
+
+self=$(mktemp -d)
+trap 'rm -rf "$self"' EXIT
+mkdir -p "$self/core" "$self/redis" "$self/locks"
+printf '#include "../redis/redis.h"\n' > "$self/core/bad.c"
+printf '#include "../core/core.h"\n' > "$self/redis/redis.h"
+printf '#include <hiredis/hiredis.h>\n' > "$self/locks/reply.c"
+printf '#include "locks/x.h"\n' > "$self/redis/up.c"
+touch "$self/locks/x.h"
+out=$(check "$self")
+if [[ $? -eq 0 || $out != *"core may not see redis"* ||
+      $out != *"only the Redis layer"* ||
+      $out != *"redis may not see locks"* ]]; then
+  echo "check_layers.sh: the positive control passed a wrong tree:" >&2
+  echo "$out" >&2
+  exit 1
+fi
+
+src=${1:-"$(dirname "$0")/../src"}
+if ! check "$src"; then
+  echo "check_layers.sh: includes point up a layer (see above)" >&2
+  exit 1
+fi
+echo "check_layers.sh: every include points down or sideways"
