@@ -26,3 +26,18 @@ int dl_check_open(dlock_client *c) {
              ? dl_seterr(c, DLOCK_ECLOSED, "the client is closing")
              : 0;
 }
+
+dl_sync_ref dl_sync_ref_of(dl_sync_handle *h) {
+  dl_sync_ref r = {h->key, h->key + h->c->prefix_len, &h->hint};
+  return r;
+}
+
+int dl_sync_update(dl_sync_handle *h, const char *kind, dl_sync_op op,
+                   long long n, const char *id, long long *v) {
+  dl_backend *b = h->c->backend;
+  if (b->ops->sync_update == NULL) return dl_unsupported(h->c, kind);
+  dl_sync_ref r = dl_sync_ref_of(h);
+  int rc = b->ops->sync_update(b, &r, op, n, id, v);
+  if (rc == 0) dl_clearerr(h->c);
+  return rc;
+}

@@ -15,6 +15,19 @@ int dl_unsupported(dlock_client *c, const char *what);
 /* DLOCK_ECLOSED with the detail recorded if c is closing, else 0. */
 int dl_check_open(dlock_client *c);
 
+/* What the handles of the semaphores and the latch begin with. */
+typedef struct dl_sync_handle {
+  dlock_client *c;
+  char *key; /* prefix + name */
+  atomic_uchar hint;
+} dl_sync_handle;
+/* The backend's view of h (borrows h). */
+dl_sync_ref dl_sync_ref_of(dl_sync_handle *h);
+/* Runs op on h's backend (`kind` names it in the error when the backend has
+ * none): 0 and the op's result in *v, or a negative code. */
+int dl_sync_update(dl_sync_handle *h, const char *kind, dl_sync_op op,
+                   long long n, const char *id, long long *v);
+
 /* lock.c: the lock's key (prefix + name). */
 const char *dl_lock_key(const struct dlock_lock *l);
 
