@@ -237,7 +237,11 @@ DLOCK_API void dlock_lock_free(dlock_lock *l);
  * DLOCK_ELOCKED if another owner still held it when the wait ran out, or
  * another negative code; on failure nothing is held. A waiter queues on the
  * server and is handed the lock by a release, in arrival order (unless the
- * client polls: see wait_backoff_max_ms). Blocks the calling thread;
+ * client polls: see wait_backoff_max_ms). Time: returns within wait_ms plus
+ * one command_timeout_ms (the last attempt's answer and leaving the wait
+ * share that one timeout; a place in a queue that could not be left in time
+ * lapses on the server by itself; a grant that came too late to trust is
+ * given back, which may take one more). Blocks the calling thread;
  * thread-safe. */
 DLOCK_API int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms,
                                      int64_t lease_ms, uint64_t *token);

@@ -528,6 +528,50 @@ static void t_server_paused(void) {
   dlock_client_close(c);
 }
 
+/* Stops the server `ms` after it starts (a thread). */
+typedef struct pauser {
+  int ms;
+} pauser;
+
+static void *pause_later(void *p) {
+  th_sleep_ms(((pauser *)p)->ms);
+  th_redis_kill(&srv, SIGSTOP);
+  return NULL;
+}
+
+/* wait_ms bounds the whole call, leaving the wait included: at most one
+ * command timeout after the wait ends. The server stops while a queued
+ * waiter (lease 300 ms: an attempt every 100 ms) waits 600 ms; its next
+ * attempt goes unanswered, and so would its leaving the hand-off queue.
+ * Before the bound, each took a command timeout of its own (about
+ * 500 + 400 + 400 ms). */
+static void t_wait_bounds_call(void) {
+  setup();
+  dlock_client *holder = fast_client(srv.url);
+  dlock_client *waiter = fast_client(srv.url);
+  CHECK(holder != NULL && waiter != NULL);
+  dlock_lock *h, *w;
+  CHECK_RC(dlock_lock_new(holder, "f:bound", NULL, &h), 0);
+  CHECK_RC(dlock_lock_new(waiter, "f:bound", NULL, &w), 0);
+  CHECK_RC(dlock_lock_try_acquire(h, 0, 10000, NULL), 0);
+  pauser ps = {450};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, pause_later, &ps) == 0);
+  int64_t t0 = th_now_ms();
+  int rc = dlock_lock_try_acquire(w, 600, 300, NULL);
+  int64_t took = th_now_ms() - t0;
+  pthread_join(t, NULL);
+  th_redis_kill(&srv, SIGCONT);
+  CHECK(rc == DLOCK_ETIMEDOUT || rc == DLOCK_ELOCKED);
+  CHECK(took >= 600);
+  CHECK(took <= 600 + 400 + 120);
+  CHECK_EQ(dlock_lock_release(h), 1);
+  dlock_lock_free(h);
+  dlock_lock_free(w);
+  dlock_client_close(holder);
+  dlock_client_close(waiter);
+}
+
 static void t_server_restart_while_held(void) {
   setup();
   dlock_client *c = fast_client(srv.url);
@@ -599,5 +643,6 @@ TH_MAIN(T(t_bad_names), T(t_unreachable), T(t_wrong_password), T(t_acl_noperm),
         T(t_client_killed_mid_call), T(t_failed_release_stops_renewal),
         T(t_acquire_after_failed_release),
         T(t_release_retried_after_lost_reply), T(t_server_paused),
+        T(t_wait_bounds_call),
         T(t_server_restart_while_held), T(t_waiter_survives_restart),
         T(t_teardown))

@@ -28,6 +28,24 @@ static bool contended(const dl_lock_ref *l) {
           HINT_CONTENDED) != 0;
 }
 
+/* Runs a script, answered by `end` (dl_now_ms() time) at the latest; 0:
+ * within the command timeout. An acquire passes its own end, so that the
+ * whole call, its cleanup included, is bounded (dlock_lock_try_acquire). */
+static int eval_until(dl_redis *R, int64_t end, int script, int nkeys,
+                      const char **keys, int nargs, const char **args,
+                      redisReply **r) {
+  if (end == 0)
+    return R->link->ops->eval(R->link, script, nkeys, keys, nargs, args, r);
+  if (dl_now_ms() >= end)
+    return dl_seterr(R->env.err_owner, DLOCK_ETIMEDOUT,
+                     "no time left for the request");
+  int err = 0;
+  const char *const *k = keys, *const *a = args;
+  int rc = R->link->ops->eval_many(R->link, end, 1, script, &nkeys, &k, &nargs,
+                                   &a, r, &err);
+  return rc ? rc : err;
+}
+
 /* Redisson's derived names: "<prefix>:{<name>}", or "<prefix>:<name>" when
  * the name carries its own hash tag. Either way it shares the lock's slot.
  * `out` has DL_DERIVED_MAX bytes. */
@@ -67,9 +85,9 @@ static const char *owner_channel(char *out, const dl_lock_ref *l,
 }
 
 /* One attempt at a side of a read-write lock (see attempt). */
-static int rw_attempt(dl_redis *R, const dl_acquire *a, const char *lease,
-                      uint64_t *token, int64_t *ttl, bool *local_reserved,
-                      int64_t *sent) {
+static int rw_attempt(dl_redis *R, const dl_acquire *a, int64_t end,
+                      const char *lease, uint64_t *token, int64_t *ttl,
+                      bool *local_reserved, int64_t *sent) {
   const dl_lock_ref *l = a->lock;
   const char *owner = l->owner;
   /* The same thread's owner ids on the other side. */
@@ -90,8 +108,7 @@ static int rw_attempt(dl_redis *R, const dl_acquire *a, const char *lease,
   redisReply *r = NULL;
   *local_reserved = false;
   *sent = dl_now_ms();
-  int rc = R->link->ops->eval(R->link, DL_SCRIPT_RW_ACQUIRE, 2,
-                                    keys, 6, args, &r);
+  int rc = eval_until(R, end, DL_SCRIPT_RW_ACQUIRE, 2, keys, 6, args, &r);
   if (rc != 0) return rc;
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
       r->element[0]->type != REDIS_REPLY_INTEGER ||
@@ -119,8 +136,8 @@ static int rw_attempt(dl_redis *R, const dl_acquire *a, const char *lease,
  * reserved for a starving waiter of this client), or a negative code.
  * `enqueue`: if refused, join (or stay in) the fair lock's queue, or the
  * plain lock's hand-off queue. */
-static int attempt(dl_redis *R, const dl_acquire *a, bool starving,
-                   bool enqueue, uint64_t *token, int64_t *ttl,
+static int attempt(dl_redis *R, const dl_acquire *a, int64_t end,
+                   bool starving, bool enqueue, uint64_t *token, int64_t *ttl,
                    bool *local_reserved, int64_t *sent) {
   const dl_lock_ref *l = a->lock;
   const char *owner = l->owner;
@@ -128,7 +145,7 @@ static int attempt(dl_redis *R, const dl_acquire *a, bool starving,
   dl_fmt_ll(lease, a->lease_ms);
   dl_fmt_ll(count, a->held);
   if (is_rw(l))
-    return rw_attempt(R, a, lease, token, ttl, local_reserved, sent);
+    return rw_attempt(R, a, end, lease, token, ttl, local_reserved, sent);
   bool fair = l->kind == DL_KIND_FAIR;
   char tk[DL_DERIVED_MAX], hk[DL_DERIVED_MAX], qk[DL_DERIVED_MAX], tok[DL_DERIVED_MAX];
   const char *keys[] = {l->key, TOKEN_KEY(l, tk), HANDOFF_KEY(l, hk),
@@ -145,8 +162,8 @@ static int attempt(dl_redis *R, const dl_acquire *a, bool starving,
   int nargs = fair ? 8 : enqueue ? 9 : 6;
   redisReply *r = NULL;
   *sent = dl_now_ms();
-  int rc = R->link->ops->eval(R->link, DL_SCRIPT_LOCK_ACQUIRE, nkeys, keys,
-                              nargs, args, &r);
+  int rc = eval_until(R, end, DL_SCRIPT_LOCK_ACQUIRE, nkeys, keys, nargs,
+                      args, &r);
   if (rc != 0) return rc;
   *local_reserved = false;
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
@@ -196,7 +213,7 @@ static bool release_retriable(int rc) { return rc == DLOCK_ECONNLOST; }
  * the first send; a retry that finds the latch returns the first result
  * instead of "not the owner". */
 static int release_script(dl_redis *R, const dl_lock_ref *l,
-                          int64_t lease_ms, int count) {
+                          int64_t lease_ms, int count, int64_t end) {
   const char *owner = l->owner;
   char lease[DL_INT_BUF], cnt[DL_INT_BUF], keep[DL_INT_BUF];
   dl_fmt_ll(lease, lease_ms);
@@ -260,6 +277,7 @@ static int release_script(dl_redis *R, const dl_lock_ref *l,
   /* Retries end with the first send's command timeout: a release never
    * takes longer than one. */
   int64_t until = dl_now_ms() + R->env.command_timeout_ms;
+  if (end != 0 && end < until) until = end;
   const char *const *k = keys, *const *a = args;
   for (int64_t pause = 0;; pause = pause ? 2 * pause : 5) {
     int err = 0;
@@ -307,6 +325,12 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *acq) {
   int64_t lease_ms = acq->lease_ms;
   int64_t start = dl_now_ms();
   int64_t deadline = acq->deadline;
+  /* Every request, leaving the wait included, is answered by one command
+   * timeout after the deadline at the latest. */
+  int64_t end = deadline == INT64_MAX
+                    ? 0
+                    : (deadline > start ? deadline : start) +
+                          R->env.command_timeout_ms;
   uint64_t tok = 0;
   int64_t ttl = 0, sent = 0;
   int rc;
@@ -330,7 +354,7 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *acq) {
   }
   /* A fair lock's one-shot try does not join the queue (as Redisson's
    * tryLock() without a wait). */
-  rc = attempt(R, acq, false, (fair && wait) || queued, &tok, &ttl,
+  rc = attempt(R, acq, end, false, (fair && wait) || queued, &tok, &ttl,
                &reserved, &sent);
   if (rc == 0 && queued) queued_sent = sent;
   if (rc == 0 && wait) atomic_fetch_or(l->hint, HINT_CONTENDED);
@@ -357,7 +381,7 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *acq) {
       starving = grants && !queued && R->env.starvation_ms > 0 &&
                  dl_now_ms() - start >= R->env.starvation_ms;
       if (again) {
-        rc = attempt(R, acq, starving, fair || queued, &tok, &ttl,
+        rc = attempt(R, acq, end, starving, fair || queued, &tok, &ttl,
                      &reserved, &sent);
         if (rc == 0 && queued) queued_sent = sent;
         if (rc != 0) break;
@@ -412,12 +436,12 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *acq) {
     const char *k[] = {l->key, GRANT_QUEUE_KEY(l, qk), GRANT_WAITERS_KEY(l, wk)};
     const char *a[] = {owner};
     redisReply *r = NULL;
-    if (ops->eval(R->link, DL_SCRIPT_LOCK_CANCEL, 3, k, 1, a, &r) == 0) {
+    if (eval_until(R, end, DL_SCRIPT_LOCK_CANCEL, 3, k, 1, a, &r) == 0) {
       /* Handed over as we gave up (the grant is in flight or was lost):
        * give it back rather than leave it held until its lease ends. */
       bool handed = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
       freeReplyObject(r);
-      if (handed) release_script(R, l, lease_ms, 1);
+      if (handed) release_script(R, l, lease_ms, 1, end);
       left = true;
     }
   }
@@ -431,7 +455,7 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *acq) {
                        TIMEOUT_KEY(l, tk)};
     const char *a[] = {owner, UNLOCK_MESSAGE};
     redisReply *r = NULL;
-    if (ops->eval(R->link, DL_SCRIPT_FAIR_CANCEL, 4, k, 2, a, &r) == 0)
+    if (eval_until(R, end, DL_SCRIPT_FAIR_CANCEL, 4, k, 2, a, &r) == 0)
       freeReplyObject(r);
   }
   if (starving && rc <= 0) { /* gave up: free the hand-off for others */
@@ -439,7 +463,7 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *acq) {
     const char *k[] = {HANDOFF_KEY(l, hk)};
     const char *a[] = {owner};
     redisReply *r = NULL;
-    if (ops->eval(R->link, DL_SCRIPT_LOCK_UNRESERVE, 1, k, 1, a, &r) == 0)
+    if (eval_until(R, end, DL_SCRIPT_LOCK_UNRESERVE, 1, k, 1, a, &r) == 0)
       freeReplyObject(r);
   }
   if (rc == 0) acq->ttl = ttl;
@@ -453,7 +477,7 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *acq) {
 
 int dl_redis_lock_release(dl_backend *b, const dl_lock_ref *l,
                           int64_t lease_ms, int count) {
-  return release_script((dl_redis *)b, l, lease_ms, count);
+  return release_script((dl_redis *)b, l, lease_ms, count, 0);
 }
 
 int dl_redis_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
