@@ -3,7 +3,6 @@
  * wrapped in one). */
 #include "redis.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 /* Joins parts into out (len bytes), cut to fit; as snprintf without its
@@ -25,13 +24,6 @@ void dl_derived_into(char *out, size_t len, const char *prefix,
   bool tagged = strchr(key, '{') != NULL;
   const char *parts[] = {prefix, tagged ? ":" : ":{", key, tagged ? "" : "}"};
   join(out, len, parts, 4);
-}
-
-char *dl_derived(const char *prefix, const char *key) {
-  size_t n = strlen(prefix) + strlen(key) + 4;
-  char *out = malloc(n);
-  if (out) dl_derived_into(out, n, prefix, key);
-  return out;
 }
 
 void dl_derived_suffix_into(char *out, size_t len, const char *key,

@@ -186,8 +186,6 @@ void dl_pubsub_feed(dl_pubsub *p, struct redisReply *r);
  * key has its own hash tag (same slot either way), into out (len bytes). */
 void dl_derived_into(char *out, size_t len, const char *prefix,
                      const char *key);
-/* The same, allocated. Caller frees. */
-char *dl_derived(const char *prefix, const char *key);
 /* Redisson's suffixed name "{<key>}:<suffix>" ("<key>:<suffix>" when the
  * key has a hash tag), into out (len bytes). */
 void dl_derived_suffix_into(char *out, size_t len, const char *key,
