@@ -42,6 +42,9 @@ typedef enum dl_lock_kind {
   DL_KIND_WRITE
 } dl_lock_kind;
 
+/* The bytes an owner id takes at most, its NUL included. */
+#define DL_OWNER_MAX 256
+
 /* One lock as a backend sees it: borrowed for the call. */
 typedef struct dl_lock_ref {
   const char *key;   /* the client's key prefix + name */

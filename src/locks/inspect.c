@@ -12,7 +12,7 @@ static int query(dlock_lock *l, dl_lock_query q, long long *v) {
   if (l == NULL) return DLOCK_EINVAL;
   dlock_client *c = l->c;
   if (c->backend->ops->lock_query == NULL) return dl_unsupported(c, "query");
-  char owner[OWNER_MAX];
+  char owner[DL_OWNER_MAX];
   int rc = dl_lock_owner(l, owner);
   if (rc != 0) return rc;
   dl_lock_ref ref;

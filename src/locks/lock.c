@@ -163,7 +163,7 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
 }
 
 int dl_lock_owner(dlock_lock *l, char *buf) {
-  int n = dl_owner_id(l->c, l->owner, buf, OWNER_MAX - 6);
+  int n = dl_owner_id(l->c, l->owner, buf, DL_OWNER_MAX - 6);
   if (n >= 0 && l->rw == RW_WRITE) memcpy(buf + n, ":write", 7);
   return n < 0 ? dl_seterr(l->c, DLOCK_EINVAL, "owner id too long") : 0;
 }
@@ -188,7 +188,7 @@ int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
   if (rc != 0) return rc;
   if (c->backend->ops->lock_acquire == NULL)
     return dl_unsupported(c, "lock");
-  char owner[OWNER_MAX];
+  char owner[DL_OWNER_MAX];
   if ((rc = dl_lock_owner(l, owner)) != 0) return rc;
   bool watchdog = lease_ms <= 0;
   if (watchdog) lease_ms = c->watchdog_timeout_ms;
@@ -242,7 +242,7 @@ int dlock_lock_release(dlock_lock *l) {
   dlock_client *c = l->c;
   if (c->backend->ops->lock_release == NULL)
     return dl_unsupported(c, "lock");
-  char owner[OWNER_MAX];
+  char owner[DL_OWNER_MAX];
   int rc = dl_lock_owner(l, owner);
   if (rc != 0) return rc;
   dl_watchdog *w = c->watchdog;
@@ -313,7 +313,7 @@ int dlock_lock_force_release(dlock_lock *l) {
 int dlock_lock_validity(dlock_lock *l, int64_t *ms) {
   if (ms) *ms = 0;
   if (l == NULL) return DLOCK_EINVAL;
-  char owner[OWNER_MAX];
+  char owner[DL_OWNER_MAX];
   int rc = dl_lock_owner(l, owner);
   if (rc != 0) return rc;
   pthread_mutex_lock(&l->c->holds_mu);

@@ -8,7 +8,6 @@
 
 #include <string.h>
 
-#define OWNER_MAX 256
 
 struct dlock_lock {
   dlock_client *c;
@@ -32,7 +31,7 @@ struct dlock_lock {
 enum { RW_NONE, RW_READ, RW_WRITE };
 
 /* The owner id of the calling thread (or the handle's explicit owner), with
- * ":write" for a read-write lock's writer, into buf (OWNER_MAX bytes).
+ * ":write" for a read-write lock's writer, into buf (DL_OWNER_MAX bytes).
  * Returns 0, or DLOCK_EINVAL with the detail recorded. */
 int dl_lock_owner(dlock_lock *l, char *buf);
 /* The backend's view of l, for `owner` (borrowed by *ref). */

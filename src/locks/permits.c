@@ -11,7 +11,6 @@
 #include <string.h>
 
 #define ID_BYTES 16
-#define OWNER_MAX 256
 #define KIND "permit-expirable semaphore" /* in errors */
 
 struct dlock_permits {
@@ -88,8 +87,8 @@ int dlock_permits_available(dlock_permits *p) {
 }
 
 static int owner_of(dlock_permits *p, const char *id, char *buf) {
-  int n = snprintf(buf, OWNER_MAX, "%s:%s", p->h.c->id, id);
-  return n < 0 || n >= OWNER_MAX ? DLOCK_EINVAL : 0;
+  int n = snprintf(buf, DL_OWNER_MAX, "%s:%s", p->h.c->id, id);
+  return n < 0 || n >= DL_OWNER_MAX ? DLOCK_EINVAL : 0;
 }
 
 static bool valid_id(const char *id) {
@@ -126,7 +125,7 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
   if (rc < 0) return rc;
   rc = 0;
   /* Taken: track it as a hold on the semaphore, owner "<client>:<id>". */
-  char owner[OWNER_MAX];
+  char owner[DL_OWNER_MAX];
   if (owner_of(p, tid, owner) != 0) return DLOCK_EINVAL;
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_add(c, p->h.key, owner);
@@ -164,7 +163,7 @@ int dlock_permits_release(dlock_permits *p, const char *id) {
   dlock_client *c = p->h.c;
   if (!valid_id(id))
     return dl_seterr(c, DLOCK_EINVAL, "a permit id is 32 hex digits");
-  char owner[OWNER_MAX];
+  char owner[DL_OWNER_MAX];
   if (owner_of(p, id, owner) != 0) return DLOCK_EINVAL;
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_find(c, p->h.key, owner);
@@ -199,7 +198,7 @@ int dlock_permits_force_release(dlock_permits *p, const char *id) {
 int dlock_permits_validity(dlock_permits *p, const char *id, int64_t *ms) {
   if (ms) *ms = 0;
   if (p == NULL || !valid_id(id)) return DLOCK_EINVAL;
-  char owner[OWNER_MAX];
+  char owner[DL_OWNER_MAX];
   if (owner_of(p, id, owner) != 0) return DLOCK_EINVAL;
   pthread_mutex_lock(&p->h.c->holds_mu);
   dl_hold *h = dl_hold_find(p->h.c, p->h.key, owner);

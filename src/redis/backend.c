@@ -12,18 +12,22 @@
 
 #define RENEW_BATCH 100 /* holds per renewal script */
 
-int dl_redis_eval_int(dl_redis *r, int script, int nkeys, const char **keys,
-                      int nargs, const char **args, long long lo, long long hi,
-                      long long *v) {
-  redisReply *rep = NULL;
-  int rc = r->link->ops->eval(r->link, script, nkeys, keys, nargs, args, &rep);
-  if (rc != 0) return rc;
+int dl_redis_int_reply(dl_redis *r, struct redisReply *rep, long long lo,
+                       long long hi, long long *v) {
   bool ok = rep->type == REDIS_REPLY_INTEGER && rep->integer >= lo &&
             rep->integer <= hi;
   if (ok) *v = rep->integer;
   freeReplyObject(rep);
   if (!ok) return dl_seterr(r->env.err_owner, DLOCK_EPROTO, "unexpected reply");
   return 0;
+}
+
+int dl_redis_eval_int(dl_redis *r, int script, int nkeys, const char **keys,
+                      int nargs, const char **args, long long lo, long long hi,
+                      long long *v) {
+  redisReply *rep = NULL;
+  int rc = r->link->ops->eval(r->link, script, nkeys, keys, nargs, args, &rep);
+  return rc ? rc : dl_redis_int_reply(r, rep, lo, hi, v);
 }
 
 int dl_redis_wait_for(dl_redis *r, const char *channel, int mode, bool wait,

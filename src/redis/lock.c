@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OWNER_MAX 256
 /* The handle's hint word: its last acquire had to wait (its next acquire
  * queues at once, its release sends the wake-up first). */
 #define HINT_CONTENDED 1u
@@ -73,7 +72,7 @@ static const char *derived(char *out, const char *prefix,
 #define GRANT_STALE_MS 6000
 /* A waiter's own channel, "<channel>:<owner id>": the fair lock's wake-up
  * and the plain lock's grant. `out` has OWNER_CHANNEL_MAX bytes. */
-#define OWNER_CHANNEL_MAX (DL_DERIVED_MAX + OWNER_MAX + 1)
+#define OWNER_CHANNEL_MAX (DL_DERIVED_MAX + DL_OWNER_MAX + 1)
 static const char *owner_channel(char *out, const dl_lock_ref *l,
                                  const char *owner) {
   size_t n = strlen(CHANNEL(l, out)), m = strlen(owner);
@@ -91,7 +90,7 @@ static int rw_attempt(dl_redis *R, const dl_acquire *a, int64_t end,
   const dl_lock_ref *l = a->lock;
   const char *owner = l->owner;
   /* The same thread's owner ids on the other side. */
-  char reader[OWNER_MAX], writer[OWNER_MAX];
+  char reader[DL_OWNER_MAX], writer[DL_OWNER_MAX];
   size_t ol = strlen(owner);
   if (l->kind == DL_KIND_WRITE) {
     memcpy(reader, owner, ol - 6);

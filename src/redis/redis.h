@@ -245,6 +245,9 @@ int dl_redis_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
 /* Shared by those files: a script answered by one integer in [lo, hi] (0
  * and *v, or a negative code: DLOCK_EPROTO for any other reply), and the
  * waiting loop of the kinds on a channel. */
+/* The same check of a reply in hand (freed here). */
+int dl_redis_int_reply(dl_redis *r, struct redisReply *rep, long long lo,
+                       long long hi, long long *v);
 int dl_redis_eval_int(dl_redis *r, int script, int nkeys, const char **keys,
                       int nargs, const char **args, long long lo, long long hi,
                       long long *v);

@@ -114,12 +114,9 @@ static int permits_run(dl_redis *R, const dl_sync_ref *s, int flags,
 static int permits_int(dl_redis *R, const dl_sync_ref *s, int flags,
                        const char *op, const char *a1, const char *a2,
                        long long lo, long long hi, long long *v) {
-  char timeouts[DL_DERIVED_MAX], ch[DL_DERIVED_MAX];
-  dl_derived_suffix_into(timeouts, sizeof timeouts, s->key, "timeout");
-  const char *keys[] = {s->key, timeouts, sem_channel(ch, s)};
-  const char *args[] = {op, a1 ? a1 : "", a2 ? a2 : ""};
-  return dl_redis_eval_int(R, DL_SCRIPT_PERMITS | flags, 3, keys, 3, args, lo,
-                           hi, v);
+  redisReply *r = NULL;
+  int rc = permits_run(R, s, flags, op, a1, a2, &r);
+  return rc ? rc : dl_redis_int_reply(R, r, lo, hi, v);
 }
 
 typedef struct permit_try {
