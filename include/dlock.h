@@ -16,9 +16,9 @@ extern "C" {
 #endif
 
 #define DLOCK_VERSION_MAJOR 0
-#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_MINOR 2
 #define DLOCK_VERSION_PATCH 0
-#define DLOCK_VERSION_STRING "0.1.0"
+#define DLOCK_VERSION_STRING "0.2.0"
 #define DLOCK_VERSION_NUM                                                      \
   ((DLOCK_VERSION_MAJOR << 16) | (DLOCK_VERSION_MINOR << 8) |                  \
    DLOCK_VERSION_PATCH)
@@ -35,6 +35,14 @@ extern "C" {
 /* ------------------------------------------------------------------------
  * Errors. Every call returns 0 or a positive value on success and one of
  * these negative codes on failure. Codes are append-only.
+ *
+ * Waiting is the same for every kind: `dlock_<kind>_acquire` (the latch:
+ * `dlock_latch_await`) waits until it succeeds, fails or the client closes;
+ * `dlock_<kind>_try_acquire` (`dlock_latch_try_await`) waits at most
+ * `wait_ms` (0: one attempt; negative: no limit, as the plain call) and
+ * returns DLOCK_EBUSY when the wait ran out. The arguments come in one
+ * order: the object, what to take (a count of permits), wait_ms, lease_ms,
+ * then the outputs.
  * ---------------------------------------------------------------------- */
 #define DLOCK_ERRNO_MAP(X)                                                     \
   X(EINVAL, -1, "invalid argument")                                           \
@@ -51,14 +59,18 @@ extern "C" {
   X(EWRONGTYPE, -12, "key holds a value of another type")                     \
   X(EREADONLY, -13, "server refuses writes (read-only replica)")              \
   X(EOOM, -14, "server out of memory (maxmemory reached)")                    \
-  X(ELOCKED, -15, "lock is held by another owner")                            \
+  X(EBUSY, -15, "not acquired in time (held by others, no permits, or "     \
+                "the count not at zero)")                                     \
   X(ENOTOWNER, -16, "lock is not held by this owner")                         \
   X(ELOST, -17, "lock was lost (lease expired or taken away)")                \
   X(ECLOSED, -18, "client is closing")                                        \
   X(ENOTSUP, -19, "not supported by this build")                             \
   X(ERANGE, -20, "count out of range (a latch already at zero)")              \
   X(EDEADLK, -21, "would deadlock (a reader asked for the write lock)")      \
-  X(ENOPERM, -22, "the server's ACL does not permit this command")
+  X(ENOPERM, -22, "the server's ACL does not permit this command")            \
+  X(ELATE, -23, "granted, but the reply came after its lease could have "    \
+                "ended (given back)")                                         \
+  X(ECANCELED, -24, "operation cancelled")
 
 typedef enum {
   DLOCK_OK = 0,
@@ -66,6 +78,9 @@ typedef enum {
   DLOCK_ERRNO_MAP(DLOCK_X_ENUM)
 #undef DLOCK_X_ENUM
 } dlock_errno_t;
+
+/* Deprecated: the name of DLOCK_EBUSY before 0.2 (same value). */
+#define DLOCK_ELOCKED DLOCK_EBUSY
 
 /* Returns a static English description of `err` ("unknown error" for codes
  * this version does not know). Thread-safe. */
@@ -85,7 +100,17 @@ DLOCK_API const char *dlock_version(int *num);
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lock dlock_lock;
 
+/* Options grow from version to version without breaking the ABI: the
+ * struct begins with its size, set by dlock_client_options_init to the size
+ * the caller was compiled with. The library reads only the fields that fit
+ * in `size` (the fields of a newer library beyond it take their defaults),
+ * and refuses (DLOCK_EINVAL) a size below the first sized version's
+ * (DLOCK_CLIENT_OPTIONS_SIZE_0: a struct never initialised) and a larger
+ * struct whose bytes unknown to this library are not all zero (options from
+ * a newer dlock.h that this library cannot honour). New fields are only
+ * ever appended, and their zero means their default. */
 typedef struct dlock_client_options {
+  size_t size; /* set by dlock_client_options_init; do not change */
   /* redis://[user[:password]@]host[:port][/db], rediss://... (TLS) or
    * unix:///path/redis.sock[?db=N]. NULL means redis://127.0.0.1:6379. */
   const char *url;
@@ -133,14 +158,29 @@ typedef struct dlock_client_options {
   int tls_verify;              /* default 1: verify chain and host name */
 } dlock_client_options;
 
-/* Fills `opts` with the defaults documented above. Never fails. */
-DLOCK_API void dlock_client_options_init(dlock_client_options *opts);
+/* The size of the first dlock_client_options with a size field (0.2): up
+ * to its last field, tls_verify. */
+#define DLOCK_CLIENT_OPTIONS_SIZE_0                                            \
+  (offsetof(dlock_client_options, tls_verify) + sizeof(int))
+
+/* Fills the `size` bytes at `opts` with the defaults documented above (bytes
+ * this library does not know are zeroed) and sets opts->size = size. Use the
+ * dlock_client_options_init macro, which passes the size the caller was
+ * compiled with; bindings pass their own. Never fails; thread-safe. */
+DLOCK_API void dlock_client_options_init_size(dlock_client_options *opts,
+                                              size_t size);
+/* dlock_client_options_init(&opts): the defaults, at this header's size. */
+#define dlock_client_options_init(opts)                                        \
+  dlock_client_options_init_size((opts), sizeof(dlock_client_options))
 
 /* Opens a client and connects it. On success returns 0 and stores a new
  * client in *out, to be freed with dlock_client_close(). On failure returns
  * a negative code, stores NULL and frees everything; the detail is then in
- * dlock_client_open_errmsg(). All strings in `opts` are copied. Thread-safe
- * (opens are independent). */
+ * dlock_client_open_errmsg(). `opts` NULL means every default; otherwise it
+ * must come from dlock_client_options_init (DLOCK_EINVAL for a size of 0 or
+ * below DLOCK_CLIENT_OPTIONS_SIZE_0, or unknown options set beyond this
+ * library's struct). All strings in `opts` are copied. Thread-safe (opens
+ * are independent). */
 DLOCK_API int dlock_client_open(const dlock_client_options *opts,
                                 dlock_client **out);
 
@@ -203,39 +243,57 @@ DLOCK_API int dlock_lock_new(dlock_client *c, const char *name,
                              const char *owner, dlock_lock **out);
 
 /* Frees the handle. Holds still taken through it stop being renewed and
- * expire after their lease (they are not released). Accepts NULL. */
-/* As dlock_lock_new, for the fair lock `name` (Redisson RFairLock's
+ * expire after their lease (they are not released). Accepts NULL. A handle
+ * borrowed from a read-write lock (dlock_rwlock_read / _write) is not freed
+ * here: the call does nothing, dlock_rwlock_free frees it. */
+DLOCK_API void dlock_lock_free(dlock_lock *l);
+
+/* ---- The fair lock (Redisson RFairLock) ----
+ * As dlock_lock_new, for the fair lock `name` (Redisson RFairLock's
  * layout): waiters queue on the server and take the lock in FIFO order,
  * across processes; an unlock wakes only the first waiter. A waiter that
  * stops trying (it died) is skipped `stale_ms` after its last attempt
  * (<= 0: 300 000, Redisson's 5 minutes); live waiters attempt every
  * stale_ms/3 to keep their place. Reentrancy, leases, the watchdog, fencing
  * tokens and loss reports are the lock's. A wait of 0 tries once without
- * queueing. All the dlock_lock_* calls apply. */
-DLOCK_API int dlock_lock_new_fair(dlock_client *c, const char *name,
-                                  const char *owner, int64_t stale_ms,
-                                  dlock_lock **out);
-/* Handles for the read lock and the write lock of the read-write lock
- * `name` (Redisson RReadWriteLock's layout; `owner` as in dlock_lock_new).
- * Many readers or one writer; both reentrant; the writer may also take the
- * read lock (and keeps it after releasing the write lock: a downgrade). A
- * reader that asks for the write lock gets DLOCK_EDEADLK at once (Redisson
- * waits forever). Leases, the watchdog and loss reports apply to both;
- * the writer gets fencing tokens (a reader's token is 0). Free each handle
- * with dlock_lock_free. Returns 0, or a code as dlock_lock_new (then both
- * are NULL). */
+ * queueing. All the dlock_lock_* calls apply; free with dlock_lock_free. */
+DLOCK_API int dlock_fairlock_new(dlock_client *c, const char *name,
+                                 const char *owner, int64_t stale_ms,
+                                 dlock_lock **out);
+
+/* ---- The read-write lock (Redisson RReadWriteLock) ----
+ * Many readers or one writer at `name` (Redisson RReadWriteLock's layout);
+ * both reentrant; the writer may also take the read lock (and keeps it
+ * after releasing the write lock: a downgrade). A reader that asks for the
+ * write lock gets DLOCK_EDEADLK at once (Redisson waits forever). Leases,
+ * the watchdog and loss reports apply to both; the writer gets fencing
+ * tokens (a reader's token is 0). */
+typedef struct dlock_rwlock dlock_rwlock;
+
+/* A read-write lock object for `name` (`owner` as in dlock_lock_new). No
+ * server call is made. Returns 0 and stores it in *out, or a code as
+ * dlock_lock_new (then *out is NULL). Free with dlock_rwlock_free. */
 DLOCK_API int dlock_rwlock_new(dlock_client *c, const char *name,
-                               const char *owner, dlock_lock **read_lock,
-                               dlock_lock **write_lock);
-DLOCK_API void dlock_lock_free(dlock_lock *l);
+                               const char *owner, dlock_rwlock **out);
+/* The read lock's and the write lock's handles (Redisson's readLock() and
+ * writeLock()): every dlock_lock_* call applies. Borrowed: owned by rw,
+ * valid until dlock_rwlock_free(rw); dlock_lock_free on them does nothing.
+ * The same handle on every call; NULL for a NULL rw. Thread-safe. */
+DLOCK_API dlock_lock *dlock_rwlock_read(dlock_rwlock *rw);
+DLOCK_API dlock_lock *dlock_rwlock_write(dlock_rwlock *rw);
+/* Frees rw and its two handles (holds taken through them stop being renewed
+ * and expire after their lease). Accepts NULL. */
+DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
 
 /* Tries to acquire, waiting up to `wait_ms` (0 = one attempt, negative =
- * forever). `lease_ms` > 0 is a fixed lease; <= 0 means the client's
+ * no limit). `lease_ms` > 0 is a fixed lease; <= 0 means the client's
  * watchdog_timeout_ms, renewed by the watchdog until release. On success
  * returns 0 and stores the fencing token in *token if non-NULL (a reentrant
  * acquisition returns the token of the hold it re-enters). Returns
- * DLOCK_ELOCKED if another owner still held it when the wait ran out, or
- * another negative code; on failure nothing is held. A waiter queues on the
+ * DLOCK_EBUSY if another owner still held it when the wait ran out,
+ * DLOCK_ELATE if it was granted but the reply came after its lease could
+ * have ended (it is given back), or another negative code; on failure
+ * nothing is held. A waiter queues on the
  * server and is handed the lock by a release, in arrival order (unless the
  * client polls: see wait_backoff_max_ms). Time: returns within wait_ms plus
  * one command_timeout_ms (the last attempt's answer and leaving the wait
@@ -246,8 +304,8 @@ DLOCK_API void dlock_lock_free(dlock_lock *l);
 DLOCK_API int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms,
                                      int64_t lease_ms, uint64_t *token);
 
-/* dlock_lock_try_acquire(l, -1, lease_ms, token): waits until acquired or
- * an error occurs. */
+/* As dlock_lock_try_acquire with no wait limit: waits until acquired, an
+ * error occurs or the client closes (DLOCK_ECLOSED). Redisson's lock(). */
 DLOCK_API int dlock_lock_acquire(dlock_lock *l, int64_t lease_ms,
                                  uint64_t *token);
 
@@ -384,18 +442,25 @@ DLOCK_API int dlock_client_scan_locks(dlock_client *c, const char *pattern,
  * multi-lock; their owners (threads or explicit) are theirs. */
 typedef struct dlock_multilock dlock_multilock;
 
-/* Over `n` (>= 1) distinct locks. Returns 0, DLOCK_EINVAL (NULL, none, or
- * the same lock twice) or DLOCK_ENOMEM. */
+/* Over `n` (>= 1) distinct locks (the array is copied, the handles
+ * borrowed). Returns 0 and stores the multi-lock in *out, or DLOCK_EINVAL
+ * (NULL, none, or the same lock twice) or DLOCK_ENOMEM (then *out is NULL).
+ * Free with dlock_multilock_free. No server call. */
 DLOCK_API int dlock_multilock_new(dlock_lock *const *locks, size_t n,
                                   dlock_multilock **out);
+/* Frees the multi-lock, not its locks (nor their holds). Accepts NULL. */
 DLOCK_API void dlock_multilock_free(dlock_multilock *m);
 /* Takes every lock, waiting up to wait_ms in all (0: one try each, < 0:
- * forever), each with lease_ms as in dlock_lock_try_acquire. Fills
- * tokens[i] (may be NULL) with the token of locks[i]. On any failure it
- * releases what it took and returns that failure (DLOCK_ELOCKED when the
- * wait ran out). */
-DLOCK_API int dlock_multilock_acquire(dlock_multilock *m, int64_t wait_ms,
-                                      int64_t lease_ms, uint64_t *tokens);
+ * no limit), each with lease_ms as in dlock_lock_try_acquire. Fills
+ * tokens[i] (may be NULL) with the token of locks[i]. Returns 0; on any
+ * failure it releases what it took and returns that failure (DLOCK_EBUSY
+ * when the wait ran out). Blocks the calling thread; thread-safe as the
+ * locks' calls are. */
+DLOCK_API int dlock_multilock_try_acquire(dlock_multilock *m, int64_t wait_ms,
+                                          int64_t lease_ms, uint64_t *tokens);
+/* As dlock_multilock_try_acquire with no wait limit (Redisson's lock()). */
+DLOCK_API int dlock_multilock_acquire(dlock_multilock *m, int64_t lease_ms,
+                                      uint64_t *tokens);
 /* Releases every lock (in reverse order). Returns 0, or the first error
  * met (the others are still released). */
 DLOCK_API int dlock_multilock_release(dlock_multilock *m);
@@ -407,10 +472,12 @@ DLOCK_API int dlock_multilock_release(dlock_multilock *m);
  * thread-safe; free them before closing their client. */
 typedef struct dlock_semaphore dlock_semaphore;
 
-/* A handle for the semaphore NAME (nothing is sent). Returns 0,
- * DLOCK_EINVAL, DLOCK_ENAMETOOLONG or DLOCK_ENOMEM. */
+/* A handle for the semaphore NAME (copied; nothing is sent). Returns 0 and
+ * stores it in *out, or DLOCK_EINVAL, DLOCK_ENAMETOOLONG or DLOCK_ENOMEM
+ * (then *out is NULL). Free with dlock_semaphore_free. */
 DLOCK_API int dlock_semaphore_new(dlock_client *c, const char *name,
                                   dlock_semaphore **out);
+/* Frees the handle (permits taken stay taken). Accepts NULL. */
 DLOCK_API void dlock_semaphore_free(dlock_semaphore *s);
 /* Sets the permits if the semaphore was never set (Redisson's
  * trySetPermits). Returns 1 set, 0 already set (nothing changed), or a
@@ -420,12 +487,16 @@ DLOCK_API int dlock_semaphore_try_set_permits(dlock_semaphore *s,
 /* Adds permits (negative: takes them away, down to below zero if the
  * holders have them). Returns 0 or a negative code; wakes waiters. */
 DLOCK_API int dlock_semaphore_add_permits(dlock_semaphore *s, int permits);
-/* Takes `permits` (> 0), waiting up to wait_ms (0: one try, < 0: forever)
- * without polling: each release wakes as many waiters as it makes permits
- * available. Returns 0, DLOCK_ELOCKED when not enough came in time, or
- * another negative code. */
-DLOCK_API int dlock_semaphore_acquire(dlock_semaphore *s, int permits,
-                                      int64_t wait_ms);
+/* Takes `permits` (> 0), waiting up to wait_ms (0: one try, < 0: no
+ * limit) without polling: each release wakes as many waiters as it makes
+ * permits available. Returns 0, DLOCK_EBUSY when not enough came in time,
+ * or another negative code (then nothing is taken). Blocks the calling
+ * thread; thread-safe. */
+DLOCK_API int dlock_semaphore_try_acquire(dlock_semaphore *s, int permits,
+                                          int64_t wait_ms);
+/* As dlock_semaphore_try_acquire with no wait limit (Redisson's
+ * acquire(n)): waits until taken, an error, or the client closes. */
+DLOCK_API int dlock_semaphore_acquire(dlock_semaphore *s, int permits);
 /* Gives back `permits` (> 0). Returns 0 or a negative code. */
 DLOCK_API int dlock_semaphore_release(dlock_semaphore *s, int permits);
 /* The permits available now (0 if never set), or a negative code. */
@@ -438,8 +509,12 @@ DLOCK_API int dlock_semaphore_drain(dlock_semaphore *s);
  * thread-safe; free them before closing their client. */
 typedef struct dlock_latch dlock_latch;
 
+/* A handle for the latch NAME (copied; nothing is sent). Returns 0 and
+ * stores it in *out, or DLOCK_EINVAL, DLOCK_ENAMETOOLONG or DLOCK_ENOMEM
+ * (then *out is NULL). Free with dlock_latch_free. */
 DLOCK_API int dlock_latch_new(dlock_client *c, const char *name,
                               dlock_latch **out);
+/* Frees the handle. Accepts NULL. */
 DLOCK_API void dlock_latch_free(dlock_latch *l);
 /* Starts a count (1..INT32_MAX) if none is running. Returns 1 set, 0 a
  * count is running (nothing changed), or a negative code. */
@@ -451,10 +526,13 @@ DLOCK_API int dlock_latch_count_down(dlock_latch *l);
 /* The count left (0 when none is running) in *count. Returns 0 or a
  * negative code. */
 DLOCK_API int dlock_latch_count(dlock_latch *l, int64_t *count);
-/* Waits up to wait_ms (< 0: forever) for the count to reach zero, without
- * polling. Returns 1 at zero, 0 when the wait ran out, or a negative
- * code. */
-DLOCK_API int dlock_latch_await(dlock_latch *l, int64_t wait_ms);
+/* Waits up to wait_ms (0: one look, < 0: no limit) for the count to reach
+ * zero, without polling. Returns 0 at zero (at once when no count is
+ * running), DLOCK_EBUSY when the wait ran out, or another negative code.
+ * Blocks the calling thread; thread-safe. */
+DLOCK_API int dlock_latch_try_await(dlock_latch *l, int64_t wait_ms);
+/* As dlock_latch_try_await with no wait limit (Redisson's await()). */
+DLOCK_API int dlock_latch_await(dlock_latch *l);
 
 /* ---- Permit-expirable semaphore (Redisson RPermitExpirableSemaphore) ----
  * A semaphore whose permits have ids and leases: a permit taken without a
@@ -470,8 +548,14 @@ typedef struct dlock_permits dlock_permits;
 typedef void (*dlock_permit_lost_cb)(dlock_permits *p, const char *id,
                                      void *ud);
 
+/* A handle for the permit-expirable semaphore NAME (copied; nothing is
+ * sent). Returns 0 and stores it in *out, or DLOCK_EINVAL,
+ * DLOCK_ENAMETOOLONG or DLOCK_ENOMEM (then *out is NULL). Free with
+ * dlock_permits_free. */
 DLOCK_API int dlock_permits_new(dlock_client *c, const char *name,
                                 dlock_permits **out);
+/* Frees the handle; the permits taken through it stop being renewed and
+ * come back after their lease. Accepts NULL. */
 DLOCK_API void dlock_permits_free(dlock_permits *p);
 /* As dlock_semaphore_try_set_permits / _add_permits. */
 DLOCK_API int dlock_permits_try_set_permits(dlock_permits *p, int permits);
@@ -479,14 +563,19 @@ DLOCK_API int dlock_permits_add_permits(dlock_permits *p, int permits);
 /* The permits available now, after taking back those whose lease ended;
  * or a negative code. */
 DLOCK_API int dlock_permits_available(dlock_permits *p);
-/* Takes one permit, waiting up to wait_ms (0: one try, < 0: forever)
+/* Takes one permit, waiting up to wait_ms (0: one try, < 0: no limit)
  * without polling (a release wakes a waiter; a lease that ends is waited
  * for). lease_ms > 0: a fixed lease; <= 0: the watchdog lease, renewed
  * until released. Writes the permit's id to `id`. Returns 0,
- * DLOCK_ELOCKED when none came in time, DLOCK_ETIMEDOUT when the grant
- * came after its lease could have ended (given back), or another code. */
-DLOCK_API int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms,
-                                    int64_t lease_ms,
+ * DLOCK_EBUSY when none came in time, DLOCK_ELATE when the grant came
+ * after its lease could have ended (given back), or another code (then
+ * nothing is taken). Blocks the calling thread; thread-safe. */
+DLOCK_API int dlock_permits_try_acquire(dlock_permits *p, int64_t wait_ms,
+                                        int64_t lease_ms,
+                                        char id[DLOCK_PERMIT_ID_LEN]);
+/* As dlock_permits_try_acquire with no wait limit (Redisson's acquire()
+ * and acquire(lease)). */
+DLOCK_API int dlock_permits_acquire(dlock_permits *p, int64_t lease_ms,
                                     char id[DLOCK_PERMIT_ID_LEN]);
 /* Gives permit `id` back. Returns 0; DLOCK_ELOST if its lease had ended (it
  * was taken back, or is now); DLOCK_ENOTOWNER if no such permit is taken

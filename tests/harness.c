@@ -1,4 +1,5 @@
-/* harness.c: the test runner and redis-server management for the tests. */
+/* harness.c: the test runner (a process per test) and redis-server
+ * management for the tests. */
 #include "harness.h"
 
 #include <errno.h>
@@ -15,11 +16,20 @@
 #include <unistd.h>
 
 int th_failed_checks;
+th_redis th_srv;
 
-/* Servers still running, by value: a test that fails a CHECK returns early
- * and its th_redis (often on its stack) is gone; exit still cleans up. */
+/* The run's temp dir, "" outside th_run (th_tmpdir() is then "/tmp"). */
+static char tmpdir[64];
+
+const char *th_tmpdir(void) { return tmpdir[0] ? tmpdir : "/tmp"; }
+
+/* Servers still running, by value, with the process that started them: a
+ * test that fails a CHECK returns early and its th_redis (often on its
+ * stack) is gone, yet the servers it started must be stopped. A forked test
+ * inherits the runner's entries and must leave those to the runner. */
 static struct {
   pid_t pid;
+  pid_t owner;
   char dir[256];
 } live[16];
 
@@ -29,8 +39,11 @@ static void rm_dir(const char *dir) {
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
 }
 
+/* Stops the servers this process started (at exit, and on a failed test). */
 static void cleanup_all(void) {
+  pid_t self = getpid();
   for (int i = 0; i < 16; i++) {
+    if (live[i].owner != self) continue;
     if (live[i].pid > 0) {
       kill(live[i].pid, SIGCONT);
       kill(live[i].pid, SIGKILL);
@@ -38,13 +51,20 @@ static void cleanup_all(void) {
     }
     if (live[i].dir[0]) rm_dir(live[i].dir);
     live[i].pid = 0;
+    live[i].owner = 0;
     live[i].dir[0] = '\0';
   }
 }
 
+/* The test process the runner waits for, killed with its group on a signal
+ * to the runner (it is not in the runner's group: no terminal's ^C). */
+static volatile pid_t running_test;
+
 static void on_signal(int sig) {
+  if (running_test > 0) kill(-running_test, SIGKILL);
+  pid_t self = getpid();
   for (int i = 0; i < 16; i++)
-    if (live[i].pid > 0) kill(live[i].pid, SIGKILL);
+    if (live[i].pid > 0 && live[i].owner == self) kill(live[i].pid, SIGKILL);
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -57,6 +77,7 @@ static void track(th_redis *r) {
     if (live[i].dir[0] == '\0') slot = i;
   if (slot < 0) return;
   live[slot].pid = r->pid;
+  live[slot].owner = getpid();
   snprintf(live[slot].dir, sizeof live[slot].dir, "%s", r->dir);
 }
 
@@ -64,6 +85,7 @@ static void untrack(th_redis *r) {
   for (int i = 0; i < 16; i++)
     if (strcmp(live[i].dir, r->dir) == 0) {
       live[i].pid = 0;
+      live[i].owner = 0;
       live[i].dir[0] = '\0';
     }
 }
@@ -89,31 +111,199 @@ bool th_wait_for(bool (*cond)(void *), void *arg, int timeout_ms) {
   }
 }
 
-int th_run(int argc, char **argv, const th_test *tests, size_t n) {
+/* ---- the runner ---- */
+
+static const char *signal_name(int sig) {
+  switch (sig) {
+  case SIGABRT: return "SIGABRT";
+  case SIGALRM: return "SIGALRM";
+  case SIGBUS: return "SIGBUS";
+  case SIGFPE: return "SIGFPE";
+  case SIGHUP: return "SIGHUP";
+  case SIGILL: return "SIGILL";
+  case SIGINT: return "SIGINT";
+  case SIGKILL: return "SIGKILL";
+  case SIGPIPE: return "SIGPIPE";
+  case SIGQUIT: return "SIGQUIT";
+  case SIGSEGV: return "SIGSEGV";
+  case SIGSYS: return "SIGSYS";
+  case SIGTERM: return "SIGTERM";
+  case SIGTRAP: return "SIGTRAP";
+  case SIGUSR1: return "SIGUSR1";
+  case SIGUSR2: return "SIGUSR2";
+  default: return "?";
+  }
+}
+
+static int timeout_s(void) {
+  const char *e = getenv("DLOCK_TEST_TIMEOUT_S");
+  int s = e ? atoi(e) : 0;
+  return s > 0 ? s : 120;
+}
+
+/* How a test's process says a CHECK failed: not 1, which is what
+ * LeakSanitizer exits with by default. */
+#define CHECK_FAILED_EXIT 99
+
+/* The test's own process: runs it and exits CHECK_FAILED_EXIT if a CHECK
+ * failed, else through exit(0), where the leak checkers look. */
+static void run_child(const th_test *t, pid_t runner, const sigset_t *mask) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the runner */
+  if (getppid() != runner) _exit(1);
+  sigprocmask(SIG_SETMASK, mask, NULL);
+  setvbuf(stdout, NULL, _IOLBF, 0); /* what it printed survives a crash */
+  th_failed_checks = 0;
+  t->fn();
+  fflush(stdout);
+  fflush(stderr);
+  if (th_failed_checks) {
+    /* Threads of the failed test may still run: no exit handlers beyond
+     * stopping our servers, and no leak report on top of the failure. */
+    cleanup_all();
+    _exit(CHECK_FAILED_EXIT);
+  }
+  exit(0);
+}
+
+/* Waits for the test's process at most `secs`, SIGCHLD being blocked; then
+ * kills whatever is left of its group (helpers the test forked, servers it
+ * started) and reaps it. Returns its wait status, or -1 on the timeout. */
+static int await_test(pid_t pid, int secs) {
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  int64_t end = th_now_ms() + (int64_t)secs * 1000;
+  bool timed_out = false;
+  for (;;) {
+    siginfo_t si = {0};
+    /* WNOWAIT: the pid, and so the group id, stays ours until the kill. */
+    if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+        si.si_pid == pid)
+      break;
+    int64_t left = end - th_now_ms();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    struct timespec ts = {left / 1000, (long)(left % 1000) * 1000000L};
+    sigtimedwait(&chld, NULL, &ts); /* any child: look again */
+  }
+  kill(-pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return timed_out ? -1 : status;
+}
+
+/* Runs one test, in a process of its own if fork_each; if it failed, says
+ * why in `why`. */
+static void run_one(const th_test *t, bool fork_each, const sigset_t *mask,
+                    char *why, size_t len) {
+  if (!fork_each) {
+    int before = th_failed_checks;
+    t->fn();
+    if (th_failed_checks != before) snprintf(why, len, ": a CHECK failed");
+    return;
+  }
+  fflush(stdout);
+  fflush(stderr);
+  pid_t runner = getpid(), pid = fork();
+  if (pid == 0) run_child(t, runner, mask);
+  if (pid < 0) {
+    snprintf(why, len, ": cannot fork: %s", strerror(errno));
+    return;
+  }
+  setpgid(pid, pid); /* as the child does: no race with the kill */
+  running_test = pid;
+  int secs = timeout_s();
+  int st = await_test(pid, secs);
+  running_test = 0;
+  if (st == -1)
+    snprintf(why, len, ": timed out after %d s, killed", secs);
+  else if (WIFSIGNALED(st))
+    snprintf(why, len, ": killed by signal %d (%s)", WTERMSIG(st),
+             signal_name(WTERMSIG(st)));
+  else if (WEXITSTATUS(st) == CHECK_FAILED_EXIT)
+    snprintf(why, len, ": a CHECK failed");
+  else if (WEXITSTATUS(st) != 0) /* valgrind's 3, LeakSanitizer's 1 */
+    snprintf(why, len, ": exit status %d (a report above?)", WEXITSTATUS(st));
+}
+
+static int run(int argc, char **argv, const th_test *tests, size_t n,
+               int (*before_all)(void), bool fork_each) {
+  for (int a = 1; a < argc; a++) {
+    bool known = false;
+    for (size_t i = 0; i < n; i++)
+      if (strcmp(argv[a], tests[i].name) == 0) known = true;
+    if (!known) {
+      fprintf(stderr, "%s: no test named %s\n", argv[0], argv[a]);
+      return 2;
+    }
+  }
+  /* Nested runs (test_harness runs the runner inside a test) keep ours. */
+  char outer_tmpdir[sizeof tmpdir];
+  memcpy(outer_tmpdir, tmpdir, sizeof tmpdir);
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/dlock-test-XXXXXX");
+  if (mkdtemp(tmpdir) == NULL) {
+    fprintf(stderr, "cannot make a temp dir: %s\n", strerror(errno));
+    return 2;
+  }
   atexit(cleanup_all);
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   signal(SIGPIPE, SIG_IGN);
-  int passed = 0, failed = 0;
-  for (size_t i = 0; i < n; i++) {
+  sigset_t chld, mask; /* SIGCHLD blocked: await_test waits for it */
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, fork_each ? &chld : NULL, &mask);
+  int passed = 0, failed = 0, status = 0;
+  if (before_all && before_all() != 0) {
+    fprintf(stderr, "%s: the suite's setup failed\n", argv[0]);
+    status = 2;
+  }
+  for (size_t i = 0; i < n && status == 0; i++) {
     if (argc > 1) {
       bool want = false;
       for (int a = 1; a < argc; a++)
         if (strcmp(argv[a], tests[i].name) == 0) want = true;
       if (!want) continue;
     }
-    int before = th_failed_checks;
-    int64_t t0 = th_now_ms();
-    tests[i].fn();
-    bool ok = th_failed_checks == before;
-    printf("%s %s (%lld ms)\n", ok ? "ok  " : "FAIL", tests[i].name,
-           (long long)(th_now_ms() - t0));
+    char why[160] = "";
+    int64_t took = 0;
+    if (tests[i].redis && th_redis_start(&th_srv, tests[i].redis) != 0) {
+      snprintf(why, sizeof why, ": cannot start redis-server %s",
+               tests[i].redis);
+    } else {
+      int64_t t0 = th_now_ms();
+      run_one(&tests[i], fork_each, &mask, why, sizeof why);
+      took = th_now_ms() - t0;
+    }
+    if (tests[i].redis) th_redis_stop(&th_srv);
+    printf("%s %s (%lld ms)%s\n", why[0] ? "FAIL" : "ok  ", tests[i].name,
+           (long long)took, why);
     fflush(stdout);
-    if (ok) passed++;
-    else failed++;
+    if (why[0]) failed++;
+    else passed++;
   }
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  if (status == 0) {
+    printf("%d passed, %d failed\n", passed, failed);
+    status = failed ? 1 : 0;
+  }
+  fflush(stdout);
+  sigprocmask(SIG_SETMASK, &mask, NULL);
+  rm_dir(tmpdir);
+  memcpy(tmpdir, outer_tmpdir, sizeof tmpdir);
+  return status;
+}
+
+int th_run(int argc, char **argv, const th_test *tests, size_t n,
+           int (*before_all)(void)) {
+  return run(argc, argv, tests, n, before_all, true);
+}
+
+int th_run_inline(int argc, char **argv, const th_test *tests, size_t n) {
+  return run(argc, argv, tests, n, NULL, false);
 }
 
 int th_free_port(void) {
@@ -141,6 +331,9 @@ static int spawn(th_redis *r) {
   if (pid < 0) return -1;
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+    sigset_t none; /* the runner blocks SIGCHLD; a server must not */
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
     char cmd[2300];
     snprintf(cmd, sizeof cmd, "exec redis-server %s", args);
     execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
@@ -176,7 +369,10 @@ static int spawn(th_redis *r) {
 
 int th_redis_start(th_redis *r, const char *extra) {
   memset(r, 0, sizeof *r);
-  snprintf(r->dir, sizeof r->dir, "/tmp/dlock-test-XXXXXX");
+  if (tmpdir[0])
+    snprintf(r->dir, sizeof r->dir, "%s/redis-XXXXXX", tmpdir);
+  else
+    snprintf(r->dir, sizeof r->dir, "/tmp/dlock-test-XXXXXX");
   if (mkdtemp(r->dir) == NULL) return -1;
   snprintf(r->sock, sizeof r->sock, "%s/redis.sock", r->dir);
   snprintf(r->extra, sizeof r->extra, "%s", extra ? extra : "");

@@ -1,4 +1,5 @@
-/* harness.h: a tiny test runner and real redis-server processes for tests. */
+/* harness.h: a tiny test runner (one process per test) and real redis-server
+ * processes for tests. */
 #ifndef DLOCK_TEST_HARNESS_H
 #define DLOCK_TEST_HARNESS_H
 
@@ -47,17 +48,46 @@ typedef void (*th_test_fn)(void);
 typedef struct th_test {
   const char *name;
   th_test_fn fn;
+  const char *redis; /* the test's server: extra arguments, or NULL: none */
 } th_test;
 
-/* Runs the tests (all, or those named on the command line), prints one line
- * each and the closing "N passed, N failed". Returns the exit status. */
-int th_run(int argc, char **argv, const th_test *tests, size_t n);
-#define TH_MAIN(...)                                                           \
+/* A test with its own fresh redis-server, th_srv. */
+#define T(fn) {#fn, fn, ""}
+/* ... whose server is started with `extra` arguments (a string, or a char
+ * array that a before_all hook fills in). */
+#define T_REDIS(fn, extra) {#fn, fn, extra}
+/* A test without a server. */
+#define T_BARE(fn) {#fn, fn, NULL}
+
+/* Runs the tests (all, or those named on the command line; an unknown name
+ * is an error), each in a process of its own, as libuv's runner does, so
+ * that a failed CHECK, a crash or a hang cannot leak clients, threads or
+ * holds into the next test. For each test the runner, in its own process:
+ * starts the test's server (T, T_REDIS), forks the test into a new process
+ * group, waits for it at most DLOCK_TEST_TIMEOUT_S seconds (default 120),
+ * then kills what is left of the group and stops the server by pid. It
+ * prints one line per test ("ok", or "FAIL" with the exit status, signal or
+ * timeout) and the closing "N passed, N failed".
+ *
+ * A test passes if it returns without a failed CHECK and its process then
+ * exits 0; exit() runs LeakSanitizer and valgrind's leak check in that
+ * process, and a report there fails the test (valgrind follows the fork
+ * without --trace-children). `before_all` (may be NULL) runs once in the
+ * runner's process before the first test; nonzero stops the run. Returns the
+ * exit status: 0, 1 if a test failed, 2 on a usage or setup error. */
+int th_run(int argc, char **argv, const th_test *tests, size_t n,
+           int (*before_all)(void));
+/* The same, all in the calling process, one test after the other, for a
+ * suite whose tests share state on purpose (test_safety: its fenced
+ * resource is a thread of the driver). A crash ends the run. */
+int th_run_inline(int argc, char **argv, const th_test *tests, size_t n);
+#define TH_MAIN_WITH(before_all, ...)                                          \
   int main(int argc, char **argv) {                                            \
     static const th_test tests_[] = {__VA_ARGS__};                             \
-    return th_run(argc, argv, tests_, sizeof tests_ / sizeof tests_[0]);       \
+    return th_run(argc, argv, tests_, sizeof tests_ / sizeof tests_[0],        \
+                  before_all);                                                 \
   }
-#define T(fn) {#fn, fn}
+#define TH_MAIN(...) TH_MAIN_WITH(NULL, __VA_ARGS__)
 
 /* ---- redis-server processes ---- */
 typedef struct th_redis {
@@ -70,9 +100,19 @@ typedef struct th_redis {
   char extra[1024];  /* extra arguments, kept for restarts */
 } th_redis;
 
+/* The test's own server (tests declared with T or T_REDIS): the runner
+ * starts it fresh for each test and stops it by pid once the test's process
+ * is gone. A test may stop, kill or restart it; it never outlives the run. */
+extern th_redis th_srv;
+/* The run's temp dir (under /tmp, removed at the end of the run; "/tmp"
+ * outside th_run): servers' dirs go there, and a before_all hook may keep
+ * files there. */
+const char *th_tmpdir(void);
+
 /* Starts redis-server on a free loopback port and a unix socket in a fresh
- * temp dir, with `extra` arguments (space-separated, may be NULL), and waits
- * until it answers PING. Returns 0 or -1. */
+ * dir (in th_tmpdir()), with `extra` arguments (space-separated, may be
+ * NULL), and waits until it answers PING. Returns 0 or -1. A server a test
+ * starts itself is stopped when the test's process exits or is killed. */
 int th_redis_start(th_redis *r, const char *extra);
 /* Starts again on the same port and dir (after a kill or stop). */
 int th_redis_restart(th_redis *r);

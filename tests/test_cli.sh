@@ -29,6 +29,19 @@ wait_until() {
   return 1
 }
 is_held() { "$DLOCK" status "$1" >/dev/null 2>&1; }
+# sleeper NAME: a command that writes its pid to NAME.sleep, then sleeps 30 s.
+# reap_sleepers kills those still running (the command of a SIGKILLed runner
+# lives on) by pid: never by name, which would hit concurrent runs' sleeps.
+sleeper() { echo "echo \$\$ > $1.sleep; exec sleep 30"; }
+reap_sleepers() {
+  local f
+  for f in *.sleep; do
+    [ -e "$f" ] || continue
+    kill "$(cat "$f")" 2>/dev/null
+    rm -f "$f"
+  done
+  true
+}
 not_held() { ! is_held "$1"; }
 
 t_mutual_exclusion() {
@@ -151,14 +164,14 @@ t_force_release_only_locks() {
 }
 
 t_sigkilled_runner_frees_after_lease() {
-  "$DLOCK" run -q -l 1s killed -- sleep 30 & local d=$!
+  "$DLOCK" run -q -l 1s killed -- sh -c "$(sleeper killed)" & local d=$!
   wait_until is_held killed || fail "not held"
   kill -9 "$d"; wait "$d" 2>/dev/null
   local t0=$(date +%s%N)
   "$DLOCK" run -q -w 10s killed -- true; expect_rc 0 $? "after the lease"
   local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   [ "$ms" -lt 2000 ] || fail "took $ms ms, lease is 1 s"
-  pkill -f "sleep 30" 2>/dev/null; true
+  reap_sleepers
 }
 
 t_token_increases() {
@@ -447,15 +460,15 @@ permits_taken() { [ "$(rcli ZCARD '{pool}:timeout')" = "$1" ]; }
 
 t_permits() {
   # At most 2 holders of "pool": a third with -w 0 is refused.
-  "$DLOCK" run -q --permits 2 pool -- sh -c 'echo "$DLOCK_PERMIT" > p1; sleep 30' & local a=$!
-  "$DLOCK" run -q --permits 2 pool -- sleep 30 & local b=$!
+  "$DLOCK" run -q --permits 2 pool -- sh -c 'echo "$DLOCK_PERMIT" > p1; echo $$ > pool-a.sleep; exec sleep 30' & local a=$!
+  "$DLOCK" run -q --permits 2 pool -- sh -c "$(sleeper pool-b)" & local b=$!
   wait_until permits_taken 2 || fail "two permits never taken"
   "$DLOCK" run -q --permits 2 -w 0 pool -- true; expect_rc 75 $? "third holder"
   grep -qE '^[0-9a-f]{32}$' p1 || fail "DLOCK_PERMIT is '$(cat p1)'"
   # A SIGKILLed holder's permit comes back after its lease.
   kill "$a" "$b"; wait "$a" "$b" 2>/dev/null
   wait_until permits_taken 0 || fail "permits not given back on exit"
-  "$DLOCK" run -q --permits 1 -l 1s pool1 -- sleep 30 & local d=$!
+  "$DLOCK" run -q --permits 1 -l 1s pool1 -- sh -c "$(sleeper pool1)" & local d=$!
   wait_until is_pool1_taken || fail "pool1 permit never taken"
   kill -9 "$d"; wait "$d" 2>/dev/null
   local t0=$(date +%s%N)
@@ -463,7 +476,7 @@ t_permits() {
   local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   [ "$ms" -lt 2000 ] || fail "took $ms ms, lease is 1 s"
   "$DLOCK" run --permits 0 pool -- true 2>/dev/null; expect_rc 64 $? "--permits 0"
-  pkill -f "sleep 30" 2>/dev/null; true
+  reap_sleepers
 }
 is_pool1_taken() { [ "$(rcli ZCARD '{pool1}:timeout')" = 1 ]; }
 
@@ -472,15 +485,15 @@ queued_is() { [ "$(rcli LLEN 'redisson_lock_queue:{fq}')" = "$1" ]; }
 
 t_fair_read_write() {
   # Two readers at once; a writer is refused meanwhile.
-  "$DLOCK" run -q --read rwl -- sleep 30 & local r1=$!
-  "$DLOCK" run -q --read rwl -- sleep 30 & local r2=$!
+  "$DLOCK" run -q --read rwl -- sh -c "$(sleeper rwl-1)" & local r1=$!
+  "$DLOCK" run -q --read rwl -- sh -c "$(sleeper rwl-2)" & local r2=$!
   wait_until readers_are 2 || fail "two readers never held it together"
   "$DLOCK" run -q -w 0 --write rwl -- true; expect_rc 75 $? "writer while read"
   kill "$r1" "$r2"; wait "$r1" "$r2" 2>/dev/null
   "$DLOCK" run -q -w 1s --write rwl -- true; expect_rc 0 $? "writer after"
   # The fair lock serves waiters in the order they came.
   : > fair.order
-  "$DLOCK" run -q --fair fq -- sleep 30 & local h=$!
+  "$DLOCK" run -q --fair fq -- sh -c "$(sleeper fq)" & local h=$!
   wait_until is_held fq || fail "fair lock not held"
   local pids=()
   for i in 1 2 3; do
@@ -491,7 +504,7 @@ t_fair_read_write() {
   for p in "${pids[@]}"; do wait "$p" || fail "a fair waiter failed"; done
   [ "$(tr -d '\n' < fair.order)" = 123 ] || fail "order $(tr -d '\n' < fair.order)"
   "$DLOCK" run --read --write x -- true 2>/dev/null; expect_rc 64 $? "--read --write"
-  pkill -f "sleep 30" 2>/dev/null; true
+  reap_sleepers
 }
 
 # CLI_TESTS="t_a t_b" runs only those.

@@ -10,14 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static th_redis srv;
-
-static void setup(void) {
-  if (srv.pid == 0 && th_redis_start(&srv, NULL) != 0) exit(2);
-}
-
 static long long queued(const char *name) {
-  return th_cmd_int(&srv, "LLEN redisson_lock_queue:{%s}", name);
+  return th_cmd_int(&th_srv, "LLEN redisson_lock_queue:{%s}", name);
 }
 
 typedef struct fw {
@@ -31,13 +25,13 @@ typedef struct fw {
 static void *fair_waiter(void *p) {
   fw *w = p;
   dlock_lock *l;
-  if (dlock_lock_new_fair(w->c, w->name, NULL, w->stale_ms, &l) != 0) {
+  if (dlock_fairlock_new(w->c, w->name, NULL, w->stale_ms, &l) != 0) {
     atomic_store(&w->rc, -100);
     return NULL;
   }
   int rc = dlock_lock_try_acquire(l, 10000, 0, NULL);
   if (rc == 0) {
-    th_cmd_int(&srv, "RPUSH order:%s %d", w->name, w->id);
+    th_cmd_int(&th_srv, "RPUSH order:%s %d", w->name, w->id);
     th_sleep_ms(20);
     dlock_lock_release(l);
   }
@@ -46,23 +40,21 @@ static void *fair_waiter(void *p) {
   return NULL;
 }
 
-
 static void t_fifo_across_clients(void) {
-  setup();
-  dlock_client *hc = th_client(&srv, 0);
+  dlock_client *hc = th_client(&th_srv, 0);
   CHECK(hc != NULL);
   dlock_lock *h;
-  CHECK_RC(dlock_lock_new_fair(hc, "f:fifo", NULL, 0, &h), 0);
+  CHECK_RC(dlock_fairlock_new(hc, "f:fifo", NULL, 0, &h), 0);
   CHECK_RC(dlock_lock_acquire(h, 0, NULL), 0);
   enum { N = 6 };
   fw w[N];
   pthread_t t[N];
   for (int i = 0; i < N; i++) {
-    w[i] = (fw){"f:fifo", i, 0, th_client(&srv, 0), 99};
+    w[i] = (fw){"f:fifo", i, 0, th_client(&th_srv, 0), 99};
     CHECK(w[i].c != NULL);
     pthread_create(&t[i], NULL, fair_waiter, &w[i]);
     /* queued in this order */
-    CHECK(th_wait_llen(&srv, "redisson_lock_queue:{f:fifo}", i + 1, 3000));
+    CHECK(th_wait_llen(&th_srv, "redisson_lock_queue:{f:fifo}", i + 1, 3000));
   }
   dlock_client_stats before[N];
   for (int i = 0; i < N; i++)
@@ -73,7 +65,7 @@ static void t_fifo_across_clients(void) {
     CHECK_RC(atomic_load(&w[i].rc), 0);
   }
   /* Taken in the order they queued. */
-  redisReply *r = th_cmd(&srv, "LRANGE order:f:fifo 0 -1");
+  redisReply *r = th_cmd(&th_srv, "LRANGE order:f:fifo 0 -1");
   CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == N);
   for (int i = 0; i < N; i++)
     CHECK_EQ(atoi(r->element[i]->str), i);
@@ -91,23 +83,22 @@ static void t_fifo_across_clients(void) {
 }
 
 static void t_reentrant_tokens_no_queue_on_try(void) {
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
-  CHECK_RC(dlock_lock_new_fair(a, "f:re", NULL, 0, &la), 0);
-  CHECK_RC(dlock_lock_new_fair(b, "f:re", NULL, 0, &lb), 0);
+  CHECK_RC(dlock_fairlock_new(a, "f:re", NULL, 0, &la), 0);
+  CHECK_RC(dlock_fairlock_new(b, "f:re", NULL, 0, &lb), 0);
   uint64_t t1 = 0, t2 = 0, t3 = 0;
   CHECK_RC(dlock_lock_acquire(la, 0, &t1), 0);
   CHECK_RC(dlock_lock_acquire(la, 0, &t2), 0);
   CHECK_EQ(t1, t2);
   CHECK_EQ(dlock_lock_hold_count(la), 2);
-  CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, NULL), DLOCK_ELOCKED);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, NULL), DLOCK_EBUSY);
   CHECK_EQ(queued("f:re"), 0); /* a one-shot try does not queue */
   /* A waiter that gives up leaves the queue. */
-  CHECK_RC(dlock_lock_try_acquire(lb, 150, 0, NULL), DLOCK_ELOCKED);
+  CHECK_RC(dlock_lock_try_acquire(lb, 150, 0, NULL), DLOCK_EBUSY);
   CHECK_EQ(queued("f:re"), 0);
-  CHECK_EQ(th_cmd_int(&srv, "ZCARD redisson_lock_timeout:{f:re}"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "ZCARD redisson_lock_timeout:{f:re}"), 0);
   CHECK_RC(dlock_lock_release(la), 0);
   CHECK_RC(dlock_lock_release(la), 1);
   CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, &t3), 0);
@@ -124,37 +115,36 @@ static void t_reentrant_tokens_no_queue_on_try(void) {
 
 static bool go_set(void *p) {
   (void)p;
-  return th_cmd_int(&srv, "EXISTS f:dead:go") == 1;
+  return th_cmd_int(&th_srv, "EXISTS f:dead:go") == 1;
 }
 
 static int dead_waiter_child(void) {
   if (!th_wait_for(go_set, NULL, 10000)) return 4;
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   dlock_lock *l;
-  if (c == NULL || dlock_lock_new_fair(c, "f:dead", NULL, 600, &l) != 0)
+  if (c == NULL || dlock_fairlock_new(c, "f:dead", NULL, 600, &l) != 0)
     return 2;
   dlock_lock_try_acquire(l, 60000, 0, NULL); /* SIGKILLed while queued */
   return 3;
 }
 
 static void t_dead_waiter_skipped(void) {
-  setup();
   /* Fork first (no client threads yet), start the child once the lock is
    * held. */
   pid_t kid = fork();
   if (kid == 0) _exit(dead_waiter_child());
-  dlock_client *hc = th_client(&srv, 0);
+  dlock_client *hc = th_client(&th_srv, 0);
   CHECK(hc != NULL);
   dlock_lock *h;
-  CHECK_RC(dlock_lock_new_fair(hc, "f:dead", NULL, 600, &h), 0);
+  CHECK_RC(dlock_fairlock_new(hc, "f:dead", NULL, 600, &h), 0);
   CHECK_RC(dlock_lock_acquire(h, 0, NULL), 0);
-  th_cmd_int(&srv, "SET f:dead:go 1");
-  CHECK(th_wait_llen(&srv, "redisson_lock_queue:{f:dead}", 1, 5000));
-  fw w = {"f:dead", 7, 600, th_client(&srv, 0), 99};
+  th_cmd_int(&th_srv, "SET f:dead:go 1");
+  CHECK(th_wait_llen(&th_srv, "redisson_lock_queue:{f:dead}", 1, 5000));
+  fw w = {"f:dead", 7, 600, th_client(&th_srv, 0), 99};
   pthread_t t;
   pthread_create(&t, NULL, fair_waiter, &w);
   /* behind the child */
-  CHECK(th_wait_llen(&srv, "redisson_lock_queue:{f:dead}", 2, 5000));
+  CHECK(th_wait_llen(&th_srv, "redisson_lock_queue:{f:dead}", 2, 5000));
   kill(kid, SIGKILL);
   waitpid(kid, NULL, 0);
   int64_t t0 = th_now_ms();
@@ -206,18 +196,17 @@ static const char *REDISSON_FAIR_LOCK =
 #define JAVA_OWNER "3f1a9c2e-7b44-4f0e-9d1a-2c5e8b7a6d10:1"
 
 static redisReply *java_try(void) {
-  return th_cmd(&srv,
+  return th_cmd(&th_srv,
                 "EVAL %s 3 f:java redisson_lock_queue:{f:java} "
                 "redisson_lock_timeout:{f:java} 30000 %s 300000 %lld",
                 REDISSON_FAIR_LOCK, JAVA_OWNER, (long long)time(NULL) * 1000);
 }
 
 static void t_interop_redisson_fair(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
-  CHECK_RC(dlock_lock_new_fair(c, "f:java", NULL, 0, &l), 0);
+  CHECK_RC(dlock_fairlock_new(c, "f:java", NULL, 0, &l), 0);
   CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
   /* Redisson queues behind us... */
   redisReply *r = java_try();
@@ -225,7 +214,7 @@ static void t_interop_redisson_fair(void) {
   freeReplyObject(r);
   CHECK_EQ(queued("f:java"), 1);
   /* ...and our release tells it on its own channel. */
-  redisContext *sub = th_redis_connect(&srv);
+  redisContext *sub = th_redis_connect(&th_srv);
   CHECK(sub != NULL);
   r = redisCommand(sub, "SUBSCRIBE redisson_lock__channel:{f:java}:%s",
                    JAVA_OWNER);
@@ -241,15 +230,11 @@ static void t_interop_redisson_fair(void) {
   r = java_try();
   CHECK(r && r->type == REDIS_REPLY_NIL);
   freeReplyObject(r);
-  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), DLOCK_ELOCKED);
-  th_cmd_int(&srv, "DEL f:java");
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), DLOCK_EBUSY);
+  th_cmd_int(&th_srv, "DEL f:java");
   dlock_lock_free(l);
   dlock_client_close(c);
 }
 
-static void t_teardown(void) {
-  th_redis_stop(&srv);
-}
-
 TH_MAIN(T(t_fifo_across_clients), T(t_reentrant_tokens_no_queue_on_try),
-        T(t_dead_waiter_skipped), T(t_interop_redisson_fair), T(t_teardown))
+        T(t_dead_waiter_skipped), T(t_interop_redisson_fair))

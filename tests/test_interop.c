@@ -7,8 +7,6 @@
 #include <string.h>
 #include <sys/time.h>
 
-static th_redis srv;
-
 /* RedissonLock.tryLockInnerAsync */
 static const char *REDISSON_LOCK =
     "if (redis.call('exists', KEYS[1]) == 0) then "
@@ -50,34 +48,29 @@ static const char *REDISSON_RENEW =
 #define JAVA_OWNER "3f1a9c2e-7b44-4f0e-9d1a-2c5e8b7a6d10:1"
 #define CHANNEL "redisson_lock__channel:{shared}"
 
-static void setup(void) {
-  if (srv.pid == 0 && th_redis_start(&srv, NULL) != 0) exit(2);
-}
-
 static redisReply *java_lock(long lease) {
-  return th_cmd(&srv, "EVAL %s 1 shared %ld %s", REDISSON_LOCK, lease,
+  return th_cmd(&th_srv, "EVAL %s 1 shared %ld %s", REDISSON_LOCK, lease,
                 JAVA_OWNER);
 }
 
 static redisReply *java_unlock(void) {
-  return th_cmd(&srv, "EVAL %s 2 shared %s 0 30000 %s", REDISSON_UNLOCK,
+  return th_cmd(&th_srv, "EVAL %s 2 shared %s 0 30000 %s", REDISSON_UNLOCK,
                 CHANNEL, JAVA_OWNER);
 }
 
 static void t_java_holds_dlock_excluded(void) {
-  setup();
   redisReply *r = java_lock(30000);
   CHECK(r && r->type == REDIS_REPLY_NIL); /* Redisson: nil = acquired */
   freeReplyObject(r);
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "shared", NULL, &l), 0);
-  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), DLOCK_ELOCKED);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), DLOCK_EBUSY);
   CHECK_EQ(dlock_lock_is_locked(l), 1);
   CHECK_EQ(dlock_lock_is_held(l), 0);
   CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
-  CHECK_EQ(th_cmd_int(&srv, "HGET shared %s", JAVA_OWNER), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "HGET shared %s", JAVA_OWNER), 1);
   r = java_unlock();
   CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
   freeReplyObject(r);
@@ -100,17 +93,16 @@ static void *waiter(void *p) {
 
 static bool subscribed(void *p) {
   (void)p;
-  redisReply *r = th_cmd(&srv, "PUBSUB NUMSUB %s", CHANNEL);
+  redisReply *r = th_cmd(&th_srv, "PUBSUB NUMSUB %s", CHANNEL);
   bool ok = r && r->elements == 2 && r->element[1]->integer >= 1;
   if (r) freeReplyObject(r);
   return ok;
 }
 
 static void t_java_unlock_wakes_dlock_waiter(void) {
-  setup();
   redisReply *r = java_lock(30000);
   freeReplyObject(r);
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l; /* an explicit owner: the waiter thread takes it for us */
   CHECK_RC(dlock_lock_new(c, "shared", "main", &l), 0);
@@ -135,14 +127,13 @@ static void t_java_unlock_wakes_dlock_waiter(void) {
 }
 
 static void t_dlock_unlock_wakes_java_waiter(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "shared", NULL, &l), 0);
   CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
   /* A Redisson waiter: subscribes to the channel, tries, gets a TTL. */
-  redisContext *sub = th_redis_connect(&srv);
+  redisContext *sub = th_redis_connect(&th_srv);
   CHECK(sub != NULL);
   redisReply *r = redisCommand(sub, "SUBSCRIBE %s", CHANNEL);
   freeReplyObject(r);
@@ -170,8 +161,7 @@ static void t_dlock_unlock_wakes_java_waiter(void) {
 }
 
 static void t_java_renewal_of_dlock_hold(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "shared", NULL, &l), 0);
@@ -180,42 +170,42 @@ static void t_java_renewal_of_dlock_hold(void) {
   char owner[256];
   dlock_client_owner(c, owner, sizeof owner);
   /* The hold count is where Redisson's getHoldCount reads it. */
-  CHECK_EQ(th_cmd_int(&srv, "HGET shared %s", owner), 2);
-  CHECK_EQ(th_cmd_int(&srv, "EVAL %s 1 shared 60000 %s", REDISSON_RENEW, owner),
-           1);
-  CHECK(th_cmd_int(&srv, "PTTL shared") > 55000);
-  CHECK_EQ(th_cmd_int(&srv, "EVAL %s 1 shared 60000 %s", REDISSON_RENEW,
+  CHECK_EQ(th_cmd_int(&th_srv, "HGET shared %s", owner), 2);
+  CHECK_EQ(
+      th_cmd_int(&th_srv, "EVAL %s 1 shared 60000 %s", REDISSON_RENEW, owner),
+      1);
+  CHECK(th_cmd_int(&th_srv, "PTTL shared") > 55000);
+  CHECK_EQ(th_cmd_int(&th_srv, "EVAL %s 1 shared 60000 %s", REDISSON_RENEW,
                       JAVA_OWNER),
            0);
   /* Redisson's unlock script run for dlock's owner id decrements it; dlock's
    * own count stays authoritative for its owner (two holds to give back). */
-  redisReply *r = th_cmd(&srv, "EVAL %s 2 shared %s 0 30000 %s",
+  redisReply *r = th_cmd(&th_srv, "EVAL %s 2 shared %s 0 30000 %s",
                          REDISSON_UNLOCK, CHANNEL, owner);
   CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer == 0);
   freeReplyObject(r);
   CHECK_EQ(dlock_lock_release(l), 0);
-  CHECK_EQ(th_cmd_int(&srv, "HGET shared %s", owner), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "HGET shared %s", owner), 1);
   CHECK_EQ(dlock_lock_release(l), 1);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS shared"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS shared"), 0);
   dlock_lock_free(l);
   dlock_client_close(c);
 }
 
 static void t_mixed_contention(void) {
   /* Threads of dlock and a "Java" loop contend; the counter stays exact. */
-  setup();
-  redisReply *r = th_cmd(&srv, "SET mixed:counter 0");
+  redisReply *r = th_cmd(&th_srv, "SET mixed:counter 0");
   freeReplyObject(r);
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "shared", NULL, &l), 0);
-  redisContext *j = th_redis_connect(&srv);
+  redisContext *j = th_redis_connect(&th_srv);
   int java_done = 0, dlock_done = 0;
   while (java_done < 100 || dlock_done < 100) {
     if (dlock_done < 100 && dlock_lock_try_acquire(l, 0, 5000, NULL) == 0) {
-      long long v = th_cmd_int(&srv, "GET mixed:counter");
-      r = th_cmd(&srv, "SET mixed:counter %lld", v + 1);
+      long long v = th_cmd_int(&th_srv, "GET mixed:counter");
+      r = th_cmd(&th_srv, "SET mixed:counter %lld", v + 1);
       freeReplyObject(r);
       /* While dlock holds it, Redisson's script must be refused. */
       redisReply *jr = redisCommand(j, "EVAL %s 1 shared 5000 %s",
@@ -231,9 +221,9 @@ static void t_mixed_contention(void) {
       bool got = jr && jr->type == REDIS_REPLY_NIL;
       freeReplyObject(jr);
       if (got) {
-        CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, NULL), DLOCK_ELOCKED);
-        long long v = th_cmd_int(&srv, "GET mixed:counter");
-        r = th_cmd(&srv, "SET mixed:counter %lld", v + 1);
+        CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, NULL), DLOCK_EBUSY);
+        long long v = th_cmd_int(&th_srv, "GET mixed:counter");
+        r = th_cmd(&th_srv, "SET mixed:counter %lld", v + 1);
         freeReplyObject(r);
         jr = redisCommand(j, "EVAL %s 2 shared %s 0 5000 %s", REDISSON_UNLOCK,
                           CHANNEL, JAVA_OWNER);
@@ -243,13 +233,11 @@ static void t_mixed_contention(void) {
     }
   }
   redisFree(j);
-  CHECK_EQ(th_cmd_int(&srv, "GET mixed:counter"), 200);
+  CHECK_EQ(th_cmd_int(&th_srv, "GET mixed:counter"), 200);
   dlock_lock_free(l);
   dlock_client_close(c);
 }
 
-static void t_teardown(void) { th_redis_stop(&srv); }
-
 TH_MAIN(T(t_java_holds_dlock_excluded), T(t_java_unlock_wakes_dlock_waiter),
         T(t_dlock_unlock_wakes_java_waiter), T(t_java_renewal_of_dlock_hold),
-        T(t_mixed_contention), T(t_teardown))
+        T(t_mixed_contention))

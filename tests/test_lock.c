@@ -8,18 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static th_redis srv;
-
-static void setup(void) {
-  if (srv.pid == 0 && th_redis_start(&srv, NULL) != 0) {
-    fprintf(stderr, "cannot start redis-server\n");
-    exit(2);
-  }
-}
-
 static void t_acquire_release(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "t:basic", NULL, &l), 0);
@@ -33,14 +23,14 @@ static void t_acquire_release(void) {
   /* Redisson's layout: a hash, field "<uuid>:<thread>" = 1, with a lease. */
   char owner[256];
   CHECK(dlock_client_owner(c, owner, sizeof owner) > 0);
-  CHECK_EQ(th_cmd_int(&srv, "HGET t:basic %s", owner), 1);
-  long long pttl = th_cmd_int(&srv, "PTTL t:basic");
+  CHECK_EQ(th_cmd_int(&th_srv, "HGET t:basic %s", owner), 1);
+  long long pttl = th_cmd_int(&th_srv, "PTTL t:basic");
   CHECK(pttl > 9000 && pttl <= 10000);
   int64_t ttl;
   CHECK_RC(dlock_lock_remaining_ttl(l, &ttl), 0);
   CHECK(ttl > 9000 && ttl <= 10000);
   CHECK_EQ(dlock_lock_release(l), 1);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:basic"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS t:basic"), 0);
   CHECK_RC(dlock_lock_remaining_ttl(l, &ttl), 0);
   CHECK_EQ(ttl, -2);
   CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
@@ -49,8 +39,7 @@ static void t_acquire_release(void) {
 }
 
 static void t_reentrant(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "t:reent", NULL, &l), 0);
@@ -98,16 +87,15 @@ static void t_orphan_from_lost_reply(void) {
   /* An acquire whose reply was lost left the owner's field behind: the
    * owner's next acquire takes it afresh (new token, count 1) instead of
    * re-entering a hold nobody would release. */
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "t:orphan", NULL, &l), 0);
   char owner[256];
   dlock_client_owner(c, owner, sizeof owner);
-  redisReply *r = th_cmd(&srv, "HSET t:orphan %s 1", owner);
+  redisReply *r = th_cmd(&th_srv, "HSET t:orphan %s 1", owner);
   freeReplyObject(r);
-  r = th_cmd(&srv, "PEXPIRE t:orphan 30000");
+  r = th_cmd(&th_srv, "PEXPIRE t:orphan 30000");
   freeReplyObject(r);
   uint64_t before = 0, tok = 0;
   dlock_lock_current_token(l, &before);
@@ -115,7 +103,7 @@ static void t_orphan_from_lost_reply(void) {
   CHECK(tok > before);
   CHECK_EQ(dlock_lock_hold_count(l), 1);
   CHECK_EQ(dlock_lock_release(l), 1);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:orphan"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS t:orphan"), 0);
   dlock_lock_free(l);
   dlock_client_close(c);
 }
@@ -123,8 +111,7 @@ static void t_orphan_from_lost_reply(void) {
 static void t_handles_share_holds(void) {
   /* Two handles of one name in one thread are one owner: reentrant, as two
    * RLock objects of one name are in Redisson. */
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *a, *b;
   CHECK_RC(dlock_lock_new(c, "t:share", NULL, &a), 0);
@@ -142,8 +129,7 @@ static void t_handles_share_holds(void) {
 }
 
 static void t_inspect(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "t:inspect", NULL, &l), 0);
@@ -174,7 +160,7 @@ static void t_inspect(void) {
   CHECK_EQ(dlock_lock_release(l), 0);
   CHECK_EQ(dlock_lock_release(l), 1);
   /* The description goes away with the lock. */
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:inspect"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS t:inspect"), 0);
   int n = 0;
   CHECK_RC(dlock_lock_acquire(l, 5000, NULL), 0);
   CHECK(dlock_client_scan_locks(c, "t:insp*", count_names, &n) >= 1);
@@ -190,10 +176,9 @@ static int find_p(const char *name, void *ud) {
 }
 
 static void t_key_prefix(void) {
-  setup();
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = srv.url;
+  o.url = th_srv.url;
   o.key_prefix = "app1:";
   dlock_client *c = th_client_opts(&o);
   CHECK(c != NULL);
@@ -201,9 +186,10 @@ static void t_key_prefix(void) {
   CHECK_RC(dlock_lock_new(c, "p", NULL, &l), 0);
   uint64_t tok;
   CHECK_RC(dlock_lock_acquire(l, 5000, &tok), 0);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS app1:p"), 1);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS p"), 0);
-  CHECK_EQ(th_cmd_int(&srv, "GET redisson_lock_token:{app1:p}"), (long long)tok);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS app1:p"), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS p"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "GET redisson_lock_token:{app1:p}"),
+           (long long)tok);
   int n = 0;
   CHECK(dlock_client_scan_locks(c, "*", find_p, &n) >= 1);
   CHECK_EQ(n, 1); /* names come back without the prefix */
@@ -214,8 +200,7 @@ static void t_key_prefix(void) {
 }
 
 static void t_exclusion_between_threads(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "t:threads", NULL, &l), 0);
@@ -224,7 +209,7 @@ static void t_exclusion_between_threads(void) {
   pthread_t th;
   pthread_create(&th, NULL, try_in_thread, &a);
   pthread_join(th, NULL);
-  CHECK_RC(a.rc, DLOCK_ELOCKED);
+  CHECK_RC(a.rc, DLOCK_EBUSY);
   /* Another thread may not release it, and nothing changes in Redis. */
   pthread_create(&th, NULL, release_in_thread, &a);
   pthread_join(th, NULL);
@@ -236,35 +221,33 @@ static void t_exclusion_between_threads(void) {
 }
 
 static void t_explicit_owner(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "t:owner", "job-42", &l), 0);
   CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
   char field[300];
   snprintf(field, sizeof field, "%s:job-42", dlock_client_id(c));
-  CHECK_EQ(th_cmd_int(&srv, "HGET t:owner %s", field), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "HGET t:owner %s", field), 1);
   thr_arg a = {l, 0, 0};
   pthread_t th;
   pthread_create(&th, NULL, release_in_thread, &a);
   pthread_join(th, NULL);
   CHECK_EQ(a.rc, 1);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:owner"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS t:owner"), 0);
   dlock_lock_free(l);
   dlock_client_close(c);
 }
 
 static void t_lease_expiry(void) {
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:lease", NULL, &la), 0);
   CHECK_RC(dlock_lock_new(b, "t:lease", NULL, &lb), 0);
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_lock_try_acquire(la, 0, 300, NULL), 0);
-  CHECK_RC(dlock_lock_try_acquire(lb, 0, 300, NULL), DLOCK_ELOCKED);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 300, NULL), DLOCK_EBUSY);
   /* b waits: it gets the lock when a's lease runs out, not before. */
   CHECK_RC(dlock_lock_try_acquire(lb, 5000, 10000, NULL), 0);
   int64_t waited = th_now_ms() - t0;
@@ -281,8 +264,7 @@ static void t_lease_expiry(void) {
 }
 
 static void t_force_release(void) {
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:force", NULL, &la), 0);
@@ -310,7 +292,8 @@ static void *wait_and_take(void *p) {
 
 static bool has_subscriber(void *p) {
   (void)p;
-  redisReply *r = th_cmd(&srv, "PUBSUB NUMSUB redisson_lock__channel:{t:wake}");
+  redisReply *r =
+      th_cmd(&th_srv, "PUBSUB NUMSUB redisson_lock__channel:{t:wake}");
   bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
             r->element[1]->integer >= 1;
   if (r) freeReplyObject(r);
@@ -320,8 +303,7 @@ static bool has_subscriber(void *p) {
 static bool no_subscriber(void *p) { return !has_subscriber(p); }
 
 static void t_waiter_woken_by_unlock(void) {
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:wake", NULL, &la), 0);
@@ -347,7 +329,7 @@ static void t_waiter_woken_by_unlock(void) {
 }
 
 static int connections(void) {
-  redisReply *r = th_cmd(&srv, "CLIENT LIST");
+  redisReply *r = th_cmd(&th_srv, "CLIENT LIST");
   int n = 0;
   for (size_t i = 0; r && r->type == REDIS_REPLY_STRING && i < r->len; i++)
     n += r->str[i] == '\n';
@@ -358,12 +340,11 @@ static int connections(void) {
 static void t_backoff_wait_strategy(void) {
   /* wait_backoff_max_ms: no subscriber connection at all; a waiter polls
    * with a backoff doubling up to 32 ms, for the lock and the semaphore. */
-  setup();
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = srv.url;
+  o.url = th_srv.url;
   o.wait_backoff_max_ms = 32;
-  dlock_client *a = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0);
   CHECK(a != NULL);
   th_sleep_ms(100); /* a's subscriber connection is up */
   int before = connections();
@@ -394,7 +375,7 @@ static void t_backoff_wait_strategy(void) {
   CHECK_RC(dlock_semaphore_new(b, "t:spinsem", &s), 0);
   CHECK_EQ(dlock_semaphore_try_set_permits(s, 0), 1);
   int64_t t0 = th_now_ms();
-  CHECK_RC(dlock_semaphore_acquire(s, 1, 200), DLOCK_ELOCKED);
+  CHECK_RC(dlock_semaphore_try_acquire(s, 1, 200), DLOCK_EBUSY);
   CHECK(th_now_ms() - t0 >= 200);
   dlock_semaphore_free(s);
   dlock_lock_free(la);
@@ -404,15 +385,14 @@ static void t_backoff_wait_strategy(void) {
 }
 
 static void t_wait_timeout(void) {
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:wto", NULL, &la), 0);
   CHECK_RC(dlock_lock_new(b, "t:wto", NULL, &lb), 0);
   CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
   int64_t t0 = th_now_ms();
-  CHECK_RC(dlock_lock_try_acquire(lb, 300, 1000, NULL), DLOCK_ELOCKED);
+  CHECK_RC(dlock_lock_try_acquire(lb, 300, 1000, NULL), DLOCK_EBUSY);
   int64_t took = th_now_ms() - t0;
   CHECK(took >= 295 && took < 1500);
   CHECK(strstr(dlock_client_errmsg(b), "held by another") != NULL);
@@ -426,15 +406,14 @@ static void t_wait_timeout(void) {
 /* ---- the watchdog ---- */
 
 static void t_watchdog_keeps_lock(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 600); /* lease 600 ms, renew every 200 */
+  dlock_client *c = th_client(&th_srv, 600); /* lease 600 ms, renew every 200 */
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "t:wd", NULL, &l), 0);
   CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
   int64_t end = th_now_ms() + 3 * 600 + 300;
   while (th_now_ms() < end) {
-    long long pttl = th_cmd_int(&srv, "PTTL t:wd");
+    long long pttl = th_cmd_int(&th_srv, "PTTL t:wd");
     CHECK(pttl > 0);
     th_sleep_ms(50);
   }
@@ -443,7 +422,7 @@ static void t_watchdog_keeps_lock(void) {
   CHECK_EQ(dlock_lock_release(l), 1);
   /* Released: the watchdog must not bring it back. */
   th_sleep_ms(450);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:wd"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS t:wd"), 0);
   dlock_lock_free(l);
   dlock_client_close(c);
 }
@@ -464,9 +443,8 @@ static bool lost_called(void *p) {
 }
 
 static void t_watchdog_detects_loss(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 600);
-  dlock_client *other = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 600);
+  dlock_client *other = th_client(&th_srv, 0);
   CHECK(c && other);
   dlock_lock *l, *lo;
   CHECK_RC(dlock_lock_new(c, "t:loss", NULL, &l), 0);
@@ -497,8 +475,7 @@ static void t_watchdog_detects_loss(void) {
 /* ---- fencing tokens ---- */
 
 static void t_fencing_tokens_increase(void) {
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:fence", NULL, &la), 0);
@@ -523,19 +500,20 @@ static void t_fencing_tokens_increase(void) {
 }
 
 static bool counter_gone(void *key) {
-  return th_cmd_int(&srv, "EXISTS %s", (const char *)key) == 0;
+  return th_cmd_int(&th_srv, "EXISTS %s", (const char *)key) == 0;
 }
 
 static void t_token_counter_expires(void) {
   /* The counter does not outlive its lock forever: it expires a day after
    * its last token (the lease, if longer). After it expired, the next token
    * is still greater (restarted from the server clock in µs). */
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
-  dlock_lock *l, *r, *w;
+  dlock_lock *l;
+  dlock_rwlock *rw;
   CHECK_RC(dlock_lock_new(c, "t:fence-ttl", NULL, &l), 0);
-  CHECK_RC(dlock_rwlock_new(c, "t:fence-rw", NULL, &r, &w), 0);
+  CHECK_RC(dlock_rwlock_new(c, "t:fence-rw", NULL, &rw), 0);
+  dlock_lock *w = dlock_rwlock_write(rw);
   const char *keys[] = {"redisson_lock_token:{t:fence-ttl}",
                         "redisson_lock_token:{t:fence-rw}"};
   dlock_lock *locks[] = {l, w};
@@ -543,32 +521,31 @@ static void t_token_counter_expires(void) {
     uint64_t t1 = 0, t2 = 0, t3 = 0;
     CHECK_RC(dlock_lock_acquire(locks[i], 5000, &t1), 0);
     CHECK_EQ(dlock_lock_release(locks[i]), 1);
-    long long ttl = th_cmd_int(&srv, "PTTL %s", keys[i]);
+    long long ttl = th_cmd_int(&th_srv, "PTTL %s", keys[i]);
     CHECK(ttl > 86000000 && ttl <= 86400000);
     /* Incremented (not restarted): the lifetime is renewed. */
-    redisReply *x = th_cmd(&srv, "PEXPIRE %s 60000", keys[i]);
+    redisReply *x = th_cmd(&th_srv, "PEXPIRE %s 60000", keys[i]);
     freeReplyObject(x);
     CHECK_RC(dlock_lock_acquire(locks[i], 5000, &t2), 0);
     CHECK_EQ(dlock_lock_release(locks[i]), 1);
     CHECK(t2 == t1 + 1);
-    CHECK(th_cmd_int(&srv, "PTTL %s", keys[i]) > 86000000);
+    CHECK(th_cmd_int(&th_srv, "PTTL %s", keys[i]) > 86000000);
     /* Expired: restarted above every earlier token. */
-    x = th_cmd(&srv, "PEXPIRE %s 1", keys[i]);
+    x = th_cmd(&th_srv, "PEXPIRE %s 1", keys[i]);
     freeReplyObject(x);
     CHECK(th_wait_for(counter_gone, (void *)keys[i], 2000));
     CHECK_RC(dlock_lock_acquire(locks[i], 5000, &t3), 0);
     CHECK(t3 > t2);
     CHECK_EQ(dlock_lock_release(locks[i]), 1);
-    CHECK(th_cmd_int(&srv, "PTTL %s", keys[i]) > 86000000);
+    CHECK(th_cmd_int(&th_srv, "PTTL %s", keys[i]) > 86000000);
   }
   /* A lease longer than a day: the counter lives as long as the lease. */
   CHECK_RC(dlock_lock_acquire(l, 2LL * 86400000, NULL), 0);
-  CHECK(th_cmd_int(&srv, "PTTL redisson_lock_token:{t:fence-ttl}") >
+  CHECK(th_cmd_int(&th_srv, "PTTL redisson_lock_token:{t:fence-ttl}") >
         86400000);
   CHECK_EQ(dlock_lock_release(l), 1);
   dlock_lock_free(l);
-  dlock_lock_free(r);
-  dlock_lock_free(w);
+  dlock_rwlock_free(rw);
   dlock_client_close(c);
 }
 
@@ -580,7 +557,7 @@ static void t_token_counter_expires(void) {
 
 static void *counter_worker(void *p) {
   dlock_lock *l = p;
-  redisContext *rc = th_redis_connect(&srv);
+  redisContext *rc = th_redis_connect(&th_srv);
   for (int i = 0; i < ITERS; i++) {
     if (dlock_lock_acquire(l, 5000, NULL) != 0) _exit(3);
     redisReply *r = redisCommand(rc, "GET t:counter");
@@ -595,13 +572,12 @@ static void *counter_worker(void *p) {
 }
 
 static void t_mutual_exclusion_processes(void) {
-  setup();
-  th_cmd_int(&srv, "DEL t:counter");
+  th_cmd_int(&th_srv, "DEL t:counter");
   pid_t kids[PROCS];
   for (int p = 0; p < PROCS; p++) {
     kids[p] = fork();
     if (kids[p] == 0) {
-      dlock_client *c = th_client(&srv, 0);
+      dlock_client *c = th_client(&th_srv, 0);
       if (c == NULL) _exit(2);
       dlock_lock *l;
       if (dlock_lock_new(c, "t:mutex", NULL, &l) != 0) _exit(2);
@@ -619,18 +595,17 @@ static void t_mutual_exclusion_processes(void) {
     waitpid(kids[p], &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   }
-  CHECK_EQ(th_cmd_int(&srv, "GET t:counter"), PROCS * THREADS * ITERS);
+  CHECK_EQ(th_cmd_int(&th_srv, "GET t:counter"), PROCS * THREADS * ITERS);
 }
 
 /* ---- a SIGKILLed holder ---- */
 
 static void t_killed_holder_frees_after_lease(void) {
-  setup();
   int pipefd[2];
   CHECK(pipe(pipefd) == 0);
   pid_t kid = fork();
   if (kid == 0) {
-    dlock_client *c = th_client(&srv, 800); /* watchdog lease 800 ms */
+    dlock_client *c = th_client(&th_srv, 800); /* watchdog lease 800 ms */
     dlock_lock *l;
     if (!c || dlock_lock_new(c, "t:killed", NULL, &l) != 0 ||
         dlock_lock_acquire(l, 0, NULL) != 0)
@@ -644,11 +619,11 @@ static void t_killed_holder_frees_after_lease(void) {
   close(pipefd[0]);
   close(pipefd[1]);
   th_sleep_ms(1000); /* the watchdog renewed it meanwhile */
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:killed"), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS t:killed"), 1);
   kill(kid, SIGKILL);
   waitpid(kid, NULL, 0);
   int64_t killed = th_now_ms();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "t:killed", NULL, &l), 0);
@@ -667,7 +642,7 @@ static void t_killed_holder_frees_after_lease(void) {
 static dlock_client *polling_client(void) {
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = srv.url;
+  o.url = th_srv.url;
   o.wait_backoff_max_ms = 8;
   return th_client_opts(&o);
 }
@@ -681,7 +656,7 @@ static void *wait_long(void *p) {
 
 static bool handoff_reserved(void *p) {
   (void)p;
-  return th_cmd_int(&srv, "EXISTS dlock_handoff:{t:starve}") == 1;
+  return th_cmd_int(&th_srv, "EXISTS dlock_handoff:{t:starve}") == 1;
 }
 
 static void t_starving_waiter_reserves_handoff(void) {
@@ -689,8 +664,7 @@ static void t_starving_waiter_reserves_handoff(void) {
    * against a polling waiter. A waiter past the starvation threshold
    * reserves the hand-off: the holder's immediate retry fails and the
    * waiter gets the lock. */
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = polling_client();
+  dlock_client *a = th_client(&th_srv, 0), *b = polling_client();
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:starve", NULL, &la), 0);
@@ -700,14 +674,14 @@ static void t_starving_waiter_reserves_handoff(void) {
   pthread_t th;
   pthread_create(&th, NULL, wait_long, &w);
   CHECK(th_wait_for(handoff_reserved, NULL, 3000));
-  redisReply *r = th_cmd(&srv, "GET dlock_handoff:{t:starve}");
+  redisReply *r = th_cmd(&th_srv, "GET dlock_handoff:{t:starve}");
   CHECK(r && r->type == REDIS_REPLY_STRING && strstr(r->str, ":waiter"));
   freeReplyObject(r);
   CHECK_EQ(dlock_lock_release(la), 1);
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 30000, NULL), DLOCK_ELOCKED);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 30000, NULL), DLOCK_EBUSY);
   pthread_join(th, NULL);
   CHECK_RC(w.rc, 0);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_handoff:{t:starve}"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS dlock_handoff:{t:starve}"), 0);
   CHECK_EQ(dlock_lock_release(lb), 1);
   dlock_lock_free(la);
   dlock_lock_free(lb);
@@ -716,16 +690,15 @@ static void t_starving_waiter_reserves_handoff(void) {
 }
 
 static void t_reservation_dropped_on_give_up(void) {
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = polling_client();
+  dlock_client *a = th_client(&th_srv, 0), *b = polling_client();
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:giveup", NULL, &la), 0);
   CHECK_RC(dlock_lock_new(b, "t:giveup", NULL, &lb), 0);
   CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
   /* b waits past the threshold (so it reserves), then gives up. */
-  CHECK_RC(dlock_lock_try_acquire(lb, 200, 10000, NULL), DLOCK_ELOCKED);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_handoff:{t:giveup}"), 0);
+  CHECK_RC(dlock_lock_try_acquire(lb, 200, 10000, NULL), DLOCK_EBUSY);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS dlock_handoff:{t:giveup}"), 0);
   CHECK_EQ(dlock_lock_release(la), 1);
   CHECK_RC(dlock_lock_try_acquire(la, 0, 1000, NULL), 0); /* not reserved */
   CHECK_EQ(dlock_lock_release(la), 1);
@@ -736,14 +709,14 @@ static void t_reservation_dropped_on_give_up(void) {
 }
 
 static void t_dead_waiters_reservation_expires(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "t:deadres", NULL, &l), 0);
-  redisReply *r = th_cmd(&srv, "SET dlock_handoff:{t:deadres} gone:1 PX 400");
+  redisReply *r =
+      th_cmd(&th_srv, "SET dlock_handoff:{t:deadres} gone:1 PX 400");
   freeReplyObject(r);
-  CHECK_RC(dlock_lock_try_acquire(l, 0, 1000, NULL), DLOCK_ELOCKED);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 1000, NULL), DLOCK_EBUSY);
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_lock_try_acquire(l, 3000, 1000, NULL), 0);
   int64_t waited = th_now_ms() - t0;
@@ -784,8 +757,7 @@ static void t_release_hands_over(void) {
   /* The waiter is queued and listening: the release itself makes it the
    * owner, with its lease and the next token, before it even wakes; the
    * releaser's immediate retry is refused. */
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:grant", NULL, &la), 0);
@@ -796,28 +768,28 @@ static void t_release_hands_over(void) {
   grant_arg g = {lb, -100, 0, &order, -1, true};
   pthread_t th;
   pthread_create(&th, NULL, wait_grant, &g);
-  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:grant}", 1, 3000));
+  CHECK(th_wait_llen(&th_srv, "dlock_lock_queue:{t:grant}", 1, 3000));
   char field[256];
   snprintf(field, sizeof field, "%s:next", dlock_client_id(b));
-  CHECK_EQ(th_cmd_int(&srv, "HEXISTS t:grant %s", field), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "HEXISTS t:grant %s", field), 0);
   dlock_lock_state st;
   CHECK_RC(dlock_lock_inspect(la, &st), 0);
   CHECK_EQ(st.queued, 1);
   CHECK_EQ(dlock_lock_release(la), 1);
   /* Granted by the release script, not by a later acquire of b's. */
-  CHECK_EQ(th_cmd_int(&srv, "HEXISTS t:grant %s", field), 1);
-  long long pttl = th_cmd_int(&srv, "PTTL t:grant");
+  CHECK_EQ(th_cmd_int(&th_srv, "HEXISTS t:grant %s", field), 1);
+  long long pttl = th_cmd_int(&th_srv, "PTTL t:grant");
   CHECK(pttl > 5000 && pttl <= 10000); /* b's lease, not a's */
   /* The token the grant took keeps the counter's lifetime (a day). */
-  CHECK(th_cmd_int(&srv, "PTTL redisson_lock_token:{t:grant}") > 86000000);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_queue:{t:grant}"), 0);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_waiters:{t:grant}"), 0);
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 30000, NULL), DLOCK_ELOCKED);
+  CHECK(th_cmd_int(&th_srv, "PTTL redisson_lock_token:{t:grant}") > 86000000);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS dlock_lock_queue:{t:grant}"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS dlock_lock_waiters:{t:grant}"), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 30000, NULL), DLOCK_EBUSY);
   pthread_join(th, NULL);
   CHECK_RC(g.rc, 0);
   CHECK(g.token > t1);
   CHECK_EQ(dlock_lock_release(lb), 1);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:grant"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS t:grant"), 0);
   dlock_lock_free(la);
   dlock_lock_free(lb);
   dlock_client_close(a);
@@ -827,8 +799,7 @@ static void t_release_hands_over(void) {
 static void t_hand_overs_in_order(void) {
   /* Three waiters of three processes' worth of clients, queued one after
    * the other, get the lock in that order. */
-  setup();
-  dlock_client *a = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0);
   CHECK(a != NULL);
   dlock_lock *la;
   CHECK_RC(dlock_lock_new(a, "t:order", NULL, &la), 0);
@@ -839,12 +810,12 @@ static void t_hand_overs_in_order(void) {
   pthread_t th[3];
   int order = 0;
   for (int i = 0; i < 3; i++) {
-    w[i] = th_client(&srv, 0);
+    w[i] = th_client(&th_srv, 0);
     CHECK(w[i] != NULL);
     CHECK_RC(dlock_lock_new(w[i], "t:order", NULL, &lw[i]), 0);
     g[i] = (grant_arg){lw[i], -100, 0, &order, -1, false};
     pthread_create(&th[i], NULL, wait_grant, &g[i]);
-    CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:order}", i + 1, 3000));
+    CHECK(th_wait_llen(&th_srv, "dlock_lock_queue:{t:order}", i + 1, 3000));
   }
   CHECK_EQ(dlock_lock_release(la), 1);
   for (int i = 0; i < 3; i++) {
@@ -865,43 +836,42 @@ static void t_dead_or_deaf_waiters_skipped(void) {
   /* A queued waiter nobody listens for (its process died) and one whose
    * last attempt is too old (hung, though its channel is heard) are
    * dropped; the lock is freed as usual. */
-  setup();
-  dlock_client *a = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0);
   CHECK(a != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(a, "t:deaf", NULL, &l), 0);
   CHECK_RC(dlock_lock_acquire(l, 30000, NULL), 0);
-  redisReply *r = th_cmd(&srv, "RPUSH dlock_lock_queue:{t:deaf} gone hung");
+  redisReply *r = th_cmd(&th_srv, "RPUSH dlock_lock_queue:{t:deaf} gone hung");
   freeReplyObject(r);
-  r = th_cmd(&srv, "HSET dlock_lock_waiters:{t:deaf} gone 99999999999999:30000: "
-                   "hung 1:30000:");
+  r = th_cmd(&th_srv,
+             "HSET dlock_lock_waiters:{t:deaf} gone 99999999999999:30000: "
+             "hung 1:30000:");
   freeReplyObject(r);
-  redisContext *sub = th_redis_connect(&srv);
+  redisContext *sub = th_redis_connect(&th_srv);
   CHECK(sub != NULL);
   r = redisCommand(sub, "SUBSCRIBE redisson_lock__channel:{t:deaf}:hung");
   freeReplyObject(r);
   CHECK_EQ(dlock_lock_release(l), 1);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:deaf"), 0);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_queue:{t:deaf}"), 0);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_waiters:{t:deaf}"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS t:deaf"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS dlock_lock_queue:{t:deaf}"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS dlock_lock_waiters:{t:deaf}"), 0);
   redisFree(sub);
   dlock_lock_free(l);
   dlock_client_close(a);
 }
 
 static void t_waiter_gives_up_leaves_queue(void) {
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:leave", NULL, &la), 0);
   CHECK_RC(dlock_lock_new(b, "t:leave", NULL, &lb), 0);
   CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
-  CHECK_RC(dlock_lock_try_acquire(lb, 150, 10000, NULL), DLOCK_ELOCKED);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_queue:{t:leave}"), 0);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS dlock_lock_waiters:{t:leave}"), 0);
+  CHECK_RC(dlock_lock_try_acquire(lb, 150, 10000, NULL), DLOCK_EBUSY);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS dlock_lock_queue:{t:leave}"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS dlock_lock_waiters:{t:leave}"), 0);
   CHECK_EQ(dlock_lock_release(la), 1);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:leave"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS t:leave"), 0);
   dlock_lock_free(la);
   dlock_lock_free(lb);
   dlock_client_close(a);
@@ -911,8 +881,7 @@ static void t_waiter_gives_up_leaves_queue(void) {
 static void t_lost_grant_taken_at_next_attempt(void) {
   /* The grant message never arrives (here: the lock is made b's by hand):
    * b's next attempt, its heartbeat, finds itself the owner and takes it. */
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:lost", NULL, &la), 0);
@@ -922,16 +891,16 @@ static void t_lost_grant_taken_at_next_attempt(void) {
   grant_arg g = {lb, -100, 0, &order, -1, false};
   pthread_t th;
   pthread_create(&th, NULL, wait_grant, &g);
-  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:lost}", 1, 3000));
-  redisReply *r = th_cmd(&srv, "DEL t:lost");
+  CHECK(th_wait_llen(&th_srv, "dlock_lock_queue:{t:lost}", 1, 3000));
+  redisReply *r = th_cmd(&th_srv, "DEL t:lost");
   freeReplyObject(r);
-  r = th_cmd(&srv, "HSET t:lost %s:me 1", dlock_client_id(b));
+  r = th_cmd(&th_srv, "HSET t:lost %s:me 1", dlock_client_id(b));
   freeReplyObject(r);
-  r = th_cmd(&srv, "PEXPIRE t:lost 30000");
+  r = th_cmd(&th_srv, "PEXPIRE t:lost 30000");
   freeReplyObject(r);
   pthread_join(th, NULL); /* b's heartbeat: within 2 s */
   CHECK_RC(g.rc, 0);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:lost"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS t:lost"), 0);
   dlock_lock_free(la);
   dlock_lock_free(lb);
   dlock_client_close(a);
@@ -940,15 +909,14 @@ static void t_lost_grant_taken_at_next_attempt(void) {
 
 static bool reserved_for(void *p) {
   (void)p;
-  return th_cmd_int(&srv, "EXISTS dlock_handoff:{t:mixq}") == 1;
+  return th_cmd_int(&th_srv, "EXISTS dlock_handoff:{t:mixq}") == 1;
 }
 
 static void t_reservation_beats_queue(void) {
   /* A waiter that cannot queue (it polls) and starved reserved the next
    * hand-off: the release frees the lock for it rather than grant it to
    * the queue, and the queued waiter gets it next. */
-  setup();
-  dlock_client *a = th_client(&srv, 0), *q = th_client(&srv, 0),
+  dlock_client *a = th_client(&th_srv, 0), *q = th_client(&th_srv, 0),
                *p = polling_client();
   CHECK(a && q && p);
   dlock_lock *la, *lq, *lp;
@@ -961,13 +929,13 @@ static void t_reservation_beats_queue(void) {
   grant_arg gp = {lp, -100, 0, &order, -1, false};
   pthread_t tq, tp;
   pthread_create(&tq, NULL, wait_grant, &gq);
-  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:mixq}", 1, 3000));
+  CHECK(th_wait_llen(&th_srv, "dlock_lock_queue:{t:mixq}", 1, 3000));
   pthread_create(&tp, NULL, wait_grant, &gp);
   CHECK(th_wait_for(reserved_for, NULL, 3000));
   CHECK_EQ(dlock_lock_release(la), 1);
   char field[256];
   snprintf(field, sizeof field, "%s:queued", dlock_client_id(q));
-  CHECK_EQ(th_cmd_int(&srv, "HEXISTS t:mixq %s", field), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "HEXISTS t:mixq %s", field), 0);
   pthread_join(tp, NULL);
   pthread_join(tq, NULL);
   CHECK_RC(gp.rc, 0);
@@ -982,13 +950,11 @@ static void t_reservation_beats_queue(void) {
   dlock_client_close(p);
 }
 
-
 static void t_channels_linger(void) {
   /* A waiter's channels stay subscribed for a while after its wait: its
    * next wait on the lock needs no SUBSCRIBE, and its first attempt joins
    * the hand-off queue (one attempt, not two). Then they are dropped. */
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:linger", NULL, &la), 0);
@@ -998,25 +964,27 @@ static void t_channels_linger(void) {
            dlock_client_id(b));
   for (int round = 0; round < 2; round++) {
     CHECK_RC(dlock_lock_acquire(la, 30000, NULL), 0);
-    if (round == 1) freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+    if (round == 1) freeReplyObject(th_cmd(&th_srv, "CONFIG RESETSTAT"));
     int order = 0;
     grant_arg g = {lb, -100, 0, &order, -1, true};
     pthread_t th;
     pthread_create(&th, NULL, wait_grant, &g);
-    CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:linger}", 1, 3000));
+    CHECK(th_wait_llen(&th_srv, "dlock_lock_queue:{t:linger}", 1, 3000));
     CHECK_EQ(dlock_lock_release(la), 1);
     pthread_join(th, NULL);
     CHECK_RC(g.rc, 0);
     if (round == 1) {
-      CHECK_EQ(th_calls(&srv, "subscribe"), 0);
-      CHECK_EQ(th_calls(&srv, "evalsha"), 2); /* b's one attempt, a's release */
+      CHECK_EQ(th_calls(&th_srv, "subscribe"), 0);
+      CHECK_EQ(th_calls(&th_srv, "evalsha"),
+               2); /* b's one attempt, a's release */
     }
-    CHECK(th_wait_subscribed(&srv, gch, 0));
-    CHECK(th_wait_subscribed(&srv, "redisson_lock__channel:{t:linger}", 0));
+    CHECK(th_wait_subscribed(&th_srv, gch, 0));
+    CHECK(th_wait_subscribed(&th_srv, "redisson_lock__channel:{t:linger}", 0));
     CHECK_EQ(dlock_lock_release(lb), 1);
   }
-  CHECK(th_wait_unsubscribed(&srv, gch, 5000));
-  CHECK(th_wait_unsubscribed(&srv, "redisson_lock__channel:{t:linger}", 5000));
+  CHECK(th_wait_unsubscribed(&th_srv, gch, 5000));
+  CHECK(
+      th_wait_unsubscribed(&th_srv, "redisson_lock__channel:{t:linger}", 5000));
   dlock_lock_free(la);
   dlock_lock_free(lb);
   dlock_client_close(a);
@@ -1028,8 +996,7 @@ static void t_contended_release_pings_first(void) {
    * PING, so that the server writes the grant before the release's reply;
    * the PING's reply is dropped and the release still reads its own. A
    * handle that took its lock at once sends no PING. */
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:pingfirst", "a", &la), 0);
@@ -1039,21 +1006,21 @@ static void t_contended_release_pings_first(void) {
   grant_arg gb = {lb, -100, 0, &order, -1, true};
   pthread_t th;
   pthread_create(&th, NULL, wait_grant, &gb);
-  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:pingfirst}", 1, 3000));
-  freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+  CHECK(th_wait_llen(&th_srv, "dlock_lock_queue:{t:pingfirst}", 1, 3000));
+  freeReplyObject(th_cmd(&th_srv, "CONFIG RESETSTAT"));
   CHECK_EQ(dlock_lock_release(la), 1); /* la took it at once: no PING */
   pthread_join(th, NULL);
   CHECK_RC(gb.rc, 0);
-  CHECK_EQ(th_calls(&srv, "ping"), 0);
+  CHECK_EQ(th_calls(&th_srv, "ping"), 0);
   /* Now lb holds it after a wait, and la waits. */
   grant_arg ga = {la, -100, 0, &order, -1, true};
   pthread_create(&th, NULL, wait_grant, &ga);
-  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:pingfirst}", 1, 3000));
-  freeReplyObject(th_cmd(&srv, "CONFIG RESETSTAT"));
+  CHECK(th_wait_llen(&th_srv, "dlock_lock_queue:{t:pingfirst}", 1, 3000));
+  freeReplyObject(th_cmd(&th_srv, "CONFIG RESETSTAT"));
   CHECK_EQ(dlock_lock_release(lb), 1);
   pthread_join(th, NULL);
   CHECK_RC(ga.rc, 0);
-  CHECK_EQ(th_calls(&srv, "ping"), 1);
+  CHECK_EQ(th_calls(&th_srv, "ping"), 1);
   CHECK(ga.token > gb.token); /* the grant came with the next token */
   CHECK_EQ(dlock_lock_release(la), 1);
   dlock_lock_free(la);
@@ -1067,12 +1034,11 @@ static void t_unheard_give_up_is_deaf(void) {
    * server is paused): its grant channel is dropped at once rather than
    * left to linger, so the release skips it instead of granting the lock
    * to a thread that no longer waits. */
-  setup();
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = srv.url;
+  o.url = th_srv.url;
   o.command_timeout_ms = 200;
-  dlock_client *a = th_client(&srv, 0), *b = th_client_opts(&o);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client_opts(&o);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "t:deaf", NULL, &la), 0);
@@ -1085,24 +1051,22 @@ static void t_unheard_give_up_is_deaf(void) {
   grant_arg g = {lb, -100, 0, &order, -1, false};
   pthread_t th;
   pthread_create(&th, NULL, give_up_soon, &g);
-  CHECK(th_wait_llen(&srv, "dlock_lock_queue:{t:deaf}", 1, 3000));
-  freeReplyObject(th_cmd(&srv, "CLIENT PAUSE 2000 WRITE"));
+  CHECK(th_wait_llen(&th_srv, "dlock_lock_queue:{t:deaf}", 1, 3000));
+  freeReplyObject(th_cmd(&th_srv, "CLIENT PAUSE 2000 WRITE"));
   pthread_join(th, NULL);
   /* Its last attempt, at the deadline, may have timed out too. */
-  CHECK(g.rc == DLOCK_ELOCKED || g.rc == DLOCK_ETIMEDOUT);
+  CHECK(g.rc == DLOCK_EBUSY || g.rc == DLOCK_ETIMEDOUT);
   /* Well within the time a channel lingers (a second or more). */
-  CHECK(th_wait_unsubscribed(&srv, gch, 300));
-  freeReplyObject(th_cmd(&srv, "CLIENT UNPAUSE"));
-  CHECK_EQ(th_cmd_int(&srv, "LLEN dlock_lock_queue:{t:deaf}"), 1);
+  CHECK(th_wait_unsubscribed(&th_srv, gch, 300));
+  freeReplyObject(th_cmd(&th_srv, "CLIENT UNPAUSE"));
+  CHECK_EQ(th_cmd_int(&th_srv, "LLEN dlock_lock_queue:{t:deaf}"), 1);
   CHECK_EQ(dlock_lock_release(la), 1);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS t:deaf"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS t:deaf"), 0);
   dlock_lock_free(la);
   dlock_lock_free(lb);
   dlock_client_close(a);
   dlock_client_close(b);
 }
-
-static void t_teardown(void) { th_redis_stop(&srv); }
 
 TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
         T(t_handles_share_holds), T(t_inspect), T(t_key_prefix),
@@ -1110,8 +1074,8 @@ TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
         T(t_force_release), T(t_waiter_woken_by_unlock),
         T(t_backoff_wait_strategy), T(t_wait_timeout), T(t_watchdog_keeps_lock),
         T(t_watchdog_detects_loss), T(t_fencing_tokens_increase),
-        T(t_token_counter_expires),
-        T(t_mutual_exclusion_processes), T(t_killed_holder_frees_after_lease),
+        T(t_token_counter_expires), T(t_mutual_exclusion_processes),
+        T(t_killed_holder_frees_after_lease),
         T(t_starving_waiter_reserves_handoff),
         T(t_reservation_dropped_on_give_up),
         T(t_dead_waiters_reservation_expires), T(t_release_hands_over),
@@ -1119,4 +1083,4 @@ TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
         T(t_waiter_gives_up_leaves_queue),
         T(t_lost_grant_taken_at_next_attempt), T(t_reservation_beats_queue),
         T(t_channels_linger), T(t_unheard_give_up_is_deaf),
-        T(t_contended_release_pings_first), T(t_teardown))
+        T(t_contended_release_pings_first))

@@ -6,15 +6,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-static th_redis srv;
-
-static void setup(void) {
-  if (srv.pid == 0 && th_redis_start(&srv, NULL) != 0) {
-    fprintf(stderr, "cannot start redis-server\n");
-    exit(2);
-  }
-}
-
 /* ---- the lost callbacks, with the instant they were called ---- */
 static atomic_int lost_calls;
 static _Atomic int64_t lost_at;
@@ -48,13 +39,12 @@ static void reset_lost(void) {
 /* ---- force release deletes a lock of the kind asked for, nothing else ---- */
 
 static void t_force_release_refuses_other_types(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 0);
+  dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
-  freeReplyObject(th_cmd(&srv, "SET f:string 42"));
-  freeReplyObject(th_cmd(&srv, "RPUSH f:list a b"));
-  freeReplyObject(th_cmd(&srv, "HSET f:apphash name alice age 30"));
-  freeReplyObject(th_cmd(&srv, "ZADD f:zset 1 a"));
+  freeReplyObject(th_cmd(&th_srv, "SET f:string 42"));
+  freeReplyObject(th_cmd(&th_srv, "RPUSH f:list a b"));
+  freeReplyObject(th_cmd(&th_srv, "HSET f:apphash name alice age 30"));
+  freeReplyObject(th_cmd(&th_srv, "ZADD f:zset 1 a"));
   const char *names[] = {"f:string", "f:list", "f:apphash", "f:zset"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     dlock_lock *l;
@@ -63,9 +53,9 @@ static void t_force_release_refuses_other_types(void) {
     dlock_lock_free(l);
     CHECK_RC(rc, DLOCK_EWRONGTYPE);
     CHECK(strstr(dlock_client_errmsg(c), "nothing deleted") != NULL);
-    CHECK_EQ(th_cmd_int(&srv, "EXISTS %s", names[i]), 1);
+    CHECK_EQ(th_cmd_int(&th_srv, "EXISTS %s", names[i]), 1);
   }
-  CHECK_EQ(th_cmd_int(&srv, "HLEN f:apphash"), 2);
+  CHECK_EQ(th_cmd_int(&th_srv, "HLEN f:apphash"), 2);
   /* A semaphore's count is a string too: left alone. */
   dlock_semaphore *s;
   CHECK_RC(dlock_semaphore_new(c, "f:sem", &s), 0);
@@ -80,27 +70,27 @@ static void t_force_release_refuses_other_types(void) {
 }
 
 static void t_force_release_kind_must_match(void) {
-  setup();
-  dlock_client *a = th_client(&srv, 0), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
   /* A plain lock is not deleted through a read-write lock's handle ... */
-  dlock_lock *plain, *rd, *wr, *brd, *bwr, *bplain;
+  dlock_lock *plain, *rd, *bplain;
+  dlock_rwlock *arw, *brw, *brw2;
   CHECK_RC(dlock_lock_new(a, "f:plain", NULL, &plain), 0);
   CHECK_RC(dlock_lock_try_acquire(plain, 0, 10000, NULL), 0);
-  CHECK_RC(dlock_rwlock_new(b, "f:plain", NULL, &brd, &bwr), 0);
-  CHECK_RC(dlock_lock_force_release(bwr), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_rwlock_new(b, "f:plain", NULL, &brw), 0);
+  CHECK_RC(dlock_lock_force_release(dlock_rwlock_write(brw)), DLOCK_EWRONGTYPE);
   CHECK_EQ(dlock_lock_is_held(plain), 1);
   /* ... nor a read-write lock through a plain one. */
-  CHECK_RC(dlock_rwlock_new(a, "f:rw", NULL, &rd, &wr), 0);
+  CHECK_RC(dlock_rwlock_new(a, "f:rw", NULL, &arw), 0);
+  rd = dlock_rwlock_read(arw);
   CHECK_RC(dlock_lock_try_acquire(rd, 0, 10000, NULL), 0);
   CHECK_RC(dlock_lock_new(b, "f:rw", NULL, &bplain), 0);
   CHECK_RC(dlock_lock_force_release(bplain), DLOCK_EWRONGTYPE);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:rw"), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS f:rw"), 1);
   /* Each through its own kind. */
-  dlock_lock *brd2, *bwr2;
-  CHECK_RC(dlock_rwlock_new(b, "f:rw", NULL, &brd2, &bwr2), 0);
-  CHECK_EQ(dlock_lock_force_release(brd2), 1);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS f:rw"), 0);
+  CHECK_RC(dlock_rwlock_new(b, "f:rw", NULL, &brw2), 0);
+  CHECK_EQ(dlock_lock_force_release(dlock_rwlock_read(brw2)), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS f:rw"), 0);
   dlock_lock *bp2;
   CHECK_RC(dlock_lock_new(b, "f:plain", NULL, &bp2), 0);
   CHECK_EQ(dlock_lock_force_release(bp2), 1);
@@ -108,13 +98,10 @@ static void t_force_release_kind_must_match(void) {
   dlock_lock_release(plain);
   dlock_lock_release(rd);
   dlock_lock_free(plain);
-  dlock_lock_free(rd);
-  dlock_lock_free(wr);
-  dlock_lock_free(brd);
-  dlock_lock_free(bwr);
+  dlock_rwlock_free(arw);
+  dlock_rwlock_free(brw);
   dlock_lock_free(bplain);
-  dlock_lock_free(brd2);
-  dlock_lock_free(bwr2);
+  dlock_rwlock_free(brw2);
   dlock_lock_free(bp2);
   dlock_client_close(a);
   dlock_client_close(b);
@@ -126,10 +113,9 @@ static void t_force_release_kind_must_match(void) {
  * 10 s later, so a callback within a second can only come from the
  * revocation. */
 static void t_force_release_heard_at_once(void) {
-  setup();
-  dlock_client *a = th_client(&srv, 30000), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 30000), *b = th_client(&th_srv, 0);
   CHECK(a && b);
-  CHECK(th_wait_subscribed(&srv, "dlock_revoke", 2000));
+  CHECK(th_wait_subscribed(&th_srv, "dlock_revoke", 2000));
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "f:heard", NULL, &la), 0);
   CHECK_RC(dlock_lock_new(b, "f:heard", NULL, &lb), 0);
@@ -166,10 +152,9 @@ static bool checked(void *p) {
 /* A revocation names a key, not a hold: a holder of another lock, or the
  * new holder of the same name, is checked and keeps its lock. */
 static void t_revocation_spares_other_holds(void) {
-  setup();
-  dlock_client *a = th_client(&srv, 30000), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 30000), *b = th_client(&th_srv, 0);
   CHECK(a && b);
-  CHECK(th_wait_subscribed(&srv, "dlock_revoke", 2000));
+  CHECK(th_wait_subscribed(&th_srv, "dlock_revoke", 2000));
   dlock_lock *keep, *lb;
   CHECK_RC(dlock_lock_new(a, "f:keep", NULL, &keep), 0);
   dlock_lock_on_lost(keep, on_lost, NULL);
@@ -182,7 +167,7 @@ static void t_revocation_spares_other_holds(void) {
   CHECK_RC(dlock_client_stats_get(a, &st), 0);
   check_calls_before = st.renewal_calls;
   check_client = a;
-  CHECK(th_cmd_int(&srv, "PUBLISH dlock_revoke f:keep") >= 1);
+  CHECK(th_cmd_int(&th_srv, "PUBLISH dlock_revoke f:keep") >= 1);
   CHECK(th_wait_for(checked, NULL, 2000));
   CHECK_RC(dlock_lock_new(b, "f:other", NULL, &lb), 0);
   CHECK_RC(dlock_lock_acquire(lb, 0, NULL), 0);
@@ -198,10 +183,9 @@ static void t_revocation_spares_other_holds(void) {
 }
 
 static void t_permit_force_release_heard(void) {
-  setup();
-  dlock_client *a = th_client(&srv, 30000), *b = th_client(&srv, 0);
+  dlock_client *a = th_client(&th_srv, 30000), *b = th_client(&th_srv, 0);
   CHECK(a && b);
-  CHECK(th_wait_subscribed(&srv, "dlock_revoke", 2000));
+  CHECK(th_wait_subscribed(&th_srv, "dlock_revoke", 2000));
   dlock_permits *pa, *pb;
   CHECK_RC(dlock_permits_new(a, "f:permits", &pa), 0);
   CHECK_RC(dlock_permits_new(b, "f:permits", &pb), 0);
@@ -209,7 +193,7 @@ static void t_permit_force_release_heard(void) {
   dlock_permits_on_lost(pa, on_permit_lost, NULL);
   reset_lost();
   char id[DLOCK_PERMIT_ID_LEN];
-  CHECK_RC(dlock_permits_acquire(pa, 0, 0, id), 0);
+  CHECK_RC(dlock_permits_try_acquire(pa, 0, 0, id), 0);
   CHECK_RC(dlock_permits_force_release(pb, "00000000000000000000000000000000"),
            0);
   CHECK_RC(dlock_permits_force_release(pb, "nothex"), DLOCK_EINVAL);
@@ -228,8 +212,7 @@ static void t_permit_force_release_heard(void) {
 /* ---- a fixed lease that runs out is reported at that instant ---- */
 
 static void t_fixed_lease_lost_on_time(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 30000);
+  dlock_client *c = th_client(&th_srv, 30000);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "f:fixed", NULL, &l), 0);
@@ -258,8 +241,7 @@ static void t_fixed_lease_lost_on_time(void) {
 }
 
 static void t_fixed_lease_permit_lost_on_time(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 30000);
+  dlock_client *c = th_client(&th_srv, 30000);
   CHECK(c != NULL);
   dlock_permits *p;
   CHECK_RC(dlock_permits_new(c, "f:fixedp", &p), 0);
@@ -268,7 +250,7 @@ static void t_fixed_lease_permit_lost_on_time(void) {
   reset_lost();
   char id[DLOCK_PERMIT_ID_LEN];
   int64_t t0 = th_now_ms();
-  CHECK_RC(dlock_permits_acquire(p, 0, 300, id), 0);
+  CHECK_RC(dlock_permits_try_acquire(p, 0, 300, id), 0);
   CHECK(th_wait_for(lost_called, NULL, 3000));
   int64_t at = atomic_load(&lost_at) - t0;
   CHECK(at >= 290 && at < 300 + 150);
@@ -280,8 +262,7 @@ static void t_fixed_lease_permit_lost_on_time(void) {
 /* A fixed hold re-entered with the watchdog's lease becomes renewed: it is
  * not reported lost when the first lease would have run out. */
 static void t_reentered_fixed_becomes_renewed(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 600);
+  dlock_client *c = th_client(&th_srv, 600);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "f:upgrade", NULL, &l), 0);
@@ -300,14 +281,11 @@ static void t_reentered_fixed_becomes_renewed(void) {
 
 /* ---- keyspace events: a DEL by anyone is heard where they are on ---- */
 
+/* On a server started with --notify-keyspace-events `flags`. */
 static void keyspace_case(const char *flags, const char *name) {
-  th_redis ks = {0};
-  char extra[64];
-  snprintf(extra, sizeof extra, "--notify-keyspace-events %s", flags);
-  CHECK(th_redis_start(&ks, extra) == 0);
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = ks.url;
+  o.url = th_srv.url;
   o.watchdog_timeout_ms = 30000;
   o.key_prefix = "app:";
   dlock_client *c = th_client_opts(&o);
@@ -320,10 +298,10 @@ static void keyspace_case(const char *flags, const char *name) {
   /* The subscriptions are made at open without waiting: wait for them. */
   redisReply *r = NULL;
   for (int i = 0; i < 500; i++) {
-    r = th_cmd(&ks, "PUBSUB NUMPAT");
+    r = th_cmd(&th_srv, "PUBSUB NUMPAT");
     long long pats = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
     freeReplyObject(r);
-    r = th_cmd(&ks, "PUBSUB NUMSUB __keyevent@0__:del");
+    r = th_cmd(&th_srv, "PUBSUB NUMSUB __keyevent@0__:del");
     long long subs = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2
                          ? r->element[1]->integer
                          : 0;
@@ -332,12 +310,11 @@ static void keyspace_case(const char *flags, const char *name) {
     th_sleep_ms(5);
   }
   int64_t t0 = th_now_ms();
-  CHECK_EQ(th_cmd_int(&ks, "DEL app:%s", name), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "DEL app:%s", name), 1);
   bool heard = th_wait_for(lost_called, NULL, 2000);
   int64_t took = atomic_load(&lost_at) - t0;
   dlock_lock_free(l);
   dlock_client_close(c);
-  th_redis_stop(&ks);
   CHECK(heard);
   fprintf(stderr, "    DEL heard (%s) after %lld ms\n", flags,
           (long long)took);
@@ -349,26 +326,24 @@ static void t_keyspace_del_heard(void) { keyspace_case("Kgx", "k:space"); }
 
 /* Without keyspace events a DEL is found by the next renewal (lease/3). */
 static void t_del_without_events_found_by_renewal(void) {
-  setup();
-  dlock_client *c = th_client(&srv, 900);
+  dlock_client *c = th_client(&th_srv, 900);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "f:del", NULL, &l), 0);
   dlock_lock_on_lost(l, on_lost, NULL);
   reset_lost();
   CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
-  CHECK_EQ(th_cmd_int(&srv, "DEL f:del"), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "DEL f:del"), 1);
   CHECK(th_wait_for(lost_called, NULL, 2000));
   dlock_lock_free(l);
   dlock_client_close(c);
 }
 
-static void t_teardown(void) { th_redis_stop(&srv); }
-
 TH_MAIN(T(t_force_release_refuses_other_types),
         T(t_force_release_kind_must_match), T(t_force_release_heard_at_once),
         T(t_revocation_spares_other_holds), T(t_permit_force_release_heard),
         T(t_fixed_lease_lost_on_time), T(t_fixed_lease_permit_lost_on_time),
-        T(t_reentered_fixed_becomes_renewed), T(t_keyevent_del_heard),
-        T(t_keyspace_del_heard), T(t_del_without_events_found_by_renewal),
-        T(t_teardown))
+        T(t_reentered_fixed_becomes_renewed),
+        T_REDIS(t_keyevent_del_heard, "--notify-keyspace-events Eg"),
+        T_REDIS(t_keyspace_del_heard, "--notify-keyspace-events Kgx"),
+        T(t_del_without_events_found_by_renewal))

@@ -8,19 +8,14 @@
 #include <stdatomic.h>
 #include <string.h>
 
-static th_redis srv;
 static dlock_client *shared;
-
-static void setup(void) {
-  if (srv.pid == 0 && th_redis_start(&srv, NULL) != 0) exit(2);
-}
 
 /* These tests check correctness under many threads, not speed: a long
  * command timeout keeps them meaningful under valgrind and TSan. */
 static dlock_client *slow_client(void) {
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = srv.url;
+  o.url = th_srv.url;
   o.command_timeout_ms = 60000;
   return th_client_opts(&o);
 }
@@ -50,7 +45,7 @@ static void failed(int rc) {
 
 static void *worker(void *p) {
   dlock_lock *l = p;
-  redisContext *rc_ = th_redis_connect(&srv);
+  redisContext *rc_ = th_redis_connect(&th_srv);
   for (int i = 0; i < NITERS; i++) {
     int rc = dlock_lock_acquire(l, 60000, NULL);
     if (rc != 0) {
@@ -69,10 +64,9 @@ static void *worker(void *p) {
 }
 
 static void t_shared_client_exclusion(void) {
-  setup();
   shared = slow_client();
   CHECK(shared != NULL);
-  redisReply *r = th_cmd(&srv, "DEL th:counter");
+  redisReply *r = th_cmd(&th_srv, "DEL th:counter");
   freeReplyObject(r);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(shared, "th:lock", NULL, &l), 0);
@@ -81,7 +75,7 @@ static void t_shared_client_exclusion(void) {
   for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
   report_failures();
   CHECK_EQ(atomic_load(&failures), 0);
-  CHECK_EQ(th_cmd_int(&srv, "GET th:counter"), NTHREADS * NITERS);
+  CHECK_EQ(th_cmd_int(&th_srv, "GET th:counter"), NTHREADS * NITERS);
   dlock_lock_free(l);
   dlock_client_close(shared);
 }
@@ -111,7 +105,6 @@ static void *own_lock_worker(void *p) {
 }
 
 static void t_pipelining(void) {
-  setup();
   dlock_client *c = slow_client();
   CHECK(c != NULL);
   atomic_store(&failures, 0);
@@ -154,15 +147,15 @@ static bool one_got(void *p) {
 
 static bool numsub1(void *p) {
   (void)p;
-  redisReply *r = th_cmd(&srv, "PUBSUB NUMSUB redisson_lock__channel:{th:one}");
+  redisReply *r =
+      th_cmd(&th_srv, "PUBSUB NUMSUB redisson_lock__channel:{th:one}");
   bool ok = r && r->elements == 2 && r->element[1]->integer == 1;
   if (r) freeReplyObject(r);
   return ok;
 }
 
 static void t_one_wakeup_per_unlock(void) {
-  setup();
-  dlock_client *holder = th_client(&srv, 0), *c = th_client(&srv, 0);
+  dlock_client *holder = th_client(&th_srv, 0), *c = th_client(&th_srv, 0);
   CHECK(holder && c);
   dlock_lock *lh, *l;
   CHECK_RC(dlock_lock_new(holder, "th:one", NULL, &lh), 0);
@@ -193,10 +186,9 @@ static void t_pipeline_rounds(void) {
   /* Many short rounds: threads come and go, so a thread that writes other
    * threads' requests and leaves must hand the reader role on. A lost
    * hand-off shows as a round stuck until the command timeout (5 s). */
-  setup();
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = srv.url;
+  o.url = th_srv.url;
   o.command_timeout_ms = 5000;
   dlock_client *c = th_client_opts(&o);
   CHECK(c != NULL);
@@ -222,9 +214,8 @@ typedef struct {
 } duo;
 
 static void duo_open(duo *d, const char *name) {
-  setup();
-  d->holder = th_client(&srv, 0);
-  d->c = th_client(&srv, 0);
+  d->holder = th_client(&th_srv, 0);
+  d->c = th_client(&th_srv, 0);
   CHECK(d->holder && d->c);
   CHECK_RC(dlock_lock_new(d->holder, name, NULL, &d->lh), 0);
   CHECK_RC(dlock_lock_new(d->c, name, NULL, &d->l), 0);
@@ -247,7 +238,7 @@ static bool sleeper_reads(void *p) {
 static void start_waiters(duo *d, const char *queue, int n, pthread_t *th,
                           wa *a) {
   for (int i = 0; i < n; i++) pthread_create(&th[i], NULL, wait_once, a);
-  CHECK(th_wait_llen(&srv, queue, n, 5000));
+  CHECK(th_wait_llen(&th_srv, queue, n, 5000));
   CHECK(th_wait_for(sleeper_reads, d->c, 5000));
 }
 
@@ -305,16 +296,14 @@ static void t_reader_loses_connection(void) {
   wa a = {d.l, &got};
   pthread_t th;
   start_waiters(&d, "dlock_lock_queue:{th:rkill}", 1, &th, &a);
-  CHECK(th_cmd_int(&srv, "CLIENT KILL TYPE pubsub") >= 1);
-  CHECK(th_wait_subscribed(&srv, "redisson_lock__channel:{th:rkill}", 5000));
+  CHECK(th_cmd_int(&th_srv, "CLIENT KILL TYPE pubsub") >= 1);
+  CHECK(th_wait_subscribed(&th_srv, "redisson_lock__channel:{th:rkill}", 5000));
   CHECK_EQ(dlock_lock_release(d.lh), 1);
   pthread_join(th, NULL);
   CHECK_EQ(atomic_load(&got), 1);
   duo_close(&d);
 }
 
-static void t_teardown(void) { th_redis_stop(&srv); }
-
 TH_MAIN(T(t_shared_client_exclusion), T(t_pipelining), T(t_pipeline_rounds),
         T(t_one_wakeup_per_unlock), T(t_waiter_reads_its_grant),
-        T(t_reader_hands_on), T(t_reader_loses_connection), T(t_teardown))
+        T(t_reader_hands_on), T(t_reader_loses_connection))

@@ -3,11 +3,14 @@
 #include "harness.h"
 
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-static char dir[256];
-static th_redis srv;
+static char dir[256]; /* the certificates, in th_tmpdir() */
 static int tls_port;
+/* The servers' TLS arguments, filled in by make_certs before the first test
+ * (the tests' server is started with them: T_REDIS). */
+static char tls_args[1024];
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...) {
@@ -35,27 +38,30 @@ static int make_cert(const char *name, const char *ca, const char *san) {
             dir, name, name, name, san, name, name, ca, ca, name, name);
 }
 
-static void setup(void) {
-  if (srv.pid != 0) return;
-  snprintf(dir, sizeof dir, "/tmp/dlock-tls-XXXXXX");
-  if (!mkdtemp(dir) || make_ca("ca") || make_ca("otherca") ||
+/* Before the first test, once, in the runner: the certificates, and a TLS
+ * port that a server could listen on a moment ago. */
+static int make_certs(void) {
+  snprintf(dir, sizeof dir, "%s/tls", th_tmpdir());
+  if (mkdir(dir, 0700) != 0 || make_ca("ca") || make_ca("otherca") ||
       make_cert("server", "ca", "IP:127.0.0.1,DNS:localhost") ||
       make_cert("client", "ca", "DNS:client")) {
     fprintf(stderr, "cannot make certificates\n");
-    exit(2);
+    return -1;
   }
-  char extra[1024];
   for (int attempt = 0; attempt < 5; attempt++) {
     tls_port = th_free_port();
-    snprintf(extra, sizeof extra,
+    snprintf(tls_args, sizeof tls_args,
              "--tls-port %d --tls-cert-file %s/server.crt "
              "--tls-key-file %s/server.key --tls-ca-cert-file %s/ca.crt "
              "--tls-auth-clients optional",
              tls_port, dir, dir, dir);
-    if (th_redis_start(&srv, extra) == 0) return;
-    th_redis_stop(&srv);
+    th_redis probe;
+    int rc = th_redis_start(&probe, tls_args);
+    th_redis_stop(&probe);
+    if (rc == 0) return 0;
   }
-  exit(2);
+  fprintf(stderr, "cannot start redis-server with TLS\n");
+  return -1;
 }
 
 static dlock_client *tls_client(const char *host, const char *ca,
@@ -82,7 +88,6 @@ static dlock_client *tls_client(const char *host, const char *ca,
 }
 
 static void t_tls_lock(void) {
-  setup();
   int rc;
   dlock_client *c = tls_client("127.0.0.1", "ca", NULL, false, &rc);
   if (rc) fprintf(stderr, "    %s\n", dlock_client_open_errmsg());
@@ -91,7 +96,7 @@ static void t_tls_lock(void) {
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "tls:lock", NULL, &l), 0);
   CHECK_RC(dlock_lock_acquire(l, 5000, NULL), 0);
-  CHECK_EQ(th_cmd_int(&srv, "EXISTS tls:lock"), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS tls:lock"), 1);
   CHECK_EQ(dlock_lock_release(l), 1);
   dlock_lock_free(l);
   dlock_client_close(c);
@@ -103,7 +108,6 @@ static void t_tls_lock(void) {
 }
 
 static void t_tls_wrong_ca(void) {
-  setup();
   int rc;
   dlock_client *c = tls_client("127.0.0.1", "otherca", NULL, false, &rc);
   CHECK(c == NULL);
@@ -112,7 +116,6 @@ static void t_tls_wrong_ca(void) {
 }
 
 static void t_tls_wrong_name(void) {
-  setup();
   int rc;
   dlock_client *c =
       tls_client("127.0.0.1", "ca", "wrong.example.com", false, &rc);
@@ -121,9 +124,8 @@ static void t_tls_wrong_name(void) {
 }
 
 static void t_tls_to_plain_port(void) {
-  setup();
   char url[200];
-  snprintf(url, sizeof url, "rediss://127.0.0.1:%d", srv.port);
+  snprintf(url, sizeof url, "rediss://127.0.0.1:%d", th_srv.port);
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = url;
@@ -134,10 +136,7 @@ static void t_tls_to_plain_port(void) {
   CHECK(rc == DLOCK_ETLS || rc == DLOCK_ETIMEDOUT);
 }
 
-static void t_teardown(void) {
-  th_redis_stop(&srv);
-  if (dir[0]) sh("rm -rf '%s'", dir);
-}
-
-TH_MAIN(T(t_tls_lock), T(t_tls_wrong_ca), T(t_tls_wrong_name),
-        T(t_tls_to_plain_port), T(t_teardown))
+TH_MAIN_WITH(make_certs, T_REDIS(t_tls_lock, tls_args),
+             T_REDIS(t_tls_wrong_ca, tls_args),
+             T_REDIS(t_tls_wrong_name, tls_args),
+             T_REDIS(t_tls_to_plain_port, tls_args))

@@ -65,6 +65,13 @@ static void t_url_redact(void) {
 
 static void t_errors(void) {
   CHECK(strcmp(dlock_err_name(DLOCK_ETIMEDOUT), "ETIMEDOUT") == 0);
+  /* One "not in time" code for every kind; the old name is its alias. */
+  CHECK_EQ(DLOCK_EBUSY, -15);
+  CHECK_EQ(DLOCK_ELOCKED, DLOCK_EBUSY);
+  CHECK(strcmp(dlock_err_name(DLOCK_EBUSY), "EBUSY") == 0);
+  CHECK(strstr(dlock_strerror(DLOCK_EBUSY), "no permits") != NULL);
+  CHECK_EQ(DLOCK_ELATE, -23);
+  CHECK(strcmp(dlock_err_name(DLOCK_ELATE), "ELATE") == 0);
   CHECK(strcmp(dlock_strerror(DLOCK_ENOTOWNER),
                "lock is not held by this owner") == 0);
   CHECK(strcmp(dlock_strerror(12345), "unknown error") == 0);
@@ -96,6 +103,62 @@ static void t_bad_open(void) {
   CHECK_RC(dlock_client_open(NULL, NULL), DLOCK_EINVAL);
   dlock_client_close(NULL);
   dlock_lock_free(NULL);
+}
+
+/* dlock_client_options grows without breaking the ABI (dlock.h). */
+static void t_options_size(void) {
+  dlock_client *c = (dlock_client *)1;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  CHECK_EQ(o.size, sizeof o);
+  CHECK(DLOCK_CLIENT_OPTIONS_SIZE_0 <= sizeof o);
+  /* Never initialised (size 0), or too small: refused, and said why. */
+  dlock_client_options z;
+  memset(&z, 0, sizeof z);
+  z.url = "redis://127.0.0.1:1";
+  CHECK_RC(dlock_client_open(&z, &c), DLOCK_EINVAL);
+  CHECK(c == NULL);
+  CHECK(strstr(dlock_client_open_errmsg(), "dlock_client_options_init") !=
+        NULL);
+  o.url = "redis://127.0.0.1:1"; /* nothing listens: ECONNECT once accepted */
+  o.size = DLOCK_CLIENT_OPTIONS_SIZE_0 - 1;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EINVAL);
+  CHECK(strstr(dlock_client_open_errmsg(), "at least") != NULL);
+  o.size = sizeof o;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
+  /* An older caller's struct: init writes no byte past its size, and open
+   * reads none (the rest take their defaults). */
+  union {
+    dlock_client_options o;
+    unsigned char b[sizeof(dlock_client_options) + 16];
+  } u;
+  memset(u.b, 0xAA, sizeof u.b);
+  dlock_client_options_init_size(&u.o, DLOCK_CLIENT_OPTIONS_SIZE_0);
+  CHECK_EQ(u.o.size, DLOCK_CLIENT_OPTIONS_SIZE_0);
+  CHECK_EQ(u.o.connect_timeout_ms, 2000);
+  CHECK_EQ(u.o.tls_verify, 1);
+  for (size_t i = DLOCK_CLIENT_OPTIONS_SIZE_0; i < sizeof u.b; i++)
+    CHECK_EQ(u.b[i], 0xAA);
+  u.o.url = "redis://127.0.0.1:1";
+  CHECK_RC(dlock_client_open(&u.o, &c), DLOCK_ECONNECT);
+  /* A newer caller's struct: its unknown options are zeroed by init and
+   * accepted while zero (their default); one set is refused, not
+   * ignored. */
+  struct {
+    dlock_client_options o;
+    int64_t future_option_ms;
+  } big;
+  memset(&big, 0xAA, sizeof big);
+  dlock_client_options_init_size(&big.o, sizeof big);
+  CHECK_EQ(big.o.size, sizeof big);
+  CHECK_EQ(big.future_option_ms, 0);
+  big.o.url = "redis://127.0.0.1:1";
+  CHECK_RC(dlock_client_open(&big.o, &c), DLOCK_ECONNECT);
+  big.future_option_ms = 5;
+  CHECK_RC(dlock_client_open(&big.o, &c), DLOCK_EINVAL);
+  CHECK(strstr(dlock_client_open_errmsg(), "does not know") != NULL);
+  CHECK(c == NULL);
+  dlock_client_options_init_size(NULL, sizeof o); /* nothing */
 }
 
 static void t_durations(void) {
@@ -172,5 +235,6 @@ static void t_park(void) {
 #endif
 }
 
-TH_MAIN(T(t_park), T(t_durations), T(t_url_redis), T(t_url_bad), T(t_url_redact), T(t_errors),
-        T(t_bad_open))
+TH_MAIN(T_BARE(t_park), T_BARE(t_durations), T_BARE(t_url_redis),
+        T_BARE(t_url_bad), T_BARE(t_url_redact), T_BARE(t_errors),
+        T_BARE(t_bad_open), T_BARE(t_options_size))

@@ -12,7 +12,8 @@ enum {
   EXIT_USAGE = 64,       /* EX_USAGE */
   EXIT_DATAERR = 65,     /* EX_DATAERR: NAME holds something else */
   EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: server unreachable or refusing */
-  EXIT_CONFLICT = 75,    /* EX_TEMPFAIL: not acquired in time */
+  EXIT_CONFLICT = 75,    /* EX_TEMPFAIL: not acquired in time (or granted
+                            too late to trust: DLOCK_ELATE) */
   EXIT_LOST = 76,        /* the lock was lost while COMMAND ran */
   EXIT_NOPERM = 77,      /* EX_NOPERM: the server's ACL refuses a command */
   EXIT_NOEXEC = 126,

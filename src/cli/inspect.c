@@ -320,11 +320,10 @@ int cmd_release(int argc, char **argv, cli_global *g) {
   if (l == NULL) return rc;
   int e = 0;
   if (st.mode[0]) { /* a read-write lock: through one of its handles */
-    dlock_lock *rd = NULL, *wr = NULL;
-    e = dlock_rwlock_new(c, argv[i], NULL, &rd, &wr);
-    if (e == 0) e = dlock_lock_force_release(wr);
-    dlock_lock_free(rd);
-    dlock_lock_free(wr);
+    dlock_rwlock *rw = NULL;
+    e = dlock_rwlock_new(c, argv[i], NULL, &rw);
+    if (e == 0) e = dlock_lock_force_release(dlock_rwlock_write(rw));
+    dlock_rwlock_free(rw);
   } else {
     e = dlock_lock_force_release(l);
   }

@@ -119,7 +119,8 @@ int cli_exit_for(int err) {
   case DLOCK_EINVAL:
   case DLOCK_ENAMETOOLONG:
     return EXIT_USAGE;
-  case DLOCK_ELOCKED:
+  case DLOCK_EBUSY:
+  case DLOCK_ELATE: /* granted too late to trust, given back: try again */
     return EXIT_CONFLICT;
   case DLOCK_ELOST:
     return EXIT_LOST;

@@ -61,8 +61,8 @@ static const char *run_help =
     "\n"
     "Exit status: COMMAND's (128+N if killed by signal N); 75 (-E) not "
     "acquired in\n"
-    "time; 76 lock lost while COMMAND ran; 69 server unreachable or "
-    "refusing;\n"
+    "time (75 also: granted too late to trust, given back); 76 lock lost "
+    "while\nCOMMAND ran; 69 server unreachable or refusing;\n"
     "77 not permitted by the server's ACL; 64 usage; 127 COMMAND not found, "
     "126 not\nexecutable.\n";
 
@@ -70,7 +70,7 @@ static const char *run_help =
  * permit-expirable semaphore NAME. */
 typedef struct acq {
   dlock_lock *lock;
-  dlock_lock *other; /* --read/--write: the other side, unused */
+  dlock_rwlock *rw; /* --read/--write: the read-write lock `lock` is from */
   dlock_permits *permits;
   int64_t wait_ms, lease_ms;
   uint64_t token;
@@ -83,10 +83,10 @@ typedef struct acq {
 
 static void *acquire_thread(void *p) {
   acq *a = p;
-  a->rc = a->permits ? dlock_permits_acquire(a->permits, a->wait_ms,
-                                             a->lease_ms, a->id)
-                      : dlock_lock_try_acquire(a->lock, a->wait_ms,
-                                               a->lease_ms, &a->token);
+  a->rc = a->permits ? dlock_permits_try_acquire(a->permits, a->wait_ms,
+                                                 a->lease_ms, a->id)
+                     : dlock_lock_try_acquire(a->lock, a->wait_ms, a->lease_ms,
+                                              &a->token);
   /* The detail is this thread's: the main thread would read "". */
   if (a->rc != 0)
     snprintf(a->err, sizeof a->err, "%s", dlock_client_errmsg(a->c));
@@ -115,8 +115,8 @@ static int held_release(acq *a) {
 
 static void held_free(acq *a) {
   dlock_permits_free(a->permits);
-  dlock_lock_free(a->lock);
-  dlock_lock_free(a->other);
+  dlock_lock_free(a->lock); /* nothing for a read-write lock's handle */
+  dlock_rwlock_free(a->rw);
 }
 
 static int64_t mono_ms(void) {
@@ -338,12 +338,10 @@ int cmd_run(int argc, char **argv, cli_global *g) {
     if (e == 0) dlock_permits_on_lost(a.permits, on_permit_lost, NULL);
   } else {
     if (rd || wr) {
-      dlock_lock *r = NULL, *w = NULL;
-      e = dlock_rwlock_new(c, name, owner, &r, &w);
-      a.lock = rd ? r : w;
-      a.other = rd ? w : r;
+      e = dlock_rwlock_new(c, name, owner, &a.rw);
+      a.lock = rd ? dlock_rwlock_read(a.rw) : dlock_rwlock_write(a.rw);
     } else if (fair) {
-      e = dlock_lock_new_fair(c, name, owner, 0, &a.lock);
+      e = dlock_fairlock_new(c, name, owner, 0, &a.lock);
     } else {
       e = dlock_lock_new(c, name, owner, &a.lock);
     }
@@ -385,7 +383,7 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   pthread_join(a.thread, NULL);
   if (shown) clear_line();
   if (a.rc != 0) {
-    if (a.rc == DLOCK_ELOCKED) {
+    if (a.rc == DLOCK_EBUSY) {
       if (g->verbose >= 0 && a.permits) {
         cli_err("no permit of %s was free in time", name);
       } else if (g->verbose >= 0) {

@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-void dlock_client_options_init(dlock_client_options *o) {
-  if (o == NULL) return;
+/* The defaults, at this library's size. */
+static void defaults(dlock_client_options *o) {
   memset(o, 0, sizeof *o);
+  o->size = sizeof *o;
   o->connect_timeout_ms = 2000;
   o->command_timeout_ms = 3000;
   o->watchdog_timeout_ms = 30000;
@@ -17,6 +18,45 @@ void dlock_client_options_init(dlock_client_options *o) {
   o->connections = 1;
   o->starvation_ms = 20;
   o->tls_verify = 1;
+}
+
+void dlock_client_options_init_size(dlock_client_options *o, size_t size) {
+  if (o == NULL || size < sizeof o->size) return;
+  /* The caller's struct may be smaller (an older dlock.h: only its fields
+   * are written) or larger (a newer one: its fields this library does not
+   * know are zero, which is their default). */
+  dlock_client_options d;
+  defaults(&d);
+  memset(o, 0, size);
+  memcpy(o, &d, size < sizeof d ? size : sizeof d);
+  o->size = size;
+}
+
+/* Copies the caller's options into *o at this library's size: the fields
+ * beyond the caller's size keep their defaults. Returns 0, or DLOCK_EINVAL
+ * with the detail recorded for dlock_client_open. */
+static int options_copy(const dlock_client_options *opts,
+                        dlock_client_options *o) {
+  defaults(o);
+  if (opts == NULL) return 0;
+  size_t size = opts->size;
+  if (size < DLOCK_CLIENT_OPTIONS_SIZE_0)
+    return dl_seterr(NULL, DLOCK_EINVAL,
+                     "dlock_client_options.size is %zu, at least %zu "
+                     "expected: call dlock_client_options_init first",
+                     size, (size_t)DLOCK_CLIENT_OPTIONS_SIZE_0);
+  /* A newer caller's options beyond this library's struct are honoured
+   * only if unset (zero: their default); refusing beats ignoring them. */
+  for (size_t i = sizeof *o; i < size; i++)
+    if (((const unsigned char *)opts)[i] != 0)
+      return dl_seterr(NULL, DLOCK_EINVAL,
+                       "dlock_client_options sets an option at byte %zu, "
+                       "which this dlock library (%s, %zu bytes of "
+                       "options) does not know",
+                       i, DLOCK_VERSION_STRING, sizeof *o);
+  memcpy(o, opts, size < sizeof *o ? size : sizeof *o);
+  o->size = sizeof *o;
+  return 0;
 }
 
 static int make_uuid(char out[37]) {
@@ -88,19 +128,30 @@ static dl_backend_factory factory_for(const char *url) {
 }
 
 int dlock_client_open(const dlock_client_options *opts, dlock_client **out) {
-  return dl_client_open_with(opts, NULL, out);
+  return dl_client_open_with(opts, NULL, NULL, out);
+}
+
+int dlock_client_open_async(const dlock_client_options *opts, dlock_loop *lp,
+                            dlock_client **out) {
+  if (lp == NULL) {
+    if (out) *out = NULL;
+    return dl_seterr(NULL, DLOCK_EINVAL, "the loop must not be NULL");
+  }
+  return dl_client_open_with(opts, NULL, lp, out);
 }
 
 int dl_client_open_with(const dlock_client_options *opts,
-                        dl_backend_factory make, dlock_client **out) {
+                        dl_backend_factory make, dl_loop *loop,
+                        dlock_client **out) {
   if (out == NULL)
     return dl_seterr(NULL, DLOCK_EINVAL, "out must not be NULL");
   *out = NULL;
-  dlock_client_options defaults;
-  if (opts == NULL) {
-    dlock_client_options_init(&defaults);
-    opts = &defaults;
-  }
+  /* From here on the options are this library's size (the backend reads
+   * them too). */
+  dlock_client_options copy;
+  int orc = options_copy(opts, &copy);
+  if (orc != 0) return orc;
+  opts = &copy;
   if (opts->connect_timeout_ms <= 0 || opts->command_timeout_ms <= 0 ||
       opts->watchdog_timeout_ms < 3 || opts->reconnect_min_ms <= 0 ||
       opts->reconnect_max_ms < opts->reconnect_min_ms ||
@@ -158,10 +209,12 @@ int dl_client_open_with(const dlock_client_options *opts,
   c->env.starvation_ms = opts->starvation_ms < 0 ? 0 : opts->starvation_ms;
   c->env.backoff_max_ms =
       opts->wait_backoff_max_ms < 0 ? 0 : opts->wait_backoff_max_ms;
+  c->env.loop = loop;
+  c->loop = loop;
   int rc = make(opts, &c->env, &c->backend);
   if (rc != 0) return open_fail(c, rc);
   rc = dl_watchdog_new(c, c->watchdog_timeout_ms, dl_holds_on_lost, c,
-                       &c->watchdog);
+                       loop, &c->watchdog);
   if (rc != 0) {
     dl_seterr(NULL, rc, "cannot start the watchdog thread");
     client_free(c);

@@ -18,8 +18,11 @@ typedef void (*dl_renewal_lost_fn)(void *ud, dl_renewal *r, const char *key,
 
 /* `fn(ud, ...)` is called for each renewal found lost: the server no longer
  * has the hold, or no renewal was confirmed before its validity ran out. */
+/* With `loop` (an event-loop client) the watchdog has no thread: a timer
+ * of the loop runs its schedule and its rounds go through the backend's
+ * renew_async; every call is then made on the loop's thread. */
 int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
-                    void *ud, dl_watchdog **out);
+                    void *ud, dl_loop *loop, dl_watchdog **out);
 /* Stops the thread (no more rounds or reports); checks are still taken,
  * and dropped. Accepts NULL; may be called twice. */
 void dl_watchdog_stop(dl_watchdog *w);
@@ -125,13 +128,16 @@ struct dlock_client {
   dl_backend_env env; /* what the backend borrows of the client */
   dl_backend *backend;
   dl_watchdog *watchdog;
+  dl_loop *loop; /* an event-loop client's (dlock_client_open_async) */
+  atomic_uint_fast64_t handles; /* lock handles made on the loop */
   atomic_int closing;
 };
 
 /* dlock_client_open with the backend made by `make`, NULL: the one the
  * URL's scheme names (the reply fuzzer plugs in one fed from its input). */
 int dl_client_open_with(const dlock_client_options *opts,
-                        dl_backend_factory make, dlock_client **out);
+                        dl_backend_factory make, dl_loop *loop,
+                        dlock_client **out);
 
 /* "<prefix><fmt...>" with the client's key prefix. Caller frees. */
 char *dl_key(const dlock_client *c, const char *fmt, ...)

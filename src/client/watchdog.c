@@ -74,7 +74,21 @@ struct dl_watchdog {
   uint64_t round_trips;
   uint64_t renewed;
   uint64_t lost;
+  /* On an event loop (an event-loop client): no thread; a timer runs the
+   * same schedule and rounds go out through the backend's renew_async. */
+  dl_loop *loop;
+  dl_timer timer;
+  struct loop_round *round; /* in flight, or NULL */
+  int64_t next;             /* the next renewal round */
 };
+
+static void tick_soon(dl_watchdog *w);
+
+/* With w->mu held: something for the watchdog to do now or sooner. */
+static void wake(dl_watchdog *w) {
+  if (w->loop) tick_soon(w);
+  else pthread_cond_signal(&w->cv);
+}
 
 static void unref(dl_renewal *r) {
   if (--r->refs == 0) free(r);
@@ -146,7 +160,7 @@ dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
     /* The thread sleeps until the earliest end it knows of. */
     if (valid_until < w->next_expiry) {
       w->next_expiry = valid_until;
-      pthread_cond_signal(&w->cv);
+      wake(w);
     }
   }
   pthread_mutex_unlock(&w->mu);
@@ -169,7 +183,7 @@ void dl_watchdog_check(dl_watchdog *w, const char *key, size_t len) {
       w->npending++;
     else if (!known)
       w->check_all = true;
-    pthread_cond_signal(&w->cv);
+    wake(w);
   }
   pthread_mutex_unlock(&w->mu);
 }
@@ -189,7 +203,7 @@ void dl_watchdog_check_all(dl_watchdog *w) {
   pthread_mutex_lock(&w->mu);
   if (w->count > 0) {
     w->check_all = true;
-    pthread_cond_signal(&w->cv);
+    wake(w);
   }
   pthread_mutex_unlock(&w->mu);
 }
@@ -242,100 +256,128 @@ void dl_watchdog_release_end(dl_watchdog *w, dl_renewal *r) {
   pthread_mutex_unlock(&w->mu);
 }
 
-/* Renews the holds of snap[0..n) that are still linked, in one call of
- * the backend; or with `check`, asks whether the server still
- * has them, extending nothing. Returns how many were renewed (still held),
- * or a negative code if a call failed. */
-static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total,
-                       bool check) {
+/* One call's worth of a round: the holds still linked, their strings
+ * copied, the items for the backend. */
+typedef struct chunk {
+  size_t n;
+  dl_renewal **snap;
+  char *arena;
+  char **copies;
+  dl_renew_item *items;
+  int64_t earliest; /* the earliest validity among them */
+  bool check;
+} chunk;
+
+static void chunk_free(chunk *k) {
+  free(k->items);
+  free(k->snap);
+  free(k->arena);
+  free(k->copies);
+}
+
+/* Prepares the holds of all[0..total) that are still linked. Returns 0
+ * (k->n may be 0: all released since) or DLOCK_ENOMEM. */
+static int chunk_prepare(dl_watchdog *w, dl_renewal **all, size_t total,
+                         bool check, chunk *k) {
+  memset(k, 0, sizeof *k);
+  k->check = check;
   pthread_mutex_lock(&w->mu);
   /* The strings are borrowed from their holders, who may drop them once
    * their renewal is removed: copy them while the list is locked, for the
    * holds still in it. */
   size_t n = 0, bytes = 0;
-  dl_renewal **snap = malloc((total ? total : 1) * sizeof *snap);
-  for (size_t j = 0; snap && j < total; j++)
+  k->snap = malloc((total ? total : 1) * sizeof *k->snap);
+  for (size_t j = 0; k->snap && j < total; j++)
     if (all[j]->linked) {
-      snap[n++] = all[j];
+      k->snap[n++] = all[j];
       bytes += hold_strings_len(w, all[j]);
     }
-  char *arena = malloc(bytes ? bytes : 1);
-  char **copies = malloc(2 * (n ? n : 1) * sizeof *copies);
-  bool oom = snap == NULL || arena == NULL || copies == NULL;
+  k->arena = malloc(bytes ? bytes : 1);
+  k->copies = malloc(2 * (n ? n : 1) * sizeof *k->copies);
+  bool oom = k->snap == NULL || k->arena == NULL || k->copies == NULL;
   if (oom || n == 0) { /* out of memory, or all released since */
     pthread_mutex_unlock(&w->mu);
-    free(arena);
-    free(copies);
-    free(snap);
     return oom ? DLOCK_ENOMEM : 0;
   }
-  size_t i = 0;
-  char *at = arena;
-  int64_t earliest = INT64_MAX;
-  for (i = 0; i < n; i++) {
-    dl_renewal *r = snap[i];
-    if (r->valid_until < earliest) earliest = r->valid_until;
-    copies[2 * i] = at;
-    copies[2 * i + 1] = hold_strings(w, r, at);
+  char *at = k->arena;
+  k->earliest = INT64_MAX;
+  for (size_t i = 0; i < n; i++) {
+    dl_renewal *r = k->snap[i];
+    if (r->valid_until < k->earliest) k->earliest = r->valid_until;
+    k->copies[2 * i] = at;
+    k->copies[2 * i + 1] = hold_strings(w, r, at);
     at += hold_strings_len(w, r);
   }
   pthread_mutex_unlock(&w->mu);
+  k->items = malloc(n * sizeof *k->items);
+  if (k->items == NULL) return DLOCK_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    k->items[i].key = k->copies[2 * i];
+    k->items[i].owner = k->copies[2 * i + 1];
+    k->items[i].permit = k->snap[i]->permit;
+  }
+  k->n = n;
+  return 0;
+}
 
-  dl_renew_item *items = malloc(n * sizeof *items);
+/* Takes in the backend's answers (failed: its result, calls: its
+ * requests). Returns how many were renewed (still held), or a negative
+ * code if a call failed. */
+static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
   int renewed = 0;
-  if (items == NULL) {
-    renewed = DLOCK_ENOMEM;
-    goto out;
-  }
-  for (i = 0; i < n; i++) {
-    items[i].key = copies[2 * i];
-    items[i].owner = copies[2 * i + 1];
-    items[i].permit = snap[i]->permit;
-  }
-  /* A reply that comes after the earliest validity would be too late for
-   * that hold anyway. Items without an answer are tried again next round:
-   * the lease still runs. */
-  dl_backend *b = w->c->backend;
-  int calls = 0;
-  int failed = b->ops->renew(b, earliest, check ? 0 : w->lease_ms, (int)n,
-                             items, &calls);
   pthread_mutex_lock(&w->mu);
   w->round_trips += (uint64_t)calls;
   pthread_mutex_unlock(&w->mu);
-  for (i = 0; i < n; i++) {
-    dl_renewal *r = snap[i];
-    if (items[i].result < 0) continue;
+  for (size_t i = 0; i < k->n; i++) {
+    dl_renewal *r = k->snap[i];
+    if (k->items[i].result < 0) continue;
     pthread_mutex_lock(&w->mu);
     bool lost = false;
-    if (items[i].result == 1) {
-      if (!check && items[i].valid_until > r->valid_until)
-        r->valid_until = items[i].valid_until;
+    if (k->items[i].result == 1) {
+      if (!k->check && k->items[i].valid_until > r->valid_until)
+        r->valid_until = k->items[i].valid_until;
       renewed++;
     } else {
       lost = take_lost(w, r);
     }
     pthread_mutex_unlock(&w->mu);
-    if (lost) w->fn(w->ud, r, copies[2 * i], copies[2 * i + 1]);
+    if (lost) w->fn(w->ud, r, k->copies[2 * i], k->copies[2 * i + 1]);
   }
   /* Whatever was not confirmed in time may have expired on the server. */
   int64_t now = dl_now_ms();
-  for (i = 0; i < n; i++) {
-    dl_renewal *r = snap[i];
+  for (size_t i = 0; i < k->n; i++) {
+    dl_renewal *r = k->snap[i];
     pthread_mutex_lock(&w->mu);
     bool lost = r->valid_until <= now && take_lost(w, r);
     pthread_mutex_unlock(&w->mu);
-    if (lost) w->fn(w->ud, r, copies[2 * i], copies[2 * i + 1]);
+    if (lost) w->fn(w->ud, r, k->copies[2 * i], k->copies[2 * i + 1]);
   }
   pthread_mutex_lock(&w->mu);
-  if (!check) w->renewed += (uint64_t)renewed;
+  if (!k->check) w->renewed += (uint64_t)renewed;
   pthread_mutex_unlock(&w->mu);
-  if (failed < 0) renewed = failed;
-out:
-  free(items);
-  free(snap);
-  free(arena);
-  free(copies);
-  return renewed;
+  return failed < 0 ? failed : renewed;
+}
+
+/* Renews the holds of all[0..total) that are still linked, in one call of
+ * the backend; or with `check`, asks whether the server still has them,
+ * extending nothing. Returns how many were renewed (still held), or a
+ * negative code if a call failed. */
+static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total,
+                       bool check) {
+  chunk k;
+  int rc = chunk_prepare(w, all, total, check, &k);
+  if (rc == 0 && k.n > 0) {
+    /* A reply that comes after the earliest validity would be too late for
+     * that hold anyway. Items without an answer are tried again next
+     * round: the lease still runs. */
+    dl_backend *b = w->c->backend;
+    int calls = 0;
+    int failed = b->ops->renew(b, k.earliest, check ? 0 : w->lease_ms,
+                               (int)k.n, k.items, &calls);
+    rc = chunk_apply(w, &k, failed, calls);
+  }
+  chunk_free(&k);
+  return rc;
 }
 
 /* With w->mu held: whether a check round takes r (its key is pending). */
@@ -346,12 +388,16 @@ static bool wanted(dl_watchdog *w, const dl_renewal *r) {
   return false;
 }
 
-/* A renewal round over the renewed holds, or with `check` a check of the
- * holds on the pending keys (which it clears). */
-static int round_of(dl_watchdog *w, bool check) {
+/* Takes a reference to every hold of a round: the renewed holds, or with
+ * `check` the holds on the pending keys (which it clears). Returns 0 and
+ * *snap (NULL when *n is 0), or DLOCK_ENOMEM. */
+static int round_snapshot(dl_watchdog *w, bool check, dl_renewal ***snap,
+                          size_t *n) {
+  *snap = NULL;
   pthread_mutex_lock(&w->mu);
-  size_t n = check ? w->count : w->count - w->nfixed;
-  if (n == 0) {
+  size_t m = check ? w->count : w->count - w->nfixed;
+  *n = 0;
+  if (m == 0) {
     clear_pending(w);
     pthread_mutex_unlock(&w->mu);
     return 0;
@@ -359,30 +405,49 @@ static int round_of(dl_watchdog *w, bool check) {
   /* A round holds a reference to every entry (8 bytes per hold) and works
    * through them CHUNK at a time, so that the copies, commands and replies
    * it needs at once stay a bounded size however many locks are held. */
-  dl_renewal **snap = malloc(n * sizeof *snap);
-  if (snap == NULL) {
+  dl_renewal **s = malloc(m * sizeof *s);
+  if (s == NULL) {
     pthread_mutex_unlock(&w->mu);
     return DLOCK_ENOMEM;
   }
   size_t i = 0;
-  for (dl_renewal *r = w->head; r && i < n; r = r->next) {
+  for (dl_renewal *r = w->head; r && i < m; r = r->next) {
     if (check ? !wanted(w, r) : r->fixed) continue;
     r->refs++;
-    snap[i++] = r;
+    s[i++] = r;
   }
-  n = i;
   if (check) clear_pending(w);
   pthread_mutex_unlock(&w->mu);
+  if (i == 0) { /* a check whose keys name no hold any more */
+    free(s);
+    return 0;
+  }
+  *snap = s;
+  *n = i;
+  return 0;
+}
+
+static void round_release(dl_watchdog *w, dl_renewal **snap, size_t n) {
+  pthread_mutex_lock(&w->mu);
+  for (size_t i = 0; i < n; i++) unref(snap[i]);
+  pthread_mutex_unlock(&w->mu);
+  free(snap);
+}
+
+/* A renewal round over the renewed holds, or with `check` a check of the
+ * holds on the pending keys (which it clears). */
+static int round_of(dl_watchdog *w, bool check) {
+  dl_renewal **snap;
+  size_t n;
+  int rc = round_snapshot(w, check, &snap, &n);
+  if (rc != 0 || n == 0) return rc;
   int renewed = 0, failed = 0;
   for (size_t lo = 0; lo < n; lo += CHUNK) {
-    int rc = renew_chunk(w, snap + lo, n - lo < CHUNK ? n - lo : CHUNK, check);
+    rc = renew_chunk(w, snap + lo, n - lo < CHUNK ? n - lo : CHUNK, check);
     if (rc < 0 && failed == 0) failed = rc;
     if (rc > 0) renewed += rc;
   }
-  pthread_mutex_lock(&w->mu);
-  for (i = 0; i < n; i++) unref(snap[i]);
-  pthread_mutex_unlock(&w->mu);
-  free(snap);
+  round_release(w, snap, n);
   return failed < 0 ? failed : renewed;
 }
 
@@ -448,8 +513,110 @@ static void *run(void *arg) {
   return NULL;
 }
 
+/* ---- on an event loop: the same schedule, rounds through renew_async ---- */
+static int64_t period_of(const dl_watchdog *w) {
+  return w->lease_ms / 3 < 1 ? 1 : w->lease_ms / 3;
+}
+
+typedef struct loop_round {
+  dl_watchdog *w;
+  bool check;
+  dl_renewal **snap;
+  size_t n, lo;
+  chunk k;
+  int calls, failed;
+  int64_t started;
+  dl_async *op;
+} loop_round;
+
+static void tick(void *ud);
+
+static void round_next(loop_round *lr);
+
+static void round_done(void *ud, int failed) {
+  loop_round *lr = ud;
+  lr->op = NULL;
+  int rc = lr->w->stop ? 0 : chunk_apply(lr->w, &lr->k, failed, lr->calls);
+  chunk_free(&lr->k);
+  if (rc < 0 && lr->failed == 0) lr->failed = rc;
+  lr->lo += CHUNK;
+  round_next(lr);
+}
+
+/* Sends the round's next chunk, or ends the round and schedules. */
+static void round_next(loop_round *lr) {
+  dl_watchdog *w = lr->w;
+  while (lr->lo < lr->n && !w->stop) {
+    size_t m = lr->n - lr->lo < CHUNK ? lr->n - lr->lo : CHUNK;
+    int rc = chunk_prepare(w, lr->snap + lr->lo, m, lr->check, &lr->k);
+    if (rc == 0 && lr->k.n > 0) {
+      dl_backend *b = w->c->backend;
+      rc = b->ops->renew_async(b, lr->k.earliest, lr->check ? 0 : w->lease_ms,
+                               (int)lr->k.n, lr->k.items, &lr->calls,
+                               round_done, lr, &lr->op);
+      if (rc == 0) return; /* goes on in round_done */
+    }
+    chunk_free(&lr->k);
+    if (rc < 0 && lr->failed == 0) lr->failed = rc;
+    lr->lo += CHUNK;
+  }
+  round_release(w, lr->snap, lr->n);
+  w->round = NULL;
+  if (!lr->check) {
+    /* After a failed round, try again sooner, as the thread does. */
+    int64_t period = period_of(w);
+    int64_t retry = period / 5 < 1000 ? period / 5 : 1000;
+    w->next = lr->started + (lr->failed < 0 ? retry : period);
+  }
+  free(lr);
+  if (!w->stop) tick(w);
+}
+
+/* Starts a round; false when there is nothing to send. */
+static bool round_start(dl_watchdog *w, bool check) {
+  loop_round *lr = calloc(1, sizeof *lr);
+  if (lr == NULL) return false;
+  lr->w = w;
+  lr->check = check;
+  lr->started = dl_now_ms();
+  if (round_snapshot(w, check, &lr->snap, &lr->n) != 0 || lr->n == 0) {
+    free(lr);
+    return false;
+  }
+  w->round = lr;
+  round_next(lr);
+  return true;
+}
+
+/* The thread's loop (run), one pass at a time, from the loop's timer. */
+static void tick(void *ud) {
+  dl_watchdog *w = ud;
+  if (w->round || w->stop || w->stalled) return; /* the round ticks at its end */
+  pthread_mutex_lock(&w->mu);
+  bool checks = w->npending > 0 || w->check_all;
+  pthread_mutex_unlock(&w->mu);
+  if (checks && round_start(w, true)) return;
+  int64_t now = dl_now_ms();
+  pthread_mutex_lock(&w->mu);
+  if (now >= w->next_expiry) expire_fixed(w, now);
+  pthread_mutex_unlock(&w->mu);
+  if (now >= w->next) {
+    if (round_start(w, false)) return;
+    w->next = now + period_of(w);
+  }
+  pthread_mutex_lock(&w->mu);
+  int64_t until = w->next < w->next_expiry ? w->next : w->next_expiry;
+  pthread_mutex_unlock(&w->mu);
+  dl_timer_start(w->loop, &w->timer, until);
+}
+
+static void tick_soon(dl_watchdog *w) {
+  if (w->round == NULL && !w->stop)
+    dl_timer_start(w->loop, &w->timer, dl_now_ms());
+}
+
 int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
-                    void *ud, dl_watchdog **out) {
+                    void *ud, dl_loop *loop, dl_watchdog **out) {
   dl_watchdog *w = calloc(1, sizeof *w);
   if (w == NULL) return DLOCK_ENOMEM;
   w->c = c;
@@ -457,16 +624,25 @@ int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
   w->fn = fn;
   w->ud = ud;
   w->next_expiry = INT64_MAX;
+  w->loop = loop;
   pthread_mutex_init(&w->mu, NULL);
   dl_cond_init(&w->cv);
-  if (pthread_create(&w->thread, NULL, run, w) != 0) {
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-    free(w);
-    return DLOCK_ENOMEM;
+  if (loop) {
+    dl_timer_init(&w->timer, tick, w);
+    w->next = dl_now_ms() + period_of(w);
+    w->joined = true; /* no thread */
+    if (dl_timer_start(loop, &w->timer, w->next) == 0) {
+      *out = w;
+      return 0;
+    }
+  } else if (pthread_create(&w->thread, NULL, run, w) == 0) {
+    *out = w;
+    return 0;
   }
-  *out = w;
-  return 0;
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  free(w);
+  return DLOCK_ENOMEM;
 }
 
 void dl_watchdog_stop(dl_watchdog *w) {
@@ -477,6 +653,7 @@ void dl_watchdog_stop(dl_watchdog *w) {
   w->joined = true;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
+  if (w->loop) dl_timer_stop(w->loop, &w->timer);
   if (!joined) pthread_join(w->thread, NULL);
 }
 

@@ -27,6 +27,9 @@ typedef struct dl_backend_env {
   int command_timeout_ms;
   int starvation_ms;  /* dlock_client_options.starvation_ms */
   int backoff_max_ms; /* > 0: wait by backoff, not by subscription */
+  /* The event loop the client runs on (dlock_client_open_async), or NULL:
+   * a blocking client. */
+  dl_loop *loop;
 } dl_backend_env;
 
 /* Makes a backend for opts->url. Returns 0, or a negative code with the
@@ -120,6 +123,16 @@ typedef struct dl_renew_item {
 /* Told a key whose holds may have been taken away, or NULL: any key. */
 typedef void (*dl_notice_fn)(void *ud, const char *key, size_t len);
 
+/* ---- the event-loop driver ----
+ * The *_async entries start the same operation as their blocking twin and
+ * return at once: 0 and *op (the operation in flight), or a negative code
+ * (then done is never called). done(ud, rc) then runs exactly once, on the
+ * loop's thread, with what the blocking entry would have returned; every
+ * pointer passed in (the request, its lock or sync ref and their strings,
+ * the renewal items) must stay valid until then. */
+typedef void (*dl_done_fn)(void *ud, int rc);
+typedef struct dl_async dl_async;
+
 typedef struct dl_backend_ops {
   const char *name;
 
@@ -177,6 +190,31 @@ typedef struct dl_backend_ops {
    * or a negative code; a backend that cannot hear them returns 0. fn must
    * only take leaf locks. */
   int (*watch_losses)(dl_backend *b, dl_notice_fn fn, void *ud);
+
+  int (*lock_acquire_async)(dl_backend *b, dl_acquire *a, dl_done_fn done,
+                            void *ud, dl_async **op);
+  int (*lock_release_async)(dl_backend *b, const dl_lock_ref *l,
+                            int64_t lease_ms, int count, dl_done_fn done,
+                            void *ud, dl_async **op);
+  int (*sem_acquire_async)(dl_backend *b, const dl_sync_ref *s, int permits,
+                           bool wait, int64_t deadline, dl_done_fn done,
+                           void *ud, dl_async **op);
+  int (*permit_acquire_async)(dl_backend *b, const dl_sync_ref *s,
+                              const char *id, int64_t lease_ms, bool wait,
+                              int64_t deadline, int64_t *valid_until,
+                              dl_done_fn done, void *ud, dl_async **op);
+  int (*latch_await_async)(dl_backend *b, const dl_sync_ref *s, bool wait,
+                           int64_t deadline, dl_done_fn done, void *ud,
+                           dl_async **op);
+  /* The renewal round (as renew) of n > 0 items. */
+  int (*renew_async)(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                     dl_renew_item *items, int *calls, dl_done_fn done,
+                     void *ud, dl_async **op);
+  /* Makes op give up as soon as it can: its waits end at once, as if their
+   * deadline had come; a request already sent is still answered (its
+   * result is kept: an acquire may still end acquired). done runs later,
+   * never within this call. */
+  void (*cancel)(dl_backend *b, dl_async *op);
 
   int (*ping)(dl_backend *b);
   /* Adds the backend's counters (round trips, wake-ups) to st. */

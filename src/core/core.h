@@ -90,4 +90,57 @@ void dl_endpoint_clear(dl_endpoint *ep);
 /* The URL with any password replaced by "***". Caller frees. */
 char *dl_url_redact(const char *url);
 
+
+/* ---- loop.c: the event-loop seam (include/dlock_async.h) ----
+ * One thread: everything here is called on the loop's thread, and every
+ * callback runs there, from the loop's dispatch (dlock_loop_on_io,
+ * dlock_loop_on_timer, dlock_loop_run), never from the call that set it up.
+ * Many users share a loop: each watches its own fds and keeps its own
+ * timers, all multiplexed onto the hooks' one timer by a binary heap. */
+#include "dlock_async.h"
+
+typedef struct dlock_loop dl_loop;
+#define DL_EV_READ DLOCK_EV_READ
+#define DL_EV_WRITE DLOCK_EV_WRITE
+
+/* A watched fd: fn(ud, ready) runs when it is ready for some of the events
+ * it watches (spurious calls are possible: an fd number reused within one
+ * dispatch round; a non-blocking read or write then finds nothing). */
+typedef void (*dl_watch_fn)(void *ud, int events);
+typedef struct dl_watch dl_watch;
+/* Starts a watch on fd, for no events yet. Returns 0 and *out (free with
+ * dl_watch_free), DLOCK_EINVAL if fd is watched already, or DLOCK_ENOMEM. */
+int dl_watch_new(dl_loop *lp, int fd, dl_watch_fn fn, void *ud,
+                 dl_watch **out);
+/* Watches for `events` (DL_EV_* bits; 0: none) from now on. Returns 0, or
+ * DLOCK_EINVAL if the loop's hook refused (the watch then watches
+ * nothing). */
+int dl_watch_set(dl_watch *w, int events);
+/* Stops watching and frees w (accepts NULL); fn is never called again,
+ * even if w's fd was reported ready in the round being dispatched. The fd
+ * may be closed right after. Safe from any callback. */
+void dl_watch_free(dl_watch *w);
+
+/* A timer, embedded in its user's struct (no allocation per wait): fn(ud)
+ * runs once, at or after `at`. Timers due at the same ms fire in the order
+ * they were started. */
+typedef void (*dl_timer_fn)(void *ud);
+typedef struct dl_timer {
+  int64_t at;   /* dl_now_ms() time */
+  uint64_t seq; /* start order: ties, and what one dispatch may fire */
+  size_t pos;   /* 1 + index in the loop's heap; 0: not started */
+  dl_timer_fn fn;
+  void *ud;
+} dl_timer;
+void dl_timer_init(dl_timer *t, dl_timer_fn fn, void *ud);
+/* (Re)starts t to fire at `at_ms` (dl_now_ms() time; the past: at the next
+ * dispatch). O(log n). Returns 0, or DLOCK_ENOMEM (t is then stopped). */
+int dl_timer_start(dl_loop *lp, dl_timer *t, int64_t at_ms);
+/* Stops t if started (O(log n)); its fn will not run. Safe from any
+ * callback, including t's own and another timer's in the same dispatch. */
+void dl_timer_stop(dl_loop *lp, dl_timer *t);
+static inline bool dl_timer_active(const dl_timer *t) { return t->pos != 0; }
+/* Timers started on lp (tests). */
+size_t dl_loop_timers(const dl_loop *lp);
+
 #endif /* DLOCK_CORE_H */

@@ -61,7 +61,7 @@ int dlock_latch_count(dlock_latch *l, int64_t *count) {
   return rc;
 }
 
-int dlock_latch_await(dlock_latch *l, int64_t wait_ms) {
+int dlock_latch_try_await(dlock_latch *l, int64_t wait_ms) {
   if (l == NULL) return DLOCK_EINVAL;
   int rc = dl_check_open(l->h.c);
   if (rc != 0) return rc;
@@ -69,6 +69,14 @@ int dlock_latch_await(dlock_latch *l, int64_t wait_ms) {
   if (b->ops->latch_await == NULL) return dl_unsupported(l->h.c, "latch");
   dl_sync_ref r = dl_sync_ref_of(&l->h);
   rc = b->ops->latch_await(b, &r, wait_ms != 0, dl_deadline(wait_ms));
-  if (rc >= 0) dl_clearerr(l->h.c);
-  return rc;
+  if (rc == 0)
+    return dl_seterr(l->h.c, DLOCK_EBUSY, "latch '%s' not at zero in time",
+                     r.name);
+  if (rc < 0) return rc;
+  dl_clearerr(l->h.c);
+  return 0;
+}
+
+int dlock_latch_await(dlock_latch *l) {
+  return dlock_latch_try_await(l, DL_WAIT_FOREVER);
 }

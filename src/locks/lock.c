@@ -36,42 +36,92 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
   memcpy(l->key, c->key_prefix, c->prefix_len);
   memcpy(l->key + c->prefix_len, name, nl + 1);
   if (owner) l->owner = memcpy(l->key + kl + 1, owner, ol);
+  /* On an event loop every call comes from one thread: the owner is the
+   * handle (one handle, one owner), not the thread. */
+  if (owner == NULL && c->loop) {
+    char tail[32];
+    snprintf(tail, sizeof tail, "loop-%llu",
+             (unsigned long long)atomic_fetch_add(&c->handles, 1));
+    dlock_lock *m = realloc(l, sizeof(dlock_lock) + kl + 1 + strlen(tail) + 1);
+    if (m == NULL) {
+      free(l);
+      return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
+    }
+    l = m;
+    l->key = (char *)(l + 1);
+    l->owner = strcpy(l->key + kl + 1, tail);
+  }
   *out = l;
   return 0;
 }
 
-int dlock_lock_new_fair(dlock_client *c, const char *name, const char *owner,
-                        int64_t stale_ms, dlock_lock **out) {
+int dlock_fairlock_new(dlock_client *c, const char *name, const char *owner,
+                       int64_t stale_ms, dlock_lock **out) {
   int rc = dlock_lock_new(c, name, owner, out);
   if (rc == 0)
     (*out)->fair_ms = stale_ms > 0 ? stale_ms : FAIR_STALE_DEFAULT_MS;
   return rc;
 }
 
+/* A read-write lock: its two handles, which it owns (they are marked
+ * borrowed, so that dlock_lock_free on them does nothing). */
+struct dlock_rwlock {
+  dlock_lock *read, *write;
+};
+
 int dlock_rwlock_new(dlock_client *c, const char *name, const char *owner,
-                     dlock_lock **read_lock, dlock_lock **write_lock) {
-  if (read_lock) *read_lock = NULL;
-  if (write_lock) *write_lock = NULL;
-  if (read_lock == NULL || write_lock == NULL) return DLOCK_EINVAL;
-  int rc = dlock_lock_new(c, name, owner, read_lock);
-  if (rc == 0 && (rc = dlock_lock_new(c, name, owner, write_lock)) != 0) {
-    dlock_lock_free(*read_lock);
-    *read_lock = NULL;
+                     dlock_rwlock **out) {
+  if (out) *out = NULL;
+  if (c == NULL || out == NULL) return DLOCK_EINVAL;
+  dlock_rwlock *rw = calloc(1, sizeof *rw);
+  if (rw == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
+  int rc = dlock_lock_new(c, name, owner, &rw->read);
+  if (rc == 0) rc = dlock_lock_new(c, name, owner, &rw->write);
+  if (rc != 0) {
+    dlock_rwlock_free(rw);
+    return rc;
   }
-  if (rc == 0) {
-    (*read_lock)->rw = RW_READ;
-    (*write_lock)->rw = RW_WRITE;
-  }
-  return rc;
+  rw->read->rw = RW_READ;
+  rw->write->rw = RW_WRITE;
+  rw->read->borrowed = rw->write->borrowed = 1;
+  *out = rw;
+  return 0;
 }
 
-void dlock_lock_free(dlock_lock *l) {
+dlock_lock *dlock_rwlock_read(dlock_rwlock *rw) {
+  return rw ? rw->read : NULL;
+}
+
+dlock_lock *dlock_rwlock_write(dlock_rwlock *rw) {
+  return rw ? rw->write : NULL;
+}
+
+static void lock_free(dlock_lock *l) {
   if (l == NULL) return;
   /* Holds taken through this handle stop being renewed and expire after
    * their lease. */
   dl_holds_drop_via(l->c, l, &l->nholds);
   free(l->info);
   free(l);
+}
+
+void dlock_rwlock_free(dlock_rwlock *rw) {
+  if (rw == NULL) return;
+  lock_free(rw->read);
+  lock_free(rw->write);
+  free(rw);
+}
+
+void dlock_lock_free(dlock_lock *l) {
+  /* A read-write lock's handle is its lock's to free. */
+  if (l == NULL || l->borrowed) return;
+  /* Operations still in flight on an event loop: the last frees it. */
+  if (l->ops > 0) l->orphan = 1;
+  else lock_free(l);
+}
+
+void dl_lock_op_end(dlock_lock *l) {
+  if (--l->ops == 0 && l->orphan) lock_free(l);
 }
 
 const char *dlock_lock_name(const dlock_lock *l) { return l ? NAME(l) : ""; }
@@ -180,99 +230,123 @@ void dl_lock_ref_of(dlock_lock *l, const char *owner, dl_lock_ref *ref) {
   ref->hint = &l->hint;
 }
 
-int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
-                           uint64_t *token) {
-  if (l == NULL) return DLOCK_EINVAL;
+int dl_acq_begin(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
+                 dl_acq_req *q) {
   dlock_client *c = l->c;
   int rc = dl_check_open(c);
   if (rc != 0) return rc;
   if (c->backend->ops->lock_acquire == NULL)
     return dl_unsupported(c, "lock");
-  char owner[DL_OWNER_MAX];
-  if ((rc = dl_lock_owner(l, owner)) != 0) return rc;
-  bool watchdog = lease_ms <= 0;
-  if (watchdog) lease_ms = c->watchdog_timeout_ms;
-  dl_lock_ref ref;
-  dl_lock_ref_of(l, owner, &ref);
+  if ((rc = dl_lock_owner(l, q->owner)) != 0) return rc;
+  q->watchdog = lease_ms <= 0;
+  if (q->watchdog) lease_ms = c->watchdog_timeout_ms;
+  dl_lock_ref_of(l, q->owner, &q->ref);
   pthread_mutex_lock(&c->holds_mu);
-  char *info = dl_strdup(l->info ? l->info : "");
-  dl_hold *h = dl_hold_find(c, l->key, owner);
+  q->info = dl_strdup(l->info ? l->info : "");
+  dl_hold *h = dl_hold_find(c, l->key, q->owner);
   int held = h && !h->lost ? h->count : 0;
   pthread_mutex_unlock(&c->holds_mu);
-  if (info == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
-  dl_acquire a = {.lock = &ref,
-                  .lease_ms = lease_ms,
-                  .wait = wait_ms != 0,
-                  .deadline = dl_deadline(wait_ms),
-                  .held = held,
-                  .info = info};
-  rc = c->backend->ops->lock_acquire(c->backend, &a);
-  free(info);
+  if (q->info == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
+  q->a = (dl_acquire){.lock = &q->ref,
+                      .lease_ms = lease_ms,
+                      .wait = wait_ms != 0,
+                      .deadline = dl_deadline(wait_ms),
+                      .held = held,
+                      .info = q->info};
+  return 0;
+}
+
+int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
+               bool *give_back) {
+  dlock_client *c = l->c;
+  *give_back = false;
+  free(q->info);
+  q->info = NULL;
   if (rc == 0)
-    return dl_seterr(c, DLOCK_ELOCKED, "'%s' is held by another owner "
-                     "(remaining lease %lld ms)", NAME(l), (long long)a.ttl);
+    return dl_seterr(c, DLOCK_EBUSY, "'%s' is held by another owner "
+                     "(remaining lease %lld ms)", NAME(l), (long long)q->a.ttl);
   if (rc < 0) return rc;
   int err;
-  uint64_t tok = record(l, owner, a.status, a.token, lease_ms, a.valid_until,
-                        watchdog, &err);
-  if (err != 0) {
-    /* Cannot track it: give it back rather than hold it unseen. */
-    dlock_lock_release(l);
-    return dl_seterr(c, err, "out of memory");
-  }
-  if (dl_now_ms() >= a.valid_until) {
-    /* The reply came so late that the lease may already have run out on
-     * the server: never report a lock that may have expired as taken. */
-    dlock_lock_release(l);
-    return dl_seterr(c, DLOCK_ETIMEDOUT, "'%s' was granted, but the reply "
+  uint64_t tok = record(l, q->owner, q->a.status, q->a.token, q->a.lease_ms,
+                        q->a.valid_until, q->watchdog, &err);
+  *give_back = true;
+  /* Cannot track it: give it back rather than hold it unseen. */
+  if (err != 0) return dl_seterr(c, err, "out of memory");
+  /* The reply came so late that the lease may already have run out on the
+   * server: never report a lock that may have expired as taken. */
+  if (dl_now_ms() >= q->a.valid_until)
+    return dl_seterr(c, DLOCK_ELATE, "'%s' was granted, but the reply "
                      "came after its %lld ms lease could have run out",
-                     NAME(l), (long long)lease_ms);
+                     NAME(l), (long long)q->a.lease_ms);
+  *give_back = false;
+  *token = tok;
+  return 0;
+}
+
+int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
+                           uint64_t *token) {
+  if (l == NULL) return DLOCK_EINVAL;
+  dl_acq_req q;
+  int rc = dl_acq_begin(l, wait_ms, lease_ms, &q);
+  if (rc != 0) return rc;
+  rc = l->c->backend->ops->lock_acquire(l->c->backend, &q.a);
+  bool give_back;
+  uint64_t tok = 0;
+  rc = dl_acq_end(l, &q, rc, &tok, &give_back);
+  if (give_back) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", dlock_client_errmsg(l->c));
+    dlock_lock_release(l);
+    return dl_seterr(l->c, rc, "%s", msg);
   }
+  if (rc != 0) return rc;
   if (token) *token = tok;
-  dl_clearerr(c);
+  dl_clearerr(l->c);
   return 0;
 }
 
 int dlock_lock_acquire(dlock_lock *l, int64_t lease_ms, uint64_t *token) {
-  return dlock_lock_try_acquire(l, -1, lease_ms, token);
+  return dlock_lock_try_acquire(l, DL_WAIT_FOREVER, lease_ms, token);
 }
 
-int dlock_lock_release(dlock_lock *l) {
-  if (l == NULL) return DLOCK_EINVAL;
+int dl_rel_begin(dlock_lock *l, dl_rel_req *q) {
   dlock_client *c = l->c;
   if (c->backend->ops->lock_release == NULL)
     return dl_unsupported(c, "lock");
-  char owner[DL_OWNER_MAX];
-  int rc = dl_lock_owner(l, owner);
+  int rc = dl_lock_owner(l, q->owner);
   if (rc != 0) return rc;
-  dl_watchdog *w = c->watchdog;
+  dl_lock_ref_of(l, q->owner, &q->ref);
+  q->lost = false;
   pthread_mutex_lock(&c->holds_mu);
-  dl_hold *h = dl_hold_find(c, l->key, owner);
+  dl_hold *h = dl_hold_find(c, l->key, q->owner);
   if (h && h->lost) {
     /* Reported lost, perhaps only because its validity ran out here: if the
      * server still has it, free it now (the script checks the owner). */
     dl_hold *old = forget(c, h);
     pthread_mutex_unlock(&c->holds_mu);
     dl_hold_bury(c, old);
-    dl_lock_ref ref;
-    dl_lock_ref_of(l, owner, &ref);
-    c->backend->ops->lock_release(c->backend, &ref, c->watchdog_timeout_ms, 1);
+    q->lost = true;
+    q->lease_ms = c->watchdog_timeout_ms;
+    q->count = 1;
+    q->ren = NULL;
+    return 0;
+  }
+  q->lease_ms = h ? h->lease_ms : c->watchdog_timeout_ms;
+  q->count = h ? h->count : 0;
+  q->ren = h ? h->renewal : NULL;
+  dl_watchdog_release_begin(c->watchdog, q->ren);
+  pthread_mutex_unlock(&c->holds_mu);
+  return 0;
+}
+
+int dl_rel_end(dlock_lock *l, dl_rel_req *q, int rc) {
+  dlock_client *c = l->c;
+  if (q->lost)
     return dl_seterr(c, DLOCK_ELOST, "'%s' was lost before this release",
                      NAME(l));
-  }
-  int64_t lease = h ? h->lease_ms : c->watchdog_timeout_ms;
-  int count = h ? h->count : 0;
-  dl_renewal *ren = h ? h->renewal : NULL;
-  dl_watchdog_release_begin(w, ren);
-  pthread_mutex_unlock(&c->holds_mu);
-
-  dl_lock_ref ref;
-  dl_lock_ref_of(l, owner, &ref);
-  rc = c->backend->ops->lock_release(c->backend, &ref, lease, count);
-
   pthread_mutex_lock(&c->holds_mu);
-  dl_watchdog_release_end(w, ren);
-  h = dl_hold_find(c, l->key, owner);
+  dl_watchdog_release_end(c->watchdog, q->ren);
+  dl_hold *h = dl_hold_find(c, l->key, q->owner);
   dl_hold *old = NULL;
   if (rc == 1 || rc == DLOCK_ENOTOWNER) {
     bool had = h != NULL;
@@ -281,7 +355,7 @@ int dlock_lock_release(dlock_lock *l) {
       rc = had ? dl_seterr(c, DLOCK_ELOST, "'%s' expired or was taken "
                            "before this release", NAME(l))
                : dl_seterr(c, DLOCK_ENOTOWNER, "'%s' is not held by %s",
-                           NAME(l), owner);
+                           NAME(l), q->owner);
   } else if (rc == 0 && h && h->count > 1) {
     h->count--;
   } else if (rc < 0 && h && h->count <= 1) {
@@ -296,6 +370,16 @@ int dlock_lock_release(dlock_lock *l) {
   dl_hold_bury(c, old);
   if (rc >= 0) dl_clearerr(c);
   return rc;
+}
+
+int dlock_lock_release(dlock_lock *l) {
+  if (l == NULL) return DLOCK_EINVAL;
+  dl_rel_req q;
+  int rc = dl_rel_begin(l, &q);
+  if (rc != 0) return rc;
+  rc = l->c->backend->ops->lock_release(l->c->backend, &q.ref, q.lease_ms,
+                                        q.count);
+  return dl_rel_end(l, &q, rc);
 }
 
 int dlock_lock_force_release(dlock_lock *l) {

@@ -22,9 +22,16 @@ struct dlock_lock {
   void *cb_ud;
   int nholds; /* holds whose lost callback goes through this handle */
   unsigned char rw; /* RW_NONE, or which side of a read-write lock */
+  unsigned char borrowed; /* 1: owned by a dlock_rwlock (dlock_lock_free
+                             does nothing) */
   atomic_uchar hint; /* the backend's hints for this handle (dl_lock_ref) */
-  /* 64 bytes on LP64, so that with a short name and owner the handle fits
-   * a 96-byte malloc chunk (docs/PERFORMANCE.md, memory per held lock). */
+  /* An event-loop client's (loop thread only): operations in flight on
+   * this handle, and whether dlock_lock_free came first (the last of them
+   * then frees it: dl_lock_op_end). */
+  unsigned char orphan;
+  uint16_t ops;
+  /* 72 bytes on LP64: with a short name and owner the handle fits a
+   * 96-byte malloc chunk (docs/PERFORMANCE.md, memory per held lock). */
 };
 
 #define NAME(l) ((l)->key + (l)->c->prefix_len)
@@ -36,5 +43,41 @@ enum { RW_NONE, RW_READ, RW_WRITE };
 int dl_lock_owner(dlock_lock *l, char *buf);
 /* The backend's view of l, for `owner` (borrowed by *ref). */
 void dl_lock_ref_of(dlock_lock *l, const char *owner, dl_lock_ref *ref);
+
+/* An operation on l ends (async.c); frees an orphaned handle after its
+ * last. */
+void dl_lock_op_end(dlock_lock *l);
+
+/* Acquire and release as the client sees them, in halves around the
+ * backend's operation, for the blocking calls and the event-loop ones
+ * (async.c). */
+typedef struct dl_acq_req {
+  char owner[DL_OWNER_MAX];
+  char *info;
+  bool watchdog; /* the watchdog's lease, renewed */
+  dl_lock_ref ref;
+  dl_acquire a; /* for the backend */
+} dl_acq_req;
+/* Fills q for the backend's lock_acquire. Returns 0, or a negative code
+ * (nothing to undo). */
+int dl_acq_begin(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
+                 dl_acq_req *q);
+/* Takes the backend's result rc: records the hold. Returns 0 and *token,
+ * or a negative code (the detail recorded); *give_back: a hold was taken
+ * that must be released again (out of memory, or granted too late). */
+int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
+               bool *give_back);
+
+typedef struct dl_rel_req {
+  char owner[DL_OWNER_MAX];
+  dl_lock_ref ref;
+  int64_t lease_ms;
+  int count;
+  dl_renewal *ren;
+  bool lost; /* reported lost already: released, then DLOCK_ELOST */
+} dl_rel_req;
+int dl_rel_begin(dlock_lock *l, dl_rel_req *q);
+/* Takes the backend's release result rc; returns the call's result. */
+int dl_rel_end(dlock_lock *l, dl_rel_req *q, int rc);
 
 #endif /* DLOCK_LOCKS_LOCK_H */

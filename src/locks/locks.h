@@ -8,6 +8,8 @@
 
 /* 0, or DLOCK_EINVAL / DLOCK_ENAMETOOLONG with the detail recorded. */
 int dl_check_name(dlock_client *c, const char *name);
+/* The wait_ms of the calls without a wait limit (any negative wait_ms). */
+#define DL_WAIT_FOREVER (-1)
 /* The dl_now_ms() time a wait of wait_ms (< 0: forever) started now ends. */
 int64_t dl_deadline(int64_t wait_ms);
 /* DLOCK_ENOTSUP with the detail recorded: c's backend has no `what`. */

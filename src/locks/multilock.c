@@ -54,10 +54,10 @@ void dlock_multilock_free(dlock_multilock *m) {
   free(m);
 }
 
-int dlock_multilock_acquire(dlock_multilock *m, int64_t wait_ms,
-                            int64_t lease_ms, uint64_t *tokens) {
+int dlock_multilock_try_acquire(dlock_multilock *m, int64_t wait_ms,
+                                int64_t lease_ms, uint64_t *tokens) {
   if (m == NULL) return DLOCK_EINVAL;
-  int64_t deadline = wait_ms < 0 ? INT64_MAX : dl_now_ms() + wait_ms;
+  int64_t deadline = dl_deadline(wait_ms);
   for (size_t k = 0; k < m->n; k++) {
     size_t i = m->order[k];
     int64_t left = -1;
@@ -76,6 +76,11 @@ int dlock_multilock_acquire(dlock_multilock *m, int64_t wait_ms,
     if (tokens) tokens[i] = tok;
   }
   return 0;
+}
+
+int dlock_multilock_acquire(dlock_multilock *m, int64_t lease_ms,
+                            uint64_t *tokens) {
+  return dlock_multilock_try_acquire(m, DL_WAIT_FOREVER, lease_ms, tokens);
 }
 
 int dlock_multilock_release(dlock_multilock *m) {

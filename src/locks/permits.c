@@ -98,8 +98,8 @@ static bool valid_id(const char *id) {
   return true;
 }
 
-int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
-                          char id[DLOCK_PERMIT_ID_LEN]) {
+int dlock_permits_try_acquire(dlock_permits *p, int64_t wait_ms,
+                              int64_t lease_ms, char id[DLOCK_PERMIT_ID_LEN]) {
   if (p == NULL || id == NULL) return DLOCK_EINVAL;
   dlock_client *c = p->h.c;
   if (atomic_load(&c->closing))
@@ -121,7 +121,7 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
   rc = b->ops->permit_acquire(b, &r, tid, lease_ms, wait_ms != 0,
                               dl_deadline(wait_ms), &valid_until);
   if (rc == 0)
-    return dl_seterr(c, DLOCK_ELOCKED, "no permit of '%s' in time", r.name);
+    return dl_seterr(c, DLOCK_EBUSY, "no permit of '%s' in time", r.name);
   if (rc < 0) return rc;
   rc = 0;
   /* Taken: track it as a hold on the semaphore, owner "<client>:<id>". */
@@ -150,12 +150,17 @@ int dlock_permits_acquire(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
   }
   if (dl_now_ms() >= valid_until) { /* granted too late to trust */
     dlock_permits_release(p, tid);
-    return dl_seterr(c, DLOCK_ETIMEDOUT,
+    return dl_seterr(c, DLOCK_ELATE,
                      "a permit was granted, but the "
                      "reply came after its lease could have ended");
   }
   dl_clearerr(c);
   return 0;
+}
+
+int dlock_permits_acquire(dlock_permits *p, int64_t lease_ms,
+                          char id[DLOCK_PERMIT_ID_LEN]) {
+  return dlock_permits_try_acquire(p, DL_WAIT_FOREVER, lease_ms, id);
 }
 
 int dlock_permits_release(dlock_permits *p, const char *id) {

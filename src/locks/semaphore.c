@@ -63,7 +63,8 @@ int dlock_semaphore_available(dlock_semaphore *s) {
   return rc ? rc : (v < 0 ? 0 : (int)v);
 }
 
-int dlock_semaphore_acquire(dlock_semaphore *s, int permits, int64_t wait_ms) {
+int dlock_semaphore_try_acquire(dlock_semaphore *s, int permits,
+                                int64_t wait_ms) {
   if (s == NULL) return DLOCK_EINVAL;
   if (permits <= 0)
     return dl_seterr(s->h.c, DLOCK_EINVAL, "permits must be positive");
@@ -74,11 +75,15 @@ int dlock_semaphore_acquire(dlock_semaphore *s, int permits, int64_t wait_ms) {
   dl_sync_ref r = dl_sync_ref_of(&s->h);
   rc = b->ops->sem_acquire(b, &r, permits, wait_ms != 0, dl_deadline(wait_ms));
   if (rc == 0)
-    return dl_seterr(s->h.c, DLOCK_ELOCKED, "no %d permit(s) of '%s' in time",
+    return dl_seterr(s->h.c, DLOCK_EBUSY, "no %d permit(s) of '%s' in time",
                      permits, r.name);
   if (rc < 0) return rc;
   dl_clearerr(s->h.c);
   return 0;
+}
+
+int dlock_semaphore_acquire(dlock_semaphore *s, int permits) {
+  return dlock_semaphore_try_acquire(s, permits, DL_WAIT_FOREVER);
 }
 
 int dlock_semaphore_release(dlock_semaphore *s, int permits) {

@@ -31,4 +31,28 @@ int dl_io_write(dl_io *io, const char *buf, size_t len, int64_t deadline_ms);
 void dl_io_shutdown(dl_io *io);
 void dl_io_close(dl_io *io);
 
+/* ---- net/io.c for an event loop: the same socket, never blocking ----
+ * The blocking calls above are these steps with a poll between them. */
+/* Starts connecting (TCP: each resolved address in turn; or a unix socket;
+ * then TLS for ep->tls). Name resolution blocks (getaddrinfo): give an
+ * address literal where that matters. Returns 0 and *out (step it with
+ * dl_io_step; free with dl_io_close), or a negative code with err set. */
+int dl_io_start(const dl_endpoint *ep, dl_tls_ctx *tls,
+                const char *server_name, dl_io **out, char *err,
+                size_t errlen);
+/* Advances the connect as far as it goes without blocking. Returns 0 once
+ * connected (and TLS done), DL_EV_READ or DL_EV_WRITE: call again when
+ * dl_io_fd(io) is ready for that (the fd may change between calls, from
+ * one address to the next), or a negative code with err set. */
+int dl_io_step(dl_io *io, char *err, size_t errlen);
+int dl_io_fd(const dl_io *io);
+/* One read: > 0 bytes; 0: nothing now, call again when the fd is ready for
+ * *want (DL_EV_READ, or DL_EV_WRITE when TLS must write first); or a
+ * negative code (DLOCK_ECONNLOST, also at the server's end of stream). */
+int dl_io_try_read(dl_io *io, char *buf, size_t len, int *want);
+/* One write of up to len bytes: returns how many it wrote (>= 0; fewer
+ * than len: call again for the rest when the fd is ready for *want), or a
+ * negative code. */
+int dl_io_try_write(dl_io *io, const char *buf, size_t len, int *want);
+
 #endif /* DLOCK_NET_H */

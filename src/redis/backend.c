@@ -22,6 +22,152 @@ int dl_redis_int_reply(dl_redis *r, struct redisReply *rep, long long lo,
   return 0;
 }
 
+/* ---- the steps of the operations: the blocking driver's fallbacks ---- */
+static int started(dl_pend *p, int rc) {
+  p->pending = rc == DL_PENDING;
+  return rc;
+}
+
+int dl_redis_step_eval(dl_redis *r, dl_pend *p, int64_t until, int script,
+                       int nkeys, const char *const *keys, int nargs,
+                       const char *const *args) {
+  const dl_rlink_ops *ops = r->link->ops;
+  p->reply = NULL;
+  p->step = DL_STEP_EVAL;
+  p->pending = false;
+  if (ops->eval_start)
+    return started(p, ops->eval_start(r->link, p, until, script, nkeys,
+                                        keys, nargs, args));
+  if (until != 0 && dl_now_ms() >= until) {
+    p->rc = dl_seterr(r->env.err_owner, DLOCK_ETIMEDOUT,
+                      "no time left for the request");
+    return 0;
+  }
+  int err = 0;
+  p->rc = ops->eval_many(r->link, until, 1, script, &nkeys, &keys, &nargs,
+                         &args, &p->reply, &err);
+  if (p->rc == 0) p->rc = err;
+  return 0;
+}
+
+int dl_redis_step_sub_ref(dl_redis *r, dl_pend *p, const char *channel,
+                          int mode, int64_t deadline) {
+  const dl_rlink_ops *ops = r->link->ops;
+  p->step = DL_STEP_SUB_REF;
+  p->pending = false;
+  p->sub = NULL;
+  if (ops->sub_ref_start)
+    return started(p, ops->sub_ref_start(r->link, p, channel, mode,
+                                           deadline));
+  p->sub = ops->sub_ref(r->link, channel, mode, deadline);
+  p->rc = 0;
+  return 0;
+}
+
+int dl_redis_step_sub_wait(dl_redis *r, dl_pend *p, dl_sub *s, int64_t until,
+                           int64_t since, dl_sub *grant) {
+  const dl_rlink_ops *ops = r->link->ops;
+  p->step = DL_STEP_SUB_WAIT;
+  p->pending = false;
+  if (ops->sub_wait_start)
+    return started(p, ops->sub_wait_start(r->link, p, s, until, since,
+                                            grant));
+  p->rc = ops->sub_wait(r->link, s, until, since, grant);
+  return 0;
+}
+
+int dl_redis_step_pause(dl_redis *r, dl_pend *p, int64_t until) {
+  const dl_rlink_ops *ops = r->link->ops;
+  p->step = DL_STEP_PAUSE;
+  p->pending = false;
+  if (ops->pause_start)
+    return started(p, ops->pause_start(r->link, p, until));
+  dl_sleep_ms(until - dl_now_ms());
+  p->rc = 0;
+  return 0;
+}
+
+void dl_redis_step_cancel(dl_redis *r, dl_pend *p) {
+  if (p->pending && r->link->ops->cancel) r->link->ops->cancel(r->link, p);
+  p->pending = false;
+}
+
+bool dl_redis_step_interrupt(dl_redis *r, dl_pend *p) {
+  if (!p->pending || p->step == DL_STEP_EVAL || p->step == DL_STEP_COMMAND)
+    return false;
+  dl_redis_step_cancel(r, p);
+  p->sub = NULL;
+  /* Resumed from the loop, not from within the caller's cancel; if no
+   * pause can be started (out of memory, the link closing), at once:
+   * better than an operation that never ends. */
+  if (dl_redis_step_pause(r, p, dl_now_ms()) != DL_PENDING) {
+    p->rc = 0;
+    p->resume(p);
+  }
+  return true;
+}
+
+/* ---- the event-loop driver's shell around an operation ---- */
+static void deliver(dl_shell *sh) {
+  if (sh->finish) sh->finish(sh, &sh->final);
+  dl_done_fn done = sh->head.done;
+  void *ud = sh->head.ud;
+  int rc = sh->final;
+  free(sh); /* the operation's state, which begins with the shell */
+  done(ud, rc);
+}
+
+void dl_shell_resume(dl_pend *p) {
+  dl_shell *sh = p->op;
+  p->pending = false;
+  if (!sh->finished) {
+    int rc = sh->step(sh);
+    if (rc == DL_PENDING) return;
+    sh->final = rc;
+  }
+  deliver(sh);
+}
+
+void dl_shell_bind(dl_shell *sh, dl_pend *p) {
+  p->resume = dl_shell_resume;
+  p->op = sh;
+  p->pending = false;
+}
+
+void dl_shell_init(dl_shell *sh, dl_redis *R, dl_done_fn done, void *ud,
+                   int (*step)(dl_shell *), dl_pend *main) {
+  memset(sh, 0, sizeof *sh);
+  sh->head.R = R;
+  sh->head.done = done;
+  sh->head.ud = ud;
+  sh->step = step;
+  sh->main = main;
+  if (main) dl_shell_bind(sh, main);
+}
+
+int dl_shell_start(dl_shell *sh, int rc, dl_async **op) {
+  *op = &sh->head;
+  if (rc == DL_PENDING) return 0;
+  /* Done within the start: done runs from the loop all the same. */
+  sh->finished = true;
+  sh->final = rc;
+  if (dl_redis_step_pause(sh->head.R, sh->main, dl_now_ms()) == DL_PENDING)
+    return 0;
+  *op = NULL;
+  free(sh);
+  return DLOCK_EINVAL; /* a blocking link: not reached */
+}
+
+void dl_redis_cancel(dl_backend *b, dl_async *op) {
+  (void)b;
+  dl_shell *sh = (dl_shell *)op;
+  /* An operation without a wait (a release) is left to its end. */
+  if (op->cancelled || sh->finished || sh->deadline == NULL) return;
+  op->cancelled = true;
+  if (sh->deadline) *sh->deadline = dl_now_ms();
+  dl_redis_step_interrupt(op->R, sh->main);
+}
+
 int dl_redis_eval_int(dl_redis *r, int script, int nkeys, const char **keys,
                       int nargs, const char **args, long long lo, long long hi,
                       long long *v) {
@@ -30,120 +176,262 @@ int dl_redis_eval_int(dl_redis *r, int script, int nkeys, const char **keys,
   return rc ? rc : dl_redis_int_reply(r, rep, lo, hi, v);
 }
 
-int dl_redis_wait_for(dl_redis *r, const char *channel, int mode, bool wait,
-                      int64_t deadline, dl_try_fn fn, void *ctx) {
-  int64_t start = dl_now_ms();
-  int64_t recheck = -1;
-  int rc = fn(ctx, &recheck);
-  if (rc != 0 || !wait) return rc;
+enum { W_TRIED, W_SUBBED, W_WAITED };
+
+int dl_redis_wait_start(dl_waiter *w) {
+  w->start = dl_now_ms();
+  w->recheck_ms = -1;
+  w->tries = 1;
+  w->sub = NULL;
+  w->p.reply = NULL;
+  w->p.sub = NULL;
+  w->st = W_TRIED;
+  if (w->kind->send(w) == DL_PENDING) return DL_PENDING;
+  return dl_redis_wait_step(w);
+}
+
+int dl_redis_wait_step(dl_waiter *w) {
+  dl_redis *r = w->R;
   const dl_rlink_ops *ops = r->link->ops;
-  dl_sub *sub = ops->sub_ref(r->link, channel, mode, deadline);
-  if (sub == NULL) return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
   for (;;) {
-    rc = fn(ctx, &recheck);
-    if (rc != 0) break;
-    int64_t now = dl_now_ms();
-    if (now >= deadline) break;
-    int64_t until = deadline;
-    if (recheck >= 0 && now + recheck < until) until = now + recheck;
-    int w = ops->sub_wait(r->link, sub, until, start, NULL);
-    if (w < 0) {
-      rc = dl_seterr(r->env.err_owner, w, "the client closed while waiting");
+    switch (w->st) {
+    case W_TRIED:
+      w->rc = w->kind->result(w);
+      if (w->rc != 0 || !w->wait) goto out;
+      if (w->tries == 1) {
+        w->st = W_SUBBED;
+        if (dl_redis_step_sub_ref(r, &w->p, w->channel, w->mode,
+                                  w->deadline) == DL_PENDING)
+          return DL_PENDING;
+        continue;
+      }
+      int64_t now = dl_now_ms();
+      if (now >= w->deadline) goto out;
+      int64_t until = w->deadline;
+      if (w->recheck_ms >= 0 && now + w->recheck_ms < until)
+        until = now + w->recheck_ms;
+      w->st = W_WAITED;
+      if (dl_redis_step_sub_wait(r, &w->p, w->sub, until, w->start, NULL) ==
+          DL_PENDING)
+        return DL_PENDING;
+      continue;
+    case W_SUBBED:
+      w->sub = w->p.sub;
+      w->p.sub = NULL;
+      if (w->sub == NULL) {
+        w->rc = dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+        goto out;
+      }
+      break;
+    case W_WAITED:
+      if (w->p.rc < 0) {
+        w->rc = dl_seterr(r->env.err_owner, w->p.rc,
+                          "the client closed while waiting");
+        goto out;
+      }
       break;
     }
+    /* Subscribed, or woken: try again. */
+    w->tries++;
+    w->st = W_TRIED;
+    if (w->kind->send(w) == DL_PENDING) return DL_PENDING;
   }
-  ops->sub_unref(r->link, sub, true);
-  return rc;
+out:
+  if (w->sub) ops->sub_unref(r->link, w->sub, true);
+  w->sub = NULL;
+  return w->rc;
+}
+
+int dl_redis_step_command(dl_redis *r, dl_pend *p, int argc,
+                          const char **argv) {
+  const dl_rlink_ops *ops = r->link->ops;
+  p->reply = NULL;
+  p->step = DL_STEP_COMMAND;
+  p->pending = false;
+  if (ops->command_start)
+    return started(p, ops->command_start(r->link, p, argc, argv));
+  p->rc = ops->command(r->link, argc, argv, &p->reply);
+  return 0;
 }
 
 /* Renewal by lock_renew.lua: up to RENEW_BATCH holds a script, every
  * script of the round pipelined. A permit is renewed on its semaphore's
  * timeout set, where its lease is. */
-static int rb_renew(dl_backend *base, int64_t deadline, int64_t lease_ms,
-                    int n, dl_renew_item *items, int *calls) {
-  dl_redis *r = (dl_redis *)base;
-  *calls = 0;
-  if (n <= 0) return 0;
-  int nb = (n + RENEW_BATCH - 1) / RENEW_BATCH;
+typedef struct renew_job {
+  dl_redis *r;
+  int n, nb;
+  dl_renew_item *items;
   char lease[DL_INT_BUF];
-  dl_fmt_ll(lease, lease_ms);
-  const char **keys = malloc((size_t)n * sizeof *keys);
-  const char **args = malloc((size_t)(n + nb) * sizeof *args);
-  char *sets = NULL; /* the timeout sets' names of permits */
-  int *nkeys = malloc((size_t)nb * sizeof *nkeys);
-  int *nargs = malloc((size_t)nb * sizeof *nargs);
-  const char *const **kp = malloc((size_t)nb * sizeof *kp);
-  const char *const **ap = malloc((size_t)nb * sizeof *ap);
-  redisReply **replies = calloc((size_t)nb, sizeof *replies);
-  int *errs = calloc((size_t)nb, sizeof *errs);
-  int permits = 0, failed = 0;
+  int64_t valid;
+  const char **keys, **args;
+  char *sets; /* the timeout sets' names of permits */
+  int *nkeys, *nargs;
+  const char *const **kp, *const **ap;
+  redisReply **replies;
+  int *errs;
+} renew_job;
+
+static void job_free(renew_job *j) {
+  for (int b = 0; b < j->nb && j->replies; b++)
+    if (j->replies[b]) freeReplyObject(j->replies[b]);
+  free(j->keys);
+  free(j->args);
+  free(j->sets);
+  free(j->nkeys);
+  free(j->nargs);
+  free(j->kp);
+  free(j->ap);
+  free(j->replies);
+  free(j->errs);
+}
+
+/* Builds the round's scripts (n > 0). Returns 0 or DLOCK_ENOMEM. */
+static int job_prepare(renew_job *j, dl_redis *r, int64_t lease_ms, int n,
+                       dl_renew_item *items) {
+  memset(j, 0, sizeof *j);
+  j->r = r;
+  j->n = n;
+  j->items = items;
+  int nb = j->nb = (n + RENEW_BATCH - 1) / RENEW_BATCH;
+  dl_fmt_ll(j->lease, lease_ms);
+  j->keys = malloc((size_t)n * sizeof *j->keys);
+  j->args = malloc((size_t)(n + nb) * sizeof *j->args);
+  j->nkeys = malloc((size_t)nb * sizeof *j->nkeys);
+  j->nargs = malloc((size_t)nb * sizeof *j->nargs);
+  j->kp = malloc((size_t)nb * sizeof *j->kp);
+  j->ap = malloc((size_t)nb * sizeof *j->ap);
+  j->replies = calloc((size_t)nb, sizeof *j->replies);
+  j->errs = calloc((size_t)nb, sizeof *j->errs);
+  int permits = 0;
   for (int i = 0; i < n; i++) {
     items[i].result = DLOCK_EPROTO;
     permits += items[i].permit;
   }
-  if (permits)
-    sets = malloc((size_t)permits * DL_DERIVED_MAX);
-  if (!keys || !args || !nkeys || !nargs || !kp || !ap || !replies || !errs ||
-      (permits && !sets)) {
-    failed = dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
-    goto out;
-  }
-  char *set = sets;
+  if (permits) j->sets = malloc((size_t)permits * DL_DERIVED_MAX);
+  if (!j->keys || !j->args || !j->nkeys || !j->nargs || !j->kp || !j->ap ||
+      !j->replies || !j->errs || (permits && !j->sets))
+    return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  char *set = j->sets;
   for (int b = 0; b < nb; b++) {
     int lo = b * RENEW_BATCH, hi = lo + RENEW_BATCH > n ? n : lo + RENEW_BATCH;
-    nkeys[b] = hi - lo;
-    nargs[b] = nkeys[b] + 1;
-    kp[b] = keys + lo;
-    ap[b] = args + lo + b;
-    args[lo + b] = lease;
+    j->nkeys[b] = hi - lo;
+    j->nargs[b] = j->nkeys[b] + 1;
+    j->kp[b] = j->keys + lo;
+    j->ap[b] = j->args + lo + b;
+    j->args[lo + b] = j->lease;
     for (int k = lo; k < hi; k++) {
-      keys[k] = items[k].key;
+      j->keys[k] = items[k].key;
       if (items[k].permit) {
         dl_derived_suffix_into(set, DL_DERIVED_MAX, items[k].key, "timeout");
-        keys[k] = set;
+        j->keys[k] = set;
         set += DL_DERIVED_MAX;
       }
-      args[k + b + 1] = items[k].owner;
+      j->args[k + b + 1] = items[k].owner;
     }
   }
-  int64_t sent = dl_now_ms();
-  int64_t valid = dl_validity(sent, lease_ms);
-  failed = r->link->ops->eval_many(r->link, deadline, nb, DL_SCRIPT_LOCK_RENEW,
-                                   nkeys, kp, nargs, ap, replies, errs);
-  *calls = nb;
-  for (int b = 0; b < nb; b++) {
-    redisReply *rep = replies[b];
-    if (errs[b] != 0 || rep == NULL || rep->type != REDIS_REPLY_ARRAY ||
-        (int)rep->elements != nkeys[b]) {
-      if (failed == 0) failed = errs[b] ? errs[b] : DLOCK_EPROTO;
-      for (int k = 0; k < nkeys[b]; k++)
-        items[b * RENEW_BATCH + k].result = errs[b] ? errs[b] : DLOCK_EPROTO;
+  j->valid = dl_validity(dl_now_ms(), lease_ms);
+  return 0;
+}
+
+/* Reads the round's replies into the items: 0, or the first error. */
+static int job_parse(renew_job *j, int failed) {
+  for (int b = 0; b < j->nb; b++) {
+    redisReply *rep = j->replies[b];
+    int err = j->errs[b];
+    if (err != 0 || rep == NULL || rep->type != REDIS_REPLY_ARRAY ||
+        (int)rep->elements != j->nkeys[b]) {
+      if (failed == 0) failed = err ? err : DLOCK_EPROTO;
+      for (int k = 0; k < j->nkeys[b]; k++)
+        j->items[b * RENEW_BATCH + k].result = err ? err : DLOCK_EPROTO;
       continue; /* unknown: tried again soon, the lease still runs */
     }
-    for (int k = 0; k < nkeys[b]; k++) {
-      dl_renew_item *it = &items[b * RENEW_BATCH + k];
+    for (int k = 0; k < j->nkeys[b]; k++) {
+      dl_renew_item *it = &j->items[b * RENEW_BATCH + k];
       redisReply *e = rep->element[k];
       if (e->type != REDIS_REPLY_INTEGER) {
         if (failed == 0) failed = DLOCK_EPROTO;
         continue;
       }
       it->result = e->integer == 1;
-      it->valid_until = valid;
+      it->valid_until = j->valid;
     }
   }
-out:
-  for (int b = 0; b < nb && replies; b++)
-    if (replies[b]) freeReplyObject(replies[b]);
-  free(keys);
-  free(args);
-  free(sets);
-  free(nkeys);
-  free(nargs);
-  free(kp);
-  free(ap);
-  free(replies);
-  free(errs);
   return failed;
+}
+
+static int rb_renew(dl_backend *base, int64_t deadline, int64_t lease_ms,
+                    int n, dl_renew_item *items, int *calls) {
+  dl_redis *r = (dl_redis *)base;
+  *calls = 0;
+  if (n <= 0) return 0;
+  renew_job j;
+  int failed = job_prepare(&j, r, lease_ms, n, items);
+  if (failed == 0) {
+    failed = r->link->ops->eval_many(r->link, deadline, j.nb,
+                                     DL_SCRIPT_LOCK_RENEW, j.nkeys, j.kp,
+                                     j.nargs, j.ap, j.replies, j.errs);
+    *calls = j.nb;
+    failed = job_parse(&j, failed);
+  }
+  job_free(&j);
+  return failed;
+}
+
+/* The event-loop driver's renewal: the round's scripts sent at once (the
+ * link pipelines them), the items filled in when the last is answered. */
+typedef struct renew_async {
+  dl_shell sh;
+  renew_job j;
+  int left; /* scripts not answered yet */
+  dl_pend *p;
+} renew_async;
+
+static int renew_async_step(dl_shell *sh) {
+  renew_async *x = (renew_async *)sh;
+  if (--x->left > 0) return DL_PENDING;
+  for (int b = 0; b < x->j.nb; b++) {
+    x->j.errs[b] = x->p[b].rc;
+    x->j.replies[b] = x->p[b].reply;
+    x->p[b].reply = NULL;
+  }
+  int rc = job_parse(&x->j, 0);
+  job_free(&x->j);
+  free(x->p);
+  return rc;
+}
+
+static int rb_renew_async(dl_backend *base, int64_t deadline,
+                          int64_t lease_ms, int n, dl_renew_item *items,
+                          int *calls, dl_done_fn done, void *ud,
+                          dl_async **op) {
+  dl_redis *r = (dl_redis *)base;
+  *op = NULL;
+  *calls = 0;
+  if (r->link->ops->eval_start == NULL)
+    return dl_seterr(r->env.err_owner, DLOCK_EINVAL,
+                     "an event-loop call on a blocking client");
+  renew_async *x = calloc(1, sizeof *x);
+  if (x == NULL) return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  int rc = n > 0 ? job_prepare(&x->j, r, lease_ms, n, items) : 0;
+  if (rc == 0 && n > 0 && (x->p = calloc((size_t)x->j.nb, sizeof *x->p)) == NULL)
+    rc = dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  if (rc != 0 || n <= 0) {
+    job_free(&x->j);
+    free(x);
+    return rc ? rc : DLOCK_EINVAL;
+  }
+  dl_shell_init(&x->sh, r, done, ud, renew_async_step, &x->p[0]);
+  x->left = x->j.nb;
+  int last = DL_PENDING;
+  for (int b = 0; b < x->j.nb; b++) {
+    if (b > 0) dl_shell_bind(&x->sh, &x->p[b]);
+    /* An event-loop link always answers later (DL_PENDING). */
+    last = dl_redis_step_eval(r, &x->p[b], deadline, DL_SCRIPT_LOCK_RENEW,
+                              x->j.nkeys[b], x->j.kp[b], x->j.nargs[b],
+                              x->j.ap[b]);
+  }
+  *calls = x->j.nb;
+  return dl_shell_start(&x->sh, last, op);
 }
 
 /* A notice names a Redis key; a permit's hold is on its semaphore's name,
@@ -223,7 +511,14 @@ static const dl_backend_ops redis_ops = {
     .permit_acquire = dl_redis_permit_acquire,
     .latch_await = dl_redis_latch_await,
     .sync_update = dl_redis_sync_update,
+    .lock_acquire_async = dl_redis_lock_acquire_async,
+    .lock_release_async = dl_redis_lock_release_async,
+    .sem_acquire_async = dl_redis_sem_acquire_async,
+    .permit_acquire_async = dl_redis_permit_acquire_async,
+    .latch_await_async = dl_redis_latch_await_async,
+    .cancel = dl_redis_cancel,
     .renew = rb_renew,
+    .renew_async = rb_renew_async,
     .watch_losses = rb_watch_losses,
     .ping = rb_ping,
     .stats = rb_stats,
@@ -312,7 +607,8 @@ int dl_redis_backend_new(const dlock_client_options *opts,
       return rc;
     }
   }
-  rc = dl_single_link_new(cfg, &r->env, opts->connections, &r->link);
+  rc = r->env.loop ? dl_loop_link_new(cfg, &r->env, &r->link)
+                   : dl_single_link_new(cfg, &r->env, opts->connections, &r->link);
   if (rc != 0) {
     rb_free(&r->base);
     return rc;

@@ -484,125 +484,139 @@ void dl_conn_free(dl_conn *c) {
   free(c);
 }
 
-/* ---- handshake: AUTH, SELECT, CLIENT SETNAME on a fresh socket ---- */
+/* ---- handshake: AUTH, SELECT, CLIENT SETNAME on a fresh socket ----
+ * Built and judged here for both connections: this blocking one, and the
+ * event loop's (aconn.c, asub.c), which reads the replies as they come. */
 
-int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
-                      char *err, size_t errlen) {
-  const char *argv[4];
+/* Appends one formatted command to hs->buf. */
+static int hs_add(dl_handshake *hs, int argc, const char **argv,
+                  const char *what) {
   size_t lens[4];
-  char *cmds[3];
-  size_t cmdlen[3];
-  int ncmd = 0;
-  size_t total = 0;
-  int len;
-  char db[16];
-  /* What was sent, for the error detail: "AUTH, SELECT, CLIENT SETNAME". */
-  char sent[40] = "";
+  for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+  char *cmd;
+  int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+  if (len < 0) return DLOCK_ENOMEM;
+  char *buf = realloc(hs->buf, hs->len + (size_t)len);
+  if (buf == NULL) {
+    redisFreeCommand(cmd);
+    return DLOCK_ENOMEM;
+  }
+  memcpy(buf + hs->len, cmd, (size_t)len);
+  redisFreeCommand(cmd);
+  hs->buf = buf;
+  hs->len += (size_t)len;
+  hs->ncmd++;
+  size_t n = strlen(hs->sent);
+  snprintf(hs->sent + n, sizeof hs->sent - n, "%s%s", n ? ", " : "", what);
+  return 0;
+}
+
+int dl_handshake_init(dl_handshake *hs, const dl_conn_config *cfg, char *err,
+                      size_t errlen) {
+  memset(hs, 0, sizeof *hs);
+  const char *argv[4];
+  int rc = 0;
   if (cfg->ep.password) {
     int argc = 0;
     argv[argc++] = "AUTH";
     if (cfg->ep.username) argv[argc++] = cfg->ep.username;
     argv[argc++] = cfg->ep.password;
-    for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
-    if ((len = redisFormatCommandArgv(&cmds[ncmd], argc, argv, lens)) < 0)
-      goto oom;
-    total += (size_t)len;
-    cmdlen[ncmd++] = (size_t)len;
-    strcat(sent, "AUTH");
+    rc = hs_add(hs, argc, argv, "AUTH");
   }
-  if (cfg->ep.db != 0) {
+  char db[16];
+  if (rc == 0 && cfg->ep.db != 0) {
     snprintf(db, sizeof db, "%d", cfg->ep.db);
     argv[0] = "SELECT";
     argv[1] = db;
-    lens[0] = 6;
-    lens[1] = strlen(db);
-    if ((len = redisFormatCommandArgv(&cmds[ncmd], 2, argv, lens)) < 0)
-      goto oom;
-    total += (size_t)len;
-    cmdlen[ncmd++] = (size_t)len;
-    strcat(sent, sent[0] ? ", SELECT" : "SELECT");
+    rc = hs_add(hs, 2, argv, "SELECT");
   }
-  if (cfg->client_name) {
+  if (rc == 0 && cfg->client_name) {
     argv[0] = "CLIENT";
     argv[1] = "SETNAME";
     argv[2] = cfg->client_name;
-    for (int i = 0; i < 3; i++) lens[i] = strlen(argv[i]);
-    if ((len = redisFormatCommandArgv(&cmds[ncmd], 3, argv, lens)) < 0)
-      goto oom;
-    total += (size_t)len;
-    cmdlen[ncmd++] = (size_t)len;
-    strcat(sent, sent[0] ? ", CLIENT SETNAME" : "CLIENT SETNAME");
+    rc = hs_add(hs, 3, argv, "CLIENT SETNAME");
   }
-  if (ncmd == 0) return 0;
+  if (rc != 0) {
+    dl_handshake_clear(hs);
+    snprintf(err, errlen, "out of memory");
+  }
+  return rc;
+}
+
+void dl_handshake_clear(dl_handshake *hs) {
+  free(hs->buf);
+  hs->buf = NULL;
+  hs->len = 0;
+}
+
+bool dl_handshake_reply(dl_handshake *hs, const dl_conn_config *cfg,
+                        redisReply *r, char *err, size_t errlen) {
+  if (r->type == REDIS_REPLY_ERROR && hs->rc == 0) {
+    /* The server's text names the failure, never the password. */
+    hs->rc = dl_server_errcode(r->str);
+    if (hs->got == 0 && cfg->ep.password) hs->rc = DLOCK_EAUTH;
+    snprintf(err, errlen, "%s", r->str);
+  }
+  freeReplyObject(r);
+  return ++hs->got == hs->ncmd;
+}
+
+int dl_handshake_ioerr(const dl_handshake *hs, const dl_conn_config *cfg,
+                       bool sending, int rc, char *err, size_t errlen) {
   /* The details say what failed; the caller prefixes the code's text, so
    * they never repeat it ("did not answer in time: ... in time"). */
   int limit_ms = cfg->connect_timeout_ms;
-  char *buf = malloc(total);
-  if (buf == NULL) {
-    for (int i = 0; i < ncmd; i++) redisFreeCommand(cmds[i]);
-    goto oom;
-  }
-  size_t off = 0;
-  for (int i = 0; i < ncmd; i++) {
-    memcpy(buf + off, cmds[i], cmdlen[i]);
-    off += cmdlen[i];
-    redisFreeCommand(cmds[i]);
-  }
-  int rc = dl_io_write(io, buf, off, deadline);
-  free(buf);
-  if (rc != 0) {
-    if (rc == DLOCK_ETIMEDOUT)
-      snprintf(err, errlen, "could not send %s within %d ms (connect "
-               "timeout)", sent, limit_ms);
-    else
-      snprintf(err, errlen, "connection closed while sending %s", sent);
-    return rc;
-  }
+  if (rc == DLOCK_EPROTO)
+    snprintf(err, errlen, "malformed reply to %s", hs->sent);
+  else if (sending && rc == DLOCK_ETIMEDOUT)
+    snprintf(err, errlen, "could not send %s within %d ms (connect "
+             "timeout)", hs->sent, limit_ms);
+  else if (sending)
+    snprintf(err, errlen, "connection closed while sending %s", hs->sent);
+  else if (rc == DLOCK_ETIMEDOUT)
+    snprintf(err, errlen, "no reply to %s within %d ms (connect "
+             "timeout)", hs->sent, limit_ms);
+  else
+    snprintf(err, errlen, "connection closed before the reply to %s",
+             hs->sent);
+  return rc;
+}
+
+int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
+                      char *err, size_t errlen) {
+  dl_handshake hs;
+  if (dl_handshake_init(&hs, cfg, err, errlen) != 0) return DLOCK_ENOMEM;
+  if (hs.ncmd == 0) return 0;
+  int rc = dl_io_write(io, hs.buf, hs.len, deadline);
+  dl_handshake_clear(&hs);
+  if (rc != 0) return dl_handshake_ioerr(&hs, cfg, true, rc, err, errlen);
   redisReader *rd = redisReaderCreate();
-  if (rd == NULL) goto oom;
-  int got = 0;
-  rc = 0;
+  if (rd == NULL) {
+    snprintf(err, errlen, "out of memory");
+    return DLOCK_ENOMEM;
+  }
   char rbuf[4096];
-  while (got < ncmd) {
+  bool done = false;
+  while (!done) {
     void *rep = NULL;
     if (redisReaderGetReply(rd, &rep) != REDIS_OK) {
       rc = DLOCK_EPROTO;
-      snprintf(err, errlen, "malformed reply to %s", sent);
       break;
     }
-    if (rep == NULL) {
-      int n = dl_io_read(io, rbuf, sizeof rbuf, deadline);
-      if (n < 0) {
-        if (rc == 0) {
-          rc = n;
-          if (n == DLOCK_ETIMEDOUT)
-            snprintf(err, errlen, "no reply to %s within %d ms (connect "
-                     "timeout)", sent, limit_ms);
-          else
-            snprintf(err, errlen, "connection closed before the reply to %s",
-                     sent);
-        }
-        break;
-      } else {
-        redisReaderFeed(rd, rbuf, (size_t)n);
-      }
+    if (rep != NULL) {
+      done = dl_handshake_reply(&hs, cfg, rep, err, errlen);
       continue;
     }
-    redisReply *r = rep;
-    if (r->type == REDIS_REPLY_ERROR) {
-      /* The server's text names the failure, never the password. */
-      if (rc == 0) {
-        rc = dl_server_errcode(r->str);
-        if (got == 0 && cfg->ep.password) rc = DLOCK_EAUTH;
-        snprintf(err, errlen, "%s", r->str);
-      }
+    int n = dl_io_read(io, rbuf, sizeof rbuf, deadline);
+    if (n < 0) {
+      rc = n;
+      break;
     }
-    freeReplyObject(r);
-    got++;
+    redisReaderFeed(rd, rbuf, (size_t)n);
   }
   redisReaderFree(rd);
-  return rc;
-oom:
-  snprintf(err, errlen, "out of memory");
-  return DLOCK_ENOMEM;
+  /* An error reply before the failure says more than the failure. */
+  if (rc != 0 && hs.rc == 0)
+    return dl_handshake_ioerr(&hs, cfg, false, rc, err, errlen);
+  return hs.rc;
 }

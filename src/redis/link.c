@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/sha.h>
-
 typedef struct single_link {
   dl_rlink base;
   const dl_backend_env *env;
@@ -19,84 +17,9 @@ typedef struct single_link {
   dl_pubsub *pubsub;
 } single_link;
 
-static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
-
-static void scripts_hash(void) {
-  for (int i = 0; i < DL_SCRIPT_COUNT; i++) {
-    unsigned char md[SHA_DIGEST_LENGTH];
-    SHA1((const unsigned char *)dl_scripts[i].body, strlen(dl_scripts[i].body),
-         md);
-    for (int j = 0; j < SHA_DIGEST_LENGTH; j++)
-      snprintf(dl_scripts[i].sha + 2 * j, 3, "%02x", md[j]);
-  }
-}
-
-void dl_scripts_init(void) { pthread_once(&scripts_once, scripts_hash); }
-
 static dl_conn *pick(single_link *b) {
   if (b->nconn == 1) return b->conns[0];
   return b->conns[atomic_fetch_add(&b->next, 1) % (unsigned)b->nconn];
-}
-
-/* Turns an error reply into a code (recording the server's text); keeps
- * any other reply. */
-static int check_reply(single_link *b, redisReply **reply) {
-  redisReply *r = *reply;
-  if (r->type != REDIS_REPLY_ERROR) return 0;
-  int code = dl_server_errcode(r->str);
-  dl_seterr(b->env->err_owner, code, "%s", r->str);
-  freeReplyObject(r);
-  *reply = NULL;
-  return code;
-}
-
-static bool is_noscript(const redisReply *r) {
-  return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
-}
-
-/* An EVALSHA/EVAL argv: on the stack for the usual few arguments. */
-typedef struct evargv {
-  const char **argv;
-  size_t *lens;
-  const char *small[16];
-  size_t small_lens[16];
-  char nk[DL_INT_BUF];
-} evargv;
-
-/* Builds the argv into *v; returns argc or -1 (out of memory). Release
- * with evargv_free. */
-static int build_argv(int script, bool body, int nkeys,
-                      const char *const *keys, int nargs,
-                      const char *const *args, evargv *v) {
-  int argc = 3 + nkeys + nargs;
-  v->argv = v->small;
-  v->lens = v->small_lens;
-  if (argc > 16) {
-    v->argv = malloc(sizeof *v->argv * (size_t)argc);
-    v->lens = malloc(sizeof *v->lens * (size_t)argc);
-    if (!v->argv || !v->lens) {
-      free(v->argv);
-      free(v->lens);
-      v->argv = NULL;
-      v->lens = NULL;
-      return -1;
-    }
-  }
-  const char **argv = v->argv;
-  argv[0] = body ? "EVAL" : "EVALSHA";
-  argv[1] = body ? dl_scripts[script].body : dl_scripts[script].sha;
-  argv[2] = dl_fmt_ll(v->nk, nkeys);
-  for (int i = 0; i < nkeys; i++) argv[3 + i] = keys[i];
-  for (int i = 0; i < nargs; i++) argv[3 + nkeys + i] = args[i];
-  for (int i = 0; i < argc; i++) v->lens[i] = strlen(argv[i]);
-  return argc;
-}
-
-static void evargv_free(evargv *v) {
-  if (v->argv != v->small) {
-    free(v->argv);
-    free(v->lens);
-  }
 }
 
 static int rb_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
@@ -114,37 +37,37 @@ static int rb_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
   int64_t limit = dl_now_ms() + b->env->command_timeout_ms;
   if (deadline <= 0 || deadline > limit) deadline = limit;
   for (int i = 0; i < n; i++) {
-    evargv v;
+    dl_evargv v;
     replies[i] = NULL;
     errs[i] = 0;
-    int argc = build_argv(script, false, nkeys[i], keys[i], nargs[i], args[i],
+    int argc = dl_evargv_build(script, false, nkeys[i], keys[i], nargs[i], args[i],
                           &v);
     if (argc < 0) {
       errs[i] = DLOCK_ENOMEM;
       continue;
     }
     reqs[i] = dl_conn_send(conn, argc, v.argv, v.lens, ping_first, &errs[i]);
-    evargv_free(&v);
+    dl_evargv_free(&v);
   }
   int first_err = 0;
   for (int i = 0; i < n; i++) {
     if (reqs[i] != NULL)
       errs[i] = dl_req_wait(conn, reqs[i], deadline, &replies[i]);
-    if (errs[i] == 0 && is_noscript(replies[i])) {
+    if (errs[i] == 0 && dl_reply_noscript(replies[i])) {
       /* SCRIPT FLUSH or a restart: send the body once, then EVALSHA works
        * again for everyone. */
       freeReplyObject(replies[i]);
       replies[i] = NULL;
-      evargv v;
-      int argc = build_argv(script, true, nkeys[i], keys[i], nargs[i], args[i],
+      dl_evargv v;
+      int argc = dl_evargv_build(script, true, nkeys[i], keys[i], nargs[i], args[i],
                             &v);
       if (argc < 0) errs[i] = DLOCK_ENOMEM;
       else {
         errs[i] = dl_conn_call(conn, argc, v.argv, v.lens, &replies[i]);
-        evargv_free(&v);
+        dl_evargv_free(&v);
       }
     }
-    if (errs[i] == 0) errs[i] = check_reply(b, &replies[i]);
+    if (errs[i] == 0) errs[i] = dl_reply_check(b->env->err_owner, &replies[i]);
     if (errs[i] != 0 && first_err == 0) first_err = errs[i];
   }
   if (reqs != &one) free(reqs);
@@ -168,17 +91,28 @@ static int rb_command(dl_rlink *base, int argc, const char **argv,
   if (argc > 16) return dl_seterr(b->env->err_owner, DLOCK_EINVAL, "too many args");
   for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
   int rc = dl_conn_call(pick(b), argc, argv, lens, reply);
-  if (rc == 0) rc = check_reply(b, reply);
+  if (rc == 0) rc = dl_reply_check(b->env->err_owner, reply);
   return rc;
 }
 
-/* Waiting by backoff (wait_backoff_max_ms > 0): no subscription, each
- * waiter sleeps 1, 2, 4 ... up to the maximum ms between tries, each sleep
- * drawn in [d/2, d] so that waiters do not retry in step. */
-typedef struct backoff {
-  int64_t delay;
-  uint64_t rng;
-} backoff;
+typedef dl_backoff backoff;
+
+void dl_backoff_init(dl_backoff *w) {
+  w->delay = 1;
+  w->rng = dl_thread_id() * 0x9e3779b97f4a7c15ull ^ (uint64_t)dl_now_us();
+}
+
+int64_t dl_backoff_next(dl_backoff *w, int64_t max_ms) {
+  w->rng ^= w->rng << 13;
+  w->rng ^= w->rng >> 7;
+  w->rng ^= w->rng << 17;
+  int64_t half = w->delay / 2;
+  int64_t d = w->delay - half;
+  if (half > 0) d += (int64_t)(w->rng % (uint64_t)(half + 1));
+  w->delay *= 2;
+  if (w->delay > max_ms) w->delay = max_ms;
+  return d;
+}
 
 static dl_sub *rb_sub_ref(dl_rlink *base, const char *channel, int mode,
                           int64_t deadline) {
@@ -187,27 +121,16 @@ static dl_sub *rb_sub_ref(dl_rlink *base, const char *channel, int mode,
     return NULL; /* no grants; nothing subscribed */
   if (b->pubsub == NULL) {
     backoff *w = calloc(1, sizeof *w);
-    if (w) {
-      w->delay = 1;
-      w->rng = dl_thread_id() * 0x9e3779b97f4a7c15ull ^ (uint64_t)dl_now_us();
-    }
+    if (w) dl_backoff_init(w);
     return (dl_sub *)w; /* NULL: sleeps until the TTL, see rb_sub_wait */
   }
   return dl_pubsub_ref(b->pubsub, channel, mode, deadline);
 }
 
 static int backoff_wait(single_link *b, backoff *w, int64_t deadline) {
-  w->rng ^= w->rng << 13;
-  w->rng ^= w->rng >> 7;
-  w->rng ^= w->rng << 17;
-  int64_t half = w->delay / 2;
-  int64_t d = w->delay - half;
-  if (half > 0) d += (int64_t)(w->rng % (uint64_t)(half + 1));
-  int64_t until = dl_now_ms() + d;
+  int64_t until = dl_now_ms() + dl_backoff_next(w, b->env->backoff_max_ms);
   if (until > deadline) until = deadline;
   dl_sleep_ms(until - dl_now_ms());
-  w->delay *= 2;
-  if (w->delay > b->env->backoff_max_ms) w->delay = b->env->backoff_max_ms;
   return atomic_load(b->env->closing) ? DLOCK_ECLOSED : 0;
 }
 

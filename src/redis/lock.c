@@ -10,6 +10,7 @@
 
 #include <hiredis/hiredis.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,24 +26,6 @@ static bool is_rw(const dl_lock_ref *l) {
 static bool contended(const dl_lock_ref *l) {
   return (atomic_load_explicit(l->hint, memory_order_relaxed) &
           HINT_CONTENDED) != 0;
-}
-
-/* Runs a script, answered by `end` (dl_now_ms() time) at the latest; 0:
- * within the command timeout. An acquire passes its own end, so that the
- * whole call, its cleanup included, is bounded (dlock_lock_try_acquire). */
-static int eval_until(dl_redis *R, int64_t end, int script, int nkeys,
-                      const char **keys, int nargs, const char **args,
-                      redisReply **r) {
-  if (end == 0)
-    return R->link->ops->eval(R->link, script, nkeys, keys, nargs, args, r);
-  if (dl_now_ms() >= end)
-    return dl_seterr(R->env.err_owner, DLOCK_ETIMEDOUT,
-                     "no time left for the request");
-  int err = 0;
-  const char *const *k = keys, *const *a = args;
-  int rc = R->link->ops->eval_many(R->link, end, 1, script, &nkeys, &k, &nargs,
-                                   &a, r, &err);
-  return rc ? rc : err;
 }
 
 /* Redisson's derived names: "<prefix>:{<name>}", or "<prefix>:<name>" when
@@ -83,114 +66,7 @@ static const char *owner_channel(char *out, const dl_lock_ref *l,
   return out;
 }
 
-/* One attempt at a side of a read-write lock (see attempt). */
-static int rw_attempt(dl_redis *R, const dl_acquire *a, int64_t end,
-                      const char *lease, uint64_t *token, int64_t *ttl,
-                      bool *local_reserved, int64_t *sent) {
-  const dl_lock_ref *l = a->lock;
-  const char *owner = l->owner;
-  /* The same thread's owner ids on the other side. */
-  char reader[DL_OWNER_MAX], writer[DL_OWNER_MAX];
-  size_t ol = strlen(owner);
-  if (l->kind == DL_KIND_WRITE) {
-    memcpy(reader, owner, ol - 6);
-    reader[ol - 6] = '\0';
-    memcpy(writer, owner, ol + 1);
-  } else {
-    memcpy(reader, owner, ol + 1);
-    snprintf(writer, sizeof writer, "%s:write", owner);
-  }
-  char tk[DL_DERIVED_MAX];
-  const char *keys[] = {l->key, TOKEN_KEY(l, tk)};
-  const char *args[] = {lease,  owner,  l->kind == DL_KIND_READ ? "read" : "write",
-                        writer, reader, a->info};
-  redisReply *r = NULL;
-  *local_reserved = false;
-  *sent = dl_now_ms();
-  int rc = eval_until(R, end, DL_SCRIPT_RW_ACQUIRE, 2, keys, 6, args, &r);
-  if (rc != 0) return rc;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-      r->element[0]->type != REDIS_REPLY_INTEGER ||
-      r->element[1]->type != REDIS_REPLY_INTEGER ||
-      r->element[0]->integer < -1 || r->element[0]->integer > 2) {
-    freeReplyObject(r);
-    return dl_seterr(R->env.err_owner, DLOCK_EPROTO, "unexpected reply to the acquire");
-  }
-  long long status = r->element[0]->integer, value = r->element[1]->integer;
-  freeReplyObject(r);
-  if (status == -1)
-    return dl_seterr(R->env.err_owner, DLOCK_EDEADLK, "this owner holds the read lock "
-                     "of '%s': release it before asking for the write lock",
-                     l->name);
-  if (status == 0) {
-    *ttl = value;
-    return 0;
-  }
-  *token = (uint64_t)value;
-  return (int)status;
-}
-
-/* One attempt. Returns 1 and the token when acquired, 0 and the holder's
- * PTTL when another owner holds it (*local_reserved: the lock is free but
- * reserved for a starving waiter of this client), or a negative code.
- * `enqueue`: if refused, join (or stay in) the fair lock's queue, or the
- * plain lock's hand-off queue. */
-static int attempt(dl_redis *R, const dl_acquire *a, int64_t end,
-                   bool starving, bool enqueue, uint64_t *token, int64_t *ttl,
-                   bool *local_reserved, int64_t *sent) {
-  const dl_lock_ref *l = a->lock;
-  const char *owner = l->owner;
-  char lease[DL_INT_BUF], count[DL_INT_BUF];
-  dl_fmt_ll(lease, a->lease_ms);
-  dl_fmt_ll(count, a->held);
-  if (is_rw(l))
-    return rw_attempt(R, a, end, lease, token, ttl, local_reserved, sent);
-  bool fair = l->kind == DL_KIND_FAIR;
-  char tk[DL_DERIVED_MAX], hk[DL_DERIVED_MAX], qk[DL_DERIVED_MAX], tok[DL_DERIVED_MAX];
-  const char *keys[] = {l->key, TOKEN_KEY(l, tk), HANDOFF_KEY(l, hk),
-                        fair ? QUEUE_KEY(l, qk) : GRANT_QUEUE_KEY(l, qk),
-                        fair ? TIMEOUT_KEY(l, tok) : GRANT_WAITERS_KEY(l, tok)};
-  char reserve[DL_INT_BUF], stale[DL_INT_BUF], alive[DL_INT_BUF];
-  dl_fmt_ll(reserve, RESERVE_MS);
-  dl_fmt_ll(stale, l->fair_stale_ms);
-  dl_fmt_ll(alive, GRANT_STALE_MS);
-  const char *args[] = {lease, owner, a->info, count, starving ? "1" : "0",
-                        reserve, stale, enqueue ? "1" : "0", alive};
-  /* A plain lock's first attempt sends only what it needs. */
-  int nkeys = fair || enqueue ? 5 : 3;
-  int nargs = fair ? 8 : enqueue ? 9 : 6;
-  redisReply *r = NULL;
-  *sent = dl_now_ms();
-  int rc = eval_until(R, end, DL_SCRIPT_LOCK_ACQUIRE, nkeys, keys, nargs,
-                      args, &r);
-  if (rc != 0) return rc;
-  *local_reserved = false;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-      r->element[0]->type != REDIS_REPLY_INTEGER ||
-      r->element[1]->type != REDIS_REPLY_INTEGER) {
-    freeReplyObject(r);
-    return dl_seterr(R->env.err_owner, DLOCK_EPROTO, "unexpected reply to the acquire");
-  }
-  long long status = r->element[0]->integer, value = r->element[1]->integer;
-  if (status < 0 || status > 2) { /* found by the reply fuzzer */
-    freeReplyObject(r);
-    return dl_seterr(R->env.err_owner, DLOCK_EPROTO, "unexpected status %lld in the "
-                     "reply to the acquire", status);
-  }
-  if (r->elements == 3 && r->element[2]->type == REDIS_REPLY_STRING) {
-    size_t idl = strlen(R->env.client_id);
-    *local_reserved = strncmp(r->element[2]->str, R->env.client_id, idl) == 0 &&
-                      r->element[2]->str[idl] == ':';
-  }
-  freeReplyObject(r);
-  if (status == 0) {
-    *ttl = value;
-    return 0;
-  }
-  *token = (uint64_t)value;
-  return (int)status; /* 1 taken, 2 re-entered */
-}
-
+/* ---- release, a state machine (see dl_pend) ---- */
 
 /* A release's result is kept on the server this many command timeouts, so
  * that a retry of it (below) finds it. */
@@ -202,51 +78,50 @@ static int attempt(dl_redis *R, const dl_acquire *a, int64_t end,
  * server cannot be reached (the retry could not get through either). */
 static bool release_retriable(int rc) { return rc == DLOCK_ECONNLOST; }
 
-/* Returns 1 released, 0 still held, or a negative code.
- *
- * Idempotent on retry, as Redisson's unlock: each release has a request id,
- * and the script keeps its result for LATCH_TIMEOUTS command timeouts in
- * "redisson_unlock_latch:{name}:<request id>" (the lock's slot). A release
- * whose connection failed (the reply may have been lost after the server ran
- * it) is sent again, with the same id, for up to one command timeout from
- * the first send; a retry that finds the latch returns the first result
- * instead of "not the owner". */
-static int release_script(dl_redis *R, const dl_lock_ref *l,
-                          int64_t lease_ms, int count, int64_t end) {
-  const char *owner = l->owner;
+enum { REL_SENT, REL_PAUSED };
+
+typedef struct rel_op {
+  dl_redis *R;
+  const dl_lock_ref *l;
+  int64_t lease_ms;
+  int count;
+  int64_t until; /* retries end here */
+  int64_t pause; /* before the next retry */
+  bool retry;    /* the next send is a retry */
+  int wake_first;
+  char id[16 + 1 + DL_INT_BUF]; /* the request id, "<nonce>:<seq>" */
+  int st;
+  dl_pend p;
+} rel_op;
+
+/* Sends the release (again, with o->retry). Returns 0 or DL_PENDING. */
+static int rel_send(rel_op *o) {
+  dl_redis *R = o->R;
+  const dl_lock_ref *l = o->l;
   char lease[DL_INT_BUF], cnt[DL_INT_BUF], keep[DL_INT_BUF];
-  dl_fmt_ll(lease, lease_ms);
-  dl_fmt_ll(cnt, count);
+  dl_fmt_ll(lease, o->lease_ms);
+  dl_fmt_ll(cnt, o->count);
   dl_fmt_ll(keep, (long long)LATCH_TIMEOUTS * R->env.command_timeout_ms);
-  char ch[DL_DERIVED_MAX], qk[DL_DERIVED_MAX], wk[DL_DERIVED_MAX], tk[DL_DERIVED_MAX],
-      hk[DL_DERIVED_MAX], latch[DL_DERIVED_MAX + 48];
-  /* "<derived latch name>:<nonce>:<seq>" (no snprintf: the hot path). */
+  char ch[DL_DERIVED_MAX], qk[DL_DERIVED_MAX], wk[DL_DERIVED_MAX],
+      tk[DL_DERIVED_MAX], hk[DL_DERIVED_MAX], latch[DL_DERIVED_MAX + 48];
+  /* "<derived latch name>:<request id>" (no snprintf: the hot path). */
   size_t n = strlen(derived(latch, "redisson_unlock_latch", l));
   latch[n++] = ':';
-  memcpy(latch + n, R->release_nonce, 16);
-  n += 16;
-  latch[n++] = ':';
-  dl_fmt_ll(latch + n, (long long)atomic_fetch_add(&R->release_seq, 1));
-  redisReply *r = NULL;
-  int rc;
-  /* This handle's last acquire had to wait: others likely wait too, and the
-   * message that wakes one of them goes out ahead of our reply. */
-  int wake_first = contended(l) ? DL_EVAL_WAKE_FIRST : 0;
-  int script, nkeys, nargs;
+  memcpy(latch + n, o->id, strlen(o->id) + 1);
+  const char *retry = o->retry ? "1" : "0"; /* only a retry finds a latch */
   const char *keys[7], *args[6];
-  int retry_arg; /* the argument that says a send is a retry */
+  int script, nkeys, nargs;
   if (is_rw(l)) {
     script = DL_SCRIPT_RW_RELEASE;
     keys[0] = l->key;
     keys[1] = RW_CHANNEL(l, ch);
     keys[2] = latch;
     nkeys = 3;
-    args[0] = owner;
+    args[0] = l->owner;
     args[1] = l->kind == DL_KIND_READ ? "read" : "write";
     args[2] = lease;
     args[3] = keep;
-    args[4] = "0";
-    retry_arg = 4;
+    args[4] = retry;
     nargs = 5;
   } else {
     /* The fair lock wakes its first waiter; the plain lock hands itself to
@@ -266,42 +141,215 @@ static int release_script(dl_redis *R, const dl_lock_ref *l,
     keys[nkeys++] = latch;
     args[0] = UNLOCK_MESSAGE;
     args[1] = lease;
-    args[2] = owner;
+    args[2] = l->owner;
     args[3] = cnt;
     args[4] = keep;
-    args[5] = "0";
-    retry_arg = 5;
+    args[5] = retry;
     nargs = 6;
   }
-  /* Retries end with the first send's command timeout: a release never
-   * takes longer than one. */
-  int64_t until = dl_now_ms() + R->env.command_timeout_ms;
-  if (end != 0 && end < until) until = end;
-  const char *const *k = keys, *const *a = args;
-  for (int64_t pause = 0;; pause = pause ? 2 * pause : 5) {
-    int err = 0;
-    rc = R->link->ops->eval_many(R->link, until, 1, script | wake_first,
-                                    &nkeys, &k, &nargs, &a, &r, &err);
-    if (rc == 0) rc = err;
-    int64_t left = until - dl_now_ms();
-    if (rc == 0 || !release_retriable(rc) || left <= 0 ||
-        atomic_load(R->env.closing))
-      break;
-    /* The connection reconnects at once after a failure, then backs off:
-     * do not spin on its "next reconnect in" answer. */
-    dl_sleep_ms(pause < left ? pause : left);
-    args[retry_arg] = "1"; /* only a retry can find a latch */
-  }
-  if (rc != 0) return rc;
-  if (r->type == REDIS_REPLY_NIL) rc = DLOCK_ENOTOWNER;
-  else if (r->type == REDIS_REPLY_INTEGER) /* freed: 1 + subscribers told */
-    rc = r->integer >= 1 ? 1 : 0;
-  else
-    rc = dl_seterr(R->env.err_owner, DLOCK_EPROTO, "unexpected reply to the release");
-  freeReplyObject(r);
-  return rc;
+  o->st = REL_SENT;
+  return dl_redis_step_eval(R, &o->p, o->until, script | o->wake_first, nkeys,
+                            keys, nargs, args);
 }
 
+/* Idempotent on retry, as Redisson's unlock: each release has a request id,
+ * and the script keeps its result for LATCH_TIMEOUTS command timeouts in
+ * "redisson_unlock_latch:{name}:<request id>" (the lock's slot). A release
+ * whose connection failed (the reply may have been lost after the server ran
+ * it) is sent again, with the same id, for up to one command timeout from
+ * the first send (or until `end`, if sooner and not 0); a retry that finds
+ * the latch returns the first result instead of "not the owner".
+ * Request ids are "<nonce>:<seq>": unique across processes even with an
+ * explicit client id. Returns 0 (go on with rel_step) or DL_PENDING. */
+static int rel_start(rel_op *o, dl_redis *R, const dl_lock_ref *l,
+                     int64_t lease_ms, int count, int64_t end) {
+  o->R = R;
+  o->l = l;
+  o->lease_ms = lease_ms;
+  o->count = count;
+  o->until = dl_now_ms() + R->env.command_timeout_ms;
+  if (end != 0 && end < o->until) o->until = end;
+  o->pause = 0;
+  o->retry = false;
+  /* This handle's last acquire had to wait: others likely wait too, and the
+   * message that wakes one of them goes out ahead of our reply. */
+  o->wake_first = contended(l) ? DL_EVAL_WAKE_FIRST : 0;
+  memcpy(o->id, R->release_nonce, 16);
+  o->id[16] = ':';
+  dl_fmt_ll(o->id + 17, (long long)atomic_fetch_add(&R->release_seq, 1));
+  return rel_send(o);
+}
+
+/* Goes on after a step: DL_PENDING, or the release's result: 1 released, 0
+ * still held, or a negative code. */
+static int rel_step(rel_op *o) {
+  for (;;) {
+    if (o->st == REL_PAUSED) {
+      o->pause = o->pause ? 2 * o->pause : 5;
+      o->retry = true;
+      if (rel_send(o) == DL_PENDING) return DL_PENDING;
+      continue;
+    }
+    /* REL_SENT */
+    int rc = o->p.rc;
+    int64_t now = dl_now_ms(), left = o->until - now;
+    if (rc != 0 && release_retriable(rc) && left > 0 &&
+        !atomic_load(o->R->env.closing)) {
+      /* The connection reconnects at once after a failure, then backs off:
+       * do not spin on its "next reconnect in" answer. */
+      o->st = REL_PAUSED;
+      if (dl_redis_step_pause(o->R, &o->p,
+                              now + (o->pause < left ? o->pause : left)) ==
+          DL_PENDING)
+        return DL_PENDING;
+      continue;
+    }
+    if (rc != 0) return rc;
+    redisReply *r = o->p.reply;
+    o->p.reply = NULL;
+    if (r->type == REDIS_REPLY_NIL) rc = DLOCK_ENOTOWNER;
+    else if (r->type == REDIS_REPLY_INTEGER) /* freed: 1 + subscribers told */
+      rc = r->integer >= 1 ? 1 : 0;
+    else
+      rc = dl_seterr(o->R->env.err_owner, DLOCK_EPROTO,
+                     "unexpected reply to the release");
+    freeReplyObject(r);
+    return rc;
+  }
+}
+
+/* ---- acquire, a state machine (see dl_pend) ---- */
+
+/* Where an acquire is: which step it waits for. */
+typedef enum acq_state {
+  ACQ_FIRST,     /* the first attempt's reply */
+  ACQ_SUBBED,    /* the unlock channel's subscription */
+  ACQ_GRANTS,    /* the grant channel's */
+  ACQ_LOOP,      /* the top of the wait */
+  ACQ_ATTEMPTED, /* an attempt's reply, while waiting */
+  ACQ_WAITED,    /* a wake-up, or the sleep's end */
+  ACQ_CANCELLED, /* leaving the hand-off queue */
+  ACQ_GIVEN,     /* giving back a grant that came as we gave up */
+  ACQ_UNSUB,     /* the subscriptions go, then the fair queue */
+  ACQ_FAIR_LEFT, /* leaving the fair queue */
+  ACQ_UNRESERVE,
+  ACQ_UNRESERVED /* freeing the hand-off reservation */
+} acq_state;
+
+typedef struct acq_op {
+  dl_redis *R;
+  dl_acquire *a;
+  acq_state st;
+  int64_t start, end; /* end: every request answered by then (0: none) */
+  int rc;
+  uint64_t tok;
+  int64_t ttl, sent;
+  int64_t queued_sent; /* when the last attempt that queued us went */
+  bool reserved, grants, queued, starving, again, left;
+  dl_sub *sub, *grant;
+  dl_pend p;
+  rel_op rel;
+  char ch[OWNER_CHANNEL_MAX], gch[OWNER_CHANNEL_MAX]; /* last: not zeroed */
+} acq_op;
+
+/* Sends one attempt at a side of a read-write lock. */
+static int rw_send(acq_op *o, const char *lease) {
+  const dl_lock_ref *l = o->a->lock;
+  const char *owner = l->owner;
+  /* The same thread's owner ids on the other side. */
+  char reader[DL_OWNER_MAX], writer[DL_OWNER_MAX];
+  size_t ol = strlen(owner);
+  if (l->kind == DL_KIND_WRITE) {
+    memcpy(reader, owner, ol - 6);
+    reader[ol - 6] = '\0';
+    memcpy(writer, owner, ol + 1);
+  } else {
+    memcpy(reader, owner, ol + 1);
+    snprintf(writer, sizeof writer, "%s:write", owner);
+  }
+  char tk[DL_DERIVED_MAX];
+  const char *keys[] = {l->key, TOKEN_KEY(l, tk)};
+  const char *args[] = {lease,  owner,  l->kind == DL_KIND_READ ? "read" : "write",
+                        writer, reader, o->a->info};
+  return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_RW_ACQUIRE, 2, keys,
+                            6, args);
+}
+
+/* Sends one attempt; the next state is `next`. `enqueue`: if refused, join
+ * (or stay in) the fair lock's queue, or the plain lock's hand-off queue.
+ * Returns 0 or DL_PENDING. */
+static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
+  const dl_acquire *a = o->a;
+  const dl_lock_ref *l = a->lock;
+  char lease[DL_INT_BUF], count[DL_INT_BUF];
+  dl_fmt_ll(lease, a->lease_ms);
+  dl_fmt_ll(count, a->held);
+  o->st = next;
+  o->sent = dl_now_ms();
+  if (is_rw(l)) return rw_send(o, lease);
+  bool fair = l->kind == DL_KIND_FAIR;
+  char tk[DL_DERIVED_MAX], hk[DL_DERIVED_MAX], qk[DL_DERIVED_MAX],
+      tok[DL_DERIVED_MAX];
+  const char *keys[] = {l->key, TOKEN_KEY(l, tk), HANDOFF_KEY(l, hk),
+                        fair ? QUEUE_KEY(l, qk) : GRANT_QUEUE_KEY(l, qk),
+                        fair ? TIMEOUT_KEY(l, tok) : GRANT_WAITERS_KEY(l, tok)};
+  char reserve[DL_INT_BUF], stale[DL_INT_BUF], alive[DL_INT_BUF];
+  dl_fmt_ll(reserve, RESERVE_MS);
+  dl_fmt_ll(stale, l->fair_stale_ms);
+  dl_fmt_ll(alive, GRANT_STALE_MS);
+  const char *args[] = {lease,   l->owner, a->info, count,
+                        o->starving ? "1" : "0",
+                        reserve, stale,    enqueue ? "1" : "0", alive};
+  /* A plain lock's first attempt sends only what it needs. */
+  int nkeys = fair || enqueue ? 5 : 3;
+  int nargs = fair ? 8 : enqueue ? 9 : 6;
+  return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, nkeys,
+                            keys, nargs, args);
+}
+
+/* An attempt's answer: 1 and o->tok when acquired (2 re-entered), 0 and
+ * the holder's PTTL in o->ttl when another owner holds it (o->reserved: the
+ * lock is free but reserved for a starving waiter of this client), or a
+ * negative code. */
+static int attempt_result(acq_op *o) {
+  dl_redis *R = o->R;
+  const dl_lock_ref *l = o->a->lock;
+  if (o->p.rc != 0) return o->p.rc;
+  redisReply *r = o->p.reply;
+  o->p.reply = NULL;
+  o->reserved = false;
+  long long status = -2, value = 0;
+  if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
+      r->element[0]->type == REDIS_REPLY_INTEGER &&
+      r->element[1]->type == REDIS_REPLY_INTEGER) {
+    status = r->element[0]->integer;
+    value = r->element[1]->integer;
+  }
+  /* Found by the reply fuzzer: statuses our scripts never send. */
+  if (status < (is_rw(l) ? -1 : 0) || status > 2 ||
+      (is_rw(l) && r->elements != 2)) {
+    freeReplyObject(r);
+    return dl_seterr(R->env.err_owner, DLOCK_EPROTO,
+                     "unexpected reply to the acquire");
+  }
+  if (r->elements == 3 && r->element[2]->type == REDIS_REPLY_STRING) {
+    size_t idl = strlen(R->env.client_id);
+    o->reserved = strncmp(r->element[2]->str, R->env.client_id, idl) == 0 &&
+                  r->element[2]->str[idl] == ':';
+  }
+  freeReplyObject(r);
+  if (status == -1)
+    return dl_seterr(R->env.err_owner, DLOCK_EDEADLK,
+                     "this owner holds the read lock of '%s': release it "
+                     "before asking for the write lock",
+                     l->name);
+  if (status == 0) {
+    o->ttl = value;
+    return 0;
+  }
+  o->tok = (uint64_t)value;
+  return (int)status; /* 1 taken, 2 re-entered */
+}
 
 /* The channels a waiter listens on (each OWNER_CHANNEL_MAX bytes): the
  * unlock channel, or a fair lock's waiter's own (a release tells only the
@@ -315,168 +363,294 @@ static void wait_channels(const dl_lock_ref *l, const char *owner, char *ch,
   if (l->kind == DL_KIND_LOCK) owner_channel(gch, l, owner);
 }
 
+/* Sends a script of the way out (leaving a queue, freeing a reservation);
+ * the next state is `next`. */
+static int leave_send(acq_op *o, acq_state next, int script, int nkeys,
+                      const char *const *keys, int nargs,
+                      const char *const *args) {
+  o->st = next;
+  return dl_redis_step_eval(o->R, &o->p, o->end, script, nkeys, keys, nargs,
+                            args);
+}
 
-int dl_redis_lock_acquire(dl_backend *b, dl_acquire *acq) {
-  dl_redis *R = (dl_redis *)b;
-  const dl_lock_ref *l = acq->lock;
-  const char *owner = l->owner;
-  bool wait = acq->wait;
-  int64_t lease_ms = acq->lease_ms;
-  int64_t start = dl_now_ms();
-  int64_t deadline = acq->deadline;
+static void drop_reply(acq_op *o) {
+  if (o->p.reply) freeReplyObject(o->p.reply);
+  o->p.reply = NULL;
+}
+
+/* Starts an acquire: o->a is the request (and gets the result). */
+static void acq_init(acq_op *o, dl_redis *R, dl_acquire *a) {
+  memset(o, 0, offsetof(acq_op, ch));
+  o->ch[0] = o->gch[0] = '\0';
+  o->R = R;
+  o->a = a;
+  o->start = dl_now_ms();
   /* Every request, leaving the wait included, is answered by one command
    * timeout after the deadline at the latest. */
-  int64_t end = deadline == INT64_MAX
-                    ? 0
-                    : (deadline > start ? deadline : start) +
-                          R->env.command_timeout_ms;
-  uint64_t tok = 0;
-  int64_t ttl = 0, sent = 0;
-  int rc;
-
-  bool reserved = false, fair = l->kind == DL_KIND_FAIR;
-  const dl_rlink_ops *ops = R->link->ops;
+  int64_t deadline = a->deadline;
+  o->end = deadline == INT64_MAX
+               ? 0
+               : (deadline > o->start ? deadline : o->start) +
+                     R->env.command_timeout_ms;
   /* A plain lock's waiter joins the hand-off queue only once it can hear
    * its grant channel (not when polling, nor without a subscription). */
-  char ch[OWNER_CHANNEL_MAX], gch[OWNER_CHANNEL_MAX];
-  bool grants = !fair && !is_rw(l);
-  dl_sub *sub = NULL, *grant = NULL;
-  bool queued = false;
-  int64_t queued_sent = 0; /* when the last attempt that queued us went */
-  /* The last acquire through this handle had to wait: if both channels are
-   * still subscribed (they linger), queue at the first attempt. */
-  if (grants && wait && contended(l)) {
-    wait_channels(l, owner, ch, gch);
-    sub = ops->sub_ref(R->link, ch, DL_WAKE_LOCK, -1);
-    if (sub) grant = ops->sub_ref(R->link, gch, DL_WAKE_GRANT, -1);
-    if (grant) queued = ops->sub_grant(R->link, grant, NULL) == 0;
-  }
-  /* A fair lock's one-shot try does not join the queue (as Redisson's
-   * tryLock() without a wait). */
-  rc = attempt(R, acq, end, false, (fair && wait) || queued, &tok, &ttl,
-               &reserved, &sent);
-  if (rc == 0 && queued) queued_sent = sent;
-  if (rc == 0 && wait) atomic_fetch_or(l->hint, HINT_CONTENDED);
-  else if (rc > 0 && contended(l))
-    atomic_fetch_and(l->hint, ~HINT_CONTENDED);
-  bool starving = false;
-  if (rc == 0 && wait) {
-    /* Subscribe first, then try again: an unlock between our failed attempt
-     * and the subscription would otherwise go unheard. Each sleep is bounded
-     * by the holder's TTL, so even a lost message costs at most that. */
-    bool again = !queued; /* no need when the attempt queued us */
-    if (sub == NULL) {
-      wait_channels(l, owner, ch, gch);
-      sub = ops->sub_ref(R->link, ch, DL_WAKE_LOCK, deadline);
-    }
-    if (grant == NULL && grants && sub != NULL)
-      grant = ops->sub_ref(R->link, gch, DL_WAKE_GRANT, deadline);
-    for (;;) {
+  o->grants = a->lock->kind == DL_KIND_LOCK;
+  o->left = true;
+}
+
+/* Runs the acquire from where it stands until it waits on a step
+ * (DL_PENDING) or ends: 1 acquired (a->status, token, valid_until), 0
+ * refused until the deadline (a->ttl), or a negative code. */
+static int acq_step(acq_op *o) {
+  dl_redis *R = o->R;
+  dl_acquire *a = o->a;
+  const dl_lock_ref *l = a->lock;
+  const dl_rlink_ops *ops = R->link->ops;
+  bool fair = l->kind == DL_KIND_FAIR;
+  int64_t deadline = a->deadline;
+  for (;;) {
+    switch (o->st) {
+    case ACQ_FIRST:
+      o->rc = attempt_result(o);
+      if (o->rc == 0 && o->queued) o->queued_sent = o->sent;
+      if (o->rc == 0 && a->wait) atomic_fetch_or(l->hint, HINT_CONTENDED);
+      else if (o->rc > 0 && contended(l))
+        atomic_fetch_and(l->hint, ~HINT_CONTENDED);
+      if (o->rc != 0 || !a->wait) {
+        o->st = ACQ_UNSUB;
+        continue;
+      }
+      /* Subscribe first, then try again: an unlock between our failed
+       * attempt and the subscription would otherwise go unheard. Each sleep
+       * is bounded by the holder's TTL, so even a lost message costs at
+       * most that. */
+      o->again = !o->queued; /* no need when the attempt queued us */
+      if (o->sub == NULL) {
+        wait_channels(l, l->owner, o->ch, o->gch);
+        o->st = ACQ_SUBBED;
+        if (dl_redis_step_sub_ref(R, &o->p, o->ch, DL_WAKE_LOCK, deadline) ==
+            DL_PENDING)
+          return DL_PENDING;
+        continue;
+      }
+      o->p.sub = o->sub; /* still subscribed from the last wait */
+      o->st = ACQ_SUBBED;
+      continue;
+    case ACQ_SUBBED:
+      o->sub = o->p.sub;
+      o->p.sub = NULL;
+      o->st = ACQ_GRANTS;
+      if (o->grant == NULL && o->grants && o->sub != NULL &&
+          dl_redis_step_sub_ref(R, &o->p, o->gch, DL_WAKE_GRANT, deadline) ==
+              DL_PENDING)
+        return DL_PENDING;
+      continue;
+    case ACQ_GRANTS:
+      if (o->grant == NULL) o->grant = o->p.sub;
+      o->p.sub = NULL;
+      o->st = ACQ_LOOP;
+      continue;
+    case ACQ_LOOP:
       /* Queued once the grant channel is heard; the subscriber connection
        * may come up (or back) while we wait. */
-      if (!queued && grant != NULL)
-        queued = ops->sub_grant(R->link, grant, NULL) == 0;
+      if (!o->queued && o->grant != NULL)
+        o->queued = ops->sub_grant(R->link, o->grant, NULL) == 0;
       /* A queued waiter is served in turn: no reservation needed. */
-      starving = grants && !queued && R->env.starvation_ms > 0 &&
-                 dl_now_ms() - start >= R->env.starvation_ms;
-      if (again) {
-        rc = attempt(R, acq, end, starving, fair || queued, &tok, &ttl,
-                     &reserved, &sent);
-        if (rc == 0 && queued) queued_sent = sent;
-        if (rc != 0) break;
+      o->starving = o->grants && !o->queued && R->env.starvation_ms > 0 &&
+                    dl_now_ms() - o->start >= R->env.starvation_ms;
+      if (o->again) {
+        if (attempt_send(o, ACQ_ATTEMPTED, fair || o->queued) == DL_PENDING)
+          return DL_PENDING;
+        continue;
       }
-      again = true;
+      o->again = true;
+      goto doze;
+    case ACQ_ATTEMPTED:
+      o->rc = attempt_result(o);
+      if (o->rc == 0 && o->queued) o->queued_sent = o->sent;
+      if (o->rc != 0) goto out;
+    doze: {
       /* Free, but reserved for a starving thread of this process that the
        * unlock message did not wake: wake it (and the others asleep). */
-      if (reserved) ops->sub_kick(R->link, sub);
+      if (o->reserved) ops->sub_kick(R->link, o->sub);
       int64_t now = dl_now_ms();
-      if (now >= deadline) break;
-      if (ttl == -2 && !fair) continue; /* freed since: try again at once */
+      if (now >= deadline) goto out;
+      if (o->ttl == -2 && !fair) { /* freed since: try again at once */
+        o->st = ACQ_LOOP;
+        continue;
+      }
       int64_t until = deadline;
-      if (ttl >= 0 && now + ttl + 1 < until) until = now + ttl + 1;
+      if (o->ttl >= 0 && now + o->ttl + 1 < until) until = now + o->ttl + 1;
       /* A queued waiter attempts often enough to keep its place (each
        * attempt is its heartbeat), and to notice a dead first waiter. */
-      if (fair && now + l->fair_stale_ms / 3 < until) until = now + l->fair_stale_ms / 3;
+      if (fair && now + l->fair_stale_ms / 3 < until)
+        until = now + l->fair_stale_ms / 3;
       /* Past the starvation threshold, attempt (to reserve the hand-off)
        * as soon as it is reached, then often enough to keep the
        * reservation. */
-      if (starving && now + RESERVE_MS / 3 < until) until = now + RESERVE_MS / 3;
-      if (!starving && !queued && grants && R->env.starvation_ms > 0 &&
-          start + R->env.starvation_ms + 1 < until)
-        until = start + R->env.starvation_ms + 1;
+      if (o->starving && now + RESERVE_MS / 3 < until)
+        until = now + RESERVE_MS / 3;
+      if (!o->starving && !o->queued && o->grants &&
+          R->env.starvation_ms > 0 &&
+          o->start + R->env.starvation_ms + 1 < until)
+        until = o->start + R->env.starvation_ms + 1;
       /* A queued waiter proves it is alive, and renews the lease it will
-       * be granted with, often enough (the hold's validity counts from its last attempt). */
-      if (queued) {
+       * be granted with, often enough (the hold's validity counts from its
+       * last attempt). */
+      if (o->queued) {
         int64_t beat = GRANT_STALE_MS / 3;
-        if (lease_ms / 3 < beat) beat = lease_ms / 3 > 0 ? lease_ms / 3 : 1;
+        if (a->lease_ms / 3 < beat) beat = a->lease_ms / 3 > 0 ? a->lease_ms / 3 : 1;
         if (now + beat < until) until = now + beat;
       }
-      int w = ops->sub_wait(R->link, sub, until, start, grant);
-      if (queued && ops->sub_grant(R->link, grant, &tok) == 1) {
+      o->st = ACQ_WAITED;
+      if (dl_redis_step_sub_wait(R, &o->p, o->sub, until, o->start,
+                                 o->grant) == DL_PENDING)
+        return DL_PENDING;
+      continue;
+    }
+    case ACQ_WAITED:
+      if (o->queued && ops->sub_grant(R->link, o->grant, &o->tok) == 1) {
         /* Handed over by a release: the lease began after our last
          * attempt was sent. */
-        rc = 1;
-        sent = queued_sent;
-        queued = false;
-        break;
+        o->rc = 1;
+        o->sent = o->queued_sent;
+        o->queued = false;
+        goto out;
       }
-      if (w < 0) {
-        rc = dl_seterr(R->env.err_owner, w, "the client closed while waiting");
-        break;
+      if (o->p.rc < 0) {
+        o->rc = dl_seterr(R->env.err_owner, o->p.rc,
+                          "the client closed while waiting");
+        goto out;
       }
+      o->st = ACQ_LOOP;
+      continue;
+    out:
+      /* Taken by a queued attempt: the script took us off the queue. */
+      if (o->rc > 0) o->queued = false;
+      if (o->queued) { /* gave up: leave the hand-off queue */
+        o->left = false;
+        char qk[DL_DERIVED_MAX], wk[DL_DERIVED_MAX];
+        const char *k[] = {l->key, GRANT_QUEUE_KEY(l, qk),
+                           GRANT_WAITERS_KEY(l, wk)};
+        const char *args[] = {l->owner};
+        if (leave_send(o, ACQ_CANCELLED, DL_SCRIPT_LOCK_CANCEL, 3, k, 1,
+                       args) == DL_PENDING)
+          return DL_PENDING;
+        continue;
+      }
+      o->st = ACQ_UNSUB;
+      continue;
+    case ACQ_CANCELLED:
+      o->st = ACQ_UNSUB;
+      if (o->p.rc == 0) {
+        /* Handed over as we gave up (the grant is in flight or was lost):
+         * give it back rather than leave it held until its lease ends. */
+        bool handed = o->p.reply->type == REDIS_REPLY_INTEGER &&
+                      o->p.reply->integer == 1;
+        drop_reply(o);
+        o->left = true;
+        if (handed) {
+          o->st = ACQ_GIVEN;
+          if (rel_start(&o->rel, R, l, a->lease_ms, 1, o->end) == DL_PENDING)
+            return DL_PENDING;
+        }
+      }
+      continue;
+    case ACQ_GIVEN:
+      if (rel_step(&o->rel) == DL_PENDING) return DL_PENDING;
+      o->st = ACQ_UNSUB;
+      continue;
+    case ACQ_UNSUB:
+      /* Still queued (the server did not answer): unsubscribe the grant
+       * channel now, so that a release finds us deaf and skips us. */
+      if (o->grant) ops->sub_unref(R->link, o->grant, o->left);
+      if (o->sub) ops->sub_unref(R->link, o->sub, true);
+      o->grant = o->sub = NULL;
+      o->st = ACQ_UNRESERVE;
+      if (fair && a->wait && o->rc <= 0) { /* gave up: leave the queue */
+        char ch2[DL_DERIVED_MAX], qk[DL_DERIVED_MAX], tk[DL_DERIVED_MAX];
+        const char *k[] = {l->key, CHANNEL(l, ch2), QUEUE_KEY(l, qk),
+                           TIMEOUT_KEY(l, tk)};
+        const char *args[] = {l->owner, UNLOCK_MESSAGE};
+        if (leave_send(o, ACQ_FAIR_LEFT, DL_SCRIPT_FAIR_CANCEL, 4, k, 2,
+                       args) == DL_PENDING)
+          return DL_PENDING;
+      }
+      continue;
+    case ACQ_FAIR_LEFT:
+      drop_reply(o);
+      o->st = ACQ_UNRESERVE;
+      continue;
+    case ACQ_UNRESERVE:
+      if (o->starving && o->rc <= 0) { /* gave up: free the hand-off */
+        char hk[DL_DERIVED_MAX];
+        const char *k[] = {HANDOFF_KEY(l, hk)};
+        const char *args[] = {l->owner};
+        if (leave_send(o, ACQ_UNRESERVED, DL_SCRIPT_LOCK_UNRESERVE, 1, k, 1,
+                       args) == DL_PENDING)
+          return DL_PENDING;
+        continue;
+      }
+      /* fall through */
+    case ACQ_UNRESERVED:
+      drop_reply(o);
+      if (o->rc == 0) a->ttl = o->ttl;
+      if (o->rc <= 0) return o->rc;
+      a->status = o->rc;
+      a->token = o->tok;
+      /* The script set the lease when it ran, after `sent`. */
+      a->valid_until = dl_validity(o->sent, a->lease_ms);
+      return 1;
     }
   }
-  /* Taken by a queued attempt: the script took us off the queue. */
-  if (rc > 0) queued = false;
-  bool left = true; /* not (or no longer) in the hand-off queue */
-  if (queued) { /* gave up: leave the hand-off queue */
-    left = false;
-    char qk[DL_DERIVED_MAX], wk[DL_DERIVED_MAX];
-    const char *k[] = {l->key, GRANT_QUEUE_KEY(l, qk), GRANT_WAITERS_KEY(l, wk)};
-    const char *a[] = {owner};
-    redisReply *r = NULL;
-    if (eval_until(R, end, DL_SCRIPT_LOCK_CANCEL, 3, k, 1, a, &r) == 0) {
-      /* Handed over as we gave up (the grant is in flight or was lost):
-       * give it back rather than leave it held until its lease ends. */
-      bool handed = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-      freeReplyObject(r);
-      if (handed) release_script(R, l, lease_ms, 1, end);
-      left = true;
-    }
+}
+
+/* The first step: a look for lingering subscriptions, then the first
+ * attempt. */
+static int acq_start(acq_op *o) {
+  dl_redis *R = o->R;
+  const dl_acquire *a = o->a;
+  const dl_lock_ref *l = a->lock;
+  const dl_rlink_ops *ops = R->link->ops;
+  /* The last acquire through this handle had to wait: if both channels are
+   * still subscribed (they linger), queue at the first attempt. */
+  if (o->grants && a->wait && contended(l)) {
+    wait_channels(l, l->owner, o->ch, o->gch);
+    o->sub = ops->sub_ref(R->link, o->ch, DL_WAKE_LOCK, -1);
+    if (o->sub) o->grant = ops->sub_ref(R->link, o->gch, DL_WAKE_GRANT, -1);
+    if (o->grant) o->queued = ops->sub_grant(R->link, o->grant, NULL) == 0;
   }
-  /* Still queued (the server did not answer): unsubscribe the grant channel
-   * now, so that a release finds us deaf and skips us. */
-  if (grant) ops->sub_unref(R->link, grant, left);
-  if (sub) ops->sub_unref(R->link, sub, true);
-  if (fair && wait && rc <= 0) { /* gave up: leave the queue */
-    char ch2[DL_DERIVED_MAX], qk[DL_DERIVED_MAX], tk[DL_DERIVED_MAX];
-    const char *k[] = {l->key, CHANNEL(l, ch2), QUEUE_KEY(l, qk),
-                       TIMEOUT_KEY(l, tk)};
-    const char *a[] = {owner, UNLOCK_MESSAGE};
-    redisReply *r = NULL;
-    if (eval_until(R, end, DL_SCRIPT_FAIR_CANCEL, 4, k, 2, a, &r) == 0)
-      freeReplyObject(r);
-  }
-  if (starving && rc <= 0) { /* gave up: free the hand-off for others */
-    char hk[DL_DERIVED_MAX];
-    const char *k[] = {HANDOFF_KEY(l, hk)};
-    const char *a[] = {owner};
-    redisReply *r = NULL;
-    if (eval_until(R, end, DL_SCRIPT_LOCK_UNRESERVE, 1, k, 1, a, &r) == 0)
-      freeReplyObject(r);
-  }
-  if (rc == 0) acq->ttl = ttl;
-  if (rc <= 0) return rc;
-  acq->status = rc;
-  acq->token = tok;
-  /* The script set the lease when it ran, after `sent`. */
-  acq->valid_until = dl_validity(sent, lease_ms);
-  return 1;
+  /* A fair lock's one-shot try does not join the queue (as Redisson's
+   * tryLock() without a wait). */
+  bool fair = l->kind == DL_KIND_FAIR;
+  if (attempt_send(o, ACQ_FIRST, (fair && a->wait) || o->queued) ==
+      DL_PENDING)
+    return DL_PENDING;
+  return acq_step(o);
+}
+
+/* The blocking driver: every step completes within its start. */
+static bool blocking(dl_redis *R) { return R->link->ops->eval_start == NULL; }
+
+int dl_redis_lock_acquire(dl_backend *b, dl_acquire *a) {
+  dl_redis *R = (dl_redis *)b;
+  if (!blocking(R))
+    return dl_seterr(R->env.err_owner, DLOCK_EINVAL,
+                     "a blocking call on an event-loop client");
+  acq_op o;
+  acq_init(&o, R, a);
+  return acq_start(&o);
 }
 
 int dl_redis_lock_release(dl_backend *b, const dl_lock_ref *l,
                           int64_t lease_ms, int count) {
-  return release_script((dl_redis *)b, l, lease_ms, count, 0);
+  dl_redis *R = (dl_redis *)b;
+  if (!blocking(R))
+    return dl_seterr(R->env.err_owner, DLOCK_EINVAL,
+                     "a blocking call on an event-loop client");
+  rel_op o;
+  if (rel_start(&o, R, l, lease_ms, count, 0) == DL_PENDING) return DLOCK_EINVAL;
+  return rel_step(&o);
 }
 
 int dl_redis_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
@@ -555,4 +729,58 @@ int dl_redis_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   }
   }
   return dl_seterr(R->env.err_owner, DLOCK_EINVAL, "unknown query");
+}
+
+/* ---- the event-loop driver ---- */
+typedef struct acq_async {
+  dl_shell sh;
+  acq_op o;
+} acq_async;
+
+static int acq_async_step(dl_shell *sh) {
+  return acq_step(&((acq_async *)sh)->o);
+}
+
+int dl_redis_lock_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
+                                void *ud, dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  *op = NULL;
+  if (blocking(R))
+    return dl_seterr(R->env.err_owner, DLOCK_EINVAL,
+                     "an event-loop call on a blocking client");
+  acq_async *x = malloc(sizeof *x);
+  if (x == NULL) return dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  acq_init(&x->o, R, a);
+  dl_shell_init(&x->sh, R, done, ud, acq_async_step, &x->o.p);
+  dl_shell_bind(&x->sh, &x->o.rel.p);
+  x->sh.deadline = &a->deadline;
+  return dl_shell_start(&x->sh, acq_start(&x->o), op);
+}
+
+typedef struct rel_async {
+  dl_shell sh;
+  rel_op o;
+} rel_async;
+
+static int rel_async_step(dl_shell *sh) {
+  return rel_step(&((rel_async *)sh)->o);
+}
+
+int dl_redis_lock_release_async(dl_backend *b, const dl_lock_ref *l,
+                                int64_t lease_ms, int count, dl_done_fn done,
+                                void *ud, dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  *op = NULL;
+  if (blocking(R))
+    return dl_seterr(R->env.err_owner, DLOCK_EINVAL,
+                     "an event-loop call on a blocking client");
+  rel_async *x = malloc(sizeof *x);
+  if (x == NULL) return dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  /* A release is not given up: a cancel leaves it to its end. */
+  dl_shell_init(&x->sh, R, done, ud, rel_async_step, NULL);
+  dl_shell_bind(&x->sh, &x->o.p);
+  int rc = rel_start(&x->o, R, l, lease_ms, count, 0);
+  if (rc == 0) rc = rel_step(&x->o);
+  x->sh.main = &x->o.p;
+  return dl_shell_start(&x->sh, rc, op);
 }

@@ -16,7 +16,7 @@
  * then takes it without waking anyone, and the parked thread reads again
  * at its next sweep (SWEEP_MS) at the latest. The reader's parser and
  * buffer live here; the role, under mu, says whose they are. */
-#include "redis.h"
+#include "subs.h"
 
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
@@ -25,24 +25,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#define NBUCKETS 1024
 #define IDLE_PING_MS 5000
-/* A subscription nobody waits on any more stays subscribed this long (to
- * LINGER_MS + SWEEP_MS): a lock that was just waited for is usually waited
- * for again soon, and a waiter that finds its channels still subscribed
- * waits without a SUBSCRIBE round trip (and joins the hand-off queue at its
- * first attempt). */
-#define LINGER_MS 1000
+/* How often lingering subscriptions are swept (subs.h: DL_SUBS_LINGER_MS). */
 #define SWEEP_MS 250
 #define BUF_SIZE 16384
 
-/* A thread asleep in dl_pubsub_wait, queued by the time it began waiting
- * for its lock (not for this sleep): a waiter that woke, lost the race and
- * sleeps again keeps its place, so the longest waiter is woken first. */
+/* A thread asleep in dl_pubsub_wait (subs.h's dl_sleeper, first). */
 typedef struct sleeper {
-  struct sleeper *next;
-  int64_t since;
-  dl_sub *grant; /* its own grant subscription, or NULL */
+  dl_sleeper base;
   struct sleeper *aprev, *anext; /* every sleeper of the client */
   /* SLEEPING until a waker takes it out of the list and sets WOKEN (or the
    * client closes: STOPPED); READING while it holds the reader role. The
@@ -57,32 +47,6 @@ enum { SLEEPING, WOKEN, STOPPED, READING };
  * sleeper reads (or nobody needs to), or anything else. */
 enum { T_BUSY, T_READING, T_PARKED };
 
-struct dl_sub {
-  dl_sub *next;
-  char *channel;
-  int refs;        /* threads between ref and unref */
-  int outstanding; /* SUBSCRIBE/UNSUBSCRIBE sent, not yet confirmed */
-  bool active;     /* the last command sent was SUBSCRIBE */
-  int permits;     /* wake-ups for threads not asleep, at most refs */
-  sleeper *head, *tail;
-  int asleep;
-  int mode; /* dl_wake_mode */
-  pthread_cond_t cv; /* the subscription's confirmation */
-  /* DL_WAKE_GRANT: the subscription its waiters sleep on (set while they
-   * wait, cleared with the last reference), and a grant not yet taken. */
-  dl_sub *home;
-  bool granted;
-  uint64_t token;
-  /* Unreferenced but still subscribed, since idle_since (dl_now_ms). */
-  bool lingering;
-  int64_t idle_since;
-  /* DL_WAKE_NOTICE: told the key each message names (dl_pubsub_listen). */
-  bool pattern;
-  size_t strip;
-  dl_notice_fn notice;
-  void *notice_ud;
-};
-
 struct dl_pubsub {
   const dl_conn_config *cfg;
   pthread_mutex_t mu;
@@ -91,10 +55,7 @@ struct dl_pubsub {
   bool started;
   dl_io *io; /* written under mu; read and closed by the thread */
   bool stop;
-  dl_sub *table[NBUCKETS];
-  int subs;      /* subscriptions in the table */
-  int lingering; /* of which lingering */
-  uint64_t wakeups;
+  dl_subs t; /* up while io is set */
   uint64_t direct; /* wake-ups read by the sleeper they woke */
   /* The reader role (the file's header comment). */
   sleeper *all;    /* every sleeper */
@@ -150,46 +111,8 @@ static bool make_reader(dl_pubsub *p, sleeper *w, bool self) {
   return true;
 }
 
-static unsigned hash(const char *s) {
-  return dl_hash(DL_HASH_SEED, s) % NBUCKETS;
-}
-
-static dl_sub *find(dl_pubsub *p, const char *ch, size_t len) {
-  for (dl_sub *s = p->table[hash(ch)]; s; s = s->next)
-    if (strlen(s->channel) == len && memcmp(s->channel, ch, len) == 0)
-      return s;
-  return NULL;
-}
-
-/* With mu held: a new, unreferenced subscription in the table, or NULL. */
-static dl_sub *sub_new(dl_pubsub *p, const char *channel, int mode) {
-  dl_sub *s = calloc(1, sizeof *s);
-  if (s == NULL || (s->channel = dl_strdup(channel)) == NULL) {
-    free(s);
-    return NULL;
-  }
-  dl_cond_init(&s->cv);
-  s->mode = mode;
-  unsigned h = hash(channel);
-  s->next = p->table[h];
-  p->table[h] = s;
-  p->subs++;
-  return s;
-}
-
-static void sub_free(dl_pubsub *p, dl_sub *s) {
-  dl_sub **pp = &p->table[hash(s->channel)];
-  while (*pp != s) pp = &(*pp)->next;
-  *pp = s->next;
-  if (s->lingering) p->lingering--;
-  p->subs--;
-  pthread_cond_destroy(&s->cv);
-  free(s->channel);
-  free(s);
-}
-
-/* With mu held: sends one (UN)SUBSCRIBE. A failed write shuts the socket;
- * the thread then reconnects and subscribes again. */
+/* With mu held: sends one command. A failed write shuts the socket; the
+ * thread then reconnects and subscribes again. */
 static void send_cmd(dl_pubsub *p, const char *verb, const char *ch) {
   if (p->io == NULL) return;
   const char *argv[2] = {verb, ch};
@@ -206,194 +129,47 @@ static void send_cmd(dl_pubsub *p, const char *verb, const char *ch) {
   redisFreeSdsCommand(cmd);
 }
 
-static bool confirmed(dl_pubsub *p, dl_sub *s) {
-  return p->io != NULL && s->active && s->outstanding == 0;
-}
-
 static void all_del(dl_pubsub *p, sleeper *w) {
   if (w->aprev) w->aprev->anext = w->anext;
   else p->all = w->anext;
   if (w->anext) w->anext->aprev = w->aprev;
 }
 
-/* Takes w out of s's sleepers, if it is still there. */
-static void unlink_sleeper(dl_pubsub *p, dl_sub *s, sleeper *w) {
-  sleeper *prev = NULL, **pp = &s->head;
-  while (*pp && *pp != w) {
-    prev = *pp;
-    pp = &(*pp)->next;
-  }
-  if (*pp == NULL) return;
-  *pp = w->next;
-  if (s->tail == w) s->tail = prev;
-  s->asleep--;
-  all_del(p, w);
+/* The table's hooks (subs.h), with mu held. */
+static void hook_wake(void *owner, dl_sleeper *w) {
+  dl_pubsub *p = owner;
+  all_del(p, (sleeper *)w);
+  rouse(p, (sleeper *)w, WOKEN);
 }
 
-static bool pop(dl_pubsub *p, dl_sub *s) {
-  sleeper *w = s->head;
-  if (w) {
-    s->head = w->next;
-    if (s->head == NULL) s->tail = NULL;
-    s->asleep--;
-    all_del(p, w);
-    rouse(p, w, WOKEN);
-  }
-  return w != NULL;
+static void hook_send(void *owner, const char *verb, const char *ch) {
+  send_cmd(owner, verb, ch);
 }
 
-/* Returns whether anyone was woken or given a permit. */
-static bool wake(dl_pubsub *p, dl_sub *s, bool all) {
-  if (all) {
-    bool any = s->head != NULL || s->permits < s->refs - s->asleep;
-    while (pop(p, s)) {
-    }
-    s->permits = s->refs; /* everyone not asleep tries again once */
-    return any;
-  }
-  if (pop(p, s)) return true;
-  if (s->permits < s->refs) {
-    s->permits++;
-    return true;
-  }
-  return false;
+static void hook_changed(void *owner, dl_sub *s) {
+  (void)owner;
+  pthread_cond_broadcast(&s->cv);
 }
 
-/* With mu held: s has no references left; unsubscribes it, and frees it
- * unless a confirmation is still to come. */
-static void unsubscribe(dl_pubsub *p, dl_sub *s) {
-  s->active = false;
-  if (p->io) {
-    s->outstanding++;
-    send_cmd(p, s->pattern ? "PUNSUBSCRIBE" : "UNSUBSCRIBE", s->channel);
-  }
-  if (s->outstanding == 0) sub_free(p, s);
+static void hook_created(void *owner, dl_sub *s) {
+  (void)owner;
+  dl_cond_init(&s->cv);
 }
 
-/* With mu held: unsubscribes what has lingered long enough. */
-static void sweep(dl_pubsub *p, int64_t now) {
-  for (int b = 0; b < NBUCKETS && p->lingering > 0; b++) {
-    for (dl_sub *s = p->table[b], *n; s; s = n) {
-      n = s->next;
-      if (!s->lingering || now - s->idle_since < LINGER_MS) continue;
-      s->lingering = false;
-      p->lingering--;
-      unsubscribe(p, s);
-    }
-  }
+static void hook_freeing(void *owner, dl_sub *s) {
+  (void)owner;
+  pthread_cond_destroy(&s->cv);
 }
 
-/* With mu held: a new socket is up; subscribe again to every channel still
- * wanted and wake every waiter (a message may have been lost meanwhile). */
-static void on_connected(dl_pubsub *p) {
-  for (int b = 0; b < NBUCKETS; b++) {
-    for (dl_sub *s = p->table[b], *n; s; s = n) {
-      n = s->next;
-      s->outstanding = 0;
-      if (s->refs == 0) {
-        sub_free(p, s);
-        continue;
-      }
-      s->active = true;
-      s->outstanding = 1;
-      send_cmd(p, s->pattern ? "PSUBSCRIBE" : "SUBSCRIBE", s->channel);
-      wake(p, s, true);
-      /* Whatever was taken away meanwhile went unheard: check it all. */
-      if (s->notice) s->notice(s->notice_ud, NULL, 0);
-    }
-  }
-}
+static const dl_subs_hooks HOOKS = {hook_wake, hook_send, hook_changed,
+                                    hook_created, hook_freeing};
 
-static void on_disconnected(dl_pubsub *p) {
-  for (int b = 0; b < NBUCKETS; b++)
-    for (dl_sub *s = p->table[b]; s; s = s->next) {
-      wake(p, s, true);
-      pthread_cond_broadcast(&s->cv);
-    }
-}
-
-/* With mu held: wakes the sleepers of a DL_WAKE_GRANT subscription (asleep
- * on its home subscription), and only them. */
-static void wake_grantee(dl_pubsub *p, dl_sub *g) {
-  bool any = false;
-  for (sleeper *w = g->home ? g->home->head : NULL, *n; w; w = n) {
-    n = w->next;
-    if (w->grant != g) continue;
-    unlink_sleeper(p, g->home, w);
-    rouse(p, w, WOKEN);
-    any = true;
-  }
-  if (any) p->wakeups++;
+static bool confirmed(dl_pubsub *p, dl_sub *s) {
+  return dl_subs_confirmed(&p->t, s);
 }
 
 static void dispatch(dl_pubsub *p, redisReply *r) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
-      r->element[0]->type != REDIS_REPLY_STRING)
-    return;
-  const char *kind = r->element[0]->str;
-  redisReply *ch = r->element[1];
-  if (strcmp(kind, "pong") == 0) return; /* the idle PING's: data enough */
-  if (ch->type != REDIS_REPLY_STRING) return;
-  dl_sub *s = find(p, ch->str, ch->len);
-  if (s == NULL) return;
-  if (s->notice) {
-    /* A message names a key: itself, or (a keyspace pattern) the channel
-     * after its prefix, for the events that can take a hold away. */
-    redisReply *m = r->elements >= 3 ? r->element[r->elements - 1] : NULL;
-    redisReply *c2 = r->elements >= 4 ? r->element[2] : NULL;
-    if (m == NULL || m->type != REDIS_REPLY_STRING) {
-      /* a confirmation: handled below */
-    } else if (strcmp(kind, "message") == 0 && !s->pattern) {
-      s->notice(s->notice_ud, m->str, m->len);
-      return;
-    } else if (strcmp(kind, "pmessage") == 0 && c2 &&
-               c2->type == REDIS_REPLY_STRING && c2->len > s->strip &&
-               (strcmp(m->str, "del") == 0 || strcmp(m->str, "expired") == 0)) {
-      s->notice(s->notice_ud, c2->str + s->strip, c2->len - s->strip);
-      return;
-    }
-  }
-  if (strcmp(kind, "message") == 0 && r->elements >= 3) {
-    redisReply *msg = r->element[2];
-    bool text = msg->type == REDIS_REPLY_STRING;
-    if (s->mode == DL_WAKE_GRANT) {
-      /* "=<token>": the lock is this waiter's. Any other message: it tries
-       * again. Either way only the sleepers of this grant wake. */
-      if (s->refs > 0 && text && msg->len > 1 && msg->str[0] == '=') {
-        char *end;
-        unsigned long long t = strtoull(msg->str + 1, &end, 10);
-        if (*end == '\0' && t > 0) {
-          s->granted = true;
-          s->token = (uint64_t)t;
-        }
-      }
-      wake_grantee(p, s);
-      return;
-    }
-    if (s->mode == DL_WAKE_COUNT) {
-      /* Permits now available: wake that many (at most everyone). */
-      long long n = text ? strtoll(msg->str, NULL, 10) : 0;
-      for (long long i = 0; i < n && i <= s->refs; i++)
-        if (wake(p, s, false)) p->wakeups++;
-      return;
-    }
-    bool all = s->mode == DL_WAKE_ALL ||
-               (text && msg->len == 1 && msg->str[0] == '1');
-    if (wake(p, s, all)) p->wakeups++;
-  } else if (strcmp(kind, "subscribe") == 0 ||
-             strcmp(kind, "unsubscribe") == 0 ||
-             strcmp(kind, "psubscribe") == 0 ||
-             strcmp(kind, "punsubscribe") == 0) {
-    if (s->outstanding > 0) s->outstanding--;
-    if (s->outstanding == 0 && s->refs == 0) {
-      sub_free(p, s);
-    } else if (confirmed(p, s)) {
-      pthread_cond_broadcast(&s->cv);
-      /* A waiter that could not join the hand-off queue without this
-       * subscription tries again now. */
-      if (s->mode == DL_WAKE_GRANT) wake_grantee(p, s);
-    }
-  }
+  dl_subs_dispatch(&p->t, r);
 }
 
 void dl_pubsub_feed(dl_pubsub *p, redisReply *r) {
@@ -458,7 +234,7 @@ static void leave_reader(dl_pubsub *p, sleeper *w, int err) {
     sleeper *next = NULL;
     for (sleeper *n = p->all; n; n = n->anext)
       if (n != w && atomic_load(&n->state) == SLEEPING &&
-          (next == NULL || n->since < next->since))
+          (next == NULL || n->base.since < next->base.since))
         next = n;
     if (next && make_reader(p, next, false)) return;
   }
@@ -483,7 +259,7 @@ static void read_as_sleeper(dl_pubsub *p, sleeper *w, int64_t deadline) {
  * taken (an unlock from an earlier wait) is not counted for it. */
 static void catch_up(dl_pubsub *p) {
   if (p->reader != NULL || !p->idle || p->io == NULL || p->stop) return;
-  sleeper me = {.next = NULL}; /* holds the role; in no list */
+  sleeper me = {.anext = NULL}; /* holds the role; in no list */
   atomic_init(&me.state, READING);
   p->reader = &me;
   int err = read_some(p, p->io, 0); /* what is there, without waiting */
@@ -503,7 +279,7 @@ static void serve(dl_pubsub *p) {
     }
     int64_t now = dl_now_ms();
     if (now >= next_sweep) {
-      sweep(p, now);
+      dl_subs_sweep(&p->t, now);
       next_sweep = now + SWEEP_MS;
       p->idle = false; /* read again, unless a sleeper does */
     }
@@ -518,7 +294,7 @@ static void serve(dl_pubsub *p) {
     /* While there are subscriptions, some may begin to linger during the
      * read: wake often enough to sweep them in time. */
     p->tmode = T_READING;
-    int rc = read_some(p, p->io, p->subs > 0 ? next_sweep : INT64_MAX);
+    int rc = read_some(p, p->io, p->t.subs > 0 ? next_sweep : INT64_MAX);
     p->tmode = T_BUSY;
     if (rc != 0) break;
   }
@@ -560,7 +336,7 @@ static void *run(void *arg) {
     p->rd = rd;
     p->quiet_since = dl_now_ms();
     p->ping_sent = false;
-    on_connected(p);
+    dl_subs_connected(&p->t);
     serve(p);
     p->want = NULL;
     p->read_err = 0;
@@ -570,7 +346,7 @@ static void *run(void *arg) {
     dl_io_shutdown(p->io);
     dl_io_close(p->io);
     p->io = NULL;
-    on_disconnected(p);
+    dl_subs_disconnected(&p->t);
   }
   pthread_mutex_unlock(&p->mu);
   return NULL;
@@ -587,6 +363,7 @@ int dl_pubsub_new(const dl_conn_config *cfg, dl_pubsub **out) {
     free(p);
     return DLOCK_ENOMEM;
   }
+  dl_subs_init(&p->t, &HOOKS, p);
   pthread_mutex_init(&p->mu, NULL);
   dl_cond_init(&p->stop_cv);
   dl_cond_init(&p->thread_cv);
@@ -612,19 +389,18 @@ void dl_pubsub_free(dl_pubsub *p) {
   if (p->io) dl_io_shutdown(p->io);
   pthread_cond_broadcast(&p->stop_cv);
   pthread_cond_broadcast(&p->thread_cv);
-  for (int b = 0; b < NBUCKETS; b++)
-    for (dl_sub *s = p->table[b]; s; s = s->next) {
+  for (int b = 0; b < DL_SUBS_BUCKETS; b++)
+    for (dl_sub *s = p->t.table[b]; s; s = s->next) {
       pthread_cond_broadcast(&s->cv);
       /* Left in the list: each takes itself out when it wakes. */
-      for (sleeper *w = s->head, *n; w; w = n) {
+      for (dl_sleeper *w = s->head, *n; w; w = n) {
         n = w->next;
-        rouse(p, w, STOPPED);
+        rouse(p, (sleeper *)w, STOPPED);
       }
     }
   pthread_mutex_unlock(&p->mu);
   if (p->started) pthread_join(p->thread, NULL);
-  for (int b = 0; b < NBUCKETS; b++)
-    while (p->table[b]) sub_free(p, p->table[b]);
+  dl_subs_clear(&p->t);
   pthread_mutex_destroy(&p->mu);
   pthread_cond_destroy(&p->stop_cv);
   pthread_cond_destroy(&p->thread_cv);
@@ -638,26 +414,14 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
                       int64_t deadline) {
   pthread_mutex_lock(&p->mu);
   catch_up(p);
-  dl_sub *s = find(p, channel, strlen(channel));
+  dl_sub *s = dl_subs_find(&p->t, channel, strlen(channel));
   if (deadline < 0 && (s == NULL || !confirmed(p, s))) {
     pthread_mutex_unlock(&p->mu); /* only a subscription already heard */
     return NULL;
   }
-  if (s == NULL && (s = sub_new(p, channel, mode)) == NULL) {
+  if ((s = dl_subs_ref(&p->t, channel, mode)) == NULL) {
     pthread_mutex_unlock(&p->mu);
     return NULL;
-  } else if (s->lingering) { /* still subscribed: nothing to wait for */
-    s->lingering = false;
-    p->lingering--;
-    s->mode = mode;
-  }
-  s->refs++;
-  if (!s->active) {
-    s->active = true;
-    if (p->io) {
-      s->outstanding++;
-      send_cmd(p, "SUBSCRIBE", channel);
-    }
   }
   /* Wait for the confirmation: only then can no unlock message be missed.
    * Without it (server down) the waiter still wakes at the holder's TTL. */
@@ -683,20 +447,10 @@ dl_sub *dl_pubsub_ref(dl_pubsub *p, const char *channel, int mode,
 int dl_pubsub_listen(dl_pubsub *p, const char *channel, bool pattern,
                      size_t strip, dl_notice_fn fn, void *ud) {
   pthread_mutex_lock(&p->mu);
-  dl_sub *s = sub_new(p, channel, DL_WAKE_NOTICE);
+  dl_sub *s = dl_subs_listen(&p->t, channel, pattern, strip, fn, ud);
   if (s == NULL) {
     pthread_mutex_unlock(&p->mu);
     return DLOCK_ENOMEM;
-  }
-  s->pattern = pattern;
-  s->strip = strip;
-  s->notice = fn;
-  s->notice_ud = ud;
-  s->refs = 1; /* for the life of the client */
-  s->active = true;
-  if (p->io) { /* else on_connected subscribes it */
-    s->outstanding++;
-    send_cmd(p, pattern ? "PSUBSCRIBE" : "SUBSCRIBE", channel);
   }
   pthread_mutex_unlock(&p->mu);
   return 0;
@@ -705,21 +459,12 @@ int dl_pubsub_listen(dl_pubsub *p, const char *channel, bool pattern,
 int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
                    dl_sub *grant) {
   pthread_mutex_lock(&p->mu);
-  if (s->permits > 0 || p->stop || (grant && grant->granted)) {
-    int rc = p->stop ? DLOCK_ECLOSED : 1;
-    if (!p->stop && !(grant && grant->granted)) s->permits--;
-    pthread_mutex_unlock(&p->mu);
-    return rc;
-  }
-  if (grant) grant->home = s;
-  sleeper w = {.next = NULL, .since = since, .grant = grant};
+  sleeper w = {.base = {.since = since, .grant = grant}};
   atomic_init(&w.state, SLEEPING);
-  sleeper **pp = &s->head;
-  while (*pp && (*pp)->since <= since) pp = &(*pp)->next;
-  w.next = *pp;
-  *pp = &w;
-  if (w.next == NULL) s->tail = &w;
-  s->asleep++;
+  if (p->stop || dl_subs_sleep(&p->t, s, &w.base)) {
+    pthread_mutex_unlock(&p->mu);
+    return p->stop ? DLOCK_ECLOSED : 1;
+  }
   w.anext = p->all;
   if (p->all) p->all->aprev = &w;
   p->all = &w;
@@ -748,7 +493,7 @@ int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
   }
   /* Timed out or closing; a waker may still have taken it. */
   int state = atomic_load_explicit(&w.state, memory_order_acquire);
-  if (state != WOKEN) unlink_sleeper(p, s, &w);
+  if (state != WOKEN && dl_subs_unlink(&p->t, s, &w.base)) all_del(p, &w);
   if (p->want == &w) p->want = NULL;
   int rc = state == WOKEN ? 1 : p->stop ? DLOCK_ECLOSED : 0;
   pthread_mutex_unlock(&p->mu);
@@ -758,30 +503,13 @@ int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
 void dl_pubsub_unref(dl_pubsub *p, dl_sub *s, bool linger) {
   if (s == NULL) return;
   pthread_mutex_lock(&p->mu);
-  if (--s->refs == 0) {
-    s->permits = 0;
-    s->home = NULL;
-    s->granted = false;
-    if (linger && confirmed(p, s)) {
-      s->lingering = true;
-      s->idle_since = dl_now_ms();
-      p->lingering++;
-    } else {
-      unsubscribe(p, s);
-    }
-  } else if (s->permits > s->refs) {
-    s->permits = s->refs;
-  }
+  dl_subs_unref(&p->t, s, linger);
   pthread_mutex_unlock(&p->mu);
 }
 
 int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token) {
   pthread_mutex_lock(&p->mu);
-  int rc = s->granted ? 1 : confirmed(p, s) ? 0 : -1;
-  if (s->granted) {
-    if (token) *token = s->token;
-    s->granted = false;
-  }
+  int rc = dl_subs_grant(&p->t, s, token);
   pthread_mutex_unlock(&p->mu);
   return rc;
 }
@@ -789,14 +517,13 @@ int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token) {
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s) {
   if (s == NULL) return;
   pthread_mutex_lock(&p->mu);
-  while (pop(p, s)) {
-  }
+  dl_subs_kick(&p->t, s);
   pthread_mutex_unlock(&p->mu);
 }
 
 uint64_t dl_pubsub_wakeups(dl_pubsub *p) {
   pthread_mutex_lock(&p->mu);
-  uint64_t n = p->wakeups;
+  uint64_t n = p->t.wakeups;
   pthread_mutex_unlock(&p->mu);
   return n;
 }

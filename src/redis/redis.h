@@ -84,6 +84,30 @@ void dl_scripts_init(void); /* computes the SHA1s once; thread-safe */
 typedef struct dl_rlink dl_rlink;
 typedef struct dl_sub dl_sub;
 
+/* One step of an operation that waits on its link: an eval's reply, a
+ * subscription's confirmation, a wake-up, a pause. The operations (lock.c,
+ * sync.c) are state machines that start a step and go on when it is done.
+ * A blocking link completes each step within the call that starts it (the
+ * blocking driver: the operation runs to its end on the calling thread); an
+ * event-loop link completes it later, on the loop's thread, and then calls
+ * `resume` (the event-loop driver). */
+typedef struct dl_pend {
+  void (*resume)(struct dl_pend *p); /* set by the driver; event loop only */
+  int rc;                   /* the step's result: 0 or a negative code;
+                               a wake-up's 1 woken, 0 timed out */
+  struct redisReply *reply; /* an eval's (rc 0), the operation frees it */
+  dl_sub *sub;              /* a subscription's (rc 0) */
+  void *link_data;          /* the link's, while the step is in flight */
+  int step;                 /* which (DL_STEP_*), set by dl_redis_step_* */
+  void *op;                 /* the operation's, for resume */
+  bool pending;             /* started, not yet resumed */
+} dl_pend;
+enum { DL_STEP_EVAL, DL_STEP_COMMAND, DL_STEP_SUB_REF, DL_STEP_SUB_WAIT,
+       DL_STEP_PAUSE };
+/* What a step's start, or an operation's step, returns when it goes on in
+ * the background: a value no operation has as its result. */
+#define DL_PENDING 0x7fff
+
 typedef struct dl_rlink_ops {
   const char *name;
   /* Runs a script (EVALSHA, falling back to EVAL on NOSCRIPT) and returns
@@ -136,11 +160,47 @@ typedef struct dl_rlink_ops {
   int (*watch_losses)(dl_rlink *b, const char *revoke_channel,
                       dl_notice_fn fn, void *ud);
   void (*free)(dl_rlink *b);
+
+  /* The steps of the event-loop driver. A link without them (NULL) is
+   * blocking: dl_redis_step_* then run the blocking entries above and
+   * complete at once. Each returns 0 when done now (p filled in), or
+   * DL_PENDING: p is filled in and p->resume(p) called later, on the loop's
+   * thread, exactly once unless `cancel` comes first. */
+  int (*eval_start)(dl_rlink *b, dl_pend *p, int64_t until, int script,
+                    int nkeys, const char *const *keys, int nargs,
+                    const char *const *args);
+  int (*sub_ref_start)(dl_rlink *b, dl_pend *p, const char *channel,
+                       int mode, int64_t deadline);
+  int (*sub_wait_start)(dl_rlink *b, dl_pend *p, dl_sub *s, int64_t until,
+                        int64_t since, dl_sub *grant);
+  int (*command_start)(dl_rlink *b, dl_pend *p, int argc,
+                       const char **argv);
+  int (*pause_start)(dl_rlink *b, dl_pend *p, int64_t until);
+  /* Stops a pending step: resume is not called (a reply still on its way
+   * is dropped, a subscription being confirmed is unreferenced). */
+  void (*cancel)(dl_rlink *b, dl_pend *p);
 } dl_rlink_ops;
 
 struct dl_rlink {
   const dl_rlink_ops *ops;
 };
+
+/* Waiting by backoff (wait_backoff_max_ms > 0): no subscription, each
+ * waiter sleeps 1, 2, 4 ... up to the maximum ms between tries, each sleep
+ * drawn in [d/2, d] so that waiters do not retry in step. */
+typedef struct dl_backoff {
+  int64_t delay;
+  uint64_t rng;
+} dl_backoff;
+void dl_backoff_init(dl_backoff *w);
+/* The next sleep, in ms. */
+int64_t dl_backoff_next(dl_backoff *w, int64_t max_ms);
+
+/* The event-loop link (alink.c): one server, over dl_aconn, on env->loop.
+ * Its blocking entries refuse (DLOCK_EINVAL): an event-loop client runs
+ * the operations through their *_start steps only. */
+int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                     dl_rlink **out);
 
 /* ---- pubsub.c: one subscriber connection per client ---- */
 /* What a message wakes, by the channel's kind (Redisson's meanings). */
@@ -223,6 +283,21 @@ uint64_t dl_redis_backend_direct_wakeups(dl_backend *b);
 bool dl_redis_backend_sleeper_reads(dl_backend *b);
 
 /* The operations of the backend table, by file. */
+int dl_redis_lock_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
+                                void *ud, dl_async **op);
+int dl_redis_lock_release_async(dl_backend *b, const dl_lock_ref *l,
+                                int64_t lease_ms, int count, dl_done_fn done,
+                                void *ud, dl_async **op);
+int dl_redis_sem_acquire_async(dl_backend *b, const dl_sync_ref *s,
+                               int permits, bool wait, int64_t deadline,
+                               dl_done_fn done, void *ud, dl_async **op);
+int dl_redis_permit_acquire_async(dl_backend *b, const dl_sync_ref *s,
+                                  const char *id, int64_t lease_ms, bool wait,
+                                  int64_t deadline, int64_t *valid_until,
+                                  dl_done_fn done, void *ud, dl_async **op);
+int dl_redis_latch_await_async(dl_backend *b, const dl_sync_ref *s, bool wait,
+                               int64_t deadline, dl_done_fn done, void *ud,
+                               dl_async **op);
 int dl_redis_lock_acquire(dl_backend *b, dl_acquire *a);
 int dl_redis_lock_release(dl_backend *b, const dl_lock_ref *l,
                           int64_t lease_ms, int count);
@@ -251,15 +326,265 @@ int dl_redis_int_reply(dl_redis *r, struct redisReply *rep, long long lo,
 int dl_redis_eval_int(dl_redis *r, int script, int nkeys, const char **keys,
                       int nargs, const char **args, long long lo, long long hi,
                       long long *v);
-/* One try of what a waiter wants: returns 1 done, a negative code, or 0 not
- * yet, with *recheck_ms how soon to try again even without a message (-1:
- * only on a message). */
-typedef int (*dl_try_fn)(void *ctx, int64_t *recheck_ms);
-/* Tries, and until it is done or the deadline (with `wait`), sleeps on
- * `channel` (mode: dl_wake_mode) between tries, subscribed before the
- * second try so that no message is missed. Returns 1, 0 when the wait ran
- * out, or a negative code. */
-int dl_redis_wait_for(dl_redis *r, const char *channel, int mode, bool wait,
-                      int64_t deadline, dl_try_fn fn, void *ctx);
+/* The steps of an operation (see dl_pend), over whichever link r has.
+ * eval: a script answered by `until` (dl_now_ms() time) at the latest, 0:
+ * within the command timeout; the script may carry DL_EVAL_WAKE_FIRST.
+ * sub_ref: a subscription confirmed by `deadline` (p->sub; NULL with
+ * rc 0: none to be had, wait by timers alone). sub_wait: one wake-up
+ * (p->rc 1), or none by `until` (0), or DLOCK_ECLOSED. pause: nothing until
+ * `until`. Each returns 0 (done, p filled in) or DL_PENDING. */
+int dl_redis_step_eval(dl_redis *r, dl_pend *p, int64_t until, int script,
+                       int nkeys, const char *const *keys, int nargs,
+                       const char *const *args);
+int dl_redis_step_sub_ref(dl_redis *r, dl_pend *p, const char *channel,
+                          int mode, int64_t deadline);
+int dl_redis_step_sub_wait(dl_redis *r, dl_pend *p, dl_sub *s, int64_t until,
+                           int64_t since, dl_sub *grant);
+int dl_redis_step_pause(dl_redis *r, dl_pend *p, int64_t until);
+void dl_redis_step_cancel(dl_redis *r, dl_pend *p);
+/* Ends a pending wait (a subscription's confirmation, a wake-up, a pause)
+ * as if its deadline had come: p resumes soon, from the loop, with rc 0
+ * and no subscription. A request already sent is left to its answer.
+ * Returns whether p was such a wait. */
+bool dl_redis_step_interrupt(dl_redis *r, dl_pend *p);
+
+/* An operation of the event-loop driver (core/backend.h's dl_async). */
+struct dl_async {
+  dl_redis *R;
+  dl_done_fn done;
+  void *ud;
+  bool cancelled;
+};
+/* The shell of an operation run by the event-loop driver: the first member
+ * of the operation's state (malloc'ed; freed once done has been told).
+ * Each step's resume is dl_shell_resume, with p->op the shell. */
+typedef struct dl_shell dl_shell;
+struct dl_shell {
+  dl_async head;
+  /* Goes on after a step: DL_PENDING or the result. */
+  int (*step)(dl_shell *sh);
+  /* Or NULL: adjusts the result before done hears it. */
+  void (*finish)(dl_shell *sh, int *rc);
+  dl_pend *main;     /* the step a cancel interrupts */
+  int64_t *deadline; /* or NULL: set to now by a cancel */
+  bool finished;
+  int final;
+};
+void dl_shell_resume(dl_pend *p);
+/* Sets sh up (no finish, no deadline) and binds `main` (or NULL) to it. */
+void dl_shell_init(dl_shell *sh, dl_redis *R, dl_done_fn done, void *ud,
+                   int (*step)(dl_shell *), dl_pend *main);
+/* Makes p's completions resume sh's operation. */
+void dl_shell_bind(dl_shell *sh, dl_pend *p);
+/* After the operation's first step returned rc: 0 and *op (done comes from
+ * the loop, even when rc is already the result). */
+int dl_shell_start(dl_shell *sh, int rc, dl_async **op);
+/* The backend's cancel (dl_backend_ops.cancel) for every operation. */
+void dl_redis_cancel(dl_backend *b, dl_async *op);
+
+/* Waiting for a semaphore's permits or a latch's zero, a state machine
+ * (see dl_pend): tries, and until done or the deadline (with `wait`),
+ * sleeps on `channel` (mode: dl_wake_mode) between tries, subscribed
+ * before the second try so that no message is missed. */
+typedef struct dl_waiter dl_waiter;
+typedef struct dl_wait_kind {
+  /* Sends one try: dl_redis_step_* on w->p; returns what it returns. */
+  int (*send)(dl_waiter *w);
+  /* The try's answer, from w->p (the reply is the callee's to free): 1
+   * done, a negative code, or 0 not yet, with w->recheck_ms how soon to
+   * try again even without a message (-1: only on a message). */
+  int (*result)(dl_waiter *w);
+} dl_wait_kind;
+struct dl_waiter {
+  /* in */
+  dl_redis *R;
+  const dl_wait_kind *kind;
+  void *ctx; /* the kind's */
+  const char *channel;
+  int mode;
+  bool wait;
+  int64_t deadline;
+  /* the machine's */
+  int st, rc, tries;
+  int64_t start, recheck_ms;
+  dl_sub *sub;
+  dl_pend p;
+};
+/* Starts w (its inputs set) and runs it until it waits on a step
+ * (DL_PENDING) or ends: 1 done, 0 when the wait ran out, or a negative
+ * code. dl_redis_wait_step goes on after a step completed. */
+int dl_redis_wait_start(dl_waiter *w);
+int dl_redis_wait_step(dl_waiter *w);
+/* A command's reply as a step (GET, say): as dl_redis_step_eval. */
+int dl_redis_step_command(dl_redis *r, dl_pend *p, int argc,
+                          const char **argv);
+
+/* ---- conn.c: the handshake's parts, for the event loop's connections ----
+ * dl_conn_handshake is these over blocking I/O. */
+typedef struct dl_handshake {
+  char *buf;  /* the commands, for one write (NULL: none to send) */
+  size_t len;
+  int ncmd;   /* replies to expect */
+  int got;    /* replies judged */
+  int rc;     /* 0, or the first error reply's code */
+  char sent[40]; /* for details: "AUTH, SELECT, CLIENT SETNAME" */
+} dl_handshake;
+/* Formats the handshake cfg asks for (ncmd 0: none). Returns 0, or
+ * DLOCK_ENOMEM with err set. Free with dl_handshake_clear. */
+int dl_handshake_init(dl_handshake *hs, const dl_conn_config *cfg, char *err,
+                      size_t errlen);
+/* Frees the commands (the counts stay, for the replies). */
+void dl_handshake_clear(dl_handshake *hs);
+/* Judges one reply (freed here): an error reply sets hs->rc and err (the
+ * first only; AUTH's is DLOCK_EAUTH). Returns true once every reply came. */
+bool dl_handshake_reply(dl_handshake *hs, const dl_conn_config *cfg,
+                        struct redisReply *r, char *err, size_t errlen);
+/* The detail for I/O failure rc (DLOCK_EPROTO: a malformed reply) while
+ * sending or awaiting the replies; returns rc. */
+int dl_handshake_ioerr(const dl_handshake *hs, const dl_conn_config *cfg,
+                       bool sending, int rc, char *err, size_t errlen);
+
+/* ---- reply.c: commands and replies, for every connection ---- */
+/* An EVALSHA/EVAL argv, on the stack for the usual few arguments. */
+typedef struct dl_evargv {
+  const char **argv;
+  size_t *lens;
+  const char *small[16];
+  size_t small_lens[16];
+  char nk[DL_INT_BUF];
+} dl_evargv;
+/* Builds EVALSHA (or with `body`, EVAL) of `script` into *v; returns argc,
+ * or -1 (out of memory). The strings are borrowed; release with
+ * dl_evargv_free. */
+int dl_evargv_build(int script, bool body, int nkeys, const char *const *keys,
+                    int nargs, const char *const *args, dl_evargv *v);
+void dl_evargv_free(dl_evargv *v);
+/* An error reply becomes its code (the server's text recorded for owner,
+ * the reply freed, *reply NULL); any other reply is kept and 0 returned. */
+int dl_reply_check(const struct dlock_client *owner, struct redisReply **reply);
+/* Whether r is the NOSCRIPT error (the script cache lost the script). */
+bool dl_reply_noscript(const struct redisReply *r);
+
+/* ---- aconn.c: the pipelined connection for an event loop ----
+ * conn.c's connection without blocking: every call and callback on the
+ * loop's thread; requests pipelined, each ending in its callback exactly
+ * once (unless cancelled). */
+typedef struct dl_aconn dl_aconn;
+typedef struct dl_areq dl_areq;
+/* A request's end: rc 0 and the reply (the callback owns it: free with
+ * freeReplyObject; for dl_aconn_send it may be an error reply), or a
+ * negative code and NULL: DLOCK_ETIMEDOUT at its deadline,
+ * DLOCK_ECONNLOST if the connection broke after it was written (it may
+ * have run; never sent again), DLOCK_ECLOSED from dl_aconn_free, or the
+ * code of a failed connect. The detail is recorded for cfg->err_owner
+ * (dl_seterr) on the loop's thread first. The request is gone after. */
+typedef void (*dl_reply_fn)(void *ud, int rc, struct redisReply *reply);
+/* A connection on lp (cfg must outlive it); it connects at the first
+ * request (or dl_aconn_connect). Returns 0 or DLOCK_ENOMEM. */
+int dl_aconn_new(dl_loop *lp, const dl_conn_config *cfg, dl_aconn **out);
+/* Starts connecting now if down, without waiting out the backoff. Returns
+ * 0 (connecting or up), or the code of a connect that failed at once. */
+int dl_aconn_connect(dl_aconn *c);
+/* Queues a command (argv copied): written at once if up, when connected
+ * if connecting; a connection that broke reconnects now unless its backoff
+ * still runs (reconnect_min_ms, doubling to reconnect_max_ms after each
+ * failed connect). deadline: dl_now_ms() time (<= 0: the command
+ * timeout). Returns the request (valid until its callback runs or
+ * dl_areq_cancel), or NULL with *err set and fn never called: the
+ * backoff's error, a connect that failed at once, DLOCK_ECLOSED,
+ * DLOCK_ENOMEM. */
+dl_areq *dl_aconn_send(dl_aconn *c, int argc, const char **argv,
+                       const size_t *argvlen, int64_t deadline,
+                       dl_reply_fn fn, void *ud, int *err);
+/* EVALSHA of a script (DL_EVAL_WAKE_FIRST or'ed in: a PING ahead of it),
+ * and EVAL, once, on NOSCRIPT, as the same request; an error reply comes
+ * as its code (dl_reply_check), so a reply given is never an error. */
+dl_areq *dl_aconn_eval(dl_aconn *c, int script, int nkeys, const char **keys,
+                       int nargs, const char **args, int64_t deadline,
+                       dl_reply_fn fn, void *ud, int *err);
+/* The callback will not run; a reply in flight is dropped when it comes.
+ * Not from inside r's own callback (r is gone then). Accepts NULL. */
+void dl_areq_cancel(dl_areq *r);
+/* Fails every pending request with DLOCK_ECLOSED (callbacks run, now),
+ * closes the socket and frees c (once the dispatch under way, if it is
+ * called from a callback, returns). Later calls on c are not allowed.
+ * Accepts NULL. */
+void dl_aconn_free(dl_aconn *c);
+/* Writes since creation (tests), and whether the connection is up. */
+uint64_t dl_aconn_batches(const dl_aconn *c);
+bool dl_aconn_up(const dl_aconn *c);
+
+/* ---- asub.c: the subscriber connection for an event loop ----
+ * pubsub.c's subscriber without threads (the wake modes, the linger, the
+ * resubscribe after a reconnect are theirs: subs.c), over dl_aconn's push
+ * mode. Every call and callback on the loop's thread. Each wait or confirm
+ * is a request that ends in its fn exactly once, from the loop (never
+ * inside the call that made it), unless cancelled first; waiters woken by
+ * one message hear it in the order of `since`. */
+typedef struct dl_asub dl_asub;
+typedef struct dl_asub_req dl_asub_req; /* a pending confirm or wait */
+typedef void (*dl_asub_fn)(void *ud, int rc);
+/* A subscriber connection on lp (cfg must outlive it), connecting at the
+ * first ref (or listen) and staying up (reconnecting with the backoff)
+ * from then on. Returns 0 and *out, or DLOCK_ENOMEM. */
+int dl_asub_new(dl_loop *lp, const dl_conn_config *cfg, dl_asub **out);
+/* Every pending request's fn runs with DLOCK_ECLOSED, inside this call
+ * (fn must make no call on s), then s is freed, its subscriptions with it.
+ * Accepts NULL. */
+void dl_asub_free(dl_asub *s);
+/* A reference to channel's subscription (subscribing if new, or taking
+ * back a lingering one; the first ref fixes its mode), or NULL (out of
+ * memory, nothing changed). Never waits: dl_asub_confirm does. */
+dl_sub *dl_asub_ref(dl_asub *s, const char *channel, int mode);
+/* Whether the server confirmed sub, on the connection up now. */
+bool dl_asub_confirmed(dl_asub *s, dl_sub *sub);
+/* fn(ud, 0) once sub is confirmed (at the next dispatch if it is
+ * already), DLOCK_ETIMEDOUT at deadline (dl_now_ms() time), DLOCK_ECLOSED
+ * from dl_asub_free. Returns the request (valid until fn runs or it is
+ * cancelled), or NULL (out of memory; fn never called). */
+dl_asub_req *dl_asub_confirm(dl_asub *s, dl_sub *sub, int64_t deadline,
+                             dl_asub_fn fn, void *ud);
+/* One wake-up (dl_pubsub_wait's): fn(ud, 1) woken (or a permit or a grant
+ * on `grant` was there already), fn(ud, 0) at deadline, DLOCK_ECLOSED.
+ * Sleepers are woken in the order of `since`; grant (or NULL) is the
+ * waiter's own DL_WAKE_GRANT subscription: a message there wakes this
+ * waiter alone. A message that finds a referencing waiter awake is kept
+ * for it as a permit, as in pubsub.c. NULL: out of memory (fn never
+ * called). */
+dl_asub_req *dl_asub_wait(dl_asub *s, dl_sub *sub, int64_t deadline,
+                          int64_t since, dl_sub *grant, dl_asub_fn fn,
+                          void *ud);
+/* fn will not run. A wait that was woken but not yet told passes its
+ * wake-up on to the next sleeper. Accepts NULL. Not from inside the
+ * request's own fn (it is gone then). */
+void dl_asub_cancel(dl_asub_req *r);
+/* As dl_pubsub_grant, dl_pubsub_unref, dl_pubsub_kick, dl_pubsub_listen
+ * (fn told from the loop's dispatch; key NULL after each reconnect) and
+ * dl_pubsub_wakeups. dl_asub_listen returns 0 or DLOCK_ENOMEM. */
+int dl_asub_grant(dl_asub *s, dl_sub *sub, uint64_t *token);
+void dl_asub_unref(dl_asub *s, dl_sub *sub, bool linger);
+void dl_asub_kick(dl_asub *s, dl_sub *sub);
+int dl_asub_listen(dl_asub *s, const char *channel, bool pattern,
+                   size_t strip, dl_notice_fn fn, void *ud);
+uint64_t dl_asub_wakeups(dl_asub *s);
+
+/* aconn.c's push mode, for a subscriber: from dl_aconn_set_push on, every
+ * reply after the handshake goes to reply(ud, r) (which frees it), a
+ * request is done (fn(ud, 0, NULL)) once written, up(ud) runs each time
+ * the connection is up (handshake done), down(ud) each time an up
+ * connection is lost, and the connection reconnects by itself: at once
+ * after a loss, after the backoff after a failed connect. The hooks run
+ * from the loop's dispatch (up: also from dl_aconn_connect). */
+typedef struct dl_aconn_push {
+  void (*up)(void *ud);
+  void (*reply)(void *ud, struct redisReply *r);
+  void (*down)(void *ud);
+  void *ud;
+} dl_aconn_push;
+/* Sets c's push hooks (copied), before its first request or connect. */
+void dl_aconn_set_push(dl_aconn *c, const dl_aconn_push *push);
+/* Drops an up (or connecting) connection as lost and reconnects: a
+ * subscriber whose idle PING went unanswered. */
+void dl_aconn_reconnect(dl_aconn *c);
 
 #endif /* DLOCK_REDIS_H */

@@ -46,12 +46,10 @@ static const char *latch_channel(char *out, const dl_sync_ref *s) {
   return out;
 }
 
-/* GET of an integer string (nil: 0) in the int32 range. */
-static int get_int(dl_redis *R, const char *key, long long *v) {
-  const char *argv[] = {"GET", key};
-  redisReply *r = NULL;
-  int rc = R->link->ops->command(R->link, 2, argv, &r);
-  if (rc != 0) return rc;
+/* A GET's integer string (nil: 0) in the int32 range, from its reply
+ * (freed here). */
+static int int_string(dl_redis *R, redisReply *r, long long *v) {
+  int rc = 0;
   *v = 0;
   if (r->type == REDIS_REPLY_STRING) {
     char *end;
@@ -65,47 +63,62 @@ static int get_int(dl_redis *R, const char *key, long long *v) {
   return 0;
 }
 
+/* GET of an integer string (nil: 0) in the int32 range. */
+static int get_int(dl_redis *R, const char *key, long long *v) {
+  const char *argv[] = {"GET", key};
+  redisReply *r = NULL;
+  int rc = R->link->ops->command(R->link, 2, argv, &r);
+  return rc ? rc : int_string(R, r, v);
+}
+
 /* ---- the counting semaphore ---- */
 typedef struct sem_try {
-  dl_redis *R;
   const dl_sync_ref *s;
   char num[DL_INT_BUF];
-  int tries;
 } sem_try;
 
-static int sem_take(void *p, int64_t *recheck_ms) {
-  sem_try *t = p;
-  t->tries++;
-  *recheck_ms = -1; /* permits only come back with a message */
+static int sem_send(dl_waiter *w) {
+  sem_try *t = w->ctx;
   const char *keys[] = {t->s->key};
   const char *args[] = {t->num};
+  return dl_redis_step_eval(w->R, &w->p, 0, DL_SCRIPT_SEMAPHORE_ACQUIRE, 1,
+                            keys, 1, args);
+}
+
+static int sem_result(dl_waiter *w) {
+  w->recheck_ms = -1; /* permits only come back with a message */
   long long v = 0;
-  int rc = dl_redis_eval_int(t->R, DL_SCRIPT_SEMAPHORE_ACQUIRE, 1, keys, 1,
-                             args, 0, 1, &v);
+  if (w->p.rc != 0) return w->p.rc;
+  int rc = dl_redis_int_reply(w->R, w->p.reply, 0, 1, &v);
+  w->p.reply = NULL;
   return rc ? rc : (int)v;
 }
 
-int dl_redis_sem_acquire(dl_backend *b, const dl_sync_ref *s, int permits,
-                         bool wait, int64_t deadline) {
-  dl_redis *R = (dl_redis *)b;
-  sem_try t = {.R = R, .s = s};
-  dl_fmt_ll(t.num, permits);
-  char ch[DL_DERIVED_MAX];
-  int rc = dl_redis_wait_for(R, sem_channel(ch, s), DL_WAKE_COUNT, wait,
-                             deadline, sem_take, &t);
-  if (rc >= 0) hint_set(s, HINT_WAITED, t.tries > 1);
-  return rc;
-}
+static const dl_wait_kind sem_kind = {sem_send, sem_result};
+
 
 /* ---- the permit-expirable semaphore ---- */
+/* permits.lua's keys and arguments for `op` and up to two arguments
+ * (timeouts and ch: DL_DERIVED_MAX bytes each, for the names). */
+static void permits_argv(const dl_sync_ref *s, const char **keys,
+                         char *timeouts, char *ch, const char **args,
+                         const char *op, const char *a1, const char *a2) {
+  dl_derived_suffix_into(timeouts, DL_DERIVED_MAX, s->key, "timeout");
+  keys[0] = s->key;
+  keys[1] = timeouts;
+  keys[2] = sem_channel(ch, s);
+  args[0] = op;
+  args[1] = a1 ? a1 : "";
+  args[2] = a2 ? a2 : "";
+}
+
 /* Runs permits.lua with `op` and up to two arguments. */
 static int permits_run(dl_redis *R, const dl_sync_ref *s, int flags,
                        const char *op, const char *a1, const char *a2,
                        redisReply **r) {
   char timeouts[DL_DERIVED_MAX], ch[DL_DERIVED_MAX];
-  dl_derived_suffix_into(timeouts, sizeof timeouts, s->key, "timeout");
-  const char *keys[] = {s->key, timeouts, sem_channel(ch, s)};
-  const char *args[] = {op, a1 ? a1 : "", a2 ? a2 : ""};
+  const char *keys[3], *args[3];
+  permits_argv(s, keys, timeouts, ch, args, op, a1, a2);
   return R->link->ops->eval(R->link, DL_SCRIPT_PERMITS | flags, 3, keys, 3,
                             args, r);
 }
@@ -120,51 +133,45 @@ static int permits_int(dl_redis *R, const dl_sync_ref *s, int flags,
 }
 
 typedef struct permit_try {
-  dl_redis *R;
   const dl_sync_ref *s;
   const char *id;
   char lease[DL_INT_BUF];
   int64_t sent;
-  int tries;
 } permit_try;
 
-static int permit_take(void *arg, int64_t *recheck_ms) {
-  permit_try *t = arg;
-  redisReply *r = NULL;
-  t->tries++;
+static int permit_send(dl_waiter *w) {
+  permit_try *t = w->ctx;
   t->sent = dl_now_ms();
-  int rc = permits_run(t->R, t->s, 0, "acquire", t->lease, t->id, &r);
-  if (rc != 0) return rc;
+  char timeouts[DL_DERIVED_MAX], ch[DL_DERIVED_MAX];
+  const char *keys[3], *args[3];
+  permits_argv(t->s, keys, timeouts, ch, args, "acquire", t->lease, t->id);
+  return dl_redis_step_eval(w->R, &w->p, 0, DL_SCRIPT_PERMITS, 3, keys, 3,
+                            args);
+}
+
+static int permit_result(dl_waiter *w) {
+  if (w->p.rc != 0) return w->p.rc;
+  redisReply *r = w->p.reply;
+  w->p.reply = NULL;
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
       r->element[0]->type != REDIS_REPLY_INTEGER ||
       r->element[1]->type != REDIS_REPLY_INTEGER ||
       (r->element[0]->integer != 0 && r->element[0]->integer != 1)) {
     freeReplyObject(r);
-    return dl_seterr(t->R->env.err_owner, DLOCK_EPROTO,
+    return dl_seterr(w->R->env.err_owner, DLOCK_EPROTO,
                      "unexpected reply to acquire");
   }
-  rc = (int)r->element[0]->integer;
+  int rc = (int)r->element[0]->integer;
   /* Not available: try again when the next lease ends (its permit then
    * comes back without a message), or on a release. */
   long long next = r->element[1]->integer;
-  *recheck_ms = next < 0 ? -1 : next + 1;
+  w->recheck_ms = next < 0 ? -1 : next + 1;
   freeReplyObject(r);
   return rc;
 }
 
-int dl_redis_permit_acquire(dl_backend *b, const dl_sync_ref *s,
-                            const char *id, int64_t lease_ms, bool wait,
-                            int64_t deadline, int64_t *valid_until) {
-  dl_redis *R = (dl_redis *)b;
-  permit_try t = {.R = R, .s = s, .id = id};
-  dl_fmt_ll(t.lease, lease_ms);
-  char ch[DL_DERIVED_MAX];
-  int rc = dl_redis_wait_for(R, sem_channel(ch, s), DL_WAKE_COUNT, wait,
-                             deadline, permit_take, &t);
-  if (rc >= 0) hint_set(s, HINT_WAITED, t.tries > 1);
-  if (rc == 1) *valid_until = dl_validity(t.sent, lease_ms);
-  return rc;
-}
+static const dl_wait_kind permit_kind = {permit_send, permit_result};
+
 
 /* ---- the latch ---- */
 static int latch_count(dl_redis *R, const dl_sync_ref *s, long long *v) {
@@ -173,26 +180,176 @@ static int latch_count(dl_redis *R, const dl_sync_ref *s, long long *v) {
   return rc;
 }
 
-typedef struct latch_try {
-  dl_redis *R;
-  const dl_sync_ref *s;
-} latch_try;
+static int latch_send(dl_waiter *w) {
+  const dl_sync_ref *s = w->ctx;
+  const char *argv[] = {"GET", s->key};
+  return dl_redis_step_command(w->R, &w->p, 2, argv);
+}
 
-static int at_zero(void *p, int64_t *recheck_ms) {
-  latch_try *t = p;
-  *recheck_ms = -1;
+static int latch_result(dl_waiter *w) {
+  w->recheck_ms = -1;
+  if (w->p.rc != 0) return w->p.rc;
   long long n = 0;
-  int rc = latch_count(t->R, t->s, &n);
-  return rc ? rc : n == 0;
+  int rc = int_string(w->R, w->p.reply, &n);
+  w->p.reply = NULL;
+  return rc ? rc : n <= 0;
+}
+
+static const dl_wait_kind latch_kind = {latch_send, latch_result};
+
+
+/* ---- the waits, on either driver ---- */
+/* A wait's state: the waiter, the kind's try, what the caller gets after. */
+typedef struct wait_op {
+  dl_shell sh; /* the event-loop driver's */
+  dl_waiter w;
+  const dl_sync_ref *s; /* the hint's */
+  union {
+    sem_try sem;
+    permit_try permit;
+  } t;
+  int64_t lease_ms, *valid_until; /* a permit's */
+  char ch[DL_DERIVED_MAX];
+} wait_op;
+
+static int wait_op_step(dl_shell *sh) {
+  return dl_redis_wait_step(&((wait_op *)sh)->w);
+}
+
+/* After the wait, for either driver: the handle's hint, a permit's
+ * validity. */
+static void wait_op_finish(dl_shell *sh, int *rc) {
+  wait_op *x = (wait_op *)sh;
+  if (x->w.kind != &latch_kind && *rc >= 0)
+    hint_set(x->s, HINT_WAITED, x->w.tries > 1);
+  if (x->w.kind == &permit_kind && *rc == 1)
+    *x->valid_until = dl_validity(x->t.permit.sent, x->lease_ms);
+}
+
+/* Runs the wait x (x->ch filled in) of `kind`: to its end on the calling
+ * thread when done is NULL (the blocking driver; returns the result), else
+ * on the loop (returns 0 and *op, or a negative code). */
+static int wait_op_run(dl_redis *R, wait_op *x, const dl_wait_kind *kind,
+                       void *ctx, int mode, bool wait, int64_t deadline,
+                       dl_done_fn done, void *ud, dl_async **op) {
+  dl_waiter *w = &x->w;
+  w->R = R;
+  w->kind = kind;
+  w->ctx = ctx;
+  w->channel = x->ch;
+  w->mode = mode;
+  w->wait = wait;
+  w->deadline = deadline;
+  if (done == NULL) {
+    int rc = dl_redis_wait_start(w);
+    wait_op_finish(&x->sh, &rc);
+    return rc;
+  }
+  dl_shell_init(&x->sh, R, done, ud, wait_op_step, &w->p);
+  x->sh.finish = wait_op_finish;
+  x->sh.deadline = &w->deadline;
+  return dl_shell_start(&x->sh, dl_redis_wait_start(w), op);
+}
+
+/* A wait's state for the blocking driver (x, on the caller's stack) or the
+ * event-loop one (allocated): NULL with *err when the client is of the
+ * other kind, or out of memory. */
+static wait_op *wait_op_new(dl_redis *R, const dl_sync_ref *s, wait_op *x,
+                            bool async, dl_async **op, int *err) {
+  if (op) *op = NULL;
+  *err = 0;
+  bool blocking = R->link->ops->eval_start == NULL;
+  if (blocking == async)
+    *err = dl_seterr(R->env.err_owner, DLOCK_EINVAL,
+                     async ? "an event-loop call on a blocking client"
+                           : "a blocking call on an event-loop client");
+  if (*err == 0 && async && (x = malloc(sizeof *x)) == NULL)
+    *err = dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  if (*err) return NULL;
+  memset(x, 0, sizeof *x);
+  x->s = s;
+  return x;
+}
+
+static int sem_run(dl_backend *b, const dl_sync_ref *s, int permits,
+                   bool wait, int64_t deadline, dl_done_fn done, void *ud,
+                   dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  wait_op stack, *x = wait_op_new(R, s, &stack, done != NULL, op, &err);
+  if (x == NULL) return err;
+  x->t.sem.s = s;
+  dl_fmt_ll(x->t.sem.num, permits);
+  sem_channel(x->ch, s);
+  return wait_op_run(R, x, &sem_kind, &x->t.sem, DL_WAKE_COUNT, wait,
+                     deadline, done, ud, op);
+}
+
+static int permit_run(dl_backend *b, const dl_sync_ref *s, const char *id,
+                      int64_t lease_ms, bool wait, int64_t deadline,
+                      int64_t *valid_until, dl_done_fn done, void *ud,
+                      dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  wait_op stack, *x = wait_op_new(R, s, &stack, done != NULL, op, &err);
+  if (x == NULL) return err;
+  x->t.permit.s = s;
+  x->t.permit.id = id;
+  dl_fmt_ll(x->t.permit.lease, lease_ms);
+  x->lease_ms = lease_ms;
+  x->valid_until = valid_until;
+  sem_channel(x->ch, s);
+  return wait_op_run(R, x, &permit_kind, &x->t.permit, DL_WAKE_COUNT, wait,
+                     deadline, done, ud, op);
+}
+
+static int latch_run(dl_backend *b, const dl_sync_ref *s, bool wait,
+                     int64_t deadline, dl_done_fn done, void *ud,
+                     dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  wait_op stack, *x = wait_op_new(R, s, &stack, done != NULL, op, &err);
+  if (x == NULL) return err;
+  latch_channel(x->ch, s);
+  return wait_op_run(R, x, &latch_kind, (void *)s, DL_WAKE_ALL, wait,
+                     deadline, done, ud, op);
+}
+
+int dl_redis_sem_acquire(dl_backend *b, const dl_sync_ref *s, int permits,
+                         bool wait, int64_t deadline) {
+  return sem_run(b, s, permits, wait, deadline, NULL, NULL, NULL);
+}
+
+int dl_redis_sem_acquire_async(dl_backend *b, const dl_sync_ref *s,
+                               int permits, bool wait, int64_t deadline,
+                               dl_done_fn done, void *ud, dl_async **op) {
+  return sem_run(b, s, permits, wait, deadline, done, ud, op);
+}
+
+int dl_redis_permit_acquire(dl_backend *b, const dl_sync_ref *s,
+                            const char *id, int64_t lease_ms, bool wait,
+                            int64_t deadline, int64_t *valid_until) {
+  return permit_run(b, s, id, lease_ms, wait, deadline, valid_until, NULL,
+                    NULL, NULL);
+}
+
+int dl_redis_permit_acquire_async(dl_backend *b, const dl_sync_ref *s,
+                                  const char *id, int64_t lease_ms, bool wait,
+                                  int64_t deadline, int64_t *valid_until,
+                                  dl_done_fn done, void *ud, dl_async **op) {
+  return permit_run(b, s, id, lease_ms, wait, deadline, valid_until, done, ud,
+                    op);
 }
 
 int dl_redis_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
                          int64_t deadline) {
-  dl_redis *R = (dl_redis *)b;
-  latch_try t = {R, s};
-  char ch[DL_DERIVED_MAX];
-  return dl_redis_wait_for(R, latch_channel(ch, s), DL_WAKE_ALL, wait,
-                           deadline, at_zero, &t);
+  return latch_run(b, s, wait, deadline, NULL, NULL, NULL);
+}
+
+int dl_redis_latch_await_async(dl_backend *b, const dl_sync_ref *s, bool wait,
+                               int64_t deadline, dl_done_fn done, void *ud,
+                               dl_async **op) {
+  return latch_run(b, s, wait, deadline, done, ud, op);
 }
 
 /* ---- everything else ---- */

@@ -183,7 +183,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
   o.url = "redis://127.0.0.1:1";
   o.watchdog_timeout_ms = 3600 * 1000; /* rounds only when run below */
   dlock_client *c = NULL;
-  if (dl_client_open_with(&o, fuzz_backend_new, &c) != 0) abort();
+  if (dl_client_open_with(&o, fuzz_backend_new, NULL, &c) != 0) abort();
   dlock_lock *l = NULL;
   if (dlock_lock_new(c, "k", NULL, &l) != 0) abort();
   dlock_lock_set_info(l, (mode & 4) ? "fuzz" : NULL);
@@ -216,26 +216,28 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
       dlock_latch_new(c, "k", &lat) != 0 || dlock_permits_new(c, "k", &per))
     abort();
   check(dlock_semaphore_try_set_permits(sem, 2));
-  check(dlock_semaphore_acquire(sem, 1, (mode & 2) ? 2 : 0));
+  check(dlock_semaphore_try_acquire(sem, 1, (mode & 2) ? 2 : 0));
   check(dlock_semaphore_available(sem));
   check(dlock_semaphore_release(sem, 1));
   check(dlock_semaphore_drain(sem));
   check(dlock_latch_try_set_count(lat, 1));
   check(dlock_latch_count(lat, &n));
   check(dlock_latch_count_down(lat));
-  check(dlock_latch_await(lat, (mode & 2) ? 2 : 0));
+  check(dlock_latch_try_await(lat, (mode & 2) ? 2 : 0));
   check(dlock_permits_try_set_permits(per, 1));
-  int rc =
-      dlock_permits_acquire(per, (mode & 2) ? 2 : 0, (mode & 1) ? 1000 : 0, id);
+  int rc = dlock_permits_try_acquire(per, (mode & 2) ? 2 : 0,
+                                     (mode & 1) ? 1000 : 0, id);
   check(rc);
   check(dlock_permits_available(per));
   check(dl_watchdog_run_once(c->watchdog));
   if (rc == 0) check(dlock_permits_release(per, id));
   /* The fair lock and both sides of a read-write lock. */
-  dlock_lock *fl = NULL, *rl = NULL, *wl = NULL;
-  if (dlock_lock_new_fair(c, "k", NULL, 0, &fl) != 0 ||
-      dlock_rwlock_new(c, "k", NULL, &rl, &wl) != 0)
+  dlock_lock *fl = NULL;
+  dlock_rwlock *rw = NULL;
+  if (dlock_fairlock_new(c, "k", NULL, 0, &fl) != 0 ||
+      dlock_rwlock_new(c, "k", NULL, &rw) != 0)
     abort();
+  dlock_lock *rl = dlock_rwlock_read(rw), *wl = dlock_rwlock_write(rw);
   check(dlock_lock_try_acquire(fl, (mode & 2) ? 2 : 0, 0, &tok));
   check(dlock_lock_release(fl));
   check(dlock_lock_try_acquire(rl, 0, 0, &tok));
@@ -245,8 +247,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
   check(dlock_lock_release(rl));
   check(dlock_lock_force_release(wl));
   dlock_lock_free(fl);
-  dlock_lock_free(rl);
-  dlock_lock_free(wl);
+  dlock_rwlock_free(rw);
   dlock_semaphore_free(sem);
   dlock_latch_free(lat);
   dlock_permits_free(per);

@@ -10,6 +10,13 @@ int main(void) {
     fprintf(stderr, "version mismatch: %s %d\n", v, num);
     return 1;
   }
-  printf("dlock %s (%s)\n", v, dlock_strerror(DLOCK_ETIMEDOUT));
+  /* The options' size comes from this header, through the library. */
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  if (o.size != sizeof o || o.connect_timeout_ms != 2000) {
+    fprintf(stderr, "options: size %zu, expected %zu\n", o.size, sizeof o);
+    return 1;
+  }
+  printf("dlock %s (%s)\n", v, dlock_strerror(DLOCK_EBUSY));
   return 0;
 }

@@ -134,14 +134,16 @@ static void *work(void *arg) {
   wthread *t = arg;
   const wopts *o = t->o;
   int fd = res_connect(o->res);
-  dlock_lock *l = NULL, *reader = NULL;
+  dlock_lock *l = NULL;
+  dlock_rwlock *rw = NULL;
   const char *kind = o->kind ? o->kind : "lock";
   int e = strcmp(kind, "fair") == 0
-              ? dlock_lock_new_fair(t->c, o->name, NULL, 0, &l)
+              ? dlock_fairlock_new(t->c, o->name, NULL, 0, &l)
           : strcmp(kind, "write") == 0
-              ? dlock_rwlock_new(t->c, o->name, NULL, &reader, &l)
+              ? dlock_rwlock_new(t->c, o->name, NULL, &rw)
               : dlock_lock_new(t->c, o->name, NULL, &l);
   if (e != 0) exit(4);
+  if (rw) l = dlock_rwlock_write(rw);
   dlock_lock_on_lost(l, on_lost, t);
   char ans[64];
   bool victim = o->victim_hold_ms > 0;
@@ -197,8 +199,8 @@ static void *work(void *arg) {
              (unsigned long long)tok, (long long)start, (long long)acq,
              (long long)rel);
   }
-  dlock_lock_free(l);
-  dlock_lock_free(reader);
+  dlock_lock_free(l); /* nothing for the write lock's handle */
+  dlock_rwlock_free(rw);
   close(fd);
   return NULL;
 }

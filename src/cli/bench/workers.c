@@ -63,7 +63,7 @@ void *bench_contended_worker(void *p) {
   int e = is_sem  ? dlock_semaphore_new(w->c, w->lock_name, &sem)
           : is_pm ? dlock_permits_new(w->c, w->lock_name, &pm)
           : strcmp(w->o->kind, "fair") == 0
-              ? dlock_lock_new_fair(w->c, w->lock_name, NULL, 0, &l)
+              ? dlock_fairlock_new(w->c, w->lock_name, NULL, 0, &l)
               : dlock_lock_new(w->c, w->lock_name, NULL, &l);
   if (e != 0) {
     w->res.errors++;
@@ -74,11 +74,11 @@ void *bench_contended_worker(void *p) {
     int64_t t0 = dl_now_us();
     if (t0 >= w->end_us) break;
     int64_t wait = (w->end_us - t0) / 1000 + 1;
-    int rc = is_sem  ? dlock_semaphore_acquire(sem, 1, wait)
-             : is_pm ? dlock_permits_acquire(pm, wait, 10000, id)
+    int rc = is_sem  ? dlock_semaphore_try_acquire(sem, 1, wait)
+             : is_pm ? dlock_permits_try_acquire(pm, wait, 10000, id)
                      : dlock_lock_try_acquire(l, wait, 10000, NULL);
     int64_t t1 = dl_now_us();
-    if (rc == DLOCK_ELOCKED) break; /* the run ended while waiting */
+    if (rc == DLOCK_EBUSY) break; /* the run ended while waiting */
     if (rc != 0) {
       w->res.errors++;
       continue;

@@ -1,0 +1,131 @@
+/* dlock_async.h: the event loop that libdlock's asynchronous operations run
+ * on: a small table of hooks into the caller's loop (libuv, libevent, ...:
+ * see the header-only adapters dlock_uv.h and dlock_event.h), or a built-in
+ * driver for poll/epoll users.
+ *
+ * Threads: a dlock_loop has no thread of its own and no lock. Every call on
+ * a loop, and every call on an object that runs on it, is made from one
+ * thread at a time, the loop's (the thread that runs the caller's event
+ * loop); every callback the library makes runs on that thread, from inside
+ * dlock_loop_on_io, dlock_loop_on_timer or dlock_loop_run, never from inside
+ * the call that started the operation. */
+#ifndef DLOCK_ASYNC_H
+#define DLOCK_ASYNC_H
+
+#include "dlock.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Readiness, as bits: what a watch asks for and what the loop reports. */
+#define DLOCK_EV_READ 1
+#define DLOCK_EV_WRITE 2
+
+typedef struct dlock_loop dlock_loop;
+
+/* How the library drives the caller's event loop. The hooks are called on
+ * the loop's thread, from inside the library's calls (never after
+ * dlock_loop_free returns). */
+typedef struct dlock_loop_hooks {
+  void *data; /* passed to every hook */
+  /* Watch fd for `events` (DLOCK_EV_* bits), replacing what it watched for
+   * before; 0: stop watching (the fd may be closed right after the call).
+   * *slot is the adapter's storage for this fd: NULL at the first call;
+   * the library keeps what the adapter stores there and passes it back
+   * until the call with events 0, after which the adapter must have
+   * released it (and stored NULL). Returns 0, or -1 if it cannot: the
+   * adapter then watches fd no more and has released *slot (NULL), and
+   * the library fails what used the fd. While fd is watched and ready
+   * for some of `events`, the adapter calls dlock_loop_on_io(lp, fd,
+   * ready). */
+  int (*watch)(void *data, int fd, int events, void **slot);
+  /* Arms the loop's one timer to fire `ms` milliseconds from now (0: as
+   * soon as possible), replacing any earlier arming; ms < 0 disarms it.
+   * When it fires the adapter calls dlock_loop_on_timer(lp) (once: the
+   * timer does not repeat). */
+  void (*timer)(void *data, int64_t ms);
+  /* The library is done with the hooks (from dlock_loop_free): release the
+   * adapter's state. May be NULL. */
+  void (*cleanup)(void *data);
+} dlock_loop_hooks;
+
+/* Creates a loop driven by `hooks` (copied), or by the built-in driver when
+ * hooks is NULL (Linux: an epoll fd and a timerfd; elsewhere
+ * DLOCK_ENOTSUP). Returns 0 and *out (free with dlock_loop_free), or
+ * DLOCK_ENOMEM / DLOCK_ENOTSUP / DLOCK_EINVAL (a hooks table without watch
+ * or timer); on error *out is NULL and cleanup is not called. */
+DLOCK_API int dlock_loop_new(const dlock_loop_hooks *hooks, dlock_loop **out);
+/* For adapters: fd is ready for `events` (DLOCK_EV_* bits; an error or
+ * hang-up is reported as DLOCK_EV_READ). A call for an fd the library does
+ * not watch (any more) is ignored; a spurious one is harmless. Runs the
+ * callbacks of whatever waited on fd. */
+DLOCK_API void dlock_loop_on_io(dlock_loop *lp, int fd, int events);
+/* For adapters: the timer armed by the timer hook fired. Runs every
+ * callback that is due, then arms the timer again for the next one. */
+DLOCK_API void dlock_loop_on_timer(dlock_loop *lp);
+
+/* ---- the built-in driver (dlock_loop_new(NULL, ...)) ----
+ * To nest it in a poll/epoll/select loop: watch dlock_loop_fd for reading,
+ * sleep at most dlock_loop_timeout_ms, then call dlock_loop_run(lp, 0). */
+/* The fd that is readable when there is work (an epoll fd), or -1 for a
+ * loop with hooks. Owned by the loop. */
+DLOCK_API int dlock_loop_fd(dlock_loop *lp);
+/* How long the caller may sleep before calling dlock_loop_run: ms until the
+ * next timer, 0 if one is due, -1 if none is armed. */
+DLOCK_API int64_t dlock_loop_timeout_ms(dlock_loop *lp);
+/* Waits up to max_ms (0: not at all; < 0: until something happens) for
+ * ready fds and due timers and runs their callbacks. Returns how many fd
+ * events and timer firings it handled (0: none), or DLOCK_EINVAL for a loop
+ * with hooks, or DLOCK_ECONNLOST if the epoll wait failed. */
+DLOCK_API int dlock_loop_run(dlock_loop *lp, int64_t max_ms);
+
+/* Frees the loop. Everything that runs on it must be freed first. Calls
+ * the hooks' cleanup. Accepts NULL. */
+DLOCK_API void dlock_loop_free(dlock_loop *lp);
+
+/* ---- an event-loop client ---- */
+/* Opens a client whose operations run on lp (dlock_client_open's options
+ * and results; it connects at once, without waiting for the handshake, so
+ * a wrong password shows at the first operation). It has no thread of its
+ * own: requests, waits, the watchdog's renewals and loss reports run on
+ * lp's thread. Its blocking calls (dlock_lock_acquire, ...) return
+ * DLOCK_EINVAL; use the *_async ones below. Close it with
+ * dlock_client_close on lp's thread, before dlock_loop_free: every
+ * operation still pending then completes with DLOCK_ECLOSED (its callback
+ * runs within the close). */
+DLOCK_API int dlock_client_open_async(const dlock_client_options *opts,
+                                      dlock_loop *lp, dlock_client **out);
+
+/* An operation in flight. */
+typedef struct dlock_op dlock_op;
+/* An operation's end, on the loop's thread, exactly once: rc is what the
+ * blocking call returns (0 acquired, DLOCK_EBUSY, ...; a release's 1 or
+ * 0), token the fencing token of an acquired lock (else 0), errmsg the
+ * detail ("" if none; valid during the call), ud the caller's. */
+typedef void (*dlock_done_cb)(int rc, uint64_t token, const char *errmsg,
+                              void *ud);
+/* The asynchronous forms. Each returns 0 and (if op is not NULL) the
+ * operation, valid until its callback returns; or a negative code, and
+ * the callback is never called. A callback never runs within the call
+ * that started its operation. A handle freed while its operations run is
+ * freed after the last of them completes (they complete as usual). The
+ * owner of a lock handle made with owner NULL is the handle itself on an
+ * event-loop client (one handle: one owner), not the calling thread. */
+DLOCK_API int dlock_lock_acquire_async(dlock_lock *l, int64_t wait_ms,
+                                       int64_t lease_ms, dlock_done_cb cb,
+                                       void *ud, dlock_op **op);
+DLOCK_API int dlock_lock_release_async(dlock_lock *l, dlock_done_cb cb,
+                                       void *ud, dlock_op **op);
+/* Makes op give up: its wait ends now, as if wait_ms had run out; it then
+ * completes with DLOCK_ECANCELED (or its result, if a request already sent
+ * acquires: a lock acquired as it is cancelled is released again and
+ * reported DLOCK_ECANCELED). A release is not cancelled. Accepts NULL;
+ * not from inside op's own callback. */
+DLOCK_API void dlock_op_cancel(dlock_op *op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLOCK_ASYNC_H */

@@ -1,0 +1,705 @@
+/* aconn.c: the pipelined command connection of conn.c for an event loop:
+ * nothing blocks and no thread waits; each request ends in its callback.
+ *
+ * Requests move along three queues: outq (not yet in the write buffer),
+ * batch (formatted into the write buffer, not yet all handed to the
+ * kernel) and infl (handed to the kernel, at least in part: its reply is
+ * the next one that comes, in order). A connection lost fails infl (the
+ * server may have run them: never sent twice) and puts batch back at the
+ * head of outq for the next connection. Requests that sends queue during
+ * one round of the loop go out in one write, when the socket is next
+ * writable (automatic pipelining, as in conn.c).
+ *
+ * A request that times out or is cancelled stays on its queue, without a
+ * callback, until its reply comes and is dropped (or it is dropped unsent):
+ * the replies of the others still match.
+ *
+ * Callbacks run from the loop's dispatch. Any of them may send, cancel, or
+ * free the connection: `depth` counts the dispatches under way, and the
+ * struct is freed when the last one returns.
+ *
+ * Push mode (dl_aconn_set_push), for a subscriber: every reply goes to the
+ * push hooks instead of a request, a request is done once written, and the
+ * connection stays up by itself (it reconnects after a loss, and after a
+ * failed connect once the backoff has run). */
+#include "redis.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { Q_NONE, Q_OUT, Q_BATCH, Q_INFL };
+enum { A_DOWN, A_CONNECTING, A_HANDSHAKE, A_UP };
+static const char PING[] = "*1\r\n$4\r\nPING\r\n";
+#define PING_LEN (sizeof PING - 1)
+/* Bytes formatted into one write at most. */
+#define BATCH_MAX (256 * 1024)
+
+typedef struct rq {
+  dl_areq *head, *tail;
+} rq;
+
+struct dl_areq {
+  dl_areq *prev, *next;
+  dl_aconn *c;
+  int where; /* Q_* */
+  char *cmd; /* sds; kept until the reply, to resend one never written */
+  size_t len;
+  size_t start; /* on batch: its first byte's offset in the write buffer */
+  bool ping;    /* a PING goes ahead of it; its PONG is dropped */
+  dl_reply_fn fn; /* NULL once timed out or cancelled */
+  void *ud;
+  dl_timer deadline;
+  /* An eval's: the script, and its keys and args (copied: one block) for
+   * the NOSCRIPT fallback to EVAL; script -1 for a plain command. */
+  int script;
+  int nkeys, nargs;
+  char **kv;
+};
+
+struct dl_aconn {
+  dl_loop *lp;
+  const dl_conn_config *cfg;
+  int state;
+  dl_io *io;
+  dl_watch *w;
+  int w_fd; /* the fd w watches */
+  redisReader *rd;
+  dl_handshake hs;
+  size_t hs_off;     /* handshake bytes written */
+  char hs_msg[256];  /* the handshake's first error reply */
+  dl_timer connect_timer;
+  int want_r, want_w; /* what TLS wants of a read or write beyond the usual */
+  rq outq, batch, infl;
+  char *wbuf;
+  size_t wlen, woff, wcap;
+  int64_t next_connect_ms;
+  int backoff_ms;
+  int last_err;
+  char last_msg[256];
+  int depth;   /* dispatches under way */
+  bool closed; /* dl_aconn_free was called */
+  uint64_t batches;
+  dl_aconn_push push; /* push mode when push.reply is set */
+  dl_timer retry_timer; /* push mode: the next connect after a failure */
+};
+
+static void q_push(rq *q, dl_areq *r, int where) {
+  r->next = NULL;
+  r->prev = q->tail;
+  if (q->tail) q->tail->next = r;
+  else q->head = r;
+  q->tail = r;
+  r->where = where;
+}
+
+static void q_del(rq *q, dl_areq *r) {
+  if (r->prev) r->prev->next = r->next;
+  else q->head = r->next;
+  if (r->next) r->next->prev = r->prev;
+  else q->tail = r->prev;
+  r->prev = r->next = NULL;
+  r->where = Q_NONE;
+}
+
+static void req_free(dl_areq *r) {
+  if (r->cmd) redisFreeSdsCommand(r->cmd);
+  free(r->kv);
+  free(r);
+}
+
+/* Takes r's callback away (its reply, if one comes, is dropped) and frees
+ * r if it is on no queue or was never written. Returns the callback. */
+static dl_reply_fn detach(dl_aconn *c, dl_areq *r, void **ud) {
+  dl_reply_fn fn = r->fn;
+  *ud = r->ud;
+  r->fn = NULL;
+  dl_timer_stop(c->lp, &r->deadline);
+  if (r->where == Q_OUT) q_del(&c->outq, r);
+  if (r->where == Q_NONE) req_free(r);
+  return fn;
+}
+
+/* Ends r with rc (and reply, owned by the callback). */
+static void finish(dl_aconn *c, dl_areq *r, int rc, redisReply *reply) {
+  void *ud;
+  dl_reply_fn fn = detach(c, r, &ud);
+  if (fn == NULL) {
+    if (reply) freeReplyObject(reply);
+    return;
+  }
+  if (rc < 0 && rc != DLOCK_ECLOSED)
+    dl_seterr(c->cfg->err_owner, rc, "%s", c->last_msg);
+  fn(ud, rc, reply);
+}
+
+/* Fails every request of q with rc. */
+static void fail_queue(dl_aconn *c, rq *q, int rc) {
+  while (q->head) {
+    dl_areq *r = q->head;
+    q_del(q, r);
+    finish(c, r, rc, NULL);
+  }
+}
+
+static void enter(dl_aconn *c) { c->depth++; }
+
+static void destroy(dl_aconn *c) {
+  free(c->wbuf);
+  free(c);
+}
+
+static void leave(dl_aconn *c) {
+  if (--c->depth == 0 && c->closed) destroy(c);
+}
+
+static void set_msg(dl_aconn *c, int rc, const char *msg) {
+  c->last_err = rc;
+  snprintf(c->last_msg, sizeof c->last_msg, "%s", msg);
+}
+
+/* Closes the socket; the queues stay. */
+static void drop_socket(dl_aconn *c) {
+  dl_watch_free(c->w);
+  c->w = NULL;
+  dl_io_close(c->io);
+  c->io = NULL;
+  if (c->rd) redisReaderFree(c->rd);
+  c->rd = NULL;
+  dl_handshake_clear(&c->hs);
+  dl_timer_stop(c->lp, &c->connect_timer);
+  c->wlen = c->woff = 0;
+  c->want_r = c->want_w = 0;
+  c->state = A_DOWN;
+}
+
+static int start_connect(dl_aconn *c);
+
+/* A connect failed: what waits for it fails too, and the next try waits
+ * out the backoff (reconnect_min_ms, doubling to reconnect_max_ms). */
+static void connect_failed(dl_aconn *c, int rc, const char *msg) {
+  drop_socket(c);
+  set_msg(c, rc, msg);
+  c->next_connect_ms = dl_now_ms() + c->backoff_ms;
+  c->backoff_ms *= 2;
+  if (c->backoff_ms > c->cfg->reconnect_max_ms)
+    c->backoff_ms = c->cfg->reconnect_max_ms;
+  fail_queue(c, &c->outq, rc);
+  if (c->push.reply && !c->closed)
+    dl_timer_start(c->lp, &c->retry_timer, c->next_connect_ms);
+}
+
+/* The connection broke: what the server may have run fails (never sent
+ * twice), what it cannot have seen goes out on the next connection, at
+ * once (conn.c retries at once, then backs off). */
+static void conn_lost(dl_aconn *c, int rc, const char *msg) {
+  drop_socket(c);
+  set_msg(c, rc, msg);
+  while (c->batch.tail) { /* back to the head of outq, in order */
+    dl_areq *r = c->batch.tail;
+    q_del(&c->batch, r);
+    if (r->fn == NULL) {
+      req_free(r);
+      continue;
+    }
+    r->next = c->outq.head;
+    r->prev = NULL;
+    if (c->outq.head) c->outq.head->prev = r;
+    else c->outq.tail = r;
+    c->outq.head = r;
+    r->where = Q_OUT;
+  }
+  c->next_connect_ms = dl_now_ms();
+  fail_queue(c, &c->infl, DLOCK_ECONNLOST);
+  if (c->push.reply && !c->closed) c->push.down(c->push.ud);
+  if (!c->closed && c->state == A_DOWN && (c->outq.head || c->push.reply))
+    start_connect(c);
+}
+
+/* Watches for what the state needs. */
+static void update_watch(dl_aconn *c) {
+  if (c->w == NULL || c->state == A_CONNECTING) return; /* step's to say */
+  int ev = DL_EV_READ | c->want_r | c->want_w;
+  if (c->state == A_UP && (c->woff < c->wlen || c->outq.head))
+    ev |= DL_EV_WRITE;
+  if (c->state == A_HANDSHAKE && c->hs_off < c->hs.len) ev |= DL_EV_WRITE;
+  if (dl_watch_set(c->w, ev) != 0)
+    conn_lost(c, DLOCK_ECONNLOST, "the event loop cannot watch the socket");
+}
+
+/* Formats what outq holds into the write buffer (up to BATCH_MAX). */
+static bool fill(dl_aconn *c) {
+  c->wlen = c->woff = 0;
+  while (c->outq.head && c->wlen < BATCH_MAX) {
+    dl_areq *r = c->outq.head;
+    size_t need = c->wlen + r->len + (r->ping ? PING_LEN : 0);
+    if (need > c->wcap) {
+      size_t cap = c->wcap ? c->wcap : 16384;
+      while (cap < need) cap *= 2;
+      char *b = realloc(c->wbuf, cap);
+      if (b == NULL) return false;
+      c->wbuf = b;
+      c->wcap = cap;
+    }
+    r->start = c->wlen;
+    if (r->ping) {
+      memcpy(c->wbuf + c->wlen, PING, PING_LEN);
+      c->wlen += PING_LEN;
+    }
+    memcpy(c->wbuf + c->wlen, r->cmd, r->len);
+    c->wlen += r->len;
+    q_del(&c->outq, r);
+    q_push(&c->batch, r, Q_BATCH);
+  }
+  if (c->wlen) c->batches++;
+  return true;
+}
+
+/* Writes what it can of outq. */
+static void flush(dl_aconn *c) {
+  c->want_w = 0;
+  for (;;) {
+    if (c->woff == c->wlen && !fill(c)) {
+      conn_lost(c, DLOCK_ENOMEM, "out of memory");
+      return;
+    }
+    if (c->wlen == 0) return;
+    int want;
+    int n = dl_io_try_write(c->io, c->wbuf + c->woff, c->wlen - c->woff,
+                            &want);
+    if (n < 0) {
+      conn_lost(c, DLOCK_ECONNLOST, "connection lost while writing");
+      return;
+    }
+    c->woff += (size_t)n;
+    /* Handed to the kernel, at least in part: its reply is awaited. */
+    while (c->batch.head && c->batch.head->start < c->woff) {
+      dl_areq *r = c->batch.head;
+      q_del(&c->batch, r);
+      if (c->push.reply) finish(c, r, 0, NULL); /* no reply is its */
+      else q_push(&c->infl, r, Q_INFL);
+    }
+    if (c->woff < c->wlen) {
+      if (want == DL_EV_READ) c->want_w = DL_EV_READ;
+      return;
+    }
+  }
+}
+
+static void resend_eval(dl_aconn *c, dl_areq *r);
+
+/* A reply for the oldest request in flight. */
+static void on_reply(dl_aconn *c, redisReply *reply) {
+  dl_areq *r = c->infl.head;
+  if (r->ping) { /* the PONG ahead of it */
+    r->ping = false;
+    freeReplyObject(reply);
+    return;
+  }
+  q_del(&c->infl, r);
+  if (r->fn && r->script >= 0 && r->kv != NULL && dl_reply_noscript(reply)) {
+    /* SCRIPT FLUSH or a restart: the body once (kv freed: only once). */
+    freeReplyObject(reply);
+    resend_eval(c, r);
+    return;
+  }
+  int rc = 0;
+  if (r->fn && r->script >= 0) rc = dl_reply_check(c->cfg->err_owner, &reply);
+  finish(c, r, rc, reply);
+}
+
+static void became_up(dl_aconn *c);
+
+/* Reads what came and completes requests; false if the socket failed. */
+static void read_replies(dl_aconn *c) {
+  char buf[16384];
+  c->want_r = 0;
+  while (!c->closed && c->io) {
+    int want;
+    int n = dl_io_try_read(c->io, buf, sizeof buf, &want);
+    if (n == 0) {
+      if (want == DL_EV_WRITE) c->want_r = DL_EV_WRITE;
+      return;
+    }
+    if (n < 0) {
+      char m[256];
+      if (c->state == A_HANDSHAKE)
+        connect_failed(c, dl_handshake_ioerr(&c->hs, c->cfg, false, n, m,
+                                             sizeof m),
+                       m);
+      else
+        conn_lost(c, DLOCK_ECONNLOST, "connection lost while reading");
+      return;
+    }
+    if (redisReaderFeed(c->rd, buf, (size_t)n) != REDIS_OK) {
+      conn_lost(c, DLOCK_EPROTO, "malformed reply from the server");
+      return;
+    }
+    for (;;) {
+      void *rep = NULL;
+      if (redisReaderGetReply(c->rd, &rep) != REDIS_OK) {
+        if (c->state == A_HANDSHAKE) {
+          char m[256];
+          dl_handshake_ioerr(&c->hs, c->cfg, false, DLOCK_EPROTO, m, sizeof m);
+          connect_failed(c, DLOCK_EPROTO, m);
+        } else {
+          conn_lost(c, DLOCK_EPROTO, "malformed reply from the server");
+        }
+        return;
+      }
+      if (rep == NULL) break;
+      if (c->state == A_HANDSHAKE) {
+        if (dl_handshake_reply(&c->hs, c->cfg, rep, c->hs_msg,
+                               sizeof c->hs_msg)) {
+          if (c->hs.rc != 0) {
+            char m[256];
+            snprintf(m, sizeof m, "%s", c->hs_msg);
+            connect_failed(c, c->hs.rc, m);
+            return;
+          }
+          became_up(c);
+          if (c->closed || c->io == NULL) return;
+        }
+        continue;
+      }
+      if (c->push.reply) {
+        c->push.reply(c->push.ud, rep);
+        if (c->closed || c->io == NULL) return;
+        continue;
+      }
+      if (c->infl.head == NULL) { /* a reply nobody asked for */
+        freeReplyObject(rep);
+        conn_lost(c, DLOCK_EPROTO, "malformed reply from the server");
+        return;
+      }
+      on_reply(c, rep);
+      if (c->closed || c->io == NULL) return;
+    }
+  }
+}
+
+/* Connected and past the handshake. */
+static void became_up(dl_aconn *c) {
+  c->state = A_UP;
+  c->backoff_ms = c->cfg->reconnect_min_ms;
+  dl_timer_stop(c->lp, &c->connect_timer);
+  if (c->push.reply) c->push.up(c->push.ud);
+}
+
+static void on_ready(void *ud, int events);
+
+/* The socket is ready (or the connect advanced): do what the state
+ * wants. */
+static void step(dl_aconn *c, int events) {
+  if (c->state == A_CONNECTING) {
+    char m[256] = "";
+    int rc = dl_io_step(c->io, m, sizeof m);
+    if (rc < 0) {
+      connect_failed(c, rc, m);
+      return;
+    }
+    if (c->w == NULL || dl_io_fd(c->io) != c->w_fd) {
+      /* The first socket, or the next address's. */
+      dl_watch_free(c->w);
+      c->w = NULL;
+      c->w_fd = dl_io_fd(c->io);
+      if (dl_watch_new(c->lp, c->w_fd, on_ready, c, &c->w) != 0) {
+        connect_failed(c, DLOCK_ENOMEM, "out of memory");
+        return;
+      }
+    }
+    if (rc > 0) {
+      if (dl_watch_set(c->w, rc) != 0)
+        connect_failed(c, DLOCK_ECONNECT,
+                       "the event loop cannot watch the socket");
+      return;
+    }
+    /* Connected: the handshake, if any. */
+    c->rd = redisReaderCreate();
+    if (c->rd == NULL ||
+        dl_handshake_init(&c->hs, c->cfg, m, sizeof m) != 0) {
+      connect_failed(c, DLOCK_ENOMEM, "out of memory");
+      return;
+    }
+    c->hs_off = 0;
+    if (c->hs.ncmd == 0) {
+      became_up(c);
+      if (c->closed || c->io == NULL) return;
+    } else {
+      c->state = A_HANDSHAKE;
+    }
+    events = DL_EV_WRITE;
+  }
+  if (c->state == A_HANDSHAKE && c->hs_off < c->hs.len) {
+    int want;
+    int n = dl_io_try_write(c->io, c->hs.buf + c->hs_off,
+                            c->hs.len - c->hs_off, &want);
+    if (n < 0) {
+      char m[256];
+      dl_handshake_ioerr(&c->hs, c->cfg, true, n, m, sizeof m);
+      connect_failed(c, n, m);
+      return;
+    }
+    c->hs_off += (size_t)n;
+    c->want_w = c->hs_off < c->hs.len && want == DL_EV_READ ? DL_EV_READ : 0;
+  }
+  if (c->state != A_CONNECTING && (events & DL_EV_READ || c->want_r))
+    read_replies(c);
+  if (c->state == A_UP && !c->closed) flush(c);
+  if (!c->closed) update_watch(c);
+}
+
+static void on_ready(void *ud, int events) {
+  dl_aconn *c = ud;
+  enter(c);
+  step(c, events);
+  leave(c);
+}
+
+static void on_connect_timeout(void *ud) {
+  dl_aconn *c = ud;
+  enter(c);
+  char m[256];
+  if (c->state == A_HANDSHAKE)
+    dl_handshake_ioerr(&c->hs, c->cfg, c->hs_off < c->hs.len,
+                       DLOCK_ETIMEDOUT, m, sizeof m);
+  else
+    snprintf(m, sizeof m, "connect: timed out after %d ms",
+             c->cfg->connect_timeout_ms);
+  connect_failed(c, DLOCK_ETIMEDOUT, m);
+  leave(c);
+}
+
+/* Starts a connect. Returns 0, or the code of a connect that failed at
+ * once (what waited for it failed with it). */
+static int start_connect(dl_aconn *c) {
+  char m[256] = "";
+  int rc = dl_io_start(&c->cfg->ep, c->cfg->tls, c->cfg->server_name, &c->io,
+                       m, sizeof m);
+  if (rc == 0) {
+    c->state = A_CONNECTING;
+    c->w_fd = -1;
+    rc = dl_timer_start(c->lp, &c->connect_timer,
+                        dl_now_ms() + c->cfg->connect_timeout_ms);
+    if (rc != 0) snprintf(m, sizeof m, "out of memory");
+  }
+  if (rc != 0) {
+    connect_failed(c, rc, m);
+    return rc;
+  }
+  step(c, DL_EV_WRITE);
+  return c->state == A_DOWN ? c->last_err : 0;
+}
+
+static void on_retry(void *ud) {
+  dl_aconn *c = ud;
+  enter(c);
+  if (!c->closed && c->state == A_DOWN) start_connect(c);
+  leave(c);
+}
+
+int dl_aconn_new(dl_loop *lp, const dl_conn_config *cfg, dl_aconn **out) {
+  *out = NULL;
+  dl_aconn *c = calloc(1, sizeof *c);
+  if (c == NULL) return DLOCK_ENOMEM;
+  c->lp = lp;
+  c->cfg = cfg;
+  c->backoff_ms = cfg->reconnect_min_ms;
+  c->w_fd = -1;
+  dl_timer_init(&c->connect_timer, on_connect_timeout, c);
+  dl_timer_init(&c->retry_timer, on_retry, c);
+  dl_scripts_init();
+  *out = c;
+  return 0;
+}
+
+int dl_aconn_connect(dl_aconn *c) {
+  if (c->closed) return DLOCK_ECLOSED;
+  if (c->state != A_DOWN) return 0;
+  c->next_connect_ms = 0;
+  enter(c);
+  int rc = start_connect(c);
+  if (rc != 0) dl_seterr(c->cfg->err_owner, rc, "%s", c->last_msg);
+  leave(c);
+  return rc;
+}
+
+static void on_deadline(void *ud) {
+  dl_areq *r = ud;
+  dl_aconn *c = r->c;
+  enter(c);
+  set_msg(c, DLOCK_ETIMEDOUT, "no reply before the deadline");
+  finish(c, r, DLOCK_ETIMEDOUT, NULL);
+  leave(c);
+}
+
+/* Queues r (formatted) and sees that it goes out. Returns 0, or a code with
+ * r freed (its callback never runs). */
+static int enqueue(dl_aconn *c, dl_areq *r, int64_t deadline) {
+  int rc = 0;
+  if (c->closed) rc = DLOCK_ECLOSED;
+  else if (c->state == A_DOWN && dl_now_ms() < c->next_connect_ms)
+    rc = dl_seterr(c->cfg->err_owner, c->last_err ? c->last_err
+                                                  : DLOCK_ECONNLOST,
+                   "%s (next reconnect in %lld ms)", c->last_msg,
+                   (long long)(c->next_connect_ms - dl_now_ms()));
+  if (rc == 0 && deadline <= 0)
+    deadline = dl_now_ms() + c->cfg->command_timeout_ms;
+  if (rc == 0) {
+    dl_timer_init(&r->deadline, on_deadline, r);
+    rc = dl_timer_start(c->lp, &r->deadline, deadline);
+  }
+  /* Down, outq is empty: a connect that fails at once fails nobody else,
+   * and the caller hears it here. */
+  if (rc == 0 && c->state == A_DOWN) {
+    enter(c);
+    rc = start_connect(c);
+    if (rc != 0)
+      dl_seterr(c->cfg->err_owner, rc, "%s", c->last_msg);
+    leave(c);
+  }
+  if (rc != 0) {
+    dl_timer_stop(c->lp, &r->deadline);
+    req_free(r);
+    return rc;
+  }
+  q_push(&c->outq, r, Q_OUT);
+  update_watch(c);
+  return 0;
+}
+
+static dl_areq *req_new(dl_aconn *c, int argc, const char **argv,
+                        const size_t *argvlen, dl_reply_fn fn, void *ud,
+                        int *err) {
+  dl_areq *r = calloc(1, sizeof *r);
+  int len = r ? redisFormatSdsCommandArgv(&r->cmd, argc, argv, argvlen) : -1;
+  if (len < 0) {
+    free(r);
+    *err = dl_seterr(c->cfg->err_owner, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  r->len = (size_t)len;
+  r->c = c;
+  r->fn = fn;
+  r->ud = ud;
+  r->script = -1;
+  return r;
+}
+
+dl_areq *dl_aconn_send(dl_aconn *c, int argc, const char **argv,
+                       const size_t *argvlen, int64_t deadline,
+                       dl_reply_fn fn, void *ud, int *err) {
+  dl_areq *r = req_new(c, argc, argv, argvlen, fn, ud, err);
+  if (r == NULL) return NULL;
+  *err = enqueue(c, r, deadline);
+  return *err ? NULL : r;
+}
+
+/* Copies keys and args into one block: the pointers, then the strings. */
+static char **copy_kv(int nkeys, const char *const *keys, int nargs,
+                      const char *const *args) {
+  int n = nkeys + nargs;
+  size_t size = (size_t)n * sizeof(char *);
+  for (int i = 0; i < n; i++)
+    size += strlen(i < nkeys ? keys[i] : args[i - nkeys]) + 1;
+  char **kv = malloc(size ? size : 1);
+  if (kv == NULL) return NULL;
+  char *p = (char *)(kv + n);
+  for (int i = 0; i < n; i++) {
+    const char *src = i < nkeys ? keys[i] : args[i - nkeys];
+    size_t len = strlen(src) + 1;
+    memcpy(p, src, len);
+    kv[i] = p;
+    p += len;
+  }
+  return kv;
+}
+
+dl_areq *dl_aconn_eval(dl_aconn *c, int script, int nkeys, const char **keys,
+                       int nargs, const char **args, int64_t deadline,
+                       dl_reply_fn fn, void *ud, int *err) {
+  bool ping = (script & DL_EVAL_WAKE_FIRST) != 0;
+  script &= ~DL_EVAL_WAKE_FIRST;
+  dl_evargv v;
+  int argc = dl_evargv_build(script, false, nkeys, keys, nargs, args, &v);
+  if (argc < 0) {
+    *err = dl_seterr(c->cfg->err_owner, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  dl_areq *r = req_new(c, argc, v.argv, v.lens, fn, ud, err);
+  dl_evargv_free(&v);
+  if (r == NULL) return NULL;
+  r->ping = ping;
+  r->script = script;
+  r->nkeys = nkeys;
+  r->nargs = nargs;
+  r->kv = copy_kv(nkeys, keys, nargs, args);
+  if (r->kv == NULL) {
+    req_free(r);
+    *err = dl_seterr(c->cfg->err_owner, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  *err = enqueue(c, r, deadline);
+  return *err ? NULL : r;
+}
+
+/* The script's body once, for a request that got NOSCRIPT: r goes out
+ * again as EVAL, the same request (its handle and deadline stand). */
+static void resend_eval(dl_aconn *c, dl_areq *r) {
+  dl_evargv v;
+  const char *const *kv = (const char *const *)r->kv;
+  int argc = dl_evargv_build(r->script, true, r->nkeys, kv, r->nargs,
+                             kv + r->nkeys, &v);
+  char *cmd = NULL;
+  int len = argc < 0 ? -1 : redisFormatSdsCommandArgv(&cmd, argc, v.argv,
+                                                      v.lens);
+  if (argc >= 0) dl_evargv_free(&v);
+  free(r->kv);
+  r->kv = NULL; /* a second NOSCRIPT is an error like any other */
+  if (len < 0) {
+    set_msg(c, DLOCK_ENOMEM, "out of memory");
+    finish(c, r, DLOCK_ENOMEM, NULL);
+    return;
+  }
+  redisFreeSdsCommand(r->cmd);
+  r->cmd = cmd;
+  r->len = (size_t)len;
+  r->ping = false;
+  q_push(&c->outq, r, Q_OUT);
+}
+
+void dl_areq_cancel(dl_areq *r) {
+  if (r == NULL) return;
+  void *ud;
+  detach(r->c, r, &ud);
+}
+
+void dl_aconn_set_push(dl_aconn *c, const dl_aconn_push *push) {
+  c->push = *push;
+}
+
+void dl_aconn_reconnect(dl_aconn *c) {
+  if (c->closed || c->state == A_DOWN) return;
+  enter(c);
+  conn_lost(c, DLOCK_ECONNLOST, "no answer to the idle PING");
+  leave(c);
+}
+
+uint64_t dl_aconn_batches(const dl_aconn *c) { return c->batches; }
+
+bool dl_aconn_up(const dl_aconn *c) { return c->state == A_UP; }
+
+void dl_aconn_free(dl_aconn *c) {
+  if (c == NULL || c->closed) return;
+  c->closed = true;
+  enter(c);
+  dl_timer_stop(c->lp, &c->retry_timer);
+  drop_socket(c);
+  set_msg(c, DLOCK_ECLOSED, "client closed");
+  /* Every pending request's callback, once; dropped ones just go. */
+  fail_queue(c, &c->infl, DLOCK_ECLOSED);
+  fail_queue(c, &c->batch, DLOCK_ECLOSED);
+  fail_queue(c, &c->outq, DLOCK_ECLOSED);
+  leave(c); /* frees c, unless a dispatch on it is under way */
+}
