@@ -1,7 +1,9 @@
 /* test_async.c: the event-loop API (include/dlock_async.h) against a real
  * redis-server, with each driver (built-in, libuv, libevent): the lock's
- * acquire and release, waiting, timeouts, cancel, close with operations
- * pending, the watchdog's renewals on the loop. */
+ * acquire and release, waiting (by backoff, and through the subscriber
+ * connection with the hand-off queue), timeouts, cancel, close with
+ * operations pending, the watchdog's renewals, loss notices and reconnects
+ * on the loop. */
 #include "loop_drivers.h"
 
 #include <string.h>
@@ -27,6 +29,10 @@ typedef struct fix {
   dlock_client *c;
 } fix;
 
+/* The clients fix_open makes wait by backoff of at most this many ms, or
+ * (0) through the subscriber connection. */
+static int fix_backoff_ms = 50;
+
 static int fix_open(fix *f, int kind, int64_t watchdog_ms) {
   memset(f, 0, sizeof *f);
   int rc = td_open(&f->t, kind);
@@ -35,7 +41,7 @@ static int fix_open(fix *f, int kind, int64_t watchdog_ms) {
   dlock_client_options_init(&o);
   o.url = th_srv.url;
   if (watchdog_ms > 0) o.watchdog_timeout_ms = watchdog_ms;
-  o.wait_backoff_max_ms = 50;
+  o.wait_backoff_max_ms = fix_backoff_ms;
   return dlock_client_open_async(&o, f->t.lp, &f->c);
 }
 
@@ -196,5 +202,168 @@ static void watchdog_on_loop(int kind) {
 }
 TD_DRIVERS(watchdog_on_loop)
 
+/* Runs the loop until `channel` has a subscriber (or ms pass). */
+static bool run_until_subscribed(fix *f, const char *channel, int ms) {
+  int64_t end = th_now_ms() + ms;
+  while (th_now_ms() < end) {
+    redisReply *r = th_cmd(&th_srv, "PUBSUB NUMSUB %s", channel);
+    bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+              r->element[1]->integer > 0;
+    freeReplyObject(r);
+    if (ok) return true;
+    td_run_for(&f->t, 10);
+  }
+  return false;
+}
+
+/* A waiter on the loop subscribes, joins the hand-off queue and is handed
+ * the lock by the release (one wake-up, soon). With waits by backoff (the
+ * control) no subscription is made and nobody is queued. */
+static void pubsub_wait(int kind) {
+  for (int mode = 0; mode < 2; mode++) {
+    fix_backoff_ms = mode == 0 ? 0 : 50;
+    fix f;
+    CHECK_RC(fix_open(&f, kind, 0), 0);
+    dlock_client *bc = th_client(&th_srv, 0);
+    CHECK(bc != NULL);
+    dlock_lock *h, *w;
+    CHECK_RC(dlock_lock_new(bc, "a:ps", NULL, &h), 0);
+    CHECK_RC(dlock_lock_new(f.c, "a:ps", NULL, &w), 0);
+    uint64_t ht = 0;
+    CHECK_RC(dlock_lock_acquire(h, 30000, &ht), 0);
+    got g = {0};
+    CHECK_RC(dlock_lock_acquire_async(w, 10000, 5000, on_done, &g, NULL), 0);
+    bool subbed = run_until_subscribed(&f, "redisson_lock__channel:{a:ps}",
+                                       mode == 0 ? 3000 : 300);
+    CHECK_EQ(subbed, mode == 0);
+    if (mode == 0) { /* queued once the grant channel is heard */
+      int64_t end = th_now_ms() + 3000;
+      while (th_cmd_int(&th_srv, "LLEN dlock_lock_queue:{a:ps}") != 1 &&
+             th_now_ms() < end)
+        td_run_for(&f.t, 10);
+      CHECK_EQ(th_cmd_int(&th_srv, "LLEN dlock_lock_queue:{a:ps}"), 1);
+    }
+    dlock_client_stats s0, s1;
+    CHECK_RC(dlock_client_stats_get(f.c, &s0), 0);
+    CHECK_EQ(g.calls, 0);
+    int64_t t0 = th_now_ms();
+    CHECK_EQ(dlock_lock_release(h), 1);
+    CHECK(td_run_until(&f.t, &g.calls, 3000));
+    CHECK_RC(g.rc, 0);
+    CHECK(g.token > ht);
+    int64_t took = th_now_ms() - t0;
+    CHECK(took < 1000);
+    CHECK_RC(dlock_client_stats_get(f.c, &s1), 0);
+    CHECK_EQ(s1.wakeups - s0.wakeups, mode == 0 ? 1u : 0u);
+    got r = {0};
+    CHECK_RC(dlock_lock_release_async(w, on_done, &r, NULL), 0);
+    CHECK(td_run_until(&f.t, &r.calls, 3000));
+    CHECK_RC(r.rc, 1);
+    dlock_lock_free(h);
+    dlock_lock_free(w);
+    dlock_client_close(bc);
+    fix_close(&f);
+  }
+  fix_backoff_ms = 50;
+}
+TD_DRIVERS(pubsub_wait)
+
+static int lost_calls;
+
+static void on_lost(dlock_lock *l, const char *owner, void *ud) {
+  (void)l;
+  (void)owner;
+  (void)ud;
+  lost_calls++;
+}
+
+/* A force release by another client is heard on the loop's subscriber
+ * connection and the hold reported lost at once (the watchdog's renewal
+ * is 10 s away); so is a plain DEL where the server publishes keyspace
+ * events (mode 2). Control: a client waiting by backoff has no subscriber
+ * and does not hear the force release within the second. */
+static void loss_on_loop(int kind) {
+  for (int mode = 0; mode < 3; mode++) {
+    fix_backoff_ms = mode == 1 ? 50 : 0;
+    dlock_client *bc = th_client(&th_srv, 0); /* hears no keyspace events */
+    CHECK(bc != NULL);
+    if (mode == 2)
+      freeReplyObject(th_cmd(&th_srv, "CONFIG SET notify-keyspace-events Eg"));
+    fix f;
+    CHECK_RC(fix_open(&f, kind, 30000), 0);
+    if (mode == 0) CHECK(run_until_subscribed(&f, "dlock_revoke", 3000));
+    if (mode == 2)
+      CHECK(run_until_subscribed(&f, "__keyevent@0__:del", 3000));
+    dlock_lock *l, *other;
+    CHECK_RC(dlock_lock_new(f.c, "a:lost", NULL, &l), 0);
+    CHECK_RC(dlock_lock_new(bc, "a:lost", NULL, &other), 0);
+    dlock_lock_on_lost(l, on_lost, NULL);
+    lost_calls = 0;
+    got g = {0};
+    CHECK_RC(dlock_lock_acquire_async(l, 0, 0, on_done, &g, NULL), 0);
+    CHECK(td_run_until(&f.t, &g.calls, 3000));
+    CHECK_RC(g.rc, 0);
+    int64_t t0 = th_now_ms();
+    if (mode == 2) CHECK_EQ(th_cmd_int(&th_srv, "DEL a:lost"), 1);
+    else CHECK_EQ(dlock_lock_force_release(other), 1);
+    bool heard = td_run_until(&f.t, &lost_calls, 1000);
+    CHECK_EQ(heard, mode != 1);
+    if (mode != 1) {
+      CHECK(th_now_ms() - t0 < 1000);
+      CHECK_EQ(dlock_lock_is_lost(l), 1);
+      got r = {0};
+      CHECK_RC(dlock_lock_release_async(l, on_done, &r, NULL), 0);
+      CHECK(td_run_until(&f.t, &r.calls, 3000));
+      CHECK_RC(r.rc, DLOCK_ELOST);
+    }
+    CHECK_EQ(lost_calls, mode != 1 ? 1 : 0);
+    dlock_lock_free(l);
+    dlock_lock_free(other);
+    dlock_client_close(bc);
+    fix_close(&f);
+  }
+  fix_backoff_ms = 50;
+}
+TD_DRIVERS(loss_on_loop)
+
+/* The server drops both of the loop client's connections while a waiter
+ * waits: the subscriber connects again and subscribes again, the waiter
+ * still hears the release and acquires. */
+static void reconnect_during_wait(int kind) {
+  fix_backoff_ms = 0;
+  fix f;
+  CHECK_RC(fix_open(&f, kind, 0), 0);
+  dlock_client *bc = th_client(&th_srv, 0);
+  CHECK(bc != NULL);
+  dlock_lock *h, *w;
+  CHECK_RC(dlock_lock_new(bc, "a:rc", NULL, &h), 0);
+  CHECK_RC(dlock_lock_new(f.c, "a:rc", NULL, &w), 0);
+  CHECK_RC(dlock_lock_acquire(h, 60000, NULL), 0);
+  got g = {0};
+  CHECK_RC(dlock_lock_acquire_async(w, 20000, 5000, on_done, &g, NULL), 0);
+  CHECK(run_until_subscribed(&f, "redisson_lock__channel:{a:rc}", 3000));
+  CHECK(th_cmd_int(&th_srv, "CLIENT KILL TYPE pubsub") >= 1);
+  CHECK(th_cmd_int(&th_srv, "CLIENT KILL TYPE normal") >= 1);
+  CHECK(run_until_subscribed(&f, "redisson_lock__channel:{a:rc}", 5000));
+  CHECK_EQ(g.calls, 0);
+  int64_t t0 = th_now_ms();
+  CHECK_EQ(dlock_lock_release(h), 1);
+  CHECK(td_run_until(&f.t, &g.calls, 5000));
+  CHECK_RC(g.rc, 0);
+  /* Heard, not found at the holder's TTL (60 s) or a recheck. */
+  CHECK(th_now_ms() - t0 < 2000);
+  got r = {0};
+  CHECK_RC(dlock_lock_release_async(w, on_done, &r, NULL), 0);
+  CHECK(td_run_until(&f.t, &r.calls, 3000));
+  CHECK_RC(r.rc, 1);
+  dlock_lock_free(h);
+  dlock_lock_free(w);
+  dlock_client_close(bc);
+  fix_close(&f);
+  fix_backoff_ms = 50;
+}
+TD_DRIVERS(reconnect_during_wait)
+
 TH_MAIN(TD_T(acquire_release), TD_T(waits), TD_T(cancel_and_close),
-        TD_T(watchdog_on_loop))
+        TD_T(watchdog_on_loop), TD_T(pubsub_wait), TD_T(loss_on_loop),
+        TD_T(reconnect_during_wait))

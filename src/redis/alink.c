@@ -1,7 +1,8 @@
 /* alink.c: the event-loop link: one server, the operations' steps (dl_pend)
  * over a dl_aconn on the client's loop, pauses on the loop's timers, and
- * waiting by backoff (no subscriber connection on the loop yet). Its
- * blocking entries refuse: an event-loop client has no blocking calls. */
+ * waiting through the subscriber connection of the loop (dl_asub), or by
+ * backoff when the client asks for it. Its blocking entries refuse: an
+ * event-loop client has no blocking calls. */
 #include "redis.h"
 
 #include <hiredis/hiredis.h>
@@ -15,8 +16,9 @@ typedef struct loop_link {
   const dl_backend_env *env;
   const dl_conn_config *cfg;
   dl_aconn *conn;
+  dl_asub *sub;   /* NULL: waiting by backoff */
   apause *pauses; /* pending, for the close */
-  bool closing;
+  bool closing;   /* from al_free on: no call on sub, no new pause */
 } loop_link;
 
 /* A pause, or a waiter's sleep: a timer that resumes its step. */
@@ -131,6 +133,12 @@ static void al_cancel(dl_rlink *base, dl_pend *p) {
   if (p->link_data == NULL) return;
   if (p->step == DL_STEP_EVAL || p->step == DL_STEP_COMMAND) {
     dl_areq_cancel(p->link_data);
+  } else if (p->step == DL_STEP_SUB_REF && L->sub) {
+    dl_asub_cancel(p->link_data);
+    dl_asub_unref(L->sub, p->sub, true); /* the reference being confirmed */
+    p->sub = NULL;
+  } else if (p->step == DL_STEP_SUB_WAIT && L->sub) {
+    dl_asub_cancel(p->link_data);
   } else {
     apause *a = p->link_data;
     dl_timer_stop(L->env->loop, &a->t);
@@ -140,28 +148,66 @@ static void al_cancel(dl_rlink *base, dl_pend *p) {
   p->link_data = NULL;
 }
 
-/* ---- waiting, by backoff ---- */
+/* ---- waiting: through the subscriber connection, or by backoff ---- */
+static void on_confirmed(void *ud, int rc) {
+  dl_pend *p = ud;
+  p->link_data = NULL;
+  /* Not confirmed in time: the waiter keeps the reference and still wakes
+   * at the holder's TTL, as with the blocking subscriber. */
+  p->rc = rc == DLOCK_ECLOSED ? rc : 0;
+  p->resume(p);
+}
+
 static int al_sub_ref_start(dl_rlink *base, dl_pend *p, const char *channel,
                             int mode, int64_t deadline) {
-  (void)base;
-  (void)channel;
-  (void)deadline;
+  loop_link *L = (loop_link *)base;
   p->rc = 0;
   p->sub = NULL;
-  if (mode != DL_WAKE_GRANT) { /* no grants without a subscription */
-    dl_backoff *w = calloc(1, sizeof *w);
-    if (w) dl_backoff_init(w);
-    p->sub = (dl_sub *)w; /* NULL: sleeps until the deadline */
+  if (L->closing) {
+    p->rc = DLOCK_ECLOSED;
+    return 0;
   }
-  return 0;
+  if (L->sub == NULL) { /* by backoff */
+    if (mode != DL_WAKE_GRANT) { /* no grants without a subscription */
+      dl_backoff *w = calloc(1, sizeof *w);
+      if (w) dl_backoff_init(w);
+      p->sub = (dl_sub *)w; /* NULL: sleeps until the deadline */
+    }
+    return 0;
+  }
+  /* NULL (out of memory): the waiter sleeps until the holder's TTL. */
+  if ((p->sub = dl_asub_ref(L->sub, channel, mode)) == NULL) return 0;
+  int64_t limit = dl_now_ms() + L->cfg->command_timeout_ms;
+  dl_asub_req *r =
+      dl_asub_confirm(L->sub, p->sub, deadline < limit ? deadline : limit,
+                      on_confirmed, p);
+  if (r == NULL) return 0; /* unconfirmed: as a confirmation timed out */
+  p->link_data = r;
+  return DL_PENDING;
+}
+
+static void on_woken(void *ud, int rc) {
+  dl_pend *p = ud;
+  p->link_data = NULL;
+  p->rc = rc;
+  p->resume(p);
 }
 
 static int al_sub_wait_start(dl_rlink *base, dl_pend *p, dl_sub *s,
                              int64_t until, int64_t since, dl_sub *grant) {
   loop_link *L = (loop_link *)base;
-  (void)since;
-  (void)grant;
-  if (s) {
+  if (L->closing) {
+    p->rc = DLOCK_ECLOSED;
+    return 0;
+  }
+  if (s && L->sub) {
+    dl_asub_req *r = dl_asub_wait(L->sub, s, until, since, grant, on_woken, p);
+    if (r != NULL) {
+      p->link_data = r;
+      return DL_PENDING;
+    }
+    /* Out of memory: a pause until the deadline (the TTL bounds it). */
+  } else if (s) {
     int64_t max = L->env->backoff_max_ms > 0 ? L->env->backoff_max_ms : 100;
     int64_t at = dl_now_ms() + dl_backoff_next((dl_backoff *)s, max);
     if (at < until) until = at;
@@ -169,31 +215,71 @@ static int al_sub_wait_start(dl_rlink *base, dl_pend *p, dl_sub *s,
   return al_pause_start(base, p, until);
 }
 
+/* A reference to a subscription already confirmed, or NULL. */
 static dl_sub *al_sub_ref(dl_rlink *base, const char *channel, int mode,
                           int64_t deadline) {
-  (void)base;
-  (void)channel;
-  (void)mode;
-  (void)deadline;
-  return NULL; /* nothing lingers: the waits are by backoff */
+  loop_link *L = (loop_link *)base;
+  (void)deadline; /* only called with a negative one: never waits */
+  if (L->sub == NULL || L->closing) return NULL;
+  return dl_asub_ref_heard(L->sub, channel, mode);
 }
 
 static int al_sub_grant(dl_rlink *base, dl_sub *s, uint64_t *token) {
-  (void)base;
-  (void)s;
-  (void)token;
-  return -1; /* no grant can come */
+  loop_link *L = (loop_link *)base;
+  if (L->sub == NULL || L->closing || s == NULL) return -1;
+  return dl_asub_grant(L->sub, s, token);
 }
 
+/* After the close the table frees every subscription itself. */
 static void al_sub_unref(dl_rlink *base, dl_sub *s, bool linger) {
-  (void)base;
-  (void)linger;
-  free(s);
+  loop_link *L = (loop_link *)base;
+  if (L->sub == NULL) free(s);
+  else if (!L->closing) dl_asub_unref(L->sub, s, linger);
 }
 
 static void al_sub_kick(dl_rlink *base, dl_sub *s) {
-  (void)base;
-  (void)s;
+  loop_link *L = (loop_link *)base;
+  if (L->sub && !L->closing) dl_asub_kick(L->sub, s);
+}
+
+/* Loss notices: the revocation channel now, the keyspace events once the
+ * server's setting is read (the reply comes on the loop). */
+typedef struct watch_ctx {
+  loop_link *L;
+  dl_notice_fn fn;
+  void *ud;
+} watch_ctx;
+
+static int listen_on(void *ctx, const char *channel, bool pattern,
+                     size_t strip) {
+  watch_ctx *w = ctx;
+  return dl_asub_listen(w->L->sub, channel, pattern, strip, w->fn, w->ud);
+}
+
+static void on_config(void *ud, int rc, redisReply *reply) {
+  watch_ctx *w = ud;
+  /* Refused (ACL, renamed) or closed: no keyspace events are heard. */
+  if (rc == 0 && reply && !w->L->closing)
+    dl_keyspace_listen(reply, w->L->cfg->ep.db, w->L->env->key_prefix,
+                       listen_on, w);
+  if (reply) freeReplyObject(reply);
+  free(w);
+}
+
+static int al_watch_losses(dl_rlink *base, const char *revoke_channel,
+                           dl_notice_fn fn, void *ud) {
+  loop_link *L = (loop_link *)base;
+  if (L->sub == NULL) return 0; /* waiting by backoff: no pub/sub */
+  watch_ctx *w = malloc(sizeof *w);
+  if (w == NULL) return DLOCK_ENOMEM;
+  *w = (watch_ctx){L, fn, ud};
+  int rc = listen_on(w, revoke_channel, false, 0);
+  const char *argv[] = {"CONFIG", "GET", "notify-keyspace-events"};
+  if (rc == 0 &&
+      dl_aconn_send(L->conn, 3, argv, NULL, 0, on_config, w, &rc) != NULL)
+    return 0;
+  free(w);
+  return rc;
 }
 
 /* ---- the blocking entries refuse ---- */
@@ -238,6 +324,9 @@ static void al_free(dl_rlink *base) {
   loop_link *L = (loop_link *)base;
   if (L == NULL) return;
   L->closing = true;
+  /* Waits and confirmations first: what their operations do next (a
+   * request, a pause) is then failed below. */
+  dl_asub_free(L->sub);
   while (L->pauses) {
     apause *a = L->pauses;
     dl_pend *p = a->p;
@@ -252,6 +341,12 @@ static void al_free(dl_rlink *base) {
   free(L);
 }
 
+static void al_stats(dl_rlink *base, dlock_client_stats *st) {
+  loop_link *L = (loop_link *)base;
+  st->writes += dl_aconn_batches(L->conn);
+  if (L->sub) st->wakeups += dl_asub_wakeups(L->sub);
+}
+
 static const dl_rlink_ops loop_ops = {
     .name = "loop",
     .eval = al_eval,
@@ -262,7 +357,9 @@ static const dl_rlink_ops loop_ops = {
     .sub_grant = al_sub_grant,
     .sub_unref = al_sub_unref,
     .sub_kick = al_sub_kick,
+    .watch_losses = al_watch_losses,
     .free = al_free,
+    .stats = al_stats,
     .eval_start = al_eval_start,
     .command_start = al_command_start,
     .sub_ref_start = al_sub_ref_start,
@@ -283,6 +380,8 @@ int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   int rc = dl_aconn_new(env->loop, cfg, &L->conn);
   /* Connect now, so that a wrong address fails the open at once. */
   if (rc == 0) rc = dl_aconn_connect(L->conn);
+  if (rc == 0 && env->backoff_max_ms <= 0)
+    rc = dl_asub_new(env->loop, cfg, &L->sub);
   if (rc != 0) {
     if (L->conn) dl_aconn_free(L->conn);
     free(L);

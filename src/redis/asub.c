@@ -245,6 +245,12 @@ dl_sub *dl_asub_ref(dl_asub *s, const char *channel, int mode) {
   return dl_subs_ref(&s->t, channel, mode);
 }
 
+dl_sub *dl_asub_ref_heard(dl_asub *s, const char *channel, int mode) {
+  dl_sub *sub = dl_subs_find(&s->t, channel, strlen(channel));
+  if (sub == NULL || !dl_subs_confirmed(&s->t, sub)) return NULL;
+  return dl_subs_ref(&s->t, channel, mode);
+}
+
 bool dl_asub_confirmed(dl_asub *s, dl_sub *sub) {
   return dl_subs_confirmed(&s->t, sub);
 }

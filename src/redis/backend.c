@@ -483,8 +483,8 @@ static int rb_ping(dl_backend *base) {
 }
 
 static void rb_stats(dl_backend *base, dlock_client_stats *st) {
-  st->writes += dl_redis_backend_round_trips(base);
-  st->wakeups += dl_redis_backend_wakeups(base);
+  dl_rlink *l = ((dl_redis *)base)->link;
+  if (l->ops->stats) l->ops->stats(l, st);
 }
 
 static void rb_free(dl_backend *base) {

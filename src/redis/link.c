@@ -168,53 +168,70 @@ static void rb_sub_kick(dl_rlink *base, dl_sub *s) {
  * per key, so a pattern over the client's keys hears every event of every
  * key under the prefix and keeps del and expired. Read once, at open: the
  * setting changed later is not followed (docs/SAFETY.md). */
-static int listen_keyspace(single_link *b, dl_notice_fn fn, void *ud) {
-  const char *argv[] = {"CONFIG", "GET", "notify-keyspace-events"};
-  redisReply *r = NULL;
-  if (rb_command(&b->base, 3, argv, &r) != 0) {
-    dl_clearerr(b->env->err_owner); /* CONFIG refused (ACL, renamed): none heard */
-    return 0;
-  }
+int dl_keyspace_listen(const redisReply *config, int db, const char *prefix,
+                       int (*listen)(void *ctx, const char *channel,
+                                     bool pattern, size_t strip),
+                       void *ctx) {
   char flags[32] = "";
-  if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-      r->element[1]->type == REDIS_REPLY_STRING)
-    snprintf(flags, sizeof flags, "%s", r->element[1]->str);
-  freeReplyObject(r);
+  if (config->type == REDIS_REPLY_ARRAY && config->elements == 2 &&
+      config->element[1]->type == REDIS_REPLY_STRING)
+    snprintf(flags, sizeof flags, "%s", config->element[1]->str);
   bool all = strchr(flags, 'A') != NULL;
   bool del = all || strchr(flags, 'g'), exp = all || strchr(flags, 'x');
-  int db = b->cfg->ep.db, rc = 0;
+  int rc = 0;
   char ch[DLOCK_KEY_PREFIX_MAX + 64];
   if (strchr(flags, 'E')) {
     if (del && rc == 0) {
       snprintf(ch, sizeof ch, "__keyevent@%d__:del", db);
-      rc = dl_pubsub_listen(b->pubsub, ch, false, 0, fn, ud);
+      rc = listen(ctx, ch, false, 0);
     }
     if (exp && rc == 0) {
       snprintf(ch, sizeof ch, "__keyevent@%d__:expired", db);
-      rc = dl_pubsub_listen(b->pubsub, ch, false, 0, fn, ud);
+      rc = listen(ctx, ch, false, 0);
     }
   } else if (strchr(flags, 'K') && (del || exp)) {
     int n = snprintf(ch, sizeof ch, "__keyspace@%d__:", db);
     /* Glob metacharacters in the prefix would widen the pattern: escape. */
-    for (const char *k = b->env->key_prefix; *k && n < (int)sizeof ch - 3;
-         k++) {
+    for (const char *k = prefix; *k && n < (int)sizeof ch - 3; k++) {
       if (strchr("*?[]\\", *k)) ch[n++] = '\\';
       ch[n++] = *k;
     }
     ch[n++] = '*';
     ch[n] = '\0';
     size_t strip = (size_t)snprintf(NULL, 0, "__keyspace@%d__:", db);
-    rc = dl_pubsub_listen(b->pubsub, ch, true, strip, fn, ud);
+    rc = listen(ctx, ch, true, strip);
   }
   return rc;
+}
+
+typedef struct listen_ctx {
+  dl_pubsub *p;
+  dl_notice_fn fn;
+  void *ud;
+} listen_ctx;
+
+static int listen_on(void *ctx, const char *channel, bool pattern,
+                     size_t strip) {
+  listen_ctx *x = ctx;
+  return dl_pubsub_listen(x->p, channel, pattern, strip, x->fn, x->ud);
 }
 
 static int rb_watch_losses(dl_rlink *base, const char *revoke_channel,
                            dl_notice_fn fn, void *ud) {
   single_link *b = (single_link *)base;
   if (b->pubsub == NULL) return 0; /* waiting by backoff: no pub/sub */
-  int rc = dl_pubsub_listen(b->pubsub, revoke_channel, false, 0, fn, ud);
-  return rc ? rc : listen_keyspace(b, fn, ud);
+  listen_ctx x = {b->pubsub, fn, ud};
+  int rc = listen_on(&x, revoke_channel, false, 0);
+  if (rc != 0) return rc;
+  const char *argv[] = {"CONFIG", "GET", "notify-keyspace-events"};
+  redisReply *r = NULL;
+  if (rb_command(&b->base, 3, argv, &r) != 0) {
+    dl_clearerr(b->env->err_owner); /* CONFIG refused (ACL, renamed): none heard */
+    return 0;
+  }
+  rc = dl_keyspace_listen(r, b->cfg->ep.db, b->env->key_prefix, listen_on, &x);
+  freeReplyObject(r);
+  return rc;
 }
 
 static void rb_free(dl_rlink *base) {
@@ -224,6 +241,12 @@ static void rb_free(dl_rlink *base) {
   for (int i = 0; i < b->nconn; i++) dl_conn_free(b->conns[i]);
   free(b->conns);
   free(b);
+}
+
+static void rb_stats(dl_rlink *base, dlock_client_stats *st) {
+  single_link *b = (single_link *)base;
+  for (int i = 0; i < b->nconn; i++) st->writes += dl_conn_batches(b->conns[i]);
+  if (b->pubsub) st->wakeups += dl_pubsub_wakeups(b->pubsub);
 }
 
 static const dl_rlink_ops single_ops = {
@@ -238,6 +261,7 @@ static const dl_rlink_ops single_ops = {
     .sub_kick = rb_sub_kick,
     .watch_losses = rb_watch_losses,
     .free = rb_free,
+    .stats = rb_stats,
 };
 
 int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
@@ -277,16 +301,15 @@ static single_link *single_of(dl_backend *base) {
 }
 
 uint64_t dl_redis_backend_round_trips(dl_backend *base) {
-  single_link *b = single_of(base);
-  uint64_t n = 0;
-  if (b == NULL) return 0;
-  for (int i = 0; i < b->nconn; i++) n += dl_conn_batches(b->conns[i]);
-  return n;
+  dlock_client_stats st = {0};
+  base->ops->stats(base, &st);
+  return st.writes;
 }
 
 uint64_t dl_redis_backend_wakeups(dl_backend *base) {
-  single_link *b = single_of(base);
-  return b && b->pubsub ? dl_pubsub_wakeups(b->pubsub) : 0;
+  dlock_client_stats st = {0};
+  base->ops->stats(base, &st);
+  return st.wakeups;
 }
 
 uint64_t dl_redis_backend_direct_wakeups(dl_backend *base) {

@@ -160,6 +160,9 @@ typedef struct dl_rlink_ops {
   int (*watch_losses)(dl_rlink *b, const char *revoke_channel,
                       dl_notice_fn fn, void *ud);
   void (*free)(dl_rlink *b);
+  /* Adds the link's counters: batches written on its command
+   * connections, wake-ups its subscriber gave. */
+  void (*stats)(dl_rlink *b, dlock_client_stats *st);
 
   /* The steps of the event-loop driver. A link without them (NULL) is
    * blocking: dl_redis_step_* then run the blocking entries above and
@@ -195,6 +198,18 @@ typedef struct dl_backoff {
 void dl_backoff_init(dl_backoff *w);
 /* The next sleep, in ms. */
 int64_t dl_backoff_next(dl_backoff *w, int64_t max_ms);
+
+/* The server's keyspace events that may take a hold away (del, expired),
+ * as `config` (the reply to CONFIG GET notify-keyspace-events) enables
+ * them: calls listen(ctx, channel, pattern, strip) for each channel to
+ * hear, for keys under `prefix` in database db. Returns 0 (also when none
+ * are enabled), or the first negative code listen returned. Shared by the
+ * two links (link.c). */
+int dl_keyspace_listen(const struct redisReply *config, int db,
+                       const char *prefix,
+                       int (*listen)(void *ctx, const char *channel,
+                                     bool pattern, size_t strip),
+                       void *ctx);
 
 /* The event-loop link (alink.c): one server, over dl_aconn, on env->loop.
  * Its blocking entries refuse (DLOCK_EINVAL): an event-loop client runs
@@ -276,7 +291,9 @@ int dl_redis_backend_over(dl_rlink *link, const dl_backend_env *env,
  * to wait by backoff, a subscriber connection. */
 int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
                        int nconn, dl_rlink **out);
-/* Counters for tests and the benchmark (b: a dl_redis_backend_new one). */
+/* Counters for tests and the benchmark (b: a dl_redis_backend_new one):
+ * the link's (any link), and the single link's reader role (0, false for
+ * another link). */
 uint64_t dl_redis_backend_round_trips(dl_backend *b);
 uint64_t dl_redis_backend_wakeups(dl_backend *b);
 uint64_t dl_redis_backend_direct_wakeups(dl_backend *b);
@@ -536,6 +553,9 @@ void dl_asub_free(dl_asub *s);
  * back a lingering one; the first ref fixes its mode), or NULL (out of
  * memory, nothing changed). Never waits: dl_asub_confirm does. */
 dl_sub *dl_asub_ref(dl_asub *s, const char *channel, int mode);
+/* A reference to channel's subscription only if the server confirmed it
+ * already (one that lingers, or that a waiter holds), else NULL. */
+dl_sub *dl_asub_ref_heard(dl_asub *s, const char *channel, int mode);
 /* Whether the server confirmed sub, on the connection up now. */
 bool dl_asub_confirmed(dl_asub *s, dl_sub *sub);
 /* fn(ud, 0) once sub is confirmed (at the next dispatch if it is
