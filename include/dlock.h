@@ -348,9 +348,10 @@ DLOCK_API int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms);
  * Returns 0 or a negative code. */
 DLOCK_API int dlock_lock_current_token(dlock_lock *l, uint64_t *token);
 
-/* Called from the watchdog thread when `owner`'s hold of `l` is lost: a
- * renewal or a check finds it gone (expired, force-released, deleted), no
- * renewal was confirmed in time, or a fixed lease ran out before release
+/* Called from the watchdog thread (on an event-loop client: the loop's
+ * thread) when `owner`'s hold of `l` is lost: a renewal or a check finds
+ * it gone (expired, force-released, deleted), no renewal was confirmed in
+ * time, or a fixed lease ran out before release
  * (at that instant, by the monotonic clock). A force release by any dlock
  * client, and where the server publishes keyspace events (del, expired) a
  * deletion by anyone, is heard at once and checked within a round trip;
@@ -542,7 +543,8 @@ DLOCK_API int dlock_latch_await(dlock_latch *l);
  * stop being renewed). */
 typedef struct dlock_permits dlock_permits;
 #define DLOCK_PERMIT_ID_LEN 33 /* 32 hex digits and a NUL */
-/* Called on the watchdog thread when a permit is lost: its renewal or a
+/* Called on the watchdog thread (an event-loop client: the loop's thread)
+ * when a permit is lost: its renewal or a
  * check finds it gone (its lease ended, it was force-released, the server
  * restarted...), or its fixed lease ran out before release. */
 typedef void (*dlock_permit_lost_cb)(dlock_permits *p, const char *id,
