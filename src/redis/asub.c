@@ -16,8 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define IDLE_PING_MS 5000
-#define SWEEP_MS 250
 
 struct dl_asub_req {
   dl_sleeper base; /* first: a wait's place among its sub's sleepers */
@@ -150,7 +148,7 @@ static void push_up(void *ud) {
   s->heard = true;
   s->ping_sent = false;
   s->broken = false;
-  dl_timer_start(s->lp, &s->ping_timer, dl_now_ms() + IDLE_PING_MS);
+  dl_timer_start(s->lp, &s->ping_timer, dl_now_ms() + DL_SUBS_IDLE_PING_MS);
   dl_subs_connected(&s->t);
 }
 
@@ -167,7 +165,7 @@ static void push_down(void *ud) {
   dl_subs_disconnected(&s->t);
 }
 
-/* While up, each IDLE_PING_MS: a link nothing came on gets a PING, and one
+/* While up, each DL_SUBS_IDLE_PING_MS: a link nothing came on gets a PING, and one
  * whose PING went unanswered is dropped and made again (pubsub.c's
  * read_some does the same). */
 static void on_ping(void *ud) {
@@ -187,7 +185,7 @@ static void on_ping(void *ud) {
     hook_send(s, "PING", "");
     s->ping_sent = true;
   }
-  dl_timer_start(s->lp, &s->ping_timer, dl_now_ms() + IDLE_PING_MS);
+  dl_timer_start(s->lp, &s->ping_timer, dl_now_ms() + DL_SUBS_IDLE_PING_MS);
 }
 
 /* Unsubscribes what lingered long enough; again while some still do. */
@@ -196,7 +194,7 @@ static void on_sweep(void *ud) {
   int64_t now = dl_now_ms();
   dl_subs_sweep(&s->t, now);
   if (s->t.lingering > 0)
-    dl_timer_start(s->lp, &s->sweep_timer, now + SWEEP_MS);
+    dl_timer_start(s->lp, &s->sweep_timer, now + DL_SUBS_SWEEP_MS);
 }
 
 /* The connection is wanted from now on. */

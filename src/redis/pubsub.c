@@ -14,7 +14,7 @@
  * that leaves passes the role to another sleeper, or back to the thread if
  * a subscription's confirmation is awaited, or to nobody: the next sleeper
  * then takes it without waking anyone, and the parked thread reads again
- * at its next sweep (SWEEP_MS) at the latest. The reader's parser and
+ * at its next sweep (DL_SUBS_SWEEP_MS) at the latest. The reader's parser and
  * buffer live here; the role, under mu, says whose they are. */
 #include "subs.h"
 
@@ -25,9 +25,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define IDLE_PING_MS 5000
-/* How often lingering subscriptions are swept (subs.h: DL_SUBS_LINGER_MS). */
-#define SWEEP_MS 250
 #define BUF_SIZE 16384
 
 /* A thread asleep in dl_pubsub_wait (subs.h's dl_sleeper, first). */
@@ -182,10 +179,10 @@ void dl_pubsub_feed(dl_pubsub *p, redisReply *r) {
  * reads once, until `until` at the latest, and dispatches what came.
  * Unlocks mu while it waits. Returns 0 (read, timed out, or rung), or the
  * error that ends the connection; an idle link gets a PING, and a PING
- * unanswered for IDLE_PING_MS ends it. */
+ * unanswered for DL_SUBS_IDLE_PING_MS ends it. */
 static int read_some(dl_pubsub *p, dl_io *io, int64_t until) {
-  if (p->quiet_since + IDLE_PING_MS < until)
-    until = p->quiet_since + IDLE_PING_MS;
+  if (p->quiet_since + DL_SUBS_IDLE_PING_MS < until)
+    until = p->quiet_since + DL_SUBS_IDLE_PING_MS;
   pthread_mutex_unlock(&p->mu);
   int n = dl_io_read_bell(io, p->buf, BUF_SIZE, until, p->bell[0]);
   pthread_mutex_lock(&p->mu);
@@ -195,7 +192,7 @@ static int read_some(dl_pubsub *p, dl_io *io, int64_t until) {
     return 0;
   }
   if (n == DLOCK_ETIMEDOUT) {
-    if (now - p->quiet_since < IDLE_PING_MS) return 0;
+    if (now - p->quiet_since < DL_SUBS_IDLE_PING_MS) return 0;
     if (p->ping_sent) return n; /* the PING went unanswered */
     /* An idle link: a PING proves the server is still there. */
     send_cmd(p, "PING", "");
@@ -269,7 +266,7 @@ static void catch_up(dl_pubsub *p) {
 /* With mu held: serves a connection, reading it or letting a sleeper read
  * it, until it fails or the client closes. Returns with nobody reading. */
 static void serve(dl_pubsub *p) {
-  int64_t next_sweep = dl_now_ms() + SWEEP_MS;
+  int64_t next_sweep = dl_now_ms() + DL_SUBS_SWEEP_MS;
   for (;;) {
     if (p->stop || p->read_err) break;
     if (p->want && p->reader == NULL) {
@@ -280,7 +277,7 @@ static void serve(dl_pubsub *p) {
     int64_t now = dl_now_ms();
     if (now >= next_sweep) {
       dl_subs_sweep(&p->t, now);
-      next_sweep = now + SWEEP_MS;
+      next_sweep = now + DL_SUBS_SWEEP_MS;
       p->idle = false; /* read again, unless a sleeper does */
     }
     if (p->reader || p->idle) {

@@ -20,6 +20,11 @@
  * channels still subscribed waits without a SUBSCRIBE round trip (and joins
  * the hand-off queue at its first attempt). */
 #define DL_SUBS_LINGER_MS 1000
+/* How often the owner sweeps what lingers. */
+#define DL_SUBS_SWEEP_MS 250
+/* A subscriber connection nothing came on for this long gets a PING; one
+ * whose PING went unanswered as long is dropped and made again. */
+#define DL_SUBS_IDLE_PING_MS 5000
 
 /* A waiter asleep on a subscription, queued by the time it began waiting
  * for its lock (not for this sleep): a waiter that woke, lost the race and
