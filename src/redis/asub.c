@@ -116,18 +116,30 @@ static void hook_wake(void *owner, dl_sleeper *w) {
   complete(owner, r, 1);
 }
 
+/* A command lost (not queued, or not written by its deadline): its
+ * confirmation would never come, so a new connection subscribes again.
+ * Not at once (the table may be mid-change): from the ping timer. */
+static void set_broken(dl_asub *s) {
+  if (s->broken) return;
+  s->broken = true;
+  dl_timer_start(s->lp, &s->ping_timer, 0);
+}
+
+/* A command was written (rc 0), or failed: a timeout means the connection
+ * is stuck; a loss or the close need nothing (a reconnect subscribes
+ * again; the close frees everything). */
+static void on_sent(void *ud, int rc, redisReply *r) {
+  if (r) freeReplyObject(r);
+  if (rc == DLOCK_ETIMEDOUT) set_broken(ud);
+}
+
 static void hook_send(void *owner, const char *verb, const char *ch) {
   dl_asub *s = owner;
   const char *argv[2] = {verb, ch};
   size_t lens[2] = {strlen(verb), strlen(ch)};
   int err;
-  if (dl_aconn_send(s->c, 2, argv, lens, 0, NULL, NULL, &err) == NULL &&
-      !s->broken) {
-    /* Lost, its confirmation would never come: a new connection
-     * subscribes again. Not from here (the table is mid-change). */
-    s->broken = true;
-    dl_timer_start(s->lp, &s->ping_timer, 0);
-  }
+  if (dl_aconn_send(s->c, 2, argv, lens, 0, on_sent, s, &err) == NULL)
+    set_broken(s);
 }
 
 static void hook_changed(void *owner, dl_sub *sub) {
