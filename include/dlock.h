@@ -221,8 +221,15 @@ typedef struct dlock_client_stats {
   uint64_t watched;       /* locks the watchdog renews now */
 } dlock_client_stats;
 
-/* Fills *st. Returns 0, or DLOCK_EINVAL. Thread-safe; no server call. */
-DLOCK_API int dlock_client_stats_get(dlock_client *c, dlock_client_stats *st);
+/* Fills the first `size` bytes of *st (the caller's sizeof: a struct from
+ * an older header gets the fields it knows; new fields are only ever added
+ * at the end). Returns 0, or DLOCK_EINVAL (c or st NULL, size 0).
+ * Thread-safe; no server call. Call it through the macro below. */
+DLOCK_API int dlock_client_stats_get_size(dlock_client *c,
+                                          dlock_client_stats *st, size_t size);
+/* dlock_client_stats_get(c, &st): at this header's size. */
+#define dlock_client_stats_get(c, st)                                          \
+  dlock_client_stats_get_size((c), (st), sizeof(dlock_client_stats))
 
 /* Sends PING and waits for PONG. Returns 0 or a negative code. */
 DLOCK_API int dlock_client_ping(dlock_client *c);
@@ -420,9 +427,16 @@ typedef struct dlock_lock_state {
                         "zset" or "stream" */
 } dlock_lock_state;
 
-/* Fills *st in one script call plus one PUBSUB NUMSUB. Returns 0 or a
- * negative code (then *st is unspecified). Read-only; thread-safe. */
-DLOCK_API int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st);
+/* Fills the first `size` bytes of *st (the caller's sizeof, as for
+ * dlock_client_stats_get_size) in one script call plus one PUBSUB NUMSUB.
+ * Returns 0 or a negative code (DLOCK_EINVAL for l or st NULL or size 0;
+ * then *st is unspecified). Read-only; thread-safe. Call it through the
+ * macro below. */
+DLOCK_API int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
+                                      size_t size);
+/* dlock_lock_inspect(l, &st): at this header's size. */
+#define dlock_lock_inspect(l, st)                                              \
+  dlock_lock_inspect_size((l), (st), sizeof(dlock_lock_state))
 
 /* Called by dlock_client_scan_locks for each candidate lock name (the key
  * prefix removed). Return 0 to go on, anything else to stop. */

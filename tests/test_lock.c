@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -157,6 +158,27 @@ static void t_inspect(void) {
   memset(big, 'i', sizeof big - 1);
   big[sizeof big - 1] = 0;
   CHECK_RC(dlock_lock_set_info(l, big), DLOCK_EINVAL);
+  /* A caller built with an older, shorter struct gets its bytes only. */
+  struct {
+    int held, holders;
+    char owner[DLOCK_OWNER_MAX];
+    unsigned char after[64];
+  } older;
+  memset(&older, 0xa5, sizeof older);
+  size_t known = offsetof(dlock_lock_state, owner) + DLOCK_OWNER_MAX;
+  CHECK_RC(dlock_lock_inspect_size(l, (dlock_lock_state *)(void *)&older,
+                                   known), 0);
+  CHECK_EQ(older.held, 1);
+  CHECK(strcmp(older.owner, owner) == 0);
+  CHECK_EQ(older.after[0], 0xa5);
+  CHECK_EQ(older.after[63], 0xa5);
+  dlock_client_stats cs;
+  memset(&cs, 0xa5, sizeof cs);
+  CHECK_RC(dlock_client_stats_get_size(c, &cs, offsetof(dlock_client_stats,
+                                                        renewal_calls)), 0);
+  CHECK(cs.writes > 0);
+  CHECK_EQ(cs.renewals, 0xa5a5a5a5a5a5a5a5ull); /* beyond: not written */
+  CHECK_RC(dlock_client_stats_get_size(c, &cs, 0), DLOCK_EINVAL);
   CHECK_EQ(dlock_lock_release(l), 0);
   CHECK_EQ(dlock_lock_release(l), 1);
   /* The description goes away with the lock. */

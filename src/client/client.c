@@ -286,10 +286,12 @@ int dlock_client_ping(dlock_client *c) {
   return c->backend->ops->ping(c->backend);
 }
 
-int dlock_client_stats_get(dlock_client *c, dlock_client_stats *st) {
-  if (c == NULL || st == NULL) return DLOCK_EINVAL;
-  memset(st, 0, sizeof *st);
-  if (c->backend->ops->stats) c->backend->ops->stats(c->backend, st);
-  dl_watchdog_stats(c->watchdog, st);
+int dlock_client_stats_get_size(dlock_client *c, dlock_client_stats *st,
+                                size_t size) {
+  if (c == NULL || st == NULL || size == 0) return DLOCK_EINVAL;
+  dlock_client_stats all = {0};
+  if (c->backend->ops->stats) c->backend->ops->stats(c->backend, &all);
+  dl_watchdog_stats(c->watchdog, &all);
+  memcpy(st, &all, size < sizeof all ? size : sizeof all);
   return 0;
 }

@@ -54,12 +54,17 @@ int dlock_lock_current_token(dlock_lock *l, uint64_t *token) {
   return rc;
 }
 
-int dlock_lock_inspect(dlock_lock *l, dlock_lock_state *st) {
-  if (l == NULL || st == NULL) return DLOCK_EINVAL;
-  memset(st, 0, sizeof *st);
+int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
+                            size_t size) {
+  if (l == NULL || st == NULL || size == 0) return DLOCK_EINVAL;
   dl_backend *b = l->c->backend;
   if (b->ops->inspect == NULL) return dl_unsupported(l->c, "inspect");
-  return b->ops->inspect(b, l->key, st);
+  dlock_lock_state *all = calloc(1, sizeof *all);
+  if (all == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
+  int rc = b->ops->inspect(b, l->key, all);
+  memcpy(st, all, size < sizeof *all ? size : sizeof *all);
+  free(all);
+  return rc;
 }
 
 int dlock_client_scan_locks(dlock_client *c, const char *pattern,
