@@ -22,6 +22,14 @@ int dl_redis_int_reply(dl_redis *r, struct redisReply *rep, long long lo,
   return 0;
 }
 
+int dl_redis_driver_check(dl_redis *r, bool async) {
+  bool blocking = r->link->ops->eval_start == NULL;
+  if (blocking != async) return 0;
+  return dl_seterr(r->env.err_owner, DLOCK_EINVAL,
+                   async ? "an event-loop call on a blocking client"
+                         : "a blocking call on an event-loop client");
+}
+
 /* ---- the steps of the operations: the blocking driver's fallbacks ---- */
 static int started(dl_pend *p, int rc) {
   p->pending = rc == DL_PENDING;
@@ -407,12 +415,11 @@ static int rb_renew_async(dl_backend *base, int64_t deadline,
   dl_redis *r = (dl_redis *)base;
   *op = NULL;
   *calls = 0;
-  if (r->link->ops->eval_start == NULL)
-    return dl_seterr(r->env.err_owner, DLOCK_EINVAL,
-                     "an event-loop call on a blocking client");
+  int rc = dl_redis_driver_check(r, true);
+  if (rc != 0) return rc;
   renew_async *x = calloc(1, sizeof *x);
   if (x == NULL) return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
-  int rc = n > 0 ? job_prepare(&x->j, r, lease_ms, n, items) : 0;
+  rc = n > 0 ? job_prepare(&x->j, r, lease_ms, n, items) : 0;
   if (rc == 0 && n > 0 && (x->p = calloc((size_t)x->j.nb, sizeof *x->p)) == NULL)
     rc = dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
   if (rc != 0 || n <= 0) {

@@ -353,6 +353,9 @@ int dl_redis_eval_int(dl_redis *r, int script, int nkeys, const char **keys,
 int dl_redis_step_eval(dl_redis *r, dl_pend *p, int64_t until, int script,
                        int nkeys, const char *const *keys, int nargs,
                        const char *const *args);
+/* 0 if r's link is of the driver a call needs (async: the event loop's),
+ * else DLOCK_EINVAL with the detail recorded. */
+int dl_redis_driver_check(dl_redis *r, bool async);
 int dl_redis_step_sub_ref(dl_redis *r, dl_pend *p, const char *channel,
                           int mode, int64_t deadline);
 int dl_redis_step_sub_wait(dl_redis *r, dl_pend *p, dl_sub *s, int64_t until,

@@ -258,11 +258,7 @@ static wait_op *wait_op_new(dl_redis *R, const dl_sync_ref *s, wait_op *x,
                             bool async, dl_async **op, int *err) {
   if (op) *op = NULL;
   *err = 0;
-  bool blocking = R->link->ops->eval_start == NULL;
-  if (blocking == async)
-    *err = dl_seterr(R->env.err_owner, DLOCK_EINVAL,
-                     async ? "an event-loop call on a blocking client"
-                           : "a blocking call on an event-loop client");
+  *err = dl_redis_driver_check(R, async);
   if (*err == 0 && async && (x = malloc(sizeof *x)) == NULL)
     *err = dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
   if (*err) return NULL;
