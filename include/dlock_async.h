@@ -89,7 +89,10 @@ DLOCK_API void dlock_loop_free(dlock_loop *lp);
  * and results; it connects at once, without waiting for the handshake, so
  * a wrong password shows at the first operation). It has no thread of its
  * own: requests, waits, the watchdog's renewals and loss reports run on
- * lp's thread. Its blocking calls (dlock_lock_acquire, ...) return
+ * lp's thread. A host name in the URL is resolved with getaddrinfo on
+ * lp's thread at each connect, which blocks while DNS answers: give an IP
+ * address (or a name in /etc/hosts) where the loop must never block. Its
+ * blocking calls (dlock_lock_acquire, ...) return
  * DLOCK_EINVAL; use the *_async ones below. Close it with
  * dlock_client_close on lp's thread, before dlock_loop_free: every
  * operation still pending then completes with DLOCK_ECLOSED (its callback
