@@ -49,7 +49,18 @@ case "$mode" in
       DLOCK_TEST_TIMEOUT_S=600 \
       valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite \
         --trace-children=no "$t"
-    done ;;
+    done
+    # The event-loop examples (those built), each run under valgrind by
+    # test_examples.sh against its own server.
+    examples=()
+    for e in build-normal/dlock-example-uv build-normal/dlock-example-event; do
+      [ -x "$e" ] && examples+=("$e")
+    done
+    if [ ${#examples[@]} -gt 0 ]; then
+      echo "== valgrind ${examples[*]}"
+      DLOCK_EXAMPLES_WRAP="valgrind -q --error-exitcode=3 --leak-check=full \
+--errors-for-leak-kinds=definite" tests/test_examples.sh "${examples[@]}"
+    fi ;;
   fuzz) echo "== fuzz"; scripts/fuzz.sh 20 ;;
   all) "$0" normal && "$0" valgrind && "$0" fuzz && "$0" asan && "$0" tsan ;;
   *) echo "usage: $0 [normal|asan|tsan|valgrind|fuzz|all]" >&2; exit 64 ;;

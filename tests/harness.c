@@ -504,3 +504,75 @@ bool th_wait_subscribed(th_redis *r, const char *channel, int timeout_ms) {
 bool th_wait_unsubscribed(th_redis *r, const char *channel, int timeout_ms) {
   return wait_numsub(r, channel, false, timeout_ms);
 }
+
+/* ---- TLS ---- */
+
+int th_tls_port;
+char th_tls_args[1024];
+static char tls_dir[256]; /* the certificates, in th_tmpdir() */
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+  char cmd[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  return system(cmd);
+}
+
+static int make_ca(const char *name) {
+  return sh("cd %s && openssl req -x509 -newkey rsa:2048 -nodes -days 2 "
+            "-subj '/CN=%s' -keyout %s.key -out %s.crt >/dev/null 2>&1",
+            tls_dir, name, name, name);
+}
+
+static int make_cert(const char *name, const char *ca, const char *san) {
+  return sh("cd %s && openssl req -newkey rsa:2048 -nodes -subj '/CN=%s' "
+            "-keyout %s.key -out %s.csr >/dev/null 2>&1 && "
+            "printf 'subjectAltName=%s\\n' > %s.ext && "
+            "openssl x509 -req -in %s.csr -CA %s.crt -CAkey %s.key "
+            "-CAcreateserial -days 2 -extfile %s.ext -out %s.crt "
+            ">/dev/null 2>&1",
+            tls_dir, name, name, name, san, name, name, ca, ca, name, name);
+}
+
+int th_tls_setup(void) {
+  snprintf(tls_dir, sizeof tls_dir, "%s/tls", th_tmpdir());
+  if (mkdir(tls_dir, 0700) != 0 || make_ca("ca") || make_ca("otherca") ||
+      make_cert("server", "ca", "IP:127.0.0.1,DNS:localhost") ||
+      make_cert("client", "ca", "DNS:client")) {
+    fprintf(stderr, "cannot make certificates\n");
+    return -1;
+  }
+  for (int attempt = 0; attempt < 5; attempt++) {
+    th_tls_port = th_free_port();
+    snprintf(th_tls_args, sizeof th_tls_args,
+             "--tls-port %d --tls-cert-file %s/server.crt "
+             "--tls-key-file %s/server.key --tls-ca-cert-file %s/ca.crt "
+             "--tls-auth-clients optional",
+             th_tls_port, tls_dir, tls_dir, tls_dir);
+    th_redis probe;
+    int rc = th_redis_start(&probe, th_tls_args);
+    th_redis_stop(&probe);
+    if (rc == 0) return 0;
+  }
+  fprintf(stderr, "cannot start redis-server with TLS\n");
+  return -1;
+}
+
+void th_tls_options(dlock_client_options *o, th_tls_paths *p,
+                    const char *host, const char *ca, bool with_cert) {
+  snprintf(p->url, sizeof p->url, "rediss://%s:%d", host, th_tls_port);
+  snprintf(p->ca, sizeof p->ca, "%s/%s.crt", tls_dir, ca);
+  snprintf(p->cert, sizeof p->cert, "%s/client.crt", tls_dir);
+  snprintf(p->key, sizeof p->key, "%s/client.key", tls_dir);
+  dlock_client_options_init(o);
+  o->url = p->url;
+  o->tls_ca_file = p->ca;
+  o->connect_timeout_ms = 2000;
+  if (with_cert) {
+    o->tls_cert_file = p->cert;
+    o->tls_key_file = p->key;
+  }
+}

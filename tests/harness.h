@@ -139,6 +139,25 @@ bool th_wait_unsubscribed(th_redis *r, const char *channel, int timeout_ms);
  * waiters). Returns false if it did not within timeout_ms. */
 bool th_wait_llen(th_redis *r, const char *key, long long n, int timeout_ms);
 
+/* ---- TLS: certificates made with openssl(1), for rediss:// tests ---- */
+/* Makes, once, in th_tmpdir()/tls: the CAs "ca" and "otherca", a server
+ * certificate for 127.0.0.1 and localhost and a client one, both signed by
+ * ca; and finds a port a TLS server could listen on a moment ago. Fills
+ * th_tls_port and th_tls_args (the arguments of such a server, for
+ * T_REDIS). For a before_all hook: returns 0, or -1 saying why. */
+int th_tls_setup(void);
+extern int th_tls_port;
+extern char th_tls_args[1024];
+/* Where dlock_client_options' TLS strings point (the caller's storage). */
+typedef struct th_tls_paths {
+  char url[200], ca[300], cert[300], key[300];
+} th_tls_paths;
+/* Fills o for rediss://host:th_tls_port verified against CA `ca` ("ca" or
+ * "otherca"), with the client certificate if with_cert, a connect timeout
+ * of 2 s; o's strings point into p. */
+void th_tls_options(dlock_client_options *o, th_tls_paths *p,
+                    const char *host, const char *ca, bool with_cert);
+
 /* A loopback TCP port that was free a moment ago. */
 int th_free_port(void);
 int64_t th_now_ms(void);

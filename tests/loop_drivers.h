@@ -152,5 +152,8 @@ static inline bool td_have(int kind) {
   }
 #define TD_T(fn) T(fn##_builtin), T(fn##_uv), T(fn##_event)
 #define TD_T_BARE(fn) T_BARE(fn##_builtin), T_BARE(fn##_uv), T_BARE(fn##_event)
+#define TD_T_REDIS(fn, extra)                                                  \
+  T_REDIS(fn##_builtin, extra), T_REDIS(fn##_uv, extra),                       \
+      T_REDIS(fn##_event, extra)
 
 #endif

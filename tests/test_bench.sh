@@ -30,11 +30,17 @@ check contended_fair "r=rows[0]; assert r['kind']=='fair' and r['errors']==0 and
 check contended_semaphore "r=rows[0]; assert r['kind']=='semaphore' and r['errors']==0 and r['ops_per_sec']>0" -- -d 500ms -p 2 --kind semaphore --permits 2 contended
 check contended_permits "r=rows[0]; assert r['kind']=='permits' and r['errors']==0 and r['ops_per_sec']>0" -- -d 500ms -p 2 --kind permits --permits 2 contended
 check watchdog "r=rows[0]; assert r['locks']==500 and r['lost']==0 and 0 < r['renewal_round_trips_per_period'] <= 5 and r['ops_per_sec'] > 0 and r['bytes_per_lock']>=0 and 0 <= r['client_cpu_share'] <= 1" -- -k 500 --lease 300ms --periods 2 watchdog
+check async_uncontended "r=rows[0]; assert r['async'] is True and r['inflight']==64 and r['threads']==1 and r['ops_per_sec']>0 and r['p50_us']>0" -- --async -d 300ms uncontended
+check async_inflight "r=rows[0]; assert r['inflight']==256 and r['ops_per_sec']>0" -- --async --inflight 256 -d 300ms uncontended
+check async_contended "r=rows[0]; assert r['async'] is True and r['processes']==2 and r['inflight']==1 and 0<r['utilisation']<=1" -- --async -d 500ms -p 2 --hold 1ms contended
+check async_idle_waiters "r=rows[0]; assert r['scenario']=='idle-waiters' and r['waiters']==100 and 0<r['client_cpu_share']<=1 and r['server_cpu_share']>=0" -- --async --idle-waiters 100 -d 300ms
 if command -v gnuplot >/dev/null; then
   if "$DLOCK" bench -d 200ms -t 2 --plot "$TMP/p.svg" uncontended >/dev/null 2>&1 && grep -q "<svg" "$TMP/p.svg"; then
     echo "ok   plot"; passed=$((passed+1))
   else echo "FAIL plot"; failed=$((failed+1)); fi
 fi
+"$DLOCK" bench --async watchdog 2>/dev/null; rc=$?
+if [ "$rc" = 64 ]; then echo "ok   async_watchdog_refused"; passed=$((passed+1)); else echo "FAIL async_watchdog_refused ($rc)"; failed=$((failed+1)); fi
 "$DLOCK" bench nosuchscenario 2>/dev/null; rc=$?
 if [ "$rc" = 64 ]; then echo "ok   bad_scenario"; passed=$((passed+1)); else echo "FAIL bad_scenario ($rc)"; failed=$((failed+1)); fi
 echo "$passed passed, $failed failed"

@@ -1,87 +1,17 @@
 /* test_tls.c: rediss:// against redis-server --tls-port, with a CA, server
- * and client certificates the test generates with openssl(1). */
+ * and client certificates the harness generates with openssl(1)
+ * (th_tls_setup). */
 #include "harness.h"
 
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-static char dir[256]; /* the certificates, in th_tmpdir() */
-static int tls_port;
-/* The servers' TLS arguments, filled in by make_certs before the first test
- * (the tests' server is started with them: T_REDIS). */
-static char tls_args[1024];
-
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...) {
-  char cmd[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof cmd, fmt, ap);
-  va_end(ap);
-  return system(cmd);
-}
-
-static int make_ca(const char *name) {
-  return sh("cd %s && openssl req -x509 -newkey rsa:2048 -nodes -days 2 "
-            "-subj '/CN=%s' -keyout %s.key -out %s.crt >/dev/null 2>&1",
-            dir, name, name, name);
-}
-
-static int make_cert(const char *name, const char *ca, const char *san) {
-  return sh("cd %s && openssl req -newkey rsa:2048 -nodes -subj '/CN=%s' "
-            "-keyout %s.key -out %s.csr >/dev/null 2>&1 && "
-            "printf 'subjectAltName=%s\\n' > %s.ext && "
-            "openssl x509 -req -in %s.csr -CA %s.crt -CAkey %s.key "
-            "-CAcreateserial -days 2 -extfile %s.ext -out %s.crt "
-            ">/dev/null 2>&1",
-            dir, name, name, name, san, name, name, ca, ca, name, name);
-}
-
-/* Before the first test, once, in the runner: the certificates, and a TLS
- * port that a server could listen on a moment ago. */
-static int make_certs(void) {
-  snprintf(dir, sizeof dir, "%s/tls", th_tmpdir());
-  if (mkdir(dir, 0700) != 0 || make_ca("ca") || make_ca("otherca") ||
-      make_cert("server", "ca", "IP:127.0.0.1,DNS:localhost") ||
-      make_cert("client", "ca", "DNS:client")) {
-    fprintf(stderr, "cannot make certificates\n");
-    return -1;
-  }
-  for (int attempt = 0; attempt < 5; attempt++) {
-    tls_port = th_free_port();
-    snprintf(tls_args, sizeof tls_args,
-             "--tls-port %d --tls-cert-file %s/server.crt "
-             "--tls-key-file %s/server.key --tls-ca-cert-file %s/ca.crt "
-             "--tls-auth-clients optional",
-             tls_port, dir, dir, dir);
-    th_redis probe;
-    int rc = th_redis_start(&probe, tls_args);
-    th_redis_stop(&probe);
-    if (rc == 0) return 0;
-  }
-  fprintf(stderr, "cannot start redis-server with TLS\n");
-  return -1;
-}
 
 static dlock_client *tls_client(const char *host, const char *ca,
                                 const char *server_name, bool with_cert,
                                 int *rc) {
-  char url[200], caf[300], cert[300], key[300];
-  snprintf(url, sizeof url, "rediss://%s:%d", host, tls_port);
-  snprintf(caf, sizeof caf, "%s/%s.crt", dir, ca);
-  snprintf(cert, sizeof cert, "%s/client.crt", dir);
-  snprintf(key, sizeof key, "%s/client.key", dir);
   dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  o.tls_ca_file = caf;
+  th_tls_paths p;
+  th_tls_options(&o, &p, host, ca, with_cert);
   o.tls_server_name = server_name;
-  o.connect_timeout_ms = 2000;
-  if (with_cert) {
-    o.tls_cert_file = cert;
-    o.tls_key_file = key;
-  }
   dlock_client *c = NULL;
   *rc = dlock_client_open(&o, &c);
   return c;
@@ -136,7 +66,7 @@ static void t_tls_to_plain_port(void) {
   CHECK(rc == DLOCK_ETLS || rc == DLOCK_ETIMEDOUT);
 }
 
-TH_MAIN_WITH(make_certs, T_REDIS(t_tls_lock, tls_args),
-             T_REDIS(t_tls_wrong_ca, tls_args),
-             T_REDIS(t_tls_wrong_name, tls_args),
-             T_REDIS(t_tls_to_plain_port, tls_args))
+TH_MAIN_WITH(th_tls_setup, T_REDIS(t_tls_lock, th_tls_args),
+             T_REDIS(t_tls_wrong_ca, th_tls_args),
+             T_REDIS(t_tls_wrong_name, th_tls_args),
+             T_REDIS(t_tls_to_plain_port, th_tls_args))

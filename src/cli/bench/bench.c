@@ -14,14 +14,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+void bench_client_options(const cli_global *g, const bench_opts *o,
+                          int64_t lease_ms, dlock_client_options *opt) {
+  cli_options(g, lease_ms, opt);
+  opt->client_name = "dlock-bench";
+  opt->connections = o->connections;
+  opt->command_timeout_ms = 10000;
+  opt->starvation_ms = o->starvation_ms;
+}
+
 dlock_client *bench_client(const cli_global *g, const bench_opts *o,
                            int64_t lease_ms) {
   dlock_client_options opt;
-  cli_options(g, lease_ms, &opt);
-  opt.client_name = "dlock-bench";
-  opt.connections = o->connections;
-  opt.command_timeout_ms = 10000;
-  opt.starvation_ms = o->starvation_ms;
+  bench_client_options(g, o, lease_ms, &opt);
   dlock_client *c = NULL;
   if (dlock_client_open(&opt, &c) != 0)
     cli_err("%s", dlock_client_open_errmsg());
@@ -40,7 +45,9 @@ static const char *bench_help =
     "  contended     P processes x T threads on one lock, holding it --hold "
     "each cycle;\n                latency = the wait for the lock\n"
     "  watchdog      one client holds K locks in watchdog mode for several "
-    "leases\n\n"
+    "leases\n"
+    "  idle-waiters  (--async --idle-waiters N) N handles on one loop wait "
+    "on held\n                locks: the process's CPU share meanwhile\n\n"
     "options:\n"
     "  -t, --threads N      threads per process (default 1)\n"
     "  -p, --processes N    processes (default 1; contended default 8)\n"
@@ -58,6 +65,15 @@ static const char *bench_help =
     "  -c, --connections N  command connections per client (default 1)\n"
     "      --starvation D   the clients' starvation threshold (default 20ms, "
     "0 = off)\n"
+    "      --async          uncontended, contended: one event-loop thread "
+    "per process\n"
+    "                       (the built-in driver) instead of threads\n"
+    "      --inflight N     --async: operations in flight per process "
+    "(uncontended:\n"
+    "                       N locks, default 64; contended: N waiters, "
+    "default 1)\n"
+    "      --idle-waiters N --async: the idle-waiters scenario with N "
+    "waiters\n"
     "      --json           one JSON object per line\n"
     "      --plot FILE.svg  sweep threads 1..T and draw throughput and "
     "latency (gnuplot)\n";
@@ -78,6 +94,9 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
       {"starvation", required_argument, 0, 3006},
       {"kind", required_argument, 0, 3007},
       {"permits", required_argument, 0, 3008},
+      {"async", no_argument, 0, 3009},
+      {"inflight", required_argument, 0, 3010},
+      {"idle-waiters", required_argument, 0, 3011},
       {0, 0, 0, 0}};
   bench_opts o = {.threads = 1, .processes = 0, .locks = 10000, .periods = 3,
                   .connections = 1, .starvation_ms = 20, .secs_ms = 5000,
@@ -100,7 +119,8 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
       }
       o.kind = optarg;
       break;
-    case 't': case 'p': case 'k': case 'c': case 3003: case 3008:
+    case 't': case 'p': case 'k': case 'c': case 3003: case 3008: case 3010:
+    case 3011:
       if (!num_ok) {
         cli_err("bad number '%s'", optarg);
         return EXIT_USAGE;
@@ -110,6 +130,8 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
       else if (opt == 'k') o.locks = (int)v;
       else if (opt == 'c') o.connections = (int)v;
       else if (opt == 3008) o.permits = (int)v;
+      else if (opt == 3010) o.inflight = (int)v;
+      else if (opt == 3011) o.idle_waiters = (int)v;
       else o.periods = (int)v;
       break;
     case 'd': case 3001: case 3002: {
@@ -124,6 +146,7 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
       break;
     }
     case 3004: o.json = true; break;
+    case 3009: o.async = true; break;
     case 3006: {
       int64_t ms;
       if (dl_parse_duration(optarg, &ms) != 0 || ms > 3600000) {
@@ -141,18 +164,39 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
       if (cli_global_opt(g, opt, optarg) < 0) return EXIT_USAGE;
     }
   }
-  if (argc - optind != 1) {
-    cli_err("usage: dlock bench [options] uncontended|contended|watchdog");
+  /* --idle-waiters names its scenario itself. */
+  if (argc - optind != 1 && !(o.idle_waiters && argc == optind)) {
+    cli_err("usage: dlock bench [options] "
+            "uncontended|contended|watchdog|idle-waiters");
     return EXIT_USAGE;
   }
-  o.scenario = argv[optind];
+  o.scenario = argc > optind ? argv[optind] : "idle-waiters";
+  bool idle = strcmp(o.scenario, "idle-waiters") == 0;
   bool known = strcmp(o.scenario, "uncontended") == 0 ||
                strcmp(o.scenario, "contended") == 0 ||
-               strcmp(o.scenario, "watchdog") == 0;
+               strcmp(o.scenario, "watchdog") == 0 || idle;
   if (!known) {
     cli_err("unknown scenario '%s'", o.scenario);
     return EXIT_USAGE;
   }
+  if (o.async && strcmp(o.scenario, "watchdog") == 0) {
+    cli_err("--async runs uncontended, contended or idle-waiters");
+    return EXIT_USAGE;
+  }
+  if (idle && (!o.async || !o.idle_waiters)) {
+    cli_err("idle-waiters needs --async and --idle-waiters N");
+    return EXIT_USAGE;
+  }
+  if (o.async && strcmp(o.kind, "lock") && strcmp(o.kind, "fair")) {
+    cli_err("--async: --kind lock or fair (the others have no async form "
+            "yet)");
+    return EXIT_USAGE;
+  }
+  if (o.async && o.plot) {
+    cli_err("--plot sweeps threads: not with --async");
+    return EXIT_USAGE;
+  }
+  if (o.inflight == 0) o.inflight = strcmp(o.scenario, "contended") ? 64 : 1;
   if (o.processes == 0)
     o.processes = strcmp(o.scenario, "contended") == 0 ? 8 : 1;
   if (o.connections > 64) o.connections = 64;
@@ -165,6 +209,9 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
   if (strcmp(o.scenario, "watchdog") == 0) {
     rc = bench_watchdog(g, &o, raw, &r);
     if (rc == 0) bench_print_report(&r, o.json);
+  } else if (idle) {
+    rc = bench_async_idle(g, &o, raw, &r);
+    bench_print_report(&r, o.json);
   } else if (o.plot) {
     rc = bench_plot(g, o, raw, o.plot);
   } else {

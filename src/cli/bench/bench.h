@@ -19,14 +19,19 @@ typedef struct bench_opts {
   int permits;      /* contended semaphore or permits (default 1) */
   int64_t secs_ms, hold_ms, lease_ms;
   bool json;
+  bool async;       /* --async: one event-loop thread per process */
+  int inflight;     /* --async: operations in flight (per process) */
+  int idle_waiters; /* --idle-waiters N: the idle-waiters scenario */
   const char *plot;
   const char *url, *password; /* for the interleaved baseline */
 } bench_opts;
 
 /* A client for the benchmark (watchdog lease `lease_ms`, 0 = default), or
- * NULL with the reason printed (bench.c). */
+ * NULL with the reason printed (bench.c); and its options. */
 dlock_client *bench_client(const cli_global *g, const bench_opts *o,
                            int64_t lease_ms);
+void bench_client_options(const cli_global *g, const bench_opts *o,
+                          int64_t lease_ms, dlock_client_options *opt);
 
 /* ---- samples.c: latencies in microseconds ---- */
 
@@ -93,6 +98,8 @@ typedef struct bench_report {
   const char *kind;
   int starvation_ms; /* contended */
   int threads, processes;
+  bool async;   /* one event-loop thread per process (--async) */
+  int inflight; /* async: operations in flight per process; idle: waiters */
   double ops_per_sec, p50, p99, max;
   double rtt_p50, ceiling, cpu_per_op;
   long errors;
@@ -102,6 +109,8 @@ typedef struct bench_report {
   /* watchdog */
   long locks, lost;
   double renewal_rt_per_period, client_cpu_share, bytes_per_lock;
+  /* idle-waiters (and client_cpu_share) */
+  double server_cpu_share;
 } bench_report;
 
 /* Prints r on stdout: one JSON object on a line, or text. */
@@ -118,6 +127,16 @@ int bench_measure(const cli_global *g, const bench_opts *o,
 /* watchdog.c: one client holding o->locks locks in watchdog mode. */
 int bench_watchdog(const cli_global *g, const bench_opts *o,
                    struct redisContext *raw, bench_report *r);
+/* async.c (--async): one process's share of bench_measure's uncontended
+ * or contended run, on one event-loop thread with o->inflight operations
+ * in flight, from start_us to end_us; adds to out. Returns 0 or -1. */
+int bench_async_process(const cli_global *g, const bench_opts *o,
+                        const char *lock_name, int64_t start_us, int64_t end_us,
+                        bench_result *out);
+/* async.c: o->idle_waiters handles waiting on held locks on one loop for
+ * o->secs_ms: the process's and the server's CPU meanwhile. */
+int bench_async_idle(const cli_global *g, const bench_opts *o,
+                     struct redisContext *raw, bench_report *r);
 /* plot.c: bench_measure for 1, 2, 4 ... o.threads threads, each report
  * printed, then the SVG drawn by gnuplot at path. */
 int bench_plot(const cli_global *g, bench_opts o, struct redisContext *raw,

@@ -14,6 +14,11 @@ void bench_print_report(const bench_report *r, bool json) {
            "\"errors\":%ld",
            r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50,
            r->p99, r->max, r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
+    if (r->async) printf(",\"async\":true,\"inflight\":%d", r->inflight);
+    if (strcmp(r->scenario, "idle-waiters") == 0)
+      printf(",\"waiters\":%d,\"client_cpu_share\":%.4f,"
+             "\"server_cpu_share\":%.4f",
+             r->inflight, r->client_cpu_share, r->server_cpu_share);
     if (strcmp(r->scenario, "contended") == 0) {
       printf(",\"kind\":\"%s\",\"starvation_ms\":%d", r->kind,
              r->starvation_ms);
@@ -34,10 +39,16 @@ void bench_print_report(const bench_report *r, bool json) {
     return;
   }
   bool cont = strcmp(r->scenario, "contended") == 0;
-  printf("%-11s %3d thr x %2d proc  %9.0f ops/s  p50 %7.1f us  p99 %8.1f us"
-         "  max %9.1f us%s%s\n",
-         r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50, r->p99,
-         r->max, cont ? "  kind " : "", cont ? r->kind : "");
+  if (r->async)
+    printf("%-11s 1 loop x %2d proc, %d in flight each  %9.0f ops/s  p50 "
+           "%7.1f us  p99 %8.1f us  max %9.1f us%s%s\n",
+           r->scenario, r->processes, r->inflight, r->ops_per_sec, r->p50,
+           r->p99, r->max, cont ? "  kind " : "", cont ? r->kind : "");
+  else
+    printf("%-11s %3d thr x %2d proc  %9.0f ops/s  p50 %7.1f us  p99 %8.1f "
+           "us  max %9.1f us%s%s\n",
+           r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50,
+           r->p99, r->max, cont ? "  kind " : "", cont ? r->kind : "");
   printf("  baselines: PING p50 %.1f us (2 x = %.1f us), ceiling %.0f "
          "cycles/s; server CPU %.2f us/op; errors %ld\n",
          r->rtt_p50, 2 * r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
@@ -49,6 +60,11 @@ void bench_print_report(const bench_report *r, bool json) {
            "wakeups/acquire %.2f, max wakeups/unlock/process %.2f\n",
            r->utilisation, r->wait_p50, r->wait_p99, r->wait_max,
            r->wakeups_per_acquire, r->max_wakeups_per_unlock_per_process);
+  if (strcmp(r->scenario, "idle-waiters") == 0)
+    printf("  %d waiters: client CPU %.2f%% of a core, server CPU %.2f%%, "
+           "%.0f scripts/s\n",
+           r->inflight, 100 * r->client_cpu_share, 100 * r->server_cpu_share,
+           r->ops_per_sec);
   if (strcmp(r->scenario, "watchdog") == 0)
     printf("  %ld locks, lost %ld, renewal round trips/period %.1f "
            "(%.0f locks each), client CPU %.2f%%, %.0f bytes/lock\n",

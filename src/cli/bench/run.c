@@ -12,10 +12,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Runs T threads of `fn` on one client in this process. */
+/* Runs T threads of `fn` on one client in this process (--async: one
+ * event-loop thread instead, async.c). */
 static int run_threads(const cli_global *g, const bench_opts *o,
                        void *(*fn)(void *), const char *lock_name,
                        int64_t start_us, int64_t end_us, bench_result *out) {
+  if (o->async)
+    return bench_async_process(g, o, lock_name, start_us, end_us, out);
   dlock_client *c = bench_client(g, o, 0);
   if (c == NULL) return -1;
   bench_worker *ws = calloc((size_t)o->threads, sizeof *ws);
@@ -116,8 +119,10 @@ int bench_measure(const cli_global *g, const bench_opts *o,
                   bench_samples *keep) {
   memset(r, 0, sizeof *r);
   r->scenario = o->scenario;
-  r->threads = o->threads;
+  r->threads = o->async ? 1 : o->threads;
   r->processes = o->processes;
+  r->async = o->async;
+  r->inflight = o->async ? o->inflight : 0;
   r->kind = o->kind;
   r->starvation_ms = o->starvation_ms;
   r->rtt_p50 = bench_ping_p50_us(raw, 2000);
