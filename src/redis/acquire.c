@@ -16,9 +16,12 @@
  * attempt; a starving waiter attempts at least every RESERVE_MS / 3. So a
  * waiter that dies blocks a free lock for at most this long. */
 #define RESERVE_MS 600
-/* A waiter in the plain lock's hand-off queue counts as alive this long
- * after each attempt; it attempts at least every GRANT_STALE_MS / 3. */
+/* A waiter in the plain lock's hand-off queue counts as alive for three
+ * beats after each attempt, and attempts once a beat (grant_beat): at
+ * first every GRANT_STALE_MS / 3, then less often the longer it waits, up
+ * to every GRANT_BEAT_MAX_MS. */
 #define GRANT_STALE_MS 6000
+#define GRANT_BEAT_MAX_MS 20000
 /* A waiter's own channel, "<channel>:<owner id>": the fair lock's wake-up
  * and the plain lock's grant. `out` has OWNER_CHANNEL_MAX bytes. */
 #define OWNER_CHANNEL_MAX (DL_DERIVED_MAX + DL_OWNER_MAX + 1)
@@ -66,6 +69,24 @@ typedef struct acq_op {
   char ch[OWNER_CHANNEL_MAX], gch[OWNER_CHANNEL_MAX]; /* last: not zeroed */
 } acq_op;
 
+/* A queued waiter's heartbeat: GRANT_STALE_MS / 3 at first, then as long
+ * as it has waited, up to GRANT_BEAT_MAX_MS, so that a long wait costs the
+ * server and the client little (10 000 waiters that waited a minute: 500
+ * attempts a second); never more than a third of the lease it asks for (a
+ * grant's validity counts from the last attempt). The price: a waiter that
+ * froze (SIGSTOP, a long pause) can still be handed the lock up to three
+ * beats after its last attempt, and then holds it until that lease ends;
+ * a waiter that died or gave up is skipped at once (its grant channel has
+ * no subscriber). */
+static int64_t grant_beat(const acq_op *o, int64_t now) {
+  int64_t beat = now - o->start;
+  if (beat < GRANT_STALE_MS / 3) beat = GRANT_STALE_MS / 3;
+  if (beat > GRANT_BEAT_MAX_MS) beat = GRANT_BEAT_MAX_MS;
+  int64_t third = o->a->lease_ms / 3;
+  if (third < beat) beat = third > 0 ? third : 1;
+  return beat;
+}
+
 /* Sends one attempt at a side of a read-write lock. */
 static int rw_send(acq_op *o, const char *lease) {
   const dl_lock_ref *l = o->a->lock;
@@ -110,7 +131,7 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
   char reserve[DL_INT_BUF], stale[DL_INT_BUF], alive[DL_INT_BUF];
   dl_fmt_ll(reserve, RESERVE_MS);
   dl_fmt_ll(stale, l->fair_stale_ms);
-  dl_fmt_ll(alive, GRANT_STALE_MS);
+  dl_fmt_ll(alive, 3 * grant_beat(o, o->sent));
   const char *args[] = {lease,   l->owner, a->info, count,
                         o->starving ? "1" : "0",
                         reserve, stale,    enqueue ? "1" : "0", alive};
@@ -311,11 +332,8 @@ static int acq_step(acq_op *o) {
       /* A queued waiter proves it is alive, and renews the lease it will
        * be granted with, often enough (the hold's validity counts from its
        * last attempt). */
-      if (o->queued) {
-        int64_t beat = GRANT_STALE_MS / 3;
-        if (a->lease_ms / 3 < beat) beat = a->lease_ms / 3 > 0 ? a->lease_ms / 3 : 1;
-        if (now + beat < until) until = now + beat;
-      }
+      if (o->queued && o->sent + grant_beat(o, o->sent) < until)
+        until = o->sent + grant_beat(o, o->sent);
       o->st = ACQ_WAITED;
       if (dl_redis_step_sub_wait(R, &o->p, o->sub, until, o->start,
                                  o->grant) == DL_PENDING)

@@ -74,6 +74,10 @@ static const char *bench_help =
     "default 1)\n"
     "      --idle-waiters N --async: the idle-waiters scenario with N "
     "waiters\n"
+    "      --warmup D       idle-waiters: how long they wait before the "
+    "measured -d\n"
+    "                       (default 1s; their heartbeats slow down as they "
+    "wait)\n"
     "      --json           one JSON object per line\n"
     "      --plot FILE.svg  sweep threads 1..T and draw throughput and "
     "latency (gnuplot)\n";
@@ -97,11 +101,12 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
       {"async", no_argument, 0, 3009},
       {"inflight", required_argument, 0, 3010},
       {"idle-waiters", required_argument, 0, 3011},
+      {"warmup", required_argument, 0, 3012},
       {0, 0, 0, 0}};
   bench_opts o = {.threads = 1, .processes = 0, .locks = 10000, .periods = 3,
                   .connections = 1, .starvation_ms = 20, .secs_ms = 5000,
                   .hold_ms = 1, .kind = "lock", .permits = 1,
-                  .lease_ms = 2000};
+                  .lease_ms = 2000, .warmup_ms = 1000};
   int opt;
   while ((opt = getopt_long(argc, argv, CLI_GLOBAL_SHORTOPTS "t:p:d:k:c:",
                             longopts, NULL)) != -1) {
@@ -134,14 +139,16 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
       else if (opt == 3011) o.idle_waiters = (int)v;
       else o.periods = (int)v;
       break;
-    case 'd': case 3001: case 3002: {
+    case 'd': case 3001: case 3002: case 3012: {
       int64_t ms;
-      if (dl_parse_duration(optarg, &ms) != 0 || (opt != 3001 && ms < 10)) {
+      if (dl_parse_duration(optarg, &ms) != 0 ||
+          (opt != 3001 && opt != 3012 && ms < 10)) {
         cli_err("bad duration '%s'", optarg);
         return EXIT_USAGE;
       }
       if (opt == 'd') o.secs_ms = ms;
       else if (opt == 3001) o.hold_ms = ms;
+      else if (opt == 3012) o.warmup_ms = ms;
       else o.lease_ms = ms;
       break;
     }

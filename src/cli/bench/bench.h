@@ -22,6 +22,7 @@ typedef struct bench_opts {
   bool async;       /* --async: one event-loop thread per process */
   int inflight;     /* --async: operations in flight (per process) */
   int idle_waiters; /* --idle-waiters N: the idle-waiters scenario */
+  int64_t warmup_ms; /* --warmup: idle waiters wait this long unmeasured */
   const char *plot;
   const char *url, *password; /* for the interleaved baseline */
 } bench_opts;

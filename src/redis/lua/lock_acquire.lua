@@ -23,7 +23,8 @@
 -- KEYS[4] the queue (list of owner ids, first come first served)
 -- KEYS[5] the waiters (hash: owner id -> "deadline:lease:info", deadline in
 -- server ms, pushed to now + ARGV[9] by each attempt)
--- ARGV[9] how long a queued waiter counts as alive after an attempt, in ms
+-- ARGV[9] how long this queued waiter counts as alive after this attempt,
+-- in ms (each waiter its own: it grows with the time it has waited)
 -- The queue only orders hand-offs: a free lock is still taken by whoever
 -- asks first, as in Redisson (a Redisson client frees it without granting).
 -- Returns {1, token} when taken, {2, token} when re-entered by the owner,
@@ -89,8 +90,14 @@ local function refused(ms, who)
     if redis.call('hset', KEYS[5], ARGV[2], entry) == 1 then
       redis.call('rpush', KEYS[4], ARGV[2])
     end
-    redis.call('pexpire', KEYS[4], 2 * tonumber(ARGV[9]))
-    redis.call('pexpire', KEYS[5], 2 * tonumber(ARGV[9]))
+    -- Waiters ask for windows of their own: the keys outlive the longest.
+    local ttl = 2 * tonumber(ARGV[9])
+    if redis.call('pttl', KEYS[4]) < ttl then
+      redis.call('pexpire', KEYS[4], ttl)
+    end
+    if redis.call('pttl', KEYS[5]) < ttl then
+      redis.call('pexpire', KEYS[5], ttl)
+    end
   end
   return {0, ms, who}
 end
