@@ -178,7 +178,8 @@ int dlock_semaphore_acquire_async(dlock_semaphore *s, int permits,
                                   int64_t wait_ms, dlock_done_cb cb, void *ud,
                                   dlock_op **op) {
   dl_sync_call q;
-  return dl_sync_go_async(acquire_call(s, permits, wait_ms, &q), s, &q, cb, ud, op);
+  return dl_sync_go_async(acquire_call(s, permits, wait_ms, &q), s, &q, cb,
+                          ud, op);
 }
 
 int dlock_semaphore_release_async(dlock_semaphore *s, int permits,
