@@ -342,8 +342,21 @@ static void rwlock_one_owner(int kind) {
   RUN(&f, &rr);
   CHECK_RC(rr.rc, 1);
   CHECK_EQ(th_cmd_int(&th_srv, "EXISTS k:rw"), 0);
-  dlock_rwlock_free(rw);
+  /* Freed with a wait pending on a side: the side goes after it. */
+  td_got w2 = {0}, pend = {0};
+  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_write(rw), 0, 5000,
+                                    td_on_done, &w2, NULL), 0);
+  RUN(&f, &w2);
+  CHECK_RC(w2.rc, 0);
+  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_read(other), -1, 5000,
+                                    td_on_done, &pend, NULL), 0);
+  td_run_for(&f.t, 100);
   dlock_rwlock_free(other);
+  dlock_rwlock_free(rw); /* its write hold expires with its lease */
+  dlock_client_close(f.c);
+  f.c = NULL;
+  CHECK_EQ(pend.calls, 1);
+  CHECK_RC(pend.rc, DLOCK_ECLOSED);
   td_fix_close(&f);
 }
 TD_DRIVERS(rwlock_one_owner)

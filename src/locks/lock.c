@@ -112,8 +112,12 @@ static void lock_free(dlock_lock *l) {
 
 void dlock_rwlock_free(dlock_rwlock *rw) {
   if (rw == NULL) return;
-  lock_free(rw->read);
-  lock_free(rw->write);
+  /* Its handles are its own again: each is freed now, or after the last
+   * of its event-loop operations. */
+  if (rw->read) rw->read->borrowed = 0;
+  if (rw->write) rw->write->borrowed = 0;
+  dlock_lock_free(rw->read);
+  dlock_lock_free(rw->write);
   free(rw);
 }
 
