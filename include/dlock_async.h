@@ -103,9 +103,10 @@ DLOCK_API int dlock_client_open_async(const dlock_client_options *opts,
 /* An operation in flight. */
 typedef struct dlock_op dlock_op;
 /* An operation's end, on the loop's thread, exactly once: rc is what the
- * blocking call returns (0 acquired, DLOCK_EBUSY, ...; a release's 1 or
- * 0), token the fencing token of an acquired lock (else 0), errmsg the
- * detail ("" if none; valid during the call), ud the caller's. */
+ * blocking call returns (0 acquired, DLOCK_EBUSY, ...; a lock release's 1
+ * or 0; a count; each form below says), token the fencing token of an
+ * acquired lock (else 0), errmsg the detail ("" if none; valid during the
+ * call), ud the caller's. */
 typedef void (*dlock_done_cb)(int rc, uint64_t token, const char *errmsg,
                               void *ud);
 /* The asynchronous forms. Each returns 0 and (if op is not NULL) the
@@ -121,11 +122,112 @@ DLOCK_API int dlock_lock_acquire_async(dlock_lock *l, int64_t wait_ms,
 DLOCK_API int dlock_lock_release_async(dlock_lock *l, dlock_done_cb cb,
                                        void *ud, dlock_op **op);
 /* Makes op give up: its wait ends now, as if wait_ms had run out; it then
- * completes with DLOCK_ECANCELED (or its result, if a request already sent
- * acquires: a lock acquired as it is cancelled is released again and
- * reported DLOCK_ECANCELED). A release is not cancelled. Accepts NULL;
- * not from inside op's own callback. */
+ * completes with DLOCK_ECANCELED (or its error, if a request already sent
+ * fails: what it acquired as it is cancelled, a lock, permits, a permit,
+ * is released again and reported DLOCK_ECANCELED). An operation that does
+ * not wait (a release, a count, a set) is not cancelled: it completes as
+ * usual. Accepts NULL; not from inside op's own callback. */
 DLOCK_API void dlock_op_cancel(dlock_op *op);
+
+/* ---- the other kinds, on the loop ----
+ * Every call below has the contract above: 0 and *op, then cb once from
+ * the loop with rc what the blocking call of the same name returns; or a
+ * negative code and cb never called. The handles (and the multi-lock's
+ * locks) may be freed while their operations run: they are freed after
+ * the last one completes. token is 0. Calls that wait take wait_ms as
+ * their blocking *_try_* twin (0: one try, < 0: no limit) and complete
+ * with DLOCK_EBUSY when it runs out; dlock_op_cancel ends their wait. */
+
+/* Read-write locks: dlock_rwlock_read / dlock_rwlock_write lend lock
+ * handles, so the lock calls above apply. On an event-loop client a
+ * read-write lock made with owner NULL has one owner for both sides (the
+ * lock: a writer may take the read side too, as in Redisson). */
+
+/* Multi-lock: every lock, in the canonical order, each acquire started
+ * once the previous one is done; wait_ms bounds the whole. tokens (may be
+ * NULL; n entries, tokens[i] for locks[i]) must stay valid until cb runs,
+ * which fills it in first. rc 0, or the first failure (DLOCK_EBUSY,
+ * DLOCK_ECANCELED, ...) after the locks already taken are released,
+ * newest first. The locks must be on event-loop clients. */
+DLOCK_API int dlock_multilock_acquire_async(dlock_multilock *m,
+                                            int64_t wait_ms, int64_t lease_ms,
+                                            uint64_t *tokens,
+                                            dlock_done_cb cb, void *ud,
+                                            dlock_op **op);
+/* Releases every lock, newest first, one after the other: rc 0 or the
+ * first error met (the others are still released). */
+DLOCK_API int dlock_multilock_release_async(dlock_multilock *m,
+                                            dlock_done_cb cb, void *ud,
+                                            dlock_op **op);
+
+/* Semaphore: acquire (rc 0, DLOCK_EBUSY, DLOCK_ECANCELED; permits taken as
+ * it is cancelled go back), release (rc 0), try_set_permits (rc 1 set, 0
+ * already set), add_permits (rc 0), available and drain (rc the count). */
+DLOCK_API int dlock_semaphore_acquire_async(dlock_semaphore *s, int permits,
+                                            int64_t wait_ms,
+                                            dlock_done_cb cb, void *ud,
+                                            dlock_op **op);
+DLOCK_API int dlock_semaphore_release_async(dlock_semaphore *s, int permits,
+                                            dlock_done_cb cb, void *ud,
+                                            dlock_op **op);
+DLOCK_API int dlock_semaphore_try_set_permits_async(dlock_semaphore *s,
+                                                    int permits,
+                                                    dlock_done_cb cb,
+                                                    void *ud, dlock_op **op);
+DLOCK_API int dlock_semaphore_add_permits_async(dlock_semaphore *s,
+                                                int permits, dlock_done_cb cb,
+                                                void *ud, dlock_op **op);
+DLOCK_API int dlock_semaphore_available_async(dlock_semaphore *s,
+                                              dlock_done_cb cb, void *ud,
+                                              dlock_op **op);
+DLOCK_API int dlock_semaphore_drain_async(dlock_semaphore *s,
+                                          dlock_done_cb cb, void *ud,
+                                          dlock_op **op);
+
+/* Permit-expirable semaphore. acquire writes the id the permit will have
+ * to `id` within the call (the id is chosen before the request goes out;
+ * the buffer is not used after the call returns 0); rc 0 then means that
+ * permit is taken (lease_ms as dlock_permits_try_acquire's), else
+ * DLOCK_EBUSY, DLOCK_ELATE, DLOCK_ECANCELED (a permit granted then goes
+ * back), ... release (rc 0, DLOCK_ELOST, DLOCK_ENOTOWNER), force_release
+ * (rc 1 taken back, 0 none), try_set_permits (rc 1 or 0), add_permits (rc
+ * 0), available (rc the count). */
+DLOCK_API int dlock_permits_acquire_async(dlock_permits *p, int64_t wait_ms,
+                                          int64_t lease_ms,
+                                          char id[DLOCK_PERMIT_ID_LEN],
+                                          dlock_done_cb cb, void *ud,
+                                          dlock_op **op);
+DLOCK_API int dlock_permits_release_async(dlock_permits *p, const char *id,
+                                          dlock_done_cb cb, void *ud,
+                                          dlock_op **op);
+DLOCK_API int dlock_permits_force_release_async(dlock_permits *p,
+                                                const char *id,
+                                                dlock_done_cb cb, void *ud,
+                                                dlock_op **op);
+DLOCK_API int dlock_permits_try_set_permits_async(dlock_permits *p,
+                                                  int permits,
+                                                  dlock_done_cb cb, void *ud,
+                                                  dlock_op **op);
+DLOCK_API int dlock_permits_add_permits_async(dlock_permits *p, int permits,
+                                              dlock_done_cb cb, void *ud,
+                                              dlock_op **op);
+DLOCK_API int dlock_permits_available_async(dlock_permits *p,
+                                            dlock_done_cb cb, void *ud,
+                                            dlock_op **op);
+
+/* Count-down latch: await (rc 0 at zero, DLOCK_EBUSY, DLOCK_ECANCELED),
+ * count_down (rc 0, DLOCK_ERANGE at zero), try_set_count (rc 1 set, 0 a
+ * count runs), count (rc the count left, >= 0). */
+DLOCK_API int dlock_latch_await_async(dlock_latch *l, int64_t wait_ms,
+                                      dlock_done_cb cb, void *ud,
+                                      dlock_op **op);
+DLOCK_API int dlock_latch_count_down_async(dlock_latch *l, dlock_done_cb cb,
+                                           void *ud, dlock_op **op);
+DLOCK_API int dlock_latch_try_set_count_async(dlock_latch *l, int64_t count,
+                                              dlock_done_cb cb, void *ud,
+                                              dlock_op **op);
+DLOCK_API int dlock_latch_count_async(dlock_latch *l, dlock_done_cb cb,
+                                      void *ud, dlock_op **op);
 
 #ifdef __cplusplus
 }

@@ -138,6 +138,50 @@ static inline bool td_have(int kind) {
   return true;
 }
 
+/* ---- what the event-loop API tests share ---- */
+/* One operation's outcome. */
+typedef struct td_got {
+  int calls, rc;
+  uint64_t token;
+  char msg[256];
+} td_got;
+
+static inline void td_on_done(int rc, uint64_t token, const char *errmsg,
+                              void *ud) {
+  td_got *g = ud;
+  g->calls++;
+  g->rc = rc;
+  g->token = token;
+  snprintf(g->msg, sizeof g->msg, "%s", errmsg);
+}
+
+/* The clients td_fix_open makes wait through the subscriber connection
+ * (0), or by backoff of at most this many ms. A test may change it. */
+static int td_backoff_ms = 0;
+
+/* An event-loop client on a fresh loop of `kind`. */
+typedef struct td_fix {
+  td_loop t;
+  dlock_client *c;
+} td_fix;
+
+static inline int td_fix_open(td_fix *f, int kind, int64_t watchdog_ms) {
+  memset(f, 0, sizeof *f);
+  int rc = td_open(&f->t, kind);
+  if (rc != 0) return rc;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = th_srv.url;
+  if (watchdog_ms > 0) o.watchdog_timeout_ms = watchdog_ms;
+  o.wait_backoff_max_ms = td_backoff_ms;
+  return dlock_client_open_async(&o, f->t.lp, &f->c);
+}
+
+static inline void td_fix_close(td_fix *f) {
+  dlock_client_close(f->c);
+  td_close(&f->t);
+}
+
 /* A test fn(int kind) once per driver: fn_builtin, fn_uv, fn_event (one
  * the build lacks is skipped, saying so). */
 #define TD_DRIVERS(fn)                                                         \

@@ -8,55 +8,13 @@
 
 #include <string.h>
 
-/* One operation's outcome. */
-typedef struct got {
-  int calls, rc;
-  uint64_t token;
-  char msg[256];
-} got;
-
-static void on_done(int rc, uint64_t token, const char *errmsg, void *ud) {
-  got *g = ud;
-  g->calls++;
-  g->rc = rc;
-  g->token = token;
-  snprintf(g->msg, sizeof g->msg, "%s", errmsg);
-}
-
-/* An event-loop client on a fresh loop of `kind`. */
-typedef struct fix {
-  td_loop t;
-  dlock_client *c;
-} fix;
-
-/* The clients fix_open makes wait by backoff of at most this many ms, or
- * (0) through the subscriber connection. */
-static int fix_backoff_ms = 50;
-
-static int fix_open(fix *f, int kind, int64_t watchdog_ms) {
-  memset(f, 0, sizeof *f);
-  int rc = td_open(&f->t, kind);
-  if (rc != 0) return rc;
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = th_srv.url;
-  if (watchdog_ms > 0) o.watchdog_timeout_ms = watchdog_ms;
-  o.wait_backoff_max_ms = fix_backoff_ms;
-  return dlock_client_open_async(&o, f->t.lp, &f->c);
-}
-
-static void fix_close(fix *f) {
-  dlock_client_close(f->c);
-  td_close(&f->t);
-}
-
 static void acquire_release(int kind) {
-  fix f;
-  CHECK_RC(fix_open(&f, kind, 0), 0);
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(f.c, "a:one", NULL, &l), 0);
-  got g = {0};
-  CHECK_RC(dlock_lock_acquire_async(l, 0, 5000, on_done, &g, NULL), 0);
+  td_got g = {0};
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 5000, td_on_done, &g, NULL), 0);
   CHECK_EQ(g.calls, 0); /* never within the call */
   CHECK(td_run_until(&f.t, &g.calls, 3000));
   CHECK_RC(g.rc, 0);
@@ -64,24 +22,24 @@ static void acquire_release(int kind) {
   CHECK_EQ(th_cmd_int(&th_srv, "EXISTS a:one"), 1);
   CHECK(th_cmd_int(&th_srv, "PTTL a:one") > 4000);
   /* Re-entry by the same handle: the same token, a count of 2. */
-  got g2 = {0};
-  CHECK_RC(dlock_lock_acquire_async(l, 0, 5000, on_done, &g2, NULL), 0);
+  td_got g2 = {0};
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 5000, td_on_done, &g2, NULL), 0);
   CHECK(td_run_until(&f.t, &g2.calls, 3000));
   CHECK_RC(g2.rc, 0);
   CHECK_EQ(g2.token, g.token);
   /* Another handle is another owner on the loop. */
   dlock_lock *other;
   CHECK_RC(dlock_lock_new(f.c, "a:one", NULL, &other), 0);
-  got g3 = {0};
-  CHECK_RC(dlock_lock_acquire_async(other, 0, 5000, on_done, &g3, NULL), 0);
+  td_got g3 = {0};
+  CHECK_RC(dlock_lock_acquire_async(other, 0, 5000, td_on_done, &g3, NULL), 0);
   CHECK(td_run_until(&f.t, &g3.calls, 3000));
   CHECK_RC(g3.rc, DLOCK_EBUSY);
   CHECK(strstr(g3.msg, "a:one") != NULL);
-  got r1 = {0}, r2 = {0};
-  CHECK_RC(dlock_lock_release_async(l, on_done, &r1, NULL), 0);
+  td_got r1 = {0}, r2 = {0};
+  CHECK_RC(dlock_lock_release_async(l, td_on_done, &r1, NULL), 0);
   CHECK(td_run_until(&f.t, &r1.calls, 3000));
   CHECK_RC(r1.rc, 0); /* still held once */
-  CHECK_RC(dlock_lock_release_async(l, on_done, &r2, NULL), 0);
+  CHECK_RC(dlock_lock_release_async(l, td_on_done, &r2, NULL), 0);
   CHECK(td_run_until(&f.t, &r2.calls, 3000));
   CHECK_RC(r2.rc, 1);
   CHECK_EQ(th_cmd_int(&th_srv, "EXISTS a:one"), 0);
@@ -90,29 +48,29 @@ static void acquire_release(int kind) {
   CHECK_EQ(r1.calls + r2.calls + g.calls + g2.calls + g3.calls, 5);
   dlock_lock_free(l);
   dlock_lock_free(other);
-  fix_close(&f);
+  td_fix_close(&f);
 }
 TD_DRIVERS(acquire_release)
 
 /* A holder on a blocking client; the event-loop waiter gets the lock soon
  * after its release, and times out while it is held. */
 static void waits(int kind) {
-  fix f;
-  CHECK_RC(fix_open(&f, kind, 0), 0);
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
   dlock_client *bc = th_client(&th_srv, 0);
   CHECK(bc != NULL);
   dlock_lock *h, *w;
   CHECK_RC(dlock_lock_new(bc, "a:wait", NULL, &h), 0);
   CHECK_RC(dlock_lock_new(f.c, "a:wait", NULL, &w), 0);
   CHECK_RC(dlock_lock_acquire(h, 30000, NULL), 0);
-  got t = {0};
+  td_got t = {0};
   int64_t t0 = th_now_ms();
-  CHECK_RC(dlock_lock_acquire_async(w, 300, 5000, on_done, &t, NULL), 0);
+  CHECK_RC(dlock_lock_acquire_async(w, 300, 5000, td_on_done, &t, NULL), 0);
   CHECK(td_run_until(&f.t, &t.calls, 3000));
   CHECK_RC(t.rc, DLOCK_EBUSY);
   CHECK(th_now_ms() - t0 >= 300);
-  got g = {0};
-  CHECK_RC(dlock_lock_acquire_async(w, 10000, 5000, on_done, &g, NULL), 0);
+  td_got g = {0};
+  CHECK_RC(dlock_lock_acquire_async(w, 10000, 5000, td_on_done, &g, NULL), 0);
   td_run_for(&f.t, 200);
   CHECK_EQ(g.calls, 0);
   CHECK_EQ(dlock_lock_release(h), 1);
@@ -120,21 +78,21 @@ static void waits(int kind) {
   CHECK(td_run_until(&f.t, &g.calls, 3000));
   CHECK_RC(g.rc, 0);
   CHECK(th_now_ms() - t0 < 1000); /* backoff of at most 50 ms */
-  got r = {0};
-  CHECK_RC(dlock_lock_release_async(w, on_done, &r, NULL), 0);
+  td_got r = {0};
+  CHECK_RC(dlock_lock_release_async(w, td_on_done, &r, NULL), 0);
   CHECK(td_run_until(&f.t, &r.calls, 3000));
   CHECK_RC(r.rc, 1);
   dlock_lock_free(h);
   dlock_lock_free(w);
   dlock_client_close(bc);
-  fix_close(&f);
+  td_fix_close(&f);
 }
 TD_DRIVERS(waits)
 
 /* Cancel ends a wait at once; close completes what is pending. */
 static void cancel_and_close(int kind) {
-  fix f;
-  CHECK_RC(fix_open(&f, kind, 0), 0);
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
   dlock_client *bc = th_client(&th_srv, 0);
   CHECK(bc != NULL);
   dlock_lock *h, *w1, *w2;
@@ -142,11 +100,11 @@ static void cancel_and_close(int kind) {
   CHECK_RC(dlock_lock_new(f.c, "a:cancel", NULL, &w1), 0);
   CHECK_RC(dlock_lock_new(f.c, "a:cancel", NULL, &w2), 0);
   CHECK_RC(dlock_lock_acquire(h, 30000, NULL), 0);
-  got g1 = {0}, g2 = {0};
+  td_got g1 = {0}, g2 = {0};
   dlock_op *op = NULL;
-  CHECK_RC(dlock_lock_acquire_async(w1, 20000, 5000, on_done, &g1, &op), 0);
+  CHECK_RC(dlock_lock_acquire_async(w1, 20000, 5000, td_on_done, &g1, &op), 0);
   CHECK(op != NULL);
-  CHECK_RC(dlock_lock_acquire_async(w2, 20000, 5000, on_done, &g2, NULL), 0);
+  CHECK_RC(dlock_lock_acquire_async(w2, 20000, 5000, td_on_done, &g2, NULL), 0);
   td_run_for(&f.t, 150);
   CHECK_EQ(g1.calls + g2.calls, 0);
   int64_t t0 = th_now_ms();
@@ -165,7 +123,7 @@ static void cancel_and_close(int kind) {
   CHECK_EQ(dlock_lock_release(h), 1);
   dlock_lock_free(h);
   dlock_client_close(bc);
-  fix_close(&f);
+  td_fix_close(&f);
 }
 TD_DRIVERS(cancel_and_close)
 
@@ -173,14 +131,14 @@ TD_DRIVERS(cancel_and_close)
  * (600 ms) outlives it while the loop runs. Positive control: a fixed
  * lease of 600 ms is gone by then. */
 static void watchdog_on_loop(int kind) {
-  fix f;
-  CHECK_RC(fix_open(&f, kind, 600), 0);
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 600), 0);
   dlock_lock *l, *fixed;
   CHECK_RC(dlock_lock_new(f.c, "a:wd", NULL, &l), 0);
   CHECK_RC(dlock_lock_new(f.c, "a:fixed", NULL, &fixed), 0);
-  got g = {0}, gf = {0};
-  CHECK_RC(dlock_lock_acquire_async(l, 0, 0, on_done, &g, NULL), 0);
-  CHECK_RC(dlock_lock_acquire_async(fixed, 0, 600, on_done, &gf, NULL), 0);
+  td_got g = {0}, gf = {0};
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 0, td_on_done, &g, NULL), 0);
+  CHECK_RC(dlock_lock_acquire_async(fixed, 0, 600, td_on_done, &gf, NULL), 0);
   CHECK(td_run_until(&f.t, &g.calls, 3000));
   CHECK(td_run_until(&f.t, &gf.calls, 3000));
   CHECK_RC(g.rc, 0);
@@ -192,18 +150,18 @@ static void watchdog_on_loop(int kind) {
   CHECK_RC(dlock_client_stats_get(f.c, &st), 0);
   CHECK(st.renewals >= 3);
   CHECK_EQ(dlock_lock_is_lost(fixed), 1); /* reported at its end */
-  got r = {0};
-  CHECK_RC(dlock_lock_release_async(l, on_done, &r, NULL), 0);
+  td_got r = {0};
+  CHECK_RC(dlock_lock_release_async(l, td_on_done, &r, NULL), 0);
   CHECK(td_run_until(&f.t, &r.calls, 3000));
   CHECK_RC(r.rc, 1);
   dlock_lock_free(l);
   dlock_lock_free(fixed);
-  fix_close(&f);
+  td_fix_close(&f);
 }
 TD_DRIVERS(watchdog_on_loop)
 
 /* Runs the loop until `channel` has a subscriber (or ms pass). */
-static bool run_until_subscribed(fix *f, const char *channel, int ms) {
+static bool run_until_subscribed(td_fix *f, const char *channel, int ms) {
   int64_t end = th_now_ms() + ms;
   while (th_now_ms() < end) {
     redisReply *r = th_cmd(&th_srv, "PUBSUB NUMSUB %s", channel);
@@ -221,9 +179,9 @@ static bool run_until_subscribed(fix *f, const char *channel, int ms) {
  * control) no subscription is made and nobody is queued. */
 static void pubsub_wait(int kind) {
   for (int mode = 0; mode < 2; mode++) {
-    fix_backoff_ms = mode == 0 ? 0 : 50;
-    fix f;
-    CHECK_RC(fix_open(&f, kind, 0), 0);
+    td_backoff_ms = mode == 0 ? 0 : 50;
+    td_fix f;
+    CHECK_RC(td_fix_open(&f, kind, 0), 0);
     dlock_client *bc = th_client(&th_srv, 0);
     CHECK(bc != NULL);
     dlock_lock *h, *w;
@@ -231,8 +189,8 @@ static void pubsub_wait(int kind) {
     CHECK_RC(dlock_lock_new(f.c, "a:ps", NULL, &w), 0);
     uint64_t ht = 0;
     CHECK_RC(dlock_lock_acquire(h, 30000, &ht), 0);
-    got g = {0};
-    CHECK_RC(dlock_lock_acquire_async(w, 10000, 5000, on_done, &g, NULL), 0);
+    td_got g = {0};
+    CHECK_RC(dlock_lock_acquire_async(w, 10000, 5000, td_on_done, &g, NULL), 0);
     bool subbed = run_until_subscribed(&f, "redisson_lock__channel:{a:ps}",
                                        mode == 0 ? 3000 : 300);
     CHECK_EQ(subbed, mode == 0);
@@ -255,16 +213,16 @@ static void pubsub_wait(int kind) {
     CHECK(took < 1000);
     CHECK_RC(dlock_client_stats_get(f.c, &s1), 0);
     CHECK_EQ(s1.wakeups - s0.wakeups, mode == 0 ? 1u : 0u);
-    got r = {0};
-    CHECK_RC(dlock_lock_release_async(w, on_done, &r, NULL), 0);
+    td_got r = {0};
+    CHECK_RC(dlock_lock_release_async(w, td_on_done, &r, NULL), 0);
     CHECK(td_run_until(&f.t, &r.calls, 3000));
     CHECK_RC(r.rc, 1);
     dlock_lock_free(h);
     dlock_lock_free(w);
     dlock_client_close(bc);
-    fix_close(&f);
+    td_fix_close(&f);
   }
-  fix_backoff_ms = 50;
+  td_backoff_ms = 0;
 }
 TD_DRIVERS(pubsub_wait)
 
@@ -284,13 +242,13 @@ static void on_lost(dlock_lock *l, const char *owner, void *ud) {
  * and does not hear the force release within the second. */
 static void loss_on_loop(int kind) {
   for (int mode = 0; mode < 3; mode++) {
-    fix_backoff_ms = mode == 1 ? 50 : 0;
+    td_backoff_ms = mode == 1 ? 50 : 0;
     dlock_client *bc = th_client(&th_srv, 0); /* hears no keyspace events */
     CHECK(bc != NULL);
     if (mode == 2)
       freeReplyObject(th_cmd(&th_srv, "CONFIG SET notify-keyspace-events Eg"));
-    fix f;
-    CHECK_RC(fix_open(&f, kind, 30000), 0);
+    td_fix f;
+    CHECK_RC(td_fix_open(&f, kind, 30000), 0);
     if (mode == 0) CHECK(run_until_subscribed(&f, "dlock_revoke", 3000));
     if (mode == 2)
       CHECK(run_until_subscribed(&f, "__keyevent@0__:del", 3000));
@@ -299,8 +257,8 @@ static void loss_on_loop(int kind) {
     CHECK_RC(dlock_lock_new(bc, "a:lost", NULL, &other), 0);
     dlock_lock_on_lost(l, on_lost, NULL);
     lost_calls = 0;
-    got g = {0};
-    CHECK_RC(dlock_lock_acquire_async(l, 0, 0, on_done, &g, NULL), 0);
+    td_got g = {0};
+    CHECK_RC(dlock_lock_acquire_async(l, 0, 0, td_on_done, &g, NULL), 0);
     CHECK(td_run_until(&f.t, &g.calls, 3000));
     CHECK_RC(g.rc, 0);
     int64_t t0 = th_now_ms();
@@ -311,8 +269,8 @@ static void loss_on_loop(int kind) {
     if (mode != 1) {
       CHECK(th_now_ms() - t0 < 1000);
       CHECK_EQ(dlock_lock_is_lost(l), 1);
-      got r = {0};
-      CHECK_RC(dlock_lock_release_async(l, on_done, &r, NULL), 0);
+      td_got r = {0};
+      CHECK_RC(dlock_lock_release_async(l, td_on_done, &r, NULL), 0);
       CHECK(td_run_until(&f.t, &r.calls, 3000));
       CHECK_RC(r.rc, DLOCK_ELOST);
     }
@@ -320,9 +278,9 @@ static void loss_on_loop(int kind) {
     dlock_lock_free(l);
     dlock_lock_free(other);
     dlock_client_close(bc);
-    fix_close(&f);
+    td_fix_close(&f);
   }
-  fix_backoff_ms = 50;
+  td_backoff_ms = 0;
 }
 TD_DRIVERS(loss_on_loop)
 
@@ -330,17 +288,17 @@ TD_DRIVERS(loss_on_loop)
  * waits: the subscriber connects again and subscribes again, the waiter
  * still hears the release and acquires. */
 static void reconnect_during_wait(int kind) {
-  fix_backoff_ms = 0;
-  fix f;
-  CHECK_RC(fix_open(&f, kind, 0), 0);
+  td_backoff_ms = 0;
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
   dlock_client *bc = th_client(&th_srv, 0);
   CHECK(bc != NULL);
   dlock_lock *h, *w;
   CHECK_RC(dlock_lock_new(bc, "a:rc", NULL, &h), 0);
   CHECK_RC(dlock_lock_new(f.c, "a:rc", NULL, &w), 0);
   CHECK_RC(dlock_lock_acquire(h, 60000, NULL), 0);
-  got g = {0};
-  CHECK_RC(dlock_lock_acquire_async(w, 20000, 5000, on_done, &g, NULL), 0);
+  td_got g = {0};
+  CHECK_RC(dlock_lock_acquire_async(w, 20000, 5000, td_on_done, &g, NULL), 0);
   CHECK(run_until_subscribed(&f, "redisson_lock__channel:{a:rc}", 3000));
   CHECK(th_cmd_int(&th_srv, "CLIENT KILL TYPE pubsub") >= 1);
   CHECK(th_cmd_int(&th_srv, "CLIENT KILL TYPE normal") >= 1);
@@ -352,15 +310,15 @@ static void reconnect_during_wait(int kind) {
   CHECK_RC(g.rc, 0);
   /* Heard, not found at the holder's TTL (60 s) or a recheck. */
   CHECK(th_now_ms() - t0 < 2000);
-  got r = {0};
-  CHECK_RC(dlock_lock_release_async(w, on_done, &r, NULL), 0);
+  td_got r = {0};
+  CHECK_RC(dlock_lock_release_async(w, td_on_done, &r, NULL), 0);
   CHECK(td_run_until(&f.t, &r.calls, 3000));
   CHECK_RC(r.rc, 1);
   dlock_lock_free(h);
   dlock_lock_free(w);
   dlock_client_close(bc);
-  fix_close(&f);
-  fix_backoff_ms = 50;
+  td_fix_close(&f);
+  td_backoff_ms = 0;
 }
 TD_DRIVERS(reconnect_during_wait)
 

@@ -206,6 +206,10 @@ typedef struct dl_backend_ops {
   int (*latch_await_async)(dl_backend *b, const dl_sync_ref *s, bool wait,
                            int64_t deadline, dl_done_fn done, void *ud,
                            dl_async **op);
+  /* As sync_update; *v is filled in before done runs with 0. */
+  int (*sync_update_async)(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                           long long n, const char *id, long long *v,
+                           dl_done_fn done, void *ud, dl_async **op_out);
   /* The renewal round (as renew) of n > 0 items. */
   int (*renew_async)(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                      dl_renew_item *items, int *calls, dl_done_fn done,

@@ -76,7 +76,12 @@ int dlock_rwlock_new(dlock_client *c, const char *name, const char *owner,
   dlock_rwlock *rw = calloc(1, sizeof *rw);
   if (rw == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
   int rc = dlock_lock_new(c, name, owner, &rw->read);
-  if (rc == 0) rc = dlock_lock_new(c, name, owner, &rw->write);
+  /* Both sides have one owner: the caller's, the thread, or on an event
+   * loop the read handle's (so that a writer may also read). */
+  if (rc == 0)
+    rc = dlock_lock_new(c, name, c->loop && owner == NULL ? rw->read->owner
+                                                          : owner,
+                        &rw->write);
   if (rc != 0) {
     dlock_rwlock_free(rw);
     return rc;
@@ -107,8 +112,12 @@ static void lock_free(dlock_lock *l) {
 
 void dlock_rwlock_free(dlock_rwlock *rw) {
   if (rw == NULL) return;
-  lock_free(rw->read);
-  lock_free(rw->write);
+  /* Its handles are its own again: each is freed now, or after the last
+   * of its event-loop operations. */
+  if (rw->read) rw->read->borrowed = 0;
+  if (rw->write) rw->write->borrowed = 0;
+  dlock_lock_free(rw->read);
+  dlock_lock_free(rw->write);
   free(rw);
 }
 
@@ -120,6 +129,8 @@ void dlock_lock_free(dlock_lock *l) {
   else lock_free(l);
 }
 
+void dl_lock_op_begin(dlock_lock *l) { l->ops++; }
+
 void dl_lock_op_end(dlock_lock *l) {
   if (--l->ops == 0 && l->orphan) lock_free(l);
 }
@@ -127,6 +138,8 @@ void dl_lock_op_end(dlock_lock *l) {
 const char *dlock_lock_name(const dlock_lock *l) { return l ? NAME(l) : ""; }
 
 const char *dl_lock_key(const dlock_lock *l) { return l->key; }
+
+dlock_client *dl_lock_client(const dlock_lock *l) { return l->c; }
 
 /* With holds_mu held: forgets a hold (see dl_hold_drop); pass the result
  * to dl_hold_bury once holds_mu is unlocked. */

@@ -44,10 +44,6 @@ int dl_lock_owner(dlock_lock *l, char *buf);
 /* The backend's view of l, for `owner` (borrowed by *ref). */
 void dl_lock_ref_of(dlock_lock *l, const char *owner, dl_lock_ref *ref);
 
-/* An operation on l ends (async.c); frees an orphaned handle after its
- * last. */
-void dl_lock_op_end(dlock_lock *l);
-
 /* Acquire and release as the client sees them, in halves around the
  * backend's operation, for the blocking calls and the event-loop ones
  * (async.c). */

@@ -5,6 +5,7 @@
  * what was taken is released. */
 #include "locks.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,10 @@ struct dlock_multilock {
   size_t n;
   dlock_lock **locks; /* the caller's order */
   size_t *order;      /* indexes into locks, in key order */
+  /* An event-loop client's: operations in flight, and whether the free
+   * came first (the last of them then frees it). */
+  unsigned ops;
+  bool orphan;
 };
 
 int dlock_multilock_new(dlock_lock *const *locks, size_t n,
@@ -49,6 +54,10 @@ int dlock_multilock_new(dlock_lock *const *locks, size_t n,
 
 void dlock_multilock_free(dlock_multilock *m) {
   if (m == NULL) return;
+  if (m->ops > 0) {
+    m->orphan = true;
+    return;
+  }
   free(m->locks);
   free(m->order);
   free(m);
@@ -91,4 +100,165 @@ int dlock_multilock_release(dlock_multilock *m) {
     if (rc < 0 && first == 0) first = rc;
   }
   return first;
+}
+
+/* ---- on the event loop ----
+ * The same walk as above over the locks' event-loop calls: each member's
+ * acquire is started from the previous one's callback, and a failure
+ * releases what was taken, newest first, before the caller hears it. The
+ * members (and m) stay until the operation ends, even if freed during. */
+typedef struct multi_op {
+  dlock_op op; /* first; op.inner: the member's acquire */
+  dlock_multilock *m;
+  uint64_t *tokens;
+  int64_t wait_ms, lease_ms, deadline;
+  size_t k;  /* members taken; while releasing, those left to release */
+  int rc;    /* the failure reported (the first one) */
+  char msg[512];
+} multi_op;
+
+static void multi_fail(multi_op *x, int rc, const char *msg) {
+  if (x->rc != 0 || rc >= 0) return;
+  x->rc = rc;
+  snprintf(x->msg, sizeof x->msg, "%s", msg);
+}
+
+/* Unpins the members and m, tells the caller and frees x. */
+static void multi_finish(multi_op *x) {
+  dlock_multilock *m = x->m;
+  for (size_t i = 0; i < m->n; i++) dl_lock_op_end(m->locks[i]);
+  if (--m->ops == 0 && m->orphan) dlock_multilock_free(m);
+  x->op.cb(x->rc, 0, x->rc < 0 ? x->msg : "", x->op.ud);
+  free(x);
+}
+
+static void member_released(int rc, uint64_t token, const char *msg,
+                            void *ud);
+
+/* Releases the members left (x->k), newest first. Returns whether one is
+ * under way (its callback goes on), else every release failed at once. */
+static bool release_next(multi_op *x) {
+  while (x->k > 0) {
+    dlock_lock *l = x->m->locks[x->m->order[--x->k]];
+    int rc = dlock_lock_release_async(l, member_released, x, NULL);
+    if (rc == 0) return true;
+    multi_fail(x, rc, dlock_client_errmsg(dl_lock_client(l)));
+  }
+  return false;
+}
+
+static void member_released(int rc, uint64_t token, const char *msg,
+                            void *ud) {
+  multi_op *x = ud;
+  (void)token;
+  multi_fail(x, rc, msg);
+  if (!release_next(x)) multi_finish(x);
+}
+
+static void member_acquired(int rc, uint64_t token, const char *msg,
+                            void *ud);
+
+/* Starts the next member's acquire: 0, or the code of a start that
+ * failed at once (nothing started). */
+static int acquire_next(multi_op *x) {
+  dlock_multilock *m = x->m;
+  if (x->op.cancelled)
+    return dl_seterr(dl_lock_client(m->locks[0]), DLOCK_ECANCELED,
+                     "cancelled");
+  int64_t left = -1;
+  if (x->wait_ms >= 0) {
+    left = x->deadline - dl_now_ms();
+    if (left < 0) left = 0;
+  }
+  return dlock_lock_acquire_async(m->locks[m->order[x->k]], left, x->lease_ms,
+                                  member_acquired, x, &x->op.inner);
+}
+
+/* After a failure (x->rc): what was taken goes back, then the caller
+ * hears. */
+static void multi_unwind(multi_op *x) {
+  if (!release_next(x)) multi_finish(x);
+}
+
+static void member_acquired(int rc, uint64_t token, const char *msg,
+                            void *ud) {
+  multi_op *x = ud;
+  x->op.inner = NULL;
+  if (rc != 0) {
+    multi_fail(x, rc, msg);
+    multi_unwind(x);
+    return;
+  }
+  if (x->tokens) x->tokens[x->m->order[x->k]] = token;
+  if (++x->k == x->m->n) {
+    multi_finish(x);
+    return;
+  }
+  rc = acquire_next(x);
+  if (rc != 0) {
+    dlock_lock *l = x->m->locks[x->m->order[x->k]];
+    multi_fail(x, rc, dlock_client_errmsg(dl_lock_client(l)));
+    multi_unwind(x);
+  }
+}
+
+/* A new operation on m, its members pinned: NULL with *rc. */
+static multi_op *multi_new(dlock_multilock *m, dlock_done_cb cb, void *ud,
+                           dlock_op **out, int *rc) {
+  if (out) *out = NULL;
+  if (m == NULL) {
+    *rc = DLOCK_EINVAL;
+    return NULL;
+  }
+  multi_op *x = dl_op_new(dl_lock_client(m->locks[0]), sizeof *x, true,
+                          "multi-lock", cb, ud, out, rc);
+  if (x == NULL) return NULL;
+  x->m = m;
+  return x;
+}
+
+static void multi_pin(multi_op *x) {
+  dlock_multilock *m = x->m;
+  for (size_t i = 0; i < m->n; i++) dl_lock_op_begin(m->locks[i]);
+  m->ops++;
+}
+
+int dlock_multilock_acquire_async(dlock_multilock *m, int64_t wait_ms,
+                                  int64_t lease_ms, uint64_t *tokens,
+                                  dlock_done_cb cb, void *ud, dlock_op **out) {
+  int rc;
+  multi_op *x = multi_new(m, cb, ud, out, &rc);
+  if (x == NULL) return rc;
+  x->tokens = tokens;
+  x->wait_ms = wait_ms;
+  x->lease_ms = lease_ms;
+  x->deadline = dl_deadline(wait_ms);
+  if ((rc = acquire_next(x)) != 0) { /* nothing taken */
+    free(x);
+    return rc;
+  }
+  multi_pin(x);
+  if (out) *out = &x->op;
+  return 0;
+}
+
+int dlock_multilock_release_async(dlock_multilock *m, dlock_done_cb cb,
+                                  void *ud, dlock_op **out) {
+  int rc;
+  multi_op *x = multi_new(m, cb, ud, out, &rc);
+  if (x == NULL) return rc;
+  x->k = m->n;
+  multi_pin(x); /* a release finished at once may unpin */
+  if (!release_next(x)) {
+    /* Each release failed at once (each hold ended here, as a blocking
+     * release that fails ends it): the call fails with the first. */
+    for (size_t i = 0; i < m->n; i++) dl_lock_op_end(m->locks[i]);
+    m->ops--;
+    rc = x->rc;
+    dl_seterr(dl_lock_client(m->locks[0]), rc, "%s", x->msg);
+    free(x);
+    return rc;
+  }
+  if (out) *out = &x->op;
+  return 0;
 }

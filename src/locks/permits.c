@@ -3,7 +3,8 @@
  * permit taken without a lease is renewed by the watchdog like a lock, so
  * the permits of a crashed holder come back one lease later; a permit whose
  * renewal fails is reported lost. The layout on a deployment is the
- * backend's (src/redis/sync.c). */
+ * backend's (src/redis/sync.c). Each call is its checks (a dl_sync_call)
+ * run blocking or on the loop (kinds.c). */
 #include "locks.h"
 
 #include <stdio.h>
@@ -20,6 +21,14 @@ struct dlock_permits {
   void *cb_ud;
 };
 
+static void destroy(dl_sync_handle *h) {
+  /* Permits taken through this handle stop being renewed and come back
+   * after their lease. */
+  dl_holds_drop_via(h->c, h, NULL);
+  free(h->key);
+  free(h);
+}
+
 int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
   if (out) *out = NULL;
   if (c == NULL || out == NULL) return DLOCK_EINVAL;
@@ -31,17 +40,14 @@ int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
     return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
   }
   p->h.c = c;
+  p->h.destroy = destroy;
   *out = p;
   return 0;
 }
 
 void dlock_permits_free(dlock_permits *p) {
-  if (p == NULL) return;
-  /* Permits taken through this handle stop being renewed and come back
-   * after their lease. */
-  dl_holds_drop_via(p->h.c, p, NULL);
-  free(p->h.key);
-  free(p);
+  if (p == NULL || dl_sync_free_later(&p->h)) return;
+  destroy(&p->h);
 }
 
 void dlock_permits_on_lost(dlock_permits *p, dlock_permit_lost_cb cb,
@@ -64,28 +70,6 @@ static void on_lost(void *handle, const char *owner) {
   if (cb) cb(p, id ? id + 1 : owner, ud);
 }
 
-int dlock_permits_try_set_permits(dlock_permits *p, int permits) {
-  if (p == NULL) return DLOCK_EINVAL;
-  if (permits < 0)
-    return dl_seterr(p->h.c, DLOCK_EINVAL, "permits must not be negative");
-  long long v = 0;
-  int rc = dl_sync_update(&p->h, KIND, DL_PERMITS_SET, permits, NULL, &v);
-  return rc ? rc : (int)v;
-}
-
-int dlock_permits_add_permits(dlock_permits *p, int permits) {
-  if (p == NULL) return DLOCK_EINVAL;
-  long long v = 0;
-  return dl_sync_update(&p->h, KIND, DL_PERMITS_ADD, permits, NULL, &v);
-}
-
-int dlock_permits_available(dlock_permits *p) {
-  if (p == NULL) return DLOCK_EINVAL;
-  long long v = 0;
-  int rc = dl_sync_update(&p->h, KIND, DL_PERMITS_AVAILABLE, 0, NULL, &v);
-  return rc ? rc : (v < 0 ? 0 : (int)v);
-}
-
 static int owner_of(dlock_permits *p, const char *id, char *buf) {
   int n = snprintf(buf, DL_OWNER_MAX, "%s:%s", p->h.c->id, id);
   return n < 0 || n >= DL_OWNER_MAX ? DLOCK_EINVAL : 0;
@@ -98,35 +82,98 @@ static bool valid_id(const char *id) {
   return true;
 }
 
-int dlock_permits_try_acquire(dlock_permits *p, int64_t wait_ms,
-                              int64_t lease_ms, char id[DLOCK_PERMIT_ID_LEN]) {
-  if (p == NULL || id == NULL) return DLOCK_EINVAL;
+/* An update of p: 0 and *q, or DLOCK_EINVAL (p NULL). */
+static int update(dlock_permits *p, dl_sync_op op, long long n,
+                  int (*end)(dl_sync_handle *, dl_sync_call *, int),
+                  dl_sync_call *q) {
+  if (p == NULL) return DLOCK_EINVAL;
+  memset(q, 0, sizeof *q);
+  q->what = DL_SYNC_UPDATE;
+  q->kind = KIND;
+  q->op = op;
+  q->n = n;
+  q->end = end;
+  return 0;
+}
+
+static int set_call(dlock_permits *p, int permits, dl_sync_call *q) {
+  if (p && permits < 0)
+    return dl_seterr(p->h.c, DLOCK_EINVAL, "permits must not be negative");
+  return update(p, DL_PERMITS_SET, permits, dl_sync_end_bool, q);
+}
+
+static int add_call(dlock_permits *p, int permits, dl_sync_call *q) {
+  return update(p, DL_PERMITS_ADD, permits, dl_sync_end_rc, q);
+}
+
+static int available_call(dlock_permits *p, dl_sync_call *q) {
+  return update(p, DL_PERMITS_AVAILABLE, 0, dl_sync_end_count, q);
+}
+
+/* An update naming permit `id`. */
+static int id_call(dlock_permits *p, dl_sync_op op, const char *id,
+                   int (*end)(dl_sync_handle *, dl_sync_call *, int),
+                   dl_sync_call *q) {
+  if (p && !valid_id(id))
+    return dl_seterr(p->h.c, DLOCK_EINVAL, "a permit id is 32 hex digits");
+  int rc = update(p, op, 0, end, q);
+  if (rc == 0) memcpy(q->id, id, DLOCK_PERMIT_ID_LEN);
+  return rc;
+}
+
+static int force_call(dlock_permits *p, const char *id, dl_sync_call *q) {
+  return id_call(p, DL_PERMITS_FORCE, id, dl_sync_end_bool, q);
+}
+
+/* Forgets this client's hold of permit `owner` (if any): whether it had
+ * one, and whether that was lost (its lease ended here). */
+static bool forget(dlock_permits *p, const char *owner, bool *lost) {
   dlock_client *c = p->h.c;
-  if (atomic_load(&c->closing))
-    return dl_seterr(c, DLOCK_ECLOSED, "the client is closing");
-  int rc = dl_check_open(c);
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = dl_hold_find(c, p->h.key, owner);
+  bool had = h != NULL;
+  if (lost) *lost = h && (h->lost || dl_now_ms() >= dl_hold_valid_until(c, h));
+  dl_hold *old = h ? dl_hold_drop(c, h) : NULL;
+  pthread_mutex_unlock(&c->holds_mu);
+  dl_hold_bury(c, old);
+  return had;
+}
+
+enum { AUX_HAD = 1, AUX_LOST = 2 }; /* a release's q->aux */
+
+/* The release's end: 0, DLOCK_ENOTOWNER, DLOCK_ELOST, a code. */
+static int released(dl_sync_handle *h, dl_sync_call *q, int rc) {
+  dlock_client *c = h->c;
   if (rc != 0) return rc;
-  dl_backend *b = c->backend;
-  if (b->ops->permit_acquire == NULL) return dl_unsupported(c, KIND);
-  bool watchdog = lease_ms <= 0;
-  if (watchdog) lease_ms = c->watchdog_timeout_ms;
-  char tid[DLOCK_PERMIT_ID_LEN];
-  unsigned char raw[ID_BYTES];
-  if (dl_random_bytes(raw, sizeof raw) != 0)
-    return dl_seterr(c, DLOCK_ENOMEM, "no random bytes for a permit id");
-  for (int i = 0; i < ID_BYTES; i++)
-    snprintf(tid + 2 * i, 3, "%02x", raw[i]);
-  dl_sync_ref r = dl_sync_ref_of(&p->h);
-  int64_t valid_until = 0;
-  rc = b->ops->permit_acquire(b, &r, tid, lease_ms, wait_ms != 0,
-                              dl_deadline(wait_ms), &valid_until);
-  if (rc == 0)
-    return dl_seterr(c, DLOCK_EBUSY, "no permit of '%s' in time", r.name);
-  if (rc < 0) return rc;
-  rc = 0;
-  /* Taken: track it as a hold on the semaphore, owner "<client>:<id>". */
+  if (q->v == 0 && !(q->aux & AUX_HAD))
+    return dl_seterr(c, DLOCK_ENOTOWNER, "no permit %s of '%s' is taken",
+                     q->id, h->key + c->prefix_len);
+  if (q->v <= 0 || (q->aux & AUX_LOST))
+    return dl_seterr(c, DLOCK_ELOST,
+                     "permit %s's lease ended before this release", q->id);
+  dl_clearerr(c);
+  return 0;
+}
+
+/* The release's checks; the hold ends here, whatever the server says. */
+static int release_call(dlock_permits *p, const char *id, dl_sync_call *q) {
+  int rc = id_call(p, DL_PERMITS_RELEASE, id, released, q);
   char owner[DL_OWNER_MAX];
-  if (owner_of(p, tid, owner) != 0) return DLOCK_EINVAL;
+  if (rc == 0 && owner_of(p, id, owner) != 0) rc = DLOCK_EINVAL;
+  if (rc != 0) return rc;
+  bool lost;
+  if (forget(p, owner, &lost)) q->aux |= AUX_HAD;
+  if (lost) q->aux |= AUX_LOST;
+  return 0;
+}
+
+/* Tracks permit q->id as a hold on the semaphore, owner "<client>:<id>",
+ * renewed or timed by the watchdog. Returns 0 or DLOCK_ENOMEM. */
+static int track(dlock_permits *p, const dl_sync_call *q) {
+  dlock_client *c = p->h.c;
+  char owner[DL_OWNER_MAX];
+  if (owner_of(p, q->id, owner) != 0) return DLOCK_EINVAL;
+  int rc = 0;
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_add(c, p->h.key, owner);
   if (h) {
@@ -134,28 +181,92 @@ int dlock_permits_try_acquire(dlock_permits *p, int64_t wait_ms,
     h->via = p;
     h->lost_fn = on_lost;
     h->count = 1;
-    h->lease_ms = lease_ms;
-    h->valid_until = valid_until;
+    h->lease_ms = q->lease_ms;
+    h->valid_until = q->valid_until;
     if ((h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail,
-                                      h->valid_until, watchdog, true)) == NULL)
+                                      h->valid_until, q->watchdog, true)) ==
+        NULL)
       rc = DLOCK_ENOMEM;
   } else {
     rc = DLOCK_ENOMEM;
   }
   pthread_mutex_unlock(&c->holds_mu);
-  memcpy(id, tid, DLOCK_PERMIT_ID_LEN);
-  if (rc == DLOCK_ENOMEM) { /* cannot track it: give it back */
-    dlock_permits_release(p, tid);
-    return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
-  }
-  if (dl_now_ms() >= valid_until) { /* granted too late to trust */
-    dlock_permits_release(p, tid);
+  return rc;
+}
+
+/* The acquire's end: 0 (tracked), DLOCK_EBUSY, a code. A permit granted
+ * that cannot be tracked, came too late or as the call was cancelled is
+ * given back. */
+static int acquired(dl_sync_handle *h, dl_sync_call *q, int rc) {
+  dlock_permits *p = (dlock_permits *)h;
+  dlock_client *c = h->c;
+  if (rc == 0)
+    return dl_seterr(c, DLOCK_EBUSY, "no permit of '%s' in time",
+                     h->key + c->prefix_len);
+  if (rc < 0) return rc;
+  q->give_back = true;
+  if (q->cancelled) return dl_seterr(c, DLOCK_ECANCELED, "cancelled");
+  rc = track(p, q);
+  char owner[DL_OWNER_MAX];
+  if (rc != 0 && owner_of(p, q->id, owner) == 0) forget(p, owner, NULL);
+  if (rc != 0) return dl_seterr(c, rc, "out of memory");
+  if (dl_now_ms() >= q->valid_until) { /* granted too late to trust */
+    if (owner_of(p, q->id, owner) == 0) forget(p, owner, NULL);
     return dl_seterr(c, DLOCK_ELATE,
                      "a permit was granted, but the "
                      "reply came after its lease could have ended");
   }
+  q->give_back = false;
   dl_clearerr(c);
   return 0;
+}
+
+/* The acquire's checks, and the new permit's id in q->id. */
+static int acquire_call(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
+                        dl_sync_call *q) {
+  if (p == NULL) return DLOCK_EINVAL;
+  dlock_client *c = p->h.c;
+  int rc = dl_check_open(c);
+  if (rc != 0) return rc;
+  memset(q, 0, sizeof *q);
+  q->what = DL_SYNC_PERMIT;
+  q->kind = KIND;
+  q->watchdog = lease_ms <= 0;
+  q->lease_ms = q->watchdog ? c->watchdog_timeout_ms : lease_ms;
+  q->wait = wait_ms != 0;
+  q->deadline = dl_deadline(wait_ms);
+  q->end = acquired;
+  unsigned char raw[ID_BYTES];
+  if (dl_random_bytes(raw, sizeof raw) != 0)
+    return dl_seterr(c, DLOCK_ENOMEM, "no random bytes for a permit id");
+  for (int i = 0; i < ID_BYTES; i++)
+    snprintf(q->id + 2 * i, 3, "%02x", raw[i]);
+  return 0;
+}
+
+int dlock_permits_try_set_permits(dlock_permits *p, int permits) {
+  dl_sync_call q;
+  return dl_sync_go(set_call(p, permits, &q), p, &q);
+}
+
+int dlock_permits_add_permits(dlock_permits *p, int permits) {
+  dl_sync_call q;
+  return dl_sync_go(add_call(p, permits, &q), p, &q);
+}
+
+int dlock_permits_available(dlock_permits *p) {
+  dl_sync_call q;
+  return dl_sync_go(available_call(p, &q), p, &q);
+}
+
+int dlock_permits_try_acquire(dlock_permits *p, int64_t wait_ms,
+                              int64_t lease_ms, char id[DLOCK_PERMIT_ID_LEN]) {
+  if (id == NULL) return DLOCK_EINVAL;
+  dl_sync_call q;
+  int rc = dl_sync_go(acquire_call(p, wait_ms, lease_ms, &q), p, &q);
+  /* The id of a permit granted, even one given back. */
+  if (rc == 0 || q.give_back) memcpy(id, q.id, DLOCK_PERMIT_ID_LEN);
+  return rc;
 }
 
 int dlock_permits_acquire(dlock_permits *p, int64_t lease_ms,
@@ -164,40 +275,62 @@ int dlock_permits_acquire(dlock_permits *p, int64_t lease_ms,
 }
 
 int dlock_permits_release(dlock_permits *p, const char *id) {
-  if (p == NULL) return DLOCK_EINVAL;
-  dlock_client *c = p->h.c;
-  if (!valid_id(id))
-    return dl_seterr(c, DLOCK_EINVAL, "a permit id is 32 hex digits");
-  char owner[DL_OWNER_MAX];
-  if (owner_of(p, id, owner) != 0) return DLOCK_EINVAL;
-  pthread_mutex_lock(&c->holds_mu);
-  dl_hold *h = dl_hold_find(c, p->h.key, owner);
-  bool had = h != NULL,
-       lost = h && (h->lost || dl_now_ms() >= dl_hold_valid_until(c, h));
-  dl_hold *old = h ? dl_hold_drop(c, h) : NULL;
-  pthread_mutex_unlock(&c->holds_mu);
-  dl_hold_bury(c, old);
-  long long v = 0;
-  int rc = dl_sync_update(&p->h, KIND, DL_PERMITS_RELEASE, 0, id, &v);
-  if (rc != 0) return rc;
-  if (v == 0 && !had)
-    return dl_seterr(c, DLOCK_ENOTOWNER, "no permit %s of '%s' is taken", id,
-                     p->h.key + c->prefix_len);
-  if (v <= 0 || lost)
-    return dl_seterr(c, DLOCK_ELOST,
-                     "permit %s's lease ended before this "
-                     "release",
-                     id);
-  return 0;
+  dl_sync_call q;
+  return dl_sync_go(release_call(p, id, &q), p, &q);
 }
 
 int dlock_permits_force_release(dlock_permits *p, const char *id) {
-  if (p == NULL) return DLOCK_EINVAL;
-  if (!valid_id(id))
-    return dl_seterr(p->h.c, DLOCK_EINVAL, "a permit id is 32 hex digits");
-  long long v = 0;
-  int rc = dl_sync_update(&p->h, KIND, DL_PERMITS_FORCE, 0, id, &v);
-  return rc ? rc : (int)v;
+  dl_sync_call q;
+  return dl_sync_go(force_call(p, id, &q), p, &q);
+}
+
+/* ---- on the event loop ---- */
+int dlock_permits_try_set_permits_async(dlock_permits *p, int permits,
+                                        dlock_done_cb cb, void *ud,
+                                        dlock_op **op) {
+  dl_sync_call q;
+  return dl_sync_go_async(set_call(p, permits, &q), p, &q, cb, ud, op);
+}
+
+int dlock_permits_add_permits_async(dlock_permits *p, int permits,
+                                    dlock_done_cb cb, void *ud,
+                                    dlock_op **op) {
+  dl_sync_call q;
+  return dl_sync_go_async(add_call(p, permits, &q), p, &q, cb, ud, op);
+}
+
+int dlock_permits_available_async(dlock_permits *p, dlock_done_cb cb,
+                                  void *ud, dlock_op **op) {
+  dl_sync_call q;
+  return dl_sync_go_async(available_call(p, &q), p, &q, cb, ud, op);
+}
+
+int dlock_permits_acquire_async(dlock_permits *p, int64_t wait_ms,
+                                int64_t lease_ms,
+                                char id[DLOCK_PERMIT_ID_LEN],
+                                dlock_done_cb cb, void *ud, dlock_op **op) {
+  if (id == NULL) {
+    if (op) *op = NULL;
+    return DLOCK_EINVAL;
+  }
+  dl_sync_call q;
+  int rc = dl_sync_go_async(acquire_call(p, wait_ms, lease_ms, &q), p, &q,
+                            cb, ud, op);
+  if (rc == 0) memcpy(id, q.id, DLOCK_PERMIT_ID_LEN);
+  return rc;
+}
+
+int dlock_permits_release_async(dlock_permits *p, const char *id,
+                                dlock_done_cb cb, void *ud, dlock_op **op) {
+  dl_sync_call q;
+  return dl_sync_go_async(release_call(p, id, &q), p, &q, cb, ud, op);
+}
+
+int dlock_permits_force_release_async(dlock_permits *p, const char *id,
+                                      dlock_done_cb cb, void *ud,
+                                      dlock_op **op) {
+  dl_sync_call q;
+  return dl_sync_go_async(force_call(p, id, &q), p, &q, cb, ud, op);
 }
 
 int dlock_permits_validity(dlock_permits *p, const char *id, int64_t *ms) {

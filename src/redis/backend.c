@@ -176,14 +176,6 @@ void dl_redis_cancel(dl_backend *b, dl_async *op) {
   dl_redis_step_interrupt(op->R, sh->main);
 }
 
-int dl_redis_eval_int(dl_redis *r, int script, int nkeys, const char **keys,
-                      int nargs, const char **args, long long lo, long long hi,
-                      long long *v) {
-  redisReply *rep = NULL;
-  int rc = r->link->ops->eval(r->link, script, nkeys, keys, nargs, args, &rep);
-  return rc ? rc : dl_redis_int_reply(r, rep, lo, hi, v);
-}
-
 enum { W_TRIED, W_SUBBED, W_WAITED };
 
 int dl_redis_wait_start(dl_waiter *w) {
@@ -523,6 +515,7 @@ static const dl_backend_ops redis_ops = {
     .sem_acquire_async = dl_redis_sem_acquire_async,
     .permit_acquire_async = dl_redis_permit_acquire_async,
     .latch_await_async = dl_redis_latch_await_async,
+    .sync_update_async = dl_redis_sync_update_async,
     .cancel = dl_redis_cancel,
     .renew = rb_renew,
     .renew_async = rb_renew_async,

@@ -333,16 +333,16 @@ int dl_redis_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
                          int64_t deadline);
 int dl_redis_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                          long long n, const char *id, long long *v);
+int dl_redis_sync_update_async(dl_backend *b, const dl_sync_ref *s,
+                               dl_sync_op op, long long n, const char *id,
+                               long long *v, dl_done_fn done, void *ud,
+                               dl_async **op_out);
 
-/* Shared by those files: a script answered by one integer in [lo, hi] (0
- * and *v, or a negative code: DLOCK_EPROTO for any other reply), and the
- * waiting loop of the kinds on a channel. */
-/* The same check of a reply in hand (freed here). */
+/* Shared by those files: a reply (freed here) that must be one integer
+ * in [lo, hi] (0 and *v, or a negative code: DLOCK_EPROTO for any other
+ * reply), and the waiting loop of the kinds on a channel. */
 int dl_redis_int_reply(dl_redis *r, struct redisReply *rep, long long lo,
                        long long hi, long long *v);
-int dl_redis_eval_int(dl_redis *r, int script, int nkeys, const char **keys,
-                      int nargs, const char **args, long long lo, long long hi,
-                      long long *v);
 /* The steps of an operation (see dl_pend), over whichever link r has.
  * eval: a script answered by `until` (dl_now_ms() time) at the latest, 0:
  * within the command timeout; the script may carry DL_EVAL_WAKE_FIRST.

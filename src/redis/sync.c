@@ -63,14 +63,6 @@ static int int_string(dl_redis *R, redisReply *r, long long *v) {
   return 0;
 }
 
-/* GET of an integer string (nil: 0) in the int32 range. */
-static int get_int(dl_redis *R, const char *key, long long *v) {
-  const char *argv[] = {"GET", key};
-  redisReply *r = NULL;
-  int rc = R->link->ops->command(R->link, 2, argv, &r);
-  return rc ? rc : int_string(R, r, v);
-}
-
 /* ---- the counting semaphore ---- */
 typedef struct sem_try {
   const dl_sync_ref *s;
@@ -110,26 +102,6 @@ static void permits_argv(const dl_sync_ref *s, const char **keys,
   args[0] = op;
   args[1] = a1 ? a1 : "";
   args[2] = a2 ? a2 : "";
-}
-
-/* Runs permits.lua with `op` and up to two arguments. */
-static int permits_run(dl_redis *R, const dl_sync_ref *s, int flags,
-                       const char *op, const char *a1, const char *a2,
-                       redisReply **r) {
-  char timeouts[DL_DERIVED_MAX], ch[DL_DERIVED_MAX];
-  const char *keys[3], *args[3];
-  permits_argv(s, keys, timeouts, ch, args, op, a1, a2);
-  return R->link->ops->eval(R->link, DL_SCRIPT_PERMITS | flags, 3, keys, 3,
-                            args, r);
-}
-
-/* The same, answered by one integer in [lo, hi]. */
-static int permits_int(dl_redis *R, const dl_sync_ref *s, int flags,
-                       const char *op, const char *a1, const char *a2,
-                       long long lo, long long hi, long long *v) {
-  redisReply *r = NULL;
-  int rc = permits_run(R, s, flags, op, a1, a2, &r);
-  return rc ? rc : dl_redis_int_reply(R, r, lo, hi, v);
 }
 
 typedef struct permit_try {
@@ -174,12 +146,6 @@ static const dl_wait_kind permit_kind = {permit_send, permit_result};
 
 
 /* ---- the latch ---- */
-static int latch_count(dl_redis *R, const dl_sync_ref *s, long long *v) {
-  int rc = get_int(R, s->key, v);
-  if (rc == 0 && *v < 0) *v = 0;
-  return rc;
-}
-
 static int latch_send(dl_waiter *w) {
   const dl_sync_ref *s = w->ctx;
   const char *argv[] = {"GET", s->key};
@@ -251,19 +217,27 @@ static int wait_op_run(dl_redis *R, wait_op *x, const dl_wait_kind *kind,
   return dl_shell_start(&x->sh, dl_redis_wait_start(w), op);
 }
 
-/* A wait's state for the blocking driver (x, on the caller's stack) or the
- * event-loop one (allocated): NULL with *err when the client is of the
- * other kind, or out of memory. */
-static wait_op *wait_op_new(dl_redis *R, const dl_sync_ref *s, wait_op *x,
-                            bool async, dl_async **op, int *err) {
+/* An operation's state (`size` bytes, its dl_shell first) for the
+ * blocking driver (`stack`, the caller's) or the event-loop one
+ * (allocated), zeroed: NULL with *err when the client is of the other
+ * kind, or out of memory. */
+static void *state_new(dl_redis *R, void *stack, size_t size, bool async,
+                       dl_async **op, int *err) {
   if (op) *op = NULL;
   *err = 0;
   *err = dl_redis_driver_check(R, async);
-  if (*err == 0 && async && (x = malloc(sizeof *x)) == NULL)
+  void *x = stack;
+  if (*err == 0 && async && (x = malloc(size)) == NULL)
     *err = dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
   if (*err) return NULL;
-  memset(x, 0, sizeof *x);
-  x->s = s;
+  memset(x, 0, size);
+  return x;
+}
+
+static wait_op *wait_op_new(dl_redis *R, const dl_sync_ref *s, wait_op *x,
+                            bool async, dl_async **op, int *err) {
+  x = state_new(R, x, sizeof *x, async, op, err);
+  if (x) x->s = s;
   return x;
 }
 
@@ -348,52 +322,142 @@ int dl_redis_latch_await_async(dl_backend *b, const dl_sync_ref *s, bool wait,
   return latch_run(b, s, wait, deadline, done, ud, op);
 }
 
-/* ---- everything else ---- */
-int dl_redis_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
-                         long long n, const char *id, long long *v) {
-  dl_redis *R = (dl_redis *)b;
-  char num[DL_INT_BUF], ch[DL_DERIVED_MAX];
-  dl_fmt_ll(num, n);
-  const char *keys[] = {s->key, ch};
-  const char *args[] = {NULL, num};
-  int rc;
-  switch (op) {
+/* ---- everything else: one request and its answer, on either driver ---- */
+typedef struct upd_op {
+  dl_shell sh; /* the event-loop driver's */
+  dl_redis *R;
+  const dl_sync_ref *s;
+  dl_sync_op op;
+  const char *id; /* a permit's (borrowed) */
+  long long *v;
+  dl_pend p;
+  char num[DL_INT_BUF], ch[DL_DERIVED_MAX], timeouts[DL_DERIVED_MAX];
+} upd_op;
+
+/* Sends x's request: dl_redis_step_* on x->p; returns what it returns. */
+static int upd_send(upd_op *x) {
+  dl_redis *R = x->R;
+  const dl_sync_ref *s = x->s;
+  const char *keys[3] = {s->key, x->ch, NULL};
+  const char *args[3] = {NULL, x->num, NULL};
+  switch (x->op) {
   case DL_SEM_SET:
   case DL_SEM_ADD:
   case DL_SEM_DRAIN:
   case DL_SEM_RELEASE: {
     static const char *const names[] = {"set", "add", "drain", "release"};
-    args[0] = names[op - DL_SEM_SET];
-    sem_channel(ch, s);
-    int flags = op == DL_SEM_RELEASE ? wake_flags(s) : 0;
-    rc = dl_redis_eval_int(R, DL_SCRIPT_SEMAPHORE_UPDATE | flags, 2, keys, 2,
-                           args, INT32_MIN, INT32_MAX, v);
-    if (rc == 0 && op == DL_SEM_RELEASE) hint_set(s, HINT_HEARD, *v > 0);
-    return rc;
+    args[0] = names[x->op - DL_SEM_SET];
+    sem_channel(x->ch, s);
+    int flags = x->op == DL_SEM_RELEASE ? wake_flags(s) : 0;
+    return dl_redis_step_eval(R, &x->p, 0,
+                              DL_SCRIPT_SEMAPHORE_UPDATE | flags, 2, keys, 2,
+                              args);
   }
   case DL_SEM_AVAILABLE:
-    return get_int(R, s->key, v);
+  case DL_LATCH_COUNT: {
+    const char *argv[] = {"GET", s->key};
+    return dl_redis_step_command(R, &x->p, 2, argv);
+  }
   case DL_PERMITS_SET:
-    return permits_int(R, s, 0, "set", num, NULL, 0, 1, v);
   case DL_PERMITS_ADD:
-    return permits_int(R, s, 0, "add", num, NULL, 0, 0, v);
   case DL_PERMITS_AVAILABLE:
-    return permits_int(R, s, 0, "available", NULL, NULL, INT32_MIN,
-                       INT32_MAX, v);
   case DL_PERMITS_RELEASE:
-    rc = permits_int(R, s, wake_flags(s), "release", id, NULL, -1, 2, v);
-    if (rc == 0 && *v > 0) hint_set(s, HINT_HEARD, *v == 2);
-    return rc;
-  case DL_PERMITS_FORCE:
-    return permits_int(R, s, 0, "force", id, R->env.revoke_channel, 0, 1, v);
+  case DL_PERMITS_FORCE: {
+    static const char *const names[] = {"set", "add", "available", "release",
+                                        "force"};
+    const char *a1 = x->num, *a2 = NULL;
+    if (x->op == DL_PERMITS_AVAILABLE) a1 = NULL;
+    if (x->op == DL_PERMITS_RELEASE || x->op == DL_PERMITS_FORCE) a1 = x->id;
+    if (x->op == DL_PERMITS_FORCE) a2 = R->env.revoke_channel;
+    permits_argv(s, keys, x->timeouts, x->ch, args,
+                 names[x->op - DL_PERMITS_SET], a1, a2);
+    int flags = x->op == DL_PERMITS_RELEASE ? wake_flags(s) : 0;
+    return dl_redis_step_eval(R, &x->p, 0, DL_SCRIPT_PERMITS | flags, 3, keys,
+                              3, args);
+  }
   case DL_LATCH_SET:
   case DL_LATCH_DOWN:
-    args[0] = op == DL_LATCH_SET ? "set" : "down";
-    latch_channel(ch, s);
-    return dl_redis_eval_int(R, DL_SCRIPT_LATCH_UPDATE, 2, keys, 2, args, -1,
-                             INT64_MAX, v);
-  case DL_LATCH_COUNT:
-    return latch_count(R, s, v);
+    args[0] = x->op == DL_LATCH_SET ? "set" : "down";
+    latch_channel(x->ch, s);
+    return dl_redis_step_eval(R, &x->p, 0, DL_SCRIPT_LATCH_UPDATE, 2, keys, 2,
+                              args);
   }
-  return dl_seterr(R->env.err_owner, DLOCK_EINVAL, "unknown operation");
+  x->p.rc = dl_seterr(R->env.err_owner, DLOCK_EINVAL, "unknown operation");
+  return 0;
+}
+
+/* Reads the answer in x->p (freeing it): 0 and the op's result in *x->v,
+ * or a negative code. */
+static int upd_result(upd_op *x) {
+  dl_redis *R = x->R;
+  redisReply *rep = x->p.reply;
+  x->p.reply = NULL;
+  if (x->p.rc != 0) {
+    if (rep) freeReplyObject(rep);
+    return x->p.rc;
+  }
+  long long lo = INT32_MIN, hi = INT32_MAX, *v = x->v;
+  switch (x->op) {
+  case DL_SEM_AVAILABLE:
+    return int_string(R, rep, v);
+  case DL_LATCH_COUNT: {
+    int rc = int_string(R, rep, v);
+    if (rc == 0 && *v < 0) *v = 0;
+    return rc;
+  }
+  case DL_PERMITS_SET: lo = 0, hi = 1; break;
+  case DL_PERMITS_ADD: lo = 0, hi = 0; break;
+  case DL_PERMITS_RELEASE: lo = -1, hi = 2; break;
+  case DL_PERMITS_FORCE: lo = 0, hi = 1; break;
+  case DL_LATCH_SET:
+  case DL_LATCH_DOWN: lo = -1, hi = INT64_MAX; break;
+  default: break;
+  }
+  int rc = dl_redis_int_reply(R, rep, lo, hi, v);
+  if (rc == 0 && x->op == DL_SEM_RELEASE) hint_set(x->s, HINT_HEARD, *v > 0);
+  if (rc == 0 && x->op == DL_PERMITS_RELEASE && *v > 0)
+    hint_set(x->s, HINT_HEARD, *v == 2);
+  return rc;
+}
+
+static int upd_step(dl_shell *sh) { return upd_result((upd_op *)sh); }
+
+/* Runs the update: to its end on the calling thread when done is NULL (the
+ * blocking driver; returns 0 or a code), else on the loop (0 and *op, or
+ * a negative code). */
+static int upd_run(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                   long long n, const char *id, long long *v, dl_done_fn done,
+                   void *ud, dl_async **aop) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  upd_op stack, *x = state_new(R, &stack, sizeof stack, done != NULL, aop,
+                               &err);
+  if (x == NULL) return err;
+  x->R = R;
+  x->s = s;
+  x->op = op;
+  x->id = id;
+  x->v = v;
+  *v = 0;
+  dl_fmt_ll(x->num, n);
+  if (done == NULL) {
+    upd_send(x); /* a blocking link answers within */
+    return upd_result(x);
+  }
+  dl_shell_init(&x->sh, R, done, ud, upd_step, &x->p);
+  int rc = upd_send(x);
+  if (rc != DL_PENDING) rc = upd_result(x);
+  return dl_shell_start(&x->sh, rc, aop);
+}
+
+int dl_redis_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                         long long n, const char *id, long long *v) {
+  return upd_run(b, s, op, n, id, v, NULL, NULL, NULL);
+}
+
+int dl_redis_sync_update_async(dl_backend *b, const dl_sync_ref *s,
+                               dl_sync_op op, long long n, const char *id,
+                               long long *v, dl_done_fn done, void *ud,
+                               dl_async **aop) {
+  return upd_run(b, s, op, n, id, v, done, ud, aop);
 }

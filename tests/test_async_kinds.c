@@ -1,0 +1,468 @@
+/* test_async_kinds.c: the event-loop forms of every kind but the plain
+ * lock (include/dlock_async.h: semaphore, permits, latch, read-write lock,
+ * multi-lock) against a real redis-server, with each driver (built-in,
+ * libuv, libevent): results, the server's state after them, timeouts,
+ * cancel, close with operations pending, handles freed while they run. */
+#include "loop_drivers.h"
+
+#include <ctype.h>
+#include <string.h>
+
+#define RUN(f, g) CHECK(td_run_until(&(f)->t, &(g)->calls, 3000))
+
+/* ---- the semaphore ---- */
+static void semaphore_ops(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_semaphore *s;
+  CHECK_RC(dlock_semaphore_new(f.c, "k:sem", &s), 0);
+  td_got g[10] = {{0}};
+  CHECK_RC(dlock_semaphore_try_set_permits_async(s, 3, td_on_done, &g[0], NULL),
+           0);
+  CHECK_EQ(g[0].calls, 0); /* never within the call */
+  RUN(&f, &g[0]);
+  CHECK_RC(g[0].rc, 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "GET k:sem"), 3);
+  CHECK_RC(dlock_semaphore_try_set_permits_async(s, 9, td_on_done, &g[1], NULL),
+           0);
+  RUN(&f, &g[1]);
+  CHECK_RC(g[1].rc, 0); /* already set */
+  CHECK_RC(dlock_semaphore_acquire_async(s, 2, 0, td_on_done, &g[2], NULL), 0);
+  RUN(&f, &g[2]);
+  CHECK_RC(g[2].rc, 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "GET k:sem"), 1);
+  CHECK_RC(dlock_semaphore_available_async(s, td_on_done, &g[3], NULL), 0);
+  RUN(&f, &g[3]);
+  CHECK_RC(g[3].rc, 1);
+  /* Not enough: the wait runs out. */
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_semaphore_acquire_async(s, 2, 200, td_on_done, &g[4], NULL),
+           0);
+  RUN(&f, &g[4]);
+  CHECK_RC(g[4].rc, DLOCK_EBUSY);
+  CHECK(th_now_ms() - t0 >= 200);
+  CHECK(strstr(g[4].msg, "k:sem") != NULL);
+  /* A waiter gets them once released. */
+  CHECK_RC(dlock_semaphore_acquire_async(s, 2, 5000, td_on_done, &g[5], NULL),
+           0);
+  td_run_for(&f.t, 100);
+  CHECK_EQ(g[5].calls, 0);
+  CHECK_RC(dlock_semaphore_release_async(s, 2, td_on_done, &g[6], NULL), 0);
+  RUN(&f, &g[6]);
+  CHECK_RC(g[6].rc, 0);
+  RUN(&f, &g[5]);
+  CHECK_RC(g[5].rc, 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "GET k:sem"), 1);
+  CHECK_RC(dlock_semaphore_add_permits_async(s, 4, td_on_done, &g[7], NULL), 0);
+  RUN(&f, &g[7]);
+  CHECK_RC(g[7].rc, 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "GET k:sem"), 5);
+  CHECK_RC(dlock_semaphore_drain_async(s, td_on_done, &g[8], NULL), 0);
+  RUN(&f, &g[8]);
+  CHECK_RC(g[8].rc, 5);
+  CHECK_EQ(th_cmd_int(&th_srv, "GET k:sem"), 0);
+  /* Refused calls never call back. */
+  CHECK_RC(dlock_semaphore_release_async(s, 0, td_on_done, &g[9], NULL),
+           DLOCK_EINVAL);
+  CHECK_RC(dlock_semaphore_acquire_async(s, 1, 0, NULL, NULL, NULL),
+           DLOCK_EINVAL);
+  CHECK_RC(dlock_semaphore_release(s, 1), DLOCK_EINVAL); /* blocking */
+  td_run_for(&f.t, 50);
+  CHECK_EQ(g[9].calls, 0);
+  for (int i = 0; i < 9; i++)
+    CHECK_EQ(g[i].calls, 1);
+  dlock_semaphore_free(s);
+  td_fix_close(&f);
+}
+TD_DRIVERS(semaphore_ops)
+
+/* Cancel ends a wait; close completes a pending one; a handle freed with
+ * a wait pending is freed after it (valgrind/ASan see the rest). */
+static void semaphore_cancel_close(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_semaphore *s, *s2;
+  CHECK_RC(dlock_semaphore_new(f.c, "k:semc", &s), 0);
+  CHECK_RC(dlock_semaphore_new(f.c, "k:semc", &s2), 0);
+  td_got c = {0}, w = {0};
+  dlock_op *op = NULL;
+  CHECK_RC(dlock_semaphore_acquire_async(s, 1, 20000, td_on_done, &c, &op), 0);
+  CHECK(op != NULL);
+  CHECK_RC(dlock_semaphore_acquire_async(s2, 1, 20000, td_on_done, &w, NULL),
+           0);
+  td_run_for(&f.t, 150);
+  CHECK_EQ(c.calls + w.calls, 0);
+  int64_t t0 = th_now_ms();
+  dlock_op_cancel(op);
+  CHECK_EQ(c.calls, 0);
+  RUN(&f, &c);
+  CHECK_RC(c.rc, DLOCK_ECANCELED);
+  CHECK(th_now_ms() - t0 < 1000);
+  CHECK_EQ(w.calls, 0);
+  dlock_semaphore_free(s);
+  dlock_semaphore_free(s2); /* its wait still runs */
+  dlock_client_close(f.c);
+  f.c = NULL;
+  CHECK_EQ(w.calls, 1);
+  CHECK_RC(w.rc, DLOCK_ECLOSED);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS k:semc"), 0); /* nothing taken */
+  td_fix_close(&f);
+}
+TD_DRIVERS(semaphore_cancel_close)
+
+/* ---- the permit-expirable semaphore ---- */
+static bool hex_id(const char *id) {
+  if (strlen(id) != DLOCK_PERMIT_ID_LEN - 1) return false;
+  for (; *id; id++)
+    if (!isxdigit((unsigned char)*id)) return false;
+  return true;
+}
+
+static void permits_ops(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_permits *p;
+  CHECK_RC(dlock_permits_new(f.c, "k:perm", &p), 0);
+  td_got g[12] = {{0}};
+  CHECK_RC(dlock_permits_try_set_permits_async(p, 2, td_on_done, &g[0], NULL),
+           0);
+  RUN(&f, &g[0]);
+  CHECK_RC(g[0].rc, 1);
+  char id[DLOCK_PERMIT_ID_LEN] = "", id2[DLOCK_PERMIT_ID_LEN] = "";
+  CHECK_RC(dlock_permits_acquire_async(p, 0, 5000, id, td_on_done, &g[1], NULL),
+           0);
+  CHECK(hex_id(id)); /* known within the call */
+  CHECK_EQ(g[1].calls, 0);
+  RUN(&f, &g[1]);
+  CHECK_RC(g[1].rc, 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {k:perm}:timeout"), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "GET k:perm"), 1);
+  int64_t ms = 0;
+  CHECK_RC(dlock_permits_validity(p, id, &ms), 0);
+  CHECK(ms > 4000);
+  CHECK_RC(dlock_permits_acquire_async(p, 0, 0, id2, td_on_done, &g[2], NULL),
+           0);
+  RUN(&f, &g[2]);
+  CHECK_RC(g[2].rc, 0);
+  CHECK(strcmp(id, id2) != 0);
+  CHECK_RC(dlock_permits_available_async(p, td_on_done, &g[3], NULL), 0);
+  RUN(&f, &g[3]);
+  CHECK_RC(g[3].rc, 0);
+  /* None left: the wait runs out. */
+  char id3[DLOCK_PERMIT_ID_LEN];
+  int64_t t0 = th_now_ms();
+  CHECK_RC(
+      dlock_permits_acquire_async(p, 200, 5000, id3, td_on_done, &g[4], NULL),
+      0);
+  RUN(&f, &g[4]);
+  CHECK_RC(g[4].rc, DLOCK_EBUSY);
+  CHECK(th_now_ms() - t0 >= 200);
+  CHECK_RC(dlock_permits_release_async(p, id, td_on_done, &g[5], NULL), 0);
+  RUN(&f, &g[5]);
+  CHECK_RC(g[5].rc, 0);
+  CHECK_RC(dlock_permits_validity(p, id, NULL), DLOCK_ENOTOWNER);
+  CHECK_RC(dlock_permits_release_async(p, id, td_on_done, &g[6], NULL), 0);
+  RUN(&f, &g[6]);
+  CHECK_RC(g[6].rc, DLOCK_ENOTOWNER); /* twice */
+  CHECK_RC(dlock_permits_force_release_async(p, id2, td_on_done, &g[7], NULL),
+           0);
+  RUN(&f, &g[7]);
+  CHECK_RC(g[7].rc, 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {k:perm}:timeout"), 0);
+  CHECK_RC(dlock_permits_add_permits_async(p, 3, td_on_done, &g[8], NULL), 0);
+  RUN(&f, &g[8]);
+  CHECK_RC(g[8].rc, 0);
+  CHECK_RC(dlock_permits_available_async(p, td_on_done, &g[9], NULL), 0);
+  RUN(&f, &g[9]);
+  CHECK_RC(g[9].rc, 5);
+  CHECK_RC(dlock_permits_release_async(p, "nothex", td_on_done, &g[10], NULL),
+           DLOCK_EINVAL);
+  td_run_for(&f.t, 50);
+  CHECK_EQ(g[10].calls, 0);
+  dlock_permits_free(p);
+  td_fix_close(&f);
+}
+TD_DRIVERS(permits_ops)
+
+static void permits_cancel_close(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_permits *p;
+  CHECK_RC(dlock_permits_new(f.c, "k:permc", &p), 0);
+  td_got s = {0}, c = {0}, w = {0};
+  CHECK_RC(dlock_permits_try_set_permits_async(p, 0, td_on_done, &s, NULL), 0);
+  RUN(&f, &s);
+  CHECK_RC(s.rc, 1);
+  char id1[DLOCK_PERMIT_ID_LEN], id2[DLOCK_PERMIT_ID_LEN];
+  dlock_op *op = NULL;
+  CHECK_RC(
+      dlock_permits_acquire_async(p, 20000, 5000, id1, td_on_done, &c, &op), 0);
+  CHECK_RC(
+      dlock_permits_acquire_async(p, 20000, 5000, id2, td_on_done, &w, NULL),
+      0);
+  td_run_for(&f.t, 150);
+  CHECK_EQ(c.calls + w.calls, 0);
+  dlock_op_cancel(op);
+  RUN(&f, &c);
+  CHECK_RC(c.rc, DLOCK_ECANCELED);
+  CHECK_RC(dlock_permits_validity(p, id1, NULL), DLOCK_ENOTOWNER);
+  CHECK_EQ(w.calls, 0);
+  dlock_permits_free(p); /* its wait still runs */
+  dlock_client_close(f.c);
+  f.c = NULL;
+  CHECK_EQ(w.calls, 1);
+  CHECK_RC(w.rc, DLOCK_ECLOSED);
+  CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {k:permc}:timeout"), 0);
+  td_fix_close(&f);
+}
+TD_DRIVERS(permits_cancel_close)
+
+/* ---- the latch ---- */
+static void latch_ops(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_latch *l;
+  CHECK_RC(dlock_latch_new(f.c, "k:latch", &l), 0);
+  td_got g[10] = {{0}};
+  CHECK_RC(dlock_latch_try_set_count_async(l, 2, td_on_done, &g[0], NULL), 0);
+  RUN(&f, &g[0]);
+  CHECK_RC(g[0].rc, 1);
+  CHECK_RC(dlock_latch_try_set_count_async(l, 5, td_on_done, &g[1], NULL), 0);
+  RUN(&f, &g[1]);
+  CHECK_RC(g[1].rc, 0); /* a count runs */
+  CHECK_RC(dlock_latch_count_async(l, td_on_done, &g[2], NULL), 0);
+  RUN(&f, &g[2]);
+  CHECK_RC(g[2].rc, 2);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_latch_await_async(l, 200, td_on_done, &g[3], NULL), 0);
+  RUN(&f, &g[3]);
+  CHECK_RC(g[3].rc, DLOCK_EBUSY);
+  CHECK(th_now_ms() - t0 >= 200);
+  CHECK_RC(dlock_latch_await_async(l, 10000, td_on_done, &g[4], NULL), 0);
+  CHECK_RC(dlock_latch_count_down_async(l, td_on_done, &g[5], NULL), 0);
+  RUN(&f, &g[5]);
+  CHECK_RC(g[5].rc, 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "GET k:latch"), 1);
+  td_run_for(&f.t, 100);
+  CHECK_EQ(g[4].calls, 0); /* still at 1 */
+  CHECK_RC(dlock_latch_count_down_async(l, td_on_done, &g[6], NULL), 0);
+  RUN(&f, &g[6]);
+  CHECK_RC(g[6].rc, 0);
+  RUN(&f, &g[4]);
+  CHECK_RC(g[4].rc, 0);
+  CHECK_RC(dlock_latch_count_down_async(l, td_on_done, &g[7], NULL), 0);
+  RUN(&f, &g[7]);
+  CHECK_RC(g[7].rc, DLOCK_ERANGE);
+  CHECK(strstr(g[7].msg, "k:latch") != NULL);
+  CHECK_RC(dlock_latch_count_async(l, td_on_done, &g[8], NULL), 0);
+  RUN(&f, &g[8]);
+  CHECK_RC(g[8].rc, 0);
+  CHECK_RC(dlock_latch_try_set_count_async(l, 0, td_on_done, &g[9], NULL),
+           DLOCK_EINVAL);
+  dlock_latch_free(l);
+  td_fix_close(&f);
+}
+TD_DRIVERS(latch_ops)
+
+static void latch_cancel_close(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_latch *l;
+  CHECK_RC(dlock_latch_new(f.c, "k:latchc", &l), 0);
+  td_got s = {0}, c = {0}, w = {0};
+  CHECK_RC(dlock_latch_try_set_count_async(l, 1, td_on_done, &s, NULL), 0);
+  RUN(&f, &s);
+  CHECK_RC(s.rc, 1);
+  dlock_op *op = NULL;
+  CHECK_RC(dlock_latch_await_async(l, 20000, td_on_done, &c, &op), 0);
+  CHECK_RC(dlock_latch_await_async(l, -1, td_on_done, &w, NULL), 0);
+  td_run_for(&f.t, 150);
+  CHECK_EQ(c.calls + w.calls, 0);
+  dlock_op_cancel(op);
+  RUN(&f, &c);
+  CHECK_RC(c.rc, DLOCK_ECANCELED);
+  CHECK_EQ(w.calls, 0);
+  dlock_latch_free(l);
+  dlock_client_close(f.c);
+  f.c = NULL;
+  CHECK_EQ(w.calls, 1);
+  CHECK_RC(w.rc, DLOCK_ECLOSED);
+  td_fix_close(&f);
+}
+TD_DRIVERS(latch_cancel_close)
+
+/* ---- the read-write lock ---- */
+/* Both sides of a loop client's read-write lock made with owner NULL are
+ * one owner: its writer takes the read side too; another read-write lock
+ * of the same name (another owner) waits. */
+static void rwlock_one_owner(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_rwlock *rw, *other;
+  CHECK_RC(dlock_rwlock_new(f.c, "k:rw", NULL, &rw), 0);
+  CHECK_RC(dlock_rwlock_new(f.c, "k:rw", NULL, &other), 0);
+  td_got w = {0}, r = {0}, o = {0}, ow = {0}, rr = {0}, rw_ = {0};
+  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_write(rw), 0, 5000, td_on_done,
+                                    &w, NULL),
+           0);
+  RUN(&f, &w);
+  CHECK_RC(w.rc, 0);
+  CHECK(w.token > 0);
+  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_read(rw), 0, 5000, td_on_done,
+                                    &r, NULL),
+           0);
+  RUN(&f, &r);
+  CHECK_RC(r.rc, 0); /* the writer reads */
+  redisReply *m = th_cmd(&th_srv, "HGET k:rw mode");
+  CHECK(m != NULL && m->type == REDIS_REPLY_STRING);
+  CHECK(strcmp(m->str, "write") == 0);
+  freeReplyObject(m);
+  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_read(other), 0, 5000,
+                                    td_on_done, &o, NULL),
+           0);
+  RUN(&f, &o);
+  CHECK_RC(o.rc, DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_write(other), 0, 5000,
+                                    td_on_done, &ow, NULL),
+           0);
+  RUN(&f, &ow);
+  CHECK_RC(ow.rc, DLOCK_EBUSY);
+  CHECK_RC(
+      dlock_lock_release_async(dlock_rwlock_write(rw), td_on_done, &rw_, NULL),
+      0);
+  RUN(&f, &rw_);
+  CHECK_RC(rw_.rc, 1);
+  m = th_cmd(&th_srv, "HGET k:rw mode"); /* the downgrade: still read */
+  CHECK(m != NULL && m->type == REDIS_REPLY_STRING);
+  CHECK(strcmp(m->str, "read") == 0);
+  freeReplyObject(m);
+  CHECK_RC(
+      dlock_lock_release_async(dlock_rwlock_read(rw), td_on_done, &rr, NULL),
+      0);
+  RUN(&f, &rr);
+  CHECK_RC(rr.rc, 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS k:rw"), 0);
+  /* Freed with a wait pending on a side: the side goes after it. */
+  td_got w2 = {0}, pend = {0};
+  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_write(rw), 0, 5000,
+                                    td_on_done, &w2, NULL), 0);
+  RUN(&f, &w2);
+  CHECK_RC(w2.rc, 0);
+  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_read(other), -1, 5000,
+                                    td_on_done, &pend, NULL), 0);
+  td_run_for(&f.t, 100);
+  dlock_rwlock_free(other);
+  dlock_rwlock_free(rw); /* its write hold expires with its lease */
+  dlock_client_close(f.c);
+  f.c = NULL;
+  CHECK_EQ(pend.calls, 1);
+  CHECK_RC(pend.rc, DLOCK_ECLOSED);
+  td_fix_close(&f);
+}
+TD_DRIVERS(rwlock_one_owner)
+
+/* ---- the multi-lock ---- */
+static void multilock_ops(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_client *bc = th_client(&th_srv, 0);
+  CHECK(bc != NULL);
+  dlock_lock *ls[3], *held;
+  /* Given out of key order: taken as m:a, m:b, m:c. */
+  CHECK_RC(dlock_lock_new(f.c, "m:c", NULL, &ls[0]), 0);
+  CHECK_RC(dlock_lock_new(f.c, "m:a", NULL, &ls[1]), 0);
+  CHECK_RC(dlock_lock_new(f.c, "m:b", NULL, &ls[2]), 0);
+  CHECK_RC(dlock_lock_new(bc, "m:c", NULL, &held), 0);
+  dlock_multilock *m;
+  CHECK_RC(dlock_multilock_new(ls, 3, &m), 0);
+  uint64_t tok[3] = {0};
+  td_got a = {0}, r = {0}, busy = {0};
+  CHECK_RC(dlock_multilock_acquire_async(m, 0, 5000, tok, td_on_done, &a, NULL),
+           0);
+  CHECK_EQ(a.calls, 0);
+  RUN(&f, &a);
+  CHECK_RC(a.rc, 0);
+  CHECK(tok[0] > 0 && tok[1] > 0 && tok[2] > 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS m:a m:b m:c"), 3);
+  CHECK_RC(dlock_multilock_release_async(m, td_on_done, &r, NULL), 0);
+  RUN(&f, &r);
+  CHECK_RC(r.rc, 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS m:a m:b m:c"), 0);
+  /* m:c held elsewhere: m:a and m:b are taken, then given back. */
+  CHECK_RC(dlock_lock_acquire(held, 30000, NULL), 0);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_multilock_acquire_async(m, 300, 5000, NULL, td_on_done, &busy,
+                                         NULL),
+           0);
+  RUN(&f, &busy);
+  CHECK_RC(busy.rc, DLOCK_EBUSY);
+  CHECK(strstr(busy.msg, "m:c") != NULL);
+  CHECK(th_now_ms() - t0 >= 300);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS m:a m:b"), 0);
+  CHECK_RC(dlock_lock_validity(ls[1], NULL), DLOCK_ENOTOWNER); /* no hold */
+  /* The release of a multi-lock not held: the first error. */
+  td_got nr = {0};
+  CHECK_RC(dlock_multilock_release_async(m, td_on_done, &nr, NULL), 0);
+  RUN(&f, &nr);
+  CHECK_RC(nr.rc, DLOCK_ENOTOWNER);
+  CHECK_EQ(dlock_lock_release(held), 1);
+  dlock_multilock_free(m);
+  for (int i = 0; i < 3; i++)
+    dlock_lock_free(ls[i]);
+  dlock_lock_free(held);
+  dlock_client_close(bc);
+  td_fix_close(&f);
+}
+TD_DRIVERS(multilock_ops)
+
+/* Cancel while a member waits: those taken go back; close while one
+ * waits: DLOCK_ECLOSED. The multi-lock and its locks are freed with the
+ * operation pending. */
+static void multilock_cancel_close(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_client *bc = th_client(&th_srv, 0);
+  CHECK(bc != NULL);
+  dlock_lock *ls[2], *held;
+  CHECK_RC(dlock_lock_new(f.c, "n:a", NULL, &ls[0]), 0);
+  CHECK_RC(dlock_lock_new(f.c, "n:b", NULL, &ls[1]), 0);
+  CHECK_RC(dlock_lock_new(bc, "n:b", NULL, &held), 0);
+  CHECK_RC(dlock_lock_acquire(held, 30000, NULL), 0);
+  dlock_multilock *m;
+  CHECK_RC(dlock_multilock_new(ls, 2, &m), 0);
+  td_got c = {0}, w = {0};
+  dlock_op *op = NULL;
+  CHECK_RC(
+      dlock_multilock_acquire_async(m, 20000, 5000, NULL, td_on_done, &c, &op),
+      0);
+  CHECK(op != NULL);
+  td_run_for(&f.t, 200);
+  CHECK_EQ(c.calls, 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS n:a"), 1); /* the first is taken */
+  dlock_op_cancel(op);
+  RUN(&f, &c);
+  CHECK_RC(c.rc, DLOCK_ECANCELED);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS n:a"), 0); /* and given back */
+  CHECK_RC(
+      dlock_multilock_acquire_async(m, -1, 5000, NULL, td_on_done, &w, NULL),
+      0);
+  td_run_for(&f.t, 200);
+  CHECK_EQ(w.calls, 0);
+  dlock_multilock_free(m); /* freed after the operation */
+  dlock_lock_free(ls[0]);
+  dlock_lock_free(ls[1]);
+  dlock_client_close(f.c);
+  f.c = NULL;
+  CHECK_EQ(w.calls, 1);
+  CHECK_RC(w.rc, DLOCK_ECLOSED);
+  CHECK_EQ(dlock_lock_release(held), 1);
+  dlock_lock_free(held);
+  dlock_client_close(bc);
+  td_fix_close(&f);
+}
+TD_DRIVERS(multilock_cancel_close)
+
+TH_MAIN(TD_T(semaphore_ops), TD_T(semaphore_cancel_close), TD_T(permits_ops),
+        TD_T(permits_cancel_close), TD_T(latch_ops), TD_T(latch_cancel_close),
+        TD_T(rwlock_one_owner), TD_T(multilock_ops),
+        TD_T(multilock_cancel_close))
