@@ -214,6 +214,20 @@ int dl_sync_go_async(int rc, void *handle, const dl_sync_call *q,
 }
 
 /* ---- the usual ends ---- */
+int dl_sync_update_call(const void *handle, const char *kind, dl_sync_op op,
+                        long long n,
+                        int (*end)(dl_sync_handle *, dl_sync_call *, int),
+                        dl_sync_call *q) {
+  if (handle == NULL) return DLOCK_EINVAL;
+  memset(q, 0, sizeof *q);
+  q->what = DL_SYNC_UPDATE;
+  q->kind = kind;
+  q->op = op;
+  q->n = n;
+  q->end = end;
+  return 0;
+}
+
 int dl_sync_end_rc(dl_sync_handle *h, dl_sync_call *q, int rc) {
   (void)q;
   if (rc == 0) dl_clearerr(h->c);

@@ -40,18 +40,11 @@ void dlock_latch_free(dlock_latch *l) {
   destroy(&l->h);
 }
 
-/* An update of l: 0 and *q, or DLOCK_EINVAL (l NULL). */
+/* An update of l (dl_sync_update_call). */
 static int update(dlock_latch *l, dl_sync_op op, long long n,
                   int (*end)(dl_sync_handle *, dl_sync_call *, int),
                   dl_sync_call *q) {
-  if (l == NULL) return DLOCK_EINVAL;
-  memset(q, 0, sizeof *q);
-  q->what = DL_SYNC_UPDATE;
-  q->kind = KIND;
-  q->op = op;
-  q->n = n;
-  q->end = end;
-  return 0;
+  return dl_sync_update_call(l, KIND, op, n, end, q);
 }
 
 static int set_call(dlock_latch *l, int64_t count, dl_sync_call *q) {

@@ -101,6 +101,12 @@ int dl_sync_run_async(dl_sync_handle *h, const dl_sync_call *q,
 int dl_sync_go(int rc, void *handle, dl_sync_call *q);
 int dl_sync_go_async(int rc, void *handle, const dl_sync_call *q,
                      dlock_done_cb cb, void *ud, dlock_op **out);
+/* An update call (q zeroed, then what, kind, op, n, end): 0, or
+ * DLOCK_EINVAL when the kind's handle is NULL. */
+int dl_sync_update_call(const void *handle, const char *kind, dl_sync_op op,
+                        long long n,
+                        int (*end)(dl_sync_handle *, dl_sync_call *, int),
+                        dl_sync_call *q);
 /* The usual ends: rc itself (0 or a code); a count (v, below zero as 0);
  * v == 1 as 1 or 0. Each clears the client's detail on success. */
 int dl_sync_end_rc(dl_sync_handle *h, dl_sync_call *q, int rc);

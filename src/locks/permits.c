@@ -82,18 +82,11 @@ static bool valid_id(const char *id) {
   return true;
 }
 
-/* An update of p: 0 and *q, or DLOCK_EINVAL (p NULL). */
+/* An update of p (dl_sync_update_call). */
 static int update(dlock_permits *p, dl_sync_op op, long long n,
                   int (*end)(dl_sync_handle *, dl_sync_call *, int),
                   dl_sync_call *q) {
-  if (p == NULL) return DLOCK_EINVAL;
-  memset(q, 0, sizeof *q);
-  q->what = DL_SYNC_UPDATE;
-  q->kind = KIND;
-  q->op = op;
-  q->n = n;
-  q->end = end;
-  return 0;
+  return dl_sync_update_call(p, KIND, op, n, end, q);
 }
 
 static int set_call(dlock_permits *p, int permits, dl_sync_call *q) {

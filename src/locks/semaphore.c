@@ -41,18 +41,11 @@ void dlock_semaphore_free(dlock_semaphore *s) {
   destroy(&s->h);
 }
 
-/* An update of s: 0 and *q, or DLOCK_EINVAL (s NULL). */
+/* An update of s (dl_sync_update_call). */
 static int update(dlock_semaphore *s, dl_sync_op op, long long n,
                   int (*end)(dl_sync_handle *, dl_sync_call *, int),
                   dl_sync_call *q) {
-  if (s == NULL) return DLOCK_EINVAL;
-  memset(q, 0, sizeof *q);
-  q->what = DL_SYNC_UPDATE;
-  q->kind = KIND;
-  q->op = op;
-  q->n = n;
-  q->end = end;
-  return 0;
+  return dl_sync_update_call(s, KIND, op, n, end, q);
 }
 
 static int add_call(dlock_semaphore *s, int permits, dl_sync_call *q) {
