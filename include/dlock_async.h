@@ -229,6 +229,47 @@ DLOCK_API int dlock_latch_try_set_count_async(dlock_latch *l, int64_t count,
 DLOCK_API int dlock_latch_count_async(dlock_latch *l, dlock_done_cb cb,
                                       void *ud, dlock_op **op);
 
+/* Reading a lock, and the calls that do not wait. Each has the contract
+ * above; rc and outputs are those of the blocking call of the same name:
+ * is_locked and is_held (rc 1 or 0), hold_count (rc the count),
+ * current_token (rc 0, the token in the callback's token),
+ * remaining_ttl (rc 0, *ttl_ms set before the callback runs: -1 no lease,
+ * -2 no lock; ttl_ms must stay valid until then), force_release (rc 1
+ * deleted, 0 nothing there, DLOCK_EWRONGTYPE), inspect (rc 0, *st filled
+ * in before the callback runs, at the caller's sizeof as
+ * dlock_lock_inspect). dlock_op_cancel does not stop them. */
+DLOCK_API int dlock_lock_is_locked_async(dlock_lock *l, dlock_done_cb cb,
+                                         void *ud, dlock_op **op);
+DLOCK_API int dlock_lock_is_held_async(dlock_lock *l, dlock_done_cb cb,
+                                       void *ud, dlock_op **op);
+DLOCK_API int dlock_lock_hold_count_async(dlock_lock *l, dlock_done_cb cb,
+                                          void *ud, dlock_op **op);
+DLOCK_API int dlock_lock_current_token_async(dlock_lock *l, dlock_done_cb cb,
+                                             void *ud, dlock_op **op);
+DLOCK_API int dlock_lock_remaining_ttl_async(dlock_lock *l, int64_t *ttl_ms,
+                                             dlock_done_cb cb, void *ud,
+                                             dlock_op **op);
+DLOCK_API int dlock_lock_force_release_async(dlock_lock *l, dlock_done_cb cb,
+                                             void *ud, dlock_op **op);
+DLOCK_API int dlock_lock_inspect_async_size(dlock_lock *l,
+                                            dlock_lock_state *st, size_t size,
+                                            dlock_done_cb cb, void *ud,
+                                            dlock_op **op);
+#define dlock_lock_inspect_async(l, st, cb, ud, op)                            \
+  dlock_lock_inspect_async_size((l), (st), sizeof(dlock_lock_state), (cb),     \
+                                (ud), (op))
+/* As dlock_client_scan_locks: each(name, ud) runs on the loop's thread for
+ * each candidate until it returns non-zero; then cb with rc the number of
+ * names passed (or an error: the names passed before it stand). */
+DLOCK_API int dlock_client_scan_locks_async(dlock_client *c,
+                                            const char *pattern,
+                                            dlock_scan_cb each,
+                                            dlock_done_cb cb, void *ud,
+                                            dlock_op **op);
+/* A round trip to the server: rc 0, or why not. */
+DLOCK_API int dlock_client_ping_async(dlock_client *c, dlock_done_cb cb,
+                                      void *ud, dlock_op **op);
+
 #ifdef __cplusplus
 }
 #endif

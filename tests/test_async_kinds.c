@@ -1,6 +1,7 @@
 /* test_async_kinds.c: the event-loop forms of every kind but the plain
- * lock (include/dlock_async.h: semaphore, permits, latch, read-write lock,
- * multi-lock) against a real redis-server, with each driver (built-in,
+ * lock's acquire and release (include/dlock_async.h: semaphore, permits,
+ * latch, read-write lock, multi-lock; the lock's queries, inspect, force
+ * release; the client's scan and ping) against a real redis-server, with each driver (built-in,
  * libuv, libevent): results, the server's state after them, timeouts,
  * cancel, close with operations pending, handles freed while they run. */
 #include "loop_drivers.h"
@@ -462,7 +463,180 @@ static void multilock_cancel_close(int kind) {
 }
 TD_DRIVERS(multilock_cancel_close)
 
+
+/* ---- reading a lock, force release, scan, ping ---- */
+typedef struct names_got {
+  int n, stop_after;
+  char seen[8][64];
+} names_got;
+
+static int on_name(const char *name, void *ud) {
+  names_got *g = ud;
+  if (g->n < 8) snprintf(g->seen[g->n], sizeof g->seen[0], "%s", name);
+  g->n++;
+  return g->stop_after > 0 && g->n >= g->stop_after;
+}
+
+static bool saw(const names_got *g, const char *name) {
+  for (int i = 0; i < g->n && i < 8; i++)
+    if (strcmp(g->seen[i], name) == 0) return true;
+  return false;
+}
+
+static void lock_reads(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_lock *l, *other;
+  CHECK_RC(dlock_lock_new(f.c, "k:rd", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(f.c, "k:rd", "someone-else", &other), 0);
+  td_got a = {0}, g[8] = {{0}};
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 30000, td_on_done, &a, NULL), 0);
+  RUN(&f, &a);
+  CHECK_RC(a.rc, 0);
+  CHECK(a.token > 0);
+  CHECK_RC(dlock_lock_is_locked_async(l, td_on_done, &g[0], NULL), 0);
+  CHECK_RC(dlock_lock_is_held_async(l, td_on_done, &g[1], NULL), 0);
+  CHECK_RC(dlock_lock_is_held_async(other, td_on_done, &g[2], NULL), 0);
+  CHECK_RC(dlock_lock_hold_count_async(l, td_on_done, &g[3], NULL), 0);
+  CHECK_RC(dlock_lock_current_token_async(l, td_on_done, &g[4], NULL), 0);
+  int64_t ttl = -5;
+  CHECK_RC(dlock_lock_remaining_ttl_async(l, &ttl, td_on_done, &g[5], NULL),
+           0);
+  dlock_lock_state st;
+  memset(&st, 0, sizeof st);
+  CHECK_RC(dlock_lock_inspect_async(l, &st, td_on_done, &g[6], NULL), 0);
+  CHECK_EQ(g[0].calls + g[5].calls + g[6].calls, 0); /* never within */
+  CHECK_EQ(ttl, -5);
+  RUN(&f, &g[6]);
+  for (int i = 0; i < 7; i++) {
+    RUN(&f, &g[i]);
+    CHECK_EQ(g[i].calls, 1);
+  }
+  CHECK_RC(g[0].rc, 1);
+  CHECK_RC(g[1].rc, 1);
+  CHECK_RC(g[2].rc, 0);
+  CHECK_RC(g[3].rc, 1);
+  CHECK_RC(g[4].rc, 0);
+  CHECK_EQ(g[4].token, a.token);
+  CHECK_RC(g[5].rc, 0);
+  CHECK(ttl > 25000 && ttl <= 30000);
+  CHECK_RC(g[6].rc, 0);
+  CHECK_EQ(st.held, 1);
+  CHECK_EQ(st.holders, 1);
+  CHECK_EQ(st.hold_count, 1);
+  CHECK_EQ(st.token, a.token);
+  CHECK(strcmp(st.type, "hash") == 0);
+  /* The same snapshot as the blocking call's, from another client. */
+  dlock_client *bc = th_client(&th_srv, 0);
+  CHECK(bc != NULL);
+  dlock_lock *bl;
+  CHECK_RC(dlock_lock_new(bc, "k:rd", NULL, &bl), 0);
+  dlock_lock_state bst;
+  CHECK_RC(dlock_lock_inspect(bl, &bst), 0);
+  CHECK(strcmp(bst.owner, st.owner) == 0);
+  CHECK_EQ(bst.token, st.token);
+  dlock_lock_free(bl);
+  /* Force release: deleted, then nothing there; the holder hears it. */
+  td_got fr[3] = {{0}};
+  CHECK_RC(dlock_lock_force_release_async(other, td_on_done, &fr[0], NULL),
+           0);
+  RUN(&f, &fr[0]);
+  CHECK_RC(fr[0].rc, 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS k:rd"), 0);
+  CHECK_RC(dlock_lock_force_release_async(other, td_on_done, &fr[1], NULL),
+           0);
+  RUN(&f, &fr[1]);
+  CHECK_RC(fr[1].rc, 0);
+  /* Not a lock: refused, nothing changed. */
+  th_cmd_int(&th_srv, "SET k:str 7");
+  dlock_lock *sl;
+  CHECK_RC(dlock_lock_new(f.c, "k:str", NULL, &sl), 0);
+  CHECK_RC(dlock_lock_force_release_async(sl, td_on_done, &fr[2], NULL), 0);
+  RUN(&f, &fr[2]);
+  CHECK_RC(fr[2].rc, DLOCK_EWRONGTYPE);
+  CHECK(fr[2].msg[0] != '\0');
+  CHECK_EQ(th_cmd_int(&th_srv, "GET k:str"), 7);
+  /* After the force release: free, no lease. */
+  td_got q[2] = {{0}};
+  ttl = 0;
+  CHECK_RC(dlock_lock_is_locked_async(l, td_on_done, &q[0], NULL), 0);
+  CHECK_RC(dlock_lock_remaining_ttl_async(l, &ttl, td_on_done, &q[1], NULL),
+           0);
+  RUN(&f, &q[1]);
+  CHECK_RC(q[0].rc, 0);
+  CHECK_EQ(ttl, -2);
+  /* Refused calls never call back. */
+  td_got no = {0};
+  CHECK_RC(dlock_lock_remaining_ttl_async(l, NULL, td_on_done, &no, NULL),
+           DLOCK_EINVAL);
+  CHECK_RC(dlock_lock_is_locked_async(l, NULL, NULL, NULL), DLOCK_EINVAL);
+  CHECK_RC(dlock_lock_inspect_async(NULL, &st, td_on_done, &no, NULL),
+           DLOCK_EINVAL);
+  CHECK_RC(dlock_client_ping_async(bc, td_on_done, &no, NULL), DLOCK_EINVAL);
+  CHECK_RC(dlock_client_scan_locks_async(f.c, "*", NULL, td_on_done, &no,
+                                         NULL),
+           DLOCK_EINVAL);
+  td_run_for(&f.t, 30);
+  CHECK_EQ(no.calls, 0);
+  dlock_client_close(bc);
+  dlock_lock_free(sl);
+  dlock_lock_free(other);
+  dlock_lock_free(l);
+  td_fix_close(&f);
+}
+TD_DRIVERS(lock_reads)
+
+/* The scan's names and its end share one ud. */
+typedef struct scan_got {
+  names_got names; /* first: on_name's */
+  td_got done;
+} scan_got;
+
+static void on_scan_done(int rc, uint64_t token, const char *msg, void *ud) {
+  td_on_done(rc, token, msg, &((scan_got *)ud)->done);
+}
+
+static void scan_and_ping(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  for (int i = 0; i < 3; i++)
+    th_cmd_int(&th_srv, "HSET k:scan:%d owner:1 1", i);
+  th_cmd_int(&th_srv, "SET k:scan:str 1"); /* not a hash: not a candidate */
+  scan_got all = {0}, first = {.names.stop_after = 1};
+  CHECK_RC(dlock_client_scan_locks_async(f.c, "k:scan:*", on_name,
+                                         on_scan_done, &all, NULL),
+           0);
+  CHECK_EQ(all.names.n + all.done.calls, 0); /* never within the call */
+  RUN(&f, &all.done);
+  CHECK_RC(all.done.rc, 3);
+  CHECK_EQ(all.names.n, 3);
+  CHECK(saw(&all.names, "k:scan:0") && saw(&all.names, "k:scan:2"));
+  CHECK(!saw(&all.names, "k:scan:str"));
+  CHECK_RC(dlock_client_scan_locks_async(f.c, "k:scan:*", on_name,
+                                         on_scan_done, &first, NULL),
+           0);
+  RUN(&f, &first.done);
+  CHECK_RC(first.done.rc, 1); /* stopped by the callback */
+  td_got p = {0};
+  CHECK_RC(dlock_client_ping_async(f.c, td_on_done, &p, NULL), 0);
+  RUN(&f, &p);
+  CHECK_RC(p.rc, 0);
+  /* Pending at close: completed within it. */
+  td_got late = {0};
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(f.c, "k:late", NULL, &l), 0);
+  CHECK_RC(dlock_lock_is_locked_async(l, td_on_done, &late, NULL), 0);
+  dlock_lock_free(l); /* freed after its call completes */
+  dlock_client_close(f.c);
+  f.c = NULL;
+  CHECK_EQ(late.calls, 1);
+  CHECK_RC(late.rc, DLOCK_ECLOSED);
+  td_fix_close(&f);
+}
+TD_DRIVERS(scan_and_ping)
+
 TH_MAIN(TD_T(semaphore_ops), TD_T(semaphore_cancel_close), TD_T(permits_ops),
         TD_T(permits_cancel_close), TD_T(latch_ops), TD_T(latch_cancel_close),
         TD_T(rwlock_one_owner), TD_T(multilock_ops),
-        TD_T(multilock_cancel_close))
+        TD_T(multilock_cancel_close), TD_T(lock_reads),
+        TD_T(scan_and_ping))

@@ -210,6 +210,19 @@ typedef struct dl_backend_ops {
   int (*sync_update_async)(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                            long long n, const char *id, long long *v,
                            dl_done_fn done, void *ud, dl_async **op_out);
+  /* As their blocking twins; a result (*v, *st) is filled in before done
+   * runs with rc >= 0; scan's cb runs on the loop's thread. */
+  int (*lock_force_release_async)(dl_backend *b, const dl_lock_ref *l,
+                                  dl_done_fn done, void *ud, dl_async **op);
+  int (*lock_query_async)(dl_backend *b, const dl_lock_ref *l,
+                          dl_lock_query q, long long *v, dl_done_fn done,
+                          void *ud, dl_async **op);
+  int (*inspect_async)(dl_backend *b, const char *key, dlock_lock_state *st,
+                       dl_done_fn done, void *ud, dl_async **op);
+  int (*scan_async)(dl_backend *b, const char *match, size_t prefix_len,
+                    dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
+                    dl_async **op);
+  int (*ping_async)(dl_backend *b, dl_done_fn done, void *ud, dl_async **op);
   /* The renewal round (as renew) of n > 0 items. */
   int (*renew_async)(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                      dl_renew_item *items, int *calls, dl_done_fn done,

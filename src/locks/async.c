@@ -61,14 +61,18 @@ typedef struct lock_op {
   } q;
 } lock_op;
 
+void dl_lock_op_finish(dlock_op *op, dlock_lock *l, int rc,
+                       uint64_t token) {
+  char msg[512] = "";
+  if (rc < 0) snprintf(msg, sizeof msg, "%s", dlock_client_errmsg(op->c));
+  if (l) dl_lock_op_end(l); /* may free an orphaned handle */
+  if (rc < 0) dl_seterr(op->c, rc, "%s", msg);
+  dl_op_finish(op, rc, token);
+}
+
 /* Tells the caller and frees x. */
 static void finish(lock_op *x, int rc, uint64_t token) {
-  dlock_lock *l = x->l;
-  char msg[512] = "";
-  if (rc < 0) snprintf(msg, sizeof msg, "%s", dlock_client_errmsg(l->c));
-  dl_lock_op_end(l); /* may free an orphaned handle */
-  if (rc < 0) dl_seterr(x->op.c, rc, "%s", msg);
-  dl_op_finish(&x->op, rc, token);
+  dl_lock_op_finish(&x->op, x->l, rc, token);
 }
 
 /* A hold given back (granted too late, or cancelled): the acquire's

@@ -76,4 +76,9 @@ int dl_rel_begin(dlock_lock *l, dl_rel_req *q);
 /* Takes the backend's release result rc; returns the call's result. */
 int dl_rel_end(dlock_lock *l, dl_rel_req *q, int rc);
 
+/* Ends an event-loop operation on l (or NULL: a client's): its handle's
+ * count of operations (dl_lock_op_end, which may free it), then the
+ * caller's callback with rc, token and the client's detail, and frees op. */
+void dl_lock_op_finish(dlock_op *op, dlock_lock *l, int rc, uint64_t token);
+
 #endif /* DLOCK_LOCKS_LOCK_H */

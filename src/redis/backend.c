@@ -467,20 +467,6 @@ static int rb_watch_losses(dl_backend *base, dl_notice_fn fn, void *ud) {
                                     n);
 }
 
-static int rb_ping(dl_backend *base) {
-  dl_redis *r = (dl_redis *)base;
-  const char *argv[] = {"PING"};
-  redisReply *rep = NULL;
-  int rc = r->link->ops->command(r->link, 1, argv, &rep);
-  if (rc == 0) {
-    if (rep->type != REDIS_REPLY_STATUS || strcmp(rep->str, "PONG") != 0)
-      rc = dl_seterr(r->env.err_owner, DLOCK_EPROTO,
-                     "PING answered something else");
-    freeReplyObject(rep);
-  }
-  return rc;
-}
-
 static void rb_stats(dl_backend *base, dlock_client_stats *st) {
   dl_rlink *l = ((dl_redis *)base)->link;
   if (l->ops->stats) l->ops->stats(l, st);
@@ -516,11 +502,16 @@ static const dl_backend_ops redis_ops = {
     .permit_acquire_async = dl_redis_permit_acquire_async,
     .latch_await_async = dl_redis_latch_await_async,
     .sync_update_async = dl_redis_sync_update_async,
+    .lock_force_release_async = dl_redis_lock_force_release_async,
+    .lock_query_async = dl_redis_lock_query_async,
+    .inspect_async = dl_redis_inspect_async,
+    .scan_async = dl_redis_scan_async,
     .cancel = dl_redis_cancel,
     .renew = rb_renew,
     .renew_async = rb_renew_async,
     .watch_losses = rb_watch_losses,
-    .ping = rb_ping,
+    .ping = dl_redis_ping,
+    .ping_async = dl_redis_ping_async,
     .stats = rb_stats,
     .free = rb_free,
 };

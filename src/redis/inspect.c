@@ -27,19 +27,35 @@ static void held_since(dlock_lock_state *st, int64_t now, const char *since) {
   if (st->held_ms < 0) st->held_ms = 0;
 }
 
-int dl_redis_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
-  dl_redis *R = (dl_redis *)b;
-  char tk[DL_DERIVED_MAX], qk[DL_DERIVED_MAX], gk[DL_DERIVED_MAX],
-      timeouts[DL_DERIVED_MAX], ch[DL_DERIVED_MAX];
-  dl_derived_into(tk, sizeof tk, "redisson_lock_token", key);
-  dl_derived_into(qk, sizeof qk, "redisson_lock_queue", key);
-  dl_derived_into(gk, sizeof gk, "dlock_lock_queue", key);
-  dl_derived_suffix_into(timeouts, sizeof timeouts, key, "timeout");
-  const char *keys[] = {key, tk, qk, timeouts, gk};
-  redisReply *r = NULL;
-  int rc = R->link->ops->eval(R->link, DL_SCRIPT_LOCK_INSPECT, 5, keys, 0,
-                              NULL, &r);
-  if (rc != 0) return rc;
+/* ---- inspect: the snapshot script, then who listens (reqop.c) ---- */
+typedef struct inspect_req {
+  dl_reqop r;
+  const char *key;
+  dlock_lock_state *st;
+  bool listeners; /* the second request: PUBSUB NUMSUB */
+  char names[5][DL_DERIVED_MAX];
+} inspect_req;
+
+static int inspect_send(dl_reqop *x) {
+  inspect_req *q = (inspect_req *)x;
+  const char *key = q->key;
+  if (q->listeners) {
+    dl_derived_into(q->names[0], DL_DERIVED_MAX, "redisson_lock__channel", key);
+    const char *argv[] = {"PUBSUB", "NUMSUB", q->names[0]};
+    return dl_redis_step_command(x->R, &x->p, 3, argv);
+  }
+  dl_derived_into(q->names[0], DL_DERIVED_MAX, "redisson_lock_token", key);
+  dl_derived_into(q->names[1], DL_DERIVED_MAX, "redisson_lock_queue", key);
+  dl_derived_into(q->names[2], DL_DERIVED_MAX, "dlock_lock_queue", key);
+  dl_derived_suffix_into(q->names[3], DL_DERIVED_MAX, key, "timeout");
+  const char *keys[] = {key, q->names[0], q->names[1], q->names[3],
+                        q->names[2]};
+  return dl_redis_step_eval(x->R, &x->p, 0, DL_SCRIPT_LOCK_INSPECT, 5, keys,
+                            0, NULL);
+}
+
+/* Fills st from the snapshot script's reply r (freed). */
+static int inspect_fill(dl_redis *R, redisReply *r, dlock_lock_state *st) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 8 ||
       r->element[0]->type != REDIS_REPLY_ARRAY ||
       r->element[1]->type != REDIS_REPLY_INTEGER) {
@@ -99,45 +115,120 @@ int dl_redis_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   if (r->element[2]->type == REDIS_REPLY_STRING)
     st->token = strtoull(r->element[2]->str, NULL, 10);
   freeReplyObject(r);
-  dl_derived_into(ch, sizeof ch, "redisson_lock__channel", key);
-  const char *argv[] = {"PUBSUB", "NUMSUB", ch};
-  rc = R->link->ops->command(R->link, 3, argv, &r);
-  if (rc != 0) return rc;
+  return 0;
+}
+
+static int inspect_result(dl_reqop *x) {
+  inspect_req *q = (inspect_req *)x;
+  redisReply *r = dl_reqop_reply(x);
+  if (r == NULL) return x->p.rc;
+  if (!q->listeners) {
+    int rc = inspect_fill(x->R, r, q->st);
+    if (rc != 0) return rc;
+    q->listeners = true;
+    return DL_REQOP_MORE;
+  }
   if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
       r->element[1]->type == REDIS_REPLY_INTEGER)
-    st->waiters = (int)r->element[1]->integer;
+    q->st->waiters = (int)r->element[1]->integer;
   freeReplyObject(r);
   return 0;
 }
 
+static int inspect_run(dl_backend *b, const char *key, dlock_lock_state *st,
+                       dl_done_fn done, void *ud, dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  inspect_req stack, *x = dl_redis_state_new(R, &stack, sizeof stack,
+                                             done != NULL, op, &err);
+  if (x == NULL) return err;
+  x->r.R = R;
+  x->r.send = inspect_send;
+  x->r.result = inspect_result;
+  x->key = key;
+  x->st = st;
+  return dl_reqop_run(&x->r, done, ud, op);
+}
+
+int dl_redis_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
+  return inspect_run(b, key, st, NULL, NULL, NULL);
+}
+
+int dl_redis_inspect_async(dl_backend *b, const char *key,
+                           dlock_lock_state *st, dl_done_fn done, void *ud,
+                           dl_async **op) {
+  return inspect_run(b, key, st, done, ud, op);
+}
+
+/* ---- the scan: SCAN ... TYPE hash until the cursor comes back to 0 or
+ * the callback says stop ---- */
+typedef struct scan_req {
+  dl_reqop r;
+  const char *match;
+  size_t prefix_len;
+  dlock_scan_cb cb;
+  void *cb_ud;
+  int found;
+  char cursor[32];
+} scan_req;
+
+static int scan_send(dl_reqop *x) {
+  scan_req *q = (scan_req *)x;
+  const char *argv[] = {"SCAN", q->cursor, "MATCH", q->match, "COUNT", "500",
+                        "TYPE", "hash"};
+  return dl_redis_step_command(x->R, &x->p, 8, argv);
+}
+
+static int scan_result(dl_reqop *x) {
+  scan_req *q = (scan_req *)x;
+  redisReply *r = dl_reqop_reply(x);
+  if (r == NULL) return x->p.rc;
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[0]->type != REDIS_REPLY_STRING ||
+      r->element[1]->type != REDIS_REPLY_ARRAY) {
+    freeReplyObject(r);
+    return dl_seterr(x->R->env.err_owner, DLOCK_EPROTO,
+                     "unexpected reply to SCAN");
+  }
+  snprintf(q->cursor, sizeof q->cursor, "%s", r->element[0]->str);
+  redisReply *keys = r->element[1];
+  bool stop = false;
+  for (size_t i = 0; i < keys->elements && !stop; i++) {
+    redisReply *k = keys->element[i];
+    if (k->type != REDIS_REPLY_STRING || k->len < q->prefix_len) continue;
+    q->found++;
+    if (q->cb(k->str + q->prefix_len, q->cb_ud) != 0) stop = true;
+  }
+  freeReplyObject(r);
+  return stop || strcmp(q->cursor, "0") == 0 ? q->found : DL_REQOP_MORE;
+}
+
+static int scan_run(dl_backend *b, const char *match, size_t prefix_len,
+                    dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
+                    dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  scan_req stack, *x = dl_redis_state_new(R, &stack, sizeof stack,
+                                          done != NULL, op, &err);
+  if (x == NULL) return err;
+  x->r.R = R;
+  x->r.send = scan_send;
+  x->r.result = scan_result;
+  x->match = match;
+  x->prefix_len = prefix_len;
+  x->cb = cb;
+  x->cb_ud = cb_ud;
+  strcpy(x->cursor, "0");
+  return dl_reqop_run(&x->r, done, ud, op);
+}
+
 int dl_redis_scan(dl_backend *b, const char *match, size_t prefix_len,
                   dlock_scan_cb cb, void *ud) {
-  dl_redis *R = (dl_redis *)b;
-  char cursor[32] = "0";
-  int found = 0, rc = 0;
-  bool stop = false;
-  do {
-    const char *argv[] = {"SCAN", cursor, "MATCH", match, "COUNT", "500",
-                          "TYPE", "hash"};
-    redisReply *r = NULL;
-    rc = R->link->ops->command(R->link, 8, argv, &r);
-    if (rc != 0) break;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-        r->element[0]->type != REDIS_REPLY_STRING ||
-        r->element[1]->type != REDIS_REPLY_ARRAY) {
-      freeReplyObject(r);
-      rc = dl_seterr(R->env.err_owner, DLOCK_EPROTO, "unexpected reply to SCAN");
-      break;
-    }
-    snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-    redisReply *keys = r->element[1];
-    for (size_t i = 0; i < keys->elements && !stop; i++) {
-      redisReply *k = keys->element[i];
-      if (k->type != REDIS_REPLY_STRING || k->len < prefix_len) continue;
-      found++;
-      if (cb(k->str + prefix_len, ud) != 0) stop = true;
-    }
-    freeReplyObject(r);
-  } while (!stop && strcmp(cursor, "0") != 0);
-  return rc != 0 ? rc : found;
+  return scan_run(b, match, prefix_len, cb, ud, NULL, NULL, NULL);
+}
+
+int dl_redis_scan_async(dl_backend *b, const char *match, size_t prefix_len,
+                        dlock_scan_cb cb, void *cb_ud, dl_done_fn done,
+                        void *ud, dl_async **op) {
+  return scan_run(b, match, prefix_len, cb, cb_ud, done, ud, op);
 }

@@ -162,39 +162,101 @@ int dl_redis_lock_release(dl_backend *b, const dl_lock_ref *l,
   return dl_rlock_rel_step(&o);
 }
 
-int dl_redis_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
-  dl_redis *R = (dl_redis *)b;
+/* ---- force release and queries: one request each (reqop.c) ---- */
+typedef struct force_req {
+  dl_reqop r;
+  const dl_lock_ref *l;
   char ch[DL_DERIVED_MAX], qk[DL_DERIVED_MAX];
+} force_req;
+
+static int force_send(dl_reqop *x) {
+  force_req *f = (force_req *)x;
+  const dl_lock_ref *l = f->l;
   bool rw = is_rw(l);
-  const char *keys[] = {l->key, rw ? RW_CHANNEL(l, ch) : CHANNEL(l, ch),
-                        QUEUE_KEY(l, qk)};
+  const char *keys[] = {l->key, rw ? RW_CHANNEL(l, f->ch) : CHANNEL(l, f->ch),
+                        QUEUE_KEY(l, f->qk)};
   /* A write unlock's "1" wakes every waiter of a read-write lock. */
   const char *args[] = {rw ? "1" : UNLOCK_MESSAGE, rw ? "rwlock" : "lock",
-                        R->env.revoke_channel};
-  redisReply *r = NULL;
-  int rc = R->link->ops->eval(R->link, DL_SCRIPT_LOCK_FORCE_RELEASE,
-                                    l->kind == DL_KIND_FAIR ? 3 : 2, keys, 3, args, &r);
-  if (rc != 0) return rc; /* DLOCK_EWRONGTYPE: not a lock of this kind */
+                        x->R->env.revoke_channel};
+  return dl_redis_step_eval(x->R, &x->p, 0, DL_SCRIPT_LOCK_FORCE_RELEASE,
+                            l->kind == DL_KIND_FAIR ? 3 : 2, keys, 3, args);
+}
+
+static int force_result(dl_reqop *x) {
+  redisReply *r = dl_reqop_reply(x);
+  if (r == NULL) return x->p.rc; /* DLOCK_EWRONGTYPE: not of this kind */
   /* 1 deleted, 0 nothing to delete; anything else is not our script's
    * answer (found by the reply fuzzer: a negative number passed through as
    * if it were an error code). */
-  rc = r->type == REDIS_REPLY_INTEGER && (r->integer == 0 || r->integer == 1)
-           ? (int)r->integer
-           : dl_seterr(R->env.err_owner, DLOCK_EPROTO, "unexpected reply to the force "
-                       "release");
-  freeReplyObject(r);
-  return rc;
+  long long v = 0;
+  int rc = dl_redis_int_reply(x->R, r, 0, 1, &v);
+  if (rc != 0)
+    return dl_seterr(x->R->env.err_owner, DLOCK_EPROTO,
+                     "unexpected reply to the force release");
+  return (int)v;
 }
 
+static int force_run(dl_backend *b, const dl_lock_ref *l, dl_done_fn done,
+                     void *ud, dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  force_req stack, *x = dl_redis_state_new(R, &stack, sizeof stack,
+                                           done != NULL, op, &err);
+  if (x == NULL) return err;
+  x->r.R = R;
+  x->r.send = force_send;
+  x->r.result = force_result;
+  x->l = l;
+  return dl_reqop_run(&x->r, done, ud, op);
+}
 
-/* Runs a read command and returns its integer (or nil as `nil_value`). */
-static int query_int(dl_redis *R, int argc, const char **argv,
-                     long long nil_value, long long *out) {
-  redisReply *r = NULL;
-  int rc = R->link->ops->command(R->link, argc, argv, &r);
-  if (rc != 0) return rc;
+int dl_redis_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
+  return force_run(b, l, NULL, NULL, NULL);
+}
+
+int dl_redis_lock_force_release_async(dl_backend *b, const dl_lock_ref *l,
+                                      dl_done_fn done, void *ud,
+                                      dl_async **op) {
+  return force_run(b, l, done, ud, op);
+}
+
+typedef struct query_req {
+  dl_reqop r;
+  const dl_lock_ref *l;
+  dl_lock_query q;
+  long long *v;
+  char tk[DL_DERIVED_MAX];
+} query_req;
+
+static int query_send(dl_reqop *x) {
+  query_req *q = (query_req *)x;
+  const dl_lock_ref *l = q->l;
+  const char *argv[3] = {NULL, l->key, l->owner};
+  int argc = 2;
+  switch (q->q) {
+  case DL_QUERY_LOCKED: argv[0] = "EXISTS"; break;
+  case DL_QUERY_HELD: argv[0] = "HEXISTS", argc = 3; break;
+  case DL_QUERY_COUNT: argv[0] = "HGET", argc = 3; break;
+  case DL_QUERY_TTL: argv[0] = "PTTL"; break;
+  case DL_QUERY_TOKEN: argv[0] = "GET", argv[1] = TOKEN_KEY(l, q->tk); break;
+  default:
+    x->p.rc = dl_seterr(x->R->env.err_owner, DLOCK_EINVAL, "unknown query");
+    return 0;
+  }
+  return dl_redis_step_command(x->R, &x->p, argc, argv);
+}
+
+/* The query's integer (nil: 0, or -2 for a TTL; a number as text: GET's
+ * token, HGET's count). */
+static int query_result(dl_reqop *x) {
+  query_req *q = (query_req *)x;
+  redisReply *r = dl_reqop_reply(x);
+  if (r == NULL) return x->p.rc;
+  dl_redis *R = x->R;
+  long long *out = q->v;
+  int rc = 0;
   if (r->type == REDIS_REPLY_INTEGER) *out = r->integer;
-  else if (r->type == REDIS_REPLY_NIL) *out = nil_value;
+  else if (r->type == REDIS_REPLY_NIL) *out = q->q == DL_QUERY_TTL ? -2 : 0;
   else if (r->type == REDIS_REPLY_STRING) {
     char *end;
     *out = strtoll(r->str, &end, 10);
@@ -204,40 +266,39 @@ static int query_int(dl_redis *R, int argc, const char **argv,
                    r->type);
   }
   freeReplyObject(r);
+  if (rc == 0 && q->q == DL_QUERY_COUNT && (*out < 0 || *out > INT_MAX))
+    rc = dl_seterr(R->env.err_owner, DLOCK_EPROTO,
+                   "hold count %lld out of range", *out);
   return rc;
+}
+
+static int query_run(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                     long long *v, dl_done_fn done, void *ud,
+                     dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  query_req stack, *x = dl_redis_state_new(R, &stack, sizeof stack,
+                                           done != NULL, op, &err);
+  if (x == NULL) return err;
+  x->r.R = R;
+  x->r.send = query_send;
+  x->r.result = query_result;
+  x->l = l;
+  x->q = q;
+  x->v = v;
+  *v = 0;
+  return dl_reqop_run(&x->r, done, ud, op);
 }
 
 int dl_redis_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                         long long *v) {
-  dl_redis *R = (dl_redis *)b;
-  char tk[DL_DERIVED_MAX];
-  switch (q) {
-  case DL_QUERY_LOCKED: {
-    const char *argv[] = {"EXISTS", l->key};
-    return query_int(R, 2, argv, 0, v);
-  }
-  case DL_QUERY_HELD: {
-    const char *argv[] = {"HEXISTS", l->key, l->owner};
-    return query_int(R, 3, argv, 0, v);
-  }
-  case DL_QUERY_COUNT: {
-    const char *argv[] = {"HGET", l->key, l->owner};
-    int rc = query_int(R, 3, argv, 0, v);
-    if (rc == 0 && (*v < 0 || *v > INT_MAX))
-      rc = dl_seterr(R->env.err_owner, DLOCK_EPROTO,
-                     "hold count %lld out of range", *v);
-    return rc;
-  }
-  case DL_QUERY_TTL: {
-    const char *argv[] = {"PTTL", l->key};
-    return query_int(R, 2, argv, -2, v);
-  }
-  case DL_QUERY_TOKEN: {
-    const char *argv[] = {"GET", TOKEN_KEY(l, tk)};
-    return query_int(R, 2, argv, 0, v);
-  }
-  }
-  return dl_seterr(R->env.err_owner, DLOCK_EINVAL, "unknown query");
+  return query_run(b, l, q, v, NULL, NULL, NULL);
+}
+
+int dl_redis_lock_query_async(dl_backend *b, const dl_lock_ref *l,
+                              dl_lock_query q, long long *v, dl_done_fn done,
+                              void *ud, dl_async **op) {
+  return query_run(b, l, q, v, done, ud, op);
 }
 
 /* ---- the event-loop driver ---- */

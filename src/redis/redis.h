@@ -324,6 +324,22 @@ int dl_redis_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
 int dl_redis_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
 int dl_redis_scan(dl_backend *b, const char *match, size_t prefix_len,
                   dlock_scan_cb cb, void *ud);
+int dl_redis_lock_force_release_async(dl_backend *b, const dl_lock_ref *l,
+                                      dl_done_fn done, void *ud,
+                                      dl_async **op);
+int dl_redis_lock_query_async(dl_backend *b, const dl_lock_ref *l,
+                              dl_lock_query q, long long *v, dl_done_fn done,
+                              void *ud, dl_async **op);
+int dl_redis_inspect_async(dl_backend *b, const char *key,
+                           dlock_lock_state *st, dl_done_fn done, void *ud,
+                           dl_async **op);
+int dl_redis_scan_async(dl_backend *b, const char *match, size_t prefix_len,
+                        dlock_scan_cb cb, void *cb_ud, dl_done_fn done,
+                        void *ud, dl_async **op);
+/* PING, expecting PONG (reqop.c). */
+int dl_redis_ping(dl_backend *b);
+int dl_redis_ping_async(dl_backend *b, dl_done_fn done, void *ud,
+                        dl_async **op);
 int dl_redis_sem_acquire(dl_backend *b, const dl_sync_ref *s, int permits,
                          bool wait, int64_t deadline);
 int dl_redis_permit_acquire(dl_backend *b, const dl_sync_ref *s,
@@ -401,6 +417,35 @@ void dl_shell_bind(dl_shell *sh, dl_pend *p);
 int dl_shell_start(dl_shell *sh, int rc, dl_async **op);
 /* The backend's cancel (dl_backend_ops.cancel) for every operation. */
 void dl_redis_cancel(dl_backend *b, dl_async *op);
+
+/* An operation's state, on the caller's stack (`stack`, for the blocking
+ * driver) or malloc'ed (async), zeroed; NULL with *err when r's link is
+ * not of the driver asked for, or out of memory. */
+void *dl_redis_state_new(dl_redis *r, void *stack, size_t size, bool async,
+                         dl_async **op, int *err);
+
+/* An operation that sends requests one after another and reads each
+ * answer, with no wait between them (reqop.c): the first member of its
+ * state. `send` starts the next request on p (dl_redis_step_eval or
+ * _command; returns what they return); `result` reads p's answer
+ * (dl_reqop_reply) and returns the operation's result, a negative code, or
+ * DL_REQOP_MORE: send the next. */
+#define DL_REQOP_MORE 0x7ffe
+typedef struct dl_reqop dl_reqop;
+struct dl_reqop {
+  dl_shell sh; /* the event-loop driver's */
+  dl_redis *R;
+  dl_pend p;
+  int (*send)(dl_reqop *x);
+  int (*result)(dl_reqop *x);
+};
+/* Runs x (R, send and result set; from dl_redis_state_new): to its end on
+ * the calling thread when done is NULL (returns the result), else on the
+ * loop (0 and *op, or a negative code; done(ud, result) later). */
+int dl_reqop_run(dl_reqop *x, dl_done_fn done, void *ud, dl_async **op);
+/* p's reply, now the caller's to free, or NULL when the request failed
+ * (p.rc the code). */
+struct redisReply *dl_reqop_reply(dl_reqop *x);
 
 /* Waiting for a semaphore's permits or a latch's zero, a state machine
  * (see dl_pend): tries, and until done or the deadline (with `wait`),

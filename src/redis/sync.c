@@ -221,22 +221,9 @@ static int wait_op_run(dl_redis *R, wait_op *x, const dl_wait_kind *kind,
  * blocking driver (`stack`, the caller's) or the event-loop one
  * (allocated), zeroed: NULL with *err when the client is of the other
  * kind, or out of memory. */
-static void *state_new(dl_redis *R, void *stack, size_t size, bool async,
-                       dl_async **op, int *err) {
-  if (op) *op = NULL;
-  *err = 0;
-  *err = dl_redis_driver_check(R, async);
-  void *x = stack;
-  if (*err == 0 && async && (x = malloc(size)) == NULL)
-    *err = dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
-  if (*err) return NULL;
-  memset(x, 0, size);
-  return x;
-}
-
 static wait_op *wait_op_new(dl_redis *R, const dl_sync_ref *s, wait_op *x,
                             bool async, dl_async **op, int *err) {
-  x = state_new(R, x, sizeof *x, async, op, err);
+  x = dl_redis_state_new(R, x, sizeof *x, async, op, err);
   if (x) x->s = s;
   return x;
 }
@@ -324,19 +311,18 @@ int dl_redis_latch_await_async(dl_backend *b, const dl_sync_ref *s, bool wait,
 
 /* ---- everything else: one request and its answer, on either driver ---- */
 typedef struct upd_op {
-  dl_shell sh; /* the event-loop driver's */
-  dl_redis *R;
+  dl_reqop r; /* first */
   const dl_sync_ref *s;
   dl_sync_op op;
   const char *id; /* a permit's (borrowed) */
   long long *v;
-  dl_pend p;
   char num[DL_INT_BUF], ch[DL_DERIVED_MAX], timeouts[DL_DERIVED_MAX];
 } upd_op;
 
-/* Sends x's request: dl_redis_step_* on x->p; returns what it returns. */
-static int upd_send(upd_op *x) {
-  dl_redis *R = x->R;
+/* Sends x's request: dl_redis_step_* on r->p; returns what it returns. */
+static int upd_send(dl_reqop *r) {
+  upd_op *x = (upd_op *)r;
+  dl_redis *R = r->R;
   const dl_sync_ref *s = x->s;
   const char *keys[3] = {s->key, x->ch, NULL};
   const char *args[3] = {NULL, x->num, NULL};
@@ -349,14 +335,14 @@ static int upd_send(upd_op *x) {
     args[0] = names[x->op - DL_SEM_SET];
     sem_channel(x->ch, s);
     int flags = x->op == DL_SEM_RELEASE ? wake_flags(s) : 0;
-    return dl_redis_step_eval(R, &x->p, 0,
+    return dl_redis_step_eval(R, &r->p, 0,
                               DL_SCRIPT_SEMAPHORE_UPDATE | flags, 2, keys, 2,
                               args);
   }
   case DL_SEM_AVAILABLE:
   case DL_LATCH_COUNT: {
     const char *argv[] = {"GET", s->key};
-    return dl_redis_step_command(R, &x->p, 2, argv);
+    return dl_redis_step_command(R, &r->p, 2, argv);
   }
   case DL_PERMITS_SET:
   case DL_PERMITS_ADD:
@@ -372,30 +358,27 @@ static int upd_send(upd_op *x) {
     permits_argv(s, keys, x->timeouts, x->ch, args,
                  names[x->op - DL_PERMITS_SET], a1, a2);
     int flags = x->op == DL_PERMITS_RELEASE ? wake_flags(s) : 0;
-    return dl_redis_step_eval(R, &x->p, 0, DL_SCRIPT_PERMITS | flags, 3, keys,
+    return dl_redis_step_eval(R, &r->p, 0, DL_SCRIPT_PERMITS | flags, 3, keys,
                               3, args);
   }
   case DL_LATCH_SET:
   case DL_LATCH_DOWN:
     args[0] = x->op == DL_LATCH_SET ? "set" : "down";
     latch_channel(x->ch, s);
-    return dl_redis_step_eval(R, &x->p, 0, DL_SCRIPT_LATCH_UPDATE, 2, keys, 2,
+    return dl_redis_step_eval(R, &r->p, 0, DL_SCRIPT_LATCH_UPDATE, 2, keys, 2,
                               args);
   }
-  x->p.rc = dl_seterr(R->env.err_owner, DLOCK_EINVAL, "unknown operation");
+  r->p.rc = dl_seterr(R->env.err_owner, DLOCK_EINVAL, "unknown operation");
   return 0;
 }
 
-/* Reads the answer in x->p (freeing it): 0 and the op's result in *x->v,
+/* Reads the answer in r->p (freeing it): 0 and the op's result in *x->v,
  * or a negative code. */
-static int upd_result(upd_op *x) {
-  dl_redis *R = x->R;
-  redisReply *rep = x->p.reply;
-  x->p.reply = NULL;
-  if (x->p.rc != 0) {
-    if (rep) freeReplyObject(rep);
-    return x->p.rc;
-  }
+static int upd_result(dl_reqop *r) {
+  upd_op *x = (upd_op *)r;
+  dl_redis *R = r->R;
+  redisReply *rep = dl_reqop_reply(r);
+  if (rep == NULL) return r->p.rc;
   long long lo = INT32_MIN, hi = INT32_MAX, *v = x->v;
   switch (x->op) {
   case DL_SEM_AVAILABLE:
@@ -420,8 +403,6 @@ static int upd_result(upd_op *x) {
   return rc;
 }
 
-static int upd_step(dl_shell *sh) { return upd_result((upd_op *)sh); }
-
 /* Runs the update: to its end on the calling thread when done is NULL (the
  * blocking driver; returns 0 or a code), else on the loop (0 and *op, or
  * a negative code). */
@@ -430,24 +411,19 @@ static int upd_run(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                    void *ud, dl_async **aop) {
   dl_redis *R = (dl_redis *)b;
   int err;
-  upd_op stack, *x = state_new(R, &stack, sizeof stack, done != NULL, aop,
-                               &err);
+  upd_op stack, *x = dl_redis_state_new(R, &stack, sizeof stack,
+                                        done != NULL, aop, &err);
   if (x == NULL) return err;
-  x->R = R;
+  x->r.R = R;
+  x->r.send = upd_send;
+  x->r.result = upd_result;
   x->s = s;
   x->op = op;
   x->id = id;
   x->v = v;
   *v = 0;
   dl_fmt_ll(x->num, n);
-  if (done == NULL) {
-    upd_send(x); /* a blocking link answers within */
-    return upd_result(x);
-  }
-  dl_shell_init(&x->sh, R, done, ud, upd_step, &x->p);
-  int rc = upd_send(x);
-  if (rc != DL_PENDING) rc = upd_result(x);
-  return dl_shell_start(&x->sh, rc, aop);
+  return dl_reqop_run(&x->r, done, ud, aop);
 }
 
 int dl_redis_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
