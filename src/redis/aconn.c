@@ -18,146 +18,21 @@
  * free the connection: `depth` counts the dispatches under way, and the
  * struct is freed when the last one returns.
  *
+ * Here the connection (connect, handshake, writes, replies, push mode);
+ * the requests, their queues and deadlines are in areq.c.
+ *
  * Push mode (dl_aconn_set_push), for a subscriber: every reply goes to the
  * push hooks instead of a request, a request is done once written, and the
  * connection stays up by itself (it reconnects after a loss, and after a
  * failed connect once the backoff has run). */
-#include "redis.h"
+#include "aconn.h"
 
-#include <hiredis/hiredis.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-enum { Q_NONE, Q_OUT, Q_BATCH, Q_INFL };
-enum { A_DOWN, A_CONNECTING, A_HANDSHAKE, A_UP };
 static const char PING[] = "*1\r\n$4\r\nPING\r\n";
 #define PING_LEN (sizeof PING - 1)
 /* Bytes formatted into one write at most. */
 #define BATCH_MAX (256 * 1024)
-
-typedef struct rq {
-  dl_areq *head, *tail;
-} rq;
-
-struct dl_areq {
-  dl_areq *prev, *next;
-  dl_aconn *c;
-  int where; /* Q_* */
-  char *cmd; /* sds; kept until the reply, to resend one never written */
-  size_t len;
-  size_t start; /* on batch: its first byte's offset in the write buffer */
-  bool ping;    /* a PING goes ahead of it; its PONG is dropped */
-  dl_reply_fn fn; /* NULL once timed out or cancelled */
-  void *ud;
-  dl_timer deadline;
-  /* An eval's: the script, and its keys and args (copied: one block) for
-   * the NOSCRIPT fallback to EVAL; script -1 for a plain command. */
-  int script;
-  int nkeys, nargs;
-  char **kv;
-};
-
-struct dl_aconn {
-  dl_loop *lp;
-  const dl_conn_config *cfg;
-  int state;
-  dl_io *io;
-  dl_watch *w;
-  int w_fd; /* the fd w watches */
-  redisReader *rd;
-  dl_handshake hs;
-  size_t hs_off;     /* handshake bytes written */
-  char hs_msg[256];  /* the handshake's first error reply */
-  dl_timer connect_timer;
-  int want_r, want_w; /* what TLS wants of a read or write beyond the usual */
-  rq outq, batch, infl;
-  char *wbuf;
-  size_t wlen, woff, wcap;
-  int64_t next_connect_ms;
-  int backoff_ms;
-  int last_err;
-  char last_msg[256];
-  int depth;   /* dispatches under way */
-  bool closed; /* dl_aconn_free was called */
-  uint64_t batches;
-  dl_aconn_push push; /* push mode when push.reply is set */
-  dl_timer retry_timer; /* push mode: the next connect after a failure */
-};
-
-static void q_push(rq *q, dl_areq *r, int where) {
-  r->next = NULL;
-  r->prev = q->tail;
-  if (q->tail) q->tail->next = r;
-  else q->head = r;
-  q->tail = r;
-  r->where = where;
-}
-
-static void q_del(rq *q, dl_areq *r) {
-  if (r->prev) r->prev->next = r->next;
-  else q->head = r->next;
-  if (r->next) r->next->prev = r->prev;
-  else q->tail = r->prev;
-  r->prev = r->next = NULL;
-  r->where = Q_NONE;
-}
-
-static void req_free(dl_areq *r) {
-  if (r->cmd) redisFreeSdsCommand(r->cmd);
-  free(r->kv);
-  free(r);
-}
-
-/* Takes r's callback away (its reply, if one comes, is dropped) and frees
- * r if it is on no queue or was never written. Returns the callback. */
-static dl_reply_fn detach(dl_aconn *c, dl_areq *r, void **ud) {
-  dl_reply_fn fn = r->fn;
-  *ud = r->ud;
-  r->fn = NULL;
-  dl_timer_stop(c->lp, &r->deadline);
-  if (r->where == Q_OUT) q_del(&c->outq, r);
-  if (r->where == Q_NONE) req_free(r);
-  return fn;
-}
-
-/* Ends r with rc (and reply, owned by the callback). */
-static void finish(dl_aconn *c, dl_areq *r, int rc, redisReply *reply) {
-  void *ud;
-  dl_reply_fn fn = detach(c, r, &ud);
-  if (fn == NULL) {
-    if (reply) freeReplyObject(reply);
-    return;
-  }
-  if (rc < 0 && rc != DLOCK_ECLOSED)
-    dl_seterr(c->cfg->err_owner, rc, "%s", c->last_msg);
-  fn(ud, rc, reply);
-}
-
-/* Fails every request of q with rc. */
-static void fail_queue(dl_aconn *c, rq *q, int rc) {
-  while (q->head) {
-    dl_areq *r = q->head;
-    q_del(q, r);
-    finish(c, r, rc, NULL);
-  }
-}
-
-static void enter(dl_aconn *c) { c->depth++; }
-
-static void destroy(dl_aconn *c) {
-  free(c->wbuf);
-  free(c);
-}
-
-static void leave(dl_aconn *c) {
-  if (--c->depth == 0 && c->closed) destroy(c);
-}
-
-static void set_msg(dl_aconn *c, int rc, const char *msg) {
-  c->last_err = rc;
-  snprintf(c->last_msg, sizeof c->last_msg, "%s", msg);
-}
 
 /* Closes the socket; the queues stay. */
 static void drop_socket(dl_aconn *c) {
@@ -174,7 +49,6 @@ static void drop_socket(dl_aconn *c) {
   c->state = A_DOWN;
 }
 
-static int start_connect(dl_aconn *c);
 
 /* A connect failed: what waits for it fails too, and the next try waits
  * out the backoff (reconnect_min_ms, doubling to reconnect_max_ms). */
@@ -185,7 +59,7 @@ static void connect_failed(dl_aconn *c, int rc, const char *msg) {
   c->backoff_ms *= 2;
   if (c->backoff_ms > c->cfg->reconnect_max_ms)
     c->backoff_ms = c->cfg->reconnect_max_ms;
-  fail_queue(c, &c->outq, rc);
+  dl_aq_fail(c, &c->outq, rc);
   if (c->push.reply && !c->closed)
     dl_timer_start(c->lp, &c->retry_timer, c->next_connect_ms);
 }
@@ -198,9 +72,9 @@ static void conn_lost(dl_aconn *c, int rc, const char *msg) {
   set_msg(c, rc, msg);
   while (c->batch.tail) { /* back to the head of outq, in order */
     dl_areq *r = c->batch.tail;
-    q_del(&c->batch, r);
+    dl_aq_del(&c->batch, r);
     if (r->fn == NULL) {
-      req_free(r);
+      dl_aq_free(r);
       continue;
     }
     r->next = c->outq.head;
@@ -211,14 +85,14 @@ static void conn_lost(dl_aconn *c, int rc, const char *msg) {
     r->where = Q_OUT;
   }
   c->next_connect_ms = dl_now_ms();
-  fail_queue(c, &c->infl, DLOCK_ECONNLOST);
+  dl_aq_fail(c, &c->infl, DLOCK_ECONNLOST);
   if (c->push.reply && !c->closed) c->push.down(c->push.ud);
   if (!c->closed && c->state == A_DOWN && (c->outq.head || c->push.reply))
-    start_connect(c);
+    dl_aconn_start_connect(c);
 }
 
 /* Watches for what the state needs. */
-static void update_watch(dl_aconn *c) {
+void dl_aconn_update_watch(dl_aconn *c) {
   if (c->w == NULL || c->state == A_CONNECTING) return; /* step's to say */
   int ev = DL_EV_READ | c->want_r | c->want_w;
   if (c->state == A_UP && (c->woff < c->wlen || c->outq.head))
@@ -249,8 +123,8 @@ static bool fill(dl_aconn *c) {
     }
     memcpy(c->wbuf + c->wlen, r->cmd, r->len);
     c->wlen += r->len;
-    q_del(&c->outq, r);
-    q_push(&c->batch, r, Q_BATCH);
+    dl_aq_del(&c->outq, r);
+    dl_aq_push(&c->batch, r, Q_BATCH);
   }
   if (c->wlen) c->batches++;
   return true;
@@ -276,9 +150,9 @@ static void flush(dl_aconn *c) {
     /* Handed to the kernel, at least in part: its reply is awaited. */
     while (c->batch.head && c->batch.head->start < c->woff) {
       dl_areq *r = c->batch.head;
-      q_del(&c->batch, r);
-      if (c->push.reply) finish(c, r, 0, NULL); /* no reply is its */
-      else q_push(&c->infl, r, Q_INFL);
+      dl_aq_del(&c->batch, r);
+      if (c->push.reply) dl_aq_finish(c, r, 0, NULL); /* no reply is its */
+      else dl_aq_push(&c->infl, r, Q_INFL);
     }
     if (c->woff < c->wlen) {
       if (want == DL_EV_READ) c->want_w = DL_EV_READ;
@@ -287,7 +161,6 @@ static void flush(dl_aconn *c) {
   }
 }
 
-static void resend_eval(dl_aconn *c, dl_areq *r);
 
 /* A reply for the oldest request in flight. */
 static void on_reply(dl_aconn *c, redisReply *reply) {
@@ -297,16 +170,16 @@ static void on_reply(dl_aconn *c, redisReply *reply) {
     freeReplyObject(reply);
     return;
   }
-  q_del(&c->infl, r);
+  dl_aq_del(&c->infl, r);
   if (r->fn && r->script >= 0 && r->kv != NULL && dl_reply_noscript(reply)) {
     /* SCRIPT FLUSH or a restart: the body once (kv freed: only once). */
     freeReplyObject(reply);
-    resend_eval(c, r);
+    dl_aq_resend_eval(c, r);
     return;
   }
   int rc = 0;
   if (r->fn && r->script >= 0) rc = dl_reply_check(c->cfg->err_owner, &reply);
-  finish(c, r, rc, reply);
+  dl_aq_finish(c, r, rc, reply);
 }
 
 static void became_up(dl_aconn *c);
@@ -447,7 +320,7 @@ static void step(dl_aconn *c, int events) {
   if (c->state != A_CONNECTING && (events & DL_EV_READ || c->want_r))
     read_replies(c);
   if (c->state == A_UP && !c->closed) flush(c);
-  if (!c->closed) update_watch(c);
+  if (!c->closed) dl_aconn_update_watch(c);
 }
 
 static void on_ready(void *ud, int events) {
@@ -473,7 +346,7 @@ static void on_connect_timeout(void *ud) {
 
 /* Starts a connect. Returns 0, or the code of a connect that failed at
  * once (what waited for it failed with it). */
-static int start_connect(dl_aconn *c) {
+int dl_aconn_start_connect(dl_aconn *c) {
   char m[256] = "";
   int rc = dl_io_start(&c->cfg->ep, c->cfg->tls, c->cfg->server_name, &c->io,
                        m, sizeof m);
@@ -495,7 +368,7 @@ static int start_connect(dl_aconn *c) {
 static void on_retry(void *ud) {
   dl_aconn *c = ud;
   enter(c);
-  if (!c->closed && c->state == A_DOWN) start_connect(c);
+  if (!c->closed && c->state == A_DOWN) dl_aconn_start_connect(c);
   leave(c);
 }
 
@@ -519,160 +392,10 @@ int dl_aconn_connect(dl_aconn *c) {
   if (c->state != A_DOWN) return 0;
   c->next_connect_ms = 0;
   enter(c);
-  int rc = start_connect(c);
+  int rc = dl_aconn_start_connect(c);
   if (rc != 0) dl_seterr(c->cfg->err_owner, rc, "%s", c->last_msg);
   leave(c);
   return rc;
-}
-
-static void on_deadline(void *ud) {
-  dl_areq *r = ud;
-  dl_aconn *c = r->c;
-  enter(c);
-  set_msg(c, DLOCK_ETIMEDOUT, "no reply before the deadline");
-  finish(c, r, DLOCK_ETIMEDOUT, NULL);
-  leave(c);
-}
-
-/* Queues r (formatted) and sees that it goes out. Returns 0, or a code with
- * r freed (its callback never runs). */
-static int enqueue(dl_aconn *c, dl_areq *r, int64_t deadline) {
-  int rc = 0;
-  if (c->closed) rc = DLOCK_ECLOSED;
-  else if (c->state == A_DOWN && dl_now_ms() < c->next_connect_ms)
-    rc = dl_seterr(c->cfg->err_owner, c->last_err ? c->last_err
-                                                  : DLOCK_ECONNLOST,
-                   "%s (next reconnect in %lld ms)", c->last_msg,
-                   (long long)(c->next_connect_ms - dl_now_ms()));
-  if (rc == 0 && deadline <= 0)
-    deadline = dl_now_ms() + c->cfg->command_timeout_ms;
-  if (rc == 0) {
-    dl_timer_init(&r->deadline, on_deadline, r);
-    rc = dl_timer_start(c->lp, &r->deadline, deadline);
-  }
-  /* Down, outq is empty: a connect that fails at once fails nobody else,
-   * and the caller hears it here. */
-  if (rc == 0 && c->state == A_DOWN) {
-    enter(c);
-    rc = start_connect(c);
-    if (rc != 0)
-      dl_seterr(c->cfg->err_owner, rc, "%s", c->last_msg);
-    leave(c);
-  }
-  if (rc != 0) {
-    dl_timer_stop(c->lp, &r->deadline);
-    req_free(r);
-    return rc;
-  }
-  q_push(&c->outq, r, Q_OUT);
-  update_watch(c);
-  return 0;
-}
-
-static dl_areq *req_new(dl_aconn *c, int argc, const char **argv,
-                        const size_t *argvlen, dl_reply_fn fn, void *ud,
-                        int *err) {
-  dl_areq *r = calloc(1, sizeof *r);
-  int len = r ? redisFormatSdsCommandArgv(&r->cmd, argc, argv, argvlen) : -1;
-  if (len < 0) {
-    free(r);
-    *err = dl_seterr(c->cfg->err_owner, DLOCK_ENOMEM, "out of memory");
-    return NULL;
-  }
-  r->len = (size_t)len;
-  r->c = c;
-  r->fn = fn;
-  r->ud = ud;
-  r->script = -1;
-  return r;
-}
-
-dl_areq *dl_aconn_send(dl_aconn *c, int argc, const char **argv,
-                       const size_t *argvlen, int64_t deadline,
-                       dl_reply_fn fn, void *ud, int *err) {
-  dl_areq *r = req_new(c, argc, argv, argvlen, fn, ud, err);
-  if (r == NULL) return NULL;
-  *err = enqueue(c, r, deadline);
-  return *err ? NULL : r;
-}
-
-/* Copies keys and args into one block: the pointers, then the strings. */
-static char **copy_kv(int nkeys, const char *const *keys, int nargs,
-                      const char *const *args) {
-  int n = nkeys + nargs;
-  size_t size = (size_t)n * sizeof(char *);
-  for (int i = 0; i < n; i++)
-    size += strlen(i < nkeys ? keys[i] : args[i - nkeys]) + 1;
-  char **kv = malloc(size ? size : 1);
-  if (kv == NULL) return NULL;
-  char *p = (char *)(kv + n);
-  for (int i = 0; i < n; i++) {
-    const char *src = i < nkeys ? keys[i] : args[i - nkeys];
-    size_t len = strlen(src) + 1;
-    memcpy(p, src, len);
-    kv[i] = p;
-    p += len;
-  }
-  return kv;
-}
-
-dl_areq *dl_aconn_eval(dl_aconn *c, int script, int nkeys, const char **keys,
-                       int nargs, const char **args, int64_t deadline,
-                       dl_reply_fn fn, void *ud, int *err) {
-  bool ping = (script & DL_EVAL_WAKE_FIRST) != 0;
-  script &= ~DL_EVAL_WAKE_FIRST;
-  dl_evargv v;
-  int argc = dl_evargv_build(script, false, nkeys, keys, nargs, args, &v);
-  if (argc < 0) {
-    *err = dl_seterr(c->cfg->err_owner, DLOCK_ENOMEM, "out of memory");
-    return NULL;
-  }
-  dl_areq *r = req_new(c, argc, v.argv, v.lens, fn, ud, err);
-  dl_evargv_free(&v);
-  if (r == NULL) return NULL;
-  r->ping = ping;
-  r->script = script;
-  r->nkeys = nkeys;
-  r->nargs = nargs;
-  r->kv = copy_kv(nkeys, keys, nargs, args);
-  if (r->kv == NULL) {
-    req_free(r);
-    *err = dl_seterr(c->cfg->err_owner, DLOCK_ENOMEM, "out of memory");
-    return NULL;
-  }
-  *err = enqueue(c, r, deadline);
-  return *err ? NULL : r;
-}
-
-/* The script's body once, for a request that got NOSCRIPT: r goes out
- * again as EVAL, the same request (its handle and deadline stand). */
-static void resend_eval(dl_aconn *c, dl_areq *r) {
-  dl_evargv v;
-  const char *const *kv = (const char *const *)r->kv;
-  int argc = dl_evargv_build(r->script, true, r->nkeys, kv, r->nargs,
-                             kv + r->nkeys, &v);
-  char *cmd = NULL;
-  int len = argc < 0 ? -1 : redisFormatSdsCommandArgv(&cmd, argc, v.argv,
-                                                      v.lens);
-  if (argc >= 0) dl_evargv_free(&v);
-  free(r->kv);
-  r->kv = NULL; /* a second NOSCRIPT is an error like any other */
-  if (len < 0) {
-    set_msg(c, DLOCK_ENOMEM, "out of memory");
-    finish(c, r, DLOCK_ENOMEM, NULL);
-    return;
-  }
-  redisFreeSdsCommand(r->cmd);
-  r->cmd = cmd;
-  r->len = (size_t)len;
-  r->ping = false;
-  q_push(&c->outq, r, Q_OUT);
-}
-
-void dl_areq_cancel(dl_areq *r) {
-  if (r == NULL) return;
-  void *ud;
-  detach(r->c, r, &ud);
 }
 
 void dl_aconn_set_push(dl_aconn *c, const dl_aconn_push *push) {
@@ -698,8 +421,8 @@ void dl_aconn_free(dl_aconn *c) {
   drop_socket(c);
   set_msg(c, DLOCK_ECLOSED, "client closed");
   /* Every pending request's callback, once; dropped ones just go. */
-  fail_queue(c, &c->infl, DLOCK_ECLOSED);
-  fail_queue(c, &c->batch, DLOCK_ECLOSED);
-  fail_queue(c, &c->outq, DLOCK_ECLOSED);
+  dl_aq_fail(c, &c->infl, DLOCK_ECLOSED);
+  dl_aq_fail(c, &c->batch, DLOCK_ECLOSED);
+  dl_aq_fail(c, &c->outq, DLOCK_ECLOSED);
   leave(c); /* frees c, unless a dispatch on it is under way */
 }
