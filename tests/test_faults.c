@@ -1,5 +1,6 @@
 /* test_faults.c: bad input and server trouble. Each gives a clear error code,
  * and where a call failed Redis is left as it was. */
+#include "dlock_async.h"
 #include "harness.h"
 #include "safety/proxy.h"
 
@@ -648,6 +649,161 @@ static void t_waiter_survives_restart(void) {
   dlock_client_close(waiter);
 }
 
+
+/* ---- the same races on an event loop ---- */
+typedef struct got1 {
+  int calls, rc;
+  char msg[256];
+} got1;
+
+static void on_got(int rc, uint64_t token, const char *errmsg, void *ud) {
+  (void)token;
+  got1 *g = ud;
+  g->calls++;
+  g->rc = rc;
+  snprintf(g->msg, sizeof g->msg, "%s", errmsg);
+}
+
+static bool run_until(dlock_loop *lp, const int *flag, int ms) {
+  int64_t end = th_now_ms() + ms;
+  while (!*flag && th_now_ms() < end) dlock_loop_run(lp, 20);
+  return *flag != 0;
+}
+
+/* An event-loop client through the fault proxy (one connection). */
+static dlock_client *proxied_loop_client(dlock_loop *lp) {
+  int port = proxy_start(th_srv.port);
+  if (port <= 0) return NULL;
+  char url[100];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 3000;
+  o.reconnect_min_ms = 10;
+  o.wait_backoff_max_ms = 50;
+  dlock_client *c = NULL;
+  return dlock_client_open_async(&o, lp, &c) == 0 ? c : NULL;
+}
+
+/* As t_late_grant_is_elate, on the loop: the callback hears DLOCK_ELATE,
+ * after the grant was given back. */
+static void t_late_grant_is_elate_async(void) {
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client *c = proxied_loop_client(lp);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  dlock_permits *p;
+  CHECK_RC(dlock_lock_new(c, "f:latea", NULL, &l), 0);
+  CHECK_RC(dlock_permits_new(c, "f:lateap", &p), 0);
+  got1 g[6] = {{0}};
+  char id[DLOCK_PERMIT_ID_LEN];
+  /* Scripts loaded first: the delayed reply is the acquire's own. */
+  CHECK_RC(dlock_permits_try_set_permits_async(p, 1, on_got, &g[0], NULL), 0);
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 5000, on_got, &g[1], NULL), 0);
+  CHECK(run_until(lp, &g[1].calls, 3000));
+  CHECK_RC(g[1].rc, 0);
+  CHECK_RC(dlock_lock_release_async(l, on_got, &g[2], NULL), 0);
+  CHECK_RC(dlock_permits_acquire_async(p, 0, 5000, id, on_got, &g[3], NULL),
+           0);
+  CHECK(run_until(lp, &g[3].calls, 3000));
+  CHECK_RC(g[3].rc, 0);
+  got1 r = {0};
+  CHECK_RC(dlock_permits_release_async(p, id, on_got, &r, NULL), 0);
+  CHECK(run_until(lp, &r.calls, 3000));
+  proxy_set(PROXY_DELAY, 500);
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 200, on_got, &g[4], NULL), 0);
+  CHECK_RC(dlock_permits_acquire_async(p, 0, 200, id, on_got, &g[5], NULL),
+           0);
+  CHECK(run_until(lp, &g[4].calls, 5000));
+  CHECK(run_until(lp, &g[5].calls, 5000));
+  proxy_set(PROXY_PASS, 0);
+  CHECK_RC(g[4].rc, DLOCK_ELATE);
+  CHECK(strstr(g[4].msg, "granted") != NULL);
+  CHECK_RC(g[5].rc, DLOCK_ELATE);
+  /* Given back before the callbacks ran. */
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS f:latea"), 0);
+  got1 a = {0};
+  CHECK_RC(dlock_permits_available_async(p, on_got, &a, NULL), 0);
+  CHECK(run_until(lp, &a.calls, 3000));
+  CHECK_RC(a.rc, 1);
+  CHECK(proxy_faulted_bytes() > 0);
+  dlock_lock_free(l);
+  dlock_permits_free(p);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  proxy_stop();
+}
+
+/* Cancelled while its request is in flight: the server grants the lock
+ * and the permit all the same; both go back, and the callbacks hear
+ * DLOCK_ECANCELED. The control: the same acquires not cancelled hold. */
+static void t_cancel_as_granted_async(void) {
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client *c = proxied_loop_client(lp);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  dlock_permits *p;
+  CHECK_RC(dlock_lock_new(c, "f:cancel", NULL, &l), 0);
+  CHECK_RC(dlock_permits_new(c, "f:cancelp", &p), 0);
+  got1 s = {0}, w[2] = {{0}}, g[2] = {{0}};
+  char id[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_try_set_permits_async(p, 1, on_got, &s, NULL), 0);
+  CHECK(run_until(lp, &s.calls, 3000));
+  /* Warm the scripts (their replies are not the delayed ones). */
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 5000, on_got, &w[0], NULL), 0);
+  CHECK(run_until(lp, &w[0].calls, 3000));
+  CHECK_RC(dlock_lock_release_async(l, on_got, &w[1], NULL), 0);
+  CHECK(run_until(lp, &w[1].calls, 3000));
+  CHECK_RC(dlock_permits_acquire_async(p, 0, 5000, id, on_got, &w[0], NULL), 0);
+  CHECK(run_until(lp, &w[0].calls, 3000));
+  CHECK_RC(dlock_permits_release_async(p, id, on_got, &w[1], NULL), 0);
+  CHECK(run_until(lp, &w[1].calls, 3000));
+  long long tok0 = th_cmd_int(&th_srv, "GET redisson_lock_token:{f:cancel}");
+  proxy_set(PROXY_DELAY, 300);
+  dlock_op *ol = NULL, *op = NULL;
+  CHECK_RC(dlock_lock_acquire_async(l, 5000, 30000, on_got, &g[0], &ol), 0);
+  CHECK_RC(dlock_permits_acquire_async(p, 5000, 30000, id, on_got, &g[1], &op),
+           0);
+  /* Both requests out, their replies held back by the proxy. */
+  dlock_loop_run(lp, 50);
+  CHECK_EQ(g[0].calls + g[1].calls, 0);
+  uint64_t held0 = proxy_faulted_bytes();
+  dlock_op_cancel(ol);
+  dlock_op_cancel(op);
+  CHECK(run_until(lp, &g[0].calls, 5000));
+  CHECK(run_until(lp, &g[1].calls, 5000));
+  proxy_set(PROXY_PASS, 0);
+  CHECK(proxy_faulted_bytes() > held0 || held0 > 0);
+  /* Granted on the server (a token was issued), then given back. */
+  CHECK_EQ(th_cmd_int(&th_srv, "GET redisson_lock_token:{f:cancel}"),
+           tok0 + 1);
+  CHECK_RC(g[0].rc, DLOCK_ECANCELED);
+  CHECK_RC(g[1].rc, DLOCK_ECANCELED);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS f:cancel"), 0);
+  got1 a = {0};
+  CHECK_RC(dlock_permits_available_async(p, on_got, &a, NULL), 0);
+  CHECK(run_until(lp, &a.calls, 3000));
+  CHECK_RC(a.rc, 1);
+  /* Control: not cancelled, the same acquires hold. */
+  got1 k[2] = {{0}};
+  CHECK_RC(dlock_lock_acquire_async(l, 5000, 30000, on_got, &k[0], NULL), 0);
+  CHECK_RC(dlock_permits_acquire_async(p, 5000, 30000, id, on_got, &k[1], NULL),
+           0);
+  CHECK(run_until(lp, &k[0].calls, 5000));
+  CHECK(run_until(lp, &k[1].calls, 5000));
+  CHECK_RC(k[0].rc, 0);
+  CHECK_RC(k[1].rc, 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS f:cancel"), 1);
+  dlock_lock_free(l);
+  dlock_permits_free(p);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  proxy_stop();
+}
+
 TH_MAIN(T(t_bad_names), T_BARE(t_unreachable),
         T_REDIS(t_wrong_password, "--requirepass rightpass"), T(t_acl_noperm),
         T(t_handshake_timeout_text), T(t_wrongtype), T(t_errmsg_per_client),
@@ -657,4 +813,5 @@ TH_MAIN(T(t_bad_names), T_BARE(t_unreachable),
         T(t_failed_release_stops_renewal), T(t_acquire_after_failed_release),
         T(t_release_retried_after_lost_reply), T(t_server_paused),
         T(t_wait_bounds_call), T(t_server_restart_while_held),
-        T(t_waiter_survives_restart), T(t_late_grant_is_elate))
+        T(t_waiter_survives_restart), T(t_late_grant_is_elate),
+        T(t_late_grant_is_elate_async), T(t_cancel_as_granted_async))
