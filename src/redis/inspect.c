@@ -139,12 +139,9 @@ static int inspect_run(dl_backend *b, const char *key, dlock_lock_state *st,
                        dl_done_fn done, void *ud, dl_async **op) {
   dl_redis *R = (dl_redis *)b;
   int err;
-  inspect_req stack, *x = dl_redis_state_new(R, &stack, sizeof stack,
-                                             done != NULL, op, &err);
+  inspect_req stack, *x = dl_reqop_new(R, &stack, sizeof stack, done != NULL,
+                               op, &err, inspect_send, inspect_result);
   if (x == NULL) return err;
-  x->r.R = R;
-  x->r.send = inspect_send;
-  x->r.result = inspect_result;
   x->key = key;
   x->st = st;
   return dl_reqop_run(&x->r, done, ud, op);
@@ -208,12 +205,9 @@ static int scan_run(dl_backend *b, const char *match, size_t prefix_len,
                     dl_async **op) {
   dl_redis *R = (dl_redis *)b;
   int err;
-  scan_req stack, *x = dl_redis_state_new(R, &stack, sizeof stack,
-                                          done != NULL, op, &err);
+  scan_req stack, *x = dl_reqop_new(R, &stack, sizeof stack, done != NULL,
+                               op, &err, scan_send, scan_result);
   if (x == NULL) return err;
-  x->r.R = R;
-  x->r.send = scan_send;
-  x->r.result = scan_result;
   x->match = match;
   x->prefix_len = prefix_len;
   x->cb = cb;

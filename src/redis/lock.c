@@ -200,12 +200,9 @@ static int force_run(dl_backend *b, const dl_lock_ref *l, dl_done_fn done,
                      void *ud, dl_async **op) {
   dl_redis *R = (dl_redis *)b;
   int err;
-  force_req stack, *x = dl_redis_state_new(R, &stack, sizeof stack,
-                                           done != NULL, op, &err);
+  force_req stack, *x = dl_reqop_new(R, &stack, sizeof stack, done != NULL,
+                               op, &err, force_send, force_result);
   if (x == NULL) return err;
-  x->r.R = R;
-  x->r.send = force_send;
-  x->r.result = force_result;
   x->l = l;
   return dl_reqop_run(&x->r, done, ud, op);
 }
@@ -277,12 +274,9 @@ static int query_run(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                      dl_async **op) {
   dl_redis *R = (dl_redis *)b;
   int err;
-  query_req stack, *x = dl_redis_state_new(R, &stack, sizeof stack,
-                                           done != NULL, op, &err);
+  query_req stack, *x = dl_reqop_new(R, &stack, sizeof stack, done != NULL,
+                               op, &err, query_send, query_result);
   if (x == NULL) return err;
-  x->r.R = R;
-  x->r.send = query_send;
-  x->r.result = query_result;
   x->l = l;
   x->q = q;
   x->v = v;

@@ -439,7 +439,12 @@ struct dl_reqop {
   int (*send)(dl_reqop *x);
   int (*result)(dl_reqop *x);
 };
-/* Runs x (R, send and result set; from dl_redis_state_new): to its end on
+/* The state of a request operation (as dl_redis_state_new) with R, send
+ * and result set. */
+void *dl_reqop_new(dl_redis *R, void *stack, size_t size, bool async,
+                   dl_async **op, int *err, int (*send)(dl_reqop *),
+                   int (*result)(dl_reqop *));
+/* Runs x (from dl_reqop_new): to its end on
  * the calling thread when done is NULL (returns the result), else on the
  * loop (0 and *op, or a negative code; done(ud, result) later). */
 int dl_reqop_run(dl_reqop *x, dl_done_fn done, void *ud, dl_async **op);

@@ -411,12 +411,9 @@ static int upd_run(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                    void *ud, dl_async **aop) {
   dl_redis *R = (dl_redis *)b;
   int err;
-  upd_op stack, *x = dl_redis_state_new(R, &stack, sizeof stack,
-                                        done != NULL, aop, &err);
+  upd_op stack, *x = dl_reqop_new(R, &stack, sizeof stack, done != NULL,
+                               aop, &err, upd_send, upd_result);
   if (x == NULL) return err;
-  x->r.R = R;
-  x->r.send = upd_send;
-  x->r.result = upd_result;
   x->s = s;
   x->op = op;
   x->id = id;
