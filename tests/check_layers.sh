@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # check_layers.sh: the tree's layers point one way (docs/ARCHITECTURE.md).
-#   core <- net <- redis (and later zk) <- client <- locks <- cli
+#   core <- net <- redis, zk (peers) <- client <- locks <- cli
 # A file may include headers of its own layer and of the layers below it,
-# never above; hiredis is included by the Redis layer and the CLI only.
+# never above, and not of its peer (redis and zk do not see each other);
+# hiredis is included by the Redis layer and the CLI only, ZooKeeper's
+# headers by the zk layer only.
 #   tests/check_layers.sh [SRC_DIR]   checks SRC_DIR (default: src)
 # It first checks itself on a small tree with one wrong include, which
 # must fail (the positive control).
@@ -32,11 +34,19 @@ check() {
       if [[ $(rank "$tl") -gt $(rank "$layer") ]]; then
         echo "$f includes $inc: $layer may not see $tl (a layer above it)"
         bad=1
+      elif [[ $tl != "$layer" && $(rank "$tl") -eq $(rank "$layer") ]]; then
+        echo "$f includes $inc: $layer may not see $tl (a peer layer)"
+        bad=1
       fi
     done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
     if grep -q '^[[:space:]]*#[[:space:]]*include[[:space:]]*<hiredis/' "$f" &&
        [[ $layer != redis && $layer != cli ]]; then
       echo "$f includes hiredis: only the Redis layer and the CLI may"
+      bad=1
+    fi
+    if grep -q '^[[:space:]]*#[[:space:]]*include[[:space:]]*<zookeeper/' "$f" &&
+       [[ $layer != zk ]]; then
+      echo "$f includes ZooKeeper: only the zk layer may"
       bad=1
     fi
   done < <(find "$src" -name '*.c' -o -name '*.h' | sort)
@@ -45,16 +55,19 @@ check() {
 
 self=$(mktemp -d)
 trap 'rm -rf "$self"' EXIT
-mkdir -p "$self/core" "$self/redis" "$self/locks"
+mkdir -p "$self/core" "$self/redis" "$self/locks" "$self/zk" "$self/client"
 printf '#include "../redis/redis.h"\n' > "$self/core/bad.c"
 printf '#include "../core/core.h"\n' > "$self/redis/redis.h"
 printf '#include <hiredis/hiredis.h>\n' > "$self/locks/reply.c"
 printf '#include "locks/x.h"\n' > "$self/redis/up.c"
 touch "$self/locks/x.h"
+printf '#include <zookeeper/zookeeper.h>\n' > "$self/client/zkuse.c"
+printf '#include "../redis/redis.h"\n' > "$self/zk/peer.c"
 out=$(check "$self")
 if [[ $? -eq 0 || $out != *"core may not see redis"* ||
       $out != *"only the Redis layer"* ||
-      $out != *"redis may not see locks"* ]]; then
+      $out != *"redis may not see locks"* ||
+      $out != *"only the zk layer"* || $out != *"zk may not see redis"* ]]; then
   echo "check_layers.sh: the positive control passed a wrong tree:" >&2
   echo "$out" >&2
   exit 1

@@ -69,26 +69,29 @@ static void on_signal(int sig) {
   raise(sig);
 }
 
-static void track(th_redis *r) {
+void th__track(pid_t pid, const char *dir) {
   int slot = -1;
   for (int i = 0; i < 16 && slot < 0; i++)
-    if (strcmp(live[i].dir, r->dir) == 0) slot = i;
+    if (strcmp(live[i].dir, dir) == 0) slot = i;
   for (int i = 0; i < 16 && slot < 0; i++)
     if (live[i].dir[0] == '\0') slot = i;
   if (slot < 0) return;
-  live[slot].pid = r->pid;
+  live[slot].pid = pid;
   live[slot].owner = getpid();
-  snprintf(live[slot].dir, sizeof live[slot].dir, "%s", r->dir);
+  snprintf(live[slot].dir, sizeof live[slot].dir, "%s", dir);
 }
 
-static void untrack(th_redis *r) {
+void th__untrack(const char *dir) {
   for (int i = 0; i < 16; i++)
-    if (strcmp(live[i].dir, r->dir) == 0) {
+    if (strcmp(live[i].dir, dir) == 0) {
       live[i].pid = 0;
       live[i].owner = 0;
       live[i].dir[0] = '\0';
     }
 }
+
+static void track(th_redis *r) { th__track(r->pid, r->dir); }
+static void untrack(th_redis *r) { th__untrack(r->dir); }
 
 int64_t th_now_ms(void) {
   struct timespec ts;

@@ -165,4 +165,37 @@ int64_t th_now_ms(void);
 bool th_wait_for(bool (*cond)(void *), void *arg, int timeout_ms);
 void th_sleep_ms(int ms);
 
+/* ---- ZooKeeper servers (Debian's `zookeeper` package and a JRE) ---- */
+typedef struct th_zk {
+  pid_t pid;
+  int port;
+  char dir[256];     /* zoo.cfg, data/, zk.log */
+  char connect[64];  /* 127.0.0.1:port, the connect string */
+  char url[80];      /* zk://127.0.0.1:port */
+} th_zk;
+
+/* True if a ZooKeeper server can be started here (the server's jar and
+ * java are installed); a test without one skips, saying so. */
+bool th_zk_available(void);
+/* Starts a private standalone ZooKeeper on a free loopback port, in a fresh
+ * dir in th_tmpdir(): tickTime `tick_ms` (0: 500; sessions may then last
+ * 2..20 ticks), admin server off, the four-letter words ruok, srvr and conf only,
+ * a 128 MB heap; waits until it answers `ruok` with `imok` and `srvr` with
+ * its mode, i.e. it serves (about 1.2 s).
+ * Returns 0, or -1 (server log kept in r->dir/zk.log and printed). A server
+ * a test starts is stopped when the test's process exits or is killed. */
+int th_zk_start(th_zk *r, int tick_ms);
+/* Sends a four-letter word and returns the answer in buf (NUL-terminated,
+ * "" if none): "ruok" answers "imok". */
+const char *th_zk_4lw(const th_zk *r, const char *word, char *buf,
+                      size_t len);
+void th_zk_kill(th_zk *r, int sig); /* signal; SIGKILL also reaps */
+void th_zk_stop(th_zk *r);          /* kill, reap and remove the dir */
+
+/* For the harness's own files: a server process (pid, its dir) to stop and
+ * remove when the process that started it exits or fails a test; forget it
+ * again by its dir (0 as the pid: stopped, dir still to remove). */
+void th__track(pid_t pid, const char *dir);
+void th__untrack(const char *dir);
+
 #endif

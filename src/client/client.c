@@ -1,6 +1,7 @@
 /* client.c: opening and closing a client, owner ids and key names. */
 #include "client.h"
 #include "../redis/redis.h" /* the registry */
+#include "../zk/zk.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,7 @@ static const struct scheme {
     {"redis", dl_redis_backend_new},
     {"rediss", dl_redis_backend_new},
     {"unix", dl_redis_backend_new},
+    {"zk", dl_zk_backend_new},
 };
 
 static dl_backend_factory factory_for(const char *url) {

@@ -1,0 +1,144 @@
+/* harness_zk.c: private standalone ZooKeeper servers for the tests. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define ZK_JARS "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar"
+
+bool th_zk_available(void) {
+  return access("/usr/share/java/zookeeper.jar", R_OK) == 0 &&
+         system("command -v java >/dev/null 2>&1") == 0;
+}
+
+const char *th_zk_4lw(const th_zk *r, const char *word, char *buf,
+                      size_t len) {
+  buf[0] = '\0';
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return buf;
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)r->port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct timeval tv = {1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  size_t got = 0;
+  if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+      write(fd, word, strlen(word)) == (ssize_t)strlen(word)) {
+    /* The server answers and closes. */
+    ssize_t n;
+    while (got + 1 < len && (n = read(fd, buf + got, len - 1 - got)) > 0)
+      got += (size_t)n;
+  }
+  buf[got] = '\0';
+  close(fd);
+  return buf;
+}
+
+static int write_cfg(const th_zk *r, int tick_ms) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/zoo.cfg", r->dir);
+  FILE *f = fopen(path, "w");
+  if (f == NULL) return -1;
+  fprintf(f,
+          "tickTime=%d\n"
+          "dataDir=%s/data\n"
+          "clientPort=%d\n"
+          "clientPortAddress=127.0.0.1\n"
+          "admin.enableServer=false\n"
+          "4lw.commands.whitelist=ruok,srvr,conf\n",
+          tick_ms, r->dir, r->port);
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+static void print_log(const th_zk *r) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "tail -n 20 '%s/zk.log' >&2", r->dir);
+  if (system(cmd) != 0) fprintf(stderr, "    (no log in %s)\n", r->dir);
+}
+
+int th_zk_start(th_zk *r, int tick_ms) {
+  memset(r, 0, sizeof *r);
+  snprintf(r->dir, sizeof r->dir, "%s/zk-XXXXXX", th_tmpdir());
+  if (mkdtemp(r->dir) == NULL) return -1;
+  char data[300];
+  snprintf(data, sizeof data, "%s/data", r->dir);
+  r->port = th_free_port();
+  if (mkdir(data, 0700) != 0 || r->port <= 0 ||
+      write_cfg(r, tick_ms > 0 ? tick_ms : 500) != 0)
+    return -1;
+  snprintf(r->connect, sizeof r->connect, "127.0.0.1:%d", r->port);
+  snprintf(r->url, sizeof r->url, "zk://127.0.0.1:%d", r->port);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+    sigset_t none; /* the runner blocks SIGCHLD; a server must not */
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "exec java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
+             "-cp " ZK_JARS " org.apache.zookeeper.server.quorum."
+             "QuorumPeerMain '%s/zoo.cfg' >'%s/zk.log' 2>&1",
+             r->dir, r->dir);
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  r->pid = pid;
+  th__track(pid, r->dir);
+  int64_t end = th_now_ms() + 20000; /* ~1.2 s unloaded; 2 shared cores */
+  char buf[512];
+  while (th_now_ms() < end) {
+    /* imok says the process runs; a few ms later srvr says it serves
+     * (before that it answers "not currently serving requests"). */
+    if (strcmp(th_zk_4lw(r, "ruok", buf, sizeof buf), "imok") == 0 &&
+        strstr(th_zk_4lw(r, "srvr", buf, sizeof buf), "Mode: ") != NULL)
+      return 0;
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) {
+      r->pid = 0;
+      th__track(0, r->dir);
+      fprintf(stderr, "    ZooKeeper exited at start-up:\n");
+      print_log(r);
+      return -1;
+    }
+    th_sleep_ms(20);
+  }
+  fprintf(stderr, "    ZooKeeper did not answer imok in 20 s:\n");
+  print_log(r);
+  return -1;
+}
+
+void th_zk_kill(th_zk *r, int sig) {
+  if (r->pid <= 0) return;
+  kill(r->pid, sig);
+  if (sig == SIGKILL) {
+    while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    r->pid = 0;
+    th__track(0, r->dir);
+  }
+}
+
+void th_zk_stop(th_zk *r) {
+  if (r->pid > 0) {
+    kill(r->pid, SIGCONT);
+    th_zk_kill(r, SIGKILL);
+  }
+  if (r->dir[0]) {
+    th__untrack(r->dir);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", r->dir);
+    r->dir[0] = '\0';
+  }
+}
