@@ -156,6 +156,15 @@ typedef struct dlock_client_options {
   const char *tls_key_file;
   const char *tls_server_name; /* default: the URL's host */
   int tls_verify;              /* default 1: verify chain and host name */
+
+  /* ZooKeeper (zk:// URLs; added in 0.3). The session timeout asked of the
+   * server (which clamps it to 2..20 of its ticks); a session the server
+   * has not heard from for that long expires and every lock it held is
+   * lost. Default 60000 (Curator's). */
+  int zk_session_timeout_ms;
+  /* How long dlock_client_open waits for the first session. Default 15000
+   * (Curator's connection timeout). */
+  int zk_connect_timeout_ms;
 } dlock_client_options;
 
 /* The size of the first dlock_client_options with a size field (0.2): up

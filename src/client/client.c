@@ -19,6 +19,8 @@ static void defaults(dlock_client_options *o) {
   o->connections = 1;
   o->starvation_ms = 20;
   o->tls_verify = 1;
+  o->zk_session_timeout_ms = 60000;
+  o->zk_connect_timeout_ms = 15000;
 }
 
 void dlock_client_options_init_size(dlock_client_options *o, size_t size) {
@@ -57,19 +59,6 @@ static int options_copy(const dlock_client_options *opts,
                        i, DLOCK_VERSION_STRING, sizeof *o);
   memcpy(o, opts, size < sizeof *o ? size : sizeof *o);
   o->size = sizeof *o;
-  return 0;
-}
-
-static int make_uuid(char out[37]) {
-  unsigned char b[16];
-  if (dl_random_bytes(b, sizeof b) != 0) return DLOCK_ENOMEM;
-  b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
-  b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-  snprintf(out, 37,
-           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x"
-           "%02x",
-           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
-           b[11], b[12], b[13], b[14], b[15]);
   return 0;
 }
 
@@ -185,7 +174,7 @@ int dl_client_open_with(const dlock_client_options *opts,
     return rc;
   }
   char uuid[37];
-  if (!opts->client_id && make_uuid(uuid) != 0) {
+  if (!opts->client_id && dl_uuid4(uuid) != 0) {
     client_free(c);
     return dl_seterr(NULL, DLOCK_ENOMEM, "no random bytes for the client id");
   }

@@ -27,6 +27,9 @@ void dl_abstime(int64_t deadline_ms, struct timespec *ts);
 /* pthread_cond_t that waits on CLOCK_MONOTONIC. */
 int dl_cond_init(pthread_cond_t *cv);
 int dl_random_bytes(unsigned char *buf, size_t len);
+/* A random (version 4) UUID in canonical lower case into out: 0, or
+ * DLOCK_ENOMEM when no random bytes could be had. */
+int dl_uuid4(char out[37]);
 /* FNV-1a over s, continuing from h (start with DL_HASH_SEED): for the
  * tables keyed by names (holds, subscriptions, the watchdog's filter). */
 #define DL_HASH_SEED 2166136261u
@@ -89,6 +92,11 @@ int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen);
 void dl_endpoint_clear(dl_endpoint *ep);
 /* The URL with any password replaced by "***". Caller frees. */
 char *dl_url_redact(const char *url);
+/* Checks a zk://HOST:PORT[,HOST:PORT...][/CHROOT] URL and returns its
+ * ZooKeeper connect string (the text after "zk://", as zookeeper_init takes
+ * it) in *connect (caller frees): 0, or DLOCK_EURL with err filled in (then
+ * *connect is NULL), DLOCK_ENOMEM. */
+int dl_url_parse_zk(const char *url, char **connect, char *err, size_t errlen);
 
 
 /* ---- loop.c: the event-loop seam (include/dlock_async.h) ----

@@ -1,4 +1,5 @@
-/* url.c: parses redis://, rediss:// and unix:// server URLs. */
+/* url.c: parses redis://, rediss:// and unix:// server URLs, and checks
+ * zk:// ones. */
 #include "core.h"
 
 #include <ctype.h>
@@ -172,4 +173,54 @@ char *dl_url_redact(const char *url) {
   if (out == NULL) return NULL;
   snprintf(out, n, "%.*s:***%s", (int)(colon - url), url, at);
   return out;
+}
+
+#undef FAIL
+#define FAIL(...)                                                              \
+  do {                                                                         \
+    snprintf(err, errlen, __VA_ARGS__);                                        \
+    return DLOCK_EURL;                                                         \
+  } while (0)
+
+/* zk://HOST:PORT[,HOST:PORT...][/CHROOT]: the connect string is kept as
+ * written (zookeeper_init parses it again); checked here so that a typo
+ * fails the open with a clear message instead of a retry loop. */
+int dl_url_parse_zk(const char *url, char **connect, char *err,
+                    size_t errlen) {
+  *connect = NULL;
+  if (url == NULL || strncmp(url, "zk://", 5) != 0)
+    FAIL("URL must start with zk://");
+  const char *p = url + 5;
+  for (const char *s = p; *s; s++)
+    if ((unsigned char)*s <= ' ' || *s == '@' || *s == '?')
+      FAIL("zk:// URL contains a space, a control byte, '@' or '?'");
+  const char *slash = strchr(p, '/');
+  const char *hend = slash ? slash : p + strlen(p);
+  if (hend == p) FAIL("zk:// URL has no HOST:PORT");
+  for (const char *h = p; h < hend;) {
+    const char *comma = memchr(h, ',', (size_t)(hend - h));
+    const char *e = comma ? comma : hend;
+    const char *colon = NULL;
+    for (const char *s = h; s < e; s++)
+      if (*s == ':') colon = s;
+    int port;
+    if (colon == NULL || colon == h)
+      FAIL("zk:// URL needs HOST:PORT for every server");
+    if (parse_int(colon + 1, (size_t)(e - colon - 1), 1, 65535, &port) != 0)
+      FAIL("bad port (1-65535) in the zk:// URL");
+    h = comma ? comma + 1 : e;
+    if (comma && h == hend) FAIL("zk:// URL ends its server list with ','");
+  }
+  if (slash) {
+    size_t n = strlen(slash);
+    if (n == 1) FAIL("zk:// URL has an empty chroot ('/' alone)");
+    if (slash[n - 1] == '/') FAIL("the zk:// chroot must not end with '/'");
+    if (strstr(slash, "//")) FAIL("the zk:// chroot has an empty component");
+  }
+  *connect = dl_strdup(p);
+  if (*connect == NULL) {
+    snprintf(err, errlen, "out of memory");
+    return DLOCK_ENOMEM;
+  }
+  return 0;
 }

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -89,4 +90,17 @@ void dl_sleep_ms(int64_t ms) {
 int64_t dl_validity(int64_t sent, int64_t lease_ms) {
   /* Redlock's allowance for clocks that run at different rates. */
   return sent + lease_ms - (lease_ms / 100 + 2);
+}
+
+int dl_uuid4(char out[37]) {
+  unsigned char b[16];
+  if (dl_random_bytes(b, sizeof b) != 0) return DLOCK_ENOMEM;
+  b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+  b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+  snprintf(out, 37,
+           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x"
+           "%02x",
+           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
+           b[11], b[12], b[13], b[14], b[15]);
+  return 0;
 }

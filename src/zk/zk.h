@@ -8,10 +8,10 @@
 /* The backend for zk://HOST:PORT[,HOST:PORT...][/CHROOT] URLs (Curator's
  * layout, docs/WIRE.md). Returns 0 and sets *out, or a negative code with the
  * detail recorded for dlock_client_open (err_owner NULL); on error *out is
- * NULL and nothing else changed. In this build it always returns
- * DLOCK_ENOTSUP: either libzookeeper-mt was not found when the library was
- * configured, or the backend's recipes are not part of this build yet
- * (issue 21); the message says which. Any thread. */
+ * NULL and nothing else changed. It connects (waiting up to
+ * zk_connect_timeout_ms for a session), so a wrong address fails the open.
+ * A build without libzookeeper-mt (src/zk/none.c) returns DLOCK_ENOTSUP
+ * saying so. Blocking clients only for now (DLOCK_ENOTSUP on a loop). */
 int dl_zk_backend_new(const dlock_client_options *opts,
                       const dl_backend_env *env, dl_backend **out);
 

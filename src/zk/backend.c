@@ -1,0 +1,189 @@
+/* backend.c: the ZooKeeper backend (zk:// URLs): the session on
+ * libzookeeper-mt, its states, and the seam's table. */
+#include "zkb.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The library prints its log to stderr by default; dlock never prints. */
+static void quiet_log(const char *message) { (void)message; }
+
+int dl_zk_err(dl_zk *z, int zrc, const char *what, const char *path) {
+  int rc;
+  switch (zrc) {
+  case ZCONNECTIONLOSS:
+    rc = DLOCK_ECONNLOST;
+    break;
+  case ZOPERATIONTIMEOUT:
+    rc = DLOCK_ETIMEDOUT;
+    break;
+  case ZSESSIONEXPIRED:
+  case ZINVALIDSTATE:
+    rc = DLOCK_ECONNLOST;
+    break;
+  case ZNOAUTH:
+  case ZAUTHFAILED:
+    rc = DLOCK_ENOPERM;
+    break;
+  case ZBADARGUMENTS:
+    rc = DLOCK_EINVAL;
+    break;
+  case ZCLOSING:
+    rc = DLOCK_ECLOSED;
+    break;
+  case ZSYSTEMERROR:
+  case ZRUNTIMEINCONSISTENCY:
+  case ZMARSHALLINGERROR:
+    rc = DLOCK_EPROTO;
+    break;
+  default:
+    rc = DLOCK_ESERVER;
+  }
+  return dl_seterr(z->env->err_owner, rc, "ZooKeeper %s %s: %s%s", what,
+                   path ? path : "", zerror(zrc),
+                   zrc == ZINVALIDSTATE || zrc == ZSESSIONEXPIRED
+                       ? " (the session expired: its locks are lost)"
+                       : "");
+}
+
+int64_t dl_zk_valid_until(dl_zk *z, int64_t sent) {
+  int t = zoo_recv_timeout(z->zh);
+  if (t <= 0) t = z->session_timeout_ms;
+  return dl_validity(sent, t);
+}
+
+void dl_zk_watcher(zhandle_t *zh, int type, int state, const char *path,
+                   void *ctx) {
+  (void)zh;
+  (void)path;
+  dl_zk *z = ctx;
+  if (z == NULL) return;
+  dl_notice_fn fn = NULL;
+  void *ud = NULL;
+  pthread_mutex_lock(&z->mu);
+  z->events++;
+  if (type == ZOO_SESSION_EVENT) {
+    z->state = state;
+    if (state == ZOO_EXPIRED_SESSION_STATE && !z->expired) {
+      /* Every ephemeral node of the session is gone: every hold of this
+       * client is lost at once; the watchdog asks renew, which says so. */
+      z->expired = true;
+      fn = z->notice;
+      ud = z->notice_ud;
+    }
+  }
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+  if (fn) fn(ud, NULL, 0);
+}
+
+static int zk_watch_losses(dl_backend *b, dl_notice_fn fn, void *ud) {
+  dl_zk *z = (dl_zk *)b;
+  pthread_mutex_lock(&z->mu);
+  z->notice = fn;
+  z->notice_ud = ud;
+  bool expired = z->expired;
+  pthread_mutex_unlock(&z->mu);
+  if (expired && fn) fn(ud, NULL, 0);
+  return 0;
+}
+
+static int zk_ping(dl_backend *b) {
+  dl_zk *z = (dl_zk *)b;
+  struct Stat st;
+  atomic_fetch_add(&z->round_trips, 1);
+  int zrc = zoo_exists(z->zh, "/", 0, &st);
+  return zrc == ZOK ? 0 : dl_zk_err(z, zrc, "ping", "/");
+}
+
+static void zk_stats(dl_backend *b, dlock_client_stats *st) {
+  dl_zk *z = (dl_zk *)b;
+  st->writes += (uint64_t)atomic_load(&z->round_trips);
+}
+
+static void zk_free(dl_backend *b) {
+  dl_zk *z = (dl_zk *)b;
+  if (z == NULL) return;
+  /* Closing ends the session (its nodes go) and joins the library's
+   * threads, so no watcher runs on z after this. */
+  if (z->zh) zookeeper_close(z->zh);
+  dl_zk_holds_free(z->holds);
+  pthread_cond_destroy(&z->cv);
+  pthread_mutex_destroy(&z->mu);
+  free(z);
+}
+
+static const dl_backend_ops zk_ops = {
+    .name = "zookeeper",
+    .lock_acquire = dl_zk_lock_acquire,
+    .lock_release = dl_zk_lock_release,
+    .lock_force_release = dl_zk_lock_force_release,
+    .lock_query = dl_zk_lock_query,
+    .renew = dl_zk_renew,
+    .watch_losses = zk_watch_losses,
+    .ping = zk_ping,
+    .stats = zk_stats,
+    .free = zk_free,
+};
+
+/* Waits until the session is connected, or the connect timeout. */
+static int await_connected(dl_zk *z, int timeout_ms) {
+  int64_t end = dl_now_ms() + timeout_ms;
+  pthread_mutex_lock(&z->mu);
+  while (z->state != ZOO_CONNECTED_STATE && !z->expired &&
+         z->state != ZOO_AUTH_FAILED_STATE && dl_now_ms() < end) {
+    struct timespec ts;
+    dl_abstime(end, &ts);
+    pthread_cond_timedwait(&z->cv, &z->mu, &ts);
+  }
+  bool ok = z->state == ZOO_CONNECTED_STATE;
+  pthread_mutex_unlock(&z->mu);
+  return ok ? 0 : -1;
+}
+
+int dl_zk_backend_new(const dlock_client_options *opts,
+                      const dl_backend_env *env, dl_backend **out) {
+  *out = NULL;
+  if (env->loop != NULL)
+    return dl_seterr(NULL, DLOCK_ENOTSUP, "the ZooKeeper backend has no "
+                     "event-loop client yet: use dlock_client_open");
+  char msg[256];
+  char *connect = NULL;
+  int rc = dl_url_parse_zk(opts->url, &connect, msg, sizeof msg);
+  if (rc != 0)
+    return dl_seterr(NULL, rc, "%s (url %s)", msg, opts->url);
+  dl_zk *z = calloc(1, sizeof *z);
+  if (z == NULL) {
+    free(connect);
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  }
+  z->base.ops = &zk_ops;
+  z->env = env;
+  z->session_timeout_ms = opts->zk_session_timeout_ms;
+  z->command_timeout_ms = env->command_timeout_ms;
+  z->state = ZOO_CONNECTING_STATE;
+  pthread_mutex_init(&z->mu, NULL);
+  dl_cond_init(&z->cv);
+  z->zh = zookeeper_init2(connect, dl_zk_watcher, z->session_timeout_ms, NULL,
+                          z, 0, quiet_log);
+  if (z->zh == NULL) {
+    rc = dl_seterr(NULL, errno == EINVAL ? DLOCK_EURL : DLOCK_ECONNECT,
+                   "cannot start a ZooKeeper session for %s: %s", connect,
+                   strerror(errno));
+    free(connect);
+    zk_free(&z->base);
+    return rc;
+  }
+  if (await_connected(z, opts->zk_connect_timeout_ms) != 0) {
+    rc = dl_seterr(NULL, DLOCK_ECONNECT, "no ZooKeeper session with %s "
+                   "within %d ms", connect, opts->zk_connect_timeout_ms);
+    free(connect);
+    zk_free(&z->base);
+    return rc;
+  }
+  free(connect);
+  *out = &z->base;
+  return 0;
+}

@@ -1,0 +1,458 @@
+/* mutex.c: Curator's InterProcessMutex on ZooKeeper: a protected
+ * ephemeral-sequential node per holder or waiter under the lock's path,
+ * order by sequence, each waiter watching only its predecessor. */
+#include "zkb.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LOCK_NAME "lock-"
+#define NODE_MAX 1024
+
+/* Curator's standardFixForSorting: what follows the last "lock-". */
+static const char *seq_of(const char *name) {
+  const char *s = NULL;
+  for (const char *p = strstr(name, LOCK_NAME); p; p = strstr(p + 1, LOCK_NAME))
+    s = p;
+  return s ? s + strlen(LOCK_NAME) : name;
+}
+
+static int by_seq(const void *a, const void *b) {
+  return strcmp(seq_of(*(char *const *)a), seq_of(*(char *const *)b));
+}
+
+/* The lock nodes among the children, sorted (pointers into sv). */
+static int sorted_locks(struct String_vector *sv, char ***out) {
+  *out = NULL;
+  if (sv->count == 0) return 0;
+  char **v = malloc((size_t)sv->count * sizeof *v);
+  if (v == NULL) return -1;
+  int n = 0;
+  for (int i = 0; i < sv->count; i++)
+    if (strstr(sv->data[i], LOCK_NAME)) v[n++] = sv->data[i];
+  qsort(v, (size_t)n, sizeof *v, by_seq);
+  *out = v;
+  return n;
+}
+
+static zk_hold *hold_find(dl_zk *z, const char *key, const char *owner) {
+  for (zk_hold *h = z->holds; h; h = h->next)
+    if (strcmp(h->key, key) == 0 && strcmp(h->owner, owner) == 0) return h;
+  return NULL;
+}
+
+static void hold_free(zk_hold *h) {
+  if (h == NULL) return;
+  free(h->key);
+  free(h->owner);
+  free(h->node);
+  free(h);
+}
+
+void dl_zk_holds_free(zk_hold *h) {
+  while (h) {
+    zk_hold *next = h->next;
+    hold_free(h);
+    h = next;
+  }
+}
+
+/* Removes and returns the hold of (key, owner), or NULL. */
+static zk_hold *hold_take(dl_zk *z, const char *key, const char *owner) {
+  pthread_mutex_lock(&z->mu);
+  zk_hold **pp = &z->holds;
+  while (*pp && !(strcmp((*pp)->key, key) == 0 &&
+                  strcmp((*pp)->owner, owner) == 0))
+    pp = &(*pp)->next;
+  zk_hold *h = *pp;
+  if (h) *pp = h->next;
+  pthread_mutex_unlock(&z->mu);
+  return h;
+}
+
+static int check_path(dl_zk *z, const char *key) {
+  size_t n = strlen(key);
+  if (key[0] != '/' || n < 2 || key[n - 1] == '/' || strstr(key, "//"))
+    return dl_seterr(z->env->err_owner, DLOCK_EINVAL,
+                     "a ZooKeeper lock name is a znode path (\"/locks/x\"), "
+                     "not '%s'", key);
+  if (n + 60 > NODE_MAX)
+    return dl_seterr(z->env->err_owner, DLOCK_ENAMETOOLONG,
+                     "znode path too long: '%s'", key);
+  return 0;
+}
+
+/* Creates every missing parent of `path` (and path itself) as containers,
+ * as Curator's creatingParentContainersIfNeeded. */
+static int make_parents(dl_zk *z, const char *path) {
+  char buf[NODE_MAX];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = strchr(buf + 1, '/');; p = strchr(p + 1, '/')) {
+    if (p) *p = '\0';
+    atomic_fetch_add(&z->round_trips, 1);
+    int zrc = zoo_create(z->zh, buf, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                         ZOO_CONTAINER, NULL, 0);
+    if (zrc != ZOK && zrc != ZNODEEXISTS)
+      return dl_zk_err(z, zrc, "create", buf);
+    if (p == NULL) return 0;
+    *p = '/';
+  }
+}
+
+/* Our node under `key` by its protected prefix "_c_<uuid>-" (after a
+ * connection loss during the create): 1 and its full path in out, 0 none,
+ * or a negative code. */
+static int find_protected(dl_zk *z, const char *key, const char *prefix,
+                          char *out, size_t len) {
+  struct String_vector sv = {0};
+  atomic_fetch_add(&z->round_trips, 1);
+  int zrc = zoo_get_children(z->zh, key, 0, &sv);
+  if (zrc == ZNONODE) return 0;
+  if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
+  int found = 0;
+  for (int i = 0; i < sv.count && !found; i++)
+    if (strncmp(sv.data[i], prefix, strlen(prefix)) == 0) {
+      snprintf(out, len, "%s/%s", key, sv.data[i]);
+      found = 1;
+    }
+  deallocate_String_vector(&sv);
+  return found;
+}
+
+/* Deletes our node, retrying a connection loss until the deadline: 0
+ * deleted (or already gone), or a negative code. */
+static int delete_node(dl_zk *z, const char *node, int64_t deadline) {
+  for (;;) {
+    atomic_fetch_add(&z->round_trips, 1);
+    int zrc = zoo_delete(z->zh, node, -1);
+    if (zrc == ZOK || zrc == ZNONODE) return 0;
+    if ((zrc != ZCONNECTIONLOSS && zrc != ZOPERATIONTIMEOUT) ||
+        dl_now_ms() >= deadline)
+      return dl_zk_err(z, zrc, "delete", node);
+    dl_sleep_ms(20);
+  }
+}
+
+/* Creates our node: 0 with its path and czxid, or a negative code (no node
+ * left behind that we know of). */
+static int create_node(dl_zk *z, const dl_acquire *a, char *node, size_t len,
+                       uint64_t *czxid, int64_t deadline) {
+  const char *key = a->lock->key;
+  char uuid[37], prefix[64], path[NODE_MAX];
+  if (dl_uuid4(uuid) != 0)
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "no random bytes");
+  snprintf(prefix, sizeof prefix, "_c_%s-", uuid);
+  snprintf(path, sizeof path, "%s/%s" LOCK_NAME, key, prefix);
+  /* The node's data: the holder's description, else its owner id
+   * (Curator stores the host address and never reads it back). */
+  const char *data = a->info && *a->info ? a->info : a->lock->owner;
+  bool parents = false;
+  for (;;) {
+    struct Stat st;
+    atomic_fetch_add(&z->round_trips, 1);
+    int zrc = zoo_create2(z->zh, path, data, (int)strlen(data),
+                          &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
+                          node, (int)len, &st);
+    if (zrc == ZOK) {
+      *czxid = (uint64_t)st.czxid;
+      return 0;
+    }
+    if (zrc == ZNONODE && !parents) {
+      parents = true;
+      int rc = make_parents(z, key);
+      if (rc != 0) return rc;
+      continue;
+    }
+    if (zrc == ZNONODE) { /* a container reaped between: once more */
+      parents = false;
+      continue;
+    }
+    if (zrc != ZCONNECTIONLOSS || dl_now_ms() >= deadline)
+      return dl_zk_err(z, zrc, "create", path);
+    /* The create may have happened: find it by its protected name. */
+    int f = find_protected(z, key, prefix, node, len);
+    if (f < 0 && dl_now_ms() >= deadline) return f;
+    if (f == 1) {
+      struct Stat s2;
+      atomic_fetch_add(&z->round_trips, 1);
+      zrc = zoo_exists(z->zh, node, 0, &s2);
+      if (zrc == ZOK) {
+        *czxid = (uint64_t)s2.czxid;
+        return 0;
+      }
+    }
+    dl_sleep_ms(20);
+  }
+}
+
+/* Waits (or not) until our node is the first: 1 acquired, 0 not by the
+ * deadline, or a negative code. */
+static int await_turn(dl_zk *z, dl_acquire *a, const char *node) {
+  const char *key = a->lock->key;
+  const char *mine = strrchr(node, '/') + 1;
+  for (;;) {
+    struct String_vector sv = {0};
+    atomic_fetch_add(&z->round_trips, 1);
+    int zrc = zoo_get_children(z->zh, key, 0, &sv);
+    if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
+    char **v;
+    int n = sorted_locks(&sv, &v);
+    if (n < 0) {
+      deallocate_String_vector(&sv);
+      return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+    }
+    int idx = -1;
+    for (int i = 0; i < n && idx < 0; i++)
+      if (strcmp(v[i], mine) == 0) idx = i;
+    char pred[NODE_MAX] = "";
+    if (idx > 0) snprintf(pred, sizeof pred, "%s/%s", key, v[idx - 1]);
+    free(v);
+    deallocate_String_vector(&sv);
+    if (idx < 0)
+      return dl_seterr(z->env->err_owner, DLOCK_ELOST, "our lock node %s "
+                       "is gone (the session expired?)", node);
+    if (idx == 0) return 1;
+    if (!a->wait || dl_now_ms() >= a->deadline) return 0;
+    /* Watch the predecessor only (no herd), with getData as Curator, so
+     * that no watch is left on a node that does not exist. */
+    pthread_mutex_lock(&z->mu);
+    uint64_t seen = z->events;
+    pthread_mutex_unlock(&z->mu);
+    char buf[1];
+    int blen = (int)sizeof buf;
+    atomic_fetch_add(&z->round_trips, 1);
+    zrc = zoo_wget(z->zh, pred, dl_zk_watcher, z, buf, &blen, NULL);
+    if (zrc == ZNONODE) continue;
+    if (zrc != ZOK) return dl_zk_err(z, zrc, "watch", pred);
+    pthread_mutex_lock(&z->mu);
+    while (z->events == seen && !z->expired && !atomic_load(z->env->closing) &&
+           dl_now_ms() < a->deadline) {
+      struct timespec ts;
+      dl_abstime(a->deadline, &ts);
+      pthread_cond_timedwait(&z->cv, &z->mu, &ts);
+    }
+    bool expired = z->expired;
+    pthread_mutex_unlock(&z->mu);
+    if (expired)
+      return dl_seterr(z->env->err_owner, DLOCK_ECONNLOST, "the ZooKeeper "
+                       "session expired while waiting for %s", key);
+    if (atomic_load(z->env->closing))
+      return dl_seterr(z->env->err_owner, DLOCK_ECLOSED, "client closing");
+  }
+}
+
+int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
+  dl_zk *z = (dl_zk *)b;
+  const dl_lock_ref *l = a->lock;
+  if (l->kind != DL_KIND_LOCK)
+    return dl_seterr(z->env->err_owner, DLOCK_ENOTSUP, "the ZooKeeper "
+                     "backend has the mutex only (not yet fair or "
+                     "read-write locks)");
+  int rc = check_path(z, l->key);
+  if (rc != 0) return rc;
+  int64_t sent = dl_now_ms();
+  pthread_mutex_lock(&z->mu);
+  zk_hold *h = a->held > 0 ? hold_find(z, l->key, l->owner) : NULL;
+  uint64_t czxid = h ? h->czxid : 0;
+  char node[NODE_MAX];
+  if (h) snprintf(node, sizeof node, "%s", h->node);
+  pthread_mutex_unlock(&z->mu);
+  if (h) { /* re-entry: no second node; the node must still be ours */
+    struct Stat st;
+    atomic_fetch_add(&z->round_trips, 1);
+    int zrc = zoo_exists(z->zh, node, 0, &st);
+    if (zrc == ZOK) {
+      pthread_mutex_lock(&z->mu);
+      if ((h = hold_find(z, l->key, l->owner)) != NULL) h->count++;
+      pthread_mutex_unlock(&z->mu);
+      a->status = 2;
+      a->token = czxid;
+      a->valid_until = dl_zk_valid_until(z, sent);
+      return 1;
+    }
+    if (zrc != ZNONODE) return dl_zk_err(z, zrc, "check", node);
+    hold_free(hold_take(z, l->key, l->owner)); /* lost: take it afresh */
+  }
+  int64_t limit = sent + z->command_timeout_ms;
+  if (a->wait && a->deadline > limit) limit = a->deadline;
+  rc = create_node(z, a, node, sizeof node, &czxid, limit);
+  if (rc != 0) return rc;
+  rc = await_turn(z, a, node);
+  if (rc != 1) {
+    /* Not acquired (timeout or error): our node goes, as Curator's. */
+    delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
+    if (rc == 0) a->ttl = -1; /* ZooKeeper locks have no lease */
+    return rc;
+  }
+  zk_hold *nh = calloc(1, sizeof *nh);
+  if (nh) {
+    nh->key = dl_strdup(l->key);
+    nh->owner = dl_strdup(l->owner);
+    nh->node = dl_strdup(node);
+    nh->czxid = czxid;
+    nh->count = 1;
+  }
+  if (!nh || !nh->key || !nh->owner || !nh->node) {
+    hold_free(nh);
+    delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+  }
+  pthread_mutex_lock(&z->mu);
+  nh->next = z->holds;
+  z->holds = nh;
+  pthread_mutex_unlock(&z->mu);
+  a->status = 1;
+  a->token = czxid;
+  /* Acquired when the listing (after the create) came back: the session
+   * was alive when the create was sent. */
+  a->valid_until = dl_zk_valid_until(z, sent);
+  return 1;
+}
+
+int dl_zk_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
+                       int count) {
+  (void)lease_ms;
+  dl_zk *z = (dl_zk *)b;
+  if (count > 1) { /* re-entered: one hold less, the node stays */
+    pthread_mutex_lock(&z->mu);
+    zk_hold *h = hold_find(z, l->key, l->owner);
+    if (h && h->count > 1) h->count--;
+    pthread_mutex_unlock(&z->mu);
+    return 0;
+  }
+  zk_hold *h = hold_take(z, l->key, l->owner);
+  if (h == NULL)
+    return dl_seterr(z->env->err_owner, DLOCK_ENOTOWNER, "'%s' is not held "
+                     "by %s", l->name, l->owner);
+  struct Stat st;
+  atomic_fetch_add(&z->round_trips, 1);
+  int zrc = zoo_exists(z->zh, h->node, 0, &st);
+  int rc;
+  if (zrc == ZNONODE || (zrc == ZOK && (uint64_t)st.czxid != h->czxid)) {
+    rc = DLOCK_ENOTOWNER; /* gone: deleted by an operator, or expired */
+  } else {
+    rc = delete_node(z, h->node, dl_now_ms() + z->command_timeout_ms);
+    if (rc == 0) rc = 1;
+  }
+  hold_free(h);
+  return rc;
+}
+
+/* The sorted lock nodes under `key` (and their vector, to deallocate). */
+static int list_locks(dl_zk *z, const char *key, struct String_vector *sv,
+                      char ***v) {
+  *v = NULL;
+  memset(sv, 0, sizeof *sv);
+  atomic_fetch_add(&z->round_trips, 1);
+  int zrc = zoo_get_children(z->zh, key, 0, sv);
+  if (zrc == ZNONODE) return 0;
+  if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
+  int n = sorted_locks(sv, v);
+  if (n < 0) {
+    deallocate_String_vector(sv);
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+  }
+  return n;
+}
+
+int dl_zk_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
+  dl_zk *z = (dl_zk *)b;
+  int rc = check_path(z, l->key);
+  if (rc != 0) return rc;
+  struct String_vector sv;
+  char **v;
+  int n = list_locks(z, l->key, &sv, &v);
+  if (n <= 0) return n;
+  char node[NODE_MAX];
+  snprintf(node, sizeof node, "%s/%s", l->key, v[0]);
+  free(v);
+  deallocate_String_vector(&sv);
+  /* The holder's node goes (what an operator does with zkCli); its
+   * session sees the node missing at its next renewal. */
+  rc = delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
+  return rc == 0 ? 1 : rc;
+}
+
+int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                     long long *v) {
+  dl_zk *z = (dl_zk *)b;
+  int rc = check_path(z, l->key);
+  if (rc != 0) return rc;
+  *v = 0;
+  if (q == DL_QUERY_HELD || q == DL_QUERY_COUNT) {
+    pthread_mutex_lock(&z->mu);
+    zk_hold *h = z->expired ? NULL : hold_find(z, l->key, l->owner);
+    char node[NODE_MAX] = "";
+    int count = h ? h->count : 0;
+    uint64_t czxid = h ? h->czxid : 0;
+    if (h) snprintf(node, sizeof node, "%s", h->node);
+    pthread_mutex_unlock(&z->mu);
+    if (node[0] == '\0') return 0;
+    struct Stat st;
+    atomic_fetch_add(&z->round_trips, 1);
+    int zrc = zoo_exists(z->zh, node, 0, &st);
+    if (zrc != ZOK && zrc != ZNONODE) return dl_zk_err(z, zrc, "check", node);
+    if (zrc == ZOK && (uint64_t)st.czxid == czxid)
+      *v = q == DL_QUERY_HELD ? 1 : count;
+    return 0;
+  }
+  struct String_vector sv;
+  char **names;
+  int n = list_locks(z, l->key, &sv, &names);
+  if (n < 0) return n;
+  if (q == DL_QUERY_LOCKED) *v = n > 0;
+  else if (q == DL_QUERY_TTL) *v = n > 0 ? -1 : -2;
+  else if (q == DL_QUERY_TOKEN && n > 0) {
+    char node[NODE_MAX];
+    snprintf(node, sizeof node, "%s/%s", l->key, names[0]);
+    struct Stat st;
+    atomic_fetch_add(&z->round_trips, 1);
+    if (zoo_exists(z->zh, node, 0, &st) == ZOK) *v = (long long)st.czxid;
+  }
+  free(names);
+  if (n > 0 || sv.data) deallocate_String_vector(&sv);
+  return 0;
+}
+
+int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                dl_renew_item *items, int *calls) {
+  (void)deadline;
+  (void)lease_ms;
+  dl_zk *z = (dl_zk *)b;
+  int first = 0;
+  *calls = 0;
+  for (int i = 0; i < n; i++) {
+    dl_renew_item *it = &items[i];
+    pthread_mutex_lock(&z->mu);
+    zk_hold *h = it->permit ? NULL : hold_find(z, it->key, it->owner);
+    char node[NODE_MAX] = "";
+    uint64_t czxid = h ? h->czxid : 0;
+    if (h) snprintf(node, sizeof node, "%s", h->node);
+    bool expired = z->expired;
+    pthread_mutex_unlock(&z->mu);
+    if (node[0] == '\0' || expired) {
+      it->result = 0; /* the session ended: never re-created */
+      if (!it->permit) hold_free(hold_take(z, it->key, it->owner));
+      continue;
+    }
+    /* Renewal is the session's liveness: the server answering for our own
+     * node proves the session (and so the node) alive now. */
+    int64_t sent = dl_now_ms();
+    struct Stat st;
+    (*calls)++;
+    atomic_fetch_add(&z->round_trips, 1);
+    int zrc = zoo_exists(z->zh, node, 0, &st);
+    if (zrc == ZOK && (uint64_t)st.czxid == czxid) {
+      it->result = 1;
+      it->valid_until = dl_zk_valid_until(z, sent);
+    } else if (zrc == ZOK || zrc == ZNONODE) {
+      it->result = 0; /* deleted (force release): lost, not re-created */
+      hold_free(hold_take(z, it->key, it->owner));
+    } else {
+      it->result = -1;
+      if (first == 0) first = dl_zk_err(z, zrc, "renew", node);
+    }
+  }
+  return first;
+}

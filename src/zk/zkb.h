@@ -1,0 +1,65 @@
+/* zkb.h: what the ZooKeeper backend's files share (the session, its holds
+ * and the wake-up of waiters). Only src/zk includes ZooKeeper's header. */
+#ifndef DLOCK_ZKB_H
+#define DLOCK_ZKB_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <zookeeper/zookeeper.h>
+
+#include "zk.h"
+
+/* One node this client holds: the lock's path, the owner that holds it and
+ * the node's full path; the client counts re-entries (no second node). */
+typedef struct zk_hold {
+  struct zk_hold *next;
+  char *key;
+  char *owner;
+  char *node; /* key + "/_c_<uuid>-lock-NNNNNNNNNN" */
+  uint64_t czxid;
+  int count; /* re-entries, as the client counts them */
+} zk_hold;
+
+typedef struct dl_zk {
+  dl_backend base;
+  const dl_backend_env *env;
+  zhandle_t *zh;
+  int session_timeout_ms; /* asked for; the server's answer: zoo_recv_timeout */
+  int command_timeout_ms;
+  /* mu guards everything below; cv is broadcast on every watch event and
+   * session change (the waiters look again). */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t events;  /* bumped by every watch event */
+  int state;        /* the last session state (ZOO_*_STATE) */
+  bool expired;     /* the session ended: its holds are gone */
+  zk_hold *holds;
+  dl_notice_fn notice;
+  void *notice_ud;
+  atomic_llong round_trips;
+} dl_zk;
+
+/* ZooKeeper's result code as dlock's, with a message naming `what`
+ * recorded for the client: a negative code. */
+int dl_zk_err(dl_zk *z, int zrc, const char *what, const char *path);
+/* The watcher of every watch the backend sets (ctx: the dl_zk). */
+void dl_zk_watcher(zhandle_t *zh, int type, int state, const char *path,
+                   void *ctx);
+/* The time a hold confirmed by a request sent at `sent` stays valid: the
+ * server cannot expire the session before the negotiated timeout has passed
+ * since it last heard from us, which was no earlier than `sent`. */
+int64_t dl_zk_valid_until(dl_zk *z, int64_t sent);
+
+/* The mutex (mutex.c), Curator's InterProcessMutex. */
+int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a);
+int dl_zk_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
+                       int count);
+int dl_zk_lock_force_release(dl_backend *b, const dl_lock_ref *l);
+int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                     long long *v);
+int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                dl_renew_item *items, int *calls);
+/* Frees the list of holds. */
+void dl_zk_holds_free(zk_hold *h);
+
+#endif
