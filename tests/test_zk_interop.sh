@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# test_zk_interop.sh: dlock's ZooKeeper mutex against Curator's own
+# InterProcessMutex (Debian's libcurator-recipes-java 5.4), both ways:
+# mutual exclusion, and a waiter on one side woken by a release on the
+# other. Installs Curator and a JDK when missing (as scripts/install-deps.sh
+# does), starts a private standalone ZooKeeper, compiles
+# tests/interop/CuratorMutex.java.
+#   tests/test_zk_interop.sh DLOCK_BINARY
+set -uo pipefail
+dlock=$1
+here=$(cd "$(dirname "$0")" && pwd)
+J=/usr/share/java
+
+if [[ $("$dlock" -u zk://x status /x 2>&1) == *libzookeeper* ]]; then
+  echo "skipped: this dlock was built without libzookeeper-mt"; exit 0
+fi
+if [[ ! -r $J/curator-recipes.jar || ! -r $J/zookeeper.jar ]] ||
+   ! command -v javac >/dev/null; then
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  echo "installing Curator, ZooKeeper and a JDK"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+    --no-install-recommends libcurator-recipes-java zookeeper \
+    default-jdk-headless >/dev/null || { echo "FAIL: cannot install"; exit 1; }
+fi
+
+work=$(mktemp -d /tmp/dlock-zk-interop.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$work"/*.out; do echo "== $f"; cat "$f"; done; exit 1; }
+
+cp="$J/curator-client.jar:$J/curator-framework.jar:$J/curator-recipes.jar"
+cp+=":$J/guava.jar:$J/zookeeper.jar:$J/zookeeper-jute.jar:$J/slf4j-api.jar"
+cp+=":$J/slf4j-nop.jar"
+javac -d "$work/classes" -cp "$cp" "$here/interop/CuratorMutex.java" ||
+  fail "javac"
+cur() { java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$work/classes:$cp" \
+  CuratorMutex "$conn" "$@"; }
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+mkdir -p "$work/data"
+cat >"$work/zoo.cfg" <<CFG
+tickTime=500
+dataDir=$work/data
+clientPort=$port
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr
+CFG
+java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+  -cp $J/zookeeper.jar:$J/slf4j-nop.jar \
+  org.apache.zookeeper.server.quorum.QuorumPeerMain "$work/zoo.cfg" \
+  >"$work/zk.log" 2>&1 &
+pids+=($!)
+conn=127.0.0.1:$port
+url=zk://$conn
+for _ in $(seq 400); do
+  [[ $(exec 3<>/dev/tcp/127.0.0.1/$port && echo srvr >&3 && cat <&3) == *Mode:* ]] \
+    2>/dev/null && break
+  sleep 0.05
+done
+waitfor() { # waitfor FILE WORD: until FILE has a line starting with WORD
+  for _ in $(seq 600); do grep -q "^$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
+  return 1
+}
+
+# 1. Curator holds: dlock is refused (exit 75), and leaves no node behind.
+cur /l/a hold 3000 >"$work/j1.out" 2>&1 & pids+=($!)
+waitfor "$work/j1.out" held || fail "Curator did not take /l/a"
+"$dlock" -q -u "$url" run -w 300ms /l/a -- true; rc=$?
+[[ $rc -eq 75 ]] || fail "dlock ran under Curator's lock (exit $rc, expected 75)"
+# 2. ... and a dlock waiter is woken by Curator's release: it runs after it.
+"$dlock" -q -u "$url" run -w 20s /l/a -- sh -c 'date +%s%3N' >"$work/c2.out"; rc=$?
+[[ $rc -eq 0 ]] || fail "dlock waiter exit $rc"
+rel=$(awk '/^released/{print $2}' "$work/j1.out")
+got=$(cat "$work/c2.out")
+[[ -n $rel && $got -ge $rel ]] || fail "dlock ran at $got, before Curator released at $rel"
+echo "ok   Curator holds: dlock refused, then woken by Curator's release"
+
+# 3. dlock holds: Curator is refused (75).
+"$dlock" -q -u "$url" run /l/b -- sh -c 'echo held; sleep 3; echo released $(date +%s%3N)' \
+  >"$work/c3.out" 2>&1 & pids+=($!)
+waitfor "$work/c3.out" held || fail "dlock did not take /l/b"
+cur /l/b try 300 >"$work/j3.out" 2>&1; rc=$?
+[[ $rc -eq 75 ]] || fail "Curator took dlock's lock (exit $rc, expected 75)"
+# 4. ... and a Curator waiter is woken by dlock's release.
+cur /l/b wait >"$work/j4.out" 2>&1; rc=$?
+[[ $rc -eq 0 ]] || fail "Curator waiter exit $rc"
+rel=$(awk '/^released/{print $2}' "$work/c3.out")
+got=$(awk '/^held/{print $2}' "$work/j4.out")
+[[ -n $rel && -n $got && $got -ge $rel ]] ||
+  fail "Curator held at $got, before dlock released at $rel"
+echo "ok   dlock holds: Curator refused, then woken by dlock's release"
+echo "2 passed, 0 failed"
