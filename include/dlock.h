@@ -433,7 +433,8 @@ typedef struct dlock_lock_state {
   char type[8];      /* the server's type of the key at the name: "none",
                         "hash" (every lock kind), "string" (a semaphore's
                         or latch's count, or anything else), "list", "set",
-                        "zset" or "stream" */
+                        "zset" or "stream"; on zk:// "znode" (a path,
+                        the lock's nodes its children) or "none" */
 } dlock_lock_state;
 
 /* Fills the first `size` bytes of *st (the caller's sizeof, as for

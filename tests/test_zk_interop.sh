@@ -2,7 +2,7 @@
 # test_zk_interop.sh: dlock's ZooKeeper mutex against Curator's own
 # InterProcessMutex (Debian's libcurator-recipes-java 5.4), both ways:
 # mutual exclusion, and a waiter on one side woken by a release on the
-# other. Installs Curator and a JDK when missing (as scripts/install-deps.sh
+# other; and dlock status, list and release --force on zk://. Installs Curator and a JDK when missing (as scripts/install-deps.sh
 # does), starts a private standalone ZooKeeper, compiles
 # tests/interop/CuratorMutex.java.
 #   tests/test_zk_interop.sh DLOCK_BINARY
@@ -95,4 +95,25 @@ got=$(awk '/^held/{print $2}' "$work/j4.out")
 [[ -n $rel && -n $got && $got -ge $rel ]] ||
   fail "Curator held at $got, before dlock released at $rel"
 echo "ok   dlock holds: Curator refused, then woken by dlock's release"
-echo "2 passed, 0 failed"
+
+# 5. The CLI's other commands on zk://: status, list, release --force.
+"$dlock" -q -u "$url" run -l 3s /l/c/d -- sh -c 'echo held; sleep 20' \
+  >"$work/c5.out" 2>&1 &
+holder=$!; pids+=($holder)
+waitfor "$work/c5.out" held || fail "dlock did not take /l/c/d"
+"$dlock" -u "$url" status /l/c/d >"$work/s5.out" 2>&1 || fail "status: not held"
+grep -q "token" "$work/s5.out" || fail "status shows no token"
+"$dlock" -u "$url" status --json /l/a >"$work/s5b.out" 2>&1; rc=$?
+[[ $rc -eq 1 ]] || fail "status of a free lock: exit $rc, expected 1"
+"$dlock" -u "$url" list '/l/*' >"$work/l5.out" 2>&1 || fail "list"
+grep -q "^/l/c/d " "$work/l5.out" || fail "list does not show /l/c/d"
+[[ $(grep -c . "$work/l5.out") -eq 1 ]] || fail "list shows free locks"
+"$dlock" -u "$url" release --force /l/c/d >/dev/null 2>&1 ||
+  fail "release --force"
+t0=$(date +%s)
+wait $holder; rc=$?
+[[ $rc -eq 76 ]] || fail "the holder's run exited $rc after release --force, expected 76 (lost)"
+(( $(date +%s) - t0 <= 5 )) || fail "the loss took over 5 s to be seen"
+cur /l/c/d try 300 >/dev/null 2>&1 || fail "/l/c/d still held after release --force"
+echo "ok   status, list, release --force (the holder's run ends as lost)"
+echo "3 passed, 0 failed"

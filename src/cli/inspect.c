@@ -174,9 +174,11 @@ static dlock_lock *open_inspected(cli_global *g, const char *name,
   return l;
 }
 
-/* Whether the key at the name can be a lock: a hash, or nothing (free). */
+/* Whether the key at the name can be a lock: a hash, a ZooKeeper lock
+ * path, or nothing (free). */
 static bool lockish(const dlock_lock_state *st) {
-  return strcmp(st->type, "hash") == 0 || strcmp(st->type, "none") == 0;
+  return strcmp(st->type, "hash") == 0 || strcmp(st->type, "none") == 0 ||
+         strcmp(st->type, "znode") == 0;
 }
 
 /* The message for a name that holds something else than a lock. */

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #define LOCK_NAME "lock-"
-#define NODE_MAX 1024
 
 /* Curator's standardFixForSorting: what follows the last "lock-". */
 static const char *seq_of(const char *name) {
@@ -23,7 +22,7 @@ static int by_seq(const void *a, const void *b) {
 }
 
 /* The lock nodes among the children, sorted (pointers into sv). */
-static int sorted_locks(struct String_vector *sv, char ***out) {
+int dl_zk_sorted_locks(struct String_vector *sv, char ***out) {
   *out = NULL;
   if (sv->count == 0) return 0;
   char **v = malloc((size_t)sv->count * sizeof *v);
@@ -71,7 +70,7 @@ static zk_hold *hold_take(dl_zk *z, const char *key, const char *owner) {
   return h;
 }
 
-static int check_path(dl_zk *z, const char *key) {
+int dl_zk_check_path(dl_zk *z, const char *key) {
   size_t n = strlen(key);
   if (key[0] != '/' || n < 2 || key[n - 1] == '/' || strstr(key, "//"))
     return dl_seterr(z->env->err_owner, DLOCK_EINVAL,
@@ -144,9 +143,12 @@ static int create_node(dl_zk *z, const dl_acquire *a, char *node, size_t len,
     return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "no random bytes");
   snprintf(prefix, sizeof prefix, "_c_%s-", uuid);
   snprintf(path, sizeof path, "%s/%s" LOCK_NAME, key, prefix);
-  /* The node's data: the holder's description, else its owner id
-   * (Curator stores the host address and never reads it back). */
-  const char *data = a->info && *a->info ? a->info : a->lock->owner;
+  /* The node's data: the owner id, then a newline and the holder's
+   * description if it set one (Curator stores the host address and never
+   * reads it back; dlock status shows it). */
+  char data[DL_OWNER_MAX + DLOCK_INFO_MAX + 2];
+  snprintf(data, sizeof data, "%s%s%s", a->lock->owner,
+           a->info && *a->info ? "\n" : "", a->info ? a->info : "");
   bool parents = false;
   for (;;) {
     struct Stat st;
@@ -197,7 +199,7 @@ static int await_turn(dl_zk *z, dl_acquire *a, const char *node) {
     int zrc = zoo_get_children(z->zh, key, 0, &sv);
     if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
     char **v;
-    int n = sorted_locks(&sv, &v);
+    int n = dl_zk_sorted_locks(&sv, &v);
     if (n < 0) {
       deallocate_String_vector(&sv);
       return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
@@ -249,7 +251,7 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
     return dl_seterr(z->env->err_owner, DLOCK_ENOTSUP, "the ZooKeeper "
                      "backend has the mutex only (not yet fair or "
                      "read-write locks)");
-  int rc = check_path(z, l->key);
+  int rc = dl_zk_check_path(z, l->key);
   if (rc != 0) return rc;
   int64_t sent = dl_now_ms();
   pthread_mutex_lock(&z->mu);
@@ -348,7 +350,7 @@ static int list_locks(dl_zk *z, const char *key, struct String_vector *sv,
   int zrc = zoo_get_children(z->zh, key, 0, sv);
   if (zrc == ZNONODE) return 0;
   if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
-  int n = sorted_locks(sv, v);
+  int n = dl_zk_sorted_locks(sv, v);
   if (n < 0) {
     deallocate_String_vector(sv);
     return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
@@ -358,7 +360,7 @@ static int list_locks(dl_zk *z, const char *key, struct String_vector *sv,
 
 int dl_zk_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
   dl_zk *z = (dl_zk *)b;
-  int rc = check_path(z, l->key);
+  int rc = dl_zk_check_path(z, l->key);
   if (rc != 0) return rc;
   struct String_vector sv;
   char **v;
@@ -377,7 +379,7 @@ int dl_zk_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
 int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                      long long *v) {
   dl_zk *z = (dl_zk *)b;
-  int rc = check_path(z, l->key);
+  int rc = dl_zk_check_path(z, l->key);
   if (rc != 0) return rc;
   *v = 0;
   if (q == DL_QUERY_HELD || q == DL_QUERY_COUNT) {

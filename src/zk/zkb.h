@@ -59,6 +59,19 @@ int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                      long long *v);
 int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                 dl_renew_item *items, int *calls);
+/* Lock nodes' full paths fit in this many bytes. */
+#define NODE_MAX 1024
+/* 0 if key is a znode path a lock may have, else DLOCK_EINVAL or
+ * DLOCK_ENAMETOOLONG recorded. */
+int dl_zk_check_path(dl_zk *z, const char *key);
+/* The lock nodes among sv's children, sorted by their sequence as Curator
+ * sorts them (pointers into sv, *out freed by the caller): how many, or -1
+ * out of memory. */
+int dl_zk_sorted_locks(struct String_vector *sv, char ***out);
+/* inspect.c: dlock status and dlock list. */
+int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
+int dl_zk_scan(dl_backend *b, const char *match, size_t prefix_len,
+               dlock_scan_cb cb, void *ud);
 /* Frees the list of holds. */
 void dl_zk_holds_free(zk_hold *h);
 

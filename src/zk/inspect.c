@@ -1,0 +1,146 @@
+/* inspect.c: what lives at a ZooKeeper lock path (dlock status) and the
+ * lock paths under a path (dlock list). */
+#include "zkb.h"
+
+#include <fnmatch.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The holder's node: owner (the data's first line) and info (the rest);
+ * a Curator node's data (its host address) shows as the owner. */
+static void fill_holder(dl_zk *z, const char *node, dlock_lock_state *st) {
+  char buf[DLOCK_OWNER_MAX + DLOCK_INFO_MAX + 2];
+  int len = (int)sizeof buf - 1;
+  struct Stat s;
+  atomic_fetch_add(&z->round_trips, 1);
+  if (zoo_get(z->zh, node, 0, buf, &len, &s) != ZOK) return;
+  buf[len < 0 ? 0 : len] = '\0';
+  char *nl = strchr(buf, '\n');
+  if (nl) {
+    *nl = '\0';
+    snprintf(st->info, sizeof st->info, "%.*s", (int)sizeof st->info - 1,
+             nl + 1);
+    st->held_ms = wall_ms() - s.ctime; /* the server's create time */
+    if (st->held_ms < 0) st->held_ms = 0;
+  }
+  snprintf(st->owner, sizeof st->owner, "%.*s", (int)sizeof st->owner - 1,
+           buf);
+  st->token = (uint64_t)s.czxid;
+  st->hold_count = 1;
+  pthread_mutex_lock(&z->mu);
+  for (zk_hold *h = z->holds; h; h = h->next)
+    if (strcmp(h->node, node) == 0) st->hold_count = h->count;
+  pthread_mutex_unlock(&z->mu);
+}
+
+int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
+  dl_zk *z = (dl_zk *)b;
+  memset(st, 0, sizeof *st);
+  st->held_ms = -1;
+  st->ttl_ms = -2;
+  st->counter = -1;
+  int rc = dl_zk_check_path(z, key);
+  if (rc != 0) return rc;
+  struct String_vector sv = {0};
+  atomic_fetch_add(&z->round_trips, 1);
+  int zrc = zoo_get_children(z->zh, key, 0, &sv);
+  if (zrc == ZNONODE) {
+    snprintf(st->type, sizeof st->type, "none");
+    return 0;
+  }
+  if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
+  snprintf(st->type, sizeof st->type, "znode");
+  char **v;
+  int n = dl_zk_sorted_locks(&sv, &v);
+  if (n < 0) {
+    deallocate_String_vector(&sv);
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+  }
+  if (n > 0) {
+    char node[NODE_MAX];
+    snprintf(node, sizeof node, "%s/%s", key, v[0]);
+    st->held = 1;
+    st->holders = 1;
+    st->ttl_ms = -1; /* no lease: until released or its session ends */
+    st->waiters = n - 1;
+    st->queued = n - 1;
+    fill_holder(z, node, st);
+  }
+  free(v);
+  deallocate_String_vector(&sv);
+  return 0;
+}
+
+typedef struct walk {
+  dl_zk *z;
+  const char *match;
+  size_t prefix_len;
+  dlock_scan_cb cb;
+  void *ud;
+  int found;
+  int rc;
+  bool stop;
+} walk;
+
+/* Visits path and its children, depth first (at most 64 levels). */
+static void visit(walk *w, const char *path, int depth) {
+  struct String_vector sv = {0};
+  atomic_fetch_add(&w->z->round_trips, 1);
+  int zrc = zoo_get_children(w->z->zh, path, 0, &sv);
+  if (zrc == ZNONODE) return;
+  if (zrc != ZOK) {
+    w->rc = dl_zk_err(w->z, zrc, "list", path);
+    w->stop = true;
+    return;
+  }
+  bool locks = false;
+  for (int i = 0; i < sv.count && !locks; i++)
+    locks = strncmp(sv.data[i], "_c_", 3) == 0 || strstr(sv.data[i], "lock-");
+  if (locks && strlen(path) > w->prefix_len &&
+      fnmatch(w->match, path, 0) == 0) {
+    w->found++;
+    if (w->cb(path + w->prefix_len, w->ud) != 0) w->stop = true;
+  }
+  for (int i = 0; i < sv.count && !w->stop && depth < 64; i++) {
+    /* Lock nodes themselves have no children: not descended into. */
+    if (strstr(sv.data[i], "lock-") || strcmp(sv.data[i], "zookeeper") == 0)
+      continue;
+    char child[NODE_MAX];
+    int len = snprintf(child, sizeof child, "%s/%s",
+                       strcmp(path, "/") == 0 ? "" : path, sv.data[i]);
+    if (len > 0 && (size_t)len < sizeof child) visit(w, child, depth + 1);
+  }
+  deallocate_String_vector(&sv);
+}
+
+int dl_zk_scan(dl_backend *b, const char *match, size_t prefix_len,
+               dlock_scan_cb cb, void *ud) {
+  dl_zk *z = (dl_zk *)b;
+  /* Start below the pattern's glob-free directory ("/locks/a*" walks
+   * /locks), not at the root. */
+  char start[NODE_MAX];
+  size_t n = strcspn(match, "*?[\\");
+  if (n >= sizeof start) n = sizeof start - 1;
+  memcpy(start, match, n);
+  start[n] = '\0';
+  if (match[n] == '\0' && n > 1) { /* no glob: the path itself */
+  } else {
+    char *slash = strrchr(start, '/');
+    if (slash == NULL || slash == start) snprintf(start, sizeof start, "/");
+    else *slash = '\0';
+  }
+  if (start[0] != '/')
+    return dl_seterr(z->env->err_owner, DLOCK_EINVAL, "a ZooKeeper pattern "
+                     "is a znode path, maybe with globs (\"/locks/*\")");
+  walk w = {z, match, prefix_len, cb, ud, 0, 0, false};
+  visit(&w, start, 0);
+  return w.rc < 0 ? w.rc : w.found;
+}
