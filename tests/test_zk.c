@@ -364,6 +364,55 @@ static void t_zk_url(void) {
   CHECK(strstr(dlock_client_open_errmsg(), "ZooKeeper") != NULL);
 }
 
+/* dlock_lock_inspect on zk://: the first node's owner, info and czxid, the
+ * nodes queued behind it; a path with nothing is "none". */
+static void t_zk_inspect(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "/i/x", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "/i/x", "b", &lb), 0);
+  dlock_lock_state st;
+  CHECK_RC(dlock_lock_inspect(la, &st), 0);
+  CHECK(strcmp(st.type, "none") == 0);
+  CHECK_EQ(st.held, 0);
+  CHECK_RC(dlock_lock_set_info(la, "pid 42 on host h"), 0);
+  uint64_t tok = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &tok), 0);
+  waiter wb = {.l = lb};
+  pthread_t tb;
+  pthread_create(&tb, NULL, wait_thread, &wb);
+  kids k = {zh, "/i/x", 2};
+  CHECK(th_wait_for(has_kids, &k, 5000));
+  CHECK_RC(dlock_lock_inspect(lb, &st), 0);
+  CHECK(strcmp(st.type, "znode") == 0);
+  CHECK_EQ(st.held, 1);
+  char want[300];
+  snprintf(want, sizeof want, "%s:a", dlock_client_id(a));
+  CHECK(strcmp(st.owner, want) == 0);
+  CHECK(strcmp(st.info, "pid 42 on host h") == 0);
+  CHECK_EQ(st.token, tok);
+  CHECK_EQ(st.queued, 1);
+  CHECK_EQ(st.ttl_ms, -1);
+  CHECK(st.held_ms >= 0 && st.held_ms < 60000);
+  CHECK_RC(dlock_lock_release(la), 1);
+  CHECK(th_wait_for(is_done, &wb, 5000));
+  CHECK_RC(wb.rc, 0);
+  pthread_join(tb, NULL);
+  CHECK_RC(dlock_lock_inspect(la, &st), 0);
+  snprintf(want, sizeof want, "%s:b", dlock_client_id(b));
+  CHECK(strcmp(st.owner, want) == 0);
+  CHECK_EQ(st.queued, 0);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
 /* A chroot: lock names are relative to it. */
 static void t_zk_chroot(void) {
   ZK_SETUP(zk, zh);
@@ -390,7 +439,7 @@ static void t_zk_chroot(void) {
 TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_mutex_layout), T_BARE(t_zk_try_timeout),
         T_BARE(t_zk_fifo_handoff), T_BARE(t_zk_session_expiry_loss),
-        T_BARE(t_zk_chroot))
+        T_BARE(t_zk_chroot), T_BARE(t_zk_inspect))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */
