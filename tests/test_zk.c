@@ -357,6 +357,9 @@ static void t_zk_url(void) {
     CHECK(c == NULL);
   }
   o.url = "zk://127.0.0.1:1,127.0.0.1:2/app";
+  o.zk_session_timeout_ms = 0;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EINVAL);
+  o.zk_session_timeout_ms = 60000;
   o.zk_connect_timeout_ms = 300;
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);

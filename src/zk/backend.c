@@ -151,6 +151,9 @@ int dl_zk_backend_new(const dlock_client_options *opts,
   if (env->loop != NULL)
     return dl_seterr(NULL, DLOCK_ENOTSUP, "the ZooKeeper backend has no "
                      "event-loop client yet: use dlock_client_open");
+  if (opts->zk_session_timeout_ms <= 0 || opts->zk_connect_timeout_ms <= 0)
+    return dl_seterr(NULL, DLOCK_EINVAL, "zk_session_timeout_ms and "
+                     "zk_connect_timeout_ms must be positive");
   char msg[256];
   char *connect = NULL;
   int rc = dl_url_parse_zk(opts->url, &connect, msg, sizeof msg);
