@@ -323,6 +323,17 @@ int th_free_port(void) {
   return ntohs(sa.sin_port);
 }
 
+pid_t th__spawn(const char *cmd) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
+  sigset_t none; /* the runner blocks SIGCHLD; a server must not */
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+  _exit(127);
+}
+
 static int spawn(th_redis *r) {
   char args[2048];
   snprintf(args, sizeof args,
@@ -330,18 +341,10 @@ static int spawn(th_redis *r) {
            "--dir %s --save '' --appendonly no --daemonize no "
            "--logfile %s/redis.log %s",
            r->port, r->sock, r->dir, r->dir, r->extra);
-  pid_t pid = fork();
+  char cmd[2300];
+  snprintf(cmd, sizeof cmd, "exec redis-server %s", args);
+  pid_t pid = th__spawn(cmd);
   if (pid < 0) return -1;
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-    sigset_t none; /* the runner blocks SIGCHLD; a server must not */
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    char cmd[2300];
-    snprintf(cmd, sizeof cmd, "exec redis-server %s", args);
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
   r->pid = pid;
   track(r);
   int64_t end = th_now_ms() + 10000;

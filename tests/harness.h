@@ -196,6 +196,9 @@ void th_zk_stop(th_zk *r);          /* kill, reap and remove the dir */
  * remove when the process that started it exits or fails a test; forget it
  * again by its dir (0 as the pid: stopped, dir still to remove). */
 void th__track(pid_t pid, const char *dir);
+/* Runs `cmd` with /bin/sh in a child that dies with its parent and blocks
+ * no signal: its pid, or -1. */
+pid_t th__spawn(const char *cmd);
 void th__untrack(const char *dir);
 
 #endif

@@ -6,7 +6,6 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -77,22 +76,14 @@ int th_zk_start(th_zk *r, int tick_ms) {
     return -1;
   snprintf(r->connect, sizeof r->connect, "127.0.0.1:%d", r->port);
   snprintf(r->url, sizeof r->url, "zk://127.0.0.1:%d", r->port);
-  pid_t pid = fork();
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd,
+           "exec java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
+           "-cp " ZK_JARS " org.apache.zookeeper.server.quorum."
+           "QuorumPeerMain '%s/zoo.cfg' >'%s/zk.log' 2>&1",
+           r->dir, r->dir);
+  pid_t pid = th__spawn(cmd);
   if (pid < 0) return -1;
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the test */
-    sigset_t none; /* the runner blocks SIGCHLD; a server must not */
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd,
-             "exec java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
-             "-cp " ZK_JARS " org.apache.zookeeper.server.quorum."
-             "QuorumPeerMain '%s/zoo.cfg' >'%s/zk.log' 2>&1",
-             r->dir, r->dir);
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
   r->pid = pid;
   th__track(pid, r->dir);
   int64_t end = th_now_ms() + 20000; /* ~1.2 s unloaded; 2 shared cores */
