@@ -70,7 +70,9 @@ extern "C" {
   X(ENOPERM, -22, "the server's ACL does not permit this command")            \
   X(ELATE, -23, "granted, but the reply came after its lease could have "    \
                 "ended (given back)")                                         \
-  X(ECANCELED, -24, "operation cancelled")
+  X(ECANCELED, -24, "operation cancelled")                                    \
+  X(ENOTACKED, -25, "not acknowledged by enough replicas in time (given "    \
+                    "back)")
 
 typedef enum {
   DLOCK_OK = 0,
@@ -156,6 +158,17 @@ typedef struct dlock_client_options {
   const char *tls_key_file;
   const char *tls_server_name; /* default: the URL's host */
   int tls_verify;              /* default 1: verify chain and host name */
+
+  /* Sentinel (redis-sentinel:// URLs): the sentinels' own user and
+   * password (never in the URL, which is printed). NULL: the environment's
+   * DLOCK_SENTINEL_PASSWORD (and DLOCK_SENTINEL_USERNAME), else none. */
+  const char *sentinel_username;
+  const char *sentinel_password;
+  /* Replica acknowledgement: after each acquire, renewal and release,
+   * WAIT for this many replicas (0, the default: no wait). An acquire not
+   * acknowledged in time is given back and fails with DLOCK_ENOTACKED. */
+  int min_replicas_acked;
+  int replicas_timeout_ms; /* the WAIT's limit; 0: 1000 */
 } dlock_client_options;
 
 /* The size of the first dlock_client_options with a size field (0.2): up

@@ -348,8 +348,12 @@ static void on_connect_timeout(void *ud) {
  * once (what waited for it failed with it). */
 int dl_aconn_start_connect(dl_aconn *c) {
   char m[256] = "";
-  int rc = dl_io_start(&c->cfg->ep, c->cfg->tls, c->cfg->server_name, &c->io,
-                       m, sizeof m);
+  dl_target t;
+  int rc = dl_conn_target(c->cfg, dl_now_ms() + c->cfg->connect_timeout_ms,
+                          &t, m, sizeof m);
+  if (rc == 0)
+    rc = dl_io_start(&t.ep, c->cfg->tls, c->cfg->server_name, &c->io, m,
+                     sizeof m);
   if (rc == 0) {
     c->state = A_CONNECTING;
     c->w_fd = -1;

@@ -481,6 +481,8 @@ static void rb_free(dl_backend *base) {
   dl_endpoint_clear(&r->cfg.ep);
   free((char *)r->cfg.server_name);
   free((char *)r->cfg.client_name);
+  free((char *)r->cfg.sentinel_username);
+  free((char *)r->cfg.sentinel_password);
   free(r);
 }
 
@@ -578,6 +580,18 @@ int dl_redis_backend_new(const dlock_client_options *opts,
   }
   cfg->client_name = copy_opt(opts->client_name, &oom);
   cfg->server_name = copy_opt(opts->tls_server_name, &oom);
+  if (cfg->ep.master_name) {
+    /* The sentinels' credentials: the options, else the environment
+     * (never the URL, which is printed). */
+    const char *su = opts->sentinel_username, *sp = opts->sentinel_password;
+    if (sp == NULL) {
+      sp = getenv("DLOCK_SENTINEL_PASSWORD");
+      if (su == NULL) su = getenv("DLOCK_SENTINEL_USERNAME");
+    }
+    if (sp && *sp == '\0') sp = NULL;
+    cfg->sentinel_username = sp ? copy_opt(su, &oom) : NULL;
+    cfg->sentinel_password = copy_opt(sp, &oom);
+  }
   if (oom) {
     rb_free(&r->base);
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");

@@ -178,8 +178,11 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
     char msg[256] = "";
     dl_io *io = NULL;
     int64_t cdl = dl_now_ms() + c->cfg->connect_timeout_ms;
-    int rc = dl_io_connect(&c->cfg->ep, c->cfg->tls, c->cfg->server_name, cdl,
-                           &io, msg, sizeof msg);
+    dl_target t;
+    int rc = dl_conn_target(c->cfg, cdl, &t, msg, sizeof msg);
+    if (rc == 0)
+      rc = dl_io_connect(&t.ep, c->cfg->tls, c->cfg->server_name, cdl, &io,
+                         msg, sizeof msg);
     if (rc == 0) rc = dl_conn_handshake(io, c->cfg, cdl, msg, sizeof msg);
     iohold *h = NULL;
     if (rc == 0) {

@@ -307,8 +307,11 @@ static void *run(void *arg) {
     char msg[256];
     dl_io *io = NULL;
     int64_t dl = dl_now_ms() + p->cfg->connect_timeout_ms;
-    int rc = dl_io_connect(&p->cfg->ep, p->cfg->tls, p->cfg->server_name, dl,
-                           &io, msg, sizeof msg);
+    dl_target t;
+    int rc = dl_conn_target(p->cfg, dl, &t, msg, sizeof msg);
+    if (rc == 0)
+      rc = dl_io_connect(&t.ep, p->cfg->tls, p->cfg->server_name, dl, &io,
+                         msg, sizeof msg);
     if (rc == 0) rc = dl_conn_handshake(io, p->cfg, dl, msg, sizeof msg);
     redisReader *rd = rc == 0 ? redisReaderCreate() : NULL;
     if (rc == 0 && rd == NULL) rc = DLOCK_ENOMEM;

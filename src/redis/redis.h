@@ -24,7 +24,27 @@ typedef struct dl_conn_config {
   int command_timeout_ms;
   int reconnect_min_ms, reconnect_max_ms;
   const struct dlock_client *err_owner; /* where dl_seterr records details */
+  /* Sentinel (ep.master_name set): the sentinels' own credentials. */
+  const char *sentinel_username, *sentinel_password;
 } dl_conn_config;
+
+/* ---- redis/sentinel.c: where a connection connects to ----
+ * The endpoint resolver, asked before each connect by both drivers'
+ * connections and the subscriber: for a single server cfg->ep itself; for
+ * Sentinel (cfg->ep.master_name) the master that a sentinel names (asking
+ * the sentinels in turn until one names a server whose ROLE is master).
+ * Every connect asks again, so a connection lost in a failover comes back
+ * to the new master. Blocks up to the deadline (also on an event loop's
+ * thread, as name resolution does). */
+typedef struct dl_target {
+  dl_endpoint ep; /* borrows cfg->ep's strings; host points into hostbuf */
+  char hostbuf[256];
+} dl_target;
+/* Fills *t. Returns 0, or a negative code with err set (DLOCK_ECONNECT:
+ * no sentinel answered, or none knows the master's name; the detail says
+ * which sentinel said what). Thread-safe. */
+int dl_conn_target(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
+                   char *err, size_t errlen);
 
 /* Connection that reconnects on demand; `cfg` must outlive it. */
 int dl_conn_new(const dl_conn_config *cfg, dl_conn **out);
