@@ -3,6 +3,8 @@
  * and three sentinels started by the harness for each test). */
 #include "harness.h"
 
+#include "dlock_async.h"
+
 #include <hiredis/hiredis.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -132,5 +134,182 @@ static void sentinel_password(void) {
   th_sentinel_stop(&S);
 }
 
+
+static atomic_int lost_calls;
+static void on_lost(dlock_lock *l, const char *owner, void *ud) {
+  (void)l, (void)owner, (void)ud;
+  atomic_fetch_add(&lost_calls, 1);
+}
+
+typedef struct renewed_arg {
+  dlock_client *c;
+  uint64_t after;
+} renewed_arg;
+static bool renewed(void *arg) {
+  renewed_arg *a = arg;
+  dlock_client_stats st;
+  dlock_client_stats_get(a->c, &st);
+  return st.renewals > a->after;
+}
+
+static bool is_lost(void *arg) {
+  (void)arg;
+  return atomic_load(&lost_calls) > 0;
+}
+
+/* A lock held with the watchdog through a failover that the replica saw
+ * the lock before: the watchdog renews it on the new master, no loss. */
+static void failover_held(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client *c = open_url(S.url, 3000);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-held", NULL, &l), 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, -1, NULL), 0);
+  CHECK(th_sentinel_synced(&S, 5000));
+  CHECK(th_sentinel_failover(&S, 10000) == 0);
+  /* Two renewals after the switch: the second surely on the new master. */
+  dlock_client_stats st;
+  dlock_client_stats_get(c, &st);
+  renewed_arg a = {c, st.renewals + 1};
+  CHECK(th_wait_for(renewed, &a, 5000));
+  CHECK_EQ(atomic_load(&lost_calls), 0);
+  CHECK_EQ(dlock_lock_is_held(l), 1);
+  long long pttl = th_cmd_int(&S.replica, "PTTL sent-held");
+  CHECK(pttl > 1000);
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_EQ(exists_on(&S.replica, "sent-held"), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
+/* Detaches the replica (it stays a server Sentinel will promote): writes
+ * from now on are the ones an asynchronous replica missed. */
+static bool detach_replica(void) {
+  redisReply *r = th_cmd(&S.replica, "REPLICAOF NO ONE");
+  bool ok = r && r->type == REDIS_REPLY_STATUS;
+  if (r) freeReplyObject(r);
+  return ok;
+}
+
+/* The reference documents' failure: a lock written to a master whose
+ * replica misses it (asynchronous replication), then a failover: the hold
+ * is reported lost at the first renewal on the new master, never
+ * re-acquired, and another client can take the lock there. */
+static void failover_lost(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client *c = open_url(S.url, 3000);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-lost", NULL, &l), 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  CHECK(detach_replica());
+  CHECK_RC(dlock_lock_try_acquire(l, 0, -1, NULL), 0);
+  CHECK_EQ(exists_on(&S.master, "sent-lost"), 1);
+  CHECK_EQ(exists_on(&S.replica, "sent-lost"), 0);
+  CHECK(th_sentinel_failover(&S, 10000) == 0);
+  int64_t t0 = th_now_ms();
+  CHECK(th_wait_for(is_lost, NULL, 5000));
+  /* At the first renewal on the new master (every 1 s here). */
+  CHECK(th_now_ms() - t0 < 2500);
+  CHECK_EQ(dlock_lock_is_lost(l), 1);
+  CHECK_EQ(exists_on(&S.replica, "sent-lost"), 0);
+  /* A second client takes it on the new master. */
+  dlock_client *c2 = open_url(S.url, 0);
+  CHECK(c2 != NULL);
+  dlock_lock *l2 = NULL;
+  CHECK_RC(dlock_lock_new(c2, "sent-lost", NULL, &l2), 0);
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 10000, NULL), 0);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  CHECK_RC(dlock_lock_release(l2), 1);
+  dlock_lock_free(l2);
+  dlock_client_close(c2);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
+/* The positive control: the same with replica acknowledgement. The
+ * acquire the replica cannot acknowledge fails with DLOCK_ENOTACKED and
+ * is given back, so after the failover nobody believes it holds the lock;
+ * an acknowledged one survives the failover. */
+static void failover_acked(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  o.watchdog_timeout_ms = 3000;
+  o.min_replicas_acked = 1;
+  o.replicas_timeout_ms = 300;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL, *k = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-acked", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(c, "sent-kept", NULL, &k), 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  dlock_lock_on_lost(k, on_lost, NULL);
+  /* Acknowledged: on the replica the moment the acquire returns. */
+  CHECK_RC(dlock_lock_try_acquire(k, 0, -1, NULL), 0);
+  CHECK_EQ(exists_on(&S.replica, "sent-kept"), 1);
+  CHECK(detach_replica());
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(l, 0, -1, NULL), DLOCK_ENOTACKED);
+  CHECK(th_now_ms() - t0 >= 250);
+  CHECK(strstr(dlock_client_errmsg(c), "0 of 1 replicas") != NULL);
+  CHECK_EQ(exists_on(&S.master, "sent-acked"), 0);
+  CHECK_EQ(dlock_lock_is_held(l), 0);
+  CHECK(th_sentinel_failover(&S, 10000) == 0);
+  /* Renewals go on (each WAIT short: nothing replicates from the new
+   * master yet), and the acknowledged hold is there. */
+  dlock_client_stats st;
+  dlock_client_stats_get(c, &st);
+  renewed_arg a = {c, st.renewals + 1};
+  CHECK(th_wait_for(renewed, &a, 5000));
+  CHECK_EQ(atomic_load(&lost_calls), 0);
+  CHECK_EQ(dlock_lock_is_held(k), 1);
+  CHECK(th_cmd_int(&S.replica, "PTTL sent-kept") > 1000);
+  CHECK_RC(dlock_lock_release(k), 1);
+  dlock_lock_free(l);
+  dlock_lock_free(k);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
+/* WAIT on one server without replicas: the acquire is given back and
+ * reported DLOCK_ENOTACKED; with 0 replicas asked nothing changes. */
+static void wait_shortfall(void) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = th_srv.url;
+  o.min_replicas_acked = 1;
+  o.replicas_timeout_ms = 100;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "wait-short", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), DLOCK_ENOTACKED);
+  CHECK_EQ(exists_on(&th_srv, "wait-short"), 0);
+  CHECK(th_calls(&th_srv, "wait") >= 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  o.min_replicas_acked = 0;
+  c = th_client_opts(&o);
+  CHECK(c != NULL);
+  CHECK_RC(dlock_lock_new(c, "wait-short", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK_RC(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  /* Refused on an event-loop client, for now. */
+  o.min_replicas_acked = 1;
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), DLOCK_ENOTSUP);
+  dlock_loop_free(lp);
+}
+
 TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
-        T_BARE(sentinel_password))
+        T_BARE(sentinel_password), T_BARE(failover_held),
+        T_BARE(failover_lost), T_BARE(failover_acked), T(wait_shortfall))

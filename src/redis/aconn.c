@@ -351,6 +351,7 @@ int dl_aconn_start_connect(dl_aconn *c) {
   dl_target t;
   int rc = dl_conn_target(c->cfg, dl_now_ms() + c->cfg->connect_timeout_ms,
                           &t, m, sizeof m);
+  c->gen = t.gen;
   if (rc == 0)
     rc = dl_io_start(&t.ep, c->cfg->tls, c->cfg->server_name, &c->io, m,
                      sizeof m);
@@ -410,6 +411,14 @@ void dl_aconn_reconnect(dl_aconn *c) {
   if (c->closed || c->state == A_DOWN) return;
   enter(c);
   conn_lost(c, DLOCK_ECONNLOST, "no answer to the idle PING");
+  leave(c);
+}
+
+void dl_aconn_check_moved(dl_aconn *c) {
+  if (c->closed || c->state == A_DOWN || !dl_target_moved(c->cfg, c->gen))
+    return;
+  enter(c);
+  conn_lost(c, DLOCK_ECONNLOST, "the master moved (Sentinel failover)");
   leave(c);
 }
 

@@ -61,6 +61,7 @@ struct dl_aconn {
   uint64_t batches;
   dl_aconn_push push; /* push mode when push.reply is set */
   dl_timer retry_timer; /* push mode: the next connect after a failure */
+  unsigned gen; /* dl_target's gen of the connection made last */
 };
 
 /* The dispatches under way (a callback may free c: it is destroyed when

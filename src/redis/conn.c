@@ -82,6 +82,7 @@ struct dl_conn {
   bool writing, reading;
   int outq_len; /* requests on outq */
   uint64_t batches;
+  unsigned gen; /* dl_target's gen of the connection up now */
 };
 
 static void hold_put(iohold *h) {
@@ -184,6 +185,7 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
       rc = dl_io_connect(&t.ep, c->cfg->tls, c->cfg->server_name, cdl, &io,
                          msg, sizeof msg);
     if (rc == 0) rc = dl_conn_handshake(io, c->cfg, cdl, msg, sizeof msg);
+    c->gen = t.gen;
     iohold *h = NULL;
     if (rc == 0) {
       h = calloc(1, sizeof *h);
@@ -387,6 +389,10 @@ dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
   atomic_init(&r->refs, 2);
   int64_t deadline = dl_now_ms() + c->cfg->command_timeout_ms;
   pthread_mutex_lock(&c->mu);
+  /* A failover since this connection was made: it may lead to the old
+   * master; what is in flight there fails, this goes to the new one. */
+  if (c->state == CONN_UP && dl_target_moved(c->cfg, c->gen))
+    conn_fail(c, DLOCK_ECONNLOST, "the master moved (Sentinel failover)");
   int rc = ensure_up(c, deadline);
   if (rc != 0) {
     pthread_mutex_unlock(&c->mu);

@@ -95,6 +95,35 @@ static int rb_command(dl_rlink *base, int argc, const char **argv,
   return rc;
 }
 
+static int rb_replicate(dl_rlink *base, int n, int timeout_ms) {
+  single_link *b = (single_link *)base;
+  dl_conn *conn = pick(b);
+  char ns[16], ts[16];
+  snprintf(ns, sizeof ns, "%d", n);
+  snprintf(ts, sizeof ts, "%d", timeout_ms);
+  const char *mark[3] = {"PUBLISH", DL_REPLICATE_CHANNEL, ""};
+  const char *wait[3] = {"WAIT", ns, ts};
+  size_t mlen[3] = {7, strlen(DL_REPLICATE_CHANNEL), 0};
+  size_t wlen[3] = {4, strlen(ns), strlen(ts)};
+  int err = 0;
+  dl_req *m = dl_conn_send(conn, 3, mark, mlen, false, &err);
+  if (m == NULL) return err;
+  dl_req *w = dl_conn_send(conn, 3, wait, wlen, false, &err);
+  int64_t deadline = dl_now_ms() + b->env->command_timeout_ms + timeout_ms;
+  redisReply *mr = NULL, *wr = NULL;
+  int rc = dl_req_wait(conn, m, deadline, &mr);
+  if (mr) freeReplyObject(mr);
+  if (w == NULL) return err;
+  int rc2 = dl_req_wait(conn, w, deadline, &wr);
+  if (rc2 == 0) rc2 = dl_reply_check(b->env->err_owner, &wr);
+  if (rc == 0) rc = rc2;
+  if (rc == 0 && wr->type != REDIS_REPLY_INTEGER)
+    rc = dl_seterr(b->env->err_owner, DLOCK_EPROTO, "unexpected reply to WAIT");
+  if (rc == 0) rc = wr->integer > 1000000 ? 1000000 : (int)wr->integer;
+  if (wr) freeReplyObject(wr);
+  return rc;
+}
+
 typedef dl_backoff backoff;
 
 void dl_backoff_init(dl_backoff *w) {
@@ -254,6 +283,7 @@ static const dl_rlink_ops single_ops = {
     .eval = rb_eval,
     .eval_many = rb_eval_many,
     .command = rb_command,
+    .replicate = rb_replicate,
     .sub_ref = rb_sub_ref,
     .sub_wait = rb_sub_wait,
     .sub_grant = rb_sub_grant,

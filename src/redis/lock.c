@@ -152,14 +152,23 @@ int dl_rlock_rel_step(dl_rlock_rel *o) {
   }
 }
 
+int dl_rlock_release_now(dl_redis *R, const dl_lock_ref *l, int64_t lease_ms,
+                         int count) {
+  dl_rlock_rel o;
+  if (dl_rlock_rel_start(&o, R, l, lease_ms, count, 0) == DL_PENDING) return DLOCK_EINVAL;
+  return dl_rlock_rel_step(&o);
+}
+
 int dl_redis_lock_release(dl_backend *b, const dl_lock_ref *l,
                           int64_t lease_ms, int count) {
   dl_redis *R = (dl_redis *)b;
   int rc = dl_redis_driver_check(R, false);
   if (rc != 0) return rc;
-  dl_rlock_rel o;
-  if (dl_rlock_rel_start(&o, R, l, lease_ms, count, 0) == DL_PENDING) return DLOCK_EINVAL;
-  return dl_rlock_rel_step(&o);
+  rc = dl_rlock_release_now(R, l, lease_ms, count);
+  /* The release reaches the replicas, as far as WAIT can tell; it is done
+   * on the master either way, so a shortfall does not change the result. */
+  if (rc >= 0) (void)dl_redis_replicate(R, "release");
+  return rc;
 }
 
 /* ---- force release and queries: one request each (reqop.c) ---- */

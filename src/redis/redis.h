@@ -24,8 +24,10 @@ typedef struct dl_conn_config {
   int command_timeout_ms;
   int reconnect_min_ms, reconnect_max_ms;
   const struct dlock_client *err_owner; /* where dl_seterr records details */
-  /* Sentinel (ep.master_name set): the sentinels' own credentials. */
+  /* Sentinel (ep.master_name set): the sentinels' own credentials, and
+   * the watch that hears of failovers (NULL until it runs). */
   const char *sentinel_username, *sentinel_password;
+  struct dl_sentinel_watch *watch;
 } dl_conn_config;
 
 /* ---- redis/sentinel.c: where a connection connects to ----
@@ -39,12 +41,24 @@ typedef struct dl_conn_config {
 typedef struct dl_target {
   dl_endpoint ep; /* borrows cfg->ep's strings; host points into hostbuf */
   char hostbuf[256];
+  unsigned gen; /* the failovers heard of before it was resolved */
 } dl_target;
 /* Fills *t. Returns 0, or a negative code with err set (DLOCK_ECONNECT:
  * no sentinel answered, or none knows the master's name; the detail says
  * which sentinel said what). Thread-safe. */
 int dl_conn_target(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
                    char *err, size_t errlen);
+/* Whether a failover was heard of since a connection resolved with gen
+ * (then the connection is dropped before its next request: it may lead to
+ * the old master, which still takes writes until Sentinel demotes it).
+ * False for a single server. Thread-safe. */
+bool dl_target_moved(const dl_conn_config *cfg, unsigned gen);
+/* Sentinel: starts the watch of cfg (a thread subscribed to +switch-master
+ * on one sentinel after the other) and sets cfg->watch. Returns 0 or
+ * DLOCK_ENOMEM. */
+int dl_sentinel_watch_start(dl_conn_config *cfg);
+/* Stops and frees cfg->watch (NULL: nothing). */
+void dl_sentinel_watch_stop(dl_conn_config *cfg);
 
 /* Connection that reconnects on demand; `cfg` must outlive it. */
 int dl_conn_new(const dl_conn_config *cfg, dl_conn **out);
@@ -145,6 +159,13 @@ typedef struct dl_rlink_ops {
                    struct redisReply **replies, int *errs);
   int (*command)(dl_rlink *b, int argc, const char **argv,
                  struct redisReply **reply);
+  /* Replica acknowledgement: waits up to timeout_ms until n replicas have
+   * every write this client made before the call (a marker PUBLISH on
+   * DL_REPLICATE_CHANNEL, then WAIT, on one connection: WAIT counts that
+   * connection's writes, and the replication stream is one order). Returns
+   * the replicas that acknowledged (>= 0), or a negative code. NULL in a
+   * link that cannot (the event-loop link, for now). */
+  int (*replicate)(dl_rlink *b, int n, int timeout_ms);
   /* Waiting without polling: a reference-counted subscription; `mode`
    * (dl_wake_mode) says what a message on the channel wakes. Waits until
    * deadline for the server to confirm it. A negative deadline takes a
@@ -293,12 +314,21 @@ typedef struct dl_redis {
   dl_rlink *link;
   dl_backend_env env;
   dl_conn_config cfg; /* what the link connects with (it borrows it) */
+  int min_replicas;    /* dlock_client_options.min_replicas_acked */
+  int replicas_timeout_ms;
   void *notice;       /* watch_losses' relay to the client */
   /* Request ids of releases, "<nonce>:<seq>": unique across processes even
    * with an explicit client_id (a restarted process reuses it). */
   char release_nonce[17];
   atomic_uint_fast64_t release_seq;
 } dl_redis;
+
+/* The channel of replica acknowledgement's marker write (nobody listens). */
+#define DL_REPLICATE_CHANNEL "dlock:replicate"
+/* Replica acknowledgement after a write of the blocking driver: 0 when off
+ * or when min_replicas acknowledged in time, else DLOCK_ENOTACKED (or the
+ * WAIT's error) with the detail recorded. */
+int dl_redis_replicate(dl_redis *R, const char *what);
 
 /* The backend for redis://, rediss:// and unix:// URLs (one server). */
 int dl_redis_backend_new(const dlock_client_options *opts,
@@ -674,5 +704,9 @@ void dl_aconn_set_push(dl_aconn *c, const dl_aconn_push *push);
 /* Drops an up (or connecting) connection as lost and reconnects: a
  * subscriber whose idle PING went unanswered. */
 void dl_aconn_reconnect(dl_aconn *c);
+/* Drops the connection when a failover was heard of since it was made
+ * (dl_target_moved): what is in flight fails with DLOCK_ECONNLOST, what
+ * is queued goes to the new master. */
+void dl_aconn_check_moved(dl_aconn *c);
 
 #endif /* DLOCK_REDIS_H */

@@ -3,9 +3,12 @@
 #include "redis.h"
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Sends one command on io and reads its reply (until deadline). Returns 0
  * with *out (caller frees), or a negative code. */
@@ -141,9 +144,17 @@ static int check_master(const dl_conn_config *cfg, const dl_endpoint *ep,
   return out;
 }
 
+struct dl_sentinel_watch {
+  const dl_conn_config *cfg;
+  atomic_uint gen;   /* +switch-master messages for our master */
+  atomic_bool stop;
+  pthread_t thread;
+};
+
 int dl_conn_target(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
                    char *err, size_t errlen) {
   t->ep = cfg->ep;
+  t->gen = cfg->watch ? atomic_load(&cfg->watch->gen) : 0;
   if (cfg->ep.master_name == NULL) return 0;
   t->ep.sentinels = NULL;
   t->ep.nsentinels = 0;
@@ -180,4 +191,112 @@ int dl_conn_target(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
                       : "no sentinel answered",
            cfg->ep.master_name, said);
   return DLOCK_ECONNECT;
+}
+
+bool dl_target_moved(const dl_conn_config *cfg, unsigned gen) {
+  return cfg->watch && atomic_load(&cfg->watch->gen) != gen;
+}
+
+/* One sentinel's +switch-master messages until the connection fails or
+ * the watch stops. Returns whether it was subscribed. */
+static bool watch_one(struct dl_sentinel_watch *w,
+                      const struct dl_hostport *h) {
+  const dl_conn_config *cfg = w->cfg;
+  dl_endpoint sep = {0};
+  sep.host = h->host;
+  sep.port = h->port;
+  sep.tls = cfg->ep.tls;
+  char err[256];
+  dl_io *io = NULL;
+  int64_t deadline = dl_now_ms() + cfg->connect_timeout_ms;
+  if (dl_io_connect(&sep, cfg->tls, cfg->server_name, deadline, &io, err,
+                    sizeof err) != 0)
+    return false;
+  redisReply *r = NULL;
+  int rc = 0;
+  if (cfg->sentinel_password) {
+    const char *argv[3] = {"AUTH"};
+    int argc = 1;
+    if (cfg->sentinel_username) argv[argc++] = cfg->sentinel_username;
+    argv[argc++] = cfg->sentinel_password;
+    rc = roundtrip(io, argc, argv, deadline, &r);
+    if (rc == 0 && r->type == REDIS_REPLY_ERROR) rc = DLOCK_EAUTH;
+    freeReplyObject(r);
+  }
+  const char *sub[2] = {"SUBSCRIBE", "+switch-master"};
+  size_t lens[2] = {9, 14};
+  char *cmd = NULL;
+  int len = rc == 0 ? redisFormatCommandArgv(&cmd, 2, sub, lens) : -1;
+  if (len > 0) rc = dl_io_write(io, cmd, (size_t)len, deadline);
+  else rc = DLOCK_ENOMEM;
+  if (cmd) redisFreeCommand(cmd);
+  redisReader *rd = rc == 0 ? redisReaderCreate() : NULL;
+  size_t nlen = strlen(cfg->ep.master_name);
+  char buf[1024];
+  bool subscribed = false;
+  while (rd != NULL && !atomic_load(&w->stop)) {
+    void *rep = NULL;
+    if (redisReaderGetReply(rd, &rep) != REDIS_OK) break;
+    if (rep == NULL) {
+      /* Short reads, to see stop in time. */
+      int n = dl_io_read(io, buf, sizeof buf, dl_now_ms() + 200);
+      if (n == DLOCK_ETIMEDOUT) continue;
+      if (n < 0) break;
+      redisReaderFeed(rd, buf, (size_t)n);
+      continue;
+    }
+    redisReply *m = rep;
+    subscribed = true; /* the confirmation, or a message */
+    /* ["message", "+switch-master", "<name> <old ip> <old port> <new ip>
+     * <new port>"] */
+    if (m->type == REDIS_REPLY_ARRAY && m->elements == 3 &&
+        m->element[2]->type == REDIS_REPLY_STRING &&
+        m->element[2]->len > nlen &&
+        strncmp(m->element[2]->str, cfg->ep.master_name, nlen) == 0 &&
+        m->element[2]->str[nlen] == ' ')
+      atomic_fetch_add(&w->gen, 1);
+    freeReplyObject(m);
+  }
+  if (rd) redisReaderFree(rd);
+  dl_io_close(io);
+  return subscribed;
+}
+
+static void *watch_run(void *arg) {
+  struct dl_sentinel_watch *w = arg;
+  int i = 0;
+  while (!atomic_load(&w->stop)) {
+    /* Lost that sentinel: a failover may have passed unheard, so
+     * connections resolve again; then the next one. */
+    if (watch_one(w, &w->cfg->ep.sentinels[i])) atomic_fetch_add(&w->gen, 1);
+    i = (i + 1) % w->cfg->ep.nsentinels;
+    for (int t = 0; t < 5 && !atomic_load(&w->stop); t++) {
+      struct timespec ts = {0, 40 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return NULL;
+}
+
+int dl_sentinel_watch_start(dl_conn_config *cfg) {
+  struct dl_sentinel_watch *w = calloc(1, sizeof *w);
+  if (w == NULL) return DLOCK_ENOMEM;
+  w->cfg = cfg;
+  atomic_init(&w->gen, 0);
+  atomic_init(&w->stop, false);
+  if (pthread_create(&w->thread, NULL, watch_run, w) != 0) {
+    free(w);
+    return DLOCK_ENOMEM;
+  }
+  cfg->watch = w;
+  return 0;
+}
+
+void dl_sentinel_watch_stop(dl_conn_config *cfg) {
+  struct dl_sentinel_watch *w = cfg->watch;
+  if (w == NULL) return;
+  atomic_store(&w->stop, true);
+  pthread_join(w->thread, NULL);
+  cfg->watch = NULL;
+  free(w);
 }
