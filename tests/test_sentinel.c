@@ -6,10 +6,12 @@
 #include "dlock_async.h"
 
 #include <hiredis/hiredis.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 static th_sentinel_set S;
 
@@ -310,6 +312,57 @@ static void wait_shortfall(void) {
   dlock_loop_free(lp);
 }
 
+/* Runs `dlock -u <the set's URL> <args>` (sh -c), returns its exit status;
+ * its stdout into out (len bytes) when out is not NULL. */
+static int dlock_cli(char *out, size_t len, const char *fmt, ...) {
+  char args[1500], cmd[2400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd, "%s -u '%s' %s", DLOCK_CLI_PATH, S.url, args);
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) return -1;
+  size_t n = out ? fread(out, 1, len - 1, f) : 0;
+  if (out) out[n] = '\0';
+  char sink[256];
+  while (fread(sink, 1, sizeof sink, f) > 0) {
+  }
+  int st = pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Every command of the CLI on redis-sentinel://, and --replicas. */
+static void cli_commands(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  char out[4096];
+  CHECK_EQ(dlock_cli(NULL, 0, "run -q cli-a -- true"), 0);
+  /* With --replicas 1 the replica has the lock while the command runs. */
+  CHECK_EQ(dlock_cli(out, sizeof out, "run -q --replicas 1 cli-a -- "
+                     "redis-cli -s %s exists cli-a", S.replica.sock), 0);
+  CHECK(strncmp(out, "1", 1) == 0);
+  dlock_client *c = open_url(S.url, 0);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "cli-held", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 30000, NULL), 0);
+  CHECK_EQ(dlock_cli(NULL, 0, "status cli-held"), 0);
+  CHECK_EQ(dlock_cli(out, sizeof out, "list"), 0);
+  CHECK(strstr(out, "cli-held") != NULL);
+  CHECK_EQ(dlock_cli(NULL, 0, "-q release --force cli-held"), 0);
+  CHECK_EQ(dlock_cli(NULL, 0, "status cli-held"), 1);
+  CHECK_EQ(dlock_cli(NULL, 0, "bench -d 200ms -t 1 uncontended"), 0);
+  /* No replica acknowledges: given back, exit 75 (as not acquired). */
+  CHECK(detach_replica());
+  CHECK_EQ(dlock_cli(NULL, 0, "run -q --replicas 1 --replicas-timeout "
+                     "100ms cli-b -- true"), 75);
+  CHECK_EQ(exists_on(&S.master, "cli-b"), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
 TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
         T_BARE(sentinel_password), T_BARE(failover_held),
-        T_BARE(failover_lost), T_BARE(failover_acked), T(wait_shortfall))
+        T_BARE(failover_lost), T_BARE(failover_acked), T(wait_shortfall),
+        T_BARE(cli_commands))

@@ -359,7 +359,7 @@ static int job_parse(renew_job *j, int failed) {
   return failed;
 }
 
-int dl_redis_replicate(dl_redis *R, const char *what) {
+int dl_redis_replicate(dl_redis *R, const char *what, const char *then) {
   if (R->min_replicas <= 0) return 0;
   const dl_rlink_ops *ops = R->link->ops;
   if (ops->replicate == NULL)
@@ -369,8 +369,8 @@ int dl_redis_replicate(dl_redis *R, const char *what) {
   if (n < 0) return n;
   if (n < R->min_replicas)
     return dl_seterr(R->env.err_owner, DLOCK_ENOTACKED, "%s: %d of %d "
-                     "replicas acknowledged within %d ms", what, n,
-                     R->min_replicas, R->replicas_timeout_ms);
+                     "replicas acknowledged within %d ms%s", what, n,
+                     R->min_replicas, R->replicas_timeout_ms, then);
   return 0;
 }
 
@@ -392,7 +392,7 @@ static int rb_renew(dl_backend *base, int64_t deadline, int64_t lease_ms,
   /* The renewed leases reach the replicas, as far as WAIT can tell; a
    * shortfall changes nothing here (the holds are renewed on the master),
    * the next round waits again. */
-  if (failed == 0) (void)dl_redis_replicate(r, "renewal");
+  if (failed == 0) (void)dl_redis_replicate(r, "renewal", "");
   return failed;
 }
 

@@ -325,10 +325,10 @@ typedef struct dl_redis {
 
 /* The channel of replica acknowledgement's marker write (nobody listens). */
 #define DL_REPLICATE_CHANNEL "dlock:replicate"
-/* Replica acknowledgement after a write of the blocking driver: 0 when off
- * or when min_replicas acknowledged in time, else DLOCK_ENOTACKED (or the
- * WAIT's error) with the detail recorded. */
-int dl_redis_replicate(dl_redis *R, const char *what);
+/* Replica acknowledgement after a write (`what`) of the blocking driver: 0
+ * when off or when min_replicas acknowledged in time, else DLOCK_ENOTACKED
+ * (or the WAIT's error) with the detail recorded, `then` appended. */
+int dl_redis_replicate(dl_redis *R, const char *what, const char *then);
 
 /* The backend for redis://, rediss:// and unix:// URLs (one server). */
 int dl_redis_backend_new(const dlock_client_options *opts,

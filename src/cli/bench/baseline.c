@@ -18,10 +18,20 @@ redisContext *bench_raw_connect(const char *url, const char *password) {
     cli_err("%s", err);
     return NULL;
   }
+  /* Sentinel: the master the library would connect to (its resolver). */
+  dl_target t;
+  dl_conn_config cfg = {.ep = ep, .connect_timeout_ms = 2000};
+  const char *spw = getenv("DLOCK_SENTINEL_PASSWORD");
+  cfg.sentinel_password = spw && *spw ? spw : NULL;
+  if (dl_conn_target(&cfg, dl_now_ms() + 2000, &t, err, sizeof err) != 0) {
+    cli_err("baseline connection: %s", err);
+    dl_endpoint_clear(&ep);
+    return NULL;
+  }
   struct timeval tv = {2, 0};
   redisContext *c = ep.unix_path
                         ? redisConnectUnixWithTimeout(ep.unix_path, tv)
-                        : redisConnectWithTimeout(ep.host, ep.port, tv);
+                        : redisConnectWithTimeout(t.ep.host, t.ep.port, tv);
   if (ep.tls) {
     cli_err("the benchmark's baselines need a plain connection, not TLS");
     if (c) redisFree(c);
