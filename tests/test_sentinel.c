@@ -6,6 +6,7 @@
 #include "dlock_async.h"
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -362,7 +363,113 @@ static void cli_commands(void) {
   th_sentinel_stop(&S);
 }
 
+/* ---- failover with waiters, and on an event loop ---- */
+typedef struct op_res {
+  atomic_int done;
+  atomic_int rc;
+} op_res;
+static void op_done(int rc, uint64_t token, const char *errmsg, void *ud) {
+  (void)token, (void)errmsg;
+  op_res *r = ud;
+  atomic_store(&r->rc, rc);
+  atomic_store(&r->done, 1);
+}
+
+static void run_until(dlock_loop *lp, atomic_int *flag, int timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  while (!atomic_load(flag) && th_now_ms() < end) dlock_loop_run(lp, 20);
+}
+
+static atomic_int failover_done, failover_rc;
+static void *failover_thread(void *arg) {
+  (void)arg;
+  atomic_store(&failover_rc, th_sentinel_failover(&S, 10000));
+  atomic_store(&failover_done, 1);
+  return NULL;
+}
+
+typedef struct waiter_arg {
+  dlock_lock *l;
+  int rc;
+} waiter_arg;
+static void *blocking_waiter(void *arg) {
+  waiter_arg *w = arg;
+  w->rc = dlock_lock_try_acquire(w->l, 15000, 10000, NULL);
+  return NULL;
+}
+
+/* A failover while an event-loop client holds a lock with the watchdog
+ * and waits for another, and a blocking client waits too: the hold is
+ * renewed on the new master, and each waiter gets its lock once the
+ * holder releases it there. */
+static void failover_waiters(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  o.watchdog_timeout_ms = 3000;
+  dlock_client *ac = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &ac), 0);
+  dlock_client *bc = open_url(S.url, 3000);
+  CHECK(bc != NULL);
+  dlock_lock *held = NULL, *awant = NULL, *bhold = NULL, *bwant = NULL;
+  CHECK_RC(dlock_lock_new(ac, "fw-held", NULL, &held), 0);
+  CHECK_RC(dlock_lock_new(ac, "fw-a", NULL, &awant), 0);
+  CHECK_RC(dlock_lock_new(bc, "fw-a", "holder", &bhold), 0);
+  CHECK_RC(dlock_lock_new(bc, "fw-held", "waiter", &bwant), 0);
+  dlock_lock_on_lost(held, on_lost, NULL);
+  op_res r1 = {0}, r2 = {0};
+  CHECK_RC(dlock_lock_acquire_async(held, 0, -1, op_done, &r1, NULL), 0);
+  run_until(lp, &r1.done, 5000);
+  CHECK_EQ(atomic_load(&r1.rc), 0);
+  CHECK_RC(dlock_lock_try_acquire(bhold, 0, 30000, NULL), 0);
+  CHECK_RC(dlock_lock_acquire_async(awant, 15000, 10000, op_done, &r2, NULL),
+           0);
+  waiter_arg wa = {bwant, 1};
+  pthread_t wt;
+  pthread_create(&wt, NULL, blocking_waiter, &wa);
+  CHECK(th_sentinel_synced(&S, 5000));
+  pthread_t ft;
+  pthread_create(&ft, NULL, failover_thread, NULL);
+  run_until(lp, &failover_done, 12000);
+  pthread_join(ft, NULL);
+  CHECK_EQ(atomic_load(&failover_rc), 0);
+  /* Renewals on the new master: its lease stays up past the 3 s lease. */
+  int64_t until = th_now_ms() + 3500;
+  while (th_now_ms() < until) dlock_loop_run(lp, 50);
+  CHECK_EQ(atomic_load(&lost_calls), 0);
+  CHECK(th_cmd_int(&S.replica, "PTTL fw-held") > 1000);
+  CHECK_EQ(atomic_load(&r2.done), 0);
+  /* The blocking holder releases on the new master: the loop's waiter
+   * gets it; then the loop releases its hold: the blocking waiter. */
+  CHECK_RC(dlock_lock_release(bhold), 1);
+  run_until(lp, &r2.done, 8000);
+  CHECK_EQ(atomic_load(&r2.rc), 0);
+  op_res r3 = {0};
+  CHECK_RC(dlock_lock_release_async(held, op_done, &r3, NULL), 0);
+  run_until(lp, &r3.done, 5000);
+  CHECK_EQ(atomic_load(&r3.rc), 1);
+  pthread_join(wt, NULL);
+  CHECK_EQ(wa.rc, 0);
+  CHECK_RC(dlock_lock_release(bwant), 1);
+  op_res r4 = {0};
+  CHECK_RC(dlock_lock_release_async(awant, op_done, &r4, NULL), 0);
+  run_until(lp, &r4.done, 5000);
+  CHECK_EQ(atomic_load(&r4.rc), 1);
+  dlock_lock_free(held);
+  dlock_lock_free(awant);
+  dlock_lock_free(bhold);
+  dlock_lock_free(bwant);
+  dlock_client_close(ac);
+  dlock_loop_free(lp);
+  dlock_client_close(bc);
+  th_sentinel_stop(&S);
+}
+
 TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
         T_BARE(sentinel_password), T_BARE(failover_held),
-        T_BARE(failover_lost), T_BARE(failover_acked), T(wait_shortfall),
+        T_BARE(failover_lost), T_BARE(failover_acked),
+        T_BARE(failover_waiters), T(wait_shortfall),
         T_BARE(cli_commands))
