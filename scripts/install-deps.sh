@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
           redis-server redis-tools openssl gnuplot-nox python3 bsdutils
-          libfaketime libuv1-dev libevent-dev)
+          libfaketime libuv1-dev libevent-dev redis-sentinel)
 [ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(valgrind clang)
 
 missing=()
