@@ -468,8 +468,96 @@ static void failover_waiters(void) {
   th_sentinel_stop(&S);
 }
 
+static bool ok_reply(redisReply *rep) {
+  bool ok = rep && rep->type != REDIS_REPLY_ERROR;
+  if (rep) freeReplyObject(rep);
+  return ok;
+}
+
+static bool old_master_linked(void *arg) {
+  (void)arg;
+  redisReply *r = th_cmd(&S.master, "INFO replication");
+  bool ok = r && r->type == REDIS_REPLY_STRING &&
+            strstr(r->str, "role:slave") && strstr(r->str, "master_link_status:up");
+  if (r) freeReplyObject(r);
+  return ok;
+}
+
+/* The master turns replica under the clients' feet, without a
+ * +switch-master they could hear (the sentinels are told to monitor the
+ * new master afresh): the next script gets READONLY, and the client asks
+ * the sentinels again and runs it on the new master; nothing fails. */
+static void readonly_rediscover(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client *c = open_url(S.url, 0);
+  CHECK(c != NULL);
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  dlock_client *ac = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &ac), 0);
+  dlock_lock *l1 = NULL, *l2 = NULL, *l3 = NULL;
+  CHECK_RC(dlock_lock_new(c, "ro-1", NULL, &l1), 0);
+  CHECK_RC(dlock_lock_new(c, "ro-2", NULL, &l2), 0);
+  CHECK_RC(dlock_lock_new(ac, "ro-3", NULL, &l3), 0);
+  CHECK_RC(dlock_lock_try_acquire(l1, 0, 30000, NULL), 0);
+  op_res r0 = {0};
+  CHECK_RC(dlock_lock_acquire_async(l3, 0, 30000, op_done, &r0, NULL), 0);
+  run_until(lp, &r0.done, 5000);
+  CHECK_EQ(atomic_load(&r0.rc), 0);
+  op_res r1 = {0};
+  CHECK_RC(dlock_lock_release_async(l3, op_done, &r1, NULL), 0);
+  run_until(lp, &r1.done, 5000);
+  CHECK_EQ(atomic_load(&r1.rc), 1);
+  CHECK(th_sentinel_synced(&S, 5000));
+  CHECK(ok_reply(th_cmd(&S.replica, "REPLICAOF NO ONE")));
+  for (int i = 0; i < 3; i++) {
+    CHECK(ok_reply(th_cmd(&S.sentinels[i], "SENTINEL REMOVE %s", S.name)));
+    redisReply *rep = th_cmd(&S.sentinels[i], "SENTINEL MONITOR %s 127.0.0.1 %d 2",
+                             S.name, S.replica.port);
+    CHECK(rep && rep->type == REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+  }
+  redisReply *rep = th_cmd(&S.master, "REPLICAOF 127.0.0.1 %d", S.replica.port);
+  CHECK(rep && rep->type == REDIS_REPLY_STATUS);
+  freeReplyObject(rep);
+  CHECK(th_wait_for(old_master_linked, NULL, 10000));
+  /* Blocking: READONLY, then the new master. */
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 30000, NULL), 0);
+  CHECK_EQ(exists_on(&S.replica, "ro-2"), 1);
+  CHECK_RC(dlock_lock_release(l1), 1);
+  CHECK_EQ(exists_on(&S.replica, "ro-1"), 0);
+  CHECK_RC(dlock_lock_release(l2), 1);
+  /* Event loop: the same. */
+  op_res r2 = {0};
+  CHECK_RC(dlock_lock_acquire_async(l3, 0, 30000, op_done, &r2, NULL), 0);
+  run_until(lp, &r2.done, 5000);
+  CHECK_EQ(atomic_load(&r2.rc), 0);
+  CHECK_EQ(exists_on(&S.replica, "ro-3"), 1);
+  /* Both went through a READONLY refusal on the old master. */
+  redisReply *es = th_cmd(&S.master, "INFO errorstats");
+  CHECK(es && es->type == REDIS_REPLY_STRING);
+  const char *ro = strstr(es->str, "errorstat_READONLY:count=");
+  long long nro = ro ? atoll(ro + strlen("errorstat_READONLY:count=")) : 0;
+  freeReplyObject(es);
+  CHECK(nro >= 2);
+  op_res r3 = {0};
+  CHECK_RC(dlock_lock_release_async(l3, op_done, &r3, NULL), 0);
+  run_until(lp, &r3.done, 5000);
+  CHECK_EQ(atomic_load(&r3.rc), 1);
+  dlock_lock_free(l1);
+  dlock_lock_free(l2);
+  dlock_lock_free(l3);
+  dlock_client_close(ac);
+  dlock_loop_free(lp);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
 TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
         T_BARE(sentinel_password), T_BARE(failover_held),
         T_BARE(failover_lost), T_BARE(failover_acked),
-        T_BARE(failover_waiters), T(wait_shortfall),
+        T_BARE(failover_waiters), T_BARE(readonly_rediscover), T(wait_shortfall),
         T_BARE(cli_commands))

@@ -177,6 +177,19 @@ static void on_reply(dl_aconn *c, redisReply *reply) {
     dl_aq_resend_eval(c, r);
     return;
   }
+  if (r->fn && r->script >= 0 && !r->ro_resent && c->cfg->ep.master_name &&
+      dl_reply_readonly(reply)) {
+    /* Sentinel: the server turned replica (a failover not heard of). The
+     * script wrote nothing (a replica refuses its first write): it goes
+     * once more, on the next connection, to the master named then;
+     * read_replies drops this one after this reply. */
+    freeReplyObject(reply);
+    r->ro_resent = true;
+    r->ping = false;
+    dl_aq_push(&c->outq, r, Q_OUT);
+    c->readonly = true;
+    return;
+  }
   int rc = 0;
   if (r->fn && r->script >= 0) rc = dl_reply_check(c->cfg->err_owner, &reply);
   dl_aq_finish(c, r, rc, reply);
@@ -248,6 +261,12 @@ static void read_replies(dl_aconn *c) {
       }
       on_reply(c, rep);
       if (c->closed || c->io == NULL) return;
+      if (c->readonly) {
+        c->readonly = false;
+        conn_lost(c, DLOCK_ECONNLOST, "the server is a replica now "
+                  "(READONLY): reconnecting to the master");
+        return;
+      }
     }
   }
 }

@@ -219,6 +219,12 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
   }
 }
 
+void dl_conn_drop(dl_conn *c, int err, const char *why) {
+  pthread_mutex_lock(&c->mu);
+  conn_fail(c, err, why);
+  pthread_mutex_unlock(&c->mu);
+}
+
 int dl_conn_connect(dl_conn *c) {
   pthread_mutex_lock(&c->mu);
   c->next_connect_ms = 0;

@@ -22,6 +22,18 @@ static dl_conn *pick(single_link *b) {
   return b->conns[atomic_fetch_add(&b->next, 1) % (unsigned)b->nconn];
 }
 
+/* EVAL with the script's body, for a NOSCRIPT reply. */
+static int send_body(dl_conn *conn, int script, int nkeys,
+                     const char *const *keys, int nargs,
+                     const char *const *args, redisReply **reply) {
+  dl_evargv v;
+  int argc = dl_evargv_build(script, true, nkeys, keys, nargs, args, &v);
+  if (argc < 0) return DLOCK_ENOMEM;
+  int rc = dl_conn_call(conn, argc, v.argv, v.lens, reply);
+  dl_evargv_free(&v);
+  return rc;
+}
+
 static int rb_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
                         const int *nkeys,
                         const char *const *const *keys, const int *nargs,
@@ -49,7 +61,7 @@ static int rb_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
     reqs[i] = dl_conn_send(conn, argc, v.argv, v.lens, ping_first, &errs[i]);
     dl_evargv_free(&v);
   }
-  int first_err = 0;
+  bool readonly = false;
   for (int i = 0; i < n; i++) {
     if (reqs[i] != NULL)
       errs[i] = dl_req_wait(conn, reqs[i], deadline, &replies[i]);
@@ -58,15 +70,42 @@ static int rb_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
        * again for everyone. */
       freeReplyObject(replies[i]);
       replies[i] = NULL;
+      errs[i] = send_body(conn, script, nkeys[i], keys[i], nargs[i], args[i],
+                          &replies[i]);
+    }
+    if (errs[i] == 0 && b->cfg->ep.master_name && dl_reply_readonly(replies[i]))
+      readonly = true;
+  }
+  /* Sentinel: the server turned replica (a failover this client did not
+   * hear of). The scripts it refused wrote nothing (a replica refuses a
+   * script's first write), so they go once more, to the master the
+   * sentinels name now. */
+  if (readonly) {
+    dl_conn_drop(conn, DLOCK_ECONNLOST, "the server is a replica now "
+                 "(READONLY): reconnecting to the master");
+    for (int i = 0; i < n; i++) {
+      if (errs[i] != 0 || !dl_reply_readonly(replies[i])) continue;
+      freeReplyObject(replies[i]);
+      replies[i] = NULL;
       dl_evargv v;
-      int argc = dl_evargv_build(script, true, nkeys[i], keys[i], nargs[i], args[i],
-                            &v);
-      if (argc < 0) errs[i] = DLOCK_ENOMEM;
-      else {
-        errs[i] = dl_conn_call(conn, argc, v.argv, v.lens, &replies[i]);
-        dl_evargv_free(&v);
+      int argc = dl_evargv_build(script, false, nkeys[i], keys[i], nargs[i],
+                                 args[i], &v);
+      if (argc < 0) {
+        errs[i] = DLOCK_ENOMEM;
+        continue;
+      }
+      errs[i] = dl_conn_call(conn, argc, v.argv, v.lens, &replies[i]);
+      dl_evargv_free(&v);
+      if (errs[i] == 0 && dl_reply_noscript(replies[i])) {
+        freeReplyObject(replies[i]);
+        replies[i] = NULL;
+        errs[i] = send_body(conn, script, nkeys[i], keys[i], nargs[i],
+                            args[i], &replies[i]);
       }
     }
+  }
+  int first_err = 0;
+  for (int i = 0; i < n; i++) {
     if (errs[i] == 0) errs[i] = dl_reply_check(b->env->err_owner, &replies[i]);
     if (errs[i] != 0 && first_err == 0) first_err = errs[i];
   }

@@ -65,6 +65,9 @@ int dl_conn_new(const dl_conn_config *cfg, dl_conn **out);
 /* Connects now; returns 0 or a negative code (detail recorded). */
 int dl_conn_connect(dl_conn *c);
 void dl_conn_free(dl_conn *c);
+/* Closes the connection now: what is in flight on it fails with err (why
+ * its detail); the next request reconnects (asking the resolver again). */
+void dl_conn_drop(dl_conn *c, int err, const char *why);
 
 /* Queues a command (argv copied) and writes it, pipelined with other
  * threads' commands. `ping_first`: a PING goes just ahead of it, in the same
@@ -579,6 +582,8 @@ void dl_evargv_free(dl_evargv *v);
 int dl_reply_check(const struct dlock_client *owner, struct redisReply **reply);
 /* Whether r is the NOSCRIPT error (the script cache lost the script). */
 bool dl_reply_noscript(const struct redisReply *r);
+/* Whether r is a READONLY error (the server is a replica now). */
+bool dl_reply_readonly(const struct redisReply *r);
 
 /* ---- aconn.c: the pipelined connection for an event loop ----
  * conn.c's connection without blocking: every call and callback on the
