@@ -91,8 +91,11 @@ DLOCK_API void dlock_loop_free(dlock_loop *lp);
  * own: requests, waits, the watchdog's renewals and loss reports run on
  * lp's thread. A host name in the URL is resolved with getaddrinfo on
  * lp's thread at each connect, which blocks while DNS answers: give an IP
- * address (or a name in /etc/hosts) where the loop must never block. Its
- * blocking calls (dlock_lock_acquire, ...) return
+ * address (or a name in /etc/hosts) where the loop must never block. On a
+ * redis-sentinel:// URL each connect also asks the sentinels (blocking, at
+ * most the connect timeout), and the client has one thread of the
+ * library's own, which listens for failovers on a sentinel and only sets a
+ * counter the loop's thread reads. Its blocking calls (dlock_lock_acquire, ...) return
  * DLOCK_EINVAL; use the *_async ones below. Close it with
  * dlock_client_close on lp's thread, before dlock_loop_free: every
  * operation still pending then completes with DLOCK_ECLOSED (its callback
