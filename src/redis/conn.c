@@ -185,7 +185,6 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
       rc = dl_io_connect(&t.ep, c->cfg->tls, c->cfg->server_name, cdl, &io,
                          msg, sizeof msg);
     if (rc == 0) rc = dl_conn_handshake(io, c->cfg, cdl, msg, sizeof msg);
-    c->gen = t.gen;
     iohold *h = NULL;
     if (rc == 0) {
       h = calloc(1, sizeof *h);
@@ -203,6 +202,7 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
       h->io = io;
       h->refs = 1;
       c->cur = h;
+      c->gen = t.gen;
       c->state = CONN_UP;
       c->backoff_ms = c->cfg->reconnect_min_ms;
     } else {

@@ -42,40 +42,52 @@ static int roundtrip(dl_io *io, int argc, const char **argv, int64_t deadline,
   return rc;
 }
 
+/* Connects to the sentinel at h and sends the sentinels' AUTH if one is
+ * set. Returns 0 with *io, or a negative code with err set. */
+static int sentinel_connect(const dl_conn_config *cfg,
+                            const struct dl_hostport *h, int64_t deadline,
+                            dl_io **io, char *err, size_t errlen) {
+  dl_endpoint sep = {0};
+  sep.host = h->host;
+  sep.port = h->port;
+  sep.tls = cfg->ep.tls;
+  int rc = dl_io_connect(&sep, cfg->tls, cfg->server_name, deadline, io, err,
+                         errlen);
+  if (rc != 0 || cfg->sentinel_password == NULL) return rc;
+  const char *argv[3] = {"AUTH"};
+  int argc = 1;
+  if (cfg->sentinel_username) argv[argc++] = cfg->sentinel_username;
+  argv[argc++] = cfg->sentinel_password;
+  redisReply *r = NULL;
+  rc = roundtrip(*io, argc, argv, deadline, &r);
+  if (rc == 0 && r->type == REDIS_REPLY_ERROR) {
+    snprintf(err, errlen, "sentinel refused the sentinel password: %s",
+             r->str);
+    rc = DLOCK_EAUTH;
+  } else if (rc != 0) {
+    snprintf(err, errlen, "no reply to AUTH");
+  }
+  freeReplyObject(r);
+  if (rc != 0) {
+    dl_io_close(*io);
+    *io = NULL;
+  }
+  return rc;
+}
+
 /* Asks the sentinel at h for the master's address: 1 with host (hlen
  * bytes) and port filled, 0 when it does not know the name, or a negative
  * code (err says why). */
 static int ask_sentinel(const dl_conn_config *cfg, const struct dl_hostport *h,
                         int64_t deadline, char *host, size_t hlen, int *port,
                         char *err, size_t errlen) {
-  dl_endpoint sep = {0};
-  sep.host = h->host;
-  sep.port = h->port;
-  sep.tls = cfg->ep.tls;
   dl_io *io = NULL;
-  int rc = dl_io_connect(&sep, cfg->tls, cfg->server_name, deadline, &io, err,
-                         errlen);
+  int rc = sentinel_connect(cfg, h, deadline, &io, err, errlen);
   if (rc != 0) return rc;
   redisReply *r = NULL;
-  if (cfg->sentinel_password) {
-    const char *argv[3] = {"AUTH"};
-    int argc = 1;
-    if (cfg->sentinel_username) argv[argc++] = cfg->sentinel_username;
-    argv[argc++] = cfg->sentinel_password;
-    rc = roundtrip(io, argc, argv, deadline, &r);
-    if (rc == 0 && r->type == REDIS_REPLY_ERROR) {
-      snprintf(err, errlen, "sentinel refused the sentinel password: %s",
-               r->str);
-      rc = DLOCK_EAUTH;
-    }
-    freeReplyObject(r);
-    r = NULL;
-  }
-  if (rc == 0) {
-    const char *argv[3] = {"SENTINEL", "get-master-addr-by-name",
-                           cfg->ep.master_name};
-    rc = roundtrip(io, 3, argv, deadline, &r);
-  }
+  const char *argv[3] = {"SENTINEL", "get-master-addr-by-name",
+                         cfg->ep.master_name};
+  rc = roundtrip(io, 3, argv, deadline, &r);
   dl_io_close(io);
   if (rc != 0) {
     if (err[0] == '\0')
@@ -202,27 +214,12 @@ bool dl_target_moved(const dl_conn_config *cfg, unsigned gen) {
 static bool watch_one(struct dl_sentinel_watch *w,
                       const struct dl_hostport *h) {
   const dl_conn_config *cfg = w->cfg;
-  dl_endpoint sep = {0};
-  sep.host = h->host;
-  sep.port = h->port;
-  sep.tls = cfg->ep.tls;
   char err[256];
   dl_io *io = NULL;
   int64_t deadline = dl_now_ms() + cfg->connect_timeout_ms;
-  if (dl_io_connect(&sep, cfg->tls, cfg->server_name, deadline, &io, err,
-                    sizeof err) != 0)
+  if (sentinel_connect(cfg, h, deadline, &io, err, sizeof err) != 0)
     return false;
-  redisReply *r = NULL;
   int rc = 0;
-  if (cfg->sentinel_password) {
-    const char *argv[3] = {"AUTH"};
-    int argc = 1;
-    if (cfg->sentinel_username) argv[argc++] = cfg->sentinel_username;
-    argv[argc++] = cfg->sentinel_password;
-    rc = roundtrip(io, argc, argv, deadline, &r);
-    if (rc == 0 && r->type == REDIS_REPLY_ERROR) rc = DLOCK_EAUTH;
-    freeReplyObject(r);
-  }
   const char *sub[2] = {"SUBSCRIBE", "+switch-master"};
   size_t lens[2] = {9, 14};
   char *cmd = NULL;
