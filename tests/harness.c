@@ -708,6 +708,10 @@ int th_sentinel_failover(th_sentinel_set *s, int timeout_ms) {
   return left > 0 && th_wait_for(failed_over, s, left) ? 0 : -1;
 }
 
+int th_sentinel_wait_failover(th_sentinel_set *s, int timeout_ms) {
+  return th_wait_for(failed_over, s, timeout_ms) ? 0 : -1;
+}
+
 static long long repl_offset(th_redis *r, const char *field) {
   redisReply *rep = th_cmd(r, "INFO replication");
   long long v = -1;

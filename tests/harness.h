@@ -161,6 +161,9 @@ int th_sentinel_master_port(th_sentinel_set *s);
  * every sentinel names the replica, and the replica says ROLE master.
  * Returns 0 or -1. */
 int th_sentinel_failover(th_sentinel_set *s, int timeout_ms);
+/* Waits (no SENTINEL FAILOVER: after the master was killed, say) until
+ * every sentinel names the replica and it says ROLE master. 0 or -1. */
+int th_sentinel_wait_failover(th_sentinel_set *s, int timeout_ms);
 /* Waits until the replica has everything the master wrote (their
  * replication offsets agree). Returns true, or false at the timeout. */
 bool th_sentinel_synced(th_sentinel_set *s, int timeout_ms);

@@ -7,6 +7,7 @@
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -238,6 +239,10 @@ static void failover_lost(void) {
  * its PTTL went up past *arg (a PTTL only goes down by itself). */
 static bool kept_renewed(void *arg) {
   return th_cmd_int(&S.replica, "PTTL sent-kept") > *(long long *)arg;
+}
+
+static bool killed_renewed(void *arg) {
+  return th_cmd_int(&S.replica, "PTTL sent-killed") > *(long long *)arg;
 }
 
 /* The positive control: the same with replica acknowledgement. The
@@ -562,8 +567,40 @@ static void readonly_rediscover(void) {
   th_sentinel_stop(&S);
 }
 
+/* The master killed (kill -9) while a lock is held: the sentinels promote
+ * the replica (about 2 s here), the client's connections fail and come
+ * back to it, and the watchdog renews the hold there. */
+static void failover_killed(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  o.watchdog_timeout_ms = 9000;
+  o.connect_timeout_ms = 500;
+  o.reconnect_max_ms = 500;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-killed", NULL, &l), 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, -1, NULL), 0);
+  CHECK(th_sentinel_synced(&S, 5000));
+  th_redis_kill(&S.master, SIGKILL);
+  CHECK(th_sentinel_wait_failover(&S, 15000) == 0);
+  long long p0 = th_cmd_int(&S.replica, "PTTL sent-killed");
+  CHECK(p0 > 0);
+  CHECK(th_wait_for(killed_renewed, &p0, 8000));
+  CHECK_EQ(atomic_load(&lost_calls), 0);
+  CHECK_EQ(dlock_lock_is_held(l), 1);
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_EQ(exists_on(&S.replica, "sent-killed"), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
 TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
         T_BARE(sentinel_password), T_BARE(failover_held),
         T_BARE(failover_lost), T_BARE(failover_acked),
-        T_BARE(failover_waiters), T_BARE(readonly_rediscover), T(wait_shortfall),
+        T_BARE(failover_waiters), T_BARE(failover_killed), T_BARE(readonly_rediscover), T(wait_shortfall),
         T_BARE(cli_commands))
