@@ -33,10 +33,10 @@ static long long exists_on(th_redis *r, const char *key) {
 /* The URL's forms, and what it refuses (no server). */
 static void url_forms(void) {
   static const char *bad[] = {
-      "redis-sentinel://127.0.0.1:1",            /* no master name */
-      "redis-sentinel://127.0.0.1:1/",           /* empty name */
-      "redis-sentinel://127.0.0.1:1,/m",         /* empty sentinel */
-      "redis-sentinel://127.0.0.1:x/m",          /* bad port */
+      "redis-sentinel://127.0.0.1:1",                       /* no master name */
+      "redis-sentinel://127.0.0.1:1/",                      /* empty name */
+      "redis-sentinel://127.0.0.1:1,/m",                    /* empty sentinel */
+      "redis-sentinel://127.0.0.1:x/m",                     /* bad port */
       "redis-sentinel://127.0.0.1:1/m?sentinel_password=x", /* printed */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -50,8 +50,8 @@ static void url_forms(void) {
   /* No sentinel listens: a clear error naming each one asked. */
   int p1 = th_free_port(), p2 = th_free_port();
   char url[200];
-  snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d/m",
-           p1, p2);
+  snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d/m", p1,
+           p2);
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = url;
@@ -71,8 +71,8 @@ static void discovery(void) {
   CHECK(th_sentinel_start(&S, NULL) == 0);
   char url[700];
   /* A dead sentinel first: the next one is asked. */
-  snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d,%s",
-           th_free_port(), S.url + strlen("redis-sentinel://"));
+  snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d,%s", th_free_port(),
+           S.url + strlen("redis-sentinel://"));
   dlock_client *c = open_url(url, 0);
   CHECK(c != NULL);
   dlock_lock *l = NULL;
@@ -93,16 +93,17 @@ static void discovery(void) {
 static void wrong_name_and_down(void) {
   CHECK(th_sentinel_start(&S, NULL) == 0);
   char url[700];
-  snprintf(url, sizeof url, "%.*s/nosuch",
-           (int)(strrchr(S.url, '/') - S.url), S.url);
+  snprintf(url, sizeof url, "%.*s/nosuch", (int)(strrchr(S.url, '/') - S.url),
+           S.url);
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = url;
   dlock_client *c = NULL;
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
-  CHECK(strstr(dlock_client_open_errmsg(), "knows no master named 'nosuch'")
-        != NULL);
-  for (int i = 0; i < 3; i++) th_redis_stop(&S.sentinels[i]);
+  CHECK(strstr(dlock_client_open_errmsg(), "knows no master named 'nosuch'") !=
+        NULL);
+  for (int i = 0; i < 3; i++)
+    th_redis_stop(&S.sentinels[i]);
   o.url = S.url;
   o.connect_timeout_ms = 500;
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
@@ -115,7 +116,8 @@ static void wrong_name_and_down(void) {
 static void sentinel_password(void) {
   CHECK(th_sentinel_start(&S, NULL) == 0);
   for (int i = 0; i < 3; i++) {
-    redisReply *r = th_cmd(&S.sentinels[i], "ACL SETUSER default resetpass >s3cret");
+    redisReply *r =
+        th_cmd(&S.sentinels[i], "ACL SETUSER default resetpass >s3cret");
     CHECK(r && r->type == REDIS_REPLY_STATUS);
     freeReplyObject(r);
   }
@@ -137,7 +139,6 @@ static void sentinel_password(void) {
   dlock_client_close(c);
   th_sentinel_stop(&S);
 }
-
 
 static atomic_int lost_calls;
 static void on_lost(dlock_lock *l, const char *owner, void *ud) {
@@ -350,8 +351,11 @@ static void cli_commands(void) {
   char out[4096];
   CHECK_EQ(dlock_cli(NULL, 0, "run -q cli-a -- true"), 0);
   /* With --replicas 1 the replica has the lock while the command runs. */
-  CHECK_EQ(dlock_cli(out, sizeof out, "run -q --replicas 1 cli-a -- "
-                     "redis-cli -s %s exists cli-a", S.replica.sock), 0);
+  CHECK_EQ(dlock_cli(out, sizeof out,
+                     "run -q --replicas 1 cli-a -- "
+                     "redis-cli -s %s exists cli-a",
+                     S.replica.sock),
+           0);
   CHECK(strncmp(out, "1", 1) == 0);
   dlock_client *c = open_url(S.url, 0);
   CHECK(c != NULL);
@@ -366,8 +370,10 @@ static void cli_commands(void) {
   CHECK_EQ(dlock_cli(NULL, 0, "bench -d 200ms -t 1 uncontended"), 0);
   /* No replica acknowledges: given back, exit 75 (as not acquired). */
   CHECK(detach_replica());
-  CHECK_EQ(dlock_cli(NULL, 0, "run -q --replicas 1 --replicas-timeout "
-                     "100ms cli-b -- true"), 75);
+  CHECK_EQ(dlock_cli(NULL, 0,
+                     "run -q --replicas 1 --replicas-timeout "
+                     "100ms cli-b -- true"),
+           75);
   CHECK_EQ(exists_on(&S.master, "cli-b"), 0);
   dlock_lock_free(l);
   dlock_client_close(c);
@@ -388,7 +394,8 @@ static void op_done(int rc, uint64_t token, const char *errmsg, void *ud) {
 
 static void run_until(dlock_loop *lp, atomic_int *flag, int timeout_ms) {
   int64_t end = th_now_ms() + timeout_ms;
-  while (!atomic_load(flag) && th_now_ms() < end) dlock_loop_run(lp, 20);
+  while (!atomic_load(flag) && th_now_ms() < end)
+    dlock_loop_run(lp, 20);
 }
 
 static atomic_int failover_done, failover_rc;
@@ -449,7 +456,8 @@ static void failover_waiters(void) {
   CHECK_EQ(atomic_load(&failover_rc), 0);
   /* Renewals on the new master: its lease stays up past the 3 s lease. */
   int64_t until = th_now_ms() + 3500;
-  while (th_now_ms() < until) dlock_loop_run(lp, 50);
+  while (th_now_ms() < until)
+    dlock_loop_run(lp, 50);
   CHECK_EQ(atomic_load(&lost_calls), 0);
   CHECK(th_cmd_int(&S.replica, "PTTL fw-held") > 1000);
   CHECK_EQ(atomic_load(&r2.done), 0);
@@ -489,7 +497,8 @@ static bool old_master_linked(void *arg) {
   (void)arg;
   redisReply *r = th_cmd(&S.master, "INFO replication");
   bool ok = r && r->type == REDIS_REPLY_STRING &&
-            strstr(r->str, "role:slave") && strstr(r->str, "master_link_status:up");
+            strstr(r->str, "role:slave") &&
+            strstr(r->str, "master_link_status:up");
   if (r) freeReplyObject(r);
   return ok;
 }
@@ -526,8 +535,9 @@ static void readonly_rediscover(void) {
   CHECK(ok_reply(th_cmd(&S.replica, "REPLICAOF NO ONE")));
   for (int i = 0; i < 3; i++) {
     CHECK(ok_reply(th_cmd(&S.sentinels[i], "SENTINEL REMOVE %s", S.name)));
-    redisReply *rep = th_cmd(&S.sentinels[i], "SENTINEL MONITOR %s 127.0.0.1 %d 2",
-                             S.name, S.replica.port);
+    redisReply *rep =
+        th_cmd(&S.sentinels[i], "SENTINEL MONITOR %s 127.0.0.1 %d 2", S.name,
+               S.replica.port);
     CHECK(rep && rep->type == REDIS_REPLY_STATUS);
     freeReplyObject(rep);
   }
@@ -600,7 +610,7 @@ static void failover_killed(void) {
 }
 
 TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
-        T_BARE(sentinel_password), T_BARE(failover_held),
-        T_BARE(failover_lost), T_BARE(failover_acked),
-        T_BARE(failover_waiters), T_BARE(failover_killed), T_BARE(readonly_rediscover), T(wait_shortfall),
+        T_BARE(sentinel_password), T_BARE(failover_held), T_BARE(failover_lost),
+        T_BARE(failover_acked), T_BARE(failover_waiters),
+        T_BARE(failover_killed), T_BARE(readonly_rediscover), T(wait_shortfall),
         T_BARE(cli_commands))

@@ -16,7 +16,8 @@ static int roundtrip(dl_io *io, int argc, const char **argv, int64_t deadline,
                      redisReply **out) {
   *out = NULL;
   size_t lens[4];
-  for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+  for (int i = 0; i < argc; i++)
+    lens[i] = strlen(argv[i]);
   char *cmd;
   int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
   if (len < 0) return DLOCK_ENOMEM;
@@ -34,8 +35,10 @@ static int roundtrip(dl_io *io, int argc, const char **argv, int64_t deadline,
     }
     if (rep != NULL) break;
     int n = dl_io_read(io, buf, sizeof buf, deadline);
-    if (n < 0) rc = n;
-    else redisReaderFeed(rd, buf, (size_t)n);
+    if (n < 0)
+      rc = n;
+    else
+      redisReaderFeed(rd, buf, (size_t)n);
   }
   redisReaderFree(rd);
   *out = rep;
@@ -61,8 +64,7 @@ static int sentinel_connect(const dl_conn_config *cfg,
   redisReply *r = NULL;
   rc = roundtrip(*io, argc, argv, deadline, &r);
   if (rc == 0 && r->type == REDIS_REPLY_ERROR) {
-    snprintf(err, errlen, "sentinel refused the sentinel password: %s",
-             r->str);
+    snprintf(err, errlen, "sentinel refused the sentinel password: %s", r->str);
     rc = DLOCK_EAUTH;
   } else if (rc != 0) {
     snprintf(err, errlen, "no reply to AUTH");
@@ -91,8 +93,8 @@ static int ask_sentinel(const dl_conn_config *cfg, const struct dl_hostport *h,
   dl_io_close(io);
   if (rc != 0) {
     if (err[0] == '\0')
-      snprintf(err, errlen, "%s", rc == DLOCK_ETIMEDOUT ? "no reply in time"
-                                                        : "connection lost");
+      snprintf(err, errlen, "%s",
+               rc == DLOCK_ETIMEDOUT ? "no reply in time" : "connection lost");
     freeReplyObject(r);
     return rc;
   }
@@ -113,7 +115,8 @@ static int ask_sentinel(const dl_conn_config *cfg, const struct dl_hostport *h,
     out = *port > 0 && *port < 65536 ? 1 : DLOCK_EPROTO;
     if (out < 0) snprintf(err, errlen, "names a bad port");
   } else {
-    snprintf(err, errlen, "unexpected reply to SENTINEL "
+    snprintf(err, errlen,
+             "unexpected reply to SENTINEL "
              "get-master-addr-by-name");
     out = DLOCK_EPROTO;
   }
@@ -126,8 +129,8 @@ static int ask_sentinel(const dl_conn_config *cfg, const struct dl_hostport *h,
 static int check_master(const dl_conn_config *cfg, const dl_endpoint *ep,
                         int64_t deadline, char *err, size_t errlen) {
   dl_io *io = NULL;
-  int rc = dl_io_connect(ep, cfg->tls, cfg->server_name, deadline, &io, err,
-                         errlen);
+  int rc =
+      dl_io_connect(ep, cfg->tls, cfg->server_name, deadline, &io, err, errlen);
   if (rc != 0) return rc;
   dl_conn_config c = *cfg;
   c.ep = *ep;
@@ -146,8 +149,8 @@ static int check_master(const dl_conn_config *cfg, const dl_endpoint *ep,
   if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
       r->element[0]->type == REDIS_REPLY_STRING) {
     out = strcmp(r->element[0]->str, "master") == 0;
-    if (!out) snprintf(err, errlen, "is a %s, not a master",
-                       r->element[0]->str);
+    if (!out)
+      snprintf(err, errlen, "is a %s, not a master", r->element[0]->str);
   } else {
     snprintf(err, errlen, "unexpected reply to ROLE");
     out = DLOCK_EPROTO;
@@ -158,7 +161,7 @@ static int check_master(const dl_conn_config *cfg, const dl_endpoint *ep,
 
 struct dl_sentinel_watch {
   const dl_conn_config *cfg;
-  atomic_uint gen;   /* +switch-master messages for our master */
+  atomic_uint gen; /* +switch-master messages for our master */
   atomic_bool stop;
   pthread_t thread;
 };
@@ -224,8 +227,10 @@ static bool watch_one(struct dl_sentinel_watch *w,
   size_t lens[2] = {9, 14};
   char *cmd = NULL;
   int len = rc == 0 ? redisFormatCommandArgv(&cmd, 2, sub, lens) : -1;
-  if (len > 0) rc = dl_io_write(io, cmd, (size_t)len, deadline);
-  else rc = DLOCK_ENOMEM;
+  if (len > 0)
+    rc = dl_io_write(io, cmd, (size_t)len, deadline);
+  else
+    rc = DLOCK_ENOMEM;
   if (cmd) redisFreeCommand(cmd);
   redisReader *rd = rc == 0 ? redisReaderCreate() : NULL;
   size_t nlen = strlen(cfg->ep.master_name);
