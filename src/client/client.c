@@ -115,6 +115,7 @@ static const struct scheme {
     {"redis", dl_redis_backend_new},
     {"rediss", dl_redis_backend_new},
     {"unix", dl_redis_backend_new},
+    {"redlock", dl_redlock_backend_new},
 };
 
 static dl_backend_factory factory_for(const char *url) {

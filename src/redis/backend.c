@@ -396,8 +396,13 @@ static int renew_async_step(dl_shell *sh) {
   }
   int rc = job_parse(&x->j, 0);
   job_free(&x->j);
-  free(x->p);
   return rc;
+}
+
+/* The steps go last: the shell may still use one to deliver the result. */
+static void renew_async_finish(dl_shell *sh, int *rc) {
+  (void)rc;
+  free(((renew_async *)sh)->p);
 }
 
 static int rb_renew_async(dl_backend *base, int64_t deadline,
@@ -420,17 +425,19 @@ static int rb_renew_async(dl_backend *base, int64_t deadline,
     return rc ? rc : DLOCK_EINVAL;
   }
   dl_shell_init(&x->sh, r, done, ud, renew_async_step, &x->p[0]);
-  x->left = x->j.nb;
-  int last = DL_PENDING;
+  x->sh.finish = renew_async_finish;
+  /* One for the starts, one per script answered later: a script refused
+   * at once (the link down, in its reconnect backoff) is answered now. */
+  x->left = 1;
   for (int b = 0; b < x->j.nb; b++) {
     if (b > 0) dl_shell_bind(&x->sh, &x->p[b]);
-    /* An event-loop link always answers later (DL_PENDING). */
-    last = dl_redis_step_eval(r, &x->p[b], deadline, DL_SCRIPT_LOCK_RENEW,
-                              x->j.nkeys[b], x->j.kp[b], x->j.nargs[b],
-                              x->j.ap[b]);
+    if (dl_redis_step_eval(r, &x->p[b], deadline, DL_SCRIPT_LOCK_RENEW,
+                           x->j.nkeys[b], x->j.kp[b], x->j.nargs[b],
+                           x->j.ap[b]) == DL_PENDING)
+      x->left++;
   }
   *calls = x->j.nb;
-  return dl_shell_start(&x->sh, last, op);
+  return dl_shell_start(&x->sh, renew_async_step(&x->sh), op);
 }
 
 /* A notice names a Redis key; a permit's hold is on its semaphore's name,
@@ -551,8 +558,12 @@ static char *copy_opt(const char *s, bool *oom) {
   return c;
 }
 
-int dl_redis_backend_new(const dlock_client_options *opts,
-                         const dl_backend_env *env, dl_backend **out) {
+/* The backend for opts->url: its link the single one (blocking), the
+ * event loop's (env->loop), or, for a part of a composite (part), a gather
+ * link when blocking. */
+static int backend_new(const dlock_client_options *opts,
+                       const dl_backend_env *env, bool part,
+                       dl_backend **out) {
   *out = NULL;
   dl_redis *r = redis_new(env);
   if (r == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
@@ -598,12 +609,23 @@ int dl_redis_backend_new(const dlock_client_options *opts,
       return rc;
     }
   }
-  rc = r->env.loop ? dl_loop_link_new(cfg, &r->env, &r->link)
-                   : dl_single_link_new(cfg, &r->env, opts->connections, &r->link);
+  if (r->env.loop) rc = dl_loop_link_new(cfg, &r->env, &r->link);
+  else if (part) rc = dl_gather_link_new(cfg, &r->env, &r->link);
+  else rc = dl_single_link_new(cfg, &r->env, opts->connections, &r->link);
   if (rc != 0) {
     rb_free(&r->base);
     return rc;
   }
   *out = &r->base;
   return 0;
+}
+
+int dl_redis_backend_new(const dlock_client_options *opts,
+                         const dl_backend_env *env, dl_backend **out) {
+  return backend_new(opts, env, false, out);
+}
+
+int dl_redis_part_new(const dlock_client_options *opts,
+                      const dl_backend_env *env, dl_backend **out) {
+  return backend_new(opts, env, true, out);
 }

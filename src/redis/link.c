@@ -264,8 +264,11 @@ static const dl_rlink_ops single_ops = {
     .stats = rb_stats,
 };
 
-int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
-                       int nconn, dl_rlink **out) {
+/* The single link, connected now (so that a wrong URL or password fails
+ * the open) or at its first request (lazy), with a subscriber unless env
+ * says to wait by backoff (or lazy: none). */
+static int single_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                      int nconn, bool lazy, single_link **out) {
   *out = NULL;
   dl_scripts_init();
   single_link *b = calloc(1, sizeof *b);
@@ -283,15 +286,32 @@ int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
     rc = dl_conn_new(cfg, &b->conns[b->nconn]);
     if (rc != 0) break;
   }
-  /* Connect the first now, so that a wrong URL or password fails the open. */
-  if (rc == 0) rc = dl_conn_connect(b->conns[0]);
-  if (rc == 0 && env->backoff_max_ms <= 0) rc = dl_pubsub_new(cfg, &b->pubsub);
+  if (rc == 0 && !lazy) rc = dl_conn_connect(b->conns[0]);
+  if (rc == 0 && !lazy && env->backoff_max_ms <= 0)
+    rc = dl_pubsub_new(cfg, &b->pubsub);
   if (rc != 0) {
     rb_free(&b->base);
     return rc;
   }
-  *out = &b->base;
+  *out = b;
   return 0;
+}
+
+int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                       int nconn, dl_rlink **out) {
+  single_link *b;
+  int rc = single_new(cfg, env, nconn, false, &b);
+  *out = rc == 0 ? &b->base : NULL;
+  return rc;
+}
+
+int dl_single_link_lazy(const dl_conn_config *cfg, const dl_backend_env *env,
+                        dl_rlink **out, dl_conn **conn) {
+  single_link *b;
+  int rc = single_new(cfg, env, 1, true, &b);
+  *out = rc == 0 ? &b->base : NULL;
+  *conn = rc == 0 ? b->conns[0] : NULL;
+  return rc;
 }
 
 /* The single link under a backend made by dl_redis_backend_new, or NULL. */

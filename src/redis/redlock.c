@@ -1,0 +1,709 @@
+/* redlock.c: the Redlock backend (redlock://): a composite over N
+ * independent Redis servers, each a Redis backend of its own (the parts).
+ * Every operation goes to all N at once, one round of fan-out, and counts
+ * a quorum of N/2 + 1:
+ * - acquire: one attempt per server, no wait there; taken when a quorum
+ *   took it and time is left: valid until the attempt's send time + lease
+ *   - drift (1 % of the lease + 2 ms); otherwise released on every server
+ *   that did not refuse it (a lost reply may have taken it), and tried
+ *   again after a random delay until the deadline;
+ * - renewal: a hold is held when a quorum renewed it in time, gone when a
+ *   quorum can no longer have it, else unknown;
+ * - release, force release, queries: on all, the answers combined.
+ * The parts run their *_async operations: on the client's loop for an
+ * event-loop client; for a blocking client on gather links (gather.c),
+ * whose steps the calling thread completes, so that a blocking call, too,
+ * asks every server before it waits for any. The lock kinds and their
+ * layouts are the parts' own (the Redis lock family). */
+#include "redis.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RL_MAX 15        /* servers at most */
+#define RL_RETRY_MIN_MS 2  /* the first retry's delay, then doubled */
+#define RL_RETRY_MAX_MS 50 /* ... up to this, each drawn in [d/2, d] */
+
+typedef struct redlock {
+  dl_backend base;
+  dl_backend_env env;      /* the client's */
+  dl_backend_env part_env; /* the parts': no subscriptions */
+  int n, quorum;
+  dl_backend *part[RL_MAX];
+  bool closing;
+} redlock;
+
+/* The drift allowed for: 1 % of the lease plus 2 ms (the stricter of the
+ * peers' rules: redsync's factor, npm redlock's constant). */
+static int64_t drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
+
+/* ---- the operation: a state machine stepped by the parts' completions */
+enum { OP_ACQUIRE, OP_RELEASE, OP_RENEW, OP_FORCE, OP_QUERY, OP_PING,
+       OP_INSPECT, OP_SCAN };
+enum { ST_FAN, ST_FANNED, ST_RELEASED, ST_PAUSED, ST_DELIVER };
+
+typedef struct rl_op rl_op;
+typedef struct rl_slot {
+  rl_op *o;
+  int i;
+} rl_slot;
+
+struct rl_op {
+  dl_async head; /* the event-loop driver's (head.R unused) */
+  redlock *B;
+  int kind, st;
+  bool async, starting, finished, cancelled;
+  int result;
+  int left;       /* parts' operations outstanding */
+  int unanswered; /* the last attempt's servers that did not answer */
+  int attempt_err; /* and the first of their errors */
+  int64_t t0;     /* this round's first send */
+  dl_backoff retry;
+  dl_pend pause;  /* between attempts, on part 0 */
+  rl_slot slot[RL_MAX];
+  dl_async *sub[RL_MAX];
+  int rc[RL_MAX];
+  /* acquire */
+  dl_acquire *a;
+  dl_acquire as[RL_MAX];
+  /* release, force, query */
+  const dl_lock_ref *l;
+  int64_t lease_ms;
+  int count;
+  dl_lock_query q;
+  long long *v, vs[RL_MAX];
+  /* renew */
+  int nitems, *calls, ncalls[RL_MAX];
+  dl_renew_item *items, *is[RL_MAX];
+  dl_renew_item *copies; /* the parts' items, one block */
+  /* inspect and scan: one part at a time, the next if it fails */
+  int only;
+  const char *key;
+  dlock_lock_state *snap;
+  const char *match;
+  size_t prefix_len;
+  dlock_scan_cb cb;
+  void *cb_ud;
+  int passed; /* names passed to cb */
+};
+
+static dl_redis *part0(redlock *B) { return (dl_redis *)B->part[0]; }
+
+static void step(rl_op *o);
+
+/* Ends o with result: the blocking call reads it; an event-loop
+ * operation tells its caller from the loop (a result reached within the
+ * call that started it goes out after a pause of 0). */
+static void finish(rl_op *o, int result) {
+  o->result = result;
+  if (o->async && o->starting && o->st != ST_DELIVER) {
+    o->st = ST_DELIVER;
+    if (!o->B->closing &&
+        dl_redis_step_pause(part0(o->B), &o->pause, dl_now_ms()) ==
+            DL_PENDING)
+      return;
+  }
+  o->finished = true;
+  free(o->copies);
+  o->copies = NULL;
+  if (!o->async || o->starting) return; /* the call that runs it reads it */
+  dl_done_fn done = o->head.done;
+  void *ud = o->head.ud;
+  free(o);
+  done(ud, result);
+}
+
+static void part_done(void *ud, int rc) {
+  rl_slot *s = ud;
+  rl_op *o = s->o;
+  o->rc[s->i] = rc;
+  o->sub[s->i] = NULL;
+  if (--o->left == 0) step(o);
+}
+
+/* Scan's callback: counts the names passed on. */
+static int passed(const char *name, void *ud) {
+  rl_op *o = ud;
+  o->passed++;
+  return o->cb(name, o->cb_ud);
+}
+
+/* Starts part i's operation of o's kind; false if it failed to start
+ * (o->rc[i] then says why). */
+static bool start_part(rl_op *o, int i, bool release) {
+  redlock *B = o->B;
+  if (B->closing) { /* the parts are being freed */
+    o->rc[i] = DLOCK_ECLOSED;
+    return false;
+  }
+  dl_backend *b = B->part[i];
+  const dl_backend_ops *ops = b->ops;
+  rl_slot *s = &o->slot[i];
+  int rc;
+  if (release || o->kind == OP_RELEASE) {
+    const dl_lock_ref *l = o->kind == OP_ACQUIRE ? o->a->lock : o->l;
+    int64_t lease = o->kind == OP_ACQUIRE ? o->a->lease_ms : o->lease_ms;
+    int count = o->kind == OP_ACQUIRE ? o->a->held + 1 : o->count;
+    rc = ops->lock_release_async(b, l, lease, count, part_done, s, &o->sub[i]);
+  } else switch (o->kind) {
+  case OP_ACQUIRE:
+    o->as[i] = *o->a;
+    o->as[i].wait = false;
+    o->as[i].deadline = dl_now_ms();
+    rc = ops->lock_acquire_async(b, &o->as[i], part_done, s, &o->sub[i]);
+    break;
+  case OP_RENEW:
+    rc = ops->renew_async(b, INT64_MAX, o->lease_ms, o->nitems, o->is[i],
+                          &o->ncalls[i], part_done, s, &o->sub[i]);
+    break;
+  case OP_FORCE:
+    rc = ops->lock_force_release_async(b, o->l, part_done, s, &o->sub[i]);
+    break;
+  case OP_QUERY:
+    rc = ops->lock_query_async(b, o->l, o->q, &o->vs[i], part_done, s,
+                               &o->sub[i]);
+    break;
+  case OP_INSPECT:
+    memset(o->snap, 0, sizeof *o->snap);
+    rc = ops->inspect_async(b, o->key, o->snap, part_done, s, &o->sub[i]);
+    break;
+  case OP_SCAN:
+    rc = ops->scan_async(b, o->match, o->prefix_len, passed, o, part_done, s,
+                         &o->sub[i]);
+    break;
+  default:
+    rc = ops->ping_async(b, part_done, s, &o->sub[i]);
+    break;
+  }
+  o->rc[i] = rc;
+  return rc == 0;
+}
+
+/* Starts the round on every part (release: the release of an attempt on
+ * those that did not refuse it). Goes on at once if none started. */
+static void fan(rl_op *o, bool release) {
+  o->left = 1; /* held until every start is made */
+  o->t0 = dl_now_ms();
+  for (int i = 0; i < o->B->n; i++) {
+    if (release && o->rc[i] == 0) continue; /* refused: nothing there */
+    if (o->only >= 0 && i != o->only) continue;
+    o->slot[i].o = o;
+    o->slot[i].i = i;
+    if (start_part(o, i, release)) o->left++;
+  }
+  if (--o->left == 0) step(o);
+}
+
+/* ---- combining the answers ---- */
+static int first_error(const rl_op *o) {
+  for (int i = 0; i < o->B->n; i++)
+    if (o->rc[i] < 0) return o->rc[i];
+  return DLOCK_EPROTO;
+}
+
+/* An acquire's round: 1 taken (the request filled in), or 0 not. */
+static int acquired(rl_op *o) {
+  redlock *B = o->B;
+  dl_acquire *a = o->a;
+  int ok = 0, again = 0;
+  uint64_t token = 0;
+  int64_t ttl = -2;
+  for (int i = 0; i < B->n; i++) {
+    if (o->rc[i] == 1) {
+      ok++;
+      if (o->as[i].status == 2) again++;
+      if (o->as[i].token > token) token = o->as[i].token;
+    } else if (o->rc[i] == 0 && o->as[i].ttl > ttl) {
+      ttl = o->as[i].ttl;
+    }
+  }
+  int64_t valid = o->t0 + a->lease_ms - drift_ms(a->lease_ms);
+  a->ttl = ttl;
+  o->unanswered = 0;
+  o->attempt_err = 0;
+  for (int i = 0; i < B->n; i++)
+    if (o->rc[i] < 0) {
+      o->unanswered++;
+      if (o->attempt_err == 0) o->attempt_err = o->rc[i];
+    }
+  if (ok < B->quorum || valid <= dl_now_ms()) return 0;
+  a->status = again >= B->quorum ? 2 : 1;
+  a->token = token;
+  a->valid_until = valid;
+  return 1;
+}
+
+static int released(const rl_op *o) {
+  int freed = 0, held = 0, notowner = 0;
+  for (int i = 0; i < o->B->n; i++) {
+    freed += o->rc[i] == 1;
+    held += o->rc[i] == 0;
+    notowner += o->rc[i] == DLOCK_ENOTOWNER;
+  }
+  if (freed > 0) return 1;
+  if (held > 0) return 0;
+  return notowner > 0 ? DLOCK_ENOTOWNER : first_error(o);
+}
+
+static int renewed(rl_op *o) {
+  redlock *B = o->B;
+  int64_t valid = o->t0 + o->lease_ms - drift_ms(o->lease_ms);
+  bool late = o->lease_ms > 0 && valid <= dl_now_ms();
+  int rc = 0;
+  *o->calls = 0;
+  for (int i = 0; i < B->n; i++) *o->calls += o->ncalls[i];
+  for (int k = 0; k < o->nitems; k++) {
+    int held = 0, gone = 0;
+    for (int i = 0; i < B->n; i++) {
+      int r = o->is[i][k].result;
+      held += r == 1;
+      gone += r == 0;
+    }
+    dl_renew_item *it = &o->items[k];
+    if (held >= B->quorum && !late) {
+      it->result = 1;
+      if (o->lease_ms > 0) it->valid_until = valid;
+    } else if (B->n - gone < B->quorum) {
+      it->result = 0;
+    } else {
+      it->result = -1;
+      if (rc == 0) rc = late ? dl_seterr(B->env.err_owner, DLOCK_ETIMEDOUT,
+                                         "renewal answered too late")
+                             : first_error(o);
+    }
+  }
+  return rc;
+}
+
+static int forced(const rl_op *o) {
+  int deleted = 0, none = 0, wrong = 0;
+  for (int i = 0; i < o->B->n; i++) {
+    deleted += o->rc[i] == 1;
+    none += o->rc[i] == 0;
+    wrong += o->rc[i] == DLOCK_EWRONGTYPE;
+  }
+  if (deleted > 0) return 1;
+  if (wrong > 0) return DLOCK_EWRONGTYPE;
+  return none > 0 ? 0 : first_error(o);
+}
+
+static int cmp_ll(const void *x, const void *y) {
+  long long a = *(const long long *)x, b = *(const long long *)y;
+  return a < b ? 1 : a > b ? -1 : 0; /* descending */
+}
+
+/* A query's answer: what a quorum agrees on at least (the quorum-th
+ * largest answer), the token the largest. */
+static int queried(rl_op *o) {
+  redlock *B = o->B;
+  long long got[RL_MAX];
+  int n = 0;
+  for (int i = 0; i < B->n; i++)
+    if (o->rc[i] == 0) got[n++] = o->vs[i];
+  if (n < B->quorum) return first_error(o);
+  qsort(got, (size_t)n, sizeof got[0], cmp_ll);
+  *o->v = o->q == DL_QUERY_TOKEN ? got[0] : got[B->quorum - 1];
+  return 0;
+}
+
+static int pinged(const rl_op *o) {
+  int up = 0;
+  for (int i = 0; i < o->B->n; i++) up += o->rc[i] == 0;
+  return up >= o->B->quorum ? 0 : first_error(o);
+}
+
+static void step(rl_op *o) {
+  for (;;) switch (o->st) {
+    case ST_FAN:
+      o->st = ST_FANNED;
+      fan(o, false);
+      return;
+    case ST_FANNED: {
+      int r;
+      switch (o->kind) {
+      case OP_ACQUIRE:
+        if (acquired(o)) {
+          finish(o, 1);
+          return;
+        }
+        o->st = ST_RELEASED;
+        fan(o, true);
+        return;
+      case OP_RELEASE: r = released(o); break;
+      case OP_RENEW: r = renewed(o); break;
+      case OP_FORCE: r = forced(o); break;
+      case OP_QUERY: r = queried(o); break;
+      case OP_PING: r = pinged(o); break;
+      default: /* inspect, scan: the next server if this one failed */
+        r = o->rc[o->only];
+        if (r < 0 && o->only + 1 < o->B->n && o->passed == 0 &&
+            !o->B->closing) {
+          o->only++;
+          o->st = ST_FAN;
+          continue;
+        }
+        break;
+      }
+      finish(o, r);
+      return;
+    }
+    case ST_RELEASED: {
+      dl_acquire *a = o->a;
+      int64_t now = dl_now_ms();
+      if (!a->wait || now >= a->deadline || o->cancelled || o->B->closing) {
+        /* Refused by the holders, or too few servers answered: why. */
+        bool unreachable = o->B->n - o->unanswered < o->B->quorum;
+        finish(o, unreachable && !o->cancelled ? o->attempt_err : 0);
+        return;
+      }
+      int64_t until = now + dl_backoff_next(&o->retry, RL_RETRY_MAX_MS);
+      if (until > a->deadline) until = a->deadline;
+      o->st = ST_PAUSED;
+      if (dl_redis_step_pause(part0(o->B), &o->pause, until) == DL_PENDING)
+        return;
+      continue;
+    }
+    case ST_PAUSED:
+      if (o->pause.rc < 0) {
+        finish(o, o->pause.rc);
+        return;
+      }
+      o->st = ST_FAN;
+      continue;
+    default: /* ST_DELIVER */
+      finish(o, o->result);
+      return;
+    }
+}
+
+static void on_pause(dl_pend *p) {
+  rl_op *o = p->op;
+  p->pending = false;
+  step(o);
+}
+
+static rl_op *op_new(redlock *B, rl_op *stack, int kind, dl_done_fn done,
+                     void *ud, int *err) {
+  *err = 0;
+  rl_op *o = stack;
+  if (done && (o = malloc(sizeof *o)) == NULL) {
+    *err = dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  memset(o, 0, sizeof *o);
+  o->B = B;
+  o->kind = kind;
+  o->async = done != NULL;
+  o->head.done = done;
+  o->head.ud = ud;
+  o->pause.resume = on_pause;
+  o->pause.op = o;
+  o->only = -1;
+  o->retry.delay = RL_RETRY_MIN_MS;
+  o->retry.rng = dl_thread_id() * 0x9e3779b97f4a7c15ull ^ (uint64_t)dl_now_us();
+  return o;
+}
+
+/* Runs o: to its end on the calling thread (the blocking driver, whose
+ * parts are gather links: returns the result), or started on the loop (0
+ * and *op, or a negative code when nothing could start). */
+static int run(rl_op *o, dl_async **op) {
+  if (!o->async) {
+    dl_gather g, *saved;
+    dl_gather_begin(&g, &saved);
+    step(o);
+    int rc = dl_gather_run(&g, &o->finished);
+    dl_gather_end(saved);
+    return rc != 0 ? rc : o->result;
+  }
+  o->starting = true;
+  step(o);
+  o->starting = false;
+  if (o->finished) { /* closing: nothing could take it to the loop */
+    int rc = o->result < 0 ? o->result : DLOCK_ECLOSED;
+    free(o);
+    return rc;
+  }
+  *op = &o->head;
+  return 0;
+}
+
+/* ---- the backend's entries ---- */
+static int check(redlock *B, bool async) {
+  if ((B->env.loop != NULL) == async) return 0;
+  return dl_seterr(B->env.err_owner, DLOCK_EINVAL,
+                   async ? "an event-loop call on a blocking client"
+                         : "a blocking call on an event-loop client");
+}
+
+static int acquire_run(dl_backend *b, dl_acquire *a, dl_done_fn done,
+                       void *ud, dl_async **op) {
+  redlock *B = (redlock *)b;
+  int err = check(B, done != NULL);
+  rl_op stack, *o = err ? NULL : op_new(B, &stack, OP_ACQUIRE, done, ud, &err);
+  if (o == NULL) return err;
+  o->a = a;
+  return run(o, op);
+}
+
+static int rl_acquire(dl_backend *b, dl_acquire *a) {
+  return acquire_run(b, a, NULL, NULL, NULL);
+}
+
+static int rl_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
+                            void *ud, dl_async **op) {
+  return acquire_run(b, a, done, ud, op);
+}
+
+static int lock_run(dl_backend *b, int kind, const dl_lock_ref *l,
+                    int64_t lease_ms, int count, dl_lock_query q,
+                    long long *v, dl_done_fn done, void *ud, dl_async **op) {
+  redlock *B = (redlock *)b;
+  int err = check(B, done != NULL);
+  rl_op stack, *o = err ? NULL : op_new(B, &stack, kind, done, ud, &err);
+  if (o == NULL) return err;
+  o->l = l;
+  o->lease_ms = lease_ms;
+  o->count = count;
+  o->q = q;
+  o->v = v;
+  return run(o, op);
+}
+
+static int rl_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
+                      int count) {
+  return lock_run(b, OP_RELEASE, l, lease_ms, count, 0, NULL, NULL, NULL,
+                  NULL);
+}
+
+static int rl_release_async(dl_backend *b, const dl_lock_ref *l,
+                            int64_t lease_ms, int count, dl_done_fn done,
+                            void *ud, dl_async **op) {
+  return lock_run(b, OP_RELEASE, l, lease_ms, count, 0, NULL, done, ud, op);
+}
+
+static int rl_force(dl_backend *b, const dl_lock_ref *l) {
+  return lock_run(b, OP_FORCE, l, 0, 0, 0, NULL, NULL, NULL, NULL);
+}
+
+static int rl_force_async(dl_backend *b, const dl_lock_ref *l,
+                          dl_done_fn done, void *ud, dl_async **op) {
+  return lock_run(b, OP_FORCE, l, 0, 0, 0, NULL, done, ud, op);
+}
+
+static int rl_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                    long long *v) {
+  return lock_run(b, OP_QUERY, l, 0, 0, q, v, NULL, NULL, NULL);
+}
+
+static int rl_query_async(dl_backend *b, const dl_lock_ref *l,
+                          dl_lock_query q, long long *v, dl_done_fn done,
+                          void *ud, dl_async **op) {
+  return lock_run(b, OP_QUERY, l, 0, 0, q, v, done, ud, op);
+}
+
+static int rl_ping(dl_backend *b) {
+  return lock_run(b, OP_PING, NULL, 0, 0, 0, NULL, NULL, NULL, NULL);
+}
+
+static int rl_ping_async(dl_backend *b, dl_done_fn done, void *ud,
+                         dl_async **op) {
+  return lock_run(b, OP_PING, NULL, 0, 0, 0, NULL, done, ud, op);
+}
+
+static int renew_run(dl_backend *b, int64_t lease_ms, int n,
+                     dl_renew_item *items, int *calls, dl_done_fn done,
+                     void *ud, dl_async **op) {
+  redlock *B = (redlock *)b;
+  int err = check(B, done != NULL);
+  rl_op stack, *o = err ? NULL : op_new(B, &stack, OP_RENEW, done, ud, &err);
+  if (o == NULL) return err;
+  /* Each part gets its own copy of the items, without an answer yet. */
+  o->copies = calloc((size_t)B->n * (size_t)n, sizeof *o->copies);
+  if (o->copies == NULL) {
+    if (o != &stack) free(o);
+    return dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  }
+  for (int i = 0; i < B->n; i++) {
+    o->is[i] = o->copies + (size_t)i * (size_t)n;
+    memcpy(o->is[i], items, (size_t)n * sizeof *items);
+    for (int k = 0; k < n; k++) o->is[i][k].result = -1;
+  }
+  o->lease_ms = lease_ms;
+  o->nitems = n;
+  o->items = items;
+  o->calls = calls;
+  return run(o, op);
+}
+
+static int rl_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                    dl_renew_item *items, int *calls) {
+  (void)deadline; /* each part's renewal is bounded by its command timeout */
+  return renew_run(b, lease_ms, n, items, calls, NULL, NULL, NULL);
+}
+
+static int rl_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms,
+                          int n, dl_renew_item *items, int *calls,
+                          dl_done_fn done, void *ud, dl_async **op) {
+  (void)deadline;
+  return renew_run(b, lease_ms, n, items, calls, done, ud, op);
+}
+
+static void rl_cancel(dl_backend *b, dl_async *op) {
+  redlock *B = (redlock *)b;
+  rl_op *o = (rl_op *)op;
+  if (o->cancelled || o->kind != OP_ACQUIRE || B->closing) return;
+  o->cancelled = true;
+  o->a->deadline = dl_now_ms();
+  if (o->st == ST_PAUSED && o->pause.pending)
+    dl_redis_step_interrupt(part0(B), &o->pause);
+}
+
+/* Inspect and scan read the first server that answers: every server has
+ * the same names, and the holder in the snapshot is one server's view. */
+static int read_run(dl_backend *b, int kind, const char *key,
+                    dlock_lock_state *st, const char *match,
+                    size_t prefix_len, dlock_scan_cb cb, void *cb_ud,
+                    dl_done_fn done, void *ud, dl_async **op) {
+  redlock *B = (redlock *)b;
+  int err = check(B, done != NULL);
+  rl_op stack, *o = err ? NULL : op_new(B, &stack, kind, done, ud, &err);
+  if (o == NULL) return err;
+  o->only = 0;
+  o->key = key;
+  o->snap = st;
+  o->match = match;
+  o->prefix_len = prefix_len;
+  o->cb = cb;
+  o->cb_ud = cb_ud;
+  return run(o, op);
+}
+
+static int rl_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
+  return read_run(b, OP_INSPECT, key, st, NULL, 0, NULL, NULL, NULL, NULL,
+                  NULL);
+}
+
+static int rl_inspect_async(dl_backend *b, const char *key,
+                            dlock_lock_state *st, dl_done_fn done, void *ud,
+                            dl_async **op) {
+  return read_run(b, OP_INSPECT, key, st, NULL, 0, NULL, NULL, done, ud, op);
+}
+
+static int rl_scan(dl_backend *b, const char *match, size_t prefix_len,
+                   dlock_scan_cb cb, void *ud) {
+  return read_run(b, OP_SCAN, NULL, NULL, match, prefix_len, cb, ud, NULL,
+                  NULL, NULL);
+}
+
+static int rl_scan_async(dl_backend *b, const char *match, size_t prefix_len,
+                         dlock_scan_cb cb, void *cb_ud, dl_done_fn done,
+                         void *ud, dl_async **op) {
+  return read_run(b, OP_SCAN, NULL, NULL, match, prefix_len, cb, cb_ud, done,
+                  ud, op);
+}
+
+static int rl_watch_losses(dl_backend *b, dl_notice_fn fn, void *ud) {
+  (void)b, (void)fn, (void)ud;
+  return 0; /* holds are checked at each renewal, by quorum */
+}
+
+static void rl_stats(dl_backend *b, dlock_client_stats *st) {
+  redlock *B = (redlock *)b;
+  for (int i = 0; i < B->n; i++) B->part[i]->ops->stats(B->part[i], st);
+}
+
+static void rl_free(dl_backend *b) {
+  redlock *B = (redlock *)b;
+  if (B == NULL) return;
+  B->closing = true; /* operations still running start nothing new */
+  for (int i = 0; i < B->n; i++) {
+    dl_backend *part = B->part[i];
+    B->part[i] = NULL;
+    if (part) part->ops->free(part);
+  }
+  free(B);
+}
+
+static const dl_backend_ops redlock_ops = {
+    .name = "redlock",
+    .lock_acquire = rl_acquire,
+    .lock_release = rl_release,
+    .lock_force_release = rl_force,
+    .lock_query = rl_query,
+    .inspect = rl_inspect,
+    .scan = rl_scan,
+    .renew = rl_renew,
+    .watch_losses = rl_watch_losses,
+    .lock_acquire_async = rl_acquire_async,
+    .lock_release_async = rl_release_async,
+    .lock_force_release_async = rl_force_async,
+    .lock_query_async = rl_query_async,
+    .renew_async = rl_renew_async,
+    .inspect_async = rl_inspect_async,
+    .scan_async = rl_scan_async,
+    .ping_async = rl_ping_async,
+    .cancel = rl_cancel,
+    .ping = rl_ping,
+    .stats = rl_stats,
+    .free = rl_free,
+};
+
+/* ---- the URL: redlock://[user:password@]HOST:PORT,HOST:PORT...[/DB] ---- */
+int dl_redlock_backend_new(const dlock_client_options *opts,
+                           const dl_backend_env *env, dl_backend **out) {
+  *out = NULL;
+  const char *url = opts->url;
+  const char *p = strstr(url, "://");
+  redlock *B = calloc(1, sizeof *B);
+  if (B == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  B->base.ops = &redlock_ops;
+  B->env = *env;
+  B->part_env = *env;
+  /* The parts never subscribe: a composite waits by retrying. */
+  if (B->part_env.backoff_max_ms <= 0) B->part_env.backoff_max_ms = 50;
+  /* "user:password@", then the hosts up to '/', '?' or the end. */
+  p = p ? p + 3 : url;
+  const char *at = strchr(p, '@'), *hosts = p;
+  const char *tail = p + strcspn(p, "/?");
+  if (at && at < tail) hosts = at + 1;
+  size_t userinfo = at && at < tail ? (size_t)(at + 1 - p) : 0;
+  int rc = 0;
+  for (const char *h = hosts; rc == 0 && h < tail;) {
+    size_t len = strcspn(h, ",/?");
+    if (len == 0 || B->n == RL_MAX) {
+      rc = DLOCK_EURL;
+      break;
+    }
+    /* One server's URL: redis://[userinfo]HOST:PORT[tail]. */
+    char *one = malloc(8 + userinfo + len + strlen(tail) + 1);
+    if (one == NULL) {
+      rc = DLOCK_ENOMEM;
+      break;
+    }
+    sprintf(one, "redis://%.*s%.*s%s", (int)userinfo, p, (int)len, h, tail);
+    dlock_client_options o = *opts;
+    o.url = one;
+    o.connections = 1;
+    dl_backend *part = NULL;
+    rc = dl_redis_part_new(&o, &B->part_env, &part);
+    free(one);
+    if (rc == 0) B->part[B->n++] = part;
+    h += len;
+    if (*h == ',') h++;
+  }
+  if (rc == 0 && B->n == 0) rc = DLOCK_EURL;
+  if (rc != 0) {
+    char *shown = dl_url_redact(url);
+    if (rc == DLOCK_EURL)
+      dl_seterr(NULL, rc, "redlock:// needs HOST:PORT[,HOST:PORT...] (at "
+                "most %d servers) (url %s)", RL_MAX, shown ? shown : "");
+    free(shown);
+    rl_free(&B->base);
+    return rc;
+  }
+  B->quorum = B->n / 2 + 1;
+  *out = &B->base;
+  return 0;
+}

@@ -1,0 +1,285 @@
+/* test_redlock.c: the Redlock backend (redlock://) against 3 and 5 real
+ * redis-servers: the quorum for every subset of servers down, nothing
+ * left behind by a failed attempt, validity less drift, exclusion across
+ * clients, renewal by quorum and the loss when a quorum is gone, the
+ * event-loop client, and bad URLs. */
+#include "dlock_async.h"
+#include "harness.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define NMAX 5
+static th_redis srv[NMAX];
+static char url[1024];
+
+/* Starts n servers and makes url name them all. */
+static bool start(int n) {
+  int at = snprintf(url, sizeof url, "redlock://");
+  for (int i = 0; i < n; i++) {
+    if (th_redis_start(&srv[i], NULL) != 0) return false;
+    at += snprintf(url + at, sizeof url - (size_t)at, "%s127.0.0.1:%d",
+                   i ? "," : "", srv[i].port);
+  }
+  return true;
+}
+
+static dlock_client *client(int64_t watchdog_ms) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 500;
+  o.connect_timeout_ms = 300;
+  o.reconnect_min_ms = 1;
+  o.reconnect_max_ms = 5;
+  if (watchdog_ms > 0) o.watchdog_timeout_ms = watchdog_ms;
+  return th_client_opts(&o);
+}
+
+/* How many servers hold `key` (a lock hash) now. */
+static int holders(int n, const char *key) {
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (srv[i].pid > 0) k += th_cmd_int(&srv[i], "EXISTS %s", key) == 1;
+  return k;
+}
+
+/* redsync's table: with each subset of the n servers down, an acquire
+ * succeeds exactly when a quorum is up, and a failed attempt leaves the
+ * lock on none of the servers that are up. */
+static void quorum_table(int n) {
+  CHECK(start(n));
+  dlock_client *c = client(0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:q", NULL, &l), 0);
+  int quorum = n / 2 + 1;
+  for (int mask = 0; mask < (1 << n); mask++) {
+    int up = n;
+    for (int i = 0; i < n; i++)
+      if (mask & (1 << i)) {
+        th_redis_kill(&srv[i], SIGKILL);
+        up--;
+      }
+    /* With a quorum up, a short wait rides out reconnect backoff. */
+    int rc = dlock_lock_try_acquire(l, up >= quorum ? 1000 : 0, 10000, NULL);
+    if (up >= quorum) {
+      CHECK_RC(rc, 0);
+      CHECK(holders(n, "rl:q") >= quorum);
+      CHECK_EQ(dlock_lock_release(l), 1);
+    } else {
+      CHECK(rc < 0 && rc != DLOCK_EINVAL);
+      CHECK(rc == DLOCK_EBUSY || rc == DLOCK_ECONNECT ||
+            rc == DLOCK_ECONNLOST || rc == DLOCK_ETIMEDOUT);
+    }
+    CHECK_EQ(holders(n, "rl:q"), 0);
+    for (int i = 0; i < n; i++)
+      if (mask & (1 << i)) CHECK_RC(th_redis_restart(&srv[i]), 0);
+  }
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
+static void t_quorum_table_3(void) { quorum_table(3); }
+static void t_quorum_table_5(void) { quorum_table(5); }
+
+/* Taken on every server with one token each; valid for the lease less
+ * the drift (1 % + 2 ms) from the attempt's start; released on all. */
+static void t_acquire_validity_release(void) {
+  CHECK(start(3));
+  dlock_client *c = client(0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:v", NULL, &l), 0);
+  uint64_t tok = 0;
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 2000, &tok), 0);
+  CHECK(tok > 0);
+  CHECK_EQ(holders(3, "rl:v"), 3);
+  for (int i = 0; i < 3; i++) {
+    long long pttl = th_cmd_int(&srv[i], "PTTL rl:v");
+    CHECK(pttl > 1500 && pttl <= 2000);
+  }
+  int64_t left = 0;
+  CHECK_RC(dlock_lock_validity(l, &left), 0);
+  CHECK(left > 1500 && left <= 2000 - 22);
+  CHECK_EQ(dlock_lock_is_held(l), 1);
+  CHECK_EQ(dlock_lock_hold_count(l), 1);
+  /* Reentrant: a second hold, released in turn. */
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 2000, NULL), 0);
+  CHECK_EQ(dlock_lock_hold_count(l), 2);
+  CHECK_EQ(dlock_lock_release(l), 0);
+  CHECK_EQ(holders(3, "rl:v"), 3);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_EQ(holders(3, "rl:v"), 0);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
+/* Two clients exclude each other; the waiter gets it after the release. */
+static void t_exclusion(void) {
+  CHECK(start(3));
+  dlock_client *a = client(0), *b = client(0);
+  CHECK(a != NULL && b != NULL);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "rl:x", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "rl:x", NULL, &lb), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 10000, NULL), 0);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(lb, 200, 10000, NULL), DLOCK_EBUSY);
+  CHECK(th_now_ms() - t0 >= 200);
+  CHECK_EQ(holders(3, "rl:x"), 3); /* the loser left nothing of its own */
+  CHECK_EQ(dlock_lock_release(la), 1);
+  CHECK_RC(dlock_lock_try_acquire(lb, 1000, 10000, NULL), 0);
+  CHECK_EQ(dlock_lock_release(lb), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* Another owner holds it on two of three servers: refused, and the one
+ * server where the attempt took it is released again. Control: held on
+ * one server only, a quorum is still to be had. */
+static void t_minority_taken(void) {
+  CHECK(start(3));
+  dlock_client *c = client(0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:m", NULL, &l), 0);
+  for (int i = 0; i < 2; i++)
+    th_cmd_int(&srv[i], "HSET rl:m other:1 1");
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), DLOCK_EBUSY);
+  CHECK_EQ(th_cmd_int(&srv[2], "EXISTS rl:m"), 0);
+  th_cmd_int(&srv[1], "DEL rl:m");
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK_EQ(th_cmd_int(&srv[1], "EXISTS rl:m"), 1);
+  CHECK_EQ(th_cmd_int(&srv[2], "EXISTS rl:m"), 1);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_EQ(th_cmd_int(&srv[0], "HGET rl:m other:1"), 1); /* not ours */
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
+static atomic_int lost;
+static void on_lost(dlock_lock *l, const char *owner, void *ud) {
+  (void)l, (void)owner, (void)ud;
+  atomic_fetch_add(&lost, 1);
+}
+
+/* The watchdog renews on every server; with one server down it goes on
+ * (a quorum renews); with two down the hold is reported lost. */
+static void t_renew_by_quorum(void) {
+  CHECK(start(3));
+  dlock_client *c = client(600);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:w", NULL, &l), 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  CHECK_RC(dlock_lock_acquire(l, -1, NULL), 0);
+  /* Renewed: still valid well past the first lease's end. */
+  th_sleep_ms(1500);
+  CHECK_RC(dlock_lock_validity(l, NULL), 0);
+  CHECK_EQ(holders(3, "rl:w"), 3);
+  th_redis_kill(&srv[2], SIGKILL);
+  int64_t end = th_now_ms() + 1200;
+  while (th_now_ms() < end && atomic_load(&lost) == 0) th_sleep_ms(20);
+  CHECK_EQ(atomic_load(&lost), 0);
+  CHECK_RC(dlock_lock_validity(l, NULL), 0);
+  th_redis_kill(&srv[1], SIGKILL);
+  end = th_now_ms() + 3000;
+  while (th_now_ms() < end && atomic_load(&lost) == 0) th_sleep_ms(10);
+  CHECK_EQ(atomic_load(&lost), 1);
+  CHECK_RC(dlock_lock_validity(l, NULL), DLOCK_ELOST);
+  dlock_lock_release(l); /* forgets the lost hold */
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
+/* ---- the event-loop client ---- */
+typedef struct got {
+  int calls, rc;
+  uint64_t token;
+} got;
+
+static void on_done(int rc, uint64_t token, const char *msg, void *ud) {
+  (void)msg;
+  got *g = ud;
+  g->calls++;
+  g->rc = rc;
+  g->token = token;
+}
+
+static bool run_until(dlock_loop *lp, const int *flag, int ms) {
+  int64_t end = th_now_ms() + ms;
+  while (!*flag && th_now_ms() < end) dlock_loop_run(lp, 20);
+  return *flag != 0;
+}
+
+static void t_async(void) {
+  CHECK(start(3));
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL, *b = client(0);
+  CHECK(b != NULL);
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  dlock_lock *l, *bl;
+  CHECK_RC(dlock_lock_new(c, "rl:a", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(b, "rl:a", NULL, &bl), 0);
+  got g[4] = {{0}};
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 10000, on_done, &g[0], NULL), 0);
+  CHECK_EQ(g[0].calls, 0);
+  CHECK(run_until(lp, &g[0].calls, 3000));
+  CHECK_RC(g[0].rc, 0);
+  CHECK(g[0].token > 0);
+  CHECK_EQ(holders(3, "rl:a"), 3);
+  CHECK_RC(dlock_lock_try_acquire(bl, 0, 10000, NULL), DLOCK_EBUSY);
+  /* A waiter on the loop gets it when the blocking holder lets go. */
+  CHECK_RC(dlock_lock_release_async(l, on_done, &g[1], NULL), 0);
+  CHECK(run_until(lp, &g[1].calls, 3000));
+  CHECK_RC(g[1].rc, 1);
+  CHECK_RC(dlock_lock_try_acquire(bl, 0, 10000, NULL), 0);
+  CHECK_RC(dlock_lock_acquire_async(l, 5000, 10000, on_done, &g[2], NULL), 0);
+  dlock_loop_run(lp, 100);
+  CHECK_EQ(g[2].calls, 0);
+  CHECK_EQ(dlock_lock_release(bl), 1);
+  CHECK(run_until(lp, &g[2].calls, 3000));
+  CHECK_RC(g[2].rc, 0);
+  /* Pending at close: completed within it. */
+  dlock_lock *l2;
+  CHECK_RC(dlock_lock_new(c, "rl:a", "other", &l2), 0);
+  CHECK_RC(dlock_lock_acquire_async(l2, 20000, 10000, on_done, &g[3], NULL),
+           0);
+  dlock_loop_run(lp, 50);
+  dlock_lock_free(l2);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  CHECK_EQ(g[3].calls, 1);
+  CHECK_RC(g[3].rc, DLOCK_ECLOSED);
+  dlock_loop_free(lp);
+  dlock_lock_free(bl);
+  dlock_client_close(b);
+}
+
+static void t_bad_urls(void) {
+  const char *bad[] = {"redlock://", "redlock://127.0.0.1:1,,127.0.0.1:2",
+                       "redlock://@/0"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dlock_client_options o;
+    dlock_client_options_init(&o);
+    o.url = bad[i];
+    dlock_client *c = NULL;
+    int rc = dlock_client_open(&o, &c);
+    CHECK(rc == DLOCK_EURL);
+    CHECK(c == NULL);
+  }
+}
+
+TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
+        T_BARE(t_acquire_validity_release), T_BARE(t_exclusion),
+        T_BARE(t_minority_taken), T_BARE(t_renew_by_quorum), T_BARE(t_async),
+        T_BARE(t_bad_urls))
