@@ -197,6 +197,41 @@ static void t_renew_by_quorum(void) {
   dlock_client_close(c);
 }
 
+
+/* Fencing over quorums: one server's counter runs far ahead of the others.
+ * H1 takes the lock on {0, 1} (2 is held by another), H2 later on {1, 2}
+ * (0 is held by another): H2's token must be above H1's although server 0,
+ * which gave H1 its token, is not in H2's quorum. It is, because H1 wrote
+ * its token back to server 1 before using it; server 2's own counter (not
+ * written back) shows that the per-server counters alone would not do. */
+static void t_fencing_over_quorums(void) {
+  CHECK(start(3));
+  dlock_client *c = client(0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:f", NULL, &l), 0);
+  th_cmd_int(&srv[0], "SET redisson_lock_token:{rl:f} 5000000000000000");
+  th_cmd_int(&srv[2], "SET redisson_lock_token:{rl:f} 1000");
+  th_cmd_int(&srv[2], "HSET rl:f other:1 1");
+  uint64_t t1 = 0, t2 = 0;
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, &t1), 0);
+  CHECK(t1 > 5000000000000000ull);
+  /* Server 1 gave H1 a token from its own clock (~1.8e15); it now holds
+   * t1, written back (without the write-back this check fails). */
+  CHECK_EQ(th_cmd_int(&srv[1], "GET redisson_lock_token:{rl:f}"),
+           (long long)t1);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  th_cmd_int(&srv[2], "DEL rl:f");
+  th_cmd_int(&srv[0], "HSET rl:f other:1 1");
+  long long own2 = th_cmd_int(&srv[2], "GET redisson_lock_token:{rl:f}");
+  CHECK_EQ(own2, 1000); /* server 2's own next token: 1001 < t1 */
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, &t2), 0);
+  CHECK(t2 > t1);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 /* ---- the event-loop client ---- */
 typedef struct got {
   int calls, rc;
@@ -281,5 +316,6 @@ static void t_bad_urls(void) {
 
 TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_acquire_validity_release), T_BARE(t_exclusion),
-        T_BARE(t_minority_taken), T_BARE(t_renew_by_quorum), T_BARE(t_async),
+        T_BARE(t_minority_taken), T_BARE(t_fencing_over_quorums),
+        T_BARE(t_renew_by_quorum), T_BARE(t_async),
         T_BARE(t_bad_urls))

@@ -223,6 +223,12 @@ typedef struct dl_backend_ops {
                     dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
                     dl_async **op);
   int (*ping_async)(dl_backend *b, dl_done_fn done, void *ud, dl_async **op);
+  /* Raises the lock's fencing-token counter to at least `token`, so that
+   * its next token is above it: 1, or a negative code (a composite writes
+   * back the token it took over a quorum). Event-loop form only. */
+  int (*lock_fence_async)(dl_backend *b, const dl_lock_ref *l, uint64_t token,
+                          int64_t lease_ms, dl_done_fn done, void *ud,
+                          dl_async **op);
   /* The renewal round (as renew) of n > 0 items. */
   int (*renew_async)(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                      dl_renew_item *items, int *calls, dl_done_fn done,

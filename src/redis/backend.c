@@ -513,6 +513,7 @@ static const dl_backend_ops redis_ops = {
     .lock_query_async = dl_redis_lock_query_async,
     .inspect_async = dl_redis_inspect_async,
     .scan_async = dl_redis_scan_async,
+    .lock_fence_async = dl_redis_lock_fence_async,
     .cancel = dl_redis_cancel,
     .renew = rb_renew,
     .renew_async = rb_renew_async,

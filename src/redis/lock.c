@@ -217,6 +217,42 @@ int dl_redis_lock_force_release_async(dl_backend *b, const dl_lock_ref *l,
   return force_run(b, l, done, ud, op);
 }
 
+/* Raising the fencing-token counter (lock_fence.lua). */
+typedef struct fence_req {
+  dl_reqop r;
+  const dl_lock_ref *l;
+  char tk[DL_DERIVED_MAX], token[DL_INT_BUF], lease[DL_INT_BUF];
+} fence_req;
+
+static int fence_send(dl_reqop *x) {
+  fence_req *f = (fence_req *)x;
+  const char *keys[] = {TOKEN_KEY(f->l, f->tk)};
+  const char *args[] = {f->token, f->lease};
+  return dl_redis_step_eval(x->R, &x->p, 0, DL_SCRIPT_LOCK_FENCE, 1, keys, 2,
+                            args);
+}
+
+static int fence_result(dl_reqop *x) {
+  redisReply *r = dl_reqop_reply(x);
+  if (r == NULL) return x->p.rc;
+  long long v = 0;
+  return dl_redis_int_reply(x->R, r, 1, 1, &v) == 0 ? 1 : DLOCK_EPROTO;
+}
+
+int dl_redis_lock_fence_async(dl_backend *b, const dl_lock_ref *l,
+                              uint64_t token, int64_t lease_ms,
+                              dl_done_fn done, void *ud, dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  fence_req *x = dl_reqop_new(R, NULL, sizeof *x, true, op, &err, fence_send,
+                              fence_result);
+  if (x == NULL) return err;
+  x->l = l;
+  snprintf(x->token, sizeof x->token, "%llu", (unsigned long long)token);
+  dl_fmt_ll(x->lease, lease_ms);
+  return dl_reqop_run(&x->r, done, ud, op);
+}
+
 typedef struct query_req {
   dl_reqop r;
   const dl_lock_ref *l;

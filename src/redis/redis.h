@@ -367,6 +367,9 @@ int dl_redis_inspect_async(dl_backend *b, const char *key,
 int dl_redis_scan_async(dl_backend *b, const char *match, size_t prefix_len,
                         dlock_scan_cb cb, void *cb_ud, dl_done_fn done,
                         void *ud, dl_async **op);
+int dl_redis_lock_fence_async(dl_backend *b, const dl_lock_ref *l,
+                              uint64_t token, int64_t lease_ms,
+                              dl_done_fn done, void *ud, dl_async **op);
 /* PING, expecting PONG (reqop.c). */
 int dl_redis_ping(dl_backend *b);
 int dl_redis_ping_async(dl_backend *b, dl_done_fn done, void *ud,

@@ -41,7 +41,10 @@ static int64_t drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
 /* ---- the operation: a state machine stepped by the parts' completions */
 enum { OP_ACQUIRE, OP_RELEASE, OP_RENEW, OP_FORCE, OP_QUERY, OP_PING,
        OP_INSPECT, OP_SCAN };
-enum { ST_FAN, ST_FANNED, ST_RELEASED, ST_PAUSED, ST_DELIVER };
+enum { ST_FAN, ST_FANNED, ST_FENCED, ST_RELEASED, ST_PAUSED, ST_DELIVER };
+/* What a round sends: the operation, an attempt's release, or the fence
+ * (the token written back). */
+enum { PH_MAIN, PH_RELEASE, PH_FENCE };
 
 typedef struct rl_op rl_op;
 typedef struct rl_slot {
@@ -131,7 +134,7 @@ static int passed(const char *name, void *ud) {
 
 /* Starts part i's operation of o's kind; false if it failed to start
  * (o->rc[i] then says why). */
-static bool start_part(rl_op *o, int i, bool release) {
+static bool start_part(rl_op *o, int i, int phase) {
   redlock *B = o->B;
   if (B->closing) { /* the parts are being freed */
     o->rc[i] = DLOCK_ECLOSED;
@@ -141,7 +144,10 @@ static bool start_part(rl_op *o, int i, bool release) {
   const dl_backend_ops *ops = b->ops;
   rl_slot *s = &o->slot[i];
   int rc;
-  if (release || o->kind == OP_RELEASE) {
+  if (phase == PH_FENCE) {
+    rc = ops->lock_fence_async(b, o->a->lock, o->a->token, o->a->lease_ms,
+                               part_done, s, &o->sub[i]);
+  } else if (phase == PH_RELEASE || o->kind == OP_RELEASE) {
     const dl_lock_ref *l = o->kind == OP_ACQUIRE ? o->a->lock : o->l;
     int64_t lease = o->kind == OP_ACQUIRE ? o->a->lease_ms : o->lease_ms;
     int count = o->kind == OP_ACQUIRE ? o->a->held + 1 : o->count;
@@ -180,17 +186,19 @@ static bool start_part(rl_op *o, int i, bool release) {
   return rc == 0;
 }
 
-/* Starts the round on every part (release: the release of an attempt on
- * those that did not refuse it). Goes on at once if none started. */
-static void fan(rl_op *o, bool release) {
+/* Starts the round on every part: the operation; an attempt's release on
+ * those that did not refuse it; the fence on those that granted it. Goes
+ * on at once if none started. */
+static void fan(rl_op *o, int phase) {
   o->left = 1; /* held until every start is made */
-  o->t0 = dl_now_ms();
+  if (phase == PH_MAIN) o->t0 = dl_now_ms();
   for (int i = 0; i < o->B->n; i++) {
-    if (release && o->rc[i] == 0) continue; /* refused: nothing there */
+    if (phase == PH_RELEASE && o->rc[i] == 0) continue; /* nothing there */
+    if (phase == PH_FENCE && o->rc[i] != 1) continue;
     if (o->only >= 0 && i != o->only) continue;
     o->slot[i].o = o;
     o->slot[i].i = i;
-    if (start_part(o, i, release)) o->left++;
+    if (start_part(o, i, phase)) o->left++;
   }
   if (--o->left == 0) step(o);
 }
@@ -317,18 +325,21 @@ static void step(rl_op *o) {
   for (;;) switch (o->st) {
     case ST_FAN:
       o->st = ST_FANNED;
-      fan(o, false);
+      fan(o, PH_MAIN);
       return;
     case ST_FANNED: {
       int r;
       switch (o->kind) {
       case OP_ACQUIRE:
         if (acquired(o)) {
-          finish(o, 1);
+          /* The token goes back to the quorum that granted it before
+           * anyone may use it. */
+          o->st = ST_FENCED;
+          fan(o, PH_FENCE);
           return;
         }
         o->st = ST_RELEASED;
-        fan(o, true);
+        fan(o, PH_RELEASE);
         return;
       case OP_RELEASE: r = released(o); break;
       case OP_RENEW: r = renewed(o); break;
@@ -346,6 +357,20 @@ static void step(rl_op *o) {
         break;
       }
       finish(o, r);
+      return;
+    }
+    case ST_FENCED: {
+      int fenced = 0;
+      for (int i = 0; i < o->B->n; i++) {
+        fenced += o->rc[i] == 1;
+        if (o->rc[i] < 0) o->rc[i] = 1; /* granted there: released below */
+      }
+      if (fenced >= o->B->quorum && o->a->valid_until > dl_now_ms()) {
+        finish(o, 1);
+        return;
+      }
+      o->st = ST_RELEASED;
+      fan(o, PH_RELEASE);
       return;
     }
     case ST_RELEASED: {
