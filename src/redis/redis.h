@@ -289,6 +289,11 @@ int dl_redis_backend_new(const dlock_client_options *opts,
 int dl_redis_part_new(const dlock_client_options *opts,
                       const dl_backend_env *env, dl_backend **out);
 /* The Redlock backend for redlock:// URLs (redlock.c). */
+#define DL_REDLOCK_MAX 15 /* servers at most */
+/* The servers of a redlock:// URL, each as a redis:// URL (out[i], the
+ * caller frees): how many (1..max), or DLOCK_EURL / DLOCK_ENOMEM; and
+ * *fencing (may be NULL): false with ?fencing=off. */
+int dl_redlock_urls(const char *url, char **out, int max, bool *fencing);
 int dl_redlock_backend_new(const dlock_client_options *opts,
                            const dl_backend_env *env, dl_backend **out);
 /* The typed operations over a link made elsewhere (the reply fuzzer's),

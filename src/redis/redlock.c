@@ -4,7 +4,10 @@
  * a quorum of N/2 + 1:
  * - acquire: one attempt per server, no wait there; taken when a quorum
  *   took it and time is left: valid until the attempt's send time + lease
- *   - drift (1 % of the lease + 2 ms); otherwise released on every server
+ *   - drift (1 % of the lease + 2 ms); its fencing token, the largest the
+ *   quorum gave, is then written back to that quorum (lock_fence) before
+ *   it is returned, so that any later quorum gives a larger one
+ *   (?fencing=off: not, and no token); otherwise released on every server
  *   that did not refuse it (a lost reply may have taken it), and tried
  *   again after a random delay until the deadline;
  * - renewal: a hold is held when a quorum renewed it in time, gone when a
@@ -15,83 +18,10 @@
  * whose steps the calling thread completes, so that a blocking call, too,
  * asks every server before it waits for any. The lock kinds and their
  * layouts are the parts' own (the Redis lock family). */
-#include "redis.h"
+#include "redlock.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define RL_MAX 15        /* servers at most */
-#define RL_RETRY_MIN_MS 2  /* the first retry's delay, then doubled */
-#define RL_RETRY_MAX_MS 50 /* ... up to this, each drawn in [d/2, d] */
-
-typedef struct redlock {
-  dl_backend base;
-  dl_backend_env env;      /* the client's */
-  dl_backend_env part_env; /* the parts': no subscriptions */
-  int n, quorum;
-  dl_backend *part[RL_MAX];
-  bool closing;
-} redlock;
-
-/* The drift allowed for: 1 % of the lease plus 2 ms (the stricter of the
- * peers' rules: redsync's factor, npm redlock's constant). */
-static int64_t drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
-
-/* ---- the operation: a state machine stepped by the parts' completions */
-enum { OP_ACQUIRE, OP_RELEASE, OP_RENEW, OP_FORCE, OP_QUERY, OP_PING,
-       OP_INSPECT, OP_SCAN };
-enum { ST_FAN, ST_FANNED, ST_FENCED, ST_RELEASED, ST_PAUSED, ST_DELIVER };
-/* What a round sends: the operation, an attempt's release, or the fence
- * (the token written back). */
-enum { PH_MAIN, PH_RELEASE, PH_FENCE };
-
-typedef struct rl_op rl_op;
-typedef struct rl_slot {
-  rl_op *o;
-  int i;
-} rl_slot;
-
-struct rl_op {
-  dl_async head; /* the event-loop driver's (head.R unused) */
-  redlock *B;
-  int kind, st;
-  bool async, starting, finished, cancelled;
-  int result;
-  int left;       /* parts' operations outstanding */
-  int unanswered; /* the last attempt's servers that did not answer */
-  int attempt_err; /* and the first of their errors */
-  int64_t t0;     /* this round's first send */
-  dl_backoff retry;
-  dl_pend pause;  /* between attempts, on part 0 */
-  rl_slot slot[RL_MAX];
-  dl_async *sub[RL_MAX];
-  int rc[RL_MAX];
-  /* acquire */
-  dl_acquire *a;
-  dl_acquire as[RL_MAX];
-  /* release, force, query */
-  const dl_lock_ref *l;
-  int64_t lease_ms;
-  int count;
-  dl_lock_query q;
-  long long *v, vs[RL_MAX];
-  /* renew */
-  int nitems, *calls, ncalls[RL_MAX];
-  dl_renew_item *items, *is[RL_MAX];
-  dl_renew_item *copies; /* the parts' items, one block */
-  /* inspect and scan: one part at a time, the next if it fails */
-  int only;
-  const char *key;
-  dlock_lock_state *snap;
-  const char *match;
-  size_t prefix_len;
-  dlock_scan_cb cb;
-  void *cb_ud;
-  int passed; /* names passed to cb */
-};
-
-static dl_redis *part0(redlock *B) { return (dl_redis *)B->part[0]; }
 
 static void step(rl_op *o);
 
@@ -332,6 +262,11 @@ static void step(rl_op *o) {
       switch (o->kind) {
       case OP_ACQUIRE:
         if (acquired(o)) {
+          if (!o->B->fencing) {
+            o->a->token = 0; /* none: the servers' own are not ordered */
+            finish(o, 1);
+            return;
+          }
           /* The token goes back to the quorum that granted it before
            * anyone may use it. */
           o->st = ST_FENCED;
@@ -408,8 +343,8 @@ static void on_pause(dl_pend *p) {
   step(o);
 }
 
-static rl_op *op_new(redlock *B, rl_op *stack, int kind, dl_done_fn done,
-                     void *ud, int *err) {
+rl_op *dl_rl_op_new(redlock *B, rl_op *stack, int kind, dl_done_fn done,
+                    void *ud, int *err) {
   *err = 0;
   rl_op *o = stack;
   if (done && (o = malloc(sizeof *o)) == NULL) {
@@ -433,7 +368,7 @@ static rl_op *op_new(redlock *B, rl_op *stack, int kind, dl_done_fn done,
 /* Runs o: to its end on the calling thread (the blocking driver, whose
  * parts are gather links: returns the result), or started on the loop (0
  * and *op, or a negative code when nothing could start). */
-static int run(rl_op *o, dl_async **op) {
+int dl_rl_run(rl_op *o, dl_async **op) {
   if (!o->async) {
     dl_gather g, *saved;
     dl_gather_begin(&g, &saved);
@@ -454,281 +389,3 @@ static int run(rl_op *o, dl_async **op) {
   return 0;
 }
 
-/* ---- the backend's entries ---- */
-static int check(redlock *B, bool async) {
-  if ((B->env.loop != NULL) == async) return 0;
-  return dl_seterr(B->env.err_owner, DLOCK_EINVAL,
-                   async ? "an event-loop call on a blocking client"
-                         : "a blocking call on an event-loop client");
-}
-
-static int acquire_run(dl_backend *b, dl_acquire *a, dl_done_fn done,
-                       void *ud, dl_async **op) {
-  redlock *B = (redlock *)b;
-  int err = check(B, done != NULL);
-  rl_op stack, *o = err ? NULL : op_new(B, &stack, OP_ACQUIRE, done, ud, &err);
-  if (o == NULL) return err;
-  o->a = a;
-  return run(o, op);
-}
-
-static int rl_acquire(dl_backend *b, dl_acquire *a) {
-  return acquire_run(b, a, NULL, NULL, NULL);
-}
-
-static int rl_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
-                            void *ud, dl_async **op) {
-  return acquire_run(b, a, done, ud, op);
-}
-
-static int lock_run(dl_backend *b, int kind, const dl_lock_ref *l,
-                    int64_t lease_ms, int count, dl_lock_query q,
-                    long long *v, dl_done_fn done, void *ud, dl_async **op) {
-  redlock *B = (redlock *)b;
-  int err = check(B, done != NULL);
-  rl_op stack, *o = err ? NULL : op_new(B, &stack, kind, done, ud, &err);
-  if (o == NULL) return err;
-  o->l = l;
-  o->lease_ms = lease_ms;
-  o->count = count;
-  o->q = q;
-  o->v = v;
-  return run(o, op);
-}
-
-static int rl_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
-                      int count) {
-  return lock_run(b, OP_RELEASE, l, lease_ms, count, 0, NULL, NULL, NULL,
-                  NULL);
-}
-
-static int rl_release_async(dl_backend *b, const dl_lock_ref *l,
-                            int64_t lease_ms, int count, dl_done_fn done,
-                            void *ud, dl_async **op) {
-  return lock_run(b, OP_RELEASE, l, lease_ms, count, 0, NULL, done, ud, op);
-}
-
-static int rl_force(dl_backend *b, const dl_lock_ref *l) {
-  return lock_run(b, OP_FORCE, l, 0, 0, 0, NULL, NULL, NULL, NULL);
-}
-
-static int rl_force_async(dl_backend *b, const dl_lock_ref *l,
-                          dl_done_fn done, void *ud, dl_async **op) {
-  return lock_run(b, OP_FORCE, l, 0, 0, 0, NULL, done, ud, op);
-}
-
-static int rl_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
-                    long long *v) {
-  return lock_run(b, OP_QUERY, l, 0, 0, q, v, NULL, NULL, NULL);
-}
-
-static int rl_query_async(dl_backend *b, const dl_lock_ref *l,
-                          dl_lock_query q, long long *v, dl_done_fn done,
-                          void *ud, dl_async **op) {
-  return lock_run(b, OP_QUERY, l, 0, 0, q, v, done, ud, op);
-}
-
-static int rl_ping(dl_backend *b) {
-  return lock_run(b, OP_PING, NULL, 0, 0, 0, NULL, NULL, NULL, NULL);
-}
-
-static int rl_ping_async(dl_backend *b, dl_done_fn done, void *ud,
-                         dl_async **op) {
-  return lock_run(b, OP_PING, NULL, 0, 0, 0, NULL, done, ud, op);
-}
-
-static int renew_run(dl_backend *b, int64_t lease_ms, int n,
-                     dl_renew_item *items, int *calls, dl_done_fn done,
-                     void *ud, dl_async **op) {
-  redlock *B = (redlock *)b;
-  int err = check(B, done != NULL);
-  rl_op stack, *o = err ? NULL : op_new(B, &stack, OP_RENEW, done, ud, &err);
-  if (o == NULL) return err;
-  /* Each part gets its own copy of the items, without an answer yet. */
-  o->copies = calloc((size_t)B->n * (size_t)n, sizeof *o->copies);
-  if (o->copies == NULL) {
-    if (o != &stack) free(o);
-    return dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
-  }
-  for (int i = 0; i < B->n; i++) {
-    o->is[i] = o->copies + (size_t)i * (size_t)n;
-    memcpy(o->is[i], items, (size_t)n * sizeof *items);
-    for (int k = 0; k < n; k++) o->is[i][k].result = -1;
-  }
-  o->lease_ms = lease_ms;
-  o->nitems = n;
-  o->items = items;
-  o->calls = calls;
-  return run(o, op);
-}
-
-static int rl_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
-                    dl_renew_item *items, int *calls) {
-  (void)deadline; /* each part's renewal is bounded by its command timeout */
-  return renew_run(b, lease_ms, n, items, calls, NULL, NULL, NULL);
-}
-
-static int rl_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms,
-                          int n, dl_renew_item *items, int *calls,
-                          dl_done_fn done, void *ud, dl_async **op) {
-  (void)deadline;
-  return renew_run(b, lease_ms, n, items, calls, done, ud, op);
-}
-
-static void rl_cancel(dl_backend *b, dl_async *op) {
-  redlock *B = (redlock *)b;
-  rl_op *o = (rl_op *)op;
-  if (o->cancelled || o->kind != OP_ACQUIRE || B->closing) return;
-  o->cancelled = true;
-  o->a->deadline = dl_now_ms();
-  if (o->st == ST_PAUSED && o->pause.pending)
-    dl_redis_step_interrupt(part0(B), &o->pause);
-}
-
-/* Inspect and scan read the first server that answers: every server has
- * the same names, and the holder in the snapshot is one server's view. */
-static int read_run(dl_backend *b, int kind, const char *key,
-                    dlock_lock_state *st, const char *match,
-                    size_t prefix_len, dlock_scan_cb cb, void *cb_ud,
-                    dl_done_fn done, void *ud, dl_async **op) {
-  redlock *B = (redlock *)b;
-  int err = check(B, done != NULL);
-  rl_op stack, *o = err ? NULL : op_new(B, &stack, kind, done, ud, &err);
-  if (o == NULL) return err;
-  o->only = 0;
-  o->key = key;
-  o->snap = st;
-  o->match = match;
-  o->prefix_len = prefix_len;
-  o->cb = cb;
-  o->cb_ud = cb_ud;
-  return run(o, op);
-}
-
-static int rl_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
-  return read_run(b, OP_INSPECT, key, st, NULL, 0, NULL, NULL, NULL, NULL,
-                  NULL);
-}
-
-static int rl_inspect_async(dl_backend *b, const char *key,
-                            dlock_lock_state *st, dl_done_fn done, void *ud,
-                            dl_async **op) {
-  return read_run(b, OP_INSPECT, key, st, NULL, 0, NULL, NULL, done, ud, op);
-}
-
-static int rl_scan(dl_backend *b, const char *match, size_t prefix_len,
-                   dlock_scan_cb cb, void *ud) {
-  return read_run(b, OP_SCAN, NULL, NULL, match, prefix_len, cb, ud, NULL,
-                  NULL, NULL);
-}
-
-static int rl_scan_async(dl_backend *b, const char *match, size_t prefix_len,
-                         dlock_scan_cb cb, void *cb_ud, dl_done_fn done,
-                         void *ud, dl_async **op) {
-  return read_run(b, OP_SCAN, NULL, NULL, match, prefix_len, cb, cb_ud, done,
-                  ud, op);
-}
-
-static int rl_watch_losses(dl_backend *b, dl_notice_fn fn, void *ud) {
-  (void)b, (void)fn, (void)ud;
-  return 0; /* holds are checked at each renewal, by quorum */
-}
-
-static void rl_stats(dl_backend *b, dlock_client_stats *st) {
-  redlock *B = (redlock *)b;
-  for (int i = 0; i < B->n; i++) B->part[i]->ops->stats(B->part[i], st);
-}
-
-static void rl_free(dl_backend *b) {
-  redlock *B = (redlock *)b;
-  if (B == NULL) return;
-  B->closing = true; /* operations still running start nothing new */
-  for (int i = 0; i < B->n; i++) {
-    dl_backend *part = B->part[i];
-    B->part[i] = NULL;
-    if (part) part->ops->free(part);
-  }
-  free(B);
-}
-
-static const dl_backend_ops redlock_ops = {
-    .name = "redlock",
-    .lock_acquire = rl_acquire,
-    .lock_release = rl_release,
-    .lock_force_release = rl_force,
-    .lock_query = rl_query,
-    .inspect = rl_inspect,
-    .scan = rl_scan,
-    .renew = rl_renew,
-    .watch_losses = rl_watch_losses,
-    .lock_acquire_async = rl_acquire_async,
-    .lock_release_async = rl_release_async,
-    .lock_force_release_async = rl_force_async,
-    .lock_query_async = rl_query_async,
-    .renew_async = rl_renew_async,
-    .inspect_async = rl_inspect_async,
-    .scan_async = rl_scan_async,
-    .ping_async = rl_ping_async,
-    .cancel = rl_cancel,
-    .ping = rl_ping,
-    .stats = rl_stats,
-    .free = rl_free,
-};
-
-/* ---- the URL: redlock://[user:password@]HOST:PORT,HOST:PORT...[/DB] ---- */
-int dl_redlock_backend_new(const dlock_client_options *opts,
-                           const dl_backend_env *env, dl_backend **out) {
-  *out = NULL;
-  const char *url = opts->url;
-  const char *p = strstr(url, "://");
-  redlock *B = calloc(1, sizeof *B);
-  if (B == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
-  B->base.ops = &redlock_ops;
-  B->env = *env;
-  B->part_env = *env;
-  /* The parts never subscribe: a composite waits by retrying. */
-  if (B->part_env.backoff_max_ms <= 0) B->part_env.backoff_max_ms = 50;
-  /* "user:password@", then the hosts up to '/', '?' or the end. */
-  p = p ? p + 3 : url;
-  const char *at = strchr(p, '@'), *hosts = p;
-  const char *tail = p + strcspn(p, "/?");
-  if (at && at < tail) hosts = at + 1;
-  size_t userinfo = at && at < tail ? (size_t)(at + 1 - p) : 0;
-  int rc = 0;
-  for (const char *h = hosts; rc == 0 && h < tail;) {
-    size_t len = strcspn(h, ",/?");
-    if (len == 0 || B->n == RL_MAX) {
-      rc = DLOCK_EURL;
-      break;
-    }
-    /* One server's URL: redis://[userinfo]HOST:PORT[tail]. */
-    char *one = malloc(8 + userinfo + len + strlen(tail) + 1);
-    if (one == NULL) {
-      rc = DLOCK_ENOMEM;
-      break;
-    }
-    sprintf(one, "redis://%.*s%.*s%s", (int)userinfo, p, (int)len, h, tail);
-    dlock_client_options o = *opts;
-    o.url = one;
-    o.connections = 1;
-    dl_backend *part = NULL;
-    rc = dl_redis_part_new(&o, &B->part_env, &part);
-    free(one);
-    if (rc == 0) B->part[B->n++] = part;
-    h += len;
-    if (*h == ',') h++;
-  }
-  if (rc == 0 && B->n == 0) rc = DLOCK_EURL;
-  if (rc != 0) {
-    char *shown = dl_url_redact(url);
-    if (rc == DLOCK_EURL)
-      dl_seterr(NULL, rc, "redlock:// needs HOST:PORT[,HOST:PORT...] (at "
-                "most %d servers) (url %s)", RL_MAX, shown ? shown : "");
-    free(shown);
-    rl_free(&B->base);
-    return rc;
-  }
-  B->quorum = B->n / 2 + 1;
-  *out = &B->base;
-  return 0;
-}

@@ -11,7 +11,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The servers of a redlock:// URL (redis:// URLs, the caller frees), or
+ * 0 for another URL; -1 printed. */
+static int redlock_servers(const char *url, char **urls) {
+  if (strncmp(url, "redlock://", 10) != 0) return 0;
+  int n = dl_redlock_urls(url, urls, DL_REDLOCK_MAX, NULL);
+  if (n < 0) cli_err("malformed redlock:// URL");
+  return n < 0 ? -1 : n;
+}
+
 redisContext *bench_raw_connect(const char *url, const char *password) {
+  /* redlock://: its first server (bench_others_connect the rest). */
+  char *urls[DL_REDLOCK_MAX];
+  int n = redlock_servers(url, urls);
+  if (n < 0) return NULL;
+  if (n > 0) {
+    redisContext *c = bench_raw_connect(urls[0], password);
+    for (int i = 0; i < n; i++) free(urls[i]);
+    return c;
+  }
   dl_endpoint ep;
   char err[256];
   if (dl_url_parse(url, &ep, err, sizeof err) != 0) {
@@ -45,6 +63,40 @@ redisContext *bench_raw_connect(const char *url, const char *password) {
     return NULL;
   }
   return c;
+}
+
+int bench_others_connect(bench_opts *o) {
+  char *urls[DL_REDLOCK_MAX];
+  int n = redlock_servers(o->url, urls), rc = n < 0 ? -1 : 0;
+  for (int i = 1; i < n; i++) {
+    redisContext *c = rc == 0 ? bench_raw_connect(urls[i], o->password)
+                              : NULL;
+    if (c) o->others[o->nothers++] = c;
+    else rc = -1;
+  }
+  for (int i = 0; i < n; i++) free(urls[i]);
+  if (rc != 0) bench_others_free(o);
+  return rc;
+}
+
+void bench_others_free(bench_opts *o) {
+  for (int i = 0; i < o->nothers; i++) redisFree(o->others[i]);
+  o->nothers = 0;
+}
+
+double bench_rtt_p50_us(const bench_opts *o, redisContext *raw, int n) {
+  double p = bench_ping_p50_us(raw, n);
+  for (int i = 0; i < o->nothers; i++) {
+    double q = bench_ping_p50_us(o->others[i], n);
+    if (q > p) p = q;
+  }
+  return p;
+}
+
+double bench_servers_cpu_us(const bench_opts *o, redisContext *raw) {
+  double v = bench_server_cpu_us(raw);
+  for (int i = 0; i < o->nothers; i++) v += bench_server_cpu_us(o->others[i]);
+  return v;
 }
 
 double bench_server_cpu_us(redisContext *c) {

@@ -211,6 +211,10 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
   o.password = g->password;
   redisContext *raw = bench_raw_connect(o.url, o.password);
   if (raw == NULL) return EXIT_UNAVAILABLE;
+  if (bench_others_connect(&o) != 0) {
+    redisFree(raw);
+    return EXIT_UNAVAILABLE;
+  }
   int rc = 0;
   bench_report r;
   if (strcmp(o.scenario, "watchdog") == 0) {
@@ -226,5 +230,6 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
     bench_print_report(&r, o.json);
   }
   redisFree(raw);
+  bench_others_free(&o);
   return rc == 0 ? 0 : EXIT_UNAVAILABLE;
 }

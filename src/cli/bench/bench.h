@@ -25,6 +25,11 @@ typedef struct bench_opts {
   int64_t warmup_ms; /* --warmup: idle waiters wait this long unmeasured */
   const char *plot;
   const char *url, *password; /* for the interleaved baseline */
+  /* redlock://: the baselines' connections to the servers after the
+   * first (which is `raw`): the round trip is the slowest server's, the
+   * server CPU all of theirs. */
+  struct redisContext *others[16];
+  int nothers;
 } bench_opts;
 
 /* A client for the benchmark (watchdog lease `lease_ms`, 0 = default), or
@@ -50,6 +55,15 @@ void bench_samples_sort(bench_samples *s);
 double bench_samples_pct(const bench_samples *s, double p);
 
 /* ---- baseline.c: the baselines, on a plain hiredis connection ---- */
+
+/* The PING p50 of the slowest server (raw and o->others), n each. */
+double bench_rtt_p50_us(const bench_opts *o, struct redisContext *raw, int n);
+/* The servers' CPU time (raw and o->others), in us. */
+double bench_servers_cpu_us(const bench_opts *o, struct redisContext *raw);
+/* Connects o->others for a redlock:// URL (nothing for another URL): 0,
+ * or -1 with the reason printed. bench_others_free closes them. */
+int bench_others_connect(bench_opts *o);
+void bench_others_free(bench_opts *o);
 
 /* A blocking hiredis connection to url (password: instead of the URL's),
  * or NULL with the reason printed. The caller frees it with redisFree. */
