@@ -178,7 +178,7 @@ int dl_client_open_with(const dlock_client_options *opts,
   c->url_redacted = dl_url_redact(url);
   if (make == NULL && (make = factory_for(url)) == NULL) {
     int rc = dl_seterr(NULL, DLOCK_EINVAL, "URL must start with redis://, "
-                       "rediss:// or unix:// (url %s)",
+                       "rediss://, unix:// or redlock:// (url %s)",
                        c->url_redacted ? c->url_redacted : "");
     client_free(c);
     return rc;

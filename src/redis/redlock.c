@@ -311,6 +311,16 @@ static void step(rl_op *o) {
     case ST_RELEASED: {
       dl_acquire *a = o->a;
       int64_t now = dl_now_ms();
+      /* A refusal that waiting cannot mend (a wrong password, ACL, TLS)
+       * ends the wait at once. */
+      int e = o->attempt_err;
+      bool final = e != 0 && e != DLOCK_ECONNECT && e != DLOCK_ECONNLOST &&
+                   e != DLOCK_ETIMEDOUT && e != DLOCK_EREADONLY &&
+                   e != DLOCK_ESERVER;
+      if (final && o->B->n - o->unanswered < o->B->quorum) {
+        finish(o, e);
+        return;
+      }
       if (!a->wait || now >= a->deadline || o->cancelled || o->B->closing) {
         /* Refused by the holders, or too few servers answered: why. */
         bool unreachable = o->B->n - o->unanswered < o->B->quorum;
