@@ -217,11 +217,7 @@ static int wait_op_run(dl_redis *R, wait_op *x, const dl_wait_kind *kind,
   return dl_shell_start(&x->sh, dl_redis_wait_start(w), op);
 }
 
-/* An operation's state (`size` bytes, its dl_shell first) for the
- * blocking driver (`stack`, the caller's) or the event-loop one
- * (allocated), zeroed: NULL with *err when the client is of the other
- * kind, or out of memory. */
-static void *state_new(dl_redis *R, void *stack, size_t size, bool async,
+void *dl_redis_state_new(dl_redis *R, void *stack, size_t size, bool async,
                        dl_async **op, int *err) {
   if (op) *op = NULL;
   *err = 0;
@@ -236,7 +232,7 @@ static void *state_new(dl_redis *R, void *stack, size_t size, bool async,
 
 static wait_op *wait_op_new(dl_redis *R, const dl_sync_ref *s, wait_op *x,
                             bool async, dl_async **op, int *err) {
-  x = state_new(R, x, sizeof *x, async, op, err);
+  x = dl_redis_state_new(R, x, sizeof *x, async, op, err);
   if (x) x->s = s;
   return x;
 }
@@ -430,8 +426,8 @@ static int upd_run(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                    void *ud, dl_async **aop) {
   dl_redis *R = (dl_redis *)b;
   int err;
-  upd_op stack, *x = state_new(R, &stack, sizeof stack, done != NULL, aop,
-                               &err);
+  upd_op stack, *x = dl_redis_state_new(R, &stack, sizeof stack,
+                                        done != NULL, aop, &err);
   if (x == NULL) return err;
   x->R = R;
   x->s = s;

@@ -1,0 +1,197 @@
+/* queue.c: Redisson's RBlockingQueue / RBlockingDeque on Redis: a list at
+ * the queue's name holding each value as its bare bytes (what Redisson's
+ * StringCodec and ByteArrayCodec store); an offer is RPUSH (LPUSH at the
+ * head), a poll LPOP (RPOP at the tail), the size LLEN.
+ *
+ * A waiting poll never blocks a connection: BLPOP on the pipelined
+ * connection would stall every request queued behind it, on every thread
+ * (docs/ARCHITECTURE.md, "Queues"). It pops without blocking and, between
+ * tries, sleeps on "dlock_queue_channel:{name}" (the waiter of the
+ * semaphores, backend.c), where each dlock offer publishes "1" after its
+ * push: one sleeper wakes per value. A producer that does not publish
+ * (Redisson's own offer is a bare RPUSH) is seen by a recheck that backs
+ * off from RECHECK_MIN_MS to RECHECK_MAX_MS while the queue stays empty. */
+#include "redis.h"
+
+#include <hiredis/hiredis.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RECHECK_MIN_MS 20
+#define RECHECK_MAX_MS 500
+
+/* An operation on one queue, for either driver. */
+typedef struct queue_op {
+  dl_shell sh; /* the event-loop driver's; first */
+  dl_redis *R;
+  const dl_sync_ref *s;
+  dl_queue_req *q;
+  int st;    /* the request in flight: ST_* */
+  dl_pend p; /* an offer's or the size's */
+  dl_waiter w; /* a poll's */
+  size_t lens[3];
+  char ch[DL_DERIVED_MAX];
+} queue_op;
+
+enum { ST_PUSH, ST_PUBLISH, ST_LLEN };
+
+static const char *queue_channel(char *out, const dl_sync_ref *s) {
+  dl_derived_into(out, DL_DERIVED_MAX, "dlock_queue_channel", s->key);
+  return out;
+}
+
+/* ---- polls: the waiter's kind ---- */
+static int poll_send(dl_waiter *w) {
+  queue_op *x = w->ctx;
+  const char *argv[] = {x->q->op == DL_QUEUE_POLL ? "LPOP" : "RPOP",
+                        x->s->key};
+  return dl_redis_step_command(w->R, &w->p, 2, argv);
+}
+
+static int poll_result(dl_waiter *w) {
+  queue_op *x = w->ctx;
+  redisReply *r = w->p.reply;
+  w->p.reply = NULL;
+  if (w->p.rc != 0) {
+    if (r) freeReplyObject(r);
+    return w->p.rc;
+  }
+  int rc = 0;
+  if (r->type == REDIS_REPLY_STRING) {
+    char *v = malloc(r->len + 1);
+    if (v == NULL) {
+      rc = DLOCK_ENOMEM; /* the value is off the list: said below */
+    } else {
+      memcpy(v, r->str, r->len);
+      v[r->len] = '\0';
+      x->q->got = v;
+      x->q->got_len = r->len;
+      rc = 1;
+    }
+  } else if (r->type == REDIS_REPLY_NIL) {
+    int shift = w->tries < 6 ? w->tries - 1 : 5;
+    w->recheck_ms = (int64_t)RECHECK_MIN_MS << shift;
+    if (w->recheck_ms > RECHECK_MAX_MS) w->recheck_ms = RECHECK_MAX_MS;
+  } else {
+    rc = DLOCK_EPROTO;
+  }
+  freeReplyObject(r);
+  if (rc == DLOCK_ENOMEM)
+    return dl_seterr(w->R->env.err_owner, rc, "out of memory (a value of "
+                     "queue '%s' was taken and dropped)", x->s->name);
+  if (rc == DLOCK_EPROTO)
+    return dl_seterr(w->R->env.err_owner, rc, "unexpected reply to a pop");
+  return rc;
+}
+
+static const dl_wait_kind poll_kind = {poll_send, poll_result};
+
+/* ---- offers and the size: one or two requests ---- */
+static int simple_send(queue_op *x) {
+  const dl_queue_req *q = x->q;
+  switch (x->st) {
+  case ST_PUSH: {
+    const char *argv[] = {q->op == DL_QUEUE_OFFER ? "RPUSH" : "LPUSH",
+                          x->s->key, q->value ? q->value : ""};
+    x->lens[0] = 5;
+    x->lens[1] = strlen(x->s->key);
+    x->lens[2] = q->value ? q->len : 0;
+    return dl_redis_step_command_bin(x->R, &x->p, 3, argv, x->lens);
+  }
+  case ST_PUBLISH: {
+    const char *argv[] = {"PUBLISH", queue_channel(x->ch, x->s), "1"};
+    return dl_redis_step_command(x->R, &x->p, 3, argv);
+  }
+  default: {
+    const char *argv[] = {"LLEN", x->s->key};
+    return dl_redis_step_command(x->R, &x->p, 2, argv);
+  }
+  }
+}
+
+/* Goes on after x's request: DL_PENDING (the next one sent), or the
+ * result. */
+static int simple_result(queue_op *x) {
+  for (;;) {
+    redisReply *r = x->p.reply;
+    x->p.reply = NULL;
+    int rc = x->p.rc;
+    if (rc != 0) {
+      if (r) freeReplyObject(r);
+      /* The value is in: a lost wake-up only delays pollers to their
+       * recheck. */
+      return x->st == ST_PUBLISH ? 0 : rc;
+    }
+    long long v = 0;
+    rc = dl_redis_int_reply(x->R, r, 0, LLONG_MAX, &v);
+    if (rc != 0) return x->st == ST_PUBLISH ? 0 : rc;
+    if (x->st == ST_PUBLISH) return 0;
+    x->q->n = v;
+    if (x->st == ST_LLEN) return 0;
+    x->st = ST_PUBLISH;
+    if (simple_send(x) == DL_PENDING) return DL_PENDING;
+  }
+}
+
+static int queue_step(dl_shell *sh) {
+  queue_op *x = (queue_op *)sh;
+  if (x->q->op == DL_QUEUE_POLL || x->q->op == DL_QUEUE_POLL_LAST)
+    return dl_redis_wait_step(&x->w);
+  return simple_result(x);
+}
+
+/* Runs q: to its end on the calling thread when done is NULL (the
+ * blocking driver; returns the result), else on the loop (0 and *op, or a
+ * negative code). */
+static int queue_run(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
+                     dl_done_fn done, void *ud, dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  queue_op stack,
+      *x = dl_redis_state_new(R, &stack, sizeof stack, done != NULL, op, &err);
+  if (x == NULL) return err;
+  x->R = R;
+  x->s = s;
+  x->q = q;
+  q->got = NULL;
+  q->got_len = 0;
+  q->n = 0;
+  bool poll = q->op == DL_QUEUE_POLL || q->op == DL_QUEUE_POLL_LAST;
+  if (poll) {
+    dl_waiter *w = &x->w;
+    w->R = R;
+    w->kind = &poll_kind;
+    w->ctx = x;
+    w->channel = queue_channel(x->ch, s);
+    w->mode = DL_WAKE_COUNT;
+    w->wait = q->wait;
+    w->deadline = q->deadline;
+  } else {
+    x->st = q->op == DL_QUEUE_SIZE ? ST_LLEN : ST_PUSH;
+  }
+  if (done == NULL) {
+    if (poll) return dl_redis_wait_start(&x->w);
+    simple_send(x); /* a blocking link answers within */
+    return simple_result(x);
+  }
+  dl_shell_init(&x->sh, R, done, ud, queue_step, poll ? &x->w.p : &x->p);
+  if (poll) x->sh.deadline = &x->w.deadline;
+  int rc;
+  if (poll) {
+    rc = dl_redis_wait_start(&x->w);
+  } else {
+    rc = simple_send(x);
+    if (rc != DL_PENDING) rc = simple_result(x);
+  }
+  return dl_shell_start(&x->sh, rc, op);
+}
+
+int dl_redis_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q) {
+  return queue_run(b, s, q, NULL, NULL, NULL);
+}
+
+int dl_redis_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
+                         dl_done_fn done, void *ud, dl_async **op) {
+  return queue_run(b, s, q, done, ud, op);
+}

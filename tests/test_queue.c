@@ -1,0 +1,281 @@
+/* test_queue.c: the blocking queue and deque against a real server: order
+ * at both ends, raw bytes, waits woken by an offer without polling, a
+ * producer that only RPUSHes (Redisson's offer), BLPOP reading dlock's
+ * offers (Redisson's take), many producer processes and consumer threads
+ * (each value delivered once), a key of another type. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Polls q once and checks the value is `want` (a C string). */
+#define CHECK_POLL(q, last, want)                                              \
+  do {                                                                         \
+    void *v_ = NULL;                                                           \
+    size_t n_ = 0;                                                             \
+    CHECK_RC(last ? dlock_queue_poll_last(q, 0, &v_, &n_)                      \
+                  : dlock_queue_poll(q, 0, &v_, &n_),                          \
+             0);                                                               \
+    CHECK(v_ != NULL);                                                         \
+    CHECK_EQ(n_, strlen(want));                                                \
+    CHECK(memcmp(v_, want, n_) == 0 && ((char *)v_)[n_] == '\0');              \
+    dlock_queue_value_free(v_);                                                \
+  } while (0)
+
+static void t_queue_basics(void) {
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_queue *q;
+  int64_t n = -1;
+  CHECK_RC(dlock_queue_new(c, "q:basic", &q), 0);
+  CHECK_RC(dlock_queue_size(q, &n), 0);
+  CHECK_EQ(n, 0);
+  CHECK_RC(dlock_queue_offer(q, "b", 1), 0);
+  CHECK_RC(dlock_queue_offer(q, "c", 1), 0);
+  CHECK_RC(dlock_queue_offer_first(q, "a", 1), 0);
+  CHECK_RC(dlock_queue_offer(q, "d", 1), 0);
+  CHECK_RC(dlock_queue_size(q, &n), 0);
+  CHECK_EQ(n, 4);
+  /* The list Redisson reads: values as their bare bytes, head first. */
+  redisReply *r = th_cmd(&th_srv, "LRANGE q:basic 0 -1");
+  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 4);
+  CHECK(strcmp(r->element[0]->str, "a") == 0);
+  CHECK(strcmp(r->element[3]->str, "d") == 0);
+  freeReplyObject(r);
+  CHECK_POLL(q, false, "a");
+  CHECK_POLL(q, true, "d");
+  CHECK_POLL(q, false, "b");
+  CHECK_POLL(q, false, "c");
+  /* Empty: DLOCK_EBUSY at once, and after a wait. */
+  void *v = (void *)1;
+  size_t len = 7;
+  CHECK_RC(dlock_queue_poll(q, 0, &v, &len), DLOCK_EBUSY);
+  CHECK(v == NULL && len == 0);
+  CHECK(strstr(dlock_client_errmsg(c), "q:basic") != NULL);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_queue_poll_last(q, 150, &v, NULL), DLOCK_EBUSY);
+  CHECK(th_now_ms() - t0 >= 150);
+  /* Raw bytes: NULs and an empty value. */
+  const char bin[] = {'x', 0, 'y', 0, (char)0xff};
+  CHECK_RC(dlock_queue_offer(q, bin, sizeof bin), 0);
+  CHECK_RC(dlock_queue_offer(q, NULL, 0), 0);
+  CHECK_RC(dlock_queue_take(q, &v, &len), 0);
+  CHECK_EQ(len, sizeof bin);
+  CHECK(memcmp(v, bin, sizeof bin) == 0);
+  dlock_queue_value_free(v);
+  CHECK_RC(dlock_queue_take_last(q, &v, &len), 0);
+  CHECK_EQ(len, 0);
+  dlock_queue_value_free(v);
+  /* Bad input changes nothing. */
+  CHECK_RC(dlock_queue_offer(q, NULL, 3), DLOCK_EINVAL);
+  CHECK_RC(dlock_queue_poll(q, 0, NULL, NULL), DLOCK_EINVAL);
+  CHECK_RC(dlock_queue_size(q, NULL), DLOCK_EINVAL);
+  CHECK_RC(dlock_queue_offer(NULL, "x", 1), DLOCK_EINVAL);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS q:basic"), 0);
+  dlock_queue *bad;
+  CHECK_RC(dlock_queue_new(c, "", &bad), DLOCK_EINVAL);
+  CHECK(bad == NULL);
+  dlock_queue_free(q);
+  dlock_queue_free(NULL);
+  dlock_client_close(c);
+}
+
+static void t_queue_wrong_type(void) {
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new(c, "q:str", &q), 0);
+  redisReply *r = th_cmd(&th_srv, "SET q:str hello");
+  if (r) freeReplyObject(r);
+  int64_t n;
+  void *v;
+  CHECK_RC(dlock_queue_offer(q, "x", 1), DLOCK_EWRONGTYPE);
+  CHECK(strstr(dlock_client_errmsg(c), "WRONGTYPE") != NULL);
+  CHECK_RC(dlock_queue_offer_first(q, "x", 1), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_queue_poll(q, 0, &v, NULL), DLOCK_EWRONGTYPE);
+  CHECK(v == NULL);
+  CHECK_RC(dlock_queue_poll_last(q, 500, &v, NULL), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_queue_size(q, &n), DLOCK_EWRONGTYPE);
+  r = th_cmd(&th_srv, "GET q:str");
+  CHECK(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, "hello") == 0);
+  freeReplyObject(r);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+}
+
+typedef struct taker {
+  dlock_queue *q;
+  int64_t wait_ms;
+  atomic_int rc;
+  int64_t done_at;
+  char got[64];
+} taker;
+
+static void *take_one(void *p) {
+  taker *t = p;
+  void *v = NULL;
+  size_t len = 0;
+  int rc = t->wait_ms < 0 ? dlock_queue_take(t->q, &v, &len)
+                          : dlock_queue_poll(t->q, t->wait_ms, &v, &len);
+  if (rc == 0) {
+    snprintf(t->got, sizeof t->got, "%.*s", (int)len, (char *)v);
+    dlock_queue_value_free(v);
+  }
+  t->done_at = th_now_ms();
+  atomic_store(&t->rc, rc);
+  return NULL;
+}
+
+/* A waiting take sleeps on the channel (no polling while dlock offers
+ * wake it) and an offer wakes exactly one taker per value. */
+static void t_queue_offer_wakes(void) {
+  dlock_client *wc = th_client(&th_srv, 0), *pc = th_client(&th_srv, 0);
+  CHECK(wc && pc);
+  dlock_queue *wq, *pq;
+  CHECK_RC(dlock_queue_new(wc, "q:wake", &wq), 0);
+  CHECK_RC(dlock_queue_new(pc, "q:wake", &pq), 0);
+  taker t[2];
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) {
+    t[i] = (taker){.q = wq, .wait_ms = i == 0 ? -1 : 20000, .rc = 99};
+    pthread_create(&th[i], NULL, take_one, &t[i]);
+  }
+  CHECK(th_wait_subscribed(&th_srv, "dlock_queue_channel:{q:wake}", 2000));
+  th_sleep_ms(100);
+  CHECK_EQ(atomic_load(&t[0].rc), 99);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_queue_offer(pq, "one", 3), 0);
+  th_sleep_ms(150);
+  int done = (atomic_load(&t[0].rc) == 0) + (atomic_load(&t[1].rc) == 0);
+  CHECK_EQ(done, 1);
+  CHECK_RC(dlock_queue_offer(pq, "two", 3), 0);
+  for (int i = 0; i < 2; i++) {
+    pthread_join(th[i], NULL);
+    CHECK_RC(atomic_load(&t[i].rc), 0);
+    CHECK(t[i].done_at - t0 < 1000);
+  }
+  CHECK(strcmp(t[0].got, "one") == 0 || strcmp(t[1].got, "one") == 0);
+  CHECK(strcmp(t[0].got, "two") == 0 || strcmp(t[1].got, "two") == 0);
+  dlock_queue_free(wq);
+  dlock_queue_free(pq);
+  dlock_client_close(wc);
+  dlock_client_close(pc);
+}
+
+/* Redisson's side: its offer is a bare RPUSH (no message: the taker's
+ * recheck finds it), its take a BLPOP that reads dlock's offers. */
+static void t_queue_redisson_peer(void) {
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new(c, "q:peer", &q), 0);
+  taker t = {.q = q, .wait_ms = 5000, .rc = 99};
+  pthread_t th;
+  pthread_create(&th, NULL, take_one, &t);
+  CHECK(th_wait_subscribed(&th_srv, "dlock_queue_channel:{q:peer}", 2000));
+  th_sleep_ms(1200); /* the recheck has backed off to its longest */
+  int64_t t0 = th_now_ms();
+  redisReply *r = th_cmd(&th_srv, "RPUSH q:peer from-java");
+  if (r) freeReplyObject(r);
+  pthread_join(th, NULL);
+  CHECK_RC(atomic_load(&t.rc), 0);
+  CHECK(strcmp(t.got, "from-java") == 0);
+  CHECK(t.done_at - t0 < 800);
+  const char bin[] = {'a', 0, 'b'};
+  CHECK_RC(dlock_queue_offer(q, bin, sizeof bin), 0);
+  r = th_cmd(&th_srv, "BLPOP q:peer 1");
+  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+  CHECK(r->element[1]->len == sizeof bin &&
+        memcmp(r->element[1]->str, bin, sizeof bin) == 0);
+  freeReplyObject(r);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+}
+
+/* Producer processes and consumer threads (one client each): every value
+ * is taken exactly once. */
+#define PRODUCERS 3
+#define PER_PRODUCER 200
+#define CONSUMERS 4
+
+typedef struct consumer {
+  dlock_client *c;
+  int got;
+  unsigned char *seen; /* shared, under lock */
+  pthread_mutex_t *lock;
+  int dup;
+} consumer;
+
+static void *consume(void *p) {
+  consumer *k = p;
+  dlock_queue *q;
+  if (dlock_queue_new(k->c, "q:many", &q) != 0) return NULL;
+  for (;;) {
+    void *v;
+    size_t len;
+    int rc = dlock_queue_poll(q, 1500, &v, &len);
+    if (rc != 0) break;
+    int id = atoi(v);
+    dlock_queue_value_free(v);
+    pthread_mutex_lock(k->lock);
+    if (id >= 0 && id < PRODUCERS * PER_PRODUCER) {
+      if (k->seen[id]) k->dup++;
+      k->seen[id] = 1;
+    }
+    pthread_mutex_unlock(k->lock);
+    k->got++;
+  }
+  dlock_queue_free(q);
+  return NULL;
+}
+
+static void t_queue_many(void) {
+  static unsigned char seen[PRODUCERS * PER_PRODUCER];
+  pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  consumer k[CONSUMERS];
+  pthread_t th[CONSUMERS];
+  for (int i = 0; i < CONSUMERS; i++) {
+    k[i] = (consumer){.c = th_client(&th_srv, 0), .seen = seen,
+                      .lock = &lock};
+    CHECK(k[i].c != NULL);
+    pthread_create(&th[i], NULL, consume, &k[i]);
+  }
+  pid_t pids[PRODUCERS];
+  for (int p = 0; p < PRODUCERS; p++) {
+    pids[p] = fork();
+    if (pids[p] == 0) {
+      dlock_client *c = th_client(&th_srv, 0);
+      dlock_queue *q;
+      int bad = c == NULL || dlock_queue_new(c, "q:many", &q) != 0;
+      for (int i = 0; !bad && i < PER_PRODUCER; i++) {
+        char buf[16];
+        int n = snprintf(buf, sizeof buf, "%d", p * PER_PRODUCER + i);
+        bad = (i % 2 ? dlock_queue_offer(q, buf, (size_t)n)
+                     : dlock_queue_offer_first(q, buf, (size_t)n)) != 0;
+      }
+      _exit(bad);
+    }
+  }
+  for (int p = 0; p < PRODUCERS; p++) {
+    int st;
+    CHECK(waitpid(pids[p], &st, 0) == pids[p]);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  int total = 0, dup = 0;
+  for (int i = 0; i < CONSUMERS; i++) {
+    pthread_join(th[i], NULL);
+    total += k[i].got;
+    dup += k[i].dup;
+    dlock_client_close(k[i].c);
+  }
+  CHECK_EQ(dup, 0);
+  CHECK_EQ(total, PRODUCERS * PER_PRODUCER);
+  for (int i = 0; i < PRODUCERS * PER_PRODUCER; i++) CHECK(seen[i]);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS q:many"), 0);
+}
+
+TH_MAIN(T(t_queue_basics), T(t_queue_wrong_type), T(t_queue_offer_wakes),
+        T(t_queue_redisson_peer), T(t_queue_many))
