@@ -624,6 +624,13 @@ typedef struct dlock_queue dlock_queue;
  * (then *out is NULL). Free with dlock_queue_free. */
 DLOCK_API int dlock_queue_new(dlock_client *c, const char *name,
                               dlock_queue **out);
+/* As dlock_queue_new, for the queue NAME bound to Redisson's delayed queue
+ * (RDelayedQueue of NAME): this handle's polls first move to NAME every
+ * delayed value that is due by the server's clock (all of them at the
+ * first poll after a restart), and their waits also end when the next
+ * delayed value comes due. */
+DLOCK_API int dlock_queue_new_delayed(dlock_client *c, const char *name,
+                                      dlock_queue **out);
 /* Frees the handle. Accepts NULL. */
 DLOCK_API void dlock_queue_free(dlock_queue *q);
 /* Appends `len` bytes at `value` (copied; may be empty) at the tail
@@ -651,8 +658,18 @@ DLOCK_API int dlock_queue_poll_last(dlock_queue *q, int64_t wait_ms,
 DLOCK_API int dlock_queue_take(dlock_queue *q, void **value, size_t *len);
 DLOCK_API int dlock_queue_take_last(dlock_queue *q, void **value,
                                     size_t *len);
-/* The values in the queue now in *n. Returns 0 or a negative code. */
+/* Offers `len` bytes at `value` (copied) to the delayed queue, due
+ * delay_ms (0 .. a year) from now by the server's clock: Redisson's layout
+ * (docs/WIRE.md), so Redisson's transfer or a delayed handle's poll moves
+ * it to the queue once due. Returns 0, DLOCK_EINVAL for a delay out of
+ * range, DLOCK_EWRONGTYPE if one of the keys holds something else (nothing
+ * changed), or another negative code. */
+DLOCK_API int dlock_queue_offer_delayed(dlock_queue *q, int64_t delay_ms,
+                                        const void *value, size_t len);
+/* The values in the queue now (delayed_size: the delayed values not yet
+ * moved) in *n. Returns 0 or a negative code. */
 DLOCK_API int dlock_queue_size(dlock_queue *q, int64_t *n);
+DLOCK_API int dlock_queue_delayed_size(dlock_queue *q, int64_t *n);
 /* Frees a value a poll returned. Accepts NULL. */
 DLOCK_API void dlock_queue_value_free(void *value);
 

@@ -229,7 +229,8 @@ DLOCK_API int dlock_latch_try_set_count_async(dlock_latch *l, int64_t count,
 DLOCK_API int dlock_latch_count_async(dlock_latch *l, dlock_done_cb cb,
                                       void *ud, dlock_op **op);
 
-/* Queue: offer and offer_first (the value copied; rc 0), poll and
+/* Queue: offer, offer_first and offer_delayed (the value copied; rc 0),
+ * poll and
  * poll_last (rc 0 with *value and *len set before cb runs: free the value
  * with dlock_queue_value_free; DLOCK_EBUSY, DLOCK_ECANCELED; value and len
  * must stay valid until cb), size (rc 0, *n set before cb runs). */
@@ -250,6 +251,14 @@ DLOCK_API int dlock_queue_poll_last_async(dlock_queue *q, int64_t wait_ms,
 DLOCK_API int dlock_queue_size_async(dlock_queue *q, int64_t *n,
                                      dlock_done_cb cb, void *ud,
                                      dlock_op **op);
+DLOCK_API int dlock_queue_offer_delayed_async(dlock_queue *q,
+                                              int64_t delay_ms,
+                                              const void *value, size_t len,
+                                              dlock_done_cb cb, void *ud,
+                                              dlock_op **op);
+DLOCK_API int dlock_queue_delayed_size_async(dlock_queue *q, int64_t *n,
+                                             dlock_done_cb cb, void *ud,
+                                             dlock_op **op);
 
 #ifdef __cplusplus
 }

@@ -5,11 +5,52 @@
  * (each value delivered once), a key of another type. */
 #include "harness.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* RedissonDelayedQueue.offerAsync: KEYS Q, timeout zset, delay list,
+ * channel; ARGV dueMs, randomId, value. */
+static const char *REDISSON_DELAY_OFFER =
+    "local value = struct.pack('Bc0Lc0', string.len(ARGV[2]), ARGV[2], "
+    "string.len(ARGV[3]), ARGV[3]);"
+    "redis.call('zadd', KEYS[2], ARGV[1], value);"
+    "redis.call('rpush', KEYS[3], value);"
+    "local v = redis.call('zrange', KEYS[2], 0, 0);"
+    "if v[1] == value then "
+    "redis.call('publish', KEYS[4], ARGV[1]);"
+    "end;";
+/* RedissonDelayedQueue's transfer (pushTaskAsync): KEYS Q, timeout zset,
+ * delay list; ARGV now ms, 100. */
+static const char *REDISSON_DELAY_TRANSFER =
+    "local expiredValues = redis.call('zrangebyscore', KEYS[2], 0, ARGV[1], "
+    "'limit', 0, ARGV[2]);"
+    "if #expiredValues > 0 then "
+    "for i, v in ipairs(expiredValues) do "
+    "local randomId, value = struct.unpack('Bc0Lc0', v);"
+    "redis.call('rpush', KEYS[1], value);"
+    "redis.call('lrem', KEYS[3], 1, v);"
+    "end;"
+    "redis.call('zrem', KEYS[2], unpack(expiredValues));"
+    "end;"
+    "local v = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES');"
+    "if v[1] ~= nil then "
+    "return v[2];"
+    "end "
+    "return nil;";
+
+/* The server's clock, epoch ms. */
+static long long server_ms(th_redis *srv) {
+  redisReply *r = th_cmd(srv, "TIME");
+  long long ms = -1;
+  if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+    ms = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+  if (r) freeReplyObject(r);
+  return ms;
+}
 
 /* Polls q once and checks the value is `want` (a C string). */
 #define CHECK_POLL(q, last, want)                                              \
@@ -277,5 +318,206 @@ static void t_queue_many(void) {
   CHECK_EQ(th_cmd_int(&th_srv, "EXISTS q:many"), 0);
 }
 
-TH_MAIN(T(t_queue_basics), T(t_queue_wrong_type), T(t_queue_offer_wakes),
+/* ---- the delayed queue ---- */
+static void t_delay_order(void) {
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new_delayed(c, "dq", &q), 0);
+  int64_t t0 = th_now_ms(), n = -1;
+  CHECK_RC(dlock_queue_offer_delayed(q, 600, "c", 1), 0);
+  CHECK_RC(dlock_queue_offer_delayed(q, 200, "a", 1), 0);
+  CHECK_RC(dlock_queue_offer_delayed(q, 400, "b", 1), 0);
+  CHECK_RC(dlock_queue_offer_delayed(q, 0, "now", 3), 0);
+  CHECK_RC(dlock_queue_delayed_size(q, &n), 0);
+  CHECK_EQ(n, 4);
+  CHECK_RC(dlock_queue_size(q, &n), 0);
+  CHECK_EQ(n, 0);
+  /* Redisson's layout: the packed element in the zset and the list. */
+  redisReply *r = th_cmd(&th_srv, "ZRANGE redisson_delay_queue_timeout:{dq} "
+                                  "0 0 WITHSCORES");
+  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+  const char *e = r->element[0]->str;
+  CHECK_EQ(r->element[0]->len, 1 + 8 + 8 + 3);
+  CHECK_EQ((unsigned char)e[0], 8);
+  CHECK(e[9] == 3 && memcmp(e + 10, "\0\0\0\0\0\0\0", 7) == 0);
+  CHECK(memcmp(e + 17, "now", 3) == 0);
+  freeReplyObject(r);
+  CHECK_EQ(th_cmd_int(&th_srv, "LLEN redisson_delay_queue:{dq}"), 4);
+  const char *want[] = {"now", "a", "b", "c"};
+  const int64_t due[] = {0, 200, 400, 600};
+  for (int i = 0; i < 4; i++) {
+    void *v;
+    size_t len;
+    CHECK_RC(dlock_queue_poll(q, 3000, &v, &len), 0);
+    int64_t at = th_now_ms() - t0;
+    CHECK(len == strlen(want[i]) && memcmp(v, want[i], len) == 0);
+    dlock_queue_value_free(v);
+    CHECK(at >= due[i] - 20); /* not early (the clocks' grain aside) */
+    CHECK(at < due[i] + 300);  /* and not much later */
+  }
+  CHECK_RC(dlock_queue_delayed_size(q, &n), 0);
+  CHECK_EQ(n, 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS redisson_delay_queue:{dq}"), 0);
+  CHECK_RC(dlock_queue_offer_delayed(q, -1, "x", 1), DLOCK_EINVAL);
+  CHECK_RC(dlock_queue_offer_delayed(q, 400LL * 24 * 3600 * 1000, "x", 1),
+           DLOCK_EINVAL);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS redisson_delay_queue:{dq}"), 0);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+}
+
+/* Every client was down while values came due: the first poll moves them
+ * all at once, in due order. */
+static void t_delay_restart(void) {
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new(c, "dr", &q), 0);
+  for (int i = 0; i < 250; i++) {
+    char buf[16];
+    int n = snprintf(buf, sizeof buf, "%d", i);
+    CHECK_RC(dlock_queue_offer_delayed(q, 300 - i, buf, (size_t)n), 0);
+  }
+  CHECK_RC(dlock_queue_offer_delayed(q, 60000, "later", 5), 0);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  th_sleep_ms(400);
+  c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  CHECK_RC(dlock_queue_new_delayed(c, "dr", &q), 0);
+  void *v;
+  size_t len;
+  CHECK_RC(dlock_queue_poll(q, 0, &v, &len), 0);
+  CHECK(len == 3 && memcmp(v, "249", 3) == 0); /* the first due */
+  dlock_queue_value_free(v);
+  CHECK_EQ(th_cmd_int(&th_srv, "LLEN dr"), 249);
+  CHECK_EQ(th_cmd_int(&th_srv, "ZCARD redisson_delay_queue_timeout:{dr}"), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "LLEN redisson_delay_queue:{dr}"), 1);
+  CHECK_RC(dlock_queue_poll(q, 0, &v, &len), 0);
+  CHECK(len == 3 && memcmp(v, "248", 3) == 0);
+  dlock_queue_value_free(v);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+}
+
+/* Redisson's offer reaches a dlock consumer; Redisson's transfer moves
+ * dlock's offers intact. */
+static void t_delay_redisson_peer(void) {
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new_delayed(c, "dp", &q), 0);
+  long long now = server_ms(&th_srv);
+  CHECK(now > 0);
+  redisReply *r = th_cmd(&th_srv,
+                         "EVAL %s 4 dp redisson_delay_queue_timeout:{dp} "
+                         "redisson_delay_queue:{dp} "
+                         "redisson_delay_queue_channel:{dp} %lld %s %s",
+                         REDISSON_DELAY_OFFER, now + 300, "RRRRRRRR",
+                         "from-java");
+  CHECK(r && r->type != REDIS_REPLY_ERROR);
+  freeReplyObject(r);
+  void *v;
+  size_t len;
+  CHECK_RC(dlock_queue_poll(q, 0, &v, &len), DLOCK_EBUSY);
+  CHECK_RC(dlock_queue_poll(q, 3000, &v, &len), 0);
+  CHECK(len == 9 && memcmp(v, "from-java", 9) == 0);
+  dlock_queue_value_free(v);
+  CHECK(server_ms(&th_srv) >= now + 300);
+  /* dlock's offer, moved by Redisson's transfer (a Java client's clock). */
+  const char bin[] = {'v', 0, 'w', (char)0xfe};
+  CHECK_RC(dlock_queue_offer_delayed(q, 50, bin, sizeof bin), 0);
+  th_sleep_ms(80);
+  r = th_cmd(&th_srv,
+             "EVAL %s 3 dp redisson_delay_queue_timeout:{dp} "
+             "redisson_delay_queue:{dp} %lld 100",
+             REDISSON_DELAY_TRANSFER, server_ms(&th_srv));
+  CHECK(r && r->type == REDIS_REPLY_NIL);
+  freeReplyObject(r);
+  r = th_cmd(&th_srv, "LPOP dp");
+  CHECK(r && r->type == REDIS_REPLY_STRING && r->len == sizeof bin &&
+        memcmp(r->str, bin, sizeof bin) == 0);
+  freeReplyObject(r);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS redisson_delay_queue:{dp}"), 0);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+}
+
+/* Delays of minutes, with the server's clock stepped (clockshift.c): what
+ * is due is the server's business. */
+static void shift_clock(const char *file, int64_t seconds) {
+  int fd = open(file, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    if (pwrite(fd, &seconds, sizeof seconds, 0) != sizeof seconds)
+      fprintf(stderr, "cannot write %s\n", file);
+    close(fd);
+  }
+}
+
+static void t_delay_stepped_clock(void) {
+  char file[512];
+  snprintf(file, sizeof file, "%s/queue.clockshift", th_tmpdir());
+  shift_clock(file, 0);
+  th_redis srv;
+  setenv("LD_PRELOAD", DLOCK_CLOCKSHIFT_LIB, 1);
+  setenv("DLOCK_CLOCKSHIFT_FILE", file, 1);
+  int started = th_redis_start(&srv, NULL);
+  unsetenv("LD_PRELOAD");
+  CHECK(started == 0);
+  dlock_client *c = th_client(&srv, 0);
+  CHECK(c != NULL);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new_delayed(c, "ds", &q), 0);
+  CHECK_RC(dlock_queue_offer_delayed(q, 5 * 60 * 1000, "five", 4), 0);
+  CHECK_RC(dlock_queue_offer_delayed(q, 2 * 60 * 1000, "two", 3), 0);
+  CHECK_RC(dlock_queue_offer_delayed(q, 0, "zero", 4), 0);
+  void *v;
+  size_t len;
+  CHECK_RC(dlock_queue_poll(q, 0, &v, &len), 0);
+  CHECK(len == 4 && memcmp(v, "zero", 4) == 0);
+  dlock_queue_value_free(v);
+  CHECK_RC(dlock_queue_poll(q, 300, &v, &len), DLOCK_EBUSY);
+  shift_clock(file, 150); /* two minutes and a half later */
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_queue_poll(q, 3000, &v, &len), 0);
+  CHECK(len == 3 && memcmp(v, "two", 3) == 0);
+  dlock_queue_value_free(v);
+  CHECK(th_now_ms() - t0 < 1000);
+  CHECK_RC(dlock_queue_poll(q, 0, &v, &len), DLOCK_EBUSY);
+  shift_clock(file, 301);
+  CHECK_RC(dlock_queue_poll(q, 3000, &v, &len), 0);
+  CHECK(len == 4 && memcmp(v, "five", 4) == 0);
+  dlock_queue_value_free(v);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  th_redis_stop(&srv);
+}
+
+static void t_delay_wrong_type(void) {
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new_delayed(c, "dw", &q), 0);
+  redisReply *r = th_cmd(&th_srv, "SET redisson_delay_queue:{dw} x");
+  if (r) freeReplyObject(r);
+  CHECK_RC(dlock_queue_offer_delayed(q, 0, "v", 1), DLOCK_EWRONGTYPE);
+  CHECK(strstr(dlock_client_errmsg(c), "redisson_delay_queue:{dw}") != NULL);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS redisson_delay_queue_timeout:{dw}"),
+           0);
+  void *v;
+  CHECK_RC(dlock_queue_poll(q, 200, &v, NULL), DLOCK_EWRONGTYPE);
+  r = th_cmd(&th_srv, "DEL redisson_delay_queue:{dw}");
+  if (r) freeReplyObject(r);
+  r = th_cmd(&th_srv, "SET dw x");
+  if (r) freeReplyObject(r);
+  CHECK_RC(dlock_queue_offer_delayed(q, 0, "v", 1), DLOCK_EWRONGTYPE);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS redisson_delay_queue_timeout:{dw}"),
+           0);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+}
+
+TH_MAIN(T(t_delay_order), T(t_delay_restart), T(t_delay_redisson_peer),
+        T(t_delay_stepped_clock), T(t_delay_wrong_type), T(t_queue_basics), T(t_queue_wrong_type), T(t_queue_offer_wakes),
         T(t_queue_redisson_peer), T(t_queue_many))

@@ -114,7 +114,10 @@ typedef enum dl_queue_op {
   DL_QUEUE_OFFER_FIRST, /* the value at the head */
   DL_QUEUE_POLL,        /* the head: 1 taken, 0 none by the deadline */
   DL_QUEUE_POLL_LAST,   /* the tail */
-  DL_QUEUE_SIZE         /* 0, *n the length */
+  DL_QUEUE_SIZE,        /* 0, *n the length */
+  DL_QUEUE_OFFER_DELAYED, /* the value, due delay_ms from now: 0, *n its
+                             due time (the server's epoch ms) */
+  DL_QUEUE_SIZE_DELAYED   /* 0, *n the values not yet due */
 } dl_queue_op;
 typedef struct dl_queue_req {
   /* in */
@@ -123,6 +126,8 @@ typedef struct dl_queue_req {
   size_t len;
   bool wait;        /* a poll's: false one look */
   int64_t deadline; /* dl_now_ms() time a poll's wait ends */
+  bool delayed;     /* a poll's: first move the delayed values now due */
+  int64_t delay_ms; /* DL_QUEUE_OFFER_DELAYED's */
   /* out */
   void *got;      /* a poll's value: malloc'ed, a NUL after got_len bytes;
                      the caller frees it */

@@ -12,6 +12,7 @@
 
 struct dlock_queue {
   dl_sync_handle h; /* first */
+  bool delayed;     /* its polls move the delayed values now due */
 };
 
 static void destroy(dl_sync_handle *h) {
@@ -19,7 +20,8 @@ static void destroy(dl_sync_handle *h) {
   free(h);
 }
 
-int dlock_queue_new(dlock_client *c, const char *name, dlock_queue **out) {
+static int queue_new(dlock_client *c, const char *name, bool delayed,
+                     dlock_queue **out) {
   if (out) *out = NULL;
   if (c == NULL || out == NULL) return DLOCK_EINVAL;
   int rc = dl_check_name(c, name);
@@ -31,8 +33,18 @@ int dlock_queue_new(dlock_client *c, const char *name, dlock_queue **out) {
   }
   q->h.c = c;
   q->h.destroy = destroy;
+  q->delayed = delayed;
   *out = q;
   return 0;
+}
+
+int dlock_queue_new(dlock_client *c, const char *name, dlock_queue **out) {
+  return queue_new(c, name, false, out);
+}
+
+int dlock_queue_new_delayed(dlock_client *c, const char *name,
+                            dlock_queue **out) {
+  return queue_new(c, name, true, out);
 }
 
 void dlock_queue_free(dlock_queue *q) {
@@ -53,20 +65,31 @@ static int checks(dlock_queue *q, bool async) {
   return 0;
 }
 
-/* Fills r for an offer of value (len bytes) at the head or the tail. */
-static int offer_req(dlock_queue *q, bool first, const void *value,
-                     size_t len, dl_queue_req *r) {
+/* The longest delay: a year (a due time far off is a unit mistake). */
+#define DELAY_MAX_MS (366LL * 24 * 3600 * 1000)
+
+/* Fills r for an offer of value (len bytes) at the head or the tail, or
+ * (delay_ms >= 0) into the delayed queue. */
+static int offer_req(dlock_queue *q, bool first, int64_t delay_ms,
+                     const void *value, size_t len, dl_queue_req *r) {
   memset(r, 0, sizeof *r);
   if (value == NULL && len > 0)
     return dl_seterr(q->h.c, DLOCK_EINVAL, "no value");
-  r->op = first ? DL_QUEUE_OFFER_FIRST : DL_QUEUE_OFFER;
+  if (delay_ms > DELAY_MAX_MS)
+    return dl_seterr(q->h.c, DLOCK_EINVAL, "the delay is over a year");
+  r->delay_ms = delay_ms;
+  r->op = delay_ms >= 0 ? DL_QUEUE_OFFER_DELAYED
+          : first       ? DL_QUEUE_OFFER_FIRST
+                        : DL_QUEUE_OFFER;
   r->value = value;
   r->len = len;
   return 0;
 }
 
-static void poll_req(bool last, int64_t wait_ms, dl_queue_req *r) {
+static void poll_req(const dlock_queue *q, bool last, int64_t wait_ms,
+                     dl_queue_req *r) {
   memset(r, 0, sizeof *r);
+  r->delayed = q && q->delayed;
   r->op = last ? DL_QUEUE_POLL_LAST : DL_QUEUE_POLL;
   r->wait = wait_ms != 0;
   r->deadline = dl_deadline(wait_ms);
@@ -99,19 +122,27 @@ static int run(dlock_queue *q, int rc, dl_queue_req *r, void **value,
   return ended(q, r, b->ops->queue(b, &ref, r), value, len, n);
 }
 
-static int offer(dlock_queue *q, bool first, const void *value, size_t len) {
+static int offer(dlock_queue *q, bool first, int64_t delay_ms,
+                 const void *value, size_t len) {
   dl_queue_req r;
   int rc = checks(q, false);
-  if (rc == 0) rc = offer_req(q, first, value, len, &r);
+  if (rc == 0) rc = offer_req(q, first, delay_ms, value, len, &r);
   return run(q, rc, &r, NULL, NULL, NULL);
 }
 
 int dlock_queue_offer(dlock_queue *q, const void *value, size_t len) {
-  return offer(q, false, value, len);
+  return offer(q, false, -1, value, len);
 }
 
 int dlock_queue_offer_first(dlock_queue *q, const void *value, size_t len) {
-  return offer(q, true, value, len);
+  return offer(q, true, -1, value, len);
+}
+
+int dlock_queue_offer_delayed(dlock_queue *q, int64_t delay_ms,
+                              const void *value, size_t len) {
+  if (q && delay_ms < 0)
+    return dl_seterr(q->h.c, DLOCK_EINVAL, "the delay is negative");
+  return offer(q, false, delay_ms, value, len);
 }
 
 static int poll(dlock_queue *q, bool last, int64_t wait_ms, void **value,
@@ -121,7 +152,7 @@ static int poll(dlock_queue *q, bool last, int64_t wait_ms, void **value,
   int rc = checks(q, false);
   if (rc == 0 && value == NULL) rc = DLOCK_EINVAL;
   dl_queue_req r;
-  poll_req(last, wait_ms, &r);
+  poll_req(q, last, wait_ms, &r);
   return run(q, rc, &r, value, len, NULL);
 }
 
@@ -143,13 +174,21 @@ int dlock_queue_take_last(dlock_queue *q, void **value, size_t *len) {
   return poll(q, true, DL_WAIT_FOREVER, value, len);
 }
 
-int dlock_queue_size(dlock_queue *q, int64_t *n) {
+static int size(dlock_queue *q, bool delayed, int64_t *n) {
   int rc = checks(q, false);
   if (rc == 0 && n == NULL) rc = DLOCK_EINVAL;
   dl_queue_req r;
   memset(&r, 0, sizeof r);
-  r.op = DL_QUEUE_SIZE;
+  r.op = delayed ? DL_QUEUE_SIZE_DELAYED : DL_QUEUE_SIZE;
   return run(q, rc, &r, NULL, NULL, n);
+}
+
+int dlock_queue_size(dlock_queue *q, int64_t *n) {
+  return size(q, false, n);
+}
+
+int dlock_queue_delayed_size(dlock_queue *q, int64_t *n) {
+  return size(q, true, n);
 }
 
 /* ---- on the event loop ---- */
@@ -212,24 +251,34 @@ static int run_async(dlock_queue *q, int rc, const dl_queue_req *r,
   return 0;
 }
 
-static int offer_async(dlock_queue *q, bool first, const void *value,
-                       size_t len, dlock_done_cb cb, void *ud,
-                       dlock_op **out) {
+static int offer_async(dlock_queue *q, bool first, int64_t delay_ms,
+                       const void *value, size_t len, dlock_done_cb cb,
+                       void *ud, dlock_op **out) {
   dl_queue_req r;
   int rc = checks(q, true);
-  if (rc == 0) rc = offer_req(q, first, value, len, &r);
+  if (rc == 0) rc = offer_req(q, first, delay_ms, value, len, &r);
   return run_async(q, rc, &r, NULL, NULL, NULL, cb, ud, out);
 }
 
 int dlock_queue_offer_async(dlock_queue *q, const void *value, size_t len,
                             dlock_done_cb cb, void *ud, dlock_op **op) {
-  return offer_async(q, false, value, len, cb, ud, op);
+  return offer_async(q, false, -1, value, len, cb, ud, op);
 }
 
 int dlock_queue_offer_first_async(dlock_queue *q, const void *value,
                                   size_t len, dlock_done_cb cb, void *ud,
                                   dlock_op **op) {
-  return offer_async(q, true, value, len, cb, ud, op);
+  return offer_async(q, true, -1, value, len, cb, ud, op);
+}
+
+int dlock_queue_offer_delayed_async(dlock_queue *q, int64_t delay_ms,
+                                    const void *value, size_t len,
+                                    dlock_done_cb cb, void *ud,
+                                    dlock_op **op) {
+  if (op) *op = NULL;
+  if (q && delay_ms < 0)
+    return dl_seterr(q->h.c, DLOCK_EINVAL, "the delay is negative");
+  return offer_async(q, false, delay_ms, value, len, cb, ud, op);
 }
 
 static int poll_async(dlock_queue *q, bool last, int64_t wait_ms,
@@ -239,7 +288,7 @@ static int poll_async(dlock_queue *q, bool last, int64_t wait_ms,
   if (rc == 0 && value == NULL) rc = DLOCK_EINVAL;
   if (rc == 0) *value = NULL;
   dl_queue_req r;
-  poll_req(last, wait_ms, &r);
+  poll_req(q, last, wait_ms, &r);
   return run_async(q, rc, &r, value, len, NULL, cb, ud, out);
 }
 
@@ -255,12 +304,23 @@ int dlock_queue_poll_last_async(dlock_queue *q, int64_t wait_ms, void **value,
   return poll_async(q, true, wait_ms, value, len, cb, ud, op);
 }
 
-int dlock_queue_size_async(dlock_queue *q, int64_t *n, dlock_done_cb cb,
-                           void *ud, dlock_op **op) {
+static int size_async(dlock_queue *q, bool delayed, int64_t *n,
+                      dlock_done_cb cb, void *ud, dlock_op **op) {
   int rc = checks(q, true);
   if (rc == 0 && n == NULL) rc = DLOCK_EINVAL;
   dl_queue_req r;
   memset(&r, 0, sizeof r);
-  r.op = DL_QUEUE_SIZE;
+  r.op = delayed ? DL_QUEUE_SIZE_DELAYED : DL_QUEUE_SIZE;
   return run_async(q, rc, &r, NULL, NULL, n, cb, ud, op);
+}
+
+int dlock_queue_size_async(dlock_queue *q, int64_t *n, dlock_done_cb cb,
+                           void *ud, dlock_op **op) {
+  return size_async(q, false, n, cb, ud, op);
+}
+
+int dlock_queue_delayed_size_async(dlock_queue *q, int64_t *n,
+                                   dlock_done_cb cb, void *ud,
+                                   dlock_op **op) {
+  return size_async(q, true, n, cb, ud, op);
 }

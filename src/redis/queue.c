@@ -10,7 +10,17 @@
  * semaphores, backend.c), where each dlock offer publishes "1" after its
  * push: one sleeper wakes per value. A producer that does not publish
  * (Redisson's own offer is a bare RPUSH) is seen by a recheck that backs
- * off from RECHECK_MIN_MS to RECHECK_MAX_MS while the queue stays empty. */
+ * off from RECHECK_MIN_MS to RECHECK_MAX_MS while the queue stays empty.
+ *
+ * The delayed queue is Redisson's RDelayedQueue layout beside the list Q:
+ * the zset "redisson_delay_queue_timeout:{Q}" scored by due epoch ms, the
+ * list "redisson_delay_queue:{Q}", the channel
+ * "redisson_delay_queue_channel:{Q}", each element packed as Redisson
+ * packs it (delay_offer.lua). A delayed handle's poll is delay_poll.lua:
+ * it moves whatever is due by the server's clock to Q, then pops; its
+ * answer says when the next element is due, which bounds the sleep (the
+ * timer Redisson's QueueTransferTask keeps), and a dlock delayed offer
+ * wakes a poller through the queue's channel (the timer's reset). */
 #include "redis.h"
 
 #include <hiredis/hiredis.h>
@@ -20,6 +30,8 @@
 
 #define RECHECK_MIN_MS 20
 #define RECHECK_MAX_MS 500
+/* Elements one delay_poll.lua call moves at most (the rest: at once after). */
+#define MOVE_LIMIT "1000"
 
 /* An operation on one queue, for either driver. */
 typedef struct queue_op {
@@ -32,32 +44,93 @@ typedef struct queue_op {
   dl_waiter w; /* a poll's */
   size_t lens[3];
   char ch[DL_DERIVED_MAX];
+  /* The delayed queue's names beside Q: its zset, its list, its channel. */
+  char zset[DL_DERIVED_MAX], list[DL_DERIVED_MAX], dch[DL_DERIVED_MAX];
 } queue_op;
 
-enum { ST_PUSH, ST_PUBLISH, ST_LLEN };
+enum { ST_PUSH, ST_PUBLISH, ST_LLEN, ST_DELAY_OFFER, ST_ZCARD };
 
 static const char *queue_channel(char *out, const dl_sync_ref *s) {
   dl_derived_into(out, DL_DERIVED_MAX, "dlock_queue_channel", s->key);
   return out;
 }
 
+static void delay_names(queue_op *x) {
+  dl_derived_into(x->zset, DL_DERIVED_MAX, "redisson_delay_queue_timeout",
+                  x->s->key);
+  dl_derived_into(x->list, DL_DERIVED_MAX, "redisson_delay_queue", x->s->key);
+  dl_derived_into(x->dch, DL_DERIVED_MAX, "redisson_delay_queue_channel",
+                  x->s->key);
+}
+
+static void hex_into(char *out, const unsigned char *b, size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < n; i++) {
+    out[2 * i] = digits[b[i] >> 4];
+    out[2 * i + 1] = digits[b[i] & 15];
+  }
+  out[2 * n] = '\0';
+}
+
+/* delay_offer.lua for x's request. */
+static int delay_offer_send(queue_op *x) {
+  const dl_queue_req *q = x->q;
+  unsigned char id[8];
+  char idhex[17], delay[DL_INT_BUF];
+  char *hex = malloc(2 * q->len + 1);
+  if (hex == NULL || dl_random_bytes(id, sizeof id) != 0) {
+    free(hex);
+    x->p.rc = dl_seterr(x->R->env.err_owner, DLOCK_ENOMEM,
+                        hex ? "no random bytes" : "out of memory");
+    return 0;
+  }
+  hex_into(idhex, id, sizeof id);
+  hex_into(hex, q->value, q->len);
+  dl_fmt_ll(delay, q->delay_ms);
+  const char *keys[] = {x->s->key, x->zset, x->list, x->dch,
+                        queue_channel(x->ch, x->s)};
+  const char *args[] = {delay, idhex, hex};
+  /* The request is formatted (copied) within the start. */
+  int rc = dl_redis_step_eval(x->R, &x->p, 0, DL_SCRIPT_DELAY_OFFER, 5, keys,
+                              3, args);
+  free(hex);
+  return rc;
+}
+
 /* ---- polls: the waiter's kind ---- */
 static int poll_send(dl_waiter *w) {
   queue_op *x = w->ctx;
-  const char *argv[] = {x->q->op == DL_QUEUE_POLL ? "LPOP" : "RPOP",
-                        x->s->key};
+  const char *pop = x->q->op == DL_QUEUE_POLL ? "LPOP" : "RPOP";
+  if (x->q->delayed) {
+    const char *keys[] = {x->s->key, x->zset, x->list};
+    const char *args[] = {pop, MOVE_LIMIT};
+    return dl_redis_step_eval(w->R, &w->p, 0, DL_SCRIPT_DELAY_POLL, 3, keys,
+                              2, args);
+  }
+  const char *argv[] = {pop, x->s->key};
   return dl_redis_step_command(w->R, &w->p, 2, argv);
 }
 
 static int poll_result(dl_waiter *w) {
   queue_op *x = w->ctx;
-  redisReply *r = w->p.reply;
+  redisReply *all = w->p.reply, *r = all;
   w->p.reply = NULL;
   if (w->p.rc != 0) {
-    if (r) freeReplyObject(r);
+    if (all) freeReplyObject(all);
     return w->p.rc;
   }
   int rc = 0;
+  long long next_due = -1; /* a delayed poll's: ms until the next is due */
+  if (x->q->delayed) {
+    if (all->type != REDIS_REPLY_ARRAY || all->elements != 2 ||
+        all->element[1]->type != REDIS_REPLY_INTEGER) {
+      freeReplyObject(all);
+      return dl_seterr(w->R->env.err_owner, DLOCK_EPROTO,
+                       "unexpected reply to a delayed poll");
+    }
+    r = all->element[0];
+    next_due = all->element[1]->integer;
+  }
   if (r->type == REDIS_REPLY_STRING) {
     char *v = malloc(r->len + 1);
     if (v == NULL) {
@@ -73,10 +146,12 @@ static int poll_result(dl_waiter *w) {
     int shift = w->tries < 6 ? w->tries - 1 : 5;
     w->recheck_ms = (int64_t)RECHECK_MIN_MS << shift;
     if (w->recheck_ms > RECHECK_MAX_MS) w->recheck_ms = RECHECK_MAX_MS;
+    /* The timer at the next due time. */
+    if (next_due >= 0 && next_due < w->recheck_ms) w->recheck_ms = next_due;
   } else {
     rc = DLOCK_EPROTO;
   }
-  freeReplyObject(r);
+  freeReplyObject(all);
   if (rc == DLOCK_ENOMEM)
     return dl_seterr(w->R->env.err_owner, rc, "out of memory (a value of "
                      "queue '%s' was taken and dropped)", x->s->name);
@@ -103,6 +178,12 @@ static int simple_send(queue_op *x) {
     const char *argv[] = {"PUBLISH", queue_channel(x->ch, x->s), "1"};
     return dl_redis_step_command(x->R, &x->p, 3, argv);
   }
+  case ST_DELAY_OFFER:
+    return delay_offer_send(x);
+  case ST_ZCARD: {
+    const char *argv[] = {"ZCARD", x->zset};
+    return dl_redis_step_command(x->R, &x->p, 2, argv);
+  }
   default: {
     const char *argv[] = {"LLEN", x->s->key};
     return dl_redis_step_command(x->R, &x->p, 2, argv);
@@ -128,7 +209,7 @@ static int simple_result(queue_op *x) {
     if (rc != 0) return x->st == ST_PUBLISH ? 0 : rc;
     if (x->st == ST_PUBLISH) return 0;
     x->q->n = v;
-    if (x->st == ST_LLEN) return 0;
+    if (x->st != ST_PUSH) return 0;
     x->st = ST_PUBLISH;
     if (simple_send(x) == DL_PENDING) return DL_PENDING;
   }
@@ -168,8 +249,14 @@ static int queue_run(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
     w->wait = q->wait;
     w->deadline = q->deadline;
   } else {
-    x->st = q->op == DL_QUEUE_SIZE ? ST_LLEN : ST_PUSH;
+    switch (q->op) {
+    case DL_QUEUE_SIZE: x->st = ST_LLEN; break;
+    case DL_QUEUE_OFFER_DELAYED: x->st = ST_DELAY_OFFER; break;
+    case DL_QUEUE_SIZE_DELAYED: x->st = ST_ZCARD; break;
+    default: x->st = ST_PUSH; break;
+    }
   }
+  delay_names(x);
   if (done == NULL) {
     if (poll) return dl_redis_wait_start(&x->w);
     simple_send(x); /* a blocking link answers within */
