@@ -670,6 +670,21 @@ DLOCK_API int dlock_queue_offer_delayed(dlock_queue *q, int64_t delay_ms,
  * moved) in *n. Returns 0 or a negative code. */
 DLOCK_API int dlock_queue_size(dlock_queue *q, int64_t *n);
 DLOCK_API int dlock_queue_delayed_size(dlock_queue *q, int64_t *n);
+/* A reliable take: as dlock_queue_poll, but the value also moves to this
+ * handle's processing list on the server, where it stays until
+ * dlock_queue_ack. The handle is a consumer with a lease (the client's
+ * watchdog lease, renewed by its watchdog while the handle lives): if the
+ * process dies, or the handle is freed, before the ack, the value goes back
+ * to the head of the queue once the lease has ended (at the next reliable
+ * take by anyone), so a crash between take and processing loses nothing;
+ * a value may then be taken twice, but acknowledged once. Thread-safe. */
+DLOCK_API int dlock_queue_poll_reliable(dlock_queue *q, int64_t wait_ms,
+                                        void **value, size_t *len);
+/* Acknowledges one value (len bytes) this handle took reliably: it leaves
+ * the processing list for good. Returns 0, DLOCK_ENOTOWNER if no such value
+ * is there (never taken through this handle, acknowledged already, or its
+ * consumer's lease ended and it went back), or another negative code. */
+DLOCK_API int dlock_queue_ack(dlock_queue *q, const void *value, size_t len);
 /* Frees a value a poll returned. Accepts NULL. */
 DLOCK_API void dlock_queue_value_free(void *value);
 

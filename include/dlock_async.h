@@ -230,7 +230,7 @@ DLOCK_API int dlock_latch_count_async(dlock_latch *l, dlock_done_cb cb,
                                       void *ud, dlock_op **op);
 
 /* Queue: offer, offer_first and offer_delayed (the value copied; rc 0),
- * poll and
+ * ack (the value copied; rc 0, DLOCK_ENOTOWNER), poll, poll_reliable and
  * poll_last (rc 0 with *value and *len set before cb runs: free the value
  * with dlock_queue_value_free; DLOCK_EBUSY, DLOCK_ECANCELED; value and len
  * must stay valid until cb), size (rc 0, *n set before cb runs). */
@@ -256,6 +256,13 @@ DLOCK_API int dlock_queue_offer_delayed_async(dlock_queue *q,
                                               const void *value, size_t len,
                                               dlock_done_cb cb, void *ud,
                                               dlock_op **op);
+DLOCK_API int dlock_queue_poll_reliable_async(dlock_queue *q, int64_t wait_ms,
+                                              void **value, size_t *len,
+                                              dlock_done_cb cb, void *ud,
+                                              dlock_op **op);
+DLOCK_API int dlock_queue_ack_async(dlock_queue *q, const void *value,
+                                    size_t len, dlock_done_cb cb, void *ud,
+                                    dlock_op **op);
 DLOCK_API int dlock_queue_delayed_size_async(dlock_queue *q, int64_t *n,
                                              dlock_done_cb cb, void *ud,
                                              dlock_op **op);

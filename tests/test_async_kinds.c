@@ -533,6 +533,26 @@ static void queue_ops(int kind) {
   CHECK_RC(g[9].rc, 0);
   CHECK(th_now_ms() - t0 < 300);
   dlock_queue_value_free(v);
+  /* A reliable take and its ack. */
+  td_got rt = {0}, ra = {0}, rb = {0};
+  CHECK_RC(dlock_queue_offer(q, "r", 1), DLOCK_EINVAL); /* blocking */
+  CHECK_RC(dlock_queue_offer_async(q, "r", 1, td_on_done, &rb, NULL), 0);
+  RUN(&f, &rb);
+  CHECK_RC(dlock_queue_poll_reliable_async(q, 1000, &v, &len, td_on_done, &rt,
+                                           NULL),
+           0);
+  RUN(&f, &rt);
+  CHECK_RC(rt.rc, 0);
+  CHECK(len == 1 && memcmp(v, "r", 1) == 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {k:q}:timeout"), 1);
+  CHECK_RC(dlock_queue_ack_async(q, v, len, td_on_done, &ra, NULL), 0);
+  dlock_queue_value_free(v); /* the ack copied it */
+  RUN(&f, &ra);
+  CHECK_RC(ra.rc, 0);
+  memset(&ra, 0, sizeof ra);
+  CHECK_RC(dlock_queue_ack_async(q, "r", 1, td_on_done, &ra, NULL), 0);
+  RUN(&f, &ra);
+  CHECK_RC(ra.rc, DLOCK_ENOTOWNER);
   /* Refused calls never call back; blocking calls are refused. */
   CHECK_RC(dlock_queue_poll_async(q, 0, NULL, NULL, td_on_done, &g[11], NULL),
            DLOCK_EINVAL);

@@ -518,6 +518,145 @@ static void t_delay_wrong_type(void) {
   dlock_client_close(c);
 }
 
-TH_MAIN(T(t_delay_order), T(t_delay_restart), T(t_delay_redisson_peer),
+/* ---- the reliable take ---- */
+static long long count_keys(th_redis *srv, const char *pattern) {
+  redisReply *r = th_cmd(srv, "KEYS %s", pattern);
+  long long n = r && r->type == REDIS_REPLY_ARRAY ? (long long)r->elements
+                                                  : -1;
+  if (r) freeReplyObject(r);
+  return n;
+}
+
+static void t_reliable_basics(void) {
+  dlock_client *c = th_client(&th_srv, 900), *o = th_client(&th_srv, 900);
+  CHECK(c && o);
+  dlock_queue *q, *q2, *other;
+  CHECK_RC(dlock_queue_new(c, "rq", &q), 0);
+  CHECK_RC(dlock_queue_new(c, "rq", &q2), 0);
+  CHECK_RC(dlock_queue_new(o, "rq", &other), 0);
+  const char bin[] = {'b', 0, 'b'};
+  CHECK_RC(dlock_queue_offer(q, "a", 1), 0);
+  CHECK_RC(dlock_queue_offer(q, bin, sizeof bin), 0);
+  CHECK_RC(dlock_queue_offer(q, "c", 1), 0);
+  CHECK_RC(dlock_queue_ack(q, "a", 1), DLOCK_ENOTOWNER); /* took nothing */
+  void *v;
+  size_t len;
+  CHECK_RC(dlock_queue_poll_reliable(q, 0, &v, &len), 0);
+  CHECK(len == 1 && memcmp(v, "a", 1) == 0);
+  dlock_queue_value_free(v);
+  CHECK_RC(dlock_queue_poll_reliable(q, 0, &v, &len), 0);
+  CHECK(len == sizeof bin && memcmp(v, bin, len) == 0);
+  dlock_queue_value_free(v);
+  CHECK_EQ(th_cmd_int(&th_srv, "LLEN rq"), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {rq}:timeout"), 1);
+  CHECK_EQ(count_keys(&th_srv, "{rq}:processing:*"), 1);
+  CHECK_RC(dlock_queue_ack(q2, "a", 1), DLOCK_ENOTOWNER); /* another handle */
+  CHECK_RC(dlock_queue_ack(q, "a", 1), 0);
+  CHECK_RC(dlock_queue_ack(q, "a", 1), DLOCK_ENOTOWNER); /* once */
+  /* Past several leases: the watchdog keeps the consumer alive, so
+   * another consumer's take sends nothing of ours back. */
+  th_sleep_ms(2500);
+  CHECK_RC(dlock_queue_poll_reliable(other, 0, &v, &len), 0);
+  CHECK(len == 1 && memcmp(v, "c", 1) == 0);
+  dlock_queue_value_free(v);
+  CHECK_RC(dlock_queue_poll_reliable(other, 0, &v, &len), DLOCK_EBUSY);
+  CHECK_RC(dlock_queue_ack(q, bin, sizeof bin), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {rq}:timeout"), 2);
+  /* A freed consumer's values go back after its lease. */
+  CHECK_RC(dlock_queue_offer(q, "d", 1), 0);
+  CHECK_RC(dlock_queue_poll_reliable(q, 0, &v, &len), 0);
+  dlock_queue_value_free(v);
+  dlock_queue_free(q);
+  th_sleep_ms(1100);
+  CHECK_RC(dlock_queue_poll_reliable(other, 0, &v, &len), 0);
+  CHECK(len == 1 && memcmp(v, "d", 1) == 0);
+  dlock_queue_value_free(v);
+  CHECK_RC(dlock_queue_ack(other, "d", 1), 0);
+  CHECK_RC(dlock_queue_ack(other, "c", 1), 0);
+  CHECK_EQ(count_keys(&th_srv, "{rq}:processing:*"), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {rq}:timeout"), 1); /* other's */
+  /* A key of another type: nothing changed. */
+  redisReply *r = th_cmd(&th_srv, "SET rq x");
+  if (r) freeReplyObject(r);
+  CHECK_RC(dlock_queue_poll_reliable(other, 0, &v, &len), DLOCK_EWRONGTYPE);
+  CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {rq}:timeout"), 1);
+  dlock_queue_free(q2);
+  dlock_queue_free(other);
+  dlock_client_close(c);
+  dlock_client_close(o);
+}
+
+/* Consumer processes take reliably and acknowledge; one dies after taking
+ * values it never acknowledged: every value is acknowledged exactly once. */
+#define RELIABLE_N 300
+#define RELIABLE_CONSUMERS 3
+
+static void reliable_consumer(const char *log, bool crash) {
+  dlock_client *c = th_client(&th_srv, 600);
+  dlock_queue *q;
+  if (c == NULL || dlock_queue_new(c, "rm", &q) != 0) _exit(2);
+  FILE *f = fopen(log, "a");
+  if (f == NULL) _exit(2);
+  setvbuf(f, NULL, _IOLBF, 0);
+  for (int taken = 0;; taken++) {
+    void *v;
+    size_t len;
+    int rc = dlock_queue_poll_reliable(q, 2500, &v, &len);
+    if (rc == DLOCK_EBUSY) break;
+    if (rc != 0) _exit(3);
+    if (crash && taken == 5) _exit(0); /* dies holding five */
+    if (crash) {
+      dlock_queue_value_free(v);
+      continue;
+    }
+    if (dlock_queue_ack(q, v, len) == 0) fprintf(f, "%.*s\n", (int)len,
+                                                 (char *)v);
+    dlock_queue_value_free(v);
+  }
+  fclose(f);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  _exit(0);
+}
+
+static void t_reliable_many(void) {
+  char log[512];
+  snprintf(log, sizeof log, "%s/reliable.log", th_tmpdir());
+  unlink(log);
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new(c, "rm", &q), 0);
+  for (int i = 0; i < RELIABLE_N; i++) {
+    char buf[16];
+    int n = snprintf(buf, sizeof buf, "%d", i);
+    CHECK_RC(dlock_queue_offer(q, buf, (size_t)n), 0);
+  }
+  pid_t pids[RELIABLE_CONSUMERS];
+  for (int k = 0; k < RELIABLE_CONSUMERS; k++)
+    if ((pids[k] = fork()) == 0) reliable_consumer(log, k == 0);
+  for (int k = 0; k < RELIABLE_CONSUMERS; k++) {
+    int st;
+    CHECK(waitpid(pids[k], &st, 0) == pids[k]);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  static int seen[RELIABLE_N];
+  FILE *f = fopen(log, "r");
+  CHECK(f != NULL);
+  int id, total = 0;
+  while (fscanf(f, "%d", &id) == 1) {
+    if (id >= 0 && id < RELIABLE_N) seen[id]++;
+    total++;
+  }
+  fclose(f);
+  CHECK_EQ(total, RELIABLE_N);
+  for (int i = 0; i < RELIABLE_N; i++) CHECK_EQ(seen[i], 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS rm"), 0);
+  CHECK_EQ(count_keys(&th_srv, "{rm}:processing:*"), 0);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+}
+
+TH_MAIN(T(t_reliable_basics), T(t_reliable_many), T(t_delay_order), T(t_delay_restart), T(t_delay_redisson_peer),
         T(t_delay_stepped_clock), T(t_delay_wrong_type), T(t_queue_basics), T(t_queue_wrong_type), T(t_queue_offer_wakes),
         T(t_queue_redisson_peer), T(t_queue_many))

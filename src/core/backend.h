@@ -117,7 +117,12 @@ typedef enum dl_queue_op {
   DL_QUEUE_SIZE,        /* 0, *n the length */
   DL_QUEUE_OFFER_DELAYED, /* the value, due delay_ms from now: 0, *n its
                              due time (the server's epoch ms) */
-  DL_QUEUE_SIZE_DELAYED   /* 0, *n the values not yet due */
+  DL_QUEUE_SIZE_DELAYED,  /* 0, *n the values not yet due */
+  DL_QUEUE_POLL_RELIABLE, /* the head into consumer's processing list, its
+                             lease set to lease_ms (values of consumers
+                             whose lease ended go back first): as a poll */
+  DL_QUEUE_ACK            /* the value out of consumer's processing list:
+                             0, *n how many (0 or 1) */
 } dl_queue_op;
 typedef struct dl_queue_req {
   /* in */
@@ -128,6 +133,11 @@ typedef struct dl_queue_req {
   int64_t deadline; /* dl_now_ms() time a poll's wait ends */
   bool delayed;     /* a poll's: first move the delayed values now due */
   int64_t delay_ms; /* DL_QUEUE_OFFER_DELAYED's */
+  /* A reliable poll's and an ack's: the consumer's id (32 hex digits; its
+   * lease is renewed as a permit's: dl_renew_item.permit at the queue's
+   * key, owner "<client id>:<id>") and lease. */
+  const char *consumer;
+  int64_t lease_ms;
   /* out */
   void *got;      /* a poll's value: malloc'ed, a NUL after got_len bytes;
                      the caller frees it */

@@ -5,6 +5,7 @@
  * blocking or on the loop. */
 #include "locks.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,9 +14,15 @@
 struct dlock_queue {
   dl_sync_handle h; /* first */
   bool delayed;     /* its polls move the delayed values now due */
+  /* The reliable consumer's id (32 hex digits), "" before its first
+   * reliable take; guarded by the client's holds_mu. */
+  char consumer[DLOCK_PERMIT_ID_LEN];
 };
 
 static void destroy(dl_sync_handle *h) {
+  /* A consumer's lease stops being renewed: what it took and did not
+   * acknowledge goes back to the queue after its lease. */
+  dl_holds_drop_via(h->c, h, NULL);
   free(h->key);
   free(h);
 }
@@ -53,6 +60,65 @@ void dlock_queue_free(dlock_queue *q) {
 }
 
 void dlock_queue_value_free(void *value) { free(value); }
+
+/* The consumer's lease was lost (the watchdog's report): its hold is
+ * marked lost, and the next reliable take registers it again. */
+static void on_lost(void *via, const char *owner) {
+  (void)via;
+  (void)owner;
+}
+
+/* Makes q a reliable consumer with a lease renewed by the watchdog (as a
+ * permit's, at the queue's key), unless it is one: its id in id. Returns 0
+ * or a negative code. */
+static int consumer_ensure(dlock_queue *q, char id[DLOCK_PERMIT_ID_LEN]) {
+  dlock_client *c = q->h.c;
+  if (c->watchdog == NULL) return dl_unsupported(c, "reliable take");
+  int rc = 0;
+  dl_hold *old = NULL;
+  pthread_mutex_lock(&c->holds_mu);
+  if (q->consumer[0] == '\0') {
+    unsigned char b[(DLOCK_PERMIT_ID_LEN - 1) / 2];
+    if (dl_random_bytes(b, sizeof b) != 0) rc = DLOCK_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < sizeof b; i++)
+      snprintf(q->consumer + 2 * i, 3, "%02x", b[i]);
+  }
+  char owner[DL_OWNER_MAX];
+  int n = snprintf(owner, sizeof owner, "%s:%s", c->id, q->consumer);
+  if (rc == 0 && (n < 0 || n >= (int)sizeof owner)) rc = DLOCK_EINVAL;
+  dl_hold *h = rc ? NULL : dl_hold_find(c, q->h.key, owner);
+  if (h && h->lost) {
+    old = dl_hold_drop(c, h);
+    h = NULL;
+  }
+  if (rc == 0 && h == NULL) {
+    int64_t lease = c->watchdog_timeout_ms;
+    if ((h = dl_hold_add(c, q->h.key, owner)) == NULL) {
+      rc = DLOCK_ENOMEM;
+    } else {
+      h->permit = true;
+      h->via = q;
+      h->lost_fn = on_lost;
+      h->count = 1;
+      h->lease_ms = lease;
+      h->valid_until = dl_now_ms() + lease;
+      if ((h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail,
+                                        h->valid_until, true, true)) == NULL)
+        rc = DLOCK_ENOMEM;
+    }
+  }
+  memcpy(id, q->consumer, DLOCK_PERMIT_ID_LEN);
+  pthread_mutex_unlock(&c->holds_mu);
+  dl_hold_bury(c, old);
+  return rc ? dl_seterr(c, rc, "cannot register the consumer") : 0;
+}
+
+/* The consumer's id, "" if q never took reliably. */
+static void consumer_of(dlock_queue *q, char id[DLOCK_PERMIT_ID_LEN]) {
+  pthread_mutex_lock(&q->h.c->holds_mu);
+  memcpy(id, q->consumer, DLOCK_PERMIT_ID_LEN);
+  pthread_mutex_unlock(&q->h.c->holds_mu);
+}
 
 /* The checks of every call: 0, or a code (nothing sent). */
 static int checks(dlock_queue *q, bool async) {
@@ -100,7 +166,12 @@ static int ended(dlock_queue *q, dl_queue_req *r, int rc, void **value,
                  size_t *len, int64_t *n) {
   if (rc < 0) return rc;
   dlock_client *c = q->h.c;
-  if (r->op == DL_QUEUE_POLL || r->op == DL_QUEUE_POLL_LAST) {
+  if (r->op == DL_QUEUE_ACK && r->n == 0)
+    return dl_seterr(c, DLOCK_ENOTOWNER, "no such value taken by this "
+                     "consumer of queue '%s' (or its lease ended and it "
+                     "went back)", q->h.key + c->prefix_len);
+  if (r->op == DL_QUEUE_POLL || r->op == DL_QUEUE_POLL_LAST ||
+      r->op == DL_QUEUE_POLL_RELIABLE) {
     if (rc == 0)
       return dl_seterr(c, DLOCK_EBUSY, "queue '%s' gave no value in time",
                        q->h.key + c->prefix_len);
@@ -166,6 +237,52 @@ int dlock_queue_poll_last(dlock_queue *q, int64_t wait_ms, void **value,
   return poll(q, true, wait_ms, value, len);
 }
 
+/* A reliable take's or an ack's request, the consumer registered (take)
+ * or known (ack). id: the request borrows it. */
+static int reliable_req(dlock_queue *q, int rc, bool ack, int64_t wait_ms,
+                        const void *value, size_t len,
+                        char id[DLOCK_PERMIT_ID_LEN], dl_queue_req *r) {
+  memset(r, 0, sizeof *r);
+  if (rc != 0) return rc;
+  if (ack) {
+    if (value == NULL && len > 0)
+      return dl_seterr(q->h.c, DLOCK_EINVAL, "no value");
+    consumer_of(q, id);
+    if (id[0] == '\0')
+      return dl_seterr(q->h.c, DLOCK_ENOTOWNER,
+                       "nothing taken reliably through this handle");
+    r->op = DL_QUEUE_ACK;
+    r->value = value;
+    r->len = len;
+  } else {
+    if ((rc = consumer_ensure(q, id)) != 0) return rc;
+    poll_req(q, false, wait_ms, r);
+    r->op = DL_QUEUE_POLL_RELIABLE;
+    r->lease_ms = q->h.c->watchdog_timeout_ms;
+  }
+  r->consumer = id;
+  return 0;
+}
+
+int dlock_queue_poll_reliable(dlock_queue *q, int64_t wait_ms, void **value,
+                              size_t *len) {
+  if (value) *value = NULL;
+  if (len) *len = 0;
+  int rc = checks(q, false);
+  if (rc == 0 && value == NULL) rc = DLOCK_EINVAL;
+  char id[DLOCK_PERMIT_ID_LEN];
+  dl_queue_req r;
+  rc = reliable_req(q, rc, false, wait_ms, NULL, 0, id, &r);
+  return run(q, rc, &r, value, len, NULL);
+}
+
+int dlock_queue_ack(dlock_queue *q, const void *value, size_t len) {
+  char id[DLOCK_PERMIT_ID_LEN];
+  dl_queue_req r;
+  int rc = reliable_req(q, checks(q, false), true, 0, value, len, id, &r);
+  return run(q, rc, &r, NULL, NULL, NULL);
+}
+
 int dlock_queue_take(dlock_queue *q, void **value, size_t *len) {
   return poll(q, false, DL_WAIT_FOREVER, value, len);
 }
@@ -201,6 +318,7 @@ typedef struct queue_aop {
   size_t *len;
   int64_t *n;
   void *copy; /* an offer's value, copied */
+  char id[DLOCK_PERMIT_ID_LEN]; /* a reliable take's or an ack's consumer */
 } queue_aop;
 
 static void async_done(void *ud, int rc) {
@@ -228,6 +346,10 @@ static int run_async(dlock_queue *q, int rc, const dl_queue_req *r,
   x->q = q;
   x->ref = dl_sync_ref_of(&q->h);
   x->r = *r;
+  if (r->consumer) {
+    memcpy(x->id, r->consumer, sizeof x->id);
+    x->r.consumer = x->id;
+  }
   x->value = value;
   x->len = len;
   x->n = n;
@@ -323,4 +445,25 @@ int dlock_queue_delayed_size_async(dlock_queue *q, int64_t *n,
                                    dlock_done_cb cb, void *ud,
                                    dlock_op **op) {
   return size_async(q, true, n, cb, ud, op);
+}
+
+int dlock_queue_poll_reliable_async(dlock_queue *q, int64_t wait_ms,
+                                    void **value, size_t *len,
+                                    dlock_done_cb cb, void *ud,
+                                    dlock_op **op) {
+  int rc = checks(q, true);
+  if (rc == 0 && value == NULL) rc = DLOCK_EINVAL;
+  if (rc == 0) *value = NULL;
+  char id[DLOCK_PERMIT_ID_LEN];
+  dl_queue_req r;
+  rc = reliable_req(q, rc, false, wait_ms, NULL, 0, id, &r);
+  return run_async(q, rc, &r, value, len, NULL, cb, ud, op);
+}
+
+int dlock_queue_ack_async(dlock_queue *q, const void *value, size_t len,
+                          dlock_done_cb cb, void *ud, dlock_op **op) {
+  char id[DLOCK_PERMIT_ID_LEN];
+  dl_queue_req r;
+  int rc = reliable_req(q, checks(q, true), true, 0, value, len, id, &r);
+  return run_async(q, rc, &r, NULL, NULL, NULL, cb, ud, op);
 }

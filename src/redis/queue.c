@@ -20,11 +20,18 @@
  * it moves whatever is due by the server's clock to Q, then pops; its
  * answer says when the next element is due, which bounds the sleep (the
  * timer Redisson's QueueTransferTask keeps), and a dlock delayed offer
- * wakes a poller through the queue's channel (the timer's reset). */
+ * wakes a poller through the queue's channel (the timer's reset).
+ *
+ * A reliable take (queue_reliable.lua) moves the value to the consumer's
+ * processing list "{Q}:processing:<id>" until its ack; the consumers'
+ * leases are the zset "{Q}:timeout", renewed by the watchdog as permits'
+ * (lock_renew.lua), and the values of a consumer whose lease ended go back
+ * to the queue at the next reliable take. */
 #include "redis.h"
 
 #include <hiredis/hiredis.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,13 +49,31 @@ typedef struct queue_op {
   int st;    /* the request in flight: ST_* */
   dl_pend p; /* an offer's or the size's */
   dl_waiter w; /* a poll's */
-  size_t lens[3];
+  size_t lens[4];
   char ch[DL_DERIVED_MAX];
   /* The delayed queue's names beside Q: its zset, its list, its channel. */
   char zset[DL_DERIVED_MAX], list[DL_DERIVED_MAX], dch[DL_DERIVED_MAX];
+  /* A reliable take's: the consumers' leases, the processing lists' name
+   * without the id, this consumer's. */
+  char leases[DL_DERIVED_MAX], procs[DL_DERIVED_MAX], mine[DL_DERIVED_MAX];
+  char lease[DL_INT_BUF];
 } queue_op;
 
-enum { ST_PUSH, ST_PUBLISH, ST_LLEN, ST_DELAY_OFFER, ST_ZCARD };
+enum { ST_PUSH, ST_PUBLISH, ST_LLEN, ST_DELAY_OFFER, ST_ZCARD, ST_ACK };
+
+static bool is_poll(dl_queue_op op) {
+  return op == DL_QUEUE_POLL || op == DL_QUEUE_POLL_LAST ||
+         op == DL_QUEUE_POLL_RELIABLE;
+}
+
+/* The reliable take's names, for consumer q->consumer. */
+static void reliable_names(queue_op *x) {
+  dl_derived_suffix_into(x->leases, DL_DERIVED_MAX, x->s->key, "timeout");
+  dl_derived_suffix_into(x->procs, DL_DERIVED_MAX, x->s->key, "processing:");
+  snprintf(x->mine, sizeof x->mine, "%s%s", x->procs,
+           x->q->consumer ? x->q->consumer : "");
+  dl_fmt_ll(x->lease, x->q->lease_ms);
+}
 
 static const char *queue_channel(char *out, const dl_sync_ref *s) {
   dl_derived_into(out, DL_DERIVED_MAX, "dlock_queue_channel", s->key);
@@ -101,6 +126,12 @@ static int delay_offer_send(queue_op *x) {
 static int poll_send(dl_waiter *w) {
   queue_op *x = w->ctx;
   const char *pop = x->q->op == DL_QUEUE_POLL ? "LPOP" : "RPOP";
+  if (x->q->op == DL_QUEUE_POLL_RELIABLE) {
+    const char *keys[] = {x->s->key, x->leases, x->mine};
+    const char *args[] = {x->q->consumer, x->lease, x->procs};
+    return dl_redis_step_eval(w->R, &w->p, 0, DL_SCRIPT_QUEUE_RELIABLE, 3,
+                              keys, 3, args);
+  }
   if (x->q->delayed) {
     const char *keys[] = {x->s->key, x->zset, x->list};
     const char *args[] = {pop, MOVE_LIMIT};
@@ -121,7 +152,7 @@ static int poll_result(dl_waiter *w) {
   }
   int rc = 0;
   long long next_due = -1; /* a delayed poll's: ms until the next is due */
-  if (x->q->delayed) {
+  if (x->q->delayed || x->q->op == DL_QUEUE_POLL_RELIABLE) {
     if (all->type != REDIS_REPLY_ARRAY || all->elements != 2 ||
         all->element[1]->type != REDIS_REPLY_INTEGER) {
       freeReplyObject(all);
@@ -180,6 +211,14 @@ static int simple_send(queue_op *x) {
   }
   case ST_DELAY_OFFER:
     return delay_offer_send(x);
+  case ST_ACK: {
+    const char *argv[] = {"LREM", x->mine, "1", q->value ? q->value : ""};
+    x->lens[0] = 4;
+    x->lens[1] = strlen(x->mine);
+    x->lens[2] = 1;
+    x->lens[3] = q->value ? q->len : 0;
+    return dl_redis_step_command_bin(x->R, &x->p, 4, argv, x->lens);
+  }
   case ST_ZCARD: {
     const char *argv[] = {"ZCARD", x->zset};
     return dl_redis_step_command(x->R, &x->p, 2, argv);
@@ -217,8 +256,7 @@ static int simple_result(queue_op *x) {
 
 static int queue_step(dl_shell *sh) {
   queue_op *x = (queue_op *)sh;
-  if (x->q->op == DL_QUEUE_POLL || x->q->op == DL_QUEUE_POLL_LAST)
-    return dl_redis_wait_step(&x->w);
+  if (is_poll(x->q->op)) return dl_redis_wait_step(&x->w);
   return simple_result(x);
 }
 
@@ -238,7 +276,7 @@ static int queue_run(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
   q->got = NULL;
   q->got_len = 0;
   q->n = 0;
-  bool poll = q->op == DL_QUEUE_POLL || q->op == DL_QUEUE_POLL_LAST;
+  bool poll = is_poll(q->op);
   if (poll) {
     dl_waiter *w = &x->w;
     w->R = R;
@@ -253,10 +291,12 @@ static int queue_run(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
     case DL_QUEUE_SIZE: x->st = ST_LLEN; break;
     case DL_QUEUE_OFFER_DELAYED: x->st = ST_DELAY_OFFER; break;
     case DL_QUEUE_SIZE_DELAYED: x->st = ST_ZCARD; break;
+    case DL_QUEUE_ACK: x->st = ST_ACK; break;
     default: x->st = ST_PUSH; break;
     }
   }
   delay_names(x);
+  reliable_names(x);
   if (done == NULL) {
     if (poll) return dl_redis_wait_start(&x->w);
     simple_send(x); /* a blocking link answers within */
