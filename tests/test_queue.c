@@ -276,20 +276,12 @@ static void *consume(void *p) {
 static void t_queue_many(void) {
   static unsigned char seen[PRODUCERS * PER_PRODUCER];
   pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  consumer k[CONSUMERS];
-  pthread_t th[CONSUMERS];
-  for (int i = 0; i < CONSUMERS; i++) {
-    k[i] = (consumer){.c = th_client(&th_srv, 0), .seen = seen,
-                      .lock = &lock};
-    CHECK(k[i].c != NULL);
-    pthread_create(&th[i], NULL, consume, &k[i]);
-  }
   pid_t pids[PRODUCERS];
   for (int p = 0; p < PRODUCERS; p++) {
     pids[p] = fork();
     if (pids[p] == 0) {
       dlock_client *c = th_client(&th_srv, 0);
-      dlock_queue *q;
+      dlock_queue *q = NULL;
       int bad = c == NULL || dlock_queue_new(c, "q:many", &q) != 0;
       for (int i = 0; !bad && i < PER_PRODUCER; i++) {
         char buf[16];
@@ -297,8 +289,19 @@ static void t_queue_many(void) {
         bad = (i % 2 ? dlock_queue_offer(q, buf, (size_t)n)
                      : dlock_queue_offer_first(q, buf, (size_t)n)) != 0;
       }
+      dlock_queue_free(q);
+      dlock_client_close(c);
       _exit(bad);
     }
+  }
+  /* Consumers after the fork: a child gets no copy of their state. */
+  consumer k[CONSUMERS];
+  pthread_t th[CONSUMERS];
+  for (int i = 0; i < CONSUMERS; i++) {
+    k[i] = (consumer){.c = th_client(&th_srv, 0), .seen = seen,
+                      .lock = &lock};
+    CHECK(k[i].c != NULL);
+    pthread_create(&th[i], NULL, consume, &k[i]);
   }
   for (int p = 0; p < PRODUCERS; p++) {
     int st;
