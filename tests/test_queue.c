@@ -298,8 +298,7 @@ static void t_queue_many(void) {
   consumer k[CONSUMERS];
   pthread_t th[CONSUMERS];
   for (int i = 0; i < CONSUMERS; i++) {
-    k[i] = (consumer){.c = th_client(&th_srv, 0), .seen = seen,
-                      .lock = &lock};
+    k[i] = (consumer){.c = th_client(&th_srv, 0), .seen = seen, .lock = &lock};
     CHECK(k[i].c != NULL);
     pthread_create(&th[i], NULL, consume, &k[i]);
   }
@@ -317,7 +316,8 @@ static void t_queue_many(void) {
   }
   CHECK_EQ(dup, 0);
   CHECK_EQ(total, PRODUCERS * PER_PRODUCER);
-  for (int i = 0; i < PRODUCERS * PER_PRODUCER; i++) CHECK(seen[i]);
+  for (int i = 0; i < PRODUCERS * PER_PRODUCER; i++)
+    CHECK(seen[i]);
   CHECK_EQ(th_cmd_int(&th_srv, "EXISTS q:many"), 0);
 }
 
@@ -357,7 +357,7 @@ static void t_delay_order(void) {
     CHECK(len == strlen(want[i]) && memcmp(v, want[i], len) == 0);
     dlock_queue_value_free(v);
     CHECK(at >= due[i] - 20); /* not early (the clocks' grain aside) */
-    CHECK(at < due[i] + 300);  /* and not much later */
+    CHECK(at < due[i] + 300); /* and not much later */
   }
   CHECK_RC(dlock_queue_delayed_size(q, &n), 0);
   CHECK_EQ(n, 0);
@@ -413,12 +413,12 @@ static void t_delay_redisson_peer(void) {
   CHECK_RC(dlock_queue_new_delayed(c, "dp", &q), 0);
   long long now = server_ms(&th_srv);
   CHECK(now > 0);
-  redisReply *r = th_cmd(&th_srv,
-                         "EVAL %s 4 dp redisson_delay_queue_timeout:{dp} "
-                         "redisson_delay_queue:{dp} "
-                         "redisson_delay_queue_channel:{dp} %lld %s %s",
-                         REDISSON_DELAY_OFFER, now + 300, "RRRRRRRR",
-                         "from-java");
+  redisReply *r =
+      th_cmd(&th_srv,
+             "EVAL %s 4 dp redisson_delay_queue_timeout:{dp} "
+             "redisson_delay_queue:{dp} "
+             "redisson_delay_queue_channel:{dp} %lld %s %s",
+             REDISSON_DELAY_OFFER, now + 300, "RRRRRRRR", "from-java");
   CHECK(r && r->type != REDIS_REPLY_ERROR);
   freeReplyObject(r);
   void *v;
@@ -506,8 +506,7 @@ static void t_delay_wrong_type(void) {
   if (r) freeReplyObject(r);
   CHECK_RC(dlock_queue_offer_delayed(q, 0, "v", 1), DLOCK_EWRONGTYPE);
   CHECK(strstr(dlock_client_errmsg(c), "redisson_delay_queue:{dw}") != NULL);
-  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS redisson_delay_queue_timeout:{dw}"),
-           0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS redisson_delay_queue_timeout:{dw}"), 0);
   void *v;
   CHECK_RC(dlock_queue_poll(q, 200, &v, NULL), DLOCK_EWRONGTYPE);
   r = th_cmd(&th_srv, "DEL redisson_delay_queue:{dw}");
@@ -515,8 +514,7 @@ static void t_delay_wrong_type(void) {
   r = th_cmd(&th_srv, "SET dw x");
   if (r) freeReplyObject(r);
   CHECK_RC(dlock_queue_offer_delayed(q, 0, "v", 1), DLOCK_EWRONGTYPE);
-  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS redisson_delay_queue_timeout:{dw}"),
-           0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS redisson_delay_queue_timeout:{dw}"), 0);
   dlock_queue_free(q);
   dlock_client_close(c);
 }
@@ -524,8 +522,7 @@ static void t_delay_wrong_type(void) {
 /* ---- the reliable take ---- */
 static long long count_keys(th_redis *srv, const char *pattern) {
   redisReply *r = th_cmd(srv, "KEYS %s", pattern);
-  long long n = r && r->type == REDIS_REPLY_ARRAY ? (long long)r->elements
-                                                  : -1;
+  long long n = r && r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
   if (r) freeReplyObject(r);
   return n;
 }
@@ -612,8 +609,8 @@ static void reliable_consumer(const char *log, bool crash) {
       dlock_queue_value_free(v);
       continue;
     }
-    if (dlock_queue_ack(q, v, len) == 0) fprintf(f, "%.*s\n", (int)len,
-                                                 (char *)v);
+    if (dlock_queue_ack(q, v, len) == 0)
+      fprintf(f, "%.*s\n", (int)len, (char *)v);
     dlock_queue_value_free(v);
   }
   fclose(f);
@@ -653,13 +650,15 @@ static void t_reliable_many(void) {
   }
   fclose(f);
   CHECK_EQ(total, RELIABLE_N);
-  for (int i = 0; i < RELIABLE_N; i++) CHECK_EQ(seen[i], 1);
+  for (int i = 0; i < RELIABLE_N; i++)
+    CHECK_EQ(seen[i], 1);
   CHECK_EQ(th_cmd_int(&th_srv, "EXISTS rm"), 0);
   CHECK_EQ(count_keys(&th_srv, "{rm}:processing:*"), 0);
   dlock_queue_free(q);
   dlock_client_close(c);
 }
 
-TH_MAIN(T(t_reliable_basics), T(t_reliable_many), T(t_delay_order), T(t_delay_restart), T(t_delay_redisson_peer),
-        T(t_delay_stepped_clock), T(t_delay_wrong_type), T(t_queue_basics), T(t_queue_wrong_type), T(t_queue_offer_wakes),
-        T(t_queue_redisson_peer), T(t_queue_many))
+TH_MAIN(T(t_reliable_basics), T(t_reliable_many), T(t_delay_order),
+        T(t_delay_restart), T(t_delay_redisson_peer), T(t_delay_stepped_clock),
+        T(t_delay_wrong_type), T(t_queue_basics), T(t_queue_wrong_type),
+        T(t_queue_offer_wakes), T(t_queue_redisson_peer), T(t_queue_many))

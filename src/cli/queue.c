@@ -33,12 +33,13 @@ typedef struct queue_opts {
 
 /* Parses the options after the subcommand; returns the index of the first
  * operand or -1 (exit code in *rc). */
-static int parse(int argc, char **argv, cli_global *g, queue_opts *o,
-                 int *rc) {
-  static const struct option longopts[] = {
-      CLI_GLOBAL_LONGOPTS, {"delay", required_argument, 0, 'd'},
-      {"wait", required_argument, 0, 'w'}, {"last", no_argument, 0, 'l'},
-      {"json", no_argument, 0, 'j'}, {0, 0, 0, 0}};
+static int parse(int argc, char **argv, cli_global *g, queue_opts *o, int *rc) {
+  static const struct option longopts[] = {CLI_GLOBAL_LONGOPTS,
+                                           {"delay", required_argument, 0, 'd'},
+                                           {"wait", required_argument, 0, 'w'},
+                                           {"last", no_argument, 0, 'l'},
+                                           {"json", no_argument, 0, 'j'},
+                                           {0, 0, 0, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, CLI_GLOBAL_SHORTOPTS "w:", longopts,
                             NULL)) != -1) {
@@ -54,15 +55,16 @@ static int parse(int argc, char **argv, cli_global *g, queue_opts *o,
         *rc = EXIT_USAGE;
         return -1;
       }
-      if (opt == 'd') o->delay_ms = ms;
-      else o->wait_ms = ms;
+      if (opt == 'd')
+        o->delay_ms = ms;
+      else
+        o->wait_ms = ms;
     } else if (opt == 'l') {
       o->last = true;
     } else if (opt == 'j') {
       o->json = true;
     } else if (opt == '?') {
-      cli_err("unknown option '%s' (see dlock queue --help)",
-              argv[optind - 1]);
+      cli_err("unknown option '%s' (see dlock queue --help)", argv[optind - 1]);
       *rc = EXIT_USAGE;
       return -1;
     } else if (cli_global_opt(g, opt, optarg) < 0) {
@@ -79,8 +81,8 @@ static int failed(dlock_client *c, int e) {
   return e == DLOCK_EWRONGTYPE ? EXIT_DATAERR : cli_exit_for(e);
 }
 
-static int offer(dlock_queue *q, dlock_client *c, const queue_opts *o,
-                 int n, char **values) {
+static int offer(dlock_queue *q, dlock_client *c, const queue_opts *o, int n,
+                 char **values) {
   for (int i = 0; i < n; i++) {
     size_t len = strlen(values[i]);
     int e = o->delay_ms >= 0
@@ -159,10 +161,14 @@ int cmd_queue(int argc, char **argv, cli_global *g) {
   if (c == NULL) return rc;
   dlock_queue *q = NULL;
   int e = dlock_queue_new_delayed(c, name, &q);
-  if (e != 0) rc = failed(c, e);
-  else if (is_offer) rc = offer(q, c, &o, operands - 1, argv + i + 1);
-  else if (is_take) rc = take(name, q, c, &o);
-  else rc = size(name, q, c, &o);
+  if (e != 0)
+    rc = failed(c, e);
+  else if (is_offer)
+    rc = offer(q, c, &o, operands - 1, argv + i + 1);
+  else if (is_take)
+    rc = take(name, q, c, &o);
+  else
+    rc = size(name, q, c, &o);
   dlock_queue_free(q);
   dlock_client_close(c);
   return rc;

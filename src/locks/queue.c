@@ -59,7 +59,9 @@ void dlock_queue_free(dlock_queue *q) {
   destroy(&q->h);
 }
 
-void dlock_queue_value_free(void *value) { free(value); }
+void dlock_queue_value_free(void *value) {
+  free(value);
+}
 
 /* The consumer's lease was lost (the watchdog's report): its hold is
  * marked lost, and the next reliable take registers it again. */
@@ -167,9 +169,11 @@ static int ended(dlock_queue *q, dl_queue_req *r, int rc, void **value,
   if (rc < 0) return rc;
   dlock_client *c = q->h.c;
   if (r->op == DL_QUEUE_ACK && r->n == 0)
-    return dl_seterr(c, DLOCK_ENOTOWNER, "no such value taken by this "
+    return dl_seterr(c, DLOCK_ENOTOWNER,
+                     "no such value taken by this "
                      "consumer of queue '%s' (or its lease ended and it "
-                     "went back)", q->h.key + c->prefix_len);
+                     "went back)",
+                     q->h.key + c->prefix_len);
   if (r->op == DL_QUEUE_POLL || r->op == DL_QUEUE_POLL_LAST ||
       r->op == DL_QUEUE_POLL_RELIABLE) {
     if (rc == 0)
@@ -317,7 +321,7 @@ typedef struct queue_aop {
   void **value; /* the caller's outputs */
   size_t *len;
   int64_t *n;
-  void *copy; /* an offer's value, copied */
+  void *copy;                   /* an offer's value, copied */
   char id[DLOCK_PERMIT_ID_LEN]; /* a reliable take's or an ack's consumer */
 } queue_aop;
 
@@ -387,25 +391,22 @@ int dlock_queue_offer_async(dlock_queue *q, const void *value, size_t len,
   return offer_async(q, false, -1, value, len, cb, ud, op);
 }
 
-int dlock_queue_offer_first_async(dlock_queue *q, const void *value,
-                                  size_t len, dlock_done_cb cb, void *ud,
-                                  dlock_op **op) {
+int dlock_queue_offer_first_async(dlock_queue *q, const void *value, size_t len,
+                                  dlock_done_cb cb, void *ud, dlock_op **op) {
   return offer_async(q, true, -1, value, len, cb, ud, op);
 }
 
 int dlock_queue_offer_delayed_async(dlock_queue *q, int64_t delay_ms,
                                     const void *value, size_t len,
-                                    dlock_done_cb cb, void *ud,
-                                    dlock_op **op) {
+                                    dlock_done_cb cb, void *ud, dlock_op **op) {
   if (op) *op = NULL;
   if (q && delay_ms < 0)
     return dl_seterr(q->h.c, DLOCK_EINVAL, "the delay is negative");
   return offer_async(q, false, delay_ms, value, len, cb, ud, op);
 }
 
-static int poll_async(dlock_queue *q, bool last, int64_t wait_ms,
-                      void **value, size_t *len, dlock_done_cb cb, void *ud,
-                      dlock_op **out) {
+static int poll_async(dlock_queue *q, bool last, int64_t wait_ms, void **value,
+                      size_t *len, dlock_done_cb cb, void *ud, dlock_op **out) {
   int rc = checks(q, true);
   if (rc == 0 && value == NULL) rc = DLOCK_EINVAL;
   if (rc == 0) *value = NULL;
@@ -441,16 +442,14 @@ int dlock_queue_size_async(dlock_queue *q, int64_t *n, dlock_done_cb cb,
   return size_async(q, false, n, cb, ud, op);
 }
 
-int dlock_queue_delayed_size_async(dlock_queue *q, int64_t *n,
-                                   dlock_done_cb cb, void *ud,
-                                   dlock_op **op) {
+int dlock_queue_delayed_size_async(dlock_queue *q, int64_t *n, dlock_done_cb cb,
+                                   void *ud, dlock_op **op) {
   return size_async(q, true, n, cb, ud, op);
 }
 
 int dlock_queue_poll_reliable_async(dlock_queue *q, int64_t wait_ms,
-                                    void **value, size_t *len,
-                                    dlock_done_cb cb, void *ud,
-                                    dlock_op **op) {
+                                    void **value, size_t *len, dlock_done_cb cb,
+                                    void *ud, dlock_op **op) {
   int rc = checks(q, true);
   if (rc == 0 && value == NULL) rc = DLOCK_EINVAL;
   if (rc == 0) *value = NULL;

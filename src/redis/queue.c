@@ -46,8 +46,8 @@ typedef struct queue_op {
   dl_redis *R;
   const dl_sync_ref *s;
   dl_queue_req *q;
-  int st;    /* the request in flight: ST_* */
-  dl_pend p; /* an offer's or the size's */
+  int st;      /* the request in flight: ST_* */
+  dl_pend p;   /* an offer's or the size's */
   dl_waiter w; /* a poll's */
   size_t lens[4];
   char ch[DL_DERIVED_MAX];
@@ -116,8 +116,8 @@ static int delay_offer_send(queue_op *x) {
                         queue_channel(x->ch, x->s)};
   const char *args[] = {delay, idhex, hex};
   /* The request is formatted (copied) within the start. */
-  int rc = dl_redis_step_eval(x->R, &x->p, 0, DL_SCRIPT_DELAY_OFFER, 5, keys,
-                              3, args);
+  int rc = dl_redis_step_eval(x->R, &x->p, 0, DL_SCRIPT_DELAY_OFFER, 5, keys, 3,
+                              args);
   free(hex);
   return rc;
 }
@@ -129,14 +129,14 @@ static int poll_send(dl_waiter *w) {
   if (x->q->op == DL_QUEUE_POLL_RELIABLE) {
     const char *keys[] = {x->s->key, x->leases, x->mine};
     const char *args[] = {x->q->consumer, x->lease, x->procs};
-    return dl_redis_step_eval(w->R, &w->p, 0, DL_SCRIPT_QUEUE_RELIABLE, 3,
-                              keys, 3, args);
+    return dl_redis_step_eval(w->R, &w->p, 0, DL_SCRIPT_QUEUE_RELIABLE, 3, keys,
+                              3, args);
   }
   if (x->q->delayed) {
     const char *keys[] = {x->s->key, x->zset, x->list};
     const char *args[] = {pop, MOVE_LIMIT};
-    return dl_redis_step_eval(w->R, &w->p, 0, DL_SCRIPT_DELAY_POLL, 3, keys,
-                              2, args);
+    return dl_redis_step_eval(w->R, &w->p, 0, DL_SCRIPT_DELAY_POLL, 3, keys, 2,
+                              args);
   }
   const char *argv[] = {pop, x->s->key};
   return dl_redis_step_command(w->R, &w->p, 2, argv);
@@ -184,8 +184,10 @@ static int poll_result(dl_waiter *w) {
   }
   freeReplyObject(all);
   if (rc == DLOCK_ENOMEM)
-    return dl_seterr(w->R->env.err_owner, rc, "out of memory (a value of "
-                     "queue '%s' was taken and dropped)", x->s->name);
+    return dl_seterr(w->R->env.err_owner, rc,
+                     "out of memory (a value of "
+                     "queue '%s' was taken and dropped)",
+                     x->s->name);
   if (rc == DLOCK_EPROTO)
     return dl_seterr(w->R->env.err_owner, rc, "unexpected reply to a pop");
   return rc;
@@ -209,8 +211,7 @@ static int simple_send(queue_op *x) {
     const char *argv[] = {"PUBLISH", queue_channel(x->ch, x->s), "1"};
     return dl_redis_step_command(x->R, &x->p, 3, argv);
   }
-  case ST_DELAY_OFFER:
-    return delay_offer_send(x);
+  case ST_DELAY_OFFER: return delay_offer_send(x);
   case ST_ACK: {
     const char *argv[] = {"LREM", x->mine, "1", q->value ? q->value : ""};
     x->lens[0] = 4;

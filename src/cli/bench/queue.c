@@ -3,8 +3,8 @@
  * beside plain RPUSH/BLPOP on their own connections in the same run (the
  * ceiling), then the delivery delay of delayed values after their due
  * time (p50/p99). */
-#include "bench.h"
 #include "../../core/core.h"
+#include "bench.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -24,14 +24,14 @@ static int64_t wall_us(void) {
 }
 
 typedef struct qworker {
-  dlock_queue *q;           /* dlock's run */
-  redisContext *raw;        /* the baseline's */
+  dlock_queue *q;    /* dlock's run */
+  redisContext *raw; /* the baseline's */
   const char *name;
-  int64_t end_us;           /* producers stop then */
-  atomic_int *producing;    /* producers still running */
-  bool delayed;             /* the delivery-delay run */
+  int64_t end_us;        /* producers stop then */
+  atomic_int *producing; /* producers still running */
+  bool delayed;          /* the delivery-delay run */
   long ops, errors;
-  bench_samples lat;        /* offers' latency, or delivery delays */
+  bench_samples lat; /* offers' latency, or delivery delays */
 } qworker;
 
 static void *producer(void *p) {
@@ -82,8 +82,10 @@ static void *consumer(void *p) {
         bench_samples_push(&w->lat, wall_us() - atoll(v));
       if (rc == 0) dlock_queue_value_free(v);
     }
-    if (rc == 0) w->ops++;
-    else if (rc != DLOCK_EBUSY) w->errors++;
+    if (rc == 0)
+      w->ops++;
+    else if (rc != DLOCK_EBUSY)
+      w->errors++;
     if (rc != 0 && last) break; /* empty after the producers ended */
   }
   return NULL;
@@ -93,8 +95,8 @@ static void *consumer(void *p) {
  * delayed one (delayed), or the baseline's (c NULL). Sums into *offers,
  * *takes (per second), lat. Returns 0 or -1. */
 static int run(dlock_client *c, const bench_opts *o, const char *name,
-               bool delayed, double *offers, double *takes,
-               bench_samples *lat, long *errors) {
+               bool delayed, double *offers, double *takes, bench_samples *lat,
+               long *errors) {
   int n = o->threads;
   qworker *w = calloc((size_t)(2 * n), sizeof *w);
   pthread_t *th = calloc((size_t)(2 * n), sizeof *th);
@@ -125,8 +127,10 @@ static int run(dlock_client *c, const bench_opts *o, const char *name,
   long put = 0, got = 0;
   for (int i = 0; i < started; i++) {
     pthread_join(th[i], NULL);
-    if (i < n) put += w[i].ops;
-    else got += w[i].ops;
+    if (i < n)
+      put += w[i].ops;
+    else
+      got += w[i].ops;
     *errors += w[i].errors;
     bench_samples_merge(lat, &w[i].lat);
   }
@@ -165,16 +169,16 @@ int bench_queue(const cli_global *g, const bench_opts *o,
     rc = run(NULL, o, rawname, false, &r->rpush_per_sec, &r->blpop_per_sec,
              &lat, &r->errors);
   double ignore;
-  if (rc == 0)
-    rc = run(c, o, name, true, &ignore, &ignore, &delay, &r->errors);
+  if (rc == 0) rc = run(c, o, name, true, &ignore, &ignore, &delay, &r->errors);
   bench_samples_sort(&lat);
   r->ops_per_sec = r->queue_offers;
   r->p50 = bench_samples_pct(&lat, 0.5);
   r->p99 = bench_samples_pct(&lat, 0.99);
   r->max = bench_samples_pct(&lat, 1);
-  r->cpu_per_op = r->queue_offers > 0 ? (s1 - s0) / (r->queue_offers *
-                                                     (double)o->secs_ms / 1000)
-                                      : 0;
+  r->cpu_per_op =
+      r->queue_offers > 0
+          ? (s1 - s0) / (r->queue_offers * (double)o->secs_ms / 1000)
+          : 0;
   bench_samples_sort(&delay);
   r->delay_p50 = bench_samples_pct(&delay, 0.5);
   r->delay_p99 = bench_samples_pct(&delay, 0.99);
