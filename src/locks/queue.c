@@ -70,10 +70,14 @@ static void on_lost(void *via, const char *owner) {
   (void)owner;
 }
 
-/* Makes q a reliable consumer with a lease renewed by the watchdog (as a
- * permit's, at the queue's key), unless it is one: its id in id. Returns 0
- * or a negative code. */
-static int consumer_ensure(dlock_queue *q, char id[DLOCK_PERMIT_ID_LEN]) {
+/* Gives q a reliable consumer's id (in id, unless NULL) if it has none;
+ * with `track`, also registers its lease for renewal by the watchdog (as a
+ * permit's, at the queue's key) unless it is (a lease found lost is
+ * registered again). Tracking follows a successful reliable take, whose
+ * script set the lease: a renewal before it would find no lease and report
+ * it lost. Returns 0 or a negative code. */
+static int consumer_ensure(dlock_queue *q, bool track,
+                           char id[DLOCK_PERMIT_ID_LEN]) {
   dlock_client *c = q->h.c;
   if (c->watchdog == NULL) return dl_unsupported(c, "reliable take");
   int rc = 0;
@@ -93,7 +97,7 @@ static int consumer_ensure(dlock_queue *q, char id[DLOCK_PERMIT_ID_LEN]) {
     old = dl_hold_drop(c, h);
     h = NULL;
   }
-  if (rc == 0 && h == NULL) {
+  if (rc == 0 && h == NULL && track) {
     int64_t lease = c->watchdog_timeout_ms;
     if ((h = dl_hold_add(c, q->h.key, owner)) == NULL) {
       rc = DLOCK_ENOMEM;
@@ -109,7 +113,7 @@ static int consumer_ensure(dlock_queue *q, char id[DLOCK_PERMIT_ID_LEN]) {
         rc = DLOCK_ENOMEM;
     }
   }
-  memcpy(id, q->consumer, DLOCK_PERMIT_ID_LEN);
+  if (id) memcpy(id, q->consumer, DLOCK_PERMIT_ID_LEN);
   pthread_mutex_unlock(&c->holds_mu);
   dl_hold_bury(c, old);
   return rc ? dl_seterr(c, rc, "cannot register the consumer") : 0;
@@ -182,6 +186,9 @@ static int ended(dlock_queue *q, dl_queue_req *r, int rc, void **value,
     *value = r->got;
     if (len) *len = r->got_len;
     r->got = NULL;
+    /* Not tracked (out of memory): the value goes back after one lease,
+     * a second delivery rather than a loss. */
+    if (r->op == DL_QUEUE_POLL_RELIABLE) consumer_ensure(q, true, NULL);
   } else if (n) {
     *n = r->n;
   }
@@ -259,7 +266,7 @@ static int reliable_req(dlock_queue *q, int rc, bool ack, int64_t wait_ms,
     r->value = value;
     r->len = len;
   } else {
-    if ((rc = consumer_ensure(q, id)) != 0) return rc;
+    if ((rc = consumer_ensure(q, false, id)) != 0) return rc;
     poll_req(q, false, wait_ms, r);
     r->op = DL_QUEUE_POLL_RELIABLE;
     r->lease_ms = q->h.c->watchdog_timeout_ms;
