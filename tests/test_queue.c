@@ -380,12 +380,15 @@ static void t_delay_restart(void) {
   for (int i = 0; i < 250; i++) {
     char buf[16];
     int n = snprintf(buf, sizeof buf, "%d", i);
-    CHECK_RC(dlock_queue_offer_delayed(q, 300 - i, buf, (size_t)n), 0);
+    /* Each due 8 ms before the one offered before it (an offer takes far
+     * less): due order is the reverse of offer order. */
+    CHECK_RC(dlock_queue_offer_delayed(q, 300 + 8 * (249 - i), buf, (size_t)n),
+             0);
   }
   CHECK_RC(dlock_queue_offer_delayed(q, 60000, "later", 5), 0);
   dlock_queue_free(q);
   dlock_client_close(c);
-  th_sleep_ms(400);
+  th_sleep_ms(2400);
   c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   CHECK_RC(dlock_queue_new_delayed(c, "dr", &q), 0);
