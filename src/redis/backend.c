@@ -248,9 +248,30 @@ int dl_redis_step_command(dl_redis *r, dl_pend *p, int argc,
   p->reply = NULL;
   p->step = DL_STEP_COMMAND;
   p->pending = false;
+  p->lens = NULL;
   if (ops->command_start)
     return started(p, ops->command_start(r->link, p, argc, argv));
   p->rc = ops->command(r->link, argc, argv, &p->reply);
+  return 0;
+}
+
+int dl_redis_step_command_bin(dl_redis *r, dl_pend *p, int argc,
+                              const char **argv, const size_t *lens) {
+  const dl_rlink_ops *ops = r->link->ops;
+  p->reply = NULL;
+  p->step = DL_STEP_COMMAND;
+  p->pending = false;
+  if (ops->command_start) {
+    p->lens = lens; /* the loop link writes the command within the start */
+    int rc = ops->command_start(r->link, p, argc, argv);
+    p->lens = NULL;
+    return started(p, rc);
+  }
+  p->lens = NULL;
+  p->rc = ops->command_bin
+              ? ops->command_bin(r->link, argc, argv, lens, &p->reply)
+              : dl_seterr(r->env.err_owner, DLOCK_ENOTSUP,
+                          "this link has no binary commands");
   return 0;
 }
 
@@ -514,6 +535,8 @@ static const dl_backend_ops redis_ops = {
     .inspect_async = dl_redis_inspect_async,
     .scan_async = dl_redis_scan_async,
     .lock_fence_async = dl_redis_lock_fence_async,
+    .queue = dl_redis_queue,
+    .queue_async = dl_redis_queue_async,
     .cancel = dl_redis_cancel,
     .renew = rb_renew,
     .renew_async = rb_renew_async,

@@ -84,15 +84,21 @@ static int rb_eval(dl_rlink *base, int script, int nkeys, const char **keys,
   return rc ? rc : err;
 }
 
+static int rb_command_bin(dl_rlink *base, int argc, const char **argv,
+                          const size_t *lens, redisReply **reply) {
+  single_link *b = (single_link *)base;
+  int rc = dl_conn_call(pick(b), argc, argv, lens, reply);
+  if (rc == 0) rc = dl_reply_check(b->env->err_owner, reply);
+  return rc;
+}
+
 static int rb_command(dl_rlink *base, int argc, const char **argv,
                       redisReply **reply) {
   single_link *b = (single_link *)base;
   size_t lens[16];
   if (argc > 16) return dl_seterr(b->env->err_owner, DLOCK_EINVAL, "too many args");
   for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
-  int rc = dl_conn_call(pick(b), argc, argv, lens, reply);
-  if (rc == 0) rc = dl_reply_check(b->env->err_owner, reply);
-  return rc;
+  return rb_command_bin(base, argc, argv, lens, reply);
 }
 
 typedef dl_backoff backoff;
@@ -254,6 +260,7 @@ static const dl_rlink_ops single_ops = {
     .eval = rb_eval,
     .eval_many = rb_eval_many,
     .command = rb_command,
+    .command_bin = rb_command_bin,
     .sub_ref = rb_sub_ref,
     .sub_wait = rb_sub_wait,
     .sub_grant = rb_sub_grant,

@@ -101,6 +101,9 @@ typedef struct dl_pend {
   int step;                 /* which (DL_STEP_*), set by dl_redis_step_* */
   void *op;                 /* the operation's, for resume */
   bool pending;             /* started, not yet resumed */
+  /* A command step's argument lengths (dl_redis_step_command_bin), or
+   * NULL: each argument a C string. Borrowed until the step is sent. */
+  const size_t *lens;
 } dl_pend;
 enum { DL_STEP_EVAL, DL_STEP_COMMAND, DL_STEP_SUB_REF, DL_STEP_SUB_WAIT,
        DL_STEP_PAUSE };
@@ -125,6 +128,10 @@ typedef struct dl_rlink_ops {
                    struct redisReply **replies, int *errs);
   int (*command)(dl_rlink *b, int argc, const char **argv,
                  struct redisReply **reply);
+  /* As command, with each argument's length (binary-safe: a queue's
+   * values); NULL in a link that has none (DLOCK_ENOTSUP then). */
+  int (*command_bin)(dl_rlink *b, int argc, const char **argv,
+                     const size_t *lens, struct redisReply **reply);
   /* Waiting without polling: a reference-counted subscription; `mode`
    * (dl_wake_mode) says what a message on the channel wakes. Waits until
    * deadline for the server to confirm it. A negative deadline takes a
@@ -408,6 +415,16 @@ int dl_redis_int_reply(dl_redis *r, struct redisReply *rep, long long lo,
 int dl_redis_step_eval(dl_redis *r, dl_pend *p, int64_t until, int script,
                        int nkeys, const char *const *keys, int nargs,
                        const char *const *args);
+/* An operation's state (`size` bytes, its dl_shell first) for the
+ * blocking driver (`stack`, the caller's) or the event-loop one
+ * (allocated), zeroed: NULL with *err when the client is of the other
+ * kind, or out of memory (sync.c; queue.c). */
+void *dl_redis_state_new(dl_redis *R, void *stack, size_t size, bool async,
+                         dl_async **op, int *err);
+/* queue.c: the blocking queue and deque (dl_backend_ops.queue). */
+int dl_redis_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q);
+int dl_redis_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
+                         dl_done_fn done, void *ud, dl_async **op);
 /* 0 if r's link is of the driver a call needs (async: the event loop's),
  * else DLOCK_EINVAL with the detail recorded. */
 int dl_redis_driver_check(dl_redis *r, bool async);
@@ -527,6 +544,9 @@ int dl_redis_wait_step(dl_waiter *w);
 /* A command's reply as a step (GET, say): as dl_redis_step_eval. */
 int dl_redis_step_command(dl_redis *r, dl_pend *p, int argc,
                           const char **argv);
+/* As dl_redis_step_command with each argument's length (binary values). */
+int dl_redis_step_command_bin(dl_redis *r, dl_pend *p, int argc,
+                              const char **argv, const size_t *lens);
 
 /* ---- conn.c: the handshake's parts, for the event loop's connections ----
  * dl_conn_handshake is these over blocking I/O. */

@@ -126,6 +126,11 @@ typedef struct bench_report {
   double renewal_rt_per_period, client_cpu_share, bytes_per_lock;
   /* idle-waiters (and client_cpu_share) */
   double server_cpu_share;
+  /* queue: dlock's offers and takes per second, plain RPUSH and BLPOP in
+   * the same run, the delayed values' delivery delay after their due time
+   * (us) */
+  double queue_offers, queue_takes, rpush_per_sec, blpop_per_sec;
+  double delay_p50, delay_p99;
 } bench_report;
 
 /* Prints r on stdout: one JSON object on a line, or text. */
@@ -152,6 +157,10 @@ int bench_async_process(const cli_global *g, const bench_opts *o,
  * o->secs_ms: the process's and the server's CPU meanwhile. */
 int bench_async_idle(const cli_global *g, const bench_opts *o,
                      struct redisContext *raw, bench_report *r);
+/* queue.c: o->threads producers and consumers on one queue, beside plain
+ * RPUSH/BLPOP, then delayed values' delivery delay. */
+int bench_queue(const cli_global *g, const bench_opts *o,
+                struct redisContext *raw, bench_report *r);
 /* plot.c: bench_measure for 1, 2, 4 ... o.threads threads, each report
  * printed, then the SVG drawn by gnuplot at path. */
 int bench_plot(const cli_global *g, bench_opts o, struct redisContext *raw,

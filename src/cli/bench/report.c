@@ -34,6 +34,12 @@ void bench_print_report(const bench_report *r, bool json) {
              "\"client_cpu_share\":%.4f,\"bytes_per_lock\":%.0f",
              r->locks, r->lost, r->renewal_rt_per_period, r->client_cpu_share,
              r->bytes_per_lock);
+    if (strcmp(r->scenario, "queue") == 0)
+      printf(",\"queue_offers_per_sec\":%.0f,\"queue_takes_per_sec\":%.0f,"
+             "\"rpush_per_sec\":%.0f,\"blpop_per_sec\":%.0f,"
+             "\"delivery_delay_p50_us\":%.0f,\"delivery_delay_p99_us\":%.0f",
+             r->queue_offers, r->queue_takes, r->rpush_per_sec,
+             r->blpop_per_sec, r->delay_p50, r->delay_p99);
     printf("}\n");
     fflush(stdout);
     return;
@@ -65,6 +71,12 @@ void bench_print_report(const bench_report *r, bool json) {
            "%.0f scripts/s\n",
            r->inflight, 100 * r->client_cpu_share, 100 * r->server_cpu_share,
            r->ops_per_sec);
+  if (strcmp(r->scenario, "queue") == 0)
+    printf("  offers %.0f/s, takes %.0f/s (offer p50 %.1f us); plain RPUSH "
+           "%.0f/s, BLPOP %.0f/s; delayed values delivered p50 %.0f us, "
+           "p99 %.0f us after due\n",
+           r->queue_offers, r->queue_takes, r->p50, r->rpush_per_sec,
+           r->blpop_per_sec, r->delay_p50, r->delay_p99);
   if (strcmp(r->scenario, "watchdog") == 0)
     printf("  %ld locks, lost %ld, renewal round trips/period %.1f "
            "(%.0f locks each), client CPU %.2f%%, %.0f bytes/lock\n",
