@@ -268,6 +268,23 @@ DLOCK_API int dlock_fairlock_new(dlock_client *c, const char *name,
                                  const char *owner, int64_t stale_ms,
                                  dlock_lock **out);
 
+/* ---- The plain string lock (redsync, npm redlock, redis-semaphore) ----
+ * As dlock_lock_new, for the lock `name` in the layout of the Redlock
+ * clients and of the reference documents' basic scheme: one string key at
+ * the name (the client's key prefix + name, no hash tag added), its value
+ * the owner id, with a PX lease; acquired with SET NX semantics, released
+ * and extended only while the value is the owner's. So dlock, redsync,
+ * npm redlock and redis-semaphore's Mutex exclude each other on the same
+ * name. Reentrancy is the handle's (the wire has no count: a re-entry only
+ * extends the lease). Waiters poll with backoff and jitter (the peers
+ * publish nothing on release) and wake at once on a dlock release's
+ * message. Leases, the watchdog, fencing tokens (the lock's counter) and
+ * loss reports are the lock's. All the dlock_lock_* calls and their
+ * *_async forms apply; free with dlock_lock_free. Returns as
+ * dlock_lock_new. No server call is made. */
+DLOCK_API int dlock_plainlock_new(dlock_client *c, const char *name,
+                                  const char *owner, dlock_lock **out);
+
 /* ---- The read-write lock (Redisson RReadWriteLock) ----
  * Many readers or one writer at `name` (Redisson RReadWriteLock's layout);
  * both reentrant; the writer may also take the read lock (and keeps it

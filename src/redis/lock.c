@@ -57,6 +57,20 @@ static int rel_send(dl_rlock_rel *o) {
     args[3] = keep;
     args[4] = retry;
     nargs = 5;
+  } else if (l->kind == DL_KIND_PLAIN) {
+    /* Compare-and-delete, and the unlock message for dlock's waiters. */
+    script = DL_SCRIPT_LOCK_RELEASE;
+    keys[0] = l->key;
+    keys[1] = CHANNEL(l, ch);
+    keys[2] = latch;
+    nkeys = 3;
+    args[0] = UNLOCK_MESSAGE;
+    args[1] = lease;
+    args[2] = l->owner;
+    args[3] = cnt;
+    args[4] = keep;
+    args[5] = retry;
+    nargs = 6;
   } else {
     /* The fair lock wakes its first waiter; the plain lock hands itself to
      * the first of its hand-off queue. */
@@ -169,7 +183,10 @@ int dl_redis_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
   const char *keys[] = {l->key, rw ? RW_CHANNEL(l, ch) : CHANNEL(l, ch),
                         QUEUE_KEY(l, qk)};
   /* A write unlock's "1" wakes every waiter of a read-write lock. */
-  const char *args[] = {rw ? "1" : UNLOCK_MESSAGE, rw ? "rwlock" : "lock",
+  const char *args[] = {rw ? "1" : UNLOCK_MESSAGE,
+                        rw                          ? "rwlock"
+                        : l->kind == DL_KIND_PLAIN ? "plain"
+                                                    : "lock",
                         R->env.revoke_channel};
   redisReply *r = NULL;
   int rc = R->link->ops->eval(R->link, DL_SCRIPT_LOCK_FORCE_RELEASE,
@@ -207,10 +224,28 @@ static int query_int(dl_redis *R, int argc, const char **argv,
   return rc;
 }
 
+/* A plain string lock's owner holds it while the value is its id: *v 1 or
+ * 0 (the wire has no count: the count query answers the same). */
+static int plain_held(dl_redis *R, const dl_lock_ref *l, long long *v) {
+  const char *argv[] = {"GET", l->key};
+  redisReply *r = NULL;
+  int rc = R->link->ops->command(R->link, 2, argv, &r);
+  if (rc != 0) return rc;
+  if (r->type == REDIS_REPLY_NIL) *v = 0;
+  else if (r->type == REDIS_REPLY_STRING) *v = strcmp(r->str, l->owner) == 0;
+  else rc = dl_seterr(R->env.err_owner, DLOCK_EPROTO,
+                      "unexpected reply type %d", r->type);
+  freeReplyObject(r);
+  return rc;
+}
+
 int dl_redis_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                         long long *v) {
   dl_redis *R = (dl_redis *)b;
   char tk[DL_DERIVED_MAX];
+  if (l->kind == DL_KIND_PLAIN &&
+      (q == DL_QUERY_HELD || q == DL_QUERY_COUNT))
+    return plain_held(R, l, v);
   switch (q) {
   case DL_QUERY_LOCKED: {
     const char *argv[] = {"EXISTS", l->key};
