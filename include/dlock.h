@@ -442,6 +442,10 @@ typedef struct dlock_lock_state {
                         "hash" (every lock kind), "string" (a semaphore's
                         or latch's count, or anything else), "list", "set",
                         "zset" or "stream" */
+  int plain;         /* 1: a plain string lock (dlock_plainlock_new, redsync,
+                        npm redlock): a string with a lease that is not a
+                        number; `owner` is then its value (a peer's random
+                        token, or a dlock owner id), hold_count 1 */
 } dlock_lock_state;
 
 /* Fills the first `size` bytes of *st (the caller's sizeof, as for
@@ -459,9 +463,10 @@ DLOCK_API int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
  * prefix removed). Return 0 to go on, anything else to stop. */
 typedef int (*dlock_scan_cb)(const char *name, void *ud);
 
-/* Walks the keyspace with SCAN (never KEYS) for hashes whose names match
- * `pattern` (glob, NULL = "*", the key prefix added), calling cb for each.
- * A hash is only a candidate: dlock_lock_inspect tells whether it is held.
+/* Walks the keyspace with SCAN (never KEYS) for hashes, then strings (plain
+ * string locks), whose names match `pattern` (glob, NULL = "*", the key
+ * prefix added), calling cb for each. A name is only a candidate:
+ * dlock_lock_inspect tells whether it is held.
  * Returns the number of names passed to cb, or a negative code. */
 DLOCK_API int dlock_client_scan_locks(dlock_client *c, const char *pattern,
                                       dlock_scan_cb cb, void *ud);

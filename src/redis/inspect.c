@@ -40,7 +40,7 @@ int dl_redis_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   int rc = R->link->ops->eval(R->link, DL_SCRIPT_LOCK_INSPECT, 5, keys, 0,
                               NULL, &r);
   if (rc != 0) return rc;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 8 ||
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 9 ||
       r->element[0]->type != REDIS_REPLY_ARRAY ||
       r->element[1]->type != REDIS_REPLY_INTEGER) {
     freeReplyObject(r);
@@ -98,6 +98,16 @@ int dl_redis_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
     st->permits_taken = (int)r->element[6]->integer;
   if (r->element[2]->type == REDIS_REPLY_STRING)
     st->token = strtoull(r->element[2]->str, NULL, 10);
+  /* A plain string lock: a string with a lease that is not a number (its
+   * value is the holder's token; there is no count on the wire). */
+  if (r->element[8]->type == REDIS_REPLY_STRING && st->ttl_ms >= 0 &&
+      strcmp(st->type, "string") == 0) {
+    st->plain = 1;
+    st->held = 1;
+    st->holders = 1;
+    st->hold_count = 1;
+    snprintf(st->owner, sizeof st->owner, "%s", r->element[8]->str);
+  }
   freeReplyObject(r);
   dl_derived_into(ch, sizeof ch, "redisson_lock__channel", key);
   const char *argv[] = {"PUBSUB", "NUMSUB", ch};
@@ -113,12 +123,16 @@ int dl_redis_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
 int dl_redis_scan(dl_backend *b, const char *match, size_t prefix_len,
                   dlock_scan_cb cb, void *ud) {
   dl_redis *R = (dl_redis *)b;
-  char cursor[32] = "0";
   int found = 0, rc = 0;
   bool stop = false;
+  /* Hashes (the hash locks), then strings (plain string locks; most
+   * strings are not, dlock_lock_inspect tells). */
+  static const char *const types[] = {"hash", "string"};
+  for (int t = 0; t < 2 && !stop && rc == 0; t++) {
+  char cursor[32] = "0";
   do {
     const char *argv[] = {"SCAN", cursor, "MATCH", match, "COUNT", "500",
-                          "TYPE", "hash"};
+                          "TYPE", types[t]};
     redisReply *r = NULL;
     rc = R->link->ops->command(R->link, 8, argv, &r);
     if (rc != 0) break;
@@ -139,5 +153,6 @@ int dl_redis_scan(dl_backend *b, const char *match, size_t prefix_len,
     }
     freeReplyObject(r);
   } while (!stop && strcmp(cursor, "0") != 0);
+  }
   return rc != 0 ? rc : found;
 }
