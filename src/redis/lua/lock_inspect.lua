@@ -10,12 +10,11 @@
 -- the type of the key at the name ('none', 'hash', 'string', ...),
 -- the string at the name if it is not a number (a plain string lock's
 -- holder token) or false}.
-local all = redis.pcall('hgetall', KEYS[1])
-if type(all) ~= 'table' or all.err then
-  all = {}
-end
-local counter, value = false, false
+-- The type first: a WRONGTYPE error, even under pcall, counts in the
+-- server's errorstats.
 local kind = redis.call('type', KEYS[1]).ok
+local all = kind == 'hash' and redis.call('hgetall', KEYS[1]) or {}
+local counter, value = false, false
 if kind == 'string' then
   value = redis.call('get', KEYS[1])
   counter = tonumber(value) or false

@@ -11,7 +11,11 @@ local res = {}
 local t, now
 local check = tonumber(ARGV[1]) == 0
 for i = 1, #KEYS do
-  local held = redis.pcall('hexists', KEYS[i], ARGV[i + 1])
+  -- The type first: an error, even under pcall, counts in the server's
+  -- errorstats (WRONGTYPE on a plain lock's string would look like a bug).
+  local kind = redis.call('type', KEYS[i]).ok
+  local held = kind == 'hash' and redis.call('hexists', KEYS[i], ARGV[i + 1])
+               or kind
   if held == 1 and check then
     res[i] = 1
   elseif held == 1 then
@@ -29,8 +33,7 @@ for i = 1, #KEYS do
       end
     end
     res[i] = 1
-  elseif type(held) == 'table' and redis.call('type', KEYS[i]).ok == 'string'
-  then
+  elseif kind == 'string' then
     -- A plain string lock: held while its value is the owner id.
     if redis.call('get', KEYS[i]) == ARGV[i + 1] then
       if not check then
@@ -40,7 +43,7 @@ for i = 1, #KEYS do
     else
       res[i] = 0
     end
-  elseif type(held) == 'table' and redis.call('type', KEYS[i]).ok == 'zset' then
+  elseif kind == 'zset' then
     -- A permit: extend its lease if it has not ended.
     if not now then
       t = redis.call('time')
