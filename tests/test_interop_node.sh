@@ -14,6 +14,7 @@ for t in node npm; do
   command -v "$t" >/dev/null || { echo "test_interop_node: $t is missing (scripts/install-deps.sh)" >&2; exit 1; }
 done
 mkdir -p "$PEERS"
+PEERS=$(realpath "$PEERS") # the tests run in the server's temp dir
 cp "$SRC/tests/interop/node/package.json" "$SRC/tests/interop/node/peer.js" "$PEERS/"
 if [ ! -d "$PEERS/node_modules/redlock" ] || [ ! -d "$PEERS/node_modules/redis-semaphore" ]; then
   (cd "$PEERS" && npm install --no-audit --no-fund --loglevel=error >/dev/null) ||
