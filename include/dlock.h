@@ -280,7 +280,9 @@ DLOCK_API int dlock_fairlock_new(dlock_client *c, const char *name,
  * publish nothing on release) and wake at once on a dlock release's
  * message. Leases, the watchdog, fencing tokens (the lock's counter) and
  * loss reports are the lock's. All the dlock_lock_* calls and their
- * *_async forms apply; free with dlock_lock_free. Returns as
+ * *_async forms apply (a holder description, dlock_lock_set_info, is not
+ * stored: the string holds the owner's token only); free with
+ * dlock_lock_free. Returns as
  * dlock_lock_new. No server call is made. */
 DLOCK_API int dlock_plainlock_new(dlock_client *c, const char *name,
                                   const char *owner, dlock_lock **out);
