@@ -268,6 +268,25 @@ DLOCK_API int dlock_fairlock_new(dlock_client *c, const char *name,
                                  const char *owner, int64_t stale_ms,
                                  dlock_lock **out);
 
+/* ---- The plain string lock (redsync, npm redlock, redis-semaphore) ----
+ * As dlock_lock_new, for the lock `name` in the layout of the Redlock
+ * clients and of the reference documents' basic scheme: one string key at
+ * the name (the client's key prefix + name, no hash tag added), its value
+ * the owner id, with a PX lease; acquired with SET NX semantics, released
+ * and extended only while the value is the owner's. So dlock, redsync,
+ * npm redlock and redis-semaphore's Mutex exclude each other on the same
+ * name. Reentrancy is the handle's (the wire has no count: a re-entry only
+ * extends the lease). Waiters poll with backoff and jitter (the peers
+ * publish nothing on release) and wake at once on a dlock release's
+ * message. Leases, the watchdog, fencing tokens (the lock's counter) and
+ * loss reports are the lock's. All the dlock_lock_* calls and their
+ * *_async forms apply (a holder description, dlock_lock_set_info, is not
+ * stored: the string holds the owner's token only); free with
+ * dlock_lock_free. Returns as
+ * dlock_lock_new. No server call is made. */
+DLOCK_API int dlock_plainlock_new(dlock_client *c, const char *name,
+                                  const char *owner, dlock_lock **out);
+
 /* ---- The read-write lock (Redisson RReadWriteLock) ----
  * Many readers or one writer at `name` (Redisson RReadWriteLock's layout);
  * both reentrant; the writer may also take the read lock (and keeps it
@@ -425,6 +444,10 @@ typedef struct dlock_lock_state {
                         "hash" (every lock kind), "string" (a semaphore's
                         or latch's count, or anything else), "list", "set",
                         "zset" or "stream" */
+  int plain;         /* 1: a plain string lock (dlock_plainlock_new, redsync,
+                        npm redlock): a string with a lease that is not a
+                        number; `owner` is then its value (a peer's random
+                        token, or a dlock owner id), hold_count 1 */
 } dlock_lock_state;
 
 /* Fills the first `size` bytes of *st (the caller's sizeof, as for
@@ -442,9 +465,10 @@ DLOCK_API int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
  * prefix removed). Return 0 to go on, anything else to stop. */
 typedef int (*dlock_scan_cb)(const char *name, void *ud);
 
-/* Walks the keyspace with SCAN (never KEYS) for hashes whose names match
- * `pattern` (glob, NULL = "*", the key prefix added), calling cb for each.
- * A hash is only a candidate: dlock_lock_inspect tells whether it is held.
+/* Walks the keyspace with SCAN (never KEYS) for hashes, then strings (plain
+ * string locks), whose names match `pattern` (glob, NULL = "*", the key
+ * prefix added), calling cb for each. A name is only a candidate:
+ * dlock_lock_inspect tells whether it is held.
  * Returns the number of names passed to cb, or a negative code. */
 DLOCK_API int dlock_client_scan_locks(dlock_client *c, const char *pattern,
                                       dlock_scan_cb cb, void *ud);

@@ -1,8 +1,8 @@
-/* test_async_kinds.c: the event-loop forms of every kind but the plain
+/* test_async_kinds.c: the event-loop forms of every kind but the reentrant
  * lock's acquire and release (include/dlock_async.h: semaphore, permits,
- * latch, queue, read-write lock, multi-lock; the lock's queries, inspect,
- * force release; the client's scan and ping) against a real redis-server,
- * with each driver (built-in,
+ * latch, queue, read-write lock, multi-lock, the plain string lock; the
+ * lock's queries, inspect, force release; the client's scan and ping)
+ * against a real redis-server, with each driver (built-in,
  * libuv, libevent): results, the server's state after them, timeouts,
  * cancel, close with operations pending, handles freed while they run. */
 #include "loop_drivers.h"
@@ -363,6 +363,71 @@ static void rwlock_one_owner(int kind) {
 }
 TD_DRIVERS(rwlock_one_owner)
 
+/* ---- the plain string lock ---- */
+/* Its acquire, reentrancy, refusal, a waiter woken by a dlock release and
+ * one that polls after a peer's DEL, its release and not-owner answer,
+ * each on the loop. */
+static void plainlock_ops(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_lock *l, *other;
+  CHECK_RC(dlock_plainlock_new(f.c, "k:plain", NULL, &l), 0);
+  CHECK_RC(dlock_plainlock_new(f.c, "k:plain", NULL, &other), 0);
+  td_got a = {0}, re = {0}, busy = {0}, w = {0}, r1 = {0}, r2 = {0},
+         no = {0}, w2 = {0}, r3 = {0};
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 30000, td_on_done, &a, NULL), 0);
+  RUN(&f, &a);
+  CHECK_RC(a.rc, 0);
+  CHECK(a.token > 0);
+  redisReply *m = th_cmd(&th_srv, "TYPE k:plain");
+  CHECK(m != NULL && m->type == REDIS_REPLY_STATUS &&
+        strcmp(m->str, "string") == 0);
+  freeReplyObject(m);
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 30000, td_on_done, &re, NULL), 0);
+  RUN(&f, &re);
+  CHECK_RC(re.rc, 0);
+  CHECK_EQ(re.token, a.token);
+  CHECK_RC(dlock_lock_acquire_async(other, 0, 30000, td_on_done, &busy, NULL),
+           0);
+  RUN(&f, &busy);
+  CHECK_RC(busy.rc, DLOCK_EBUSY);
+  /* A waiter: not before the last of the two holds is released. */
+  CHECK_RC(dlock_lock_acquire_async(other, 5000, 30000, td_on_done, &w, NULL),
+           0);
+  CHECK_RC(dlock_lock_release_async(l, td_on_done, &r1, NULL), 0);
+  RUN(&f, &r1);
+  CHECK_RC(r1.rc, 0); /* re-entered: still held */
+  td_run_for(&f.t, 100);
+  CHECK_EQ(w.calls, 0);
+  CHECK_RC(dlock_lock_release_async(l, td_on_done, &r2, NULL), 0);
+  RUN(&f, &r2);
+  CHECK_RC(r2.rc, 1);
+  RUN(&f, &w);
+  CHECK_RC(w.rc, 0);
+  CHECK(w.token > a.token);
+  CHECK_RC(dlock_lock_release_async(l, td_on_done, &no, NULL), 0);
+  RUN(&f, &no);
+  CHECK_RC(no.rc, DLOCK_ENOTOWNER);
+  /* A peer's hold, deleted without a message: found by polling. */
+  freeReplyObject(th_cmd(&th_srv, "SET k:peer tok PX 30000"));
+  dlock_lock *p;
+  CHECK_RC(dlock_plainlock_new(f.c, "k:peer", NULL, &p), 0);
+  CHECK_RC(dlock_lock_acquire_async(p, 5000, 30000, td_on_done, &w2, NULL), 0);
+  td_run_for(&f.t, 100);
+  CHECK_EQ(w2.calls, 0);
+  freeReplyObject(th_cmd(&th_srv, "DEL k:peer"));
+  RUN(&f, &w2);
+  CHECK_RC(w2.rc, 0);
+  CHECK_RC(dlock_lock_release_async(p, td_on_done, &r3, NULL), 0);
+  RUN(&f, &r3);
+  CHECK_RC(r3.rc, 1);
+  dlock_lock_free(p);
+  dlock_lock_free(other); /* its hold expires with its lease */
+  dlock_lock_free(l);
+  td_fix_close(&f);
+}
+TD_DRIVERS(plainlock_ops)
+
 /* ---- the multi-lock ---- */
 static void multilock_ops(int kind) {
   td_fix f;
@@ -602,7 +667,7 @@ static void scan_and_ping(int kind) {
   CHECK_RC(td_fix_open(&f, kind, 0), 0);
   for (int i = 0; i < 3; i++)
     th_cmd_int(&th_srv, "HSET k:scan:%d owner:1 1", i);
-  th_cmd_int(&th_srv, "SET k:scan:str 1"); /* not a hash: not a candidate */
+  th_cmd_int(&th_srv, "RPUSH k:scan:list 1"); /* neither hash nor string */
   scan_got all = {0}, first = {.names.stop_after = 1};
   CHECK_RC(dlock_client_scan_locks_async(f.c, "k:scan:*", on_name,
                                          on_scan_done, &all, NULL),
@@ -612,7 +677,7 @@ static void scan_and_ping(int kind) {
   CHECK_RC(all.done.rc, 3);
   CHECK_EQ(all.names.n, 3);
   CHECK(saw(&all.names, "k:scan:0") && saw(&all.names, "k:scan:2"));
-  CHECK(!saw(&all.names, "k:scan:str"));
+  CHECK(!saw(&all.names, "k:scan:list"));
   CHECK_RC(dlock_client_scan_locks_async(f.c, "k:scan:*", on_name,
                                          on_scan_done, &first, NULL),
            0);
@@ -778,4 +843,5 @@ TH_MAIN(TD_T(semaphore_ops), TD_T(semaphore_cancel_close), TD_T(permits_ops),
         TD_T(permits_cancel_close), TD_T(latch_ops), TD_T(latch_cancel_close),
         TD_T(rwlock_one_owner), TD_T(multilock_ops),
         TD_T(multilock_cancel_close), TD_T(lock_reads),
-        TD_T(scan_and_ping), TD_T(queue_ops), TD_T(queue_cancel_close))
+        TD_T(scan_and_ping), TD_T(queue_ops), TD_T(queue_cancel_close),
+        TD_T(plainlock_ops))

@@ -548,6 +548,31 @@ t_queue() {
   "$DLOCK" --help | grep -q "queue offer" || fail "queue not in --help"
 }
 
+t_plain() {
+  # The plain string lock: a string at the name, value the owner, with PX.
+  "$DLOCK" run -q --plain pl -- sh -c "$(sleeper pl)" & local h=$!
+  wait_until is_held pl || fail "plain lock not held"
+  [ "$(rcli type pl)" = string ] || fail "type $(rcli type pl)"
+  [ "$(rcli pttl pl)" -gt 0 ] || fail "no lease"
+  "$DLOCK" run -q --plain -w 0 pl -- true; expect_rc 75 $? "second holder"
+  "$DLOCK" list | grep -q '^pl ' || fail "list does not show it"
+  "$DLOCK" status --json pl | grep -q '"plain":true' || fail "status --json"
+  "$DLOCK" release --force -q pl; expect_rc 0 $? "force release"
+  wait "$h"; expect_rc 76 $? "the holder hears of the force release"
+  # A peer's hold (npm redlock: a random token with PX) is recognised.
+  rcli set pl 0123456789abcdef0123456789abcdef px 30000 >/dev/null
+  "$DLOCK" run -q --plain -w 0 pl -- true; expect_rc 75 $? "peer holds it"
+  "$DLOCK" status pl >/dev/null; expect_rc 0 $? "status of a peer's hold"
+  "$DLOCK" release --force -q pl; expect_rc 0 $? "force release of a peer's"
+  # A string without a lease is no lock: refused, left as it is.
+  rcli set pl some-value >/dev/null
+  "$DLOCK" release --force pl 2>/dev/null; expect_rc 65 $? "no lease"
+  [ "$(rcli get pl)" = some-value ] || fail "a plain string was deleted"
+  "$DLOCK" run --plain --fair x -- true 2>/dev/null; expect_rc 64 $? "--plain --fair"
+  rcli del pl >/dev/null
+  reap_sleepers
+}
+
 # CLI_TESTS="t_a t_b" runs only those.
 for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_revocation_kills_at_once \
@@ -556,7 +581,7 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_terminal_status_line t_bad_input t_permits t_fair_read_write \
          t_version t_options_after_name t_status_not_a_lock \
          t_holders_described t_nested_password t_man_page \
-         t_acquire_error_reason t_queue}; do
+         t_acquire_error_reason t_queue t_plain}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

@@ -42,7 +42,8 @@ typedef enum dl_lock_kind {
   DL_KIND_LOCK,  /* reentrant mutex (Redisson RLock) */
   DL_KIND_FAIR,  /* first come, first served (RFairLock) */
   DL_KIND_READ,  /* a read-write lock's sides (RReadWriteLock) */
-  DL_KIND_WRITE
+  DL_KIND_WRITE,
+  DL_KIND_PLAIN  /* one string key, value = the owner (redsync, npm redlock) */
 } dl_lock_kind;
 
 /* The bytes an owner id takes at most, its NUL included. */

@@ -63,6 +63,13 @@ int dlock_fairlock_new(dlock_client *c, const char *name, const char *owner,
   return rc;
 }
 
+int dlock_plainlock_new(dlock_client *c, const char *name, const char *owner,
+                        dlock_lock **out) {
+  int rc = dlock_lock_new(c, name, owner, out);
+  if (rc == 0) (*out)->plain = 1;
+  return rc;
+}
+
 /* A read-write lock: its two handles, which it owns (they are marked
  * borrowed, so that dlock_lock_free on them does nothing). */
 struct dlock_rwlock {
@@ -238,6 +245,7 @@ void dl_lock_ref_of(dlock_lock *l, const char *owner, dl_lock_ref *ref) {
   ref->kind = l->rw == RW_READ    ? DL_KIND_READ
               : l->rw == RW_WRITE ? DL_KIND_WRITE
               : l->fair_ms > 0    ? DL_KIND_FAIR
+              : l->plain          ? DL_KIND_PLAIN
                                   : DL_KIND_LOCK;
   ref->fair_stale_ms = l->fair_ms;
   ref->hint = &l->hint;

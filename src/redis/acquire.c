@@ -22,6 +22,12 @@
  * to every GRANT_BEAT_MAX_MS. */
 #define GRANT_STALE_MS 6000
 #define GRANT_BEAT_MAX_MS 20000
+/* A plain string lock's waiter also polls (its peers, redsync or npm
+ * redlock, delete without a message): sleeps of 1, 2, 4 ... up to this many
+ * ms, each drawn in [d/2, d] (dl_backoff), unless the client's own
+ * wait_backoff_max_ms is set. A dlock releaser's message still wakes it at
+ * once. */
+#define PLAIN_POLL_MAX_MS 64
 /* A waiter's own channel, "<channel>:<owner id>": the fair lock's wake-up
  * and the plain lock's grant. `out` has OWNER_CHANNEL_MAX bytes. */
 #define OWNER_CHANNEL_MAX (DL_DERIVED_MAX + DL_OWNER_MAX + 1)
@@ -64,6 +70,7 @@ typedef struct acq_op {
   int64_t queued_sent; /* when the last attempt that queued us went */
   bool reserved, grants, queued, starving, again, left;
   dl_sub *sub, *grant;
+  dl_backoff poll; /* a plain string lock's polling */
   dl_pend p;
   dl_rlock_rel rel;
   char ch[OWNER_CHANNEL_MAX], gch[OWNER_CHANNEL_MAX]; /* last: not zeroed */
@@ -122,6 +129,13 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
   o->st = next;
   o->sent = dl_now_ms();
   if (is_rw(l)) return rw_send(o, lease);
+  if (l->kind == DL_KIND_PLAIN) {
+    char ptk[DL_DERIVED_MAX];
+    const char *pkeys[] = {l->key, TOKEN_KEY(l, ptk)};
+    const char *pargs[] = {lease, l->owner, a->info, count};
+    return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, 2,
+                              pkeys, 4, pargs);
+  }
   bool fair = l->kind == DL_KIND_FAIR;
   char tk[DL_DERIVED_MAX], hk[DL_DERIVED_MAX], qk[DL_DERIVED_MAX],
       tok[DL_DERIVED_MAX];
@@ -231,6 +245,7 @@ static void acq_init(acq_op *o, dl_redis *R, dl_acquire *a) {
    * its grant channel (not when polling, nor without a subscription). */
   o->grants = a->lock->kind == DL_KIND_LOCK;
   o->left = true;
+  dl_backoff_init(&o->poll);
 }
 
 /* Runs the acquire from where it stands until it waits on a step
@@ -334,6 +349,13 @@ static int acq_step(acq_op *o) {
        * last attempt). */
       if (o->queued && o->sent + grant_beat(o, o->sent) < until)
         until = o->sent + grant_beat(o, o->sent);
+      /* A plain string lock may be freed by a peer without a message. */
+      if (l->kind == DL_KIND_PLAIN) {
+        int64_t max = R->env.backoff_max_ms > 0 ? R->env.backoff_max_ms
+                                                : PLAIN_POLL_MAX_MS;
+        int64_t at = now + dl_backoff_next(&o->poll, max);
+        if (at < until) until = at;
+      }
       o->st = ACQ_WAITED;
       if (dl_redis_step_sub_wait(R, &o->p, o->sub, until, o->start,
                                  o->grant) == DL_PENDING)

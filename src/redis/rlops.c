@@ -21,9 +21,9 @@ static int acquire_run(dl_backend *b, dl_acquire *a, dl_done_fn done,
   int err = check(B, done != NULL);
   /* A fair queue, or a read-write lock's two modes, are not merged across
    * independent servers (yet): only the mutex. */
-  if (err == 0 && a->lock->kind != DL_KIND_LOCK)
+  if (err == 0 && a->lock->kind != DL_KIND_LOCK && a->lock->kind != DL_KIND_PLAIN)
     err = dl_seterr(B->env.err_owner, DLOCK_ENOTSUP,
-                    "redlock:// offers the lock (not the fair or the "
+                    "redlock:// offers the lock and the plain lock (not the fair or the "
                     "read-write lock)");
   rl_op stack, *o = err ? NULL : dl_rl_op_new(B, &stack, OP_ACQUIRE, done, ud, &err);
   if (o == NULL) return err;

@@ -59,6 +59,27 @@ local function next_token()
   return t
 end
 
+-- The plain string lock (redsync's, npm redlock's and redis-semaphore's
+-- layout) passes two keys: KEYS[1] a string whose value is the owner id,
+-- with a PX lease, KEYS[2] the counter; ARGV[1], ARGV[2] and ARGV[4] as
+-- above. The wire has no hold count: a re-entry only extends the lease
+-- (the count is the client's). GET fails with WRONGTYPE on anything but a
+-- string, before any write.
+if #KEYS == 2 then
+  local v = redis.call('get', KEYS[1])
+  if v and v ~= ARGV[2] then
+    return {0, redis.call('pttl', KEYS[1])}
+  end
+  if v and tonumber(ARGV[4]) > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {2, tonumber(redis.call('get', KEYS[2]) or '0')}
+  end
+  -- Free, or ours from an acquire whose reply was lost: taken afresh.
+  local token = next_token()
+  redis.call('set', KEYS[1], ARGV[2], 'px', ARGV[1])
+  return {1, token}
+end
+
 local stale_ms = tonumber(ARGV[7] or '0')
 local fair = stale_ms > 0
 local queued = not fair and ARGV[8] == '1' and KEYS[5] ~= nil
