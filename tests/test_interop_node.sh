@@ -90,9 +90,16 @@ t_mutual_exclusion_mixed() {
       done ) & pids+=($!)
   done
   for i in 1 2 3; do
-    ( for _ in 1 2 3; do
-        rm -f go.$lib.$i; peer "$lib" "c$lib" hold "$TMP/go.$lib.$i" > ph.$lib.$i & p=$!
-        until has_line ph.$lib.$i held || ! kill -0 $p 2>/dev/null; do sleep 0.005; done
+    ( for j in 1 2 3; do
+        # A file of its own per round: the background child truncates its
+        # output only once it runs, and a file of the round before would
+        # still say "held".
+        local out=ph.$lib.$i.$j
+        rm -f go.$lib.$i "$out"; peer "$lib" "c$lib" hold "$TMP/go.$lib.$i" > "$out" & p=$!
+        until has_line "$out" held; do
+          kill -0 $p 2>/dev/null || exit 1
+          sleep 0.005
+        done
         [ -s inside.$lib ] && echo overlap >> overlap.$lib
         echo p > inside.$lib; v=$(cat counter.$lib); echo $((v+1)) > counter.$lib; : > inside.$lib
         touch go.$lib.$i; wait $p || exit 1
