@@ -81,8 +81,12 @@ static void quorum_table(int n) {
   dlock_client_close(c);
 }
 
-static void t_quorum_table_3(void) { quorum_table(3); }
-static void t_quorum_table_5(void) { quorum_table(5); }
+static void t_quorum_table_3(void) {
+  quorum_table(3);
+}
+static void t_quorum_table_5(void) {
+  quorum_table(5);
+}
 
 /* Taken on every server with one token each; valid for the lease less
  * the drift (1 % + 2 ms) from the attempt's start; released on all. */
@@ -149,7 +153,7 @@ static void t_minority_taken(void) {
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "rl:m", NULL, &l), 0);
   for (int i = 0; i < 2; i++)
-    th_cmd_int(&srv[i], "HSET rl:m other:1 1");
+    th_cmd_int(&srv[i], "SET rl:m other:1");
   CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), DLOCK_EBUSY);
   CHECK_EQ(th_cmd_int(&srv[2], "EXISTS rl:m"), 0);
   th_cmd_int(&srv[1], "DEL rl:m");
@@ -157,7 +161,9 @@ static void t_minority_taken(void) {
   CHECK_EQ(th_cmd_int(&srv[1], "EXISTS rl:m"), 1);
   CHECK_EQ(th_cmd_int(&srv[2], "EXISTS rl:m"), 1);
   CHECK_EQ(dlock_lock_release(l), 1);
-  CHECK_EQ(th_cmd_int(&srv[0], "HGET rl:m other:1"), 1); /* not ours */
+  redisReply *r = th_cmd(&srv[0], "GET rl:m"); /* not ours: still there */
+  CHECK(r && r->type == REDIS_REPLY_STRING && strcmp(r->str, "other:1") == 0);
+  freeReplyObject(r);
   dlock_lock_free(l);
   dlock_client_close(c);
 }
@@ -184,19 +190,20 @@ static void t_renew_by_quorum(void) {
   CHECK_EQ(holders(3, "rl:w"), 3);
   th_redis_kill(&srv[2], SIGKILL);
   int64_t end = th_now_ms() + 1200;
-  while (th_now_ms() < end && atomic_load(&lost) == 0) th_sleep_ms(20);
+  while (th_now_ms() < end && atomic_load(&lost) == 0)
+    th_sleep_ms(20);
   CHECK_EQ(atomic_load(&lost), 0);
   CHECK_RC(dlock_lock_validity(l, NULL), 0);
   th_redis_kill(&srv[1], SIGKILL);
   end = th_now_ms() + 3000;
-  while (th_now_ms() < end && atomic_load(&lost) == 0) th_sleep_ms(10);
+  while (th_now_ms() < end && atomic_load(&lost) == 0)
+    th_sleep_ms(10);
   CHECK_EQ(atomic_load(&lost), 1);
   CHECK_RC(dlock_lock_validity(l, NULL), DLOCK_ELOST);
   dlock_lock_release(l); /* forgets the lost hold */
   dlock_lock_free(l);
   dlock_client_close(c);
 }
-
 
 /* Fencing over quorums: one server's counter runs far ahead of the others.
  * H1 takes the lock on {0, 1} (2 is held by another), H2 later on {1, 2}
@@ -212,7 +219,7 @@ static void t_fencing_over_quorums(void) {
   CHECK_RC(dlock_lock_new(c, "rl:f", NULL, &l), 0);
   th_cmd_int(&srv[0], "SET redisson_lock_token:{rl:f} 5000000000000000");
   th_cmd_int(&srv[2], "SET redisson_lock_token:{rl:f} 1000");
-  th_cmd_int(&srv[2], "HSET rl:f other:1 1");
+  th_cmd_int(&srv[2], "SET rl:f other:1");
   uint64_t t1 = 0, t2 = 0;
   CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, &t1), 0);
   CHECK(t1 > 5000000000000000ull);
@@ -222,7 +229,7 @@ static void t_fencing_over_quorums(void) {
            (long long)t1);
   CHECK_EQ(dlock_lock_release(l), 1);
   th_cmd_int(&srv[2], "DEL rl:f");
-  th_cmd_int(&srv[0], "HSET rl:f other:1 1");
+  th_cmd_int(&srv[0], "SET rl:f other:1");
   long long own2 = th_cmd_int(&srv[2], "GET redisson_lock_token:{rl:f}");
   CHECK_EQ(own2, 1000); /* server 2's own next token: 1001 < t1 */
   CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, &t2), 0);
@@ -248,7 +255,8 @@ static void on_done(int rc, uint64_t token, const char *msg, void *ud) {
 
 static bool run_until(dlock_loop *lp, const int *flag, int ms) {
   int64_t end = th_now_ms() + ms;
-  while (!*flag && th_now_ms() < end) dlock_loop_run(lp, 20);
+  while (!*flag && th_now_ms() < end)
+    dlock_loop_run(lp, 20);
   return *flag != 0;
 }
 
@@ -287,8 +295,7 @@ static void t_async(void) {
   /* Pending at close: completed within it. */
   dlock_lock *l2;
   CHECK_RC(dlock_lock_new(c, "rl:a", "other", &l2), 0);
-  CHECK_RC(dlock_lock_acquire_async(l2, 20000, 10000, on_done, &g[3], NULL),
-           0);
+  CHECK_RC(dlock_lock_acquire_async(l2, 20000, 10000, on_done, &g[3], NULL), 0);
   dlock_loop_run(lp, 50);
   dlock_lock_free(l2);
   dlock_lock_free(l);
@@ -300,9 +307,108 @@ static void t_async(void) {
   dlock_client_close(b);
 }
 
+/* The layouts: by default the mutex is the plain string lock on every
+ * server (value = the owner id, as redsync and npm redlock write it);
+ * ?layout=hash writes Redisson's hash (owner id -> count) instead, and the
+ * plain lock stays a string there. */
+static void layout_check(const char *opts, const char *type) {
+  char base[1024];
+  snprintf(base, sizeof base, "%s", url);
+  snprintf(url + strlen(url), sizeof url - strlen(url), "%s", opts);
+  dlock_client *c = client(0);
+  snprintf(url, sizeof url, "%s", base);
+  CHECK(c != NULL);
+  dlock_lock *l, *p;
+  CHECK_RC(dlock_lock_new(c, "rl:lay", NULL, &l), 0);
+  CHECK_RC(dlock_plainlock_new(c, "rl:pl", NULL, &p), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(p, 0, 5000, NULL), 0);
+  for (int i = 0; i < 3; i++) {
+    redisReply *r = th_cmd(&srv[i], "TYPE rl:lay");
+    CHECK(r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, type) == 0);
+    freeReplyObject(r);
+    r = th_cmd(&srv[i], "TYPE rl:pl");
+    CHECK(r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "string") == 0);
+    freeReplyObject(r);
+  }
+  /* Re-entered and released in turn on either layout. */
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, NULL), 0);
+  CHECK_EQ(dlock_lock_hold_count(l), 2);
+  CHECK_EQ(dlock_lock_release(l), 0);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_EQ(dlock_lock_release(p), 1);
+  CHECK_EQ(holders(3, "rl:lay") + holders(3, "rl:pl"), 0);
+  dlock_lock_free(l);
+  dlock_lock_free(p);
+  dlock_client_close(c);
+}
+
+static void t_layouts(void) {
+  CHECK(start(3));
+  layout_check("", "string");
+  layout_check("?layout=plain", "string");
+  layout_check("?layout=hash&fencing=on", "hash");
+}
+
+/* Redlock's delayed restart: with ?restart_delay, a server up for less
+ * than the delay refuses the lock, so a server restarted empty cannot
+ * join a quorum while an earlier owner's lease may still run. The holder
+ * took it on {0, 1} (2 down); then 2 is back and 0 restarts empty:
+ * {0, 2} knows nothing of the hold. Control: without the delay a second
+ * owner takes it there. With it (not shorter than the lease), refused
+ * until the delay, and so the first owner's lease, have passed. */
+static void t_delayed_restart(void) {
+  CHECK(start(3));
+  char base[1024];
+  snprintf(base, sizeof base, "%s", url);
+  for (int delayed = 0; delayed < 2; delayed++) {
+    snprintf(url, sizeof url, "%.1000s%s", base,
+             delayed ? "?restart_delay=2s" : "");
+    dlock_client *a = client(0), *b = client(0);
+    CHECK(a != NULL && b != NULL);
+    dlock_lock *la, *lb;
+    CHECK_RC(dlock_lock_new(a, "rl:dr", "first", &la), 0);
+    CHECK_RC(dlock_lock_new(b, "rl:dr", "second", &lb), 0);
+    th_redis_kill(&srv[2], SIGKILL);
+    /* With the delay, the fresh servers refuse at first: the wait rides
+     * it out (and shows it). */
+    int64_t t0 = th_now_ms();
+    CHECK_RC(dlock_lock_try_acquire(la, 5000, 1500, NULL), 0);
+    if (delayed) CHECK(th_now_ms() - t0 >= 500);
+    CHECK_EQ(holders(2, "rl:dr"), 2);
+    CHECK_RC(th_redis_restart(&srv[2]), 0);
+    th_redis_kill(&srv[0], SIGKILL);
+    CHECK_RC(th_redis_restart(&srv[0]), 0);
+    int rc = dlock_lock_try_acquire(lb, 200, 4000, NULL);
+    CHECK_RC(dlock_lock_validity(la, NULL), 0); /* the first still valid */
+    if (!delayed) {
+      CHECK_RC(rc, 0); /* the control: two owners */
+      CHECK_EQ(dlock_lock_release(lb), 1);
+    } else {
+      CHECK_RC(rc, DLOCK_EBUSY);
+      /* Once the delay and the first owner's lease have run out. */
+      CHECK_RC(dlock_lock_try_acquire(lb, 8000, 4000, NULL), 0);
+      CHECK(dlock_lock_validity(la, NULL) != 0);
+      CHECK_EQ(dlock_lock_release(lb), 1);
+    }
+    dlock_lock_release(la);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+  }
+  snprintf(url, sizeof url, "%s", base);
+}
+
 static void t_bad_urls(void) {
-  const char *bad[] = {"redlock://", "redlock://127.0.0.1:1,,127.0.0.1:2",
-                       "redlock://@/0"};
+  const char *bad[] = {"redlock://",
+                       "redlock://127.0.0.1:1,,127.0.0.1:2",
+                       "redlock://@/0",
+                       "redlock://127.0.0.1:1?layout=tree",
+                       "redlock://127.0.0.1:1?fencing=maybe",
+                       "redlock://127.0.0.1:1?restart_delay=3h",
+                       "redlock://127.0.0.1:1?restart_delay=",
+                       "redlock://127.0.0.1:1?colour=red"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dlock_client_options o;
     dlock_client_options_init(&o);
@@ -317,5 +423,5 @@ static void t_bad_urls(void) {
 TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_acquire_validity_release), T_BARE(t_exclusion),
         T_BARE(t_minority_taken), T_BARE(t_fencing_over_quorums),
-        T_BARE(t_renew_by_quorum), T_BARE(t_async),
-        T_BARE(t_bad_urls))
+        T_BARE(t_renew_by_quorum), T_BARE(t_async), T_BARE(t_layouts),
+        T_BARE(t_delayed_restart), T_BARE(t_bad_urls))

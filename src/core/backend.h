@@ -292,6 +292,9 @@ typedef struct dl_backend_ops {
 
 struct dl_backend {
   const dl_backend_ops *ops;
+  /* The mutex (dlock_lock_new) is the plain string lock here: redlock://
+   * unless ?layout=hash, the layout redsync and npm redlock write. */
+  bool plain_mutex;
 };
 
 #endif /* DLOCK_BACKEND_H */

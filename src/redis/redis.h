@@ -285,6 +285,9 @@ typedef struct dl_redis {
    * with an explicit client_id (a restarted process reuses it). */
   char release_nonce[17];
   atomic_uint_fast64_t release_seq;
+  /* A server of a composite: while it has been up for less than this
+   * (ms), it refuses the mutexes (Redlock's delayed restart); 0 off. */
+  int64_t restart_delay_ms;
 } dl_redis;
 
 /* The backend for redis://, rediss:// and unix:// URLs (one server). */
@@ -297,10 +300,20 @@ int dl_redis_part_new(const dlock_client_options *opts,
                       const dl_backend_env *env, dl_backend **out);
 /* The Redlock backend for redlock:// URLs (redlock.c). */
 #define DL_REDLOCK_MAX 15 /* servers at most */
+/* A redlock:// URL's options, after '?', joined by '&'. */
+typedef struct dl_redlock_url_opts {
+  bool fencing; /* fencing=on|off: tokens written back to the quorum */
+  bool hash;    /* layout=plain|hash: the mutex's layout on each server */
+  /* restart_delay=N[ms|s|m]: a server up for less than this refuses
+   * every lock (Redlock's delayed restart); 0 off */
+  int64_t restart_delay_ms;
+} dl_redlock_url_opts;
 /* The servers of a redlock:// URL, each as a redis:// URL (out[i], the
- * caller frees): how many (1..max), or DLOCK_EURL / DLOCK_ENOMEM; and
- * *fencing (may be NULL): false with ?fencing=off. */
-int dl_redlock_urls(const char *url, char **out, int max, bool *fencing);
+ * caller frees): how many (1..max), or DLOCK_EURL / DLOCK_ENOMEM; and its
+ * options in *opt (may be NULL; defaults fencing on, layout plain, no
+ * restart delay). */
+int dl_redlock_urls(const char *url, char **out, int max,
+                    dl_redlock_url_opts *opt);
 int dl_redlock_backend_new(const dlock_client_options *opts,
                            const dl_backend_env *env, dl_backend **out);
 /* The typed operations over a link made elsewhere (the reply fuzzer's),

@@ -33,8 +33,7 @@ static void finish(rl_op *o, int result) {
   if (o->async && o->starting && o->st != ST_DELIVER) {
     o->st = ST_DELIVER;
     if (!o->B->closing &&
-        dl_redis_step_pause(part0(o->B), &o->pause, dl_now_ms()) ==
-            DL_PENDING)
+        dl_redis_step_pause(part0(o->B), &o->pause, dl_now_ms()) == DL_PENDING)
       return;
   }
   o->finished = true;
@@ -75,43 +74,43 @@ static bool start_part(rl_op *o, int i, int phase) {
   rl_slot *s = &o->slot[i];
   int rc;
   if (phase == PH_FENCE) {
-    rc = ops->lock_fence_async(b, o->a->lock, o->a->token, o->a->lease_ms,
-                               part_done, s, &o->sub[i]);
+    rc = ops->lock_fence_async(b, o->l, o->a->token, o->a->lease_ms, part_done,
+                               s, &o->sub[i]);
   } else if (phase == PH_RELEASE || o->kind == OP_RELEASE) {
-    const dl_lock_ref *l = o->kind == OP_ACQUIRE ? o->a->lock : o->l;
     int64_t lease = o->kind == OP_ACQUIRE ? o->a->lease_ms : o->lease_ms;
     int count = o->kind == OP_ACQUIRE ? o->a->held + 1 : o->count;
-    rc = ops->lock_release_async(b, l, lease, count, part_done, s, &o->sub[i]);
-  } else switch (o->kind) {
-  case OP_ACQUIRE:
-    o->as[i] = *o->a;
-    o->as[i].wait = false;
-    o->as[i].deadline = dl_now_ms();
-    rc = ops->lock_acquire_async(b, &o->as[i], part_done, s, &o->sub[i]);
-    break;
-  case OP_RENEW:
-    rc = ops->renew_async(b, INT64_MAX, o->lease_ms, o->nitems, o->is[i],
-                          &o->ncalls[i], part_done, s, &o->sub[i]);
-    break;
-  case OP_FORCE:
-    rc = ops->lock_force_release_async(b, o->l, part_done, s, &o->sub[i]);
-    break;
-  case OP_QUERY:
-    rc = ops->lock_query_async(b, o->l, o->q, &o->vs[i], part_done, s,
-                               &o->sub[i]);
-    break;
-  case OP_INSPECT:
-    memset(o->snap, 0, sizeof *o->snap);
-    rc = ops->inspect_async(b, o->key, o->snap, part_done, s, &o->sub[i]);
-    break;
-  case OP_SCAN:
-    rc = ops->scan_async(b, o->match, o->prefix_len, passed, o, part_done, s,
-                         &o->sub[i]);
-    break;
-  default:
-    rc = ops->ping_async(b, part_done, s, &o->sub[i]);
-    break;
-  }
+    rc = ops->lock_release_async(b, o->l, lease, count, part_done, s,
+                                 &o->sub[i]);
+  } else
+    switch (o->kind) {
+    case OP_ACQUIRE:
+      o->as[i] = *o->a;
+      o->as[i].lock = o->l;
+      o->as[i].wait = false;
+      o->as[i].deadline = dl_now_ms();
+      rc = ops->lock_acquire_async(b, &o->as[i], part_done, s, &o->sub[i]);
+      break;
+    case OP_RENEW:
+      rc = ops->renew_async(b, INT64_MAX, o->lease_ms, o->nitems, o->is[i],
+                            &o->ncalls[i], part_done, s, &o->sub[i]);
+      break;
+    case OP_FORCE:
+      rc = ops->lock_force_release_async(b, o->l, part_done, s, &o->sub[i]);
+      break;
+    case OP_QUERY:
+      rc = ops->lock_query_async(b, o->l, o->q, &o->vs[i], part_done, s,
+                                 &o->sub[i]);
+      break;
+    case OP_INSPECT:
+      memset(o->snap, 0, sizeof *o->snap);
+      rc = ops->inspect_async(b, o->key, o->snap, part_done, s, &o->sub[i]);
+      break;
+    case OP_SCAN:
+      rc = ops->scan_async(b, o->match, o->prefix_len, passed, o, part_done, s,
+                           &o->sub[i]);
+      break;
+    default: rc = ops->ping_async(b, part_done, s, &o->sub[i]); break;
+    }
   o->rc[i] = rc;
   return rc == 0;
 }
@@ -190,7 +189,8 @@ static int renewed(rl_op *o) {
   bool late = o->lease_ms > 0 && valid <= dl_now_ms();
   int rc = 0;
   *o->calls = 0;
-  for (int i = 0; i < B->n; i++) *o->calls += o->ncalls[i];
+  for (int i = 0; i < B->n; i++)
+    *o->calls += o->ncalls[i];
   for (int k = 0; k < o->nitems; k++) {
     int held = 0, gone = 0;
     for (int i = 0; i < B->n; i++) {
@@ -206,9 +206,10 @@ static int renewed(rl_op *o) {
       it->result = 0;
     } else {
       it->result = -1;
-      if (rc == 0) rc = late ? dl_seterr(B->env.err_owner, DLOCK_ETIMEDOUT,
-                                         "renewal answered too late")
-                             : first_error(o);
+      if (rc == 0)
+        rc = late ? dl_seterr(B->env.err_owner, DLOCK_ETIMEDOUT,
+                              "renewal answered too late")
+                  : first_error(o);
     }
   }
   return rc;
@@ -247,12 +248,14 @@ static int queried(rl_op *o) {
 
 static int pinged(const rl_op *o) {
   int up = 0;
-  for (int i = 0; i < o->B->n; i++) up += o->rc[i] == 0;
+  for (int i = 0; i < o->B->n; i++)
+    up += o->rc[i] == 0;
   return up >= o->B->quorum ? 0 : first_error(o);
 }
 
 static void step(rl_op *o) {
-  for (;;) switch (o->st) {
+  for (;;)
+    switch (o->st) {
     case ST_FAN:
       o->st = ST_FANNED;
       fan(o, PH_MAIN);
@@ -262,7 +265,7 @@ static void step(rl_op *o) {
       switch (o->kind) {
       case OP_ACQUIRE:
         if (acquired(o)) {
-          if (!o->B->fencing) {
+          if (!o->B->opt.fencing) {
             o->a->token = 0; /* none: the servers' own are not ordered */
             finish(o, 1);
             return;
@@ -341,9 +344,7 @@ static void step(rl_op *o) {
       }
       o->st = ST_FAN;
       continue;
-    default: /* ST_DELIVER */
-      finish(o, o->result);
-      return;
+    default: /* ST_DELIVER */ finish(o, o->result); return;
     }
 }
 
@@ -398,4 +399,3 @@ int dl_rl_run(rl_op *o, dl_async **op) {
   *op = &o->head;
   return 0;
 }
-

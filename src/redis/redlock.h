@@ -16,7 +16,7 @@ typedef struct redlock {
   dl_backend_env part_env; /* the parts': no subscriptions */
   int n, quorum;
   dl_backend *part[RL_MAX];
-  bool fencing; /* tokens written back to the quorum (?fencing=off: not) */
+  dl_redlock_url_opts opt; /* the URL's options */
   bool closing;
 } redlock;
 
@@ -27,8 +27,16 @@ static inline int64_t drift_ms(int64_t lease_ms) {
 }
 
 /* ---- the operation: a state machine stepped by the parts' completions */
-enum { OP_ACQUIRE, OP_RELEASE, OP_RENEW, OP_FORCE, OP_QUERY, OP_PING,
-       OP_INSPECT, OP_SCAN };
+enum {
+  OP_ACQUIRE,
+  OP_RELEASE,
+  OP_RENEW,
+  OP_FORCE,
+  OP_QUERY,
+  OP_PING,
+  OP_INSPECT,
+  OP_SCAN
+};
 enum { ST_FAN, ST_FANNED, ST_FENCED, ST_RELEASED, ST_PAUSED, ST_DELIVER };
 /* What a round sends: the operation, an attempt's release, or the fence
  * (the token written back). */
@@ -46,19 +54,19 @@ struct rl_op {
   int kind, st;
   bool async, starting, finished, cancelled;
   int result;
-  int left;       /* parts' operations outstanding */
-  int unanswered; /* the last attempt's servers that did not answer */
+  int left;        /* parts' operations outstanding */
+  int unanswered;  /* the last attempt's servers that did not answer */
   int attempt_err; /* and the first of their errors */
-  int64_t t0;     /* this round's first send */
+  int64_t t0;      /* this round's first send */
   dl_backoff retry;
-  dl_pend pause;  /* between attempts, on part 0 */
+  dl_pend pause; /* between attempts, on part 0 */
   rl_slot slot[RL_MAX];
   dl_async *sub[RL_MAX];
   int rc[RL_MAX];
   /* acquire */
   dl_acquire *a;
   dl_acquire as[RL_MAX];
-  /* release, force, query */
+  /* acquire, release, force, query */
   const dl_lock_ref *l;
   int64_t lease_ms;
   int count;
@@ -80,7 +88,9 @@ struct rl_op {
 };
 
 /* The part the operations' pauses run on. */
-static inline dl_redis *part0(redlock *B) { return (dl_redis *)B->part[0]; }
+static inline dl_redis *part0(redlock *B) {
+  return (dl_redis *)B->part[0];
+}
 
 /* A new operation of `kind` (on `stack` for the blocking driver, else
  * malloc'ed, to end with done(ud, result)); NULL with *err. */

@@ -15,19 +15,23 @@ static int check(redlock *B, bool async) {
                          : "a blocking call on an event-loop client");
 }
 
-static int acquire_run(dl_backend *b, dl_acquire *a, dl_done_fn done,
-                       void *ud, dl_async **op) {
+static int acquire_run(dl_backend *b, dl_acquire *a, dl_done_fn done, void *ud,
+                       dl_async **op) {
   redlock *B = (redlock *)b;
   int err = check(B, done != NULL);
   /* A fair queue, or a read-write lock's two modes, are not merged across
    * independent servers (yet): only the mutex. */
-  if (err == 0 && a->lock->kind != DL_KIND_LOCK && a->lock->kind != DL_KIND_PLAIN)
-    err = dl_seterr(B->env.err_owner, DLOCK_ENOTSUP,
-                    "redlock:// offers the lock and the plain lock (not the fair or the "
-                    "read-write lock)");
-  rl_op stack, *o = err ? NULL : dl_rl_op_new(B, &stack, OP_ACQUIRE, done, ud, &err);
+  if (err == 0 && a->lock->kind != DL_KIND_LOCK &&
+      a->lock->kind != DL_KIND_PLAIN)
+    err = dl_seterr(
+        B->env.err_owner, DLOCK_ENOTSUP,
+        "redlock:// offers the lock and the plain lock (not the fair or the "
+        "read-write lock)");
+  rl_op stack,
+      *o = err ? NULL : dl_rl_op_new(B, &stack, OP_ACQUIRE, done, ud, &err);
   if (o == NULL) return err;
   o->a = a;
+  o->l = a->lock;
   return dl_rl_run(o, op);
 }
 
@@ -41,8 +45,8 @@ static int rl_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
 }
 
 static int lock_run(dl_backend *b, int kind, const dl_lock_ref *l,
-                    int64_t lease_ms, int count, dl_lock_query q,
-                    long long *v, dl_done_fn done, void *ud, dl_async **op) {
+                    int64_t lease_ms, int count, dl_lock_query q, long long *v,
+                    dl_done_fn done, void *ud, dl_async **op) {
   redlock *B = (redlock *)b;
   int err = check(B, done != NULL);
   rl_op stack, *o = err ? NULL : dl_rl_op_new(B, &stack, kind, done, ud, &err);
@@ -57,8 +61,7 @@ static int lock_run(dl_backend *b, int kind, const dl_lock_ref *l,
 
 static int rl_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
                       int count) {
-  return lock_run(b, OP_RELEASE, l, lease_ms, count, 0, NULL, NULL, NULL,
-                  NULL);
+  return lock_run(b, OP_RELEASE, l, lease_ms, count, 0, NULL, NULL, NULL, NULL);
 }
 
 static int rl_release_async(dl_backend *b, const dl_lock_ref *l,
@@ -71,8 +74,8 @@ static int rl_force(dl_backend *b, const dl_lock_ref *l) {
   return lock_run(b, OP_FORCE, l, 0, 0, 0, NULL, NULL, NULL, NULL);
 }
 
-static int rl_force_async(dl_backend *b, const dl_lock_ref *l,
-                          dl_done_fn done, void *ud, dl_async **op) {
+static int rl_force_async(dl_backend *b, const dl_lock_ref *l, dl_done_fn done,
+                          void *ud, dl_async **op) {
   return lock_run(b, OP_FORCE, l, 0, 0, 0, NULL, done, ud, op);
 }
 
@@ -81,9 +84,9 @@ static int rl_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   return lock_run(b, OP_QUERY, l, 0, 0, q, v, NULL, NULL, NULL);
 }
 
-static int rl_query_async(dl_backend *b, const dl_lock_ref *l,
-                          dl_lock_query q, long long *v, dl_done_fn done,
-                          void *ud, dl_async **op) {
+static int rl_query_async(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                          long long *v, dl_done_fn done, void *ud,
+                          dl_async **op) {
   return lock_run(b, OP_QUERY, l, 0, 0, q, v, done, ud, op);
 }
 
@@ -101,7 +104,8 @@ static int renew_run(dl_backend *b, int64_t lease_ms, int n,
                      void *ud, dl_async **op) {
   redlock *B = (redlock *)b;
   int err = check(B, done != NULL);
-  rl_op stack, *o = err ? NULL : dl_rl_op_new(B, &stack, OP_RENEW, done, ud, &err);
+  rl_op stack,
+      *o = err ? NULL : dl_rl_op_new(B, &stack, OP_RENEW, done, ud, &err);
   if (o == NULL) return err;
   /* Each part gets its own copy of the items, without an answer yet. */
   o->copies = calloc((size_t)B->n * (size_t)n, sizeof *o->copies);
@@ -112,7 +116,8 @@ static int renew_run(dl_backend *b, int64_t lease_ms, int n,
   for (int i = 0; i < B->n; i++) {
     o->is[i] = o->copies + (size_t)i * (size_t)n;
     memcpy(o->is[i], items, (size_t)n * sizeof *items);
-    for (int k = 0; k < n; k++) o->is[i][k].result = -1;
+    for (int k = 0; k < n; k++)
+      o->is[i][k].result = -1;
   }
   o->lease_ms = lease_ms;
   o->nitems = n;
@@ -147,9 +152,9 @@ static void rl_cancel(dl_backend *b, dl_async *op) {
 /* Inspect and scan read the first server that answers: every server has
  * the same names, and the holder in the snapshot is one server's view. */
 static int read_run(dl_backend *b, int kind, const char *key,
-                    dlock_lock_state *st, const char *match,
-                    size_t prefix_len, dlock_scan_cb cb, void *cb_ud,
-                    dl_done_fn done, void *ud, dl_async **op) {
+                    dlock_lock_state *st, const char *match, size_t prefix_len,
+                    dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
+                    dl_async **op) {
   redlock *B = (redlock *)b;
   int err = check(B, done != NULL);
   rl_op stack, *o = err ? NULL : dl_rl_op_new(B, &stack, kind, done, ud, &err);
@@ -177,8 +182,8 @@ static int rl_inspect_async(dl_backend *b, const char *key,
 
 static int rl_scan(dl_backend *b, const char *match, size_t prefix_len,
                    dlock_scan_cb cb, void *ud) {
-  return read_run(b, OP_SCAN, NULL, NULL, match, prefix_len, cb, ud, NULL,
-                  NULL, NULL);
+  return read_run(b, OP_SCAN, NULL, NULL, match, prefix_len, cb, ud, NULL, NULL,
+                  NULL);
 }
 
 static int rl_scan_async(dl_backend *b, const char *match, size_t prefix_len,
@@ -195,7 +200,8 @@ static int rl_watch_losses(dl_backend *b, dl_notice_fn fn, void *ud) {
 
 static void rl_stats(dl_backend *b, dlock_client_stats *st) {
   redlock *B = (redlock *)b;
-  for (int i = 0; i < B->n; i++) B->part[i]->ops->stats(B->part[i], st);
+  for (int i = 0; i < B->n; i++)
+    B->part[i]->ops->stats(B->part[i], st);
 }
 
 static void rl_free(dl_backend *b) {
@@ -234,16 +240,61 @@ static const dl_backend_ops redlock_ops = {
     .free = rl_free,
 };
 
-/* ---- the URL: redlock://[user:password@]HOST:PORT,HOST:PORT...[/DB] ---- */
-int dl_redlock_urls(const char *url, char **out, int max, bool *fencing) {
+/* ---- the URL: redlock://[user:password@]HOST:PORT,HOST:PORT...[/DB][?OPTS] */
+/* A duration: digits, then ms (the default), s or m. */
+static bool duration_ms(const char *s, size_t len, int64_t *ms) {
+  int64_t v = 0;
+  size_t i = 0;
+  for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+    if (v > INT64_MAX / 10 / 60000) return false;
+    v = v * 10 + (s[i] - '0');
+  }
+  if (i == 0) return false;
+  const char *u = s + i;
+  size_t ul = len - i;
+  int64_t scale = ul == 0 || (ul == 2 && memcmp(u, "ms", 2) == 0) ? 1
+                  : ul == 1 && *u == 's'                          ? 1000
+                  : ul == 1 && *u == 'm'                          ? 60000
+                                                                  : 0;
+  *ms = v * scale;
+  return scale != 0;
+}
+
+static bool word(const char *s, size_t len, const char *lit) {
+  return strlen(lit) == len && memcmp(s, lit, len) == 0;
+}
+
+/* The options after '?': NAME=VALUE joined by '&'. */
+static bool url_opts(const char *q, dl_redlock_url_opts *o) {
+  *o = (dl_redlock_url_opts){.fencing = true};
+  while (q && *q) {
+    size_t len = strcspn(q, "&");
+    const char *eq = memchr(q, '=', len);
+    if (eq == NULL) return false;
+    size_t nl = (size_t)(eq - q), vl = len - nl - 1;
+    const char *v = eq + 1;
+    if (word(q, nl, "fencing") && (word(v, vl, "on") || word(v, vl, "off")))
+      o->fencing = word(v, vl, "on");
+    else if (word(q, nl, "layout") &&
+             (word(v, vl, "plain") || word(v, vl, "hash")))
+      o->hash = word(v, vl, "hash");
+    else if (!word(q, nl, "restart_delay") ||
+             !duration_ms(v, vl, &o->restart_delay_ms))
+      return false;
+    q += len;
+    if (*q == '&') q++;
+  }
+  return true;
+}
+
+int dl_redlock_urls(const char *url, char **out, int max,
+                    dl_redlock_url_opts *opt) {
   const char *p = strstr(url, "://");
   p = p ? p + 3 : url;
-  /* The options: ?fencing=off (tokens not written back; none given). */
   const char *q = strchr(p, '?');
-  if (fencing) *fencing = true;
-  if (q && strcmp(q, "?fencing=off") != 0 && strcmp(q, "?fencing=on") != 0)
-    return DLOCK_EURL;
-  if (q && fencing) *fencing = strcmp(q, "?fencing=on") == 0;
+  dl_redlock_url_opts o;
+  if (!url_opts(q ? q + 1 : NULL, &o)) return DLOCK_EURL;
+  if (opt) *opt = o;
   size_t keep = q ? (size_t)(q - p) : strlen(p); /* the rest without it */
   /* "user:password@", then the hosts up to '/', '?' or the end. */
   const char *tail = p + strcspn(p, "/?");
@@ -255,13 +306,15 @@ int dl_redlock_urls(const char *url, char **out, int max, bool *fencing) {
   for (const char *h = hosts; h < tail;) {
     size_t len = strcspn(h, ",/?");
     if (len == 0 || n == max) {
-      for (int i = 0; i < n; i++) free(out[i]);
+      for (int i = 0; i < n; i++)
+        free(out[i]);
       return DLOCK_EURL;
     }
     /* One server's URL: redis://[user:password@]HOST:PORT[/DB...]. */
     out[n] = malloc(8 + userinfo + len + (size_t)taillen + 1);
     if (out[n] == NULL) {
-      for (int i = 0; i < n; i++) free(out[i]);
+      for (int i = 0; i < n; i++)
+        free(out[i]);
       return DLOCK_ENOMEM;
     }
     sprintf(out[n++], "redis://%.*s%.*s%.*s", (int)userinfo, p, (int)len, h,
@@ -283,7 +336,7 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
   /* The parts never subscribe: a composite waits by retrying. */
   if (B->part_env.backoff_max_ms <= 0) B->part_env.backoff_max_ms = 50;
   char *urls[RL_MAX];
-  int rc = dl_redlock_urls(opts->url, urls, RL_MAX, &B->fencing);
+  int rc = dl_redlock_urls(opts->url, urls, RL_MAX, &B->opt);
   int n = rc;
   for (int i = 0; i < n; i++) {
     dlock_client_options o = *opts;
@@ -291,15 +344,21 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
     o.connections = 1;
     dl_backend *part = NULL;
     if (rc >= 0) rc = dl_redis_part_new(&o, &B->part_env, &part);
-    if (rc >= 0) B->part[B->n++] = part;
+    if (rc >= 0) {
+      ((dl_redis *)part)->restart_delay_ms = B->opt.restart_delay_ms;
+      B->part[B->n++] = part;
+    }
     free(urls[i]);
   }
   if (rc < 0) {
     if (rc == DLOCK_EURL) {
       char *shown = dl_url_redact(opts->url);
-      dl_seterr(NULL, rc, "redlock:// needs HOST:PORT[,HOST:PORT...] (at "
-                "most %d servers), then optionally /DB and ?fencing=off "
-                "(url %s)", RL_MAX, shown ? shown : "");
+      dl_seterr(NULL, rc,
+                "redlock:// needs HOST:PORT[,HOST:PORT...] (at "
+                "most %d servers), then optionally /DB and ?OPTIONS: "
+                "fencing=on|off, layout=plain|hash, restart_delay=N[ms|s|m] "
+                "(url %s)",
+                RL_MAX, shown ? shown : "");
       free(shown);
     } else if (rc == DLOCK_ENOMEM) {
       dl_seterr(NULL, rc, "out of memory");
@@ -308,6 +367,7 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
     return rc;
   }
   B->quorum = B->n / 2 + 1;
+  B->base.plain_mutex = !B->opt.hash;
   *out = &B->base;
   return 0;
 }

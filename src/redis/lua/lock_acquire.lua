@@ -46,6 +46,20 @@
 -- given, as long as fewer than one grant per microsecond was made (a
 -- single-threaded server cannot exceed that) and the server's clock did
 -- not step back (docs/SAFETY.md has the argument).
+-- Redlock's delayed restart (the mutex and the plain lock, a server of a
+-- composite only): ARGV[10] in ms. A server up for less than that refuses
+-- every lock, reporting how long it still will, so that a server restarted
+-- without the locks it had cannot give one of them to a second owner
+-- before the first owner's lease has run out. Server uptime is counted in
+-- whole seconds, rounded down: the refusal lasts at least ARGV[10].
+if ARGV[10] and tonumber(ARGV[10]) > 0 then
+  local up = redis.call('info', 'server'):match('uptime_in_seconds:(%d+)')
+  local left = tonumber(ARGV[10]) - tonumber(up) * 1000
+  if left > 0 then
+    return {0, left}
+  end
+end
+
 local function next_token()
   local ttl = math.max(86400000, tonumber(ARGV[1]))
   local t = redis.call('incr', KEYS[2])

@@ -1,5 +1,7 @@
 // peer.js: drives one plain-lock peer for tests/test_interop_node.sh.
-//   node peer.js PORT LIB KEY MODE [GOFILE]
+//   node peer.js PORT[,PORT...] LIB KEY MODE [GOFILE]
+//   PORT  the servers (npm redlock: its quorum over all of them; the
+//         Mutex: the first)
 //   LIB   redlock (npm redlock 4.2: the lock is the string KEY)
 //         mutex   (redis-semaphore 5.6 Mutex: the string "mutex:" + KEY)
 //   MODE  try   one attempt: prints "acquired" (then releases) or "busy"
@@ -16,13 +18,15 @@ const { Mutex } = require('redis-semaphore');
 
 const [PORT, LIB, KEY, MODE, GOFILE] = process.argv.slice(2);
 const TTL = 30000;
-const client = new Redis({ port: +PORT, host: '127.0.0.1', maxRetriesPerRequest: 1 });
+const clients = PORT.split(',').map(
+  p => new Redis({ port: +p, host: '127.0.0.1', maxRetriesPerRequest: 1 }));
+const client = clients[0];
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 
 // One attempt: a release function, or null when someone else holds it.
 async function attempt() {
   if (LIB === 'redlock') {
-    const rl = new Redlock([client], { retryCount: 0 });
+    const rl = new Redlock(clients, { retryCount: 0 });
     try {
       const l = await rl.lock(KEY, TTL);
       return { extend: () => l.extend(TTL), release: () => l.unlock() };
@@ -75,8 +79,9 @@ async function main() {
   }
 }
 
-main().then(() => { client.disconnect(); }, e => {
+const disconnect = () => clients.forEach(c => c.disconnect());
+main().then(disconnect, e => {
   console.error('peer.js:', e && e.message ? e.message : e);
-  client.disconnect();
+  disconnect();
   process.exit(1);
 });
