@@ -239,6 +239,39 @@ static void t_fencing_over_quorums(void) {
   dlock_client_close(c);
 }
 
+/* The token folded into the acquire: the round proposes one (the wall
+ * clock in µs), every server takes it, and no write-back round follows:
+ * one script per server per acquire, and each server's counter is the
+ * token. Tokens still go up from one hold to the next. The first acquire
+ * of a name finds no counter: each server restarts its own from its clock
+ * (above any proposal), they differ, and the largest is written back. */
+static void t_token_proposed(void) {
+  CHECK(start(3));
+  dlock_client *c = client(0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:p", NULL, &l), 0);
+  uint64_t prev = 0;
+  for (int k = 0; k < 3; k++) {
+    long long before[3];
+    for (int i = 0; i < 3; i++)
+      before[i] = th_calls(&srv[i], "evalsha");
+    uint64_t tok = 0;
+    CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, &tok), 0);
+    CHECK(tok > prev);
+    for (int i = 0; i < 3; i++) {
+      long long calls = th_calls(&srv[i], "evalsha") - before[i];
+      CHECK(k == 0 ? calls == 1 || calls == 2 : calls == 1);
+      CHECK_EQ(th_cmd_int(&srv[i], "GET redisson_lock_token:{rl:p}"),
+               (long long)tok);
+    }
+    CHECK_EQ(dlock_lock_release(l), 1);
+    prev = tok;
+  }
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 /* ---- the event-loop client ---- */
 typedef struct got {
   int calls, rc;
@@ -424,4 +457,4 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_acquire_validity_release), T_BARE(t_exclusion),
         T_BARE(t_minority_taken), T_BARE(t_fencing_over_quorums),
         T_BARE(t_renew_by_quorum), T_BARE(t_async), T_BARE(t_layouts),
-        T_BARE(t_delayed_restart), T_BARE(t_bad_urls))
+        T_BARE(t_token_proposed), T_BARE(t_delayed_restart), T_BARE(t_bad_urls))

@@ -69,6 +69,10 @@ typedef struct dl_acquire {
   int64_t deadline; /* dl_now_ms() time the wait ends; INT64_MAX: never */
   int held;         /* the hold count this client knows of (re-entry) */
   const char *info; /* the holder's description, "" for none */
+  /* A token to propose (a Redlock's part: the same for every server of a
+   * round), 0 none: the server gives the larger of it and its own next
+   * token, unless it is too far ahead of the server's clock. */
+  uint64_t propose;
   /* out, when acquired */
   int status;          /* 1 taken, 2 re-entered */
   uint64_t token;      /* the hold's fencing token */

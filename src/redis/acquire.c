@@ -130,17 +130,19 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
   o->st = next;
   o->sent = dl_now_ms();
   if (is_rw(l)) return rw_send(o, lease);
-  /* A server of a Redlock with a restart delay: ARGV[10] (see the script). */
-  char young[DL_INT_BUF];
+  /* A server of a Redlock: its restart delay, ARGV[10], and the token
+   * proposed, ARGV[11] (see the script). */
+  char young[DL_INT_BUF], propose[DL_INT_BUF];
   dl_fmt_ll(young, o->R->restart_delay_ms);
-  bool delayed = o->R->restart_delay_ms > 0;
+  dl_fmt_ll(propose, (long long)a->propose);
+  int extra = a->propose ? 11 : o->R->restart_delay_ms > 0 ? 10 : 0;
   if (l->kind == DL_KIND_PLAIN) {
     char ptk[DL_DERIVED_MAX];
     const char *pkeys[] = {l->key, TOKEN_KEY(l, ptk)};
-    const char *pargs[] = {lease, l->owner, a->info, count, "",
-                           "",    "",       "",      "",    young};
+    const char *pargs[] = {lease, l->owner, a->info, count, "",     "",
+                           "",    "",       "",      young, propose};
     return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, 2,
-                              pkeys, delayed ? 10 : 4, pargs);
+                              pkeys, extra ? extra : 4, pargs);
   }
   bool fair = l->kind == DL_KIND_FAIR;
   char tk[DL_DERIVED_MAX], hk[DL_DERIVED_MAX], qk[DL_DERIVED_MAX],
@@ -161,10 +163,11 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
                         stale,
                         enqueue ? "1" : "0",
                         alive,
-                        young};
+                        young,
+                        propose};
   /* A plain lock's first attempt sends only what it needs. */
   int nkeys = fair || enqueue ? 5 : 3;
-  int nargs = delayed ? 10 : fair ? 8 : enqueue ? 9 : 6;
+  int nargs = extra ? extra : fair ? 8 : enqueue ? 9 : 6;
   return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, nkeys,
                             keys, nargs, args);
 }

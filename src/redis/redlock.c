@@ -22,6 +22,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void step(rl_op *o);
 
@@ -88,6 +89,7 @@ static bool start_part(rl_op *o, int i, int phase) {
       o->as[i].lock = o->l;
       o->as[i].wait = false;
       o->as[i].deadline = dl_now_ms();
+      o->as[i].propose = B->opt.fencing ? o->propose : 0;
       rc = ops->lock_acquire_async(b, &o->as[i], part_done, s, &o->sub[i]);
       break;
     case OP_RENEW:
@@ -118,12 +120,32 @@ static bool start_part(rl_op *o, int i, int phase) {
 /* Starts the round on every part: the operation; an attempt's release on
  * those that did not refuse it; the fence on those that granted it. Goes
  * on at once if none started. */
+/* The token a round of acquires proposes: the wall clock in µs, or one
+ * above the largest token this client took, if larger. When every server
+ * of the quorum takes it, each holds the token the client returns and the
+ * write-back round is not needed; a server whose counter is ahead (another
+ * client's clock is, say) gives its own larger one, which is written back
+ * as before, and the next proposal starts above it. */
+static uint64_t proposal(redlock *B) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t p = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+  uint64_t last = atomic_load_explicit(&B->last_token, memory_order_relaxed);
+  return p > last ? p : last + 1;
+}
+
 static void fan(rl_op *o, int phase) {
   o->left = 1; /* held until every start is made */
-  if (phase == PH_MAIN) o->t0 = dl_now_ms();
+  if (phase == PH_MAIN) {
+    o->t0 = dl_now_ms();
+    if (o->kind == OP_ACQUIRE && o->B->opt.fencing) o->propose = proposal(o->B);
+  }
   for (int i = 0; i < o->B->n; i++) {
     if (phase == PH_RELEASE && o->rc[i] == 0) continue; /* nothing there */
-    if (phase == PH_FENCE && o->rc[i] != 1) continue;
+    /* The fence goes only where the token is not the server's already
+     * (it took the proposal, or gave the largest). */
+    if (phase == PH_FENCE && (o->rc[i] != 1 || o->as[i].token >= o->a->token))
+      continue;
     if (o->only >= 0 && i != o->only) continue;
     o->slot[i].o = o;
     o->slot[i].i = i;
@@ -167,6 +189,11 @@ static int acquired(rl_op *o) {
   if (ok < B->quorum || valid <= dl_now_ms()) return 0;
   a->status = again >= B->quorum ? 2 : 1;
   a->token = token;
+  uint64_t last = atomic_load_explicit(&B->last_token, memory_order_relaxed);
+  while (token > last && !atomic_compare_exchange_weak_explicit(
+                             &B->last_token, &last, token, memory_order_relaxed,
+                             memory_order_relaxed)) {
+  }
   a->valid_until = valid;
   return 1;
 }

@@ -6,6 +6,8 @@
 
 #include "redis.h"
 
+#include <stdatomic.h>
+
 #define RL_MAX DL_REDLOCK_MAX
 #define RL_RETRY_MIN_MS 2  /* the first retry's delay, then doubled */
 #define RL_RETRY_MAX_MS 50 /* ... up to this, each drawn in [d/2, d] */
@@ -16,7 +18,8 @@ typedef struct redlock {
   dl_backend_env part_env; /* the parts': no subscriptions */
   int n, quorum;
   dl_backend *part[RL_MAX];
-  dl_redlock_url_opts opt; /* the URL's options */
+  dl_redlock_url_opts opt;     /* the URL's options */
+  _Atomic uint64_t last_token; /* the largest token taken (proposals) */
   bool closing;
 } redlock;
 
@@ -54,10 +57,11 @@ struct rl_op {
   int kind, st;
   bool async, starting, finished, cancelled;
   int result;
-  int left;        /* parts' operations outstanding */
-  int unanswered;  /* the last attempt's servers that did not answer */
-  int attempt_err; /* and the first of their errors */
-  int64_t t0;      /* this round's first send */
+  int left;         /* parts' operations outstanding */
+  int unanswered;   /* the last attempt's servers that did not answer */
+  int attempt_err;  /* and the first of their errors */
+  int64_t t0;       /* this round's first send */
+  uint64_t propose; /* an acquire round's proposed token */
   dl_backoff retry;
   dl_pend pause; /* between attempts, on part 0 */
   rl_slot slot[RL_MAX];

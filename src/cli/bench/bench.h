@@ -58,6 +58,11 @@ double bench_samples_pct(const bench_samples *s, double p);
 
 /* The PING p50 of the slowest server (raw and o->others), n each. */
 double bench_rtt_p50_us(const bench_opts *o, struct redisContext *raw, int n);
+/* redlock://: the p50 of one PING sent to every server at once, all the
+ * answers read (the round trip of a fan-out on this machine; n rounds);
+ * 0 for a single server. */
+double bench_fanout_rtt_p50_us(const bench_opts *o, struct redisContext *raw,
+                               int n);
 /* The servers' CPU time (raw and o->others), in us. */
 double bench_servers_cpu_us(const bench_opts *o, struct redisContext *raw);
 /* Connects o->others for a redlock:// URL (nothing for another URL): 0,
@@ -117,6 +122,7 @@ typedef struct bench_report {
   int inflight; /* async: operations in flight per process; idle: waiters */
   double ops_per_sec, p50, p99, max;
   double rtt_p50, ceiling, cpu_per_op;
+  double fanout_rtt_p50; /* redlock:// only, else 0 */
   long errors;
   /* contended */
   double utilisation, wait_p50, wait_p99, wait_max, wakeups_per_acquire;

@@ -14,6 +14,8 @@ void bench_print_report(const bench_report *r, bool json) {
            "\"errors\":%ld",
            r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50,
            r->p99, r->max, r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
+    if (r->fanout_rtt_p50 > 0)
+      printf(",\"baseline_fanout_rtt_p50_us\":%.1f", r->fanout_rtt_p50);
     if (r->async) printf(",\"async\":true,\"inflight\":%d", r->inflight);
     if (strcmp(r->scenario, "idle-waiters") == 0)
       printf(",\"waiters\":%d,\"client_cpu_share\":%.4f,"
@@ -58,9 +60,17 @@ void bench_print_report(const bench_report *r, bool json) {
   printf("  baselines: PING p50 %.1f us (2 x = %.1f us), ceiling %.0f "
          "cycles/s; server CPU %.2f us/op; errors %ld\n",
          r->rtt_p50, 2 * r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
+  if (r->fanout_rtt_p50 > 0)
+    printf("  redlock: PING to every server at once p50 %.1f us (2 x = %.1f "
+           "us)\n",
+           r->fanout_rtt_p50, 2 * r->fanout_rtt_p50);
   if (strcmp(r->scenario, "uncontended") == 0)
-    printf("  ratios: p50 / (2 x PING) = %.2f, ops / ceiling = %.2f\n",
-           r->p50 / (2 * r->rtt_p50), r->ops_per_sec / r->ceiling);
+    printf("  ratios: p50 / (2 x PING) = %.2f, ops / ceiling = %.2f%s\n",
+           r->p50 / (2 * r->rtt_p50), r->ops_per_sec / r->ceiling,
+           r->fanout_rtt_p50 > 0 ? " (one server's)" : "");
+  if (r->fanout_rtt_p50 > 0)
+    printf("  ratio: p50 / (2 x PING to every server) = %.2f\n",
+           r->p50 / (2 * r->fanout_rtt_p50));
   if (strcmp(r->scenario, "contended") == 0)
     printf("  utilisation %.3f, wait p50 %.0f us, p99 %.0f us, max %.0f us, "
            "wakeups/acquire %.2f, max wakeups/unlock/process %.2f\n",

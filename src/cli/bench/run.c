@@ -150,6 +150,7 @@ int bench_measure(const cli_global *g, const bench_opts *o,
   r->kind = o->kind;
   r->starvation_ms = o->starvation_ms;
   r->rtt_p50 = bench_rtt_p50_us(o, raw, 2000);
+  r->fanout_rtt_p50 = bench_fanout_rtt_p50_us(o, raw, 2000);
   r->ceiling = bench_ceiling_ops(raw, 1000);
   char lock_name[64];
   snprintf(lock_name, sizeof lock_name, "bench:c:%d:%lld", (int)getpid(),

@@ -91,7 +91,7 @@ if nkeys == 6 and redis.call('exists', KEYS[3]) == 1 and
     if who ~= ARGV[3] and deadline and tonumber(deadline) >= now then
       local token = tonumber(redis.call('get', KEYS[5]) or '0') + 1
       if token == 1 then -- the counter is missing: as in lock_acquire.lua
-        token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+        token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1000000
       end
       token = string.format('%.0f', token)
       local heard = redis.pcall('publish', KEYS[2] .. ':' .. who, '=' .. token)
