@@ -272,6 +272,43 @@ DLOCK_API int dlock_client_scan_locks_async(dlock_client *c,
 /* A round trip to the server: rc 0, or why not. */
 DLOCK_API int dlock_client_ping_async(dlock_client *c, dlock_done_cb cb,
                                       void *ud, dlock_op **op);
+/* Queue: offer, offer_first and offer_delayed (the value copied; rc 0),
+ * ack (the value copied; rc 0, DLOCK_ENOTOWNER), poll, poll_reliable and
+ * poll_last (rc 0 with *value and *len set before cb runs: free the value
+ * with dlock_queue_value_free; DLOCK_EBUSY, DLOCK_ECANCELED; value and len
+ * must stay valid until cb), size (rc 0, *n set before cb runs). */
+DLOCK_API int dlock_queue_offer_async(dlock_queue *q, const void *value,
+                                      size_t len, dlock_done_cb cb, void *ud,
+                                      dlock_op **op);
+DLOCK_API int dlock_queue_offer_first_async(dlock_queue *q, const void *value,
+                                            size_t len, dlock_done_cb cb,
+                                            void *ud, dlock_op **op);
+DLOCK_API int dlock_queue_poll_async(dlock_queue *q, int64_t wait_ms,
+                                     void **value, size_t *len,
+                                     dlock_done_cb cb, void *ud,
+                                     dlock_op **op);
+DLOCK_API int dlock_queue_poll_last_async(dlock_queue *q, int64_t wait_ms,
+                                          void **value, size_t *len,
+                                          dlock_done_cb cb, void *ud,
+                                          dlock_op **op);
+DLOCK_API int dlock_queue_size_async(dlock_queue *q, int64_t *n,
+                                     dlock_done_cb cb, void *ud,
+                                     dlock_op **op);
+DLOCK_API int dlock_queue_offer_delayed_async(dlock_queue *q,
+                                              int64_t delay_ms,
+                                              const void *value, size_t len,
+                                              dlock_done_cb cb, void *ud,
+                                              dlock_op **op);
+DLOCK_API int dlock_queue_poll_reliable_async(dlock_queue *q, int64_t wait_ms,
+                                              void **value, size_t *len,
+                                              dlock_done_cb cb, void *ud,
+                                              dlock_op **op);
+DLOCK_API int dlock_queue_ack_async(dlock_queue *q, const void *value,
+                                    size_t len, dlock_done_cb cb, void *ud,
+                                    dlock_op **op);
+DLOCK_API int dlock_queue_delayed_size_async(dlock_queue *q, int64_t *n,
+                                             dlock_done_cb cb, void *ud,
+                                             dlock_op **op);
 
 #ifdef __cplusplus
 }

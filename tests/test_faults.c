@@ -1,5 +1,6 @@
 /* test_faults.c: bad input and server trouble. Each gives a clear error code,
  * and where a call failed Redis is left as it was. */
+#include "dlock_async.h"
 #include "harness.h"
 #include "safety/proxy.h"
 
@@ -414,18 +415,26 @@ static void cut_release(dlock_lock *l, int want) {
 }
 
 /* A client through the fault proxy (proxy_stop when done), or NULL. */
-static dlock_client *proxied_client(int command_timeout_ms) {
+/* Starts the proxy in front of th_srv and fills o for a client through
+ * it (url, whose buffer must outlive the open); false if it cannot. */
+static bool proxied_options(dlock_client_options *o, char url[100],
+                            int command_timeout_ms) {
   int port = proxy_start(th_srv.port);
-  if (port <= 0) return NULL;
-  char url[100];
-  snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
+  if (port <= 0) return false;
+  snprintf(url, 100, "redis://127.0.0.1:%d", port);
+  dlock_client_options_init(o);
+  o->url = url;
+  o->command_timeout_ms = command_timeout_ms;
+  o->reconnect_min_ms = 10;
+  o->wait_backoff_max_ms = 50; /* no subscriber connection: one connection */
+  return true;
+}
+
+static dlock_client *proxied_client(int command_timeout_ms) {
   dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  o.command_timeout_ms = command_timeout_ms;
-  o.reconnect_min_ms = 10;
-  o.wait_backoff_max_ms = 50; /* no subscriber connection: one connection */
-  return th_client_opts(&o);
+  char url[100];
+  return proxied_options(&o, url, command_timeout_ms) ? th_client_opts(&o)
+                                                      : NULL;
 }
 
 static void t_release_retried_after_lost_reply(void) {
@@ -648,6 +657,158 @@ static void t_waiter_survives_restart(void) {
   dlock_client_close(waiter);
 }
 
+
+/* ---- the same races on an event loop ---- */
+typedef struct got1 {
+  int calls, rc;
+  char msg[256];
+} got1;
+
+static void on_got(int rc, uint64_t token, const char *errmsg, void *ud) {
+  (void)token;
+  got1 *g = ud;
+  g->calls++;
+  g->rc = rc;
+  snprintf(g->msg, sizeof g->msg, "%s", errmsg);
+}
+
+static bool run_until(dlock_loop *lp, const int *flag, int ms) {
+  int64_t end = th_now_ms() + ms;
+  while (!*flag && th_now_ms() < end) dlock_loop_run(lp, 20);
+  return *flag != 0;
+}
+
+/* An event-loop client through the fault proxy (one connection). */
+static dlock_client *proxied_loop_client(dlock_loop *lp) {
+  dlock_client_options o;
+  char url[100];
+  dlock_client *c = NULL;
+  if (!proxied_options(&o, url, 3000)) return NULL;
+  return dlock_client_open_async(&o, lp, &c) == 0 ? c : NULL;
+}
+
+/* A loop, a client through the proxy, a lock and a permit semaphore of one
+ * permit, their scripts loaded (so that a delayed reply is an acquire's
+ * own, not a script load's). */
+typedef struct afix {
+  dlock_loop *lp;
+  dlock_client *c;
+  dlock_lock *l;
+  dlock_permits *p;
+} afix;
+
+/* Runs the loop until g's callback came (within 5 s). */
+#define AWAIT(f, g) CHECK(run_until((f)->lp, &(g)->calls, 5000))
+
+static void afix_open(afix *f, const char *lock, const char *sem) {
+  CHECK_RC(dlock_loop_new(NULL, &f->lp), 0);
+  f->c = proxied_loop_client(f->lp);
+  CHECK(f->c != NULL);
+  CHECK_RC(dlock_lock_new(f->c, lock, NULL, &f->l), 0);
+  CHECK_RC(dlock_permits_new(f->c, sem, &f->p), 0);
+  got1 g[5] = {{0}};
+  char id[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_try_set_permits_async(f->p, 1, on_got, &g[0], NULL),
+           0);
+  CHECK_RC(dlock_lock_acquire_async(f->l, 0, 5000, on_got, &g[1], NULL), 0);
+  AWAIT(f, &g[1]);
+  CHECK_RC(g[1].rc, 0);
+  CHECK_RC(dlock_lock_release_async(f->l, on_got, &g[2], NULL), 0);
+  CHECK_RC(dlock_permits_acquire_async(f->p, 0, 5000, id, on_got, &g[3], NULL),
+           0);
+  AWAIT(f, &g[3]);
+  CHECK_RC(g[3].rc, 0);
+  CHECK_RC(dlock_permits_release_async(f->p, id, on_got, &g[4], NULL), 0);
+  AWAIT(f, &g[4]);
+  CHECK_RC(g[4].rc, 0);
+}
+
+/* The permits available, by the event-loop call. */
+static int afix_available(afix *f) {
+  got1 a = {0};
+  int rc = dlock_permits_available_async(f->p, on_got, &a, NULL);
+  if (rc != 0) return rc;
+  return run_until(f->lp, &a.calls, 5000) ? a.rc : DLOCK_ETIMEDOUT;
+}
+
+static void afix_close(afix *f) {
+  dlock_lock_free(f->l);
+  dlock_permits_free(f->p);
+  dlock_client_close(f->c);
+  dlock_loop_free(f->lp);
+  proxy_stop();
+}
+
+/* As t_late_grant_is_elate, on the loop: the callback hears DLOCK_ELATE,
+ * after the grant was given back. */
+static void t_late_grant_is_elate_async(void) {
+  afix f;
+  afix_open(&f, "f:latea", "f:lateap");
+  got1 g[2] = {{0}};
+  char id[DLOCK_PERMIT_ID_LEN];
+  proxy_set(PROXY_DELAY, 500);
+  CHECK_RC(dlock_lock_acquire_async(f.l, 0, 200, on_got, &g[0], NULL), 0);
+  CHECK_RC(dlock_permits_acquire_async(f.p, 0, 200, id, on_got, &g[1], NULL),
+           0);
+  AWAIT(&f, &g[0]);
+  AWAIT(&f, &g[1]);
+  proxy_set(PROXY_PASS, 0);
+  CHECK(proxy_faulted_bytes() > 0);
+  CHECK_RC(g[0].rc, DLOCK_ELATE);
+  CHECK(strstr(g[0].msg, "granted") != NULL);
+  CHECK_RC(g[1].rc, DLOCK_ELATE);
+  /* Given back before the callbacks ran. */
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS f:latea"), 0);
+  CHECK_EQ(afix_available(&f), 1);
+  afix_close(&f);
+}
+
+/* Cancelled while its request is in flight: the server grants the lock
+ * and the permit all the same; both go back, and the callbacks hear
+ * DLOCK_ECANCELED. The control: the same acquires not cancelled hold. */
+static void t_cancel_as_granted_async(void) {
+  afix f;
+  afix_open(&f, "f:cancel", "f:cancelp");
+  got1 g[2] = {{0}};
+  char id[DLOCK_PERMIT_ID_LEN];
+  long long tok0 = th_cmd_int(&th_srv, "GET redisson_lock_token:{f:cancel}");
+  proxy_set(PROXY_DELAY, 300);
+  dlock_op *ol = NULL, *op = NULL;
+  CHECK_RC(dlock_lock_acquire_async(f.l, 5000, 30000, on_got, &g[0], &ol), 0);
+  CHECK_RC(dlock_permits_acquire_async(f.p, 5000, 30000, id, on_got, &g[1],
+                                       &op),
+           0);
+  /* Both requests out, their replies held back by the proxy. */
+  dlock_loop_run(f.lp, 50);
+  CHECK_EQ(g[0].calls + g[1].calls, 0);
+  dlock_op_cancel(ol);
+  dlock_op_cancel(op);
+  AWAIT(&f, &g[0]);
+  AWAIT(&f, &g[1]);
+  proxy_set(PROXY_PASS, 0);
+  CHECK(proxy_faulted_bytes() > 0);
+  /* Granted on the server (a token was issued), then given back. */
+  CHECK_EQ(th_cmd_int(&th_srv, "GET redisson_lock_token:{f:cancel}"),
+           tok0 + 1);
+  CHECK_RC(g[0].rc, DLOCK_ECANCELED);
+  CHECK_RC(g[1].rc, DLOCK_ECANCELED);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS f:cancel"), 0);
+  CHECK_EQ(afix_available(&f), 1);
+  /* Control: not cancelled, the same acquires hold. */
+  got1 k[2] = {{0}};
+  CHECK_RC(dlock_lock_acquire_async(f.l, 5000, 30000, on_got, &k[0], NULL), 0);
+  CHECK_RC(dlock_permits_acquire_async(f.p, 5000, 30000, id, on_got, &k[1],
+                                       NULL),
+           0);
+  AWAIT(&f, &k[0]);
+  AWAIT(&f, &k[1]);
+  CHECK_RC(k[0].rc, 0);
+  CHECK_RC(k[1].rc, 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS f:cancel"), 1);
+  CHECK_EQ(afix_available(&f), 0);
+  afix_close(&f);
+}
+
 TH_MAIN(T(t_bad_names), T_BARE(t_unreachable),
         T_REDIS(t_wrong_password, "--requirepass rightpass"), T(t_acl_noperm),
         T(t_handshake_timeout_text), T(t_wrongtype), T(t_errmsg_per_client),
@@ -657,4 +818,5 @@ TH_MAIN(T(t_bad_names), T_BARE(t_unreachable),
         T(t_failed_release_stops_renewal), T(t_acquire_after_failed_release),
         T(t_release_retried_after_lost_reply), T(t_server_paused),
         T(t_wait_bounds_call), T(t_server_restart_while_held),
-        T(t_waiter_survives_restart), T(t_late_grant_is_elate))
+        T(t_waiter_survives_restart), T(t_late_grant_is_elate),
+        T(t_late_grant_is_elate_async), T(t_cancel_as_granted_async))

@@ -92,5 +92,6 @@ int cmd_status(int argc, char **argv, cli_global *g);
 int cmd_release(int argc, char **argv, cli_global *g);
 int cmd_list(int argc, char **argv, cli_global *g);
 int cmd_bench(int argc, char **argv, cli_global *g); /* src/cli/bench/bench.c */
+int cmd_queue(int argc, char **argv, cli_global *g); /* src/cli/queue.c */
 
 #endif

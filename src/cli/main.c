@@ -25,6 +25,8 @@ static const char *usage_text =
     "  list [--json] [PATTERN]                  the held locks\n"
     "  bench [options] SCENARIO                 benchmark (see dlock bench "
     "--help)\n"
+    "  queue offer|take|size NAME ...           a queue's values (see dlock "
+    "queue --help)\n"
     "  version                                  the version (as --version)\n"
     "\n"
     "global options (any command):\n"
@@ -306,6 +308,7 @@ int main(int argc, char **argv) {
     rc = cmd_release(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "list") == 0) rc = cmd_list(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "bench") == 0) rc = cmd_bench(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "queue") == 0) rc = cmd_queue(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "help") == 0) {
     fputs(usage_text, stdout);
     rc = 0;

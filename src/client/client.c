@@ -117,6 +117,7 @@ static const struct scheme {
     {"unix", dl_redis_backend_new},
     {"redis-sentinel", dl_redis_backend_new},
     {"rediss-sentinel", dl_redis_backend_new},
+    {"redlock", dl_redlock_backend_new},
 };
 
 static dl_backend_factory factory_for(const char *url) {
@@ -182,7 +183,8 @@ int dl_client_open_with(const dlock_client_options *opts,
   c->url_redacted = dl_url_redact(url);
   if (make == NULL && (make = factory_for(url)) == NULL) {
     int rc = dl_seterr(NULL, DLOCK_EINVAL, "URL must start with redis://, "
-                       "rediss://, unix:// or redis-sentinel:// (url %s)",
+                       "rediss://, unix://, redis-sentinel:// or redlock:// "
+                       "(url %s)",
                        c->url_redacted ? c->url_redacted : "");
     client_free(c);
     return rc;

@@ -123,15 +123,21 @@ static int rb_eval(dl_rlink *base, int script, int nkeys, const char **keys,
   return rc ? rc : err;
 }
 
+static int rb_command_bin(dl_rlink *base, int argc, const char **argv,
+                          const size_t *lens, redisReply **reply) {
+  single_link *b = (single_link *)base;
+  int rc = dl_conn_call(pick(b), argc, argv, lens, reply);
+  if (rc == 0) rc = dl_reply_check(b->env->err_owner, reply);
+  return rc;
+}
+
 static int rb_command(dl_rlink *base, int argc, const char **argv,
                       redisReply **reply) {
   single_link *b = (single_link *)base;
   size_t lens[16];
   if (argc > 16) return dl_seterr(b->env->err_owner, DLOCK_EINVAL, "too many args");
   for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
-  int rc = dl_conn_call(pick(b), argc, argv, lens, reply);
-  if (rc == 0) rc = dl_reply_check(b->env->err_owner, reply);
-  return rc;
+  return rb_command_bin(base, argc, argv, lens, reply);
 }
 
 static int rb_replicate(dl_rlink *base, int n, int timeout_ms) {
@@ -323,6 +329,7 @@ static const dl_rlink_ops single_ops = {
     .eval_many = rb_eval_many,
     .command = rb_command,
     .replicate = rb_replicate,
+    .command_bin = rb_command_bin,
     .sub_ref = rb_sub_ref,
     .sub_wait = rb_sub_wait,
     .sub_grant = rb_sub_grant,
@@ -333,8 +340,11 @@ static const dl_rlink_ops single_ops = {
     .stats = rb_stats,
 };
 
-int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
-                       int nconn, dl_rlink **out) {
+/* The single link, connected now (so that a wrong URL or password fails
+ * the open) or at its first request (lazy), with a subscriber unless env
+ * says to wait by backoff (or lazy: none). */
+static int single_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                      int nconn, bool lazy, single_link **out) {
   *out = NULL;
   dl_scripts_init();
   single_link *b = calloc(1, sizeof *b);
@@ -352,15 +362,32 @@ int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
     rc = dl_conn_new(cfg, &b->conns[b->nconn]);
     if (rc != 0) break;
   }
-  /* Connect the first now, so that a wrong URL or password fails the open. */
-  if (rc == 0) rc = dl_conn_connect(b->conns[0]);
-  if (rc == 0 && env->backoff_max_ms <= 0) rc = dl_pubsub_new(cfg, &b->pubsub);
+  if (rc == 0 && !lazy) rc = dl_conn_connect(b->conns[0]);
+  if (rc == 0 && !lazy && env->backoff_max_ms <= 0)
+    rc = dl_pubsub_new(cfg, &b->pubsub);
   if (rc != 0) {
     rb_free(&b->base);
     return rc;
   }
-  *out = &b->base;
+  *out = b;
   return 0;
+}
+
+int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                       int nconn, dl_rlink **out) {
+  single_link *b;
+  int rc = single_new(cfg, env, nconn, false, &b);
+  *out = rc == 0 ? &b->base : NULL;
+  return rc;
+}
+
+int dl_single_link_lazy(const dl_conn_config *cfg, const dl_backend_env *env,
+                        dl_rlink **out, dl_conn **conn) {
+  single_link *b;
+  int rc = single_new(cfg, env, 1, true, &b);
+  *out = rc == 0 ? &b->base : NULL;
+  *conn = rc == 0 ? b->conns[0] : NULL;
+  return rc;
 }
 
 /* The single link under a backend made by dl_redis_backend_new, or NULL. */

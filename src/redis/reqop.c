@@ -42,7 +42,21 @@ redisReply *dl_reqop_reply(dl_reqop *x) {
   return NULL;
 }
 
-static int reqop_step(dl_shell *sh) { return reqop_go((dl_reqop *)sh); }
+static int reqop_step(dl_shell *sh) {
+  return reqop_go((dl_reqop *)sh);
+}
+
+void *dl_reqop_new(dl_redis *R, void *stack, size_t size, bool async,
+                   dl_async **op, int *err, int (*send)(dl_reqop *),
+                   int (*result)(dl_reqop *)) {
+  dl_reqop *x = dl_redis_state_new(R, stack, size, async, op, err);
+  if (x) {
+    x->R = R;
+    x->send = send;
+    x->result = result;
+  }
+  return x;
+}
 
 int dl_reqop_run(dl_reqop *x, dl_done_fn done, void *ud, dl_async **op) {
   if (done == NULL) { /* a blocking link answers within the send */
@@ -79,16 +93,15 @@ static int ping_result(dl_reqop *x) {
 static int ping_run(dl_backend *b, dl_done_fn done, void *ud, dl_async **op) {
   dl_redis *R = (dl_redis *)b;
   int err;
-  ping_req stack, *x = dl_redis_state_new(R, &stack, sizeof stack,
-                                          done != NULL, op, &err);
+  ping_req stack, *x = dl_reqop_new(R, &stack, sizeof stack, done != NULL, op,
+                                    &err, ping_send, ping_result);
   if (x == NULL) return err;
-  x->r.R = R;
-  x->r.send = ping_send;
-  x->r.result = ping_result;
   return dl_reqop_run(&x->r, done, ud, op);
 }
 
-int dl_redis_ping(dl_backend *b) { return ping_run(b, NULL, NULL, NULL); }
+int dl_redis_ping(dl_backend *b) {
+  return ping_run(b, NULL, NULL, NULL);
+}
 
 int dl_redis_ping_async(dl_backend *b, dl_done_fn done, void *ud,
                         dl_async **op) {

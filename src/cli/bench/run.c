@@ -6,6 +6,7 @@
 #include "../../core/core.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,24 +71,47 @@ static int run_processes(const cli_global *g, const bench_opts *o,
                          uint64_t *max_proc_wakeups) {
   pid_t *kids = calloc((size_t)o->processes, sizeof *kids);
   int *fds = calloc((size_t)o->processes, sizeof *fds);
-  if (!kids || !fds) return -1;
-  for (int p = 0; p < o->processes; p++) {
+  int started = 0;
+  for (; kids && fds && started < o->processes; started++) {
     int pfd[2];
-    if (pipe(pfd) != 0) return -1;
-    kids[p] = fork();
-    if (kids[p] == 0) {
+    if (pipe(pfd) != 0) break;
+    pid_t kid = fork();
+    if (kid < 0) {
       close(pfd[0]);
+      close(pfd[1]);
+      break;
+    }
+    if (kid == 0) {
+      close(pfd[0]);
+      for (int q = 0; q < started; q++) close(fds[q]); /* the others' */
+      free(kids);
+      free(fds);
       bench_result r = {0};
       int rc = run_threads(g, o, fn, lock_name, start_us, end_us, &r);
       FILE *f = fdopen(pfd[1], "w");
-      fwrite(&r, sizeof r, 1, f);
-      if (r.lat.n) fwrite(r.lat.v, sizeof *r.lat.v, r.lat.n, f);
-      if (r.ping.n) fwrite(r.ping.v, sizeof *r.ping.v, r.ping.n, f);
-      fclose(f);
-      _exit(rc == 0 ? 0 : 1);
+      if (f) {
+        fwrite(&r, sizeof r, 1, f);
+        if (r.lat.n) fwrite(r.lat.v, sizeof *r.lat.v, r.lat.n, f);
+        if (r.ping.n) fwrite(r.ping.v, sizeof *r.ping.v, r.ping.n, f);
+        fclose(f);
+      }
+      free(r.lat.v);
+      free(r.ping.v);
+      _exit(rc == 0 && f ? 0 : 1);
     }
     close(pfd[1]);
-    fds[p] = pfd[0];
+    kids[started] = kid;
+    fds[started] = pfd[0];
+  }
+  if (started < o->processes) { /* out of memory, pipes or processes */
+    for (int p = 0; p < started; p++) {
+      kill(kids[p], SIGKILL);
+      close(fds[p]);
+      waitpid(kids[p], NULL, 0);
+    }
+    free(kids);
+    free(fds);
+    return -1;
   }
   int bad = 0;
   for (int p = 0; p < o->processes; p++) {
@@ -125,7 +149,8 @@ int bench_measure(const cli_global *g, const bench_opts *o,
   r->inflight = o->async ? o->inflight : 0;
   r->kind = o->kind;
   r->starvation_ms = o->starvation_ms;
-  r->rtt_p50 = bench_ping_p50_us(raw, 2000);
+  r->rtt_p50 = bench_rtt_p50_us(o, raw, 2000);
+  r->fanout_rtt_p50 = bench_fanout_rtt_p50_us(o, raw, 2000);
   r->ceiling = bench_ceiling_ops(raw, 1000);
   char lock_name[64];
   snprintf(lock_name, sizeof lock_name, "bench:c:%d:%lld", (int)getpid(),
@@ -153,13 +178,13 @@ int bench_measure(const cli_global *g, const bench_opts *o,
       return -1;
     }
   }
-  double cpu0 = bench_server_cpu_us(raw);
+  double cpu0 = bench_servers_cpu_us(o, raw);
   int64_t start = dl_now_us() + 300000; /* everyone connected by then */
   int64_t end = start + o->secs_ms * 1000;
   int rc = run_processes(
       g, o, contended ? bench_contended_worker : bench_uncontended_worker,
       lock_name, start, end, &res, &max_proc_wakeups);
-  double cpu1 = bench_server_cpu_us(raw);
+  double cpu1 = bench_servers_cpu_us(o, raw);
   if (rc != 0) cli_err("a benchmark process failed");
   double secs = (double)o->secs_ms / 1000;
   bench_samples_sort(&res.lat);
