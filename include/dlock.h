@@ -70,7 +70,9 @@ extern "C" {
   X(ENOPERM, -22, "the server's ACL does not permit this command")            \
   X(ELATE, -23, "granted, but the reply came after its lease could have "    \
                 "ended (given back)")                                         \
-  X(ECANCELED, -24, "operation cancelled")
+  X(ECANCELED, -24, "operation cancelled")                                    \
+  X(ENOTACKED, -25, "not acknowledged by enough replicas in time (given "    \
+                    "back)")
 
 typedef enum {
   DLOCK_OK = 0,
@@ -157,6 +159,16 @@ typedef struct dlock_client_options {
   const char *tls_server_name; /* default: the URL's host */
   int tls_verify;              /* default 1: verify chain and host name */
 
+  /* Sentinel (redis-sentinel:// URLs): the sentinels' own user and
+   * password (never in the URL, which is printed). NULL: the environment's
+   * DLOCK_SENTINEL_PASSWORD (and DLOCK_SENTINEL_USERNAME), else none. */
+  const char *sentinel_username;
+  const char *sentinel_password;
+  /* Replica acknowledgement: after each acquire, renewal and release,
+   * WAIT for this many replicas (0, the default: no wait). An acquire not
+   * acknowledged in time is given back and fails with DLOCK_ENOTACKED. */
+  int min_replicas_acked;
+  int replicas_timeout_ms; /* the WAIT's limit; 0: 1000 */
   /* ZooKeeper (zk:// URLs; added in 0.3). The session timeout asked of the
    * server (which clamps it to 2..20 of its ticks); a session the server
    * has not heard from for that long expires and every lock it held is
@@ -276,6 +288,25 @@ DLOCK_API void dlock_lock_free(dlock_lock *l);
 DLOCK_API int dlock_fairlock_new(dlock_client *c, const char *name,
                                  const char *owner, int64_t stale_ms,
                                  dlock_lock **out);
+
+/* ---- The plain string lock (redsync, npm redlock, redis-semaphore) ----
+ * As dlock_lock_new, for the lock `name` in the layout of the Redlock
+ * clients and of the reference documents' basic scheme: one string key at
+ * the name (the client's key prefix + name, no hash tag added), its value
+ * the owner id, with a PX lease; acquired with SET NX semantics, released
+ * and extended only while the value is the owner's. So dlock, redsync,
+ * npm redlock and redis-semaphore's Mutex exclude each other on the same
+ * name. Reentrancy is the handle's (the wire has no count: a re-entry only
+ * extends the lease). Waiters poll with backoff and jitter (the peers
+ * publish nothing on release) and wake at once on a dlock release's
+ * message. Leases, the watchdog, fencing tokens (the lock's counter) and
+ * loss reports are the lock's. All the dlock_lock_* calls and their
+ * *_async forms apply (a holder description, dlock_lock_set_info, is not
+ * stored: the string holds the owner's token only); free with
+ * dlock_lock_free. Returns as
+ * dlock_lock_new. No server call is made. */
+DLOCK_API int dlock_plainlock_new(dlock_client *c, const char *name,
+                                  const char *owner, dlock_lock **out);
 
 /* ---- The read-write lock (Redisson RReadWriteLock) ----
  * Many readers or one writer at `name` (Redisson RReadWriteLock's layout);
@@ -435,6 +466,10 @@ typedef struct dlock_lock_state {
                         or latch's count, or anything else), "list", "set",
                         "zset" or "stream"; on zk:// "znode" (a path,
                         the lock's nodes its children) or "none" */
+  int plain;         /* 1: a plain string lock (dlock_plainlock_new, redsync,
+                        npm redlock): a string with a lease that is not a
+                        number; `owner` is then its value (a peer's random
+                        token, or a dlock owner id), hold_count 1 */
 } dlock_lock_state;
 
 /* Fills the first `size` bytes of *st (the caller's sizeof, as for
@@ -452,9 +487,10 @@ DLOCK_API int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
  * prefix removed). Return 0 to go on, anything else to stop. */
 typedef int (*dlock_scan_cb)(const char *name, void *ud);
 
-/* Walks the keyspace with SCAN (never KEYS) for hashes whose names match
- * `pattern` (glob, NULL = "*", the key prefix added), calling cb for each.
- * A hash is only a candidate: dlock_lock_inspect tells whether it is held.
+/* Walks the keyspace with SCAN (never KEYS) for hashes, then strings (plain
+ * string locks), whose names match `pattern` (glob, NULL = "*", the key
+ * prefix added), calling cb for each. A name is only a candidate:
+ * dlock_lock_inspect tells whether it is held.
  * Returns the number of names passed to cb, or a negative code. */
 DLOCK_API int dlock_client_scan_locks(dlock_client *c, const char *pattern,
                                       dlock_scan_cb cb, void *ud);
@@ -621,6 +657,82 @@ DLOCK_API int dlock_permits_validity(dlock_permits *p, const char *id,
 /* Registers `cb` (NULL to clear) for this handle's lost permits. */
 DLOCK_API void dlock_permits_on_lost(dlock_permits *p, dlock_permit_lost_cb cb,
                                      void *ud);
+
+/* ---- Blocking queue / deque (Redisson RBlockingQueue, RBlockingDeque) ----
+ * A list on the server holding each value as its bytes (what Redisson's
+ * StringCodec and ByteArrayCodec store), so Java services and C services
+ * share it. Unbounded: an offer never waits (Redisson's put is the same
+ * call). Handles are thread-safe; free them before closing their client. */
+typedef struct dlock_queue dlock_queue;
+
+/* A handle for the queue NAME (copied; nothing is sent). Returns 0 and
+ * stores it in *out, or DLOCK_EINVAL, DLOCK_ENAMETOOLONG or DLOCK_ENOMEM
+ * (then *out is NULL). Free with dlock_queue_free. */
+DLOCK_API int dlock_queue_new(dlock_client *c, const char *name,
+                              dlock_queue **out);
+/* As dlock_queue_new, for the queue NAME bound to Redisson's delayed queue
+ * (RDelayedQueue of NAME): this handle's polls first move to NAME every
+ * delayed value that is due by the server's clock (all of them at the
+ * first poll after a restart), and their waits also end when the next
+ * delayed value comes due. */
+DLOCK_API int dlock_queue_new_delayed(dlock_client *c, const char *name,
+                                      dlock_queue **out);
+/* Frees the handle. Accepts NULL. */
+DLOCK_API void dlock_queue_free(dlock_queue *q);
+/* Appends `len` bytes at `value` (copied; may be empty) at the tail
+ * (offer_first: at the head) and wakes one waiting poll. Returns 0,
+ * DLOCK_EWRONGTYPE if the name holds something else (nothing changed), or
+ * another negative code (then the value may or may not be in). Blocks the
+ * calling thread; thread-safe. */
+DLOCK_API int dlock_queue_offer(dlock_queue *q, const void *value,
+                                size_t len);
+DLOCK_API int dlock_queue_offer_first(dlock_queue *q, const void *value,
+                                      size_t len);
+/* Takes the value at the head (poll_last: the tail), waiting up to wait_ms
+ * (0: one look, < 0: no limit) for one, without holding a connection.
+ * Returns 0 with the value in *value (malloc'ed, a NUL after its *len
+ * bytes; free with dlock_queue_value_free) and its length in *len (len may
+ * be NULL); DLOCK_EBUSY when none came in time; DLOCK_EWRONGTYPE if the
+ * name holds something else (nothing changed); or another negative code
+ * (then *value is NULL). Blocks the calling thread; thread-safe. */
+DLOCK_API int dlock_queue_poll(dlock_queue *q, int64_t wait_ms, void **value,
+                               size_t *len);
+DLOCK_API int dlock_queue_poll_last(dlock_queue *q, int64_t wait_ms,
+                                    void **value, size_t *len);
+/* As dlock_queue_poll / _poll_last with no wait limit (Redisson's take()
+ * and takeLast()). */
+DLOCK_API int dlock_queue_take(dlock_queue *q, void **value, size_t *len);
+DLOCK_API int dlock_queue_take_last(dlock_queue *q, void **value,
+                                    size_t *len);
+/* Offers `len` bytes at `value` (copied) to the delayed queue, due
+ * delay_ms (0 .. a year) from now by the server's clock: Redisson's layout
+ * (docs/WIRE.md), so Redisson's transfer or a delayed handle's poll moves
+ * it to the queue once due. Returns 0, DLOCK_EINVAL for a delay out of
+ * range, DLOCK_EWRONGTYPE if one of the keys holds something else (nothing
+ * changed), or another negative code. */
+DLOCK_API int dlock_queue_offer_delayed(dlock_queue *q, int64_t delay_ms,
+                                        const void *value, size_t len);
+/* The values in the queue now (delayed_size: the delayed values not yet
+ * moved) in *n. Returns 0 or a negative code. */
+DLOCK_API int dlock_queue_size(dlock_queue *q, int64_t *n);
+DLOCK_API int dlock_queue_delayed_size(dlock_queue *q, int64_t *n);
+/* A reliable take: as dlock_queue_poll, but the value also moves to this
+ * handle's processing list on the server, where it stays until
+ * dlock_queue_ack. The handle is a consumer with a lease (the client's
+ * watchdog lease, renewed by its watchdog while the handle lives): if the
+ * process dies, or the handle is freed, before the ack, the value goes back
+ * to the head of the queue once the lease has ended (at the next reliable
+ * take by anyone), so a crash between take and processing loses nothing;
+ * a value may then be taken twice, but acknowledged once. Thread-safe. */
+DLOCK_API int dlock_queue_poll_reliable(dlock_queue *q, int64_t wait_ms,
+                                        void **value, size_t *len);
+/* Acknowledges one value (len bytes) this handle took reliably: it leaves
+ * the processing list for good. Returns 0, DLOCK_ENOTOWNER if no such value
+ * is there (never taken through this handle, acknowledged already, or its
+ * consumer's lease ended and it went back), or another negative code. */
+DLOCK_API int dlock_queue_ack(dlock_queue *q, const void *value, size_t len);
+/* Frees a value a poll returned. Accepts NULL. */
+DLOCK_API void dlock_queue_value_free(void *value);
 
 #ifdef __cplusplus
 }

@@ -91,8 +91,11 @@ DLOCK_API void dlock_loop_free(dlock_loop *lp);
  * own: requests, waits, the watchdog's renewals and loss reports run on
  * lp's thread. A host name in the URL is resolved with getaddrinfo on
  * lp's thread at each connect, which blocks while DNS answers: give an IP
- * address (or a name in /etc/hosts) where the loop must never block. Its
- * blocking calls (dlock_lock_acquire, ...) return
+ * address (or a name in /etc/hosts) where the loop must never block. On a
+ * redis-sentinel:// URL each connect also asks the sentinels (blocking, at
+ * most the connect timeout), and the client has one thread of the
+ * library's own, which listens for failovers on a sentinel and only sets a
+ * counter the loop's thread reads. Its blocking calls (dlock_lock_acquire, ...) return
  * DLOCK_EINVAL; use the *_async ones below. Close it with
  * dlock_client_close on lp's thread, before dlock_loop_free: every
  * operation still pending then completes with DLOCK_ECLOSED (its callback
@@ -269,6 +272,43 @@ DLOCK_API int dlock_client_scan_locks_async(dlock_client *c,
 /* A round trip to the server: rc 0, or why not. */
 DLOCK_API int dlock_client_ping_async(dlock_client *c, dlock_done_cb cb,
                                       void *ud, dlock_op **op);
+/* Queue: offer, offer_first and offer_delayed (the value copied; rc 0),
+ * ack (the value copied; rc 0, DLOCK_ENOTOWNER), poll, poll_reliable and
+ * poll_last (rc 0 with *value and *len set before cb runs: free the value
+ * with dlock_queue_value_free; DLOCK_EBUSY, DLOCK_ECANCELED; value and len
+ * must stay valid until cb), size (rc 0, *n set before cb runs). */
+DLOCK_API int dlock_queue_offer_async(dlock_queue *q, const void *value,
+                                      size_t len, dlock_done_cb cb, void *ud,
+                                      dlock_op **op);
+DLOCK_API int dlock_queue_offer_first_async(dlock_queue *q, const void *value,
+                                            size_t len, dlock_done_cb cb,
+                                            void *ud, dlock_op **op);
+DLOCK_API int dlock_queue_poll_async(dlock_queue *q, int64_t wait_ms,
+                                     void **value, size_t *len,
+                                     dlock_done_cb cb, void *ud,
+                                     dlock_op **op);
+DLOCK_API int dlock_queue_poll_last_async(dlock_queue *q, int64_t wait_ms,
+                                          void **value, size_t *len,
+                                          dlock_done_cb cb, void *ud,
+                                          dlock_op **op);
+DLOCK_API int dlock_queue_size_async(dlock_queue *q, int64_t *n,
+                                     dlock_done_cb cb, void *ud,
+                                     dlock_op **op);
+DLOCK_API int dlock_queue_offer_delayed_async(dlock_queue *q,
+                                              int64_t delay_ms,
+                                              const void *value, size_t len,
+                                              dlock_done_cb cb, void *ud,
+                                              dlock_op **op);
+DLOCK_API int dlock_queue_poll_reliable_async(dlock_queue *q, int64_t wait_ms,
+                                              void **value, size_t *len,
+                                              dlock_done_cb cb, void *ud,
+                                              dlock_op **op);
+DLOCK_API int dlock_queue_ack_async(dlock_queue *q, const void *value,
+                                    size_t len, dlock_done_cb cb, void *ud,
+                                    dlock_op **op);
+DLOCK_API int dlock_queue_delayed_size_async(dlock_queue *q, int64_t *n,
+                                             dlock_done_cb cb, void *ud,
+                                             dlock_op **op);
 
 #ifdef __cplusplus
 }

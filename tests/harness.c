@@ -341,8 +341,12 @@ static int spawn(th_redis *r) {
            "--dir %s --save '' --appendonly no --daemonize no "
            "--logfile %s/redis.log %s",
            r->port, r->sock, r->dir, r->dir, r->extra);
-  char cmd[2300];
-  snprintf(cmd, sizeof cmd, "exec redis-server %s", args);
+  char cmd[2700];
+  if (r->sentinel)
+    snprintf(cmd, sizeof cmd, "exec redis-server %s/sentinel.conf "
+             "--sentinel %s", r->dir, args);
+  else
+    snprintf(cmd, sizeof cmd, "exec redis-server %s", args);
   pid_t pid = th__spawn(cmd);
   if (pid < 0) return -1;
   r->pid = pid;
@@ -373,7 +377,8 @@ static int spawn(th_redis *r) {
   return -1;
 }
 
-int th_redis_start(th_redis *r, const char *extra) {
+/* Makes r's dir and names (nothing started). */
+static int prepare(th_redis *r, const char *extra) {
   memset(r, 0, sizeof *r);
   if (tmpdir[0])
     snprintf(r->dir, sizeof r->dir, "%s/redis-XXXXXX", tmpdir);
@@ -385,6 +390,11 @@ int th_redis_start(th_redis *r, const char *extra) {
   r->port = th_free_port();
   snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
   snprintf(r->sock_url, sizeof r->sock_url, "unix://%s", r->sock);
+  return 0;
+}
+
+int th_redis_start(th_redis *r, const char *extra) {
+  if (prepare(r, extra) != 0) return -1;
   return spawn(r);
 }
 
@@ -581,4 +591,152 @@ void th_tls_options(dlock_client_options *o, th_tls_paths *p,
     o->tls_cert_file = p->cert;
     o->tls_key_file = p->key;
   }
+}
+
+/* ---- Sentinel ---- */
+
+static bool sentinel_ready(void *arg) {
+  th_sentinel_set *s = arg;
+  redisReply *r = th_cmd(&s->replica, "INFO replication");
+  bool ok = r && (r->type == REDIS_REPLY_STRING ||
+                   r->type == REDIS_REPLY_STRING);
+  ok = ok && strstr(r->str, "master_link_status:up") != NULL;
+  if (r) freeReplyObject(r);
+  for (int i = 0; ok && i < 3; i++) {
+    r = th_cmd(&s->sentinels[i], "SENTINEL REPLICAS %s", s->name);
+    ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 1;
+    /* The replica's flags must say it is up (not s_down, not
+     * disconnected). */
+    if (ok) {
+      redisReply *e = r->element[0];
+      ok = false;
+      for (size_t j = 0; j + 1 < e->elements; j += 2)
+        if (strcmp(e->element[j]->str, "flags") == 0)
+          ok = strcmp(e->element[j + 1]->str, "slave") == 0;
+    }
+    if (r) freeReplyObject(r);
+  }
+  return ok;
+}
+
+int th_sentinel_start(th_sentinel_set *s, const char *extra) {
+  memset(s, 0, sizeof *s);
+  snprintf(s->name, sizeof s->name, "mymaster");
+  char args[1200];
+  snprintf(args, sizeof args, "--repl-diskless-sync-delay 0 %s",
+           extra ? extra : "");
+  if (th_redis_start(&s->master, args) != 0) return -1;
+  char rargs[1300];
+  snprintf(rargs, sizeof rargs, "%s --replicaof 127.0.0.1 %d", args,
+           s->master.port);
+  if (th_redis_start(&s->replica, rargs) != 0) goto fail;
+  size_t used = (size_t)snprintf(s->url, sizeof s->url, "redis-sentinel://");
+  for (int i = 0; i < 3; i++) {
+    th_redis *t = &s->sentinels[i];
+    if (prepare(t, NULL) != 0) goto fail;
+    t->sentinel = true;
+    char path[400];
+    snprintf(path, sizeof path, "%s/sentinel.conf", t->dir);
+    FILE *f = fopen(path, "w");
+    if (f == NULL) goto fail;
+    fprintf(f, "sentinel resolve-hostnames no\n"
+               "sentinel monitor %s 127.0.0.1 %d 2\n"
+               "sentinel down-after-milliseconds %s 1000\n"
+               "sentinel failover-timeout %s 2000\n"
+               "sentinel parallel-syncs %s 1\n",
+            s->name, s->master.port, s->name, s->name, s->name);
+    fclose(f);
+    if (spawn(t) != 0) goto fail;
+    used += (size_t)snprintf(s->url + used, sizeof s->url - used,
+                             "%s127.0.0.1:%d", i ? "," : "", t->port);
+  }
+  snprintf(s->url + used, sizeof s->url - used, "/%s", s->name);
+  if (!th_wait_for(sentinel_ready, s, 15000)) goto fail;
+  return 0;
+fail:
+  th_sentinel_stop(s);
+  return -1;
+}
+
+void th_sentinel_stop(th_sentinel_set *s) {
+  for (int i = 0; i < 3; i++) th_redis_stop(&s->sentinels[i]);
+  th_redis_stop(&s->replica);
+  th_redis_stop(&s->master);
+}
+
+int th_sentinel_master_port(th_sentinel_set *s) {
+  for (int i = 0; i < 3; i++) {
+    if (s->sentinels[i].pid <= 0) continue;
+    redisReply *r = th_cmd(&s->sentinels[i],
+                           "SENTINEL get-master-addr-by-name %s", s->name);
+    int port = -1;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+      port = atoi(r->element[1]->str);
+    if (r) freeReplyObject(r);
+    if (port > 0) return port;
+  }
+  return -1;
+}
+
+static bool failed_over(void *arg) {
+  th_sentinel_set *s = arg;
+  for (int i = 0; i < 3; i++) {
+    redisReply *r = th_cmd(&s->sentinels[i],
+                           "SENTINEL get-master-addr-by-name %s", s->name);
+    bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+              atoi(r->element[1]->str) == s->replica.port;
+    if (r) freeReplyObject(r);
+    if (!ok) return false;
+  }
+  redisReply *r = th_cmd(&s->replica, "ROLE");
+  bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+            strcmp(r->element[0]->str, "master") == 0;
+  if (r) freeReplyObject(r);
+  return ok;
+}
+
+int th_sentinel_failover(th_sentinel_set *s, int timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  /* A sentinel may refuse while it still counts a previous failover
+   * (INPROG): ask again until one takes it. */
+  while (th_now_ms() < end) {
+    bool asked = false;
+    for (int i = 0; i < 3 && !asked; i++) {
+      redisReply *r = th_cmd(&s->sentinels[i], "SENTINEL FAILOVER %s",
+                             s->name);
+      asked = r && r->type == REDIS_REPLY_STATUS;
+      if (r) freeReplyObject(r);
+    }
+    if (asked) break;
+    th_sleep_ms(20);
+  }
+  int left = (int)(end - th_now_ms());
+  return left > 0 && th_wait_for(failed_over, s, left) ? 0 : -1;
+}
+
+int th_sentinel_wait_failover(th_sentinel_set *s, int timeout_ms) {
+  return th_wait_for(failed_over, s, timeout_ms) ? 0 : -1;
+}
+
+static long long repl_offset(th_redis *r, const char *field) {
+  redisReply *rep = th_cmd(r, "INFO replication");
+  long long v = -1;
+  if (rep && (rep->type == REDIS_REPLY_STRING ||
+              rep->type == REDIS_REPLY_STRING)) {
+    const char *p = strstr(rep->str, field);
+    if (p) v = atoll(p + strlen(field));
+  }
+  if (rep) freeReplyObject(rep);
+  return v;
+}
+
+static bool synced(void *arg) {
+  th_sentinel_set *s = arg;
+  long long m = repl_offset(&s->master, "master_repl_offset:");
+  long long r = repl_offset(&s->replica, "slave_repl_offset:");
+  return m >= 0 && m == r;
+}
+
+bool th_sentinel_synced(th_sentinel_set *s, int timeout_ms) {
+  return th_wait_for(synced, s, timeout_ms);
 }

@@ -98,6 +98,7 @@ typedef struct th_redis {
   char url[400];     /* redis://127.0.0.1:port */
   char sock_url[400]; /* unix://dir/redis.sock */
   char extra[1024];  /* extra arguments, kept for restarts */
+  bool sentinel;     /* started as `redis-server dir/sentinel.conf --sentinel` */
 } th_redis;
 
 /* The test's own server (tests declared with T or T_REDIS): the runner
@@ -138,6 +139,34 @@ bool th_wait_unsubscribed(th_redis *r, const char *channel, int timeout_ms);
 /* Waits until the list `key` has exactly n elements (a queue reached n
  * waiters). Returns false if it did not within timeout_ms. */
 bool th_wait_llen(th_redis *r, const char *key, long long n, int timeout_ms);
+
+/* ---- Sentinel: a master, its replica and 3 sentinels (about 2 s) ---- */
+typedef struct th_sentinel_set {
+  th_redis master, replica, sentinels[3];
+  char name[32];  /* the master's name: "mymaster" */
+  char url[600];  /* redis-sentinel://127.0.0.1:p0,127.0.0.1:p1,.../mymaster */
+} th_sentinel_set;
+/* Starts them, each in its own dir under th_tmpdir(), the master with
+ * `extra` arguments (may be NULL; the replica gets them too), and waits
+ * until the replica is linked and every sentinel knows the master and the
+ * replica. Sentinels: down-after 1000 ms, failover-timeout 2000 ms. Returns
+ * 0 or -1 (whatever started is stopped). */
+int th_sentinel_start(th_sentinel_set *s, const char *extra);
+/* Stops all five by pid and removes their dirs. */
+void th_sentinel_stop(th_sentinel_set *s);
+/* The port of the server the first sentinel that answers names as master
+ * now, or -1. */
+int th_sentinel_master_port(th_sentinel_set *s);
+/* Forces a failover (SENTINEL FAILOVER on a sentinel) and waits until
+ * every sentinel names the replica, and the replica says ROLE master.
+ * Returns 0 or -1. */
+int th_sentinel_failover(th_sentinel_set *s, int timeout_ms);
+/* Waits (no SENTINEL FAILOVER: after the master was killed, say) until
+ * every sentinel names the replica and it says ROLE master. 0 or -1. */
+int th_sentinel_wait_failover(th_sentinel_set *s, int timeout_ms);
+/* Waits until the replica has everything the master wrote (their
+ * replication offsets agree). Returns true, or false at the timeout. */
+bool th_sentinel_synced(th_sentinel_set *s, int timeout_ms);
 
 /* ---- TLS: certificates made with openssl(1), for rediss:// tests ---- */
 /* Makes, once, in th_tmpdir()/tls: the CAs "ca" and "otherca", a server

@@ -1,7 +1,8 @@
-/* test_async_kinds.c: the event-loop forms of every kind but the plain
+/* test_async_kinds.c: the event-loop forms of every kind but the reentrant
  * lock's acquire and release (include/dlock_async.h: semaphore, permits,
- * latch, read-write lock, multi-lock; the lock's queries, inspect, force
- * release; the client's scan and ping) against a real redis-server, with each driver (built-in,
+ * latch, queue, read-write lock, multi-lock, the plain string lock; the
+ * lock's queries, inspect, force release; the client's scan and ping)
+ * against a real redis-server, with each driver (built-in,
  * libuv, libevent): results, the server's state after them, timeouts,
  * cancel, close with operations pending, handles freed while they run. */
 #include "loop_drivers.h"
@@ -362,6 +363,71 @@ static void rwlock_one_owner(int kind) {
 }
 TD_DRIVERS(rwlock_one_owner)
 
+/* ---- the plain string lock ---- */
+/* Its acquire, reentrancy, refusal, a waiter woken by a dlock release and
+ * one that polls after a peer's DEL, its release and not-owner answer,
+ * each on the loop. */
+static void plainlock_ops(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_lock *l, *other;
+  CHECK_RC(dlock_plainlock_new(f.c, "k:plain", NULL, &l), 0);
+  CHECK_RC(dlock_plainlock_new(f.c, "k:plain", NULL, &other), 0);
+  td_got a = {0}, re = {0}, busy = {0}, w = {0}, r1 = {0}, r2 = {0},
+         no = {0}, w2 = {0}, r3 = {0};
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 30000, td_on_done, &a, NULL), 0);
+  RUN(&f, &a);
+  CHECK_RC(a.rc, 0);
+  CHECK(a.token > 0);
+  redisReply *m = th_cmd(&th_srv, "TYPE k:plain");
+  CHECK(m != NULL && m->type == REDIS_REPLY_STATUS &&
+        strcmp(m->str, "string") == 0);
+  freeReplyObject(m);
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 30000, td_on_done, &re, NULL), 0);
+  RUN(&f, &re);
+  CHECK_RC(re.rc, 0);
+  CHECK_EQ(re.token, a.token);
+  CHECK_RC(dlock_lock_acquire_async(other, 0, 30000, td_on_done, &busy, NULL),
+           0);
+  RUN(&f, &busy);
+  CHECK_RC(busy.rc, DLOCK_EBUSY);
+  /* A waiter: not before the last of the two holds is released. */
+  CHECK_RC(dlock_lock_acquire_async(other, 5000, 30000, td_on_done, &w, NULL),
+           0);
+  CHECK_RC(dlock_lock_release_async(l, td_on_done, &r1, NULL), 0);
+  RUN(&f, &r1);
+  CHECK_RC(r1.rc, 0); /* re-entered: still held */
+  td_run_for(&f.t, 100);
+  CHECK_EQ(w.calls, 0);
+  CHECK_RC(dlock_lock_release_async(l, td_on_done, &r2, NULL), 0);
+  RUN(&f, &r2);
+  CHECK_RC(r2.rc, 1);
+  RUN(&f, &w);
+  CHECK_RC(w.rc, 0);
+  CHECK(w.token > a.token);
+  CHECK_RC(dlock_lock_release_async(l, td_on_done, &no, NULL), 0);
+  RUN(&f, &no);
+  CHECK_RC(no.rc, DLOCK_ENOTOWNER);
+  /* A peer's hold, deleted without a message: found by polling. */
+  freeReplyObject(th_cmd(&th_srv, "SET k:peer tok PX 30000"));
+  dlock_lock *p;
+  CHECK_RC(dlock_plainlock_new(f.c, "k:peer", NULL, &p), 0);
+  CHECK_RC(dlock_lock_acquire_async(p, 5000, 30000, td_on_done, &w2, NULL), 0);
+  td_run_for(&f.t, 100);
+  CHECK_EQ(w2.calls, 0);
+  freeReplyObject(th_cmd(&th_srv, "DEL k:peer"));
+  RUN(&f, &w2);
+  CHECK_RC(w2.rc, 0);
+  CHECK_RC(dlock_lock_release_async(p, td_on_done, &r3, NULL), 0);
+  RUN(&f, &r3);
+  CHECK_RC(r3.rc, 1);
+  dlock_lock_free(p);
+  dlock_lock_free(other); /* its hold expires with its lease */
+  dlock_lock_free(l);
+  td_fix_close(&f);
+}
+TD_DRIVERS(plainlock_ops)
+
 /* ---- the multi-lock ---- */
 static void multilock_ops(int kind) {
   td_fix f;
@@ -601,7 +667,7 @@ static void scan_and_ping(int kind) {
   CHECK_RC(td_fix_open(&f, kind, 0), 0);
   for (int i = 0; i < 3; i++)
     th_cmd_int(&th_srv, "HSET k:scan:%d owner:1 1", i);
-  th_cmd_int(&th_srv, "SET k:scan:str 1"); /* not a hash: not a candidate */
+  th_cmd_int(&th_srv, "RPUSH k:scan:list 1"); /* neither hash nor string */
   scan_got all = {0}, first = {.names.stop_after = 1};
   CHECK_RC(dlock_client_scan_locks_async(f.c, "k:scan:*", on_name,
                                          on_scan_done, &all, NULL),
@@ -611,7 +677,7 @@ static void scan_and_ping(int kind) {
   CHECK_RC(all.done.rc, 3);
   CHECK_EQ(all.names.n, 3);
   CHECK(saw(&all.names, "k:scan:0") && saw(&all.names, "k:scan:2"));
-  CHECK(!saw(&all.names, "k:scan:str"));
+  CHECK(!saw(&all.names, "k:scan:list"));
   CHECK_RC(dlock_client_scan_locks_async(f.c, "k:scan:*", on_name,
                                          on_scan_done, &first, NULL),
            0);
@@ -634,9 +700,148 @@ static void scan_and_ping(int kind) {
   td_fix_close(&f);
 }
 TD_DRIVERS(scan_and_ping)
+/* ---- the queue ---- */
+static void queue_ops(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_queue *q, *d;
+  CHECK_RC(dlock_queue_new(f.c, "k:q", &q), 0);
+  CHECK_RC(dlock_queue_new_delayed(f.c, "k:q", &d), 0);
+  td_got g[12] = {{0}};
+  char buf[2] = {'x', 0};
+  CHECK_RC(dlock_queue_offer_async(q, buf, 2, td_on_done, &g[0], NULL), 0);
+  buf[0] = 'y'; /* copied within the call */
+  CHECK_EQ(g[0].calls, 0);
+  RUN(&f, &g[0]);
+  CHECK_RC(g[0].rc, 0);
+  CHECK_RC(dlock_queue_offer_first_async(q, "w", 1, td_on_done, &g[1], NULL),
+           0);
+  RUN(&f, &g[1]);
+  int64_t n = -1;
+  CHECK_RC(dlock_queue_size_async(q, &n, td_on_done, &g[2], NULL), 0);
+  RUN(&f, &g[2]);
+  CHECK_RC(g[2].rc, 0);
+  CHECK_EQ(n, 2);
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_RC(dlock_queue_poll_async(q, 0, &v, &len, td_on_done, &g[3], NULL), 0);
+  RUN(&f, &g[3]);
+  CHECK_RC(g[3].rc, 0);
+  CHECK(len == 1 && memcmp(v, "w", 1) == 0);
+  dlock_queue_value_free(v);
+  CHECK_RC(dlock_queue_poll_last_async(q, 0, &v, &len, td_on_done, &g[4],
+                                       NULL),
+           0);
+  RUN(&f, &g[4]);
+  CHECK_RC(g[4].rc, 0);
+  CHECK(len == 2 && memcmp(v, "x", 2) == 0);
+  dlock_queue_value_free(v);
+  /* Empty: the wait runs out. */
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_queue_poll_async(q, 200, &v, &len, td_on_done, &g[5], NULL),
+           0);
+  RUN(&f, &g[5]);
+  CHECK_RC(g[5].rc, DLOCK_EBUSY);
+  CHECK(v == NULL && th_now_ms() - t0 >= 200);
+  /* A delayed value reaches a waiting delayed poll when due. */
+  CHECK_RC(dlock_queue_poll_async(d, 5000, &v, &len, td_on_done, &g[6], NULL),
+           0);
+  t0 = th_now_ms();
+  CHECK_RC(dlock_queue_offer_delayed_async(q, 300, "later", 5, td_on_done,
+                                           &g[7], NULL),
+           0);
+  RUN(&f, &g[7]);
+  CHECK_RC(g[7].rc, 0);
+  CHECK_RC(dlock_queue_delayed_size_async(q, &n, td_on_done, &g[8], NULL), 0);
+  RUN(&f, &g[8]);
+  CHECK_EQ(n, 1);
+  RUN(&f, &g[6]);
+  CHECK_RC(g[6].rc, 0);
+  CHECK(len == 5 && memcmp(v, "later", 5) == 0);
+  CHECK(th_now_ms() - t0 >= 280);
+  dlock_queue_value_free(v);
+  /* A waiting poll wakes on an offer (the channel, not the recheck). */
+  CHECK_RC(dlock_queue_poll_async(q, 5000, &v, &len, td_on_done, &g[9], NULL),
+           0);
+  td_run_for(&f.t, 1200);
+  CHECK_EQ(g[9].calls, 0);
+  t0 = th_now_ms();
+  CHECK_RC(dlock_queue_offer_async(q, "z", 1, td_on_done, &g[10], NULL), 0);
+  RUN(&f, &g[9]);
+  CHECK_RC(g[9].rc, 0);
+  CHECK(th_now_ms() - t0 < 300);
+  dlock_queue_value_free(v);
+  /* A reliable take and its ack. */
+  td_got rt = {0}, ra = {0}, rb = {0};
+  CHECK_RC(dlock_queue_offer(q, "r", 1), DLOCK_EINVAL); /* blocking */
+  CHECK_RC(dlock_queue_offer_async(q, "r", 1, td_on_done, &rb, NULL), 0);
+  RUN(&f, &rb);
+  CHECK_RC(dlock_queue_poll_reliable_async(q, 1000, &v, &len, td_on_done, &rt,
+                                           NULL),
+           0);
+  RUN(&f, &rt);
+  CHECK_RC(rt.rc, 0);
+  CHECK(len == 1 && memcmp(v, "r", 1) == 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {k:q}:timeout"), 1);
+  CHECK_RC(dlock_queue_ack_async(q, v, len, td_on_done, &ra, NULL), 0);
+  dlock_queue_value_free(v); /* the ack copied it */
+  RUN(&f, &ra);
+  CHECK_RC(ra.rc, 0);
+  memset(&ra, 0, sizeof ra);
+  CHECK_RC(dlock_queue_ack_async(q, "r", 1, td_on_done, &ra, NULL), 0);
+  RUN(&f, &ra);
+  CHECK_RC(ra.rc, DLOCK_ENOTOWNER);
+  /* Refused calls never call back; blocking calls are refused. */
+  CHECK_RC(dlock_queue_poll_async(q, 0, NULL, NULL, td_on_done, &g[11], NULL),
+           DLOCK_EINVAL);
+  CHECK_RC(dlock_queue_offer_async(q, "z", 1, NULL, NULL, NULL), DLOCK_EINVAL);
+  CHECK_RC(dlock_queue_offer(q, "z", 1), DLOCK_EINVAL);
+  td_run_for(&f.t, 50);
+  CHECK_EQ(g[11].calls, 0);
+  dlock_queue_free(q);
+  dlock_queue_free(d);
+  td_fix_close(&f);
+}
+TD_DRIVERS(queue_ops)
+
+/* Cancel ends a wait (nothing taken); close completes a pending one; a
+ * handle freed with a poll pending is freed after it. */
+static void queue_cancel_close(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_queue *q, *q2;
+  CHECK_RC(dlock_queue_new(f.c, "k:qc", &q), 0);
+  CHECK_RC(dlock_queue_new_delayed(f.c, "k:qc", &q2), 0);
+  td_got c = {0}, w = {0};
+  dlock_op *op = NULL;
+  void *v1 = NULL, *v2 = NULL;
+  CHECK_RC(dlock_queue_poll_async(q, 20000, &v1, NULL, td_on_done, &c, &op),
+           0);
+  CHECK(op != NULL);
+  CHECK_RC(dlock_queue_poll_async(q2, 20000, &v2, NULL, td_on_done, &w, NULL),
+           0);
+  td_run_for(&f.t, 150);
+  CHECK_EQ(c.calls + w.calls, 0);
+  int64_t t0 = th_now_ms();
+  dlock_op_cancel(op);
+  CHECK_EQ(c.calls, 0);
+  RUN(&f, &c);
+  CHECK_RC(c.rc, DLOCK_ECANCELED);
+  CHECK(v1 == NULL && th_now_ms() - t0 < 1000);
+  dlock_queue_free(q);
+  dlock_queue_free(q2); /* its poll still runs */
+  dlock_client_close(f.c);
+  f.c = NULL;
+  CHECK_EQ(w.calls, 1);
+  CHECK_RC(w.rc, DLOCK_ECLOSED);
+  CHECK(v2 == NULL);
+  td_fix_close(&f);
+}
+TD_DRIVERS(queue_cancel_close)
 
 TH_MAIN(TD_T(semaphore_ops), TD_T(semaphore_cancel_close), TD_T(permits_ops),
         TD_T(permits_cancel_close), TD_T(latch_ops), TD_T(latch_cancel_close),
         TD_T(rwlock_one_owner), TD_T(multilock_ops),
         TD_T(multilock_cancel_close), TD_T(lock_reads),
-        TD_T(scan_and_ping))
+        TD_T(scan_and_ping), TD_T(queue_ops), TD_T(queue_cancel_close),
+        TD_T(plainlock_ops))

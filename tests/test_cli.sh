@@ -507,6 +507,72 @@ t_fair_read_write() {
   reap_sleepers
 }
 
+t_queue() {
+  local out t0 t1
+  "$DLOCK" queue offer cq a b c; expect_rc 0 $? "queue offer"
+  [ "$(rcli LRANGE cq 0 -1 | tr '\n' ' ')" = "a b c " ] || fail "list: $(rcli LRANGE cq 0 -1)"
+  "$DLOCK" queue offer cq --delay 400ms later; expect_rc 0 $? "offer --delay"
+  out=$("$DLOCK" queue size cq); expect_rc 0 $? "queue size"
+  [ "$out" = "cq: 3 ready, 1 delayed" ] || fail "size: $out"
+  out=$("$DLOCK" queue size --json cq)
+  [ "$out" = '{"name":"cq","ready":3,"delayed":1}' ] || fail "size --json: $out"
+  out=$("$DLOCK" queue take cq); expect_rc 0 $? "take"
+  [ "$out" = a ] || fail "take: $out"
+  out=$("$DLOCK" queue take cq --last -w 0); [ "$out" = c ] || fail "take --last: $out"
+  out=$("$DLOCK" queue take cq -w 0); [ "$out" = b ] || fail "take: $out"
+  "$DLOCK" queue take cq -w 0 >/dev/null 2>&1; expect_rc 75 $? "take, not due yet"
+  out=$("$DLOCK" queue take cq -w 5s); expect_rc 0 $? "take, delayed"
+  [ "$out" = later ] || fail "delayed take: $out"
+  t0=$(date +%s%N)
+  "$DLOCK" queue take cq -w 300ms 2>/dev/null; expect_rc 75 $? "take timeout"
+  t1=$(date +%s%N)
+  [ $(( (t1 - t0) / 1000000 )) -ge 300 ] || fail "take gave up early"
+  # A waiting take gets a later offer.
+  "$DLOCK" queue take cq -w 10s > cq.out & local p=$!
+  sleep 0.3
+  "$DLOCK" queue offer cq hello
+  wait "$p"; expect_rc 0 $? "waiting take"
+  [ "$(cat cq.out)" = hello ] || fail "waiting take: $(cat cq.out)"
+  # Bad input: usage, and a key of another type (nothing changed).
+  rcli SET cstr x >/dev/null
+  "$DLOCK" queue offer cstr v 2>/dev/null; expect_rc 65 $? "offer on a string"
+  "$DLOCK" queue take cstr -w 0 2>/dev/null; expect_rc 65 $? "take on a string"
+  [ "$(rcli GET cstr)" = x ] || fail "the string changed"
+  "$DLOCK" queue 2>/dev/null; expect_rc 64 $? "queue alone"
+  "$DLOCK" queue push cq v 2>/dev/null; expect_rc 64 $? "unknown subcommand"
+  "$DLOCK" queue offer cq 2>/dev/null; expect_rc 64 $? "offer without a value"
+  "$DLOCK" queue take cq --delay 1s 2>/dev/null; expect_rc 64 $? "take --delay"
+  "$DLOCK" queue offer cq --delay soon v 2>/dev/null; expect_rc 64 $? "bad delay"
+  [ "$(rcli EXISTS cq)" = 0 ] || fail "cq changed by bad input"
+  "$DLOCK" queue --help | grep -q "dlock queue offer" || fail "queue --help"
+  "$DLOCK" --help | grep -q "queue offer" || fail "queue not in --help"
+}
+
+t_plain() {
+  # The plain string lock: a string at the name, value the owner, with PX.
+  "$DLOCK" run -q --plain pl -- sh -c "$(sleeper pl)" & local h=$!
+  wait_until is_held pl || fail "plain lock not held"
+  [ "$(rcli type pl)" = string ] || fail "type $(rcli type pl)"
+  [ "$(rcli pttl pl)" -gt 0 ] || fail "no lease"
+  "$DLOCK" run -q --plain -w 0 pl -- true; expect_rc 75 $? "second holder"
+  "$DLOCK" list | grep -q '^pl ' || fail "list does not show it"
+  "$DLOCK" status --json pl | grep -q '"plain":true' || fail "status --json"
+  "$DLOCK" release --force -q pl; expect_rc 0 $? "force release"
+  wait "$h"; expect_rc 76 $? "the holder hears of the force release"
+  # A peer's hold (npm redlock: a random token with PX) is recognised.
+  rcli set pl 0123456789abcdef0123456789abcdef px 30000 >/dev/null
+  "$DLOCK" run -q --plain -w 0 pl -- true; expect_rc 75 $? "peer holds it"
+  "$DLOCK" status pl >/dev/null; expect_rc 0 $? "status of a peer's hold"
+  "$DLOCK" release --force -q pl; expect_rc 0 $? "force release of a peer's"
+  # A string without a lease is no lock: refused, left as it is.
+  rcli set pl some-value >/dev/null
+  "$DLOCK" release --force pl 2>/dev/null; expect_rc 65 $? "no lease"
+  [ "$(rcli get pl)" = some-value ] || fail "a plain string was deleted"
+  "$DLOCK" run --plain --fair x -- true 2>/dev/null; expect_rc 64 $? "--plain --fair"
+  rcli del pl >/dev/null
+  reap_sleepers
+}
+
 # CLI_TESTS="t_a t_b" runs only those.
 for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_revocation_kills_at_once \
@@ -515,7 +581,7 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_terminal_status_line t_bad_input t_permits t_fair_read_write \
          t_version t_options_after_name t_status_not_a_lock \
          t_holders_described t_nested_password t_man_page \
-         t_acquire_error_reason}; do
+         t_acquire_error_reason t_queue t_plain}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

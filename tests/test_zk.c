@@ -15,7 +15,7 @@
 #define NEED_ZK()                                                              \
   do {                                                                         \
     if (!th_zk_available()) {                                                  \
-      fprintf(stderr, "    skipped: no ZooKeeper server installed\n");       \
+      fprintf(stderr, "    skipped: no ZooKeeper server installed\n");         \
       return;                                                                  \
     }                                                                          \
   } while (0)
@@ -32,7 +32,8 @@ static void t_zk_server(void) {
   CHECK(strcmp(th_zk_4lw(&zk, "ruok", buf, sizeof buf), "imok") == 0);
   CHECK(strstr(th_zk_4lw(&zk, "srvr", buf, sizeof buf), "Mode: standalone"));
   /* Not whitelisted: the server refuses it (the list is ours). */
-  CHECK(strstr(th_zk_4lw(&zk, "mntr", buf, sizeof buf), "not in the whitelist"));
+  CHECK(
+      strstr(th_zk_4lw(&zk, "mntr", buf, sizeof buf), "not in the whitelist"));
   snprintf(dir, sizeof dir, "%s", zk.dir);
   pid_t pid = zk.pid;
   th_zk_stop(&zk);
@@ -61,12 +62,14 @@ static void t_zk_tick(void) {
 #include <sys/wait.h>
 #include <zookeeper/zookeeper.h>
 
-static void quiet(const char *m) { (void)m; }
+static void quiet(const char *m) {
+  (void)m;
+}
 
 /* A raw handle on the test's server, to look at the nodes. */
 static zhandle_t *raw(const th_zk *zk) {
-  zhandle_t *zh = zookeeper_init2(zk->connect, NULL, 10000, NULL, NULL, 0,
-                                  quiet);
+  zhandle_t *zh =
+      zookeeper_init2(zk->connect, NULL, 10000, NULL, NULL, 0, quiet);
   for (int i = 0; zh && i < 500 && zoo_state(zh) != ZOO_CONNECTED_STATE; i++)
     th_sleep_ms(10);
   return zh;
@@ -82,7 +85,8 @@ static int children(zhandle_t *zh, const char *path, char *first, size_t n) {
     const char *best = NULL;
     for (int i = 0; i < sv.count; i++) {
       const char *s = strstr(sv.data[i], "lock-");
-      if (s && (!best || strcmp(s, strstr(best, "lock-")) < 0)) best = sv.data[i];
+      if (s && (!best || strcmp(s, strstr(best, "lock-")) < 0))
+        best = sv.data[i];
     }
     if (best) snprintf(first, n, "%s", best);
   }
@@ -204,9 +208,15 @@ static void *wait_thread(void *arg) {
   return NULL;
 }
 
-static bool is_done(void *arg) { return atomic_load(&((waiter *)arg)->done); }
+static bool is_done(void *arg) {
+  return atomic_load(&((waiter *)arg)->done);
+}
 
-typedef struct kids { zhandle_t *zh; const char *path; int n; } kids;
+typedef struct kids {
+  zhandle_t *zh;
+  const char *path;
+  int n;
+} kids;
 static bool has_kids(void *arg) {
   kids *k = arg;
   return children(k->zh, k->path, NULL, 0) == k->n;
@@ -217,8 +227,7 @@ static bool has_kids(void *arg) {
  * until the first releases; tokens increase along the queue. */
 static void t_zk_fifo_handoff(void) {
   ZK_SETUP(zk, zh);
-  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0),
-               *c = zclient(&zk, 0);
+  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0), *c = zclient(&zk, 0);
   CHECK(a && b && c);
   dlock_lock *la, *lb, *lc;
   CHECK_RC(dlock_lock_new(a, "/q", "a", &la), 0);
@@ -283,11 +292,15 @@ static void holder_child(const th_zk *zk, int fd) {
          !(atomic_load(&lost_calls) > 0 && dlock_lock_is_lost(l) == 1))
     th_sleep_ms(5);
   int code = 0;
-  if (atomic_load(&lost_calls) != 1) code = 10 + atomic_load(&lost_calls);
-  else if (dlock_lock_is_lost(l) != 1) code = 20;
+  if (atomic_load(&lost_calls) != 1)
+    code = 10 + atomic_load(&lost_calls);
+  else if (dlock_lock_is_lost(l) != 1)
+    code = 20;
   /* Never silently re-acquired: the node is gone, not re-created. */
-  else if (dlock_lock_is_held(l) != 0) code = 30;
-  if (code) fprintf(stderr, "    child: %d: %s\n", code, dlock_client_errmsg(c));
+  else if (dlock_lock_is_held(l) != 0)
+    code = 30;
+  if (code)
+    fprintf(stderr, "    child: %d: %s\n", code, dlock_client_errmsg(c));
   /* Everything freed: valgrind checks this process's leaks too. */
   dlock_lock_free(l);
   dlock_client_close(c);
@@ -348,9 +361,8 @@ static void t_zk_url(void) {
   CHECK_EQ(o.zk_session_timeout_ms, 60000);
   CHECK_EQ(o.zk_connect_timeout_ms, 15000);
   dlock_client *c = (dlock_client *)1;
-  const char *bad[] = {"zk://", "zk://host", "zk://h:0", "zk://h:1,",
-                       "zk://h:1/", "zk://h:1/a/", "zk://h:1//a",
-                       "zk://u@h:1"};
+  const char *bad[] = {"zk://",     "zk://host",   "zk://h:0",    "zk://h:1,",
+                       "zk://h:1/", "zk://h:1/a/", "zk://h:1//a", "zk://u@h:1"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     o.url = bad[i];
     CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
@@ -439,10 +451,45 @@ static void t_zk_chroot(void) {
   th_zk_stop(&zk);
 }
 
+/* What zk:// does not offer yet answers DLOCK_ENOTSUP, with nothing
+ * created: the plain string lock, the fair and read-write locks, the
+ * semaphore, the latch and the queue. */
+static void t_zk_other_kinds(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *c = zclient(&zk, 0);
+  CHECK(c != NULL);
+  dlock_lock *p, *f;
+  CHECK_RC(dlock_plainlock_new(c, "/k/plain", "me", &p), 0);
+  CHECK_RC(dlock_lock_try_acquire(p, 0, 0, NULL), DLOCK_ENOTSUP);
+  CHECK_RC(dlock_fairlock_new(c, "/k/fair", "me", 0, &f), 0);
+  CHECK_RC(dlock_lock_try_acquire(f, 0, 0, NULL), DLOCK_ENOTSUP);
+  dlock_rwlock *rw;
+  CHECK_RC(dlock_rwlock_new(c, "/k/rw", "me", &rw), 0);
+  CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 0, 0, NULL),
+           DLOCK_ENOTSUP);
+  dlock_queue *q;
+  int rc = dlock_queue_new(c, "/k/q", &q);
+  if (rc == 0) {
+    CHECK_RC(dlock_queue_offer(q, "x", 1), DLOCK_ENOTSUP);
+    dlock_queue_free(q);
+  } else {
+    CHECK_RC(rc, DLOCK_ENOTSUP);
+  }
+  struct Stat st;
+  CHECK_RC(zoo_exists(zh, "/k", 0, &st), ZNONODE);
+  dlock_lock_free(p);
+  dlock_lock_free(f);
+  dlock_rwlock_free(rw);
+  dlock_client_close(c);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
 TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
-        T_BARE(t_zk_mutex_layout), T_BARE(t_zk_try_timeout),
-        T_BARE(t_zk_fifo_handoff), T_BARE(t_zk_session_expiry_loss),
-        T_BARE(t_zk_chroot), T_BARE(t_zk_inspect))
+        T_BARE(t_zk_mutex_layout), T_BARE(t_zk_other_kinds),
+        T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
+        T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
+        T_BARE(t_zk_inspect))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */

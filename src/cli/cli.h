@@ -30,6 +30,8 @@ typedef struct cli_global {
   const char *cacert, *cert, *key;
   bool insecure;
   int verbose; /* -v: 1, -q: -1 */
+  int replicas;            /* --replicas N: min_replicas_acked */
+  int replicas_timeout_ms; /* --replicas-timeout DURATION (0: default) */
 } cli_global;
 
 /* getopt_long entries for the global options, and their handler: returns 1
@@ -41,6 +43,8 @@ typedef struct cli_global {
       {"cert", required_argument, 0, 1003},                                    \
       {"key", required_argument, 0, 1004},                                     \
       {"insecure", no_argument, 0, 1005}, {"quiet", no_argument, 0, 'q'},      \
+      {"replicas", required_argument, 0, 1006},                                \
+      {"replicas-timeout", required_argument, 0, 1007},                        \
       {"verbose", no_argument, 0, 'v'}, {"help", no_argument, 0, 'h'}
 #define CLI_GLOBAL_SHORTOPTS "u:qvh"
 int cli_global_opt(cli_global *g, int opt, const char *arg);
@@ -88,5 +92,6 @@ int cmd_status(int argc, char **argv, cli_global *g);
 int cmd_release(int argc, char **argv, cli_global *g);
 int cmd_list(int argc, char **argv, cli_global *g);
 int cmd_bench(int argc, char **argv, cli_global *g); /* src/cli/bench/bench.c */
+int cmd_queue(int argc, char **argv, cli_global *g); /* src/cli/queue.c */
 
 #endif

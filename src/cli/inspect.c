@@ -51,6 +51,7 @@ static void json_state(FILE *f, const char *name, const dlock_lock_state *st) {
     cli_json_str(f, st->mode);
     fprintf(f, ",\"readers\":%d", st->readers);
   }
+  if (st->plain) fputs(",\"plain\":true", f);
   if (st->queued > 0) fprintf(f, ",\"queued\":%d", st->queued);
   fprintf(f, ",\"token\":%llu,\"waiters\":%d}\n",
           (unsigned long long)st->token, st->waiters);
@@ -175,10 +176,11 @@ static dlock_lock *open_inspected(cli_global *g, const char *name,
 }
 
 /* Whether the key at the name can be a lock: a hash, a ZooKeeper lock
- * path, or nothing (free). */
+ * path, nothing (free), or a plain string lock (a string with a lease that
+ * is not a number). */
 static bool lockish(const dlock_lock_state *st) {
   return strcmp(st->type, "hash") == 0 || strcmp(st->type, "none") == 0 ||
-         strcmp(st->type, "znode") == 0;
+         strcmp(st->type, "znode") == 0 || st->plain;
 }
 
 /* The message for a name that holds something else than a lock. */
@@ -297,8 +299,10 @@ int cmd_release(int argc, char **argv, cli_global *g) {
                            "Deletes lock NAME whoever holds it and wakes its "
                            "waiters; prints who held it.\nThe holder is told "
                            "at once: its dlock run stops its command (exit "
-                           "76).\nOnly a lock is deleted (a lock, fair lock "
-                           "or read-write lock); anything else\nat NAME is "
+                           "76).\nOnly a lock is deleted (a lock, fair lock, "
+                           "read-write lock, or plain string\nlock: a "
+                           "string with a lease that is not a number); "
+                           "anything else\nat NAME is "
                            "left as it is (exit 65). With --permit, takes "
                            "back permit ID of\nthe permit-expirable semaphore "
                            "NAME (its holder has it in $DLOCK_PERMIT).\n"
@@ -321,7 +325,12 @@ int cmd_release(int argc, char **argv, cli_global *g) {
   dlock_lock *l = open_inspected(g, argv[i], &c, &st, &rc);
   if (l == NULL) return rc;
   int e = 0;
-  if (st.mode[0]) { /* a read-write lock: through one of its handles */
+  if (st.plain) { /* a plain string lock: through a handle of its kind */
+    dlock_lock *p = NULL;
+    e = dlock_plainlock_new(c, argv[i], NULL, &p);
+    if (e == 0) e = dlock_lock_force_release(p);
+    dlock_lock_free(p);
+  } else if (st.mode[0]) { /* a read-write lock: through one of its handles */
     dlock_rwlock *rw = NULL;
     e = dlock_rwlock_new(c, argv[i], NULL, &rw);
     if (e == 0) e = dlock_lock_force_release(dlock_rwlock_write(rw));

@@ -1,6 +1,7 @@
 /* main.c: the dlock command: dispatch, global options, shared helpers. */
 #include "cli.h"
 #include "core/core.h" /* dl_url_parse */
+#include "duration.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -24,13 +25,22 @@ static const char *usage_text =
     "  list [--json] [PATTERN]                  the held locks\n"
     "  bench [options] SCENARIO                 benchmark (see dlock bench "
     "--help)\n"
+    "  queue offer|take|size NAME ...           a queue's values (see dlock "
+    "queue --help)\n"
     "  version                                  the version (as --version)\n"
     "\n"
     "global options (any command):\n"
     "  -u, --url URL          redis://[user[:pass]@]host[:port][/db], "
     "rediss://...,\n"
-    "                         unix:///path.sock, zk://host:port[,...][/chroot]\n"
-    "                         (default $DLOCK_URL, else redis://127.0.0.1:6379)\n"
+    "                         unix:///path.sock, zk://host:port[,...][/chroot],\n"
+    "                         redis-sentinel://host:port[,host:port...]/MASTER\n"
+    "                         (sentinels' password: $DLOCK_SENTINEL_PASSWORD)\n"
+    "                         (default $DLOCK_URL, else "
+    "redis://127.0.0.1:6379)\n"
+    "  --replicas N           after each acquire, renewal and release, WAIT\n"
+    "                         for N replicas; an acquire they do not\n"
+    "                         acknowledge is given back (exit 75)\n"
+    "  --replicas-timeout D   how long that WAIT may take (default 1s)\n"
     "  --password-file FILE   read the password from FILE (or "
     "$DLOCK_PASSWORD)\n"
     "  --cacert FILE          CA for rediss:// (--cert FILE --key FILE: "
@@ -109,6 +119,25 @@ int cli_global_opt(cli_global *g, int opt, const char *arg) {
   case 1003: g->cert = arg; return 1;
   case 1004: g->key = arg; return 1;
   case 1005: g->insecure = true; return 1;
+  case 1006: {
+    char *end;
+    long n = strtol(arg, &end, 10);
+    if (*arg == '\0' || *end != '\0' || n < 0 || n > 1000) {
+      cli_err("--replicas: a number of replicas 0..1000, not '%s'", arg);
+      return -1;
+    }
+    g->replicas = (int)n;
+    return 1;
+  }
+  case 1007: {
+    int64_t ms;
+    if (dl_parse_duration(arg, &ms) != 0 || ms <= 0 || ms > 3600000) {
+      cli_err("--replicas-timeout: a duration (250ms, 2s), not '%s'", arg);
+      return -1;
+    }
+    g->replicas_timeout_ms = (int)ms;
+    return 1;
+  }
   }
   return 0;
 }
@@ -124,6 +153,8 @@ int cli_exit_for(int err) {
     return EXIT_CONFLICT;
   case DLOCK_ELOST:
     return EXIT_LOST;
+  case DLOCK_ENOTACKED: /* given back: as "not acquired", try again */
+    return EXIT_CONFLICT;
   case DLOCK_ENOPERM:
     return EXIT_NOPERM;
   default:
@@ -141,6 +172,8 @@ void cli_options(const cli_global *g, int64_t lease_ms,
   o->tls_cert_file = g->cert;
   o->tls_key_file = g->key;
   o->tls_verify = !g->insecure;
+  o->min_replicas_acked = g->replicas;
+  o->replicas_timeout_ms = g->replicas_timeout_ms;
   if (lease_ms > 0) o->watchdog_timeout_ms = lease_ms;
 }
 
@@ -275,6 +308,7 @@ int main(int argc, char **argv) {
     rc = cmd_release(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "list") == 0) rc = cmd_list(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "bench") == 0) rc = cmd_bench(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "queue") == 0) rc = cmd_queue(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "help") == 0) {
     fputs(usage_text, stdout);
     rc = 0;

@@ -36,6 +36,11 @@ static const char *run_help =
     "when it ends\n"
     "      --fair                 the fair lock NAME: holders in the order "
     "they asked\n"
+    "      --plain                the plain string lock NAME (the layout "
+    "of redsync,\n"
+    "                             npm redlock and redis-semaphore: they "
+    "exclude each\n"
+    "                             other on the same key)\n"
     "      --read, --write        the read or the write lock of the "
     "read-write lock\n"
     "                             NAME: many readers or one writer\n"
@@ -214,11 +219,12 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       {"fair", no_argument, 0, 2004},
       {"read", no_argument, 0, 2005},
       {"write", no_argument, 0, 2006},
+      {"plain", no_argument, 0, 2007},
       {0, 0, 0, 0}};
   int64_t wait_ms = -1, lease_ms = 30000, grace_ms = 5000;
   bool renew = true, grace_set = false;
   int permits = 0, kinds = 0;
-  bool fair = false, rd = false, wr = false;
+  bool fair = false, rd = false, wr = false, plain = false;
   int conflict = EXIT_CONFLICT;
   /* Options go before or after NAME, up to the first "--": getopt only
    * sees the words before it, so nothing of COMMAND is taken for ours.
@@ -261,6 +267,7 @@ int cmd_run(int argc, char **argv, cli_global *g) {
     case 2004: fair = true; kinds++; break;
     case 2005: rd = true; kinds++; break;
     case 2006: wr = true; kinds++; break;
+    case 2007: plain = true; kinds++; break;
     case 'E':
       if (parse_count(optarg, &conflict) != 0) {
         cli_err("bad --conflict-exit-code '%s' (0-255)", optarg);
@@ -284,7 +291,8 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   }
   (void)grace_set;
   if (kinds > 1) {
-    cli_err("--fair, --read, --write and --permits exclude each other");
+    cli_err("--fair, --plain, --read, --write and --permits exclude each "
+            "other");
     return EXIT_USAGE;
   }
   if (grace_ms > lease_ms) grace_ms = lease_ms;
@@ -342,6 +350,8 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       a.lock = rd ? dlock_rwlock_read(a.rw) : dlock_rwlock_write(a.rw);
     } else if (fair) {
       e = dlock_fairlock_new(c, name, owner, 0, &a.lock);
+    } else if (plain) {
+      e = dlock_plainlock_new(c, name, owner, &a.lock);
     } else {
       e = dlock_lock_new(c, name, owner, &a.lock);
     }

@@ -105,6 +105,9 @@ static const struct scheme {
     {"redis", dl_redis_backend_new},
     {"rediss", dl_redis_backend_new},
     {"unix", dl_redis_backend_new},
+    {"redis-sentinel", dl_redis_backend_new},
+    {"rediss-sentinel", dl_redis_backend_new},
+    {"redlock", dl_redlock_backend_new},
     {"zk", dl_zk_backend_new},
 };
 
@@ -150,6 +153,9 @@ int dl_client_open_with(const dlock_client_options *opts,
     return dl_seterr(NULL, DLOCK_EINVAL,
                      "timeouts, backoff and connections must be positive "
                      "(connections 1..64, watchdog_timeout_ms >= 3)");
+  if (opts->min_replicas_acked < 0 || opts->replicas_timeout_ms < 0)
+    return dl_seterr(NULL, DLOCK_EINVAL, "min_replicas_acked and "
+                     "replicas_timeout_ms must not be negative");
   if (opts->client_name && strpbrk(opts->client_name, " \n\r\t"))
     return dl_seterr(NULL, DLOCK_EINVAL, "client_name must have no spaces");
   if (opts->key_prefix && strlen(opts->key_prefix) > DLOCK_KEY_PREFIX_MAX)
@@ -168,7 +174,8 @@ int dl_client_open_with(const dlock_client_options *opts,
   c->url_redacted = dl_url_redact(url);
   if (make == NULL && (make = factory_for(url)) == NULL) {
     int rc = dl_seterr(NULL, DLOCK_EINVAL, "URL must start with redis://, "
-                       "rediss:// or unix:// (url %s)",
+                       "rediss://, unix://, redis-sentinel:// or redlock:// "
+                       "(url %s)",
                        c->url_redacted ? c->url_redacted : "");
     client_free(c);
     return rc;

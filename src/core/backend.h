@@ -42,7 +42,8 @@ typedef enum dl_lock_kind {
   DL_KIND_LOCK,  /* reentrant mutex (Redisson RLock) */
   DL_KIND_FAIR,  /* first come, first served (RFairLock) */
   DL_KIND_READ,  /* a read-write lock's sides (RReadWriteLock) */
-  DL_KIND_WRITE
+  DL_KIND_WRITE,
+  DL_KIND_PLAIN  /* one string key, value = the owner (redsync, npm redlock) */
 } dl_lock_kind;
 
 /* The bytes an owner id takes at most, its NUL included. */
@@ -68,6 +69,10 @@ typedef struct dl_acquire {
   int64_t deadline; /* dl_now_ms() time the wait ends; INT64_MAX: never */
   int held;         /* the hold count this client knows of (re-entry) */
   const char *info; /* the holder's description, "" for none */
+  /* A token to propose (a Redlock's part: the same for every server of a
+   * round), 0 none: the server gives the larger of it and its own next
+   * token, unless it is too far ahead of the server's clock. */
+  uint64_t propose;
   /* out, when acquired */
   int status;          /* 1 taken, 2 re-entered */
   uint64_t token;      /* the hold's fencing token */
@@ -107,6 +112,43 @@ typedef enum dl_sync_op {
   DL_LATCH_DOWN,      /* the count left, -1 if it was at zero */
   DL_LATCH_COUNT
 } dl_sync_op;
+
+/* ---- queues (Redisson's RBlockingQueue / RBlockingDeque) ---- */
+typedef enum dl_queue_op {
+  DL_QUEUE_OFFER,       /* the value at the tail: 0, *n the new length */
+  DL_QUEUE_OFFER_FIRST, /* the value at the head */
+  DL_QUEUE_POLL,        /* the head: 1 taken, 0 none by the deadline */
+  DL_QUEUE_POLL_LAST,   /* the tail */
+  DL_QUEUE_SIZE,        /* 0, *n the length */
+  DL_QUEUE_OFFER_DELAYED, /* the value, due delay_ms from now: 0, *n its
+                             due time (the server's epoch ms) */
+  DL_QUEUE_SIZE_DELAYED,  /* 0, *n the values not yet due */
+  DL_QUEUE_POLL_RELIABLE, /* the head into consumer's processing list, its
+                             lease set to lease_ms (values of consumers
+                             whose lease ended go back first): as a poll */
+  DL_QUEUE_ACK            /* the value out of consumer's processing list:
+                             0, *n how many (0 or 1) */
+} dl_queue_op;
+typedef struct dl_queue_req {
+  /* in */
+  dl_queue_op op;
+  const void *value; /* an offer's (borrowed), len bytes */
+  size_t len;
+  bool wait;        /* a poll's: false one look */
+  int64_t deadline; /* dl_now_ms() time a poll's wait ends */
+  bool delayed;     /* a poll's: first move the delayed values now due */
+  int64_t delay_ms; /* DL_QUEUE_OFFER_DELAYED's */
+  /* A reliable poll's and an ack's: the consumer's id (32 hex digits; its
+   * lease is renewed as a permit's: dl_renew_item.permit at the queue's
+   * key, owner "<client id>:<id>") and lease. */
+  const char *consumer;
+  int64_t lease_ms;
+  /* out */
+  void *got;      /* a poll's value: malloc'ed, a NUL after got_len bytes;
+                     the caller frees it */
+  size_t got_len;
+  long long n;
+} dl_queue_req;
 
 /* ---- holds ---- */
 /* One hold for a renewal round. */
@@ -223,6 +265,19 @@ typedef struct dl_backend_ops {
                     dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
                     dl_async **op);
   int (*ping_async)(dl_backend *b, dl_done_fn done, void *ud, dl_async **op);
+  /* Raises the lock's fencing-token counter to at least `token`, so that
+   * its next token is above it: 1, or a negative code (a composite writes
+   * back the token it took over a quorum). Event-loop form only. */
+  int (*lock_fence_async)(dl_backend *b, const dl_lock_ref *l, uint64_t token,
+                          int64_t lease_ms, dl_done_fn done, void *ud,
+                          dl_async **op);
+  /* A queue's operation (dl_queue_op): a poll returns 1 (q->got), 0 when
+   * none came by q->deadline (waiting without polling where it can), or a
+   * negative code; the others 0 (q->n) or a negative code. A key of
+   * another type: DLOCK_EWRONGTYPE, nothing changed. */
+  int (*queue)(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q);
+  int (*queue_async)(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
+                     dl_done_fn done, void *ud, dl_async **op);
   /* The renewal round (as renew) of n > 0 items. */
   int (*renew_async)(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                      dl_renew_item *items, int *calls, dl_done_fn done,
@@ -241,6 +296,9 @@ typedef struct dl_backend_ops {
 
 struct dl_backend {
   const dl_backend_ops *ops;
+  /* The mutex (dlock_lock_new) is the plain string lock here: redlock://
+   * unless ?layout=hash, the layout redsync and npm redlock write. */
+  bool plain_mutex;
 };
 
 #endif /* DLOCK_BACKEND_H */

@@ -86,8 +86,21 @@ typedef struct dl_endpoint {
   int db;
   char *username;
   char *password;
+  /* redis-sentinel:// and rediss-sentinel://: the master's name and the
+   * sentinels to ask for its address (host/port above are then unset);
+   * master_name NULL for every other URL. */
+  char *master_name;
+  int nsentinels;
+  struct dl_hostport {
+    char *host;
+    int port;
+  } *sentinels;
 } dl_endpoint;
 
+/* Parses redis://, rediss://, unix://, redis-sentinel:// and
+ * rediss-sentinel:// URLs into *ep (cleared first; free with
+ * dl_endpoint_clear). Returns 0, or DLOCK_EURL with err set and *ep
+ * cleared. */
 int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen);
 void dl_endpoint_clear(dl_endpoint *ep);
 /* The URL with any password replaced by "***". Caller frees. */

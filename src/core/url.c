@@ -1,5 +1,5 @@
-/* url.c: parses redis://, rediss:// and unix:// server URLs, and checks
- * zk:// ones. */
+/* url.c: parses redis://, rediss://, unix:// and redis-sentinel:// URLs,
+ * and checks zk:// ones. */
 #include "core.h"
 
 #include <ctype.h>
@@ -13,6 +13,9 @@ void dl_endpoint_clear(dl_endpoint *ep) {
   free(ep->unix_path);
   free(ep->username);
   free(ep->password);
+  free(ep->master_name);
+  for (int i = 0; i < ep->nsentinels; i++) free(ep->sentinels[i].host);
+  free(ep->sentinels);
   memset(ep, 0, sizeof *ep);
 }
 
@@ -82,11 +85,104 @@ static int parse_unix(const char *p, dl_endpoint *ep, char *err,
   return 0;
 }
 
+/* host[:port] in p[0..end), host may be [v6]; an empty host is
+ * 127.0.0.1, no port 6379. */
+static int parse_hostport(const char *p, const char *end, char **host,
+                          int *port, char *err, size_t errlen) {
+  const char *hend;
+  const char *portp = NULL;
+  *host = NULL;
+#define HFAIL(...)                                                             \
+  do {                                                                         \
+    snprintf(err, errlen, __VA_ARGS__);                                        \
+    free(*host);                                                               \
+    *host = NULL;                                                              \
+    return DLOCK_EURL;                                                         \
+  } while (0)
+  if (*p == '[') {
+    const char *rb = memchr(p, ']', (size_t)(end - p));
+    if (rb == NULL) HFAIL("unterminated [IPv6] host");
+    *host = pct_decode(p + 1, (size_t)(rb - p - 1));
+    hend = rb + 1;
+    if (hend < end && *hend == ':') portp = hend + 1;
+    else if (hend != end) HFAIL("unexpected text after the [IPv6] host");
+  } else {
+    const char *colon = memchr(p, ':', (size_t)(end - p));
+    hend = colon ? colon : end;
+    *host = pct_decode(p, (size_t)(hend - p));
+    if (colon) portp = colon + 1;
+  }
+  if (*host == NULL) HFAIL("bad host");
+  if ((*host)[0] == '\0') {
+    free(*host);
+    *host = dl_strdup("127.0.0.1");
+    if (*host == NULL) HFAIL("out of memory");
+  }
+  *port = 6379;
+  if (portp && parse_int(portp, (size_t)(end - portp), 1, 65535, port) != 0)
+    HFAIL("bad port (1-65535)");
+#undef HFAIL
+  return 0;
+}
+
+/* After the userinfo of redis-sentinel://: HOST:PORT[,HOST:PORT...]/MASTER
+ * [?db=N]; p[0..end) the sentinels. */
+static int parse_sentinel(const char *p, const char *end, dl_endpoint *ep,
+                          char *err, size_t errlen) {
+  int n = 1;
+  for (const char *s = p; s < end; s++)
+    if (*s == ',') n++;
+  ep->sentinels = calloc((size_t)n, sizeof *ep->sentinels);
+  if (ep->sentinels == NULL) FAIL("out of memory");
+  while (ep->nsentinels < n) {
+    const char *comma = memchr(p, ',', (size_t)(end - p));
+    const char *e = comma ? comma : end;
+    if (e == p) FAIL("empty sentinel address in the list");
+    struct dl_hostport *h = &ep->sentinels[ep->nsentinels];
+    h->port = 26379;
+    if (parse_hostport(p, e, &h->host, &h->port, err, errlen) != 0) {
+      dl_endpoint_clear(ep);
+      return DLOCK_EURL;
+    }
+    /* Without a port, a sentinel listens on 26379. */
+    const char *rb = *p == '[' ? memchr(p, ']', (size_t)(e - p)) : p;
+    if (memchr(rb, ':', (size_t)(e - rb)) == NULL) h->port = 26379;
+    ep->nsentinels++;
+    p = comma ? comma + 1 : end;
+  }
+  if (*end != '/' || end[1] == '\0' || end[1] == '?')
+    FAIL("redis-sentinel URL needs the master's name after '/' "
+         "(redis-sentinel://host:port/mymaster)");
+  const char *name = end + 1;
+  const char *q = strchr(name, '?');
+  size_t nlen = q ? (size_t)(q - name) : strlen(name);
+  ep->master_name = pct_decode(name, nlen);
+  if (ep->master_name == NULL || strchr(ep->master_name, '/'))
+    FAIL("bad master name");
+  if (q) {
+    if (strncmp(q + 1, "db=", 3) != 0)
+      FAIL("redis-sentinel URL accepts only ?db=N (the sentinels' "
+           "password is an option, never in the URL)");
+    if (parse_int(q + 4, strlen(q + 4), 0, 1000000, &ep->db) != 0)
+      FAIL("bad database number in the URL");
+  }
+  return 0;
+}
+
 int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen) {
   memset(ep, 0, sizeof *ep);
   if (url == NULL || *url == '\0') FAIL("empty URL");
   const char *p;
-  if (strncmp(url, "redis://", 8) == 0) {
+  bool sentinel = false;
+  int rc;
+  if (strncmp(url, "redis-sentinel://", 17) == 0) {
+    p = url + 17;
+    sentinel = true;
+  } else if (strncmp(url, "rediss-sentinel://", 18) == 0) {
+    p = url + 18;
+    sentinel = true;
+    ep->tls = true;
+  } else if (strncmp(url, "redis://", 8) == 0) {
     p = url + 8;
   } else if (strncmp(url, "rediss://", 9) == 0) {
     p = url + 9;
@@ -94,7 +190,8 @@ int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen) {
   } else if (strncmp(url, "unix://", 7) == 0) {
     return parse_unix(url + 7, ep, err, errlen);
   } else {
-    FAIL("URL must start with redis://, rediss:// or unix://");
+    FAIL("URL must start with redis://, rediss://, unix:// or "
+         "redis-sentinel://");
   }
   for (const char *s = p; *s; s++)
     if ((unsigned char)*s <= ' ') FAIL("URL contains a space or control byte");
@@ -121,32 +218,12 @@ int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen) {
     p = at + 1;
   }
 
-  /* host[:port], host may be [v6]. */
-  const char *hend;
-  const char *portp = NULL;
-  if (*p == '[') {
-    const char *rb = strchr(p, ']');
-    if (rb == NULL || rb > end_auth) FAIL("unterminated [IPv6] host");
-    ep->host = pct_decode(p + 1, (size_t)(rb - p - 1));
-    hend = rb + 1;
-    if (*hend == ':') portp = hend + 1;
-    else if (hend != end_auth) FAIL("unexpected text after the [IPv6] host");
-  } else {
-    const char *colon = memchr(p, ':', (size_t)(end_auth - p));
-    hend = colon ? colon : end_auth;
-    ep->host = pct_decode(p, (size_t)(hend - p));
-    if (colon) portp = colon + 1;
+  if (sentinel) return parse_sentinel(p, end_auth, ep, err, errlen);
+  rc = parse_hostport(p, end_auth, &ep->host, &ep->port, err, errlen);
+  if (rc != 0) {
+    dl_endpoint_clear(ep);
+    return rc;
   }
-  if (ep->host == NULL) FAIL("bad host");
-  if (ep->host[0] == '\0') {
-    free(ep->host);
-    ep->host = dl_strdup("127.0.0.1");
-    if (ep->host == NULL) FAIL("out of memory");
-  }
-  ep->port = 6379;
-  if (portp && parse_int(portp, (size_t)(end_auth - portp), 1, 65535,
-                         &ep->port) != 0)
-    FAIL("bad port (1-65535)");
 
   if (slash && slash[1] != '\0') {
     if (parse_int(slash + 1, strlen(slash + 1), 0, 1000000, &ep->db) != 0)

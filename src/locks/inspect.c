@@ -41,9 +41,22 @@ int dlock_lock_is_held(dlock_lock *l) {
   return rc ? rc : (v > 0);
 }
 
+/* A plain string lock's count is the client's only (the wire has none):
+ * the server says whether the owner holds it, the client's hold how often. */
+static int plain_count(dlock_lock *l) {
+  char owner[DL_OWNER_MAX];
+  if (dl_lock_owner(l, owner) != 0) return 1;
+  pthread_mutex_lock(&l->c->holds_mu);
+  dl_hold *h = dl_hold_find(l->c, l->key, owner);
+  int n = h && !h->lost && h->count > 0 ? h->count : 1;
+  pthread_mutex_unlock(&l->c->holds_mu);
+  return n;
+}
+
 int dlock_lock_hold_count(dlock_lock *l) {
   long long v = 0;
   int rc = query(l, DL_QUERY_COUNT, &v);
+  if (rc == 0 && v > 0 && l->plain) v = plain_count(l);
   return rc ? rc : (int)v;
 }
 

@@ -32,6 +32,7 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
   dlock_lock *l = calloc(1, sizeof(dlock_lock) + kl + 1 + ol);
   if (l == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
   l->c = c;
+  l->plain = c->backend->plain_mutex;
   l->key = (char *)(l + 1);
   memcpy(l->key, c->key_prefix, c->prefix_len);
   memcpy(l->key + c->prefix_len, name, nl + 1);
@@ -60,6 +61,13 @@ int dlock_fairlock_new(dlock_client *c, const char *name, const char *owner,
   int rc = dlock_lock_new(c, name, owner, out);
   if (rc == 0)
     (*out)->fair_ms = stale_ms > 0 ? stale_ms : FAIR_STALE_DEFAULT_MS;
+  return rc;
+}
+
+int dlock_plainlock_new(dlock_client *c, const char *name, const char *owner,
+                        dlock_lock **out) {
+  int rc = dlock_lock_new(c, name, owner, out);
+  if (rc == 0) (*out)->plain = 1;
   return rc;
 }
 
@@ -238,6 +246,7 @@ void dl_lock_ref_of(dlock_lock *l, const char *owner, dl_lock_ref *ref) {
   ref->kind = l->rw == RW_READ    ? DL_KIND_READ
               : l->rw == RW_WRITE ? DL_KIND_WRITE
               : l->fair_ms > 0    ? DL_KIND_FAIR
+              : l->plain          ? DL_KIND_PLAIN
                                   : DL_KIND_LOCK;
   ref->fair_stale_ms = l->fair_ms;
   ref->hint = &l->hint;

@@ -22,6 +22,7 @@ struct dlock_lock {
   void *cb_ud;
   int nholds; /* holds whose lost callback goes through this handle */
   unsigned char rw; /* RW_NONE, or which side of a read-write lock */
+  unsigned char plain; /* 1: the plain string lock (dlock_plainlock_new) */
   unsigned char borrowed; /* 1: owned by a dlock_rwlock (dlock_lock_free
                              does nothing) */
   atomic_uchar hint; /* the backend's hints for this handle (dl_lock_ref) */

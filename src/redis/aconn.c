@@ -177,6 +177,19 @@ static void on_reply(dl_aconn *c, redisReply *reply) {
     dl_aq_resend_eval(c, r);
     return;
   }
+  if (r->fn && r->script >= 0 && !r->ro_resent && c->cfg->ep.master_name &&
+      dl_reply_readonly(reply)) {
+    /* Sentinel: the server turned replica (a failover not heard of). The
+     * script wrote nothing (a replica refuses its first write): it goes
+     * once more, on the next connection, to the master named then;
+     * read_replies drops this one after this reply. */
+    freeReplyObject(reply);
+    r->ro_resent = true;
+    r->ping = false;
+    dl_aq_push(&c->outq, r, Q_OUT);
+    c->readonly = true;
+    return;
+  }
   int rc = 0;
   if (r->fn && r->script >= 0) rc = dl_reply_check(c->cfg->err_owner, &reply);
   dl_aq_finish(c, r, rc, reply);
@@ -248,6 +261,12 @@ static void read_replies(dl_aconn *c) {
       }
       on_reply(c, rep);
       if (c->closed || c->io == NULL) return;
+      if (c->readonly) {
+        c->readonly = false;
+        conn_lost(c, DLOCK_ECONNLOST, "the server is a replica now "
+                  "(READONLY): reconnecting to the master");
+        return;
+      }
     }
   }
 }
@@ -348,8 +367,13 @@ static void on_connect_timeout(void *ud) {
  * once (what waited for it failed with it). */
 int dl_aconn_start_connect(dl_aconn *c) {
   char m[256] = "";
-  int rc = dl_io_start(&c->cfg->ep, c->cfg->tls, c->cfg->server_name, &c->io,
-                       m, sizeof m);
+  dl_target t;
+  int rc = dl_conn_target(c->cfg, dl_now_ms() + c->cfg->connect_timeout_ms,
+                          &t, m, sizeof m);
+  c->gen = t.gen;
+  if (rc == 0)
+    rc = dl_io_start(&t.ep, c->cfg->tls, c->cfg->server_name, &c->io, m,
+                     sizeof m);
   if (rc == 0) {
     c->state = A_CONNECTING;
     c->w_fd = -1;
@@ -406,6 +430,14 @@ void dl_aconn_reconnect(dl_aconn *c) {
   if (c->closed || c->state == A_DOWN) return;
   enter(c);
   conn_lost(c, DLOCK_ECONNLOST, "no answer to the idle PING");
+  leave(c);
+}
+
+void dl_aconn_check_moved(dl_aconn *c) {
+  if (c->closed || c->state == A_DOWN || !dl_target_moved(c->cfg, c->gen))
+    return;
+  enter(c);
+  conn_lost(c, DLOCK_ECONNLOST, "the master moved (Sentinel failover)");
   leave(c);
 }
 

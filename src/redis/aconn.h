@@ -32,6 +32,7 @@ struct dl_areq {
   /* An eval's: the script, and its keys and args (copied: one block) for
    * the NOSCRIPT fallback to EVAL; script -1 for a plain command. */
   int script;
+  bool ro_resent; /* went again after a READONLY reply (Sentinel) */
   int nkeys, nargs;
   char **kv;
 };
@@ -61,6 +62,8 @@ struct dl_aconn {
   uint64_t batches;
   dl_aconn_push push; /* push mode when push.reply is set */
   dl_timer retry_timer; /* push mode: the next connect after a failure */
+  unsigned gen; /* dl_target's gen of the connection made last */
+  bool readonly; /* a READONLY reply: drop the connection after it */
 };
 
 /* The dispatches under way (a callback may free c: it is destroyed when

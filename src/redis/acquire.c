@@ -22,6 +22,12 @@
  * to every GRANT_BEAT_MAX_MS. */
 #define GRANT_STALE_MS 6000
 #define GRANT_BEAT_MAX_MS 20000
+/* A plain string lock's waiter also polls (its peers, redsync or npm
+ * redlock, delete without a message): sleeps of 1, 2, 4 ... up to this many
+ * ms, each drawn in [d/2, d] (dl_backoff), unless the client's own
+ * wait_backoff_max_ms is set. A dlock releaser's message still wakes it at
+ * once. */
+#define PLAIN_POLL_MAX_MS 64
 /* A waiter's own channel, "<channel>:<owner id>": the fair lock's wake-up
  * and the plain lock's grant. `out` has OWNER_CHANNEL_MAX bytes. */
 #define OWNER_CHANNEL_MAX (DL_DERIVED_MAX + DL_OWNER_MAX + 1)
@@ -64,6 +70,7 @@ typedef struct acq_op {
   int64_t queued_sent; /* when the last attempt that queued us went */
   bool reserved, grants, queued, starving, again, left;
   dl_sub *sub, *grant;
+  dl_backoff poll; /* a plain string lock's polling */
   dl_pend p;
   dl_rlock_rel rel;
   char ch[OWNER_CHANNEL_MAX], gch[OWNER_CHANNEL_MAX]; /* last: not zeroed */
@@ -104,8 +111,9 @@ static int rw_send(acq_op *o, const char *lease) {
   }
   char tk[DL_DERIVED_MAX];
   const char *keys[] = {l->key, TOKEN_KEY(l, tk)};
-  const char *args[] = {lease,  owner,  l->kind == DL_KIND_READ ? "read" : "write",
-                        writer, reader, o->a->info};
+  const char *args[] = {
+      lease,  owner,  l->kind == DL_KIND_READ ? "read" : "write",
+      writer, reader, o->a->info};
   return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_RW_ACQUIRE, 2, keys,
                             6, args);
 }
@@ -122,6 +130,20 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
   o->st = next;
   o->sent = dl_now_ms();
   if (is_rw(l)) return rw_send(o, lease);
+  /* A server of a Redlock: its restart delay, ARGV[10], and the token
+   * proposed, ARGV[11] (see the script). */
+  char young[DL_INT_BUF], propose[DL_INT_BUF];
+  dl_fmt_ll(young, o->R->restart_delay_ms);
+  dl_fmt_ll(propose, (long long)a->propose);
+  int extra = a->propose ? 11 : o->R->restart_delay_ms > 0 ? 10 : 0;
+  if (l->kind == DL_KIND_PLAIN) {
+    char ptk[DL_DERIVED_MAX];
+    const char *pkeys[] = {l->key, TOKEN_KEY(l, ptk)};
+    const char *pargs[] = {lease, l->owner, a->info, count, "",     "",
+                           "",    "",       "",      young, propose};
+    return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, 2,
+                              pkeys, extra ? extra : 4, pargs);
+  }
   bool fair = l->kind == DL_KIND_FAIR;
   char tk[DL_DERIVED_MAX], hk[DL_DERIVED_MAX], qk[DL_DERIVED_MAX],
       tok[DL_DERIVED_MAX];
@@ -132,12 +154,20 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
   dl_fmt_ll(reserve, RESERVE_MS);
   dl_fmt_ll(stale, l->fair_stale_ms);
   dl_fmt_ll(alive, 3 * grant_beat(o, o->sent));
-  const char *args[] = {lease,   l->owner, a->info, count,
+  const char *args[] = {lease,
+                        l->owner,
+                        a->info,
+                        count,
                         o->starving ? "1" : "0",
-                        reserve, stale,    enqueue ? "1" : "0", alive};
+                        reserve,
+                        stale,
+                        enqueue ? "1" : "0",
+                        alive,
+                        young,
+                        propose};
   /* A plain lock's first attempt sends only what it needs. */
   int nkeys = fair || enqueue ? 5 : 3;
-  int nargs = fair ? 8 : enqueue ? 9 : 6;
+  int nargs = extra ? extra : fair ? 8 : enqueue ? 9 : 6;
   return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, nkeys,
                             keys, nargs, args);
 }
@@ -192,9 +222,12 @@ static int attempt_result(acq_op *o) {
  * where a release hands it the lock. */
 static void wait_channels(const dl_lock_ref *l, const char *owner, char *ch,
                           char *gch) {
-  if (is_rw(l)) RW_CHANNEL(l, ch);
-  else if (l->kind == DL_KIND_FAIR) owner_channel(ch, l, owner);
-  else CHANNEL(l, ch);
+  if (is_rw(l))
+    RW_CHANNEL(l, ch);
+  else if (l->kind == DL_KIND_FAIR)
+    owner_channel(ch, l, owner);
+  else
+    CHANNEL(l, ch);
   if (l->kind == DL_KIND_LOCK) owner_channel(gch, l, owner);
 }
 
@@ -223,14 +256,14 @@ static void acq_init(acq_op *o, dl_redis *R, dl_acquire *a) {
   /* Every request, leaving the wait included, is answered by one command
    * timeout after the deadline at the latest. */
   int64_t deadline = a->deadline;
-  o->end = deadline == INT64_MAX
-               ? 0
-               : (deadline > o->start ? deadline : o->start) +
-                     R->env.command_timeout_ms;
+  o->end = deadline == INT64_MAX ? 0
+                                 : (deadline > o->start ? deadline : o->start) +
+                                       R->env.command_timeout_ms;
   /* A plain lock's waiter joins the hand-off queue only once it can hear
    * its grant channel (not when polling, nor without a subscription). */
   o->grants = a->lock->kind == DL_KIND_LOCK;
   o->left = true;
+  dl_backoff_init(&o->poll);
 }
 
 /* Runs the acquire from where it stands until it waits on a step
@@ -248,7 +281,8 @@ static int acq_step(acq_op *o) {
     case ACQ_FIRST:
       o->rc = attempt_result(o);
       if (o->rc == 0 && o->queued) o->queued_sent = o->sent;
-      if (o->rc == 0 && a->wait) atomic_fetch_or(l->hint, HINT_CONTENDED);
+      if (o->rc == 0 && a->wait)
+        atomic_fetch_or(l->hint, HINT_CONTENDED);
       else if (o->rc > 0 && contended(l))
         atomic_fetch_and(l->hint, ~HINT_CONTENDED);
       if (o->rc != 0 || !a->wait) {
@@ -304,7 +338,7 @@ static int acq_step(acq_op *o) {
       o->rc = attempt_result(o);
       if (o->rc == 0 && o->queued) o->queued_sent = o->sent;
       if (o->rc != 0) goto out;
-    doze: {
+    doze : {
       /* Free, but reserved for a starving thread of this process that the
        * unlock message did not wake: wake it (and the others asleep). */
       if (o->reserved) ops->sub_kick(R->link, o->sub);
@@ -325,8 +359,7 @@ static int acq_step(acq_op *o) {
        * reservation. */
       if (o->starving && now + RESERVE_MS / 3 < until)
         until = now + RESERVE_MS / 3;
-      if (!o->starving && !o->queued && o->grants &&
-          R->env.starvation_ms > 0 &&
+      if (!o->starving && !o->queued && o->grants && R->env.starvation_ms > 0 &&
           o->start + R->env.starvation_ms + 1 < until)
         until = o->start + R->env.starvation_ms + 1;
       /* A queued waiter proves it is alive, and renews the lease it will
@@ -334,9 +367,16 @@ static int acq_step(acq_op *o) {
        * last attempt). */
       if (o->queued && o->sent + grant_beat(o, o->sent) < until)
         until = o->sent + grant_beat(o, o->sent);
+      /* A plain string lock may be freed by a peer without a message. */
+      if (l->kind == DL_KIND_PLAIN) {
+        int64_t max = R->env.backoff_max_ms > 0 ? R->env.backoff_max_ms
+                                                : PLAIN_POLL_MAX_MS;
+        int64_t at = now + dl_backoff_next(&o->poll, max);
+        if (at < until) until = at;
+      }
       o->st = ACQ_WAITED;
-      if (dl_redis_step_sub_wait(R, &o->p, o->sub, until, o->start,
-                                 o->grant) == DL_PENDING)
+      if (dl_redis_step_sub_wait(R, &o->p, o->sub, until, o->start, o->grant) ==
+          DL_PENDING)
         return DL_PENDING;
       continue;
     }
@@ -377,13 +417,14 @@ static int acq_step(acq_op *o) {
       if (o->p.rc == 0) {
         /* Handed over as we gave up (the grant is in flight or was lost):
          * give it back rather than leave it held until its lease ends. */
-        bool handed = o->p.reply->type == REDIS_REPLY_INTEGER &&
-                      o->p.reply->integer == 1;
+        bool handed =
+            o->p.reply->type == REDIS_REPLY_INTEGER && o->p.reply->integer == 1;
         drop_reply(o);
         o->left = true;
         if (handed) {
           o->st = ACQ_GIVEN;
-          if (dl_rlock_rel_start(&o->rel, R, l, a->lease_ms, 1, o->end) == DL_PENDING)
+          if (dl_rlock_rel_start(&o->rel, R, l, a->lease_ms, 1, o->end) ==
+              DL_PENDING)
             return DL_PENDING;
         }
       }
@@ -455,12 +496,10 @@ static int acq_start(acq_op *o) {
   /* A fair lock's one-shot try does not join the queue (as Redisson's
    * tryLock() without a wait). */
   bool fair = l->kind == DL_KIND_FAIR;
-  if (attempt_send(o, ACQ_FIRST, (fair && a->wait) || o->queued) ==
-      DL_PENDING)
+  if (attempt_send(o, ACQ_FIRST, (fair && a->wait) || o->queued) == DL_PENDING)
     return DL_PENDING;
   return acq_step(o);
 }
-
 
 int dl_redis_lock_acquire(dl_backend *b, dl_acquire *a) {
   dl_redis *R = (dl_redis *)b;
@@ -468,7 +507,15 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *a) {
   if (rc != 0) return rc;
   acq_op o;
   acq_init(&o, R, a);
-  return acq_start(&o);
+  rc = acq_start(&o);
+  if (rc != 1 || R->min_replicas <= 0) return rc;
+  /* Replica acknowledgement: a hold the replicas did not get in time could
+   * vanish in a failover, so it is given back (one count: a re-entry keeps
+   * the holds before it) and reported apart from "locked". */
+  int ack = dl_redis_replicate(R, "acquire", " (the lock was given back)");
+  if (ack == 0) return rc;
+  dl_rlock_release_now(R, a->lock, a->lease_ms, 1);
+  return ack;
 }
 
 /* ---- the event-loop driver ---- */
@@ -488,7 +535,8 @@ int dl_redis_lock_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
   int rc = dl_redis_driver_check(R, true);
   if (rc != 0) return rc;
   acq_async *x = malloc(sizeof *x);
-  if (x == NULL) return dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  if (x == NULL)
+    return dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
   acq_init(&x->o, R, a);
   dl_shell_init(&x->sh, R, done, ud, acq_async_step, &x->o.p);
   dl_shell_bind(&x->sh, &x->o.rel.p);

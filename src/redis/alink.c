@@ -76,7 +76,8 @@ static int al_command_start(dl_rlink *base, dl_pend *p, int argc,
                             const char **argv) {
   loop_link *L = (loop_link *)base;
   int err = 0;
-  dl_areq *r = dl_aconn_send(L->conn, argc, argv, NULL, 0, on_command, p, &err);
+  dl_areq *r = dl_aconn_send(L->conn, argc, argv, p->lens, 0, on_command, p,
+                             &err);
   if (r == NULL) {
     p->rc = err;
     return 0;

@@ -79,6 +79,7 @@ static void on_deadline(void *ud) {
  * r freed (its callback never runs). */
 static int enqueue(dl_aconn *c, dl_areq *r, int64_t deadline) {
   int rc = 0;
+  dl_aconn_check_moved(c);
   if (c->closed) rc = DLOCK_ECLOSED;
   else if (c->state == A_DOWN && dl_now_ms() < c->next_connect_ms)
     rc = dl_seterr(c->cfg->err_owner, c->last_err ? c->last_err

@@ -44,6 +44,7 @@ struct dl_asub {
   bool heard;           /* something was read since the last tick */
   bool ping_sent;
   bool broken; /* a command could not be queued: reconnect */
+  dl_timer moved_timer; /* Sentinel, while up: a failover moves it */
 };
 
 static void link_all(dl_asub *s, dl_asub_req *r) {
@@ -161,6 +162,7 @@ static void push_up(void *ud) {
   s->ping_sent = false;
   s->broken = false;
   dl_timer_start(s->lp, &s->ping_timer, dl_now_ms() + DL_SUBS_IDLE_PING_MS);
+  if (s->cfg->watch) dl_timer_start(s->lp, &s->moved_timer, dl_now_ms() + 250);
   dl_subs_connected(&s->t);
 }
 
@@ -174,6 +176,7 @@ static void push_reply(void *ud, redisReply *r) {
 static void push_down(void *ud) {
   dl_asub *s = ud;
   dl_timer_stop(s->lp, &s->ping_timer);
+  dl_timer_stop(s->lp, &s->moved_timer);
   dl_subs_disconnected(&s->t);
 }
 
@@ -198,6 +201,15 @@ static void on_ping(void *ud) {
     s->ping_sent = true;
   }
   dl_timer_start(s->lp, &s->ping_timer, dl_now_ms() + DL_SUBS_IDLE_PING_MS);
+}
+
+/* Sentinel: after a failover the old master may still be up, and its
+ * messages would never come: the subscriber moves (looked at every
+ * quarter second; push_down, then push_up on the new master). */
+static void on_moved(void *ud) {
+  dl_asub *s = ud;
+  dl_timer_start(s->lp, &s->moved_timer, dl_now_ms() + 250);
+  dl_aconn_check_moved(s->c);
 }
 
 /* Unsubscribes what lingered long enough; again while some still do. */
@@ -231,6 +243,7 @@ int dl_asub_new(dl_loop *lp, const dl_conn_config *cfg, dl_asub **out) {
   dl_aconn_set_push(s->c, &push);
   dl_timer_init(&s->sweep_timer, on_sweep, s);
   dl_timer_init(&s->ping_timer, on_ping, s);
+  dl_timer_init(&s->moved_timer, on_moved, s);
   *out = s;
   return 0;
 }
@@ -240,6 +253,7 @@ void dl_asub_free(dl_asub *s) {
   dl_aconn_free(s->c); /* no hook runs from here on */
   dl_timer_stop(s->lp, &s->sweep_timer);
   dl_timer_stop(s->lp, &s->ping_timer);
+  dl_timer_stop(s->lp, &s->moved_timer);
   while (s->all) {
     dl_asub_req *r = s->all;
     detach(s, r);

@@ -44,8 +44,8 @@ int dl_redis_step_eval(dl_redis *r, dl_pend *p, int64_t until, int script,
   p->step = DL_STEP_EVAL;
   p->pending = false;
   if (ops->eval_start)
-    return started(p, ops->eval_start(r->link, p, until, script, nkeys,
-                                        keys, nargs, args));
+    return started(p, ops->eval_start(r->link, p, until, script, nkeys, keys,
+                                      nargs, args));
   if (until != 0 && dl_now_ms() >= until) {
     p->rc = dl_seterr(r->env.err_owner, DLOCK_ETIMEDOUT,
                       "no time left for the request");
@@ -65,8 +65,7 @@ int dl_redis_step_sub_ref(dl_redis *r, dl_pend *p, const char *channel,
   p->pending = false;
   p->sub = NULL;
   if (ops->sub_ref_start)
-    return started(p, ops->sub_ref_start(r->link, p, channel, mode,
-                                           deadline));
+    return started(p, ops->sub_ref_start(r->link, p, channel, mode, deadline));
   p->sub = ops->sub_ref(r->link, channel, mode, deadline);
   p->rc = 0;
   return 0;
@@ -78,8 +77,7 @@ int dl_redis_step_sub_wait(dl_redis *r, dl_pend *p, dl_sub *s, int64_t until,
   p->step = DL_STEP_SUB_WAIT;
   p->pending = false;
   if (ops->sub_wait_start)
-    return started(p, ops->sub_wait_start(r->link, p, s, until, since,
-                                            grant));
+    return started(p, ops->sub_wait_start(r->link, p, s, until, since, grant));
   p->rc = ops->sub_wait(r->link, s, until, since, grant);
   return 0;
 }
@@ -88,8 +86,7 @@ int dl_redis_step_pause(dl_redis *r, dl_pend *p, int64_t until) {
   const dl_rlink_ops *ops = r->link->ops;
   p->step = DL_STEP_PAUSE;
   p->pending = false;
-  if (ops->pause_start)
-    return started(p, ops->pause_start(r->link, p, until));
+  if (ops->pause_start) return started(p, ops->pause_start(r->link, p, until));
   dl_sleep_ms(until - dl_now_ms());
   p->rc = 0;
   return 0;
@@ -200,8 +197,8 @@ int dl_redis_wait_step(dl_waiter *w) {
       if (w->rc != 0 || !w->wait) goto out;
       if (w->tries == 1) {
         w->st = W_SUBBED;
-        if (dl_redis_step_sub_ref(r, &w->p, w->channel, w->mode,
-                                  w->deadline) == DL_PENDING)
+        if (dl_redis_step_sub_ref(r, &w->p, w->channel, w->mode, w->deadline) ==
+            DL_PENDING)
           return DL_PENDING;
         continue;
       }
@@ -248,9 +245,30 @@ int dl_redis_step_command(dl_redis *r, dl_pend *p, int argc,
   p->reply = NULL;
   p->step = DL_STEP_COMMAND;
   p->pending = false;
+  p->lens = NULL;
   if (ops->command_start)
     return started(p, ops->command_start(r->link, p, argc, argv));
   p->rc = ops->command(r->link, argc, argv, &p->reply);
+  return 0;
+}
+
+int dl_redis_step_command_bin(dl_redis *r, dl_pend *p, int argc,
+                              const char **argv, const size_t *lens) {
+  const dl_rlink_ops *ops = r->link->ops;
+  p->reply = NULL;
+  p->step = DL_STEP_COMMAND;
+  p->pending = false;
+  if (ops->command_start) {
+    p->lens = lens; /* the loop link writes the command within the start */
+    int rc = ops->command_start(r->link, p, argc, argv);
+    p->lens = NULL;
+    return started(p, rc);
+  }
+  p->lens = NULL;
+  p->rc = ops->command_bin
+              ? ops->command_bin(r->link, argc, argv, lens, &p->reply)
+              : dl_seterr(r->env.err_owner, DLOCK_ENOTSUP,
+                          "this link has no binary commands");
   return 0;
 }
 
@@ -359,8 +377,25 @@ static int job_parse(renew_job *j, int failed) {
   return failed;
 }
 
-static int rb_renew(dl_backend *base, int64_t deadline, int64_t lease_ms,
-                    int n, dl_renew_item *items, int *calls) {
+int dl_redis_replicate(dl_redis *R, const char *what, const char *then) {
+  if (R->min_replicas <= 0) return 0;
+  const dl_rlink_ops *ops = R->link->ops;
+  if (ops->replicate == NULL)
+    return dl_seterr(R->env.err_owner, DLOCK_ENOTSUP,
+                     "replica "
+                     "acknowledgement is not supported by this link");
+  int n = ops->replicate(R->link, R->min_replicas, R->replicas_timeout_ms);
+  if (n < 0) return n;
+  if (n < R->min_replicas)
+    return dl_seterr(R->env.err_owner, DLOCK_ENOTACKED,
+                     "%s: %d of %d "
+                     "replicas acknowledged within %d ms%s",
+                     what, n, R->min_replicas, R->replicas_timeout_ms, then);
+  return 0;
+}
+
+static int rb_renew(dl_backend *base, int64_t deadline, int64_t lease_ms, int n,
+                    dl_renew_item *items, int *calls) {
   dl_redis *r = (dl_redis *)base;
   *calls = 0;
   if (n <= 0) return 0;
@@ -374,6 +409,10 @@ static int rb_renew(dl_backend *base, int64_t deadline, int64_t lease_ms,
     failed = job_parse(&j, failed);
   }
   job_free(&j);
+  /* The renewed leases reach the replicas, as far as WAIT can tell; a
+   * shortfall changes nothing here (the holds are renewed on the master),
+   * the next round waits again. */
+  if (failed == 0) (void)dl_redis_replicate(r, "renewal", "");
   return failed;
 }
 
@@ -396,23 +435,29 @@ static int renew_async_step(dl_shell *sh) {
   }
   int rc = job_parse(&x->j, 0);
   job_free(&x->j);
-  free(x->p);
   return rc;
 }
 
-static int rb_renew_async(dl_backend *base, int64_t deadline,
-                          int64_t lease_ms, int n, dl_renew_item *items,
-                          int *calls, dl_done_fn done, void *ud,
-                          dl_async **op) {
+/* The steps go last: the shell may still use one to deliver the result. */
+static void renew_async_finish(dl_shell *sh, int *rc) {
+  (void)rc;
+  free(((renew_async *)sh)->p);
+}
+
+static int rb_renew_async(dl_backend *base, int64_t deadline, int64_t lease_ms,
+                          int n, dl_renew_item *items, int *calls,
+                          dl_done_fn done, void *ud, dl_async **op) {
   dl_redis *r = (dl_redis *)base;
   *op = NULL;
   *calls = 0;
   int rc = dl_redis_driver_check(r, true);
   if (rc != 0) return rc;
   renew_async *x = calloc(1, sizeof *x);
-  if (x == NULL) return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  if (x == NULL)
+    return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
   rc = n > 0 ? job_prepare(&x->j, r, lease_ms, n, items) : 0;
-  if (rc == 0 && n > 0 && (x->p = calloc((size_t)x->j.nb, sizeof *x->p)) == NULL)
+  if (rc == 0 && n > 0 &&
+      (x->p = calloc((size_t)x->j.nb, sizeof *x->p)) == NULL)
     rc = dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
   if (rc != 0 || n <= 0) {
     job_free(&x->j);
@@ -420,17 +465,19 @@ static int rb_renew_async(dl_backend *base, int64_t deadline,
     return rc ? rc : DLOCK_EINVAL;
   }
   dl_shell_init(&x->sh, r, done, ud, renew_async_step, &x->p[0]);
-  x->left = x->j.nb;
-  int last = DL_PENDING;
+  x->sh.finish = renew_async_finish;
+  /* One for the starts, one per script answered later: a script refused
+   * at once (the link down, in its reconnect backoff) is answered now. */
+  x->left = 1;
   for (int b = 0; b < x->j.nb; b++) {
     if (b > 0) dl_shell_bind(&x->sh, &x->p[b]);
-    /* An event-loop link always answers later (DL_PENDING). */
-    last = dl_redis_step_eval(r, &x->p[b], deadline, DL_SCRIPT_LOCK_RENEW,
-                              x->j.nkeys[b], x->j.kp[b], x->j.nargs[b],
-                              x->j.ap[b]);
+    if (dl_redis_step_eval(r, &x->p[b], deadline, DL_SCRIPT_LOCK_RENEW,
+                           x->j.nkeys[b], x->j.kp[b], x->j.nargs[b],
+                           x->j.ap[b]) == DL_PENDING)
+      x->left++;
   }
   *calls = x->j.nb;
-  return dl_shell_start(&x->sh, last, op);
+  return dl_shell_start(&x->sh, renew_async_step(&x->sh), op);
 }
 
 /* A notice names a Redis key; a permit's hold is on its semaphore's name,
@@ -458,7 +505,8 @@ static int rb_watch_losses(dl_backend *base, dl_notice_fn fn, void *ud) {
   dl_redis *r = (dl_redis *)base;
   if (r->link->ops->watch_losses == NULL) return 0;
   notice_ctx *n = malloc(sizeof *n);
-  if (n == NULL) return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  if (n == NULL)
+    return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
   n->fn = fn;
   n->ud = ud;
   free(r->notice); /* one watcher: the client's */
@@ -476,11 +524,14 @@ static void rb_free(dl_backend *base) {
   dl_redis *r = (dl_redis *)base;
   if (r == NULL) return;
   if (r->link) r->link->ops->free(r->link);
+  dl_sentinel_watch_stop(&r->cfg);
   free(r->notice);
   dl_tls_ctx_free(r->cfg.tls);
   dl_endpoint_clear(&r->cfg.ep);
   free((char *)r->cfg.server_name);
   free((char *)r->cfg.client_name);
+  free((char *)r->cfg.sentinel_username);
+  free((char *)r->cfg.sentinel_password);
   free(r);
 }
 
@@ -506,6 +557,9 @@ static const dl_backend_ops redis_ops = {
     .lock_query_async = dl_redis_lock_query_async,
     .inspect_async = dl_redis_inspect_async,
     .scan_async = dl_redis_scan_async,
+    .lock_fence_async = dl_redis_lock_fence_async,
+    .queue = dl_redis_queue,
+    .queue_async = dl_redis_queue_async,
     .cancel = dl_redis_cancel,
     .renew = rb_renew,
     .renew_async = rb_renew_async,
@@ -551,8 +605,11 @@ static char *copy_opt(const char *s, bool *oom) {
   return c;
 }
 
-int dl_redis_backend_new(const dlock_client_options *opts,
-                         const dl_backend_env *env, dl_backend **out) {
+/* The backend for opts->url: its link the single one (blocking), the
+ * event loop's (env->loop), or, for a part of a composite (part), a gather
+ * link when blocking. */
+static int backend_new(const dlock_client_options *opts,
+                       const dl_backend_env *env, bool part, dl_backend **out) {
   *out = NULL;
   dl_redis *r = redis_new(env);
   if (r == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
@@ -578,9 +635,33 @@ int dl_redis_backend_new(const dlock_client_options *opts,
   }
   cfg->client_name = copy_opt(opts->client_name, &oom);
   cfg->server_name = copy_opt(opts->tls_server_name, &oom);
+  if (cfg->ep.master_name) {
+    /* The sentinels' credentials: the options, else the environment
+     * (never the URL, which is printed). */
+    const char *su = opts->sentinel_username, *sp = opts->sentinel_password;
+    if (sp == NULL) {
+      sp = getenv("DLOCK_SENTINEL_PASSWORD");
+      if (su == NULL) su = getenv("DLOCK_SENTINEL_USERNAME");
+    }
+    if (sp && *sp == '\0') sp = NULL;
+    cfg->sentinel_username = sp ? copy_opt(su, &oom) : NULL;
+    cfg->sentinel_password = copy_opt(sp, &oom);
+  }
   if (oom) {
     rb_free(&r->base);
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  }
+  r->min_replicas = opts->min_replicas_acked;
+  r->replicas_timeout_ms =
+      opts->replicas_timeout_ms > 0 ? opts->replicas_timeout_ms : 1000;
+  if (r->min_replicas > 0 && (r->env.loop || part)) {
+    rb_free(&r->base);
+    return dl_seterr(NULL, DLOCK_ENOTSUP,
+                     "min_replicas_acked is not yet "
+                     "supported by %s",
+                     part ? "redlock:// (its servers run the event-loop "
+                            "driver's operations)"
+                          : "event-loop clients");
   }
   cfg->connect_timeout_ms = opts->connect_timeout_ms;
   cfg->command_timeout_ms = opts->command_timeout_ms;
@@ -588,8 +669,8 @@ int dl_redis_backend_new(const dlock_client_options *opts,
   cfg->reconnect_max_ms = opts->reconnect_max_ms;
   cfg->err_owner = env->err_owner;
   if (cfg->ep.tls) {
-    dl_tls_config tc = {opts->tls_ca_file,  opts->tls_ca_dir,
-                        opts->tls_cert_file, opts->tls_key_file,
+    dl_tls_config tc = {opts->tls_ca_file,     opts->tls_ca_dir,
+                        opts->tls_cert_file,   opts->tls_key_file,
                         opts->tls_server_name, opts->tls_verify};
     rc = dl_tls_ctx_new(&tc, &cfg->tls, msg, sizeof msg);
     if (rc != 0) {
@@ -598,12 +679,30 @@ int dl_redis_backend_new(const dlock_client_options *opts,
       return rc;
     }
   }
-  rc = r->env.loop ? dl_loop_link_new(cfg, &r->env, &r->link)
-                   : dl_single_link_new(cfg, &r->env, opts->connections, &r->link);
+  if (cfg->ep.master_name && dl_sentinel_watch_start(cfg) != 0) {
+    rb_free(&r->base);
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  }
+  if (r->env.loop)
+    rc = dl_loop_link_new(cfg, &r->env, &r->link);
+  else if (part)
+    rc = dl_gather_link_new(cfg, &r->env, &r->link);
+  else
+    rc = dl_single_link_new(cfg, &r->env, opts->connections, &r->link);
   if (rc != 0) {
     rb_free(&r->base);
     return rc;
   }
   *out = &r->base;
   return 0;
+}
+
+int dl_redis_backend_new(const dlock_client_options *opts,
+                         const dl_backend_env *env, dl_backend **out) {
+  return backend_new(opts, env, false, out);
+}
+
+int dl_redis_part_new(const dlock_client_options *opts,
+                      const dl_backend_env *env, dl_backend **out) {
+  return backend_new(opts, env, true, out);
 }

@@ -82,6 +82,7 @@ struct dl_conn {
   bool writing, reading;
   int outq_len; /* requests on outq */
   uint64_t batches;
+  unsigned gen; /* dl_target's gen of the connection up now */
 };
 
 static void hold_put(iohold *h) {
@@ -178,8 +179,11 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
     char msg[256] = "";
     dl_io *io = NULL;
     int64_t cdl = dl_now_ms() + c->cfg->connect_timeout_ms;
-    int rc = dl_io_connect(&c->cfg->ep, c->cfg->tls, c->cfg->server_name, cdl,
-                           &io, msg, sizeof msg);
+    dl_target t;
+    int rc = dl_conn_target(c->cfg, cdl, &t, msg, sizeof msg);
+    if (rc == 0)
+      rc = dl_io_connect(&t.ep, c->cfg->tls, c->cfg->server_name, cdl, &io,
+                         msg, sizeof msg);
     if (rc == 0) rc = dl_conn_handshake(io, c->cfg, cdl, msg, sizeof msg);
     iohold *h = NULL;
     if (rc == 0) {
@@ -198,6 +202,7 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
       h->io = io;
       h->refs = 1;
       c->cur = h;
+      c->gen = t.gen;
       c->state = CONN_UP;
       c->backoff_ms = c->cfg->reconnect_min_ms;
     } else {
@@ -212,6 +217,12 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
     pthread_cond_broadcast(&c->state_cv);
     if (rc != 0) return conn_err(c, rc, msg);
   }
+}
+
+void dl_conn_drop(dl_conn *c, int err, const char *why) {
+  pthread_mutex_lock(&c->mu);
+  conn_fail(c, err, why);
+  pthread_mutex_unlock(&c->mu);
 }
 
 int dl_conn_connect(dl_conn *c) {
@@ -384,6 +395,10 @@ dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
   atomic_init(&r->refs, 2);
   int64_t deadline = dl_now_ms() + c->cfg->command_timeout_ms;
   pthread_mutex_lock(&c->mu);
+  /* A failover since this connection was made: it may lead to the old
+   * master; what is in flight there fails, this goes to the new one. */
+  if (c->state == CONN_UP && dl_target_moved(c->cfg, c->gen))
+    conn_fail(c, DLOCK_ECONNLOST, "the master moved (Sentinel failover)");
   int rc = ensure_up(c, deadline);
   if (rc != 0) {
     pthread_mutex_unlock(&c->mu);

@@ -56,7 +56,7 @@ static int inspect_send(dl_reqop *x) {
 
 /* Fills st from the snapshot script's reply r (freed). */
 static int inspect_fill(dl_redis *R, redisReply *r, dlock_lock_state *st) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 8 ||
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 9 ||
       r->element[0]->type != REDIS_REPLY_ARRAY ||
       r->element[1]->type != REDIS_REPLY_INTEGER) {
     freeReplyObject(r);
@@ -114,6 +114,16 @@ static int inspect_fill(dl_redis *R, redisReply *r, dlock_lock_state *st) {
     st->permits_taken = (int)r->element[6]->integer;
   if (r->element[2]->type == REDIS_REPLY_STRING)
     st->token = strtoull(r->element[2]->str, NULL, 10);
+  /* A plain string lock: a string with a lease that is not a number (its
+   * value is the holder's token; there is no count on the wire). */
+  if (r->element[8]->type == REDIS_REPLY_STRING && st->ttl_ms >= 0 &&
+      strcmp(st->type, "string") == 0) {
+    st->plain = 1;
+    st->held = 1;
+    st->holders = 1;
+    st->hold_count = 1;
+    snprintf(st->owner, sizeof st->owner, "%s", r->element[8]->str);
+  }
   freeReplyObject(r);
   return 0;
 }
@@ -166,13 +176,15 @@ typedef struct scan_req {
   dlock_scan_cb cb;
   void *cb_ud;
   int found;
+  int type; /* 0 hashes (the hash locks), 1 strings (plain string locks;
+               most strings are not, dlock_lock_inspect tells) */
   char cursor[32];
 } scan_req;
 
 static int scan_send(dl_reqop *x) {
   scan_req *q = (scan_req *)x;
   const char *argv[] = {"SCAN", q->cursor, "MATCH", q->match, "COUNT", "500",
-                        "TYPE", "hash"};
+                        "TYPE", q->type ? "string" : "hash"};
   return dl_redis_step_command(x->R, &x->p, 8, argv);
 }
 
@@ -197,7 +209,12 @@ static int scan_result(dl_reqop *x) {
     if (q->cb(k->str + q->prefix_len, q->cb_ud) != 0) stop = true;
   }
   freeReplyObject(r);
-  return stop || strcmp(q->cursor, "0") == 0 ? q->found : DL_REQOP_MORE;
+  if (stop) return q->found;
+  if (strcmp(q->cursor, "0") == 0) {
+    if (q->type == 1) return q->found;
+    q->type = 1; /* then the strings */
+  }
+  return DL_REQOP_MORE;
 }
 
 static int scan_run(dl_backend *b, const char *match, size_t prefix_len,

@@ -22,6 +22,18 @@ static dl_conn *pick(single_link *b) {
   return b->conns[atomic_fetch_add(&b->next, 1) % (unsigned)b->nconn];
 }
 
+/* EVAL with the script's body, for a NOSCRIPT reply. */
+static int send_body(dl_conn *conn, int script, int nkeys,
+                     const char *const *keys, int nargs,
+                     const char *const *args, redisReply **reply) {
+  dl_evargv v;
+  int argc = dl_evargv_build(script, true, nkeys, keys, nargs, args, &v);
+  if (argc < 0) return DLOCK_ENOMEM;
+  int rc = dl_conn_call(conn, argc, v.argv, v.lens, reply);
+  dl_evargv_free(&v);
+  return rc;
+}
+
 static int rb_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
                         const int *nkeys,
                         const char *const *const *keys, const int *nargs,
@@ -49,7 +61,7 @@ static int rb_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
     reqs[i] = dl_conn_send(conn, argc, v.argv, v.lens, ping_first, &errs[i]);
     dl_evargv_free(&v);
   }
-  int first_err = 0;
+  bool readonly = false;
   for (int i = 0; i < n; i++) {
     if (reqs[i] != NULL)
       errs[i] = dl_req_wait(conn, reqs[i], deadline, &replies[i]);
@@ -58,15 +70,42 @@ static int rb_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
        * again for everyone. */
       freeReplyObject(replies[i]);
       replies[i] = NULL;
+      errs[i] = send_body(conn, script, nkeys[i], keys[i], nargs[i], args[i],
+                          &replies[i]);
+    }
+    if (errs[i] == 0 && b->cfg->ep.master_name && dl_reply_readonly(replies[i]))
+      readonly = true;
+  }
+  /* Sentinel: the server turned replica (a failover this client did not
+   * hear of). The scripts it refused wrote nothing (a replica refuses a
+   * script's first write), so they go once more, to the master the
+   * sentinels name now. */
+  if (readonly) {
+    dl_conn_drop(conn, DLOCK_ECONNLOST, "the server is a replica now "
+                 "(READONLY): reconnecting to the master");
+    for (int i = 0; i < n; i++) {
+      if (errs[i] != 0 || !dl_reply_readonly(replies[i])) continue;
+      freeReplyObject(replies[i]);
+      replies[i] = NULL;
       dl_evargv v;
-      int argc = dl_evargv_build(script, true, nkeys[i], keys[i], nargs[i], args[i],
-                            &v);
-      if (argc < 0) errs[i] = DLOCK_ENOMEM;
-      else {
-        errs[i] = dl_conn_call(conn, argc, v.argv, v.lens, &replies[i]);
-        dl_evargv_free(&v);
+      int argc = dl_evargv_build(script, false, nkeys[i], keys[i], nargs[i],
+                                 args[i], &v);
+      if (argc < 0) {
+        errs[i] = DLOCK_ENOMEM;
+        continue;
+      }
+      errs[i] = dl_conn_call(conn, argc, v.argv, v.lens, &replies[i]);
+      dl_evargv_free(&v);
+      if (errs[i] == 0 && dl_reply_noscript(replies[i])) {
+        freeReplyObject(replies[i]);
+        replies[i] = NULL;
+        errs[i] = send_body(conn, script, nkeys[i], keys[i], nargs[i],
+                            args[i], &replies[i]);
       }
     }
+  }
+  int first_err = 0;
+  for (int i = 0; i < n; i++) {
     if (errs[i] == 0) errs[i] = dl_reply_check(b->env->err_owner, &replies[i]);
     if (errs[i] != 0 && first_err == 0) first_err = errs[i];
   }
@@ -84,14 +123,49 @@ static int rb_eval(dl_rlink *base, int script, int nkeys, const char **keys,
   return rc ? rc : err;
 }
 
+static int rb_command_bin(dl_rlink *base, int argc, const char **argv,
+                          const size_t *lens, redisReply **reply) {
+  single_link *b = (single_link *)base;
+  int rc = dl_conn_call(pick(b), argc, argv, lens, reply);
+  if (rc == 0) rc = dl_reply_check(b->env->err_owner, reply);
+  return rc;
+}
+
 static int rb_command(dl_rlink *base, int argc, const char **argv,
                       redisReply **reply) {
   single_link *b = (single_link *)base;
   size_t lens[16];
   if (argc > 16) return dl_seterr(b->env->err_owner, DLOCK_EINVAL, "too many args");
   for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
-  int rc = dl_conn_call(pick(b), argc, argv, lens, reply);
-  if (rc == 0) rc = dl_reply_check(b->env->err_owner, reply);
+  return rb_command_bin(base, argc, argv, lens, reply);
+}
+
+static int rb_replicate(dl_rlink *base, int n, int timeout_ms) {
+  single_link *b = (single_link *)base;
+  dl_conn *conn = pick(b);
+  char ns[16], ts[16];
+  snprintf(ns, sizeof ns, "%d", n);
+  snprintf(ts, sizeof ts, "%d", timeout_ms);
+  const char *mark[3] = {"PUBLISH", DL_REPLICATE_CHANNEL, ""};
+  const char *wait[3] = {"WAIT", ns, ts};
+  size_t mlen[3] = {7, strlen(DL_REPLICATE_CHANNEL), 0};
+  size_t wlen[3] = {4, strlen(ns), strlen(ts)};
+  int err = 0;
+  dl_req *m = dl_conn_send(conn, 3, mark, mlen, false, &err);
+  if (m == NULL) return err;
+  dl_req *w = dl_conn_send(conn, 3, wait, wlen, false, &err);
+  int64_t deadline = dl_now_ms() + b->env->command_timeout_ms + timeout_ms;
+  redisReply *mr = NULL, *wr = NULL;
+  int rc = dl_req_wait(conn, m, deadline, &mr);
+  if (mr) freeReplyObject(mr);
+  if (w == NULL) return err;
+  int rc2 = dl_req_wait(conn, w, deadline, &wr);
+  if (rc2 == 0) rc2 = dl_reply_check(b->env->err_owner, &wr);
+  if (rc == 0) rc = rc2;
+  if (rc == 0 && wr->type != REDIS_REPLY_INTEGER)
+    rc = dl_seterr(b->env->err_owner, DLOCK_EPROTO, "unexpected reply to WAIT");
+  if (rc == 0) rc = wr->integer > 1000000 ? 1000000 : (int)wr->integer;
+  if (wr) freeReplyObject(wr);
   return rc;
 }
 
@@ -254,6 +328,8 @@ static const dl_rlink_ops single_ops = {
     .eval = rb_eval,
     .eval_many = rb_eval_many,
     .command = rb_command,
+    .replicate = rb_replicate,
+    .command_bin = rb_command_bin,
     .sub_ref = rb_sub_ref,
     .sub_wait = rb_sub_wait,
     .sub_grant = rb_sub_grant,
@@ -264,8 +340,11 @@ static const dl_rlink_ops single_ops = {
     .stats = rb_stats,
 };
 
-int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
-                       int nconn, dl_rlink **out) {
+/* The single link, connected now (so that a wrong URL or password fails
+ * the open) or at its first request (lazy), with a subscriber unless env
+ * says to wait by backoff (or lazy: none). */
+static int single_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                      int nconn, bool lazy, single_link **out) {
   *out = NULL;
   dl_scripts_init();
   single_link *b = calloc(1, sizeof *b);
@@ -283,15 +362,32 @@ int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
     rc = dl_conn_new(cfg, &b->conns[b->nconn]);
     if (rc != 0) break;
   }
-  /* Connect the first now, so that a wrong URL or password fails the open. */
-  if (rc == 0) rc = dl_conn_connect(b->conns[0]);
-  if (rc == 0 && env->backoff_max_ms <= 0) rc = dl_pubsub_new(cfg, &b->pubsub);
+  if (rc == 0 && !lazy) rc = dl_conn_connect(b->conns[0]);
+  if (rc == 0 && !lazy && env->backoff_max_ms <= 0)
+    rc = dl_pubsub_new(cfg, &b->pubsub);
   if (rc != 0) {
     rb_free(&b->base);
     return rc;
   }
-  *out = &b->base;
+  *out = b;
   return 0;
+}
+
+int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                       int nconn, dl_rlink **out) {
+  single_link *b;
+  int rc = single_new(cfg, env, nconn, false, &b);
+  *out = rc == 0 ? &b->base : NULL;
+  return rc;
+}
+
+int dl_single_link_lazy(const dl_conn_config *cfg, const dl_backend_env *env,
+                        dl_rlink **out, dl_conn **conn) {
+  single_link *b;
+  int rc = single_new(cfg, env, 1, true, &b);
+  *out = rc == 0 ? &b->base : NULL;
+  *conn = rc == 0 ? b->conns[0] : NULL;
+  return rc;
 }
 
 /* The single link under a backend made by dl_redis_backend_new, or NULL. */

@@ -57,6 +57,20 @@ static int rel_send(dl_rlock_rel *o) {
     args[3] = keep;
     args[4] = retry;
     nargs = 5;
+  } else if (l->kind == DL_KIND_PLAIN) {
+    /* Compare-and-delete, and the unlock message for dlock's waiters. */
+    script = DL_SCRIPT_LOCK_RELEASE;
+    keys[0] = l->key;
+    keys[1] = CHANNEL(l, ch);
+    keys[2] = latch;
+    nkeys = 3;
+    args[0] = UNLOCK_MESSAGE;
+    args[1] = lease;
+    args[2] = l->owner;
+    args[3] = cnt;
+    args[4] = keep;
+    args[5] = retry;
+    nargs = 6;
   } else {
     /* The fair lock wakes its first waiter; the plain lock hands itself to
      * the first of its hand-off queue. */
@@ -152,14 +166,23 @@ int dl_rlock_rel_step(dl_rlock_rel *o) {
   }
 }
 
+int dl_rlock_release_now(dl_redis *R, const dl_lock_ref *l, int64_t lease_ms,
+                         int count) {
+  dl_rlock_rel o;
+  if (dl_rlock_rel_start(&o, R, l, lease_ms, count, 0) == DL_PENDING) return DLOCK_EINVAL;
+  return dl_rlock_rel_step(&o);
+}
+
 int dl_redis_lock_release(dl_backend *b, const dl_lock_ref *l,
                           int64_t lease_ms, int count) {
   dl_redis *R = (dl_redis *)b;
   int rc = dl_redis_driver_check(R, false);
   if (rc != 0) return rc;
-  dl_rlock_rel o;
-  if (dl_rlock_rel_start(&o, R, l, lease_ms, count, 0) == DL_PENDING) return DLOCK_EINVAL;
-  return dl_rlock_rel_step(&o);
+  rc = dl_rlock_release_now(R, l, lease_ms, count);
+  /* The release reaches the replicas, as far as WAIT can tell; it is done
+   * on the master either way, so a shortfall does not change the result. */
+  if (rc >= 0) (void)dl_redis_replicate(R, "release", "");
+  return rc;
 }
 
 /* ---- force release and queries: one request each (reqop.c) ---- */
@@ -176,7 +199,10 @@ static int force_send(dl_reqop *x) {
   const char *keys[] = {l->key, rw ? RW_CHANNEL(l, f->ch) : CHANNEL(l, f->ch),
                         QUEUE_KEY(l, f->qk)};
   /* A write unlock's "1" wakes every waiter of a read-write lock. */
-  const char *args[] = {rw ? "1" : UNLOCK_MESSAGE, rw ? "rwlock" : "lock",
+  const char *args[] = {rw ? "1" : UNLOCK_MESSAGE,
+                        rw                          ? "rwlock"
+                        : l->kind == DL_KIND_PLAIN ? "plain"
+                                                    : "lock",
                         x->R->env.revoke_channel};
   return dl_redis_step_eval(x->R, &x->p, 0, DL_SCRIPT_LOCK_FORCE_RELEASE,
                             l->kind == DL_KIND_FAIR ? 3 : 2, keys, 3, args);
@@ -217,10 +243,47 @@ int dl_redis_lock_force_release_async(dl_backend *b, const dl_lock_ref *l,
   return force_run(b, l, done, ud, op);
 }
 
+/* Raising the fencing-token counter (lock_fence.lua). */
+typedef struct fence_req {
+  dl_reqop r;
+  const dl_lock_ref *l;
+  char tk[DL_DERIVED_MAX], token[DL_INT_BUF], lease[DL_INT_BUF];
+} fence_req;
+
+static int fence_send(dl_reqop *x) {
+  fence_req *f = (fence_req *)x;
+  const char *keys[] = {TOKEN_KEY(f->l, f->tk)};
+  const char *args[] = {f->token, f->lease};
+  return dl_redis_step_eval(x->R, &x->p, 0, DL_SCRIPT_LOCK_FENCE, 1, keys, 2,
+                            args);
+}
+
+static int fence_result(dl_reqop *x) {
+  redisReply *r = dl_reqop_reply(x);
+  if (r == NULL) return x->p.rc;
+  long long v = 0;
+  return dl_redis_int_reply(x->R, r, 1, 1, &v) == 0 ? 1 : DLOCK_EPROTO;
+}
+
+int dl_redis_lock_fence_async(dl_backend *b, const dl_lock_ref *l,
+                              uint64_t token, int64_t lease_ms,
+                              dl_done_fn done, void *ud, dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  fence_req *x = dl_reqop_new(R, NULL, sizeof *x, true, op, &err, fence_send,
+                              fence_result);
+  if (x == NULL) return err;
+  x->l = l;
+  snprintf(x->token, sizeof x->token, "%llu", (unsigned long long)token);
+  dl_fmt_ll(x->lease, lease_ms);
+  return dl_reqop_run(&x->r, done, ud, op);
+}
+
 typedef struct query_req {
   dl_reqop r;
   const dl_lock_ref *l;
   dl_lock_query q;
+  bool plain; /* a plain string lock's HELD or COUNT: GET, compared */
   long long *v;
   char tk[DL_DERIVED_MAX];
 } query_req;
@@ -230,7 +293,12 @@ static int query_send(dl_reqop *x) {
   const dl_lock_ref *l = q->l;
   const char *argv[3] = {NULL, l->key, l->owner};
   int argc = 2;
-  switch (q->q) {
+  /* A plain string lock's owner holds it while the value is its id (the
+   * wire has no count: the count query answers the same, 1 or 0). */
+  q->plain = l->kind == DL_KIND_PLAIN &&
+             (q->q == DL_QUERY_HELD || q->q == DL_QUERY_COUNT);
+  if (q->plain) argv[0] = "GET";
+  else switch (q->q) {
   case DL_QUERY_LOCKED: argv[0] = "EXISTS"; break;
   case DL_QUERY_HELD: argv[0] = "HEXISTS", argc = 3; break;
   case DL_QUERY_COUNT: argv[0] = "HGET", argc = 3; break;
@@ -252,7 +320,9 @@ static int query_result(dl_reqop *x) {
   dl_redis *R = x->R;
   long long *out = q->v;
   int rc = 0;
-  if (r->type == REDIS_REPLY_INTEGER) *out = r->integer;
+  if (q->plain && (r->type == REDIS_REPLY_NIL || r->type == REDIS_REPLY_STRING))
+    *out = r->type == REDIS_REPLY_STRING && strcmp(r->str, q->l->owner) == 0;
+  else if (r->type == REDIS_REPLY_INTEGER) *out = r->integer;
   else if (r->type == REDIS_REPLY_NIL) *out = q->q == DL_QUERY_TTL ? -2 : 0;
   else if (r->type == REDIS_REPLY_STRING) {
     char *end;

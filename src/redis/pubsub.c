@@ -52,6 +52,7 @@ struct dl_pubsub {
   bool started;
   dl_io *io; /* written under mu; read and closed by the thread */
   bool stop;
+  unsigned gen; /* dl_target's gen of the connection (the thread's) */
   dl_subs t; /* up while io is set */
   uint64_t direct; /* wake-ups read by the sleeper they woke */
   /* The reader role (the file's header comment). */
@@ -183,6 +184,11 @@ void dl_pubsub_feed(dl_pubsub *p, redisReply *r) {
 static int read_some(dl_pubsub *p, dl_io *io, int64_t until) {
   if (p->quiet_since + DL_SUBS_IDLE_PING_MS < until)
     until = p->quiet_since + DL_SUBS_IDLE_PING_MS;
+  /* Sentinel: after a failover the old master may still be up; its
+   * messages would never come, so the subscriber moves (looked at every
+   * quarter second). */
+  if (dl_target_moved(p->cfg, p->gen)) return DLOCK_ECONNLOST;
+  if (p->cfg->watch && until > dl_now_ms() + 250) until = dl_now_ms() + 250;
   pthread_mutex_unlock(&p->mu);
   int n = dl_io_read_bell(io, p->buf, BUF_SIZE, until, p->bell[0]);
   pthread_mutex_lock(&p->mu);
@@ -307,8 +313,11 @@ static void *run(void *arg) {
     char msg[256];
     dl_io *io = NULL;
     int64_t dl = dl_now_ms() + p->cfg->connect_timeout_ms;
-    int rc = dl_io_connect(&p->cfg->ep, p->cfg->tls, p->cfg->server_name, dl,
-                           &io, msg, sizeof msg);
+    dl_target t;
+    int rc = dl_conn_target(p->cfg, dl, &t, msg, sizeof msg);
+    if (rc == 0)
+      rc = dl_io_connect(&t.ep, p->cfg->tls, p->cfg->server_name, dl, &io,
+                         msg, sizeof msg);
     if (rc == 0) rc = dl_conn_handshake(io, p->cfg, dl, msg, sizeof msg);
     redisReader *rd = rc == 0 ? redisReaderCreate() : NULL;
     if (rc == 0 && rd == NULL) rc = DLOCK_ENOMEM;
@@ -331,6 +340,7 @@ static void *run(void *arg) {
     backoff = p->cfg->reconnect_min_ms;
     p->io = io;
     p->rd = rd;
+    p->gen = t.gen;
     p->quiet_since = dl_now_ms();
     p->ping_sent = false;
     dl_subs_connected(&p->t);

@@ -24,13 +24,50 @@ typedef struct dl_conn_config {
   int command_timeout_ms;
   int reconnect_min_ms, reconnect_max_ms;
   const struct dlock_client *err_owner; /* where dl_seterr records details */
+  /* Sentinel (ep.master_name set): the sentinels' own credentials, and
+   * the watch that hears of failovers (NULL until it runs). */
+  const char *sentinel_username, *sentinel_password;
+  struct dl_sentinel_watch *watch;
 } dl_conn_config;
+
+/* ---- redis/sentinel.c: where a connection connects to ----
+ * The endpoint resolver, asked before each connect by both drivers'
+ * connections and the subscriber: for a single server cfg->ep itself; for
+ * Sentinel (cfg->ep.master_name) the master that a sentinel names (asking
+ * the sentinels in turn until one names a server whose ROLE is master).
+ * Every connect asks again, so a connection lost in a failover comes back
+ * to the new master. Blocks up to the deadline (also on an event loop's
+ * thread, as name resolution does). */
+typedef struct dl_target {
+  dl_endpoint ep; /* borrows cfg->ep's strings; host points into hostbuf */
+  char hostbuf[256];
+  unsigned gen; /* the failovers heard of before it was resolved */
+} dl_target;
+/* Fills *t. Returns 0, or a negative code with err set (DLOCK_ECONNECT:
+ * no sentinel answered, or none knows the master's name; the detail says
+ * which sentinel said what). Thread-safe. */
+int dl_conn_target(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
+                   char *err, size_t errlen);
+/* Whether a failover was heard of since a connection resolved with gen
+ * (then the connection is dropped before its next request: it may lead to
+ * the old master, which still takes writes until Sentinel demotes it).
+ * False for a single server. Thread-safe. */
+bool dl_target_moved(const dl_conn_config *cfg, unsigned gen);
+/* Sentinel: starts the watch of cfg (a thread subscribed to +switch-master
+ * on one sentinel after the other) and sets cfg->watch. Returns 0 or
+ * DLOCK_ENOMEM. */
+int dl_sentinel_watch_start(dl_conn_config *cfg);
+/* Stops and frees cfg->watch (NULL: nothing). */
+void dl_sentinel_watch_stop(dl_conn_config *cfg);
 
 /* Connection that reconnects on demand; `cfg` must outlive it. */
 int dl_conn_new(const dl_conn_config *cfg, dl_conn **out);
 /* Connects now; returns 0 or a negative code (detail recorded). */
 int dl_conn_connect(dl_conn *c);
 void dl_conn_free(dl_conn *c);
+/* Closes the connection now: what is in flight on it fails with err (why
+ * its detail); the next request reconnects (asking the resolver again). */
+void dl_conn_drop(dl_conn *c, int err, const char *why);
 
 /* Queues a command (argv copied) and writes it, pipelined with other
  * threads' commands. `ping_first`: a PING goes just ahead of it, in the same
@@ -101,6 +138,9 @@ typedef struct dl_pend {
   int step;                 /* which (DL_STEP_*), set by dl_redis_step_* */
   void *op;                 /* the operation's, for resume */
   bool pending;             /* started, not yet resumed */
+  /* A command step's argument lengths (dl_redis_step_command_bin), or
+   * NULL: each argument a C string. Borrowed until the step is sent. */
+  const size_t *lens;
 } dl_pend;
 enum { DL_STEP_EVAL, DL_STEP_COMMAND, DL_STEP_SUB_REF, DL_STEP_SUB_WAIT,
        DL_STEP_PAUSE };
@@ -125,6 +165,17 @@ typedef struct dl_rlink_ops {
                    struct redisReply **replies, int *errs);
   int (*command)(dl_rlink *b, int argc, const char **argv,
                  struct redisReply **reply);
+  /* Replica acknowledgement: waits up to timeout_ms until n replicas have
+   * every write this client made before the call (a marker PUBLISH on
+   * DL_REPLICATE_CHANNEL, then WAIT, on one connection: WAIT counts that
+   * connection's writes, and the replication stream is one order). Returns
+   * the replicas that acknowledged (>= 0), or a negative code. NULL in a
+   * link that cannot (the event-loop link, for now). */
+  int (*replicate)(dl_rlink *b, int n, int timeout_ms);
+  /* As command, with each argument's length (binary-safe: a queue's
+   * values); NULL in a link that has none (DLOCK_ENOTSUP then). */
+  int (*command_bin)(dl_rlink *b, int argc, const char **argv,
+                     const size_t *lens, struct redisReply **reply);
   /* Waiting without polling: a reference-counted subscription; `mode`
    * (dl_wake_mode) says what a message on the channel wakes. Waits until
    * deadline for the server to confirm it. A negative deadline takes a
@@ -273,16 +324,51 @@ typedef struct dl_redis {
   dl_rlink *link;
   dl_backend_env env;
   dl_conn_config cfg; /* what the link connects with (it borrows it) */
+  int min_replicas;    /* dlock_client_options.min_replicas_acked */
+  int replicas_timeout_ms;
   void *notice;       /* watch_losses' relay to the client */
   /* Request ids of releases, "<nonce>:<seq>": unique across processes even
    * with an explicit client_id (a restarted process reuses it). */
   char release_nonce[17];
   atomic_uint_fast64_t release_seq;
+  /* A server of a composite: while it has been up for less than this
+   * (ms), it refuses the mutexes (Redlock's delayed restart); 0 off. */
+  int64_t restart_delay_ms;
 } dl_redis;
+
+/* The channel of replica acknowledgement's marker write (nobody listens). */
+#define DL_REPLICATE_CHANNEL "dlock:replicate"
+/* Replica acknowledgement after a write (`what`) of the blocking driver: 0
+ * when off or when min_replicas acknowledged in time, else DLOCK_ENOTACKED
+ * (or the WAIT's error) with the detail recorded, `then` appended. */
+int dl_redis_replicate(dl_redis *R, const char *what, const char *then);
 
 /* The backend for redis://, rediss:// and unix:// URLs (one server). */
 int dl_redis_backend_new(const dlock_client_options *opts,
                          const dl_backend_env *env, dl_backend **out);
+/* One server of a composite (redlock.c): as dl_redis_backend_new, but on
+ * a blocking client its link is a gather link (gather.c), which does not
+ * connect before its first request. */
+int dl_redis_part_new(const dlock_client_options *opts,
+                      const dl_backend_env *env, dl_backend **out);
+/* The Redlock backend for redlock:// URLs (redlock.c). */
+#define DL_REDLOCK_MAX 15 /* servers at most */
+/* A redlock:// URL's options, after '?', joined by '&'. */
+typedef struct dl_redlock_url_opts {
+  bool fencing; /* fencing=on|off: tokens written back to the quorum */
+  bool hash;    /* layout=plain|hash: the mutex's layout on each server */
+  /* restart_delay=N[ms|s|m]: a server up for less than this refuses
+   * every lock (Redlock's delayed restart); 0 off */
+  int64_t restart_delay_ms;
+} dl_redlock_url_opts;
+/* The servers of a redlock:// URL, each as a redis:// URL (out[i], the
+ * caller frees): how many (1..max), or DLOCK_EURL / DLOCK_ENOMEM; and its
+ * options in *opt (may be NULL; defaults fencing on, layout plain, no
+ * restart delay). */
+int dl_redlock_urls(const char *url, char **out, int max,
+                    dl_redlock_url_opts *opt);
+int dl_redlock_backend_new(const dlock_client_options *opts,
+                           const dl_backend_env *env, dl_backend **out);
 /* The typed operations over a link made elsewhere (the reply fuzzer's),
  * which the backend then owns. */
 int dl_redis_backend_over(dl_rlink *link, const dl_backend_env *env,
@@ -291,6 +377,29 @@ int dl_redis_backend_over(dl_rlink *link, const dl_backend_env *env,
  * to wait by backoff, a subscriber connection. */
 int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
                        int nconn, dl_rlink **out);
+/* One server of a composite: a single link with one connection, no
+ * subscriber, that connects at its first request (a server down at the
+ * open is not an error); *conn its connection. */
+int dl_single_link_lazy(const dl_conn_config *cfg, const dl_backend_env *env,
+                        dl_rlink **out, dl_conn **conn);
+
+/* ---- gather.c: one server of a composite, its steps completed by the
+ * calling thread ----
+ * dl_gather_begin makes g the calling thread's gathering (saving the one
+ * before in *saved): the steps that operations on gather links start on
+ * this thread go out at once and are recorded in g. dl_gather_run then
+ * completes them (answers in order, then pauses), calling each step's
+ * resume, until *done: 0, or DLOCK_EINVAL if nothing is left that could
+ * set it. dl_gather_end(saved) restores the thread's gathering. */
+typedef struct dl_gather {
+  void *head, *tail;
+} dl_gather;
+void dl_gather_begin(dl_gather *g, dl_gather **saved);
+int dl_gather_run(dl_gather *g, const bool *done);
+void dl_gather_end(dl_gather *saved);
+int dl_gather_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                       dl_rlink **out);
+
 /* Counters for tests and the benchmark (b: a dl_redis_backend_new one):
  * the link's (any link), and the single link's reader role (0, false for
  * another link). */
@@ -336,6 +445,9 @@ int dl_redis_inspect_async(dl_backend *b, const char *key,
 int dl_redis_scan_async(dl_backend *b, const char *match, size_t prefix_len,
                         dlock_scan_cb cb, void *cb_ud, dl_done_fn done,
                         void *ud, dl_async **op);
+int dl_redis_lock_fence_async(dl_backend *b, const dl_lock_ref *l,
+                              uint64_t token, int64_t lease_ms,
+                              dl_done_fn done, void *ud, dl_async **op);
 /* PING, expecting PONG (reqop.c). */
 int dl_redis_ping(dl_backend *b);
 int dl_redis_ping_async(dl_backend *b, dl_done_fn done, void *ud,
@@ -369,6 +481,16 @@ int dl_redis_int_reply(dl_redis *r, struct redisReply *rep, long long lo,
 int dl_redis_step_eval(dl_redis *r, dl_pend *p, int64_t until, int script,
                        int nkeys, const char *const *keys, int nargs,
                        const char *const *args);
+/* An operation's state (`size` bytes, its dl_shell first) for the
+ * blocking driver (`stack`, the caller's) or the event-loop one
+ * (allocated), zeroed: NULL with *err when the client is of the other
+ * kind, or out of memory (sync.c; queue.c). */
+void *dl_redis_state_new(dl_redis *R, void *stack, size_t size, bool async,
+                         dl_async **op, int *err);
+/* queue.c: the blocking queue and deque (dl_backend_ops.queue). */
+int dl_redis_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q);
+int dl_redis_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
+                         dl_done_fn done, void *ud, dl_async **op);
 /* 0 if r's link is of the driver a call needs (async: the event loop's),
  * else DLOCK_EINVAL with the detail recorded. */
 int dl_redis_driver_check(dl_redis *r, bool async);
@@ -488,6 +610,9 @@ int dl_redis_wait_step(dl_waiter *w);
 /* A command's reply as a step (GET, say): as dl_redis_step_eval. */
 int dl_redis_step_command(dl_redis *r, dl_pend *p, int argc,
                           const char **argv);
+/* As dl_redis_step_command with each argument's length (binary values). */
+int dl_redis_step_command_bin(dl_redis *r, dl_pend *p, int argc,
+                              const char **argv, const size_t *lens);
 
 /* ---- conn.c: the handshake's parts, for the event loop's connections ----
  * dl_conn_handshake is these over blocking I/O. */
@@ -534,6 +659,8 @@ void dl_evargv_free(dl_evargv *v);
 int dl_reply_check(const struct dlock_client *owner, struct redisReply **reply);
 /* Whether r is the NOSCRIPT error (the script cache lost the script). */
 bool dl_reply_noscript(const struct redisReply *r);
+/* Whether r is a READONLY error (the server is a replica now). */
+bool dl_reply_readonly(const struct redisReply *r);
 
 /* ---- aconn.c: the pipelined connection for an event loop ----
  * conn.c's connection without blocking: every call and callback on the
@@ -659,5 +786,9 @@ void dl_aconn_set_push(dl_aconn *c, const dl_aconn_push *push);
 /* Drops an up (or connecting) connection as lost and reconnects: a
  * subscriber whose idle PING went unanswered. */
 void dl_aconn_reconnect(dl_aconn *c);
+/* Drops the connection when a failover was heard of since it was made
+ * (dl_target_moved): what is in flight fails with DLOCK_ECONNLOST, what
+ * is queued goes to the new master. */
+void dl_aconn_check_moved(dl_aconn *c);
 
 #endif /* DLOCK_REDIS_H */

@@ -38,6 +38,10 @@ bool dl_reply_noscript(const redisReply *r) {
   return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
+bool dl_reply_readonly(const redisReply *r) {
+  return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0;
+}
+
 int dl_evargv_build(int script, bool body, int nkeys, const char *const *keys,
                     int nargs, const char *const *args, dl_evargv *v) {
   int argc = 3 + nkeys + nargs;

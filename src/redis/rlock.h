@@ -66,5 +66,10 @@ int dl_rlock_rel_start(dl_rlock_rel *o, dl_redis *R, const dl_lock_ref *l,
 /* Goes on after a step: DL_PENDING, or the release's result: 1 released, 0
  * still held, or a negative code. */
 int dl_rlock_rel_step(dl_rlock_rel *o);
+/* A blocking release of `count` holds, without replica acknowledgement
+ * (what gives back an acquire the replicas did not acknowledge). Returns
+ * as dl_redis_lock_release. */
+int dl_rlock_release_now(dl_redis *R, const dl_lock_ref *l, int64_t lease_ms,
+                         int count);
 
 #endif /* DLOCK_REDIS_RLOCK_H */

@@ -217,10 +217,6 @@ static int wait_op_run(dl_redis *R, wait_op *x, const dl_wait_kind *kind,
   return dl_shell_start(&x->sh, dl_redis_wait_start(w), op);
 }
 
-/* An operation's state (`size` bytes, its dl_shell first) for the
- * blocking driver (`stack`, the caller's) or the event-loop one
- * (allocated), zeroed: NULL with *err when the client is of the other
- * kind, or out of memory. */
 static wait_op *wait_op_new(dl_redis *R, const dl_sync_ref *s, wait_op *x,
                             bool async, dl_async **op, int *err) {
   x = dl_redis_state_new(R, x, sizeof *x, async, op, err);

@@ -10,8 +10,8 @@
  *   test_safety [--dlock PATH] [SCENARIO...] */
 #include "../harness.h"
 #include "client/client.h"
-#include "redis/redis.h"
 #include "proxy.h"
+#include "redis/redis.h"
 #include "resource.h"
 #include "worker.h"
 
@@ -111,6 +111,12 @@ static void kill_all(void) {
 
 /* The next worker started connects here instead of to the server. */
 static const char *next_url;
+/* Every worker of the scenario connects here (a Redlock's), or NULL. */
+static const char *scenario_url;
+/* A Redlock scenario's servers; rl[0]'s wall clock can be stepped. */
+#define RL_N 3
+static th_redis rl[RL_N];
+static char rl_url[512];
 /* The lock kind every worker of the scenario takes ("lock", "fair",
  * "write": the write side of a read-write lock). */
 static const char *kind = "lock";
@@ -118,7 +124,9 @@ static const char *kind = "lock";
 static pid_t start_worker(int id, int threads, int hold_us,
                           const char *victim_hold_ms, const char *stall,
                           const char *fixed_lease_ms) {
-  char *url = (char *)(next_url ? next_url : srv.url);
+  char *url = (char *)(next_url       ? next_url
+                       : scenario_url ? scenario_url
+                                      : srv.url);
   next_url = NULL;
   char sid[16], sth[16], shold[16], slease[24];
   snprintf(sid, sizeof sid, "%d", id);
@@ -215,6 +223,9 @@ static bool begin(const char *name, bool enforce, const char *extra,
                   bool server_clock) {
   kill_all();
   th_redis_stop(&srv);
+  for (int i = 0; i < RL_N; i++)
+    th_redis_stop(&rl[i]);
+  scenario_url = NULL;
   lock_name = name;
   lease = LEASE;
   clients_faketime = false;
@@ -728,6 +739,175 @@ static void t_s8_clock_steps(void) {
   s8_clients(false);
 }
 
+/* ---- 10-13. Redlock over three servers ----
+ * Three fresh servers (rl; the first with a steppable wall clock) and the
+ * workers on redlock://, with `opts` after '?' (or none). The single
+ * server of begin() is not started. */
+static bool begin_redlock(const char *name, bool enforce, const char *opts) {
+  kill_all();
+  th_redis_stop(&srv);
+  for (int i = 0; i < RL_N; i++)
+    th_redis_stop(&rl[i]);
+  lock_name = name;
+  lease = LEASE;
+  clients_faketime = false;
+  char file[128];
+  snprintf(file, sizeof file, "%s/server.clockshift", dir);
+  shift_server_clock(0);
+  int at = snprintf(rl_url, sizeof rl_url, "redlock://");
+  for (int i = 0; i < RL_N; i++) {
+    if (i == 0) {
+      setenv("LD_PRELOAD", DLOCK_CLOCKSHIFT_LIB, 1);
+      setenv("DLOCK_CLOCKSHIFT_FILE", file, 1);
+    }
+    int rc = th_redis_start(&rl[i], NULL);
+    if (i == 0) unsetenv("LD_PRELOAD");
+    if (rc != 0) return false;
+    at += snprintf(rl_url + at, sizeof rl_url - (size_t)at, "%s127.0.0.1:%d",
+                   i ? "," : "", rl[i].port);
+  }
+  if (opts) snprintf(rl_url + at, sizeof rl_url - (size_t)at, "?%s", opts);
+  scenario_url = rl_url;
+  res_reset(enforce);
+  printf("    %s run on %s\n", enforce ? "fenced " : "control", rl_url);
+  fflush(stdout);
+  return true;
+}
+
+/* How many of the servers have the lock now. */
+static int rl_holders(void) {
+  int k = 0;
+  for (int i = 0; i < RL_N; i++)
+    if (rl[i].pid > 0) k += th_cmd_int(&rl[i], "EXISTS %s", lock_name) == 1;
+  return k;
+}
+
+/* 10. The holder paused past its validity: a quorum's leases run out, the
+ * others take it; the victim, resumed, is told and its write refused. */
+static void s10_run(bool enforce) {
+  CHECK(begin_redlock("safety:s10", enforce, NULL));
+  pid_t v = start_worker(VICTIM, 1, 0, "300", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  CHECK_EQ(rl_holders(), RL_N);
+  kill(v, SIGSTOP);
+  start_others(3, 1);
+  th_sleep_ms((int)(2 * lease));
+  CHECK(res_wait_event('W', -2, VICTIM, true, 0, 10000, NULL));
+  kill(v, SIGCONT);
+  expect_victim(1, 1, DLOCK_ELOST);
+  CHECK(finish(20));
+  judge(enforce, true, VICTIM, OVERLAP_SOME);
+}
+static void t_s10_redlock_holder_paused(void) {
+  s10_run(true);
+  s10_run(false);
+}
+
+/* 11. A minority (one of three) killed during a hold: the holder keeps it
+ * (renewed by the other two), nobody else gets it, the others go on with
+ * two servers. Cannot break exclusion: the control must stay clean too. */
+static void s11_run(bool enforce) {
+  CHECK(begin_redlock("safety:s11", enforce, NULL));
+  start_worker(VICTIM, 1, 0, "1500", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  start_others(3, 1);
+  th_sleep_ms(100);
+  th_redis_kill(&rl[2], SIGKILL);
+  expect_victim(0, 0, 1); /* held to the end, released by a quorum */
+  CHECK(finish(20));
+  judge(enforce, false, -1, OVERLAP_NONE);
+}
+static void t_s11_redlock_minority_killed(void) {
+  s11_run(true);
+  s11_run(false);
+}
+
+/* 12. A server restarted empty while held. The victim took the lock on
+ * {0, 1} (2 was down); 2 comes back and 0 restarts without its data:
+ * {0, 2} is a quorum that never saw the hold. Without the delayed restart
+ * the others take it there while the victim holds (the control shows the
+ * overlap, fencing refuses the victim's stale write). With
+ * ?restart_delay= (at least the lease) both servers refuse the lock until
+ * the victim's lease has run out: the victim writes inside its validity,
+ * before anyone else can hold, and nothing overlaps; its renewals find no
+ * quorum and it is told the lock is lost. */
+static void s12_run(bool enforce, bool delayed) {
+  char opts[64];
+  snprintf(opts, sizeof opts, "restart_delay=%lldms", (long long)(2 * LEASE));
+  CHECK(begin_redlock(delayed ? "safety:s12d" : "safety:s12", enforce,
+                      delayed ? opts : NULL));
+  th_redis_kill(&rl[2], SIGKILL);
+  start_worker(VICTIM, 1, 0, delayed ? "400" : "800", NULL, NULL);
+  res_event e;
+  victim_read(&e); /* with the delay, once the fresh servers are old enough */
+  CHECK_EQ(th_cmd_int(&rl[0], "EXISTS %s", lock_name), 1);
+  CHECK(th_redis_restart(&rl[2]) == 0);
+  th_redis_kill(&rl[0], SIGKILL);
+  CHECK(th_redis_restart(&rl[0]) == 0);
+  CHECK_EQ(rl_holders(), 1); /* only server 1 still has it */
+  size_t mark = res_mark();
+  start_others(3, 1);
+  if (!delayed) {
+    CHECK(res_wait_event('W', -2, VICTIM, true, mark, 10000, NULL));
+    expect_victim(-1, 1, DLOCK_ELOST);
+    CHECK(finish(20));
+    judge(enforce, true, VICTIM, OVERLAP_SOME);
+  } else {
+    /* The victim writes inside its validity, before the delay lets anyone
+     * else in; whether a renewal has told it of the loss by then (and so
+     * what its release returns) is timing. */
+    res_victim rv;
+    CHECK(res_wait_victim(VICTIM, 15000, &rv));
+    printf("      victim: lost before write %d, callback %d, release %s\n",
+           rv.lost, rv.callback,
+           rv.release == 1 ? "freed" : dlock_err_name(rv.release));
+    CHECK(rv.release == 1 || rv.release == DLOCK_ELOST);
+    CHECK_EQ(rv.held_after, 0);
+    CHECK(finish(20));
+    judge(enforce, false, -1, OVERLAP_NONE);
+  }
+}
+static void t_s12_redlock_restart_empty(void) {
+  s12_run(true, false);
+  s12_run(false, false);
+  s12_run(true, true);
+  s12_run(false, true);
+}
+
+/* 13. One server's wall clock stepped an hour forward: its copy of the
+ * lock expires at once, but one server is no quorum: nobody else gets it,
+ * the holder keeps it. (On a single server the same step breaks
+ * exclusion: scenario 8.) */
+static void s13_run(bool enforce) {
+  CHECK(begin_redlock("safety:s13", enforce, NULL));
+  start_worker(VICTIM, 1, 0, "1500", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  start_others(3, 1);
+  th_sleep_ms(100);
+  shift_server_clock(3600);
+  /* The injection worked: server 0 dropped the victim's lock. */
+  int64_t end = th_now_ms() + 2000;
+  redisReply *r = NULL;
+  bool dropped = false;
+  while (!dropped && th_now_ms() < end) {
+    r = th_cmd(&rl[0], "GET %s", lock_name);
+    dropped = r && r->type == REDIS_REPLY_NIL;
+    freeReplyObject(r);
+    if (!dropped) th_sleep_ms(5);
+  }
+  CHECK(dropped);
+  expect_victim(0, 0, 1);
+  CHECK(finish(20));
+  judge(enforce, false, -1, OVERLAP_NONE);
+}
+static void t_s13_redlock_clock_step(void) {
+  s13_run(true);
+  s13_run(false);
+}
+
 /* ---- 9. soak: 8 processes x 4 threads, random faults ---- */
 static unsigned rnd_state;
 static unsigned rnd(unsigned n) {
@@ -809,6 +989,8 @@ static void t_teardown(void) {
   done = true;
   kill_all();
   th_redis_stop(&srv);
+  for (int i = 0; i < RL_N; i++)
+    th_redis_stop(&rl[i]);
   res_stop();
   char cmd[96];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -834,13 +1016,22 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cannot start the resource\n");
     return 1;
   }
-  static const th_test tests[] = {
-      T_BARE(t_s1_holder_killed), T_BARE(t_s2_holder_paused),
-      T_BARE(t_s2_family_paused), T_BARE(t_s3_renewal_starved),
-      T_BARE(t_s4_reply_faults),  T_BARE(t_s4_reply_faults_workers),
-      T_BARE(t_s5_stale_release), T_BARE(t_s6_server_restart),
-      T_BARE(t_s7_server_paused), T_BARE(t_s8_clock_steps),
-      T_BARE(t_s9_soak),          T_BARE(t_teardown)};
+  static const th_test tests[] = {T_BARE(t_s1_holder_killed),
+                                  T_BARE(t_s2_holder_paused),
+                                  T_BARE(t_s2_family_paused),
+                                  T_BARE(t_s3_renewal_starved),
+                                  T_BARE(t_s4_reply_faults),
+                                  T_BARE(t_s4_reply_faults_workers),
+                                  T_BARE(t_s5_stale_release),
+                                  T_BARE(t_s6_server_restart),
+                                  T_BARE(t_s7_server_paused),
+                                  T_BARE(t_s8_clock_steps),
+                                  T_BARE(t_s10_redlock_holder_paused),
+                                  T_BARE(t_s11_redlock_minority_killed),
+                                  T_BARE(t_s12_redlock_restart_empty),
+                                  T_BARE(t_s13_redlock_clock_step),
+                                  T_BARE(t_s9_soak),
+                                  T_BARE(t_teardown)};
   /* In one process: the fenced resource is a thread of this driver, and
    * each test begins by replacing the server the one before used. */
   int rc = th_run_inline(argc, argv, tests, sizeof tests / sizeof tests[0]);

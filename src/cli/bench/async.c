@@ -268,7 +268,8 @@ int bench_async_idle(const cli_global *g, const bench_opts *o,
   r->processes = 1;
   r->async = true;
   r->inflight = o->idle_waiters;
-  r->rtt_p50 = bench_ping_p50_us(raw, 2000);
+  r->rtt_p50 = bench_rtt_p50_us(o, raw, 2000);
+  r->fanout_rtt_p50 = bench_fanout_rtt_p50_us(o, raw, 2000);
   r->ceiling = bench_ceiling_ops(raw, 1000);
   int n = o->idle_waiters;
   dlock_loop *lp = NULL;
@@ -310,10 +311,10 @@ int bench_async_idle(const cli_global *g, const bench_opts *o,
     if (x && x->type == REDIS_REPLY_STRING && strstr(x->str, "evalsha:calls="))
       evals0 = atoll(strstr(x->str, "evalsha:calls=") + 14);
     if (x) freeReplyObject(x);
-    double scpu0 = bench_server_cpu_us(raw), cpu0 = cpu_us();
+    double scpu0 = bench_servers_cpu_us(o, raw), cpu0 = cpu_us();
     int64_t t0 = dl_now_us();
     drive(lp, NULL, NULL, t0 + o->secs_ms * 1000);
-    double cpu1 = cpu_us(), scpu1 = bench_server_cpu_us(raw);
+    double cpu1 = cpu_us(), scpu1 = bench_servers_cpu_us(o, raw);
     double wall = (double)(dl_now_us() - t0);
     x = redisCommand(raw, "INFO commandstats");
     if (x && x->type == REDIS_REPLY_STRING && strstr(x->str, "evalsha:calls="))

@@ -3,25 +3,54 @@
  * round trip, the ceiling (the lock's own acquire and release scripts
  * pipelined on one connection: the most cycles the server can do) and the
  * server's CPU time (INFO cpu). */
-#include "bench.h"
 #include "../../redis/redis.h" /* the scripts and names the ceiling sends */
+#include "bench.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The servers of a redlock:// URL (redis:// URLs, the caller frees), or
+ * 0 for another URL; -1 printed. */
+static int redlock_servers(const char *url, char **urls) {
+  if (strncmp(url, "redlock://", 10) != 0) return 0;
+  int n = dl_redlock_urls(url, urls, DL_REDLOCK_MAX, NULL);
+  if (n < 0) cli_err("malformed redlock:// URL");
+  return n < 0 ? -1 : n;
+}
+
 redisContext *bench_raw_connect(const char *url, const char *password) {
+  /* redlock://: its first server (bench_others_connect the rest). */
+  char *urls[DL_REDLOCK_MAX];
+  int n = redlock_servers(url, urls);
+  if (n < 0) return NULL;
+  if (n > 0) {
+    redisContext *c = bench_raw_connect(urls[0], password);
+    for (int i = 0; i < n; i++)
+      free(urls[i]);
+    return c;
+  }
   dl_endpoint ep;
   char err[256];
   if (dl_url_parse(url, &ep, err, sizeof err) != 0) {
     cli_err("%s", err);
     return NULL;
   }
+  /* Sentinel: the master the library would connect to (its resolver). */
+  dl_target t;
+  dl_conn_config cfg = {.ep = ep, .connect_timeout_ms = 2000};
+  const char *spw = getenv("DLOCK_SENTINEL_PASSWORD");
+  cfg.sentinel_password = spw && *spw ? spw : NULL;
+  if (dl_conn_target(&cfg, dl_now_ms() + 2000, &t, err, sizeof err) != 0) {
+    cli_err("baseline connection: %s", err);
+    dl_endpoint_clear(&ep);
+    return NULL;
+  }
   struct timeval tv = {2, 0};
   redisContext *c = ep.unix_path
                         ? redisConnectUnixWithTimeout(ep.unix_path, tv)
-                        : redisConnectWithTimeout(ep.host, ep.port, tv);
+                        : redisConnectWithTimeout(t.ep.host, t.ep.port, tv);
   if (ep.tls) {
     cli_err("the benchmark's baselines need a plain connection, not TLS");
     if (c) redisFree(c);
@@ -47,6 +76,72 @@ redisContext *bench_raw_connect(const char *url, const char *password) {
   return c;
 }
 
+int bench_others_connect(bench_opts *o) {
+  char *urls[DL_REDLOCK_MAX];
+  int n = redlock_servers(o->url, urls), rc = n < 0 ? -1 : 0;
+  for (int i = 1; i < n; i++) {
+    redisContext *c = rc == 0 ? bench_raw_connect(urls[i], o->password) : NULL;
+    if (c)
+      o->others[o->nothers++] = c;
+    else
+      rc = -1;
+  }
+  for (int i = 0; i < n; i++)
+    free(urls[i]);
+  if (rc != 0) bench_others_free(o);
+  return rc;
+}
+
+void bench_others_free(bench_opts *o) {
+  for (int i = 0; i < o->nothers; i++)
+    redisFree(o->others[i]);
+  o->nothers = 0;
+}
+
+double bench_rtt_p50_us(const bench_opts *o, redisContext *raw, int n) {
+  double p = bench_ping_p50_us(raw, n);
+  for (int i = 0; i < o->nothers; i++) {
+    double q = bench_ping_p50_us(o->others[i], n);
+    if (q > p) p = q;
+  }
+  return p;
+}
+
+double bench_fanout_rtt_p50_us(const bench_opts *o, redisContext *raw, int n) {
+  if (o->nothers == 0) return 0;
+  redisContext *all[DL_REDLOCK_MAX];
+  int k = 0;
+  all[k++] = raw;
+  for (int i = 0; i < o->nothers; i++)
+    all[k++] = o->others[i];
+  bench_samples s = {0};
+  for (int round = 0; round < n; round++) {
+    int64_t t0 = dl_now_us();
+    for (int i = 0; i < k; i++) {
+      redisAppendCommand(all[i], "PING");
+      int done = 0; /* written now, not at the first read */
+      while (!done && redisBufferWrite(all[i], &done) == REDIS_OK) {
+      }
+    }
+    for (int i = 0; i < k; i++) {
+      void *r = NULL;
+      if (redisGetReply(all[i], &r) == REDIS_OK && r) freeReplyObject(r);
+    }
+    bench_samples_push(&s, dl_now_us() - t0);
+  }
+  bench_samples_sort(&s);
+  double p = bench_samples_pct(&s, 0.5);
+  free(s.v);
+  return p;
+}
+
+double bench_servers_cpu_us(const bench_opts *o, redisContext *raw) {
+  double v = bench_server_cpu_us(raw);
+  for (int i = 0; i < o->nothers; i++)
+    v += bench_server_cpu_us(o->others[i]);
+  return v;
+}
+
 double bench_server_cpu_us(redisContext *c) {
   redisReply *r = redisCommand(c, "INFO cpu");
   double v = 0;
@@ -69,7 +164,8 @@ int64_t bench_ping_us(redisContext *c) {
 
 double bench_ping_p50_us(redisContext *c, int n) {
   bench_samples s = {0};
-  for (int i = 0; i < n; i++) bench_samples_push(&s, bench_ping_us(c));
+  for (int i = 0; i < n; i++)
+    bench_samples_push(&s, bench_ping_us(c));
   bench_samples_sort(&s);
   double p = bench_samples_pct(&s, 0.5);
   free(s.v);
@@ -103,19 +199,22 @@ double bench_ceiling_ops(redisContext *c, int64_t ms) {
     dl_derived_into(q, sizeof q, "dlock_lock_queue", key);
     dl_derived_into(w, sizeof w, "dlock_lock_waiters", key);
     char *a = NULL, *r2 = NULL;
-    int la = redisFormatCommand(&a, "EVALSHA %s 3 %s %s %s 10000 bench:ceil:1 "
-                                "%s 0 0 600", acq->sha, key, tok, hand, "");
+    int la = redisFormatCommand(&a,
+                                "EVALSHA %s 3 %s %s %s 10000 bench:ceil:1 "
+                                "%s 0 0 600",
+                                acq->sha, key, tok, hand, "");
     /* The release's latch (docs/WIRE.md) is written as by the library; it
      * lives 1 ms here, not 3 command timeouts, so that the batches sent
      * again with the same request ids do not fill the server. A first send
      * (the last argument 0) never reads it. */
     dl_derived_into(latch, sizeof latch, "redisson_unlock_latch", key);
     strcat(latch, ":0123456789abcdef:1");
-    int lr = redisFormatCommand(&r2, "EVALSHA %s 7 %s %s %s %s %s %s %s 0 "
-                                "10000 bench:ceil:1 1 1 0", rel->sha, key, chan,
-                                q, w, tok, hand, latch);
-    char *grown = la > 0 && lr > 0 ? realloc(cmds, len + (size_t)la + (size_t)lr)
-                                   : NULL;
+    int lr = redisFormatCommand(&r2,
+                                "EVALSHA %s 7 %s %s %s %s %s %s %s 0 "
+                                "10000 bench:ceil:1 1 1 0",
+                                rel->sha, key, chan, q, w, tok, hand, latch);
+    char *grown =
+        la > 0 && lr > 0 ? realloc(cmds, len + (size_t)la + (size_t)lr) : NULL;
     if (grown) {
       memcpy(grown + len, a, (size_t)la);
       memcpy(grown + len + la, r2, (size_t)lr);

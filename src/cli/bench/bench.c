@@ -47,7 +47,10 @@ static const char *bench_help =
     "  watchdog      one client holds K locks in watchdog mode for several "
     "leases\n"
     "  idle-waiters  (--async --idle-waiters N) N handles on one loop wait "
-    "on held\n                locks: the process's CPU share meanwhile\n\n"
+    "on held\n                locks: the process's CPU share meanwhile\n"
+    "  queue         T producers and T consumers on one queue beside plain "
+    "RPUSH/BLPOP;\n                then delayed values' delivery delay after "
+    "their due time\n\n"
     "options:\n"
     "  -t, --threads N      threads per process (default 1)\n"
     "  -p, --processes N    processes (default 1; contended default 8)\n"
@@ -174,16 +177,21 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
   /* --idle-waiters names its scenario itself. */
   if (argc - optind != 1 && !(o.idle_waiters && argc == optind)) {
     cli_err("usage: dlock bench [options] "
-            "uncontended|contended|watchdog|idle-waiters");
+            "uncontended|contended|watchdog|idle-waiters|queue");
     return EXIT_USAGE;
   }
   o.scenario = argc > optind ? argv[optind] : "idle-waiters";
   bool idle = strcmp(o.scenario, "idle-waiters") == 0;
-  bool known = strcmp(o.scenario, "uncontended") == 0 ||
+  bool queue = strcmp(o.scenario, "queue") == 0;
+  bool known = queue || strcmp(o.scenario, "uncontended") == 0 ||
                strcmp(o.scenario, "contended") == 0 ||
                strcmp(o.scenario, "watchdog") == 0 || idle;
   if (!known) {
     cli_err("unknown scenario '%s'", o.scenario);
+    return EXIT_USAGE;
+  }
+  if ((o.async || o.plot) && queue) {
+    cli_err("the queue scenario runs without --async and --plot");
     return EXIT_USAGE;
   }
   if (o.async && strcmp(o.scenario, "watchdog") == 0) {
@@ -211,9 +219,16 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
   o.password = g->password;
   redisContext *raw = bench_raw_connect(o.url, o.password);
   if (raw == NULL) return EXIT_UNAVAILABLE;
+  if (bench_others_connect(&o) != 0) {
+    redisFree(raw);
+    return EXIT_UNAVAILABLE;
+  }
   int rc = 0;
   bench_report r;
-  if (strcmp(o.scenario, "watchdog") == 0) {
+  if (queue) {
+    rc = bench_queue(g, &o, raw, &r);
+    if (rc == 0) bench_print_report(&r, o.json);
+  } else if (strcmp(o.scenario, "watchdog") == 0) {
     rc = bench_watchdog(g, &o, raw, &r);
     if (rc == 0) bench_print_report(&r, o.json);
   } else if (idle) {
@@ -226,5 +241,6 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
     bench_print_report(&r, o.json);
   }
   redisFree(raw);
+  bench_others_free(&o);
   return rc == 0 ? 0 : EXIT_UNAVAILABLE;
 }

@@ -25,6 +25,11 @@ typedef struct bench_opts {
   int64_t warmup_ms; /* --warmup: idle waiters wait this long unmeasured */
   const char *plot;
   const char *url, *password; /* for the interleaved baseline */
+  /* redlock://: the baselines' connections to the servers after the
+   * first (which is `raw`): the round trip is the slowest server's, the
+   * server CPU all of theirs. */
+  struct redisContext *others[16];
+  int nothers;
 } bench_opts;
 
 /* A client for the benchmark (watchdog lease `lease_ms`, 0 = default), or
@@ -50,6 +55,20 @@ void bench_samples_sort(bench_samples *s);
 double bench_samples_pct(const bench_samples *s, double p);
 
 /* ---- baseline.c: the baselines, on a plain hiredis connection ---- */
+
+/* The PING p50 of the slowest server (raw and o->others), n each. */
+double bench_rtt_p50_us(const bench_opts *o, struct redisContext *raw, int n);
+/* redlock://: the p50 of one PING sent to every server at once, all the
+ * answers read (the round trip of a fan-out on this machine; n rounds);
+ * 0 for a single server. */
+double bench_fanout_rtt_p50_us(const bench_opts *o, struct redisContext *raw,
+                               int n);
+/* The servers' CPU time (raw and o->others), in us. */
+double bench_servers_cpu_us(const bench_opts *o, struct redisContext *raw);
+/* Connects o->others for a redlock:// URL (nothing for another URL): 0,
+ * or -1 with the reason printed. bench_others_free closes them. */
+int bench_others_connect(bench_opts *o);
+void bench_others_free(bench_opts *o);
 
 /* A blocking hiredis connection to url (password: instead of the URL's),
  * or NULL with the reason printed. The caller frees it with redisFree. */
@@ -103,6 +122,7 @@ typedef struct bench_report {
   int inflight; /* async: operations in flight per process; idle: waiters */
   double ops_per_sec, p50, p99, max;
   double rtt_p50, ceiling, cpu_per_op;
+  double fanout_rtt_p50; /* redlock:// only, else 0 */
   long errors;
   /* contended */
   double utilisation, wait_p50, wait_p99, wait_max, wakeups_per_acquire;
@@ -112,6 +132,11 @@ typedef struct bench_report {
   double renewal_rt_per_period, client_cpu_share, bytes_per_lock;
   /* idle-waiters (and client_cpu_share) */
   double server_cpu_share;
+  /* queue: dlock's offers and takes per second, plain RPUSH and BLPOP in
+   * the same run, the delayed values' delivery delay after their due time
+   * (us) */
+  double queue_offers, queue_takes, rpush_per_sec, blpop_per_sec;
+  double delay_p50, delay_p99;
 } bench_report;
 
 /* Prints r on stdout: one JSON object on a line, or text. */
@@ -138,6 +163,10 @@ int bench_async_process(const cli_global *g, const bench_opts *o,
  * o->secs_ms: the process's and the server's CPU meanwhile. */
 int bench_async_idle(const cli_global *g, const bench_opts *o,
                      struct redisContext *raw, bench_report *r);
+/* queue.c: o->threads producers and consumers on one queue, beside plain
+ * RPUSH/BLPOP, then delayed values' delivery delay. */
+int bench_queue(const cli_global *g, const bench_opts *o,
+                struct redisContext *raw, bench_report *r);
 /* plot.c: bench_measure for 1, 2, 4 ... o.threads threads, each report
  * printed, then the SVG drawn by gnuplot at path. */
 int bench_plot(const cli_global *g, bench_opts o, struct redisContext *raw,

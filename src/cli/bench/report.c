@@ -14,6 +14,8 @@ void bench_print_report(const bench_report *r, bool json) {
            "\"errors\":%ld",
            r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50,
            r->p99, r->max, r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
+    if (r->fanout_rtt_p50 > 0)
+      printf(",\"baseline_fanout_rtt_p50_us\":%.1f", r->fanout_rtt_p50);
     if (r->async) printf(",\"async\":true,\"inflight\":%d", r->inflight);
     if (strcmp(r->scenario, "idle-waiters") == 0)
       printf(",\"waiters\":%d,\"client_cpu_share\":%.4f,"
@@ -34,6 +36,12 @@ void bench_print_report(const bench_report *r, bool json) {
              "\"client_cpu_share\":%.4f,\"bytes_per_lock\":%.0f",
              r->locks, r->lost, r->renewal_rt_per_period, r->client_cpu_share,
              r->bytes_per_lock);
+    if (strcmp(r->scenario, "queue") == 0)
+      printf(",\"queue_offers_per_sec\":%.0f,\"queue_takes_per_sec\":%.0f,"
+             "\"rpush_per_sec\":%.0f,\"blpop_per_sec\":%.0f,"
+             "\"delivery_delay_p50_us\":%.0f,\"delivery_delay_p99_us\":%.0f",
+             r->queue_offers, r->queue_takes, r->rpush_per_sec,
+             r->blpop_per_sec, r->delay_p50, r->delay_p99);
     printf("}\n");
     fflush(stdout);
     return;
@@ -52,9 +60,17 @@ void bench_print_report(const bench_report *r, bool json) {
   printf("  baselines: PING p50 %.1f us (2 x = %.1f us), ceiling %.0f "
          "cycles/s; server CPU %.2f us/op; errors %ld\n",
          r->rtt_p50, 2 * r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
+  if (r->fanout_rtt_p50 > 0)
+    printf("  redlock: PING to every server at once p50 %.1f us (2 x = %.1f "
+           "us)\n",
+           r->fanout_rtt_p50, 2 * r->fanout_rtt_p50);
   if (strcmp(r->scenario, "uncontended") == 0)
-    printf("  ratios: p50 / (2 x PING) = %.2f, ops / ceiling = %.2f\n",
-           r->p50 / (2 * r->rtt_p50), r->ops_per_sec / r->ceiling);
+    printf("  ratios: p50 / (2 x PING) = %.2f, ops / ceiling = %.2f%s\n",
+           r->p50 / (2 * r->rtt_p50), r->ops_per_sec / r->ceiling,
+           r->fanout_rtt_p50 > 0 ? " (one server's)" : "");
+  if (r->fanout_rtt_p50 > 0)
+    printf("  ratio: p50 / (2 x PING to every server) = %.2f\n",
+           r->p50 / (2 * r->fanout_rtt_p50));
   if (strcmp(r->scenario, "contended") == 0)
     printf("  utilisation %.3f, wait p50 %.0f us, p99 %.0f us, max %.0f us, "
            "wakeups/acquire %.2f, max wakeups/unlock/process %.2f\n",
@@ -65,6 +81,12 @@ void bench_print_report(const bench_report *r, bool json) {
            "%.0f scripts/s\n",
            r->inflight, 100 * r->client_cpu_share, 100 * r->server_cpu_share,
            r->ops_per_sec);
+  if (strcmp(r->scenario, "queue") == 0)
+    printf("  offers %.0f/s, takes %.0f/s (offer p50 %.1f us); plain RPUSH "
+           "%.0f/s, BLPOP %.0f/s; delayed values delivered p50 %.0f us, "
+           "p99 %.0f us after due\n",
+           r->queue_offers, r->queue_takes, r->p50, r->rpush_per_sec,
+           r->blpop_per_sec, r->delay_p50, r->delay_p99);
   if (strcmp(r->scenario, "watchdog") == 0)
     printf("  %ld locks, lost %ld, renewal round trips/period %.1f "
            "(%.0f locks each), client CPU %.2f%%, %.0f bytes/lock\n",

@@ -44,7 +44,7 @@ int bench_watchdog(const cli_global *g, const bench_opts *o,
   r->scenario = "watchdog";
   r->threads = 1;
   r->processes = 1;
-  r->rtt_p50 = bench_ping_p50_us(raw, 2000);
+  r->rtt_p50 = bench_rtt_p50_us(o, raw, 2000);
   r->ceiling = bench_ceiling_ops(raw, 1000);
   int k = o->locks;
   r->locks = k;
@@ -79,12 +79,12 @@ int bench_watchdog(const cli_global *g, const bench_opts *o,
   r->bytes_per_lock = (double)(m1.uordblks - m0.uordblks) / k;
   dlock_client_stats s0, s1;
   dlock_client_stats_get(c, &s0);
-  double cpu0 = cpu_secs(), scpu0 = bench_server_cpu_us(raw);
+  double cpu0 = cpu_secs(), scpu0 = bench_servers_cpu_us(o, raw);
   int64_t t0 = dl_now_ms();
   int64_t end = t0 + o->lease_ms * o->periods;
   while (dl_now_ms() < end) dl_sleep_ms(50);
   double wall = (double)(dl_now_ms() - t0) / 1000;
-  double cpu = cpu_secs() - cpu0, scpu = bench_server_cpu_us(raw) - scpu0;
+  double cpu = cpu_secs() - cpu0, scpu = bench_servers_cpu_us(o, raw) - scpu0;
   dlock_client_stats_get(c, &s1);
   /* Every lock still held? */
   long missing = 0;

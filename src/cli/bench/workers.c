@@ -23,7 +23,7 @@ void *bench_uncontended_worker(void *p) {
    * cycle on a plain connection: same moment, same conditions (this
    * machine's round trip drifts by a factor of three within minutes). */
   redisContext *raw = NULL;
-  if (w->o->threads == 1 && w->o->processes == 1)
+  if (w->o->threads == 1 && w->o->processes == 1 && w->o->nothers == 0)
     raw = bench_raw_connect(w->o->url, w->o->password);
   char name[64];
   snprintf(name, sizeof name, "bench:u:%d:%d", (int)getpid(), w->index);

@@ -41,22 +41,79 @@
 -- The counter lives one day after the last token it gave (or a lease, if
 -- longer), so that names used once do not leave it forever. When it is
 -- missing (never set, expired, or lost in a restart without persistence),
--- it restarts from the server clock in microseconds: above every token
--- issued before, since every token is at most the clock (in µs) when it was
--- given, as long as fewer than one grant per microsecond was made (a
--- single-threaded server cannot exceed that) and the server's clock did
--- not step back (docs/SAFETY.md has the argument).
+-- it restarts from the server clock in microseconds plus AHEAD_US: above
+-- every token issued before, since every token is at most the clock (in
+-- µs) plus AHEAD_US when it was given, as long as fewer than one grant per
+-- microsecond was made (a single-threaded server cannot exceed that) and
+-- the server's clock did not step back (docs/SAFETY.md has the argument).
+--
+-- A server of a Redlock may be proposed a token (ARGV[11], the client's
+-- wall clock in µs): the counter becomes the larger of its next value and
+-- the proposal, unless the proposal is more than AHEAD_US ahead of this
+-- server's clock (then ignored). When every server of a quorum took the
+-- proposal, they all hold the token the client returns, and no second
+-- round is needed to write it back (redlock.c).
+local AHEAD_US = 1000000
+
+-- Redlock's delayed restart (the mutex and the plain lock, a server of a
+-- composite only): ARGV[10] in ms. A server up for less than that refuses
+-- every lock, reporting how long it still will, so that a server restarted
+-- without the locks it had cannot give one of them to a second owner
+-- before the first owner's lease has run out. Server uptime is counted in
+-- whole seconds, rounded down: the refusal lasts at least ARGV[10].
+if ARGV[10] and tonumber(ARGV[10]) and tonumber(ARGV[10]) > 0 then
+  local up = redis.call('info', 'server'):match('uptime_in_seconds:(%d+)')
+  local left = tonumber(ARGV[10]) - tonumber(up) * 1000
+  if left > 0 then
+    return {0, left}
+  end
+end
+
 local function next_token()
   local ttl = math.max(86400000, tonumber(ARGV[1]))
-  local t = redis.call('incr', KEYS[2])
-  if t ~= 1 then
-    redis.call('pexpire', KEYS[2], ttl)
-    return t
+  local p = tonumber(ARGV[11] or '')
+  if not p then
+    local t = redis.call('incr', KEYS[2])
+    if t ~= 1 then
+      redis.call('pexpire', KEYS[2], ttl)
+      return t
+    end
   end
   local now = redis.call('time')
-  t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local c = tonumber(redis.call('get', KEYS[2]) or '')
+  local t
+  if not c or (not p and c == 1) then
+    t = now_us + AHEAD_US -- missing: restart
+  else
+    t = c + 1
+  end
+  if p and p > t and p <= now_us + AHEAD_US then
+    t = p
+  end
   redis.call('set', KEYS[2], string.format('%.0f', t), 'px', ttl)
   return t
+end
+
+-- The plain string lock (redsync's, npm redlock's and redis-semaphore's
+-- layout) passes two keys: KEYS[1] a string whose value is the owner id,
+-- with a PX lease, KEYS[2] the counter; ARGV[1], ARGV[2] and ARGV[4] as
+-- above. The wire has no hold count: a re-entry only extends the lease
+-- (the count is the client's). GET fails with WRONGTYPE on anything but a
+-- string, before any write.
+if #KEYS == 2 then
+  local v = redis.call('get', KEYS[1])
+  if v and v ~= ARGV[2] then
+    return {0, redis.call('pttl', KEYS[1])}
+  end
+  if v and tonumber(ARGV[4]) > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {2, tonumber(redis.call('get', KEYS[2]) or '0')}
+  end
+  -- Free, or ours from an acquire whose reply was lost: taken afresh.
+  local token = next_token()
+  redis.call('set', KEYS[1], ARGV[2], 'px', ARGV[1])
+  return {1, token}
 end
 
 local stale_ms = tonumber(ARGV[7] or '0')

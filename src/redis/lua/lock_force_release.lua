@@ -5,7 +5,8 @@
 -- KEYS[1] the lock hash; KEYS[2] the unlock channel; KEYS[3] (fair lock
 -- only) the queue: the first waiter is told, on KEYS[2]:<its owner id>
 -- ARGV[1] the unlock message ('0', or '1' for a read-write lock, which
--- wakes every waiter); ARGV[2] 'lock' or 'rwlock': the kind asked for;
+-- wakes every waiter); ARGV[2] 'lock', 'rwlock' or 'plain' (the plain
+-- string lock): the kind asked for;
 -- ARGV[3] the revocation channel: the key's name goes there, for the
 -- holder's client to check its hold at once (docs/WIRE.md)
 -- Returns 1 if it was held, 0 if not.
@@ -17,6 +18,24 @@ local function refuse(what)
   return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is ' .. what ..
                            ', not a ' .. (ARGV[2] == 'rwlock' and
                            'read-write lock' or 'lock') .. ': nothing deleted')
+end
+-- The plain string lock (ARGV[2] 'plain'): a string proves little (any
+-- cache value is one), so only a string with a lease counts as a lock:
+-- every plain-lock client (dlock, redsync, npm redlock, redis-semaphore)
+-- sets one with PX. A string without expiry is refused.
+if ARGV[2] == 'plain' then
+  if kind ~= 'string' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. kind ..
+                             ', not a plain lock: nothing deleted')
+  end
+  if redis.call('pttl', KEYS[1]) < 0 then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a string ' ..
+                             'without a lease, not a plain lock: nothing deleted')
+  end
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], ARGV[1])
+  redis.call('publish', ARGV[3], KEYS[1])
+  return 1
 end
 if kind ~= 'hash' then
   return refuse('a ' .. kind)

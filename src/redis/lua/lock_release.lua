@@ -6,6 +6,8 @@
 -- The plain lock passes instead KEYS[3] dlock's hand-off queue, KEYS[4] its
 -- waiters, KEYS[5] the fencing-token counter and KEYS[6] the reservation of
 -- a starving waiter (see lock_acquire.lua).
+-- The plain string lock passes only KEYS[1] its string and KEYS[2] the
+-- unlock channel (and the latch).
 -- Returns nil if the owner does not hold it (nothing changed), 0 if still
 -- held (reentrant), 1 + n if released: then either the lock was handed to
 -- the first live waiter of the hand-off queue (n = 1), or the key is
@@ -37,6 +39,21 @@ local function result(v)
     redis.call('set', latch, v, 'px', ARGV[5])
   end
   return v
+end
+
+-- The plain string lock (two keys besides the latch: the string, the
+-- unlock channel): compare-and-delete; the value is the owner id. A
+-- reentrant release only extends the lease (the count is the client's).
+if nkeys == 2 then
+  if redis.call('get', KEYS[1]) ~= ARGV[3] then
+    return nil
+  end
+  if believed > 1 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    return result(0)
+  end
+  redis.call('del', KEYS[1])
+  return result(1 + redis.call('publish', KEYS[2], ARGV[1]))
 end
 
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
@@ -74,7 +91,7 @@ if nkeys == 6 and redis.call('exists', KEYS[3]) == 1 and
     if who ~= ARGV[3] and deadline and tonumber(deadline) >= now then
       local token = tonumber(redis.call('get', KEYS[5]) or '0') + 1
       if token == 1 then -- the counter is missing: as in lock_acquire.lua
-        token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+        token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1000000
       end
       token = string.format('%.0f', token)
       local heard = redis.pcall('publish', KEYS[2] .. ':' .. who, '=' .. token)

@@ -1,6 +1,6 @@
 -- lock_renew.lua: the watchdog's batched renewal, of locks and of permits.
--- KEYS[i] a lock hash (also of a read-write lock), or the timeout set of a
--- permit-expirable semaphore;
+-- KEYS[i] a lock hash (also of a read-write lock), a plain string lock
+-- (value = owner id), or the timeout set of a permit-expirable semaphore;
 -- ARGV[1] lease in ms, or 0 to check only (nothing is extended);
 -- ARGV[i + 1] the owner of KEYS[i] (for a permit,
 -- "<client id>:<permit id in hex>")
@@ -11,7 +11,11 @@ local res = {}
 local t, now
 local check = tonumber(ARGV[1]) == 0
 for i = 1, #KEYS do
-  local held = redis.pcall('hexists', KEYS[i], ARGV[i + 1])
+  -- The type first: an error, even under pcall, counts in the server's
+  -- errorstats (WRONGTYPE on a plain lock's string would look like a bug).
+  local kind = redis.call('type', KEYS[i]).ok
+  local held = kind == 'hash' and redis.call('hexists', KEYS[i], ARGV[i + 1])
+               or kind
   if held == 1 and check then
     res[i] = 1
   elseif held == 1 then
@@ -29,7 +33,17 @@ for i = 1, #KEYS do
       end
     end
     res[i] = 1
-  elseif type(held) == 'table' and redis.call('type', KEYS[i]).ok == 'zset' then
+  elseif kind == 'string' then
+    -- A plain string lock: held while its value is the owner id.
+    if redis.call('get', KEYS[i]) == ARGV[i + 1] then
+      if not check then
+        redis.call('pexpire', KEYS[i], ARGV[1])
+      end
+      res[i] = 1
+    else
+      res[i] = 0
+    end
+  elseif kind == 'zset' then
     -- A permit: extend its lease if it has not ended.
     if not now then
       t = redis.call('time')

@@ -33,7 +33,7 @@ local function token(fresh)
   if t == 1 then
     -- Missing (expired or lost): restart above every earlier token.
     local now = redis.call('time')
-    t = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    t = tonumber(now[1]) * 1000000 + tonumber(now[2]) + 1000000
     redis.call('set', KEYS[2], string.format('%.0f', t), 'px', ttl)
   else
     redis.call('pexpire', KEYS[2], ttl)

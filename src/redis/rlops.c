@@ -1,0 +1,373 @@
+/* rlops.c: the Redlock backend's entries (each an operation of redlock.c,
+ * run blocking or on the loop), its URL and its factory: one Redis
+ * backend per server (a part), on a gather link for a blocking client. */
+#include "redlock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the backend's entries ---- */
+static int check(redlock *B, bool async) {
+  if ((B->env.loop != NULL) == async) return 0;
+  return dl_seterr(B->env.err_owner, DLOCK_EINVAL,
+                   async ? "an event-loop call on a blocking client"
+                         : "a blocking call on an event-loop client");
+}
+
+static int acquire_run(dl_backend *b, dl_acquire *a, dl_done_fn done, void *ud,
+                       dl_async **op) {
+  redlock *B = (redlock *)b;
+  int err = check(B, done != NULL);
+  /* A fair queue, or a read-write lock's two modes, are not merged across
+   * independent servers (yet): only the mutex. */
+  if (err == 0 && a->lock->kind != DL_KIND_LOCK &&
+      a->lock->kind != DL_KIND_PLAIN)
+    err = dl_seterr(
+        B->env.err_owner, DLOCK_ENOTSUP,
+        "redlock:// offers the lock and the plain lock (not the fair or the "
+        "read-write lock)");
+  rl_op stack,
+      *o = err ? NULL : dl_rl_op_new(B, &stack, OP_ACQUIRE, done, ud, &err);
+  if (o == NULL) return err;
+  o->a = a;
+  o->l = a->lock;
+  return dl_rl_run(o, op);
+}
+
+static int rl_acquire(dl_backend *b, dl_acquire *a) {
+  return acquire_run(b, a, NULL, NULL, NULL);
+}
+
+static int rl_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
+                            void *ud, dl_async **op) {
+  return acquire_run(b, a, done, ud, op);
+}
+
+static int lock_run(dl_backend *b, int kind, const dl_lock_ref *l,
+                    int64_t lease_ms, int count, dl_lock_query q, long long *v,
+                    dl_done_fn done, void *ud, dl_async **op) {
+  redlock *B = (redlock *)b;
+  int err = check(B, done != NULL);
+  rl_op stack, *o = err ? NULL : dl_rl_op_new(B, &stack, kind, done, ud, &err);
+  if (o == NULL) return err;
+  o->l = l;
+  o->lease_ms = lease_ms;
+  o->count = count;
+  o->q = q;
+  o->v = v;
+  return dl_rl_run(o, op);
+}
+
+static int rl_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
+                      int count) {
+  return lock_run(b, OP_RELEASE, l, lease_ms, count, 0, NULL, NULL, NULL, NULL);
+}
+
+static int rl_release_async(dl_backend *b, const dl_lock_ref *l,
+                            int64_t lease_ms, int count, dl_done_fn done,
+                            void *ud, dl_async **op) {
+  return lock_run(b, OP_RELEASE, l, lease_ms, count, 0, NULL, done, ud, op);
+}
+
+static int rl_force(dl_backend *b, const dl_lock_ref *l) {
+  return lock_run(b, OP_FORCE, l, 0, 0, 0, NULL, NULL, NULL, NULL);
+}
+
+static int rl_force_async(dl_backend *b, const dl_lock_ref *l, dl_done_fn done,
+                          void *ud, dl_async **op) {
+  return lock_run(b, OP_FORCE, l, 0, 0, 0, NULL, done, ud, op);
+}
+
+static int rl_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                    long long *v) {
+  return lock_run(b, OP_QUERY, l, 0, 0, q, v, NULL, NULL, NULL);
+}
+
+static int rl_query_async(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                          long long *v, dl_done_fn done, void *ud,
+                          dl_async **op) {
+  return lock_run(b, OP_QUERY, l, 0, 0, q, v, done, ud, op);
+}
+
+static int rl_ping(dl_backend *b) {
+  return lock_run(b, OP_PING, NULL, 0, 0, 0, NULL, NULL, NULL, NULL);
+}
+
+static int rl_ping_async(dl_backend *b, dl_done_fn done, void *ud,
+                         dl_async **op) {
+  return lock_run(b, OP_PING, NULL, 0, 0, 0, NULL, done, ud, op);
+}
+
+static int renew_run(dl_backend *b, int64_t lease_ms, int n,
+                     dl_renew_item *items, int *calls, dl_done_fn done,
+                     void *ud, dl_async **op) {
+  redlock *B = (redlock *)b;
+  int err = check(B, done != NULL);
+  rl_op stack,
+      *o = err ? NULL : dl_rl_op_new(B, &stack, OP_RENEW, done, ud, &err);
+  if (o == NULL) return err;
+  /* Each part gets its own copy of the items, without an answer yet. */
+  o->copies = calloc((size_t)B->n * (size_t)n, sizeof *o->copies);
+  if (o->copies == NULL) {
+    if (o != &stack) free(o);
+    return dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  }
+  for (int i = 0; i < B->n; i++) {
+    o->is[i] = o->copies + (size_t)i * (size_t)n;
+    memcpy(o->is[i], items, (size_t)n * sizeof *items);
+    for (int k = 0; k < n; k++)
+      o->is[i][k].result = -1;
+  }
+  o->lease_ms = lease_ms;
+  o->nitems = n;
+  o->items = items;
+  o->calls = calls;
+  return dl_rl_run(o, op);
+}
+
+static int rl_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                    dl_renew_item *items, int *calls) {
+  (void)deadline; /* each part's renewal is bounded by its command timeout */
+  return renew_run(b, lease_ms, n, items, calls, NULL, NULL, NULL);
+}
+
+static int rl_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms,
+                          int n, dl_renew_item *items, int *calls,
+                          dl_done_fn done, void *ud, dl_async **op) {
+  (void)deadline;
+  return renew_run(b, lease_ms, n, items, calls, done, ud, op);
+}
+
+static void rl_cancel(dl_backend *b, dl_async *op) {
+  redlock *B = (redlock *)b;
+  rl_op *o = (rl_op *)op;
+  if (o->cancelled || o->kind != OP_ACQUIRE || B->closing) return;
+  o->cancelled = true;
+  o->a->deadline = dl_now_ms();
+  if (o->st == ST_PAUSED && o->pause.pending)
+    dl_redis_step_interrupt(part0(B), &o->pause);
+}
+
+/* Inspect and scan read the first server that answers: every server has
+ * the same names, and the holder in the snapshot is one server's view. */
+static int read_run(dl_backend *b, int kind, const char *key,
+                    dlock_lock_state *st, const char *match, size_t prefix_len,
+                    dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
+                    dl_async **op) {
+  redlock *B = (redlock *)b;
+  int err = check(B, done != NULL);
+  rl_op stack, *o = err ? NULL : dl_rl_op_new(B, &stack, kind, done, ud, &err);
+  if (o == NULL) return err;
+  o->only = 0;
+  o->key = key;
+  o->snap = st;
+  o->match = match;
+  o->prefix_len = prefix_len;
+  o->cb = cb;
+  o->cb_ud = cb_ud;
+  return dl_rl_run(o, op);
+}
+
+static int rl_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
+  return read_run(b, OP_INSPECT, key, st, NULL, 0, NULL, NULL, NULL, NULL,
+                  NULL);
+}
+
+static int rl_inspect_async(dl_backend *b, const char *key,
+                            dlock_lock_state *st, dl_done_fn done, void *ud,
+                            dl_async **op) {
+  return read_run(b, OP_INSPECT, key, st, NULL, 0, NULL, NULL, done, ud, op);
+}
+
+static int rl_scan(dl_backend *b, const char *match, size_t prefix_len,
+                   dlock_scan_cb cb, void *ud) {
+  return read_run(b, OP_SCAN, NULL, NULL, match, prefix_len, cb, ud, NULL, NULL,
+                  NULL);
+}
+
+static int rl_scan_async(dl_backend *b, const char *match, size_t prefix_len,
+                         dlock_scan_cb cb, void *cb_ud, dl_done_fn done,
+                         void *ud, dl_async **op) {
+  return read_run(b, OP_SCAN, NULL, NULL, match, prefix_len, cb, cb_ud, done,
+                  ud, op);
+}
+
+static int rl_watch_losses(dl_backend *b, dl_notice_fn fn, void *ud) {
+  (void)b, (void)fn, (void)ud;
+  return 0; /* holds are checked at each renewal, by quorum */
+}
+
+static void rl_stats(dl_backend *b, dlock_client_stats *st) {
+  redlock *B = (redlock *)b;
+  for (int i = 0; i < B->n; i++)
+    B->part[i]->ops->stats(B->part[i], st);
+}
+
+static void rl_free(dl_backend *b) {
+  redlock *B = (redlock *)b;
+  if (B == NULL) return;
+  B->closing = true; /* operations still running start nothing new */
+  for (int i = 0; i < B->n; i++) {
+    dl_backend *part = B->part[i];
+    B->part[i] = NULL;
+    if (part) part->ops->free(part);
+  }
+  free(B);
+}
+
+static const dl_backend_ops redlock_ops = {
+    .name = "redlock",
+    .lock_acquire = rl_acquire,
+    .lock_release = rl_release,
+    .lock_force_release = rl_force,
+    .lock_query = rl_query,
+    .inspect = rl_inspect,
+    .scan = rl_scan,
+    .renew = rl_renew,
+    .watch_losses = rl_watch_losses,
+    .lock_acquire_async = rl_acquire_async,
+    .lock_release_async = rl_release_async,
+    .lock_force_release_async = rl_force_async,
+    .lock_query_async = rl_query_async,
+    .renew_async = rl_renew_async,
+    .inspect_async = rl_inspect_async,
+    .scan_async = rl_scan_async,
+    .ping_async = rl_ping_async,
+    .cancel = rl_cancel,
+    .ping = rl_ping,
+    .stats = rl_stats,
+    .free = rl_free,
+};
+
+/* ---- the URL: redlock://[user:password@]HOST:PORT,HOST:PORT...[/DB][?OPTS] */
+/* A duration: digits, then ms (the default), s or m. */
+static bool duration_ms(const char *s, size_t len, int64_t *ms) {
+  int64_t v = 0;
+  size_t i = 0;
+  for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+    if (v > INT64_MAX / 10 / 60000) return false;
+    v = v * 10 + (s[i] - '0');
+  }
+  if (i == 0) return false;
+  const char *u = s + i;
+  size_t ul = len - i;
+  int64_t scale = ul == 0 || (ul == 2 && memcmp(u, "ms", 2) == 0) ? 1
+                  : ul == 1 && *u == 's'                          ? 1000
+                  : ul == 1 && *u == 'm'                          ? 60000
+                                                                  : 0;
+  *ms = v * scale;
+  return scale != 0;
+}
+
+static bool word(const char *s, size_t len, const char *lit) {
+  return strlen(lit) == len && memcmp(s, lit, len) == 0;
+}
+
+/* The options after '?': NAME=VALUE joined by '&'. */
+static bool url_opts(const char *q, dl_redlock_url_opts *o) {
+  *o = (dl_redlock_url_opts){.fencing = true};
+  while (q && *q) {
+    size_t len = strcspn(q, "&");
+    const char *eq = memchr(q, '=', len);
+    if (eq == NULL) return false;
+    size_t nl = (size_t)(eq - q), vl = len - nl - 1;
+    const char *v = eq + 1;
+    if (word(q, nl, "fencing") && (word(v, vl, "on") || word(v, vl, "off")))
+      o->fencing = word(v, vl, "on");
+    else if (word(q, nl, "layout") &&
+             (word(v, vl, "plain") || word(v, vl, "hash")))
+      o->hash = word(v, vl, "hash");
+    else if (!word(q, nl, "restart_delay") ||
+             !duration_ms(v, vl, &o->restart_delay_ms))
+      return false;
+    q += len;
+    if (*q == '&') q++;
+  }
+  return true;
+}
+
+int dl_redlock_urls(const char *url, char **out, int max,
+                    dl_redlock_url_opts *opt) {
+  const char *p = strstr(url, "://");
+  p = p ? p + 3 : url;
+  const char *q = strchr(p, '?');
+  dl_redlock_url_opts o;
+  if (!url_opts(q ? q + 1 : NULL, &o)) return DLOCK_EURL;
+  if (opt) *opt = o;
+  size_t keep = q ? (size_t)(q - p) : strlen(p); /* the rest without it */
+  /* "user:password@", then the hosts up to '/', '?' or the end. */
+  const char *tail = p + strcspn(p, "/?");
+  int taillen = (int)(p + keep - tail);
+  const char *at = memchr(p, '@', (size_t)(tail - p));
+  const char *hosts = at ? at + 1 : p;
+  size_t userinfo = at ? (size_t)(at + 1 - p) : 0;
+  int n = 0;
+  for (const char *h = hosts; h < tail;) {
+    size_t len = strcspn(h, ",/?");
+    if (len == 0 || n == max) {
+      for (int i = 0; i < n; i++)
+        free(out[i]);
+      return DLOCK_EURL;
+    }
+    /* One server's URL: redis://[user:password@]HOST:PORT[/DB...]. */
+    out[n] = malloc(8 + userinfo + len + (size_t)taillen + 1);
+    if (out[n] == NULL) {
+      for (int i = 0; i < n; i++)
+        free(out[i]);
+      return DLOCK_ENOMEM;
+    }
+    sprintf(out[n++], "redis://%.*s%.*s%.*s", (int)userinfo, p, (int)len, h,
+            taillen, tail);
+    h += len;
+    if (*h == ',') h++;
+  }
+  return n > 0 ? n : DLOCK_EURL;
+}
+
+int dl_redlock_backend_new(const dlock_client_options *opts,
+                           const dl_backend_env *env, dl_backend **out) {
+  *out = NULL;
+  redlock *B = calloc(1, sizeof *B);
+  if (B == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  B->base.ops = &redlock_ops;
+  B->env = *env;
+  B->part_env = *env;
+  /* The parts never subscribe: a composite waits by retrying. */
+  if (B->part_env.backoff_max_ms <= 0) B->part_env.backoff_max_ms = 50;
+  char *urls[RL_MAX];
+  int rc = dl_redlock_urls(opts->url, urls, RL_MAX, &B->opt);
+  int n = rc;
+  for (int i = 0; i < n; i++) {
+    dlock_client_options o = *opts;
+    o.url = urls[i];
+    o.connections = 1;
+    dl_backend *part = NULL;
+    if (rc >= 0) rc = dl_redis_part_new(&o, &B->part_env, &part);
+    if (rc >= 0) {
+      ((dl_redis *)part)->restart_delay_ms = B->opt.restart_delay_ms;
+      B->part[B->n++] = part;
+    }
+    free(urls[i]);
+  }
+  if (rc < 0) {
+    if (rc == DLOCK_EURL) {
+      char *shown = dl_url_redact(opts->url);
+      dl_seterr(NULL, rc,
+                "redlock:// needs HOST:PORT[,HOST:PORT...] (at "
+                "most %d servers), then optionally /DB and ?OPTIONS: "
+                "fencing=on|off, layout=plain|hash, restart_delay=N[ms|s|m] "
+                "(url %s)",
+                RL_MAX, shown ? shown : "");
+      free(shown);
+    } else if (rc == DLOCK_ENOMEM) {
+      dl_seterr(NULL, rc, "out of memory");
+    }
+    rl_free(&B->base);
+    return rc;
+  }
+  B->quorum = B->n / 2 + 1;
+  B->base.plain_mutex = !B->opt.hash;
+  *out = &B->base;
+  return 0;
+}

@@ -1,0 +1,616 @@
+/* test_sentinel.c: redis-sentinel:// URLs: discovery through the
+ * sentinels, their errors, and following a failover (a master, its replica
+ * and three sentinels started by the harness for each test). */
+#include "harness.h"
+
+#include "dlock_async.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static th_sentinel_set S;
+
+static dlock_client *open_url(const char *url, int64_t watchdog_ms) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.connect_timeout_ms = 1000;
+  if (watchdog_ms > 0) o.watchdog_timeout_ms = watchdog_ms;
+  return th_client_opts(&o);
+}
+
+static long long exists_on(th_redis *r, const char *key) {
+  return th_cmd_int(r, "EXISTS %s", key);
+}
+
+/* The URL's forms, and what it refuses (no server). */
+static void url_forms(void) {
+  static const char *bad[] = {
+      "redis-sentinel://127.0.0.1:1",                       /* no master name */
+      "redis-sentinel://127.0.0.1:1/",                      /* empty name */
+      "redis-sentinel://127.0.0.1:1,/m",                    /* empty sentinel */
+      "redis-sentinel://127.0.0.1:x/m",                     /* bad port */
+      "redis-sentinel://127.0.0.1:1/m?sentinel_password=x", /* printed */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dlock_client_options o;
+    dlock_client_options_init(&o);
+    o.url = bad[i];
+    dlock_client *c = NULL;
+    CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+    CHECK(c == NULL);
+  }
+  /* No sentinel listens: a clear error naming each one asked. */
+  int p1 = th_free_port(), p2 = th_free_port();
+  char url[200];
+  snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d/m", p1,
+           p2);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.connect_timeout_ms = 500;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
+  const char *m = dlock_client_open_errmsg();
+  CHECK(strstr(m, "no sentinel answered") != NULL);
+  char p1s[32];
+  snprintf(p1s, sizeof p1s, "127.0.0.1:%d", p1);
+  CHECK(strstr(m, p1s) != NULL);
+}
+
+/* The client finds the master through the sentinels (the first listed
+ * one down), locks there, and the lock reaches the replica. */
+static void discovery(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  char url[700];
+  /* A dead sentinel first: the next one is asked. */
+  snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d,%s", th_free_port(),
+           S.url + strlen("redis-sentinel://"));
+  dlock_client *c = open_url(url, 0);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-disc", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK_EQ(exists_on(&S.master, "sent-disc"), 1);
+  CHECK(th_sentinel_synced(&S, 5000));
+  CHECK_EQ(exists_on(&S.replica, "sent-disc"), 1);
+  CHECK_RC(dlock_client_ping(c), 0);
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_EQ(exists_on(&S.master, "sent-disc"), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
+/* A name no sentinel monitors, and every sentinel down: clear errors. */
+static void wrong_name_and_down(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  char url[700];
+  snprintf(url, sizeof url, "%.*s/nosuch", (int)(strrchr(S.url, '/') - S.url),
+           S.url);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
+  CHECK(strstr(dlock_client_open_errmsg(), "knows no master named 'nosuch'") !=
+        NULL);
+  for (int i = 0; i < 3; i++)
+    th_redis_stop(&S.sentinels[i]);
+  o.url = S.url;
+  o.connect_timeout_ms = 500;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
+  CHECK(strstr(dlock_client_open_errmsg(), "no sentinel answered") != NULL);
+  th_sentinel_stop(&S);
+}
+
+/* The sentinels' password: from the option, else DLOCK_SENTINEL_PASSWORD;
+ * a wrong one is refused with DLOCK_EAUTH's detail. */
+static void sentinel_password(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  for (int i = 0; i < 3; i++) {
+    redisReply *r =
+        th_cmd(&S.sentinels[i], "ACL SETUSER default resetpass >s3cret");
+    CHECK(r && r->type == REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+  }
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
+  o.sentinel_password = "s3cret";
+  c = th_client_opts(&o);
+  CHECK(c != NULL);
+  CHECK_RC(dlock_client_ping(c), 0);
+  dlock_client_close(c);
+  o.sentinel_password = NULL;
+  setenv("DLOCK_SENTINEL_PASSWORD", "s3cret", 1);
+  c = th_client_opts(&o);
+  unsetenv("DLOCK_SENTINEL_PASSWORD");
+  CHECK(c != NULL);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
+static atomic_int lost_calls;
+static void on_lost(dlock_lock *l, const char *owner, void *ud) {
+  (void)l, (void)owner, (void)ud;
+  atomic_fetch_add(&lost_calls, 1);
+}
+
+typedef struct renewed_arg {
+  dlock_client *c;
+  uint64_t after;
+} renewed_arg;
+static bool renewed(void *arg) {
+  renewed_arg *a = arg;
+  dlock_client_stats st;
+  dlock_client_stats_get(a->c, &st);
+  return st.renewals > a->after;
+}
+
+static bool is_lost(void *arg) {
+  (void)arg;
+  return atomic_load(&lost_calls) > 0;
+}
+
+/* A lock held with the watchdog through a failover that the replica saw
+ * the lock before: the watchdog renews it on the new master, no loss. */
+static void failover_held(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client *c = open_url(S.url, 3000);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-held", NULL, &l), 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, -1, NULL), 0);
+  CHECK(th_sentinel_synced(&S, 5000));
+  CHECK(th_sentinel_failover(&S, 10000) == 0);
+  /* Two renewals after the switch: the second surely on the new master. */
+  dlock_client_stats st;
+  dlock_client_stats_get(c, &st);
+  renewed_arg a = {c, st.renewals + 1};
+  CHECK(th_wait_for(renewed, &a, 5000));
+  CHECK_EQ(atomic_load(&lost_calls), 0);
+  CHECK_EQ(dlock_lock_is_held(l), 1);
+  long long pttl = th_cmd_int(&S.replica, "PTTL sent-held");
+  CHECK(pttl > 1000);
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_EQ(exists_on(&S.replica, "sent-held"), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
+/* Detaches the replica (it stays a server Sentinel will promote): writes
+ * from now on are the ones an asynchronous replica missed. */
+static bool detach_replica(void) {
+  redisReply *r = th_cmd(&S.replica, "REPLICAOF NO ONE");
+  bool ok = r && r->type == REDIS_REPLY_STATUS;
+  if (r) freeReplyObject(r);
+  return ok;
+}
+
+/* The reference documents' failure: a lock written to a master whose
+ * replica misses it (asynchronous replication), then a failover: the hold
+ * is reported lost at the first renewal on the new master, never
+ * re-acquired, and another client can take the lock there. */
+static void failover_lost(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client *c = open_url(S.url, 3000);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-lost", NULL, &l), 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  CHECK(detach_replica());
+  CHECK_RC(dlock_lock_try_acquire(l, 0, -1, NULL), 0);
+  CHECK_EQ(exists_on(&S.master, "sent-lost"), 1);
+  CHECK_EQ(exists_on(&S.replica, "sent-lost"), 0);
+  CHECK(th_sentinel_failover(&S, 10000) == 0);
+  int64_t t0 = th_now_ms();
+  CHECK(th_wait_for(is_lost, NULL, 5000));
+  /* At the first renewal on the new master (every 1 s here). */
+  CHECK(th_now_ms() - t0 < 2500);
+  CHECK_EQ(dlock_lock_is_lost(l), 1);
+  CHECK_EQ(exists_on(&S.replica, "sent-lost"), 0);
+  /* A second client takes it on the new master. */
+  dlock_client *c2 = open_url(S.url, 0);
+  CHECK(c2 != NULL);
+  dlock_lock *l2 = NULL;
+  CHECK_RC(dlock_lock_new(c2, "sent-lost", NULL, &l2), 0);
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 10000, NULL), 0);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  CHECK_RC(dlock_lock_release(l2), 1);
+  dlock_lock_free(l2);
+  dlock_client_close(c2);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
+/* A renewal of sent-kept reached the new master (the former replica):
+ * its PTTL went up past *arg (a PTTL only goes down by itself). */
+static bool kept_renewed(void *arg) {
+  return th_cmd_int(&S.replica, "PTTL sent-kept") > *(long long *)arg;
+}
+
+static bool killed_renewed(void *arg) {
+  return th_cmd_int(&S.replica, "PTTL sent-killed") > *(long long *)arg;
+}
+
+/* The positive control: the same with replica acknowledgement. The
+ * acquire the replica cannot acknowledge fails with DLOCK_ENOTACKED and
+ * is given back, so after the failover nobody believes it holds the lock;
+ * an acknowledged one survives the failover. */
+static void failover_acked(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  /* A lease long enough for the replica's copy to outlast the failover:
+   * detached, it hears of no renewal until it is the master. */
+  o.watchdog_timeout_ms = 9000;
+  o.min_replicas_acked = 1;
+  o.replicas_timeout_ms = 1000;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL, *k = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-acked", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(c, "sent-kept", NULL, &k), 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  dlock_lock_on_lost(k, on_lost, NULL);
+  /* Acknowledged: on the replica the moment the acquire returns. */
+  CHECK_RC(dlock_lock_try_acquire(k, 0, -1, NULL), 0);
+  CHECK_EQ(exists_on(&S.replica, "sent-kept"), 1);
+  CHECK(detach_replica());
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(l, 0, -1, NULL), DLOCK_ENOTACKED);
+  CHECK(th_now_ms() - t0 >= 900);
+  CHECK(strstr(dlock_client_errmsg(c), "0 of 1 replicas") != NULL);
+  CHECK_EQ(exists_on(&S.master, "sent-acked"), 0);
+  CHECK_EQ(dlock_lock_is_held(l), 0);
+  CHECK(th_sentinel_failover(&S, 10000) == 0);
+  /* Renewals go on (each WAIT short: nothing replicates from the new
+   * master yet), and the acknowledged hold is there. */
+  long long p0 = th_cmd_int(&S.replica, "PTTL sent-kept");
+  CHECK(p0 > 0);
+  CHECK(th_wait_for(kept_renewed, &p0, 8000));
+  CHECK_EQ(atomic_load(&lost_calls), 0);
+  CHECK_EQ(dlock_lock_is_held(k), 1);
+  CHECK_RC(dlock_lock_release(k), 1);
+  dlock_lock_free(l);
+  dlock_lock_free(k);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
+/* WAIT on one server without replicas: the acquire is given back and
+ * reported DLOCK_ENOTACKED; with 0 replicas asked nothing changes. */
+static void wait_shortfall(void) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = th_srv.url;
+  o.min_replicas_acked = 1;
+  o.replicas_timeout_ms = 100;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "wait-short", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), DLOCK_ENOTACKED);
+  CHECK_EQ(exists_on(&th_srv, "wait-short"), 0);
+  CHECK(th_calls(&th_srv, "wait") >= 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  o.min_replicas_acked = 0;
+  c = th_client_opts(&o);
+  CHECK(c != NULL);
+  CHECK_RC(dlock_lock_new(c, "wait-short", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK_RC(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  /* Refused on an event-loop client, for now. */
+  o.min_replicas_acked = 1;
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), DLOCK_ENOTSUP);
+  dlock_loop_free(lp);
+}
+
+/* Runs `dlock -u <the set's URL> <args>` (sh -c), returns its exit status;
+ * its stdout into out (len bytes) when out is not NULL. */
+static int dlock_cli(char *out, size_t len, const char *fmt, ...) {
+  char args[1500], cmd[2400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd, "%s -u '%s' %s", DLOCK_CLI_PATH, S.url, args);
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) return -1;
+  size_t n = out ? fread(out, 1, len - 1, f) : 0;
+  if (out) out[n] = '\0';
+  char sink[256];
+  while (fread(sink, 1, sizeof sink, f) > 0) {
+  }
+  int st = pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Every command of the CLI on redis-sentinel://, and --replicas. */
+static void cli_commands(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  char out[4096];
+  CHECK_EQ(dlock_cli(NULL, 0, "run -q cli-a -- true"), 0);
+  /* With --replicas 1 the replica has the lock while the command runs. */
+  CHECK_EQ(dlock_cli(out, sizeof out,
+                     "run -q --replicas 1 cli-a -- "
+                     "redis-cli -s %s exists cli-a",
+                     S.replica.sock),
+           0);
+  CHECK(strncmp(out, "1", 1) == 0);
+  dlock_client *c = open_url(S.url, 0);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "cli-held", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 30000, NULL), 0);
+  CHECK_EQ(dlock_cli(NULL, 0, "status cli-held"), 0);
+  CHECK_EQ(dlock_cli(out, sizeof out, "list"), 0);
+  CHECK(strstr(out, "cli-held") != NULL);
+  CHECK_EQ(dlock_cli(NULL, 0, "-q release --force cli-held"), 0);
+  CHECK_EQ(dlock_cli(NULL, 0, "status cli-held"), 1);
+  CHECK_EQ(dlock_cli(NULL, 0, "bench -d 200ms -t 1 uncontended"), 0);
+  /* No replica acknowledges: given back, exit 75 (as not acquired). */
+  CHECK(detach_replica());
+  CHECK_EQ(dlock_cli(NULL, 0,
+                     "run -q --replicas 1 --replicas-timeout "
+                     "100ms cli-b -- true"),
+           75);
+  CHECK_EQ(exists_on(&S.master, "cli-b"), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
+/* ---- failover with waiters, and on an event loop ---- */
+typedef struct op_res {
+  atomic_int done;
+  atomic_int rc;
+} op_res;
+static void op_done(int rc, uint64_t token, const char *errmsg, void *ud) {
+  (void)token, (void)errmsg;
+  op_res *r = ud;
+  atomic_store(&r->rc, rc);
+  atomic_store(&r->done, 1);
+}
+
+static void run_until(dlock_loop *lp, atomic_int *flag, int timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  while (!atomic_load(flag) && th_now_ms() < end)
+    dlock_loop_run(lp, 20);
+}
+
+static atomic_int failover_done, failover_rc;
+static void *failover_thread(void *arg) {
+  (void)arg;
+  atomic_store(&failover_rc, th_sentinel_failover(&S, 10000));
+  atomic_store(&failover_done, 1);
+  return NULL;
+}
+
+typedef struct waiter_arg {
+  dlock_lock *l;
+  int rc;
+} waiter_arg;
+static void *blocking_waiter(void *arg) {
+  waiter_arg *w = arg;
+  w->rc = dlock_lock_try_acquire(w->l, 15000, 10000, NULL);
+  return NULL;
+}
+
+/* A failover while an event-loop client holds a lock with the watchdog
+ * and waits for another, and a blocking client waits too: the hold is
+ * renewed on the new master, and each waiter gets its lock once the
+ * holder releases it there. */
+static void failover_waiters(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  o.watchdog_timeout_ms = 3000;
+  dlock_client *ac = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &ac), 0);
+  dlock_client *bc = open_url(S.url, 3000);
+  CHECK(bc != NULL);
+  dlock_lock *held = NULL, *awant = NULL, *bhold = NULL, *bwant = NULL;
+  CHECK_RC(dlock_lock_new(ac, "fw-held", NULL, &held), 0);
+  CHECK_RC(dlock_lock_new(ac, "fw-a", NULL, &awant), 0);
+  CHECK_RC(dlock_lock_new(bc, "fw-a", "holder", &bhold), 0);
+  CHECK_RC(dlock_lock_new(bc, "fw-held", "waiter", &bwant), 0);
+  dlock_lock_on_lost(held, on_lost, NULL);
+  op_res r1 = {0}, r2 = {0};
+  CHECK_RC(dlock_lock_acquire_async(held, 0, -1, op_done, &r1, NULL), 0);
+  run_until(lp, &r1.done, 5000);
+  CHECK_EQ(atomic_load(&r1.rc), 0);
+  CHECK_RC(dlock_lock_try_acquire(bhold, 0, 30000, NULL), 0);
+  CHECK_RC(dlock_lock_acquire_async(awant, 15000, 10000, op_done, &r2, NULL),
+           0);
+  waiter_arg wa = {bwant, 1};
+  pthread_t wt;
+  pthread_create(&wt, NULL, blocking_waiter, &wa);
+  CHECK(th_sentinel_synced(&S, 5000));
+  pthread_t ft;
+  pthread_create(&ft, NULL, failover_thread, NULL);
+  run_until(lp, &failover_done, 12000);
+  pthread_join(ft, NULL);
+  CHECK_EQ(atomic_load(&failover_rc), 0);
+  /* Renewals on the new master: its lease stays up past the 3 s lease. */
+  int64_t until = th_now_ms() + 3500;
+  while (th_now_ms() < until)
+    dlock_loop_run(lp, 50);
+  CHECK_EQ(atomic_load(&lost_calls), 0);
+  CHECK(th_cmd_int(&S.replica, "PTTL fw-held") > 1000);
+  CHECK_EQ(atomic_load(&r2.done), 0);
+  /* The blocking holder releases on the new master: the loop's waiter
+   * gets it; then the loop releases its hold: the blocking waiter. */
+  CHECK_RC(dlock_lock_release(bhold), 1);
+  run_until(lp, &r2.done, 8000);
+  CHECK_EQ(atomic_load(&r2.rc), 0);
+  op_res r3 = {0};
+  CHECK_RC(dlock_lock_release_async(held, op_done, &r3, NULL), 0);
+  run_until(lp, &r3.done, 5000);
+  CHECK_EQ(atomic_load(&r3.rc), 1);
+  pthread_join(wt, NULL);
+  CHECK_EQ(wa.rc, 0);
+  CHECK_RC(dlock_lock_release(bwant), 1);
+  op_res r4 = {0};
+  CHECK_RC(dlock_lock_release_async(awant, op_done, &r4, NULL), 0);
+  run_until(lp, &r4.done, 5000);
+  CHECK_EQ(atomic_load(&r4.rc), 1);
+  dlock_lock_free(held);
+  dlock_lock_free(awant);
+  dlock_lock_free(bhold);
+  dlock_lock_free(bwant);
+  dlock_client_close(ac);
+  dlock_loop_free(lp);
+  dlock_client_close(bc);
+  th_sentinel_stop(&S);
+}
+
+static bool ok_reply(redisReply *rep) {
+  bool ok = rep && rep->type != REDIS_REPLY_ERROR;
+  if (rep) freeReplyObject(rep);
+  return ok;
+}
+
+static bool old_master_linked(void *arg) {
+  (void)arg;
+  redisReply *r = th_cmd(&S.master, "INFO replication");
+  bool ok = r && r->type == REDIS_REPLY_STRING &&
+            strstr(r->str, "role:slave") &&
+            strstr(r->str, "master_link_status:up");
+  if (r) freeReplyObject(r);
+  return ok;
+}
+
+/* The master turns replica under the clients' feet, without a
+ * +switch-master they could hear (the sentinels are told to monitor the
+ * new master afresh): the next script gets READONLY, and the client asks
+ * the sentinels again and runs it on the new master; nothing fails. */
+static void readonly_rediscover(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client *c = open_url(S.url, 0);
+  CHECK(c != NULL);
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  dlock_client *ac = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &ac), 0);
+  dlock_lock *l1 = NULL, *l2 = NULL, *l3 = NULL;
+  CHECK_RC(dlock_lock_new(c, "ro-1", NULL, &l1), 0);
+  CHECK_RC(dlock_lock_new(c, "ro-2", NULL, &l2), 0);
+  CHECK_RC(dlock_lock_new(ac, "ro-3", NULL, &l3), 0);
+  CHECK_RC(dlock_lock_try_acquire(l1, 0, 30000, NULL), 0);
+  op_res r0 = {0};
+  CHECK_RC(dlock_lock_acquire_async(l3, 0, 30000, op_done, &r0, NULL), 0);
+  run_until(lp, &r0.done, 5000);
+  CHECK_EQ(atomic_load(&r0.rc), 0);
+  op_res r1 = {0};
+  CHECK_RC(dlock_lock_release_async(l3, op_done, &r1, NULL), 0);
+  run_until(lp, &r1.done, 5000);
+  CHECK_EQ(atomic_load(&r1.rc), 1);
+  CHECK(th_sentinel_synced(&S, 5000));
+  CHECK(ok_reply(th_cmd(&S.replica, "REPLICAOF NO ONE")));
+  for (int i = 0; i < 3; i++) {
+    CHECK(ok_reply(th_cmd(&S.sentinels[i], "SENTINEL REMOVE %s", S.name)));
+    redisReply *rep =
+        th_cmd(&S.sentinels[i], "SENTINEL MONITOR %s 127.0.0.1 %d 2", S.name,
+               S.replica.port);
+    CHECK(rep && rep->type == REDIS_REPLY_STATUS);
+    freeReplyObject(rep);
+  }
+  redisReply *rep = th_cmd(&S.master, "REPLICAOF 127.0.0.1 %d", S.replica.port);
+  CHECK(rep && rep->type == REDIS_REPLY_STATUS);
+  freeReplyObject(rep);
+  CHECK(th_wait_for(old_master_linked, NULL, 10000));
+  /* Blocking: READONLY, then the new master. */
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 30000, NULL), 0);
+  CHECK_EQ(exists_on(&S.replica, "ro-2"), 1);
+  CHECK_RC(dlock_lock_release(l1), 1);
+  CHECK_EQ(exists_on(&S.replica, "ro-1"), 0);
+  CHECK_RC(dlock_lock_release(l2), 1);
+  /* Event loop: the same. */
+  op_res r2 = {0};
+  CHECK_RC(dlock_lock_acquire_async(l3, 0, 30000, op_done, &r2, NULL), 0);
+  run_until(lp, &r2.done, 5000);
+  CHECK_EQ(atomic_load(&r2.rc), 0);
+  CHECK_EQ(exists_on(&S.replica, "ro-3"), 1);
+  /* Both went through a READONLY refusal on the old master. */
+  redisReply *es = th_cmd(&S.master, "INFO errorstats");
+  CHECK(es && es->type == REDIS_REPLY_STRING);
+  const char *ro = strstr(es->str, "errorstat_READONLY:count=");
+  long long nro = ro ? atoll(ro + strlen("errorstat_READONLY:count=")) : 0;
+  freeReplyObject(es);
+  CHECK(nro >= 2);
+  op_res r3 = {0};
+  CHECK_RC(dlock_lock_release_async(l3, op_done, &r3, NULL), 0);
+  run_until(lp, &r3.done, 5000);
+  CHECK_EQ(atomic_load(&r3.rc), 1);
+  dlock_lock_free(l1);
+  dlock_lock_free(l2);
+  dlock_lock_free(l3);
+  dlock_client_close(ac);
+  dlock_loop_free(lp);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
+/* The master killed (kill -9) while a lock is held: the sentinels promote
+ * the replica (about 2 s here), the client's connections fail and come
+ * back to it, and the watchdog renews the hold there. */
+static void failover_killed(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  o.watchdog_timeout_ms = 9000;
+  o.connect_timeout_ms = 500;
+  o.reconnect_max_ms = 500;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-killed", NULL, &l), 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, -1, NULL), 0);
+  CHECK(th_sentinel_synced(&S, 5000));
+  th_redis_kill(&S.master, SIGKILL);
+  CHECK(th_sentinel_wait_failover(&S, 15000) == 0);
+  long long p0 = th_cmd_int(&S.replica, "PTTL sent-killed");
+  CHECK(p0 > 0);
+  CHECK(th_wait_for(killed_renewed, &p0, 8000));
+  CHECK_EQ(atomic_load(&lost_calls), 0);
+  CHECK_EQ(dlock_lock_is_held(l), 1);
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_EQ(exists_on(&S.replica, "sent-killed"), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
+TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
+        T_BARE(sentinel_password), T_BARE(failover_held), T_BARE(failover_lost),
+        T_BARE(failover_acked), T_BARE(failover_waiters),
+        T_BARE(failover_killed), T_BARE(readonly_rediscover), T(wait_shortfall),
+        T_BARE(cli_commands))
