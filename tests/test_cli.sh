@@ -573,6 +573,48 @@ t_plain() {
   reap_sleepers
 }
 
+# Every command on redlock:// over this server and two more: run (mutual
+# exclusion), status, list, release --force (its holder hears of it), bench;
+# the kinds Redlock does not offer refused.
+t_redlock() {
+  local pids=() ports=() p d i
+  for i in 2 3; do
+    d=$TMP/rl$i
+    mkdir -p "$d"
+    p=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+    redis-server --port "$p" --bind 127.0.0.1 --dir "$d" --save '' \
+      --appendonly no --requirepass s3cret --logfile "$d/redis.log" \
+      --daemonize no & pids+=($!)
+    ports+=("$p")
+    wait_until sh -c "redis-cli -p $p -a s3cret --no-auth-warning ping 2>/dev/null | grep -q PONG"
+  done
+  local u="redlock://127.0.0.1:$PORT,127.0.0.1:${ports[0]},127.0.0.1:${ports[1]}"
+  echo 0 > rlcounter
+  local runs=()
+  for i in 1 2 3 4; do
+    ( for _ in 1 2 3; do
+        "$DLOCK" -u "$u" run -q rl:x -- sh -c 'v=$(cat rlcounter); sleep 0.01; echo $((v+1)) > rlcounter' || exit 1
+      done ) & runs+=($!)
+  done
+  local bad=0
+  for p in "${runs[@]}"; do wait "$p" || bad=1; done
+  [ "$bad" = 0 ] || fail "a run on redlock:// failed"
+  [ "$(cat rlcounter)" = 12 ] || fail "counter $(cat rlcounter), expected 12"
+  rm -f rl.held
+  "$DLOCK" -u "$u" run -q -l 900ms rl:y -- sh -c "touch rl.held; $(sleeper rl)" & local h=$!
+  wait_until test -e rl.held || fail "never held"
+  "$DLOCK" -u "$u" status rl:y | grep -q "held by" || fail "status"
+  "$DLOCK" -u "$u" list 'rl:*' | grep -q "^rl:y " || fail "list"
+  "$DLOCK" -u "$u" release --force -q rl:y; expect_rc 0 $? "release --force"
+  wait "$h"; expect_rc 76 $? "the holder hears of the force release"
+  "$DLOCK" -u "$u" status rl:y >/dev/null; expect_rc 1 $? "free after"
+  "$DLOCK" -u "$u" run -q --fair rl:z -- true 2>/dev/null
+  [ $? -ne 0 ] || fail "--fair on redlock:// accepted"
+  "$DLOCK" -u "$u" bench -d 200ms uncontended >/dev/null; expect_rc 0 $? "bench"
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  reap_sleepers
+}
+
 # CLI_TESTS="t_a t_b" runs only those.
 for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_revocation_kills_at_once \
@@ -581,7 +623,7 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_terminal_status_line t_bad_input t_permits t_fair_read_write \
          t_version t_options_after_name t_status_not_a_lock \
          t_holders_described t_nested_password t_man_page \
-         t_acquire_error_reason t_queue t_plain}; do
+         t_acquire_error_reason t_queue t_plain t_redlock}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"
