@@ -450,6 +450,49 @@ static void t_delay_redisson_peer(void) {
   dlock_client_close(c);
 }
 
+/* A delayed poll hears Redisson's channel too: a Java producer's offer
+ * that becomes the head publishes its due time there (and nothing on
+ * dlock's channel), and wakes the sleeping poller at once, not at its
+ * next recheck (up to 500 ms later by then). */
+static bool numpat(void *p) {
+  (void)p;
+  return th_cmd_int(&th_srv, "PUBSUB NUMPAT") >= 1;
+}
+
+static void t_delay_redisson_wakes(void) {
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new_delayed(c, "dw", &q), 0);
+  taker t = {.q = q, .wait_ms = 10000, .rc = 99};
+  pthread_t th;
+  pthread_create(&th, NULL, take_one, &t);
+  CHECK(th_wait_for(numpat, NULL, 2000));
+  redisReply *r = th_cmd(&th_srv, "PUBSUB NUMSUB dlock_queue_channel:{dw}");
+  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->integer == 0); /* the pattern covers it */
+  freeReplyObject(r);
+  /* Long enough for the poller's rechecks to back off to 500 ms. */
+  th_sleep_ms(1200);
+  CHECK_EQ(atomic_load(&t.rc), 99);
+  int64_t t0 = th_now_ms();
+  r = th_cmd(&th_srv,
+             "EVAL %s 4 dw redisson_delay_queue_timeout:{dw} "
+             "redisson_delay_queue:{dw} redisson_delay_queue_channel:{dw} "
+             "%lld %s %s",
+             REDISSON_DELAY_OFFER, server_ms(&th_srv), "RRRRRRRR", "now");
+  CHECK(r && r->type != REDIS_REPLY_ERROR);
+  freeReplyObject(r);
+  pthread_join(th, NULL);
+  CHECK_RC(atomic_load(&t.rc), 0);
+  CHECK(strcmp(t.got, "now") == 0);
+  printf("    delivered %lld ms after Redisson's offer\n",
+         (long long)(t.done_at - t0));
+  CHECK(t.done_at - t0 < 150);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+}
+
 /* Delays of minutes, with the server's clock stepped (clockshift.c): what
  * is due is the server's business. */
 static void shift_clock(const char *file, int64_t seconds) {
@@ -664,6 +707,7 @@ static void t_reliable_many(void) {
 }
 
 TH_MAIN(T(t_reliable_basics), T(t_reliable_many), T(t_delay_order),
-        T(t_delay_restart), T(t_delay_redisson_peer), T(t_delay_stepped_clock),
-        T(t_delay_wrong_type), T(t_queue_basics), T(t_queue_wrong_type),
-        T(t_queue_offer_wakes), T(t_queue_redisson_peer), T(t_queue_many))
+        T(t_delay_restart), T(t_delay_redisson_peer), T(t_delay_redisson_wakes),
+        T(t_delay_stepped_clock), T(t_delay_wrong_type), T(t_queue_basics),
+        T(t_queue_wrong_type), T(t_queue_offer_wakes), T(t_queue_redisson_peer),
+        T(t_queue_many))

@@ -51,6 +51,9 @@ typedef struct queue_op {
   dl_waiter w; /* a poll's */
   size_t lens[4];
   char ch[DL_DERIVED_MAX];
+  /* A delayed poll's: both channels, dlock's and Redisson's, as one
+   * pattern ("*_queue_channel:{Q}", Q's glob characters escaped). */
+  char both[2 * DL_DERIVED_MAX];
   /* The delayed queue's names beside Q: its zset, its list, its channel. */
   char zset[DL_DERIVED_MAX], list[DL_DERIVED_MAX], dch[DL_DERIVED_MAX];
   /* A reliable take's: the consumers' leases, the processing lists' name
@@ -78,6 +81,20 @@ static void reliable_names(queue_op *x) {
 static const char *queue_channel(char *out, const dl_sync_ref *s) {
   dl_derived_into(out, DL_DERIVED_MAX, "dlock_queue_channel", s->key);
   return out;
+}
+
+/* "dlock_queue_channel:{Q}" and "redisson_delay_queue_channel:{Q}" as one
+ * pattern: '*' and their common tail, escaped. */
+static const char *both_channels(queue_op *x) {
+  const char *tail = queue_channel(x->ch, x->s) + strlen("dlock");
+  char *o = x->both;
+  *o++ = '*';
+  for (; *tail && o < x->both + sizeof x->both - 3; tail++) {
+    if (strchr("*?[]\\", *tail)) *o++ = '\\';
+    *o++ = *tail;
+  }
+  *o = '\0';
+  return x->both;
 }
 
 static void delay_names(queue_op *x) {
@@ -285,6 +302,13 @@ static int queue_run(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
     w->ctx = x;
     w->channel = queue_channel(x->ch, s);
     w->mode = DL_WAKE_COUNT;
+    /* A delayed poll also wakes on Redisson's channel, where a Java
+     * producer publishes a new head's due time (a due time wakes every
+     * poller of the process: they sleep until it, or move it). */
+    if (q->delayed) {
+      w->channel = both_channels(x);
+      w->mode = DL_WAKE_COUNT | DL_WAKE_PATTERN;
+    }
     w->wait = q->wait;
     w->deadline = q->deadline;
   } else {

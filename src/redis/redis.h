@@ -277,6 +277,9 @@ typedef enum dl_wake_mode {
   DL_WAKE_GRANT, /* one waiter's own channel: "=<token>" hands it the lock */
   DL_WAKE_NOTICE /* wakes nobody: tells a dl_notice_fn the key it names */
 } dl_wake_mode;
+/* Or'd into a waiter's mode: its channel is a glob pattern (PSUBSCRIBE),
+ * whose messages wake as the mode says. */
+#define DL_WAKE_PATTERN 0x100
 typedef struct dl_pubsub dl_pubsub;
 int dl_pubsub_new(const dl_conn_config *cfg, dl_pubsub **out);
 void dl_pubsub_free(dl_pubsub *p);

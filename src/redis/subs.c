@@ -19,8 +19,7 @@ void dl_subs_init(dl_subs *t, const dl_subs_hooks *h, void *owner) {
 
 dl_sub *dl_subs_find(dl_subs *t, const char *ch, size_t len) {
   for (dl_sub *s = t->table[hash(ch)]; s; s = s->next)
-    if (strlen(s->channel) == len && memcmp(s->channel, ch, len) == 0)
-      return s;
+    if (strlen(s->channel) == len && memcmp(s->channel, ch, len) == 0) return s;
   return NULL;
 }
 
@@ -42,7 +41,8 @@ static dl_sub *sub_new(dl_subs *t, const char *channel, int mode) {
 
 static void sub_free(dl_subs *t, dl_sub *s) {
   dl_sub **pp = &t->table[hash(s->channel)];
-  while (*pp != s) pp = &(*pp)->next;
+  while (*pp != s)
+    pp = &(*pp)->next;
   *pp = s->next;
   if (s->lingering) t->lingering--;
   t->subs--;
@@ -53,7 +53,8 @@ static void sub_free(dl_subs *t, dl_sub *s) {
 
 void dl_subs_clear(dl_subs *t) {
   for (int b = 0; b < DL_SUBS_BUCKETS; b++)
-    while (t->table[b]) sub_free(t, t->table[b]);
+    while (t->table[b])
+      sub_free(t, t->table[b]);
 }
 
 bool dl_subs_confirmed(const dl_subs *t, const dl_sub *s) {
@@ -71,8 +72,10 @@ static void send_sub(dl_subs *t, dl_sub *s, const char *verb) {
 }
 
 static void pop_into(dl_subs *t, dl_sub *s, dl_sleeper *w, dl_sleeper *prev) {
-  if (prev) prev->next = w->next;
-  else s->head = w->next;
+  if (prev)
+    prev->next = w->next;
+  else
+    s->head = w->next;
   if (s->tail == w) s->tail = prev;
   s->asleep--;
   t->h->wake(t->owner, w);
@@ -103,7 +106,9 @@ static bool wake(dl_subs *t, dl_sub *s, bool all) {
   return false;
 }
 
-void dl_subs_wake_one(dl_subs *t, dl_sub *s) { wake(t, s, false); }
+void dl_subs_wake_one(dl_subs *t, dl_sub *s) {
+  wake(t, s, false);
+}
 
 void dl_subs_kick(dl_subs *t, dl_sub *s) {
   while (pop(t, s)) {
@@ -111,8 +116,13 @@ void dl_subs_kick(dl_subs *t, dl_sub *s) {
 }
 
 dl_sub *dl_subs_ref(dl_subs *t, const char *channel, int mode) {
+  bool pattern = (mode & DL_WAKE_PATTERN) != 0;
+  mode &= ~DL_WAKE_PATTERN;
   dl_sub *s = dl_subs_find(t, channel, strlen(channel));
-  if (s == NULL && (s = sub_new(t, channel, mode)) == NULL) return NULL;
+  if (s == NULL) {
+    if ((s = sub_new(t, channel, mode)) == NULL) return NULL;
+    s->pattern = pattern;
+  }
   if (s->lingering) { /* still subscribed: nothing to wait for */
     s->lingering = false;
     t->lingering--;
@@ -174,7 +184,8 @@ bool dl_subs_sleep(dl_subs *t, dl_sub *s, dl_sleeper *w) {
   }
   if (w->grant) w->grant->home = s;
   dl_sleeper **pp = &s->head;
-  while (*pp && (*pp)->since <= w->since) pp = &(*pp)->next;
+  while (*pp && (*pp)->since <= w->since)
+    pp = &(*pp)->next;
   w->next = *pp;
   *pp = w;
   if (w->next == NULL) s->tail = w;
@@ -312,8 +323,10 @@ void dl_subs_dispatch(dl_subs *t, const redisReply *r) {
   dl_sub *s = dl_subs_find(t, ch->str, ch->len);
   if (s == NULL) return;
   if (s->notice && on_notice(s, kind, r)) return;
-  if (strcmp(kind, "message") == 0 && r->elements >= 3) {
-    const redisReply *msg = r->element[2];
+  /* A pattern's message names the channel before the payload. */
+  bool pmessage = strcmp(kind, "pmessage") == 0 && r->elements >= 4;
+  if ((strcmp(kind, "message") == 0 && r->elements >= 3) || pmessage) {
+    const redisReply *msg = r->element[pmessage ? 3 : 2];
     bool text = msg->type == REDIS_REPLY_STRING;
     if (s->mode == DL_WAKE_GRANT) {
       on_grant(t, s, msg);
@@ -326,8 +339,8 @@ void dl_subs_dispatch(dl_subs *t, const redisReply *r) {
         if (wake(t, s, false)) t->wakeups++;
       return;
     }
-    bool all = s->mode == DL_WAKE_ALL ||
-               (text && msg->len == 1 && msg->str[0] == '1');
+    bool all =
+        s->mode == DL_WAKE_ALL || (text && msg->len == 1 && msg->str[0] == '1');
     if (wake(t, s, all)) t->wakeups++;
   } else if (strcmp(kind, "subscribe") == 0 ||
              strcmp(kind, "unsubscribe") == 0 ||
