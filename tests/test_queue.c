@@ -325,16 +325,18 @@ static void t_queue_many(void) {
 static void t_delay_order(void) {
   dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
-  dlock_queue *q;
-  CHECK_RC(dlock_queue_new_delayed(c, "dq", &q), 0);
+  /* Offered through a plain handle: its client runs no transfer, so the
+   * layout can be looked at before anything moves. */
+  dlock_queue *p, *q;
+  CHECK_RC(dlock_queue_new(c, "dq", &p), 0);
   int64_t t0 = th_now_ms(), n = -1;
-  CHECK_RC(dlock_queue_offer_delayed(q, 600, "c", 1), 0);
-  CHECK_RC(dlock_queue_offer_delayed(q, 200, "a", 1), 0);
-  CHECK_RC(dlock_queue_offer_delayed(q, 400, "b", 1), 0);
-  CHECK_RC(dlock_queue_offer_delayed(q, 0, "now", 3), 0);
-  CHECK_RC(dlock_queue_delayed_size(q, &n), 0);
+  CHECK_RC(dlock_queue_offer_delayed(p, 600, "c", 1), 0);
+  CHECK_RC(dlock_queue_offer_delayed(p, 200, "a", 1), 0);
+  CHECK_RC(dlock_queue_offer_delayed(p, 400, "b", 1), 0);
+  CHECK_RC(dlock_queue_offer_delayed(p, 0, "now", 3), 0);
+  CHECK_RC(dlock_queue_delayed_size(p, &n), 0);
   CHECK_EQ(n, 4);
-  CHECK_RC(dlock_queue_size(q, &n), 0);
+  CHECK_RC(dlock_queue_size(p, &n), 0);
   CHECK_EQ(n, 0);
   /* Redisson's layout: the packed element in the zset and the list. */
   redisReply *r = th_cmd(&th_srv, "ZRANGE redisson_delay_queue_timeout:{dq} "
@@ -347,6 +349,7 @@ static void t_delay_order(void) {
   CHECK(memcmp(e + 17, "now", 3) == 0);
   freeReplyObject(r);
   CHECK_EQ(th_cmd_int(&th_srv, "LLEN redisson_delay_queue:{dq}"), 4);
+  CHECK_RC(dlock_queue_new_delayed(c, "dq", &q), 0);
   const char *want[] = {"now", "a", "b", "c"};
   const int64_t due[] = {0, 200, 400, 600};
   for (int i = 0; i < 4; i++) {
@@ -367,6 +370,7 @@ static void t_delay_order(void) {
            DLOCK_EINVAL);
   CHECK_EQ(th_cmd_int(&th_srv, "EXISTS redisson_delay_queue:{dq}"), 0);
   dlock_queue_free(q);
+  dlock_queue_free(p);
   dlock_client_close(c);
 }
 
@@ -431,7 +435,10 @@ static void t_delay_redisson_peer(void) {
   CHECK(len == 9 && memcmp(v, "from-java", 9) == 0);
   dlock_queue_value_free(v);
   CHECK(server_ms(&th_srv) >= now + 300);
-  /* dlock's offer, moved by Redisson's transfer (a Java client's clock). */
+  /* dlock's offer, moved by Redisson's transfer (a Java client's clock):
+   * through a plain handle, whose client runs no transfer of its own. */
+  dlock_queue_free(q);
+  CHECK_RC(dlock_queue_new(c, "dp", &q), 0);
   const char bin[] = {'v', 0, 'w', (char)0xfe};
   CHECK_RC(dlock_queue_offer_delayed(q, 50, bin, sizeof bin), 0);
   th_sleep_ms(80);
@@ -447,6 +454,51 @@ static void t_delay_redisson_peer(void) {
   freeReplyObject(r);
   CHECK_EQ(th_cmd_int(&th_srv, "EXISTS redisson_delay_queue:{dp}"), 0);
   dlock_queue_free(q);
+  dlock_client_close(c);
+}
+
+/* A client with a delayed handle moves the queue's due values in the
+ * background, with no dlock poller anywhere (a Java consumer may only
+ * BLPOP): its own offers at their due time, another process's (Redisson's
+ * script here) within a second of theirs; and the thread stops with the
+ * last handle. */
+static bool llen_is(void *p) {
+  return th_cmd_int(&th_srv, "LLEN bt") == *(long long *)p;
+}
+
+static void t_delay_background_transfer(void) {
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_queue *q, *q2;
+  CHECK_RC(dlock_queue_new_delayed(c, "bt", &q), 0);
+  CHECK_RC(dlock_queue_new_delayed(c, "bt", &q2), 0); /* one thread for both */
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_queue_offer_delayed(q, 150, "a", 1), 0);
+  long long one = 1, two = 2;
+  CHECK(th_wait_for(llen_is, &one, 2000));
+  int64_t took = th_now_ms() - t0;
+  printf("    own offer moved %lld ms after it was made (due at 150)\n",
+         (long long)took);
+  CHECK(took >= 150 && took < 450);
+  redisReply *r =
+      th_cmd(&th_srv,
+             "EVAL %s 4 bt redisson_delay_queue_timeout:{bt} "
+             "redisson_delay_queue:{bt} "
+             "redisson_delay_queue_channel:{bt} %lld %s %s",
+             REDISSON_DELAY_OFFER, server_ms(&th_srv) + 300, "RRRRRRRR", "b");
+  CHECK(r && r->type != REDIS_REPLY_ERROR);
+  freeReplyObject(r);
+  CHECK(th_wait_for(llen_is, &two, 2500));
+  r = th_cmd(&th_srv, "LRANGE bt 0 -1");
+  CHECK(r && r->elements == 2 && strcmp(r->element[0]->str, "a") == 0 &&
+        strcmp(r->element[1]->str, "b") == 0);
+  freeReplyObject(r);
+  dlock_queue_free(q);
+  dlock_queue_free(q2);
+  /* Stopped: no script runs any more. */
+  long long before = th_calls(&th_srv, "evalsha");
+  th_sleep_ms(1300);
+  CHECK_EQ(th_calls(&th_srv, "evalsha"), before);
   dlock_client_close(c);
 }
 
@@ -708,6 +760,6 @@ static void t_reliable_many(void) {
 
 TH_MAIN(T(t_reliable_basics), T(t_reliable_many), T(t_delay_order),
         T(t_delay_restart), T(t_delay_redisson_peer), T(t_delay_redisson_wakes),
-        T(t_delay_stepped_clock), T(t_delay_wrong_type), T(t_queue_basics),
-        T(t_queue_wrong_type), T(t_queue_offer_wakes), T(t_queue_redisson_peer),
-        T(t_queue_many))
+        T(t_delay_background_transfer), T(t_delay_stepped_clock),
+        T(t_delay_wrong_type), T(t_queue_basics), T(t_queue_wrong_type),
+        T(t_queue_offer_wakes), T(t_queue_redisson_peer), T(t_queue_many))

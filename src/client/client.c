@@ -70,6 +70,7 @@ static void client_free(dlock_client *c) {
   /* The watchdog's thread uses the backend, and the backend's subscriber
    * tells the watchdog what to check: stop the one, free the other, then
    * free the first. */
+  dl_transfers_free(c); /* their threads use the backend */
   dl_watchdog_stop(c->watchdog);
   if (c->backend) c->backend->ops->free(c->backend);
   dl_watchdog_free(c->watchdog);

@@ -32,8 +32,9 @@ void dl_watchdog_free(dl_watchdog *w);
  * every lease/3; without (a fixed lease), reported lost the moment its
  * validity runs out before it is removed. Either way checked at once when
  * dl_watchdog_check names its key. `permit`: a permit of a
- * permit-expirable semaphore at key (dl_renew_item.permit). The strings are borrowed: they must
- * stay valid until dl_watchdog_remove(r) returns. Returns NULL on ENOMEM. */
+ * permit-expirable semaphore at key (dl_renew_item.permit). The strings are
+ * borrowed: they must stay valid until dl_watchdog_remove(r) returns. Returns
+ * NULL on ENOMEM. */
 dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key, const char *tail,
                             int64_t valid_until, bool renew, bool permit);
 /* A re-entry extended the lease: validity is at least `valid_until`; with
@@ -73,18 +74,18 @@ void dl_watchdog_stats(dl_watchdog *w, dlock_client_stats *st);
 typedef void (*dl_lost_fn)(void *via, const char *owner);
 typedef struct dl_hold {
   struct dl_hold *next;
-  const char *key;         /* borrowed from the handle `via` */
-  dl_renewal *renewal;     /* its watchdog entry: renewed, or timed */
-  void *via;               /* the handle whose lost callback reports it */
-  dl_lost_fn lost_fn;      /* tells `via` (with no lock held) */
+  const char *key;     /* borrowed from the handle `via` */
+  dl_renewal *renewal; /* its watchdog entry: renewed, or timed */
+  void *via;           /* the handle whose lost callback reports it */
+  dl_lost_fn lost_fn;  /* tells `via` (with no lock held) */
   uint64_t token;
   int64_t lease_ms;
-  int64_t valid_until;     /* dl_now_ms() time; the renewal's if later */
+  int64_t valid_until; /* dl_now_ms() time; the renewal's if later */
   int count;
   uint16_t bucket;
   bool lost;
-  bool permit;             /* a permit of a permit-expirable semaphore */
-  char tail[];             /* the owner id after "<client id>:" */
+  bool permit; /* a permit of a permit-expirable semaphore */
+  char tail[]; /* the owner id after "<client id>:" */
 } dl_hold;
 
 dl_hold *dl_hold_find(dlock_client *c, const char *key, const char *owner);
@@ -111,13 +112,27 @@ void dl_holds_drop_via(dlock_client *c, const void *via, int *count);
 void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,
                       const char *owner);
 
+/* ---- transfer.c: the delayed queues' transfer in the background ---- */
+typedef struct dl_transfers dl_transfers;
+/* A delayed handle on the queue at `key` came (ref) or went (unref): the
+ * first starts a thread that moves the queue's due values (a blocking
+ * client only; an event-loop client's polls move them), the last stops
+ * it (unref waits for it: at most the move in flight). ref returns 0 or
+ * DLOCK_ENOMEM. Any thread. */
+int dl_transfer_ref(dlock_client *c, const char *key);
+void dl_transfer_unref(dlock_client *c, const char *key);
+/* A delayed offer to `key` through this client: its transfer looks again. */
+void dl_transfer_kick(dlock_client *c, const char *key);
+/* Stops every transfer (the client closes; before its backend goes). */
+void dl_transfers_free(dlock_client *c);
+
 /* ---- client.c ---- */
 struct dlock_client {
   dl_err_tag err; /* first: tags its detail messages (core/error.c) */
   size_t id_len;
   pthread_mutex_t holds_mu;
-  pthread_cond_t holds_cv;            /* a lost callback finished */
-  void *in_lost_callback;             /* whose callback runs now */
+  pthread_cond_t holds_cv; /* a lost callback finished */
+  void *in_lost_callback;  /* whose callback runs now */
   dl_hold *holds[DL_HOLD_BUCKETS];
   char *id;
   char *key_prefix;
@@ -125,12 +140,13 @@ struct dlock_client {
   int64_t watchdog_timeout_ms;
   char *url_redacted;
   char *revoke_channel; /* "<key prefix>dlock_revoke" (docs/WIRE.md) */
-  dl_backend_env env; /* what the backend borrows of the client */
+  dl_backend_env env;   /* what the backend borrows of the client */
   dl_backend *backend;
   dl_watchdog *watchdog;
   dl_loop *loop; /* an event-loop client's (dlock_client_open_async) */
   atomic_uint_fast64_t handles; /* lock handles made on the loop */
   atomic_int closing;
+  dl_transfers *transfers; /* made at the first delayed handle */
 };
 
 /* dlock_client_open with the backend made by `make`, NULL: the one the

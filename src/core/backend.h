@@ -126,8 +126,10 @@ typedef enum dl_queue_op {
   DL_QUEUE_POLL_RELIABLE, /* the head into consumer's processing list, its
                              lease set to lease_ms (values of consumers
                              whose lease ended go back first): as a poll */
-  DL_QUEUE_ACK            /* the value out of consumer's processing list:
+  DL_QUEUE_ACK,           /* the value out of consumer's processing list:
                              0, *n how many (0 or 1) */
+  DL_QUEUE_TRANSFER       /* moves the delayed values now due: 0, *n ms
+                             until the next is due (-1: none waits) */
 } dl_queue_op;
 typedef struct dl_queue_req {
   /* in */

@@ -23,6 +23,7 @@ static void destroy(dl_sync_handle *h) {
   /* A consumer's lease stops being renewed: what it took and did not
    * acknowledge goes back to the queue after its lease. */
   dl_holds_drop_via(h->c, h, NULL);
+  if (((dlock_queue *)h)->delayed) dl_transfer_unref(h->c, h->key);
   free(h->key);
   free(h);
 }
@@ -40,6 +41,13 @@ static int queue_new(dlock_client *c, const char *name, bool delayed,
   }
   q->h.c = c;
   q->h.destroy = destroy;
+  /* A delayed handle moves its queue's due values in the background, as
+   * a Redisson client with an RDelayedQueue does (client/transfer.c). */
+  if (delayed && dl_transfer_ref(c, q->h.key) != 0) {
+    free(q->h.key);
+    free(q);
+    return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
+  }
   q->delayed = delayed;
   *out = q;
   return 0;
@@ -209,7 +217,10 @@ static int offer(dlock_queue *q, bool first, int64_t delay_ms,
   dl_queue_req r;
   int rc = checks(q, false);
   if (rc == 0) rc = offer_req(q, first, delay_ms, value, len, &r);
-  return run(q, rc, &r, NULL, NULL, NULL);
+  rc = run(q, rc, &r, NULL, NULL, NULL);
+  /* A new head maybe: this client's transfer of the queue looks again. */
+  if (rc == 0 && delay_ms >= 0) dl_transfer_kick(q->h.c, q->h.key);
+  return rc;
 }
 
 int dlock_queue_offer(dlock_queue *q, const void *value, size_t len) {

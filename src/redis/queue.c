@@ -62,7 +62,15 @@ typedef struct queue_op {
   char lease[DL_INT_BUF];
 } queue_op;
 
-enum { ST_PUSH, ST_PUBLISH, ST_LLEN, ST_DELAY_OFFER, ST_ZCARD, ST_ACK };
+enum {
+  ST_PUSH,
+  ST_PUBLISH,
+  ST_LLEN,
+  ST_DELAY_OFFER,
+  ST_ZCARD,
+  ST_ACK,
+  ST_TRANSFER
+};
 
 static bool is_poll(dl_queue_op op) {
   return op == DL_QUEUE_POLL || op == DL_QUEUE_POLL_LAST ||
@@ -237,6 +245,12 @@ static int simple_send(queue_op *x) {
     x->lens[3] = q->value ? q->len : 0;
     return dl_redis_step_command_bin(x->R, &x->p, 4, argv, x->lens);
   }
+  case ST_TRANSFER: { /* delay_poll.lua without the pop */
+    const char *keys[] = {x->s->key, x->zset, x->list};
+    const char *args[] = {"", MOVE_LIMIT};
+    return dl_redis_step_eval(x->R, &x->p, 0, DL_SCRIPT_DELAY_POLL, 3, keys, 2,
+                              args);
+  }
   case ST_ZCARD: {
     const char *argv[] = {"ZCARD", x->zset};
     return dl_redis_step_command(x->R, &x->p, 2, argv);
@@ -260,6 +274,15 @@ static int simple_result(queue_op *x) {
       /* The value is in: a lost wake-up only delays pollers to their
        * recheck. */
       return x->st == ST_PUBLISH ? 0 : rc;
+    }
+    if (x->st == ST_TRANSFER) { /* {nil, ms until the next is due} */
+      bool ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+                r->element[1]->type == REDIS_REPLY_INTEGER;
+      if (ok) x->q->n = r->element[1]->integer;
+      if (r) freeReplyObject(r);
+      return ok ? 0
+                : dl_seterr(x->R->env.err_owner, DLOCK_EPROTO,
+                            "unexpected reply to a transfer");
     }
     long long v = 0;
     rc = dl_redis_int_reply(x->R, r, 0, LLONG_MAX, &v);
@@ -316,6 +339,7 @@ static int queue_run(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
     case DL_QUEUE_SIZE: x->st = ST_LLEN; break;
     case DL_QUEUE_OFFER_DELAYED: x->st = ST_DELAY_OFFER; break;
     case DL_QUEUE_SIZE_DELAYED: x->st = ST_ZCARD; break;
+    case DL_QUEUE_TRANSFER: x->st = ST_TRANSFER; break;
     case DL_QUEUE_ACK: x->st = ST_ACK; break;
     default: x->st = ST_PUSH; break;
     }
