@@ -53,7 +53,7 @@ case "$mode" in
       # at its exit, and its exit status 3 fails that test. =no keeps the
       # redis-server and openssl the tests exec out of valgrind. Under
       # valgrind a test may take longer than the runner's default 120 s.
-      DLOCK_TEST_TIMEOUT_S=600 \
+      DLOCK_TEST_TIMEOUT_S=600 DLOCK_UNDER_VALGRIND=1 \
       valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite \
         --trace-children=no "$t"
     done
