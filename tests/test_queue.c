@@ -460,8 +460,13 @@ static void t_delay_redisson_peer(void) {
 /* A client with a delayed handle moves the queue's due values in the
  * background, with no dlock poller anywhere (a Java consumer may only
  * BLPOP): its own offers at their due time, another process's (Redisson's
- * script here) within a second of theirs; and the thread stops with the
- * last handle. */
+ * script here, which publishes the new head's due time) at theirs too;
+ * and the thread stops with the last handle. */
+static bool numpat(void *p) {
+  (void)p;
+  return th_cmd_int(&th_srv, "PUBSUB NUMPAT") >= 1;
+}
+
 static bool llen_is(void *p) {
   return th_cmd_int(&th_srv, "LLEN bt") == *(long long *)p;
 }
@@ -480,6 +485,8 @@ static void t_delay_background_transfer(void) {
   printf("    own offer moved %lld ms after it was made (due at 150)\n",
          (long long)took);
   CHECK(took >= 150 && took < 450);
+  CHECK(th_wait_for(numpat, NULL, 2000)); /* the transfer hears both */
+  int64_t t1 = th_now_ms();
   redisReply *r =
       th_cmd(&th_srv,
              "EVAL %s 4 bt redisson_delay_queue_timeout:{bt} "
@@ -489,6 +496,10 @@ static void t_delay_background_transfer(void) {
   CHECK(r && r->type != REDIS_REPLY_ERROR);
   freeReplyObject(r);
   CHECK(th_wait_for(llen_is, &two, 2500));
+  took = th_now_ms() - t1;
+  printf("    Redisson's offer moved %lld ms after it was made (due at 300)\n",
+         (long long)took);
+  CHECK(took >= 280 && took < 600);
   r = th_cmd(&th_srv, "LRANGE bt 0 -1");
   CHECK(r && r->elements == 2 && strcmp(r->element[0]->str, "a") == 0 &&
         strcmp(r->element[1]->str, "b") == 0);
@@ -506,10 +517,6 @@ static void t_delay_background_transfer(void) {
  * that becomes the head publishes its due time there (and nothing on
  * dlock's channel), and wakes the sleeping poller at once, not at its
  * next recheck (up to 500 ms later by then). */
-static bool numpat(void *p) {
-  (void)p;
-  return th_cmd_int(&th_srv, "PUBSUB NUMPAT") >= 1;
-}
 
 static void t_delay_redisson_wakes(void) {
   dlock_client *c = th_client(&th_srv, 0);

@@ -7,10 +7,11 @@
  * plain BLPOP) get them without a dlock poller. One thread per queue name
  * and client, shared by its handles, stopped with the last of them.
  *
- * The thread sleeps until the next due time the move reported, at most
- * IDLE_MS: an offer from another process that becomes the new head is
- * moved within that (a dlock poller of the queue hears it at once, and
- * moves it itself); an offer through this client wakes it at once. */
+ * Each transfer sleeps until the next due time, a message on the queue's
+ * channels (Redisson's new head, from any process; dlock's offers) or
+ * IDLE_MS, whichever is first: Redisson's timer and its reset. This
+ * client's own delayed offers, and the stop, wake it with the backend's
+ * queue_kick, without a server call. */
 #include "client.h"
 
 #include <stdlib.h>
@@ -22,10 +23,10 @@
 typedef struct transfer {
   struct transfer *next;
   dlock_client *c;
-  char *key; /* the queue's key (the client's prefix + its name) */
-  int refs;  /* delayed handles on the queue */
-  bool stop; /* the last handle went */
-  bool kick; /* an offer through this client: look again now */
+  char *key;   /* the queue's key (the client's prefix + its name) */
+  int refs;    /* delayed handles on the queue */
+  bool stop;   /* the last handle went */
+  bool exited; /* its thread is past its last move */
   pthread_t thread;
   atomic_uchar hint;
 } transfer;
@@ -40,24 +41,31 @@ static void *run(void *arg) {
   transfer *t = arg;
   dlock_client *c = t->c;
   dl_transfers *T = c->transfers;
+  dl_backend *b = c->backend;
   dl_sync_ref ref = {
       .key = t->key, .name = t->key + c->prefix_len, .hint = &t->hint};
   pthread_mutex_lock(&T->mu);
   while (!t->stop) {
-    t->kick = false;
     pthread_mutex_unlock(&T->mu);
     dl_queue_req r;
     memset(&r, 0, sizeof r);
     r.op = DL_QUEUE_TRANSFER;
-    int rc = c->backend->ops->queue(c->backend, &ref, &r);
-    int64_t wait = rc < 0 ? RETRY_MS : r.n < 0 || r.n > IDLE_MS ? IDLE_MS : r.n;
+    r.wait = b->ops->queue_kick != NULL;
+    r.deadline = dl_now_ms() + IDLE_MS;
+    int rc = b->ops->queue(b, &ref, &r);
+    pthread_mutex_lock(&T->mu);
+    /* A failure, or a backend that cannot sleep on the channels: the
+     * pause is here. */
+    int64_t wait = rc < 0 ? RETRY_MS : r.wait ? 0 : r.n < 0 ? IDLE_MS : r.n;
+    if (!r.wait && wait > IDLE_MS) wait = IDLE_MS;
     int64_t until = dl_now_ms() + wait;
     struct timespec ts;
     dl_abstime(until, &ts);
-    pthread_mutex_lock(&T->mu);
-    while (!t->stop && !t->kick && dl_now_ms() < until)
+    while (!t->stop && dl_now_ms() < until)
       pthread_cond_timedwait(&T->cv, &T->mu, &ts);
   }
+  t->exited = true;
+  pthread_cond_broadcast(&T->cv);
   pthread_mutex_unlock(&T->mu);
   return NULL;
 }
@@ -115,11 +123,23 @@ int dl_transfer_ref(dlock_client *c, const char *key) {
   return 0;
 }
 
-/* Stops t (unlinked, T->mu not held) and frees it. */
+/* Stops t (unlinked, T->mu not held) and frees it: kicks its sleep until
+ * its thread has left the loop (a kick can land just before it sleeps). */
 static void finish(dl_transfers *T, transfer *t) {
+  dlock_client *c = t->c;
+  dl_sync_ref ref = {.key = t->key, .name = t->key, .hint = &t->hint};
   pthread_mutex_lock(&T->mu);
   t->stop = true;
   pthread_cond_broadcast(&T->cv);
+  while (!t->exited) {
+    pthread_mutex_unlock(&T->mu);
+    if (c->backend->ops->queue_kick)
+      c->backend->ops->queue_kick(c->backend, &ref);
+    pthread_mutex_lock(&T->mu);
+    struct timespec ts;
+    dl_abstime(dl_now_ms() + 5, &ts);
+    if (!t->exited) pthread_cond_timedwait(&T->cv, &T->mu, &ts);
+  }
   pthread_mutex_unlock(&T->mu);
   pthread_join(t->thread, NULL);
   free(t->key);
@@ -144,14 +164,12 @@ void dl_transfer_unref(dlock_client *c, const char *key) {
 
 void dl_transfer_kick(dlock_client *c, const char *key) {
   dl_transfers *T = c->transfers;
-  if (T == NULL) return;
+  if (T == NULL || c->backend->ops->queue_kick == NULL) return;
   pthread_mutex_lock(&T->mu);
-  transfer *t = find(T, key);
-  if (t) {
-    t->kick = true;
-    pthread_cond_broadcast(&T->cv);
-  }
+  bool ours = find(T, key) != NULL;
   pthread_mutex_unlock(&T->mu);
+  dl_sync_ref ref = {.key = key, .name = key, .hint = NULL};
+  if (ours) c->backend->ops->queue_kick(c->backend, &ref);
 }
 
 void dl_transfers_free(dlock_client *c) {

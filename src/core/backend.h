@@ -39,11 +39,11 @@ typedef int (*dl_backend_factory)(const dlock_client_options *opts,
 
 /* ---- the lock family ---- */
 typedef enum dl_lock_kind {
-  DL_KIND_LOCK,  /* reentrant mutex (Redisson RLock) */
-  DL_KIND_FAIR,  /* first come, first served (RFairLock) */
-  DL_KIND_READ,  /* a read-write lock's sides (RReadWriteLock) */
+  DL_KIND_LOCK, /* reentrant mutex (Redisson RLock) */
+  DL_KIND_FAIR, /* first come, first served (RFairLock) */
+  DL_KIND_READ, /* a read-write lock's sides (RReadWriteLock) */
   DL_KIND_WRITE,
-  DL_KIND_PLAIN  /* one string key, value = the owner (redsync, npm redlock) */
+  DL_KIND_PLAIN /* one string key, value = the owner (redsync, npm redlock) */
 } dl_lock_kind;
 
 /* The bytes an owner id takes at most, its NUL included. */
@@ -91,16 +91,16 @@ typedef enum dl_lock_query {
 
 /* ---- semaphores and latches ---- */
 typedef struct dl_sync_ref {
-  const char *key;  /* the client's key prefix + name */
-  const char *name; /* for messages */
+  const char *key;    /* the client's key prefix + name */
+  const char *name;   /* for messages */
   atomic_uchar *hint; /* as dl_lock_ref's */
 } dl_sync_ref;
 
 typedef enum dl_sync_op {
-  DL_SEM_SET,      /* n permits if none were set: 1 set, 0 not */
-  DL_SEM_ADD,      /* add n (may be negative): 0 */
-  DL_SEM_DRAIN,    /* take all: how many were available */
-  DL_SEM_RELEASE,  /* give n back: how many clients heard it */
+  DL_SEM_SET,     /* n permits if none were set: 1 set, 0 not */
+  DL_SEM_ADD,     /* add n (may be negative): 0 */
+  DL_SEM_DRAIN,   /* take all: how many were available */
+  DL_SEM_RELEASE, /* give n back: how many clients heard it */
   DL_SEM_AVAILABLE,
   DL_PERMITS_SET,
   DL_PERMITS_ADD,
@@ -115,11 +115,11 @@ typedef enum dl_sync_op {
 
 /* ---- queues (Redisson's RBlockingQueue / RBlockingDeque) ---- */
 typedef enum dl_queue_op {
-  DL_QUEUE_OFFER,       /* the value at the tail: 0, *n the new length */
-  DL_QUEUE_OFFER_FIRST, /* the value at the head */
-  DL_QUEUE_POLL,        /* the head: 1 taken, 0 none by the deadline */
-  DL_QUEUE_POLL_LAST,   /* the tail */
-  DL_QUEUE_SIZE,        /* 0, *n the length */
+  DL_QUEUE_OFFER,         /* the value at the tail: 0, *n the new length */
+  DL_QUEUE_OFFER_FIRST,   /* the value at the head */
+  DL_QUEUE_POLL,          /* the head: 1 taken, 0 none by the deadline */
+  DL_QUEUE_POLL_LAST,     /* the tail */
+  DL_QUEUE_SIZE,          /* 0, *n the length */
   DL_QUEUE_OFFER_DELAYED, /* the value, due delay_ms from now: 0, *n its
                              due time (the server's epoch ms) */
   DL_QUEUE_SIZE_DELAYED,  /* 0, *n the values not yet due */
@@ -128,8 +128,11 @@ typedef enum dl_queue_op {
                              whose lease ended go back first): as a poll */
   DL_QUEUE_ACK,           /* the value out of consumer's processing list:
                              0, *n how many (0 or 1) */
-  DL_QUEUE_TRANSFER       /* moves the delayed values now due: 0, *n ms
-                             until the next is due (-1: none waits) */
+  DL_QUEUE_TRANSFER       /* moves the delayed values now due; with wait,
+                             then sleeps until the next is due, a message
+                             on the queue's channels, a kick (queue_kick)
+                             or the deadline, and moves again: 0 or 1, *n
+                             ms until the next is due (-1: none waits) */
 } dl_queue_op;
 typedef struct dl_queue_req {
   /* in */
@@ -146,8 +149,8 @@ typedef struct dl_queue_req {
   const char *consumer;
   int64_t lease_ms;
   /* out */
-  void *got;      /* a poll's value: malloc'ed, a NUL after got_len bytes;
-                     the caller frees it */
+  void *got; /* a poll's value: malloc'ed, a NUL after got_len bytes;
+                the caller frees it */
   size_t got_len;
   long long n;
 } dl_queue_req;
@@ -160,7 +163,7 @@ typedef struct dl_renew_item {
   const char *owner; /* its owner; for a permit "<client id>:<permit id>" */
   bool permit;       /* a permit of a permit-expirable semaphore */
   /* out */
-  int result; /* 1 held (and extended), 0 gone, < 0 unknown (error) */
+  int result;          /* 1 held (and extended), 0 gone, < 0 unknown (error) */
   int64_t valid_until; /* result 1, extended: the new validity */
 } dl_renew_item;
 
@@ -258,9 +261,9 @@ typedef struct dl_backend_ops {
    * runs with rc >= 0; scan's cb runs on the loop's thread. */
   int (*lock_force_release_async)(dl_backend *b, const dl_lock_ref *l,
                                   dl_done_fn done, void *ud, dl_async **op);
-  int (*lock_query_async)(dl_backend *b, const dl_lock_ref *l,
-                          dl_lock_query q, long long *v, dl_done_fn done,
-                          void *ud, dl_async **op);
+  int (*lock_query_async)(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                          long long *v, dl_done_fn done, void *ud,
+                          dl_async **op);
   int (*inspect_async)(dl_backend *b, const char *key, dlock_lock_state *st,
                        dl_done_fn done, void *ud, dl_async **op);
   int (*scan_async)(dl_backend *b, const char *match, size_t prefix_len,
@@ -280,6 +283,9 @@ typedef struct dl_backend_ops {
   int (*queue)(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q);
   int (*queue_async)(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
                      dl_done_fn done, void *ud, dl_async **op);
+  /* Wakes this client's waiting DL_QUEUE_TRANSFER of the queue (if one
+   * sleeps now), with no server call; NULL: none can sleep. */
+  void (*queue_kick)(dl_backend *b, const dl_sync_ref *s);
   /* The renewal round (as renew) of n > 0 items. */
   int (*renew_async)(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                      dl_renew_item *items, int *calls, dl_done_fn done,

@@ -560,6 +560,7 @@ static const dl_backend_ops redis_ops = {
     .lock_fence_async = dl_redis_lock_fence_async,
     .queue = dl_redis_queue,
     .queue_async = dl_redis_queue_async,
+    .queue_kick = dl_redis_queue_kick,
     .cancel = dl_redis_cancel,
     .renew = rb_renew,
     .renew_async = rb_renew_async,

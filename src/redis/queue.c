@@ -72,9 +72,10 @@ enum {
   ST_TRANSFER
 };
 
-static bool is_poll(dl_queue_op op) {
-  return op == DL_QUEUE_POLL || op == DL_QUEUE_POLL_LAST ||
-         op == DL_QUEUE_POLL_RELIABLE;
+static bool is_poll(const dl_queue_req *q) {
+  return q->op == DL_QUEUE_POLL || q->op == DL_QUEUE_POLL_LAST ||
+         q->op == DL_QUEUE_POLL_RELIABLE ||
+         (q->op == DL_QUEUE_TRANSFER && q->wait);
 }
 
 /* The reliable take's names, for consumer q->consumer. */
@@ -157,9 +158,9 @@ static int poll_send(dl_waiter *w) {
     return dl_redis_step_eval(w->R, &w->p, 0, DL_SCRIPT_QUEUE_RELIABLE, 3, keys,
                               3, args);
   }
-  if (x->q->delayed) {
+  if (x->q->delayed || x->q->op == DL_QUEUE_TRANSFER) {
     const char *keys[] = {x->s->key, x->zset, x->list};
-    const char *args[] = {pop, MOVE_LIMIT};
+    const char *args[] = {x->q->op == DL_QUEUE_TRANSFER ? "" : pop, MOVE_LIMIT};
     return dl_redis_step_eval(w->R, &w->p, 0, DL_SCRIPT_DELAY_POLL, 3, keys, 2,
                               args);
   }
@@ -177,7 +178,8 @@ static int poll_result(dl_waiter *w) {
   }
   int rc = 0;
   long long next_due = -1; /* a delayed poll's: ms until the next is due */
-  if (x->q->delayed || x->q->op == DL_QUEUE_POLL_RELIABLE) {
+  bool transfer = x->q->op == DL_QUEUE_TRANSFER;
+  if (x->q->delayed || transfer || x->q->op == DL_QUEUE_POLL_RELIABLE) {
     if (all->type != REDIS_REPLY_ARRAY || all->elements != 2 ||
         all->element[1]->type != REDIS_REPLY_INTEGER) {
       freeReplyObject(all);
@@ -186,6 +188,15 @@ static int poll_result(dl_waiter *w) {
     }
     r = all->element[0];
     next_due = all->element[1]->integer;
+  }
+  if (transfer) {
+    /* Moved. The first two tries (before and after subscribing) sleep
+     * next, until the next due time or a message; the one after the
+     * sleep ends the operation. */
+    freeReplyObject(all);
+    x->q->n = next_due;
+    w->recheck_ms = next_due >= 0 ? next_due : -1;
+    return w->tries >= 3 ? 1 : 0;
   }
   if (r->type == REDIS_REPLY_STRING) {
     char *v = malloc(r->len + 1);
@@ -297,7 +308,7 @@ static int simple_result(queue_op *x) {
 
 static int queue_step(dl_shell *sh) {
   queue_op *x = (queue_op *)sh;
-  if (is_poll(x->q->op)) return dl_redis_wait_step(&x->w);
+  if (is_poll(x->q)) return dl_redis_wait_step(&x->w);
   return simple_result(x);
 }
 
@@ -317,7 +328,7 @@ static int queue_run(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
   q->got = NULL;
   q->got_len = 0;
   q->n = 0;
-  bool poll = is_poll(q->op);
+  bool poll = is_poll(q);
   if (poll) {
     dl_waiter *w = &x->w;
     w->R = R;
@@ -328,7 +339,7 @@ static int queue_run(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
     /* A delayed poll also wakes on Redisson's channel, where a Java
      * producer publishes a new head's due time (a due time wakes every
      * poller of the process: they sleep until it, or move it). */
-    if (q->delayed) {
+    if (q->delayed || q->op == DL_QUEUE_TRANSFER) {
       w->channel = both_channels(x);
       w->mode = DL_WAKE_COUNT | DL_WAKE_PATTERN;
     }
@@ -361,6 +372,18 @@ static int queue_run(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
     if (rc != DL_PENDING) rc = simple_result(x);
   }
   return dl_shell_start(&x->sh, rc, op);
+}
+
+void dl_redis_queue_kick(dl_backend *b, const dl_sync_ref *s) {
+  dl_redis *R = (dl_redis *)b;
+  queue_op x = {.R = R, .s = s};
+  const dl_rlink_ops *ops = R->link->ops;
+  /* Only a subscription already there: its sleepers are this client's. */
+  dl_sub *sub = ops->sub_ref(R->link, both_channels(&x),
+                             DL_WAKE_COUNT | DL_WAKE_PATTERN, -1);
+  if (sub == NULL) return;
+  ops->sub_kick(R->link, sub);
+  ops->sub_unref(R->link, sub, true);
 }
 
 int dl_redis_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q) {

@@ -492,6 +492,7 @@ void *dl_redis_state_new(dl_redis *R, void *stack, size_t size, bool async,
                          dl_async **op, int *err);
 /* queue.c: the blocking queue and deque (dl_backend_ops.queue). */
 int dl_redis_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q);
+void dl_redis_queue_kick(dl_backend *b, const dl_sync_ref *s);
 int dl_redis_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
                          dl_done_fn done, void *ud, dl_async **op);
 /* 0 if r's link is of the driver a call needs (async: the event loop's),
