@@ -12,8 +12,8 @@
 #include "worker.h"
 
 #include "client/client.h"
-#include "redis/redis.h"
 #include "dlock.h"
+#include "redis/redis.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -38,6 +38,7 @@ typedef struct wopts {
   int after_ms;           /* cmd: linger after the write */
   bool stall;             /* victim: stall the watchdog while holding */
   const char *kind;       /* "lock" (default), "fair" or "write" */
+  int replicas;           /* replica acknowledgement (min_replicas_acked) */
 } wopts;
 
 static int64_t now_us(void) {
@@ -108,7 +109,10 @@ static int parse(int argc, char **argv, wopts *o) {
       o->victim_hold_ms = atoi(v);
     else if (!strcmp(k, "--after-ms"))
       o->after_ms = atoi(v);
-    else if (!strcmp(k, "--kind")) o->kind = v;
+    else if (!strcmp(k, "--kind"))
+      o->kind = v;
+    else if (!strcmp(k, "--replicas"))
+      o->replicas = atoi(v);
     else if (!strcmp(k, "--stall"))
       o->stall = atoi(v) != 0;
     else
@@ -127,6 +131,9 @@ typedef struct wthread {
 static void on_lost(dlock_lock *l, const char *owner, void *ud) {
   (void)l;
   (void)owner;
+  if (getenv("DLOCK_SAFETY_DEBUG"))
+    fprintf(stderr, "worker: lost at %lld: %s\n", (long long)(now_us() / 1000),
+            dlock_client_errmsg(((wthread *)ud)->c));
   atomic_store(&((wthread *)ud)->lost_cb, 1);
 }
 
@@ -137,11 +144,10 @@ static void *work(void *arg) {
   dlock_lock *l = NULL;
   dlock_rwlock *rw = NULL;
   const char *kind = o->kind ? o->kind : "lock";
-  int e = strcmp(kind, "fair") == 0
-              ? dlock_fairlock_new(t->c, o->name, NULL, 0, &l)
-          : strcmp(kind, "write") == 0
-              ? dlock_rwlock_new(t->c, o->name, NULL, &rw)
-              : dlock_lock_new(t->c, o->name, NULL, &l);
+  int e =
+      strcmp(kind, "fair") == 0 ? dlock_fairlock_new(t->c, o->name, NULL, 0, &l)
+      : strcmp(kind, "write") == 0 ? dlock_rwlock_new(t->c, o->name, NULL, &rw)
+                                   : dlock_lock_new(t->c, o->name, NULL, &l);
   if (e != 0) exit(4);
   if (rw) l = dlock_rwlock_write(rw);
   dlock_lock_on_lost(l, on_lost, t);
@@ -216,6 +222,8 @@ int worker_main(int argc, char **argv) {
   co.url = o.url;
   co.watchdog_timeout_ms = o.lease_ms;
   co.command_timeout_ms = 2000;
+  co.min_replicas_acked = o.replicas;
+  co.replicas_timeout_ms = 1000;
   dlock_client *c = NULL;
   if (dlock_client_open(&co, &c) != 0) {
     fprintf(stderr, "worker: %s\n", dlock_client_open_errmsg());
