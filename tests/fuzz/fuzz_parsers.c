@@ -21,9 +21,19 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     dl_endpoint ep;
     char err[256];
     if (dl_url_parse(s, &ep, err, sizeof err) == 0) {
-      /* Accepted: a host or a socket path, a sane port. */
-      if ((ep.host == NULL) == (ep.unix_path == NULL)) abort();
-      if (ep.host && (ep.port < 1 || ep.port > 65535)) abort();
+      /* Accepted: a host or a socket path, a sane port; or, for Sentinel,
+       * a master's name and at least one sentinel, each with a host and
+       * a sane port (the master's address is asked for later). */
+      if (ep.master_name) {
+        if (ep.host || ep.unix_path || ep.nsentinels < 1) abort();
+        for (int i = 0; i < ep.nsentinels; i++)
+          if (ep.sentinels[i].host == NULL || ep.sentinels[i].port < 1 ||
+              ep.sentinels[i].port > 65535)
+            abort();
+      } else {
+        if ((ep.host == NULL) == (ep.unix_path == NULL)) abort();
+        if (ep.host && (ep.port < 1 || ep.port > 65535)) abort();
+      }
       dl_endpoint_clear(&ep);
     }
     break;
