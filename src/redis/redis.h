@@ -345,6 +345,12 @@ typedef struct dl_redis {
  * when off or when min_replicas acknowledged in time, else DLOCK_ENOTACKED
  * (or the WAIT's error) with the detail recorded, `then` appended. */
 int dl_redis_replicate(dl_redis *R, const char *what, const char *then);
+/* renew.c: the backend's renew and renew_async entries. */
+int dl_redis_renew(dl_backend *base, int64_t deadline, int64_t lease_ms, int n,
+                   dl_renew_item *items, int *calls);
+int dl_redis_renew_async(dl_backend *base, int64_t deadline, int64_t lease_ms,
+                         int n, dl_renew_item *items, int *calls,
+                         dl_done_fn done, void *ud, dl_async **op);
 
 /* The backend for redis://, rediss:// and unix:// URLs (one server). */
 int dl_redis_backend_new(const dlock_client_options *opts,

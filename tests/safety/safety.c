@@ -241,23 +241,33 @@ static void shift_server_clock(int64_t seconds) {
 
 /* A fresh server (with `extra` arguments, and a steppable wall clock if
  * asked) and a fresh resource. */
-static bool begin(const char *name, bool enforce, const char *extra,
-                  bool server_clock) {
+/* A new scenario: the last one's processes and servers gone. */
+static void reset(const char *name, int64_t lease_ms) {
   kill_all();
   stop_servers();
-  scenario_url = NULL;
   lock_name = name;
-  lease = LEASE;
+  lease = lease_ms;
   clients_faketime = false;
+}
+
+/* Starts r (with `extra` arguments) with a wall clock shift_server_clock
+ * steps, set to 0. Returns th_redis_start's result. */
+static int start_clocked(th_redis *r, const char *extra) {
   char file[128];
   snprintf(file, sizeof file, "%s/server.clockshift", dir);
-  if (server_clock) {
-    shift_server_clock(0);
-    setenv("LD_PRELOAD", DLOCK_CLOCKSHIFT_LIB, 1);
-    setenv("DLOCK_CLOCKSHIFT_FILE", file, 1);
-  }
-  int rc = th_redis_start(&srv, extra);
-  if (server_clock) unsetenv("LD_PRELOAD");
+  shift_server_clock(0);
+  setenv("LD_PRELOAD", DLOCK_CLOCKSHIFT_LIB, 1);
+  setenv("DLOCK_CLOCKSHIFT_FILE", file, 1);
+  int rc = th_redis_start(r, extra);
+  unsetenv("LD_PRELOAD");
+  return rc;
+}
+
+static bool begin(const char *name, bool enforce, const char *extra,
+                  bool server_clock) {
+  reset(name, LEASE);
+  int rc =
+      server_clock ? start_clocked(&srv, extra) : th_redis_start(&srv, extra);
   res_reset(enforce);
   printf("    %s run\n", enforce ? "fenced " : "control");
   fflush(stdout);
@@ -764,23 +774,12 @@ static void t_s8_clock_steps(void) {
  * workers on redlock://, with `opts` after '?' (or none). The single
  * server of begin() is not started. */
 static bool begin_redlock(const char *name, bool enforce, const char *opts) {
-  kill_all();
-  stop_servers();
-  lock_name = name;
-  lease = LEASE;
-  clients_faketime = false;
-  char file[128];
-  snprintf(file, sizeof file, "%s/server.clockshift", dir);
-  shift_server_clock(0);
+  reset(name, LEASE);
   int at = snprintf(rl_url, sizeof rl_url, "redlock://");
   for (int i = 0; i < RL_N; i++) {
-    if (i == 0) {
-      setenv("LD_PRELOAD", DLOCK_CLOCKSHIFT_LIB, 1);
-      setenv("DLOCK_CLOCKSHIFT_FILE", file, 1);
-    }
-    int rc = th_redis_start(&rl[i], NULL);
-    if (i == 0) unsetenv("LD_PRELOAD");
-    if (rc != 0) return false;
+    if ((i == 0 ? start_clocked(&rl[i], NULL) : th_redis_start(&rl[i], NULL)) !=
+        0)
+      return false;
     at += snprintf(rl_url + at, sizeof rl_url - (size_t)at, "%s127.0.0.1:%d",
                    i ? "," : "", rl[i].port);
   }
@@ -931,15 +930,11 @@ static void t_s13_redlock_clock_step(void) {
  * with a 3 s watchdog lease (a failover takes one to two seconds), and,
  * with `acked`, replica acknowledgement of 1 and a 9 s lease. */
 static bool begin_sentinel(const char *name, bool enforce, bool acked) {
-  kill_all();
-  stop_servers();
-  lock_name = name;
   /* With acknowledgement, 9 s: right after a failover the new master has
    * no replica yet, each renewal's WAIT runs out its second, and a 3 s
    * lease was seen to lapse before the holder's renewals were confirmed
    * there (issue 19 has it open). */
-  lease = acked ? 9000 : 3000;
-  clients_faketime = false;
+  reset(name, acked ? 9000 : 3000);
   if (th_sentinel_start(&sentinels, NULL) != 0) return false;
   sentinels_up = true;
   scenario_url = sentinels.url;

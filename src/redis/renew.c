@@ -1,0 +1,218 @@
+/* renew.c: the Redis backend's renewal of holds (the watchdog's rounds,
+ * both drivers) and replica acknowledgement (WAIT after a write). */
+#include "redis.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RENEW_BATCH 100 /* holds per renewal script */
+
+/* Renewal by lock_renew.lua: up to RENEW_BATCH holds a script, every
+ * script of the round pipelined. A permit is renewed on its semaphore's
+ * timeout set, where its lease is. */
+typedef struct renew_job {
+  dl_redis *r;
+  int n, nb;
+  dl_renew_item *items;
+  char lease[DL_INT_BUF];
+  int64_t valid;
+  const char **keys, **args;
+  char *sets; /* the timeout sets' names of permits */
+  int *nkeys, *nargs;
+  const char *const **kp, *const **ap;
+  redisReply **replies;
+  int *errs;
+} renew_job;
+
+static void job_free(renew_job *j) {
+  for (int b = 0; b < j->nb && j->replies; b++)
+    if (j->replies[b]) freeReplyObject(j->replies[b]);
+  free(j->keys);
+  free(j->args);
+  free(j->sets);
+  free(j->nkeys);
+  free(j->nargs);
+  free(j->kp);
+  free(j->ap);
+  free(j->replies);
+  free(j->errs);
+}
+
+/* Builds the round's scripts (n > 0). Returns 0 or DLOCK_ENOMEM. */
+static int job_prepare(renew_job *j, dl_redis *r, int64_t lease_ms, int n,
+                       dl_renew_item *items) {
+  memset(j, 0, sizeof *j);
+  j->r = r;
+  j->n = n;
+  j->items = items;
+  int nb = j->nb = (n + RENEW_BATCH - 1) / RENEW_BATCH;
+  dl_fmt_ll(j->lease, lease_ms);
+  j->keys = malloc((size_t)n * sizeof *j->keys);
+  j->args = malloc((size_t)(n + nb) * sizeof *j->args);
+  j->nkeys = malloc((size_t)nb * sizeof *j->nkeys);
+  j->nargs = malloc((size_t)nb * sizeof *j->nargs);
+  j->kp = malloc((size_t)nb * sizeof *j->kp);
+  j->ap = malloc((size_t)nb * sizeof *j->ap);
+  j->replies = calloc((size_t)nb, sizeof *j->replies);
+  j->errs = calloc((size_t)nb, sizeof *j->errs);
+  int permits = 0;
+  for (int i = 0; i < n; i++) {
+    items[i].result = DLOCK_EPROTO;
+    permits += items[i].permit;
+  }
+  if (permits) j->sets = malloc((size_t)permits * DL_DERIVED_MAX);
+  if (!j->keys || !j->args || !j->nkeys || !j->nargs || !j->kp || !j->ap ||
+      !j->replies || !j->errs || (permits && !j->sets))
+    return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  char *set = j->sets;
+  for (int b = 0; b < nb; b++) {
+    int lo = b * RENEW_BATCH, hi = lo + RENEW_BATCH > n ? n : lo + RENEW_BATCH;
+    j->nkeys[b] = hi - lo;
+    j->nargs[b] = j->nkeys[b] + 1;
+    j->kp[b] = j->keys + lo;
+    j->ap[b] = j->args + lo + b;
+    j->args[lo + b] = j->lease;
+    for (int k = lo; k < hi; k++) {
+      j->keys[k] = items[k].key;
+      if (items[k].permit) {
+        dl_derived_suffix_into(set, DL_DERIVED_MAX, items[k].key, "timeout");
+        j->keys[k] = set;
+        set += DL_DERIVED_MAX;
+      }
+      j->args[k + b + 1] = items[k].owner;
+    }
+  }
+  j->valid = dl_validity(dl_now_ms(), lease_ms);
+  return 0;
+}
+
+/* Reads the round's replies into the items: 0, or the first error. */
+static int job_parse(renew_job *j, int failed) {
+  for (int b = 0; b < j->nb; b++) {
+    redisReply *rep = j->replies[b];
+    int err = j->errs[b];
+    if (err != 0 || rep == NULL || rep->type != REDIS_REPLY_ARRAY ||
+        (int)rep->elements != j->nkeys[b]) {
+      if (failed == 0) failed = err ? err : DLOCK_EPROTO;
+      for (int k = 0; k < j->nkeys[b]; k++)
+        j->items[b * RENEW_BATCH + k].result = err ? err : DLOCK_EPROTO;
+      continue; /* unknown: tried again soon, the lease still runs */
+    }
+    for (int k = 0; k < j->nkeys[b]; k++) {
+      dl_renew_item *it = &j->items[b * RENEW_BATCH + k];
+      redisReply *e = rep->element[k];
+      if (e->type != REDIS_REPLY_INTEGER) {
+        if (failed == 0) failed = DLOCK_EPROTO;
+        continue;
+      }
+      it->result = e->integer == 1;
+      it->valid_until = j->valid;
+    }
+  }
+  return failed;
+}
+
+int dl_redis_replicate(dl_redis *R, const char *what, const char *then) {
+  if (R->min_replicas <= 0) return 0;
+  const dl_rlink_ops *ops = R->link->ops;
+  if (ops->replicate == NULL)
+    return dl_seterr(R->env.err_owner, DLOCK_ENOTSUP,
+                     "replica "
+                     "acknowledgement is not supported by this link");
+  int n = ops->replicate(R->link, R->min_replicas, R->replicas_timeout_ms);
+  if (n < 0) return n;
+  if (n < R->min_replicas)
+    return dl_seterr(R->env.err_owner, DLOCK_ENOTACKED,
+                     "%s: %d of %d "
+                     "replicas acknowledged within %d ms%s",
+                     what, n, R->min_replicas, R->replicas_timeout_ms, then);
+  return 0;
+}
+
+int dl_redis_renew(dl_backend *base, int64_t deadline, int64_t lease_ms, int n,
+                   dl_renew_item *items, int *calls) {
+  dl_redis *r = (dl_redis *)base;
+  *calls = 0;
+  if (n <= 0) return 0;
+  renew_job j;
+  int failed = job_prepare(&j, r, lease_ms, n, items);
+  if (failed == 0) {
+    failed = r->link->ops->eval_many(r->link, deadline, j.nb,
+                                     DL_SCRIPT_LOCK_RENEW, j.nkeys, j.kp,
+                                     j.nargs, j.ap, j.replies, j.errs);
+    *calls = j.nb;
+    failed = job_parse(&j, failed);
+  }
+  job_free(&j);
+  /* The renewed leases reach the replicas, as far as WAIT can tell; a
+   * shortfall changes nothing here (the holds are renewed on the master),
+   * the next round waits again. */
+  if (failed == 0) (void)dl_redis_replicate(r, "renewal", "");
+  return failed;
+}
+
+/* The event-loop driver's renewal: the round's scripts sent at once (the
+ * link pipelines them), the items filled in when the last is answered. */
+typedef struct renew_async {
+  dl_shell sh;
+  renew_job j;
+  int left; /* scripts not answered yet */
+  dl_pend *p;
+} renew_async;
+
+static int renew_async_step(dl_shell *sh) {
+  renew_async *x = (renew_async *)sh;
+  if (--x->left > 0) return DL_PENDING;
+  for (int b = 0; b < x->j.nb; b++) {
+    x->j.errs[b] = x->p[b].rc;
+    x->j.replies[b] = x->p[b].reply;
+    x->p[b].reply = NULL;
+  }
+  int rc = job_parse(&x->j, 0);
+  job_free(&x->j);
+  return rc;
+}
+
+/* The steps go last: the shell may still use one to deliver the result. */
+static void renew_async_finish(dl_shell *sh, int *rc) {
+  (void)rc;
+  free(((renew_async *)sh)->p);
+}
+
+int dl_redis_renew_async(dl_backend *base, int64_t deadline, int64_t lease_ms,
+                         int n, dl_renew_item *items, int *calls,
+                         dl_done_fn done, void *ud, dl_async **op) {
+  dl_redis *r = (dl_redis *)base;
+  *op = NULL;
+  *calls = 0;
+  int rc = dl_redis_driver_check(r, true);
+  if (rc != 0) return rc;
+  renew_async *x = calloc(1, sizeof *x);
+  if (x == NULL)
+    return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  rc = n > 0 ? job_prepare(&x->j, r, lease_ms, n, items) : 0;
+  if (rc == 0 && n > 0 &&
+      (x->p = calloc((size_t)x->j.nb, sizeof *x->p)) == NULL)
+    rc = dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  if (rc != 0 || n <= 0) {
+    job_free(&x->j);
+    free(x);
+    return rc ? rc : DLOCK_EINVAL;
+  }
+  dl_shell_init(&x->sh, r, done, ud, renew_async_step, &x->p[0]);
+  x->sh.finish = renew_async_finish;
+  /* One for the starts, one per script answered later: a script refused
+   * at once (the link down, in its reconnect backoff) is answered now. */
+  x->left = 1;
+  for (int b = 0; b < x->j.nb; b++) {
+    if (b > 0) dl_shell_bind(&x->sh, &x->p[b]);
+    if (dl_redis_step_eval(r, &x->p[b], deadline, DL_SCRIPT_LOCK_RENEW,
+                           x->j.nkeys[b], x->j.kp[b], x->j.nargs[b],
+                           x->j.ap[b]) == DL_PENDING)
+      x->left++;
+  }
+  *calls = x->j.nb;
+  return dl_shell_start(&x->sh, renew_async_step(&x->sh), op);
+}
