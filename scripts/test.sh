@@ -38,7 +38,7 @@ case "$mode" in
         ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
           run asan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_SANITIZE=address,undefined ;;
   tsan) ctest_skip=(-LE failover)
-        TSAN_OPTIONS=halt_on_error=1 \
+        TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
           run tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_SANITIZE=thread ;;
   valgrind)
     build normal -DCMAKE_BUILD_TYPE=RelWithDebInfo
