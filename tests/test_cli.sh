@@ -511,7 +511,9 @@ t_queue() {
   local out t0 t1
   "$DLOCK" queue offer cq a b c; expect_rc 0 $? "queue offer"
   [ "$(rcli LRANGE cq 0 -1 | tr '\n' ' ')" = "a b c " ] || fail "list: $(rcli LRANGE cq 0 -1)"
-  "$DLOCK" queue offer cq --delay 400ms later; expect_rc 0 $? "offer --delay"
+  # Due in 2 s: the commands before the take that must find it not due
+  # yet are slow processes under the sanitizers.
+  "$DLOCK" queue offer cq --delay 2s later; expect_rc 0 $? "offer --delay"
   out=$("$DLOCK" queue size cq); expect_rc 0 $? "queue size"
   [ "$out" = "cq: 3 ready, 1 delayed" ] || fail "size: $out"
   out=$("$DLOCK" queue size --json cq)
@@ -521,7 +523,7 @@ t_queue() {
   out=$("$DLOCK" queue take cq --last -w 0); [ "$out" = c ] || fail "take --last: $out"
   out=$("$DLOCK" queue take cq -w 0); [ "$out" = b ] || fail "take: $out"
   "$DLOCK" queue take cq -w 0 >/dev/null 2>&1; expect_rc 75 $? "take, not due yet"
-  out=$("$DLOCK" queue take cq -w 5s); expect_rc 0 $? "take, delayed"
+  out=$("$DLOCK" queue take cq -w 10s); expect_rc 0 $? "take, delayed"
   [ "$out" = later ] || fail "delayed take: $out"
   t0=$(date +%s%N)
   "$DLOCK" queue take cq -w 300ms 2>/dev/null; expect_rc 75 $? "take timeout"
