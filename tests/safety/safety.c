@@ -383,11 +383,9 @@ static void t_s1_holder_killed(void) {
 }
 
 /* ---- 2. holder SIGSTOPped for twice the lease, then resumed ---- */
-static void s2_lib(bool enforce) {
-  CHECK(begin("safety:s2", enforce, NULL, false));
-  pid_t v = start_worker(VICTIM, 1, 0, "300", NULL, NULL);
-  res_event e;
-  victim_read(&e);
+/* The victim v, inside its section, stopped for two leases while the
+ * others take turns, then resumed: told of the loss, its write judged. */
+static void pause_victim(bool enforce, pid_t v) {
   kill(v, SIGSTOP);
   start_others(3, 1);
   th_sleep_ms((int)(2 * lease)); /* the fault's length */
@@ -396,6 +394,14 @@ static void s2_lib(bool enforce) {
   expect_victim(1, 1, DLOCK_ELOST);
   CHECK(finish(20));
   judge(enforce, true, VICTIM, OVERLAP_SOME);
+}
+
+static void s2_lib(bool enforce) {
+  CHECK(begin("safety:s2", enforce, NULL, false));
+  pid_t v = start_worker(VICTIM, 1, 0, "300", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  pause_victim(enforce, v);
 }
 
 /* Ends a `dlock run` victim: resumed at `since`, it must exit 76 soon,
@@ -807,14 +813,7 @@ static void s10_run(bool enforce) {
   res_event e;
   victim_read(&e);
   CHECK_EQ(rl_holders(), RL_N);
-  kill(v, SIGSTOP);
-  start_others(3, 1);
-  th_sleep_ms((int)(2 * lease));
-  CHECK(res_wait_event('W', -2, VICTIM, true, 0, 10000, NULL));
-  kill(v, SIGCONT);
-  expect_victim(1, 1, DLOCK_ELOST);
-  CHECK(finish(20));
-  judge(enforce, true, VICTIM, OVERLAP_SOME);
+  pause_victim(enforce, v);
 }
 static void t_s10_redlock_holder_paused(void) {
   s10_run(true);
