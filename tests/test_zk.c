@@ -164,6 +164,105 @@ static void t_zk_mutex_layout(void) {
   th_zk_stop(&zk);
 }
 
+/* How many of path's children have `mark` in their name, each checked to
+ * be Curator's protected name "_c_<uuid>-<mark><10 digits>". */
+static int marked(zhandle_t *zh, const char *path, const char *mark) {
+  struct String_vector sv = {0};
+  if (zoo_get_children(zh, path, 0, &sv) != ZOK) return -1;
+  int n = 0;
+  for (int i = 0; i < sv.count; i++) {
+    const char *m = strstr(sv.data[i], mark);
+    if (m == NULL) continue;
+    if (strncmp(sv.data[i], "_c_", 3) != 0 || m != sv.data[i] + 3 + 36 + 1 ||
+        strlen(m) != strlen(mark) + 10)
+      n = -1000;
+    n++;
+  }
+  deallocate_String_vector(&sv);
+  return n;
+}
+
+typedef struct rw_waiter {
+  dlock_lock *l;
+  int rc;
+  uint64_t token;
+} rw_waiter;
+
+static void *rw_wait(void *arg) {
+  rw_waiter *w = arg;
+  w->rc = dlock_lock_try_acquire(w->l, 10000, 0, &w->token);
+  return NULL;
+}
+
+/* Curator's InterProcessReadWriteLock: __READ__ and __WRIT__ nodes side by
+ * side under the path. Readers share it; a writer waits for them and a
+ * reader arriving behind a waiting writer waits too (one order); the write
+ * holder may read (a downgrade: a second node); a reader asking for the
+ * write side is refused (DLOCK_EDEADLK, no node made); status shows the
+ * mode and readers; a force release deletes every holder's node. */
+static void t_zk_rwlock(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0);
+  CHECK(a && b);
+  dlock_rwlock *ra, *rb, *rc;
+  CHECK_RC(dlock_rwlock_new(a, "/rw/x", "A", &ra), 0);
+  CHECK_RC(dlock_rwlock_new(b, "/rw/x", "B", &rb), 0);
+  CHECK_RC(dlock_rwlock_new(b, "/rw/x", "C", &rc), 0);
+  dlock_lock *rA = dlock_rwlock_read(ra);
+  dlock_lock *rB = dlock_rwlock_read(rb), *wB = dlock_rwlock_write(rb);
+  dlock_lock *rC = dlock_rwlock_read(rc), *wC = dlock_rwlock_write(rc);
+  uint64_t t1 = 0, t2 = 0;
+  CHECK_RC(dlock_lock_try_acquire(rA, 0, 0, &t1), 0);
+  CHECK_RC(dlock_lock_try_acquire(rB, 0, 0, &t2), 0);
+  CHECK(t1 > 0 && t2 > t1);
+  CHECK_EQ(marked(zh, "/rw/x", "__READ__"), 2);
+  CHECK_RC(dlock_lock_try_acquire(wB, 0, 0, NULL), DLOCK_EDEADLK);
+  CHECK_RC(dlock_lock_try_acquire(wC, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_EQ(marked(zh, "/rw/x", "__WRIT__"), 0);
+  dlock_lock_state st;
+  CHECK_RC(dlock_lock_inspect(rC, &st), 0);
+  CHECK(strcmp(st.mode, "read") == 0);
+  CHECK_EQ(st.readers, 2);
+  CHECK_EQ(st.holders, 2);
+  CHECK_RC(dlock_lock_release(rB), 1);
+  /* A waiting writer queues; a reader after it waits behind it. */
+  rw_waiter w = {wC, 1, 0};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, rw_wait, &w) == 0);
+  int64_t end = th_now_ms() + 5000;
+  while (marked(zh, "/rw/x", "__WRIT__") != 1 && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(marked(zh, "/rw/x", "__WRIT__"), 1);
+  CHECK_RC(dlock_lock_try_acquire(rB, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_EQ(w.rc, 1); /* still waiting */
+  CHECK_RC(dlock_lock_release(rA), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(w.rc, 0);
+  CHECK(w.token > t2);
+  CHECK_RC(dlock_lock_inspect(rA, &st), 0);
+  CHECK(strcmp(st.mode, "write") == 0);
+  CHECK_EQ(st.token, w.token);
+  /* The writer downgrades: it reads too, others still cannot. */
+  CHECK_RC(dlock_lock_try_acquire(rC, 0, 0, NULL), 0);
+  CHECK_EQ(marked(zh, "/rw/x", "__READ__"), 1);
+  CHECK_RC(dlock_lock_try_acquire(rA, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release(wC), 1);
+  CHECK_RC(dlock_lock_try_acquire(rA, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(wB, 0, 0, NULL), DLOCK_EBUSY);
+  /* Force release: both readers' nodes go; their holds are lost. */
+  CHECK_EQ(dlock_lock_force_release(wB), 1);
+  CHECK_EQ(children(zh, "/rw/x", NULL, 0), 0);
+  CHECK_EQ(dlock_lock_is_held(rA), 0);
+  CHECK_EQ(dlock_lock_is_held(rC), 0);
+  dlock_rwlock_free(ra);
+  dlock_rwlock_free(rb);
+  dlock_rwlock_free(rc);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
 /* A try that gives up (at once, or after its wait) leaves no node behind,
  * and another client's holder is unaffected. */
 static void t_zk_try_timeout(void) {
@@ -461,12 +560,13 @@ static void t_zk_other_kinds(void) {
   dlock_lock *p, *f;
   CHECK_RC(dlock_plainlock_new(c, "/k/plain", "me", &p), 0);
   CHECK_RC(dlock_lock_try_acquire(p, 0, 0, NULL), DLOCK_ENOTSUP);
-  CHECK_RC(dlock_fairlock_new(c, "/k/fair", "me", 0, &f), 0);
-  CHECK_RC(dlock_lock_try_acquire(f, 0, 0, NULL), DLOCK_ENOTSUP);
-  dlock_rwlock *rw;
-  CHECK_RC(dlock_rwlock_new(c, "/k/rw", "me", &rw), 0);
-  CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 0, 0, NULL),
-           DLOCK_ENOTSUP);
+  /* The fair lock is the mutex (its waiters already queue in order). */
+  CHECK_RC(dlock_fairlock_new(c, "/f/fair", "me", 0, &f), 0);
+  CHECK_RC(dlock_lock_try_acquire(f, 0, 0, NULL), 0);
+  char first[256];
+  CHECK_EQ(children(zh, "/f/fair", first, sizeof first), 1);
+  CHECK(strcmp(first + 3 + 36, "-lock-0000000000") == 0);
+  CHECK_RC(dlock_lock_release(f), 1);
   dlock_queue *q;
   int rc = dlock_queue_new(c, "/k/q", &q);
   if (rc == 0) {
@@ -479,7 +579,6 @@ static void t_zk_other_kinds(void) {
   CHECK_RC(zoo_exists(zh, "/k", 0, &st), ZNONODE);
   dlock_lock_free(p);
   dlock_lock_free(f);
-  dlock_rwlock_free(rw);
   dlock_client_close(c);
   zookeeper_close(zh);
   th_zk_stop(&zk);
@@ -487,9 +586,9 @@ static void t_zk_other_kinds(void) {
 
 TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_mutex_layout), T_BARE(t_zk_other_kinds),
-        T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
-        T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
-        T_BARE(t_zk_inspect))
+        T_BARE(t_zk_rwlock), T_BARE(t_zk_try_timeout),
+        T_BARE(t_zk_fifo_handoff), T_BARE(t_zk_session_expiry_loss),
+        T_BARE(t_zk_chroot), T_BARE(t_zk_inspect))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # test_zk_interop.sh: dlock's ZooKeeper mutex against Curator's own
-# InterProcessMutex (Debian's libcurator-recipes-java 5.4), both ways:
-# mutual exclusion, and a waiter on one side woken by a release on the
-# other; and dlock status, list and release --force on zk://. Installs Curator and a JDK when missing (as scripts/install-deps.sh
-# does), starts a private standalone ZooKeeper, compiles
-# tests/interop/CuratorMutex.java.
+# InterProcessMutex and InterProcessReadWriteLock (Debian's
+# libcurator-recipes-java 5.4), both ways: mutual exclusion, readers
+# together, and a waiter on one side woken by a release on the other; and
+# dlock status, list and release --force on zk://. Installs Curator and a
+# JDK when missing (as scripts/install-deps.sh does), starts a private
+# standalone ZooKeeper, compiles tests/interop/CuratorMutex.java.
 #   tests/test_zk_interop.sh DLOCK_BINARY
 set -uo pipefail
 dlock=$1
@@ -96,18 +97,43 @@ got=$(awk '/^held/{print $2}' "$work/j4.out")
   fail "Curator held at $got, before dlock released at $rel"
 echo "ok   dlock holds: Curator refused, then woken by dlock's release"
 
-# 5. The CLI's other commands on zk://: status, list, release --force.
+# 5. The read-write lock: Curator reads, dlock reads beside it and cannot
+# write; dlock reads, Curator reads beside it and cannot write; dlock
+# writes, and a Curator reader is woken by its release.
+cur /rw/a r:hold 3000 >"$work/j5.out" 2>&1 & pids+=($!)
+waitfor "$work/j5.out" held || fail "Curator did not read /rw/a"
+"$dlock" -q -u "$url" run --read -w 0 /rw/a -- true ||
+  fail "dlock could not read beside Curator's reader"
+"$dlock" -q -u "$url" run --write -w 300ms /rw/a -- true; rc=$?
+[[ $rc -eq 75 ]] || fail "dlock wrote under Curator's reader (exit $rc, expected 75)"
+"$dlock" -q -u "$url" run --read /rw/b -- sh -c 'echo held; sleep 2' \
+  >"$work/c5.out" 2>&1 & pids+=($!)
+waitfor "$work/c5.out" held || fail "dlock did not read /rw/b"
+cur /rw/b r:try 300 >"$work/j5b.out" 2>&1 || fail "Curator could not read beside dlock's reader"
+cur /rw/b w:try 300 >"$work/j5c.out" 2>&1; rc=$?
+[[ $rc -eq 75 ]] || fail "Curator wrote under dlock's reader (exit $rc, expected 75)"
+"$dlock" -q -u "$url" run --write /rw/c -- sh -c 'echo held; sleep 2; echo released $(date +%s%3N)' \
+  >"$work/c5d.out" 2>&1 & pids+=($!)
+waitfor "$work/c5d.out" held || fail "dlock did not write /rw/c"
+cur /rw/c r:wait >"$work/j5d.out" 2>&1 || fail "Curator reader exit $?"
+rel=$(awk '/^released/{print $2}' "$work/c5d.out")
+got=$(awk '/^held/{print $2}' "$work/j5d.out")
+[[ -n $rel && -n $got && $got -ge $rel ]] ||
+  fail "Curator read at $got, before dlock's writer released at $rel"
+echo "ok   read-write lock: readers share across both, writers excluded, a Curator reader woken by dlock's writer"
+
+# 6. The CLI's other commands on zk://: status, list, release --force.
 "$dlock" -q -u "$url" run -l 3s /l/c/d -- sh -c 'echo held; sleep 20' \
-  >"$work/c5.out" 2>&1 &
+  >"$work/c6.out" 2>&1 &
 holder=$!; pids+=($holder)
-waitfor "$work/c5.out" held || fail "dlock did not take /l/c/d"
-"$dlock" -u "$url" status /l/c/d >"$work/s5.out" 2>&1 || fail "status: not held"
-grep -q "token" "$work/s5.out" || fail "status shows no token"
-"$dlock" -u "$url" status --json /l/a >"$work/s5b.out" 2>&1; rc=$?
+waitfor "$work/c6.out" held || fail "dlock did not take /l/c/d"
+"$dlock" -u "$url" status /l/c/d >"$work/s6.out" 2>&1 || fail "status: not held"
+grep -q "token" "$work/s6.out" || fail "status shows no token"
+"$dlock" -u "$url" status --json /l/a >"$work/s6b.out" 2>&1; rc=$?
 [[ $rc -eq 1 ]] || fail "status of a free lock: exit $rc, expected 1"
-"$dlock" -u "$url" list '/l/*' >"$work/l5.out" 2>&1 || fail "list"
-grep -q "^/l/c/d " "$work/l5.out" || fail "list does not show /l/c/d"
-[[ $(grep -c . "$work/l5.out") -eq 1 ]] || fail "list shows free locks"
+"$dlock" -u "$url" list '/l/*' >"$work/l6.out" 2>&1 || fail "list"
+grep -q "^/l/c/d " "$work/l6.out" || fail "list does not show /l/c/d"
+[[ $(grep -c . "$work/l6.out") -eq 1 ]] || fail "list shows free locks"
 "$dlock" -u "$url" release --force /l/c/d >/dev/null 2>&1 ||
   fail "release --force"
 t0=$(date +%s)
@@ -116,4 +142,4 @@ wait $holder; rc=$?
 (( $(date +%s) - t0 <= 5 )) || fail "the loss took over 5 s to be seen"
 cur /l/c/d try 300 >/dev/null 2>&1 || fail "/l/c/d still held after release --force"
 echo "ok   status, list, release --force (the holder's run ends as lost)"
-echo "3 passed, 0 failed"
+echo "4 passed, 0 failed"

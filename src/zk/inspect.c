@@ -67,12 +67,19 @@ int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   if (n > 0) {
     char node[NODE_MAX];
     snprintf(node, sizeof node, "%s/%s", key, v[0]);
+    int k = dl_zk_holders(v, n);
     st->held = 1;
-    st->holders = 1;
+    st->holders = k;
     st->ttl_ms = -1; /* no lease: until released or its session ends */
-    st->waiters = n - 1;
-    st->queued = n - 1;
+    st->waiters = n - k;
+    st->queued = n - k;
     fill_holder(z, node, st);
+    if (dl_zk_is_writer(v[0])) {
+      snprintf(st->mode, sizeof st->mode, "write");
+    } else if (strstr(v[0], "__READ__")) {
+      snprintf(st->mode, sizeof st->mode, "read");
+      st->readers = k;
+    }
   }
   free(v);
   deallocate_String_vector(&sv);
@@ -103,7 +110,7 @@ static void visit(walk *w, const char *path, int depth) {
   }
   bool locks = false;
   for (int i = 0; i < sv.count && !locks; i++)
-    locks = strncmp(sv.data[i], "_c_", 3) == 0 || strstr(sv.data[i], "lock-");
+    locks = strncmp(sv.data[i], "_c_", 3) == 0 || dl_zk_seq_of(sv.data[i]);
   if (locks && strlen(path) > w->prefix_len &&
       fnmatch(w->match, path, 0) == 0) {
     w->found++;
@@ -111,7 +118,7 @@ static void visit(walk *w, const char *path, int depth) {
   }
   for (int i = 0; i < sv.count && !w->stop && depth < 64; i++) {
     /* Lock nodes themselves have no children: not descended into. */
-    if (strstr(sv.data[i], "lock-") || strcmp(sv.data[i], "zookeeper") == 0)
+    if (dl_zk_seq_of(sv.data[i]) || strcmp(sv.data[i], "zookeeper") == 0)
       continue;
     char child[NODE_MAX];
     int len = snprintf(child, sizeof child, "%s/%s",

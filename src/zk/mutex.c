@@ -1,27 +1,38 @@
-/* mutex.c: Curator's InterProcessMutex on ZooKeeper: a protected
- * ephemeral-sequential node per holder or waiter under the lock's path,
- * order by sequence, each waiter watching only its predecessor. */
+/* mutex.c: Curator's lock recipes on ZooKeeper: InterProcessMutex and
+ * InterProcessReadWriteLock. A protected ephemeral-sequential node per
+ * holder or waiter under the lock's path, order by sequence, each waiter
+ * watching only the node it waits for. */
 #include "zkb.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define LOCK_NAME "lock-"
+/* The names Curator's recipes give their nodes, before the sequence: the
+ * mutex's, the read-write lock's two (the same length on purpose), the
+ * leader latch's, the semaphore's leases. A UUID (hex) contains none. */
+static const char *const marks[] = {"lock-", "__READ__", "__WRIT__", "latch-",
+                                    "lease-"};
+#define NMARKS (sizeof marks / sizeof marks[0])
 
-/* Curator's standardFixForSorting: what follows the last "lock-". */
-static const char *seq_of(const char *name) {
-  const char *s = NULL;
-  for (const char *p = strstr(name, LOCK_NAME); p; p = strstr(p + 1, LOCK_NAME))
-    s = p;
-  return s ? s + strlen(LOCK_NAME) : name;
+/* Curator's sort key (standardFixForSorting, and the read-write lock's
+ * driver): what follows the last mark in the name; NULL if it has none. */
+const char *dl_zk_seq_of(const char *name) {
+  for (size_t m = 0; m < NMARKS; m++) {
+    const char *s = NULL;
+    for (const char *p = strstr(name, marks[m]); p; p = strstr(p + 1, marks[m]))
+      s = p;
+    if (s) return s + strlen(marks[m]);
+  }
+  return NULL;
 }
 
 static int by_seq(const void *a, const void *b) {
-  return strcmp(seq_of(*(char *const *)a), seq_of(*(char *const *)b));
+  return strcmp(dl_zk_seq_of(*(char *const *)a),
+                dl_zk_seq_of(*(char *const *)b));
 }
 
-/* The lock nodes among the children, sorted (pointers into sv). */
+/* The recipe nodes among the children, sorted (pointers into sv). */
 int dl_zk_sorted_locks(struct String_vector *sv, char ***out) {
   *out = NULL;
   if (sv->count == 0) return 0;
@@ -29,10 +40,39 @@ int dl_zk_sorted_locks(struct String_vector *sv, char ***out) {
   if (v == NULL) return -1;
   int n = 0;
   for (int i = 0; i < sv->count; i++)
-    if (strstr(sv->data[i], LOCK_NAME)) v[n++] = sv->data[i];
+    if (dl_zk_seq_of(sv->data[i])) v[n++] = sv->data[i];
   qsort(v, (size_t)n, sizeof *v, by_seq);
   *out = v;
   return n;
+}
+
+bool dl_zk_is_writer(const char *name) {
+  return strstr(name, "__WRIT__") != NULL;
+}
+
+static bool is_reader(const char *name) {
+  return strstr(name, "__READ__") != NULL;
+}
+
+int dl_zk_holders(char **v, int n) {
+  if (n == 0 || !is_reader(v[0])) return n > 0;
+  int k = 0;
+  while (k < n && !dl_zk_is_writer(v[k]))
+    k++;
+  return k;
+}
+
+/* The mark of a lock kind's nodes, or NULL when ZooKeeper has no such
+ * recipe. The fair lock is the mutex: Curator's waiters already take it in
+ * the order they came. */
+static const char *mark_of(dl_lock_kind kind) {
+  switch (kind) {
+  case DL_KIND_LOCK:
+  case DL_KIND_FAIR: return "lock-";
+  case DL_KIND_READ: return "__READ__";
+  case DL_KIND_WRITE: return "__WRIT__";
+  default: return NULL;
+  }
 }
 
 static zk_hold *hold_find(dl_zk *z, const char *key, const char *owner) {
@@ -142,7 +182,7 @@ static int create_node(dl_zk *z, const dl_acquire *a, char *node, size_t len,
   if (dl_uuid4(uuid) != 0)
     return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "no random bytes");
   snprintf(prefix, sizeof prefix, "_c_%s-", uuid);
-  snprintf(path, sizeof path, "%s/%s" LOCK_NAME, key, prefix);
+  snprintf(path, sizeof path, "%s/%s%s", key, prefix, mark_of(a->lock->kind));
   /* The node's data: the owner id, then a newline and the holder's
    * description if it set one (Curator stores the host address and never
    * reads it back; dlock status shows it). */
@@ -188,7 +228,19 @@ static int create_node(dl_zk *z, const dl_acquire *a, char *node, size_t len,
   }
 }
 
-/* Waits (or not) until our node is the first: 1 acquired, 0 not by the
+/* Where our node (index idx of the n sorted) stands: -1 it has the lock,
+ * else the index of the node to watch. The mutex and the writer: the first
+ * node has it, the others watch the one just before (of either side). A
+ * reader: it has it while no writer is before it, else it watches the
+ * first writer (InterProcessReadWriteLock's readLockPredicate). */
+static int turn_of(dl_lock_kind kind, char **v, int idx) {
+  if (kind != DL_KIND_READ) return idx == 0 ? -1 : idx - 1;
+  for (int i = 0; i < idx; i++)
+    if (dl_zk_is_writer(v[i])) return i;
+  return -1;
+}
+
+/* Waits (or not) until our node has its turn: 1 acquired, 0 not by the
  * deadline, or a negative code. */
 static int await_turn(dl_zk *z, dl_acquire *a, const char *node) {
   const char *key = a->lock->key;
@@ -207,16 +259,17 @@ static int await_turn(dl_zk *z, dl_acquire *a, const char *node) {
     int idx = -1;
     for (int i = 0; i < n && idx < 0; i++)
       if (strcmp(v[i], mine) == 0) idx = i;
+    int w = idx < 0 ? -1 : turn_of(a->lock->kind, v, idx);
     char pred[NODE_MAX] = "";
-    if (idx > 0) snprintf(pred, sizeof pred, "%s/%s", key, v[idx - 1]);
+    if (w >= 0) snprintf(pred, sizeof pred, "%s/%s", key, v[w]);
     free(v);
     deallocate_String_vector(&sv);
     if (idx < 0)
       return dl_seterr(z->env->err_owner, DLOCK_ELOST, "our lock node %s "
                        "is gone (the session expired?)", node);
-    if (idx == 0) return 1;
+    if (w < 0) return 1;
     if (!a->wait || dl_now_ms() >= a->deadline) return 0;
-    /* Watch the predecessor only (no herd), with getData as Curator, so
+    /* Watch that one node only (no herd), with getData as Curator, so
      * that no watch is left on a node that does not exist. */
     pthread_mutex_lock(&z->mu);
     uint64_t seen = z->events;
@@ -247,14 +300,24 @@ static int await_turn(dl_zk *z, dl_acquire *a, const char *node) {
 int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
   dl_zk *z = (dl_zk *)b;
   const dl_lock_ref *l = a->lock;
-  if (l->kind != DL_KIND_LOCK)
+  if (mark_of(l->kind) == NULL)
     return dl_seterr(z->env->err_owner, DLOCK_ENOTSUP, "the ZooKeeper "
-                     "backend has the mutex only (not yet fair or "
-                     "read-write locks)");
+                     "backend has no plain string lock (it has Curator's "
+                     "mutex and read-write lock)");
   int rc = dl_zk_check_path(z, l->key);
   if (rc != 0) return rc;
+  /* A read-write lock's sides: the writer's owner is the reader's plus
+   * ":write". */
+  char other[DL_OWNER_MAX + 8];
+  size_t ol = strlen(l->owner);
+  if (l->kind == DL_KIND_WRITE && ol > 6)
+    snprintf(other, sizeof other, "%.*s", (int)(ol - 6), l->owner);
+  else
+    snprintf(other, sizeof other, "%s:write", l->owner);
   int64_t sent = dl_now_ms();
   pthread_mutex_lock(&z->mu);
+  bool other_held = (l->kind == DL_KIND_READ || l->kind == DL_KIND_WRITE) &&
+                    !z->expired && hold_find(z, l->key, other) != NULL;
   zk_hold *h = a->held > 0 ? hold_find(z, l->key, l->owner) : NULL;
   uint64_t czxid = h ? h->czxid : 0;
   char node[NODE_MAX];
@@ -276,11 +339,18 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
     if (zrc != ZNONODE) return dl_zk_err(z, zrc, "check", node);
     hold_free(hold_take(z, l->key, l->owner)); /* lost: take it afresh */
   }
+  /* Curator's reader waits for itself here, forever; dlock refuses. */
+  if (l->kind == DL_KIND_WRITE && other_held)
+    return dl_seterr(z->env->err_owner, DLOCK_EDEADLK,
+                     "this owner holds the read lock of '%s': release it "
+                     "before asking for the write lock",
+                     l->name);
   int64_t limit = sent + z->command_timeout_ms;
   if (a->wait && a->deadline > limit) limit = a->deadline;
   rc = create_node(z, a, node, sizeof node, &czxid, limit);
   if (rc != 0) return rc;
-  rc = await_turn(z, a, node);
+  /* The write holder takes the read side at once: the downgrade. */
+  rc = l->kind == DL_KIND_READ && other_held ? 1 : await_turn(z, a, node);
   if (rc != 1) {
     /* Not acquired (timeout or error): our node goes, as Curator's. */
     delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
@@ -366,13 +436,17 @@ int dl_zk_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
   char **v;
   int n = list_locks(z, l->key, &sv, &v);
   if (n <= 0) return n;
-  char node[NODE_MAX];
-  snprintf(node, sizeof node, "%s/%s", l->key, v[0]);
+  /* The holders' nodes go (what an operator does with zkCli): the first,
+   * or every reader that holds a read-write lock; their sessions see the
+   * nodes missing at their next renewal. */
+  int k = dl_zk_holders(v, n);
+  for (int i = 0; i < k && rc == 0; i++) {
+    char node[NODE_MAX];
+    snprintf(node, sizeof node, "%s/%s", l->key, v[i]);
+    rc = delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
+  }
   free(v);
   deallocate_String_vector(&sv);
-  /* The holder's node goes (what an operator does with zkCli); its
-   * session sees the node missing at its next renewal. */
-  rc = delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
   return rc == 0 ? 1 : rc;
 }
 

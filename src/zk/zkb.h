@@ -30,9 +30,9 @@ typedef struct dl_zk {
    * session change (the waiters look again). */
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  uint64_t events;  /* bumped by every watch event */
-  int state;        /* the last session state (ZOO_*_STATE) */
-  bool expired;     /* the session ended: its holds are gone */
+  uint64_t events; /* bumped by every watch event */
+  int state;       /* the last session state (ZOO_*_STATE) */
+  bool expired;    /* the session ended: its holds are gone */
   zk_hold *holds;
   dl_notice_fn notice;
   void *notice_ud;
@@ -64,10 +64,18 @@ int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
 /* 0 if key is a znode path a lock may have, else DLOCK_EINVAL or
  * DLOCK_ENAMETOOLONG recorded. */
 int dl_zk_check_path(dl_zk *z, const char *key);
-/* The lock nodes among sv's children, sorted by their sequence as Curator
- * sorts them (pointers into sv, *out freed by the caller): how many, or -1
- * out of memory. */
+/* The recipe nodes among sv's children (mutex, read-write lock, latch or
+ * lease nodes), sorted by their sequence as Curator sorts them (pointers
+ * into sv, *out freed by the caller): how many, or -1 out of memory. */
 int dl_zk_sorted_locks(struct String_vector *sv, char ***out);
+/* A recipe node's sequence (what Curator sorts by), or NULL if `name` is
+ * no recipe's node. */
+const char *dl_zk_seq_of(const char *name);
+/* Whether `name` is a read-write lock's writer node. */
+bool dl_zk_is_writer(const char *name);
+/* How many of the n sorted nodes hold the lock now: the first alone, or
+ * the readers before the first writer. */
+int dl_zk_holders(char **v, int n);
 /* inspect.c: dlock status and dlock list. */
 int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
 int dl_zk_scan(dl_backend *b, const char *match, size_t prefix_len,

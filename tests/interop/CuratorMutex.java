@@ -1,5 +1,7 @@
-// CuratorMutex.java: Curator's own InterProcessMutex, for the interop test
-// (tests/test_zk_interop.sh). One line on stdout per step, flushed.
+// CuratorMutex.java: Curator's own InterProcessMutex and
+// InterProcessReadWriteLock, for the interop test (tests/test_zk_interop.sh).
+// One line on stdout per step, flushed. A step "r:STEP" or "w:STEP" works
+// on the read or the write lock of the read-write lock at PATH.
 //   CuratorMutex CONNECT PATH hold MS   acquire, print "held", hold MS, release
 //   CuratorMutex CONNECT PATH try MS    acquire within MS: "held" + exit 0
 //                                       (released), else "busy" + exit 75
@@ -8,6 +10,7 @@ import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.RetryOneTime;
 
 public class CuratorMutex {
@@ -16,9 +19,17 @@ public class CuratorMutex {
         new RetryOneTime(100));
     c.start();
     c.blockUntilConnected(10, TimeUnit.SECONDS);
-    InterProcessMutex m = new InterProcessMutex(c, a[1]);
+    InterProcessMutex m;
+    String step = a[2];
+    if (step.startsWith("r:") || step.startsWith("w:")) {
+      InterProcessReadWriteLock rw = new InterProcessReadWriteLock(c, a[1]);
+      m = step.startsWith("r:") ? rw.readLock() : rw.writeLock();
+      step = step.substring(2);
+    } else {
+      m = new InterProcessMutex(c, a[1]);
+    }
     int status = 0;
-    switch (a[2]) {
+    switch (step) {
       case "hold":
         m.acquire();
         System.out.println("held " + System.currentTimeMillis());
