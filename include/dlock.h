@@ -595,6 +595,61 @@ DLOCK_API int dlock_latch_try_await(dlock_latch *l, int64_t wait_ms);
 /* As dlock_latch_try_await with no wait limit (Redisson's await()). */
 DLOCK_API int dlock_latch_await(dlock_latch *l);
 
+/* ---- Leader election (Apache Curator's LeaderLatch) ----
+ * Participants join an election at NAME; one of them at a time is the
+ * leader, the one that joined first among those present. On zk:// only
+ * (Curator's layout: LeaderLatch processes in Java take part in the same
+ * election); other backends answer dlock_leader_start with DLOCK_ENOTSUP.
+ * A participant that loses its connection stops being the leader at once
+ * (Curator's default policy: another may be elected while it cannot
+ * know), and is again if it still is first once reconnected; one whose
+ * session expired is out for good. Free every participant before closing
+ * its client. */
+typedef struct dlock_leader dlock_leader;
+
+/* Called on a library thread when this participant becomes the leader
+ * (leader 1) or stops being it (0). Calls for one participant never
+ * overlap. It may call any function on this participant, dlock_leader_free
+ * included (the call then returns at once; the participant is gone when
+ * the callback returns). */
+typedef void (*dlock_leader_cb)(dlock_leader *l, int leader, void *ud);
+
+/* A participant of the election NAME (copied) with the id `id` (copied;
+ * NULL or "" for none, Curator's default; at most DLOCK_OWNER_MAX - 1
+ * bytes), not yet in it. Returns 0 and *out, or DLOCK_EINVAL,
+ * DLOCK_ENAMETOOLONG or DLOCK_ENOMEM (then *out is NULL). No server call. */
+DLOCK_API int dlock_leader_new(dlock_client *c, const char *name,
+                               const char *id, dlock_leader **out);
+/* Sets the callback (before dlock_leader_start; NULL for none). Returns 0,
+ * or DLOCK_EINVAL (l NULL, or already started). */
+DLOCK_API int dlock_leader_on_change(dlock_leader *l, dlock_leader_cb cb,
+                                     void *ud);
+/* Joins the election (once per participant): 0, DLOCK_ENOTSUP when the
+ * backend has no election, DLOCK_EINVAL when already started, or another
+ * negative code (not joined). Returns once the join has started: the
+ * leadership comes later (dlock_leader_await, the callback). */
+DLOCK_API int dlock_leader_start(dlock_leader *l);
+/* Waits up to wait_ms (0: one look, < 0: no limit) until this participant
+ * is the leader, without polling. Returns 0 leader, DLOCK_EBUSY not in
+ * time, DLOCK_ELOST out of the election for good (its session expired),
+ * DLOCK_EINVAL not started. Blocks the calling thread; thread-safe. */
+DLOCK_API int dlock_leader_await(dlock_leader *l, int64_t wait_ms);
+/* 1 if this participant is the leader now (as last heard), else 0. */
+DLOCK_API int dlock_leader_has_leadership(dlock_leader *l);
+/* The fencing token of the present leadership in *token: 0 while leader,
+ * DLOCK_ENOTOWNER if not. Tokens grow with each leadership of the
+ * election (zk://: the leader node's czxid). */
+DLOCK_API int dlock_leader_token(dlock_leader *l, uint64_t *token);
+/* The present leader's id (Curator's getLeader) into buf (len bytes, cut
+ * to fit): 1, 0 when nobody takes part, or a negative code. One server
+ * call; needs no start. */
+DLOCK_API int dlock_leader_get_leader(dlock_leader *l, char *buf, size_t len);
+/* Leaves the election (its node is deleted: the next participant is
+ * elected) and frees l. The callback is not called once this returns
+ * (except from within the callback itself, see dlock_leader_cb). Accepts
+ * NULL. */
+DLOCK_API void dlock_leader_free(dlock_leader *l);
+
 /* ---- Permit-expirable semaphore (Redisson RPermitExpirableSemaphore) ----
  * A semaphore whose permits have ids and leases: a permit taken without a
  * lease is renewed by the client's watchdog while the client lives, so the

@@ -125,4 +125,23 @@ static void t_latch_wakes_all(void) {
   dlock_client_close(wc);
   dlock_client_close(dc);
 }
-TH_MAIN(T(t_latch_basics), T(t_latch_wakes_all))
+/* Leader election is ZooKeeper's (Curator's LeaderLatch): on Redis it
+ * is DLOCK_ENOTSUP with a message saying where it is, and nothing is
+ * written. */
+static void t_leader_enotsup(void) {
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_leader *l;
+  CHECK_RC(dlock_leader_new(c, "el:x", "me", &l), 0);
+  CHECK_RC(dlock_leader_start(l), DLOCK_ENOTSUP);
+  CHECK(strstr(dlock_client_errmsg(c), "zk://") != NULL);
+  char id[16];
+  CHECK_RC(dlock_leader_get_leader(l, id, sizeof id), DLOCK_ENOTSUP);
+  CHECK_RC(dlock_leader_await(l, 0), DLOCK_EINVAL);
+  CHECK_EQ(dlock_leader_has_leadership(l), 0);
+  CHECK_EQ(th_cmd_int(&th_srv, "DBSIZE"), 0);
+  dlock_leader_free(l);
+  dlock_client_close(c);
+}
+
+TH_MAIN(T(t_latch_basics), T(t_latch_wakes_all), T(t_leader_enotsup))

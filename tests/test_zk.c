@@ -263,6 +263,220 @@ static void t_zk_rwlock(void) {
   th_zk_stop(&zk);
 }
 
+/* What a participant's callback saw: every change, in order. */
+typedef struct seen_changes {
+  pthread_mutex_t mu;
+  int n;
+  int v[16];
+} seen_changes;
+
+static void on_change(dlock_leader *l, int leader, void *ud) {
+  (void)l;
+  seen_changes *s = ud;
+  pthread_mutex_lock(&s->mu);
+  if (s->n < 16) s->v[s->n] = leader;
+  s->n++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static int changes(seen_changes *s) {
+  pthread_mutex_lock(&s->mu);
+  int n = s->n;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+/* The path of the first latch node under path, its data in data. */
+static int first_latch(zhandle_t *zh, const char *path, char *node, size_t len,
+                       char *data, int dlen) {
+  struct String_vector sv = {0};
+  if (zoo_get_children(zh, path, 0, &sv) != ZOK) return -1;
+  const char *best = NULL;
+  for (int i = 0; i < sv.count; i++) {
+    const char *m = strstr(sv.data[i], "-latch-");
+    if (m && (!best || strcmp(m, strstr(best, "-latch-")) < 0))
+      best = sv.data[i];
+  }
+  int rc = -1;
+  if (best) {
+    snprintf(node, len, "%s/%s", path, best);
+    int n = dlen - 1;
+    if (zoo_get(zh, node, 0, data, &n, NULL) == ZOK) {
+      data[n < 0 ? 0 : n] = '\0';
+      rc = sv.count;
+    }
+  }
+  deallocate_String_vector(&sv);
+  return rc;
+}
+
+/* Curator's LeaderLatch: the first participant to join leads, with its id
+ * as its node's data and its node's czxid as the token; the second waits
+ * and sees the first as leader; the leader leaving (its node deleted)
+ * elects the second, told by its callback, with a larger token; a
+ * leader's node deleted by hand makes it step down (told) and join again
+ * at the end of the line (here: alone, so it leads again, a new token). */
+static void t_zk_leader(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0);
+  CHECK(a && b);
+  dlock_leader *la, *lb;
+  CHECK_RC(dlock_leader_new(a, "/el/x", "node-A", &la), 0);
+  CHECK_RC(dlock_leader_new(b, "/el/x", "node-B", &lb), 0);
+  seen_changes sb = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
+  CHECK_RC(dlock_leader_on_change(lb, on_change, &sb), 0);
+  CHECK_RC(dlock_leader_await(la, 0), DLOCK_EINVAL); /* not started */
+  char id[64];
+  CHECK_RC(dlock_leader_get_leader(la, id, sizeof id), 0); /* nobody */
+  CHECK_RC(dlock_leader_start(la), 0);
+  CHECK_RC(dlock_leader_start(la), DLOCK_EINVAL);
+  CHECK_RC(dlock_leader_await(la, 5000), 0);
+  CHECK_EQ(dlock_leader_has_leadership(la), 1);
+  uint64_t ta = 0, tb = 0;
+  CHECK_RC(dlock_leader_token(la, &ta), 0);
+  char node[300], data[64];
+  CHECK_EQ(first_latch(zh, "/el/x", node, sizeof node, data, sizeof data), 1);
+  CHECK(strcmp(data, "node-A") == 0);
+  const char *base = strrchr(node, '/') + 1;
+  CHECK(strncmp(base, "_c_", 3) == 0);
+  CHECK(strcmp(base + 3 + 36, "-latch-0000000000") == 0);
+  struct Stat st;
+  CHECK_RC(zoo_exists(zh, node, 0, &st), ZOK);
+  CHECK_EQ(ta, (uint64_t)st.czxid);
+  CHECK(st.ephemeralOwner != 0);
+  CHECK_RC(dlock_leader_start(lb), 0);
+  CHECK_RC(dlock_leader_await(lb, 300), DLOCK_EBUSY);
+  CHECK_EQ(dlock_leader_has_leadership(lb), 0);
+  CHECK_RC(dlock_leader_token(lb, &tb), DLOCK_ENOTOWNER);
+  CHECK_RC(dlock_leader_get_leader(lb, id, sizeof id), 1);
+  CHECK(strcmp(id, "node-A") == 0);
+  CHECK_EQ(changes(&sb), 0);
+  dlock_leader_free(la); /* leaves: B is elected */
+  CHECK_RC(dlock_leader_await(lb, 5000), 0);
+  CHECK_RC(dlock_leader_token(lb, &tb), 0);
+  CHECK(tb > ta);
+  CHECK_RC(dlock_leader_get_leader(lb, id, sizeof id), 1);
+  CHECK(strcmp(id, "node-B") == 0);
+  CHECK_EQ(changes(&sb), 1);
+  CHECK_EQ(sb.v[0], 1);
+  /* B's node deleted by hand: B steps down, joins again, leads again. */
+  CHECK_EQ(first_latch(zh, "/el/x", node, sizeof node, data, sizeof data), 1);
+  CHECK_RC(zoo_delete(zh, node, -1), ZOK);
+  int64_t end = th_now_ms() + 5000;
+  while (changes(&sb) < 3 && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(changes(&sb), 3);
+  CHECK_EQ(sb.v[1], 0);
+  CHECK_EQ(sb.v[2], 1);
+  uint64_t tb2 = 0;
+  CHECK_RC(dlock_leader_token(lb, &tb2), 0);
+  CHECK(tb2 > tb);
+  dlock_leader_free(lb);
+  CHECK_EQ(children(zh, "/el/x", NULL, 0), 0);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+/* A leader that frees itself from its callback (allowed, documented). */
+static void free_on_change(dlock_leader *l, int leader, void *ud) {
+  if (leader) {
+    dlock_leader_free(l);
+    atomic_store((atomic_int *)ud, 1);
+  }
+}
+
+static void t_zk_leader_free_in_callback(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *a = zclient(&zk, 0);
+  CHECK(a != NULL);
+  dlock_leader *la;
+  atomic_int done = 0;
+  CHECK_RC(dlock_leader_new(a, "/el/y", NULL, &la), 0);
+  CHECK_RC(dlock_leader_on_change(la, free_on_change, &done), 0);
+  CHECK_RC(dlock_leader_start(la), 0);
+  int64_t end = th_now_ms() + 5000;
+  while (!atomic_load(&done) && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(atomic_load(&done), 1);
+  end = th_now_ms() + 5000;
+  while (children(zh, "/el/y", NULL, 0) != 0 && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(children(zh, "/el/y", NULL, 0), 0);
+  dlock_client_close(a);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+/* A leader paused past its session timeout (SIGSTOP): its node expires and
+ * the other participant is elected with a larger token; resumed, the
+ * first is told it is no longer the leader and is out for good. */
+static void leader_child(const th_zk *zk, int fd) {
+  dlock_client *c = zclient(zk, 1000);
+  dlock_leader *l;
+  seen_changes s = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
+  if (c == NULL || dlock_leader_new(c, "/el/exp", "paused", &l) != 0) _exit(2);
+  dlock_leader_on_change(l, on_change, &s);
+  uint64_t tok = 0;
+  if (dlock_leader_start(l) != 0 || dlock_leader_await(l, 5000) != 0 ||
+      dlock_leader_token(l, &tok) != 0)
+    _exit(3);
+  if (write(fd, &tok, sizeof tok) != sizeof tok) _exit(4);
+  int64_t end = th_now_ms() + 15000;
+  while (th_now_ms() < end && changes(&s) < 2)
+    th_sleep_ms(5);
+  int code = 0;
+  if (changes(&s) != 2 || s.v[0] != 1 || s.v[1] != 0)
+    code = 10 + changes(&s);
+  else if (dlock_leader_has_leadership(l) != 0)
+    code = 20;
+  /* The step-down may come first from the lost connection, the session's
+   * expiry once reconnected: out for good then. */
+  else if (dlock_leader_await(l, 10000) != DLOCK_ELOST)
+    code = 30;
+  dlock_leader_free(l);
+  dlock_client_close(c);
+  _exit(code);
+}
+
+static void t_zk_leader_expiry(void) {
+  NEED_ZK();
+  th_zk zk;
+  CHECK_RC(th_zk_start(&zk, 250), 0);
+  int p[2];
+  CHECK(pipe(p) == 0);
+  pid_t pid = fork(); /* before any handle: the child inherits none */
+  if (pid == 0) {
+    close(p[0]);
+    leader_child(&zk, p[1]);
+  }
+  close(p[1]);
+  uint64_t tok = 0;
+  CHECK(read(p[0], &tok, sizeof tok) == sizeof tok);
+  close(p[0]);
+  CHECK(tok > 0);
+  kill(pid, SIGSTOP);
+  dlock_client *b = zclient(&zk, 0);
+  CHECK(b != NULL);
+  dlock_leader *lb;
+  CHECK_RC(dlock_leader_new(b, "/el/exp", "next", &lb), 0);
+  CHECK_RC(dlock_leader_start(lb), 0);
+  CHECK_RC(dlock_leader_await(lb, 10000), 0);
+  uint64_t tb = 0;
+  CHECK_RC(dlock_leader_token(lb, &tb), 0);
+  CHECK(tb > tok);
+  kill(pid, SIGCONT);
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid);
+  CHECK(WIFEXITED(st));
+  CHECK_EQ(WEXITSTATUS(st), 0);
+  CHECK_EQ(dlock_leader_has_leadership(lb), 1);
+  dlock_leader_free(lb);
+  dlock_client_close(b);
+  th_zk_stop(&zk);
+}
+
 /* A try that gives up (at once, or after its wait) leaves no node behind,
  * and another client's holder is unaffected. */
 static void t_zk_try_timeout(void) {
@@ -586,9 +800,11 @@ static void t_zk_other_kinds(void) {
 
 TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_mutex_layout), T_BARE(t_zk_other_kinds),
-        T_BARE(t_zk_rwlock), T_BARE(t_zk_try_timeout),
-        T_BARE(t_zk_fifo_handoff), T_BARE(t_zk_session_expiry_loss),
-        T_BARE(t_zk_chroot), T_BARE(t_zk_inspect))
+        T_BARE(t_zk_rwlock), T_BARE(t_zk_leader),
+        T_BARE(t_zk_leader_free_in_callback), T_BARE(t_zk_leader_expiry),
+        T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
+        T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
+        T_BARE(t_zk_inspect))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_zk_interop.sh: dlock's ZooKeeper mutex against Curator's own
-# InterProcessMutex and InterProcessReadWriteLock (Debian's
+# InterProcessMutex, InterProcessReadWriteLock and LeaderLatch (Debian's
 # libcurator-recipes-java 5.4), both ways: mutual exclusion, readers
 # together, and a waiter on one side woken by a release on the other; and
 # dlock status, list and release --force on zk://. Installs Curator and a
@@ -59,11 +59,15 @@ java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
 pids+=($!)
 conn=127.0.0.1:$port
 url=zk://$conn
+# Ready when srvr answers a mode. Each probe is bounded: CI once hung
+# here for the whole test timeout, a probe's read never ending.
+ready=0
 for _ in $(seq 400); do
-  [[ $(exec 3<>/dev/tcp/127.0.0.1/$port && echo srvr >&3 && cat <&3) == *Mode:* ]] \
-    2>/dev/null && break
+  if [[ $(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && echo srvr >&3 && cat <&3" \
+          2>/dev/null) == *Mode:* ]]; then ready=1; break; fi
   sleep 0.05
 done
+[[ $ready -eq 1 ]] || { cat "$work/zk.log"; fail "ZooKeeper did not start on port $port"; }
 waitfor() { # waitfor FILE WORD: until FILE has a line starting with WORD
   for _ in $(seq 600); do grep -q "^$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
   return 1
@@ -122,18 +126,53 @@ got=$(awk '/^held/{print $2}' "$work/j5d.out")
   fail "Curator read at $got, before dlock's writer released at $rel"
 echo "ok   read-write lock: readers share across both, writers excluded, a Curator reader woken by dlock's writer"
 
-# 6. The CLI's other commands on zk://: status, list, release --force.
+# 6. Leader election: dlock elect and Curator's LeaderLatch in one
+# election. dlock leads: Curator follows (and names dlock's id as the
+# leader), and is elected once dlock's command ends; Curator leads: dlock
+# elect is refused (75), status names the leader, and a waiting dlock
+# elect runs once Curator leaves; a leader whose node is deleted (release
+# --force) has its command stopped (76).
+"$dlock" -q -u "$url" elect --id c-1 /el/a -- sh -c 'echo leading; sleep 3; echo done $(date +%s%3N)' \
+  >"$work/c6.out" 2>&1 & pids+=($!)
+waitfor "$work/c6.out" leading || fail "dlock elect did not lead /el/a"
+cur /el/a latch j-1 20000 >"$work/j6.out" 2>&1 || fail "Curator was not elected after dlock"
+grep -q "^follower c-1" "$work/j6.out" || fail "Curator did not see dlock (c-1) as the leader"
+rel=$(awk '/^done/{print $2}' "$work/c6.out")
+got=$(awk '/^leader/{print $2}' "$work/j6.out")
+[[ -n $rel && -n $got && $got -ge $rel ]] ||
+  fail "Curator led at $got, before dlock's command ended at $rel"
+cur /el/b lead j-2 3000 >"$work/j6b.out" 2>&1 & pids+=($!)
+waitfor "$work/j6b.out" leader || fail "Curator did not lead /el/b"
+"$dlock" -q -u "$url" elect -w 300ms /el/b -- true; rc=$?
+[[ $rc -eq 75 ]] || fail "dlock led beside Curator's leader (exit $rc, expected 75)"
+"$dlock" -u "$url" status /el/b >"$work/s6.out" 2>&1 || fail "status: no leader"
+grep -q "j-2" "$work/s6.out" || fail "status does not name Curator's leader j-2"
+"$dlock" -q -u "$url" elect /el/b -- sh -c 'date +%s%3N' >"$work/c6b.out" 2>&1 ||
+  fail "dlock elect after Curator: exit $?"
+rel=$(awk '/^released/{print $2}' "$work/j6b.out")
+got=$(cat "$work/c6b.out")
+[[ -n $rel && $got -ge $rel ]] || fail "dlock led at $got, before Curator left at $rel"
+"$dlock" -q -u "$url" elect /el/c -- sh -c 'echo leading; sleep 20' \
+  >"$work/c6c.out" 2>&1 &
+leader=$!; pids+=($leader)
+waitfor "$work/c6c.out" leading || fail "dlock elect did not lead /el/c"
+"$dlock" -u "$url" release --force /el/c >/dev/null 2>&1 || fail "release --force /el/c"
+wait $leader; rc=$?
+[[ $rc -eq 76 ]] || fail "the leader's elect exited $rc after its node was deleted, expected 76"
+echo "ok   leader election: dlock elect and Curator's LeaderLatch elect each other in turn"
+
+# 7. The CLI's other commands on zk://: status, list, release --force.
 "$dlock" -q -u "$url" run -l 3s /l/c/d -- sh -c 'echo held; sleep 20' \
-  >"$work/c6.out" 2>&1 &
+  >"$work/c7.out" 2>&1 &
 holder=$!; pids+=($holder)
-waitfor "$work/c6.out" held || fail "dlock did not take /l/c/d"
-"$dlock" -u "$url" status /l/c/d >"$work/s6.out" 2>&1 || fail "status: not held"
-grep -q "token" "$work/s6.out" || fail "status shows no token"
-"$dlock" -u "$url" status --json /l/a >"$work/s6b.out" 2>&1; rc=$?
+waitfor "$work/c7.out" held || fail "dlock did not take /l/c/d"
+"$dlock" -u "$url" status /l/c/d >"$work/s7.out" 2>&1 || fail "status: not held"
+grep -q "token" "$work/s7.out" || fail "status shows no token"
+"$dlock" -u "$url" status --json /l/a >"$work/s7b.out" 2>&1; rc=$?
 [[ $rc -eq 1 ]] || fail "status of a free lock: exit $rc, expected 1"
-"$dlock" -u "$url" list '/l/*' >"$work/l6.out" 2>&1 || fail "list"
-grep -q "^/l/c/d " "$work/l6.out" || fail "list does not show /l/c/d"
-[[ $(grep -c . "$work/l6.out") -eq 1 ]] || fail "list shows free locks"
+"$dlock" -u "$url" list '/l/*' >"$work/l7.out" 2>&1 || fail "list"
+grep -q "^/l/c/d " "$work/l7.out" || fail "list does not show /l/c/d"
+[[ $(grep -c . "$work/l7.out") -eq 1 ]] || fail "list shows free locks"
 "$dlock" -u "$url" release --force /l/c/d >/dev/null 2>&1 ||
   fail "release --force"
 t0=$(date +%s)
@@ -142,4 +181,4 @@ wait $holder; rc=$?
 (( $(date +%s) - t0 <= 5 )) || fail "the loss took over 5 s to be seen"
 cur /l/c/d try 300 >/dev/null 2>&1 || fail "/l/c/d still held after release --force"
 echo "ok   status, list, release --force (the holder's run ends as lost)"
-echo "4 passed, 0 failed"
+echo "5 passed, 0 failed"

@@ -88,6 +88,8 @@ const char *cli_holder_text(const dlock_lock_state *st, char *buf,
 void cli_json_str(void *f, const char *s);
 
 int cmd_run(int argc, char **argv, cli_global *g);
+/* dlock elect (run.c): run a command while leading an election. */
+int cmd_elect(int argc, char **argv, cli_global *g);
 int cmd_status(int argc, char **argv, cli_global *g);
 int cmd_release(int argc, char **argv, cli_global *g);
 int cmd_list(int argc, char **argv, cli_global *g);

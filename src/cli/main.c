@@ -17,6 +17,8 @@ static const char *usage_text =
     "\n"
     "commands:\n"
     "  run [options] NAME -- COMMAND [ARG...]   run COMMAND holding lock NAME\n"
+    "  elect [options] NAME -- COMMAND [ARG...] run COMMAND while leading the\n"
+    "                                           election NAME (zk://)\n"
     "  status [--json] NAME                     who holds lock NAME (exit 0 "
     "held, 1 free)\n"
     "  status --permits|--latch NAME            a semaphore's or latch's "
@@ -303,6 +305,7 @@ int main(int argc, char **argv) {
   optind = 0; /* each command parses its own options (0: glibc starts afresh) */
   int rc;
   if (strcmp(cmd, "run") == 0) rc = cmd_run(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "elect") == 0) rc = cmd_elect(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "status") == 0) rc = cmd_status(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "release") == 0)
     rc = cmd_release(sub_argc, sub_argv, &g);

@@ -1,4 +1,5 @@
-/* run.c: dlock run: acquire a lock, run a command while holding it, release.
+/* run.c: dlock run: acquire a lock, run a command while holding it, release;
+ * dlock elect: the same with the leadership of an election (zk://).
  *
  * Signals: the interesting ones are blocked in every thread from the start,
  * and the main thread takes them with sigtimedwait, so a signal is never
@@ -71,10 +72,49 @@ static const char *run_help =
     "77 not permitted by the server's ACL; 64 usage; 127 COMMAND not found, "
     "126 not\nexecutable.\n";
 
+static const char *elect_help =
+    "usage: dlock elect [options] NAME -- COMMAND [ARG...]\n"
+    "Joins the election NAME (Apache Curator's LeaderLatch, on a zk:// "
+    "URL), runs\n"
+    "COMMAND once this process is the leader, stops it when the "
+    "leadership is lost,\n"
+    "leaves the election when COMMAND ends.\n"
+    "Options may also follow NAME; everything after '--' is COMMAND's.\n"
+    "\n"
+    "  -w, --wait DURATION        how long to wait for the leadership "
+    "(default forever;\n"
+    "                             0 = lead now or not at all)\n"
+    "      --id ID                this participant's id, shown to the "
+    "others as the\n"
+    "                             leader's (default HOST:PID)\n"
+    "  -E, --conflict-exit-code N exit status when not elected in time "
+    "(default 75)\n"
+    "      --kill-grace DURATION  on leadership loss, SIGTERM to SIGKILL "
+    "delay (default\n"
+    "                             5s)\n"
+    "  -q, --quiet / -v, --verbose\n"
+    "\n"
+    "The leadership is lost when the session expires, when the "
+    "connection to\n"
+    "ZooKeeper is lost (another participant may be elected meanwhile: "
+    "Curator's\n"
+    "default), or when this participant's node is deleted. COMMAND runs "
+    "as with\n"
+    "dlock run, with DLOCK_TOKEN the leadership's fencing token (its "
+    "node's czxid).\n"
+    "\n"
+    "Exit status: COMMAND's (128+N if killed by signal N); 75 (-E) not "
+    "elected in\n"
+    "time; 76 leadership lost while COMMAND ran; 69 server unreachable; "
+    "64 usage;\n"
+    "127 COMMAND not found, 126 not executable.\n";
+
 /* What `run` holds: the lock NAME, or (--permits) one permit of the
- * permit-expirable semaphore NAME. */
+ * permit-expirable semaphore NAME; what `elect` holds: the leadership of
+ * the election NAME. */
 typedef struct acq {
   dlock_lock *lock;
+  dlock_leader *leader;
   dlock_rwlock *rw; /* --read/--write: the read-write lock `lock` is from */
   dlock_permits *permits;
   int64_t wait_ms, lease_ms;
@@ -88,10 +128,17 @@ typedef struct acq {
 
 static void *acquire_thread(void *p) {
   acq *a = p;
-  a->rc = a->permits ? dlock_permits_try_acquire(a->permits, a->wait_ms,
-                                                 a->lease_ms, a->id)
-                     : dlock_lock_try_acquire(a->lock, a->wait_ms, a->lease_ms,
-                                              &a->token);
+  if (a->leader) {
+    a->rc = dlock_leader_start(a->leader);
+    if (a->rc == 0) a->rc = dlock_leader_await(a->leader, a->wait_ms);
+    if (a->rc == 0) a->rc = dlock_leader_token(a->leader, &a->token);
+  } else if (a->permits) {
+    a->rc = dlock_permits_try_acquire(a->permits, a->wait_ms, a->lease_ms,
+                                      a->id);
+  } else {
+    a->rc = dlock_lock_try_acquire(a->lock, a->wait_ms, a->lease_ms,
+                                   &a->token);
+  }
   /* The detail is this thread's: the main thread would read "". */
   if (a->rc != 0)
     snprintf(a->err, sizeof a->err, "%s", dlock_client_errmsg(a->c));
@@ -113,12 +160,25 @@ static void on_permit_lost(dlock_permits *p, const char *id, void *ud) {
   kill(getpid(), SIGUSR1);
 }
 
+/* The leadership changed: lost, once it was won (SIGUSR1, as a lost lock). */
+static void on_leader(dlock_leader *l, int leader, void *ud) {
+  (void)l;
+  (void)ud;
+  if (!leader) kill(getpid(), SIGUSR1);
+}
+
 static int held_release(acq *a) {
+  if (a->leader) { /* leaves the election */
+    dlock_leader_free(a->leader);
+    a->leader = NULL;
+    return 0;
+  }
   return a->permits ? dlock_permits_release(a->permits, a->id)
                     : dlock_lock_release(a->lock);
 }
 
 static void held_free(acq *a) {
+  dlock_leader_free(a->leader);
   dlock_permits_free(a->permits);
   dlock_lock_free(a->lock); /* nothing for a read-write lock's handle */
   dlock_rwlock_free(a->rw);
@@ -149,11 +209,19 @@ static int wait_signal(const sigset_t *set, int64_t deadline_ms) {
 }
 
 /* The one status line shown on a terminal while waiting. */
-static void show_waiting(dlock_lock *l, const char *name, int64_t since) {
+static void show_waiting(dlock_lock *l, dlock_leader *ld, const char *name,
+                         int64_t since) {
   dlock_lock_state st;
   char line[600];
   double waited = (double)(mono_ms() - since) / 1000;
-  if (dlock_lock_inspect(l, &st) != 0 || !st.held) {
+  if (ld) {
+    char who[200];
+    if (dlock_leader_get_leader(ld, who, sizeof who) == 1)
+      snprintf(line, sizeof line, "waiting to lead %s (%.0fs): the leader "
+               "is %s", name, waited, who[0] ? who : "(no id)");
+    else
+      snprintf(line, sizeof line, "waiting to lead %s (%.0fs)", name, waited);
+  } else if (dlock_lock_inspect(l, &st) != 0 || !st.held) {
     snprintf(line, sizeof line, "waiting for %s (%.0fs)", name, waited);
   } else {
     char who[100], held[32] = "";
@@ -207,7 +275,18 @@ static int parse_count(const char *s, int *out) {
   return 0;
 }
 
+static int run_or_elect(int argc, char **argv, cli_global *g, bool elect);
+
 int cmd_run(int argc, char **argv, cli_global *g) {
+  return run_or_elect(argc, argv, g, false);
+}
+
+int cmd_elect(int argc, char **argv, cli_global *g) {
+  return run_or_elect(argc, argv, g, true);
+}
+
+static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
+  const char *what = elect ? "elect" : "run";
   static const struct option longopts[] = {
       CLI_GLOBAL_LONGOPTS,
       {"wait", required_argument, 0, 'w'},
@@ -220,11 +299,13 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       {"read", no_argument, 0, 2005},
       {"write", no_argument, 0, 2006},
       {"plain", no_argument, 0, 2007},
+      {"id", required_argument, 0, 2008},
       {0, 0, 0, 0}};
   int64_t wait_ms = -1, lease_ms = 30000, grace_ms = 5000;
   bool renew = true, grace_set = false;
   int permits = 0, kinds = 0;
   bool fair = false, rd = false, wr = false, plain = false;
+  const char *id = NULL, *not_elect = NULL;
   int conflict = EXIT_CONFLICT;
   /* Options go before or after NAME, up to the first "--": getopt only
    * sees the words before it, so nothing of COMMAND is taken for ours.
@@ -241,7 +322,7 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       if (name == NULL) name = optarg;
       else if (extra == NULL) extra = optarg;
       break;
-    case 'h': fputs(run_help, stdout); return 0;
+    case 'h': fputs(elect ? elect_help : run_help, stdout); return 0;
     case 'w':
       if (dl_parse_duration(optarg, &wait_ms) != 0) {
         cli_err("bad duration for --wait: '%s' (e.g. 250ms, 30s, 5m, 1h)",
@@ -255,8 +336,10 @@ int cmd_run(int argc, char **argv, cli_global *g) {
                 optarg);
         return EXIT_USAGE;
       }
+      not_elect = "--lease";
       break;
-    case 2001: renew = false; break;
+    case 2001: renew = false; not_elect = "--no-renew"; break;
+    case 2008: id = optarg; break;
     case 2003:
       if (parse_count(optarg, &permits) != 0 || permits < 1) {
         cli_err("bad --permits '%s' (1 or more)", optarg);
@@ -282,32 +365,43 @@ int cmd_run(int argc, char **argv, cli_global *g) {
       grace_set = true;
       break;
     case '?':
-      cli_err("unknown or incomplete option '%s' (see dlock run --help)",
-              argv[optind - 1]);
+      cli_err("unknown or incomplete option '%s' (see dlock %s --help)",
+              argv[optind - 1], what);
       return EXIT_USAGE;
     default:
       if (cli_global_opt(g, opt, optarg) < 0) return EXIT_USAGE;
     }
   }
   (void)grace_set;
+  if (elect && (kinds > 0 || not_elect)) {
+    cli_err("%s is an option of dlock run, not of dlock elect",
+            not_elect ? not_elect : "--fair/--plain/--read/--write/--permits");
+    return EXIT_USAGE;
+  }
+  if (!elect && id) {
+    cli_err("--id is an option of dlock elect");
+    return EXIT_USAGE;
+  }
   if (kinds > 1) {
     cli_err("--fair, --plain, --read, --write and --permits exclude each "
             "other");
     return EXIT_USAGE;
   }
-  if (grace_ms > lease_ms) grace_ms = lease_ms;
+  if (grace_ms > lease_ms && !elect) grace_ms = lease_ms;
   if (name == NULL) {
-    cli_err("missing lock NAME (usage: dlock run [options] NAME -- COMMAND)");
+    cli_err("missing %s NAME (usage: dlock %s [options] NAME -- COMMAND)",
+            elect ? "election" : "lock", what);
     return EXIT_USAGE;
   }
   if (dashes >= argc) {
-    cli_err("missing '--' between NAME and COMMAND (usage: dlock run "
-            "[options] NAME -- COMMAND [ARG...])");
+    cli_err("missing '--' between NAME and COMMAND (usage: dlock %s "
+            "[options] NAME -- COMMAND [ARG...])", what);
     return EXIT_USAGE;
   }
   if (extra != NULL) {
-    cli_err("one lock NAME before '--', not '%s' and '%s' (usage: dlock run "
-            "[options] NAME -- COMMAND [ARG...])", name, extra);
+    cli_err("one %s NAME before '--', not '%s' and '%s' (usage: dlock %s "
+            "[options] NAME -- COMMAND [ARG...])",
+            elect ? "election" : "lock", name, extra, what);
     return EXIT_USAGE;
   }
   if (dashes + 1 >= argc) {
@@ -338,7 +432,13 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   snprintf(owner, sizeof owner, "%d", (int)getpid());
   acq a = {.wait_ms = wait_ms, .lease_ms = renew ? 0 : lease_ms, .c = c};
   int e;
-  if (permits > 0) {
+  if (elect) {
+    char host[200] = "?", pid_id[256];
+    gethostname(host, sizeof host - 1);
+    snprintf(pid_id, sizeof pid_id, "%s:%d", host, (int)getpid());
+    e = dlock_leader_new(c, name, id ? id : pid_id, &a.leader);
+    if (e == 0) e = dlock_leader_on_change(a.leader, on_leader, NULL);
+  } else if (permits > 0) {
     /* At most `permits` holders: the first user sets the count. */
     e = dlock_permits_new(c, name, &a.permits);
     if (e == 0 && (e = dlock_permits_try_set_permits(a.permits, permits)) > 0)
@@ -379,8 +479,8 @@ int cmd_run(int argc, char **argv, cli_global *g) {
     int64_t next = tty_status ? mono_ms() + (shown ? 500 : 300) : -1;
     int sig = wait_signal(&set, next);
     if (sig == SIGUSR2) break;
-    if (sig == 0 && l) {
-      show_waiting(l, name, started);
+    if (sig == 0 && (l || a.leader)) {
+      show_waiting(l, a.leader, name, started);
       shown = true;
     } else if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP ||
                sig == SIGQUIT) {
@@ -394,7 +494,14 @@ int cmd_run(int argc, char **argv, cli_global *g) {
   if (shown) clear_line();
   if (a.rc != 0) {
     if (a.rc == DLOCK_EBUSY) {
-      if (g->verbose >= 0 && a.permits) {
+      char lid[200];
+      if (g->verbose >= 0 && a.leader) {
+        if (dlock_leader_get_leader(a.leader, lid, sizeof lid) == 1)
+          cli_err("not elected to lead %s in time: the leader is %s", name,
+                  lid[0] ? lid : "(no id)");
+        else
+          cli_err("not elected to lead %s in time", name);
+      } else if (g->verbose >= 0 && a.permits) {
         cli_err("no permit of %s was free in time", name);
       } else if (g->verbose >= 0) {
         dlock_lock_state st;
@@ -416,7 +523,10 @@ int cmd_run(int argc, char **argv, cli_global *g) {
     return rc;
   }
   int64_t acquired_at = mono_ms();
-  if (g->verbose > 0 && a.permits)
+  if (g->verbose > 0 && a.leader)
+    cli_err("leading %s (token %llu) after %lld ms", name,
+            (unsigned long long)a.token, (long long)(acquired_at - started));
+  else if (g->verbose > 0 && a.permits)
     cli_err("took permit %s of %s after %lld ms", a.id, name,
             (long long)(acquired_at - started));
   else if (g->verbose > 0)
@@ -495,8 +605,9 @@ int cmd_run(int argc, char **argv, cli_global *g) {
          * force-released, or a fixed lease ran out. */
         lost = true;
         if (g->verbose >= 0)
-          cli_err("lost lock %s; stopping %s (SIGTERM, SIGKILL in %lld ms)",
-                  name, cmd[0], (long long)grace_ms);
+          cli_err("lost %s %s; stopping %s (SIGTERM, SIGKILL in %lld ms)",
+                  a.leader ? "the leadership of" : "lock", name, cmd[0],
+                  (long long)grace_ms);
         kill(-pid, SIGTERM);
         kill_at = mono_ms() + grace_ms;
       }

@@ -155,6 +155,13 @@ typedef struct dl_queue_req {
   long long n;
 } dl_queue_req;
 
+/* ---- leader election (Curator's LeaderLatch) ---- */
+typedef struct dl_elect dl_elect;
+/* Told, on a backend thread, each change of a participant's leadership:
+ * leader 1 (token: the leadership's fencing token) or 0; gone true when it
+ * is out of the election for good (its session ended: leader is 0). */
+typedef void (*dl_elect_fn)(void *ud, int leader, uint64_t token, bool gone);
+
 /* ---- holds ---- */
 /* One hold for a renewal round. */
 typedef struct dl_renew_item {
@@ -295,6 +302,20 @@ typedef struct dl_backend_ops {
    * result is kept: an acquire may still end acquired). done runs later,
    * never within this call. */
   void (*cancel)(dl_backend *b, dl_async *op);
+
+  /* Leader election. elect_join enters the election at s->key as the
+   * participant `id` (copied) and takes part on a backend thread until
+   * elect_leave: 0 and *out, or a negative code (nothing entered). fn runs
+   * on that thread for each change (never within elect_join) and may call
+   * elect_leave on its own participant. elect_leave leaves (its node goes)
+   * and frees e; fn is not called after it returns. elect_leader: the
+   * current leader's id into buf (len bytes, cut): 1, 0 no participant, or
+   * a negative code. */
+  int (*elect_join)(dl_backend *b, const dl_sync_ref *s, const char *id,
+                    dl_elect_fn fn, void *ud, dl_elect **out);
+  void (*elect_leave)(dl_backend *b, dl_elect *e);
+  int (*elect_leader)(dl_backend *b, const dl_sync_ref *s, char *buf,
+                      size_t len);
 
   int (*ping)(dl_backend *b);
   /* Adds the backend's counters (round trips, wake-ups) to st. */

@@ -159,9 +159,7 @@ static int find_protected(dl_zk *z, const char *key, const char *prefix,
   return found;
 }
 
-/* Deletes our node, retrying a connection loss until the deadline: 0
- * deleted (or already gone), or a negative code. */
-static int delete_node(dl_zk *z, const char *node, int64_t deadline) {
+int dl_zk_delete_node(dl_zk *z, const char *node, int64_t deadline) {
   for (;;) {
     atomic_fetch_add(&z->round_trips, 1);
     int zrc = zoo_delete(z->zh, node, -1);
@@ -173,22 +171,14 @@ static int delete_node(dl_zk *z, const char *node, int64_t deadline) {
   }
 }
 
-/* Creates our node: 0 with its path and czxid, or a negative code (no node
- * left behind that we know of). */
-static int create_node(dl_zk *z, const dl_acquire *a, char *node, size_t len,
-                       uint64_t *czxid, int64_t deadline) {
-  const char *key = a->lock->key;
+int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
+                           const char *data, char *node, size_t len,
+                           uint64_t *czxid, int64_t deadline) {
   char uuid[37], prefix[64], path[NODE_MAX];
   if (dl_uuid4(uuid) != 0)
     return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "no random bytes");
   snprintf(prefix, sizeof prefix, "_c_%s-", uuid);
-  snprintf(path, sizeof path, "%s/%s%s", key, prefix, mark_of(a->lock->kind));
-  /* The node's data: the owner id, then a newline and the holder's
-   * description if it set one (Curator stores the host address and never
-   * reads it back; dlock status shows it). */
-  char data[DL_OWNER_MAX + DLOCK_INFO_MAX + 2];
-  snprintf(data, sizeof data, "%s%s%s", a->lock->owner,
-           a->info && *a->info ? "\n" : "", a->info ? a->info : "");
+  snprintf(path, sizeof path, "%s/%s%s", key, prefix, mark);
   bool parents = false;
   for (;;) {
     struct Stat st;
@@ -347,13 +337,20 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
                      l->name);
   int64_t limit = sent + z->command_timeout_ms;
   if (a->wait && a->deadline > limit) limit = a->deadline;
-  rc = create_node(z, a, node, sizeof node, &czxid, limit);
+  /* The node's data: the owner id, then a newline and the holder's
+   * description if it set one (Curator stores the host address and never
+   * reads it back; dlock status shows it). */
+  char data[DL_OWNER_MAX + DLOCK_INFO_MAX + 2];
+  snprintf(data, sizeof data, "%s%s%s", l->owner,
+           a->info && *a->info ? "\n" : "", a->info ? a->info : "");
+  rc = dl_zk_create_protected(z, l->key, mark_of(l->kind), data, node,
+                              sizeof node, &czxid, limit);
   if (rc != 0) return rc;
   /* The write holder takes the read side at once: the downgrade. */
   rc = l->kind == DL_KIND_READ && other_held ? 1 : await_turn(z, a, node);
   if (rc != 1) {
     /* Not acquired (timeout or error): our node goes, as Curator's. */
-    delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
+    dl_zk_delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
     if (rc == 0) a->ttl = -1; /* ZooKeeper locks have no lease */
     return rc;
   }
@@ -367,7 +364,7 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
   }
   if (!nh || !nh->key || !nh->owner || !nh->node) {
     hold_free(nh);
-    delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
+    dl_zk_delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
     return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
   }
   pthread_mutex_lock(&z->mu);
@@ -404,7 +401,7 @@ int dl_zk_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   if (zrc == ZNONODE || (zrc == ZOK && (uint64_t)st.czxid != h->czxid)) {
     rc = DLOCK_ENOTOWNER; /* gone: deleted by an operator, or expired */
   } else {
-    rc = delete_node(z, h->node, dl_now_ms() + z->command_timeout_ms);
+    rc = dl_zk_delete_node(z, h->node, dl_now_ms() + z->command_timeout_ms);
     if (rc == 0) rc = 1;
   }
   hold_free(h);
@@ -443,7 +440,7 @@ int dl_zk_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
   for (int i = 0; i < k && rc == 0; i++) {
     char node[NODE_MAX];
     snprintf(node, sizeof node, "%s/%s", l->key, v[i]);
-    rc = delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
+    rc = dl_zk_delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
   }
   free(v);
   deallocate_String_vector(&sv);

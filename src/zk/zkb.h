@@ -76,6 +76,23 @@ bool dl_zk_is_writer(const char *name);
 /* How many of the n sorted nodes hold the lock now: the first alone, or
  * the readers before the first writer. */
 int dl_zk_holders(char **v, int n);
+/* Creates key + "/_c_<uuid>-" + mark as a protected ephemeral-sequential
+ * node with `data` (the missing parents as containers), resolving a
+ * connection loss through the protected name until the deadline: 0 with
+ * the node's path in node (len bytes) and its czxid, or a negative code (no
+ * node left behind that we know of). */
+int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
+                           const char *data, char *node, size_t len,
+                           uint64_t *czxid, int64_t deadline);
+/* Deletes a node, retrying a connection loss until the deadline: 0 deleted
+ * (or already gone), or a negative code. */
+int dl_zk_delete_node(dl_zk *z, const char *node, int64_t deadline);
+/* latch.c: Curator's LeaderLatch (the seam's elect_* entries). */
+int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
+                     dl_elect_fn fn, void *ud, dl_elect **out);
+void dl_zk_elect_leave(dl_backend *b, dl_elect *e);
+int dl_zk_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
+                       size_t len);
 /* inspect.c: dlock status and dlock list. */
 int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
 int dl_zk_scan(dl_backend *b, const char *match, size_t prefix_len,

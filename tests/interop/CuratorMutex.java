@@ -6,9 +6,16 @@
 //   CuratorMutex CONNECT PATH try MS    acquire within MS: "held" + exit 0
 //                                       (released), else "busy" + exit 75
 //   CuratorMutex CONNECT PATH wait      acquire (no limit), "held", release
+//   CuratorMutex CONNECT PATH lead ID MS   LeaderLatch as ID: "leader" once
+//                                       elected, leads MS, "released", leaves
+//   CuratorMutex CONNECT PATH latch ID MS  LeaderLatch as ID: "follower
+//                                       LEADERID" if not the leader at once,
+//                                       then "leader" within MS (exit 0) or
+//                                       "busy" (exit 75), leaves
 import java.util.concurrent.TimeUnit;
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.RetryOneTime;
@@ -19,6 +26,9 @@ public class CuratorMutex {
         new RetryOneTime(100));
     c.start();
     c.blockUntilConnected(10, TimeUnit.SECONDS);
+    if (a[2].equals("lead") || a[2].equals("latch")) {
+      System.exit(latch(c, a));
+    }
     InterProcessMutex m;
     String step = a[2];
     if (step.startsWith("r:") || step.startsWith("w:")) {
@@ -57,5 +67,32 @@ public class CuratorMutex {
     System.out.flush();
     c.close();
     System.exit(status);
+  }
+
+  static int latch(CuratorFramework c, String[] a) throws Exception {
+    LeaderLatch l = new LeaderLatch(c, a[1], a[3]);
+    l.start();
+    long ms = Long.parseLong(a[4]);
+    int status = 0;
+    if (a[2].equals("lead")) {
+      l.await();
+      System.out.println("leader " + System.currentTimeMillis());
+      System.out.flush();
+      Thread.sleep(ms);
+      System.out.println("released " + System.currentTimeMillis());
+    } else {
+      if (!l.await(500, TimeUnit.MILLISECONDS))
+        System.out.println("follower " + l.getLeader().getId());
+      if (l.hasLeadership() || l.await(ms, TimeUnit.MILLISECONDS)) {
+        System.out.println("leader " + System.currentTimeMillis());
+      } else {
+        System.out.println("busy");
+        status = 75;
+      }
+    }
+    System.out.flush();
+    l.close();
+    c.close();
+    return status;
   }
 }

@@ -1,0 +1,227 @@
+/* latch.c: Curator's LeaderLatch on ZooKeeper. Each participant has a
+ * protected ephemeral-sequential node "_c_<uuid>-latch-N" under the
+ * election's path, its id as data; the first node in sequence order is the
+ * leader, every other watches its predecessor. One thread per participant
+ * runs the recipe with the synchronous API and sleeps on the client's
+ * events between steps (a watch fired, the session changed). */
+#include "zkb.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dl_elect {
+  dl_zk *z;
+  char *key;
+  char *id;
+  dl_elect_fn fn;
+  void *ud;
+  pthread_t thread;
+  bool stop;      /* guarded by z->mu: leave */
+  bool self_free; /* left from its own callback: the thread frees it */
+  char node[NODE_MAX]; /* ours, or "" */
+  uint64_t czxid;
+  int leader; /* as last told */
+};
+
+/* Tells fn when the leadership changes (or the participant is gone). */
+static void tell(dl_elect *e, int leader, bool gone) {
+  if (leader == e->leader && !gone) return;
+  e->leader = leader;
+  if (e->fn) e->fn(e->ud, leader, leader ? e->czxid : 0, gone);
+}
+
+/* One step of the recipe: 1 sleep until the next event, 0 step again at
+ * once, -1 an error (sleep a little, or until an event). */
+static int step(dl_elect *e) {
+  dl_zk *z = e->z;
+  if (e->node[0] == '\0') {
+    int64_t deadline = dl_now_ms() + z->command_timeout_ms;
+    if (dl_zk_create_protected(z, e->key, "latch-", e->id, e->node,
+                               sizeof e->node, &e->czxid, deadline) != 0) {
+      e->node[0] = '\0';
+      return -1;
+    }
+  }
+  struct String_vector sv = {0};
+  atomic_fetch_add(&z->round_trips, 1);
+  int zrc = zoo_get_children(z->zh, e->key, 0, &sv);
+  if (zrc != ZOK && zrc != ZNONODE) return -1;
+  char **v = NULL;
+  int n = zrc == ZOK ? dl_zk_sorted_locks(&sv, &v) : 0;
+  if (n < 0) {
+    deallocate_String_vector(&sv);
+    return -1;
+  }
+  const char *mine = strrchr(e->node, '/') + 1;
+  int idx = -1;
+  for (int i = 0; i < n && idx < 0; i++)
+    if (strcmp(v[i], mine) == 0) idx = i;
+  char watch[NODE_MAX];
+  snprintf(watch, sizeof watch, "%s/%s", e->key, idx > 0 ? v[idx - 1] : mine);
+  free(v);
+  if (zrc == ZOK) deallocate_String_vector(&sv);
+  if (idx < 0) {
+    /* Our node is gone (deleted by hand): out, and in again at the end of
+     * the line, as Curator's reset. */
+    e->node[0] = '\0';
+    tell(e, 0, false);
+    return 0;
+  }
+  tell(e, idx == 0, false);
+  /* The leader watches its own node (deleted by hand: it is no longer the
+   * leader, and must know; Curator's does not look), the others their
+   * predecessor, with getData as Curator. */
+  char buf[1];
+  int blen = (int)sizeof buf;
+  atomic_fetch_add(&z->round_trips, 1);
+  zrc = zoo_wget(z->zh, watch, dl_zk_watcher, z, buf, &blen, NULL);
+  if (zrc == ZNONODE) return 0;
+  return zrc == ZOK ? 1 : -1;
+}
+
+static void *latch_main(void *arg) {
+  dl_elect *e = arg;
+  dl_zk *z = e->z;
+  bool gone = false;
+  int64_t until = 0; /* after an error: no step before this */
+  for (;;) {
+    pthread_mutex_lock(&z->mu);
+    uint64_t seen = z->events;
+    bool stop = e->stop || atomic_load(z->env->closing);
+    gone = z->expired;
+    int state = z->state;
+    pthread_mutex_unlock(&z->mu);
+    if (stop) break;
+    if (gone) {
+      /* The session ended, and our node with it: out for good (the
+       * client cannot make another session). */
+      e->node[0] = '\0';
+      tell(e, 0, true);
+      break;
+    }
+    int r = 1;
+    if (state != ZOO_CONNECTED_STATE) {
+      /* Suspended: the session may be alive, but another participant may
+       * be leader by now. Curator's default policy drops the leadership;
+       * so do we, and look again once connected. */
+      tell(e, 0, false);
+    } else if (dl_now_ms() >= until) {
+      r = step(e);
+      if (r == 0) continue;
+      if (r < 0) until = dl_now_ms() + 200;
+    }
+    pthread_mutex_lock(&z->mu);
+    int64_t end = r < 0 ? until : INT64_MAX;
+    while (z->events == seen && !e->stop && !atomic_load(z->env->closing) &&
+           dl_now_ms() < end) {
+      if (end == INT64_MAX) {
+        pthread_cond_wait(&z->cv, &z->mu);
+      } else {
+        struct timespec ts;
+        dl_abstime(end, &ts);
+        pthread_cond_timedwait(&z->cv, &z->mu, &ts);
+      }
+    }
+    pthread_mutex_unlock(&z->mu);
+  }
+  if (e->node[0] != '\0' && !gone)
+    dl_zk_delete_node(z, e->node, dl_now_ms() + z->command_timeout_ms);
+  pthread_mutex_lock(&z->mu);
+  bool self_free = e->self_free;
+  pthread_mutex_unlock(&z->mu);
+  if (self_free) {
+    free(e->key);
+    free(e->id);
+    free(e);
+  }
+  return NULL;
+}
+
+int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
+                     dl_elect_fn fn, void *ud, dl_elect **out) {
+  dl_zk *z = (dl_zk *)b;
+  *out = NULL;
+  int rc = dl_zk_check_path(z, s->key);
+  if (rc != 0) return rc;
+  pthread_mutex_lock(&z->mu);
+  bool expired = z->expired;
+  pthread_mutex_unlock(&z->mu);
+  if (expired)
+    return dl_seterr(z->env->err_owner, DLOCK_ECONNLOST, "the ZooKeeper "
+                     "session expired: open a new client");
+  dl_elect *e = calloc(1, sizeof *e);
+  if (e == NULL || (e->key = dl_strdup(s->key)) == NULL ||
+      (e->id = dl_strdup(id)) == NULL) {
+    if (e) free(e->key);
+    free(e);
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+  }
+  e->z = z;
+  e->fn = fn;
+  e->ud = ud;
+  if (pthread_create(&e->thread, NULL, latch_main, e) != 0) {
+    free(e->key);
+    free(e->id);
+    free(e);
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "cannot start a "
+                     "thread for the election");
+  }
+  *out = e;
+  return 0;
+}
+
+void dl_zk_elect_leave(dl_backend *b, dl_elect *e) {
+  dl_zk *z = (dl_zk *)b;
+  if (e == NULL) return;
+  bool self = pthread_equal(pthread_self(), e->thread);
+  pthread_mutex_lock(&z->mu);
+  e->stop = true;
+  e->self_free = self;
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+  if (self) { /* from its own callback: the thread ends and frees it */
+    pthread_detach(e->thread);
+    e->fn = NULL;
+    return;
+  }
+  pthread_join(e->thread, NULL);
+  free(e->key);
+  free(e->id);
+  free(e);
+}
+
+int dl_zk_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
+                       size_t len) {
+  dl_zk *z = (dl_zk *)b;
+  int rc = dl_zk_check_path(z, s->key);
+  if (rc != 0) return rc;
+  if (len > 0) buf[0] = '\0';
+  for (int tries = 0; tries < 10; tries++) {
+    struct String_vector sv = {0};
+    atomic_fetch_add(&z->round_trips, 1);
+    int zrc = zoo_get_children(z->zh, s->key, 0, &sv);
+    if (zrc == ZNONODE) return 0;
+    if (zrc != ZOK) return dl_zk_err(z, zrc, "list", s->key);
+    char **v;
+    int n = dl_zk_sorted_locks(&sv, &v);
+    char node[NODE_MAX] = "";
+    if (n > 0) snprintf(node, sizeof node, "%s/%s", s->key, v[0]);
+    free(v);
+    deallocate_String_vector(&sv);
+    if (n < 0)
+      return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+    if (n == 0) return 0;
+    char data[DL_OWNER_MAX + DLOCK_INFO_MAX + 2];
+    int dlen = (int)sizeof data - 1;
+    atomic_fetch_add(&z->round_trips, 1);
+    zrc = zoo_get(z->zh, node, 0, data, &dlen, NULL);
+    if (zrc == ZNONODE) continue; /* the leader just left: look again */
+    if (zrc != ZOK) return dl_zk_err(z, zrc, "read", node);
+    data[dlen < 0 ? 0 : dlen] = '\0';
+    if (len > 0) snprintf(buf, len, "%s", data);
+    return 1;
+  }
+  return dl_seterr(z->env->err_owner, DLOCK_EBUSY, "the leadership of %s "
+                   "kept changing", s->key);
+}
