@@ -477,6 +477,111 @@ static void t_zk_leader_expiry(void) {
   th_zk_stop(&zk);
 }
 
+typedef struct permit_waiter {
+  dlock_permits *p;
+  int rc;
+  char id[DLOCK_PERMIT_ID_LEN];
+} permit_waiter;
+
+static void *permit_wait(void *arg) {
+  permit_waiter *w = arg;
+  w->rc = dlock_permits_try_acquire(w->p, 10000, 0, w->id);
+  return NULL;
+}
+
+/* The children of path whose names contain `mark`. */
+static int count_marked(zhandle_t *zh, const char *path, const char *mark) {
+  struct String_vector sv = {0};
+  if (zoo_get_children(zh, path, 0, &sv) != ZOK) return 0;
+  int n = 0;
+  for (int i = 0; i < sv.count; i++)
+    if (strstr(sv.data[i], mark)) n++;
+  deallocate_String_vector(&sv);
+  return n;
+}
+
+/* Curator's InterProcessSemaphoreV2 as the permit-expirable semaphore: the
+ * count is the path's data (set once, added to); each permit is a
+ * protected lease node under leases/ named by the permit's id; a taker
+ * that must wait holds the locks/ mutex meanwhile (one waiter at a time)
+ * and is woken by a release; a try that gives up leaves nothing; a force
+ * release deletes the holder's lease. */
+static void t_zk_permits(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0);
+  CHECK(a && b);
+  dlock_permits *pa, *pb;
+  CHECK_RC(dlock_permits_new(a, "/sem/x", &pa), 0);
+  CHECK_RC(dlock_permits_new(b, "/sem/x", &pb), 0);
+  CHECK_EQ(dlock_permits_available(pa), 0);
+  CHECK_EQ(dlock_permits_try_set_permits(pa, 2), 1);
+  CHECK_EQ(dlock_permits_try_set_permits(pb, 5), 0);
+  char data[16];
+  int dlen = (int)sizeof data - 1;
+  struct Stat st;
+  CHECK_RC(zoo_get(zh, "/sem/x", 0, data, &dlen, &st), ZOK);
+  data[dlen] = '\0';
+  CHECK(strcmp(data, "2") == 0);
+  CHECK_EQ(st.ephemeralOwner, 0);
+  char id1[DLOCK_PERMIT_ID_LEN], id2[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_try_acquire(pa, 0, 0, id1), 0);
+  CHECK_RC(dlock_permits_try_acquire(pb, 0, 0, id2), 0);
+  CHECK_EQ(marked(zh, "/sem/x/leases", "lease-"), 2);
+  char uuid[37], node[300] = "";
+  snprintf(uuid, sizeof uuid, "%.8s-%.4s-%.4s-%.4s-%.12s", id1, id1 + 8,
+           id1 + 12, id1 + 16, id1 + 20);
+  struct String_vector sv = {0};
+  CHECK_RC(zoo_get_children(zh, "/sem/x/leases", 0, &sv), ZOK);
+  for (int i = 0; i < sv.count; i++)
+    if (strncmp(sv.data[i] + 3, uuid, 36) == 0)
+      snprintf(node, sizeof node, "/sem/x/leases/%s", sv.data[i]);
+  deallocate_String_vector(&sv);
+  CHECK(node[0] != '\0');
+  CHECK_RC(zoo_exists(zh, node, 0, &st), ZOK);
+  CHECK(st.ephemeralOwner != 0);
+  CHECK_EQ(dlock_permits_available(pa), 0);
+  char id3[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_try_acquire(pb, 0, 0, id3), DLOCK_EBUSY);
+  CHECK_EQ(count_marked(zh, "/sem/x/leases", "lease-"), 2);
+  CHECK_EQ(count_marked(zh, "/sem/x/locks", "lock-"), 0);
+  /* A waiter holds the mutex, its lease node made, until a release. */
+  permit_waiter w = {pb, 1, ""};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, permit_wait, &w) == 0);
+  int64_t end = th_now_ms() + 5000;
+  while ((count_marked(zh, "/sem/x/locks", "lock-") != 1 ||
+          count_marked(zh, "/sem/x/leases", "lease-") != 3) &&
+         th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(count_marked(zh, "/sem/x/locks", "lock-"), 1);
+  CHECK_EQ(w.rc, 1);
+  CHECK_RC(dlock_permits_release(pa, id1), 0);
+  pthread_join(th, NULL);
+  CHECK_RC(w.rc, 0);
+  CHECK_EQ(count_marked(zh, "/sem/x/locks", "lock-"), 0);
+  CHECK_EQ(count_marked(zh, "/sem/x/leases", "lease-"), 2);
+  CHECK_RC(dlock_permits_release(pa, id1), DLOCK_ENOTOWNER);
+  /* Force release by another client: the holder's lease goes. */
+  CHECK_EQ(dlock_permits_force_release(pa, id2), 1);
+  CHECK_EQ(dlock_permits_force_release(pa, id2), 0);
+  CHECK_EQ(dlock_permits_available(pa), 1);
+  CHECK_RC(dlock_permits_add_permits(pa, 2), 0);
+  CHECK_EQ(dlock_permits_available(pb), 3);
+  CHECK_RC(dlock_permits_release(pb, w.id), 0);
+  CHECK_EQ(count_marked(zh, "/sem/x/leases", "lease-"), 0);
+  /* Redisson's counting semaphore has no ZooKeeper recipe. */
+  dlock_semaphore *sem;
+  CHECK_RC(dlock_semaphore_new(a, "/sem/y", &sem), 0);
+  CHECK_RC(dlock_semaphore_try_set_permits(sem, 1), DLOCK_ENOTSUP);
+  dlock_semaphore_free(sem);
+  dlock_permits_free(pa);
+  dlock_permits_free(pb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
 /* A try that gives up (at once, or after its wait) leaves no node behind,
  * and another client's holder is unaffected. */
 static void t_zk_try_timeout(void) {
@@ -802,9 +907,9 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_mutex_layout), T_BARE(t_zk_other_kinds),
         T_BARE(t_zk_rwlock), T_BARE(t_zk_leader),
         T_BARE(t_zk_leader_free_in_callback), T_BARE(t_zk_leader_expiry),
-        T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
-        T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
-        T_BARE(t_zk_inspect))
+        T_BARE(t_zk_permits), T_BARE(t_zk_try_timeout),
+        T_BARE(t_zk_fifo_handoff), T_BARE(t_zk_session_expiry_loss),
+        T_BARE(t_zk_chroot), T_BARE(t_zk_inspect))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_zk_interop.sh: dlock's ZooKeeper mutex against Curator's own
-# InterProcessMutex, InterProcessReadWriteLock and LeaderLatch (Debian's
+# InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2
+# and LeaderLatch (Debian's
 # libcurator-recipes-java 5.4), both ways: mutual exclusion, readers
 # together, and a waiter on one side woken by a release on the other; and
 # dlock status, list and release --force on zk://. Installs Curator and a
@@ -161,18 +162,41 @@ wait $leader; rc=$?
 [[ $rc -eq 76 ]] || fail "the leader's elect exited $rc after its node was deleted, expected 76"
 echo "ok   leader election: dlock elect and Curator's LeaderLatch elect each other in turn"
 
-# 7. The CLI's other commands on zk://: status, list, release --force.
+# 7. The semaphore (InterProcessSemaphoreV2, 2 leases): a dlock permit
+# and a Curator lease are out together; then neither side gets a third; a
+# Curator waiter is woken by dlock's release.
+"$dlock" -q -u "$url" run --permits 2 /sem/a -- sh -c 'echo held; sleep 3; echo released $(date +%s%3N)' \
+  >"$work/c7.out" 2>&1 & pids+=($!)
+waitfor "$work/c7.out" held || fail "dlock took no permit of /sem/a"
+cur /sem/a sem 2 hold 6000 >"$work/j7.out" 2>&1 & pids+=($!)
+waitfor "$work/j7.out" held || fail "Curator took no lease beside dlock's permit"
+"$dlock" -u "$url" status --json --permits /sem/a >"$work/s7.out" 2>&1 ||
+  fail "status --permits: $(cat "$work/s7.out")"
+grep -q '"counter":0,"permits_taken":2' "$work/s7.out" ||
+  fail "status --permits: $(cat "$work/s7.out"), expected 0 free and 2 taken"
+"$dlock" -q -u "$url" run --permits 2 -w 300ms /sem/a -- true; rc=$?
+[[ $rc -eq 75 ]] || fail "dlock took a third permit of 2 (exit $rc, expected 75)"
+cur /sem/a sem 2 try 300 >"$work/j7b.out" 2>&1; rc=$?
+[[ $rc -eq 75 ]] || fail "Curator took a third lease of 2 (exit $rc, expected 75)"
+cur /sem/a sem 2 wait >"$work/j7c.out" 2>&1 || fail "Curator's waiter exit $?"
+rel=$(awk '/^released/{print $2}' "$work/c7.out")
+got=$(awk '/^held/{print $2}' "$work/j7c.out")
+[[ -n $rel && -n $got && $got -ge $rel ]] ||
+  fail "Curator's lease came at $got, before dlock released at $rel"
+echo "ok   semaphore: dlock permits and Curator leases counted together, a Curator waiter woken by dlock"
+
+# 8. The CLI's other commands on zk://: status, list, release --force.
 "$dlock" -q -u "$url" run -l 3s /l/c/d -- sh -c 'echo held; sleep 20' \
-  >"$work/c7.out" 2>&1 &
+  >"$work/c8.out" 2>&1 &
 holder=$!; pids+=($holder)
-waitfor "$work/c7.out" held || fail "dlock did not take /l/c/d"
-"$dlock" -u "$url" status /l/c/d >"$work/s7.out" 2>&1 || fail "status: not held"
-grep -q "token" "$work/s7.out" || fail "status shows no token"
-"$dlock" -u "$url" status --json /l/a >"$work/s7b.out" 2>&1; rc=$?
+waitfor "$work/c8.out" held || fail "dlock did not take /l/c/d"
+"$dlock" -u "$url" status /l/c/d >"$work/s8.out" 2>&1 || fail "status: not held"
+grep -q "token" "$work/s8.out" || fail "status shows no token"
+"$dlock" -u "$url" status --json /l/a >"$work/s8b.out" 2>&1; rc=$?
 [[ $rc -eq 1 ]] || fail "status of a free lock: exit $rc, expected 1"
-"$dlock" -u "$url" list '/l/*' >"$work/l7.out" 2>&1 || fail "list"
-grep -q "^/l/c/d " "$work/l7.out" || fail "list does not show /l/c/d"
-[[ $(grep -c . "$work/l7.out") -eq 1 ]] || fail "list shows free locks"
+"$dlock" -u "$url" list '/l/*' >"$work/l8.out" 2>&1 || fail "list"
+grep -q "^/l/c/d " "$work/l8.out" || fail "list does not show /l/c/d"
+[[ $(grep -c . "$work/l8.out") -eq 1 ]] || fail "list shows free locks"
 "$dlock" -u "$url" release --force /l/c/d >/dev/null 2>&1 ||
   fail "release --force"
 t0=$(date +%s)
@@ -181,4 +205,4 @@ wait $holder; rc=$?
 (( $(date +%s) - t0 <= 5 )) || fail "the loss took over 5 s to be seen"
 cur /l/c/d try 300 >/dev/null 2>&1 || fail "/l/c/d still held after release --force"
 echo "ok   status, list, release --force (the holder's run ends as lost)"
-echo "5 passed, 0 failed"
+echo "6 passed, 0 failed"

@@ -83,7 +83,10 @@ int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   }
   free(v);
   deallocate_String_vector(&sv);
-  return 0;
+  /* A semaphore (Curator's InterProcessSemaphoreV2 with dlock's count):
+   * its permits free and taken. */
+  rc = dl_zk_permits_state(z, key, &st->counter, &st->permits_taken);
+  return rc < 0 ? rc : 0;
 }
 
 typedef struct walk {

@@ -37,7 +37,7 @@ static int step(dl_elect *e) {
   dl_zk *z = e->z;
   if (e->node[0] == '\0') {
     int64_t deadline = dl_now_ms() + z->command_timeout_ms;
-    if (dl_zk_create_protected(z, e->key, "latch-", e->id, e->node,
+    if (dl_zk_create_protected(z, e->key, "latch-", e->id, NULL, e->node,
                                sizeof e->node, &e->czxid, deadline) != 0) {
       e->node[0] = '\0';
       return -1;

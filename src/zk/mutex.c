@@ -110,6 +110,31 @@ static zk_hold *hold_take(dl_zk *z, const char *key, const char *owner) {
   return h;
 }
 
+int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
+                   const char *node, uint64_t czxid) {
+  zk_hold *nh = calloc(1, sizeof *nh);
+  if (nh) {
+    nh->key = dl_strdup(key);
+    nh->owner = dl_strdup(owner);
+    nh->node = dl_strdup(node);
+    nh->czxid = czxid;
+    nh->count = 1;
+  }
+  if (!nh || !nh->key || !nh->owner || !nh->node) {
+    hold_free(nh);
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+  }
+  pthread_mutex_lock(&z->mu);
+  nh->next = z->holds;
+  z->holds = nh;
+  pthread_mutex_unlock(&z->mu);
+  return 0;
+}
+
+void dl_zk_hold_drop(dl_zk *z, const char *key, const char *owner) {
+  hold_free(hold_take(z, key, owner));
+}
+
 int dl_zk_check_path(dl_zk *z, const char *key) {
   size_t n = strlen(key);
   if (key[0] != '/' || n < 2 || key[n - 1] == '/' || strstr(key, "//"))
@@ -124,7 +149,7 @@ int dl_zk_check_path(dl_zk *z, const char *key) {
 
 /* Creates every missing parent of `path` (and path itself) as containers,
  * as Curator's creatingParentContainersIfNeeded. */
-static int make_parents(dl_zk *z, const char *path) {
+int dl_zk_make_parents(dl_zk *z, const char *path) {
   char buf[NODE_MAX];
   snprintf(buf, sizeof buf, "%s", path);
   for (char *p = strchr(buf + 1, '/');; p = strchr(p + 1, '/')) {
@@ -172,10 +197,11 @@ int dl_zk_delete_node(dl_zk *z, const char *node, int64_t deadline) {
 }
 
 int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
-                           const char *data, char *node, size_t len,
-                           uint64_t *czxid, int64_t deadline) {
+                           const char *data, const char *with_uuid, char *node,
+                           size_t len, uint64_t *czxid, int64_t deadline) {
   char uuid[37], prefix[64], path[NODE_MAX];
-  if (dl_uuid4(uuid) != 0)
+  if (with_uuid) snprintf(uuid, sizeof uuid, "%s", with_uuid);
+  else if (dl_uuid4(uuid) != 0)
     return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "no random bytes");
   snprintf(prefix, sizeof prefix, "_c_%s-", uuid);
   snprintf(path, sizeof path, "%s/%s%s", key, prefix, mark);
@@ -192,7 +218,7 @@ int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
     }
     if (zrc == ZNONODE && !parents) {
       parents = true;
-      int rc = make_parents(z, key);
+      int rc = dl_zk_make_parents(z, key);
       if (rc != 0) return rc;
       continue;
     }
@@ -232,7 +258,7 @@ static int turn_of(dl_lock_kind kind, char **v, int idx) {
 
 /* Waits (or not) until our node has its turn: 1 acquired, 0 not by the
  * deadline, or a negative code. */
-static int await_turn(dl_zk *z, dl_acquire *a, const char *node) {
+int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node) {
   const char *key = a->lock->key;
   const char *mine = strrchr(node, '/') + 1;
   for (;;) {
@@ -343,34 +369,22 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
   char data[DL_OWNER_MAX + DLOCK_INFO_MAX + 2];
   snprintf(data, sizeof data, "%s%s%s", l->owner,
            a->info && *a->info ? "\n" : "", a->info ? a->info : "");
-  rc = dl_zk_create_protected(z, l->key, mark_of(l->kind), data, node,
+  rc = dl_zk_create_protected(z, l->key, mark_of(l->kind), data, NULL, node,
                               sizeof node, &czxid, limit);
   if (rc != 0) return rc;
   /* The write holder takes the read side at once: the downgrade. */
-  rc = l->kind == DL_KIND_READ && other_held ? 1 : await_turn(z, a, node);
+  rc = l->kind == DL_KIND_READ && other_held ? 1 : dl_zk_await_turn(z, a, node);
   if (rc != 1) {
     /* Not acquired (timeout or error): our node goes, as Curator's. */
     dl_zk_delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
     if (rc == 0) a->ttl = -1; /* ZooKeeper locks have no lease */
     return rc;
   }
-  zk_hold *nh = calloc(1, sizeof *nh);
-  if (nh) {
-    nh->key = dl_strdup(l->key);
-    nh->owner = dl_strdup(l->owner);
-    nh->node = dl_strdup(node);
-    nh->czxid = czxid;
-    nh->count = 1;
-  }
-  if (!nh || !nh->key || !nh->owner || !nh->node) {
-    hold_free(nh);
+  rc = dl_zk_hold_add(z, l->key, l->owner, node, czxid);
+  if (rc != 0) {
     dl_zk_delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
-    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+    return rc;
   }
-  pthread_mutex_lock(&z->mu);
-  nh->next = z->holds;
-  z->holds = nh;
-  pthread_mutex_unlock(&z->mu);
   a->status = 1;
   a->token = czxid;
   /* Acquired when the listing (after the create) came back: the session
@@ -498,7 +512,9 @@ int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
   for (int i = 0; i < n; i++) {
     dl_renew_item *it = &items[i];
     pthread_mutex_lock(&z->mu);
-    zk_hold *h = it->permit ? NULL : hold_find(z, it->key, it->owner);
+    /* A permit's hold is its lease node (semaphore.c), under its own
+     * owner: found the same way. */
+    zk_hold *h = hold_find(z, it->key, it->owner);
     char node[NODE_MAX] = "";
     uint64_t czxid = h ? h->czxid : 0;
     if (h) snprintf(node, sizeof node, "%s", h->node);
@@ -506,7 +522,7 @@ int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
     pthread_mutex_unlock(&z->mu);
     if (node[0] == '\0' || expired) {
       it->result = 0; /* the session ended: never re-created */
-      if (!it->permit) hold_free(hold_take(z, it->key, it->owner));
+      hold_free(hold_take(z, it->key, it->owner));
       continue;
     }
     /* Renewal is the session's liveness: the server answering for our own

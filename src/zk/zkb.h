@@ -59,6 +59,23 @@ int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                      long long *v);
 int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                 dl_renew_item *items, int *calls);
+/* Records a hold of (key, owner) on `node`: 0 or DLOCK_ENOMEM. */
+int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
+                   const char *node, uint64_t czxid);
+/* Forgets the hold of (key, owner), if any. */
+void dl_zk_hold_drop(dl_zk *z, const char *key, const char *owner);
+/* The semaphore (semaphore.c): Curator's InterProcessSemaphoreV2 as the
+ * permit-expirable semaphore. */
+int dl_zk_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
+                         int64_t lease_ms, bool wait, int64_t deadline,
+                         int64_t *valid_until);
+int dl_zk_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                      long long n, const char *id, long long *v);
+/* A semaphore's state at path for dlock status: 1 (its permits free in
+ * *counter, the leases out in *taken), 0 no count set there (*counter
+ * -1), or a negative code. */
+int dl_zk_permits_state(dl_zk *z, const char *path, int64_t *counter,
+                        int *taken);
 /* Lock nodes' full paths fit in this many bytes. */
 #define NODE_MAX 1024
 /* 0 if key is a znode path a lock may have, else DLOCK_EINVAL or
@@ -76,14 +93,22 @@ bool dl_zk_is_writer(const char *name);
 /* How many of the n sorted nodes hold the lock now: the first alone, or
  * the readers before the first writer. */
 int dl_zk_holders(char **v, int n);
-/* Creates key + "/_c_<uuid>-" + mark as a protected ephemeral-sequential
- * node with `data` (the missing parents as containers), resolving a
+/* Creates key + "/_c_<uuid>-" + mark (with_uuid, or a fresh UUID) as a
+ * protected ephemeral-sequential node with `data` (the missing parents as
+ * containers), resolving a
  * connection loss through the protected name until the deadline: 0 with
  * the node's path in node (len bytes) and its czxid, or a negative code (no
  * node left behind that we know of). */
 int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
-                           const char *data, char *node, size_t len,
-                           uint64_t *czxid, int64_t deadline);
+                           const char *data, const char *with_uuid, char *node,
+                           size_t len, uint64_t *czxid, int64_t deadline);
+/* Creates path and every missing parent as containers, as Curator's
+ * creatingParentContainersIfNeeded: 0 or a negative code. */
+int dl_zk_make_parents(dl_zk *z, const char *path);
+/* Waits (or not: a->wait) until `node`, a lock node of a->lock->kind under
+ * a->lock->key, has its turn: 1 it has, 0 not by a->deadline, or a
+ * negative code. The node stays either way. */
+int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node);
 /* Deletes a node, retrying a connection loss until the deadline: 0 deleted
  * (or already gone), or a negative code. */
 int dl_zk_delete_node(dl_zk *z, const char *node, int64_t deadline);

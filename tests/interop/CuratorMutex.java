@@ -6,6 +6,9 @@
 //   CuratorMutex CONNECT PATH try MS    acquire within MS: "held" + exit 0
 //                                       (released), else "busy" + exit 75
 //   CuratorMutex CONNECT PATH wait      acquire (no limit), "held", release
+//   CuratorMutex CONNECT PATH sem N STEP [MS]  InterProcessSemaphoreV2 of N
+//                                       leases: STEP hold, try or wait, as
+//                                       for the mutex, on one lease
 //   CuratorMutex CONNECT PATH lead ID MS   LeaderLatch as ID: "leader" once
 //                                       elected, leads MS, "released", leaves
 //   CuratorMutex CONNECT PATH latch ID MS  LeaderLatch as ID: "follower
@@ -18,6 +21,8 @@ import org.apache.curator.framework.CuratorFrameworkFactory;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
+import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
+import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.RetryOneTime;
 
 public class CuratorMutex {
@@ -28,6 +33,9 @@ public class CuratorMutex {
     c.blockUntilConnected(10, TimeUnit.SECONDS);
     if (a[2].equals("lead") || a[2].equals("latch")) {
       System.exit(latch(c, a));
+    }
+    if (a[2].equals("sem")) {
+      System.exit(semaphore(c, a));
     }
     InterProcessMutex m;
     String step = a[2];
@@ -67,6 +75,43 @@ public class CuratorMutex {
     System.out.flush();
     c.close();
     System.exit(status);
+  }
+
+  static int semaphore(CuratorFramework c, String[] a) throws Exception {
+    InterProcessSemaphoreV2 s =
+        new InterProcessSemaphoreV2(c, a[1], Integer.parseInt(a[3]));
+    int status = 0;
+    Lease l;
+    switch (a[4]) {
+      case "hold":
+        l = s.acquire();
+        System.out.println("held " + System.currentTimeMillis());
+        System.out.flush();
+        Thread.sleep(Long.parseLong(a[5]));
+        System.out.println("released " + System.currentTimeMillis());
+        s.returnLease(l);
+        break;
+      case "try":
+        l = s.acquire(Long.parseLong(a[5]), TimeUnit.MILLISECONDS);
+        if (l != null) {
+          System.out.println("held");
+          s.returnLease(l);
+        } else {
+          System.out.println("busy");
+          status = 75;
+        }
+        break;
+      case "wait":
+        l = s.acquire();
+        System.out.println("held " + System.currentTimeMillis());
+        s.returnLease(l);
+        break;
+      default:
+        status = 64;
+    }
+    System.out.flush();
+    c.close();
+    return status;
   }
 
   static int latch(CuratorFramework c, String[] a) throws Exception {
