@@ -252,6 +252,29 @@ DLOCK_API int dlock_client_stats_get_size(dlock_client *c,
 #define dlock_client_stats_get(c, st)                                          \
   dlock_client_stats_get_size((c), (st), sizeof(dlock_client_stats))
 
+/* What a client tells of its connection (dlock_client_on_state), as
+ * Curator's ConnectionState. */
+typedef enum dlock_conn_state {
+  /* The connection is lost, the session may still live (zk://): holds are
+   * kept if it comes back within the session timeout, lost otherwise.
+   * Meanwhile the holder cannot know: stop writing, or fence. */
+  DLOCK_CONN_SUSPENDED = 1,
+  /* Back with the same session: every hold is kept. */
+  DLOCK_CONN_RECONNECTED = 2,
+  /* The session ended: every hold of the client is lost (each is also
+   * reported by its own loss callback); the client stays unusable. */
+  DLOCK_CONN_LOST = 3
+} dlock_conn_state;
+typedef void (*dlock_state_cb)(dlock_client *c, dlock_conn_state state,
+                               void *ud);
+/* Calls cb(c, state, ud) on a library thread at each change of the
+ * client's connection state (one call at a time; cb must not close c).
+ * cb NULL: no more calls. Returns 0, DLOCK_EINVAL (c NULL), or
+ * DLOCK_ENOTSUP where the backend has no sessions to report (Redis: a
+ * hold lives by its lease, see dlock_lock_validity). Thread-safe. */
+DLOCK_API int dlock_client_on_state(dlock_client *c, dlock_state_cb cb,
+                                    void *ud);
+
 /* Sends PING and waits for PONG. Returns 0 or a negative code. */
 DLOCK_API int dlock_client_ping(dlock_client *c);
 

@@ -218,6 +218,9 @@ int th_zk_start(th_zk *r, int tick_ms);
  * "" if none): "ruok" answers "imok". */
 const char *th_zk_4lw(const th_zk *r, const char *word, char *buf,
                       size_t len);
+/* Kills the server (SIGKILL) and starts it again on the same port, dir
+ * and data (its sessions are restored from its log): as th_zk_start. */
+int th_zk_restart(th_zk *r);
 void th_zk_kill(th_zk *r, int sig); /* signal; SIGKILL also reaps */
 void th_zk_stop(th_zk *r);          /* kill, reap and remove the dir */
 

@@ -64,6 +64,8 @@ static void print_log(const th_zk *r) {
   if (system(cmd) != 0) fprintf(stderr, "    (no log in %s)\n", r->dir);
 }
 
+static int launch(th_zk *r);
+
 int th_zk_start(th_zk *r, int tick_ms) {
   memset(r, 0, sizeof *r);
   snprintf(r->dir, sizeof r->dir, "%s/zk-XXXXXX", th_tmpdir());
@@ -76,6 +78,18 @@ int th_zk_start(th_zk *r, int tick_ms) {
     return -1;
   snprintf(r->connect, sizeof r->connect, "127.0.0.1:%d", r->port);
   snprintf(r->url, sizeof r->url, "zk://127.0.0.1:%d", r->port);
+  return launch(r);
+}
+
+int th_zk_restart(th_zk *r) {
+  th_zk_kill(r, SIGCONT);
+  th_zk_kill(r, SIGKILL);
+  return launch(r);
+}
+
+/* Starts the server of r (its dir, config and port made) and waits until
+ * it serves. */
+static int launch(th_zk *r) {
   char cmd[1200];
   snprintf(cmd, sizeof cmd,
            "exec java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "

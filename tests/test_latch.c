@@ -127,8 +127,8 @@ static void t_latch_wakes_all(void) {
 }
 /* Leader election is ZooKeeper's (Curator's LeaderLatch): on Redis it
  * is DLOCK_ENOTSUP with a message saying where it is, and nothing is
- * written. */
-static void t_leader_enotsup(void) {
+ * written. So are session states (a Redis hold lives by its lease). */
+static void t_zk_only_enotsup(void) {
   dlock_client *c = th_client(&th_srv, 0);
   CHECK(c != NULL);
   dlock_leader *l;
@@ -140,8 +140,10 @@ static void t_leader_enotsup(void) {
   CHECK_RC(dlock_leader_await(l, 0), DLOCK_EINVAL);
   CHECK_EQ(dlock_leader_has_leadership(l), 0);
   CHECK_EQ(th_cmd_int(&th_srv, "DBSIZE"), 0);
+  CHECK_RC(dlock_client_on_state(c, NULL, NULL), DLOCK_ENOTSUP);
+  CHECK_RC(dlock_client_on_state(NULL, NULL, NULL), DLOCK_EINVAL);
   dlock_leader_free(l);
   dlock_client_close(c);
 }
 
-TH_MAIN(T(t_latch_basics), T(t_latch_wakes_all), T(t_leader_enotsup))
+TH_MAIN(T(t_latch_basics), T(t_latch_wakes_all), T(t_zk_only_enotsup))

@@ -697,10 +697,20 @@ static void on_lost(dlock_lock *l, const char *owner, void *ud) {
 /* The holder, in a child process: acquires, says so on `fd`, then waits
  * (after the parent's SIGSTOP and SIGCONT) for the loss to be reported;
  * exits 0 if it was (callback and dlock_lock_is_lost), 1 if not in 10 s. */
+/* What a client's state callback saw (a bit per dlock_conn_state). */
+static atomic_int states_seen;
+
+static void on_state(dlock_client *c, dlock_conn_state st, void *ud) {
+  (void)c;
+  (void)ud;
+  atomic_fetch_or(&states_seen, 1 << st);
+}
+
 static void holder_child(const th_zk *zk, int fd) {
   dlock_client *c = zclient(zk, 1000);
   dlock_lock *l;
   if (c == NULL || dlock_lock_new(c, "/exp", "held", &l) != 0) _exit(2);
+  if (dlock_client_on_state(c, on_state, NULL) != 0) _exit(5);
   dlock_lock_on_lost(l, on_lost, NULL);
   uint64_t tok = 0;
   if (dlock_lock_try_acquire(l, 0, 0, &tok) != 0) _exit(3);
@@ -717,6 +727,10 @@ static void holder_child(const th_zk *zk, int fd) {
   /* Never silently re-acquired: the node is gone, not re-created. */
   else if (dlock_lock_is_held(l) != 0)
     code = 30;
+  /* Told: the connection lost, then the session. */
+  else if (atomic_load(&states_seen) !=
+           (1 << DLOCK_CONN_SUSPENDED | 1 << DLOCK_CONN_LOST))
+    code = 40 + atomic_load(&states_seen);
   if (code)
     fprintf(stderr, "    child: %d: %s\n", code, dlock_client_errmsg(c));
   /* Everything freed: valgrind checks this process's leaks too. */
@@ -768,6 +782,49 @@ static void t_zk_session_expiry_loss(void) {
   dlock_lock_free(lb);
   dlock_client_close(b);
   zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+/* The server restarted while a lock is held: the client is told its
+ * connection was lost (SUSPENDED), then that it is back with the same
+ * session (RECONNECTED); the hold is kept (its node was restored with the
+ * session), no loss is reported, and the lock still excludes others. */
+static void t_zk_server_restart(void) {
+  ZK_SETUP(zk, zh);
+  zookeeper_close(zh);
+  dlock_client *a = zclient(&zk, 5000), *b = zclient(&zk, 0);
+  CHECK(a && b);
+  atomic_store(&states_seen, 0);
+  CHECK_RC(dlock_client_on_state(a, on_state, NULL), 0);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "/rs/x", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "/rs/x", "b", &lb), 0);
+  dlock_lock_on_lost(la, on_lost, NULL);
+  atomic_store(&lost_calls, 0);
+  uint64_t t1 = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &t1), 0);
+  CHECK_RC(th_zk_restart(&zk), 0);
+  int64_t end = th_now_ms() + 10000;
+  while (atomic_load(&states_seen) !=
+             (1 << DLOCK_CONN_SUSPENDED | 1 << DLOCK_CONN_RECONNECTED) &&
+         th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(atomic_load(&states_seen),
+           1 << DLOCK_CONN_SUSPENDED | 1 << DLOCK_CONN_RECONNECTED);
+  CHECK_EQ(dlock_lock_is_held(la), 1);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_EQ(atomic_load(&lost_calls), 0);
+  uint64_t tok = 0;
+  CHECK_RC(dlock_lock_current_token(la, &tok), 0);
+  CHECK_EQ(tok, t1);
+  CHECK_RC(dlock_lock_release(la), 1);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  CHECK_RC(dlock_client_on_state(a, NULL, NULL), 0);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
   th_zk_stop(&zk);
 }
 
@@ -907,9 +964,10 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_mutex_layout), T_BARE(t_zk_other_kinds),
         T_BARE(t_zk_rwlock), T_BARE(t_zk_leader),
         T_BARE(t_zk_leader_free_in_callback), T_BARE(t_zk_leader_expiry),
-        T_BARE(t_zk_permits), T_BARE(t_zk_try_timeout),
-        T_BARE(t_zk_fifo_handoff), T_BARE(t_zk_session_expiry_loss),
-        T_BARE(t_zk_chroot), T_BARE(t_zk_inspect))
+        T_BARE(t_zk_permits), T_BARE(t_zk_server_restart),
+        T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
+        T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
+        T_BARE(t_zk_inspect))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */

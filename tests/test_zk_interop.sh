@@ -53,22 +53,27 @@ clientPortAddress=127.0.0.1
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr
 CFG
-java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
-  -cp $J/zookeeper.jar:$J/slf4j-nop.jar \
-  org.apache.zookeeper.server.quorum.QuorumPeerMain "$work/zoo.cfg" \
-  >"$work/zk.log" 2>&1 &
-pids+=($!)
 conn=127.0.0.1:$port
 url=zk://$conn
-# Ready when srvr answers a mode. Each probe is bounded: CI once hung
-# here for the whole test timeout, a probe's read never ending.
-ready=0
-for _ in $(seq 400); do
-  if [[ $(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && echo srvr >&3 && cat <&3" \
-          2>/dev/null) == *Mode:* ]]; then ready=1; break; fi
-  sleep 0.05
-done
-[[ $ready -eq 1 ]] || { cat "$work/zk.log"; fail "ZooKeeper did not start on port $port"; }
+# start_zk: the server (again: same port, data and sessions), until srvr
+# answers a mode. Each probe is bounded: CI once hung here for the whole
+# test timeout, a probe's read never ending.
+start_zk() {
+  java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -cp $J/zookeeper.jar:$J/slf4j-nop.jar \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$work/zoo.cfg" \
+    >>"$work/zk.log" 2>&1 &
+  zkpid=$!
+  pids+=($zkpid)
+  for _ in $(seq 400); do
+    [[ $(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && echo srvr >&3 && cat <&3" \
+          2>/dev/null) == *Mode:* ]] && return 0
+    sleep 0.05
+  done
+  cat "$work/zk.log"
+  fail "ZooKeeper did not start on port $port"
+}
+start_zk
 waitfor() { # waitfor FILE WORD: until FILE has a line starting with WORD
   for _ in $(seq 600); do grep -q "^$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
   return 1
@@ -185,18 +190,36 @@ got=$(awk '/^held/{print $2}' "$work/j7c.out")
   fail "Curator's lease came at $got, before dlock released at $rel"
 echo "ok   semaphore: dlock permits and Curator leases counted together, a Curator waiter woken by dlock"
 
-# 8. The CLI's other commands on zk://: status, list, release --force.
-"$dlock" -q -u "$url" run -l 3s /l/c/d -- sh -c 'echo held; sleep 20' \
+# 8. The server restarted under dlock run: it warns that the connection
+# is lost, says it is back with the same session, keeps the lock, and its
+# command ends normally.
+"$dlock" -u "$url" run /rs/a -- sh -c 'echo held; sleep 6; echo done' \
   >"$work/c8.out" 2>&1 &
+runner=$!; pids+=($runner)
+waitfor "$work/c8.out" held || fail "dlock did not take /rs/a"
+kill -9 "$zkpid"; wait "$zkpid" 2>/dev/null
+start_zk
+wait $runner; rc=$?
+[[ $rc -eq 0 ]] || fail "dlock run exited $rc across a server restart: $(cat "$work/c8.out")"
+grep -q "warning: the connection to the server is lost" "$work/c8.out" ||
+  fail "no warning of the lost connection: $(cat "$work/c8.out")"
+grep -q "the connection is back" "$work/c8.out" ||
+  fail "not told the connection came back: $(cat "$work/c8.out")"
+grep -q "^done" "$work/c8.out" || fail "the command did not finish"
+echo "ok   server restarted under dlock run: warned, reconnected, lock kept"
+
+# 9. The CLI's other commands on zk://: status, list, release --force.
+"$dlock" -q -u "$url" run -l 3s /l/c/d -- sh -c 'echo held; sleep 20' \
+  >"$work/c9.out" 2>&1 &
 holder=$!; pids+=($holder)
-waitfor "$work/c8.out" held || fail "dlock did not take /l/c/d"
-"$dlock" -u "$url" status /l/c/d >"$work/s8.out" 2>&1 || fail "status: not held"
-grep -q "token" "$work/s8.out" || fail "status shows no token"
-"$dlock" -u "$url" status --json /l/a >"$work/s8b.out" 2>&1; rc=$?
+waitfor "$work/c9.out" held || fail "dlock did not take /l/c/d"
+"$dlock" -u "$url" status /l/c/d >"$work/s9.out" 2>&1 || fail "status: not held"
+grep -q "token" "$work/s9.out" || fail "status shows no token"
+"$dlock" -u "$url" status --json /l/a >"$work/s9b.out" 2>&1; rc=$?
 [[ $rc -eq 1 ]] || fail "status of a free lock: exit $rc, expected 1"
-"$dlock" -u "$url" list '/l/*' >"$work/l8.out" 2>&1 || fail "list"
-grep -q "^/l/c/d " "$work/l8.out" || fail "list does not show /l/c/d"
-[[ $(grep -c . "$work/l8.out") -eq 1 ]] || fail "list shows free locks"
+"$dlock" -u "$url" list '/l/*' >"$work/l9.out" 2>&1 || fail "list"
+grep -q "^/l/c/d " "$work/l9.out" || fail "list does not show /l/c/d"
+[[ $(grep -c . "$work/l9.out") -eq 1 ]] || fail "list shows free locks"
 "$dlock" -u "$url" release --force /l/c/d >/dev/null 2>&1 ||
   fail "release --force"
 t0=$(date +%s)
@@ -205,4 +228,4 @@ wait $holder; rc=$?
 (( $(date +%s) - t0 <= 5 )) || fail "the loss took over 5 s to be seen"
 cur /l/c/d try 300 >/dev/null 2>&1 || fail "/l/c/d still held after release --force"
 echo "ok   status, list, release --force (the holder's run ends as lost)"
-echo "6 passed, 0 failed"
+echo "7 passed, 0 failed"

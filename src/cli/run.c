@@ -167,6 +167,18 @@ static void on_leader(dlock_leader *l, int leader, void *ud) {
   if (!leader) kill(getpid(), SIGUSR1);
 }
 
+/* zk://: the connection's states, told on stderr (not with -q). */
+static void on_conn_state(dlock_client *c, dlock_conn_state st, void *ud) {
+  (void)c;
+  const char *name = ud;
+  if (st == DLOCK_CONN_SUSPENDED)
+    cli_err("warning: the connection to the server is lost; %s is kept "
+            "only if it is back before the session times out", name);
+  else if (st == DLOCK_CONN_RECONNECTED)
+    cli_err("the connection is back, with the same session: %s is kept",
+            name);
+}
+
 static int held_release(acq *a) {
   if (a->leader) { /* leaves the election */
     dlock_leader_free(a->leader);
@@ -427,6 +439,8 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
   int rc = 0;
   dlock_client *c = cli_open(g, renew ? lease_ms : 0, &rc);
   if (c == NULL) return rc;
+  /* ZooKeeper's session states (other backends have none: ENOTSUP). */
+  if (g->verbose >= 0) dlock_client_on_state(c, on_conn_state, (void *)name);
   /* An explicit owner: the helper thread acquires, this thread releases. */
   char owner[32];
   snprintf(owner, sizeof owner, "%d", (int)getpid());

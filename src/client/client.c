@@ -237,6 +237,29 @@ void dlock_client_close(dlock_client *c) {
   client_free(c);
 }
 
+/* The backend's news of its connection, passed on to the user's. */
+static void on_state(void *ud, int state) {
+  dlock_client *c = ud;
+  pthread_mutex_lock(&c->holds_mu);
+  dlock_state_cb cb = c->state_cb;
+  void *cb_ud = c->state_ud;
+  pthread_mutex_unlock(&c->holds_mu);
+  if (cb) cb(c, (dlock_conn_state)state, cb_ud);
+}
+
+int dlock_client_on_state(dlock_client *c, dlock_state_cb cb, void *ud) {
+  if (c == NULL) return DLOCK_EINVAL;
+  if (c->backend->ops->watch_state == NULL)
+    return dl_seterr(c, DLOCK_ENOTSUP, "the %s backend has no session "
+                     "states to report (a hold lives by its lease: "
+                     "dlock_lock_validity)", c->backend->ops->name);
+  pthread_mutex_lock(&c->holds_mu);
+  c->state_cb = cb;
+  c->state_ud = ud;
+  pthread_mutex_unlock(&c->holds_mu);
+  return c->backend->ops->watch_state(c->backend, cb ? on_state : NULL, c);
+}
+
 const char *dlock_client_id(const dlock_client *c) {
   return c ? c->id : "";
 }

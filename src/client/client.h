@@ -147,6 +147,9 @@ struct dlock_client {
   atomic_uint_fast64_t handles; /* lock handles made on the loop */
   atomic_int closing;
   dl_transfers *transfers; /* made at the first delayed handle */
+  /* dlock_client_on_state's, guarded by holds_mu. */
+  dlock_state_cb state_cb;
+  void *state_ud;
 };
 
 /* dlock_client_open with the backend made by `make`, NULL: the one the

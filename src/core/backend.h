@@ -244,6 +244,11 @@ typedef struct dl_backend_ops {
    * or a negative code; a backend that cannot hear them returns 0. fn must
    * only take leaf locks. */
   int (*watch_losses)(dl_backend *b, dl_notice_fn fn, void *ud);
+  /* Tells fn(ud, state), on a backend thread, each change of the
+   * connection's state (a dlock_conn_state); fn NULL stops it. Returns 0.
+   * NULL: the backend has no session states. */
+  int (*watch_state)(dl_backend *b, void (*fn)(void *ud, int state),
+                     void *ud);
 
   int (*lock_acquire_async)(dl_backend *b, dl_acquire *a, dl_done_fn done,
                             void *ud, dl_async **op);

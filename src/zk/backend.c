@@ -62,9 +62,13 @@ void dl_zk_watcher(zhandle_t *zh, int type, int state, const char *path,
   if (z == NULL) return;
   dl_notice_fn fn = NULL;
   void *ud = NULL;
+  int told = 0; /* a dlock_conn_state to tell, or 0 */
+  void (*sfn)(void *, int) = NULL;
+  void *sud = NULL;
   pthread_mutex_lock(&z->mu);
   z->events++;
   if (type == ZOO_SESSION_EVENT) {
+    int was = z->state;
     z->state = state;
     if (state == ZOO_EXPIRED_SESSION_STATE && !z->expired) {
       /* Every ephemeral node of the session is gone: every hold of this
@@ -72,11 +76,33 @@ void dl_zk_watcher(zhandle_t *zh, int type, int state, const char *path,
       z->expired = true;
       fn = z->notice;
       ud = z->notice_ud;
+      told = DLOCK_CONN_LOST;
+    } else if (state == ZOO_CONNECTED_STATE && z->suspended) {
+      z->suspended = false;
+      told = DLOCK_CONN_RECONNECTED;
+    } else if (state != ZOO_CONNECTED_STATE && was == ZOO_CONNECTED_STATE &&
+               !z->expired) {
+      /* Connected, now not: the session lives on at the server until its
+       * timeout, and we cannot know what happens meanwhile. */
+      z->suspended = true;
+      told = DLOCK_CONN_SUSPENDED;
     }
+    sfn = z->state_fn;
+    sud = z->state_ud;
   }
   pthread_cond_broadcast(&z->cv);
   pthread_mutex_unlock(&z->mu);
   if (fn) fn(ud, NULL, 0);
+  if (told && sfn) sfn(sud, told);
+}
+
+static int zk_watch_state(dl_backend *b, void (*fn)(void *, int), void *ud) {
+  dl_zk *z = (dl_zk *)b;
+  pthread_mutex_lock(&z->mu);
+  z->state_fn = fn;
+  z->state_ud = ud;
+  pthread_mutex_unlock(&z->mu);
+  return 0;
 }
 
 static int zk_watch_losses(dl_backend *b, dl_notice_fn fn, void *ud) {
@@ -125,6 +151,7 @@ static const dl_backend_ops zk_ops = {
     .scan = dl_zk_scan,
     .renew = dl_zk_renew,
     .watch_losses = zk_watch_losses,
+    .watch_state = zk_watch_state,
     .permit_acquire = dl_zk_permit_acquire,
     .sync_update = dl_zk_sync_update,
     .elect_join = dl_zk_elect_join,

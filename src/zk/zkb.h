@@ -36,6 +36,9 @@ typedef struct dl_zk {
   zk_hold *holds;
   dl_notice_fn notice;
   void *notice_ud;
+  void (*state_fn)(void *ud, int state); /* watch_state's */
+  void *state_ud;
+  bool suspended; /* connected once, then lost the connection */
   atomic_llong round_trips;
 } dl_zk;
 
