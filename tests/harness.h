@@ -221,6 +221,16 @@ const char *th_zk_4lw(const th_zk *r, const char *word, char *buf,
 /* Kills the server (SIGKILL) and starts it again on the same port, dir
  * and data (its sessions are restored from its log): as th_zk_start. */
 int th_zk_restart(th_zk *r);
+/* Starts a server of r killed before (as a member of its ensemble, which
+ * it rejoins) and waits until it serves. */
+int th_zk_start_again(th_zk *r);
+/* Starts a 3-server ensemble on loopback (each as th_zk_start would, plus
+ * its peers), waits until all three serve, and writes the connect URL
+ * "zk://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3" into url. Returns 0, or -1
+ * (stop each with th_zk_stop either way). */
+int th_zk_ensemble_start(th_zk zk[3], int tick_ms, char *url, size_t len);
+/* The index of the ensemble's leader (srvr says "Mode: leader"), or -1. */
+int th_zk_leader(th_zk zk[3]);
 void th_zk_kill(th_zk *r, int sig); /* signal; SIGKILL also reaps */
 void th_zk_stop(th_zk *r);          /* kill, reap and remove the dir */
 

@@ -18,8 +18,7 @@ bool th_zk_available(void) {
          system("command -v java >/dev/null 2>&1") == 0;
 }
 
-const char *th_zk_4lw(const th_zk *r, const char *word, char *buf,
-                      size_t len) {
+const char *th_zk_4lw(const th_zk *r, const char *word, char *buf, size_t len) {
   buf[0] = '\0';
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return buf;
@@ -65,6 +64,8 @@ static void print_log(const th_zk *r) {
 }
 
 static int launch(th_zk *r);
+static int spawn_server(th_zk *r);
+static int await_serving(th_zk *r, int timeout_ms);
 
 int th_zk_start(th_zk *r, int tick_ms) {
   memset(r, 0, sizeof *r);
@@ -87,20 +88,29 @@ int th_zk_restart(th_zk *r) {
   return launch(r);
 }
 
-/* Starts the server of r (its dir, config and port made) and waits until
- * it serves. */
-static int launch(th_zk *r) {
+int th_zk_start_again(th_zk *r) {
+  if (spawn_server(r) != 0) return -1;
+  return await_serving(r, 40000);
+}
+
+/* Starts the server process of r (its dir, config and port made). */
+static int spawn_server(th_zk *r) {
   char cmd[1200];
   snprintf(cmd, sizeof cmd,
            "exec java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "
            "-cp " ZK_JARS " org.apache.zookeeper.server.quorum."
-           "QuorumPeerMain '%s/zoo.cfg' >'%s/zk.log' 2>&1",
+           "QuorumPeerMain '%s/zoo.cfg' >>'%s/zk.log' 2>&1",
            r->dir, r->dir);
   pid_t pid = th__spawn(cmd);
   if (pid < 0) return -1;
   r->pid = pid;
   th__track(pid, r->dir);
-  int64_t end = th_now_ms() + 20000; /* ~1.2 s unloaded; 2 shared cores */
+  return 0;
+}
+
+/* Waits until the server of r serves, up to timeout_ms. */
+static int await_serving(th_zk *r, int timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
   char buf[512];
   while (th_now_ms() < end) {
     /* imok says the process runs; a few ms later srvr says it serves
@@ -109,7 +119,7 @@ static int launch(th_zk *r) {
         strstr(th_zk_4lw(r, "srvr", buf, sizeof buf), "Mode: ") != NULL)
       return 0;
     int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) {
+    if (waitpid(r->pid, &st, WNOHANG) == r->pid) {
       r->pid = 0;
       th__track(0, r->dir);
       fprintf(stderr, "    ZooKeeper exited at start-up:\n");
@@ -118,8 +128,66 @@ static int launch(th_zk *r) {
     }
     th_sleep_ms(20);
   }
-  fprintf(stderr, "    ZooKeeper did not answer imok in 20 s:\n");
+  fprintf(stderr, "    ZooKeeper did not serve in %d ms:\n", timeout_ms);
   print_log(r);
+  return -1;
+}
+
+/* Starts the server of r (its dir, config and port made) and waits until
+ * it serves. */
+static int launch(th_zk *r) {
+  if (spawn_server(r) != 0) return -1;
+  return await_serving(r, 20000); /* ~1.2 s unloaded; 2 shared cores */
+}
+
+int th_zk_ensemble_start(th_zk zk[3], int tick_ms, char *url, size_t len) {
+  int peer[3], elect[3];
+  for (int i = 0; i < 3; i++) {
+    memset(&zk[i], 0, sizeof zk[i]);
+    snprintf(zk[i].dir, sizeof zk[i].dir, "%s/zk%d-XXXXXX", th_tmpdir(), i + 1);
+    if (mkdtemp(zk[i].dir) == NULL) return -1;
+    zk[i].port = th_free_port();
+    peer[i] = th_free_port();
+    elect[i] = th_free_port();
+    if (zk[i].port <= 0 || peer[i] <= 0 || elect[i] <= 0) return -1;
+    snprintf(zk[i].connect, sizeof zk[i].connect, "127.0.0.1:%d", zk[i].port);
+    snprintf(zk[i].url, sizeof zk[i].url, "zk://127.0.0.1:%d", zk[i].port);
+  }
+  int at = snprintf(url, len, "zk://");
+  for (int i = 0; i < 3; i++) {
+    char data[300], path[320];
+    snprintf(data, sizeof data, "%s/data", zk[i].dir);
+    if (mkdir(data, 0700) != 0 ||
+        write_cfg(&zk[i], tick_ms > 0 ? tick_ms : 500) != 0)
+      return -1;
+    snprintf(path, sizeof path, "%s/zoo.cfg", zk[i].dir);
+    FILE *f = fopen(path, "a");
+    if (f == NULL) return -1;
+    fprintf(f, "initLimit=10\nsyncLimit=5\n");
+    for (int j = 0; j < 3; j++)
+      fprintf(f, "server.%d=127.0.0.1:%d:%d\n", j + 1, peer[j], elect[j]);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/myid", data);
+    f = fopen(path, "w");
+    if (f == NULL) return -1;
+    fprintf(f, "%d\n", i + 1);
+    fclose(f);
+    at += snprintf(url + at, len - (size_t)at, "%s%s", i ? "," : "",
+                   zk[i].connect);
+  }
+  for (int i = 0; i < 3; i++)
+    if (spawn_server(&zk[i]) != 0) return -1;
+  for (int i = 0; i < 3; i++)
+    if (await_serving(&zk[i], 40000) != 0) return -1;
+  return 0;
+}
+
+int th_zk_leader(th_zk zk[3]) {
+  char buf[512];
+  for (int i = 0; i < 3; i++)
+    if (zk[i].pid > 0 &&
+        strstr(th_zk_4lw(&zk[i], "srvr", buf, sizeof buf), "Mode: leader"))
+      return i;
   return -1;
 }
 

@@ -785,6 +785,69 @@ static void t_zk_session_expiry_loss(void) {
   th_zk_stop(&zk);
 }
 
+/* A 3-server ensemble: a lock held through the leader's death (SIGKILL):
+ * the others elect a new leader, the holder's session moves to a live
+ * server, and the lock is still held and still excludes; the dead server
+ * restarted rejoins. */
+static void t_zk_ensemble_leader_killed(void) {
+  NEED_ZK();
+  th_zk zk[3];
+  char url[200];
+  int64_t t0 = th_now_ms();
+  CHECK_RC(th_zk_ensemble_start(zk, 250, url, sizeof url), 0);
+  fprintf(stderr, "    ensemble up in %lld ms\n",
+          (long long)(th_now_ms() - t0));
+  int leader = th_zk_leader(zk);
+  CHECK(leader >= 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.zk_connect_timeout_ms = 5000;
+  o.zk_session_timeout_ms = 4000;
+  dlock_client *a = NULL, *b = NULL;
+  CHECK_RC(dlock_client_open(&o, &a), 0);
+  CHECK_RC(dlock_client_open(&o, &b), 0);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "/ens/x", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "/ens/x", "b", &lb), 0);
+  dlock_lock_on_lost(la, on_lost, NULL);
+  atomic_store(&lost_calls, 0);
+  uint64_t t1 = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &t1), 0);
+  atomic_store(&states_seen, 0);
+  CHECK_RC(dlock_client_on_state(a, on_state, NULL), 0);
+  t0 = th_now_ms();
+  th_zk_kill(&zk[leader], SIGKILL);
+  int64_t end = th_now_ms() + 20000;
+  int next = -1;
+  while ((next = th_zk_leader(zk)) < 0 && th_now_ms() < end)
+    th_sleep_ms(20);
+  CHECK(next >= 0 && next != leader);
+  fprintf(stderr, "    new leader after %lld ms\n",
+          (long long)(th_now_ms() - t0));
+  /* Every server drops its clients while there is no leader: the holder
+   * is told, then reconnects with its session. */
+  int both = 1 << DLOCK_CONN_SUSPENDED | 1 << DLOCK_CONN_RECONNECTED;
+  while (atomic_load(&states_seen) != both && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(atomic_load(&states_seen), both);
+  CHECK_EQ(dlock_lock_is_held(la), 1);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(th_zk_start_again(&zk[leader]), 0);
+  CHECK_EQ(atomic_load(&lost_calls), 0);
+  CHECK_RC(dlock_lock_release(la), 1);
+  uint64_t t2 = 0;
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, &t2), 0);
+  CHECK(t2 > t1);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  for (int i = 0; i < 3; i++)
+    th_zk_stop(&zk[i]);
+}
+
 /* The server restarted while a lock is held: the client is told its
  * connection was lost (SUSPENDED), then that it is back with the same
  * session (RECONNECTED); the hold is kept (its node was restored with the
@@ -965,9 +1028,9 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_rwlock), T_BARE(t_zk_leader),
         T_BARE(t_zk_leader_free_in_callback), T_BARE(t_zk_leader_expiry),
         T_BARE(t_zk_permits), T_BARE(t_zk_server_restart),
-        T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
-        T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
-        T_BARE(t_zk_inspect))
+        T_BARE(t_zk_ensemble_leader_killed), T_BARE(t_zk_try_timeout),
+        T_BARE(t_zk_fifo_handoff), T_BARE(t_zk_session_expiry_loss),
+        T_BARE(t_zk_chroot), T_BARE(t_zk_inspect))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */

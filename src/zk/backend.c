@@ -136,6 +136,7 @@ static void zk_free(dl_backend *b) {
    * threads, so no watcher runs on z after this. */
   if (z->zh) zookeeper_close(z->zh);
   dl_zk_holds_free(z->holds);
+  dl_zk_orphans_free(z->orphans);
   pthread_cond_destroy(&z->cv);
   pthread_mutex_destroy(&z->mu);
   free(z);

@@ -126,7 +126,7 @@ static void *latch_main(void *arg) {
     pthread_mutex_unlock(&z->mu);
   }
   if (e->node[0] != '\0' && !gone)
-    dl_zk_delete_node(z, e->node, dl_now_ms() + z->command_timeout_ms);
+    dl_zk_delete_own(z, e->node);
   pthread_mutex_lock(&z->mu);
   bool self_free = e->self_free;
   pthread_mutex_unlock(&z->mu);

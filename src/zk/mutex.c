@@ -196,6 +196,86 @@ int dl_zk_delete_node(dl_zk *z, const char *node, int64_t deadline) {
   }
 }
 
+/* Remembers (parent, prefix) as an orphan. */
+static void add_orphan(dl_zk *z, const char *parent, const char *prefix) {
+  zk_orphan *o = calloc(1, sizeof *o);
+  if (o == NULL || (o->parent = dl_strdup(parent)) == NULL ||
+      (o->prefix = dl_strdup(prefix)) == NULL) {
+    if (o) free(o->parent);
+    free(o); /* out of memory: the node lives until the session ends */
+    return;
+  }
+  pthread_mutex_lock(&z->mu);
+  o->next = z->orphans;
+  z->orphans = o;
+  pthread_mutex_unlock(&z->mu);
+}
+
+void dl_zk_orphans_free(zk_orphan *o) {
+  while (o) {
+    zk_orphan *next = o->next;
+    free(o->parent);
+    free(o->prefix);
+    free(o);
+    o = next;
+  }
+}
+
+int dl_zk_delete_own(dl_zk *z, const char *node) {
+  int rc = dl_zk_delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
+  if (rc != 0) {
+    char parent[NODE_MAX];
+    snprintf(parent, sizeof parent, "%s", node);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) {
+      *slash = '\0';
+      add_orphan(z, parent, slash + 1);
+    }
+  }
+  return rc;
+}
+
+void dl_zk_clean_orphans(dl_zk *z) {
+  pthread_mutex_lock(&z->mu);
+  zk_orphan *list = z->orphans;
+  z->orphans = NULL;
+  bool expired = z->expired;
+  pthread_mutex_unlock(&z->mu);
+  if (list == NULL) return;
+  if (expired) { /* the session's nodes are gone with it */
+    dl_zk_orphans_free(list);
+    return;
+  }
+  zk_orphan *keep = NULL;
+  while (list) {
+    zk_orphan *o = list;
+    list = o->next;
+    char node[NODE_MAX];
+    int f = find_protected(z, o->parent, o->prefix, node, sizeof node);
+    bool done = f == 0;
+    if (f == 1) {
+      atomic_fetch_add(&z->round_trips, 1);
+      int zrc = zoo_delete(z->zh, node, -1);
+      done = zrc == ZOK || zrc == ZNONODE;
+    }
+    if (done) {
+      o->next = NULL;
+      dl_zk_orphans_free(o);
+    } else {
+      o->next = keep;
+      keep = o;
+    }
+  }
+  if (keep) {
+    pthread_mutex_lock(&z->mu);
+    zk_orphan *t = keep;
+    while (t->next) t = t->next;
+    t->next = z->orphans;
+    z->orphans = keep;
+    pthread_mutex_unlock(&z->mu);
+  }
+}
+
 int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
                            const char *data, const char *with_uuid, char *node,
                            size_t len, uint64_t *czxid, int64_t deadline) {
@@ -226,21 +306,30 @@ int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
       parents = false;
       continue;
     }
-    if (zrc != ZCONNECTIONLOSS || dl_now_ms() >= deadline)
+    if (zrc != ZCONNECTIONLOSS && zrc != ZOPERATIONTIMEOUT)
       return dl_zk_err(z, zrc, "create", path);
-    /* The create may have happened: find it by its protected name. */
-    int f = find_protected(z, key, prefix, node, len);
-    if (f < 0 && dl_now_ms() >= deadline) return f;
-    if (f == 1) {
-      struct Stat s2;
-      atomic_fetch_add(&z->round_trips, 1);
-      zrc = zoo_exists(z->zh, node, 0, &s2);
-      if (zrc == ZOK) {
-        *czxid = (uint64_t)s2.czxid;
-        return 0;
+    /* The create may have happened: never create again before the
+     * protected name says it did not (a second node of ours would hold a
+     * place in the line that nobody releases). */
+    for (;;) {
+      if (dl_now_ms() >= deadline) {
+        add_orphan(z, key, prefix); /* whatever happened: deleted later */
+        return dl_zk_err(z, zrc, "create", path);
       }
+      int f = find_protected(z, key, prefix, node, len);
+      if (f == 0) break; /* it did not happen: create it */
+      if (f == 1) {
+        struct Stat s2;
+        atomic_fetch_add(&z->round_trips, 1);
+        int erc = zoo_exists(z->zh, node, 0, &s2);
+        if (erc == ZOK) {
+          *czxid = (uint64_t)s2.czxid;
+          return 0;
+        }
+        if (erc == ZNONODE) break; /* made, then gone: make it again */
+      }
+      dl_sleep_ms(20);
     }
-    dl_sleep_ms(20);
   }
 }
 
@@ -322,6 +411,7 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
                      "mutex and read-write lock)");
   int rc = dl_zk_check_path(z, l->key);
   if (rc != 0) return rc;
+  dl_zk_clean_orphans(z);
   /* A read-write lock's sides: the writer's owner is the reader's plus
    * ":write". */
   char other[DL_OWNER_MAX + 8];
@@ -376,13 +466,13 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
   rc = l->kind == DL_KIND_READ && other_held ? 1 : dl_zk_await_turn(z, a, node);
   if (rc != 1) {
     /* Not acquired (timeout or error): our node goes, as Curator's. */
-    dl_zk_delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
+    dl_zk_delete_own(z, node);
     if (rc == 0) a->ttl = -1; /* ZooKeeper locks have no lease */
     return rc;
   }
   rc = dl_zk_hold_add(z, l->key, l->owner, node, czxid);
   if (rc != 0) {
-    dl_zk_delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
+    dl_zk_delete_own(z, node);
     return rc;
   }
   a->status = 1;
@@ -415,7 +505,7 @@ int dl_zk_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   if (zrc == ZNONODE || (zrc == ZOK && (uint64_t)st.czxid != h->czxid)) {
     rc = DLOCK_ENOTOWNER; /* gone: deleted by an operator, or expired */
   } else {
-    rc = dl_zk_delete_node(z, h->node, dl_now_ms() + z->command_timeout_ms);
+    rc = dl_zk_delete_own(z, h->node);
     if (rc == 0) rc = 1;
   }
   hold_free(h);
@@ -509,6 +599,7 @@ int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
   dl_zk *z = (dl_zk *)b;
   int first = 0;
   *calls = 0;
+  dl_zk_clean_orphans(z);
   for (int i = 0; i < n; i++) {
     dl_renew_item *it = &items[i];
     pthread_mutex_lock(&z->mu);

@@ -182,6 +182,7 @@ int dl_zk_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
   if (!valid_id(id))
     return dl_seterr(z->env->err_owner, DLOCK_EINVAL, "a permit id is 32 "
                      "lower-case hex digits");
+  dl_zk_clean_orphans(z);
   int64_t sent = dl_now_ms();
   int64_t limit = sent + z->command_timeout_ms;
   if (wait && deadline > limit) limit = deadline;
@@ -215,11 +216,11 @@ int dl_zk_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
       }
       /* Not taken (timeout, error): our lease goes, as Curator's. */
       if (rc != 1)
-        dl_zk_delete_node(z, lnode, dl_now_ms() + z->command_timeout_ms);
+        dl_zk_delete_own(z, lnode);
     }
   }
   /* 4. The mutex goes, taken or not. */
-  dl_zk_delete_node(z, mnode, dl_now_ms() + z->command_timeout_ms);
+  dl_zk_delete_own(z, mnode);
   if (rc == 1) *valid_until = dl_zk_valid_until(z, sent);
   return rc;
 }

@@ -20,6 +20,16 @@ typedef struct zk_hold {
   int count; /* re-entries, as the client counts them */
 } zk_hold;
 
+/* A node of ours we could not delete, or a create whose outcome we could
+ * not learn (connection loss to the end of the call): deleted later, by
+ * its protected prefix, as Curator's guaranteed delete does. Until then
+ * it would hold its place in the line for as long as our session lives. */
+typedef struct zk_orphan {
+  struct zk_orphan *next;
+  char *parent;
+  char *prefix; /* "_c_<uuid>-", or a node's whole name */
+} zk_orphan;
+
 typedef struct dl_zk {
   dl_backend base;
   const dl_backend_env *env;
@@ -34,6 +44,7 @@ typedef struct dl_zk {
   int state;       /* the last session state (ZOO_*_STATE) */
   bool expired;    /* the session ended: its holds are gone */
   zk_hold *holds;
+  zk_orphan *orphans;
   dl_notice_fn notice;
   void *notice_ud;
   void (*state_fn)(void *ud, int state); /* watch_state's */
@@ -115,6 +126,14 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node);
 /* Deletes a node, retrying a connection loss until the deadline: 0 deleted
  * (or already gone), or a negative code. */
 int dl_zk_delete_node(dl_zk *z, const char *node, int64_t deadline);
+/* Deletes a node of ours (within one command timeout); if that fails it is
+ * kept as an orphan, deleted by a later dl_zk_clean_orphans. Returns as
+ * dl_zk_delete_node. */
+int dl_zk_delete_own(dl_zk *z, const char *node);
+/* Tries once to delete every orphan; those it cannot are kept. */
+void dl_zk_clean_orphans(dl_zk *z);
+/* Frees the orphan list (the client closing: its session ends). */
+void dl_zk_orphans_free(zk_orphan *o);
 /* latch.c: Curator's LeaderLatch (the seam's elect_* entries). */
 int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
                      dl_elect_fn fn, void *ud, dl_elect **out);

@@ -112,9 +112,12 @@ static void *run(void *arg) {
     for (int i = P.npairs - 1; i >= 0; i--) {
       pair *p = &P.pairs[i];
       bool dead = false;
-      if (pfd[2 + 2 * i].revents) { /* request: always through at once */
+      if (pfd[2 + 2 * i].revents) { /* request: through at once */
         ssize_t n = read(p->cfd, buf, sizeof buf);
-        dead = n <= 0 || !write_all(p->sfd, buf, (size_t)n);
+        if (n > 0 && atomic_load(&P.mode) == PROXY_PARTITION)
+          atomic_fetch_add(&P.faulted, (uint64_t)n);
+        else
+          dead = n <= 0 || !write_all(p->sfd, buf, (size_t)n);
       }
       if (!dead && pfd[3 + 2 * i].revents) { /* reply */
         ssize_t n = read(p->sfd, buf, sizeof buf);
@@ -127,7 +130,7 @@ static void *run(void *arg) {
               atomic_compare_exchange_strong(&P.mode, &cut, PROXY_PASS)) {
             atomic_fetch_add(&P.faulted, (uint64_t)n);
             dead = true; /* the reply goes nowhere, the connection too */
-          } else if (mode == PROXY_DROP) {
+          } else if (mode == PROXY_DROP || mode == PROXY_PARTITION) {
             atomic_fetch_add(&P.faulted, (uint64_t)n);
           } else if (mode == PROXY_DELAY || p->head) {
             /* Held back; later replies queue behind, keeping the order. */

@@ -122,6 +122,12 @@ static char rl_url[512];
 /* A Sentinel scenario's master, replica and sentinels. */
 static th_sentinel_set sentinels;
 static bool sentinels_up;
+/* A ZooKeeper scenario's server, or ensemble of three (nzk of them), and
+ * the workers' session timeout. */
+static th_zk zks[3];
+static int nzk;
+static char zk_url[256];
+static int zk_session_ms;
 
 /* Stops whatever servers the scenario before started. */
 static void stop_servers(void) {
@@ -130,6 +136,10 @@ static void stop_servers(void) {
     th_redis_stop(&rl[i]);
   if (sentinels_up) th_sentinel_stop(&sentinels);
   sentinels_up = false;
+  for (int i = 0; i < nzk; i++)
+    th_zk_stop(&zks[i]);
+  nzk = 0;
+  zk_session_ms = 0;
   scenario_url = NULL;
   replicas = 0;
 }
@@ -172,11 +182,16 @@ static pid_t start_worker(int id, int threads, int hold_us,
   }
   argv[n++] = "--kind";
   argv[n++] = (char *)kind;
-  char sreplicas[16];
+  char sreplicas[16], ssession[16];
   if (replicas > 0) {
     snprintf(sreplicas, sizeof sreplicas, "%d", replicas);
     argv[n++] = "--replicas";
     argv[n++] = sreplicas;
+  }
+  if (zk_session_ms > 0) {
+    snprintf(ssession, sizeof ssession, "%d", zk_session_ms);
+    argv[n++] = "--zk-session-ms";
+    argv[n++] = ssession;
   }
   argv[n] = NULL;
   return spawn(argv);
@@ -343,7 +358,8 @@ static void expect_victim(int lost, int callback, int release) {
   CHECK(res_wait_victim(VICTIM, 15000, &v));
   printf("      victim: lost before write %d, callback %d, release %s, "
          "still holder after %d\n",
-         v.lost, v.callback, dlock_err_name(v.release), v.held_after);
+         v.lost, v.callback,
+         v.release == 1 ? "freed" : dlock_err_name(v.release), v.held_after);
   if (lost >= 0) CHECK_EQ(v.lost, lost); /* -1: either, timing decides */
   CHECK_EQ(v.callback, callback);
   CHECK_EQ(v.release, release);
@@ -995,6 +1011,119 @@ static void t_s14_sentinel_failover(void) {
   s14_run(false, true);
 }
 
+/* ---- 15-18. ZooKeeper (Curator's mutex): sessions instead of leases ----
+ * A private server (tickTime 250 ms) or an ensemble of three; the workers
+ * on zk:// with a session of `session_ms` (the watchdog checks each hold
+ * every third of the 600 ms lease). Tokens are the lock nodes' czxid. */
+static bool begin_zk(const char *name, bool enforce, bool ensemble,
+                     int session_ms) {
+  reset(name, LEASE);
+  nzk = ensemble ? 3 : 1;
+  int rc = ensemble ? th_zk_ensemble_start(zks, 250, zk_url, sizeof zk_url)
+                    : th_zk_start(&zks[0], 250);
+  if (!ensemble) snprintf(zk_url, sizeof zk_url, "%s", zks[0].url);
+  if (rc != 0) return false;
+  zk_session_ms = session_ms;
+  scenario_url = zk_url;
+  res_reset(enforce);
+  printf("    %s run on %s\n", enforce ? "fenced " : "control", zk_url);
+  fflush(stdout);
+  return true;
+}
+
+/* 15. The holder paused (SIGSTOP) past its 1 s session: the server expires
+ * the session and deletes its node, another takes the lock with a larger
+ * czxid; resumed, the victim is told and its write refused. */
+static void s15_run(bool enforce) {
+  CHECK(begin_zk("/safety/s15", enforce, false, 1000));
+  pid_t v = start_worker(VICTIM, 1, 0, "300", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  pause_victim(enforce, v);
+}
+static void t_s15_zk_holder_paused(void) {
+  s15_run(true);
+  s15_run(false);
+}
+
+/* 16. The ensemble's leader killed while a lock is held and waited for: a
+ * new leader in about a second, every session (4 s) survives, the holder
+ * keeps the lock and releases it; nobody else gets it meanwhile. */
+static void s16_run(bool enforce) {
+  CHECK(begin_zk("/safety/s16", enforce, true, 4000));
+  start_worker(VICTIM, 1, 0, "2500", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  start_others(3, 1);
+  th_sleep_ms(100);
+  int leader = th_zk_leader(zks);
+  CHECK(leader >= 0);
+  th_zk_kill(&zks[leader], SIGKILL);
+  expect_victim(0, 0, 1);
+  CHECK(finish(20));
+  judge(enforce, false, -1, OVERLAP_NONE);
+}
+static void t_s16_zk_leader_killed(void) {
+  if (SANITIZED) {
+    printf("    ZooKeeper ensemble: plain build only\n");
+    return;
+  }
+  s16_run(true);
+  s16_run(false);
+}
+
+/* 17. The holder cut off from the server by the fault proxy (both ways)
+ * past its 1 s session: the server expires it, another takes the lock;
+ * the victim, running all along, sees its validity run out before it
+ * writes, is told of the loss once back, and its write is refused. */
+static void s17_run(bool enforce) {
+  CHECK(begin_zk("/safety/s17", enforce, false, 1000));
+  int port = proxy_start(zks[0].port);
+  CHECK(port > 0);
+  char url[64];
+  snprintf(url, sizeof url, "zk://127.0.0.1:%d", port);
+  next_url = url;
+  start_worker(VICTIM, 1, 0, "2500", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  size_t mark = res_mark();
+  proxy_set(PROXY_PARTITION, 0);
+  start_others(3, 1);
+  CHECK(res_wait_event('W', -2, VICTIM, true, mark, 10000, NULL));
+  proxy_set(PROXY_PASS, 0);
+  printf("      %llu bytes dropped by the partition\n",
+         (unsigned long long)proxy_faulted_bytes());
+  CHECK(proxy_faulted_bytes() > 0);
+  expect_victim(1, 1, DLOCK_ELOST);
+  CHECK(finish(20));
+  proxy_stop();
+  judge(enforce, true, VICTIM, OVERLAP_SOME);
+}
+static void t_s17_zk_partition(void) {
+  s17_run(true);
+  s17_run(false);
+}
+
+/* 18. The server killed and restarted under a held lock: it restores the
+ * sessions and their nodes from its log, the holder reconnects inside its
+ * 4 s session and keeps the lock; nobody else gets it. */
+static void s18_run(bool enforce) {
+  CHECK(begin_zk("/safety/s18", enforce, false, 4000));
+  start_worker(VICTIM, 1, 0, "2500", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  start_others(3, 1);
+  th_sleep_ms(100);
+  CHECK(th_zk_restart(&zks[0]) == 0);
+  expect_victim(0, 0, 1);
+  CHECK(finish(20));
+  judge(enforce, false, -1, OVERLAP_NONE);
+}
+static void t_s18_zk_server_restart(void) {
+  s18_run(true);
+  s18_run(false);
+}
+
 /* ---- 9. soak: 8 processes x 4 threads, random faults ---- */
 static unsigned rnd_state;
 static unsigned rnd(unsigned n) {
@@ -1116,6 +1245,10 @@ int main(int argc, char **argv) {
                                   T_BARE(t_s12_redlock_restart_empty),
                                   T_BARE(t_s13_redlock_clock_step),
                                   T_BARE(t_s14_sentinel_failover),
+                                  T_BARE(t_s15_zk_holder_paused),
+                                  T_BARE(t_s16_zk_leader_killed),
+                                  T_BARE(t_s17_zk_partition),
+                                  T_BARE(t_s18_zk_server_restart),
                                   T_BARE(t_s9_soak),
                                   T_BARE(t_teardown)};
   /* In one process: the fenced resource is a thread of this driver, and

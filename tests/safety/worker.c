@@ -39,6 +39,7 @@ typedef struct wopts {
   bool stall;             /* victim: stall the watchdog while holding */
   const char *kind;       /* "lock" (default), "fair" or "write" */
   int replicas;           /* replica acknowledgement (min_replicas_acked) */
+  int zk_session_ms;      /* zk://: the session timeout asked for */
 } wopts;
 
 static int64_t now_us(void) {
@@ -113,6 +114,8 @@ static int parse(int argc, char **argv, wopts *o) {
       o->kind = v;
     else if (!strcmp(k, "--replicas"))
       o->replicas = atoi(v);
+    else if (!strcmp(k, "--zk-session-ms"))
+      o->zk_session_ms = atoi(v);
     else if (!strcmp(k, "--stall"))
       o->stall = atoi(v) != 0;
     else
@@ -224,6 +227,7 @@ int worker_main(int argc, char **argv) {
   co.command_timeout_ms = 2000;
   co.min_replicas_acked = o.replicas;
   co.replicas_timeout_ms = 1000;
+  if (o.zk_session_ms > 0) co.zk_session_timeout_ms = o.zk_session_ms;
   dlock_client *c = NULL;
   if (dlock_client_open(&co, &c) != 0) {
     fprintf(stderr, "worker: %s\n", dlock_client_open_errmsg());
