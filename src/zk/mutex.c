@@ -221,17 +221,20 @@ void dl_zk_orphans_free(zk_orphan *o) {
   }
 }
 
+/* Remembers our node as an orphan. */
+static void orphan_node(dl_zk *z, const char *node) {
+  char parent[NODE_MAX];
+  snprintf(parent, sizeof parent, "%s", node);
+  char *slash = strrchr(parent, '/');
+  if (slash && slash != parent) {
+    *slash = '\0';
+    add_orphan(z, parent, slash + 1);
+  }
+}
+
 int dl_zk_delete_own(dl_zk *z, const char *node) {
   int rc = dl_zk_delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
-  if (rc != 0) {
-    char parent[NODE_MAX];
-    snprintf(parent, sizeof parent, "%s", node);
-    char *slash = strrchr(parent, '/');
-    if (slash && slash != parent) {
-      *slash = '\0';
-      add_orphan(z, parent, slash + 1);
-    }
-  }
+  if (rc != 0) orphan_node(z, node);
   return rc;
 }
 
@@ -498,15 +501,33 @@ int dl_zk_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   if (h == NULL)
     return dl_seterr(z->env->err_owner, DLOCK_ENOTOWNER, "'%s' is not held "
                      "by %s", l->name, l->owner);
-  struct Stat st;
-  atomic_fetch_add(&z->round_trips, 1);
-  int zrc = zoo_exists(z->zh, h->node, 0, &st);
+  /* The node's name holds our own random UUID: nobody else's node can
+   * have it, so deleting it by name needs no check first (one round trip,
+   * as Curator). ZNONODE: it was gone (deleted by an operator, or the
+   * session expired), unless a delete sent before a connection loss did
+   * it. */
+  int64_t deadline = dl_now_ms() + z->command_timeout_ms;
+  bool lost_reply = false;
   int rc;
-  if (zrc == ZNONODE || (zrc == ZOK && (uint64_t)st.czxid != h->czxid)) {
-    rc = DLOCK_ENOTOWNER; /* gone: deleted by an operator, or expired */
-  } else {
-    rc = dl_zk_delete_own(z, h->node);
-    if (rc == 0) rc = 1;
+  for (;;) {
+    atomic_fetch_add(&z->round_trips, 1);
+    int zrc = zoo_delete(z->zh, h->node, -1);
+    if (zrc == ZOK || (zrc == ZNONODE && lost_reply)) {
+      rc = 1;
+    } else if (zrc == ZNONODE) {
+      rc = dl_seterr(z->env->err_owner, DLOCK_ENOTOWNER, "'%s' was no longer "
+                     "held by %s (its node was deleted, or the session "
+                     "expired)", l->name, l->owner);
+    } else if ((zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) &&
+               dl_now_ms() < deadline) {
+      lost_reply = true;
+      dl_sleep_ms(20);
+      continue;
+    } else {
+      rc = dl_zk_err(z, zrc, "delete", h->node);
+      orphan_node(z, h->node); /* deleted later */
+    }
+    break;
   }
   hold_free(h);
   return rc;

@@ -256,3 +256,19 @@ double bench_ceiling_ops(redisContext *c, int64_t ms) {
   if (pairs < 0) return 0;
   return (double)pairs * 1000.0 / (double)(dl_now_ms() - t0);
 }
+
+double bench_client_ping_p50_us(const cli_global *g, const bench_opts *o,
+                                int n) {
+  dlock_client *c = bench_client(g, o, 0);
+  if (c == NULL) return 0;
+  bench_samples s = {0};
+  for (int i = 0; i < n; i++) {
+    int64_t t0 = dl_now_us();
+    if (dlock_client_ping(c) == 0) bench_samples_push(&s, dl_now_us() - t0);
+  }
+  dlock_client_close(c);
+  bench_samples_sort(&s);
+  double p = bench_samples_pct(&s, 0.5);
+  free(s.v);
+  return p;
+}

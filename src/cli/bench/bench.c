@@ -217,11 +217,23 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
   if (o.connections > 64) o.connections = 64;
   o.url = g->url ? g->url : "redis://127.0.0.1:6379";
   o.password = g->password;
-  redisContext *raw = bench_raw_connect(o.url, o.password);
-  if (raw == NULL) return EXIT_UNAVAILABLE;
-  if (bench_others_connect(&o) != 0) {
-    redisFree(raw);
-    return EXIT_UNAVAILABLE;
+  o.zk = strncmp(o.url, "zk://", 5) == 0;
+  if (o.zk && (o.async || o.plot || (strcmp(o.scenario, "uncontended") &&
+                                     strcmp(o.scenario, "contended")) ||
+               strcmp(o.kind, "semaphore") == 0)) {
+    cli_err("on zk://: uncontended or contended, --kind lock, fair or "
+            "permits, without --async or --plot");
+    return EXIT_USAGE;
+  }
+  /* The Redis baselines' plain connection (none on zk://). */
+  redisContext *raw = NULL;
+  if (!o.zk) {
+    raw = bench_raw_connect(o.url, o.password);
+    if (raw == NULL) return EXIT_UNAVAILABLE;
+    if (bench_others_connect(&o) != 0) {
+      redisFree(raw);
+      return EXIT_UNAVAILABLE;
+    }
   }
   int rc = 0;
   bench_report r;
@@ -240,7 +252,7 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
     rc = bench_measure(g, &o, raw, &r, NULL);
     bench_print_report(&r, o.json);
   }
-  redisFree(raw);
+  if (raw) redisFree(raw);
   bench_others_free(&o);
   return rc == 0 ? 0 : EXIT_UNAVAILABLE;
 }

@@ -25,6 +25,9 @@ typedef struct bench_opts {
   int64_t warmup_ms; /* --warmup: idle waiters wait this long unmeasured */
   const char *plot;
   const char *url, *password; /* for the interleaved baseline */
+  /* zk://: no Redis baselines; the round trip is the client's ping (an
+   * exists on "/"), lock names are znode paths. */
+  bool zk;
   /* redlock://: the baselines' connections to the servers after the
    * first (which is `raw`): the round trip is the slowest server's, the
    * server CPU all of theirs. */
@@ -79,6 +82,10 @@ double bench_server_cpu_us(struct redisContext *c);
 int64_t bench_ping_us(struct redisContext *c);
 /* The median of n PINGs, in microseconds. */
 double bench_ping_p50_us(struct redisContext *c, int n);
+/* The median of n dlock_client_ping on a client of its own (zk://: an
+ * exists on "/"), in microseconds; 0 if no client could be made. */
+double bench_client_ping_p50_us(const cli_global *g, const bench_opts *o,
+                                int n);
 /* The ceiling: lock cycles per second the server executes for `ms` when
  * they are pipelined on one connection; 0 on any error. */
 double bench_ceiling_ops(struct redisContext *c, int64_t ms);
@@ -123,6 +130,7 @@ typedef struct bench_report {
   double ops_per_sec, p50, p99, max;
   double rtt_p50, ceiling, cpu_per_op;
   double fanout_rtt_p50; /* redlock:// only, else 0 */
+  bool zk;               /* zk://: rtt_p50 is ZooKeeper's, no ceiling */
   long errors;
   /* contended */
   double utilisation, wait_p50, wait_p99, wait_max, wakeups_per_acquire;

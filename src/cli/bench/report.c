@@ -17,6 +17,7 @@ void bench_print_report(const bench_report *r, bool json) {
     if (r->fanout_rtt_p50 > 0)
       printf(",\"baseline_fanout_rtt_p50_us\":%.1f", r->fanout_rtt_p50);
     if (r->async) printf(",\"async\":true,\"inflight\":%d", r->inflight);
+    if (r->zk) printf(",\"backend\":\"zookeeper\"");
     if (strcmp(r->scenario, "idle-waiters") == 0)
       printf(",\"waiters\":%d,\"client_cpu_share\":%.4f,"
              "\"server_cpu_share\":%.4f",
@@ -57,14 +58,22 @@ void bench_print_report(const bench_report *r, bool json) {
            "us  max %9.1f us%s%s\n",
            r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50,
            r->p99, r->max, cont ? "  kind " : "", cont ? r->kind : "");
-  printf("  baselines: PING p50 %.1f us (2 x = %.1f us), ceiling %.0f "
-         "cycles/s; server CPU %.2f us/op; errors %ld\n",
-         r->rtt_p50, 2 * r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
+  if (r->zk)
+    printf("  baseline: ZooKeeper round trip (exists /) p50 %.1f us (2 x = "
+           "%.1f us); no ceiling or server CPU on zk://; errors %ld\n",
+           r->rtt_p50, 2 * r->rtt_p50, r->errors);
+  else
+    printf("  baselines: PING p50 %.1f us (2 x = %.1f us), ceiling %.0f "
+           "cycles/s; server CPU %.2f us/op; errors %ld\n",
+           r->rtt_p50, 2 * r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
   if (r->fanout_rtt_p50 > 0)
     printf("  redlock: PING to every server at once p50 %.1f us (2 x = %.1f "
            "us)\n",
            r->fanout_rtt_p50, 2 * r->fanout_rtt_p50);
-  if (strcmp(r->scenario, "uncontended") == 0)
+  if (strcmp(r->scenario, "uncontended") == 0 && r->zk)
+    printf("  ratio: p50 / (2 x round trip) = %.2f\n",
+           r->p50 / (2 * r->rtt_p50));
+  else if (strcmp(r->scenario, "uncontended") == 0)
     printf("  ratios: p50 / (2 x PING) = %.2f, ops / ceiling = %.2f%s\n",
            r->p50 / (2 * r->rtt_p50), r->ops_per_sec / r->ceiling,
            r->fanout_rtt_p50 > 0 ? " (one server's)" : "");

@@ -149,12 +149,21 @@ int bench_measure(const cli_global *g, const bench_opts *o,
   r->inflight = o->async ? o->inflight : 0;
   r->kind = o->kind;
   r->starvation_ms = o->starvation_ms;
-  r->rtt_p50 = bench_rtt_p50_us(o, raw, 2000);
-  r->fanout_rtt_p50 = bench_fanout_rtt_p50_us(o, raw, 2000);
-  r->ceiling = bench_ceiling_ops(raw, 1000);
+  r->zk = o->zk;
+  if (o->zk) {
+    r->rtt_p50 = bench_client_ping_p50_us(g, o, 2000);
+  } else {
+    r->rtt_p50 = bench_rtt_p50_us(o, raw, 2000);
+    r->fanout_rtt_p50 = bench_fanout_rtt_p50_us(o, raw, 2000);
+    r->ceiling = bench_ceiling_ops(raw, 1000);
+  }
   char lock_name[64];
-  snprintf(lock_name, sizeof lock_name, "bench:c:%d:%lld", (int)getpid(),
-           (long long)dl_now_us());
+  if (o->zk)
+    snprintf(lock_name, sizeof lock_name, "/dlock-bench/c-%d-%lld",
+             (int)getpid(), (long long)dl_now_us());
+  else
+    snprintf(lock_name, sizeof lock_name, "bench:c:%d:%lld", (int)getpid(),
+             (long long)dl_now_us());
   bench_result res = {0};
   uint64_t max_proc_wakeups = 0;
   bool contended = strcmp(o->scenario, "contended") == 0;
@@ -178,13 +187,13 @@ int bench_measure(const cli_global *g, const bench_opts *o,
       return -1;
     }
   }
-  double cpu0 = bench_servers_cpu_us(o, raw);
+  double cpu0 = raw ? bench_servers_cpu_us(o, raw) : 0;
   int64_t start = dl_now_us() + 300000; /* everyone connected by then */
   int64_t end = start + o->secs_ms * 1000;
   int rc = run_processes(
       g, o, contended ? bench_contended_worker : bench_uncontended_worker,
       lock_name, start, end, &res, &max_proc_wakeups);
-  double cpu1 = bench_servers_cpu_us(o, raw);
+  double cpu1 = raw ? bench_servers_cpu_us(o, raw) : 0;
   if (rc != 0) cli_err("a benchmark process failed");
   double secs = (double)o->secs_ms / 1000;
   bench_samples_sort(&res.lat);

@@ -23,10 +23,15 @@ void *bench_uncontended_worker(void *p) {
    * cycle on a plain connection: same moment, same conditions (this
    * machine's round trip drifts by a factor of three within minutes). */
   redisContext *raw = NULL;
-  if (w->o->threads == 1 && w->o->processes == 1 && w->o->nothers == 0)
+  bool alone = w->o->threads == 1 && w->o->processes == 1;
+  if (alone && w->o->nothers == 0 && !w->o->zk)
     raw = bench_raw_connect(w->o->url, w->o->password);
   char name[64];
-  snprintf(name, sizeof name, "bench:u:%d:%d", (int)getpid(), w->index);
+  if (w->o->zk)
+    snprintf(name, sizeof name, "/dlock-bench/u-%d/%d", (int)getpid(),
+             w->index);
+  else
+    snprintf(name, sizeof name, "bench:u:%d:%d", (int)getpid(), w->index);
   dlock_lock *l;
   if (dlock_lock_new(w->c, name, NULL, &l) != 0) {
     w->res.errors++;
@@ -45,7 +50,13 @@ void *bench_uncontended_worker(void *p) {
     }
     bench_samples_push(&w->res.lat, dl_now_us() - t0);
     w->res.ops++;
-    if (raw) bench_samples_push(&w->res.ping, bench_ping_us(raw));
+    if (raw) {
+      bench_samples_push(&w->res.ping, bench_ping_us(raw));
+    } else if (alone && w->o->zk) { /* the client's own round trip */
+      int64_t p0 = dl_now_us();
+      if (dlock_client_ping(w->c) == 0)
+        bench_samples_push(&w->res.ping, dl_now_us() - p0);
+    }
   }
   if (raw) redisFree(raw);
   dlock_lock_free(l);
