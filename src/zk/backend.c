@@ -132,6 +132,13 @@ static void zk_stats(dl_backend *b, dlock_client_stats *st) {
 static void zk_free(dl_backend *b) {
   dl_zk *z = (dl_zk *)b;
   if (z == NULL) return;
+  /* Election threads left from their own callback (dlock_leader_free
+   * there) may still be deleting their node: they end first. The closing
+   * flag (set by the client) makes any other end too. */
+  pthread_mutex_lock(&z->mu);
+  pthread_cond_broadcast(&z->cv);
+  while (z->participants > 0) pthread_cond_wait(&z->cv, &z->mu);
+  pthread_mutex_unlock(&z->mu);
   /* Closing ends the session (its nodes go) and joins the library's
    * threads, so no watcher runs on z after this. */
   if (z->zh) zookeeper_close(z->zh);

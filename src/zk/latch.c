@@ -135,6 +135,11 @@ static void *latch_main(void *arg) {
     free(e->id);
     free(e);
   }
+  /* The last touch of z: zk_free waits for this count to reach 0. */
+  pthread_mutex_lock(&z->mu);
+  z->participants--;
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
   return NULL;
 }
 
@@ -160,7 +165,13 @@ int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
   e->z = z;
   e->fn = fn;
   e->ud = ud;
+  pthread_mutex_lock(&z->mu);
+  z->participants++;
+  pthread_mutex_unlock(&z->mu);
   if (pthread_create(&e->thread, NULL, latch_main, e) != 0) {
+    pthread_mutex_lock(&z->mu);
+    z->participants--;
+    pthread_mutex_unlock(&z->mu);
     free(e->key);
     free(e->id);
     free(e);

@@ -45,6 +45,8 @@ typedef struct dl_zk {
   bool expired;    /* the session ended: its holds are gone */
   zk_hold *holds;
   zk_orphan *orphans;
+  int participants; /* election threads running (latch.c): the backend is
+                       freed only once they have all ended */
   dl_notice_fn notice;
   void *notice_ud;
   void (*state_fn)(void *ud, int state); /* watch_state's */
