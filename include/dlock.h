@@ -402,10 +402,12 @@ DLOCK_API int dlock_lock_force_release(dlock_lock *l);
 DLOCK_API int dlock_lock_is_locked(dlock_lock *l);
 
 /* Returns 1 if the owner (see dlock_lock_new) holds it, 0 if not, or a
- * negative code. */
+ * negative code. 0 without asking the server once this client has
+ * reported the owner's hold lost (dlock_lock_is_lost). */
 DLOCK_API int dlock_lock_is_held(dlock_lock *l);
 
-/* Returns the owner's hold count (0 if not held) or a negative code. */
+/* Returns the owner's hold count (0 if not held, as dlock_lock_is_held) or
+ * a negative code. */
 DLOCK_API int dlock_lock_hold_count(dlock_lock *l);
 
 /* Stores the lock's remaining lease in *ttl_ms: -2 if free, -1 if held with

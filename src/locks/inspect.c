@@ -35,7 +35,21 @@ int dlock_lock_is_locked(dlock_lock *l) {
   return rc ? rc : (v > 0);
 }
 
+/* Whether this client has already reported its hold of l lost: then it
+ * does not hold it, whatever the server can say (zk://: nothing, while
+ * the connection is down). */
+static bool known_lost(dlock_lock *l) {
+  char owner[DL_OWNER_MAX];
+  if (l == NULL || dl_lock_owner(l, owner) != 0) return false;
+  pthread_mutex_lock(&l->c->holds_mu);
+  dl_hold *h = dl_hold_find(l->c, l->key, owner);
+  bool lost = h && h->lost;
+  pthread_mutex_unlock(&l->c->holds_mu);
+  return lost;
+}
+
 int dlock_lock_is_held(dlock_lock *l) {
+  if (known_lost(l)) return 0;
   long long v = 0;
   int rc = query(l, DL_QUERY_HELD, &v);
   return rc ? rc : (v > 0);
@@ -54,6 +68,7 @@ static int plain_count(dlock_lock *l) {
 }
 
 int dlock_lock_hold_count(dlock_lock *l) {
+  if (known_lost(l)) return 0;
   long long v = 0;
   int rc = query(l, DL_QUERY_COUNT, &v);
   if (rc == 0 && v > 0 && l->plain) v = plain_count(l);
