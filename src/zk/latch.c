@@ -38,7 +38,8 @@ static int step(dl_elect *e) {
   if (e->node[0] == '\0') {
     int64_t deadline = dl_now_ms() + z->command_timeout_ms;
     if (dl_zk_create_protected(z, e->key, "latch-", e->id, NULL, e->node,
-                               sizeof e->node, &e->czxid, deadline) != 0) {
+                               sizeof e->node, &e->czxid, deadline,
+                               NULL) != 0) {
       e->node[0] = '\0';
       return -1;
     }

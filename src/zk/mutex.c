@@ -279,25 +279,27 @@ void dl_zk_clean_orphans(dl_zk *z) {
   }
 }
 
-int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
-                           const char *data, const char *with_uuid, char *node,
-                           size_t len, uint64_t *czxid, int64_t deadline) {
-  char uuid[37], prefix[64], path[NODE_MAX];
-  if (with_uuid) snprintf(uuid, sizeof uuid, "%s", with_uuid);
-  else if (dl_uuid4(uuid) != 0)
-    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "no random bytes");
-  snprintf(prefix, sizeof prefix, "_c_%s-", uuid);
-  snprintf(path, sizeof path, "%s/%s%s", key, prefix, mark);
+/* The create loop of dl_zk_create_protected, for the node `path` (under
+ * key, protected by `prefix`). `tried`: the result of a create already
+ * sent for it (ZOK never), or 0 for none. */
+static int create_loop(dl_zk *z, const char *key, const char *prefix,
+                       const char *path, const char *data, char *node,
+                       size_t len, uint64_t *czxid, int64_t deadline,
+                       int tried) {
   bool parents = false;
   for (;;) {
-    struct Stat st;
-    atomic_fetch_add(&z->round_trips, 1);
-    int zrc = zoo_create2(z->zh, path, data, (int)strlen(data),
-                          &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
-                          node, (int)len, &st);
-    if (zrc == ZOK) {
-      *czxid = (uint64_t)st.czxid;
-      return 0;
+    int zrc = tried;
+    tried = 0;
+    if (zrc == 0) {
+      struct Stat st;
+      atomic_fetch_add(&z->round_trips, 1);
+      zrc = zoo_create2(z->zh, path, data, (int)strlen(data),
+                        &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, node,
+                        (int)len, &st);
+      if (zrc == ZOK) {
+        *czxid = (uint64_t)st.czxid;
+        return 0;
+      }
     }
     if (zrc == ZNONODE && !parents) {
       parents = true;
@@ -336,6 +338,103 @@ int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
   }
 }
 
+/* A create and a listing sent back to back (one round trip: ZooKeeper
+ * answers a session's requests in order, so the listing sees the node). */
+typedef struct pipelined {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int pending;
+  int create_rc, list_rc;
+  char *node;
+  size_t len;
+  uint64_t czxid;
+  struct String_vector sv;
+} pipelined;
+
+static void on_created(int rc, const char *value, const struct Stat *st,
+                       const void *data) {
+  pipelined *p = (pipelined *)data;
+  pthread_mutex_lock(&p->mu);
+  p->create_rc = rc;
+  if (rc == ZOK && value && st) {
+    snprintf(p->node, p->len, "%s", value);
+    p->czxid = (uint64_t)st->czxid;
+  }
+  p->pending--;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+static void on_listed(int rc, const struct String_vector *sv,
+                      const void *data) {
+  pipelined *p = (pipelined *)data;
+  pthread_mutex_lock(&p->mu);
+  p->list_rc = rc;
+  /* The library frees sv after this returns: a copy. */
+  if (rc == ZOK && sv && allocate_String_vector(&p->sv, sv->count) == 0) {
+    for (int i = 0; i < sv->count; i++)
+      if ((p->sv.data[i] = strdup(sv->data[i])) == NULL)
+        p->list_rc = ZSYSTEMERROR;
+  } else if (rc == ZOK) {
+    p->list_rc = ZSYSTEMERROR;
+  }
+  p->pending--;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
+                           const char *data, const char *with_uuid, char *node,
+                           size_t len, uint64_t *czxid, int64_t deadline,
+                           struct String_vector *listed) {
+  char uuid[37], prefix[64], path[NODE_MAX];
+  if (with_uuid)
+    snprintf(uuid, sizeof uuid, "%s", with_uuid);
+  else if (dl_uuid4(uuid) != 0)
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "no random bytes");
+  snprintf(prefix, sizeof prefix, "_c_%s-", uuid);
+  snprintf(path, sizeof path, "%s/%s%s", key, prefix, mark);
+  if (listed) memset(listed, 0, sizeof *listed);
+  if (listed == NULL)
+    return create_loop(z, key, prefix, path, data, node, len, czxid, deadline,
+                       0);
+  pipelined p = {.pending = 2, .node = node, .len = len};
+  pthread_mutex_init(&p.mu, NULL);
+  pthread_cond_init(&p.cv, NULL);
+  atomic_fetch_add(&z->round_trips, 1);
+  int arc =
+      zoo_acreate2(z->zh, path, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
+                   ZOO_EPHEMERAL_SEQUENTIAL, on_created, &p);
+  if (arc != ZOK) {
+    p.pending = 0;
+    p.create_rc = arc;
+  } else if (zoo_aget_children(z->zh, key, 0, on_listed, &p) != ZOK) {
+    p.pending--; /* the create's completion still comes */
+    p.list_rc = ZSYSTEMERROR;
+  }
+  /* Every completion is called, whatever happens (ZCLOSING at worst): p
+   * must outlive them. */
+  pthread_mutex_lock(&p.mu);
+  while (p.pending > 0)
+    pthread_cond_wait(&p.cv, &p.mu);
+  pthread_mutex_unlock(&p.mu);
+  pthread_mutex_destroy(&p.mu);
+  pthread_cond_destroy(&p.cv);
+  if (p.create_rc == ZOK) {
+    *czxid = p.czxid;
+    if (p.list_rc == ZOK)
+      *listed = p.sv; /* the caller's now */
+    else if (p.sv.data)
+      deallocate_String_vector(&p.sv);
+    return 0;
+  }
+  if (p.sv.data) deallocate_String_vector(&p.sv);
+  /* Not created, or not known: the loop resolves it (parents made, a lost
+   * reply looked up by the protected name). */
+  return create_loop(z, key, prefix, path, data, node, len, czxid, deadline,
+                     p.create_rc);
+}
+
 /* Where our node (index idx of the n sorted) stands: -1 it has the lock,
  * else the index of the node to watch. The mutex and the writer: the first
  * node has it, the others watch the one just before (of either side). A
@@ -350,13 +449,20 @@ static int turn_of(dl_lock_kind kind, char **v, int idx) {
 
 /* Waits (or not) until our node has its turn: 1 acquired, 0 not by the
  * deadline, or a negative code. */
-int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node) {
+int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
+                     struct String_vector *first) {
   const char *key = a->lock->key;
   const char *mine = strrchr(node, '/') + 1;
   for (;;) {
     struct String_vector sv = {0};
-    atomic_fetch_add(&z->round_trips, 1);
-    int zrc = zoo_get_children(z->zh, key, 0, &sv);
+    int zrc = ZOK;
+    if (first && first->data) { /* listed with the create */
+      sv = *first;
+      first->data = NULL;
+    } else {
+      atomic_fetch_add(&z->round_trips, 1);
+      zrc = zoo_get_children(z->zh, key, 0, &sv);
+    }
     if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
     char **v;
     int n = dl_zk_sorted_locks(&sv, &v);
@@ -462,11 +568,14 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
   char data[DL_OWNER_MAX + DLOCK_INFO_MAX + 2];
   snprintf(data, sizeof data, "%s%s%s", l->owner,
            a->info && *a->info ? "\n" : "", a->info ? a->info : "");
+  struct String_vector first;
   rc = dl_zk_create_protected(z, l->key, mark_of(l->kind), data, NULL, node,
-                              sizeof node, &czxid, limit);
+                              sizeof node, &czxid, limit, &first);
   if (rc != 0) return rc;
   /* The write holder takes the read side at once: the downgrade. */
-  rc = l->kind == DL_KIND_READ && other_held ? 1 : dl_zk_await_turn(z, a, node);
+  rc = l->kind == DL_KIND_READ && other_held ? 1
+                                              : dl_zk_await_turn(z, a, node, &first);
+  if (first.data) deallocate_String_vector(&first);
   if (rc != 1) {
     /* Not acquired (timeout or error): our node goes, as Curator's. */
     dl_zk_delete_own(z, node);

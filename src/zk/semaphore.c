@@ -195,10 +195,12 @@ int dl_zk_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
   dl_acquire a = {.lock = &lr, .wait = wait, .deadline = deadline};
   char mnode[NODE_MAX];
   uint64_t mz;
+  struct String_vector first;
   rc = dl_zk_create_protected(z, locks, "lock-", owner, NULL, mnode,
-                              sizeof mnode, &mz, limit);
+                              sizeof mnode, &mz, limit, &first);
   if (rc != 0) return rc;
-  rc = dl_zk_await_turn(z, &a, mnode);
+  rc = dl_zk_await_turn(z, &a, mnode, &first);
+  if (first.data) deallocate_String_vector(&first);
   if (rc == 1) {
     /* 2. Our lease node, named by the permit's id; 3. wait until the
      * leases fit the permits. */
@@ -207,7 +209,7 @@ int dl_zk_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
     uuid_of(id, uuid);
     sub(leases, sizeof leases, s->key, "leases");
     rc = dl_zk_create_protected(z, leases, "lease-", owner, uuid, lnode,
-                                sizeof lnode, &lz, limit);
+                                sizeof lnode, &lz, limit, NULL);
     if (rc == 0) {
       rc = await_lease(z, s->key, lnode, wait, deadline);
       if (rc == 1) {

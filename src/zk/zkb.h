@@ -111,20 +111,25 @@ bool dl_zk_is_writer(const char *name);
 int dl_zk_holders(char **v, int n);
 /* Creates key + "/_c_<uuid>-" + mark (with_uuid, or a fresh UUID) as a
  * protected ephemeral-sequential node with `data` (the missing parents as
- * containers), resolving a
+ * containers). With `listed` non-NULL, key's children are listed in the
+ * same round trip (the request right behind the create): when created,
+ * listed->data is NULL (no listing) or the caller's to deallocate. Resolving a
  * connection loss through the protected name until the deadline: 0 with
  * the node's path in node (len bytes) and its czxid, or a negative code (no
  * node left behind that we know of). */
 int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
                            const char *data, const char *with_uuid, char *node,
-                           size_t len, uint64_t *czxid, int64_t deadline);
+                           size_t len, uint64_t *czxid, int64_t deadline,
+                           struct String_vector *listed);
 /* Creates path and every missing parent as containers, as Curator's
  * creatingParentContainersIfNeeded: 0 or a negative code. */
 int dl_zk_make_parents(dl_zk *z, const char *path);
 /* Waits (or not: a->wait) until `node`, a lock node of a->lock->kind under
  * a->lock->key, has its turn: 1 it has, 0 not by a->deadline, or a
- * negative code. The node stays either way. */
-int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node);
+ * negative code. The node stays either way. `first`: a listing of the
+ * children already made (taken and deallocated), or NULL. */
+int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
+                     struct String_vector *first);
 /* Deletes a node, retrying a connection loss until the deadline: 0 deleted
  * (or already gone), or a negative code. */
 int dl_zk_delete_node(dl_zk *z, const char *node, int64_t deadline);
