@@ -582,6 +582,48 @@ static void t_zk_permits(void) {
   th_zk_stop(&zk);
 }
 
+/* The multi-lock over ZooKeeper mutexes: all or nothing (one of them held
+ * elsewhere: nothing taken, no node left), tokens per lock, released
+ * together. */
+static void t_zk_multilock(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0);
+  CHECK(a && b);
+  dlock_lock *l[3], *other;
+  const char *names[3] = {"/ml/c", "/ml/a", "/ml/b"};
+  for (int i = 0; i < 3; i++)
+    CHECK_RC(dlock_lock_new(a, names[i], "me", &l[i]), 0);
+  CHECK_RC(dlock_lock_new(b, "/ml/b", "other", &other), 0);
+  dlock_multilock *m;
+  CHECK_RC(dlock_multilock_new(l, 3, &m), 0);
+  CHECK_RC(dlock_lock_try_acquire(other, 0, 0, NULL), 0);
+  uint64_t tok[3] = {0};
+  CHECK_RC(dlock_multilock_try_acquire(m, 200, 0, tok), DLOCK_EBUSY);
+  for (int i = 0; i < 3; i++) {
+    CHECK_EQ(dlock_lock_is_held(l[i]), 0);
+    CHECK_EQ(children(zh, names[i], NULL, 0) > 0,
+             strcmp(names[i], "/ml/b") == 0);
+  }
+  CHECK_RC(dlock_lock_release(other), 1);
+  CHECK_RC(dlock_multilock_try_acquire(m, 2000, 0, tok), 0);
+  for (int i = 0; i < 3; i++) {
+    CHECK(tok[i] > 0);
+    CHECK_EQ(dlock_lock_is_held(l[i]), 1);
+  }
+  CHECK_RC(dlock_lock_try_acquire(other, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_multilock_release(m), 0);
+  for (int i = 0; i < 3; i++)
+    CHECK(children(zh, names[i], NULL, 0) <= 0);
+  dlock_multilock_free(m);
+  for (int i = 0; i < 3; i++)
+    dlock_lock_free(l[i]);
+  dlock_lock_free(other);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
 /* A try that gives up (at once, or after its wait) leaves no node behind,
  * and another client's holder is unaffected. */
 static void t_zk_try_timeout(void) {
@@ -1027,10 +1069,11 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_mutex_layout), T_BARE(t_zk_other_kinds),
         T_BARE(t_zk_rwlock), T_BARE(t_zk_leader),
         T_BARE(t_zk_leader_free_in_callback), T_BARE(t_zk_leader_expiry),
-        T_BARE(t_zk_permits), T_BARE(t_zk_server_restart),
-        T_BARE(t_zk_ensemble_leader_killed), T_BARE(t_zk_try_timeout),
-        T_BARE(t_zk_fifo_handoff), T_BARE(t_zk_session_expiry_loss),
-        T_BARE(t_zk_chroot), T_BARE(t_zk_inspect))
+        T_BARE(t_zk_permits), T_BARE(t_zk_multilock),
+        T_BARE(t_zk_server_restart), T_BARE(t_zk_ensemble_leader_killed),
+        T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
+        T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
+        T_BARE(t_zk_inspect))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */
