@@ -2,6 +2,7 @@
  * the ZooKeeper backend's mutex (Curator's InterProcessMutex layout) against
  * it, with a raw libzookeeper handle to look at the nodes. */
 #include "harness.h"
+#include "loop_drivers.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -582,6 +583,95 @@ static void t_zk_permits(void) {
   th_zk_stop(&zk);
 }
 
+/* The event-loop client on zk://: a waiter on the loop is woken by a
+ * blocking client's release and gets a larger token; a cancelled wait
+ * ends at once with DLOCK_ECANCELED and leaves no node; queries, status,
+ * list and the permits run on the loop; an operation in flight when the
+ * client closes completes within the close with DLOCK_ECLOSED. */
+static void t_zk_async(void) {
+  ZK_SETUP(zk, zh);
+  td_loop t;
+  CHECK_RC(td_open(&t, TD_BUILTIN), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = zk.url;
+  dlock_client *ac = NULL, *b = zclient(&zk, 0);
+  CHECK(b != NULL);
+  CHECK_RC(dlock_client_open_async(&o, t.lp, &ac), 0);
+  dlock_lock *w, *h;
+  CHECK_RC(dlock_lock_new(ac, "/as/x", "w", &w), 0);
+  CHECK_RC(dlock_lock_new(b, "/as/x", "h", &h), 0);
+  uint64_t ht = 0;
+  CHECK_RC(dlock_lock_try_acquire(h, 0, 0, &ht), 0);
+  td_got g = {0};
+  CHECK_RC(dlock_lock_acquire_async(w, 10000, 0, td_on_done, &g, NULL), 0);
+  CHECK_EQ(g.calls, 0); /* never within the call */
+  td_run_for(&t, 200);
+  CHECK_EQ(g.calls, 0);
+  CHECK_EQ(children(zh, "/as/x", NULL, 0), 2); /* queued */
+  CHECK_RC(dlock_lock_release(h), 1);
+  CHECK(td_run_until(&t, &g.calls, 5000));
+  CHECK_RC(g.rc, 0);
+  CHECK(g.token > ht);
+  td_got q = {0};
+  CHECK_RC(dlock_lock_is_held_async(w, td_on_done, &q, NULL), 0);
+  CHECK(td_run_until(&t, &q.calls, 5000));
+  CHECK_RC(q.rc, 1);
+  dlock_lock_state st;
+  td_got i = {0};
+  CHECK_RC(dlock_lock_inspect_async(w, &st, td_on_done, &i, NULL), 0);
+  CHECK(td_run_until(&t, &i.calls, 5000));
+  CHECK_RC(i.rc, 0);
+  CHECK_EQ(st.token, g.token);
+  td_got r = {0};
+  CHECK_RC(dlock_lock_release_async(w, td_on_done, &r, NULL), 0);
+  CHECK(td_run_until(&t, &r.calls, 5000));
+  CHECK_RC(r.rc, 1);
+  CHECK_EQ(children(zh, "/as/x", NULL, 0), 0);
+  /* Cancelled while waiting: at once, and its node goes. */
+  CHECK_RC(dlock_lock_try_acquire(h, 0, 0, &ht), 0);
+  td_got c = {0};
+  dlock_op *op = NULL;
+  CHECK_RC(dlock_lock_acquire_async(w, 10000, 0, td_on_done, &c, &op), 0);
+  td_run_for(&t, 200);
+  CHECK_EQ(c.calls, 0);
+  int64_t t0 = th_now_ms();
+  dlock_op_cancel(op);
+  CHECK(td_run_until(&t, &c.calls, 5000));
+  CHECK_RC(c.rc, DLOCK_ECANCELED);
+  CHECK(th_now_ms() - t0 < 1000);
+  CHECK_EQ(children(zh, "/as/x", NULL, 0), 1);
+  /* The permits on the loop. */
+  dlock_permits *p;
+  CHECK_RC(dlock_permits_new(ac, "/as/sem", &p), 0);
+  td_got ps = {0}, pa = {0};
+  CHECK_RC(dlock_permits_try_set_permits_async(p, 1, td_on_done, &ps, NULL), 0);
+  CHECK(td_run_until(&t, &ps.calls, 5000));
+  CHECK_RC(ps.rc, 1);
+  char id[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_acquire_async(p, 0, 0, id, td_on_done, &pa, NULL), 0);
+  CHECK(td_run_until(&t, &pa.calls, 5000));
+  CHECK_RC(pa.rc, 0);
+  CHECK_EQ(count_marked(zh, "/as/sem/leases", "lease-"), 1);
+  /* In flight at the close: completed within it. */
+  td_got z = {0};
+  CHECK_RC(dlock_lock_acquire_async(w, 20000, 0, td_on_done, &z, NULL), 0);
+  td_run_for(&t, 100);
+  CHECK_EQ(z.calls, 0);
+  dlock_permits_free(p);
+  dlock_lock_free(w);
+  dlock_client_close(ac);
+  CHECK_EQ(z.calls, 1);
+  CHECK_RC(z.rc, DLOCK_ECLOSED);
+  td_close(&t);
+  CHECK_EQ(children(zh, "/as/x", NULL, 0), 1); /* h's only */
+  CHECK_RC(dlock_lock_release(h), 1);
+  dlock_lock_free(h);
+  dlock_client_close(b);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
 /* The multi-lock over ZooKeeper mutexes: all or nothing (one of them held
  * elsewhere: nothing taken, no node left), tokens per lock, released
  * together. */
@@ -1069,7 +1159,7 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_mutex_layout), T_BARE(t_zk_other_kinds),
         T_BARE(t_zk_rwlock), T_BARE(t_zk_leader),
         T_BARE(t_zk_leader_free_in_callback), T_BARE(t_zk_leader_expiry),
-        T_BARE(t_zk_permits), T_BARE(t_zk_multilock),
+        T_BARE(t_zk_permits), T_BARE(t_zk_multilock), T_BARE(t_zk_async),
         T_BARE(t_zk_server_restart), T_BARE(t_zk_ensemble_leader_killed),
         T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
         T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),

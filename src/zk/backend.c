@@ -92,7 +92,9 @@ void dl_zk_watcher(zhandle_t *zh, int type, int state, const char *path,
   }
   pthread_cond_broadcast(&z->cv);
   pthread_mutex_unlock(&z->mu);
-  if (fn) fn(ud, NULL, 0);
+  /* On an event-loop client the notice goes to the loop's thread. */
+  if (fn && z->env->loop) dl_zk_post_notice(z);
+  else if (fn) fn(ud, NULL, 0);
   if (told && sfn) sfn(sud, told);
 }
 
@@ -116,7 +118,7 @@ static int zk_watch_losses(dl_backend *b, dl_notice_fn fn, void *ud) {
   return 0;
 }
 
-static int zk_ping(dl_backend *b) {
+int dl_zk_ping(dl_backend *b) {
   dl_zk *z = (dl_zk *)b;
   struct Stat st;
   atomic_fetch_add(&z->round_trips, 1);
@@ -139,6 +141,8 @@ static void zk_free(dl_backend *b) {
   pthread_cond_broadcast(&z->cv);
   while (z->participants > 0) pthread_cond_wait(&z->cv, &z->mu);
   pthread_mutex_unlock(&z->mu);
+  /* An event-loop client's operations end, their callers are told. */
+  if (z->env->loop) dl_zk_async_close(z);
   /* Closing ends the session (its nodes go) and joins the library's
    * threads, so no watcher runs on z after this. */
   if (z->zh) zookeeper_close(z->zh);
@@ -165,7 +169,18 @@ static const dl_backend_ops zk_ops = {
     .elect_join = dl_zk_elect_join,
     .elect_leave = dl_zk_elect_leave,
     .elect_leader = dl_zk_elect_leader,
-    .ping = zk_ping,
+    .ping = dl_zk_ping,
+    .lock_acquire_async = dl_zk_lock_acquire_async,
+    .lock_release_async = dl_zk_lock_release_async,
+    .lock_force_release_async = dl_zk_lock_force_release_async,
+    .lock_query_async = dl_zk_lock_query_async,
+    .inspect_async = dl_zk_inspect_async,
+    .scan_async = dl_zk_scan_async,
+    .ping_async = dl_zk_ping_async,
+    .renew_async = dl_zk_renew_async,
+    .permit_acquire_async = dl_zk_permit_acquire_async,
+    .sync_update_async = dl_zk_sync_update_async,
+    .cancel = dl_zk_cancel,
     .stats = zk_stats,
     .free = zk_free,
 };
@@ -188,9 +203,6 @@ static int await_connected(dl_zk *z, int timeout_ms) {
 int dl_zk_backend_new(const dlock_client_options *opts,
                       const dl_backend_env *env, dl_backend **out) {
   *out = NULL;
-  if (env->loop != NULL)
-    return dl_seterr(NULL, DLOCK_ENOTSUP, "the ZooKeeper backend has no "
-                     "event-loop client yet: use dlock_client_open");
   if (opts->zk_session_timeout_ms <= 0 || opts->zk_connect_timeout_ms <= 0)
     return dl_seterr(NULL, DLOCK_EINVAL, "zk_session_timeout_ms and "
                      "zk_connect_timeout_ms must be positive");
@@ -209,8 +221,14 @@ int dl_zk_backend_new(const dlock_client_options *opts,
   z->session_timeout_ms = opts->zk_session_timeout_ms;
   z->command_timeout_ms = env->command_timeout_ms;
   z->state = ZOO_CONNECTING_STATE;
+  z->evfd = -1;
   pthread_mutex_init(&z->mu, NULL);
   dl_cond_init(&z->cv);
+  if (env->loop && (rc = dl_zk_async_init(z)) != 0) {
+    free(connect);
+    zk_free(&z->base);
+    return rc;
+  }
   z->zh = zookeeper_init2(connect, dl_zk_watcher, z->session_timeout_ms, NULL,
                           z, 0, quiet_log);
   if (z->zh == NULL) {

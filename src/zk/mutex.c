@@ -482,7 +482,7 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
       return dl_seterr(z->env->err_owner, DLOCK_ELOST, "our lock node %s "
                        "is gone (the session expired?)", node);
     if (w < 0) return 1;
-    if (!a->wait || dl_now_ms() >= a->deadline) return 0;
+    if (!a->wait || dl_now_ms() >= a->deadline || dl_zk_cancelled()) return 0;
     /* Watch that one node only (no herd), with getData as Curator, so
      * that no watch is left on a node that does not exist. */
     pthread_mutex_lock(&z->mu);
@@ -496,7 +496,7 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
     if (zrc != ZOK) return dl_zk_err(z, zrc, "watch", pred);
     pthread_mutex_lock(&z->mu);
     while (z->events == seen && !z->expired && !atomic_load(z->env->closing) &&
-           dl_now_ms() < a->deadline) {
+           !dl_zk_cancelled() && dl_now_ms() < a->deadline) {
       struct timespec ts;
       dl_abstime(a->deadline, &ts);
       pthread_cond_timedwait(&z->cv, &z->mu, &ts);

@@ -154,10 +154,10 @@ static int await_lease(dl_zk *z, const char *path, const char *node,
                        "is gone (the session expired?)", node);
     if (zrc != ZOK) return dl_zk_err(z, zrc, "check", node);
     if (n <= max) return 1;
-    if (!wait || dl_now_ms() >= deadline) return 0;
+    if (!wait || dl_now_ms() >= deadline || dl_zk_cancelled()) return 0;
     pthread_mutex_lock(&z->mu);
     while (z->events == seen && !z->expired && !atomic_load(z->env->closing) &&
-           dl_now_ms() < deadline) {
+           !dl_zk_cancelled() && dl_now_ms() < deadline) {
       struct timespec ts;
       dl_abstime(deadline, &ts);
       pthread_cond_timedwait(&z->cv, &z->mu, &ts);

@@ -47,6 +47,14 @@ typedef struct dl_zk {
   zk_orphan *orphans;
   int participants; /* election threads running (latch.c): the backend is
                        freed only once they have all ended */
+  /* An event-loop client's (async.c): the eventfd the loop watches, the
+   * operations done and not yet handed to the loop, the threads running
+   * operations, and a loss notice to pass on there. */
+  int evfd;
+  dl_watch *watch;
+  struct dl_async *done_head, *done_tail;
+  int op_threads;
+  bool notice_posted;
   dl_notice_fn notice;
   void *notice_ud;
   void (*state_fn)(void *ud, int state); /* watch_state's */
@@ -141,6 +149,45 @@ int dl_zk_delete_own(dl_zk *z, const char *node);
 void dl_zk_clean_orphans(dl_zk *z);
 /* Frees the orphan list (the client closing: its session ends). */
 void dl_zk_orphans_free(zk_orphan *o);
+/* async.c: the event-loop client's operations, each on a thread of its
+ * own, results handed to the loop's thread. */
+int dl_zk_async_init(dl_zk *z);
+void dl_zk_async_close(dl_zk *z);
+/* Hands a loss notice (any key) to the loop's thread. */
+void dl_zk_post_notice(dl_zk *z);
+/* Whether the operation this thread runs was cancelled (its waits end as
+ * at their deadline). */
+bool dl_zk_cancelled(void);
+int dl_zk_ping(dl_backend *b);
+int dl_zk_lock_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
+                             void *ud, dl_async **out);
+int dl_zk_lock_release_async(dl_backend *b, const dl_lock_ref *l,
+                             int64_t lease_ms, int count, dl_done_fn done,
+                             void *ud, dl_async **out);
+int dl_zk_lock_force_release_async(dl_backend *b, const dl_lock_ref *l,
+                                   dl_done_fn done, void *ud, dl_async **out);
+int dl_zk_lock_query_async(dl_backend *b, const dl_lock_ref *l,
+                           dl_lock_query q, long long *v, dl_done_fn done,
+                           void *ud, dl_async **out);
+int dl_zk_inspect_async(dl_backend *b, const char *key, dlock_lock_state *st,
+                        dl_done_fn done, void *ud, dl_async **out);
+int dl_zk_scan_async(dl_backend *b, const char *match, size_t prefix_len,
+                     dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
+                     dl_async **out);
+int dl_zk_ping_async(dl_backend *b, dl_done_fn done, void *ud,
+                     dl_async **out);
+int dl_zk_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                      dl_renew_item *items, int *calls, dl_done_fn done,
+                      void *ud, dl_async **out);
+int dl_zk_permit_acquire_async(dl_backend *b, const dl_sync_ref *s,
+                               const char *id, int64_t lease_ms, bool wait,
+                               int64_t deadline, int64_t *valid_until,
+                               dl_done_fn done, void *ud, dl_async **out);
+int dl_zk_sync_update_async(dl_backend *b, const dl_sync_ref *s,
+                            dl_sync_op sop, long long n, const char *id,
+                            long long *v, dl_done_fn done, void *ud,
+                            dl_async **out);
+void dl_zk_cancel(dl_backend *b, dl_async *op);
 /* latch.c: Curator's LeaderLatch (the seam's elect_* entries). */
 int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
                      dl_elect_fn fn, void *ud, dl_elect **out);

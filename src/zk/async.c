@@ -1,0 +1,378 @@
+/* async.c: the ZooKeeper backend on an event-loop client. Each operation
+ * runs its blocking form on a thread of its own (as a Curator caller's
+ * thread blocks in acquire()), and its result reaches the loop's thread
+ * through an eventfd the loop watches; so do the session's loss notices.
+ * The loop never blocks on ZooKeeper. A cancel ends the operation's wait
+ * at once (the waits check the thread's cancel flag). */
+#include "zkb.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+typedef enum zop_kind {
+  ZOP_ACQUIRE,
+  ZOP_RELEASE,
+  ZOP_FORCE,
+  ZOP_QUERY,
+  ZOP_INSPECT,
+  ZOP_SCAN,
+  ZOP_PING,
+  ZOP_RENEW,
+  ZOP_PERMIT,
+  ZOP_UPDATE
+} zop_kind;
+
+/* One operation in flight: its arguments (borrowed until done runs, as
+ * the seam says), its result and detail. */
+struct dl_async {
+  struct dl_async *next;
+  dl_zk *z;
+  zop_kind kind;
+  dl_done_fn done;
+  void *ud;
+  atomic_bool cancelled;
+  int rc;
+  char msg[512];
+  dl_acquire *a;
+  const dl_lock_ref *l;
+  const dl_sync_ref *s;
+  int64_t lease_ms, deadline;
+  int count, n;
+  dl_lock_query q;
+  long long *v, nn;
+  const char *key, *match, *id;
+  dlock_lock_state *st;
+  size_t prefix_len;
+  dlock_scan_cb cb;
+  void *cb_ud;
+  char **names; /* a scan's, delivered to cb on the loop */
+  int nnames, cap;
+  dl_renew_item *items;
+  int *calls;
+  bool wait;
+  int64_t *valid_until;
+  dl_sync_op op;
+};
+
+/* The cancel flag of the operation this thread runs, if any. */
+static _Thread_local const atomic_bool *cancel_flag;
+
+bool dl_zk_cancelled(void) {
+  return cancel_flag != NULL && atomic_load(cancel_flag);
+}
+
+/* A scan's names, kept for the loop. */
+static int collect(const char *name, void *ud) {
+  dl_async *op = ud;
+  if (op->nnames == op->cap) {
+    int cap = op->cap ? 2 * op->cap : 16;
+    char **nv = realloc(op->names, (size_t)cap * sizeof *nv);
+    if (nv == NULL) return 1;
+    op->names = nv;
+    op->cap = cap;
+  }
+  if ((op->names[op->nnames] = dl_strdup(name)) == NULL) return 1;
+  op->nnames++;
+  return 0;
+}
+
+static int run(dl_async *op) {
+  dl_backend *b = &op->z->base;
+  switch (op->kind) {
+  case ZOP_ACQUIRE:
+    return dl_zk_lock_acquire(b, op->a);
+  case ZOP_RELEASE:
+    return dl_zk_lock_release(b, op->l, op->lease_ms, op->count);
+  case ZOP_FORCE:
+    return dl_zk_lock_force_release(b, op->l);
+  case ZOP_QUERY:
+    return dl_zk_lock_query(b, op->l, op->q, op->v);
+  case ZOP_INSPECT:
+    return dl_zk_inspect(b, op->key, op->st);
+  case ZOP_SCAN:
+    return dl_zk_scan(b, op->match, op->prefix_len, collect, op);
+  case ZOP_PING:
+    return dl_zk_ping(b);
+  case ZOP_RENEW:
+    return dl_zk_renew(b, op->deadline, op->lease_ms, op->n, op->items,
+                       op->calls);
+  case ZOP_PERMIT:
+    return dl_zk_permit_acquire(b, op->s, op->id, op->lease_ms, op->wait,
+                                op->deadline, op->valid_until);
+  case ZOP_UPDATE:
+    return dl_zk_sync_update(b, op->s, op->op, op->nn, op->id, op->v);
+  }
+  return DLOCK_EINVAL;
+}
+
+static void *op_main(void *arg) {
+  dl_async *op = arg;
+  dl_zk *z = op->z;
+  cancel_flag = &op->cancelled;
+  op->rc = run(op);
+  cancel_flag = NULL;
+  /* The detail is this thread's: copied for the loop's. */
+  if (op->rc < 0)
+    snprintf(op->msg, sizeof op->msg, "%s",
+             dlock_client_errmsg(z->env->err_owner));
+  pthread_mutex_lock(&z->mu);
+  if (z->done_tail) z->done_tail->next = op;
+  else z->done_head = op;
+  z->done_tail = op;
+  pthread_mutex_unlock(&z->mu);
+  uint64_t one = 1;
+  while (write(z->evfd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+  /* The last touch of z: zk_free waits for the count to reach 0. */
+  pthread_mutex_lock(&z->mu);
+  z->op_threads--;
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+  return NULL;
+}
+
+/* Calls op's done (on the loop's thread) and frees op. */
+static void finish(dl_zk *z, dl_async *op) {
+  int rc = op->rc;
+  if (op->kind == ZOP_SCAN) { /* the names, to cb here: how many passed */
+    bool stop = rc < 0;
+    int passed = 0;
+    for (int i = 0; i < op->nnames; i++) {
+      if (!stop) {
+        passed++;
+        stop = op->cb(op->names[i], op->cb_ud) != 0;
+      }
+      free(op->names[i]);
+    }
+    free(op->names);
+    if (rc >= 0) rc = passed;
+  }
+  if (rc < 0) dl_seterr(z->env->err_owner, rc, "%s", op->msg);
+  dl_done_fn done = op->done;
+  void *ud = op->ud;
+  free(op);
+  done(ud, rc);
+}
+
+/* Takes what the operations' threads and the watcher left for the loop. */
+static void take(dl_zk *z, dl_async **ops, bool *notice) {
+  pthread_mutex_lock(&z->mu);
+  *ops = z->done_head;
+  z->done_head = z->done_tail = NULL;
+  *notice = z->notice_posted;
+  z->notice_posted = false;
+  pthread_mutex_unlock(&z->mu);
+}
+
+static void on_ready(void *ud, int events) {
+  (void)events;
+  dl_zk *z = ud;
+  uint64_t n;
+  if (read(z->evfd, &n, sizeof n) < 0 && errno != EAGAIN) return;
+  dl_async *ops;
+  bool notice;
+  take(z, &ops, &notice);
+  if (notice && z->notice) z->notice(z->notice_ud, NULL, 0);
+  while (ops) {
+    dl_async *next = ops->next;
+    finish(z, ops);
+    ops = next;
+  }
+}
+
+void dl_zk_post_notice(dl_zk *z) {
+  pthread_mutex_lock(&z->mu);
+  z->notice_posted = true;
+  pthread_mutex_unlock(&z->mu);
+  uint64_t one = 1;
+  while (write(z->evfd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+int dl_zk_async_init(dl_zk *z) {
+  z->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (z->evfd < 0)
+    return dl_seterr(NULL, DLOCK_ENOMEM, "eventfd: %s", strerror(errno));
+  int rc = dl_watch_new(z->env->loop, z->evfd, on_ready, z, &z->watch);
+  if (rc == 0) rc = dl_watch_set(z->watch, DL_EV_READ);
+  if (rc != 0)
+    return dl_seterr(NULL, rc, "cannot watch the ZooKeeper client's "
+                     "eventfd on the loop");
+  return 0;
+}
+
+void dl_zk_async_close(dl_zk *z) {
+  /* The client is closing (its flag is set): the operations' waits end;
+   * wait for their threads, then give every result to its caller. */
+  pthread_mutex_lock(&z->mu);
+  pthread_cond_broadcast(&z->cv);
+  while (z->op_threads > 0) pthread_cond_wait(&z->cv, &z->mu);
+  pthread_mutex_unlock(&z->mu);
+  if (z->evfd >= 0) {
+    dl_async *ops;
+    bool notice;
+    take(z, &ops, &notice);
+    while (ops) {
+      dl_async *next = ops->next;
+      finish(z, ops);
+      ops = next;
+    }
+  }
+  dl_watch_free(z->watch);
+  z->watch = NULL;
+  if (z->evfd >= 0) close(z->evfd);
+  z->evfd = -1;
+}
+
+/* Starts op on a thread of its own. */
+static int start(dl_zk *z, dl_async *op, dl_done_fn done, void *ud,
+                 dl_async **out) {
+  op->z = z;
+  op->done = done;
+  op->ud = ud;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_mutex_lock(&z->mu);
+  z->op_threads++;
+  pthread_mutex_unlock(&z->mu);
+  pthread_t t;
+  int e = pthread_create(&t, &attr, op_main, op);
+  pthread_attr_destroy(&attr);
+  if (e != 0) {
+    pthread_mutex_lock(&z->mu);
+    z->op_threads--;
+    pthread_mutex_unlock(&z->mu);
+    free(op);
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "cannot start a "
+                     "thread for the operation");
+  }
+  *out = op;
+  return 0;
+}
+
+static dl_async *new_op(dl_zk *z, zop_kind kind) {
+  dl_async *op = calloc(1, sizeof *op);
+  if (op == NULL) {
+    dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  op->kind = kind;
+  return op;
+}
+
+#define NEW(kind)                                                              \
+  dl_zk *z = (dl_zk *)b;                                                       \
+  dl_async *op = new_op(z, kind);                                              \
+  if (op == NULL) return DLOCK_ENOMEM
+
+int dl_zk_lock_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
+                             void *ud, dl_async **out) {
+  NEW(ZOP_ACQUIRE);
+  op->a = a;
+  return start(z, op, done, ud, out);
+}
+
+int dl_zk_lock_release_async(dl_backend *b, const dl_lock_ref *l,
+                             int64_t lease_ms, int count, dl_done_fn done,
+                             void *ud, dl_async **out) {
+  NEW(ZOP_RELEASE);
+  op->l = l;
+  op->lease_ms = lease_ms;
+  op->count = count;
+  return start(z, op, done, ud, out);
+}
+
+int dl_zk_lock_force_release_async(dl_backend *b, const dl_lock_ref *l,
+                                   dl_done_fn done, void *ud,
+                                   dl_async **out) {
+  NEW(ZOP_FORCE);
+  op->l = l;
+  return start(z, op, done, ud, out);
+}
+
+int dl_zk_lock_query_async(dl_backend *b, const dl_lock_ref *l,
+                           dl_lock_query q, long long *v, dl_done_fn done,
+                           void *ud, dl_async **out) {
+  NEW(ZOP_QUERY);
+  op->l = l;
+  op->q = q;
+  op->v = v;
+  return start(z, op, done, ud, out);
+}
+
+int dl_zk_inspect_async(dl_backend *b, const char *key, dlock_lock_state *st,
+                        dl_done_fn done, void *ud, dl_async **out) {
+  NEW(ZOP_INSPECT);
+  op->key = key;
+  op->st = st;
+  return start(z, op, done, ud, out);
+}
+
+int dl_zk_scan_async(dl_backend *b, const char *match, size_t prefix_len,
+                     dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
+                     dl_async **out) {
+  NEW(ZOP_SCAN);
+  op->match = match;
+  op->prefix_len = prefix_len;
+  op->cb = cb;
+  op->cb_ud = cb_ud;
+  return start(z, op, done, ud, out);
+}
+
+int dl_zk_ping_async(dl_backend *b, dl_done_fn done, void *ud,
+                     dl_async **out) {
+  NEW(ZOP_PING);
+  return start(z, op, done, ud, out);
+}
+
+int dl_zk_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                      dl_renew_item *items, int *calls, dl_done_fn done,
+                      void *ud, dl_async **out) {
+  NEW(ZOP_RENEW);
+  op->deadline = deadline;
+  op->lease_ms = lease_ms;
+  op->n = n;
+  op->items = items;
+  op->calls = calls;
+  return start(z, op, done, ud, out);
+}
+
+int dl_zk_permit_acquire_async(dl_backend *b, const dl_sync_ref *s,
+                               const char *id, int64_t lease_ms, bool wait,
+                               int64_t deadline, int64_t *valid_until,
+                               dl_done_fn done, void *ud, dl_async **out) {
+  NEW(ZOP_PERMIT);
+  op->s = s;
+  op->id = id;
+  op->lease_ms = lease_ms;
+  op->wait = wait;
+  op->deadline = deadline;
+  op->valid_until = valid_until;
+  return start(z, op, done, ud, out);
+}
+
+int dl_zk_sync_update_async(dl_backend *b, const dl_sync_ref *s,
+                            dl_sync_op sop, long long n, const char *id,
+                            long long *v, dl_done_fn done, void *ud,
+                            dl_async **out) {
+  NEW(ZOP_UPDATE);
+  op->s = s;
+  op->op = sop;
+  op->nn = n;
+  op->id = id;
+  op->v = v;
+  return start(z, op, done, ud, out);
+}
+
+void dl_zk_cancel(dl_backend *b, dl_async *op) {
+  dl_zk *z = (dl_zk *)b;
+  atomic_store(&op->cancelled, true);
+  pthread_mutex_lock(&z->mu);
+  pthread_cond_broadcast(&z->cv); /* its wait looks again */
+  pthread_mutex_unlock(&z->mu);
+}
