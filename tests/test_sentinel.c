@@ -292,6 +292,43 @@ static void failover_acked(void) {
   th_sentinel_stop(&S);
 }
 
+/* Renewals the replica no longer acknowledges (its link cut after the
+ * acquire): the master renews the lease, but the hold's validity is not
+ * extended, so the holder is told of the loss when it ends (a failover
+ * then could promote a copy that runs out there). The control: the
+ * master's copy was renewed all along. */
+static void renew_unacked(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  o.watchdog_timeout_ms = 1500;
+  o.min_replicas_acked = 1;
+  o.replicas_timeout_ms = 100;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-unacked", NULL, &l), 0);
+  atomic_store(&lost_calls, 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, -1, NULL), 0);
+  int64_t t0 = th_now_ms();
+  CHECK(detach_replica());
+  CHECK(th_wait_for(is_lost, NULL, 5000));
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    lost %lld ms after the link was cut\n",
+          (long long)took);
+  CHECK(took <= 1500 + 500); /* its validity, not a later round */
+  CHECK_EQ(dlock_lock_is_lost(l), 1);
+  /* Renewed on the master meanwhile: more than a lease's half left. */
+  CHECK_EQ(exists_on(&S.master, "sent-unacked"), 1);
+  CHECK(th_cmd_int(&S.master, "PTTL sent-unacked") > 0);
+  CHECK(th_calls(&S.master, "pexpire") + th_calls(&S.master, "evalsha") >= 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_sentinel_stop(&S);
+}
+
 /* WAIT on one server without replicas: the acquire is given back and
  * reported DLOCK_ENOTACKED; with 0 replicas asked nothing changes. */
 static void wait_shortfall(void) {
@@ -611,6 +648,6 @@ static void failover_killed(void) {
 
 TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
         T_BARE(sentinel_password), T_BARE(failover_held), T_BARE(failover_lost),
-        T_BARE(failover_acked), T_BARE(failover_waiters),
+        T_BARE(failover_acked), T_BARE(renew_unacked), T_BARE(failover_waiters),
         T_BARE(failover_killed), T_BARE(readonly_rediscover), T(wait_shortfall),
         T_BARE(cli_commands))

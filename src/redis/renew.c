@@ -146,10 +146,23 @@ int dl_redis_renew(dl_backend *base, int64_t deadline, int64_t lease_ms, int n,
     failed = job_parse(&j, failed);
   }
   job_free(&j);
-  /* The renewed leases reach the replicas, as far as WAIT can tell; a
-   * shortfall changes nothing here (the holds are renewed on the master),
-   * the next round waits again. */
-  if (failed == 0) (void)dl_redis_replicate(r, "renewal", "");
+  /* The renewed leases reach the replicas, as far as WAIT can tell. On a
+   * shortfall the holds are renewed on this master only: a failover now
+   * would promote a replica whose copies run out at the last acknowledged
+   * renewal's lease. So their validity is not extended (the items are
+   * unknown, tried again soon): a holder whose renewals stay unacknowledged
+   * is told of the loss when that validity ends, before those copies can
+   * expire, rather than believing it holds a lock the new master gave
+   * away (issue 19: a failover with a 3 s lease showed it). */
+  if (failed == 0 && lease_ms > 0) {
+    int ack = dl_redis_replicate(r, "renewal",
+                                 ": the holds' validity is not extended");
+    if (ack != 0) {
+      for (int i = 0; i < n; i++)
+        if (items[i].result == 1) items[i].result = ack;
+      failed = ack;
+    }
+  }
   return failed;
 }
 
