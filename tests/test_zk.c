@@ -490,16 +490,6 @@ static void *permit_wait(void *arg) {
   return NULL;
 }
 
-/* The children of path whose names contain `mark`. */
-static int count_marked(zhandle_t *zh, const char *path, const char *mark) {
-  struct String_vector sv = {0};
-  if (zoo_get_children(zh, path, 0, &sv) != ZOK) return 0;
-  int n = 0;
-  for (int i = 0; i < sv.count; i++)
-    if (strstr(sv.data[i], mark)) n++;
-  deallocate_String_vector(&sv);
-  return n;
-}
 
 /* Curator's InterProcessSemaphoreV2 as the permit-expirable semaphore: the
  * count is the path's data (set once, added to); each permit is a
@@ -543,24 +533,24 @@ static void t_zk_permits(void) {
   CHECK_EQ(dlock_permits_available(pa), 0);
   char id3[DLOCK_PERMIT_ID_LEN];
   CHECK_RC(dlock_permits_try_acquire(pb, 0, 0, id3), DLOCK_EBUSY);
-  CHECK_EQ(count_marked(zh, "/sem/x/leases", "lease-"), 2);
-  CHECK_EQ(count_marked(zh, "/sem/x/locks", "lock-"), 0);
+  CHECK_EQ(marked(zh, "/sem/x/leases", "lease-"), 2);
+  CHECK_EQ(marked(zh, "/sem/x/locks", "lock-"), 0);
   /* A waiter holds the mutex, its lease node made, until a release. */
   permit_waiter w = {pb, 1, ""};
   pthread_t th;
   CHECK(pthread_create(&th, NULL, permit_wait, &w) == 0);
   int64_t end = th_now_ms() + 5000;
-  while ((count_marked(zh, "/sem/x/locks", "lock-") != 1 ||
-          count_marked(zh, "/sem/x/leases", "lease-") != 3) &&
+  while ((marked(zh, "/sem/x/locks", "lock-") != 1 ||
+          marked(zh, "/sem/x/leases", "lease-") != 3) &&
          th_now_ms() < end)
     th_sleep_ms(5);
-  CHECK_EQ(count_marked(zh, "/sem/x/locks", "lock-"), 1);
+  CHECK_EQ(marked(zh, "/sem/x/locks", "lock-"), 1);
   CHECK_EQ(w.rc, 1);
   CHECK_RC(dlock_permits_release(pa, id1), 0);
   pthread_join(th, NULL);
   CHECK_RC(w.rc, 0);
-  CHECK_EQ(count_marked(zh, "/sem/x/locks", "lock-"), 0);
-  CHECK_EQ(count_marked(zh, "/sem/x/leases", "lease-"), 2);
+  CHECK_EQ(marked(zh, "/sem/x/locks", "lock-"), 0);
+  CHECK_EQ(marked(zh, "/sem/x/leases", "lease-"), 2);
   CHECK_RC(dlock_permits_release(pa, id1), DLOCK_ENOTOWNER);
   /* Force release by another client: the holder's lease goes. */
   CHECK_EQ(dlock_permits_force_release(pa, id2), 1);
@@ -569,7 +559,7 @@ static void t_zk_permits(void) {
   CHECK_RC(dlock_permits_add_permits(pa, 2), 0);
   CHECK_EQ(dlock_permits_available(pb), 3);
   CHECK_RC(dlock_permits_release(pb, w.id), 0);
-  CHECK_EQ(count_marked(zh, "/sem/x/leases", "lease-"), 0);
+  CHECK_EQ(marked(zh, "/sem/x/leases", "lease-"), 0);
   /* Redisson's counting semaphore has no ZooKeeper recipe. */
   dlock_semaphore *sem;
   CHECK_RC(dlock_semaphore_new(a, "/sem/y", &sem), 0);
@@ -652,7 +642,7 @@ static void t_zk_async(void) {
   CHECK_RC(dlock_permits_acquire_async(p, 0, 0, id, td_on_done, &pa, NULL), 0);
   CHECK(td_run_until(&t, &pa.calls, 5000));
   CHECK_RC(pa.rc, 0);
-  CHECK_EQ(count_marked(zh, "/as/sem/leases", "lease-"), 1);
+  CHECK_EQ(marked(zh, "/as/sem/leases", "lease-"), 1);
   /* In flight at the close: completed within it. */
   td_got z = {0};
   CHECK_RC(dlock_lock_acquire_async(w, 20000, 0, td_on_done, &z, NULL), 0);
