@@ -1013,6 +1013,70 @@ static void t_s14_sentinel_failover(void) {
   s14_run(false, true);
 }
 
+/* 19. The only sentinel cut off by the fault proxy (partitioned both
+ * ways) just when the client must ask it where the master is (its
+ * connection to the master killed): the acquire fails within its
+ * deadline, with an error that says the sentinels did not answer, and
+ * nothing is taken. The control: the proxy passing, the same acquire
+ * after the same kill succeeds. */
+static void s19_run(bool partition) {
+  reset("safety:s19", LEASE);
+  CHECK(th_sentinel_start(&sentinels, NULL) == 0);
+  sentinels_up = true;
+  int port = proxy_start(sentinels.sentinels[0].port);
+  CHECK(port > 0);
+  char url[128];
+  snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d/%s", port,
+           sentinels.name);
+  printf("    %s run on %s\n", partition ? "partitioned" : "control",
+         url);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 1000;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, lock_name, "me", &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(l), 1);
+  if (partition) proxy_set(PROXY_PARTITION, 0);
+  redisReply *r = th_cmd(&sentinels.master, "CLIENT KILL TYPE normal");
+  CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer >= 1);
+  freeReplyObject(r);
+  int64_t t0 = th_now_ms();
+  int rc = dlock_lock_try_acquire(l, 0, 0, NULL);
+  if (rc == DLOCK_ECONNLOST) { /* sent on the killed connection: again */
+    printf("      first: %s\n", dlock_client_errmsg(c));
+    t0 = th_now_ms();
+    rc = dlock_lock_try_acquire(l, 0, 0, NULL);
+  }
+  int64_t took = th_now_ms() - t0;
+  printf("      acquire: %s after %lld ms: %s\n", dlock_err_name(rc),
+         (long long)took, rc ? dlock_client_errmsg(c) : "");
+  if (partition) {
+    CHECK(rc < 0 && rc != DLOCK_EBUSY);
+    CHECK(took <= 3 * o.command_timeout_ms);
+    CHECK(strstr(dlock_client_errmsg(c), "sentinel") != NULL);
+    CHECK_EQ(th_cmd_int(&sentinels.master, "EXISTS %s", lock_name), 0);
+    CHECK(proxy_faulted_bytes() > 0);
+  } else {
+    CHECK_RC(rc, 0);
+    CHECK_RC(dlock_lock_release(l), 1);
+  }
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  proxy_stop();
+}
+static void t_s19_sentinel_unreachable(void) {
+  if (SANITIZED) {
+    printf("    Sentinel: plain build only\n");
+    return;
+  }
+  s19_run(true);
+  s19_run(false);
+}
+
 /* ---- 15-18. ZooKeeper (Curator's mutex): sessions instead of leases ----
  * A private server (tickTime 250 ms) or an ensemble of three; the workers
  * on zk:// with a session of `session_ms` (the watchdog checks each hold
@@ -1247,6 +1311,7 @@ int main(int argc, char **argv) {
                                   T_BARE(t_s12_redlock_restart_empty),
                                   T_BARE(t_s13_redlock_clock_step),
                                   T_BARE(t_s14_sentinel_failover),
+                                  T_BARE(t_s19_sentinel_unreachable),
                                   T_BARE(t_s15_zk_holder_paused),
                                   T_BARE(t_s16_zk_leader_killed),
                                   T_BARE(t_s17_zk_partition),
