@@ -740,3 +740,76 @@ static bool synced(void *arg) {
 bool th_sentinel_synced(th_sentinel_set *s, int timeout_ms) {
   return th_wait_for(synced, s, timeout_ms);
 }
+
+/* ---- Cluster: 3 masters on loopback ---- */
+static bool cluster_ok(void *arg) {
+  th_cluster *k = arg;
+  for (int i = 0; i < 3; i++) {
+    redisReply *r = th_cmd(&k->nodes[i], "CLUSTER INFO");
+    bool ok = r && r->type == REDIS_REPLY_STRING &&
+              strstr(r->str, "cluster_state:ok") != NULL &&
+              strstr(r->str, "cluster_known_nodes:3") != NULL;
+    if (r) freeReplyObject(r);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+int th_cluster_start(th_cluster *k, const char *extra) {
+  memset(k, 0, sizeof *k);
+  char args[1200];
+  snprintf(args, sizeof args,
+           "--cluster-enabled yes --cluster-config-file nodes.conf "
+           "--cluster-node-timeout 2000 %s",
+           extra ? extra : "");
+  static const int ranges[3][2] = {{0, 5460}, {5461, 10922}, {10923, 16383}};
+  size_t used = (size_t)snprintf(k->url, sizeof k->url, "redis-cluster://");
+  for (int i = 0; i < 3; i++) {
+    /* The cluster bus listens on the port + 10000: a free port above
+     * 55535 makes the server exit at once. Another port, then. */
+    int tries = 0;
+    while (th_redis_start(&k->nodes[i], args) != 0)
+      if (++tries == 20) goto fail;
+    redisReply *r = th_cmd(&k->nodes[i], "CLUSTER ADDSLOTSRANGE %d %d",
+                           ranges[i][0], ranges[i][1]);
+    bool ok = r && r->type == REDIS_REPLY_STATUS;
+    if (!ok)
+      fprintf(stderr, "    cluster node %d: ADDSLOTSRANGE: %s\n", i,
+              r && r->str ? r->str : "no reply");
+    if (r) freeReplyObject(r);
+    if (!ok) goto fail;
+    used += (size_t)snprintf(k->url + used, sizeof k->url - used,
+                             "%s127.0.0.1:%d", i ? "," : "",
+                             k->nodes[i].port);
+  }
+  for (int i = 1; i < 3; i++) {
+    redisReply *r =
+        th_cmd(&k->nodes[0], "CLUSTER MEET 127.0.0.1 %d", k->nodes[i].port);
+    bool ok = r && r->type == REDIS_REPLY_STATUS;
+    if (!ok)
+      fprintf(stderr, "    cluster: MEET: %s\n",
+              r && r->str ? r->str : "no reply");
+    if (r) freeReplyObject(r);
+    if (!ok) goto fail;
+  }
+  if (!th_wait_for(cluster_ok, k, 20000)) {
+    fprintf(stderr, "    cluster: not cluster_state:ok in 20 s\n");
+    goto fail;
+  }
+  return 0;
+fail:
+  th_cluster_stop(k);
+  return -1;
+}
+
+void th_cluster_stop(th_cluster *k) {
+  for (int i = 0; i < 3; i++) th_redis_stop(&k->nodes[i]);
+}
+
+int th_cluster_node_of(th_cluster *k, const char *key) {
+  redisReply *r = th_cmd(&k->nodes[0], "CLUSTER KEYSLOT %s", key);
+  long long slot = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+  if (r) freeReplyObject(r);
+  if (slot < 0) return -1;
+  return slot <= 5460 ? 0 : slot <= 10922 ? 1 : 2;
+}

@@ -168,6 +168,22 @@ int th_sentinel_wait_failover(th_sentinel_set *s, int timeout_ms);
  * replication offsets agree). Returns true, or false at the timeout. */
 bool th_sentinel_synced(th_sentinel_set *s, int timeout_ms);
 
+/* ---- Cluster: 3 masters, no replicas (about 2 s) ---- */
+typedef struct th_cluster {
+  th_redis nodes[3];
+  char url[600]; /* redis-cluster://127.0.0.1:p0,127.0.0.1:p1,127.0.0.1:p2 */
+} th_cluster;
+/* Starts three cluster-enabled servers (node timeout 2 s; `extra`
+ * arguments too), gives them the slots 0-5460, 5461-10922 and
+ * 10923-16383 in turn (CLUSTER ADDSLOTSRANGE), joins them (CLUSTER MEET)
+ * and waits until each says cluster_state:ok and knows all three. Returns
+ * 0 or -1 (whatever started is stopped). */
+int th_cluster_start(th_cluster *k, const char *extra);
+/* Stops the three by pid and removes their dirs. */
+void th_cluster_stop(th_cluster *k);
+/* Which node (0..2) owns key's slot as th_cluster_start gave them, or -1. */
+int th_cluster_node_of(th_cluster *k, const char *key);
+
 /* ---- TLS: certificates made with openssl(1), for rediss:// tests ---- */
 /* Makes, once, in th_tmpdir()/tls: the CAs "ca" and "otherca", a server
  * certificate for 127.0.0.1 and localhost and a client one, both signed by

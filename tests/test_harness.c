@@ -252,7 +252,42 @@ static void t_by_name(void) {
   CHECK(strstr(out, "h_clean") == NULL);
 }
 
+/* The cluster the Cluster tests will run on: three masters that agree
+ * (cluster_state:ok), each slot on the node it was given; Redisson's
+ * "{name}" keys share their name's slot; a key sent to a node that does
+ * not own it gets MOVED there; and everything is gone once stopped. */
+static void t_cluster(void) {
+  th_cluster k;
+  int64_t t0 = th_now_ms();
+  CHECK_RC(th_cluster_start(&k, NULL), 0);
+  fprintf(stderr, "    cluster up in %lld ms\n", (long long)(th_now_ms() - t0));
+  CHECK(strncmp(k.url, "redis-cluster://127.0.0.1:", 26) == 0);
+  CHECK_EQ(th_cluster_node_of(&k, "mylock"), 0);
+  CHECK_EQ(th_cmd_int(&k.nodes[0], "CLUSTER KEYSLOT {mylock}"),
+           th_cmd_int(&k.nodes[0], "CLUSTER KEYSLOT mylock"));
+  CHECK_EQ(th_cmd_int(&k.nodes[0], "CLUSTER KEYSLOT mylock"), 1711);
+  int owner = th_cluster_node_of(&k, "x");
+  CHECK(owner >= 0);
+  redisReply *r = th_cmd(&k.nodes[(owner + 1) % 3], "SET x 1");
+  CHECK(r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "MOVED ", 6) == 0);
+  if (r) freeReplyObject(r);
+  r = th_cmd(&k.nodes[owner], "SET x 1");
+  CHECK(r && r->type == REDIS_REPLY_STATUS);
+  if (r) freeReplyObject(r);
+  pid_t pids[3];
+  char dirs[3][256];
+  for (int i = 0; i < 3; i++) {
+    pids[i] = k.nodes[i].pid;
+    snprintf(dirs[i], sizeof dirs[i], "%s", k.nodes[i].dir);
+  }
+  th_cluster_stop(&k);
+  for (int i = 0; i < 3; i++) {
+    CHECK(kill(pids[i], 0) != 0);
+    CHECK(access(dirs[i], F_OK) != 0);
+  }
+}
+
 TH_MAIN(T_BARE(t_failed_check_contained), T_BARE(t_crash_named),
         T_BARE(t_hang_killed), T_BARE(t_leak_fails),
         T_BARE(t_crash_leaves_nothing), T_BARE(t_fresh_server_per_test),
-        T_BARE(t_by_name))
+        T_BARE(t_by_name), T_BARE(t_cluster))
