@@ -955,15 +955,16 @@ static void t_reservation_beats_queue(void) {
   pthread_create(&tp, NULL, wait_grant, &gp);
   CHECK(th_wait_for(reserved_for, NULL, 3000));
   CHECK_EQ(dlock_lock_release(la), 1);
-  char field[256];
-  snprintf(field, sizeof field, "%s:queued", dlock_client_id(q));
-  CHECK_EQ(th_cmd_int(&th_srv, "HEXISTS t:mixq %s", field), 0);
+  /* (Not "the queued waiter does not hold it right after the release":
+   * under valgrind the poller took it, let it go and the queue was
+   * granted it before that look, in CI. The order says the same.) */
   pthread_join(tp, NULL);
   pthread_join(tq, NULL);
   CHECK_RC(gp.rc, 0);
   CHECK_RC(gq.rc, 0);
   CHECK_EQ(gp.place, 0);
   CHECK_EQ(gq.place, 1);
+  CHECK(gp.token < gq.token);
   dlock_lock_free(la);
   dlock_lock_free(lq);
   dlock_lock_free(lp);
