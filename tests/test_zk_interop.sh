@@ -179,6 +179,9 @@ waitfor "$work/j7.out" held || fail "Curator took no lease beside dlock's permit
   fail "status --permits: $(cat "$work/s7.out")"
 grep -q '"counter":0,"permits_taken":2' "$work/s7.out" ||
   fail "status --permits: $(cat "$work/s7.out"), expected 0 free and 2 taken"
+"$dlock" -u "$url" list '/sem/*' >"$work/l7.out" 2>&1 || fail "list /sem/*"
+[[ ! -s $work/l7.out ]] ||
+  fail "list shows a semaphore's leases as locks: $(cat "$work/l7.out")"
 "$dlock" -q -u "$url" run --permits 2 -w 300ms /sem/a -- true; rc=$?
 [[ $rc -eq 75 ]] || fail "dlock took a third permit of 2 (exit $rc, expected 75)"
 cur /sem/a sem 2 try 300 >"$work/j7b.out" 2>&1; rc=$?

@@ -100,6 +100,18 @@ typedef struct walk {
   bool stop;
 } walk;
 
+/* Whether path is ".../locks" beside a ".../leases": the mutex of a
+ * semaphore (Curator's InterProcessSemaphoreV2), not a lock of its own. */
+static bool is_semaphore_mutex(dl_zk *z, const char *path) {
+  size_t n = strlen(path);
+  if (n < 7 || strcmp(path + n - 6, "/locks") != 0) return false;
+  char leases[NODE_MAX];
+  snprintf(leases, sizeof leases, "%.*s/leases", (int)(n - 6), path);
+  struct Stat st;
+  atomic_fetch_add(&z->round_trips, 1);
+  return zoo_exists(z->zh, leases, 0, &st) == ZOK;
+}
+
 /* Visits path and its children, depth first (at most 64 levels). */
 static void visit(walk *w, const char *path, int depth) {
   struct String_vector sv = {0};
@@ -111,17 +123,25 @@ static void visit(walk *w, const char *path, int depth) {
     w->stop = true;
     return;
   }
-  bool locks = false;
-  for (int i = 0; i < sv.count && !locks; i++)
-    locks = strncmp(sv.data[i], "_c_", 3) == 0 || dl_zk_seq_of(sv.data[i]);
+  /* A path with lock (or election) nodes; a semaphore's insides are not
+   * locks: its leases/, nor its locks/ mutex (beside a leases/). */
+  bool locks = false, semaphore = false;
+  for (int i = 0; i < sv.count; i++) {
+    const char *n = sv.data[i];
+    if (strcmp(n, "leases") == 0) semaphore = true;
+    if (!strstr(n, "lease-") && dl_zk_seq_of(n)) locks = true;
+  }
+  if (locks && is_semaphore_mutex(w->z, path)) locks = false;
   if (locks && strlen(path) > w->prefix_len &&
       fnmatch(w->match, path, 0) == 0) {
     w->found++;
     if (w->cb(path + w->prefix_len, w->ud) != 0) w->stop = true;
   }
   for (int i = 0; i < sv.count && !w->stop && depth < 64; i++) {
-    /* Lock nodes themselves have no children: not descended into. */
-    if (dl_zk_seq_of(sv.data[i]) || strcmp(sv.data[i], "zookeeper") == 0)
+    /* Lock nodes themselves have no children: not descended into; nor a
+     * semaphore's leases. */
+    if (dl_zk_seq_of(sv.data[i]) || strcmp(sv.data[i], "zookeeper") == 0 ||
+        (semaphore && strcmp(sv.data[i], "leases") == 0))
       continue;
     char child[NODE_MAX];
     int len = snprintf(child, sizeof child, "%s/%s",
