@@ -622,14 +622,18 @@ DLOCK_API int dlock_latch_await(dlock_latch *l);
 
 /* ---- Leader election (Apache Curator's LeaderLatch) ----
  * Participants join an election at NAME; one of them at a time is the
- * leader, the one that joined first among those present. On zk:// only
- * (Curator's layout: LeaderLatch processes in Java take part in the same
- * election); other backends answer dlock_leader_start with DLOCK_ENOTSUP.
- * A participant that loses its connection stops being the leader at once
- * (Curator's default policy: another may be elected while it cannot
- * know), and is again if it still is first once reconnected; one whose
- * session expired is out for good. Free every participant before closing
- * its client. */
+ * leader. On zk:// it is Curator's LeaderLatch (LeaderLatch processes in
+ * Java take part in the same election): the leader is the one that joined
+ * first among those present; a participant that loses its connection
+ * stops being the leader at once (Curator's default policy: another may
+ * be elected while it cannot know), and is again if it still is first
+ * once reconnected; one whose session expired is out for good. On Redis
+ * the participants take turns on the lock NAME (each from a thread of its
+ * own, as Curator's LeaderSelector does on a mutex): the holder leads with
+ * the hold's token and its id as the lock's description, until it leaves
+ * or the hold is lost (then it joins again); not on an event-loop client
+ * there (DLOCK_ENOTSUP). Free every participant before closing its
+ * client. */
 typedef struct dlock_leader dlock_leader;
 
 /* Called on a library thread when this participant becomes the leader
@@ -649,9 +653,9 @@ DLOCK_API int dlock_leader_new(dlock_client *c, const char *name,
  * or DLOCK_EINVAL (l NULL, or already started). */
 DLOCK_API int dlock_leader_on_change(dlock_leader *l, dlock_leader_cb cb,
                                      void *ud);
-/* Joins the election (once per participant): 0, DLOCK_ENOTSUP when the
- * backend has no election, DLOCK_EINVAL when already started, or another
- * negative code (not joined). Returns once the join has started: the
+/* Joins the election (once per participant): 0, DLOCK_EINVAL when already
+ * started, DLOCK_ENOTSUP (a Redis event-loop client), or another negative
+ * code (not joined). Returns once the join has started: the
  * leadership comes later (dlock_leader_await, the callback). */
 DLOCK_API int dlock_leader_start(dlock_leader *l);
 /* Waits up to wait_ms (0: one look, < 0: no limit) until this participant
@@ -659,11 +663,12 @@ DLOCK_API int dlock_leader_start(dlock_leader *l);
  * time, DLOCK_ELOST out of the election for good (its session expired),
  * DLOCK_EINVAL not started. Blocks the calling thread; thread-safe. */
 DLOCK_API int dlock_leader_await(dlock_leader *l, int64_t wait_ms);
+/* (On Redis DLOCK_ELOST comes only with the client's close.) */
 /* 1 if this participant is the leader now (as last heard), else 0. */
 DLOCK_API int dlock_leader_has_leadership(dlock_leader *l);
 /* The fencing token of the present leadership in *token: 0 while leader,
  * DLOCK_ENOTOWNER if not. Tokens grow with each leadership of the
- * election (zk://: the leader node's czxid). */
+ * election (zk://: the leader node's czxid; Redis: the lock's token). */
 DLOCK_API int dlock_leader_token(dlock_leader *l, uint64_t *token);
 /* The present leader's id (Curator's getLeader) into buf (len bytes, cut
  * to fit): 1, 0 when nobody takes part, or a negative code. One server

@@ -617,6 +617,26 @@ t_redlock() {
   reap_sleepers
 }
 
+t_elect() {
+  # One leader at a time (turns on the lock NAME, on Redis); the second
+  # runs once the first leaves; status names the leader's id; -w 0 while
+  # another leads: 75; a force release stops the leader's command (76).
+  "$DLOCK" elect -q --id first el -- sh -c "$(sleeper el-1)" & local l1=$!
+  wait_until is_held el || fail "no leader"
+  "$DLOCK" status el | grep -q "first" || fail "status does not name the leader"
+  "$DLOCK" elect -q -w 0 el -- true; expect_rc 75 $? "elect while another leads"
+  "$DLOCK" elect -q --id second el -- sh -c 'echo led > el.second' & local l2=$!
+  kill "$(cat el-1.sleep)"; wait "$l1"
+  wait "$l2"; expect_rc 0 $? "the second's command"
+  [ -s el.second ] || fail "the second never led"
+  "$DLOCK" elect -q --kill-grace 100ms el -- sh -c "$(sleeper el-3)" & local l3=$!
+  wait_until is_held el || fail "no third leader"
+  "$DLOCK" release --force el >/dev/null
+  wait "$l3"; expect_rc 76 $? "a deposed leader"
+  "$DLOCK" elect --permits 2 el -- true 2>/dev/null; expect_rc 64 $? "--permits"
+  reap_sleepers
+}
+
 # CLI_TESTS="t_a t_b" runs only those.
 for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_revocation_kills_at_once \
@@ -625,7 +645,7 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_terminal_status_line t_bad_input t_permits t_fair_read_write \
          t_version t_options_after_name t_status_not_a_lock \
          t_holders_described t_nested_password t_man_page \
-         t_acquire_error_reason t_queue t_plain t_redlock}; do
+         t_acquire_error_reason t_queue t_plain t_redlock t_elect}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

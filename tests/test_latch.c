@@ -125,25 +125,81 @@ static void t_latch_wakes_all(void) {
   dlock_client_close(wc);
   dlock_client_close(dc);
 }
-/* Leader election is ZooKeeper's (Curator's LeaderLatch): on Redis it
- * is DLOCK_ENOTSUP with a message saying where it is, and nothing is
- * written. So are session states (a Redis hold lives by its lease). */
-static void t_zk_only_enotsup(void) {
-  dlock_client *c = th_client(&th_srv, 0);
-  CHECK(c != NULL);
-  dlock_leader *l;
-  CHECK_RC(dlock_leader_new(c, "el:x", "me", &l), 0);
-  CHECK_RC(dlock_leader_start(l), DLOCK_ENOTSUP);
-  CHECK(strstr(dlock_client_errmsg(c), "zk://") != NULL);
-  char id[16];
-  CHECK_RC(dlock_leader_get_leader(l, id, sizeof id), DLOCK_ENOTSUP);
-  CHECK_RC(dlock_leader_await(l, 0), DLOCK_EINVAL);
-  CHECK_EQ(dlock_leader_has_leadership(l), 0);
-  CHECK_EQ(th_cmd_int(&th_srv, "DBSIZE"), 0);
-  CHECK_RC(dlock_client_on_state(c, NULL, NULL), DLOCK_ENOTSUP);
-  CHECK_RC(dlock_client_on_state(NULL, NULL, NULL), DLOCK_EINVAL);
-  dlock_leader_free(l);
-  dlock_client_close(c);
+/* What a participant's callback saw, in order. */
+typedef struct seen_leads {
+  pthread_mutex_t mu;
+  int n, v[16];
+} seen_leads;
+
+static void on_lead(dlock_leader *l, int leader, void *ud) {
+  (void)l;
+  seen_leads *s = ud;
+  pthread_mutex_lock(&s->mu);
+  if (s->n < 16) s->v[s->n] = leader;
+  s->n++;
+  pthread_mutex_unlock(&s->mu);
 }
 
-TH_MAIN(T(t_latch_basics), T(t_latch_wakes_all), T(t_zk_only_enotsup))
+static int leads(seen_leads *s) {
+  pthread_mutex_lock(&s->mu);
+  int n = s->n;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+/* Leader election on Redis: the participants take turns on the lock NAME
+ * (Curator's LeaderSelector on a mutex). The first leads with the hold's
+ * token and its id as the lock's description (get_leader); the second
+ * waits, and leads once the first leaves, with a larger token; a force
+ * release deposes the leader (told at once), which joins again and leads
+ * again (alone), with a larger token. Session states are ZooKeeper's:
+ * DLOCK_ENOTSUP here. */
+static void t_leader_on_redis(void) {
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
+  CHECK(a && b);
+  dlock_leader *la, *lb;
+  CHECK_RC(dlock_leader_new(a, "el:x", "node-A", &la), 0);
+  CHECK_RC(dlock_leader_new(b, "el:x", "node-B", &lb), 0);
+  seen_leads sb = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
+  CHECK_RC(dlock_leader_on_change(lb, on_lead, &sb), 0);
+  char id[32];
+  CHECK_RC(dlock_leader_get_leader(la, id, sizeof id), 0); /* nobody */
+  CHECK_RC(dlock_leader_start(la), 0);
+  CHECK_RC(dlock_leader_await(la, 5000), 0);
+  uint64_t ta = 0, tb = 0, tb2 = 0;
+  CHECK_RC(dlock_leader_token(la, &ta), 0);
+  CHECK(ta > 0);
+  CHECK_RC(dlock_leader_get_leader(lb, id, sizeof id), 1);
+  CHECK(strcmp(id, "node-A") == 0);
+  CHECK_RC(dlock_leader_start(lb), 0);
+  CHECK_RC(dlock_leader_await(lb, 300), DLOCK_EBUSY);
+  CHECK_EQ(leads(&sb), 0);
+  dlock_leader_free(la); /* leaves: B leads */
+  CHECK_RC(dlock_leader_await(lb, 5000), 0);
+  CHECK_RC(dlock_leader_token(lb, &tb), 0);
+  CHECK(tb > ta);
+  CHECK_RC(dlock_leader_get_leader(lb, id, sizeof id), 1);
+  CHECK(strcmp(id, "node-B") == 0);
+  /* Deposed by a force release: told, joins again, leads again. */
+  dlock_lock *f;
+  CHECK_RC(dlock_lock_new(a, "el:x", NULL, &f), 0);
+  CHECK_EQ(dlock_lock_force_release(f), 1);
+  int64_t end = th_now_ms() + 5000;
+  while (leads(&sb) < 3 && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(leads(&sb), 3);
+  CHECK_EQ(sb.v[0], 1);
+  CHECK_EQ(sb.v[1], 0);
+  CHECK_EQ(sb.v[2], 1);
+  CHECK_RC(dlock_leader_token(lb, &tb2), 0);
+  CHECK(tb2 > tb);
+  dlock_leader_free(lb); /* leaves: the lock is free */
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS el:x"), 0);
+  CHECK_RC(dlock_client_on_state(a, NULL, NULL), DLOCK_ENOTSUP);
+  CHECK_RC(dlock_client_on_state(NULL, NULL, NULL), DLOCK_EINVAL);
+  dlock_lock_free(f);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+TH_MAIN(T(t_latch_basics), T(t_latch_wakes_all), T(t_leader_on_redis))

@@ -18,7 +18,7 @@ static const char *usage_text =
     "commands:\n"
     "  run [options] NAME -- COMMAND [ARG...]   run COMMAND holding lock NAME\n"
     "  elect [options] NAME -- COMMAND [ARG...] run COMMAND while leading the\n"
-    "                                           election NAME (zk://)\n"
+    "                                           election NAME\n"
     "  status [--json] NAME                     who holds lock NAME (exit 0 "
     "held, 1 free)\n"
     "  status --permits|--latch NAME            a semaphore's or latch's "

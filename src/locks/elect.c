@@ -1,9 +1,14 @@
-/* elect.c: leader election (Curator's LeaderLatch). The backend runs the
- * recipe on its own thread and tells each change of leadership; this file
- * keeps the participant's state for the callers (await, has_leadership,
- * token) and passes the changes on to the user's callback. */
+/* elect.c: leader election. Where the backend has an election (zk://:
+ * Curator's LeaderLatch) it runs the recipe on its own thread and tells
+ * each change of leadership; elsewhere the participant's thread takes
+ * turns on the lock NAME (as Curator's LeaderSelector does on a mutex):
+ * the holder leads, with the hold's token, until it leaves or the hold is
+ * lost. This file keeps the participant's state for the callers (await,
+ * has_leadership, token) and passes the changes on to the user's
+ * callback. */
 #include "locks.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +24,21 @@ struct dlock_leader {
   dlock_leader_cb cb;
   void *ud;
   dl_elect *e; /* the backend's, once started */
+  /* Without a backend election: the lock taken in turns, its thread. */
+  dlock_lock *lock;
+  pthread_t thread;
+  bool running, stop, lost;
+  bool self_free; /* freed from its own callback: the thread frees it */
 };
+
+static void destroy(dlock_leader *l) {
+  dlock_lock_free(l->lock);
+  pthread_cond_destroy(&l->cv);
+  pthread_mutex_destroy(&l->mu);
+  free(l->key);
+  free(l->id);
+  free(l);
+}
 
 int dlock_leader_new(dlock_client *c, const char *name, const char *id,
                      dlock_leader **out) {
@@ -59,6 +78,74 @@ int dlock_leader_on_change(dlock_leader *l, dlock_leader_cb cb, void *ud) {
                  : 0;
 }
 
+/* ---- the lock in turns (backends without an election) ---- */
+static void changed(void *ud, int leader, uint64_t token, bool gone);
+
+static void on_hold_lost(dlock_lock *lk, const char *owner, void *ud) {
+  (void)lk;
+  (void)owner;
+  dlock_leader *l = ud;
+  pthread_mutex_lock(&l->mu);
+  l->lost = true;
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+static void *take_turns(void *arg) {
+  dlock_leader *l = arg;
+  for (;;) {
+    pthread_mutex_lock(&l->mu);
+    bool stop = l->stop;
+    l->lost = false;
+    pthread_mutex_unlock(&l->mu);
+    if (stop || atomic_load(&l->c->closing)) break;
+    uint64_t token = 0;
+    /* Short waits, so that a leave is seen soon. */
+    int rc = dlock_lock_try_acquire(l->lock, 200, 0, &token);
+    if (rc == DLOCK_ECLOSED) break;
+    if (rc == DLOCK_EBUSY) continue;
+    if (rc != 0) { /* the server's trouble: a little later */
+      dl_sleep_ms(100);
+      continue;
+    }
+    changed(l, 1, token, false);
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop && !l->lost && !atomic_load(&l->c->closing))
+      pthread_cond_wait(&l->cv, &l->mu);
+    bool lost = l->lost;
+    pthread_mutex_unlock(&l->mu);
+    dlock_lock_release(l->lock); /* frees it, or forgets a lost hold */
+    if (!lost) break; /* leaving: no "not leader" (Curator's close()) */
+    changed(l, 0, 0, false);
+  }
+  if (atomic_load(&l->c->closing)) changed(l, 0, 0, true);
+  pthread_mutex_lock(&l->mu);
+  bool self_free = l->self_free;
+  pthread_mutex_unlock(&l->mu);
+  if (self_free) destroy(l);
+  return NULL;
+}
+
+static int start_turns(dlock_leader *l) {
+  if (l->c->loop)
+    return dl_seterr(l->c, DLOCK_ENOTSUP, "leader election on an "
+                     "event-loop client needs zk:// (elsewhere it takes "
+                     "turns on a lock from a thread of its own)");
+  const char *name = l->key + l->c->prefix_len;
+  int rc = dlock_lock_new(l->c, name, NULL, &l->lock);
+  if (rc != 0) return rc;
+  dlock_lock_set_info(l->lock, l->id);
+  dlock_lock_on_lost(l->lock, on_hold_lost, l);
+  if (pthread_create(&l->thread, NULL, take_turns, l) != 0) {
+    dlock_lock_free(l->lock);
+    l->lock = NULL;
+    return dl_seterr(l->c, DLOCK_ENOMEM, "cannot start the participant's "
+                     "thread");
+  }
+  l->running = true;
+  return 0;
+}
+
 /* The backend's news, on its thread. */
 static void changed(void *ud, int leader, uint64_t token, bool gone) {
   dlock_leader *l = ud;
@@ -77,8 +164,6 @@ static void changed(void *ud, int leader, uint64_t token, bool gone) {
 int dlock_leader_start(dlock_leader *l) {
   if (l == NULL) return DLOCK_EINVAL;
   dl_backend *b = l->c->backend;
-  if (b->ops->elect_join == NULL)
-    return dl_unsupported(l->c, "leader election (zk:// has it)");
   int rc = dl_check_open(l->c);
   if (rc != 0) return rc;
   pthread_mutex_lock(&l->mu);
@@ -87,6 +172,15 @@ int dlock_leader_start(dlock_leader *l) {
   pthread_mutex_unlock(&l->mu);
   if (started)
     return dl_seterr(l->c, DLOCK_EINVAL, "the participant already joined");
+  if (b->ops->elect_join == NULL) {
+    rc = start_turns(l);
+    if (rc != 0) {
+      pthread_mutex_lock(&l->mu);
+      l->started = false;
+      pthread_mutex_unlock(&l->mu);
+    }
+    return rc;
+  }
   dl_sync_ref s = {.key = l->key,
                    .name = l->key + l->c->prefix_len,
                    .hint = &l->hint};
@@ -149,8 +243,20 @@ int dlock_leader_token(dlock_leader *l, uint64_t *token) {
 int dlock_leader_get_leader(dlock_leader *l, char *buf, size_t len) {
   if (l == NULL || (buf == NULL && len > 0)) return DLOCK_EINVAL;
   dl_backend *b = l->c->backend;
-  if (b->ops->elect_leader == NULL)
-    return dl_unsupported(l->c, "leader election (zk:// has it)");
+  if (b->ops->elect_leader == NULL) { /* the lock's holder: its info */
+    if (l->c->loop)
+      return dl_unsupported(l->c, "leader election on an event-loop client");
+    dlock_lock *probe = NULL;
+    int rc = dlock_lock_new(l->c, l->key + l->c->prefix_len, NULL, &probe);
+    if (rc != 0) return rc;
+    dlock_lock_state st;
+    rc = dlock_lock_inspect(probe, &st);
+    dlock_lock_free(probe);
+    if (rc != 0) return rc;
+    if (!st.held) return 0;
+    if (len > 0) snprintf(buf, len, "%s", st.info);
+    return 1;
+  }
   dl_sync_ref s = {.key = l->key,
                    .name = l->key + l->c->prefix_len,
                    .hint = &l->hint};
@@ -167,9 +273,20 @@ void dlock_leader_free(dlock_leader *l) {
    * callback itself it returns at once, and changed() touches nothing of
    * l after the callback returns. */
   if (e) l->c->backend->ops->elect_leave(l->c->backend, e);
-  pthread_cond_destroy(&l->cv);
-  pthread_mutex_destroy(&l->mu);
-  free(l->key);
-  free(l->id);
-  free(l);
+  if (l->running) { /* the lock in turns: its thread leaves */
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    if (pthread_equal(pthread_self(), l->thread)) {
+      /* From its own callback: the thread leaves, then frees l. */
+      pthread_mutex_lock(&l->mu);
+      l->self_free = true;
+      pthread_mutex_unlock(&l->mu);
+      pthread_detach(l->thread);
+      return;
+    }
+    pthread_join(l->thread, NULL);
+  }
+  destroy(l);
 }
