@@ -104,7 +104,15 @@ int dl_seterr(const dlock_client *owner, int err, const char *fmt, ...) {
     s->stamp = ++tl_stamp;
     msg = s->msg;
   }
-  snprintf(msg, ERR_LEN, "%s: %s", dlock_strerror(err), detail);
+  /* A detail passed on from another message of the same code (an
+   * operation's result handed to another thread, a give-back) already
+   * begins with the code's text: not twice. */
+  const char *text = dlock_strerror(err);
+  size_t n = strlen(text);
+  if (strncmp(detail, text, n) == 0 && detail[n] == ':' && detail[n + 1] == ' ')
+    snprintf(msg, ERR_LEN, "%s", detail);
+  else
+    snprintf(msg, ERR_LEN, "%s: %s", text, detail);
   return err;
 }
 

@@ -176,7 +176,9 @@ int bench_async_process(const cli_global *g, const bench_opts *o,
   arun a = {.o = o, .c = c, .res = out, .end_us = end_us};
   char name[96];
   for (int i = 0; i < n && rc == 0; i++) {
-    if (!contended)
+    if (!contended && o->zk)
+      snprintf(name, sizeof name, "/dlock-bench/ua-%d/%d", (int)getpid(), i);
+    else if (!contended)
       snprintf(name, sizeof name, "bench:ua:%d:%d", (int)getpid(), i);
     slots[i].run = &a;
     rc = !contended ? dlock_lock_new(c, name, NULL, &slots[i].l)

@@ -218,11 +218,11 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
   o.url = g->url ? g->url : "redis://127.0.0.1:6379";
   o.password = g->password;
   o.zk = strncmp(o.url, "zk://", 5) == 0;
-  if (o.zk && (o.async || o.plot || (strcmp(o.scenario, "uncontended") &&
-                                     strcmp(o.scenario, "contended")) ||
+  if (o.zk && (o.plot || (strcmp(o.scenario, "uncontended") &&
+                          strcmp(o.scenario, "contended")) ||
                strcmp(o.kind, "semaphore") == 0)) {
     cli_err("on zk://: uncontended or contended, --kind lock, fair or "
-            "permits, without --async or --plot");
+            "permits, without --plot");
     return EXIT_USAGE;
   }
   /* The Redis baselines' plain connection (none on zk://). */
