@@ -166,7 +166,9 @@ typedef struct dlock_client_options {
   const char *sentinel_password;
   /* Replica acknowledgement: after each acquire, renewal and release,
    * WAIT for this many replicas (0, the default: no wait). An acquire not
-   * acknowledged in time is given back and fails with DLOCK_ENOTACKED. */
+   * acknowledged in time is given back and fails with DLOCK_ENOTACKED; a
+   * renewal not acknowledged does not extend the hold's validity. Not on
+   * redlock:// (DLOCK_ENOTSUP at open). */
   int min_replicas_acked;
   int replicas_timeout_ms; /* the WAIT's limit; 0: 1000 */
   /* ZooKeeper (zk:// URLs; added in 0.3). The session timeout asked of the

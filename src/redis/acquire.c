@@ -522,10 +522,49 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *a) {
 typedef struct acq_async {
   dl_shell sh;
   acq_op o;
+  /* Replica acknowledgement (as the blocking acquire's): WAIT once taken,
+   * and on a shortfall the hold given back, then DLOCK_ENOTACKED. */
+  enum { AA_ACQUIRE, AA_WAIT, AA_GIVE_BACK } phase;
+  dl_pend wait;
+  int rc;
 } acq_async;
 
+/* After the acquire's result rc. */
+static int acq_acked(acq_async *x, int rc) {
+  dl_redis *R = x->o.R;
+  for (;;) {
+    switch (x->phase) {
+    case AA_ACQUIRE:
+      if (rc != 1 || R->min_replicas <= 0) return rc;
+      x->rc = rc;
+      x->phase = AA_WAIT;
+      if (dl_redis_replicate_start(R, &x->wait) == DL_PENDING)
+        return DL_PENDING;
+      continue;
+    case AA_WAIT:
+      rc = dl_redis_replicate_result(R, &x->wait, "acquire",
+                                     " (the lock was given back)");
+      if (rc == 0) return x->rc;
+      x->rc = rc;
+      x->phase = AA_GIVE_BACK;
+      if (dl_rlock_rel_start(&x->o.rel, R, x->o.a->lock, x->o.a->lease_ms, 1,
+                             0) == DL_PENDING)
+        return DL_PENDING;
+      continue;
+    case AA_GIVE_BACK: {
+      int r = dl_rlock_rel_step(&x->o.rel);
+      if (r == DL_PENDING) return DL_PENDING;
+      return x->rc; /* the shortfall's code and detail */
+    }
+    }
+  }
+}
+
 static int acq_async_step(dl_shell *sh) {
-  return acq_step(&((acq_async *)sh)->o);
+  acq_async *x = (acq_async *)sh;
+  if (x->phase != AA_ACQUIRE) return acq_acked(x, 0);
+  int rc = acq_step(&x->o);
+  return rc == DL_PENDING ? rc : acq_acked(x, rc);
 }
 
 int dl_redis_lock_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
@@ -538,8 +577,12 @@ int dl_redis_lock_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
   if (x == NULL)
     return dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
   acq_init(&x->o, R, a);
+  x->phase = AA_ACQUIRE;
   dl_shell_init(&x->sh, R, done, ud, acq_async_step, &x->o.p);
   dl_shell_bind(&x->sh, &x->o.rel.p);
+  dl_shell_bind(&x->sh, &x->wait);
   x->sh.deadline = &a->deadline;
-  return dl_shell_start(&x->sh, acq_start(&x->o), op);
+  int rc0 = acq_start(&x->o);
+  return dl_shell_start(&x->sh, rc0 == DL_PENDING ? rc0 : acq_acked(x, rc0),
+                        op);
 }

@@ -369,10 +369,27 @@ int dl_redis_lock_query_async(dl_backend *b, const dl_lock_ref *l,
 typedef struct rel_async {
   dl_shell sh;
   dl_rlock_rel o;
+  /* Replica acknowledgement: WAIT after the release (its shortfall
+   * changes nothing, as the blocking release's). */
+  dl_pend wait;
+  bool waiting;
+  int rc;
 } rel_async;
 
 static int rel_async_step(dl_shell *sh) {
-  return dl_rlock_rel_step(&((rel_async *)sh)->o);
+  rel_async *x = (rel_async *)sh;
+  if (x->waiting) {
+    (void)dl_redis_replicate_result(sh->head.R, &x->wait, "release", "");
+    return x->rc;
+  }
+  int rc = dl_rlock_rel_step(&x->o);
+  if (rc == DL_PENDING || rc < 0 || sh->head.R->min_replicas <= 0) return rc;
+  x->rc = rc;
+  x->waiting = true;
+  if (dl_redis_replicate_start(sh->head.R, &x->wait) == DL_PENDING)
+    return DL_PENDING;
+  (void)dl_redis_replicate_result(sh->head.R, &x->wait, "release", "");
+  return rc;
 }
 
 int dl_redis_lock_release_async(dl_backend *b, const dl_lock_ref *l,
@@ -385,10 +402,12 @@ int dl_redis_lock_release_async(dl_backend *b, const dl_lock_ref *l,
   rel_async *x = malloc(sizeof *x);
   if (x == NULL) return dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
   /* A release is not given up: a cancel leaves it to its end. */
+  x->waiting = false;
   dl_shell_init(&x->sh, R, done, ud, rel_async_step, NULL);
   dl_shell_bind(&x->sh, &x->o.p);
+  dl_shell_bind(&x->sh, &x->wait);
   rc = dl_rlock_rel_start(&x->o, R, l, lease_ms, count, 0);
-  if (rc == 0) rc = dl_rlock_rel_step(&x->o);
+  if (rc == 0) rc = rel_async_step(&x->sh);
   x->sh.main = &x->o.p;
   return dl_shell_start(&x->sh, rc, op);
 }

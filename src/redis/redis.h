@@ -345,6 +345,14 @@ typedef struct dl_redis {
  * when off or when min_replicas acknowledged in time, else DLOCK_ENOTACKED
  * (or the WAIT's error) with the detail recorded, `then` appended. */
 int dl_redis_replicate(dl_redis *R, const char *what, const char *then);
+/* The event-loop driver's: starts WAIT for R's replicas (the loop link's
+ * one connection: after every write this client made there) into p:
+ * DL_PENDING, or 0 with p->rc. Then dl_redis_replicate_result: 0
+ * acknowledged, or DLOCK_ENOTACKED / a code with the detail recorded as
+ * dl_redis_replicate's (p's reply freed). */
+int dl_redis_replicate_start(dl_redis *R, dl_pend *p);
+int dl_redis_replicate_result(dl_redis *R, dl_pend *p, const char *what,
+                              const char *then);
 /* renew.c: the backend's renew and renew_async entries. */
 int dl_redis_renew(dl_backend *base, int64_t deadline, int64_t lease_ms, int n,
                    dl_renew_item *items, int *calls);

@@ -131,6 +131,33 @@ int dl_redis_replicate(dl_redis *R, const char *what, const char *then) {
   return 0;
 }
 
+int dl_redis_replicate_start(dl_redis *R, dl_pend *p) {
+  /* The loop link has one connection: WAIT there counts every write this
+   * client made before it (no marker needed). */
+  char n[16], ms[16]; /* the command is written within the start */
+  snprintf(n, sizeof n, "%d", R->min_replicas);
+  snprintf(ms, sizeof ms, "%d", R->replicas_timeout_ms);
+  const char *argv[3] = {"WAIT", n, ms};
+  return dl_redis_step_command(R, p, 3, argv);
+}
+
+int dl_redis_replicate_result(dl_redis *R, dl_pend *p, const char *what,
+                              const char *then) {
+  int rc = p->rc;
+  long long n = 0;
+  if (rc == 0 && (p->reply == NULL || p->reply->type != REDIS_REPLY_INTEGER))
+    rc = dl_seterr(R->env.err_owner, DLOCK_EPROTO, "unexpected reply to WAIT");
+  if (rc == 0) n = p->reply->integer;
+  if (p->reply) freeReplyObject(p->reply);
+  p->reply = NULL;
+  if (rc != 0) return rc;
+  if (n < R->min_replicas)
+    return dl_seterr(R->env.err_owner, DLOCK_ENOTACKED,
+                     "%s: %lld of %d replicas acknowledged within %d ms%s",
+                     what, n, R->min_replicas, R->replicas_timeout_ms, then);
+  return 0;
+}
+
 int dl_redis_renew(dl_backend *base, int64_t deadline, int64_t lease_ms, int n,
                    dl_renew_item *items, int *calls) {
   dl_redis *r = (dl_redis *)base;
@@ -173,10 +200,29 @@ typedef struct renew_async {
   renew_job j;
   int left; /* scripts not answered yet */
   dl_pend *p;
+  /* Replica acknowledgement: the WAIT after the scripts (as the blocking
+   * renewal's), then its verdict on the items. */
+  dl_pend wait;
+  bool waiting;
+  int64_t lease_ms;
+  int n;
+  dl_renew_item *items;
 } renew_async;
+
+/* The WAIT's verdict: a shortfall leaves the renewed holds unknown (their
+ * validity not extended), as in dl_redis_renew. */
+static int renew_acked(renew_async *x) {
+  int ack = dl_redis_replicate_result(x->sh.head.R, &x->wait, "renewal",
+                                      ": the holds' validity is not extended");
+  if (ack == 0) return 0;
+  for (int i = 0; i < x->n; i++)
+    if (x->items[i].result == 1) x->items[i].result = ack;
+  return ack;
+}
 
 static int renew_async_step(dl_shell *sh) {
   renew_async *x = (renew_async *)sh;
+  if (x->waiting) return renew_acked(x);
   if (--x->left > 0) return DL_PENDING;
   for (int b = 0; b < x->j.nb; b++) {
     x->j.errs[b] = x->p[b].rc;
@@ -185,7 +231,11 @@ static int renew_async_step(dl_shell *sh) {
   }
   int rc = job_parse(&x->j, 0);
   job_free(&x->j);
-  return rc;
+  dl_redis *R = sh->head.R;
+  if (rc != 0 || x->lease_ms <= 0 || R->min_replicas <= 0) return rc;
+  x->waiting = true;
+  if (dl_redis_replicate_start(R, &x->wait) == DL_PENDING) return DL_PENDING;
+  return renew_acked(x);
 }
 
 /* The steps go last: the shell may still use one to deliver the result. */
@@ -216,6 +266,10 @@ int dl_redis_renew_async(dl_backend *base, int64_t deadline, int64_t lease_ms,
   }
   dl_shell_init(&x->sh, r, done, ud, renew_async_step, &x->p[0]);
   x->sh.finish = renew_async_finish;
+  dl_shell_bind(&x->sh, &x->wait);
+  x->lease_ms = lease_ms;
+  x->n = n;
+  x->items = items;
   /* One for the starts, one per script answered later: a script refused
    * at once (the link down, in its reconnect backoff) is answered now. */
   x->left = 1;
