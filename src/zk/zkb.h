@@ -145,6 +145,8 @@ int dl_zk_delete_node(dl_zk *z, const char *node, int64_t deadline);
  * kept as an orphan, deleted by a later dl_zk_clean_orphans. Returns as
  * dl_zk_delete_node. */
 int dl_zk_delete_own(dl_zk *z, const char *node);
+/* Remembers a node of ours as an orphan (deleted later). */
+void dl_zk_orphan_node(dl_zk *z, const char *node);
 /* Tries once to delete every orphan; those it cannot are kept. */
 void dl_zk_clean_orphans(dl_zk *z);
 /* Frees the orphan list (the client closing: its session ends). */

@@ -1,0 +1,297 @@
+/* nodes.c: the ZooKeeper backend's node plumbing, shared by its recipes:
+ * parents made as containers, protected ephemeral-sequential creates (a
+ * connection loss resolved through the protected name, never a second
+ * node; optionally the listing in the same round trip), deletes retried,
+ * and the orphans (nodes of ours we could not delete) deleted later. */
+#include "zkb.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+/* Creates every missing parent of `path` (and path itself) as containers,
+ * as Curator's creatingParentContainersIfNeeded. */
+int dl_zk_make_parents(dl_zk *z, const char *path) {
+  char buf[NODE_MAX];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = strchr(buf + 1, '/');; p = strchr(p + 1, '/')) {
+    if (p) *p = '\0';
+    atomic_fetch_add(&z->round_trips, 1);
+    int zrc = zoo_create(z->zh, buf, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+                         ZOO_CONTAINER, NULL, 0);
+    if (zrc != ZOK && zrc != ZNODEEXISTS)
+      return dl_zk_err(z, zrc, "create", buf);
+    if (p == NULL) return 0;
+    *p = '/';
+  }
+}
+
+/* Our node under `key` by its protected prefix "_c_<uuid>-" (after a
+ * connection loss during the create): 1 and its full path in out, 0 none,
+ * or a negative code. */
+static int find_protected(dl_zk *z, const char *key, const char *prefix,
+                          char *out, size_t len) {
+  struct String_vector sv = {0};
+  atomic_fetch_add(&z->round_trips, 1);
+  int zrc = zoo_get_children(z->zh, key, 0, &sv);
+  if (zrc == ZNONODE) return 0;
+  if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
+  int found = 0;
+  for (int i = 0; i < sv.count && !found; i++)
+    if (strncmp(sv.data[i], prefix, strlen(prefix)) == 0) {
+      snprintf(out, len, "%s/%s", key, sv.data[i]);
+      found = 1;
+    }
+  deallocate_String_vector(&sv);
+  return found;
+}
+
+int dl_zk_delete_node(dl_zk *z, const char *node, int64_t deadline) {
+  for (;;) {
+    atomic_fetch_add(&z->round_trips, 1);
+    int zrc = zoo_delete(z->zh, node, -1);
+    if (zrc == ZOK || zrc == ZNONODE) return 0;
+    if ((zrc != ZCONNECTIONLOSS && zrc != ZOPERATIONTIMEOUT) ||
+        dl_now_ms() >= deadline)
+      return dl_zk_err(z, zrc, "delete", node);
+    dl_sleep_ms(20);
+  }
+}
+
+/* Remembers (parent, prefix) as an orphan. */
+static void add_orphan(dl_zk *z, const char *parent, const char *prefix) {
+  zk_orphan *o = calloc(1, sizeof *o);
+  if (o == NULL || (o->parent = dl_strdup(parent)) == NULL ||
+      (o->prefix = dl_strdup(prefix)) == NULL) {
+    if (o) free(o->parent);
+    free(o); /* out of memory: the node lives until the session ends */
+    return;
+  }
+  pthread_mutex_lock(&z->mu);
+  o->next = z->orphans;
+  z->orphans = o;
+  pthread_mutex_unlock(&z->mu);
+}
+
+void dl_zk_orphans_free(zk_orphan *o) {
+  while (o) {
+    zk_orphan *next = o->next;
+    free(o->parent);
+    free(o->prefix);
+    free(o);
+    o = next;
+  }
+}
+
+/* Remembers our node as an orphan. */
+void dl_zk_orphan_node(dl_zk *z, const char *node) {
+  char parent[NODE_MAX];
+  snprintf(parent, sizeof parent, "%s", node);
+  char *slash = strrchr(parent, '/');
+  if (slash && slash != parent) {
+    *slash = '\0';
+    add_orphan(z, parent, slash + 1);
+  }
+}
+
+int dl_zk_delete_own(dl_zk *z, const char *node) {
+  int rc = dl_zk_delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
+  if (rc != 0) dl_zk_orphan_node(z, node);
+  return rc;
+}
+
+void dl_zk_clean_orphans(dl_zk *z) {
+  pthread_mutex_lock(&z->mu);
+  zk_orphan *list = z->orphans;
+  z->orphans = NULL;
+  bool expired = z->expired;
+  pthread_mutex_unlock(&z->mu);
+  if (list == NULL) return;
+  if (expired) { /* the session's nodes are gone with it */
+    dl_zk_orphans_free(list);
+    return;
+  }
+  zk_orphan *keep = NULL;
+  while (list) {
+    zk_orphan *o = list;
+    list = o->next;
+    char node[NODE_MAX];
+    int f = find_protected(z, o->parent, o->prefix, node, sizeof node);
+    bool done = f == 0;
+    if (f == 1) {
+      atomic_fetch_add(&z->round_trips, 1);
+      int zrc = zoo_delete(z->zh, node, -1);
+      done = zrc == ZOK || zrc == ZNONODE;
+    }
+    if (done) {
+      o->next = NULL;
+      dl_zk_orphans_free(o);
+    } else {
+      o->next = keep;
+      keep = o;
+    }
+  }
+  if (keep) {
+    pthread_mutex_lock(&z->mu);
+    zk_orphan *t = keep;
+    while (t->next) t = t->next;
+    t->next = z->orphans;
+    z->orphans = keep;
+    pthread_mutex_unlock(&z->mu);
+  }
+}
+
+/* The create loop of dl_zk_create_protected, for the node `path` (under
+ * key, protected by `prefix`). `tried`: the result of a create already
+ * sent for it (ZOK never), or 0 for none. */
+static int create_loop(dl_zk *z, const char *key, const char *prefix,
+                       const char *path, const char *data, char *node,
+                       size_t len, uint64_t *czxid, int64_t deadline,
+                       int tried) {
+  bool parents = false;
+  for (;;) {
+    int zrc = tried;
+    tried = 0;
+    if (zrc == 0) {
+      struct Stat st;
+      atomic_fetch_add(&z->round_trips, 1);
+      zrc = zoo_create2(z->zh, path, data, (int)strlen(data),
+                        &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, node,
+                        (int)len, &st);
+      if (zrc == ZOK) {
+        *czxid = (uint64_t)st.czxid;
+        return 0;
+      }
+    }
+    if (zrc == ZNONODE && !parents) {
+      parents = true;
+      int rc = dl_zk_make_parents(z, key);
+      if (rc != 0) return rc;
+      continue;
+    }
+    if (zrc == ZNONODE) { /* a container reaped between: once more */
+      parents = false;
+      continue;
+    }
+    if (zrc != ZCONNECTIONLOSS && zrc != ZOPERATIONTIMEOUT)
+      return dl_zk_err(z, zrc, "create", path);
+    /* The create may have happened: never create again before the
+     * protected name says it did not (a second node of ours would hold a
+     * place in the line that nobody releases). */
+    for (;;) {
+      if (dl_now_ms() >= deadline) {
+        add_orphan(z, key, prefix); /* whatever happened: deleted later */
+        return dl_zk_err(z, zrc, "create", path);
+      }
+      int f = find_protected(z, key, prefix, node, len);
+      if (f == 0) break; /* it did not happen: create it */
+      if (f == 1) {
+        struct Stat s2;
+        atomic_fetch_add(&z->round_trips, 1);
+        int erc = zoo_exists(z->zh, node, 0, &s2);
+        if (erc == ZOK) {
+          *czxid = (uint64_t)s2.czxid;
+          return 0;
+        }
+        if (erc == ZNONODE) break; /* made, then gone: make it again */
+      }
+      dl_sleep_ms(20);
+    }
+  }
+}
+
+/* A create and a listing sent back to back (one round trip: ZooKeeper
+ * answers a session's requests in order, so the listing sees the node). */
+typedef struct pipelined {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int pending;
+  int create_rc, list_rc;
+  char *node;
+  size_t len;
+  uint64_t czxid;
+  struct String_vector sv;
+} pipelined;
+
+static void on_created(int rc, const char *value, const struct Stat *st,
+                       const void *data) {
+  pipelined *p = (pipelined *)data;
+  pthread_mutex_lock(&p->mu);
+  p->create_rc = rc;
+  if (rc == ZOK && value && st) {
+    snprintf(p->node, p->len, "%s", value);
+    p->czxid = (uint64_t)st->czxid;
+  }
+  p->pending--;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+static void on_listed(int rc, const struct String_vector *sv,
+                      const void *data) {
+  pipelined *p = (pipelined *)data;
+  pthread_mutex_lock(&p->mu);
+  p->list_rc = rc;
+  /* The library frees sv after this returns: a copy. */
+  if (rc == ZOK && sv && allocate_String_vector(&p->sv, sv->count) == 0) {
+    for (int i = 0; i < sv->count; i++)
+      if ((p->sv.data[i] = strdup(sv->data[i])) == NULL)
+        p->list_rc = ZSYSTEMERROR;
+  } else if (rc == ZOK) {
+    p->list_rc = ZSYSTEMERROR;
+  }
+  p->pending--;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
+                           const char *data, const char *with_uuid, char *node,
+                           size_t len, uint64_t *czxid, int64_t deadline,
+                           struct String_vector *listed) {
+  char uuid[37], prefix[64], path[NODE_MAX];
+  if (with_uuid)
+    snprintf(uuid, sizeof uuid, "%s", with_uuid);
+  else if (dl_uuid4(uuid) != 0)
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "no random bytes");
+  snprintf(prefix, sizeof prefix, "_c_%s-", uuid);
+  snprintf(path, sizeof path, "%s/%s%s", key, prefix, mark);
+  if (listed) memset(listed, 0, sizeof *listed);
+  if (listed == NULL)
+    return create_loop(z, key, prefix, path, data, node, len, czxid, deadline,
+                       0);
+  pipelined p = {.pending = 2, .node = node, .len = len};
+  pthread_mutex_init(&p.mu, NULL);
+  pthread_cond_init(&p.cv, NULL);
+  atomic_fetch_add(&z->round_trips, 1);
+  int arc =
+      zoo_acreate2(z->zh, path, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
+                   ZOO_EPHEMERAL_SEQUENTIAL, on_created, &p);
+  if (arc != ZOK) {
+    p.pending = 0;
+    p.create_rc = arc;
+  } else if (zoo_aget_children(z->zh, key, 0, on_listed, &p) != ZOK) {
+    p.pending--; /* the create's completion still comes */
+    p.list_rc = ZSYSTEMERROR;
+  }
+  /* Every completion is called, whatever happens (ZCLOSING at worst): p
+   * must outlive them. */
+  pthread_mutex_lock(&p.mu);
+  while (p.pending > 0)
+    pthread_cond_wait(&p.cv, &p.mu);
+  pthread_mutex_unlock(&p.mu);
+  pthread_mutex_destroy(&p.mu);
+  pthread_cond_destroy(&p.cv);
+  if (p.create_rc == ZOK) {
+    *czxid = p.czxid;
+    if (p.list_rc == ZOK)
+      *listed = p.sv; /* the caller's now */
+    else if (p.sv.data)
+      deallocate_String_vector(&p.sv);
+    return 0;
+  }
+  if (p.sv.data) deallocate_String_vector(&p.sv);
+  /* Not created, or not known: the loop resolves it (parents made, a lost
+   * reply looked up by the protected name). */
+  return create_loop(z, key, prefix, path, data, node, len, czxid, deadline,
+                     p.create_rc);
+}
