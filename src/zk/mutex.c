@@ -206,20 +206,8 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
     zrc = zoo_wget(z->zh, pred, dl_zk_watcher, z, buf, &blen, NULL);
     if (zrc == ZNONODE) continue;
     if (zrc != ZOK) return dl_zk_err(z, zrc, "watch", pred);
-    pthread_mutex_lock(&z->mu);
-    while (z->events == seen && !z->expired && !atomic_load(z->env->closing) &&
-           !dl_zk_cancelled() && dl_now_ms() < a->deadline) {
-      struct timespec ts;
-      dl_abstime(a->deadline, &ts);
-      pthread_cond_timedwait(&z->cv, &z->mu, &ts);
-    }
-    bool expired = z->expired;
-    pthread_mutex_unlock(&z->mu);
-    if (expired)
-      return dl_seterr(z->env->err_owner, DLOCK_ECONNLOST, "the ZooKeeper "
-                       "session expired while waiting for %s", key);
-    if (atomic_load(z->env->closing))
-      return dl_seterr(z->env->err_owner, DLOCK_ECLOSED, "client closing");
+    int rc = dl_zk_await_event(z, seen, a->deadline, key);
+    if (rc != 0) return rc;
   }
 }
 

@@ -295,3 +295,22 @@ int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
   return create_loop(z, key, prefix, path, data, node, len, czxid, deadline,
                      p.create_rc);
 }
+
+int dl_zk_await_event(dl_zk *z, uint64_t seen, int64_t deadline,
+                      const char *what) {
+  pthread_mutex_lock(&z->mu);
+  while (z->events == seen && !z->expired && !atomic_load(z->env->closing) &&
+         !dl_zk_cancelled() && dl_now_ms() < deadline) {
+    struct timespec ts;
+    dl_abstime(deadline, &ts);
+    pthread_cond_timedwait(&z->cv, &z->mu, &ts);
+  }
+  bool expired = z->expired;
+  pthread_mutex_unlock(&z->mu);
+  if (expired)
+    return dl_seterr(z->env->err_owner, DLOCK_ECONNLOST, "the ZooKeeper "
+                     "session expired while waiting for %s", what);
+  if (atomic_load(z->env->closing))
+    return dl_seterr(z->env->err_owner, DLOCK_ECLOSED, "client closing");
+  return 0;
+}

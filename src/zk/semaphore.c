@@ -155,20 +155,8 @@ static int await_lease(dl_zk *z, const char *path, const char *node,
     if (zrc != ZOK) return dl_zk_err(z, zrc, "check", node);
     if (n <= max) return 1;
     if (!wait || dl_now_ms() >= deadline || dl_zk_cancelled()) return 0;
-    pthread_mutex_lock(&z->mu);
-    while (z->events == seen && !z->expired && !atomic_load(z->env->closing) &&
-           !dl_zk_cancelled() && dl_now_ms() < deadline) {
-      struct timespec ts;
-      dl_abstime(deadline, &ts);
-      pthread_cond_timedwait(&z->cv, &z->mu, &ts);
-    }
-    bool expired = z->expired;
-    pthread_mutex_unlock(&z->mu);
-    if (expired)
-      return dl_seterr(z->env->err_owner, DLOCK_ECONNLOST, "the ZooKeeper "
-                       "session expired while waiting for %s", path);
-    if (atomic_load(z->env->closing))
-      return dl_seterr(z->env->err_owner, DLOCK_ECLOSED, "client closing");
+    rc = dl_zk_await_event(z, seen, deadline, path);
+    if (rc != 0) return rc;
   }
 }
 

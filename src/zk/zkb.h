@@ -145,6 +145,12 @@ int dl_zk_delete_node(dl_zk *z, const char *node, int64_t deadline);
  * kept as an orphan, deleted by a later dl_zk_clean_orphans. Returns as
  * dl_zk_delete_node. */
 int dl_zk_delete_own(dl_zk *z, const char *node);
+/* Sleeps until a watch event or session change after `seen` (z->events
+ * read before the watch was set), the deadline, or the operation's cancel:
+ * 0 (look again), or DLOCK_ECONNLOST (the session expired while waiting
+ * for `what`) / DLOCK_ECLOSED, recorded. */
+int dl_zk_await_event(dl_zk *z, uint64_t seen, int64_t deadline,
+                      const char *what);
 /* Remembers a node of ours as an orphan (deleted later). */
 void dl_zk_orphan_node(dl_zk *z, const char *node);
 /* Tries once to delete every orphan; those it cannot are kept. */
