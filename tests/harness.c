@@ -744,53 +744,98 @@ bool th_sentinel_synced(th_sentinel_set *s, int timeout_ms) {
 /* ---- Cluster: 3 masters on loopback ---- */
 static bool cluster_ok(void *arg) {
   th_cluster *k = arg;
-  for (int i = 0; i < 3; i++) {
-    redisReply *r = th_cmd(&k->nodes[i], "CLUSTER INFO");
+  char want[64];
+  snprintf(want, sizeof want, "cluster_known_nodes:%d", 3 + k->nreplicas);
+  for (int i = 0; i < 3 + k->nreplicas; i++) {
+    th_redis *n = i < 3 ? &k->nodes[i] : &k->replicas[i - 3];
+    redisReply *r = th_cmd(n, "CLUSTER INFO");
     bool ok = r && r->type == REDIS_REPLY_STRING &&
               strstr(r->str, "cluster_state:ok") != NULL &&
-              strstr(r->str, "cluster_known_nodes:3") != NULL;
+              strstr(r->str, want) != NULL;
     if (r) freeReplyObject(r);
+    if (ok && i >= 3) {
+      r = th_cmd(n, "INFO replication");
+      ok = r && r->type == REDIS_REPLY_STRING &&
+           strstr(r->str, "master_link_status:up") != NULL;
+      if (r) freeReplyObject(r);
+    }
     if (!ok) return false;
   }
   return true;
 }
 
-int th_cluster_start(th_cluster *k, const char *extra) {
+static int node_id(th_redis *n, char *out, size_t len) {
+  redisReply *r = th_cmd(n, "CLUSTER MYID");
+  bool ok = r && r->type == REDIS_REPLY_STRING;
+  if (ok) snprintf(out, len, "%s", r->str);
+  if (r) freeReplyObject(r);
+  return ok ? 0 : -1;
+}
+
+static int cluster_node_start(th_redis *n, const char *args) {
+  /* The cluster bus listens on the port + 10000: a free port above
+   * 55535 makes the server exit at once. Another port, then. */
+  for (int tries = 0; tries < 20; tries++)
+    if (th_redis_start(n, args) == 0) return 0;
+  return -1;
+}
+
+static bool status_ok(redisReply *r, const char *what) {
+  bool ok = r && r->type == REDIS_REPLY_STATUS;
+  if (!ok)
+    fprintf(stderr, "    cluster: %s: %s\n", what,
+            r && r->str ? r->str : "no reply");
+  if (r) freeReplyObject(r);
+  return ok;
+}
+
+static int cluster_start(th_cluster *k, const char *extra, int nreplicas) {
   memset(k, 0, sizeof *k);
   char args[1200];
   snprintf(args, sizeof args,
            "--cluster-enabled yes --cluster-config-file nodes.conf "
-           "--cluster-node-timeout 2000 %s",
+           "--cluster-node-timeout 2000 --repl-diskless-sync-delay 0 %s",
            extra ? extra : "");
   static const int ranges[3][2] = {{0, 5460}, {5461, 10922}, {10923, 16383}};
   size_t used = (size_t)snprintf(k->url, sizeof k->url, "redis-cluster://");
   for (int i = 0; i < 3; i++) {
-    /* The cluster bus listens on the port + 10000: a free port above
-     * 55535 makes the server exit at once. Another port, then. */
-    int tries = 0;
-    while (th_redis_start(&k->nodes[i], args) != 0)
-      if (++tries == 20) goto fail;
-    redisReply *r = th_cmd(&k->nodes[i], "CLUSTER ADDSLOTSRANGE %d %d",
-                           ranges[i][0], ranges[i][1]);
-    bool ok = r && r->type == REDIS_REPLY_STATUS;
-    if (!ok)
-      fprintf(stderr, "    cluster node %d: ADDSLOTSRANGE: %s\n", i,
-              r && r->str ? r->str : "no reply");
-    if (r) freeReplyObject(r);
-    if (!ok) goto fail;
+    if (cluster_node_start(&k->nodes[i], args) != 0) goto fail;
+    if (!status_ok(th_cmd(&k->nodes[i], "CLUSTER ADDSLOTSRANGE %d %d",
+                          ranges[i][0], ranges[i][1]),
+                   "ADDSLOTSRANGE"))
+      goto fail;
+    if (node_id(&k->nodes[i], k->ids[i], sizeof k->ids[i]) != 0) goto fail;
     used += (size_t)snprintf(k->url + used, sizeof k->url - used,
                              "%s127.0.0.1:%d", i ? "," : "",
                              k->nodes[i].port);
   }
-  for (int i = 1; i < 3; i++) {
-    redisReply *r =
-        th_cmd(&k->nodes[0], "CLUSTER MEET 127.0.0.1 %d", k->nodes[i].port);
-    bool ok = r && r->type == REDIS_REPLY_STATUS;
-    if (!ok)
-      fprintf(stderr, "    cluster: MEET: %s\n",
-              r && r->str ? r->str : "no reply");
-    if (r) freeReplyObject(r);
-    if (!ok) goto fail;
+  for (int i = 0; i < nreplicas; i++) {
+    if (cluster_node_start(&k->replicas[i], args) != 0) goto fail;
+    k->nreplicas++;
+    if (node_id(&k->replicas[i], k->ids[3 + i], sizeof k->ids[3 + i]) != 0)
+      goto fail;
+  }
+  for (int i = 1; i < 3 + nreplicas; i++) {
+    th_redis *n = i < 3 ? &k->nodes[i] : &k->replicas[i - 3];
+    if (!status_ok(th_cmd(&k->nodes[0], "CLUSTER MEET 127.0.0.1 %d", n->port),
+                   "MEET"))
+      goto fail;
+  }
+  /* A replica can follow its master once it knows it. */
+  for (int i = 0; i < nreplicas; i++) {
+    int64_t until = th_now_ms() + 10000;
+    bool ok = false;
+    while (!ok && th_now_ms() < until) {
+      redisReply *r = th_cmd(&k->replicas[i], "CLUSTER REPLICATE %s", k->ids[i]);
+      ok = r && r->type == REDIS_REPLY_STATUS;
+      if (r) freeReplyObject(r);
+      if (!ok) th_sleep_ms(50);
+    }
+    if (!ok) {
+      fprintf(stderr, "    cluster: replica %d could not follow its master\n",
+              i);
+      goto fail;
+    }
   }
   if (!th_wait_for(cluster_ok, k, 20000)) {
     fprintf(stderr, "    cluster: not cluster_state:ok in 20 s\n");
@@ -802,8 +847,100 @@ fail:
   return -1;
 }
 
+int th_cluster_start(th_cluster *k, const char *extra) {
+  return cluster_start(k, extra, 0);
+}
+
+int th_cluster_start_replicas(th_cluster *k, const char *extra) {
+  return cluster_start(k, extra, 3);
+}
+
 void th_cluster_stop(th_cluster *k) {
   for (int i = 0; i < 3; i++) th_redis_stop(&k->nodes[i]);
+  for (int i = 0; i < k->nreplicas; i++) th_redis_stop(&k->replicas[i]);
+}
+
+int th_cluster_slot_begin(th_cluster *k, int slot, int from, int to) {
+  if (!status_ok(th_cmd(&k->nodes[to], "CLUSTER SETSLOT %d IMPORTING %s", slot,
+                        k->ids[from]),
+                 "SETSLOT IMPORTING"))
+    return -1;
+  return status_ok(th_cmd(&k->nodes[from], "CLUSTER SETSLOT %d MIGRATING %s",
+                          slot, k->ids[to]),
+                   "SETSLOT MIGRATING")
+             ? 0
+             : -1;
+}
+
+int th_cluster_slot_move_keys(th_cluster *k, int slot, int from, int to,
+                              int n) {
+  redisReply *r =
+      th_cmd(&k->nodes[from], "CLUSTER GETKEYSINSLOT %d %d", slot, n);
+  if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+    if (r) freeReplyObject(r);
+    return -1;
+  }
+  int moved = 0;
+  for (size_t i = 0; i < r->elements; i++) {
+    redisReply *m = th_cmd(&k->nodes[from], "MIGRATE 127.0.0.1 %d %s 0 5000",
+                           k->nodes[to].port, r->element[i]->str);
+    bool ok = status_ok(m, "MIGRATE");
+    if (!ok) {
+      moved = -1;
+      break;
+    }
+    moved++;
+  }
+  freeReplyObject(r);
+  return moved;
+}
+
+int th_cluster_slot_end(th_cluster *k, int slot, int to) {
+  /* The new owner first, then the old one (redis-cli's order). */
+  int order[3] = {to, (to + 1) % 3, (to + 2) % 3};
+  for (int j = 0; j < 3; j++)
+    if (!status_ok(th_cmd(&k->nodes[order[j]], "CLUSTER SETSLOT %d NODE %s",
+                          slot, k->ids[to]),
+                   "SETSLOT NODE"))
+      return -1;
+  return 0;
+}
+
+typedef struct owner_arg {
+  th_cluster *k;
+  int slot;
+  const char *id;
+} owner_arg;
+
+static bool owner_is(void *arg) {
+  owner_arg *a = arg;
+  for (int i = 0; i < 3 + a->k->nreplicas; i++) {
+    th_redis *n = i < 3 ? &a->k->nodes[i] : &a->k->replicas[i - 3];
+    if (n->pid <= 0) continue;
+    redisReply *r = th_cmd(n, "CLUSTER INFO");
+    bool ok = r && r->type == REDIS_REPLY_STRING &&
+              strstr(r->str, "cluster_state:ok") != NULL;
+    if (r) freeReplyObject(r);
+    if (!ok) return false;
+    r = th_cmd(n, "CLUSTER SLOTS");
+    ok = false;
+    for (size_t e = 0; r && r->type == REDIS_REPLY_ARRAY && e < r->elements;
+         e++) {
+      redisReply *x = r->element[e];
+      if (x->elements >= 3 && a->slot >= x->element[0]->integer &&
+          a->slot <= x->element[1]->integer && x->element[2]->elements >= 3)
+        ok = strcmp(x->element[2]->element[2]->str, a->id) == 0;
+    }
+    if (r) freeReplyObject(r);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool th_cluster_wait_owner(th_cluster *k, int slot, const char *id,
+                           int timeout_ms) {
+  owner_arg a = {k, slot, id};
+  return th_wait_for(owner_is, &a, timeout_ms);
 }
 
 int th_cluster_node_of(th_cluster *k, const char *key) {

@@ -168,9 +168,12 @@ int th_sentinel_wait_failover(th_sentinel_set *s, int timeout_ms);
  * replication offsets agree). Returns true, or false at the timeout. */
 bool th_sentinel_synced(th_sentinel_set *s, int timeout_ms);
 
-/* ---- Cluster: 3 masters, no replicas (about 2 s) ---- */
+/* ---- Cluster: 3 masters, with or without a replica each (about 2 s) --- */
 typedef struct th_cluster {
   th_redis nodes[3];
+  th_redis replicas[3]; /* th_cluster_start_replicas: replicas[i] of i */
+  int nreplicas;
+  char ids[6][48]; /* CLUSTER MYID of nodes[0..2], then replicas[0..2] */
   char url[600]; /* redis-cluster://127.0.0.1:p0,127.0.0.1:p1,127.0.0.1:p2 */
 } th_cluster;
 /* Starts three cluster-enabled servers (node timeout 2 s; `extra`
@@ -179,8 +182,25 @@ typedef struct th_cluster {
  * and waits until each says cluster_state:ok and knows all three. Returns
  * 0 or -1 (whatever started is stopped). */
 int th_cluster_start(th_cluster *k, const char *extra);
-/* Stops the three by pid and removes their dirs. */
+/* As th_cluster_start, and a replica of each master (CLUSTER REPLICATE),
+ * waited for until each has linked to its master and every node knows
+ * all six. */
+int th_cluster_start_replicas(th_cluster *k, const char *extra);
+/* Stops every node by pid (a killed one is skipped) and removes their
+ * dirs. */
 void th_cluster_stop(th_cluster *k);
+/* Moving `slot` from node `from` to node `to` (0..2), in the steps of a
+ * resharding: begin (IMPORTING on to, MIGRATING on from), move up to n keys
+ * (MIGRATE; returns how many moved, -1 on an error), end (SETSLOT NODE on
+ * every master). Each returns 0 or -1 unless said. */
+int th_cluster_slot_begin(th_cluster *k, int slot, int from, int to);
+int th_cluster_slot_move_keys(th_cluster *k, int slot, int from, int to,
+                              int n);
+int th_cluster_slot_end(th_cluster *k, int slot, int to);
+/* Waits until every live node says cluster_state:ok and that `master`'s
+ * slots are served by the node with id `id` (a failover done). */
+bool th_cluster_wait_owner(th_cluster *k, int slot, const char *id,
+                           int timeout_ms);
 /* Which node (0..2) owns key's slot as th_cluster_start gave them, or -1. */
 int th_cluster_node_of(th_cluster *k, const char *key);
 

@@ -108,6 +108,8 @@ static const struct scheme {
     {"unix", dl_redis_backend_new},
     {"redis-sentinel", dl_redis_backend_new},
     {"rediss-sentinel", dl_redis_backend_new},
+    {"redis-cluster", dl_redis_backend_new},
+    {"rediss-cluster", dl_redis_backend_new},
     {"redlock", dl_redlock_backend_new},
     {"zk", dl_zk_backend_new},
 };
@@ -175,8 +177,8 @@ int dl_client_open_with(const dlock_client_options *opts,
   c->url_redacted = dl_url_redact(url);
   if (make == NULL && (make = factory_for(url)) == NULL) {
     int rc = dl_seterr(NULL, DLOCK_EINVAL, "URL must start with redis://, "
-                       "rediss://, unix://, redis-sentinel:// or redlock:// "
-                       "(url %s)",
+                       "rediss://, unix://, redis-sentinel://, "
+                       "redis-cluster://, redlock:// or zk:// (url %s)",
                        c->url_redacted ? c->url_redacted : "");
     client_free(c);
     return rc;

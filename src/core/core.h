@@ -86,19 +86,29 @@ typedef struct dl_endpoint {
   int db;
   char *username;
   char *password;
-  /* redis-sentinel:// and rediss-sentinel://: the master's name and the
-   * sentinels to ask for its address (host/port above are then unset);
-   * master_name NULL for every other URL. */
+  /* redis-sentinel:// and rediss-sentinel://: the master's name, and in
+   * hosts the sentinels to ask for its address (host/port above are then
+   * unset); master_name NULL for every other URL. */
   char *master_name;
-  int nsentinels;
+  /* redis-cluster:// and rediss-cluster://: cluster set, and in hosts the
+   * seed nodes to ask for the slot map (host/port unset, db 0);
+   * ?pubsub=auto|sharded|classic in cluster_pubsub (DL_PUBSUB_*). */
+  bool cluster;
+  int cluster_pubsub;
+  int nhosts;
   struct dl_hostport {
     char *host;
     int port;
-  } *sentinels;
+  } *hosts;
 } dl_endpoint;
 
-/* Parses redis://, rediss://, unix://, redis-sentinel:// and
- * rediss-sentinel:// URLs into *ep (cleared first; free with
+/* How a cluster's waiters hear releases: shard channels where the
+ * servers have them (auto: Redisson's shardedSubscriptionMode AUTO), or
+ * always, or classic PUBLISH/SUBSCRIBE. */
+enum { DL_PUBSUB_AUTO, DL_PUBSUB_SHARDED, DL_PUBSUB_CLASSIC };
+
+/* Parses redis://, rediss://, unix://, redis-sentinel://,
+ * rediss-sentinel://, redis-cluster:// and rediss-cluster:// URLs into *ep (cleared first; free with
  * dl_endpoint_clear). Returns 0, or DLOCK_EURL with err set and *ep
  * cleared. */
 int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen);

@@ -1,4 +1,4 @@
-/* url.c: parses redis://, rediss://, unix:// and redis-sentinel:// URLs,
+/* url.c: parses redis://, rediss://, unix://, redis-sentinel:// and redis-cluster:// URLs,
  * and checks zk:// ones. */
 #include "core.h"
 
@@ -14,8 +14,8 @@ void dl_endpoint_clear(dl_endpoint *ep) {
   free(ep->username);
   free(ep->password);
   free(ep->master_name);
-  for (int i = 0; i < ep->nsentinels; i++) free(ep->sentinels[i].host);
-  free(ep->sentinels);
+  for (int i = 0; i < ep->nhosts; i++) free(ep->hosts[i].host);
+  free(ep->hosts);
   memset(ep, 0, sizeof *ep);
 }
 
@@ -125,31 +125,44 @@ static int parse_hostport(const char *p, const char *end, char **host,
   return 0;
 }
 
-/* After the userinfo of redis-sentinel://: HOST:PORT[,HOST:PORT...]/MASTER
- * [?db=N]; p[0..end) the sentinels. */
-static int parse_sentinel(const char *p, const char *end, dl_endpoint *ep,
-                          char *err, size_t errlen) {
+/* A list HOST[:PORT][,HOST[:PORT]...] in p[0..end) into ep->hosts; a
+ * host without a port gets dflt. `what` names an element in errors. */
+static int parse_hosts(const char *p, const char *end, int dflt,
+                       const char *what, dl_endpoint *ep, char *err,
+                       size_t errlen) {
   int n = 1;
   for (const char *s = p; s < end; s++)
     if (*s == ',') n++;
-  ep->sentinels = calloc((size_t)n, sizeof *ep->sentinels);
-  if (ep->sentinels == NULL) FAIL("out of memory");
-  while (ep->nsentinels < n) {
+  ep->hosts = calloc((size_t)n, sizeof *ep->hosts);
+  if (ep->hosts == NULL) FAIL("out of memory");
+  while (ep->nhosts < n) {
     const char *comma = memchr(p, ',', (size_t)(end - p));
     const char *e = comma ? comma : end;
-    if (e == p) FAIL("empty sentinel address in the list");
-    struct dl_hostport *h = &ep->sentinels[ep->nsentinels];
-    h->port = 26379;
+    if (e == p) {
+      snprintf(err, errlen, "empty %s address in the list", what);
+      dl_endpoint_clear(ep);
+      return DLOCK_EURL;
+    }
+    struct dl_hostport *h = &ep->hosts[ep->nhosts];
     if (parse_hostport(p, e, &h->host, &h->port, err, errlen) != 0) {
       dl_endpoint_clear(ep);
       return DLOCK_EURL;
     }
-    /* Without a port, a sentinel listens on 26379. */
     const char *rb = *p == '[' ? memchr(p, ']', (size_t)(e - p)) : p;
-    if (memchr(rb, ':', (size_t)(e - rb)) == NULL) h->port = 26379;
-    ep->nsentinels++;
+    if (memchr(rb, ':', (size_t)(e - rb)) == NULL) h->port = dflt;
+    ep->nhosts++;
     p = comma ? comma + 1 : end;
   }
+  return 0;
+}
+
+/* After the userinfo of redis-sentinel://: HOST:PORT[,HOST:PORT...]/MASTER
+ * [?db=N]; p[0..end) the sentinels. */
+static int parse_sentinel(const char *p, const char *end, dl_endpoint *ep,
+                          char *err, size_t errlen) {
+  /* Without a port, a sentinel listens on 26379. */
+  if (parse_hosts(p, end, 26379, "sentinel", ep, err, errlen) != 0)
+    return DLOCK_EURL;
   if (*end != '/' || end[1] == '\0' || end[1] == '?')
     FAIL("redis-sentinel URL needs the master's name after '/' "
          "(redis-sentinel://host:port/mymaster)");
@@ -169,13 +182,44 @@ static int parse_sentinel(const char *p, const char *end, dl_endpoint *ep,
   return 0;
 }
 
+/* After the userinfo of redis-cluster://: HOST:PORT[,HOST:PORT...], the
+ * seed nodes, p[0..end); then [/][?pubsub=auto|sharded|classic]. A cluster
+ * has database 0 only. */
+static int parse_cluster(const char *p, const char *end, dl_endpoint *ep,
+                         char *err, size_t errlen) {
+  ep->cluster = true;
+  if (parse_hosts(p, end, 6379, "cluster node", ep, err, errlen) != 0)
+    return DLOCK_EURL;
+  const char *q = *end == '/' ? end + 1 : end;
+  if (*q == '\0') return 0;
+  if (*q != '?')
+    FAIL("redis-cluster URL takes no path (a cluster has database 0 only)");
+  q++;
+  if (strcmp(q, "pubsub=auto") == 0)
+    ep->cluster_pubsub = DL_PUBSUB_AUTO;
+  else if (strcmp(q, "pubsub=sharded") == 0)
+    ep->cluster_pubsub = DL_PUBSUB_SHARDED;
+  else if (strcmp(q, "pubsub=classic") == 0)
+    ep->cluster_pubsub = DL_PUBSUB_CLASSIC;
+  else
+    FAIL("redis-cluster URL accepts only ?pubsub=auto|sharded|classic");
+  return 0;
+}
+
 int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen) {
   memset(ep, 0, sizeof *ep);
   if (url == NULL || *url == '\0') FAIL("empty URL");
   const char *p;
-  bool sentinel = false;
+  bool sentinel = false, cluster = false;
   int rc;
-  if (strncmp(url, "redis-sentinel://", 17) == 0) {
+  if (strncmp(url, "redis-cluster://", 16) == 0) {
+    p = url + 16;
+    cluster = true;
+  } else if (strncmp(url, "rediss-cluster://", 17) == 0) {
+    p = url + 17;
+    cluster = true;
+    ep->tls = true;
+  } else if (strncmp(url, "redis-sentinel://", 17) == 0) {
     p = url + 17;
     sentinel = true;
   } else if (strncmp(url, "rediss-sentinel://", 18) == 0) {
@@ -190,8 +234,8 @@ int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen) {
   } else if (strncmp(url, "unix://", 7) == 0) {
     return parse_unix(url + 7, ep, err, errlen);
   } else {
-    FAIL("URL must start with redis://, rediss://, unix:// or "
-         "redis-sentinel://");
+    FAIL("URL must start with redis://, rediss://, unix://, "
+         "redis-sentinel:// or redis-cluster://");
   }
   for (const char *s = p; *s; s++)
     if ((unsigned char)*s <= ' ') FAIL("URL contains a space or control byte");
@@ -219,6 +263,11 @@ int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen) {
   }
 
   if (sentinel) return parse_sentinel(p, end_auth, ep, err, errlen);
+  if (cluster) {
+    const char *q = strchr(p, '?');
+    return parse_cluster(p, q && q < end_auth ? q : end_auth, ep, err,
+                         errlen);
+  }
   rc = parse_hostport(p, end_auth, &ep->host, &ep->port, err, errlen);
   if (rc != 0) {
     dl_endpoint_clear(ep);

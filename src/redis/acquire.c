@@ -512,7 +512,8 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *a) {
   /* Replica acknowledgement: a hold the replicas did not get in time could
    * vanish in a failover, so it is given back (one count: a re-entry keeps
    * the holds before it) and reported apart from "locked". */
-  int ack = dl_redis_replicate(R, "acquire", " (the lock was given back)");
+  int ack = dl_redis_replicate(R, a->lock->key, "acquire",
+                               " (the lock was given back)");
   if (ack == 0) return rc;
   dl_rlock_release_now(R, a->lock, a->lease_ms, 1);
   return ack;

@@ -472,7 +472,17 @@ static int backend_new(const dlock_client_options *opts,
     rb_free(&r->base);
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   }
-  if (r->env.loop)
+  if (cfg->ep.cluster && (r->env.loop || part)) {
+    rb_free(&r->base);
+    return dl_seterr(NULL, DLOCK_ENOTSUP,
+                     "redis-cluster:// is not yet supported %s",
+                     part ? "as a server of redlock://"
+                          : "by the event-loop client (use a blocking "
+                            "client)");
+  }
+  if (cfg->ep.cluster)
+    rc = dl_cluster_link_new(cfg, &r->env, opts->connections, &r->link);
+  else if (r->env.loop)
     rc = dl_loop_link_new(cfg, &r->env, &r->link);
   else if (part)
     rc = dl_gather_link_new(cfg, &r->env, &r->link);

@@ -9,8 +9,9 @@
  * Alone, a thread writes its command and reads its reply itself (no hand-off,
  * no added latency); under load, one write and one read serve many threads.
  *
- * A request may ask for a PING just ahead of it, in the same write: the
- * reader drops the PING's reply and completes the request with the next.
+ * A request may ask for a PING (or, in a cluster, an ASKING) just ahead of
+ * it, in the same write: the reader drops that reply and completes the
+ * request with the next.
  *
  * Waiting costs one sleep and one wake-up per request: a waiter sleeps on
  * its request's word (park.c), and the reader completes requests and wakes
@@ -31,7 +32,7 @@ enum { CONN_DOWN, CONN_CONNECTING, CONN_UP };
  * with dlock bench -t 64 uncontended: 8 did best, 1 and 16 worse). */
 enum { EAGER = 8 };
 static const char PING[] = "*1\r\n$4\r\nPING\r\n";
-#define PING_LEN (sizeof PING - 1)
+static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
 
 struct dl_req {
   dl_req *next;
@@ -40,9 +41,10 @@ struct dl_req {
   redisReply *reply;
   int err;
   int phase;
-  /* A PING goes ahead of the command, in the same write; its reply is
-   * dropped (dl_conn_send's contract says why). */
-  bool ping;
+  /* PING or ASKING goes ahead of the command, in the same write; its
+   * reply is dropped (dl_conn_send's and dl_conn_send_asking's contracts
+   * say why). NULL: nothing. */
+  const char *pre;
   /* W_RUN, W_SLEEP while its thread sleeps (set by that thread under mu;
    * a role hand-off sets it back to W_RUN under mu), W_DONE once complete. */
   atomic_int word;
@@ -240,10 +242,10 @@ static void do_write(dl_conn *c, int64_t deadline) {
     dl_req *first = c->outq;
     size_t total = 0;
     for (dl_req *r = first; r; r = r->next)
-      total += r->len + (r->ping ? PING_LEN : 0);
+      total += r->len + (r->pre ? strlen(r->pre) : 0);
     /* The writer takes the formatted commands: once in flight a request
      * may complete (and be freed by its thread) before this write returns. */
-    bool single = first->next == NULL && !first->ping;
+    bool single = first->next == NULL && !first->pre;
     char *buf = single ? first->cmd : malloc(total);
     if (buf == NULL) {
       conn_fail(c, DLOCK_ENOMEM, "out of memory");
@@ -252,9 +254,10 @@ static void do_write(dl_conn *c, int64_t deadline) {
     if (!single) {
       size_t off = 0;
       for (dl_req *r = first; r; r = r->next) {
-        if (r->ping) {
-          memcpy(buf + off, PING, PING_LEN);
-          off += PING_LEN;
+        if (r->pre) {
+          size_t plen = strlen(r->pre);
+          memcpy(buf + off, r->pre, plen);
+          off += plen;
         }
         memcpy(buf + off, r->cmd, r->len);
         off += r->len;
@@ -336,13 +339,14 @@ static void do_read(dl_conn *c, dl_req *mine, int64_t deadline) {
         else got[ngot++] = rep;
       }
       pthread_mutex_lock(&c->mu);
-      /* got[0..used) are matched: to reqs[0..nreq), or dropped (a PING's). */
+      /* got[0..used) are matched: to reqs[0..nreq), or dropped (a PING's
+       * or an ASKING's). */
       int nreq = 0, used = 0;
       if (c->cur == h)
         for (; used < ngot && c->infl; used++) {
           dl_req *r = c->infl;
-          if (r->ping) {
-            r->ping = false;
+          if (r->pre) {
+            r->pre = NULL;
             freeReplyObject(got[used]);
             continue;
           }
@@ -376,8 +380,8 @@ static void do_read(dl_conn *c, dl_req *mine, int64_t deadline) {
     if (kick(r)) break;
 }
 
-dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
-                     const size_t *argvlen, bool ping_first, int *err) {
+static dl_req *conn_send(dl_conn *c, int argc, const char **argv,
+                         const size_t *argvlen, const char *pre, int *err) {
   dl_req *r = calloc(1, sizeof *r);
   if (r == NULL) {
     *err = conn_err(c, DLOCK_ENOMEM, "out of memory");
@@ -390,7 +394,7 @@ dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
     return NULL;
   }
   r->len = (size_t)len;
-  r->ping = ping_first;
+  r->pre = pre;
   atomic_init(&r->word, W_RUN);
   atomic_init(&r->refs, 2);
   int64_t deadline = dl_now_ms() + c->cfg->command_timeout_ms;
@@ -422,6 +426,16 @@ dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
     do_write(c, deadline);
   pthread_mutex_unlock(&c->mu);
   return r;
+}
+
+dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
+                     const size_t *argvlen, bool ping_first, int *err) {
+  return conn_send(c, argc, argv, argvlen, ping_first ? PING : NULL, err);
+}
+
+dl_req *dl_conn_send_asking(dl_conn *c, int argc, const char **argv,
+                            const size_t *argvlen, int *err) {
+  return conn_send(c, argc, argv, argvlen, ASKING, err);
 }
 
 int dl_req_wait(dl_conn *c, dl_req *r, int64_t deadline,

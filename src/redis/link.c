@@ -140,8 +140,10 @@ static int rb_command(dl_rlink *base, int argc, const char **argv,
   return rb_command_bin(base, argc, argv, lens, reply);
 }
 
-static int rb_replicate(dl_rlink *base, int n, int timeout_ms) {
+static int rb_replicate(dl_rlink *base, const char *key, int n,
+                        int timeout_ms) {
   single_link *b = (single_link *)base;
+  (void)key; /* one server */
   dl_conn *conn = pick(b);
   char ns[16], ts[16];
   snprintf(ns, sizeof ns, "%d", n);

@@ -181,7 +181,7 @@ int dl_redis_lock_release(dl_backend *b, const dl_lock_ref *l,
   rc = dl_rlock_release_now(R, l, lease_ms, count);
   /* The release reaches the replicas, as far as WAIT can tell; it is done
    * on the master either way, so a shortfall does not change the result. */
-  if (rc >= 0) (void)dl_redis_replicate(R, "release", "");
+  if (rc >= 0) (void)dl_redis_replicate(R, l->key, "release", "");
   return rc;
 }
 

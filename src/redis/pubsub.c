@@ -528,6 +528,13 @@ void dl_pubsub_kick(dl_pubsub *p, dl_sub *s) {
   pthread_mutex_unlock(&p->mu);
 }
 
+bool dl_pubsub_dropped(dl_pubsub *p, dl_sub *s) {
+  pthread_mutex_lock(&p->mu);
+  bool dropped = !s->active;
+  pthread_mutex_unlock(&p->mu);
+  return dropped;
+}
+
 uint64_t dl_pubsub_wakeups(dl_pubsub *p) {
   pthread_mutex_lock(&p->mu);
   uint64_t n = p->t.wakeups;

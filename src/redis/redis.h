@@ -75,6 +75,12 @@ void dl_conn_drop(dl_conn *c, int err, const char *why);
  * request to pass to dl_req_wait, or NULL with *err set (nothing queued). */
 dl_req *dl_conn_send(dl_conn *c, int argc, const char **argv,
                      const size_t *argvlen, bool ping_first, int *err);
+/* As dl_conn_send, with ASKING just ahead of the command in the same
+ * write (no other request between them: ASKING applies to the next
+ * command on the connection), its reply dropped: a cluster's ASK
+ * redirection. */
+dl_req *dl_conn_send_asking(dl_conn *c, int argc, const char **argv,
+                            const size_t *argvlen, int *err);
 /* Waits for the reply until deadline_ms. Returns 0 and stores the reply
  * (caller frees with freeReplyObject; may be an error reply), or a negative
  * code. Frees the request in every case. */
@@ -104,6 +110,16 @@ enum {
   DL_SCRIPT_COUNT
 };
 extern dl_script dl_scripts[DL_SCRIPT_COUNT];
+/* Or'ed into eval's `script` by a cluster link in sharded mode: the
+ * script's variant that publishes on its lock's channels with SPUBLISH
+ * (shard channels, heard by SSUBSCRIBE on the slot's shard) instead of
+ * PUBLISH, as Redisson's scripts do on Redis 7 clusters. The revocation
+ * channel and the delayed queue's channels stay classic (every node hears
+ * them; Redisson's delayed queue publishes with PUBLISH). */
+#define DL_EVAL_SHARDED 0x200
+/* The script of `script` (with DL_EVAL_SHARDED, its sharded variant).
+ * After dl_scripts_init. */
+const dl_script *dl_script_of(int script);
 /* Or'ed into eval's `script`: the script may publish to a waiter whose
  * wake-up matters more than this reply (a release that hands the lock on).
  * A PING then goes ahead of it in the same write. Redis writes its pending
@@ -150,6 +166,9 @@ enum { DL_STEP_EVAL, DL_STEP_COMMAND, DL_STEP_SUB_REF, DL_STEP_SUB_WAIT,
 
 typedef struct dl_rlink_ops {
   const char *name;
+  /* The keys of one script must share a slot (a cluster): a batch over
+   * many locks (the watchdog's renewals) is cut by slot. */
+  bool by_slot;
   /* Runs a script (EVALSHA, falling back to EVAL on NOSCRIPT) and returns
    * its reply (caller frees), or a negative code with the detail recorded.
    * A script error reply becomes a code too. */
@@ -169,9 +188,11 @@ typedef struct dl_rlink_ops {
    * every write this client made before the call (a marker PUBLISH on
    * DL_REPLICATE_CHANNEL, then WAIT, on one connection: WAIT counts that
    * connection's writes, and the replication stream is one order). Returns
-   * the replicas that acknowledged (>= 0), or a negative code. NULL in a
-   * link that cannot (the event-loop link, for now). */
-  int (*replicate)(dl_rlink *b, int n, int timeout_ms);
+   * the replicas that acknowledged (>= 0), or a negative code. `key`: a
+   * key the writes were to (a cluster asks the master of its slot), or
+   * NULL: every master (the fewest acknowledgements count). NULL in a link
+   * that cannot (the event-loop link, for now). */
+  int (*replicate)(dl_rlink *b, const char *key, int n, int timeout_ms);
   /* As command, with each argument's length (binary-safe: a queue's
    * values); NULL in a link that has none (DLOCK_ENOTSUP then). */
   int (*command_bin)(dl_rlink *b, int argc, const char **argv,
@@ -268,6 +289,17 @@ int dl_keyspace_listen(const struct redisReply *config, int db,
 int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
                      dl_rlink **out);
 
+/* The cluster link (cluster.c): requests routed by their key's slot to
+ * the master that owns it (the map read at the open from a node of
+ * cfg->ep.hosts, which must answer: else DLOCK_ECONNECT with every node's
+ * answer recorded), nconn command connections and, unless env says to wait
+ * by backoff, a subscriber connection per master. Blocking only. */
+int dl_cluster_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                        int nconn, dl_rlink **out);
+/* A key's cluster slot (0..16383): CRC16 of the key, or of its hash tag
+ * (the text between its first '{' and the next '}', if not empty). */
+int dl_key_slot(const char *key, size_t len);
+
 /* ---- pubsub.c: one subscriber connection per client ---- */
 /* What a message wakes, by the channel's kind (Redisson's meanings). */
 typedef enum dl_wake_mode {
@@ -280,6 +312,9 @@ typedef enum dl_wake_mode {
 /* Or'd into a waiter's mode: its channel is a glob pattern (PSUBSCRIBE),
  * whose messages wake as the mode says. */
 #define DL_WAKE_PATTERN 0x100
+/* Or'd into a waiter's mode by a cluster link: the channel is a shard
+ * channel (SSUBSCRIBE), published by SPUBLISH on its slot's shard. */
+#define DL_WAKE_SHARDED 0x200
 typedef struct dl_pubsub dl_pubsub;
 int dl_pubsub_new(const dl_conn_config *cfg, dl_pubsub **out);
 void dl_pubsub_free(dl_pubsub *p);
@@ -301,6 +336,9 @@ int dl_pubsub_listen(dl_pubsub *p, const char *channel, bool pattern,
 int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token);
 void dl_pubsub_unref(dl_pubsub *p, dl_sub *s, bool linger);
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s);
+/* Whether the server unsubscribed s without being asked (a shard
+ * channel whose slot moved away); s stays referenced. */
+bool dl_pubsub_dropped(dl_pubsub *p, dl_sub *s);
 uint64_t dl_pubsub_wakeups(dl_pubsub *p);
 /* Of those, the wake-ups read by the sleeper they woke (the reader role). */
 uint64_t dl_pubsub_direct_wakeups(dl_pubsub *p);
@@ -341,10 +379,12 @@ typedef struct dl_redis {
 
 /* The channel of replica acknowledgement's marker write (nobody listens). */
 #define DL_REPLICATE_CHANNEL "dlock:replicate"
-/* Replica acknowledgement after a write (`what`) of the blocking driver: 0
+/* Replica acknowledgement after a write (`what`, to `key`, or NULL: to
+ * many keys) of the blocking driver: 0
  * when off or when min_replicas acknowledged in time, else DLOCK_ENOTACKED
  * (or the WAIT's error) with the detail recorded, `then` appended. */
-int dl_redis_replicate(dl_redis *R, const char *what, const char *then);
+int dl_redis_replicate(dl_redis *R, const char *key, const char *what,
+                       const char *then);
 /* The event-loop driver's: starts WAIT for R's replicas (the loop link's
  * one connection: after every write this client made there) into p:
  * DL_PENDING, or 0 with p->rc. Then dl_redis_replicate_result: 0

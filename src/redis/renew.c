@@ -11,7 +11,8 @@
 
 /* Renewal by lock_renew.lua: up to RENEW_BATCH holds a script, every
  * script of the round pipelined. A permit is renewed on its semaphore's
- * timeout set, where its lease is. */
+ * timeout set, where its lease is. On a cluster each script's holds share
+ * a slot (the items grouped by slot, as Redisson's watchdog does). */
 typedef struct renew_job {
   dl_redis *r;
   int n, nb;
@@ -20,6 +21,9 @@ typedef struct renew_job {
   int64_t valid;
   const char **keys, **args;
   char *sets; /* the timeout sets' names of permits */
+  int *order; /* the items in the scripts' order */
+  int *slot;  /* by_slot links: each item's slot */
+  int *start; /* where script b's items begin in order */
   int *nkeys, *nargs;
   const char *const **kp, *const **ap;
   redisReply **replies;
@@ -32,12 +36,23 @@ static void job_free(renew_job *j) {
   free(j->keys);
   free(j->args);
   free(j->sets);
+  free(j->order);
+  free(j->slot);
+  free(j->start);
   free(j->nkeys);
   free(j->nargs);
   free(j->kp);
   free(j->ap);
   free(j->replies);
   free(j->errs);
+}
+
+static _Thread_local const int *sort_slots;
+
+static int by_slot(const void *a, const void *b) {
+  int x = *(const int *)a, y = *(const int *)b;
+  int sx = sort_slots[x], sy = sort_slots[y];
+  return sx != sy ? (sx > sy) - (sx < sy) : (x > y) - (x < y);
 }
 
 /* Builds the round's scripts (n > 0). Returns 0 or DLOCK_ENOMEM. */
@@ -47,43 +62,71 @@ static int job_prepare(renew_job *j, dl_redis *r, int64_t lease_ms, int n,
   j->r = r;
   j->n = n;
   j->items = items;
-  int nb = j->nb = (n + RENEW_BATCH - 1) / RENEW_BATCH;
+  bool slotted = r->link->ops->by_slot;
   dl_fmt_ll(j->lease, lease_ms);
+  /* At most one script per item (each its own slot). */
   j->keys = malloc((size_t)n * sizeof *j->keys);
-  j->args = malloc((size_t)(n + nb) * sizeof *j->args);
-  j->nkeys = malloc((size_t)nb * sizeof *j->nkeys);
-  j->nargs = malloc((size_t)nb * sizeof *j->nargs);
-  j->kp = malloc((size_t)nb * sizeof *j->kp);
-  j->ap = malloc((size_t)nb * sizeof *j->ap);
-  j->replies = calloc((size_t)nb, sizeof *j->replies);
-  j->errs = calloc((size_t)nb, sizeof *j->errs);
+  j->args = malloc((size_t)(2 * n) * sizeof *j->args);
+  j->order = malloc((size_t)n * sizeof *j->order);
+  j->start = malloc((size_t)n * sizeof *j->start);
+  j->nkeys = malloc((size_t)n * sizeof *j->nkeys);
+  j->nargs = malloc((size_t)n * sizeof *j->nargs);
+  j->kp = malloc((size_t)n * sizeof *j->kp);
+  j->ap = malloc((size_t)n * sizeof *j->ap);
+  j->replies = calloc((size_t)n, sizeof *j->replies);
+  j->errs = calloc((size_t)n, sizeof *j->errs);
+  if (slotted) j->slot = malloc((size_t)n * sizeof *j->slot);
   int permits = 0;
   for (int i = 0; i < n; i++) {
     items[i].result = DLOCK_EPROTO;
     permits += items[i].permit;
   }
   if (permits) j->sets = malloc((size_t)permits * DL_DERIVED_MAX);
-  if (!j->keys || !j->args || !j->nkeys || !j->nargs || !j->kp || !j->ap ||
-      !j->replies || !j->errs || (permits && !j->sets))
+  if (!j->keys || !j->args || !j->order || !j->start || !j->nkeys ||
+      !j->nargs || !j->kp || !j->ap || !j->replies || !j->errs ||
+      (slotted && !j->slot) || (permits && !j->sets))
     return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
   char *set = j->sets;
-  for (int b = 0; b < nb; b++) {
-    int lo = b * RENEW_BATCH, hi = lo + RENEW_BATCH > n ? n : lo + RENEW_BATCH;
-    j->nkeys[b] = hi - lo;
-    j->nargs[b] = j->nkeys[b] + 1;
-    j->kp[b] = j->keys + lo;
-    j->ap[b] = j->args + lo + b;
-    j->args[lo + b] = j->lease;
-    for (int k = lo; k < hi; k++) {
-      j->keys[k] = items[k].key;
-      if (items[k].permit) {
-        dl_derived_suffix_into(set, DL_DERIVED_MAX, items[k].key, "timeout");
-        j->keys[k] = set;
-        set += DL_DERIVED_MAX;
-      }
-      j->args[k + b + 1] = items[k].owner;
+  for (int i = 0; i < n; i++) {
+    j->order[i] = i;
+    j->keys[i] = items[i].key;
+    if (items[i].permit) {
+      dl_derived_suffix_into(set, DL_DERIVED_MAX, items[i].key, "timeout");
+      j->keys[i] = set;
+      set += DL_DERIVED_MAX;
     }
+    if (slotted) j->slot[i] = dl_key_slot(j->keys[i], strlen(j->keys[i]));
   }
+  if (slotted) {
+    sort_slots = j->slot;
+    qsort(j->order, (size_t)n, sizeof *j->order, by_slot);
+  }
+  /* keys[] is in item order; the scripts take them in order[]'s. */
+  const char **sorted = malloc((size_t)n * sizeof *sorted);
+  if (sorted == NULL)
+    return dl_seterr(r->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  for (int pos = 0; pos < n; pos++) sorted[pos] = j->keys[j->order[pos]];
+  free(j->keys);
+  j->keys = sorted;
+  int nb = 0, a = 0;
+  for (int pos = 0; pos < n; pos++) {
+    int it = j->order[pos];
+    bool cut = pos == 0 || j->nkeys[nb - 1] == RENEW_BATCH ||
+               (slotted && j->slot[it] != j->slot[j->order[pos - 1]]);
+    if (cut) {
+      j->start[nb] = pos;
+      j->nkeys[nb] = 0;
+      j->nargs[nb] = 1;
+      j->kp[nb] = j->keys + pos;
+      j->ap[nb] = j->args + a;
+      j->args[a++] = j->lease;
+      nb++;
+    }
+    j->nkeys[nb - 1]++;
+    j->nargs[nb - 1]++;
+    j->args[a++] = items[it].owner;
+  }
+  j->nb = nb;
   j->valid = dl_validity(dl_now_ms(), lease_ms);
   return 0;
 }
@@ -93,15 +136,16 @@ static int job_parse(renew_job *j, int failed) {
   for (int b = 0; b < j->nb; b++) {
     redisReply *rep = j->replies[b];
     int err = j->errs[b];
+    const int *its = j->order + j->start[b];
     if (err != 0 || rep == NULL || rep->type != REDIS_REPLY_ARRAY ||
         (int)rep->elements != j->nkeys[b]) {
       if (failed == 0) failed = err ? err : DLOCK_EPROTO;
       for (int k = 0; k < j->nkeys[b]; k++)
-        j->items[b * RENEW_BATCH + k].result = err ? err : DLOCK_EPROTO;
+        j->items[its[k]].result = err ? err : DLOCK_EPROTO;
       continue; /* unknown: tried again soon, the lease still runs */
     }
     for (int k = 0; k < j->nkeys[b]; k++) {
-      dl_renew_item *it = &j->items[b * RENEW_BATCH + k];
+      dl_renew_item *it = &j->items[its[k]];
       redisReply *e = rep->element[k];
       if (e->type != REDIS_REPLY_INTEGER) {
         if (failed == 0) failed = DLOCK_EPROTO;
@@ -114,14 +158,16 @@ static int job_parse(renew_job *j, int failed) {
   return failed;
 }
 
-int dl_redis_replicate(dl_redis *R, const char *what, const char *then) {
+int dl_redis_replicate(dl_redis *R, const char *key, const char *what,
+                       const char *then) {
   if (R->min_replicas <= 0) return 0;
   const dl_rlink_ops *ops = R->link->ops;
   if (ops->replicate == NULL)
     return dl_seterr(R->env.err_owner, DLOCK_ENOTSUP,
                      "replica "
                      "acknowledgement is not supported by this link");
-  int n = ops->replicate(R->link, R->min_replicas, R->replicas_timeout_ms);
+  int n = ops->replicate(R->link, key, R->min_replicas,
+                         R->replicas_timeout_ms);
   if (n < 0) return n;
   if (n < R->min_replicas)
     return dl_seterr(R->env.err_owner, DLOCK_ENOTACKED,
@@ -182,7 +228,7 @@ int dl_redis_renew(dl_backend *base, int64_t deadline, int64_t lease_ms, int n,
    * expire, rather than believing it holds a lock the new master gave
    * away (issue 19: a failover with a 3 s lease showed it). */
   if (failed == 0 && lease_ms > 0) {
-    int ack = dl_redis_replicate(r, "renewal",
+    int ack = dl_redis_replicate(r, NULL, "renewal",
                                  ": the holds' validity is not extended");
     if (ack != 0) {
       for (int i = 0; i < n; i++)

@@ -11,15 +11,61 @@
 #include <openssl/sha.h>
 
 static pthread_once_t scripts_once = PTHREAD_ONCE_INIT;
+/* The sharded variants (DL_EVAL_SHARDED): bodies made at init, kept for
+ * the process's life. */
+static dl_script sharded[DL_SCRIPT_COUNT];
+
+static void hash_into(dl_script *s) {
+  unsigned char md[SHA_DIGEST_LENGTH];
+  SHA1((const unsigned char *)s->body, strlen(s->body), md);
+  for (int j = 0; j < SHA_DIGEST_LENGTH; j++)
+    snprintf(s->sha + 2 * j, 3, "%02x", md[j]);
+}
+
+/* body with each publish to the lock's channels (a KEYS entry, or the
+ * local `channel` made from one) turned into spublish; NULL when out of
+ * memory, or when nothing changed. */
+static char *shard_body(const char *body) {
+  static const char *const from[] = {"'publish', KEYS[", "'publish', channel"};
+  size_t n = 0;
+  for (size_t k = 0; k < 2; k++)
+    for (const char *p = strstr(body, from[k]); p; p = strstr(p + 1, from[k]))
+      n++;
+  if (n == 0) return NULL;
+  char *out = malloc(strlen(body) + n + 1);
+  if (out == NULL) return NULL;
+  char *o = out;
+  for (const char *p = body; *p;) {
+    if (strncmp(p, from[0], strlen(from[0])) == 0 ||
+        strncmp(p, from[1], strlen(from[1])) == 0) {
+      memcpy(o, "'s", 2);
+      o += 2;
+      p++; /* the quote; "publish..." follows as it is */
+      continue;
+    }
+    *o++ = *p++;
+  }
+  *o = '\0';
+  return out;
+}
 
 static void scripts_hash(void) {
   for (int i = 0; i < DL_SCRIPT_COUNT; i++) {
-    unsigned char md[SHA_DIGEST_LENGTH];
-    SHA1((const unsigned char *)dl_scripts[i].body, strlen(dl_scripts[i].body),
-         md);
-    for (int j = 0; j < SHA_DIGEST_LENGTH; j++)
-      snprintf(dl_scripts[i].sha + 2 * j, 3, "%02x", md[j]);
+    hash_into(&dl_scripts[i]);
+    sharded[i] = dl_scripts[i];
+    /* The delayed queue's channels stay classic (Redisson's do). */
+    char *b = i == DL_SCRIPT_DELAY_OFFER ? NULL : shard_body(dl_scripts[i].body);
+    if (b) {
+      sharded[i].body = b;
+      hash_into(&sharded[i]);
+    }
   }
+}
+
+const dl_script *dl_script_of(int script) {
+  if (script & DL_EVAL_SHARDED)
+    return &sharded[script & ~(DL_EVAL_SHARDED | DL_EVAL_WAKE_FIRST)];
+  return &dl_scripts[script & ~DL_EVAL_WAKE_FIRST];
 }
 
 void dl_scripts_init(void) { pthread_once(&scripts_once, scripts_hash); }
@@ -60,7 +106,8 @@ int dl_evargv_build(int script, bool body, int nkeys, const char *const *keys,
   }
   const char **argv = v->argv;
   argv[0] = body ? "EVAL" : "EVALSHA";
-  argv[1] = body ? dl_scripts[script].body : dl_scripts[script].sha;
+  const dl_script *sc = dl_script_of(script);
+  argv[1] = body ? sc->body : sc->sha;
   argv[2] = dl_fmt_ll(v->nk, nkeys);
   for (int i = 0; i < nkeys; i++) argv[3 + i] = keys[i];
   for (int i = 0; i < nargs; i++) argv[3 + nkeys + i] = args[i];

@@ -171,15 +171,15 @@ int dl_conn_target(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
   t->ep = cfg->ep;
   t->gen = cfg->watch ? atomic_load(&cfg->watch->gen) : 0;
   if (cfg->ep.master_name == NULL) return 0;
-  t->ep.sentinels = NULL;
-  t->ep.nsentinels = 0;
+  t->ep.hosts = NULL;
+  t->ep.nhosts = 0;
   t->ep.master_name = NULL;
   /* What each sentinel said, for the error when none names a master. */
   char said[512] = "";
   size_t used = 0;
   bool any_answer = false;
-  for (int i = 0; i < cfg->ep.nsentinels; i++) {
-    const struct dl_hostport *h = &cfg->ep.sentinels[i];
+  for (int i = 0; i < cfg->ep.nhosts; i++) {
+    const struct dl_hostport *h = &cfg->ep.hosts[i];
     char m[256] = "";
     int port = 0;
     int rc = ask_sentinel(cfg, h, deadline, t->hostbuf, sizeof t->hostbuf,
@@ -270,8 +270,8 @@ static void *watch_run(void *arg) {
   while (!atomic_load(&w->stop)) {
     /* Lost that sentinel: a failover may have passed unheard, so
      * connections resolve again; then the next one. */
-    if (watch_one(w, &w->cfg->ep.sentinels[i])) atomic_fetch_add(&w->gen, 1);
-    i = (i + 1) % w->cfg->ep.nsentinels;
+    if (watch_one(w, &w->cfg->ep.hosts[i])) atomic_fetch_add(&w->gen, 1);
+    i = (i + 1) % w->cfg->ep.nhosts;
     for (int t = 0; t < 5 && !atomic_load(&w->stop); t++) {
       struct timespec ts = {0, 40 * 1000 * 1000};
       nanosleep(&ts, NULL);

@@ -4,6 +4,7 @@
 #include "subs.h"
 
 #include <hiredis/hiredis.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,10 +66,11 @@ bool dl_subs_confirmed(const dl_subs *t, const dl_sub *s) {
  * confirmation to come. */
 static void send_sub(dl_subs *t, dl_sub *s, const char *verb) {
   if (!t->up) return;
-  char v[16] = "P";
-  if (s->pattern) strcat(v, verb);
+  char v[16];
+  snprintf(v, sizeof v, "%s%s", s->pattern ? "P" : s->sharded ? "S" : "",
+           verb);
   s->outstanding++;
-  t->h->send(t->owner, s->pattern ? v : verb, s->channel);
+  t->h->send(t->owner, v, s->channel);
 }
 
 static void pop_into(dl_subs *t, dl_sub *s, dl_sleeper *w, dl_sleeper *prev) {
@@ -117,11 +119,13 @@ void dl_subs_kick(dl_subs *t, dl_sub *s) {
 
 dl_sub *dl_subs_ref(dl_subs *t, const char *channel, int mode) {
   bool pattern = (mode & DL_WAKE_PATTERN) != 0;
-  mode &= ~DL_WAKE_PATTERN;
+  bool sharded = (mode & DL_WAKE_SHARDED) != 0;
+  mode &= ~(DL_WAKE_PATTERN | DL_WAKE_SHARDED);
   dl_sub *s = dl_subs_find(t, channel, strlen(channel));
   if (s == NULL) {
     if ((s = sub_new(t, channel, mode)) == NULL) return NULL;
     s->pattern = pattern;
+    s->sharded = sharded;
   }
   if (s->lingering) { /* still subscribed: nothing to wait for */
     s->lingering = false;
@@ -323,9 +327,24 @@ void dl_subs_dispatch(dl_subs *t, const redisReply *r) {
   dl_sub *s = dl_subs_find(t, ch->str, ch->len);
   if (s == NULL) return;
   if (s->notice && on_notice(s, kind, r)) return;
-  /* A pattern's message names the channel before the payload. */
+  /* A pattern's message names the channel before the payload; a shard
+   * channel's is an smessage. */
   bool pmessage = strcmp(kind, "pmessage") == 0 && r->elements >= 4;
-  if ((strcmp(kind, "message") == 0 && r->elements >= 3) || pmessage) {
+  bool message = strcmp(kind, "message") == 0 || strcmp(kind, "smessage") == 0;
+  if (strcmp(kind, "sunsubscribe") == 0 && s->active && s->outstanding == 0) {
+    /* Not asked for: the server gave the channel's slot away (a cluster's
+     * slot migration or failover). Its waiters wake and try again, which
+     * finds the slot's new master; a new reference subscribes again. */
+    s->active = false;
+    if (s->refs == 0) {
+      sub_free(t, s);
+      return;
+    }
+    dl_subs_kick(t, s);
+    t->h->changed(t->owner, s);
+    return;
+  }
+  if ((message && r->elements >= 3) || pmessage) {
     const redisReply *msg = r->element[pmessage ? 3 : 2];
     bool text = msg->type == REDIS_REPLY_STRING;
     if (s->mode == DL_WAKE_GRANT) {
@@ -344,6 +363,8 @@ void dl_subs_dispatch(dl_subs *t, const redisReply *r) {
     if (wake(t, s, all)) t->wakeups++;
   } else if (strcmp(kind, "subscribe") == 0 ||
              strcmp(kind, "unsubscribe") == 0 ||
+             strcmp(kind, "ssubscribe") == 0 ||
+             strcmp(kind, "sunsubscribe") == 0 ||
              strcmp(kind, "psubscribe") == 0 ||
              strcmp(kind, "punsubscribe") == 0) {
     if (s->outstanding > 0) s->outstanding--;

@@ -56,6 +56,7 @@ struct dl_sub {
   int64_t idle_since;
   /* DL_WAKE_NOTICE: told the key each message names (dl_pubsub_listen). */
   bool pattern;
+  bool sharded; /* DL_WAKE_SHARDED: SSUBSCRIBE, smessage */
   size_t strip;
   dl_notice_fn notice;
   void *notice_ud;

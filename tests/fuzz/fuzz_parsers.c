@@ -25,10 +25,10 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
        * a master's name and at least one sentinel, each with a host and
        * a sane port (the master's address is asked for later). */
       if (ep.master_name) {
-        if (ep.host || ep.unix_path || ep.nsentinels < 1) abort();
-        for (int i = 0; i < ep.nsentinels; i++)
-          if (ep.sentinels[i].host == NULL || ep.sentinels[i].port < 1 ||
-              ep.sentinels[i].port > 65535)
+        if (ep.host || ep.unix_path || ep.nhosts < 1) abort();
+        for (int i = 0; i < ep.nhosts; i++)
+          if (ep.hosts[i].host == NULL || ep.hosts[i].port < 1 ||
+              ep.hosts[i].port > 65535)
             abort();
       } else {
         if ((ep.host == NULL) == (ep.unix_path == NULL)) abort();

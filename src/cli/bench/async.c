@@ -271,7 +271,7 @@ int bench_async_idle(const cli_global *g, const bench_opts *o,
   r->async = true;
   r->inflight = o->idle_waiters;
   r->rtt_p50 = bench_rtt_p50_us(o, raw, 2000);
-  r->fanout_rtt_p50 = bench_fanout_rtt_p50_us(o, raw, 2000);
+  r->fanout_rtt_p50 = o->cluster ? 0 : bench_fanout_rtt_p50_us(o, raw, 2000);
   r->ceiling = bench_ceiling_ops(raw, 1000);
   int n = o->idle_waiters;
   dlock_loop *lp = NULL;

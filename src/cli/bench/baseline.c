@@ -20,13 +20,93 @@ static int redlock_servers(const char *url, char **urls) {
   return n < 0 ? -1 : n;
 }
 
-redisContext *bench_raw_connect(const char *url, const char *password) {
+/* A plain connection to host:port, authenticated, on database db; NULL
+ * printed. */
+static redisContext *raw_at(const char *host, int port, const char *unix_path,
+                            const dl_endpoint *ep, const char *password) {
+  struct timeval tv = {2, 0};
+  redisContext *c = unix_path ? redisConnectUnixWithTimeout(unix_path, tv)
+                              : redisConnectWithTimeout(host, port, tv);
+  if (ep->tls) {
+    cli_err("the benchmark's baselines need a plain connection, not TLS");
+    if (c) redisFree(c);
+    return NULL;
+  }
+  const char *pw = password ? password : ep->password;
+  redisReply *r;
+  if (c && !c->err && pw) {
+    r = ep->username ? redisCommand(c, "AUTH %s %s", ep->username, pw)
+                     : redisCommand(c, "AUTH %s", pw);
+    if (r) freeReplyObject(r);
+  }
+  if (c && !c->err && ep->db) {
+    r = redisCommand(c, "SELECT %d", ep->db);
+    if (r) freeReplyObject(r);
+  }
+  if (c && c->err) {
+    cli_err("baseline connection: %s", c->errstr);
+    redisFree(c);
+    return NULL;
+  }
+  if (c == NULL) cli_err("baseline connection: out of memory");
+  return c;
+}
+
+/* A cluster's CLUSTER SLOTS, from the first seed of ep that answers (the
+ * caller frees), or NULL printed; *via the seed's connection. */
+static redisReply *cluster_slots(const dl_endpoint *ep, const char *password,
+                                 redisContext **via) {
+  for (int i = 0; i < ep->nhosts; i++) {
+    redisContext *c =
+        raw_at(ep->hosts[i].host, ep->hosts[i].port, NULL, ep, password);
+    redisReply *r = c ? redisCommand(c, "CLUSTER SLOTS") : NULL;
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
+      *via = c;
+      return r;
+    }
+    if (r) freeReplyObject(r);
+    if (c) redisFree(c);
+  }
+  cli_err("baseline connection: no cluster node gave its slot map");
+  return NULL;
+}
+
+/* The master of `slot` in a CLUSTER SLOTS reply, or of every range but
+ * `slot`'s (each master once) into out (up to max): how many. */
+static int cluster_masters(const redisReply *r, int slot, bool others,
+                           const char **host, int *port, int max) {
+  int n = 0;
+  for (size_t i = 0; i < r->elements; i++) {
+    const redisReply *e = r->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+        e->element[2]->type != REDIS_REPLY_ARRAY ||
+        e->element[2]->elements < 2)
+      continue;
+    bool has = slot >= e->element[0]->integer && slot <= e->element[1]->integer;
+    const char *h = e->element[2]->element[0]->str;
+    int p = (int)e->element[2]->element[1]->integer;
+    if (has == others) continue;
+    bool seen = false;
+    for (int k = 0; k < n; k++)
+      seen = seen || (port[k] == p && strcmp(host[k], h) == 0);
+    if (!seen && n < max) {
+      host[n] = h;
+      port[n++] = p;
+    }
+  }
+  return n;
+}
+
+#define CEIL_TAG "{bench:ceil}"
+
+redisContext *bench_raw_connect(const char *url, const char *password,
+                                const char *key) {
   /* redlock://: its first server (bench_others_connect the rest). */
   char *urls[DL_REDLOCK_MAX];
   int n = redlock_servers(url, urls);
   if (n < 0) return NULL;
   if (n > 0) {
-    redisContext *c = bench_raw_connect(urls[0], password);
+    redisContext *c = bench_raw_connect(urls[0], password, key);
     for (int i = 0; i < n; i++)
       free(urls[i]);
     return c;
@@ -36,6 +116,26 @@ redisContext *bench_raw_connect(const char *url, const char *password) {
   if (dl_url_parse(url, &ep, err, sizeof err) != 0) {
     cli_err("%s", err);
     return NULL;
+  }
+  redisContext *c = NULL;
+  if (ep.cluster) {
+    /* Cluster: the master of the key's slot. */
+    redisContext *via = NULL;
+    redisReply *r = cluster_slots(&ep, password, &via);
+    if (r) {
+      const char *k = key ? key : CEIL_TAG;
+      const char *host[1];
+      int port[1];
+      if (cluster_masters(r, dl_key_slot(k, strlen(k)), false, host, port,
+                          1) == 1)
+        c = raw_at(host[0], port[0], NULL, &ep, password);
+      else
+        cli_err("baseline connection: no master serves the slot of %s", k);
+      freeReplyObject(r);
+      redisFree(via);
+    }
+    dl_endpoint_clear(&ep);
+    return c;
   }
   /* Sentinel: the master the library would connect to (its resolver). */
   dl_target t;
@@ -47,40 +147,47 @@ redisContext *bench_raw_connect(const char *url, const char *password) {
     dl_endpoint_clear(&ep);
     return NULL;
   }
-  struct timeval tv = {2, 0};
-  redisContext *c = ep.unix_path
-                        ? redisConnectUnixWithTimeout(ep.unix_path, tv)
-                        : redisConnectWithTimeout(t.ep.host, t.ep.port, tv);
-  if (ep.tls) {
-    cli_err("the benchmark's baselines need a plain connection, not TLS");
-    if (c) redisFree(c);
-    c = NULL;
-  }
-  const char *pw = password ? password : ep.password;
-  redisReply *r;
-  if (c && !c->err && pw) {
-    r = ep.username ? redisCommand(c, "AUTH %s %s", ep.username, pw)
-                    : redisCommand(c, "AUTH %s", pw);
-    if (r) freeReplyObject(r);
-  }
-  if (c && !c->err && ep.db) {
-    r = redisCommand(c, "SELECT %d", ep.db);
-    if (r) freeReplyObject(r);
-  }
+  c = raw_at(t.ep.host, t.ep.port, ep.unix_path, &ep, password);
   dl_endpoint_clear(&ep);
-  if (c && c->err) {
-    cli_err("baseline connection: %s", c->errstr);
-    redisFree(c);
-    return NULL;
-  }
   return c;
 }
 
+/* redis-cluster://: the masters but the ceiling's into o->others. */
+static int cluster_others(bench_opts *o) {
+  dl_endpoint ep;
+  char err[256];
+  if (dl_url_parse(o->url, &ep, err, sizeof err) != 0) {
+    cli_err("%s", err);
+    return -1;
+  }
+  redisContext *via = NULL;
+  redisReply *r = cluster_slots(&ep, o->password, &via);
+  int rc = r ? 0 : -1;
+  if (r) {
+    const char *host[16];
+    int port[16];
+    int n = cluster_masters(r, dl_key_slot(CEIL_TAG, strlen(CEIL_TAG)), true,
+                            host, port, 16);
+    for (int i = 0; i < n && rc == 0; i++) {
+      redisContext *c = raw_at(host[i], port[i], NULL, &ep, o->password);
+      if (c) o->others[o->nothers++] = c;
+      else rc = -1;
+    }
+    freeReplyObject(r);
+    redisFree(via);
+  }
+  dl_endpoint_clear(&ep);
+  if (rc != 0) bench_others_free(o);
+  return rc;
+}
+
 int bench_others_connect(bench_opts *o) {
+  if (o->cluster) return cluster_others(o);
   char *urls[DL_REDLOCK_MAX];
   int n = redlock_servers(o->url, urls), rc = n < 0 ? -1 : 0;
   for (int i = 1; i < n; i++) {
-    redisContext *c = rc == 0 ? bench_raw_connect(urls[i], o->password) : NULL;
+    redisContext *c =
+        rc == 0 ? bench_raw_connect(urls[i], o->password, NULL) : NULL;
     if (c)
       o->others[o->nothers++] = c;
     else
@@ -179,9 +286,20 @@ double bench_ping_p50_us(redisContext *c, int n) {
  * ceiling 0 rather than a figure for scripts that stopped half-way. */
 double bench_ceiling_ops(redisContext *c, int64_t ms) {
   dl_scripts_init();
-  const dl_script *acq = &dl_scripts[DL_SCRIPT_LOCK_ACQUIRE];
-  const dl_script *rel = &dl_scripts[DL_SCRIPT_LOCK_RELEASE];
-  redisReply *r = redisCommand(c, "SCRIPT LOAD %s", acq->body);
+  /* A cluster's master with shard channels: the scripts the library sends
+   * there (SPUBLISH). */
+  int variant = 0;
+  redisReply *r = redisCommand(c, "CLUSTER INFO");
+  bool cluster = r && r->type == REDIS_REPLY_STRING;
+  if (r) freeReplyObject(r);
+  if (cluster) {
+    r = redisCommand(c, "PUBSUB SHARDNUMSUB");
+    if (r && r->type == REDIS_REPLY_ARRAY) variant = DL_EVAL_SHARDED;
+    if (r) freeReplyObject(r);
+  }
+  const dl_script *acq = dl_script_of(DL_SCRIPT_LOCK_ACQUIRE | variant);
+  const dl_script *rel = dl_script_of(DL_SCRIPT_LOCK_RELEASE | variant);
+  r = redisCommand(c, "SCRIPT LOAD %s", acq->body);
   if (r) freeReplyObject(r);
   r = redisCommand(c, "SCRIPT LOAD %s", rel->body);
   if (r) freeReplyObject(r);
@@ -192,7 +310,7 @@ double bench_ceiling_ops(redisContext *c, int64_t ms) {
   size_t len = 0;
   char key[64], tok[96], hand[96], chan[96], q[96], w[96], latch[128];
   for (int i = 0; i < batch; i++) {
-    snprintf(key, sizeof key, "bench:ceil:%d", i);
+    snprintf(key, sizeof key, CEIL_TAG ":%d", i);
     dl_derived_into(tok, sizeof tok, "redisson_lock_token", key);
     dl_derived_into(hand, sizeof hand, "dlock_handoff", key);
     dl_derived_into(chan, sizeof chan, "redisson_lock__channel", key);

@@ -218,6 +218,8 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
   o.url = g->url ? g->url : "redis://127.0.0.1:6379";
   o.password = g->password;
   o.zk = strncmp(o.url, "zk://", 5) == 0;
+  o.cluster = strncmp(o.url, "redis-cluster://", 16) == 0 ||
+              strncmp(o.url, "rediss-cluster://", 17) == 0;
   if (o.zk && (o.plot || (strcmp(o.scenario, "uncontended") &&
                           strcmp(o.scenario, "contended")) ||
                strcmp(o.kind, "semaphore") == 0)) {
@@ -228,7 +230,7 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
   /* The Redis baselines' plain connection (none on zk://). */
   redisContext *raw = NULL;
   if (!o.zk) {
-    raw = bench_raw_connect(o.url, o.password);
+    raw = bench_raw_connect(o.url, o.password, NULL);
     if (raw == NULL) return EXIT_UNAVAILABLE;
     if (bench_others_connect(&o) != 0) {
       redisFree(raw);

@@ -30,7 +30,9 @@ typedef struct bench_opts {
   bool zk;
   /* redlock://: the baselines' connections to the servers after the
    * first (which is `raw`): the round trip is the slowest server's, the
-   * server CPU all of theirs. */
+   * server CPU all of theirs. redis-cluster:// (cluster): the masters
+   * other than raw's, for the same two. */
+  bool cluster;
   struct redisContext *others[16];
   int nothers;
 } bench_opts;
@@ -75,7 +77,10 @@ void bench_others_free(bench_opts *o);
 
 /* A blocking hiredis connection to url (password: instead of the URL's),
  * or NULL with the reason printed. The caller frees it with redisFree. */
-struct redisContext *bench_raw_connect(const char *url, const char *password);
+/* On redis-cluster://, the master that serves `key`'s slot (NULL: the
+ * ceiling's keys, "{bench:ceil}:N"). */
+struct redisContext *bench_raw_connect(const char *url, const char *password,
+                                       const char *key);
 /* The server's CPU time so far (INFO cpu, user + sys), in microseconds. */
 double bench_server_cpu_us(struct redisContext *c);
 /* The round trip of one PING, in microseconds. */
@@ -131,6 +136,8 @@ typedef struct bench_report {
   double rtt_p50, ceiling, cpu_per_op;
   double fanout_rtt_p50; /* redlock:// only, else 0 */
   bool zk;               /* zk://: rtt_p50 is ZooKeeper's, no ceiling */
+  int masters;           /* redis-cluster://: how many; the ceiling is
+                            one master's */
   long errors;
   /* contended */
   double utilisation, wait_p50, wait_p99, wait_max, wakeups_per_acquire;

@@ -114,7 +114,7 @@ static int run(dlock_client *c, const bench_opts *o, const char *name,
     w[i].producing = &producing;
     w[i].delayed = delayed;
     if (c == NULL) {
-      w[i].raw = bench_raw_connect(o->url, o->password);
+      w[i].raw = bench_raw_connect(o->url, o->password, name);
       if (w[i].raw == NULL) rc = -1;
     } else if ((delayed ? dlock_queue_new_delayed(c, name, &w[i].q)
                         : dlock_queue_new(c, name, &w[i].q)) != 0) {

@@ -76,7 +76,13 @@ void bench_print_report(const bench_report *r, bool json) {
   else if (strcmp(r->scenario, "uncontended") == 0)
     printf("  ratios: p50 / (2 x PING) = %.2f, ops / ceiling = %.2f%s\n",
            r->p50 / (2 * r->rtt_p50), r->ops_per_sec / r->ceiling,
-           r->fanout_rtt_p50 > 0 ? " (one server's)" : "");
+           r->fanout_rtt_p50 > 0 ? " (one server's)"
+           : r->masters > 0      ? " (one master's)"
+                                 : "");
+  if (r->masters > 0)
+    printf("  cluster: %d masters; PING p50 of the slowest, server CPU of "
+           "all\n",
+           r->masters);
   if (r->fanout_rtt_p50 > 0)
     printf("  ratio: p50 / (2 x PING to every server) = %.2f\n",
            r->p50 / (2 * r->fanout_rtt_p50));

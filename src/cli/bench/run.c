@@ -150,11 +150,12 @@ int bench_measure(const cli_global *g, const bench_opts *o,
   r->kind = o->kind;
   r->starvation_ms = o->starvation_ms;
   r->zk = o->zk;
+  r->masters = o->cluster ? 1 + o->nothers : 0;
   if (o->zk) {
     r->rtt_p50 = bench_client_ping_p50_us(g, o, 2000);
   } else {
     r->rtt_p50 = bench_rtt_p50_us(o, raw, 2000);
-    r->fanout_rtt_p50 = bench_fanout_rtt_p50_us(o, raw, 2000);
+    r->fanout_rtt_p50 = o->cluster ? 0 : bench_fanout_rtt_p50_us(o, raw, 2000);
     r->ceiling = bench_ceiling_ops(raw, 1000);
   }
   char lock_name[64];

@@ -28,7 +28,7 @@ void *bench_uncontended_worker(void *p) {
   redisContext *raw = NULL;
   if (w->o->threads == 1 && w->o->processes == 1 && w->o->nothers == 0 &&
       !w->o->zk)
-    raw = bench_raw_connect(w->o->url, w->o->password);
+    raw = bench_raw_connect(w->o->url, w->o->password, NULL);
   char name[64];
   if (w->o->zk)
     snprintf(name, sizeof name, "/dlock-bench/u-%d/%d", (int)getpid(),

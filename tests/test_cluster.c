@@ -1,0 +1,474 @@
+/* test_cluster.c: redis-cluster:// URLs: the slot map, routing by slot,
+ * MOVED and ASK followed, every kind's keys in its name's slot, waiting
+ * through the subscriber of the slot's master, multi-locks across masters,
+ * the CLI's commands (a 3-master cluster started by the harness for each
+ * test). */
+#include "harness.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static th_cluster K;
+
+static dlock_client *open_cluster(int64_t watchdog_ms) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = K.url;
+  o.connect_timeout_ms = 1000;
+  if (watchdog_ms > 0) o.watchdog_timeout_ms = watchdog_ms;
+  return th_client_opts(&o);
+}
+
+/* A lock name whose slot master `node` owns (name_<i> for the first i). */
+static void name_on(int node, const char *base, char *out, size_t len) {
+  for (int i = 0;; i++) {
+    snprintf(out, len, "%s%d", base, i);
+    if (th_cluster_node_of(&K, out) == node) return;
+  }
+}
+
+static long long slot_of(const char *key) {
+  return th_cmd_int(&K.nodes[0], "CLUSTER KEYSLOT %s", key);
+}
+
+/* The URL's forms, what it refuses, and a clear error when no node gives
+ * a slot map (none listens; a server without cluster support). */
+static void url_forms(void) {
+  static const char *bad[] = {
+      "redis-cluster://",                /* no node */
+      "redis-cluster://127.0.0.1:1,",    /* empty node */
+      "redis-cluster://127.0.0.1:x",     /* bad port */
+      "redis-cluster://127.0.0.1:1/2",   /* a database */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dlock_client_options o;
+    dlock_client_options_init(&o);
+    o.url = bad[i];
+    dlock_client *c = NULL;
+    CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+    CHECK(c == NULL);
+  }
+  int p1 = th_free_port();
+  th_redis plain;
+  CHECK(th_redis_start(&plain, "") == 0);
+  char url[200];
+  snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", p1,
+           plain.port);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.connect_timeout_ms = 500;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
+  const char *m = dlock_client_open_errmsg();
+  CHECK(strstr(m, "no cluster node gave its slot map") != NULL);
+  char p1s[32];
+  snprintf(p1s, sizeof p1s, "127.0.0.1:%d", p1);
+  CHECK(strstr(m, p1s) != NULL);
+  CHECK(strstr(m, "cluster support disabled") != NULL);
+  th_redis_stop(&plain);
+}
+
+/* Locks on each master: the hash lands on the owner of its slot, a second
+ * client is refused, and the tokens grow per lock. */
+static void routed(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  /* A dead seed first: the next one is asked. */
+  char url[700];
+  snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d,%s", th_free_port(),
+           K.url + strlen("redis-cluster://"));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.connect_timeout_ms = 500;
+  dlock_client *a = th_client_opts(&o), *b = open_cluster(0);
+  CHECK(a && b);
+  for (int node = 0; node < 3; node++) {
+    char name[64];
+    name_on(node, "routed", name, sizeof name);
+    dlock_lock *la = NULL, *lb = NULL;
+    CHECK_RC(dlock_lock_new(a, name, NULL, &la), 0);
+    CHECK_RC(dlock_lock_new(b, name, NULL, &lb), 0);
+    uint64_t t1 = 0, t2 = 0;
+    CHECK_RC(dlock_lock_try_acquire(la, 0, 10000, &t1), 0);
+    CHECK_EQ(th_cmd_int(&K.nodes[node], "EXISTS %s", name), 1);
+    CHECK_RC(dlock_lock_try_acquire(lb, 0, 10000, NULL), DLOCK_ELOCKED);
+    CHECK_EQ(dlock_lock_is_locked(lb), 1);
+    CHECK_EQ(dlock_lock_is_held(la), 1);
+    int64_t ttl = 0;
+    CHECK_RC(dlock_lock_remaining_ttl(lb, &ttl), 0);
+    CHECK(ttl > 0 && ttl <= 10000);
+    CHECK_RC(dlock_lock_release(la), 1);
+    CHECK_RC(dlock_lock_try_acquire(lb, 0, 10000, &t2), 0);
+    CHECK(t2 > t1);
+    CHECK_RC(dlock_lock_release(lb), 1);
+    CHECK_EQ(th_cmd_int(&K.nodes[node], "EXISTS %s", name), 0);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+  }
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_cluster_stop(&K);
+}
+
+typedef struct waiter_arg {
+  dlock_client *c;
+  const char *name;
+  int rc;
+  int64_t waited;
+} waiter_arg;
+
+static void *waiter(void *p) {
+  waiter_arg *w = p;
+  dlock_lock *l = NULL;
+  w->rc = dlock_lock_new(w->c, w->name, NULL, &l);
+  int64_t t0 = th_now_ms();
+  if (w->rc == 0) w->rc = dlock_lock_try_acquire(l, 20000, 60000, NULL);
+  w->waited = th_now_ms() - t0;
+  if (w->rc == 0) w->rc = dlock_lock_release(l) == 1 ? 0 : -1;
+  dlock_lock_free(l);
+  return NULL;
+}
+
+static bool subscribed_on(void *arg) {
+  const char *ch = arg;
+  for (int i = 0; i < 3; i++) {
+    redisReply *r = th_cmd(&K.nodes[i], "PUBSUB SHARDNUMSUB %s", ch);
+    bool yes = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+               r->element[1]->integer > 0;
+    if (r) freeReplyObject(r);
+    if (yes) return th_cluster_node_of(&K, ch) == i;
+  }
+  return false;
+}
+
+/* A waiter subscribes on the master of its lock's slot and is woken by the
+ * release, well before the lease would end. */
+static void wait_woken(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  dlock_client *a = open_cluster(0), *b = open_cluster(0);
+  CHECK(a && b);
+  for (int node = 0; node < 3; node++) {
+    char name[64], ch[128];
+    name_on(node, "woken", name, sizeof name);
+    snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}", name);
+    dlock_lock *l = NULL;
+    CHECK_RC(dlock_lock_new(a, name, NULL, &l), 0);
+    CHECK_RC(dlock_lock_try_acquire(l, 0, 60000, NULL), 0);
+    waiter_arg w = {b, name, -99, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, waiter, &w);
+    CHECK(th_wait_for(subscribed_on, ch, 5000));
+    CHECK_RC(dlock_lock_release(l), 1);
+    pthread_join(t, NULL);
+    CHECK_RC(w.rc, 0);
+    CHECK(w.waited < 5000);
+    dlock_lock_free(l);
+  }
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_cluster_stop(&K);
+}
+
+typedef struct keys_ctx {
+  long long slot;
+  int found, wrong;
+  char bad[200];
+} keys_ctx;
+
+/* Every key on every master that contains `tag`: each in slot ctx->slot. */
+static void check_keys(const char *tag, keys_ctx *x) {
+  for (int i = 0; i < 3; i++) {
+    redisReply *r = th_cmd(&K.nodes[i], "KEYS *%s*", tag);
+    CHECK(r && r->type == REDIS_REPLY_ARRAY);
+    for (size_t k = 0; r && k < r->elements; k++) {
+      x->found++;
+      if (slot_of(r->element[k]->str) != x->slot) {
+        x->wrong++;
+        snprintf(x->bad, sizeof x->bad, "%s", r->element[k]->str);
+      }
+    }
+    if (r) freeReplyObject(r);
+  }
+}
+
+/* Every kind of synchronizer keeps all its keys in its name's slot (the
+ * {name} rule), and works on a cluster. */
+static void kinds_one_slot(void) {
+  CHECK(th_cluster_start(&K, "--notify-keyspace-events Egx") == 0);
+  dlock_client *c = open_cluster(0);
+  CHECK(c != NULL);
+  static const char *const names[] = {"k-lock", "k-fair", "k-rw",  "k-sem",
+                                      "k-perm", "k-latch", "k-queue",
+                                      "k-delay"};
+  /* lock with a fencing token */
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, names[0], NULL, &l), 0);
+  uint64_t tok = 0;
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 30000, &tok), 0);
+  CHECK(tok > 0);
+  /* fair lock, with a queued waiter from another client */
+  dlock_lock *f = NULL;
+  CHECK_RC(dlock_fairlock_new(c, names[1], NULL, 0, &f), 0);
+  CHECK_RC(dlock_lock_try_acquire(f, 0, 30000, NULL), 0);
+  dlock_client *c2 = open_cluster(0);
+  dlock_lock *f2 = NULL;
+  CHECK_RC(dlock_fairlock_new(c2, names[1], NULL, 0, &f2), 0);
+  CHECK_RC(dlock_lock_try_acquire(f2, 200, 30000, NULL), DLOCK_EBUSY);
+  /* read-write lock: a reader and a refused writer */
+  dlock_rwlock *rw = NULL, *rw2 = NULL;
+  CHECK_RC(dlock_rwlock_new(c, names[2], NULL, &rw), 0);
+  CHECK_RC(dlock_rwlock_new(c2, names[2], NULL, &rw2), 0);
+  CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 0, 30000, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_write(rw2), 0, 30000, NULL),
+           DLOCK_ELOCKED);
+  /* semaphore */
+  dlock_semaphore *s = NULL;
+  CHECK_RC(dlock_semaphore_new(c, names[3], &s), 0);
+  CHECK_RC(dlock_semaphore_try_set_permits(s, 2), 1);
+  CHECK_RC(dlock_semaphore_try_acquire(s, 1, 0), 0);
+  CHECK_EQ(dlock_semaphore_available(s), 1);
+  /* permit-expirable semaphore */
+  dlock_permits *p = NULL;
+  CHECK_RC(dlock_permits_new(c, names[4], &p), 0);
+  CHECK_RC(dlock_permits_try_set_permits(p, 1), 1);
+  char id[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_try_acquire(p, 0, 30000, id), 0);
+  CHECK_EQ(dlock_permits_available(p), 0);
+  /* latch */
+  dlock_latch *la = NULL;
+  CHECK_RC(dlock_latch_new(c, names[5], &la), 0);
+  CHECK_RC(dlock_latch_try_set_count(la, 2), 1);
+  CHECK_RC(dlock_latch_count_down(la), 0);
+  /* queue, reliable take left unacknowledged */
+  dlock_queue *q = NULL;
+  CHECK_RC(dlock_queue_new(c, names[6], &q), 0);
+  CHECK_RC(dlock_queue_offer(q, "a", 1), 0);
+  CHECK_RC(dlock_queue_offer(q, "b", 1), 0);
+  void *v = NULL;
+  size_t vl = 0;
+  CHECK_RC(dlock_queue_poll_reliable(q, 0, &v, &vl), 0);
+  dlock_queue_value_free(v);
+  /* delayed queue */
+  dlock_queue *dq = NULL;
+  CHECK_RC(dlock_queue_new_delayed(c, names[7], &dq), 0);
+  CHECK_RC(dlock_queue_offer_delayed(dq, 60000, "later", 5), 0);
+  CHECK_RC(dlock_queue_offer_delayed(dq, 1, "soon", 4), 0);
+  v = NULL;
+  CHECK_RC(dlock_queue_poll(dq, 5000, &v, &vl), 0);
+  CHECK(vl == 4 && v && memcmp(v, "soon", 4) == 0);
+  dlock_queue_value_free(v);
+
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    keys_ctx x = {slot_of(names[i]), 0, 0, ""};
+    check_keys(names[i], &x);
+    if (x.found == 0 || x.wrong != 0)
+      fprintf(stderr, "    %s: %d keys, %d in another slot (%s)\n", names[i],
+              x.found, x.wrong, x.bad);
+    CHECK(x.found > 0);
+    CHECK_EQ(x.wrong, 0);
+  }
+
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_RC(dlock_lock_release(f), 1);
+  CHECK_RC(dlock_lock_release(dlock_rwlock_read(rw)), 1);
+  CHECK_RC(dlock_semaphore_release(s, 1), 0);
+  CHECK_RC(dlock_permits_release(p, id), 0);
+  dlock_lock_free(l);
+  dlock_lock_free(f);
+  dlock_lock_free(f2);
+  dlock_rwlock_free(rw);
+  dlock_rwlock_free(rw2);
+  dlock_semaphore_free(s);
+  dlock_permits_free(p);
+  dlock_latch_free(la);
+  dlock_queue_free(q);
+  dlock_queue_free(dq);
+  dlock_client_close(c2);
+  dlock_client_close(c);
+  th_cluster_stop(&K);
+}
+
+/* Holds on every master, renewed by the watchdog in scripts cut by slot
+ * (one script over keys of different slots would be refused). */
+static void renew_by_slot(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  dlock_client *c = open_cluster(1500);
+  CHECK(c != NULL);
+  enum { N = 12 };
+  dlock_lock *ls[N];
+  for (int i = 0; i < N; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "renew%d", i);
+    CHECK_RC(dlock_lock_new(c, name, NULL, &ls[i]), 0);
+    CHECK_RC(dlock_lock_acquire(ls[i], -1, NULL), 0);
+  }
+  th_sleep_ms(3500); /* more than two leases: renewed or lost */
+  for (int i = 0; i < N; i++) {
+    CHECK_EQ(dlock_lock_is_lost(ls[i]), 0);
+    CHECK_EQ(dlock_lock_is_held(ls[i]), 1);
+    CHECK_RC(dlock_lock_release(ls[i]), 1);
+    dlock_lock_free(ls[i]);
+  }
+  dlock_client_close(c);
+  th_cluster_stop(&K);
+}
+
+/* A multi-lock over members on the three masters: all or nothing. */
+static void multilock_across(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  dlock_client *c = open_cluster(0), *c2 = open_cluster(0);
+  CHECK(c && c2);
+  dlock_lock *ls[3], *other = NULL;
+  char names[3][64];
+  for (int node = 0; node < 3; node++) {
+    name_on(node, "ml", names[node], sizeof names[node]);
+    CHECK_RC(dlock_lock_new(c, names[node], NULL, &ls[node]), 0);
+  }
+  dlock_multilock *m = NULL;
+  CHECK_RC(dlock_multilock_new(ls, 3, &m), 0);
+  /* One member taken elsewhere: nothing is taken. */
+  CHECK_RC(dlock_lock_new(c2, names[2], NULL, &other), 0);
+  CHECK_RC(dlock_lock_try_acquire(other, 0, 30000, NULL), 0);
+  CHECK_RC(dlock_multilock_try_acquire(m, 0, 30000, NULL), DLOCK_EBUSY);
+  CHECK_EQ(th_cmd_int(&K.nodes[0], "EXISTS %s", names[0]), 0);
+  CHECK_EQ(th_cmd_int(&K.nodes[1], "EXISTS %s", names[1]), 0);
+  CHECK_RC(dlock_lock_release(other), 1);
+  CHECK_RC(dlock_multilock_try_acquire(m, 0, 30000, NULL), 0);
+  for (int node = 0; node < 3; node++)
+    CHECK_EQ(th_cmd_int(&K.nodes[node], "EXISTS %s", names[node]), 1);
+  CHECK_RC(dlock_multilock_release(m), 0);
+  for (int node = 0; node < 3; node++)
+    CHECK_EQ(th_cmd_int(&K.nodes[node], "EXISTS %s", names[node]), 0);
+  dlock_multilock_free(m);
+  for (int i = 0; i < 3; i++) dlock_lock_free(ls[i]);
+  dlock_lock_free(other);
+  dlock_client_close(c);
+  dlock_client_close(c2);
+  th_cluster_stop(&K);
+}
+
+typedef struct release_arg {
+  dlock_lock *l;
+  int rc;
+} release_arg;
+
+static void *release_thread(void *p) {
+  release_arg *a = p;
+  a->rc = dlock_lock_release(a->l);
+  return NULL;
+}
+
+/* A slot resharded while a lock in it is held: the holder's release
+ * follows MOVED to the new master. During the next migration, a question
+ * about a key already moved follows ASK (ASKING there), and a release
+ * whose keys are split between the two masters is retried (TRYAGAIN)
+ * until the migration ends. */
+static void moved_and_ask(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  dlock_client *c = open_cluster(0), *c2 = open_cluster(0);
+  CHECK(c && c2);
+  char name[64];
+  name_on(0, "mv", name, sizeof name);
+  int slot = (int)slot_of(name);
+  dlock_lock *l = NULL, *l2 = NULL;
+  /* An owner of its own: another thread releases it below. */
+  CHECK_RC(dlock_lock_new(c, name, "holder", &l), 0);
+  CHECK_RC(dlock_lock_new(c2, name, NULL, &l2), 0);
+  uint64_t t1 = 0, t2 = 0;
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 60000, &t1), 0);
+  /* Resharded to node 1 with the lock held: every key of the slot moves. */
+  CHECK_RC(th_cluster_slot_begin(&K, slot, 0, 1), 0);
+  CHECK(th_cluster_slot_move_keys(&K, slot, 0, 1, 100) >= 2); /* hash, token */
+  CHECK_RC(th_cluster_slot_end(&K, slot, 1), 0);
+  CHECK_EQ(th_cmd_int(&K.nodes[1], "EXISTS %s", name), 1);
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 60000, NULL), DLOCK_ELOCKED);
+  CHECK_RC(dlock_lock_release(l), 1); /* MOVED, followed */
+  CHECK_EQ(th_cmd_int(&K.nodes[1], "EXISTS %s", name), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 60000, &t2), 0);
+  CHECK(t2 > t1); /* the token's counter moved with the slot */
+  /* Migrating to node 2: only the lock's hash has moved so far. */
+  CHECK_RC(th_cluster_slot_begin(&K, slot, 1, 2), 0);
+  redisReply *r = th_cmd(&K.nodes[1], "MIGRATE 127.0.0.1 %d %s 0 5000",
+                         K.nodes[2].port, name);
+  CHECK(r && r->type == REDIS_REPLY_STATUS);
+  if (r) freeReplyObject(r);
+  CHECK_EQ(dlock_lock_is_locked(l2), 1); /* EXISTS: ASK, then node 2 */
+  CHECK_EQ(dlock_lock_is_held(l), 1);    /* HEXISTS: the same */
+  release_arg a = {l, -99};
+  pthread_t t;
+  pthread_create(&t, NULL, release_thread, &a);
+  th_sleep_ms(300); /* it meets TRYAGAIN meanwhile */
+  CHECK_EQ(a.rc, -99);
+  CHECK(th_cluster_slot_move_keys(&K, slot, 1, 2, 100) >= 1);
+  CHECK_RC(th_cluster_slot_end(&K, slot, 2), 0);
+  pthread_join(t, NULL);
+  CHECK_RC(a.rc, 1);
+  CHECK_EQ(th_cmd_int(&K.nodes[2], "EXISTS %s", name), 0);
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 60000, NULL), 0);
+  CHECK_RC(dlock_lock_release(l2), 1);
+  dlock_lock_free(l);
+  dlock_lock_free(l2);
+  dlock_client_close(c);
+  dlock_client_close(c2);
+  th_cluster_stop(&K);
+}
+
+static int run_cli(char *out, size_t outlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int run_cli(char *out, size_t outlen, const char *fmt, ...) {
+  char args[1500], cmd[2200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(args, sizeof args, fmt, ap);
+  va_end(ap);
+  snprintf(cmd, sizeof cmd, "%s -u '%s' %s 2>&1", DLOCK_CLI_PATH, K.url, args);
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) return -1;
+  size_t n = fread(out, 1, outlen - 1, f);
+  out[n] = '\0';
+  int st = pclose(f);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static bool lost(void *l) { return dlock_lock_is_lost(l) == 1; }
+
+/* The CLI on redis-cluster://: run, status, list over every master,
+ * release --force routed by slot, bench. */
+static void cli_commands(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  char out[8192];
+  CHECK_EQ(run_cli(out, sizeof out, "run cli-a -- true"), 0);
+  dlock_client *c = open_cluster(0);
+  dlock_lock *ls[3];
+  char names[3][64];
+  for (int node = 0; node < 3; node++) {
+    name_on(node, "cli", names[node], sizeof names[node]);
+    CHECK_RC(dlock_lock_new(c, names[node], NULL, &ls[node]), 0);
+    CHECK_RC(dlock_lock_try_acquire(ls[node], 0, 60000, NULL), 0);
+  }
+  CHECK_EQ(run_cli(out, sizeof out, "list"), 0);
+  for (int node = 0; node < 3; node++) CHECK(strstr(out, names[node]) != NULL);
+  CHECK_EQ(run_cli(out, sizeof out, "status %s", names[2]), 0);
+  CHECK(strstr(out, "held") != NULL || strstr(out, "locked") != NULL);
+  CHECK_EQ(run_cli(out, sizeof out, "release --force %s", names[1]), 0);
+  CHECK_EQ(th_cmd_int(&K.nodes[1], "EXISTS %s", names[1]), 0);
+  CHECK(th_wait_for(lost, ls[1], 5000));
+  CHECK_EQ(run_cli(out, sizeof out, "run --wait 0 %s -- true", names[0]), 75);
+  CHECK_EQ(run_cli(out, sizeof out, "bench -t 4 -d 1s uncontended"), 0);
+  CHECK(strstr(out, "cycles") != NULL || strstr(out, "ops") != NULL);
+  for (int node = 0; node < 3; node++) dlock_lock_free(ls[node]);
+  dlock_client_close(c);
+  th_cluster_stop(&K);
+}
+
+TH_MAIN(T_BARE(url_forms), T_BARE(routed), T_BARE(wait_woken),
+        T_BARE(kinds_one_slot), T_BARE(renew_by_slot),
+        T_BARE(multilock_across), T_BARE(moved_and_ask),
+        T_BARE(cli_commands))
