@@ -372,9 +372,30 @@ static int redirect_target(cluster_link *b, const redisReply *r, int *slot) {
   return node_get(b, host, port);
 }
 
+/* The detail of q's error names the node it was for. */
+static void name_node(cluster_link *b, creq *q) {
+  if (q->err == 0 || q->node == NULL) return;
+  const dlock_client *o = b->env->err_owner;
+  char was[400];
+  snprintf(was, sizeof was, "%s",
+           o ? dlock_client_errmsg(o) : dlock_client_open_errmsg());
+  char where[300];
+  snprintf(where, sizeof where, "cluster node %s:%d", q->node->host,
+           q->node->port);
+  if (strstr(was, where) == NULL)
+    dl_seterr(o, q->err, "%s (%s)", was, where);
+}
+
+static void creq_finish_(cluster_link *b, creq *q, int64_t deadline);
+
 /* Collects q's reply, then follows what the cluster says about it until
  * it is an answer, the deadline passes or MAX_TRIES run out. */
 static void creq_finish(cluster_link *b, creq *q, int64_t deadline) {
+  creq_finish_(b, q, deadline);
+  name_node(b, q);
+}
+
+static void creq_finish_(cluster_link *b, creq *q, int64_t deadline) {
   int64_t pause = 10;
   for (int tries = 0;; tries++) {
     if (q->req) q->err = dl_req_wait(q->conn, q->req, deadline, &q->reply);
@@ -704,15 +725,24 @@ static int cl_sub_wait(dl_rlink *base, dl_sub *s, int64_t deadline,
     dl_sleep_ms(until - dl_now_ms());
     return atomic_load(b->env->closing) ? DLOCK_ECLOSED : 0;
   }
-  if (c && c->s && dl_pubsub_dropped(c->node->pubsub, c->s)) {
-    /* The server gave the channel's slot away: subscribe where it went
-     * (the map learnt it from the MOVED of the attempt just made), and
-     * try again now. */
-    dl_pubsub_unref(c->node->pubsub, c->s, false);
-    c->s = NULL;
-    csub_attach(b, c, deadline);
-    return 1;
+  /* The server gave the channel's slot away (it unsubscribed it): each
+   * subscription goes where the slot went (the map learnt it from the
+   * MOVED of the attempt just made), and the waiter tries again now. A
+   * grant channel too: a release hands the lock to the first queued
+   * waiter on that channel alone. */
+  bool moved = false;
+  csub *both[2] = {c, g};
+  for (int i = 0; i < 2; i++) {
+    csub *x = both[i];
+    if (x == NULL || x->backoff || x->s == NULL ||
+        !dl_pubsub_dropped(x->node->pubsub, x->s))
+      continue;
+    dl_pubsub_unref(x->node->pubsub, x->s, false);
+    x->s = NULL;
+    csub_attach(b, x, deadline);
+    moved = true;
   }
+  if (moved) return 1;
   if (c == NULL || c->s == NULL) { /* no subscription: the TTL */
     dl_sleep_ms(deadline - dl_now_ms());
     return 0;
@@ -768,7 +798,10 @@ static void listen_node(cluster_link *b, cnode *n) {
   const char *argv[] = {"CONFIG", "GET", "notify-keyspace-events"};
   size_t lens[] = {6, 3, 22};
   redisReply *r = NULL;
-  if (run_on(b, n, -1, 3, argv, lens, &r) != 0 || r->type != REDIS_REPLY_ARRAY) {
+  /* Straight to n, no retries (they would refresh the map, which the
+   * caller holds). */
+  if (dl_conn_call(pick(n), 3, argv, lens, &r) != 0 ||
+      r->type != REDIS_REPLY_ARRAY) {
     if (r) freeReplyObject(r);
     dl_clearerr(b->env->err_owner); /* refused or down: none heard there */
     return;

@@ -122,6 +122,9 @@ static char rl_url[512];
 /* A Sentinel scenario's master, replica and sentinels. */
 static th_sentinel_set sentinels;
 static bool sentinels_up;
+/* A Cluster scenario's three masters (and their replicas). */
+static th_cluster cluster;
+static bool cluster_up;
 /* A ZooKeeper scenario's server, or ensemble of three (nzk of them), and
  * the workers' session timeout. */
 static th_zk zks[3];
@@ -136,6 +139,8 @@ static void stop_servers(void) {
     th_redis_stop(&rl[i]);
   if (sentinels_up) th_sentinel_stop(&sentinels);
   sentinels_up = false;
+  if (cluster_up) th_cluster_stop(&cluster);
+  cluster_up = false;
   for (int i = 0; i < nzk; i++)
     th_zk_stop(&zks[i]);
   nzk = 0;
@@ -1077,6 +1082,227 @@ static void t_s19_sentinel_unreachable(void) {
   s19_run(false);
 }
 
+/* ---- 20-22. Redis Cluster ----
+ * Three masters (each with a replica for 20), the workers on
+ * redis-cluster://, the lock's slot on master 0. */
+static char cluster_name[64];
+
+/* A name like `base` whose slot master 0 serves. */
+static const char *name_on_master0(const char *base) {
+  for (int i = 0;; i++) {
+    snprintf(cluster_name, sizeof cluster_name, "%s%d", base, i);
+    if (th_cluster_node_of(&cluster, cluster_name) == 0) return cluster_name;
+  }
+}
+
+static bool begin_cluster(const char *base, bool enforce, bool with_replicas,
+                          int64_t lease_ms, const char *what) {
+  reset(base, lease_ms);
+  int rc = with_replicas ? th_cluster_start_replicas(&cluster, NULL)
+                         : th_cluster_start(&cluster, NULL);
+  if (rc != 0) return false;
+  cluster_up = true;
+  lock_name = name_on_master0(base);
+  scenario_url = cluster.url;
+  res_reset(enforce);
+  printf("    %s run, %s\n", enforce ? "fenced " : "control", what);
+  fflush(stdout);
+  return true;
+}
+
+/* 20. Master 0 killed while the victim holds the lock, its replica
+ * promoted (the cluster's own failover, about 4 s).
+ * 20a. Without acknowledgement, the replica stopped (SIGSTOP) before the
+ * victim acquires, so the write never reaches it, and resumed after the
+ * kill: the others take the lock on the promoted replica while the victim
+ * holds it (the control shows the overlap; fencing refuses the victim's
+ * stale write), and the victim is told at its first renewal there.
+ * 20b. With acknowledgement (min_replicas_acked 1, lease 9 s): the hold is
+ * on the replica before the acquire returns, survives the failover, is
+ * renewed on the new master; nobody else gets it. */
+static void s20_run(bool enforce, bool acked) {
+  CHECK(begin_cluster(acked ? "safety:s20b:" : "safety:s20a:", enforce, true,
+                      acked ? 9000 : 3000,
+                      acked ? "acknowledged by the replica"
+                            : "no acknowledgement"));
+  replicas = acked ? 1 : 0;
+  th_redis *replica = &cluster.replicas[0];
+  if (!acked) CHECK(kill(replica->pid, SIGSTOP) == 0);
+  start_worker(VICTIM, 1, 0, "7000", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  size_t mark = res_mark();
+  start_others(3, 1);
+  int64_t t0 = th_now_ms();
+  th_redis_kill(&cluster.nodes[0], SIGKILL);
+  if (!acked) CHECK(kill(replica->pid, SIGCONT) == 0);
+  CHECK(th_cluster_wait_owner(&cluster, (int)th_cmd_int(replica, "CLUSTER KEYSLOT %s", lock_name),
+                              cluster.ids[3], 20000));
+  printf("      replica promoted %lld ms after the kill\n",
+         (long long)(th_now_ms() - t0));
+  fflush(stdout);
+  if (!acked) {
+    CHECK_EQ(th_cmd_int(replica, "EXISTS %s", lock_name), 0); /* lost */
+    CHECK(res_wait_event('W', -2, VICTIM, true, mark, 15000, NULL));
+    expect_victim(-1, 1, DLOCK_ELOST);
+    CHECK(finish(20));
+    judge(enforce, true, VICTIM, OVERLAP_SOME);
+  } else {
+    /* The old master comes back as the new one's replica: acknowledged
+     * acquires can succeed again (until then each is given back). */
+    CHECK(th_redis_restart(&cluster.nodes[0]) == 0);
+    expect_victim(0, 0, 1);
+    CHECK(finish(20));
+    judge(enforce, false, -1, OVERLAP_NONE);
+  }
+}
+static void t_s20_cluster_failover(void) {
+  if (SANITIZED) {
+    /* Slow and timed: once, in the plain build (as row 14). */
+    printf("    Cluster failovers: plain build only\n");
+    return;
+  }
+  s20_run(true, false);
+  s20_run(false, false);
+  s20_run(true, true);
+  s20_run(false, true);
+}
+
+/* 21. The lock's slot resharded from master 0 to master 1 while workers
+ * hold and wait for it: the keys moved a few at a time (each step a
+ * moment apart, so that scripts meet TRYAGAIN and ASK meanwhile), then
+ * the slot given to master 1. The waiters' shard channels are unsubscribed
+ * by master 0 when the slot leaves it; they subscribe again on master 1.
+ * No overlap in either run, the count exact, every worker goes on after
+ * (no waiter left asleep on a channel nobody publishes to). */
+static void s21_run(bool enforce) {
+  CHECK(begin_cluster("safety:s21:", enforce, false, LEASE,
+                      "slot migrated under load"));
+  start_others(4, 1);
+  int64_t until = th_now_ms() + 15000;
+  while (res_accepted() < 200 && th_now_ms() < until) th_sleep_ms(5);
+  CHECK(res_accepted() >= 200);
+  long before = res_accepted();
+  int slot = (int)th_cmd_int(&cluster.nodes[0], "CLUSTER KEYSLOT %s",
+                             lock_name);
+  CHECK_RC(th_cluster_slot_begin(&cluster, slot, 0, 1), 0);
+  int moved = 0;
+  for (int round = 0; round < 200; round++) {
+    int n = th_cluster_slot_move_keys(&cluster, slot, 0, 1, 3);
+    CHECK(n >= 0);
+    if (n <= 0) break;
+    moved += n;
+    th_sleep_ms(20);
+  }
+  CHECK_RC(th_cluster_slot_end(&cluster, slot, 1), 0);
+  printf("      %d keys moved; %ld writes during the migration\n", moved,
+         res_accepted() - before);
+  CHECK_EQ(th_cmd_int(&cluster.nodes[1], "CLUSTER COUNTKEYSINSLOT %d", slot) >= 1, 1);
+  CHECK_EQ(th_cmd_int(&cluster.nodes[0], "CLUSTER COUNTKEYSINSLOT %d", slot), 0);
+  /* Every worker acquires again after the move, and hand-offs go at the
+   * pace of wake-ups: a waiter left on a channel nobody publishes to
+   * would sleep until the holder's lease (0.6 s) ran out. */
+  size_t mark = res_mark();
+  long after = res_accepted();
+  th_sleep_ms(1000);
+  long second = res_accepted() - after;
+  printf("      %ld writes in the second after it\n", second);
+  fflush(stdout);
+  CHECK(second >= 50);
+  for (int id = 1; id <= 4; id++)
+    CHECK(res_wait_event('W', id, -1, true, mark, 15000, NULL));
+  CHECK(finish(20));
+  judge(enforce, false, -1, OVERLAP_NONE);
+}
+static void t_s21_cluster_slot_migration(void) {
+  s21_run(true);
+  s21_run(false);
+}
+
+/* 22. A cluster master cut off by the fault proxy (both ways): master 0
+ * announces the proxy's port (cluster-announce-port), so the client's
+ * connection to it passes the proxy. Partitioned, an acquire of a lock in
+ * its slot fails within its deadline with a clear error, and nothing is
+ * written; locks on the other masters are unaffected. The control: the
+ * proxy passing, the same acquire succeeds. */
+static void s22_run(bool partition) {
+  reset("safety:s22:", LEASE);
+  CHECK(th_cluster_start(&cluster, NULL) == 0);
+  cluster_up = true;
+  lock_name = name_on_master0("safety:s22:");
+  int port = proxy_start(cluster.nodes[0].port);
+  CHECK(port > 0);
+  redisReply *r = th_cmd(&cluster.nodes[0],
+                         "CONFIG SET cluster-announce-bus-port %d "
+                         "cluster-announce-port %d",
+                         cluster.nodes[0].port + 10000, port);
+  CHECK(r && r->type == REDIS_REPLY_STATUS);
+  if (r) freeReplyObject(r);
+  char url[128];
+  snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d",
+           cluster.nodes[1].port);
+  printf("    %s run, master 0 announced at the proxy (%d)\n",
+         partition ? "partitioned" : "control", port);
+  /* The other masters learn the announced port by gossip. */
+  char want[32];
+  snprintf(want, sizeof want, ":%d@", port);
+  int64_t until = th_now_ms() + 10000;
+  bool seen = false;
+  while (!seen && th_now_ms() < until) {
+    r = th_cmd(&cluster.nodes[1], "CLUSTER NODES");
+    seen = r && r->type == REDIS_REPLY_STRING && strstr(r->str, want);
+    if (r) freeReplyObject(r);
+    if (!seen) th_sleep_ms(50);
+  }
+  CHECK(seen);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 1000;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l, *other;
+  CHECK_RC(dlock_lock_new(c, lock_name, "me", &l), 0);
+  char oname[64];
+  for (int i = 0;; i++) {
+    snprintf(oname, sizeof oname, "safety:s22:other%d", i);
+    if (th_cluster_node_of(&cluster, oname) == 1) break;
+  }
+  CHECK_RC(dlock_lock_new(c, oname, "me", &other), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(l), 1);
+  if (partition) proxy_set(PROXY_PARTITION, 0);
+  int64_t t0 = th_now_ms();
+  int rc = dlock_lock_try_acquire(l, 0, 0, NULL);
+  int64_t took = th_now_ms() - t0;
+  printf("      acquire: %s after %lld ms: %s\n", dlock_err_name(rc),
+         (long long)took, rc ? dlock_client_errmsg(c) : "");
+  fflush(stdout);
+  if (partition) {
+    CHECK(rc < 0 && rc != DLOCK_EBUSY);
+    CHECK(took <= 3 * o.command_timeout_ms);
+    CHECK(strlen(dlock_client_errmsg(c)) > 0);
+    CHECK_EQ(th_cmd_int(&cluster.nodes[0], "EXISTS %s", lock_name), 0);
+    CHECK(proxy_faulted_bytes() > 0);
+  } else {
+    CHECK_RC(rc, 0);
+    CHECK_RC(dlock_lock_release(l), 1);
+  }
+  /* The other masters' locks are not held up by it. */
+  t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(other, 0, 0, NULL), 0);
+  CHECK(th_now_ms() - t0 < 500);
+  CHECK_RC(dlock_lock_release(other), 1);
+  dlock_lock_free(l);
+  dlock_lock_free(other);
+  dlock_client_close(c);
+  proxy_stop();
+}
+static void t_s22_cluster_unreachable(void) {
+  s22_run(true);
+  s22_run(false);
+}
+
 /* ---- 15-18. ZooKeeper (Curator's mutex): sessions instead of leases ----
  * A private server (tickTime 250 ms) or an ensemble of three; the workers
  * on zk:// with a session of `session_ms` (the watchdog checks each hold
@@ -1312,6 +1538,9 @@ int main(int argc, char **argv) {
                                   T_BARE(t_s13_redlock_clock_step),
                                   T_BARE(t_s14_sentinel_failover),
                                   T_BARE(t_s19_sentinel_unreachable),
+                                  T_BARE(t_s20_cluster_failover),
+                                  T_BARE(t_s21_cluster_slot_migration),
+                                  T_BARE(t_s22_cluster_unreachable),
                                   T_BARE(t_s15_zk_holder_paused),
                                   T_BARE(t_s16_zk_leader_killed),
                                   T_BARE(t_s17_zk_partition),
