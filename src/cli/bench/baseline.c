@@ -7,6 +7,7 @@
 #include "bench.h"
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,7 +285,62 @@ double bench_ping_p50_us(redisContext *c, int n) {
  * dlock_lock_try_acquire and dlock_lock_release send for a fresh hold with
  * a fixed lease (the same keys and arguments); an error reply makes the
  * ceiling 0 rather than a figure for scripts that stopped half-way. */
+static double ceiling_tagged(redisContext *c, int64_t ms, const char *tag);
+
 double bench_ceiling_ops(redisContext *c, int64_t ms) {
+  return ceiling_tagged(c, ms, CEIL_TAG);
+}
+
+/* One master's share of the cluster-wide ceiling, on its own thread. */
+typedef struct ceil_part {
+  redisContext *c;
+  int64_t ms;
+  char tag[48];
+  double ops;
+} ceil_part;
+
+static void *ceil_thread(void *p) {
+  ceil_part *x = p;
+  x->ops = ceiling_tagged(x->c, x->ms, x->tag);
+  return NULL;
+}
+
+double bench_cluster_ceiling_ops(const bench_opts *o, redisContext *raw,
+                                 int64_t ms) {
+  if (!o->cluster) return 0;
+  int n = 1 + o->nothers;
+  ceil_part parts[17];
+  pthread_t th[17];
+  for (int i = 0; i < n; i++) {
+    ceil_part *x = &parts[i];
+    x->c = i == 0 ? raw : o->others[i - 1];
+    x->ms = ms;
+    x->ops = 0;
+    /* A hash tag this master serves: the first that is not MOVED. */
+    x->tag[0] = '\0';
+    for (int t = 0; t < 1000 && x->tag[0] == '\0'; t++) {
+      char tag[48];
+      snprintf(tag, sizeof tag, "{bench:ceil:%d}", t);
+      redisReply *r = redisCommand(x->c, "EXISTS %s", tag);
+      if (r && r->type == REDIS_REPLY_INTEGER) snprintf(x->tag, sizeof x->tag, "%s", tag);
+      if (r) freeReplyObject(r);
+      if (r == NULL) return 0;
+    }
+    if (x->tag[0] == '\0') return 0;
+  }
+  int started = 0;
+  for (; started < n; started++)
+    if (pthread_create(&th[started], NULL, ceil_thread, &parts[started]) != 0)
+      break;
+  double sum = 0;
+  for (int i = 0; i < started; i++) {
+    pthread_join(th[i], NULL);
+    sum += parts[i].ops;
+  }
+  return started == n ? sum : 0;
+}
+
+static double ceiling_tagged(redisContext *c, int64_t ms, const char *tag) {
   dl_scripts_init();
   /* A cluster's master with shard channels: the scripts the library sends
    * there (SPUBLISH). */
@@ -310,7 +366,7 @@ double bench_ceiling_ops(redisContext *c, int64_t ms) {
   size_t len = 0;
   char key[64], tok[96], hand[96], chan[96], q[96], w[96], latch[128];
   for (int i = 0; i < batch; i++) {
-    snprintf(key, sizeof key, CEIL_TAG ":%d", i);
+    snprintf(key, sizeof key, "%s:%d", tag, i);
     dl_derived_into(tok, sizeof tok, "redisson_lock_token", key);
     dl_derived_into(hand, sizeof hand, "dlock_handoff", key);
     dl_derived_into(chan, sizeof chan, "redisson_lock__channel", key);

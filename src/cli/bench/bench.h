@@ -94,6 +94,12 @@ double bench_client_ping_p50_us(const cli_global *g, const bench_opts *o,
 /* The ceiling: lock cycles per second the server executes for `ms` when
  * they are pipelined on one connection; 0 on any error. */
 double bench_ceiling_ops(struct redisContext *c, int64_t ms);
+/* redis-cluster://: the ceiling of every master at once (raw and
+ * o->others, a thread each, each on keys of its own slots), summed: what
+ * the cluster's servers can execute together on this machine. 0 for
+ * another URL, or when a master could not be measured. */
+double bench_cluster_ceiling_ops(const bench_opts *o, struct redisContext *raw,
+                                 int64_t ms);
 
 /* ---- workers.c: one thread's lock cycles ---- */
 
@@ -138,6 +144,7 @@ typedef struct bench_report {
   bool zk;               /* zk://: rtt_p50 is ZooKeeper's, no ceiling */
   int masters;           /* redis-cluster://: how many; the ceiling is
                             one master's */
+  double cluster_ceiling; /* redis-cluster://: every master's at once */
   long errors;
   /* contended */
   double utilisation, wait_p50, wait_p99, wait_max, wakeups_per_acquire;

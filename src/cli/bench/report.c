@@ -18,6 +18,9 @@ void bench_print_report(const bench_report *r, bool json) {
       printf(",\"baseline_fanout_rtt_p50_us\":%.1f", r->fanout_rtt_p50);
     if (r->async) printf(",\"async\":true,\"inflight\":%d", r->inflight);
     if (r->zk) printf(",\"backend\":\"zookeeper\"");
+    if (r->masters > 0)
+      printf(",\"masters\":%d,\"cluster_ceiling_ops_per_sec\":%.0f",
+             r->masters, r->cluster_ceiling);
     if (strcmp(r->scenario, "idle-waiters") == 0)
       printf(",\"waiters\":%d,\"client_cpu_share\":%.4f,"
              "\"server_cpu_share\":%.4f",
@@ -81,8 +84,10 @@ void bench_print_report(const bench_report *r, bool json) {
                                  : "");
   if (r->masters > 0)
     printf("  cluster: %d masters; PING p50 of the slowest, server CPU of "
-           "all\n",
-           r->masters);
+           "all; every master's ceiling at once %.0f cycles/s (ops / that "
+           "= %.2f)\n",
+           r->masters, r->cluster_ceiling,
+           r->cluster_ceiling > 0 ? r->ops_per_sec / r->cluster_ceiling : 0);
   if (r->fanout_rtt_p50 > 0)
     printf("  ratio: p50 / (2 x PING to every server) = %.2f\n",
            r->p50 / (2 * r->fanout_rtt_p50));

@@ -157,6 +157,7 @@ int bench_measure(const cli_global *g, const bench_opts *o,
     r->rtt_p50 = bench_rtt_p50_us(o, raw, 2000);
     r->fanout_rtt_p50 = o->cluster ? 0 : bench_fanout_rtt_p50_us(o, raw, 2000);
     r->ceiling = bench_ceiling_ops(raw, 1000);
+    r->cluster_ceiling = bench_cluster_ceiling_ops(o, raw, 1000);
   }
   char lock_name[64];
   if (o->zk)
