@@ -22,9 +22,12 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     char err[256];
     if (dl_url_parse(s, &ep, err, sizeof err) == 0) {
       /* Accepted: a host or a socket path, a sane port; or, for Sentinel,
-       * a master's name and at least one sentinel, each with a host and
-       * a sane port (the master's address is asked for later). */
-      if (ep.master_name) {
+       * a master's name and at least one sentinel, for Cluster at least
+       * one seed node, each with a host and a sane port (the master's
+       * address, the slot map, are asked for later). */
+      if (ep.master_name || ep.cluster) {
+        if (ep.master_name && ep.cluster) abort();
+        if (ep.cluster && ep.db != 0) abort();
         if (ep.host || ep.unix_path || ep.nhosts < 1) abort();
         for (int i = 0; i < ep.nhosts; i++)
           if (ep.hosts[i].host == NULL || ep.hosts[i].port < 1 ||
