@@ -4,6 +4,7 @@
  * the CLI's commands (a 3-master cluster started by the harness for each
  * test). */
 #include "harness.h"
+#include "loop_drivers.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -468,7 +469,214 @@ static void cli_commands(void) {
   th_cluster_stop(&K);
 }
 
+/* ---- the event-loop client on redis-cluster:// ---- */
+
+/* An event-loop client of the cluster on a fresh built-in loop. */
+static dlock_client *open_loop_cluster(td_loop *t) {
+  if (td_open(t, TD_BUILTIN) != 0) return NULL;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = K.url;
+  o.connect_timeout_ms = 1000;
+  dlock_client *c = NULL;
+  if (dlock_client_open_async(&o, t->lp, &c) != 0) return NULL;
+  return c;
+}
+
+/* Runs t until cond(arg) holds or ms pass; whether it held. */
+static bool loop_until(td_loop *t, bool (*cond)(void *), void *arg, int ms) {
+  int64_t end = th_now_ms() + ms;
+  while (!cond(arg)) {
+    if (th_now_ms() >= end) return false;
+    td_once(t, 20);
+  }
+  return true;
+}
+
+/* One operation on t: its outcome. */
+#define LOOP_OP(t, g, call)                                                    \
+  do {                                                                         \
+    memset(&(g), 0, sizeof(g));                                                \
+    CHECK_RC(call, 0);                                                         \
+    CHECK_EQ(((td_got *)&(g))->calls, 0); /* never within the call */          \
+    CHECK(td_run_until((t), &((td_got *)&(g))->calls, 8000));                  \
+  } while (0)
+
+/* A scan's outcome (its callback's ud is each name's too). */
+typedef struct scan_got {
+  td_got g; /* first: td_on_done's */
+  int names;
+} scan_got;
+
+static int count_name(const char *name, void *ud) {
+  (void)name;
+  ((scan_got *)ud)->names++;
+  return 0;
+}
+
+/* On the loop: locks on each master (each hash on the owner of its slot),
+ * refused to another handle and to a blocking client, queried, found by a
+ * scan over every master, released. */
+static void loop_routed(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  td_loop t;
+  dlock_client *a = open_loop_cluster(&t), *b = open_cluster(0);
+  CHECK(a && b);
+  dlock_lock *la[3], *la2[3];
+  uint64_t tok[3];
+  for (int node = 0; node < 3; node++) {
+    char name[64];
+    name_on(node, "aroute", name, sizeof name);
+    dlock_lock *lb = NULL;
+    CHECK_RC(dlock_lock_new(a, name, NULL, &la[node]), 0);
+    CHECK_RC(dlock_lock_new(a, name, NULL, &la2[node]), 0);
+    CHECK_RC(dlock_lock_new(b, name, NULL, &lb), 0);
+    td_got g;
+    LOOP_OP(&t, g, dlock_lock_acquire_async(la[node], 0, 30000, td_on_done,
+                                            &g, NULL));
+    CHECK_RC(g.rc, 0);
+    CHECK(g.token > 0);
+    tok[node] = g.token;
+    CHECK_EQ(th_cmd_int(&K.nodes[node], "EXISTS %s", name), 1);
+    LOOP_OP(&t, g, dlock_lock_acquire_async(la2[node], 0, 30000, td_on_done,
+                                            &g, NULL));
+    CHECK_RC(g.rc, DLOCK_EBUSY);
+    CHECK_RC(dlock_lock_try_acquire(lb, 0, 30000, NULL), DLOCK_ELOCKED);
+    LOOP_OP(&t, g, dlock_lock_is_locked_async(la2[node], td_on_done, &g,
+                                              NULL));
+    CHECK_RC(g.rc, 1);
+    dlock_lock_free(lb);
+  }
+  scan_got sg;
+  LOOP_OP(&t, sg, dlock_client_scan_locks_async(a, "aroute*", count_name,
+                                                td_on_done, &sg, NULL));
+  CHECK_RC(sg.g.rc, 3);
+  CHECK_EQ(sg.names, 3);
+  td_got g;
+  for (int node = 0; node < 3; node++) {
+    LOOP_OP(&t, g, dlock_lock_release_async(la[node], td_on_done, &g, NULL));
+    CHECK_RC(g.rc, 1);
+    LOOP_OP(&t, g, dlock_lock_is_locked_async(la2[node], td_on_done, &g,
+                                              NULL));
+    CHECK_RC(g.rc, 0);
+    LOOP_OP(&t, g, dlock_lock_acquire_async(la2[node], 0, 30000, td_on_done,
+                                            &g, NULL));
+    CHECK_RC(g.rc, 0);
+    CHECK(g.token > tok[node]);
+    LOOP_OP(&t, g, dlock_lock_release_async(la2[node], td_on_done, &g, NULL));
+    CHECK_RC(g.rc, 1);
+    dlock_lock_free(la[node]);
+    dlock_lock_free(la2[node]);
+  }
+  for (int node = 0; node < 3; node++) {
+    char name[64];
+    name_on(node, "aroute", name, sizeof name);
+    CHECK_EQ(th_cmd_int(&K.nodes[node], "EXISTS %s", name), 0);
+  }
+  dlock_client_close(a);
+  td_close(&t);
+  dlock_client_close(b);
+  th_cluster_stop(&K);
+}
+
+/* A waiter on the loop subscribes on the master of its lock's slot and is
+ * woken by a blocking client's release, well before the holder's lease. */
+static void loop_woken(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  td_loop t;
+  dlock_client *a = open_loop_cluster(&t), *b = open_cluster(0);
+  CHECK(a && b);
+  for (int node = 0; node < 3; node++) {
+    char name[64], ch[128];
+    name_on(node, "awoken", name, sizeof name);
+    snprintf(ch, sizeof ch, "redisson_lock__channel:{%s}", name);
+    dlock_lock *h = NULL, *w = NULL;
+    CHECK_RC(dlock_lock_new(b, name, NULL, &h), 0);
+    CHECK_RC(dlock_lock_new(a, name, NULL, &w), 0);
+    CHECK_RC(dlock_lock_try_acquire(h, 0, 60000, NULL), 0);
+    td_got g = {0};
+    CHECK_RC(dlock_lock_acquire_async(w, 30000, 30000, td_on_done, &g, NULL),
+             0);
+    CHECK(loop_until(&t, subscribed_on, ch, 5000));
+    CHECK_EQ(g.calls, 0); /* still waiting */
+    int64_t t0 = th_now_ms();
+    CHECK_RC(dlock_lock_release(h), 1);
+    CHECK(td_run_until(&t, &g.calls, 10000));
+    CHECK_RC(g.rc, 0);
+    CHECK(th_now_ms() - t0 < 3000);
+    CHECK_EQ(th_cmd_int(&K.nodes[node], "EXISTS %s", name), 1);
+    td_got r;
+    LOOP_OP(&t, r, dlock_lock_release_async(w, td_on_done, &r, NULL));
+    CHECK_RC(r.rc, 1);
+    dlock_lock_free(h);
+    dlock_lock_free(w);
+  }
+  dlock_client_close(a);
+  td_close(&t);
+  dlock_client_close(b);
+  th_cluster_stop(&K);
+}
+
+/* A slot resharded while a loop client holds a lock in it: the release
+ * follows MOVED to the new master. During the next migration, with only
+ * the hash moved, a query follows ASK and a release whose keys are split
+ * is retried (TRYAGAIN, paused on the loop's timers) until it ends. */
+static void loop_moved(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  td_loop t;
+  dlock_client *a = open_loop_cluster(&t), *b = open_cluster(0);
+  CHECK(a && b);
+  char name[64];
+  name_on(0, "amv", name, sizeof name);
+  int slot = (int)slot_of(name);
+  dlock_lock *l = NULL, *lb = NULL;
+  CHECK_RC(dlock_lock_new(a, name, NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(b, name, NULL, &lb), 0);
+  td_got g;
+  LOOP_OP(&t, g, dlock_lock_acquire_async(l, 0, 60000, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, 0);
+  uint64_t t1 = g.token;
+  CHECK_RC(th_cluster_slot_begin(&K, slot, 0, 1), 0);
+  CHECK(th_cluster_slot_move_keys(&K, slot, 0, 1, 100) >= 2);
+  CHECK_RC(th_cluster_slot_end(&K, slot, 1), 0);
+  CHECK_EQ(th_cmd_int(&K.nodes[1], "EXISTS %s", name), 1);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 60000, NULL), DLOCK_ELOCKED);
+  LOOP_OP(&t, g, dlock_lock_release_async(l, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, 1); /* MOVED, followed */
+  CHECK_EQ(th_cmd_int(&K.nodes[1], "EXISTS %s", name), 0);
+  LOOP_OP(&t, g, dlock_lock_acquire_async(l, 0, 60000, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, 0);
+  CHECK(g.token > t1); /* the token's counter moved with the slot */
+  CHECK_EQ(th_cmd_int(&K.nodes[1], "EXISTS %s", name), 1);
+  /* Migrating to node 2: only the lock's hash has moved so far. */
+  CHECK_RC(th_cluster_slot_begin(&K, slot, 1, 2), 0);
+  redisReply *r = th_cmd(&K.nodes[1], "MIGRATE 127.0.0.1 %d %s 0 5000",
+                         K.nodes[2].port, name);
+  CHECK(r && r->type == REDIS_REPLY_STATUS);
+  if (r) freeReplyObject(r);
+  LOOP_OP(&t, g, dlock_lock_is_held_async(l, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, 1); /* ASK, then node 2 */
+  td_got rel = {0};
+  CHECK_RC(dlock_lock_release_async(l, td_on_done, &rel, NULL), 0);
+  td_run_for(&t, 300); /* it meets TRYAGAIN meanwhile */
+  CHECK_EQ(rel.calls, 0);
+  CHECK(th_cluster_slot_move_keys(&K, slot, 1, 2, 100) >= 1);
+  CHECK_RC(th_cluster_slot_end(&K, slot, 2), 0);
+  CHECK(td_run_until(&t, &rel.calls, 8000));
+  CHECK_RC(rel.rc, 1);
+  CHECK_EQ(th_cmd_int(&K.nodes[2], "EXISTS %s", name), 0);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 60000, NULL), 0);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  dlock_lock_free(l);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  td_close(&t);
+  dlock_client_close(b);
+  th_cluster_stop(&K);
+}
+
 TH_MAIN(T_BARE(url_forms), T_BARE(routed), T_BARE(wait_woken),
         T_BARE(kinds_one_slot), T_BARE(renew_by_slot),
         T_BARE(multilock_across), T_BARE(moved_and_ask),
-        T_BARE(cli_commands))
+        T_BARE(cli_commands), T_BARE(loop_routed), T_BARE(loop_woken),
+        T_BARE(loop_moved))

@@ -31,6 +31,8 @@
 
 static const char PING[] = "*1\r\n$4\r\nPING\r\n";
 #define PING_LEN (sizeof PING - 1)
+static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
+#define ASKING_LEN (sizeof ASKING - 1)
 /* Bytes formatted into one write at most. */
 #define BATCH_MAX (256 * 1024)
 
@@ -107,7 +109,8 @@ static bool fill(dl_aconn *c) {
   c->wlen = c->woff = 0;
   while (c->outq.head && c->wlen < BATCH_MAX) {
     dl_areq *r = c->outq.head;
-    size_t need = c->wlen + r->len + (r->ping ? PING_LEN : 0);
+    size_t need = c->wlen + r->len + (r->ping ? PING_LEN : 0) +
+                  (r->asking ? ASKING_LEN : 0);
     if (need > c->wcap) {
       size_t cap = c->wcap ? c->wcap : 16384;
       while (cap < need) cap *= 2;
@@ -120,6 +123,11 @@ static bool fill(dl_aconn *c) {
     if (r->ping) {
       memcpy(c->wbuf + c->wlen, PING, PING_LEN);
       c->wlen += PING_LEN;
+    }
+    if (r->asking) {
+      memcpy(c->wbuf + c->wlen, ASKING, ASKING_LEN);
+      c->wlen += ASKING_LEN;
+      r->asking_out = true;
     }
     memcpy(c->wbuf + c->wlen, r->cmd, r->len);
     c->wlen += r->len;
@@ -170,6 +178,11 @@ static void on_reply(dl_aconn *c, redisReply *reply) {
     freeReplyObject(reply);
     return;
   }
+  if (r->asking_out) { /* ASKING's OK (an error shows in the command's) */
+    r->asking_out = false;
+    freeReplyObject(reply);
+    return;
+  }
   dl_aq_del(&c->infl, r);
   if (r->fn && r->script >= 0 && r->kv != NULL && dl_reply_noscript(reply)) {
     /* SCRIPT FLUSH or a restart: the body once (kv freed: only once). */
@@ -191,7 +204,8 @@ static void on_reply(dl_aconn *c, redisReply *reply) {
     return;
   }
   int rc = 0;
-  if (r->fn && r->script >= 0) rc = dl_reply_check(c->cfg->err_owner, &reply);
+  if (r->fn && r->script >= 0 && !r->keep_errors)
+    rc = dl_reply_check(c->cfg->err_owner, &reply);
   dl_aq_finish(c, r, rc, reply);
 }
 
@@ -457,4 +471,29 @@ void dl_aconn_free(dl_aconn *c) {
   dl_aq_fail(c, &c->batch, DLOCK_ECLOSED);
   dl_aq_fail(c, &c->outq, DLOCK_ECLOSED);
   leave(c); /* frees c, unless a dispatch on it is under way */
+}
+
+/* A request made by dl_aconn_send or dl_aconn_eval is only queued: it is
+ * formatted into a write at the loop's next round (flush), never within
+ * the call. So its flags may still be set right after. */
+dl_areq *dl_aconn_send_cluster(dl_aconn *c, bool asking, int argc,
+                               const char **argv, const size_t *argvlen,
+                               int64_t deadline, dl_reply_fn fn, void *ud,
+                               int *err) {
+  dl_areq *r = dl_aconn_send(c, argc, argv, argvlen, deadline, fn, ud, err);
+  if (r) r->asking = asking;
+  return r;
+}
+
+dl_areq *dl_aconn_eval_cluster(dl_aconn *c, bool asking, int script,
+                               int nkeys, const char **keys, int nargs,
+                               const char **args, int64_t deadline,
+                               dl_reply_fn fn, void *ud, int *err) {
+  dl_areq *r = dl_aconn_eval(c, script, nkeys, keys, nargs, args, deadline,
+                             fn, ud, err);
+  if (r) {
+    r->asking = asking;
+    r->keep_errors = true;
+  }
+  return r;
 }

@@ -26,6 +26,11 @@ struct dl_areq {
   size_t len;
   size_t start; /* on batch: its first byte's offset in the write buffer */
   bool ping;    /* a PING goes ahead of it; its PONG is dropped */
+  /* A cluster's: ASKING goes ahead of it (after a PING, if any), its OK
+   * dropped; an eval's error replies come as replies (MOVED and the rest
+   * are the caller's to follow). */
+  bool asking, keep_errors;
+  bool asking_out; /* its ASKING written, the OK not yet read */
   dl_reply_fn fn; /* NULL once timed out or cancelled */
   void *ud;
   dl_timer deadline;

@@ -12,8 +12,7 @@
 typedef struct apause apause;
 
 typedef struct loop_link {
-  dl_rlink base;
-  const dl_backend_env *env;
+  dl_loop_head h; /* first */
   const dl_conn_config *cfg;
   dl_aconn *conn;
   dl_asub *sub;   /* NULL: waiting by backoff */
@@ -28,11 +27,6 @@ struct apause {
   loop_link *L;
   apause *prev, *next;
 };
-
-static int refuse(loop_link *L) {
-  return dl_seterr(L->env->err_owner, DLOCK_EINVAL,
-                   "a blocking call on an event-loop client");
-}
 
 /* ---- requests ---- */
 static void on_reply(void *ud, int rc, redisReply *reply) {
@@ -49,7 +43,7 @@ static int al_eval_start(dl_rlink *base, dl_pend *p, int64_t until, int script,
   loop_link *L = (loop_link *)base;
   int err = 0;
   if (until != 0 && dl_now_ms() >= until) {
-    p->rc = dl_seterr(L->env->err_owner, DLOCK_ETIMEDOUT,
+    p->rc = dl_seterr(L->h.env->err_owner, DLOCK_ETIMEDOUT,
                       "no time left for the request");
     return 0;
   }
@@ -111,15 +105,15 @@ static int al_pause_start(dl_rlink *base, dl_pend *p, int64_t until) {
   }
   apause *a = calloc(1, sizeof *a);
   if (a == NULL) {
-    p->rc = dl_seterr(L->env->err_owner, DLOCK_ENOMEM, "out of memory");
+    p->rc = dl_seterr(L->h.env->err_owner, DLOCK_ENOMEM, "out of memory");
     return 0;
   }
   a->p = p;
   a->L = L;
   dl_timer_init(&a->t, on_pause, a);
-  if (dl_timer_start(L->env->loop, &a->t, until) != 0) {
+  if (dl_timer_start(L->h.env->loop, &a->t, until) != 0) {
     free(a);
-    p->rc = dl_seterr(L->env->err_owner, DLOCK_ENOMEM, "out of memory");
+    p->rc = dl_seterr(L->h.env->err_owner, DLOCK_ENOMEM, "out of memory");
     return 0;
   }
   a->next = L->pauses;
@@ -142,7 +136,7 @@ static void al_cancel(dl_rlink *base, dl_pend *p) {
     dl_asub_cancel(p->link_data);
   } else {
     apause *a = p->link_data;
-    dl_timer_stop(L->env->loop, &a->t);
+    dl_timer_stop(L->h.env->loop, &a->t);
     pause_unlink(L, a);
     free(a);
   }
@@ -209,7 +203,7 @@ static int al_sub_wait_start(dl_rlink *base, dl_pend *p, dl_sub *s,
     }
     /* Out of memory: a pause until the deadline (the TTL bounds it). */
   } else if (s) {
-    int64_t max = L->env->backoff_max_ms > 0 ? L->env->backoff_max_ms : 100;
+    int64_t max = L->h.env->backoff_max_ms > 0 ? L->h.env->backoff_max_ms : 100;
     int64_t at = dl_now_ms() + dl_backoff_next((dl_backoff *)s, max);
     if (at < until) until = at;
   }
@@ -261,7 +255,7 @@ static void on_config(void *ud, int rc, redisReply *reply) {
   watch_ctx *w = ud;
   /* Refused (ACL, renamed) or closed: no keyspace events are heard. */
   if (rc == 0 && reply && !w->L->closing)
-    dl_keyspace_listen(reply, w->L->cfg->ep.db, w->L->env->key_prefix,
+    dl_keyspace_listen(reply, w->L->cfg->ep.db, w->L->h.env->key_prefix,
                        listen_on, w);
   if (reply) freeReplyObject(reply);
   free(w);
@@ -283,21 +277,28 @@ static int al_watch_losses(dl_rlink *base, const char *revoke_channel,
   return rc;
 }
 
-/* ---- the blocking entries refuse ---- */
-static int al_eval(dl_rlink *base, int script, int nkeys, const char **keys,
-                   int nargs, const char **args, redisReply **reply) {
-  (void)script, (void)nkeys, (void)keys, (void)nargs, (void)args;
-  *reply = NULL;
-  return refuse((loop_link *)base);
+/* ---- the blocking entries refuse (every event-loop link's) ---- */
+static int refuse_head(dl_rlink *base) {
+  return dl_seterr(((dl_loop_head *)base)->env->err_owner, DLOCK_EINVAL,
+                   "a blocking call on an event-loop client");
 }
 
-static int al_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
-                        const int *nkeys, const char *const *const *keys,
-                        const int *nargs, const char *const *const *args,
-                        redisReply **replies, int *errs) {
+int dl_loop_refuse_eval(dl_rlink *base, int script, int nkeys,
+                        const char **keys, int nargs, const char **args,
+                        redisReply **reply) {
+  (void)script, (void)nkeys, (void)keys, (void)nargs, (void)args;
+  *reply = NULL;
+  return refuse_head(base);
+}
+
+int dl_loop_refuse_eval_many(dl_rlink *base, int64_t deadline, int n,
+                             int script, const int *nkeys,
+                             const char *const *const *keys, const int *nargs,
+                             const char *const *const *args,
+                             redisReply **replies, int *errs) {
   (void)deadline, (void)script, (void)nkeys, (void)keys, (void)nargs,
       (void)args;
-  int rc = refuse((loop_link *)base);
+  int rc = refuse_head(base);
   for (int i = 0; i < n; i++) {
     replies[i] = NULL;
     errs[i] = rc;
@@ -305,17 +306,17 @@ static int al_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
   return rc;
 }
 
-static int al_command(dl_rlink *base, int argc, const char **argv,
-                      redisReply **reply) {
+int dl_loop_refuse_command(dl_rlink *base, int argc, const char **argv,
+                           redisReply **reply) {
   (void)argc, (void)argv;
   *reply = NULL;
-  return refuse((loop_link *)base);
+  return refuse_head(base);
 }
 
-static int al_sub_wait(dl_rlink *base, dl_sub *s, int64_t deadline,
-                       int64_t since, dl_sub *grant) {
+int dl_loop_refuse_sub_wait(dl_rlink *base, dl_sub *s, int64_t deadline,
+                            int64_t since, dl_sub *grant) {
   (void)s, (void)deadline, (void)since, (void)grant;
-  return refuse((loop_link *)base);
+  return refuse_head(base);
 }
 
 /* Completes every pending pause with DLOCK_ECLOSED, then closes the
@@ -331,7 +332,7 @@ static void al_free(dl_rlink *base) {
   while (L->pauses) {
     apause *a = L->pauses;
     dl_pend *p = a->p;
-    dl_timer_stop(L->env->loop, &a->t);
+    dl_timer_stop(L->h.env->loop, &a->t);
     pause_unlink(L, a);
     free(a);
     p->link_data = NULL;
@@ -350,11 +351,11 @@ static void al_stats(dl_rlink *base, dlock_client_stats *st) {
 
 static const dl_rlink_ops loop_ops = {
     .name = "loop",
-    .eval = al_eval,
-    .eval_many = al_eval_many,
-    .command = al_command,
+    .eval = dl_loop_refuse_eval,
+    .eval_many = dl_loop_refuse_eval_many,
+    .command = dl_loop_refuse_command,
     .sub_ref = al_sub_ref,
-    .sub_wait = al_sub_wait,
+    .sub_wait = dl_loop_refuse_sub_wait,
     .sub_grant = al_sub_grant,
     .sub_unref = al_sub_unref,
     .sub_kick = al_sub_kick,
@@ -375,8 +376,8 @@ int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   dl_scripts_init();
   loop_link *L = calloc(1, sizeof *L);
   if (L == NULL) return DLOCK_ENOMEM;
-  L->base.ops = &loop_ops;
-  L->env = env;
+  L->h.base.ops = &loop_ops;
+  L->h.env = env;
   L->cfg = cfg;
   int rc = dl_aconn_new(env->loop, cfg, &L->conn);
   /* Connect now, so that a wrong address fails the open at once. */
@@ -388,6 +389,6 @@ int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
     free(L);
     return rc;
   }
-  *out = &L->base;
+  *out = &L->h.base;
   return 0;
 }

@@ -353,3 +353,8 @@ int dl_asub_listen(dl_asub *s, const char *channel, bool pattern,
 }
 
 uint64_t dl_asub_wakeups(dl_asub *s) { return s->t.wakeups; }
+
+bool dl_asub_dropped(dl_asub *s, dl_sub *sub) {
+  (void)s;
+  return !sub->active;
+}

@@ -472,15 +472,24 @@ static int backend_new(const dlock_client_options *opts,
     rb_free(&r->base);
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   }
-  if (cfg->ep.cluster && (r->env.loop || part)) {
+  if (cfg->ep.cluster && part) {
     rb_free(&r->base);
     return dl_seterr(NULL, DLOCK_ENOTSUP,
-                     "redis-cluster:// is not yet supported %s",
-                     part ? "as a server of redlock://"
-                          : "by the event-loop client (use a blocking "
-                            "client)");
+                     "redis-cluster:// is not yet supported as a server of "
+                     "redlock://");
   }
-  if (cfg->ep.cluster)
+  /* The loop's acknowledgement is one WAIT on the link's one connection
+   * (dl_redis_replicate_start): a cluster's writes go to many. */
+  if (cfg->ep.cluster && r->env.loop && r->min_replicas > 0) {
+    rb_free(&r->base);
+    return dl_seterr(NULL, DLOCK_ENOTSUP,
+                     "min_replicas_acked is not yet supported by the "
+                     "event-loop client on redis-cluster:// (use a "
+                     "blocking client)");
+  }
+  if (cfg->ep.cluster && r->env.loop)
+    rc = dl_acluster_link_new(cfg, &r->env, &r->link);
+  else if (cfg->ep.cluster)
     rc = dl_cluster_link_new(cfg, &r->env, opts->connections, &r->link);
   else if (r->env.loop)
     rc = dl_loop_link_new(cfg, &r->env, &r->link);

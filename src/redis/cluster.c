@@ -14,7 +14,7 @@
  * publish counts the listeners on the slot's master, which a hand-off
  * needs. The delayed queue's channels stay classic (Redisson's delayed
  * queue publishes with PUBLISH), heard on any node. */
-#include "redis.h"
+#include "cluster.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -23,72 +23,12 @@
 #include <string.h>
 #include <strings.h>
 
-#define NSLOTS 16384
-#define MAX_NODES 256
-#define NO_NODE 0xffff
-#define MAX_TRIES 16         /* redirections and retries of one request */
-#define REFRESH_GAP_MS 100   /* a map asked for less recently is kept */
-
-typedef struct cnode {
-  char host[256];
-  int port;
-  dl_conn_config cfg; /* the link's, with this node's address */
-  dl_conn **conns;
-  int nconn;
-  atomic_uint next;
-  dl_pubsub *pubsub; /* NULL when waiting by backoff */
-  bool listening;    /* watch_losses applied (under refresh_mu) */
-} cnode;
-
-typedef struct cluster_link {
-  dl_rlink base;
-  const dl_backend_env *env;
-  const dl_conn_config *cfg;
-  int nconn;
-  pthread_mutex_t mu;         /* nodes[] grows under it */
-  pthread_mutex_t refresh_mu; /* one map refresh at a time; listens */
-  cnode *nodes[MAX_NODES];
-  atomic_int nnodes;
-  atomic_ushort slots[NSLOTS]; /* node index per slot, NO_NODE unknown */
-  int64_t refreshed_ms;        /* under refresh_mu */
-  atomic_uint any;             /* rotates keyless requests over masters */
-  bool sharded;                /* shard channels (see the top) */
-  /* watch_losses: applied to every node's subscriber, new ones too */
-  char *revoke;
-  dl_notice_fn notice;
-  void *notice_ud;
-} cluster_link;
-
-/* ---- slots ---- */
-
-static uint16_t crc16(const char *buf, size_t len) {
-  uint16_t crc = 0; /* CRC-16/XMODEM, as the cluster specification says */
-  for (size_t i = 0; i < len; i++) {
-    crc ^= (uint16_t)((unsigned char)buf[i] << 8);
-    for (int k = 0; k < 8; k++)
-      crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
-  }
-  return crc;
-}
-
-int dl_key_slot(const char *key, size_t len) {
-  const char *open = memchr(key, '{', len);
-  if (open) {
-    size_t rest = len - (size_t)(open + 1 - key);
-    const char *close = memchr(open + 1, '}', rest);
-    if (close && close > open + 1) {
-      key = open + 1;
-      len = (size_t)(close - open - 1);
-    }
-  }
-  return crc16(key, len) & (NSLOTS - 1);
-}
-
 /* ---- nodes ---- */
 
 static void node_free(cnode *n) {
   dl_pubsub_free(n->pubsub);
-  for (int i = 0; i < n->nconn; i++) dl_conn_free(n->conns[i]);
+  for (int i = 0; i < n->nconn; i++)
+    dl_conn_free(n->conns[i]);
   free(n->conns);
   free(n);
 }
@@ -138,46 +78,34 @@ static cnode *node_at(cluster_link *b, int idx) {
   return idx >= 0 && idx < atomic_load(&b->nnodes) ? b->nodes[idx] : NULL;
 }
 
-static dl_conn *pick(cnode *n) {
+dl_conn *dl_cl_pick(cnode *n) {
   if (n->nconn == 1) return n->conns[0];
   return n->conns[atomic_fetch_add(&n->next, 1) % (unsigned)n->nconn];
 }
 
 /* ---- the slot map ---- */
 
+/* One range of the map: its slots go to host:port's node. */
+static int apply_range(void *ctx, int lo, int hi, const char *host, int port) {
+  cluster_link *b = ctx;
+  int idx = node_get(b, host, port);
+  if (idx < 0) return DLOCK_ENOMEM;
+  for (int s = lo; s <= hi; s++)
+    atomic_store_explicit(&b->slots[s], (unsigned short)idx,
+                          memory_order_relaxed);
+  return 0;
+}
+
 /* Applies a CLUSTER SLOTS reply that `asked` (its host for an empty one)
  * gave. Returns 0, or DLOCK_EPROTO. */
 static int apply_slots(cluster_link *b, const redisReply *r,
                        const char *asked) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) return DLOCK_EPROTO;
-  for (size_t i = 0; i < r->elements; i++) {
-    const redisReply *e = r->element[i];
-    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-        e->element[0]->type != REDIS_REPLY_INTEGER ||
-        e->element[1]->type != REDIS_REPLY_INTEGER ||
-        e->element[2]->type != REDIS_REPLY_ARRAY ||
-        e->element[2]->elements < 2 ||
-        e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
-        e->element[2]->element[1]->type != REDIS_REPLY_INTEGER)
-      return DLOCK_EPROTO;
-    long long lo = e->element[0]->integer, hi = e->element[1]->integer;
-    const char *host = e->element[2]->element[0]->str;
-    if (host[0] == '\0' || strcmp(host, "?") == 0) host = asked;
-    int port = (int)e->element[2]->element[1]->integer;
-    if (lo < 0 || hi >= NSLOTS || lo > hi || port <= 0 || port > 65535)
-      return DLOCK_EPROTO;
-    int idx = node_get(b, host, port);
-    if (idx < 0) return DLOCK_ENOMEM;
-    for (long long s = lo; s <= hi; s++)
-      atomic_store_explicit(&b->slots[s], (unsigned short)idx,
-                            memory_order_relaxed);
-  }
-  return 0;
+  return dl_slots_parse(r, asked, apply_range, b);
 }
 
 /* Asks one server for the map: 0, or a negative code with why filled in. */
-static int ask_slots(cluster_link *b, dl_conn *conn, const char *host,
-                     int port, char *why, size_t len) {
+static int ask_slots(cluster_link *b, dl_conn *conn, const char *host, int port,
+                     char *why, size_t len) {
   const char *argv[] = {"CLUSTER", "SLOTS"};
   size_t lens[] = {7, 5};
   redisReply *r = NULL;
@@ -218,8 +146,6 @@ static int ask_seed(cluster_link *b, const struct dl_hostport *h, char *why,
   return rc;
 }
 
-static void listen_node(cluster_link *b, cnode *n);
-
 /* Refreshes the map from the first node that answers: the known nodes
  * (starting after the one asked last), then the URL's seeds. A map asked
  * for within REFRESH_GAP_MS is kept (unless `force`). Returns 0 or a
@@ -234,7 +160,7 @@ static int refresh(cluster_link *b, bool force) {
     int n = atomic_load(&b->nnodes);
     for (int i = 0; i < n && rc != 0; i++) {
       cnode *c = b->nodes[i];
-      rc = ask_slots(b, pick(c), c->host, c->port, one, sizeof one);
+      rc = ask_slots(b, dl_cl_pick(c), c->host, c->port, one, sizeof one);
       if (rc != 0 && used < sizeof why)
         used += (size_t)snprintf(why + used, sizeof why - used, "%s%s",
                                  used ? "; " : "", one);
@@ -249,21 +175,22 @@ static int refresh(cluster_link *b, bool force) {
       b->refreshed_ms = dl_now_ms();
       dl_clearerr(b->env->err_owner);
     } else {
-      rc = dl_seterr(b->env->err_owner, rc == DLOCK_ENOMEM ? rc : DLOCK_ECONNECT,
-                     "no cluster node gave its slot map (%s)", why);
+      rc =
+          dl_seterr(b->env->err_owner, rc == DLOCK_ENOMEM ? rc : DLOCK_ECONNECT,
+                    "no cluster node gave its slot map (%s)", why);
     }
   }
   /* Nodes met since the watch began hear the losses too. */
   if (b->notice)
     for (int i = 0; i < atomic_load(&b->nnodes); i++)
-      if (!b->nodes[i]->listening) listen_node(b, b->nodes[i]);
+      if (!b->nodes[i]->listening) dl_cl_listen_node(b, b->nodes[i]);
   pthread_mutex_unlock(&b->refresh_mu);
   return rc;
 }
 
 /* The master of slot, the map refreshed once if it has none. NULL with the
  * detail recorded when none is known. */
-static cnode *route(cluster_link *b, int slot) {
+cnode *dl_cl_route(cluster_link *b, int slot) {
   if (slot < 0) { /* keyless: the masters in turn */
     unsigned k = atomic_fetch_add(&b->any, 1);
     slot = (int)((k * 5471u) % NSLOTS);
@@ -278,15 +205,6 @@ static cnode *route(cluster_link *b, int slot) {
     dl_seterr(b->env->err_owner, DLOCK_ECONNECT,
               "no master serves slot %d (CLUSTERDOWN)", slot);
   return n;
-}
-
-/* Channels published with classic PUBLISH even in sharded mode. */
-static bool classic_channel(const char *ch) {
-  static const char *const prefixes[] = {"dlock_queue_channel",
-                                         "redisson_delay_queue_channel"};
-  for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
-    if (strncmp(ch, prefixes[i], strlen(prefixes[i])) == 0) return true;
-  return false;
 }
 
 /* ---- requests ---- */
@@ -317,12 +235,12 @@ static void creq_send(cluster_link *b, creq *q) {
   q->reply = NULL;
   q->err = 0;
   q->sent = false;
-  if (q->node == NULL) q->node = route(b, q->slot);
+  if (q->node == NULL) q->node = dl_cl_route(b, q->slot);
   if (q->node == NULL) {
     q->err = DLOCK_ECONNECT;
     return;
   }
-  q->conn = pick(q->node);
+  q->conn = dl_cl_pick(q->node);
   dl_evargv v;
   int argc = q->argc;
   const char **argv = q->argv;
@@ -346,29 +264,11 @@ static void creq_send(cluster_link *b, creq *q) {
   if (q->script >= 0) dl_evargv_free(&v);
 }
 
-static bool reply_is(const redisReply *r, const char *what) {
-  size_t n = strlen(what);
-  return r && r->type == REDIS_REPLY_ERROR && r->len > n &&
-         strncmp(r->str, what, n) == 0 && r->str[n] == ' ';
-}
-
 /* "MOVED 3999 127.0.0.1:6381" or "ASK ...": the target node's index. */
 static int redirect_target(cluster_link *b, const redisReply *r, int *slot) {
-  const char *p = strchr(r->str, ' ');
-  char *end;
-  long s = strtol(p + 1, &end, 10);
-  if (*end != ' ' || s < 0 || s >= NSLOTS) return -1;
-  const char *addr = end + 1;
-  const char *colon = strrchr(addr, ':');
-  if (colon == NULL || colon == addr) return -1;
   char host[256];
-  size_t hl = (size_t)(colon - addr);
-  if (hl >= sizeof host) return -1;
-  memcpy(host, addr, hl);
-  host[hl] = '\0';
-  int port = atoi(colon + 1);
-  if (port <= 0 || port > 65535) return -1;
-  *slot = (int)s;
+  int port;
+  if (!dl_cluster_redirect(r, slot, host, sizeof host, &port)) return -1;
   return node_get(b, host, port);
 }
 
@@ -382,8 +282,7 @@ static void name_node(cluster_link *b, creq *q) {
   char where[300];
   snprintf(where, sizeof where, "cluster node %s:%d", q->node->host,
            q->node->port);
-  if (strstr(was, where) == NULL)
-    dl_seterr(o, q->err, "%s (%s)", was, where);
+  if (strstr(was, where) == NULL) dl_seterr(o, q->err, "%s (%s)", was, where);
 }
 
 static void creq_finish_(cluster_link *b, creq *q, int64_t deadline);
@@ -405,7 +304,8 @@ static void creq_finish_(cluster_link *b, creq *q, int64_t deadline) {
     if (r && dl_reply_noscript(r) && q->script >= 0 && !q->body) {
       /* This node's script cache lacks it: the body once. */
       q->body = true;
-    } else if (reply_is(r, "MOVED") || reply_is(r, "ASK")) {
+    } else if (dl_cluster_reply_is(r, "MOVED") ||
+               dl_cluster_reply_is(r, "ASK")) {
       bool ask = r->str[0] == 'A';
       int slot;
       int idx = redirect_target(b, r, &slot);
@@ -417,7 +317,8 @@ static void creq_finish_(cluster_link *b, creq *q, int64_t deadline) {
       }
       q->node = b->nodes[idx];
       q->asking = ask;
-    } else if (reply_is(r, "TRYAGAIN") || reply_is(r, "CLUSTERDOWN") ||
+    } else if (dl_cluster_reply_is(r, "TRYAGAIN") ||
+               dl_cluster_reply_is(r, "CLUSTERDOWN") ||
                (q->err != 0 && !q->sent)) {
       /* A slot in migration, a cluster without a quorum of masters, or a
        * master that could not be reached (nothing was sent: safe to send
@@ -438,7 +339,9 @@ static void creq_finish_(cluster_link *b, creq *q, int64_t deadline) {
   }
 }
 
-static int slot_of_str(const char *s) { return dl_key_slot(s, strlen(s)); }
+int dl_cl_slot_of(const char *s) {
+  return dl_key_slot(s, strlen(s));
+}
 
 static int cl_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
                         const int *nkeys, const char *const *const *keys,
@@ -461,7 +364,7 @@ static int cl_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
     q->keys = keys[i];
     q->nargs = nargs[i];
     q->args = args[i];
-    q->slot = nkeys[i] > 0 ? slot_of_str(keys[i][0]) : -1;
+    q->slot = nkeys[i] > 0 ? dl_cl_slot_of(keys[i][0]) : -1;
     creq_send(b, q);
   }
   int first_err = 0;
@@ -484,20 +387,6 @@ static int cl_eval(dl_rlink *base, int script, int nkeys, const char **keys,
   int rc =
       cl_eval_many(base, 0, 1, script, &nkeys, &k, &nargs, &a, reply, &err);
   return rc ? rc : err;
-}
-
-/* The slot a command goes by: its key's (argv[1]), a PUBSUB question's
- * channel's, or -1 for a keyless command. */
-static int command_slot(int argc, const char **argv, const size_t *lens) {
-  static const char *const keyless[] = {"PING",  "WAIT",   "SCAN",
-                                        "CONFIG", "INFO",  "CLUSTER",
-                                        "CLIENT", "ROLE",  "SCRIPT", "TIME"};
-  if (argc < 2) return -1;
-  for (size_t i = 0; i < sizeof keyless / sizeof keyless[0]; i++)
-    if (strcasecmp(argv[0], keyless[i]) == 0) return -1;
-  if (strcasecmp(argv[0], "PUBSUB") == 0)
-    return argc >= 3 ? dl_key_slot(argv[2], lens[2]) : -1;
-  return dl_key_slot(argv[1], lens[1]);
 }
 
 /* One command on node (NULL: routed by slot), its error reply kept. */
@@ -526,7 +415,8 @@ static int masters(cluster_link *b, cnode **out, int max) {
     last = idx;
     cnode *c = node_at(b, idx);
     bool seen = false;
-    for (int i = 0; i < n && !seen; i++) seen = out[i] == c;
+    for (int i = 0; i < n && !seen; i++)
+      seen = out[i] == c;
     if (c && !seen && n < max) out[n++] = c;
   }
   return n;
@@ -543,48 +433,29 @@ static int scan_all(cluster_link *b, int argc, const char **argv,
   if (n == 0)
     return dl_seterr(b->env->err_owner, DLOCK_ECONNECT,
                      "no cluster master is known");
-  long i = 0;
-  const char *cur = argv[1];
-  const char *colon = strchr(argv[1], ':');
-  if (colon) {
-    i = strtol(argv[1], NULL, 10);
-    cur = colon + 1;
-  }
+  long i;
+  const char *cur;
+  dl_cluster_scan_cursor(argv[1], &i, &cur);
   if (i < 0 || i >= n)
     return dl_seterr(b->env->err_owner, DLOCK_EINVAL,
                      "the cluster's masters changed during the scan");
   const char *v[16];
   size_t l[16];
-  if (argc > 16) return dl_seterr(b->env->err_owner, DLOCK_EINVAL, "too many args");
-  for (int k = 0; k < argc; k++) v[k] = argv[k], l[k] = lens[k];
+  if (argc > 16)
+    return dl_seterr(b->env->err_owner, DLOCK_EINVAL, "too many args");
+  for (int k = 0; k < argc; k++)
+    v[k] = argv[k], l[k] = lens[k];
   v[1] = cur;
   l[1] = strlen(cur);
   int rc = run_on(b, ms[i], -1, argc, v, l, reply);
   if (rc != 0) return rc;
   rc = dl_reply_check(b->env->err_owner, reply);
   if (rc != 0) return rc;
-  redisReply *r = *reply;
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-      r->element[0]->type != REDIS_REPLY_STRING)
-    return 0; /* the caller says what is wrong with it */
-  redisReply *c = r->element[0];
-  char next[48];
-  if (strcmp(c->str, "0") != 0)
-    snprintf(next, sizeof next, "%ld:%s", i, c->str);
-  else if (i + 1 < n)
-    snprintf(next, sizeof next, "%ld:0", i + 1);
-  else
-    return 0;
-  char *s = malloc(strlen(next) + 1); /* freeReplyObject frees it */
-  if (s == NULL) {
-    freeReplyObject(r);
+  if (dl_cluster_scan_next(*reply, i, n) != 0) {
+    freeReplyObject(*reply);
     *reply = NULL;
     return dl_seterr(b->env->err_owner, DLOCK_ENOMEM, "out of memory");
   }
-  strcpy(s, next);
-  free(c->str);
-  c->str = s;
-  c->len = strlen(s);
   return 0;
 }
 
@@ -597,15 +468,16 @@ static int cl_command_bin(dl_rlink *base, int argc, const char **argv,
   const char *v[3];
   size_t l[3];
   if (b->sharded && argc == 3 && strcasecmp(argv[0], "PUBSUB") == 0 &&
-      strcasecmp(argv[1], "NUMSUB") == 0 && !classic_channel(argv[2])) {
+      strcasecmp(argv[1], "NUMSUB") == 0 &&
+      !dl_cluster_classic_channel(argv[2])) {
     /* Who listens on a lock's channel: its shard channel's subscribers. */
     v[0] = argv[0], v[1] = "SHARDNUMSUB", v[2] = argv[2];
     l[0] = lens[0], l[1] = 11, l[2] = lens[2];
     argv = v;
     lens = l;
   }
-  int rc = run_on(b, NULL, command_slot(argc, argv, lens), argc, argv, lens,
-                  reply);
+  int rc = run_on(b, NULL, dl_cluster_command_slot(argc, argv, lens), argc,
+                  argv, lens, reply);
   if (rc == 0) rc = dl_reply_check(b->env->err_owner, reply);
   return rc;
 }
@@ -616,44 +488,22 @@ static int cl_command(dl_rlink *base, int argc, const char **argv,
   size_t lens[16];
   if (argc > 16)
     return dl_seterr(b->env->err_owner, DLOCK_EINVAL, "too many args");
-  for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
+  for (int i = 0; i < argc; i++)
+    lens[i] = strlen(argv[i]);
   return cl_command_bin(base, argc, argv, lens, reply);
 }
 
 /* Marker and WAIT on one connection of node (see redis.h's replicate). */
 static int replicate_on(cluster_link *b, cnode *node, int n, int timeout_ms) {
-  dl_conn *conn = pick(node);
-  char ns[16], ts[16];
-  snprintf(ns, sizeof ns, "%d", n);
-  snprintf(ts, sizeof ts, "%d", timeout_ms);
-  const char *mark[3] = {"PUBLISH", DL_REPLICATE_CHANNEL, ""};
-  const char *wait[3] = {"WAIT", ns, ts};
-  size_t mlen[3] = {7, strlen(DL_REPLICATE_CHANNEL), 0};
-  size_t wlen[3] = {4, strlen(ns), strlen(ts)};
-  int err = 0;
-  dl_req *m = dl_conn_send(conn, 3, mark, mlen, false, &err);
-  if (m == NULL) return err;
-  dl_req *w = dl_conn_send(conn, 3, wait, wlen, false, &err);
-  int64_t deadline = dl_now_ms() + b->env->command_timeout_ms + timeout_ms;
-  redisReply *mr = NULL, *wr = NULL;
-  int rc = dl_req_wait(conn, m, deadline, &mr);
-  if (mr) freeReplyObject(mr);
-  if (w == NULL) return err;
-  int rc2 = dl_req_wait(conn, w, deadline, &wr);
-  if (rc2 == 0) rc2 = dl_reply_check(b->env->err_owner, &wr);
-  if (rc == 0) rc = rc2;
-  if (rc == 0 && wr->type != REDIS_REPLY_INTEGER)
-    rc = dl_seterr(b->env->err_owner, DLOCK_EPROTO, "unexpected reply to WAIT");
-  if (rc == 0) rc = wr->integer > 1000000 ? 1000000 : (int)wr->integer;
-  if (wr) freeReplyObject(wr);
-  return rc;
+  return dl_conn_replicate(dl_cl_pick(node), n, timeout_ms,
+                           b->env->command_timeout_ms, b->env->err_owner);
 }
 
 static int cl_replicate(dl_rlink *base, const char *key, int n,
                         int timeout_ms) {
   cluster_link *b = (cluster_link *)base;
   if (key) {
-    cnode *node = route(b, slot_of_str(key));
+    cnode *node = dl_cl_route(b, dl_cl_slot_of(key));
     return node ? replicate_on(b, node, n, timeout_ms) : DLOCK_ECONNECT;
   }
   cnode *ms[MAX_NODES];
@@ -666,174 +516,11 @@ static int cl_replicate(dl_rlink *base, const char *key, int n,
   return least;
 }
 
-/* ---- waiting ---- */
-
-/* A subscription: on the subscriber of the master of its channel's slot,
- * or a backoff (waiting by backoff). */
-typedef struct csub {
-  bool backoff;
-  dl_backoff bo;
-  cnode *node; /* NULL: none (the slot has no master now) */
-  dl_sub *s;
-  int mode;
-  char channel[]; /* to subscribe again where its slot went */
-} csub;
-
-/* c's subscription on the master of its slot now: 0, or NULL in c->s. */
-static void csub_attach(cluster_link *b, csub *c, int64_t deadline) {
-  /* A pattern has no slot: any node hears what is published anywhere. */
-  int slot = c->mode & DL_WAKE_PATTERN ? -1 : slot_of_str(c->channel);
-  c->node = route(b, slot);
-  c->s = c->node ? dl_pubsub_ref(c->node->pubsub, c->channel, c->mode,
-                                 deadline)
-                 : NULL;
-  if (c->s == NULL) c->node = NULL;
-}
-
-static dl_sub *cl_sub_ref(dl_rlink *base, const char *channel, int mode,
-                          int64_t deadline) {
-  cluster_link *b = (cluster_link *)base;
-  bool backoff = b->env->backoff_max_ms > 0;
-  if (backoff && (mode == DL_WAKE_GRANT || deadline < 0)) return NULL;
-  size_t len = strlen(channel);
-  csub *c = calloc(1, sizeof *c + len + 1);
-  if (c == NULL) return NULL;
-  memcpy(c->channel, channel, len + 1);
-  if (backoff) {
-    c->backoff = true;
-    dl_backoff_init(&c->bo);
-    return (dl_sub *)c;
-  }
-  c->mode = mode;
-  if (b->sharded && !(mode & DL_WAKE_PATTERN) && !classic_channel(channel))
-    c->mode |= DL_WAKE_SHARDED;
-  csub_attach(b, c, deadline);
-  if (c->s == NULL) {
-    free(c);
-    return NULL;
-  }
-  return (dl_sub *)c;
-}
-
-static int cl_sub_wait(dl_rlink *base, dl_sub *s, int64_t deadline,
-                       int64_t since, dl_sub *grant) {
-  cluster_link *b = (cluster_link *)base;
-  csub *c = (csub *)s, *g = (csub *)grant;
-  if (c && c->backoff) {
-    int64_t until = dl_now_ms() + dl_backoff_next(&c->bo, b->env->backoff_max_ms);
-    if (until > deadline) until = deadline;
-    dl_sleep_ms(until - dl_now_ms());
-    return atomic_load(b->env->closing) ? DLOCK_ECLOSED : 0;
-  }
-  /* The server gave the channel's slot away (it unsubscribed it): each
-   * subscription goes where the slot went (the map learnt it from the
-   * MOVED of the attempt just made), and the waiter tries again now. A
-   * grant channel too: a release hands the lock to the first queued
-   * waiter on that channel alone. */
-  bool moved = false;
-  csub *both[2] = {c, g};
-  for (int i = 0; i < 2; i++) {
-    csub *x = both[i];
-    if (x == NULL || x->backoff || x->s == NULL ||
-        !dl_pubsub_dropped(x->node->pubsub, x->s))
-      continue;
-    dl_pubsub_unref(x->node->pubsub, x->s, false);
-    x->s = NULL;
-    csub_attach(b, x, deadline);
-    moved = true;
-  }
-  if (moved) return 1;
-  if (c == NULL || c->s == NULL) { /* no subscription: the TTL */
-    dl_sleep_ms(deadline - dl_now_ms());
-    return 0;
-  }
-  /* A grant subscribed on another node (the slot moved between the two):
-   * its message cannot wake this sleeper, which finds it when it wakes. */
-  dl_sub *gs = g && g->s && g->node == c->node ? g->s : NULL;
-  return dl_pubsub_wait(c->node->pubsub, c->s, deadline, since, gs);
-}
-
-static int cl_sub_grant(dl_rlink *base, dl_sub *s, uint64_t *token) {
-  (void)base;
-  csub *c = (csub *)s;
-  if (c == NULL || c->s == NULL) return -1;
-  return dl_pubsub_grant(c->node->pubsub, c->s, token);
-}
-
-static void cl_sub_unref(dl_rlink *base, dl_sub *s, bool linger) {
-  (void)base;
-  csub *c = (csub *)s;
-  if (c == NULL) return;
-  if (c->s) dl_pubsub_unref(c->node->pubsub, c->s, linger);
-  free(c);
-}
-
-static void cl_sub_kick(dl_rlink *base, dl_sub *s) {
-  (void)base;
-  csub *c = (csub *)s;
-  if (c && c->s) dl_pubsub_kick(c->node->pubsub, c->s);
-}
-
-typedef struct listen_ctx {
-  dl_pubsub *p;
-  dl_notice_fn fn;
-  void *ud;
-} listen_ctx;
-
-static int listen_on(void *ctx, const char *channel, bool pattern,
-                     size_t strip) {
-  listen_ctx *x = ctx;
-  return dl_pubsub_listen(x->p, channel, pattern, strip, x->fn, x->ud);
-}
-
-/* With refresh_mu held: n's subscriber hears revocations (published
- * anywhere, so every node's subscriber hears each: a notice may come once
- * per master) and n's own keyspace events (a node publishes only its
- * keys' events). */
-static void listen_node(cluster_link *b, cnode *n) {
-  n->listening = true;
-  if (n->pubsub == NULL) return;
-  listen_ctx x = {n->pubsub, b->notice, b->notice_ud};
-  if (listen_on(&x, b->revoke, false, 0) != 0) return;
-  const char *argv[] = {"CONFIG", "GET", "notify-keyspace-events"};
-  size_t lens[] = {6, 3, 22};
-  redisReply *r = NULL;
-  /* Straight to n, no retries (they would refresh the map, which the
-   * caller holds). */
-  if (dl_conn_call(pick(n), 3, argv, lens, &r) != 0 ||
-      r->type != REDIS_REPLY_ARRAY) {
-    if (r) freeReplyObject(r);
-    dl_clearerr(b->env->err_owner); /* refused or down: none heard there */
-    return;
-  }
-  (void)dl_keyspace_listen(r, 0, b->env->key_prefix, listen_on, &x);
-  freeReplyObject(r);
-}
-
-static int cl_watch_losses(dl_rlink *base, const char *revoke_channel,
-                           dl_notice_fn fn, void *ud) {
-  cluster_link *b = (cluster_link *)base;
-  if (b->env->backoff_max_ms > 0) return 0; /* no pub/sub */
-  pthread_mutex_lock(&b->refresh_mu);
-  free(b->revoke);
-  b->revoke = malloc(strlen(revoke_channel) + 1);
-  if (b->revoke == NULL) {
-    pthread_mutex_unlock(&b->refresh_mu);
-    return DLOCK_ENOMEM;
-  }
-  strcpy(b->revoke, revoke_channel);
-  b->notice = fn;
-  b->notice_ud = ud;
-  for (int i = 0; i < atomic_load(&b->nnodes); i++)
-    if (!b->nodes[i]->listening) listen_node(b, b->nodes[i]);
-  pthread_mutex_unlock(&b->refresh_mu);
-  return 0;
-}
-
 static void cl_free(dl_rlink *base) {
   cluster_link *b = (cluster_link *)base;
   if (b == NULL) return;
-  for (int i = 0; i < atomic_load(&b->nnodes); i++) node_free(b->nodes[i]);
+  for (int i = 0; i < atomic_load(&b->nnodes); i++)
+    node_free(b->nodes[i]);
   pthread_mutex_destroy(&b->mu);
   pthread_mutex_destroy(&b->refresh_mu);
   free(b->revoke);
@@ -844,7 +531,8 @@ static void cl_stats(dl_rlink *base, dlock_client_stats *st) {
   cluster_link *b = (cluster_link *)base;
   for (int i = 0; i < atomic_load(&b->nnodes); i++) {
     cnode *n = b->nodes[i];
-    for (int k = 0; k < n->nconn; k++) st->writes += dl_conn_batches(n->conns[k]);
+    for (int k = 0; k < n->nconn; k++)
+      st->writes += dl_conn_batches(n->conns[k]);
     if (n->pubsub) st->wakeups += dl_pubsub_wakeups(n->pubsub);
   }
 }
@@ -874,12 +562,12 @@ static const dl_rlink_ops cluster_ops = {
     .command = cl_command,
     .replicate = cl_replicate,
     .command_bin = cl_command_bin,
-    .sub_ref = cl_sub_ref,
-    .sub_wait = cl_sub_wait,
-    .sub_grant = cl_sub_grant,
-    .sub_unref = cl_sub_unref,
-    .sub_kick = cl_sub_kick,
-    .watch_losses = cl_watch_losses,
+    .sub_ref = dl_cl_sub_ref,
+    .sub_wait = dl_cl_sub_wait,
+    .sub_grant = dl_cl_sub_grant,
+    .sub_unref = dl_cl_sub_unref,
+    .sub_kick = dl_cl_sub_kick,
+    .watch_losses = dl_cl_watch_losses,
     .free = cl_free,
     .stats = cl_stats,
 };
@@ -896,7 +584,8 @@ int dl_cluster_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   b->nconn = nconn > 0 ? nconn : 1;
   pthread_mutex_init(&b->mu, NULL);
   pthread_mutex_init(&b->refresh_mu, NULL);
-  for (int s = 0; s < NSLOTS; s++) atomic_init(&b->slots[s], NO_NODE);
+  for (int s = 0; s < NSLOTS; s++)
+    atomic_init(&b->slots[s], NO_NODE);
   int rc = refresh(b, true);
   if (rc == 0) rc = probe_sharded(b);
   if (rc != 0) {

@@ -140,11 +140,8 @@ static int rb_command(dl_rlink *base, int argc, const char **argv,
   return rb_command_bin(base, argc, argv, lens, reply);
 }
 
-static int rb_replicate(dl_rlink *base, const char *key, int n,
-                        int timeout_ms) {
-  single_link *b = (single_link *)base;
-  (void)key; /* one server */
-  dl_conn *conn = pick(b);
+int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
+                      int command_timeout_ms, const struct dlock_client *owner) {
   char ns[16], ts[16];
   snprintf(ns, sizeof ns, "%d", n);
   snprintf(ts, sizeof ts, "%d", timeout_ms);
@@ -156,19 +153,27 @@ static int rb_replicate(dl_rlink *base, const char *key, int n,
   dl_req *m = dl_conn_send(conn, 3, mark, mlen, false, &err);
   if (m == NULL) return err;
   dl_req *w = dl_conn_send(conn, 3, wait, wlen, false, &err);
-  int64_t deadline = dl_now_ms() + b->env->command_timeout_ms + timeout_ms;
+  int64_t deadline = dl_now_ms() + command_timeout_ms + timeout_ms;
   redisReply *mr = NULL, *wr = NULL;
   int rc = dl_req_wait(conn, m, deadline, &mr);
   if (mr) freeReplyObject(mr);
   if (w == NULL) return err;
   int rc2 = dl_req_wait(conn, w, deadline, &wr);
-  if (rc2 == 0) rc2 = dl_reply_check(b->env->err_owner, &wr);
+  if (rc2 == 0) rc2 = dl_reply_check(owner, &wr);
   if (rc == 0) rc = rc2;
   if (rc == 0 && wr->type != REDIS_REPLY_INTEGER)
-    rc = dl_seterr(b->env->err_owner, DLOCK_EPROTO, "unexpected reply to WAIT");
+    rc = dl_seterr(owner, DLOCK_EPROTO, "unexpected reply to WAIT");
   if (rc == 0) rc = wr->integer > 1000000 ? 1000000 : (int)wr->integer;
   if (wr) freeReplyObject(wr);
   return rc;
+}
+
+static int rb_replicate(dl_rlink *base, const char *key, int n,
+                        int timeout_ms) {
+  single_link *b = (single_link *)base;
+  (void)key; /* one server */
+  return dl_conn_replicate(pick(b), n, timeout_ms, b->env->command_timeout_ms,
+                           b->env->err_owner);
 }
 
 typedef dl_backoff backoff;
@@ -292,22 +297,34 @@ static int listen_on(void *ctx, const char *channel, bool pattern,
   return dl_pubsub_listen(x->p, channel, pattern, strip, x->fn, x->ud);
 }
 
+int dl_pubsub_watch_losses(dl_pubsub *p, dl_conn *conn,
+                           const char *revoke_channel, int db,
+                           const char *prefix, dl_notice_fn fn, void *ud,
+                           const struct dlock_client *owner) {
+  listen_ctx x = {p, fn, ud};
+  int rc = listen_on(&x, revoke_channel, false, 0);
+  if (rc != 0) return rc;
+  const char *argv[] = {"CONFIG", "GET", "notify-keyspace-events"};
+  size_t lens[] = {6, 3, 22};
+  redisReply *r = NULL;
+  rc = dl_conn_call(conn, 3, argv, lens, &r);
+  if (rc == 0) rc = dl_reply_check(owner, &r);
+  if (rc != 0) {
+    dl_clearerr(owner); /* CONFIG refused (ACL, renamed), or down: none */
+    return 0;
+  }
+  rc = dl_keyspace_listen(r, db, prefix, listen_on, &x);
+  freeReplyObject(r);
+  return rc;
+}
+
 static int rb_watch_losses(dl_rlink *base, const char *revoke_channel,
                            dl_notice_fn fn, void *ud) {
   single_link *b = (single_link *)base;
   if (b->pubsub == NULL) return 0; /* waiting by backoff: no pub/sub */
-  listen_ctx x = {b->pubsub, fn, ud};
-  int rc = listen_on(&x, revoke_channel, false, 0);
-  if (rc != 0) return rc;
-  const char *argv[] = {"CONFIG", "GET", "notify-keyspace-events"};
-  redisReply *r = NULL;
-  if (rb_command(&b->base, 3, argv, &r) != 0) {
-    dl_clearerr(b->env->err_owner); /* CONFIG refused (ACL, renamed): none heard */
-    return 0;
-  }
-  rc = dl_keyspace_listen(r, b->cfg->ep.db, b->env->key_prefix, listen_on, &x);
-  freeReplyObject(r);
-  return rc;
+  return dl_pubsub_watch_losses(b->pubsub, pick(b), revoke_channel,
+                                b->cfg->ep.db, b->env->key_prefix, fn, ud,
+                                b->env->err_owner);
 }
 
 static void rb_free(dl_rlink *base) {

@@ -92,6 +92,13 @@ int dl_conn_call(dl_conn *c, int argc, const char **argv,
 /* The connection's round trips since creation (for tests and benchmarks). */
 uint64_t dl_conn_batches(dl_conn *c);
 
+/* Replica acknowledgement on conn: a marker PUBLISH on
+ * DL_REPLICATE_CHANNEL, then WAIT n timeout_ms (the rlink's `replicate`
+ * entry says why). Returns the replicas that acknowledged (>= 0), or a
+ * negative code with the detail recorded for owner. */
+int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
+                      int command_timeout_ms, const struct dlock_client *owner);
+
 /* Sets up a freshly connected socket: AUTH, SELECT, CLIENT SETNAME. */
 int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
                       char *err, size_t errlen);
@@ -283,6 +290,28 @@ int dl_keyspace_listen(const struct redisReply *config, int db,
                                      bool pattern, size_t strip),
                        void *ctx);
 
+/* What every event-loop link begins with (alink.c, acluster.c): their
+ * blocking entries refuse through it. */
+typedef struct dl_loop_head {
+  dl_rlink base;
+  const dl_backend_env *env;
+} dl_loop_head;
+/* The blocking entries of an event-loop link (base a dl_loop_head's):
+ * each refuses with DLOCK_EINVAL, "a blocking call on an event-loop
+ * client" (alink.c). */
+int dl_loop_refuse_eval(dl_rlink *base, int script, int nkeys,
+                        const char **keys, int nargs, const char **args,
+                        struct redisReply **reply);
+int dl_loop_refuse_eval_many(dl_rlink *base, int64_t deadline, int n,
+                             int script, const int *nkeys,
+                             const char *const *const *keys, const int *nargs,
+                             const char *const *const *args,
+                             struct redisReply **replies, int *errs);
+int dl_loop_refuse_command(dl_rlink *base, int argc, const char **argv,
+                           struct redisReply **reply);
+int dl_loop_refuse_sub_wait(dl_rlink *base, dl_sub *s, int64_t deadline,
+                            int64_t since, dl_sub *grant);
+
 /* The event-loop link (alink.c): one server, over dl_aconn, on env->loop.
  * Its blocking entries refuse (DLOCK_EINVAL): an event-loop client runs
  * the operations through their *_start steps only. */
@@ -296,9 +325,48 @@ int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
  * by backoff, a subscriber connection per master. Blocking only. */
 int dl_cluster_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
                         int nconn, dl_rlink **out);
+/* The event-loop cluster link (acluster.c): cluster.c's routing, retries
+ * and subscriptions over a dl_aconn and a dl_asub per master (unless env
+ * says to wait by backoff), on env->loop; its blocking entries refuse, as
+ * the loop link's do. The map is read at the open as cluster.c reads it.
+ * No replicate (DLOCK_ENOTSUP in backend.c). */
+int dl_acluster_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                         dl_rlink **out);
+
+/* ---- slots.c: what the two cluster links share ---- */
+#define DL_CLUSTER_SLOTS 16384
 /* A key's cluster slot (0..16383): CRC16 of the key, or of its hash tag
  * (the text between its first '{' and the next '}', if not empty). */
 int dl_key_slot(const char *key, size_t len);
+/* Reads a CLUSTER SLOTS reply that the node `asked` gave (its host stands
+ * for an empty or "?" one): range(ctx, lo, hi, host, port) for each slot
+ * range, in order. Returns 0, DLOCK_EPROTO at the first malformed entry
+ * (the ranges before it told), or the first nonzero code range returned. */
+int dl_slots_parse(const struct redisReply *r, const char *asked,
+                   int (*range)(void *ctx, int lo, int hi, const char *host,
+                                int port),
+                   void *ctx);
+/* Whether r is the error reply "<what> ..." (MOVED, ASK, TRYAGAIN,
+ * CLUSTERDOWN). */
+bool dl_cluster_reply_is(const struct redisReply *r, const char *what);
+/* "MOVED 3999 127.0.0.1:6381" or "ASK ...": true and the slot, host (into
+ * hostlen bytes) and port, or false for a malformed one. */
+bool dl_cluster_redirect(const struct redisReply *r, int *slot, char *host,
+                         size_t hostlen, int *port);
+/* Channels published with classic PUBLISH even in sharded mode (the
+ * delayed queue's, as Redisson's). */
+bool dl_cluster_classic_channel(const char *ch);
+/* The slot a command goes by: its key's (argv[1]), a PUBSUB question's
+ * channel's, or -1 for a keyless command. */
+int dl_cluster_command_slot(int argc, const char **argv, const size_t *lens);
+/* SCAN over every master behind one cursor: "0" starts at the first
+ * master; "<i>:<cursor>" goes on at master i; the last master's "0" ends.
+ * dl_cluster_scan_cursor splits the caller's cursor (*cursor points into
+ * arg); dl_cluster_scan_next turns master i's reply r (of nmasters) into
+ * the caller's (0, or DLOCK_ENOMEM: r unchanged). */
+void dl_cluster_scan_cursor(const char *arg, long *master,
+                            const char **cursor);
+int dl_cluster_scan_next(struct redisReply *r, long master, int nmasters);
 
 /* ---- pubsub.c: one subscriber connection per client ---- */
 /* What a message wakes, by the channel's kind (Redisson's meanings). */
@@ -334,6 +402,15 @@ int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
 int dl_pubsub_listen(dl_pubsub *p, const char *channel, bool pattern,
                      size_t strip, dl_notice_fn fn, void *ud);
 int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token);
+/* Makes p hear what may take holds away (a link's watch_losses): the
+ * revocations on revoke_channel, and the keyspace events of keys under
+ * prefix in db that the server's notify-keyspace-events enables (asked
+ * with CONFIG GET on conn, once, with no retries; refused or down: none).
+ * Returns 0 or a negative code (link.c). */
+int dl_pubsub_watch_losses(dl_pubsub *p, dl_conn *conn,
+                           const char *revoke_channel, int db,
+                           const char *prefix, dl_notice_fn fn, void *ud,
+                           const struct dlock_client *owner);
 void dl_pubsub_unref(dl_pubsub *p, dl_sub *s, bool linger);
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s);
 /* Whether the server unsubscribed s without being asked (a shard
@@ -757,6 +834,19 @@ dl_areq *dl_aconn_send(dl_aconn *c, int argc, const char **argv,
 dl_areq *dl_aconn_eval(dl_aconn *c, int script, int nkeys, const char **keys,
                        int nargs, const char **args, int64_t deadline,
                        dl_reply_fn fn, void *ud, int *err);
+/* For a cluster link: as dl_aconn_send and dl_aconn_eval, with ASKING just
+ * ahead of the command in the same write when `asking` (its reply
+ * dropped: a cluster's ASK redirection), and an eval's error replies
+ * given as replies (MOVED, ASK, TRYAGAIN, CLUSTERDOWN: the caller follows
+ * them; NOSCRIPT is still followed here). */
+dl_areq *dl_aconn_send_cluster(dl_aconn *c, bool asking, int argc,
+                               const char **argv, const size_t *argvlen,
+                               int64_t deadline, dl_reply_fn fn, void *ud,
+                               int *err);
+dl_areq *dl_aconn_eval_cluster(dl_aconn *c, bool asking, int script,
+                               int nkeys, const char **keys, int nargs,
+                               const char **args, int64_t deadline,
+                               dl_reply_fn fn, void *ud, int *err);
 /* The callback will not run; a reply in flight is dropped when it comes.
  * Not from inside r's own callback (r is gone then). Accepts NULL. */
 void dl_areq_cancel(dl_areq *r);
@@ -825,6 +915,9 @@ void dl_asub_kick(dl_asub *s, dl_sub *sub);
 int dl_asub_listen(dl_asub *s, const char *channel, bool pattern,
                    size_t strip, dl_notice_fn fn, void *ud);
 uint64_t dl_asub_wakeups(dl_asub *s);
+/* Whether the server unsubscribed sub without being asked (a shard
+ * channel whose slot moved away), as dl_pubsub_dropped. */
+bool dl_asub_dropped(dl_asub *s, dl_sub *sub);
 
 /* aconn.c's push mode, for a subscriber: from dl_aconn_set_push on, every
  * reply after the handshake goes to reply(ud, r) (which frees it), a
