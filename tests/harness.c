@@ -789,7 +789,8 @@ static bool status_ok(redisReply *r, const char *what) {
   return ok;
 }
 
-static int cluster_start(th_cluster *k, const char *extra, int nreplicas) {
+static int cluster_start(th_cluster *k, const char *extra, int nreplicas,
+                         bool tls) {
   memset(k, 0, sizeof *k);
   char args[1200];
   snprintf(args, sizeof args,
@@ -797,9 +798,22 @@ static int cluster_start(th_cluster *k, const char *extra, int nreplicas) {
            "--cluster-node-timeout 2000 --repl-diskless-sync-delay 0 %s",
            extra ? extra : "");
   static const int ranges[3][2] = {{0, 5460}, {5461, 10922}, {10923, 16383}};
-  size_t used = (size_t)snprintf(k->url, sizeof k->url, "redis-cluster://");
+  size_t used = (size_t)snprintf(k->url, sizeof k->url, "%s",
+                                 tls ? "rediss-cluster://" : "redis-cluster://");
   for (int i = 0; i < 3; i++) {
-    if (cluster_node_start(&k->nodes[i], args) != 0) goto fail;
+    char nargs[2400];
+    snprintf(nargs, sizeof nargs, "%s", args);
+    if (tls) { /* each its own TLS port; the bus over TLS too */
+      /* The bus listens on the TLS port + 10000 then. */
+      do k->tls_ports[i] = th_free_port();
+      while (k->tls_ports[i] > 55535);
+      snprintf(nargs, sizeof nargs,
+               "%s --tls-port %d --tls-cert-file %s/server.crt "
+               "--tls-key-file %s/server.key --tls-ca-cert-file %s/ca.crt "
+               "--tls-auth-clients optional --tls-cluster yes",
+               args, k->tls_ports[i], tls_dir, tls_dir, tls_dir);
+    }
+    if (cluster_node_start(&k->nodes[i], nargs) != 0) goto fail;
     if (!status_ok(th_cmd(&k->nodes[i], "CLUSTER ADDSLOTSRANGE %d %d",
                           ranges[i][0], ranges[i][1]),
                    "ADDSLOTSRANGE"))
@@ -807,7 +821,7 @@ static int cluster_start(th_cluster *k, const char *extra, int nreplicas) {
     if (node_id(&k->nodes[i], k->ids[i], sizeof k->ids[i]) != 0) goto fail;
     used += (size_t)snprintf(k->url + used, sizeof k->url - used,
                              "%s127.0.0.1:%d", i ? "," : "",
-                             k->nodes[i].port);
+                             tls ? k->tls_ports[i] : k->nodes[i].port);
   }
   for (int i = 0; i < nreplicas; i++) {
     if (cluster_node_start(&k->replicas[i], args) != 0) goto fail;
@@ -817,7 +831,8 @@ static int cluster_start(th_cluster *k, const char *extra, int nreplicas) {
   }
   for (int i = 1; i < 3 + nreplicas; i++) {
     th_redis *n = i < 3 ? &k->nodes[i] : &k->replicas[i - 3];
-    if (!status_ok(th_cmd(&k->nodes[0], "CLUSTER MEET 127.0.0.1 %d", n->port),
+    int port = i < 3 && tls ? k->tls_ports[i] : n->port;
+    if (!status_ok(th_cmd(&k->nodes[0], "CLUSTER MEET 127.0.0.1 %d", port),
                    "MEET"))
       goto fail;
   }
@@ -848,11 +863,15 @@ fail:
 }
 
 int th_cluster_start(th_cluster *k, const char *extra) {
-  return cluster_start(k, extra, 0);
+  return cluster_start(k, extra, 0, false);
 }
 
 int th_cluster_start_replicas(th_cluster *k, const char *extra) {
-  return cluster_start(k, extra, 3);
+  return cluster_start(k, extra, 3, false);
+}
+
+int th_cluster_start_tls(th_cluster *k) {
+  return cluster_start(k, NULL, 0, true);
 }
 
 void th_cluster_stop(th_cluster *k) {

@@ -174,6 +174,7 @@ typedef struct th_cluster {
   th_redis replicas[3]; /* th_cluster_start_replicas: replicas[i] of i */
   int nreplicas;
   char ids[6][48]; /* CLUSTER MYID of nodes[0..2], then replicas[0..2] */
+  int tls_ports[3]; /* th_cluster_start_tls: each master's TLS port */
   char url[600]; /* redis-cluster://127.0.0.1:p0,127.0.0.1:p1,127.0.0.1:p2 */
 } th_cluster;
 /* Starts three cluster-enabled servers (node timeout 2 s; `extra`
@@ -186,6 +187,11 @@ int th_cluster_start(th_cluster *k, const char *extra);
  * waited for until each has linked to its master and every node knows
  * all six. */
 int th_cluster_start_replicas(th_cluster *k, const char *extra);
+/* As th_cluster_start, each master also listening for TLS on a port of
+ * its own (tls_ports; the cluster bus over TLS too), with th_tls_setup's
+ * server certificate: the url is rediss-cluster:// to the TLS ports.
+ * Call th_tls_setup first. */
+int th_cluster_start_tls(th_cluster *k);
 /* Stops every node by pid (a killed one is skipped) and removes their
  * dirs. */
 void th_cluster_stop(th_cluster *k);

@@ -675,8 +675,51 @@ static void loop_moved(void) {
   th_cluster_stop(&K);
 }
 
+static bool client_on_port(th_redis *n, int port) {
+  redisReply *r = th_cmd(n, "CLIENT LIST");
+  char want[48];
+  snprintf(want, sizeof want, "laddr=127.0.0.1:%d ", port);
+  bool yes = r && r->type == REDIS_REPLY_STRING && strstr(r->str, want);
+  if (r) freeReplyObject(r);
+  return yes;
+}
+
+/* rediss-cluster://: the seeds' TLS ports; the slot map, asked over TLS,
+ * names each master's TLS port, and every master is then reached over
+ * TLS (its connection's local port is its TLS port), verified against
+ * the CA. */
+static void tls_cluster(void) {
+  CHECK_RC(th_tls_setup(), 0);
+  CHECK(th_cluster_start_tls(&K) == 0);
+  dlock_client_options o;
+  th_tls_paths paths;
+  th_tls_options(&o, &paths, "127.0.0.1", "ca", false);
+  o.url = K.url;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  for (int node = 0; node < 3; node++) {
+    char name[64];
+    name_on(node, "tls", name, sizeof name);
+    dlock_lock *l = NULL;
+    CHECK_RC(dlock_lock_new(c, name, NULL, &l), 0);
+    CHECK_RC(dlock_lock_try_acquire(l, 0, 30000, NULL), 0);
+    CHECK_EQ(th_cmd_int(&K.nodes[node], "EXISTS %s", name), 1);
+    CHECK(client_on_port(&K.nodes[node], K.tls_ports[node]));
+    CHECK_RC(dlock_lock_release(l), 1);
+    dlock_lock_free(l);
+  }
+  dlock_client_close(c);
+  /* The wrong CA: no node is trusted, the open fails. */
+  th_tls_options(&o, &paths, "127.0.0.1", "otherca", false);
+  o.url = K.url;
+  dlock_client *bad = NULL;
+  CHECK_RC(dlock_client_open(&o, &bad), DLOCK_ECONNECT);
+  CHECK(bad == NULL);
+  th_cluster_stop(&K);
+}
+
 TH_MAIN(T_BARE(url_forms), T_BARE(routed), T_BARE(wait_woken),
         T_BARE(kinds_one_slot), T_BARE(renew_by_slot),
         T_BARE(multilock_across), T_BARE(moved_and_ask),
         T_BARE(cli_commands), T_BARE(loop_routed), T_BARE(loop_woken),
-        T_BARE(loop_moved))
+        T_BARE(loop_moved), T_BARE(tls_cluster))
