@@ -41,10 +41,10 @@ static long long slot_of(const char *key) {
  * a slot map (none listens; a server without cluster support). */
 static void url_forms(void) {
   static const char *bad[] = {
-      "redis-cluster://",                /* no node */
-      "redis-cluster://127.0.0.1:1,",    /* empty node */
-      "redis-cluster://127.0.0.1:x",     /* bad port */
-      "redis-cluster://127.0.0.1:1/2",   /* a database */
+      "redis-cluster://",              /* no node */
+      "redis-cluster://127.0.0.1:1,",  /* empty node */
+      "redis-cluster://127.0.0.1:x",   /* bad port */
+      "redis-cluster://127.0.0.1:1/2", /* a database */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     dlock_client_options o;
@@ -204,9 +204,9 @@ static void kinds_one_slot(void) {
   CHECK(th_cluster_start(&K, "--notify-keyspace-events Egx") == 0);
   dlock_client *c = open_cluster(0);
   CHECK(c != NULL);
-  static const char *const names[] = {"k-lock", "k-fair", "k-rw",  "k-sem",
-                                      "k-perm", "k-latch", "k-queue",
-                                      "k-delay"};
+  static const char *const names[] = {"k-lock",  "k-fair", "k-rw",
+                                      "k-sem",   "k-perm", "k-latch",
+                                      "k-queue", "k-delay"};
   /* lock with a fencing token */
   dlock_lock *l = NULL;
   CHECK_RC(dlock_lock_new(c, names[0], NULL, &l), 0);
@@ -347,7 +347,8 @@ static void multilock_across(void) {
   for (int node = 0; node < 3; node++)
     CHECK_EQ(th_cmd_int(&K.nodes[node], "EXISTS %s", names[node]), 0);
   dlock_multilock_free(m);
-  for (int i = 0; i < 3; i++) dlock_lock_free(ls[i]);
+  for (int i = 0; i < 3; i++)
+    dlock_lock_free(ls[i]);
   dlock_lock_free(other);
   dlock_client_close(c);
   dlock_client_close(c2);
@@ -438,7 +439,9 @@ static int run_cli(char *out, size_t outlen, const char *fmt, ...) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static bool lost(void *l) { return dlock_lock_is_lost(l) == 1; }
+static bool lost(void *l) {
+  return dlock_lock_is_lost(l) == 1;
+}
 
 /* The CLI on redis-cluster://: run, status, list over every master,
  * release --force routed by slot, bench. */
@@ -455,7 +458,8 @@ static void cli_commands(void) {
     CHECK_RC(dlock_lock_try_acquire(ls[node], 0, 60000, NULL), 0);
   }
   CHECK_EQ(run_cli(out, sizeof out, "list"), 0);
-  for (int node = 0; node < 3; node++) CHECK(strstr(out, names[node]) != NULL);
+  for (int node = 0; node < 3; node++)
+    CHECK(strstr(out, names[node]) != NULL);
   CHECK_EQ(run_cli(out, sizeof out, "status %s", names[2]), 0);
   CHECK(strstr(out, "held") != NULL || strstr(out, "locked") != NULL);
   CHECK_EQ(run_cli(out, sizeof out, "release --force %s", names[1]), 0);
@@ -464,7 +468,8 @@ static void cli_commands(void) {
   CHECK_EQ(run_cli(out, sizeof out, "run --wait 0 %s -- true", names[0]), 75);
   CHECK_EQ(run_cli(out, sizeof out, "bench -t 4 -d 1s uncontended"), 0);
   CHECK(strstr(out, "cycles") != NULL || strstr(out, "ops") != NULL);
-  for (int node = 0; node < 3; node++) dlock_lock_free(ls[node]);
+  for (int node = 0; node < 3; node++)
+    dlock_lock_free(ls[node]);
   dlock_client_close(c);
   th_cluster_stop(&K);
 }
@@ -532,35 +537,36 @@ static void loop_routed(void) {
     CHECK_RC(dlock_lock_new(a, name, NULL, &la2[node]), 0);
     CHECK_RC(dlock_lock_new(b, name, NULL, &lb), 0);
     td_got g;
-    LOOP_OP(&t, g, dlock_lock_acquire_async(la[node], 0, 30000, td_on_done,
-                                            &g, NULL));
+    LOOP_OP(&t, g,
+            dlock_lock_acquire_async(la[node], 0, 30000, td_on_done, &g, NULL));
     CHECK_RC(g.rc, 0);
     CHECK(g.token > 0);
     tok[node] = g.token;
     CHECK_EQ(th_cmd_int(&K.nodes[node], "EXISTS %s", name), 1);
-    LOOP_OP(&t, g, dlock_lock_acquire_async(la2[node], 0, 30000, td_on_done,
-                                            &g, NULL));
+    LOOP_OP(
+        &t, g,
+        dlock_lock_acquire_async(la2[node], 0, 30000, td_on_done, &g, NULL));
     CHECK_RC(g.rc, DLOCK_EBUSY);
     CHECK_RC(dlock_lock_try_acquire(lb, 0, 30000, NULL), DLOCK_ELOCKED);
-    LOOP_OP(&t, g, dlock_lock_is_locked_async(la2[node], td_on_done, &g,
-                                              NULL));
+    LOOP_OP(&t, g, dlock_lock_is_locked_async(la2[node], td_on_done, &g, NULL));
     CHECK_RC(g.rc, 1);
     dlock_lock_free(lb);
   }
   scan_got sg;
-  LOOP_OP(&t, sg, dlock_client_scan_locks_async(a, "aroute*", count_name,
-                                                td_on_done, &sg, NULL));
+  LOOP_OP(&t, sg,
+          dlock_client_scan_locks_async(a, "aroute*", count_name, td_on_done,
+                                        &sg, NULL));
   CHECK_RC(sg.g.rc, 3);
   CHECK_EQ(sg.names, 3);
   td_got g;
   for (int node = 0; node < 3; node++) {
     LOOP_OP(&t, g, dlock_lock_release_async(la[node], td_on_done, &g, NULL));
     CHECK_RC(g.rc, 1);
-    LOOP_OP(&t, g, dlock_lock_is_locked_async(la2[node], td_on_done, &g,
-                                              NULL));
+    LOOP_OP(&t, g, dlock_lock_is_locked_async(la2[node], td_on_done, &g, NULL));
     CHECK_RC(g.rc, 0);
-    LOOP_OP(&t, g, dlock_lock_acquire_async(la2[node], 0, 30000, td_on_done,
-                                            &g, NULL));
+    LOOP_OP(
+        &t, g,
+        dlock_lock_acquire_async(la2[node], 0, 30000, td_on_done, &g, NULL));
     CHECK_RC(g.rc, 0);
     CHECK(g.token > tok[node]);
     LOOP_OP(&t, g, dlock_lock_release_async(la2[node], td_on_done, &g, NULL));
@@ -719,7 +725,6 @@ static void tls_cluster(void) {
 }
 
 TH_MAIN(T_BARE(url_forms), T_BARE(routed), T_BARE(wait_woken),
-        T_BARE(kinds_one_slot), T_BARE(renew_by_slot),
-        T_BARE(multilock_across), T_BARE(moved_and_ask),
-        T_BARE(cli_commands), T_BARE(loop_routed), T_BARE(loop_woken),
-        T_BARE(loop_moved), T_BARE(tls_cluster))
+        T_BARE(kinds_one_slot), T_BARE(renew_by_slot), T_BARE(multilock_across),
+        T_BARE(moved_and_ask), T_BARE(cli_commands), T_BARE(loop_routed),
+        T_BARE(loop_woken), T_BARE(loop_moved), T_BARE(tls_cluster))
