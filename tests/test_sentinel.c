@@ -719,8 +719,34 @@ static void failover_killed(void) {
   th_sentinel_stop(&S);
 }
 
+/* A server that keeps an append-only file is asked whether it has
+ * WAITAOF (Redis 7.2), once per connection; this 7.0 has not, so the
+ * acknowledgement falls back to WAIT (and, with no replica, is short). */
+static void waitaof_probe(void) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = th_srv.url;
+  o.min_replicas_acked = 1;
+  o.replicas_timeout_ms = 50;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, "waitaof", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), DLOCK_ENOTACKED);
+  long long asked = th_calls(&th_srv, "config|get");
+  CHECK(asked >= 1);
+  CHECK(th_calls(&th_srv, "wait") >= 1);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), DLOCK_ENOTACKED);
+  CHECK_EQ(th_calls(&th_srv, "config|get"), asked); /* asked once */
+  CHECK(th_calls(&th_srv, "wait") >= 2);
+  CHECK_EQ(exists_on(&th_srv, "waitaof"), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
         T_BARE(sentinel_password), T_BARE(failover_held), T_BARE(failover_lost),
         T_BARE(failover_acked), T_BARE(renew_unacked), T_BARE(loop_acked), T_BARE(failover_waiters),
         T_BARE(failover_killed), T_BARE(readonly_rediscover), T(wait_shortfall),
+        T_REDIS(waitaof_probe, "--appendonly yes"),
         T_BARE(cli_commands))

@@ -85,6 +85,9 @@ struct dl_conn {
   int outq_len; /* requests on outq */
   uint64_t batches;
   unsigned gen; /* dl_target's gen of the connection up now */
+  /* What the server up now acknowledges with (dl_conn_replicate):
+   * 0 not asked yet, DL_ACK_WAIT, DL_ACK_WAITAOF; reset at each connect. */
+  atomic_int ack_kind;
 };
 
 static void hold_put(iohold *h) {
@@ -206,6 +209,7 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
       c->cur = h;
       c->gen = t.gen;
       c->state = CONN_UP;
+      atomic_store(&c->ack_kind, 0);
       c->backoff_ms = c->cfg->reconnect_min_ms;
     } else {
       c->state = CONN_DOWN;
@@ -493,6 +497,12 @@ int dl_conn_call(dl_conn *c, int argc, const char **argv,
   dl_req *r = dl_conn_send(c, argc, argv, argvlen, false, &err);
   if (r == NULL) return err;
   return dl_req_wait(c, r, dl_now_ms() + c->cfg->command_timeout_ms, reply);
+}
+
+int dl_conn_ack_kind(dl_conn *c) { return atomic_load(&c->ack_kind); }
+
+void dl_conn_set_ack_kind(dl_conn *c, int kind) {
+  atomic_store(&c->ack_kind, kind);
 }
 
 uint64_t dl_conn_batches(dl_conn *c) {

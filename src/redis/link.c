@@ -140,19 +140,50 @@ static int rb_command(dl_rlink *base, int argc, const char **argv,
   return rb_command_bin(base, argc, argv, lens, reply);
 }
 
+/* Asks the server on conn how it can acknowledge (once per connection):
+ * WAITAOF where it has the command and an append-only file, else WAIT. */
+static int ack_kind(dl_conn *conn) {
+  int kind = dl_conn_ack_kind(conn);
+  if (kind != 0) return kind;
+  kind = DL_ACK_WAIT;
+  const char *cfg[3] = {"CONFIG", "GET", "appendonly"};
+  size_t clen[3] = {6, 3, 10};
+  redisReply *r = NULL;
+  bool aof = dl_conn_call(conn, 3, cfg, clen, &r) == 0 &&
+             r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+             r->element[1]->type == REDIS_REPLY_STRING &&
+             strcmp(r->element[1]->str, "yes") == 0;
+  if (r) freeReplyObject(r);
+  if (aof) {
+    const char *probe[4] = {"WAITAOF", "0", "0", "0"};
+    size_t plen[4] = {7, 1, 1, 1};
+    r = NULL;
+    if (dl_conn_call(conn, 4, probe, plen, &r) == 0 &&
+        r->type == REDIS_REPLY_ARRAY)
+      kind = DL_ACK_WAITAOF; /* Redis 7.2 and later */
+    if (r) freeReplyObject(r);
+  }
+  dl_conn_set_ack_kind(conn, kind);
+  return kind;
+}
+
 int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
                       int command_timeout_ms, const struct dlock_client *owner) {
   char ns[16], ts[16];
   snprintf(ns, sizeof ns, "%d", n);
   snprintf(ts, sizeof ts, "%d", timeout_ms);
+  bool aof = ack_kind(conn) == DL_ACK_WAITAOF;
   const char *mark[3] = {"PUBLISH", DL_REPLICATE_CHANNEL, ""};
-  const char *wait[3] = {"WAIT", ns, ts};
+  const char *wait[4] = {"WAIT", ns, ts};
+  const char *waitaof[4] = {"WAITAOF", "1", ns, ts};
   size_t mlen[3] = {7, strlen(DL_REPLICATE_CHANNEL), 0};
   size_t wlen[3] = {4, strlen(ns), strlen(ts)};
+  size_t alen[4] = {7, 1, strlen(ns), strlen(ts)};
   int err = 0;
   dl_req *m = dl_conn_send(conn, 3, mark, mlen, false, &err);
   if (m == NULL) return err;
-  dl_req *w = dl_conn_send(conn, 3, wait, wlen, false, &err);
+  dl_req *w = aof ? dl_conn_send(conn, 4, waitaof, alen, false, &err)
+                  : dl_conn_send(conn, 3, wait, wlen, false, &err);
   int64_t deadline = dl_now_ms() + command_timeout_ms + timeout_ms;
   redisReply *mr = NULL, *wr = NULL;
   int rc = dl_req_wait(conn, m, deadline, &mr);
@@ -161,9 +192,17 @@ int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
   int rc2 = dl_req_wait(conn, w, deadline, &wr);
   if (rc2 == 0) rc2 = dl_reply_check(owner, &wr);
   if (rc == 0) rc = rc2;
-  if (rc == 0 && wr->type != REDIS_REPLY_INTEGER)
-    rc = dl_seterr(owner, DLOCK_EPROTO, "unexpected reply to WAIT");
-  if (rc == 0) rc = wr->integer > 1000000 ? 1000000 : (int)wr->integer;
+  long long got = -1;
+  if (rc == 0 && !aof && wr->type == REDIS_REPLY_INTEGER) got = wr->integer;
+  /* WAITAOF: [local fsyncs, replica fsyncs]; the master's own first. */
+  if (rc == 0 && aof && wr->type == REDIS_REPLY_ARRAY && wr->elements == 2 &&
+      wr->element[0]->type == REDIS_REPLY_INTEGER &&
+      wr->element[1]->type == REDIS_REPLY_INTEGER)
+    got = wr->element[0]->integer >= 1 ? wr->element[1]->integer : 0;
+  if (rc == 0 && got < 0)
+    rc = dl_seterr(owner, DLOCK_EPROTO, "unexpected reply to %s",
+                   aof ? "WAITAOF" : "WAIT");
+  if (rc == 0) rc = got > 1000000 ? 1000000 : (int)got;
   if (wr) freeReplyObject(wr);
   return rc;
 }

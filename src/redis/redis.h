@@ -89,13 +89,23 @@ int dl_req_wait(dl_conn *c, dl_req *r, int64_t deadline_ms,
 /* Send + wait with the command timeout. */
 int dl_conn_call(dl_conn *c, int argc, const char **argv,
                  const size_t *argvlen, struct redisReply **reply);
+/* How the server up on c acknowledges replication (dl_conn_replicate's
+ * cache): 0 not known yet, else DL_ACK_WAIT or DL_ACK_WAITAOF. */
+enum { DL_ACK_WAIT = 1, DL_ACK_WAITAOF = 2 };
+int dl_conn_ack_kind(dl_conn *c);
+void dl_conn_set_ack_kind(dl_conn *c, int kind);
 /* The connection's round trips since creation (for tests and benchmarks). */
 uint64_t dl_conn_batches(dl_conn *c);
 
 /* Replica acknowledgement on conn: a marker PUBLISH on
  * DL_REPLICATE_CHANNEL, then WAIT n timeout_ms (the rlink's `replicate`
- * entry says why). Returns the replicas that acknowledged (>= 0), or a
- * negative code with the detail recorded for owner. */
+ * entry says why); or, where the server has WAITAOF (Redis 7.2) and keeps
+ * an append-only file, WAITAOF 1 n timeout_ms: the write fsynced there and
+ * on n replicas, as Redisson does where WAITAOF is there. Asked once per
+ * connection (CONFIG GET appendonly, WAITAOF 0 0 0), again after a
+ * reconnect. Returns the replicas that acknowledged (>= 0; with WAITAOF,
+ * 0 when the master's own fsync did not come), or a negative code with the
+ * detail recorded for owner. */
 int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
                       int command_timeout_ms, const struct dlock_client *owner);
 
