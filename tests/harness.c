@@ -309,18 +309,35 @@ int th_run_inline(int argc, char **argv, const th_test *tests, size_t n) {
   return run(argc, argv, tests, n, NULL, false);
 }
 
-int th_free_port(void) {
+/* Whether nothing listens on (or is bound to) 127.0.0.1:port now. */
+static bool port_free(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
   struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)port),
                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof sa;
-  if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-      getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
-    if (fd >= 0) close(fd);
-    return -1;
-  }
+  bool ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
   close(fd);
-  return ntohs(sa.sin_port);
+  return ok;
+}
+
+/* A port below the kernel's ephemeral range (32768 and up here): the
+ * local port of some test's outgoing connection can never take it while
+ * a server restarts on it (which made reconnect tests flaky), and a
+ * cluster node's bus port (+10000) stays below it too. Drawn at random,
+ * seeded by the pid, so that concurrent tests rarely try the same. */
+int th_free_port(void) {
+  static _Thread_local unsigned seed;
+  static _Thread_local pid_t seeded_by;
+  if (seeded_by != getpid()) {
+    seeded_by = getpid();
+    seed = (unsigned)getpid() * 2654435761u ^ (unsigned)th_now_ms();
+  }
+  for (int tries = 0; tries < 500; tries++) {
+    int port = 10000 + (int)(rand_r(&seed) % 12000); /* 10000..21999 */
+    if (port_free(port)) return port;
+  }
+  return -1;
 }
 
 pid_t th__spawn(const char *cmd) {
