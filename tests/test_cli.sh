@@ -222,14 +222,15 @@ t_nested_password() {
 }
 
 t_status_and_list_json() {
-  "$DLOCK" run -q js -- sleep 2 & local h=$!
+  # Held until killed below: the checks take their time on a loaded machine.
+  "$DLOCK" run -q js -- sleep 30 & local h=$!
   wait_until is_held js || fail "not held"
   local out
   out=$("$DLOCK" status --json js); expect_rc 0 $? "status of a held lock"
   python3 -c '
 import json,sys
 d=json.loads(sys.argv[1])
-assert d["held"] and d["command"]=="sleep 2" and d["pid"]>0 and d["token"]>0, d
+assert d["held"] and d["command"]=="sleep 30" and d["pid"]>0 and d["token"]>0, d
 assert d["lease_ms"]>0 and d["hold_count"]==1 and d["host"], d
 ' "$out" || fail "status --json: $out"
   out=$("$DLOCK" status js --json); expect_rc 0 $? "status NAME --json (options after the name)"
@@ -238,10 +239,10 @@ assert d["lease_ms"]>0 and d["hold_count"]==1 and d["host"], d
   python3 -c '
 import json,sys
 rows=[json.loads(l) for l in sys.argv[1].splitlines()]
-assert [r["name"] for r in rows]==["js"] and rows[0]["command"]=="sleep 2", rows
+assert [r["name"] for r in rows]==["js"] and rows[0]["command"]=="sleep 30", rows
 ' "$out" || fail "list --json: $out"
-  out=$("$DLOCK" list); case "$out" in js*"sleep 2"*) ;; *) fail "list: $out" ;; esac
-  wait "$h"
+  out=$("$DLOCK" list); case "$out" in js*"sleep 30"*) ;; *) fail "list: $out" ;; esac
+  kill -TERM "$h"; wait "$h" # the runner forwards it and releases
   "$DLOCK" status js >/dev/null; expect_rc 1 $? "status of a free lock"
   out=$("$DLOCK" status --json js)
   python3 -c 'import json,sys; assert not json.loads(sys.argv[1])["held"]' "$out" || fail "$out"

@@ -93,7 +93,7 @@ got=$(cat "$work/c2.out")
 echo "ok   Curator holds: dlock refused, then woken by Curator's release"
 
 # 3. dlock holds: Curator is refused (75).
-"$dlock" -q -u "$url" run /l/b -- sh -c 'echo held; sleep 3; echo released $(date +%s%3N)' \
+"$dlock" -q -u "$url" run /l/b -- sh -c 'echo held; sleep 6; echo released $(date +%s%3N)' \
   >"$work/c3.out" 2>&1 & pids+=($!)
 waitfor "$work/c3.out" held || fail "dlock did not take /l/b"
 cur /l/b try 300 >"$work/j3.out" 2>&1; rc=$?
@@ -116,12 +116,14 @@ waitfor "$work/j5.out" held || fail "Curator did not read /rw/a"
   fail "dlock could not read beside Curator's reader"
 "$dlock" -q -u "$url" run --write -w 300ms /rw/a -- true; rc=$?
 [[ $rc -eq 75 ]] || fail "dlock wrote under Curator's reader (exit $rc, expected 75)"
-"$dlock" -q -u "$url" run --read /rw/b -- sh -c 'echo held; sleep 2' \
-  >"$work/c5.out" 2>&1 & pids+=($!)
+# Held until killed below: two JVMs start meanwhile, slow on a loaded machine.
+"$dlock" -q -u "$url" run --read /rw/b -- sh -c 'echo held; exec sleep 30' \
+  >"$work/c5.out" 2>&1 & r5=$!; pids+=($r5)
 waitfor "$work/c5.out" held || fail "dlock did not read /rw/b"
 cur /rw/b r:try 300 >"$work/j5b.out" 2>&1 || fail "Curator could not read beside dlock's reader"
 cur /rw/b w:try 300 >"$work/j5c.out" 2>&1; rc=$?
 [[ $rc -eq 75 ]] || fail "Curator wrote under dlock's reader (exit $rc, expected 75)"
+kill -TERM "$r5"; wait "$r5" 2>/dev/null # the runner forwards it, releases
 "$dlock" -q -u "$url" run --write /rw/c -- sh -c 'echo held; sleep 2; echo released $(date +%s%3N)' \
   >"$work/c5d.out" 2>&1 & pids+=($!)
 waitfor "$work/c5d.out" held || fail "dlock did not write /rw/c"
