@@ -693,6 +693,17 @@ static void t_s5_stale_release(void) {
 }
 
 /* ---- 6. Redis killed and restarted under a held lock ---- */
+/* Whether srv has at least *(int *)arg clients connected. */
+static bool srv_clients(void *arg) {
+  redisReply *r = th_cmd(&srv, "INFO clients");
+  const char *p = r && r->type == REDIS_REPLY_STRING
+                      ? strstr(r->str, "connected_clients:")
+                      : NULL;
+  bool ok = p && atoi(p + strlen("connected_clients:")) >= *(int *)arg;
+  if (r) freeReplyObject(r);
+  return ok;
+}
+
 static void s6_run(bool enforce, bool aof) {
   CHECK(begin(aof ? "safety:s6aof" : "safety:s6", enforce,
               aof ? "--appendonly yes --appendfsync always" : NULL, false));
@@ -701,7 +712,11 @@ static void s6_run(bool enforce, bool aof) {
   res_event e;
   victim_read(&e);
   start_others(3, 1);
-  th_sleep_ms(100);
+  /* Every worker connected (a command and a subscriber connection each,
+   * and th_cmd's own) before the restart: one that connects during it
+   * fails its open and exits. */
+  int want = 2 * 4 + 1;
+  CHECK(th_wait_for(srv_clients, &want, 10000));
   uint64_t old_token = e.token;
   CHECK(th_redis_restart(&srv) == 0);
   if (!aof) {
