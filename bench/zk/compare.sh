@@ -3,9 +3,15 @@
 # same private ZooKeeper, in one run, alternating: uncontended with 1 and 16
 # threads, contended with 4 processes of 1 thread holding 1 ms. Once with
 # the server's default fsync per transaction and once with forceSync=no
-# (labelled: a speed figure only, never a safety setting). Prints one JSON
-# line per measurement, then a table of the ratios issue 21 sets (>= 2x
-# Curator's cycles/s uncontended, >= Curator's hand-offs/s contended).
+# (labelled: a speed figure only, never a safety setting). Beside them, on
+# the same server, its ceiling for the writes a lock makes, with no lock
+# library: one session keeping W create+delete pairs of ephemeral-sequential
+# nodes in flight (CuratorPeer's "ceiling", on the raw ZooKeeper handle),
+# W = 64 (the most pairs/s), 16 and 1 (the same concurrency as the 16- and
+# 1-thread rows). Prints one JSON line per measurement, then a table of the
+# ratios issue 21 sets (>= 2x Curator's cycles/s uncontended, >= Curator's
+# hand-offs/s contended) and each uncontended row as a fraction of the
+# ceiling.
 #   bench/zk/compare.sh [SECS]     (default 5)
 # Needs a built build/dlock (DLOCK= to change), Debian's zookeeper and
 # libcurator-recipes-java and a JDK.
@@ -45,7 +51,7 @@ start_zk() { # start_zk FORCESYNC
   echo "ZooKeeper did not start" >&2; exit 1
 }
 
-curator() { # curator SCENARIO THREADS PROCS HOLD_MS SYNC
+peer() { # peer SCENARIO THREADS|WINDOW PROCS HOLD_MS SYNC
   local start=$(( $(date +%s%3N) + 2500 )) i
   for i in $(seq "$3"); do
     java -XX:+UseSerialGC -cp "$TMP:$cp" CuratorPeer "127.0.0.1:$port" "$1" "$2" \
@@ -57,23 +63,33 @@ curator() { # curator SCENARIO THREADS PROCS HOLD_MS SYNC
 import json, sys
 rows = [json.loads(open(f"{sys.argv[1]}/peer.{i}").read()) for i in range(1, int(sys.argv[2]) + 1)]
 ops = sum(r["ops_per_sec"] for r in rows)
-print(json.dumps({"lib": "curator", "sync": sys.argv[3], "scenario": rows[0]["scenario"],
-                  "threads": rows[0]["threads"], "processes": len(rows), "ops_per_sec": round(ops),
-                  "p50_us": max(r["p50_us"] for r in rows), "p99_us": max(r["p99_us"] for r in rows),
-                  "utilisation": round(sum(r["held_s"] for r in rows) / rows[0]["secs"], 3)}))
+out = {"lib": rows[0]["lib"], "sync": sys.argv[3], "scenario": rows[0]["scenario"],
+       "threads": rows[0]["threads"]}
+if "window" in rows[0]:
+    out["window"] = rows[0]["window"]
+out.update({"processes": len(rows), "ops_per_sec": round(ops),
+            "p50_us": max(r["p50_us"] for r in rows), "p99_us": max(r["p99_us"] for r in rows),
+            "utilisation": round(sum(r["held_s"] for r in rows) / rows[0]["secs"], 3)})
+print(json.dumps(out))
 PY
 }
 
 for sync in yes no; do
   start_zk "$sync"
+  # Unmeasured: the server's JIT is cold after a start, and the first row
+  # then measured a round trip 1.3 to 3 times the later rows'.
+  "$DLOCK" -u "$url" bench -d 3s -t 16 uncontended >/dev/null
   for t in 1 16; do
     "$DLOCK" -u "$url" bench --json -d "${SECS}s" -t "$t" uncontended |
       sed "s/^{/{\"lib\":\"dlock\",\"sync\":\"$sync\",/" | tee -a "$OUT"
-    curator uncontended "$t" 1 0 "$sync" | tee -a "$OUT"
+    peer uncontended "$t" 1 0 "$sync" | tee -a "$OUT"
+  done
+  for w in 64 16 1; do
+    peer ceiling "$w" 1 0 "$sync" | tee -a "$OUT"
   done
   "$DLOCK" -u "$url" bench --json -d "${SECS}s" -p 4 -t 1 --hold 1ms contended |
     sed "s/^{/{\"lib\":\"dlock\",\"sync\":\"$sync\",/" | tee -a "$OUT"
-  curator contended 1 4 1 "$sync" | tee -a "$OUT"
+  peer contended 1 4 1 "$sync" | tee -a "$OUT"
 done
 
 python3 - "$OUT" <<'PY'
@@ -98,4 +114,22 @@ for sync in ("yes", "no"):
     d = find(lib="dlock", sync=sync, scenario="uncontended", threads=1)
     if d:
         print(f"{'':<10}ZooKeeper round trip p50 {d['baseline_rtt_p50_us']:.0f} us; 1-thread cycle p50 / (2 x round trip) = {d['p50_us'] / (2 * d['baseline_rtt_p50_us']):.2f}")
+    ceil = {w: find(lib="zookeeper", sync=sync, scenario="ceiling", window=w) for w in (64, 16, 1)}
+    if not all(ceil.values()):
+        continue
+    print(f"{'':<10}ceiling, create+delete pairs/s, one session: " +
+          ", ".join(f"W={w} {c['ops_per_sec']:.0f} (p50 {c['p50_us']:.0f} us)" for w, c in ceil.items()))
+    # Each uncontended row against the ceiling (W=64), then against the
+    # pairs in flight it has itself (one per thread).
+    for t in (1, 16):
+        d = find(lib="dlock", sync=sync, scenario="uncontended", threads=t)
+        c = find(lib="curator", sync=sync, scenario="uncontended", threads=t)
+        if not d or not c:
+            continue
+        top, same = ceil[64]["ops_per_sec"], ceil[t]["ops_per_sec"]
+        if not top or not same:
+            continue
+        print(f"{'':<10}{t:>2} thread{'s' if t > 1 else ' '}: dlock {d['ops_per_sec'] / top:.2f} of the ceiling, "
+              f"Curator {c['ops_per_sec'] / top:.2f}; of W={t}: dlock {d['ops_per_sec'] / same:.2f}, "
+              f"Curator {c['ops_per_sec'] / same:.2f}")
 PY
