@@ -225,6 +225,7 @@ typedef struct creq {
   dl_conn *conn;
   dl_req *req;
   bool asking;
+  bool fixed; /* for this node only (run_on's), never routed elsewhere */
   bool sent; /* reached the connection (a failure after may have run it) */
   redisReply *reply;
   int err;
@@ -328,7 +329,9 @@ static void creq_finish_(cluster_link *b, creq *q, int64_t deadline) {
       dl_sleep_ms(until - dl_now_ms());
       pause = pause * 2 > 500 ? 500 : pause * 2;
       if (atomic_load(b->env->closing)) return;
-      if (refresh(b, false) == 0 || q->slot >= 0) q->node = NULL;
+      /* A request for one node (a scan's master) stays with it. */
+      if ((refresh(b, false) == 0 || q->slot >= 0) && !q->fixed)
+        q->node = NULL;
     } else {
       if (q->err != 0 && q->sent) (void)refresh(b, false); /* for the next */
       return;
@@ -400,6 +403,7 @@ static int run_on(cluster_link *b, cnode *node, int slot, int argc,
   q.lens = lens;
   q.slot = slot;
   q.node = node;
+  q.fixed = node != NULL;
   creq_send(b, &q);
   creq_finish(b, &q, dl_now_ms() + b->env->command_timeout_ms);
   *reply = q.reply;
