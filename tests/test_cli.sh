@@ -512,9 +512,9 @@ t_queue() {
   local out t0 t1
   "$DLOCK" queue offer cq a b c; expect_rc 0 $? "queue offer"
   [ "$(rcli LRANGE cq 0 -1 | tr '\n' ' ')" = "a b c " ] || fail "list: $(rcli LRANGE cq 0 -1)"
-  # Due in 2 s: the commands before the take that must find it not due
-  # yet are slow processes under the sanitizers.
-  "$DLOCK" queue offer cq --delay 2s later; expect_rc 0 $? "offer --delay"
+  # Due in 6 s: the commands before the take that must find it not due
+  # yet are slow processes under the sanitizers (2 s ran out once in CI).
+  "$DLOCK" queue offer cq --delay 6s later; expect_rc 0 $? "offer --delay"
   out=$("$DLOCK" queue size cq); expect_rc 0 $? "queue size"
   [ "$out" = "cq: 3 ready, 1 delayed" ] || fail "size: $out"
   out=$("$DLOCK" queue size --json cq)
