@@ -78,6 +78,17 @@ waitfor() { # waitfor FILE WORD: until FILE has a line starting with WORD
   for _ in $(seq 600); do grep -q "^$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
   return 1
 }
+# holdsh FILE: a command that prints "held", holds until FILE exists, then
+# prints "released MS". Timed holds ran out in CI while a JVM started.
+holdsh() { echo "echo held; while [ ! -e '$1' ]; do sleep 0.05; done; echo released \$(date +%s%3N)"; }
+# queued PATH N: until dlock status shows N waiters on the lock at PATH.
+queued() {
+  for _ in $(seq 600); do
+    "$dlock" -u "$url" status --json "$1" 2>/dev/null | grep -q "\"waiters\":$2}" && return 0
+    sleep 0.05
+  done
+  return 1
+}
 
 # 1. Curator holds: dlock is refused (exit 75), and leaves no node behind.
 cur /l/a hold 3000 >"$work/j1.out" 2>&1 & pids+=($!)
@@ -93,13 +104,16 @@ got=$(cat "$work/c2.out")
 echo "ok   Curator holds: dlock refused, then woken by Curator's release"
 
 # 3. dlock holds: Curator is refused (75).
-"$dlock" -q -u "$url" run /l/b -- sh -c 'echo held; sleep 6; echo released $(date +%s%3N)' \
+"$dlock" -q -u "$url" run /l/b -- sh -c "$(holdsh "$work/go3")" \
   >"$work/c3.out" 2>&1 & pids+=($!)
 waitfor "$work/c3.out" held || fail "dlock did not take /l/b"
 cur /l/b try 300 >"$work/j3.out" 2>&1; rc=$?
 [[ $rc -eq 75 ]] || fail "Curator took dlock's lock (exit $rc, expected 75)"
-# 4. ... and a Curator waiter is woken by dlock's release.
-cur /l/b wait >"$work/j4.out" 2>&1; rc=$?
+# 4. ... and a Curator waiter, queued behind dlock, is woken by its release.
+cur /l/b wait >"$work/j4.out" 2>&1 & waiter=$!; pids+=($waiter)
+queued /l/b 1 || fail "Curator's waiter never queued on /l/b"
+touch "$work/go3"
+wait $waiter; rc=$?
 [[ $rc -eq 0 ]] || fail "Curator waiter exit $rc"
 rel=$(awk '/^released/{print $2}' "$work/c3.out")
 got=$(awk '/^held/{print $2}' "$work/j4.out")
@@ -124,10 +138,13 @@ cur /rw/b r:try 300 >"$work/j5b.out" 2>&1 || fail "Curator could not read beside
 cur /rw/b w:try 300 >"$work/j5c.out" 2>&1; rc=$?
 [[ $rc -eq 75 ]] || fail "Curator wrote under dlock's reader (exit $rc, expected 75)"
 kill -TERM "$r5"; wait "$r5" 2>/dev/null # the runner forwards it, releases
-"$dlock" -q -u "$url" run --write /rw/c -- sh -c 'echo held; sleep 2; echo released $(date +%s%3N)' \
+"$dlock" -q -u "$url" run --write /rw/c -- sh -c "$(holdsh "$work/go5")" \
   >"$work/c5d.out" 2>&1 & pids+=($!)
 waitfor "$work/c5d.out" held || fail "dlock did not write /rw/c"
-cur /rw/c r:wait >"$work/j5d.out" 2>&1 || fail "Curator reader exit $?"
+cur /rw/c r:wait >"$work/j5d.out" 2>&1 & waiter=$!; pids+=($waiter)
+queued /rw/c 1 || fail "Curator's reader never queued on /rw/c"
+touch "$work/go5"
+wait $waiter || fail "Curator reader exit $?"
 rel=$(awk '/^released/{print $2}' "$work/c5d.out")
 got=$(awk '/^held/{print $2}' "$work/j5d.out")
 [[ -n $rel && -n $got && $got -ge $rel ]] ||
@@ -140,10 +157,14 @@ echo "ok   read-write lock: readers share across both, writers excluded, a Curat
 # elect is refused (75), status names the leader, and a waiting dlock
 # elect runs once Curator leaves; a leader whose node is deleted (release
 # --force) has its command stopped (76).
-"$dlock" -q -u "$url" elect --id c-1 /el/a -- sh -c 'echo leading; sleep 3; echo done $(date +%s%3N)' \
+"$dlock" -q -u "$url" elect --id c-1 /el/a -- sh -c \
+  "echo leading; while [ ! -e '$work/go6' ]; do sleep 0.05; done; echo done \$(date +%s%3N)" \
   >"$work/c6.out" 2>&1 & pids+=($!)
 waitfor "$work/c6.out" leading || fail "dlock elect did not lead /el/a"
-cur /el/a latch j-1 20000 >"$work/j6.out" 2>&1 || fail "Curator was not elected after dlock"
+cur /el/a latch j-1 20000 >"$work/j6.out" 2>&1 & follower=$!; pids+=($follower)
+waitfor "$work/j6.out" follower || fail "Curator did not follow dlock's leader"
+touch "$work/go6"
+wait $follower || fail "Curator was not elected after dlock"
 grep -q "^follower c-1" "$work/j6.out" || fail "Curator did not see dlock (c-1) as the leader"
 rel=$(awk '/^done/{print $2}' "$work/c6.out")
 got=$(awk '/^leader/{print $2}' "$work/j6.out")
@@ -171,11 +192,13 @@ echo "ok   leader election: dlock elect and Curator's LeaderLatch elect each oth
 
 # 7. The semaphore (InterProcessSemaphoreV2, 2 leases): a dlock permit
 # and a Curator lease are out together; then neither side gets a third; a
-# Curator waiter is woken by dlock's release.
-"$dlock" -q -u "$url" run --permits 2 /sem/a -- sh -c 'echo held; sleep 3; echo released $(date +%s%3N)' \
+# Curator waiter, queued (its lease node is the third), is woken by dlock's
+# release. Both holders live until the checks are done (files go7 and
+# end7): a timed hold ran out in CI while a JVM started.
+"$dlock" -q -u "$url" run --permits 2 /sem/a -- sh -c "$(holdsh "$work/go7")" \
   >"$work/c7.out" 2>&1 & pids+=($!)
 waitfor "$work/c7.out" held || fail "dlock took no permit of /sem/a"
-cur /sem/a sem 2 hold 6000 >"$work/j7.out" 2>&1 & pids+=($!)
+cur /sem/a sem 2 hold "$work/end7" >"$work/j7.out" 2>&1 & pids+=($!)
 waitfor "$work/j7.out" held || fail "Curator took no lease beside dlock's permit"
 "$dlock" -u "$url" status --json --permits /sem/a >"$work/s7.out" 2>&1 ||
   fail "status --permits: $(cat "$work/s7.out")"
@@ -188,7 +211,19 @@ grep -q '"counter":0,"permits_taken":2' "$work/s7.out" ||
 [[ $rc -eq 75 ]] || fail "dlock took a third permit of 2 (exit $rc, expected 75)"
 cur /sem/a sem 2 try 300 >"$work/j7b.out" 2>&1; rc=$?
 [[ $rc -eq 75 ]] || fail "Curator took a third lease of 2 (exit $rc, expected 75)"
-cur /sem/a sem 2 wait >"$work/j7c.out" 2>&1 || fail "Curator's waiter exit $?"
+cur /sem/a sem 2 wait >"$work/j7c.out" 2>&1 &
+waiter=$!; pids+=($waiter)
+queued=""
+for _ in $(seq 600); do
+  "$dlock" -u "$url" status --json --permits /sem/a 2>/dev/null |
+    grep -q '"permits_taken":3' && { queued=1; break; }
+  sleep 0.05
+done
+[[ -n $queued ]] || fail "Curator's waiter never queued its lease"
+[[ ! -s $work/j7c.out ]] || fail "Curator's waiter took a third lease of 2"
+touch "$work/go7"
+wait $waiter || fail "Curator's waiter exit $?"
+touch "$work/end7"
 rel=$(awk '/^released/{print $2}' "$work/c7.out")
 got=$(awk '/^held/{print $2}' "$work/j7c.out")
 [[ -n $rel && -n $got && $got -ge $rel ]] ||
@@ -197,13 +232,15 @@ echo "ok   semaphore: dlock permits and Curator leases counted together, a Curat
 
 # 8. The server restarted under dlock run: it warns that the connection
 # is lost, says it is back with the same session, keeps the lock, and its
-# command ends normally.
-"$dlock" -u "$url" run /rs/a -- sh -c 'echo held; sleep 6; echo done' \
+# command ends normally (1 s after the server is back).
+"$dlock" -u "$url" run /rs/a -- sh -c \
+  "echo held; while [ ! -e '$work/go8' ]; do sleep 0.05; done; sleep 1; echo done" \
   >"$work/c8.out" 2>&1 &
 runner=$!; pids+=($runner)
 waitfor "$work/c8.out" held || fail "dlock did not take /rs/a"
 kill -9 "$zkpid"; wait "$zkpid" 2>/dev/null
 start_zk
+touch "$work/go8"
 wait $runner; rc=$?
 [[ $rc -eq 0 ]] || fail "dlock run exited $rc across a server restart: $(cat "$work/c8.out")"
 grep -q "warning: the connection to the server is lost" "$work/c8.out" ||

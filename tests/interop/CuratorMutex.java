@@ -3,6 +3,8 @@
 // One line on stdout per step, flushed. A step "r:STEP" or "w:STEP" works
 // on the read or the write lock of the read-write lock at PATH.
 //   CuratorMutex CONNECT PATH hold MS   acquire, print "held", hold MS, release
+//                                       (MS may be a file's path: hold until
+//                                       the file exists)
 //   CuratorMutex CONNECT PATH try MS    acquire within MS: "held" + exit 0
 //                                       (released), else "busy" + exit 75
 //   CuratorMutex CONNECT PATH wait      acquire (no limit), "held", release
@@ -51,7 +53,7 @@ public class CuratorMutex {
       case "hold":
         m.acquire();
         System.out.println("held " + System.currentTimeMillis());
-        Thread.sleep(Long.parseLong(a[3]));
+        pause(a[3]);
         System.out.println("released " + System.currentTimeMillis());
         m.release();
         break;
@@ -77,6 +79,16 @@ public class CuratorMutex {
     System.exit(status);
   }
 
+  // pause: sleep MS, or until the file at the path exists (a test's
+  // holder then lives as long as its checks need, however loaded the machine).
+  static void pause(String arg) throws Exception {
+    if (!arg.startsWith("/")) {
+      Thread.sleep(Long.parseLong(arg));
+      return;
+    }
+    while (!new java.io.File(arg).exists()) Thread.sleep(20);
+  }
+
   static int semaphore(CuratorFramework c, String[] a) throws Exception {
     InterProcessSemaphoreV2 s =
         new InterProcessSemaphoreV2(c, a[1], Integer.parseInt(a[3]));
@@ -87,7 +99,7 @@ public class CuratorMutex {
         l = s.acquire();
         System.out.println("held " + System.currentTimeMillis());
         System.out.flush();
-        Thread.sleep(Long.parseLong(a[5]));
+        pause(a[5]);
         System.out.println("released " + System.currentTimeMillis());
         s.returnLease(l);
         break;
