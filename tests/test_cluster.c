@@ -8,7 +8,9 @@
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -623,6 +625,112 @@ static void loop_woken(void) {
   th_cluster_stop(&K);
 }
 
+static atomic_int loop_lost;
+static void on_loop_lost(dlock_lock *l, const char *owner, void *ud) {
+  (void)l, (void)owner, (void)ud;
+  atomic_fetch_add(&loop_lost, 1);
+}
+
+/* Replica acknowledgement, on the loop and blocking: a marker and WAIT on
+ * the master of the lock's slot. Each master's lock is on its replica once
+ * acquired. With one replica stopped (SIGSTOP), an acquire on its master
+ * falls short and gives the lock back (DLOCK_ENOTACKED), while a hold on
+ * another master is acquired and renewed, acknowledged by its own master's
+ * replica alone: a renewal's WAIT goes to the masters of the holds it
+ * renewed (to every master, both clients' holds were reported lost). */
+static void acked(void) {
+  CHECK(th_cluster_start_replicas(&K, NULL) == 0);
+  td_loop t;
+  CHECK(td_open(&t, TD_BUILTIN) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = K.url;
+  o.connect_timeout_ms = 1000;
+  o.watchdog_timeout_ms = 1500;
+  o.min_replicas_acked = 1;
+  o.replicas_timeout_ms = 500;
+  dlock_client *a = NULL, *b = th_client_opts(&o);
+  CHECK_RC(dlock_client_open_async(&o, t.lp, &a), 0);
+  CHECK(b != NULL);
+  td_got g;
+  for (int node = 0; node < 3; node++) {
+    char name[64], nb[64];
+    name_on(node, "aacked", name, sizeof name);
+    name_on(node, "backed", nb, sizeof nb);
+    dlock_lock *l = NULL, *lb = NULL;
+    CHECK_RC(dlock_lock_new(a, name, NULL, &l), 0);
+    CHECK_RC(dlock_lock_new(b, nb, NULL, &lb), 0);
+    LOOP_OP(&t, g, dlock_lock_acquire_async(l, 0, 30000, td_on_done, &g, NULL));
+    CHECK_RC(g.rc, 0);
+    CHECK_RC(dlock_lock_try_acquire(lb, 0, 30000, NULL), 0);
+    /* KEYS: a replica redirects a keyed read to its master. */
+    const char *both[2] = {name, nb};
+    for (int i = 0; i < 2; i++) {
+      redisReply *r = th_cmd(&K.replicas[node], "KEYS %s", both[i]);
+      CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 1);
+      if (r) freeReplyObject(r);
+    }
+    LOOP_OP(&t, g, dlock_lock_release_async(l, td_on_done, &g, NULL));
+    CHECK_RC(g.rc, 1);
+    CHECK_RC(dlock_lock_release(lb), 1);
+    dlock_lock_free(l);
+    dlock_lock_free(lb);
+  }
+  char shortn[64], kept[64], bshort[64], bkept[64];
+  name_on(1, "ashort", shortn, sizeof shortn);
+  name_on(0, "akept", kept, sizeof kept);
+  name_on(1, "bshort", bshort, sizeof bshort);
+  name_on(2, "bkept", bkept, sizeof bkept);
+  dlock_lock *ls = NULL, *lk = NULL, *bs = NULL, *bk = NULL;
+  CHECK_RC(dlock_lock_new(a, shortn, NULL, &ls), 0);
+  CHECK_RC(dlock_lock_new(a, kept, NULL, &lk), 0);
+  CHECK_RC(dlock_lock_new(b, bshort, NULL, &bs), 0);
+  CHECK_RC(dlock_lock_new(b, bkept, NULL, &bk), 0);
+  dlock_lock_on_lost(lk, on_loop_lost, NULL);
+  dlock_lock_on_lost(bk, on_loop_lost, NULL);
+  atomic_store(&loop_lost, 0);
+  CHECK_EQ(kill(K.replicas[1].pid, SIGSTOP), 0);
+  LOOP_OP(&t, g, dlock_lock_acquire_async(ls, 0, 30000, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, DLOCK_ENOTACKED);
+  CHECK(strstr(dlock_client_errmsg(a), "0 of 1 replicas") != NULL);
+  CHECK_EQ(th_cmd_int(&K.nodes[1], "EXISTS %s", shortn), 0); /* given back */
+  CHECK_RC(dlock_lock_try_acquire(bs, 0, 30000, NULL), DLOCK_ENOTACKED);
+  CHECK_EQ(th_cmd_int(&K.nodes[1], "EXISTS %s", bshort), 0);
+  LOOP_OP(&t, g, dlock_lock_acquire_async(lk, 0, -1, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, 0);
+  CHECK_RC(dlock_lock_try_acquire(bk, 0, -1, NULL), 0);
+  /* Three renewal rounds each (one each 500 ms), the stopped replica's
+   * master asked nothing. */
+  dlock_client_stats a0, b0, a1, b1;
+  CHECK_RC(dlock_client_stats_get(a, &a0), 0);
+  CHECK_RC(dlock_client_stats_get(b, &b0), 0);
+  int64_t end = th_now_ms() + 5000;
+  do {
+    td_run_for(&t, 50);
+    CHECK_RC(dlock_client_stats_get(a, &a1), 0);
+    CHECK_RC(dlock_client_stats_get(b, &b1), 0);
+  } while ((a1.renewal_calls < a0.renewal_calls + 3 ||
+            b1.renewal_calls < b0.renewal_calls + 3) &&
+           th_now_ms() < end);
+  CHECK(a1.renewal_calls >= a0.renewal_calls + 3);
+  CHECK(b1.renewal_calls >= b0.renewal_calls + 3);
+  CHECK_EQ(atomic_load(&loop_lost), 0);
+  CHECK_EQ(dlock_lock_is_lost(lk), 0);
+  CHECK_EQ(dlock_lock_is_lost(bk), 0);
+  CHECK_EQ(kill(K.replicas[1].pid, SIGCONT), 0);
+  LOOP_OP(&t, g, dlock_lock_release_async(lk, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, 1);
+  CHECK_RC(dlock_lock_release(bk), 1);
+  dlock_lock_free(ls);
+  dlock_lock_free(lk);
+  dlock_lock_free(bs);
+  dlock_lock_free(bk);
+  dlock_client_close(a);
+  td_close(&t);
+  dlock_client_close(b);
+  th_cluster_stop(&K);
+}
+
 /* A slot resharded while a loop client holds a lock in it: the release
  * follows MOVED to the new master. During the next migration, with only
  * the hash moved, a query follows ASK and a release whose keys are split
@@ -727,4 +835,5 @@ static void tls_cluster(void) {
 TH_MAIN(T_BARE(url_forms), T_BARE(routed), T_BARE(wait_woken),
         T_BARE(kinds_one_slot), T_BARE(renew_by_slot), T_BARE(multilock_across),
         T_BARE(moved_and_ask), T_BARE(cli_commands), T_BARE(loop_routed),
-        T_BARE(loop_woken), T_BARE(loop_moved), T_BARE(tls_cluster))
+        T_BARE(loop_woken), T_BARE(loop_moved), T_BARE(acked),
+        T_BARE(tls_cluster))

@@ -26,8 +26,9 @@ typedef struct anode {
 typedef struct acl_link acl_link;
 
 /* What a pending step's link_data points to: a request (with its retry
- * pause), a pause, or a subscriber's confirm or wait. */
-enum { K_REQ, K_PAUSE, K_SUB };
+ * pause), a pause, a subscriber's confirm or wait, or a replica
+ * acknowledgement (on one master or on each). */
+enum { K_REQ, K_PAUSE, K_SUB, K_REPL };
 typedef struct apend apend;
 struct apend {
   int kind;

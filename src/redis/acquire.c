@@ -512,7 +512,7 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *a) {
   /* Replica acknowledgement: a hold the replicas did not get in time could
    * vanish in a failover, so it is given back (one count: a re-entry keeps
    * the holds before it) and reported apart from "locked". */
-  int ack = dl_redis_replicate(R, a->lock->key, "acquire",
+  int ack = dl_redis_replicate(R, &a->lock->key, 1, "acquire",
                                " (the lock was given back)");
   if (ack == 0) return rc;
   dl_rlock_release_now(R, a->lock, a->lease_ms, 1);
@@ -539,7 +539,7 @@ static int acq_acked(acq_async *x, int rc) {
       if (rc != 1 || R->min_replicas <= 0) return rc;
       x->rc = rc;
       x->phase = AA_WAIT;
-      if (dl_redis_replicate_start(R, &x->wait) == DL_PENDING)
+      if (dl_redis_replicate_start(R, &x->o.a->lock->key, 1, &x->wait) == DL_PENDING)
         return DL_PENDING;
       continue;
     case AA_WAIT:

@@ -80,6 +80,32 @@ static int al_command_start(dl_rlink *base, dl_pend *p, int argc,
   return DL_PENDING;
 }
 
+/* Replica acknowledgement: a marker and WAIT on the one connection. */
+static void on_acked(void *ud, int rc, int count) {
+  dl_pend *p = ud;
+  p->link_data = NULL;
+  p->rc = rc;
+  p->acked = count;
+  p->resume(p);
+}
+
+static int al_replicate_start(dl_rlink *base, dl_pend *p,
+                              const char *const *keys, int nkeys, int n,
+                              int timeout_ms) {
+  loop_link *L = (loop_link *)base;
+  (void)keys, (void)nkeys; /* one server */
+  int err = 0;
+  int64_t deadline = dl_now_ms() + L->cfg->command_timeout_ms + timeout_ms;
+  dl_arepl *a = dl_aconn_replicate(L->conn, n, timeout_ms, deadline,
+                                   L->h.env->err_owner, on_acked, p, &err);
+  if (a == NULL) {
+    p->rc = err;
+    return 0;
+  }
+  p->link_data = a;
+  return DL_PENDING;
+}
+
 /* ---- pauses ---- */
 static void pause_unlink(loop_link *L, apause *a) {
   if (a->prev) a->prev->next = a->next;
@@ -128,6 +154,8 @@ static void al_cancel(dl_rlink *base, dl_pend *p) {
   if (p->link_data == NULL) return;
   if (p->step == DL_STEP_EVAL || p->step == DL_STEP_COMMAND) {
     dl_areq_cancel(p->link_data);
+  } else if (p->step == DL_STEP_REPLICATE) {
+    dl_arepl_cancel(p->link_data);
   } else if (p->step == DL_STEP_SUB_REF && L->sub) {
     dl_asub_cancel(p->link_data);
     dl_asub_unref(L->sub, p->sub, true); /* the reference being confirmed */
@@ -367,6 +395,7 @@ static const dl_rlink_ops loop_ops = {
     .sub_ref_start = al_sub_ref_start,
     .sub_wait_start = al_sub_wait_start,
     .pause_start = al_pause_start,
+    .replicate_start = al_replicate_start,
     .cancel = al_cancel,
 };
 

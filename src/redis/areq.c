@@ -217,3 +217,74 @@ void dl_areq_cancel(dl_areq *r) {
   detach(r->c, r, &ud);
 }
 
+
+/* ---- replica acknowledgement: a marker and WAIT, queued together ---- */
+struct dl_arepl {
+  dl_areq *mark, *wait;
+  int mark_rc;
+  const struct dlock_client *owner;
+  dl_count_fn fn;
+  void *ud;
+};
+
+static void on_mark(void *ud, int rc, redisReply *reply) {
+  dl_arepl *a = ud;
+  a->mark = NULL;
+  a->mark_rc = rc;
+  if (reply) freeReplyObject(reply);
+}
+
+static void on_wait(void *ud, int rc, redisReply *reply) {
+  dl_arepl *a = ud;
+  a->wait = NULL;
+  /* Replies come in order on one connection: the marker's came first. */
+  if (rc == 0) rc = a->mark_rc;
+  if (rc == 0) rc = dl_reply_check(a->owner, &reply);
+  long long got = -1;
+  if (rc == 0 && reply->type == REDIS_REPLY_INTEGER) got = reply->integer;
+  if (rc == 0 && got < 0)
+    rc = dl_seterr(a->owner, DLOCK_EPROTO, "unexpected reply to WAIT");
+  if (reply) freeReplyObject(reply);
+  dl_count_fn fn = a->fn;
+  void *fud = a->ud;
+  free(a);
+  fn(fud, rc, rc == 0 ? (got > 1000000 ? 1000000 : (int)got) : 0);
+}
+
+dl_arepl *dl_aconn_replicate(dl_aconn *c, int n, int timeout_ms,
+                             int64_t deadline,
+                             const struct dlock_client *owner, dl_count_fn fn,
+                             void *ud, int *err) {
+  dl_arepl *a = calloc(1, sizeof *a);
+  if (a == NULL) {
+    *err = dl_seterr(owner, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  a->owner = owner;
+  a->fn = fn;
+  a->ud = ud;
+  char ns[16], ts[16]; /* copied by the sends */
+  snprintf(ns, sizeof ns, "%d", n);
+  snprintf(ts, sizeof ts, "%d", timeout_ms);
+  const char *mark[3] = {"PUBLISH", DL_REPLICATE_CHANNEL, ""};
+  const char *wait[3] = {"WAIT", ns, ts};
+  a->mark = dl_aconn_send(c, 3, mark, NULL, deadline, on_mark, a, err);
+  if (a->mark == NULL) {
+    free(a);
+    return NULL;
+  }
+  a->wait = dl_aconn_send(c, 3, wait, NULL, deadline, on_wait, a, err);
+  if (a->wait == NULL) {
+    dl_areq_cancel(a->mark);
+    free(a);
+    return NULL;
+  }
+  return a;
+}
+
+void dl_arepl_cancel(dl_arepl *a) {
+  if (a == NULL) return;
+  dl_areq_cancel(a->mark);
+  dl_areq_cancel(a->wait);
+  free(a);
+}

@@ -96,7 +96,8 @@ void dl_redis_step_cancel(dl_redis *r, dl_pend *p) {
 }
 
 bool dl_redis_step_interrupt(dl_redis *r, dl_pend *p) {
-  if (!p->pending || p->step == DL_STEP_EVAL || p->step == DL_STEP_COMMAND)
+  if (!p->pending || p->step == DL_STEP_EVAL || p->step == DL_STEP_COMMAND ||
+      p->step == DL_STEP_REPLICATE)
     return false;
   dl_redis_step_cancel(r, p);
   p->sub = NULL;
@@ -477,15 +478,6 @@ static int backend_new(const dlock_client_options *opts,
     return dl_seterr(NULL, DLOCK_ENOTSUP,
                      "redis-cluster:// is not yet supported as a server of "
                      "redlock://");
-  }
-  /* The loop's acknowledgement is one WAIT on the link's one connection
-   * (dl_redis_replicate_start): a cluster's writes go to many. */
-  if (cfg->ep.cluster && r->env.loop && r->min_replicas > 0) {
-    rb_free(&r->base);
-    return dl_seterr(NULL, DLOCK_ENOTSUP,
-                     "min_replicas_acked is not yet supported by the "
-                     "event-loop client on redis-cluster:// (use a "
-                     "blocking client)");
   }
   if (cfg->ep.cluster && r->env.loop)
     rc = dl_acluster_link_new(cfg, &r->env, &r->link);

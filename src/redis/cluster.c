@@ -503,15 +503,23 @@ static int replicate_on(cluster_link *b, cnode *node, int n, int timeout_ms) {
                            b->env->command_timeout_ms, b->env->err_owner);
 }
 
-static int cl_replicate(dl_rlink *base, const char *key, int n,
-                        int timeout_ms) {
+static int cl_replicate(dl_rlink *base, const char *const *keys, int nkeys,
+                        int n, int timeout_ms) {
   cluster_link *b = (cluster_link *)base;
-  if (key) {
-    cnode *node = dl_cl_route(b, dl_cl_slot_of(key));
-    return node ? replicate_on(b, node, n, timeout_ms) : DLOCK_ECONNECT;
-  }
   cnode *ms[MAX_NODES];
-  int k = masters(b, ms, MAX_NODES), least = 1000000;
+  int k = 0, least = 1000000;
+  if (nkeys > 0) { /* each key's master, once */
+    for (int i = 0; i < nkeys; i++) {
+      cnode *m = dl_cl_route(b, dl_cl_slot_of(keys[i]));
+      if (m == NULL) return DLOCK_ECONNECT; /* the detail recorded */
+      int j = 0;
+      while (j < k && ms[j] != m)
+        j++;
+      if (j == k && k < MAX_NODES) ms[k++] = m;
+    }
+  } else {
+    k = masters(b, ms, MAX_NODES);
+  }
   for (int i = 0; i < k; i++) {
     int got = replicate_on(b, ms[i], n, timeout_ms);
     if (got < 0) return got;

@@ -207,10 +207,10 @@ int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
   return rc;
 }
 
-static int rb_replicate(dl_rlink *base, const char *key, int n,
-                        int timeout_ms) {
+static int rb_replicate(dl_rlink *base, const char *const *keys, int nkeys,
+                        int n, int timeout_ms) {
   single_link *b = (single_link *)base;
-  (void)key; /* one server */
+  (void)keys, (void)nkeys; /* one server */
   return dl_conn_replicate(pick(b), n, timeout_ms, b->env->command_timeout_ms,
                            b->env->err_owner);
 }

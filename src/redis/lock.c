@@ -181,7 +181,7 @@ int dl_redis_lock_release(dl_backend *b, const dl_lock_ref *l,
   rc = dl_rlock_release_now(R, l, lease_ms, count);
   /* The release reaches the replicas, as far as WAIT can tell; it is done
    * on the master either way, so a shortfall does not change the result. */
-  if (rc >= 0) (void)dl_redis_replicate(R, l->key, "release", "");
+  if (rc >= 0) (void)dl_redis_replicate(R, &l->key, 1, "release", "");
   return rc;
 }
 
@@ -386,7 +386,7 @@ static int rel_async_step(dl_shell *sh) {
   if (rc == DL_PENDING || rc < 0 || sh->head.R->min_replicas <= 0) return rc;
   x->rc = rc;
   x->waiting = true;
-  if (dl_redis_replicate_start(sh->head.R, &x->wait) == DL_PENDING)
+  if (dl_redis_replicate_start(sh->head.R, &x->o.l->key, 1, &x->wait) == DL_PENDING)
     return DL_PENDING;
   (void)dl_redis_replicate_result(sh->head.R, &x->wait, "release", "");
   return rc;

@@ -174,9 +174,10 @@ typedef struct dl_pend {
   /* A command step's argument lengths (dl_redis_step_command_bin), or
    * NULL: each argument a C string. Borrowed until the step is sent. */
   const size_t *lens;
+  int acked; /* a replicate step's acknowledgements (rc 0) */
 } dl_pend;
 enum { DL_STEP_EVAL, DL_STEP_COMMAND, DL_STEP_SUB_REF, DL_STEP_SUB_WAIT,
-       DL_STEP_PAUSE };
+       DL_STEP_PAUSE, DL_STEP_REPLICATE };
 /* What a step's start, or an operation's step, returns when it goes on in
  * the background: a value no operation has as its result. */
 #define DL_PENDING 0x7fff
@@ -205,11 +206,13 @@ typedef struct dl_rlink_ops {
    * every write this client made before the call (a marker PUBLISH on
    * DL_REPLICATE_CHANNEL, then WAIT, on one connection: WAIT counts that
    * connection's writes, and the replication stream is one order). Returns
-   * the replicas that acknowledged (>= 0), or a negative code. `key`: a
-   * key the writes were to (a cluster asks the master of its slot), or
-   * NULL: every master (the fewest acknowledgements count). NULL in a link
-   * that cannot (the event-loop link, for now). */
-  int (*replicate)(dl_rlink *b, const char *key, int n, int timeout_ms);
+   * the replicas that acknowledged (>= 0), or a negative code. `keys`:
+   * the nkeys keys the writes were to (a cluster asks the master of each
+   * one's slot, once, and the fewest acknowledgements count), or nkeys 0:
+   * every master. NULL in the event-loop links (their replicate_start is
+   * the step). */
+  int (*replicate)(dl_rlink *b, const char *const *keys, int nkeys, int n,
+                   int timeout_ms);
   /* As command, with each argument's length (binary-safe: a queue's
    * values); NULL in a link that has none (DLOCK_ENOTSUP then). */
   int (*command_bin)(dl_rlink *b, int argc, const char **argv,
@@ -268,6 +271,12 @@ typedef struct dl_rlink_ops {
   int (*command_start)(dl_rlink *b, dl_pend *p, int argc,
                        const char **argv);
   int (*pause_start)(dl_rlink *b, dl_pend *p, int64_t until);
+  /* Replica acknowledgement (as `replicate`) as a step: p->acked gets the
+   * replicas that acknowledged (p->rc 0); on a cluster, the fewest of the
+   * masters of the nkeys keys' slots (each asked once), or of every master
+   * when nkeys is 0. */
+  int (*replicate_start)(dl_rlink *b, dl_pend *p, const char *const *keys,
+                         int nkeys, int n, int timeout_ms);
   /* Stops a pending step: resume is not called (a reply still on its way
    * is dropped, a subscription being confirmed is unreferenced). */
   void (*cancel)(dl_rlink *b, dl_pend *p);
@@ -339,7 +348,8 @@ int dl_cluster_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
  * and subscriptions over a dl_aconn and a dl_asub per master (unless env
  * says to wait by backoff), on env->loop; its blocking entries refuse, as
  * the loop link's do. The map is read at the open as cluster.c reads it.
- * No replicate (DLOCK_ENOTSUP in backend.c). */
+ * Replica acknowledgement is its replicate_start step (cluster.c's
+ * replicate on the loop). */
 int dl_acluster_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
                          dl_rlink **out);
 
@@ -466,18 +476,20 @@ typedef struct dl_redis {
 
 /* The channel of replica acknowledgement's marker write (nobody listens). */
 #define DL_REPLICATE_CHANNEL "dlock:replicate"
-/* Replica acknowledgement after a write (`what`, to `key`, or NULL: to
- * many keys) of the blocking driver: 0
- * when off or when min_replicas acknowledged in time, else DLOCK_ENOTACKED
- * (or the WAIT's error) with the detail recorded, `then` appended. */
-int dl_redis_replicate(dl_redis *R, const char *key, const char *what,
-                       const char *then);
-/* The event-loop driver's: starts WAIT for R's replicas (the loop link's
- * one connection: after every write this client made there) into p:
+/* Replica acknowledgement after a write (`what`, to the nkeys keys; 0:
+ * every master of a cluster) of the blocking driver: 0 when off or when
+ * min_replicas acknowledged in time, else DLOCK_ENOTACKED (or the WAIT's
+ * error) with the detail recorded, `then` appended. */
+int dl_redis_replicate(dl_redis *R, const char *const *keys, int nkeys,
+                       const char *what, const char *then);
+/* The event-loop driver's: starts the link's acknowledgement step for R's
+ * replicas (a marker and WAIT on the connection to the master of each of
+ * the nkeys keys' slots, or to every master when nkeys is 0) into p:
  * DL_PENDING, or 0 with p->rc. Then dl_redis_replicate_result: 0
  * acknowledged, or DLOCK_ENOTACKED / a code with the detail recorded as
- * dl_redis_replicate's (p's reply freed). */
-int dl_redis_replicate_start(dl_redis *R, dl_pend *p);
+ * dl_redis_replicate's. */
+int dl_redis_replicate_start(dl_redis *R, const char *const *keys, int nkeys,
+                             dl_pend *p);
 int dl_redis_replicate_result(dl_redis *R, dl_pend *p, const char *what,
                               const char *then);
 /* renew.c: the backend's renew and renew_async entries. */
@@ -860,6 +872,23 @@ dl_areq *dl_aconn_eval_cluster(dl_aconn *c, bool asking, int script,
 /* The callback will not run; a reply in flight is dropped when it comes.
  * Not from inside r's own callback (r is gone then). Accepts NULL. */
 void dl_areq_cancel(dl_areq *r);
+/* Replica acknowledgement on c, on the loop (dl_conn_replicate's): a
+ * marker PUBLISH on DL_REPLICATE_CHANNEL and WAIT n timeout_ms, queued
+ * together, so that they share a connection and the WAIT counts the
+ * marker, which the server replicates after every write this client made
+ * to it, on whatever connection. fn(ud, rc, count) runs once on the loop's
+ * thread: rc 0 and the replicas that acknowledged, or a negative code
+ * (recorded for owner). deadline: as dl_aconn_send's (give it the WAIT's
+ * timeout beside the command's). Returns a handle for dl_arepl_cancel
+ * (valid until fn runs), or NULL with *err set and fn never called. */
+typedef void (*dl_count_fn)(void *ud, int rc, int count);
+typedef struct dl_arepl dl_arepl;
+dl_arepl *dl_aconn_replicate(dl_aconn *c, int n, int timeout_ms,
+                             int64_t deadline,
+                             const struct dlock_client *owner, dl_count_fn fn,
+                             void *ud, int *err);
+/* fn will not run. Not from inside fn. Accepts NULL. */
+void dl_arepl_cancel(dl_arepl *a);
 /* Fails every pending request with DLOCK_ECLOSED (callbacks run, now),
  * closes the socket and frees c (once the dispatch under way, if it is
  * called from a callback, returns). Later calls on c are not allowed.

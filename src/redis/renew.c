@@ -158,15 +158,15 @@ static int job_parse(renew_job *j, int failed) {
   return failed;
 }
 
-int dl_redis_replicate(dl_redis *R, const char *key, const char *what,
-                       const char *then) {
+int dl_redis_replicate(dl_redis *R, const char *const *keys, int nkeys,
+                       const char *what, const char *then) {
   if (R->min_replicas <= 0) return 0;
   const dl_rlink_ops *ops = R->link->ops;
   if (ops->replicate == NULL)
     return dl_seterr(R->env.err_owner, DLOCK_ENOTSUP,
                      "replica "
                      "acknowledgement is not supported by this link");
-  int n = ops->replicate(R->link, key, R->min_replicas,
+  int n = ops->replicate(R->link, keys, nkeys, R->min_replicas,
                          R->replicas_timeout_ms);
   if (n < 0) return n;
   if (n < R->min_replicas)
@@ -177,30 +177,36 @@ int dl_redis_replicate(dl_redis *R, const char *key, const char *what,
   return 0;
 }
 
-int dl_redis_replicate_start(dl_redis *R, dl_pend *p) {
-  /* The loop link has one connection: WAIT there counts every write this
-   * client made before it (no marker needed). */
-  char n[16], ms[16]; /* the command is written within the start */
-  snprintf(n, sizeof n, "%d", R->min_replicas);
-  snprintf(ms, sizeof ms, "%d", R->replicas_timeout_ms);
-  const char *argv[3] = {"WAIT", n, ms};
-  return dl_redis_step_command(R, p, 3, argv);
+int dl_redis_replicate_start(dl_redis *R, const char *const *keys, int nkeys,
+                             dl_pend *p) {
+  const dl_rlink_ops *ops = R->link->ops;
+  p->reply = NULL;
+  p->acked = 0;
+  p->step = DL_STEP_REPLICATE;
+  p->pending = false;
+  if (ops->replicate_start == NULL) { /* a blocking link: at once */
+    p->rc = ops->replicate
+                ? ops->replicate(R->link, keys, nkeys, R->min_replicas,
+                                 R->replicas_timeout_ms)
+                : dl_seterr(R->env.err_owner, DLOCK_ENOTSUP,
+                            "replica acknowledgement is not supported by "
+                            "this link");
+    if (p->rc >= 0) p->acked = p->rc, p->rc = 0;
+    return 0;
+  }
+  int rc = ops->replicate_start(R->link, p, keys, nkeys, R->min_replicas,
+                                R->replicas_timeout_ms);
+  p->pending = rc == DL_PENDING;
+  return rc;
 }
 
 int dl_redis_replicate_result(dl_redis *R, dl_pend *p, const char *what,
                               const char *then) {
-  int rc = p->rc;
-  long long n = 0;
-  if (rc == 0 && (p->reply == NULL || p->reply->type != REDIS_REPLY_INTEGER))
-    rc = dl_seterr(R->env.err_owner, DLOCK_EPROTO, "unexpected reply to WAIT");
-  if (rc == 0) n = p->reply->integer;
-  if (p->reply) freeReplyObject(p->reply);
-  p->reply = NULL;
-  if (rc != 0) return rc;
-  if (n < R->min_replicas)
+  if (p->rc != 0) return p->rc;
+  if (p->acked < R->min_replicas)
     return dl_seterr(R->env.err_owner, DLOCK_ENOTACKED,
-                     "%s: %lld of %d replicas acknowledged within %d ms%s",
-                     what, n, R->min_replicas, R->replicas_timeout_ms, then);
+                     "%s: %d of %d replicas acknowledged within %d ms%s", what,
+                     p->acked, R->min_replicas, R->replicas_timeout_ms, then);
   return 0;
 }
 
@@ -228,8 +234,16 @@ int dl_redis_renew(dl_backend *base, int64_t deadline, int64_t lease_ms, int n,
    * expire, rather than believing it holds a lock the new master gave
    * away (issue 19: a failover with a 3 s lease showed it). */
   if (failed == 0 && lease_ms > 0) {
-    int ack = dl_redis_replicate(r, NULL, "renewal",
+    /* The masters of the renewed holds' keys (on a cluster). */
+    const char *small[16],
+        **keys = n <= 16 ? small : malloc(sizeof *keys * (size_t)n);
+    int nkeys = 0;
+    if (keys)
+      for (int i = 0; i < n; i++)
+        keys[nkeys++] = items[i].key;
+    int ack = dl_redis_replicate(r, keys, nkeys, "renewal",
                                  ": the holds' validity is not extended");
+    if (keys != small) free(keys);
     if (ack != 0) {
       for (int i = 0; i < n; i++)
         if (items[i].result == 1) items[i].result = ack;
@@ -280,7 +294,16 @@ static int renew_async_step(dl_shell *sh) {
   dl_redis *R = sh->head.R;
   if (rc != 0 || x->lease_ms <= 0 || R->min_replicas <= 0) return rc;
   x->waiting = true;
-  if (dl_redis_replicate_start(R, &x->wait) == DL_PENDING) return DL_PENDING;
+  /* The masters of the renewed holds' keys (on a cluster). */
+  const char *small[16],
+      **keys = x->n <= 16 ? small : malloc(sizeof *keys * (size_t)x->n);
+  int nkeys = 0;
+  if (keys)
+    for (int i = 0; i < x->n; i++)
+      keys[nkeys++] = x->items[i].key;
+  rc = dl_redis_replicate_start(R, keys, nkeys, &x->wait);
+  if (keys != small) free(keys);
+  if (rc == DL_PENDING) return DL_PENDING;
   return renew_acked(x);
 }
 
