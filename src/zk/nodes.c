@@ -221,8 +221,8 @@ static void on_created(int rc, const char *value, const struct Stat *st,
     snprintf(p->node, p->len, "%s", value);
     p->czxid = (uint64_t)st->czxid;
   }
-  p->pending--;
-  pthread_cond_broadcast(&p->cv);
+  if (--p->pending == 0) /* the caller's one wake-up */
+    pthread_cond_signal(&p->cv);
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -239,8 +239,8 @@ static void on_listed(int rc, const struct String_vector *sv,
   } else if (rc == ZOK) {
     p->list_rc = ZSYSTEMERROR;
   }
-  p->pending--;
-  pthread_cond_broadcast(&p->cv);
+  if (--p->pending == 0) /* the caller's one wake-up */
+    pthread_cond_signal(&p->cv);
   pthread_mutex_unlock(&p->mu);
 }
 
