@@ -152,7 +152,7 @@ anode *dl_acl_route(acl_link *L, int slot) {
 }
 
 /* The masters, in the order of their first slot: how many (<= max). */
-static int masters(acl_link *L, anode **out, int max) {
+int dl_acl_masters(acl_link *L, anode **out, int max) {
   int n = 0, last = -1;
   for (int s = 0; s < NSLOTS; s++) {
     int idx = L->slots[s];
@@ -254,7 +254,7 @@ static acreq *acreq_new(int n, const char *const *v, const size_t *lens) {
 }
 
 /* The detail of an error names the node it was for. */
-static void name_node(acl_link *L, anode *n, int rc) {
+void dl_acl_name_node(acl_link *L, anode *n, int rc) {
   if (rc == 0 || rc == DLOCK_ECLOSED || n == NULL) return;
   const dlock_client *o = L->h.env->err_owner;
   char was[400], where[300];
@@ -276,7 +276,7 @@ static int q_end(acreq *q, int rc, redisReply *reply) {
     reply = NULL;
     rc = dl_seterr(L->h.env->err_owner, DLOCK_ENOMEM, "out of memory");
   }
-  name_node(L, q->node, rc);
+  dl_acl_name_node(L, q->node, rc);
   p->rc = rc;
   p->reply = reply;
   p->link_data = NULL;
@@ -435,8 +435,8 @@ static int acl_eval_start(dl_rlink *base, dl_pend *p, int64_t until, int script,
  * scan_all): its argv[1] becomes that master's own cursor. */
 static int scan_route(acl_link *L, acreq *q) {
   anode *ms[MAX_NODES];
-  int n = masters(L, ms, MAX_NODES);
-  if (n == 0 && refresh(L, false) == 0) n = masters(L, ms, MAX_NODES);
+  int n = dl_acl_masters(L, ms, MAX_NODES);
+  if (n == 0 && refresh(L, false) == 0) n = dl_acl_masters(L, ms, MAX_NODES);
   if (n == 0)
     return dl_seterr(L->h.env->err_owner, DLOCK_ECONNECT,
                      "no cluster master is known");
@@ -496,104 +496,6 @@ static int acl_command_start(dl_rlink *base, dl_pend *p, int argc,
   return q_start(L, p, q, 0);
 }
 
-/* ---- replica acknowledgement: a marker and WAIT on each master asked ----
- * (cluster.c's replicate: the master of the key's slot, or every master,
- * the fewest acknowledgements counting). Never sent again elsewhere: a
- * WAIT on another connection or node would count nothing of ours. */
-typedef struct arepl_one {
-  struct arepl *g;
-  dl_arepl *r;
-  anode *node;
-} arepl_one;
-
-typedef struct arepl {
-  apend h;
-  int n, left, least, rc;
-  arepl_one w[];
-} arepl;
-
-static void on_node_acked(void *ud, int rc, int count) {
-  arepl_one *w = ud;
-  arepl *g = w->g;
-  w->r = NULL;
-  name_node(g->h.L, w->node, rc);
-  if (rc != 0 && g->rc == 0) g->rc = rc;
-  if (rc == 0 && count < g->least) g->least = count;
-  if (--g->left > 0) return;
-  dl_pend *p = g->h.p;
-  p->rc = g->rc;
-  p->acked = g->rc == 0 ? g->least : 0;
-  p->link_data = NULL;
-  pend_unlink(g->h.L, &g->h);
-  free(g);
-  p->resume(p);
-}
-
-static int acl_replicate_start(dl_rlink *base, dl_pend *p,
-                               const char *const *keys, int nkeys, int n,
-                               int timeout_ms) {
-  acl_link *L = (acl_link *)base;
-  if (L->closing) {
-    p->rc = DLOCK_ECLOSED;
-    return 0;
-  }
-  anode *ms[MAX_NODES];
-  int k = 0;
-  if (nkeys > 0) { /* each key's master, once */
-    for (int i = 0; i < nkeys; i++) {
-      anode *m = dl_acl_route(L, dl_key_slot(keys[i], strlen(keys[i])));
-      if (m == NULL) {
-        p->rc = DLOCK_ECONNECT; /* the detail recorded by route */
-        return 0;
-      }
-      int j = 0;
-      while (j < k && ms[j] != m)
-        j++;
-      if (j == k && k < MAX_NODES) ms[k++] = m;
-    }
-  } else {
-    k = masters(L, ms, MAX_NODES);
-    if (k == 0 && refresh(L, false) == 0) k = masters(L, ms, MAX_NODES);
-  }
-  if (k == 0) {
-    p->rc = dl_seterr(L->h.env->err_owner, DLOCK_ECONNECT,
-                      "no cluster master is known");
-    return 0;
-  }
-  arepl *g = calloc(1, sizeof *g + (size_t)k * sizeof g->w[0]);
-  if (g == NULL) {
-    p->rc = dl_seterr(L->h.env->err_owner, DLOCK_ENOMEM, "out of memory");
-    return 0;
-  }
-  g->h.kind = K_REPL;
-  g->h.p = p;
-  g->n = k;
-  g->least = 1000000;
-  int64_t deadline = dl_now_ms() + L->cfg->command_timeout_ms + timeout_ms;
-  for (int i = 0; i < k; i++) {
-    int err = 0;
-    g->w[i].g = g;
-    g->w[i].node = ms[i];
-    g->w[i].r =
-        dl_aconn_replicate(ms[i]->conn, n, timeout_ms, deadline,
-                           L->h.env->err_owner, on_node_acked, &g->w[i], &err);
-    if (g->w[i].r) {
-      g->left++;
-    } else if (g->rc == 0) {
-      name_node(L, ms[i], err);
-      g->rc = err;
-    }
-  }
-  if (g->left == 0) { /* nothing sent */
-    p->rc = g->rc;
-    free(g);
-    return 0;
-  }
-  pend_link(L, &g->h);
-  p->link_data = g;
-  return DL_PENDING;
-}
-
 static void acl_cancel(dl_rlink *base, dl_pend *p) {
   acl_link *L = (acl_link *)base;
   apend *h = p->link_data;
@@ -605,11 +507,7 @@ static void acl_cancel(dl_rlink *base, dl_pend *p) {
     pend_unlink(L, h);
     free(q);
   } else if (h->kind == K_REPL) {
-    arepl *g = (arepl *)h;
-    for (int i = 0; i < g->n; i++)
-      dl_arepl_cancel(g->w[i].r);
-    pend_unlink(L, h);
-    free(g);
+    dl_acl_replicate_cancel(L, h);
   } else if (h->kind == K_PAUSE) {
     apause *a = (apause *)h;
     dl_timer_stop(L->h.env->loop, &a->t);
@@ -704,7 +602,7 @@ static const dl_rlink_ops acluster_ops = {
     .sub_ref_start = dl_acl_sub_ref_start,
     .sub_wait_start = dl_acl_sub_wait_start,
     .pause_start = dl_acl_pause_start,
-    .replicate_start = acl_replicate_start,
+    .replicate_start = dl_acl_replicate_start,
     .cancel = acl_cancel,
 };
 

@@ -74,6 +74,17 @@ static inline void pend_unlink(acl_link *L, apend *h) {
 /* acluster.c: the master of slot (-1: the masters in turn), the map read
  * again once if it has none; NULL with the detail recorded. */
 anode *dl_acl_route(acl_link *L, int slot);
+/* The masters in the map (at most max), each once; their count. */
+int dl_acl_masters(acl_link *L, anode **out, int max);
+/* Adds "(cluster node HOST:PORT)" to the detail of error rc (not 0,
+ * DLOCK_ECLOSED) unless it names it already. */
+void dl_acl_name_node(acl_link *L, anode *n, int rc);
+/* acrepl.c: the replicate_start entry, and the cancel of its step (h of
+ * kind K_REPL). */
+int dl_acl_replicate_start(dl_rlink *base, dl_pend *p,
+                           const char *const *keys, int nkeys, int n,
+                           int timeout_ms);
+void dl_acl_replicate_cancel(acl_link *L, apend *h);
 /* A pause until `until` on the loop's timers (the pause_start entry). */
 int dl_acl_pause_start(dl_rlink *base, dl_pend *p, int64_t until);
 
