@@ -433,16 +433,91 @@ static void t_delayed_restart(void) {
   snprintf(url, sizeof url, "%s", base);
 }
 
-/* Replica acknowledgement is not offered over Redlock's servers (yet):
- * refused at the open, not ignored. */
-static void t_no_replica_ack(void) {
+/* A replica for each of the n servers (th_redis rep[i] of srv[i]), each
+ * link up. */
+static th_redis rep[3];
+static bool start_replicas(int n) {
+  for (int i = 0; i < n; i++) {
+    char extra[64];
+    snprintf(extra, sizeof extra, "--replicaof 127.0.0.1 %d", srv[i].port);
+    if (th_redis_start(&rep[i], extra) != 0) return false;
+  }
+  int64_t end = th_now_ms() + 10000;
+  for (int i = 0; i < n; i++) {
+    for (;;) {
+      redisReply *r = th_cmd(&rep[i], "INFO replication");
+      bool up = r && r->type == REDIS_REPLY_STRING &&
+                strstr(r->str, "master_link_status:up") != NULL;
+      if (r) freeReplyObject(r);
+      if (up) break;
+      if (th_now_ms() >= end) return false;
+      th_sleep_ms(20);
+    }
+  }
+  return true;
+}
+
+/* Replica acknowledgement over Redlock's servers, blocking and on a loop:
+ * each server's acquire waits for its replica, and one that falls short
+ * gives its copy back and does not count. With one of 3 replicas stopped
+ * (SIGSTOP) the quorum still takes the lock (2 servers hold it, not the
+ * stopped replica's master); with two, nobody holds it. */
+static void t_replica_ack(void) {
+  CHECK(start(3));
+  CHECK(start_replicas(3));
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3";
+  o.url = url;
   o.min_replicas_acked = 1;
-  dlock_client *c = NULL;
-  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ENOTSUP);
-  CHECK(c == NULL);
+  o.replicas_timeout_ms = 300;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:ack", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK_EQ(holders(3, "rl:ack"), 3);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(th_cmd_int(&rep[i], "EXISTS rl:ack"), 1);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  /* On a loop too. */
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client *a = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &a), 0);
+  dlock_lock *al;
+  CHECK_RC(dlock_lock_new(a, "rl:aack", NULL, &al), 0);
+  got g = {0};
+  CHECK_RC(dlock_lock_acquire_async(al, 0, 10000, on_done, &g, NULL), 0);
+  CHECK(run_until(lp, &g.calls, 5000));
+  CHECK_RC(g.rc, 0);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(th_cmd_int(&rep[i], "EXISTS rl:aack"), 1);
+  /* One replica stopped: its master's copy is given back. */
+  CHECK_EQ(kill(rep[0].pid, SIGSTOP), 0);
+  dlock_lock *l2;
+  CHECK_RC(dlock_lock_new(c, "rl:ack2", NULL, &l2), 0);
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 10000, NULL), 0);
+  CHECK_EQ(th_cmd_int(&srv[0], "EXISTS rl:ack2"), 0);
+  CHECK_EQ(holders(3, "rl:ack2"), 2);
+  CHECK_EQ(dlock_lock_release(l2), 1);
+  /* Two: no quorum acknowledges, nobody holds it. */
+  CHECK_EQ(kill(rep[1].pid, SIGSTOP), 0);
+  CHECK(dlock_lock_try_acquire(l2, 0, 10000, NULL) < 0);
+  CHECK_EQ(holders(3, "rl:ack2"), 0);
+  CHECK_EQ(kill(rep[0].pid, SIGCONT), 0);
+  CHECK_EQ(kill(rep[1].pid, SIGCONT), 0);
+  memset(&g, 0, sizeof g);
+  CHECK_RC(dlock_lock_release_async(al, on_done, &g, NULL), 0);
+  CHECK(run_until(lp, &g.calls, 5000));
+  CHECK_RC(g.rc, 1);
+  dlock_lock_free(al);
+  dlock_client_close(a);
+  dlock_loop_free(lp);
+  dlock_lock_free(l2);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  for (int i = 0; i < 3; i++)
+    th_redis_stop(&rep[i]);
 }
 
 static void t_bad_urls(void) {
@@ -470,4 +545,4 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_minority_taken), T_BARE(t_fencing_over_quorums),
         T_BARE(t_renew_by_quorum), T_BARE(t_async), T_BARE(t_layouts),
         T_BARE(t_token_proposed), T_BARE(t_delayed_restart),
-        T_BARE(t_no_replica_ack), T_BARE(t_bad_urls))
+        T_BARE(t_replica_ack), T_BARE(t_bad_urls))

@@ -446,13 +446,6 @@ static int backend_new(const dlock_client_options *opts,
   r->min_replicas = opts->min_replicas_acked;
   r->replicas_timeout_ms =
       opts->replicas_timeout_ms > 0 ? opts->replicas_timeout_ms : 1000;
-  if (r->min_replicas > 0 && part) {
-    rb_free(&r->base);
-    return dl_seterr(NULL, DLOCK_ENOTSUP,
-                     "min_replicas_acked is not yet supported by "
-                     "redlock:// (its servers run the event-loop driver's "
-                     "operations)");
-  }
   cfg->connect_timeout_ms = opts->connect_timeout_ms;
   cfg->command_timeout_ms = opts->command_timeout_ms;
   cfg->reconnect_min_ms = opts->reconnect_min_ms;

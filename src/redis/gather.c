@@ -12,6 +12,7 @@
 #include "redis.h"
 
 #include <hiredis/hiredis.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +29,7 @@ typedef struct gstep {
   dl_pend *p;
   gather_link *L;
   dl_req *req;      /* an eval's or a command's; NULL: a pause */
+  dl_req *mark;     /* a replica acknowledgement's marker (req: its WAIT) */
   int64_t until;    /* the reply's deadline, or the pause's end */
   int script;       /* an eval's (for the NOSCRIPT fallback), else -1 */
   int nkeys, nargs;
@@ -148,6 +150,39 @@ static int g_command_start(dl_rlink *base, dl_pend *p, int argc,
   return add(L, p, s);
 }
 
+/* Replica acknowledgement: the marker write and WAIT, pipelined on the
+ * server's connection (dl_conn_replicate's, without WAITAOF). */
+static int g_replicate_start(dl_rlink *base, dl_pend *p,
+                             const char *const *keys, int nkeys, int n,
+                             int timeout_ms) {
+  gather_link *L = (gather_link *)base;
+  (void)keys, (void)nkeys; /* one server */
+  gstep *s = step_new(L, p);
+  if (s == NULL) return 0;
+  char ns[16], ts[16];
+  snprintf(ns, sizeof ns, "%d", n);
+  snprintf(ts, sizeof ts, "%d", timeout_ms);
+  const char *mark[3] = {"PUBLISH", DL_REPLICATE_CHANNEL, ""};
+  const char *wait[3] = {"WAIT", ns, ts};
+  size_t mlen[3] = {7, strlen(DL_REPLICATE_CHANNEL), 0};
+  size_t wlen[3] = {4, strlen(ns), strlen(ts)};
+  int err = 0;
+  s->until = dl_now_ms() + L->env->command_timeout_ms + timeout_ms;
+  s->mark = dl_conn_send(L->conn, 3, mark, mlen, false, &err);
+  if (s->mark) s->req = dl_conn_send(L->conn, 3, wait, wlen, false, &err);
+  if (s->req == NULL) {
+    if (s->mark) { /* its answer is waited for and dropped */
+      redisReply *r = NULL;
+      (void)dl_req_wait(L->conn, s->mark, s->until, &r);
+      if (r) freeReplyObject(r);
+    }
+    free(s);
+    p->rc = err;
+    return 0;
+  }
+  return add(L, p, s);
+}
+
 static int g_pause_start(dl_rlink *base, dl_pend *p, int64_t until) {
   gather_link *L = (gather_link *)base;
   gstep *s = step_new(L, p);
@@ -178,6 +213,20 @@ static void complete(gstep *s) {
   if (s->req == NULL) { /* a pause */
     int64_t left = s->until - dl_now_ms();
     if (left > 0) dl_sleep_ms(left);
+  } else if (s->mark) { /* the marker's answer, then the WAIT's */
+    redisReply *m = NULL, *r = NULL;
+    int rc = dl_req_wait(L->conn, s->mark, s->until, &m);
+    if (m) freeReplyObject(m);
+    int rc2 = dl_req_wait(L->conn, s->req, s->until, &r);
+    if (rc2 == 0) rc2 = dl_reply_check(L->env->err_owner, &r);
+    if (rc == 0) rc = rc2;
+    if (rc == 0 && (r == NULL || r->type != REDIS_REPLY_INTEGER))
+      rc = dl_seterr(L->env->err_owner, DLOCK_EPROTO,
+                     "unexpected reply to WAIT");
+    if (rc == 0)
+      p->acked = r->integer > 1000000 ? 1000000 : (int)r->integer;
+    if (r) freeReplyObject(r);
+    p->rc = rc;
   } else {
     redisReply *r = NULL;
     int rc = dl_req_wait(L->conn, s->req, s->until, &r);
@@ -293,6 +342,7 @@ static const dl_rlink_ops gather_ops = {
     .eval_start = g_eval_start,
     .command_start = g_command_start,
     .pause_start = g_pause_start,
+    .replicate_start = g_replicate_start,
     .cancel = g_cancel,
 };
 
