@@ -217,7 +217,6 @@ void dl_areq_cancel(dl_areq *r) {
   detach(r->c, r, &ud);
 }
 
-
 /* ---- replica acknowledgement: a marker and WAIT, queued together ---- */
 struct dl_arepl {
   dl_areq *mark, *wait;
