@@ -997,6 +997,12 @@ static void t_zk_server_restart(void) {
   CHECK_EQ(atomic_load(&states_seen),
            1 << DLOCK_CONN_SUSPENDED | 1 << DLOCK_CONN_RECONNECTED);
   CHECK_EQ(dlock_lock_is_held(la), 1);
+  /* b's session reconnects on its own schedule (under valgrind, after a's
+   * was back): until it answers, its requests would time out. */
+  end = th_now_ms() + 10000;
+  while (dlock_client_ping(b) != 0 && th_now_ms() < end)
+    th_sleep_ms(20);
+  CHECK_RC(dlock_client_ping(b), 0);
   CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, NULL), DLOCK_EBUSY);
   CHECK_EQ(atomic_load(&lost_calls), 0);
   uint64_t tok = 0;
