@@ -64,7 +64,7 @@ extern "C" {
   X(ENOTOWNER, -16, "lock is not held by this owner")                         \
   X(ELOST, -17, "lock was lost (lease expired or taken away)")                \
   X(ECLOSED, -18, "client is closing")                                        \
-  X(ENOTSUP, -19, "not supported by this build")                             \
+  X(ENOTSUP, -19, "not supported")                                            \
   X(ERANGE, -20, "count out of range (a latch already at zero)")              \
   X(EDEADLK, -21, "would deadlock (a reader asked for the write lock)")      \
   X(ENOPERM, -22, "the server's ACL does not permit this command")            \
@@ -92,8 +92,9 @@ DLOCK_API const char *dlock_strerror(int err);
  * Thread-safe. */
 DLOCK_API const char *dlock_err_name(int err);
 
-/* Returns the library's version string ("0.1.0"); DLOCK_VERSION_NUM's value
- * at build time through `num` if non-NULL. Thread-safe. */
+/* Returns the library's version string (DLOCK_VERSION_STRING, "0.2.0"
+ * here); DLOCK_VERSION_NUM's value at build time through `num` if
+ * non-NULL. Thread-safe. */
 DLOCK_API const char *dlock_version(int *num);
 
 /* ------------------------------------------------------------------------
@@ -167,11 +168,12 @@ typedef struct dlock_client_options {
   /* Replica acknowledgement: after each acquire, renewal and release,
    * WAIT for this many replicas (0, the default: no wait). An acquire not
    * acknowledged in time is given back and fails with DLOCK_ENOTACKED; a
-   * renewal not acknowledged does not extend the hold's validity. Not on
-   * redlock:// (DLOCK_ENOTSUP at open). */
+   * renewal not acknowledged does not extend the hold's validity. On
+   * redlock:// each server waits for its own replicas, and a server whose
+   * replicas fall short does not count towards the quorum. */
   int min_replicas_acked;
   int replicas_timeout_ms; /* the WAIT's limit; 0: 1000 */
-  /* ZooKeeper (zk:// URLs; added in 0.3). The session timeout asked of the
+  /* ZooKeeper (zk:// URLs; added in 0.2). The session timeout asked of the
    * server (which clamps it to 2..20 of its ticks); a session the server
    * has not heard from for that long expires and every lock it held is
    * lost. Default 60000 (Curator's). */

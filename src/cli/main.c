@@ -13,7 +13,8 @@
 static const char *usage_text =
     "usage: dlock [-u URL] COMMAND [options] ...\n"
     "\n"
-    "Distributed locks on Redis, shared with Redisson's RLock.\n"
+    "Distributed locks on Redis (one server, Sentinel, Cluster, Redlock)\n"
+    "and ZooKeeper, shared with Redisson, the Redlock clients and Curator.\n"
     "\n"
     "commands:\n"
     "  run [options] NAME -- COMMAND [ARG...]   run COMMAND holding lock NAME\n"
@@ -40,6 +41,8 @@ static const char *usage_text =
     "                         redis-cluster://host:port[,host:port...]\n"
     "                         [?pubsub=auto|sharded|classic], "
     "rediss-cluster://...\n"
+    "                         redlock://host:port,host:port,host:port"
+    "[?options]\n"
     "                         (default $DLOCK_URL, else "
     "redis://127.0.0.1:6379)\n"
     "  --replicas N           after each acquire, renewal and release, WAIT\n"

@@ -425,6 +425,15 @@ static int backend_new(const dlock_client_options *opts,
     free(cfg->ep.password);
     cfg->ep.password = copy_opt(opts->password, &oom);
   }
+  if (!oom && cfg->ep.username && cfg->ep.password == NULL) {
+    /* "pw@host" is a user without a password, which no server accepts:
+     * say so rather than send no AUTH at all. */
+    rb_free(&r->base);
+    return dl_seterr(NULL, DLOCK_EURL,
+                     "the URL names a user but no password (write "
+                     ":PASSWORD@ for a password alone, USER:PASSWORD@ for "
+                     "an ACL user; or give the password as an option)");
+  }
   cfg->client_name = copy_opt(opts->client_name, &oom);
   cfg->server_name = copy_opt(opts->tls_server_name, &oom);
   if (cfg->ep.master_name) {
