@@ -195,6 +195,16 @@ t_url_without_password() {
   expect_rc 0 $? "--password-file"
   out=$(DLOCK_PASSWORD=wrong "$DLOCK" status pw 2>&1); expect_rc 69 $? "wrong password"
   case "$out" in *wrong*) fail "the password appears in: $out" ;; esac
+  # "pw@host" names a user, and no password comes from anywhere: refused,
+  # not sent without AUTH; with $DLOCK_PASSWORD the same URL is a user's.
+  out=$(env -u DLOCK_PASSWORD "$DLOCK" -u "redis://s3cret@127.0.0.1:$PORT" status pw 2>&1)
+  expect_rc 64 $? "a user without a password"
+  case "$out" in *"user but no password"*) ;; *) fail "pw@: '$out'" ;; esac
+  case "$out" in *s3cret*) fail "the user name appears in: $out" ;; esac
+  out=$(env -u DLOCK_PASSWORD "$DLOCK" -u "redis-cluster://s3cret@127.0.0.1:$PORT" status pw 2>&1)
+  expect_rc 64 $? "a user without a password (cluster)"
+  "$DLOCK" -u "redis://default@127.0.0.1:$PORT" status pw >/dev/null
+  expect_rc 1 $? "user default, the password in \$DLOCK_PASSWORD"
 }
 
 t_nested_password() {
