@@ -6,8 +6,9 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
           redis-server redis-tools openssl gnuplot-nox python3 bsdutils
           libfaketime libuv1-dev libevent-dev redis-sentinel
-          libzookeeper-mt-dev zookeeper default-jre-headless)
-[ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(valgrind clang)
+          libzookeeper-mt-dev zookeeper default-jre-headless
+          valgrind) # valgrind: the cost gate (tests/test_cost.sh) in every run
+[ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(clang)
 # Node and npm for the interop test with npm redlock and redis-semaphore
 # (tests/test_interop_node.sh); only when missing: an npm installed outside
 # Debian's packages conflicts with Debian's.
