@@ -4,7 +4,9 @@
 #include "client/client.h"
 #include "redis/redis.h"
 
+#include <hiredis/hiredis.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void t_url_redis(void) {
@@ -235,6 +237,39 @@ static void t_park(void) {
 #endif
 }
 
-TH_MAIN(T_BARE(t_park), T_BARE(t_durations), T_BARE(t_url_redis),
+/* dl_resp_format writes what hiredis's formatter writes: argument counts
+ * and lengths of every size class, empty and binary arguments, and C
+ * strings when no lengths are given. */
+static void t_resp_format(void) {
+  char big[20000];
+  for (size_t i = 0; i < sizeof big; i++) big[i] = (char)(i * 7);
+  const char *argv[120];
+  size_t lens[120];
+  for (int argc = 1; argc <= 120; argc += 7) {
+    for (int i = 0; i < argc; i++) {
+      argv[i] = big + i;
+      lens[i] = (size_t)(i * i * i) % (sizeof big - 128) / (size_t)(1 + i % 5);
+      if (i % 11 == 3) lens[i] = 0;
+    }
+    char *mine = NULL, *theirs = NULL;
+    int a = dl_resp_format(&mine, argc, argv, lens);
+    int b = redisFormatCommandArgv(&theirs, argc, argv, lens);
+    CHECK(a > 0);
+    CHECK_EQ(a, b);
+    CHECK(memcmp(mine, theirs, (size_t)a) == 0);
+    free(mine);
+    redisFreeCommand(theirs);
+  }
+  const char *words[] = {"EVALSHA", "", "k", "0123456789"};
+  char *mine = NULL, *theirs = NULL;
+  int a = dl_resp_format(&mine, 4, words, NULL);
+  int b = redisFormatCommandArgv(&theirs, 4, words, NULL);
+  CHECK_EQ(a, b);
+  CHECK(a > 0 && memcmp(mine, theirs, (size_t)a) == 0);
+  free(mine);
+  redisFreeCommand(theirs);
+}
+
+TH_MAIN(T_BARE(t_resp_format), T_BARE(t_park), T_BARE(t_durations), T_BARE(t_url_redis),
         T_BARE(t_url_bad), T_BARE(t_url_redact), T_BARE(t_errors),
         T_BARE(t_bad_open), T_BARE(t_options_size))

@@ -55,7 +55,7 @@ struct dl_req {
 
 static void req_put(dl_req *r) {
   if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) {
-    if (r->cmd) redisFreeSdsCommand(r->cmd);
+    free(r->cmd);
     if (r->reply) freeReplyObject(r->reply);
     free(r);
   }
@@ -265,7 +265,7 @@ static void do_write(dl_conn *c, int64_t deadline) {
         }
         memcpy(buf + off, r->cmd, r->len);
         off += r->len;
-        redisFreeSdsCommand(r->cmd);
+        free(r->cmd);
         r->cmd = NULL;
       }
     } else {
@@ -283,8 +283,7 @@ static void do_write(dl_conn *c, int64_t deadline) {
     h->refs++;
     pthread_mutex_unlock(&c->mu);
     int rc = dl_io_write(h->io, buf, total, deadline);
-    if (single) redisFreeSdsCommand(buf);
-    else free(buf);
+    free(buf);
     pthread_mutex_lock(&c->mu);
     if (rc != 0 && c->cur == h)
       conn_fail(c, rc == DLOCK_ETIMEDOUT ? DLOCK_ETIMEDOUT : DLOCK_ECONNLOST,
@@ -391,7 +390,7 @@ static dl_req *conn_send(dl_conn *c, int argc, const char **argv,
     *err = conn_err(c, DLOCK_ENOMEM, "out of memory");
     return NULL;
   }
-  int len = redisFormatSdsCommandArgv(&r->cmd, argc, argv, argvlen);
+  int len = dl_resp_format(&r->cmd, argc, argv, argvlen);
   if (len < 0) {
     free(r);
     *err = conn_err(c, DLOCK_ENOMEM, "out of memory");
@@ -410,7 +409,7 @@ static dl_req *conn_send(dl_conn *c, int argc, const char **argv,
   int rc = ensure_up(c, deadline);
   if (rc != 0) {
     pthread_mutex_unlock(&c->mu);
-    redisFreeSdsCommand(r->cmd);
+    free(r->cmd);
     free(r);
     *err = rc;
     return NULL;

@@ -811,6 +811,11 @@ typedef struct dl_evargv {
 int dl_evargv_build(int script, bool body, int nkeys, const char *const *keys,
                     int nargs, const char *const *args, dl_evargv *v);
 void dl_evargv_free(dl_evargv *v);
+/* Formats a command (RESP: an array of argc bulk strings; lens NULL: each
+ * argv[i] a C string) into *out, a malloc'd buffer the caller frees with
+ * free(). Returns its length, or -1 out of memory (*out NULL). */
+int dl_resp_format(char **out, int argc, const char *const *argv,
+                   const size_t *lens);
 /* An error reply becomes its code (the server's text recorded for owner,
  * the reply freed, *reply NULL); any other reply is kept and 0 returned. */
 int dl_reply_check(const struct dlock_client *owner, struct redisReply **reply);

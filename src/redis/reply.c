@@ -6,6 +6,7 @@
 #include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 #include <openssl/sha.h>
@@ -113,6 +114,65 @@ int dl_evargv_build(int script, bool body, int nkeys, const char *const *keys,
   for (int i = 0; i < nargs; i++) argv[3 + nkeys + i] = args[i];
   for (int i = 0; i < argc; i++) v->lens[i] = strlen(argv[i]);
   return argc;
+}
+
+/* The decimal digits of n. */
+static size_t ndigits(size_t n) {
+  size_t d = 1;
+  while (n >= 10) {
+    n /= 10;
+    d++;
+  }
+  return d;
+}
+
+/* Writes n in decimal at p, returns the end. */
+static char *put_size(char *p, size_t n) {
+  char tmp[24];
+  size_t i = 0;
+  do {
+    tmp[i++] = (char)('0' + n % 10);
+    n /= 10;
+  } while (n);
+  while (i) *p++ = tmp[--i];
+  return p;
+}
+
+int dl_resp_format(char **out, int argc, const char *const *argv,
+                   const size_t *lens) {
+  /* hiredis formats each "$len" through sdscatfmt, growing the string as
+   * it goes: a fifth of a blocking lock cycle's client instructions. Here
+   * the size is known first and the buffer allocated once. */
+  size_t total = 1 + ndigits((size_t)argc) + 2;
+  for (int i = 0; i < argc; i++) {
+    size_t n = lens ? lens[i] : strlen(argv[i]);
+    total += 1 + ndigits(n) + 2 + n + 2;
+  }
+  char *buf = malloc(total + 1);
+  *out = buf;
+  if (buf == NULL || total > INT_MAX) {
+    free(buf);
+    *out = NULL;
+    return -1;
+  }
+  char *p = buf;
+  *p++ = '*';
+  p = put_size(p, (size_t)argc);
+  *p++ = '\r';
+  *p++ = '\n';
+  for (int i = 0; i < argc; i++) {
+    size_t n = lens ? lens[i] : strlen(argv[i]);
+    *p++ = '$';
+    p = put_size(p, n);
+    *p++ = '\r';
+    *p++ = '\n';
+    memcpy(p, argv[i], n);
+    p += n;
+    *p++ = '\r';
+    *p++ = '\n';
+  }
+  *p = '\0';
+  return (int)total;
 }
 
 void dl_evargv_free(dl_evargv *v) {
