@@ -4,9 +4,9 @@
 #include "redis.h"
 
 #include <hiredis/hiredis.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <limits.h>
 #include <string.h>
 
 #include <openssl/sha.h>

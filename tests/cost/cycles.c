@@ -13,9 +13,9 @@
  *
  * Exits 0 when every cycle acquired and freed the lock, else 1 with the
  * reason on stderr. */
+#include "cli/bench/redisson.h"
 #include "dlock.h"
 #include "dlock_async.h"
-#include "cli/bench/redisson.h"
 
 #include <hiredis/hiredis.h>
 
@@ -164,8 +164,7 @@ static int run_redisson(const char *url, const char *name, long n) {
       ok = redisAppendFormattedCommand(c, p, (size_t)(q - p)) == REDIS_OK &&
            redisGetReply(c, (void **)&r) == REDIS_OK && r &&
            r->type != REDIS_REPLY_ERROR;
-      if (ok && k == 1)
-        ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+      if (ok && k == 1) ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
       if (r) freeReplyObject(r);
       p = q;
     }

@@ -12,7 +12,6 @@
  * that pipelines it is in baseline.c. Needs hiredis only. */
 #include "redisson.h"
 
-
 #include <hiredis/hiredis.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -70,8 +69,7 @@ int bench_redisson_format(char **out, const char *lock_sha,
   snprintf(token, sizeof token, "redisson_lock_token:{%s}", key);
   snprintf(chan, sizeof chan, "redisson_lock__channel:{%s}", key);
   snprintf(latch, sizeof latch,
-           "redisson_unlock_latch:{%s}:0123456789abcdef0123456789abcdef",
-           key);
+           "redisson_unlock_latch:{%s}:0123456789abcdef0123456789abcdef", key);
   const char *owner = "00000000-0000-0000-0000-000000000000:1";
   char *cmd[3] = {NULL, NULL, NULL};
   int len[3];
@@ -93,6 +91,7 @@ int bench_redisson_format(char **out, const char *lock_sha,
       total = len[0] + len[1] + len[2];
     }
   }
-  for (int i = 0; i < 3; i++) redisFreeCommand(cmd[i]);
+  for (int i = 0; i < 3; i++)
+    redisFreeCommand(cmd[i]);
   return total;
 }
