@@ -366,7 +366,10 @@ DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
  * acquisition returns the token of the hold it re-enters). Returns
  * DLOCK_EBUSY if another owner still held it when the wait ran out,
  * DLOCK_ELATE if it was granted but the reply came after its lease could
- * have ended (it is given back), or another negative code; on failure
+ * have ended (it is given back), DLOCK_EWRONGTYPE at once if the name (or a
+ * key beside it) holds something this kind did not make (a string, a list,
+ * an application's hash, a lock of another kind: nothing is changed;
+ * docs/WIRE.md, "What dlock refuses"), or another negative code; on failure
  * nothing is held. A waiter queues on the
  * server and is handed the lock by a release, in arrival order (unless the
  * client polls: see wait_backoff_max_ms). Time: returns within wait_ms plus
@@ -481,7 +484,10 @@ typedef struct dlock_lock_state {
                                      -1 if unknown (no info was set) */
   int64_t ttl_ms;                 /* remaining lease; -2 free, -1 no expiry */
   uint64_t token;                 /* last fencing token issued, 0 if none */
-  int waiters;                    /* processes subscribed to its channel */
+  int waiters;                    /* processes waiting: subscribed to its
+                                     channel, or queued (a fair lock's
+                                     waiters listen on channels of their
+                                     own), whichever is more */
   /* What else lives at the name (a snapshot of any lock kind): */
   char mode[8];      /* a read-write lock: "read" or "write"; else "" */
   int readers;       /* a read-write lock: owners holding the read lock */
@@ -491,7 +497,8 @@ typedef struct dlock_lock_state {
                         when the name holds a number, else -1 */
   int permits_taken; /* a permit-expirable semaphore: permits out */
   char type[8];      /* the server's type of the key at the name: "none",
-                        "hash" (every lock kind), "string" (a semaphore's
+                        "hash" (every lock kind; an application's hash
+                        has holders 0), "string" (a semaphore's
                         or latch's count, or anything else), "list", "set",
                         "zset" or "stream"; on zk:// "znode" (a path,
                         the lock's nodes its children) or "none" */
@@ -665,7 +672,9 @@ DLOCK_API int dlock_leader_start(dlock_leader *l);
 /* Waits up to wait_ms (0: one look, < 0: no limit) until this participant
  * is the leader, without polling. Returns 0 leader, DLOCK_EBUSY not in
  * time, DLOCK_ELOST out of the election for good (its session expired),
- * DLOCK_EINVAL not started. Blocks the calling thread; thread-safe. */
+ * DLOCK_EWRONGTYPE out of it on Redis because NAME holds something else
+ * than a lock (nothing changed), DLOCK_EINVAL not started. Blocks the calling
+ * thread; thread-safe. */
 DLOCK_API int dlock_leader_await(dlock_leader *l, int64_t wait_ms);
 /* (On Redis DLOCK_ELOST comes only with the client's close.) */
 /* 1 if this participant is the leader now (as last heard), else 0. */

@@ -452,9 +452,9 @@ t_acquire_error_reason() {
   rcli SET wrongtype-key x >/dev/null
   local out rc
   out=$("$DLOCK" run wrongtype-key -- true 2>&1); rc=$?
-  expect_rc 69 "$rc" "run on a string key"
+  expect_rc 65 "$rc" "run on a string key"
   case $out in
-    *WRONGTYPE*"another type"*|*"another type"*WRONGTYPE*) ;;
+    *"another type"*"not a dlock lock: string"*) ;;
     *) fail "no reason in: $out" ;;
   esac
   # A user the ACL does not let run scripts: its own exit status.
@@ -517,6 +517,56 @@ t_fair_read_write() {
   "$DLOCK" run --read --write x -- true 2>/dev/null; expect_rc 64 $? "--read --write"
   reap_sleepers
 }
+
+# Every kind refuses a key it did not make (exit 65, a message naming what
+# it found and nothing of the server's scripts) and leaves it as it was.
+dump_of() { rcli DUMP "$1" | md5sum; }
+t_wrong_type_refused() {
+  rcli DEL userhash k >/dev/null
+  rcli HSET userhash name alice >/dev/null
+  local before out o
+  before=$(dump_of userhash)
+  for o in --read --write --fair --plain ""; do
+    out=$("$DLOCK" run $o -w 0 userhash -- true 2>&1); expect_rc 65 $? "run $o on a hash"
+    case "$out" in *"not a dlock "*"lock: hash"*) ;; *) fail "run $o: $out" ;; esac
+    [ "$(dump_of userhash)" = "$before" ] || fail "run $o changed the hash"
+  done
+  out=$("$DLOCK" run --read -w 0 userhash -- true 2>&1)
+  case "$out" in *"not a dlock read-write lock: hash"*) ;; *) fail "--read: $out" ;; esac
+  [ "$(rcli HGETALL userhash | tr '\n' ' ')" = "name alice " ] || fail "hash: $(rcli HGETALL userhash)"
+  out=$("$DLOCK" status userhash 2>&1); expect_rc 65 $? "status of a hash"
+  case "$out" in *"not a dlock lock: hash"*) ;; *) fail "status: $out" ;; esac
+  out=$("$DLOCK" run --permits 2 userhash -- true 2>&1); expect_rc 65 $? "--permits on a hash"
+  out=$("$DLOCK" elect -w 5s userhash -- true 2>&1); expect_rc 65 $? "elect on a hash"
+  case "$out" in *"not a dlock lock: hash"*) ;; *) fail "elect: $out" ;; esac
+  [ "$(dump_of userhash)" = "$before" ] || fail "elect changed the hash"
+  rcli SET k hello >/dev/null
+  before=$(dump_of k)
+  for o in "--permits 2" --read ""; do
+    out=$("$DLOCK" run $o -w 0 k -- true 2>&1); expect_rc 65 $? "run $o on a string"
+    case "$out" in *script*|*user_script*|*Lua*|*"compare number"*) fail "run $o: $out" ;; esac
+    case "$out" in *"not a dlock "*) ;; *) fail "run $o: $out" ;; esac
+    [ "$(dump_of k)" = "$before" ] || fail "run $o changed the string"
+  done
+  rcli DEL userhash k >/dev/null
+}
+
+# status counts a fair lock's queued waiters as waiting.
+t_fair_status_waiting() {
+  "$DLOCK" run -q --fair fw -- sh -c "$(sleeper fw)" & local h=$!
+  wait_until is_held fw || fail "fair lock not held"
+  local pids=() i out
+  for i in 1 2; do
+    "$DLOCK" run -q --fair fw -- true & pids+=($!)
+  done
+  wait_until fw_queued 2 || fail "waiters never queued"
+  out=$("$DLOCK" status fw)
+  case "$out" in *"waiting:   2"*) ;; *) fail "status: $out" ;; esac
+  kill "$h"; wait "$h" 2>/dev/null
+  for i in "${pids[@]}"; do wait "$i" || fail "a fair waiter failed"; done
+  reap_sleepers
+}
+fw_queued() { [ "$(rcli LLEN 'redisson_lock_queue:{fw}')" = "$1" ]; }
 
 t_queue() {
   local out t0 t1
@@ -656,7 +706,8 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_terminal_status_line t_bad_input t_permits t_fair_read_write \
          t_version t_options_after_name t_status_not_a_lock \
          t_holders_described t_nested_password t_man_page \
-         t_acquire_error_reason t_queue t_plain t_redlock t_elect}; do
+         t_acquire_error_reason t_wrong_type_refused t_fair_status_waiting \
+         t_queue t_plain t_redlock t_elect}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

@@ -153,7 +153,7 @@ static void t_minority_taken(void) {
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "rl:m", NULL, &l), 0);
   for (int i = 0; i < 2; i++)
-    th_cmd_int(&srv[i], "SET rl:m other:1");
+    th_cmd_int(&srv[i], "SET rl:m other:1 PX 60000");
   CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), DLOCK_EBUSY);
   CHECK_EQ(th_cmd_int(&srv[2], "EXISTS rl:m"), 0);
   th_cmd_int(&srv[1], "DEL rl:m");

@@ -270,6 +270,49 @@ static void t_resp_format(void) {
   redisFreeCommand(theirs);
 }
 
-TH_MAIN(T_BARE(t_resp_format), T_BARE(t_park), T_BARE(t_durations), T_BARE(t_url_redis),
-        T_BARE(t_url_bad), T_BARE(t_url_redact), T_BARE(t_errors),
-        T_BARE(t_bad_open), T_BARE(t_options_size))
+/* A server's error as the user reads it: nothing of the script machinery
+ * (Redis 7's and Redis 6's forms), never a Lua error's text. */
+static void t_error_text(void) {
+  static const struct {
+    const char *in, *out;
+  } cases[] = {
+      {"WRONGTYPE k: not a dlock read-write lock: hash",
+       "WRONGTYPE k: not a dlock read-write lock: hash"},
+      {"WRONGTYPE Operation against a key holding the wrong kind of value "
+       "script: 2bb6143013a1a18f813232906fb6dea9bb666934, on "
+       "@user_script:200.",
+       "WRONGTYPE Operation against a key holding the wrong kind of value"},
+      {"ERR Error running script (call to "
+       "f_2bb6143013a1a18f813232906fb6dea9bb666934): @user_script:200: "
+       "WRONGTYPE Operation against a key holding the wrong kind of value",
+       "WRONGTYPE Operation against a key holding the wrong kind of value"},
+      {"OOM command not allowed when used memory > 'maxmemory'. script: "
+       "f427749a79b67aa08903e343257c58c59c6029c4, on @user_script:46.",
+       "OOM command not allowed when used memory > 'maxmemory'."},
+      {"NOPERM this user has no permissions to run the 'evalsha' command",
+       "NOPERM this user has no permissions to run the 'evalsha' command"},
+  };
+  char out[512];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    dl_reply_error_text(cases[i].in, out, sizeof out);
+    if (strcmp(out, cases[i].out) != 0)
+      fprintf(stderr, "    %s\n    -> %s\n", cases[i].in, out);
+    CHECK(strcmp(out, cases[i].out) == 0);
+  }
+  static const char *const lua[] = {
+      "ERR user_script:46: attempt to compare number with nil script: "
+      "f427749a79b67aa08903e343257c58c59c6029c4, on @user_script:46.",
+      "ERR Error running script (call to "
+      "f_f427749a79b67aa08903e343257c58c59c6029c4): @user_script:46: "
+      "user_script:46: attempt to compare number with nil",
+  };
+  for (size_t i = 0; i < 2; i++) {
+    dl_reply_error_text(lua[i], out, sizeof out);
+    CHECK(strstr(out, "script failed") != NULL);
+    CHECK(strstr(out, "user_script") == NULL && strstr(out, "nil") == NULL);
+  }
+}
+
+TH_MAIN(T_BARE(t_resp_format), T_BARE(t_park), T_BARE(t_error_text), T_BARE(t_durations),
+        T_BARE(t_url_redis), T_BARE(t_url_bad), T_BARE(t_url_redact),
+        T_BARE(t_errors), T_BARE(t_bad_open), T_BARE(t_options_size))

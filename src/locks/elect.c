@@ -28,6 +28,8 @@ struct dlock_leader {
   dlock_lock *lock;
   pthread_t thread;
   bool running, stop, lost;
+  int refused;    /* DLOCK_EWRONGTYPE: NAME holds something else, no turns */
+  char why[256];  /* its message, for the thread that awaits */
   bool self_free; /* freed from its own callback: the thread frees it */
 };
 
@@ -104,6 +106,14 @@ static void *take_turns(void *arg) {
     int rc = dlock_lock_try_acquire(l->lock, 200, 0, &token);
     if (rc == DLOCK_ECLOSED) break;
     if (rc == DLOCK_EBUSY) continue;
+    if (rc == DLOCK_EWRONGTYPE) { /* nothing to take turns on: out */
+      pthread_mutex_lock(&l->mu);
+      l->refused = rc;
+      snprintf(l->why, sizeof l->why, "%s", dlock_client_errmsg(l->c));
+      pthread_mutex_unlock(&l->mu);
+      changed(l, 0, 0, true);
+      break;
+    }
     if (rc != 0) { /* the server's trouble: a little later */
       dl_sleep_ms(100);
       continue;
@@ -209,9 +219,13 @@ int dlock_leader_await(dlock_leader *l, int64_t wait_ms) {
   }
   int rc = !l->started  ? DLOCK_EINVAL
            : l->leader  ? 0
+           : l->refused ? l->refused
            : l->gone    ? DLOCK_ELOST
                         : DLOCK_EBUSY;
+  char why[sizeof l->why];
+  memcpy(why, l->why, sizeof why);
   pthread_mutex_unlock(&l->mu);
+  if (rc == DLOCK_EWRONGTYPE) return dl_seterr(l->c, rc, "%s", why);
   if (rc == DLOCK_EINVAL)
     return dl_seterr(l->c, rc, "the participant has not joined "
                      "(dlock_leader_start)");

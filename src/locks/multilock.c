@@ -77,9 +77,14 @@ int dlock_multilock_try_acquire(dlock_multilock *m, int64_t wait_ms,
     uint64_t tok = 0;
     int rc = dlock_lock_try_acquire(m->locks[i], left, lease_ms, &tok);
     if (rc != 0) {
-      /* All or nothing: give back what was taken, newest first. */
+      /* All or nothing: give back what was taken, newest first; the
+       * caller reads why it failed, not how the give-back went. */
+      dlock_client *c = dl_lock_client(m->locks[i]);
+      char why[512];
+      snprintf(why, sizeof why, "%s", dlock_client_errmsg(c));
       while (k-- > 0)
         dlock_lock_release(m->locks[m->order[k]]);
+      if (why[0]) dl_seterr(c, rc, "%s", why);
       return rc;
     }
     if (tokens) tokens[i] = tok;

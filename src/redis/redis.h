@@ -816,9 +816,17 @@ void dl_evargv_free(dl_evargv *v);
  * free(). Returns its length, or -1 out of memory (*out NULL). */
 int dl_resp_format(char **out, int argc, const char *const *argv,
                    const size_t *lens);
-/* An error reply becomes its code (the server's text recorded for owner,
- * the reply freed, *reply NULL); any other reply is kept and 0 returned. */
+/* An error reply becomes its code (the server's text, as
+ * dl_reply_error_text gives it, recorded for owner, the reply freed,
+ * *reply NULL); any other reply is kept and 0 returned. */
 int dl_reply_check(const struct dlock_client *owner, struct redisReply **reply);
+/* An error reply's text `in` as a user may read it, in out (len bytes):
+ * without what Redis adds to an error inside a script (Redis 7's " script:
+ * <sha>, on @user_script:N." after it, Redis 6's "ERR Error running script
+ * (call to f_<sha>): @user_script:N: " before it), and without a Lua
+ * error's text (a failed script is dlock's bug, never the user's to read:
+ * a fixed text instead). */
+void dl_reply_error_text(const char *in, char *out, size_t len);
 /* Whether r is the NOSCRIPT error (the script cache lost the script). */
 bool dl_reply_noscript(const struct redisReply *r);
 /* Whether r is a READONLY error (the server is a replica now). */

@@ -71,11 +71,37 @@ const dl_script *dl_script_of(int script) {
 
 void dl_scripts_init(void) { pthread_once(&scripts_once, scripts_hash); }
 
+void dl_reply_error_text(const char *in, char *out, size_t len) {
+  static const char running[] = "ERR Error running script";
+  const char *s = in, *at;
+  if (strncmp(s, running, sizeof running - 1) == 0 &&
+      (at = strstr(s, "@user_script:")) != NULL &&
+      (at = strstr(at, ": ")) != NULL)
+    s = at + 2;
+  size_t n = strlen(s);
+  for (const char *p = strstr(s, " script: "); p;
+       p = strstr(p + 1, " script: "))
+    if (strspn(p + 9, "0123456789abcdef") == 40) {
+      n = (size_t)(p - s);
+      break;
+    }
+  if (strncmp(s, "ERR user_script:", 16) == 0 ||
+      strncmp(s, "user_script:", 12) == 0) {
+    snprintf(out, len,
+             "a dlock script failed on the server (please report "
+             "it, with the server's version)");
+    return;
+  }
+  snprintf(out, len, "%.*s", (int)n, s);
+}
+
 int dl_reply_check(const struct dlock_client *owner, redisReply **reply) {
   redisReply *r = *reply;
   if (r->type != REDIS_REPLY_ERROR) return 0;
   int code = dl_server_errcode(r->str);
-  dl_seterr(owner, code, "%s", r->str);
+  char msg[512];
+  dl_reply_error_text(r->str, msg, sizeof msg);
+  dl_seterr(owner, code, "%s", msg);
   freeReplyObject(r);
   *reply = NULL;
   return code;

@@ -55,10 +55,15 @@ static int int_string(dl_redis *R, redisReply *r, long long *v) {
     char *end;
     *v = strtoll(r->str, &end, 10);
     if (*end != '\0' || *v < INT32_MIN || *v > INT32_MAX) rc = DLOCK_EPROTO;
+    if (*end != '\0' || end == r->str) rc = DLOCK_EWRONGTYPE; /* not ours */
   } else if (r->type != REDIS_REPLY_NIL) {
     rc = DLOCK_EPROTO;
   }
   freeReplyObject(r);
+  if (rc == DLOCK_EWRONGTYPE)
+    return dl_seterr(R->env.err_owner, rc,
+                     "not a dlock semaphore or latch: a string that is not a "
+                     "number");
   if (rc) return dl_seterr(R->env.err_owner, rc, "unexpected reply to GET");
   return 0;
 }

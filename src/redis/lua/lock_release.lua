@@ -44,8 +44,17 @@ end
 -- The plain string lock (two keys besides the latch: the string, the
 -- unlock channel): compare-and-delete; the value is the owner id. A
 -- reentrant release only extends the lease (the count is the client's).
+-- Another type at the name: WRONGTYPE, saying what it found.
+local function wrong(what)
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ': not a dlock ' ..
+                           what .. ': ' .. redis.call('type', KEYS[1]).ok)
+end
 if nkeys == 2 then
-  if redis.call('get', KEYS[1]) ~= ARGV[3] then
+  local v = redis.pcall('get', KEYS[1])
+  if type(v) == 'table' then
+    return wrong('plain lock')
+  end
+  if v ~= ARGV[3] then
     return nil
   end
   if believed > 1 then
@@ -56,7 +65,10 @@ if nkeys == 2 then
   return result(1 + redis.call('publish', KEYS[2], ARGV[1]))
 end
 
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+local mine = redis.pcall('hexists', KEYS[1], ARGV[3])
+if type(mine) == 'table' then
+  return wrong('lock')
+elseif mine == 0 then
   return nil
 end
 if believed > 1 then

@@ -17,6 +17,23 @@
 -- set: ARGV[2] permits, only if never set: 1 set, 0 not. add: ARGV[2]
 --   permits (may be negative): 0. available: the permits available.
 -- Time is the server's, in ms (Redisson uses each client's clock).
+-- What dlock refuses (docs/WIRE.md): anything at the name but a number (a
+-- string that is not one, a hash, a list...), with a WRONGTYPE error that
+-- says what it found, before any write.
+do
+  local v = redis.pcall('get', KEYS[1])
+  local found = type(v) == 'table' and redis.call('type', KEYS[1]).ok or
+                (v and not string.match(v, '^%-?%d+$') and
+                 'a string that is not a number')
+  if not found then -- the permits' leases
+    local z = redis.call('type', KEYS[2]).ok
+    found = z ~= 'none' and z ~= 'zset' and (KEYS[2] .. ' is a ' .. z)
+  end
+  if found then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] ..
+                             ': not a dlock semaphore: ' .. found)
+  end
+end
 local NON_EXPIRABLE = 922337203685477
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -7,6 +7,19 @@
 -- Returns: release: how many subscribed clients heard it; add: the permits
 -- now available; set: 1 set, 0 it already existed; drain: the permits taken
 -- away.
+-- What dlock refuses (docs/WIRE.md): anything at the name but a number (a
+-- string that is not one, a hash, a list...), with a WRONGTYPE error that
+-- says what it found, before any write.
+do
+  local v = redis.pcall('get', KEYS[1])
+  local found = type(v) == 'table' and redis.call('type', KEYS[1]).ok or
+                (v and not string.match(v, '^%-?%d+$') and
+                 'a string that is not a number')
+  if found then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] ..
+                             ': not a dlock semaphore: ' .. found)
+  end
+end
 local op, n = ARGV[1], tonumber(ARGV[2])
 if op == 'release' then
   local value = redis.call('incrby', KEYS[1], n)
