@@ -60,7 +60,7 @@ client_instr() {
       "$CYCLES" "$URL" "$mode" $((N * k)) 2>"$out.log" ||
       { echo "FAIL: callgrind cycles $mode" >&2; cat "$out.log" >&2; exit 1; }
     # The totals of every thread's part (one file per thread, or one file).
-    ir+=("$(cat "$out"* 2>/dev/null | awk '/^(summary|totals):/ {s += $2} END {print s + 0}')")
+    ir+=("$(cat "$out"* 2>/dev/null | awk '/^totals:/ {s += $2} END {print s + 0}')")
   done
   got[$mode.client_instructions]=$(( (${ir[1]} - ${ir[0]}) / N ))
   echo "$mode: client instructions per cycle ${got[$mode.client_instructions]}"
@@ -89,7 +89,7 @@ server_instr() {
       { echo "FAIL: cycles $mode against callgrind's server" >&2; kill -9 "$pid"; exit 1; }
     redis-cli -p "$port" shutdown nosave >/dev/null 2>&1
     wait "$pid"
-    ir+=("$(cat "$out"* 2>/dev/null | awk '/^(summary|totals):/ {s += $2} END {print s + 0}')")
+    ir+=("$(cat "$out"* 2>/dev/null | awk '/^totals:/ {s += $2} END {print s + 0}')")
   done
   got[$mode.server_instructions]=$(( (${ir[1]} - ${ir[0]}) / N ))
   echo "$mode: server instructions per cycle ${got[$mode.server_instructions]}"

@@ -165,9 +165,14 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
                         alive,
                         young,
                         propose};
-  /* A plain lock's first attempt sends only what it needs. */
+  /* A plain lock's first attempt sends only what it needs: every
+   * argument carried costs the server about as much as a fifth of a
+   * command (tests/test_cost.sh), so the defaults at the end (no holder
+   * info, no count, not starving) are left out. */
   int nkeys = fair || enqueue ? 5 : 3;
   int nargs = extra ? extra : fair ? 8 : enqueue ? 9 : 6;
+  if (nargs == 6 && !o->starving)
+    nargs = a->held != 0 ? 4 : a->info[0] ? 3 : 2;
   return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, nkeys,
                             keys, nargs, args);
 }

@@ -2,10 +2,12 @@
 -- KEYS[1] the lock hash (field = owner id, value = hold count)
 -- KEYS[2] the fencing-token counter (Redisson RFencedLock's key)
 -- KEYS[3] the hand-off reservation of a starving waiter (string: owner id)
--- ARGV[1] lease in ms; ARGV[2] owner id; ARGV[3] holder info ('' = none)
--- ARGV[4] the hold count the client believes the owner has (0 = none)
--- ARGV[5] '1' if the caller has waited past the starvation threshold
--- ARGV[6] how long a reservation lasts, in ms (renewed at each attempt)
+-- ARGV[1] lease in ms; ARGV[2] owner id; ARGV[3] holder info ('' or
+-- absent = none); ARGV[4] the hold count the client believes the owner
+-- has (0 or absent = none); ARGV[5] '1' if the caller has waited past the
+-- starvation threshold; ARGV[6] how long a reservation lasts, in ms
+-- (renewed at each attempt). A first attempt sends only what is not a
+-- default: the lock's ARGV[3..6] are then absent.
 -- The fair lock (Redisson RFairLock's layout) also passes:
 -- KEYS[4] the queue of waiters (list of owner ids); KEYS[5] their timeouts
 -- (zset: owner id -> server time in ms after which a waiter counts as dead)
@@ -55,6 +57,25 @@
 -- round is needed to write it back (redlock.c).
 local AHEAD_US = 1000000
 
+-- The common case first, before anything else is set up (each statement
+-- below it costs every call): a lock's first attempt (three keys, no
+-- holder info, no count, not starving, not a Redlock server) finds the
+-- name free and not reserved, and the counter there. Anything else goes
+-- on to the general path having written nothing (a failed INCR writes
+-- nothing; one that found no counter is made good there).
+local counted -- the counter was incremented to 1 here: it was missing
+if #KEYS == 3 and not ARGV[3] and redis.call('exists', KEYS[1], KEYS[3]) == 0
+then
+  local t = redis.pcall('incr', KEYS[2])
+  counted = t == 1
+  if type(t) == 'number' and t ~= 1 then
+    redis.call('pexpire', KEYS[2], math.max(86400000, tonumber(ARGV[1])))
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, t}
+  end
+end
+
 -- What dlock refuses (docs/WIRE.md): a key that is not of this kind, at
 -- the name or at a name beside it, with a WRONGTYPE error that says what
 -- it found, before any write. Checked only off the fast path: a free name
@@ -98,7 +119,7 @@ end
 local function next_token()
   local ttl = math.max(86400000, tonumber(ARGV[1]))
   local p = tonumber(ARGV[11] or '')
-  if not p then
+  if not p and not counted then
     local t = redis.pcall('incr', KEYS[2])
     if type(t) == 'table' then
       return failed(t, KEYS[2])
@@ -172,7 +193,7 @@ local function take()
     redis.call('lrem', KEYS[4], 1, ARGV[2])
   end
   redis.call('hset', KEYS[1], ARGV[2], 1)
-  if ARGV[3] ~= '' then
+  if ARGV[3] and ARGV[3] ~= '' then
     local now = redis.call('time')
     redis.call('hset', KEYS[1], 'dlock:info', ARGV[3], 'dlock:since',
                string.format('%.0f', now[1] * 1000 + math.floor(now[2] / 1000)))
@@ -189,7 +210,7 @@ local function refused(ms, who)
     local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) +
                      tonumber(ARGV[9])
     local entry = string.format('%.0f', deadline) .. ':' .. ARGV[1] .. ':' ..
-                  ARGV[3]
+                  (ARGV[3] or '')
     local new = redis.pcall('hset', KEYS[5], ARGV[2], entry)
     if type(new) == 'table' then
       return failed(new, KEYS[5])
@@ -291,7 +312,7 @@ if owners == 0 and n > 0 then -- (a fair lock free for the first waiter: 0)
                'read-write lock' or 'hash')
 end
 if mine then
-  local believed = tonumber(ARGV[4])
+  local believed = tonumber(ARGV[4] or '0')
   if believed == 0 then
     -- The owner's field is there but its client knows of no hold: an earlier
     -- acquire ran here and its reply was lost. Take it afresh rather than
