@@ -162,6 +162,8 @@ int cli_exit_for(int err) {
     return EXIT_CONFLICT;
   case DLOCK_ENOPERM:
     return EXIT_NOPERM;
+  case DLOCK_ERANGE: /* a count the API cannot carry: nothing changed */
+    return EXIT_DATAERR;
   default:
     return EXIT_UNAVAILABLE;
   }
