@@ -220,6 +220,8 @@ DLOCK_API void dlock_client_close(dlock_client *c);
 
 /* The detail of the calling thread's last failed call on `c` (server error
  * text included; never a password), or "" (none, or it succeeded since).
+ * Every call that fails with a client at hand sets it afresh, argument
+ * errors included (a NULL client or handle has none to set).
  * Per client and per thread: a failure on another client, or in another
  * thread, does not change it. Valid until the thread's next call on `c`; a
  * thread keeps the details of its 8 clients that failed last (an older

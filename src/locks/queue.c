@@ -31,7 +31,8 @@ static void destroy(dl_sync_handle *h) {
 static int queue_new(dlock_client *c, const char *name, bool delayed,
                      dlock_queue **out) {
   if (out) *out = NULL;
-  if (c == NULL || out == NULL) return DLOCK_EINVAL;
+  if (c == NULL) return DLOCK_EINVAL;
+  if (out == NULL) return dl_seterr(c, DLOCK_EINVAL, "out is NULL");
   int rc = dl_check_name(c, name);
   if (rc != 0) return rc;
   dlock_queue *q = calloc(1, sizeof *q);
