@@ -156,6 +156,11 @@ static void t_misuse(void) {
   FRESH(dlock_client_owner(c, small, sizeof small), DLOCK_EINVAL,
         "buf is NULL or under");
   FRESH(dlock_lock_validity(a, NULL), DLOCK_ENOTOWNER, "'u:a' is not held");
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new(c, "u:q", &q), 0);
+  FRESH(dlock_queue_size(q, NULL), DLOCK_EINVAL, "n is NULL");
+  FRESH(dlock_queue_poll(q, 0, NULL, NULL), DLOCK_EINVAL, "value is NULL");
+  dlock_queue_free(q);
 #undef FRESH
   /* Releasing what one does not hold: an error, nothing changed. */
   dlock_lock *ab[] = {a, b};
