@@ -290,7 +290,8 @@ int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen) {
    * as part of the port or the database. */
   const char *q = strchr(p, '?');
   if (q)
-    return unknown_option(q + 1, "redis://", "it takes none", ep, err, errlen);
+    return unknown_option(q + 1, "redis://",
+                          "it takes none; the database is /N", ep, err, errlen);
   rc = parse_hostport(p, end_auth, &ep->host, &ep->port, err, errlen);
   if (rc != 0) {
     dl_endpoint_clear(ep);
