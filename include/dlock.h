@@ -65,7 +65,8 @@ extern "C" {
   X(ELOST, -17, "lock was lost (lease expired or taken away)")                \
   X(ECLOSED, -18, "client is closing")                                        \
   X(ENOTSUP, -19, "not supported")                                            \
-  X(ERANGE, -20, "count out of range (a latch already at zero)")              \
+  X(ERANGE, -20, "count out of range (a latch already at zero, or "         \
+                 "permits past an int)")                                      \
   X(EDEADLK, -21, "would deadlock (a reader asked for the write lock)")      \
   X(ENOPERM, -22, "the server's ACL does not permit this command")            \
   X(ELATE, -23, "granted, but the reply came after its lease could have "    \
@@ -221,6 +222,8 @@ DLOCK_API void dlock_client_close(dlock_client *c);
 
 /* The detail of the calling thread's last failed call on `c` (server error
  * text included; never a password), or "" (none, or it succeeded since).
+ * Every call that fails with a client at hand sets it afresh, argument
+ * errors included (a NULL client or handle has none to set).
  * Per client and per thread: a failure on another client, or in another
  * thread, does not change it. Valid until the thread's next call on `c`; a
  * thread keeps the details of its 8 clients that failed last (an older
@@ -582,7 +585,10 @@ DLOCK_API void dlock_semaphore_free(dlock_semaphore *s);
 DLOCK_API int dlock_semaphore_try_set_permits(dlock_semaphore *s,
                                               int permits);
 /* Adds permits (negative: takes them away, down to below zero if the
- * holders have them). Returns 0 or a negative code; wakes waiters. */
+ * holders have them). Returns 0 or a negative code; wakes waiters.
+ * DLOCK_ERANGE (nothing changed) when the count would leave the range of
+ * an int (as release's, and the permit-expirable semaphore's add with
+ * the permits out counted). */
 DLOCK_API int dlock_semaphore_add_permits(dlock_semaphore *s, int permits);
 /* Takes `permits` (> 0), waiting up to wait_ms (0: one try, < 0: no
  * limit) without polling: each release wakes as many waiters as it makes
@@ -594,11 +600,14 @@ DLOCK_API int dlock_semaphore_try_acquire(dlock_semaphore *s, int permits,
 /* As dlock_semaphore_try_acquire with no wait limit (Redisson's
  * acquire(n)): waits until taken, an error, or the client closes. */
 DLOCK_API int dlock_semaphore_acquire(dlock_semaphore *s, int permits);
-/* Gives back `permits` (> 0). Returns 0 or a negative code. */
+/* Gives back `permits` (> 0). Returns 0 or a negative code
+ * (DLOCK_ERANGE past INT_MAX: nothing changed). */
 DLOCK_API int dlock_semaphore_release(dlock_semaphore *s, int permits);
-/* The permits available now (0 if never set), or a negative code. */
+/* The permits available now (0 if never set), or a negative code
+ * (DLOCK_ERANGE: another client set more than INT_MAX). */
 DLOCK_API int dlock_semaphore_available(dlock_semaphore *s);
-/* Takes every available permit; returns how many, or a negative code. */
+/* Takes every available permit; returns how many, or a negative code
+ * (DLOCK_ERANGE: the count is outside an int, and nothing is taken). */
 DLOCK_API int dlock_semaphore_drain(dlock_semaphore *s);
 
 /* ---- Count-down latch (Redisson RCountDownLatch) ----

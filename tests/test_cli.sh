@@ -698,6 +698,37 @@ t_elect() {
   reap_sleepers
 }
 
+# dlock run and its command stopped (SIGSTOP) past a 2 s lease while another
+# client takes and releases the lock: the command then ends with 0, but it
+# did not hold the lock from start to end, so dlock run exits 76. Four
+# rounds: the command resumed first (it ends before dlock looks), dlock
+# first, both at once, the command first again (the race went either way).
+t_stopped_past_lease_is_lost() {
+  local round
+  for round in command dlock both command; do
+    rm -f sp.pid sp.go
+    setsid "$DLOCK" run -q -l 2s stopped -- sh -c \
+      'echo $$ > sp.pid; while [ ! -e sp.go ]; do sleep 0.02; done; exit 0' &
+    local d=$!
+    wait_until test -s sp.pid || fail "$round: no command"
+    local cmd; cmd=$(cat sp.pid)
+    kill -STOP -- "-$d" "-$cmd"
+    # Another client waits out the lease, takes the lock and releases it.
+    "$DLOCK" run -q -w 20s stopped -- true; expect_rc 0 $? "$round: the other client"
+    touch sp.go
+    case $round in
+      command) kill -CONT -- "-$cmd"
+               wait_until sh -c "! kill -0 $cmd 2>/dev/null || \
+                 grep -q '^State:.*Z' /proc/$cmd/status"
+               kill -CONT -- "-$d" ;;
+      dlock) kill -CONT -- "-$d"; kill -CONT -- "-$cmd" ;;
+      both) kill -CONT -- "-$d" "-$cmd" ;;
+    esac
+    wait "$d"; expect_rc 76 $? "$round: dlock run after its lock was lost"
+  done
+  rm -f sp.pid sp.go
+}
+
 # CLI_TESTS="t_a t_b" runs only those.
 for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_revocation_kills_at_once \
@@ -707,7 +738,7 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_version t_options_after_name t_status_not_a_lock \
          t_holders_described t_nested_password t_man_page \
          t_acquire_error_reason t_wrong_type_refused t_fair_status_waiting \
-         t_queue t_plain t_redlock t_elect}; do
+         t_queue t_plain t_redlock t_elect t_stopped_past_lease_is_lost}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

@@ -52,6 +52,24 @@ static void t_url_bad(void) {
     CHECK_RC(rc, DLOCK_EURL);
     CHECK(err[0] != '\0');
   }
+  /* An option the URL does not know is named, not read as a bad port. */
+  static const char *opt[] = {
+      "redis://h:6379?foo=bar",
+      "redis://h/0?foo=bar",
+      "rediss://u:p@h?foo",
+      "unix:///s?foo=1",
+      "redis-sentinel://h:1/m?foo=1",
+      "redis-cluster://h:1?foo=1",
+      "redis-cluster://h:1/?foo&pubsub=auto",
+  };
+  for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
+    dl_endpoint ep;
+    char err[200] = "";
+    CHECK_RC(dl_url_parse(opt[i], &ep, err, sizeof err), DLOCK_EURL);
+    if (strstr(err, "unknown option 'foo'") == NULL)
+      fprintf(stderr, "    %s: %s\n", opt[i], err);
+    CHECK(strstr(err, "unknown option 'foo'") != NULL);
+  }
 }
 
 static void t_url_redact(void) {

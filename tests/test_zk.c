@@ -4,6 +4,7 @@
 #include "harness.h"
 #include "loop_drivers.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -557,6 +558,14 @@ static void t_zk_permits(void) {
   CHECK_EQ(dlock_permits_force_release(pa, id2), 0);
   CHECK_EQ(dlock_permits_available(pa), 1);
   CHECK_RC(dlock_permits_add_permits(pa, 2), 0);
+  CHECK_EQ(dlock_permits_available(pb), 3);
+  /* The API counts in an int: past it, refused and nothing changed; a
+   * count set past it by another client is said to be that. */
+  CHECK_RC(dlock_permits_add_permits(pa, INT_MAX), DLOCK_ERANGE);
+  CHECK_EQ(dlock_permits_available(pb), 3);
+  CHECK_EQ(zoo_set(zh, "/sem/x", "2147483649", 10, -1), ZOK);
+  CHECK_RC(dlock_permits_available(pa), DLOCK_ERANGE);
+  CHECK_RC(dlock_permits_add_permits(pa, -2147483645), 0);
   CHECK_EQ(dlock_permits_available(pb), 3);
   CHECK_RC(dlock_permits_release(pb, w.id), 0);
   CHECK_EQ(marked(zh, "/sem/x/leases", "lease-"), 0);

@@ -166,6 +166,7 @@ int cli_exit_for(int err) {
   case DLOCK_ENOPERM:
     return EXIT_NOPERM;
   case DLOCK_EWRONGTYPE: /* NAME holds something else: nothing changed */
+  case DLOCK_ERANGE: /* a count the API cannot carry: nothing changed */
     return EXIT_DATAERR;
   default:
     return EXIT_UNAVAILABLE;

@@ -282,8 +282,13 @@ int dl_owner_id(const dlock_client *c, const char *explicit_owner, char *buf,
 }
 
 int dlock_client_owner(const dlock_client *c, char *buf, size_t len) {
-  if (c == NULL || buf == NULL) return DLOCK_EINVAL;
-  return dl_owner_id(c, NULL, buf, len);
+  if (c == NULL) return DLOCK_EINVAL;
+  int n = buf ? dl_owner_id(c, NULL, buf, len) : DLOCK_EINVAL;
+  if (n < 0)
+    return dl_seterr(c, DLOCK_EINVAL,
+                     "buf is NULL or under the %zu bytes of the owner",
+                     strlen(c->id) + 22);
+  return n;
 }
 
 char *dl_key(const dlock_client *c, const char *fmt, ...) {
@@ -312,7 +317,9 @@ int dlock_client_ping(dlock_client *c) {
 
 int dlock_client_stats_get_size(dlock_client *c, dlock_client_stats *st,
                                 size_t size) {
-  if (c == NULL || st == NULL || size == 0) return DLOCK_EINVAL;
+  if (c == NULL) return DLOCK_EINVAL;
+  if (st == NULL || size == 0)
+    return dl_seterr(c, DLOCK_EINVAL, "no stats to fill (st NULL or size 0)");
   dlock_client_stats all = {0};
   if (c->backend->ops->stats) c->backend->ops->stats(c->backend, &all);
   dl_watchdog_stats(c->watchdog, &all);

@@ -358,6 +358,17 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
   return failed < 0 ? failed : renewed;
 }
 
+/* A chunk's renewal deadline: its earliest validity, as a reply after it
+ * would be too late for that hold anyway. But a validity that already ran
+ * out (this process was stopped, or the watchdog starved) is no deadline:
+ * one in the past fails at once and, with it, every request on the
+ * connection (a release among them, told "no reply in time" instead of
+ * the loss); that chunk gets one command timeout. */
+static int64_t renew_deadline(const dl_watchdog *w, const chunk *k) {
+  int64_t now = dl_now_ms();
+  return k->earliest > now ? k->earliest : now + w->c->env.command_timeout_ms;
+}
+
 /* Renews the holds of all[0..total) that are still linked, in one call of
  * the backend; or with `check`, asks whether the server still has them,
  * extending nothing. Returns how many were renewed (still held), or a
@@ -367,13 +378,13 @@ static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total,
   chunk k;
   int rc = chunk_prepare(w, all, total, check, &k);
   if (rc == 0 && k.n > 0) {
-    /* A reply that comes after the earliest validity would be too late for
-     * that hold anyway. Items without an answer are tried again next
-     * round: the lease still runs. */
+    /* Items without an answer are tried again next round: the lease
+     * still runs. */
     dl_backend *b = w->c->backend;
     int calls = 0;
-    int failed = b->ops->renew(b, k.earliest, check ? 0 : w->lease_ms,
-                               (int)k.n, k.items, &calls);
+    int failed =
+        b->ops->renew(b, renew_deadline(w, &k), check ? 0 : w->lease_ms,
+                      (int)k.n, k.items, &calls);
     rc = chunk_apply(w, &k, failed, calls);
   }
   chunk_free(&k);
@@ -551,9 +562,9 @@ static void round_next(loop_round *lr) {
     int rc = chunk_prepare(w, lr->snap + lr->lo, m, lr->check, &lr->k);
     if (rc == 0 && lr->k.n > 0) {
       dl_backend *b = w->c->backend;
-      rc = b->ops->renew_async(b, lr->k.earliest, lr->check ? 0 : w->lease_ms,
-                               (int)lr->k.n, lr->k.items, &lr->calls,
-                               round_done, lr, &lr->op);
+      rc = b->ops->renew_async(
+          b, renew_deadline(w, &lr->k), lr->check ? 0 : w->lease_ms,
+          (int)lr->k.n, lr->k.items, &lr->calls, round_done, lr, &lr->op);
       if (rc == 0) return; /* goes on in round_done */
     }
     chunk_free(&lr->k);

@@ -67,6 +67,15 @@ static int parse_int(const char *s, size_t n, int lo, int hi, int *out) {
     return DLOCK_EURL;                                                         \
   } while (0)
 
+/* The error for an option of query q ("name[=value][&...]") that `kind`
+ * does not know: names it and what the URL accepts. */
+static int unknown_option(const char *q, const char *kind, const char *accepts,
+                          dl_endpoint *ep, char *err, size_t errlen) {
+  size_t n = strcspn(q, "=&");
+  FAIL("unknown option '%.*s' in the %s URL (%s)", (int)(n > 64 ? 64 : n), q,
+       kind, accepts);
+}
+
 static int parse_unix(const char *p, dl_endpoint *ep, char *err,
                       size_t errlen) {
   /* unix:///path/redis.sock[?db=N] */
@@ -77,7 +86,9 @@ static int parse_unix(const char *p, dl_endpoint *ep, char *err,
   ep->unix_path = pct_decode(p, plen);
   if (ep->unix_path == NULL) FAIL("bad %%-escape in the socket path");
   if (q) {
-    if (strncmp(q + 1, "db=", 3) != 0) FAIL("unix URL accepts only ?db=N");
+    if (strncmp(q + 1, "db=", 3) != 0)
+      return unknown_option(q + 1, "unix", "it accepts only ?db=N", ep, err,
+                            errlen);
     const char *d = q + 4;
     if (parse_int(d, strlen(d), 0, 1000000, &ep->db) != 0)
       FAIL("bad database number in the unix URL");
@@ -174,8 +185,10 @@ static int parse_sentinel(const char *p, const char *end, dl_endpoint *ep,
     FAIL("bad master name");
   if (q) {
     if (strncmp(q + 1, "db=", 3) != 0)
-      FAIL("redis-sentinel URL accepts only ?db=N (the sentinels' "
-           "password is an option, never in the URL)");
+      return unknown_option(q + 1, "redis-sentinel",
+                            "it accepts only ?db=N; the sentinels' password "
+                            "is an option, never in the URL",
+                            ep, err, errlen);
     if (parse_int(q + 4, strlen(q + 4), 0, 1000000, &ep->db) != 0)
       FAIL("bad database number in the URL");
   }
@@ -201,8 +214,13 @@ static int parse_cluster(const char *p, const char *end, dl_endpoint *ep,
     ep->cluster_pubsub = DL_PUBSUB_SHARDED;
   else if (strcmp(q, "pubsub=classic") == 0)
     ep->cluster_pubsub = DL_PUBSUB_CLASSIC;
+  else if (strncmp(q, "pubsub=", 7) == 0)
+    FAIL("redis-cluster URL: pubsub is auto, sharded or classic, not '%s'",
+         q + 7);
   else
-    FAIL("redis-cluster URL accepts only ?pubsub=auto|sharded|classic");
+    return unknown_option(q, "redis-cluster",
+                          "it accepts only ?pubsub=auto|sharded|classic", ep,
+                          err, errlen);
   return 0;
 }
 
@@ -268,6 +286,12 @@ int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen) {
     return parse_cluster(p, q && q < end_auth ? q : end_auth, ep, err,
                          errlen);
   }
+  /* redis:// takes no options: name the one given, rather than read it
+   * as part of the port or the database. */
+  const char *q = strchr(p, '?');
+  if (q)
+    return unknown_option(q + 1, "redis://",
+                          "it takes none; the database is /N", ep, err, errlen);
   rc = parse_hostport(p, end_auth, &ep->host, &ep->port, err, errlen);
   if (rc != 0) {
     dl_endpoint_clear(ep);

@@ -45,7 +45,8 @@ static void destroy(dlock_leader *l) {
 int dlock_leader_new(dlock_client *c, const char *name, const char *id,
                      dlock_leader **out) {
   if (out) *out = NULL;
-  if (c == NULL || out == NULL) return DLOCK_EINVAL;
+  if (c == NULL) return DLOCK_EINVAL;
+  if (out == NULL) return dl_seterr(c, DLOCK_EINVAL, "out is NULL");
   int rc = dl_check_name(c, name);
   if (rc != 0) return rc;
   if (id == NULL) id = "";
@@ -246,7 +247,8 @@ int dlock_leader_has_leadership(dlock_leader *l) {
 }
 
 int dlock_leader_token(dlock_leader *l, uint64_t *token) {
-  if (l == NULL || token == NULL) return DLOCK_EINVAL;
+  if (l == NULL) return DLOCK_EINVAL;
+  if (token == NULL) return dl_seterr(l->c, DLOCK_EINVAL, "token is NULL");
   pthread_mutex_lock(&l->mu);
   bool leader = l->leader;
   *token = l->token;
@@ -255,7 +257,9 @@ int dlock_leader_token(dlock_leader *l, uint64_t *token) {
 }
 
 int dlock_leader_get_leader(dlock_leader *l, char *buf, size_t len) {
-  if (l == NULL || (buf == NULL && len > 0)) return DLOCK_EINVAL;
+  if (l == NULL) return DLOCK_EINVAL;
+  if (buf == NULL && len > 0)
+    return dl_seterr(l->c, DLOCK_EINVAL, "buf is NULL (len %zu)", len);
   dl_backend *b = l->c->backend;
   if (b->ops->elect_leader == NULL) { /* the lock's holder: its info */
     if (l->c->loop)

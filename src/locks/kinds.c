@@ -1,6 +1,7 @@
 /* kinds.c: what the lock kinds share. */
 #include "locks.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,6 +237,10 @@ int dl_sync_end_rc(dl_sync_handle *h, dl_sync_call *q, int rc) {
 
 int dl_sync_end_count(dl_sync_handle *h, dl_sync_call *q, int rc) {
   if (rc != 0) return rc;
+  if (q->v > INT_MAX) /* set past an int by another client: say so */
+    return dl_seterr(h->c, DLOCK_ERANGE,
+                     "%s '%s' counts %lld, more than an int holds", q->kind,
+                     h->key + h->c->prefix_len, q->v);
   dl_clearerr(h->c);
   return q->v < 0 ? 0 : (int)q->v;
 }

@@ -107,7 +107,8 @@ int dl_sync_update_call(const void *handle, const char *kind, dl_sync_op op,
                         long long n,
                         int (*end)(dl_sync_handle *, dl_sync_call *, int),
                         dl_sync_call *q);
-/* The usual ends: rc itself (0 or a code); a count (v, below zero as 0);
+/* The usual ends: rc itself (0 or a code); a count (v, below zero as 0,
+ * DLOCK_ERANGE past INT_MAX);
  * v == 1 as 1 or 0. Each clears the client's detail on success. */
 int dl_sync_end_rc(dl_sync_handle *h, dl_sync_call *q, int rc);
 int dl_sync_end_count(dl_sync_handle *h, dl_sync_call *q, int rc);
