@@ -43,7 +43,7 @@ static int rel_send(dl_rlock_rel *o) {
   latch[n++] = ':';
   memcpy(latch + n, o->id, strlen(o->id) + 1);
   const char *retry = o->retry ? "1" : "0"; /* only a retry finds a latch */
-  const char *keys[7], *args[6];
+  const char *keys[7], *args[5];
   int script, nkeys, nargs;
   if (is_rw(l)) {
     script = DL_SCRIPT_RW_RELEASE;
@@ -64,13 +64,12 @@ static int rel_send(dl_rlock_rel *o) {
     keys[1] = CHANNEL(l, ch);
     keys[2] = latch;
     nkeys = 3;
-    args[0] = UNLOCK_MESSAGE;
-    args[1] = lease;
-    args[2] = l->owner;
-    args[3] = cnt;
-    args[4] = keep;
-    args[5] = retry;
-    nargs = 6;
+    args[0] = l->owner;
+    args[1] = cnt;
+    args[2] = keep;
+    args[3] = lease;
+    args[4] = retry;
+    nargs = o->retry ? 5 : o->count > 1 ? 4 : 3; /* see the script */
   } else {
     /* The fair lock wakes its first waiter; the plain lock hands itself to
      * the first of its hand-off queue. */
@@ -87,13 +86,12 @@ static int rel_send(dl_rlock_rel *o) {
       nkeys = 6;
     }
     keys[nkeys++] = latch;
-    args[0] = UNLOCK_MESSAGE;
-    args[1] = lease;
-    args[2] = l->owner;
-    args[3] = cnt;
-    args[4] = keep;
-    args[5] = retry;
-    nargs = 6;
+    args[0] = l->owner;
+    args[1] = cnt;
+    args[2] = keep;
+    args[3] = lease;
+    args[4] = retry;
+    nargs = o->retry ? 5 : o->count > 1 ? 4 : 3; /* see the script */ /* a first send leaves the default out */
   }
   o->st = REL_SENT;
   return dl_redis_step_eval(R, &o->p, o->until, script | o->wake_first, nkeys,

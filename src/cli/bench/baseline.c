@@ -375,18 +375,17 @@ static double ceiling_tagged(redisContext *c, int64_t ms, const char *tag) {
     dl_derived_into(w, sizeof w, "dlock_lock_waiters", key);
     char *a = NULL, *r2 = NULL;
     int la = redisFormatCommand(&a,
-                                "EVALSHA %s 3 %s %s %s 10000 bench:ceil:1 "
-                                "%s 0 0 600",
-                                acq->sha, key, tok, hand, "");
+                                "EVALSHA %s 3 %s %s %s 10000 bench:ceil:1",
+                                acq->sha, key, tok, hand);
     /* The release's latch (docs/WIRE.md) is written as by the library; it
      * lives 1 ms here, not 3 command timeouts, so that the batches sent
      * again with the same request ids do not fill the server. A first send
-     * (the last argument 0) never reads it. */
+     * (no retry argument) never reads it. */
     dl_derived_into(latch, sizeof latch, "redisson_unlock_latch", key);
     strcat(latch, ":0123456789abcdef:1");
     int lr = redisFormatCommand(&r2,
-                                "EVALSHA %s 7 %s %s %s %s %s %s %s 0 "
-                                "10000 bench:ceil:1 1 1 0",
+                                "EVALSHA %s 7 %s %s %s %s %s %s %s "
+                                "bench:ceil:1 1 1",
                                 rel->sha, key, chan, q, w, tok, hand, latch);
     char *grown =
         la > 0 && lr > 0 ? realloc(cmds, len + (size_t)la + (size_t)lr) : NULL;

@@ -32,8 +32,10 @@ const char bench_redisson_lock_lua[] =
 
 /* KEYS[1] the lock hash, KEYS[2] its channel, KEYS[3] the request's
  * latch; ARGV[1] the message, ARGV[2] the lease, ARGV[3] the owner,
- * ARGV[4] the latch's life in ms. 1 freed, 0 still held, nil not the
- * owner's; a latch already set answers what it holds. */
+ * ARGV[4] the publish command (Redisson passes PUBLISH or SPUBLISH, for
+ * sharded channels since 3.22), ARGV[5] the latch's life in ms. 1 freed,
+ * 0 still held, nil not the owner's; a latch already set answers what it
+ * holds. */
 const char bench_redisson_unlock_lua[] =
     "local v = redis.call('get', KEYS[3]); "
     "if v ~= false then return tonumber(v); end; "
@@ -41,12 +43,12 @@ const char bench_redisson_unlock_lua[] =
     "local n = redis.call('hincrby', KEYS[1], ARGV[3], -1); "
     "if n > 0 then "
     "redis.call('pexpire', KEYS[1], ARGV[2]); "
-    "redis.call('set', KEYS[3], 0, 'px', ARGV[4]); "
+    "redis.call('set', KEYS[3], 0, 'px', ARGV[5]); "
     "return 0; "
     "end; "
     "redis.call('del', KEYS[1]); "
-    "redis.call('publish', KEYS[2], ARGV[1]); "
-    "redis.call('set', KEYS[3], 1, 'px', ARGV[4]); "
+    "redis.call(ARGV[4], KEYS[2], ARGV[1]); "
+    "redis.call('set', KEYS[3], 1, 'px', ARGV[5]); "
     "return 1;";
 
 int bench_redisson_load(struct redisContext *c, char lock_sha[41],
@@ -78,8 +80,9 @@ int bench_redisson_format(char **out, const char *lock_sha,
   /* The latch lives 1 ms here, not Redisson's 16-20 s, so that batches
    * sent again with the same request id do not find it set; the client
    * DELs it at once anyway. */
-  len[1] = redisFormatCommand(&cmd[1], "EVALSHA %s 3 %s %s %s 0 30000 %s 1",
-                              unlock_sha, key, chan, latch, owner);
+  len[1] =
+      redisFormatCommand(&cmd[1], "EVALSHA %s 3 %s %s %s 0 30000 %s publish 1",
+                         unlock_sha, key, chan, latch, owner);
   len[2] = redisFormatCommand(&cmd[2], "DEL %s", latch);
   int total = -1;
   if (len[0] > 0 && len[1] > 0 && len[2] > 0) {
