@@ -264,8 +264,13 @@ typedef enum dlock_conn_state {
   /* Back with the same session: every hold is kept. */
   DLOCK_CONN_RECONNECTED = 2,
   /* The session ended: every hold of the client is lost (each is also
-   * reported by its own loss callback); the client stays unusable. */
-  DLOCK_CONN_LOST = 3
+   * reported by its own loss callback). A new session is opened at once,
+   * as Curator's client does; until it is connected, calls fail. */
+  DLOCK_CONN_LOST = 3,
+  /* Connected with a new session after DLOCK_CONN_LOST: the client works
+   * again; holds must be taken anew (an election's standbys join again by
+   * themselves). */
+  DLOCK_CONN_NEW_SESSION = 4
 } dlock_conn_state;
 typedef void (*dlock_state_cb)(dlock_client *c, dlock_conn_state state,
                                void *ud);

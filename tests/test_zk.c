@@ -154,11 +154,22 @@ static void t_zk_mutex_layout(void) {
   CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &t3), 0);
   CHECK(t3 > t1);
   CHECK_RC(dlock_lock_release(l), 1);
-  /* Not a znode path: refused, nothing created. */
-  dlock_lock *bad;
-  CHECK_RC(dlock_lock_new(c, "locks/x", "me", &bad), 0);
-  CHECK_RC(dlock_lock_try_acquire(bad, 0, 0, NULL), DLOCK_EINVAL);
-  dlock_lock_free(bad);
+  /* Not a znode path (ZooKeeper's rules): refused when the handle is
+   * made, nothing created; so are the other kinds' handles. */
+  const char *bad_names[] = {"locks/x",      "/a//b",  "/a/",
+                             "/a/./b",       "/a/..",  "/zookeeper",
+                             "/zookeeper/q", "/a\x01b"};
+  for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
+    dlock_lock *bad = (dlock_lock *)1;
+    CHECK_RC(dlock_lock_new(c, bad_names[i], "me", &bad), DLOCK_EINVAL);
+    CHECK(bad == NULL);
+    CHECK(strstr(dlock_client_errmsg(c), "znode path") != NULL);
+  }
+  dlock_leader *bad_leader;
+  CHECK_RC(dlock_leader_new(c, "el", "me", &bad_leader), DLOCK_EINVAL);
+  dlock_lock *ok;
+  CHECK_RC(dlock_lock_new(c, "/zookeeperish/.x/..y", "me", &ok), 0);
+  dlock_lock_free(ok);
   dlock_lock_free(l);
   dlock_client_close(c);
   zookeeper_close(zh);
@@ -412,7 +423,8 @@ static void t_zk_leader_free_in_callback(void) {
 
 /* A leader paused past its session timeout (SIGSTOP): its node expires and
  * the other participant is elected with a larger token; resumed, the
- * first is told it is no longer the leader and is out for good. */
+ * first is told it is no longer the leader, and joins again (a new
+ * session) behind the new leader, as Curator's LeaderLatch. */
 static void leader_child(const th_zk *zk, int fd) {
   dlock_client *c = zclient(zk, 1000);
   dlock_leader *l;
@@ -433,9 +445,11 @@ static void leader_child(const th_zk *zk, int fd) {
   else if (dlock_leader_has_leadership(l) != 0)
     code = 20;
   /* The step-down may come first from the lost connection, the session's
-   * expiry once reconnected: out for good then. */
-  else if (dlock_leader_await(l, 10000) != DLOCK_ELOST)
+   * expiry once reconnected: then in again, behind the new leader. */
+  else if (dlock_leader_await(l, 1500) != DLOCK_EBUSY)
     code = 30;
+  else if (dlock_client_ping(c) != 0)
+    code = 40;
   dlock_leader_free(l);
   dlock_client_close(c);
   _exit(code);
@@ -1027,13 +1041,33 @@ static void t_zk_url(void) {
   CHECK_EQ(o.zk_session_timeout_ms, 60000);
   CHECK_EQ(o.zk_connect_timeout_ms, 15000);
   dlock_client *c = (dlock_client *)1;
-  const char *bad[] = {"zk://",     "zk://host",   "zk://h:0",    "zk://h:1,",
-                       "zk://h:1/", "zk://h:1/a/", "zk://h:1//a", "zk://u@h:1"};
+  const char *bad[] = {"zk://",
+                       "zk://host",
+                       "zk://h:0",
+                       "zk://h:1,",
+                       "zk://h:1/",
+                       "zk://h:1/a/",
+                       "zk://h:1//a",
+                       "zk://:pw@h:1",
+                       "zk://u:p@h@:1",
+                       "zk://h:1?foo=1",
+                       "zk://h:1?session_timeout=10",
+                       "zk://h:1?session_timeout=0s",
+                       "zk://h:1/a?connect_timeout=2s&",
+                       "zk://h:1?connect_timeout=2h"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     o.url = bad[i];
     CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
     CHECK(c == NULL);
   }
+  /* An unknown option is named; a password is never shown. */
+  o.url = "zk://svc:hunter2@h:1/app?sessiontimeout=1s";
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+  CHECK(strstr(dlock_client_open_errmsg(), "sessiontimeout") != NULL);
+  CHECK(strstr(dlock_client_open_errmsg(), "hunter2") == NULL);
+  /* A user without a password (none in the options either). */
+  o.url = "zk://svc@127.0.0.1:1";
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EAUTH);
   o.url = "zk://127.0.0.1:1,127.0.0.1:2/app";
   o.zk_session_timeout_ms = 0;
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_EINVAL);
@@ -1043,6 +1077,16 @@ static void t_zk_url(void) {
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
   CHECK(th_now_ms() - t0 >= 290);
   CHECK(strstr(dlock_client_open_errmsg(), "ZooKeeper") != NULL);
+  /* The connect timeout from the URL (the CLI's only way to set it). */
+  dlock_client_options_init(&o);
+  o.url = "zk://127.0.0.1:1/app?session_timeout=10s&connect_timeout=300ms";
+  t0 = th_now_ms();
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    ?connect_timeout=300ms: failed after %lld ms\n",
+          (long long)took);
+  CHECK(took >= 290 && took < 3000);
+  CHECK(strstr(dlock_client_open_errmsg(), "300 ms") != NULL);
 }
 
 /* dlock_lock_inspect on zk://: the first node's owner, info and czxid, the
@@ -1113,7 +1157,195 @@ static void t_zk_chroot(void) {
   CHECK_RC(dlock_lock_release(l), 1);
   dlock_lock_free(l);
   dlock_client_close(c);
+  /* A chroot that does not exist: the open fails at once, naming it (no
+   * command hangs or fails later with "no node"); nothing is created. */
+  snprintf(url, sizeof url, "%s/no/such/chroot", zk.url);
+  int64_t t0 = th_now_ms();
+  c = (dlock_client *)1;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+  CHECK(c == NULL);
+  CHECK(th_now_ms() - t0 < 3000);
+  CHECK(strstr(dlock_client_open_errmsg(), "/no/such/chroot") != NULL);
+  CHECK(strstr(dlock_client_open_errmsg(), "does not exist") != NULL);
+  struct Stat st;
+  CHECK_RC(zoo_exists(zh, "/no", 0, &st), ZNONODE);
   zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+static dlock_client *zclient_url(const char *url, const char *password) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.password = password;
+  o.zk_connect_timeout_ms = 5000;
+  dlock_client *c = NULL;
+  if (dlock_client_open(&o, &c) != 0)
+    fprintf(stderr, "    open: %s\n", dlock_client_open_errmsg());
+  return c;
+}
+
+/* Digest authentication (zk://USER:PASSWORD@...): a lock's nodes are its
+ * identity's alone (creator-only ACL). A client without the credentials,
+ * or with another identity, can neither take nor delete a lock held by
+ * an authenticated one: DLOCK_ENOPERM; a client of the same identity (its
+ * password from the options) works with it. The containers above the
+ * lock stay readable and open to creating for everyone. */
+static void t_zk_auth(void) {
+  ZK_SETUP(zk, zh);
+  char url[200], url_user[200], url_other[200];
+  snprintf(url, sizeof url, "zk://svc:s3cret@%s", zk.connect);
+  snprintf(url_user, sizeof url_user, "zk://svc@%s", zk.connect);
+  snprintf(url_other, sizeof url_other, "zk://other:pw@%s", zk.connect);
+  dlock_client *a = zclient_url(url, NULL);
+  dlock_client *same = zclient_url(url_user, "s3cret");
+  dlock_client *other = zclient_url(url_other, NULL);
+  dlock_client *anon = zclient(&zk, 0);
+  CHECK(a && same && other && anon);
+  dlock_lock *la, *ls, *lo, *ln;
+  CHECK_RC(dlock_lock_new(a, "/sec/x", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(same, "/sec/x", "s", &ls), 0);
+  CHECK_RC(dlock_lock_new(other, "/sec/x", "o", &lo), 0);
+  CHECK_RC(dlock_lock_new(anon, "/sec/x", "n", &ln), 0);
+  uint64_t tok = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &tok), 0);
+  /* A raw handle of the same identity sees the nodes. */
+  zhandle_t *zs = raw(&zk);
+  CHECK(zs != NULL);
+  CHECK_RC(zoo_add_auth(zs, "digest", "svc:s3cret", 10, NULL, NULL), ZOK);
+  char node[256], path[300];
+  CHECK_EQ(children(zs, "/sec/x", node, sizeof node), 1);
+  snprintf(path, sizeof path, "/sec/x/%s", node);
+  /* The lock's nodes: the creator's identity only. */
+  struct ACL_vector acl;
+  struct Stat st;
+  CHECK_RC(zoo_get_acl(zs, path, &acl, &st), ZOK);
+  CHECK_EQ(acl.count, 1);
+  CHECK(strcmp(acl.data[0].id.scheme, "digest") == 0);
+  CHECK(strncmp(acl.data[0].id.id, "svc:", 4) == 0);
+  CHECK_EQ(acl.data[0].perms, ZOO_PERM_ALL);
+  deallocate_ACL_vector(&acl);
+  CHECK_RC(zoo_get_acl(zs, "/sec/x", &acl, &st), ZOK);
+  CHECK_EQ(acl.count, 1);
+  deallocate_ACL_vector(&acl);
+  zookeeper_close(zs);
+  /* Without the credentials: no delete (raw), no take, no force release. */
+  CHECK_RC(zoo_delete(zh, path, -1), ZNOAUTH);
+  CHECK_RC(dlock_lock_try_acquire(ln, 0, 0, NULL), DLOCK_ENOPERM);
+  CHECK_RC(dlock_lock_force_release(ln), DLOCK_ENOPERM);
+  CHECK_RC(dlock_lock_try_acquire(lo, 0, 0, NULL), DLOCK_ENOPERM);
+  CHECK_RC(dlock_lock_force_release(lo), DLOCK_ENOPERM);
+  CHECK(strstr(dlock_client_errmsg(other), "/sec/x") != NULL);
+  CHECK_EQ(dlock_lock_is_held(la), 1);
+  CHECK_EQ(children(zh, "/sec/x", NULL, 0), -1); /* not even listed */
+  /* The same identity: it waits its turn like any contender. */
+  CHECK_RC(dlock_lock_try_acquire(ls, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release(la), 1);
+  CHECK_RC(dlock_lock_try_acquire(ls, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(ls), 1);
+  /* The parent: readable and open to creating; another identity's lock
+   * beside ours, its own. */
+  CHECK_RC(zoo_get_acl(zh, "/sec", &acl, &st), ZOK);
+  CHECK_EQ(acl.count, 2);
+  deallocate_ACL_vector(&acl);
+  dlock_lock *lo2;
+  CHECK_RC(dlock_lock_new(other, "/sec/y", "o", &lo2), 0);
+  CHECK_RC(dlock_lock_try_acquire(lo2, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(lo2), 1);
+  dlock_lock_free(lo2);
+  dlock_lock_free(la);
+  dlock_lock_free(ls);
+  dlock_lock_free(lo);
+  dlock_lock_free(ln);
+  dlock_client_close(a);
+  dlock_client_close(same);
+  dlock_client_close(other);
+  dlock_client_close(anon);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+static atomic_int conn_states[5];
+static void count_state(dlock_client *c, dlock_conn_state st, void *ud) {
+  (void)c;
+  (void)ud;
+  if ((int)st >= 0 && (int)st < 5) atomic_fetch_add(&conn_states[st], 1);
+}
+
+static bool lost_seen(void *ud) {
+  (void)ud;
+  return atomic_load(&lost_calls) > 0;
+}
+
+static bool new_session_seen(void *ud) {
+  (void)ud;
+  return atomic_load(&conn_states[DLOCK_CONN_NEW_SESSION]) > 0;
+}
+
+/* The session expires under a held lock (the server stopped past the
+ * session timeout): the hold is reported lost, the client opens a new
+ * session by itself (DLOCK_CONN_LOST, then DLOCK_CONN_NEW_SESSION) and
+ * the same client takes the lock again; a standby of an election on it
+ * joins again (it is not "gone"). */
+static void t_zk_session_renewed(void) {
+  ZK_SETUP(zk, zh);
+  zookeeper_close(zh);
+  dlock_client *a = zclient(&zk, 1000), *b = zclient(&zk, 1000);
+  CHECK(a && b);
+  memset(conn_states, 0, sizeof conn_states);
+  CHECK_RC(dlock_client_on_state(a, count_state, NULL), 0);
+  dlock_lock *la;
+  CHECK_RC(dlock_lock_new(a, "/sess/x", "a", &la), 0);
+  dlock_lock_on_lost(la, on_lost, NULL);
+  atomic_store(&lost_calls, 0);
+  uint64_t t1 = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &t1), 0);
+  dlock_leader *lead, *standby;
+  CHECK_RC(dlock_leader_new(b, "/sess/el", "b", &lead), 0);
+  CHECK_RC(dlock_leader_start(lead), 0);
+  CHECK_RC(dlock_leader_await(lead, 5000), 0);
+  CHECK_RC(dlock_leader_new(a, "/sess/el", "a", &standby), 0);
+  CHECK_RC(dlock_leader_start(standby), 0);
+  CHECK_RC(dlock_leader_await(standby, 300), DLOCK_EBUSY);
+  /* The outage: longer than the session (the server expires it when it
+   * runs again; the clients' reconnects are refused as expired). */
+  th_zk_kill(&zk, SIGSTOP);
+  th_sleep_ms(3000);
+  th_zk_kill(&zk, SIGCONT);
+  CHECK(th_wait_for(lost_seen, NULL, 15000));
+  CHECK(th_wait_for(new_session_seen, NULL, 15000));
+  CHECK(atomic_load(&conn_states[DLOCK_CONN_LOST]) >= 1);
+  CHECK_EQ(dlock_lock_is_held(la), 0);
+  /* The same client works again. */
+  uint64_t t2 = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &t2), 0);
+  CHECK(t2 > t1);
+  CHECK_EQ(dlock_lock_is_held(la), 1);
+  CHECK_RC(dlock_lock_release(la), 1);
+  /* Both participants are back in the election: one of them leads, and
+   * the other takes over when it leaves. */
+  CHECK_RC(dlock_client_ping(b), 0);
+  dlock_leader *first = NULL, *second = NULL;
+  int64_t end = th_now_ms() + 10000;
+  while (first == NULL && th_now_ms() < end) {
+    if (dlock_leader_has_leadership(lead) == 1)
+      first = lead, second = standby;
+    else if (dlock_leader_has_leadership(standby) == 1)
+      first = standby, second = lead;
+    else
+      th_sleep_ms(20);
+  }
+  CHECK(first != NULL);
+  if (first) {
+    CHECK_RC(dlock_leader_await(second, 200), DLOCK_EBUSY);
+    dlock_leader_free(first);
+    CHECK_RC(dlock_leader_await(second, 10000), 0);
+    dlock_leader_free(second);
+  }
+  CHECK_RC(dlock_client_on_state(a, NULL, NULL), 0);
+  dlock_lock_free(la);
+  dlock_client_close(a);
+  dlock_client_close(b);
   th_zk_stop(&zk);
 }
 
@@ -1159,7 +1391,7 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_server_restart), T_BARE(t_zk_ensemble_leader_killed),
         T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
         T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
-        T_BARE(t_zk_inspect))
+        T_BARE(t_zk_inspect), T_BARE(t_zk_auth), T_BARE(t_zk_session_renewed))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */
