@@ -1054,7 +1054,9 @@ static void t_zk_url(void) {
                        "zk://h:1?session_timeout=10",
                        "zk://h:1?session_timeout=0s",
                        "zk://h:1/a?connect_timeout=2s&",
-                       "zk://h:1?connect_timeout=2h"};
+                       "zk://h:1?connect_timeout=2h",
+                       "zk://h:1?acl=all",
+                       "zk://h:1?acl=creator"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     o.url = bad[i];
     CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
@@ -1248,6 +1250,35 @@ static void t_zk_auth(void) {
   CHECK_RC(zoo_get_acl(zh, "/sec", &acl, &st), ZOK);
   CHECK_EQ(acl.count, 2);
   deallocate_ACL_vector(&acl);
+  /* acl=read: the others may look, not take; acl=open: as without
+   * authentication. */
+  char url_read[250], url_open[250];
+  snprintf(url_read, sizeof url_read, "%s?acl=read", url);
+  snprintf(url_open, sizeof url_open, "%s?acl=open", url);
+  dlock_client *r = zclient_url(url_read, NULL);
+  dlock_client *op = zclient_url(url_open, NULL);
+  CHECK(r && op);
+  dlock_lock *lr, *lop, *lnr, *lnop;
+  CHECK_RC(dlock_lock_new(r, "/sec/r", "r", &lr), 0);
+  CHECK_RC(dlock_lock_new(op, "/sec/o", "p", &lop), 0);
+  CHECK_RC(dlock_lock_new(anon, "/sec/r", "n", &lnr), 0);
+  CHECK_RC(dlock_lock_new(anon, "/sec/o", "n", &lnop), 0);
+  CHECK_RC(dlock_lock_try_acquire(lr, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(lop, 0, 0, NULL), 0);
+  dlock_lock_state ist;
+  CHECK_RC(dlock_lock_inspect(lnr, &ist), 0);
+  CHECK_EQ(ist.held, 1);
+  CHECK_RC(dlock_lock_try_acquire(lnr, 0, 0, NULL), DLOCK_ENOPERM);
+  CHECK_RC(dlock_lock_force_release(lnr), DLOCK_ENOPERM);
+  CHECK_RC(dlock_lock_try_acquire(lnop, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release(lr), 1);
+  CHECK_RC(dlock_lock_release(lop), 1);
+  dlock_lock_free(lr);
+  dlock_lock_free(lop);
+  dlock_lock_free(lnr);
+  dlock_lock_free(lnop);
+  dlock_client_close(r);
+  dlock_client_close(op);
   dlock_lock *lo2;
   CHECK_RC(dlock_lock_new(other, "/sec/y", "o", &lo2), 0);
   CHECK_RC(dlock_lock_try_acquire(lo2, 0, 0, NULL), 0);

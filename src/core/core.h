@@ -123,9 +123,15 @@ typedef struct dl_zk_url {
   char *password; /* its password from the URL, or NULL */
   int session_timeout_ms, connect_timeout_ms; /* ?session_timeout= etc.; 0
                                                  when not given */
+  int acl; /* ?acl=: a DL_ZK_ACL_*, DL_ZK_ACL_DEFAULT when not given */
 } dl_zk_url;
+/* The ACL of the nodes made for a lock: creator-only when authenticated,
+ * else open (default); creator-only; the creator's plus reading for all;
+ * open to all. */
+enum { DL_ZK_ACL_DEFAULT, DL_ZK_ACL_CREATOR, DL_ZK_ACL_READ, DL_ZK_ACL_OPEN };
 /* Checks a zk://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/CHROOT]
- * [?session_timeout=D&connect_timeout=D] URL (D: 500ms, 10s, 1m) into *u
+ * [?session_timeout=D&connect_timeout=D&acl=creator|read|open] URL (D:
+ * 500ms, 10s, 1m) into *u
  * (free with dl_zk_url_clear): 0, or DLOCK_EURL with err filled in (then
  * *u is cleared), DLOCK_ENOMEM. */
 int dl_url_parse_zk(const char *url, dl_zk_url *u, char *err, size_t errlen);

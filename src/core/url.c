@@ -339,8 +339,8 @@ static int parse_url_ms(const char *s, size_t n, int *ms) {
     return DLOCK_EURL;                                                         \
   } while (0)
 
-/* The zk:// URL's parameters: session_timeout=D and connect_timeout=D,
- * separated by '&'. */
+/* The zk:// URL's parameters: session_timeout=D, connect_timeout=D and
+ * acl=creator|read|open, separated by '&'. */
 static int parse_zk_query(const char *q, dl_zk_url *u, char *err,
                           size_t errlen) {
   while (*q) {
@@ -349,13 +349,28 @@ static int parse_zk_query(const char *q, dl_zk_url *u, char *err,
     const char *eq = memchr(q, '=', n);
     size_t kl = eq ? (size_t)(eq - q) : n;
     int *dst = NULL;
+    if (kl == 3 && memcmp(q, "acl", 3) == 0) {
+      const char *v = eq ? eq + 1 : "";
+      size_t vl = eq ? n - kl - 1 : 0;
+      if (vl == 7 && memcmp(v, "creator", 7) == 0)
+        u->acl = DL_ZK_ACL_CREATOR;
+      else if (vl == 4 && memcmp(v, "read", 4) == 0)
+        u->acl = DL_ZK_ACL_READ;
+      else if (vl == 4 && memcmp(v, "open", 4) == 0)
+        u->acl = DL_ZK_ACL_OPEN;
+      else
+        ZFAIL("bad acl in the zk:// URL: creator, read or open");
+      q = amp ? amp + 1 : q + n;
+      if (amp && *q == '\0') ZFAIL("zk:// URL ends its options with '&'");
+      continue;
+    }
     if (kl == 15 && memcmp(q, "session_timeout", 15) == 0)
       dst = &u->session_timeout_ms;
     else if (kl == 15 && memcmp(q, "connect_timeout", 15) == 0)
       dst = &u->connect_timeout_ms;
     if (dst == NULL)
-      ZFAIL("unknown zk:// URL option '%.*s' (it accepts session_timeout "
-            "and connect_timeout)",
+      ZFAIL("unknown zk:// URL option '%.*s' (it accepts session_timeout, "
+            "connect_timeout and acl)",
             (int)kl, q);
     if (eq == NULL || parse_url_ms(eq + 1, n - kl - 1, dst) != 0)
       ZFAIL("bad %.*s in the zk:// URL: a duration such as 500ms, 10s or "

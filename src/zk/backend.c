@@ -312,15 +312,31 @@ static int configure(dl_zk *z, const dlock_client_options *opts,
     else
       snprintf(z->auth, n, "%s:%s", user, pw);
   }
+  int acl = u.acl;
   dl_zk_url_clear(&u);
-  z->acl = z->auth ? &ZOO_CREATOR_ALL_ACL : &ZOO_OPEN_ACL_UNSAFE;
-  /* With authentication, everyone may read and create under the
-   * containers above a lock, and its creator may do anything. */
+  if (rc == 0 && z->auth == NULL &&
+      (acl == DL_ZK_ACL_CREATOR || acl == DL_ZK_ACL_READ))
+    rc = dl_seterr(NULL, DLOCK_EURL,
+                   "acl=%s in the zk:// URL needs a "
+                   "USER:PASSWORD@ (an identity to give the nodes to)",
+                   acl == DL_ZK_ACL_READ ? "read" : "creator");
+  if (acl == DL_ZK_ACL_DEFAULT)
+    acl = z->auth ? DL_ZK_ACL_CREATOR : DL_ZK_ACL_OPEN;
+  /* The lock's own nodes; with authentication, everyone may read and
+   * create under the containers above a lock, and its creator may do
+   * anything. */
+  z->read_acls[0] = (struct ACL){ZOO_PERM_ALL, ZOO_AUTH_IDS};
+  z->read_acls[1] = (struct ACL){ZOO_PERM_READ, ZOO_ANYONE_ID_UNSAFE};
+  z->read_acl_v = (struct ACL_vector){2, z->read_acls};
+  z->acl = acl == DL_ZK_ACL_CREATOR ? &ZOO_CREATOR_ALL_ACL
+           : acl == DL_ZK_ACL_READ  ? &z->read_acl_v
+                                    : &ZOO_OPEN_ACL_UNSAFE;
   z->parent_acls[0] = (struct ACL){ZOO_PERM_ALL, ZOO_AUTH_IDS};
   z->parent_acls[1] =
       (struct ACL){ZOO_PERM_READ | ZOO_PERM_CREATE, ZOO_ANYONE_ID_UNSAFE};
   z->parent_acl_v = (struct ACL_vector){2, z->parent_acls};
-  z->parent_acl = z->auth ? &z->parent_acl_v : &ZOO_OPEN_ACL_UNSAFE;
+  z->parent_acl =
+      acl == DL_ZK_ACL_OPEN ? &ZOO_OPEN_ACL_UNSAFE : &z->parent_acl_v;
   return rc;
 }
 

@@ -43,12 +43,13 @@ typedef struct dl_zk {
   /* The ACLs of the nodes dlock makes: `acl` on a lock's (or election's,
    * semaphore's) own nodes, `parent_acl` on the containers above them.
    * Without authentication both are ZooKeeper's open ACL; with it, the
-   * creator's identity alone may do anything with its nodes, and everyone
-   * may read and create under the parents (other services put their
-   * locks beside ours). */
+   * creator's identity alone may do anything with its nodes (the URL's
+   * acl=read: and everyone may read them; acl=open: as without), and
+   * everyone may read and create under the parents (other services put
+   * their locks beside ours). */
   struct ACL_vector *acl, *parent_acl;
-  struct ACL parent_acls[2];
-  struct ACL_vector parent_acl_v;
+  struct ACL parent_acls[2], read_acls[2];
+  struct ACL_vector parent_acl_v, read_acl_v;
   int session_timeout_ms; /* asked for; the server's answer: zoo_recv_timeout */
   int command_timeout_ms;
   /* mu guards everything below; cv is broadcast on every watch event and
