@@ -694,18 +694,25 @@ t_zk() {
   DLOCK_PASSWORD= "$DLOCK" -u "zk://svc@127.0.0.1:$port" --password-file zk/pw status /sec/a >/dev/null
   expect_rc 0 $? "status with the password file"
   kill "$(cat zka.sleep)"; wait $holder; expect_rc 143 $? "the authenticated holder"
-  # An outage longer than the session: the standby stays, and leads once
-  # the leader's command ends.
+  # A standby paused past its session (the server running, so it expires
+  # for sure): it joins again with a new session instead of exiting 76, and
+  # leads once the leader's command ends.
   "$DLOCK" -u "$u?session_timeout=1s" elect -q --id lead /el -- sh -c "$(sleeper zkl)" &
   local l1=$!
   wait_until test -s zkl.sleep || fail "no leader"
   "$DLOCK" -u "$u?session_timeout=1s" elect -q --id standby /el -- sh -c 'echo led > zk/standby' &
   local l2=$!
-  wait_until sh -c "\"$DLOCK\" -u $u status /el | grep -q 'waiting: *1'" || fail "no standby"
-  kill -STOP $zk; sleep 3; kill -CONT $zk
-  wait $l1; expect_rc 76 $? "the leader that lost the lead"
+  standing_by() { "$DLOCK" -u "$u" status /el 2>/dev/null | grep -q 'waiting: *1'; }
+  wait_until standing_by || fail "no standby"
+  kill -STOP $l2
+  wait_until sh -c "! \"$DLOCK\" -u $u status /el | grep -q 'waiting: *1'" ||
+    fail "the paused standby's node did not expire"
+  kill -CONT $l2
+  wait_until standing_by || fail "the standby did not join again"
+  kill -0 $l2 2>/dev/null || fail "the standby exited after its session expired"
   reap_sleepers
-  wait $l2; expect_rc 0 $? "the standby, after the outage"
+  wait $l1; expect_rc 143 $? "the leader's command, ended"
+  wait $l2; expect_rc 0 $? "the standby, after its session expired"
   [ -s zk/standby ] || fail "the standby never led"
   kill -9 $zk; wait $zk 2>/dev/null
 }

@@ -864,7 +864,7 @@ static void holder_child(const th_zk *zk, int fd) {
   else if (dlock_lock_is_held(l) != 0)
     code = 30;
   /* Told: the connection lost, then the session. */
-  else if (atomic_load(&states_seen) !=
+  else if ((atomic_load(&states_seen) & ~(1 << DLOCK_CONN_NEW_SESSION)) !=
            (1 << DLOCK_CONN_SUSPENDED | 1 << DLOCK_CONN_LOST))
     code = 40 + atomic_load(&states_seen);
   if (code)
@@ -1313,69 +1313,104 @@ static bool new_session_seen(void *ud) {
   return atomic_load(&conn_states[DLOCK_CONN_NEW_SESSION]) > 0;
 }
 
-/* The session expires under a held lock (the server stopped past the
- * session timeout): the hold is reported lost, the client opens a new
- * session by itself (DLOCK_CONN_LOST, then DLOCK_CONN_NEW_SESSION) and
- * the same client takes the lock again; a standby of an election on it
- * joins again (it is not "gone"). */
-static void t_zk_session_renewed(void) {
-  ZK_SETUP(zk, zh);
-  zookeeper_close(zh);
-  dlock_client *a = zclient(&zk, 1000), *b = zclient(&zk, 1000);
-  CHECK(a && b);
-  memset(conn_states, 0, sizeof conn_states);
-  CHECK_RC(dlock_client_on_state(a, count_state, NULL), 0);
+/* The child of t_zk_session_renewed: holds /sess/x and stands by in the
+ * election /sess/el (the parent leads), is paused past its session, then
+ * checks that it was told, works again and is still in the election.
+ * Pipes: `out` to the parent, `in` from it. */
+static void renewed_child(const th_zk *zk, int out, int in) {
+  char byte = 0;
+  dlock_client *a = zclient(zk, 1000);
   dlock_lock *la;
-  CHECK_RC(dlock_lock_new(a, "/sess/x", "a", &la), 0);
+  if (a == NULL || dlock_lock_new(a, "/sess/x", "a", &la) != 0) _exit(2);
+  if (dlock_client_on_state(a, count_state, NULL) != 0) _exit(3);
   dlock_lock_on_lost(la, on_lost, NULL);
-  atomic_store(&lost_calls, 0);
-  uint64_t t1 = 0;
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &t1), 0);
-  dlock_leader *lead, *standby;
+  uint64_t t1 = 0, t2 = 0;
+  if (dlock_lock_try_acquire(la, 0, 0, &t1) != 0) _exit(4);
+  if (write(out, &t1, sizeof t1) != sizeof t1) _exit(5);
+  if (read(in, &byte, 1) != 1) _exit(6); /* the parent leads */
+  dlock_leader *standby;
+  if (dlock_leader_new(a, "/sess/el", "a", &standby) != 0 ||
+      dlock_leader_start(standby) != 0 ||
+      dlock_leader_await(standby, 300) != DLOCK_EBUSY)
+    _exit(7);
+  if (write(out, &byte, 1) != 1) _exit(8); /* pause me */
+  int code = 0;
+  if (!th_wait_for(lost_seen, NULL, 15000))
+    code = 10;
+  else if (!th_wait_for(new_session_seen, NULL, 15000))
+    code = 11;
+  else if (atomic_load(&conn_states[DLOCK_CONN_LOST]) != 1)
+    code = 12;
+  else if (dlock_lock_is_held(la) != 0)
+    code = 13;
+  /* The same client takes the lock again, with a larger token. */
+  else if (dlock_lock_try_acquire(la, 0, 0, &t2) != 0)
+    code = 14;
+  else if (t2 <= t1)
+    code = 15;
+  else if (dlock_lock_release(la) != 1)
+    code = 16;
+  /* The standby is still in the election (not "gone"), behind the
+   * parent, and leads once the parent leaves. */
+  else if (dlock_leader_await(standby, 300) != DLOCK_EBUSY)
+    code = 17;
+  byte = (char)code;
+  if (write(out, &byte, 1) != 1) _exit(9);
+  if (code == 0 && read(in, &byte, 1) != 1) _exit(18); /* parent left */
+  if (code == 0 && dlock_leader_await(standby, 10000) != 0) code = 19;
+  if (code)
+    fprintf(stderr, "    child: %d: %s\n", code, dlock_client_errmsg(a));
+  dlock_leader_free(standby);
+  dlock_lock_free(la);
+  dlock_client_close(a);
+  _exit(code);
+}
+
+/* A client whose session expires (its process paused past the session
+ * timeout, the server running) is told its hold was lost
+ * (DLOCK_CONN_LOST, the loss callback), opens a new session by itself
+ * (DLOCK_CONN_NEW_SESSION) and works again: the same client takes the lock
+ * again; its standby in an election joins again and leads once the
+ * leader leaves (it is not out for good). */
+static void t_zk_session_renewed(void) {
+  NEED_ZK();
+  th_zk zk;
+  CHECK_RC(th_zk_start(&zk, 250), 0);
+  int up[2], down[2];
+  CHECK(pipe(up) == 0 && pipe(down) == 0);
+  pid_t pid = fork(); /* before any handle: the child inherits none */
+  if (pid == 0) {
+    close(up[0]);
+    close(down[1]);
+    renewed_child(&zk, up[1], down[0]);
+  }
+  close(up[1]);
+  close(down[0]);
+  uint64_t tok = 0;
+  char byte = 1;
+  CHECK(read(up[0], &tok, sizeof tok) == sizeof tok);
+  dlock_client *b = zclient(&zk, 0);
+  CHECK(b != NULL);
+  dlock_leader *lead;
   CHECK_RC(dlock_leader_new(b, "/sess/el", "b", &lead), 0);
   CHECK_RC(dlock_leader_start(lead), 0);
   CHECK_RC(dlock_leader_await(lead, 5000), 0);
-  CHECK_RC(dlock_leader_new(a, "/sess/el", "a", &standby), 0);
-  CHECK_RC(dlock_leader_start(standby), 0);
-  CHECK_RC(dlock_leader_await(standby, 300), DLOCK_EBUSY);
-  /* The outage: longer than the session (the server expires it when it
-   * runs again; the clients' reconnects are refused as expired). */
-  th_zk_kill(&zk, SIGSTOP);
-  th_sleep_ms(3000);
-  th_zk_kill(&zk, SIGCONT);
-  CHECK(th_wait_for(lost_seen, NULL, 15000));
-  CHECK(th_wait_for(new_session_seen, NULL, 15000));
-  CHECK(atomic_load(&conn_states[DLOCK_CONN_LOST]) >= 1);
-  CHECK_EQ(dlock_lock_is_held(la), 0);
-  /* The same client works again. */
-  uint64_t t2 = 0;
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &t2), 0);
-  CHECK(t2 > t1);
-  CHECK_EQ(dlock_lock_is_held(la), 1);
-  CHECK_RC(dlock_lock_release(la), 1);
-  /* Both participants are back in the election: one of them leads, and
-   * the other takes over when it leaves. */
-  CHECK_RC(dlock_client_ping(b), 0);
-  dlock_leader *first = NULL, *second = NULL;
-  int64_t end = th_now_ms() + 10000;
-  while (first == NULL && th_now_ms() < end) {
-    if (dlock_leader_has_leadership(lead) == 1)
-      first = lead, second = standby;
-    else if (dlock_leader_has_leadership(standby) == 1)
-      first = standby, second = lead;
-    else
-      th_sleep_ms(20);
-  }
-  CHECK(first != NULL);
-  if (first) {
-    CHECK_RC(dlock_leader_await(second, 200), DLOCK_EBUSY);
-    dlock_leader_free(first);
-    CHECK_RC(dlock_leader_await(second, 10000), 0);
-    dlock_leader_free(second);
-  }
-  CHECK_RC(dlock_client_on_state(a, NULL, NULL), 0);
-  dlock_lock_free(la);
-  dlock_client_close(a);
+  CHECK(write(down[1], &byte, 1) == 1);
+  CHECK(read(up[0], &byte, 1) == 1); /* the child stands by */
+  kill(pid, SIGSTOP);
+  th_sleep_ms(3000); /* the fault: three session timeouts */
+  kill(pid, SIGCONT);
+  CHECK(read(up[0], &byte, 1) == 1);
+  CHECK_EQ(byte, 0);
+  CHECK_EQ(dlock_leader_has_leadership(lead), 1);
+  dlock_leader_free(lead);
+  CHECK(write(down[1], &byte, 1) == 1);
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid);
+  CHECK(WIFEXITED(st));
+  CHECK_EQ(WEXITSTATUS(st), 0);
+  close(up[0]);
+  close(down[1]);
   dlock_client_close(b);
   th_zk_stop(&zk);
 }
