@@ -65,24 +65,37 @@ static void auth_done(int rc, const void *data) {
   (void)data;
 }
 
-/* A new handle for z (the first session, or the next after an expiry):
- * authenticated, resolving names every RESOLVE_GAP_MS. NULL on error
- * (errno). */
-static zhandle_t *new_handle(dl_zk *z) {
+/* A new handle for z (the first session, or the next after an expiry:
+ * `expired`, then retired, and the one it retires in *old), made z's
+ * current one: authenticated, resolving names every RESOLVE_GAP_MS. z->mu
+ * is held meanwhile, so that the handle's first events (on its own
+ * threads) find it current. NULL on error (errno). */
+static zhandle_t *new_handle(dl_zk *z, zhandle_t *expired, zhandle_t **old) {
+  pthread_mutex_lock(&z->mu);
   zhandle_t *zh = zookeeper_init2(z->connect, dl_zk_watcher,
                                   z->session_timeout_ms, NULL, z, 0, quiet_log);
-  if (zh == NULL) return NULL;
-  /* The C client's default resolves the connect string's host names
-   * (getaddrinfo: a netlink socket, /etc/hosts, maybe DNS) every time it
-   * checks its socket, that is for every request and reply: most of a
-   * cycle's client CPU (an strace of dlock bench counted 13 sockets made
-   * per lock cycle). Once every RESOLVE_GAP_MS instead, and at each
-   * reconnect, as the Java client resolves when it connects. */
-  zoo_set_servers_resolution_delay(zh, RESOLVE_GAP_MS);
-  /* Sent before any request, and again at each reconnect, by the
-   * library. */
-  if (z->auth)
-    zoo_add_auth(zh, "digest", z->auth, (int)strlen(z->auth), auth_done, NULL);
+  int err = errno;
+  if (zh) {
+    /* The C client's default resolves the connect string's host names
+     * (getaddrinfo: a netlink socket, /etc/hosts, maybe DNS) every time
+     * it checks its socket, that is for every request and reply: most of
+     * a cycle's client CPU (an strace of dlock bench counted 13 sockets
+     * made per lock cycle). Once every RESOLVE_GAP_MS instead, and at
+     * each reconnect, as the Java client resolves when it connects. */
+    zoo_set_servers_resolution_delay(zh, RESOLVE_GAP_MS);
+    /* Sent before any request, and again at each reconnect, by the
+     * library. */
+    if (z->auth)
+      zoo_add_auth(zh, "digest", z->auth, (int)strlen(z->auth), auth_done,
+                   NULL);
+    if (expired) {
+      *old = z->retired;
+      z->retired = expired;
+    }
+    atomic_store(&z->zh, zh);
+  }
+  pthread_mutex_unlock(&z->mu);
+  errno = err;
   return zh;
 }
 
@@ -91,13 +104,9 @@ static zhandle_t *new_handle(dl_zk *z) {
  * next expiry, or with the client: a thread may still be returning from a
  * call on it. Runs on the expired handle's completion thread. */
 static void new_session(dl_zk *z, zhandle_t *expired) {
-  zhandle_t *zh = new_handle(z);
-  if (zh == NULL) return; /* out of memory: the client stays expired */
-  pthread_mutex_lock(&z->mu);
-  zhandle_t *old = z->retired;
-  z->retired = expired;
-  atomic_store(&z->zh, zh);
-  pthread_mutex_unlock(&z->mu);
+  zhandle_t *old = NULL;
+  if (new_handle(z, expired, &old) == NULL)
+    return;                      /* out of memory: the client stays expired */
   if (old) zookeeper_close(old); /* two sessions ago: nobody's now */
 }
 
@@ -364,7 +373,7 @@ int dl_zk_backend_new(const dlock_client_options *opts,
     zk_free(&z->base);
     return rc;
   }
-  zhandle_t *zh = new_handle(z);
+  zhandle_t *zh = new_handle(z, NULL, NULL);
   if (zh == NULL) {
     rc = dl_seterr(NULL, errno == EINVAL ? DLOCK_EURL : DLOCK_ECONNECT,
                    "cannot start a ZooKeeper session for %s: %s", z->connect,
@@ -372,7 +381,6 @@ int dl_zk_backend_new(const dlock_client_options *opts,
     zk_free(&z->base);
     return rc;
   }
-  atomic_store(&z->zh, zh);
   if (await_connected(z, connect_ms) != 0) {
     rc = dl_seterr(NULL, DLOCK_ECONNECT,
                    "no ZooKeeper session with %s "
