@@ -49,7 +49,9 @@ int dl_zk_err(dl_zk *z, int zrc, const char *what, const char *path) {
                    path ? path : "", zerror(zrc),
                    zrc == ZINVALIDSTATE || zrc == ZSESSIONEXPIRED
                        ? " (the session expired: its locks are lost)"
-                       : "");
+                   : zrc == ZNOAUTH ? " (its ACL is another identity's: "
+                                      "zk://USER:PASSWORD@ in the URL)"
+                                    : "");
 }
 
 int64_t dl_zk_valid_until(dl_zk *z, int64_t sent) {
