@@ -177,10 +177,14 @@ typedef struct dlock_client_options {
   /* ZooKeeper (zk:// URLs; added in 0.2). The session timeout asked of the
    * server (which clamps it to 2..20 of its ticks); a session the server
    * has not heard from for that long expires and every lock it held is
-   * lost. Default 60000 (Curator's). */
+   * lost (the client then opens a new session). It is also how long a
+   * killed holder's lock stays taken. Default 60000 (Curator's); the URL's
+   * ?session_timeout=D overrides it. On zk:// `username` and `password`
+   * are the digest identity when the URL has no USER[:PASSWORD]@. */
   int zk_session_timeout_ms;
   /* How long dlock_client_open waits for the first session. Default 15000
-   * (Curator's connection timeout). */
+   * (Curator's connection timeout); the URL's ?connect_timeout=D overrides
+   * it. */
   int zk_connect_timeout_ms;
 } dlock_client_options;
 
@@ -269,8 +273,13 @@ typedef enum dlock_conn_state {
   /* Back with the same session: every hold is kept. */
   DLOCK_CONN_RECONNECTED = 2,
   /* The session ended: every hold of the client is lost (each is also
-   * reported by its own loss callback); the client stays unusable. */
-  DLOCK_CONN_LOST = 3
+   * reported by its own loss callback). A new session is opened at once,
+   * as Curator's client does; until it is connected, calls fail. */
+  DLOCK_CONN_LOST = 3,
+  /* Connected with a new session after DLOCK_CONN_LOST: the client works
+   * again; holds must be taken anew (an election's standbys join again by
+   * themselves). */
+  DLOCK_CONN_NEW_SESSION = 4
 } dlock_conn_state;
 typedef void (*dlock_state_cb)(dlock_client *c, dlock_conn_state state,
                                void *ud);
@@ -647,7 +656,8 @@ DLOCK_API int dlock_latch_await(dlock_latch *l);
  * first among those present; a participant that loses its connection
  * stops being the leader at once (Curator's default policy: another may
  * be elected while it cannot know), and is again if it still is first
- * once reconnected; one whose session expired is out for good. On Redis
+ * once reconnected; one whose session expired joins again, at the end of
+ * the line, once the client's new session is connected. On Redis
  * the participants take turns on the lock NAME (each from a thread of its
  * own, as Curator's LeaderSelector does on a mutex): the holder leads with
  * the hold's token and its id as the lock's description, until it leaves
@@ -680,12 +690,11 @@ DLOCK_API int dlock_leader_on_change(dlock_leader *l, dlock_leader_cb cb,
 DLOCK_API int dlock_leader_start(dlock_leader *l);
 /* Waits up to wait_ms (0: one look, < 0: no limit) until this participant
  * is the leader, without polling. Returns 0 leader, DLOCK_EBUSY not in
- * time, DLOCK_ELOST out of the election for good (its session expired),
- * DLOCK_EWRONGTYPE out of it on Redis because NAME holds something else
- * than a lock (nothing changed), DLOCK_EINVAL not started. Blocks the calling
- * thread; thread-safe. */
+ * time, DLOCK_ELOST out of the election for good (only with the client's
+ * close), DLOCK_EWRONGTYPE out of it on Redis because NAME holds something
+ * else than a lock (nothing changed), DLOCK_EINVAL not started. Blocks the
+ * calling thread; thread-safe. */
 DLOCK_API int dlock_leader_await(dlock_leader *l, int64_t wait_ms);
-/* (On Redis DLOCK_ELOST comes only with the client's close.) */
 /* 1 if this participant is the leader now (as last heard), else 0. */
 DLOCK_API int dlock_leader_has_leadership(dlock_leader *l);
 /* The fencing token of the present leadership in *token: 0 while leader,

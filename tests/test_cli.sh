@@ -729,6 +729,85 @@ t_stopped_past_lease_is_lost() {
   rm -f sp.pid sp.go
 }
 
+# zk://: a private standalone ZooKeeper (skipped without one, or without
+# libzookeeper-mt in this dlock). A missing chroot fails every command at
+# once, naming it (elect used to retry silently for ever); the URL sets the
+# timeouts; digest authentication: a lock held by an authenticated client
+# can be neither taken nor force-released without the credentials (77),
+# the password never shown; a standby of an election survives an outage
+# longer than its session and leads after.
+t_zk() {
+  local J=/usr/share/java
+  if [[ ! -r $J/zookeeper.jar ]] || ! command -v java >/dev/null ||
+     [[ $("$DLOCK" -u zk://x status /x 2>&1) == *libzookeeper* ]]; then
+    echo "    skipped: no ZooKeeper server or no zk:// in this build"; return
+  fi
+  local port zk rc t0 ms
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  mkdir -p zk/data
+  printf 'tickTime=250\ndataDir=%s/zk/data\nclientPort=%s\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\n' \
+    "$PWD" "$port" > zk/zoo.cfg
+  java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -cp $J/zookeeper.jar:$J/slf4j-nop.jar \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain zk/zoo.cfg >zk/log 2>&1 &
+  zk=$!
+  srvr() { [[ $(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && echo srvr >&3 && cat <&3" 2>/dev/null) == *Mode:* ]]; }
+  wait_until srvr || wait_until srvr || { fail "ZooKeeper did not start"; kill -9 $zk; return; }
+  local u=zk://127.0.0.1:$port
+  for cmd in "elect /e -- true" "run /e -- true" "status /e"; do
+    t0=$(date +%s%N)
+    timeout 20 "$DLOCK" -u "$u/no/such/chroot" $cmd 2>err; rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    expect_rc 64 $rc "$cmd under a missing chroot"
+    [ $ms -lt 5000 ] || fail "$cmd under a missing chroot took $ms ms"
+    grep -q "chroot /no/such/chroot" err || fail "$cmd: $(cat err)"
+  done
+  t0=$(date +%s%N)
+  "$DLOCK" -u "zk://127.0.0.1:1?connect_timeout=300ms" status /e 2>/dev/null
+  expect_rc 69 $? "a dead address"
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ $ms -lt 3000 ] || fail "?connect_timeout=300ms took $ms ms"
+  "$DLOCK" -u "$u?sessiontimeout=1s" status /e 2>err; expect_rc 64 $? "unknown option"
+  grep -q sessiontimeout err || fail "the unknown option is not named: $(cat err)"
+  # Authentication: the password from DLOCK_PASSWORD, then from a file.
+  DLOCK_PASSWORD=pw1 "$DLOCK" -q -u "zk://svc@127.0.0.1:$port" run /sec/a -- sh -c "$(sleeper zka)" &
+  local holder=$!
+  wait_until test -s zka.sleep || fail "the authenticated holder never ran"
+  DLOCK_PASSWORD= "$DLOCK" -u "$u" run -w 0 /sec/a -- true 2>err
+  expect_rc 77 $? "take without credentials"
+  grep -q "not authenticated" err || fail "no clear message: $(cat err)"
+  DLOCK_PASSWORD= "$DLOCK" -u "$u" release --force /sec/a 2>/dev/null
+  expect_rc 77 $? "force release without credentials"
+  DLOCK_PASSWORD= "$DLOCK" -u "zk://other:nope@127.0.0.1:$port" run -w 0 /sec/a -- true 2>err
+  expect_rc 77 $? "take with another identity"
+  grep -q nope err && fail "a password was shown: $(cat err)"
+  echo pw1 > zk/pw
+  DLOCK_PASSWORD= "$DLOCK" -u "zk://svc@127.0.0.1:$port" --password-file zk/pw status /sec/a >/dev/null
+  expect_rc 0 $? "status with the password file"
+  kill "$(cat zka.sleep)"; wait $holder; expect_rc 143 $? "the authenticated holder"
+  # A standby paused past its session (the server running, so it expires
+  # for sure): it joins again with a new session instead of exiting 76, and
+  # leads once the leader's command ends.
+  "$DLOCK" -u "$u?session_timeout=1s" elect -q --id lead /el -- sh -c "$(sleeper zkl)" &
+  local l1=$!
+  wait_until test -s zkl.sleep || fail "no leader"
+  "$DLOCK" -u "$u?session_timeout=1s" elect -q --id standby /el -- sh -c 'echo led > zk/standby' &
+  local l2=$!
+  standing_by() { "$DLOCK" -u "$u" status /el 2>/dev/null | grep -q 'waiting: *1'; }
+  wait_until standing_by || fail "no standby"
+  kill -STOP $l2
+  wait_until sh -c "! \"$DLOCK\" -u $u status /el | grep -q 'waiting: *1'" ||
+    fail "the paused standby's node did not expire"
+  kill -CONT $l2
+  wait_until standing_by || fail "the standby did not join again"
+  kill -0 $l2 2>/dev/null || fail "the standby exited after its session expired"
+  reap_sleepers
+  wait $l1; expect_rc 143 $? "the leader's command, ended"
+  wait $l2; expect_rc 0 $? "the standby, after its session expired"
+  [ -s zk/standby ] || fail "the standby never led"
+  kill -9 $zk; wait $zk 2>/dev/null
+}
+
 # CLI_TESTS="t_a t_b" runs only those.
 for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_revocation_kills_at_once \
@@ -738,7 +817,7 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_version t_options_after_name t_status_not_a_lock \
          t_holders_described t_nested_password t_man_page \
          t_acquire_error_reason t_wrong_type_refused t_fair_status_waiting \
-         t_queue t_plain t_redlock t_elect t_stopped_past_lease_is_lost}; do
+         t_queue t_plain t_redlock t_elect t_stopped_past_lease_is_lost t_zk}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

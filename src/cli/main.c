@@ -35,7 +35,9 @@ static const char *usage_text =
     "global options (any command):\n"
     "  -u, --url URL          redis://[user[:pass]@]host[:port][/db], "
     "rediss://...,\n"
-    "                         unix:///path.sock, zk://host:port[,...][/chroot],\n"
+    "                         unix:///path.sock,\n"
+    "                         zk://[user[:pass]@]host:port[,...][/chroot]\n"
+    "                         [?session_timeout=D&connect_timeout=D&acl=A],\n"
     "                         redis-sentinel://host:port[,host:port...]/MASTER\n"
     "                         (sentinels' password: $DLOCK_SENTINEL_PASSWORD)\n"
     "                         redis-cluster://host:port[,host:port...]\n"
@@ -89,6 +91,15 @@ static char *url_password(const char *url) {
   dl_endpoint ep = {0};
   char err[128];
   char *pw = NULL;
+  if (url && strncmp(url, "zk://", 5) == 0) {
+    dl_zk_url u;
+    if (dl_url_parse_zk(url, &u, err, sizeof err) == 0 && u.password) {
+      pw = u.password;
+      u.password = NULL;
+    }
+    dl_zk_url_clear(&u);
+    return pw;
+  }
   if (dl_url_parse(url ? url : "redis://127.0.0.1:6379", &ep, err,
                    sizeof err) == 0 && ep.password) {
     pw = ep.password;

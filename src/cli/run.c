@@ -179,6 +179,12 @@ static void on_conn_state(dlock_client *c, dlock_conn_state st, void *ud) {
   else if (st == DLOCK_CONN_RECONNECTED)
     cli_err("the connection is back, with the same session: %s is kept",
             name);
+  else if (st == DLOCK_CONN_LOST)
+    cli_err("warning: the session expired (a held %s is lost); opening a "
+            "new one",
+            name);
+  else if (st == DLOCK_CONN_NEW_SESSION)
+    cli_err("connected again, with a new session");
 }
 
 static int held_release(acq *a) {

@@ -325,28 +325,124 @@ char *dl_url_redact(const char *url) {
   return out;
 }
 
-#undef FAIL
-#define FAIL(...)                                                              \
+void dl_zk_url_clear(dl_zk_url *u) {
+  if (u == NULL) return;
+  free(u->connect);
+  free(u->chroot);
+  free(u->user);
+  if (u->password) memset(u->password, 0, strlen(u->password));
+  free(u->password);
+  memset(u, 0, sizeof *u);
+}
+
+/* A duration in a URL parameter: digits then ms, s or m ("500ms", "10s"),
+ * 1 ms to 1 hour: 0 and *ms, or -1. */
+static int parse_url_ms(const char *s, size_t n, int *ms) {
+  size_t d = 0;
+  while (d < n && isdigit((unsigned char)s[d]))
+    d++;
+  int v, unit;
+  if (d == 0 || d > 7 || parse_int(s, d, 0, 9999999, &v) != 0) return -1;
+  if (n - d == 2 && memcmp(s + d, "ms", 2) == 0)
+    unit = 1;
+  else if (n - d == 1 && s[d] == 's')
+    unit = 1000;
+  else if (n - d == 1 && s[d] == 'm')
+    unit = 60000;
+  else
+    return -1;
+  if (v <= 0 || v > 3600000 / unit) return -1;
+  *ms = v * unit;
+  return 0;
+}
+
+#define ZFAIL(...)                                                             \
   do {                                                                         \
     snprintf(err, errlen, __VA_ARGS__);                                        \
+    dl_zk_url_clear(u);                                                        \
     return DLOCK_EURL;                                                         \
   } while (0)
 
-/* zk://HOST:PORT[,HOST:PORT...][/CHROOT]: the connect string is kept as
- * written (zookeeper_init parses it again); checked here so that a typo
- * fails the open with a clear message instead of a retry loop. */
-int dl_url_parse_zk(const char *url, char **connect, char *err,
-                    size_t errlen) {
-  *connect = NULL;
+/* The zk:// URL's parameters: session_timeout=D, connect_timeout=D and
+ * acl=creator|read|open, separated by '&'. */
+static int parse_zk_query(const char *q, dl_zk_url *u, char *err,
+                          size_t errlen) {
+  while (*q) {
+    const char *amp = strchr(q, '&');
+    size_t n = amp ? (size_t)(amp - q) : strlen(q);
+    const char *eq = memchr(q, '=', n);
+    size_t kl = eq ? (size_t)(eq - q) : n;
+    int *dst = NULL;
+    if (kl == 3 && memcmp(q, "acl", 3) == 0) {
+      const char *v = eq ? eq + 1 : "";
+      size_t vl = eq ? n - kl - 1 : 0;
+      if (vl == 7 && memcmp(v, "creator", 7) == 0)
+        u->acl = DL_ZK_ACL_CREATOR;
+      else if (vl == 4 && memcmp(v, "read", 4) == 0)
+        u->acl = DL_ZK_ACL_READ;
+      else if (vl == 4 && memcmp(v, "open", 4) == 0)
+        u->acl = DL_ZK_ACL_OPEN;
+      else
+        ZFAIL("bad acl in the zk:// URL: creator, read or open");
+      q = amp ? amp + 1 : q + n;
+      if (amp && *q == '\0') ZFAIL("zk:// URL ends its options with '&'");
+      continue;
+    }
+    if (kl == 15 && memcmp(q, "session_timeout", 15) == 0)
+      dst = &u->session_timeout_ms;
+    else if (kl == 15 && memcmp(q, "connect_timeout", 15) == 0)
+      dst = &u->connect_timeout_ms;
+    if (dst == NULL)
+      ZFAIL("unknown zk:// URL option '%.*s' (it accepts session_timeout, "
+            "connect_timeout and acl)",
+            (int)kl, q);
+    if (eq == NULL || parse_url_ms(eq + 1, n - kl - 1, dst) != 0)
+      ZFAIL("bad %.*s in the zk:// URL: a duration such as 500ms, 10s or "
+            "1m (at most 1 hour)",
+            (int)kl, q);
+    q = amp ? amp + 1 : q + n;
+    if (amp && *q == '\0') ZFAIL("zk:// URL ends its options with '&'");
+  }
+  return 0;
+}
+
+/* zk://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/CHROOT][?OPTIONS]: the
+ * connect string is kept as written (zookeeper_init parses it again);
+ * checked here so that a typo fails the open with a clear message instead
+ * of a retry loop. */
+int dl_url_parse_zk(const char *url, dl_zk_url *u, char *err, size_t errlen) {
+  memset(u, 0, sizeof *u);
   if (url == NULL || strncmp(url, "zk://", 5) != 0)
-    FAIL("URL must start with zk://");
+    ZFAIL("URL must start with zk://");
   const char *p = url + 5;
   for (const char *s = p; *s; s++)
-    if ((unsigned char)*s <= ' ' || *s == '@' || *s == '?')
-      FAIL("zk:// URL contains a space, a control byte, '@' or '?'");
-  const char *slash = strchr(p, '/');
-  const char *hend = slash ? slash : p + strlen(p);
-  if (hend == p) FAIL("zk:// URL has no HOST:PORT");
+    if ((unsigned char)*s <= ' ')
+      ZFAIL("zk:// URL contains a space or a "
+            "control byte");
+  const char *q = strchr(p, '?');
+  const char *end = q ? q : p + strlen(p);
+  const char *slash = memchr(p, '/', (size_t)(end - p));
+  const char *hend = slash ? slash : end;
+  /* The user and password: before the last '@' of the server list. */
+  const char *at = NULL;
+  for (const char *s = p; s < hend; s++)
+    if (*s == '@') at = s;
+  if (at) {
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    const char *uend = colon ? colon : at;
+    if (uend == p)
+      ZFAIL("zk:// URL has a password but no user (digest authentication "
+            "is USER:PASSWORD@)");
+    u->user = pct_decode(p, (size_t)(uend - p));
+    if (u->user == NULL || strchr(u->user, ':'))
+      ZFAIL("bad user name in the zk:// URL");
+    if (colon) {
+      u->password = pct_decode(colon + 1, (size_t)(at - colon - 1));
+      if (u->password == NULL) ZFAIL("bad %%-escape in the password");
+    }
+    p = at + 1;
+  }
+  if (hend == p) ZFAIL("zk:// URL has no HOST:PORT");
   for (const char *h = p; h < hend;) {
     const char *comma = memchr(h, ',', (size_t)(hend - h));
     const char *e = comma ? comma : hend;
@@ -355,22 +451,33 @@ int dl_url_parse_zk(const char *url, char **connect, char *err,
       if (*s == ':') colon = s;
     int port;
     if (colon == NULL || colon == h)
-      FAIL("zk:// URL needs HOST:PORT for every server");
+      ZFAIL("zk:// URL needs HOST:PORT for every server");
     if (parse_int(colon + 1, (size_t)(e - colon - 1), 1, 65535, &port) != 0)
-      FAIL("bad port (1-65535) in the zk:// URL");
+      ZFAIL("bad port (1-65535) in the zk:// URL");
     h = comma ? comma + 1 : e;
-    if (comma && h == hend) FAIL("zk:// URL ends its server list with ','");
+    if (comma && h == hend) ZFAIL("zk:// URL ends its server list with ','");
   }
+  if (memchr(p, '@', (size_t)(end - p)))
+    ZFAIL("zk:// URL has a '@' outside its USER:PASSWORD@");
   if (slash) {
-    size_t n = strlen(slash);
-    if (n == 1) FAIL("zk:// URL has an empty chroot ('/' alone)");
-    if (slash[n - 1] == '/') FAIL("the zk:// chroot must not end with '/'");
-    if (strstr(slash, "//")) FAIL("the zk:// chroot has an empty component");
+    size_t n = (size_t)(end - slash);
+    if (n == 1) ZFAIL("zk:// URL has an empty chroot ('/' alone)");
+    if (slash[n - 1] == '/') ZFAIL("the zk:// chroot must not end with '/'");
+    for (const char *s = slash; s + 1 < end; s++)
+      if (s[0] == '/' && s[1] == '/')
+        ZFAIL("the zk:// chroot has an empty component");
+    if ((u->chroot = malloc(n + 1)) == NULL) ZFAIL("out of memory");
+    memcpy(u->chroot, slash, n);
+    u->chroot[n] = '\0';
   }
-  *connect = dl_strdup(p);
-  if (*connect == NULL) {
+  if (q && parse_zk_query(q + 1, u, err, errlen) != 0) return DLOCK_EURL;
+  size_t n = (size_t)(end - p);
+  if ((u->connect = malloc(n + 1)) == NULL) {
+    dl_zk_url_clear(u);
     snprintf(err, errlen, "out of memory");
     return DLOCK_ENOMEM;
   }
+  memcpy(u->connect, p, n);
+  u->connect[n] = '\0';
   return 0;
 }

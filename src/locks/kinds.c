@@ -12,7 +12,14 @@ int dl_check_name(dlock_client *c, const char *name) {
   if (strlen(name) > DLOCK_NAME_MAX)
     return dl_seterr(c, DLOCK_ENAMETOOLONG, "the name is over %d bytes",
                      DLOCK_NAME_MAX);
-  return 0;
+  return dl_check_key(c, name);
+}
+
+int dl_check_key(dlock_client *c, const char *name) {
+  if (c->backend->ops->check_key == NULL) return 0;
+  char key[DLOCK_KEY_PREFIX_MAX + DLOCK_NAME_MAX + 1];
+  snprintf(key, sizeof key, "%s%s", c->key_prefix, name);
+  return c->backend->ops->check_key(c->backend, key);
 }
 
 int64_t dl_deadline(int64_t wait_ms) {

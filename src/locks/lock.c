@@ -26,6 +26,8 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
                      "the limit is %d", nl, DLOCK_NAME_MAX);
   if (owner && (*owner == '\0' || strlen(owner) > 100))
     return dl_seterr(c, DLOCK_EINVAL, "an explicit owner must be 1..100 bytes");
+  int rc = dl_check_key(c, name);
+  if (rc != 0) return rc;
   /* One allocation: the handle, its key and its owner. */
   size_t kl = c->prefix_len + nl;
   size_t ol = owner ? strlen(owner) + 1 : 0;

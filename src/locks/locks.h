@@ -8,6 +8,9 @@
 
 /* 0, or DLOCK_EINVAL / DLOCK_ENAMETOOLONG with the detail recorded. */
 int dl_check_name(dlock_client *c, const char *name);
+/* 0 if the backend takes the key (prefix + name) as a name of its kind of
+ * (a znode path on zk://), else the backend's code, recorded. */
+int dl_check_key(dlock_client *c, const char *name);
 /* The wait_ms of the calls without a wait limit (any negative wait_ms). */
 #define DL_WAIT_FOREVER (-1)
 /* The dl_now_ms() time a wait of wait_ms (< 0: forever) started now ends. */

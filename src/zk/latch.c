@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How long a participant leaving waits for its node's delete (ms): a
+ * server that answers does so in a few ms. */
+#define LEAVE_WAIT_MS 500
+
 struct dl_elect {
   dl_zk *z;
   char *key;
@@ -84,25 +88,22 @@ static int step(dl_elect *e) {
 static void *latch_main(void *arg) {
   dl_elect *e = arg;
   dl_zk *z = e->z;
-  bool gone = false;
   int64_t until = 0; /* after an error: no step before this */
+  int state = ZOO_CONNECTED_STATE;
   for (;;) {
     pthread_mutex_lock(&z->mu);
     uint64_t seen = z->events;
     bool stop = e->stop || atomic_load(z->env->closing);
-    gone = z->expired;
-    int state = z->state;
+    bool gone = z->expired;
+    state = z->state;
     pthread_mutex_unlock(&z->mu);
     if (stop) break;
-    if (gone) {
-      /* The session ended, and our node with it: out for good (the
-       * client cannot make another session). */
-      e->node[0] = '\0';
-      tell(e, 0, true);
-      break;
-    }
+    /* The session ended, and our node with it: out (a leader is told it
+     * lost the lead), and in again at the end of the line once the next
+     * session is connected, as Curator's LeaderLatch after LOST. */
+    if (gone) e->node[0] = '\0';
     int r = 1;
-    if (state != ZOO_CONNECTED_STATE) {
+    if (state != ZOO_CONNECTED_STATE || gone) {
       /* Suspended: the session may be alive, but another participant may
        * be leader by now. Curator's default policy drops the leadership;
        * so do we, and look again once connected. */
@@ -126,8 +127,14 @@ static void *latch_main(void *arg) {
     }
     pthread_mutex_unlock(&z->mu);
   }
-  if (e->node[0] != '\0' && !gone)
-    dl_zk_delete_own(z, e->node);
+  /* Our node goes. A leader that left must not linger behind its command
+   * (dlock elect), whether or not the server answers: not connected, no
+   * wait at all, else a short one; a node left goes later, as an orphan,
+   * or with the session (closed with the client, or expired). */
+  if (e->node[0] != '\0' && state == ZOO_CONNECTED_STATE)
+    dl_zk_delete_soon(z, e->node, LEAVE_WAIT_MS);
+  else if (e->node[0] != '\0')
+    dl_zk_orphan_node(z, e->node);
   pthread_mutex_lock(&z->mu);
   bool self_free = e->self_free;
   pthread_mutex_unlock(&z->mu);
@@ -150,12 +157,6 @@ int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
   *out = NULL;
   int rc = dl_zk_check_path(z, s->key);
   if (rc != 0) return rc;
-  pthread_mutex_lock(&z->mu);
-  bool expired = z->expired;
-  pthread_mutex_unlock(&z->mu);
-  if (expired)
-    return dl_seterr(z->env->err_owner, DLOCK_ECONNLOST, "the ZooKeeper "
-                     "session expired: open a new client");
   dl_elect *e = calloc(1, sizeof *e);
   if (e == NULL || (e->key = dl_strdup(s->key)) == NULL ||
       (e->id = dl_strdup(id)) == NULL) {

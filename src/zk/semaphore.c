@@ -118,8 +118,8 @@ static int write_count(dl_zk *z, const char *path, long long n,
     int zrc;
     atomic_fetch_add(&z->round_trips, 1);
     if (version < 0) {
-      zrc = zoo_create(z->zh, path, buf, (int)strlen(buf),
-                       &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+      zrc = zoo_create(z->zh, path, buf, (int)strlen(buf), z->acl,
+                       ZOO_PERSISTENT, NULL, 0);
       if (zrc == ZNONODE) { /* its parents first */
         char parent[NODE_MAX];
         snprintf(parent, sizeof parent, "%s", path);
