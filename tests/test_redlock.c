@@ -540,9 +540,37 @@ static void t_bad_urls(void) {
   }
 }
 
+/* A server named twice, as written or once resolved, would make a quorum
+ * of one: refused at the open with DLOCK_EINVAL naming it. */
+static void t_duplicate_server(void) {
+  CHECK(start(2));
+  char forms[2][256];
+  snprintf(forms[0], sizeof forms[0],
+           "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", srv[0].port,
+           srv[0].port, srv[1].port);
+  snprintf(forms[1], sizeof forms[1],
+           "redlock://localhost:%d,127.0.0.1:%d,127.0.0.1:%d", srv[0].port,
+           srv[0].port, srv[1].port);
+  char want[64];
+  snprintf(want, sizeof want, "127.0.0.1:%d", srv[0].port);
+  for (int i = 0; i < 2; i++) {
+    dlock_client_options o;
+    dlock_client_options_init(&o);
+    o.url = forms[i];
+    dlock_client *c = NULL;
+    CHECK_RC(dlock_client_open(&o, &c), DLOCK_EINVAL);
+    CHECK(c == NULL);
+    CHECK(strstr(dlock_client_open_errmsg(), want) != NULL);
+  }
+  /* Two different servers on one host are fine. */
+  dlock_client *c = client(0);
+  CHECK(c != NULL);
+  dlock_client_close(c);
+}
+
 TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_acquire_validity_release), T_BARE(t_exclusion),
         T_BARE(t_minority_taken), T_BARE(t_fencing_over_quorums),
         T_BARE(t_renew_by_quorum), T_BARE(t_async), T_BARE(t_layouts),
         T_BARE(t_token_proposed), T_BARE(t_delayed_restart),
-        T_BARE(t_replica_ack), T_BARE(t_bad_urls))
+        T_BARE(t_replica_ack), T_BARE(t_bad_urls), T_BARE(t_duplicate_server))
