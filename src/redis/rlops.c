@@ -1,6 +1,7 @@
 /* rlops.c: the Redlock backend's entries (each an operation of redlock.c,
- * run blocking or on the loop), its URL and its factory: one Redis
- * backend per server (a part), on a gather link for a blocking client. */
+ * run on the client's loop, or for a blocking client on its own loop's
+ * thread and waited for), its URL and its factory: one Redis backend per
+ * server (a part), each on that loop. */
 #include "redlock.h"
 
 #include <netdb.h>
@@ -18,6 +19,12 @@ static int check(redlock *B, bool async) {
                          : "a blocking call on an event-loop client");
 }
 
+/* Runs o: started on the client's loop (0 and *op), or for a blocking
+ * call on the parts' loop thread, waited for (the result). */
+static int exec(rl_op *o, dl_async **op) {
+  return o->B->thread ? dl_rl_call(o) : dl_rl_run(o, op);
+}
+
 static int acquire_run(dl_backend *b, dl_acquire *a, dl_done_fn done, void *ud,
                        dl_async **op) {
   redlock *B = (redlock *)b;
@@ -30,12 +37,11 @@ static int acquire_run(dl_backend *b, dl_acquire *a, dl_done_fn done, void *ud,
         B->env.err_owner, DLOCK_ENOTSUP,
         "redlock:// offers the lock and the plain lock (not the fair or the "
         "read-write lock)");
-  rl_op stack,
-      *o = err ? NULL : dl_rl_op_new(B, &stack, OP_ACQUIRE, done, ud, &err);
+  rl_op *o = err ? NULL : dl_rl_op_new(B, OP_ACQUIRE, done, ud, &err);
   if (o == NULL) return err;
   o->a = a;
-  o->l = a->lock;
-  return dl_rl_run(o, op);
+  if ((err = dl_rl_set_lock(o, a->lock)) != 0) return err;
+  return exec(o, op);
 }
 
 static int rl_acquire(dl_backend *b, dl_acquire *a) {
@@ -52,14 +58,14 @@ static int lock_run(dl_backend *b, int kind, const dl_lock_ref *l,
                     dl_done_fn done, void *ud, dl_async **op) {
   redlock *B = (redlock *)b;
   int err = check(B, done != NULL);
-  rl_op stack, *o = err ? NULL : dl_rl_op_new(B, &stack, kind, done, ud, &err);
+  rl_op *o = err ? NULL : dl_rl_op_new(B, kind, done, ud, &err);
   if (o == NULL) return err;
-  o->l = l;
+  if (l && (err = dl_rl_set_lock(o, l)) != 0) return err;
   o->lease_ms = lease_ms;
   o->count = count;
   o->q = q;
   o->v = v;
-  return dl_rl_run(o, op);
+  return exec(o, op);
 }
 
 static int rl_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
@@ -107,13 +113,12 @@ static int renew_run(dl_backend *b, int64_t lease_ms, int n,
                      void *ud, dl_async **op) {
   redlock *B = (redlock *)b;
   int err = check(B, done != NULL);
-  rl_op stack,
-      *o = err ? NULL : dl_rl_op_new(B, &stack, OP_RENEW, done, ud, &err);
+  rl_op *o = err ? NULL : dl_rl_op_new(B, OP_RENEW, done, ud, &err);
   if (o == NULL) return err;
   /* Each part gets its own copy of the items, without an answer yet. */
-  o->copies = calloc((size_t)B->n * (size_t)n, sizeof *o->copies);
+  o->copies = calloc((size_t)B->n * (size_t)n + 1, sizeof *o->copies);
   if (o->copies == NULL) {
-    if (o != &stack) free(o);
+    free(o);
     return dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
   }
   for (int i = 0; i < B->n; i++) {
@@ -126,7 +131,7 @@ static int renew_run(dl_backend *b, int64_t lease_ms, int n,
   o->nitems = n;
   o->items = items;
   o->calls = calls;
-  return dl_rl_run(o, op);
+  return exec(o, op);
 }
 
 static int rl_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
@@ -145,11 +150,56 @@ static int rl_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms,
 static void rl_cancel(dl_backend *b, dl_async *op) {
   redlock *B = (redlock *)b;
   rl_op *o = (rl_op *)op;
-  if (o->cancelled || o->kind != OP_ACQUIRE || B->closing) return;
+  if (o->cancelled || o->decided || o->kind != OP_ACQUIRE || B->closing) return;
   o->cancelled = true;
   o->a->deadline = dl_now_ms();
   if (o->st == ST_PAUSED && o->pause.pending)
     dl_redis_step_interrupt(part0(B), &o->pause);
+}
+
+/* A blocking scan's names, gathered on the loop's thread and passed to
+ * the caller's callback on its own thread (which may make blocking calls,
+ * as `dlock list` inspects each name). */
+typedef struct names {
+  char **v;
+  size_t n, cap;
+  bool oom;
+} names;
+
+static int gather_name(const char *name, void *ud) {
+  names *ns = ud;
+  if (ns->n == ns->cap) {
+    size_t cap = ns->cap ? ns->cap * 2 : 64;
+    char **v = realloc(ns->v, cap * sizeof *v);
+    if (v == NULL) {
+      ns->oom = true;
+      return 1;
+    }
+    ns->v = v;
+    ns->cap = cap;
+  }
+  if ((ns->v[ns->n] = strdup(name)) == NULL) {
+    ns->oom = true;
+    return 1;
+  }
+  ns->n++;
+  return 0;
+}
+
+static int scan_blocking(redlock *B, rl_op *o, dlock_scan_cb cb, void *ud) {
+  names ns = {0};
+  o->cb = gather_name;
+  o->cb_ud = &ns;
+  int rc = dl_rl_call(o);
+  if (rc >= 0 && ns.oom)
+    rc = dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  bool go = rc >= 0;
+  for (size_t i = 0; i < ns.n; i++) {
+    if (go && cb(ns.v[i], ud) != 0) go = false;
+    free(ns.v[i]);
+  }
+  free(ns.v);
+  return rc;
 }
 
 /* Inspect and scan read the first server that answers: every server has
@@ -160,7 +210,7 @@ static int read_run(dl_backend *b, int kind, const char *key,
                     dl_async **op) {
   redlock *B = (redlock *)b;
   int err = check(B, done != NULL);
-  rl_op stack, *o = err ? NULL : dl_rl_op_new(B, &stack, kind, done, ud, &err);
+  rl_op *o = err ? NULL : dl_rl_op_new(B, kind, done, ud, &err);
   if (o == NULL) return err;
   o->only = 0;
   o->key = key;
@@ -169,7 +219,8 @@ static int read_run(dl_backend *b, int kind, const char *key,
   o->prefix_len = prefix_len;
   o->cb = cb;
   o->cb_ud = cb_ud;
-  return dl_rl_run(o, op);
+  if (kind == OP_SCAN && B->thread) return scan_blocking(B, o, cb, cb_ud);
+  return exec(o, op);
 }
 
 static int rl_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
@@ -196,9 +247,47 @@ static int rl_scan_async(dl_backend *b, const char *match, size_t prefix_len,
                   ud, op);
 }
 
+/* Every server's take-aways (a force release's revocation message, its
+ * keyspace events where enabled) flag the key; the client's check then
+ * asks the quorum (renew with no lease), so a hold is lost once fewer
+ * than a quorum of servers still hold it. */
+typedef struct watch_args {
+  rl_task k;
+  redlock *B;
+  dl_notice_fn fn;
+  void *ud;
+  int rc;
+  atomic_int word;
+} watch_args;
+
+static int watch_parts(watch_args *w) {
+  redlock *B = w->B;
+  for (int i = 0; i < B->n; i++) {
+    dl_backend *p = B->part[i];
+    if (p->ops->watch_losses == NULL) continue;
+    int rc = p->ops->watch_losses(p, w->fn, w->ud);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+static void watch_task(rl_task *k) {
+  watch_args *w = (watch_args *)k;
+  w->rc = watch_parts(w);
+  atomic_store_explicit(&w->word, 1, memory_order_release);
+  dl_park_wake(&w->word);
+}
+
 static int rl_watch_losses(dl_backend *b, dl_notice_fn fn, void *ud) {
-  (void)b, (void)fn, (void)ud;
-  return 0; /* holds are checked at each renewal, by quorum */
+  redlock *B = (redlock *)b;
+  watch_args w = {.B = B, .fn = fn, .ud = ud};
+  if (B->thread == NULL) return watch_parts(&w); /* on the client's loop */
+  atomic_init(&w.word, 0);
+  w.k.fn = watch_task;
+  dl_rl_thread_post(B->thread, &w.k);
+  while (atomic_load_explicit(&w.word, memory_order_acquire) == 0)
+    (void)dl_park_wait(&w.word, 0, INT64_MAX);
+  return w.rc;
 }
 
 static void rl_stats(dl_backend *b, dlock_client_stats *st) {
@@ -207,15 +296,25 @@ static void rl_stats(dl_backend *b, dlock_client_stats *st) {
     B->part[i]->ops->stats(B->part[i], st);
 }
 
-static void rl_free(dl_backend *b) {
-  redlock *B = (redlock *)b;
-  if (B == NULL) return;
+/* Frees the parts (on their loop's thread for a blocking client): what is
+ * in flight on them ends with DLOCK_ECLOSED. */
+static void free_parts(void *ud) {
+  redlock *B = ud;
   B->closing = true; /* operations still running start nothing new */
   for (int i = 0; i < B->n; i++) {
     dl_backend *part = B->part[i];
     B->part[i] = NULL;
     if (part) part->ops->free(part);
   }
+}
+
+static void rl_free(dl_backend *b) {
+  redlock *B = (redlock *)b;
+  if (B == NULL) return;
+  if (B->thread)
+    dl_rl_thread_free(B->thread, free_parts, B);
+  else
+    free_parts(B);
   free(B);
 }
 
@@ -404,6 +503,15 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
   B->base.ops = &redlock_ops;
   B->env = *env;
   B->part_env = *env;
+  /* A blocking client's parts run on a loop of their own, on a thread. */
+  if (env->loop == NULL) {
+    int trc = dl_rl_thread_new(&B->thread);
+    if (trc != 0) {
+      free(B);
+      return dl_seterr(NULL, trc, "cannot make the servers' event loop");
+    }
+    B->part_env.loop = dl_rl_thread_loop(B->thread);
+  }
   /* The parts never subscribe: a composite waits by retrying. */
   if (B->part_env.backoff_max_ms <= 0) B->part_env.backoff_max_ms = 50;
   char *urls[RL_MAX];
@@ -417,6 +525,8 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
     if (rc >= 0) rc = dl_redis_part_new(&o, &B->part_env, &part);
     if (rc >= 0) {
       ((dl_redis *)part)->restart_delay_ms = B->opt.restart_delay_ms;
+      server_name(&((dl_redis *)part)->cfg.ep, B->name[B->n],
+                  sizeof B->name[B->n]);
       B->part[B->n++] = part;
     }
     free(urls[i]);
@@ -443,6 +553,10 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
   }
   B->quorum = B->n / 2 + 1;
   B->base.plain_mutex = !B->opt.hash;
+  if (B->thread && (rc = dl_rl_thread_start(B->thread)) != 0) {
+    rl_free(&B->base);
+    return dl_seterr(NULL, rc, "cannot start the servers' event loop");
+  }
   *out = &B->base;
   return 0;
 }
