@@ -611,9 +611,234 @@ static void t_duplicate_server(void) {
   dlock_client_close(c);
 }
 
+/* ---- a stalled server (SIGSTOP) does not hold up the quorum ---- */
+
+/* With one of three servers stopped, every call returns once the other
+ * two have decided it, well before the command timeout (2 s here): a free
+ * lock taken, a held one refused, is_held, the release; on the loop too.
+ * A grant the stopped server gives once it runs again, for an attempt the
+ * other two refused, is given back. */
+static void t_stalled_server(void) {
+  CHECK(start(3));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 2000;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client *ac = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &ac), 0);
+  dlock_lock *free_l, *held_l, *al;
+  CHECK_RC(dlock_lock_new(c, "rl:sf", NULL, &free_l), 0);
+  CHECK_RC(dlock_lock_new(c, "rl:sh", NULL, &held_l), 0);
+  CHECK_RC(dlock_lock_new(ac, "rl:sa", NULL, &al), 0);
+  /* Connected first, the scripts loaded, so that the stop stalls
+   * requests, not connects (a request stalled behind a NOSCRIPT could be
+   * overtaken by the release that follows it: its copy would then stay
+   * until its lease ends). */
+  CHECK_RC(dlock_lock_try_acquire(free_l, 0, 10000, NULL), 0);
+  CHECK_EQ(dlock_lock_release(free_l), 1);
+  got g = {0};
+  CHECK_RC(dlock_lock_acquire_async(al, 0, 10000, on_done, &g, NULL), 0);
+  CHECK(run_until(lp, &g.calls, 5000));
+  memset(&g, 0, sizeof g);
+  CHECK_RC(dlock_lock_release_async(al, on_done, &g, NULL), 0);
+  CHECK(run_until(lp, &g.calls, 5000));
+  CHECK_RC(g.rc, 1);
+  CHECK(holders_become(3, "rl:sa", 0));
+  for (int i = 0; i < 2; i++) /* another owner on two of the three */
+    th_cmd_int(&srv[i], "SET rl:sh other:1");
+  th_redis_kill(&srv[2], SIGSTOP);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(free_l, 0, 10000, NULL), 0);
+  int64_t took_acquire = th_now_ms() - t0;
+  t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(held_l, 0, 10000, NULL), DLOCK_EBUSY);
+  int64_t took_try = th_now_ms() - t0;
+  t0 = th_now_ms();
+  CHECK_EQ(dlock_lock_is_held(free_l), 1);
+  int64_t took_held = th_now_ms() - t0;
+  t0 = th_now_ms();
+  CHECK_EQ(dlock_lock_release(free_l), 1);
+  int64_t took_release = th_now_ms() - t0;
+  memset(&g, 0, sizeof g);
+  t0 = th_now_ms();
+  CHECK_RC(dlock_lock_acquire_async(al, 0, 10000, on_done, &g, NULL), 0);
+  CHECK(run_until(lp, &g.calls, 5000));
+  int64_t took_async = th_now_ms() - t0;
+  CHECK_RC(g.rc, 0);
+  fprintf(stderr,
+          "    one of 3 stopped: acquire %lld ms, try on held %lld ms, "
+          "is_held %lld ms, release %lld ms, acquire on a loop %lld ms\n",
+          (long long)took_acquire, (long long)took_try, (long long)took_held,
+          (long long)took_release, (long long)took_async);
+  CHECK(took_acquire < 300 && took_try < 300 && took_held < 300);
+  CHECK(took_release < 300 && took_async < 300);
+  /* Running again, the stopped server answers what it was sent: its grant
+   * of rl:sh (refused by the other two) is given back. */
+  th_redis_kill(&srv[2], SIGCONT);
+  CHECK(exists_becomes(&srv[2], "rl:sh", 0));
+  CHECK(exists_becomes(&srv[2], "rl:sf", 0));
+  memset(&g, 0, sizeof g);
+  CHECK_RC(dlock_lock_release_async(al, on_done, &g, NULL), 0);
+  CHECK(run_until(lp, &g.calls, 5000));
+  CHECK_RC(g.rc, 1);
+  /* The loop's client finishes its stalled requests as its loop runs. */
+  int64_t end = th_now_ms() + 3000;
+  while (holders(3, "rl:sa") != 0 && th_now_ms() < end)
+    dlock_loop_run(lp, 5);
+  CHECK_EQ(holders(3, "rl:sa"), 0);
+  dlock_lock_free(al);
+  dlock_client_close(ac);
+  dlock_loop_free(lp);
+  dlock_lock_free(free_l);
+  dlock_lock_free(held_l);
+  dlock_client_close(c);
+}
+
+/* ---- a take-away is heard at once ---- */
+static atomic_int lost_calls;
+static _Atomic int64_t lost_at;
+
+static void on_lost_at(dlock_lock *l, const char *owner, void *ud) {
+  (void)l, (void)owner, (void)ud;
+  atomic_store(&lost_at, th_now_ms());
+  atomic_fetch_add(&lost_calls, 1);
+}
+
+static bool lost_called(void *p) {
+  (void)p;
+  return atomic_load(&lost_calls) > 0;
+}
+
+/* Every server's subscriber listens to the revocation channel. */
+static bool subscribed(int n) {
+  for (int i = 0; i < n; i++)
+    if (!th_wait_subscribed(&srv[i], "dlock_revoke", 3000)) return false;
+  return true;
+}
+
+/* The holder's watchdog lease is 30 s (a renewal 10 s later): a force
+ * release is heard within 100 ms through the servers' revocation
+ * messages, on a blocking client and on an event-loop one. */
+static void t_force_release_heard(void) {
+  CHECK(start(3));
+  dlock_client *a = client(30000), *b = client(0);
+  CHECK(a && b);
+  CHECK(subscribed(3));
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "rl:fh", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "rl:fh", NULL, &lb), 0);
+  dlock_lock_on_lost(la, on_lost_at, NULL);
+  atomic_store(&lost_calls, 0);
+  CHECK_RC(dlock_lock_acquire(la, 0, NULL), 0);
+  int64_t t0 = th_now_ms();
+  CHECK_EQ(dlock_lock_force_release(lb), 1);
+  CHECK(th_wait_for(lost_called, NULL, 2000));
+  int64_t took = atomic_load(&lost_at) - t0;
+  fprintf(stderr, "    blocking: force release -> lost callback %lld ms\n",
+          (long long)took);
+  CHECK(took < 100);
+  CHECK_EQ(dlock_lock_is_lost(la), 1);
+  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  dlock_lock_free(la);
+  dlock_client_close(a);
+  /* On a loop. */
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.watchdog_timeout_ms = 30000;
+  dlock_client *ac = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &ac), 0);
+  dlock_lock *al;
+  CHECK_RC(dlock_lock_new(ac, "rl:fh", NULL, &al), 0);
+  dlock_lock_on_lost(al, on_lost_at, NULL);
+  atomic_store(&lost_calls, 0);
+  got g = {0};
+  CHECK_RC(dlock_lock_acquire_async(al, 0, 0, on_done, &g, NULL), 0);
+  CHECK(run_until(lp, &g.calls, 3000));
+  CHECK_RC(g.rc, 0);
+  /* Every server's subscriber of the loop client is listening. */
+  int64_t end = th_now_ms() + 3000;
+  while (th_now_ms() < end) {
+    long long subs = 0;
+    for (int i = 0; i < 3; i++) {
+      redisReply *r = th_cmd(&srv[i], "PUBSUB NUMSUB dlock_revoke");
+      if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+        subs += r->element[1]->integer >= 2; /* b's and the loop's */
+      if (r) freeReplyObject(r);
+    }
+    if (subs == 3) break;
+    dlock_loop_run(lp, 5);
+  }
+  t0 = th_now_ms();
+  CHECK_EQ(dlock_lock_force_release(lb), 1);
+  end = th_now_ms() + 2000;
+  while (atomic_load(&lost_calls) == 0 && th_now_ms() < end)
+    dlock_loop_run(lp, 5);
+  took = atomic_load(&lost_at) - t0;
+  fprintf(stderr, "    event loop: force release -> lost callback %lld ms\n",
+          (long long)took);
+  CHECK_EQ(atomic_load(&lost_calls), 1);
+  CHECK(took < 100);
+  CHECK_EQ(dlock_lock_is_lost(al), 1);
+  dlock_lock_free(al);
+  dlock_client_close(ac);
+  dlock_loop_free(lp);
+  dlock_lock_free(lb);
+  dlock_client_close(b);
+}
+
+/* With keyspace events on, a deletion is heard and the quorum checked: on
+ * one server of three the hold lives on (two still hold it); on a second
+ * it is lost within 100 ms. */
+static void t_deleted_by_quorum(void) {
+  CHECK(start(3));
+  for (int i = 0; i < 3; i++)
+    th_cmd_int(&srv[i], "CONFIG SET notify-keyspace-events Egx");
+  dlock_client *a = client(30000);
+  CHECK(a != NULL);
+  CHECK(subscribed(3));
+  for (int i = 0; i < 3; i++)
+    CHECK(th_wait_subscribed(&srv[i], "__keyevent@0__:del", 3000));
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(a, "rl:dq", NULL, &l), 0);
+  dlock_lock_on_lost(l, on_lost_at, NULL);
+  atomic_store(&lost_calls, 0);
+  CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
+  CHECK(holders_become(3, "rl:dq", 3));
+  /* A minority: the check (one script on each server) finds two holders. */
+  long long calls = th_calls(&srv[1], "evalsha");
+  th_cmd_int(&srv[0], "DEL rl:dq");
+  int64_t end = th_now_ms() + 2000;
+  while (th_calls(&srv[1], "evalsha") == calls && th_now_ms() < end)
+    th_sleep_ms(2);
+  CHECK(th_calls(&srv[1], "evalsha") > calls);
+  CHECK(!th_wait_for(lost_called, NULL, 200));
+  CHECK_EQ(dlock_lock_is_lost(l), 0);
+  CHECK_EQ(dlock_lock_is_held(l), 1);
+  /* A majority: lost. */
+  int64_t t0 = th_now_ms();
+  th_cmd_int(&srv[1], "DEL rl:dq");
+  CHECK(th_wait_for(lost_called, NULL, 2000));
+  int64_t took = atomic_load(&lost_at) - t0;
+  fprintf(stderr, "    deleted on 2 of 3 -> lost callback %lld ms\n",
+          (long long)took);
+  CHECK(took < 100);
+  CHECK_EQ(dlock_lock_is_lost(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(a);
+}
+
 TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_acquire_validity_release), T_BARE(t_exclusion),
         T_BARE(t_minority_taken), T_BARE(t_fencing_over_quorums),
         T_BARE(t_renew_by_quorum), T_BARE(t_async), T_BARE(t_layouts),
         T_BARE(t_token_proposed), T_BARE(t_delayed_restart),
-        T_BARE(t_replica_ack), T_BARE(t_bad_urls), T_BARE(t_duplicate_server))
+        T_BARE(t_replica_ack), T_BARE(t_bad_urls), T_BARE(t_duplicate_server),
+        T_BARE(t_stalled_server), T_BARE(t_force_release_heard),
+        T_BARE(t_deleted_by_quorum))
