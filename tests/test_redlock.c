@@ -834,6 +834,35 @@ static void t_deleted_by_quorum(void) {
   dlock_client_close(a);
 }
 
+/* With every server down, the error names each of them and why. */
+static void t_all_down_named(void) {
+  int port[3];
+  int at = snprintf(url, sizeof url, "redlock://");
+  for (int i = 0; i < 3; i++) {
+    port[i] = th_free_port();
+    at += snprintf(url + at, sizeof url - (size_t)at, "%s127.0.0.1:%d",
+                   i ? "," : "", port[i]);
+  }
+  dlock_client *c = client(0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:down", NULL, &l), 0);
+  int rc = dlock_lock_try_acquire(l, 0, 10000, NULL);
+  CHECK(rc == DLOCK_ECONNECT || rc == DLOCK_ECONNLOST);
+  const char *msg = dlock_client_errmsg(c);
+  fprintf(stderr, "    %s\n", msg);
+  CHECK(strstr(msg, "0 of 3 servers answered") != NULL);
+  for (int i = 0; i < 3; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "127.0.0.1:%d", port[i]);
+    CHECK(strstr(msg, name) != NULL);
+  }
+  CHECK(dlock_client_ping(c) < 0);
+  CHECK(strstr(dlock_client_errmsg(c), "0 of 3 servers answered") != NULL);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_acquire_validity_release), T_BARE(t_exclusion),
         T_BARE(t_minority_taken), T_BARE(t_fencing_over_quorums),
@@ -841,4 +870,4 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_token_proposed), T_BARE(t_delayed_restart),
         T_BARE(t_replica_ack), T_BARE(t_bad_urls), T_BARE(t_duplicate_server),
         T_BARE(t_stalled_server), T_BARE(t_force_release_heard),
-        T_BARE(t_deleted_by_quorum))
+        T_BARE(t_deleted_by_quorum), T_BARE(t_all_down_named))

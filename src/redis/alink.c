@@ -310,6 +310,12 @@ static int al_watch_losses(dl_rlink *base, const char *revoke_channel,
       dl_aconn_send(L->conn, 3, argv, NULL, 0, on_config, w, &rc) != NULL)
     return 0;
   free(w);
+  /* The server down (a composite's part, not connected at the open): the
+   * revocations are heard once it is up, its keyspace events are not. */
+  if (rc != DLOCK_ENOMEM && rc != 0 && L->losses) {
+    dl_clearerr(L->h.env->err_owner);
+    return 0;
+  }
   return rc;
 }
 

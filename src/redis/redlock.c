@@ -78,6 +78,41 @@ static void finish(rl_op *o, int result) {
   tell(o);
 }
 
+/* Keeps part i's detail of its error o->rc[i] (recorded under its tag),
+ * without the code's text. */
+static void keep_error(rl_op *o, int i) {
+  const char *why = dlock_client_errmsg(
+      (const struct dlock_client *)(const void *)&o->B->tag[i]);
+  const char *text = dlock_strerror(o->rc[i] < 0 ? o->rc[i] : DLOCK_EPROTO);
+  size_t tl = strlen(text);
+  if (strncmp(why, text, tl) == 0 && why[tl] == ':' && why[tl + 1] == ' ')
+    why += tl + 2;
+  snprintf(o->emsg[i], sizeof o->emsg[i], "%s", *why ? why : text);
+}
+
+/* Part i's detail, named by its server unless it names it already. */
+static const char *named(const rl_op *o, int i, char *buf, size_t size) {
+  const char *name = o->B->name[i], *why = o->emsg[i];
+  size_t nl = strlen(name);
+  if (strncmp(why, name, nl) == 0 && why[nl] == ':') return why;
+  snprintf(buf, size, "%s: %s", name, why);
+  return buf;
+}
+
+/* Part i's error o->rc[i] as the result, its detail the client's. */
+static int part_error(rl_op *o, int i) {
+  char buf[256];
+  return dl_seterr(o->B->env.err_owner, o->rc[i], "%s",
+                   named(o, i, buf, sizeof buf));
+}
+
+/* The first part whose answer is rc, or -1. */
+static int part_with(const rl_op *o, int rc) {
+  for (int i = 0; i < o->B->n; i++)
+    if (o->rc[i] == rc) return i;
+  return -1;
+}
+
 /* Makes B's largest token taken at least token. */
 static void raise_last(redlock *B, uint64_t token) {
   uint64_t last = atomic_load_explicit(&B->last_token, memory_order_relaxed);
@@ -128,11 +163,12 @@ static void part_done(void *ud, int rc) {
   int i = s->i;
   o->sub[i] = NULL;
   o->pending[i] = false;
-  if (rc < 0)
-    snprintf(o->emsg[i], sizeof o->emsg[i], "%s",
-             dlock_client_errmsg(o->B->env.err_owner));
   bool member = o->round_of[i] == o->round && !o->decided &&
                 o->phase_of[i] == o->phase && o->rc[i] == RC_PENDING;
+  if (rc < 0 && member) {
+    o->rc[i] = rc;
+    keep_error(o, i);
+  }
   o->left--;
   if (member) {
     o->rc[i] = rc;
@@ -210,10 +246,8 @@ static bool start_part(rl_op *o, int i, int phase) {
       break;
     default: rc = ops->ping_async(b, part_done, s, &o->sub[i]); break;
     }
-  if (rc < 0)
-    snprintf(o->emsg[i], sizeof o->emsg[i], "%s",
-             dlock_client_errmsg(B->env.err_owner));
   o->rc[i] = rc;
+  if (rc < 0) keep_error(o, i);
   return rc == 0;
 }
 
@@ -294,15 +328,12 @@ static void quorum_msg(rl_op *o) {
                     answered, B->n, B->quorum);
   for (int i = 0; i < B->n && at < (int)size; i++) {
     if (o->rc[i] >= 0 && o->rc[i] != RC_PENDING) continue;
-    const char *why = o->rc[i] == RC_PENDING ? "no answer yet" : o->emsg[i];
-    const char *text = o->rc[i] == RC_PENDING ? "" : dlock_strerror(o->rc[i]);
-    size_t tl = strlen(text);
-    /* "<code's text>: detail": the detail alone is enough here. */
-    if (tl && strncmp(why, text, tl) == 0 && why[tl] == ':' &&
-        why[tl + 1] == ' ')
-      why += tl + 2;
-    at += snprintf(msg + at, size - (size_t)at, "; %s: %s", B->name[i],
-                   *why ? why : text);
+    char buf[256];
+    if (o->rc[i] == RC_PENDING)
+      snprintf(buf, sizeof buf, "%s: no answer yet", B->name[i]);
+    at += snprintf(msg + at, size - (size_t)at, "; %s",
+                   o->rc[i] == RC_PENDING ? buf
+                                          : named(o, i, buf, sizeof buf));
   }
 }
 
@@ -369,7 +400,7 @@ static int released(rl_op *o) {
   }
   if (freed > 0) return 1;
   if (held > 0) return 0;
-  if (notowner > 0) return DLOCK_ENOTOWNER;
+  if (notowner > 0) return part_error(o, part_with(o, DLOCK_ENOTOWNER));
   return quorum_error(o, 0);
 }
 
@@ -426,7 +457,7 @@ static int forced(rl_op *o) {
     wrong += o->rc[i] == DLOCK_EWRONGTYPE;
   }
   if (deleted > 0) return 1;
-  if (wrong > 0) return DLOCK_EWRONGTYPE;
+  if (wrong > 0) return part_error(o, part_with(o, DLOCK_EWRONGTYPE));
   return none > 0 ? 0 : quorum_error(o, 0);
 }
 
@@ -522,6 +553,7 @@ static void step(rl_op *o) {
           o->st = ST_FAN;
           continue;
         }
+        if (r < 0) r = part_error(o, o->only);
         break;
       }
       finish(o, r);
@@ -578,7 +610,8 @@ static void step(rl_op *o) {
     }
     case ST_PAUSED:
       if (o->pause.rc < 0) {
-        finish(o, o->pause.rc);
+        finish(o, dl_seterr(o->B->env.err_owner, o->pause.rc,
+                            "while waiting to try again"));
         return;
       }
       o->st = ST_FAN;

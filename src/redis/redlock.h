@@ -28,7 +28,11 @@ typedef struct redlock {
   dl_backend_env part_env; /* the parts': no subscriptions */
   int n, quorum;
   dl_backend *part[RL_MAX];
-  char name[RL_MAX][80];       /* each server's host:port, for messages */
+  char name[RL_MAX][80]; /* each server's host:port, for messages */
+  /* Each part records its details under a tag of its own (its env's
+   * err_owner), so that each server's error is known apart; the
+   * operation's result gets the client's. */
+  dl_err_tag tag[RL_MAX];
   dl_redlock_url_opts opt;     /* the URL's options */
   _Atomic uint64_t last_token; /* the largest token taken (proposals) */
   bool closing;

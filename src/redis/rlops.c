@@ -522,7 +522,10 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
     o.url = urls[i];
     o.connections = 1;
     dl_backend *part = NULL;
-    if (rc >= 0) rc = dl_redis_part_new(&o, &B->part_env, &part);
+    dl_backend_env pe = B->part_env;
+    B->tag[B->n].serial = dl_err_serial();
+    pe.err_owner = (const struct dlock_client *)(const void *)&B->tag[B->n];
+    if (rc >= 0) rc = dl_redis_part_new(&o, &pe, &part);
     if (rc >= 0) {
       ((dl_redis *)part)->restart_delay_ms = B->opt.restart_delay_ms;
       server_name(&((dl_redis *)part)->cfg.ep, B->name[B->n],
