@@ -611,6 +611,16 @@ t_redlock() {
   "$DLOCK" -u "$u" release --force -q rl:y; expect_rc 0 $? "release --force"
   wait "$h"; expect_rc 76 $? "the holder hears of the force release"
   "$DLOCK" -u "$u" status rl:y >/dev/null; expect_rc 1 $? "free after"
+  # With the default lease (a renewal 10 s later), heard at once too.
+  rm -f rl.held
+  "$DLOCK" -u "$u" run -q rl:y -- sh -c "touch rl.held; $(sleeper rl)" & h=$!
+  wait_until test -e rl.held || fail "never held"
+  local t0=$(date +%s%N)
+  "$DLOCK" -u "$u" release --force -q rl:y; expect_rc 0 $? "release --force"
+  wait "$h"; expect_rc 76 $? "the holder hears of the force release"
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  echo "    force release -> holder exit: $ms ms" >&2
+  [ "$ms" -lt 2000 ] || fail "the holder stopped $ms ms after the force release"
   # A server named twice, as written or once resolved: refused (64), named.
   local dup
   for dup in "127.0.0.1:${ports[0]},127.0.0.1:${ports[0]}" \
