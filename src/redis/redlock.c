@@ -332,8 +332,7 @@ static void quorum_msg(rl_op *o) {
     if (o->rc[i] == RC_PENDING)
       snprintf(buf, sizeof buf, "%s: no answer yet", B->name[i]);
     at += snprintf(msg + at, size - (size_t)at, "; %s",
-                   o->rc[i] == RC_PENDING ? buf
-                                          : named(o, i, buf, sizeof buf));
+                   o->rc[i] == RC_PENDING ? buf : named(o, i, buf, sizeof buf));
   }
 }
 

@@ -128,7 +128,8 @@ void dl_rl_thread_free(rl_thread *t, void (*last)(void *), void *ud) {
 /* ---- a blocking call: an operation run on the loop, waited for ---- */
 typedef struct rl_call {
   rl_task k;
-  rl_op *o;
+  rl_op *o; /* freed by the time a failed start answers */
+  redlock *B;
   int rc;
   atomic_int word; /* 0 running, 1 answered */
   char msg[512];   /* the detail of a negative rc */
@@ -137,9 +138,8 @@ typedef struct rl_call {
 static void answer(rl_call *c, int rc) {
   c->rc = rc;
   if (rc < 0)
-    snprintf(
-        c->msg, sizeof c->msg, "%s",
-        dlock_client_errmsg((dlock_client *)(uintptr_t)c->o->B->env.err_owner));
+    snprintf(c->msg, sizeof c->msg, "%s",
+             dlock_client_errmsg(c->B->env.err_owner));
   atomic_store_explicit(&c->word, 1, memory_order_release);
   dl_park_wake(&c->word);
 }
@@ -165,7 +165,7 @@ int dl_rl_call(rl_op *o) {
     return dl_seterr(B->env.err_owner, DLOCK_EINVAL,
                      "a blocking call from a callback on the servers' loop");
   }
-  rl_call c = {.o = o};
+  rl_call c = {.o = o, .B = B};
   atomic_init(&c.word, 0);
   c.k.fn = call_start;
   o->head.done = call_done;
