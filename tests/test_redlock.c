@@ -637,7 +637,8 @@ static void t_duplicate_server(void) {
 
 /* With one of three servers stopped, every call returns once the other
  * two have decided it, well before the command timeout (2 s here): a free
- * lock taken, a held one refused, is_held, the release; on the loop too.
+ * lock taken, a held one refused, is_held, the release, inspect; on the
+ * loop too.
  * A grant the stopped server gives once it runs again, for an attempt the
  * other two refused, is given back. */
 static void t_stalled_server(void) {
@@ -670,9 +671,9 @@ static void t_stalled_server(void) {
   CHECK(run_until(lp, &g.calls, 5000));
   CHECK_RC(g.rc, 1);
   CHECK(loop_holders_become(lp, "rl:sa", 0));
-  for (int i = 0; i < 2; i++) /* another owner on two of the three */
+  for (int i = 1; i < 3; i++) /* another owner on two of the three */
     th_cmd_int(&srv[i], "SET rl:sh other:1");
-  th_redis_kill(&srv[2], SIGSTOP);
+  th_redis_kill(&srv[0], SIGSTOP); /* the first: inspect asked it first */
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_lock_try_acquire(free_l, 0, 10000, NULL), 0);
   int64_t took_acquire = th_now_ms() - t0;
@@ -685,6 +686,10 @@ static void t_stalled_server(void) {
   t0 = th_now_ms();
   CHECK_EQ(dlock_lock_release(free_l), 1);
   int64_t took_release = th_now_ms() - t0;
+  dlock_lock_state st;
+  t0 = th_now_ms();
+  CHECK_RC(dlock_lock_inspect(held_l, &st), 0);
+  int64_t took_inspect = th_now_ms() - t0;
   memset(&g, 0, sizeof g);
   t0 = th_now_ms();
   CHECK_RC(dlock_lock_acquire_async(al, 0, 10000, on_done, &g, NULL), 0);
@@ -693,16 +698,18 @@ static void t_stalled_server(void) {
   CHECK_RC(g.rc, 0);
   fprintf(stderr,
           "    one of 3 stopped: acquire %lld ms, try on held %lld ms, "
-          "is_held %lld ms, release %lld ms, acquire on a loop %lld ms\n",
+          "is_held %lld ms, release %lld ms, inspect %lld ms, acquire on a "
+          "loop %lld ms\n",
           (long long)took_acquire, (long long)took_try, (long long)took_held,
-          (long long)took_release, (long long)took_async);
+          (long long)took_release, (long long)took_inspect,
+          (long long)took_async);
   CHECK(took_acquire < 300 && took_try < 300 && took_held < 300);
-  CHECK(took_release < 300 && took_async < 300);
+  CHECK(took_release < 300 && took_inspect < 300 && took_async < 300);
   /* Running again, the stopped server answers what it was sent: its grant
    * of rl:sh (refused by the other two) is given back. */
-  th_redis_kill(&srv[2], SIGCONT);
-  CHECK(exists_becomes(&srv[2], "rl:sh", 0));
-  CHECK(exists_becomes(&srv[2], "rl:sf", 0));
+  th_redis_kill(&srv[0], SIGCONT);
+  CHECK(exists_becomes(&srv[0], "rl:sh", 0));
+  CHECK(exists_becomes(&srv[0], "rl:sf", 0));
   memset(&g, 0, sizeof g);
   CHECK_RC(dlock_lock_release_async(al, on_done, &g, NULL), 0);
   CHECK(run_until(lp, &g.calls, 5000));

@@ -38,6 +38,7 @@ static bool start_part(rl_op *o, int i, int phase);
 static void maybe_free(rl_op *o) {
   if (!o->delivered || o->left > 0) return;
   free(o->copies);
+  free(o->snaps);
   free(o->lbuf);
   free(o->info);
   free(o);
@@ -237,8 +238,9 @@ static bool start_part(rl_op *o, int i, int phase) {
                                  &o->sub[i]);
       break;
     case OP_INSPECT:
-      memset(o->snap, 0, sizeof *o->snap);
-      rc = ops->inspect_async(b, o->key, o->snap, part_done, s, &o->sub[i]);
+      memset(&o->snaps[i], 0, sizeof o->snaps[i]);
+      rc =
+          ops->inspect_async(b, o->key, &o->snaps[i], part_done, s, &o->sub[i]);
       break;
     case OP_SCAN:
       rc = ops->scan_async(b, o->match, o->prefix_len, passed, o, part_done, s,
@@ -543,7 +545,18 @@ static void step(rl_op *o) {
       case OP_PING:
         if ((r = pinged(o)) == -2) return;
         break;
-      default: /* inspect, scan: the next server if this one failed */
+      case OP_INSPECT: /* the first server that answers */
+        for (r = 0; r < o->B->n; r++)
+          if (o->rc[r] >= 0 && o->rc[r] != RC_PENDING) break;
+        if (r == o->B->n && o->await > 0) return;
+        if (r < o->B->n) {
+          memcpy(o->snap, &o->snaps[r], sizeof *o->snap);
+          r = o->rc[r];
+        } else {
+          r = quorum_error(o, 0);
+        }
+        break;
+      default: /* scan: the next server if this one failed */
         if (o->await > 0) return;
         r = o->rc[o->only];
         if (r < 0 && o->only + 1 < o->B->n && o->passed == 0 &&

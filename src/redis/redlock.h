@@ -128,7 +128,7 @@ struct rl_op {
   /* inspect and scan: one part at a time, the next if it fails */
   int only;
   const char *key;
-  dlock_lock_state *snap;
+  dlock_lock_state *snap, *snaps; /* inspect: the caller's, each part's */
   const char *match;
   size_t prefix_len;
   dlock_scan_cb cb;

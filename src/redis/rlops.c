@@ -202,8 +202,9 @@ static int scan_blocking(redlock *B, rl_op *o, dlock_scan_cb cb, void *ud) {
   return rc;
 }
 
-/* Inspect and scan read the first server that answers: every server has
- * the same names, and the holder in the snapshot is one server's view. */
+/* Inspect asks every server and reads the first that answers (the
+ * holder in the snapshot is one server's view); a scan reads one server
+ * after the other until one answers (every server has the same names). */
 static int read_run(dl_backend *b, int kind, const char *key,
                     dlock_lock_state *st, const char *match, size_t prefix_len,
                     dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
@@ -212,7 +213,12 @@ static int read_run(dl_backend *b, int kind, const char *key,
   int err = check(B, done != NULL);
   rl_op *o = err ? NULL : dl_rl_op_new(B, kind, done, ud, &err);
   if (o == NULL) return err;
-  o->only = 0;
+  o->only = kind == OP_SCAN ? 0 : -1;
+  if (kind == OP_INSPECT &&
+      (o->snaps = calloc((size_t)B->n, sizeof *o->snaps)) == NULL) {
+    free(o);
+    return dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  }
   o->key = key;
   o->snap = st;
   o->match = match;
