@@ -1,7 +1,8 @@
 /* redlock.h: what the Redlock backend's files share: redlock.c (the
- * operation, a state machine over the parts), rlops.c (the backend's
- * entries, the URL, the factory) and rlloop.c (a blocking client's loop
- * thread). Only for them. */
+ * operation, a state machine over the parts), rlvote.c (how a round's
+ * answers decide it), rlops.c (the backend's entries, the URL, the
+ * factory) and rlloop.c (a blocking client's loop thread). Only for
+ * them. */
 #ifndef DLOCK_REDIS_REDLOCK_H
 #define DLOCK_REDIS_REDLOCK_H
 
@@ -150,6 +151,28 @@ int dl_rl_set_lock(rl_op *o, const dl_lock_ref *l);
 /* Starts o (its inputs set) on the loop: 0 and *op, or a negative code
  * when nothing could start (o is then freed). The loop's thread only. */
 int dl_rl_run(rl_op *o, dl_async **op);
+
+/* ---- rlvote.c: how a round's answers decide it ---- */
+/* Keeps part i's detail of its error o->rc[i] (recorded under its tag). */
+void dl_rl_keep_error(rl_op *o, int i);
+/* Part i's error o->rc[i] as the result, its detail the client's. */
+int dl_rl_part_error(rl_op *o, int i);
+/* Makes B's largest token taken at least token. */
+void dl_rl_raise_last(redlock *B, uint64_t token);
+/* Too few servers answered: err (or the first error), its detail naming
+ * every server that did not answer and why. */
+int dl_rl_quorum_error(rl_op *o, int err);
+/* An acquire round: 1 taken (o->a filled in), 0 not, -1 not decided. */
+int dl_rl_acquired(rl_op *o);
+/* Release and force release: whether decided (a quorum answered). */
+bool dl_rl_settled(const rl_op *o);
+int dl_rl_released(rl_op *o);
+int dl_rl_forced(rl_op *o);
+/* Renew, query, ping: the result, or -2 while the answers still to come
+ * could change it. */
+int dl_rl_renewed(rl_op *o);
+int dl_rl_queried(rl_op *o);
+int dl_rl_pinged(rl_op *o);
 
 /* ---- rlloop.c: a blocking client's loop thread ---- */
 /* A loop (the built-in driver) and its thread, not yet started: 0, or a
