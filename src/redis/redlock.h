@@ -183,6 +183,9 @@ dl_loop *dl_rl_thread_loop(rl_thread *t);
 int dl_rl_thread_start(rl_thread *t);
 /* Runs k->fn(k) on the loop's thread, soon (any thread). */
 void dl_rl_thread_post(rl_thread *t, rl_task *k);
+/* Runs fn(arg) on the loop's thread and waits for it (any thread; from
+ * the loop's own thread it runs at once). */
+void dl_rl_thread_sync(rl_thread *t, void (*fn)(void *), void *arg);
 /* Runs last(ud) on the loop's thread (NULL: nothing), stops and joins it,
  * and frees the loop (accepts NULL). */
 void dl_rl_thread_free(rl_thread *t, void (*last)(void *), void *ud);

@@ -125,6 +125,34 @@ void dl_rl_thread_free(rl_thread *t, void (*last)(void *), void *ud) {
   free(t);
 }
 
+/* ---- a function run on the loop, waited for ---- */
+typedef struct sync_task {
+  rl_task k;
+  void (*fn)(void *);
+  void *arg;
+  atomic_int word; /* 0 running, 1 done */
+} sync_task;
+
+static void on_sync(rl_task *k) {
+  sync_task *t = (sync_task *)k;
+  t->fn(t->arg);
+  atomic_store_explicit(&t->word, 1, memory_order_release);
+  dl_park_wake(&t->word);
+}
+
+void dl_rl_thread_sync(rl_thread *t, void (*fn)(void *), void *arg) {
+  if (pthread_equal(pthread_self(), t->tid)) { /* from the loop itself */
+    fn(arg);
+    return;
+  }
+  sync_task k = {.fn = fn, .arg = arg};
+  atomic_init(&k.word, 0);
+  k.k.fn = on_sync;
+  dl_rl_thread_post(t, &k.k);
+  while (atomic_load_explicit(&k.word, memory_order_acquire) == 0)
+    (void)dl_park_wait(&k.word, 0, INT64_MAX);
+}
+
 /* ---- a blocking call: an operation run on the loop, waited for ---- */
 typedef struct rl_call {
   rl_task k;

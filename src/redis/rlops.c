@@ -258,48 +258,51 @@ static int rl_scan_async(dl_backend *b, const char *match, size_t prefix_len,
  * asks the quorum (renew with no lease), so a hold is lost once fewer
  * than a quorum of servers still hold it. */
 typedef struct watch_args {
-  rl_task k;
   redlock *B;
   dl_notice_fn fn;
   void *ud;
   int rc;
-  atomic_int word;
 } watch_args;
 
-static int watch_parts(watch_args *w) {
+static void watch_parts(void *arg) {
+  watch_args *w = arg;
   redlock *B = w->B;
-  for (int i = 0; i < B->n; i++) {
+  for (int i = 0; i < B->n && w->rc == 0; i++) {
     dl_backend *p = B->part[i];
-    if (p->ops->watch_losses == NULL) continue;
-    int rc = p->ops->watch_losses(p, w->fn, w->ud);
-    if (rc != 0) return rc;
+    if (p->ops->watch_losses) w->rc = p->ops->watch_losses(p, w->fn, w->ud);
   }
-  return 0;
 }
 
-static void watch_task(rl_task *k) {
-  watch_args *w = (watch_args *)k;
-  w->rc = watch_parts(w);
-  atomic_store_explicit(&w->word, 1, memory_order_release);
-  dl_park_wake(&w->word);
+/* Runs fn(arg) where the parts live: the client's loop (this thread), or
+ * a blocking client's loop thread, waited for. */
+static void on_parts(redlock *B, void (*fn)(void *), void *arg) {
+  if (B->thread)
+    dl_rl_thread_sync(B->thread, fn, arg);
+  else
+    fn(arg);
 }
 
 static int rl_watch_losses(dl_backend *b, dl_notice_fn fn, void *ud) {
   redlock *B = (redlock *)b;
   watch_args w = {.B = B, .fn = fn, .ud = ud};
-  if (B->thread == NULL) return watch_parts(&w); /* on the client's loop */
-  atomic_init(&w.word, 0);
-  w.k.fn = watch_task;
-  dl_rl_thread_post(B->thread, &w.k);
-  while (atomic_load_explicit(&w.word, memory_order_acquire) == 0)
-    (void)dl_park_wait(&w.word, 0, INT64_MAX);
+  on_parts(B, watch_parts, &w);
   return w.rc;
 }
 
+typedef struct stats_args {
+  redlock *B;
+  dlock_client_stats *st;
+} stats_args;
+
+static void stats_parts(void *arg) {
+  stats_args *x = arg;
+  for (int i = 0; i < x->B->n; i++)
+    x->B->part[i]->ops->stats(x->B->part[i], x->st);
+}
+
 static void rl_stats(dl_backend *b, dlock_client_stats *st) {
-  redlock *B = (redlock *)b;
-  for (int i = 0; i < B->n; i++)
-    B->part[i]->ops->stats(B->part[i], st);
+  stats_args x = {(redlock *)b, st};
+  on_parts(x.B, stats_parts, &x);
 }
 
 /* Frees the parts (on their loop's thread for a blocking client): what is
