@@ -671,6 +671,24 @@ t_redlock() {
   "$DLOCK" -u "$u" release --force -q rl:y; expect_rc 0 $? "release --force"
   wait "$h"; expect_rc 76 $? "the holder hears of the force release"
   "$DLOCK" -u "$u" status rl:y >/dev/null; expect_rc 1 $? "free after"
+  # With the default lease (a renewal 10 s later), heard at once too.
+  rm -f rl.held
+  "$DLOCK" -u "$u" run -q rl:y -- sh -c "touch rl.held; $(sleeper rl)" & h=$!
+  wait_until test -e rl.held || fail "never held"
+  local t0=$(date +%s%N)
+  "$DLOCK" -u "$u" release --force -q rl:y; expect_rc 0 $? "release --force"
+  wait "$h"; expect_rc 76 $? "the holder hears of the force release"
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  echo "    force release -> holder exit: $ms ms" >&2
+  [ "$ms" -lt 2000 ] || fail "the holder stopped $ms ms after the force release"
+  # A server named twice, as written or once resolved: refused (64), named.
+  local dup
+  for dup in "127.0.0.1:${ports[0]},127.0.0.1:${ports[0]}" \
+             "localhost:${ports[0]},127.0.0.1:${ports[0]}"; do
+    "$DLOCK" -u "redlock://$dup,127.0.0.1:${ports[1]}" run -q rl:d -- true \
+      2> rl.err; expect_rc 64 $? "a server named twice ($dup)"
+    grep -q "127.0.0.1:${ports[0]}" rl.err || fail "not named: $(cat rl.err)"
+  done
   "$DLOCK" -u "$u" run -q --fair rl:z -- true 2>/dev/null
   [ $? -ne 0 ] || fail "--fair on redlock:// accepted"
   "$DLOCK" -u "$u" bench -d 200ms uncontended >/dev/null; expect_rc 0 $? "bench"

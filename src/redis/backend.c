@@ -397,9 +397,9 @@ static char *copy_opt(const char *s, bool *oom) {
   return c;
 }
 
-/* The backend for opts->url: its link the single one (blocking), the
- * event loop's (env->loop), or, for a part of a composite (part), a gather
- * link when blocking. */
+/* The backend for opts->url: its link the single one (blocking), or the
+ * event loop's (env->loop; for a part of a composite, `part`, connected at
+ * its first request). */
 static int backend_new(const dlock_client_options *opts,
                        const dl_backend_env *env, bool part, dl_backend **out) {
   *out = NULL;
@@ -485,10 +485,10 @@ static int backend_new(const dlock_client_options *opts,
     rc = dl_acluster_link_new(cfg, &r->env, &r->link);
   else if (cfg->ep.cluster)
     rc = dl_cluster_link_new(cfg, &r->env, opts->connections, &r->link);
+  else if (r->env.loop && part)
+    rc = dl_loop_link_lazy(cfg, &r->env, &r->link);
   else if (r->env.loop)
     rc = dl_loop_link_new(cfg, &r->env, &r->link);
-  else if (part)
-    rc = dl_gather_link_new(cfg, &r->env, &r->link);
   else
     rc = dl_single_link_new(cfg, &r->env, opts->connections, &r->link);
   if (rc != 0) {

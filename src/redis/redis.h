@@ -336,6 +336,9 @@ int dl_loop_refuse_sub_wait(dl_rlink *base, dl_sub *s, int64_t deadline,
  * the operations through their *_start steps only. */
 int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
                      dl_rlink **out);
+/* The same, connected at its first request (a composite's part). */
+int dl_loop_link_lazy(const dl_conn_config *cfg, const dl_backend_env *env,
+                      dl_rlink **out);
 
 /* The cluster link (cluster.c): requests routed by their key's slot to
  * the master that owns it (the map read at the open from a node of
@@ -502,9 +505,8 @@ int dl_redis_renew_async(dl_backend *base, int64_t deadline, int64_t lease_ms,
 /* The backend for redis://, rediss:// and unix:// URLs (one server). */
 int dl_redis_backend_new(const dlock_client_options *opts,
                          const dl_backend_env *env, dl_backend **out);
-/* One server of a composite (redlock.c): as dl_redis_backend_new, but on
- * a blocking client its link is a gather link (gather.c), which does not
- * connect before its first request. */
+/* One server of a composite (redlock.c): as dl_redis_backend_new on
+ * env->loop (always set), but its link connects at its first request. */
 int dl_redis_part_new(const dlock_client_options *opts,
                       const dl_backend_env *env, dl_backend **out);
 /* The Redlock backend for redlock:// URLs (redlock.c). */
@@ -538,23 +540,6 @@ int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
  * open is not an error); *conn its connection. */
 int dl_single_link_lazy(const dl_conn_config *cfg, const dl_backend_env *env,
                         dl_rlink **out, dl_conn **conn);
-
-/* ---- gather.c: one server of a composite, its steps completed by the
- * calling thread ----
- * dl_gather_begin makes g the calling thread's gathering (saving the one
- * before in *saved): the steps that operations on gather links start on
- * this thread go out at once and are recorded in g. dl_gather_run then
- * completes them (answers in order, then pauses), calling each step's
- * resume, until *done: 0, or DLOCK_EINVAL if nothing is left that could
- * set it. dl_gather_end(saved) restores the thread's gathering. */
-typedef struct dl_gather {
-  void *head, *tail;
-} dl_gather;
-void dl_gather_begin(dl_gather *g, dl_gather **saved);
-int dl_gather_run(dl_gather *g, const bool *done);
-void dl_gather_end(dl_gather *saved);
-int dl_gather_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
-                       dl_rlink **out);
 
 /* Counters for tests and the benchmark (b: a dl_redis_backend_new one):
  * the link's (any link), and the single link's reader role (0, false for
