@@ -367,7 +367,11 @@ DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
  * have ended (it is given back), or another negative code; on failure
  * nothing is held. A waiter queues on the
  * server and is handed the lock by a release, in arrival order (unless the
- * client polls: see wait_backoff_max_ms). Time: returns within wait_ms plus
+ * client polls: see wait_backoff_max_ms). A wait rides out a failover, a
+ * resharding or a reconnect: an attempt that fails as they make requests
+ * fail (connection lost or refused, READONLY, CLUSTERDOWN, ...) is made
+ * again until the wait runs out, then its error is returned (wait_ms 0:
+ * at once). Time: returns within wait_ms plus
  * one command_timeout_ms (the last attempt's answer and leaving the wait
  * share that one timeout; a place in a queue that could not be left in time
  * lapses on the server by itself; a grant that came too late to trust is
@@ -386,7 +390,10 @@ DLOCK_API int dlock_lock_acquire(dlock_lock *l, int64_t lease_ms,
  * the owner still holds it (reentrant), or
  * DLOCK_ENOTOWNER when the owner did not hold it (Redis unchanged), or
  * DLOCK_ELOST when the owner's hold had been lost (the lost state is
- * cleared), or another negative code. */
+ * cleared), or another negative code. A release that fails as a failover
+ * makes requests fail is sent again (safely: docs/WIRE.md, release latch)
+ * for up to command_timeout_ms + 6 s before that code is returned and the
+ * hold is left to its lease. */
 DLOCK_API int dlock_lock_release(dlock_lock *l);
 
 /* Deletes the lock whoever holds it (Redisson's forceUnlock), wakes the

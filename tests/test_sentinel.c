@@ -749,6 +749,70 @@ static void failover_killed(void) {
   th_sentinel_stop(&S);
 }
 
+/* A wait rides out a failover within its own budget, and a release that
+ * meets one is retried until the new master answers (the latch makes the
+ * retry safe), instead of failing at the first refused connection ("no
+ * sentinel named a reachable master") and leaving the name locked for its
+ * whole lease. */
+typedef struct ride_arg {
+  dlock_lock *l;
+  int rc, rel;
+  int64_t took;
+} ride_arg;
+/* The acquire on another client (and thread: the owner is the thread). */
+static void *ride_acquire(void *arg) {
+  ride_arg *r = arg;
+  int64_t t0 = th_now_ms();
+  r->rc = dlock_lock_try_acquire(r->l, 10000, 10000, NULL);
+  r->took = th_now_ms() - t0;
+  r->rel = r->rc == 0 ? dlock_lock_release(r->l) : r->rc;
+  return NULL;
+}
+static void failover_ride(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  o.connect_timeout_ms = 500;
+  o.reconnect_max_ms = 500;
+  dlock_client *c = th_client_opts(&o), *c2 = th_client_opts(&o);
+  CHECK(c != NULL && c2 != NULL);
+  dlock_lock *l = NULL, *l2 = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-ride-held", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(c2, "sent-ride-free", NULL, &l2), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 30000, NULL), 0);
+  CHECK_RC(dlock_client_ping(c2), 0);
+  CHECK(th_sentinel_synced(&S, 5000));
+  th_redis_kill(&S.master, SIGKILL);
+  /* A client opened now (the sentinels name the dead master): the open
+   * succeeds, and its first request rides the failover out. */
+  dlock_client *c3 = open_url(S.url, 0);
+  CHECK(c3 != NULL);
+  ride_arg ra = {.l = l2};
+  pthread_t rt;
+  CHECK(pthread_create(&rt, NULL, ride_acquire, &ra) == 0);
+  int64_t t0 = th_now_ms();
+  int rc = dlock_lock_release(l);
+  int64_t took = th_now_ms() - t0;
+  pthread_join(rt, NULL);
+  printf("    during the failover: release %s after %lld ms; acquire %s "
+         "after %lld ms\n",
+         rc == 1 ? "freed" : dlock_strerror(rc), (long long)took,
+         dlock_strerror(ra.rc), (long long)ra.took);
+  CHECK_RC(rc, 1);
+  CHECK_RC(ra.rc, 0);
+  CHECK_RC(ra.rel, 1);
+  CHECK(th_sentinel_wait_failover(&S, 15000) == 0);
+  CHECK_EQ(exists_on(&S.replica, "sent-ride-held"), 0);
+  CHECK_RC(dlock_client_ping(c3), 0);
+  dlock_client_close(c3);
+  dlock_lock_free(l);
+  dlock_lock_free(l2);
+  dlock_client_close(c);
+  dlock_client_close(c2);
+  th_sentinel_stop(&S);
+}
+
 /* A server that keeps an append-only file is asked whether it has
  * WAITAOF (Redis 7.2), once per connection; this 7.0 has not, so the
  * acknowledgement falls back to WAIT (and, with no replica, is short). */
@@ -778,5 +842,5 @@ TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
         T_BARE(sentinel_password), T_BARE(failover_held), T_BARE(failover_lost),
         T_BARE(failover_acked), T_BARE(renew_unacked), T_BARE(loop_acked),
         T_BARE(failover_waiters), T_BARE(failover_killed),
-        T_BARE(readonly_rediscover), T(wait_shortfall),
+        T_BARE(failover_ride), T_BARE(readonly_rediscover), T(wait_shortfall),
         T_REDIS(waitaof_probe, "--appendonly yes"), T_BARE(cli_commands))

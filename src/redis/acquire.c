@@ -50,6 +50,7 @@ typedef enum acq_state {
   ACQ_GRANTS,    /* the grant channel's */
   ACQ_LOOP,      /* the top of the wait */
   ACQ_ATTEMPTED, /* an attempt's reply, while waiting */
+  ACQ_RIDDEN,    /* the pause after an attempt the deployment failed */
   ACQ_WAITED,    /* a wake-up, or the sleep's end */
   ACQ_CANCELLED, /* leaving the hand-off queue */
   ACQ_GIVEN,     /* giving back a grant that came as we gave up */
@@ -70,7 +71,9 @@ typedef struct acq_op {
   int64_t queued_sent; /* when the last attempt that queued us went */
   bool reserved, grants, queued, starving, again, left;
   dl_sub *sub, *grant;
-  dl_backoff poll; /* a plain string lock's polling */
+  dl_backoff poll;   /* a plain string lock's polling */
+  int64_t ride;      /* the last pause riding out a failover (0: none yet) */
+  acq_state ride_to; /* where the attempt after it goes */
   dl_pend p;
   dl_rlock_rel rel;
   char ch[OWNER_CHANNEL_MAX], gch[OWNER_CHANNEL_MAX]; /* last: not zeroed */
@@ -266,6 +269,23 @@ static void acq_init(acq_op *o, dl_redis *R, dl_acquire *a) {
   dl_backoff_init(&o->poll);
 }
 
+/* Whether a waiting acquire rides out its attempt's failure rc (a
+ * failover, a resharding, a reconnect: the master unreachable, demoted,
+ * loading, or the cluster down) by trying again after a pause, within its
+ * wait, as Redisson's retry attempts do. An attempt whose reply was lost
+ * may have run: the script takes the hold afresh when the client knows of
+ * none (ARGV[4]), so a retry is safe. Sets the pause's end in *pause_end. */
+static bool ride_out(acq_op *o, int rc, int64_t *pause_end) {
+  const dl_acquire *a = o->a;
+  if (!a->wait || atomic_load(o->R->env.closing)) return false;
+  bool transient = rc == DLOCK_ETIMEDOUT || dl_rlock_transient(o->R, rc);
+  o->ride = o->ride ? (o->ride * 2 > 200 ? 200 : o->ride * 2) : 10;
+  int64_t now = dl_now_ms();
+  if (!transient || now + o->ride >= a->deadline) return false;
+  *pause_end = now + o->ride;
+  return true;
+}
+
 /* Runs the acquire from where it stands until it waits on a step
  * (DL_PENDING) or ends: 1 acquired (a->status, token, valid_until), 0
  * refused until the deadline (a->ttl), or a negative code. */
@@ -275,11 +295,15 @@ static int acq_step(acq_op *o) {
   const dl_lock_ref *l = a->lock;
   const dl_rlink_ops *ops = R->link->ops;
   bool fair = l->kind == DL_KIND_FAIR;
-  int64_t deadline = a->deadline;
+  int64_t deadline = a->deadline, pause_end = 0;
   for (;;) {
     switch (o->st) {
     case ACQ_FIRST:
       o->rc = attempt_result(o);
+      if (o->rc < 0 && ride_out(o, o->rc, &pause_end)) {
+        o->ride_to = ACQ_FIRST;
+        goto ride;
+      }
       if (o->rc == 0 && o->queued) o->queued_sent = o->sent;
       if (o->rc == 0 && a->wait)
         atomic_fetch_or(l->hint, HINT_CONTENDED);
@@ -336,6 +360,10 @@ static int acq_step(acq_op *o) {
       goto doze;
     case ACQ_ATTEMPTED:
       o->rc = attempt_result(o);
+      if (o->rc < 0 && ride_out(o, o->rc, &pause_end)) {
+        o->ride_to = ACQ_ATTEMPTED;
+        goto ride;
+      }
       if (o->rc == 0 && o->queued) o->queued_sent = o->sent;
       if (o->rc != 0) goto out;
     doze : {
@@ -380,6 +408,19 @@ static int acq_step(acq_op *o) {
         return DL_PENDING;
       continue;
     }
+    ride:
+      o->st = ACQ_RIDDEN;
+      if (dl_redis_step_pause(R, &o->p, pause_end) == DL_PENDING)
+        return DL_PENDING;
+      continue;
+    case ACQ_RIDDEN:
+      /* The attempt again, as the one that failed was sent. */
+      if (attempt_send(o, o->ride_to,
+                       o->ride_to == ACQ_FIRST
+                           ? (fair && a->wait) || o->queued
+                           : fair || o->queued) == DL_PENDING)
+        return DL_PENDING;
+      continue;
     case ACQ_WAITED:
       if (o->queued && ops->sub_grant(R->link, o->grant, &o->tok) == 1) {
         /* Handed over by a release: the lease began after our last

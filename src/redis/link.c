@@ -421,6 +421,14 @@ static int single_new(const dl_conn_config *cfg, const dl_backend_env *env,
     if (rc != 0) break;
   }
   if (rc == 0 && !lazy) rc = dl_conn_connect(b->conns[0]);
+  /* The sentinels answer and name a master that cannot be used yet: a
+   * failover under way. The open succeeds (its first request connects, and
+   * a wait rides the failover out), as it would have a moment before. */
+  if (rc == DLOCK_ECONNECT && cfg->ep.master_name &&
+      dl_conn_failing_over(b->conns[0])) {
+    dl_clearerr(env->err_owner);
+    rc = 0;
+  }
   if (rc == 0 && !lazy && env->backoff_max_ms <= 0)
     rc = dl_pubsub_new(cfg, &b->pubsub);
   if (rc != 0) {

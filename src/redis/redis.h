@@ -42,10 +42,14 @@ typedef struct dl_target {
   dl_endpoint ep; /* borrows cfg->ep's strings; host points into hostbuf */
   char hostbuf[256];
   unsigned gen; /* the failovers heard of before it was resolved */
+  bool named;   /* on DLOCK_ECONNECT: a sentinel named a master that could
+                   not be used (unreachable, not yet ROLE master): a
+                   failover under way, not a wrong URL */
 } dl_target;
 /* Fills *t. Returns 0, or a negative code with err set (DLOCK_ECONNECT:
- * no sentinel answered, or none knows the master's name; the detail says
- * which sentinel said what). Thread-safe. */
+ * no sentinel answered, or none knows the master's name, or none named a
+ * usable master (t->named); DLOCK_EAUTH: the sentinels refused us; the
+ * detail says which sentinel said what). Thread-safe. */
 int dl_conn_target(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
                    char *err, size_t errlen);
 /* Whether a failover was heard of since a connection resolved with gen
@@ -64,6 +68,9 @@ void dl_sentinel_watch_stop(dl_conn_config *cfg);
 int dl_conn_new(const dl_conn_config *cfg, dl_conn **out);
 /* Connects now; returns 0 or a negative code (detail recorded). */
 int dl_conn_connect(dl_conn *c);
+/* Whether c's last connect failed only because the master the sentinels
+ * named could not be used yet (dl_target's named): a failover under way. */
+bool dl_conn_failing_over(dl_conn *c);
 void dl_conn_free(dl_conn *c);
 /* Closes the connection now: what is in flight on it fails with err (why
  * its detail); the next request reconnects (asking the resolver again). */

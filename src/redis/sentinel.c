@@ -174,6 +174,7 @@ int dl_conn_target(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
                    char *err, size_t errlen) {
   t->ep = cfg->ep;
   t->gen = cfg->watch ? atomic_load(&cfg->watch->gen) : 0;
+  t->named = false;
   if (cfg->ep.master_name == NULL) return 0;
   t->ep.hosts = NULL;
   t->ep.nhosts = 0;
@@ -206,6 +207,7 @@ int dl_conn_target(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
       char m2[200] = "";
       rc = check_master(cfg, &t->ep, deadline, m2, sizeof m2);
       if (rc == 1) return 0;
+      t->named = true;
       snprintf(m, sizeof m, "names %.60s:%d, which %.120s", t->hostbuf, port,
                m2);
     }
