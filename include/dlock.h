@@ -111,6 +111,9 @@ typedef struct dlock_lock dlock_lock;
  * struct whose bytes unknown to this library are not all zero (options from
  * a newer dlock.h that this library cannot honour). New fields are only
  * ever appended, and their zero means their default. */
+/* min_replicas_acked: as many replicas as the master has now. */
+#define DLOCK_REPLICAS_AUTO (-1)
+
 typedef struct dlock_client_options {
   size_t size; /* set by dlock_client_options_init; do not change */
   /* redis://[user[:password]@]host[:port][/db], rediss://... (TLS) or
@@ -165,10 +168,14 @@ typedef struct dlock_client_options {
   const char *sentinel_username;
   const char *sentinel_password;
   /* Replica acknowledgement: after each acquire, renewal and release,
-   * WAIT for this many replicas (0, the default: no wait). An acquire not
+   * WAIT for this many replicas (0, the default: no wait), or with
+   * DLOCK_REPLICAS_AUTO for as many as the master has at that moment
+   * (ROLE; Redisson's rule: none after a failover to a master without
+   * replicas; docs/SAFETY.md says when each is right). An acquire not
    * acknowledged in time is given back and fails with DLOCK_ENOTACKED; a
-   * renewal not acknowledged does not extend the hold's validity. Not on
-   * redlock:// (DLOCK_ENOTSUP at open). */
+   * renewal not acknowledged does not extend the hold's validity.
+   * DLOCK_REPLICAS_AUTO is refused (DLOCK_ENOTSUP at open) on redlock://
+   * and on event-loop clients. */
   int min_replicas_acked;
   int replicas_timeout_ms; /* the WAIT's limit; 0: 1000 */
   /* ZooKeeper (zk:// URLs; added in 0.3). The session timeout asked of the

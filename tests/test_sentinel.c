@@ -415,6 +415,110 @@ static void wait_shortfall(void) {
   dlock_loop_free(lp);
 }
 
+/* A WAIT does not hold up the client's other requests: it has a
+ * connection of its own. Before, sent on the command connection, it made a
+ * ping or an is_held wait out the stalled replicas' timeout. */
+typedef struct wait_arg {
+  dlock_lock *l;
+  int rc;
+} wait_arg;
+static void *acquire_unacked(void *p) {
+  wait_arg *a = p;
+  a->rc = dlock_lock_try_acquire(a->l, 0, 10000, NULL);
+  return NULL;
+}
+static bool wait_blocked(void *p) {
+  (void)p;
+  redisReply *r = th_cmd(&th_srv, "CLIENT LIST");
+  bool in = r && r->str && strstr(r->str, "cmd=wait ") != NULL;
+  if (r) freeReplyObject(r);
+  return in;
+}
+static void wait_apart(void) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = th_srv.url;
+  o.min_replicas_acked = 1; /* no replica: each WAIT runs to its timeout */
+  o.replicas_timeout_ms = 2000;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL, *other = NULL;
+  CHECK_RC(dlock_lock_new(c, "wait-apart", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(c, "wait-apart-other", NULL, &other), 0);
+  CHECK_RC(dlock_client_ping(c), 0);
+  wait_arg a = {.l = l};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, acquire_unacked, &a) == 0);
+  CHECK(th_wait_for(wait_blocked, NULL, 5000));
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_client_ping(c), 0);
+  CHECK_EQ(dlock_lock_is_held(other), 0);
+  int64_t took = th_now_ms() - t0;
+  bool still = wait_blocked(NULL);
+  pthread_join(t, NULL);
+  printf("    ping and is_held during a WAIT: %lld ms\n", (long long)took);
+  CHECK(still); /* they did not wait for it */
+  CHECK(took < 1000);
+  CHECK_RC(a.rc, DLOCK_ENOTACKED);
+  dlock_lock_free(l);
+  dlock_lock_free(other);
+  dlock_client_close(c);
+}
+
+/* --replicas auto (DLOCK_REPLICAS_AUTO): WAIT for as many replicas as the
+ * master has now. With its replica, an acquire is on the replica when it
+ * returns; once the master has none (as after a failover to a master
+ * without replicas), acquires and renewals go on unacknowledged, where a
+ * fixed count of 1 gives every acquire back. */
+static bool no_replicas(void *p) {
+  (void)p;
+  redisReply *r = th_cmd(&S.master, "ROLE");
+  bool none = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+              r->element[2]->type == REDIS_REPLY_ARRAY &&
+              r->element[2]->elements == 0;
+  if (r) freeReplyObject(r);
+  return none;
+}
+static void replicas_auto(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  o.min_replicas_acked = DLOCK_REPLICAS_AUTO;
+  o.replicas_timeout_ms = 1000;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  o.min_replicas_acked = 1;
+  dlock_client *fixed = th_client_opts(&o);
+  CHECK(fixed != NULL);
+  dlock_lock *l = NULL, *f = NULL;
+  CHECK_RC(dlock_lock_new(c, "repl-auto", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(fixed, "repl-fixed", NULL, &f), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK_EQ(exists_on(&S.replica, "repl-auto"), 1); /* acknowledged */
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK(detach_replica());
+  CHECK(th_wait_for(no_replicas, NULL, 5000));
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK(th_now_ms() - t0 < 900); /* no WAIT: nothing to wait for */
+  CHECK_RC(dlock_lock_try_acquire(f, 0, 10000, NULL), DLOCK_ENOTACKED);
+  CHECK(strstr(dlock_client_errmsg(fixed), "0 of 1 replicas") != NULL);
+  CHECK_RC(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_lock_free(f);
+  dlock_client_close(c);
+  dlock_client_close(fixed);
+  /* Refused where it is not done yet: on an event-loop client. */
+  o.min_replicas_acked = DLOCK_REPLICAS_AUTO;
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  c = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), DLOCK_ENOTSUP);
+  dlock_loop_free(lp);
+  th_sentinel_stop(&S);
+}
+
 /* Replica acknowledgement on an event-loop client (Sentinel): an
  * acknowledged acquire is on the replica when its callback runs; with the
  * replica's link cut, an acquire is given back (ENOTACKED), and the held
@@ -843,4 +947,5 @@ TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
         T_BARE(failover_acked), T_BARE(renew_unacked), T_BARE(loop_acked),
         T_BARE(failover_waiters), T_BARE(failover_killed),
         T_BARE(failover_ride), T_BARE(readonly_rediscover), T(wait_shortfall),
+        T(wait_apart), T_BARE(replicas_auto),
         T_REDIS(waitaof_probe, "--appendonly yes"), T_BARE(cli_commands))

@@ -549,7 +549,7 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *a) {
   acq_op o;
   acq_init(&o, R, a);
   rc = acq_start(&o);
-  if (rc != 1 || R->min_replicas <= 0) return rc;
+  if (rc != 1 || R->min_replicas == 0) return rc;
   /* Replica acknowledgement: a hold the replicas did not get in time could
    * vanish in a failover, so it is given back (one count: a re-entry keeps
    * the holds before it) and reported apart from "locked". */
@@ -577,7 +577,7 @@ static int acq_acked(acq_async *x, int rc) {
   for (;;) {
     switch (x->phase) {
     case AA_ACQUIRE:
-      if (rc != 1 || R->min_replicas <= 0) return rc;
+      if (rc != 1 || R->min_replicas == 0) return rc;
       x->rc = rc;
       x->phase = AA_WAIT;
       if (dl_redis_replicate_start(R, &x->o.a->lock->key, 1, &x->wait) == DL_PENDING)

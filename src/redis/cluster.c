@@ -27,6 +27,7 @@
 
 static void node_free(cnode *n) {
   dl_pubsub_free(n->pubsub);
+  dl_waitpool_free(&n->waits);
   for (int i = 0; i < n->nconn; i++)
     dl_conn_free(n->conns[i]);
   free(n->conns);
@@ -56,6 +57,7 @@ static int node_get(cluster_link *b, const char *host, int port) {
     c->cfg.ep.cluster = false;
     c->cfg.ep.nhosts = 0;
     c->cfg.ep.hosts = NULL;
+    dl_waitpool_init(&c->waits, &c->cfg);
     c->conns = calloc((size_t)b->nconn, sizeof *c->conns);
     int rc = c->conns ? 0 : DLOCK_ENOMEM;
     for (; rc == 0 && c->nconn < b->nconn; c->nconn++)
@@ -520,10 +522,10 @@ static int cl_command(dl_rlink *base, int argc, const char **argv,
   return cl_command_bin(base, argc, argv, lens, reply);
 }
 
-/* Marker and WAIT on one connection of node (see redis.h's replicate). */
+/* Marker and WAIT on a connection of node's own (redis.h's dl_waitpool). */
 static int replicate_on(cluster_link *b, cnode *node, int n, int timeout_ms) {
-  return dl_conn_replicate(dl_cl_pick(node), n, timeout_ms,
-                           b->env->command_timeout_ms, b->env->err_owner);
+  return dl_waitpool_replicate(&node->waits, n, timeout_ms,
+                               b->env->command_timeout_ms, b->env->err_owner);
 }
 
 static int cl_replicate(dl_rlink *base, const char *const *keys, int nkeys,

@@ -22,6 +22,7 @@ typedef struct cnode {
   int nconn;
   atomic_uint next;
   dl_pubsub *pubsub; /* NULL when waiting by backoff */
+  dl_waitpool waits; /* replica acknowledgement's own connections */
   bool listening;    /* watch_losses applied (under refresh_mu) */
 } cnode;
 

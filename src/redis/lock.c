@@ -396,7 +396,7 @@ static int rel_async_step(dl_shell *sh) {
     return x->rc;
   }
   int rc = dl_rlock_rel_step(&x->o);
-  if (rc == DL_PENDING || rc < 0 || sh->head.R->min_replicas <= 0) return rc;
+  if (rc == DL_PENDING || rc < 0 || sh->head.R->min_replicas == 0) return rc;
   x->rc = rc;
   x->waiting = true;
   if (dl_redis_replicate_start(sh->head.R, &x->o.l->key, 1, &x->wait) == DL_PENDING)

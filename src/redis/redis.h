@@ -116,6 +116,24 @@ uint64_t dl_conn_batches(dl_conn *c);
 int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
                       int command_timeout_ms, const struct dlock_client *owner);
 
+/* Connections for dl_conn_replicate apart from the command connections
+ * (link.c): WAIT blocks the connection it is sent on, so a WAIT on a
+ * command connection held up every request behind it (a ping waited out
+ * a stalled replica's timeout). Each replicate takes an idle one, or a
+ * new one, and gives it back; a few are kept. */
+typedef struct dl_waitpool {
+  pthread_mutex_t mu;
+  const dl_conn_config *cfg;
+  dl_conn *idle[8];
+  int nidle;
+} dl_waitpool;
+void dl_waitpool_init(dl_waitpool *p, const dl_conn_config *cfg);
+void dl_waitpool_free(dl_waitpool *p);
+/* dl_conn_replicate on a connection of p. */
+int dl_waitpool_replicate(dl_waitpool *p, int n, int timeout_ms,
+                          int command_timeout_ms,
+                          const struct dlock_client *owner);
+
 /* Sets up a freshly connected socket: AUTH, SELECT, CLIENT SETNAME. */
 int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
                       char *err, size_t errlen);
