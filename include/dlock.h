@@ -378,7 +378,7 @@ DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
  * resharding or a reconnect: an attempt that fails as they make requests
  * fail (connection lost or refused, READONLY, CLUSTERDOWN, ...) is made
  * again until the wait runs out, then its error is returned (wait_ms 0:
- * at once). Time: returns within wait_ms plus
+ * at once; no limit: after 10 command timeouts of such failures). Time: returns within wait_ms plus
  * one command_timeout_ms (the last attempt's answer and leaving the wait
  * share that one timeout; a place in a queue that could not be left in time
  * lapses on the server by itself; a grant that came too late to trust is

@@ -28,6 +28,10 @@
  * wait_backoff_max_ms is set. A dlock releaser's message still wakes it at
  * once. */
 #define PLAIN_POLL_MAX_MS 64
+/* An acquire without a wait limit rides out failures (ride_out) for this
+ * many command timeouts (30 s by default), as Redisson's retry attempts
+ * end. */
+#define RIDE_TIMEOUTS 10
 /* A waiter's own channel, "<channel>:<owner id>": the fair lock's wake-up
  * and the plain lock's grant. `out` has OWNER_CHANNEL_MAX bytes. */
 #define OWNER_CHANNEL_MAX (DL_DERIVED_MAX + DL_OWNER_MAX + 1)
@@ -73,6 +77,7 @@ typedef struct acq_op {
   dl_sub *sub, *grant;
   dl_backoff poll;   /* a plain string lock's polling */
   int64_t ride;      /* the last pause riding out a failover (0: none yet) */
+  int64_t ride_since; /* when the failures ridden out began */
   acq_state ride_to; /* where the attempt after it goes */
   dl_pend p;
   dl_rlock_rel rel;
@@ -279,8 +284,14 @@ static bool ride_out(acq_op *o, int rc, int64_t *pause_end) {
   const dl_acquire *a = o->a;
   if (!a->wait || atomic_load(o->R->env.closing)) return false;
   bool transient = rc == DLOCK_ETIMEDOUT || dl_rlock_transient(o->R, rc);
-  o->ride = o->ride ? (o->ride * 2 > 200 ? 200 : o->ride * 2) : 10;
   int64_t now = dl_now_ms();
+  if (o->ride == 0) o->ride_since = now;
+  o->ride = o->ride ? (o->ride * 2 > 200 ? 200 : o->ride * 2) : 10;
+  /* A wait without a limit rides out RIDE_TIMEOUTS command timeouts of
+   * failures at most: an outage that long is reported, not hidden. */
+  if (a->deadline == INT64_MAX &&
+      now - o->ride_since >= RIDE_TIMEOUTS * o->R->env.command_timeout_ms)
+    return false;
   if (!transient || now + o->ride >= a->deadline) return false;
   *pause_end = now + o->ride;
   return true;
@@ -304,6 +315,7 @@ static int acq_step(acq_op *o) {
         o->ride_to = ACQ_FIRST;
         goto ride;
       }
+      if (o->rc >= 0) o->ride = 0;
       if (o->rc == 0 && o->queued) o->queued_sent = o->sent;
       if (o->rc == 0 && a->wait)
         atomic_fetch_or(l->hint, HINT_CONTENDED);
@@ -364,6 +376,7 @@ static int acq_step(acq_op *o) {
         o->ride_to = ACQ_ATTEMPTED;
         goto ride;
       }
+      if (o->rc >= 0) o->ride = 0;
       if (o->rc == 0 && o->queued) o->queued_sent = o->sent;
       if (o->rc != 0) goto out;
     doze : {
