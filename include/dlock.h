@@ -113,6 +113,9 @@ typedef struct dlock_lock dlock_lock;
  * struct whose bytes unknown to this library are not all zero (options from
  * a newer dlock.h that this library cannot honour). New fields are only
  * ever appended, and their zero means their default. */
+/* min_replicas_acked: as many replicas as the master has now. */
+#define DLOCK_REPLICAS_AUTO (-1)
+
 typedef struct dlock_client_options {
   size_t size; /* set by dlock_client_options_init; do not change */
   /* redis://[user[:password]@]host[:port][/db], rediss://... (TLS) or
@@ -167,11 +170,16 @@ typedef struct dlock_client_options {
   const char *sentinel_username;
   const char *sentinel_password;
   /* Replica acknowledgement: after each acquire, renewal and release,
-   * WAIT for this many replicas (0, the default: no wait). An acquire not
+   * WAIT for this many replicas (0, the default: no wait), or with
+   * DLOCK_REPLICAS_AUTO for as many as the master has at that moment
+   * (ROLE; Redisson's rule: none after a failover to a master without
+   * replicas; docs/SAFETY.md says when each is right). An acquire not
    * acknowledged in time is given back and fails with DLOCK_ENOTACKED; a
    * renewal not acknowledged does not extend the hold's validity. On
    * redlock:// each server waits for its own replicas, and a server whose
-   * replicas fall short does not count towards the quorum. */
+   * replicas fall short does not count towards the quorum.
+   * DLOCK_REPLICAS_AUTO is refused (DLOCK_ENOTSUP at open) on redlock://
+   * and on event-loop clients. */
   int min_replicas_acked;
   int replicas_timeout_ms; /* the WAIT's limit; 0: 1000 */
   /* ZooKeeper (zk:// URLs; added in 0.2). The session timeout asked of the
@@ -384,7 +392,11 @@ DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
  * docs/WIRE.md, "What dlock refuses"), or another negative code; on failure
  * nothing is held. A waiter queues on the
  * server and is handed the lock by a release, in arrival order (unless the
- * client polls: see wait_backoff_max_ms). Time: returns within wait_ms plus
+ * client polls: see wait_backoff_max_ms). A wait rides out a failover, a
+ * resharding or a reconnect: an attempt that fails as they make requests
+ * fail (connection lost or refused, READONLY, CLUSTERDOWN, ...) is made
+ * again until the wait runs out, then its error is returned (wait_ms 0:
+ * at once; no limit: after 10 command timeouts of such failures). Time: returns within wait_ms plus
  * one command_timeout_ms (the last attempt's answer and leaving the wait
  * share that one timeout; a place in a queue that could not be left in time
  * lapses on the server by itself; a grant that came too late to trust is
@@ -403,7 +415,10 @@ DLOCK_API int dlock_lock_acquire(dlock_lock *l, int64_t lease_ms,
  * the owner still holds it (reentrant), or
  * DLOCK_ENOTOWNER when the owner did not hold it (Redis unchanged), or
  * DLOCK_ELOST when the owner's hold had been lost (the lost state is
- * cleared), or another negative code. */
+ * cleared), or another negative code. A release that fails as a failover
+ * makes requests fail is sent again (safely: docs/WIRE.md, release latch)
+ * for up to command_timeout_ms + 6 s before that code is returned and the
+ * hold is left to its lease. */
 DLOCK_API int dlock_lock_release(dlock_lock *l);
 
 /* Deletes the lock whoever holds it (Redisson's forceUnlock), wakes the

@@ -47,8 +47,9 @@ static const char *usage_text =
     "[?options]\n"
     "                         (default $DLOCK_URL, else "
     "redis://127.0.0.1:6379)\n"
-    "  --replicas N           after each acquire, renewal and release, WAIT\n"
-    "                         for N replicas; an acquire they do not\n"
+    "  --replicas N|auto      after each acquire, renewal and release, WAIT\n"
+    "                         for N replicas (auto: as many as the master\n"
+    "                         has then); an acquire they do not\n"
     "                         acknowledge is given back (exit 75)\n"
     "  --replicas-timeout D   how long that WAIT may take (default 1s)\n"
     "  --password-file FILE   read the password from FILE (or "
@@ -139,10 +140,15 @@ int cli_global_opt(cli_global *g, int opt, const char *arg) {
   case 1004: g->key = arg; return 1;
   case 1005: g->insecure = true; return 1;
   case 1006: {
+    if (strcmp(arg, "auto") == 0) {
+      g->replicas = DLOCK_REPLICAS_AUTO;
+      return 1;
+    }
     char *end;
     long n = strtol(arg, &end, 10);
     if (*arg == '\0' || *end != '\0' || n < 0 || n > 1000) {
-      cli_err("--replicas: a number of replicas 0..1000, not '%s'", arg);
+      cli_err("--replicas: a number of replicas 0..1000 or auto, not '%s'",
+              arg);
       return -1;
     }
     g->replicas = (int)n;

@@ -156,9 +156,11 @@ int dl_client_open_with(const dlock_client_options *opts,
     return dl_seterr(NULL, DLOCK_EINVAL,
                      "timeouts, backoff and connections must be positive "
                      "(connections 1..64, watchdog_timeout_ms >= 3)");
-  if (opts->min_replicas_acked < 0 || opts->replicas_timeout_ms < 0)
-    return dl_seterr(NULL, DLOCK_EINVAL, "min_replicas_acked and "
-                     "replicas_timeout_ms must not be negative");
+  if (opts->min_replicas_acked < DLOCK_REPLICAS_AUTO ||
+      opts->replicas_timeout_ms < 0)
+    return dl_seterr(NULL, DLOCK_EINVAL, "min_replicas_acked (or "
+                     "DLOCK_REPLICAS_AUTO) and replicas_timeout_ms must not "
+                     "be negative");
   if (opts->client_name && strpbrk(opts->client_name, " \n\r\t"))
     return dl_seterr(NULL, DLOCK_EINVAL, "client_name must have no spaces");
   if (opts->key_prefix && strlen(opts->key_prefix) > DLOCK_KEY_PREFIX_MAX)

@@ -78,6 +78,7 @@ struct dl_conn {
   int64_t next_connect_ms;
   int backoff_ms;
   int last_err;
+  bool last_named; /* the last connect's dl_target named (failing over) */
   char last_msg[256];
   dl_req *outq, *outq_tail;
   dl_req *infl, *infl_tail;
@@ -214,6 +215,7 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
     } else {
       c->state = CONN_DOWN;
       c->last_err = rc;
+      c->last_named = rc == DLOCK_ECONNECT && t.named;
       snprintf(c->last_msg, sizeof c->last_msg, "%s", msg);
       c->next_connect_ms = dl_now_ms() + c->backoff_ms;
       c->backoff_ms *= 2;
@@ -229,6 +231,13 @@ void dl_conn_drop(dl_conn *c, int err, const char *why) {
   pthread_mutex_lock(&c->mu);
   conn_fail(c, err, why);
   pthread_mutex_unlock(&c->mu);
+}
+
+bool dl_conn_failing_over(dl_conn *c) {
+  pthread_mutex_lock(&c->mu);
+  bool named = c->state == CONN_DOWN && c->last_named;
+  pthread_mutex_unlock(&c->mu);
+  return named;
 }
 
 int dl_conn_connect(dl_conn *c) {

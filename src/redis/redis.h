@@ -42,10 +42,14 @@ typedef struct dl_target {
   dl_endpoint ep; /* borrows cfg->ep's strings; host points into hostbuf */
   char hostbuf[256];
   unsigned gen; /* the failovers heard of before it was resolved */
+  bool named;   /* on DLOCK_ECONNECT: a sentinel named a master that could
+                   not be used (unreachable, not yet ROLE master): a
+                   failover under way, not a wrong URL */
 } dl_target;
 /* Fills *t. Returns 0, or a negative code with err set (DLOCK_ECONNECT:
- * no sentinel answered, or none knows the master's name; the detail says
- * which sentinel said what). Thread-safe. */
+ * no sentinel answered, or none knows the master's name, or none named a
+ * usable master (t->named); DLOCK_EAUTH: the sentinels refused us; the
+ * detail says which sentinel said what). Thread-safe. */
 int dl_conn_target(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
                    char *err, size_t errlen);
 /* Whether a failover was heard of since a connection resolved with gen
@@ -64,6 +68,9 @@ void dl_sentinel_watch_stop(dl_conn_config *cfg);
 int dl_conn_new(const dl_conn_config *cfg, dl_conn **out);
 /* Connects now; returns 0 or a negative code (detail recorded). */
 int dl_conn_connect(dl_conn *c);
+/* Whether c's last connect failed only because the master the sentinels
+ * named could not be used yet (dl_target's named): a failover under way. */
+bool dl_conn_failing_over(dl_conn *c);
 void dl_conn_free(dl_conn *c);
 /* Closes the connection now: what is in flight on it fails with err (why
  * its detail); the next request reconnects (asking the resolver again). */
@@ -108,6 +115,24 @@ uint64_t dl_conn_batches(dl_conn *c);
  * detail recorded for owner. */
 int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
                       int command_timeout_ms, const struct dlock_client *owner);
+
+/* Connections for dl_conn_replicate apart from the command connections
+ * (link.c): WAIT blocks the connection it is sent on, so a WAIT on a
+ * command connection held up every request behind it (a ping waited out
+ * a stalled replica's timeout). Each replicate takes an idle one, or a
+ * new one, and gives it back; a few are kept. */
+typedef struct dl_waitpool {
+  pthread_mutex_t mu;
+  const dl_conn_config *cfg;
+  dl_conn *idle[8];
+  int nidle;
+} dl_waitpool;
+void dl_waitpool_init(dl_waitpool *p, const dl_conn_config *cfg);
+void dl_waitpool_free(dl_waitpool *p);
+/* dl_conn_replicate on a connection of p. */
+int dl_waitpool_replicate(dl_waitpool *p, int n, int timeout_ms,
+                          int command_timeout_ms,
+                          const struct dlock_client *owner);
 
 /* Sets up a freshly connected socket: AUTH, SELECT, CLIENT SETNAME. */
 int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
