@@ -672,7 +672,7 @@ static void t_stalled_server(void) {
   CHECK_RC(g.rc, 1);
   CHECK(loop_holders_become(lp, "rl:sa", 0));
   for (int i = 1; i < 3; i++) /* another owner on two of the three */
-    th_cmd_int(&srv[i], "SET rl:sh other:1");
+    th_cmd_int(&srv[i], "SET rl:sh other:1 PX 30000");
   th_redis_kill(&srv[0], SIGSTOP); /* the first: inspect asked it first */
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_lock_try_acquire(free_l, 0, 10000, NULL), 0);

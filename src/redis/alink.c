@@ -19,6 +19,7 @@ typedef struct loop_link {
   /* Waiting by backoff, a subscriber for loss notices only (a composite's
    * part: watch_losses), or NULL. */
   dl_asub *losses;
+  bool part;      /* a composite's part (lazy): losses heard even so */
   apause *pauses; /* pending, for the close */
   bool closing;   /* from al_free on: no call on sub, no new pause */
 } loop_link;
@@ -296,7 +297,10 @@ static void on_config(void *ud, int rc, redisReply *reply) {
 static int al_watch_losses(dl_rlink *base, const char *revoke_channel,
                            dl_notice_fn fn, void *ud) {
   loop_link *L = (loop_link *)base;
-  /* Waiting by backoff: a subscriber of its own for the notices. */
+  /* Waiting by backoff: no pub/sub, as the user asked (a server or proxy
+   * without it); a composite's part, which waits by retrying, has a
+   * subscriber of its own for the notices. */
+  if (L->sub == NULL && !L->part) return 0;
   if (L->sub == NULL && L->losses == NULL) {
     int rc = dl_asub_new(L->h.env->loop, L->cfg, &L->losses);
     if (rc != 0) return rc;
@@ -423,6 +427,7 @@ static int link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   L->h.base.ops = &loop_ops;
   L->h.env = env;
   L->cfg = cfg;
+  L->part = lazy;
   int rc = dl_aconn_new(env->loop, cfg, &L->conn);
   /* Connect now, so that a wrong address fails the open at once. */
   if (rc == 0 && !lazy) rc = dl_aconn_connect(L->conn);
