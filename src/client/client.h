@@ -82,7 +82,6 @@ typedef struct dl_hold {
   int64_t lease_ms;
   int64_t valid_until; /* dl_now_ms() time; the renewal's if later */
   int count;
-  uint16_t bucket;
   bool lost;
   bool permit; /* a permit of a permit-expirable semaphore */
   char tail[]; /* the owner id after "<client id>:" */

@@ -4,6 +4,7 @@
  * server's count always mirrors what the client knows. */
 #include "client.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,18 +30,20 @@ dl_hold *dl_hold_find(dlock_client *c, const char *key, const char *owner) {
 dl_hold *dl_hold_add(dlock_client *c, const char *key, const char *owner) {
   const char *tail = tail_of(c, owner);
   size_t tl = strlen(tail);
-  dl_hold *h = calloc(1, sizeof *h + tl + 1);
+  /* The tail right after the last field, not after the struct's padding:
+   * a hold with a short owner is then an 80-byte malloc chunk. */
+  dl_hold *h = calloc(1, offsetof(dl_hold, tail) + tl + 1);
   if (h == NULL) return NULL;
   h->key = key;
   memcpy(h->tail, tail, tl + 1);
-  h->bucket = bucket(key, tail);
-  h->next = c->holds[h->bucket];
-  c->holds[h->bucket] = h;
+  unsigned b = bucket(key, tail);
+  h->next = c->holds[b];
+  c->holds[b] = h;
   return h;
 }
 
 dl_hold *dl_hold_drop(dlock_client *c, dl_hold *h) {
-  dl_hold **pp = &c->holds[h->bucket];
+  dl_hold **pp = &c->holds[bucket(h->key, h->tail)];
   while (*pp != h) pp = &(*pp)->next;
   *pp = h->next;
   h->next = NULL;

@@ -38,7 +38,8 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
   l->key = (char *)(l + 1);
   memcpy(l->key, c->key_prefix, c->prefix_len);
   memcpy(l->key + c->prefix_len, name, nl + 1);
-  if (owner) l->owner = memcpy(l->key + kl + 1, owner, ol);
+  if (owner) memcpy(l->key + kl + 1, owner, ol);
+  l->owned = owner != NULL;
   /* On an event loop every call comes from one thread: the owner is the
    * handle (one handle, one owner), not the thread. */
   if (owner == NULL && c->loop) {
@@ -52,7 +53,8 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
     }
     l = m;
     l->key = (char *)(l + 1);
-    l->owner = strcpy(l->key + kl + 1, tail);
+    strcpy(l->key + kl + 1, tail);
+    l->owned = 1;
   }
   *out = l;
   return 0;
@@ -90,7 +92,7 @@ int dlock_rwlock_new(dlock_client *c, const char *name, const char *owner,
   /* Both sides have one owner: the caller's, the thread, or on an event
    * loop the read handle's (so that a writer may also read). */
   if (rc == 0)
-    rc = dlock_lock_new(c, name, c->loop && owner == NULL ? rw->read->owner
+    rc = dlock_lock_new(c, name, c->loop && owner == NULL ? OWNER(rw->read)
                                                           : owner,
                         &rw->write);
   if (rc != 0) {
@@ -237,7 +239,7 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
 }
 
 int dl_lock_owner(dlock_lock *l, char *buf) {
-  int n = dl_owner_id(l->c, l->owner, buf, DL_OWNER_MAX - 6);
+  int n = dl_owner_id(l->c, OWNER(l), buf, DL_OWNER_MAX - 6);
   if (n >= 0 && l->rw == RW_WRITE) memcpy(buf + n, ":write", 7);
   return n < 0 ? dl_seterr(l->c, DLOCK_EINVAL, "owner id too long") : 0;
 }

@@ -13,8 +13,8 @@ struct dlock_lock {
   dlock_client *c;
   /* In this allocation, after the struct (the derived names, such as the
    * channel, are built on the stack when needed: a held lock costs less). */
-  char *key;   /* prefix + name (the name: NAME(l)) */
-  char *owner; /* explicit owner, or NULL for the calling thread */
+  char *key;   /* prefix + name (the name: NAME(l)); then, with `owned`,
+                  the explicit owner (OWNER(l)) */
   int64_t fair_ms; /* a fair lock's stale-waiter timeout; 0: not fair */
   /* Guarded by the client's holds_mu: */
   char *info; /* holder description stored beside the lock, or NULL */
@@ -30,12 +30,17 @@ struct dlock_lock {
    * this handle, and whether dlock_lock_free came first (the last of them
    * then frees it: dl_lock_op_end). */
   unsigned char orphan;
+  unsigned char owned; /* 1: an explicit owner follows the key */
   uint16_t ops;
-  /* 72 bytes on LP64: with a short name and owner the handle fits a
-   * 96-byte malloc chunk (docs/PERFORMANCE.md, memory per held lock). */
+  /* 64 bytes on LP64: with a 16-byte name and a short owner the handle
+   * and its strings fit a 96-byte malloc chunk (docs/PERFORMANCE.md,
+   * memory per held lock). */
 };
 
 #define NAME(l) ((l)->key + (l)->c->prefix_len)
+/* The explicit owner (or an event-loop handle's own), or NULL for the
+ * calling thread. */
+#define OWNER(l) ((l)->owned ? (l)->key + strlen((l)->key) + 1 : NULL)
 enum { RW_NONE, RW_READ, RW_WRITE };
 
 /* The owner id of the calling thread (or the handle's explicit owner), with
