@@ -574,7 +574,8 @@ static void t_zk_permits(void) {
 }
 
 /* The event-loop client on zk://: a waiter on the loop is woken by a
- * blocking client's release and gets a larger token; a cancelled wait
+ * blocking client's release and gets a larger token (the blocking calls
+ * refuse there: DLOCK_EINVAL); a cancelled wait
  * ends at once with DLOCK_ECANCELED and leaves no node; queries, status,
  * list and the permits run on the loop; an operation in flight when the
  * client closes completes within the close with DLOCK_ECLOSED. */
@@ -592,6 +593,13 @@ static void t_zk_async(void) {
   CHECK_RC(dlock_lock_new(ac, "/as/x", "w", &w), 0);
   CHECK_RC(dlock_lock_new(b, "/as/x", "h", &h), 0);
   uint64_t ht = 0;
+  /* Blocking calls refuse on the event-loop client (they would block the
+   * loop's thread), and leave nothing on the server. */
+  CHECK_RC(dlock_lock_try_acquire(w, 0, 0, &ht), DLOCK_EINVAL);
+  CHECK(strstr(dlock_client_errmsg(ac), "event-loop") != NULL);
+  CHECK_RC(dlock_lock_is_locked(w), DLOCK_EINVAL);
+  CHECK_RC(dlock_client_ping(ac), DLOCK_EINVAL);
+  CHECK_EQ(children(zh, "/as", NULL, 0), -1);
   CHECK_RC(dlock_lock_try_acquire(h, 0, 0, &ht), 0);
   td_got g = {0};
   CHECK_RC(dlock_lock_acquire_async(w, 10000, 0, td_on_done, &g, NULL), 0);

@@ -376,3 +376,47 @@ void dl_zk_cancel(dl_backend *b, dl_async *op) {
   pthread_cond_broadcast(&z->cv); /* its wait looks again */
   pthread_mutex_unlock(&z->mu);
 }
+
+/* ---- the blocking entries, as the seam's table has them ----
+ * On an event-loop client they refuse (as the Redis backend's): a blocking
+ * call would block the loop's thread. The operations' threads above call
+ * the recipes directly. */
+static int refused(dl_backend *b) {
+  dl_zk *z = (dl_zk *)b;
+  if (z->env->loop == NULL) return 0;
+  return dl_seterr(z->env->err_owner, DLOCK_EINVAL,
+                   "a blocking call on an event-loop client");
+}
+
+#define BLOCKING(name, params, args)                                           \
+  int dl_zk_b_##name params {                                                  \
+    int rc = refused(b);                                                       \
+    return rc != 0 ? rc : dl_zk_##name args;                                   \
+  }
+BLOCKING(lock_acquire, (dl_backend * b, dl_acquire *a), (b, a))
+BLOCKING(lock_release,
+         (dl_backend * b, const dl_lock_ref *l, int64_t lease_ms, int count),
+         (b, l, lease_ms, count))
+BLOCKING(lock_force_release, (dl_backend * b, const dl_lock_ref *l), (b, l))
+BLOCKING(lock_query,
+         (dl_backend * b, const dl_lock_ref *l, dl_lock_query q, long long *v),
+         (b, l, q, v))
+BLOCKING(inspect, (dl_backend * b, const char *key, dlock_lock_state *st),
+         (b, key, st))
+BLOCKING(scan,
+         (dl_backend * b, const char *match, size_t prefix_len,
+          dlock_scan_cb cb, void *ud),
+         (b, match, prefix_len, cb, ud))
+BLOCKING(renew,
+         (dl_backend * b, int64_t deadline, int64_t lease_ms, int n,
+          dl_renew_item *items, int *calls),
+         (b, deadline, lease_ms, n, items, calls))
+BLOCKING(permit_acquire,
+         (dl_backend * b, const dl_sync_ref *s, const char *id,
+          int64_t lease_ms, bool wait, int64_t deadline, int64_t *valid_until),
+         (b, s, id, lease_ms, wait, deadline, valid_until))
+BLOCKING(sync_update,
+         (dl_backend * b, const dl_sync_ref *s, dl_sync_op op, long long n,
+          const char *id, long long *v),
+         (b, s, op, n, id, v))
+BLOCKING(ping, (dl_backend * b), (b))

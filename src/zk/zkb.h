@@ -196,6 +196,25 @@ int dl_zk_sync_update_async(dl_backend *b, const dl_sync_ref *s,
                             long long *v, dl_done_fn done, void *ud,
                             dl_async **out);
 void dl_zk_cancel(dl_backend *b, dl_async *op);
+/* The seam's blocking entries (async.c): the recipes above, refused with
+ * DLOCK_EINVAL on an event-loop client. */
+int dl_zk_b_lock_acquire(dl_backend *b, dl_acquire *a);
+int dl_zk_b_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
+                         int count);
+int dl_zk_b_lock_force_release(dl_backend *b, const dl_lock_ref *l);
+int dl_zk_b_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                       long long *v);
+int dl_zk_b_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
+int dl_zk_b_scan(dl_backend *b, const char *match, size_t prefix_len,
+                 dlock_scan_cb cb, void *ud);
+int dl_zk_b_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                  dl_renew_item *items, int *calls);
+int dl_zk_b_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
+                           int64_t lease_ms, bool wait, int64_t deadline,
+                           int64_t *valid_until);
+int dl_zk_b_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                        long long n, const char *id, long long *v);
+int dl_zk_b_ping(dl_backend *b);
 /* latch.c: Curator's LeaderLatch (the seam's elect_* entries). */
 int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
                      dl_elect_fn fn, void *ud, dl_elect **out);
