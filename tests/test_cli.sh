@@ -638,6 +638,65 @@ t_elect() {
   reap_sleepers
 }
 
+# A private ZooKeeper for the zk:// rows, started at the first one's need
+# (its files in $TMP: the cleanup stops it). zdl runs dlock on it.
+ZK_URL=""
+zk_start() {
+  [ -n "$ZK_URL" ] && return 0
+  [ -r /usr/share/java/zookeeper.jar ] && command -v java >/dev/null ||
+    return 1
+  [[ $("$DLOCK" -u zk://x status /x 2>&1) == *libzookeeper* ]] && return 1
+  local port
+  port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  mkdir -p "$TMP/zk/data"
+  printf '%s\n' "tickTime=250" "dataDir=$TMP/zk/data" "clientPort=$port" \
+    "clientPortAddress=127.0.0.1" "admin.enableServer=false" \
+    "4lw.commands.whitelist=srvr" >"$TMP/zk/zoo.cfg"
+  java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$TMP/zk/zoo.cfg" \
+    >>"$TMP/zk/zk.log" 2>&1 &
+  disown # killed by the cleanup, silently
+  for _ in $(seq 400); do
+    if [[ $(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && echo srvr >&3 && cat <&3" \
+          2>/dev/null) == *Mode:* ]]; then
+      ZK_URL=zk://127.0.0.1:$port
+      return 0
+    fi
+    sleep 0.05
+  done
+  return 1
+}
+zdl() { DLOCK_URL=$ZK_URL DLOCK_PASSWORD= "$DLOCK" "$@"; }
+need_zk() {
+  zk_start && return 0
+  echo "    skipped: no ZooKeeper server" >&2
+  return 1
+}
+
+# zk://: a force release reaches the holder's command as SIGTERM at once
+# (the holder watches its own node), and dlock run exits 76.
+t_zk_revocation_kills_at_once() {
+  need_zk || return
+  local all=() i
+  for i in $(seq 5); do
+    rm -f zr.ready zr.term
+    zdl run -q /runs/x -- sh -c 'trap "date +%s%N > zr.term; exit 0" TERM
+                                  sleep 30 & touch zr.ready; wait' & local d=$!
+    wait_until test -e zr.ready || fail "no command"
+    local t0=$(date +%s%N)
+    zdl release --force -q /runs/x; expect_rc 0 $? "release --force"
+    wait_until test -s zr.term || fail "the command never got SIGTERM"
+    wait "$d"; expect_rc 76 $? "dlock run after the force release"
+    [ -s zr.term ] && all+=($(( ($(cat zr.term) - t0) / 1000000 )))
+  done
+  local sorted; sorted=$(printf '%s\n' "${all[@]}" | sort -n | tr '\n' ' ')
+  echo "    zk force release -> SIGTERM (ms, 5 runs): $sorted" >&2
+  local worst; worst=$(printf '%s\n' "${all[@]}" | sort -n | tail -1)
+  [ "${worst:-99999}" -lt 1000 ] || fail "SIGTERM came $worst ms after the force release"
+  rm -f zr.ready zr.term
+}
+
 # CLI_TESTS="t_a t_b" runs only those.
 for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_revocation_kills_at_once \
@@ -646,7 +705,8 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_terminal_status_line t_bad_input t_permits t_fair_read_write \
          t_version t_options_after_name t_status_not_a_lock \
          t_holders_described t_nested_password t_man_page \
-         t_acquire_error_reason t_queue t_plain t_redlock t_elect}; do
+         t_acquire_error_reason t_queue t_plain t_redlock t_elect \
+         t_zk_revocation_kills_at_once}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

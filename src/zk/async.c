@@ -158,13 +158,19 @@ static void finish(dl_zk *z, dl_async *op) {
   done(ud, rc);
 }
 
-/* Takes what the operations' threads and the watcher left for the loop. */
-static void take(dl_zk *z, dl_async **ops, bool *notice) {
+/* Takes what the operations' threads and the watcher left for the loop:
+ * the operations done, whether any key may be lost, and the keys lost
+ * (*nkeys of them into keys, the caller's to free). */
+static void take(dl_zk *z, dl_async **ops, bool *notice, char **keys,
+                 int *nkeys) {
   pthread_mutex_lock(&z->mu);
   *ops = z->done_head;
   z->done_head = z->done_tail = NULL;
   *notice = z->notice_posted;
   z->notice_posted = false;
+  *nkeys = z->nkeys;
+  memcpy(keys, z->notice_keys, (size_t)z->nkeys * sizeof *keys);
+  z->nkeys = 0;
   pthread_mutex_unlock(&z->mu);
 }
 
@@ -175,8 +181,14 @@ static void on_ready(void *ud, int events) {
   if (read(z->evfd, &n, sizeof n) < 0 && errno != EAGAIN) return;
   dl_async *ops;
   bool notice;
-  take(z, &ops, &notice);
+  char *keys[sizeof z->notice_keys / sizeof z->notice_keys[0]];
+  int nkeys;
+  take(z, &ops, &notice, keys, &nkeys);
   if (notice && z->notice) z->notice(z->notice_ud, NULL, 0);
+  for (int i = 0; i < nkeys; i++) {
+    if (!notice && z->notice) z->notice(z->notice_ud, keys[i], strlen(keys[i]));
+    free(keys[i]);
+  }
   while (ops) {
     dl_async *next = ops->next;
     finish(z, ops);
@@ -187,6 +199,21 @@ static void on_ready(void *ud, int events) {
 void dl_zk_post_notice(dl_zk *z) {
   pthread_mutex_lock(&z->mu);
   z->notice_posted = true;
+  pthread_mutex_unlock(&z->mu);
+  uint64_t one = 1;
+  while (write(z->evfd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+void dl_zk_post_notice_key(dl_zk *z, const char *key) {
+  char *k = dl_strdup(key);
+  pthread_mutex_lock(&z->mu);
+  if (k && z->nkeys < (int)(sizeof z->notice_keys / sizeof *z->notice_keys)) {
+    z->notice_keys[z->nkeys++] = k;
+  } else { /* too many at once (or out of memory): every key is checked */
+    free(k);
+    z->notice_posted = true;
+  }
   pthread_mutex_unlock(&z->mu);
   uint64_t one = 1;
   while (write(z->evfd, &one, sizeof one) < 0 && errno == EINTR) {
@@ -215,7 +242,10 @@ void dl_zk_async_close(dl_zk *z) {
   if (z->evfd >= 0) {
     dl_async *ops;
     bool notice;
-    take(z, &ops, &notice);
+    char *keys[sizeof z->notice_keys / sizeof z->notice_keys[0]];
+    int nkeys;
+    take(z, &ops, &notice, keys, &nkeys);
+    for (int i = 0; i < nkeys; i++) free(keys[i]);
     while (ops) {
       dl_async *next = ops->next;
       finish(z, ops);

@@ -96,6 +96,8 @@ void dl_zk_watcher(zhandle_t *zh, int type, int state, const char *path,
   }
   pthread_cond_broadcast(&z->cv);
   pthread_mutex_unlock(&z->mu);
+  if (path && path[0] && type != ZOO_SESSION_EVENT)
+    dl_zk_hold_event(z, type, path); /* a held node deleted: a loss */
   /* On an event-loop client the notice goes to the loop's thread. */
   if (fn && z->env->loop) dl_zk_post_notice(z);
   else if (fn) fn(ud, NULL, 0);
@@ -150,6 +152,7 @@ static void zk_free(dl_backend *b) {
   /* Closing ends the session (its nodes go) and joins the library's
    * threads, so no watcher runs on z after this. */
   if (z->zh) zookeeper_close(z->zh);
+  for (int i = 0; i < z->nkeys; i++) free(z->notice_keys[i]);
   dl_zk_holds_free(z->holds);
   dl_zk_orphans_free(z->orphans);
   pthread_cond_destroy(&z->cv);

@@ -110,6 +110,55 @@ static zk_hold *hold_take(dl_zk *z, const char *key, const char *owner) {
   return h;
 }
 
+/* A watch on a held node, in flight: the node's path for the answer. */
+typedef struct hold_watch {
+  dl_zk *z;
+  char node[];
+} hold_watch;
+
+static void watch_hold(dl_zk *z, const char *node);
+
+/* The answer to watch_hold's exists: a node already gone is a loss. On a
+ * close the pending answers come with ZCLOSING (z is not touched). */
+static void hold_watched(int zrc, const struct Stat *st, const void *data) {
+  (void)st;
+  hold_watch *w = (hold_watch *)data;
+  if (zrc == ZNONODE) dl_zk_hold_event(w->z, ZOO_DELETED_EVENT, w->node);
+  free(w);
+}
+
+/* Watches a held node (an exists watch, sent without waiting for its
+ * answer): its deletion by anyone else (a force release, zkCli) is heard
+ * at once, not at the next renewal. Out of memory: heard at the next
+ * renewal. */
+static void watch_hold(dl_zk *z, const char *node) {
+  size_t n = strlen(node) + 1;
+  hold_watch *w = malloc(sizeof *w + n);
+  if (w == NULL) return;
+  w->z = z;
+  memcpy(w->node, node, n);
+  if (zoo_awexists(z->zh, node, dl_zk_watcher, z, hold_watched, w) != ZOK)
+    free(w);
+}
+
+void dl_zk_hold_event(dl_zk *z, int type, const char *path) {
+  char key[NODE_MAX] = "";
+  pthread_mutex_lock(&z->mu);
+  for (zk_hold *h = z->holds; h && key[0] == '\0'; h = h->next)
+    if (strcmp(h->node, path) == 0) snprintf(key, sizeof key, "%s", h->key);
+  dl_notice_fn fn = z->notice;
+  void *ud = z->notice_ud;
+  pthread_mutex_unlock(&z->mu);
+  if (key[0] == '\0') return; /* released by us, or not a hold's node */
+  if (type != ZOO_DELETED_EVENT) { /* its data changed: watch on */
+    watch_hold(z, path);
+    return;
+  }
+  /* The watchdog checks the holds on key at once and reports the loss. */
+  if (z->env->loop) dl_zk_post_notice_key(z, key);
+  else if (fn) fn(ud, key, strlen(key));
+}
+
 int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
                    const char *node, uint64_t czxid) {
   zk_hold *nh = calloc(1, sizeof *nh);
@@ -128,6 +177,7 @@ int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
   nh->next = z->holds;
   z->holds = nh;
   pthread_mutex_unlock(&z->mu);
+  watch_hold(z, node);
   return 0;
 }
 

@@ -55,6 +55,8 @@ typedef struct dl_zk {
   struct dl_async *done_head, *done_tail;
   int op_threads;
   bool notice_posted;
+  char *notice_keys[16]; /* keys to pass on (notice_posted: any key) */
+  int nkeys;
   dl_notice_fn notice;
   void *notice_ud;
   void (*state_fn)(void *ud, int state); /* watch_state's */
@@ -86,6 +88,11 @@ int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
 /* Records a hold of (key, owner) on `node`: 0 or DLOCK_ENOMEM. */
 int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
                    const char *node, uint64_t czxid);
+/* A watch event (ZOO_*_EVENT) on `path`: when it is a held node, its
+ * deletion is a loss told at once to the watchdog (the loss notice with
+ * the hold's key), its change re-arms the watch. Any thread, no sync call
+ * (ZooKeeper's completion thread calls it). */
+void dl_zk_hold_event(dl_zk *z, int type, const char *path);
 /* Forgets the hold of (key, owner), if any. */
 void dl_zk_hold_drop(dl_zk *z, const char *key, const char *owner);
 /* The semaphore (semaphore.c): Curator's InterProcessSemaphoreV2 as the
@@ -163,6 +170,8 @@ int dl_zk_async_init(dl_zk *z);
 void dl_zk_async_close(dl_zk *z);
 /* Hands a loss notice (any key) to the loop's thread. */
 void dl_zk_post_notice(dl_zk *z);
+/* Hands a loss notice for `key` (copied) to the loop's thread. */
+void dl_zk_post_notice_key(dl_zk *z, const char *key);
 /* Whether the operation this thread runs was cancelled (its waits end as
  * at their deadline). */
 bool dl_zk_cancelled(void);
