@@ -776,6 +776,39 @@ static void t_zk_force_heard(void) {
   th_zk_stop(&zk);
 }
 
+/* One moment for a loss: with the server stopped (SIGSTOP), the hold's
+ * validity runs out, and the loss callback runs when dlock_lock_is_lost
+ * turns 1 (within 50 ms), not at a later renewal attempt. */
+static void t_zk_loss_one_moment(void) {
+  NEED_ZK();
+  th_zk zk;
+  CHECK_RC(th_zk_start(&zk, 250), 0);
+  dlock_client *a = zclient(&zk, 1000);
+  CHECK(a != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(a, "/om/x", "a", &l), 0);
+  lost_seen s = {0};
+  dlock_lock_on_lost(l, on_lost_at, &s);
+  uint64_t tok = 0;
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok), 0);
+  th_sleep_ms(300); /* a renewal or two (lease/3) */
+  kill(zk.pid, SIGSTOP);
+  int64_t t0 = th_now_ms(), lost_at = 0, end = t0 + 10000;
+  while (th_now_ms() < end && (lost_at == 0 || atomic_load(&s.at) == 0)) {
+    if (lost_at == 0 && dlock_lock_is_lost(l) == 1) lost_at = th_now_ms();
+    th_sleep_ms(1);
+  }
+  kill(zk.pid, SIGCONT);
+  long long cb = atomic_load(&s.at);
+  fprintf(stderr, "    is_lost after %lld ms, the callback after %lld ms\n",
+          (long long)(lost_at - t0), cb ? cb - t0 : -1);
+  CHECK(lost_at > 0 && cb > 0);
+  CHECK(cb - lost_at < 50 && lost_at - cb < 50);
+  dlock_lock_free(l);
+  dlock_client_close(a);
+  th_zk_stop(&zk);
+}
+
 /* The multi-lock over ZooKeeper mutexes: all or nothing (one of them held
  * elsewhere: nothing taken, no node left), tokens per lock, released
  * together. */
@@ -952,8 +985,12 @@ static void holder_child(const th_zk *zk, int fd) {
   if (dlock_lock_try_acquire(l, 0, 0, &tok) != 0) _exit(3);
   if (write(fd, &tok, sizeof tok) != sizeof tok) _exit(4);
   int64_t end = th_now_ms() + 15000;
+  /* The loss is reported when the hold's validity runs out (at once on
+   * SIGCONT), the session's states as the client learns them. */
+  int both = 1 << DLOCK_CONN_SUSPENDED | 1 << DLOCK_CONN_LOST;
   while (th_now_ms() < end &&
-         !(atomic_load(&lost_calls) > 0 && dlock_lock_is_lost(l) == 1))
+         !(atomic_load(&lost_calls) > 0 && dlock_lock_is_lost(l) == 1 &&
+           atomic_load(&states_seen) == both))
     th_sleep_ms(5);
   int code = 0;
   if (atomic_load(&lost_calls) != 1)
@@ -964,8 +1001,7 @@ static void holder_child(const th_zk *zk, int fd) {
   else if (dlock_lock_is_held(l) != 0)
     code = 30;
   /* Told: the connection lost, then the session. */
-  else if (atomic_load(&states_seen) !=
-           (1 << DLOCK_CONN_SUSPENDED | 1 << DLOCK_CONN_LOST))
+  else if (atomic_load(&states_seen) != both)
     code = 40 + atomic_load(&states_seen);
   if (code)
     fprintf(stderr, "    child: %d: %s\n", code, dlock_client_errmsg(c));
@@ -1273,7 +1309,8 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_server_restart), T_BARE(t_zk_ensemble_leader_killed),
         T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
         T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
-        T_BARE(t_zk_inspect), T_BARE(t_zk_force_heard))
+        T_BARE(t_zk_inspect), T_BARE(t_zk_force_heard),
+        T_BARE(t_zk_loss_one_moment))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */

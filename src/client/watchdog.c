@@ -20,7 +20,9 @@
  *
  * Fixed leases: a hold with a lease of its own is listed too, never renewed,
  * and reported lost the moment its validity runs out unreleased (a timer,
- * not the next call).
+ * not the next call). So is a renewed hold whose renewals failed until its
+ * validity ran out: the callback comes when dlock_lock_is_lost turns 1,
+ * not at the next attempt.
  *
  * Checks: a revocation (a force release tells the holder's client on the
  * revocation channel) or a keyspace event (del, expired) names a key; every
@@ -66,7 +68,7 @@ struct dl_watchdog {
   dl_renewal *head;
   size_t count;
   size_t nfixed;         /* of which fixed */
-  int64_t next_expiry;   /* no fixed hold's validity ends before this */
+  int64_t next_expiry;   /* no hold's validity ends before this */
   uint32_t filter[FILTER];
   char *pending[PENDING]; /* keys to check */
   int npending;
@@ -155,13 +157,11 @@ dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
   r->linked = true;
   w->count++;
   w->filter[r->slot]++;
-  if (r->fixed) {
-    w->nfixed++;
-    /* The thread sleeps until the earliest end it knows of. */
-    if (valid_until < w->next_expiry) {
-      w->next_expiry = valid_until;
-      wake(w);
-    }
+  if (r->fixed) w->nfixed++;
+  /* The thread sleeps until the earliest end it knows of. */
+  if (valid_until < w->next_expiry) {
+    w->next_expiry = valid_until;
+    wake(w);
   }
   pthread_mutex_unlock(&w->mu);
   return r;
@@ -454,13 +454,14 @@ static int round_of(dl_watchdog *w, bool check) {
 int dl_watchdog_run_once(dl_watchdog *w) { return round_of(w, false); }
 
 /* With w->mu held, which it unlocks while it reports: reports lost every
- * fixed hold whose validity ran out by `now`, and finds the next end. */
-static void expire_fixed(dl_watchdog *w, int64_t now) {
+ * hold whose validity ran out by `now` (a fixed lease's end, or a renewed
+ * hold's last confirmed validity), and finds the next end. */
+static void expire_due(dl_watchdog *w, int64_t now) {
   w->next_expiry = INT64_MAX;
   for (;;) {
     dl_renewal *due = NULL;
     for (dl_renewal *r = w->head; r; r = r->next) {
-      if (!r->fixed || r->releasing > 0) continue;
+      if (r->releasing > 0) continue;
       if (r->valid_until <= now && due == NULL) due = r;
       else if (r->valid_until < w->next_expiry) w->next_expiry = r->valid_until;
     }
@@ -498,7 +499,7 @@ static void *run(void *arg) {
       pthread_mutex_lock(&w->mu);
     }
     int64_t now = dl_now_ms();
-    if (now >= w->next_expiry) expire_fixed(w, now);
+    if (now >= w->next_expiry) expire_due(w, now);
     if (now < next) continue;
     pthread_mutex_unlock(&w->mu);
     int64_t started = dl_now_ms();
@@ -598,7 +599,7 @@ static void tick(void *ud) {
   if (checks && round_start(w, true)) return;
   int64_t now = dl_now_ms();
   pthread_mutex_lock(&w->mu);
-  if (now >= w->next_expiry) expire_fixed(w, now);
+  if (now >= w->next_expiry) expire_due(w, now);
   pthread_mutex_unlock(&w->mu);
   if (now >= w->next) {
     if (round_start(w, false)) return;

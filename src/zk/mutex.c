@@ -472,22 +472,69 @@ int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   return 0;
 }
 
+/* A renewal round's checks in flight: one exists per hold, answered on
+ * ZooKeeper's completion thread. The round waits for them no longer than
+ * its deadline (the earliest validity in it: a later answer is too late
+ * for that hold), so it may return first; the last of the round and the
+ * answers frees it (refs, under z->mu). */
+typedef struct renew_check {
+  struct renew_round *rr;
+  int zrc; /* ZooKeeper's answer, once done */
+  struct Stat st;
+  bool done;
+  uint64_t czxid; /* the hold's node's */
+} renew_check;
+
+typedef struct renew_round {
+  dl_zk *z;
+  int refs, pending;
+  renew_check c[];
+} renew_round;
+
+static void renew_unref(renew_round *rr) {
+  if (--rr->refs == 0) free(rr);
+}
+
+static void renew_answered(int zrc, const struct Stat *st, const void *data) {
+  renew_check *c = (renew_check *)data;
+  renew_round *rr = c->rr;
+  dl_zk *z = rr->z;
+  pthread_mutex_lock(&z->mu);
+  c->zrc = zrc;
+  if (st) c->st = *st;
+  c->done = true;
+  rr->pending--;
+  pthread_cond_broadcast(&z->cv);
+  renew_unref(rr);
+  pthread_mutex_unlock(&z->mu);
+}
+
 int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                 dl_renew_item *items, int *calls) {
-  (void)deadline;
   (void)lease_ms;
   dl_zk *z = (dl_zk *)b;
   int first = 0;
   *calls = 0;
   dl_zk_clean_orphans(z);
+  renew_round *rr = calloc(1, sizeof *rr + (size_t)n * sizeof rr->c[0]);
+  if (rr == NULL)
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+  rr->z = z;
+  rr->refs = 1;
+  /* The holds' nodes; each checked with one exists, all sent at once.
+   * Renewal is the session's liveness: the server answering for our own
+   * node proves the session (and so the node) alive now. */
+  int64_t sent = dl_now_ms();
   for (int i = 0; i < n; i++) {
     dl_renew_item *it = &items[i];
+    renew_check *c = &rr->c[i];
+    it->result = -1;
     pthread_mutex_lock(&z->mu);
     /* A permit's hold is its lease node (semaphore.c), under its own
      * owner: found the same way. */
     zk_hold *h = hold_find(z, it->key, it->owner);
     char node[NODE_MAX] = "";
-    uint64_t czxid = h ? h->czxid : 0;
+    c->czxid = h ? h->czxid : 0;
     if (h) snprintf(node, sizeof node, "%s", h->node);
     bool expired = z->expired;
     pthread_mutex_unlock(&z->mu);
@@ -496,23 +543,58 @@ int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
       hold_free(hold_take(z, it->key, it->owner));
       continue;
     }
-    /* Renewal is the session's liveness: the server answering for our own
-     * node proves the session (and so the node) alive now. */
-    int64_t sent = dl_now_ms();
-    struct Stat st;
+    c->rr = rr;
+    pthread_mutex_lock(&z->mu);
+    rr->refs++;
+    rr->pending++;
+    pthread_mutex_unlock(&z->mu);
     (*calls)++;
     atomic_fetch_add(&z->round_trips, 1);
-    int zrc = zoo_exists(z->zh, node, 0, &st);
-    if (zrc == ZOK && (uint64_t)st.czxid == czxid) {
+    int zrc = zoo_aexists(z->zh, node, 0, renew_answered, c);
+    if (zrc != ZOK) { /* not sent: answered here */
+      pthread_mutex_lock(&z->mu);
+      c->zrc = zrc;
+      c->done = true;
+      rr->pending--;
+      rr->refs--;
+      pthread_mutex_unlock(&z->mu);
+    }
+  }
+  /* The answers, until the deadline (or the client closing). */
+  pthread_mutex_lock(&z->mu);
+  while (rr->pending > 0 && !atomic_load(z->env->closing) &&
+         dl_now_ms() < deadline) {
+    struct timespec ts;
+    dl_abstime(deadline, &ts);
+    pthread_cond_timedwait(&z->cv, &z->mu, &ts);
+  }
+  pthread_mutex_unlock(&z->mu);
+  for (int i = 0; i < n; i++) {
+    dl_renew_item *it = &items[i];
+    renew_check *c = &rr->c[i];
+    if (c->rr == NULL) continue; /* answered above */
+    pthread_mutex_lock(&z->mu);
+    bool done = c->done;
+    int zrc = c->zrc;
+    struct Stat st = c->st;
+    pthread_mutex_unlock(&z->mu);
+    if (!done) {
+      if (first == 0)
+        first = dl_seterr(z->env->err_owner, DLOCK_ETIMEDOUT, "ZooKeeper "
+                          "renew %s: no answer before its validity ended",
+                          it->key);
+    } else if (zrc == ZOK && (uint64_t)st.czxid == c->czxid) {
       it->result = 1;
       it->valid_until = dl_zk_valid_until(z, sent);
     } else if (zrc == ZOK || zrc == ZNONODE) {
       it->result = 0; /* deleted (force release): lost, not re-created */
       hold_free(hold_take(z, it->key, it->owner));
-    } else {
-      it->result = -1;
-      if (first == 0) first = dl_zk_err(z, zrc, "renew", node);
+    } else if (first == 0) {
+      first = dl_zk_err(z, zrc, "renew", it->key);
     }
   }
+  pthread_mutex_lock(&z->mu);
+  renew_unref(rr);
+  pthread_mutex_unlock(&z->mu);
   return first;
 }
