@@ -492,7 +492,11 @@ typedef struct dlock_lock_state {
                         "hash" (every lock kind), "string" (a semaphore's
                         or latch's count, or anything else), "list", "set",
                         "zset" or "stream"; on zk:// "znode" (a path,
-                        the lock's nodes its children) or "none" */
+                        the lock's nodes its children), "none" (no node,
+                        or an empty one), or someone else's node, which
+                        no recipe takes: "data" (data that is not a
+                        semaphore's count) or "nodes" (children no
+                        recipe makes) */
   int plain;         /* 1: a plain string lock (dlock_plainlock_new, redsync,
                         npm redlock): a string with a lease that is not a
                         number; `owner` is then its value (a peer's random

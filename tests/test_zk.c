@@ -809,6 +809,103 @@ static void t_zk_loss_one_moment(void) {
   th_zk_stop(&zk);
 }
 
+/* The data of path as a string ("" if none or unreadable). */
+static const char *data_of(zhandle_t *zh, const char *path, char *buf,
+                           int len) {
+  struct Stat st;
+  int n = len - 1;
+  if (zoo_get(zh, path, 0, buf, &n, &st) != ZOK || n < 0) n = 0;
+  buf[n] = '\0';
+  return buf;
+}
+
+/* Every recipe refuses a znode it did not make (data that is not its
+ * count, children no recipe makes, another recipe's place) with
+ * DLOCK_EWRONGTYPE and changes nothing: no data written, no child left;
+ * dlock status names what is there. */
+static void t_zk_foreign_nodes(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *c = zclient(&zk, 0);
+  CHECK(c != NULL);
+  CHECK_RC(zoo_create(zh, "/cfg2", "topdata", 7, &ZOO_OPEN_ACL_UNSAFE, 0,
+                      NULL, 0), ZOK);
+  CHECK_RC(zoo_create(zh, "/app", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0),
+           ZOK);
+  CHECK_RC(zoo_create(zh, "/app/conf", "x", 1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL,
+                      0), ZOK);
+  dlock_permits *sem;
+  CHECK_RC(dlock_permits_new(c, "/sem", &sem), 0);
+  CHECK_EQ(dlock_permits_try_set_permits(sem, 2), 1);
+  dlock_lock *held;
+  CHECK_RC(dlock_lock_new(c, "/lk", NULL, &held), 0);
+  uint64_t tok;
+  CHECK_RC(dlock_lock_try_acquire(held, 0, 0, &tok), 0);
+  /* (path, its children before, what status calls it) */
+  const struct {
+    const char *path;
+    int children;
+    const char *type;
+    bool semaphore, lock;
+  } rows[] = {{"/cfg2", 0, "data", false, false},
+              {"/app", 1, "nodes", false, false},
+              {"/sem", 0, "znode", true, false},
+              {"/lk", 1, "znode", false, true}};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    const char *path = rows[i].path;
+    char before[64], after[64];
+    snprintf(before, sizeof before, "%s", data_of(zh, path, after, 64));
+    dlock_lock *l;
+    dlock_permits *p;
+    dlock_leader *ld;
+    dlock_rwlock *rw;
+    CHECK_RC(dlock_lock_new(c, path, "x", &l), 0);
+    CHECK_RC(dlock_permits_new(c, path, &p), 0);
+    CHECK_RC(dlock_leader_new(c, path, "id", &ld), 0);
+    CHECK_RC(dlock_rwlock_new(c, path, "rw", &rw), 0);
+    if (!rows[i].lock) {
+      CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok), DLOCK_EWRONGTYPE);
+      CHECK(strstr(dlock_client_errmsg(c), "not a lock") != NULL);
+      CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 0, 0, &tok),
+               DLOCK_EWRONGTYPE);
+      CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_write(rw), 0, 0, &tok),
+               DLOCK_EWRONGTYPE);
+      CHECK_RC(dlock_leader_start(ld), DLOCK_EWRONGTYPE);
+      CHECK_RC(dlock_lock_force_release(l), DLOCK_EWRONGTYPE);
+    }
+    if (!rows[i].semaphore) {
+      CHECK_RC(dlock_permits_try_set_permits(p, 2), DLOCK_EWRONGTYPE);
+      CHECK(strstr(dlock_client_errmsg(c), "not a semaphore") != NULL);
+      CHECK_RC(dlock_permits_add_permits(p, 1), DLOCK_EWRONGTYPE);
+      char id[DLOCK_PERMIT_ID_LEN];
+      CHECK_RC(dlock_permits_try_acquire(p, 0, 0, id), DLOCK_EWRONGTYPE);
+    }
+    CHECK(strcmp(data_of(zh, path, after, 64), before) == 0);
+    CHECK_EQ(children(zh, path, NULL, 0), rows[i].children);
+    dlock_lock_state st;
+    CHECK_RC(dlock_lock_inspect(l, &st), 0);
+    CHECK(strcmp(st.type, rows[i].type) == 0);
+    CHECK_EQ(st.counter >= 0, rows[i].semaphore);
+    dlock_lock_free(l);
+    dlock_permits_free(p);
+    dlock_leader_free(ld);
+    dlock_rwlock_free(rw);
+  }
+  /* An empty node the recipes may use: a lock, then a semaphore's count. */
+  CHECK_RC(zoo_create(zh, "/empty", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL,
+                      0), ZOK);
+  dlock_lock *e;
+  CHECK_RC(dlock_lock_new(c, "/empty", NULL, &e), 0);
+  CHECK_RC(dlock_lock_try_acquire(e, 0, 0, &tok), 0);
+  CHECK_RC(dlock_lock_release(e), 1);
+  dlock_lock_free(e);
+  CHECK_RC(dlock_lock_release(held), 1);
+  dlock_lock_free(held);
+  dlock_permits_free(sem);
+  dlock_client_close(c);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
 /* The multi-lock over ZooKeeper mutexes: all or nothing (one of them held
  * elsewhere: nothing taken, no node left), tokens per lock, released
  * together. */
@@ -1310,7 +1407,7 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
         T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
         T_BARE(t_zk_inspect), T_BARE(t_zk_force_heard),
-        T_BARE(t_zk_loss_one_moment))
+        T_BARE(t_zk_loss_one_moment), T_BARE(t_zk_foreign_nodes))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */

@@ -162,6 +162,8 @@ int cli_exit_for(int err) {
     return EXIT_CONFLICT;
   case DLOCK_ENOPERM:
     return EXIT_NOPERM;
+  case DLOCK_EWRONGTYPE: /* NAME holds something else, as status says */
+    return EXIT_DATAERR;
   default:
     return EXIT_UNAVAILABLE;
   }

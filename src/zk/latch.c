@@ -156,6 +156,10 @@ int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
   if (expired)
     return dl_seterr(z->env->err_owner, DLOCK_ECONNLOST, "the ZooKeeper "
                      "session expired: open a new client");
+  zk_place p;
+  if ((rc = dl_zk_read_place(z, s->key, &p)) != 0) return rc;
+  if (p != ZK_NONE && p != ZK_EMPTY && p != ZK_LOCKS)
+    return dl_zk_wrong_place(z, p, s->key, "leader election");
   dl_elect *e = calloc(1, sizeof *e);
   if (e == NULL || (e->key = dl_strdup(s->key)) == NULL ||
       (e->id = dl_strdup(id)) == NULL) {

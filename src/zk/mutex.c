@@ -319,9 +319,19 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
   snprintf(data, sizeof data, "%s%s%s", l->owner,
            a->info && *a->info ? "\n" : "", a->info ? a->info : "");
   struct String_vector first;
-  rc = dl_zk_create_protected(z, l->key, mark_of(l->kind), data, NULL, node,
-                              sizeof node, &czxid, limit, &first);
+  int plen;
+  rc = dl_zk_create_listed(z, l->key, mark_of(l->kind), data, NULL, node,
+                           sizeof node, &czxid, limit, &first, &plen);
   if (rc != 0) return rc;
+  /* Someone else's node (data, or children no recipe makes: a semaphore's,
+   * an application's): ours goes at once, nothing else is touched (the
+   * listing came with the create, in the same round trip). */
+  zk_place p = first.data ? dl_zk_place_of(NULL, plen, &first) : ZK_LOCKS;
+  if (p != ZK_LOCKS && p != ZK_EMPTY) {
+    deallocate_String_vector(&first);
+    dl_zk_delete_own(z, node);
+    return dl_zk_wrong_place(z, p, l->key, "lock");
+  }
   /* The write holder takes the read side at once: the downgrade. */
   rc = l->kind == DL_KIND_READ && other_held ? 1
                                               : dl_zk_await_turn(z, a, node, &first);
@@ -413,6 +423,10 @@ int dl_zk_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
   dl_zk *z = (dl_zk *)b;
   int rc = dl_zk_check_path(z, l->key);
   if (rc != 0) return rc;
+  zk_place p;
+  if ((rc = dl_zk_read_place(z, l->key, &p)) != 0) return rc;
+  if (p != ZK_NONE && p != ZK_EMPTY && p != ZK_LOCKS)
+    return dl_zk_wrong_place(z, p, l->key, "lock");
   struct String_vector sv;
   char **v;
   int n = list_locks(z, l->key, &sv, &v);

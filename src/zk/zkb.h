@@ -107,6 +107,33 @@ int dl_zk_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
  * -1), or a negative code. */
 int dl_zk_permits_state(dl_zk *z, const char *path, int64_t *counter,
                         int *taken);
+/* What a znode holds, as the recipes see it: nothing there (ZK_NONE),
+ * an empty node (ZK_EMPTY), lock or election nodes (ZK_LOCKS: a mutex's,
+ * a read-write lock's or a latch's place), a semaphore (a count as data,
+ * or its locks/ and leases/), or someone else's (data that is not a
+ * count, children no recipe makes). A recipe takes only its own places
+ * (and none, or an empty one), and writes nothing into another. */
+typedef enum zk_place {
+  ZK_NONE,
+  ZK_EMPTY,
+  ZK_LOCKS,
+  ZK_SEMAPHORE,
+  ZK_DATA,
+  ZK_CHILDREN
+} zk_place;
+/* The place of a znode with `len` bytes of data (data NULL: not read,
+ * never a count) and the children sv (or NULL). */
+zk_place dl_zk_place_of(const char *data, int len,
+                        const struct String_vector *sv);
+/* Its name in messages and dlock status ("znode with data", ...). */
+const char *dl_zk_place_name(zk_place p);
+/* Reads the place of `path` (its data, and its children when it has none)
+ * into *p: 0, or a negative code. */
+int dl_zk_read_place(dl_zk *z, const char *path, zk_place *p);
+/* Records DLOCK_EWRONGTYPE, "not a <want>: <place> (path; nothing
+ * changed)", and returns it. */
+int dl_zk_wrong_place(dl_zk *z, zk_place p, const char *path,
+                      const char *want);
 /* Lock nodes' full paths fit in this many bytes. */
 #define NODE_MAX 1024
 /* 0 if key is a znode path a lock may have, else DLOCK_EINVAL or
@@ -136,6 +163,12 @@ int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
                            const char *data, const char *with_uuid, char *node,
                            size_t len, uint64_t *czxid, int64_t deadline,
                            struct String_vector *listed);
+/* As dl_zk_create_protected with a listing (listed non-NULL), and the
+ * listed key's data length in *parent_len when listed (else -1). */
+int dl_zk_create_listed(dl_zk *z, const char *key, const char *mark,
+                        const char *data, const char *with_uuid, char *node,
+                        size_t len, uint64_t *czxid, int64_t deadline,
+                        struct String_vector *listed, int *parent_len);
 /* Creates path and every missing parent as containers, as Curator's
  * creatingParentContainersIfNeeded: 0 or a negative code. */
 int dl_zk_make_parents(dl_zk *z, const char *path);
