@@ -217,6 +217,18 @@ DLOCK_API const char *dlock_client_open_errmsg(void);
  * another thread is still inside a call on this client or its locks. */
 DLOCK_API void dlock_client_close(dlock_client *c);
 
+/* Ends every wait in progress on c, from any thread, as the close does,
+ * while other threads are still inside calls on c: each blocking call
+ * waiting there returns DLOCK_ECLOSED once it has removed its place in any
+ * line (a zk:// waiter deletes its node: the next waiter is not held up
+ * until the session times out), and every later call returns
+ * DLOCK_ECLOSED. Holds are neither released nor renewed any more. Free the
+ * client with dlock_client_close once the other threads have returned
+ * (dlock run does this on SIGTERM while it waits). On zk:// the waits end
+ * at once; on Redis at their next wake-up (a message, a backoff step, or
+ * their deadline). Accepts NULL; thread-safe, not async-signal-safe. */
+DLOCK_API void dlock_client_shutdown(dlock_client *c);
+
 /* The detail of the calling thread's last failed call on `c` (server error
  * text included; never a password), or "" (none, or it succeeded since).
  * Per client and per thread: a failure on another client, or in another

@@ -722,6 +722,29 @@ t_zk_foreign_node() {
   zdl status --permits /zsem >/dev/null; expect_rc 0 $? "status --permits"
 }
 
+# zk://: a waiter stopped by a signal deletes its node before it exits:
+# status shows no waiter the moment it is gone, and the next holder is not
+# held up until the dead waiter's session times out.
+t_zk_killed_waiter() {
+  need_zk || return
+  zdl run -q /w/x -- sh -c "$(sleeper zw)" & local h=$!
+  wait_until test -s zw.sleep || fail "no holder"
+  local sig
+  for sig in TERM INT; do
+    DLOCK_URL=$ZK_URL DLOCK_PASSWORD= "$DLOCK" run -q /w/x -- true &
+    local w=$! # dlock's pid (zdl would run in a subshell)
+    wait_until sh -c "DLOCK_URL=$ZK_URL DLOCK_PASSWORD= '$DLOCK' status --json /w/x 2>/dev/null | grep -q '\"waiters\":1'" ||
+      fail "no waiter"
+    kill -"$sig" "$w"; wait "$w"
+    local rc=$?; expect_rc $((128 + $(kill -l "$sig"))) "$rc" "SIG$sig"
+    zdl status --json /w/x | grep -q '"waiters":0' ||
+      fail "SIG$sig: the waiter's node is left: $(zdl status --json /w/x)"
+  done
+  kill "$(cat zw.sleep)"; wait "$h"
+  zdl run -q -w 2s /w/x -- true; expect_rc 0 $? "the next holder"
+  reap_sleepers
+}
+
 # CLI_TESTS="t_a t_b" runs only those.
 for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_revocation_kills_at_once \
@@ -731,7 +754,7 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_version t_options_after_name t_status_not_a_lock \
          t_holders_described t_nested_password t_man_page \
          t_acquire_error_reason t_queue t_plain t_redlock t_elect \
-         t_zk_revocation_kills_at_once t_zk_foreign_node}; do
+         t_zk_revocation_kills_at_once t_zk_foreign_node t_zk_killed_waiter}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

@@ -499,9 +499,18 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
       shown = true;
     } else if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP ||
                sig == SIGQUIT) {
-      /* Interrupted while waiting: leave at once. Had the lock just been
-       * granted, its lease frees it (the watchdog dies with us). */
+      /* Interrupted while waiting: leave, our place in the line first (a
+       * zk:// waiter's node would hold up the next waiter until our
+       * session times out): the wait ends at once, deletes it and says so
+       * (SIGUSR2), within a second; then exit. A Redis waiter leaves no
+       * such trace: at once. Had the lock just been granted, its lease
+       * frees it (the watchdog dies with us). */
       if (shown) clear_line();
+      dlock_client_shutdown(c);
+      int64_t until = mono_ms() + 1000;
+      bool zk = g->url && strncmp(g->url, "zk://", 5) == 0;
+      while (zk && wait_signal(&set, until) != SIGUSR2 && mono_ms() < until) {
+      }
       _exit(128 + sig);
     }
   }

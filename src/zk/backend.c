@@ -132,6 +132,14 @@ int dl_zk_ping(dl_backend *b) {
   return zrc == ZOK ? 0 : dl_zk_err(z, zrc, "ping", "/");
 }
 
+/* The closing flag was set: every wait looks again (and ends). */
+static void zk_wake_all(dl_backend *b) {
+  dl_zk *z = (dl_zk *)b;
+  pthread_mutex_lock(&z->mu);
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+}
+
 static void zk_stats(dl_backend *b, dlock_client_stats *st) {
   dl_zk *z = (dl_zk *)b;
   st->writes += (uint64_t)atomic_load(&z->round_trips);
@@ -188,6 +196,7 @@ static const dl_backend_ops zk_ops = {
     .permit_acquire_async = dl_zk_permit_acquire_async,
     .sync_update_async = dl_zk_sync_update_async,
     .cancel = dl_zk_cancel,
+    .wake_all = zk_wake_all,
     .stats = zk_stats,
     .free = zk_free,
 };

@@ -126,8 +126,17 @@ static void *latch_main(void *arg) {
     }
     pthread_mutex_unlock(&z->mu);
   }
+  pthread_mutex_lock(&z->mu);
+  bool shutdown = atomic_load(z->env->closing) && !e->stop && !e->self_free;
+  pthread_mutex_unlock(&z->mu);
   if (e->node[0] != '\0' && !gone)
     dl_zk_delete_own(z, e->node);
+  /* dlock_client_shutdown, the participant still in: out, its node gone;
+   * told, so that a dlock_leader_await looks again (and ends). */
+  if (shutdown && e->fn) {
+    e->leader = 0;
+    e->fn(e->ud, 0, 0, false);
+  }
   pthread_mutex_lock(&z->mu);
   bool self_free = e->self_free;
   pthread_mutex_unlock(&z->mu);
