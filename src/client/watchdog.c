@@ -1,7 +1,7 @@
 /* watchdog.c: one renewal scheduler per client. Every lease/3 it extends the
  * lease of every watchdog-held lock, in one call of the backend's renewal
- * per CHUNK holds (the Redis backend pipelines scripts of 100). It never re-acquires: a hold the server no
- * longer has is reported lost and dropped.
+ * per CHUNK holds (the Redis backend pipelines scripts of 100). It never
+ * re-acquires: a hold the server no longer has is reported lost and dropped.
  *
  * Ordering of renew vs release (Redisson #7272 is a renewal outliving its
  * unlock): a renewal can only extend a hash field that still exists, so a

@@ -245,7 +245,8 @@ void dl_zk_async_close(dl_zk *z) {
     char *keys[sizeof z->notice_keys / sizeof z->notice_keys[0]];
     int nkeys;
     take(z, &ops, &notice, keys, &nkeys);
-    for (int i = 0; i < nkeys; i++) free(keys[i]);
+    for (int i = 0; i < nkeys; i++)
+      free(keys[i]);
     while (ops) {
       dl_async *next = ops->next;
       finish(z, ops);

@@ -160,7 +160,8 @@ static void zk_free(dl_backend *b) {
   /* Closing ends the session (its nodes go) and joins the library's
    * threads, so no watcher runs on z after this. */
   if (z->zh) zookeeper_close(z->zh);
-  for (int i = 0; i < z->nkeys; i++) free(z->notice_keys[i]);
+  for (int i = 0; i < z->nkeys; i++)
+    free(z->notice_keys[i]);
   dl_zk_holds_free(z->holds);
   dl_zk_orphans_free(z->orphans);
   pthread_cond_destroy(&z->cv);

@@ -149,14 +149,16 @@ void dl_zk_hold_event(dl_zk *z, int type, const char *path) {
   dl_notice_fn fn = z->notice;
   void *ud = z->notice_ud;
   pthread_mutex_unlock(&z->mu);
-  if (key[0] == '\0') return; /* released by us, or not a hold's node */
+  if (key[0] == '\0') return;      /* released by us, or not a hold's node */
   if (type != ZOO_DELETED_EVENT) { /* its data changed: watch on */
     watch_hold(z, path);
     return;
   }
   /* The watchdog checks the holds on key at once and reports the loss. */
-  if (z->env->loop) dl_zk_post_notice_key(z, key);
-  else if (fn) fn(ud, key, strlen(key));
+  if (z->env->loop)
+    dl_zk_post_notice_key(z, key);
+  else if (fn)
+    fn(ud, key, strlen(key));
 }
 
 int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
@@ -594,7 +596,8 @@ int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
     pthread_mutex_unlock(&z->mu);
     if (!done) {
       if (first == 0)
-        first = dl_seterr(z->env->err_owner, DLOCK_ETIMEDOUT, "ZooKeeper "
+        first = dl_seterr(z->env->err_owner, DLOCK_ETIMEDOUT,
+                          "ZooKeeper "
                           "renew %s: no answer before its validity ended",
                           it->key);
     } else if (zrc == ZOK && (uint64_t)st.czxid == c->czxid) {

@@ -343,9 +343,12 @@ zk_place dl_zk_place_of(const char *data, int len,
   zk_place p = ZK_EMPTY;
   for (int i = 0; sv && i < sv->count; i++) {
     const char *n = sv->data[i];
-    if (strcmp(n, "locks") == 0 || strcmp(n, "leases") == 0) p = ZK_SEMAPHORE;
-    else if (dl_zk_seq_of(n) == NULL) return ZK_CHILDREN;
-    else if (p == ZK_EMPTY) p = ZK_LOCKS;
+    if (strcmp(n, "locks") == 0 || strcmp(n, "leases") == 0)
+      p = ZK_SEMAPHORE;
+    else if (dl_zk_seq_of(n) == NULL)
+      return ZK_CHILDREN;
+    else if (p == ZK_EMPTY)
+      p = ZK_LOCKS;
   }
   return p;
 }

@@ -132,8 +132,7 @@ const char *dl_zk_place_name(zk_place p);
 int dl_zk_read_place(dl_zk *z, const char *path, zk_place *p);
 /* Records DLOCK_EWRONGTYPE, "not a <want>: <place> (path; nothing
  * changed)", and returns it. */
-int dl_zk_wrong_place(dl_zk *z, zk_place p, const char *path,
-                      const char *want);
+int dl_zk_wrong_place(dl_zk *z, zk_place p, const char *path, const char *want);
 /* Lock nodes' full paths fit in this many bytes. */
 #define NODE_MAX 1024
 /* 0 if key is a znode path a lock may have, else DLOCK_EINVAL or
