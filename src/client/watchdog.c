@@ -74,6 +74,7 @@ struct dl_watchdog {
   int npending;
   bool check_all;         /* more keys than PENDING came */
   uint64_t round_trips;
+  int64_t window; /* how long a renewal keeps a hold valid (0: unknown) */
   uint64_t renewed;
   uint64_t lost;
   /* On an event loop (an event-loop client): no thread; a timer runs the
@@ -85,6 +86,14 @@ struct dl_watchdog {
 };
 
 static void tick_soon(dl_watchdog *w);
+/* The time between rounds: a third of the lease, or of the window where
+ * that is clearly shorter (a ZooKeeper session shorter than the lease):
+ * no validity runs out between rounds (it would be reported lost). */
+static int64_t period_of(const dl_watchdog *w) {
+  int64_t p = w->lease_ms / 3;
+  if (w->window > 0 && w->window < w->lease_ms * 9 / 10) p = w->window / 3;
+  return p < 1 ? 1 : p;
+}
 
 /* With w->mu held: something for the watchdog to do now or sooner. */
 static void wake(dl_watchdog *w) {
@@ -158,6 +167,14 @@ dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
   w->count++;
   w->filter[r->slot]++;
   if (r->fixed) w->nfixed++;
+  int64_t left = valid_until - dl_now_ms(); /* short: renewed sooner */
+  if (renew && left > 0 && left < w->lease_ms * 9 / 10 &&
+      (w->window == 0 || left < w->window)) {
+    w->window = left;
+    int64_t soon = dl_now_ms() + period_of(w);
+    if (w->next > soon) w->next = soon;
+    wake(w);
+  }
   /* The thread sleeps until the earliest end it knows of. */
   if (valid_until < w->next_expiry) {
     w->next_expiry = valid_until;
@@ -343,6 +360,14 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
     pthread_mutex_unlock(&w->mu);
     if (lost) w->fn(w->ud, r, k->copies[2 * i], k->copies[2 * i + 1]);
   }
+  int64_t win = 0, at = dl_now_ms(); /* the window: the shortest */
+  for (size_t i = 0; i < k->n && !k->check; i++)
+    if (k->items[i].result == 1 && k->items[i].valid_until > at &&
+        (win == 0 || k->items[i].valid_until - at < win))
+      win = k->items[i].valid_until - at;
+  pthread_mutex_lock(&w->mu);
+  if (win > 0) w->window = win;
+  pthread_mutex_unlock(&w->mu);
   /* Whatever was not confirmed in time may have expired on the server. */
   int64_t now = dl_now_ms();
   for (size_t i = 0; i < k->n; i++) {
@@ -454,8 +479,7 @@ static int round_of(dl_watchdog *w, bool check) {
 int dl_watchdog_run_once(dl_watchdog *w) { return round_of(w, false); }
 
 /* With w->mu held, which it unlocks while it reports: reports lost every
- * hold whose validity ran out by `now` (a fixed lease's end, or a renewed
- * hold's last confirmed validity), and finds the next end. */
+ * hold (fixed or renewed) whose validity ran out by `now`; the next end. */
 static void expire_due(dl_watchdog *w, int64_t now) {
   w->next_expiry = INT64_MAX;
   for (;;) {
@@ -480,13 +504,11 @@ static void expire_due(dl_watchdog *w, int64_t now) {
 
 static void *run(void *arg) {
   dl_watchdog *w = arg;
-  int64_t period = w->lease_ms / 3;
-  if (period < 1) period = 1;
   pthread_mutex_lock(&w->mu);
-  int64_t next = dl_now_ms() + period;
+  w->next = dl_now_ms() + period_of(w);
   while (!w->stop) {
     struct timespec ts;
-    int64_t until = next < w->next_expiry ? next : w->next_expiry;
+    int64_t until = w->next < w->next_expiry ? w->next : w->next_expiry;
     dl_abstime(until, &ts);
     bool idle = w->npending == 0 && !w->check_all;
     if (w->stalled) pthread_cond_wait(&w->cv, &w->mu);
@@ -500,24 +522,22 @@ static void *run(void *arg) {
     }
     int64_t now = dl_now_ms();
     if (now >= w->next_expiry) expire_due(w, now);
-    if (now < next) continue;
+    if (now < w->next) continue;
     pthread_mutex_unlock(&w->mu);
     int64_t started = dl_now_ms();
     int rc = dl_watchdog_run_once(w);
     pthread_mutex_lock(&w->mu);
     /* After a failed round, try again sooner: two thirds of the lease are
      * left, and a short outage should not cost the lock. */
+    int64_t period = period_of(w);
     int64_t retry = period / 5 < 1000 ? period / 5 : 1000;
-    next = started + (rc < 0 ? retry : period);
+    w->next = started + (rc < 0 ? retry : period);
   }
   pthread_mutex_unlock(&w->mu);
   return NULL;
 }
 
 /* ---- on an event loop: the same schedule, rounds through renew_async ---- */
-static int64_t period_of(const dl_watchdog *w) {
-  return w->lease_ms / 3 < 1 ? 1 : w->lease_ms / 3;
-}
 
 typedef struct loop_round {
   dl_watchdog *w;
@@ -531,7 +551,6 @@ typedef struct loop_round {
 } loop_round;
 
 static void tick(void *ud);
-
 static void round_next(loop_round *lr);
 
 static void round_done(void *ud, int failed) {
