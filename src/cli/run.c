@@ -504,12 +504,17 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
        * session times out): the wait ends at once, deletes it and says so
        * (SIGUSR2), within a second; then exit. A Redis waiter leaves no
        * such trace: at once. Had the lock just been granted, its lease
-       * frees it (the watchdog dies with us). */
+       * frees it (the watchdog dies with us); on zk:// the close does. */
       if (shown) clear_line();
       dlock_client_shutdown(c);
       int64_t until = mono_ms() + 1000;
-      bool zk = g->url && strncmp(g->url, "zk://", 5) == 0;
-      while (zk && wait_signal(&set, until) != SIGUSR2 && mono_ms() < until) {
+      bool zk = g->url && strncmp(g->url, "zk://", 5) == 0, ended = false;
+      while (zk && !ended && mono_ms() < until)
+        ended = wait_signal(&set, until) == SIGUSR2;
+      if (ended) { /* the session's end takes a node just granted too */
+        pthread_join(a.thread, NULL);
+        held_free(&a);
+        dlock_client_close(c);
       }
       _exit(128 + sig);
     }
