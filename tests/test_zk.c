@@ -599,6 +599,11 @@ static void t_zk_async(void) {
   CHECK(strstr(dlock_client_errmsg(ac), "event-loop") != NULL);
   CHECK_RC(dlock_lock_is_locked(w), DLOCK_EINVAL);
   CHECK_RC(dlock_client_ping(ac), DLOCK_EINVAL);
+  dlock_leader *lw;
+  char who[64];
+  CHECK_RC(dlock_leader_new(ac, "/as/el", "w", &lw), 0);
+  CHECK_RC(dlock_leader_get_leader(lw, who, sizeof who), DLOCK_EINVAL);
+  dlock_leader_free(lw);
   CHECK_EQ(children(zh, "/as", NULL, 0), -1);
   CHECK_RC(dlock_lock_try_acquire(h, 0, 0, &ht), 0);
   td_got g = {0};

@@ -451,3 +451,6 @@ BLOCKING(sync_update,
           const char *id, long long *v),
          (b, s, op, n, id, v))
 BLOCKING(ping, (dl_backend * b), (b))
+BLOCKING(elect_leader,
+         (dl_backend * b, const dl_sync_ref *s, char *buf, size_t len),
+         (b, s, buf, len))

@@ -165,8 +165,11 @@ int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
   if (expired)
     return dl_seterr(z->env->err_owner, DLOCK_ECONNLOST, "the ZooKeeper "
                      "session expired: open a new client");
-  zk_place p;
-  if ((rc = dl_zk_read_place(z, s->key, &p)) != 0) return rc;
+  /* Someone else's node is refused (a round trip: not on an event-loop
+   * client's thread, which must not block; there the election takes the
+   * place as it is). */
+  zk_place p = ZK_NONE;
+  if (!z->env->loop && (rc = dl_zk_read_place(z, s->key, &p)) != 0) return rc;
   if (p != ZK_NONE && p != ZK_EMPTY && p != ZK_LOCKS)
     return dl_zk_wrong_place(z, p, s->key, "leader election");
   dl_elect *e = calloc(1, sizeof *e);

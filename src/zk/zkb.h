@@ -256,6 +256,8 @@ int dl_zk_b_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
 int dl_zk_b_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                         long long n, const char *id, long long *v);
 int dl_zk_b_ping(dl_backend *b);
+int dl_zk_b_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
+                         size_t len);
 /* latch.c: Curator's LeaderLatch (the seam's elect_* entries). */
 int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
                      dl_elect_fn fn, void *ud, dl_elect **out);
