@@ -64,8 +64,9 @@ extern "C" {
   X(ENOTOWNER, -16, "lock is not held by this owner")                         \
   X(ELOST, -17, "lock was lost (lease expired or taken away)")                \
   X(ECLOSED, -18, "client is closing")                                        \
-  X(ENOTSUP, -19, "not supported by this build")                             \
-  X(ERANGE, -20, "count out of range (a latch already at zero)")              \
+  X(ENOTSUP, -19, "not supported")                                            \
+  X(ERANGE, -20, "count out of range (a latch already at zero, or "         \
+                 "permits past an int)")                                      \
   X(EDEADLK, -21, "would deadlock (a reader asked for the write lock)")      \
   X(ENOPERM, -22, "the server's ACL does not permit this command")            \
   X(ELATE, -23, "granted, but the reply came after its lease could have "    \
@@ -92,8 +93,9 @@ DLOCK_API const char *dlock_strerror(int err);
  * Thread-safe. */
 DLOCK_API const char *dlock_err_name(int err);
 
-/* Returns the library's version string ("0.1.0"); DLOCK_VERSION_NUM's value
- * at build time through `num` if non-NULL. Thread-safe. */
+/* Returns the library's version string (DLOCK_VERSION_STRING, "0.2.0"
+ * here); DLOCK_VERSION_NUM's value at build time through `num` if
+ * non-NULL. Thread-safe. */
 DLOCK_API const char *dlock_version(int *num);
 
 /* ------------------------------------------------------------------------
@@ -111,6 +113,9 @@ typedef struct dlock_lock dlock_lock;
  * struct whose bytes unknown to this library are not all zero (options from
  * a newer dlock.h that this library cannot honour). New fields are only
  * ever appended, and their zero means their default. */
+/* min_replicas_acked: as many replicas as the master has now. */
+#define DLOCK_REPLICAS_AUTO (-1)
+
 typedef struct dlock_client_options {
   size_t size; /* set by dlock_client_options_init; do not change */
   /* redis://[user[:password]@]host[:port][/db], rediss://... (TLS) or
@@ -165,19 +170,29 @@ typedef struct dlock_client_options {
   const char *sentinel_username;
   const char *sentinel_password;
   /* Replica acknowledgement: after each acquire, renewal and release,
-   * WAIT for this many replicas (0, the default: no wait). An acquire not
+   * WAIT for this many replicas (0, the default: no wait), or with
+   * DLOCK_REPLICAS_AUTO for as many as the master has at that moment
+   * (ROLE; Redisson's rule: none after a failover to a master without
+   * replicas; docs/SAFETY.md says when each is right). An acquire not
    * acknowledged in time is given back and fails with DLOCK_ENOTACKED; a
-   * renewal not acknowledged does not extend the hold's validity. Not on
-   * redlock:// (DLOCK_ENOTSUP at open). */
+   * renewal not acknowledged does not extend the hold's validity. On
+   * redlock:// each server waits for its own replicas, and a server whose
+   * replicas fall short does not count towards the quorum.
+   * DLOCK_REPLICAS_AUTO is refused (DLOCK_ENOTSUP at open) on redlock://
+   * and on event-loop clients. */
   int min_replicas_acked;
   int replicas_timeout_ms; /* the WAIT's limit; 0: 1000 */
-  /* ZooKeeper (zk:// URLs; added in 0.3). The session timeout asked of the
+  /* ZooKeeper (zk:// URLs; added in 0.2). The session timeout asked of the
    * server (which clamps it to 2..20 of its ticks); a session the server
    * has not heard from for that long expires and every lock it held is
-   * lost. Default 60000 (Curator's). */
+   * lost (the client then opens a new session). It is also how long a
+   * killed holder's lock stays taken. Default 60000 (Curator's); the URL's
+   * ?session_timeout=D overrides it. On zk:// `username` and `password`
+   * are the digest identity when the URL has no USER[:PASSWORD]@. */
   int zk_session_timeout_ms;
   /* How long dlock_client_open waits for the first session. Default 15000
-   * (Curator's connection timeout). */
+   * (Curator's connection timeout); the URL's ?connect_timeout=D overrides
+   * it. */
   int zk_connect_timeout_ms;
 } dlock_client_options;
 
@@ -231,6 +246,8 @@ DLOCK_API void dlock_client_shutdown(dlock_client *c);
 
 /* The detail of the calling thread's last failed call on `c` (server error
  * text included; never a password), or "" (none, or it succeeded since).
+ * Every call that fails with a client at hand sets it afresh, argument
+ * errors included (a NULL client or handle has none to set).
  * Per client and per thread: a failure on another client, or in another
  * thread, does not change it. Valid until the thread's next call on `c`; a
  * thread keeps the details of its 8 clients that failed last (an older
@@ -276,8 +293,13 @@ typedef enum dlock_conn_state {
   /* Back with the same session: every hold is kept. */
   DLOCK_CONN_RECONNECTED = 2,
   /* The session ended: every hold of the client is lost (each is also
-   * reported by its own loss callback); the client stays unusable. */
-  DLOCK_CONN_LOST = 3
+   * reported by its own loss callback). A new session is opened at once,
+   * as Curator's client does; until it is connected, calls fail. */
+  DLOCK_CONN_LOST = 3,
+  /* Connected with a new session after DLOCK_CONN_LOST: the client works
+   * again; holds must be taken anew (an election's standbys join again by
+   * themselves). */
+  DLOCK_CONN_NEW_SESSION = 4
 } dlock_conn_state;
 typedef void (*dlock_state_cb)(dlock_client *c, dlock_conn_state state,
                                void *ud);
@@ -376,10 +398,17 @@ DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
  * acquisition returns the token of the hold it re-enters). Returns
  * DLOCK_EBUSY if another owner still held it when the wait ran out,
  * DLOCK_ELATE if it was granted but the reply came after its lease could
- * have ended (it is given back), or another negative code; on failure
+ * have ended (it is given back), DLOCK_EWRONGTYPE at once if the name (or a
+ * key beside it) holds something this kind did not make (a string, a list,
+ * an application's hash, a lock of another kind: nothing is changed;
+ * docs/WIRE.md, "What dlock refuses"), or another negative code; on failure
  * nothing is held. A waiter queues on the
  * server and is handed the lock by a release, in arrival order (unless the
- * client polls: see wait_backoff_max_ms). Time: returns within wait_ms plus
+ * client polls: see wait_backoff_max_ms). A wait rides out a failover, a
+ * resharding or a reconnect: an attempt that fails as they make requests
+ * fail (connection lost or refused, READONLY, CLUSTERDOWN, ...) is made
+ * again until the wait runs out, then its error is returned (wait_ms 0:
+ * at once; no limit: after 10 command timeouts of such failures). Time: returns within wait_ms plus
  * one command_timeout_ms (the last attempt's answer and leaving the wait
  * share that one timeout; a place in a queue that could not be left in time
  * lapses on the server by itself; a grant that came too late to trust is
@@ -398,7 +427,10 @@ DLOCK_API int dlock_lock_acquire(dlock_lock *l, int64_t lease_ms,
  * the owner still holds it (reentrant), or
  * DLOCK_ENOTOWNER when the owner did not hold it (Redis unchanged), or
  * DLOCK_ELOST when the owner's hold had been lost (the lost state is
- * cleared), or another negative code. */
+ * cleared), or another negative code. A release that fails as a failover
+ * makes requests fail is sent again (safely: docs/WIRE.md, release latch)
+ * for up to command_timeout_ms + 6 s before that code is returned and the
+ * hold is left to its lease. */
 DLOCK_API int dlock_lock_release(dlock_lock *l);
 
 /* Deletes the lock whoever holds it (Redisson's forceUnlock), wakes the
@@ -491,7 +523,10 @@ typedef struct dlock_lock_state {
                                      -1 if unknown (no info was set) */
   int64_t ttl_ms;                 /* remaining lease; -2 free, -1 no expiry */
   uint64_t token;                 /* last fencing token issued, 0 if none */
-  int waiters;                    /* processes subscribed to its channel */
+  int waiters;                    /* processes waiting: subscribed to its
+                                     channel, or queued (a fair lock's
+                                     waiters listen on channels of their
+                                     own), whichever is more */
   /* What else lives at the name (a snapshot of any lock kind): */
   char mode[8];      /* a read-write lock: "read" or "write"; else "" */
   int readers;       /* a read-write lock: owners holding the read lock */
@@ -501,7 +536,8 @@ typedef struct dlock_lock_state {
                         when the name holds a number, else -1 */
   int permits_taken; /* a permit-expirable semaphore: permits out */
   char type[8];      /* the server's type of the key at the name: "none",
-                        "hash" (every lock kind), "string" (a semaphore's
+                        "hash" (every lock kind; an application's hash
+                        has holders 0), "string" (a semaphore's
                         or latch's count, or anything else), "list", "set",
                         "zset" or "stream"; on zk:// "znode" (a path,
                         the lock's nodes its children), "none" (no node,
@@ -589,7 +625,10 @@ DLOCK_API void dlock_semaphore_free(dlock_semaphore *s);
 DLOCK_API int dlock_semaphore_try_set_permits(dlock_semaphore *s,
                                               int permits);
 /* Adds permits (negative: takes them away, down to below zero if the
- * holders have them). Returns 0 or a negative code; wakes waiters. */
+ * holders have them). Returns 0 or a negative code; wakes waiters.
+ * DLOCK_ERANGE (nothing changed) when the count would leave the range of
+ * an int (as release's, and the permit-expirable semaphore's add with
+ * the permits out counted). */
 DLOCK_API int dlock_semaphore_add_permits(dlock_semaphore *s, int permits);
 /* Takes `permits` (> 0), waiting up to wait_ms (0: one try, < 0: no
  * limit) without polling: each release wakes as many waiters as it makes
@@ -601,11 +640,14 @@ DLOCK_API int dlock_semaphore_try_acquire(dlock_semaphore *s, int permits,
 /* As dlock_semaphore_try_acquire with no wait limit (Redisson's
  * acquire(n)): waits until taken, an error, or the client closes. */
 DLOCK_API int dlock_semaphore_acquire(dlock_semaphore *s, int permits);
-/* Gives back `permits` (> 0). Returns 0 or a negative code. */
+/* Gives back `permits` (> 0). Returns 0 or a negative code
+ * (DLOCK_ERANGE past INT_MAX: nothing changed). */
 DLOCK_API int dlock_semaphore_release(dlock_semaphore *s, int permits);
-/* The permits available now (0 if never set), or a negative code. */
+/* The permits available now (0 if never set), or a negative code
+ * (DLOCK_ERANGE: another client set more than INT_MAX). */
 DLOCK_API int dlock_semaphore_available(dlock_semaphore *s);
-/* Takes every available permit; returns how many, or a negative code. */
+/* Takes every available permit; returns how many, or a negative code
+ * (DLOCK_ERANGE: the count is outside an int, and nothing is taken). */
 DLOCK_API int dlock_semaphore_drain(dlock_semaphore *s);
 
 /* ---- Count-down latch (Redisson RCountDownLatch) ----
@@ -645,7 +687,8 @@ DLOCK_API int dlock_latch_await(dlock_latch *l);
  * first among those present; a participant that loses its connection
  * stops being the leader at once (Curator's default policy: another may
  * be elected while it cannot know), and is again if it still is first
- * once reconnected; one whose session expired is out for good. On Redis
+ * once reconnected; one whose session expired joins again, at the end of
+ * the line, once the client's new session is connected. On Redis
  * the participants take turns on the lock NAME (each from a thread of its
  * own, as Curator's LeaderSelector does on a mutex): the holder leads with
  * the hold's token and its id as the lock's description, until it leaves
@@ -678,10 +721,11 @@ DLOCK_API int dlock_leader_on_change(dlock_leader *l, dlock_leader_cb cb,
 DLOCK_API int dlock_leader_start(dlock_leader *l);
 /* Waits up to wait_ms (0: one look, < 0: no limit) until this participant
  * is the leader, without polling. Returns 0 leader, DLOCK_EBUSY not in
- * time, DLOCK_ELOST out of the election for good (its session expired),
- * DLOCK_EINVAL not started. Blocks the calling thread; thread-safe. */
+ * time, DLOCK_ELOST out of the election for good (only with the client's
+ * close), DLOCK_EWRONGTYPE out of it on Redis because NAME holds something
+ * else than a lock (nothing changed), DLOCK_EINVAL not started. Blocks the
+ * calling thread; thread-safe. */
 DLOCK_API int dlock_leader_await(dlock_leader *l, int64_t wait_ms);
-/* (On Redis DLOCK_ELOST comes only with the client's close.) */
 /* 1 if this participant is the leader now (as last heard), else 0. */
 DLOCK_API int dlock_leader_has_leadership(dlock_leader *l);
 /* The fencing token of the present leadership in *token: 0 while leader,

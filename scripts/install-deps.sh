@@ -6,8 +6,12 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
           redis-server redis-tools openssl gnuplot-nox python3 bsdutils
           libfaketime libuv1-dev libevent-dev redis-sentinel
-          libzookeeper-mt-dev zookeeper default-jre-headless)
-[ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(valgrind clang)
+          libzookeeper-mt-dev zookeeper default-jdk-headless
+          libcurator-recipes-java valgrind)
+# default-jdk-headless (javac) and libcurator-recipes-java: the ZooKeeper
+# interop test (tests/test_zk_interop.sh) compiles a Curator peer; valgrind:
+# the cost gate (tests/test_cost.sh) in every run.
+[ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(clang)
 # Node and npm for the interop test with npm redlock and redis-semaphore
 # (tests/test_interop_node.sh); only when missing: an npm installed outside
 # Debian's packages conflicts with Debian's.
@@ -19,14 +23,25 @@ for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
     || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "install-deps: need root or sudo for: ${missing[*]}" >&2; exit 1; }
-  SUDO=sudo
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "install-deps: need root or sudo for: ${missing[*]}" >&2; exit 1; }
+    SUDO=sudo
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# The Node.js peers of tests/test_interop_node.sh (npm redlock and
+# redis-semaphore, pinned in tests/interop/node/package.json), beside
+# peer.js, as the user running this (not root's files in the tree).
+peers="$(cd "$(dirname "$0")/.." && pwd)/tests/interop/node"
+if [ ! -d "$peers/node_modules/redlock" ] ||
+   [ ! -d "$peers/node_modules/redis-semaphore" ]; then
+  echo "install-deps: installing the Node.js peers into $peers/node_modules"
+  (cd "$peers" && npm install --no-audit --no-fund --no-package-lock \
+     --loglevel=error >/dev/null)
+fi

@@ -195,6 +195,16 @@ t_url_without_password() {
   expect_rc 0 $? "--password-file"
   out=$(DLOCK_PASSWORD=wrong "$DLOCK" status pw 2>&1); expect_rc 69 $? "wrong password"
   case "$out" in *wrong*) fail "the password appears in: $out" ;; esac
+  # "pw@host" names a user, and no password comes from anywhere: refused,
+  # not sent without AUTH; with $DLOCK_PASSWORD the same URL is a user's.
+  out=$(env -u DLOCK_PASSWORD "$DLOCK" -u "redis://s3cret@127.0.0.1:$PORT" status pw 2>&1)
+  expect_rc 64 $? "a user without a password"
+  case "$out" in *"user but no password"*) ;; *) fail "pw@: '$out'" ;; esac
+  case "$out" in *s3cret*) fail "the user name appears in: $out" ;; esac
+  out=$(env -u DLOCK_PASSWORD "$DLOCK" -u "redis-cluster://s3cret@127.0.0.1:$PORT" status pw 2>&1)
+  expect_rc 64 $? "a user without a password (cluster)"
+  "$DLOCK" -u "redis://default@127.0.0.1:$PORT" status pw >/dev/null
+  expect_rc 1 $? "user default, the password in \$DLOCK_PASSWORD"
 }
 
 t_nested_password() {
@@ -444,7 +454,7 @@ t_acquire_error_reason() {
   out=$("$DLOCK" run wrongtype-key -- true 2>&1); rc=$?
   expect_rc 65 "$rc" "run on a string key" # README: 65 NAME holds something else
   case $out in
-    *WRONGTYPE*"another type"*|*"another type"*WRONGTYPE*) ;;
+    *"another type"*"not a dlock lock: string"*) ;;
     *) fail "no reason in: $out" ;;
   esac
   # A user the ACL does not let run scripts: its own exit status.
@@ -507,6 +517,56 @@ t_fair_read_write() {
   "$DLOCK" run --read --write x -- true 2>/dev/null; expect_rc 64 $? "--read --write"
   reap_sleepers
 }
+
+# Every kind refuses a key it did not make (exit 65, a message naming what
+# it found and nothing of the server's scripts) and leaves it as it was.
+dump_of() { rcli DUMP "$1" | md5sum; }
+t_wrong_type_refused() {
+  rcli DEL userhash k >/dev/null
+  rcli HSET userhash name alice >/dev/null
+  local before out o
+  before=$(dump_of userhash)
+  for o in --read --write --fair --plain ""; do
+    out=$("$DLOCK" run $o -w 0 userhash -- true 2>&1); expect_rc 65 $? "run $o on a hash"
+    case "$out" in *"not a dlock "*"lock: hash"*) ;; *) fail "run $o: $out" ;; esac
+    [ "$(dump_of userhash)" = "$before" ] || fail "run $o changed the hash"
+  done
+  out=$("$DLOCK" run --read -w 0 userhash -- true 2>&1)
+  case "$out" in *"not a dlock read-write lock: hash"*) ;; *) fail "--read: $out" ;; esac
+  [ "$(rcli HGETALL userhash | tr '\n' ' ')" = "name alice " ] || fail "hash: $(rcli HGETALL userhash)"
+  out=$("$DLOCK" status userhash 2>&1); expect_rc 65 $? "status of a hash"
+  case "$out" in *"not a dlock lock: hash"*) ;; *) fail "status: $out" ;; esac
+  out=$("$DLOCK" run --permits 2 userhash -- true 2>&1); expect_rc 65 $? "--permits on a hash"
+  out=$("$DLOCK" elect -w 5s userhash -- true 2>&1); expect_rc 65 $? "elect on a hash"
+  case "$out" in *"not a dlock lock: hash"*) ;; *) fail "elect: $out" ;; esac
+  [ "$(dump_of userhash)" = "$before" ] || fail "elect changed the hash"
+  rcli SET k hello >/dev/null
+  before=$(dump_of k)
+  for o in "--permits 2" --read ""; do
+    out=$("$DLOCK" run $o -w 0 k -- true 2>&1); expect_rc 65 $? "run $o on a string"
+    case "$out" in *script*|*user_script*|*Lua*|*"compare number"*) fail "run $o: $out" ;; esac
+    case "$out" in *"not a dlock "*) ;; *) fail "run $o: $out" ;; esac
+    [ "$(dump_of k)" = "$before" ] || fail "run $o changed the string"
+  done
+  rcli DEL userhash k >/dev/null
+}
+
+# status counts a fair lock's queued waiters as waiting.
+t_fair_status_waiting() {
+  "$DLOCK" run -q --fair fw -- sh -c "$(sleeper fw)" & local h=$!
+  wait_until is_held fw || fail "fair lock not held"
+  local pids=() i out
+  for i in 1 2; do
+    "$DLOCK" run -q --fair fw -- true & pids+=($!)
+  done
+  wait_until fw_queued 2 || fail "waiters never queued"
+  out=$("$DLOCK" status fw)
+  case "$out" in *"waiting:   2"*) ;; *) fail "status: $out" ;; esac
+  kill "$h"; wait "$h" 2>/dev/null
+  for i in "${pids[@]}"; do wait "$i" || fail "a fair waiter failed"; done
+  reap_sleepers
+}
+fw_queued() { [ "$(rcli LLEN 'redisson_lock_queue:{fw}')" = "$1" ]; }
 
 t_queue() {
   local out t0 t1
@@ -611,6 +671,24 @@ t_redlock() {
   "$DLOCK" -u "$u" release --force -q rl:y; expect_rc 0 $? "release --force"
   wait "$h"; expect_rc 76 $? "the holder hears of the force release"
   "$DLOCK" -u "$u" status rl:y >/dev/null; expect_rc 1 $? "free after"
+  # With the default lease (a renewal 10 s later), heard at once too.
+  rm -f rl.held
+  "$DLOCK" -u "$u" run -q rl:y -- sh -c "touch rl.held; $(sleeper rl)" & h=$!
+  wait_until test -e rl.held || fail "never held"
+  local t0=$(date +%s%N)
+  "$DLOCK" -u "$u" release --force -q rl:y; expect_rc 0 $? "release --force"
+  wait "$h"; expect_rc 76 $? "the holder hears of the force release"
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  echo "    force release -> holder exit: $ms ms" >&2
+  [ "$ms" -lt 2000 ] || fail "the holder stopped $ms ms after the force release"
+  # A server named twice, as written or once resolved: refused (64), named.
+  local dup
+  for dup in "127.0.0.1:${ports[0]},127.0.0.1:${ports[0]}" \
+             "localhost:${ports[0]},127.0.0.1:${ports[0]}"; do
+    "$DLOCK" -u "redlock://$dup,127.0.0.1:${ports[1]}" run -q rl:d -- true \
+      2> rl.err; expect_rc 64 $? "a server named twice ($dup)"
+    grep -q "127.0.0.1:${ports[0]}" rl.err || fail "not named: $(cat rl.err)"
+  done
   "$DLOCK" -u "$u" run -q --fair rl:z -- true 2>/dev/null
   [ $? -ne 0 ] || fail "--fair on redlock:// accepted"
   "$DLOCK" -u "$u" bench -d 200ms uncontended >/dev/null; expect_rc 0 $? "bench"
@@ -745,6 +823,116 @@ t_zk_killed_waiter() {
   reap_sleepers
 }
 
+# dlock run and its command stopped (SIGSTOP) past a 2 s lease while another
+# client takes and releases the lock: the command then ends with 0, but it
+# did not hold the lock from start to end, so dlock run exits 76. Four
+# rounds: the command resumed first (it ends before dlock looks), dlock
+# first, both at once, the command first again (the race went either way).
+t_stopped_past_lease_is_lost() {
+  local round
+  for round in command dlock both command; do
+    rm -f sp.pid sp.go
+    setsid "$DLOCK" run -q -l 2s stopped -- sh -c \
+      'echo $$ > sp.pid; while [ ! -e sp.go ]; do sleep 0.02; done; exit 0' &
+    local d=$!
+    wait_until test -s sp.pid || fail "$round: no command"
+    local cmd; cmd=$(cat sp.pid)
+    kill -STOP -- "-$d" "-$cmd"
+    # Another client waits out the lease, takes the lock and releases it.
+    "$DLOCK" run -q -w 20s stopped -- true; expect_rc 0 $? "$round: the other client"
+    touch sp.go
+    case $round in
+      command) kill -CONT -- "-$cmd"
+               wait_until sh -c "! kill -0 $cmd 2>/dev/null || \
+                 grep -q '^State:.*Z' /proc/$cmd/status"
+               kill -CONT -- "-$d" ;;
+      dlock) kill -CONT -- "-$d"; kill -CONT -- "-$cmd" ;;
+      both) kill -CONT -- "-$d" "-$cmd" ;;
+    esac
+    wait "$d"; expect_rc 76 $? "$round: dlock run after its lock was lost"
+  done
+  rm -f sp.pid sp.go
+}
+
+# zk://: a private standalone ZooKeeper (skipped without one, or without
+# libzookeeper-mt in this dlock). A missing chroot fails every command at
+# once, naming it (elect used to retry silently for ever); the URL sets the
+# timeouts; digest authentication: a lock held by an authenticated client
+# can be neither taken nor force-released without the credentials (77),
+# the password never shown; a standby of an election survives an outage
+# longer than its session and leads after.
+t_zk() {
+  local J=/usr/share/java
+  if [[ ! -r $J/zookeeper.jar ]] || ! command -v java >/dev/null ||
+     [[ $("$DLOCK" -u zk://x status /x 2>&1) == *libzookeeper* ]]; then
+    echo "    skipped: no ZooKeeper server or no zk:// in this build"; return
+  fi
+  local port zk rc t0 ms
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  mkdir -p zk/data
+  printf 'tickTime=250\ndataDir=%s/zk/data\nclientPort=%s\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\n' \
+    "$PWD" "$port" > zk/zoo.cfg
+  java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -cp $J/zookeeper.jar:$J/slf4j-nop.jar \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain zk/zoo.cfg >zk/log 2>&1 &
+  zk=$!
+  srvr() { [[ $(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && echo srvr >&3 && cat <&3" 2>/dev/null) == *Mode:* ]]; }
+  wait_until srvr || wait_until srvr || { fail "ZooKeeper did not start"; kill -9 $zk; return; }
+  local u=zk://127.0.0.1:$port
+  for cmd in "elect /e -- true" "run /e -- true" "status /e"; do
+    t0=$(date +%s%N)
+    timeout 20 "$DLOCK" -u "$u/no/such/chroot" $cmd 2>err; rc=$?
+    ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    expect_rc 64 $rc "$cmd under a missing chroot"
+    [ $ms -lt 5000 ] || fail "$cmd under a missing chroot took $ms ms"
+    grep -q "chroot /no/such/chroot" err || fail "$cmd: $(cat err)"
+  done
+  t0=$(date +%s%N)
+  "$DLOCK" -u "zk://127.0.0.1:1?connect_timeout=300ms" status /e 2>/dev/null
+  expect_rc 69 $? "a dead address"
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ $ms -lt 3000 ] || fail "?connect_timeout=300ms took $ms ms"
+  "$DLOCK" -u "$u?sessiontimeout=1s" status /e 2>err; expect_rc 64 $? "unknown option"
+  grep -q sessiontimeout err || fail "the unknown option is not named: $(cat err)"
+  # Authentication: the password from DLOCK_PASSWORD, then from a file.
+  DLOCK_PASSWORD=pw1 "$DLOCK" -q -u "zk://svc@127.0.0.1:$port" run /sec/a -- sh -c "$(sleeper zka)" &
+  local holder=$!
+  wait_until test -s zka.sleep || fail "the authenticated holder never ran"
+  DLOCK_PASSWORD= "$DLOCK" -u "$u" run -w 0 /sec/a -- true 2>err
+  expect_rc 77 $? "take without credentials"
+  grep -q "not authenticated" err || fail "no clear message: $(cat err)"
+  DLOCK_PASSWORD= "$DLOCK" -u "$u" release --force /sec/a 2>/dev/null
+  expect_rc 77 $? "force release without credentials"
+  DLOCK_PASSWORD= "$DLOCK" -u "zk://other:nope@127.0.0.1:$port" run -w 0 /sec/a -- true 2>err
+  expect_rc 77 $? "take with another identity"
+  grep -q nope err && fail "a password was shown: $(cat err)"
+  echo pw1 > zk/pw
+  DLOCK_PASSWORD= "$DLOCK" -u "zk://svc@127.0.0.1:$port" --password-file zk/pw status /sec/a >/dev/null
+  expect_rc 0 $? "status with the password file"
+  kill "$(cat zka.sleep)"; wait $holder; expect_rc 143 $? "the authenticated holder"
+  # A standby paused past its session (the server running, so it expires
+  # for sure): it joins again with a new session instead of exiting 76, and
+  # leads once the leader's command ends.
+  "$DLOCK" -u "$u?session_timeout=1s" elect -q --id lead /el -- sh -c "$(sleeper zkl)" &
+  local l1=$!
+  wait_until test -s zkl.sleep || fail "no leader"
+  "$DLOCK" -u "$u?session_timeout=1s" elect -q --id standby /el -- sh -c 'echo led > zk/standby' &
+  local l2=$!
+  standing_by() { "$DLOCK" -u "$u" status /el 2>/dev/null | grep -q 'waiting: *1'; }
+  wait_until standing_by || fail "no standby"
+  kill -STOP $l2
+  wait_until sh -c "! \"$DLOCK\" -u $u status /el | grep -q 'waiting: *1'" ||
+    fail "the paused standby's node did not expire"
+  kill -CONT $l2
+  wait_until standing_by || fail "the standby did not join again"
+  kill -0 $l2 2>/dev/null || fail "the standby exited after its session expired"
+  reap_sleepers
+  wait $l1; expect_rc 143 $? "the leader's command, ended"
+  wait $l2; expect_rc 0 $? "the standby, after its session expired"
+  [ -s zk/standby ] || fail "the standby never led"
+  kill -9 $zk; wait $zk 2>/dev/null
+}
+
 # CLI_TESTS="t_a t_b" runs only those.
 for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_revocation_kills_at_once \
@@ -753,7 +941,8 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_terminal_status_line t_bad_input t_permits t_fair_read_write \
          t_version t_options_after_name t_status_not_a_lock \
          t_holders_described t_nested_password t_man_page \
-         t_acquire_error_reason t_queue t_plain t_redlock t_elect \
+         t_acquire_error_reason t_wrong_type_refused t_fair_status_waiting \
+         t_queue t_plain t_redlock t_elect t_stopped_past_lease_is_lost t_zk \
          t_zk_revocation_kills_at_once t_zk_foreign_node t_zk_killed_waiter}; do
   run_test "$t"
 done

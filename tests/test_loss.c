@@ -3,8 +3,11 @@
  * what a force release may delete. */
 #include "harness.h"
 
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* ---- the lost callbacks, with the instant they were called ---- */
 static atomic_int lost_calls;
@@ -339,6 +342,60 @@ static void t_del_without_events_found_by_renewal(void) {
   dlock_client_close(c);
 }
 
+/* A holder stopped (SIGSTOP) past its validity while another client takes
+ * and releases its lock: once resumed, its release says DLOCK_ELOST. Its
+ * watchdog's renewal, sent on resuming with the validity (already past) as
+ * its deadline, used to fail at once and take the connection's other
+ * requests with it: the release then said "no reply before the command
+ * timeout", which dlock run took for a lock left to expire (issue 29).
+ * Ten rounds, the release sent as the process resumes. */
+static void t_stopped_holder_release_says_lost(void) {
+  int timeouts = 0;
+  for (int round = 0; round < 10; round++) {
+    int go[2], res[2];
+    CHECK(pipe(go) == 0 && pipe(res) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(go[1]);
+      close(res[0]);
+      dlock_client *c = th_client(&th_srv, 600);
+      dlock_lock *l = NULL;
+      int rc = c ? dlock_lock_new(c, "f:stopped", NULL, &l) : DLOCK_ECONNECT;
+      if (rc == 0) rc = dlock_lock_acquire(l, 0, NULL);
+      char b;
+      if (write(res[1], &rc, sizeof rc) != sizeof rc || read(go[0], &b, 1) != 1)
+        _exit(1);
+      rc = dlock_lock_release(l);
+      _exit(write(res[1], &rc, sizeof rc) == sizeof rc ? 0 : 1);
+    }
+    close(go[0]);
+    close(res[1]);
+    int rc = 99;
+    CHECK(read(res[0], &rc, sizeof rc) == sizeof rc);
+    CHECK_RC(rc, 0);
+    kill(pid, SIGSTOP);
+    dlock_client *o = th_client(&th_srv, 0);
+    CHECK(o != NULL);
+    dlock_lock *l;
+    CHECK_RC(dlock_lock_new(o, "f:stopped", NULL, &l), 0);
+    CHECK_RC(dlock_lock_try_acquire(l, 5000, 0, NULL), 0);
+    CHECK(dlock_lock_release(l) >= 0);
+    dlock_lock_free(l);
+    dlock_client_close(o);
+    CHECK(write(go[1], "g", 1) == 1);
+    kill(pid, SIGCONT);
+    rc = 99;
+    CHECK(read(res[0], &rc, sizeof rc) == sizeof rc);
+    timeouts += rc == DLOCK_ETIMEDOUT;
+    CHECK_RC(rc, DLOCK_ELOST);
+    int status;
+    waitpid(pid, &status, 0);
+    close(go[1]);
+    close(res[0]);
+  }
+  fprintf(stderr, "    %d of 10 releases timed out\n", timeouts);
+}
+
 TH_MAIN(T(t_force_release_refuses_other_types),
         T(t_force_release_kind_must_match), T(t_force_release_heard_at_once),
         T(t_revocation_spares_other_holds), T(t_permit_force_release_heard),
@@ -346,4 +403,5 @@ TH_MAIN(T(t_force_release_refuses_other_types),
         T(t_reentered_fixed_becomes_renewed),
         T_REDIS(t_keyevent_del_heard, "--notify-keyspace-events Eg"),
         T_REDIS(t_keyspace_del_heard, "--notify-keyspace-events Kgx"),
-        T(t_del_without_events_found_by_renewal))
+        T(t_del_without_events_found_by_renewal),
+        T(t_stopped_holder_release_says_lost))

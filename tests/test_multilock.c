@@ -132,12 +132,36 @@ static void t_misuse(void) {
   CHECK_RC(dlock_lock_new(c, "u:b", NULL, &b), 0);
   dlock_multilock *m = NULL;
   dlock_lock *dup[] = {a, b, a2};
-  CHECK_RC(dlock_multilock_new(dup, 3, &m), DLOCK_EINVAL); /* u:a twice */
+  /* Each argument error tells its own story in dlock_client_errmsg, not
+   * the previous call's (a failed release first leaves a stale one). */
+#define FRESH(call, code, says)                                                \
+  do {                                                                         \
+    CHECK_RC(dlock_lock_release(b), DLOCK_ENOTOWNER);                          \
+    CHECK_RC(call, code);                                                      \
+    CHECK(strstr(dlock_client_errmsg(c), says) != NULL);                       \
+  } while (0)
+  FRESH(dlock_multilock_new(dup, 3, &m), DLOCK_EINVAL, "'u:a' twice");
   CHECK(m == NULL);
   CHECK_RC(dlock_multilock_new(dup, 0, &m), DLOCK_EINVAL);
   dlock_lock *withnull[] = {a, NULL};
-  CHECK_RC(dlock_multilock_new(withnull, 2, &m), DLOCK_EINVAL);
+  FRESH(dlock_multilock_new(withnull, 2, &m), DLOCK_EINVAL,
+        "lock 1 of the multi-lock is NULL");
+  FRESH(dlock_multilock_new(dup, 2, NULL), DLOCK_EINVAL, "out is NULL");
   CHECK_RC(dlock_multilock_try_acquire(NULL, 0, 0, NULL), DLOCK_EINVAL);
+  /* The other entry points that take a client or a handle. */
+  char small[8];
+  FRESH(dlock_lock_new(c, "u:c", NULL, NULL), DLOCK_EINVAL, "out is NULL");
+  FRESH(dlock_lock_remaining_ttl(a, NULL), DLOCK_EINVAL, "ttl_ms is NULL");
+  FRESH(dlock_lock_current_token(a, NULL), DLOCK_EINVAL, "token is NULL");
+  FRESH(dlock_client_owner(c, small, sizeof small), DLOCK_EINVAL,
+        "buf is NULL or under");
+  FRESH(dlock_lock_validity(a, NULL), DLOCK_ENOTOWNER, "'u:a' is not held");
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new(c, "u:q", &q), 0);
+  FRESH(dlock_queue_size(q, NULL), DLOCK_EINVAL, "n is NULL");
+  FRESH(dlock_queue_poll(q, 0, NULL, NULL), DLOCK_EINVAL, "value is NULL");
+  dlock_queue_free(q);
+#undef FRESH
   /* Releasing what one does not hold: an error, nothing changed. */
   dlock_lock *ab[] = {a, b};
   CHECK_RC(dlock_multilock_new(ab, 2, &m), 0);

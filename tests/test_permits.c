@@ -4,6 +4,8 @@
  * permit reported, and interop with Redisson's own scripts. */
 #include "harness.h"
 
+#include <limits.h>
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -80,6 +82,32 @@ static void t_permits_basics(void) {
   CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {perm:basic}:timeout"), 1);
   CHECK_RC(dlock_permits_release(p, b), 0);
   CHECK_EQ(dlock_permits_available(p), 2);
+  dlock_permits_free(p);
+  dlock_client_close(c);
+}
+
+/* The API counts in an int: an add that would take the permits (those out
+ * included, they come back) past it is refused before anything changes,
+ * and a count another client set past an int is said to be that. */
+static void t_permits_int_range(void) {
+  dlock_client *c = client_with_lease(0);
+  CHECK(c != NULL);
+  dlock_permits *p;
+  char a[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_new(c, "perm:range", &p), 0);
+  CHECK_EQ(dlock_permits_try_set_permits(p, INT_MAX), 1);
+  CHECK_RC(dlock_permits_try_acquire(p, 0, 0, a), 0);
+  CHECK_RC(dlock_permits_add_permits(p, 1), DLOCK_ERANGE);
+  CHECK(strstr(dlock_client_errmsg(c), "perm:range") != NULL);
+  CHECK_EQ(dlock_permits_available(p), INT_MAX - 1);
+  CHECK_RC(dlock_permits_release(p, a), 0);
+  CHECK_EQ(dlock_permits_available(p), INT_MAX);
+  redisReply *r = th_cmd(&th_srv, "SET perm:range 2147483648");
+  if (r) freeReplyObject(r);
+  CHECK_RC(dlock_permits_available(p), DLOCK_ERANGE);
+  CHECK(strstr(dlock_client_errmsg(c), "2147483648") != NULL);
+  CHECK_RC(dlock_permits_add_permits(p, -1), 0);
+  CHECK_EQ(dlock_permits_available(p), INT_MAX);
   dlock_permits_free(p);
   dlock_client_close(c);
 }
@@ -286,6 +314,6 @@ static void t_permits_interop(void) {
   dlock_client_close(c);
 }
 
-TH_MAIN(T(t_permits_basics), T(t_permits_release_wakes),
+TH_MAIN(T(t_permits_basics), T(t_permits_int_range), T(t_permits_release_wakes),
         T(t_permits_fixed_lease_ends), T(t_permits_crashed_holder_returns),
         T(t_permits_loss_reported), T(t_permits_interop))

@@ -374,6 +374,76 @@ static void t_delay_order(void) {
   dlock_client_close(c);
 }
 
+/* Values due at the same ms leave in the order they were offered (the
+ * zset orders equal scores by member, which held a random id): hundreds
+ * of offer calls, many within one ms, then taken through dlock's transfer
+ * and through Redisson's. */
+static void t_delay_ties_in_offer_order(void) {
+  enum { N = 300 };
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  const char *names[] = {"dt", "dt2"};
+  dlock_queue *p[2];
+  for (int k = 0; k < 2; k++) {
+    CHECK_RC(dlock_queue_new(c, names[k], &p[k]), 0); /* no transfer */
+    for (int i = 0; i < N; i++) {
+      char buf[16];
+      int n = snprintf(buf, sizeof buf, "%d", i);
+      CHECK_RC(dlock_queue_offer_delayed(p[k], 100, buf, (size_t)n), 0);
+    }
+  }
+  /* Several offers shared a ms, or this tests nothing. */
+  redisReply *r = th_cmd(&th_srv, "ZRANGE redisson_delay_queue_timeout:{dt} "
+                                  "0 -1 WITHSCORES");
+  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 * N);
+  int distinct = 0;
+  for (size_t i = 1; r && i < r->elements; i += 2)
+    distinct += i == 1 || strcmp(r->element[i]->str, r->element[i - 2]->str);
+  if (r) freeReplyObject(r);
+  printf("    %d offers due at %d distinct ms\n", N, distinct);
+  CHECK(distinct < N / 2);
+  /* dlock's transfer. */
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new_delayed(c, "dt", &q), 0);
+  for (int i = 0; i < N; i++) {
+    char want[16];
+    snprintf(want, sizeof want, "%d", i);
+    void *v = NULL;
+    size_t len = 0;
+    CHECK_RC(dlock_queue_poll(q, 3000, &v, &len), 0);
+    if (v && (len != strlen(want) || memcmp(v, want, len) != 0)) {
+      fprintf(stderr, "    value %d: got %.*s\n", i, (int)len, (char *)v);
+      CHECK(0);
+      dlock_queue_value_free(v);
+      break;
+    }
+    dlock_queue_value_free(v);
+  }
+  dlock_queue_free(q);
+  /* Redisson's transfer (a Java client's) sees the same order. */
+  long long now = server_ms(&th_srv);
+  while (th_cmd_int(&th_srv,
+                    "ZCOUNT redisson_delay_queue_timeout:{dt2} "
+                    "-inf %lld",
+                    now) < N) {
+    th_sleep_ms(20); /* until every value is due by the server's clock */
+    now = server_ms(&th_srv);
+  }
+  r = th_cmd(&th_srv,
+             "EVAL %s 3 dt2 redisson_delay_queue_timeout:{dt2} "
+             "redisson_delay_queue:{dt2} %lld %d",
+             REDISSON_DELAY_TRANSFER, now, N);
+  if (r) freeReplyObject(r);
+  r = th_cmd(&th_srv, "LRANGE dt2 0 -1");
+  CHECK(r && r->type == REDIS_REPLY_ARRAY && r->elements == N);
+  for (size_t i = 0; r && i < r->elements; i++)
+    CHECK_EQ(atoi(r->element[i]->str), (int)i);
+  if (r) freeReplyObject(r);
+  dlock_queue_free(p[0]);
+  dlock_queue_free(p[1]);
+  dlock_client_close(c);
+}
+
 /* Every client was down while values came due: the first poll moves them
  * all at once, in due order. */
 static void t_delay_restart(void) {
@@ -766,7 +836,8 @@ static void t_reliable_many(void) {
 }
 
 TH_MAIN(T(t_reliable_basics), T(t_reliable_many), T(t_delay_order),
-        T(t_delay_restart), T(t_delay_redisson_peer), T(t_delay_redisson_wakes),
+        T(t_delay_ties_in_offer_order), T(t_delay_restart),
+        T(t_delay_redisson_peer), T(t_delay_redisson_wakes),
         T(t_delay_background_transfer), T(t_delay_stepped_clock),
         T(t_delay_wrong_type), T(t_queue_basics), T(t_queue_wrong_type),
         T(t_queue_offer_wakes), T(t_queue_redisson_peer), T(t_queue_many))

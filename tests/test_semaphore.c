@@ -4,6 +4,7 @@
  * expirable semaphore is in test_permits.c, the latch in test_latch.c. */
 #include "harness.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -48,6 +49,48 @@ static void t_semaphore_basics(void) {
   CHECK_EQ(dlock_semaphore_available(s), 2);
   CHECK_RC(dlock_semaphore_add_permits(s, -2), 0);
   CHECK_EQ(dlock_semaphore_available(s), 0);
+  dlock_semaphore_free(s);
+  dlock_client_close(c);
+}
+
+/* The API counts permits in an int: a change past INT_MAX (or INT_MIN) is
+ * refused with DLOCK_ERANGE before anything changes, and a count another
+ * client set past an int is reported as that, not as a bad reply. */
+static void t_semaphore_int_range(void) {
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_semaphore *s;
+  CHECK_RC(dlock_semaphore_new(c, "sem:range", &s), 0);
+  CHECK_EQ(dlock_semaphore_try_set_permits(s, INT_MAX), 1);
+  CHECK_RC(dlock_semaphore_add_permits(s, 1), DLOCK_ERANGE);
+  CHECK(strstr(dlock_client_errmsg(c), "sem:range") != NULL);
+  CHECK_RC(dlock_semaphore_release(s, 1), DLOCK_ERANGE);
+  CHECK_EQ(dlock_semaphore_available(s), INT_MAX); /* nothing changed */
+  CHECK_RC(dlock_semaphore_add_permits(s, -1), 0);
+  CHECK_RC(dlock_semaphore_release(s, 1), 0);
+  CHECK_EQ(dlock_semaphore_available(s), INT_MAX);
+  /* Below zero, down to INT_MIN and no further. */
+  CHECK_EQ(dlock_semaphore_drain(s), INT_MAX);
+  CHECK_RC(dlock_semaphore_add_permits(s, INT_MIN), 0);
+  CHECK_RC(dlock_semaphore_add_permits(s, -1), DLOCK_ERANGE);
+  CHECK_RC(dlock_semaphore_add_permits(s, INT_MAX), 0);
+  CHECK_RC(dlock_semaphore_add_permits(s, 1), 0);
+  CHECK_EQ(dlock_semaphore_available(s), 0);
+  /* A count set past an int by another client: said so, and a drain
+   * refused without taking anything; a change towards an int works. */
+  redisReply *r = th_cmd(&th_srv, "SET sem:range 2147483648");
+  if (r) freeReplyObject(r);
+  CHECK_RC(dlock_semaphore_available(s), DLOCK_ERANGE);
+  CHECK(strstr(dlock_client_errmsg(c), "2147483648") != NULL);
+  CHECK_RC(dlock_semaphore_drain(s), DLOCK_ERANGE);
+  CHECK(strstr(dlock_client_errmsg(c), "2147483648") != NULL);
+  CHECK_RC(dlock_semaphore_add_permits(s, 1), DLOCK_ERANGE);
+  r = th_cmd(&th_srv, "GET sem:range");
+  CHECK(r && r->type == REDIS_REPLY_STRING &&
+        strcmp(r->str, "2147483648") == 0);
+  if (r) freeReplyObject(r);
+  CHECK_RC(dlock_semaphore_try_acquire(s, 1, 0), 0);
+  CHECK_EQ(dlock_semaphore_available(s), INT_MAX);
   dlock_semaphore_free(s);
   dlock_client_close(c);
 }
@@ -293,6 +336,6 @@ static void t_semaphore_interop(void) {
   dlock_client_close(c);
 }
 
-TH_MAIN(T(t_semaphore_basics), T(t_semaphore_misuse), T(t_semaphore_admission),
-        T(t_semaphore_release_wakes),
+TH_MAIN(T(t_semaphore_basics), T(t_semaphore_misuse), T(t_semaphore_int_range),
+        T(t_semaphore_admission), T(t_semaphore_release_wakes),
         T(t_semaphore_contended_release_pings_first), T(t_semaphore_interop))

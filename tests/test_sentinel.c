@@ -86,6 +86,24 @@ static void discovery(void) {
   CHECK_EQ(exists_on(&S.master, "sent-disc"), 0);
   dlock_lock_free(l);
   dlock_client_close(c);
+  /* Closing does not wait for the sentinel watch: it read in 200 ms
+   * slices to see its stop, so every CLI command on Sentinel took ~200
+   * ms more than on one server. The median of five closes. */
+  int64_t took[5];
+  for (int i = 0; i < 5; i++) {
+    c = open_url(S.url, 0);
+    CHECK(c != NULL);
+    CHECK_RC(dlock_client_ping(c), 0);
+    int64_t t0 = th_now_ms();
+    dlock_client_close(c);
+    int64_t t = th_now_ms() - t0;
+    int k = i;
+    for (; k > 0 && took[k - 1] > t; k--)
+      took[k] = took[k - 1];
+    took[k] = t;
+  }
+  printf("    close: %lld ms (median of 5)\n", (long long)took[2]);
+  CHECK(took[2] < 100);
   th_sentinel_stop(&S);
 }
 
@@ -125,7 +143,18 @@ static void sentinel_password(void) {
   dlock_client_options_init(&o);
   o.url = S.url;
   dlock_client *c = NULL;
-  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
+  /* Refused, and said so in full: each sentinel named, the server's
+   * reason, where a password goes (it read "cannot connect", cut short). */
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EAUTH);
+  const char *m = dlock_client_open_errmsg();
+  CHECK(strstr(m, "NOAUTH") != NULL);
+  CHECK(strstr(m, "DLOCK_SENTINEL_PASSWORD") != NULL);
+  char last[32];
+  snprintf(last, sizeof last, "127.0.0.1:%d", S.sentinels[2].port);
+  CHECK(strstr(m, last) != NULL);
+  o.sentinel_password = "wrong";
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EAUTH);
+  CHECK(strstr(dlock_client_open_errmsg(), "WRONGPASS") != NULL);
   o.sentinel_password = "s3cret";
   c = th_client_opts(&o);
   CHECK(c != NULL);
@@ -316,8 +345,7 @@ static void renew_unacked(void) {
   CHECK(detach_replica());
   CHECK(th_wait_for(is_lost, NULL, 5000));
   int64_t took = th_now_ms() - t0;
-  fprintf(stderr, "    lost %lld ms after the link was cut\n",
-          (long long)took);
+  fprintf(stderr, "    lost %lld ms after the link was cut\n", (long long)took);
   CHECK(took <= 1500 + 1000); /* its validity, not a later round */
   CHECK_EQ(dlock_lock_is_lost(l), 1);
   /* Renewed on the master meanwhile: more than a lease's half left. */
@@ -335,8 +363,7 @@ typedef struct loop_got {
   char msg[256];
 } loop_got;
 
-static void on_loop_done(int rc, uint64_t token, const char *errmsg,
-                         void *ud) {
+static void on_loop_done(int rc, uint64_t token, const char *errmsg, void *ud) {
   (void)token;
   loop_got *g = ud;
   g->calls++;
@@ -377,7 +404,8 @@ static void wait_shortfall(void) {
   CHECK_RC(dlock_lock_new(c, "wait-short-loop", "me", &l), 0);
   loop_got g = {0};
   CHECK_RC(dlock_lock_acquire_async(l, 0, 10000, on_loop_done, &g, NULL), 0);
-  for (int i = 0; i < 500 && !g.calls; i++) dlock_loop_run(lp, 10);
+  for (int i = 0; i < 500 && !g.calls; i++)
+    dlock_loop_run(lp, 10);
   CHECK_EQ(g.calls, 1);
   CHECK_RC(g.rc, DLOCK_ENOTACKED);
   CHECK(strstr(g.msg, "0 of 1 replicas") != NULL);
@@ -385,6 +413,110 @@ static void wait_shortfall(void) {
   dlock_lock_free(l);
   dlock_client_close(c);
   dlock_loop_free(lp);
+}
+
+/* A WAIT does not hold up the client's other requests: it has a
+ * connection of its own. Before, sent on the command connection, it made a
+ * ping or an is_held wait out the stalled replicas' timeout. */
+typedef struct wait_arg {
+  dlock_lock *l;
+  int rc;
+} wait_arg;
+static void *acquire_unacked(void *p) {
+  wait_arg *a = p;
+  a->rc = dlock_lock_try_acquire(a->l, 0, 10000, NULL);
+  return NULL;
+}
+static bool wait_blocked(void *p) {
+  (void)p;
+  redisReply *r = th_cmd(&th_srv, "CLIENT LIST");
+  bool in = r && r->str && strstr(r->str, "cmd=wait ") != NULL;
+  if (r) freeReplyObject(r);
+  return in;
+}
+static void wait_apart(void) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = th_srv.url;
+  o.min_replicas_acked = 1; /* no replica: each WAIT runs to its timeout */
+  o.replicas_timeout_ms = 2000;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l = NULL, *other = NULL;
+  CHECK_RC(dlock_lock_new(c, "wait-apart", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(c, "wait-apart-other", NULL, &other), 0);
+  CHECK_RC(dlock_client_ping(c), 0);
+  wait_arg a = {.l = l};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, acquire_unacked, &a) == 0);
+  CHECK(th_wait_for(wait_blocked, NULL, 5000));
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_client_ping(c), 0);
+  CHECK_EQ(dlock_lock_is_held(other), 0);
+  int64_t took = th_now_ms() - t0;
+  bool still = wait_blocked(NULL);
+  pthread_join(t, NULL);
+  printf("    ping and is_held during a WAIT: %lld ms\n", (long long)took);
+  CHECK(still); /* they did not wait for it */
+  CHECK(took < 1000);
+  CHECK_RC(a.rc, DLOCK_ENOTACKED);
+  dlock_lock_free(l);
+  dlock_lock_free(other);
+  dlock_client_close(c);
+}
+
+/* --replicas auto (DLOCK_REPLICAS_AUTO): WAIT for as many replicas as the
+ * master has now. With its replica, an acquire is on the replica when it
+ * returns; once the master has none (as after a failover to a master
+ * without replicas), acquires and renewals go on unacknowledged, where a
+ * fixed count of 1 gives every acquire back. */
+static bool no_replicas(void *p) {
+  (void)p;
+  redisReply *r = th_cmd(&S.master, "ROLE");
+  bool none = r && r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+              r->element[2]->type == REDIS_REPLY_ARRAY &&
+              r->element[2]->elements == 0;
+  if (r) freeReplyObject(r);
+  return none;
+}
+static void replicas_auto(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  o.min_replicas_acked = DLOCK_REPLICAS_AUTO;
+  o.replicas_timeout_ms = 1000;
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  o.min_replicas_acked = 1;
+  dlock_client *fixed = th_client_opts(&o);
+  CHECK(fixed != NULL);
+  dlock_lock *l = NULL, *f = NULL;
+  CHECK_RC(dlock_lock_new(c, "repl-auto", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(fixed, "repl-fixed", NULL, &f), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK_EQ(exists_on(&S.replica, "repl-auto"), 1); /* acknowledged */
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK(detach_replica());
+  CHECK(th_wait_for(no_replicas, NULL, 5000));
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK(th_now_ms() - t0 < 900); /* no WAIT: nothing to wait for */
+  CHECK_RC(dlock_lock_try_acquire(f, 0, 10000, NULL), DLOCK_ENOTACKED);
+  CHECK(strstr(dlock_client_errmsg(fixed), "0 of 1 replicas") != NULL);
+  CHECK_RC(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_lock_free(f);
+  dlock_client_close(c);
+  dlock_client_close(fixed);
+  /* Refused where it is not done yet: on an event-loop client. */
+  o.min_replicas_acked = DLOCK_REPLICAS_AUTO;
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  c = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), DLOCK_ENOTSUP);
+  dlock_loop_free(lp);
+  th_sentinel_stop(&S);
 }
 
 /* Replica acknowledgement on an event-loop client (Sentinel): an
@@ -410,7 +542,8 @@ static void loop_acked(void) {
   dlock_lock_on_lost(k, on_lost, NULL);
   loop_got g = {0};
   CHECK_RC(dlock_lock_acquire_async(k, 0, -1, on_loop_done, &g, NULL), 0);
-  for (int i = 0; i < 500 && !g.calls; i++) dlock_loop_run(lp, 10);
+  for (int i = 0; i < 500 && !g.calls; i++)
+    dlock_loop_run(lp, 10);
   CHECK_RC(g.rc, 0);
   CHECK_EQ(exists_on(&S.replica, "loop-kept"), 1);
   CHECK(detach_replica());
@@ -419,7 +552,8 @@ static void loop_acked(void) {
   CHECK_RC(dlock_client_stats_get(c, &st0), 0);
   loop_got s = {0};
   CHECK_RC(dlock_lock_acquire_async(l, 0, -1, on_loop_done, &s, NULL), 0);
-  for (int i = 0; i < 500 && !s.calls; i++) dlock_loop_run(lp, 10);
+  for (int i = 0; i < 500 && !s.calls; i++)
+    dlock_loop_run(lp, 10);
   CHECK_RC(s.rc, DLOCK_ENOTACKED);
   CHECK_EQ(exists_on(&S.master, "loop-short"), 0);
   int64_t end = th_now_ms() + 5000;
@@ -719,6 +853,70 @@ static void failover_killed(void) {
   th_sentinel_stop(&S);
 }
 
+/* A wait rides out a failover within its own budget, and a release that
+ * meets one is retried until the new master answers (the latch makes the
+ * retry safe), instead of failing at the first refused connection ("no
+ * sentinel named a reachable master") and leaving the name locked for its
+ * whole lease. */
+typedef struct ride_arg {
+  dlock_lock *l;
+  int rc, rel;
+  int64_t took;
+} ride_arg;
+/* The acquire on another client (and thread: the owner is the thread). */
+static void *ride_acquire(void *arg) {
+  ride_arg *r = arg;
+  int64_t t0 = th_now_ms();
+  r->rc = dlock_lock_try_acquire(r->l, 10000, 10000, NULL);
+  r->took = th_now_ms() - t0;
+  r->rel = r->rc == 0 ? dlock_lock_release(r->l) : r->rc;
+  return NULL;
+}
+static void failover_ride(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  o.connect_timeout_ms = 500;
+  o.reconnect_max_ms = 500;
+  dlock_client *c = th_client_opts(&o), *c2 = th_client_opts(&o);
+  CHECK(c != NULL && c2 != NULL);
+  dlock_lock *l = NULL, *l2 = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-ride-held", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(c2, "sent-ride-free", NULL, &l2), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 30000, NULL), 0);
+  CHECK_RC(dlock_client_ping(c2), 0);
+  CHECK(th_sentinel_synced(&S, 5000));
+  th_redis_kill(&S.master, SIGKILL);
+  /* A client opened now (the sentinels name the dead master): the open
+   * succeeds, and its first request rides the failover out. */
+  dlock_client *c3 = open_url(S.url, 0);
+  CHECK(c3 != NULL);
+  ride_arg ra = {.l = l2};
+  pthread_t rt;
+  CHECK(pthread_create(&rt, NULL, ride_acquire, &ra) == 0);
+  int64_t t0 = th_now_ms();
+  int rc = dlock_lock_release(l);
+  int64_t took = th_now_ms() - t0;
+  pthread_join(rt, NULL);
+  printf("    during the failover: release %s after %lld ms; acquire %s "
+         "after %lld ms\n",
+         rc == 1 ? "freed" : dlock_strerror(rc), (long long)took,
+         dlock_strerror(ra.rc), (long long)ra.took);
+  CHECK_RC(rc, 1);
+  CHECK_RC(ra.rc, 0);
+  CHECK_RC(ra.rel, 1);
+  CHECK(th_sentinel_wait_failover(&S, 15000) == 0);
+  CHECK_EQ(exists_on(&S.replica, "sent-ride-held"), 0);
+  CHECK_RC(dlock_client_ping(c3), 0);
+  dlock_client_close(c3);
+  dlock_lock_free(l);
+  dlock_lock_free(l2);
+  dlock_client_close(c);
+  dlock_client_close(c2);
+  th_sentinel_stop(&S);
+}
+
 /* A server that keeps an append-only file is asked whether it has
  * WAITAOF (Redis 7.2), once per connection; this 7.0 has not, so the
  * acknowledgement falls back to WAIT (and, with no replica, is short). */
@@ -746,7 +944,8 @@ static void waitaof_probe(void) {
 
 TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
         T_BARE(sentinel_password), T_BARE(failover_held), T_BARE(failover_lost),
-        T_BARE(failover_acked), T_BARE(renew_unacked), T_BARE(loop_acked), T_BARE(failover_waiters),
-        T_BARE(failover_killed), T_BARE(readonly_rediscover), T(wait_shortfall),
-        T_REDIS(waitaof_probe, "--appendonly yes"),
-        T_BARE(cli_commands))
+        T_BARE(failover_acked), T_BARE(renew_unacked), T_BARE(loop_acked),
+        T_BARE(failover_waiters), T_BARE(failover_killed),
+        T_BARE(failover_ride), T_BARE(readonly_rediscover), T(wait_shortfall),
+        T(wait_apart), T_BARE(replicas_auto),
+        T_REDIS(waitaof_probe, "--appendonly yes"), T_BARE(cli_commands))

@@ -4,7 +4,9 @@
 #include "client/client.h"
 #include "redis/redis.h"
 
+#include <hiredis/hiredis.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void t_url_redis(void) {
@@ -49,6 +51,24 @@ static void t_url_bad(void) {
     if (rc != DLOCK_EURL) fprintf(stderr, "    accepted: '%s'\n", bad[i]);
     CHECK_RC(rc, DLOCK_EURL);
     CHECK(err[0] != '\0');
+  }
+  /* An option the URL does not know is named, not read as a bad port. */
+  static const char *opt[] = {
+      "redis://h:6379?foo=bar",
+      "redis://h/0?foo=bar",
+      "rediss://u:p@h?foo",
+      "unix:///s?foo=1",
+      "redis-sentinel://h:1/m?foo=1",
+      "redis-cluster://h:1?foo=1",
+      "redis-cluster://h:1/?foo&pubsub=auto",
+  };
+  for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
+    dl_endpoint ep;
+    char err[200] = "";
+    CHECK_RC(dl_url_parse(opt[i], &ep, err, sizeof err), DLOCK_EURL);
+    if (strstr(err, "unknown option 'foo'") == NULL)
+      fprintf(stderr, "    %s: %s\n", opt[i], err);
+    CHECK(strstr(err, "unknown option 'foo'") != NULL);
   }
 }
 
@@ -235,6 +255,82 @@ static void t_park(void) {
 #endif
 }
 
-TH_MAIN(T_BARE(t_park), T_BARE(t_durations), T_BARE(t_url_redis),
-        T_BARE(t_url_bad), T_BARE(t_url_redact), T_BARE(t_errors),
-        T_BARE(t_bad_open), T_BARE(t_options_size))
+/* dl_resp_format writes what hiredis's formatter writes: argument counts
+ * and lengths of every size class, empty and binary arguments, and C
+ * strings when no lengths are given. */
+static void t_resp_format(void) {
+  char big[20000];
+  for (size_t i = 0; i < sizeof big; i++) big[i] = (char)(i * 7);
+  const char *argv[120];
+  size_t lens[120];
+  for (int argc = 1; argc <= 120; argc += 7) {
+    for (int i = 0; i < argc; i++) {
+      argv[i] = big + i;
+      lens[i] = (size_t)(i * i * i) % (sizeof big - 128) / (size_t)(1 + i % 5);
+      if (i % 11 == 3) lens[i] = 0;
+    }
+    char *mine = NULL, *theirs = NULL;
+    int a = dl_resp_format(&mine, argc, argv, lens);
+    int b = redisFormatCommandArgv(&theirs, argc, argv, lens);
+    CHECK(a > 0);
+    CHECK_EQ(a, b);
+    CHECK(memcmp(mine, theirs, (size_t)a) == 0);
+    free(mine);
+    redisFreeCommand(theirs);
+  }
+  const char *words[] = {"EVALSHA", "", "k", "0123456789"};
+  char *mine = NULL, *theirs = NULL;
+  int a = dl_resp_format(&mine, 4, words, NULL);
+  int b = redisFormatCommandArgv(&theirs, 4, words, NULL);
+  CHECK_EQ(a, b);
+  CHECK(a > 0 && memcmp(mine, theirs, (size_t)a) == 0);
+  free(mine);
+  redisFreeCommand(theirs);
+}
+
+/* A server's error as the user reads it: nothing of the script machinery
+ * (Redis 7's and Redis 6's forms), never a Lua error's text. */
+static void t_error_text(void) {
+  static const struct {
+    const char *in, *out;
+  } cases[] = {
+      {"WRONGTYPE k: not a dlock read-write lock: hash",
+       "WRONGTYPE k: not a dlock read-write lock: hash"},
+      {"WRONGTYPE Operation against a key holding the wrong kind of value "
+       "script: 2bb6143013a1a18f813232906fb6dea9bb666934, on "
+       "@user_script:200.",
+       "WRONGTYPE Operation against a key holding the wrong kind of value"},
+      {"ERR Error running script (call to "
+       "f_2bb6143013a1a18f813232906fb6dea9bb666934): @user_script:200: "
+       "WRONGTYPE Operation against a key holding the wrong kind of value",
+       "WRONGTYPE Operation against a key holding the wrong kind of value"},
+      {"OOM command not allowed when used memory > 'maxmemory'. script: "
+       "f427749a79b67aa08903e343257c58c59c6029c4, on @user_script:46.",
+       "OOM command not allowed when used memory > 'maxmemory'."},
+      {"NOPERM this user has no permissions to run the 'evalsha' command",
+       "NOPERM this user has no permissions to run the 'evalsha' command"},
+  };
+  char out[512];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    dl_reply_error_text(cases[i].in, out, sizeof out);
+    if (strcmp(out, cases[i].out) != 0)
+      fprintf(stderr, "    %s\n    -> %s\n", cases[i].in, out);
+    CHECK(strcmp(out, cases[i].out) == 0);
+  }
+  static const char *const lua[] = {
+      "ERR user_script:46: attempt to compare number with nil script: "
+      "f427749a79b67aa08903e343257c58c59c6029c4, on @user_script:46.",
+      "ERR Error running script (call to "
+      "f_f427749a79b67aa08903e343257c58c59c6029c4): @user_script:46: "
+      "user_script:46: attempt to compare number with nil",
+  };
+  for (size_t i = 0; i < 2; i++) {
+    dl_reply_error_text(lua[i], out, sizeof out);
+    CHECK(strstr(out, "script failed") != NULL);
+    CHECK(strstr(out, "user_script") == NULL && strstr(out, "nil") == NULL);
+  }
+}
+
+TH_MAIN(T_BARE(t_resp_format), T_BARE(t_park), T_BARE(t_error_text), T_BARE(t_durations),
+        T_BARE(t_url_redis), T_BARE(t_url_bad), T_BARE(t_url_redact),
+        T_BARE(t_errors), T_BARE(t_bad_open), T_BARE(t_options_size))

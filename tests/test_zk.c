@@ -4,6 +4,7 @@
 #include "harness.h"
 #include "loop_drivers.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -154,11 +155,22 @@ static void t_zk_mutex_layout(void) {
   CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &t3), 0);
   CHECK(t3 > t1);
   CHECK_RC(dlock_lock_release(l), 1);
-  /* Not a znode path: refused, nothing created. */
-  dlock_lock *bad;
-  CHECK_RC(dlock_lock_new(c, "locks/x", "me", &bad), 0);
-  CHECK_RC(dlock_lock_try_acquire(bad, 0, 0, NULL), DLOCK_EINVAL);
-  dlock_lock_free(bad);
+  /* Not a znode path (ZooKeeper's rules): refused when the handle is
+   * made, nothing created; so are the other kinds' handles. */
+  const char *bad_names[] = {"locks/x",      "/a//b",  "/a/",
+                             "/a/./b",       "/a/..",  "/zookeeper",
+                             "/zookeeper/q", "/a\x01b"};
+  for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
+    dlock_lock *bad = (dlock_lock *)1;
+    CHECK_RC(dlock_lock_new(c, bad_names[i], "me", &bad), DLOCK_EINVAL);
+    CHECK(bad == NULL);
+    CHECK(strstr(dlock_client_errmsg(c), "znode path") != NULL);
+  }
+  dlock_leader *bad_leader;
+  CHECK_RC(dlock_leader_new(c, "el", "me", &bad_leader), DLOCK_EINVAL);
+  dlock_lock *ok;
+  CHECK_RC(dlock_lock_new(c, "/zookeeperish/.x/..y", "me", &ok), 0);
+  dlock_lock_free(ok);
   dlock_lock_free(l);
   dlock_client_close(c);
   zookeeper_close(zh);
@@ -412,7 +424,8 @@ static void t_zk_leader_free_in_callback(void) {
 
 /* A leader paused past its session timeout (SIGSTOP): its node expires and
  * the other participant is elected with a larger token; resumed, the
- * first is told it is no longer the leader and is out for good. */
+ * first is told it is no longer the leader, and joins again (a new
+ * session) behind the new leader, as Curator's LeaderLatch. */
 static void leader_child(const th_zk *zk, int fd) {
   dlock_client *c = zclient(zk, 1000);
   dlock_leader *l;
@@ -433,9 +446,11 @@ static void leader_child(const th_zk *zk, int fd) {
   else if (dlock_leader_has_leadership(l) != 0)
     code = 20;
   /* The step-down may come first from the lost connection, the session's
-   * expiry once reconnected: out for good then. */
-  else if (dlock_leader_await(l, 10000) != DLOCK_ELOST)
+   * expiry once reconnected: then in again, behind the new leader. */
+  else if (dlock_leader_await(l, 1500) != DLOCK_EBUSY)
     code = 30;
+  else if (dlock_client_ping(c) != 0)
+    code = 40;
   dlock_leader_free(l);
   dlock_client_close(c);
   _exit(code);
@@ -557,6 +572,14 @@ static void t_zk_permits(void) {
   CHECK_EQ(dlock_permits_force_release(pa, id2), 0);
   CHECK_EQ(dlock_permits_available(pa), 1);
   CHECK_RC(dlock_permits_add_permits(pa, 2), 0);
+  CHECK_EQ(dlock_permits_available(pb), 3);
+  /* The API counts in an int: past it, refused and nothing changed; a
+   * count set past it by another client is said to be that. */
+  CHECK_RC(dlock_permits_add_permits(pa, INT_MAX), DLOCK_ERANGE);
+  CHECK_EQ(dlock_permits_available(pb), 3);
+  CHECK_EQ(zoo_set(zh, "/sem/x", "2147483649", 10, -1), ZOK);
+  CHECK_RC(dlock_permits_available(pa), DLOCK_ERANGE);
+  CHECK_RC(dlock_permits_add_permits(pa, -2147483645), 0);
   CHECK_EQ(dlock_permits_available(pb), 3);
   CHECK_RC(dlock_permits_release(pb, w.id), 0);
   CHECK_EQ(marked(zh, "/sem/x/leases", "lease-"), 0);
@@ -1170,9 +1193,11 @@ static void holder_child(const th_zk *zk, int fd) {
   /* The loss is reported when the hold's validity runs out (at once on
    * SIGCONT), the session's states as the client learns them. */
   int both = 1 << DLOCK_CONN_SUSPENDED | 1 << DLOCK_CONN_LOST;
+  /* A new session may follow at once (told or not yet). */
+  int new_session = 1 << DLOCK_CONN_NEW_SESSION;
   while (th_now_ms() < end &&
          !(atomic_load(&lost_calls) > 0 && dlock_lock_is_lost(l) == 1 &&
-           atomic_load(&states_seen) == both))
+           (atomic_load(&states_seen) & ~new_session) == both))
     th_sleep_ms(5);
   int code = 0;
   if (atomic_load(&lost_calls) != 1)
@@ -1183,7 +1208,7 @@ static void holder_child(const th_zk *zk, int fd) {
   else if (dlock_lock_is_held(l) != 0)
     code = 30;
   /* Told: the connection lost, then the session. */
-  else if (atomic_load(&states_seen) != both)
+  else if ((atomic_load(&states_seen) & ~new_session) != both)
     code = 40 + atomic_load(&states_seen);
   if (code)
     fprintf(stderr, "    child: %d: %s\n", code, dlock_client_errmsg(c));
@@ -1359,13 +1384,35 @@ static void t_zk_url(void) {
   CHECK_EQ(o.zk_session_timeout_ms, 60000);
   CHECK_EQ(o.zk_connect_timeout_ms, 15000);
   dlock_client *c = (dlock_client *)1;
-  const char *bad[] = {"zk://",     "zk://host",   "zk://h:0",    "zk://h:1,",
-                       "zk://h:1/", "zk://h:1/a/", "zk://h:1//a", "zk://u@h:1"};
+  const char *bad[] = {"zk://",
+                       "zk://host",
+                       "zk://h:0",
+                       "zk://h:1,",
+                       "zk://h:1/",
+                       "zk://h:1/a/",
+                       "zk://h:1//a",
+                       "zk://:pw@h:1",
+                       "zk://u:p@h@:1",
+                       "zk://h:1?foo=1",
+                       "zk://h:1?session_timeout=10",
+                       "zk://h:1?session_timeout=0s",
+                       "zk://h:1/a?connect_timeout=2s&",
+                       "zk://h:1?connect_timeout=2h",
+                       "zk://h:1?acl=all",
+                       "zk://h:1?acl=creator"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     o.url = bad[i];
     CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
     CHECK(c == NULL);
   }
+  /* An unknown option is named; a password is never shown. */
+  o.url = "zk://svc:hunter2@h:1/app?sessiontimeout=1s";
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+  CHECK(strstr(dlock_client_open_errmsg(), "sessiontimeout") != NULL);
+  CHECK(strstr(dlock_client_open_errmsg(), "hunter2") == NULL);
+  /* A user without a password (none in the options either). */
+  o.url = "zk://svc@127.0.0.1:1";
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EAUTH);
   o.url = "zk://127.0.0.1:1,127.0.0.1:2/app";
   o.zk_session_timeout_ms = 0;
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_EINVAL);
@@ -1375,6 +1422,16 @@ static void t_zk_url(void) {
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
   CHECK(th_now_ms() - t0 >= 290);
   CHECK(strstr(dlock_client_open_errmsg(), "ZooKeeper") != NULL);
+  /* The connect timeout from the URL (the CLI's only way to set it). */
+  dlock_client_options_init(&o);
+  o.url = "zk://127.0.0.1:1/app?session_timeout=10s&connect_timeout=300ms";
+  t0 = th_now_ms();
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    ?connect_timeout=300ms: failed after %lld ms\n",
+          (long long)took);
+  CHECK(took >= 290 && took < 3000);
+  CHECK(strstr(dlock_client_open_errmsg(), "300 ms") != NULL);
 }
 
 /* dlock_lock_inspect on zk://: the first node's owner, info and czxid, the
@@ -1445,7 +1502,259 @@ static void t_zk_chroot(void) {
   CHECK_RC(dlock_lock_release(l), 1);
   dlock_lock_free(l);
   dlock_client_close(c);
+  /* A chroot that does not exist: the open fails at once, naming it (no
+   * command hangs or fails later with "no node"); nothing is created. */
+  snprintf(url, sizeof url, "%s/no/such/chroot", zk.url);
+  int64_t t0 = th_now_ms();
+  c = (dlock_client *)1;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+  CHECK(c == NULL);
+  CHECK(th_now_ms() - t0 < 3000);
+  CHECK(strstr(dlock_client_open_errmsg(), "/no/such/chroot") != NULL);
+  CHECK(strstr(dlock_client_open_errmsg(), "does not exist") != NULL);
+  struct Stat st;
+  CHECK_RC(zoo_exists(zh, "/no", 0, &st), ZNONODE);
   zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+static dlock_client *zclient_url(const char *url, const char *password) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.password = password;
+  o.zk_connect_timeout_ms = 5000;
+  dlock_client *c = NULL;
+  if (dlock_client_open(&o, &c) != 0)
+    fprintf(stderr, "    open: %s\n", dlock_client_open_errmsg());
+  return c;
+}
+
+/* Digest authentication (zk://USER:PASSWORD@...): a lock's nodes are its
+ * identity's alone (creator-only ACL). A client without the credentials,
+ * or with another identity, can neither take nor delete a lock held by
+ * an authenticated one: DLOCK_ENOPERM; a client of the same identity (its
+ * password from the options) works with it. The containers above the
+ * lock stay readable and open to creating for everyone. */
+static void t_zk_auth(void) {
+  ZK_SETUP(zk, zh);
+  char url[200], url_user[200], url_other[200];
+  snprintf(url, sizeof url, "zk://svc:s3cret@%s", zk.connect);
+  snprintf(url_user, sizeof url_user, "zk://svc@%s", zk.connect);
+  snprintf(url_other, sizeof url_other, "zk://other:pw@%s", zk.connect);
+  dlock_client *a = zclient_url(url, NULL);
+  dlock_client *same = zclient_url(url_user, "s3cret");
+  dlock_client *other = zclient_url(url_other, NULL);
+  dlock_client *anon = zclient(&zk, 0);
+  CHECK(a && same && other && anon);
+  dlock_lock *la, *ls, *lo, *ln;
+  CHECK_RC(dlock_lock_new(a, "/sec/x", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(same, "/sec/x", "s", &ls), 0);
+  CHECK_RC(dlock_lock_new(other, "/sec/x", "o", &lo), 0);
+  CHECK_RC(dlock_lock_new(anon, "/sec/x", "n", &ln), 0);
+  uint64_t tok = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &tok), 0);
+  /* A raw handle of the same identity sees the nodes. */
+  zhandle_t *zs = raw(&zk);
+  CHECK(zs != NULL);
+  CHECK_RC(zoo_add_auth(zs, "digest", "svc:s3cret", 10, NULL, NULL), ZOK);
+  char node[256], path[300];
+  CHECK_EQ(children(zs, "/sec/x", node, sizeof node), 1);
+  snprintf(path, sizeof path, "/sec/x/%s", node);
+  /* The lock's nodes: the creator's identity only. */
+  struct ACL_vector acl;
+  struct Stat st;
+  CHECK_RC(zoo_get_acl(zs, path, &acl, &st), ZOK);
+  CHECK_EQ(acl.count, 1);
+  CHECK(strcmp(acl.data[0].id.scheme, "digest") == 0);
+  CHECK(strncmp(acl.data[0].id.id, "svc:", 4) == 0);
+  CHECK_EQ(acl.data[0].perms, ZOO_PERM_ALL);
+  deallocate_ACL_vector(&acl);
+  CHECK_RC(zoo_get_acl(zs, "/sec/x", &acl, &st), ZOK);
+  CHECK_EQ(acl.count, 1);
+  deallocate_ACL_vector(&acl);
+  zookeeper_close(zs);
+  /* Without the credentials: no delete (raw), no take, no force release. */
+  CHECK_RC(zoo_delete(zh, path, -1), ZNOAUTH);
+  CHECK_RC(dlock_lock_try_acquire(ln, 0, 0, NULL), DLOCK_ENOPERM);
+  CHECK_RC(dlock_lock_force_release(ln), DLOCK_ENOPERM);
+  CHECK_RC(dlock_lock_try_acquire(lo, 0, 0, NULL), DLOCK_ENOPERM);
+  CHECK_RC(dlock_lock_force_release(lo), DLOCK_ENOPERM);
+  CHECK(strstr(dlock_client_errmsg(other), "/sec/x") != NULL);
+  CHECK_EQ(dlock_lock_is_held(la), 1);
+  CHECK_EQ(children(zh, "/sec/x", NULL, 0), -1); /* not even listed */
+  /* The same identity: it waits its turn like any contender. */
+  CHECK_RC(dlock_lock_try_acquire(ls, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release(la), 1);
+  CHECK_RC(dlock_lock_try_acquire(ls, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(ls), 1);
+  /* The parent: readable and open to creating; another identity's lock
+   * beside ours, its own. */
+  CHECK_RC(zoo_get_acl(zh, "/sec", &acl, &st), ZOK);
+  CHECK_EQ(acl.count, 2);
+  deallocate_ACL_vector(&acl);
+  /* acl=read: the others may look, not take; acl=open: as without
+   * authentication. */
+  char url_read[250], url_open[250];
+  snprintf(url_read, sizeof url_read, "%s?acl=read", url);
+  snprintf(url_open, sizeof url_open, "%s?acl=open", url);
+  dlock_client *r = zclient_url(url_read, NULL);
+  dlock_client *op = zclient_url(url_open, NULL);
+  CHECK(r && op);
+  dlock_lock *lr, *lop, *lnr, *lnop;
+  CHECK_RC(dlock_lock_new(r, "/sec/r", "r", &lr), 0);
+  CHECK_RC(dlock_lock_new(op, "/sec/o", "p", &lop), 0);
+  CHECK_RC(dlock_lock_new(anon, "/sec/r", "n", &lnr), 0);
+  CHECK_RC(dlock_lock_new(anon, "/sec/o", "n", &lnop), 0);
+  CHECK_RC(dlock_lock_try_acquire(lr, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(lop, 0, 0, NULL), 0);
+  dlock_lock_state ist;
+  CHECK_RC(dlock_lock_inspect(lnr, &ist), 0);
+  CHECK_EQ(ist.held, 1);
+  CHECK_RC(dlock_lock_try_acquire(lnr, 0, 0, NULL), DLOCK_ENOPERM);
+  CHECK_RC(dlock_lock_force_release(lnr), DLOCK_ENOPERM);
+  CHECK_RC(dlock_lock_try_acquire(lnop, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release(lr), 1);
+  CHECK_RC(dlock_lock_release(lop), 1);
+  dlock_lock_free(lr);
+  dlock_lock_free(lop);
+  dlock_lock_free(lnr);
+  dlock_lock_free(lnop);
+  dlock_client_close(r);
+  dlock_client_close(op);
+  dlock_lock *lo2;
+  CHECK_RC(dlock_lock_new(other, "/sec/y", "o", &lo2), 0);
+  CHECK_RC(dlock_lock_try_acquire(lo2, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(lo2), 1);
+  dlock_lock_free(lo2);
+  dlock_lock_free(la);
+  dlock_lock_free(ls);
+  dlock_lock_free(lo);
+  dlock_lock_free(ln);
+  dlock_client_close(a);
+  dlock_client_close(same);
+  dlock_client_close(other);
+  dlock_client_close(anon);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+static atomic_int conn_states[5];
+static void count_state(dlock_client *c, dlock_conn_state st, void *ud) {
+  (void)c;
+  (void)ud;
+  if ((int)st >= 0 && (int)st < 5) atomic_fetch_add(&conn_states[st], 1);
+}
+
+static bool any_loss_seen(void *ud) {
+  (void)ud;
+  return atomic_load(&lost_calls) > 0;
+}
+
+static bool new_session_seen(void *ud) {
+  (void)ud;
+  return atomic_load(&conn_states[DLOCK_CONN_NEW_SESSION]) > 0;
+}
+
+/* The child of t_zk_session_renewed: holds /sess/x and stands by in the
+ * election /sess/el (the parent leads), is paused past its session, then
+ * checks that it was told, works again and is still in the election.
+ * Pipes: `out` to the parent, `in` from it. */
+static void renewed_child(const th_zk *zk, int out, int in) {
+  char byte = 0;
+  dlock_client *a = zclient(zk, 1000);
+  dlock_lock *la;
+  if (a == NULL || dlock_lock_new(a, "/sess/x", "a", &la) != 0) _exit(2);
+  if (dlock_client_on_state(a, count_state, NULL) != 0) _exit(3);
+  dlock_lock_on_lost(la, on_lost, NULL);
+  uint64_t t1 = 0, t2 = 0;
+  if (dlock_lock_try_acquire(la, 0, 0, &t1) != 0) _exit(4);
+  if (write(out, &t1, sizeof t1) != sizeof t1) _exit(5);
+  if (read(in, &byte, 1) != 1) _exit(6); /* the parent leads */
+  dlock_leader *standby;
+  if (dlock_leader_new(a, "/sess/el", "a", &standby) != 0 ||
+      dlock_leader_start(standby) != 0 ||
+      dlock_leader_await(standby, 300) != DLOCK_EBUSY)
+    _exit(7);
+  if (write(out, &byte, 1) != 1) _exit(8); /* pause me */
+  int code = 0;
+  if (!th_wait_for(any_loss_seen, NULL, 15000))
+    code = 10;
+  else if (!th_wait_for(new_session_seen, NULL, 15000))
+    code = 11;
+  else if (atomic_load(&conn_states[DLOCK_CONN_LOST]) != 1)
+    code = 12;
+  else if (dlock_lock_is_held(la) != 0)
+    code = 13;
+  /* The same client takes the lock again, with a larger token. */
+  else if (dlock_lock_try_acquire(la, 0, 0, &t2) != 0)
+    code = 14;
+  else if (t2 <= t1)
+    code = 15;
+  else if (dlock_lock_release(la) != 1)
+    code = 16;
+  /* The standby is still in the election (not "gone"), behind the
+   * parent, and leads once the parent leaves. */
+  else if (dlock_leader_await(standby, 300) != DLOCK_EBUSY)
+    code = 17;
+  byte = (char)code;
+  if (write(out, &byte, 1) != 1) _exit(9);
+  if (code == 0 && read(in, &byte, 1) != 1) _exit(18); /* parent left */
+  if (code == 0 && dlock_leader_await(standby, 10000) != 0) code = 19;
+  if (code)
+    fprintf(stderr, "    child: %d: %s\n", code, dlock_client_errmsg(a));
+  dlock_leader_free(standby);
+  dlock_lock_free(la);
+  dlock_client_close(a);
+  _exit(code);
+}
+
+/* A client whose session expires (its process paused past the session
+ * timeout, the server running) is told its hold was lost
+ * (DLOCK_CONN_LOST, the loss callback), opens a new session by itself
+ * (DLOCK_CONN_NEW_SESSION) and works again: the same client takes the lock
+ * again; its standby in an election joins again and leads once the
+ * leader leaves (it is not out for good). */
+static void t_zk_session_renewed(void) {
+  NEED_ZK();
+  th_zk zk;
+  CHECK_RC(th_zk_start(&zk, 250), 0);
+  int up[2], down[2];
+  CHECK(pipe(up) == 0 && pipe(down) == 0);
+  pid_t pid = fork(); /* before any handle: the child inherits none */
+  if (pid == 0) {
+    close(up[0]);
+    close(down[1]);
+    renewed_child(&zk, up[1], down[0]);
+  }
+  close(up[1]);
+  close(down[0]);
+  uint64_t tok = 0;
+  char byte = 1;
+  CHECK(read(up[0], &tok, sizeof tok) == sizeof tok);
+  dlock_client *b = zclient(&zk, 0);
+  CHECK(b != NULL);
+  dlock_leader *lead;
+  CHECK_RC(dlock_leader_new(b, "/sess/el", "b", &lead), 0);
+  CHECK_RC(dlock_leader_start(lead), 0);
+  CHECK_RC(dlock_leader_await(lead, 5000), 0);
+  CHECK(write(down[1], &byte, 1) == 1);
+  CHECK(read(up[0], &byte, 1) == 1); /* the child stands by */
+  kill(pid, SIGSTOP);
+  th_sleep_ms(3000); /* the fault: three session timeouts */
+  kill(pid, SIGCONT);
+  CHECK(read(up[0], &byte, 1) == 1);
+  CHECK_EQ(byte, 0);
+  CHECK_EQ(dlock_leader_has_leadership(lead), 1);
+  dlock_leader_free(lead);
+  CHECK(write(down[1], &byte, 1) == 1);
+  int st;
+  CHECK(waitpid(pid, &st, 0) == pid);
+  CHECK(WIFEXITED(st));
+  CHECK_EQ(WEXITSTATUS(st), 0);
+  close(up[0]);
+  close(down[1]);
+  dlock_client_close(b);
   th_zk_stop(&zk);
 }
 
@@ -1493,7 +1802,8 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
         T_BARE(t_zk_inspect), T_BARE(t_zk_force_heard),
         T_BARE(t_zk_loss_one_moment), T_BARE(t_zk_foreign_nodes),
-        T_BARE(t_zk_shutdown_waiter))
+        T_BARE(t_zk_shutdown_waiter), T_BARE(t_zk_auth),
+        T_BARE(t_zk_session_renewed))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */

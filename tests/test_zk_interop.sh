@@ -4,9 +4,10 @@
 # and LeaderLatch (Debian's
 # libcurator-recipes-java 5.4), both ways: mutual exclusion, readers
 # together, and a waiter on one side woken by a release on the other; and
-# dlock status, list and release --force on zk://. Installs Curator and a
-# JDK when missing (as scripts/install-deps.sh does), starts a private
-# standalone ZooKeeper, compiles tests/interop/CuratorMutex.java.
+# dlock status, list and release --force on zk://. Needs Curator and a JDK
+# (scripts/install-deps.sh installs them; this test installs nothing),
+# starts a private standalone ZooKeeper, compiles
+# tests/interop/CuratorMutex.java.
 #   tests/test_zk_interop.sh DLOCK_BINARY
 set -uo pipefail
 dlock=$1
@@ -18,11 +19,10 @@ if [[ $("$dlock" -u zk://x status /x 2>&1) == *libzookeeper* ]]; then
 fi
 if [[ ! -r $J/curator-recipes.jar || ! -r $J/zookeeper.jar ]] ||
    ! command -v javac >/dev/null; then
-  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
-  echo "installing Curator, ZooKeeper and a JDK"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
-    --no-install-recommends libcurator-recipes-java zookeeper \
-    default-jdk-headless >/dev/null || { echo "FAIL: cannot install"; exit 1; }
+  echo "FAIL: Curator, ZooKeeper's jars or javac missing" \
+    "(scripts/install-deps.sh installs libcurator-recipes-java, zookeeper," \
+    "default-jdk-headless)"
+  exit 1
 fi
 
 work=$(mktemp -d /tmp/dlock-zk-interop.XXXXXX)

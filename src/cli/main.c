@@ -13,7 +13,8 @@
 static const char *usage_text =
     "usage: dlock [-u URL] COMMAND [options] ...\n"
     "\n"
-    "Distributed locks on Redis, shared with Redisson's RLock.\n"
+    "Distributed locks on Redis (one server, Sentinel, Cluster, Redlock)\n"
+    "and ZooKeeper, shared with Redisson, the Redlock clients and Curator.\n"
     "\n"
     "commands:\n"
     "  run [options] NAME -- COMMAND [ARG...]   run COMMAND holding lock NAME\n"
@@ -34,16 +35,21 @@ static const char *usage_text =
     "global options (any command):\n"
     "  -u, --url URL          redis://[user[:pass]@]host[:port][/db], "
     "rediss://...,\n"
-    "                         unix:///path.sock, zk://host:port[,...][/chroot],\n"
+    "                         unix:///path.sock,\n"
+    "                         zk://[user[:pass]@]host:port[,...][/chroot]\n"
+    "                         [?session_timeout=D&connect_timeout=D&acl=A],\n"
     "                         redis-sentinel://host:port[,host:port...]/MASTER\n"
     "                         (sentinels' password: $DLOCK_SENTINEL_PASSWORD)\n"
     "                         redis-cluster://host:port[,host:port...]\n"
     "                         [?pubsub=auto|sharded|classic], "
     "rediss-cluster://...\n"
+    "                         redlock://host:port,host:port,host:port"
+    "[?options]\n"
     "                         (default $DLOCK_URL, else "
     "redis://127.0.0.1:6379)\n"
-    "  --replicas N           after each acquire, renewal and release, WAIT\n"
-    "                         for N replicas; an acquire they do not\n"
+    "  --replicas N|auto      after each acquire, renewal and release, WAIT\n"
+    "                         for N replicas (auto: as many as the master\n"
+    "                         has then); an acquire they do not\n"
     "                         acknowledge is given back (exit 75)\n"
     "  --replicas-timeout D   how long that WAIT may take (default 1s)\n"
     "  --password-file FILE   read the password from FILE (or "
@@ -86,6 +92,15 @@ static char *url_password(const char *url) {
   dl_endpoint ep = {0};
   char err[128];
   char *pw = NULL;
+  if (url && strncmp(url, "zk://", 5) == 0) {
+    dl_zk_url u;
+    if (dl_url_parse_zk(url, &u, err, sizeof err) == 0 && u.password) {
+      pw = u.password;
+      u.password = NULL;
+    }
+    dl_zk_url_clear(&u);
+    return pw;
+  }
   if (dl_url_parse(url ? url : "redis://127.0.0.1:6379", &ep, err,
                    sizeof err) == 0 && ep.password) {
     pw = ep.password;
@@ -125,10 +140,15 @@ int cli_global_opt(cli_global *g, int opt, const char *arg) {
   case 1004: g->key = arg; return 1;
   case 1005: g->insecure = true; return 1;
   case 1006: {
+    if (strcmp(arg, "auto") == 0) {
+      g->replicas = DLOCK_REPLICAS_AUTO;
+      return 1;
+    }
     char *end;
     long n = strtol(arg, &end, 10);
     if (*arg == '\0' || *end != '\0' || n < 0 || n > 1000) {
-      cli_err("--replicas: a number of replicas 0..1000, not '%s'", arg);
+      cli_err("--replicas: a number of replicas 0..1000 or auto, not '%s'",
+              arg);
       return -1;
     }
     g->replicas = (int)n;
@@ -162,11 +182,29 @@ int cli_exit_for(int err) {
     return EXIT_CONFLICT;
   case DLOCK_ENOPERM:
     return EXIT_NOPERM;
-  case DLOCK_EWRONGTYPE: /* NAME holds something else, as status says */
+  case DLOCK_EWRONGTYPE: /* NAME holds something else: nothing changed */
+  case DLOCK_ERANGE: /* a count the API cannot carry: nothing changed */
     return EXIT_DATAERR;
   default:
     return EXIT_UNAVAILABLE;
   }
+}
+
+void cli_on_conn_state(dlock_client *c, dlock_conn_state st, void *ud) {
+  (void)c;
+  const char *name = ud;
+  if (st == DLOCK_CONN_SUSPENDED)
+    cli_err("warning: the connection to the server is lost; %s is kept "
+            "only if it is back before the session times out",
+            name);
+  else if (st == DLOCK_CONN_RECONNECTED)
+    cli_err("the connection is back, with the same session: %s is kept", name);
+  else if (st == DLOCK_CONN_LOST)
+    cli_err("warning: the session expired (a held %s is lost); opening a "
+            "new one",
+            name);
+  else if (st == DLOCK_CONN_NEW_SESSION)
+    cli_err("connected again, with a new session");
 }
 
 void cli_options(const cli_global *g, int64_t lease_ms,

@@ -68,7 +68,8 @@ static const char *run_help =
     "Exit status: COMMAND's (128+N if killed by signal N); 75 (-E) not "
     "acquired in\n"
     "time (75 also: granted too late to trust, given back); 76 lock lost "
-    "while\nCOMMAND ran; 69 server unreachable or refusing;\n"
+    "while\nCOMMAND ran (or not confirmed held to its end, whatever it "
+    "returned);\n69 server unreachable or refusing;\n"
     "77 not permitted by the server's ACL; 64 usage; 127 COMMAND not found, "
     "126 not\nexecutable.\n";
 
@@ -168,18 +169,6 @@ static void on_leader(dlock_leader *l, int leader, void *ud) {
   if (!leader) kill(getpid(), SIGUSR1);
 }
 
-/* zk://: the connection's states, told on stderr (not with -q). */
-static void on_conn_state(dlock_client *c, dlock_conn_state st, void *ud) {
-  (void)c;
-  const char *name = ud;
-  if (st == DLOCK_CONN_SUSPENDED)
-    cli_err("warning: the connection to the server is lost; %s is kept "
-            "only if it is back before the session times out", name);
-  else if (st == DLOCK_CONN_RECONNECTED)
-    cli_err("the connection is back, with the same session: %s is kept",
-            name);
-}
-
 static int held_release(acq *a) {
   if (a->leader) { /* leaves the election */
     dlock_leader_free(a->leader);
@@ -188,6 +177,18 @@ static int held_release(acq *a) {
   }
   return a->permits ? dlock_permits_release(a->permits, a->id)
                     : dlock_lock_release(a->lock);
+}
+
+/* Whether the hold is certainly still valid: its validity has not run
+ * out on the library's monotonic clock, which runs on while this process
+ * is stopped (SIGSTOP, a long pause), so a stop past the lease counts. A
+ * leader: still leading, as last heard. */
+static bool held_valid(acq *a) {
+  if (a->leader) return dlock_leader_has_leadership(a->leader) == 1;
+  int64_t ms = 0;
+  int e = a->permits ? dlock_permits_validity(a->permits, a->id, &ms)
+                     : dlock_lock_validity(a->lock, &ms);
+  return e == 0 && ms > 0;
 }
 
 static void held_free(acq *a) {
@@ -441,7 +442,8 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
   dlock_client *c = cli_open(g, renew ? lease_ms : 0, &rc);
   if (c == NULL) return rc;
   /* ZooKeeper's session states (other backends have none: ENOTSUP). */
-  if (g->verbose >= 0) dlock_client_on_state(c, on_conn_state, (void *)name);
+  if (g->verbose >= 0)
+    dlock_client_on_state(c, cli_on_conn_state, (void *)name);
   /* An explicit owner: the helper thread acquires, this thread releases. */
   char owner[32];
   snprintf(owner, sizeof owner, "%d", (int)getpid());
@@ -646,14 +648,30 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
   }
   if (take_tty) tcsetpgrp(STDIN_FILENO, getpgrp());
 
-  /* ---- release ---- */
-  if (lost) {
+  /* ---- did COMMAND hold it from its start to its end? ----
+   * The exit status says so: 76 if the hold's validity ran out before
+   * COMMAND ended (looked at now that it has, before the release: a stop
+   * past the lease leaves the watchdog no time to report it first), or if
+   * the release cannot confirm the hold (its answer lost, or late because
+   * a deadline ran on during the stop), whatever COMMAND returned. */
+  bool ran = got != (ssize_t)sizeof exec_errno;
+  bool expired = ran && !lost && !held_valid(&a);
+  if (lost || expired) {
     held_release(&a); /* forgets the lost hold */
+    if (expired)
+      cli_err("%s %s ran out before %s ended (its lease was not renewed in "
+              "time: was the process stopped?)",
+              a.leader ? "the leadership of" : "lock", name, cmd[0]);
     rc = EXIT_LOST;
   } else {
     e = held_release(&a);
     if (e == DLOCK_ELOST) {
       cli_err("lock %s was lost before %s finished", name, cmd[0]);
+      rc = EXIT_LOST;
+    } else if (e < 0 && ran) {
+      cli_err("could not release %s, so nothing confirms %s held it to its "
+              "end (it expires with its lease): %s",
+              name, cmd[0], dlock_client_errmsg(c));
       rc = EXIT_LOST;
     } else if (e < 0) {
       cli_err("could not release %s (it expires with its lease): %s", name,

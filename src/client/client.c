@@ -156,9 +156,11 @@ int dl_client_open_with(const dlock_client_options *opts,
     return dl_seterr(NULL, DLOCK_EINVAL,
                      "timeouts, backoff and connections must be positive "
                      "(connections 1..64, watchdog_timeout_ms >= 3)");
-  if (opts->min_replicas_acked < 0 || opts->replicas_timeout_ms < 0)
-    return dl_seterr(NULL, DLOCK_EINVAL, "min_replicas_acked and "
-                     "replicas_timeout_ms must not be negative");
+  if (opts->min_replicas_acked < DLOCK_REPLICAS_AUTO ||
+      opts->replicas_timeout_ms < 0)
+    return dl_seterr(NULL, DLOCK_EINVAL, "min_replicas_acked (or "
+                     "DLOCK_REPLICAS_AUTO) and replicas_timeout_ms must not "
+                     "be negative");
   if (opts->client_name && strpbrk(opts->client_name, " \n\r\t"))
     return dl_seterr(NULL, DLOCK_EINVAL, "client_name must have no spaces");
   if (opts->key_prefix && strlen(opts->key_prefix) > DLOCK_KEY_PREFIX_MAX)
@@ -289,8 +291,13 @@ int dl_owner_id(const dlock_client *c, const char *explicit_owner, char *buf,
 }
 
 int dlock_client_owner(const dlock_client *c, char *buf, size_t len) {
-  if (c == NULL || buf == NULL) return DLOCK_EINVAL;
-  return dl_owner_id(c, NULL, buf, len);
+  if (c == NULL) return DLOCK_EINVAL;
+  int n = buf ? dl_owner_id(c, NULL, buf, len) : DLOCK_EINVAL;
+  if (n < 0)
+    return dl_seterr(c, DLOCK_EINVAL,
+                     "buf is NULL or under the %zu bytes of the owner",
+                     strlen(c->id) + 22);
+  return n;
 }
 
 char *dl_key(const dlock_client *c, const char *fmt, ...) {
@@ -319,7 +326,9 @@ int dlock_client_ping(dlock_client *c) {
 
 int dlock_client_stats_get_size(dlock_client *c, dlock_client_stats *st,
                                 size_t size) {
-  if (c == NULL || st == NULL || size == 0) return DLOCK_EINVAL;
+  if (c == NULL) return DLOCK_EINVAL;
+  if (st == NULL || size == 0)
+    return dl_seterr(c, DLOCK_EINVAL, "no stats to fill (st NULL or size 0)");
   dlock_client_stats all = {0};
   if (c->backend->ops->stats) c->backend->ops->stats(c->backend, &all);
   dl_watchdog_stats(c->watchdog, &all);

@@ -20,9 +20,8 @@
  *
  * Fixed leases: a hold with a lease of its own is listed too, never renewed,
  * and reported lost the moment its validity runs out unreleased (a timer,
- * not the next call). So is a renewed hold whose renewals failed until its
- * validity ran out: the callback comes when dlock_lock_is_lost turns 1,
- * not at the next attempt.
+ * not the next call), as is a renewed hold whose renewals failed until its
+ * validity ran out (when dlock_lock_is_lost turns 1, not at a next try).
  *
  * Checks: a revocation (a force release tells the holder's client on the
  * revocation channel) or a keyspace event (del, expired) names a key; every
@@ -88,10 +87,13 @@ struct dl_watchdog {
 static void tick_soon(dl_watchdog *w);
 /* The time between rounds: a third of the lease, or of the window where
  * that is clearly shorter (a ZooKeeper session shorter than the lease):
- * no validity runs out between rounds (it would be reported lost). */
-static int64_t period_of(const dl_watchdog *w) {
+ * no validity runs out between rounds (it would be reported lost). After
+ * a failed round, sooner: two thirds of the lease are left, and a short
+ * outage should not cost the lock. */
+static int64_t period_of(const dl_watchdog *w, bool failed) {
   int64_t p = w->lease_ms / 3;
   if (w->window > 0 && w->window < w->lease_ms * 9 / 10) p = w->window / 3;
+  if (failed) p = p / 5 < 1000 ? p / 5 : 1000;
   return p < 1 ? 1 : p;
 }
 
@@ -171,7 +173,7 @@ dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
   if (renew && left > 0 && left < w->lease_ms * 9 / 10 &&
       (w->window == 0 || left < w->window)) {
     w->window = left;
-    int64_t soon = dl_now_ms() + period_of(w);
+    int64_t soon = dl_now_ms() + period_of(w, false);
     if (w->next > soon) w->next = soon;
     wake(w);
   }
@@ -342,6 +344,7 @@ static int chunk_prepare(dl_watchdog *w, dl_renewal **all, size_t total,
  * code if a call failed. */
 static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
   int renewed = 0;
+  int64_t win = 0, at = dl_now_ms(); /* the window: the shortest */
   pthread_mutex_lock(&w->mu);
   w->round_trips += (uint64_t)calls;
   pthread_mutex_unlock(&w->mu);
@@ -353,6 +356,8 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
     if (k->items[i].result == 1) {
       if (!k->check && k->items[i].valid_until > r->valid_until)
         r->valid_until = k->items[i].valid_until;
+      int64_t left = k->items[i].valid_until - at;
+      if (!k->check && left > 0 && (win == 0 || left < win)) win = left;
       renewed++;
     } else {
       lost = take_lost(w, r);
@@ -360,14 +365,6 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
     pthread_mutex_unlock(&w->mu);
     if (lost) w->fn(w->ud, r, k->copies[2 * i], k->copies[2 * i + 1]);
   }
-  int64_t win = 0, at = dl_now_ms(); /* the window: the shortest */
-  for (size_t i = 0; i < k->n && !k->check; i++)
-    if (k->items[i].result == 1 && k->items[i].valid_until > at &&
-        (win == 0 || k->items[i].valid_until - at < win))
-      win = k->items[i].valid_until - at;
-  pthread_mutex_lock(&w->mu);
-  if (win > 0) w->window = win;
-  pthread_mutex_unlock(&w->mu);
   /* Whatever was not confirmed in time may have expired on the server. */
   int64_t now = dl_now_ms();
   for (size_t i = 0; i < k->n; i++) {
@@ -379,8 +376,20 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
   }
   pthread_mutex_lock(&w->mu);
   if (!k->check) w->renewed += (uint64_t)renewed;
+  if (win > 0) w->window = win;
   pthread_mutex_unlock(&w->mu);
   return failed < 0 ? failed : renewed;
+}
+
+/* A chunk's renewal deadline: its earliest validity, as a reply after it
+ * would be too late for that hold anyway. But a validity that already ran
+ * out (this process was stopped, or the watchdog starved) is no deadline:
+ * one in the past fails at once and, with it, every request on the
+ * connection (a release among them, told "no reply in time" instead of
+ * the loss); that chunk gets one command timeout. */
+static int64_t renew_deadline(const dl_watchdog *w, const chunk *k) {
+  int64_t now = dl_now_ms();
+  return k->earliest > now ? k->earliest : now + w->c->env.command_timeout_ms;
 }
 
 /* Renews the holds of all[0..total) that are still linked, in one call of
@@ -392,13 +401,13 @@ static int renew_chunk(dl_watchdog *w, dl_renewal **all, size_t total,
   chunk k;
   int rc = chunk_prepare(w, all, total, check, &k);
   if (rc == 0 && k.n > 0) {
-    /* A reply that comes after the earliest validity would be too late for
-     * that hold anyway. Items without an answer are tried again next
-     * round: the lease still runs. */
+    /* Items without an answer are tried again next round: the lease
+     * still runs. */
     dl_backend *b = w->c->backend;
     int calls = 0;
-    int failed = b->ops->renew(b, k.earliest, check ? 0 : w->lease_ms,
-                               (int)k.n, k.items, &calls);
+    int failed =
+        b->ops->renew(b, renew_deadline(w, &k), check ? 0 : w->lease_ms,
+                      (int)k.n, k.items, &calls);
     rc = chunk_apply(w, &k, failed, calls);
   }
   chunk_free(&k);
@@ -505,7 +514,7 @@ static void expire_due(dl_watchdog *w, int64_t now) {
 static void *run(void *arg) {
   dl_watchdog *w = arg;
   pthread_mutex_lock(&w->mu);
-  w->next = dl_now_ms() + period_of(w);
+  w->next = dl_now_ms() + period_of(w, false);
   while (!w->stop) {
     struct timespec ts;
     int64_t until = w->next < w->next_expiry ? w->next : w->next_expiry;
@@ -527,11 +536,7 @@ static void *run(void *arg) {
     int64_t started = dl_now_ms();
     int rc = dl_watchdog_run_once(w);
     pthread_mutex_lock(&w->mu);
-    /* After a failed round, try again sooner: two thirds of the lease are
-     * left, and a short outage should not cost the lock. */
-    int64_t period = period_of(w);
-    int64_t retry = period / 5 < 1000 ? period / 5 : 1000;
-    w->next = started + (rc < 0 ? retry : period);
+    w->next = started + period_of(w, rc < 0);
   }
   pthread_mutex_unlock(&w->mu);
   return NULL;
@@ -571,9 +576,9 @@ static void round_next(loop_round *lr) {
     int rc = chunk_prepare(w, lr->snap + lr->lo, m, lr->check, &lr->k);
     if (rc == 0 && lr->k.n > 0) {
       dl_backend *b = w->c->backend;
-      rc = b->ops->renew_async(b, lr->k.earliest, lr->check ? 0 : w->lease_ms,
-                               (int)lr->k.n, lr->k.items, &lr->calls,
-                               round_done, lr, &lr->op);
+      rc = b->ops->renew_async(
+          b, renew_deadline(w, &lr->k), lr->check ? 0 : w->lease_ms,
+          (int)lr->k.n, lr->k.items, &lr->calls, round_done, lr, &lr->op);
       if (rc == 0) return; /* goes on in round_done */
     }
     chunk_free(&lr->k);
@@ -582,12 +587,7 @@ static void round_next(loop_round *lr) {
   }
   round_release(w, lr->snap, lr->n);
   w->round = NULL;
-  if (!lr->check) {
-    /* After a failed round, try again sooner, as the thread does. */
-    int64_t period = period_of(w);
-    int64_t retry = period / 5 < 1000 ? period / 5 : 1000;
-    w->next = lr->started + (lr->failed < 0 ? retry : period);
-  }
+  if (!lr->check) w->next = lr->started + period_of(w, lr->failed < 0);
   free(lr);
   if (!w->stop) tick(w);
 }
@@ -622,7 +622,7 @@ static void tick(void *ud) {
   pthread_mutex_unlock(&w->mu);
   if (now >= w->next) {
     if (round_start(w, false)) return;
-    w->next = now + period_of(w);
+    w->next = now + period_of(w, false);
   }
   pthread_mutex_lock(&w->mu);
   int64_t until = w->next < w->next_expiry ? w->next : w->next_expiry;
@@ -649,7 +649,7 @@ int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
   dl_cond_init(&w->cv);
   if (loop) {
     dl_timer_init(&w->timer, tick, w);
-    w->next = dl_now_ms() + period_of(w);
+    w->next = dl_now_ms() + period_of(w, false);
     w->joined = true; /* no thread */
     if (dl_timer_start(loop, &w->timer, w->next) == 0) {
       *out = w;

@@ -328,6 +328,10 @@ typedef struct dl_backend_ops {
                       size_t len);
 
   int (*ping)(dl_backend *b);
+  /* 0 if `key` (prefix included) can name a lock, semaphore or election
+   * here, else DLOCK_EINVAL or DLOCK_ENAMETOOLONG recorded; checked when
+   * a handle is made. NULL: every name the client takes. */
+  int (*check_key)(dl_backend *b, const char *key);
   /* Adds the backend's counters (round trips, wake-ups) to st. */
   void (*stats)(dl_backend *b, dlock_client_stats *st);
   void (*free)(dl_backend *b);

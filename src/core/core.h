@@ -115,12 +115,27 @@ int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen);
 void dl_endpoint_clear(dl_endpoint *ep);
 /* The URL with any password replaced by "***". Caller frees. */
 char *dl_url_redact(const char *url);
-/* Checks a zk://HOST:PORT[,HOST:PORT...][/CHROOT] URL and returns its
- * ZooKeeper connect string (the text after "zk://", as zookeeper_init takes
- * it) in *connect (caller frees): 0, or DLOCK_EURL with err filled in (then
- * *connect is NULL), DLOCK_ENOMEM. */
-int dl_url_parse_zk(const char *url, char **connect, char *err, size_t errlen);
-
+/* A zk:// URL's parts. */
+typedef struct dl_zk_url {
+  char *connect;  /* HOST:PORT[,...][/CHROOT], as zookeeper_init takes it */
+  char *chroot;   /* "/a/b", or NULL */
+  char *user;     /* the digest identity's user, or NULL */
+  char *password; /* its password from the URL, or NULL */
+  int session_timeout_ms, connect_timeout_ms; /* ?session_timeout= etc.; 0
+                                                 when not given */
+  int acl; /* ?acl=: a DL_ZK_ACL_*, DL_ZK_ACL_DEFAULT when not given */
+} dl_zk_url;
+/* The ACL of the nodes made for a lock: creator-only when authenticated,
+ * else open (default); creator-only; the creator's plus reading for all;
+ * open to all. */
+enum { DL_ZK_ACL_DEFAULT, DL_ZK_ACL_CREATOR, DL_ZK_ACL_READ, DL_ZK_ACL_OPEN };
+/* Checks a zk://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/CHROOT]
+ * [?session_timeout=D&connect_timeout=D&acl=creator|read|open] URL (D:
+ * 500ms, 10s, 1m) into *u
+ * (free with dl_zk_url_clear): 0, or DLOCK_EURL with err filled in (then
+ * *u is cleared), DLOCK_ENOMEM. */
+int dl_url_parse_zk(const char *url, dl_zk_url *u, char *err, size_t errlen);
+void dl_zk_url_clear(dl_zk_url *u);
 
 /* ---- loop.c: the event-loop seam (include/dlock_async.h) ----
  * One thread: everything here is called on the loop's thread, and every

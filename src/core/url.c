@@ -67,6 +67,15 @@ static int parse_int(const char *s, size_t n, int lo, int hi, int *out) {
     return DLOCK_EURL;                                                         \
   } while (0)
 
+/* The error for an option of query q ("name[=value][&...]") that `kind`
+ * does not know: names it and what the URL accepts. */
+static int unknown_option(const char *q, const char *kind, const char *accepts,
+                          dl_endpoint *ep, char *err, size_t errlen) {
+  size_t n = strcspn(q, "=&");
+  FAIL("unknown option '%.*s' in the %s URL (%s)", (int)(n > 64 ? 64 : n), q,
+       kind, accepts);
+}
+
 static int parse_unix(const char *p, dl_endpoint *ep, char *err,
                       size_t errlen) {
   /* unix:///path/redis.sock[?db=N] */
@@ -77,7 +86,9 @@ static int parse_unix(const char *p, dl_endpoint *ep, char *err,
   ep->unix_path = pct_decode(p, plen);
   if (ep->unix_path == NULL) FAIL("bad %%-escape in the socket path");
   if (q) {
-    if (strncmp(q + 1, "db=", 3) != 0) FAIL("unix URL accepts only ?db=N");
+    if (strncmp(q + 1, "db=", 3) != 0)
+      return unknown_option(q + 1, "unix", "it accepts only ?db=N", ep, err,
+                            errlen);
     const char *d = q + 4;
     if (parse_int(d, strlen(d), 0, 1000000, &ep->db) != 0)
       FAIL("bad database number in the unix URL");
@@ -174,8 +185,10 @@ static int parse_sentinel(const char *p, const char *end, dl_endpoint *ep,
     FAIL("bad master name");
   if (q) {
     if (strncmp(q + 1, "db=", 3) != 0)
-      FAIL("redis-sentinel URL accepts only ?db=N (the sentinels' "
-           "password is an option, never in the URL)");
+      return unknown_option(q + 1, "redis-sentinel",
+                            "it accepts only ?db=N; the sentinels' password "
+                            "is an option, never in the URL",
+                            ep, err, errlen);
     if (parse_int(q + 4, strlen(q + 4), 0, 1000000, &ep->db) != 0)
       FAIL("bad database number in the URL");
   }
@@ -201,8 +214,13 @@ static int parse_cluster(const char *p, const char *end, dl_endpoint *ep,
     ep->cluster_pubsub = DL_PUBSUB_SHARDED;
   else if (strcmp(q, "pubsub=classic") == 0)
     ep->cluster_pubsub = DL_PUBSUB_CLASSIC;
+  else if (strncmp(q, "pubsub=", 7) == 0)
+    FAIL("redis-cluster URL: pubsub is auto, sharded or classic, not '%s'",
+         q + 7);
   else
-    FAIL("redis-cluster URL accepts only ?pubsub=auto|sharded|classic");
+    return unknown_option(q, "redis-cluster",
+                          "it accepts only ?pubsub=auto|sharded|classic", ep,
+                          err, errlen);
   return 0;
 }
 
@@ -268,6 +286,12 @@ int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen) {
     return parse_cluster(p, q && q < end_auth ? q : end_auth, ep, err,
                          errlen);
   }
+  /* redis:// takes no options: name the one given, rather than read it
+   * as part of the port or the database. */
+  const char *q = strchr(p, '?');
+  if (q)
+    return unknown_option(q + 1, "redis://",
+                          "it takes none; the database is /N", ep, err, errlen);
   rc = parse_hostport(p, end_auth, &ep->host, &ep->port, err, errlen);
   if (rc != 0) {
     dl_endpoint_clear(ep);
@@ -301,28 +325,124 @@ char *dl_url_redact(const char *url) {
   return out;
 }
 
-#undef FAIL
-#define FAIL(...)                                                              \
+void dl_zk_url_clear(dl_zk_url *u) {
+  if (u == NULL) return;
+  free(u->connect);
+  free(u->chroot);
+  free(u->user);
+  if (u->password) memset(u->password, 0, strlen(u->password));
+  free(u->password);
+  memset(u, 0, sizeof *u);
+}
+
+/* A duration in a URL parameter: digits then ms, s or m ("500ms", "10s"),
+ * 1 ms to 1 hour: 0 and *ms, or -1. */
+static int parse_url_ms(const char *s, size_t n, int *ms) {
+  size_t d = 0;
+  while (d < n && isdigit((unsigned char)s[d]))
+    d++;
+  int v, unit;
+  if (d == 0 || d > 7 || parse_int(s, d, 0, 9999999, &v) != 0) return -1;
+  if (n - d == 2 && memcmp(s + d, "ms", 2) == 0)
+    unit = 1;
+  else if (n - d == 1 && s[d] == 's')
+    unit = 1000;
+  else if (n - d == 1 && s[d] == 'm')
+    unit = 60000;
+  else
+    return -1;
+  if (v <= 0 || v > 3600000 / unit) return -1;
+  *ms = v * unit;
+  return 0;
+}
+
+#define ZFAIL(...)                                                             \
   do {                                                                         \
     snprintf(err, errlen, __VA_ARGS__);                                        \
+    dl_zk_url_clear(u);                                                        \
     return DLOCK_EURL;                                                         \
   } while (0)
 
-/* zk://HOST:PORT[,HOST:PORT...][/CHROOT]: the connect string is kept as
- * written (zookeeper_init parses it again); checked here so that a typo
- * fails the open with a clear message instead of a retry loop. */
-int dl_url_parse_zk(const char *url, char **connect, char *err,
-                    size_t errlen) {
-  *connect = NULL;
+/* The zk:// URL's parameters: session_timeout=D, connect_timeout=D and
+ * acl=creator|read|open, separated by '&'. */
+static int parse_zk_query(const char *q, dl_zk_url *u, char *err,
+                          size_t errlen) {
+  while (*q) {
+    const char *amp = strchr(q, '&');
+    size_t n = amp ? (size_t)(amp - q) : strlen(q);
+    const char *eq = memchr(q, '=', n);
+    size_t kl = eq ? (size_t)(eq - q) : n;
+    int *dst = NULL;
+    if (kl == 3 && memcmp(q, "acl", 3) == 0) {
+      const char *v = eq ? eq + 1 : "";
+      size_t vl = eq ? n - kl - 1 : 0;
+      if (vl == 7 && memcmp(v, "creator", 7) == 0)
+        u->acl = DL_ZK_ACL_CREATOR;
+      else if (vl == 4 && memcmp(v, "read", 4) == 0)
+        u->acl = DL_ZK_ACL_READ;
+      else if (vl == 4 && memcmp(v, "open", 4) == 0)
+        u->acl = DL_ZK_ACL_OPEN;
+      else
+        ZFAIL("bad acl in the zk:// URL: creator, read or open");
+      q = amp ? amp + 1 : q + n;
+      if (amp && *q == '\0') ZFAIL("zk:// URL ends its options with '&'");
+      continue;
+    }
+    if (kl == 15 && memcmp(q, "session_timeout", 15) == 0)
+      dst = &u->session_timeout_ms;
+    else if (kl == 15 && memcmp(q, "connect_timeout", 15) == 0)
+      dst = &u->connect_timeout_ms;
+    if (dst == NULL)
+      ZFAIL("unknown zk:// URL option '%.*s' (it accepts session_timeout, "
+            "connect_timeout and acl)",
+            (int)kl, q);
+    if (eq == NULL || parse_url_ms(eq + 1, n - kl - 1, dst) != 0)
+      ZFAIL("bad %.*s in the zk:// URL: a duration such as 500ms, 10s or "
+            "1m (at most 1 hour)",
+            (int)kl, q);
+    q = amp ? amp + 1 : q + n;
+    if (amp && *q == '\0') ZFAIL("zk:// URL ends its options with '&'");
+  }
+  return 0;
+}
+
+/* zk://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/CHROOT][?OPTIONS]: the
+ * connect string is kept as written (zookeeper_init parses it again);
+ * checked here so that a typo fails the open with a clear message instead
+ * of a retry loop. */
+int dl_url_parse_zk(const char *url, dl_zk_url *u, char *err, size_t errlen) {
+  memset(u, 0, sizeof *u);
   if (url == NULL || strncmp(url, "zk://", 5) != 0)
-    FAIL("URL must start with zk://");
+    ZFAIL("URL must start with zk://");
   const char *p = url + 5;
   for (const char *s = p; *s; s++)
-    if ((unsigned char)*s <= ' ' || *s == '@' || *s == '?')
-      FAIL("zk:// URL contains a space, a control byte, '@' or '?'");
-  const char *slash = strchr(p, '/');
-  const char *hend = slash ? slash : p + strlen(p);
-  if (hend == p) FAIL("zk:// URL has no HOST:PORT");
+    if ((unsigned char)*s <= ' ')
+      ZFAIL("zk:// URL contains a space or a "
+            "control byte");
+  const char *q = strchr(p, '?');
+  const char *end = q ? q : p + strlen(p);
+  const char *slash = memchr(p, '/', (size_t)(end - p));
+  const char *hend = slash ? slash : end;
+  /* The user and password: before the last '@' of the server list. */
+  const char *at = NULL;
+  for (const char *s = p; s < hend; s++)
+    if (*s == '@') at = s;
+  if (at) {
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    const char *uend = colon ? colon : at;
+    if (uend == p)
+      ZFAIL("zk:// URL has a password but no user (digest authentication "
+            "is USER:PASSWORD@)");
+    u->user = pct_decode(p, (size_t)(uend - p));
+    if (u->user == NULL || strchr(u->user, ':'))
+      ZFAIL("bad user name in the zk:// URL");
+    if (colon) {
+      u->password = pct_decode(colon + 1, (size_t)(at - colon - 1));
+      if (u->password == NULL) ZFAIL("bad %%-escape in the password");
+    }
+    p = at + 1;
+  }
+  if (hend == p) ZFAIL("zk:// URL has no HOST:PORT");
   for (const char *h = p; h < hend;) {
     const char *comma = memchr(h, ',', (size_t)(hend - h));
     const char *e = comma ? comma : hend;
@@ -331,22 +451,33 @@ int dl_url_parse_zk(const char *url, char **connect, char *err,
       if (*s == ':') colon = s;
     int port;
     if (colon == NULL || colon == h)
-      FAIL("zk:// URL needs HOST:PORT for every server");
+      ZFAIL("zk:// URL needs HOST:PORT for every server");
     if (parse_int(colon + 1, (size_t)(e - colon - 1), 1, 65535, &port) != 0)
-      FAIL("bad port (1-65535) in the zk:// URL");
+      ZFAIL("bad port (1-65535) in the zk:// URL");
     h = comma ? comma + 1 : e;
-    if (comma && h == hend) FAIL("zk:// URL ends its server list with ','");
+    if (comma && h == hend) ZFAIL("zk:// URL ends its server list with ','");
   }
+  if (memchr(p, '@', (size_t)(end - p)))
+    ZFAIL("zk:// URL has a '@' outside its USER:PASSWORD@");
   if (slash) {
-    size_t n = strlen(slash);
-    if (n == 1) FAIL("zk:// URL has an empty chroot ('/' alone)");
-    if (slash[n - 1] == '/') FAIL("the zk:// chroot must not end with '/'");
-    if (strstr(slash, "//")) FAIL("the zk:// chroot has an empty component");
+    size_t n = (size_t)(end - slash);
+    if (n == 1) ZFAIL("zk:// URL has an empty chroot ('/' alone)");
+    if (slash[n - 1] == '/') ZFAIL("the zk:// chroot must not end with '/'");
+    for (const char *s = slash; s + 1 < end; s++)
+      if (s[0] == '/' && s[1] == '/')
+        ZFAIL("the zk:// chroot has an empty component");
+    if ((u->chroot = malloc(n + 1)) == NULL) ZFAIL("out of memory");
+    memcpy(u->chroot, slash, n);
+    u->chroot[n] = '\0';
   }
-  *connect = dl_strdup(p);
-  if (*connect == NULL) {
+  if (q && parse_zk_query(q + 1, u, err, errlen) != 0) return DLOCK_EURL;
+  size_t n = (size_t)(end - p);
+  if ((u->connect = malloc(n + 1)) == NULL) {
+    dl_zk_url_clear(u);
     snprintf(err, errlen, "out of memory");
     return DLOCK_ENOMEM;
   }
+  memcpy(u->connect, p, n);
+  u->connect[n] = '\0';
   return 0;
 }

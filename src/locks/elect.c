@@ -28,6 +28,8 @@ struct dlock_leader {
   dlock_lock *lock;
   pthread_t thread;
   bool running, stop, lost;
+  int refused;    /* DLOCK_EWRONGTYPE: NAME holds something else, no turns */
+  char why[256];  /* its message, for the thread that awaits */
   bool self_free; /* freed from its own callback: the thread frees it */
 };
 
@@ -43,7 +45,8 @@ static void destroy(dlock_leader *l) {
 int dlock_leader_new(dlock_client *c, const char *name, const char *id,
                      dlock_leader **out) {
   if (out) *out = NULL;
-  if (c == NULL || out == NULL) return DLOCK_EINVAL;
+  if (c == NULL) return DLOCK_EINVAL;
+  if (out == NULL) return dl_seterr(c, DLOCK_EINVAL, "out is NULL");
   int rc = dl_check_name(c, name);
   if (rc != 0) return rc;
   if (id == NULL) id = "";
@@ -104,6 +107,14 @@ static void *take_turns(void *arg) {
     int rc = dlock_lock_try_acquire(l->lock, 200, 0, &token);
     if (rc == DLOCK_ECLOSED) break;
     if (rc == DLOCK_EBUSY) continue;
+    if (rc == DLOCK_EWRONGTYPE) { /* nothing to take turns on: out */
+      pthread_mutex_lock(&l->mu);
+      l->refused = rc;
+      snprintf(l->why, sizeof l->why, "%s", dlock_client_errmsg(l->c));
+      pthread_mutex_unlock(&l->mu);
+      changed(l, 0, 0, true);
+      break;
+    }
     if (rc != 0) { /* the server's trouble: a little later */
       dl_sleep_ms(100);
       continue;
@@ -209,9 +220,13 @@ int dlock_leader_await(dlock_leader *l, int64_t wait_ms) {
   }
   int rc = !l->started  ? DLOCK_EINVAL
            : l->leader  ? 0
+           : l->refused ? l->refused
            : l->gone    ? DLOCK_ELOST
                         : DLOCK_EBUSY;
+  char why[sizeof l->why];
+  memcpy(why, l->why, sizeof why);
   pthread_mutex_unlock(&l->mu);
+  if (rc == DLOCK_EWRONGTYPE) return dl_seterr(l->c, rc, "%s", why);
   if (rc == DLOCK_EINVAL)
     return dl_seterr(l->c, rc, "the participant has not joined "
                      "(dlock_leader_start)");
@@ -232,7 +247,8 @@ int dlock_leader_has_leadership(dlock_leader *l) {
 }
 
 int dlock_leader_token(dlock_leader *l, uint64_t *token) {
-  if (l == NULL || token == NULL) return DLOCK_EINVAL;
+  if (l == NULL) return DLOCK_EINVAL;
+  if (token == NULL) return dl_seterr(l->c, DLOCK_EINVAL, "token is NULL");
   pthread_mutex_lock(&l->mu);
   bool leader = l->leader;
   *token = l->token;
@@ -241,7 +257,9 @@ int dlock_leader_token(dlock_leader *l, uint64_t *token) {
 }
 
 int dlock_leader_get_leader(dlock_leader *l, char *buf, size_t len) {
-  if (l == NULL || (buf == NULL && len > 0)) return DLOCK_EINVAL;
+  if (l == NULL) return DLOCK_EINVAL;
+  if (buf == NULL && len > 0)
+    return dl_seterr(l->c, DLOCK_EINVAL, "buf is NULL (len %zu)", len);
   dl_backend *b = l->c->backend;
   if (b->ops->elect_leader == NULL) { /* the lock's holder: its info */
     if (l->c->loop)

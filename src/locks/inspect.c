@@ -76,7 +76,8 @@ int dlock_lock_hold_count(dlock_lock *l) {
 }
 
 int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms) {
-  if (ttl_ms == NULL) return DLOCK_EINVAL;
+  if (ttl_ms == NULL)
+    return l ? dl_seterr(l->c, DLOCK_EINVAL, "ttl_ms is NULL") : DLOCK_EINVAL;
   long long v = 0;
   int rc = query(l, DL_QUERY_TTL, &v);
   if (rc == 0) *ttl_ms = v;
@@ -84,7 +85,8 @@ int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms) {
 }
 
 int dlock_lock_current_token(dlock_lock *l, uint64_t *token) {
-  if (token == NULL) return DLOCK_EINVAL;
+  if (token == NULL)
+    return l ? dl_seterr(l->c, DLOCK_EINVAL, "token is NULL") : DLOCK_EINVAL;
   long long v = 0;
   int rc = query(l, DL_QUERY_TOKEN, &v);
   if (rc == 0) *token = (uint64_t)v;
@@ -93,7 +95,10 @@ int dlock_lock_current_token(dlock_lock *l, uint64_t *token) {
 
 int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
                             size_t size) {
-  if (l == NULL || st == NULL || size == 0) return DLOCK_EINVAL;
+  if (l == NULL) return DLOCK_EINVAL;
+  if (st == NULL || size == 0)
+    return dl_seterr(l->c, DLOCK_EINVAL,
+                     "no state to fill (st NULL or size 0)");
   dl_backend *b = l->c->backend;
   if (b->ops->inspect == NULL) return dl_unsupported(l->c, "inspect");
   dlock_lock_state *all = calloc(1, sizeof *all);
@@ -106,7 +111,8 @@ int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
 
 int dlock_client_scan_locks(dlock_client *c, const char *pattern,
                             dlock_scan_cb cb, void *ud) {
-  if (c == NULL || cb == NULL) return DLOCK_EINVAL;
+  if (c == NULL) return DLOCK_EINVAL;
+  if (cb == NULL) return dl_seterr(c, DLOCK_EINVAL, "cb is NULL");
   if (c->backend->ops->scan == NULL) return dl_unsupported(c, "scan");
   char *match = dl_key(c, "%s", pattern ? pattern : "*");
   if (match == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
@@ -229,7 +235,10 @@ int dlock_lock_current_token_async(dlock_lock *l, dlock_done_cb cb, void *ud,
 int dlock_lock_remaining_ttl_async(dlock_lock *l, int64_t *ttl_ms,
                                    dlock_done_cb cb, void *ud,
                                    dlock_op **op) {
-  if (ttl_ms == NULL) return DLOCK_EINVAL;
+  if (ttl_ms == NULL) {
+    if (op) *op = NULL;
+    return l ? dl_seterr(l->c, DLOCK_EINVAL, "ttl_ms is NULL") : DLOCK_EINVAL;
+  }
   call_op *x = NULL;
   /* ttl is set before the request can complete (never within the call). */
   int rc = lock_call(l, CALL_QUERY, DL_QUERY_TTL, HAS(l, lock_query_async),
@@ -247,7 +256,12 @@ int dlock_lock_force_release_async(dlock_lock *l, dlock_done_cb cb, void *ud,
 int dlock_lock_inspect_async_size(dlock_lock *l, dlock_lock_state *st,
                                   size_t size, dlock_done_cb cb, void *ud,
                                   dlock_op **op) {
-  if (st == NULL || size == 0) return DLOCK_EINVAL;
+  if (st == NULL || size == 0) {
+    if (op) *op = NULL;
+    return l ? dl_seterr(l->c, DLOCK_EINVAL,
+                         "no state to fill (st NULL or size 0)")
+             : DLOCK_EINVAL;
+  }
   call_op *x = NULL;
   int rc = lock_call(l, CALL_INSPECT, 0, HAS(l, inspect_async), "inspect",
                      cb, ud, op, &x);
@@ -261,7 +275,10 @@ int dlock_lock_inspect_async_size(dlock_lock *l, dlock_lock_state *st,
 int dlock_client_scan_locks_async(dlock_client *c, const char *pattern,
                                   dlock_scan_cb each, dlock_done_cb cb,
                                   void *ud, dlock_op **out) {
-  if (each == NULL) return DLOCK_EINVAL;
+  if (each == NULL) {
+    if (out) *out = NULL;
+    return c ? dl_seterr(c, DLOCK_EINVAL, "each is NULL") : DLOCK_EINVAL;
+  }
   int rc;
   call_op *x = dl_op_new(c, sizeof *x, c && c->backend->ops->scan_async,
                          "scan", cb, ud, out, &rc);

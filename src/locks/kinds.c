@@ -1,6 +1,7 @@
 /* kinds.c: what the lock kinds share. */
 #include "locks.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,14 @@ int dl_check_name(dlock_client *c, const char *name) {
   if (strlen(name) > DLOCK_NAME_MAX)
     return dl_seterr(c, DLOCK_ENAMETOOLONG, "the name is over %d bytes",
                      DLOCK_NAME_MAX);
-  return 0;
+  return dl_check_key(c, name);
+}
+
+int dl_check_key(dlock_client *c, const char *name) {
+  if (c->backend->ops->check_key == NULL) return 0;
+  char key[DLOCK_KEY_PREFIX_MAX + DLOCK_NAME_MAX + 1];
+  snprintf(key, sizeof key, "%s%s", c->key_prefix, name);
+  return c->backend->ops->check_key(c->backend, key);
 }
 
 int64_t dl_deadline(int64_t wait_ms) {
@@ -236,6 +244,10 @@ int dl_sync_end_rc(dl_sync_handle *h, dl_sync_call *q, int rc) {
 
 int dl_sync_end_count(dl_sync_handle *h, dl_sync_call *q, int rc) {
   if (rc != 0) return rc;
+  if (q->v > INT_MAX) /* set past an int by another client: say so */
+    return dl_seterr(h->c, DLOCK_ERANGE,
+                     "%s '%s' counts %lld, more than an int holds", q->kind,
+                     h->key + h->c->prefix_len, q->v);
   dl_clearerr(h->c);
   return q->v < 0 ? 0 : (int)q->v;
 }

@@ -21,7 +21,8 @@ static void destroy(dl_sync_handle *h) {
 
 int dlock_latch_new(dlock_client *c, const char *name, dlock_latch **out) {
   if (out) *out = NULL;
-  if (c == NULL || out == NULL) return DLOCK_EINVAL;
+  if (c == NULL) return DLOCK_EINVAL;
+  if (out == NULL) return dl_seterr(c, DLOCK_EINVAL, "out is NULL");
   int rc = dl_check_name(c, name);
   if (rc != 0) return rc;
   dlock_latch *l = calloc(1, sizeof *l);
@@ -109,7 +110,8 @@ int dlock_latch_count_down(dlock_latch *l) {
 }
 
 int dlock_latch_count(dlock_latch *l, int64_t *count) {
-  if (count == NULL) return DLOCK_EINVAL;
+  if (count == NULL)
+    return l ? dl_seterr(l->h.c, DLOCK_EINVAL, "count is NULL") : DLOCK_EINVAL;
   dl_sync_call q;
   int rc = dl_sync_go(count_call(l, &q), l, &q);
   if (rc < 0) return rc;

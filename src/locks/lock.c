@@ -16,8 +16,8 @@
 int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
                    dlock_lock **out) {
   if (out) *out = NULL;
-  if (c == NULL || out == NULL)
-    return DLOCK_EINVAL;
+  if (c == NULL) return DLOCK_EINVAL;
+  if (out == NULL) return dl_seterr(c, DLOCK_EINVAL, "out is NULL");
   if (name == NULL || *name == '\0')
     return dl_seterr(c, DLOCK_EINVAL, "the lock name is empty");
   size_t nl = strlen(name);
@@ -26,6 +26,8 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
                      "the limit is %d", nl, DLOCK_NAME_MAX);
   if (owner && (*owner == '\0' || strlen(owner) > 100))
     return dl_seterr(c, DLOCK_EINVAL, "an explicit owner must be 1..100 bytes");
+  int rc = dl_check_key(c, name);
+  if (rc != 0) return rc;
   /* One allocation: the handle, its key and its owner. */
   size_t kl = c->prefix_len + nl;
   size_t ol = owner ? strlen(owner) + 1 : 0;
@@ -80,7 +82,8 @@ struct dlock_rwlock {
 int dlock_rwlock_new(dlock_client *c, const char *name, const char *owner,
                      dlock_rwlock **out) {
   if (out) *out = NULL;
-  if (c == NULL || out == NULL) return DLOCK_EINVAL;
+  if (c == NULL) return DLOCK_EINVAL;
+  if (out == NULL) return dl_seterr(c, DLOCK_EINVAL, "out is NULL");
   dlock_rwlock *rw = calloc(1, sizeof *rw);
   if (rw == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
   int rc = dlock_lock_new(c, name, owner, &rw->read);
@@ -427,8 +430,13 @@ int dlock_lock_validity(dlock_lock *l, int64_t *ms) {
   int64_t left = h ? dl_hold_valid_until(l->c, h) - dl_now_ms() : 0;
   bool lost = h && h->lost;
   pthread_mutex_unlock(&l->c->holds_mu);
-  if (h == NULL) return DLOCK_ENOTOWNER;
-  if (lost || left <= 0) return DLOCK_ELOST;
+  if (h == NULL)
+    return dl_seterr(l->c, DLOCK_ENOTOWNER, "'%s' is not held by this owner",
+                     l->key + l->c->prefix_len);
+  if (lost || left <= 0)
+    return dl_seterr(l->c, DLOCK_ELOST, "'%s' was lost",
+                     l->key + l->c->prefix_len);
+  dl_clearerr(l->c);
   if (ms) *ms = left;
   return 0;
 }

@@ -8,6 +8,9 @@
 
 /* 0, or DLOCK_EINVAL / DLOCK_ENAMETOOLONG with the detail recorded. */
 int dl_check_name(dlock_client *c, const char *name);
+/* 0 if the backend takes the key (prefix + name) as a name of its kind of
+ * (a znode path on zk://), else the backend's code, recorded. */
+int dl_check_key(dlock_client *c, const char *name);
 /* The wait_ms of the calls without a wait limit (any negative wait_ms). */
 #define DL_WAIT_FOREVER (-1)
 /* The dl_now_ms() time a wait of wait_ms (< 0: forever) started now ends. */
@@ -107,7 +110,8 @@ int dl_sync_update_call(const void *handle, const char *kind, dl_sync_op op,
                         long long n,
                         int (*end)(dl_sync_handle *, dl_sync_call *, int),
                         dl_sync_call *q);
-/* The usual ends: rc itself (0 or a code); a count (v, below zero as 0);
+/* The usual ends: rc itself (0 or a code); a count (v, below zero as 0,
+ * DLOCK_ERANGE past INT_MAX);
  * v == 1 as 1 or 0. Each clears the client's detail on success. */
 int dl_sync_end_rc(dl_sync_handle *h, dl_sync_call *q, int rc);
 int dl_sync_end_count(dl_sync_handle *h, dl_sync_call *q, int rc);

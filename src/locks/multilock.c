@@ -22,14 +22,24 @@ struct dlock_multilock {
 int dlock_multilock_new(dlock_lock *const *locks, size_t n,
                         dlock_multilock **out) {
   if (out) *out = NULL;
-  if (out == NULL || locks == NULL || n == 0) return DLOCK_EINVAL;
+  /* An argument error is told on the first lock's client; without a
+   * lock there is no client to tell. */
+  dlock_client *c = NULL;
+  for (size_t i = 0; locks && i < n && c == NULL; i++)
+    if (locks[i]) c = dl_lock_client(locks[i]);
+  if (c == NULL) return DLOCK_EINVAL; /* no client to tell */
+  if (out == NULL)
+    return dl_seterr(c, DLOCK_EINVAL,
+                     "no place for the multi-lock (out is NULL)");
   for (size_t i = 0; i < n; i++)
-    if (locks[i] == NULL) return DLOCK_EINVAL;
+    if (locks[i] == NULL)
+      return dl_seterr(c, DLOCK_EINVAL, "lock %zu of the multi-lock is NULL",
+                       i);
   dlock_multilock *m = calloc(1, sizeof *m);
   if (m == NULL || (m->locks = malloc(n * sizeof *m->locks)) == NULL ||
       (m->order = malloc(n * sizeof *m->order)) == NULL) {
     dlock_multilock_free(m);
-    return DLOCK_ENOMEM;
+    return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
   }
   m->n = n;
   memcpy(m->locks, locks, n * sizeof *locks);
@@ -45,9 +55,13 @@ int dlock_multilock_new(dlock_lock *const *locks, size_t n,
   for (size_t i = 1; i < n; i++)
     if (strcmp(dl_lock_key(m->locks[m->order[i - 1]]),
                dl_lock_key(m->locks[m->order[i]])) == 0) {
+      const dlock_lock *twice = m->locks[m->order[i]];
       dlock_multilock_free(m);
-      return DLOCK_EINVAL; /* the same lock twice */
+      return dl_seterr(dl_lock_client(twice), DLOCK_EINVAL,
+                       "the multi-lock names '%s' twice",
+                       dl_lock_key(twice) + dl_lock_client(twice)->prefix_len);
     }
+  dl_clearerr(c);
   *out = m;
   return 0;
 }
@@ -77,9 +91,14 @@ int dlock_multilock_try_acquire(dlock_multilock *m, int64_t wait_ms,
     uint64_t tok = 0;
     int rc = dlock_lock_try_acquire(m->locks[i], left, lease_ms, &tok);
     if (rc != 0) {
-      /* All or nothing: give back what was taken, newest first. */
+      /* All or nothing: give back what was taken, newest first; the
+       * caller reads why it failed, not how the give-back went. */
+      dlock_client *c = dl_lock_client(m->locks[i]);
+      char why[512];
+      snprintf(why, sizeof why, "%s", dlock_client_errmsg(c));
       while (k-- > 0)
         dlock_lock_release(m->locks[m->order[k]]);
+      if (why[0]) dl_seterr(c, rc, "%s", why);
       return rc;
     }
     if (tokens) tokens[i] = tok;

@@ -31,7 +31,8 @@ static void destroy(dl_sync_handle *h) {
 
 int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
   if (out) *out = NULL;
-  if (c == NULL || out == NULL) return DLOCK_EINVAL;
+  if (c == NULL) return DLOCK_EINVAL;
+  if (out == NULL) return dl_seterr(c, DLOCK_EINVAL, "out is NULL");
   int rc = dl_check_name(c, name);
   if (rc != 0) return rc;
   dlock_permits *p = calloc(1, sizeof *p);
@@ -165,7 +166,8 @@ static int release_call(dlock_permits *p, const char *id, dl_sync_call *q) {
 static int track(dlock_permits *p, const dl_sync_call *q) {
   dlock_client *c = p->h.c;
   char owner[DL_OWNER_MAX];
-  if (owner_of(p, q->id, owner) != 0) return DLOCK_EINVAL;
+  if (owner_of(p, q->id, owner) != 0)
+    return dl_seterr(c, DLOCK_EINVAL, "the owner is too long");
   int rc = 0;
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_add(c, p->h.key, owner);
@@ -254,7 +256,8 @@ int dlock_permits_available(dlock_permits *p) {
 
 int dlock_permits_try_acquire(dlock_permits *p, int64_t wait_ms,
                               int64_t lease_ms, char id[DLOCK_PERMIT_ID_LEN]) {
-  if (id == NULL) return DLOCK_EINVAL;
+  if (id == NULL)
+    return p ? dl_seterr(p->h.c, DLOCK_EINVAL, "id is NULL") : DLOCK_EINVAL;
   dl_sync_call q;
   int rc = dl_sync_go(acquire_call(p, wait_ms, lease_ms, &q), p, &q);
   /* The id of a permit granted, even one given back. */
@@ -304,7 +307,7 @@ int dlock_permits_acquire_async(dlock_permits *p, int64_t wait_ms,
                                 dlock_done_cb cb, void *ud, dlock_op **op) {
   if (id == NULL) {
     if (op) *op = NULL;
-    return DLOCK_EINVAL;
+    return p ? dl_seterr(p->h.c, DLOCK_EINVAL, "id is NULL") : DLOCK_EINVAL;
   }
   dl_sync_call q;
   int rc = dl_sync_go_async(acquire_call(p, wait_ms, lease_ms, &q), p, &q,
@@ -328,16 +331,23 @@ int dlock_permits_force_release_async(dlock_permits *p, const char *id,
 
 int dlock_permits_validity(dlock_permits *p, const char *id, int64_t *ms) {
   if (ms) *ms = 0;
-  if (p == NULL || !valid_id(id)) return DLOCK_EINVAL;
+  if (p == NULL) return DLOCK_EINVAL;
   char owner[DL_OWNER_MAX];
-  if (owner_of(p, id, owner) != 0) return DLOCK_EINVAL;
+  if (!valid_id(id) || owner_of(p, id, owner) != 0)
+    return dl_seterr(p->h.c, DLOCK_EINVAL, "a permit id is 32 hex digits");
   pthread_mutex_lock(&p->h.c->holds_mu);
   dl_hold *h = dl_hold_find(p->h.c, p->h.key, owner);
   int64_t left = h ? dl_hold_valid_until(p->h.c, h) - dl_now_ms() : 0;
   bool lost = h && h->lost;
   pthread_mutex_unlock(&p->h.c->holds_mu);
-  if (h == NULL) return DLOCK_ENOTOWNER;
-  if (lost || left <= 0) return DLOCK_ELOST;
+  if (h == NULL)
+    return dl_seterr(p->h.c, DLOCK_ENOTOWNER,
+                     "permit %s of '%s' is not held here", id,
+                     p->h.key + p->h.c->prefix_len);
+  if (lost || left <= 0)
+    return dl_seterr(p->h.c, DLOCK_ELOST, "permit %s of '%s' was lost", id,
+                     p->h.key + p->h.c->prefix_len);
+  dl_clearerr(p->h.c);
   if (ms) *ms = left;
   return 0;
 }

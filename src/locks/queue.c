@@ -31,7 +31,8 @@ static void destroy(dl_sync_handle *h) {
 static int queue_new(dlock_client *c, const char *name, bool delayed,
                      dlock_queue **out) {
   if (out) *out = NULL;
-  if (c == NULL || out == NULL) return DLOCK_EINVAL;
+  if (c == NULL) return DLOCK_EINVAL;
+  if (out == NULL) return dl_seterr(c, DLOCK_EINVAL, "out is NULL");
   int rc = dl_check_name(c, name);
   if (rc != 0) return rc;
   dlock_queue *q = calloc(1, sizeof *q);
@@ -99,7 +100,8 @@ static int consumer_ensure(dlock_queue *q, bool track,
   }
   char owner[DL_OWNER_MAX];
   int n = snprintf(owner, sizeof owner, "%s:%s", c->id, q->consumer);
-  if (rc == 0 && (n < 0 || n >= (int)sizeof owner)) rc = DLOCK_EINVAL;
+  if (rc == 0 && (n < 0 || n >= (int)sizeof owner))
+    rc = dl_seterr(c, DLOCK_EINVAL, "the consumer's owner is too long");
   dl_hold *h = rc ? NULL : dl_hold_find(c, q->h.key, owner);
   if (h && h->lost) {
     old = dl_hold_drop(c, h);
@@ -132,6 +134,11 @@ static void consumer_of(dlock_queue *q, char id[DLOCK_PERMIT_ID_LEN]) {
   pthread_mutex_lock(&q->h.c->holds_mu);
   memcpy(id, q->consumer, DLOCK_PERMIT_ID_LEN);
   pthread_mutex_unlock(&q->h.c->holds_mu);
+}
+
+/* An output argument `what` given as NULL: DLOCK_EINVAL, told. */
+static int null_arg(dlock_queue *q, const char *what) {
+  return dl_seterr(q->h.c, DLOCK_EINVAL, "%s is NULL", what);
 }
 
 /* The checks of every call: 0, or a code (nothing sent). */
@@ -243,7 +250,7 @@ static int poll(dlock_queue *q, bool last, int64_t wait_ms, void **value,
   if (value) *value = NULL;
   if (len) *len = 0;
   int rc = checks(q, false);
-  if (rc == 0 && value == NULL) rc = DLOCK_EINVAL;
+  if (rc == 0 && value == NULL) rc = null_arg(q, "value");
   dl_queue_req r;
   poll_req(q, last, wait_ms, &r);
   return run(q, rc, &r, value, len, NULL);
@@ -291,7 +298,7 @@ int dlock_queue_poll_reliable(dlock_queue *q, int64_t wait_ms, void **value,
   if (value) *value = NULL;
   if (len) *len = 0;
   int rc = checks(q, false);
-  if (rc == 0 && value == NULL) rc = DLOCK_EINVAL;
+  if (rc == 0 && value == NULL) rc = null_arg(q, "value");
   char id[DLOCK_PERMIT_ID_LEN];
   dl_queue_req r;
   rc = reliable_req(q, rc, false, wait_ms, NULL, 0, id, &r);
@@ -315,7 +322,7 @@ int dlock_queue_take_last(dlock_queue *q, void **value, size_t *len) {
 
 static int size(dlock_queue *q, bool delayed, int64_t *n) {
   int rc = checks(q, false);
-  if (rc == 0 && n == NULL) rc = DLOCK_EINVAL;
+  if (rc == 0 && n == NULL) rc = null_arg(q, "n");
   dl_queue_req r;
   memset(&r, 0, sizeof r);
   r.op = delayed ? DL_QUEUE_SIZE_DELAYED : DL_QUEUE_SIZE;
@@ -426,7 +433,7 @@ int dlock_queue_offer_delayed_async(dlock_queue *q, int64_t delay_ms,
 static int poll_async(dlock_queue *q, bool last, int64_t wait_ms, void **value,
                       size_t *len, dlock_done_cb cb, void *ud, dlock_op **out) {
   int rc = checks(q, true);
-  if (rc == 0 && value == NULL) rc = DLOCK_EINVAL;
+  if (rc == 0 && value == NULL) rc = null_arg(q, "value");
   if (rc == 0) *value = NULL;
   dl_queue_req r;
   poll_req(q, last, wait_ms, &r);
@@ -448,7 +455,7 @@ int dlock_queue_poll_last_async(dlock_queue *q, int64_t wait_ms, void **value,
 static int size_async(dlock_queue *q, bool delayed, int64_t *n,
                       dlock_done_cb cb, void *ud, dlock_op **op) {
   int rc = checks(q, true);
-  if (rc == 0 && n == NULL) rc = DLOCK_EINVAL;
+  if (rc == 0 && n == NULL) rc = null_arg(q, "n");
   dl_queue_req r;
   memset(&r, 0, sizeof r);
   r.op = delayed ? DL_QUEUE_SIZE_DELAYED : DL_QUEUE_SIZE;
@@ -469,7 +476,7 @@ int dlock_queue_poll_reliable_async(dlock_queue *q, int64_t wait_ms,
                                     void **value, size_t *len, dlock_done_cb cb,
                                     void *ud, dlock_op **op) {
   int rc = checks(q, true);
-  if (rc == 0 && value == NULL) rc = DLOCK_EINVAL;
+  if (rc == 0 && value == NULL) rc = null_arg(q, "value");
   if (rc == 0) *value = NULL;
   char id[DLOCK_PERMIT_ID_LEN];
   dl_queue_req r;

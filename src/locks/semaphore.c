@@ -22,7 +22,8 @@ static void destroy(dl_sync_handle *h) {
 int dlock_semaphore_new(dlock_client *c, const char *name,
                         dlock_semaphore **out) {
   if (out) *out = NULL;
-  if (c == NULL || out == NULL) return DLOCK_EINVAL;
+  if (c == NULL) return DLOCK_EINVAL;
+  if (out == NULL) return dl_seterr(c, DLOCK_EINVAL, "out is NULL");
   int rc = dl_check_name(c, name);
   if (rc != 0) return rc;
   dlock_semaphore *s = calloc(1, sizeof *s);

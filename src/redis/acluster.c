@@ -111,6 +111,26 @@ static int ask_slots(acl_link *L, const char *host, int port, char *why,
   return rc;
 }
 
+/* ?pubsub=auto, on the node that just gave the map, as cluster.c's
+ * probe_sharded_on. Returns 0, or a negative code with why filled in. */
+static int probe_sharded_at(acl_link *L, const char *host, int port, char *why,
+                            size_t len) {
+  const char *argv[] = {"PUBSUB", "SHARDNUMSUB"};
+  size_t lens[] = {6, 11};
+  redisReply *r = NULL;
+  int rc = call_at(L, host, port, 2, argv, lens, &r);
+  if (rc != 0) {
+    const dlock_client *o = L->h.env->err_owner;
+    snprintf(why, len, "%s:%d: %s", host, port,
+             o ? dlock_client_errmsg(o) : dlock_client_open_errmsg());
+    return rc;
+  }
+  L->sharded = r->type == REDIS_REPLY_ARRAY;
+  L->probe = false;
+  freeReplyObject(r);
+  return 0;
+}
+
 /* Refreshes the map from the first node that answers: the known nodes,
  * then the URL's seeds (blocking: see the top). A map asked for within
  * REFRESH_GAP_MS is kept (unless `force`). Returns 0 or a negative code
@@ -125,6 +145,8 @@ static int refresh(acl_link *L, bool force) {
     const char *host = i < n ? L->nodes[i]->host : L->cfg->ep.hosts[i - n].host;
     int port = i < n ? L->nodes[i]->port : L->cfg->ep.hosts[i - n].port;
     rc = ask_slots(L, host, port, one, sizeof one);
+    if (rc == 0 && L->probe)
+      rc = probe_sharded_at(L, host, port, one, sizeof one);
     if (rc != 0 && used < sizeof why)
       used += (size_t)snprintf(why + used, sizeof why - used, "%s%s",
                                used ? "; " : "", one);
@@ -565,24 +587,6 @@ static void acl_stats(dl_rlink *base, dlock_client_stats *st) {
   }
 }
 
-/* Decides sharded (?pubsub=) as cluster.c's probe_sharded does, asking a
- * master with a blocking call. Returns 0, or the error of the master. */
-static int probe_sharded(acl_link *L) {
-  int mode = L->cfg->ep.cluster_pubsub;
-  L->sharded = mode == DL_PUBSUB_SHARDED;
-  if (mode != DL_PUBSUB_AUTO || L->h.env->backoff_max_ms > 0) return 0;
-  anode *n = dl_acl_route(L, -1);
-  if (n == NULL) return DLOCK_ECONNECT;
-  const char *argv[] = {"PUBSUB", "SHARDNUMSUB"};
-  size_t lens[] = {6, 11};
-  redisReply *r = NULL;
-  int rc = call_at(L, n->host, n->port, 2, argv, lens, &r);
-  if (rc != 0) return rc;
-  L->sharded = r->type == REDIS_REPLY_ARRAY;
-  freeReplyObject(r);
-  return 0;
-}
-
 static const dl_rlink_ops acluster_ops = {
     .name = "loop-cluster",
     .by_slot = true,
@@ -617,8 +621,11 @@ int dl_acluster_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   L->cfg = cfg;
   for (int s = 0; s < NSLOTS; s++)
     L->slots[s] = NO_NODE;
+  /* ?pubsub= decides sharded; auto asks the first node to give the map. */
+  L->sharded = cfg->ep.cluster_pubsub == DL_PUBSUB_SHARDED;
+  L->probe =
+      cfg->ep.cluster_pubsub == DL_PUBSUB_AUTO && env->backoff_max_ms <= 0;
   int rc = refresh(L, true);
-  if (rc == 0) rc = probe_sharded(L);
   if (rc != 0) {
     acl_free(&L->h.base);
     return rc;

@@ -46,6 +46,7 @@ struct acl_link {
   int64_t refreshed_ms;
   unsigned any; /* rotates keyless requests over masters */
   bool sharded; /* shard channels (cluster.c says why) */
+  bool probe;   /* ?pubsub=auto not yet decided */
   bool closing; /* from acl_free on: nothing new starts */
   apend *pend;
   /* watch_losses: applied to every node's subscriber, new ones too */
@@ -81,9 +82,8 @@ int dl_acl_masters(acl_link *L, anode **out, int max);
 void dl_acl_name_node(acl_link *L, anode *n, int rc);
 /* acrepl.c: the replicate_start entry, and the cancel of its step (h of
  * kind K_REPL). */
-int dl_acl_replicate_start(dl_rlink *base, dl_pend *p,
-                           const char *const *keys, int nkeys, int n,
-                           int timeout_ms);
+int dl_acl_replicate_start(dl_rlink *base, dl_pend *p, const char *const *keys,
+                           int nkeys, int n, int timeout_ms);
 void dl_acl_replicate_cancel(acl_link *L, apend *h);
 /* A pause until `until` on the loop's timers (the pause_start entry). */
 int dl_acl_pause_start(dl_rlink *base, dl_pend *p, int64_t until);

@@ -22,7 +22,7 @@ struct dl_areq {
   dl_areq *prev, *next;
   dl_aconn *c;
   int where; /* Q_* */
-  char *cmd; /* sds; kept until the reply, to resend one never written */
+  char *cmd; /* dl_resp_format's; kept until the reply, to resend one never written */
   size_t len;
   size_t start; /* on batch: its first byte's offset in the write buffer */
   bool ping;    /* a PING goes ahead of it; its PONG is dropped */

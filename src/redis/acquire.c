@@ -28,6 +28,10 @@
  * wait_backoff_max_ms is set. A dlock releaser's message still wakes it at
  * once. */
 #define PLAIN_POLL_MAX_MS 64
+/* An acquire without a wait limit rides out failures (ride_out) for this
+ * many command timeouts (30 s by default), as Redisson's retry attempts
+ * end. */
+#define RIDE_TIMEOUTS 10
 /* A waiter's own channel, "<channel>:<owner id>": the fair lock's wake-up
  * and the plain lock's grant. `out` has OWNER_CHANNEL_MAX bytes. */
 #define OWNER_CHANNEL_MAX (DL_DERIVED_MAX + DL_OWNER_MAX + 1)
@@ -50,6 +54,7 @@ typedef enum acq_state {
   ACQ_GRANTS,    /* the grant channel's */
   ACQ_LOOP,      /* the top of the wait */
   ACQ_ATTEMPTED, /* an attempt's reply, while waiting */
+  ACQ_RIDDEN,    /* the pause after an attempt the deployment failed */
   ACQ_WAITED,    /* a wake-up, or the sleep's end */
   ACQ_CANCELLED, /* leaving the hand-off queue */
   ACQ_GIVEN,     /* giving back a grant that came as we gave up */
@@ -70,7 +75,10 @@ typedef struct acq_op {
   int64_t queued_sent; /* when the last attempt that queued us went */
   bool reserved, grants, queued, starving, again, left;
   dl_sub *sub, *grant;
-  dl_backoff poll; /* a plain string lock's polling */
+  dl_backoff poll;   /* a plain string lock's polling */
+  int64_t ride;      /* the last pause riding out a failover (0: none yet) */
+  int64_t ride_since; /* when the failures ridden out began */
+  acq_state ride_to; /* where the attempt after it goes */
   dl_pend p;
   dl_rlock_rel rel;
   char ch[OWNER_CHANNEL_MAX], gch[OWNER_CHANNEL_MAX]; /* last: not zeroed */
@@ -165,9 +173,14 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
                         alive,
                         young,
                         propose};
-  /* A plain lock's first attempt sends only what it needs. */
+  /* A plain lock's first attempt sends only what it needs: every
+   * argument carried costs the server about as much as a fifth of a
+   * command (tests/test_cost.sh), so the defaults at the end (no holder
+   * info, no count, not starving) are left out. */
   int nkeys = fair || enqueue ? 5 : 3;
   int nargs = extra ? extra : fair ? 8 : enqueue ? 9 : 6;
+  if (nargs == 6 && !o->starving)
+    nargs = a->held != 0 ? 4 : a->info[0] ? 3 : 2;
   return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, nkeys,
                             keys, nargs, args);
 }
@@ -266,6 +279,29 @@ static void acq_init(acq_op *o, dl_redis *R, dl_acquire *a) {
   dl_backoff_init(&o->poll);
 }
 
+/* Whether a waiting acquire rides out its attempt's failure rc (a
+ * failover, a resharding, a reconnect: the master unreachable, demoted,
+ * loading, or the cluster down) by trying again after a pause, within its
+ * wait, as Redisson's retry attempts do. An attempt whose reply was lost
+ * may have run: the script takes the hold afresh when the client knows of
+ * none (ARGV[4]), so a retry is safe. Sets the pause's end in *pause_end. */
+static bool ride_out(acq_op *o, int rc, int64_t *pause_end) {
+  const dl_acquire *a = o->a;
+  if (!a->wait || atomic_load(o->R->env.closing)) return false;
+  bool transient = rc == DLOCK_ETIMEDOUT || dl_rlock_transient(o->R, rc);
+  int64_t now = dl_now_ms();
+  if (o->ride == 0) o->ride_since = now;
+  o->ride = o->ride ? (o->ride * 2 > 200 ? 200 : o->ride * 2) : 10;
+  /* A wait without a limit rides out RIDE_TIMEOUTS command timeouts of
+   * failures at most: an outage that long is reported, not hidden. */
+  if (a->deadline == INT64_MAX &&
+      now - o->ride_since >= RIDE_TIMEOUTS * o->R->env.command_timeout_ms)
+    return false;
+  if (!transient || now + o->ride >= a->deadline) return false;
+  *pause_end = now + o->ride;
+  return true;
+}
+
 /* Runs the acquire from where it stands until it waits on a step
  * (DL_PENDING) or ends: 1 acquired (a->status, token, valid_until), 0
  * refused until the deadline (a->ttl), or a negative code. */
@@ -275,11 +311,16 @@ static int acq_step(acq_op *o) {
   const dl_lock_ref *l = a->lock;
   const dl_rlink_ops *ops = R->link->ops;
   bool fair = l->kind == DL_KIND_FAIR;
-  int64_t deadline = a->deadline;
+  int64_t deadline = a->deadline, pause_end = 0;
   for (;;) {
     switch (o->st) {
     case ACQ_FIRST:
       o->rc = attempt_result(o);
+      if (o->rc < 0 && ride_out(o, o->rc, &pause_end)) {
+        o->ride_to = ACQ_FIRST;
+        goto ride;
+      }
+      if (o->rc >= 0) o->ride = 0;
       if (o->rc == 0 && o->queued) o->queued_sent = o->sent;
       if (o->rc == 0 && a->wait)
         atomic_fetch_or(l->hint, HINT_CONTENDED);
@@ -336,6 +377,11 @@ static int acq_step(acq_op *o) {
       goto doze;
     case ACQ_ATTEMPTED:
       o->rc = attempt_result(o);
+      if (o->rc < 0 && ride_out(o, o->rc, &pause_end)) {
+        o->ride_to = ACQ_ATTEMPTED;
+        goto ride;
+      }
+      if (o->rc >= 0) o->ride = 0;
       if (o->rc == 0 && o->queued) o->queued_sent = o->sent;
       if (o->rc != 0) goto out;
     doze : {
@@ -380,6 +426,19 @@ static int acq_step(acq_op *o) {
         return DL_PENDING;
       continue;
     }
+    ride:
+      o->st = ACQ_RIDDEN;
+      if (dl_redis_step_pause(R, &o->p, pause_end) == DL_PENDING)
+        return DL_PENDING;
+      continue;
+    case ACQ_RIDDEN:
+      /* The attempt again, as the one that failed was sent. */
+      if (attempt_send(o, o->ride_to,
+                       o->ride_to == ACQ_FIRST
+                           ? (fair && a->wait) || o->queued
+                           : fair || o->queued) == DL_PENDING)
+        return DL_PENDING;
+      continue;
     case ACQ_WAITED:
       if (o->queued && ops->sub_grant(R->link, o->grant, &o->tok) == 1) {
         /* Handed over by a release: the lease began after our last
@@ -508,7 +567,7 @@ int dl_redis_lock_acquire(dl_backend *b, dl_acquire *a) {
   acq_op o;
   acq_init(&o, R, a);
   rc = acq_start(&o);
-  if (rc != 1 || R->min_replicas <= 0) return rc;
+  if (rc != 1 || R->min_replicas == 0) return rc;
   /* Replica acknowledgement: a hold the replicas did not get in time could
    * vanish in a failover, so it is given back (one count: a re-entry keeps
    * the holds before it) and reported apart from "locked". */
@@ -536,7 +595,7 @@ static int acq_acked(acq_async *x, int rc) {
   for (;;) {
     switch (x->phase) {
     case AA_ACQUIRE:
-      if (rc != 1 || R->min_replicas <= 0) return rc;
+      if (rc != 1 || R->min_replicas == 0) return rc;
       x->rc = rc;
       x->phase = AA_WAIT;
       if (dl_redis_replicate_start(R, &x->o.a->lock->key, 1, &x->wait) == DL_PENDING)

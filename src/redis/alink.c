@@ -16,6 +16,9 @@ typedef struct loop_link {
   const dl_conn_config *cfg;
   dl_aconn *conn;
   dl_asub *sub;   /* NULL: waiting by backoff */
+  /* Waiting by backoff, a subscriber for loss notices only (a composite's
+   * part: watch_losses), or NULL. */
+  dl_asub *losses;
   apause *pauses; /* pending, for the close */
   bool closing;   /* from al_free on: no call on sub, no new pause */
 } loop_link;
@@ -276,7 +279,8 @@ typedef struct watch_ctx {
 static int listen_on(void *ctx, const char *channel, bool pattern,
                      size_t strip) {
   watch_ctx *w = ctx;
-  return dl_asub_listen(w->L->sub, channel, pattern, strip, w->fn, w->ud);
+  dl_asub *sub = w->L->sub ? w->L->sub : w->L->losses;
+  return dl_asub_listen(sub, channel, pattern, strip, w->fn, w->ud);
 }
 
 static void on_config(void *ud, int rc, redisReply *reply) {
@@ -292,7 +296,11 @@ static void on_config(void *ud, int rc, redisReply *reply) {
 static int al_watch_losses(dl_rlink *base, const char *revoke_channel,
                            dl_notice_fn fn, void *ud) {
   loop_link *L = (loop_link *)base;
-  if (L->sub == NULL) return 0; /* waiting by backoff: no pub/sub */
+  /* Waiting by backoff: a subscriber of its own for the notices. */
+  if (L->sub == NULL && L->losses == NULL) {
+    int rc = dl_asub_new(L->h.env->loop, L->cfg, &L->losses);
+    if (rc != 0) return rc;
+  }
   watch_ctx *w = malloc(sizeof *w);
   if (w == NULL) return DLOCK_ENOMEM;
   *w = (watch_ctx){L, fn, ud};
@@ -302,6 +310,12 @@ static int al_watch_losses(dl_rlink *base, const char *revoke_channel,
       dl_aconn_send(L->conn, 3, argv, NULL, 0, on_config, w, &rc) != NULL)
     return 0;
   free(w);
+  /* The server down (a composite's part, not connected at the open): the
+   * revocations are heard once it is up, its keyspace events are not. */
+  if (rc != DLOCK_ENOMEM && rc != 0 && L->losses) {
+    dl_clearerr(L->h.env->err_owner);
+    return 0;
+  }
   return rc;
 }
 
@@ -357,6 +371,7 @@ static void al_free(dl_rlink *base) {
   /* Waits and confirmations first: what their operations do next (a
    * request, a pause) is then failed below. */
   dl_asub_free(L->sub);
+  dl_asub_free(L->losses);
   while (L->pauses) {
     apause *a = L->pauses;
     dl_pend *p = a->p;
@@ -399,8 +414,8 @@ static const dl_rlink_ops loop_ops = {
     .cancel = al_cancel,
 };
 
-int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
-                     dl_rlink **out) {
+static int link_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                    bool lazy, dl_rlink **out) {
   *out = NULL;
   dl_scripts_init();
   loop_link *L = calloc(1, sizeof *L);
@@ -410,7 +425,7 @@ int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   L->cfg = cfg;
   int rc = dl_aconn_new(env->loop, cfg, &L->conn);
   /* Connect now, so that a wrong address fails the open at once. */
-  if (rc == 0) rc = dl_aconn_connect(L->conn);
+  if (rc == 0 && !lazy) rc = dl_aconn_connect(L->conn);
   if (rc == 0 && env->backoff_max_ms <= 0)
     rc = dl_asub_new(env->loop, cfg, &L->sub);
   if (rc != 0) {
@@ -420,4 +435,14 @@ int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   }
   *out = &L->h.base;
   return 0;
+}
+
+int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
+                     dl_rlink **out) {
+  return link_new(cfg, env, false, out);
+}
+
+int dl_loop_link_lazy(const dl_conn_config *cfg, const dl_backend_env *env,
+                      dl_rlink **out) {
+  return link_new(cfg, env, true, out);
 }

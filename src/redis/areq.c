@@ -27,7 +27,7 @@ void dl_aq_del(rq *q, dl_areq *r) {
 }
 
 void dl_aq_free(dl_areq *r) {
-  if (r->cmd) redisFreeSdsCommand(r->cmd);
+  free(r->cmd);
   free(r->kv);
   free(r);
 }
@@ -115,7 +115,7 @@ static dl_areq *req_new(dl_aconn *c, int argc, const char **argv,
                         const size_t *argvlen, dl_reply_fn fn, void *ud,
                         int *err) {
   dl_areq *r = calloc(1, sizeof *r);
-  int len = r ? redisFormatSdsCommandArgv(&r->cmd, argc, argv, argvlen) : -1;
+  int len = r ? dl_resp_format(&r->cmd, argc, argv, argvlen) : -1;
   if (len < 0) {
     free(r);
     *err = dl_seterr(c->cfg->err_owner, DLOCK_ENOMEM, "out of memory");
@@ -194,8 +194,7 @@ void dl_aq_resend_eval(dl_aconn *c, dl_areq *r) {
   int argc = dl_evargv_build(r->script, true, r->nkeys, kv, r->nargs,
                              kv + r->nkeys, &v);
   char *cmd = NULL;
-  int len = argc < 0 ? -1 : redisFormatSdsCommandArgv(&cmd, argc, v.argv,
-                                                      v.lens);
+  int len = argc < 0 ? -1 : dl_resp_format(&cmd, argc, v.argv, v.lens);
   if (argc >= 0) dl_evargv_free(&v);
   free(r->kv);
   r->kv = NULL; /* a second NOSCRIPT is an error like any other */
@@ -204,7 +203,7 @@ void dl_aq_resend_eval(dl_aconn *c, dl_areq *r) {
     dl_aq_finish(c, r, DLOCK_ENOMEM, NULL);
     return;
   }
-  redisFreeSdsCommand(r->cmd);
+  free(r->cmd);
   r->cmd = cmd;
   r->len = (size_t)len;
   r->ping = false;

@@ -397,9 +397,9 @@ static char *copy_opt(const char *s, bool *oom) {
   return c;
 }
 
-/* The backend for opts->url: its link the single one (blocking), the
- * event loop's (env->loop), or, for a part of a composite (part), a gather
- * link when blocking. */
+/* The backend for opts->url: its link the single one (blocking), or the
+ * event loop's (env->loop; for a part of a composite, `part`, connected at
+ * its first request). */
 static int backend_new(const dlock_client_options *opts,
                        const dl_backend_env *env, bool part, dl_backend **out) {
   *out = NULL;
@@ -424,6 +424,15 @@ static int backend_new(const dlock_client_options *opts,
   if (opts->password) {
     free(cfg->ep.password);
     cfg->ep.password = copy_opt(opts->password, &oom);
+  }
+  if (!oom && cfg->ep.username && cfg->ep.password == NULL) {
+    /* "pw@host" is a user without a password, which no server accepts:
+     * say so rather than send no AUTH at all. */
+    rb_free(&r->base);
+    return dl_seterr(NULL, DLOCK_EURL,
+                     "the URL names a user but no password (write "
+                     ":PASSWORD@ for a password alone, USER:PASSWORD@ for "
+                     "an ACL user; or give the password as an option)");
   }
   cfg->client_name = copy_opt(opts->client_name, &oom);
   cfg->server_name = copy_opt(opts->tls_server_name, &oom);
@@ -466,6 +475,13 @@ static int backend_new(const dlock_client_options *opts,
     rb_free(&r->base);
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   }
+  if (r->min_replicas == DLOCK_REPLICAS_AUTO && (part || r->env.loop)) {
+    rb_free(&r->base);
+    return dl_seterr(NULL, DLOCK_ENOTSUP,
+                     "min_replicas_acked DLOCK_REPLICAS_AUTO (--replicas "
+                     "auto) is not yet supported on %s",
+                     part ? "redlock://" : "an event-loop client");
+  }
   if (cfg->ep.cluster && part) {
     rb_free(&r->base);
     return dl_seterr(NULL, DLOCK_ENOTSUP,
@@ -476,10 +492,10 @@ static int backend_new(const dlock_client_options *opts,
     rc = dl_acluster_link_new(cfg, &r->env, &r->link);
   else if (cfg->ep.cluster)
     rc = dl_cluster_link_new(cfg, &r->env, opts->connections, &r->link);
+  else if (r->env.loop && part)
+    rc = dl_loop_link_lazy(cfg, &r->env, &r->link);
   else if (r->env.loop)
     rc = dl_loop_link_new(cfg, &r->env, &r->link);
-  else if (part)
-    rc = dl_gather_link_new(cfg, &r->env, &r->link);
   else
     rc = dl_single_link_new(cfg, &r->env, opts->connections, &r->link);
   if (rc != 0) {

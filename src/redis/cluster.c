@@ -27,6 +27,7 @@
 
 static void node_free(cnode *n) {
   dl_pubsub_free(n->pubsub);
+  dl_waitpool_free(&n->waits);
   for (int i = 0; i < n->nconn; i++)
     dl_conn_free(n->conns[i]);
   free(n->conns);
@@ -56,6 +57,7 @@ static int node_get(cluster_link *b, const char *host, int port) {
     c->cfg.ep.cluster = false;
     c->cfg.ep.nhosts = 0;
     c->cfg.ep.hosts = NULL;
+    dl_waitpool_init(&c->waits, &c->cfg);
     c->conns = calloc((size_t)b->nconn, sizeof *c->conns);
     int rc = c->conns ? 0 : DLOCK_ENOMEM;
     for (; rc == 0 && c->nconn < b->nconn; c->nconn++)
@@ -103,7 +105,30 @@ static int apply_slots(cluster_link *b, const redisReply *r,
   return dl_slots_parse(r, asked, apply_range, b);
 }
 
-/* Asks one server for the map: 0, or a negative code with why filled in. */
+/* ?pubsub=auto, on the server that just gave the map (it answers: a
+ * master chosen by slot may be the one a failover is replacing): shard
+ * channels if it knows PUBSUB SHARDNUMSUB (Redis 7), as Redisson's AUTO
+ * mode decides. Returns 0, or a negative code with why filled in. */
+static int probe_sharded_on(cluster_link *b, dl_conn *conn, const char *host,
+                            int port, char *why, size_t len) {
+  const char *argv[] = {"PUBSUB", "SHARDNUMSUB"};
+  size_t lens[] = {6, 11};
+  redisReply *r = NULL;
+  int rc = dl_conn_call(conn, 2, argv, lens, &r);
+  if (rc != 0) {
+    const dlock_client *o = b->env->err_owner;
+    snprintf(why, len, "%s:%d: %s", host, port,
+             o ? dlock_client_errmsg(o) : dlock_client_open_errmsg());
+    return rc;
+  }
+  b->sharded = r->type == REDIS_REPLY_ARRAY;
+  b->probe = false;
+  freeReplyObject(r);
+  return 0;
+}
+
+/* Asks one server for the map (and, the first time, the probe above): 0,
+ * or a negative code with why filled in. */
 static int ask_slots(cluster_link *b, dl_conn *conn, const char *host, int port,
                      char *why, size_t len) {
   const char *argv[] = {"CLUSTER", "SLOTS"};
@@ -126,6 +151,7 @@ static int ask_slots(cluster_link *b, dl_conn *conn, const char *host, int port,
                port);
   }
   freeReplyObject(r);
+  if (rc == 0 && b->probe) rc = probe_sharded_on(b, conn, host, port, why, len);
   return rc;
 }
 
@@ -226,7 +252,7 @@ typedef struct creq {
   dl_req *req;
   bool asking;
   bool fixed; /* for this node only (run_on's), never routed elsewhere */
-  bool sent; /* reached the connection (a failure after may have run it) */
+  bool sent;  /* reached the connection (a failure after may have run it) */
   redisReply *reply;
   int err;
 } creq;
@@ -330,8 +356,7 @@ static void creq_finish_(cluster_link *b, creq *q, int64_t deadline) {
       pause = pause * 2 > 500 ? 500 : pause * 2;
       if (atomic_load(b->env->closing)) return;
       /* A request for one node (a scan's master) stays with it. */
-      if ((refresh(b, false) == 0 || q->slot >= 0) && !q->fixed)
-        q->node = NULL;
+      if ((refresh(b, false) == 0 || q->slot >= 0) && !q->fixed) q->node = NULL;
     } else {
       if (q->err != 0 && q->sent) (void)refresh(b, false); /* for the next */
       return;
@@ -497,10 +522,10 @@ static int cl_command(dl_rlink *base, int argc, const char **argv,
   return cl_command_bin(base, argc, argv, lens, reply);
 }
 
-/* Marker and WAIT on one connection of node (see redis.h's replicate). */
+/* Marker and WAIT on a connection of node's own (redis.h's dl_waitpool). */
 static int replicate_on(cluster_link *b, cnode *node, int n, int timeout_ms) {
-  return dl_conn_replicate(dl_cl_pick(node), n, timeout_ms,
-                           b->env->command_timeout_ms, b->env->err_owner);
+  return dl_waitpool_replicate(&node->waits, n, timeout_ms,
+                               b->env->command_timeout_ms, b->env->err_owner);
 }
 
 static int cl_replicate(dl_rlink *base, const char *const *keys, int nkeys,
@@ -549,23 +574,6 @@ static void cl_stats(dl_rlink *base, dlock_client_stats *st) {
   }
 }
 
-/* Decides sharded (?pubsub=): auto asks a master for PUBSUB SHARDNUMSUB
- * (Redis 7), as Redisson's AUTO mode does. Returns 0, or the error of a
- * master that could not be asked. */
-static int probe_sharded(cluster_link *b) {
-  int mode = b->cfg->ep.cluster_pubsub;
-  b->sharded = mode == DL_PUBSUB_SHARDED;
-  if (mode != DL_PUBSUB_AUTO || b->env->backoff_max_ms > 0) return 0;
-  const char *argv[] = {"PUBSUB", "SHARDNUMSUB"};
-  size_t lens[] = {6, 11};
-  redisReply *r = NULL;
-  int rc = run_on(b, NULL, -1, 2, argv, lens, &r);
-  if (rc != 0) return rc;
-  b->sharded = r->type == REDIS_REPLY_ARRAY;
-  freeReplyObject(r);
-  return 0;
-}
-
 static const dl_rlink_ops cluster_ops = {
     .name = "cluster",
     .by_slot = true,
@@ -598,8 +606,11 @@ int dl_cluster_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   pthread_mutex_init(&b->refresh_mu, NULL);
   for (int s = 0; s < NSLOTS; s++)
     atomic_init(&b->slots[s], NO_NODE);
+  /* ?pubsub= decides sharded; auto asks the first node to give the map. */
+  b->sharded = cfg->ep.cluster_pubsub == DL_PUBSUB_SHARDED;
+  b->probe =
+      cfg->ep.cluster_pubsub == DL_PUBSUB_AUTO && env->backoff_max_ms <= 0;
   int rc = refresh(b, true);
-  if (rc == 0) rc = probe_sharded(b);
   if (rc != 0) {
     cl_free(&b->base);
     return rc;

@@ -22,6 +22,7 @@ typedef struct cnode {
   int nconn;
   atomic_uint next;
   dl_pubsub *pubsub; /* NULL when waiting by backoff */
+  dl_waitpool waits; /* replica acknowledgement's own connections */
   bool listening;    /* watch_losses applied (under refresh_mu) */
 } cnode;
 
@@ -38,6 +39,7 @@ typedef struct cluster_link {
   int64_t refreshed_ms;        /* under refresh_mu */
   atomic_uint any;             /* rotates keyless requests over masters */
   bool sharded;                /* shard channels (see the top) */
+  bool probe;                  /* ?pubsub=auto not yet decided */
   /* watch_losses: applied to every node's subscriber, new ones too */
   char *revoke;
   dl_notice_fn notice;

@@ -55,7 +55,7 @@ struct dl_req {
 
 static void req_put(dl_req *r) {
   if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) {
-    if (r->cmd) redisFreeSdsCommand(r->cmd);
+    free(r->cmd);
     if (r->reply) freeReplyObject(r->reply);
     free(r);
   }
@@ -78,6 +78,7 @@ struct dl_conn {
   int64_t next_connect_ms;
   int backoff_ms;
   int last_err;
+  bool last_named; /* the last connect's dl_target named (failing over) */
   char last_msg[256];
   dl_req *outq, *outq_tail;
   dl_req *infl, *infl_tail;
@@ -214,6 +215,7 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
     } else {
       c->state = CONN_DOWN;
       c->last_err = rc;
+      c->last_named = rc == DLOCK_ECONNECT && t.named;
       snprintf(c->last_msg, sizeof c->last_msg, "%s", msg);
       c->next_connect_ms = dl_now_ms() + c->backoff_ms;
       c->backoff_ms *= 2;
@@ -229,6 +231,13 @@ void dl_conn_drop(dl_conn *c, int err, const char *why) {
   pthread_mutex_lock(&c->mu);
   conn_fail(c, err, why);
   pthread_mutex_unlock(&c->mu);
+}
+
+bool dl_conn_failing_over(dl_conn *c) {
+  pthread_mutex_lock(&c->mu);
+  bool named = c->state == CONN_DOWN && c->last_named;
+  pthread_mutex_unlock(&c->mu);
+  return named;
 }
 
 int dl_conn_connect(dl_conn *c) {
@@ -265,7 +274,7 @@ static void do_write(dl_conn *c, int64_t deadline) {
         }
         memcpy(buf + off, r->cmd, r->len);
         off += r->len;
-        redisFreeSdsCommand(r->cmd);
+        free(r->cmd);
         r->cmd = NULL;
       }
     } else {
@@ -283,8 +292,7 @@ static void do_write(dl_conn *c, int64_t deadline) {
     h->refs++;
     pthread_mutex_unlock(&c->mu);
     int rc = dl_io_write(h->io, buf, total, deadline);
-    if (single) redisFreeSdsCommand(buf);
-    else free(buf);
+    free(buf);
     pthread_mutex_lock(&c->mu);
     if (rc != 0 && c->cur == h)
       conn_fail(c, rc == DLOCK_ETIMEDOUT ? DLOCK_ETIMEDOUT : DLOCK_ECONNLOST,
@@ -391,7 +399,7 @@ static dl_req *conn_send(dl_conn *c, int argc, const char **argv,
     *err = conn_err(c, DLOCK_ENOMEM, "out of memory");
     return NULL;
   }
-  int len = redisFormatSdsCommandArgv(&r->cmd, argc, argv, argvlen);
+  int len = dl_resp_format(&r->cmd, argc, argv, argvlen);
   if (len < 0) {
     free(r);
     *err = conn_err(c, DLOCK_ENOMEM, "out of memory");
@@ -410,7 +418,7 @@ static dl_req *conn_send(dl_conn *c, int argc, const char **argv,
   int rc = ensure_up(c, deadline);
   if (rc != 0) {
     pthread_mutex_unlock(&c->mu);
-    redisFreeSdsCommand(r->cmd);
+    free(r->cmd);
     free(r);
     *err = rc;
     return NULL;

@@ -68,6 +68,7 @@ static int inspect_fill(dl_redis *R, redisReply *r, dlock_lock_state *st) {
                     ? r->element[3]->integer
                     : -1;
   st->held_ms = -1;
+  bool foreign = false; /* a field no lock has: an application's hash */
   for (size_t i = 0; i + 1 < all->elements; i += 2) {
     redisReply *f = all->element[i], *v = all->element[i + 1];
     bool strs = f->type == REDIS_REPLY_STRING && v->type == REDIS_REPLY_STRING;
@@ -85,7 +86,14 @@ static int inspect_fill(dl_redis *R, redisReply *r, dlock_lock_state *st) {
         snprintf(st->owner, sizeof st->owner, "%s", f->str);
         st->hold_count = atoi(v->str);
       }
+    } else if (!strs || strncmp(f->str, "dlock:", 6) != 0) {
+      foreign = true;
     }
+  }
+  if (foreign) { /* as lock_force_release.lua: not a lock, nobody holds it */
+    st->holders = st->readers = st->hold_count = 0;
+    st->owner[0] = st->mode[0] = st->info[0] = '\0';
+    st->held_ms = -1;
   }
   st->held = st->holders > 0;
   if (st->mode[0] == '\0') st->readers = 0; /* not a read-write lock */
@@ -141,6 +149,9 @@ static int inspect_result(dl_reqop *x) {
   if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
       r->element[1]->type == REDIS_REPLY_INTEGER)
     q->st->waiters = (int)r->element[1]->integer;
+  /* A fair lock's waiters listen on channels of their own (and the
+   * hand-off queue's on theirs): every one queued waits. */
+  if (q->st->waiters < q->st->queued) q->st->waiters = q->st->queued;
   freeReplyObject(r);
   return 0;
 }

@@ -15,6 +15,7 @@ typedef struct single_link {
   dl_conn **conns;
   atomic_uint next;
   dl_pubsub *pubsub;
+  dl_waitpool waits; /* replica acknowledgement's own connections */
 } single_link;
 
 static dl_conn *pick(single_link *b) {
@@ -167,8 +168,34 @@ static int ack_kind(dl_conn *conn) {
   return kind;
 }
 
+/* DLOCK_REPLICAS_AUTO: the replicas the master on conn has now (ROLE),
+ * or a negative code. */
+static int replicas_now(dl_conn *conn, const struct dlock_client *owner) {
+  const char *role[1] = {"ROLE"};
+  size_t rlen[1] = {4};
+  redisReply *r = NULL;
+  int rc = dl_conn_call(conn, 1, role, rlen, &r);
+  if (rc == 0) rc = dl_reply_check(owner, &r);
+  if (rc != 0) return rc;
+  int m = -1;
+  if (r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+      r->element[0]->type == REDIS_REPLY_STRING &&
+      strcmp(r->element[0]->str, "master") == 0 &&
+      r->element[2]->type == REDIS_REPLY_ARRAY)
+    m = r->element[2]->elements > 1000 ? 1000 : (int)r->element[2]->elements;
+  freeReplyObject(r);
+  return m >= 0 ? m
+                : dl_seterr(owner, DLOCK_EREADONLY,
+                            "ROLE: the server is not a master");
+}
+
 int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
                       int command_timeout_ms, const struct dlock_client *owner) {
+  int want = n;
+  if (n == DLOCK_REPLICAS_AUTO) {
+    n = replicas_now(conn, owner);
+    if (n <= 0) return n; /* none to wait for, or the error */
+  }
   char ns[16], ts[16];
   snprintf(ns, sizeof ns, "%d", n);
   snprintf(ts, sizeof ts, "%d", timeout_ms);
@@ -204,6 +231,45 @@ int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
                    aof ? "WAITAOF" : "WAIT");
   if (rc == 0) rc = got > 1000000 ? 1000000 : (int)got;
   if (wr) freeReplyObject(wr);
+  if (want == DLOCK_REPLICAS_AUTO && rc >= 0 && rc < n)
+    rc = dl_seterr(owner, DLOCK_ENOTACKED,
+                   "%d of the %d replicas the master has acknowledged within "
+                   "%d ms",
+                   rc, n, timeout_ms);
+  return rc;
+}
+
+void dl_waitpool_init(dl_waitpool *p, const dl_conn_config *cfg) {
+  pthread_mutex_init(&p->mu, NULL);
+  p->cfg = cfg;
+  p->nidle = 0;
+}
+
+void dl_waitpool_free(dl_waitpool *p) {
+  for (int i = 0; i < p->nidle; i++)
+    dl_conn_free(p->idle[i]);
+  p->nidle = 0;
+  pthread_mutex_destroy(&p->mu);
+}
+
+int dl_waitpool_replicate(dl_waitpool *p, int n, int timeout_ms,
+                          int command_timeout_ms,
+                          const struct dlock_client *owner) {
+  pthread_mutex_lock(&p->mu);
+  dl_conn *c = p->nidle > 0 ? p->idle[--p->nidle] : NULL;
+  pthread_mutex_unlock(&p->mu);
+  if (c == NULL) {
+    int rc = dl_conn_new(p->cfg, &c);
+    if (rc != 0) return dl_seterr(owner, rc, "out of memory");
+  }
+  int rc = dl_conn_replicate(c, n, timeout_ms, command_timeout_ms, owner);
+  pthread_mutex_lock(&p->mu);
+  if (p->nidle < (int)(sizeof p->idle / sizeof p->idle[0])) {
+    p->idle[p->nidle++] = c;
+    c = NULL;
+  }
+  pthread_mutex_unlock(&p->mu);
+  dl_conn_free(c); /* enough are kept */
   return rc;
 }
 
@@ -211,8 +277,8 @@ static int rb_replicate(dl_rlink *base, const char *const *keys, int nkeys,
                         int n, int timeout_ms) {
   single_link *b = (single_link *)base;
   (void)keys, (void)nkeys; /* one server */
-  return dl_conn_replicate(pick(b), n, timeout_ms, b->env->command_timeout_ms,
-                           b->env->err_owner);
+  return dl_waitpool_replicate(&b->waits, n, timeout_ms,
+                               b->env->command_timeout_ms, b->env->err_owner);
 }
 
 typedef dl_backoff backoff;
@@ -371,6 +437,7 @@ static void rb_free(dl_rlink *base) {
   if (b == NULL) return;
   dl_pubsub_free(b->pubsub);
   for (int i = 0; i < b->nconn; i++) dl_conn_free(b->conns[i]);
+  dl_waitpool_free(&b->waits);
   free(b->conns);
   free(b);
 }
@@ -410,6 +477,7 @@ static int single_new(const dl_conn_config *cfg, const dl_backend_env *env,
   b->base.ops = &single_ops;
   b->env = env;
   b->cfg = cfg;
+  dl_waitpool_init(&b->waits, cfg);
   b->conns = calloc((size_t)nconn, sizeof *b->conns);
   if (b->conns == NULL) {
     free(b);
@@ -421,6 +489,14 @@ static int single_new(const dl_conn_config *cfg, const dl_backend_env *env,
     if (rc != 0) break;
   }
   if (rc == 0 && !lazy) rc = dl_conn_connect(b->conns[0]);
+  /* The sentinels answer and name a master that cannot be used yet: a
+   * failover under way. The open succeeds (its first request connects, and
+   * a wait rides the failover out), as it would have a moment before. */
+  if (rc == DLOCK_ECONNECT && cfg->ep.master_name &&
+      dl_conn_failing_over(b->conns[0])) {
+    dl_clearerr(env->err_owner);
+    rc = 0;
+  }
   if (rc == 0 && !lazy && env->backoff_max_ms <= 0)
     rc = dl_pubsub_new(cfg, &b->pubsub);
   if (rc != 0) {

@@ -17,15 +17,24 @@
 
 /* ---- release, a state machine (see dl_pend) ---- */
 
-/* A release's result is kept on the server this many command timeouts, so
- * that a retry of it (below) finds it. */
+/* A release that fails as a failover makes requests fail is sent again
+ * for up to one command timeout and this long (then the hold is left to
+ * its lease): a Sentinel or Cluster failover takes a few seconds, and a
+ * name left locked for a whole lease after one master's death blocks
+ * everyone. */
+#define RELEASE_RIDE_MS 6000
+/* A release's result is kept on the server this many command timeouts and
+ * RELEASE_RIDE_MS, so that a retry of it (below) finds it. */
 #define LATCH_TIMEOUTS 3
 
-/* Whether a release that failed with rc is sent again: the connection
- * dropped, perhaps after the server ran it (its reply lost). The connection
- * reconnects at once. Not after a timeout (no time is left), nor when the
- * server cannot be reached (the retry could not get through either). */
-static bool release_retriable(int rc) { return rc == DLOCK_ECONNLOST; }
+bool dl_rlock_transient(const dl_redis *R, int rc) {
+  if (rc == DLOCK_ECONNECT || rc == DLOCK_ECONNLOST || rc == DLOCK_EREADONLY)
+    return true;
+  if (rc != DLOCK_ESERVER || R->env.err_owner == NULL) return false;
+  const char *m = dlock_client_errmsg(R->env.err_owner);
+  return strstr(m, "CLUSTERDOWN") || strstr(m, "MASTERDOWN") ||
+         strstr(m, "LOADING") || strstr(m, "TRYAGAIN");
+}
 
 
 /* Sends the release (again, with o->retry). Returns 0 or DL_PENDING. */
@@ -35,7 +44,8 @@ static int rel_send(dl_rlock_rel *o) {
   char lease[DL_INT_BUF], cnt[DL_INT_BUF], keep[DL_INT_BUF];
   dl_fmt_ll(lease, o->lease_ms);
   dl_fmt_ll(cnt, o->count);
-  dl_fmt_ll(keep, (long long)LATCH_TIMEOUTS * R->env.command_timeout_ms);
+  dl_fmt_ll(keep, (long long)LATCH_TIMEOUTS * R->env.command_timeout_ms +
+                      RELEASE_RIDE_MS);
   char ch[DL_DERIVED_MAX], qk[DL_DERIVED_MAX], wk[DL_DERIVED_MAX],
       tk[DL_DERIVED_MAX], hk[DL_DERIVED_MAX], latch[DL_DERIVED_MAX + 48];
   /* "<derived latch name>:<request id>" (no snprintf: the hot path). */
@@ -43,7 +53,7 @@ static int rel_send(dl_rlock_rel *o) {
   latch[n++] = ':';
   memcpy(latch + n, o->id, strlen(o->id) + 1);
   const char *retry = o->retry ? "1" : "0"; /* only a retry finds a latch */
-  const char *keys[7], *args[6];
+  const char *keys[7], *args[5];
   int script, nkeys, nargs;
   if (is_rw(l)) {
     script = DL_SCRIPT_RW_RELEASE;
@@ -64,13 +74,12 @@ static int rel_send(dl_rlock_rel *o) {
     keys[1] = CHANNEL(l, ch);
     keys[2] = latch;
     nkeys = 3;
-    args[0] = UNLOCK_MESSAGE;
-    args[1] = lease;
-    args[2] = l->owner;
-    args[3] = cnt;
-    args[4] = keep;
-    args[5] = retry;
-    nargs = 6;
+    args[0] = l->owner;
+    args[1] = cnt;
+    args[2] = keep;
+    args[3] = lease;
+    args[4] = retry;
+    nargs = o->retry ? 5 : o->count > 1 ? 4 : 3; /* see the script */
   } else {
     /* The fair lock wakes its first waiter; the plain lock hands itself to
      * the first of its hand-off queue. */
@@ -87,13 +96,12 @@ static int rel_send(dl_rlock_rel *o) {
       nkeys = 6;
     }
     keys[nkeys++] = latch;
-    args[0] = UNLOCK_MESSAGE;
-    args[1] = lease;
-    args[2] = l->owner;
-    args[3] = cnt;
-    args[4] = keep;
-    args[5] = retry;
-    nargs = 6;
+    args[0] = l->owner;
+    args[1] = cnt;
+    args[2] = keep;
+    args[3] = lease;
+    args[4] = retry;
+    nargs = o->retry ? 5 : o->count > 1 ? 4 : 3; /* see the script */ /* a first send leaves the default out */
   }
   o->st = REL_SENT;
   return dl_redis_step_eval(R, &o->p, o->until, script | o->wake_first, nkeys,
@@ -101,12 +109,15 @@ static int rel_send(dl_rlock_rel *o) {
 }
 
 /* Idempotent on retry, as Redisson's unlock: each release has a request id,
- * and the script keeps its result for LATCH_TIMEOUTS command timeouts in
- * "redisson_unlock_latch:{name}:<request id>" (the lock's slot). A release
- * whose connection failed (the reply may have been lost after the server ran
- * it) is sent again, with the same id, for up to one command timeout from
- * the first send (or until `end`, if sooner and not 0); a retry that finds
- * the latch returns the first result instead of "not the owner".
+ * and the script keeps its result for LATCH_TIMEOUTS command timeouts (and
+ * RELEASE_RIDE_MS) in "redisson_unlock_latch:{name}:<request id>" (the
+ * lock's slot; the latch and the release reach a replica together, in the
+ * script's effects). A release that failed as in a failover
+ * (dl_rlock_transient: the reply may have been lost after the server ran
+ * it) is sent again, with the same id, after growing pauses, for up to one
+ * command timeout and RELEASE_RIDE_MS from the first send (or until `end`,
+ * if sooner and not 0); a retry that finds the latch returns the first
+ * result instead of "not the owner".
  * Request ids are "<nonce>:<seq>": unique across processes even with an
  * explicit client id. Returns 0 (go on with rel_step) or DL_PENDING. */
 int dl_rlock_rel_start(dl_rlock_rel *o, dl_redis *R, const dl_lock_ref *l,
@@ -115,7 +126,7 @@ int dl_rlock_rel_start(dl_rlock_rel *o, dl_redis *R, const dl_lock_ref *l,
   o->l = l;
   o->lease_ms = lease_ms;
   o->count = count;
-  o->until = dl_now_ms() + R->env.command_timeout_ms;
+  o->until = dl_now_ms() + R->env.command_timeout_ms + RELEASE_RIDE_MS;
   if (end != 0 && end < o->until) o->until = end;
   o->pause = 0;
   o->retry = false;
@@ -133,7 +144,7 @@ int dl_rlock_rel_start(dl_rlock_rel *o, dl_redis *R, const dl_lock_ref *l,
 int dl_rlock_rel_step(dl_rlock_rel *o) {
   for (;;) {
     if (o->st == REL_PAUSED) {
-      o->pause = o->pause ? 2 * o->pause : 5;
+      o->pause = o->pause ? (2 * o->pause > 200 ? 200 : 2 * o->pause) : 5;
       o->retry = true;
       if (rel_send(o) == DL_PENDING) return DL_PENDING;
       continue;
@@ -141,7 +152,7 @@ int dl_rlock_rel_step(dl_rlock_rel *o) {
     /* REL_SENT */
     int rc = o->p.rc;
     int64_t now = dl_now_ms(), left = o->until - now;
-    if (rc != 0 && release_retriable(rc) && left > 0 &&
+    if (rc != 0 && dl_rlock_transient(o->R, rc) && left > 0 &&
         !atomic_load(o->R->env.closing)) {
       /* The connection reconnects at once after a failure, then backs off:
        * do not spin on its "next reconnect in" answer. */
@@ -383,7 +394,7 @@ static int rel_async_step(dl_shell *sh) {
     return x->rc;
   }
   int rc = dl_rlock_rel_step(&x->o);
-  if (rc == DL_PENDING || rc < 0 || sh->head.R->min_replicas <= 0) return rc;
+  if (rc == DL_PENDING || rc < 0 || sh->head.R->min_replicas == 0) return rc;
   x->rc = rc;
   x->waiting = true;
   if (dl_redis_replicate_start(sh->head.R, &x->o.l->key, 1, &x->wait) == DL_PENDING)

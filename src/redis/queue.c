@@ -16,7 +16,8 @@
  * the zset "redisson_delay_queue_timeout:{Q}" scored by due epoch ms, the
  * list "redisson_delay_queue:{Q}", the channel
  * "redisson_delay_queue_channel:{Q}", each element packed as Redisson
- * packs it (delay_offer.lua). A delayed handle's poll is delay_poll.lua:
+ * packs it, its id chosen so that ties leave in offer order
+ * (delay_offer.lua). A delayed handle's poll is delay_poll.lua:
  * it moves whatever is due by the server's clock to Q, then pops; its
  * answer says when the next element is due, which bounds the sleep (the
  * timer Redisson's QueueTransferTask keeps), and a dlock delayed offer

@@ -42,10 +42,14 @@ typedef struct dl_target {
   dl_endpoint ep; /* borrows cfg->ep's strings; host points into hostbuf */
   char hostbuf[256];
   unsigned gen; /* the failovers heard of before it was resolved */
+  bool named;   /* on DLOCK_ECONNECT: a sentinel named a master that could
+                   not be used (unreachable, not yet ROLE master): a
+                   failover under way, not a wrong URL */
 } dl_target;
 /* Fills *t. Returns 0, or a negative code with err set (DLOCK_ECONNECT:
- * no sentinel answered, or none knows the master's name; the detail says
- * which sentinel said what). Thread-safe. */
+ * no sentinel answered, or none knows the master's name, or none named a
+ * usable master (t->named); DLOCK_EAUTH: the sentinels refused us; the
+ * detail says which sentinel said what). Thread-safe. */
 int dl_conn_target(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
                    char *err, size_t errlen);
 /* Whether a failover was heard of since a connection resolved with gen
@@ -64,6 +68,9 @@ void dl_sentinel_watch_stop(dl_conn_config *cfg);
 int dl_conn_new(const dl_conn_config *cfg, dl_conn **out);
 /* Connects now; returns 0 or a negative code (detail recorded). */
 int dl_conn_connect(dl_conn *c);
+/* Whether c's last connect failed only because the master the sentinels
+ * named could not be used yet (dl_target's named): a failover under way. */
+bool dl_conn_failing_over(dl_conn *c);
 void dl_conn_free(dl_conn *c);
 /* Closes the connection now: what is in flight on it fails with err (why
  * its detail); the next request reconnects (asking the resolver again). */
@@ -108,6 +115,24 @@ uint64_t dl_conn_batches(dl_conn *c);
  * detail recorded for owner. */
 int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
                       int command_timeout_ms, const struct dlock_client *owner);
+
+/* Connections for dl_conn_replicate apart from the command connections
+ * (link.c): WAIT blocks the connection it is sent on, so a WAIT on a
+ * command connection held up every request behind it (a ping waited out
+ * a stalled replica's timeout). Each replicate takes an idle one, or a
+ * new one, and gives it back; a few are kept. */
+typedef struct dl_waitpool {
+  pthread_mutex_t mu;
+  const dl_conn_config *cfg;
+  dl_conn *idle[8];
+  int nidle;
+} dl_waitpool;
+void dl_waitpool_init(dl_waitpool *p, const dl_conn_config *cfg);
+void dl_waitpool_free(dl_waitpool *p);
+/* dl_conn_replicate on a connection of p. */
+int dl_waitpool_replicate(dl_waitpool *p, int n, int timeout_ms,
+                          int command_timeout_ms,
+                          const struct dlock_client *owner);
 
 /* Sets up a freshly connected socket: AUTH, SELECT, CLIENT SETNAME. */
 int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
@@ -336,6 +361,9 @@ int dl_loop_refuse_sub_wait(dl_rlink *base, dl_sub *s, int64_t deadline,
  * the operations through their *_start steps only. */
 int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
                      dl_rlink **out);
+/* The same, connected at its first request (a composite's part). */
+int dl_loop_link_lazy(const dl_conn_config *cfg, const dl_backend_env *env,
+                      dl_rlink **out);
 
 /* The cluster link (cluster.c): requests routed by their key's slot to
  * the master that owns it (the map read at the open from a node of
@@ -502,9 +530,8 @@ int dl_redis_renew_async(dl_backend *base, int64_t deadline, int64_t lease_ms,
 /* The backend for redis://, rediss:// and unix:// URLs (one server). */
 int dl_redis_backend_new(const dlock_client_options *opts,
                          const dl_backend_env *env, dl_backend **out);
-/* One server of a composite (redlock.c): as dl_redis_backend_new, but on
- * a blocking client its link is a gather link (gather.c), which does not
- * connect before its first request. */
+/* One server of a composite (redlock.c): as dl_redis_backend_new on
+ * env->loop (always set), but its link connects at its first request. */
 int dl_redis_part_new(const dlock_client_options *opts,
                       const dl_backend_env *env, dl_backend **out);
 /* The Redlock backend for redlock:// URLs (redlock.c). */
@@ -538,23 +565,6 @@ int dl_single_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
  * open is not an error); *conn its connection. */
 int dl_single_link_lazy(const dl_conn_config *cfg, const dl_backend_env *env,
                         dl_rlink **out, dl_conn **conn);
-
-/* ---- gather.c: one server of a composite, its steps completed by the
- * calling thread ----
- * dl_gather_begin makes g the calling thread's gathering (saving the one
- * before in *saved): the steps that operations on gather links start on
- * this thread go out at once and are recorded in g. dl_gather_run then
- * completes them (answers in order, then pauses), calling each step's
- * resume, until *done: 0, or DLOCK_EINVAL if nothing is left that could
- * set it. dl_gather_end(saved) restores the thread's gathering. */
-typedef struct dl_gather {
-  void *head, *tail;
-} dl_gather;
-void dl_gather_begin(dl_gather *g, dl_gather **saved);
-int dl_gather_run(dl_gather *g, const bool *done);
-void dl_gather_end(dl_gather *saved);
-int dl_gather_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
-                       dl_rlink **out);
 
 /* Counters for tests and the benchmark (b: a dl_redis_backend_new one):
  * the link's (any link), and the single link's reader role (0, false for
@@ -811,9 +821,22 @@ typedef struct dl_evargv {
 int dl_evargv_build(int script, bool body, int nkeys, const char *const *keys,
                     int nargs, const char *const *args, dl_evargv *v);
 void dl_evargv_free(dl_evargv *v);
-/* An error reply becomes its code (the server's text recorded for owner,
- * the reply freed, *reply NULL); any other reply is kept and 0 returned. */
+/* Formats a command (RESP: an array of argc bulk strings; lens NULL: each
+ * argv[i] a C string) into *out, a malloc'd buffer the caller frees with
+ * free(). Returns its length, or -1 out of memory (*out NULL). */
+int dl_resp_format(char **out, int argc, const char *const *argv,
+                   const size_t *lens);
+/* An error reply becomes its code (the server's text, as
+ * dl_reply_error_text gives it, recorded for owner, the reply freed,
+ * *reply NULL); any other reply is kept and 0 returned. */
 int dl_reply_check(const struct dlock_client *owner, struct redisReply **reply);
+/* An error reply's text `in` as a user may read it, in out (len bytes):
+ * without what Redis adds to an error inside a script (Redis 7's " script:
+ * <sha>, on @user_script:N." after it, Redis 6's "ERR Error running script
+ * (call to f_<sha>): @user_script:N: " before it), and without a Lua
+ * error's text (a failed script is dlock's bug, never the user's to read:
+ * a fixed text instead). */
+void dl_reply_error_text(const char *in, char *out, size_t len);
 /* Whether r is the NOSCRIPT error (the script cache lost the script). */
 bool dl_reply_noscript(const struct redisReply *r);
 /* Whether r is a READONLY error (the server is a replica now). */

@@ -13,46 +13,132 @@
  * - renewal: a hold is held when a quorum renewed it in time, gone when a
  *   quorum can no longer have it, else unknown;
  * - release, force release, queries: on all, the answers combined.
- * The parts run their *_async operations: on the client's loop for an
- * event-loop client; for a blocking client on gather links (gather.c),
- * whose steps the calling thread completes, so that a blocking call, too,
- * asks every server before it waits for any. The lock kinds and their
- * layouts are the parts' own (the Redis lock family). */
+ * A round is decided as soon as its answers so far settle it (a quorum
+ * granted, or a quorum has become impossible; a query's answer cannot
+ * change): the call returns then, and a stalled server's operation goes
+ * on in the background, on the loop: a grant that comes after the round
+ * was decided is given back (released on that server), and the operation
+ * is freed when its last part has answered. A server still busy with an
+ * earlier attempt of the same call counts as not answering the next.
+ * The parts run their *_async operations on a loop: the client's for an
+ * event-loop client; for a blocking client a private loop on a thread of
+ * its own (rlloop.c), which the blocking call waits on. The lock kinds and
+ * their layouts are the parts' own (the Redis lock family). */
 #include "redlock.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 static void step(rl_op *o);
+static bool start_part(rl_op *o, int i, int phase);
 
-/* Ends o with result: the blocking call reads it; an event-loop
- * operation tells its caller from the loop (a result reached within the
- * call that started it goes out after a pause of 0). */
+/* Frees o once its result is told and no part's operation is left. */
+static void maybe_free(rl_op *o) {
+  if (!o->delivered || o->left > 0) return;
+  free(o->copies);
+  free(o->snaps);
+  free(o->lbuf);
+  free(o->info);
+  free(o);
+}
+
+/* Tells o's caller its result (from the loop). From then on o uses none of
+ * the caller's memory. */
+static void tell(rl_op *o) {
+  o->st = ST_DONE;
+  o->delivered = true;
+  dl_done_fn done = o->head.done;
+  void *ud = o->head.ud;
+  int result = o->result;
+  o->a = NULL;
+  o->items = NULL;
+  o->calls = NULL;
+  o->v = NULL;
+  done(ud, result);
+  maybe_free(o);
+}
+
+/* Ends o with result: its caller is told from the loop (a result reached
+ * within the call that started it goes out after a pause of 0); what is
+ * still in flight on the parts goes on. */
 static void finish(rl_op *o, int result) {
   o->result = result;
-  if (o->async && o->starting && o->st != ST_DELIVER) {
+  o->decided = true;
+  if (o->starting && o->st != ST_DELIVER) {
     o->st = ST_DELIVER;
     if (!o->B->closing &&
         dl_redis_step_pause(part0(o->B), &o->pause, dl_now_ms()) == DL_PENDING)
       return;
   }
-  o->finished = true;
-  free(o->copies);
-  o->copies = NULL;
-  if (!o->async || o->starting) return; /* the call that runs it reads it */
-  dl_done_fn done = o->head.done;
-  void *ud = o->head.ud;
-  free(o);
-  done(ud, result);
+  if (o->starting) { /* closing: dl_rl_run tells */
+    o->st = ST_DONE;
+    return;
+  }
+  tell(o);
+}
+
+/* Whether o's acquire has succeeded, or is writing its token back (it
+ * succeeds unless that fails). */
+static bool succeeding(const rl_op *o) {
+  if (o->decided) return o->result == 1;
+  return o->st == ST_FENCED && !o->fence_failed;
+}
+
+/* A part's answer that no round waits for. An acquire's late grant is
+ * part of a hold that succeeded (its release and renewals go to every
+ * server, after it on the same connection), else given back, as is an
+ * unknown outcome (a lost reply may have taken it) or the fence of an
+ * attempt given up; anything else is dropped. */
+static void straggler(rl_op *o, int i, int phase, int rc) {
+  bool give_back = false;
+  int start = PH_GIVEBACK;
+  if (o->kind == OP_ACQUIRE && phase == PH_MAIN && rc == 1 && succeeding(o)) {
+    o->late_grant[i] = true; /* released if the fence fails after all */
+    dl_rl_raise_last(o->B, o->as[i].token); /* the next proposal goes above */
+    /* Its token written back too, as the quorum's was. */
+    if (o->B->opt.fencing && o->as[i].token < o->token) {
+      give_back = true;
+      start = PH_FENCE;
+    }
+  } else if (o->kind == OP_ACQUIRE && phase == PH_MAIN)
+    give_back = rc != 0;
+  else if (o->kind == OP_ACQUIRE && phase == PH_FENCE)
+    give_back = o->fence_failed;
+  if (give_back && start_part(o, i, start)) {
+    o->pending[i] = true;
+    o->phase_of[i] = start;
+    o->round_of[i] = -1;
+    o->left++;
+  }
 }
 
 static void part_done(void *ud, int rc) {
   rl_slot *s = ud;
   rl_op *o = s->o;
-  o->rc[s->i] = rc;
-  o->sub[s->i] = NULL;
-  if (--o->left == 0) step(o);
+  int i = s->i;
+  o->sub[i] = NULL;
+  o->pending[i] = false;
+  bool member = o->round_of[i] == o->round && !o->decided &&
+                o->phase_of[i] == o->phase && o->rc[i] == RC_PENDING;
+  if (rc < 0 && member) {
+    o->rc[i] = rc;
+    dl_rl_keep_error(o, i);
+  }
+  o->left--;
+  if (member) {
+    o->rc[i] = rc;
+    o->await--;
+    o->left++; /* held while the round steps on */
+    step(o);
+    o->left--;
+  } else {
+    o->left++;
+    straggler(o, i, o->phase_of[i], rc);
+    o->left--;
+  }
+  maybe_free(o);
 }
 
 /* Scan's callback: counts the names passed on. */
@@ -62,8 +148,8 @@ static int passed(const char *name, void *ud) {
   return o->cb(name, o->cb_ud);
 }
 
-/* Starts part i's operation of o's kind; false if it failed to start
- * (o->rc[i] then says why). */
+/* Starts part i's operation of o's kind (or of `phase`); false if it
+ * failed to start (o->rc[i] then says why). */
 static bool start_part(rl_op *o, int i, int phase) {
   redlock *B = o->B;
   if (B->closing) { /* the parts are being freed */
@@ -73,13 +159,16 @@ static bool start_part(rl_op *o, int i, int phase) {
   dl_backend *b = B->part[i];
   const dl_backend_ops *ops = b->ops;
   rl_slot *s = &o->slot[i];
+  s->o = o;
+  s->i = i;
   int rc;
   if (phase == PH_FENCE) {
-    rc = ops->lock_fence_async(b, o->l, o->a->token, o->a->lease_ms, part_done,
-                               s, &o->sub[i]);
-  } else if (phase == PH_RELEASE || o->kind == OP_RELEASE) {
-    int64_t lease = o->kind == OP_ACQUIRE ? o->a->lease_ms : o->lease_ms;
-    int count = o->kind == OP_ACQUIRE ? o->a->held + 1 : o->count;
+    rc = ops->lock_fence_async(b, o->l, o->token, o->a_lease_ms, part_done, s,
+                               &o->sub[i]);
+  } else if (phase == PH_RELEASE || phase == PH_GIVEBACK ||
+             o->kind == OP_RELEASE) {
+    int64_t lease = o->kind == OP_ACQUIRE ? o->a_lease_ms : o->lease_ms;
+    int count = o->kind == OP_ACQUIRE ? o->a_held + 1 : o->count;
     rc = ops->lock_release_async(b, o->l, lease, count, part_done, s,
                                  &o->sub[i]);
   } else
@@ -87,6 +176,7 @@ static bool start_part(rl_op *o, int i, int phase) {
     case OP_ACQUIRE:
       o->as[i] = *o->a;
       o->as[i].lock = o->l;
+      o->as[i].info = o->info ? o->info : "";
       o->as[i].wait = false;
       o->as[i].deadline = dl_now_ms();
       o->as[i].propose = B->opt.fencing ? o->propose : 0;
@@ -104,8 +194,9 @@ static bool start_part(rl_op *o, int i, int phase) {
                                  &o->sub[i]);
       break;
     case OP_INSPECT:
-      memset(o->snap, 0, sizeof *o->snap);
-      rc = ops->inspect_async(b, o->key, o->snap, part_done, s, &o->sub[i]);
+      memset(&o->snaps[i], 0, sizeof o->snaps[i]);
+      rc =
+          ops->inspect_async(b, o->key, &o->snaps[i], part_done, s, &o->sub[i]);
       break;
     case OP_SCAN:
       rc = ops->scan_async(b, o->match, o->prefix_len, passed, o, part_done, s,
@@ -114,12 +205,10 @@ static bool start_part(rl_op *o, int i, int phase) {
     default: rc = ops->ping_async(b, part_done, s, &o->sub[i]); break;
     }
   o->rc[i] = rc;
+  if (rc < 0) dl_rl_keep_error(o, i);
   return rc == 0;
 }
 
-/* Starts the round on every part: the operation; an attempt's release on
- * those that did not refuse it; the fence on those that granted it. Goes
- * on at once if none started. */
 /* The token a round of acquires proposes: the wall clock in µs, or one
  * above the largest token this client took, if larger. When every server
  * of the quorum takes it, each holds the token the client returns and the
@@ -134,150 +223,47 @@ static uint64_t proposal(redlock *B) {
   return p > last ? p : last + 1;
 }
 
+/* Starts a round on every part: the operation; an attempt's release on
+ * those that did not refuse it; the fence on those that granted it. A
+ * part still busy with an earlier round's operation is left out: of the
+ * operation, as not answering (its earlier answer is a straggler's); of a
+ * release, since its straggler gives back what it took. Steps on at once
+ * if the answers so far decide the round (none started, say). */
 static void fan(rl_op *o, int phase) {
-  o->left = 1; /* held until every start is made */
+  redlock *B = o->B;
+  o->round++;
+  o->phase = phase;
+  o->await = 0;
+  o->left++; /* held until every start is made */
   if (phase == PH_MAIN) {
     o->t0 = dl_now_ms();
-    if (o->kind == OP_ACQUIRE && o->B->opt.fencing) o->propose = proposal(o->B);
+    if (o->kind == OP_ACQUIRE && B->opt.fencing) o->propose = proposal(B);
   }
-  for (int i = 0; i < o->B->n; i++) {
-    if (phase == PH_RELEASE && o->rc[i] == 0) continue; /* nothing there */
+  for (int i = 0; i < B->n; i++)
+    if (o->pending[i] && o->rc[i] == RC_PENDING) { /* an earlier round's */
+      o->rc[i] = DLOCK_ETIMEDOUT;
+      snprintf(o->emsg[i], sizeof o->emsg[i], "no answer yet");
+    }
+  for (int i = 0; i < B->n; i++) {
+    if (phase == PH_RELEASE && (o->rc[i] == 0 || o->pending[i]))
+      continue; /* nothing there, or its straggler sees to it */
     /* The fence goes only where the token is not the server's already
      * (it took the proposal, or gave the largest). */
-    if (phase == PH_FENCE && (o->rc[i] != 1 || o->as[i].token >= o->a->token))
+    if (phase == PH_FENCE && (o->rc[i] != 1 || o->as[i].token >= o->token))
       continue;
     if (o->only >= 0 && i != o->only) continue;
-    o->slot[i].o = o;
-    o->slot[i].i = i;
-    if (start_part(o, i, phase)) o->left++;
-  }
-  if (--o->left == 0) step(o);
-}
-
-/* ---- combining the answers ---- */
-static int first_error(const rl_op *o) {
-  for (int i = 0; i < o->B->n; i++)
-    if (o->rc[i] < 0) return o->rc[i];
-  return DLOCK_EPROTO;
-}
-
-/* An acquire's round: 1 taken (the request filled in), or 0 not. */
-static int acquired(rl_op *o) {
-  redlock *B = o->B;
-  dl_acquire *a = o->a;
-  int ok = 0, again = 0;
-  uint64_t token = 0;
-  int64_t ttl = -2;
-  for (int i = 0; i < B->n; i++) {
-    if (o->rc[i] == 1) {
-      ok++;
-      if (o->as[i].status == 2) again++;
-      if (o->as[i].token > token) token = o->as[i].token;
-    } else if (o->rc[i] == 0 && o->as[i].ttl > ttl) {
-      ttl = o->as[i].ttl;
+    if (o->pending[i]) continue; /* as not answering */
+    if (start_part(o, i, phase)) {
+      o->rc[i] = RC_PENDING;
+      o->pending[i] = true;
+      o->round_of[i] = o->round;
+      o->phase_of[i] = phase;
+      o->left++;
+      o->await++;
     }
   }
-  int64_t valid = o->t0 + a->lease_ms - drift_ms(a->lease_ms);
-  a->ttl = ttl;
-  o->unanswered = 0;
-  o->attempt_err = 0;
-  for (int i = 0; i < B->n; i++)
-    if (o->rc[i] < 0) {
-      o->unanswered++;
-      if (o->attempt_err == 0) o->attempt_err = o->rc[i];
-    }
-  if (ok < B->quorum || valid <= dl_now_ms()) return 0;
-  a->status = again >= B->quorum ? 2 : 1;
-  a->token = token;
-  uint64_t last = atomic_load_explicit(&B->last_token, memory_order_relaxed);
-  while (token > last && !atomic_compare_exchange_weak_explicit(
-                             &B->last_token, &last, token, memory_order_relaxed,
-                             memory_order_relaxed)) {
-  }
-  a->valid_until = valid;
-  return 1;
-}
-
-static int released(const rl_op *o) {
-  int freed = 0, held = 0, notowner = 0;
-  for (int i = 0; i < o->B->n; i++) {
-    freed += o->rc[i] == 1;
-    held += o->rc[i] == 0;
-    notowner += o->rc[i] == DLOCK_ENOTOWNER;
-  }
-  if (freed > 0) return 1;
-  if (held > 0) return 0;
-  return notowner > 0 ? DLOCK_ENOTOWNER : first_error(o);
-}
-
-static int renewed(rl_op *o) {
-  redlock *B = o->B;
-  int64_t valid = o->t0 + o->lease_ms - drift_ms(o->lease_ms);
-  bool late = o->lease_ms > 0 && valid <= dl_now_ms();
-  int rc = 0;
-  *o->calls = 0;
-  for (int i = 0; i < B->n; i++)
-    *o->calls += o->ncalls[i];
-  for (int k = 0; k < o->nitems; k++) {
-    int held = 0, gone = 0;
-    for (int i = 0; i < B->n; i++) {
-      int r = o->is[i][k].result;
-      held += r == 1;
-      gone += r == 0;
-    }
-    dl_renew_item *it = &o->items[k];
-    if (held >= B->quorum && !late) {
-      it->result = 1;
-      if (o->lease_ms > 0) it->valid_until = valid;
-    } else if (B->n - gone < B->quorum) {
-      it->result = 0;
-    } else {
-      it->result = -1;
-      if (rc == 0)
-        rc = late ? dl_seterr(B->env.err_owner, DLOCK_ETIMEDOUT,
-                              "renewal answered too late")
-                  : first_error(o);
-    }
-  }
-  return rc;
-}
-
-static int forced(const rl_op *o) {
-  int deleted = 0, none = 0, wrong = 0;
-  for (int i = 0; i < o->B->n; i++) {
-    deleted += o->rc[i] == 1;
-    none += o->rc[i] == 0;
-    wrong += o->rc[i] == DLOCK_EWRONGTYPE;
-  }
-  if (deleted > 0) return 1;
-  if (wrong > 0) return DLOCK_EWRONGTYPE;
-  return none > 0 ? 0 : first_error(o);
-}
-
-static int cmp_ll(const void *x, const void *y) {
-  long long a = *(const long long *)x, b = *(const long long *)y;
-  return a < b ? 1 : a > b ? -1 : 0; /* descending */
-}
-
-/* A query's answer: what a quorum agrees on at least (the quorum-th
- * largest answer), the token the largest. */
-static int queried(rl_op *o) {
-  redlock *B = o->B;
-  long long got[RL_MAX];
-  int n = 0;
-  for (int i = 0; i < B->n; i++)
-    if (o->rc[i] == 0) got[n++] = o->vs[i];
-  if (n < B->quorum) return first_error(o);
-  qsort(got, (size_t)n, sizeof got[0], cmp_ll);
-  *o->v = o->q == DL_QUERY_TOKEN ? got[0] : got[B->quorum - 1];
-  return 0;
-}
-
-static int pinged(const rl_op *o) {
-  int up = 0;
-  for (int i = 0; i < o->B->n; i++)
-    up += o->rc[i] == 0;
-  return up >= o->B->quorum ? 0 : first_error(o);
+  o->left--;
+  step(o);
 }
 
 static void step(rl_op *o) {
@@ -290,8 +276,10 @@ static void step(rl_op *o) {
     case ST_FANNED: {
       int r;
       switch (o->kind) {
-      case OP_ACQUIRE:
-        if (acquired(o)) {
+      case OP_ACQUIRE: {
+        int got = dl_rl_acquired(o);
+        if (got < 0) return; /* not decided yet */
+        if (got) {
           if (!o->B->opt.fencing) {
             o->a->token = 0; /* none: the servers' own are not ordered */
             finish(o, 1);
@@ -306,12 +294,37 @@ static void step(rl_op *o) {
         o->st = ST_RELEASED;
         fan(o, PH_RELEASE);
         return;
-      case OP_RELEASE: r = released(o); break;
-      case OP_RENEW: r = renewed(o); break;
-      case OP_FORCE: r = forced(o); break;
-      case OP_QUERY: r = queried(o); break;
-      case OP_PING: r = pinged(o); break;
-      default: /* inspect, scan: the next server if this one failed */
+      }
+      case OP_RELEASE:
+        if (!dl_rl_settled(o)) return;
+        r = dl_rl_released(o);
+        break;
+      case OP_RENEW:
+        if ((r = dl_rl_renewed(o)) == -2) return;
+        break;
+      case OP_FORCE:
+        if (!dl_rl_settled(o)) return;
+        r = dl_rl_forced(o);
+        break;
+      case OP_QUERY:
+        if ((r = dl_rl_queried(o)) == -2) return;
+        break;
+      case OP_PING:
+        if ((r = dl_rl_pinged(o)) == -2) return;
+        break;
+      case OP_INSPECT: /* the first server that answers */
+        for (r = 0; r < o->B->n; r++)
+          if (o->rc[r] >= 0 && o->rc[r] != RC_PENDING) break;
+        if (r == o->B->n && o->await > 0) return;
+        if (r < o->B->n) {
+          memcpy(o->snap, &o->snaps[r], sizeof *o->snap);
+          r = o->rc[r];
+        } else {
+          r = dl_rl_quorum_error(o, 0);
+        }
+        break;
+      default: /* scan: the next server if this one failed */
+        if (o->await > 0) return;
         r = o->rc[o->only];
         if (r < 0 && o->only + 1 < o->B->n && o->passed == 0 &&
             !o->B->closing) {
@@ -319,21 +332,28 @@ static void step(rl_op *o) {
           o->st = ST_FAN;
           continue;
         }
+        if (r < 0) r = dl_rl_part_error(o, o->only);
         break;
       }
       finish(o, r);
       return;
     }
     case ST_FENCED: {
-      int fenced = 0;
+      int fenced = 0, granted = 0;
       for (int i = 0; i < o->B->n; i++) {
         fenced += o->rc[i] == 1;
-        if (o->rc[i] < 0) o->rc[i] = 1; /* granted there: released below */
+        granted += o->rc[i] == 1 || o->rc[i] == RC_PENDING;
       }
-      if (fenced >= o->B->quorum && o->a->valid_until > dl_now_ms()) {
+      bool in_time = o->a->valid_until > dl_now_ms();
+      if (fenced >= o->B->quorum && in_time) {
         finish(o, 1);
         return;
       }
+      if (granted >= o->B->quorum && in_time) return; /* not decided yet */
+      o->fence_failed = true;
+      for (int i = 0; i < o->B->n; i++)
+        if (o->rc[i] < 0 || o->late_grant[i])
+          o->rc[i] = 1; /* granted there: released below */
       o->st = ST_RELEASED;
       fan(o, PH_RELEASE);
       return;
@@ -347,14 +367,17 @@ static void step(rl_op *o) {
       bool final = e != 0 && e != DLOCK_ECONNECT && e != DLOCK_ECONNLOST &&
                    e != DLOCK_ETIMEDOUT && e != DLOCK_EREADONLY &&
                    e != DLOCK_ESERVER;
-      if (final && o->B->n - o->unanswered < o->B->quorum) {
-        finish(o, e);
+      bool unreachable = o->B->n - o->unanswered < o->B->quorum;
+      /* The release of what this attempt took, on the servers that
+       * answered it, first (a stalled server's straggler gives back). */
+      if (o->await > 0) return;
+      if (final && unreachable) {
+        finish(o, dl_rl_quorum_error(o, e));
         return;
       }
       if (!a->wait || now >= a->deadline || o->cancelled || o->B->closing) {
         /* Refused by the holders, or too few servers answered: why. */
-        bool unreachable = o->B->n - o->unanswered < o->B->quorum;
-        finish(o, unreachable && !o->cancelled ? o->attempt_err : 0);
+        finish(o, unreachable && !o->cancelled ? dl_rl_quorum_error(o, e) : 0);
         return;
       }
       int64_t until = now + dl_backoff_next(&o->retry, RL_RETRY_MAX_MS);
@@ -366,12 +389,14 @@ static void step(rl_op *o) {
     }
     case ST_PAUSED:
       if (o->pause.rc < 0) {
-        finish(o, o->pause.rc);
+        finish(o, dl_seterr(o->B->env.err_owner, o->pause.rc,
+                            "while waiting to try again"));
         return;
       }
       o->st = ST_FAN;
       continue;
-    default: /* ST_DELIVER */ finish(o, o->result); return;
+    case ST_DELIVER: finish(o, o->result); return;
+    default: return; /* ST_DONE */
     }
 }
 
@@ -381,18 +406,16 @@ static void on_pause(dl_pend *p) {
   step(o);
 }
 
-rl_op *dl_rl_op_new(redlock *B, rl_op *stack, int kind, dl_done_fn done,
-                    void *ud, int *err) {
+rl_op *dl_rl_op_new(redlock *B, int kind, dl_done_fn done, void *ud, int *err) {
   *err = 0;
-  rl_op *o = stack;
-  if (done && (o = malloc(sizeof *o)) == NULL) {
+  rl_op *o = malloc(sizeof *o);
+  if (o == NULL) {
     *err = dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
     return NULL;
   }
   memset(o, 0, sizeof *o);
   o->B = B;
   o->kind = kind;
-  o->async = done != NULL;
   o->head.done = done;
   o->head.ud = ud;
   o->pause.resume = on_pause;
@@ -400,27 +423,52 @@ rl_op *dl_rl_op_new(redlock *B, rl_op *stack, int kind, dl_done_fn done,
   o->only = -1;
   o->retry.delay = RL_RETRY_MIN_MS;
   o->retry.rng = dl_thread_id() * 0x9e3779b97f4a7c15ull ^ (uint64_t)dl_now_us();
+  atomic_init(&o->hint, 0);
   return o;
 }
 
-/* Runs o: to its end on the calling thread (the blocking driver, whose
- * parts are gather links: returns the result), or started on the loop (0
- * and *op, or a negative code when nothing could start). */
+int dl_rl_set_lock(rl_op *o, const dl_lock_ref *l) {
+  size_t kl = strlen(l->key) + 1, nl = strlen(l->name) + 1,
+         ol = strlen(l->owner) + 1;
+  if ((o->lbuf = malloc(kl + nl + ol)) == NULL) {
+    int rc = dl_seterr(o->B->env.err_owner, DLOCK_ENOMEM, "out of memory");
+    free(o);
+    return rc;
+  }
+  memcpy(o->lbuf, l->key, kl);
+  memcpy(o->lbuf + kl, l->name, nl);
+  memcpy(o->lbuf + kl + nl, l->owner, ol);
+  o->lref = *l;
+  o->lref.key = o->lbuf;
+  o->lref.name = o->lbuf + kl;
+  o->lref.owner = o->lbuf + kl + nl;
+  o->lref.hint = &o->hint;
+  o->l = &o->lref;
+  return 0;
+}
+
 int dl_rl_run(rl_op *o, dl_async **op) {
-  if (!o->async) {
-    dl_gather g, *saved;
-    dl_gather_begin(&g, &saved);
-    step(o);
-    int rc = dl_gather_run(&g, &o->finished);
-    dl_gather_end(saved);
-    return rc != 0 ? rc : o->result;
+  if (o->kind == OP_ACQUIRE) {
+    o->a_lease_ms = o->a->lease_ms;
+    o->a_held = o->a->held;
+    /* The holder's description, which a late part may still send. */
+    if (o->a->info && o->a->info[0] && (o->info = strdup(o->a->info)) == NULL) {
+      int rc = dl_seterr(o->B->env.err_owner, DLOCK_ENOMEM, "out of memory");
+      free(o->lbuf);
+      free(o);
+      return rc;
+    }
   }
   o->starting = true;
+  o->left++; /* held until the start is over */
   step(o);
   o->starting = false;
-  if (o->finished) { /* closing: nothing could take it to the loop */
+  o->left--;
+  if (o->st == ST_DONE && !o->delivered) {
+    /* Closing: nothing could take it to the loop. */
     int rc = o->result < 0 ? o->result : DLOCK_ECLOSED;
-    free(o);
+    o->delivered = true;
+    maybe_free(o);
     return rc;
   }
   *op = &o->head;

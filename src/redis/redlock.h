@@ -1,6 +1,8 @@
-/* redlock.h: what the Redlock backend's two files share: redlock.c (the
- * operation, a state machine over the parts) and rlops.c (the backend's
- * entries, the URL, the factory). Only for them. */
+/* redlock.h: what the Redlock backend's files share: redlock.c (the
+ * operation, a state machine over the parts), rlvote.c (how a round's
+ * answers decide it), rlops.c (the backend's entries, the URL, the
+ * factory) and rlloop.c (a blocking client's loop thread). Only for
+ * them. */
 #ifndef DLOCK_REDIS_REDLOCK_H
 #define DLOCK_REDIS_REDLOCK_H
 
@@ -12,12 +14,26 @@
 #define RL_RETRY_MIN_MS 2  /* the first retry's delay, then doubled */
 #define RL_RETRY_MAX_MS 50 /* ... up to this, each drawn in [d/2, d] */
 
+/* A function posted to the loop's thread (rlloop.c), embedded in its
+ * owner's struct. */
+typedef struct rl_task {
+  struct rl_task *next;
+  void (*fn)(struct rl_task *k);
+} rl_task;
+typedef struct rl_thread rl_thread;
+
 typedef struct redlock {
   dl_backend base;
+  rl_thread *thread;       /* a blocking client's: the parts' loop, or NULL */
   dl_backend_env env;      /* the client's */
   dl_backend_env part_env; /* the parts': no subscriptions */
   int n, quorum;
   dl_backend *part[RL_MAX];
+  char name[RL_MAX][80]; /* each server's host:port, for messages */
+  /* Each part records its details under a tag of its own (its env's
+   * err_owner), so that each server's error is known apart; the
+   * operation's result gets the client's. */
+  dl_err_tag tag[RL_MAX];
   dl_redlock_url_opts opt;     /* the URL's options */
   _Atomic uint64_t last_token; /* the largest token taken (proposals) */
   bool closing;
@@ -40,10 +56,20 @@ enum {
   OP_INSPECT,
   OP_SCAN
 };
-enum { ST_FAN, ST_FANNED, ST_FENCED, ST_RELEASED, ST_PAUSED, ST_DELIVER };
+enum {
+  ST_FAN,
+  ST_FANNED,
+  ST_FENCED,
+  ST_RELEASED,
+  ST_PAUSED,
+  ST_DELIVER,
+  ST_DONE
+};
 /* What a round sends: the operation, an attempt's release, or the fence
- * (the token written back). */
-enum { PH_MAIN, PH_RELEASE, PH_FENCE };
+ * (the token written back); and a late grant's give-back, in no round. */
+enum { PH_MAIN, PH_RELEASE, PH_FENCE, PH_GIVEBACK };
+/* o->rc[i] while part i's operation of this round is in flight. */
+#define RC_PENDING 1000
 
 typedef struct rl_op rl_op;
 typedef struct rl_slot {
@@ -55,9 +81,15 @@ struct rl_op {
   dl_async head; /* the event-loop driver's (head.R unused) */
   redlock *B;
   int kind, st;
-  bool async, starting, finished, cancelled;
+  bool starting, cancelled;
+  bool decided;   /* the result is known (o->result) */
+  bool delivered; /* and told: the caller's memory is no more used */
+  bool fence_failed;
   int result;
-  int left;         /* parts' operations outstanding */
+  int left;         /* parts' operations outstanding, this round's or not */
+  int await;        /* this round's outstanding */
+  int round;        /* this round's number (fan) */
+  int phase;        /* and what it sends */
   int unanswered;   /* the last attempt's servers that did not answer */
   int attempt_err;  /* and the first of their errors */
   int64_t t0;       /* this round's first send */
@@ -67,9 +99,23 @@ struct rl_op {
   rl_slot slot[RL_MAX];
   dl_async *sub[RL_MAX];
   int rc[RL_MAX];
-  /* acquire */
+  bool pending[RL_MAX];    /* an operation of part i is in flight */
+  int round_of[RL_MAX];    /* ... started in this round */
+  int phase_of[RL_MAX];    /* ... sending this */
+  bool late_grant[RL_MAX]; /* granted after its round, kept */
+  char emsg[RL_MAX][120];  /* part i's last error's detail */
+  char qmsg[400];          /* why too few servers answered, once made */
+  /* the lock, copied: the operation may outlive the caller's handle */
+  dl_lock_ref lref;
+  char *lbuf;
+  atomic_uchar hint;
+  /* acquire (a: the caller's, used until delivered) */
   dl_acquire *a;
   dl_acquire as[RL_MAX];
+  int64_t a_lease_ms;
+  int a_held;
+  char *info;     /* a->info, copied */
+  uint64_t token; /* the token taken, once the quorum granted */
   /* acquire, release, force, query */
   const dl_lock_ref *l;
   int64_t lease_ms;
@@ -83,7 +129,7 @@ struct rl_op {
   /* inspect and scan: one part at a time, the next if it fails */
   int only;
   const char *key;
-  dlock_lock_state *snap;
+  dlock_lock_state *snap, *snaps; /* inspect: the caller's, each part's */
   const char *match;
   size_t prefix_len;
   dlock_scan_cb cb;
@@ -96,12 +142,56 @@ static inline dl_redis *part0(redlock *B) {
   return (dl_redis *)B->part[0];
 }
 
-/* A new operation of `kind` (on `stack` for the blocking driver, else
- * malloc'ed, to end with done(ud, result)); NULL with *err. */
-rl_op *dl_rl_op_new(redlock *B, rl_op *stack, int kind, dl_done_fn done,
-                    void *ud, int *err);
-/* Runs o (its inputs set): to its end on the calling thread (returns the
- * result), or started on the loop (0 and *op, or a negative code). */
+/* A new operation of `kind` (malloc'ed; done(ud, result) ends it on an
+ * event-loop client, dl_rl_call sets its own); NULL with *err. */
+rl_op *dl_rl_op_new(redlock *B, int kind, dl_done_fn done, void *ud, int *err);
+/* Copies the lock ref l into o (o->l then points to the copy): 0, or
+ * DLOCK_ENOMEM with o freed. */
+int dl_rl_set_lock(rl_op *o, const dl_lock_ref *l);
+/* Starts o (its inputs set) on the loop: 0 and *op, or a negative code
+ * when nothing could start (o is then freed). The loop's thread only. */
 int dl_rl_run(rl_op *o, dl_async **op);
+
+/* ---- rlvote.c: how a round's answers decide it ---- */
+/* Keeps part i's detail of its error o->rc[i] (recorded under its tag). */
+void dl_rl_keep_error(rl_op *o, int i);
+/* Part i's error o->rc[i] as the result, its detail the client's. */
+int dl_rl_part_error(rl_op *o, int i);
+/* Makes B's largest token taken at least token. */
+void dl_rl_raise_last(redlock *B, uint64_t token);
+/* Too few servers answered: err (or the first error), its detail naming
+ * every server that did not answer and why. */
+int dl_rl_quorum_error(rl_op *o, int err);
+/* An acquire round: 1 taken (o->a filled in), 0 not, -1 not decided. */
+int dl_rl_acquired(rl_op *o);
+/* Release and force release: whether decided (a quorum answered). */
+bool dl_rl_settled(const rl_op *o);
+int dl_rl_released(rl_op *o);
+int dl_rl_forced(rl_op *o);
+/* Renew, query, ping: the result, or -2 while the answers still to come
+ * could change it. */
+int dl_rl_renewed(rl_op *o);
+int dl_rl_queried(rl_op *o);
+int dl_rl_pinged(rl_op *o);
+
+/* ---- rlloop.c: a blocking client's loop thread ---- */
+/* A loop (the built-in driver) and its thread, not yet started: 0, or a
+ * negative code. */
+int dl_rl_thread_new(rl_thread **out);
+dl_loop *dl_rl_thread_loop(rl_thread *t);
+/* Starts the loop's thread: 0, or DLOCK_ENOMEM. */
+int dl_rl_thread_start(rl_thread *t);
+/* Runs k->fn(k) on the loop's thread, soon (any thread). */
+void dl_rl_thread_post(rl_thread *t, rl_task *k);
+/* Runs fn(arg) on the loop's thread and waits for it (any thread; from
+ * the loop's own thread it runs at once). */
+void dl_rl_thread_sync(rl_thread *t, void (*fn)(void *), void *arg);
+/* Runs last(ud) on the loop's thread (NULL: nothing), stops and joins it,
+ * and frees the loop (accepts NULL). */
+void dl_rl_thread_free(rl_thread *t, void (*last)(void *), void *ud);
+/* A blocking call: runs o on B's loop thread and returns its result once
+ * decided (what is still in flight goes on there), with the detail of a
+ * negative one recorded for the calling thread. */
+int dl_rl_call(rl_op *o);
 
 #endif /* DLOCK_REDIS_REDLOCK_H */

@@ -160,7 +160,7 @@ static int job_parse(renew_job *j, int failed) {
 
 int dl_redis_replicate(dl_redis *R, const char *const *keys, int nkeys,
                        const char *what, const char *then) {
-  if (R->min_replicas <= 0) return 0;
+  if (R->min_replicas == 0) return 0;
   const dl_rlink_ops *ops = R->link->ops;
   if (ops->replicate == NULL)
     return dl_seterr(R->env.err_owner, DLOCK_ENOTSUP,
@@ -168,6 +168,11 @@ int dl_redis_replicate(dl_redis *R, const char *const *keys, int nkeys,
                      "acknowledgement is not supported by this link");
   int n = ops->replicate(R->link, keys, nkeys, R->min_replicas,
                          R->replicas_timeout_ms);
+  if (n == DLOCK_ENOTACKED) { /* DLOCK_REPLICAS_AUTO's shortfall */
+    char was[300];
+    snprintf(was, sizeof was, "%s", dlock_client_errmsg(R->env.err_owner));
+    return dl_seterr(R->env.err_owner, n, "%s: %s%s", what, was, then);
+  }
   if (n < 0) return n;
   if (n < R->min_replicas)
     return dl_seterr(R->env.err_owner, DLOCK_ENOTACKED,
@@ -202,6 +207,11 @@ int dl_redis_replicate_start(dl_redis *R, const char *const *keys, int nkeys,
 
 int dl_redis_replicate_result(dl_redis *R, dl_pend *p, const char *what,
                               const char *then) {
+  if (p->rc == DLOCK_ENOTACKED) { /* DLOCK_REPLICAS_AUTO's shortfall */
+    char was[300];
+    snprintf(was, sizeof was, "%s", dlock_client_errmsg(R->env.err_owner));
+    return dl_seterr(R->env.err_owner, p->rc, "%s: %s%s", what, was, then);
+  }
   if (p->rc != 0) return p->rc;
   if (p->acked < R->min_replicas)
     return dl_seterr(R->env.err_owner, DLOCK_ENOTACKED,
@@ -292,7 +302,7 @@ static int renew_async_step(dl_shell *sh) {
   int rc = job_parse(&x->j, 0);
   job_free(&x->j);
   dl_redis *R = sh->head.R;
-  if (rc != 0 || x->lease_ms <= 0 || R->min_replicas <= 0) return rc;
+  if (rc != 0 || x->lease_ms <= 0 || R->min_replicas == 0) return rc;
   x->waiting = true;
   /* The masters of the renewed holds' keys (on a cluster). */
   const char *small[16],

@@ -1,11 +1,15 @@
 /* rlops.c: the Redlock backend's entries (each an operation of redlock.c,
- * run blocking or on the loop), its URL and its factory: one Redis
- * backend per server (a part), on a gather link for a blocking client. */
+ * run on the client's loop, or for a blocking client on its own loop's
+ * thread and waited for), its URL and its factory: one Redis backend per
+ * server (a part), each on that loop. */
 #include "redlock.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* ---- the backend's entries ---- */
 static int check(redlock *B, bool async) {
@@ -13,6 +17,12 @@ static int check(redlock *B, bool async) {
   return dl_seterr(B->env.err_owner, DLOCK_EINVAL,
                    async ? "an event-loop call on a blocking client"
                          : "a blocking call on an event-loop client");
+}
+
+/* Runs o: started on the client's loop (0 and *op), or for a blocking
+ * call on the parts' loop thread, waited for (the result). */
+static int exec(rl_op *o, dl_async **op) {
+  return o->B->thread ? dl_rl_call(o) : dl_rl_run(o, op);
 }
 
 static int acquire_run(dl_backend *b, dl_acquire *a, dl_done_fn done, void *ud,
@@ -27,12 +37,11 @@ static int acquire_run(dl_backend *b, dl_acquire *a, dl_done_fn done, void *ud,
         B->env.err_owner, DLOCK_ENOTSUP,
         "redlock:// offers the lock and the plain lock (not the fair or the "
         "read-write lock)");
-  rl_op stack,
-      *o = err ? NULL : dl_rl_op_new(B, &stack, OP_ACQUIRE, done, ud, &err);
+  rl_op *o = err ? NULL : dl_rl_op_new(B, OP_ACQUIRE, done, ud, &err);
   if (o == NULL) return err;
   o->a = a;
-  o->l = a->lock;
-  return dl_rl_run(o, op);
+  if ((err = dl_rl_set_lock(o, a->lock)) != 0) return err;
+  return exec(o, op);
 }
 
 static int rl_acquire(dl_backend *b, dl_acquire *a) {
@@ -49,14 +58,14 @@ static int lock_run(dl_backend *b, int kind, const dl_lock_ref *l,
                     dl_done_fn done, void *ud, dl_async **op) {
   redlock *B = (redlock *)b;
   int err = check(B, done != NULL);
-  rl_op stack, *o = err ? NULL : dl_rl_op_new(B, &stack, kind, done, ud, &err);
+  rl_op *o = err ? NULL : dl_rl_op_new(B, kind, done, ud, &err);
   if (o == NULL) return err;
-  o->l = l;
+  if (l && (err = dl_rl_set_lock(o, l)) != 0) return err;
   o->lease_ms = lease_ms;
   o->count = count;
   o->q = q;
   o->v = v;
-  return dl_rl_run(o, op);
+  return exec(o, op);
 }
 
 static int rl_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
@@ -104,13 +113,12 @@ static int renew_run(dl_backend *b, int64_t lease_ms, int n,
                      void *ud, dl_async **op) {
   redlock *B = (redlock *)b;
   int err = check(B, done != NULL);
-  rl_op stack,
-      *o = err ? NULL : dl_rl_op_new(B, &stack, OP_RENEW, done, ud, &err);
+  rl_op *o = err ? NULL : dl_rl_op_new(B, OP_RENEW, done, ud, &err);
   if (o == NULL) return err;
   /* Each part gets its own copy of the items, without an answer yet. */
-  o->copies = calloc((size_t)B->n * (size_t)n, sizeof *o->copies);
+  o->copies = calloc((size_t)B->n * (size_t)n + 1, sizeof *o->copies);
   if (o->copies == NULL) {
-    if (o != &stack) free(o);
+    free(o);
     return dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
   }
   for (int i = 0; i < B->n; i++) {
@@ -123,7 +131,7 @@ static int renew_run(dl_backend *b, int64_t lease_ms, int n,
   o->nitems = n;
   o->items = items;
   o->calls = calls;
-  return dl_rl_run(o, op);
+  return exec(o, op);
 }
 
 static int rl_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
@@ -142,31 +150,83 @@ static int rl_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms,
 static void rl_cancel(dl_backend *b, dl_async *op) {
   redlock *B = (redlock *)b;
   rl_op *o = (rl_op *)op;
-  if (o->cancelled || o->kind != OP_ACQUIRE || B->closing) return;
+  if (o->cancelled || o->decided || o->kind != OP_ACQUIRE || B->closing) return;
   o->cancelled = true;
   o->a->deadline = dl_now_ms();
   if (o->st == ST_PAUSED && o->pause.pending)
     dl_redis_step_interrupt(part0(B), &o->pause);
 }
 
-/* Inspect and scan read the first server that answers: every server has
- * the same names, and the holder in the snapshot is one server's view. */
+/* A blocking scan's names, gathered on the loop's thread and passed to
+ * the caller's callback on its own thread (which may make blocking calls,
+ * as `dlock list` inspects each name). */
+typedef struct names {
+  char **v;
+  size_t n, cap;
+  bool oom;
+} names;
+
+static int gather_name(const char *name, void *ud) {
+  names *ns = ud;
+  if (ns->n == ns->cap) {
+    size_t cap = ns->cap ? ns->cap * 2 : 64;
+    char **v = realloc(ns->v, cap * sizeof *v);
+    if (v == NULL) {
+      ns->oom = true;
+      return 1;
+    }
+    ns->v = v;
+    ns->cap = cap;
+  }
+  if ((ns->v[ns->n] = strdup(name)) == NULL) {
+    ns->oom = true;
+    return 1;
+  }
+  ns->n++;
+  return 0;
+}
+
+static int scan_blocking(redlock *B, rl_op *o, dlock_scan_cb cb, void *ud) {
+  names ns = {0};
+  o->cb = gather_name;
+  o->cb_ud = &ns;
+  int rc = dl_rl_call(o);
+  if (rc >= 0 && ns.oom)
+    rc = dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  bool go = rc >= 0;
+  for (size_t i = 0; i < ns.n; i++) {
+    if (go && cb(ns.v[i], ud) != 0) go = false;
+    free(ns.v[i]);
+  }
+  free(ns.v);
+  return rc;
+}
+
+/* Inspect asks every server and reads the first that answers (the
+ * holder in the snapshot is one server's view); a scan reads one server
+ * after the other until one answers (every server has the same names). */
 static int read_run(dl_backend *b, int kind, const char *key,
                     dlock_lock_state *st, const char *match, size_t prefix_len,
                     dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
                     dl_async **op) {
   redlock *B = (redlock *)b;
   int err = check(B, done != NULL);
-  rl_op stack, *o = err ? NULL : dl_rl_op_new(B, &stack, kind, done, ud, &err);
+  rl_op *o = err ? NULL : dl_rl_op_new(B, kind, done, ud, &err);
   if (o == NULL) return err;
-  o->only = 0;
+  o->only = kind == OP_SCAN ? 0 : -1;
+  if (kind == OP_INSPECT &&
+      (o->snaps = calloc((size_t)B->n, sizeof *o->snaps)) == NULL) {
+    free(o);
+    return dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  }
   o->key = key;
   o->snap = st;
   o->match = match;
   o->prefix_len = prefix_len;
   o->cb = cb;
   o->cb_ud = cb_ud;
-  return dl_rl_run(o, op);
+  if (kind == OP_SCAN && B->thread) return scan_blocking(B, o, cb, cb_ud);
+  return exec(o, op);
 }
 
 static int rl_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
@@ -193,26 +253,77 @@ static int rl_scan_async(dl_backend *b, const char *match, size_t prefix_len,
                   ud, op);
 }
 
+/* Every server's take-aways (a force release's revocation message, its
+ * keyspace events where enabled) flag the key; the client's check then
+ * asks the quorum (renew with no lease), so a hold is lost once fewer
+ * than a quorum of servers still hold it. */
+typedef struct watch_args {
+  redlock *B;
+  dl_notice_fn fn;
+  void *ud;
+  int rc;
+} watch_args;
+
+static void watch_parts(void *arg) {
+  watch_args *w = arg;
+  redlock *B = w->B;
+  for (int i = 0; i < B->n && w->rc == 0; i++) {
+    dl_backend *p = B->part[i];
+    if (p->ops->watch_losses) w->rc = p->ops->watch_losses(p, w->fn, w->ud);
+  }
+}
+
+/* Runs fn(arg) where the parts live: the client's loop (this thread), or
+ * a blocking client's loop thread, waited for. */
+static void on_parts(redlock *B, void (*fn)(void *), void *arg) {
+  if (B->thread)
+    dl_rl_thread_sync(B->thread, fn, arg);
+  else
+    fn(arg);
+}
+
 static int rl_watch_losses(dl_backend *b, dl_notice_fn fn, void *ud) {
-  (void)b, (void)fn, (void)ud;
-  return 0; /* holds are checked at each renewal, by quorum */
+  redlock *B = (redlock *)b;
+  watch_args w = {.B = B, .fn = fn, .ud = ud};
+  on_parts(B, watch_parts, &w);
+  return w.rc;
+}
+
+typedef struct stats_args {
+  redlock *B;
+  dlock_client_stats *st;
+} stats_args;
+
+static void stats_parts(void *arg) {
+  stats_args *x = arg;
+  for (int i = 0; i < x->B->n; i++)
+    x->B->part[i]->ops->stats(x->B->part[i], x->st);
 }
 
 static void rl_stats(dl_backend *b, dlock_client_stats *st) {
-  redlock *B = (redlock *)b;
-  for (int i = 0; i < B->n; i++)
-    B->part[i]->ops->stats(B->part[i], st);
+  stats_args x = {(redlock *)b, st};
+  on_parts(x.B, stats_parts, &x);
 }
 
-static void rl_free(dl_backend *b) {
-  redlock *B = (redlock *)b;
-  if (B == NULL) return;
+/* Frees the parts (on their loop's thread for a blocking client): what is
+ * in flight on them ends with DLOCK_ECLOSED. */
+static void free_parts(void *ud) {
+  redlock *B = ud;
   B->closing = true; /* operations still running start nothing new */
   for (int i = 0; i < B->n; i++) {
     dl_backend *part = B->part[i];
     B->part[i] = NULL;
     if (part) part->ops->free(part);
   }
+}
+
+static void rl_free(dl_backend *b) {
+  redlock *B = (redlock *)b;
+  if (B == NULL) return;
+  if (B->thread)
+    dl_rl_thread_free(B->thread, free_parts, B);
+  else
+    free_parts(B);
   free(B);
 }
 
@@ -325,6 +436,74 @@ int dl_redlock_urls(const char *url, char **out, int max,
   return n > 0 ? n : DLOCK_EURL;
 }
 
+/* A server's name as the URL gave it, for messages. */
+static void server_name(const dl_endpoint *ep, char *out, size_t size) {
+  if (ep->unix_path)
+    snprintf(out, size, "%s", ep->unix_path);
+  else
+    snprintf(out, size, "%s:%d", ep->host, ep->port);
+}
+
+/* Whether two resolved addresses are the same host (ports aside). */
+static bool same_addr(const struct addrinfo *x, const struct addrinfo *y) {
+  if (x->ai_family != y->ai_family) return false;
+  if (x->ai_family == AF_INET)
+    return memcmp(&((const struct sockaddr_in *)(void *)x->ai_addr)->sin_addr,
+                  &((const struct sockaddr_in *)(void *)y->ai_addr)->sin_addr,
+                  sizeof(struct in_addr)) == 0;
+  if (x->ai_family == AF_INET6)
+    return memcmp(&((const struct sockaddr_in6 *)(void *)x->ai_addr)->sin6_addr,
+                  &((const struct sockaddr_in6 *)(void *)y->ai_addr)->sin6_addr,
+                  sizeof(struct in6_addr)) == 0;
+  return false;
+}
+
+/* Whether a and b are the same server: the same socket path, or a TCP
+ * address in common once their names are resolved (localhost:P and
+ * 127.0.0.1:P are one server). A name that does not resolve is compared as
+ * written (the connect reports it). */
+static bool same_server(const dl_endpoint *a, const dl_endpoint *b) {
+  if (a->unix_path || b->unix_path)
+    return a->unix_path && b->unix_path &&
+           strcmp(a->unix_path, b->unix_path) == 0;
+  if (a->port != b->port) return false;
+  if (strcmp(a->host, b->host) == 0) return true;
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ra = NULL, *rb = NULL;
+  bool same = false;
+  if (getaddrinfo(a->host, NULL, &hints, &ra) == 0 &&
+      getaddrinfo(b->host, NULL, &hints, &rb) == 0)
+    for (struct addrinfo *x = ra; x && !same; x = x->ai_next)
+      for (struct addrinfo *y = rb; y && !same; y = y->ai_next)
+        same = same_addr(x, y);
+  if (ra) freeaddrinfo(ra);
+  if (rb) freeaddrinfo(rb);
+  return same;
+}
+
+/* A server named twice would count twice towards the quorum (a quorum of
+ * one): DLOCK_EINVAL naming both spellings, or 0. */
+static int distinct(redlock *B) {
+  for (int i = 1; i < B->n; i++)
+    for (int j = 0; j < i; j++) {
+      const dl_endpoint *a = &((dl_redis *)B->part[j])->cfg.ep,
+                        *b = &((dl_redis *)B->part[i])->cfg.ep;
+      if (!same_server(a, b)) continue;
+      char na[300], nb[300];
+      server_name(a, na, sizeof na);
+      server_name(b, nb, sizeof nb);
+      if (strcmp(na, nb) == 0)
+        return dl_seterr(NULL, DLOCK_EINVAL,
+                         "redlock:// names the server %s twice (servers %d "
+                         "and %d): each must be a different server",
+                         na, j + 1, i + 1);
+      return dl_seterr(NULL, DLOCK_EINVAL,
+                       "redlock:// names one server twice: %s (server %d) "
+                       "and %s (server %d) are the same address",
+                       na, j + 1, nb, i + 1);
+    }
+  return 0;
+}
+
 int dl_redlock_backend_new(const dlock_client_options *opts,
                            const dl_backend_env *env, dl_backend **out) {
   *out = NULL;
@@ -333,6 +512,15 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
   B->base.ops = &redlock_ops;
   B->env = *env;
   B->part_env = *env;
+  /* A blocking client's parts run on a loop of their own, on a thread. */
+  if (env->loop == NULL) {
+    int trc = dl_rl_thread_new(&B->thread);
+    if (trc != 0) {
+      free(B);
+      return dl_seterr(NULL, trc, "cannot make the servers' event loop");
+    }
+    B->part_env.loop = dl_rl_thread_loop(B->thread);
+  }
   /* The parts never subscribe: a composite waits by retrying. */
   if (B->part_env.backoff_max_ms <= 0) B->part_env.backoff_max_ms = 50;
   char *urls[RL_MAX];
@@ -343,9 +531,14 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
     o.url = urls[i];
     o.connections = 1;
     dl_backend *part = NULL;
-    if (rc >= 0) rc = dl_redis_part_new(&o, &B->part_env, &part);
+    dl_backend_env pe = B->part_env;
+    B->tag[B->n].serial = dl_err_serial();
+    pe.err_owner = (const struct dlock_client *)(const void *)&B->tag[B->n];
+    if (rc >= 0) rc = dl_redis_part_new(&o, &pe, &part);
     if (rc >= 0) {
       ((dl_redis *)part)->restart_delay_ms = B->opt.restart_delay_ms;
+      server_name(&((dl_redis *)part)->cfg.ep, B->name[B->n],
+                  sizeof B->name[B->n]);
       B->part[B->n++] = part;
     }
     free(urls[i]);
@@ -366,8 +559,16 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
     rl_free(&B->base);
     return rc;
   }
+  if ((rc = distinct(B)) != 0) {
+    rl_free(&B->base);
+    return rc;
+  }
   B->quorum = B->n / 2 + 1;
   B->base.plain_mutex = !B->opt.hash;
+  if (B->thread && (rc = dl_rl_thread_start(B->thread)) != 0) {
+    rl_free(&B->base);
+    return dl_seterr(NULL, rc, "cannot start the servers' event loop");
+  }
   *out = &B->base;
   return 0;
 }

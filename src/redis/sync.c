@@ -11,7 +11,9 @@
  *   (wakes every waiter) and "1" on a new count. */
 #include "redis.h"
 
+#include <errno.h>
 #include <hiredis/hiredis.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,12 +55,18 @@ static int int_string(dl_redis *R, redisReply *r, long long *v) {
   *v = 0;
   if (r->type == REDIS_REPLY_STRING) {
     char *end;
+    errno = 0;
     *v = strtoll(r->str, &end, 10);
-    if (*end != '\0' || *v < INT32_MIN || *v > INT32_MAX) rc = DLOCK_EPROTO;
+    if (*end != '\0' || end == r->str) rc = DLOCK_EWRONGTYPE; /* not ours */
+    else if (errno == ERANGE) rc = DLOCK_EPROTO;
   } else if (r->type != REDIS_REPLY_NIL) {
     rc = DLOCK_EPROTO;
   }
   freeReplyObject(r);
+  if (rc == DLOCK_EWRONGTYPE)
+    return dl_seterr(R->env.err_owner, rc,
+                     "not a dlock semaphore or latch: a string that is not a "
+                     "number");
   if (rc) return dl_seterr(R->env.err_owner, rc, "unexpected reply to GET");
   return 0;
 }
@@ -368,6 +376,23 @@ static int upd_send(dl_reqop *r) {
   return 0;
 }
 
+/* The script's refusal "ERANGE <count>" (rep, freed) as DLOCK_ERANGE and
+ * its message: nothing was changed. */
+static int out_of_range(dl_redis *R, const upd_op *x, redisReply *rep) {
+  char count[32];
+  snprintf(count, sizeof count, "%s", rep->str[6] ? rep->str + 7 : "?");
+  freeReplyObject(rep);
+  if (x->op == DL_SEM_DRAIN)
+    return dl_seterr(R->env.err_owner, DLOCK_ERANGE,
+                     "'%s' holds %s permits, outside an int: not drained "
+                     "(nothing changed)",
+                     x->s->name, count);
+  return dl_seterr(R->env.err_owner, DLOCK_ERANGE,
+                   "'%s' holds %s permits: adding %s would take the count "
+                   "outside an int (nothing changed)",
+                   x->s->name, count, x->num);
+}
+
 /* Reads the answer in r->p (freeing it): 0 and the op's result in *x->v,
  * or a negative code. */
 static int upd_result(dl_reqop *r) {
@@ -375,8 +400,12 @@ static int upd_result(dl_reqop *r) {
   dl_redis *R = r->R;
   redisReply *rep = dl_reqop_reply(r);
   if (rep == NULL) return r->p.rc;
+  if (rep->type == REDIS_REPLY_STATUS && strncmp(rep->str, "ERANGE", 6) == 0)
+    return out_of_range(R, x, rep);
   long long lo = INT32_MIN, hi = INT32_MAX, *v = x->v;
   switch (x->op) {
+  case DL_SEM_DRAIN:
+  case DL_PERMITS_AVAILABLE: lo = LLONG_MIN, hi = LLONG_MAX; break;
   case DL_SEM_AVAILABLE:
     return int_string(R, rep, v);
   case DL_LATCH_COUNT: {

@@ -49,7 +49,9 @@ int dl_zk_err(dl_zk *z, int zrc, const char *what, const char *path) {
                    path ? path : "", zerror(zrc),
                    zrc == ZINVALIDSTATE || zrc == ZSESSIONEXPIRED
                        ? " (the session expired: its locks are lost)"
-                       : "");
+                   : zrc == ZNOAUTH ? " (its ACL is another identity's: "
+                                      "zk://USER:PASSWORD@ in the URL)"
+                                    : "");
 }
 
 int64_t dl_zk_valid_until(dl_zk *z, int64_t sent) {
@@ -58,9 +60,60 @@ int64_t dl_zk_valid_until(dl_zk *z, int64_t sent) {
   return dl_validity(sent, t);
 }
 
+/* The completion of zoo_add_auth: digest authentication is checked by
+ * each request's ACL, not at once (a wrong password shows as ZNOAUTH). */
+static void auth_done(int rc, const void *data) {
+  (void)rc;
+  (void)data;
+}
+
+/* A new handle for z (the first session, or the next after an expiry:
+ * `expired`, then retired, and the one it retires in *old), made z's
+ * current one: authenticated, resolving names every RESOLVE_GAP_MS. z->mu
+ * is held meanwhile, so that the handle's first events (on its own
+ * threads) find it current. NULL on error (errno). */
+static zhandle_t *new_handle(dl_zk *z, zhandle_t *expired, zhandle_t **old) {
+  pthread_mutex_lock(&z->mu);
+  zhandle_t *zh = zookeeper_init2(z->connect, dl_zk_watcher,
+                                  z->session_timeout_ms, NULL, z, 0, quiet_log);
+  int err = errno;
+  if (zh) {
+    /* The C client's default resolves the connect string's host names
+     * (getaddrinfo: a netlink socket, /etc/hosts, maybe DNS) every time
+     * it checks its socket, that is for every request and reply: most of
+     * a cycle's client CPU (an strace of dlock bench counted 13 sockets
+     * made per lock cycle). Once every RESOLVE_GAP_MS instead, and at
+     * each reconnect, as the Java client resolves when it connects. */
+    zoo_set_servers_resolution_delay(zh, RESOLVE_GAP_MS);
+    /* Sent before any request, and again at each reconnect, by the
+     * library. */
+    if (z->auth)
+      zoo_add_auth(zh, "digest", z->auth, (int)strlen(z->auth), auth_done,
+                   NULL);
+    if (expired) {
+      *old = z->retired;
+      z->retired = expired;
+    }
+    atomic_store(&z->zh, zh);
+  }
+  pthread_mutex_unlock(&z->mu);
+  errno = err;
+  return zh;
+}
+
+/* The session expired: a new one, as Curator's ConnectionState does (its
+ * holds were reported lost already). The expired handle is closed at the
+ * next expiry, or with the client: a thread may still be returning from a
+ * call on it. Runs on the expired handle's completion thread. */
+static void new_session(dl_zk *z, zhandle_t *expired) {
+  zhandle_t *old = NULL;
+  if (new_handle(z, expired, &old) == NULL)
+    return;                      /* out of memory: the client stays expired */
+  if (old) zookeeper_close(old); /* two sessions ago: nobody's now */
+}
+
 void dl_zk_watcher(zhandle_t *zh, int type, int state, const char *path,
                    void *ctx) {
-  (void)zh;
   (void)path;
   dl_zk *z = ctx;
   if (z == NULL) return;
@@ -69,18 +122,31 @@ void dl_zk_watcher(zhandle_t *zh, int type, int state, const char *path,
   int told = 0; /* a dlock_conn_state to tell, or 0 */
   void (*sfn)(void *, int) = NULL;
   void *sud = NULL;
+  bool renew = false;
   pthread_mutex_lock(&z->mu);
   z->events++;
-  if (type == ZOO_SESSION_EVENT) {
+  /* An expired session's handle has nothing more to say. */
+  if (type == ZOO_SESSION_EVENT && zh == atomic_load(&z->zh)) {
     int was = z->state;
     z->state = state;
     if (state == ZOO_EXPIRED_SESSION_STATE && !z->expired) {
       /* Every ephemeral node of the session is gone: every hold of this
-       * client is lost at once; the watchdog asks renew, which says so. */
+       * client is lost at once (the watchdog asks renew, which says so),
+       * and so are the orphans. A new session follows. */
       z->expired = true;
+      z->suspended = false;
+      z->sessions++;
+      dl_zk_holds_free(z->holds);
+      z->holds = NULL;
+      dl_zk_orphans_free(z->orphans);
+      z->orphans = NULL;
       fn = z->notice;
       ud = z->notice_ud;
       told = DLOCK_CONN_LOST;
+      renew = !atomic_load(z->env->closing);
+    } else if (state == ZOO_CONNECTED_STATE && z->expired) {
+      z->expired = false; /* the next session: usable again */
+      told = DLOCK_CONN_NEW_SESSION;
     } else if (state == ZOO_CONNECTED_STATE && z->suspended) {
       z->suspended = false;
       told = DLOCK_CONN_RECONNECTED;
@@ -102,6 +168,7 @@ void dl_zk_watcher(zhandle_t *zh, int type, int state, const char *path,
   if (fn && z->env->loop) dl_zk_post_notice(z);
   else if (fn) fn(ud, NULL, 0);
   if (told && sfn) sfn(sud, told);
+  if (renew) new_session(z, zh);
 }
 
 static int zk_watch_state(dl_backend *b, void (*fn)(void *, int), void *ud) {
@@ -140,6 +207,10 @@ static void zk_wake_all(dl_backend *b) {
   pthread_mutex_unlock(&z->mu);
 }
 
+static int zk_check_key(dl_backend *b, const char *key) {
+  return dl_zk_check_path((dl_zk *)b, key);
+}
+
 static void zk_stats(dl_backend *b, dlock_client_stats *st) {
   dl_zk *z = (dl_zk *)b;
   st->writes += (uint64_t)atomic_load(&z->round_trips);
@@ -159,13 +230,25 @@ static void zk_free(dl_backend *b) {
   if (z->env->loop) dl_zk_async_close(z);
   /* Closing ends the session (its nodes go) and joins the library's
    * threads, so no watcher runs on z after this. */
-  if (z->zh) zookeeper_close(z->zh);
+  zhandle_t *zh = atomic_load(&z->zh);
+  if (zh) zookeeper_close(zh);
+  /* An expiry being handled meanwhile may have made a new handle (and
+   * retired the one just closed). */
+  pthread_mutex_lock(&z->mu);
+  zhandle_t *now = atomic_load(&z->zh), *retired = z->retired;
+  pthread_mutex_unlock(&z->mu);
+  if (now != zh) zookeeper_close(now);
+  if (retired && retired != zh) zookeeper_close(retired);
   for (int i = 0; i < z->nkeys; i++)
     free(z->notice_keys[i]);
   dl_zk_holds_free(z->holds);
   dl_zk_orphans_free(z->orphans);
   pthread_cond_destroy(&z->cv);
   pthread_mutex_destroy(&z->mu);
+  free(z->connect);
+  free(z->chroot);
+  if (z->auth) memset(z->auth, 0, strlen(z->auth));
+  free(z->auth);
   free(z);
 }
 
@@ -186,6 +269,7 @@ static const dl_backend_ops zk_ops = {
     .elect_leave = dl_zk_elect_leave,
     .elect_leader = dl_zk_b_elect_leader,
     .ping = dl_zk_b_ping,
+    .check_key = zk_check_key,
     .lock_acquire_async = dl_zk_lock_acquire_async,
     .lock_release_async = dl_zk_lock_release_async,
     .lock_force_release_async = dl_zk_lock_force_release_async,
@@ -217,22 +301,78 @@ static int await_connected(dl_zk *z, int timeout_ms) {
   return ok ? 0 : -1;
 }
 
+/* The URL's parts into z: 0, or a negative code recorded. */
+static int configure(dl_zk *z, const dlock_client_options *opts,
+                     int *connect_ms) {
+  char msg[256];
+  dl_zk_url u;
+  int rc = dl_url_parse_zk(opts->url, &u, msg, sizeof msg);
+  if (rc != 0) {
+    char *shown = dl_url_redact(opts->url);
+    rc = dl_seterr(NULL, rc, "%s (url %s)", msg, shown ? shown : "zk://");
+    free(shown);
+    return rc;
+  }
+  if (u.session_timeout_ms > 0) z->session_timeout_ms = u.session_timeout_ms;
+  if (u.connect_timeout_ms > 0) *connect_ms = u.connect_timeout_ms;
+  z->connect = u.connect;
+  z->chroot = u.chroot;
+  u.connect = u.chroot = NULL;
+  /* Digest authentication: the URL's user, else the options'; the URL's
+   * password, else the options' (the CLI's --password-file or
+   * DLOCK_PASSWORD). */
+  const char *user = u.user ? u.user : opts->username;
+  const char *pw = u.password ? u.password : opts->password;
+  rc = 0;
+  if (user && *user && (pw == NULL || *pw == '\0')) {
+    rc = dl_seterr(NULL, DLOCK_EAUTH,
+                   "ZooKeeper user %s has no password "
+                   "(in the URL or the password option)",
+                   user);
+  } else if (user && *user) {
+    size_t n = strlen(user) + strlen(pw) + 2;
+    if ((z->auth = malloc(n)) == NULL)
+      rc = dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+    else
+      snprintf(z->auth, n, "%s:%s", user, pw);
+  }
+  int acl = u.acl;
+  dl_zk_url_clear(&u);
+  if (rc == 0 && z->auth == NULL &&
+      (acl == DL_ZK_ACL_CREATOR || acl == DL_ZK_ACL_READ))
+    rc = dl_seterr(NULL, DLOCK_EURL,
+                   "acl=%s in the zk:// URL needs a "
+                   "USER:PASSWORD@ (an identity to give the nodes to)",
+                   acl == DL_ZK_ACL_READ ? "read" : "creator");
+  if (acl == DL_ZK_ACL_DEFAULT)
+    acl = z->auth ? DL_ZK_ACL_CREATOR : DL_ZK_ACL_OPEN;
+  /* The lock's own nodes; with authentication, everyone may read and
+   * create under the containers above a lock, and its creator may do
+   * anything. */
+  z->read_acls[0] = (struct ACL){ZOO_PERM_ALL, ZOO_AUTH_IDS};
+  z->read_acls[1] = (struct ACL){ZOO_PERM_READ, ZOO_ANYONE_ID_UNSAFE};
+  z->read_acl_v = (struct ACL_vector){2, z->read_acls};
+  z->acl = acl == DL_ZK_ACL_CREATOR ? &ZOO_CREATOR_ALL_ACL
+           : acl == DL_ZK_ACL_READ  ? &z->read_acl_v
+                                    : &ZOO_OPEN_ACL_UNSAFE;
+  z->parent_acls[0] = (struct ACL){ZOO_PERM_ALL, ZOO_AUTH_IDS};
+  z->parent_acls[1] =
+      (struct ACL){ZOO_PERM_READ | ZOO_PERM_CREATE, ZOO_ANYONE_ID_UNSAFE};
+  z->parent_acl_v = (struct ACL_vector){2, z->parent_acls};
+  z->parent_acl =
+      acl == DL_ZK_ACL_OPEN ? &ZOO_OPEN_ACL_UNSAFE : &z->parent_acl_v;
+  return rc;
+}
+
 int dl_zk_backend_new(const dlock_client_options *opts,
                       const dl_backend_env *env, dl_backend **out) {
   *out = NULL;
   if (opts->zk_session_timeout_ms <= 0 || opts->zk_connect_timeout_ms <= 0)
-    return dl_seterr(NULL, DLOCK_EINVAL, "zk_session_timeout_ms and "
+    return dl_seterr(NULL, DLOCK_EINVAL,
+                     "zk_session_timeout_ms and "
                      "zk_connect_timeout_ms must be positive");
-  char msg[256];
-  char *connect = NULL;
-  int rc = dl_url_parse_zk(opts->url, &connect, msg, sizeof msg);
-  if (rc != 0)
-    return dl_seterr(NULL, rc, "%s (url %s)", msg, opts->url);
   dl_zk *z = calloc(1, sizeof *z);
-  if (z == NULL) {
-    free(connect);
-    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
-  }
+  if (z == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   z->base.ops = &zk_ops;
   z->env = env;
   z->session_timeout_ms = opts->zk_session_timeout_ms;
@@ -241,36 +381,49 @@ int dl_zk_backend_new(const dlock_client_options *opts,
   z->evfd = -1;
   pthread_mutex_init(&z->mu, NULL);
   dl_cond_init(&z->cv);
-  if (env->loop && (rc = dl_zk_async_init(z)) != 0) {
-    free(connect);
+  int connect_ms = opts->zk_connect_timeout_ms;
+  int rc = configure(z, opts, &connect_ms);
+  if (rc == 0 && env->loop) rc = dl_zk_async_init(z);
+  if (rc != 0) {
     zk_free(&z->base);
     return rc;
   }
-  z->zh = zookeeper_init2(connect, dl_zk_watcher, z->session_timeout_ms, NULL,
-                          z, 0, quiet_log);
-  if (z->zh == NULL) {
+  zhandle_t *zh = new_handle(z, NULL, NULL);
+  if (zh == NULL) {
     rc = dl_seterr(NULL, errno == EINVAL ? DLOCK_EURL : DLOCK_ECONNECT,
-                   "cannot start a ZooKeeper session for %s: %s", connect,
+                   "cannot start a ZooKeeper session for %s: %s", z->connect,
                    strerror(errno));
-    free(connect);
     zk_free(&z->base);
     return rc;
   }
-  /* The C client's default resolves the connect string's host names
-   * (getaddrinfo: a netlink socket, /etc/hosts, maybe DNS) every time it
-   * checks its socket, that is for every request and reply: most of a
-   * cycle's client CPU (an strace of dlock bench counted 13 sockets made
-   * per lock cycle). Once every RESOLVE_GAP_MS instead, and at each
-   * reconnect, as the Java client resolves when it connects. */
-  zoo_set_servers_resolution_delay(z->zh, RESOLVE_GAP_MS);
-  if (await_connected(z, opts->zk_connect_timeout_ms) != 0) {
-    rc = dl_seterr(NULL, DLOCK_ECONNECT, "no ZooKeeper session with %s "
-                   "within %d ms", connect, opts->zk_connect_timeout_ms);
-    free(connect);
+  if (await_connected(z, connect_ms) != 0) {
+    rc = dl_seterr(NULL, DLOCK_ECONNECT,
+                   "no ZooKeeper session with %s "
+                   "within %d ms",
+                   z->connect, connect_ms);
     zk_free(&z->base);
     return rc;
   }
-  free(connect);
+  /* A chroot that does not exist would make every create fail ("no
+   * node"), and an election retry for ever: every command fails here
+   * instead, naming it. dlock does not create it (a typo would make a
+   * tree nobody looks at); zkCli.sh's create does. */
+  struct Stat st;
+  int zrc = z->chroot ? zoo_exists(zh, "/", 0, &st) : ZOK;
+  if (zrc != ZOK) {
+    rc = zrc == ZNONODE
+             ? dl_seterr(NULL, DLOCK_EURL,
+                         "the chroot %s of the zk:// URL "
+                         "does not exist on the ZooKeeper servers (create it "
+                         "first, e.g. zkCli.sh create %s)",
+                         z->chroot, z->chroot)
+             : dl_seterr(NULL, DLOCK_ECONNECT,
+                         "ZooKeeper check of the "
+                         "chroot %s: %s",
+                         z->chroot, zerror(zrc));
+    zk_free(&z->base);
+    return rc;
+  }
   *out = &z->base;
   return 0;
 }

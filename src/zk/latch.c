@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How long a participant leaving waits for its node's delete (ms): a
+ * server that answers does so in a few ms. */
+#define LEAVE_WAIT_MS 500
+
 struct dl_elect {
   dl_zk *z;
   char *key;
@@ -84,25 +88,22 @@ static int step(dl_elect *e) {
 static void *latch_main(void *arg) {
   dl_elect *e = arg;
   dl_zk *z = e->z;
-  bool gone = false;
   int64_t until = 0; /* after an error: no step before this */
+  int state = ZOO_CONNECTED_STATE;
   for (;;) {
     pthread_mutex_lock(&z->mu);
     uint64_t seen = z->events;
     bool stop = e->stop || atomic_load(z->env->closing);
-    gone = z->expired;
-    int state = z->state;
+    bool gone = z->expired;
+    state = z->state;
     pthread_mutex_unlock(&z->mu);
     if (stop) break;
-    if (gone) {
-      /* The session ended, and our node with it: out for good (the
-       * client cannot make another session). */
-      e->node[0] = '\0';
-      tell(e, 0, true);
-      break;
-    }
+    /* The session ended, and our node with it: out (a leader is told it
+     * lost the lead), and in again at the end of the line once the next
+     * session is connected, as Curator's LeaderLatch after LOST. */
+    if (gone) e->node[0] = '\0';
     int r = 1;
-    if (state != ZOO_CONNECTED_STATE) {
+    if (state != ZOO_CONNECTED_STATE || gone) {
       /* Suspended: the session may be alive, but another participant may
        * be leader by now. Curator's default policy drops the leadership;
        * so do we, and look again once connected. */
@@ -111,6 +112,10 @@ static void *latch_main(void *arg) {
       r = step(e);
       if (r == 0) continue;
       if (r < 0) until = dl_now_ms() + 200;
+    } else {
+      /* An event during an error's pause (the next session connected):
+       * the step comes at the pause's end, not at the next event only. */
+      r = -1;
     }
     pthread_mutex_lock(&z->mu);
     int64_t end = r < 0 ? until : INT64_MAX;
@@ -129,8 +134,14 @@ static void *latch_main(void *arg) {
   pthread_mutex_lock(&z->mu);
   bool shutdown = atomic_load(z->env->closing) && !e->stop && !e->self_free;
   pthread_mutex_unlock(&z->mu);
-  if (e->node[0] != '\0' && !gone)
-    dl_zk_delete_own(z, e->node);
+  /* Our node goes. A leader that left must not linger behind its command
+   * (dlock elect), whether or not the server answers: not connected, no
+   * wait at all, else a short one; a node left goes later, as an orphan,
+   * or with the session (closed with the client, or expired). */
+  if (e->node[0] != '\0' && state == ZOO_CONNECTED_STATE)
+    dl_zk_delete_soon(z, e->node, LEAVE_WAIT_MS);
+  else if (e->node[0] != '\0')
+    dl_zk_orphan_node(z, e->node);
   /* dlock_client_shutdown, the participant still in: out, its node gone;
    * told, so that a dlock_leader_await looks again (and ends). */
   if (shutdown && e->fn) {
@@ -159,15 +170,10 @@ int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
   *out = NULL;
   int rc = dl_zk_check_path(z, s->key);
   if (rc != 0) return rc;
-  pthread_mutex_lock(&z->mu);
-  bool expired = z->expired;
-  pthread_mutex_unlock(&z->mu);
-  if (expired)
-    return dl_seterr(z->env->err_owner, DLOCK_ECONNLOST, "the ZooKeeper "
-                     "session expired: open a new client");
   /* Someone else's node is refused (a round trip: not on an event-loop
    * client's thread, which must not block; there the election takes the
-   * place as it is). */
+   * place as it is). Between sessions (an expiry) the read waits for the
+   * next one, as the participant would. */
   zk_place p = ZK_NONE;
   if (!z->env->loop && (rc = dl_zk_read_place(z, s->key, &p)) != 0) return rc;
   if (p != ZK_NONE && p != ZK_EMPTY && p != ZK_LOCKS)

@@ -189,10 +189,23 @@ void dl_zk_hold_drop(dl_zk *z, const char *key, const char *owner) {
 
 int dl_zk_check_path(dl_zk *z, const char *key) {
   size_t n = strlen(key);
-  if (key[0] != '/' || n < 2 || key[n - 1] == '/' || strstr(key, "//"))
+  /* ZooKeeper's own rules (PathUtils.validatePath): absolute, no empty,
+   * "." or ".." component, no control character; /zookeeper is the
+   * server's. */
+  bool bad = key[0] != '/' || n < 2 || key[n - 1] == '/' || strstr(key, "//") ||
+             strstr(key, "/./") || strstr(key, "/../") ||
+             (n >= 2 && strcmp(key + n - 2, "/.") == 0) ||
+             (n >= 3 && strcmp(key + n - 3, "/..") == 0) ||
+             (strncmp(key, "/zookeeper", 10) == 0 &&
+              (key[10] == '\0' || key[10] == '/'));
+  for (size_t i = 0; i < n && !bad; i++)
+    bad = (unsigned char)key[i] < 0x20 || key[i] == 0x7f;
+  if (bad)
     return dl_seterr(z->env->err_owner, DLOCK_EINVAL,
-                     "a ZooKeeper lock name is a znode path (\"/locks/x\"), "
-                     "not '%s'", key);
+                     "a ZooKeeper lock name is a znode path (\"/locks/x\": "
+                     "no empty, '.' or '..' part, no control character, "
+                     "not under /zookeeper), not '%s'",
+                     key);
   if (n + 60 > NODE_MAX)
     return dl_seterr(z->env->err_owner, DLOCK_ENAMETOOLONG,
                      "znode path too long: '%s'", key);

@@ -9,14 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 /* Creates every missing parent of `path` (and path itself) as containers,
- * as Curator's creatingParentContainersIfNeeded. */
+ * as Curator's creatingParentContainersIfNeeded; path gets the client's
+ * ACL, its parents the parents' (zkb.h). */
 int dl_zk_make_parents(dl_zk *z, const char *path) {
   char buf[NODE_MAX];
   snprintf(buf, sizeof buf, "%s", path);
   for (char *p = strchr(buf + 1, '/');; p = strchr(p + 1, '/')) {
     if (p) *p = '\0';
     atomic_fetch_add(&z->round_trips, 1);
-    int zrc = zoo_create(z->zh, buf, NULL, -1, &ZOO_OPEN_ACL_UNSAFE,
+    int zrc = zoo_create(z->zh, buf, NULL, -1, p ? z->parent_acl : z->acl,
                          ZOO_CONTAINER, NULL, 0);
     if (zrc != ZOK && zrc != ZNODEEXISTS)
       return dl_zk_err(z, zrc, "create", buf);
@@ -55,6 +56,67 @@ int dl_zk_delete_node(dl_zk *z, const char *node, int64_t deadline) {
       return dl_zk_err(z, zrc, "delete", node);
     dl_sleep_ms(20);
   }
+}
+
+/* A delete sent with zoo_adelete, waited for a bounded time: whoever of
+ * the caller and the completion comes last frees it. */
+typedef struct bounded_delete {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int refs;
+  bool done;
+  int rc;
+} bounded_delete;
+
+static void bounded_unref(bounded_delete *d) {
+  pthread_mutex_lock(&d->mu);
+  bool last = --d->refs == 0;
+  pthread_mutex_unlock(&d->mu);
+  if (!last) return;
+  pthread_mutex_destroy(&d->mu);
+  pthread_cond_destroy(&d->cv);
+  free(d);
+}
+
+static void on_deleted(int rc, const void *data) {
+  bounded_delete *d = (bounded_delete *)data;
+  pthread_mutex_lock(&d->mu);
+  d->done = true;
+  d->rc = rc;
+  pthread_cond_signal(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+  bounded_unref(d);
+}
+
+int dl_zk_delete_soon(dl_zk *z, const char *node, int wait_ms) {
+  bounded_delete *d = calloc(1, sizeof *d);
+  if (d == NULL) {
+    dl_zk_orphan_node(z, node);
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+  }
+  pthread_mutex_init(&d->mu, NULL);
+  dl_cond_init(&d->cv);
+  d->refs = 2;
+  atomic_fetch_add(&z->round_trips, 1);
+  int zrc = zoo_adelete(z->zh, node, -1, on_deleted, d);
+  if (zrc != ZOK) {
+    d->refs = 1; /* no completion will come */
+    d->done = true;
+    d->rc = zrc;
+  }
+  int64_t end = dl_now_ms() + wait_ms;
+  pthread_mutex_lock(&d->mu);
+  while (!d->done && dl_now_ms() < end) {
+    struct timespec ts;
+    dl_abstime(end, &ts);
+    pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+  }
+  zrc = d->done ? d->rc : ZOPERATIONTIMEOUT;
+  pthread_mutex_unlock(&d->mu);
+  bounded_unref(d);
+  if (zrc == ZOK || zrc == ZNONODE) return 0;
+  dl_zk_orphan_node(z, node);
+  return dl_zk_err(z, zrc, "delete", node);
 }
 
 /* Remembers (parent, prefix) as an orphan. */
@@ -154,9 +216,8 @@ static int create_loop(dl_zk *z, const char *key, const char *prefix,
     if (zrc == 0) {
       struct Stat st;
       atomic_fetch_add(&z->round_trips, 1);
-      zrc = zoo_create2(z->zh, path, data, (int)strlen(data),
-                        &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, node,
-                        (int)len, &st);
+      zrc = zoo_create2(z->zh, path, data, (int)strlen(data), z->acl,
+                        ZOO_EPHEMERAL_SEQUENTIAL, node, (int)len, &st);
       if (zrc == ZOK) {
         *czxid = (uint64_t)st.czxid;
         return 0;
@@ -274,9 +335,8 @@ int dl_zk_create_listed(dl_zk *z, const char *key, const char *mark,
   pthread_mutex_init(&p.mu, NULL);
   pthread_cond_init(&p.cv, NULL);
   atomic_fetch_add(&z->round_trips, 1);
-  int arc =
-      zoo_acreate2(z->zh, path, data, (int)strlen(data), &ZOO_OPEN_ACL_UNSAFE,
-                   ZOO_EPHEMERAL_SEQUENTIAL, on_created, &p);
+  int arc = zoo_acreate2(z->zh, path, data, (int)strlen(data), z->acl,
+                         ZOO_EPHEMERAL_SEQUENTIAL, on_created, &p);
   if (arc != ZOK) {
     p.pending = 0;
     p.create_rc = arc;

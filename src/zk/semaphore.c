@@ -7,6 +7,7 @@
  * semaphore's path (a persistent node), which Curator never reads. */
 #include "zkb.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,7 +106,8 @@ static int check_place(dl_zk *z, const char *path) {
 
 /* Sets the permits at path to n if none are set (set_only), or adds n to
  * them: 1 changed, 0 a count was already set (set_only), or a negative
- * code. The path is a persistent node, its parents containers. */
+ * code (DLOCK_ERANGE: the sum would not fit an int). The path is a persistent
+ * node, its parents containers. */
 static int write_count(dl_zk *z, const char *path, long long n,
                        bool set_only) {
   int prc = check_place(z, path);
@@ -116,13 +118,21 @@ static int write_count(dl_zk *z, const char *path, long long n,
     int rc = read_count(z, path, &cur, &version);
     if (rc < 0) return rc;
     if (rc == 1 && set_only) return 0;
+    /* The API counts in an int: a change that takes the permits past it
+     * (or further past) is refused before the write. */
+    if (!set_only &&
+        ((n > 0 && cur + n > INT_MAX) || (n < 0 && cur + n < INT_MIN)))
+      return dl_seterr(z->env->err_owner, DLOCK_ERANGE,
+                       "%s holds %lld permits: adding %lld would take the "
+                       "count outside an int (nothing changed)",
+                       path, cur, n);
     char buf[32];
     snprintf(buf, sizeof buf, "%lld", set_only ? n : cur + n);
     int zrc;
     atomic_fetch_add(&z->round_trips, 1);
     if (version < 0) {
-      zrc = zoo_create(z->zh, path, buf, (int)strlen(buf),
-                       &ZOO_OPEN_ACL_UNSAFE, ZOO_PERSISTENT, NULL, 0);
+      zrc = zoo_create(z->zh, path, buf, (int)strlen(buf), z->acl,
+                       ZOO_PERSISTENT, NULL, 0);
       if (zrc == ZNONODE) { /* its parents first */
         char parent[NODE_MAX];
         snprintf(parent, sizeof parent, "%s", path);

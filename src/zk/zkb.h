@@ -33,7 +33,23 @@ typedef struct zk_orphan {
 typedef struct dl_zk {
   dl_backend base;
   const dl_backend_env *env;
-  zhandle_t *zh;
+  /* The session's handle: replaced by a new one when the session expires
+   * (read by every thread, written by the watcher). */
+  _Atomic(zhandle_t *) zh;
+  zhandle_t *retired; /* the handle before, closed at the next expiry */
+  char *connect;      /* the connect string (HOST:PORT,.../CHROOT) */
+  char *chroot;       /* the URL's chroot, or NULL */
+  char *auth;         /* "user:password" for digest authentication, or NULL */
+  /* The ACLs of the nodes dlock makes: `acl` on a lock's (or election's,
+   * semaphore's) own nodes, `parent_acl` on the containers above them.
+   * Without authentication both are ZooKeeper's open ACL; with it, the
+   * creator's identity alone may do anything with its nodes (the URL's
+   * acl=read: and everyone may read them; acl=open: as without), and
+   * everyone may read and create under the parents (other services put
+   * their locks beside ours). */
+  struct ACL_vector *acl, *parent_acl;
+  struct ACL parent_acls[2], read_acls[2];
+  struct ACL_vector parent_acl_v, read_acl_v;
   int session_timeout_ms; /* asked for; the server's answer: zoo_recv_timeout */
   int command_timeout_ms;
   /* mu guards everything below; cv is broadcast on every watch event and
@@ -42,7 +58,9 @@ typedef struct dl_zk {
   pthread_cond_t cv;
   uint64_t events; /* bumped by every watch event */
   int state;       /* the last session state (ZOO_*_STATE) */
-  bool expired;    /* the session ended: its holds are gone */
+  bool expired;    /* the session ended: its holds are gone (until the
+                      next session is connected) */
+  uint64_t sessions; /* sessions that expired: each one's holds are lost */
   zk_hold *holds;
   zk_orphan *orphans;
   int participants; /* election threads running (latch.c): the backend is
@@ -184,6 +202,12 @@ int dl_zk_delete_node(dl_zk *z, const char *node, int64_t deadline);
  * kept as an orphan, deleted by a later dl_zk_clean_orphans. Returns as
  * dl_zk_delete_node. */
 int dl_zk_delete_own(dl_zk *z, const char *node);
+/* Deletes a node of ours, waiting at most wait_ms for the answer: 0
+ * deleted (or gone), else a negative code and the node is kept as an
+ * orphan (deleted later, or gone with the session). For a participant
+ * leaving while the server may be unreachable: the connection loss would
+ * be known only after two thirds of the session timeout. */
+int dl_zk_delete_soon(dl_zk *z, const char *node, int wait_ms);
 /* Sleeps until a watch event or session change after `seen` (z->events
  * read before the watch was set), the deadline, or the operation's cancel:
  * 0 (look again), or DLOCK_ECONNLOST (the session expired while waiting

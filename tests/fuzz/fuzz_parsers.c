@@ -1,5 +1,6 @@
 /* fuzz_parsers.c: libFuzzer target for the parsers of outside input: server
- * URLs, durations, the text of server error replies and URL redaction. The
+ * URLs (zk:// too), durations, the text of server error replies and URL
+ * redaction. The
  * first input byte picks the parser. Build: scripts/fuzz.sh. */
 #include "cli/duration.h"
 #include "client/client.h"
@@ -16,7 +17,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
   if (s == NULL) return 0;
   memcpy(s, data + 1, size - 1);
   s[size - 1] = '\0';
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
   case 0: {
     dl_endpoint ep;
     char err[256];
@@ -58,6 +59,25 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     /* Never longer than the input plus the "***" it may insert. */
     if (r && strlen(r) > strlen(s) + 3) abort();
     free(r);
+    break;
+  }
+  case 4: {
+    /* zk://: accepted, a connect string without the user or options, a
+     * chroot that is a path, timeouts in range. */
+    dl_zk_url u;
+    char err[256];
+    if (dl_url_parse_zk(s, &u, err, sizeof err) == 0) {
+      if (u.connect == NULL || strchr(u.connect, '@') ||
+          strchr(u.connect, '?'))
+        abort();
+      if (u.chroot && (u.chroot[0] != '/' || u.chroot[1] == '\0'))
+        abort();
+      if (u.password && u.user == NULL) abort();
+      if (u.session_timeout_ms < 0 || u.session_timeout_ms > 3600000 ||
+          u.connect_timeout_ms < 0 || u.connect_timeout_ms > 3600000)
+        abort();
+      dl_zk_url_clear(&u);
+    }
     break;
   }
   }

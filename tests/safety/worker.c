@@ -228,10 +228,20 @@ int worker_main(int argc, char **argv) {
   co.min_replicas_acked = o.replicas;
   co.replicas_timeout_ms = 1000;
   if (o.zk_session_ms > 0) co.zk_session_timeout_ms = o.zk_session_ms;
+  /* A row's fault may be under way while the worker starts (a master
+   * killed as it asks for the map): as a service would, it tries again
+   * for a while. A bad URL or option stays fatal. */
   dlock_client *c = NULL;
-  if (dlock_client_open(&co, &c) != 0) {
-    fprintf(stderr, "worker: %s\n", dlock_client_open_errmsg());
-    return 69;
+  int64_t give_up = now_us() + 20 * 1000000;
+  int orc;
+  while ((orc = dlock_client_open(&co, &c)) != 0) {
+    bool transient = orc == DLOCK_ECONNECT || orc == DLOCK_ETIMEDOUT ||
+                     orc == DLOCK_ECONNLOST || orc == DLOCK_ESERVER;
+    if (!transient || now_us() >= give_up) {
+      fprintf(stderr, "worker: %s\n", dlock_client_open_errmsg());
+      return 69;
+    }
+    sleep_us(50000);
   }
   int n = o.victim_hold_ms > 0 ? 1 : o.threads;
   wthread *t = calloc((size_t)n, sizeof *t);

@@ -5,6 +5,7 @@
  * server's CPU time (INFO cpu). */
 #include "../../redis/redis.h" /* the scripts and names the ceiling sends */
 #include "bench.h"
+#include "redisson.h"
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -374,18 +375,17 @@ static double ceiling_tagged(redisContext *c, int64_t ms, const char *tag) {
     dl_derived_into(w, sizeof w, "dlock_lock_waiters", key);
     char *a = NULL, *r2 = NULL;
     int la = redisFormatCommand(&a,
-                                "EVALSHA %s 3 %s %s %s 10000 bench:ceil:1 "
-                                "%s 0 0 600",
-                                acq->sha, key, tok, hand, "");
+                                "EVALSHA %s 3 %s %s %s 10000 bench:ceil:1",
+                                acq->sha, key, tok, hand);
     /* The release's latch (docs/WIRE.md) is written as by the library; it
      * lives 1 ms here, not 3 command timeouts, so that the batches sent
      * again with the same request ids do not fill the server. A first send
-     * (the last argument 0) never reads it. */
+     * (no retry argument) never reads it. */
     dl_derived_into(latch, sizeof latch, "redisson_unlock_latch", key);
     strcat(latch, ":0123456789abcdef:1");
     int lr = redisFormatCommand(&r2,
-                                "EVALSHA %s 7 %s %s %s %s %s %s %s 0 "
-                                "10000 bench:ceil:1 1 1 0",
+                                "EVALSHA %s 7 %s %s %s %s %s %s %s "
+                                "bench:ceil:1 1 1",
                                 rel->sha, key, chan, q, w, tok, hand, latch);
     char *grown =
         la > 0 && lr > 0 ? realloc(cmds, len + (size_t)la + (size_t)lr) : NULL;
@@ -445,4 +445,62 @@ double bench_client_ping_p50_us(const cli_global *g, const bench_opts *o,
   double p = bench_samples_pct(&s, 0.5);
   free(s.v);
   return p;
+}
+
+/* Redisson's ceiling (redisson.h). The three replies of one cycle: taken ({-1, token}), freed (1), the
+ * latch deleted (an integer). */
+static bool cycle_ok(redisReply *r[3]) {
+  return r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements == 2 &&
+         r[0]->element[0]->type == REDIS_REPLY_INTEGER &&
+         r[0]->element[0]->integer == -1 && r[1]->type == REDIS_REPLY_INTEGER &&
+         r[1]->integer == 1 && r[2]->type == REDIS_REPLY_INTEGER;
+}
+
+double bench_redisson_ceiling_ops(struct redisContext *c, int64_t ms,
+                                  double *cpu_us_per_cycle) {
+  if (cpu_us_per_cycle) *cpu_us_per_cycle = 0;
+  char lsha[41], usha[41];
+  if (bench_redisson_load(c, lsha, usha) != 0) return 0;
+  /* 256 cycles a batch on 256 keys, formatted once, as dlock's ceiling. */
+  const int batch = 256;
+  char *cmds = NULL;
+  size_t len = 0;
+  for (int i = 0; i < batch; i++) {
+    char key[64], *one = NULL;
+    snprintf(key, sizeof key, "bench:redisson:%d", i);
+    int n = bench_redisson_format(&one, lsha, usha, key);
+    char *grown = n > 0 ? realloc(cmds, len + (size_t)n) : NULL;
+    if (grown) {
+      memcpy(grown + len, one, (size_t)n);
+      len += (size_t)n;
+      cmds = grown;
+    }
+    free(one);
+    if (grown == NULL) {
+      free(cmds);
+      return 0;
+    }
+  }
+  long cycles = 0;
+  double cpu0 = bench_server_cpu_us(c);
+  int64_t t0 = dl_now_ms(), end = t0 + ms;
+  while (dl_now_ms() < end && cycles >= 0) {
+    if (redisAppendFormattedCommand(c, cmds, len) != REDIS_OK) break;
+    for (int i = 0; i < batch && cycles >= 0; i++) {
+      redisReply *r[3] = {NULL, NULL, NULL};
+      bool got = true;
+      for (int k = 0; k < 3; k++)
+        got = got && redisGetReply(c, (void **)&r[k]) == REDIS_OK;
+      if (!got || !cycle_ok(r)) cycles = -1;
+      for (int k = 0; k < 3; k++)
+        if (r[k]) freeReplyObject(r[k]);
+    }
+    if (cycles >= 0) cycles += batch;
+  }
+  int64_t t1 = dl_now_ms();
+  double cpu1 = bench_server_cpu_us(c);
+  free(cmds);
+  if (cycles <= 0 || t1 <= t0) return 0;
+  if (cpu_us_per_cycle) *cpu_us_per_cycle = (cpu1 - cpu0) / (double)cycles;
+  return (double)cycles * 1000.0 / (double)(t1 - t0);
 }

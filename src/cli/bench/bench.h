@@ -145,6 +145,9 @@ typedef struct bench_report {
   int masters;           /* redis-cluster://: how many; the ceiling is
                             one master's */
   double cluster_ceiling; /* redis-cluster://: every master's at once */
+  /* The ceiling's server CPU per cycle, and Redisson's cycle pipelined the
+   * same way on the same server (redisson.c; 0 on a cluster and zk://) */
+  double ceiling_cpu, redisson_ceiling, redisson_cpu;
   long errors;
   /* contended */
   double utilisation, wait_p50, wait_p99, wait_max, wakeups_per_acquire;

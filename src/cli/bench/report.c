@@ -16,6 +16,14 @@ void bench_print_report(const bench_report *r, bool json) {
            r->p99, r->max, r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
     if (r->fanout_rtt_p50 > 0)
       printf(",\"baseline_fanout_rtt_p50_us\":%.1f", r->fanout_rtt_p50);
+    if (r->ceiling_cpu > 0)
+      printf(",\"ceiling_server_cpu_us_per_cycle\":%.2f", r->ceiling_cpu);
+    if (r->redisson_ceiling > 0)
+      printf(",\"redisson_ceiling_ops_per_sec\":%.0f,"
+             "\"redisson_server_cpu_us_per_cycle\":%.2f,"
+             "\"ceiling_over_redisson\":%.3f",
+             r->redisson_ceiling, r->redisson_cpu,
+             r->ceiling / r->redisson_ceiling);
     if (r->async) printf(",\"async\":true,\"inflight\":%d", r->inflight);
     if (r->zk) printf(",\"backend\":\"zookeeper\"");
     if (r->masters > 0)
@@ -69,6 +77,12 @@ void bench_print_report(const bench_report *r, bool json) {
     printf("  baselines: PING p50 %.1f us (2 x = %.1f us), ceiling %.0f "
            "cycles/s; server CPU %.2f us/op; errors %ld\n",
            r->rtt_p50, 2 * r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
+  if (r->redisson_ceiling > 0)
+    printf("  Redisson's cycle (fenced lock, unlock with latch, DEL latch), "
+           "pipelined on the same server: %.0f cycles/s, %.2f us server CPU "
+           "each (dlock's ceiling: %.2f us); ceiling / Redisson's = %.2f\n",
+           r->redisson_ceiling, r->redisson_cpu, r->ceiling_cpu,
+           r->ceiling / r->redisson_ceiling);
   if (r->fanout_rtt_p50 > 0)
     printf("  redlock: PING to every server at once p50 %.1f us (2 x = %.1f "
            "us)\n",

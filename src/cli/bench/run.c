@@ -3,6 +3,7 @@
  * their results sent back over pipes and summed into the report beside the
  * baselines. */
 #include "bench.h"
+#include "redisson.h"
 #include "../../core/core.h"
 
 #include <pthread.h>
@@ -156,8 +157,17 @@ int bench_measure(const cli_global *g, const bench_opts *o,
   } else {
     r->rtt_p50 = bench_rtt_p50_us(o, raw, 2000);
     r->fanout_rtt_p50 = o->cluster ? 0 : bench_fanout_rtt_p50_us(o, raw, 2000);
+    double cpu0 = bench_server_cpu_us(raw);
+    int64_t t0 = dl_now_ms();
     r->ceiling = bench_ceiling_ops(raw, 1000);
+    double secs = (double)(dl_now_ms() - t0) / 1000.0;
+    if (r->ceiling > 0)
+      r->ceiling_cpu =
+          (bench_server_cpu_us(raw) - cpu0) / (r->ceiling * secs);
     r->cluster_ceiling = bench_cluster_ceiling_ops(o, raw, 1000);
+    if (!o->cluster)
+      r->redisson_ceiling =
+          bench_redisson_ceiling_ops(raw, 1000, &r->redisson_cpu);
   }
   char lock_name[64];
   if (o->zk)

@@ -5,6 +5,19 @@
 -- Returns: set: 1 set, 0 a count is already running; down: the count
 -- left (the key goes at zero, and "0" is published), or -1 if there was
 -- no count to count down (nothing changed).
+-- What dlock refuses (docs/WIRE.md): anything at the name but a number (a
+-- string that is not one, a hash, a list...), with a WRONGTYPE error that
+-- says what it found, before any write.
+do
+  local v = redis.pcall('get', KEYS[1])
+  local found = type(v) == 'table' and redis.call('type', KEYS[1]).ok or
+                (v and not string.match(v, '^%-?%d+$') and
+                 'a string that is not a number')
+  if found then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] ..
+                             ': not a dlock count-down latch: ' .. found)
+  end
+end
 if ARGV[1] == 'set' then
   if redis.call('exists', KEYS[1]) == 1 then
     return 0

@@ -2,10 +2,12 @@
 -- KEYS[1] the lock hash (field = owner id, value = hold count)
 -- KEYS[2] the fencing-token counter (Redisson RFencedLock's key)
 -- KEYS[3] the hand-off reservation of a starving waiter (string: owner id)
--- ARGV[1] lease in ms; ARGV[2] owner id; ARGV[3] holder info ('' = none)
--- ARGV[4] the hold count the client believes the owner has (0 = none)
--- ARGV[5] '1' if the caller has waited past the starvation threshold
--- ARGV[6] how long a reservation lasts, in ms (renewed at each attempt)
+-- ARGV[1] lease in ms; ARGV[2] owner id; ARGV[3] holder info ('' or
+-- absent = none); ARGV[4] the hold count the client believes the owner
+-- has (0 or absent = none); ARGV[5] '1' if the caller has waited past the
+-- starvation threshold; ARGV[6] how long a reservation lasts, in ms
+-- (renewed at each attempt). A first attempt sends only what is not a
+-- default: the lock's ARGV[3..6] are then absent.
 -- The fair lock (Redisson RFairLock's layout) also passes:
 -- KEYS[4] the queue of waiters (list of owner ids); KEYS[5] their timeouts
 -- (zset: owner id -> server time in ms after which a waiter counts as dead)
@@ -55,6 +57,49 @@
 -- round is needed to write it back (redlock.c).
 local AHEAD_US = 1000000
 
+-- The common case first, before anything else is set up (each statement
+-- below it costs every call): a lock's first attempt (three keys, no
+-- holder info, no count, not starving, not a Redlock server) finds the
+-- name free and not reserved, and the counter there. Anything else goes
+-- on to the general path having written nothing (a failed INCR writes
+-- nothing; one that found no counter is made good there).
+local counted -- the counter was incremented to 1 here: it was missing
+if #KEYS == 3 and not ARGV[3] and redis.call('exists', KEYS[1], KEYS[3]) == 0
+then
+  local t = redis.pcall('incr', KEYS[2])
+  counted = t == 1
+  if type(t) == 'number' and t ~= 1 then
+    redis.call('pexpire', KEYS[2], math.max(86400000, tonumber(ARGV[1])))
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, t}
+  end
+end
+
+-- What dlock refuses (docs/WIRE.md): a key that is not of this kind, at
+-- the name or at a name beside it, with a WRONGTYPE error that says what
+-- it found, before any write. Checked only off the fast path: a free name
+-- needs no look, and a failed INCR or GET costs nothing more.
+local what = #KEYS == 2 and 'plain lock' or
+             ((tonumber(ARGV[7] or '') or 0) > 0 and 'fair lock' or 'lock')
+local function wrong(found)
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ': not a dlock ' ..
+                           what .. ': ' .. found)
+end
+local function beside(key)
+  return wrong(key .. ' is a ' .. redis.call('type', key).ok)
+end
+-- A command that failed under pcall: another type at `key` (or a counter
+-- that is not a number) is refused as above; any other error (OOM,
+-- READONLY) goes back as the server gave it.
+local function failed(e, key)
+  if string.find(e.err, 'WRONGTYPE', 1, true) or
+     string.find(e.err, 'not an integer', 1, true) then
+    return beside(key)
+  end
+  return e
+end
+
 -- Redlock's delayed restart (the mutex and the plain lock, a server of a
 -- composite only): ARGV[10] in ms. A server up for less than that refuses
 -- every lock, reporting how long it still will, so that a server restarted
@@ -69,11 +114,16 @@ if ARGV[10] and tonumber(ARGV[10]) and tonumber(ARGV[10]) > 0 then
   end
 end
 
+-- Returns the next token, or an error reply when the counter cannot give
+-- one (nothing written: a failed INCR changes nothing).
 local function next_token()
   local ttl = math.max(86400000, tonumber(ARGV[1]))
   local p = tonumber(ARGV[11] or '')
-  if not p then
-    local t = redis.call('incr', KEYS[2])
+  if not p and not counted then
+    local t = redis.pcall('incr', KEYS[2])
+    if type(t) == 'table' then
+      return failed(t, KEYS[2])
+    end
     if t ~= 1 then
       redis.call('pexpire', KEYS[2], ttl)
       return t
@@ -81,7 +131,11 @@ local function next_token()
   end
   local now = redis.call('time')
   local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local c = tonumber(redis.call('get', KEYS[2]) or '')
+  local v = redis.pcall('get', KEYS[2])
+  if type(v) == 'table' or (v and not tonumber(v)) then
+    return beside(KEYS[2])
+  end
+  local c = tonumber(v or '')
   local t
   if not c or (not p and c == 1) then
     t = now_us + AHEAD_US -- missing: restart
@@ -99,12 +153,19 @@ end
 -- layout) passes two keys: KEYS[1] a string whose value is the owner id,
 -- with a PX lease, KEYS[2] the counter; ARGV[1], ARGV[2] and ARGV[4] as
 -- above. The wire has no hold count: a re-entry only extends the lease
--- (the count is the client's). GET fails with WRONGTYPE on anything but a
--- string, before any write.
+-- (the count is the client's). Anything but a string is refused, and so
+-- is a string without a lease (every plain-lock client sets one).
 if #KEYS == 2 then
-  local v = redis.call('get', KEYS[1])
+  local v = redis.pcall('get', KEYS[1])
+  if type(v) == 'table' then
+    return wrong(redis.call('type', KEYS[1]).ok)
+  end
   if v and v ~= ARGV[2] then
-    return {0, redis.call('pttl', KEYS[1])}
+    local ms = redis.call('pttl', KEYS[1])
+    if ms < 0 then
+      return wrong('a string without a lease')
+    end
+    return {0, ms}
   end
   if v and tonumber(ARGV[4]) > 0 then
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -112,6 +173,9 @@ if #KEYS == 2 then
   end
   -- Free, or ours from an acquire whose reply was lost: taken afresh.
   local token = next_token()
+  if type(token) == 'table' then
+    return token
+  end
   redis.call('set', KEYS[1], ARGV[2], 'px', ARGV[1])
   return {1, token}
 end
@@ -121,12 +185,15 @@ local fair = stale_ms > 0
 local queued = not fair and ARGV[8] == '1' and KEYS[5] ~= nil
 
 local function take()
+  local token = next_token() -- first: it may refuse
+  if type(token) == 'table' then
+    return token
+  end
   if queued and redis.call('hdel', KEYS[5], ARGV[2]) == 1 then
     redis.call('lrem', KEYS[4], 1, ARGV[2])
   end
-  local token = next_token()
   redis.call('hset', KEYS[1], ARGV[2], 1)
-  if ARGV[3] ~= '' then
+  if ARGV[3] and ARGV[3] ~= '' then
     local now = redis.call('time')
     redis.call('hset', KEYS[1], 'dlock:info', ARGV[3], 'dlock:since',
                string.format('%.0f', now[1] * 1000 + math.floor(now[2] / 1000)))
@@ -143,9 +210,15 @@ local function refused(ms, who)
     local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) +
                      tonumber(ARGV[9])
     local entry = string.format('%.0f', deadline) .. ':' .. ARGV[1] .. ':' ..
-                  ARGV[3]
-    if redis.call('hset', KEYS[5], ARGV[2], entry) == 1 then
-      redis.call('rpush', KEYS[4], ARGV[2])
+                  (ARGV[3] or '')
+    local new = redis.pcall('hset', KEYS[5], ARGV[2], entry)
+    if type(new) == 'table' then
+      return failed(new, KEYS[5])
+    end
+    local e = new == 1 and redis.pcall('rpush', KEYS[4], ARGV[2])
+    if type(e) == 'table' then
+      redis.call('hdel', KEYS[5], ARGV[2])
+      return failed(e, KEYS[4])
     end
     -- Waiters ask for windows of their own: the keys outlive the longest.
     local ttl = 2 * tonumber(ARGV[9])
@@ -163,16 +236,25 @@ local now_ms
 if fair then
   local t = redis.call('time')
   now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local dead = redis.call('zrangebyscore', KEYS[5], 0, now_ms)
+  local dead = redis.pcall('zrangebyscore', KEYS[5], 0, now_ms)
+  if dead.err then
+    return failed(dead, KEYS[5])
+  end
   for i = 1, #dead do
-    redis.call('lrem', KEYS[4], 0, dead[i])
+    local e = redis.pcall('lrem', KEYS[4], 0, dead[i])
+    if type(e) == 'table' then
+      return failed(e, KEYS[4]) -- the first write: nothing changed
+    end
     redis.call('zrem', KEYS[5], dead[i])
   end
 end
 
 if fair then
   if redis.call('exists', KEYS[1]) == 0 then
-    local first = redis.call('lindex', KEYS[4], 0)
+    local first = redis.pcall('lindex', KEYS[4], 0)
+    if type(first) == 'table' then
+      return failed(first, KEYS[4])
+    end
     if not first or first == ARGV[2] then
       if first then
         redis.call('lpop', KEYS[4])
@@ -188,17 +270,49 @@ else
     return take()
   end
   -- One of the two: free but reserved, or held.
-  local reserved = n == 1 and redis.call('get', KEYS[3])
+  local reserved = n == 1 and redis.pcall('get', KEYS[3])
+  if type(reserved) == 'table' then
+    return failed(reserved, KEYS[3])
+  end
   if reserved then
     if reserved ~= ARGV[2] then
-      return refused(redis.call('pttl', KEYS[3]), reserved)
+      local ms = redis.call('pttl', KEYS[3])
+      if ms < 0 then -- a reservation always has a lease
+        return wrong(KEYS[3] .. ' is a string without a lease')
+      end
+      return refused(ms, reserved)
     end
     redis.call('del', KEYS[3])
     return take()
   end
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  local believed = tonumber(ARGV[4])
+-- Not free: a lock hash? Owner fields "<id>:<thread>" with a count, and
+-- dlock's "dlock:info" and "dlock:since": at most 3 fields (Redisson's
+-- have 1). A read-write lock (its "mode") or anything else is refused.
+local n = redis.pcall('hlen', KEYS[1])
+if type(n) == 'table' then
+  return wrong(redis.call('type', KEYS[1]).ok)
+end
+local all = n <= 3 and redis.call('hgetall', KEYS[1]) or {}
+local mine, owners = false, 0
+for i = 1, #all, 2 do
+  local f, c = all[i], tonumber(all[i + 1])
+  if f == 'mode' then
+    return wrong('read-write lock')
+  elseif string.sub(f, 1, 6) ~= 'dlock:' then
+    if not string.find(f, ':', 1, true) or not c or c < 1 then
+      return wrong('hash')
+    end
+    owners = owners + 1
+    mine = mine or f == ARGV[2]
+  end
+end
+if owners == 0 and n > 0 then -- (a fair lock free for the first waiter: 0)
+  return wrong(redis.call('hexists', KEYS[1], 'mode') == 1 and
+               'read-write lock' or 'hash')
+end
+if mine then
+  local believed = tonumber(ARGV[4] or '0')
   if believed == 0 then
     -- The owner's field is there but its client knows of no hold: an earlier
     -- acquire ran here and its reply was lost. Take it afresh rather than
@@ -210,15 +324,21 @@ if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   return {2, tonumber(redis.call('get', KEYS[2]) or '0')}
 end
 if fair then
-  if ARGV[8] == '1' and
-     redis.call('zadd', KEYS[5], now_ms + stale_ms, ARGV[2]) == 1 then
-    redis.call('rpush', KEYS[4], ARGV[2])
+  local e = ARGV[8] == '1' and
+            redis.call('zadd', KEYS[5], now_ms + stale_ms, ARGV[2]) == 1 and
+            redis.pcall('rpush', KEYS[4], ARGV[2])
+  if type(e) == 'table' then
+    redis.call('zrem', KEYS[5], ARGV[2])
+    return failed(e, KEYS[4])
   end
   return {0, redis.call('pttl', KEYS[1])}
 end
 if ARGV[5] == '1' then
   -- Reserve the next hand-off, or renew our reservation.
-  local reserved = redis.call('get', KEYS[3])
+  local reserved = redis.pcall('get', KEYS[3])
+  if type(reserved) == 'table' then
+    return failed(reserved, KEYS[3])
+  end
   if not reserved or reserved == ARGV[2] then
     redis.call('set', KEYS[3], ARGV[2], 'PX', ARGV[6])
   end

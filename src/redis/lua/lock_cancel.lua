@@ -7,4 +7,5 @@
 if redis.call('hdel', KEYS[3], ARGV[1]) == 1 then
   redis.call('lrem', KEYS[2], 0, ARGV[1])
 end
-return redis.call('hexists', KEYS[1], ARGV[1])
+-- (Another type at the name was not granted to it either: 0.)
+return redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 and 1 or 0

@@ -1,7 +1,11 @@
 -- lock_release.lua: releases one hold (Redisson RLock's unlock, reentrant).
 -- KEYS[1] the lock hash; KEYS[2] the unlock channel
--- ARGV[1] the unlock message ('0'); ARGV[2] lease in ms; ARGV[3] owner id
--- ARGV[4] the hold count the client believes the owner has (0 = none known)
+-- ARGV[1] owner id; ARGV[2] the hold count the client believes the owner
+-- has (0 = none known); ARGV[3] see the latch below; ARGV[4] the lease in
+-- ms, needed (and sent) only when the count is above 1; ARGV[5] '1' on a
+-- retry. Every argument costs the server (tests/test_cost.sh): a first
+-- send of a last hold carries three. The unlock message is Redisson's
+-- "0".
 -- KEYS[3] (fair lock only) the queue of waiters
 -- The plain lock passes instead KEYS[3] dlock's hand-off queue, KEYS[4] its
 -- waiters, KEYS[5] the fencing-token counter and KEYS[6] the reservation of
@@ -15,28 +19,43 @@
 -- the n subscribed processes.
 -- The count written is the client's own: a hold left by an acquire whose
 -- reply was lost is released with the last hold the client knows of.
--- With ARGV[5], the last KEY is the release's latch (Redisson's
+-- With ARGV[3], the last KEY is the release's latch (Redisson's
 -- "redisson_unlock_latch:{name}:<request id>"): the result is kept there
--- for ARGV[5] ms, and a retry of the same release (its reply was lost;
--- ARGV[6] '1') returns it instead of running again. A reentrant release
+-- for ARGV[3] ms, and a retry of the same release (its reply was lost;
+-- ARGV[5] '1') returns it instead of running again. A reentrant release
 -- writes the count the client knows, so running it twice changes nothing:
 -- only a release that ends the hold, or knows no count, keeps a latch.
 local nkeys = #KEYS
+
+-- The common case first, before anything else is set up: a first send of
+-- a lock's release (seven keys, the latch the last) that ends the owner's
+-- only hold, with nobody in the hand-off queue. What the general path
+-- below does then, in the same order; anything else goes on to it having
+-- written nothing.
+if nkeys == 7 and ARGV[2] == '1' and not ARGV[5] and
+   redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 and
+   redis.call('exists', KEYS[3]) == 0 then
+  local v = 1 + redis.call('publish', KEYS[2], '0')
+  redis.call('del', KEYS[1])
+  redis.call('set', KEYS[7], v, 'px', ARGV[3])
+  return v
+end
+
 local latch
-if ARGV[5] then
+if ARGV[3] then
   latch = KEYS[nkeys]
   nkeys = nkeys - 1
-  if ARGV[6] == '1' then
+  if ARGV[5] == '1' then
     local done = redis.call('get', latch)
     if done then
       return tonumber(done)
     end
   end
 end
-local believed = tonumber(ARGV[4])
+local believed = tonumber(ARGV[2])
 local function result(v)
   if latch and (v ~= 0 or believed == 0) then
-    redis.call('set', latch, v, 'px', ARGV[5])
+    redis.call('set', latch, v, 'px', ARGV[3])
   end
   return v
 end
@@ -44,24 +63,36 @@ end
 -- The plain string lock (two keys besides the latch: the string, the
 -- unlock channel): compare-and-delete; the value is the owner id. A
 -- reentrant release only extends the lease (the count is the client's).
+-- Another type at the name: WRONGTYPE, saying what it found.
+local function wrong(what)
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ': not a dlock ' ..
+                           what .. ': ' .. redis.call('type', KEYS[1]).ok)
+end
 if nkeys == 2 then
-  if redis.call('get', KEYS[1]) ~= ARGV[3] then
+  local v = redis.pcall('get', KEYS[1])
+  if type(v) == 'table' then
+    return wrong('plain lock')
+  end
+  if v ~= ARGV[1] then
     return nil
   end
   if believed > 1 then
-    redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('pexpire', KEYS[1], ARGV[4])
     return result(0)
   end
   redis.call('del', KEYS[1])
-  return result(1 + redis.call('publish', KEYS[2], ARGV[1]))
+  return result(1 + redis.call('publish', KEYS[2], '0'))
 end
 
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+local mine = redis.pcall('hexists', KEYS[1], ARGV[1])
+if type(mine) == 'table' then
+  return wrong('lock')
+elseif mine == 0 then
   return nil
 end
 if believed > 1 then
-  redis.call('hset', KEYS[1], ARGV[3], believed - 1)
-  redis.call('pexpire', KEYS[1], ARGV[2])
+  redis.call('hset', KEYS[1], ARGV[1], believed - 1)
+  redis.call('pexpire', KEYS[1], ARGV[4])
   return result(0)
 end
 
@@ -88,7 +119,7 @@ if nkeys == 6 and redis.call('exists', KEYS[3]) == 1 and
     if entry then
       deadline, lease, info = string.match(entry, '^(%d+):(%d+):(.*)$')
     end
-    if who ~= ARGV[3] and deadline and tonumber(deadline) >= now then
+    if who ~= ARGV[1] and deadline and tonumber(deadline) >= now then
       local token = tonumber(redis.call('get', KEYS[5]) or '0') + 1
       if token == 1 then -- the counter is missing: as in lock_acquire.lua
         token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1000000
@@ -127,7 +158,7 @@ if nkeys == 3 then
   end
   channel = KEYS[2] .. ':' .. first
 end
-local woken = redis.call('publish', channel, ARGV[1])
+local woken = redis.call('publish', channel, '0')
 if seen > 0 then -- every waiter looked at was dead or deaf
   local queue = redis.call('lrange', KEYS[3], 0, seen - 1)
   redis.call('ltrim', KEYS[3], seen, -1)

@@ -15,8 +15,27 @@
 --   whoever holds it and names KEYS[2] there, so that its holder's client
 --   checks its permits at once. Returns 1 released, 0 no such permit.
 -- set: ARGV[2] permits, only if never set: 1 set, 0 not. add: ARGV[2]
---   permits (may be negative): 0. available: the permits available.
+--   permits (may be negative): 0, or the status 'ERANGE <available>' (and
+--   nothing changed) when the permits, with those out, would go past an
+--   int. available: the permits available.
 -- Time is the server's, in ms (Redisson uses each client's clock).
+-- What dlock refuses (docs/WIRE.md): anything at the name but a number (a
+-- string that is not one, a hash, a list...), with a WRONGTYPE error that
+-- says what it found, before any write.
+do
+  local v = redis.pcall('get', KEYS[1])
+  local found = type(v) == 'table' and redis.call('type', KEYS[1]).ok or
+                (v and not string.match(v, '^%-?%d+$') and
+                 'a string that is not a number')
+  if not found then -- the permits' leases
+    local z = redis.call('type', KEYS[2]).ok
+    found = z ~= 'none' and z ~= 'zset' and (KEYS[2] .. ' is a ' .. z)
+  end
+  if found then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] ..
+                             ': not a dlock semaphore: ' .. found)
+  end
+end
 local NON_EXPIRABLE = 922337203685477
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -86,7 +105,15 @@ if op == 'set' then
   return 1
 end
 if op == 'add' then
-  local value = tonumber(redis.call('get', KEYS[1]) or '0') + tonumber(ARGV[2])
+  -- Past an int, counting the permits out (they all come back): refused
+  -- before any write, as semaphore_update.lua's add.
+  local cur, n = redis.call('get', KEYS[1]) or '0', tonumber(ARGV[2])
+  local total = tonumber(cur) + redis.call('zcard', KEYS[2])
+  if (n > 0 and total + n > 2147483647) or
+     (n < 0 and tonumber(cur) + n < -2147483648) then
+    return {ok = 'ERANGE ' .. cur}
+  end
+  local value = tonumber(cur) + n
   redis.call('set', KEYS[1], value)
   publish(value)
   return 0

@@ -16,6 +16,15 @@
 -- and the hash lives as long as the longest of them (Redisson's scheme).
 -- Returns {1, token} taken, {2, token} re-entered, {0, pttl} held by
 -- others, {-1, 0} a reader asked for the write lock (nothing changed).
+-- What dlock refuses (docs/WIRE.md): anything at the name but a hash with
+-- a "mode" of 'read' or 'write' (a plain lock, an application's hash, a
+-- string...), with a WRONGTYPE error that says what it found, before any
+-- write. A hash without "mode" costs one EXISTS, on the free path only.
+local function wrong(found)
+  return redis.error_reply('WRONGTYPE ' .. KEYS[1] ..
+                           ': not a dlock read-write lock: ' .. found)
+end
+
 local function timeout_prefix(owner)
   if string.find(KEYS[1], '{', 1, true) then
     return KEYS[1] .. ':' .. owner .. ':rwlock_timeout'
@@ -23,13 +32,23 @@ local function timeout_prefix(owner)
   return '{' .. KEYS[1] .. '}:' .. owner .. ':rwlock_timeout'
 end
 
+-- The writer's token, or an error reply when the counter cannot give one
+-- (nothing written): another type there is refused as above, any other
+-- error (OOM, READONLY) goes back as the server gave it.
 local function token(fresh)
   if not fresh then
     return tonumber(redis.call('get', KEYS[2]) or '0')
   end
   -- The counter's lifetime and its restart: as in lock_acquire.lua.
   local ttl = math.max(86400000, tonumber(ARGV[1]))
-  local t = redis.call('incr', KEYS[2])
+  local t = redis.pcall('incr', KEYS[2])
+  if type(t) == 'table' then
+    if string.find(t.err, 'WRONGTYPE', 1, true) or
+       string.find(t.err, 'not an integer', 1, true) then
+      return wrong(KEYS[2] .. ' is a ' .. redis.call('type', KEYS[2]).ok)
+    end
+    return t
+  end
   if t == 1 then
     -- Missing (expired or lost): restart above every earlier token.
     local now = redis.call('time')
@@ -50,7 +69,14 @@ local function describe()
   end
 end
 
-local mode = redis.call('hget', KEYS[1], 'mode')
+local mode = redis.pcall('hget', KEYS[1], 'mode')
+if type(mode) == 'table' then
+  return wrong(redis.call('type', KEYS[1]).ok)
+elseif mode == false and redis.call('exists', KEYS[1]) == 1 then
+  return wrong('hash') -- an application's, or a lock of another kind
+elseif mode and mode ~= 'read' and mode ~= 'write' then
+  return wrong('hash')
+end
 local lease = tonumber(ARGV[1])
 if ARGV[3] == 'read' then
   if mode == false or mode == 'read' or
@@ -71,10 +97,14 @@ if ARGV[3] == 'read' then
 end
 
 if mode == false then
+  local t = token(true) -- first: it may refuse
+  if type(t) == 'table' then
+    return t
+  end
   redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
   describe()
   redis.call('pexpire', KEYS[1], lease)
-  return {1, token(true)}
+  return {1, t}
 end
 if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)

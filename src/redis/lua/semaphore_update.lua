@@ -4,11 +4,36 @@
 -- KEYS[1] the semaphore; KEYS[2] its channel
 -- ARGV[1] 'release', 'set' (only if never set), 'add' or 'drain';
 -- ARGV[2] permits
--- Returns: release: how many subscribed clients heard it; add: the permits
--- now available; set: 1 set, 0 it already existed; drain: the permits taken
--- away.
+-- Returns: release: how many subscribed clients heard it; add: 0; set: 1
+-- set, 0 it already existed; drain: the permits taken away. A count the
+-- API's int cannot carry is refused before any write: the status
+-- 'ERANGE <count>' when a release or an add would move the count past
+-- 2147483647 (or -2147483648), or a drain finds it there.
+-- What dlock refuses (docs/WIRE.md): anything at the name but a number (a
+-- string that is not one, a hash, a list...), with a WRONGTYPE error that
+-- says what it found, before any write.
+do
+  local v = redis.pcall('get', KEYS[1])
+  local found = type(v) == 'table' and redis.call('type', KEYS[1]).ok or
+                (v and not string.match(v, '^%-?%d+$') and
+                 'a string that is not a number')
+  if found then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] ..
+                             ': not a dlock semaphore: ' .. found)
+  end
+end
 local op, n = ARGV[1], tonumber(ARGV[2])
+
+local function beyond(value, change)
+  return (change > 0 and value + change > 2147483647) or
+         (change < 0 and value + change < -2147483648)
+end
+
 if op == 'release' then
+  local cur = redis.call('get', KEYS[1]) or '0'
+  if tonumber(cur) and beyond(tonumber(cur), n) then
+    return {ok = 'ERANGE ' .. cur}
+  end
   local value = redis.call('incrby', KEYS[1], n)
   return redis.call('publish', KEYS[2], value)
 end
@@ -21,14 +46,22 @@ if op == 'set' then
   return 1
 end
 if op == 'add' then
-  local value = tonumber(redis.call('get', KEYS[1]) or '0') + n
+  local cur = redis.call('get', KEYS[1]) or '0'
+  if beyond(tonumber(cur), n) then
+    return {ok = 'ERANGE ' .. cur}
+  end
+  local value = tonumber(cur) + n
   redis.call('set', KEYS[1], value)
   redis.call('publish', KEYS[2], value)
-  return value
+  return 0
 end
 local value = redis.call('get', KEYS[1])
 if value == false then
   return 0
+end
+local count = tonumber(value)
+if count and (count > 2147483647 or count < -2147483648) then
+  return {ok = 'ERANGE ' .. value}
 end
 redis.call('set', KEYS[1], 0)
 return tonumber(value)

@@ -1,0 +1,241 @@
+/* rlvote.c: how a Redlock round's answers decide it (redlock.c's
+ * operation asks after each answer): the quorum for each kind, whether
+ * the answers still to come could change the result, and the errors,
+ * named by server. */
+#include "redlock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Keeps part i's detail of its error o->rc[i] (recorded under its tag),
+ * without the code's text. */
+void dl_rl_keep_error(rl_op *o, int i) {
+  const char *why = dlock_client_errmsg(
+      (const struct dlock_client *)(const void *)&o->B->tag[i]);
+  const char *text = dlock_strerror(o->rc[i] < 0 ? o->rc[i] : DLOCK_EPROTO);
+  size_t tl = strlen(text);
+  if (strncmp(why, text, tl) == 0 && why[tl] == ':' && why[tl + 1] == ' ')
+    why += tl + 2;
+  snprintf(o->emsg[i], sizeof o->emsg[i], "%s", *why ? why : text);
+}
+
+/* Part i's detail, named by its server unless it names it already. */
+static const char *named(const rl_op *o, int i, char *buf, size_t size) {
+  const char *name = o->B->name[i], *why = o->emsg[i];
+  size_t nl = strlen(name);
+  if (strncmp(why, name, nl) == 0 && why[nl] == ':') return why;
+  snprintf(buf, size, "%s: %s", name, why);
+  return buf;
+}
+
+/* Part i's error o->rc[i] as the result, its detail the client's. */
+int dl_rl_part_error(rl_op *o, int i) {
+  char buf[256];
+  return dl_seterr(o->B->env.err_owner, o->rc[i], "%s",
+                   named(o, i, buf, sizeof buf));
+}
+
+/* The first part whose answer is rc, or -1. */
+static int part_with(const rl_op *o, int rc) {
+  for (int i = 0; i < o->B->n; i++)
+    if (o->rc[i] == rc) return i;
+  return -1;
+}
+
+/* Makes B's largest token taken at least token. */
+void dl_rl_raise_last(redlock *B, uint64_t token) {
+  uint64_t last = atomic_load_explicit(&B->last_token, memory_order_relaxed);
+  while (token > last && !atomic_compare_exchange_weak_explicit(
+                             &B->last_token, &last, token, memory_order_relaxed,
+                             memory_order_relaxed)) {
+  }
+}
+
+static int first_error(const rl_op *o) {
+  for (int i = 0; i < o->B->n; i++)
+    if (o->rc[i] < 0) return o->rc[i];
+  return DLOCK_EPROTO;
+}
+
+/* Too few servers answered: names every server that did not and what it
+ * said, into o->qmsg ("1 of 3 servers answered (a quorum is 2); ..."). */
+static void quorum_msg(rl_op *o) {
+  redlock *B = o->B;
+  int answered = 0;
+  for (int i = 0; i < B->n; i++)
+    answered += o->rc[i] >= 0 && o->rc[i] != RC_PENDING;
+  char *msg = o->qmsg;
+  size_t size = sizeof o->qmsg;
+  int at = snprintf(msg, size, "%d of %d servers answered (a quorum is %d)",
+                    answered, B->n, B->quorum);
+  for (int i = 0; i < B->n && at < (int)size; i++) {
+    if (o->rc[i] >= 0 && o->rc[i] != RC_PENDING) continue;
+    char buf[256];
+    if (o->rc[i] == RC_PENDING)
+      snprintf(buf, sizeof buf, "%s: no answer yet", B->name[i]);
+    at += snprintf(msg + at, size - (size_t)at, "; %s",
+                   o->rc[i] == RC_PENDING ? buf : named(o, i, buf, sizeof buf));
+  }
+}
+
+/* The error of too few answers: err (or the first error), its detail
+ * o->qmsg, made now if not made yet. */
+int dl_rl_quorum_error(rl_op *o, int err) {
+  if (err >= 0) err = first_error(o);
+  if (o->qmsg[0] == '\0') quorum_msg(o);
+  return dl_seterr(o->B->env.err_owner, err, "%s", o->qmsg);
+}
+
+/* An acquire's round: 1 taken (the request filled in), 0 not, or -1 not
+ * decided yet. */
+int dl_rl_acquired(rl_op *o) {
+  redlock *B = o->B;
+  dl_acquire *a = o->a;
+  int ok = 0, again = 0;
+  uint64_t token = 0;
+  int64_t ttl = -2;
+  for (int i = 0; i < B->n; i++) {
+    if (o->rc[i] == 1) {
+      ok++;
+      if (o->as[i].status == 2) again++;
+      if (o->as[i].token > token) token = o->as[i].token;
+    } else if (o->rc[i] == 0 && o->as[i].ttl > ttl) {
+      ttl = o->as[i].ttl;
+    }
+  }
+  if (ok < B->quorum && ok + o->await >= B->quorum) return -1;
+  int64_t valid = o->t0 + a->lease_ms - drift_ms(a->lease_ms);
+  a->ttl = ttl;
+  o->unanswered = 0;
+  o->attempt_err = 0;
+  for (int i = 0; i < B->n; i++)
+    if (o->rc[i] < 0 || o->rc[i] == RC_PENDING) {
+      o->unanswered++;
+      if (o->attempt_err == 0 && o->rc[i] < 0) o->attempt_err = o->rc[i];
+    }
+  o->qmsg[0] = '\0';
+  if (B->n - o->unanswered < B->quorum) quorum_msg(o); /* this attempt's */
+  if (ok < B->quorum || valid <= dl_now_ms()) return 0;
+  a->status = again >= B->quorum ? 2 : 1;
+  a->token = o->token = token;
+  dl_rl_raise_last(B, token);
+  a->valid_until = valid;
+  return 1;
+}
+
+/* Release and force release: decided once a quorum answered (the rest
+ * go on in the background), or all did. */
+bool dl_rl_settled(const rl_op *o) {
+  int answered = 0;
+  for (int i = 0; i < o->B->n; i++)
+    answered += o->rc[i] >= 0 && o->rc[i] != RC_PENDING;
+  return o->await == 0 || answered >= o->B->quorum;
+}
+
+int dl_rl_released(rl_op *o) {
+  int freed = 0, held = 0, notowner = 0;
+  for (int i = 0; i < o->B->n; i++) {
+    freed += o->rc[i] == 1;
+    held += o->rc[i] == 0;
+    notowner += o->rc[i] == DLOCK_ENOTOWNER;
+  }
+  if (freed > 0) return 1;
+  if (held > 0) return 0;
+  if (notowner > 0) return dl_rl_part_error(o, part_with(o, DLOCK_ENOTOWNER));
+  return dl_rl_quorum_error(o, 0);
+}
+
+/* A renewal: decided when every hold is (held by a quorum, or gone from
+ * enough that no quorum can have it), or all answered; -2 not yet. */
+int dl_rl_renewed(rl_op *o) {
+  redlock *B = o->B;
+  int64_t valid = o->t0 + o->lease_ms - drift_ms(o->lease_ms);
+  bool late = o->lease_ms > 0 && valid <= dl_now_ms();
+  if (o->await > 0 && !late)
+    for (int k = 0; k < o->nitems; k++) {
+      int held = 0, gone = 0;
+      for (int i = 0; i < B->n; i++) {
+        int r = o->is[i][k].result;
+        held += r == 1 && o->rc[i] != RC_PENDING;
+        gone += r == 0 && o->rc[i] != RC_PENDING;
+      }
+      if (held < B->quorum && B->n - gone >= B->quorum) return -2;
+    }
+  int rc = 0;
+  *o->calls = 0;
+  for (int i = 0; i < B->n; i++)
+    if (o->rc[i] != RC_PENDING) *o->calls += o->ncalls[i];
+  for (int k = 0; k < o->nitems; k++) {
+    int held = 0, gone = 0;
+    for (int i = 0; i < B->n; i++) {
+      if (o->rc[i] == RC_PENDING) continue;
+      int r = o->is[i][k].result;
+      held += r == 1;
+      gone += r == 0;
+    }
+    dl_renew_item *it = &o->items[k];
+    if (held >= B->quorum && !late) {
+      it->result = 1;
+      if (o->lease_ms > 0) it->valid_until = valid;
+    } else if (B->n - gone < B->quorum) {
+      it->result = 0;
+    } else {
+      it->result = -1;
+      if (rc == 0)
+        rc = late ? dl_seterr(B->env.err_owner, DLOCK_ETIMEDOUT,
+                              "renewal answered too late")
+                  : dl_rl_quorum_error(o, 0);
+    }
+  }
+  return rc;
+}
+
+int dl_rl_forced(rl_op *o) {
+  int deleted = 0, none = 0, wrong = 0;
+  for (int i = 0; i < o->B->n; i++) {
+    deleted += o->rc[i] == 1;
+    none += o->rc[i] == 0;
+    wrong += o->rc[i] == DLOCK_EWRONGTYPE;
+  }
+  if (deleted > 0) return 1;
+  if (wrong > 0) return dl_rl_part_error(o, part_with(o, DLOCK_EWRONGTYPE));
+  return none > 0 ? 0 : dl_rl_quorum_error(o, 0);
+}
+
+static int cmp_ll(const void *x, const void *y) {
+  long long a = *(const long long *)x, b = *(const long long *)y;
+  return a < b ? 1 : a > b ? -1 : 0; /* descending */
+}
+
+/* A query's answer: what a quorum agrees on at least (the quorum-th
+ * largest answer), the token the largest; -2 while the answers still to
+ * come could change it. The token and the remaining lease are answered
+ * once a quorum has: the largest token of any quorum is at least the last
+ * one fenced, and the quorum-th largest lease is one a quorum has. */
+int dl_rl_queried(rl_op *o) {
+  redlock *B = o->B;
+  long long got[RL_MAX];
+  int n = 0;
+  for (int i = 0; i < B->n; i++)
+    if (o->rc[i] == 0) got[n++] = o->vs[i];
+  int q = B->quorum, r = o->await;
+  if (n + r < q) return dl_rl_quorum_error(o, 0);
+  if (n < q) return -2;
+  qsort(got, (size_t)n, sizeof got[0], cmp_ll);
+  /* Answers still to come, all larger, would raise the quorum-th largest
+   * to got[q - 1 - r]: decided when that is the same. */
+  bool exact = o->q != DL_QUERY_TOKEN && o->q != DL_QUERY_TTL;
+  if (r > 0 && exact && (q - 1 - r < 0 || got[q - 1 - r] != got[q - 1]))
+    return -2;
+  *o->v = o->q == DL_QUERY_TOKEN ? got[0] : got[q - 1];
+  return 0;
+}
+
+int dl_rl_pinged(rl_op *o) {
+  int up = 0;
+  for (int i = 0; i < o->B->n; i++)
+    up += o->rc[i] == 0;
+  if (up >= o->B->quorum) return 0;
+  return up + o->await < o->B->quorum ? dl_rl_quorum_error(o, 0) : -2;
+}
