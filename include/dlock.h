@@ -232,6 +232,18 @@ DLOCK_API const char *dlock_client_open_errmsg(void);
  * another thread is still inside a call on this client or its locks. */
 DLOCK_API void dlock_client_close(dlock_client *c);
 
+/* Ends every wait in progress on c, from any thread, as the close does,
+ * while other threads are still inside calls on c: each blocking call
+ * waiting there returns DLOCK_ECLOSED once it has removed its place in any
+ * line (a zk:// waiter deletes its node: the next waiter is not held up
+ * until the session times out), and every later call returns
+ * DLOCK_ECLOSED. Holds are neither released nor renewed any more. Free the
+ * client with dlock_client_close once the other threads have returned
+ * (dlock run does this on SIGTERM while it waits). On zk:// the waits end
+ * at once; on Redis at their next wake-up (a message, a backoff step, or
+ * their deadline). Accepts NULL; thread-safe, not async-signal-safe. */
+DLOCK_API void dlock_client_shutdown(dlock_client *c);
+
 /* The detail of the calling thread's last failed call on `c` (server error
  * text included; never a password), or "" (none, or it succeeded since).
  * Every call that fails with a client at hand sets it afresh, argument
@@ -528,7 +540,11 @@ typedef struct dlock_lock_state {
                         has holders 0), "string" (a semaphore's
                         or latch's count, or anything else), "list", "set",
                         "zset" or "stream"; on zk:// "znode" (a path,
-                        the lock's nodes its children) or "none" */
+                        the lock's nodes its children), "none" (no node,
+                        or an empty one), or someone else's node, which
+                        no recipe takes: "data" (data that is not a
+                        semaphore's count) or "nodes" (children no
+                        recipe makes) */
   int plain;         /* 1: a plain string lock (dlock_plainlock_new, redsync,
                         npm redlock): a string with a lease that is not a
                         number; `owner` is then its value (a peer's random

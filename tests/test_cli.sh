@@ -452,7 +452,7 @@ t_acquire_error_reason() {
   rcli SET wrongtype-key x >/dev/null
   local out rc
   out=$("$DLOCK" run wrongtype-key -- true 2>&1); rc=$?
-  expect_rc 65 "$rc" "run on a string key"
+  expect_rc 65 "$rc" "run on a string key" # README: 65 NAME holds something else
   case $out in
     *"another type"*"not a dlock lock: string"*) ;;
     *) fail "no reason in: $out" ;;
@@ -716,6 +716,113 @@ t_elect() {
   reap_sleepers
 }
 
+# A private ZooKeeper for the zk:// rows, started at the first one's need
+# (its files in $TMP: the cleanup stops it). zdl runs dlock on it.
+ZK_URL=""
+zk_start() {
+  [ -n "$ZK_URL" ] && return 0
+  [ -r /usr/share/java/zookeeper.jar ] && command -v java >/dev/null ||
+    return 1
+  [[ $("$DLOCK" -u zk://x status /x 2>&1) == *libzookeeper* ]] && return 1
+  local port
+  port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  mkdir -p "$TMP/zk/data"
+  printf '%s\n' "tickTime=250" "dataDir=$TMP/zk/data" "clientPort=$port" \
+    "clientPortAddress=127.0.0.1" "admin.enableServer=false" \
+    "4lw.commands.whitelist=srvr" >"$TMP/zk/zoo.cfg"
+  java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-nop.jar \
+    org.apache.zookeeper.server.quorum.QuorumPeerMain "$TMP/zk/zoo.cfg" \
+    >>"$TMP/zk/zk.log" 2>&1 &
+  disown # killed by the cleanup, silently
+  for _ in $(seq 400); do
+    if [[ $(timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port && echo srvr >&3 && cat <&3" \
+          2>/dev/null) == *Mode:* ]]; then
+      ZK_URL=zk://127.0.0.1:$port
+      return 0
+    fi
+    sleep 0.05
+  done
+  return 1
+}
+zdl() { DLOCK_URL=$ZK_URL DLOCK_PASSWORD= "$DLOCK" "$@"; }
+need_zk() {
+  zk_start && return 0
+  echo "    skipped: no ZooKeeper server" >&2
+  return 1
+}
+
+# zk://: a force release reaches the holder's command as SIGTERM at once
+# (the holder watches its own node), and dlock run exits 76.
+t_zk_revocation_kills_at_once() {
+  need_zk || return
+  local all=() i
+  for i in $(seq 5); do
+    rm -f zr.ready zr.term
+    zdl run -q /runs/x -- sh -c 'trap "date +%s%N > zr.term; exit 0" TERM
+                                  sleep 30 & touch zr.ready; wait' & local d=$!
+    wait_until test -e zr.ready || fail "no command"
+    local t0=$(date +%s%N)
+    zdl release --force -q /runs/x; expect_rc 0 $? "release --force"
+    wait_until test -s zr.term || fail "the command never got SIGTERM"
+    wait "$d"; expect_rc 76 $? "dlock run after the force release"
+    [ -s zr.term ] && all+=($(( ($(cat zr.term) - t0) / 1000000 )))
+  done
+  local sorted; sorted=$(printf '%s\n' "${all[@]}" | sort -n | tr '\n' ' ')
+  echo "    zk force release -> SIGTERM (ms, 5 runs): $sorted" >&2
+  local worst; worst=$(printf '%s\n' "${all[@]}" | sort -n | tail -1)
+  [ "${worst:-99999}" -lt 1000 ] || fail "SIGTERM came $worst ms after the force release"
+  rm -f zr.ready zr.term
+}
+
+# zk://: what status refuses, run refuses, and nothing is written into a
+# znode the recipes did not make (issue 29 item 2: run --permits wrote its
+# count over the node's data).
+t_zk_foreign_node() {
+  need_zk || return
+  local zkcli=/usr/share/zookeeper/bin/zkCli.sh
+  [ -x "$zkcli" ] || { echo "    skipped: no zkCli.sh" >&2; return; }
+  "$zkcli" -server "${ZK_URL#zk://}" create /cfg2 topdata >/dev/null 2>&1
+  local out
+  out=$(zdl run --permits 2 /cfg2 -- true 2>&1); expect_rc 65 $? "run --permits"
+  [[ $out == *"not a semaphore"* ]] || fail "run --permits said: $out"
+  zdl run -w 0 /cfg2 -- true 2>/dev/null; expect_rc 65 $? "run"
+  zdl elect -w 0 /cfg2 -- true 2>/dev/null; expect_rc 65 $? "elect"
+  zdl status --permits /cfg2 >/dev/null 2>&1; expect_rc 65 $? "status --permits"
+  zdl status /cfg2 >/dev/null 2>&1; expect_rc 65 $? "status"
+  zdl release --force /cfg2 >/dev/null 2>&1; expect_rc 65 $? "release --force"
+  "$zkcli" -server "${ZK_URL#zk://}" get /cfg2 2>/dev/null | grep -qx topdata ||
+    fail "the node's data changed"
+  # A semaphore is no lock, a lock no semaphore, either way.
+  zdl run --permits 2 /zsem -- true; expect_rc 0 $? "a semaphore"
+  zdl run -w 0 /zsem -- true 2>/dev/null; expect_rc 65 $? "run on a semaphore"
+  zdl status /zsem >/dev/null 2>&1; expect_rc 65 $? "status on a semaphore"
+  zdl status --permits /zsem >/dev/null; expect_rc 0 $? "status --permits"
+}
+
+# zk://: a waiter stopped by a signal deletes its node before it exits:
+# status shows no waiter the moment it is gone, and the next holder is not
+# held up until the dead waiter's session times out.
+t_zk_killed_waiter() {
+  need_zk || return
+  zdl run -q /w/x -- sh -c "$(sleeper zw)" & local h=$!
+  wait_until test -s zw.sleep || fail "no holder"
+  local sig
+  for sig in TERM INT; do
+    DLOCK_URL=$ZK_URL DLOCK_PASSWORD= "$DLOCK" run -q /w/x -- true &
+    local w=$! # dlock's pid (zdl would run in a subshell)
+    wait_until sh -c "DLOCK_URL=$ZK_URL DLOCK_PASSWORD= '$DLOCK' status --json /w/x 2>/dev/null | grep -q '\"waiters\":1'" ||
+      fail "no waiter"
+    kill -"$sig" "$w"; wait "$w"
+    local rc=$?; expect_rc $((128 + $(kill -l "$sig"))) "$rc" "SIG$sig"
+    zdl status --json /w/x | grep -q '"waiters":0' ||
+      fail "SIG$sig: the waiter's node is left: $(zdl status --json /w/x)"
+  done
+  kill "$(cat zw.sleep)"; wait "$h"
+  zdl run -q -w 2s /w/x -- true; expect_rc 0 $? "the next holder"
+  reap_sleepers
+}
+
 # dlock run and its command stopped (SIGSTOP) past a 2 s lease while another
 # client takes and releases the lock: the command then ends with 0, but it
 # did not hold the lock from start to end, so dlock run exits 76. Four
@@ -835,7 +942,8 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_version t_options_after_name t_status_not_a_lock \
          t_holders_described t_nested_password t_man_page \
          t_acquire_error_reason t_wrong_type_refused t_fair_status_waiting \
-         t_queue t_plain t_redlock t_elect t_stopped_past_lease_is_lost t_zk}; do
+         t_queue t_plain t_redlock t_elect t_stopped_past_lease_is_lost t_zk \
+         t_zk_revocation_kills_at_once t_zk_foreign_node t_zk_killed_waiter}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

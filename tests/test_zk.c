@@ -597,7 +597,8 @@ static void t_zk_permits(void) {
 }
 
 /* The event-loop client on zk://: a waiter on the loop is woken by a
- * blocking client's release and gets a larger token; a cancelled wait
+ * blocking client's release and gets a larger token (the blocking calls
+ * refuse there: DLOCK_EINVAL); a cancelled wait
  * ends at once with DLOCK_ECANCELED and leaves no node; queries, status,
  * list and the permits run on the loop; an operation in flight when the
  * client closes completes within the close with DLOCK_ECLOSED. */
@@ -615,6 +616,18 @@ static void t_zk_async(void) {
   CHECK_RC(dlock_lock_new(ac, "/as/x", "w", &w), 0);
   CHECK_RC(dlock_lock_new(b, "/as/x", "h", &h), 0);
   uint64_t ht = 0;
+  /* Blocking calls refuse on the event-loop client (they would block the
+   * loop's thread), and leave nothing on the server. */
+  CHECK_RC(dlock_lock_try_acquire(w, 0, 0, &ht), DLOCK_EINVAL);
+  CHECK(strstr(dlock_client_errmsg(ac), "event-loop") != NULL);
+  CHECK_RC(dlock_lock_is_locked(w), DLOCK_EINVAL);
+  CHECK_RC(dlock_client_ping(ac), DLOCK_EINVAL);
+  dlock_leader *lw;
+  char who[64];
+  CHECK_RC(dlock_leader_new(ac, "/as/el", "w", &lw), 0);
+  CHECK_RC(dlock_leader_get_leader(lw, who, sizeof who), DLOCK_EINVAL);
+  dlock_leader_free(lw);
+  CHECK_EQ(children(zh, "/as", NULL, 0), -1);
   CHECK_RC(dlock_lock_try_acquire(h, 0, 0, &ht), 0);
   td_got g = {0};
   CHECK_RC(dlock_lock_acquire_async(w, 10000, 0, td_on_done, &g, NULL), 0);
@@ -681,6 +694,322 @@ static void t_zk_async(void) {
   CHECK_RC(dlock_lock_release(h), 1);
   dlock_lock_free(h);
   dlock_client_close(b);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+/* When a loss was reported (0: not yet), and whether dlock_lock_is_lost
+ * said so then. */
+typedef struct lost_seen {
+  atomic_llong at;
+  atomic_int lost_then;
+  int calls; /* the loop's: its thread alone reads it */
+} lost_seen;
+
+static void on_lost_at(dlock_lock *l, const char *owner, void *ud) {
+  (void)owner;
+  lost_seen *s = ud;
+  atomic_store(&s->lost_then, dlock_lock_is_lost(l));
+  atomic_store(&s->at, th_now_ms());
+  s->calls++;
+}
+
+static void on_permit_lost_at(dlock_permits *p, const char *id, void *ud) {
+  (void)p;
+  (void)id;
+  lost_seen *s = ud;
+  atomic_store(&s->at, th_now_ms());
+}
+
+/* Waits (up to 5 s) for s->at to be set: how long after t0, or -1. */
+static long long heard_after(lost_seen *s, int64_t t0) {
+  int64_t end = t0 + 5000;
+  while (atomic_load(&s->at) == 0 && th_now_ms() < end)
+    th_sleep_ms(1);
+  long long at = atomic_load(&s->at);
+  return at ? at - t0 : -1;
+}
+
+/* A force release is heard at once: the holder watches its own node, and
+ * its loss callback runs within 100 ms of the release, with dlock_lock_is_lost already 1
+ * (a blocking client, an event-loop client, a permit's lease). */
+static void t_zk_force_heard(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "/fr/x", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "/fr/x", "b", &lb), 0);
+  lost_seen s = {0};
+  dlock_lock_on_lost(la, on_lost_at, &s);
+  uint64_t tok = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &tok), 0);
+  CHECK_EQ(dlock_lock_force_release(lb), 1);
+  int64_t t0 = th_now_ms();
+  long long ms = heard_after(&s, t0);
+  fprintf(stderr, "    blocking client: heard after %lld ms\n", ms);
+  CHECK(ms >= 0 && ms < 100);
+  CHECK_EQ(atomic_load(&s.lost_then), 1);
+  CHECK_EQ(dlock_lock_is_lost(la), 1);
+  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  /* A permit's lease node deleted: heard the same way. */
+  dlock_permits *pa, *pb;
+  CHECK_RC(dlock_permits_new(a, "/fr/sem", &pa), 0);
+  CHECK_RC(dlock_permits_new(b, "/fr/sem", &pb), 0);
+  CHECK_EQ(dlock_permits_try_set_permits(pa, 1), 1);
+  lost_seen ps = {0};
+  dlock_permits_on_lost(pa, on_permit_lost_at, &ps);
+  char id[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_try_acquire(pa, 0, 0, id), 0);
+  CHECK_EQ(dlock_permits_force_release(pb, id), 1);
+  t0 = th_now_ms();
+  ms = heard_after(&ps, t0);
+  fprintf(stderr, "    permit: heard after %lld ms\n", ms);
+  CHECK(ms >= 0 && ms < 100);
+  dlock_permits_free(pa);
+  dlock_permits_free(pb);
+  /* The event-loop client. */
+  td_loop t;
+  CHECK_RC(td_open(&t, TD_BUILTIN), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = zk.url;
+  dlock_client *ac = NULL;
+  CHECK_RC(dlock_client_open_async(&o, t.lp, &ac), 0);
+  dlock_lock *lw, *lb2;
+  CHECK_RC(dlock_lock_new(ac, "/fr/y", "w", &lw), 0);
+  CHECK_RC(dlock_lock_new(b, "/fr/y", "b", &lb2), 0);
+  lost_seen sw = {0};
+  dlock_lock_on_lost(lw, on_lost_at, &sw);
+  td_got g = {0};
+  CHECK_RC(dlock_lock_acquire_async(lw, 0, 0, td_on_done, &g, NULL), 0);
+  CHECK(td_run_until(&t, &g.calls, 5000));
+  CHECK_RC(g.rc, 0);
+  CHECK_EQ(dlock_lock_force_release(lb2), 1);
+  t0 = th_now_ms();
+  CHECK(td_run_until(&t, &sw.calls, 5000));
+  ms = atomic_load(&sw.at) - t0;
+  fprintf(stderr, "    event-loop client: heard after %lld ms\n", ms);
+  CHECK(ms < 100);
+  CHECK_EQ(atomic_load(&sw.lost_then), 1);
+  dlock_lock_free(lw);
+  dlock_client_close(ac);
+  td_close(&t);
+  dlock_lock_free(lb2);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+/* One moment for a loss: with the server stopped (SIGSTOP), the hold's
+ * validity runs out, and the loss callback runs when dlock_lock_is_lost
+ * turns 1 (within 50 ms), not at a later renewal attempt. Before that,
+ * with the server up, the hold is never lost (renewed within its
+ * validity, though the session is shorter than the watchdog's lease). */
+static void t_zk_loss_one_moment(void) {
+  NEED_ZK();
+  th_zk zk;
+  CHECK_RC(th_zk_start(&zk, 250), 0);
+  dlock_client *a = zclient(&zk, 1000);
+  CHECK(a != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(a, "/om/x", "a", &l), 0);
+  lost_seen s = {0};
+  dlock_lock_on_lost(l, on_lost_at, &s);
+  uint64_t tok = 0;
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok), 0);
+  /* A session (1 s) shorter than the watchdog's lease (30 s): renewed at
+   * a third of the session, never lost while the server answers. */
+  for (int64_t until = th_now_ms() + 2500; th_now_ms() < until;) {
+    CHECK_EQ(dlock_lock_is_lost(l), 0);
+    th_sleep_ms(10);
+  }
+  CHECK_EQ(atomic_load(&s.at), 0);
+  kill(zk.pid, SIGSTOP);
+  int64_t t0 = th_now_ms(), lost_at = 0, end = t0 + 10000;
+  while (th_now_ms() < end && (lost_at == 0 || atomic_load(&s.at) == 0)) {
+    if (lost_at == 0 && dlock_lock_is_lost(l) == 1) lost_at = th_now_ms();
+    th_sleep_ms(1);
+  }
+  kill(zk.pid, SIGCONT);
+  long long cb = atomic_load(&s.at);
+  fprintf(stderr, "    is_lost after %lld ms, the callback after %lld ms\n",
+          (long long)(lost_at - t0), cb ? cb - t0 : -1);
+  CHECK(lost_at > 0 && cb > 0);
+  CHECK(cb - lost_at < 50 && lost_at - cb < 50);
+  dlock_lock_free(l);
+  dlock_client_close(a);
+  th_zk_stop(&zk);
+}
+
+/* The data of path as a string ("" if none or unreadable). */
+static const char *data_of(zhandle_t *zh, const char *path, char *buf,
+                           int len) {
+  struct Stat st;
+  int n = len - 1;
+  if (zoo_get(zh, path, 0, buf, &n, &st) != ZOK || n < 0) n = 0;
+  buf[n] = '\0';
+  return buf;
+}
+
+/* Every recipe refuses a znode it did not make (data that is not its
+ * count, children no recipe makes, another recipe's place) with
+ * DLOCK_EWRONGTYPE and changes nothing: no data written, no child left;
+ * dlock status names what is there. */
+static void t_zk_foreign_nodes(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *c = zclient(&zk, 0);
+  CHECK(c != NULL);
+  CHECK_RC(zoo_create(zh, "/cfg2", "topdata", 7, &ZOO_OPEN_ACL_UNSAFE, 0,
+                      NULL, 0), ZOK);
+  CHECK_RC(zoo_create(zh, "/app", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0),
+           ZOK);
+  CHECK_RC(zoo_create(zh, "/app/conf", "x", 1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL,
+                      0), ZOK);
+  dlock_permits *sem;
+  CHECK_RC(dlock_permits_new(c, "/sem", &sem), 0);
+  CHECK_EQ(dlock_permits_try_set_permits(sem, 2), 1);
+  dlock_lock *held;
+  CHECK_RC(dlock_lock_new(c, "/lk", NULL, &held), 0);
+  uint64_t tok;
+  CHECK_RC(dlock_lock_try_acquire(held, 0, 0, &tok), 0);
+  /* (path, its children before, what status calls it) */
+  const struct {
+    const char *path;
+    int children;
+    const char *type;
+    bool semaphore, lock;
+  } rows[] = {{"/cfg2", 0, "data", false, false},
+              {"/app", 1, "nodes", false, false},
+              {"/sem", 0, "znode", true, false},
+              {"/lk", 1, "znode", false, true}};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    const char *path = rows[i].path;
+    char before[64], after[64];
+    snprintf(before, sizeof before, "%s", data_of(zh, path, after, 64));
+    dlock_lock *l;
+    dlock_permits *p;
+    dlock_leader *ld;
+    dlock_rwlock *rw;
+    CHECK_RC(dlock_lock_new(c, path, "x", &l), 0);
+    CHECK_RC(dlock_permits_new(c, path, &p), 0);
+    CHECK_RC(dlock_leader_new(c, path, "id", &ld), 0);
+    CHECK_RC(dlock_rwlock_new(c, path, "rw", &rw), 0);
+    if (!rows[i].lock) {
+      CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok), DLOCK_EWRONGTYPE);
+      CHECK(strstr(dlock_client_errmsg(c), "not a lock") != NULL);
+      CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 0, 0, &tok),
+               DLOCK_EWRONGTYPE);
+      CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_write(rw), 0, 0, &tok),
+               DLOCK_EWRONGTYPE);
+      CHECK_RC(dlock_leader_start(ld), DLOCK_EWRONGTYPE);
+      CHECK_RC(dlock_lock_force_release(l), DLOCK_EWRONGTYPE);
+    }
+    if (!rows[i].semaphore) {
+      CHECK_RC(dlock_permits_try_set_permits(p, 2), DLOCK_EWRONGTYPE);
+      CHECK(strstr(dlock_client_errmsg(c), "not a semaphore") != NULL);
+      CHECK_RC(dlock_permits_add_permits(p, 1), DLOCK_EWRONGTYPE);
+      char id[DLOCK_PERMIT_ID_LEN];
+      CHECK_RC(dlock_permits_try_acquire(p, 0, 0, id), DLOCK_EWRONGTYPE);
+    }
+    CHECK(strcmp(data_of(zh, path, after, 64), before) == 0);
+    CHECK_EQ(children(zh, path, NULL, 0), rows[i].children);
+    dlock_lock_state st;
+    CHECK_RC(dlock_lock_inspect(l, &st), 0);
+    CHECK(strcmp(st.type, rows[i].type) == 0);
+    CHECK_EQ(st.counter >= 0, rows[i].semaphore);
+    dlock_lock_free(l);
+    dlock_permits_free(p);
+    dlock_leader_free(ld);
+    dlock_rwlock_free(rw);
+  }
+  /* An empty node the recipes may use: a lock, then a semaphore's count. */
+  CHECK_RC(zoo_create(zh, "/empty", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL,
+                      0), ZOK);
+  dlock_lock *e;
+  CHECK_RC(dlock_lock_new(c, "/empty", NULL, &e), 0);
+  CHECK_RC(dlock_lock_try_acquire(e, 0, 0, &tok), 0);
+  CHECK_RC(dlock_lock_release(e), 1);
+  dlock_lock_free(e);
+  CHECK_RC(dlock_lock_release(held), 1);
+  dlock_lock_free(held);
+  dlock_permits_free(sem);
+  dlock_client_close(c);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+typedef struct sd_waiter {
+  dlock_lock *l;
+  dlock_leader *ld;
+  atomic_int rc;
+  atomic_int done;
+} sd_waiter;
+
+static void *wait_lock(void *p) {
+  sd_waiter *w = p;
+  uint64_t tok;
+  atomic_store(&w->rc, w->ld ? dlock_leader_await(w->ld, 20000)
+                             : dlock_lock_try_acquire(w->l, 20000, 0, &tok));
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+/* A waiter whose client shuts down (dlock_client_shutdown from another
+ * thread, as dlock run on SIGTERM) deletes its node before its call
+ * returns DLOCK_ECLOSED, at once: the next waiter is not held up until its
+ * session times out. Also a leader election's standby. */
+static void t_zk_shutdown_waiter(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0);
+  CHECK(a && b);
+  dlock_lock *h, *l;
+  CHECK_RC(dlock_lock_new(a, "/sw/x", "h", &h), 0);
+  CHECK_RC(dlock_lock_new(b, "/sw/x", "w", &l), 0);
+  uint64_t tok;
+  CHECK_RC(dlock_lock_try_acquire(h, 0, 0, &tok), 0);
+  dlock_leader *la, *lb;
+  CHECK_RC(dlock_leader_new(a, "/sw/el", "a", &la), 0);
+  CHECK_RC(dlock_leader_new(b, "/sw/el", "b", &lb), 0);
+  CHECK_RC(dlock_leader_start(la), 0);
+  CHECK_RC(dlock_leader_await(la, 5000), 0);
+  CHECK_RC(dlock_leader_start(lb), 0);
+  sd_waiter w = {.l = l}, e = {.ld = lb};
+  pthread_t tw, te;
+  CHECK(pthread_create(&tw, NULL, wait_lock, &w) == 0);
+  CHECK(pthread_create(&te, NULL, wait_lock, &e) == 0);
+  int64_t end = th_now_ms() + 5000;
+  while ((children(zh, "/sw/x", NULL, 0) != 2 ||
+          children(zh, "/sw/el", NULL, 0) != 2) && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(children(zh, "/sw/x", NULL, 0), 2);
+  CHECK_EQ(children(zh, "/sw/el", NULL, 0), 2);
+  int64_t t0 = th_now_ms();
+  dlock_client_shutdown(b);
+  while ((!atomic_load(&w.done) || !atomic_load(&e.done)) &&
+         th_now_ms() < t0 + 5000)
+    th_sleep_ms(1);
+  fprintf(stderr, "    the waits ended after %lld ms\n",
+          (long long)(th_now_ms() - t0));
+  CHECK(th_now_ms() - t0 < 1000);
+  pthread_join(tw, NULL);
+  pthread_join(te, NULL);
+  CHECK_RC(atomic_load(&w.rc), DLOCK_ECLOSED);
+  CHECK_RC(atomic_load(&e.rc), DLOCK_ECLOSED);
+  /* Their nodes went before the calls returned. */
+  CHECK_EQ(children(zh, "/sw/x", NULL, 0), 1);
+  CHECK_EQ(children(zh, "/sw/el", NULL, 0), 1);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok), DLOCK_ECLOSED);
+  dlock_lock_free(l);
+  dlock_leader_free(lb);
+  dlock_client_close(b);
+  CHECK_RC(dlock_lock_release(h), 1);
+  dlock_lock_free(h);
+  dlock_leader_free(la);
+  dlock_client_close(a);
   zookeeper_close(zh);
   th_zk_stop(&zk);
 }
@@ -861,8 +1190,14 @@ static void holder_child(const th_zk *zk, int fd) {
   if (dlock_lock_try_acquire(l, 0, 0, &tok) != 0) _exit(3);
   if (write(fd, &tok, sizeof tok) != sizeof tok) _exit(4);
   int64_t end = th_now_ms() + 15000;
+  /* The loss is reported when the hold's validity runs out (at once on
+   * SIGCONT), the session's states as the client learns them. */
+  int both = 1 << DLOCK_CONN_SUSPENDED | 1 << DLOCK_CONN_LOST;
+  /* A new session may follow at once (told or not yet). */
+  int new_session = 1 << DLOCK_CONN_NEW_SESSION;
   while (th_now_ms() < end &&
-         !(atomic_load(&lost_calls) > 0 && dlock_lock_is_lost(l) == 1))
+         !(atomic_load(&lost_calls) > 0 && dlock_lock_is_lost(l) == 1 &&
+           (atomic_load(&states_seen) & ~new_session) == both))
     th_sleep_ms(5);
   int code = 0;
   if (atomic_load(&lost_calls) != 1)
@@ -873,8 +1208,7 @@ static void holder_child(const th_zk *zk, int fd) {
   else if (dlock_lock_is_held(l) != 0)
     code = 30;
   /* Told: the connection lost, then the session. */
-  else if ((atomic_load(&states_seen) & ~(1 << DLOCK_CONN_NEW_SESSION)) !=
-           (1 << DLOCK_CONN_SUSPENDED | 1 << DLOCK_CONN_LOST))
+  else if ((atomic_load(&states_seen) & ~new_session) != both)
     code = 40 + atomic_load(&states_seen);
   if (code)
     fprintf(stderr, "    child: %d: %s\n", code, dlock_client_errmsg(c));
@@ -1312,7 +1646,7 @@ static void count_state(dlock_client *c, dlock_conn_state st, void *ud) {
   if ((int)st >= 0 && (int)st < 5) atomic_fetch_add(&conn_states[st], 1);
 }
 
-static bool lost_seen(void *ud) {
+static bool any_loss_seen(void *ud) {
   (void)ud;
   return atomic_load(&lost_calls) > 0;
 }
@@ -1344,7 +1678,7 @@ static void renewed_child(const th_zk *zk, int out, int in) {
     _exit(7);
   if (write(out, &byte, 1) != 1) _exit(8); /* pause me */
   int code = 0;
-  if (!th_wait_for(lost_seen, NULL, 15000))
+  if (!th_wait_for(any_loss_seen, NULL, 15000))
     code = 10;
   else if (!th_wait_for(new_session_seen, NULL, 15000))
     code = 11;
@@ -1466,7 +1800,10 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_server_restart), T_BARE(t_zk_ensemble_leader_killed),
         T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
         T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
-        T_BARE(t_zk_inspect), T_BARE(t_zk_auth), T_BARE(t_zk_session_renewed))
+        T_BARE(t_zk_inspect), T_BARE(t_zk_force_heard),
+        T_BARE(t_zk_loss_one_moment), T_BARE(t_zk_foreign_nodes),
+        T_BARE(t_zk_shutdown_waiter), T_BARE(t_zk_auth),
+        T_BARE(t_zk_session_renewed))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */

@@ -63,6 +63,9 @@ dlock_client *cli_open(const cli_global *g, int64_t lease_ms, int *exit_code);
 
 /* Maps a library error to the command's exit status. */
 int cli_exit_for(int err);
+/* A dlock_client_on_state callback (zk://): the connection's states told
+ * on stderr; ud is the lock's name. */
+void cli_on_conn_state(dlock_client *c, dlock_conn_state st, void *ud);
 
 /* The URL to show or pass on: without any password. Caller frees. */
 char *cli_url_public(const char *url);

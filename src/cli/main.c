@@ -190,6 +190,23 @@ int cli_exit_for(int err) {
   }
 }
 
+void cli_on_conn_state(dlock_client *c, dlock_conn_state st, void *ud) {
+  (void)c;
+  const char *name = ud;
+  if (st == DLOCK_CONN_SUSPENDED)
+    cli_err("warning: the connection to the server is lost; %s is kept "
+            "only if it is back before the session times out",
+            name);
+  else if (st == DLOCK_CONN_RECONNECTED)
+    cli_err("the connection is back, with the same session: %s is kept", name);
+  else if (st == DLOCK_CONN_LOST)
+    cli_err("warning: the session expired (a held %s is lost); opening a "
+            "new one",
+            name);
+  else if (st == DLOCK_CONN_NEW_SESSION)
+    cli_err("connected again, with a new session");
+}
+
 void cli_options(const cli_global *g, int64_t lease_ms,
                  dlock_client_options *o) {
   dlock_client_options_init(o);

@@ -169,24 +169,6 @@ static void on_leader(dlock_leader *l, int leader, void *ud) {
   if (!leader) kill(getpid(), SIGUSR1);
 }
 
-/* zk://: the connection's states, told on stderr (not with -q). */
-static void on_conn_state(dlock_client *c, dlock_conn_state st, void *ud) {
-  (void)c;
-  const char *name = ud;
-  if (st == DLOCK_CONN_SUSPENDED)
-    cli_err("warning: the connection to the server is lost; %s is kept "
-            "only if it is back before the session times out", name);
-  else if (st == DLOCK_CONN_RECONNECTED)
-    cli_err("the connection is back, with the same session: %s is kept",
-            name);
-  else if (st == DLOCK_CONN_LOST)
-    cli_err("warning: the session expired (a held %s is lost); opening a "
-            "new one",
-            name);
-  else if (st == DLOCK_CONN_NEW_SESSION)
-    cli_err("connected again, with a new session");
-}
-
 static int held_release(acq *a) {
   if (a->leader) { /* leaves the election */
     dlock_leader_free(a->leader);
@@ -460,7 +442,8 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
   dlock_client *c = cli_open(g, renew ? lease_ms : 0, &rc);
   if (c == NULL) return rc;
   /* ZooKeeper's session states (other backends have none: ENOTSUP). */
-  if (g->verbose >= 0) dlock_client_on_state(c, on_conn_state, (void *)name);
+  if (g->verbose >= 0)
+    dlock_client_on_state(c, cli_on_conn_state, (void *)name);
   /* An explicit owner: the helper thread acquires, this thread releases. */
   char owner[32];
   snprintf(owner, sizeof owner, "%d", (int)getpid());
@@ -518,9 +501,23 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
       shown = true;
     } else if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP ||
                sig == SIGQUIT) {
-      /* Interrupted while waiting: leave at once. Had the lock just been
-       * granted, its lease frees it (the watchdog dies with us). */
+      /* Interrupted while waiting: leave, our place in the line first (a
+       * zk:// waiter's node would hold up the next waiter until our
+       * session times out): the wait ends at once, deletes it and says so
+       * (SIGUSR2), within a second; then exit. A Redis waiter leaves no
+       * such trace: at once. Had the lock just been granted, its lease
+       * frees it (the watchdog dies with us); on zk:// the close does. */
       if (shown) clear_line();
+      dlock_client_shutdown(c);
+      int64_t until = mono_ms() + 1000;
+      bool zk = g->url && strncmp(g->url, "zk://", 5) == 0, ended = false;
+      while (zk && !ended && mono_ms() < until)
+        ended = wait_signal(&set, until) == SIGUSR2;
+      if (ended) { /* the session's end takes a node just granted too */
+        pthread_join(a.thread, NULL);
+        held_free(&a);
+        dlock_client_close(c);
+      }
       _exit(128 + sig);
     }
   }

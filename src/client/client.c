@@ -232,6 +232,13 @@ int dl_client_open_with(const dlock_client_options *opts,
   return 0;
 }
 
+void dlock_client_shutdown(dlock_client *c) {
+  if (c == NULL) return;
+  atomic_store(&c->closing, 1);
+  if (c->backend && c->backend->ops->wake_all)
+    c->backend->ops->wake_all(c->backend);
+}
+
 void dlock_client_close(dlock_client *c) {
   if (c == NULL) return;
   atomic_store(&c->closing, 1);

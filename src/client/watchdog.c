@@ -1,7 +1,7 @@
 /* watchdog.c: one renewal scheduler per client. Every lease/3 it extends the
  * lease of every watchdog-held lock, in one call of the backend's renewal
- * per CHUNK holds (the Redis backend pipelines scripts of 100). It never re-acquires: a hold the server no
- * longer has is reported lost and dropped.
+ * per CHUNK holds (the Redis backend pipelines scripts of 100). It never
+ * re-acquires: a hold the server no longer has is reported lost and dropped.
  *
  * Ordering of renew vs release (Redisson #7272 is a renewal outliving its
  * unlock): a renewal can only extend a hash field that still exists, so a
@@ -20,7 +20,8 @@
  *
  * Fixed leases: a hold with a lease of its own is listed too, never renewed,
  * and reported lost the moment its validity runs out unreleased (a timer,
- * not the next call).
+ * not the next call), as is a renewed hold whose renewals failed until its
+ * validity ran out (when dlock_lock_is_lost turns 1, not at a next try).
  *
  * Checks: a revocation (a force release tells the holder's client on the
  * revocation channel) or a keyspace event (del, expired) names a key; every
@@ -66,12 +67,13 @@ struct dl_watchdog {
   dl_renewal *head;
   size_t count;
   size_t nfixed;         /* of which fixed */
-  int64_t next_expiry;   /* no fixed hold's validity ends before this */
+  int64_t next_expiry;   /* no hold's validity ends before this */
   uint32_t filter[FILTER];
   char *pending[PENDING]; /* keys to check */
   int npending;
   bool check_all;         /* more keys than PENDING came */
   uint64_t round_trips;
+  int64_t window; /* how long a renewal keeps a hold valid (0: unknown) */
   uint64_t renewed;
   uint64_t lost;
   /* On an event loop (an event-loop client): no thread; a timer runs the
@@ -83,6 +85,17 @@ struct dl_watchdog {
 };
 
 static void tick_soon(dl_watchdog *w);
+/* The time between rounds: a third of the lease, or of the window where
+ * that is clearly shorter (a ZooKeeper session shorter than the lease):
+ * no validity runs out between rounds (it would be reported lost). After
+ * a failed round, sooner: two thirds of the lease are left, and a short
+ * outage should not cost the lock. */
+static int64_t period_of(const dl_watchdog *w, bool failed) {
+  int64_t p = w->lease_ms / 3;
+  if (w->window > 0 && w->window < w->lease_ms * 9 / 10) p = w->window / 3;
+  if (failed) p = p / 5 < 1000 ? p / 5 : 1000;
+  return p < 1 ? 1 : p;
+}
 
 /* With w->mu held: something for the watchdog to do now or sooner. */
 static void wake(dl_watchdog *w) {
@@ -155,13 +168,19 @@ dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
   r->linked = true;
   w->count++;
   w->filter[r->slot]++;
-  if (r->fixed) {
-    w->nfixed++;
-    /* The thread sleeps until the earliest end it knows of. */
-    if (valid_until < w->next_expiry) {
-      w->next_expiry = valid_until;
-      wake(w);
-    }
+  if (r->fixed) w->nfixed++;
+  int64_t left = valid_until - dl_now_ms(); /* short: renewed sooner */
+  if (renew && left > 0 && left < w->lease_ms * 9 / 10 &&
+      (w->window == 0 || left < w->window)) {
+    w->window = left;
+    int64_t soon = dl_now_ms() + period_of(w, false);
+    if (w->next > soon) w->next = soon;
+    wake(w);
+  }
+  /* The thread sleeps until the earliest end it knows of. */
+  if (valid_until < w->next_expiry) {
+    w->next_expiry = valid_until;
+    wake(w);
   }
   pthread_mutex_unlock(&w->mu);
   return r;
@@ -325,6 +344,7 @@ static int chunk_prepare(dl_watchdog *w, dl_renewal **all, size_t total,
  * code if a call failed. */
 static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
   int renewed = 0;
+  int64_t win = 0, at = dl_now_ms(); /* the window: the shortest */
   pthread_mutex_lock(&w->mu);
   w->round_trips += (uint64_t)calls;
   pthread_mutex_unlock(&w->mu);
@@ -336,6 +356,8 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
     if (k->items[i].result == 1) {
       if (!k->check && k->items[i].valid_until > r->valid_until)
         r->valid_until = k->items[i].valid_until;
+      int64_t left = k->items[i].valid_until - at;
+      if (!k->check && left > 0 && (win == 0 || left < win)) win = left;
       renewed++;
     } else {
       lost = take_lost(w, r);
@@ -354,6 +376,7 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
   }
   pthread_mutex_lock(&w->mu);
   if (!k->check) w->renewed += (uint64_t)renewed;
+  if (win > 0) w->window = win;
   pthread_mutex_unlock(&w->mu);
   return failed < 0 ? failed : renewed;
 }
@@ -465,13 +488,13 @@ static int round_of(dl_watchdog *w, bool check) {
 int dl_watchdog_run_once(dl_watchdog *w) { return round_of(w, false); }
 
 /* With w->mu held, which it unlocks while it reports: reports lost every
- * fixed hold whose validity ran out by `now`, and finds the next end. */
-static void expire_fixed(dl_watchdog *w, int64_t now) {
+ * hold (fixed or renewed) whose validity ran out by `now`; the next end. */
+static void expire_due(dl_watchdog *w, int64_t now) {
   w->next_expiry = INT64_MAX;
   for (;;) {
     dl_renewal *due = NULL;
     for (dl_renewal *r = w->head; r; r = r->next) {
-      if (!r->fixed || r->releasing > 0) continue;
+      if (r->releasing > 0) continue;
       if (r->valid_until <= now && due == NULL) due = r;
       else if (r->valid_until < w->next_expiry) w->next_expiry = r->valid_until;
     }
@@ -490,13 +513,11 @@ static void expire_fixed(dl_watchdog *w, int64_t now) {
 
 static void *run(void *arg) {
   dl_watchdog *w = arg;
-  int64_t period = w->lease_ms / 3;
-  if (period < 1) period = 1;
   pthread_mutex_lock(&w->mu);
-  int64_t next = dl_now_ms() + period;
+  w->next = dl_now_ms() + period_of(w, false);
   while (!w->stop) {
     struct timespec ts;
-    int64_t until = next < w->next_expiry ? next : w->next_expiry;
+    int64_t until = w->next < w->next_expiry ? w->next : w->next_expiry;
     dl_abstime(until, &ts);
     bool idle = w->npending == 0 && !w->check_all;
     if (w->stalled) pthread_cond_wait(&w->cv, &w->mu);
@@ -509,25 +530,19 @@ static void *run(void *arg) {
       pthread_mutex_lock(&w->mu);
     }
     int64_t now = dl_now_ms();
-    if (now >= w->next_expiry) expire_fixed(w, now);
-    if (now < next) continue;
+    if (now >= w->next_expiry) expire_due(w, now);
+    if (now < w->next) continue;
     pthread_mutex_unlock(&w->mu);
     int64_t started = dl_now_ms();
     int rc = dl_watchdog_run_once(w);
     pthread_mutex_lock(&w->mu);
-    /* After a failed round, try again sooner: two thirds of the lease are
-     * left, and a short outage should not cost the lock. */
-    int64_t retry = period / 5 < 1000 ? period / 5 : 1000;
-    next = started + (rc < 0 ? retry : period);
+    w->next = started + period_of(w, rc < 0);
   }
   pthread_mutex_unlock(&w->mu);
   return NULL;
 }
 
 /* ---- on an event loop: the same schedule, rounds through renew_async ---- */
-static int64_t period_of(const dl_watchdog *w) {
-  return w->lease_ms / 3 < 1 ? 1 : w->lease_ms / 3;
-}
 
 typedef struct loop_round {
   dl_watchdog *w;
@@ -541,7 +556,6 @@ typedef struct loop_round {
 } loop_round;
 
 static void tick(void *ud);
-
 static void round_next(loop_round *lr);
 
 static void round_done(void *ud, int failed) {
@@ -573,12 +587,7 @@ static void round_next(loop_round *lr) {
   }
   round_release(w, lr->snap, lr->n);
   w->round = NULL;
-  if (!lr->check) {
-    /* After a failed round, try again sooner, as the thread does. */
-    int64_t period = period_of(w);
-    int64_t retry = period / 5 < 1000 ? period / 5 : 1000;
-    w->next = lr->started + (lr->failed < 0 ? retry : period);
-  }
+  if (!lr->check) w->next = lr->started + period_of(w, lr->failed < 0);
   free(lr);
   if (!w->stop) tick(w);
 }
@@ -609,11 +618,11 @@ static void tick(void *ud) {
   if (checks && round_start(w, true)) return;
   int64_t now = dl_now_ms();
   pthread_mutex_lock(&w->mu);
-  if (now >= w->next_expiry) expire_fixed(w, now);
+  if (now >= w->next_expiry) expire_due(w, now);
   pthread_mutex_unlock(&w->mu);
   if (now >= w->next) {
     if (round_start(w, false)) return;
-    w->next = now + period_of(w);
+    w->next = now + period_of(w, false);
   }
   pthread_mutex_lock(&w->mu);
   int64_t until = w->next < w->next_expiry ? w->next : w->next_expiry;
@@ -640,7 +649,7 @@ int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
   dl_cond_init(&w->cv);
   if (loop) {
     dl_timer_init(&w->timer, tick, w);
-    w->next = dl_now_ms() + period_of(w);
+    w->next = dl_now_ms() + period_of(w, false);
     w->joined = true; /* no thread */
     if (dl_timer_start(loop, &w->timer, w->next) == 0) {
       *out = w;

@@ -307,6 +307,11 @@ typedef struct dl_backend_ops {
    * result is kept: an acquire may still end acquired). done runs later,
    * never within this call. */
   void (*cancel)(dl_backend *b, dl_async *op);
+  /* Wakes every wait in progress on b, in any thread (env->closing was
+   * just set: dlock_client_shutdown): each ends as the client's close
+   * makes it, leaving nothing of the wait behind. NULL: the waits look at
+   * the flag at their next wake-up. */
+  void (*wake_all)(dl_backend *b);
 
   /* Leader election. elect_join enters the election at s->key as the
    * participant `id` (copied) and takes part on a backend thread until

@@ -158,13 +158,19 @@ static void finish(dl_zk *z, dl_async *op) {
   done(ud, rc);
 }
 
-/* Takes what the operations' threads and the watcher left for the loop. */
-static void take(dl_zk *z, dl_async **ops, bool *notice) {
+/* Takes what the operations' threads and the watcher left for the loop:
+ * the operations done, whether any key may be lost, and the keys lost
+ * (*nkeys of them into keys, the caller's to free). */
+static void take(dl_zk *z, dl_async **ops, bool *notice, char **keys,
+                 int *nkeys) {
   pthread_mutex_lock(&z->mu);
   *ops = z->done_head;
   z->done_head = z->done_tail = NULL;
   *notice = z->notice_posted;
   z->notice_posted = false;
+  *nkeys = z->nkeys;
+  memcpy(keys, z->notice_keys, (size_t)z->nkeys * sizeof *keys);
+  z->nkeys = 0;
   pthread_mutex_unlock(&z->mu);
 }
 
@@ -175,8 +181,14 @@ static void on_ready(void *ud, int events) {
   if (read(z->evfd, &n, sizeof n) < 0 && errno != EAGAIN) return;
   dl_async *ops;
   bool notice;
-  take(z, &ops, &notice);
+  char *keys[sizeof z->notice_keys / sizeof z->notice_keys[0]];
+  int nkeys;
+  take(z, &ops, &notice, keys, &nkeys);
   if (notice && z->notice) z->notice(z->notice_ud, NULL, 0);
+  for (int i = 0; i < nkeys; i++) {
+    if (!notice && z->notice) z->notice(z->notice_ud, keys[i], strlen(keys[i]));
+    free(keys[i]);
+  }
   while (ops) {
     dl_async *next = ops->next;
     finish(z, ops);
@@ -187,6 +199,21 @@ static void on_ready(void *ud, int events) {
 void dl_zk_post_notice(dl_zk *z) {
   pthread_mutex_lock(&z->mu);
   z->notice_posted = true;
+  pthread_mutex_unlock(&z->mu);
+  uint64_t one = 1;
+  while (write(z->evfd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+void dl_zk_post_notice_key(dl_zk *z, const char *key) {
+  char *k = dl_strdup(key);
+  pthread_mutex_lock(&z->mu);
+  if (k && z->nkeys < (int)(sizeof z->notice_keys / sizeof *z->notice_keys)) {
+    z->notice_keys[z->nkeys++] = k;
+  } else { /* too many at once (or out of memory): every key is checked */
+    free(k);
+    z->notice_posted = true;
+  }
   pthread_mutex_unlock(&z->mu);
   uint64_t one = 1;
   while (write(z->evfd, &one, sizeof one) < 0 && errno == EINTR) {
@@ -215,7 +242,11 @@ void dl_zk_async_close(dl_zk *z) {
   if (z->evfd >= 0) {
     dl_async *ops;
     bool notice;
-    take(z, &ops, &notice);
+    char *keys[sizeof z->notice_keys / sizeof z->notice_keys[0]];
+    int nkeys;
+    take(z, &ops, &notice, keys, &nkeys);
+    for (int i = 0; i < nkeys; i++)
+      free(keys[i]);
     while (ops) {
       dl_async *next = ops->next;
       finish(z, ops);
@@ -376,3 +407,50 @@ void dl_zk_cancel(dl_backend *b, dl_async *op) {
   pthread_cond_broadcast(&z->cv); /* its wait looks again */
   pthread_mutex_unlock(&z->mu);
 }
+
+/* ---- the blocking entries, as the seam's table has them ----
+ * On an event-loop client they refuse (as the Redis backend's): a blocking
+ * call would block the loop's thread. The operations' threads above call
+ * the recipes directly. */
+static int refused(dl_backend *b) {
+  dl_zk *z = (dl_zk *)b;
+  if (z->env->loop == NULL) return 0;
+  return dl_seterr(z->env->err_owner, DLOCK_EINVAL,
+                   "a blocking call on an event-loop client");
+}
+
+#define BLOCKING(name, params, args)                                           \
+  int dl_zk_b_##name params {                                                  \
+    int rc = refused(b);                                                       \
+    return rc != 0 ? rc : dl_zk_##name args;                                   \
+  }
+BLOCKING(lock_acquire, (dl_backend * b, dl_acquire *a), (b, a))
+BLOCKING(lock_release,
+         (dl_backend * b, const dl_lock_ref *l, int64_t lease_ms, int count),
+         (b, l, lease_ms, count))
+BLOCKING(lock_force_release, (dl_backend * b, const dl_lock_ref *l), (b, l))
+BLOCKING(lock_query,
+         (dl_backend * b, const dl_lock_ref *l, dl_lock_query q, long long *v),
+         (b, l, q, v))
+BLOCKING(inspect, (dl_backend * b, const char *key, dlock_lock_state *st),
+         (b, key, st))
+BLOCKING(scan,
+         (dl_backend * b, const char *match, size_t prefix_len,
+          dlock_scan_cb cb, void *ud),
+         (b, match, prefix_len, cb, ud))
+BLOCKING(renew,
+         (dl_backend * b, int64_t deadline, int64_t lease_ms, int n,
+          dl_renew_item *items, int *calls),
+         (b, deadline, lease_ms, n, items, calls))
+BLOCKING(permit_acquire,
+         (dl_backend * b, const dl_sync_ref *s, const char *id,
+          int64_t lease_ms, bool wait, int64_t deadline, int64_t *valid_until),
+         (b, s, id, lease_ms, wait, deadline, valid_until))
+BLOCKING(sync_update,
+         (dl_backend * b, const dl_sync_ref *s, dl_sync_op op, long long n,
+          const char *id, long long *v),
+         (b, s, op, n, id, v))
+BLOCKING(ping, (dl_backend * b), (b))
+BLOCKING(elect_leader,
+         (dl_backend * b, const dl_sync_ref *s, char *buf, size_t len),
+         (b, s, buf, len))

@@ -162,6 +162,8 @@ void dl_zk_watcher(zhandle_t *zh, int type, int state, const char *path,
   }
   pthread_cond_broadcast(&z->cv);
   pthread_mutex_unlock(&z->mu);
+  if (path && path[0] && type != ZOO_SESSION_EVENT)
+    dl_zk_hold_event(z, type, path); /* a held node deleted: a loss */
   /* On an event-loop client the notice goes to the loop's thread. */
   if (fn && z->env->loop) dl_zk_post_notice(z);
   else if (fn) fn(ud, NULL, 0);
@@ -197,6 +199,14 @@ int dl_zk_ping(dl_backend *b) {
   return zrc == ZOK ? 0 : dl_zk_err(z, zrc, "ping", "/");
 }
 
+/* The closing flag was set: every wait looks again (and ends). */
+static void zk_wake_all(dl_backend *b) {
+  dl_zk *z = (dl_zk *)b;
+  pthread_mutex_lock(&z->mu);
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+}
+
 static int zk_check_key(dl_backend *b, const char *key) {
   return dl_zk_check_path((dl_zk *)b, key);
 }
@@ -229,6 +239,8 @@ static void zk_free(dl_backend *b) {
   pthread_mutex_unlock(&z->mu);
   if (now != zh) zookeeper_close(now);
   if (retired && retired != zh) zookeeper_close(retired);
+  for (int i = 0; i < z->nkeys; i++)
+    free(z->notice_keys[i]);
   dl_zk_holds_free(z->holds);
   dl_zk_orphans_free(z->orphans);
   pthread_cond_destroy(&z->cv);
@@ -242,21 +254,21 @@ static void zk_free(dl_backend *b) {
 
 static const dl_backend_ops zk_ops = {
     .name = "zookeeper",
-    .lock_acquire = dl_zk_lock_acquire,
-    .lock_release = dl_zk_lock_release,
-    .lock_force_release = dl_zk_lock_force_release,
-    .lock_query = dl_zk_lock_query,
-    .inspect = dl_zk_inspect,
-    .scan = dl_zk_scan,
-    .renew = dl_zk_renew,
+    .lock_acquire = dl_zk_b_lock_acquire,
+    .lock_release = dl_zk_b_lock_release,
+    .lock_force_release = dl_zk_b_lock_force_release,
+    .lock_query = dl_zk_b_lock_query,
+    .inspect = dl_zk_b_inspect,
+    .scan = dl_zk_b_scan,
+    .renew = dl_zk_b_renew,
     .watch_losses = zk_watch_losses,
     .watch_state = zk_watch_state,
-    .permit_acquire = dl_zk_permit_acquire,
-    .sync_update = dl_zk_sync_update,
+    .permit_acquire = dl_zk_b_permit_acquire,
+    .sync_update = dl_zk_b_sync_update,
     .elect_join = dl_zk_elect_join,
     .elect_leave = dl_zk_elect_leave,
-    .elect_leader = dl_zk_elect_leader,
-    .ping = dl_zk_ping,
+    .elect_leader = dl_zk_b_elect_leader,
+    .ping = dl_zk_b_ping,
     .check_key = zk_check_key,
     .lock_acquire_async = dl_zk_lock_acquire_async,
     .lock_release_async = dl_zk_lock_release_async,
@@ -269,6 +281,7 @@ static const dl_backend_ops zk_ops = {
     .permit_acquire_async = dl_zk_permit_acquire_async,
     .sync_update_async = dl_zk_sync_update_async,
     .cancel = dl_zk_cancel,
+    .wake_all = zk_wake_all,
     .stats = zk_stats,
     .free = zk_free,
 };

@@ -86,7 +86,19 @@ int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   /* A semaphore (Curator's InterProcessSemaphoreV2 with dlock's count):
    * its permits free and taken. */
   rc = dl_zk_permits_state(z, key, &st->counter, &st->permits_taken);
-  return rc < 0 ? rc : 0;
+  if (rc < 0) return rc;
+  /* Someone else's node is named for what it holds (no recipe takes it);
+   * an empty one holds nothing; a semaphore without dlock's count
+   * (Curator's alone) has no permit free. */
+  zk_place p;
+  if ((rc = dl_zk_read_place(z, key, &p)) != 0) return rc;
+  if (p == ZK_DATA || p == ZK_CHILDREN)
+    snprintf(st->type, sizeof st->type, "%s", p == ZK_DATA ? "data" : "nodes");
+  else if (p == ZK_EMPTY || p == ZK_NONE)
+    snprintf(st->type, sizeof st->type, "none");
+  else if (p == ZK_SEMAPHORE && st->counter < 0)
+    st->counter = 0;
+  return 0;
 }
 
 typedef struct walk {

@@ -112,6 +112,10 @@ static void *latch_main(void *arg) {
       r = step(e);
       if (r == 0) continue;
       if (r < 0) until = dl_now_ms() + 200;
+    } else {
+      /* An event during an error's pause (the next session connected):
+       * the step comes at the pause's end, not at the next event only. */
+      r = -1;
     }
     pthread_mutex_lock(&z->mu);
     int64_t end = r < 0 ? until : INT64_MAX;
@@ -127,6 +131,9 @@ static void *latch_main(void *arg) {
     }
     pthread_mutex_unlock(&z->mu);
   }
+  pthread_mutex_lock(&z->mu);
+  bool shutdown = atomic_load(z->env->closing) && !e->stop && !e->self_free;
+  pthread_mutex_unlock(&z->mu);
   /* Our node goes. A leader that left must not linger behind its command
    * (dlock elect), whether or not the server answers: not connected, no
    * wait at all, else a short one; a node left goes later, as an orphan,
@@ -135,6 +142,12 @@ static void *latch_main(void *arg) {
     dl_zk_delete_soon(z, e->node, LEAVE_WAIT_MS);
   else if (e->node[0] != '\0')
     dl_zk_orphan_node(z, e->node);
+  /* dlock_client_shutdown, the participant still in: out, its node gone;
+   * told, so that a dlock_leader_await looks again (and ends). */
+  if (shutdown && e->fn) {
+    e->leader = 0;
+    e->fn(e->ud, 0, 0, false);
+  }
   pthread_mutex_lock(&z->mu);
   bool self_free = e->self_free;
   pthread_mutex_unlock(&z->mu);
@@ -157,6 +170,14 @@ int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
   *out = NULL;
   int rc = dl_zk_check_path(z, s->key);
   if (rc != 0) return rc;
+  /* Someone else's node is refused (a round trip: not on an event-loop
+   * client's thread, which must not block; there the election takes the
+   * place as it is). Between sessions (an expiry) the read waits for the
+   * next one, as the participant would. */
+  zk_place p = ZK_NONE;
+  if (!z->env->loop && (rc = dl_zk_read_place(z, s->key, &p)) != 0) return rc;
+  if (p != ZK_NONE && p != ZK_EMPTY && p != ZK_LOCKS)
+    return dl_zk_wrong_place(z, p, s->key, "leader election");
   dl_elect *e = calloc(1, sizeof *e);
   if (e == NULL || (e->key = dl_strdup(s->key)) == NULL ||
       (e->id = dl_strdup(id)) == NULL) {

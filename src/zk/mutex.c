@@ -110,6 +110,57 @@ static zk_hold *hold_take(dl_zk *z, const char *key, const char *owner) {
   return h;
 }
 
+/* A watch on a held node, in flight: the node's path for the answer. */
+typedef struct hold_watch {
+  dl_zk *z;
+  char node[];
+} hold_watch;
+
+static void watch_hold(dl_zk *z, const char *node);
+
+/* The answer to watch_hold's exists: a node already gone is a loss. On a
+ * close the pending answers come with ZCLOSING (z is not touched). */
+static void hold_watched(int zrc, const struct Stat *st, const void *data) {
+  (void)st;
+  hold_watch *w = (hold_watch *)data;
+  if (zrc == ZNONODE) dl_zk_hold_event(w->z, ZOO_DELETED_EVENT, w->node);
+  free(w);
+}
+
+/* Watches a held node (an exists watch, sent without waiting for its
+ * answer): its deletion by anyone else (a force release, zkCli) is heard
+ * at once, not at the next renewal. Out of memory: heard at the next
+ * renewal. */
+static void watch_hold(dl_zk *z, const char *node) {
+  size_t n = strlen(node) + 1;
+  hold_watch *w = malloc(sizeof *w + n);
+  if (w == NULL) return;
+  w->z = z;
+  memcpy(w->node, node, n);
+  if (zoo_awexists(z->zh, node, dl_zk_watcher, z, hold_watched, w) != ZOK)
+    free(w);
+}
+
+void dl_zk_hold_event(dl_zk *z, int type, const char *path) {
+  char key[NODE_MAX] = "";
+  pthread_mutex_lock(&z->mu);
+  for (zk_hold *h = z->holds; h && key[0] == '\0'; h = h->next)
+    if (strcmp(h->node, path) == 0) snprintf(key, sizeof key, "%s", h->key);
+  dl_notice_fn fn = z->notice;
+  void *ud = z->notice_ud;
+  pthread_mutex_unlock(&z->mu);
+  if (key[0] == '\0') return;      /* released by us, or not a hold's node */
+  if (type != ZOO_DELETED_EVENT) { /* its data changed: watch on */
+    watch_hold(z, path);
+    return;
+  }
+  /* The watchdog checks the holds on key at once and reports the loss. */
+  if (z->env->loop)
+    dl_zk_post_notice_key(z, key);
+  else if (fn)
+    fn(ud, key, strlen(key));
+}
+
 int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
                    const char *node, uint64_t czxid) {
   zk_hold *nh = calloc(1, sizeof *nh);
@@ -128,6 +179,7 @@ int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
   nh->next = z->holds;
   z->holds = nh;
   pthread_mutex_unlock(&z->mu);
+  watch_hold(z, node);
   return 0;
 }
 
@@ -282,9 +334,19 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
   snprintf(data, sizeof data, "%s%s%s", l->owner,
            a->info && *a->info ? "\n" : "", a->info ? a->info : "");
   struct String_vector first;
-  rc = dl_zk_create_protected(z, l->key, mark_of(l->kind), data, NULL, node,
-                              sizeof node, &czxid, limit, &first);
+  int plen;
+  rc = dl_zk_create_listed(z, l->key, mark_of(l->kind), data, NULL, node,
+                           sizeof node, &czxid, limit, &first, &plen);
   if (rc != 0) return rc;
+  /* Someone else's node (data, or children no recipe makes: a semaphore's,
+   * an application's): ours goes at once, nothing else is touched (the
+   * listing came with the create, in the same round trip). */
+  zk_place p = first.data ? dl_zk_place_of(NULL, plen, &first) : ZK_LOCKS;
+  if (p != ZK_LOCKS && p != ZK_EMPTY) {
+    deallocate_String_vector(&first);
+    dl_zk_delete_own(z, node);
+    return dl_zk_wrong_place(z, p, l->key, "lock");
+  }
   /* The write holder takes the read side at once: the downgrade. */
   rc = l->kind == DL_KIND_READ && other_held ? 1
                                               : dl_zk_await_turn(z, a, node, &first);
@@ -376,6 +438,10 @@ int dl_zk_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
   dl_zk *z = (dl_zk *)b;
   int rc = dl_zk_check_path(z, l->key);
   if (rc != 0) return rc;
+  zk_place p;
+  if ((rc = dl_zk_read_place(z, l->key, &p)) != 0) return rc;
+  if (p != ZK_NONE && p != ZK_EMPTY && p != ZK_LOCKS)
+    return dl_zk_wrong_place(z, p, l->key, "lock");
   struct String_vector sv;
   char **v;
   int n = list_locks(z, l->key, &sv, &v);
@@ -435,22 +501,69 @@ int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   return 0;
 }
 
+/* A renewal round's checks in flight: one exists per hold, answered on
+ * ZooKeeper's completion thread. The round waits for them no longer than
+ * its deadline (the earliest validity in it: a later answer is too late
+ * for that hold), so it may return first; the last of the round and the
+ * answers frees it (refs, under z->mu). */
+typedef struct renew_check {
+  struct renew_round *rr;
+  int zrc; /* ZooKeeper's answer, once done */
+  struct Stat st;
+  bool done;
+  uint64_t czxid; /* the hold's node's */
+} renew_check;
+
+typedef struct renew_round {
+  dl_zk *z;
+  int refs, pending;
+  renew_check c[];
+} renew_round;
+
+static void renew_unref(renew_round *rr) {
+  if (--rr->refs == 0) free(rr);
+}
+
+static void renew_answered(int zrc, const struct Stat *st, const void *data) {
+  renew_check *c = (renew_check *)data;
+  renew_round *rr = c->rr;
+  dl_zk *z = rr->z;
+  pthread_mutex_lock(&z->mu);
+  c->zrc = zrc;
+  if (st) c->st = *st;
+  c->done = true;
+  rr->pending--;
+  pthread_cond_broadcast(&z->cv);
+  renew_unref(rr);
+  pthread_mutex_unlock(&z->mu);
+}
+
 int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                 dl_renew_item *items, int *calls) {
-  (void)deadline;
   (void)lease_ms;
   dl_zk *z = (dl_zk *)b;
   int first = 0;
   *calls = 0;
   dl_zk_clean_orphans(z);
+  renew_round *rr = calloc(1, sizeof *rr + (size_t)n * sizeof rr->c[0]);
+  if (rr == NULL)
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+  rr->z = z;
+  rr->refs = 1;
+  /* The holds' nodes; each checked with one exists, all sent at once.
+   * Renewal is the session's liveness: the server answering for our own
+   * node proves the session (and so the node) alive now. */
+  int64_t sent = dl_now_ms();
   for (int i = 0; i < n; i++) {
     dl_renew_item *it = &items[i];
+    renew_check *c = &rr->c[i];
+    it->result = -1;
     pthread_mutex_lock(&z->mu);
     /* A permit's hold is its lease node (semaphore.c), under its own
      * owner: found the same way. */
     zk_hold *h = hold_find(z, it->key, it->owner);
     char node[NODE_MAX] = "";
-    uint64_t czxid = h ? h->czxid : 0;
+    c->czxid = h ? h->czxid : 0;
     if (h) snprintf(node, sizeof node, "%s", h->node);
     bool expired = z->expired;
     pthread_mutex_unlock(&z->mu);
@@ -459,23 +572,59 @@ int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
       hold_free(hold_take(z, it->key, it->owner));
       continue;
     }
-    /* Renewal is the session's liveness: the server answering for our own
-     * node proves the session (and so the node) alive now. */
-    int64_t sent = dl_now_ms();
-    struct Stat st;
+    c->rr = rr;
+    pthread_mutex_lock(&z->mu);
+    rr->refs++;
+    rr->pending++;
+    pthread_mutex_unlock(&z->mu);
     (*calls)++;
     atomic_fetch_add(&z->round_trips, 1);
-    int zrc = zoo_exists(z->zh, node, 0, &st);
-    if (zrc == ZOK && (uint64_t)st.czxid == czxid) {
+    int zrc = zoo_aexists(z->zh, node, 0, renew_answered, c);
+    if (zrc != ZOK) { /* not sent: answered here */
+      pthread_mutex_lock(&z->mu);
+      c->zrc = zrc;
+      c->done = true;
+      rr->pending--;
+      rr->refs--;
+      pthread_mutex_unlock(&z->mu);
+    }
+  }
+  /* The answers, until the deadline (or the client closing). */
+  pthread_mutex_lock(&z->mu);
+  while (rr->pending > 0 && !atomic_load(z->env->closing) &&
+         dl_now_ms() < deadline) {
+    struct timespec ts;
+    dl_abstime(deadline, &ts);
+    pthread_cond_timedwait(&z->cv, &z->mu, &ts);
+  }
+  pthread_mutex_unlock(&z->mu);
+  for (int i = 0; i < n; i++) {
+    dl_renew_item *it = &items[i];
+    renew_check *c = &rr->c[i];
+    if (c->rr == NULL) continue; /* answered above */
+    pthread_mutex_lock(&z->mu);
+    bool done = c->done;
+    int zrc = c->zrc;
+    struct Stat st = c->st;
+    pthread_mutex_unlock(&z->mu);
+    if (!done) {
+      if (first == 0)
+        first = dl_seterr(z->env->err_owner, DLOCK_ETIMEDOUT,
+                          "ZooKeeper "
+                          "renew %s: no answer before its validity ended",
+                          it->key);
+    } else if (zrc == ZOK && (uint64_t)st.czxid == c->czxid) {
       it->result = 1;
       it->valid_until = dl_zk_valid_until(z, sent);
     } else if (zrc == ZOK || zrc == ZNONODE) {
       it->result = 0; /* deleted (force release): lost, not re-created */
       hold_free(hold_take(z, it->key, it->owner));
-    } else {
-      it->result = -1;
-      if (first == 0) first = dl_zk_err(z, zrc, "renew", node);
+    } else if (first == 0) {
+      first = dl_zk_err(z, zrc, "renew", it->key);
     }
   }
+  pthread_mutex_lock(&z->mu);
+  renew_unref(rr);
+  pthread_mutex_unlock(&z->mu);
   return first;
 }

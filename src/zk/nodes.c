@@ -271,6 +271,7 @@ typedef struct pipelined {
   size_t len;
   uint64_t czxid;
   struct String_vector sv;
+  int parent_len; /* the listed node's data length */
 } pipelined;
 
 static void on_created(int rc, const char *value, const struct Stat *st,
@@ -288,10 +289,11 @@ static void on_created(int rc, const char *value, const struct Stat *st,
 }
 
 static void on_listed(int rc, const struct String_vector *sv,
-                      const void *data) {
+                      const struct Stat *st, const void *data) {
   pipelined *p = (pipelined *)data;
   pthread_mutex_lock(&p->mu);
   p->list_rc = rc;
+  if (rc == ZOK && st) p->parent_len = st->dataLength;
   /* The library frees sv after this returns: a copy. */
   if (rc == ZOK && sv && allocate_String_vector(&p->sv, sv->count) == 0) {
     for (int i = 0; i < sv->count; i++)
@@ -309,6 +311,15 @@ int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
                            const char *data, const char *with_uuid, char *node,
                            size_t len, uint64_t *czxid, int64_t deadline,
                            struct String_vector *listed) {
+  return dl_zk_create_listed(z, key, mark, data, with_uuid, node, len, czxid,
+                             deadline, listed, NULL);
+}
+
+int dl_zk_create_listed(dl_zk *z, const char *key, const char *mark,
+                        const char *data, const char *with_uuid, char *node,
+                        size_t len, uint64_t *czxid, int64_t deadline,
+                        struct String_vector *listed, int *parent_len) {
+  if (parent_len) *parent_len = -1;
   char uuid[37], prefix[64], path[NODE_MAX];
   if (with_uuid)
     snprintf(uuid, sizeof uuid, "%s", with_uuid);
@@ -329,7 +340,7 @@ int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
   if (arc != ZOK) {
     p.pending = 0;
     p.create_rc = arc;
-  } else if (zoo_aget_children(z->zh, key, 0, on_listed, &p) != ZOK) {
+  } else if (zoo_aget_children2(z->zh, key, 0, on_listed, &p) != ZOK) {
     p.pending--; /* the create's completion still comes */
     p.list_rc = ZSYSTEMERROR;
   }
@@ -343,6 +354,7 @@ int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
   pthread_cond_destroy(&p.cv);
   if (p.create_rc == ZOK) {
     *czxid = p.czxid;
+    if (p.list_rc == ZOK && parent_len) *parent_len = p.parent_len;
     if (p.list_rc == ZOK)
       *listed = p.sv; /* the caller's now */
     else if (p.sv.data)
@@ -372,5 +384,69 @@ int dl_zk_await_event(dl_zk *z, uint64_t seen, int64_t deadline,
                      "session expired while waiting for %s", what);
   if (atomic_load(z->env->closing))
     return dl_seterr(z->env->err_owner, DLOCK_ECLOSED, "client closing");
+  return 0;
+}
+
+/* ---- what a znode holds, for the recipes ---- */
+static bool is_count(const char *data, int len) {
+  if (data == NULL || len <= 0 || len > 20) return false;
+  int i = data[0] == '-' ? 1 : 0;
+  if (i == len) return false;
+  for (; i < len; i++)
+    if (data[i] < '0' || data[i] > '9') return false;
+  return true;
+}
+
+zk_place dl_zk_place_of(const char *data, int len,
+                        const struct String_vector *sv) {
+  if (len > 0) return is_count(data, len) ? ZK_SEMAPHORE : ZK_DATA;
+  zk_place p = ZK_EMPTY;
+  for (int i = 0; sv && i < sv->count; i++) {
+    const char *n = sv->data[i];
+    if (strcmp(n, "locks") == 0 || strcmp(n, "leases") == 0)
+      p = ZK_SEMAPHORE;
+    else if (dl_zk_seq_of(n) == NULL)
+      return ZK_CHILDREN;
+    else if (p == ZK_EMPTY)
+      p = ZK_LOCKS;
+  }
+  return p;
+}
+
+const char *dl_zk_place_name(zk_place p) {
+  switch (p) {
+  case ZK_DATA: return "znode with data";
+  case ZK_CHILDREN: return "znode with children";
+  case ZK_SEMAPHORE: return "semaphore";
+  default: return "znode";
+  }
+}
+
+int dl_zk_wrong_place(dl_zk *z, zk_place p, const char *path,
+                      const char *want) {
+  return dl_seterr(z->env->err_owner, DLOCK_EWRONGTYPE,
+                   "not a %s: %s (%s; nothing changed)", want,
+                   dl_zk_place_name(p), path);
+}
+
+int dl_zk_read_place(dl_zk *z, const char *path, zk_place *p) {
+  char buf[32];
+  int len = (int)sizeof buf;
+  struct Stat st;
+  *p = ZK_NONE;
+  atomic_fetch_add(&z->round_trips, 1);
+  int zrc = zoo_get(z->zh, path, 0, buf, &len, &st);
+  if (zrc == ZNONODE) return 0;
+  if (zrc != ZOK) return dl_zk_err(z, zrc, "read", path);
+  if (st.dataLength > (int)sizeof buf) len = st.dataLength; /* not a count */
+  struct String_vector sv = {0};
+  if (len <= 0) { /* the children tell */
+    atomic_fetch_add(&z->round_trips, 1);
+    zrc = zoo_get_children(z->zh, path, 0, &sv);
+    if (zrc == ZNONODE) return 0;
+    if (zrc != ZOK) return dl_zk_err(z, zrc, "list", path);
+  }
+  *p = dl_zk_place_of(st.dataLength > (int)sizeof buf ? NULL : buf, len, &sv);
+  deallocate_String_vector(&sv);
   return 0;
 }

@@ -93,12 +93,25 @@ static int find_lease(dl_zk *z, const char *path, const char *id, char *out,
   return found;
 }
 
+/* 0 if path is a semaphore's place (or nothing, or an empty node), else
+ * DLOCK_EWRONGTYPE recorded (someone else's node, a lock's), or a
+ * negative code. */
+static int check_place(dl_zk *z, const char *path) {
+  zk_place p;
+  int rc = dl_zk_read_place(z, path, &p);
+  if (rc != 0) return rc;
+  if (p == ZK_NONE || p == ZK_EMPTY || p == ZK_SEMAPHORE) return 0;
+  return dl_zk_wrong_place(z, p, path, "semaphore");
+}
+
 /* Sets the permits at path to n if none are set (set_only), or adds n to
  * them: 1 changed, 0 a count was already set (set_only), or a negative
  * code (DLOCK_ERANGE: the sum would not fit an int). The path is a persistent
  * node, its parents containers. */
 static int write_count(dl_zk *z, const char *path, long long n,
                        bool set_only) {
+  int prc = check_place(z, path);
+  if (prc != 0) return prc;
   for (int tries = 0; tries < 100; tries++) {
     long long cur;
     int version;
@@ -180,6 +193,7 @@ int dl_zk_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
   if (!valid_id(id))
     return dl_seterr(z->env->err_owner, DLOCK_EINVAL, "a permit id is 32 "
                      "lower-case hex digits");
+  if ((rc = check_place(z, s->key)) != 0) return rc;
   dl_zk_clean_orphans(z);
   int64_t sent = dl_now_ms();
   int64_t limit = sent + z->command_timeout_ms;

@@ -73,6 +73,8 @@ typedef struct dl_zk {
   struct dl_async *done_head, *done_tail;
   int op_threads;
   bool notice_posted;
+  char *notice_keys[16]; /* keys to pass on (notice_posted: any key) */
+  int nkeys;
   dl_notice_fn notice;
   void *notice_ud;
   void (*state_fn)(void *ud, int state); /* watch_state's */
@@ -104,6 +106,11 @@ int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
 /* Records a hold of (key, owner) on `node`: 0 or DLOCK_ENOMEM. */
 int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
                    const char *node, uint64_t czxid);
+/* A watch event (ZOO_*_EVENT) on `path`: when it is a held node, its
+ * deletion is a loss told at once to the watchdog (the loss notice with
+ * the hold's key), its change re-arms the watch. Any thread, no sync call
+ * (ZooKeeper's completion thread calls it). */
+void dl_zk_hold_event(dl_zk *z, int type, const char *path);
 /* Forgets the hold of (key, owner), if any. */
 void dl_zk_hold_drop(dl_zk *z, const char *key, const char *owner);
 /* The semaphore (semaphore.c): Curator's InterProcessSemaphoreV2 as the
@@ -118,6 +125,32 @@ int dl_zk_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
  * -1), or a negative code. */
 int dl_zk_permits_state(dl_zk *z, const char *path, int64_t *counter,
                         int *taken);
+/* What a znode holds, as the recipes see it: nothing there (ZK_NONE),
+ * an empty node (ZK_EMPTY), lock or election nodes (ZK_LOCKS: a mutex's,
+ * a read-write lock's or a latch's place), a semaphore (a count as data,
+ * or its locks/ and leases/), or someone else's (data that is not a
+ * count, children no recipe makes). A recipe takes only its own places
+ * (and none, or an empty one), and writes nothing into another. */
+typedef enum zk_place {
+  ZK_NONE,
+  ZK_EMPTY,
+  ZK_LOCKS,
+  ZK_SEMAPHORE,
+  ZK_DATA,
+  ZK_CHILDREN
+} zk_place;
+/* The place of a znode with `len` bytes of data (data NULL: not read,
+ * never a count) and the children sv (or NULL). */
+zk_place dl_zk_place_of(const char *data, int len,
+                        const struct String_vector *sv);
+/* Its name in messages and dlock status ("znode with data", ...). */
+const char *dl_zk_place_name(zk_place p);
+/* Reads the place of `path` (its data, and its children when it has none)
+ * into *p: 0, or a negative code. */
+int dl_zk_read_place(dl_zk *z, const char *path, zk_place *p);
+/* Records DLOCK_EWRONGTYPE, "not a <want>: <place> (path; nothing
+ * changed)", and returns it. */
+int dl_zk_wrong_place(dl_zk *z, zk_place p, const char *path, const char *want);
 /* Lock nodes' full paths fit in this many bytes. */
 #define NODE_MAX 1024
 /* 0 if key is a znode path a lock may have, else DLOCK_EINVAL or
@@ -147,6 +180,12 @@ int dl_zk_create_protected(dl_zk *z, const char *key, const char *mark,
                            const char *data, const char *with_uuid, char *node,
                            size_t len, uint64_t *czxid, int64_t deadline,
                            struct String_vector *listed);
+/* As dl_zk_create_protected with a listing (listed non-NULL), and the
+ * listed key's data length in *parent_len when listed (else -1). */
+int dl_zk_create_listed(dl_zk *z, const char *key, const char *mark,
+                        const char *data, const char *with_uuid, char *node,
+                        size_t len, uint64_t *czxid, int64_t deadline,
+                        struct String_vector *listed, int *parent_len);
 /* Creates path and every missing parent as containers, as Curator's
  * creatingParentContainersIfNeeded: 0 or a negative code. */
 int dl_zk_make_parents(dl_zk *z, const char *path);
@@ -187,6 +226,8 @@ int dl_zk_async_init(dl_zk *z);
 void dl_zk_async_close(dl_zk *z);
 /* Hands a loss notice (any key) to the loop's thread. */
 void dl_zk_post_notice(dl_zk *z);
+/* Hands a loss notice for `key` (copied) to the loop's thread. */
+void dl_zk_post_notice_key(dl_zk *z, const char *key);
 /* Whether the operation this thread runs was cancelled (its waits end as
  * at their deadline). */
 bool dl_zk_cancelled(void);
@@ -220,6 +261,27 @@ int dl_zk_sync_update_async(dl_backend *b, const dl_sync_ref *s,
                             long long *v, dl_done_fn done, void *ud,
                             dl_async **out);
 void dl_zk_cancel(dl_backend *b, dl_async *op);
+/* The seam's blocking entries (async.c): the recipes above, refused with
+ * DLOCK_EINVAL on an event-loop client. */
+int dl_zk_b_lock_acquire(dl_backend *b, dl_acquire *a);
+int dl_zk_b_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
+                         int count);
+int dl_zk_b_lock_force_release(dl_backend *b, const dl_lock_ref *l);
+int dl_zk_b_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                       long long *v);
+int dl_zk_b_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
+int dl_zk_b_scan(dl_backend *b, const char *match, size_t prefix_len,
+                 dlock_scan_cb cb, void *ud);
+int dl_zk_b_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                  dl_renew_item *items, int *calls);
+int dl_zk_b_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
+                           int64_t lease_ms, bool wait, int64_t deadline,
+                           int64_t *valid_until);
+int dl_zk_b_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                        long long n, const char *id, long long *v);
+int dl_zk_b_ping(dl_backend *b);
+int dl_zk_b_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
+                         size_t len);
 /* latch.c: Curator's LeaderLatch (the seam's elect_* entries). */
 int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
                      dl_elect_fn fn, void *ud, dl_elect **out);
