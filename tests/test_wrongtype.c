@@ -386,6 +386,8 @@ static int matrix(const char *url) {
         why = "the message does not name the kind";
       else if (calls[i].said && t != STRING && !strstr(msg, type_names[t]))
         why = "the message does not name what it found";
+      else if (redlock && strstr(msg, "servers answered"))
+        why = "the servers' refusal is told as no answer";
       else if (took > 1500)
         why = "it waited";
       if (why) {

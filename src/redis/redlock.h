@@ -160,8 +160,12 @@ int dl_rl_part_error(rl_op *o, int i);
 /* Makes B's largest token taken at least token. */
 void dl_rl_raise_last(redlock *B, uint64_t token);
 /* Too few servers answered: err (or the first error), its detail naming
- * every server that did not answer and why. */
+ * every server that did not answer and why; but a refusal that a quorum
+ * of servers answered alike (EWRONGTYPE, ENOPERM, ...: an answer) is that
+ * code, with what they said. */
 int dl_rl_quorum_error(rl_op *o, int err);
+/* The refusal a quorum of servers answered alike, or 0. */
+int dl_rl_refused(const rl_op *o);
 /* An acquire round: 1 taken (o->a filled in), 0 not, -1 not decided. */
 int dl_rl_acquired(rl_op *o);
 /* Release and force release: whether decided (a quorum answered). */
