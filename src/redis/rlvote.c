@@ -151,10 +151,12 @@ int dl_rl_acquired(rl_op *o) {
   a->ttl = ttl;
   o->unanswered = 0;
   o->attempt_err = 0;
+  /* The servers that failed it (not those still to answer a round the
+   * answers so far decided: a quorum may still be reachable). */
   for (int i = 0; i < B->n; i++)
-    if (o->rc[i] < 0 || o->rc[i] == RC_PENDING) {
+    if (o->rc[i] < 0) {
       o->unanswered++;
-      if (o->attempt_err == 0 && o->rc[i] < 0) o->attempt_err = o->rc[i];
+      if (o->attempt_err == 0) o->attempt_err = o->rc[i];
     }
   int refused = dl_rl_refused(o);
   if (refused) o->attempt_err = refused; /* final: the wait ends */
