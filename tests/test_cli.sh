@@ -689,6 +689,16 @@ t_redlock() {
       2> rl.err; expect_rc 64 $? "a server named twice ($dup)"
     grep -q "127.0.0.1:${ports[0]}" rl.err || fail "not named: $(cat rl.err)"
   done
+  # The application's hash on every server: refused (65) with what the
+  # servers said, not as servers that did not answer.
+  rcli HSET rl:h name alice >/dev/null
+  for p in "${ports[@]}"; do
+    redis-cli -p "$p" -a s3cret --no-auth-warning HSET rl:h name alice >/dev/null
+  done
+  local out
+  out=$("$DLOCK" -u "$u" run rl:h -- true 2>&1); expect_rc 65 $? "run on a hash"
+  case "$out" in *"servers answered"*) fail "run on a hash: $out" ;; esac
+  case "$out" in *"not a dlock plain lock: hash"*"of 3 servers"*) ;; *) fail "run on a hash: $out" ;; esac
   "$DLOCK" -u "$u" run -q --fair rl:z -- true 2>/dev/null
   [ $? -ne 0 ] || fail "--fair on redlock:// accepted"
   "$DLOCK" -u "$u" bench -d 200ms uncontended >/dev/null; expect_rc 0 $? "bench"

@@ -206,7 +206,7 @@ static void on_reply(dl_aconn *c, redisReply *reply) {
   int rc = 0;
   if (r->fn && r->script >= 0 && !r->keep_errors)
     rc = dl_reply_check(c->cfg->err_owner, &reply);
-  dl_aq_finish(c, r, rc, reply);
+  dl_aq_answer(c, r, rc, reply); /* a server's error: its detail is set */
 }
 
 static void became_up(dl_aconn *c);

@@ -93,8 +93,12 @@ static inline void set_msg(dl_aconn *c, int rc, const char *msg) {
 void dl_aq_push(rq *q, dl_areq *r, int where);
 void dl_aq_del(rq *q, dl_areq *r);
 void dl_aq_free(dl_areq *r);
-/* Ends r with rc (and reply, owned by the callback). */
+/* Ends r with rc (and reply, owned by the callback); a failure's detail
+ * is the connection's last message (c->last_msg). */
 void dl_aq_finish(dl_aconn *c, dl_areq *r, int rc, redisReply *reply);
+/* The same for a server's answer: a failure's detail is set already (the
+ * server's own message, dl_reply_check), not replaced. */
+void dl_aq_answer(dl_aconn *c, dl_areq *r, int rc, redisReply *reply);
 /* Fails every request of q with rc. */
 void dl_aq_fail(dl_aconn *c, rq *q, int rc);
 /* The script's body once, for a request that got NOSCRIPT: r goes out

@@ -44,17 +44,27 @@ static dl_reply_fn detach(dl_aconn *c, dl_areq *r, void **ud) {
   return fn;
 }
 
-/* Ends r with rc (and reply, owned by the callback). */
-void dl_aq_finish(dl_aconn *c, dl_areq *r, int rc, redisReply *reply) {
+/* Ends r with rc (and reply, owned by the callback); a failure's detail
+ * the connection's last message, unless `told` (set already). */
+static void end_req(dl_aconn *c, dl_areq *r, int rc, redisReply *reply,
+                    bool told) {
   void *ud;
   dl_reply_fn fn = detach(c, r, &ud);
   if (fn == NULL) {
     if (reply) freeReplyObject(reply);
     return;
   }
-  if (rc < 0 && rc != DLOCK_ECLOSED)
+  if (rc < 0 && rc != DLOCK_ECLOSED && !told)
     dl_seterr(c->cfg->err_owner, rc, "%s", c->last_msg);
   fn(ud, rc, reply);
+}
+
+void dl_aq_finish(dl_aconn *c, dl_areq *r, int rc, redisReply *reply) {
+  end_req(c, r, rc, reply, false);
+}
+
+void dl_aq_answer(dl_aconn *c, dl_areq *r, int rc, redisReply *reply) {
+  end_req(c, r, rc, reply, true);
 }
 
 /* Fails every request of q with rc. */

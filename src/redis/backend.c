@@ -502,6 +502,7 @@ static int backend_new(const dlock_client_options *opts,
     rb_free(&r->base);
     return rc;
   }
+  r->part = part;
   *out = &r->base;
   return 0;
 }

@@ -117,7 +117,8 @@ static int rel_send(dl_rlock_rel *o) {
  * it) is sent again, with the same id, after growing pauses, for up to one
  * command timeout and RELEASE_RIDE_MS from the first send (or until `end`,
  * if sooner and not 0); a retry that finds the latch returns the first
- * result instead of "not the owner".
+ * result instead of "not the owner". A server of a Redlock (R->part) only
+ * after a lost connection, for one command timeout.
  * Request ids are "<nonce>:<seq>": unique across processes even with an
  * explicit client id. Returns 0 (go on with rel_step) or DL_PENDING. */
 int dl_rlock_rel_start(dl_rlock_rel *o, dl_redis *R, const dl_lock_ref *l,
@@ -126,7 +127,8 @@ int dl_rlock_rel_start(dl_rlock_rel *o, dl_redis *R, const dl_lock_ref *l,
   o->l = l;
   o->lease_ms = lease_ms;
   o->count = count;
-  o->until = dl_now_ms() + R->env.command_timeout_ms + RELEASE_RIDE_MS;
+  o->until =
+      dl_now_ms() + R->env.command_timeout_ms + (R->part ? 0 : RELEASE_RIDE_MS);
   if (end != 0 && end < o->until) o->until = end;
   o->pause = 0;
   o->retry = false;
@@ -152,8 +154,13 @@ int dl_rlock_rel_step(dl_rlock_rel *o) {
     /* REL_SENT */
     int rc = o->p.rc;
     int64_t now = dl_now_ms(), left = o->until - now;
-    if (rc != 0 && dl_rlock_transient(o->R, rc) && left > 0 &&
-        !atomic_load(o->R->env.closing)) {
+    /* A server of a Redlock is sent it again only when the connection
+     * dropped (the reply may be lost), within one command timeout: the
+     * composite's call must not wait out one server's outage, whose hold
+     * its lease ends (it is no failover: nobody takes that server over). */
+    bool again =
+        o->R->part ? rc == DLOCK_ECONNLOST : dl_rlock_transient(o->R, rc);
+    if (rc != 0 && again && left > 0 && !atomic_load(o->R->env.closing)) {
       /* The connection reconnects at once after a failure, then backs off:
        * do not spin on its "next reconnect in" answer. */
       o->st = REL_PAUSED;

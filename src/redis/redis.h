@@ -500,6 +500,9 @@ typedef struct dl_redis {
   /* A server of a composite: while it has been up for less than this
    * (ms), it refuses the mutexes (Redlock's delayed restart); 0 off. */
   int64_t restart_delay_ms;
+  /* A server of a composite (Redlock): its releases are not sent again
+   * through an outage (lock.c), which the composite's quorum rides out. */
+  bool part;
 } dl_redis;
 
 /* The channel of replica acknowledgement's marker write (nobody listens). */

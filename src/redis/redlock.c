@@ -240,7 +240,9 @@ static void fan(rl_op *o, int phase) {
     if (o->kind == OP_ACQUIRE && B->opt.fencing) o->propose = proposal(B);
   }
   for (int i = 0; i < B->n; i++)
-    if (o->pending[i] && o->rc[i] == RC_PENDING) { /* an earlier round's */
+    if (o->pending[i] && o->phase_of[i] == PH_GIVEBACK)
+      o->rc[i] = RC_BUSY; /* it answered the last attempt */
+    else if (o->pending[i] && o->rc[i] == RC_PENDING) { /* an earlier round's */
       o->rc[i] = DLOCK_ETIMEDOUT;
       snprintf(o->emsg[i], sizeof o->emsg[i], "no answer yet");
     }

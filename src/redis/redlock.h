@@ -70,6 +70,10 @@ enum {
 enum { PH_MAIN, PH_RELEASE, PH_FENCE, PH_GIVEBACK };
 /* o->rc[i] while part i's operation of this round is in flight. */
 #define RC_PENDING 1000
+/* o->rc[i] of a part left out of an acquire's round while it gives back
+ * what it granted the attempt before: it answered that one, so it counts
+ * as neither a grant nor a server that failed. */
+#define RC_BUSY 1001
 
 typedef struct rl_op rl_op;
 typedef struct rl_slot {
@@ -90,7 +94,7 @@ struct rl_op {
   int await;        /* this round's outstanding */
   int round;        /* this round's number (fan) */
   int phase;        /* and what it sends */
-  int unanswered;   /* the last attempt's servers that did not answer */
+  int unanswered;   /* the last attempt's servers that failed it */
   int attempt_err;  /* and the first of their errors */
   int64_t t0;       /* this round's first send */
   uint64_t propose; /* an acquire round's proposed token */
@@ -160,8 +164,12 @@ int dl_rl_part_error(rl_op *o, int i);
 /* Makes B's largest token taken at least token. */
 void dl_rl_raise_last(redlock *B, uint64_t token);
 /* Too few servers answered: err (or the first error), its detail naming
- * every server that did not answer and why. */
+ * every server that did not answer and why; but a refusal that a quorum
+ * of servers answered alike (EWRONGTYPE, ENOPERM, ...: an answer) is that
+ * code, with what they said. */
 int dl_rl_quorum_error(rl_op *o, int err);
+/* The refusal a quorum of servers answered alike, or 0. */
+int dl_rl_refused(const rl_op *o);
 /* An acquire round: 1 taken (o->a filled in), 0 not, -1 not decided. */
 int dl_rl_acquired(rl_op *o);
 /* Release and force release: whether decided (a quorum answered). */

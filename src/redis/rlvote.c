@@ -58,10 +58,48 @@ static int first_error(const rl_op *o) {
   return DLOCK_EPROTO;
 }
 
+/* Whether rc is a server's refusal: an answer, which asking again would
+ * not change (not a lost connection, a timeout, a busy server). */
+static bool refusal(int rc) {
+  return rc == DLOCK_EWRONGTYPE || rc == DLOCK_ENOPERM || rc == DLOCK_EAUTH ||
+         rc == DLOCK_EOOM || rc == DLOCK_ERANGE || rc == DLOCK_EDEADLK ||
+         rc == DLOCK_ENOTOWNER;
+}
+
+/* The refusal a quorum of servers answered alike (*count of them, the
+ * first part *first), or 0. */
+static int quorum_refusal(const rl_op *o, int *first, int *count) {
+  for (int i = 0; i < o->B->n; i++) {
+    if (!refusal(o->rc[i])) continue;
+    int same = 0;
+    for (int j = i; j < o->B->n; j++)
+      same += o->rc[j] == o->rc[i];
+    if (same >= o->B->quorum) {
+      *first = i;
+      *count = same;
+      return o->rc[i];
+    }
+  }
+  return 0;
+}
+
+int dl_rl_refused(const rl_op *o) {
+  int first, count;
+  return quorum_refusal(o, &first, &count);
+}
+
 /* Too few servers answered: names every server that did not and what it
- * said, into o->qmsg ("1 of 3 servers answered (a quorum is 2); ..."). */
+ * said, into o->qmsg ("1 of 3 servers answered (a quorum is 2); ..."); a
+ * refusal that a quorum answered alike, by what they said ("WRONGTYPE h:
+ * not a dlock lock: hash (2 of 3 servers)"). */
 static void quorum_msg(rl_op *o) {
   redlock *B = o->B;
+  int first, same;
+  if (quorum_refusal(o, &first, &same)) {
+    snprintf(o->qmsg, sizeof o->qmsg, "%s (%d of %d servers)", o->emsg[first],
+             same, B->n);
+    return;
+  }
   int answered = 0;
   for (int i = 0; i < B->n; i++)
     answered += o->rc[i] >= 0 && o->rc[i] != RC_PENDING;
@@ -82,8 +120,12 @@ static void quorum_msg(rl_op *o) {
 /* The error of too few answers: err (or the first error), its detail
  * o->qmsg, made now if not made yet. */
 int dl_rl_quorum_error(rl_op *o, int err) {
+  if (o->qmsg[0] == '\0') { /* else an acquire's attempt's, err its own */
+    int refused = dl_rl_refused(o);
+    if (refused) err = refused;
+    quorum_msg(o);
+  }
   if (err >= 0) err = first_error(o);
-  if (o->qmsg[0] == '\0') quorum_msg(o);
   return dl_seterr(o->B->env.err_owner, err, "%s", o->qmsg);
 }
 
@@ -109,11 +151,15 @@ int dl_rl_acquired(rl_op *o) {
   a->ttl = ttl;
   o->unanswered = 0;
   o->attempt_err = 0;
+  /* The servers that failed it (not those still to answer a round the
+   * answers so far decided: a quorum may still be reachable). */
   for (int i = 0; i < B->n; i++)
-    if (o->rc[i] < 0 || o->rc[i] == RC_PENDING) {
+    if (o->rc[i] < 0) {
       o->unanswered++;
-      if (o->attempt_err == 0 && o->rc[i] < 0) o->attempt_err = o->rc[i];
+      if (o->attempt_err == 0) o->attempt_err = o->rc[i];
     }
+  int refused = dl_rl_refused(o);
+  if (refused) o->attempt_err = refused; /* final: the wait ends */
   o->qmsg[0] = '\0';
   if (B->n - o->unanswered < B->quorum) quorum_msg(o); /* this attempt's */
   if (ok < B->quorum || valid <= dl_now_ms()) return 0;
