@@ -456,6 +456,14 @@ int dl_pubsub_watch_losses(dl_pubsub *p, dl_conn *conn,
                            const char *revoke_channel, int db,
                            const char *prefix, dl_notice_fn fn, void *ud,
                            const struct dlock_client *owner);
+/* The same with the server's CONFIG GET notify-keyspace-events reply
+ * already in hand (NULL: none), no request sent: a cluster asks one node
+ * and applies its answer to every master's subscriber, so that a master
+ * that does not answer costs nothing (link.c). */
+int dl_pubsub_watch_losses_with(dl_pubsub *p, const struct redisReply *cfg,
+                                const char *revoke_channel, int db,
+                                const char *prefix, dl_notice_fn fn,
+                                void *ud);
 void dl_pubsub_unref(dl_pubsub *p, dl_sub *s, bool linger);
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s);
 /* Whether the server unsubscribed s without being asked (a shard
