@@ -505,6 +505,9 @@ typedef struct dl_redis {
   /* A server of a composite: while it has been up for less than this
    * (ms), it refuses the mutexes (Redlock's delayed restart); 0 off. */
   int64_t restart_delay_ms;
+  /* Ride out a failover (acquire.c's ride_out, lock.c's release retries):
+   * not on a server of a composite, whose quorum decides without it. */
+  bool ride;
 } dl_redis;
 
 /* The channel of replica acknowledgement's marker write (nobody listens). */
