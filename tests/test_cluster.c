@@ -476,6 +476,83 @@ static void cli_commands(void) {
   th_cluster_stop(&K);
 }
 
+/* One master stopped (SIGSTOP: it accepts connections and never
+ * answers): a client that never touches its slots does not wait for it.
+ * Before, asking it for its keyspace-event settings and closing its
+ * subscriber (stuck in its handshake) each cost the connect timeout, on
+ * every CLI command. */
+static void stopped_master(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  for (int i = 0; i < 2; i++) /* the cluster stays up without node 2 */
+    th_cmd_int(&K.nodes[i], "CONFIG SET cluster-require-full-coverage no");
+  char name[64];
+  name_on(0, "stopped", name, sizeof name);
+  CHECK(kill(K.nodes[2].pid, SIGSTOP) == 0);
+  int64_t t0 = th_now_ms();
+  dlock_client *c = open_cluster(0); /* connect timeout 1000 ms */
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, name, NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK_RC(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  int64_t took = th_now_ms() - t0;
+  char out[4096];
+  int64_t t1 = th_now_ms();
+  CHECK_EQ(run_cli(out, sizeof out, "run -w 1s %s -- true", name), 0);
+  int64_t cli = th_now_ms() - t1;
+  CHECK(kill(K.nodes[2].pid, SIGCONT) == 0);
+  printf("    with master 2 stopped: open..close %lld ms, dlock run %lld ms\n",
+         (long long)took, (long long)cli);
+  CHECK(took < 900);
+  CHECK(cli < 1900); /* the CLI's connect timeout is 2 s */
+  th_cluster_stop(&K);
+}
+
+/* A cluster that is down (a master stopped, no replica to promote):
+ * CLUSTERDOWN is reported for what it is, promptly; a wait rides it out
+ * within its own time. Before, it read "no reply before the command
+ * timeout" after the command timeout. */
+static bool cluster_failed(void *p) {
+  (void)p;
+  redisReply *r = th_cmd(&K.nodes[0], "CLUSTER INFO");
+  bool down = r && r->str && strstr(r->str, "cluster_state:fail") != NULL;
+  if (r) freeReplyObject(r);
+  return down;
+}
+static void cluster_down(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  char name[64];
+  name_on(0, "down", name, sizeof name);
+  dlock_client *c = open_cluster(0); /* command timeout 3 s */
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, name, NULL, &l), 0);
+  CHECK(kill(K.nodes[2].pid, SIGSTOP) == 0);
+  CHECK(th_wait_for(cluster_failed, NULL, 15000));
+  int64_t t0 = th_now_ms();
+  int rc = dlock_lock_try_acquire(l, 0, 10000, NULL);
+  int64_t once = th_now_ms() - t0;
+  char msg[300];
+  snprintf(msg, sizeof msg, "%s", dlock_client_errmsg(c));
+  t0 = th_now_ms();
+  int rc2 = dlock_lock_try_acquire(l, 1000, 10000, NULL);
+  int64_t waited = th_now_ms() - t0;
+  CHECK(kill(K.nodes[2].pid, SIGCONT) == 0);
+  printf("    CLUSTERDOWN: one try %lld ms (%s), a 1 s wait %lld ms\n",
+         (long long)once, msg, (long long)waited);
+  CHECK_RC(rc, DLOCK_ESERVER);
+  CHECK(strstr(msg, "CLUSTERDOWN") != NULL);
+  CHECK(once < 1500);
+  CHECK_RC(rc2, DLOCK_ESERVER);
+  CHECK(waited >= 900 && waited < 2500);
+  CHECK(strstr(dlock_client_errmsg(c), "CLUSTERDOWN") != NULL);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_cluster_stop(&K);
+}
+
 /* ---- the event-loop client on redis-cluster:// ---- */
 
 /* An event-loop client of the cluster on a fresh built-in loop. */
@@ -836,4 +913,4 @@ TH_MAIN(T_BARE(url_forms), T_BARE(routed), T_BARE(wait_woken),
         T_BARE(kinds_one_slot), T_BARE(renew_by_slot), T_BARE(multilock_across),
         T_BARE(moved_and_ask), T_BARE(cli_commands), T_BARE(loop_routed),
         T_BARE(loop_woken), T_BARE(loop_moved), T_BARE(acked),
-        T_BARE(tls_cluster))
+        T_BARE(tls_cluster), T_BARE(stopped_master), T_BARE(cluster_down))

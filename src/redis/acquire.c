@@ -287,7 +287,8 @@ static void acq_init(acq_op *o, dl_redis *R, dl_acquire *a) {
  * none (ARGV[4]), so a retry is safe. Sets the pause's end in *pause_end. */
 static bool ride_out(acq_op *o, int rc, int64_t *pause_end) {
   const dl_acquire *a = o->a;
-  if (!a->wait || atomic_load(o->R->env.closing)) return false;
+  if (!a->wait || !o->R->ride || atomic_load(o->R->env.closing))
+    return false;
   bool transient = rc == DLOCK_ETIMEDOUT || dl_rlock_transient(o->R, rc);
   int64_t now = dl_now_ms();
   if (o->ride == 0) o->ride_since = now;

@@ -453,6 +453,7 @@ static int backend_new(const dlock_client_options *opts,
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   }
   r->min_replicas = opts->min_replicas_acked;
+  r->ride = !part;
   r->replicas_timeout_ms =
       opts->replicas_timeout_ms > 0 ? opts->replicas_timeout_ms : 1000;
   cfg->connect_timeout_ms = opts->connect_timeout_ms;
@@ -502,7 +503,6 @@ static int backend_new(const dlock_client_options *opts,
     rb_free(&r->base);
     return rc;
   }
-  r->part = part;
   *out = &r->base;
   return 0;
 }

@@ -127,6 +127,23 @@ static int probe_sharded_on(cluster_link *b, dl_conn *conn, const char *host,
   return 0;
 }
 
+/* The keyspace events the servers send (see cluster.h's keyspace), on
+ * the node that just gave the map: then listening on every master costs
+ * no request to each (one stopped master made every CLI command wait its
+ * connect timeout). Refused (ACL, renamed): none; not answered: asked
+ * again at the next map. */
+static void ask_keyspace(cluster_link *b, dl_conn *conn) {
+  const char *argv[] = {"CONFIG", "GET", "notify-keyspace-events"};
+  size_t lens[] = {6, 3, 22};
+  redisReply *r = NULL;
+  if (dl_conn_call(conn, 3, argv, lens, &r) != 0) return;
+  b->want_keyspace = false;
+  if (r->type == REDIS_REPLY_ARRAY)
+    b->keyspace = r;
+  else
+    freeReplyObject(r);
+}
+
 /* Asks one server for the map (and, the first time, the probe above): 0,
  * or a negative code with why filled in. */
 static int ask_slots(cluster_link *b, dl_conn *conn, const char *host, int port,
@@ -152,6 +169,7 @@ static int ask_slots(cluster_link *b, dl_conn *conn, const char *host, int port,
   }
   freeReplyObject(r);
   if (rc == 0 && b->probe) rc = probe_sharded_on(b, conn, host, port, why, len);
+  if (rc == 0 && b->want_keyspace) ask_keyspace(b, conn);
   return rc;
 }
 
@@ -314,6 +332,21 @@ static void name_node(cluster_link *b, creq *q) {
 
 static void creq_finish_(cluster_link *b, creq *q, int64_t deadline);
 
+/* Whether r, TRYAGAIN or CLUSTERDOWN, stands as the answer rather than
+ * being retried after `pause`: CLUSTERDOWN once it has lasted
+ * CLUSTERDOWN_MS (*down_since: when it was first met, 0 not yet), said
+ * for what it is (a waiting acquire rides it out within its own wait),
+ * and either when the retry would reach the deadline (not a timeout). */
+static bool reply_stands(const redisReply *r, int64_t *down_since,
+                         int64_t pause, int64_t deadline) {
+  bool down = dl_cluster_reply_is(r, "CLUSTERDOWN");
+  if (!down && !dl_cluster_reply_is(r, "TRYAGAIN")) return false;
+  int64_t now = dl_now_ms();
+  if (down && *down_since == 0) *down_since = now;
+  return now + pause >= deadline ||
+         (down && now - *down_since >= CLUSTERDOWN_MS);
+}
+
 /* Collects q's reply, then follows what the cluster says about it until
  * it is an answer, the deadline passes or MAX_TRIES run out. */
 static void creq_finish(cluster_link *b, creq *q, int64_t deadline) {
@@ -322,7 +355,7 @@ static void creq_finish(cluster_link *b, creq *q, int64_t deadline) {
 }
 
 static void creq_finish_(cluster_link *b, creq *q, int64_t deadline) {
-  int64_t pause = 10;
+  int64_t pause = 10, down_since = 0;
   for (int tries = 0;; tries++) {
     if (q->req) q->err = dl_req_wait(q->conn, q->req, deadline, &q->reply);
     q->req = NULL;
@@ -344,6 +377,8 @@ static void creq_finish_(cluster_link *b, creq *q, int64_t deadline) {
       }
       q->node = b->nodes[idx];
       q->asking = ask;
+    } else if (reply_stands(r, &down_since, pause, deadline)) {
+      return;
     } else if (dl_cluster_reply_is(r, "TRYAGAIN") ||
                dl_cluster_reply_is(r, "CLUSTERDOWN") ||
                (q->err != 0 && !q->sent)) {
@@ -560,6 +595,7 @@ static void cl_free(dl_rlink *base) {
     node_free(b->nodes[i]);
   pthread_mutex_destroy(&b->mu);
   pthread_mutex_destroy(&b->refresh_mu);
+  if (b->keyspace) freeReplyObject(b->keyspace);
   free(b->revoke);
   free(b);
 }
@@ -610,6 +646,7 @@ int dl_cluster_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   b->sharded = cfg->ep.cluster_pubsub == DL_PUBSUB_SHARDED;
   b->probe =
       cfg->ep.cluster_pubsub == DL_PUBSUB_AUTO && env->backoff_max_ms <= 0;
+  b->want_keyspace = env->backoff_max_ms <= 0;
   int rc = refresh(b, true);
   if (rc != 0) {
     cl_free(&b->base);

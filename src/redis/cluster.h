@@ -13,6 +13,7 @@
 #define NO_NODE 0xffff
 #define MAX_TRIES 16       /* redirections and retries of one request */
 #define REFRESH_GAP_MS 100 /* a map asked for less recently is kept */
+#define CLUSTERDOWN_MS 300 /* a request retries CLUSTERDOWN this long */
 
 typedef struct cnode {
   char host[256];
@@ -40,6 +41,11 @@ typedef struct cluster_link {
   atomic_uint any;             /* rotates keyless requests over masters */
   bool sharded;                /* shard channels (see the top) */
   bool probe;                  /* ?pubsub=auto not yet decided */
+  /* CONFIG GET notify-keyspace-events, asked of the first node to give
+   * the map (want_keyspace until then; NULL: refused) and applied to every
+   * master's subscriber (cwait.c), under refresh_mu */
+  bool want_keyspace;
+  struct redisReply *keyspace;
   /* watch_losses: applied to every node's subscriber, new ones too */
   char *revoke;
   dl_notice_fn notice;

@@ -124,9 +124,9 @@ void dl_cl_sub_kick(dl_rlink *base, dl_sub *s) {
 void dl_cl_listen_node(cluster_link *b, cnode *n) {
   n->listening = true;
   if (n->pubsub == NULL) return;
-  (void)dl_pubsub_watch_losses(n->pubsub, dl_cl_pick(n), b->revoke, 0,
-                               b->env->key_prefix, b->notice, b->notice_ud,
-                               b->env->err_owner);
+  (void)dl_pubsub_watch_losses_with(n->pubsub, b->keyspace, b->revoke, 0,
+                                    b->env->key_prefix, b->notice,
+                                    b->notice_ud);
 }
 
 int dl_cl_watch_losses(dl_rlink *base, const char *revoke_channel,

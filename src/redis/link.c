@@ -423,6 +423,16 @@ int dl_pubsub_watch_losses(dl_pubsub *p, dl_conn *conn,
   return rc;
 }
 
+int dl_pubsub_watch_losses_with(dl_pubsub *p, const struct redisReply *cfg,
+                                const char *revoke_channel, int db,
+                                const char *prefix, dl_notice_fn fn,
+                                void *ud) {
+  listen_ctx x = {p, fn, ud};
+  int rc = listen_on(&x, revoke_channel, false, 0);
+  if (rc != 0 || cfg == NULL) return rc;
+  return dl_keyspace_listen(cfg, db, prefix, listen_on, &x);
+}
+
 static int rb_watch_losses(dl_rlink *base, const char *revoke_channel,
                            dl_notice_fn fn, void *ud) {
   single_link *b = (single_link *)base;

@@ -28,6 +28,7 @@
 #define LATCH_TIMEOUTS 3
 
 bool dl_rlock_transient(const dl_redis *R, int rc) {
+  if (!R->ride) return rc == DLOCK_ECONNLOST; /* a Redlock server's */
   if (rc == DLOCK_ECONNECT || rc == DLOCK_ECONNLOST || rc == DLOCK_EREADONLY)
     return true;
   if (rc != DLOCK_ESERVER || R->env.err_owner == NULL) return false;
@@ -127,8 +128,8 @@ int dl_rlock_rel_start(dl_rlock_rel *o, dl_redis *R, const dl_lock_ref *l,
   o->l = l;
   o->lease_ms = lease_ms;
   o->count = count;
-  o->until =
-      dl_now_ms() + R->env.command_timeout_ms + (R->part ? 0 : RELEASE_RIDE_MS);
+  o->until = dl_now_ms() + R->env.command_timeout_ms +
+             (R->ride ? RELEASE_RIDE_MS : 0);
   if (end != 0 && end < o->until) o->until = end;
   o->pause = 0;
   o->retry = false;

@@ -51,6 +51,7 @@ struct dl_pubsub {
   pthread_t thread;
   bool started;
   dl_io *io; /* written under mu; read and closed by the thread */
+  dl_io *hs_io; /* the connection in its handshake (under mu): shut by free */
   bool stop;
   unsigned gen; /* dl_target's gen of the connection (the thread's) */
   dl_subs t; /* up while io is set */
@@ -318,10 +319,21 @@ static void *run(void *arg) {
     if (rc == 0)
       rc = dl_io_connect(&t.ep, p->cfg->tls, p->cfg->server_name, dl, &io,
                          msg, sizeof msg);
+    /* The handshake can wait on a server that accepts but does not answer
+     * (stopped): dl_pubsub_free shuts its socket, not to wait it out. */
+    pthread_mutex_lock(&p->mu);
+    if (rc == 0 && p->stop) rc = DLOCK_ECLOSED;
+    if (rc == 0) p->hs_io = io;
+    pthread_mutex_unlock(&p->mu);
     if (rc == 0) rc = dl_conn_handshake(io, p->cfg, dl, msg, sizeof msg);
     redisReader *rd = rc == 0 ? redisReaderCreate() : NULL;
     if (rc == 0 && rd == NULL) rc = DLOCK_ENOMEM;
     pthread_mutex_lock(&p->mu);
+    p->hs_io = NULL;
+    if (rc != 0 && p->stop) { /* closed while we connected */
+      dl_io_close(io);
+      break;
+    }
     if (rc == 0 && p->stop) { /* closed while we connected */
       redisReaderFree(rd);
       dl_io_close(io);
@@ -394,6 +406,7 @@ void dl_pubsub_free(dl_pubsub *p) {
   pthread_mutex_lock(&p->mu);
   p->stop = true;
   if (p->io) dl_io_shutdown(p->io);
+  if (p->hs_io) dl_io_shutdown(p->hs_io);
   pthread_cond_broadcast(&p->stop_cv);
   pthread_cond_broadcast(&p->thread_cv);
   for (int b = 0; b < DL_SUBS_BUCKETS; b++)

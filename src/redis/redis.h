@@ -459,6 +459,14 @@ int dl_pubsub_watch_losses(dl_pubsub *p, dl_conn *conn,
                            const char *revoke_channel, int db,
                            const char *prefix, dl_notice_fn fn, void *ud,
                            const struct dlock_client *owner);
+/* The same with the server's CONFIG GET notify-keyspace-events reply
+ * already in hand (NULL: none), no request sent: a cluster asks one node
+ * and applies its answer to every master's subscriber, so that a master
+ * that does not answer costs nothing (link.c). */
+int dl_pubsub_watch_losses_with(dl_pubsub *p, const struct redisReply *cfg,
+                                const char *revoke_channel, int db,
+                                const char *prefix, dl_notice_fn fn,
+                                void *ud);
 void dl_pubsub_unref(dl_pubsub *p, dl_sub *s, bool linger);
 void dl_pubsub_kick(dl_pubsub *p, dl_sub *s);
 /* Whether the server unsubscribed s without being asked (a shard
@@ -500,9 +508,9 @@ typedef struct dl_redis {
   /* A server of a composite: while it has been up for less than this
    * (ms), it refuses the mutexes (Redlock's delayed restart); 0 off. */
   int64_t restart_delay_ms;
-  /* A server of a composite (Redlock): its releases are not sent again
-   * through an outage (lock.c), which the composite's quorum rides out. */
-  bool part;
+  /* Ride out a failover (acquire.c's ride_out, lock.c's release retries):
+   * not on a server of a composite, whose quorum decides without it. */
+  bool ride;
 } dl_redis;
 
 /* The channel of replica acknowledgement's marker write (nobody listens). */

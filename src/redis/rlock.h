@@ -45,7 +45,8 @@ static inline const char *derived(char *out, const char *prefix,
 /* Whether rc, a request's failure, is what a failover, a resharding or a
  * reconnect looks like from here (the master unreachable, the connection
  * lost, a demoted master, CLUSTERDOWN, MASTERDOWN, LOADING, TRYAGAIN):
- * worth sending again after a pause (lock.c). Not a timeout: its time is
+ * worth sending again after a pause (lock.c). On a server of a Redlock
+ * (!R->ride) only a lost connection, as before: the quorum decides. Not a timeout: its time is
  * spent (a waiting acquire, which has its own, retries that too). */
 bool dl_rlock_transient(const dl_redis *R, int rc);
 

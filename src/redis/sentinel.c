@@ -196,8 +196,7 @@ int dl_conn_target(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
     if (rc >= 0) any_answer = true;
     if (rc == DLOCK_EAUTH || rc == DLOCK_ENOPERM) {
       if (auth_why[0] == '\0')
-        snprintf(auth_why, sizeof auth_why, "%.*s", (int)sizeof auth_why - 1,
-                 m);
+        snprintf(auth_why, sizeof auth_why, "%.159s", m);
       if (auth_used < sizeof auth_who)
         auth_used += (size_t)snprintf(auth_who + auth_used,
                                       sizeof auth_who - auth_used, "%s%s:%d",

@@ -1157,7 +1157,10 @@ static void s20_run(bool enforce, bool acked) {
          (long long)(th_now_ms() - t0));
   fflush(stdout);
   if (!acked) {
-    CHECK_EQ(th_cmd_int(replica, "EXISTS %s", lock_name), 0); /* lost */
+    /* The victim's hold is not on the promoted replica, but the others'
+     * acquires, riding the failover out, may already hold the name there:
+     * an EXISTS here raced them. The loss shows in the victim's report
+     * (ELOST) and the judged overlap below. */
     CHECK(res_wait_event('W', -2, VICTIM, true, mark, 15000, NULL));
     expect_victim(-1, 1, DLOCK_ELOST);
     CHECK(finish(20));
