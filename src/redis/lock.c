@@ -158,10 +158,10 @@ int dl_rlock_rel_step(dl_rlock_rel *o) {
     /* A server of a Redlock is sent it again only when the connection
      * dropped (the reply may be lost), within one command timeout: the
      * composite's call must not wait out one server's outage, whose hold
-     * its lease ends (it is no failover: nobody takes that server over). */
-    bool again =
-        o->R->part ? rc == DLOCK_ECONNLOST : dl_rlock_transient(o->R, rc);
-    if (rc != 0 && again && left > 0 && !atomic_load(o->R->env.closing)) {
+     * its lease ends (it is no failover: nobody takes that server over;
+     * dl_rlock_transient). */
+    if (rc != 0 && dl_rlock_transient(o->R, rc) && left > 0 &&
+        !atomic_load(o->R->env.closing)) {
       /* The connection reconnects at once after a failure, then backs off:
        * do not spin on its "next reconnect in" answer. */
       o->st = REL_PAUSED;
