@@ -219,6 +219,17 @@ static int read_run(dl_backend *b, int kind, const char *key,
     free(o);
     return dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
   }
+  /* The name or pattern is the op's own: servers that answer after the
+   * call has returned (their answers are dropped) still send it, when the
+   * caller may have freed its handle. */
+  const char *src = kind == OP_SCAN ? match : key;
+  if (src && (o->lbuf = strdup(src)) == NULL) {
+    free(o->snaps);
+    free(o);
+    return dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  }
+  if (kind == OP_SCAN) match = o->lbuf;
+  else key = o->lbuf;
   o->key = key;
   o->snap = st;
   o->match = match;
