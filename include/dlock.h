@@ -229,7 +229,14 @@ DLOCK_API const char *dlock_client_open_errmsg(void);
 /* Stops the watchdog (held locks then expire after their lease), wakes every
  * waiter with DLOCK_ECLOSED, closes the connections and frees the client.
  * Lock handles must be freed first. Accepts NULL. Must not be called while
- * another thread is still inside a call on this client or its locks. */
+ * another thread is still inside a call on this client or its locks.
+ * On redlock://, a call returns once a quorum has answered; a blocking
+ * client's close first lets what is still in flight on the other servers
+ * finish (a release's tail, a late grant given back), for up to a command
+ * timeout (at most 1 s), so that a process exiting right after a release
+ * leaves no key on any server that answers. An event-loop client's close
+ * ends that tail with the rest (DLOCK_ECLOSED): run the loop on a little
+ * (a command timeout) before closing to have it too. */
 DLOCK_API void dlock_client_close(dlock_client *c);
 
 /* Ends every wait in progress on c, from any thread, as the close does,

@@ -116,6 +116,8 @@ t_mutual_exclusion_mixed() {
   [ "$bad" = 0 ] || fail "a holder failed"
   [ -e overlap.$lib ] && fail "two holders at once"
   [ "$(cat counter.$lib)" = 18 ] || fail "counter $(cat counter.$lib), expected 18"
+  [ "$(rcli exists "$key")" = 0 ] ||
+    fail "$key left behind: $(rcli get "$key"), pttl $(rcli pttl "$key")"
 }
 
 for lib in redlock mutex; do
@@ -159,13 +161,25 @@ on_all() { # KEY: how many of the three servers have it
   done
   echo $n
 }
+# What is left of KEYs, where: value and PTTL (whose key, and since when).
+left_behind() {
+  local k p
+  for k in "$@"; do
+    for p in "$PORT" "$P2" "$P3"; do
+      [ "$(redis-cli -p "$p" exists "$k")" = 1 ] &&
+        echo -n "[$k on $p: $(redis-cli -p "$p" get "$k") pttl $(redis-cli -p "$p" pttl "$k")] "
+    done
+  done
+}
 # The single-server rounds' files go (they share the names).
 rm -f held.* go.* waiter.* holder.* got.* counter.* inside.* overlap.* ph.*
 for t in t_peer_after_dlock t_dlock_after_peer t_mutual_exclusion_mixed; do
   current="$t redlock://3" current_failed=0
   t0=$(date +%s%N)
   $t redlock
-  [ "$(on_all aredlock)$(on_all credlock)" = 00 ] || fail "left behind on a server"
+  if [ "$(on_all aredlock)$(on_all credlock)" != 00 ]; then
+    fail "left behind on a server: $(left_behind aredlock credlock)"
+  fi
   ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   if [ "$current_failed" = 0 ]; then echo "ok   $current ($ms ms)"; passed=$((passed+1))
   else echo "FAIL $current ($ms ms)"; failed=$((failed+1)); fi

@@ -871,6 +871,27 @@ static void t_deleted_by_quorum(void) {
   dlock_client_close(a);
 }
 
+/* A blocking client closed right after a release answered by a quorum
+ * waits for the rest: a server that needs a second round trip (its script
+ * cache flushed: NOSCRIPT, then the script) is released too, before the
+ * close returns, so a process that exits right after leaves nothing. */
+static void t_close_waits_for_release(void) {
+  CHECK(start(3));
+  for (int round = 0; round < 20; round++) {
+    dlock_client *c = client(0);
+    CHECK(c != NULL);
+    dlock_lock *l;
+    CHECK_RC(dlock_lock_new(c, "rl:close", NULL, &l), 0);
+    CHECK_RC(dlock_lock_acquire(l, 10000, NULL), 0);
+    CHECK(holders_become(3, "rl:close", 3));
+    th_cmd_int(&srv[round % 3], "SCRIPT FLUSH");
+    CHECK_EQ(dlock_lock_release(l), 1);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    CHECK_EQ(holders(3, "rl:close"), 0); /* now, not eventually */
+  }
+}
+
 /* With every server down, the error names each of them and why. */
 static void t_all_down_named(void) {
   int port[3];
@@ -907,4 +928,5 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_token_proposed), T_BARE(t_delayed_restart),
         T_BARE(t_replica_ack), T_BARE(t_bad_urls), T_BARE(t_duplicate_server),
         T_BARE(t_stalled_server), T_BARE(t_force_release_heard),
-        T_BARE(t_deleted_by_quorum), T_BARE(t_all_down_named))
+        T_BARE(t_deleted_by_quorum), T_BARE(t_all_down_named),
+        T_BARE(t_close_waits_for_release))

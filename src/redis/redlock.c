@@ -37,6 +37,7 @@ static bool start_part(rl_op *o, int i, int phase);
 /* Frees o once its result is told and no part's operation is left. */
 static void maybe_free(rl_op *o) {
   if (!o->delivered || o->left > 0) return;
+  if (o->counted) o->B->live--;
   free(o->copies);
   free(o->snaps);
   free(o->lbuf);
@@ -462,6 +463,8 @@ int dl_rl_run(rl_op *o, dl_async **op) {
     }
   }
   o->starting = true;
+  o->counted = true;
+  o->B->live++;
   o->left++; /* held until the start is over */
   step(o);
   o->starting = false;

@@ -36,6 +36,7 @@ typedef struct redlock {
   dl_err_tag tag[RL_MAX];
   dl_redlock_url_opts opt;     /* the URL's options */
   _Atomic uint64_t last_token; /* the largest token taken (proposals) */
+  int live; /* operations started and not yet freed (the loop's thread) */
   bool closing;
 } redlock;
 
@@ -86,6 +87,7 @@ struct rl_op {
   redlock *B;
   int kind, st;
   bool starting, cancelled;
+  bool counted;   /* in B->live */
   bool decided;   /* the result is known (o->result) */
   bool delivered; /* and told: the caller's memory is no more used */
   bool fence_failed;
@@ -194,9 +196,13 @@ void dl_rl_thread_post(rl_thread *t, rl_task *k);
 /* Runs fn(arg) on the loop's thread and waits for it (any thread; from
  * the loop's own thread it runs at once). */
 void dl_rl_thread_sync(rl_thread *t, void (*fn)(void *), void *arg);
-/* Runs last(ud) on the loop's thread (NULL: nothing), stops and joins it,
- * and frees the loop (accepts NULL). */
-void dl_rl_thread_free(rl_thread *t, void (*last)(void *), void *ud);
+/* Lets the loop run on until idle(ud) says nothing is left in flight, or
+ * drain_ms pass (what a call returned from before the rest of its servers
+ * answered: a release's tail, a late grant given back), then runs last(ud)
+ * on the loop's thread (NULL: nothing), stops and joins it, and frees the
+ * loop (accepts NULL). */
+void dl_rl_thread_free(rl_thread *t, bool (*idle)(void *), int64_t drain_ms,
+                       void (*last)(void *), void *ud);
 /* A blocking call: runs o on B's loop thread and returns its result once
  * decided (what is still in flight goes on there), with the detail of a
  * negative one recorded for the calling thread. */

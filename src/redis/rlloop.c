@@ -22,6 +22,13 @@ struct rl_thread {
   pthread_t tid;
   bool started;
   bool stop; /* the loop's thread only */
+  /* Closing (the loop's thread only): run until idle(ud) or drain_until,
+   * then last(ud) and stop. */
+  bool draining;
+  int64_t drain_until;
+  bool (*idle)(void *);
+  void (*last)(void *);
+  void *ud;
   pthread_mutex_t mu;
   rl_task *head, *tail; /* posted, not yet run */
 };
@@ -46,8 +53,18 @@ static void on_wake(void *ud, int events) {
 
 static void *loop_main(void *arg) {
   rl_thread *t = arg;
-  while (!t->stop)
-    (void)dlock_loop_run(t->lp, -1);
+  while (!t->stop) {
+    int64_t max = -1;
+    if (t->draining) {
+      int64_t now = dl_now_ms();
+      if ((t->idle && t->idle(t->ud)) || now >= t->drain_until) {
+        if (t->last) t->last(t->ud);
+        break;
+      }
+      max = t->drain_until - now;
+    }
+    (void)dlock_loop_run(t->lp, max);
+  }
   return NULL;
 }
 
@@ -61,7 +78,7 @@ int dl_rl_thread_new(rl_thread **out) {
   if (rc == 0) rc = dl_watch_new(t->lp, t->efd, on_wake, t, &t->w);
   if (rc == 0) rc = dl_watch_set(t->w, DL_EV_READ);
   if (rc != 0) {
-    dl_rl_thread_free(t, NULL, NULL);
+    dl_rl_thread_free(t, NULL, 0, NULL, NULL);
     return rc;
   }
   *out = t;
@@ -94,24 +111,27 @@ void dl_rl_thread_post(rl_thread *t, rl_task *k) {
   while (r < 0 && errno == EINTR);
 }
 
-/* The last task: runs `last` and stops the loop. */
+/* The last task: the loop drains, then runs `last` and stops. */
 typedef struct stop_task {
   rl_task k;
   rl_thread *t;
-  void (*last)(void *);
-  void *ud;
+  int64_t drain_ms;
 } stop_task;
 
 static void on_stop(rl_task *k) {
   stop_task *s = (stop_task *)k;
-  if (s->last) s->last(s->ud);
-  s->t->stop = true;
+  s->t->drain_until = dl_now_ms() + s->drain_ms;
+  s->t->draining = true;
 }
 
-void dl_rl_thread_free(rl_thread *t, void (*last)(void *), void *ud) {
+void dl_rl_thread_free(rl_thread *t, bool (*idle)(void *), int64_t drain_ms,
+                       void (*last)(void *), void *ud) {
   if (t == NULL) return;
   if (t->started) {
-    stop_task s = {.t = t, .last = last, .ud = ud};
+    t->idle = idle;
+    t->last = last;
+    t->ud = ud;
+    stop_task s = {.t = t, .drain_ms = drain_ms};
     s.k.fn = on_stop;
     dl_rl_thread_post(t, &s.k);
     pthread_join(t->tid, NULL);

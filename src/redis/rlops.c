@@ -228,8 +228,10 @@ static int read_run(dl_backend *b, int kind, const char *key,
     free(o);
     return dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
   }
-  if (kind == OP_SCAN) match = o->lbuf;
-  else key = o->lbuf;
+  if (kind == OP_SCAN)
+    match = o->lbuf;
+  else
+    key = o->lbuf;
   o->key = key;
   o->snap = st;
   o->match = match;
@@ -328,13 +330,26 @@ static void free_parts(void *ud) {
   }
 }
 
+static bool idle(void *ud) {
+  return ((redlock *)ud)->live == 0;
+}
+
+/* A blocking client's free waits for what its calls left in flight (a
+ * release answered by a quorum, still on its way to the rest; a late grant
+ * given back), for up to a command timeout (at most 1 s): a process that
+ * exits right after a release leaves no key behind on any server that
+ * answers, as redsync's and npm redlock's releases, which wait for every
+ * server, leave none. */
 static void rl_free(dl_backend *b) {
   redlock *B = (redlock *)b;
   if (B == NULL) return;
-  if (B->thread)
-    dl_rl_thread_free(B->thread, free_parts, B);
-  else
+  if (B->thread) {
+    int64_t ms = B->env.command_timeout_ms;
+    dl_rl_thread_free(B->thread, idle, ms > 0 && ms < 1000 ? ms : 1000,
+                      free_parts, B);
+  } else {
     free_parts(B);
+  }
   free(B);
 }
 
