@@ -15,6 +15,15 @@ extern "C" {
 #define DLOCK_API
 #endif
 
+/* Marks a name kept for one release after it was renamed: a call compiles
+ * with a warning naming its replacement, and the symbol stays in the
+ * library (the ABI keeps it). */
+#if defined(__GNUC__) && !defined(DLOCK_NO_DEPRECATION_WARNINGS)
+#define DLOCK_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define DLOCK_DEPRECATED(msg)
+#endif
+
 #define DLOCK_VERSION_MAJOR 0
 #define DLOCK_VERSION_MINOR 2
 #define DLOCK_VERSION_PATCH 0
@@ -652,7 +661,7 @@ DLOCK_API int dlock_semaphore_acquire(dlock_semaphore *s, int permits);
 DLOCK_API int dlock_semaphore_release(dlock_semaphore *s, int permits);
 /* The permits available now (0 if never set), or a negative code
  * (DLOCK_ERANGE: another client set more than INT_MAX). */
-DLOCK_API int dlock_semaphore_available(dlock_semaphore *s);
+DLOCK_API int dlock_semaphore_get_available(dlock_semaphore *s);
 /* Takes every available permit; returns how many, or a negative code
  * (DLOCK_ERANGE: the count is outside an int, and nothing is taken). */
 DLOCK_API int dlock_semaphore_drain(dlock_semaphore *s);
@@ -678,7 +687,7 @@ DLOCK_API int dlock_latch_try_set_count(dlock_latch *l, int64_t count);
 DLOCK_API int dlock_latch_count_down(dlock_latch *l);
 /* The count left (0 when none is running) in *count. Returns 0 or a
  * negative code. */
-DLOCK_API int dlock_latch_count(dlock_latch *l, int64_t *count);
+DLOCK_API int dlock_latch_get_count(dlock_latch *l, int64_t *count);
 /* Waits up to wait_ms (0: one look, < 0: no limit) for the count to reach
  * zero, without polling. Returns 0 at zero (at once when no count is
  * running), DLOCK_EBUSY when the wait ran out, or another negative code.
@@ -724,7 +733,7 @@ DLOCK_API int dlock_leader_on_change(dlock_leader *l, dlock_leader_cb cb,
 /* Joins the election (once per participant): 0, DLOCK_EINVAL when already
  * started, DLOCK_ENOTSUP (a Redis event-loop client), or another negative
  * code (not joined). Returns once the join has started: the
- * leadership comes later (dlock_leader_await, the callback). */
+ * leadership comes later (dlock_leader_try_await, the callback). */
 DLOCK_API int dlock_leader_start(dlock_leader *l);
 /* Waits up to wait_ms (0: one look, < 0: no limit) until this participant
  * is the leader, without polling. Returns 0 leader, DLOCK_EBUSY not in
@@ -732,7 +741,7 @@ DLOCK_API int dlock_leader_start(dlock_leader *l);
  * close), DLOCK_EWRONGTYPE out of it on Redis because NAME holds something
  * else than a lock (nothing changed), DLOCK_EINVAL not started. Blocks the
  * calling thread; thread-safe. */
-DLOCK_API int dlock_leader_await(dlock_leader *l, int64_t wait_ms);
+DLOCK_API int dlock_leader_try_await(dlock_leader *l, int64_t wait_ms);
 /* 1 if this participant is the leader now (as last heard), else 0. */
 DLOCK_API int dlock_leader_has_leadership(dlock_leader *l);
 /* The fencing token of the present leadership in *token: 0 while leader,
@@ -742,7 +751,7 @@ DLOCK_API int dlock_leader_token(dlock_leader *l, uint64_t *token);
 /* The present leader's id (Curator's getLeader) into buf (len bytes, cut
  * to fit): 1, 0 when nobody takes part, or a negative code. One server
  * call; needs no start. */
-DLOCK_API int dlock_leader_get_leader(dlock_leader *l, char *buf, size_t len);
+DLOCK_API int dlock_leader_get_current(dlock_leader *l, char *buf, size_t len);
 /* Leaves the election (its node is deleted: the next participant is
  * elected) and frees l. The callback is not called once this returns
  * (except from within the callback itself, see dlock_leader_cb). Accepts
@@ -774,11 +783,11 @@ DLOCK_API int dlock_permits_new(dlock_client *c, const char *name,
  * come back after their lease. Accepts NULL. */
 DLOCK_API void dlock_permits_free(dlock_permits *p);
 /* As dlock_semaphore_try_set_permits / _add_permits. */
-DLOCK_API int dlock_permits_try_set_permits(dlock_permits *p, int permits);
-DLOCK_API int dlock_permits_add_permits(dlock_permits *p, int permits);
+DLOCK_API int dlock_permits_try_set(dlock_permits *p, int permits);
+DLOCK_API int dlock_permits_add(dlock_permits *p, int permits);
 /* The permits available now, after taking back those whose lease ended;
  * or a negative code. */
-DLOCK_API int dlock_permits_available(dlock_permits *p);
+DLOCK_API int dlock_permits_get_available(dlock_permits *p);
 /* Takes one permit, waiting up to wait_ms (0: one try, < 0: no limit)
  * without polling (a release wakes a waiter; a lease that ends is waited
  * for). lease_ms > 0: a fixed lease; <= 0: the watchdog lease, renewed
@@ -887,6 +896,33 @@ DLOCK_API int dlock_queue_poll_reliable(dlock_queue *q, int64_t wait_ms,
 DLOCK_API int dlock_queue_ack(dlock_queue *q, const void *value, size_t len);
 /* Frees a value a poll returned. Accepts NULL. */
 DLOCK_API void dlock_queue_value_free(void *value);
+
+/* ---- Names of 0.2, deprecated in 0.3 (removed in 0.4) ----
+ * Each is its replacement under its old name: the getters say get_, a
+ * call with a wait limit says try_, and the permit-expirable semaphore's
+ * calls no longer repeat "permits". */
+DLOCK_API DLOCK_DEPRECATED(
+    "use "
+    "dlock_semaphore_get_"
+    "available") int dlock_semaphore_available(dlock_semaphore *s);
+DLOCK_API DLOCK_DEPRECATED(
+    "use dlock_permits_get_available") int dlock_permits_available(dlock_permits
+                                                                       *p);
+DLOCK_API DLOCK_DEPRECATED(
+    "use dlock_permits_try_set") int dlock_permits_try_set_permits(dlock_permits
+                                                                       *p,
+                                                                   int permits);
+DLOCK_API DLOCK_DEPRECATED(
+    "use dlock_permits_add") int dlock_permits_add_permits(dlock_permits *p,
+                                                           int permits);
+DLOCK_API DLOCK_DEPRECATED("use dlock_latch_get_count") int dlock_latch_count(
+    dlock_latch *l, int64_t *count);
+DLOCK_API DLOCK_DEPRECATED(
+    "use dlock_leader_get_current") int dlock_leader_get_leader(dlock_leader *l,
+                                                                char *buf,
+                                                                size_t len);
+DLOCK_API DLOCK_DEPRECATED("use dlock_leader_try_await") int dlock_leader_await(
+    dlock_leader *l, int64_t wait_ms);
 
 #ifdef __cplusplus
 }

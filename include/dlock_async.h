@@ -180,9 +180,9 @@ DLOCK_API int dlock_semaphore_try_set_permits_async(dlock_semaphore *s,
 DLOCK_API int dlock_semaphore_add_permits_async(dlock_semaphore *s,
                                                 int permits, dlock_done_cb cb,
                                                 void *ud, dlock_op **op);
-DLOCK_API int dlock_semaphore_available_async(dlock_semaphore *s,
-                                              dlock_done_cb cb, void *ud,
-                                              dlock_op **op);
+DLOCK_API int dlock_semaphore_get_available_async(dlock_semaphore *s,
+                                                  dlock_done_cb cb, void *ud,
+                                                  dlock_op **op);
 DLOCK_API int dlock_semaphore_drain_async(dlock_semaphore *s,
                                           dlock_done_cb cb, void *ud,
                                           dlock_op **op);
@@ -207,16 +207,15 @@ DLOCK_API int dlock_permits_force_release_async(dlock_permits *p,
                                                 const char *id,
                                                 dlock_done_cb cb, void *ud,
                                                 dlock_op **op);
-DLOCK_API int dlock_permits_try_set_permits_async(dlock_permits *p,
-                                                  int permits,
-                                                  dlock_done_cb cb, void *ud,
-                                                  dlock_op **op);
-DLOCK_API int dlock_permits_add_permits_async(dlock_permits *p, int permits,
-                                              dlock_done_cb cb, void *ud,
-                                              dlock_op **op);
-DLOCK_API int dlock_permits_available_async(dlock_permits *p,
-                                            dlock_done_cb cb, void *ud,
-                                            dlock_op **op);
+DLOCK_API int dlock_permits_try_set_async(dlock_permits *p, int permits,
+                                          dlock_done_cb cb, void *ud,
+                                          dlock_op **op);
+DLOCK_API int dlock_permits_add_async(dlock_permits *p, int permits,
+                                      dlock_done_cb cb, void *ud,
+                                      dlock_op **op);
+DLOCK_API int dlock_permits_get_available_async(dlock_permits *p,
+                                                dlock_done_cb cb, void *ud,
+                                                dlock_op **op);
 
 /* Count-down latch: await (rc 0 at zero, DLOCK_EBUSY, DLOCK_ECANCELED),
  * count_down (rc 0, DLOCK_ERANGE at zero), try_set_count (rc 1 set, 0 a
@@ -229,8 +228,8 @@ DLOCK_API int dlock_latch_count_down_async(dlock_latch *l, dlock_done_cb cb,
 DLOCK_API int dlock_latch_try_set_count_async(dlock_latch *l, int64_t count,
                                               dlock_done_cb cb, void *ud,
                                               dlock_op **op);
-DLOCK_API int dlock_latch_count_async(dlock_latch *l, dlock_done_cb cb,
-                                      void *ud, dlock_op **op);
+DLOCK_API int dlock_latch_get_count_async(dlock_latch *l, dlock_done_cb cb,
+                                          void *ud, dlock_op **op);
 
 /* Reading a lock, and the calls that do not wait. Each has the contract
  * above; rc and outputs are those of the blocking call of the same name:
@@ -309,6 +308,41 @@ DLOCK_API int dlock_queue_ack_async(dlock_queue *q, const void *value,
 DLOCK_API int dlock_queue_delayed_size_async(dlock_queue *q, int64_t *n,
                                              dlock_done_cb cb, void *ud,
                                              dlock_op **op);
+
+/* ---- Names of 0.2, deprecated in 0.3 (removed in 0.4): see dlock.h ---- */
+DLOCK_API DLOCK_DEPRECATED(
+    "use "
+    "dlock_semaphore_get_available_"
+    "async") int dlock_semaphore_available_async(dlock_semaphore *s,
+                                                 dlock_done_cb cb, void *ud,
+                                                 dlock_op **op);
+DLOCK_API DLOCK_DEPRECATED(
+    "use "
+    "dlock_permits_try_set_"
+    "async") int dlock_permits_try_set_permits_async(dlock_permits *p,
+                                                     int permits,
+                                                     dlock_done_cb cb, void *ud,
+                                                     dlock_op **op);
+DLOCK_API DLOCK_DEPRECATED(
+    "use "
+    "dlock_permits_add_"
+    "async") int dlock_permits_add_permits_async(dlock_permits *p, int permits,
+                                                 dlock_done_cb cb, void *ud,
+                                                 dlock_op **op);
+DLOCK_API DLOCK_DEPRECATED(
+    "use "
+    "dlock_permits_get_available_"
+    "async") int dlock_permits_available_async(dlock_permits *p,
+                                               dlock_done_cb cb, void *ud,
+                                               dlock_op **op);
+DLOCK_API DLOCK_DEPRECATED(
+    "use dlock_latch_get_count_async") int dlock_latch_count_async(dlock_latch
+                                                                       *l,
+                                                                   dlock_done_cb
+                                                                       cb,
+                                                                   void *ud,
+                                                                   dlock_op *
+                                                                       *op);
 
 #ifdef __cplusplus
 }

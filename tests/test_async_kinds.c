@@ -33,7 +33,7 @@ static void semaphore_ops(int kind) {
   RUN(&f, &g[2]);
   CHECK_RC(g[2].rc, 0);
   CHECK_EQ(th_cmd_int(&th_srv, "GET k:sem"), 1);
-  CHECK_RC(dlock_semaphore_available_async(s, td_on_done, &g[3], NULL), 0);
+  CHECK_RC(dlock_semaphore_get_available_async(s, td_on_done, &g[3], NULL), 0);
   RUN(&f, &g[3]);
   CHECK_RC(g[3].rc, 1);
   /* Not enough: the wait runs out. */
@@ -126,8 +126,7 @@ static void permits_ops(int kind) {
   dlock_permits *p;
   CHECK_RC(dlock_permits_new(f.c, "k:perm", &p), 0);
   td_got g[12] = {{0}};
-  CHECK_RC(dlock_permits_try_set_permits_async(p, 2, td_on_done, &g[0], NULL),
-           0);
+  CHECK_RC(dlock_permits_try_set_async(p, 2, td_on_done, &g[0], NULL), 0);
   RUN(&f, &g[0]);
   CHECK_RC(g[0].rc, 1);
   char id[DLOCK_PERMIT_ID_LEN] = "", id2[DLOCK_PERMIT_ID_LEN] = "";
@@ -147,7 +146,7 @@ static void permits_ops(int kind) {
   RUN(&f, &g[2]);
   CHECK_RC(g[2].rc, 0);
   CHECK(strcmp(id, id2) != 0);
-  CHECK_RC(dlock_permits_available_async(p, td_on_done, &g[3], NULL), 0);
+  CHECK_RC(dlock_permits_get_available_async(p, td_on_done, &g[3], NULL), 0);
   RUN(&f, &g[3]);
   CHECK_RC(g[3].rc, 0);
   /* None left: the wait runs out. */
@@ -171,10 +170,10 @@ static void permits_ops(int kind) {
   RUN(&f, &g[7]);
   CHECK_RC(g[7].rc, 1);
   CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {k:perm}:timeout"), 0);
-  CHECK_RC(dlock_permits_add_permits_async(p, 3, td_on_done, &g[8], NULL), 0);
+  CHECK_RC(dlock_permits_add_async(p, 3, td_on_done, &g[8], NULL), 0);
   RUN(&f, &g[8]);
   CHECK_RC(g[8].rc, 0);
-  CHECK_RC(dlock_permits_available_async(p, td_on_done, &g[9], NULL), 0);
+  CHECK_RC(dlock_permits_get_available_async(p, td_on_done, &g[9], NULL), 0);
   RUN(&f, &g[9]);
   CHECK_RC(g[9].rc, 5);
   CHECK_RC(dlock_permits_release_async(p, "nothex", td_on_done, &g[10], NULL),
@@ -192,7 +191,7 @@ static void permits_cancel_close(int kind) {
   dlock_permits *p;
   CHECK_RC(dlock_permits_new(f.c, "k:permc", &p), 0);
   td_got s = {0}, c = {0}, w = {0};
-  CHECK_RC(dlock_permits_try_set_permits_async(p, 0, td_on_done, &s, NULL), 0);
+  CHECK_RC(dlock_permits_try_set_async(p, 0, td_on_done, &s, NULL), 0);
   RUN(&f, &s);
   CHECK_RC(s.rc, 1);
   char id1[DLOCK_PERMIT_ID_LEN], id2[DLOCK_PERMIT_ID_LEN];
@@ -232,7 +231,7 @@ static void latch_ops(int kind) {
   CHECK_RC(dlock_latch_try_set_count_async(l, 5, td_on_done, &g[1], NULL), 0);
   RUN(&f, &g[1]);
   CHECK_RC(g[1].rc, 0); /* a count runs */
-  CHECK_RC(dlock_latch_count_async(l, td_on_done, &g[2], NULL), 0);
+  CHECK_RC(dlock_latch_get_count_async(l, td_on_done, &g[2], NULL), 0);
   RUN(&f, &g[2]);
   CHECK_RC(g[2].rc, 2);
   int64_t t0 = th_now_ms();
@@ -256,7 +255,7 @@ static void latch_ops(int kind) {
   RUN(&f, &g[7]);
   CHECK_RC(g[7].rc, DLOCK_ERANGE);
   CHECK(strstr(g[7].msg, "k:latch") != NULL);
-  CHECK_RC(dlock_latch_count_async(l, td_on_done, &g[8], NULL), 0);
+  CHECK_RC(dlock_latch_get_count_async(l, td_on_done, &g[8], NULL), 0);
   RUN(&f, &g[8]);
   CHECK_RC(g[8].rc, 0);
   CHECK_RC(dlock_latch_try_set_count_async(l, 0, td_on_done, &g[9], NULL),

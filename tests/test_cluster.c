@@ -235,14 +235,14 @@ static void kinds_one_slot(void) {
   CHECK_RC(dlock_semaphore_new(c, names[3], &s), 0);
   CHECK_RC(dlock_semaphore_try_set_permits(s, 2), 1);
   CHECK_RC(dlock_semaphore_try_acquire(s, 1, 0), 0);
-  CHECK_EQ(dlock_semaphore_available(s), 1);
+  CHECK_EQ(dlock_semaphore_get_available(s), 1);
   /* permit-expirable semaphore */
   dlock_permits *p = NULL;
   CHECK_RC(dlock_permits_new(c, names[4], &p), 0);
-  CHECK_RC(dlock_permits_try_set_permits(p, 1), 1);
+  CHECK_RC(dlock_permits_try_set(p, 1), 1);
   char id[DLOCK_PERMIT_ID_LEN];
   CHECK_RC(dlock_permits_try_acquire(p, 0, 30000, id), 0);
-  CHECK_EQ(dlock_permits_available(p), 0);
+  CHECK_EQ(dlock_permits_get_available(p), 0);
   /* latch */
   dlock_latch *la = NULL;
   CHECK_RC(dlock_latch_new(c, names[5], &la), 0);

@@ -119,7 +119,7 @@ static void run_kind(int kind) {
     dlock_permits *p;
     CHECK(c != NULL);
     CHECK_RC(dlock_permits_new(c, "fam:permits", &p), 0);
-    CHECK_EQ(dlock_permits_try_set_permits(p, PERMIT_LIMIT), 1);
+    CHECK_EQ(dlock_permits_try_set(p, PERMIT_LIMIT), 1);
     dlock_permits_free(p);
     dlock_client_close(c);
   }
@@ -176,7 +176,7 @@ static void t_ebusy_every_kind(void) {
   CHECK_RC(dlock_lock_acquire(dlock_rwlock_read(rwa), 0, NULL), 0);
   CHECK_EQ(dlock_semaphore_try_set_permits(s, 1), 1);
   CHECK_RC(dlock_semaphore_acquire(s, 1), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(p, 1), 1);
+  CHECK_EQ(dlock_permits_try_set(p, 1), 1);
   CHECK_RC(dlock_permits_acquire(p, 0, id), 0);
   CHECK_EQ(dlock_latch_try_set_count(lt, 1), 1);
   static const int64_t waits[] = {0, 100};
@@ -262,7 +262,7 @@ static void t_acquire_waits_every_kind(void) {
   CHECK_RC(dlock_lock_acquire(la, 0, NULL), 0);
   CHECK_RC(dlock_lock_acquire(ma, 0, NULL), 0);
   CHECK_EQ(dlock_semaphore_try_set_permits(sa, 1), 1);
-  CHECK_EQ(dlock_permits_try_set_permits(pa, 1), 1);
+  CHECK_EQ(dlock_permits_try_set(pa, 1), 1);
   CHECK_RC(dlock_permits_acquire(pa, 0, id), 0);
   CHECK_EQ(dlock_latch_try_set_count(ta, 1), 1);
   blocked x[5] = {{0, lb, 99, 0},
@@ -287,7 +287,7 @@ static void t_acquire_waits_every_kind(void) {
   }
   CHECK_EQ(dlock_lock_release(lb), 1);
   CHECK_RC(dlock_multilock_release(m), 0);
-  CHECK_EQ(dlock_semaphore_available(sb), 0);
+  CHECK_EQ(dlock_semaphore_get_available(sb), 0);
   dlock_multilock_free(m);
   dlock_lock_free(la);
   dlock_lock_free(lb);

@@ -502,7 +502,7 @@ static void t_late_grant_is_elate(void) {
   dlock_permits *p;
   CHECK_RC(dlock_lock_new(c, "f:late", NULL, &l), 0);
   CHECK_RC(dlock_permits_new(c, "f:latep", &p), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(p, 1), 1);
+  CHECK_EQ(dlock_permits_try_set(p, 1), 1);
   /* Scripts loaded first: the delayed reply is the acquire's own. */
   char id[DLOCK_PERMIT_ID_LEN];
   CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, NULL), 0);
@@ -517,7 +517,7 @@ static void t_late_grant_is_elate(void) {
   /* Given back, not held. */
   CHECK_RC(dlock_lock_validity(l, NULL), DLOCK_ENOTOWNER);
   CHECK_EQ(th_cmd_int(&th_srv, "EXISTS f:late"), 0);
-  CHECK_EQ(dlock_permits_available(p), 1);
+  CHECK_EQ(dlock_permits_get_available(p), 1);
   CHECK(strcmp(dlock_err_name(DLOCK_ELATE), "ELATE") == 0);
   dlock_lock_free(l);
   dlock_permits_free(p);
@@ -708,8 +708,7 @@ static void afix_open(afix *f, const char *lock, const char *sem) {
   CHECK_RC(dlock_permits_new(f->c, sem, &f->p), 0);
   got1 g[5] = {{0}};
   char id[DLOCK_PERMIT_ID_LEN];
-  CHECK_RC(dlock_permits_try_set_permits_async(f->p, 1, on_got, &g[0], NULL),
-           0);
+  CHECK_RC(dlock_permits_try_set_async(f->p, 1, on_got, &g[0], NULL), 0);
   CHECK_RC(dlock_lock_acquire_async(f->l, 0, 5000, on_got, &g[1], NULL), 0);
   AWAIT(f, &g[1]);
   CHECK_RC(g[1].rc, 0);
@@ -726,7 +725,7 @@ static void afix_open(afix *f, const char *lock, const char *sem) {
 /* The permits available, by the event-loop call. */
 static int afix_available(afix *f) {
   got1 a = {0};
-  int rc = dlock_permits_available_async(f->p, on_got, &a, NULL);
+  int rc = dlock_permits_get_available_async(f->p, on_got, &a, NULL);
   if (rc != 0) return rc;
   return run_until(f->lp, &a.calls, 5000) ? a.rc : DLOCK_ETIMEDOUT;
 }

@@ -39,7 +39,7 @@ static void t_latch_basics(void) {
   CHECK_RC(dlock_latch_await(l), 0);
   CHECK_EQ(dlock_latch_try_set_count(l, 2), 1);
   CHECK_EQ(dlock_latch_try_set_count(l, 5), 0); /* running: unchanged */
-  CHECK_RC(dlock_latch_count(l, &n), 0);
+  CHECK_RC(dlock_latch_get_count(l, &n), 0);
   CHECK_EQ(n, 2);
   /* Not at zero in time: DLOCK_EBUSY, as for every kind. */
   CHECK_RC(dlock_latch_try_await(l, 0), DLOCK_EBUSY);
@@ -48,10 +48,10 @@ static void t_latch_basics(void) {
   CHECK_RC(dlock_latch_try_await(l, 120), DLOCK_EBUSY);
   CHECK(th_now_ms() - t0 >= 120);
   CHECK_RC(dlock_latch_count_down(l), 0);
-  CHECK_RC(dlock_latch_count(l, &n), 0);
+  CHECK_RC(dlock_latch_get_count(l, &n), 0);
   CHECK_EQ(n, 1);
   CHECK_RC(dlock_latch_count_down(l), 0);
-  CHECK_RC(dlock_latch_count(l, &n), 0);
+  CHECK_RC(dlock_latch_get_count(l, &n), 0);
   CHECK_EQ(n, 0);
   CHECK_EQ(th_cmd_int(&th_srv, "EXISTS latch:basic"), 0);
   /* Below zero: an error, and nothing written. */
@@ -163,22 +163,22 @@ static void t_leader_on_redis(void) {
   seen_leads sb = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
   CHECK_RC(dlock_leader_on_change(lb, on_lead, &sb), 0);
   char id[32];
-  CHECK_RC(dlock_leader_get_leader(la, id, sizeof id), 0); /* nobody */
+  CHECK_RC(dlock_leader_get_current(la, id, sizeof id), 0); /* nobody */
   CHECK_RC(dlock_leader_start(la), 0);
-  CHECK_RC(dlock_leader_await(la, 5000), 0);
+  CHECK_RC(dlock_leader_try_await(la, 5000), 0);
   uint64_t ta = 0, tb = 0, tb2 = 0;
   CHECK_RC(dlock_leader_token(la, &ta), 0);
   CHECK(ta > 0);
-  CHECK_RC(dlock_leader_get_leader(lb, id, sizeof id), 1);
+  CHECK_RC(dlock_leader_get_current(lb, id, sizeof id), 1);
   CHECK(strcmp(id, "node-A") == 0);
   CHECK_RC(dlock_leader_start(lb), 0);
-  CHECK_RC(dlock_leader_await(lb, 300), DLOCK_EBUSY);
+  CHECK_RC(dlock_leader_try_await(lb, 300), DLOCK_EBUSY);
   CHECK_EQ(leads(&sb), 0);
   dlock_leader_free(la); /* leaves: B leads */
-  CHECK_RC(dlock_leader_await(lb, 5000), 0);
+  CHECK_RC(dlock_leader_try_await(lb, 5000), 0);
   CHECK_RC(dlock_leader_token(lb, &tb), 0);
   CHECK(tb > ta);
-  CHECK_RC(dlock_leader_get_leader(lb, id, sizeof id), 1);
+  CHECK_RC(dlock_leader_get_current(lb, id, sizeof id), 1);
   CHECK(strcmp(id, "node-B") == 0);
   /* Deposed by a force release: told, joins again, leads again. */
   dlock_lock *f;

@@ -66,7 +66,7 @@ static void t_force_release_refuses_other_types(void) {
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "f:sem", NULL, &l), 0);
   CHECK_RC(dlock_lock_force_release(l), DLOCK_EWRONGTYPE);
-  CHECK_EQ(dlock_semaphore_available(s), 3);
+  CHECK_EQ(dlock_semaphore_get_available(s), 3);
   dlock_lock_free(l);
   dlock_semaphore_free(s);
   dlock_client_close(c);
@@ -192,7 +192,7 @@ static void t_permit_force_release_heard(void) {
   dlock_permits *pa, *pb;
   CHECK_RC(dlock_permits_new(a, "f:permits", &pa), 0);
   CHECK_RC(dlock_permits_new(b, "f:permits", &pb), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(pa, 1), 1);
+  CHECK_EQ(dlock_permits_try_set(pa, 1), 1);
   dlock_permits_on_lost(pa, on_permit_lost, NULL);
   reset_lost();
   char id[DLOCK_PERMIT_ID_LEN];
@@ -204,7 +204,7 @@ static void t_permit_force_release_heard(void) {
   CHECK_RC(dlock_permits_force_release(pb, id), 1);
   CHECK(th_wait_for(lost_called, NULL, 2000));
   CHECK(atomic_load(&lost_at) - t0 < 1000);
-  CHECK_EQ(dlock_permits_available(pb), 1);
+  CHECK_EQ(dlock_permits_get_available(pb), 1);
   CHECK_RC(dlock_permits_release(pa, id), DLOCK_ELOST);
   dlock_permits_free(pa);
   dlock_permits_free(pb);
@@ -248,7 +248,7 @@ static void t_fixed_lease_permit_lost_on_time(void) {
   CHECK(c != NULL);
   dlock_permits *p;
   CHECK_RC(dlock_permits_new(c, "f:fixedp", &p), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(p, 1), 1);
+  CHECK_EQ(dlock_permits_try_set(p, 1), 1);
   dlock_permits_on_lost(p, on_permit_lost, NULL);
   reset_lost();
   char id[DLOCK_PERMIT_ID_LEN];

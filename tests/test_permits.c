@@ -54,13 +54,13 @@ static void t_permits_basics(void) {
   dlock_permits *p;
   char a[DLOCK_PERMIT_ID_LEN], b[DLOCK_PERMIT_ID_LEN], x[DLOCK_PERMIT_ID_LEN];
   CHECK_RC(dlock_permits_new(c, "perm:basic", &p), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(p, 2), 1);
-  CHECK_EQ(dlock_permits_try_set_permits(p, 5), 0);
+  CHECK_EQ(dlock_permits_try_set(p, 2), 1);
+  CHECK_EQ(dlock_permits_try_set(p, 5), 0);
   CHECK_RC(dlock_permits_try_acquire(p, 0, 0, a), 0);
   CHECK_RC(dlock_permits_try_acquire(p, 0, 0, b), 0);
   CHECK(strcmp(a, b) != 0 && strlen(a) == 32);
   CHECK_RC(dlock_permits_try_acquire(p, 0, 0, x), DLOCK_EBUSY);
-  CHECK_EQ(dlock_permits_available(p), 0);
+  CHECK_EQ(dlock_permits_get_available(p), 0);
   /* Redisson's layout: 16-byte members of {perm:basic}:timeout. */
   CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {perm:basic}:timeout"), 2);
   redisReply *r = th_cmd(&th_srv, "ZRANGE {perm:basic}:timeout 0 0");
@@ -71,17 +71,17 @@ static void t_permits_basics(void) {
   CHECK_RC(dlock_permits_validity(p, a, &ms), 0);
   CHECK(ms > 20000); /* the 30 s watchdog lease */
   CHECK_RC(dlock_permits_release(p, a), 0);
-  CHECK_EQ(dlock_permits_available(p), 1);
+  CHECK_EQ(dlock_permits_get_available(p), 1);
   /* Misuse: each an error, nothing changed. */
   CHECK_RC(dlock_permits_release(p, a), DLOCK_ENOTOWNER); /* twice */
   CHECK_RC(dlock_permits_release(p, "00000000000000000000000000000000"),
            DLOCK_ENOTOWNER); /* never issued */
   CHECK_RC(dlock_permits_release(p, "not-an-id"), DLOCK_EINVAL);
   CHECK_RC(dlock_permits_release(p, NULL), DLOCK_EINVAL);
-  CHECK_EQ(dlock_permits_available(p), 1);
+  CHECK_EQ(dlock_permits_get_available(p), 1);
   CHECK_EQ(th_cmd_int(&th_srv, "ZCARD {perm:basic}:timeout"), 1);
   CHECK_RC(dlock_permits_release(p, b), 0);
-  CHECK_EQ(dlock_permits_available(p), 2);
+  CHECK_EQ(dlock_permits_get_available(p), 2);
   dlock_permits_free(p);
   dlock_client_close(c);
 }
@@ -95,19 +95,19 @@ static void t_permits_int_range(void) {
   dlock_permits *p;
   char a[DLOCK_PERMIT_ID_LEN];
   CHECK_RC(dlock_permits_new(c, "perm:range", &p), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(p, INT_MAX), 1);
+  CHECK_EQ(dlock_permits_try_set(p, INT_MAX), 1);
   CHECK_RC(dlock_permits_try_acquire(p, 0, 0, a), 0);
-  CHECK_RC(dlock_permits_add_permits(p, 1), DLOCK_ERANGE);
+  CHECK_RC(dlock_permits_add(p, 1), DLOCK_ERANGE);
   CHECK(strstr(dlock_client_errmsg(c), "perm:range") != NULL);
-  CHECK_EQ(dlock_permits_available(p), INT_MAX - 1);
+  CHECK_EQ(dlock_permits_get_available(p), INT_MAX - 1);
   CHECK_RC(dlock_permits_release(p, a), 0);
-  CHECK_EQ(dlock_permits_available(p), INT_MAX);
+  CHECK_EQ(dlock_permits_get_available(p), INT_MAX);
   redisReply *r = th_cmd(&th_srv, "SET perm:range 2147483648");
   if (r) freeReplyObject(r);
-  CHECK_RC(dlock_permits_available(p), DLOCK_ERANGE);
+  CHECK_RC(dlock_permits_get_available(p), DLOCK_ERANGE);
   CHECK(strstr(dlock_client_errmsg(c), "2147483648") != NULL);
-  CHECK_RC(dlock_permits_add_permits(p, -1), 0);
-  CHECK_EQ(dlock_permits_available(p), INT_MAX);
+  CHECK_RC(dlock_permits_add(p, -1), 0);
+  CHECK_EQ(dlock_permits_get_available(p), INT_MAX);
   dlock_permits_free(p);
   dlock_client_close(c);
 }
@@ -133,7 +133,7 @@ static void t_permits_release_wakes(void) {
   char id[DLOCK_PERMIT_ID_LEN];
   CHECK_RC(dlock_permits_new(a, "perm:wake", &pa), 0);
   CHECK_RC(dlock_permits_new(b, "perm:wake", &pb), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(pa, 1), 1);
+  CHECK_EQ(dlock_permits_try_set(pa, 1), 1);
   CHECK_RC(dlock_permits_try_acquire(pa, 0, 0, id), 0); /* 30 s lease */
   pwait w = {.p = pb, .rc = 99};
   pthread_t t;
@@ -165,7 +165,7 @@ static void t_permits_release_wakes(void) {
   freeReplyObject(th_cmd(&th_srv, "CONFIG RESETSTAT"));
   CHECK_RC(dlock_permits_release(pa, id), 0);
   CHECK_EQ(th_calls(&th_srv, "ping"), 0);
-  CHECK_EQ(dlock_permits_available(pa), 1);
+  CHECK_EQ(dlock_permits_get_available(pa), 1);
   dlock_permits_free(pa);
   dlock_permits_free(pb);
   dlock_client_close(a);
@@ -178,7 +178,7 @@ static void t_permits_fixed_lease_ends(void) {
   dlock_permits *p;
   char a[DLOCK_PERMIT_ID_LEN], b[DLOCK_PERMIT_ID_LEN];
   CHECK_RC(dlock_permits_new(c, "perm:lease", &p), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(p, 1), 1);
+  CHECK_EQ(dlock_permits_try_set(p, 1), 1);
   CHECK_RC(dlock_permits_try_acquire(p, 0, 200, a), 0);
   /* Waiting for the only permit: it comes back when its lease ends, with
    * no message, and the waiter gets it then. */
@@ -188,9 +188,9 @@ static void t_permits_fixed_lease_ends(void) {
   CHECK(took >= 150 && took < 1000);
   CHECK_RC(dlock_permits_validity(p, a, NULL), DLOCK_ELOST);
   CHECK_RC(dlock_permits_release(p, a), DLOCK_ELOST);
-  CHECK_EQ(dlock_permits_available(p), 0); /* b still holds the one */
+  CHECK_EQ(dlock_permits_get_available(p), 0); /* b still holds the one */
   CHECK_RC(dlock_permits_release(p, b), 0);
-  CHECK_EQ(dlock_permits_available(p), 1);
+  CHECK_EQ(dlock_permits_get_available(p), 1);
   dlock_permits_free(p);
   dlock_client_close(c);
 }
@@ -219,7 +219,7 @@ static void t_permits_crashed_holder_returns(void) {
   dlock_permits *p;
   char id[DLOCK_PERMIT_ID_LEN];
   CHECK_RC(dlock_permits_new(c, "perm:crash", &p), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(p, 1), 1);
+  CHECK_EQ(dlock_permits_try_set(p, 1), 1);
   CHECK(th_wait_for(child_holds, NULL, 5000));
   /* Renewed while its holder lives: three leases later, still taken. */
   CHECK_RC(dlock_permits_try_acquire(p, 1800, 0, id), DLOCK_EBUSY);
@@ -258,7 +258,7 @@ static void t_permits_loss_reported(void) {
   lost_rec rec = {0};
   CHECK_RC(dlock_permits_new(c, "perm:lost", &p), 0);
   dlock_permits_on_lost(p, on_permit_lost, &rec);
-  CHECK_EQ(dlock_permits_try_set_permits(p, 1), 1);
+  CHECK_EQ(dlock_permits_try_set(p, 1), 1);
   CHECK_RC(dlock_permits_try_acquire(p, 0, 0, id), 0);
   /* Someone takes the permit away on the server. */
   CHECK_EQ(th_cmd_int(&th_srv, "DEL {perm:lost}:timeout"), 1);
@@ -276,7 +276,7 @@ static void t_permits_interop(void) {
   dlock_permits *p;
   char id[DLOCK_PERMIT_ID_LEN];
   CHECK_RC(dlock_permits_new(c, "perm:java", &p), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(p, 2), 1);
+  CHECK_EQ(dlock_permits_try_set(p, 2), 1);
   /* Redisson takes one, with its own 16-byte id and a lease in 60 s. */
   struct timeval tv;
   gettimeofday(&tv, NULL);
@@ -289,9 +289,9 @@ static void t_permits_interop(void) {
              REDISSON_PERMIT_ACQUIRE, now + 60000, now, jid, sizeof jid);
   CHECK(r && r->str && strcmp(r->str, "OK") == 0); /* a bulk "OK" */
   freeReplyObject(r);
-  CHECK_EQ(dlock_permits_available(p), 1);
+  CHECK_EQ(dlock_permits_get_available(p), 1);
   CHECK_RC(dlock_permits_try_acquire(p, 0, 0, id), 0);
-  CHECK_EQ(dlock_permits_available(p), 0);
+  CHECK_EQ(dlock_permits_get_available(p), 0);
   /* Now Redisson finds none, and tells the nearest lease end. */
   r = th_cmd(&th_srv,
              "EVAL %s 3 perm:java {perm:java}:timeout "
@@ -307,13 +307,49 @@ static void t_permits_interop(void) {
   for (int i = 0; i < 16; i++)
     snprintf(hex + 2 * i, 3, "%02x", (unsigned char)jid[i]);
   CHECK_RC(dlock_permits_release(p, hex), 0);
-  CHECK_EQ(dlock_permits_available(p), 1);
+  CHECK_EQ(dlock_permits_get_available(p), 1);
   CHECK_RC(dlock_permits_release(p, id), 0);
-  CHECK_EQ(dlock_permits_available(p), 2);
+  CHECK_EQ(dlock_permits_get_available(p), 2);
   dlock_permits_free(p);
   dlock_client_close(c);
 }
 
-TH_MAIN(T(t_permits_basics), T(t_permits_int_range), T(t_permits_release_wakes),
-        T(t_permits_fixed_lease_ends), T(t_permits_crashed_holder_returns),
-        T(t_permits_loss_reported), T(t_permits_interop))
+/* The names 0.3 renamed still link and do what their replacements do (a
+ * program built against 0.2's header runs unchanged). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static void t_names_of_0_2(void) {
+  dlock_client *c = client_with_lease(0);
+  CHECK(c != NULL);
+  dlock_permits *p;
+  CHECK_RC(dlock_permits_new(c, "perm:old", &p), 0);
+  CHECK_EQ(dlock_permits_try_set_permits(p, 2), 1);
+  CHECK_RC(dlock_permits_add_permits(p, 1), 0);
+  CHECK_EQ(dlock_permits_available(p), 3);
+  dlock_permits_free(p);
+  dlock_semaphore *s;
+  CHECK_RC(dlock_semaphore_new(c, "sem:old", &s), 0);
+  CHECK_EQ(dlock_semaphore_try_set_permits(s, 4), 1);
+  CHECK_EQ(dlock_semaphore_available(s), 4);
+  dlock_semaphore_free(s);
+  dlock_latch *l;
+  CHECK_RC(dlock_latch_new(c, "latch:old", &l), 0);
+  CHECK_EQ(dlock_latch_try_set_count(l, 5), 1);
+  int64_t n = 0;
+  CHECK_RC(dlock_latch_count(l, &n), 0);
+  CHECK_EQ(n, 5);
+  dlock_latch_free(l);
+  dlock_leader *ld;
+  CHECK_RC(dlock_leader_new(c, "lead:old", "me", &ld), 0);
+  char who[64];
+  CHECK_EQ(dlock_leader_get_leader(ld, who, sizeof who), 0);
+  CHECK_RC(dlock_leader_await(ld, 0), DLOCK_EINVAL); /* not started */
+  dlock_leader_free(ld);
+  dlock_client_close(c);
+}
+#pragma GCC diagnostic pop
+
+TH_MAIN(T(t_names_of_0_2), T(t_permits_basics), T(t_permits_int_range),
+        T(t_permits_release_wakes), T(t_permits_fixed_lease_ends),
+        T(t_permits_crashed_holder_returns), T(t_permits_loss_reported),
+        T(t_permits_interop))

@@ -29,26 +29,26 @@ static void t_semaphore_basics(void) {
   CHECK(c != NULL);
   dlock_semaphore *s;
   CHECK_RC(dlock_semaphore_new(c, "sem:basic", &s), 0);
-  CHECK_EQ(dlock_semaphore_available(s), 0); /* never set */
+  CHECK_EQ(dlock_semaphore_get_available(s), 0); /* never set */
   CHECK_RC(dlock_semaphore_try_acquire(s, 1, 0), DLOCK_EBUSY);
   CHECK_EQ(dlock_semaphore_try_set_permits(s, 3), 1);
   CHECK_EQ(dlock_semaphore_try_set_permits(s, 9), 0); /* already set */
-  CHECK_EQ(dlock_semaphore_available(s), 3);
+  CHECK_EQ(dlock_semaphore_get_available(s), 3);
   CHECK_RC(dlock_semaphore_try_acquire(s, 2, 0), 0);
-  CHECK_EQ(dlock_semaphore_available(s), 1);
+  CHECK_EQ(dlock_semaphore_get_available(s), 1);
   CHECK_RC(dlock_semaphore_try_acquire(s, 2, 0), DLOCK_EBUSY);
-  CHECK_EQ(dlock_semaphore_available(s), 1); /* a failed take takes none */
+  CHECK_EQ(dlock_semaphore_get_available(s), 1); /* a failed take takes none */
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_semaphore_try_acquire(s, 2, 150), DLOCK_EBUSY);
   CHECK(th_now_ms() - t0 >= 150);
   CHECK_RC(dlock_semaphore_release(s, 2), 0);
-  CHECK_EQ(dlock_semaphore_available(s), 3);
+  CHECK_EQ(dlock_semaphore_get_available(s), 3);
   CHECK_EQ(dlock_semaphore_drain(s), 3);
-  CHECK_EQ(dlock_semaphore_available(s), 0);
+  CHECK_EQ(dlock_semaphore_get_available(s), 0);
   CHECK_RC(dlock_semaphore_add_permits(s, 2), 0);
-  CHECK_EQ(dlock_semaphore_available(s), 2);
+  CHECK_EQ(dlock_semaphore_get_available(s), 2);
   CHECK_RC(dlock_semaphore_add_permits(s, -2), 0);
-  CHECK_EQ(dlock_semaphore_available(s), 0);
+  CHECK_EQ(dlock_semaphore_get_available(s), 0);
   dlock_semaphore_free(s);
   dlock_client_close(c);
 }
@@ -65,22 +65,22 @@ static void t_semaphore_int_range(void) {
   CHECK_RC(dlock_semaphore_add_permits(s, 1), DLOCK_ERANGE);
   CHECK(strstr(dlock_client_errmsg(c), "sem:range") != NULL);
   CHECK_RC(dlock_semaphore_release(s, 1), DLOCK_ERANGE);
-  CHECK_EQ(dlock_semaphore_available(s), INT_MAX); /* nothing changed */
+  CHECK_EQ(dlock_semaphore_get_available(s), INT_MAX); /* nothing changed */
   CHECK_RC(dlock_semaphore_add_permits(s, -1), 0);
   CHECK_RC(dlock_semaphore_release(s, 1), 0);
-  CHECK_EQ(dlock_semaphore_available(s), INT_MAX);
+  CHECK_EQ(dlock_semaphore_get_available(s), INT_MAX);
   /* Below zero, down to INT_MIN and no further. */
   CHECK_EQ(dlock_semaphore_drain(s), INT_MAX);
   CHECK_RC(dlock_semaphore_add_permits(s, INT_MIN), 0);
   CHECK_RC(dlock_semaphore_add_permits(s, -1), DLOCK_ERANGE);
   CHECK_RC(dlock_semaphore_add_permits(s, INT_MAX), 0);
   CHECK_RC(dlock_semaphore_add_permits(s, 1), 0);
-  CHECK_EQ(dlock_semaphore_available(s), 0);
+  CHECK_EQ(dlock_semaphore_get_available(s), 0);
   /* A count set past an int by another client: said so, and a drain
    * refused without taking anything; a change towards an int works. */
   redisReply *r = th_cmd(&th_srv, "SET sem:range 2147483648");
   if (r) freeReplyObject(r);
-  CHECK_RC(dlock_semaphore_available(s), DLOCK_ERANGE);
+  CHECK_RC(dlock_semaphore_get_available(s), DLOCK_ERANGE);
   CHECK(strstr(dlock_client_errmsg(c), "2147483648") != NULL);
   CHECK_RC(dlock_semaphore_drain(s), DLOCK_ERANGE);
   CHECK(strstr(dlock_client_errmsg(c), "2147483648") != NULL);
@@ -90,7 +90,7 @@ static void t_semaphore_int_range(void) {
         strcmp(r->str, "2147483648") == 0);
   if (r) freeReplyObject(r);
   CHECK_RC(dlock_semaphore_try_acquire(s, 1, 0), 0);
-  CHECK_EQ(dlock_semaphore_available(s), INT_MAX);
+  CHECK_EQ(dlock_semaphore_get_available(s), INT_MAX);
   dlock_semaphore_free(s);
   dlock_client_close(c);
 }
@@ -107,7 +107,7 @@ static void t_semaphore_misuse(void) {
   CHECK_RC(dlock_semaphore_try_acquire(s, -1, 0), DLOCK_EINVAL);
   CHECK_RC(dlock_semaphore_release(s, 0), DLOCK_EINVAL);
   CHECK_RC(dlock_semaphore_try_set_permits(s, -1), DLOCK_EINVAL);
-  CHECK_EQ(dlock_semaphore_available(s), 2); /* unchanged */
+  CHECK_EQ(dlock_semaphore_get_available(s), 2); /* unchanged */
   /* A key of another type: an error, and the key untouched. */
   th_cmd_int(&th_srv, "HSET sem:hash a 1");
   dlock_semaphore *h;
@@ -187,7 +187,7 @@ static void t_semaphore_admission(void) {
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   }
   CHECK_EQ(th_cmd_int(&th_srv, "EXISTS sem:violation"), 0);
-  CHECK_EQ(dlock_semaphore_available(s), PERMITS); /* all given back */
+  CHECK_EQ(dlock_semaphore_get_available(s), PERMITS); /* all given back */
   dlock_semaphore_free(s);
   dlock_client_close(c);
 }
@@ -245,14 +245,14 @@ static void t_semaphore_release_wakes(void) {
   CHECK_RC(dlock_semaphore_release(rs, 2), 0);
   count_arg two = {w, 3, 2};
   CHECK(th_wait_for(n_done, &two, 2000));
-  CHECK_EQ(dlock_semaphore_available(rs), 0);
+  CHECK_EQ(dlock_semaphore_get_available(rs), 0);
   CHECK_RC(dlock_semaphore_release(rs, 1), 0);
   for (int i = 0; i < 3; i++) {
     pthread_join(t[i], NULL);
     CHECK_RC(w[i].rc, 0);
     CHECK(w[i].done_at - t0 < 500); /* woken, not timed out (10 s) */
   }
-  CHECK_EQ(dlock_semaphore_available(rs), 0);
+  CHECK_EQ(dlock_semaphore_get_available(rs), 0);
   dlock_semaphore_free(ws);
   dlock_semaphore_free(rs);
   dlock_client_close(wc);
@@ -297,7 +297,7 @@ static void t_semaphore_contended_release_pings_first(void) {
   freeReplyObject(th_cmd(&th_srv, "CONFIG RESETSTAT"));
   CHECK_RC(dlock_semaphore_release(sa, 1), 0);
   CHECK_EQ(th_calls(&th_srv, "ping"), 0);
-  CHECK_EQ(dlock_semaphore_available(sa), 1);
+  CHECK_EQ(dlock_semaphore_get_available(sa), 1);
   dlock_semaphore_free(sa);
   dlock_semaphore_free(sb);
   dlock_client_close(a);

@@ -172,7 +172,7 @@ static int sem(dlock_client *c, int op) {
   case 1: e = dlock_semaphore_try_acquire(s, 1, 0); break;
   case 2: e = dlock_semaphore_add_permits(s, 1); break;
   case 3: e = dlock_semaphore_release(s, 1); break;
-  case 4: e = dlock_semaphore_available(s); break;
+  case 4: e = dlock_semaphore_get_available(s); break;
   default: e = dlock_semaphore_drain(s);
   }
   dlock_semaphore_free(s);
@@ -203,10 +203,10 @@ static int permits(dlock_client *c, int op) {
   int e = dlock_permits_new(c, NAME, &p);
   if (e != 0) return 1000 + e;
   switch (op) {
-  case 0: e = dlock_permits_try_set_permits(p, 2); break;
+  case 0: e = dlock_permits_try_set(p, 2); break;
   case 1: e = dlock_permits_try_acquire(p, 0, 0, id); break;
-  case 2: e = dlock_permits_add_permits(p, 1); break;
-  case 3: e = dlock_permits_available(p); break;
+  case 2: e = dlock_permits_add(p, 1); break;
+  case 3: e = dlock_permits_get_available(p); break;
   default:
     e = dlock_permits_force_release(p, "00112233445566778899aabbccddeeff");
   }
@@ -238,7 +238,7 @@ static int latch(dlock_client *c, int op) {
   switch (op) {
   case 0: e = dlock_latch_try_set_count(l, 2); break;
   case 1: e = dlock_latch_count_down(l); break;
-  case 2: e = dlock_latch_count(l, &n); break;
+  case 2: e = dlock_latch_get_count(l, &n); break;
   default: e = dlock_latch_try_await(l, 0);
   }
   dlock_latch_free(l);
@@ -298,7 +298,7 @@ static int c_elect(dlock_client *c) {
   int e = dlock_leader_new(c, NAME, "me", &l);
   if (e != 0) return 1000 + e;
   e = dlock_leader_start(l);
-  if (e == 0) e = dlock_leader_await(l, 3000);
+  if (e == 0) e = dlock_leader_try_await(l, 3000);
   dlock_leader_free(l);
   return e;
 }

@@ -338,12 +338,12 @@ static void t_zk_leader(void) {
   CHECK_RC(dlock_leader_new(b, "/el/x", "node-B", &lb), 0);
   seen_changes sb = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
   CHECK_RC(dlock_leader_on_change(lb, on_change, &sb), 0);
-  CHECK_RC(dlock_leader_await(la, 0), DLOCK_EINVAL); /* not started */
+  CHECK_RC(dlock_leader_try_await(la, 0), DLOCK_EINVAL); /* not started */
   char id[64];
-  CHECK_RC(dlock_leader_get_leader(la, id, sizeof id), 0); /* nobody */
+  CHECK_RC(dlock_leader_get_current(la, id, sizeof id), 0); /* nobody */
   CHECK_RC(dlock_leader_start(la), 0);
   CHECK_RC(dlock_leader_start(la), DLOCK_EINVAL);
-  CHECK_RC(dlock_leader_await(la, 5000), 0);
+  CHECK_RC(dlock_leader_try_await(la, 5000), 0);
   CHECK_EQ(dlock_leader_has_leadership(la), 1);
   uint64_t ta = 0, tb = 0;
   CHECK_RC(dlock_leader_token(la, &ta), 0);
@@ -358,17 +358,17 @@ static void t_zk_leader(void) {
   CHECK_EQ(ta, (uint64_t)st.czxid);
   CHECK(st.ephemeralOwner != 0);
   CHECK_RC(dlock_leader_start(lb), 0);
-  CHECK_RC(dlock_leader_await(lb, 300), DLOCK_EBUSY);
+  CHECK_RC(dlock_leader_try_await(lb, 300), DLOCK_EBUSY);
   CHECK_EQ(dlock_leader_has_leadership(lb), 0);
   CHECK_RC(dlock_leader_token(lb, &tb), DLOCK_ENOTOWNER);
-  CHECK_RC(dlock_leader_get_leader(lb, id, sizeof id), 1);
+  CHECK_RC(dlock_leader_get_current(lb, id, sizeof id), 1);
   CHECK(strcmp(id, "node-A") == 0);
   CHECK_EQ(changes(&sb), 0);
   dlock_leader_free(la); /* leaves: B is elected */
-  CHECK_RC(dlock_leader_await(lb, 5000), 0);
+  CHECK_RC(dlock_leader_try_await(lb, 5000), 0);
   CHECK_RC(dlock_leader_token(lb, &tb), 0);
   CHECK(tb > ta);
-  CHECK_RC(dlock_leader_get_leader(lb, id, sizeof id), 1);
+  CHECK_RC(dlock_leader_get_current(lb, id, sizeof id), 1);
   CHECK(strcmp(id, "node-B") == 0);
   CHECK_EQ(changes(&sb), 1);
   CHECK_EQ(sb.v[0], 1);
@@ -433,7 +433,7 @@ static void leader_child(const th_zk *zk, int fd) {
   if (c == NULL || dlock_leader_new(c, "/el/exp", "paused", &l) != 0) _exit(2);
   dlock_leader_on_change(l, on_change, &s);
   uint64_t tok = 0;
-  if (dlock_leader_start(l) != 0 || dlock_leader_await(l, 5000) != 0 ||
+  if (dlock_leader_start(l) != 0 || dlock_leader_try_await(l, 5000) != 0 ||
       dlock_leader_token(l, &tok) != 0)
     _exit(3);
   if (write(fd, &tok, sizeof tok) != sizeof tok) _exit(4);
@@ -447,7 +447,7 @@ static void leader_child(const th_zk *zk, int fd) {
     code = 20;
   /* The step-down may come first from the lost connection, the session's
    * expiry once reconnected: then in again, behind the new leader. */
-  else if (dlock_leader_await(l, 1500) != DLOCK_EBUSY)
+  else if (dlock_leader_try_await(l, 1500) != DLOCK_EBUSY)
     code = 30;
   else if (dlock_client_ping(c) != 0)
     code = 40;
@@ -478,7 +478,7 @@ static void t_zk_leader_expiry(void) {
   dlock_leader *lb;
   CHECK_RC(dlock_leader_new(b, "/el/exp", "next", &lb), 0);
   CHECK_RC(dlock_leader_start(lb), 0);
-  CHECK_RC(dlock_leader_await(lb, 10000), 0);
+  CHECK_RC(dlock_leader_try_await(lb, 10000), 0);
   uint64_t tb = 0;
   CHECK_RC(dlock_leader_token(lb, &tb), 0);
   CHECK(tb > tok);
@@ -519,9 +519,9 @@ static void t_zk_permits(void) {
   dlock_permits *pa, *pb;
   CHECK_RC(dlock_permits_new(a, "/sem/x", &pa), 0);
   CHECK_RC(dlock_permits_new(b, "/sem/x", &pb), 0);
-  CHECK_EQ(dlock_permits_available(pa), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(pa, 2), 1);
-  CHECK_EQ(dlock_permits_try_set_permits(pb, 5), 0);
+  CHECK_EQ(dlock_permits_get_available(pa), 0);
+  CHECK_EQ(dlock_permits_try_set(pa, 2), 1);
+  CHECK_EQ(dlock_permits_try_set(pb, 5), 0);
   char data[16];
   int dlen = (int)sizeof data - 1;
   struct Stat st;
@@ -545,7 +545,7 @@ static void t_zk_permits(void) {
   CHECK(node[0] != '\0');
   CHECK_RC(zoo_exists(zh, node, 0, &st), ZOK);
   CHECK(st.ephemeralOwner != 0);
-  CHECK_EQ(dlock_permits_available(pa), 0);
+  CHECK_EQ(dlock_permits_get_available(pa), 0);
   char id3[DLOCK_PERMIT_ID_LEN];
   CHECK_RC(dlock_permits_try_acquire(pb, 0, 0, id3), DLOCK_EBUSY);
   CHECK_EQ(marked(zh, "/sem/x/leases", "lease-"), 2);
@@ -570,17 +570,17 @@ static void t_zk_permits(void) {
   /* Force release by another client: the holder's lease goes. */
   CHECK_EQ(dlock_permits_force_release(pa, id2), 1);
   CHECK_EQ(dlock_permits_force_release(pa, id2), 0);
-  CHECK_EQ(dlock_permits_available(pa), 1);
-  CHECK_RC(dlock_permits_add_permits(pa, 2), 0);
-  CHECK_EQ(dlock_permits_available(pb), 3);
+  CHECK_EQ(dlock_permits_get_available(pa), 1);
+  CHECK_RC(dlock_permits_add(pa, 2), 0);
+  CHECK_EQ(dlock_permits_get_available(pb), 3);
   /* The API counts in an int: past it, refused and nothing changed; a
    * count set past it by another client is said to be that. */
-  CHECK_RC(dlock_permits_add_permits(pa, INT_MAX), DLOCK_ERANGE);
-  CHECK_EQ(dlock_permits_available(pb), 3);
+  CHECK_RC(dlock_permits_add(pa, INT_MAX), DLOCK_ERANGE);
+  CHECK_EQ(dlock_permits_get_available(pb), 3);
   CHECK_EQ(zoo_set(zh, "/sem/x", "2147483649", 10, -1), ZOK);
-  CHECK_RC(dlock_permits_available(pa), DLOCK_ERANGE);
-  CHECK_RC(dlock_permits_add_permits(pa, -2147483645), 0);
-  CHECK_EQ(dlock_permits_available(pb), 3);
+  CHECK_RC(dlock_permits_get_available(pa), DLOCK_ERANGE);
+  CHECK_RC(dlock_permits_add(pa, -2147483645), 0);
+  CHECK_EQ(dlock_permits_get_available(pb), 3);
   CHECK_RC(dlock_permits_release(pb, w.id), 0);
   CHECK_EQ(marked(zh, "/sem/x/leases", "lease-"), 0);
   /* Redisson's counting semaphore has no ZooKeeper recipe. */
@@ -625,7 +625,7 @@ static void t_zk_async(void) {
   dlock_leader *lw;
   char who[64];
   CHECK_RC(dlock_leader_new(ac, "/as/el", "w", &lw), 0);
-  CHECK_RC(dlock_leader_get_leader(lw, who, sizeof who), DLOCK_EINVAL);
+  CHECK_RC(dlock_leader_get_current(lw, who, sizeof who), DLOCK_EINVAL);
   dlock_leader_free(lw);
   CHECK_EQ(children(zh, "/as", NULL, 0), -1);
   CHECK_RC(dlock_lock_try_acquire(h, 0, 0, &ht), 0);
@@ -671,7 +671,7 @@ static void t_zk_async(void) {
   dlock_permits *p;
   CHECK_RC(dlock_permits_new(ac, "/as/sem", &p), 0);
   td_got ps = {0}, pa = {0};
-  CHECK_RC(dlock_permits_try_set_permits_async(p, 1, td_on_done, &ps, NULL), 0);
+  CHECK_RC(dlock_permits_try_set_async(p, 1, td_on_done, &ps, NULL), 0);
   CHECK(td_run_until(&t, &ps.calls, 5000));
   CHECK_RC(ps.rc, 1);
   char id[DLOCK_PERMIT_ID_LEN];
@@ -756,7 +756,7 @@ static void t_zk_force_heard(void) {
   dlock_permits *pa, *pb;
   CHECK_RC(dlock_permits_new(a, "/fr/sem", &pa), 0);
   CHECK_RC(dlock_permits_new(b, "/fr/sem", &pb), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(pa, 1), 1);
+  CHECK_EQ(dlock_permits_try_set(pa, 1), 1);
   lost_seen ps = {0};
   dlock_permits_on_lost(pa, on_permit_lost_at, &ps);
   char id[DLOCK_PERMIT_ID_LEN];
@@ -871,7 +871,7 @@ static void t_zk_foreign_nodes(void) {
                       0), ZOK);
   dlock_permits *sem;
   CHECK_RC(dlock_permits_new(c, "/sem", &sem), 0);
-  CHECK_EQ(dlock_permits_try_set_permits(sem, 2), 1);
+  CHECK_EQ(dlock_permits_try_set(sem, 2), 1);
   dlock_lock *held;
   CHECK_RC(dlock_lock_new(c, "/lk", NULL, &held), 0);
   uint64_t tok;
@@ -909,9 +909,9 @@ static void t_zk_foreign_nodes(void) {
       CHECK_RC(dlock_lock_force_release(l), DLOCK_EWRONGTYPE);
     }
     if (!rows[i].semaphore) {
-      CHECK_RC(dlock_permits_try_set_permits(p, 2), DLOCK_EWRONGTYPE);
+      CHECK_RC(dlock_permits_try_set(p, 2), DLOCK_EWRONGTYPE);
       CHECK(strstr(dlock_client_errmsg(c), "not a semaphore") != NULL);
-      CHECK_RC(dlock_permits_add_permits(p, 1), DLOCK_EWRONGTYPE);
+      CHECK_RC(dlock_permits_add(p, 1), DLOCK_EWRONGTYPE);
       char id[DLOCK_PERMIT_ID_LEN];
       CHECK_RC(dlock_permits_try_acquire(p, 0, 0, id), DLOCK_EWRONGTYPE);
     }
@@ -952,7 +952,7 @@ typedef struct sd_waiter {
 static void *wait_lock(void *p) {
   sd_waiter *w = p;
   uint64_t tok;
-  atomic_store(&w->rc, w->ld ? dlock_leader_await(w->ld, 20000)
+  atomic_store(&w->rc, w->ld ? dlock_leader_try_await(w->ld, 20000)
                              : dlock_lock_try_acquire(w->l, 20000, 0, &tok));
   atomic_store(&w->done, 1);
   return NULL;
@@ -975,7 +975,7 @@ static void t_zk_shutdown_waiter(void) {
   CHECK_RC(dlock_leader_new(a, "/sw/el", "a", &la), 0);
   CHECK_RC(dlock_leader_new(b, "/sw/el", "b", &lb), 0);
   CHECK_RC(dlock_leader_start(la), 0);
-  CHECK_RC(dlock_leader_await(la, 5000), 0);
+  CHECK_RC(dlock_leader_try_await(la, 5000), 0);
   CHECK_RC(dlock_leader_start(lb), 0);
   sd_waiter w = {.l = l}, e = {.ld = lb};
   pthread_t tw, te;
@@ -1674,7 +1674,7 @@ static void renewed_child(const th_zk *zk, int out, int in) {
   dlock_leader *standby;
   if (dlock_leader_new(a, "/sess/el", "a", &standby) != 0 ||
       dlock_leader_start(standby) != 0 ||
-      dlock_leader_await(standby, 300) != DLOCK_EBUSY)
+      dlock_leader_try_await(standby, 300) != DLOCK_EBUSY)
     _exit(7);
   if (write(out, &byte, 1) != 1) _exit(8); /* pause me */
   int code = 0;
@@ -1695,12 +1695,12 @@ static void renewed_child(const th_zk *zk, int out, int in) {
     code = 16;
   /* The standby is still in the election (not "gone"), behind the
    * parent, and leads once the parent leaves. */
-  else if (dlock_leader_await(standby, 300) != DLOCK_EBUSY)
+  else if (dlock_leader_try_await(standby, 300) != DLOCK_EBUSY)
     code = 17;
   byte = (char)code;
   if (write(out, &byte, 1) != 1) _exit(9);
   if (code == 0 && read(in, &byte, 1) != 1) _exit(18); /* parent left */
-  if (code == 0 && dlock_leader_await(standby, 10000) != 0) code = 19;
+  if (code == 0 && dlock_leader_try_await(standby, 10000) != 0) code = 19;
   if (code)
     fprintf(stderr, "    child: %d: %s\n", code, dlock_client_errmsg(a));
   dlock_leader_free(standby);
@@ -1737,7 +1737,7 @@ static void t_zk_session_renewed(void) {
   dlock_leader *lead;
   CHECK_RC(dlock_leader_new(b, "/sess/el", "b", &lead), 0);
   CHECK_RC(dlock_leader_start(lead), 0);
-  CHECK_RC(dlock_leader_await(lead, 5000), 0);
+  CHECK_RC(dlock_leader_try_await(lead, 5000), 0);
   CHECK(write(down[1], &byte, 1) == 1);
   CHECK(read(up[0], &byte, 1) == 1); /* the child stands by */
   kill(pid, SIGSTOP);

@@ -132,7 +132,7 @@ static void *acquire_thread(void *p) {
   acq *a = p;
   if (a->leader) {
     a->rc = dlock_leader_start(a->leader);
-    if (a->rc == 0) a->rc = dlock_leader_await(a->leader, a->wait_ms);
+    if (a->rc == 0) a->rc = dlock_leader_try_await(a->leader, a->wait_ms);
     if (a->rc == 0) a->rc = dlock_leader_token(a->leader, &a->token);
   } else if (a->permits) {
     a->rc = dlock_permits_try_acquire(a->permits, a->wait_ms, a->lease_ms,
@@ -230,7 +230,7 @@ static void show_waiting(dlock_lock *l, dlock_leader *ld, const char *name,
   double waited = (double)(mono_ms() - since) / 1000;
   if (ld) {
     char who[200];
-    if (dlock_leader_get_leader(ld, who, sizeof who) == 1)
+    if (dlock_leader_get_current(ld, who, sizeof who) == 1)
       snprintf(line, sizeof line, "waiting to lead %s (%.0fs): the leader "
                "is %s", name, waited, who[0] ? who : "(no id)");
     else
@@ -458,8 +458,7 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
   } else if (permits > 0) {
     /* At most `permits` holders: the first user sets the count. */
     e = dlock_permits_new(c, name, &a.permits);
-    if (e == 0 && (e = dlock_permits_try_set_permits(a.permits, permits)) > 0)
-      e = 0;
+    if (e == 0 && (e = dlock_permits_try_set(a.permits, permits)) > 0) e = 0;
     if (e == 0) dlock_permits_on_lost(a.permits, on_permit_lost, NULL);
   } else {
     if (rd || wr) {
@@ -527,7 +526,7 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
     if (a.rc == DLOCK_EBUSY) {
       char lid[200];
       if (g->verbose >= 0 && a.leader) {
-        if (dlock_leader_get_leader(a.leader, lid, sizeof lid) == 1)
+        if (dlock_leader_get_current(a.leader, lid, sizeof lid) == 1)
           cli_err("not elected to lead %s in time: the leader is %s", name,
                   lid[0] ? lid : "(no id)");
         else

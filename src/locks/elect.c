@@ -204,7 +204,7 @@ int dlock_leader_start(dlock_leader *l) {
   return rc;
 }
 
-int dlock_leader_await(dlock_leader *l, int64_t wait_ms) {
+int dlock_leader_try_await(dlock_leader *l, int64_t wait_ms) {
   if (l == NULL) return DLOCK_EINVAL;
   int64_t deadline = dl_deadline(wait_ms);
   pthread_mutex_lock(&l->mu);
@@ -256,7 +256,7 @@ int dlock_leader_token(dlock_leader *l, uint64_t *token) {
   return leader ? 0 : DLOCK_ENOTOWNER;
 }
 
-int dlock_leader_get_leader(dlock_leader *l, char *buf, size_t len) {
+int dlock_leader_get_current(dlock_leader *l, char *buf, size_t len) {
   if (l == NULL) return DLOCK_EINVAL;
   if (buf == NULL && len > 0)
     return dl_seterr(l->c, DLOCK_EINVAL, "buf is NULL (len %zu)", len);

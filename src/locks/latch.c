@@ -109,7 +109,7 @@ int dlock_latch_count_down(dlock_latch *l) {
   return dl_sync_go(down_call(l, &q), l, &q);
 }
 
-int dlock_latch_count(dlock_latch *l, int64_t *count) {
+int dlock_latch_get_count(dlock_latch *l, int64_t *count) {
   if (count == NULL)
     return l ? dl_seterr(l->h.c, DLOCK_EINVAL, "count is NULL") : DLOCK_EINVAL;
   dl_sync_call q;
@@ -142,8 +142,8 @@ int dlock_latch_count_down_async(dlock_latch *l, dlock_done_cb cb, void *ud,
   return dl_sync_go_async(down_call(l, &q), l, &q, cb, ud, op);
 }
 
-int dlock_latch_count_async(dlock_latch *l, dlock_done_cb cb, void *ud,
-                            dlock_op **op) {
+int dlock_latch_get_count_async(dlock_latch *l, dlock_done_cb cb, void *ud,
+                                dlock_op **op) {
   dl_sync_call q;
   return dl_sync_go_async(count_call(l, &q), l, &q, cb, ud, op);
 }

@@ -239,17 +239,17 @@ static int acquire_call(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
   return 0;
 }
 
-int dlock_permits_try_set_permits(dlock_permits *p, int permits) {
+int dlock_permits_try_set(dlock_permits *p, int permits) {
   dl_sync_call q;
   return dl_sync_go(set_call(p, permits, &q), p, &q);
 }
 
-int dlock_permits_add_permits(dlock_permits *p, int permits) {
+int dlock_permits_add(dlock_permits *p, int permits) {
   dl_sync_call q;
   return dl_sync_go(add_call(p, permits, &q), p, &q);
 }
 
-int dlock_permits_available(dlock_permits *p) {
+int dlock_permits_get_available(dlock_permits *p) {
   dl_sync_call q;
   return dl_sync_go(available_call(p, &q), p, &q);
 }
@@ -281,22 +281,20 @@ int dlock_permits_force_release(dlock_permits *p, const char *id) {
 }
 
 /* ---- on the event loop ---- */
-int dlock_permits_try_set_permits_async(dlock_permits *p, int permits,
-                                        dlock_done_cb cb, void *ud,
-                                        dlock_op **op) {
+int dlock_permits_try_set_async(dlock_permits *p, int permits, dlock_done_cb cb,
+                                void *ud, dlock_op **op) {
   dl_sync_call q;
   return dl_sync_go_async(set_call(p, permits, &q), p, &q, cb, ud, op);
 }
 
-int dlock_permits_add_permits_async(dlock_permits *p, int permits,
-                                    dlock_done_cb cb, void *ud,
-                                    dlock_op **op) {
+int dlock_permits_add_async(dlock_permits *p, int permits, dlock_done_cb cb,
+                            void *ud, dlock_op **op) {
   dl_sync_call q;
   return dl_sync_go_async(add_call(p, permits, &q), p, &q, cb, ud, op);
 }
 
-int dlock_permits_available_async(dlock_permits *p, dlock_done_cb cb,
-                                  void *ud, dlock_op **op) {
+int dlock_permits_get_available_async(dlock_permits *p, dlock_done_cb cb,
+                                      void *ud, dlock_op **op) {
   dl_sync_call q;
   return dl_sync_go_async(available_call(p, &q), p, &q, cb, ud, op);
 }

@@ -121,7 +121,7 @@ int dlock_semaphore_drain(dlock_semaphore *s) {
   return dl_sync_go(drain_call(s, &q), s, &q);
 }
 
-int dlock_semaphore_available(dlock_semaphore *s) {
+int dlock_semaphore_get_available(dlock_semaphore *s) {
   dl_sync_call q;
   return dl_sync_go(available_call(s, &q), s, &q);
 }
@@ -162,8 +162,8 @@ int dlock_semaphore_drain_async(dlock_semaphore *s, dlock_done_cb cb,
   return dl_sync_go_async(drain_call(s, &q), s, &q, cb, ud, op);
 }
 
-int dlock_semaphore_available_async(dlock_semaphore *s, dlock_done_cb cb,
-                                    void *ud, dlock_op **op) {
+int dlock_semaphore_get_available_async(dlock_semaphore *s, dlock_done_cb cb,
+                                        void *ud, dlock_op **op) {
   dl_sync_call q;
   return dl_sync_go_async(available_call(s, &q), s, &q, cb, ud, op);
 }

@@ -143,7 +143,7 @@ static void *latch_main(void *arg) {
   else if (e->node[0] != '\0')
     dl_zk_orphan_node(z, e->node);
   /* dlock_client_shutdown, the participant still in: out, its node gone;
-   * told, so that a dlock_leader_await looks again (and ends). */
+   * told, so that a dlock_leader_try_await looks again (and ends). */
   if (shutdown && e->fn) {
     e->leader = 0;
     e->fn(e->ud, 0, 0, false);

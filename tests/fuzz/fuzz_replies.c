@@ -217,18 +217,18 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     abort();
   check(dlock_semaphore_try_set_permits(sem, 2));
   check(dlock_semaphore_try_acquire(sem, 1, (mode & 2) ? 2 : 0));
-  check(dlock_semaphore_available(sem));
+  check(dlock_semaphore_get_available(sem));
   check(dlock_semaphore_release(sem, 1));
   check(dlock_semaphore_drain(sem));
   check(dlock_latch_try_set_count(lat, 1));
-  check(dlock_latch_count(lat, &n));
+  check(dlock_latch_get_count(lat, &n));
   check(dlock_latch_count_down(lat));
   check(dlock_latch_try_await(lat, (mode & 2) ? 2 : 0));
-  check(dlock_permits_try_set_permits(per, 1));
+  check(dlock_permits_try_set(per, 1));
   int rc = dlock_permits_try_acquire(per, (mode & 2) ? 2 : 0,
                                      (mode & 1) ? 1000 : 0, id);
   check(rc);
-  check(dlock_permits_available(per));
+  check(dlock_permits_get_available(per));
   check(dl_watchdog_run_once(c->watchdog));
   if (rc == 0) check(dlock_permits_release(per, id));
   /* The fair lock and both sides of a read-write lock. */

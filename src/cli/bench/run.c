@@ -190,7 +190,7 @@ int bench_measure(const cli_global *g, const bench_opts *o,
     if (c && sem && dlock_semaphore_new(c, lock_name, &s) == 0)
       e = dlock_semaphore_try_set_permits(s, o->permits);
     if (c && pm && dlock_permits_new(c, lock_name, &p) == 0)
-      e = dlock_permits_try_set_permits(p, o->permits);
+      e = dlock_permits_try_set(p, o->permits);
     dlock_semaphore_free(s);
     dlock_permits_free(p);
     dlock_client_close(c);
