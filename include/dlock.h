@@ -1,4 +1,7 @@
-/* dlock.h: the public API of libdlock, distributed locks for C on Redis. */
+/* dlock.h: the public API of libdlock, distributed locks for C on Redis (one
+ * server, Sentinel, Cluster or a Redlock quorum) and ZooKeeper. Each call
+ * below means the same on every backend; where one differs, or lacks a
+ * kind (DLOCK_ENOTSUP), the comment says so. */
 #ifndef DLOCK_H
 #define DLOCK_H
 
@@ -25,9 +28,9 @@ extern "C" {
 #endif
 
 #define DLOCK_VERSION_MAJOR 0
-#define DLOCK_VERSION_MINOR 2
+#define DLOCK_VERSION_MINOR 3
 #define DLOCK_VERSION_PATCH 0
-#define DLOCK_VERSION_STRING "0.2.0"
+#define DLOCK_VERSION_STRING "0.3.0"
 #define DLOCK_VERSION_NUM                                                      \
   ((DLOCK_VERSION_MAJOR << 16) | (DLOCK_VERSION_MINOR << 8) |                  \
    DLOCK_VERSION_PATCH)
@@ -102,8 +105,9 @@ DLOCK_API const char *dlock_strerror(int err);
  * Thread-safe. */
 DLOCK_API const char *dlock_err_name(int err);
 
-/* Returns the library's version string (DLOCK_VERSION_STRING, "0.2.0"
- * here); DLOCK_VERSION_NUM's value at build time through `num` if
+/* Returns the library's version string (the DLOCK_VERSION_STRING it was
+ * built with, which may differ from the header's a program was built
+ * with); DLOCK_VERSION_NUM's value at build time through `num` if
  * non-NULL. Thread-safe. */
 DLOCK_API const char *dlock_version(int *num);
 
@@ -327,7 +331,9 @@ typedef void (*dlock_state_cb)(dlock_client *c, dlock_conn_state state,
 DLOCK_API int dlock_client_on_state(dlock_client *c, dlock_state_cb cb,
                                     void *ud);
 
-/* Sends PING and waits for PONG. Returns 0 or a negative code. */
+/* One round trip to the backend (every server of a Redlock quorum, the
+ * ensemble's connected server on zk://), waited for. Returns 0 or a
+ * negative code. */
 DLOCK_API int dlock_client_ping(dlock_client *c);
 
 /* ------------------------------------------------------------------------
@@ -472,8 +478,12 @@ DLOCK_API int dlock_lock_is_held(dlock_lock *l);
  * a negative code. */
 DLOCK_API int dlock_lock_hold_count(dlock_lock *l);
 
-/* Stores the lock's remaining lease in *ttl_ms: -2 if free, -1 if held with
- * no expiry. Returns 0 or a negative code. */
+/* Stores the lock's remaining lease in *ttl_ms: DLOCK_TTL_FREE (-2) if
+ * free, DLOCK_TTL_NONE (-1) if held with no lease counting down (a hold
+ * that lives as long as its holder's session, on zk://, or a key someone
+ * set without an expiry). Returns 0 or a negative code. */
+#define DLOCK_TTL_FREE (-2)
+#define DLOCK_TTL_NONE (-1)
 DLOCK_API int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms);
 
 /* Stores the last fencing token issued for this lock name in *token (0 if
@@ -539,10 +549,12 @@ typedef struct dlock_lock_state {
                                      -1 if unknown (no info was set) */
   int64_t ttl_ms;                 /* remaining lease; -2 free, -1 no expiry */
   uint64_t token;                 /* last fencing token issued, 0 if none */
-  int waiters;                    /* processes waiting: subscribed to its
-                                     channel, or queued (a fair lock's
-                                     waiters listen on channels of their
-                                     own), whichever is more */
+  int waiters;                    /* processes waiting, as far as the
+                                     backend can tell (Redis: subscribed
+                                     to its channel, or queued, whichever
+                                     is more; a fair lock's waiters listen
+                                     on channels of their own; zk://: the
+                                     nodes in line behind the holder) */
   /* What else lives at the name (a snapshot of any lock kind): */
   char mode[8];      /* a read-write lock: "read" or "write"; else "" */
   int readers;       /* a read-write lock: owners holding the read lock */
@@ -568,7 +580,9 @@ typedef struct dlock_lock_state {
 } dlock_lock_state;
 
 /* Fills the first `size` bytes of *st (the caller's sizeof, as for
- * dlock_client_stats_get_size) in one script call plus one PUBSUB NUMSUB.
+ * dlock_client_stats_get_size) in one or two round trips (Redis: a script
+ * and a count of the waiters' subscriptions; zk://: the name's node and
+ * its children; a Redlock asks every server and takes the first answer).
  * Returns 0 or a negative code (DLOCK_EINVAL for l or st NULL or size 0;
  * then *st is unspecified). Read-only; thread-safe. Call it through the
  * macro below. */
@@ -582,9 +596,10 @@ DLOCK_API int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
  * prefix removed). Return 0 to go on, anything else to stop. */
 typedef int (*dlock_scan_cb)(const char *name, void *ud);
 
-/* Walks the keyspace with SCAN (never KEYS) for hashes, then strings (plain
- * string locks), whose names match `pattern` (glob, NULL = "*", the key
- * prefix added), calling cb for each. A name is only a candidate:
+/* Walks the backend's names a batch at a time, never all at once (Redis:
+ * SCAN, never KEYS, for hashes, then strings: plain string locks), whose
+ * names match `pattern` (glob, NULL = "*", the key prefix added), calling
+ * cb for each. A name is only a candidate:
  * dlock_lock_inspect tells whether it is held.
  * Returns the number of names passed to cb, or a negative code. */
 DLOCK_API int dlock_client_scan_locks(dlock_client *c, const char *pattern,

@@ -26,8 +26,13 @@ typedef struct dlock_loop dlock_loop;
 
 /* How the library drives the caller's event loop. The hooks are called on
  * the loop's thread, from inside the library's calls (never after
- * dlock_loop_free returns). */
+ * dlock_loop_free returns). The table grows as the options do (dlock.h):
+ * it begins with its size, the sizeof the caller was compiled with
+ * (`dlock_loop_hooks h = {sizeof h, data, watch, timer, cleanup};`); hooks
+ * added later are appended, and a NULL one means the library does without
+ * it. */
 typedef struct dlock_loop_hooks {
+  size_t size; /* sizeof(dlock_loop_hooks), as the caller was compiled */
   void *data; /* passed to every hook */
   /* Watch fd for `events` (DLOCK_EV_* bits), replacing what it watched for
    * before; 0: stop watching (the fd may be closed right after the call).
@@ -50,11 +55,17 @@ typedef struct dlock_loop_hooks {
   void (*cleanup)(void *data);
 } dlock_loop_hooks;
 
+/* The size of the first table with a size field (0.3): up to cleanup. */
+#define DLOCK_LOOP_HOOKS_SIZE_0                                                \
+  (offsetof(dlock_loop_hooks, cleanup) + sizeof(void (*)(void *)))
+
 /* Creates a loop driven by `hooks` (copied), or by the built-in driver when
  * hooks is NULL (Linux: an epoll fd and a timerfd; elsewhere
  * DLOCK_ENOTSUP). Returns 0 and *out (free with dlock_loop_free), or
  * DLOCK_ENOMEM / DLOCK_ENOTSUP / DLOCK_EINVAL (a hooks table without watch
- * or timer); on error *out is NULL and cleanup is not called. */
+ * or timer, a size below DLOCK_LOOP_HOOKS_SIZE_0 (never set), or a larger
+ * table, from a newer dlock_async.h, with a hook this library does not
+ * know); on error *out is NULL and cleanup is not called. */
 DLOCK_API int dlock_loop_new(const dlock_loop_hooks *hooks, dlock_loop **out);
 /* For adapters: fd is ready for `events` (DLOCK_EV_* bits; an error or
  * hang-up is reported as DLOCK_EV_READ). A call for an fd the library does

@@ -105,7 +105,7 @@ static inline int dlock_event_loop_new(struct event_base *base,
     free(st);
     return DLOCK_ENOMEM;
   }
-  dlock_loop_hooks h = {st, dlock_event__watch, dlock_event__timer,
+  dlock_loop_hooks h = {sizeof h, st, dlock_event__watch, dlock_event__timer,
                         dlock_event__cleanup};
   int rc = dlock_loop_new(&h, &st->lp);
   if (rc != 0) {

@@ -107,7 +107,7 @@ static inline int dlock_uv_loop_new(uv_loop_t *uv, dlock_loop **out) {
     return DLOCK_ENOMEM;
   }
   st->timer.data = st;
-  dlock_loop_hooks h = {st, dlock_uv__watch, dlock_uv__timer,
+  dlock_loop_hooks h = {sizeof h, st, dlock_uv__watch, dlock_uv__timer,
                         dlock_uv__cleanup};
   int rc = dlock_loop_new(&h, &st->lp);
   if (rc != 0) {

@@ -202,11 +202,28 @@ static void nop(void *ud) { (void)ud; }
 
 static void t_hooks(void) {
   fake f = {.last_ms = -2};
-  dlock_loop_hooks h = {&f, fake_watch, fake_timer, fake_cleanup};
-  dlock_loop_hooks bad = {&f, NULL, fake_timer, NULL};
+  dlock_loop_hooks h = {sizeof h, &f, fake_watch, fake_timer, fake_cleanup};
+  dlock_loop_hooks bad = {sizeof bad, &f, NULL, fake_timer, NULL};
   dlock_loop *lp = NULL;
   CHECK_RC(dlock_loop_new(&bad, &lp), DLOCK_EINVAL);
   CHECK(lp == NULL);
+  /* The size: unset (0), or a newer table's with a hook unknown here. */
+  dlock_loop_hooks unsized = h;
+  unsized.size = 0;
+  CHECK_RC(dlock_loop_new(&unsized, &lp), DLOCK_EINVAL);
+  CHECK(lp == NULL);
+  struct {
+    dlock_loop_hooks h;
+    void (*newer)(void *);
+  } big = {h, nop};
+  big.h.size = sizeof big;
+  CHECK_RC(dlock_loop_new(&big.h, &lp), DLOCK_EINVAL);
+  CHECK(lp == NULL);
+  big.newer = NULL; /* unknown but unset: taken */
+  CHECK_RC(dlock_loop_new(&big.h, &lp), 0);
+  dlock_loop_free(lp);
+  lp = NULL;
+  f.cleanups = 0;
   CHECK_RC(dlock_loop_new(&h, &lp), 0);
   CHECK_EQ(dlock_loop_fd(lp), -1);
   CHECK_RC(dlock_loop_run(lp, 0), DLOCK_EINVAL);
@@ -275,7 +292,7 @@ static void check_fire(void *ud) {
  * returns ns per operation. The rest must fire in order of time. */
 static double heap_round(int n, bool *ok) {
   fake f = {.last_ms = 0};
-  dlock_loop_hooks h = {&f, fake_watch, fake_timer, NULL};
+  dlock_loop_hooks h = {sizeof h, &f, fake_watch, fake_timer, NULL};
   dlock_loop *lp;
   *ok = false;
   if (dlock_loop_new(&h, &lp) != 0) return 0;

@@ -99,6 +99,8 @@ static void t_errors(void) {
   int num;
   CHECK(strcmp(dlock_version(&num), DLOCK_VERSION_STRING) == 0);
   CHECK_EQ(num, DLOCK_VERSION_NUM);
+  /* One version everywhere: the header's is CMake's project version. */
+  CHECK(strcmp(DLOCK_VERSION_STRING, DLOCK_PROJECT_VERSION) == 0);
   CHECK_EQ(dl_server_errcode("WRONGTYPE Operation against a key"),
            DLOCK_EWRONGTYPE);
   CHECK_EQ(dl_server_errcode("ERR Error running script: -WRONGTYPE x"),

@@ -234,6 +234,16 @@ static void timerfd_arm(void *data, int64_t ms) {
 
 int dlock_loop_new(const dlock_loop_hooks *hooks, dlock_loop **out) {
   *out = NULL;
+  dlock_loop_hooks h = {0};
+  if (hooks) {
+    /* A table never sized, or a newer one that sets a hook unknown here. */
+    if (hooks->size < DLOCK_LOOP_HOOKS_SIZE_0) return DLOCK_EINVAL;
+    for (size_t i = sizeof h; i < hooks->size; i++)
+      if (((const unsigned char *)hooks)[i] != 0) return DLOCK_EINVAL;
+    memcpy(&h, hooks, hooks->size < sizeof h ? hooks->size : sizeof h);
+    h.size = sizeof h;
+    hooks = &h;
+  }
   if (hooks && (hooks->watch == NULL || hooks->timer == NULL))
     return DLOCK_EINVAL;
 #ifndef __linux__
