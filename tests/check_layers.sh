@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # check_layers.sh: the tree's layers point one way (docs/ARCHITECTURE.md).
 #   core <- net <- redis, zk (peers) <- client <- locks <- cli
+# (the CLI sees a backend only through redis/probe.h, the benchmark's)
 # A file may include headers of its own layer and of the layers below it,
 # never above, and not of its peer (redis and zk do not see each other);
 # hiredis is included by the Redis layer and the CLI only, ZooKeeper's
@@ -37,6 +38,12 @@ check() {
       elif [[ $tl != "$layer" && $(rank "$tl") -eq $(rank "$layer") ]]; then
         echo "$f includes $inc: $layer may not see $tl (a peer layer)"
         bad=1
+      elif [[ $layer == cli && ( $tl == redis || $tl == zk ) &&
+              $target != */redis/probe.h ]]; then
+        # The CLI is a user of the library: of the backends it sees only
+        # the benchmark's probe (redis/probe.h).
+        echo "$f includes $inc: the CLI sees a backend only through redis/probe.h"
+        bad=1
       fi
     done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
     if grep -q '^[[:space:]]*#[[:space:]]*include[[:space:]]*<hiredis/' "$f" &&
@@ -63,11 +70,14 @@ printf '#include "locks/x.h"\n' > "$self/redis/up.c"
 touch "$self/locks/x.h"
 printf '#include <zookeeper/zookeeper.h>\n' > "$self/client/zkuse.c"
 printf '#include "../redis/redis.h"\n' > "$self/zk/peer.c"
+mkdir -p "$self/cli"
+printf '#include "../redis/redis.h"\n' > "$self/cli/inside.c"
 out=$(check "$self")
 if [[ $? -eq 0 || $out != *"core may not see redis"* ||
       $out != *"only the Redis layer"* ||
       $out != *"redis may not see locks"* ||
-      $out != *"only the zk layer"* || $out != *"zk may not see redis"* ]]; then
+      $out != *"only the zk layer"* || $out != *"zk may not see redis"* ||
+      $out != *"only through redis/probe.h"* ]]; then
   echo "check_layers.sh: the positive control passed a wrong tree:" >&2
   echo "$out" >&2
   exit 1

@@ -3,7 +3,7 @@
  * round trip, the ceiling (the lock's own acquire and release scripts
  * pipelined on one connection: the most cycles the server can do) and the
  * server's CPU time (INFO cpu). */
-#include "../../redis/redis.h" /* the scripts and names the ceiling sends */
+#include "../../redis/probe.h" /* the servers, scripts and names */
 #include "bench.h"
 #include "redisson.h"
 
@@ -16,8 +16,7 @@
 /* The servers of a redlock:// URL (redis:// URLs, the caller frees), or
  * 0 for another URL; -1 printed. */
 static int redlock_servers(const char *url, char **urls) {
-  if (strncmp(url, "redlock://", 10) != 0) return 0;
-  int n = dl_redlock_urls(url, urls, DL_REDLOCK_MAX, NULL);
+  int n = dl_probe_redlock_servers(url, urls, DL_PROBE_SERVERS_MAX);
   if (n < 0) cli_err("malformed redlock:// URL");
   return n < 0 ? -1 : n;
 }
@@ -104,7 +103,7 @@ static int cluster_masters(const redisReply *r, int slot, bool others,
 redisContext *bench_raw_connect(const char *url, const char *password,
                                 const char *key) {
   /* redlock://: its first server (bench_others_connect the rest). */
-  char *urls[DL_REDLOCK_MAX];
+  char *urls[DL_PROBE_SERVERS_MAX];
   int n = redlock_servers(url, urls);
   if (n < 0) return NULL;
   if (n > 0) {
@@ -128,8 +127,7 @@ redisContext *bench_raw_connect(const char *url, const char *password,
       const char *k = key ? key : CEIL_TAG;
       const char *host[1];
       int port[1];
-      if (cluster_masters(r, dl_key_slot(k, strlen(k)), false, host, port,
-                          1) == 1)
+      if (cluster_masters(r, dl_probe_key_slot(k), false, host, port, 1) == 1)
         c = raw_at(host[0], port[0], NULL, &ep, password);
       else
         cli_err("baseline connection: no master serves the slot of %s", k);
@@ -140,16 +138,18 @@ redisContext *bench_raw_connect(const char *url, const char *password,
     return c;
   }
   /* Sentinel: the master the library would connect to (its resolver). */
-  dl_target t;
-  dl_conn_config cfg = {.ep = ep, .connect_timeout_ms = 2000};
+  char host[256] = "";
+  int port = ep.port;
   const char *spw = getenv("DLOCK_SENTINEL_PASSWORD");
-  cfg.sentinel_password = spw && *spw ? spw : NULL;
-  if (dl_conn_target(&cfg, dl_now_ms() + 2000, &t, err, sizeof err) != 0) {
+  if (ep.master_name &&
+      dl_probe_sentinel_master(&ep, spw && *spw ? spw : NULL, host, sizeof host,
+                               &port, err, sizeof err) != 0) {
     cli_err("baseline connection: %s", err);
     dl_endpoint_clear(&ep);
     return NULL;
   }
-  c = raw_at(t.ep.host, t.ep.port, ep.unix_path, &ep, password);
+  c = raw_at(ep.master_name ? host : ep.host, port, ep.unix_path, &ep,
+             password);
   dl_endpoint_clear(&ep);
   return c;
 }
@@ -168,8 +168,8 @@ static int cluster_others(bench_opts *o) {
   if (r) {
     const char *host[16];
     int port[16];
-    int n = cluster_masters(r, dl_key_slot(CEIL_TAG, strlen(CEIL_TAG)), true,
-                            host, port, 16);
+    int n =
+        cluster_masters(r, dl_probe_key_slot(CEIL_TAG), true, host, port, 16);
     for (int i = 0; i < n && rc == 0; i++) {
       redisContext *c = raw_at(host[i], port[i], NULL, &ep, o->password);
       if (c) o->others[o->nothers++] = c;
@@ -185,7 +185,7 @@ static int cluster_others(bench_opts *o) {
 
 int bench_others_connect(bench_opts *o) {
   if (o->cluster) return cluster_others(o);
-  char *urls[DL_REDLOCK_MAX];
+  char *urls[DL_PROBE_SERVERS_MAX];
   int n = redlock_servers(o->url, urls), rc = n < 0 ? -1 : 0;
   for (int i = 1; i < n; i++) {
     redisContext *c =
@@ -218,7 +218,7 @@ double bench_rtt_p50_us(const bench_opts *o, redisContext *raw, int n) {
 
 double bench_fanout_rtt_p50_us(const bench_opts *o, redisContext *raw, int n) {
   if (o->nothers == 0) return 0;
-  redisContext *all[DL_REDLOCK_MAX];
+  redisContext *all[DL_PROBE_SERVERS_MAX];
   int k = 0;
   all[k++] = raw;
   for (int i = 0; i < o->nothers; i++)
@@ -342,61 +342,43 @@ double bench_cluster_ceiling_ops(const bench_opts *o, redisContext *raw,
 }
 
 static double ceiling_tagged(redisContext *c, int64_t ms, const char *tag) {
-  dl_scripts_init();
   /* A cluster's master with shard channels: the scripts the library sends
    * there (SPUBLISH). */
-  int variant = 0;
+  bool sharded = false;
   redisReply *r = redisCommand(c, "CLUSTER INFO");
   bool cluster = r && r->type == REDIS_REPLY_STRING;
   if (r) freeReplyObject(r);
   if (cluster) {
     r = redisCommand(c, "PUBSUB SHARDNUMSUB");
-    if (r && r->type == REDIS_REPLY_ARRAY) variant = DL_EVAL_SHARDED;
+    sharded = r && r->type == REDIS_REPLY_ARRAY;
     if (r) freeReplyObject(r);
   }
-  const dl_script *acq = dl_script_of(DL_SCRIPT_LOCK_ACQUIRE | variant);
-  const dl_script *rel = dl_script_of(DL_SCRIPT_LOCK_RELEASE | variant);
-  r = redisCommand(c, "SCRIPT LOAD %s", acq->body);
-  if (r) freeReplyObject(r);
-  r = redisCommand(c, "SCRIPT LOAD %s", rel->body);
-  if (r) freeReplyObject(r);
-  /* One batch of 256 pairs (on 256 keys), formatted once: the client's
+  /* One batch of 256 cycles (on 256 keys), formatted once: the client's
    * own cost stays out of the figure. */
   const int batch = 256;
   char *cmds = NULL;
   size_t len = 0;
-  char key[64], tok[96], hand[96], chan[96], q[96], w[96], latch[128];
   for (int i = 0; i < batch; i++) {
+    char key[64], *one = NULL;
+    size_t n = 0;
+    const char *acq, *rel;
     snprintf(key, sizeof key, "%s:%d", tag, i);
-    dl_derived_into(tok, sizeof tok, "redisson_lock_token", key);
-    dl_derived_into(hand, sizeof hand, "dlock_handoff", key);
-    dl_derived_into(chan, sizeof chan, "redisson_lock__channel", key);
-    dl_derived_into(q, sizeof q, "dlock_lock_queue", key);
-    dl_derived_into(w, sizeof w, "dlock_lock_waiters", key);
-    char *a = NULL, *r2 = NULL;
-    int la = redisFormatCommand(&a,
-                                "EVALSHA %s 3 %s %s %s 10000 bench:ceil:1",
-                                acq->sha, key, tok, hand);
-    /* The release's latch (docs/WIRE.md) is written as by the library; it
-     * lives 1 ms here, not 3 command timeouts, so that the batches sent
-     * again with the same request ids do not fill the server. A first send
-     * (no retry argument) never reads it. */
-    dl_derived_into(latch, sizeof latch, "redisson_unlock_latch", key);
-    strcat(latch, ":0123456789abcdef:1");
-    int lr = redisFormatCommand(&r2,
-                                "EVALSHA %s 7 %s %s %s %s %s %s %s "
-                                "bench:ceil:1 1 1",
-                                rel->sha, key, chan, q, w, tok, hand, latch);
-    char *grown =
-        la > 0 && lr > 0 ? realloc(cmds, len + (size_t)la + (size_t)lr) : NULL;
+    char *grown = NULL;
+    if (dl_probe_lock_cycle(key, sharded, &one, &n, &acq, &rel) == 0) {
+      if (i == 0) {
+        r = redisCommand(c, "SCRIPT LOAD %s", acq);
+        if (r) freeReplyObject(r);
+        r = redisCommand(c, "SCRIPT LOAD %s", rel);
+        if (r) freeReplyObject(r);
+      }
+      grown = realloc(cmds, len + n);
+    }
     if (grown) {
-      memcpy(grown + len, a, (size_t)la);
-      memcpy(grown + len + la, r2, (size_t)lr);
-      len += (size_t)la + (size_t)lr;
+      memcpy(grown + len, one, n);
+      len += n;
       cmds = grown;
     }
-    redisFreeCommand(a);
-    redisFreeCommand(r2);
+    free(one);
     if (grown == NULL) {
       free(cmds);
       return 0;
