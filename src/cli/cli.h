@@ -4,6 +4,8 @@
 
 #include "dlock.h"
 
+#include <signal.h>
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -90,6 +92,20 @@ const char *cli_holder_text(const dlock_lock_state *st, char *buf,
 /* Writes s as a JSON string (with quotes) to f. */
 void cli_json_str(void *f, const char *s);
 
+/* child.c: the monotonic clock in ms; one of the signals in `set`, waited
+ * for until deadline_ms (-1: forever), or 0 at the deadline. */
+int64_t cli_mono_ms(void);
+int cli_wait_signal(const sigset_t *set, int64_t deadline_ms);
+/* Runs cmd while `held` ("lock NAME") is held: forwards the signals in
+ * `set` that would stop us, stops it (SIGTERM, then SIGKILL after
+ * grace_ms) at SIGUSR1 (the hold lost, said unless verbose < 0), and
+ * restores `orig`'s mask in the child. Returns COMMAND's status (128 + a
+ * signal), or 127/126 when it could not be executed (*ran false), or -1
+ * when it could not start (pipe, fork: message printed); *lost whether
+ * SIGUSR1 came. */
+int cli_run_child(char **cmd, const char *held, int64_t grace_ms, int verbose,
+                  const sigset_t *set, const sigset_t *orig, bool *ran,
+                  bool *lost);
 int cmd_run(int argc, char **argv, cli_global *g);
 /* dlock elect (run.c): run a command while leading an election. */
 int cmd_elect(int argc, char **argv, cli_global *g);

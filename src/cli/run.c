@@ -198,36 +198,12 @@ static void held_free(acq *a) {
   dlock_rwlock_free(a->rw);
 }
 
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Waits for one of `set` until deadline_ms (-1 = forever). Returns the
- * signal, or 0 on timeout. */
-static int wait_signal(const sigset_t *set, int64_t deadline_ms) {
-  for (;;) {
-    int sig;
-    if (deadline_ms < 0) {
-      sig = sigwaitinfo(set, NULL);
-    } else {
-      int64_t left = deadline_ms - mono_ms();
-      if (left <= 0) return 0;
-      struct timespec ts = {left / 1000, (left % 1000) * 1000000L};
-      sig = sigtimedwait(set, NULL, &ts);
-      if (sig < 0 && errno == EAGAIN) return 0;
-    }
-    if (sig > 0) return sig;
-  }
-}
-
 /* The one status line shown on a terminal while waiting. */
 static void show_waiting(dlock_lock *l, dlock_leader *ld, const char *name,
                          int64_t since) {
   dlock_lock_state st;
   char line[600];
-  double waited = (double)(mono_ms() - since) / 1000;
+  double waited = (double)(cli_mono_ms() - since) / 1000;
   if (ld) {
     char who[200];
     if (dlock_leader_get_current(ld, who, sizeof who) == 1)
@@ -266,21 +242,6 @@ static void make_info(char *buf, size_t len, char **cmd) {
   buf[n < (int)len ? n : (int)len - 1] = '\0';
 }
 
-/* Child side: own process group (foreground on the terminal if we were),
- * environment, exec. Reports exec's errno on `errfd` and exits 127. */
-static void child(char **cmd, int errfd, const sigset_t *orig,
-                  bool take_tty) {
-  setpgid(0, 0);
-  if (take_tty) tcsetpgrp(STDIN_FILENO, getpid()); /* SIGTTOU is blocked */
-  for (int s = 1; s < NSIG; s++)
-    if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
-  sigprocmask(SIG_SETMASK, orig, NULL);
-  execvp(cmd[0], cmd);
-  int e = errno;
-  if (write(errfd, &e, sizeof e) != sizeof e) _exit(EXIT_NOTFOUND);
-  _exit(EXIT_NOTFOUND);
-}
-
 static int parse_count(const char *s, int *out) {
   char *end;
   long v = strtol(s, &end, 10);
@@ -289,18 +250,20 @@ static int parse_count(const char *s, int *out) {
   return 0;
 }
 
-static int run_or_elect(int argc, char **argv, cli_global *g, bool elect);
+/* What the command line asks of run or elect. */
+typedef struct run_opts {
+  bool elect;
+  const char *what; /* "run" or "elect" */
+  const char *name, *id;
+  int64_t wait_ms, lease_ms, grace_ms;
+  bool renew, fair, rd, wr, plain;
+  int permits, conflict;
+  char **cmd; /* COMMAND and its arguments */
+} run_opts;
 
-int cmd_run(int argc, char **argv, cli_global *g) {
-  return run_or_elect(argc, argv, g, false);
-}
-
-int cmd_elect(int argc, char **argv, cli_global *g) {
-  return run_or_elect(argc, argv, g, true);
-}
-
-static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
-  const char *what = elect ? "elect" : "run";
+/* Parses argv into *o. Returns -1 to go on, or the status to exit with
+ * (0 after --help; EXIT_USAGE with a message printed). */
+static int parse_run(int argc, char **argv, cli_global *g, run_opts *o) {
   static const struct option longopts[] = {
       CLI_GLOBAL_LONGOPTS,
       {"wait", required_argument, 0, 'w'},
@@ -315,12 +278,15 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
       {"plain", no_argument, 0, 2007},
       {"id", required_argument, 0, 2008},
       {0, 0, 0, 0}};
-  int64_t wait_ms = -1, lease_ms = 30000, grace_ms = 5000;
-  bool renew = true, grace_set = false;
-  int permits = 0, kinds = 0;
-  bool fair = false, rd = false, wr = false, plain = false;
-  const char *id = NULL, *not_elect = NULL;
-  int conflict = EXIT_CONFLICT;
+  bool elect = o->elect;
+  const char *what = o->what;
+  o->wait_ms = -1;
+  o->lease_ms = 30000;
+  o->grace_ms = 5000;
+  o->renew = true;
+  o->conflict = EXIT_CONFLICT;
+  int kinds = 0;
+  const char *not_elect = NULL;
   /* Options go before or after NAME, up to the first "--": getopt only
    * sees the words before it, so nothing of COMMAND is taken for ours.
    * '-': operands come back in order as opt 1 (also under
@@ -338,45 +304,59 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
       break;
     case 'h': fputs(elect ? elect_help : run_help, stdout); return 0;
     case 'w':
-      if (dl_parse_duration(optarg, &wait_ms) != 0) {
+      if (dl_parse_duration(optarg, &o->wait_ms) != 0) {
         cli_err("bad duration for --wait: '%s' (e.g. 250ms, 30s, 5m, 1h)",
                 optarg);
         return EXIT_USAGE;
       }
       break;
     case 'l':
-      if (dl_parse_duration(optarg, &lease_ms) != 0 || lease_ms < 3) {
+      if (dl_parse_duration(optarg, &o->lease_ms) != 0 || o->lease_ms < 3) {
         cli_err("bad duration for --lease: '%s' (e.g. 30s; at least 3ms)",
                 optarg);
         return EXIT_USAGE;
       }
       not_elect = "--lease";
       break;
-    case 2001: renew = false; not_elect = "--no-renew"; break;
-    case 2008: id = optarg; break;
+    case 2001:
+      o->renew = false;
+      not_elect = "--no-renew";
+      break;
+    case 2008: o->id = optarg; break;
     case 2003:
-      if (parse_count(optarg, &permits) != 0 || permits < 1) {
+      if (parse_count(optarg, &o->permits) != 0 || o->permits < 1) {
         cli_err("bad --permits '%s' (1 or more)", optarg);
         return EXIT_USAGE;
       }
       kinds++;
       break;
-    case 2004: fair = true; kinds++; break;
-    case 2005: rd = true; kinds++; break;
-    case 2006: wr = true; kinds++; break;
-    case 2007: plain = true; kinds++; break;
+    case 2004:
+      o->fair = true;
+      kinds++;
+      break;
+    case 2005:
+      o->rd = true;
+      kinds++;
+      break;
+    case 2006:
+      o->wr = true;
+      kinds++;
+      break;
+    case 2007:
+      o->plain = true;
+      kinds++;
+      break;
     case 'E':
-      if (parse_count(optarg, &conflict) != 0) {
+      if (parse_count(optarg, &o->conflict) != 0) {
         cli_err("bad --conflict-exit-code '%s' (0-255)", optarg);
         return EXIT_USAGE;
       }
       break;
     case 2002:
-      if (dl_parse_duration(optarg, &grace_ms) != 0) {
+      if (dl_parse_duration(optarg, &o->grace_ms) != 0) {
         cli_err("bad duration for --kill-grace: '%s'", optarg);
         return EXIT_USAGE;
       }
-      grace_set = true;
       break;
     case '?':
       cli_err("unknown or incomplete option '%s' (see dlock %s --help)",
@@ -386,13 +366,12 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
       if (cli_global_opt(g, opt, optarg) < 0) return EXIT_USAGE;
     }
   }
-  (void)grace_set;
   if (elect && (kinds > 0 || not_elect)) {
     cli_err("%s is an option of dlock run, not of dlock elect",
             not_elect ? not_elect : "--fair/--plain/--read/--write/--permits");
     return EXIT_USAGE;
   }
-  if (!elect && id) {
+  if (!elect && o->id) {
     cli_err("--id is an option of dlock elect");
     return EXIT_USAGE;
   }
@@ -401,7 +380,7 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
             "other");
     return EXIT_USAGE;
   }
-  if (grace_ms > lease_ms && !elect) grace_ms = lease_ms;
+  if (o->grace_ms > o->lease_ms && !elect) o->grace_ms = o->lease_ms;
   if (name == NULL) {
     cli_err("missing %s NAME (usage: dlock %s [options] NAME -- COMMAND)",
             elect ? "election" : "lock", what);
@@ -422,81 +401,72 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
     cli_err("missing COMMAND after '--'");
     return EXIT_USAGE;
   }
-  char **cmd = argv + dashes + 1;
   if (*name == '\0' || strlen(name) > DLOCK_NAME_MAX) {
     cli_err("the lock name must be 1 to %d bytes", DLOCK_NAME_MAX);
     return EXIT_USAGE;
   }
+  o->name = name;
+  o->cmd = argv + dashes + 1;
+  return -1;
+}
 
-  /* Block the signals we take ourselves, before any thread exists. */
-  sigset_t set, orig;
-  sigemptyset(&set);
-  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2};
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
-    sigaddset(&set, sigs[i]);
-  sigset_t blocked = set;
-  sigaddset(&blocked, SIGTTOU);
-  pthread_sigmask(SIG_BLOCK, &blocked, &orig);
-
-  int rc = 0;
-  dlock_client *c = cli_open(g, renew ? lease_ms : 0, &rc);
-  if (c == NULL) return rc;
-  /* ZooKeeper's session states (other backends have none: ENOTSUP). */
-  if (g->verbose >= 0)
-    dlock_client_on_state(c, cli_on_conn_state, (void *)name);
+/* The handles of what o asks to hold, into *a. Returns 0 or a negative
+ * code (the detail on c). */
+static int make_handles(dlock_client *c, const run_opts *o, acq *a) {
   /* An explicit owner: the helper thread acquires, this thread releases. */
   char owner[32];
   snprintf(owner, sizeof owner, "%d", (int)getpid());
-  acq a = {.wait_ms = wait_ms, .lease_ms = renew ? 0 : lease_ms, .c = c};
   int e;
-  if (elect) {
+  if (o->elect) {
     char host[200] = "?", pid_id[256];
     gethostname(host, sizeof host - 1);
     snprintf(pid_id, sizeof pid_id, "%s:%d", host, (int)getpid());
-    e = dlock_leader_new(c, name, id ? id : pid_id, &a.leader);
-    if (e == 0) e = dlock_leader_on_change(a.leader, on_leader, NULL);
-  } else if (permits > 0) {
+    e = dlock_leader_new(c, o->name, o->id ? o->id : pid_id, &a->leader);
+    if (e == 0) e = dlock_leader_on_change(a->leader, on_leader, NULL);
+    return e;
+  }
+  if (o->permits > 0) {
     /* At most `permits` holders: the first user sets the count. */
-    e = dlock_permits_new(c, name, &a.permits);
-    if (e == 0 && (e = dlock_permits_try_set(a.permits, permits)) > 0) e = 0;
-    if (e == 0) dlock_permits_on_lost(a.permits, on_permit_lost, NULL);
+    e = dlock_permits_new(c, o->name, &a->permits);
+    if (e == 0 && (e = dlock_permits_try_set(a->permits, o->permits)) > 0)
+      e = 0;
+    if (e == 0) dlock_permits_on_lost(a->permits, on_permit_lost, NULL);
+    return e;
+  }
+  if (o->rd || o->wr) {
+    e = dlock_rwlock_new(c, o->name, owner, &a->rw);
+    a->lock = o->rd ? dlock_rwlock_read(a->rw) : dlock_rwlock_write(a->rw);
+  } else if (o->fair) {
+    e = dlock_fairlock_new(c, o->name, owner, 0, &a->lock);
+  } else if (o->plain) {
+    e = dlock_plainlock_new(c, o->name, owner, &a->lock);
   } else {
-    if (rd || wr) {
-      e = dlock_rwlock_new(c, name, owner, &a.rw);
-      a.lock = rd ? dlock_rwlock_read(a.rw) : dlock_rwlock_write(a.rw);
-    } else if (fair) {
-      e = dlock_fairlock_new(c, name, owner, 0, &a.lock);
-    } else if (plain) {
-      e = dlock_plainlock_new(c, name, owner, &a.lock);
-    } else {
-      e = dlock_lock_new(c, name, owner, &a.lock);
-    }
-    if (e == 0) {
-      char info[DLOCK_INFO_MAX + 1];
-      make_info(info, sizeof info, cmd);
-      dlock_lock_set_info(a.lock, info);
-      dlock_lock_on_lost(a.lock, on_lost, NULL);
-    }
+    e = dlock_lock_new(c, o->name, owner, &a->lock);
   }
-  if (e < 0) {
-    cli_err("%s", dlock_client_errmsg(c));
-    held_free(&a);
-    dlock_client_close(c);
-    return cli_exit_for(e);
+  if (e == 0) {
+    char info[DLOCK_INFO_MAX + 1];
+    make_info(info, sizeof info, o->cmd);
+    dlock_lock_set_info(a->lock, info);
+    dlock_lock_on_lost(a->lock, on_lost, NULL);
   }
-  dlock_lock *l = a.lock;
+  return e;
+}
 
-  /* ---- acquire, on a helper thread; signals and the status line here ---- */
-  int64_t started = mono_ms();
+/* Acquires on a helper thread while this one shows the wait and takes the
+ * signals: returns once the helper is done (a->rc says how). A signal that
+ * ends the wait ends the process. */
+static void await_acquired(dlock_client *c, const cli_global *g,
+                           const run_opts *o, acq *a, const sigset_t *set,
+                           int64_t started) {
   bool tty_status = g->verbose >= 0 && isatty(STDERR_FILENO);
-  pthread_create(&a.thread, NULL, acquire_thread, &a);
+  pthread_create(&a->thread, NULL, acquire_thread, a);
   bool shown = false;
   for (;;) {
-    int64_t next = tty_status ? mono_ms() + (shown ? 500 : 300) : -1;
-    int sig = wait_signal(&set, next);
+    int64_t next = tty_status ? cli_mono_ms() + (shown ? 500 : 300) : -1;
+    int sig = cli_wait_signal(set, next);
     if (sig == SIGUSR2) break;
-    if (sig == 0 && (l || a.leader)) {
-      show_waiting(l, a.leader, name, started);
+    if (sig == 0 && (a->lock || a->leader)) {
+      show_waiting(a->lock, a->leader, o->name, started);
       shown = true;
     } else if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP ||
                sig == SIGQUIT) {
@@ -508,67 +478,60 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
        * frees it (the watchdog dies with us); on zk:// the close does. */
       if (shown) clear_line();
       dlock_client_shutdown(c);
-      int64_t until = mono_ms() + 1000;
+      int64_t until = cli_mono_ms() + 1000;
       bool zk = g->url && strncmp(g->url, "zk://", 5) == 0, ended = false;
-      while (zk && !ended && mono_ms() < until)
-        ended = wait_signal(&set, until) == SIGUSR2;
+      while (zk && !ended && cli_mono_ms() < until)
+        ended = cli_wait_signal(set, until) == SIGUSR2;
       if (ended) { /* the session's end takes a node just granted too */
-        pthread_join(a.thread, NULL);
-        held_free(&a);
+        pthread_join(a->thread, NULL);
+        held_free(a);
         dlock_client_close(c);
       }
       _exit(128 + sig);
     }
   }
-  pthread_join(a.thread, NULL);
+  pthread_join(a->thread, NULL);
   if (shown) clear_line();
-  if (a.rc != 0) {
-    if (a.rc == DLOCK_EBUSY) {
-      char lid[200];
-      if (g->verbose >= 0 && a.leader) {
-        if (dlock_leader_get_current(a.leader, lid, sizeof lid) == 1)
-          cli_err("not elected to lead %s in time: the leader is %s", name,
-                  lid[0] ? lid : "(no id)");
-        else
-          cli_err("not elected to lead %s in time", name);
-      } else if (g->verbose >= 0 && a.permits) {
-        cli_err("no permit of %s was free in time", name);
-      } else if (g->verbose >= 0) {
-        dlock_lock_state st;
-        if (dlock_lock_inspect(l, &st) == 0 && st.held) {
-          char who[DLOCK_INFO_MAX + 64];
-          cli_err("%s is held by %s", name,
-                  cli_holder_text(&st, who, sizeof who));
-        } else {
-          cli_err("%s was not acquired in time", name);
-        }
-      }
-      rc = conflict;
-    } else {
-      cli_err("%s", a.err[0] ? a.err : dlock_strerror(a.rc));
-      rc = cli_exit_for(a.rc);
-    }
-    held_free(&a);
-    dlock_client_close(c);
-    return rc;
-  }
-  int64_t acquired_at = mono_ms();
-  if (g->verbose > 0 && a.leader)
-    cli_err("leading %s (token %llu) after %lld ms", name,
-            (unsigned long long)a.token, (long long)(acquired_at - started));
-  else if (g->verbose > 0 && a.permits)
-    cli_err("took permit %s of %s after %lld ms", a.id, name,
-            (long long)(acquired_at - started));
-  else if (g->verbose > 0)
-    cli_err("acquired %s (token %llu) after %lld ms", name,
-            (unsigned long long)a.token, (long long)(acquired_at - started));
+}
 
-  /* ---- run COMMAND ---- */
+/* Why a->rc (not 0) kept the hold from us, said; the status to exit with. */
+static int not_acquired(const cli_global *g, const run_opts *o, acq *a) {
+  if (a->rc != DLOCK_EBUSY) {
+    cli_err("%s", a->err[0] ? a->err : dlock_strerror(a->rc));
+    return cli_exit_for(a->rc);
+  }
+  char lid[200];
+  if (g->verbose < 0) {
+  } else if (a->leader) {
+    if (dlock_leader_get_current(a->leader, lid, sizeof lid) == 1)
+      cli_err("not elected to lead %s in time: the leader is %s", o->name,
+              lid[0] ? lid : "(no id)");
+    else
+      cli_err("not elected to lead %s in time", o->name);
+  } else if (a->permits) {
+    cli_err("no permit of %s was free in time", o->name);
+  } else {
+    dlock_lock_state st;
+    if (dlock_lock_inspect(a->lock, &st) == 0 && st.held) {
+      char who[DLOCK_INFO_MAX + 64];
+      cli_err("%s is held by %s", o->name,
+              cli_holder_text(&st, who, sizeof who));
+    } else {
+      cli_err("%s was not acquired in time", o->name);
+    }
+  }
+  return o->conflict;
+}
+
+/* COMMAND's environment: the name, the token (or permit), the URL without
+ * its password, and the password where a nested dlock finds it. */
+static void set_env(const cli_global *g, const run_opts *o, const acq *a) {
   char tok[32];
-  snprintf(tok, sizeof tok, "%llu", (unsigned long long)a.token);
+  snprintf(tok, sizeof tok, "%llu", (unsigned long long)a->token);
   char *pub = cli_url_public(g->url ? g->url : "redis://127.0.0.1:6379");
-  setenv("DLOCK_NAME", name, 1);
-  if (a.permits) setenv("DLOCK_PERMIT", a.id, 1);
+  setenv("DLOCK_NAME", o->name, 1);
+  if (a->permits)
+    setenv("DLOCK_PERMIT", a->id, 1);
   else setenv("DLOCK_TOKEN", tok, 1);
   setenv("DLOCK_URL", pub ? pub : "", 1);
   free(pub);
@@ -576,111 +539,117 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
    * (or anything else) finds it there, whichever way it came to us. */
   if (g->password) setenv("DLOCK_PASSWORD", g->password, 1);
   else unsetenv("DLOCK_PASSWORD");
-  bool take_tty = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
-  int errpipe[2];
-  if (pipe2(errpipe, O_CLOEXEC) != 0) {
-    cli_err("pipe: %s", strerror(errno));
-    held_release(&a);
-    held_free(&a);
-    dlock_client_close(c);
-    return EXIT_UNAVAILABLE;
-  }
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(errpipe[0]);
-    child(cmd, errpipe[1], &orig, take_tty);
-  }
-  close(errpipe[1]);
-  if (pid < 0) {
-    cli_err("fork: %s", strerror(errno));
-    close(errpipe[0]);
-    held_release(&a);
-    held_free(&a);
-    dlock_client_close(c);
-    return EXIT_UNAVAILABLE;
-  }
-  setpgid(pid, pid); /* also here: no race with signals we forward */
-  int exec_errno = 0;
-  ssize_t got = read(errpipe[0], &exec_errno, sizeof exec_errno);
-  close(errpipe[0]);
-  int status = 0;
-  bool lost = false;
-  if (got == (ssize_t)sizeof exec_errno) { /* exec failed */
-    waitpid(pid, &status, 0);
-    cli_err("%s: %s", cmd[0], exec_errno == ENOENT ? "command not found"
-                                                   : strerror(exec_errno));
-    rc = exec_errno == ENOENT ? EXIT_NOTFOUND : EXIT_NOEXEC;
-  } else {
-    /* The library reports a loss of any kind (a fixed lease that ends
-     * included, at its validity's end) through on_lost: SIGUSR1. */
-    int64_t kill_at = -1;
-    for (;;) {
-      int sig = wait_signal(&set, kill_at);
-      if (sig == SIGCHLD) {
-        if (waitpid(pid, &status, WNOHANG) == pid) break;
-        continue;
-      }
-      if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) {
-        if (g->verbose > 0) cli_err("forwarding signal %d", sig);
-        kill(-pid, sig);
-        continue;
-      }
-      if (sig == 0 && kill_at >= 0) {
-        kill(-pid, SIGKILL);
-        kill_at = -1;
-        continue;
-      }
-      if (sig == SIGUSR1 && !lost) {
-        /* Lost: the lease could not be renewed, it was taken or
-         * force-released, or a fixed lease ran out. */
-        lost = true;
-        if (g->verbose >= 0)
-          cli_err("lost %s %s; stopping %s (SIGTERM, SIGKILL in %lld ms)",
-                  a.leader ? "the leadership of" : "lock", name, cmd[0],
-                  (long long)grace_ms);
-        kill(-pid, SIGTERM);
-        kill_at = mono_ms() + grace_ms;
-      }
-    }
-    if (WIFEXITED(status)) rc = WEXITSTATUS(status);
-    else if (WIFSIGNALED(status)) rc = 128 + WTERMSIG(status);
-  }
-  if (take_tty) tcsetpgrp(STDIN_FILENO, getpgrp());
+}
 
-  /* ---- did COMMAND hold it from its start to its end? ----
-   * The exit status says so: 76 if the hold's validity ran out before
-   * COMMAND ended (looked at now that it has, before the release: a stop
-   * past the lease leaves the watchdog no time to report it first), or if
-   * the release cannot confirm the hold (its answer lost, or late because
-   * a deadline ran on during the stop), whatever COMMAND returned. */
-  bool ran = got != (ssize_t)sizeof exec_errno;
-  bool expired = ran && !lost && !held_valid(&a);
+/* Did COMMAND hold it from its start to its end? The exit status says so:
+ * 76 if the hold's validity ran out before COMMAND ended (looked at now
+ * that it has, before the release: a stop past the lease leaves the
+ * watchdog no time to report it first), or if the release cannot confirm
+ * the hold (its answer lost, or late because a deadline ran on during the
+ * stop), whatever COMMAND returned (rc). Releases. */
+static int settle(dlock_client *c, const cli_global *g, const run_opts *o,
+                  acq *a, bool ran, bool lost, int rc, int64_t acquired_at) {
+  const char *cmd0 = o->cmd[0];
+  bool expired = ran && !lost && !held_valid(a);
   if (lost || expired) {
-    held_release(&a); /* forgets the lost hold */
+    held_release(a); /* forgets the lost hold */
     if (expired)
       cli_err("%s %s ran out before %s ended (its lease was not renewed in "
               "time: was the process stopped?)",
-              a.leader ? "the leadership of" : "lock", name, cmd[0]);
-    rc = EXIT_LOST;
+              a->leader ? "the leadership of" : "lock", o->name, cmd0);
+    return EXIT_LOST;
+  }
+  int e = held_release(a);
+  if (e == DLOCK_ELOST) {
+    cli_err("lock %s was lost before %s finished", o->name, cmd0);
+    return EXIT_LOST;
+  }
+  if (e < 0 && ran) {
+    cli_err("could not release %s, so nothing confirms %s held it to its "
+            "end (it expires with its lease): %s",
+            o->name, cmd0, dlock_client_errmsg(c));
+    return EXIT_LOST;
+  }
+  if (e < 0)
+    cli_err("could not release %s (it expires with its lease): %s", o->name,
+            dlock_client_errmsg(c));
+  else if (g->verbose > 0)
+    cli_err("released %s after %lld ms", o->name,
+            (long long)(cli_mono_ms() - acquired_at));
+  return rc;
+}
+
+static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
+  run_opts o = {.elect = elect, .what = elect ? "elect" : "run"};
+  int rc = parse_run(argc, argv, g, &o);
+  if (rc >= 0) return rc;
+
+  /* Block the signals we take ourselves, before any thread exists. */
+  sigset_t set, orig;
+  sigemptyset(&set);
+  int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+    sigaddset(&set, sigs[i]);
+  sigset_t blocked = set;
+  sigaddset(&blocked, SIGTTOU);
+  pthread_sigmask(SIG_BLOCK, &blocked, &orig);
+
+  rc = 0;
+  dlock_client *c = cli_open(g, o.renew ? o.lease_ms : 0, &rc);
+  if (c == NULL) return rc;
+  /* ZooKeeper's session states (other backends have none: ENOTSUP). */
+  if (g->verbose >= 0)
+    dlock_client_on_state(c, cli_on_conn_state, (void *)o.name);
+  acq a = {.wait_ms = o.wait_ms, .lease_ms = o.renew ? 0 : o.lease_ms, .c = c};
+  int e = make_handles(c, &o, &a);
+  if (e < 0) {
+    cli_err("%s", dlock_client_errmsg(c));
+    held_free(&a);
+    dlock_client_close(c);
+    return cli_exit_for(e);
+  }
+
+  int64_t started = cli_mono_ms();
+  await_acquired(c, g, &o, &a, &set, started);
+  if (a.rc != 0) {
+    rc = not_acquired(g, &o, &a);
+    held_free(&a);
+    dlock_client_close(c);
+    return rc;
+  }
+  int64_t acquired_at = cli_mono_ms();
+  if (g->verbose > 0 && a.leader)
+    cli_err("leading %s (token %llu) after %lld ms", o.name,
+            (unsigned long long)a.token, (long long)(acquired_at - started));
+  else if (g->verbose > 0 && a.permits)
+    cli_err("took permit %s of %s after %lld ms", a.id, o.name,
+            (long long)(acquired_at - started));
+  else if (g->verbose > 0)
+    cli_err("acquired %s (token %llu) after %lld ms", o.name,
+            (unsigned long long)a.token, (long long)(acquired_at - started));
+
+  set_env(g, &o, &a);
+  char held[DLOCK_NAME_MAX + 32];
+  snprintf(held, sizeof held, "%s %s", a.leader ? "the leadership of" : "lock",
+           o.name);
+  bool ran, lost;
+  rc = cli_run_child(o.cmd, held, o.grace_ms, g->verbose, &set, &orig, &ran,
+                     &lost);
+  if (rc < 0) { /* COMMAND could not start */
+    held_release(&a);
+    rc = EXIT_UNAVAILABLE;
   } else {
-    e = held_release(&a);
-    if (e == DLOCK_ELOST) {
-      cli_err("lock %s was lost before %s finished", name, cmd[0]);
-      rc = EXIT_LOST;
-    } else if (e < 0 && ran) {
-      cli_err("could not release %s, so nothing confirms %s held it to its "
-              "end (it expires with its lease): %s",
-              name, cmd[0], dlock_client_errmsg(c));
-      rc = EXIT_LOST;
-    } else if (e < 0) {
-      cli_err("could not release %s (it expires with its lease): %s", name,
-              dlock_client_errmsg(c));
-    } else if (g->verbose > 0) {
-      cli_err("released %s after %lld ms", name,
-              (long long)(mono_ms() - acquired_at));
-    }
+    rc = settle(c, g, &o, &a, ran, lost, rc, acquired_at);
   }
   held_free(&a);
   dlock_client_close(c);
   return rc;
+}
+
+int cmd_run(int argc, char **argv, cli_global *g) {
+  return run_or_elect(argc, argv, g, false);
+}
+
+int cmd_elect(int argc, char **argv, cli_global *g) {
+  return run_or_elect(argc, argv, g, true);
 }
