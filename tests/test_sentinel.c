@@ -465,6 +465,58 @@ static void wait_apart(void) {
   dlock_client_close(c);
 }
 
+/* The same on an event-loop client: its WAITs go on connections of their
+ * own too. Before, on the loop's one connection, another lock's acquire
+ * (its script and so its own WAIT) and a ping waited behind the first
+ * WAIT for its whole timeout. */
+static void loop_wait_apart(void) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = th_srv.url;
+  o.min_replicas_acked = 1; /* no replica: each WAIT runs to its timeout */
+  o.replicas_timeout_ms = 2000;
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  dlock_lock *a = NULL, *b = NULL;
+  CHECK_RC(dlock_lock_new(c, "lwait-a", "me", &a), 0);
+  CHECK_RC(dlock_lock_new(c, "lwait-b", "me", &b), 0);
+  loop_got ga = {0}, gb = {0}, gp = {0};
+  CHECK_RC(dlock_lock_acquire_async(a, 0, 10000, on_loop_done, &ga, NULL), 0);
+  int64_t end = th_now_ms() + 5000;
+  while (!wait_blocked(NULL) && th_now_ms() < end)
+    dlock_loop_run(lp, 10);
+  CHECK(wait_blocked(NULL));
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_acquire_async(b, 0, 10000, on_loop_done, &gb, NULL), 0);
+  CHECK_RC(dlock_client_ping_async(c, on_loop_done, &gp, NULL), 0);
+  /* b's script runs and the ping comes back while a's WAIT still runs. */
+  while ((!gp.calls || exists_on(&th_srv, "lwait-b") == 0) &&
+         th_now_ms() - t0 < 1500)
+    dlock_loop_run(lp, 10);
+  int64_t took = th_now_ms() - t0;
+  bool still = ga.calls == 0; /* a's WAIT is not over */
+  while ((!ga.calls || !gb.calls) && th_now_ms() - t0 < 8000)
+    dlock_loop_run(lp, 10);
+  int64_t b_took = th_now_ms() - t0;
+  printf("    during a WAIT: ping and another lock's script %lld ms, its "
+         "acquire (with its own 2 s WAIT) %lld ms\n",
+         (long long)took, (long long)b_took);
+  CHECK(still);
+  CHECK(took < 1000);
+  CHECK_RC(gp.rc, 0);
+  CHECK_RC(ga.rc, DLOCK_ENOTACKED);
+  CHECK_RC(gb.rc, DLOCK_ENOTACKED);
+  CHECK(b_took < 3000); /* its own WAIT, not a's before it */
+  CHECK_EQ(exists_on(&th_srv, "lwait-a"), 0);
+  CHECK_EQ(exists_on(&th_srv, "lwait-b"), 0);
+  dlock_lock_free(a);
+  dlock_lock_free(b);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+}
+
 /* --replicas auto (DLOCK_REPLICAS_AUTO): WAIT for as many replicas as the
  * master has now. With its replica, an acquire is on the replica when it
  * returns; once the master has none (as after a failover to a master
@@ -947,5 +999,5 @@ TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
         T_BARE(failover_acked), T_BARE(renew_unacked), T_BARE(loop_acked),
         T_BARE(failover_waiters), T_BARE(failover_killed),
         T_BARE(failover_ride), T_BARE(readonly_rediscover), T(wait_shortfall),
-        T(wait_apart), T_BARE(replicas_auto),
+        T(wait_apart), T(loop_wait_apart), T_BARE(replicas_auto),
         T_REDIS(waitaof_probe, "--appendonly yes"), T_BARE(cli_commands))

@@ -23,6 +23,7 @@
 
 static void node_free(anode *n) {
   dl_asub_free(n->sub);
+  dl_awaitpool_free(n->waits);
   dl_aconn_free(n->conn);
   free(n);
 }
@@ -46,6 +47,7 @@ static int node_get(acl_link *L, const char *host, int port) {
   n->cfg.ep.nhosts = 0;
   n->cfg.ep.hosts = NULL;
   int rc = dl_aconn_new(L->h.env->loop, &n->cfg, &n->conn);
+  if (rc == 0) rc = dl_awaitpool_new(L->h.env->loop, &n->cfg, &n->waits);
   if (rc == 0 && L->h.env->backoff_max_ms <= 0)
     rc = dl_asub_new(L->h.env->loop, &n->cfg, &n->sub);
   if (rc != 0) {
