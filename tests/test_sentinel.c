@@ -518,10 +518,11 @@ static void loop_wait_apart(void) {
 }
 
 /* --replicas auto (DLOCK_REPLICAS_AUTO): WAIT for as many replicas as the
- * master has now. With its replica, an acquire is on the replica when it
- * returns; once the master has none (as after a failover to a master
- * without replicas), acquires and renewals go on unacknowledged, where a
- * fixed count of 1 gives every acquire back. */
+ * master has now, on blocking and event-loop clients. With its replica, an
+ * acquire is on the replica when it returns, and a stalled replica (still
+ * the master's) makes it fall short; once the master has none (as after a
+ * failover to a master without replicas), acquires and renewals go on
+ * unacknowledged, where a fixed count of 1 gives every acquire back. */
 static bool no_replicas(void *p) {
   (void)p;
   redisReply *r = th_cmd(&S.master, "ROLE");
@@ -531,42 +532,74 @@ static bool no_replicas(void *p) {
   if (r) freeReplyObject(r);
   return none;
 }
+static int loop_acquire(dlock_loop *lp, dlock_lock *l, loop_got *g) {
+  memset(g, 0, sizeof *g);
+  int rc = dlock_lock_acquire_async(l, 0, 10000, on_loop_done, g, NULL);
+  if (rc != 0) return rc;
+  for (int i = 0; i < 500 && !g->calls; i++)
+    dlock_loop_run(lp, 10);
+  return g->calls ? g->rc : DLOCK_ETIMEDOUT;
+}
+static int loop_release(dlock_loop *lp, dlock_lock *l) {
+  loop_got g = {0};
+  int rc = dlock_lock_release_async(l, on_loop_done, &g, NULL);
+  if (rc != 0) return rc;
+  for (int i = 0; i < 500 && !g.calls; i++)
+    dlock_loop_run(lp, 10);
+  return g.calls ? g.rc : DLOCK_ETIMEDOUT;
+}
 static void replicas_auto(void) {
   CHECK(th_sentinel_start(&S, NULL) == 0);
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = S.url;
   o.min_replicas_acked = DLOCK_REPLICAS_AUTO;
-  o.replicas_timeout_ms = 1000;
+  o.replicas_timeout_ms = 300;
   dlock_client *c = th_client_opts(&o);
   CHECK(c != NULL);
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client *lc = NULL; /* refused (ENOTSUP) before */
+  CHECK_RC(dlock_client_open_async(&o, lp, &lc), 0);
   o.min_replicas_acked = 1;
   dlock_client *fixed = th_client_opts(&o);
   CHECK(fixed != NULL);
-  dlock_lock *l = NULL, *f = NULL;
+  dlock_lock *l = NULL, *f = NULL, *ll = NULL;
   CHECK_RC(dlock_lock_new(c, "repl-auto", NULL, &l), 0);
   CHECK_RC(dlock_lock_new(fixed, "repl-fixed", NULL, &f), 0);
+  CHECK_RC(dlock_lock_new(lc, "repl-auto-loop", "me", &ll), 0);
   CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
   CHECK_EQ(exists_on(&S.replica, "repl-auto"), 1); /* acknowledged */
   CHECK_RC(dlock_lock_release(l), 1);
+  loop_got g;
+  CHECK_RC(loop_acquire(lp, ll, &g), 0);
+  CHECK_EQ(exists_on(&S.replica, "repl-auto-loop"), 1);
+  CHECK_RC(loop_release(lp, ll), 1);
+  /* The replica stalled, still the master's: short of the one it has. */
+  CHECK_EQ(kill(S.replica.pid, SIGSTOP), 0);
+  CHECK_RC(loop_acquire(lp, ll, &g), DLOCK_ENOTACKED);
+  printf("    loop, replica stalled: %s\n", g.msg);
+  CHECK(strstr(g.msg, "acquire: 0 of the 1 replicas the master has") != NULL);
+  CHECK_EQ(exists_on(&S.master, "repl-auto-loop"), 0); /* given back */
+  CHECK_EQ(kill(S.replica.pid, SIGCONT), 0);
   CHECK(detach_replica());
   CHECK(th_wait_for(no_replicas, NULL, 5000));
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
-  CHECK(th_now_ms() - t0 < 900); /* no WAIT: nothing to wait for */
+  CHECK(th_now_ms() - t0 < 250); /* no WAIT: nothing to wait for */
+  t0 = th_now_ms();
+  CHECK_RC(loop_acquire(lp, ll, &g), 0);
+  CHECK(th_now_ms() - t0 < 250);
   CHECK_RC(dlock_lock_try_acquire(f, 0, 10000, NULL), DLOCK_ENOTACKED);
   CHECK(strstr(dlock_client_errmsg(fixed), "0 of 1 replicas") != NULL);
   CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_RC(loop_release(lp, ll), 1);
   dlock_lock_free(l);
   dlock_lock_free(f);
+  dlock_lock_free(ll);
   dlock_client_close(c);
+  dlock_client_close(lc);
   dlock_client_close(fixed);
-  /* Refused where it is not done yet: on an event-loop client. */
-  o.min_replicas_acked = DLOCK_REPLICAS_AUTO;
-  dlock_loop *lp = NULL;
-  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  c = NULL;
-  CHECK_RC(dlock_client_open_async(&o, lp, &c), DLOCK_ENOTSUP);
   dlock_loop_free(lp);
   th_sentinel_stop(&S);
 }

@@ -1,6 +1,7 @@
 /* arepl.c: replica acknowledgement on an event loop (link.c's
  * dl_conn_replicate and dl_waitpool, on the loop): a marker PUBLISH and
- * WAIT queued together on a connection of a pool of their own. WAIT
+ * WAIT queued together on a connection of a pool of their own, after ROLE
+ * there for DLOCK_REPLICAS_AUTO. WAIT
  * blocks the connection it is sent on, so on the link's one connection it
  * held up every request behind it (another lock's acquire, a ping) for as
  * long as a stalled replica made it wait. */
@@ -29,6 +30,9 @@ struct dl_arepl {
   int reqs;      /* its requests not ended yet */
   dl_areq *mark; /* until its reply */
   int mark_rc;
+  bool auto_n; /* DLOCK_REPLICAS_AUTO: n from ROLE */
+  int n, timeout_ms;
+  int64_t deadline;
   const struct dlock_client *owner;
   dl_count_fn fn; /* NULL: cancelled (its replies still come) */
   void *ud;
@@ -52,12 +56,21 @@ void dl_awaitpool_free(dl_awaitpool *p) {
   free(p);
 }
 
-/* One of a's requests ended: once none is left, its connection is free
- * for another and a goes. */
-static void req_ended(dl_arepl *a) {
-  if (--a->reqs > 0) return;
+/* Once a has its result and none of its requests is left, its
+ * connection is free for another and a goes. */
+static void maybe_free(dl_arepl *a) {
+  if (a->reqs > 0 || a->fn != NULL) return;
   a->pool->busy[a->k]--;
   free(a);
+}
+
+/* a's result: fn runs (unless cancelled), a goes when it may. */
+static void deliver(dl_arepl *a, int rc, int count) {
+  dl_count_fn fn = a->fn;
+  void *ud = a->ud;
+  a->fn = NULL;
+  maybe_free(a);
+  if (fn) fn(ud, rc, count);
 }
 
 static void on_mark(void *ud, int rc, redisReply *reply) {
@@ -65,15 +78,15 @@ static void on_mark(void *ud, int rc, redisReply *reply) {
   a->mark = NULL;
   a->mark_rc = rc;
   if (reply) freeReplyObject(reply);
-  req_ended(a);
+  a->reqs--;
+  maybe_free(a);
 }
 
 static void on_wait(void *ud, int rc, redisReply *reply) {
   dl_arepl *a = ud;
-  dl_count_fn fn = a->fn;
-  void *fud = a->ud;
+  a->reqs--;
   long long got = -1;
-  if (fn) {
+  if (a->fn) {
     /* Replies come in order on one connection: the marker's came first. */
     if (rc == 0) rc = a->mark_rc;
     if (rc == 0) rc = dl_reply_check(a->owner, &reply);
@@ -82,9 +95,48 @@ static void on_wait(void *ud, int rc, redisReply *reply) {
       rc = dl_seterr(a->owner, DLOCK_EPROTO, "unexpected reply to WAIT");
   }
   if (reply) freeReplyObject(reply);
-  a->fn = NULL;
-  req_ended(a);
-  if (fn) fn(fud, rc, rc == 0 ? (got > 1000000 ? 1000000 : (int)got) : 0);
+  int count = rc == 0 ? (got > 1000000 ? 1000000 : (int)got) : 0;
+  if (rc == 0 && a->fn && a->auto_n && count < a->n) /* short of them all */
+    rc = dl_auto_shortfall(a->owner, count, a->n, a->timeout_ms);
+  deliver(a, rc, rc == 0 ? count : 0);
+}
+
+/* The marker and WAIT a->n: 0, or a code (nothing queued). */
+static int send_wait(dl_arepl *a) {
+  dl_aconn *c = a->pool->c[a->k];
+  char ns[16], ts[16]; /* copied by the sends */
+  snprintf(ns, sizeof ns, "%d", a->n);
+  snprintf(ts, sizeof ts, "%d", a->timeout_ms);
+  const char *mark[3] = {"PUBLISH", DL_REPLICATE_CHANNEL, ""};
+  const char *wait[3] = {"WAIT", ns, ts};
+  int err = 0;
+  a->mark = dl_aconn_send(c, 3, mark, NULL, a->deadline, on_mark, a, &err);
+  if (a->mark == NULL) return err;
+  if (dl_aconn_send(c, 3, wait, NULL, a->deadline, on_wait, a, &err) == NULL) {
+    dl_areq_cancel(a->mark);
+    a->mark = NULL;
+    return err;
+  }
+  a->reqs += 2;
+  return 0;
+}
+
+/* DLOCK_REPLICAS_AUTO: as many as the master has now; none, no WAIT. */
+static void on_role(void *ud, int rc, redisReply *reply) {
+  dl_arepl *a = ud;
+  a->reqs--;
+  if (a->fn == NULL) {
+    if (reply) freeReplyObject(reply);
+    maybe_free(a);
+    return;
+  }
+  int m = rc == 0 ? dl_role_replicas(a->owner, reply) : rc;
+  if (m > 0) {
+    a->n = m;
+    m = send_wait(a);
+    if (m == 0) return;
+  }
+  deliver(a, m, 0);
 }
 
 /* The connection for the next acknowledgement: an idle one, a new one,
@@ -122,23 +174,21 @@ dl_arepl *dl_awaitpool_replicate(dl_awaitpool *p, int n, int timeout_ms,
   a->owner = owner;
   a->fn = fn;
   a->ud = ud;
-  char ns[16], ts[16]; /* copied by the sends */
-  snprintf(ns, sizeof ns, "%d", n);
-  snprintf(ts, sizeof ts, "%d", timeout_ms);
-  const char *mark[3] = {"PUBLISH", DL_REPLICATE_CHANNEL, ""};
-  const char *wait[3] = {"WAIT", ns, ts};
-  a->mark = dl_aconn_send(p->c[k], 3, mark, NULL, deadline, on_mark, a, err);
-  if (a->mark == NULL) {
+  a->auto_n = n == DLOCK_REPLICAS_AUTO;
+  a->n = n;
+  a->timeout_ms = timeout_ms;
+  a->deadline = deadline;
+  if (a->auto_n) {
+    const char *role[1] = {"ROLE"};
+    if (dl_aconn_send(p->c[k], 1, role, NULL, deadline, on_role, a, err))
+      a->reqs = 1;
+  } else {
+    *err = send_wait(a);
+  }
+  if (a->reqs == 0) {
     free(a);
     return NULL;
   }
-  if (dl_aconn_send(p->c[k], 3, wait, NULL, deadline, on_wait, a, err) ==
-      NULL) {
-    dl_areq_cancel(a->mark);
-    free(a);
-    return NULL;
-  }
-  a->reqs = 2;
   p->busy[k]++;
   return a;
 }
