@@ -586,6 +586,46 @@ static bool loop_until(td_loop *t, bool (*cond)(void *), void *arg, int ms) {
     CHECK(td_run_until((t), &((td_got *)&(g))->calls, 8000));                  \
   } while (0)
 
+/* cluster_down on an event-loop client: CLUSTERDOWN is reported for what
+ * it is, promptly (acluster.c retried it until the command timeout, 3 s,
+ * and its last try at the deadline made it "no reply before the
+ * deadline"), and a wait rides it out within its own time. */
+static void loop_cluster_down(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  char name[64];
+  name_on(0, "ldown", name, sizeof name);
+  td_loop t;
+  dlock_client *c = open_loop_cluster(&t); /* command timeout 3 s */
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, name, "me", &l), 0);
+  CHECK(kill(K.nodes[2].pid, SIGSTOP) == 0);
+  CHECK(th_wait_for(cluster_failed, NULL, 15000));
+  td_got g;
+  int64_t t0 = th_now_ms();
+  LOOP_OP(&t, g, dlock_lock_acquire_async(l, 0, 10000, td_on_done, &g, NULL));
+  int64_t once = th_now_ms() - t0;
+  td_got w;
+  t0 = th_now_ms();
+  LOOP_OP(&t, w,
+          dlock_lock_acquire_async(l, 1000, 10000, td_on_done, &w, NULL));
+  int64_t waited = th_now_ms() - t0;
+  CHECK(kill(K.nodes[2].pid, SIGCONT) == 0);
+  printf("    loop, CLUSTERDOWN: one try %lld ms (%s), a 1 s wait %lld ms "
+         "(%s)\n",
+         (long long)once, g.msg, (long long)waited, w.msg);
+  CHECK_RC(g.rc, DLOCK_ESERVER);
+  CHECK(strstr(g.msg, "CLUSTERDOWN") != NULL);
+  CHECK(once < 1500);
+  CHECK_RC(w.rc, DLOCK_ESERVER);
+  CHECK(waited >= 900 && waited < 2500);
+  CHECK(strstr(w.msg, "CLUSTERDOWN") != NULL);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  td_close(&t);
+  th_cluster_stop(&K);
+}
+
 /* A scan's outcome (its callback's ud is each name's too). */
 typedef struct scan_got {
   td_got g; /* first: td_on_done's */
@@ -913,4 +953,5 @@ TH_MAIN(T_BARE(url_forms), T_BARE(routed), T_BARE(wait_woken),
         T_BARE(kinds_one_slot), T_BARE(renew_by_slot), T_BARE(multilock_across),
         T_BARE(moved_and_ask), T_BARE(cli_commands), T_BARE(loop_routed),
         T_BARE(loop_woken), T_BARE(loop_moved), T_BARE(acked),
-        T_BARE(tls_cluster), T_BARE(stopped_master), T_BARE(cluster_down))
+        T_BARE(tls_cluster), T_BARE(stopped_master), T_BARE(cluster_down),
+        T_BARE(loop_cluster_down))

@@ -397,6 +397,15 @@ int dl_slots_parse(const struct redisReply *r, const char *asked,
 /* Whether r is the error reply "<what> ..." (MOVED, ASK, TRYAGAIN,
  * CLUSTERDOWN). */
 bool dl_cluster_reply_is(const struct redisReply *r, const char *what);
+/* Whether r, TRYAGAIN or CLUSTERDOWN, stands as the answer rather than
+ * being retried after `pause` (both cluster links): CLUSTERDOWN once it has
+ * lasted DL_CLUSTERDOWN_MS (*down_since: when it was first met, 0 not
+ * yet), said for what it is (a waiting acquire rides it out within its own
+ * wait), and either when the retry would reach the deadline (not a
+ * timeout). */
+#define DL_CLUSTERDOWN_MS 300
+bool dl_cluster_reply_stands(const struct redisReply *r, int64_t *down_since,
+                             int64_t pause, int64_t deadline);
 /* "MOVED 3999 127.0.0.1:6381" or "ASK ...": true and the slot, host (into
  * hostlen bytes) and port, or false for a malformed one. */
 bool dl_cluster_redirect(const struct redisReply *r, int *slot, char *host,
