@@ -1002,6 +1002,53 @@ static void failover_ride(void) {
   th_sentinel_stop(&S);
 }
 
+/* The same on an event-loop client: its wait rides the failover out
+ * within its own budget, and its release is retried until the new master
+ * answers, on the loop. */
+static void loop_failover_ride(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  o.connect_timeout_ms = 500;
+  o.reconnect_max_ms = 500;
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  dlock_lock *l = NULL, *l2 = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-lride-held", "me", &l), 0);
+  CHECK_RC(dlock_lock_new(c, "sent-lride-free", "other", &l2), 0);
+  loop_got g;
+  CHECK_RC(loop_acquire(lp, l, &g), 0);
+  CHECK(th_sentinel_synced(&S, 5000));
+  th_redis_kill(&S.master, SIGKILL);
+  loop_got gr = {0}, ga = {0};
+  int64_t t0 = th_now_ms(), rel_took = -1, acq_took = -1;
+  CHECK_RC(dlock_lock_release_async(l, on_loop_done, &gr, NULL), 0);
+  CHECK_RC(dlock_lock_acquire_async(l2, 10000, 10000, on_loop_done, &ga, NULL),
+           0);
+  while ((!gr.calls || !ga.calls) && th_now_ms() - t0 < 15000) {
+    dlock_loop_run(lp, 10);
+    if (gr.calls && rel_took < 0) rel_took = th_now_ms() - t0;
+    if (ga.calls && acq_took < 0) acq_took = th_now_ms() - t0;
+  }
+  printf("    loop, during the failover: release %s after %lld ms (%s); "
+         "acquire %s after %lld ms (%s)\n",
+         gr.rc == 1 ? "freed" : dlock_strerror(gr.rc), (long long)rel_took,
+         gr.msg, dlock_strerror(ga.rc), (long long)acq_took, ga.msg);
+  CHECK_RC(gr.rc, 1);
+  CHECK_RC(ga.rc, 0);
+  CHECK_RC(loop_release(lp, l2), 1);
+  CHECK(th_sentinel_wait_failover(&S, 15000) == 0);
+  CHECK_EQ(exists_on(&S.replica, "sent-lride-held"), 0);
+  dlock_lock_free(l);
+  dlock_lock_free(l2);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  th_sentinel_stop(&S);
+}
+
 /* A server that keeps an append-only file is asked whether it has
  * WAITAOF (Redis 7.2), once per connection; this 7.0 has not, so the
  * acknowledgement falls back to WAIT (and, with no replica, is short). */
@@ -1031,6 +1078,7 @@ TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
         T_BARE(sentinel_password), T_BARE(failover_held), T_BARE(failover_lost),
         T_BARE(failover_acked), T_BARE(renew_unacked), T_BARE(loop_acked),
         T_BARE(failover_waiters), T_BARE(failover_killed),
-        T_BARE(failover_ride), T_BARE(readonly_rediscover), T(wait_shortfall),
+        T_BARE(failover_ride), T_BARE(loop_failover_ride),
+        T_BARE(readonly_rediscover), T(wait_shortfall),
         T(wait_apart), T(loop_wait_apart), T_BARE(replicas_auto),
         T_REDIS(waitaof_probe, "--appendonly yes"), T_BARE(cli_commands))
