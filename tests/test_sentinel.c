@@ -511,9 +511,18 @@ static void loop_wait_apart(void) {
   CHECK(b_took < 3000); /* its own WAIT, not a's before it */
   CHECK_EQ(exists_on(&th_srv, "lwait-a"), 0);
   CHECK_EQ(exists_on(&th_srv, "lwait-b"), 0);
+  /* The close during a WAIT ends it (its callback runs within). */
+  loop_got gc = {0};
+  CHECK_RC(dlock_lock_acquire_async(a, 0, 10000, on_loop_done, &gc, NULL), 0);
+  end = th_now_ms() + 5000;
+  while (!wait_blocked(NULL) && th_now_ms() < end)
+    dlock_loop_run(lp, 10);
+  CHECK(wait_blocked(NULL));
   dlock_lock_free(a);
   dlock_lock_free(b);
   dlock_client_close(c);
+  CHECK_EQ(gc.calls, 1);
+  CHECK_RC(gc.rc, DLOCK_ECLOSED);
   dlock_loop_free(lp);
 }
 
@@ -554,7 +563,8 @@ static void replicas_auto(void) {
   dlock_client_options_init(&o);
   o.url = S.url;
   o.min_replicas_acked = DLOCK_REPLICAS_AUTO;
-  o.replicas_timeout_ms = 300;
+  o.replicas_timeout_ms = 1000;
+  CHECK(th_sentinel_synced(&S, 5000));
   dlock_client *c = th_client_opts(&o);
   CHECK(c != NULL);
   dlock_loop *lp = NULL;
@@ -580,6 +590,7 @@ static void replicas_auto(void) {
   CHECK_RC(loop_acquire(lp, ll, &g), DLOCK_ENOTACKED);
   printf("    loop, replica stalled: %s\n", g.msg);
   CHECK(strstr(g.msg, "acquire: 0 of the 1 replicas the master has") != NULL);
+  CHECK(strstr(g.msg, "within 1000 ms") != NULL);
   CHECK_EQ(exists_on(&S.master, "repl-auto-loop"), 0); /* given back */
   CHECK_EQ(kill(S.replica.pid, SIGCONT), 0);
   CHECK(detach_replica());
