@@ -907,6 +907,27 @@ static void acked(void) {
   CHECK_EQ(atomic_load(&loop_lost), 0);
   CHECK_EQ(dlock_lock_is_lost(lk), 0);
   CHECK_EQ(dlock_lock_is_lost(bk), 0);
+  /* --replicas auto on the loop (refused before): each master's own
+   * count (ROLE there); the stalled replica, still its master's, makes an
+   * acquire there fall short, the other master's acknowledges. */
+  o.min_replicas_acked = DLOCK_REPLICAS_AUTO;
+  dlock_client *au = NULL;
+  CHECK_RC(dlock_client_open_async(&o, t.lp, &au), 0);
+  char ukept[64];
+  name_on(2, "ukept", ukept, sizeof ukept);
+  dlock_lock *us = NULL, *uk = NULL;
+  CHECK_RC(dlock_lock_new(au, shortn, "auto", &us), 0);
+  CHECK_RC(dlock_lock_new(au, ukept, "auto", &uk), 0);
+  LOOP_OP(&t, g, dlock_lock_acquire_async(us, 0, 30000, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, DLOCK_ENOTACKED);
+  CHECK(strstr(g.msg, "0 of the 1 replicas the master has") != NULL);
+  LOOP_OP(&t, g, dlock_lock_acquire_async(uk, 0, 30000, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, 0);
+  LOOP_OP(&t, g, dlock_lock_release_async(uk, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, 1);
+  dlock_lock_free(us);
+  dlock_lock_free(uk);
+  dlock_client_close(au);
   CHECK_EQ(kill(K.replicas[1].pid, SIGCONT), 0);
   LOOP_OP(&t, g, dlock_lock_release_async(lk, td_on_done, &g, NULL));
   CHECK_RC(g.rc, 1);
