@@ -190,9 +190,8 @@ typedef struct dlock_client_options {
    * acknowledged in time is given back and fails with DLOCK_ENOTACKED; a
    * renewal not acknowledged does not extend the hold's validity. On
    * redlock:// each server waits for its own replicas, and a server whose
-   * replicas fall short does not count towards the quorum.
-   * DLOCK_REPLICAS_AUTO is refused (DLOCK_ENOTSUP at open) on redlock://
-   * and on event-loop clients. */
+   * replicas fall short does not count towards the quorum (with
+   * DLOCK_REPLICAS_AUTO, as many as that server has). */
   int min_replicas_acked;
   int replicas_timeout_ms; /* the WAIT's limit; 0: 1000 */
   /* ZooKeeper (zk:// URLs; added in 0.2). The session timeout asked of the

@@ -586,6 +586,46 @@ static bool loop_until(td_loop *t, bool (*cond)(void *), void *arg, int ms) {
     CHECK(td_run_until((t), &((td_got *)&(g))->calls, 8000));                  \
   } while (0)
 
+/* cluster_down on an event-loop client: CLUSTERDOWN is reported for what
+ * it is, promptly (acluster.c retried it until the command timeout, 3 s,
+ * and its last try at the deadline made it "no reply before the
+ * deadline"), and a wait rides it out within its own time. */
+static void loop_cluster_down(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  char name[64];
+  name_on(0, "ldown", name, sizeof name);
+  td_loop t;
+  dlock_client *c = open_loop_cluster(&t); /* command timeout 3 s */
+  CHECK(c != NULL);
+  dlock_lock *l = NULL;
+  CHECK_RC(dlock_lock_new(c, name, "me", &l), 0);
+  CHECK(kill(K.nodes[2].pid, SIGSTOP) == 0);
+  CHECK(th_wait_for(cluster_failed, NULL, 15000));
+  td_got g;
+  int64_t t0 = th_now_ms();
+  LOOP_OP(&t, g, dlock_lock_acquire_async(l, 0, 10000, td_on_done, &g, NULL));
+  int64_t once = th_now_ms() - t0;
+  td_got w;
+  t0 = th_now_ms();
+  LOOP_OP(&t, w,
+          dlock_lock_acquire_async(l, 1000, 10000, td_on_done, &w, NULL));
+  int64_t waited = th_now_ms() - t0;
+  CHECK(kill(K.nodes[2].pid, SIGCONT) == 0);
+  printf("    loop, CLUSTERDOWN: one try %lld ms (%s), a 1 s wait %lld ms "
+         "(%s)\n",
+         (long long)once, g.msg, (long long)waited, w.msg);
+  CHECK_RC(g.rc, DLOCK_ESERVER);
+  CHECK(strstr(g.msg, "CLUSTERDOWN") != NULL);
+  CHECK(once < 1500);
+  CHECK_RC(w.rc, DLOCK_ESERVER);
+  CHECK(waited >= 900 && waited < 2500);
+  CHECK(strstr(w.msg, "CLUSTERDOWN") != NULL);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  td_close(&t);
+  th_cluster_stop(&K);
+}
+
 /* A scan's outcome (its callback's ud is each name's too). */
 typedef struct scan_got {
   td_got g; /* first: td_on_done's */
@@ -708,6 +748,79 @@ static void on_loop_lost(dlock_lock *l, const char *owner, void *ud) {
   atomic_fetch_add(&loop_lost, 1);
 }
 
+/* A release that meets a master's failover rides it out (issue 29 item
+ * 20), blocking and on the loop: sent again (the latch makes that safe)
+ * until the promoted replica answers, within the command timeout and 6 s,
+ * instead of failing at the refused connection and leaving the name locked
+ * for its whole 30 s lease. */
+static bool on_replica(void *name) {
+  redisReply *r = th_cmd(&K.replicas[0], "KEYS %s", (const char *)name);
+  bool there = r && r->type == REDIS_REPLY_ARRAY && r->elements == 1;
+  if (r) freeReplyObject(r);
+  return there;
+}
+typedef struct rel_arg {
+  dlock_lock *l;
+  int rc;
+  int64_t took;
+} rel_arg;
+static void *release_blocking(void *p) {
+  rel_arg *a = p;
+  int64_t t0 = th_now_ms();
+  a->rc = dlock_lock_release(a->l);
+  a->took = th_now_ms() - t0;
+  return NULL;
+}
+static void release_ride(void) {
+  CHECK(th_cluster_start_replicas(&K, NULL) == 0);
+  td_loop t;
+  CHECK(td_open(&t, TD_BUILTIN) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = K.url;
+  o.connect_timeout_ms = 500;
+  o.reconnect_max_ms = 500;
+  dlock_client *a = NULL, *b = th_client_opts(&o);
+  CHECK_RC(dlock_client_open_async(&o, t.lp, &a), 0);
+  CHECK(b != NULL);
+  char na[64], nb[64];
+  name_on(0, "lride", na, sizeof na);
+  name_on(0, "bride", nb, sizeof nb);
+  dlock_lock *la = NULL, *lb = NULL;
+  CHECK_RC(dlock_lock_new(a, na, "me", &la), 0);
+  CHECK_RC(dlock_lock_new(b, nb, "bme", &lb), 0); /* released on a thread */
+  td_got g;
+  LOOP_OP(&t, g, dlock_lock_acquire_async(la, 0, 30000, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, 0);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 30000, NULL), 0);
+  CHECK(th_wait_for(on_replica, na, 5000));
+  CHECK(th_wait_for(on_replica, nb, 5000));
+  th_redis_kill(&K.nodes[0], SIGKILL);
+  rel_arg ra = {.l = lb};
+  pthread_t rt;
+  CHECK(pthread_create(&rt, NULL, release_blocking, &ra) == 0);
+  memset(&g, 0, sizeof g);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_release_async(la, td_on_done, &g, NULL), 0);
+  CHECK(td_run_until(&t, &g.calls, 15000));
+  int64_t took = th_now_ms() - t0;
+  pthread_join(rt, NULL);
+  printf("    a master killed: loop release %s after %lld ms (%s), blocking "
+         "%s after %lld ms\n",
+         g.rc == 1 ? "freed" : dlock_strerror(g.rc), (long long)took, g.msg,
+         ra.rc == 1 ? "freed" : dlock_strerror(ra.rc), (long long)ra.took);
+  CHECK_RC(g.rc, 1);
+  CHECK_RC(ra.rc, 1);
+  CHECK_EQ(th_cmd_int(&K.replicas[0], "EXISTS %s", na), 0);
+  CHECK_EQ(th_cmd_int(&K.replicas[0], "EXISTS %s", nb), 0);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  td_close(&t);
+  th_cluster_stop(&K);
+}
+
 /* Replica acknowledgement, on the loop and blocking: a marker and WAIT on
  * the master of the lock's slot. Each master's lock is on its replica once
  * acquired. With one replica stopped (SIGSTOP), an acquire on its master
@@ -794,6 +907,27 @@ static void acked(void) {
   CHECK_EQ(atomic_load(&loop_lost), 0);
   CHECK_EQ(dlock_lock_is_lost(lk), 0);
   CHECK_EQ(dlock_lock_is_lost(bk), 0);
+  /* --replicas auto on the loop (refused before): each master's own
+   * count (ROLE there); the stalled replica, still its master's, makes an
+   * acquire there fall short, the other master's acknowledges. */
+  o.min_replicas_acked = DLOCK_REPLICAS_AUTO;
+  dlock_client *au = NULL;
+  CHECK_RC(dlock_client_open_async(&o, t.lp, &au), 0);
+  char ukept[64];
+  name_on(2, "ukept", ukept, sizeof ukept);
+  dlock_lock *us = NULL, *uk = NULL;
+  CHECK_RC(dlock_lock_new(au, shortn, "auto", &us), 0);
+  CHECK_RC(dlock_lock_new(au, ukept, "auto", &uk), 0);
+  LOOP_OP(&t, g, dlock_lock_acquire_async(us, 0, 30000, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, DLOCK_ENOTACKED);
+  CHECK(strstr(g.msg, "0 of the 1 replicas the master has") != NULL);
+  LOOP_OP(&t, g, dlock_lock_acquire_async(uk, 0, 30000, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, 0);
+  LOOP_OP(&t, g, dlock_lock_release_async(uk, td_on_done, &g, NULL));
+  CHECK_RC(g.rc, 1);
+  dlock_lock_free(us);
+  dlock_lock_free(uk);
+  dlock_client_close(au);
   CHECK_EQ(kill(K.replicas[1].pid, SIGCONT), 0);
   LOOP_OP(&t, g, dlock_lock_release_async(lk, td_on_done, &g, NULL));
   CHECK_RC(g.rc, 1);
@@ -913,4 +1047,5 @@ TH_MAIN(T_BARE(url_forms), T_BARE(routed), T_BARE(wait_woken),
         T_BARE(kinds_one_slot), T_BARE(renew_by_slot), T_BARE(multilock_across),
         T_BARE(moved_and_ask), T_BARE(cli_commands), T_BARE(loop_routed),
         T_BARE(loop_woken), T_BARE(loop_moved), T_BARE(acked),
-        T_BARE(tls_cluster), T_BARE(stopped_master), T_BARE(cluster_down))
+        T_BARE(tls_cluster), T_BARE(stopped_master), T_BARE(cluster_down),
+        T_BARE(loop_cluster_down), T_BARE(release_ride))

@@ -596,6 +596,50 @@ static void t_replica_ack(void) {
     th_redis_stop(&rep[i]);
 }
 
+/* --replicas auto over Redlock's servers: each server waits for as many
+ * replicas as it has (ROLE), on the parts' loop. Servers 0 and 1 have a
+ * replica, server 2 none: a fixed count of 1 leaves server 2 out of every
+ * quorum, auto counts it; with server 0's replica stalled (still its
+ * master's), server 0 falls short and gives its copy back. Refused with
+ * DLOCK_ENOTSUP at the open before. */
+static void t_replica_auto(void) {
+  CHECK(start(3));
+  CHECK(start_replicas(2));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.min_replicas_acked = 1;
+  o.replicas_timeout_ms = 300;
+  dlock_client *fixed = th_client_opts(&o);
+  CHECK(fixed != NULL);
+  o.min_replicas_acked = DLOCK_REPLICAS_AUTO;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open(&o, &c), 0);
+  dlock_lock *f, *l;
+  CHECK_RC(dlock_lock_new(fixed, "rl:fixed", NULL, &f), 0);
+  CHECK_RC(dlock_lock_new(c, "rl:auto", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(f, 0, 10000, NULL), 0);
+  CHECK(holders_become(3, "rl:fixed", 2)); /* server 2: no replica */
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK(holders_become(3, "rl:auto", 3));
+  for (int i = 0; i < 2; i++)
+    CHECK(exists_becomes(&rep[i], "rl:auto", 1));
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_EQ(kill(rep[0].pid, SIGSTOP), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK(exists_becomes(&srv[0], "rl:auto", 0));
+  CHECK(holders_become(3, "rl:auto", 2));
+  CHECK_EQ(kill(rep[0].pid, SIGCONT), 0);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_EQ(dlock_lock_release(f), 1);
+  dlock_lock_free(l);
+  dlock_lock_free(f);
+  dlock_client_close(c);
+  dlock_client_close(fixed);
+  for (int i = 0; i < 2; i++)
+    th_redis_stop(&rep[i]);
+}
+
 static void t_bad_urls(void) {
   const char *bad[] = {"redlock://",
                        "redlock://127.0.0.1:1,,127.0.0.1:2",
@@ -926,7 +970,7 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_minority_taken), T_BARE(t_fencing_over_quorums),
         T_BARE(t_renew_by_quorum), T_BARE(t_async), T_BARE(t_layouts),
         T_BARE(t_token_proposed), T_BARE(t_delayed_restart),
-        T_BARE(t_replica_ack), T_BARE(t_bad_urls), T_BARE(t_duplicate_server),
-        T_BARE(t_stalled_server), T_BARE(t_force_release_heard),
-        T_BARE(t_deleted_by_quorum), T_BARE(t_all_down_named),
-        T_BARE(t_close_waits_for_release))
+        T_BARE(t_replica_ack), T_BARE(t_replica_auto), T_BARE(t_bad_urls),
+        T_BARE(t_duplicate_server), T_BARE(t_stalled_server),
+        T_BARE(t_force_release_heard), T_BARE(t_deleted_by_quorum),
+        T_BARE(t_all_down_named), T_BARE(t_close_waits_for_release))

@@ -465,11 +465,73 @@ static void wait_apart(void) {
   dlock_client_close(c);
 }
 
+/* The same on an event-loop client: its WAITs go on connections of their
+ * own too. Before, on the loop's one connection, another lock's acquire
+ * (its script and so its own WAIT) and a ping waited behind the first
+ * WAIT for its whole timeout. */
+static void loop_wait_apart(void) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = th_srv.url;
+  o.min_replicas_acked = 1; /* no replica: each WAIT runs to its timeout */
+  o.replicas_timeout_ms = 2000;
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  dlock_lock *a = NULL, *b = NULL;
+  CHECK_RC(dlock_lock_new(c, "lwait-a", "me", &a), 0);
+  CHECK_RC(dlock_lock_new(c, "lwait-b", "me", &b), 0);
+  loop_got ga = {0}, gb = {0}, gp = {0};
+  CHECK_RC(dlock_lock_acquire_async(a, 0, 10000, on_loop_done, &ga, NULL), 0);
+  int64_t end = th_now_ms() + 5000;
+  while (!wait_blocked(NULL) && th_now_ms() < end)
+    dlock_loop_run(lp, 10);
+  CHECK(wait_blocked(NULL));
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_acquire_async(b, 0, 10000, on_loop_done, &gb, NULL), 0);
+  CHECK_RC(dlock_client_ping_async(c, on_loop_done, &gp, NULL), 0);
+  /* b's script runs and the ping comes back while a's WAIT still runs. */
+  while ((!gp.calls || exists_on(&th_srv, "lwait-b") == 0) &&
+         th_now_ms() - t0 < 1500)
+    dlock_loop_run(lp, 10);
+  int64_t took = th_now_ms() - t0;
+  bool still = ga.calls == 0; /* a's WAIT is not over */
+  while ((!ga.calls || !gb.calls) && th_now_ms() - t0 < 8000)
+    dlock_loop_run(lp, 10);
+  int64_t b_took = th_now_ms() - t0;
+  printf("    during a WAIT: ping and another lock's script %lld ms, its "
+         "acquire (with its own 2 s WAIT) %lld ms\n",
+         (long long)took, (long long)b_took);
+  CHECK(still);
+  CHECK(took < 1000);
+  CHECK_RC(gp.rc, 0);
+  CHECK_RC(ga.rc, DLOCK_ENOTACKED);
+  CHECK_RC(gb.rc, DLOCK_ENOTACKED);
+  CHECK(b_took < 3000); /* its own WAIT, not a's before it */
+  CHECK_EQ(exists_on(&th_srv, "lwait-a"), 0);
+  CHECK_EQ(exists_on(&th_srv, "lwait-b"), 0);
+  /* The close during a WAIT ends it (its callback runs within). */
+  loop_got gc = {0};
+  CHECK_RC(dlock_lock_acquire_async(a, 0, 10000, on_loop_done, &gc, NULL), 0);
+  end = th_now_ms() + 5000;
+  while (!wait_blocked(NULL) && th_now_ms() < end)
+    dlock_loop_run(lp, 10);
+  CHECK(wait_blocked(NULL));
+  dlock_lock_free(a);
+  dlock_lock_free(b);
+  dlock_client_close(c);
+  CHECK_EQ(gc.calls, 1);
+  CHECK_RC(gc.rc, DLOCK_ECLOSED);
+  dlock_loop_free(lp);
+}
+
 /* --replicas auto (DLOCK_REPLICAS_AUTO): WAIT for as many replicas as the
- * master has now. With its replica, an acquire is on the replica when it
- * returns; once the master has none (as after a failover to a master
- * without replicas), acquires and renewals go on unacknowledged, where a
- * fixed count of 1 gives every acquire back. */
+ * master has now, on blocking and event-loop clients. With its replica, an
+ * acquire is on the replica when it returns, and a stalled replica (still
+ * the master's) makes it fall short; once the master has none (as after a
+ * failover to a master without replicas), acquires and renewals go on
+ * unacknowledged, where a fixed count of 1 gives every acquire back. */
 static bool no_replicas(void *p) {
   (void)p;
   redisReply *r = th_cmd(&S.master, "ROLE");
@@ -479,6 +541,22 @@ static bool no_replicas(void *p) {
   if (r) freeReplyObject(r);
   return none;
 }
+static int loop_acquire(dlock_loop *lp, dlock_lock *l, loop_got *g) {
+  memset(g, 0, sizeof *g);
+  int rc = dlock_lock_acquire_async(l, 0, 10000, on_loop_done, g, NULL);
+  if (rc != 0) return rc;
+  for (int i = 0; i < 500 && !g->calls; i++)
+    dlock_loop_run(lp, 10);
+  return g->calls ? g->rc : DLOCK_ETIMEDOUT;
+}
+static int loop_release(dlock_loop *lp, dlock_lock *l) {
+  loop_got g = {0};
+  int rc = dlock_lock_release_async(l, on_loop_done, &g, NULL);
+  if (rc != 0) return rc;
+  for (int i = 0; i < 500 && !g.calls; i++)
+    dlock_loop_run(lp, 10);
+  return g.calls ? g.rc : DLOCK_ETIMEDOUT;
+}
 static void replicas_auto(void) {
   CHECK(th_sentinel_start(&S, NULL) == 0);
   dlock_client_options o;
@@ -486,35 +564,53 @@ static void replicas_auto(void) {
   o.url = S.url;
   o.min_replicas_acked = DLOCK_REPLICAS_AUTO;
   o.replicas_timeout_ms = 1000;
+  CHECK(th_sentinel_synced(&S, 5000));
   dlock_client *c = th_client_opts(&o);
   CHECK(c != NULL);
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client *lc = NULL; /* refused (ENOTSUP) before */
+  CHECK_RC(dlock_client_open_async(&o, lp, &lc), 0);
   o.min_replicas_acked = 1;
   dlock_client *fixed = th_client_opts(&o);
   CHECK(fixed != NULL);
-  dlock_lock *l = NULL, *f = NULL;
+  dlock_lock *l = NULL, *f = NULL, *ll = NULL;
   CHECK_RC(dlock_lock_new(c, "repl-auto", NULL, &l), 0);
   CHECK_RC(dlock_lock_new(fixed, "repl-fixed", NULL, &f), 0);
+  CHECK_RC(dlock_lock_new(lc, "repl-auto-loop", "me", &ll), 0);
   CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
   CHECK_EQ(exists_on(&S.replica, "repl-auto"), 1); /* acknowledged */
   CHECK_RC(dlock_lock_release(l), 1);
+  loop_got g;
+  CHECK_RC(loop_acquire(lp, ll, &g), 0);
+  CHECK_EQ(exists_on(&S.replica, "repl-auto-loop"), 1);
+  CHECK_RC(loop_release(lp, ll), 1);
+  /* The replica stalled, still the master's: short of the one it has. */
+  CHECK_EQ(kill(S.replica.pid, SIGSTOP), 0);
+  CHECK_RC(loop_acquire(lp, ll, &g), DLOCK_ENOTACKED);
+  printf("    loop, replica stalled: %s\n", g.msg);
+  CHECK(strstr(g.msg, "acquire: 0 of the 1 replicas the master has") != NULL);
+  CHECK(strstr(g.msg, "within 1000 ms") != NULL);
+  CHECK_EQ(exists_on(&S.master, "repl-auto-loop"), 0); /* given back */
+  CHECK_EQ(kill(S.replica.pid, SIGCONT), 0);
   CHECK(detach_replica());
   CHECK(th_wait_for(no_replicas, NULL, 5000));
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
-  CHECK(th_now_ms() - t0 < 900); /* no WAIT: nothing to wait for */
+  CHECK(th_now_ms() - t0 < 250); /* no WAIT: nothing to wait for */
+  t0 = th_now_ms();
+  CHECK_RC(loop_acquire(lp, ll, &g), 0);
+  CHECK(th_now_ms() - t0 < 250);
   CHECK_RC(dlock_lock_try_acquire(f, 0, 10000, NULL), DLOCK_ENOTACKED);
   CHECK(strstr(dlock_client_errmsg(fixed), "0 of 1 replicas") != NULL);
   CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_RC(loop_release(lp, ll), 1);
   dlock_lock_free(l);
   dlock_lock_free(f);
+  dlock_lock_free(ll);
   dlock_client_close(c);
+  dlock_client_close(lc);
   dlock_client_close(fixed);
-  /* Refused where it is not done yet: on an event-loop client. */
-  o.min_replicas_acked = DLOCK_REPLICAS_AUTO;
-  dlock_loop *lp = NULL;
-  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  c = NULL;
-  CHECK_RC(dlock_client_open_async(&o, lp, &c), DLOCK_ENOTSUP);
   dlock_loop_free(lp);
   th_sentinel_stop(&S);
 }
@@ -917,6 +1013,53 @@ static void failover_ride(void) {
   th_sentinel_stop(&S);
 }
 
+/* The same on an event-loop client: its wait rides the failover out
+ * within its own budget, and its release is retried until the new master
+ * answers, on the loop. */
+static void loop_failover_ride(void) {
+  CHECK(th_sentinel_start(&S, NULL) == 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = S.url;
+  o.connect_timeout_ms = 500;
+  o.reconnect_max_ms = 500;
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  dlock_lock *l = NULL, *l2 = NULL;
+  CHECK_RC(dlock_lock_new(c, "sent-lride-held", "me", &l), 0);
+  CHECK_RC(dlock_lock_new(c, "sent-lride-free", "other", &l2), 0);
+  loop_got g;
+  CHECK_RC(loop_acquire(lp, l, &g), 0);
+  CHECK(th_sentinel_synced(&S, 5000));
+  th_redis_kill(&S.master, SIGKILL);
+  loop_got gr = {0}, ga = {0};
+  int64_t t0 = th_now_ms(), rel_took = -1, acq_took = -1;
+  CHECK_RC(dlock_lock_release_async(l, on_loop_done, &gr, NULL), 0);
+  CHECK_RC(dlock_lock_acquire_async(l2, 10000, 10000, on_loop_done, &ga, NULL),
+           0);
+  while ((!gr.calls || !ga.calls) && th_now_ms() - t0 < 15000) {
+    dlock_loop_run(lp, 10);
+    if (gr.calls && rel_took < 0) rel_took = th_now_ms() - t0;
+    if (ga.calls && acq_took < 0) acq_took = th_now_ms() - t0;
+  }
+  printf("    loop, during the failover: release %s after %lld ms (%s); "
+         "acquire %s after %lld ms (%s)\n",
+         gr.rc == 1 ? "freed" : dlock_strerror(gr.rc), (long long)rel_took,
+         gr.msg, dlock_strerror(ga.rc), (long long)acq_took, ga.msg);
+  CHECK_RC(gr.rc, 1);
+  CHECK_RC(ga.rc, 0);
+  CHECK_RC(loop_release(lp, l2), 1);
+  CHECK(th_sentinel_wait_failover(&S, 15000) == 0);
+  CHECK_EQ(exists_on(&S.replica, "sent-lride-held"), 0);
+  dlock_lock_free(l);
+  dlock_lock_free(l2);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  th_sentinel_stop(&S);
+}
+
 /* A server that keeps an append-only file is asked whether it has
  * WAITAOF (Redis 7.2), once per connection; this 7.0 has not, so the
  * acknowledgement falls back to WAIT (and, with no replica, is short). */
@@ -946,6 +1089,7 @@ TH_MAIN(T_BARE(url_forms), T_BARE(discovery), T_BARE(wrong_name_and_down),
         T_BARE(sentinel_password), T_BARE(failover_held), T_BARE(failover_lost),
         T_BARE(failover_acked), T_BARE(renew_unacked), T_BARE(loop_acked),
         T_BARE(failover_waiters), T_BARE(failover_killed),
-        T_BARE(failover_ride), T_BARE(readonly_rediscover), T(wait_shortfall),
-        T(wait_apart), T_BARE(replicas_auto),
+        T_BARE(failover_ride), T_BARE(loop_failover_ride),
+        T_BARE(readonly_rediscover), T(wait_shortfall),
+        T(wait_apart), T(loop_wait_apart), T_BARE(replicas_auto),
         T_REDIS(waitaof_probe, "--appendonly yes"), T_BARE(cli_commands))

@@ -23,6 +23,7 @@
 
 static void node_free(anode *n) {
   dl_asub_free(n->sub);
+  dl_awaitpool_free(n->waits);
   dl_aconn_free(n->conn);
   free(n);
 }
@@ -46,6 +47,7 @@ static int node_get(acl_link *L, const char *host, int port) {
   n->cfg.ep.nhosts = 0;
   n->cfg.ep.hosts = NULL;
   int rc = dl_aconn_new(L->h.env->loop, &n->cfg, &n->conn);
+  if (rc == 0) rc = dl_awaitpool_new(L->h.env->loop, &n->cfg, &n->waits);
   if (rc == 0 && L->h.env->backoff_max_ms <= 0)
     rc = dl_asub_new(L->h.env->loop, &n->cfg, &n->sub);
   if (rc != 0) {
@@ -245,6 +247,7 @@ typedef struct acreq {
   anode *node;
   bool asking;
   int64_t deadline, pause;
+  int64_t down_since; /* CLUSTERDOWN first met (dl_cluster_reply_stands) */
   int tries;
   dl_areq *req; /* in flight, or NULL: pausing */
   dl_timer t;   /* the pause before the next try */
@@ -311,14 +314,14 @@ static void on_reply(void *ud, int rc, redisReply *reply);
 static void on_retry(void *ud);
 
 /* A pause before the next try, or the end when no time (or try) is left
- * for one. */
+ * for one: a retry at the deadline would only time out. */
 static int q_pause(acreq *q, int rc, redisReply *reply) {
   acl_link *L = q->h.L;
   int64_t now = dl_now_ms();
-  if (L->closing || q->tries >= MAX_TRIES || now >= q->deadline)
+  if (L->closing || q->tries >= MAX_TRIES || now + q->pause >= q->deadline)
     return q_end(q, rc, reply);
   if (reply) freeReplyObject(reply);
-  int64_t until = now + q->pause < q->deadline ? now + q->pause : q->deadline;
+  int64_t until = now + q->pause;
   q->pause = q->pause * 2 > PAUSE_MAX_MS ? PAUSE_MAX_MS : q->pause * 2;
   if (dl_timer_start(L->h.env->loop, &q->t, until) != 0)
     return q_end(
@@ -381,10 +384,14 @@ static int q_reply(acreq *q, int rc, redisReply *r) {
     q->asking = ask;
     return q_send(q);
   }
-  /* A slot in migration, a cluster without a quorum of masters, or a
-   * request that never left (a connect that failed: safe to send again;
-   * DLOCK_ECONNLOST says it was written and may have run). A timeout is
-   * the request's own deadline, the step's: nothing is left then. */
+  /* A slot in migration, a cluster without a quorum of masters (said for
+   * what it is once it lasts), or a request that never left (a connect
+   * that failed: safe to send again; DLOCK_ECONNLOST says it was written
+   * and may have run). A timeout is the request's own deadline, the
+   * step's: nothing is left then. */
+  if (rc == 0 &&
+      dl_cluster_reply_stands(r, &q->down_since, q->pause, q->deadline))
+    return q_end(q, rc, r);
   if ((rc == 0 && (dl_cluster_reply_is(r, "TRYAGAIN") ||
                    dl_cluster_reply_is(r, "CLUSTERDOWN"))) ||
       (rc != 0 && rc != DLOCK_ECONNLOST && rc != DLOCK_ECLOSED))

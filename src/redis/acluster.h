@@ -19,6 +19,7 @@ typedef struct anode {
   int port;
   dl_conn_config cfg; /* the link's, with this node's address */
   dl_aconn *conn;
+  dl_awaitpool *waits; /* replica acknowledgement's own connections */
   dl_asub *sub;   /* NULL when waiting by backoff */
   bool listening; /* watch_losses applied */
 } anode;

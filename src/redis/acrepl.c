@@ -1,7 +1,7 @@
 /* acrepl.c: replica acknowledgement on the event-loop cluster link
  * (cluster.c's replicate, on the loop): a marker and WAIT
- * (dl_aconn_replicate) on the connection to each master asked, the master
- * of each key's slot or every master, gathered, the fewest
+ * (dl_awaitpool_replicate) on a connection of its own to each master asked, the
+ * master of each key's slot or every master, gathered, the fewest
  * acknowledgements counting. Never sent again elsewhere: a WAIT on another
  * connection or node would count nothing of ours. */
 #include "acluster.h"
@@ -84,9 +84,9 @@ int dl_acl_replicate_start(dl_rlink *base, dl_pend *p,
     int err = 0;
     g->w[i].g = g;
     g->w[i].node = ms[i];
-    g->w[i].r =
-        dl_aconn_replicate(ms[i]->conn, n, timeout_ms, deadline,
-                           L->h.env->err_owner, on_node_acked, &g->w[i], &err);
+    g->w[i].r = dl_awaitpool_replicate(ms[i]->waits, n, timeout_ms, deadline,
+                                       L->h.env->err_owner, on_node_acked,
+                                       &g->w[i], &err);
     if (g->w[i].r) {
       g->left++;
     } else if (g->rc == 0) {

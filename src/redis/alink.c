@@ -15,7 +15,8 @@ typedef struct loop_link {
   dl_loop_head h; /* first */
   const dl_conn_config *cfg;
   dl_aconn *conn;
-  dl_asub *sub;   /* NULL: waiting by backoff */
+  dl_awaitpool *waits; /* replica acknowledgement's own connections */
+  dl_asub *sub;        /* NULL: waiting by backoff */
   /* Waiting by backoff, a subscriber for loss notices only (a composite's
    * part: watch_losses), or NULL. */
   dl_asub *losses;
@@ -84,7 +85,8 @@ static int al_command_start(dl_rlink *base, dl_pend *p, int argc,
   return DL_PENDING;
 }
 
-/* Replica acknowledgement: a marker and WAIT on the one connection. */
+/* Replica acknowledgement: a marker and WAIT on a connection of their
+ * own (arepl.c). */
 static void on_acked(void *ud, int rc, int count) {
   dl_pend *p = ud;
   p->link_data = NULL;
@@ -100,8 +102,8 @@ static int al_replicate_start(dl_rlink *base, dl_pend *p,
   (void)keys, (void)nkeys; /* one server */
   int err = 0;
   int64_t deadline = dl_now_ms() + L->cfg->command_timeout_ms + timeout_ms;
-  dl_arepl *a = dl_aconn_replicate(L->conn, n, timeout_ms, deadline,
-                                   L->h.env->err_owner, on_acked, p, &err);
+  dl_arepl *a = dl_awaitpool_replicate(L->waits, n, timeout_ms, deadline,
+                                       L->h.env->err_owner, on_acked, p, &err);
   if (a == NULL) {
     p->rc = err;
     return 0;
@@ -386,6 +388,7 @@ static void al_free(dl_rlink *base) {
     p->rc = DLOCK_ECLOSED;
     p->resume(p);
   }
+  dl_awaitpool_free(L->waits);
   dl_aconn_free(L->conn);
   free(L);
 }
@@ -429,11 +432,13 @@ static int link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   L->cfg = cfg;
   L->part = lazy;
   int rc = dl_aconn_new(env->loop, cfg, &L->conn);
+  if (rc == 0) rc = dl_awaitpool_new(env->loop, cfg, &L->waits);
   /* Connect now, so that a wrong address fails the open at once. */
   if (rc == 0 && !lazy) rc = dl_aconn_connect(L->conn);
   if (rc == 0 && env->backoff_max_ms <= 0)
     rc = dl_asub_new(env->loop, cfg, &L->sub);
   if (rc != 0) {
+    dl_awaitpool_free(L->waits);
     if (L->conn) dl_aconn_free(L->conn);
     free(L);
     return rc;

@@ -476,13 +476,6 @@ static int backend_new(const dlock_client_options *opts,
     rb_free(&r->base);
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   }
-  if (r->min_replicas == DLOCK_REPLICAS_AUTO && (part || r->env.loop)) {
-    rb_free(&r->base);
-    return dl_seterr(NULL, DLOCK_ENOTSUP,
-                     "min_replicas_acked DLOCK_REPLICAS_AUTO (--replicas "
-                     "auto) is not yet supported on %s",
-                     part ? "redlock://" : "an event-loop client");
-  }
   if (cfg->ep.cluster && part) {
     rb_free(&r->base);
     return dl_seterr(NULL, DLOCK_ENOTSUP,

@@ -332,21 +332,6 @@ static void name_node(cluster_link *b, creq *q) {
 
 static void creq_finish_(cluster_link *b, creq *q, int64_t deadline);
 
-/* Whether r, TRYAGAIN or CLUSTERDOWN, stands as the answer rather than
- * being retried after `pause`: CLUSTERDOWN once it has lasted
- * CLUSTERDOWN_MS (*down_since: when it was first met, 0 not yet), said
- * for what it is (a waiting acquire rides it out within its own wait),
- * and either when the retry would reach the deadline (not a timeout). */
-static bool reply_stands(const redisReply *r, int64_t *down_since,
-                         int64_t pause, int64_t deadline) {
-  bool down = dl_cluster_reply_is(r, "CLUSTERDOWN");
-  if (!down && !dl_cluster_reply_is(r, "TRYAGAIN")) return false;
-  int64_t now = dl_now_ms();
-  if (down && *down_since == 0) *down_since = now;
-  return now + pause >= deadline ||
-         (down && now - *down_since >= CLUSTERDOWN_MS);
-}
-
 /* Collects q's reply, then follows what the cluster says about it until
  * it is an answer, the deadline passes or MAX_TRIES run out. */
 static void creq_finish(cluster_link *b, creq *q, int64_t deadline) {
@@ -377,7 +362,7 @@ static void creq_finish_(cluster_link *b, creq *q, int64_t deadline) {
       }
       q->node = b->nodes[idx];
       q->asking = ask;
-    } else if (reply_stands(r, &down_since, pause, deadline)) {
+    } else if (dl_cluster_reply_stands(r, &down_since, pause, deadline)) {
       return;
     } else if (dl_cluster_reply_is(r, "TRYAGAIN") ||
                dl_cluster_reply_is(r, "CLUSTERDOWN") ||

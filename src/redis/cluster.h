@@ -13,7 +13,6 @@
 #define NO_NODE 0xffff
 #define MAX_TRIES 16       /* redirections and retries of one request */
 #define REFRESH_GAP_MS 100 /* a map asked for less recently is kept */
-#define CLUSTERDOWN_MS 300 /* a request retries CLUSTERDOWN this long */
 
 typedef struct cnode {
   char host[256];

@@ -175,18 +175,7 @@ static int replicas_now(dl_conn *conn, const struct dlock_client *owner) {
   size_t rlen[1] = {4};
   redisReply *r = NULL;
   int rc = dl_conn_call(conn, 1, role, rlen, &r);
-  if (rc == 0) rc = dl_reply_check(owner, &r);
-  if (rc != 0) return rc;
-  int m = -1;
-  if (r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
-      r->element[0]->type == REDIS_REPLY_STRING &&
-      strcmp(r->element[0]->str, "master") == 0 &&
-      r->element[2]->type == REDIS_REPLY_ARRAY)
-    m = r->element[2]->elements > 1000 ? 1000 : (int)r->element[2]->elements;
-  freeReplyObject(r);
-  return m >= 0 ? m
-                : dl_seterr(owner, DLOCK_EREADONLY,
-                            "ROLE: the server is not a master");
+  return rc != 0 ? rc : dl_role_replicas(owner, r);
 }
 
 int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
@@ -232,10 +221,7 @@ int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
   if (rc == 0) rc = got > 1000000 ? 1000000 : (int)got;
   if (wr) freeReplyObject(wr);
   if (want == DLOCK_REPLICAS_AUTO && rc >= 0 && rc < n)
-    rc = dl_seterr(owner, DLOCK_ENOTACKED,
-                   "%d of the %d replicas the master has acknowledged within "
-                   "%d ms",
-                   rc, n, timeout_ms);
+    rc = dl_auto_shortfall(owner, rc, n, timeout_ms);
   return rc;
 }
 

@@ -397,6 +397,15 @@ int dl_slots_parse(const struct redisReply *r, const char *asked,
 /* Whether r is the error reply "<what> ..." (MOVED, ASK, TRYAGAIN,
  * CLUSTERDOWN). */
 bool dl_cluster_reply_is(const struct redisReply *r, const char *what);
+/* Whether r, TRYAGAIN or CLUSTERDOWN, stands as the answer rather than
+ * being retried after `pause` (both cluster links): CLUSTERDOWN once it has
+ * lasted DL_CLUSTERDOWN_MS (*down_since: when it was first met, 0 not
+ * yet), said for what it is (a waiting acquire rides it out within its own
+ * wait), and either when the retry would reach the deadline (not a
+ * timeout). */
+#define DL_CLUSTERDOWN_MS 300
+bool dl_cluster_reply_stands(const struct redisReply *r, int64_t *down_since,
+                             int64_t pause, int64_t deadline);
 /* "MOVED 3999 127.0.0.1:6381" or "ASK ...": true and the slot, host (into
  * hostlen bytes) and port, or false for a malformed one. */
 bool dl_cluster_redirect(const struct redisReply *r, int *slot, char *host,
@@ -852,6 +861,15 @@ void dl_reply_error_text(const char *in, char *out, size_t len);
 bool dl_reply_noscript(const struct redisReply *r);
 /* Whether r is a READONLY error (the server is a replica now). */
 bool dl_reply_readonly(const struct redisReply *r);
+/* DLOCK_REPLICAS_AUTO, both drivers: the replicas a master has now, from
+ * its reply to ROLE (r, freed; an error reply's code stands): >= 0, or a
+ * negative code (DLOCK_EREADONLY: not a master) recorded for owner. */
+int dl_role_replicas(const struct dlock_client *owner, struct redisReply *r);
+/* DLOCK_REPLICAS_AUTO's shortfall: `got` of the master's `n` replicas
+ * acknowledged within timeout_ms. Returns DLOCK_ENOTACKED, recorded for
+ * owner. */
+int dl_auto_shortfall(const struct dlock_client *owner, int got, int n,
+                      int timeout_ms);
 
 /* ---- aconn.c: the pipelined connection for an event loop ----
  * conn.c's connection without blocking: every call and callback on the
@@ -906,23 +924,6 @@ dl_areq *dl_aconn_eval_cluster(dl_aconn *c, bool asking, int script,
 /* The callback will not run; a reply in flight is dropped when it comes.
  * Not from inside r's own callback (r is gone then). Accepts NULL. */
 void dl_areq_cancel(dl_areq *r);
-/* Replica acknowledgement on c, on the loop (dl_conn_replicate's): a
- * marker PUBLISH on DL_REPLICATE_CHANNEL and WAIT n timeout_ms, queued
- * together, so that they share a connection and the WAIT counts the
- * marker, which the server replicates after every write this client made
- * to it, on whatever connection. fn(ud, rc, count) runs once on the loop's
- * thread: rc 0 and the replicas that acknowledged, or a negative code
- * (recorded for owner). deadline: as dl_aconn_send's (give it the WAIT's
- * timeout beside the command's). Returns a handle for dl_arepl_cancel
- * (valid until fn runs), or NULL with *err set and fn never called. */
-typedef void (*dl_count_fn)(void *ud, int rc, int count);
-typedef struct dl_arepl dl_arepl;
-dl_arepl *dl_aconn_replicate(dl_aconn *c, int n, int timeout_ms,
-                             int64_t deadline,
-                             const struct dlock_client *owner, dl_count_fn fn,
-                             void *ud, int *err);
-/* fn will not run. Not from inside fn. Accepts NULL. */
-void dl_arepl_cancel(dl_arepl *a);
 /* Fails every pending request with DLOCK_ECLOSED (callbacks run, now),
  * closes the socket and frees c (once the dispatch under way, if it is
  * called from a callback, returns). Later calls on c are not allowed.
@@ -931,6 +932,34 @@ void dl_aconn_free(dl_aconn *c);
 /* Writes since creation (tests), and whether the connection is up. */
 uint64_t dl_aconn_batches(const dl_aconn *c);
 bool dl_aconn_up(const dl_aconn *c);
+
+/* ---- arepl.c: replica acknowledgement on the loop ----
+ * dl_conn_replicate and dl_waitpool's, on the loop: a pool of connections
+ * of their own, so that a WAIT (which blocks the connection it is sent
+ * on) holds up no other request. dl_awaitpool_new: 0 or DLOCK_ENOMEM (cfg
+ * must outlive the pool); dl_awaitpool_free ends every acknowledgement
+ * under way with DLOCK_ECLOSED (their callbacks run, now), accepts NULL. */
+typedef struct dl_awaitpool dl_awaitpool;
+int dl_awaitpool_new(dl_loop *lp, const dl_conn_config *cfg,
+                     dl_awaitpool **out);
+void dl_awaitpool_free(dl_awaitpool *p);
+/* A marker PUBLISH on DL_REPLICATE_CHANNEL and WAIT n timeout_ms, queued
+ * together on a connection of p (an idle one, or a new one), so that the
+ * WAIT counts the marker, which the server replicates after every write
+ * this client made to it, on whatever connection. fn(ud, rc, count) runs
+ * once on the loop's thread: rc 0 and the replicas that acknowledged, or a
+ * negative code (recorded for owner). deadline: as dl_aconn_send's (give
+ * it the WAIT's timeout beside the command's). Returns a handle for
+ * dl_arepl_cancel (valid until fn runs), or NULL with *err set and fn
+ * never called. */
+typedef void (*dl_count_fn)(void *ud, int rc, int count);
+typedef struct dl_arepl dl_arepl;
+dl_arepl *dl_awaitpool_replicate(dl_awaitpool *p, int n, int timeout_ms,
+                                 int64_t deadline,
+                                 const struct dlock_client *owner,
+                                 dl_count_fn fn, void *ud, int *err);
+/* fn will not run. Not from inside fn. Accepts NULL. */
+void dl_arepl_cancel(dl_arepl *a);
 
 /* ---- asub.c: the subscriber connection for an event loop ----
  * pubsub.c's subscriber without threads (the wake modes, the linger, the

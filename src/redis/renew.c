@@ -158,6 +158,19 @@ static int job_parse(renew_job *j, int failed) {
   return failed;
 }
 
+/* DLOCK_REPLICAS_AUTO's shortfall (its detail recorded by the link): the
+ * step's name before it, `then` after, the code's text once. */
+static int auto_shortfall(dl_redis *R, const char *what, const char *then) {
+  char was[300];
+  const char *m = dlock_client_errmsg(R->env.err_owner);
+  const char *text = dlock_strerror(DLOCK_ENOTACKED);
+  size_t n = strlen(text);
+  if (strncmp(m, text, n) == 0 && m[n] == ':' && m[n + 1] == ' ') m += n + 2;
+  snprintf(was, sizeof was, "%s", m);
+  return dl_seterr(R->env.err_owner, DLOCK_ENOTACKED, "%s: %s%s", what, was,
+                   then);
+}
+
 int dl_redis_replicate(dl_redis *R, const char *const *keys, int nkeys,
                        const char *what, const char *then) {
   if (R->min_replicas == 0) return 0;
@@ -168,11 +181,7 @@ int dl_redis_replicate(dl_redis *R, const char *const *keys, int nkeys,
                      "acknowledgement is not supported by this link");
   int n = ops->replicate(R->link, keys, nkeys, R->min_replicas,
                          R->replicas_timeout_ms);
-  if (n == DLOCK_ENOTACKED) { /* DLOCK_REPLICAS_AUTO's shortfall */
-    char was[300];
-    snprintf(was, sizeof was, "%s", dlock_client_errmsg(R->env.err_owner));
-    return dl_seterr(R->env.err_owner, n, "%s: %s%s", what, was, then);
-  }
+  if (n == DLOCK_ENOTACKED) return auto_shortfall(R, what, then);
   if (n < 0) return n;
   if (n < R->min_replicas)
     return dl_seterr(R->env.err_owner, DLOCK_ENOTACKED,
@@ -207,11 +216,7 @@ int dl_redis_replicate_start(dl_redis *R, const char *const *keys, int nkeys,
 
 int dl_redis_replicate_result(dl_redis *R, dl_pend *p, const char *what,
                               const char *then) {
-  if (p->rc == DLOCK_ENOTACKED) { /* DLOCK_REPLICAS_AUTO's shortfall */
-    char was[300];
-    snprintf(was, sizeof was, "%s", dlock_client_errmsg(R->env.err_owner));
-    return dl_seterr(R->env.err_owner, p->rc, "%s: %s%s", what, was, then);
-  }
+  if (p->rc == DLOCK_ENOTACKED) return auto_shortfall(R, what, then);
   if (p->rc != 0) return p->rc;
   if (p->acked < R->min_replicas)
     return dl_seterr(R->env.err_owner, DLOCK_ENOTACKED,

@@ -111,6 +111,29 @@ bool dl_reply_noscript(const redisReply *r) {
   return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
+int dl_role_replicas(const struct dlock_client *owner, redisReply *r) {
+  int rc = dl_reply_check(owner, &r);
+  if (rc != 0) return rc;
+  int m = -1;
+  if (r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+      r->element[0]->type == REDIS_REPLY_STRING &&
+      strcmp(r->element[0]->str, "master") == 0 &&
+      r->element[2]->type == REDIS_REPLY_ARRAY)
+    m = r->element[2]->elements > 1000 ? 1000 : (int)r->element[2]->elements;
+  freeReplyObject(r);
+  return m >= 0 ? m
+                : dl_seterr(owner, DLOCK_EREADONLY,
+                            "ROLE: the server is not a master");
+}
+
+int dl_auto_shortfall(const struct dlock_client *owner, int got, int n,
+                      int timeout_ms) {
+  return dl_seterr(owner, DLOCK_ENOTACKED,
+                   "%d of the %d replicas the master has acknowledged within "
+                   "%d ms",
+                   got, n, timeout_ms);
+}
+
 bool dl_reply_readonly(const redisReply *r) {
   return r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0;
 }

@@ -67,6 +67,16 @@ bool dl_cluster_reply_is(const redisReply *r, const char *what) {
          strncmp(r->str, what, n) == 0 && r->str[n] == ' ';
 }
 
+bool dl_cluster_reply_stands(const redisReply *r, int64_t *down_since,
+                             int64_t pause, int64_t deadline) {
+  bool down = dl_cluster_reply_is(r, "CLUSTERDOWN");
+  if (!down && !dl_cluster_reply_is(r, "TRYAGAIN")) return false;
+  int64_t now = dl_now_ms();
+  if (down && *down_since == 0) *down_since = now;
+  return now + pause >= deadline ||
+         (down && now - *down_since >= DL_CLUSTERDOWN_MS);
+}
+
 bool dl_cluster_redirect(const redisReply *r, int *slot, char *host,
                          size_t hostlen, int *port) {
   const char *p = strchr(r->str, ' ');
