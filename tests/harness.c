@@ -410,9 +410,30 @@ static int prepare(th_redis *r, const char *extra) {
   return 0;
 }
 
+/* Whether r's server exited because its port was taken meanwhile (the
+ * free port th_free_port found was bound by someone else first). */
+static bool port_was_taken(const th_redis *r) {
+  char path[600], line[512];
+  snprintf(path, sizeof path, "%s/redis.log", r->dir);
+  FILE *f = fopen(path, "r");
+  bool taken = false;
+  while (f && !taken && fgets(line, sizeof line, f))
+    taken = strstr(line, "Address already in use") != NULL;
+  if (f) fclose(f);
+  return taken;
+}
+
 int th_redis_start(th_redis *r, const char *extra) {
   if (prepare(r, extra) != 0) return -1;
-  return spawn(r);
+  /* Another process may bind the port between th_free_port and the
+   * server's bind: a new port, up to 5 times. */
+  for (int i = 0; i < 5; i++) {
+    if (spawn(r) == 0) return 0;
+    if (r->pid > 0 || !port_was_taken(r)) return -1;
+    r->port = th_free_port();
+    snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
+  }
+  return -1;
 }
 
 int th_redis_restart(th_redis *r) {
