@@ -233,6 +233,56 @@ static void pubsub_wait(int kind) {
 }
 TD_DRIVERS(pubsub_wait)
 
+/* As t_late_grant_of_earlier_wait_ignored (test_lock.c), on the loop: a
+ * grant message read late, with a token the waiter's refused attempt
+ * already found in the counter (an earlier wait's), is not taken; the
+ * waiter attempts again and is handed the lock by the real release. */
+static void late_grant(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_client *bc = th_client(&th_srv, 0);
+  CHECK(bc != NULL);
+  dlock_lock *h, *w;
+  CHECK_RC(dlock_lock_new(bc, "a:late", NULL, &h), 0);
+  CHECK_RC(dlock_lock_new(f.c, "a:late", NULL, &w), 0);
+  uint64_t ht = 0;
+  CHECK_RC(dlock_lock_acquire(h, 30000, &ht), 0);
+  td_got g = {0};
+  CHECK_RC(dlock_lock_acquire_async(w, 10000, 5000, td_on_done, &g, NULL), 0);
+  int64_t end = th_now_ms() + 3000;
+  while (th_cmd_int(&th_srv, "LLEN dlock_lock_queue:{a:late}") != 1 &&
+         th_now_ms() < end)
+    td_run_for(&f.t, 10);
+  CHECK_EQ(th_cmd_int(&th_srv, "LLEN dlock_lock_queue:{a:late}"), 1);
+  td_run_for(&f.t, 20); /* the refused attempt's reply read */
+  redisReply *q = th_cmd(&th_srv, "LINDEX dlock_lock_queue:{a:late} 0");
+  CHECK(q != NULL && q->type == REDIS_REPLY_STRING);
+  freeReplyObject(th_cmd(&th_srv, "CONFIG RESETSTAT"));
+  CHECK_EQ(th_cmd_int(&th_srv,
+                      "PUBLISH redisson_lock__channel:{a:late}:%s =%llu",
+                      q->str, (unsigned long long)ht),
+           1);
+  freeReplyObject(q);
+  end = th_now_ms() + 3000;
+  while (g.calls == 0 && th_calls(&th_srv, "evalsha") == 0 && th_now_ms() < end)
+    td_run_for(&f.t, 10);
+  CHECK_EQ(g.calls, 0); /* before: done at once, with h's token */
+  CHECK(th_calls(&th_srv, "evalsha") > 0);
+  CHECK_EQ(dlock_lock_release(h), 1);
+  CHECK(td_run_until(&f.t, &g.calls, 3000));
+  CHECK_RC(g.rc, 0);
+  CHECK(g.token > ht);
+  td_got r = {0};
+  CHECK_RC(dlock_lock_release_async(w, td_on_done, &r, NULL), 0);
+  CHECK(td_run_until(&f.t, &r.calls, 3000));
+  CHECK_RC(r.rc, 1);
+  dlock_lock_free(h);
+  dlock_lock_free(w);
+  dlock_client_close(bc);
+  td_fix_close(&f);
+}
+TD_DRIVERS(late_grant)
+
 static int lost_calls;
 
 static void on_lost(dlock_lock *l, const char *owner, void *ud) {
@@ -331,4 +381,4 @@ TD_DRIVERS(reconnect_during_wait)
 
 TH_MAIN(TD_T(acquire_release), TD_T(waits), TD_T(cancel_and_close),
         TD_T(watchdog_on_loop), TD_T(pubsub_wait), TD_T(loss_on_loop),
-        TD_T(reconnect_during_wait))
+        TD_T(reconnect_during_wait), TD_T(late_grant))

@@ -1091,6 +1091,66 @@ static void t_unheard_give_up_is_deaf(void) {
   dlock_client_close(b);
 }
 
+/* A waiter whose grant came (or whose attempt ended) before b's wait
+ * began. */
+typedef struct {
+  dlock_lock *l;
+  int rc;
+  uint64_t token;
+  atomic_bool done;
+} late_arg;
+
+static void *wait_late(void *p) {
+  late_arg *a = p;
+  a->rc = dlock_lock_try_acquire(a->l, 10000, 10000, &a->token);
+  atomic_store(&a->done, true);
+  return NULL;
+}
+
+static bool late_heard(void *p) {
+  late_arg *a = p; /* b's thread returned, or b attempted again */
+  return atomic_load(&a->done) || th_calls(&th_srv, "evalsha") > 0;
+}
+
+static void t_late_grant_of_earlier_wait_ignored(void) {
+  /* A grant is published on the waiter's channel when a release hands it
+   * the lock; the message can be read after that wait ended (it took the
+   * lock by an attempt that crossed the grant, or gave up and gave it
+   * back) and the same owner's next wait began, sharing the lingering
+   * channel. Here the late message is published by hand, with the token
+   * a's hold took: b, queued behind a, must not take it for its own grant
+   * (before: b returned at once with a's token while a held the lock,
+   * found by the safety soak as a token error); it tries again, and gets
+   * the lock only from a's release, with the next token. */
+  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "t:late", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "t:late", "me", &lb), 0);
+  uint64_t t1 = 0;
+  CHECK_RC(dlock_lock_acquire(la, 30000, &t1), 0);
+  late_arg g = {lb, -100, 0, false};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_late, &g);
+  CHECK(th_wait_llen(&th_srv, "dlock_lock_queue:{t:late}", 1, 3000));
+  freeReplyObject(th_cmd(&th_srv, "CONFIG RESETSTAT"));
+  CHECK_EQ(th_cmd_int(&th_srv,
+                      "PUBLISH redisson_lock__channel:{t:late}:%s:me =%llu",
+                      dlock_client_id(b), (unsigned long long)t1),
+           1);
+  CHECK(th_wait_for(late_heard, &g, 5000));
+  CHECK(!atomic_load(&g.done));
+  CHECK_EQ(dlock_lock_release(la), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(g.rc, 0);
+  CHECK(g.token > t1);
+  CHECK_EQ(dlock_lock_release(lb), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
 TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
         T(t_handles_share_holds), T(t_inspect), T(t_key_prefix),
         T(t_exclusion_between_threads), T(t_explicit_owner), T(t_lease_expiry),
@@ -1106,4 +1166,5 @@ TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
         T(t_waiter_gives_up_leaves_queue),
         T(t_lost_grant_taken_at_next_attempt), T(t_reservation_beats_queue),
         T(t_channels_linger), T(t_unheard_give_up_is_deaf),
-        T(t_contended_release_pings_first))
+        T(t_contended_release_pings_first),
+        T(t_late_grant_of_earlier_wait_ignored))

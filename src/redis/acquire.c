@@ -71,6 +71,9 @@ typedef struct acq_op {
   int64_t start, end; /* end: every request answered by then (0: none) */
   int rc;
   uint64_t tok;
+  /* The highest fencing-token counter a refused queued attempt of this
+   * wait found: a grant at or below it is not this wait's (ACQ_WAITED). */
+  uint64_t seen;
   int64_t ttl, sent;
   int64_t queued_sent; /* when the last attempt that queued us went */
   bool reserved, grants, queued, starving, again, left;
@@ -210,11 +213,16 @@ static int attempt_result(acq_op *o) {
     return dl_seterr(R->env.err_owner, DLOCK_EPROTO,
                      "unexpected reply to the acquire");
   }
-  if (r->elements == 3 && r->element[2]->type == REDIS_REPLY_STRING) {
+  if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_STRING) {
     size_t idl = strlen(R->env.client_id);
     o->reserved = strncmp(r->element[2]->str, R->env.client_id, idl) == 0 &&
                   r->element[2]->str[idl] == ':';
   }
+  /* A queued waiter refused: the counter as the attempt found it. */
+  if (status == 0 && r->elements >= 4 &&
+      r->element[3]->type == REDIS_REPLY_INTEGER &&
+      r->element[3]->integer > 0 && (uint64_t)r->element[3]->integer > o->seen)
+    o->seen = (uint64_t)r->element[3]->integer;
   freeReplyObject(r);
   if (status == -1)
     return dl_seterr(R->env.err_owner, DLOCK_EDEADLK,
@@ -440,10 +448,22 @@ static int acq_step(acq_op *o) {
                            : fair || o->queued) == DL_PENDING)
         return DL_PENDING;
       continue;
-    case ACQ_WAITED:
-      if (o->queued && ops->sub_grant(R->link, o->grant, &o->tok) == 1) {
+    case ACQ_WAITED: {
+      uint64_t granted = 0;
+      /* A grant whose token is at or below the counter that a refused
+       * attempt of this wait found was made before that attempt ran: not
+       * to this wait (then the attempt would have found the lock its own),
+       * but to an earlier wait of this owner, whose message came late on
+       * the channel they share (it lingers between waits). That hold was
+       * taken afresh by a later attempt, or given back, or has expired:
+       * taking it now would hold a stale token, perhaps beside the holder.
+       * It is dropped, and the wait tries again. A release's grant takes
+       * the counter's next value, so this wait's own grant is above. */
+      if (o->queued && ops->sub_grant(R->link, o->grant, &granted) == 1 &&
+          granted > o->seen) {
         /* Handed over by a release: the lease began after our last
          * attempt was sent. */
+        o->tok = granted;
         o->rc = 1;
         o->sent = o->queued_sent;
         o->queued = false;
@@ -456,6 +476,7 @@ static int acq_step(acq_op *o) {
       }
       o->st = ACQ_LOOP;
       continue;
+    }
     out:
       /* Taken by a queued attempt: the script took us off the queue. */
       if (o->rc > 0) o->queued = false;

@@ -335,11 +335,11 @@ void res_verdict_get(int exclude, res_verdict *v) {
    * granted first, so its token must be lower. Sections sorted by
    * acquisition; prefix maxima of their tokens; for each section, every
    * section acquired before its start must have a lower token. */
-  uint64_t *prefix_max = malloc((n ? n : 1) * sizeof *prefix_max);
+  size_t *prefix_max = malloc((n ? n : 1) * sizeof *prefix_max); /* index */
   if (prefix_max == NULL) abort();
   for (size_t i = 0; i < n; i++)
     prefix_max[i] =
-        i && prefix_max[i - 1] > s[i].token ? prefix_max[i - 1] : s[i].token;
+        i && s[prefix_max[i - 1]].token > s[i].token ? prefix_max[i - 1] : i;
   for (size_t i = 0; i < n; i++) {
     size_t lo = 0, hi = n; /* first index with acq_us >= s[i].start_us */
     while (lo < hi) {
@@ -349,8 +349,41 @@ void res_verdict_get(int exclude, res_verdict *v) {
       else
         hi = mid;
     }
-    if (lo > 0 && prefix_max[lo - 1] >= s[i].token) v->token_errors++;
+    if (lo > 0 && s[prefix_max[lo - 1]].token >= s[i].token) {
+      if (v->token_errors++ == 0) {
+        v->first = s[prefix_max[lo - 1]];
+        v->later = s[i];
+      }
+    }
   }
   free(prefix_max);
   free(s);
+  v->later_read = -1;
+  if (v->token_errors == 0) return;
+  pthread_mutex_lock(&R.mu);
+  for (size_t i = 0; i < R.nevents; i++) {
+    const res_event *e = &R.events[i];
+    if (e->type == 'R' && e->id == v->later.id && e->token == v->later.token &&
+        e->t_us >= v->later.acq_us && e->t_us <= v->later.rel_us)
+      v->later_read = e->ok;
+  }
+  pthread_mutex_unlock(&R.mu);
+}
+
+void res_verdict_explain(const res_verdict *v) {
+  if (v->token_errors == 0) return;
+  const res_section *a = &v->first, *b = &v->later;
+  fprintf(stderr,
+          "    token error: worker %d acquired at %lld (began %lld, ended "
+          "%lld) with token %llu,\n"
+          "      worker %d began to acquire %lld us later (at %lld, acquired "
+          "%lld, ended %lld) and got token %llu; its read %s\n",
+          a->id, (long long)a->acq_us, (long long)a->start_us,
+          (long long)a->rel_us, (unsigned long long)a->token, b->id,
+          (long long)(b->start_us - a->acq_us), (long long)b->start_us,
+          (long long)b->acq_us, (long long)b->rel_us,
+          (unsigned long long)b->token,
+          v->later_read < 0 ? "not logged"
+          : v->later_read   ? "accepted"
+                            : "rejected");
 }

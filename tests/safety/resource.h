@@ -51,6 +51,11 @@ typedef struct res_verdict {
   int overlaps;           /* believed critical sections that overlap */
   int overlaps_excluding; /* the same, leaving out one worker's sections */
   int token_errors;       /* a later grant with a lower or equal token */
+  /* The first such pair found (when token_errors > 0): `first` was
+   * acquired before `later` began to acquire, with a token at least as
+   * high. */
+  res_section first, later;
+  int later_read; /* its read: 1 accepted, 0 rejected, -1 none logged */
 } res_verdict;
 
 /* Starts the resource thread on a socket in `dir`. Returns 0 or -1. */
@@ -80,5 +85,8 @@ long res_accepted(void);
  * stale writes, and token order. `exclude` is a worker id left out of
  * overlaps_excluding (-1: none). */
 void res_verdict_get(int exclude, res_verdict *v);
+/* Prints the offending pair of a verdict with token errors to stderr
+ * (nothing if there are none), so that a failure explains itself. */
+void res_verdict_explain(const res_verdict *v);
 
 #endif

@@ -343,6 +343,7 @@ static void judge(bool enforce, bool can_break, int exclude, int overlap) {
          v.value, v.accepted, v.rejected, v.stale_accepted, v.sections,
          v.overlaps, v.overlaps_excluding, v.token_errors);
   fflush(stdout);
+  res_verdict_explain(&v);
   CHECK_EQ(v.token_errors, 0);
   CHECK(v.sections >= 10);
   if (enforce || !can_break) {
@@ -1445,7 +1446,10 @@ static void t_s9_soak(void) {
   CHECK(begin("safety:s9", true, NULL, false));
   const char *env = getenv("DLOCK_SOAK_SECONDS");
   int seconds = env ? atoi(env) : (SANITIZED ? 15 : 10);
-  rnd_state = (unsigned)th_now_ms();
+  /* DLOCK_SOAK_SEED replays a printed seed's fault schedule (the timing
+   * of the workers is not replayed). */
+  const char *seed = getenv("DLOCK_SOAK_SEED");
+  rnd_state = seed ? (unsigned)strtoul(seed, NULL, 10) : (unsigned)th_now_ms();
   printf("    seed %u, %d s\n", rnd_state, seconds);
   pid_t pids[9];
   for (int i = 1; i <= 8; i++)
@@ -1503,6 +1507,8 @@ static void t_s9_soak(void) {
          "value %lld, overlaps %d, token errors %d\n",
          v.sections, v.accepted, v.rejected, v.value, v.overlaps,
          v.token_errors);
+  fflush(stdout);
+  res_verdict_explain(&v);
   CHECK(v.sections >= (SANITIZED ? 300u : 1000u));
   CHECK_EQ(v.stale_accepted, 0);
   CHECK_EQ(v.value, v.accepted);

@@ -32,8 +32,10 @@
 -- Returns {1, token} when taken, {2, token} when re-entered by the owner,
 -- {0, ms} when another owner holds it (ms = its PTTL), or {0, ms, owner}
 -- when it is free but reserved for the starving waiter `owner` (ms = the
--- reservation's PTTL). Fails before any write, so an error (WRONGTYPE,
--- OOM, READONLY) leaves the data as is.
+-- reservation's PTTL); a refused waiter of the hand-off queue gets a
+-- fourth element, the counter's value (see refused()), and a nil owner
+-- when none. Fails before any write, so an error (WRONGTYPE, OOM,
+-- READONLY) leaves the data as is.
 --
 -- Starvation mode, as in Go's sync.Mutex: the lock is not fair, and a
 -- releasing owner that asks again at once usually wins the race against the
@@ -228,6 +230,12 @@ local function refused(ms, who)
     if redis.call('pttl', KEYS[5]) < ttl then
       redis.call('pexpire', KEYS[5], ttl)
     end
+    -- The counter as this attempt found it (0: missing): a grant the
+    -- waiter hears later with a token at or below it was made before this
+    -- attempt ran, for an earlier wait of the same owner (its message
+    -- read late), since a release's grant takes the counter's next value.
+    local c = redis.pcall('get', KEYS[2])
+    return {0, ms, who or false, type(c) == 'string' and tonumber(c) or 0}
   end
   return {0, ms, who}
 end
