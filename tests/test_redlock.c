@@ -936,6 +936,32 @@ static void t_close_waits_for_release(void) {
   }
 }
 
+/* A refusal is an answer: one server holding a hash at the name (it
+ * refuses, WRONGTYPE), one down and one that grants: the attempt fails
+ * (no quorum), and its message counts the refusal among the answers and
+ * says what it was (it said "0 of 3 servers answered"). */
+static void t_refusal_counted(void) {
+  CHECK(start(3));
+  th_cmd_int(&srv[0], "HSET rl:ref user alice");
+  th_redis_kill(&srv[1], SIGKILL);
+  dlock_client *c = client(0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:ref", NULL, &l), 0);
+  int rc = dlock_lock_try_acquire(l, 0, 10000, NULL);
+  const char *msg = dlock_client_errmsg(c);
+  fprintf(stderr, "    %s: %s\n", dlock_err_name(rc), msg);
+  CHECK(rc < 0);
+  /* The refusal, and the grant if it came before the round was decided. */
+  CHECK(strstr(msg, "1 of 3 servers answered") != NULL ||
+        strstr(msg, "2 of 3 servers answered") != NULL);
+  CHECK(strstr(msg, "not a dlock") != NULL); /* what the refusal said */
+  CHECK_EQ(holders(3, "rl:ref"), 1);         /* the hash, untouched */
+  CHECK(holders_become(3, "rl:ref", 1));
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 /* With every server down, the error names each of them and why. */
 static void t_all_down_named(void) {
   int port[3];
@@ -973,4 +999,5 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_replica_ack), T_BARE(t_replica_auto), T_BARE(t_bad_urls),
         T_BARE(t_duplicate_server), T_BARE(t_stalled_server),
         T_BARE(t_force_release_heard), T_BARE(t_deleted_by_quorum),
-        T_BARE(t_all_down_named), T_BARE(t_close_waits_for_release))
+        T_BARE(t_all_down_named), T_BARE(t_close_waits_for_release),
+        T_BARE(t_refusal_counted))

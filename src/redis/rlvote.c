@@ -100,9 +100,10 @@ static void quorum_msg(rl_op *o) {
              same, B->n);
     return;
   }
+  /* A refusal is an answer too (listed below with what it said). */
   int answered = 0;
   for (int i = 0; i < B->n; i++)
-    answered += o->rc[i] >= 0 && o->rc[i] != RC_PENDING;
+    answered += (o->rc[i] >= 0 && o->rc[i] != RC_PENDING) || refusal(o->rc[i]);
   char *msg = o->qmsg;
   size_t size = sizeof o->qmsg;
   int at = snprintf(msg, size, "%d of %d servers answered (a quorum is %d)",
