@@ -332,7 +332,12 @@ DLOCK_API int dlock_lock_new(dlock_client *c, const char *name,
 /* Frees the handle. Holds still taken through it stop being renewed and
  * expire after their lease (they are not released). Accepts NULL. A handle
  * borrowed from a read-write lock (dlock_rwlock_read / _write) is not freed
- * here: the call does nothing, dlock_rwlock_free frees it. */
+ * here: the call does nothing, dlock_rwlock_free frees it. On an
+ * event-loop client an acquire still waiting through the handle is
+ * cancelled and leaves nothing on the server; its callback comes later
+ * with DLOCK_ECANCELED (dlock_async.h). On a blocking client no other
+ * thread may be inside a call on the handle: end such waits first with
+ * dlock_client_shutdown (or a deadline). */
 DLOCK_API void dlock_lock_free(dlock_lock *l);
 
 /* ---- The fair lock (Redisson RFairLock) ----
