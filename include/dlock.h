@@ -229,7 +229,11 @@ DLOCK_API const char *dlock_client_open_errmsg(void);
 /* Stops the watchdog (held locks then expire after their lease), wakes every
  * waiter with DLOCK_ECLOSED, closes the connections and frees the client.
  * Lock handles must be freed first. Accepts NULL. Must not be called while
- * another thread is still inside a call on this client or its locks. */
+ * another thread is still inside a call on this client or its locks. On
+ * zk:// it ends the session (the client's nodes go) and waits at most
+ * 100 ms for the server's answer (10 ms after a request just went
+ * unanswered): past that the close is sent and finishes on a library
+ * thread, so a server that does not answer delays no exit. */
 DLOCK_API void dlock_client_close(dlock_client *c);
 
 /* Ends every wait in progress on c, from any thread, as the close does,
@@ -743,8 +747,10 @@ DLOCK_API int dlock_leader_token(dlock_leader *l, uint64_t *token);
 DLOCK_API int dlock_leader_get_leader(dlock_leader *l, char *buf, size_t len);
 /* Leaves the election (its node is deleted: the next participant is
  * elected) and frees l. The callback is not called once this returns
- * (except from within the callback itself, see dlock_leader_cb). Accepts
- * NULL. */
+ * (except from within the callback itself, see dlock_leader_cb). On
+ * zk:// it waits at most 100 ms for the server to confirm the delete: one
+ * that does not answer in time gets it when it answers again (the request
+ * was sent), or the session's end takes the node. Accepts NULL. */
 DLOCK_API void dlock_leader_free(dlock_leader *l);
 
 /* ---- Permit-expirable semaphore (Redisson RPermitExpirableSemaphore) ----
