@@ -245,7 +245,9 @@ DLOCK_API void dlock_client_close(dlock_client *c);
  * client with dlock_client_close once the other threads have returned
  * (dlock run does this on SIGTERM while it waits). On zk:// the waits end
  * at once; on Redis at their next wake-up (a message, a backoff step, or
- * their deadline). Accepts NULL; thread-safe, not async-signal-safe. */
+ * their deadline). Accepts NULL; thread-safe, not async-signal-safe. To
+ * end the waits of one handle on an event-loop client instead, cancel
+ * them (dlock_op_cancel) or free the handle: DLOCK_ECANCELED. */
 DLOCK_API void dlock_client_shutdown(dlock_client *c);
 
 /* The detail of the calling thread's last failed call on `c` (server error
