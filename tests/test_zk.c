@@ -1086,6 +1086,36 @@ static void t_zk_shutdown_waiter(void) {
   th_zk_stop(&zk);
 }
 
+/* dlock_client_close with the server stopped (SIGSTOP) returns within
+ * its bound (zookeeper_close alone waited 1.5 s for the close's answer),
+ * and the close still reaches the server: once it runs again, the
+ * client's node is gone at once, not at the session's timeout (5 s). */
+static void t_zk_close_unanswered(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *a = zclient(&zk, 5000);
+  CHECK(a != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(a, "/cu/x", "a", &l), 0);
+  uint64_t tok;
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok), 0);
+  dlock_lock_free(l); /* the hold stays: the session's end takes it */
+  CHECK_EQ(children(zh, "/cu/x", NULL, 0), 1);
+  kill(zk.pid, SIGSTOP);
+  int64_t t0 = th_now_ms();
+  dlock_client_close(a);
+  int64_t ms = th_now_ms() - t0;
+  kill(zk.pid, SIGCONT);
+  fprintf(stderr, "    closed in %lld ms with the server stopped\n",
+          (long long)ms);
+  CHECK(ms < 500);
+  int64_t end = th_now_ms() + 2500;
+  while (children(zh, "/cu/x", NULL, 0) != 0 && th_now_ms() < end)
+    th_sleep_ms(10);
+  CHECK_EQ(children(zh, "/cu/x", NULL, 0), 0);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
 /* The multi-lock over ZooKeeper mutexes: all or nothing (one of them held
  * elsewhere: nothing taken, no node left), tokens per lock, released
  * together. */
@@ -1874,8 +1904,8 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_fifo_handoff), T_BARE(t_zk_session_expiry_loss),
         T_BARE(t_zk_chroot), T_BARE(t_zk_inspect), T_BARE(t_zk_force_heard),
         T_BARE(t_zk_loss_one_moment), T_BARE(t_zk_foreign_nodes),
-        T_BARE(t_zk_shutdown_waiter), T_BARE(t_zk_auth),
-        T_BARE(t_zk_session_renewed))
+        T_BARE(t_zk_shutdown_waiter), T_BARE(t_zk_close_unanswered),
+        T_BARE(t_zk_auth), T_BARE(t_zk_session_renewed))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */
