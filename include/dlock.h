@@ -241,14 +241,18 @@ DLOCK_API const char *dlock_client_open_errmsg(void);
 /* Stops the watchdog (held locks then expire after their lease), wakes every
  * waiter with DLOCK_ECLOSED, closes the connections and frees the client.
  * Lock handles must be freed first. Accepts NULL. Must not be called while
- * another thread is still inside a call on this client or its locks.
- * On redlock://, a call returns once a quorum has answered; a blocking
- * client's close first lets what is still in flight on the other servers
- * finish (a release's tail, a late grant given back), for up to a command
- * timeout (at most 1 s), so that a process exiting right after a release
- * leaves no key on any server that answers. An event-loop client's close
- * ends that tail with the rest (DLOCK_ECLOSED): run the loop on a little
- * (a command timeout) before closing to have it too. */
+ * another thread is still inside a call on this client or its locks. On
+ * zk:// it ends the session (the client's nodes go) and waits at most
+ * 100 ms for the server's answer (10 ms after a request just went
+ * unanswered): past that the close is sent and finishes on a library
+ * thread, so a server that does not answer delays no exit. On redlock://,
+ * a call returns once a quorum has answered; a blocking client's close
+ * first lets what is still in flight on the other servers finish (a
+ * release's tail, a late grant given back), for up to a command timeout
+ * (at most 1 s), so that a process exiting right after a release leaves
+ * no key on any server that answers. An event-loop client's close ends
+ * that tail with the rest (DLOCK_ECLOSED): run the loop on a little (a
+ * command timeout) before closing to have it too. */
 DLOCK_API void dlock_client_close(dlock_client *c);
 
 /* Ends every wait in progress on c, from any thread, as the close does,
@@ -260,7 +264,9 @@ DLOCK_API void dlock_client_close(dlock_client *c);
  * client with dlock_client_close once the other threads have returned
  * (dlock run does this on SIGTERM while it waits). On zk:// the waits end
  * at once; on Redis at their next wake-up (a message, a backoff step, or
- * their deadline). Accepts NULL; thread-safe, not async-signal-safe. */
+ * their deadline). Accepts NULL; thread-safe, not async-signal-safe. To
+ * end the waits of one handle on an event-loop client instead, cancel
+ * them (dlock_op_cancel) or free the handle: DLOCK_ECANCELED. */
 DLOCK_API void dlock_client_shutdown(dlock_client *c);
 
 /* The detail of the calling thread's last failed call on `c` (server error
@@ -353,7 +359,12 @@ DLOCK_API int dlock_lock_new(dlock_client *c, const char *name,
 /* Frees the handle. Holds still taken through it stop being renewed and
  * expire after their lease (they are not released). Accepts NULL. A handle
  * borrowed from a read-write lock (dlock_rwlock_read / _write) is not freed
- * here: the call does nothing, dlock_rwlock_free frees it. */
+ * here: the call does nothing, dlock_rwlock_free frees it. On an
+ * event-loop client an acquire still waiting through the handle is
+ * cancelled and leaves nothing on the server; its callback comes later
+ * with DLOCK_ECANCELED (dlock_async.h). On a blocking client no other
+ * thread may be inside a call on the handle: end such waits first with
+ * dlock_client_shutdown (or a deadline). */
 DLOCK_API void dlock_lock_free(dlock_lock *l);
 
 /* ---- The fair lock (Redisson RFairLock) ----
@@ -768,8 +779,10 @@ DLOCK_API int dlock_leader_token(dlock_leader *l, uint64_t *token);
 DLOCK_API int dlock_leader_get_current(dlock_leader *l, char *buf, size_t len);
 /* Leaves the election (its node is deleted: the next participant is
  * elected) and frees l. The callback is not called once this returns
- * (except from within the callback itself, see dlock_leader_cb). Accepts
- * NULL. */
+ * (except from within the callback itself, see dlock_leader_cb). On
+ * zk:// it waits at most 100 ms for the server to confirm the delete: one
+ * that does not answer in time gets it when it answers again (the request
+ * was sent), or the session's end takes the node. Accepts NULL. */
 DLOCK_API void dlock_leader_free(dlock_leader *l);
 
 /* ---- Permit-expirable semaphore (Redisson RPermitExpirableSemaphore) ----

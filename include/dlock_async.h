@@ -127,7 +127,16 @@ typedef void (*dlock_done_cb)(int rc, uint64_t token, const char *errmsg,
  * operation, valid until its callback returns; or a negative code, and
  * the callback is never called. A callback never runs within the call
  * that started its operation. A handle freed while its operations run is
- * freed after the last of them completes (they complete as usual). The
+ * freed after the last of them completes. The free cancels those that
+ * wait through it (an acquire, a multi-lock's, a semaphore's, a permit's,
+ * a latch's await, a queue's poll), as dlock_op_cancel does: the wait
+ * ends, what it placed on the server goes (a zk:// waiter's node, a fair
+ * lock's place in its queue), a grant that comes anyway is given back,
+ * and its callback still runs once, later, from the loop, with
+ * DLOCK_ECANCELED (DLOCK_ECLOSED if the client is closed before the loop
+ * hears it), as libuv's uv_close and hiredis' redisAsyncFree call the
+ * callbacks of requests still pending: keep `ud` alive until then. The
+ * other operations (releases, counts, queries) complete as usual. The
  * owner of a lock handle made with owner NULL is the handle itself on an
  * event-loop client (one handle: one owner), not the calling thread. */
 DLOCK_API int dlock_lock_acquire_async(dlock_lock *l, int64_t wait_ms,
@@ -148,9 +157,11 @@ DLOCK_API void dlock_op_cancel(dlock_op *op);
  * the loop with rc what the blocking call of the same name returns; or a
  * negative code and cb never called. The handles (and the multi-lock's
  * locks) may be freed while their operations run: they are freed after
- * the last one completes. token is 0. Calls that wait take wait_ms as
- * their blocking *_try_* twin (0: one try, < 0: no limit) and complete
- * with DLOCK_EBUSY when it runs out; dlock_op_cancel ends their wait. */
+ * the last one completes, and their waits are cancelled (as above: the
+ * callback comes with DLOCK_ECANCELED). token is 0. Calls that wait take
+ * wait_ms as their blocking *_try_* twin (0: one try, < 0: no limit) and
+ * complete with DLOCK_EBUSY when it runs out; dlock_op_cancel ends their
+ * wait. */
 
 /* Read-write locks: dlock_rwlock_read / dlock_rwlock_write lend lock
  * handles, so the lock calls above apply. On an event-loop client a

@@ -127,6 +127,62 @@ static void cancel_and_close(int kind) {
 }
 TD_DRIVERS(cancel_and_close)
 
+/* dlock_lock_free on a handle whose acquire waits cancels it: the callback
+ * comes from the loop with DLOCK_ECANCELED, the fair lock's queue entry
+ * (and its timeout) is gone by then, and once the holder releases, another
+ * client takes the lock at once. The same for the plain lock's waiter.
+ * Before, the freed handle's wait went on (no callback, its place kept). */
+static void free_waiter(int kind) {
+  td_fix f;
+  CHECK_RC(td_fix_open(&f, kind, 0), 0);
+  dlock_client *bc = th_client(&th_srv, 0), *nc = th_client(&th_srv, 0);
+  CHECK(bc && nc);
+  for (int fair = 1; fair >= 0; fair--) {
+    const char *name = fair ? "a:freef" : "a:freep";
+    dlock_lock *h, *w, *next;
+    if (fair) {
+      CHECK_RC(dlock_fairlock_new(bc, name, NULL, 0, &h), 0);
+      CHECK_RC(dlock_fairlock_new(f.c, name, NULL, 0, &w), 0);
+      CHECK_RC(dlock_fairlock_new(nc, name, NULL, 0, &next), 0);
+    } else {
+      CHECK_RC(dlock_lock_new(bc, name, NULL, &h), 0);
+      CHECK_RC(dlock_lock_new(f.c, name, NULL, &w), 0);
+      CHECK_RC(dlock_lock_new(nc, name, NULL, &next), 0);
+    }
+    CHECK_RC(dlock_lock_acquire(h, 30000, NULL), 0);
+    td_got g = {0};
+    CHECK_RC(dlock_lock_acquire_async(w, -1, 30000, td_on_done, &g, NULL), 0);
+    if (fair) {
+      int64_t end = th_now_ms() + 3000;
+      while (th_cmd_int(&th_srv, "LLEN redisson_lock_queue:{%s}", name) != 1 &&
+             th_now_ms() < end)
+        td_run_for(&f.t, 5);
+      CHECK_EQ(th_cmd_int(&th_srv, "LLEN redisson_lock_queue:{%s}", name), 1);
+    } else {
+      td_run_for(&f.t, 200);
+    }
+    CHECK_EQ(g.calls, 0);
+    int64_t t0 = th_now_ms();
+    dlock_lock_free(w);
+    CHECK_EQ(g.calls, 0); /* never within the free */
+    CHECK(td_run_until(&f.t, &g.calls, 3000));
+    CHECK_RC(g.rc, DLOCK_ECANCELED);
+    CHECK(th_now_ms() - t0 < 1000);
+    CHECK_EQ(th_cmd_int(&th_srv, "LLEN redisson_lock_queue:{%s}", name), 0);
+    CHECK_EQ(th_cmd_int(&th_srv, "ZCARD redisson_lock_timeout:{%s}", name), 0);
+    CHECK_EQ(dlock_lock_release(h), 1);
+    CHECK_RC(dlock_lock_try_acquire(next, 0, 30000, NULL), 0);
+    CHECK_EQ(dlock_lock_release(next), 1);
+    CHECK_EQ(th_cmd_int(&th_srv, "EXISTS %s", name), 0);
+    dlock_lock_free(h);
+    dlock_lock_free(next);
+  }
+  dlock_client_close(bc);
+  dlock_client_close(nc);
+  td_fix_close(&f);
+}
+TD_DRIVERS(free_waiter)
+
 /* The watchdog renews on the loop: a lock taken with the watchdog's lease
  * (600 ms) outlives it while the loop runs. Positive control: a fixed
  * lease of 600 ms is gone by then. */
@@ -380,5 +436,5 @@ static void reconnect_during_wait(int kind) {
 TD_DRIVERS(reconnect_during_wait)
 
 TH_MAIN(TD_T(acquire_release), TD_T(waits), TD_T(cancel_and_close),
-        TD_T(watchdog_on_loop), TD_T(pubsub_wait), TD_T(loss_on_loop),
-        TD_T(reconnect_during_wait), TD_T(late_grant))
+        TD_T(free_waiter), TD_T(watchdog_on_loop), TD_T(pubsub_wait),
+        TD_T(loss_on_loop), TD_T(reconnect_during_wait), TD_T(late_grant))

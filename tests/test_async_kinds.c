@@ -481,9 +481,9 @@ static void multilock_ops(int kind) {
 }
 TD_DRIVERS(multilock_ops)
 
-/* Cancel while a member waits: those taken go back; close while one
- * waits: DLOCK_ECLOSED. The multi-lock and its locks are freed with the
- * operation pending. */
+/* Cancel while a member waits: those taken go back; so does freeing the
+ * multi-lock, or a member's handle, while it waits (DLOCK_ECANCELED from
+ * the loop); close while one waits: DLOCK_ECLOSED. */
 static void multilock_cancel_close(int kind) {
   td_fix f;
   CHECK_RC(td_fix_open(&f, kind, 0), 0);
@@ -514,13 +514,38 @@ static void multilock_cancel_close(int kind) {
       0);
   td_run_for(&f.t, 200);
   CHECK_EQ(w.calls, 0);
-  dlock_multilock_free(m); /* freed after the operation */
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS n:a"), 1);
+  /* Freed while it waits: cancelled (from the loop), n:a given back; m
+   * is freed after the operation. */
+  dlock_multilock_free(m);
+  CHECK_EQ(w.calls, 0);
+  RUN(&f, &w);
+  CHECK_RC(w.rc, DLOCK_ECANCELED);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS n:a"), 0);
+  /* A member's handle freed while the multi-lock waits on it: the same. */
+  CHECK_RC(dlock_multilock_new(ls, 2, &m), 0);
+  td_got v = {0}, z = {0};
+  CHECK_RC(
+      dlock_multilock_acquire_async(m, -1, 5000, NULL, td_on_done, &v, NULL),
+      0);
+  td_run_for(&f.t, 200);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS n:a"), 1);
+  dlock_lock_free(ls[1]); /* freed after the operation */
+  RUN(&f, &v);
+  CHECK_RC(v.rc, DLOCK_ECANCELED);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS n:a"), 0);
+  dlock_multilock_free(m);
+  /* Close while one waits: DLOCK_ECLOSED within the close. */
+  CHECK_RC(dlock_lock_new(f.c, "n:b", NULL, &ls[1]), 0);
+  CHECK_RC(dlock_lock_acquire_async(ls[1], -1, 5000, td_on_done, &z, NULL), 0);
+  td_run_for(&f.t, 100);
+  CHECK_EQ(z.calls, 0);
   dlock_lock_free(ls[0]);
-  dlock_lock_free(ls[1]);
+  dlock_lock_free(ls[1]); /* its cancel is not heard before the close */
   dlock_client_close(f.c);
   f.c = NULL;
-  CHECK_EQ(w.calls, 1);
-  CHECK_RC(w.rc, DLOCK_ECLOSED);
+  CHECK_EQ(z.calls, 1);
+  CHECK_RC(z.rc, DLOCK_ECLOSED);
   CHECK_EQ(dlock_lock_release(held), 1);
   dlock_lock_free(held);
   dlock_client_close(bc);

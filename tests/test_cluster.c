@@ -742,6 +742,46 @@ static void loop_woken(void) {
   th_cluster_stop(&K);
 }
 
+/* A fair lock's waiter on the loop whose handle is freed while it waits:
+ * the wait is cancelled (DLOCK_ECANCELED, from the loop), its queue entry
+ * on the slot's master goes, and another client takes the lock at once
+ * after the holder's release (before: the freed handle went on waiting,
+ * first in the queue). */
+static void loop_freed_waiter(void) {
+  CHECK(th_cluster_start(&K, NULL) == 0);
+  td_loop t;
+  dlock_client *a = open_loop_cluster(&t), *b = open_cluster(0);
+  CHECK(a && b);
+  char name[64];
+  name_on(1, "afree", name, sizeof name);
+  dlock_lock *h = NULL, *w = NULL, *next = NULL;
+  CHECK_RC(dlock_fairlock_new(b, name, "h", 0, &h), 0);
+  CHECK_RC(dlock_fairlock_new(b, name, "n", 0, &next), 0);
+  CHECK_RC(dlock_fairlock_new(a, name, NULL, 0, &w), 0);
+  CHECK_RC(dlock_lock_try_acquire(h, 0, 60000, NULL), 0);
+  td_got g = {0};
+  CHECK_RC(dlock_lock_acquire_async(w, -1, 30000, td_on_done, &g, NULL), 0);
+  int64_t end = th_now_ms() + 5000;
+  while (th_cmd_int(&K.nodes[1], "LLEN redisson_lock_queue:{%s}", name) != 1 &&
+         th_now_ms() < end)
+    td_run_for(&t, 5);
+  CHECK_EQ(th_cmd_int(&K.nodes[1], "LLEN redisson_lock_queue:{%s}", name), 1);
+  dlock_lock_free(w);
+  CHECK_EQ(g.calls, 0); /* never within the free */
+  CHECK(td_run_until(&t, &g.calls, 3000));
+  CHECK_RC(g.rc, DLOCK_ECANCELED);
+  CHECK_EQ(th_cmd_int(&K.nodes[1], "LLEN redisson_lock_queue:{%s}", name), 0);
+  CHECK_RC(dlock_lock_release(h), 1);
+  CHECK_RC(dlock_lock_try_acquire(next, 0, 60000, NULL), 0);
+  CHECK_RC(dlock_lock_release(next), 1);
+  dlock_lock_free(h);
+  dlock_lock_free(next);
+  dlock_client_close(a);
+  td_close(&t);
+  dlock_client_close(b);
+  th_cluster_stop(&K);
+}
+
 static atomic_int loop_lost;
 static void on_loop_lost(dlock_lock *l, const char *owner, void *ud) {
   (void)l, (void)owner, (void)ud;
@@ -1046,6 +1086,7 @@ static void tls_cluster(void) {
 TH_MAIN(T_BARE(url_forms), T_BARE(routed), T_BARE(wait_woken),
         T_BARE(kinds_one_slot), T_BARE(renew_by_slot), T_BARE(multilock_across),
         T_BARE(moved_and_ask), T_BARE(cli_commands), T_BARE(loop_routed),
-        T_BARE(loop_woken), T_BARE(loop_moved), T_BARE(acked),
-        T_BARE(tls_cluster), T_BARE(stopped_master), T_BARE(cluster_down),
-        T_BARE(loop_cluster_down), T_BARE(release_ride))
+        T_BARE(loop_woken), T_BARE(loop_freed_waiter), T_BARE(loop_moved),
+        T_BARE(acked), T_BARE(tls_cluster), T_BARE(stopped_master),
+        T_BARE(cluster_down), T_BARE(loop_cluster_down),
+        T_BARE(release_ride))

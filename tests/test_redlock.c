@@ -398,6 +398,26 @@ static void t_async(void) {
   CHECK_EQ(dlock_lock_release(bl), 1);
   CHECK(run_until(lp, &g[2].calls, 3000));
   CHECK_RC(g[2].rc, 0);
+  /* Freed while it waits: cancelled (DLOCK_ECANCELED, from the loop),
+   * and once the holder lets go another client takes the lock at once. */
+  dlock_lock *l3;
+  CHECK_RC(dlock_lock_new(c, "rl:a", "third", &l3), 0);
+  got f = {0}, r = {0}, a = {0};
+  CHECK_RC(dlock_lock_acquire_async(l3, -1, 10000, on_done, &f, NULL), 0);
+  dlock_loop_run(lp, 100);
+  CHECK_EQ(f.calls, 0);
+  dlock_lock_free(l3);
+  CHECK_EQ(f.calls, 0); /* never within the free */
+  CHECK(run_until(lp, &f.calls, 3000));
+  CHECK_RC(f.rc, DLOCK_ECANCELED);
+  CHECK_RC(dlock_lock_release_async(l, on_done, &r, NULL), 0);
+  CHECK(run_until(lp, &r.calls, 3000));
+  CHECK_RC(r.rc, 1);
+  CHECK_RC(dlock_lock_try_acquire(bl, 0, 10000, NULL), 0);
+  CHECK_EQ(dlock_lock_release(bl), 1);
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 10000, on_done, &a, NULL), 0);
+  CHECK(run_until(lp, &a.calls, 3000));
+  CHECK_RC(a.rc, 0);
   /* Pending at close: completed within it. */
   dlock_lock *l2;
   CHECK_RC(dlock_lock_new(c, "rl:a", "other", &l2), 0);

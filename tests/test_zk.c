@@ -679,7 +679,8 @@ static void t_zk_async(void) {
   CHECK(td_run_until(&t, &pa.calls, 5000));
   CHECK_RC(pa.rc, 0);
   CHECK_EQ(marked(zh, "/as/sem/leases", "lease-"), 1);
-  /* In flight at the close: completed within it. */
+  /* In flight at the close: completed within it (the free just before
+   * cancelled it: its thread may have ended the wait before the close). */
   td_got z = {0};
   CHECK_RC(dlock_lock_acquire_async(w, 20000, 0, td_on_done, &z, NULL), 0);
   td_run_for(&t, 100);
@@ -688,12 +689,83 @@ static void t_zk_async(void) {
   dlock_lock_free(w);
   dlock_client_close(ac);
   CHECK_EQ(z.calls, 1);
-  CHECK_RC(z.rc, DLOCK_ECLOSED);
+  CHECK(z.rc == DLOCK_ECLOSED || z.rc == DLOCK_ECANCELED);
   td_close(&t);
   CHECK_EQ(children(zh, "/as/x", NULL, 0), 1); /* h's only */
   CHECK_RC(dlock_lock_release(h), 1);
   dlock_lock_free(h);
   dlock_client_close(b);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+/* dlock_lock_free on an event-loop handle whose acquire waits cancels the
+ * acquire: its callback comes with DLOCK_ECANCELED (from the loop, not
+ * within the free), its node is gone by then, and once the holder releases
+ * another client gets the lock at once (before: the wait went on, its node
+ * stayed queued, and a grant went to the freed handle: the lock stayed
+ * taken until the session ended). Also a semaphore's waiter. */
+static void t_zk_free_waiter(void) {
+  ZK_SETUP(zk, zh);
+  td_loop t;
+  CHECK_RC(td_open(&t, TD_BUILTIN), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = zk.url;
+  dlock_client *ac = NULL, *b = zclient(&zk, 0), *n = zclient(&zk, 0);
+  CHECK(b && n);
+  CHECK_RC(dlock_client_open_async(&o, t.lp, &ac), 0);
+  dlock_lock *w, *h, *next;
+  CHECK_RC(dlock_lock_new(ac, "/fw/x", NULL, &w), 0);
+  CHECK_RC(dlock_lock_new(b, "/fw/x", "h", &h), 0);
+  CHECK_RC(dlock_lock_new(n, "/fw/x", "n", &next), 0);
+  uint64_t tok;
+  CHECK_RC(dlock_lock_try_acquire(h, 0, 0, &tok), 0);
+  td_got g = {0};
+  CHECK_RC(dlock_lock_acquire_async(w, -1, 0, td_on_done, &g, NULL), 0);
+  int64_t end = th_now_ms() + 5000;
+  while (children(zh, "/fw/x", NULL, 0) != 2 && th_now_ms() < end)
+    td_run_for(&t, 5);
+  CHECK_EQ(children(zh, "/fw/x", NULL, 0), 2); /* queued */
+  int64_t t0 = th_now_ms();
+  dlock_lock_free(w);
+  CHECK_EQ(g.calls, 0); /* never within the free */
+  CHECK(td_run_until(&t, &g.calls, 3000));
+  fprintf(stderr, "    the freed waiter's callback after %lld ms\n",
+          (long long)(th_now_ms() - t0));
+  CHECK_RC(g.rc, DLOCK_ECANCELED);
+  CHECK_EQ(children(zh, "/fw/x", NULL, 0), 1); /* h's only */
+  CHECK_RC(dlock_lock_release(h), 1);
+  t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(next, 0, 0, &tok), 0);
+  CHECK(th_now_ms() - t0 < 1000);
+  CHECK_RC(dlock_lock_release(next), 1);
+  /* A permit's waiter: the same (its node under locks/ goes). */
+  dlock_permits *hp, *wp;
+  CHECK_RC(dlock_permits_new(b, "/fw/sem", &hp), 0);
+  CHECK_RC(dlock_permits_new(ac, "/fw/sem", &wp), 0);
+  CHECK_RC(dlock_permits_try_set(hp, 1), 1);
+  char hid[DLOCK_PERMIT_ID_LEN], wid[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_try_acquire(hp, 0, 0, hid), 0);
+  td_got s = {0};
+  CHECK_RC(dlock_permits_acquire_async(wp, -1, 0, wid, td_on_done, &s, NULL),
+           0);
+  td_run_for(&t, 300);
+  CHECK_EQ(s.calls, 0);
+  dlock_permits_free(wp);
+  CHECK(td_run_until(&t, &s.calls, 3000));
+  CHECK_RC(s.rc, DLOCK_ECANCELED);
+  CHECK(children(zh, "/fw/sem/locks", NULL, 0) <= 0);
+  CHECK_EQ(marked(zh, "/fw/sem/leases", "lease-"), 1); /* hp's */
+  CHECK_RC(dlock_permits_release(hp, hid), 0);
+  CHECK_RC(dlock_permits_get_available(hp), 1);
+  dlock_permits_free(hp);
+  dlock_client_close(ac);
+  td_close(&t);
+  dlock_lock_free(h);
+  dlock_lock_free(next);
+  dlock_client_close(b);
+  dlock_client_close(n);
   zookeeper_close(zh);
   th_zk_stop(&zk);
 }
@@ -1010,6 +1082,36 @@ static void t_zk_shutdown_waiter(void) {
   dlock_lock_free(h);
   dlock_leader_free(la);
   dlock_client_close(a);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+/* dlock_client_close with the server stopped (SIGSTOP) returns within
+ * its bound (zookeeper_close alone waited 1.5 s for the close's answer),
+ * and the close still reaches the server: once it runs again, the
+ * client's node is gone at once, not at the session's timeout (5 s). */
+static void t_zk_close_unanswered(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *a = zclient(&zk, 5000);
+  CHECK(a != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(a, "/cu/x", "a", &l), 0);
+  uint64_t tok;
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok), 0);
+  dlock_lock_free(l); /* the hold stays: the session's end takes it */
+  CHECK_EQ(children(zh, "/cu/x", NULL, 0), 1);
+  kill(zk.pid, SIGSTOP);
+  int64_t t0 = th_now_ms();
+  dlock_client_close(a);
+  int64_t ms = th_now_ms() - t0;
+  kill(zk.pid, SIGCONT);
+  fprintf(stderr, "    closed in %lld ms with the server stopped\n",
+          (long long)ms);
+  CHECK(ms < 500);
+  int64_t end = th_now_ms() + 2500;
+  while (children(zh, "/cu/x", NULL, 0) != 0 && th_now_ms() < end)
+    th_sleep_ms(10);
+  CHECK_EQ(children(zh, "/cu/x", NULL, 0), 0);
   zookeeper_close(zh);
   th_zk_stop(&zk);
 }
@@ -1797,13 +1899,13 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_rwlock), T_BARE(t_zk_leader),
         T_BARE(t_zk_leader_free_in_callback), T_BARE(t_zk_leader_expiry),
         T_BARE(t_zk_permits), T_BARE(t_zk_multilock), T_BARE(t_zk_async),
-        T_BARE(t_zk_server_restart), T_BARE(t_zk_ensemble_leader_killed),
-        T_BARE(t_zk_try_timeout), T_BARE(t_zk_fifo_handoff),
-        T_BARE(t_zk_session_expiry_loss), T_BARE(t_zk_chroot),
-        T_BARE(t_zk_inspect), T_BARE(t_zk_force_heard),
+        T_BARE(t_zk_free_waiter), T_BARE(t_zk_server_restart),
+        T_BARE(t_zk_ensemble_leader_killed), T_BARE(t_zk_try_timeout),
+        T_BARE(t_zk_fifo_handoff), T_BARE(t_zk_session_expiry_loss),
+        T_BARE(t_zk_chroot), T_BARE(t_zk_inspect), T_BARE(t_zk_force_heard),
         T_BARE(t_zk_loss_one_moment), T_BARE(t_zk_foreign_nodes),
-        T_BARE(t_zk_shutdown_waiter), T_BARE(t_zk_auth),
-        T_BARE(t_zk_session_renewed))
+        T_BARE(t_zk_shutdown_waiter), T_BARE(t_zk_close_unanswered),
+        T_BARE(t_zk_auth), T_BARE(t_zk_session_renewed))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */

@@ -144,6 +144,10 @@ struct dlock_client {
   dl_watchdog *watchdog;
   dl_loop *loop; /* an event-loop client's (dlock_client_open_async) */
   atomic_uint_fast64_t handles; /* lock handles made on the loop */
+  /* The event-loop operations that wait (acquires, polls), with the
+   * handle each waits through: a handle's free cancels its own (the
+   * loop's thread alone; src/locks/async.c). */
+  struct dlock_op *waits;
   atomic_int closing;
   dl_transfers *transfers; /* made at the first delayed handle */
   /* dlock_client_on_state's, guarded by holds_mu. */

@@ -33,21 +33,59 @@ void *dl_op_new(dlock_client *c, size_t size, bool has, const char *what,
 void dl_op_finish(dlock_op *op, int rc, uint64_t token) {
   char msg[512] = "";
   if (rc < 0) snprintf(msg, sizeof msg, "%s", dlock_client_errmsg(op->c));
+  dl_op_unwait(op);
   op->cb(rc, token, msg, op->ud);
   free(op);
 }
 
-void dlock_op_cancel(dlock_op *op) {
-  if (op == NULL || op->cancelled) return;
+void dl_op_wait(dlock_op *op, const void *h) {
+  dlock_client *c = op->c;
+  op->h = h;
+  op->wnext = c->waits;
+  if (c->waits) c->waits->wprev = &op->wnext;
+  op->wprev = &c->waits;
+  c->waits = op;
+}
+
+void dl_op_unwait(dlock_op *op) {
+  if (op->wprev == NULL) return;
+  *op->wprev = op->wnext;
+  if (op->wnext) op->wnext->wprev = op->wprev;
+  op->wnext = NULL;
+  op->wprev = NULL;
+}
+
+/* Cancels op (op->cancelled already set): its member's, or its backend
+ * operation's wait. */
+static void cancel(dlock_op *op) {
   if (op->inner) {
-    op->cancelled = true;
     dlock_op_cancel(op->inner);
     return;
   }
-  if (op->bop == NULL) return;
-  op->cancelled = true;
   dl_backend *b = op->c->backend;
-  if (b->ops->cancel) b->ops->cancel(b, op->bop);
+  if (op->bop && b->ops->cancel) b->ops->cancel(b, op->bop);
+}
+
+void dlock_op_cancel(dlock_op *op) {
+  if (op == NULL || op->cancelled) return;
+  if (op->inner == NULL && op->bop == NULL) return;
+  op->cancelled = true;
+  cancel(op);
+}
+
+void dl_op_cancel_for(dlock_client *c, const void *h) {
+  /* A backend's cancel never completes an operation within the call, but
+   * a member's may start its next step: look again from the start after
+   * each (each is cancelled once). */
+  for (dlock_op *op = c->waits; op;) {
+    if (op->h != h || op->cancelled) {
+      op = op->wnext;
+      continue;
+    }
+    op->cancelled = true;
+    cancel(op);
+    op = c->waits;
+  }
 }
 
 /* ---- the lock ---- */
@@ -102,6 +140,7 @@ static void give_back(lock_op *x) {
 static void acquired(void *ud, int rc) {
   lock_op *x = ud;
   x->op.bop = NULL;
+  dl_op_unwait(&x->op); /* a give-back is not cut short */
   bool back;
   uint64_t tok = 0;
   rc = dl_acq_end(x->l, &x->q.acq, rc, &tok, &back);
@@ -135,6 +174,7 @@ int dlock_lock_acquire_async(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
     return rc;
   }
   dl_lock_op_begin(l);
+  dl_op_wait(&x->op, l);
   if (out) *out = &x->op;
   return 0;
 }

@@ -45,6 +45,7 @@ dl_sync_ref dl_sync_ref_of(dl_sync_handle *h) {
 bool dl_sync_free_later(dl_sync_handle *h) {
   if (h->ops == 0) return false;
   h->orphan = 1;
+  dl_op_cancel_for(h->c, h); /* its waits end (their places go) */
   return true;
 }
 
@@ -126,6 +127,7 @@ static void sync_finish(sync_op *x, int rc) {
   dl_sync_handle *h = x->h;
   char msg[512] = "";
   if (rc < 0) snprintf(msg, sizeof msg, "%s", dlock_client_errmsg(h->c));
+  dl_op_unwait(&x->op);
   if (--h->ops == 0 && h->orphan) h->destroy(h);
   x->op.cb(rc, 0, msg, x->op.ud);
   free(x);
@@ -144,6 +146,7 @@ static void given_back(void *ud, int rc) {
 static void sync_done(void *ud, int rc) {
   sync_op *x = ud;
   x->op.bop = NULL;
+  dl_op_unwait(&x->op); /* a give-back is not cut short */
   x->q.give_back = false;
   x->q.cancelled = x->op.cancelled;
   rc = x->q.end(x->h, &x->q, rc);
@@ -204,6 +207,7 @@ int dl_sync_run_async(dl_sync_handle *h, const dl_sync_call *q,
     return rc;
   }
   h->ops++;
+  if (y->what != DL_SYNC_UPDATE) dl_op_wait(&x->op, h);
   if (out) *out = &x->op;
   return 0;
 }

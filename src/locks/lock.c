@@ -137,9 +137,14 @@ void dlock_rwlock_free(dlock_rwlock *rw) {
 void dlock_lock_free(dlock_lock *l) {
   /* A read-write lock's handle is its lock's to free. */
   if (l == NULL || l->borrowed) return;
-  /* Operations still in flight on an event loop: the last frees it. */
-  if (l->ops > 0) l->orphan = 1;
-  else lock_free(l);
+  /* Operations still in flight on an event loop: the last frees it; its
+   * acquires are cancelled (a waiter's place in line goes now). */
+  if (l->ops == 0) {
+    lock_free(l);
+    return;
+  }
+  l->orphan = 1;
+  dl_op_cancel_for(l->c, l);
 }
 
 void dl_lock_op_begin(dlock_lock *l) { l->ops++; }

@@ -31,6 +31,9 @@ struct dlock_op {
   dl_async *bop;   /* the backend's, while it runs */
   dlock_op *inner; /* or a member's, while it runs */
   bool cancelled;
+  /* While it waits: in its client's list `waits`, for the handle h. */
+  dlock_op *wnext, **wprev;
+  const void *h;
 };
 /* Allocates (zeroed) `size` bytes, a dlock_op first, for an event-loop
  * call on c: NULL with *rc (the detail recorded) when c is NULL or not an
@@ -41,6 +44,16 @@ void *dl_op_new(dlock_client *c, size_t size, bool has, const char *what,
 /* Tells the caller rc and token (with the client's detail when rc < 0)
  * and frees op. */
 void dl_op_finish(dlock_op *op, int rc, uint64_t token);
+/* op (started) waits through the handle h: dl_op_cancel_for(h) cancels
+ * it until dl_op_unwait (which a finish does too; safe when not
+ * waiting). A wait is what a handle's free cuts short: an acquire, a
+ * poll, not the release that gives a late grant back. */
+void dl_op_wait(dlock_op *op, const void *h);
+void dl_op_unwait(dlock_op *op);
+/* A handle's free: every operation waiting through h is cancelled, as
+ * dlock_op_cancel does (their callbacks run later, from the loop).
+ * Nothing to do on a blocking client. */
+void dl_op_cancel_for(dlock_client *c, const void *h);
 
 /* What the handles of the semaphores and the latch begin with. */
 typedef struct dl_sync_handle {

@@ -70,6 +70,8 @@ void dlock_multilock_free(dlock_multilock *m) {
   if (m == NULL) return;
   if (m->ops > 0) {
     m->orphan = true;
+    /* An acquire in flight ends: what it took goes back. */
+    dl_op_cancel_for(dl_lock_client(m->locks[0]), m);
     return;
   }
   free(m->locks);
@@ -145,6 +147,7 @@ static void multi_fail(multi_op *x, int rc, const char *msg) {
 /* Unpins the members and m, tells the caller and frees x. */
 static void multi_finish(multi_op *x) {
   dlock_multilock *m = x->m;
+  dl_op_unwait(&x->op);
   for (size_t i = 0; i < m->n; i++) dl_lock_op_end(m->locks[i]);
   if (--m->ops == 0 && m->orphan) dlock_multilock_free(m);
   x->op.cb(x->rc, 0, x->rc < 0 ? x->msg : "", x->op.ud);
@@ -196,6 +199,7 @@ static int acquire_next(multi_op *x) {
 /* After a failure (x->rc): what was taken goes back, then the caller
  * hears. */
 static void multi_unwind(multi_op *x) {
+  dl_op_unwait(&x->op);
   if (!release_next(x)) multi_finish(x);
 }
 
@@ -257,6 +261,7 @@ int dlock_multilock_acquire_async(dlock_multilock *m, int64_t wait_ms,
     return rc;
   }
   multi_pin(x);
+  dl_op_wait(&x->op, m);
   if (out) *out = &x->op;
   return 0;
 }

@@ -398,6 +398,7 @@ static int run_async(dlock_queue *q, int rc, const dl_queue_req *r,
     return rc;
   }
   q->h.ops++;
+  if (x->r.wait) dl_op_wait(&x->op, &q->h); /* ends with the handle */
   if (out) *out = &x->op;
   return 0;
 }

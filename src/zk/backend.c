@@ -112,11 +112,33 @@ static void new_session(dl_zk *z, zhandle_t *expired) {
   if (old) zookeeper_close(old); /* two sessions ago: nobody's now */
 }
 
+bool dl_zk_enter(dl_zk *z) {
+  pthread_mutex_lock(&z->mu);
+  bool in = !z->abandoned;
+  if (in) z->callers++;
+  pthread_mutex_unlock(&z->mu);
+  return in;
+}
+
+void dl_zk_leave(dl_zk *z) {
+  pthread_mutex_lock(&z->mu);
+  if (--z->callers == 0) pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+}
+
+static void watched(zhandle_t *zh, int type, int state, const char *path,
+                    dl_zk *z);
+
 void dl_zk_watcher(zhandle_t *zh, int type, int state, const char *path,
                    void *ctx) {
-  (void)path;
   dl_zk *z = ctx;
-  if (z == NULL) return;
+  if (z == NULL || !dl_zk_enter(z)) return;
+  watched(zh, type, state, path, z);
+  dl_zk_leave(z);
+}
+
+static void watched(zhandle_t *zh, int type, int state, const char *path,
+                    dl_zk *z) {
   dl_notice_fn fn = NULL;
   void *ud = NULL;
   int told = 0; /* a dlock_conn_state to tell, or 0 */
@@ -216,29 +238,26 @@ static void zk_stats(dl_backend *b, dlock_client_stats *st) {
   st->writes += (uint64_t)atomic_load(&z->round_trips);
 }
 
-static void zk_free(dl_backend *b) {
-  dl_zk *z = (dl_zk *)b;
-  if (z == NULL) return;
-  /* Election threads left from their own callback (dlock_leader_free
-   * there) may still be deleting their node: they end first. The closing
-   * flag (set by the client) makes any other end too. */
-  pthread_mutex_lock(&z->mu);
-  pthread_cond_broadcast(&z->cv);
-  while (z->participants > 0) pthread_cond_wait(&z->cv, &z->mu);
-  pthread_mutex_unlock(&z->mu);
-  /* An event-loop client's operations end, their callers are told. */
-  if (z->env->loop) dl_zk_async_close(z);
-  /* Closing ends the session (its nodes go) and joins the library's
-   * threads, so no watcher runs on z after this. */
-  zhandle_t *zh = atomic_load(&z->zh);
-  if (zh) zookeeper_close(zh);
-  /* An expiry being handled meanwhile may have made a new handle (and
-   * retired the one just closed). */
+/* How long dlock_client_close waits for the session's close (ms).
+ * zookeeper_close sends the close, then waits up to 1.5 s for the
+ * server's answer: a server that answers does so in a few ms; one that
+ * does not (stopped, cut off) has been sent the close all the same, or
+ * ends the session at its timeout. Past this bound the close goes on, on
+ * a thread of its own, which then frees what is left of z. */
+#define CLOSE_WAIT_MS 100
+/* The same when a request went unanswered just before (a participant's
+ * leave): time enough for the close to be sent, not answered. */
+#define CLOSE_SEND_MS 10
+
+/* What zk_free frees once the session's handle is closed. */
+static void free_rest(dl_zk *z) {
+  /* An expiry handled meanwhile may have made a new handle (and retired
+   * the one just closed). */
   pthread_mutex_lock(&z->mu);
   zhandle_t *now = atomic_load(&z->zh), *retired = z->retired;
   pthread_mutex_unlock(&z->mu);
-  if (now != zh) zookeeper_close(now);
-  if (retired && retired != zh) zookeeper_close(retired);
+  if (now != z->closing) zookeeper_close(now);
+  if (retired && retired != z->closing) zookeeper_close(retired);
   for (int i = 0; i < z->nkeys; i++)
     free(z->notice_keys[i]);
   dl_zk_holds_free(z->holds);
@@ -250,6 +269,73 @@ static void zk_free(dl_backend *b) {
   if (z->auth) memset(z->auth, 0, strlen(z->auth));
   free(z->auth);
   free(z);
+}
+
+static void *closer(void *p) {
+  dl_zk *z = p;
+  zookeeper_close(z->closing);
+  pthread_mutex_lock(&z->mu);
+  z->closed = true;
+  bool abandoned = z->abandoned;
+  pthread_cond_broadcast(&z->cv);
+  pthread_mutex_unlock(&z->mu);
+  if (abandoned) free_rest(z);
+  return NULL;
+}
+
+/* Closes z->closing (ends the session: its nodes go, and joins the C
+ * client's threads), waiting at most CLOSE_WAIT_MS. Returns true if the
+ * close goes on by itself: z is then its thread's to free, and no
+ * callback of the C client touches the client any more. */
+static bool close_bounded(dl_zk *z) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, closer, z) != 0) {
+    zookeeper_close(z->closing);
+    return false;
+  }
+  pthread_mutex_lock(&z->mu);
+  int64_t now = dl_now_ms();
+  bool stalled = z->unanswered_at > 0 && now - z->unanswered_at < 1000;
+  int64_t end = now + (stalled ? CLOSE_SEND_MS : CLOSE_WAIT_MS);
+  while (!z->closed && dl_now_ms() < end) {
+    struct timespec ts;
+    dl_abstime(end, &ts);
+    pthread_cond_timedwait(&z->cv, &z->mu, &ts);
+  }
+  bool late = !z->closed;
+  if (late) {
+    z->abandoned = true; /* callbacks from now on do nothing */
+    while (z->callers > 0)
+      pthread_cond_wait(&z->cv, &z->mu);
+  }
+  pthread_mutex_unlock(&z->mu);
+  if (late)
+    pthread_detach(t);
+  else
+    pthread_join(t, NULL);
+  return late;
+}
+
+static void zk_free(dl_backend *b) {
+  dl_zk *z = (dl_zk *)b;
+  if (z == NULL) return;
+  /* Election threads left from their own callback (dlock_leader_free
+   * there) may still be deleting their node: they end first. The closing
+   * flag (set by the client) makes any other end too. */
+  pthread_mutex_lock(&z->mu);
+  pthread_cond_broadcast(&z->cv);
+  while (z->participants > 0)
+    pthread_cond_wait(&z->cv, &z->mu);
+  pthread_mutex_unlock(&z->mu);
+  /* An event-loop client's operations end, their callers are told. */
+  if (z->env->loop) dl_zk_async_close(z);
+  /* Closing ends the session (its nodes go) and joins the library's
+   * threads, so no watcher runs on z after this; or, when the server
+   * does not answer in time, the close goes on without us (see
+   * close_bounded). */
+  z->closing = atomic_load(&z->zh);
+  if (z->closing && close_bounded(z)) return;
+  free_rest(z);
 }
 
 static const dl_backend_ops zk_ops = {

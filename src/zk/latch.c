@@ -10,9 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* How long a participant leaving waits for its node's delete (ms): a
- * server that answers does so in a few ms. */
-#define LEAVE_WAIT_MS 500
+/* How long a participant waits for its node's delete (ms): a server that
+ * answers does so in a few ms. One put out by dlock_client_shutdown
+ * promises its node gone when its await returns: the longer wait. One
+ * that leaves (dlock_leader_free, dlock elect after its command) must not
+ * linger behind its command when the server does not answer: the delete
+ * was sent, and reaches the server before anything else of ours (the
+ * session's close included), or the session's end takes the node. */
+#define SHUTDOWN_WAIT_MS 500
+#define LEAVE_WAIT_MS 100
 
 struct dl_elect {
   dl_zk *z;
@@ -35,6 +41,87 @@ static void tell(dl_elect *e, int leader, bool gone) {
   if (e->fn) e->fn(e->ud, leader, leader ? e->czxid : 0, gone);
 }
 
+/* A request of a step, sent without blocking: the participant waits for
+ * its answer on z->cv, and stops waiting when it leaves or the client
+ * closes (a synchronous call would keep dlock_leader_free waiting until
+ * the connection is given up, two thirds of the session timeout, when the
+ * server stops answering). Whoever of the two comes last frees it (under
+ * z->mu: z outlives every completion, which zookeeper_close calls). */
+typedef struct latch_call {
+  dl_zk *z;
+  int refs;
+  bool done;
+  int rc;
+  struct String_vector sv; /* a listing's, copied */
+} latch_call;
+
+static void call_unref(latch_call *c) { /* z->mu held */
+  if (--c->refs > 0) return;
+  deallocate_String_vector(&c->sv);
+  free(c);
+}
+
+static void call_done(latch_call *c, int rc) { /* z->mu held */
+  c->done = true;
+  c->rc = rc;
+  pthread_cond_broadcast(&c->z->cv);
+  call_unref(c);
+}
+
+static void listed(int rc, const struct String_vector *sv, const void *data) {
+  latch_call *c = (latch_call *)data;
+  dl_zk *z = c->z;
+  pthread_mutex_lock(&z->mu);
+  if (rc == ZOK && sv && sv->count > 0 &&
+      allocate_String_vector(&c->sv, sv->count) == 0) {
+    for (int i = 0; i < sv->count; i++)
+      c->sv.data[i] = dl_strdup(sv->data[i]);
+    for (int i = 0; i < sv->count; i++)
+      if (c->sv.data[i] == NULL) rc = ZSYSTEMERROR;
+  }
+  call_done(c, rc); /* may free c */
+  pthread_mutex_unlock(&z->mu);
+}
+
+static void watched(int rc, const char *value, int len, const struct Stat *st,
+                    const void *data) {
+  (void)value;
+  (void)len;
+  (void)st;
+  latch_call *c = (latch_call *)data;
+  dl_zk *z = c->z;
+  pthread_mutex_lock(&z->mu);
+  call_done(c, rc); /* may free c */
+  pthread_mutex_unlock(&z->mu);
+}
+
+/* Sends the listing of e->key (watch NULL) or the watch on `watch`, and
+ * waits for its answer: the ZooKeeper code, ZCLOSING when the participant
+ * leaves or the client closes first; sv (the listing) then the caller's
+ * to deallocate. */
+static int call(dl_elect *e, const char *watch, struct String_vector *sv) {
+  dl_zk *z = e->z;
+  latch_call *c = calloc(1, sizeof *c);
+  if (c == NULL) return ZSYSTEMERROR;
+  c->z = z;
+  c->refs = 2;
+  atomic_fetch_add(&z->round_trips, 1);
+  int zrc = watch ? zoo_awget(z->zh, watch, dl_zk_watcher, z, watched, c)
+                  : zoo_aget_children(z->zh, e->key, 0, listed, c);
+  pthread_mutex_lock(&z->mu);
+  if (zrc != ZOK) c->refs = 1; /* no completion will come */
+  while (zrc == ZOK && !c->done && !e->stop && !atomic_load(z->env->closing))
+    pthread_cond_wait(&z->cv, &z->mu);
+  if (zrc == ZOK) zrc = c->done ? c->rc : ZCLOSING;
+  if (sv && zrc == ZOK) {
+    *sv = c->sv; /* moved */
+    memset(&c->sv, 0, sizeof c->sv);
+  }
+  call_unref(c);
+  pthread_mutex_unlock(&z->mu);
+  return zrc;
+}
+
 /* One step of the recipe: 1 sleep until the next event, 0 step again at
  * once, -1 an error (sleep a little, or until an event). */
 static int step(dl_elect *e) {
@@ -49,8 +136,7 @@ static int step(dl_elect *e) {
     }
   }
   struct String_vector sv = {0};
-  atomic_fetch_add(&z->round_trips, 1);
-  int zrc = zoo_get_children(z->zh, e->key, 0, &sv);
+  int zrc = call(e, NULL, &sv);
   if (zrc != ZOK && zrc != ZNONODE) return -1;
   char **v = NULL;
   int n = zrc == ZOK ? dl_zk_sorted_locks(&sv, &v) : 0;
@@ -77,10 +163,7 @@ static int step(dl_elect *e) {
   /* The leader watches its own node (deleted by hand: it is no longer the
    * leader, and must know; Curator's does not look), the others their
    * predecessor, with getData as Curator. */
-  char buf[1];
-  int blen = (int)sizeof buf;
-  atomic_fetch_add(&z->round_trips, 1);
-  zrc = zoo_wget(z->zh, watch, dl_zk_watcher, z, buf, &blen, NULL);
+  zrc = call(e, watch, NULL);
   if (zrc == ZNONODE) return 0;
   return zrc == ZOK ? 1 : -1;
 }
@@ -139,7 +222,7 @@ static void *latch_main(void *arg) {
    * wait at all, else a short one; a node left goes later, as an orphan,
    * or with the session (closed with the client, or expired). */
   if (e->node[0] != '\0' && state == ZOO_CONNECTED_STATE)
-    dl_zk_delete_soon(z, e->node, LEAVE_WAIT_MS);
+    dl_zk_delete_soon(z, e->node, shutdown ? SHUTDOWN_WAIT_MS : LEAVE_WAIT_MS);
   else if (e->node[0] != '\0')
     dl_zk_orphan_node(z, e->node);
   /* dlock_client_shutdown, the participant still in: out, its node gone;

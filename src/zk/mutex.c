@@ -123,7 +123,10 @@ static void watch_hold(dl_zk *z, const char *node);
 static void hold_watched(int zrc, const struct Stat *st, const void *data) {
   (void)st;
   hold_watch *w = (hold_watch *)data;
-  if (zrc == ZNONODE) dl_zk_hold_event(w->z, ZOO_DELETED_EVENT, w->node);
+  if (zrc == ZNONODE && dl_zk_enter(w->z)) {
+    dl_zk_hold_event(w->z, ZOO_DELETED_EVENT, w->node);
+    dl_zk_leave(w->z);
+  }
   free(w);
 }
 

@@ -114,6 +114,11 @@ int dl_zk_delete_soon(dl_zk *z, const char *node, int wait_ms) {
   zrc = d->done ? d->rc : ZOPERATIONTIMEOUT;
   pthread_mutex_unlock(&d->mu);
   bounded_unref(d);
+  if (zrc == ZOPERATIONTIMEOUT) { /* the close need not wait for one */
+    pthread_mutex_lock(&z->mu);
+    z->unanswered_at = dl_now_ms();
+    pthread_mutex_unlock(&z->mu);
+  }
   if (zrc == ZOK || zrc == ZNONODE) return 0;
   dl_zk_orphan_node(z, node);
   return dl_zk_err(z, zrc, "delete", node);

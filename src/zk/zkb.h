@@ -80,12 +80,26 @@ typedef struct dl_zk {
   void (*state_fn)(void *ud, int state); /* watch_state's */
   void *state_ud;
   bool suspended; /* connected once, then lost the connection */
+  /* The close (zk_free): the library's callbacks running in z now
+   * (dl_zk_enter), whether zookeeper_close has returned, and whether
+   * zk_free returned before it did (the closing thread then frees z;
+   * the callbacks do nothing any more). */
+  int callers;
+  bool closed, abandoned;
+  zhandle_t *closing;
+  int64_t unanswered_at; /* when a bounded wait last went unanswered */
   atomic_llong round_trips;
 } dl_zk;
 
 /* ZooKeeper's result code as dlock's, with a message naming `what`
  * recorded for the client: a negative code. */
 int dl_zk_err(dl_zk *z, int zrc, const char *what, const char *path);
+/* A callback of the C client (a watch, a completion) that touches more
+ * than z itself (the client's loss notice, its loop, its state callback)
+ * runs between dl_zk_enter, false once the client is gone (do nothing),
+ * and dl_zk_leave. */
+bool dl_zk_enter(dl_zk *z);
+void dl_zk_leave(dl_zk *z);
 /* The watcher of every watch the backend sets (ctx: the dl_zk). */
 void dl_zk_watcher(zhandle_t *zh, int type, int state, const char *path,
                    void *ctx);
