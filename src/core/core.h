@@ -189,4 +189,39 @@ static inline bool dl_timer_active(const dl_timer *t) { return t->pos != 0; }
 /* Timers started on lp (tests). */
 size_t dl_loop_timers(const dl_loop *lp);
 
+/* ---- offload.c: blocking work beside an event loop ----
+ * For a backend whose client library blocks or keeps threads of its own
+ * (libzookeeper-mt): each job runs on a thread of its own, and is finished
+ * on the loop's thread, which an eventfd the loop watches wakes; the
+ * backend may wake the loop for work of its own too (loss notices). */
+typedef struct dl_offload dl_offload;
+typedef struct dl_job dl_job;
+struct dl_job {
+  void (*run)(dl_job *);    /* on the job's thread */
+  void (*finish)(dl_job *); /* then on the loop's thread (or in
+                               dl_offload_free): tells its caller, frees */
+  atomic_bool cancelled;    /* set by dl_offload_cancel */
+  dl_job *next;             /* the offload's */
+  dl_offload *o;
+};
+/* An offload on lp: 0 and *out, or a negative code (detail recorded for
+ * dlock_client_open). woken(ud), if not NULL, runs on the loop's thread
+ * after each dl_offload_wake, before the jobs done are finished. */
+int dl_offload_new(dl_loop *lp, void (*woken)(void *), void *ud,
+                   dl_offload **out);
+/* Runs j->run on a new thread, then j->finish on the loop's: 0, or
+ * DLOCK_ENOMEM (no thread: j did not start and is still the caller's). */
+int dl_offload_start(dl_offload *o, dl_job *j);
+/* Asks for woken() on the loop's thread soon. Any thread. */
+void dl_offload_wake(dl_offload *o);
+/* Marks j cancelled (dl_offload_cancelled says so on its thread: its wait
+ * ends; waking the wait is the caller's). Any thread. */
+void dl_offload_cancel(dl_job *j);
+/* On a job's thread: whether its job is cancelled; false elsewhere. */
+bool dl_offload_cancelled(void);
+/* Waits for the jobs' threads (their waits must be ending: the caller has
+ * woken them), finishes every job done, stops watching and frees o.
+ * Accepts NULL. On the loop's thread. */
+void dl_offload_free(dl_offload *o);
+
 #endif /* DLOCK_CORE_H */

@@ -1,17 +1,14 @@
 /* async.c: the ZooKeeper backend on an event-loop client. Each operation
- * runs its blocking form on a thread of its own (as a Curator caller's
- * thread blocks in acquire()), and its result reaches the loop's thread
- * through an eventfd the loop watches; so do the session's loss notices.
- * The loop never blocks on ZooKeeper. A cancel ends the operation's wait
- * at once (the waits check the thread's cancel flag). */
+ * runs its blocking form as a job of the core's offload (a thread of its
+ * own, as a Curator caller's thread blocks in acquire()), and its result
+ * reaches the loop's thread through the offload's eventfd; so do the
+ * session's loss notices. The loop never blocks on ZooKeeper. A cancel
+ * ends the operation's wait at once (the waits check dl_zk_cancelled). */
 #include "zkb.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 typedef enum zop_kind {
   ZOP_ACQUIRE,
@@ -29,12 +26,11 @@ typedef enum zop_kind {
 /* One operation in flight: its arguments (borrowed until done runs, as
  * the seam says), its result and detail. */
 struct dl_async {
-  struct dl_async *next;
+  dl_job job; /* first: the offload's */
   dl_zk *z;
   zop_kind kind;
   dl_done_fn done;
   void *ud;
-  atomic_bool cancelled;
   int rc;
   char msg[512];
   dl_acquire *a;
@@ -58,11 +54,8 @@ struct dl_async {
   dl_sync_op op;
 };
 
-/* The cancel flag of the operation this thread runs, if any. */
-static _Thread_local const atomic_bool *cancel_flag;
-
 bool dl_zk_cancelled(void) {
-  return cancel_flag != NULL && atomic_load(cancel_flag);
+  return dl_offload_cancelled();
 }
 
 /* A scan's names, kept for the loop. */
@@ -109,34 +102,20 @@ static int run(dl_async *op) {
   return DLOCK_EINVAL;
 }
 
-static void *op_main(void *arg) {
-  dl_async *op = arg;
-  dl_zk *z = op->z;
-  cancel_flag = &op->cancelled;
+/* The job's thread: the operation's blocking form. */
+static void op_run(dl_job *j) {
+  dl_async *op = (dl_async *)j;
   op->rc = run(op);
-  cancel_flag = NULL;
   /* The detail is this thread's: copied for the loop's. */
   if (op->rc < 0)
     snprintf(op->msg, sizeof op->msg, "%s",
-             dlock_client_errmsg(z->env->err_owner));
-  pthread_mutex_lock(&z->mu);
-  if (z->done_tail) z->done_tail->next = op;
-  else z->done_head = op;
-  z->done_tail = op;
-  pthread_mutex_unlock(&z->mu);
-  uint64_t one = 1;
-  while (write(z->evfd, &one, sizeof one) < 0 && errno == EINTR) {
-  }
-  /* The last touch of z: zk_free waits for the count to reach 0. */
-  pthread_mutex_lock(&z->mu);
-  z->op_threads--;
-  pthread_cond_broadcast(&z->cv);
-  pthread_mutex_unlock(&z->mu);
-  return NULL;
+             dlock_client_errmsg(op->z->env->err_owner));
 }
 
 /* Calls op's done (on the loop's thread) and frees op. */
-static void finish(dl_zk *z, dl_async *op) {
+static void op_finish(dl_job *j) {
+  dl_async *op = (dl_async *)j;
+  dl_zk *z = op->z;
   int rc = op->rc;
   if (op->kind == ZOP_SCAN) { /* the names, to cb here: how many passed */
     bool stop = rc < 0;
@@ -158,41 +137,22 @@ static void finish(dl_zk *z, dl_async *op) {
   done(ud, rc);
 }
 
-/* Takes what the operations' threads and the watcher left for the loop:
- * the operations done, whether any key may be lost, and the keys lost
- * (*nkeys of them into keys, the caller's to free). */
-static void take(dl_zk *z, dl_async **ops, bool *notice, char **keys,
-                 int *nkeys) {
+/* The session's loss notices, passed on on the loop's thread (the
+ * offload's woken): whether any key may be lost, then the keys lost. */
+static void on_notices(void *ud) {
+  dl_zk *z = ud;
+  char *keys[sizeof z->notice_keys / sizeof z->notice_keys[0]];
   pthread_mutex_lock(&z->mu);
-  *ops = z->done_head;
-  z->done_head = z->done_tail = NULL;
-  *notice = z->notice_posted;
+  bool notice = z->notice_posted;
   z->notice_posted = false;
-  *nkeys = z->nkeys;
-  memcpy(keys, z->notice_keys, (size_t)z->nkeys * sizeof *keys);
+  int nkeys = z->nkeys;
+  memcpy(keys, z->notice_keys, (size_t)nkeys * sizeof *keys);
   z->nkeys = 0;
   pthread_mutex_unlock(&z->mu);
-}
-
-static void on_ready(void *ud, int events) {
-  (void)events;
-  dl_zk *z = ud;
-  uint64_t n;
-  if (read(z->evfd, &n, sizeof n) < 0 && errno != EAGAIN) return;
-  dl_async *ops;
-  bool notice;
-  char *keys[sizeof z->notice_keys / sizeof z->notice_keys[0]];
-  int nkeys;
-  take(z, &ops, &notice, keys, &nkeys);
   if (notice && z->notice) z->notice(z->notice_ud, NULL, 0);
   for (int i = 0; i < nkeys; i++) {
     if (!notice && z->notice) z->notice(z->notice_ud, keys[i], strlen(keys[i]));
     free(keys[i]);
-  }
-  while (ops) {
-    dl_async *next = ops->next;
-    finish(z, ops);
-    ops = next;
   }
 }
 
@@ -200,9 +160,7 @@ void dl_zk_post_notice(dl_zk *z) {
   pthread_mutex_lock(&z->mu);
   z->notice_posted = true;
   pthread_mutex_unlock(&z->mu);
-  uint64_t one = 1;
-  while (write(z->evfd, &one, sizeof one) < 0 && errno == EINTR) {
-  }
+  dl_offload_wake(z->off);
 }
 
 void dl_zk_post_notice_key(dl_zk *z, const char *key) {
@@ -215,48 +173,22 @@ void dl_zk_post_notice_key(dl_zk *z, const char *key) {
     z->notice_posted = true;
   }
   pthread_mutex_unlock(&z->mu);
-  uint64_t one = 1;
-  while (write(z->evfd, &one, sizeof one) < 0 && errno == EINTR) {
-  }
+  dl_offload_wake(z->off);
 }
 
 int dl_zk_async_init(dl_zk *z) {
-  z->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (z->evfd < 0)
-    return dl_seterr(NULL, DLOCK_ENOMEM, "eventfd: %s", strerror(errno));
-  int rc = dl_watch_new(z->env->loop, z->evfd, on_ready, z, &z->watch);
-  if (rc == 0) rc = dl_watch_set(z->watch, DL_EV_READ);
-  if (rc != 0)
-    return dl_seterr(NULL, rc, "cannot watch the ZooKeeper client's "
-                     "eventfd on the loop");
-  return 0;
+  return dl_offload_new(z->env->loop, on_notices, z, &z->off);
 }
 
 void dl_zk_async_close(dl_zk *z) {
   /* The client is closing (its flag is set): the operations' waits end;
-   * wait for their threads, then give every result to its caller. */
+   * the offload waits for their threads, then gives every result to its
+   * caller. Notices not yet passed on are dropped (zk_free frees them). */
   pthread_mutex_lock(&z->mu);
   pthread_cond_broadcast(&z->cv);
-  while (z->op_threads > 0) pthread_cond_wait(&z->cv, &z->mu);
   pthread_mutex_unlock(&z->mu);
-  if (z->evfd >= 0) {
-    dl_async *ops;
-    bool notice;
-    char *keys[sizeof z->notice_keys / sizeof z->notice_keys[0]];
-    int nkeys;
-    take(z, &ops, &notice, keys, &nkeys);
-    for (int i = 0; i < nkeys; i++)
-      free(keys[i]);
-    while (ops) {
-      dl_async *next = ops->next;
-      finish(z, ops);
-      ops = next;
-    }
-  }
-  dl_watch_free(z->watch);
-  z->watch = NULL;
-  if (z->evfd >= 0) close(z->evfd);
-  z->evfd = -1;
+  dl_offload_free(z->off);
+  z->off = NULL;
 }
 
 /* Starts op on a thread of its own. */
@@ -265,19 +197,9 @@ static int start(dl_zk *z, dl_async *op, dl_done_fn done, void *ud,
   op->z = z;
   op->done = done;
   op->ud = ud;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_mutex_lock(&z->mu);
-  z->op_threads++;
-  pthread_mutex_unlock(&z->mu);
-  pthread_t t;
-  int e = pthread_create(&t, &attr, op_main, op);
-  pthread_attr_destroy(&attr);
-  if (e != 0) {
-    pthread_mutex_lock(&z->mu);
-    z->op_threads--;
-    pthread_mutex_unlock(&z->mu);
+  op->job.run = op_run;
+  op->job.finish = op_finish;
+  if (dl_offload_start(z->off, &op->job) != 0) {
     free(op);
     return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "cannot start a "
                      "thread for the operation");
@@ -402,7 +324,7 @@ int dl_zk_sync_update_async(dl_backend *b, const dl_sync_ref *s,
 
 void dl_zk_cancel(dl_backend *b, dl_async *op) {
   dl_zk *z = (dl_zk *)b;
-  atomic_store(&op->cancelled, true);
+  dl_offload_cancel(&op->job);
   pthread_mutex_lock(&z->mu);
   pthread_cond_broadcast(&z->cv); /* its wait looks again */
   pthread_mutex_unlock(&z->mu);

@@ -464,7 +464,6 @@ int dl_zk_backend_new(const dlock_client_options *opts,
   z->session_timeout_ms = opts->zk_session_timeout_ms;
   z->command_timeout_ms = env->command_timeout_ms;
   z->state = ZOO_CONNECTING_STATE;
-  z->evfd = -1;
   pthread_mutex_init(&z->mu, NULL);
   dl_cond_init(&z->cv);
   int connect_ms = opts->zk_connect_timeout_ms;

@@ -65,13 +65,9 @@ typedef struct dl_zk {
   zk_orphan *orphans;
   int participants; /* election threads running (latch.c): the backend is
                        freed only once they have all ended */
-  /* An event-loop client's (async.c): the eventfd the loop watches, the
-   * operations done and not yet handed to the loop, the threads running
-   * operations, and a loss notice to pass on there. */
-  int evfd;
-  dl_watch *watch;
-  struct dl_async *done_head, *done_tail;
-  int op_threads;
+  /* An event-loop client's (async.c): the offload its operations run on
+   * (core.h), and the loss notices to pass on on the loop's thread. */
+  dl_offload *off;
   bool notice_posted;
   char *notice_keys[16]; /* keys to pass on (notice_posted: any key) */
   int nkeys;
