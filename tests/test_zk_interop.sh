@@ -240,6 +240,13 @@ runner=$!; pids+=($runner)
 waitfor "$work/c8.out" held || fail "dlock did not take /rs/a"
 kill -9 "$zkpid"; wait "$zkpid" 2>/dev/null
 start_zk
+# The command ends once dlock has its session back (a release sent
+# before would wait for it, a command timeout at most: under a loaded
+# sanitizer run the reconnect alone took longer, exit 76).
+for _ in $(seq 600); do
+  grep -q "the connection is back" "$work/c8.out" && break
+  sleep 0.05
+done
 touch "$work/go8"
 wait $runner; rc=$?
 [[ $rc -eq 0 ]] || fail "dlock run exited $rc across a server restart: $(cat "$work/c8.out")"
