@@ -12,14 +12,16 @@
 -- What dlock refuses (docs/WIRE.md): anything at the name but a number (a
 -- string that is not one, a hash, a list...), with a WRONGTYPE error that
 -- says what it found, before any write.
+-- The count as found (false: none), read once for every operation.
+local found = redis.pcall('get', KEYS[1])
 do
-  local v = redis.pcall('get', KEYS[1])
-  local found = type(v) == 'table' and redis.call('type', KEYS[1]).ok or
-                (v and not string.match(v, '^%-?%d+$') and
-                 'a string that is not a number')
-  if found then
+  local v = found
+  local what = type(v) == 'table' and redis.call('type', KEYS[1]).ok or
+               (v and not string.match(v, '^%-?%d+$') and
+                'a string that is not a number')
+  if what then
     return redis.error_reply('WRONGTYPE ' .. KEYS[1] ..
-                             ': not a dlock semaphore: ' .. found)
+                             ': not a dlock semaphore: ' .. what)
   end
 end
 local op, n = ARGV[1], tonumber(ARGV[2])
@@ -30,7 +32,7 @@ local function beyond(value, change)
 end
 
 if op == 'release' then
-  local cur = redis.call('get', KEYS[1]) or '0'
+  local cur = found or '0'
   if tonumber(cur) and beyond(tonumber(cur), n) then
     return {ok = 'ERANGE ' .. cur}
   end
@@ -38,7 +40,7 @@ if op == 'release' then
   return redis.call('publish', KEYS[2], value)
 end
 if op == 'set' then
-  if redis.call('exists', KEYS[1]) == 1 then
+  if found then
     return 0
   end
   redis.call('set', KEYS[1], n)
@@ -46,7 +48,7 @@ if op == 'set' then
   return 1
 end
 if op == 'add' then
-  local cur = redis.call('get', KEYS[1]) or '0'
+  local cur = found or '0'
   if beyond(tonumber(cur), n) then
     return {ok = 'ERANGE ' .. cur}
   end
@@ -55,7 +57,7 @@ if op == 'add' then
   redis.call('publish', KEYS[2], value)
   return 0
 end
-local value = redis.call('get', KEYS[1])
+local value = found
 if value == false then
   return 0
 end
