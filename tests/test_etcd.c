@@ -303,6 +303,45 @@ static void t_etcd_holder_killed(void) {
   th_etcd_stop(&s);
 }
 
+/* A waiter whose wait outlasts its lease's TTL (3 s) keeps its lease,
+ * and so its key and its place, alive: it gets the lock when the holder
+ * lets go after 5 s, and the holder's fixed lease is its own (2 s, not
+ * renewed: the key goes when it ends). */
+static void t_etcd_long_wait(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s, 3000), *b = eclient(&s, 3000);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "long", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "long", "b", &lb), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  waiter w = {.l = lb};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_acquire, &w);
+  th_sleep_ms(5000); /* the hold's length: the scenario itself */
+  CHECK_EQ(atomic_load(&w.at), 0);
+  CHECK_RC(dlock_lock_release(la), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(w.rc, 0);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  /* A fixed lease of 2 s: freed by its end, the waiter gets it then. */
+  uint64_t t1 = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 2000, &t1), 0);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(lb, 10000, 0, NULL), 0);
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    a fixed lease of 2 s freed it after %lld ms\n",
+          (long long)took);
+  CHECK(took >= 1500 && took < 5000);
+  CHECK_EQ(dlock_lock_is_lost(la), 1);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
 typedef struct lost_seen {
   atomic_llong at;
   atomic_int lost_then;
@@ -516,8 +555,9 @@ static void t_etcd_prefix(void) {
 
 TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout), T_BARE(t_etcd_exclusion),
         T_BARE(t_etcd_contention), T_BARE(t_etcd_holder_killed),
-        T_BARE(t_etcd_force_heard), T_BARE(t_etcd_etcdctl_interop),
-        T_BARE(t_etcd_cli_run), T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
+        T_BARE(t_etcd_long_wait), T_BARE(t_etcd_force_heard),
+        T_BARE(t_etcd_etcdctl_interop), T_BARE(t_etcd_cli_run),
+        T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
 #else
 /* etcd:// without libcurl and json-c: DLOCK_ENOTSUP saying why. */
 static void t_etcd_url_enotsup(void) {

@@ -32,6 +32,7 @@ typedef struct etcd_hold {
   bool own_lease; /* a fixed lease: a lease of its own, revoked at the
                      release */
   int64_t lease_until; /* own_lease: until when it is surely valid */
+  int64_t lease_ms;    /* own_lease: the fixed lease asked for */
   int64_t rev;         /* the key's create revision: the fencing token */
   int count;
   bool held;

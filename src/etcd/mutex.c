@@ -271,6 +271,39 @@ static int reenter(dl_etcd *e, dl_acquire *a) {
   return 1;
 }
 
+/* How long a waiter waits before it keeps its lease alive: a third of
+ * its TTL. */
+static int64_t lease_step(dl_etcd *e, etcd_hold *h, int64_t lease_ms) {
+  pthread_mutex_lock(&e->mu);
+  int64_t ms = h->own_lease ? lease_ms : e->lease_ttl_s * 1000;
+  pthread_mutex_unlock(&e->mu);
+  return ms / 3 > 200 ? ms / 3 : 200;
+}
+
+/* Keeps the lease of h's key alive while it waits: 0 (*until: the lease's
+ * new validity), DLOCK_ELOST when it has ended (our key went with it), or
+ * a negative code. */
+static int keep_lease(dl_etcd *e, etcd_hold *h, int64_t *until) {
+  int64_t sent = dl_now_ms(), deadline = sent + e->command_timeout_ms;
+  int rc;
+  if (h->own_lease) {
+    int64_t ttl;
+    rc = dl_etcd_keepalive(e, h->lease, deadline, &ttl);
+    if (rc == 1) {
+      *until = h->lease_until = dl_validity(sent, h->lease_ms);
+      return 0;
+    }
+  } else {
+    int64_t l;
+    rc = dl_etcd_session(e, deadline, &l, until);
+    if (rc == 0 && l == h->lease) return 0;
+  } /* else a new session: the old one ended */
+  if (rc < 0) return rc;
+  return dl_seterr(e->err, DLOCK_ELOST,
+                   "the lease of our etcd key %s ended while we waited",
+                   h->key);
+}
+
 int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   dl_etcd *e = (dl_etcd *)b;
   const dl_lock_ref *l = a->lock;
@@ -298,6 +331,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
         dl_etcd_grant(e, (a->lease_ms + 999) / 1000, deadline, &h->lease, &got);
     until = dl_validity(sent, a->lease_ms);
     h->lease_until = until;
+    h->lease_ms = a->lease_ms;
   } else {
     rc = dl_etcd_session(e, deadline, &h->lease, &until);
   }
@@ -307,6 +341,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   if (rc == 0 && (h->key = dl_strdup(key)) == NULL)
     rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   int64_t owner_rev = 0;
+  bool waited = false;
   if (rc == 0) rc = put_and_read(e, h, pfx, deadline, &owner_rev);
   if (rc != 0) goto fail;
   /* Ours if nobody is before us. */
@@ -337,10 +372,21 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
       }
       break;
     }
-    rc = dl_etcd_wait_delete(e, pred, at, a->deadline);
+    /* In steps of a third of the lease at most: the lease our key is on
+     * is kept alive meanwhile (nothing else does while we hold nothing). */
+    int64_t step = dl_now_ms() + lease_step(e, h, a->lease_ms);
+    rc = dl_etcd_wait_delete(e, pred, at,
+                             step < a->deadline ? step : a->deadline);
     if (rc < 0) break;
-    if (rc == 0) break; /* the deadline */
+    waited = true;
+    if (rc == 0 && dl_now_ms() < a->deadline) rc = keep_lease(e, h, &until);
+    if (rc < 0) break;
+    if (rc == 0 && dl_now_ms() >= a->deadline) break; /* the deadline */
   }
+  /* A fixed lease runs from the grant: after a wait, from a keepalive. */
+  if (owner_rev == h->rev && own && waited &&
+      (rc = keep_lease(e, h, &until)) < 0)
+    goto fail;
   if (owner_rev == h->rev) {
     pthread_mutex_lock(&e->mu);
     h->held = true;
