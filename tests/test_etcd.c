@@ -466,7 +466,9 @@ static void t_etcd_etcdctl_interop(void) {
 }
 
 /* dlock -u etcd://... run NAME -- cmd: runs it under the lock with its
- * token; a second run with -w 0 meanwhile exits 75. */
+ * token; a second run with -w 0 meanwhile exits 75; status shows the
+ * holder, and a force release or an etcdctl del stops the holder's
+ * command as lost (exit 76). */
 static void t_etcd_cli_run(void) {
   SETUP(s);
   char cmd[1024], buf[512];
@@ -482,6 +484,39 @@ static void t_etcd_cli_run(void) {
   CHECK(strstr(buf, "rc=0") != NULL);
   CHECK_EQ(strlen(ctl(&s, "get --prefix job/ --keys-only", buf, sizeof buf)),
            0);
+  /* status shows the holder; release --force stops the holder's COMMAND
+   * as lost (exit 76), within a second; so does an etcdctl del. */
+  for (int way = 0; way < 2; way++) {
+    char done[300];
+    snprintf(done, sizeof done, "%s/done%d", s.dir, way);
+    snprintf(cmd, sizeof cmd, "%s -u %s run job -- sleep 30; echo $? > %s",
+             DLOCK_CLI_PATH, s.url, done);
+    pid_t pid = th__spawn(cmd);
+    CHECK(pid > 0);
+    snprintf(cmd, sizeof cmd, "%s -u %s status job; echo rc=$?", DLOCK_CLI_PATH,
+             s.url);
+    int64_t end = th_now_ms() + 10000;
+    while (strstr(sh(cmd, buf, sizeof buf), "rc=0") == NULL &&
+           th_now_ms() < end)
+      th_sleep_ms(20);
+    CHECK(strstr(buf, "held by") != NULL && strstr(buf, "token:") != NULL);
+    int64_t t0 = th_now_ms();
+    if (way == 0) {
+      snprintf(cmd, sizeof cmd, "%s -u %s release --force job; echo rc=$?",
+               DLOCK_CLI_PATH, s.url);
+      CHECK(strstr(sh(cmd, buf, sizeof buf), "rc=0") != NULL);
+    } else {
+      ctl(&s, "del --prefix job/", buf, sizeof buf);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    fprintf(stderr, "    %s: run ended after %lld ms\n",
+            way ? "etcdctl del" : "release --force",
+            (long long)(th_now_ms() - t0));
+    CHECK(th_now_ms() - t0 < 1500);
+    snprintf(cmd, sizeof cmd, "cat %s", done);
+    CHECK(strcmp(sh(cmd, buf, sizeof buf), "76\n") == 0);
+  }
   th_etcd_stop(&s);
 }
 

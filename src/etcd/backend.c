@@ -169,6 +169,7 @@ static const dl_backend_ops etcd_ops = {
     .lock_release = dl_etcd_lock_release,
     .lock_force_release = dl_etcd_lock_force_release,
     .lock_query = dl_etcd_lock_query,
+    .inspect = dl_etcd_inspect,
     .renew = dl_etcd_renew,
     .watch_losses = etcd_watch_losses,
     .wake_all = etcd_wake_all,

@@ -129,6 +129,8 @@ int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
 int dl_etcd_lock_force_release(dl_backend *b, const dl_lock_ref *l);
 int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                        long long *v);
+/* A snapshot of the mutex at key (its keys under key + "/"). */
+int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
 int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                   dl_renew_item *items, int *calls);
 void dl_etcd_hold_free(etcd_hold *h);

@@ -246,3 +246,54 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
   free(revs);
   return first;
 }
+
+int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
+  dl_etcd *e = (dl_etcd *)b;
+  memset(st, 0, sizeof *st);
+  st->held_ms = -1;
+  st->ttl_ms = -2;
+  st->counter = -1;
+  json_object *r;
+  char pfx[ETCD_KEY_MAX];
+  int rc = range_prefix(e, key, 0, &r, pfx, sizeof pfx);
+  if (rc != 0) return rc;
+  json_object *kvs = dl_etcd_get(r, "kvs");
+  size_t n = kvs ? json_object_array_length(kvs) : 0;
+  /* "keys": the mutex's keys under the name's prefix; "data": a key there
+   * that no mutex makes (no recipe takes it); "none": nothing. */
+  snprintf(st->type, sizeof st->type, "%s", n ? "keys" : "none");
+  int64_t lease = 0;
+  for (size_t i = 0; i < n; i++) {
+    json_object *kv = json_object_array_get_idx(kvs, i);
+    json_object *k = dl_etcd_get(kv, "key");
+    char name[ETCD_KEY_MAX];
+    if (!k || dl_etcd_unb64(json_object_get_string(k), name, sizeof name) < 0 ||
+        !is_lock_key(name, pfx)) {
+      snprintf(st->type, sizeof st->type, "data");
+      continue;
+    }
+    if (st->held) continue;
+    /* The owner: the oldest key. Its owner id is its lease (in hex), as
+     * etcdctl names it. */
+    st->held = 1;
+    st->holders = 1;
+    st->hold_count = 1;
+    snprintf(st->owner, sizeof st->owner, "%s", name + strlen(pfx));
+    st->token = (uint64_t)dl_etcd_i64(kv, "create_revision");
+    lease = dl_etcd_i64(kv, "lease");
+    st->ttl_ms = -1;
+  }
+  if (st->held) st->waiters = st->queued = (int)n - 1;
+  json_object_put(r);
+  if (lease != 0) {
+    char body[64];
+    snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
+    rc = dl_etcd_call(e, "/v3/lease/timetolive", body,
+                      dl_now_ms() + e->command_timeout_ms, &r, NULL);
+    if (rc != 0) return rc;
+    int64_t ttl = dl_etcd_i64(r, "TTL");
+    if (ttl > 0) st->ttl_ms = ttl * 1000;
+    json_object_put(r);
+  }
+  return 0;
+}
