@@ -342,6 +342,47 @@ static void t_etcd_long_wait(void) {
   th_etcd_stop(&s);
 }
 
+/* dlock_client_shutdown ends a wait in progress at once (DLOCK_ECLOSED),
+ * and the waiter's key goes with it (the client's lease is revoked at
+ * the close). */
+static void t_etcd_shutdown_waiter(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s, 0), *b = eclient(&s, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "sd", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "sd", "b", &lb), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  waiter w = {.l = lb};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_acquire, &w);
+  char buf[1024];
+  int64_t end = th_now_ms() + 5000; /* until the waiter's key is there */
+  while (th_now_ms() < end) {
+    ctl(&s, "get --prefix sd/ --keys-only", buf, sizeof buf);
+    char *x = strstr(buf, "sd/");
+    if (x && strstr(x + 1, "sd/")) break;
+    th_sleep_ms(10);
+  }
+  int64_t t0 = th_now_ms();
+  dlock_client_shutdown(b);
+  pthread_join(th, NULL);
+  int64_t took = atomic_load(&w.at) - t0;
+  fprintf(stderr, "    the wait ended %lld ms after the shutdown\n",
+          (long long)took);
+  CHECK_RC(w.rc, DLOCK_ECLOSED);
+  CHECK(took < 500);
+  dlock_lock_free(lb);
+  dlock_client_close(b);
+  ctl(&s, "get --prefix sd/ --keys-only", buf, sizeof buf);
+  char *x = strstr(buf, "sd/");
+  CHECK(x != NULL && strstr(x + 1, "sd/") == NULL); /* the holder's alone */
+  CHECK_RC(dlock_lock_release(la), 1);
+  dlock_lock_free(la);
+  dlock_client_close(a);
+  th_etcd_stop(&s);
+}
+
 typedef struct lost_seen {
   atomic_llong at;
   atomic_int lost_then;
@@ -590,9 +631,9 @@ static void t_etcd_prefix(void) {
 
 TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout), T_BARE(t_etcd_exclusion),
         T_BARE(t_etcd_contention), T_BARE(t_etcd_holder_killed),
-        T_BARE(t_etcd_long_wait), T_BARE(t_etcd_force_heard),
-        T_BARE(t_etcd_etcdctl_interop), T_BARE(t_etcd_cli_run),
-        T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
+        T_BARE(t_etcd_long_wait), T_BARE(t_etcd_shutdown_waiter),
+        T_BARE(t_etcd_force_heard), T_BARE(t_etcd_etcdctl_interop),
+        T_BARE(t_etcd_cli_run), T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
 #else
 /* etcd:// without libcurl and json-c: DLOCK_ENOTSUP saying why. */
 static void t_etcd_url_enotsup(void) {

@@ -118,6 +118,7 @@ static void etcd_wake_all(dl_backend *b) {
   pthread_mutex_lock(&e->mu);
   pthread_cond_broadcast(&e->cv);
   pthread_mutex_unlock(&e->mu);
+  dl_etcd_wake_waits(e);
 }
 
 static int etcd_check_key(dl_backend *b, const char *key) {

@@ -19,6 +19,12 @@
  * deletion is the hold's loss, told at once to the watchdog. */
 typedef struct etcd_watch etcd_watch;
 
+/* A waiter's multi handle, listed so that wake_all can wake it. */
+typedef struct etcd_waitreg {
+  struct etcd_waitreg *next;
+  CURLM *m;
+} etcd_waitreg;
+
 /* One lock this client holds, or is acquiring (`held` false: a claim that
  * keeps the client's other owners of the same name off the same key, as
  * they share the session's lease and so the key). Re-entries are counted
@@ -67,7 +73,8 @@ typedef struct dl_etcd {
   etcd_hold *holds;
   dl_notice_fn notice;
   void *notice_ud;
-  atomic_uint wakes; /* bumped by wake_all: waits look at closing */
+  atomic_uint wakes;   /* bumped by wake_all: waits look at closing */
+  etcd_waitreg *waits; /* the waits in progress */
   /* The watcher thread (watch.c) and its multi handle. */
   pthread_t watcher;
   bool watcher_started;
@@ -144,6 +151,8 @@ void dl_etcd_prefix_end(const char *pfx, char *end_b64);
  * the client closes). */
 int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
                         int64_t deadline);
+/* Wakes every wait in progress (wake_all). */
+void dl_etcd_wake_waits(dl_etcd *e);
 /* The watcher thread: starts watching a hold's key (from its create
  * revision), and stops. Any thread; e->mu not held. */
 int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h);

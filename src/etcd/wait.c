@@ -87,15 +87,60 @@ static size_t on_wait_data(char *p, size_t size, size_t nmemb, void *ud) {
   return w->seen ? 0 : size * nmemb; /* heard it: the stream ends */
 }
 
-static int on_wait_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c,
-                            curl_off_t d) {
-  (void)a;
-  (void)b;
-  (void)c;
-  (void)d;
-  waiting *w = ud;
-  return atomic_load(w->e->env->closing) ||
-         atomic_load(&w->e->wakes) != w->wakes;
+/* Runs the transfer h on its own multi handle, registered with e so that
+ * wake_all interrupts it at once: its result, CURLE_ABORTED_BY_CALLBACK
+ * when woken (the client closing), or CURLE_OPERATION_TIMEDOUT at the
+ * deadline. */
+static CURLcode run_waiting(dl_etcd *e, CURL *h, waiting *w, int64_t deadline) {
+  etcd_waitreg reg = {.m = curl_multi_init()};
+  if (reg.m == NULL) return CURLE_OUT_OF_MEMORY;
+  curl_multi_add_handle(reg.m, h);
+  pthread_mutex_lock(&e->mu);
+  reg.next = e->waits;
+  e->waits = &reg;
+  pthread_mutex_unlock(&e->mu);
+  CURLcode cc = CURLE_OK;
+  for (;;) {
+    int running = 0;
+    curl_multi_perform(reg.m, &running);
+    CURLMsg *m;
+    int left;
+    bool done = false;
+    while ((m = curl_multi_info_read(reg.m, &left)) != NULL)
+      if (m->msg == CURLMSG_DONE) {
+        cc = m->data.result;
+        done = true;
+      }
+    if (done || running == 0) break;
+    if (atomic_load(e->env->closing) || atomic_load(&e->wakes) != w->wakes) {
+      cc = CURLE_ABORTED_BY_CALLBACK;
+      break;
+    }
+    int64_t now = dl_now_ms();
+    if (now >= deadline) {
+      cc = CURLE_OPERATION_TIMEDOUT;
+      break;
+    }
+    int64_t t = deadline - now;
+    curl_multi_poll(reg.m, NULL, 0, t > 1000 ? 1000 : (int)t, NULL);
+  }
+  pthread_mutex_lock(&e->mu);
+  for (etcd_waitreg **pp = &e->waits; *pp; pp = &(*pp)->next)
+    if (*pp == &reg) {
+      *pp = reg.next;
+      break;
+    }
+  pthread_mutex_unlock(&e->mu);
+  curl_multi_remove_handle(reg.m, h);
+  curl_multi_cleanup(reg.m);
+  return cc;
+}
+
+void dl_etcd_wake_waits(dl_etcd *e) {
+  pthread_mutex_lock(&e->mu);
+  for (etcd_waitreg *r = e->waits; r; r = r->next)
+    curl_multi_wakeup(r->m);
+  pthread_mutex_unlock(&e->mu);
 }
 
 int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
@@ -109,56 +154,50 @@ int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
   waiting w = {.e = e, .wakes = atomic_load(&e->wakes)};
   if (atomic_load(e->env->closing))
     return dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
-  CURL *h = dl_etcd_handle(e);
+  if (dl_now_ms() >= deadline) return 0;
+  CURL *h = curl_easy_init();
   w.tok = json_tokener_new();
   if (h == NULL || w.tok == NULL) {
-    dl_etcd_handle_put(e, h);
+    if (h) curl_easy_cleanup(h);
     if (w.tok) json_tokener_free(w.tok);
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   }
   int idx = atomic_load(&e->current);
   char url[512];
   snprintf(url, sizeof url, "%s/v3/watch", e->endpoints[idx]);
-  int64_t left = deadline == INT64_MAX ? 0 : deadline - dl_now_ms();
-  int rc;
-  if (deadline != INT64_MAX && left <= 0) {
-    rc = 0;
-    goto out;
-  }
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, e->headers);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)e->connect_timeout_ms);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_wait_data);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &w);
-  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_wait_progress);
-  curl_easy_setopt(h, CURLOPT_XFERINFODATA, &w);
   curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
   atomic_fetch_add(&e->round_trips, 1);
-  CURLcode cc = curl_easy_perform(h);
+  CURLcode cc = run_waiting(e, h, &w, deadline);
+  int rc;
   if (w.seen) {
     rc = 1; /* deleted, or the watch ended: the caller looks again */
   } else if (cc == CURLE_ABORTED_BY_CALLBACK) {
     rc = atomic_load(e->env->closing)
              ? dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing")
              : 0;
-  } else if (cc == CURLE_OPERATION_TIMEDOUT && dl_now_ms() >= deadline - 5) {
+  } else if (cc == CURLE_OPERATION_TIMEDOUT && dl_now_ms() >= deadline) {
     rc = 0;
   } else if (w.bad) {
     rc = dl_seterr(e->err, DLOCK_EPROTO, "etcd /v3/watch: not JSON");
+  } else if (cc == CURLE_OUT_OF_MEMORY) {
+    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   } else {
-    /* The stream ended without an event (the server went away): the
-     * caller looks again, after a moment. */
+    /* The stream ended without an event: the member went away (or was
+     * never there). The next one is asked from now on, and the caller
+     * looks again (its range fails over the same way), after a moment. */
+    if (cc != CURLE_OK && e->nendpoints > 1)
+      atomic_compare_exchange_strong(&e->current, &idx,
+                                     (idx + 1) % e->nendpoints);
     dl_sleep_ms(50);
-    rc = cc == CURLE_OK
-             ? 1
-             : dl_seterr(e->err, DLOCK_ECONNLOST, "etcd /v3/watch at %s: %s",
-                         e->endpoints[idx], curl_easy_strerror(cc));
+    rc = 1;
   }
-out:
   json_tokener_free(w.tok);
   /* A stream cut short leaves its connection unusable: not pooled. */
   curl_easy_cleanup(h);
