@@ -283,6 +283,8 @@ typedef struct th_etcd {
   char dir[256];      /* data/, etcd.log */
   char endpoint[64];  /* 127.0.0.1:port, for etcdctl --endpoints */
   char url[80];       /* etcd://127.0.0.1:port */
+  char name[8];       /* the member's name: n1, n2, n3 */
+  char initial[256];  /* --initial-cluster */
 } th_etcd;
 
 /* True if an etcd server can be started here (etcd on the PATH); a test
@@ -294,8 +296,13 @@ bool th_etcd_available(void);
  * server a test starts is stopped when the test's process exits or is
  * killed. */
 int th_etcd_start(th_etcd *r);
-/* Kills it (SIGKILL) and starts it again on the same ports and data. */
+/* Kills it (SIGKILL) and starts it again on the same ports and data (a
+ * cluster's member rejoins its cluster). */
 int th_etcd_restart(th_etcd *r);
+/* Starts a 3-member cluster on loopback (each as th_etcd_start would) and
+ * waits until all three are healthy; the URL of all three into url.
+ * Returns 0, or -1 (stop each with th_etcd_stop either way). */
+int th_etcd_cluster_start(th_etcd r[3], char *url, size_t len);
 /* The answer to GET path (headers and body; "" if none) into buf. */
 const char *th_etcd_get(const th_etcd *r, const char *path, char *buf,
                         size_t len);

@@ -53,23 +53,71 @@ int th_etcd_start(th_etcd *r) {
   return th_etcd_restart(r);
 }
 
-int th_etcd_restart(th_etcd *r) {
-  th_etcd_kill(r, SIGKILL);
-  char cmd[1500];
+/* Starts the member r (its dir, ports, name and initial cluster made). */
+static int spawn_member(th_etcd *r) {
+  char cmd[2000];
   snprintf(cmd, sizeof cmd,
-           "exec etcd --name n1 --data-dir '%s/data' "
+           "exec etcd --name %s --data-dir '%s/data' "
            "--listen-client-urls http://127.0.0.1:%d "
            "--advertise-client-urls http://127.0.0.1:%d "
            "--listen-peer-urls http://127.0.0.1:%d "
            "--initial-advertise-peer-urls http://127.0.0.1:%d "
-           "--initial-cluster n1=http://127.0.0.1:%d "
+           "--initial-cluster %s --initial-cluster-token dlock-test "
            "--log-level error --logger zap >>'%s/etcd.log' 2>&1",
-           r->dir, r->port, r->port, r->peer_port, r->peer_port, r->peer_port,
-           r->dir);
+           r->name, r->dir, r->port, r->port, r->peer_port, r->peer_port,
+           r->initial, r->dir);
   pid_t pid = th__spawn(cmd);
   if (pid < 0) return -1;
   r->pid = pid;
   th__track(pid, r->dir);
+  return 0;
+}
+
+static int await_healthy(th_etcd *r);
+
+int th_etcd_restart(th_etcd *r) {
+  th_etcd_kill(r, SIGKILL);
+  if (r->name[0] == '\0') {
+    snprintf(r->name, sizeof r->name, "n1");
+    snprintf(r->initial, sizeof r->initial, "n1=http://127.0.0.1:%d",
+             r->peer_port);
+  }
+  if (spawn_member(r) != 0) return -1;
+  return await_healthy(r);
+}
+
+int th_etcd_cluster_start(th_etcd r[3], char *url, size_t len) {
+  char initial[sizeof r[0].initial] = "";
+  size_t at = 0;
+  for (int i = 0; i < 3; i++) {
+    memset(&r[i], 0, sizeof r[i]);
+    snprintf(r[i].dir, sizeof r[i].dir, "%s/etcd%d-XXXXXX", th_tmpdir(), i + 1);
+    if (mkdtemp(r[i].dir) == NULL) return -1;
+    r[i].port = th_free_port();
+    r[i].peer_port = th_free_port();
+    if (r[i].port <= 0 || r[i].peer_port <= 0) return -1;
+    snprintf(r[i].name, sizeof r[i].name, "n%d", i + 1);
+    snprintf(r[i].endpoint, sizeof r[i].endpoint, "127.0.0.1:%d", r[i].port);
+    snprintf(r[i].url, sizeof r[i].url, "etcd://127.0.0.1:%d", r[i].port);
+    at += (size_t)snprintf(initial + at, sizeof initial - at,
+                           "%sn%d=http://127.0.0.1:%d", i ? "," : "", i + 1,
+                           r[i].peer_port);
+  }
+  int n = snprintf(url, len, "etcd://%s,%s,%s", r[0].endpoint, r[1].endpoint,
+                   r[2].endpoint);
+  if (n < 0 || (size_t)n >= len) return -1;
+  for (int i = 0; i < 3; i++) {
+    snprintf(r[i].initial, sizeof r[i].initial, "%s", initial);
+    if (spawn_member(&r[i]) != 0) return -1;
+  }
+  for (int i = 0; i < 3; i++)
+    if (await_healthy(&r[i]) != 0) return -1;
+  return 0;
+}
+
+/* Waits until r says it is healthy (it has a leader). */
+static int await_healthy(th_etcd *r) {
+  char cmd[400];
   int64_t end = th_now_ms() + 20000; /* ~1 s unloaded */
   char buf[1024];
   while (th_now_ms() < end) {

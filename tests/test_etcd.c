@@ -383,6 +383,53 @@ static void t_etcd_shutdown_waiter(void) {
   th_etcd_stop(&s);
 }
 
+/* A 3-member cluster, the member the clients talk to killed: the holder
+ * keeps its hold (its watch and renewals move to another member, no loss
+ * reported), the waiter keeps waiting, and gets the lock at the release;
+ * the tokens still grow. The member restarted rejoins. */
+static void t_etcd_cluster_member_killed(void) {
+  NEED_ETCD();
+  th_etcd m[3];
+  char url[256];
+  CHECK_RC(th_etcd_cluster_start(m, url, sizeof url), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.watchdog_timeout_ms = 6000;
+  dlock_client *a, *b;
+  CHECK_RC(dlock_client_open(&o, &a), 0);
+  CHECK_RC(dlock_client_open(&o, &b), 0);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "cl", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "cl", "b", &lb), 0);
+  uint64_t t1 = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &t1), 0);
+  waiter w = {.l = lb};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_acquire, &w);
+  th_sleep_ms(300);             /* b's key and watch in place (the scenario) */
+  th_etcd_kill(&m[0], SIGKILL); /* the first endpoint: both clients' */
+  /* Two renewal rounds (lease/3 = 2 s each) on the other members. */
+  th_sleep_ms(4500);
+  CHECK_EQ(dlock_lock_is_lost(la), 0);
+  CHECK_EQ(dlock_lock_is_held(la), 1);
+  CHECK_EQ(atomic_load(&w.at), 0);
+  CHECK_RC(dlock_lock_release(la), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(w.rc, 0);
+  CHECK(w.tok > t1);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  CHECK_RC(th_etcd_restart(&m[0]), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(la), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  for (int i = 0; i < 3; i++)
+    th_etcd_stop(&m[i]);
+}
+
 typedef struct lost_seen {
   atomic_llong at;
   atomic_int lost_then;
@@ -632,8 +679,9 @@ static void t_etcd_prefix(void) {
 TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout), T_BARE(t_etcd_exclusion),
         T_BARE(t_etcd_contention), T_BARE(t_etcd_holder_killed),
         T_BARE(t_etcd_long_wait), T_BARE(t_etcd_shutdown_waiter),
-        T_BARE(t_etcd_force_heard), T_BARE(t_etcd_etcdctl_interop),
-        T_BARE(t_etcd_cli_run), T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
+        T_BARE(t_etcd_cluster_member_killed), T_BARE(t_etcd_force_heard),
+        T_BARE(t_etcd_etcdctl_interop), T_BARE(t_etcd_cli_run),
+        T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
 #else
 /* etcd:// without libcurl and json-c: DLOCK_ENOTSUP saying why. */
 static void t_etcd_url_enotsup(void) {
