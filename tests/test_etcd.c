@@ -430,6 +430,38 @@ static void t_etcd_cluster_member_killed(void) {
     th_etcd_stop(&m[i]);
 }
 
+/* The server paused past the lease (TTL 3 s): the hold is reported lost
+ * (no renewal confirmed in time); the same owner can take the lock again
+ * afterwards without a release in between (its stale hold does not keep
+ * it waiting on itself), and so can another owner of the client once the
+ * first releases (DLOCK_ELOST). */
+static void t_etcd_paused_server(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s, 3000);
+  CHECK(a != NULL);
+  dlock_lock *la, *la2;
+  CHECK_RC(dlock_lock_new(a, "pz", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(a, "pz", "a2", &la2), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  th_etcd_kill(&s, SIGSTOP);
+  int64_t end = th_now_ms() + 8000;
+  while (dlock_lock_is_lost(la) != 1 && th_now_ms() < end)
+    th_sleep_ms(20);
+  th_sleep_ms(500); /* past the server's TTL too */
+  th_etcd_kill(&s, SIGCONT);
+  CHECK_EQ(dlock_lock_is_lost(la), 1);
+  CHECK_RC(dlock_lock_try_acquire(la, 5000, 0, NULL), 0);
+  CHECK_EQ(dlock_lock_is_lost(la), 0);
+  CHECK_RC(dlock_lock_try_acquire(la2, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release(la), 1);
+  CHECK_RC(dlock_lock_try_acquire(la2, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(la2), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(la2);
+  dlock_client_close(a);
+  th_etcd_stop(&s);
+}
+
 typedef struct lost_seen {
   atomic_llong at;
   atomic_int lost_then;
@@ -679,9 +711,9 @@ static void t_etcd_prefix(void) {
 TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout), T_BARE(t_etcd_exclusion),
         T_BARE(t_etcd_contention), T_BARE(t_etcd_holder_killed),
         T_BARE(t_etcd_long_wait), T_BARE(t_etcd_shutdown_waiter),
-        T_BARE(t_etcd_cluster_member_killed), T_BARE(t_etcd_force_heard),
-        T_BARE(t_etcd_etcdctl_interop), T_BARE(t_etcd_cli_run),
-        T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
+        T_BARE(t_etcd_cluster_member_killed), T_BARE(t_etcd_paused_server),
+        T_BARE(t_etcd_force_heard), T_BARE(t_etcd_etcdctl_interop),
+        T_BARE(t_etcd_cli_run), T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
 #else
 /* etcd:// without libcurl and json-c: DLOCK_ENOTSUP saying why. */
 static void t_etcd_url_enotsup(void) {

@@ -165,6 +165,22 @@ static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, etcd_hold **out) {
   pthread_mutex_lock(&e->mu);
   int rc = 1;
   for (;;) {
+    /* A hold of this very owner that the client no longer counts (it was
+     * reported lost, and not released): stale, its key goes. */
+    etcd_hold *stale = NULL;
+    for (etcd_hold *x = e->holds; x && !stale; x = x->next)
+      if (x->held && strcmp(x->lock, l->key) == 0 &&
+          strcmp(x->owner, l->owner) == 0)
+        stale = x;
+    if (stale) {
+      pthread_mutex_unlock(&e->mu);
+      int64_t deadline = dl_now_ms() + e->command_timeout_ms;
+      delete_at(e, stale->key, stale->rev, deadline);
+      if (stale->own_lease) dl_etcd_revoke(e, stale->lease, deadline);
+      hold_drop(e, stale);
+      pthread_mutex_lock(&e->mu);
+      continue;
+    }
     etcd_hold *o = NULL;
     for (etcd_hold *x = e->holds; x && !own_lease; x = x->next)
       if (!x->own_lease && strcmp(x->lock, l->key) == 0) o = x;
