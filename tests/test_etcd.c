@@ -462,6 +462,43 @@ static void t_etcd_paused_server(void) {
   th_etcd_stop(&s);
 }
 
+/* A release that gets no answer (the server paused past the command
+ * timeout) fails, and its key is deleted later, at its revision, once the
+ * server answers again: another client gets the lock then, not when the
+ * releasing client's session ends. */
+static void t_etcd_release_orphan(void) {
+  SETUP(s);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  o.command_timeout_ms = 300;
+  dlock_client *a, *b = eclient(&s, 0);
+  CHECK_RC(dlock_client_open(&o, &a), 0);
+  CHECK(b != NULL);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "or", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "or", "b", &lb), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  th_etcd_kill(&s, SIGSTOP);
+  int rc = dlock_lock_release(la);
+  fprintf(stderr, "    release with the server paused: %s\n",
+          dlock_err_name(rc));
+  CHECK(rc < 0);
+  th_sleep_ms(200); /* the paused request's connection is gone by now */
+  th_etcd_kill(&s, SIGCONT);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(lb, 10000, 0, NULL), 0);
+  fprintf(stderr, "    the other client got it %lld ms after the resume\n",
+          (long long)(th_now_ms() - t0));
+  CHECK(th_now_ms() - t0 < 5000);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
 typedef struct lost_seen {
   atomic_llong at;
   atomic_int lost_then;
@@ -712,8 +749,9 @@ TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout), T_BARE(t_etcd_exclusion),
         T_BARE(t_etcd_contention), T_BARE(t_etcd_holder_killed),
         T_BARE(t_etcd_long_wait), T_BARE(t_etcd_shutdown_waiter),
         T_BARE(t_etcd_cluster_member_killed), T_BARE(t_etcd_paused_server),
-        T_BARE(t_etcd_force_heard), T_BARE(t_etcd_etcdctl_interop),
-        T_BARE(t_etcd_cli_run), T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
+        T_BARE(t_etcd_release_orphan), T_BARE(t_etcd_force_heard),
+        T_BARE(t_etcd_etcdctl_interop), T_BARE(t_etcd_cli_run),
+        T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
 #else
 /* etcd:// without libcurl and json-c: DLOCK_ENOTSUP saying why. */
 static void t_etcd_url_enotsup(void) {

@@ -71,6 +71,8 @@ typedef struct dl_etcd {
   int64_t lease_ttl_s;      /* as granted */
   int64_t lease_until;      /* until when it is surely valid */
   etcd_hold *holds;
+  etcd_hold *orphans; /* keys of ours to delete (a release that failed) */
+  int64_t orphan_at;  /* the next try */
   dl_notice_fn notice;
   void *notice_ud;
   atomic_uint wakes;   /* bumped by wake_all: waits look at closing */
@@ -141,6 +143,13 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
 int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                   dl_renew_item *items, int *calls);
 void dl_etcd_hold_free(etcd_hold *h);
+/* Deletes key if its create revision is still rev: 1 deleted, 0 it was
+ * not (gone, or another key by now), or a negative code. */
+int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
+                      int64_t deadline);
+/* Whether a call's error may pass (no answer: the server unreachable or
+ * slow). */
+bool dl_etcd_transient(int rc);
 /* The range [key, range_end) of every key under `pfx`: range_end's base64
  * into end (pfx with its last byte + 1). */
 void dl_etcd_prefix_end(const char *pfx, char *end_b64);
@@ -157,6 +166,10 @@ void dl_etcd_wake_waits(dl_etcd *e);
  * revision), and stops. Any thread; e->mu not held. */
 int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h);
 void dl_etcd_unwatch(dl_etcd *e, etcd_watch *w);
+/* Hands a key of ours (at rev; lease: its own lease to revoke after, or
+ * 0) to the watcher thread, which deletes it, retrying every 500 ms
+ * while the servers do not answer. */
+void dl_etcd_orphan(dl_etcd *e, const char *key, int64_t rev, int64_t lease);
 /* Stops the watcher thread and frees every watch. */
 void dl_etcd_watcher_stop(dl_etcd *e);
 

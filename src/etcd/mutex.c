@@ -16,6 +16,10 @@
 
 #define B64(n) (4 * (((n) + 2) / 3) + 1)
 
+bool dl_etcd_transient(int rc) {
+  return rc == DLOCK_ECONNECT || rc == DLOCK_ECONNLOST || rc == DLOCK_ETIMEDOUT;
+}
+
 void dl_etcd_hold_free(etcd_hold *h) {
   if (h == NULL) return;
   free(h->lock);
@@ -83,10 +87,8 @@ static int txn(dl_etcd *e, const char *k64, int64_t rev, const char *success,
   return rc;
 }
 
-/* Deletes key if its create revision is still rev: 1 deleted, 0 it was
- * not (gone, or another key by now), or a negative code. */
-static int delete_at(dl_etcd *e, const char *key, int64_t rev,
-                     int64_t deadline) {
+int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
+                      int64_t deadline) {
   char k64[B64(ETCD_KEY_MAX)], op[B64(ETCD_KEY_MAX) + 64];
   dl_etcd_b64(key, strlen(key), k64);
   snprintf(op, sizeof op, "{\"request_delete_range\":{\"key\":\"%s\"}}", k64);
@@ -175,7 +177,7 @@ static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, etcd_hold **out) {
     if (stale) {
       pthread_mutex_unlock(&e->mu);
       int64_t deadline = dl_now_ms() + e->command_timeout_ms;
-      delete_at(e, stale->key, stale->rev, deadline);
+      dl_etcd_delete_at(e, stale->key, stale->rev, deadline);
       if (stale->own_lease) dl_etcd_revoke(e, stale->lease, deadline);
       hold_drop(e, stale);
       pthread_mutex_lock(&e->mu);
@@ -356,6 +358,19 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   snprintf(key, sizeof key, "%s%" PRIx64, pfx, (uint64_t)h->lease);
   if (rc == 0 && (h->key = dl_strdup(key)) == NULL)
     rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  /* Our key, left by a release that failed: ours again (as Go takes it),
+   * not to be deleted behind us. */
+  pthread_mutex_lock(&e->mu);
+  for (etcd_hold **pp = &e->orphans; *pp;) {
+    etcd_hold *o = *pp;
+    if (strcmp(o->key, key) == 0 && o->lease == 0) {
+      *pp = o->next;
+      dl_etcd_hold_free(o);
+    } else {
+      pp = &o->next;
+    }
+  }
+  pthread_mutex_unlock(&e->mu);
   int64_t owner_rev = 0;
   bool waited = false;
   if (rc == 0) rc = put_and_read(e, h, pfx, deadline, &owner_rev);
@@ -420,7 +435,7 @@ fail:
   /* Not taken: our key goes (Go's TryLock and a cancelled Lock do the
    * same), at its own revision only. */
   if (h->rev > 0)
-    delete_at(e, h->key, h->rev, dl_now_ms() + e->command_timeout_ms);
+    dl_etcd_delete_at(e, h->key, h->rev, dl_now_ms() + e->command_timeout_ms);
   else if (h->key && h->lease && !own)
     delete_key(e, h->key); /* a put whose answer we did not get */
   if (own && h->lease)
@@ -448,13 +463,32 @@ int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   dl_etcd_unwatch(e, h->watch);
   h->watch = NULL;
   int64_t deadline = dl_now_ms() + e->command_timeout_ms;
-  int rc = delete_at(e, h->key, h->rev, deadline);
+  /* Retried within the command timeout: the delete is conditional on our
+   * revision, so a retry never deletes a newer hold; a retry that finds
+   * the key gone means an earlier attempt did it. */
+  bool retried = false;
+  int rc;
+  for (;;) {
+    rc = dl_etcd_delete_at(e, h->key, h->rev, deadline);
+    if (rc == 0 && retried) rc = 1;
+    if (rc >= 0 || !dl_etcd_transient(rc) || dl_now_ms() + 20 >= deadline)
+      break;
+    retried = true;
+    dl_sleep_ms(20);
+  }
   if (rc == 0)
     rc = dl_seterr(e->err, DLOCK_ENOTOWNER,
                    "'%s' was no longer held by %s (its etcd key %s was "
                    "deleted, or its lease ended)",
                    l->name, l->owner, h->key);
-  if (h->own_lease) dl_etcd_revoke(e, h->lease, deadline);
+  if (rc < 0 && dl_etcd_transient(rc)) {
+    /* Not known to be deleted: the watcher thread deletes it later (at
+     * its revision), else it would hold the line for as long as our
+     * session lives. */
+    dl_etcd_orphan(e, h->key, h->rev, h->own_lease ? h->lease : 0);
+  } else if (h->own_lease) {
+    dl_etcd_revoke(e, h->lease, deadline);
+  }
   hold_drop(e, h);
   return rc;
 }

@@ -255,6 +255,23 @@ static void watch_start(dl_etcd *e, etcd_watch *w) {
   curl_multi_add_handle(e->multi, h);
 }
 
+/* One try at an orphan's delete (watcher thread): done, or back in the
+ * list for the next try. */
+static void delete_orphan(dl_etcd *e, etcd_hold *o) {
+  int64_t deadline = dl_now_ms() + e->command_timeout_ms;
+  int rc = dl_etcd_delete_at(e, o->key, o->rev, deadline);
+  if (rc >= 0 || !dl_etcd_transient(rc)) {
+    if (o->lease) dl_etcd_revoke(e, o->lease, deadline);
+    dl_etcd_hold_free(o);
+    return;
+  }
+  pthread_mutex_lock(&e->mu);
+  o->next = e->orphans;
+  e->orphans = o;
+  e->orphan_at = dl_now_ms() + 500;
+  pthread_mutex_unlock(&e->mu);
+}
+
 static void *watcher_main(void *arg) {
   dl_etcd *e = arg;
   for (;;) {
@@ -274,7 +291,13 @@ static void *watcher_main(void *arg) {
       if (w->h == NULL && now >= w->retry_at) watch_start(e, w);
       pp = &w->next;
     }
+    etcd_hold *o = NULL;
+    if (e->orphans && now >= e->orphan_at) {
+      o = e->orphans;
+      e->orphans = o->next;
+    }
     pthread_mutex_unlock(&e->mu);
+    if (o) delete_orphan(e, o);
     int running;
     curl_multi_perform(e->multi, &running);
     CURLMsg *m;
@@ -301,6 +324,8 @@ static void *watcher_main(void *arg) {
   return NULL;
 }
 
+static int start_watcher(dl_etcd *e);
+
 int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h) {
   etcd_watch *w = calloc(1, sizeof *w);
   if (w == NULL || (w->lock = dl_strdup(h->lock)) == NULL ||
@@ -319,19 +344,8 @@ int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h) {
            "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
            "\"}}",
            k64, h->rev);
-  int rc = 0;
   pthread_mutex_lock(&e->mu);
-  if (!e->watcher_started) {
-    e->multi = curl_multi_init();
-    if (e->multi == NULL ||
-        pthread_create(&e->watcher, NULL, watcher_main, e) != 0) {
-      if (e->multi) curl_multi_cleanup(e->multi);
-      e->multi = NULL;
-      rc = dl_seterr(e->err, DLOCK_ENOMEM, "no watcher thread");
-    } else {
-      e->watcher_started = true;
-    }
-  }
+  int rc = start_watcher(e);
   if (rc == 0) {
     w->next = e->watches;
     e->watches = w;
@@ -346,6 +360,41 @@ int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h) {
   }
   curl_multi_wakeup(e->multi);
   return 0;
+}
+
+/* Starts the watcher thread if it does not run (e->mu held): 0 or a
+ * negative code. */
+static int start_watcher(dl_etcd *e) {
+  int rc = 0;
+  if (!e->watcher_started) {
+    e->multi = curl_multi_init();
+    if (e->multi == NULL ||
+        pthread_create(&e->watcher, NULL, watcher_main, e) != 0) {
+      if (e->multi) curl_multi_cleanup(e->multi);
+      e->multi = NULL;
+      rc = dl_seterr(e->err, DLOCK_ENOMEM, "no watcher thread");
+    } else {
+      e->watcher_started = true;
+    }
+  }
+  return rc;
+}
+
+void dl_etcd_orphan(dl_etcd *e, const char *key, int64_t rev, int64_t lease) {
+  etcd_hold *o = calloc(1, sizeof *o);
+  if (o == NULL || (o->key = dl_strdup(key)) == NULL) {
+    free(o); /* out of memory: the key goes with our session */
+    return;
+  }
+  o->rev = rev;
+  o->lease = lease;
+  pthread_mutex_lock(&e->mu);
+  o->next = e->orphans;
+  e->orphans = o;
+  e->orphan_at = dl_now_ms() + 200;
+  CURLM *m = start_watcher(e) == 0 ? e->multi : NULL;
+  pthread_mutex_unlock(&e->mu);
+  if (m) curl_multi_wakeup(m);
 }
 
 void dl_etcd_unwatch(dl_etcd *e, etcd_watch *w) {
