@@ -721,8 +721,16 @@ static void t_etcd_enotsup(void) {
   th_etcd_stop(&s);
 }
 
+static int collect(const char *name, void *ud) {
+  char *buf = ud;
+  strcat(buf, name);
+  strcat(buf, ";");
+  return 0;
+}
+
 /* A URL prefix: etcd://HOST/app puts lock NAME at app/NAME/<lease>, as
- * `etcdctl lock app/NAME` does; a second endpoint that is down is skipped. */
+ * `etcdctl lock app/NAME` does; a second endpoint that is down is skipped;
+ * the scan (dlock list) lists the held names under the prefix. */
 static void t_etcd_prefix(void) {
   SETUP(s);
   dlock_client_options o;
@@ -739,6 +747,21 @@ static void t_etcd_prefix(void) {
   char buf[512];
   CHECK(strncmp(ctl(&s, "get --prefix app/n/ --keys-only", buf, sizeof buf),
                 "app/n/", 6) == 0);
+  /* The scan (dlock list) finds the held names under the prefix alone,
+   * once each, by glob. */
+  dlock_lock *l2;
+  CHECK_RC(dlock_lock_new(c, "m", "me", &l2), 0);
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), 0);
+  ctl(&s, "put n2 x", buf, sizeof buf);    /* outside the prefix */
+  ctl(&s, "put app/x y", buf, sizeof buf); /* no mutex's key */
+  char names[256] = "";
+  CHECK_EQ(dlock_client_scan_locks(c, NULL, collect, names), 2);
+  CHECK(strcmp(names, "m;n;") == 0);
+  names[0] = '\0';
+  CHECK_EQ(dlock_client_scan_locks(c, "n*", collect, names), 1);
+  CHECK(strcmp(names, "n;") == 0);
+  CHECK_RC(dlock_lock_release(l2), 1);
+  dlock_lock_free(l2);
   CHECK_RC(dlock_lock_release(l), 1);
   dlock_lock_free(l);
   dlock_client_close(c);

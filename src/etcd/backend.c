@@ -177,6 +177,7 @@ static const dl_backend_ops etcd_ops = {
     .lock_force_release = dl_etcd_lock_force_release,
     .lock_query = dl_etcd_lock_query,
     .inspect = dl_etcd_inspect,
+    .scan = dl_etcd_scan,
     .renew = dl_etcd_renew,
     .watch_losses = etcd_watch_losses,
     .wake_all = etcd_wake_all,

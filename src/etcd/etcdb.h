@@ -140,6 +140,10 @@ int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                        long long *v);
 /* A snapshot of the mutex at key (its keys under key + "/"). */
 int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
+/* The mutexes whose names match the glob `match`, a page of keys at a
+ * time (keys sorted by name: a lock's keys come together). */
+int dl_etcd_scan(dl_backend *b, const char *match, size_t prefix_len,
+                 dlock_scan_cb cb, void *ud);
 int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                   dl_renew_item *items, int *calls);
 void dl_etcd_hold_free(etcd_hold *h);
