@@ -499,6 +499,88 @@ static void t_etcd_release_orphan(void) {
   th_etcd_stop(&s);
 }
 
+/* Leader election on Go's concurrency.Election layout: one leader at a
+ * time, the next one in line takes over within 100 ms when it leaves,
+ * `etcdctl elect -l` sees dlock's leader's id, and dlock and `etcdctl
+ * elect` wait for each other's leader, both ways; dlock elect stops its
+ * command when its key is deleted. */
+static void t_etcd_leader(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s, 0), *b = eclient(&s, 0);
+  CHECK(a && b);
+  dlock_leader *one, *two;
+  CHECK_RC(dlock_leader_new(a, "el", "one", &one), 0);
+  CHECK_RC(dlock_leader_new(b, "el", "two", &two), 0);
+  CHECK_RC(dlock_leader_start(one), 0);
+  CHECK_RC(dlock_leader_try_await(one, 5000), 0);
+  CHECK_RC(dlock_leader_start(two), 0);
+  CHECK_RC(dlock_leader_try_await(two, 300), DLOCK_EBUSY);
+  char buf[1024], cur[64];
+  CHECK_EQ(dlock_leader_get_current(two, cur, sizeof cur), 1);
+  CHECK(strcmp(cur, "one") == 0);
+  uint64_t t1 = 0, t2 = 0;
+  CHECK_RC(dlock_leader_token(one, &t1), 0);
+  CHECK(t1 > 0);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 timeout 1 etcdctl --endpoints %s elect -l el",
+           s.endpoint);
+  CHECK(strstr(sh(cmd, buf, sizeof buf), "\none\n") != NULL);
+  int64_t t0 = th_now_ms();
+  dlock_leader_free(one);
+  CHECK_RC(dlock_leader_try_await(two, 5000), 0);
+  fprintf(stderr, "    the next leader took over after %lld ms\n",
+          (long long)(th_now_ms() - t0));
+  CHECK(th_now_ms() - t0 < 100);
+  CHECK_RC(dlock_leader_token(two, &t2), 0);
+  CHECK(t2 > t1);
+  /* etcdctl elect campaigns behind dlock's leader, and leads once it
+   * leaves. */
+  char led[300];
+  snprintf(led, sizeof led, "%s/led", s.dir);
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 exec etcdctl --endpoints %s elect el gogo > %s",
+           s.endpoint, led);
+  pid_t pid = th__spawn(cmd);
+  th_sleep_ms(500); /* it campaigns (not a synchronisation: checked) */
+  snprintf(cmd, sizeof cmd, "cat %s", led);
+  CHECK(strstr(sh(cmd, buf, sizeof buf), "gogo") == NULL);
+  dlock_leader_free(two);
+  int64_t end = th_now_ms() + 5000;
+  while (strstr(sh(cmd, buf, sizeof buf), "gogo") == NULL && th_now_ms() < end)
+    th_sleep_ms(10);
+  CHECK(strstr(buf, "gogo") != NULL);
+  /* Now dlock waits behind etcdctl's leader. */
+  dlock_leader *three;
+  CHECK_RC(dlock_leader_new(a, "el", "three", &three), 0);
+  CHECK_RC(dlock_leader_start(three), 0);
+  CHECK_RC(dlock_leader_try_await(three, 300), DLOCK_EBUSY);
+  CHECK_EQ(dlock_leader_get_current(three, cur, sizeof cur), 1);
+  CHECK(strcmp(cur, "gogo") == 0);
+  kill(pid, SIGINT); /* etcdctl resigns (its session closes) */
+  waitpid(pid, NULL, 0);
+  t0 = th_now_ms();
+  CHECK_RC(dlock_leader_try_await(three, 15000), 0);
+  fprintf(stderr, "    dlock led %lld ms after etcdctl elect's SIGINT\n",
+          (long long)(th_now_ms() - t0));
+  dlock_leader_free(three);
+  /* dlock elect runs its command while it leads; the leader's key deleted
+   * by hand stops it as lost (exit 76). */
+  snprintf(cmd, sizeof cmd,
+           "%s -u %s elect el2 -- sh -c 'echo leading; sleep 30' "
+           "2>/dev/null; echo rc=$?",
+           DLOCK_CLI_PATH, s.url);
+  FILE *f = popen(cmd, "r");
+  CHECK(f != NULL);
+  CHECK(fgets(buf, sizeof buf, f) != NULL && strcmp(buf, "leading\n") == 0);
+  ctl(&s, "del --prefix el2/", cur, sizeof cur);
+  CHECK(fgets(buf, sizeof buf, f) != NULL && strcmp(buf, "rc=76\n") == 0);
+  pclose(f);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
 typedef struct lost_seen {
   atomic_llong at;
   atomic_int lost_then;
@@ -772,9 +854,9 @@ TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout), T_BARE(t_etcd_exclusion),
         T_BARE(t_etcd_contention), T_BARE(t_etcd_holder_killed),
         T_BARE(t_etcd_long_wait), T_BARE(t_etcd_shutdown_waiter),
         T_BARE(t_etcd_cluster_member_killed), T_BARE(t_etcd_paused_server),
-        T_BARE(t_etcd_release_orphan), T_BARE(t_etcd_force_heard),
-        T_BARE(t_etcd_etcdctl_interop), T_BARE(t_etcd_cli_run),
-        T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
+        T_BARE(t_etcd_release_orphan), T_BARE(t_etcd_leader),
+        T_BARE(t_etcd_force_heard), T_BARE(t_etcd_etcdctl_interop),
+        T_BARE(t_etcd_cli_run), T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
 #else
 /* etcd:// without libcurl and json-c: DLOCK_ENOTSUP saying why. */
 static void t_etcd_url_enotsup(void) {

@@ -139,6 +139,12 @@ static void etcd_stats(dl_backend *b, dlock_client_stats *st) {
 static void etcd_free(dl_backend *b) {
   dl_etcd *e = (dl_etcd *)b;
   if (e == NULL) return;
+  /* Election threads left from their own callback may still be revoking
+   * their lease: they end first (the closing flag ends the others). */
+  pthread_mutex_lock(&e->mu);
+  while (e->participants > 0)
+    pthread_cond_wait(&e->cv, &e->mu);
+  pthread_mutex_unlock(&e->mu);
   dl_etcd_watcher_stop(e);
   /* As a ZooKeeper session's close: the session's keys go with its lease
    * at once, not when its TTL runs out; and the fixed leases' too. */
@@ -178,6 +184,9 @@ static const dl_backend_ops etcd_ops = {
     .lock_query = dl_etcd_lock_query,
     .inspect = dl_etcd_inspect,
     .scan = dl_etcd_scan,
+    .elect_join = dl_etcd_elect_join,
+    .elect_leave = dl_etcd_elect_leave,
+    .elect_leader = dl_etcd_elect_leader,
     .renew = dl_etcd_renew,
     .watch_losses = etcd_watch_losses,
     .wake_all = etcd_wake_all,

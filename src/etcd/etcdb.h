@@ -84,6 +84,7 @@ typedef struct dl_etcd {
   CURLM *multi;
   etcd_watch *watches; /* every watch the thread runs or will start */
   atomic_llong round_trips;
+  int participants; /* election threads running: freed only after them */
 } dl_etcd;
 
 /* ---- http.c: calls over the gateway ---- */
@@ -151,12 +152,29 @@ void dl_etcd_hold_free(etcd_hold *h);
  * not (gone, or another key by now), or a negative code. */
 int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
                       int64_t deadline);
+/* Creates h's key (h->key on h->lease, `value`) in one txn that also reads
+ * the owner under pfx (Go's Mutex.tryAcquire, Election.Campaign): 0 with
+ * h->rev and *owner_rev (0: nobody), or a negative code. */
+int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
+                         const char *pfx, int64_t deadline, int64_t *owner_rev);
+/* The key before ours in the line: the highest create revision below
+ * `rev` under pfx. 1 found (its key in pred, the answer's revision in
+ * *at), 0 none, or a negative code. */
+int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
+                        size_t len, int64_t *at, int64_t deadline);
 /* Whether a call's error may pass (no answer: the server unreachable or
  * slow). */
 bool dl_etcd_transient(int rc);
 /* The range [key, range_end) of every key under `pfx`: range_end's base64
  * into end (pfx with its last byte + 1). */
 void dl_etcd_prefix_end(const char *pfx, char *end_b64);
+
+/* ---- elect.c: Go's concurrency.Election ---- */
+int dl_etcd_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
+                       dl_elect_fn fn, void *ud, dl_elect **out);
+void dl_etcd_elect_leave(dl_backend *b, dl_elect *el);
+int dl_etcd_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
+                         size_t len);
 
 /* ---- wait.c ---- */
 /* Waits until `key` is deleted after revision `rev` (a watch from rev + 1):

@@ -113,11 +113,8 @@ static void delete_key(dl_etcd *e, const char *key) {
     json_object_put(r);
 }
 
-/* The key before ours in the line: the highest create revision below
- * `rev` under pfx. 1 found (its key in pred, the answer's revision in
- * *at), 0 none, or a negative code. */
-static int predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
-                       size_t len, int64_t *at, int64_t deadline) {
+int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
+                        size_t len, int64_t *at, int64_t deadline) {
   char p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
   char body[3 * B64(ETCD_KEY_MAX)];
   dl_etcd_b64(pfx, strlen(pfx), p64);
@@ -212,16 +209,16 @@ static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, etcd_hold **out) {
   return rc;
 }
 
-/* Creates h's key on its lease in one txn that also reads the owner (Go's
- * Mutex.tryAcquire): 0 with h->rev and *owner_rev (0: nobody), or a
- * negative code. */
-static int put_and_read(dl_etcd *e, etcd_hold *h, const char *pfx,
-                        int64_t deadline, int64_t *owner_rev) {
+int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
+                         const char *pfx, int64_t deadline,
+                         int64_t *owner_rev) {
   char k64[B64(ETCD_KEY_MAX)], p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
   dl_etcd_b64(h->key, strlen(h->key), k64);
   dl_etcd_b64(pfx, strlen(pfx), p64);
   dl_etcd_prefix_end(pfx, end64);
-  char owner[3 * B64(ETCD_KEY_MAX)], put[B64(ETCD_KEY_MAX) + 128];
+  char v64[B64(DL_OWNER_MAX)];
+  dl_etcd_b64(value, strlen(value), v64);
+  char owner[3 * B64(ETCD_KEY_MAX)], put[B64(ETCD_KEY_MAX) + sizeof v64 + 128];
   char get[B64(ETCD_KEY_MAX) + 64];
   char success[sizeof owner + sizeof put + 8],
       failure[sizeof owner + sizeof get + 8];
@@ -232,9 +229,9 @@ static int put_and_read(dl_etcd *e, etcd_hold *h, const char *pfx,
            p64, end64);
   snprintf(
       put, sizeof put,
-      "{\"request_put\":{\"key\":\"%s\",\"value\":\"\",\"lease\":\"%" PRId64
+      "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64
       "\"}}",
-      k64, h->lease);
+      k64, v64, h->lease);
   snprintf(get, sizeof get, "{\"request_range\":{\"key\":\"%s\"}}", k64);
   snprintf(success, sizeof success, "%s,%s", put, owner);
   snprintf(failure, sizeof failure, "%s,%s", get, owner);
@@ -373,7 +370,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   pthread_mutex_unlock(&e->mu);
   int64_t owner_rev = 0;
   bool waited = false;
-  if (rc == 0) rc = put_and_read(e, h, pfx, deadline, &owner_rev);
+  if (rc == 0) rc = dl_etcd_put_and_read(e, h, "", pfx, deadline, &owner_rev);
   if (rc != 0) goto fail;
   /* Ours if nobody is before us. */
   while (owner_rev != 0 && owner_rev != h->rev) {
@@ -383,8 +380,8 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     }
     char pred[ETCD_KEY_MAX];
     int64_t at = 0;
-    rc = predecessor(e, pfx, h->rev, pred, sizeof pred, &at,
-                     dl_now_ms() + e->command_timeout_ms);
+    rc = dl_etcd_predecessor(e, pfx, h->rev, pred, sizeof pred, &at,
+                             dl_now_ms() + e->command_timeout_ms);
     if (rc < 0) break;
     if (rc == 0) {
       /* Nobody before us: ours, if our key is still there (Go 3.4's
