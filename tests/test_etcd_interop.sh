@@ -3,7 +3,8 @@
 # (clientv3/concurrency Mutex from Debian's etcd 3.4 sources,
 # tests/interop/etcd/etcdpeer.go built in GOPATH mode from Debian's
 # packages alone), both ways: each excludes the other on the same name and
-# is woken by the other's release. Needs go, golang-etcd-server-dev and
+# is woken by the other's release; and concurrency.Election against dlock
+# elect, both ways. Needs go, golang-etcd-server-dev and
 # etcd (scripts/install-deps.sh installs them; this test installs
 # nothing); starts a private single-member etcd.
 #   tests/test_etcd_interop.sh DLOCK_BINARY
@@ -101,4 +102,23 @@ sleep 0.3 # the Go waiter's key goes first (ordering of the scenario)
 grep -q "^held" "$work/dlock3.out" ||
   fail "dlock got the lock before the Go waiter queued ahead of it"
 echo "ok: Go holder, Go waiter, dlock waiter: served in order"
+# 4. Elections (concurrency.Election): Go leads (2 s), dlock elect leads
+# only after Go resigned; dlock leads (1.5 s), Go's Campaign wins only after.
+"$peer" elect "$ep" el go-leader 2 >"$work/e1.out" 2>&1 &
+pids+=($!)
+waitfor "$work/e1.out" "^leader" || fail "the Go peer did not lead"
+"$dlock" -u "$url" elect el -- sh -c \
+  "grep -q resigned '$work/e1.out' && echo after-go-resigned" \
+  >"$work/delect.out" 2>&1 || fail "dlock elect"
+grep -q after-go-resigned "$work/delect.out" ||
+  fail "dlock led while the Go client still did"
+"$dlock" -u "$url" elect el -- sh -c "echo led >'$work/dl2.out'; sleep 1.5" &
+pids+=($!)
+waitfor "$work/dl2.out" led || fail "dlock did not lead"
+start=$(date +%s%N)
+"$peer" elect "$ep" el go2 0 >"$work/e2.out" 2>&1 || fail "the Go campaign"
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+grep -q "^leader" "$work/e2.out" || fail "the Go peer did not lead"
+(( ms >= 900 )) || fail "the Go peer led after $ms ms, while dlock led"
+echo "ok: elections: Go leads, dlock after; dlock leads, Go after $ms ms"
 echo "PASS"
