@@ -582,7 +582,10 @@ typedef struct dlock_lock_state {
                         or an empty one), or someone else's node, which
                         no recipe takes: "data" (data that is not a
                         semaphore's count) or "nodes" (children no
-                        recipe makes) */
+                        recipe makes); on etcd:// "keys" (the mutex's
+                        keys under NAME/; owner: the holder's lease in
+                        hex), "none", or "data" (a key there that no
+                        mutex makes) */
   int plain;         /* 1: a plain string lock (dlock_plainlock_new, redsync,
                         npm redlock): a string with a lease that is not a
                         number; `owner` is then its value (a peer's random

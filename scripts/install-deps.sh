@@ -7,11 +7,19 @@ packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
           redis-server redis-tools openssl gnuplot-nox python3 bsdutils
           libfaketime libuv1-dev libevent-dev redis-sentinel
           libzookeeper-mt-dev zookeeper default-jdk-headless
-          libcurator-recipes-java valgrind abigail-tools)
+          libcurator-recipes-java valgrind abigail-tools
+          etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev
+          golang-go golang-etcd-server-dev curl)
 # default-jdk-headless (javac) and libcurator-recipes-java: the ZooKeeper
 # interop test (tests/test_zk_interop.sh) compiles a Curator peer; valgrind:
 # the cost gate (tests/test_cost.sh) in every run; abigail-tools: the ABI
-# check (tests/test_abi.sh).
+# check (tests/test_abi.sh). etcd-server and etcd-client (etcdctl): the
+# etcd tests' private server and its own lock client (tests/test_etcd.c);
+# libcurl4-openssl-dev and libjson-c-dev: the etcd backend (src/etcd, the
+# JSON gateway over HTTP; json-c for its incremental parser of the watch
+# streams, docs/ARCHITECTURE.md); golang-go and golang-etcd-server-dev:
+# the etcd interop test (tests/test_etcd_interop.sh) builds etcd's own Go
+# client from Debian's sources; curl: its server's health probe.
 [ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(clang)
 # Node and npm for the interop test with npm redlock and redis-semaphore
 # (tests/test_interop_node.sh); only when missing: an npm installed outside

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # check_layers.sh: the tree's layers point one way (docs/ARCHITECTURE.md).
-#   core <- net <- redis, zk (peers) <- client <- locks <- cli
+#   core <- net <- redis, zk, etcd (peers) <- client <- locks <- cli
 # (the CLI sees a backend only through redis/probe.h, the benchmark's)
 # A file may include headers of its own layer and of the layers below it,
-# never above, and not of its peer (redis and zk do not see each other);
-# hiredis is included by the Redis layer and the CLI only, ZooKeeper's
-# headers by the zk layer only.
+# never above, and not of its peer (redis, zk and etcd do not see each
+# other); hiredis is included by the Redis layer and the CLI only,
+# ZooKeeper's headers by the zk layer only, libcurl's and json-c's by the
+# etcd layer only.
 #   tests/check_layers.sh [SRC_DIR]   checks SRC_DIR (default: src)
 # It first checks itself on a small tree with one wrong include, which
 # must fail (the positive control).
@@ -13,7 +14,7 @@ set -uo pipefail
 
 rank() {
   case $1 in
-    core) echo 0 ;; net) echo 1 ;; redis | zk) echo 2 ;; client) echo 3 ;;
+    core) echo 0 ;; net) echo 1 ;; redis | zk | etcd) echo 2 ;; client) echo 3 ;;
     locks) echo 4 ;; cli) echo 5 ;; *) echo -1 ;;
   esac
 }
@@ -38,7 +39,7 @@ check() {
       elif [[ $tl != "$layer" && $(rank "$tl") -eq $(rank "$layer") ]]; then
         echo "$f includes $inc: $layer may not see $tl (a peer layer)"
         bad=1
-      elif [[ $layer == cli && ( $tl == redis || $tl == zk ) &&
+      elif [[ $layer == cli && ( $tl == redis || $tl == zk || $tl == etcd ) &&
               $target != */redis/probe.h ]]; then
         # The CLI is a user of the library: of the backends it sees only
         # the benchmark's probe (redis/probe.h).
@@ -56,6 +57,11 @@ check() {
       echo "$f includes ZooKeeper: only the zk layer may"
       bad=1
     fi
+    if grep -Eq '^[[:space:]]*#[[:space:]]*include[[:space:]]*<(curl|json-c|jansson)[/.]' "$f" &&
+       [[ $layer != etcd ]]; then
+      echo "$f includes libcurl or a JSON library: only the etcd layer may"
+      bad=1
+    fi
   done < <(find "$src" -name '*.c' -o -name '*.h' | sort)
   return $bad
 }
@@ -70,14 +76,19 @@ printf '#include "locks/x.h"\n' > "$self/redis/up.c"
 touch "$self/locks/x.h"
 printf '#include <zookeeper/zookeeper.h>\n' > "$self/client/zkuse.c"
 printf '#include "../redis/redis.h"\n' > "$self/zk/peer.c"
-mkdir -p "$self/cli"
+mkdir -p "$self/cli" "$self/etcd"
+printf '#include <curl/curl.h>\n' > "$self/locks/http.c"
+printf '#include "../zk/zk.h"\n' > "$self/etcd/peer.c"
+touch "$self/zk/zk.h"
 printf '#include "../redis/redis.h"\n' > "$self/cli/inside.c"
 out=$(check "$self")
 if [[ $? -eq 0 || $out != *"core may not see redis"* ||
       $out != *"only the Redis layer"* ||
       $out != *"redis may not see locks"* ||
       $out != *"only the zk layer"* || $out != *"zk may not see redis"* ||
-      $out != *"only through redis/probe.h"* ]]; then
+      $out != *"only through redis/probe.h"* ||
+      $out != *"only the etcd layer may"* ||
+      $out != *"etcd may not see zk"* ]]; then
   echo "check_layers.sh: the positive control passed a wrong tree:" >&2
   echo "$out" >&2
   exit 1

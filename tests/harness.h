@@ -276,6 +276,39 @@ int th_zk_leader(th_zk zk[3]);
 void th_zk_kill(th_zk *r, int sig); /* signal; SIGKILL also reaps */
 void th_zk_stop(th_zk *r);          /* kill, reap and remove the dir */
 
+/* ---- etcd servers (Debian's etcd-server) ---- */
+typedef struct th_etcd {
+  pid_t pid;
+  int port, peer_port;
+  char dir[256];      /* data/, etcd.log */
+  char endpoint[64];  /* 127.0.0.1:port, for etcdctl --endpoints */
+  char url[80];       /* etcd://127.0.0.1:port */
+  char name[8];       /* the member's name: n1, n2, n3 */
+  char initial[256];  /* --initial-cluster */
+} th_etcd;
+
+/* True if an etcd server can be started here (etcd on the PATH); a test
+ * without one skips, saying so. */
+bool th_etcd_available(void);
+/* Starts a private single-member etcd on free loopback client and peer
+ * ports, its data in a fresh dir in th_tmpdir(), and waits until GET
+ * /health says true (about 1 s). Returns 0, or -1 (its log printed). A
+ * server a test starts is stopped when the test's process exits or is
+ * killed. */
+int th_etcd_start(th_etcd *r);
+/* Kills it (SIGKILL) and starts it again on the same ports and data (a
+ * cluster's member rejoins its cluster). */
+int th_etcd_restart(th_etcd *r);
+/* Starts a 3-member cluster on loopback (each as th_etcd_start would) and
+ * waits until all three are healthy; the URL of all three into url.
+ * Returns 0, or -1 (stop each with th_etcd_stop either way). */
+int th_etcd_cluster_start(th_etcd r[3], char *url, size_t len);
+/* The answer to GET path (headers and body; "" if none) into buf. */
+const char *th_etcd_get(const th_etcd *r, const char *path, char *buf,
+                        size_t len);
+void th_etcd_kill(th_etcd *r, int sig); /* signal; SIGKILL also reaps */
+void th_etcd_stop(th_etcd *r);          /* kill, reap and remove the dir */
+
 /* For the harness's own files: a server process (pid, its dir) to stop and
  * remove when the process that started it exits or fails a test; forget it
  * again by its dir (0 as the pid: stopped, dir still to remove). */

@@ -177,12 +177,14 @@ static dlock_lock *open_inspected(cli_global *g, const char *name,
 
 /* Whether the key at the name can be a lock: a hash with a holder (a lock
  * hash has one while it exists; an application's hash has none), nothing
- * (free), a ZooKeeper lock path (not a semaphore's: no count), or a plain
- * string lock (a string with a lease that is not a number). */
+ * (free), a ZooKeeper lock path (not a semaphore's: no count), an etcd
+ * mutex's keys, or a plain string lock (a string with a lease that is not
+ * a number). */
 static bool lockish(const dlock_lock_state *st) {
   return (strcmp(st->type, "hash") == 0 && st->holders > 0) ||
          strcmp(st->type, "none") == 0 ||
-         (strcmp(st->type, "znode") == 0 && st->counter < 0) || st->plain;
+         (strcmp(st->type, "znode") == 0 && st->counter < 0) ||
+         strcmp(st->type, "keys") == 0 || st->plain;
 }
 
 /* The message for a name that holds something else than a lock. */

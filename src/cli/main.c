@@ -37,6 +37,7 @@ static const char *usage_text =
     "                         unix:///path.sock,\n"
     "                         zk://[user[:pass]@]host:port[,...][/chroot]\n"
     "                         [?session_timeout=D&connect_timeout=D&acl=A],\n"
+    "                         etcd://host:port[,host:port...][/prefix]\n"
     "                         redis-sentinel://host:port[,host:port...]/MASTER\n"
     "                         (sentinels' password: $DLOCK_SENTINEL_PASSWORD)\n"
     "                         redis-cluster://host:port[,host:port...]\n"

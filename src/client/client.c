@@ -1,6 +1,7 @@
 /* client.c: opening and closing a client, owner ids and key names. */
 #include "client.h"
 #include "../redis/redis.h" /* the registry */
+#include "../etcd/etcd.h"
 #include "../zk/zk.h"
 
 #include <stdio.h>
@@ -98,7 +99,7 @@ static void on_notice(void *ud, const char *key, size_t len) {
 }
 
 /* The backends, by the URL's scheme. Sentinel, Cluster, Redlock and
- * ZooKeeper join here (docs/ARCHITECTURE.md). */
+ * ZooKeeper join here, and etcd (docs/ARCHITECTURE.md). */
 static const struct scheme {
   const char *scheme;
   dl_backend_factory make;
@@ -112,6 +113,8 @@ static const struct scheme {
     {"rediss-cluster", dl_redis_backend_new},
     {"redlock", dl_redlock_backend_new},
     {"zk", dl_zk_backend_new},
+    {"etcd", dl_etcd_backend_new},
+    {"etcds", dl_etcd_backend_new},
 };
 
 static dl_backend_factory factory_for(const char *url) {
@@ -180,7 +183,7 @@ int dl_client_open_with(const dlock_client_options *opts,
   if (make == NULL && (make = factory_for(url)) == NULL) {
     int rc = dl_seterr(NULL, DLOCK_EINVAL, "URL must start with redis://, "
                        "rediss://, unix://, redis-sentinel://, "
-                       "redis-cluster://, redlock:// or zk:// (url %s)",
+                       "redis-cluster://, redlock://, zk:// or etcd:// (url %s)",
                        c->url_redacted ? c->url_redacted : "");
     client_free(c);
     return rc;

@@ -1,0 +1,308 @@
+/* backend.c: the etcd backend (etcd:// URLs): the endpoints, the session
+ * lease (one per client, kept alive by the watchdog's renewals), and the
+ * seam's table. */
+#include "etcdb.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+static void curl_init(void) {
+  curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
+}
+
+int dl_etcd_keepalive(dl_etcd *e, int64_t lease, int64_t deadline,
+                      int64_t *ttl_s) {
+  char body[64];
+  snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
+  json_object *r;
+  int rc = dl_etcd_call1(e, "/v3/lease/keepalive", body, deadline, &r);
+  if (rc != 0) return rc;
+  /* A dead lease's answer has no TTL (a zero, omitted). */
+  *ttl_s = dl_etcd_i64(r, "TTL");
+  json_object_put(r);
+  return *ttl_s > 0;
+}
+
+int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
+                  int64_t *got_s) {
+  char body[64];
+  snprintf(body, sizeof body, "{\"TTL\":\"%" PRId64 "\"}", ttl_s);
+  json_object *r;
+  int rc = dl_etcd_call(e, "/v3/lease/grant", body, deadline, &r, NULL);
+  if (rc != 0) return rc;
+  *lease = dl_etcd_i64(r, "ID");
+  *got_s = dl_etcd_i64(r, "TTL");
+  json_object_put(r);
+  if (*lease == 0 || *got_s <= 0)
+    return dl_seterr(e->err, DLOCK_EPROTO,
+                     "etcd granted no lease (no ID or TTL in the answer)");
+  return 0;
+}
+
+int dl_etcd_revoke(dl_etcd *e, int64_t lease, int64_t deadline) {
+  char body[64];
+  snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
+  json_object *r;
+  int code;
+  int rc = dl_etcd_call(e, "/v3/lease/revoke", body, deadline, &r, &code);
+  if (rc == 0) json_object_put(r);
+  return rc != 0 && code == 5 ? 0 : rc; /* not found: gone already */
+}
+
+int dl_etcd_session(dl_etcd *e, int64_t deadline, int64_t *lease,
+                    int64_t *until) {
+  pthread_mutex_lock(&e->lease_mu);
+  pthread_mutex_lock(&e->mu);
+  int64_t l = e->lease, u = e->lease_until, ttl = e->lease_ttl_s;
+  pthread_mutex_unlock(&e->mu);
+  int rc = 0;
+  int64_t sent = dl_now_ms();
+  if (l != 0 && u - sent >= ttl * 1000 / 2) goto done;
+  if (l != 0) {
+    int64_t got;
+    rc = dl_etcd_keepalive(e, l, deadline, &got);
+    if (rc < 0) goto out;
+    pthread_mutex_lock(&e->mu);
+    if (rc == 1) {
+      e->lease_ttl_s = got;
+      e->lease_until = u = dl_validity(sent, got * 1000);
+    } else {
+      e->lease = 0; /* expired: its keys are gone, the renewals say so */
+    }
+    pthread_mutex_unlock(&e->mu);
+    rc = 0;
+    if (u > sent) goto done;
+  }
+  int64_t want = (e->session_ttl_ms + 999) / 1000, got;
+  rc = dl_etcd_grant(e, want, deadline, &l, &got);
+  if (rc != 0) goto out;
+  u = dl_validity(sent, got * 1000);
+  pthread_mutex_lock(&e->mu);
+  e->lease = l;
+  e->lease_ttl_s = got;
+  e->lease_until = u;
+  pthread_mutex_unlock(&e->mu);
+done:
+  *lease = l;
+  *until = u;
+out:
+  pthread_mutex_unlock(&e->lease_mu);
+  return rc;
+}
+
+static int etcd_watch_losses(dl_backend *b, dl_notice_fn fn, void *ud) {
+  dl_etcd *e = (dl_etcd *)b;
+  pthread_mutex_lock(&e->mu);
+  e->notice = fn;
+  e->notice_ud = ud;
+  pthread_mutex_unlock(&e->mu);
+  return 0;
+}
+
+static int etcd_ping(dl_backend *b) {
+  dl_etcd *e = (dl_etcd *)b;
+  json_object *r;
+  int rc = dl_etcd_call(e, "/v3/maintenance/status", "{}",
+                        dl_now_ms() + e->command_timeout_ms, &r, NULL);
+  if (rc == 0) json_object_put(r);
+  return rc;
+}
+
+static void etcd_wake_all(dl_backend *b) {
+  dl_etcd *e = (dl_etcd *)b;
+  atomic_fetch_add(&e->wakes, 1);
+  pthread_mutex_lock(&e->mu);
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  dl_etcd_wake_waits(e);
+}
+
+static int etcd_check_key(dl_backend *b, const char *key) {
+  dl_etcd *e = (dl_etcd *)b;
+  if (key[0] == '\0')
+    return dl_seterr(e->err, DLOCK_EINVAL, "an etcd lock needs a name");
+  if (strlen(e->prefix) + strlen(key) + 20 > ETCD_KEY_MAX)
+    return dl_seterr(e->err, DLOCK_ENAMETOOLONG, "etcd key too long: '%s'",
+                     key);
+  return 0;
+}
+
+static void etcd_stats(dl_backend *b, dlock_client_stats *st) {
+  dl_etcd *e = (dl_etcd *)b;
+  st->writes += (uint64_t)atomic_load(&e->round_trips);
+}
+
+static void etcd_free(dl_backend *b) {
+  dl_etcd *e = (dl_etcd *)b;
+  if (e == NULL) return;
+  /* Election threads left from their own callback may still be revoking
+   * their lease: they end first (the closing flag ends the others). */
+  pthread_mutex_lock(&e->mu);
+  while (e->participants > 0)
+    pthread_cond_wait(&e->cv, &e->mu);
+  pthread_mutex_unlock(&e->mu);
+  dl_etcd_watcher_stop(e);
+  /* As a ZooKeeper session's close: the session's keys go with its lease
+   * at once, not when its TTL runs out; and the fixed leases' too. */
+  int64_t deadline = dl_now_ms() + e->command_timeout_ms;
+  if (e->lease) dl_etcd_revoke(e, e->lease, deadline);
+  while (e->orphans) { /* they go with the lease, if not before */
+    etcd_hold *o = e->orphans;
+    e->orphans = o->next;
+    if (o->lease) dl_etcd_revoke(e, o->lease, deadline);
+    dl_etcd_hold_free(o);
+  }
+  while (e->holds) {
+    etcd_hold *h = e->holds;
+    e->holds = h->next;
+    if (h->own_lease && h->held) dl_etcd_revoke(e, h->lease, deadline);
+    dl_etcd_hold_free(h);
+  }
+  for (int i = 0; i < e->npool; i++)
+    curl_easy_cleanup(e->pool[i]);
+  free(e->pool);
+  if (e->headers) curl_slist_free_all(e->headers);
+  for (int i = 0; i < e->nendpoints; i++)
+    free(e->endpoints[i]);
+  free(e->endpoints);
+  free(e->prefix);
+  pthread_cond_destroy(&e->cv);
+  pthread_mutex_destroy(&e->mu);
+  pthread_mutex_destroy(&e->lease_mu);
+  free(e);
+}
+
+static const dl_backend_ops etcd_ops = {
+    .name = "etcd",
+    .lock_acquire = dl_etcd_lock_acquire,
+    .lock_release = dl_etcd_lock_release,
+    .lock_force_release = dl_etcd_lock_force_release,
+    .lock_query = dl_etcd_lock_query,
+    .inspect = dl_etcd_inspect,
+    .scan = dl_etcd_scan,
+    .elect_join = dl_etcd_elect_join,
+    .elect_leave = dl_etcd_elect_leave,
+    .elect_leader = dl_etcd_elect_leader,
+    .renew = dl_etcd_renew,
+    .watch_losses = etcd_watch_losses,
+    .wake_all = etcd_wake_all,
+    .ping = etcd_ping,
+    .check_key = etcd_check_key,
+    .stats = etcd_stats,
+    .free = etcd_free,
+};
+
+/* The URL's endpoints and prefix into e: 0, or a negative code recorded. */
+static int parse_url(dl_etcd *e, const char *url) {
+  const char *p = strstr(url, "://");
+  const char *why = NULL;
+  if (p == NULL || strncmp(url, "etcd://", 7) != 0)
+    why = "an etcd URL starts with etcd://";
+  else if (strpbrk(url, "@?#"))
+    why = "etcd:// takes no user, password or options yet "
+          "(etcd://HOST:PORT[,HOST:PORT...][/PREFIX])";
+  p += 3;
+  const char *slash = strchr(p, '/');
+  size_t hl = slash ? (size_t)(slash - p) : strlen(p);
+  if (why == NULL && hl == 0) why = "an etcd URL needs a HOST:PORT";
+  if (why) return dl_seterr(NULL, DLOCK_EURL, "%s (url %s)", why, url);
+  int n = 1;
+  for (size_t i = 0; i < hl; i++)
+    n += p[i] == ',';
+  e->endpoints = calloc((size_t)n, sizeof *e->endpoints);
+  if (e->endpoints == NULL)
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  const char *s = p;
+  for (int i = 0; i < n; i++) {
+    const char *c = memchr(s, ',', hl - (size_t)(s - p));
+    size_t len = c ? (size_t)(c - s) : hl - (size_t)(s - p);
+    if (len == 0 || len > 300)
+      return dl_seterr(NULL, DLOCK_EURL,
+                       "an empty or overlong HOST:PORT in "
+                       "the etcd URL %s",
+                       url);
+    /* HOST alone: etcd's client port. */
+    const char *colon = memrchr(s, ':', len);
+    bool bracket = s[len - 1] == ']';
+    bool port = colon && !bracket;
+    size_t m = len + 16;
+    if ((e->endpoints[i] = malloc(m)) == NULL)
+      return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+    snprintf(e->endpoints[i], m, "http://%.*s%s", (int)len, s,
+             port ? "" : ":2379");
+    e->nendpoints++;
+    s += len + 1;
+  }
+  /* "/app" -> "app/": a lock NAME's keys are app/NAME/<lease>, as
+   * `etcdctl lock app/NAME` makes them. */
+  const char *path = slash ? slash + 1 : "";
+  size_t pl = strlen(path);
+  while (pl > 0 && path[pl - 1] == '/')
+    pl--;
+  if ((e->prefix = malloc(pl + 2)) == NULL)
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  snprintf(e->prefix, pl + 2, "%.*s%s", (int)pl, path, pl ? "/" : "");
+  return 0;
+}
+
+int dl_etcd_backend_new(const dlock_client_options *opts,
+                        const dl_backend_env *env, dl_backend **out) {
+  *out = NULL;
+  const char *url = opts->url;
+  if (strncmp(url, "etcds://", 8) == 0)
+    return dl_seterr(NULL, DLOCK_ENOTSUP,
+                     "etcds:// (etcd over TLS) is not "
+                     "built yet: only etcd:// (plain HTTP)");
+  if (env->loop)
+    return dl_seterr(NULL, DLOCK_ENOTSUP,
+                     "the etcd backend has no "
+                     "event-loop client yet (dlock_client_open only)");
+  pthread_once(&curl_once, curl_init);
+  if (curl_init_rc != CURLE_OK)
+    return dl_seterr(NULL, DLOCK_ENOMEM, "libcurl: %s",
+                     curl_easy_strerror(curl_init_rc));
+  dl_etcd *e = calloc(1, sizeof *e);
+  if (e == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  e->base.ops = &etcd_ops;
+  e->env = env;
+  e->command_timeout_ms = env->command_timeout_ms;
+  e->connect_timeout_ms = opts->connect_timeout_ms;
+  e->session_ttl_ms = opts->watchdog_timeout_ms;
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_mutex_init(&e->lease_mu, NULL);
+  dl_cond_init(&e->cv);
+  e->pool = calloc(16, sizeof *e->pool);
+  /* No "Expect: 100-continue" before a large body (a round trip more). */
+  e->headers = curl_slist_append(NULL, "Content-Type: application/json");
+  struct curl_slist *h2 =
+      e->headers ? curl_slist_append(e->headers, "Expect:") : NULL;
+  int rc = e->pool && h2 ? 0 : dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  if (h2) e->headers = h2;
+  if (rc == 0) rc = parse_url(e, url);
+  if (rc == 0) {
+    /* The servers answer (any one of them). */
+    json_object *r;
+    rc = dl_etcd_call(e, "/v3/maintenance/status", "{}",
+                      dl_now_ms() + opts->connect_timeout_ms, &r, NULL);
+    if (rc == 0) {
+      json_object_put(r);
+    } else {
+      char why[512];
+      snprintf(why, sizeof why, "%s", dlock_client_open_errmsg());
+      rc = dl_seterr(NULL, rc == DLOCK_ENOMEM ? rc : DLOCK_ECONNECT,
+                     "no etcd server answered at %s%s: %s", e->endpoints[0],
+                     e->nendpoints > 1 ? " (or the others)" : "", why);
+    }
+  }
+  if (rc != 0) {
+    etcd_free(&e->base);
+    return rc;
+  }
+  e->err = env->err_owner;
+  *out = &e->base;
+  return 0;
+}

@@ -1,0 +1,198 @@
+/* etcdb.h: what the etcd backend's files share: the endpoints, the calls
+ * over the JSON gateway (http.c), the session lease, the holds and the
+ * watches on them (watch.c). Only src/etcd includes libcurl's and
+ * json-c's headers. */
+#ifndef DLOCK_ETCDB_H
+#define DLOCK_ETCDB_H
+
+#include <curl/curl.h>
+#include <json-c/json.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "etcd.h"
+
+/* Full etcd keys of locks fit in this many bytes. */
+#define ETCD_KEY_MAX 1024
+
+/* A watch on one held key, run by the watcher thread (watch.c): its
+ * deletion is the hold's loss, told at once to the watchdog. */
+typedef struct etcd_watch etcd_watch;
+
+/* A waiter's multi handle, listed so that wake_all can wake it. */
+typedef struct etcd_waitreg {
+  struct etcd_waitreg *next;
+  CURLM *m;
+} etcd_waitreg;
+
+/* One lock this client holds, or is acquiring (`held` false: a claim that
+ * keeps the client's other owners of the same name off the same key, as
+ * they share the session's lease and so the key). Re-entries are counted
+ * here; there is one key. */
+typedef struct etcd_hold {
+  struct etcd_hold *next;
+  char *lock;     /* the lock's key (prefix + name), as the client names it */
+  char *owner;    /* the dlock owner holding it */
+  char *key;      /* the etcd key: URL prefix + lock + "/" + lease in hex */
+  int64_t lease;  /* the session's, or the hold's own (fixed lease) */
+  bool own_lease; /* a fixed lease: a lease of its own, revoked at the
+                     release */
+  int64_t lease_until; /* own_lease: until when it is surely valid */
+  int64_t lease_ms;    /* own_lease: the fixed lease asked for */
+  int64_t rev;         /* the key's create revision: the fencing token */
+  int count;
+  bool held;
+  etcd_watch *watch;
+} etcd_hold;
+
+typedef struct dl_etcd {
+  dl_backend base;
+  const dl_backend_env *env;
+  /* Where details go: NULL (the open's) while opening, then the
+   * client's (env->err_owner). */
+  const struct dlock_client *err;
+  char **endpoints; /* "http://host:port" */
+  int nendpoints;
+  atomic_int current; /* the endpoint that answered last */
+  char *prefix;       /* the URL's path without its leading '/', plus '/'
+                         ("" without one) */
+  int command_timeout_ms;
+  int connect_timeout_ms;
+  int64_t session_ttl_ms; /* the watchdog lease */
+  /* mu guards everything below; cv is broadcast when a hold or claim
+   * goes (the client's other owners waiting for the key). */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  struct curl_slist *headers; /* of every request */
+  CURL **pool;                /* idle easy handles (their connections kept) */
+  int npool;
+  pthread_mutex_t lease_mu; /* one grant or keepalive of it at a time */
+  int64_t lease;            /* the session's lease, 0 none */
+  int64_t lease_ttl_s;      /* as granted */
+  int64_t lease_until;      /* until when it is surely valid */
+  etcd_hold *holds;
+  etcd_hold *orphans; /* keys of ours to delete (a release that failed) */
+  int64_t orphan_at;  /* the next try */
+  dl_notice_fn notice;
+  void *notice_ud;
+  atomic_uint wakes;   /* bumped by wake_all: waits look at closing */
+  etcd_waitreg *waits; /* the waits in progress */
+  /* The watcher thread (watch.c) and its multi handle. */
+  pthread_t watcher;
+  bool watcher_started;
+  bool watcher_stop;
+  CURLM *multi;
+  etcd_watch *watches; /* every watch the thread runs or will start */
+  atomic_llong round_trips;
+  int participants; /* election threads running: freed only after them */
+} dl_etcd;
+
+/* ---- http.c: calls over the gateway ---- */
+/* POSTs `body` (JSON) to `path` ("/v3/kv/txn") on the current endpoint,
+ * trying the others when one cannot be reached, until `deadline`: 0 with
+ * the parsed answer in *out (the caller puts it), or a negative code
+ * recorded (an answer with an error: the gateway's message; grpc_code in
+ * *code when code is non-NULL, else 0). */
+int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
+                 int64_t deadline, json_object **out, int *code);
+/* As dl_etcd_call for the streaming calls that answer one message
+ * ({"result": ...}): *out is that message's result. */
+int dl_etcd_call1(dl_etcd *e, const char *path, const char *body,
+                  int64_t deadline, json_object **out);
+/* An easy handle from the pool (or a new one), and back. */
+CURL *dl_etcd_handle(dl_etcd *e);
+void dl_etcd_handle_put(dl_etcd *e, CURL *h);
+/* base64 of n bytes into out (size >= 4 * ((n + 2) / 3) + 1). */
+void dl_etcd_b64(const char *in, size_t n, char *out);
+/* Decodes base64 into out (size len): the bytes, NUL added, or -1. */
+int dl_etcd_unb64(const char *in, char *out, size_t len);
+/* An int64 member of o (a JSON string or number; absent: 0, the gateway
+ * omits zeros). */
+int64_t dl_etcd_i64(json_object *o, const char *name);
+/* A member of o, or NULL. */
+json_object *dl_etcd_get(json_object *o, const char *name);
+/* The first kv of a range response (kvs[0]), or NULL. */
+json_object *dl_etcd_kv0(json_object *range);
+/* The i-th response of a txn answer, of type "response_range" and so on:
+ * the inner object, or NULL. */
+json_object *dl_etcd_txn_resp(json_object *txn, int i, const char *type);
+
+/* ---- backend.c: the session lease ---- */
+/* The session lease, granted or kept alive as needed so that it stays
+ * valid for at least half its TTL: 0 with *lease and *until, or a
+ * negative code. A lease found gone loses every hold on it. */
+int dl_etcd_session(dl_etcd *e, int64_t deadline, int64_t *lease,
+                    int64_t *until);
+/* Keeps `lease` alive once: 1 alive (*ttl_s), 0 gone, or a negative code. */
+int dl_etcd_keepalive(dl_etcd *e, int64_t lease, int64_t deadline,
+                      int64_t *ttl_s);
+/* Grants a lease of ttl_s seconds: 0 (*lease, *got_s), or a code. */
+int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
+                  int64_t *got_s);
+/* Revokes a lease (its keys go): 0 or a negative code. */
+int dl_etcd_revoke(dl_etcd *e, int64_t lease, int64_t deadline);
+
+/* ---- mutex.c ---- */
+int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a);
+int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
+                         int count);
+int dl_etcd_lock_force_release(dl_backend *b, const dl_lock_ref *l);
+int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                       long long *v);
+/* A snapshot of the mutex at key (its keys under key + "/"). */
+int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
+/* The mutexes whose names match the glob `match`, a page of keys at a
+ * time (keys sorted by name: a lock's keys come together). */
+int dl_etcd_scan(dl_backend *b, const char *match, size_t prefix_len,
+                 dlock_scan_cb cb, void *ud);
+int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                  dl_renew_item *items, int *calls);
+void dl_etcd_hold_free(etcd_hold *h);
+/* Deletes key if its create revision is still rev: 1 deleted, 0 it was
+ * not (gone, or another key by now), or a negative code. */
+int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
+                      int64_t deadline);
+/* Creates h's key (h->key on h->lease, `value`) in one txn that also reads
+ * the owner under pfx (Go's Mutex.tryAcquire, Election.Campaign): 0 with
+ * h->rev and *owner_rev (0: nobody), or a negative code. */
+int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
+                         const char *pfx, int64_t deadline, int64_t *owner_rev);
+/* The key before ours in the line: the highest create revision below
+ * `rev` under pfx. 1 found (its key in pred, the answer's revision in
+ * *at), 0 none, or a negative code. */
+int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
+                        size_t len, int64_t *at, int64_t deadline);
+/* Whether a call's error may pass (no answer: the server unreachable or
+ * slow). */
+bool dl_etcd_transient(int rc);
+/* The range [key, range_end) of every key under `pfx`: range_end's base64
+ * into end (pfx with its last byte + 1). */
+void dl_etcd_prefix_end(const char *pfx, char *end_b64);
+
+/* ---- elect.c: Go's concurrency.Election ---- */
+int dl_etcd_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
+                       dl_elect_fn fn, void *ud, dl_elect **out);
+void dl_etcd_elect_leave(dl_backend *b, dl_elect *el);
+int dl_etcd_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
+                         size_t len);
+
+/* ---- wait.c ---- */
+/* Waits until `key` is deleted after revision `rev` (a watch from rev + 1):
+ * 1 deleted, 0 not by the deadline, or a negative code (DLOCK_ECLOSED when
+ * the client closes). */
+int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
+                        int64_t deadline);
+/* Wakes every wait in progress (wake_all). */
+void dl_etcd_wake_waits(dl_etcd *e);
+/* The watcher thread: starts watching a hold's key (from its create
+ * revision), and stops. Any thread; e->mu not held. */
+int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h);
+void dl_etcd_unwatch(dl_etcd *e, etcd_watch *w);
+/* Hands a key of ours (at rev; lease: its own lease to revoke after, or
+ * 0) to the watcher thread, which deletes it, retrying every 500 ms
+ * while the servers do not answer. */
+void dl_etcd_orphan(dl_etcd *e, const char *key, int64_t rev, int64_t lease);
+/* Stops the watcher thread and frees every watch. */
+void dl_etcd_watcher_stop(dl_etcd *e);
+
+#endif

@@ -1,0 +1,245 @@
+/* http.c: the etcd backend's calls over etcd's JSON gateway (v3 paths),
+ * blocking, on libcurl easy handles kept in a pool (their connections
+ * reused), each call within its deadline; base64 and the gateway's JSON
+ * (int64s as strings, zero values omitted). */
+#include "etcdb.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define POOL_MAX 16
+#define ANSWER_MAX (64 << 20) /* bytes of one answer, at most */
+
+typedef struct answer {
+  char *p;
+  size_t n, cap;
+} answer;
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
+  answer *b = ud;
+  size_t n = size * nmemb;
+  if (b->n + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap * 2 : 4096;
+    while (cap < b->n + n + 1)
+      cap *= 2;
+    if (cap > ANSWER_MAX) return 0;
+    char *p = realloc(b->p, cap);
+    if (p == NULL) return 0;
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, ptr, n);
+  b->n += n;
+  b->p[b->n] = '\0';
+  return n;
+}
+
+CURL *dl_etcd_handle(dl_etcd *e) {
+  CURL *h = NULL;
+  pthread_mutex_lock(&e->mu);
+  if (e->npool > 0) h = e->pool[--e->npool];
+  pthread_mutex_unlock(&e->mu);
+  return h ? h : curl_easy_init();
+}
+
+void dl_etcd_handle_put(dl_etcd *e, CURL *h) {
+  if (h == NULL) return;
+  curl_easy_reset(h); /* its connection stays in its cache */
+  pthread_mutex_lock(&e->mu);
+  if (e->npool < POOL_MAX) {
+    e->pool[e->npool++] = h;
+    h = NULL;
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (h) curl_easy_cleanup(h);
+}
+
+/* gRPC's status code (in the gateway's error) as dlock's. */
+static int code_of(int grpc) {
+  switch (grpc) {
+  case 3: return DLOCK_EINVAL;
+  case 4: return DLOCK_ETIMEDOUT;
+  case 7: return DLOCK_ENOPERM;
+  case 14: return DLOCK_ECONNLOST;
+  case 16: return DLOCK_EAUTH;
+  default: return DLOCK_ESERVER;
+  }
+}
+
+/* The error of an answer (unary: {"error","code","message"}; in a stream:
+ * {"error":{"grpc_code","message"}}), recorded: a negative code. */
+static int answer_error(dl_etcd *e, json_object *o, const char *path,
+                        long status, int *code) {
+  json_object *err = dl_etcd_get(o, "error");
+  const char *msg = NULL;
+  int grpc = (int)dl_etcd_i64(o, "code");
+  if (err && json_object_is_type(err, json_type_object)) {
+    grpc = (int)dl_etcd_i64(err, "grpc_code");
+    json_object *m = dl_etcd_get(err, "message");
+    msg = m ? json_object_get_string(m) : NULL;
+  } else if (err) {
+    msg = json_object_get_string(err);
+  }
+  if (code) *code = grpc;
+  return dl_seterr(e->err, code_of(grpc), "etcd %s: %s (HTTP %ld)", path,
+                   msg ? msg : "an error without a message", status);
+}
+
+int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
+                 int64_t deadline, json_object **out, int *code) {
+  *out = NULL;
+  if (code) *code = 0;
+  CURL *h = dl_etcd_handle(e);
+  if (h == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  int start = atomic_load(&e->current), rc = 0;
+  char url[512], why[CURL_ERROR_SIZE] = "";
+  for (int i = 0; i < e->nendpoints; i++) {
+    int idx = (start + i) % e->nendpoints;
+    int64_t left = deadline - dl_now_ms();
+    if (left <= 0) {
+      rc = dl_seterr(e->err, DLOCK_ETIMEDOUT, "etcd %s: no answer in time",
+                     path);
+      break;
+    }
+    snprintf(url, sizeof url, "%s%s", e->endpoints[idx], path);
+    answer b = {0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, e->headers);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left);
+    curl_easy_setopt(
+        h, CURLOPT_CONNECTTIMEOUT_MS,
+        (long)(left < e->connect_timeout_ms ? left : e->connect_timeout_ms));
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    why[0] = '\0';
+    atomic_fetch_add(&e->round_trips, 1);
+    CURLcode cc = curl_easy_perform(h);
+    if (cc == CURLE_OK) {
+      rc = 0;
+      atomic_store(&e->current, idx);
+      long status = 0;
+      curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+      json_object *o = b.p ? json_tokener_parse(b.p) : NULL;
+      if (o == NULL)
+        rc = dl_seterr(e->err, DLOCK_EPROTO,
+                       "etcd %s: an answer that is not JSON (HTTP %ld)", path,
+                       status);
+      else if (status != 200 || dl_etcd_get(o, "error"))
+        rc = answer_error(e, o, path, status, code);
+      else
+        *out = o;
+      if (rc != 0) json_object_put(o);
+      free(b.p);
+      break;
+    }
+    free(b.p);
+    /* Not reached: the next endpoint. Anything else may have been done
+     * by the server (a txn), so it is not sent again elsewhere. */
+    if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) {
+      rc = dl_seterr(e->err, DLOCK_ECONNECT, "etcd %s: cannot reach %s: %s",
+                     path, e->endpoints[idx],
+                     why[0] ? why : curl_easy_strerror(cc));
+      continue;
+    }
+    rc = dl_seterr(e->err,
+                   cc == CURLE_OPERATION_TIMEDOUT ? DLOCK_ETIMEDOUT
+                                                  : DLOCK_ECONNLOST,
+                   "etcd %s at %s: %s", path, e->endpoints[idx],
+                   why[0] ? why : curl_easy_strerror(cc));
+    break;
+  }
+  dl_etcd_handle_put(e, h);
+  return rc;
+}
+
+int dl_etcd_call1(dl_etcd *e, const char *path, const char *body,
+                  int64_t deadline, json_object **out) {
+  json_object *o;
+  int rc = dl_etcd_call(e, path, body, deadline, &o, NULL);
+  *out = NULL;
+  if (rc != 0) return rc;
+  json_object *r = dl_etcd_get(o, "result");
+  if (r == NULL) {
+    json_object_put(o);
+    return dl_seterr(e->err, DLOCK_EPROTO,
+                     "etcd %s: a stream's answer without a result", path);
+  }
+  *out = json_object_get(r);
+  json_object_put(o);
+  return 0;
+}
+
+static const char b64[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+void dl_etcd_b64(const char *in, size_t n, char *out) {
+  const unsigned char *s = (const unsigned char *)in;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i += 3) {
+    unsigned v = (unsigned)s[i] << 16;
+    if (i + 1 < n) v |= (unsigned)s[i + 1] << 8;
+    if (i + 2 < n) v |= s[i + 2];
+    out[o++] = b64[(v >> 18) & 63];
+    out[o++] = b64[(v >> 12) & 63];
+    out[o++] = i + 1 < n ? b64[(v >> 6) & 63] : '=';
+    out[o++] = i + 2 < n ? b64[v & 63] : '=';
+  }
+  out[o] = '\0';
+}
+
+int dl_etcd_unb64(const char *in, char *out, size_t len) {
+  size_t o = 0;
+  unsigned v = 0;
+  int bits = 0;
+  for (const char *p = in; *p && *p != '='; p++) {
+    const char *c = strchr(b64, *p);
+    if (c == NULL || *p == '\0') return -1;
+    v = (v << 6) | (unsigned)(c - b64);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      if (o + 1 >= len) return -1;
+      out[o++] = (char)((v >> bits) & 0xff);
+    }
+  }
+  out[o] = '\0';
+  return (int)o;
+}
+
+json_object *dl_etcd_get(json_object *o, const char *name) {
+  json_object *v = NULL;
+  if (o && json_object_is_type(o, json_type_object) &&
+      json_object_object_get_ex(o, name, &v))
+    return v;
+  return NULL;
+}
+
+int64_t dl_etcd_i64(json_object *o, const char *name) {
+  json_object *v = dl_etcd_get(o, name);
+  return v ? json_object_get_int64(v) : 0; /* strings are parsed */
+}
+
+json_object *dl_etcd_kv0(json_object *range) {
+  json_object *kvs = dl_etcd_get(range, "kvs");
+  if (kvs == NULL || !json_object_is_type(kvs, json_type_array) ||
+      json_object_array_length(kvs) == 0)
+    return NULL;
+  return json_object_array_get_idx(kvs, 0);
+}
+
+json_object *dl_etcd_txn_resp(json_object *txn, int i, const char *type) {
+  json_object *r = dl_etcd_get(txn, "responses");
+  if (r == NULL || !json_object_is_type(r, json_type_array) ||
+      (size_t)i >= json_object_array_length(r))
+    return NULL;
+  /* An empty response (a range that found nothing) may be omitted as a
+   * whole: {} */
+  json_object *x = dl_etcd_get(json_object_array_get_idx(r, (size_t)i), type);
+  return x;
+}

@@ -1,0 +1,491 @@
+/* mutex.c: the mutex on etcd, laid out as Go's concurrency.Mutex and
+ * `etcdctl lock`: a key PREFIX/NAME/<lease id in hex> with an empty value
+ * on the session's lease, created in one txn that also reads the owner
+ * (the lowest create revision under PREFIX/NAME/); a waiter watches only
+ * its predecessor (the highest create revision below its own) until it is
+ * deleted, then looks again, and checks that its own key is still there
+ * before it takes the lock (etcd issue 11456). The fencing token is the
+ * key's create revision; the release deletes the key only at that
+ * revision (etcd issue 22082). */
+#include "etcdb.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define B64(n) (4 * (((n) + 2) / 3) + 1)
+
+bool dl_etcd_transient(int rc) {
+  return rc == DLOCK_ECONNECT || rc == DLOCK_ECONNLOST || rc == DLOCK_ETIMEDOUT;
+}
+
+void dl_etcd_hold_free(etcd_hold *h) {
+  if (h == NULL) return;
+  free(h->lock);
+  free(h->owner);
+  free(h->key);
+  free(h);
+}
+
+void dl_etcd_prefix_end(const char *pfx, char *end_b64) {
+  char end[ETCD_KEY_MAX];
+  size_t n = strlen(pfx);
+  memcpy(end, pfx, n);
+  /* pfx ends with '/': its last byte + 1 ('0') ends the range. */
+  end[n - 1] = (char)(end[n - 1] + 1);
+  dl_etcd_b64(end, n, end_b64);
+}
+
+/* The lock's key prefix: URL prefix + lock + "/". */
+static void lock_prefix(dl_etcd *e, const char *lock, char *out, size_t len) {
+  snprintf(out, len, "%s%s/", e->prefix, lock);
+}
+
+static etcd_hold *hold_find(dl_etcd *e, const char *lock, const char *owner) {
+  for (etcd_hold *h = e->holds; h; h = h->next)
+    if (strcmp(h->lock, lock) == 0 &&
+        (owner == NULL || strcmp(h->owner, owner) == 0))
+      return h;
+  return NULL;
+}
+
+/* Removes h from the list (e->mu held). */
+static void hold_unlink(dl_etcd *e, etcd_hold *h) {
+  for (etcd_hold **pp = &e->holds; *pp; pp = &(*pp)->next)
+    if (*pp == h) {
+      *pp = h->next;
+      break;
+    }
+}
+
+/* Drops a hold or claim: unwatched, unlinked, freed; the client's other
+ * owners waiting for the key look again. */
+static void hold_drop(dl_etcd *e, etcd_hold *h) {
+  dl_etcd_unwatch(e, h->watch);
+  pthread_mutex_lock(&e->mu);
+  hold_unlink(e, h);
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  dl_etcd_hold_free(h);
+}
+
+/* A txn's body: a compare of the create revision of key (b64) with rev,
+ * then the success and failure ops (JSON arrays' insides). */
+static int txn(dl_etcd *e, const char *k64, int64_t rev, const char *success,
+               const char *failure, int64_t deadline, json_object **out) {
+  size_t n = strlen(success) + strlen(failure) + strlen(k64) + 200;
+  char *body = malloc(n);
+  if (body == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  snprintf(body, n,
+           "{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\","
+           "\"create_revision\":\"%" PRId64 "\"}],\"success\":[%s],"
+           "\"failure\":[%s]}",
+           k64, rev, success, failure);
+  int rc = dl_etcd_call(e, "/v3/kv/txn", body, deadline, out, NULL);
+  free(body);
+  return rc;
+}
+
+int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
+                      int64_t deadline) {
+  char k64[B64(ETCD_KEY_MAX)], op[B64(ETCD_KEY_MAX) + 64];
+  dl_etcd_b64(key, strlen(key), k64);
+  snprintf(op, sizeof op, "{\"request_delete_range\":{\"key\":\"%s\"}}", k64);
+  json_object *r;
+  int rc = txn(e, k64, rev, op, "", deadline, &r);
+  if (rc != 0) return rc;
+  json_object *s = dl_etcd_get(r, "succeeded");
+  rc = s && json_object_get_boolean(s);
+  json_object_put(r);
+  return rc;
+}
+
+/* Deletes key whatever its revision (one of ours, on our lease, while we
+ * hold the claim on it: nobody else's). */
+static void delete_key(dl_etcd *e, const char *key) {
+  char k64[B64(ETCD_KEY_MAX)], body[B64(ETCD_KEY_MAX) + 32];
+  dl_etcd_b64(key, strlen(key), k64);
+  snprintf(body, sizeof body, "{\"key\":\"%s\"}", k64);
+  json_object *r;
+  if (dl_etcd_call(e, "/v3/kv/deleterange", body,
+                   dl_now_ms() + e->command_timeout_ms, &r, NULL) == 0)
+    json_object_put(r);
+}
+
+int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
+                        size_t len, int64_t *at, int64_t deadline) {
+  char p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
+  char body[3 * B64(ETCD_KEY_MAX)];
+  dl_etcd_b64(pfx, strlen(pfx), p64);
+  dl_etcd_prefix_end(pfx, end64);
+  snprintf(body, sizeof body,
+           "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":\"1\","
+           "\"sort_order\":\"DESCEND\",\"sort_target\":\"CREATE\","
+           "\"max_create_revision\":\"%" PRId64 "\",\"keys_only\":true}",
+           p64, end64, rev - 1);
+  json_object *r;
+  int rc = dl_etcd_call(e, "/v3/kv/range", body, deadline, &r, NULL);
+  if (rc != 0) return rc;
+  *at = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
+  json_object *kv = dl_etcd_kv0(r);
+  json_object *k = dl_etcd_get(kv, "key");
+  rc = 0;
+  if (k && dl_etcd_unb64(json_object_get_string(k), pred, len) >= 0) rc = 1;
+  json_object_put(r);
+  return rc;
+}
+
+/* The create revision of key now: > 0, 0 gone, or a negative code. */
+static int64_t create_rev(dl_etcd *e, const char *key, int64_t deadline) {
+  char k64[B64(ETCD_KEY_MAX)], body[B64(ETCD_KEY_MAX) + 64];
+  dl_etcd_b64(key, strlen(key), k64);
+  snprintf(body, sizeof body, "{\"key\":\"%s\",\"keys_only\":true}", k64);
+  json_object *r;
+  int rc = dl_etcd_call(e, "/v3/kv/range", body, deadline, &r, NULL);
+  if (rc != 0) return rc;
+  int64_t rev = dl_etcd_i64(dl_etcd_kv0(r), "create_revision");
+  json_object_put(r);
+  return rev;
+}
+
+/* Waits for the client's other owner holding (or taking) lock on the same
+ * lease to let go, then claims it: 1 claimed (*out), 0 not by the deadline,
+ * or a negative code. */
+static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, etcd_hold **out) {
+  const dl_lock_ref *l = a->lock;
+  etcd_hold *h = calloc(1, sizeof *h);
+  if (h == NULL || !(h->lock = dl_strdup(l->key)) ||
+      !(h->owner = dl_strdup(l->owner))) {
+    dl_etcd_hold_free(h);
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  h->own_lease = own_lease;
+  pthread_mutex_lock(&e->mu);
+  int rc = 1;
+  for (;;) {
+    /* A hold of this very owner that the client no longer counts (it was
+     * reported lost, and not released): stale, its key goes. */
+    etcd_hold *stale = NULL;
+    for (etcd_hold *x = e->holds; x && !stale; x = x->next)
+      if (x->held && strcmp(x->lock, l->key) == 0 &&
+          strcmp(x->owner, l->owner) == 0)
+        stale = x;
+    if (stale) {
+      pthread_mutex_unlock(&e->mu);
+      int64_t deadline = dl_now_ms() + e->command_timeout_ms;
+      dl_etcd_delete_at(e, stale->key, stale->rev, deadline);
+      if (stale->own_lease) dl_etcd_revoke(e, stale->lease, deadline);
+      hold_drop(e, stale);
+      pthread_mutex_lock(&e->mu);
+      continue;
+    }
+    etcd_hold *o = NULL;
+    for (etcd_hold *x = e->holds; x && !own_lease; x = x->next)
+      if (!x->own_lease && strcmp(x->lock, l->key) == 0) o = x;
+    if (o == NULL) break;
+    if (atomic_load(e->env->closing)) {
+      rc = dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
+      break;
+    }
+    if (!a->wait || dl_now_ms() >= a->deadline) {
+      rc = 0;
+      break;
+    }
+    struct timespec ts;
+    dl_abstime(a->deadline == INT64_MAX ? dl_now_ms() + 60000 : a->deadline,
+               &ts);
+    pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+  }
+  if (rc == 1) {
+    h->next = e->holds;
+    e->holds = h;
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (rc != 1)
+    dl_etcd_hold_free(h);
+  else
+    *out = h;
+  return rc;
+}
+
+int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
+                         const char *pfx, int64_t deadline,
+                         int64_t *owner_rev) {
+  char k64[B64(ETCD_KEY_MAX)], p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
+  dl_etcd_b64(h->key, strlen(h->key), k64);
+  dl_etcd_b64(pfx, strlen(pfx), p64);
+  dl_etcd_prefix_end(pfx, end64);
+  char v64[B64(DL_OWNER_MAX)];
+  dl_etcd_b64(value, strlen(value), v64);
+  char owner[3 * B64(ETCD_KEY_MAX)], put[B64(ETCD_KEY_MAX) + sizeof v64 + 128];
+  char get[B64(ETCD_KEY_MAX) + 64];
+  char success[sizeof owner + sizeof put + 8],
+      failure[sizeof owner + sizeof get + 8];
+  snprintf(owner, sizeof owner,
+           "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
+           "\"limit\":\"1\",\"sort_order\":\"ASCEND\","
+           "\"sort_target\":\"CREATE\",\"keys_only\":true}}",
+           p64, end64);
+  snprintf(
+      put, sizeof put,
+      "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64
+      "\"}}",
+      k64, v64, h->lease);
+  snprintf(get, sizeof get, "{\"request_range\":{\"key\":\"%s\"}}", k64);
+  snprintf(success, sizeof success, "%s,%s", put, owner);
+  snprintf(failure, sizeof failure, "%s,%s", get, owner);
+  json_object *r;
+  int rc = txn(e, k64, 0, success, failure, deadline, &r);
+  if (rc != 0) return rc;
+  json_object *s = dl_etcd_get(r, "succeeded");
+  if (s && json_object_get_boolean(s)) {
+    h->rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
+  } else {
+    /* Our key was there already (a release of ours that did not get
+     * through): it is ours, as Go's Mutex takes it. */
+    json_object *mine = dl_etcd_txn_resp(r, 0, "response_range");
+    h->rev = dl_etcd_i64(dl_etcd_kv0(mine), "create_revision");
+  }
+  json_object *o = dl_etcd_txn_resp(r, 1, "response_range");
+  *owner_rev = dl_etcd_i64(dl_etcd_kv0(o), "create_revision");
+  json_object_put(r);
+  if (h->rev <= 0)
+    return dl_seterr(e->err, DLOCK_EPROTO,
+                     "etcd txn on %s: no create revision in the answer",
+                     h->key);
+  return 0;
+}
+
+/* Takes the re-entry of an existing hold: 1, or 0 it was gone (dropped:
+ * take it afresh), or a negative code. */
+static int reenter(dl_etcd *e, dl_acquire *a) {
+  const dl_lock_ref *l = a->lock;
+  pthread_mutex_lock(&e->mu);
+  etcd_hold *h = hold_find(e, l->key, l->owner);
+  char key[ETCD_KEY_MAX] = "";
+  int64_t rev = h && h->held ? h->rev : 0;
+  if (rev) snprintf(key, sizeof key, "%s", h->key);
+  pthread_mutex_unlock(&e->mu);
+  if (rev == 0) return 0;
+  int64_t now = create_rev(e, key, dl_now_ms() + e->command_timeout_ms);
+  if (now < 0) return (int)now;
+  pthread_mutex_lock(&e->mu);
+  h = hold_find(e, l->key, l->owner);
+  bool same = h && h->held && now == rev;
+  if (same) h->count++;
+  int64_t until = h && h->own_lease ? h->lease_until : e->lease_until;
+  pthread_mutex_unlock(&e->mu);
+  if (!same) {
+    if (h) hold_drop(e, h);
+    return 0;
+  }
+  a->status = 2;
+  a->token = (uint64_t)rev;
+  a->valid_until = until;
+  return 1;
+}
+
+/* How long a waiter waits before it keeps its lease alive: a third of
+ * its TTL. */
+static int64_t lease_step(dl_etcd *e, etcd_hold *h, int64_t lease_ms) {
+  pthread_mutex_lock(&e->mu);
+  int64_t ms = h->own_lease ? lease_ms : e->lease_ttl_s * 1000;
+  pthread_mutex_unlock(&e->mu);
+  return ms / 3 > 200 ? ms / 3 : 200;
+}
+
+/* Keeps the lease of h's key alive while it waits: 0 (*until: the lease's
+ * new validity), DLOCK_ELOST when it has ended (our key went with it), or
+ * a negative code. */
+static int keep_lease(dl_etcd *e, etcd_hold *h, int64_t *until) {
+  int64_t sent = dl_now_ms(), deadline = sent + e->command_timeout_ms;
+  int rc;
+  if (h->own_lease) {
+    int64_t ttl;
+    rc = dl_etcd_keepalive(e, h->lease, deadline, &ttl);
+    if (rc == 1) {
+      *until = h->lease_until = dl_validity(sent, h->lease_ms);
+      return 0;
+    }
+  } else {
+    int64_t l;
+    rc = dl_etcd_session(e, deadline, &l, until);
+    if (rc == 0 && l == h->lease) return 0;
+  } /* else a new session: the old one ended */
+  if (rc < 0) return rc;
+  return dl_seterr(e->err, DLOCK_ELOST,
+                   "the lease of our etcd key %s ended while we waited",
+                   h->key);
+}
+
+int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
+  dl_etcd *e = (dl_etcd *)b;
+  const dl_lock_ref *l = a->lock;
+  if (l->kind != DL_KIND_LOCK && l->kind != DL_KIND_FAIR)
+    return dl_seterr(e->err, DLOCK_ENOTSUP,
+                     "the etcd backend has no %s yet (it has the mutex, on "
+                     "Go's concurrency.Mutex layout)",
+                     l->kind == DL_KIND_PLAIN ? "plain string lock"
+                                              : "read-write lock");
+  int rc;
+  if (a->held > 0 && (rc = reenter(e, a)) != 0) return rc;
+  /* A fixed lease (not the watchdog's) is a lease of its own, never kept
+   * alive: the key goes when it ends, as a lone Go session's would. */
+  bool own = a->lease_ms != e->session_ttl_ms;
+  etcd_hold *h = NULL;
+  if ((rc = claim(e, a, own, &h)) != 1) {
+    if (rc == 0) a->ttl = -1;
+    return rc;
+  }
+  int64_t sent = dl_now_ms(), until = 0;
+  int64_t deadline = sent + e->command_timeout_ms;
+  if (own) {
+    int64_t got;
+    rc =
+        dl_etcd_grant(e, (a->lease_ms + 999) / 1000, deadline, &h->lease, &got);
+    until = dl_validity(sent, a->lease_ms);
+    h->lease_until = until;
+    h->lease_ms = a->lease_ms;
+  } else {
+    rc = dl_etcd_session(e, deadline, &h->lease, &until);
+  }
+  char pfx[ETCD_KEY_MAX], key[ETCD_KEY_MAX + 24];
+  lock_prefix(e, l->key, pfx, sizeof pfx);
+  snprintf(key, sizeof key, "%s%" PRIx64, pfx, (uint64_t)h->lease);
+  if (rc == 0 && (h->key = dl_strdup(key)) == NULL)
+    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  /* Our key, left by a release that failed: ours again (as Go takes it),
+   * not to be deleted behind us. */
+  pthread_mutex_lock(&e->mu);
+  for (etcd_hold **pp = &e->orphans; *pp;) {
+    etcd_hold *o = *pp;
+    if (strcmp(o->key, key) == 0 && o->lease == 0) {
+      *pp = o->next;
+      dl_etcd_hold_free(o);
+    } else {
+      pp = &o->next;
+    }
+  }
+  pthread_mutex_unlock(&e->mu);
+  int64_t owner_rev = 0;
+  bool waited = false;
+  if (rc == 0) rc = dl_etcd_put_and_read(e, h, "", pfx, deadline, &owner_rev);
+  if (rc != 0) goto fail;
+  /* Ours if nobody is before us. */
+  while (owner_rev != 0 && owner_rev != h->rev) {
+    if (!a->wait || dl_now_ms() >= a->deadline) {
+      rc = 0;
+      break;
+    }
+    char pred[ETCD_KEY_MAX];
+    int64_t at = 0;
+    rc = dl_etcd_predecessor(e, pfx, h->rev, pred, sizeof pred, &at,
+                             dl_now_ms() + e->command_timeout_ms);
+    if (rc < 0) break;
+    if (rc == 0) {
+      /* Nobody before us: ours, if our key is still there (Go 3.4's
+       * Mutex does not look: etcd issue 11456). */
+      int64_t now = create_rev(e, h->key, dl_now_ms() + e->command_timeout_ms);
+      if (now < 0) {
+        rc = (int)now;
+      } else if (now != h->rev) {
+        rc = dl_seterr(e->err, DLOCK_ELOST,
+                       "our etcd key %s went while we waited (the lease "
+                       "ended, or it was deleted)",
+                       h->key);
+      } else {
+        owner_rev = h->rev;
+        rc = 1;
+      }
+      break;
+    }
+    /* In steps of a third of the lease at most: the lease our key is on
+     * is kept alive meanwhile (nothing else does while we hold nothing). */
+    int64_t step = dl_now_ms() + lease_step(e, h, a->lease_ms);
+    rc = dl_etcd_wait_delete(e, pred, at,
+                             step < a->deadline ? step : a->deadline);
+    if (rc < 0) break;
+    waited = true;
+    if (rc == 0 && dl_now_ms() < a->deadline) rc = keep_lease(e, h, &until);
+    if (rc < 0) break;
+    if (rc == 0 && dl_now_ms() >= a->deadline) break; /* the deadline */
+  }
+  /* A fixed lease runs from the grant: after a wait, from a keepalive. */
+  if (owner_rev == h->rev && own && waited &&
+      (rc = keep_lease(e, h, &until)) < 0)
+    goto fail;
+  if (owner_rev == h->rev) {
+    pthread_mutex_lock(&e->mu);
+    h->held = true;
+    h->count = 1;
+    if (!own && e->lease == h->lease) until = e->lease_until;
+    pthread_mutex_unlock(&e->mu);
+    if ((rc = dl_etcd_watch_hold(e, h)) != 0) goto fail;
+    a->status = 1;
+    a->token = (uint64_t)h->rev;
+    a->valid_until = until;
+    return 1;
+  }
+  if (rc == 0) a->ttl = -1; /* refused: the holder's lease is not read */
+fail:
+  /* Not taken: our key goes (Go's TryLock and a cancelled Lock do the
+   * same), at its own revision only. */
+  if (h->rev > 0)
+    dl_etcd_delete_at(e, h->key, h->rev, dl_now_ms() + e->command_timeout_ms);
+  else if (h->key && h->lease && !own)
+    delete_key(e, h->key); /* a put whose answer we did not get */
+  if (own && h->lease)
+    dl_etcd_revoke(e, h->lease, dl_now_ms() + e->command_timeout_ms);
+  hold_drop(e, h);
+  return rc;
+}
+
+int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
+                         int count) {
+  (void)lease_ms;
+  dl_etcd *e = (dl_etcd *)b;
+  pthread_mutex_lock(&e->mu);
+  etcd_hold *h = hold_find(e, l->key, l->owner);
+  if (h && !h->held) h = NULL;
+  if (h && count > 1 && h->count > 1) {
+    h->count--;
+    pthread_mutex_unlock(&e->mu);
+    return 0;
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (h == NULL)
+    return dl_seterr(e->err, DLOCK_ENOTOWNER, "'%s' is not held by %s", l->name,
+                     l->owner);
+  dl_etcd_unwatch(e, h->watch);
+  h->watch = NULL;
+  int64_t deadline = dl_now_ms() + e->command_timeout_ms;
+  /* Retried within the command timeout: the delete is conditional on our
+   * revision, so a retry never deletes a newer hold; a retry that finds
+   * the key gone means an earlier attempt did it. */
+  bool retried = false;
+  int rc;
+  for (;;) {
+    rc = dl_etcd_delete_at(e, h->key, h->rev, deadline);
+    if (rc == 0 && retried) rc = 1;
+    if (rc >= 0 || !dl_etcd_transient(rc) || dl_now_ms() + 20 >= deadline)
+      break;
+    retried = true;
+    dl_sleep_ms(20);
+  }
+  if (rc == 0)
+    rc = dl_seterr(e->err, DLOCK_ENOTOWNER,
+                   "'%s' was no longer held by %s (its etcd key %s was "
+                   "deleted, or its lease ended)",
+                   l->name, l->owner, h->key);
+  if (rc < 0 && dl_etcd_transient(rc)) {
+    /* Not known to be deleted: the watcher thread deletes it later (at
+     * its revision), else it would hold the line for as long as our
+     * session lives. */
+    dl_etcd_orphan(e, h->key, h->rev, h->own_lease ? h->lease : 0);
+  } else if (h->own_lease) {
+    dl_etcd_revoke(e, h->lease, deadline);
+  }
+  hold_drop(e, h);
+  return rc;
+}

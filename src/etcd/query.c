@@ -1,0 +1,364 @@
+/* query.c: the etcd mutex's force release, queries and renewals (the
+ * session lease kept alive, every held key checked in one txn). */
+#include "etcdb.h"
+
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define B64(n) (4 * (((n) + 2) / 3) + 1)
+
+/* The keys under the lock's prefix, oldest first (limit 0: all): 0 with
+ * the range answer in *out, or a negative code. */
+static int range_prefix(dl_etcd *e, const char *lock, int limit,
+                        json_object **out, char *pfx, size_t len) {
+  snprintf(pfx, len, "%s%s/", e->prefix, lock);
+  char p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
+  char body[3 * B64(ETCD_KEY_MAX)];
+  dl_etcd_b64(pfx, strlen(pfx), p64);
+  dl_etcd_prefix_end(pfx, end64);
+  snprintf(body, sizeof body,
+           "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":\"%d\","
+           "\"sort_order\":\"ASCEND\",\"sort_target\":\"CREATE\"}",
+           p64, end64, limit);
+  return dl_etcd_call(e, "/v3/kv/range", body,
+                      dl_now_ms() + e->command_timeout_ms, out, NULL);
+}
+
+/* Whether key (under pfx) is a mutex's: PFX + a lease id in hex. */
+static bool is_lock_key(const char *key, const char *pfx) {
+  size_t n = strlen(pfx);
+  if (strncmp(key, pfx, n) != 0) return false;
+  const char *t = key + n;
+  size_t m = strspn(t, "0123456789abcdef");
+  return m > 0 && m <= 16 && t[m] == '\0';
+}
+
+int dl_etcd_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
+  dl_etcd *e = (dl_etcd *)b;
+  for (int attempt = 0; attempt < 5; attempt++) {
+    json_object *r;
+    char pfx[ETCD_KEY_MAX];
+    int rc = range_prefix(e, l->key, 0, &r, pfx, sizeof pfx);
+    if (rc != 0) return rc;
+    json_object *kvs = dl_etcd_get(r, "kvs");
+    size_t n = kvs ? json_object_array_length(kvs) : 0;
+    char key[ETCD_KEY_MAX], first[ETCD_KEY_MAX] = "";
+    int64_t rev = 0;
+    for (size_t i = 0; i < n; i++) {
+      json_object *kv = json_object_array_get_idx(kvs, i);
+      json_object *k = dl_etcd_get(kv, "key");
+      if (!k || dl_etcd_unb64(json_object_get_string(k), key, sizeof key) < 0 ||
+          !is_lock_key(key, pfx)) {
+        json_object_put(r);
+        return dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                         "not a lock: a key under %s that no mutex makes "
+                         "(%s; nothing changed)",
+                         pfx, k ? key : "?");
+      }
+      if (i == 0) {
+        snprintf(first, sizeof first, "%s", key);
+        rev = dl_etcd_i64(kv, "create_revision");
+      }
+    }
+    json_object_put(r);
+    if (n == 0) return 0;
+    /* The holder's key goes (what `etcdctl del` does), at its revision:
+     * its client hears it through its watch. */
+    char k64[B64(ETCD_KEY_MAX)], body[2 * B64(ETCD_KEY_MAX) + 200];
+    dl_etcd_b64(first, strlen(first), k64);
+    snprintf(body, sizeof body,
+             "{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\","
+             "\"create_revision\":\"%" PRId64 "\"}],\"success\":["
+             "{\"request_delete_range\":{\"key\":\"%s\"}}]}",
+             k64, rev, k64);
+    rc = dl_etcd_call(e, "/v3/kv/txn", body,
+                      dl_now_ms() + e->command_timeout_ms, &r, NULL);
+    if (rc != 0) return rc;
+    json_object *s = dl_etcd_get(r, "succeeded");
+    bool done = s && json_object_get_boolean(s);
+    json_object_put(r);
+    if (done) return 1;
+  }
+  return dl_seterr(e->err, DLOCK_ETIMEDOUT,
+                   "the holder of '%s' changed at every try", l->name);
+}
+
+int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                       long long *v) {
+  dl_etcd *e = (dl_etcd *)b;
+  *v = 0;
+  if (q == DL_QUERY_HELD || q == DL_QUERY_COUNT) {
+    pthread_mutex_lock(&e->mu);
+    etcd_hold *h = e->holds;
+    while (h && !(h->held && strcmp(h->lock, l->key) == 0 &&
+                  strcmp(h->owner, l->owner) == 0))
+      h = h->next;
+    char key[ETCD_KEY_MAX] = "";
+    int64_t rev = h ? h->rev : 0;
+    int count = h ? h->count : 0;
+    if (h) snprintf(key, sizeof key, "%s", h->key);
+    pthread_mutex_unlock(&e->mu);
+    if (rev == 0) return 0;
+    char k64[B64(ETCD_KEY_MAX)], body[B64(ETCD_KEY_MAX) + 64];
+    dl_etcd_b64(key, strlen(key), k64);
+    snprintf(body, sizeof body, "{\"key\":\"%s\",\"keys_only\":true}", k64);
+    json_object *r;
+    int rc = dl_etcd_call(e, "/v3/kv/range", body,
+                          dl_now_ms() + e->command_timeout_ms, &r, NULL);
+    if (rc != 0) return rc;
+    if (dl_etcd_i64(dl_etcd_kv0(r), "create_revision") == rev)
+      *v = q == DL_QUERY_HELD ? 1 : count;
+    json_object_put(r);
+    return 0;
+  }
+  json_object *r;
+  char pfx[ETCD_KEY_MAX];
+  int rc = range_prefix(e, l->key, 1, &r, pfx, sizeof pfx);
+  if (rc != 0) return rc;
+  json_object *kv = dl_etcd_kv0(r);
+  int64_t lease = dl_etcd_i64(kv, "lease");
+  if (q == DL_QUERY_LOCKED)
+    *v = kv != NULL;
+  else if (q == DL_QUERY_TOKEN)
+    *v = dl_etcd_i64(kv, "create_revision");
+  else if (q == DL_QUERY_TTL)
+    *v = kv ? -1 : -2;
+  json_object_put(r);
+  if (q == DL_QUERY_TTL && lease != 0) {
+    char body[64];
+    snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
+    rc = dl_etcd_call(e, "/v3/lease/timetolive", body,
+                      dl_now_ms() + e->command_timeout_ms, &r, NULL);
+    if (rc != 0) return rc;
+    int64_t ttl = dl_etcd_i64(r, "TTL");
+    *v = ttl > 0 ? ttl * 1000 : -2;
+    json_object_put(r);
+  }
+  return 0;
+}
+
+int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                  dl_renew_item *items, int *calls) {
+  dl_etcd *e = (dl_etcd *)b;
+  *calls = 0;
+  int first = 0;
+  /* Renewal: the session's lease, kept alive once (Go's keepalive
+   * stream, as one request a renewal: the gateway takes one message). */
+  pthread_mutex_lock(&e->mu);
+  int64_t lease = e->lease;
+  pthread_mutex_unlock(&e->mu);
+  if (lease_ms > 0 && lease != 0) {
+    int64_t sent = dl_now_ms(), ttl;
+    (*calls)++;
+    int rc = dl_etcd_keepalive(e, lease, deadline, &ttl);
+    pthread_mutex_lock(&e->mu);
+    if (rc == 1 && e->lease == lease) {
+      e->lease_ttl_s = ttl;
+      e->lease_until = dl_validity(sent, ttl * 1000);
+    } else if (rc == 0 && e->lease == lease) {
+      e->lease = 0; /* gone: every key on it too (the checks say so) */
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (rc < 0) first = rc;
+  }
+  /* Every hold's key, read in one txn. */
+  size_t cap = (size_t)n * (B64(ETCD_KEY_MAX) + 48) + 32;
+  char *body = malloc(cap);
+  int64_t *revs = calloc((size_t)n + 1, sizeof *revs);
+  if (body == NULL || revs == NULL) {
+    free(body);
+    free(revs);
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  size_t at = (size_t)snprintf(body, cap, "{\"success\":[");
+  int asked = 0;
+  for (int i = 0; i < n; i++) {
+    items[i].result = -1;
+    pthread_mutex_lock(&e->mu);
+    etcd_hold *h = e->holds;
+    while (h && !(h->held && !items[i].permit &&
+                  strcmp(h->lock, items[i].key) == 0 &&
+                  strcmp(h->owner, items[i].owner) == 0))
+      h = h->next;
+    char k64[B64(ETCD_KEY_MAX)] = "";
+    if (h) {
+      dl_etcd_b64(h->key, strlen(h->key), k64);
+      revs[i] = h->rev;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (k64[0] == '\0') {
+      items[i].result = 0; /* not held here: never re-created */
+      continue;
+    }
+    at += (size_t)snprintf(body + at, cap - at,
+                           "%s{\"request_range\":{\"key\":\"%s\","
+                           "\"keys_only\":true}}",
+                           asked ? "," : "", k64);
+    asked++;
+  }
+  snprintf(body + at, cap - at, "]}");
+  json_object *r = NULL;
+  int rc = 0;
+  if (asked > 0) {
+    (*calls)++;
+    rc = dl_etcd_call(e, "/v3/kv/txn", body, deadline, &r, NULL);
+  }
+  free(body);
+  if (rc != 0 && first == 0) first = rc;
+  int j = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    if (items[i].result == 0) continue;
+    json_object *x = dl_etcd_txn_resp(r, j++, "response_range");
+    int64_t now = dl_etcd_i64(dl_etcd_kv0(x), "create_revision");
+    pthread_mutex_lock(&e->mu);
+    etcd_hold *h = e->holds;
+    while (h && !(h->held && h->rev == revs[i] &&
+                  strcmp(h->lock, items[i].key) == 0 &&
+                  strcmp(h->owner, items[i].owner) == 0))
+      h = h->next;
+    int64_t until = h && h->own_lease ? h->lease_until : e->lease_until;
+    bool gone = h == NULL || now != revs[i];
+    /* Deleted (a force release), or its lease ended: lost, and forgotten
+     * (never re-created). */
+    if (h && gone) {
+      for (etcd_hold **pp = &e->holds; *pp; pp = &(*pp)->next)
+        if (*pp == h) {
+          *pp = h->next;
+          break;
+        }
+      pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (gone) {
+      items[i].result = 0;
+      if (h) {
+        dl_etcd_unwatch(e, h->watch);
+        dl_etcd_hold_free(h);
+      }
+    } else if (until > dl_now_ms()) {
+      items[i].result = 1;
+      items[i].valid_until = until;
+    } /* else: there, but its lease not confirmed in time: unknown */
+  }
+  if (r) json_object_put(r);
+  free(revs);
+  return first;
+}
+
+int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
+  dl_etcd *e = (dl_etcd *)b;
+  memset(st, 0, sizeof *st);
+  st->held_ms = -1;
+  st->ttl_ms = -2;
+  st->counter = -1;
+  json_object *r;
+  char pfx[ETCD_KEY_MAX];
+  int rc = range_prefix(e, key, 0, &r, pfx, sizeof pfx);
+  if (rc != 0) return rc;
+  json_object *kvs = dl_etcd_get(r, "kvs");
+  size_t n = kvs ? json_object_array_length(kvs) : 0;
+  /* "keys": the mutex's keys under the name's prefix; "data": a key there
+   * that no mutex makes (no recipe takes it); "none": nothing. */
+  snprintf(st->type, sizeof st->type, "%s", n ? "keys" : "none");
+  int64_t lease = 0;
+  for (size_t i = 0; i < n; i++) {
+    json_object *kv = json_object_array_get_idx(kvs, i);
+    json_object *k = dl_etcd_get(kv, "key");
+    char name[ETCD_KEY_MAX];
+    if (!k || dl_etcd_unb64(json_object_get_string(k), name, sizeof name) < 0 ||
+        !is_lock_key(name, pfx)) {
+      snprintf(st->type, sizeof st->type, "data");
+      continue;
+    }
+    if (st->held) continue;
+    /* The owner: the oldest key. Its owner id is its lease (in hex), as
+     * etcdctl names it. */
+    st->held = 1;
+    st->holders = 1;
+    st->hold_count = 1;
+    snprintf(st->owner, sizeof st->owner, "%s", name + strlen(pfx));
+    st->token = (uint64_t)dl_etcd_i64(kv, "create_revision");
+    lease = dl_etcd_i64(kv, "lease");
+    st->ttl_ms = -1;
+  }
+  if (st->held) st->waiters = st->queued = (int)n - 1;
+  json_object_put(r);
+  if (lease != 0) {
+    char body[64];
+    snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
+    rc = dl_etcd_call(e, "/v3/lease/timetolive", body,
+                      dl_now_ms() + e->command_timeout_ms, &r, NULL);
+    if (rc != 0) return rc;
+    int64_t ttl = dl_etcd_i64(r, "TTL");
+    if (ttl > 0) st->ttl_ms = ttl * 1000;
+    json_object_put(r);
+  }
+  return 0;
+}
+
+int dl_etcd_scan(dl_backend *b, const char *match, size_t prefix_len,
+                 dlock_scan_cb cb, void *ud) {
+  dl_etcd *e = (dl_etcd *)b;
+  /* Every key under the URL's prefix (the whole keyspace without one: key
+   * and range_end "\0"), a page at a time, keys only. */
+  size_t pl = strlen(e->prefix);
+  char p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
+  if (pl) {
+    dl_etcd_prefix_end(e->prefix, end64);
+  } else {
+    snprintf(end64, sizeof end64, "AA==");
+  }
+  char from[ETCD_KEY_MAX + 1] = "", last[ETCD_KEY_MAX] = "";
+  size_t fl = pl;
+  memcpy(from, e->prefix, pl);
+  int passed = 0;
+  for (;;) {
+    if (fl == 0)
+      snprintf(p64, sizeof p64, "AA==");
+    else
+      dl_etcd_b64(from, fl, p64);
+    char body[3 * B64(ETCD_KEY_MAX)];
+    snprintf(body, sizeof body,
+             "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":\"500\","
+             "\"keys_only\":true}",
+             p64, end64);
+    json_object *r;
+    int rc = dl_etcd_call(e, "/v3/kv/range", body,
+                          dl_now_ms() + e->command_timeout_ms, &r, NULL);
+    if (rc != 0) return rc;
+    json_object *kvs = dl_etcd_get(r, "kvs");
+    size_t n = kvs ? json_object_array_length(kvs) : 0;
+    json_object *more = dl_etcd_get(r, "more");
+    bool again = more && json_object_get_boolean(more);
+    bool stop = false;
+    for (size_t i = 0; i < n && !stop; i++) {
+      json_object *k = dl_etcd_get(json_object_array_get_idx(kvs, i), "key");
+      char key[ETCD_KEY_MAX];
+      int kl =
+          k ? dl_etcd_unb64(json_object_get_string(k), key, sizeof key) : -1;
+      if (kl < 0) continue;
+      memcpy(from, key, (size_t)kl); /* the next page: after this key */
+      from[kl] = '\0';
+      fl = (size_t)kl + 1;
+      /* PREFIX + lock + "/" + hex: a mutex's key. */
+      char *slash = strrchr(key, '/');
+      if (slash == NULL || (size_t)(slash - key) <= pl) continue;
+      size_t hl = strlen(slash + 1);
+      if (hl == 0 || hl > 16 || strspn(slash + 1, "0123456789abcdef") != hl)
+        continue;
+      *slash = '\0';
+      const char *lock = key + pl;
+      if (strcmp(lock, last) == 0) continue; /* its next waiter */
+      snprintf(last, sizeof last, "%s", lock);
+      if (strlen(lock) < prefix_len || fnmatch(match, lock, 0) != 0) continue;
+      passed++;
+      stop = cb(lock + prefix_len, ud) != 0;
+    }
+    json_object_put(r);
+    if (stop || !again || n == 0) break;
+  }
+  return passed;
+}

@@ -1,0 +1,425 @@
+/* wait.c: the etcd backend's watches (/v3/watch, one HTTP/1.1 stream
+ * each: the gateway takes one create_request per request). A waiter
+ * watches its predecessor's key in its own thread until it is deleted;
+ * the watcher thread runs a watch on every held key on one libcurl multi
+ * handle, so that a key deleted by anyone (a force release, etcdctl del,
+ * the lease's end) is told to the watchdog at once. The stream's messages
+ * are parsed incrementally (json-c's tokener): a chunk need not be one
+ * message. */
+#include "etcdb.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct etcd_watch {
+  etcd_watch *next;
+  dl_etcd *e;
+  char *lock; /* the hold's lock key, for the notice */
+  char body[ETCD_KEY_MAX * 2 + 128];
+  CURL *h;
+  json_tokener *tok;
+  int64_t retry_at; /* a stream that ended starts again then */
+  bool stop;
+};
+
+/* Feeds n bytes of a stream to tok, calling on(ud, message) for each
+ * whole message: 0, or -1 when the bytes are not JSON. */
+static int feed(json_tokener *tok, const char *p, size_t n,
+                void (*on)(void *, json_object *), void *ud) {
+  while (n > 0) {
+    json_object *o = json_tokener_parse_ex(tok, p, (int)n);
+    enum json_tokener_error err = json_tokener_get_error(tok);
+    if (o == NULL && err == json_tokener_continue) return 0;
+    if (o == NULL) return -1;
+    size_t used = json_tokener_get_parse_end(tok);
+    on(ud, o);
+    json_object_put(o);
+    if (used == 0 || used > n) return -1;
+    p += used;
+    n -= used;
+    while (n > 0 && (*p == '\n' || *p == '\r' || *p == ' ')) {
+      p++;
+      n--;
+    }
+  }
+  return 0;
+}
+
+/* What a message says: 1 a DELETE event, 2 the watch was cancelled or
+ * failed (compacted, an error), 0 nothing of that. */
+static int message_kind(json_object *o) {
+  json_object *r = dl_etcd_get(o, "result");
+  if (r == NULL) return 2; /* {"error": ...} */
+  json_object *c = dl_etcd_get(r, "canceled");
+  if (c && json_object_get_boolean(c)) return 2;
+  json_object *ev = dl_etcd_get(r, "events");
+  if (ev && json_object_is_type(ev, json_type_array))
+    for (size_t i = 0; i < json_object_array_length(ev); i++) {
+      json_object *t = dl_etcd_get(json_object_array_get_idx(ev, i), "type");
+      if (t && strcmp(json_object_get_string(t), "DELETE") == 0) return 1;
+    }
+  return 0;
+}
+
+/* ---- a waiter's watch on its predecessor ---- */
+typedef struct waiting {
+  dl_etcd *e;
+  json_tokener *tok;
+  int seen; /* message_kind's largest answer */
+  bool bad;
+  unsigned wakes;
+} waiting;
+
+static void on_wait_message(void *ud, json_object *o) {
+  waiting *w = ud;
+  int k = message_kind(o);
+  if (k > w->seen) w->seen = k;
+}
+
+static size_t on_wait_data(char *p, size_t size, size_t nmemb, void *ud) {
+  waiting *w = ud;
+  if (feed(w->tok, p, size * nmemb, on_wait_message, w) != 0) {
+    w->bad = true;
+    return 0;
+  }
+  return w->seen ? 0 : size * nmemb; /* heard it: the stream ends */
+}
+
+/* Runs the transfer h on its own multi handle, registered with e so that
+ * wake_all interrupts it at once: its result, CURLE_ABORTED_BY_CALLBACK
+ * when woken (the client closing), or CURLE_OPERATION_TIMEDOUT at the
+ * deadline. */
+static CURLcode run_waiting(dl_etcd *e, CURL *h, waiting *w, int64_t deadline) {
+  etcd_waitreg reg = {.m = curl_multi_init()};
+  if (reg.m == NULL) return CURLE_OUT_OF_MEMORY;
+  curl_multi_add_handle(reg.m, h);
+  pthread_mutex_lock(&e->mu);
+  reg.next = e->waits;
+  e->waits = &reg;
+  pthread_mutex_unlock(&e->mu);
+  CURLcode cc = CURLE_OK;
+  for (;;) {
+    int running = 0;
+    curl_multi_perform(reg.m, &running);
+    CURLMsg *m;
+    int left;
+    bool done = false;
+    while ((m = curl_multi_info_read(reg.m, &left)) != NULL)
+      if (m->msg == CURLMSG_DONE) {
+        cc = m->data.result;
+        done = true;
+      }
+    if (done || running == 0) break;
+    if (atomic_load(e->env->closing) || atomic_load(&e->wakes) != w->wakes) {
+      cc = CURLE_ABORTED_BY_CALLBACK;
+      break;
+    }
+    int64_t now = dl_now_ms();
+    if (now >= deadline) {
+      cc = CURLE_OPERATION_TIMEDOUT;
+      break;
+    }
+    int64_t t = deadline - now;
+    curl_multi_poll(reg.m, NULL, 0, t > 1000 ? 1000 : (int)t, NULL);
+  }
+  pthread_mutex_lock(&e->mu);
+  for (etcd_waitreg **pp = &e->waits; *pp; pp = &(*pp)->next)
+    if (*pp == &reg) {
+      *pp = reg.next;
+      break;
+    }
+  pthread_mutex_unlock(&e->mu);
+  curl_multi_remove_handle(reg.m, h);
+  curl_multi_cleanup(reg.m);
+  return cc;
+}
+
+void dl_etcd_wake_waits(dl_etcd *e) {
+  pthread_mutex_lock(&e->mu);
+  for (etcd_waitreg *r = e->waits; r; r = r->next)
+    curl_multi_wakeup(r->m);
+  pthread_mutex_unlock(&e->mu);
+}
+
+int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
+                        int64_t deadline) {
+  char body[ETCD_KEY_MAX * 2 + 128], k64[ETCD_KEY_MAX * 2];
+  dl_etcd_b64(key, strlen(key), k64);
+  snprintf(body, sizeof body,
+           "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
+           "\"}}",
+           k64, rev + 1);
+  waiting w = {.e = e, .wakes = atomic_load(&e->wakes)};
+  if (atomic_load(e->env->closing))
+    return dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
+  if (dl_now_ms() >= deadline) return 0;
+  CURL *h = curl_easy_init();
+  w.tok = json_tokener_new();
+  if (h == NULL || w.tok == NULL) {
+    if (h) curl_easy_cleanup(h);
+    if (w.tok) json_tokener_free(w.tok);
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  int idx = atomic_load(&e->current);
+  char url[512];
+  snprintf(url, sizeof url, "%s/v3/watch", e->endpoints[idx]);
+  curl_easy_setopt(h, CURLOPT_URL, url);
+  curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, e->headers);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)e->connect_timeout_ms);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_wait_data);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &w);
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  atomic_fetch_add(&e->round_trips, 1);
+  CURLcode cc = run_waiting(e, h, &w, deadline);
+  int rc;
+  if (w.seen) {
+    rc = 1; /* deleted, or the watch ended: the caller looks again */
+  } else if (cc == CURLE_ABORTED_BY_CALLBACK) {
+    rc = atomic_load(e->env->closing)
+             ? dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing")
+             : 0;
+  } else if (cc == CURLE_OPERATION_TIMEDOUT && dl_now_ms() >= deadline) {
+    rc = 0;
+  } else if (w.bad) {
+    rc = dl_seterr(e->err, DLOCK_EPROTO, "etcd /v3/watch: not JSON");
+  } else if (cc == CURLE_OUT_OF_MEMORY) {
+    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  } else {
+    /* The stream ended without an event: the member went away (or was
+     * never there). The next one is asked from now on, and the caller
+     * looks again (its range fails over the same way), after a moment. */
+    if (cc != CURLE_OK && e->nendpoints > 1)
+      atomic_compare_exchange_strong(&e->current, &idx,
+                                     (idx + 1) % e->nendpoints);
+    dl_sleep_ms(50);
+    rc = 1;
+  }
+  json_tokener_free(w.tok);
+  /* A stream cut short leaves its connection unusable: not pooled. */
+  curl_easy_cleanup(h);
+  return rc;
+}
+
+/* ---- the watcher thread: the held keys ---- */
+static void notify(dl_etcd *e, const char *lock) {
+  pthread_mutex_lock(&e->mu);
+  dl_notice_fn fn = e->notice;
+  void *ud = e->notice_ud;
+  pthread_mutex_unlock(&e->mu);
+  if (fn) fn(ud, lock, lock ? strlen(lock) : 0);
+}
+
+static void on_hold_message(void *ud, json_object *o) {
+  etcd_watch *w = ud;
+  if (message_kind(o) != 0) notify(w->e, w->lock);
+}
+
+static size_t on_hold_data(char *p, size_t size, size_t nmemb, void *ud) {
+  etcd_watch *w = ud;
+  if (feed(w->tok, p, size * nmemb, on_hold_message, w) != 0) return 0;
+  return size * nmemb;
+}
+
+static void watch_free(etcd_watch *w) {
+  if (w->h) {
+    curl_multi_remove_handle(w->e->multi, w->h);
+    curl_easy_cleanup(w->h);
+  }
+  if (w->tok) json_tokener_free(w->tok);
+  free(w->lock);
+  free(w);
+}
+
+/* Starts w's stream (watcher thread). */
+static void watch_start(dl_etcd *e, etcd_watch *w) {
+  CURL *h = curl_easy_init();
+  if (h == NULL) return;
+  if (w->tok) json_tokener_reset(w->tok);
+  char url[512];
+  snprintf(url, sizeof url, "%s/v3/watch",
+           e->endpoints[atomic_load(&e->current)]);
+  curl_easy_setopt(h, CURLOPT_URL, url);
+  curl_easy_setopt(h, CURLOPT_COPYPOSTFIELDS, w->body);
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, e->headers);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)e->connect_timeout_ms);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_hold_data);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, w);
+  curl_easy_setopt(h, CURLOPT_PRIVATE, w);
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  w->h = h;
+  curl_multi_add_handle(e->multi, h);
+}
+
+/* One try at an orphan's delete (watcher thread): done, or back in the
+ * list for the next try. */
+static void delete_orphan(dl_etcd *e, etcd_hold *o) {
+  int64_t deadline = dl_now_ms() + e->command_timeout_ms;
+  int rc = dl_etcd_delete_at(e, o->key, o->rev, deadline);
+  if (rc >= 0 || !dl_etcd_transient(rc)) {
+    if (o->lease) dl_etcd_revoke(e, o->lease, deadline);
+    dl_etcd_hold_free(o);
+    return;
+  }
+  pthread_mutex_lock(&e->mu);
+  o->next = e->orphans;
+  e->orphans = o;
+  e->orphan_at = dl_now_ms() + 500;
+  pthread_mutex_unlock(&e->mu);
+}
+
+static void *watcher_main(void *arg) {
+  dl_etcd *e = arg;
+  for (;;) {
+    pthread_mutex_lock(&e->mu);
+    if (e->watcher_stop) {
+      pthread_mutex_unlock(&e->mu);
+      break;
+    }
+    int64_t now = dl_now_ms();
+    for (etcd_watch **pp = &e->watches; *pp;) {
+      etcd_watch *w = *pp;
+      if (w->stop) {
+        *pp = w->next;
+        watch_free(w);
+        continue;
+      }
+      if (w->h == NULL && now >= w->retry_at) watch_start(e, w);
+      pp = &w->next;
+    }
+    etcd_hold *o = NULL;
+    if (e->orphans && now >= e->orphan_at) {
+      o = e->orphans;
+      e->orphans = o->next;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (o) delete_orphan(e, o);
+    int running;
+    curl_multi_perform(e->multi, &running);
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(e->multi, &left)) != NULL) {
+      if (m->msg != CURLMSG_DONE) continue;
+      etcd_watch *w = NULL;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&w);
+      CURL *h = m->easy_handle;
+      curl_multi_remove_handle(e->multi, h);
+      curl_easy_cleanup(h);
+      if (w == NULL) continue;
+      pthread_mutex_lock(&e->mu);
+      w->h = NULL;
+      w->retry_at = dl_now_ms() + 200;
+      bool stop = w->stop;
+      pthread_mutex_unlock(&e->mu);
+      /* The stream ended (the server, a member gone): the hold is checked
+       * now, and watched again. */
+      if (!stop) notify(e, w->lock);
+    }
+    curl_multi_poll(e->multi, NULL, 0, 200, NULL);
+  }
+  return NULL;
+}
+
+static int start_watcher(dl_etcd *e);
+
+int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h) {
+  etcd_watch *w = calloc(1, sizeof *w);
+  if (w == NULL || (w->lock = dl_strdup(h->lock)) == NULL ||
+      (w->tok = json_tokener_new()) == NULL) {
+    if (w) {
+      free(w->lock);
+      free(w);
+    }
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  w->e = e;
+  char k64[ETCD_KEY_MAX * 2];
+  dl_etcd_b64(h->key, strlen(h->key), k64);
+  /* From the key's creation: a deletion since is heard too. */
+  snprintf(w->body, sizeof w->body,
+           "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
+           "\"}}",
+           k64, h->rev);
+  pthread_mutex_lock(&e->mu);
+  int rc = start_watcher(e);
+  if (rc == 0) {
+    w->next = e->watches;
+    e->watches = w;
+    h->watch = w;
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (rc != 0) {
+    json_tokener_free(w->tok);
+    free(w->lock);
+    free(w);
+    return rc;
+  }
+  curl_multi_wakeup(e->multi);
+  return 0;
+}
+
+/* Starts the watcher thread if it does not run (e->mu held): 0 or a
+ * negative code. */
+static int start_watcher(dl_etcd *e) {
+  int rc = 0;
+  if (!e->watcher_started) {
+    e->multi = curl_multi_init();
+    if (e->multi == NULL ||
+        pthread_create(&e->watcher, NULL, watcher_main, e) != 0) {
+      if (e->multi) curl_multi_cleanup(e->multi);
+      e->multi = NULL;
+      rc = dl_seterr(e->err, DLOCK_ENOMEM, "no watcher thread");
+    } else {
+      e->watcher_started = true;
+    }
+  }
+  return rc;
+}
+
+void dl_etcd_orphan(dl_etcd *e, const char *key, int64_t rev, int64_t lease) {
+  etcd_hold *o = calloc(1, sizeof *o);
+  if (o == NULL || (o->key = dl_strdup(key)) == NULL) {
+    free(o); /* out of memory: the key goes with our session */
+    return;
+  }
+  o->rev = rev;
+  o->lease = lease;
+  pthread_mutex_lock(&e->mu);
+  o->next = e->orphans;
+  e->orphans = o;
+  e->orphan_at = dl_now_ms() + 200;
+  CURLM *m = start_watcher(e) == 0 ? e->multi : NULL;
+  pthread_mutex_unlock(&e->mu);
+  if (m) curl_multi_wakeup(m);
+}
+
+void dl_etcd_unwatch(dl_etcd *e, etcd_watch *w) {
+  if (w == NULL) return;
+  pthread_mutex_lock(&e->mu);
+  w->stop = true;
+  CURLM *m = e->multi;
+  pthread_mutex_unlock(&e->mu);
+  if (m) curl_multi_wakeup(m);
+}
+
+void dl_etcd_watcher_stop(dl_etcd *e) {
+  pthread_mutex_lock(&e->mu);
+  bool started = e->watcher_started;
+  e->watcher_stop = true;
+  pthread_mutex_unlock(&e->mu);
+  if (!started) return;
+  curl_multi_wakeup(e->multi);
+  pthread_join(e->watcher, NULL);
+  while (e->watches) {
+    etcd_watch *w = e->watches;
+    e->watches = w->next;
+    watch_free(w);
+  }
+  curl_multi_cleanup(e->multi);
+  e->multi = NULL;
+  e->watcher_started = false;
+}

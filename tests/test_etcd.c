@@ -1,0 +1,873 @@
+/* test_etcd.c: the etcd test harness (a private single-member server) and
+ * the etcd backend's mutex (the layout of Go's concurrency.Mutex and
+ * `etcdctl lock`) against it, looked at and raced with etcdctl. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* A test that needs a server skips (passes, saying so) where none can run:
+ * scripts/install-deps.sh installs one. */
+#define NEED_ETCD()                                                            \
+  do {                                                                         \
+    if (!th_etcd_available()) {                                                \
+      fprintf(stderr, "    skipped: no etcd server installed\n");              \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
+/* The server starts, says it is healthy, and is gone (process, dir) once
+ * stopped. */
+static void t_etcd_server(void) {
+  NEED_ETCD();
+  th_etcd s;
+  int64_t t0 = th_now_ms();
+  CHECK_RC(th_etcd_start(&s), 0);
+  fprintf(stderr, "    started in %lld ms\n", (long long)(th_now_ms() - t0));
+  char buf[1024], dir[256];
+  CHECK(strstr(th_etcd_get(&s, "/version", buf, sizeof buf), "3.") != NULL);
+  snprintf(dir, sizeof dir, "%s", s.dir);
+  pid_t pid = s.pid;
+  th_etcd_stop(&s);
+  CHECK(kill(pid, 0) != 0);
+  struct stat st;
+  CHECK(stat(dir, &st) != 0);
+}
+
+#ifdef DLOCK_TEST_HAVE_ETCD
+/* Runs `cmd` (sh) and returns its first line of output in buf ("" none). */
+static const char *sh(const char *cmd, char *buf, size_t len) {
+  buf[0] = '\0';
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) return buf;
+  size_t n = fread(buf, 1, len - 1, f);
+  buf[n] = '\0';
+  pclose(f);
+  return buf;
+}
+
+/* etcdctl on s: ETCDCTL_API=3 etcdctl --endpoints E ARGS. */
+static const char *ctl(const th_etcd *s, const char *args, char *buf,
+                       size_t len) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "ETCDCTL_API=3 etcdctl --endpoints %s %s 2>&1",
+           s->endpoint, args);
+  return sh(cmd, buf, len);
+}
+
+static dlock_client *eclient(const th_etcd *s, int64_t lease_ms) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s->url;
+  if (lease_ms > 0) o.watchdog_timeout_ms = lease_ms;
+  dlock_client *c = NULL;
+  if (dlock_client_open(&o, &c) != 0)
+    fprintf(stderr, "    open: %s\n", dlock_client_open_errmsg());
+  return c;
+}
+
+#define SETUP(s)                                                               \
+  NEED_ETCD();                                                                 \
+  th_etcd s;                                                                   \
+  CHECK_RC(th_etcd_start(&s), 0)
+
+/* Acquire and release on Go's layout: the key NAME/<lease in hex>, empty,
+ * on the client's lease (TTL the watchdog lease), its create revision the
+ * token; re-entry counted in the client, one key; the release deletes it. */
+static void t_etcd_layout(void) {
+  SETUP(s);
+  dlock_client *c = eclient(&s, 9000);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "job", "me", &l), 0);
+  uint64_t tok = 0, tok2 = 0;
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok), 0);
+  char buf[4096], key[256];
+  ctl(&s, "get --prefix job/ --keys-only", key, sizeof key);
+  key[strcspn(key, "\n")] = '\0';
+  fprintf(stderr, "    key %s, token %llu\n", key, (unsigned long long)tok);
+  CHECK(strncmp(key, "job/", 4) == 0 && strlen(key) > 4 &&
+        strspn(key + 4, "0123456789abcdef") == strlen(key + 4));
+  char args[512];
+  snprintf(args, sizeof args, "get %s -w json", key);
+  ctl(&s, args, buf, sizeof buf);
+  char want[64];
+  snprintf(want, sizeof want, "\"create_revision\":%llu",
+           (unsigned long long)tok);
+  CHECK(strstr(buf, want) != NULL);
+  CHECK(strstr(buf, "\"value\"") == NULL); /* empty */
+  /* The lease is the key's hex; its TTL the watchdog lease (9 s). */
+  snprintf(args, sizeof args, "lease timetolive %s", key + 4);
+  CHECK(strstr(ctl(&s, args, buf, sizeof buf), "granted with TTL(9s)") != NULL);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok2), 0);
+  CHECK_EQ(tok2, tok);
+  CHECK_EQ(dlock_lock_hold_count(l), 2);
+  CHECK_EQ(dlock_lock_is_held(l), 1);
+  CHECK_EQ(dlock_lock_is_locked(l), 1);
+  uint64_t cur = 0;
+  CHECK_RC(dlock_lock_current_token(l, &cur), 0);
+  CHECK_EQ(cur, tok);
+  CHECK_RC(dlock_lock_release(l), 0);
+  CHECK_EQ(
+      strlen(ctl(&s, "get --prefix job/ --keys-only", buf, sizeof buf)) > 0, 1);
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_EQ(strlen(ctl(&s, "get --prefix job/ --keys-only", buf, sizeof buf)),
+           0);
+  CHECK_EQ(dlock_lock_is_locked(l), 0);
+  CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
+  /* The next hold's token is larger. */
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok2), 0);
+  CHECK(tok2 > tok);
+  CHECK_RC(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+/* Two clients exclude each other: a try without a wait is refused at once,
+ * one with a wait when it runs out (and leaves no key behind), one that
+ * waits gets it when the holder lets go; tokens grow. Two owners of one
+ * client exclude each other too (they share the session's lease). */
+typedef struct waiter {
+  dlock_lock *l;
+  int rc;
+  uint64_t tok;
+  atomic_llong at;
+} waiter;
+
+static void *wait_acquire(void *arg) {
+  waiter *w = arg;
+  w->rc = dlock_lock_try_acquire(w->l, 10000, 0, &w->tok);
+  atomic_store(&w->at, th_now_ms());
+  return NULL;
+}
+
+static void t_etcd_exclusion(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s, 0), *b = eclient(&s, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb, *la2;
+  CHECK_RC(dlock_lock_new(a, "x", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "x", "b", &lb), 0);
+  CHECK_RC(dlock_lock_new(a, "x", "a2", &la2), 0);
+  uint64_t t1 = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &t1), 0);
+  CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_try_acquire(la2, 0, 0, NULL), DLOCK_EBUSY);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(lb, 300, 0, NULL), DLOCK_EBUSY);
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    a wait of 300 ms refused after %lld ms\n",
+          (long long)took);
+  CHECK(took >= 290 && took < 2000);
+  char buf[1024];
+  ctl(&s, "get --prefix x/ --keys-only", buf, sizeof buf);
+  CHECK(strstr(buf, "x/") != NULL && strstr(strstr(buf, "x/") + 1, "x/") ==
+                                         NULL); /* the holder's key alone */
+  waiter w = {.l = lb}, w2 = {.l = la2};
+  pthread_t th, th2;
+  pthread_create(&th, NULL, wait_acquire, &w);
+  th_sleep_ms(200); /* b queues first (not a synchronisation) */
+  pthread_create(&th2, NULL, wait_acquire, &w2);
+  th_sleep_ms(200);
+  CHECK_EQ(atomic_load(&w.at), 0);
+  int64_t rel = th_now_ms();
+  CHECK_RC(dlock_lock_release(la), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(w.rc, 0);
+  fprintf(stderr, "    hand-off to the waiter in %lld ms\n",
+          (long long)(atomic_load(&w.at) - rel));
+  CHECK(w.tok > t1);
+  CHECK_EQ(atomic_load(&w2.at), 0);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  pthread_join(th2, NULL);
+  CHECK_RC(w2.rc, 0);
+  CHECK(w2.tok > w.tok);
+  CHECK_RC(dlock_lock_release(la2), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(la2);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
+/* Contention: 4 clients, 25 cycles each, a counter changed only under the
+ * lock in two steps: never two inside, no update lost, tokens grow. */
+typedef struct racer {
+  const th_etcd *s;
+  atomic_int *inside;
+  int *counter;
+  atomic_int *overlaps;
+  atomic_ullong *last_token;
+  int errors;
+} racer;
+
+static void *race(void *arg) {
+  racer *r = arg;
+  dlock_client *c = eclient(r->s, 0);
+  dlock_lock *l;
+  if (c == NULL || dlock_lock_new(c, "race", "r", &l) != 0) {
+    r->errors++;
+    return NULL;
+  }
+  for (int i = 0; i < 25; i++) {
+    uint64_t tok;
+    if (dlock_lock_acquire(l, 0, &tok) != 0) {
+      r->errors++;
+      continue;
+    }
+    if (atomic_fetch_add(r->inside, 1) != 0) atomic_fetch_add(r->overlaps, 1);
+    if (tok <= atomic_load(r->last_token)) atomic_fetch_add(r->overlaps, 1);
+    atomic_store(r->last_token, tok);
+    int v = *r->counter;
+    th_sleep_ms(1);
+    *r->counter = v + 1;
+    atomic_fetch_sub(r->inside, 1);
+    if (dlock_lock_release(l) != 1) r->errors++;
+  }
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  return NULL;
+}
+
+static void t_etcd_contention(void) {
+  SETUP(s);
+  atomic_int inside = 0, overlaps = 0;
+  atomic_ullong last = 0;
+  int counter = 0;
+  racer r[4];
+  pthread_t th[4];
+  int64_t t0 = th_now_ms();
+  for (int i = 0; i < 4; i++) {
+    r[i] = (racer){&s, &inside, &counter, &overlaps, &last, 0};
+    pthread_create(&th[i], NULL, race, &r[i]);
+  }
+  int errors = 0;
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    errors += r[i].errors;
+  }
+  fprintf(stderr, "    100 contended cycles in %lld ms\n",
+          (long long)(th_now_ms() - t0));
+  CHECK_EQ(errors, 0);
+  CHECK_EQ(atomic_load(&overlaps), 0);
+  CHECK_EQ(counter, 100);
+  th_etcd_stop(&s);
+}
+
+/* A holder SIGKILLed: its lease runs out (TTL 3 s) and its key goes with
+ * it; a waiter then gets the lock, not before. */
+static void t_etcd_holder_killed(void) {
+  SETUP(s);
+  int p[2];
+  CHECK(pipe(p) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(p[0]);
+    dlock_client *c = eclient(&s, 3000);
+    dlock_lock *l;
+    char ok = c && dlock_lock_new(c, "k", "child", &l) == 0 &&
+                      dlock_lock_try_acquire(l, 0, 0, NULL) == 0
+                  ? 'y'
+                  : 'n';
+    if (write(p[1], &ok, 1) != 1) _exit(1);
+    for (;;)
+      pause();
+  }
+  close(p[1]);
+  char ok = 0;
+  CHECK(read(p[0], &ok, 1) == 1);
+  close(p[0]);
+  CHECK_EQ(ok, 'y');
+  dlock_client *c = eclient(&s, 0);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "k", "parent", &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), DLOCK_EBUSY);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(l, 15000, 0, NULL), 0);
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    the dead holder's lease freed it after %lld ms\n",
+          (long long)took);
+  CHECK(took >= 1000 && took < 8000);
+  CHECK_RC(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+/* A waiter whose wait outlasts its lease's TTL (3 s) keeps its lease,
+ * and so its key and its place, alive: it gets the lock when the holder
+ * lets go after 5 s, and the holder's fixed lease is its own (2 s, not
+ * renewed: the key goes when it ends). */
+static void t_etcd_long_wait(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s, 3000), *b = eclient(&s, 3000);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "long", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "long", "b", &lb), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  waiter w = {.l = lb};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_acquire, &w);
+  th_sleep_ms(5000); /* the hold's length: the scenario itself */
+  CHECK_EQ(atomic_load(&w.at), 0);
+  CHECK_RC(dlock_lock_release(la), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(w.rc, 0);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  /* A fixed lease of 2 s: freed by its end, the waiter gets it then. */
+  uint64_t t1 = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 2000, &t1), 0);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(lb, 10000, 0, NULL), 0);
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    a fixed lease of 2 s freed it after %lld ms\n",
+          (long long)took);
+  CHECK(took >= 1500 && took < 5000);
+  CHECK_EQ(dlock_lock_is_lost(la), 1);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
+/* dlock_client_shutdown ends a wait in progress at once (DLOCK_ECLOSED),
+ * and the waiter's key goes with it (the client's lease is revoked at
+ * the close). */
+static void t_etcd_shutdown_waiter(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s, 0), *b = eclient(&s, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "sd", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "sd", "b", &lb), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  waiter w = {.l = lb};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_acquire, &w);
+  char buf[1024];
+  int64_t end = th_now_ms() + 5000; /* until the waiter's key is there */
+  while (th_now_ms() < end) {
+    ctl(&s, "get --prefix sd/ --keys-only", buf, sizeof buf);
+    char *x = strstr(buf, "sd/");
+    if (x && strstr(x + 1, "sd/")) break;
+    th_sleep_ms(10);
+  }
+  int64_t t0 = th_now_ms();
+  dlock_client_shutdown(b);
+  pthread_join(th, NULL);
+  int64_t took = atomic_load(&w.at) - t0;
+  fprintf(stderr, "    the wait ended %lld ms after the shutdown\n",
+          (long long)took);
+  CHECK_RC(w.rc, DLOCK_ECLOSED);
+  CHECK(took < 500);
+  dlock_lock_free(lb);
+  dlock_client_close(b);
+  ctl(&s, "get --prefix sd/ --keys-only", buf, sizeof buf);
+  char *x = strstr(buf, "sd/");
+  CHECK(x != NULL && strstr(x + 1, "sd/") == NULL); /* the holder's alone */
+  CHECK_RC(dlock_lock_release(la), 1);
+  dlock_lock_free(la);
+  dlock_client_close(a);
+  th_etcd_stop(&s);
+}
+
+/* A 3-member cluster, the member the clients talk to killed: the holder
+ * keeps its hold (its watch and renewals move to another member, no loss
+ * reported), the waiter keeps waiting, and gets the lock at the release;
+ * the tokens still grow. The member restarted rejoins. */
+static void t_etcd_cluster_member_killed(void) {
+  NEED_ETCD();
+  th_etcd m[3];
+  char url[256];
+  CHECK_RC(th_etcd_cluster_start(m, url, sizeof url), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.watchdog_timeout_ms = 6000;
+  dlock_client *a, *b;
+  CHECK_RC(dlock_client_open(&o, &a), 0);
+  CHECK_RC(dlock_client_open(&o, &b), 0);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "cl", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "cl", "b", &lb), 0);
+  uint64_t t1 = 0;
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &t1), 0);
+  waiter w = {.l = lb};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_acquire, &w);
+  th_sleep_ms(300);             /* b's key and watch in place (the scenario) */
+  th_etcd_kill(&m[0], SIGKILL); /* the first endpoint: both clients' */
+  /* Two renewal rounds (lease/3 = 2 s each) on the other members. */
+  th_sleep_ms(4500);
+  CHECK_EQ(dlock_lock_is_lost(la), 0);
+  CHECK_EQ(dlock_lock_is_held(la), 1);
+  CHECK_EQ(atomic_load(&w.at), 0);
+  CHECK_RC(dlock_lock_release(la), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(w.rc, 0);
+  CHECK(w.tok > t1);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  CHECK_RC(th_etcd_restart(&m[0]), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(la), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  for (int i = 0; i < 3; i++)
+    th_etcd_stop(&m[i]);
+}
+
+/* The server paused past the lease (TTL 3 s): the hold is reported lost
+ * (no renewal confirmed in time); the same owner can take the lock again
+ * afterwards without a release in between (its stale hold does not keep
+ * it waiting on itself), and so can another owner of the client once the
+ * first releases (DLOCK_ELOST). */
+static void t_etcd_paused_server(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s, 3000);
+  CHECK(a != NULL);
+  dlock_lock *la, *la2;
+  CHECK_RC(dlock_lock_new(a, "pz", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(a, "pz", "a2", &la2), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  th_etcd_kill(&s, SIGSTOP);
+  int64_t end = th_now_ms() + 8000;
+  while (dlock_lock_is_lost(la) != 1 && th_now_ms() < end)
+    th_sleep_ms(20);
+  th_sleep_ms(500); /* past the server's TTL too */
+  th_etcd_kill(&s, SIGCONT);
+  CHECK_EQ(dlock_lock_is_lost(la), 1);
+  CHECK_RC(dlock_lock_try_acquire(la, 5000, 0, NULL), 0);
+  CHECK_EQ(dlock_lock_is_lost(la), 0);
+  CHECK_RC(dlock_lock_try_acquire(la2, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release(la), 1);
+  CHECK_RC(dlock_lock_try_acquire(la2, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(la2), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(la2);
+  dlock_client_close(a);
+  th_etcd_stop(&s);
+}
+
+/* A release that gets no answer (the server paused past the command
+ * timeout) fails, and its key is deleted later, at its revision, once the
+ * server answers again: another client gets the lock then, not when the
+ * releasing client's session ends. */
+static void t_etcd_release_orphan(void) {
+  SETUP(s);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  o.command_timeout_ms = 300;
+  dlock_client *a, *b = eclient(&s, 0);
+  CHECK_RC(dlock_client_open(&o, &a), 0);
+  CHECK(b != NULL);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "or", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "or", "b", &lb), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  th_etcd_kill(&s, SIGSTOP);
+  int rc = dlock_lock_release(la);
+  fprintf(stderr, "    release with the server paused: %s\n",
+          dlock_err_name(rc));
+  CHECK(rc < 0);
+  th_sleep_ms(200); /* the paused request's connection is gone by now */
+  th_etcd_kill(&s, SIGCONT);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(lb, 10000, 0, NULL), 0);
+  fprintf(stderr, "    the other client got it %lld ms after the resume\n",
+          (long long)(th_now_ms() - t0));
+  CHECK(th_now_ms() - t0 < 5000);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
+/* Leader election on Go's concurrency.Election layout: one leader at a
+ * time, the next one in line takes over within 100 ms when it leaves,
+ * `etcdctl elect -l` sees dlock's leader's id, and dlock and `etcdctl
+ * elect` wait for each other's leader, both ways; dlock elect stops its
+ * command when its key is deleted. */
+static void t_etcd_leader(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s, 0), *b = eclient(&s, 0);
+  CHECK(a && b);
+  dlock_leader *one, *two;
+  CHECK_RC(dlock_leader_new(a, "el", "one", &one), 0);
+  CHECK_RC(dlock_leader_new(b, "el", "two", &two), 0);
+  CHECK_RC(dlock_leader_start(one), 0);
+  CHECK_RC(dlock_leader_try_await(one, 5000), 0);
+  CHECK_RC(dlock_leader_start(two), 0);
+  CHECK_RC(dlock_leader_try_await(two, 300), DLOCK_EBUSY);
+  char buf[1024], cur[64];
+  CHECK_EQ(dlock_leader_get_current(two, cur, sizeof cur), 1);
+  CHECK(strcmp(cur, "one") == 0);
+  uint64_t t1 = 0, t2 = 0;
+  CHECK_RC(dlock_leader_token(one, &t1), 0);
+  CHECK(t1 > 0);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 timeout 1 etcdctl --endpoints %s elect -l el",
+           s.endpoint);
+  CHECK(strstr(sh(cmd, buf, sizeof buf), "\none\n") != NULL);
+  int64_t t0 = th_now_ms();
+  dlock_leader_free(one);
+  CHECK_RC(dlock_leader_try_await(two, 5000), 0);
+  fprintf(stderr, "    the next leader took over after %lld ms\n",
+          (long long)(th_now_ms() - t0));
+  CHECK(th_now_ms() - t0 < 100);
+  CHECK_RC(dlock_leader_token(two, &t2), 0);
+  CHECK(t2 > t1);
+  /* etcdctl elect campaigns behind dlock's leader, and leads once it
+   * leaves. */
+  char led[300];
+  snprintf(led, sizeof led, "%s/led", s.dir);
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 exec etcdctl --endpoints %s elect el gogo > %s",
+           s.endpoint, led);
+  pid_t pid = th__spawn(cmd);
+  th_sleep_ms(500); /* it campaigns (not a synchronisation: checked) */
+  snprintf(cmd, sizeof cmd, "cat %s", led);
+  CHECK(strstr(sh(cmd, buf, sizeof buf), "gogo") == NULL);
+  dlock_leader_free(two);
+  int64_t end = th_now_ms() + 5000;
+  while (strstr(sh(cmd, buf, sizeof buf), "gogo") == NULL && th_now_ms() < end)
+    th_sleep_ms(10);
+  CHECK(strstr(buf, "gogo") != NULL);
+  /* Now dlock waits behind etcdctl's leader. */
+  dlock_leader *three;
+  CHECK_RC(dlock_leader_new(a, "el", "three", &three), 0);
+  CHECK_RC(dlock_leader_start(three), 0);
+  CHECK_RC(dlock_leader_try_await(three, 300), DLOCK_EBUSY);
+  CHECK_EQ(dlock_leader_get_current(three, cur, sizeof cur), 1);
+  CHECK(strcmp(cur, "gogo") == 0);
+  kill(pid, SIGINT); /* etcdctl resigns (its session closes) */
+  waitpid(pid, NULL, 0);
+  t0 = th_now_ms();
+  CHECK_RC(dlock_leader_try_await(three, 15000), 0);
+  fprintf(stderr, "    dlock led %lld ms after etcdctl elect's SIGINT\n",
+          (long long)(th_now_ms() - t0));
+  dlock_leader_free(three);
+  /* dlock elect runs its command while it leads; the leader's key deleted
+   * by hand stops it as lost (exit 76). */
+  snprintf(cmd, sizeof cmd,
+           "%s -u %s elect el2 -- sh -c 'echo leading; sleep 30' "
+           "2>/dev/null; echo rc=$?",
+           DLOCK_CLI_PATH, s.url);
+  FILE *f = popen(cmd, "r");
+  CHECK(f != NULL);
+  CHECK(fgets(buf, sizeof buf, f) != NULL && strcmp(buf, "leading\n") == 0);
+  ctl(&s, "del --prefix el2/", cur, sizeof cur);
+  CHECK(fgets(buf, sizeof buf, f) != NULL && strcmp(buf, "rc=76\n") == 0);
+  pclose(f);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
+typedef struct lost_seen {
+  atomic_llong at;
+  atomic_int lost_then;
+} lost_seen;
+
+static void on_lost_at(dlock_lock *l, const char *owner, void *ud) {
+  (void)owner;
+  lost_seen *s = ud;
+  atomic_store(&s->lost_then, dlock_lock_is_lost(l));
+  atomic_store(&s->at, th_now_ms());
+}
+
+static long long heard_after(lost_seen *s, int64_t t0) {
+  int64_t end = t0 + 5000;
+  while (atomic_load(&s->at) == 0 && th_now_ms() < end)
+    th_sleep_ms(1);
+  long long at = atomic_load(&s->at);
+  return at ? at - t0 : -1;
+}
+
+/* A force release (the holder's key deleted at its revision) is heard by
+ * the holder within 100 ms, through the watch on its own key; so is an
+ * `etcdctl del` of the key and a revoke of the lease. */
+static void t_etcd_force_heard(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s, 0), *b = eclient(&s, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "fr", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "fr", "b", &lb), 0);
+  lost_seen ls = {0};
+  dlock_lock_on_lost(la, on_lost_at, &ls);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  CHECK_EQ(dlock_lock_force_release(lb), 1);
+  int64_t t0 = th_now_ms();
+  long long ms = heard_after(&ls, t0);
+  fprintf(stderr, "    force release heard after %lld ms\n", ms);
+  CHECK(ms >= 0 && ms < 100);
+  CHECK_EQ(atomic_load(&ls.lost_then), 1);
+  CHECK_EQ(dlock_lock_is_lost(la), 1);
+  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  CHECK_EQ(dlock_lock_force_release(lb), 0); /* nothing there */
+  /* etcdctl del of the key. */
+  lost_seen l2 = {0};
+  dlock_lock_on_lost(la, on_lost_at, &l2);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  char buf[512];
+  t0 = th_now_ms();
+  ctl(&s, "del --prefix fr/", buf, sizeof buf);
+  ms = heard_after(&l2, t0);
+  fprintf(stderr,
+          "    etcdctl del heard after %lld ms (etcdctl's run "
+          "included)\n",
+          ms);
+  CHECK(ms >= 0 && ms < 1000);
+  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  /* A key of no mutex under the prefix: refused, untouched. */
+  ctl(&s, "put fr/other x", buf, sizeof buf);
+  CHECK_RC(dlock_lock_force_release(lb), DLOCK_EWRONGTYPE);
+  CHECK(strstr(ctl(&s, "get fr/other --print-value-only", buf, sizeof buf),
+               "x") != NULL);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
+/* etcdctl lock and dlock exclude each other on the same name, both ways,
+ * and each wakes the other. */
+static void t_etcd_etcdctl_interop(void) {
+  SETUP(s);
+  char cmd[1024], buf[512];
+  /* etcdctl holds for 1.5 s. */
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 exec etcdctl --endpoints %s lock shared -- "
+           "sh -c 'echo held > %s/held; sleep 1.5' >/dev/null 2>&1",
+           s.endpoint, s.dir);
+  char held[300];
+  snprintf(held, sizeof held, "%s/held", s.dir);
+  pid_t pid = th__spawn(cmd);
+  CHECK(pid > 0);
+  int64_t end = th_now_ms() + 10000;
+  while (access(held, F_OK) != 0 && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK(access(held, F_OK) == 0);
+  dlock_client *c = eclient(&s, 0);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "shared", "me", &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), DLOCK_EBUSY);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(l, 10000, 0, NULL), 0);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  fprintf(stderr, "    dlock got it from etcdctl after %lld ms\n",
+          (long long)(th_now_ms() - t0));
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  /* dlock holds: etcdctl lock waits (killed by timeout), then gets it
+   * once dlock lets go. */
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 timeout 1 etcdctl --endpoints %s lock shared "
+           "echo GOT; echo rc=$?",
+           s.endpoint);
+  CHECK(strstr(sh(cmd, buf, sizeof buf), "rc=124") != NULL);
+  CHECK(strstr(buf, "GOT") == NULL);
+  snprintf(cmd, sizeof cmd,
+           "ETCDCTL_API=3 exec etcdctl --endpoints %s lock shared -- "
+           "sh -c 'echo got > %s/got' >/dev/null 2>&1",
+           s.endpoint, s.dir);
+  char got[300];
+  snprintf(got, sizeof got, "%s/got", s.dir);
+  pid = th__spawn(cmd);
+  th_sleep_ms(300); /* it waits (not a synchronisation: checked below) */
+  CHECK(access(got, F_OK) != 0);
+  CHECK_RC(dlock_lock_release(l), 1);
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CHECK(access(got, F_OK) == 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+/* dlock -u etcd://... run NAME -- cmd: runs it under the lock with its
+ * token; a second run with -w 0 meanwhile exits 75; status shows the
+ * holder, and a force release or an etcdctl del stops the holder's
+ * command as lost (exit 76). */
+static void t_etcd_cli_run(void) {
+  SETUP(s);
+  char cmd[1024], buf[512];
+  snprintf(cmd, sizeof cmd,
+           "%s -u %s run job -- sh -c 'echo token=$DLOCK_TOKEN; "
+           "%s -u %s run -w 0 job -- true; echo inner=$?' 2>/dev/null; "
+           "echo rc=$?",
+           DLOCK_CLI_PATH, s.url, DLOCK_CLI_PATH, s.url);
+  sh(cmd, buf, sizeof buf);
+  fprintf(stderr, "    %s", buf);
+  CHECK(strstr(buf, "token=") != NULL && strstr(buf, "token=\n") == NULL);
+  CHECK(strstr(buf, "inner=75") != NULL);
+  CHECK(strstr(buf, "rc=0") != NULL);
+  CHECK_EQ(strlen(ctl(&s, "get --prefix job/ --keys-only", buf, sizeof buf)),
+           0);
+  /* status shows the holder; release --force stops the holder's COMMAND
+   * as lost (exit 76), within a second; so does an etcdctl del. */
+  for (int way = 0; way < 2; way++) {
+    char done[300];
+    snprintf(done, sizeof done, "%s/done%d", s.dir, way);
+    snprintf(cmd, sizeof cmd, "%s -u %s run job -- sleep 30; echo $? > %s",
+             DLOCK_CLI_PATH, s.url, done);
+    pid_t pid = th__spawn(cmd);
+    CHECK(pid > 0);
+    snprintf(cmd, sizeof cmd, "%s -u %s status job; echo rc=$?", DLOCK_CLI_PATH,
+             s.url);
+    int64_t end = th_now_ms() + 10000;
+    while (strstr(sh(cmd, buf, sizeof buf), "rc=0") == NULL &&
+           th_now_ms() < end)
+      th_sleep_ms(20);
+    CHECK(strstr(buf, "held by") != NULL && strstr(buf, "token:") != NULL);
+    int64_t t0 = th_now_ms();
+    if (way == 0) {
+      snprintf(cmd, sizeof cmd, "%s -u %s release --force job; echo rc=$?",
+               DLOCK_CLI_PATH, s.url);
+      CHECK(strstr(sh(cmd, buf, sizeof buf), "rc=0") != NULL);
+    } else {
+      ctl(&s, "del --prefix job/", buf, sizeof buf);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    fprintf(stderr, "    %s: run ended after %lld ms\n",
+            way ? "etcdctl del" : "release --force",
+            (long long)(th_now_ms() - t0));
+    CHECK(th_now_ms() - t0 < 1500);
+    snprintf(cmd, sizeof cmd, "cat %s", done);
+    CHECK(strcmp(sh(cmd, buf, sizeof buf), "76\n") == 0);
+  }
+  th_etcd_stop(&s);
+}
+
+/* What is not built yet says so: DLOCK_ENOTSUP naming etcd and the kind;
+ * bad URLs are refused at the open. */
+static void t_etcd_enotsup(void) {
+  SETUP(s);
+  dlock_client *c = eclient(&s, 0);
+  CHECK(c != NULL);
+  dlock_rwlock *rw;
+  CHECK_RC(dlock_rwlock_new(c, "rw", "me", &rw), 0);
+  CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 0, 0, NULL),
+           DLOCK_ENOTSUP);
+  CHECK(strstr(dlock_client_errmsg(c), "etcd") != NULL);
+  CHECK(strstr(dlock_client_errmsg(c), "read-write lock") != NULL);
+  dlock_rwlock_free(rw);
+  dlock_lock *p;
+  CHECK_RC(dlock_plainlock_new(c, "p", "me", &p), 0);
+  CHECK_RC(dlock_lock_try_acquire(p, 0, 0, NULL), DLOCK_ENOTSUP);
+  CHECK(strstr(dlock_client_errmsg(c), "plain") != NULL);
+  dlock_lock_free(p);
+  dlock_semaphore *sem;
+  int rc = dlock_semaphore_new(c, "sem", &sem);
+  if (rc == 0) {
+    CHECK_RC(dlock_semaphore_try_acquire(sem, 1, 0), DLOCK_ENOTSUP);
+    CHECK(strstr(dlock_client_errmsg(c), "etcd") != NULL);
+    dlock_semaphore_free(sem);
+  }
+  dlock_client_close(c);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = "etcds://127.0.0.1:2379";
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ENOTSUP);
+  o.url = "etcd://user:pw@127.0.0.1:2379";
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+  o.url = "etcd:///app";
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+  /* Nobody there: the open fails, naming it. */
+  char url[64];
+  snprintf(url, sizeof url, "etcd://127.0.0.1:%d", th_free_port());
+  o.url = url;
+  o.connect_timeout_ms = 500;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
+  CHECK(strstr(dlock_client_open_errmsg(), "127.0.0.1") != NULL);
+  th_etcd_stop(&s);
+}
+
+static int collect(const char *name, void *ud) {
+  char *buf = ud;
+  strcat(buf, name);
+  strcat(buf, ";");
+  return 0;
+}
+
+/* A URL prefix: etcd://HOST/app puts lock NAME at app/NAME/<lease>, as
+ * `etcdctl lock app/NAME` does; a second endpoint that is down is skipped;
+ * the scan (dlock list) lists the held names under the prefix. */
+static void t_etcd_prefix(void) {
+  SETUP(s);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  char url[160];
+  snprintf(url, sizeof url, "etcd://127.0.0.1:%d,%s/app", th_free_port(),
+           s.endpoint);
+  o.url = url;
+  dlock_client *c;
+  CHECK_RC(dlock_client_open(&o, &c), 0);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "n", "me", &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  char buf[512];
+  CHECK(strncmp(ctl(&s, "get --prefix app/n/ --keys-only", buf, sizeof buf),
+                "app/n/", 6) == 0);
+  /* The scan (dlock list) finds the held names under the prefix alone,
+   * once each, by glob. */
+  dlock_lock *l2;
+  CHECK_RC(dlock_lock_new(c, "m", "me", &l2), 0);
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), 0);
+  ctl(&s, "put n2 x", buf, sizeof buf);    /* outside the prefix */
+  ctl(&s, "put app/x y", buf, sizeof buf); /* no mutex's key */
+  char names[256] = "";
+  CHECK_EQ(dlock_client_scan_locks(c, NULL, collect, names), 2);
+  CHECK(strcmp(names, "m;n;") == 0);
+  names[0] = '\0';
+  CHECK_EQ(dlock_client_scan_locks(c, "n*", collect, names), 1);
+  CHECK(strcmp(names, "n;") == 0);
+  CHECK_RC(dlock_lock_release(l2), 1);
+  dlock_lock_free(l2);
+  CHECK_RC(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout), T_BARE(t_etcd_exclusion),
+        T_BARE(t_etcd_contention), T_BARE(t_etcd_holder_killed),
+        T_BARE(t_etcd_long_wait), T_BARE(t_etcd_shutdown_waiter),
+        T_BARE(t_etcd_cluster_member_killed), T_BARE(t_etcd_paused_server),
+        T_BARE(t_etcd_release_orphan), T_BARE(t_etcd_leader),
+        T_BARE(t_etcd_force_heard), T_BARE(t_etcd_etcdctl_interop),
+        T_BARE(t_etcd_cli_run), T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
+#else
+/* etcd:// without libcurl and json-c: DLOCK_ENOTSUP saying why. */
+static void t_etcd_url_enotsup(void) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = "etcd://127.0.0.1:2379/app";
+  dlock_client *c = (dlock_client *)1;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ENOTSUP);
+  CHECK(c == NULL);
+  CHECK(strstr(dlock_client_open_errmsg(), "libcurl") != NULL);
+}
+
+TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_url_enotsup))
+#endif

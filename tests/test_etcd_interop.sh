@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# test_etcd_interop.sh: dlock's etcd mutex against etcd's own Go client
+# (clientv3/concurrency Mutex from Debian's etcd 3.4 sources,
+# tests/interop/etcd/etcdpeer.go built in GOPATH mode from Debian's
+# packages alone), both ways: each excludes the other on the same name and
+# is woken by the other's release; and concurrency.Election against dlock
+# elect, both ways. Needs go, golang-etcd-server-dev and
+# etcd (scripts/install-deps.sh installs them; this test installs
+# nothing); starts a private single-member etcd.
+#   tests/test_etcd_interop.sh DLOCK_BINARY
+set -uo pipefail
+dlock=$1
+here=$(cd "$(dirname "$0")" && pwd)
+gocode=/usr/share/gocode
+
+if [[ $("$dlock" -u etcd://127.0.0.1:1 status x 2>&1) == *libcurl* ]]; then
+  echo "skipped: this dlock was built without libcurl and json-c"; exit 0
+fi
+if ! command -v go >/dev/null || ! command -v etcd >/dev/null ||
+   [[ ! -d $gocode/src/go.etcd.io/etcd/clientv3 ]]; then
+  echo "FAIL: go, etcd's Go sources or etcd missing (scripts/install-deps.sh" \
+    "installs golang-go, golang-etcd-server-dev, etcd-server)"
+  exit 1
+fi
+
+work=$(mktemp -d /tmp/dlock-etcd-interop.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$work"/*.out; do echo "== $f"; cat "$f"; done; exit 1; }
+
+mkdir -p "$work/src/etcdpeer"
+cp "$here/interop/etcd/etcdpeer.go" "$work/src/etcdpeer/main.go"
+(cd "$work" && GO111MODULE=off GOPATH="$work:$gocode" GOFLAGS= \
+  GOCACHE="$work/cache" go build -o "$work/etcdpeer" etcdpeer) ||
+  fail "go build"
+peer=$work/etcdpeer
+
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(freeport)
+pport=$(freeport)
+ep=127.0.0.1:$port
+url=etcd://$ep
+etcd --name n1 --data-dir "$work/data" \
+  --listen-client-urls "http://$ep" --advertise-client-urls "http://$ep" \
+  --listen-peer-urls "http://127.0.0.1:$pport" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+  --initial-cluster "n1=http://127.0.0.1:$pport" \
+  --log-level error --logger zap >"$work/etcd.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 200); do
+  curl -s -m 1 "http://$ep/health" 2>/dev/null | grep -q '"health":"true"' && break
+  sleep 0.05
+done
+curl -s -m 1 "http://$ep/health" | grep -q '"health":"true"' || fail "etcd did not start"
+
+# waitfor FILE TEXT: until FILE contains TEXT (10 s at most).
+waitfor() {
+  for _ in $(seq 1000); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.01; done
+  return 1
+}
+
+# 1. Go holds (2 s): dlock is refused at once, and a waiting dlock gets
+# the lock once Go lets go (not before).
+"$peer" hold "$ep" shared 2 >"$work/hold.out" 2>&1 &
+pids+=($!)
+waitfor "$work/hold.out" "^held" || fail "the Go peer did not take the lock"
+"$dlock" -u "$url" run -w 0 shared -- true 2>/dev/null
+[[ $? -eq 75 ]] || fail "dlock took the lock the Go client holds"
+"$dlock" -u "$url" run -w 10s shared -- sh -c \
+  "grep -q released '$work/hold.out' && echo after-go-released" \
+  >"$work/dlock1.out" 2>&1 || fail "dlock did not get the lock after Go"
+grep -q after-go-released "$work/dlock1.out" ||
+  fail "dlock held the lock while the Go client still did"
+echo "ok: Go holds, dlock refused then woken by Go's release"
+
+# 2. dlock holds (1.5 s): Go waits, and gets it once dlock lets go.
+"$dlock" -u "$url" run shared -- sh -c "echo held >'$work/dl.out'; sleep 1.5" &
+pids+=($!)
+waitfor "$work/dl.out" held || fail "dlock did not take the lock"
+start=$(date +%s%N)
+"$peer" wait "$ep" shared 10 >"$work/wait.out" 2>&1 || fail "the Go peer's wait"
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+grep -q "^held" "$work/wait.out" || fail "the Go peer did not get the lock"
+(( ms >= 900 )) || fail "the Go peer got the lock after $ms ms, while dlock held it"
+echo "ok: dlock holds, Go waits $ms ms and is woken by dlock's release ($(cat "$work/wait.out"))"
+
+# 3. A Go waiter and a dlock waiter queue behind a Go holder in order
+# (FIFO by create revision): the dlock waiter came second, gets it second.
+"$peer" hold "$ep" line 1 >"$work/h2.out" 2>&1 &
+pids+=($!)
+waitfor "$work/h2.out" "^held" || fail "Go holder"
+"$peer" wait "$ep" line 10 >"$work/w2.out" 2>&1 &
+pids+=($!)
+sleep 0.3 # the Go waiter's key goes first (ordering of the scenario)
+"$dlock" -u "$url" run -w 10s line -- sh -c "cat '$work/w2.out'" \
+  >"$work/dlock3.out" 2>&1 || fail "dlock waiter"
+grep -q "^held" "$work/dlock3.out" ||
+  fail "dlock got the lock before the Go waiter queued ahead of it"
+echo "ok: Go holder, Go waiter, dlock waiter: served in order"
+# 4. Elections (concurrency.Election): Go leads (2 s), dlock elect leads
+# only after Go resigned; dlock leads (1.5 s), Go's Campaign wins only after.
+"$peer" elect "$ep" el go-leader 2 >"$work/e1.out" 2>&1 &
+pids+=($!)
+waitfor "$work/e1.out" "^leader" || fail "the Go peer did not lead"
+"$dlock" -u "$url" elect el -- sh -c \
+  "grep -q resigned '$work/e1.out' && echo after-go-resigned" \
+  >"$work/delect.out" 2>&1 || fail "dlock elect"
+grep -q after-go-resigned "$work/delect.out" ||
+  fail "dlock led while the Go client still did"
+"$dlock" -u "$url" elect el -- sh -c "echo led >'$work/dl2.out'; sleep 1.5" &
+pids+=($!)
+waitfor "$work/dl2.out" led || fail "dlock did not lead"
+start=$(date +%s%N)
+"$peer" elect "$ep" el go2 0 >"$work/e2.out" 2>&1 || fail "the Go campaign"
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+grep -q "^leader" "$work/e2.out" || fail "the Go peer did not lead"
+(( ms >= 900 )) || fail "the Go peer led after $ms ms, while dlock led"
+echo "ok: elections: Go leads, dlock after; dlock leads, Go after $ms ms"
+echo "PASS"
