@@ -142,3 +142,25 @@ bool cf_run_until(dlock_loop *lp, const int *flag, int timeout_ms) {
   }
   return true;
 }
+
+static void *bg_main(void *arg) {
+  cf_bg *b = arg;
+  b->rc = b->fn(b->arg);
+  b->at = th_now_ms();
+  return NULL;
+}
+
+int cf_bg_start(cf_bg *b, int (*fn)(void *), void *arg) {
+  b->fn = fn;
+  b->arg = arg;
+  b->at = 0;
+  return pthread_create(&b->t, NULL, bg_main, b);
+}
+
+void cf_bg_join(cf_bg *b) {
+  pthread_join(b->t, NULL);
+}
+
+int64_t cf_wake_ms(void) {
+  return cf_has(DL_FEAT_WAIT_NOTIFY) ? 100 : 1000;
+}

@@ -11,6 +11,7 @@
 #include "dlock_async.h"
 #include "harness.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -115,5 +116,22 @@ typedef struct cf_got {
 void cf_done(int rc, uint64_t token, const char *errmsg, void *ud);
 /* Runs lp until *flag is non-zero or timeout_ms passes: whether it is. */
 bool cf_run_until(dlock_loop *lp, const int *flag, int timeout_ms);
+
+/* A call made on a thread of its own (a waiter): cf_bg_start runs
+ * fn(arg), storing its result and when it returned; cf_bg_join waits for
+ * it. The caller then times the action that should have woken it. */
+typedef struct cf_bg {
+  int (*fn)(void *arg);
+  void *arg;
+  int rc;
+  int64_t at;
+  pthread_t t;
+} cf_bg;
+int cf_bg_start(cf_bg *b, int (*fn)(void *), void *arg);
+void cf_bg_join(cf_bg *b);
+/* How long a waiter may take to be woken by the action that frees it:
+ * 100 ms where the server wakes waiters (DL_FEAT_WAIT_NOTIFY), else a
+ * second. */
+int64_t cf_wake_ms(void);
 
 #endif
