@@ -11,23 +11,6 @@
     for (dl_feature k = cf_lock_kinds[k##_i];                                  \
          cf_has(DL_FEAT_LOOP) && cf_has(k); k = DL_FEAT_COUNT)
 
-typedef struct fix {
-  dlock_loop *lp;
-  dlock_client *c;
-} fix;
-
-static int fix_open(fix *f, int64_t watchdog_ms) {
-  memset(f, 0, sizeof *f);
-  int rc = dlock_loop_new(NULL, &f->lp);
-  if (rc == 0) rc = cf_client_async(f->lp, watchdog_ms, &f->c);
-  return rc;
-}
-
-static void fix_close(fix *f) {
-  dlock_client_close(f->c);
-  dlock_loop_free(f->lp);
-}
-
 /* ---- exclusion: handles of their own taking turns ---- */
 enum { HANDLES = 3, ROUNDS = 10 };
 typedef struct turn {
@@ -68,8 +51,8 @@ static void t_async_exclusion(void) {
   CF_NEEDS_SERVER();
   FOR_KINDS(k) {
     if (k == DL_FEAT_READ) continue; /* readers share */
-    fix f;
-    CHECK_RC(fix_open(&f, 0), 0);
+    cf_fix f;
+    CHECK_RC(cf_fix_open(&f, 0), 0);
     char name[64];
     cf_name(name, sizeof name, dl_feature_name(k));
     cf_fence *fence = cf_fence_new();
@@ -94,15 +77,15 @@ static void t_async_exclusion(void) {
     CHECK_EQ(atomic_load(&fence->stale), 0);
     CHECK_EQ(atomic_load(&fence->count), HANDLES * ROUNDS);
     cf_fence_free(fence);
-    fix_close(&f);
+    cf_fix_close(&f);
   }
 }
 
 /* A try with a wait gives up within wait_ms plus one command timeout. */
 static void t_async_try_wait(void) {
   CF_NEEDS_SERVER();
-  fix f;
-  CHECK_RC(fix_open(&f, 0), 0);
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 0), 0);
   FOR_KINDS(k) {
     char name[64];
     cf_name(name, sizeof name, dl_feature_name(k));
@@ -115,13 +98,14 @@ static void t_async_try_wait(void) {
     CHECK_RC(g.rc, 0);
     g = (cf_got){0};
     int64_t t0 = th_now_ms();
-    CHECK_RC(dlock_lock_acquire_async(w.l, 300, 10000, cf_done, &g, NULL), 0);
-    CHECK(cf_run_until(f.lp, &g.calls, 300 + 2 * CF_CMD_MS));
+    CHECK_RC(
+        dlock_lock_acquire_async(w.l, CF_WAIT_MS, 10000, cf_done, &g, NULL), 0);
+    CHECK(cf_run_until(f.lp, &g.calls, CF_WAIT_MS + 2 * CF_CMD_MS));
     int64_t took = th_now_ms() - t0;
-    fprintf(stderr, "    %s: a wait of 300 ms gave up after %lld ms\n",
-            dl_feature_name(k), (long long)took);
+    fprintf(stderr, "    %s: a wait of %d ms gave up after %lld ms\n",
+            dl_feature_name(k), CF_WAIT_MS, (long long)took);
     CHECK_RC(g.rc, DLOCK_EBUSY);
-    CHECK(took >= 290 && took <= 300 + CF_CMD_MS);
+    CHECK(cf_in_time(took, CF_WAIT_MS, 10));
     g = (cf_got){0};
     CHECK_RC(dlock_lock_release_async(h.l, cf_done, &g, NULL), 0);
     CHECK(cf_run_until(f.lp, &g.calls, 3000));
@@ -129,7 +113,7 @@ static void t_async_try_wait(void) {
     cf_lock_free(&h);
     cf_lock_free(&w);
   }
-  fix_close(&f);
+  cf_fix_close(&f);
 }
 
 /* A fixed lease running out frees the lock; the holder's release then
@@ -137,8 +121,8 @@ static void t_async_try_wait(void) {
 static void t_async_lease_expiry(void) {
   CF_NEEDS_SERVER();
   if (!cf_has(DL_FEAT_LEASE)) return;
-  fix f;
-  CHECK_RC(fix_open(&f, 0), 0);
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 0), 0);
   FOR_KINDS(k) {
     char name[64];
     cf_name(name, sizeof name, dl_feature_name(k));
@@ -147,7 +131,8 @@ static void t_async_lease_expiry(void) {
     CHECK_RC(cf_lock_new(f.c, cf_rival(k), name, "next", &w), 0);
     cf_got g = {0}, n = {0};
     int64_t t0 = th_now_ms();
-    CHECK_RC(dlock_lock_acquire_async(h.l, 0, 300, cf_done, &g, NULL), 0);
+    CHECK_RC(dlock_lock_acquire_async(h.l, 0, CF_WAIT_MS, cf_done, &g, NULL),
+             0);
     CHECK(cf_run_until(f.lp, &g.calls, 3000));
     CHECK_RC(g.rc, 0);
     CHECK_RC(dlock_lock_acquire_async(w.l, 5000, 10000, cf_done, &n, NULL), 0);
@@ -156,7 +141,7 @@ static void t_async_lease_expiry(void) {
     fprintf(stderr, "    %s: the next holder after %lld ms\n",
             dl_feature_name(k), (long long)took);
     CHECK_RC(n.rc, 0);
-    CHECK(took >= 250 && took <= 300 + CF_CMD_MS);
+    CHECK(cf_in_time(took, CF_WAIT_MS, 50));
     g = (cf_got){0};
     CHECK_RC(dlock_lock_release_async(h.l, cf_done, &g, NULL), 0);
     CHECK(cf_run_until(f.lp, &g.calls, 3000));
@@ -168,7 +153,7 @@ static void t_async_lease_expiry(void) {
     cf_lock_free(&h);
     cf_lock_free(&w);
   }
-  fix_close(&f);
+  cf_fix_close(&f);
 }
 
 static int lost;
@@ -182,8 +167,8 @@ static void on_lost(dlock_lock *l, const char *owner, void *ud) {
 /* A take-away by another client is heard on the loop within 100 ms. */
 static void t_async_takeaway(void) {
   CF_NEEDS_SERVER();
-  fix f;
-  CHECK_RC(fix_open(&f, 3000), 0);
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 3000), 0);
   dlock_client *b = cf_client(0);
   CHECK(b != NULL);
   FOR_KINDS(k) {
@@ -222,7 +207,7 @@ static void t_async_takeaway(void) {
     cf_lock_free(&x);
   }
   dlock_client_close(b);
-  fix_close(&f);
+  cf_fix_close(&f);
 }
 
 const th_test cf_async_tests[] = {

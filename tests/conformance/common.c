@@ -164,3 +164,24 @@ void cf_bg_join(cf_bg *b) {
 int64_t cf_wake_ms(void) {
   return cf_has(DL_FEAT_WAIT_NOTIFY) ? 100 : 1000;
 }
+
+int cf_fix_open(cf_fix *f, int64_t watchdog_ms) {
+  memset(f, 0, sizeof *f);
+  int rc = dlock_loop_new(NULL, &f->lp);
+  if (rc == 0) rc = cf_client_async(f->lp, watchdog_ms, &f->c);
+  return rc;
+}
+
+void cf_fix_close(cf_fix *f) {
+  dlock_client_close(f->c);
+  dlock_loop_free(f->lp);
+}
+
+bool cf_in_time(int64_t took, int64_t wait_ms, int64_t slack) {
+  bool ok = took >= wait_ms - slack && took <= wait_ms + CF_CMD_MS;
+  if (!ok)
+    fprintf(stderr, "    took %lld ms for %lld ms (allowed %lld..%lld)\n",
+            (long long)took, (long long)wait_ms, (long long)(wait_ms - slack),
+            (long long)(wait_ms + CF_CMD_MS));
+  return ok;
+}

@@ -61,6 +61,15 @@ extern bool cf_skipped;
 /* Whether the run's backend has f (the library's table). */
 bool cf_has(dl_feature f);
 
+/* The waits and fixed leases the suite times: short, so that the suite
+ * stays quick; their bounds are in_time's. */
+#define CF_WAIT_MS 200
+/* Whether a wait of wait_ms (or a lease of it running out) that took
+ * `took` ms kept its contract: not early (`slack` ms of it allowed:
+ * clocks, a lease counted from before its acquire), and at most one
+ * command timeout late. Says so if not. */
+bool cf_in_time(int64_t took, int64_t wait_ms, int64_t slack);
+
 /* The suite's client options on the deployment: a command timeout of
  * CF_CMD_MS, quick reconnects, the watchdog's lease `watchdog_ms` (0: the
  * default). */
@@ -116,6 +125,14 @@ typedef struct cf_got {
 void cf_done(int rc, uint64_t token, const char *errmsg, void *ud);
 /* Runs lp until *flag is non-zero or timeout_ms passes: whether it is. */
 bool cf_run_until(dlock_loop *lp, const int *flag, int timeout_ms);
+
+/* An event-loop client on a loop of its own (the built-in driver). */
+typedef struct cf_fix {
+  dlock_loop *lp;
+  dlock_client *c;
+} cf_fix;
+int cf_fix_open(cf_fix *f, int64_t watchdog_ms);
+void cf_fix_close(cf_fix *f);
 
 /* A call made on a thread of its own (a waiter): cf_bg_start runs
  * fn(arg), storing its result and when it returned; cf_bg_join waits for

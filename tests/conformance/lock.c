@@ -54,6 +54,7 @@ static void t_exclusion(void) {
     cf_fence *f = cf_fence_new();
     CHECK(f != NULL);
     pid_t pids[WORKERS];
+    int64_t t0 = th_now_ms();
     for (int i = 0; i < WORKERS; i++) {
       pids[i] = fork();
       CHECK(pids[i] >= 0);
@@ -65,10 +66,19 @@ static void t_exclusion(void) {
       waitpid(pids[i], &st, 0);
       bad += !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     }
-    fprintf(stderr, "    %s: %ld writes, last token %llu\n", dl_feature_name(k),
-            (long)atomic_load(&f->count),
+    int64_t took = th_now_ms() - t0;
+    fprintf(stderr, "    %s: %ld writes in %lld ms, last token %llu\n",
+            dl_feature_name(k), (long)atomic_load(&f->count), (long long)took,
             (unsigned long long)atomic_load(&f->last));
     CHECK_EQ(bad, 0);
+    /* No waiter sleeps through a release: 36 turns take well under a
+     * second; a missed wake-up costs the holder's lease (10 s). */
+    /* Known to fail sometimes, redis (seen on redis, unix and Sentinel,
+     * fair and write kinds): a waiter misses a release's wake-up and
+     * sleeps until the holder's lease would end (10 s), about 1 run in 10
+     * here. */
+    CF_CHECK_SOMETIMES("redis", took < 5000,
+                       "a waiter sleeps through a release until the lease");
     CHECK_EQ(atomic_load(&f->overlaps), 0);
     CHECK_EQ(atomic_load(&f->stale), 0);
     CHECK_EQ(atomic_load(&f->count), WORKERS * ROUNDS);
@@ -149,11 +159,11 @@ static void t_try_wait(void) {
     CHECK_RC(dlock_lock_try_acquire(w.l, 0, 10000, NULL), DLOCK_EBUSY);
     int64_t t1 = th_now_ms();
     CHECK(t1 - t0 <= CF_CMD_MS);
-    CHECK_RC(dlock_lock_try_acquire(w.l, 300, 10000, NULL), DLOCK_EBUSY);
+    CHECK_RC(dlock_lock_try_acquire(w.l, CF_WAIT_MS, 10000, NULL), DLOCK_EBUSY);
     int64_t took = th_now_ms() - t1;
-    fprintf(stderr, "    %s: a wait of 300 ms gave up after %lld ms\n",
-            dl_feature_name(k), (long long)took);
-    CHECK(took >= 290 && took <= 300 + CF_CMD_MS);
+    fprintf(stderr, "    %s: a wait of %d ms gave up after %lld ms\n",
+            dl_feature_name(k), CF_WAIT_MS, (long long)took);
+    CHECK(cf_in_time(took, CF_WAIT_MS, 10));
     CHECK_EQ(dlock_lock_hold_count(w.l), 0);
     CHECK_EQ(dlock_lock_release(h.l), 1);
     /* The waiter left nothing behind: it takes the lock at once now. */
@@ -180,12 +190,12 @@ static void t_lease_expiry(void) {
     CHECK_RC(cf_lock_new(a, k, name, "holder", &h), 0);
     CHECK_RC(cf_lock_new(b, cf_rival(k), name, "next", &w), 0);
     int64_t t0 = th_now_ms();
-    CHECK_RC(dlock_lock_try_acquire(h.l, 0, 300, NULL), 0);
+    CHECK_RC(dlock_lock_try_acquire(h.l, 0, CF_WAIT_MS, NULL), 0);
     CHECK_RC(dlock_lock_try_acquire(w.l, 5000, 10000, NULL), 0);
     int64_t took = th_now_ms() - t0;
     fprintf(stderr, "    %s: the next holder after %lld ms\n",
             dl_feature_name(k), (long long)took);
-    CHECK(took >= 250 && took <= 300 + CF_CMD_MS);
+    CHECK(cf_in_time(took, CF_WAIT_MS, 50));
     CHECK_EQ(dlock_lock_is_lost(h.l), 1);
     CHECK_RC(dlock_lock_release(h.l), DLOCK_ELOST);
     CHECK_EQ(dlock_lock_release(w.l), 1);
