@@ -185,3 +185,14 @@ bool cf_in_time(int64_t took, int64_t wait_ms, int64_t slack) {
             (long long)(wait_ms + CF_CMD_MS));
   return ok;
 }
+
+bool cf_here(const char *where) {
+  while (*where) {
+    size_t n = strcspn(where, ",");
+    if ((strlen(cf_backend) == n && strncmp(cf_backend, where, n) == 0) ||
+        (strlen(cf_dep.kind) == n && strncmp(cf_dep.kind, where, n) == 0))
+      return true;
+    where += n + (where[n] == ',');
+  }
+  return false;
+}

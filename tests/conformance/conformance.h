@@ -29,10 +29,12 @@ extern bool cf_skipped;
     }                                                                          \
   } while (0)
 
-/* Whether `where` names the run: its backend (a table name) or its URL
- * kind. */
-#define CF_HERE(where)                                                         \
-  (strcmp(cf_backend, where) == 0 || strcmp(cf_dep.kind, where) == 0)
+/* Whether `where` ("redis,zk") names the run: its backend (a table
+ * name) or its URL kind. */
+#define CF_HERE(where) cf_here(where)
+/* Whether the comma-separated list `where` names the run's backend or its
+ * URL kind. */
+bool cf_here(const char *where);
 /* An expected failure: where `where` names the run (CF_HERE), cond is
  * known to be false, a bug of the library that `reason` names; there it is
  * reported ("XFAIL") and the test goes on, and if it holds there the test
