@@ -47,7 +47,8 @@ int cf_lock_new(dlock_client *c, dl_feature kind, const char *name,
                 const char *owner, cf_lock *out) {
   memset(out, 0, sizeof *out);
   switch (kind) {
-  case DL_FEAT_FAIR: return dlock_fairlock_new(c, name, owner, 0, &out->l);
+  case DL_FEAT_FAIR:
+    return dlock_fairlock_new(c, name, owner, CF_FAIR_STALE_MS, &out->l);
   case DL_FEAT_PLAIN: return dlock_plainlock_new(c, name, owner, &out->l);
   case DL_FEAT_READ:
   case DL_FEAT_WRITE: {
@@ -195,4 +196,15 @@ bool cf_here(const char *where) {
     where += n + (where[n] == ',');
   }
   return false;
+}
+
+bool cf_waiters_reach(dlock_lock *l, int n, int timeout_ms) {
+  int64_t end = th_now_ms() + timeout_ms;
+  for (;;) {
+    dlock_lock_state st;
+    if (dlock_lock_inspect(l, &st) == 0 && (st.waiters >= n || st.queued >= n))
+      return true;
+    if (th_now_ms() >= end) return false;
+    th_sleep_ms(2);
+  }
 }

@@ -97,6 +97,12 @@ extern const dl_feature cf_lock_kinds[5]; /* lock, fair, read, write, plain */
 int cf_lock_new(dlock_client *c, dl_feature kind, const char *name,
                 const char *owner, cf_lock *out);
 void cf_lock_free(cf_lock *h);
+/* A fair lock's waiter that stopped trying is skipped this long after
+ * its last attempt (dlock_fairlock_new's stale_ms). */
+#define CF_FAIR_STALE_MS 1000
+/* Polls the lock's snapshot until n waiters wait (or are queued): true,
+ * or false at timeout_ms (where waiters leave no trace: they retry). */
+bool cf_waiters_reach(dlock_lock *l, int n, int timeout_ms);
 /* The kind that excludes `kind` on the same name: itself, but a writer for
  * a reader. */
 dl_feature cf_rival(dl_feature kind);
