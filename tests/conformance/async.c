@@ -194,7 +194,7 @@ static void t_async_takeaway(void) {
      * check (lease/3, ~1 s here), as if the revocation channel's
      * subscription, still being made over TLS, missed it and nothing
      * checked the holds once it was made. */
-    CF_CHECK_SOMETIMES("rediss", heard && lost_at - t0 <= 100,
+    CF_CHECK_SOMETIMES("rediss", heard && lost_at - t0 <= CF_HEARD_MS,
                        "a take-away right after the first acquire is heard "
                        "only at the watchdog's next check");
     if (!heard) CHECK(cf_run_until(f.lp, &lost, 3000));

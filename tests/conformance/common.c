@@ -18,6 +18,15 @@ bool cf_has(dl_feature f) {
   return dl_backend_supports(cf_backend, f);
 }
 
+int cf_slowdown(void) {
+  static int s;
+  if (s == 0) {
+    const char *e = getenv("DLOCK_TEST_SLOWDOWN");
+    s = e && atoi(e) > 1 ? atoi(e) : 1;
+  }
+  return s;
+}
+
 void cf_options(dlock_client_options *o, int64_t watchdog_ms) {
   th_deploy_options(&cf_dep, o);
   o->command_timeout_ms = CF_CMD_MS;
@@ -163,7 +172,7 @@ void cf_bg_join(cf_bg *b) {
 }
 
 int64_t cf_wake_ms(void) {
-  return cf_has(DL_FEAT_WAIT_NOTIFY) ? 100 : 1000;
+  return (cf_has(DL_FEAT_WAIT_NOTIFY) ? 100 : 1000) * cf_slowdown();
 }
 
 int cf_fix_open(cf_fix *f, int64_t watchdog_ms) {

@@ -65,7 +65,13 @@ bool cf_has(dl_feature f);
 
 /* The waits and fixed leases the suite times: short, so that the suite
  * stays quick; their bounds are in_time's. */
-#define CF_WAIT_MS 200
+#define CF_WAIT_MS (200 * cf_slowdown())
+/* How soon a take-away must be heard. */
+#define CF_HEARD_MS (100 * cf_slowdown())
+/* How many times slower than a plain run this one may be: 1, or the
+ * environment's DLOCK_TEST_SLOWDOWN (scripts/test.sh valgrind sets it);
+ * every time and bound of the suite is scaled by it. */
+int cf_slowdown(void);
 /* Whether a wait of wait_ms (or a lease of it running out) that took
  * `took` ms kept its contract: not early (`slack` ms of it allowed:
  * clocks, a lease counted from before its acquire), and at most one
@@ -75,7 +81,7 @@ bool cf_in_time(int64_t took, int64_t wait_ms, int64_t slack);
 /* The suite's client options on the deployment: a command timeout of
  * CF_CMD_MS, quick reconnects, the watchdog's lease `watchdog_ms` (0: the
  * default). */
-#define CF_CMD_MS 1000
+#define CF_CMD_MS (1000 * cf_slowdown())
 void cf_options(dlock_client_options *o, int64_t watchdog_ms);
 dlock_client *cf_client(int64_t watchdog_ms);
 /* An event-loop client on lp: 0 and *out, or the open's code. */
@@ -99,7 +105,7 @@ int cf_lock_new(dlock_client *c, dl_feature kind, const char *name,
 void cf_lock_free(cf_lock *h);
 /* A fair lock's waiter that stopped trying is skipped this long after
  * its last attempt (dlock_fairlock_new's stale_ms). */
-#define CF_FAIR_STALE_MS 1000
+#define CF_FAIR_STALE_MS (1000 * cf_slowdown())
 /* Polls the lock's snapshot until n waiters wait (or are queued): true,
  * or false at timeout_ms (where waiters leave no trace: they retry). */
 bool cf_waiters_reach(dlock_lock *l, int n, int timeout_ms);

@@ -105,7 +105,7 @@ static int in_child(void (*fn)(void), int limit_ms) {
     fn();
     exit(th_failed_checks ? CHILD_CHECK_FAILED : 0); /* the checkers report */
   }
-  int64_t end = th_now_ms() + limit_ms;
+  int64_t end = th_now_ms() + (int64_t)limit_ms * cf_slowdown();
   int st = 0;
   while (waitpid(pid, &st, WNOHANG) == 0) {
     if (th_now_ms() >= end) {

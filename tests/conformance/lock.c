@@ -18,7 +18,7 @@
 enum { WORKERS = 3, ROUNDS = 12 };
 /* A turn's lease: long enough for any turn here, short enough that a
  * waiter sleeping through a release (until the lease) costs little. */
-#define TURN_LEASE_MS 4000
+#define TURN_LEASE_MS (4000 * cf_slowdown())
 
 /* A worker process's life: its own client, ROUNDS holds of `kind`, each
  * writing to the fenced counter with its token. Exits 0, or 1 saying
@@ -219,7 +219,7 @@ static void t_killed_holder(void) {
   CHECK(pipe(fds) == 0);
   /* The lock's lease, or the ZooKeeper session's timeout (the harness's
    * server ticks 500 ms: 2 ticks at least). */
-  int64_t life = cf_has(DL_FEAT_LEASE) ? 500 : 1000;
+  int64_t life = (cf_has(DL_FEAT_LEASE) ? 500 : 1000) * cf_slowdown();
   pid_t pid = fork();
   CHECK(pid >= 0);
   if (pid == 0) {
@@ -313,7 +313,7 @@ static void t_takeaway(void) {
     fprintf(stderr, "    %s: the take-away heard %s%lld ms after\n",
             dl_feature_name(k), heard ? "" : "not in ",
             (long long)((heard ? heard : th_now_ms()) - t0));
-    CHECK(heard != 0 && heard - t0 <= 100);
+    CHECK(heard != 0 && heard - t0 <= CF_HEARD_MS);
     CHECK_EQ(dlock_lock_is_lost(h.l), 1);
     CHECK_EQ(dlock_lock_is_locked(f.l), 0);
     CHECK_RC(dlock_lock_release(h.l), DLOCK_ELOST);

@@ -25,31 +25,50 @@ static bool await_waiters(dlock_lock *l, int n) {
 
 /* How long a killed waiter's session lasts on a backend without leases
  * (zk://: its queue node goes with its session). */
-#define WAITER_SESSION_MS 1000
+#define WAITER_SESSION_MS (1000 * cf_slowdown())
+
+/* The waiter's process, forked before the test opens its clients (a
+ * process with threads forks none: ThreadSanitizer cannot follow it): it
+ * waits for a byte on fd, then waits for the lock with no limit, until
+ * killed. */
+static pid_t fork_waiter(dl_feature k, const char *name, int *go) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[1]);
+    char byte;
+    if (read(fds[0], &byte, 1) != 1) _exit(2);
+    dlock_client_options o;
+    cf_options(&o, 0);
+    o.zk_session_timeout_ms = WAITER_SESSION_MS;
+    dlock_client *c = th_client_opts(&o);
+    cf_lock w;
+    if (c && cf_lock_new(c, k, name, "waiter", &w) == 0)
+      dlock_lock_acquire(w.l, 10000, NULL);
+    _exit(1); /* never here: it waits */
+  }
+  close(fds[0]);
+  *go = fds[1];
+  return pid;
+}
 
 static void t_killed_waiter(void) {
   CF_NEEDS_SERVER();
-  dlock_client *a = cf_client(0), *b = cf_client(0);
-  CHECK(a && b);
   FOR_KINDS(k) {
     char name[64];
     cf_name(name, sizeof name, dl_feature_name(k));
+    int go = -1;
+    pid_t pid = fork_waiter(k, name, &go);
+    CHECK(pid > 0);
+    dlock_client *a = cf_client(0), *b = cf_client(0);
+    CHECK(a && b);
     cf_lock h, next;
     CHECK_RC(cf_lock_new(a, cf_rival(k), name, "holder", &h), 0);
     CHECK_RC(cf_lock_new(b, k, name, "next", &next), 0);
     CHECK_RC(dlock_lock_try_acquire(h.l, 0, 10000, NULL), 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) { /* the waiter: waits with no limit until killed */
-      dlock_client_options o;
-      cf_options(&o, 0);
-      o.zk_session_timeout_ms = WAITER_SESSION_MS;
-      dlock_client *c = th_client_opts(&o);
-      cf_lock w;
-      if (c && cf_lock_new(c, k, name, "waiter", &w) == 0)
-        dlock_lock_acquire(w.l, 10000, NULL);
-      _exit(1); /* never here: it waits */
-    }
+    CHECK(write(go, "g", 1) == 1);
+    close(go);
     bool shown = await_waiters(h.l, 1);
     int st = 0;
     kill(pid, SIGKILL);
@@ -85,9 +104,9 @@ static void t_killed_waiter(void) {
     if (rc == 0) CHECK_EQ(dlock_lock_release(next.l), 1);
     cf_lock_free(&h);
     cf_lock_free(&next);
+    dlock_client_close(a);
+    dlock_client_close(b);
   }
-  dlock_client_close(a);
-  dlock_client_close(b);
 }
 
 /* ---- order ---- */
