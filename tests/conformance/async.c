@@ -156,6 +156,64 @@ static void t_async_lease_expiry(void) {
   cf_fix_close(&f);
 }
 
+/* Runs op(h, ...) to its end on the loop: its rc. */
+#define RUN_ASYNC(f, g, call)                                                  \
+  (g = (cf_got){0}, (call) == 0 && cf_run_until((f).lp, &g.calls, 3000)        \
+                        ? g.rc                                                 \
+                        : DLOCK_ETIMEDOUT)
+
+/* Re-entry counts holds and keeps the token; a release by an owner that
+ * does not hold it is refused and changes nothing. */
+static void t_async_reentrancy(void) {
+  CF_NEEDS_SERVER();
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 0), 0);
+  FOR_KINDS(k) {
+    char name[64];
+    cf_name(name, sizeof name, dl_feature_name(k));
+    cf_lock h, other;
+    CHECK_RC(cf_lock_new(f.c, k, name, "me", &h), 0);
+    CHECK_RC(cf_lock_new(f.c, k, name, "someone", &other), 0);
+    cf_got g;
+    CHECK_RC(
+        RUN_ASYNC(f, g,
+                  dlock_lock_acquire_async(h.l, 0, 10000, cf_done, &g, NULL)),
+        0);
+    uint64_t t1 = g.token;
+    CHECK_RC(
+        RUN_ASYNC(f, g,
+                  dlock_lock_acquire_async(h.l, 0, 10000, cf_done, &g, NULL)),
+        0);
+    CHECK_EQ(g.token, t1);
+    int count =
+        RUN_ASYNC(f, g, dlock_lock_hold_count_async(h.l, cf_done, &g, NULL));
+    if (k == DL_FEAT_PLAIN || CF_HERE("redlock"))
+      /* Expected failure, redis and redlock: on the plain string lock
+       * (redlock://'s mutex), whose wire has no count, the event-loop
+       * hold_count answers the server's 1 after a re-entry, where the
+       * blocking dlock_lock_hold_count answers the handle's 2. */
+      CF_CHECK_XFAIL("redis,redlock", count == 2,
+                     "hold_count_async answers 1 after a re-entry");
+    else
+      CHECK_EQ(count, 2);
+    CHECK_RC(
+        RUN_ASYNC(f, g, dlock_lock_release_async(other.l, cf_done, &g, NULL)),
+        DLOCK_ENOTOWNER);
+    CHECK_EQ(RUN_ASYNC(f, g, dlock_lock_release_async(h.l, cf_done, &g, NULL)),
+             0);
+    CHECK_EQ(
+        RUN_ASYNC(f, g, dlock_lock_hold_count_async(h.l, cf_done, &g, NULL)),
+        1);
+    CHECK_EQ(RUN_ASYNC(f, g, dlock_lock_release_async(h.l, cf_done, &g, NULL)),
+             1);
+    CHECK_EQ(
+        RUN_ASYNC(f, g, dlock_lock_is_locked_async(h.l, cf_done, &g, NULL)), 0);
+    cf_lock_free(&h);
+    cf_lock_free(&other);
+  }
+  cf_fix_close(&f);
+}
+
 static int lost;
 static int64_t lost_at;
 static void on_lost(dlock_lock *l, const char *owner, void *ud) {
@@ -211,9 +269,8 @@ static void t_async_takeaway(void) {
 }
 
 const th_test cf_async_tests[] = {
-    T_BARE(t_async_exclusion),
-    T_BARE(t_async_try_wait),
-    T_BARE(t_async_lease_expiry),
+    T_BARE(t_async_exclusion), T_BARE(t_async_reentrancy),
+    T_BARE(t_async_try_wait),  T_BARE(t_async_lease_expiry),
     T_BARE(t_async_takeaway),
 };
 const size_t cf_async_ntests = sizeof cf_async_tests / sizeof cf_async_tests[0];
