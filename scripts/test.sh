@@ -34,11 +34,15 @@ run() { # run NAME CMAKE_ARGS...: build, then the whole suite
 
 case "$mode" in
   normal) run normal -DCMAKE_BUILD_TYPE=RelWithDebInfo ;;
+  # DLOCK_TEST_SLOWDOWN scales the conformance suite's times and bounds
+  # (tests/conformance/conformance.h) by the sanitizers' slowdown.
   asan) ctest_skip=(-LE failover)
         ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        DLOCK_TEST_SLOWDOWN=2 \
           run asan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_SANITIZE=address,undefined ;;
   tsan) ctest_skip=(-LE failover)
         TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
+        DLOCK_TEST_SLOWDOWN=4 \
           run tsan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_SANITIZE=thread ;;
   valgrind)
     build normal -DCMAKE_BUILD_TYPE=RelWithDebInfo
@@ -56,6 +60,14 @@ case "$mode" in
       DLOCK_TEST_TIMEOUT_S=600 DLOCK_UNDER_VALGRIND=1 \
       valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite \
         --trace-children=no "$t"
+    done
+    # The conformance suite, once per URL kind (its times scaled by
+    # DLOCK_TEST_SLOWDOWN: valgrind's slowdown is not what it tests).
+    for k in redis unix rediss sentinel cluster redlock zk; do
+      echo "== valgrind conformance $k"
+      DLOCK_TEST_TIMEOUT_S=600 DLOCK_UNDER_VALGRIND=1 DLOCK_TEST_SLOWDOWN=20 \
+      valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite \
+        --trace-children=no build-normal/tests/conformance "$k"
     done
     # The event-loop examples (those built), each run under valgrind by
     # test_examples.sh against its own server.

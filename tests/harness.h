@@ -309,6 +309,39 @@ const char *th_etcd_get(const th_etcd *r, const char *path, char *buf,
 void th_etcd_kill(th_etcd *r, int sig); /* signal; SIGKILL also reaps */
 void th_etcd_stop(th_etcd *r);          /* kill, reap and remove the dir */
 
+/* ---- Redlock: n independent servers ---- */
+/* Starts n servers (th_redis_start, no extra arguments) into srv[0..n-1]
+ * and writes "redlock://127.0.0.1:P1,127.0.0.1:P2,..." into url. Returns
+ * 0 or -1 (those started are stopped when the process exits). */
+int th_redlock_start(th_redis *srv, int n, char *url, size_t len);
+
+/* ---- a deployment of one URL kind (the conformance suite) ---- */
+/* The URL kinds, by the name the suite's ctest tests carry: "redis",
+ * "unix", "rediss", "sentinel", "cluster", "redlock" (3 servers), "zk",
+ * "etcd". */
+extern const char *const th_deploy_kinds[];
+typedef struct th_deploy {
+  char kind[16];
+  th_redis redis[3];        /* redis, unix, rediss: [0]; redlock: all */
+  th_sentinel_set sentinel; /* sentinel */
+  th_cluster cluster;       /* cluster */
+  th_zk zk;                 /* zk */
+  th_etcd etcd;             /* etcd */
+  th_tls_paths tls;         /* rediss: where the options' strings point */
+  char url[1024];           /* the URL a client opens */
+} th_deploy;
+/* Starts a deployment of `kind` (one of th_deploy_kinds) with the
+ * harness's helpers above, and fills d->url. Returns 0, 1 when it cannot
+ * run here (zk or etcd without its server: the caller skips, saying so),
+ * or -1 (an unknown kind, or a start that failed; what started is
+ * stopped). */
+int th_deploy_start(th_deploy *d, const char *kind);
+/* Stops whatever d started. */
+void th_deploy_stop(th_deploy *d);
+/* dlock_client_options_init(o), then the URL (and for rediss the CA) of
+ * d: o's strings point into d. */
+void th_deploy_options(th_deploy *d, dlock_client_options *o);
+
 /* For the harness's own files: a server process (pid, its dir) to stop and
  * remove when the process that started it exits or fails a test; forget it
  * again by its dir (0 as the pid: stopped, dir still to remove). */

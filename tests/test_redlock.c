@@ -16,13 +16,7 @@ static char url[1024];
 
 /* Starts n servers and makes url name them all. */
 static bool start(int n) {
-  int at = snprintf(url, sizeof url, "redlock://");
-  for (int i = 0; i < n; i++) {
-    if (th_redis_start(&srv[i], NULL) != 0) return false;
-    at += snprintf(url + at, sizeof url - (size_t)at, "%s127.0.0.1:%d",
-                   i ? "," : "", srv[i].port);
-  }
-  return true;
+  return th_redlock_start(srv, n, url, sizeof url) == 0;
 }
 
 static dlock_client *client(int64_t watchdog_ms) {

@@ -1,7 +1,8 @@
 /* client.c: opening and closing a client, owner ids and key names. */
 #include "client.h"
-#include "../redis/redis.h" /* the registry */
+#include "../core/support.h"
 #include "../etcd/etcd.h"
+#include "../redis/redis.h" /* the registry */
 #include "../zk/zk.h"
 
 #include <stdio.h>
@@ -219,6 +220,14 @@ int dl_client_open_with(const dlock_client_options *opts,
   c->loop = loop;
   int rc = make(opts, &c->env, &c->backend);
   if (rc != 0) return open_fail(c, rc);
+  /* What the backend has not (src/core/support.c) is refused, not taken
+   * and ignored. */
+  if (opts->min_replicas_acked != 0 &&
+      !dl_backend_supports(c->backend->ops->name, DL_FEAT_REPLICA_ACK))
+    return open_fail(c, dl_seterr(NULL, DLOCK_ENOTSUP,
+                                  "the %s backend has no replica "
+                                  "acknowledgement (min_replicas_acked)",
+                                  c->backend->ops->name));
   rc = dl_watchdog_new(c, c->watchdog_timeout_ms, dl_holds_on_lost, c,
                        loop, &c->watchdog);
   if (rc != 0) {

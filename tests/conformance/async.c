@@ -1,0 +1,279 @@
+/* async.c: the lock kinds on an event-loop client (the built-in driver),
+ * on every backend that has them (DL_FEAT_LOOP): exclusion among handles
+ * with a fenced counter, a try with a wait, a lease running out, a
+ * take-away heard, and the release after a loss. */
+#include "conformance.h"
+
+#include <string.h>
+
+#define FOR_KINDS(k)                                                           \
+  for (int k##_i = 0; k##_i < 5; k##_i++)                                      \
+    for (dl_feature k = cf_lock_kinds[k##_i];                                  \
+         cf_has(DL_FEAT_LOOP) && cf_has(k); k = DL_FEAT_COUNT)
+
+/* ---- exclusion: handles of their own taking turns ---- */
+enum { HANDLES = 3, ROUNDS = 10 };
+typedef struct turn {
+  cf_lock h;
+  cf_fence *f;
+  int left, failed, done;
+} turn;
+
+static void turn_acquired(int rc, uint64_t token, const char *msg, void *ud);
+
+static void turn_released(int rc, uint64_t token, const char *msg, void *ud) {
+  (void)token;
+  turn *t = ud;
+  if (rc != 1) {
+    fprintf(stderr, "    release: %d %s\n", rc, msg);
+    t->failed = t->done = 1;
+  } else if (--t->left == 0) {
+    t->done = 1;
+  } else if (dlock_lock_acquire_async(t->h.l, 10000, 0, turn_acquired, t,
+                                      NULL) != 0) {
+    t->failed = t->done = 1;
+  }
+}
+
+static void turn_acquired(int rc, uint64_t token, const char *msg, void *ud) {
+  turn *t = ud;
+  if (rc != 0) {
+    fprintf(stderr, "    acquire: %s %s\n", dlock_err_name(rc), msg);
+    t->failed = t->done = 1;
+    return;
+  }
+  cf_fence_write(t->f, token);
+  if (dlock_lock_release_async(t->h.l, turn_released, t, NULL) != 0)
+    t->failed = t->done = 1;
+}
+
+static void t_async_exclusion(void) {
+  CF_NEEDS_SERVER();
+  FOR_KINDS(k) {
+    if (k == DL_FEAT_READ) continue; /* readers share */
+    cf_fix f;
+    CHECK_RC(cf_fix_open(&f, 0), 0);
+    char name[64];
+    cf_name(name, sizeof name, dl_feature_name(k));
+    cf_fence *fence = cf_fence_new();
+    CHECK(fence != NULL);
+    turn t[HANDLES];
+    for (int i = 0; i < HANDLES; i++) {
+      char owner[16];
+      snprintf(owner, sizeof owner, "h%d", i);
+      t[i] = (turn){.f = fence, .left = ROUNDS};
+      CHECK_RC(cf_lock_new(f.c, k, name, owner, &t[i].h), 0);
+      CHECK_RC(dlock_lock_acquire_async(t[i].h.l, 10000, 0, turn_acquired,
+                                        &t[i], NULL),
+               0);
+    }
+    for (int i = 0; i < HANDLES; i++)
+      CHECK(cf_run_until(f.lp, &t[i].done, 30000));
+    for (int i = 0; i < HANDLES; i++) {
+      CHECK_EQ(t[i].failed, 0);
+      cf_lock_free(&t[i].h);
+    }
+    CHECK_EQ(atomic_load(&fence->overlaps), 0);
+    CHECK_EQ(atomic_load(&fence->stale), 0);
+    CHECK_EQ(atomic_load(&fence->count), HANDLES * ROUNDS);
+    cf_fence_free(fence);
+    cf_fix_close(&f);
+  }
+}
+
+/* A try with a wait gives up within wait_ms plus one command timeout. */
+static void t_async_try_wait(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_LOOP)) return; /* t_async_kinds checks ENOTSUP */
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 0), 0);
+  FOR_KINDS(k) {
+    char name[64];
+    cf_name(name, sizeof name, dl_feature_name(k));
+    cf_lock h, w;
+    CHECK_RC(cf_lock_new(f.c, cf_rival(k), name, "holder", &h), 0);
+    CHECK_RC(cf_lock_new(f.c, k, name, "waiter", &w), 0);
+    cf_got g = {0};
+    CHECK_RC(dlock_lock_acquire_async(h.l, 0, 10000, cf_done, &g, NULL), 0);
+    CHECK(cf_run_until(f.lp, &g.calls, 3000));
+    CHECK_RC(g.rc, 0);
+    g = (cf_got){0};
+    int64_t t0 = th_now_ms();
+    CHECK_RC(
+        dlock_lock_acquire_async(w.l, CF_WAIT_MS, 10000, cf_done, &g, NULL), 0);
+    CHECK(cf_run_until(f.lp, &g.calls, CF_WAIT_MS + 2 * CF_CMD_MS));
+    int64_t took = th_now_ms() - t0;
+    fprintf(stderr, "    %s: a wait of %d ms gave up after %lld ms\n",
+            dl_feature_name(k), CF_WAIT_MS, (long long)took);
+    CHECK_RC(g.rc, DLOCK_EBUSY);
+    CHECK(cf_in_time(took, CF_WAIT_MS, 10));
+    g = (cf_got){0};
+    CHECK_RC(dlock_lock_release_async(h.l, cf_done, &g, NULL), 0);
+    CHECK(cf_run_until(f.lp, &g.calls, 3000));
+    CHECK_RC(g.rc, 1);
+    cf_lock_free(&h);
+    cf_lock_free(&w);
+  }
+  cf_fix_close(&f);
+}
+
+/* A fixed lease running out frees the lock; the holder's release then
+ * reports DLOCK_ELOST. */
+static void t_async_lease_expiry(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_LEASE) || !cf_has(DL_FEAT_LOOP)) return;
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 0), 0);
+  FOR_KINDS(k) {
+    char name[64];
+    cf_name(name, sizeof name, dl_feature_name(k));
+    cf_lock h, w;
+    CHECK_RC(cf_lock_new(f.c, k, name, "holder", &h), 0);
+    CHECK_RC(cf_lock_new(f.c, cf_rival(k), name, "next", &w), 0);
+    cf_got g = {0}, n = {0};
+    int64_t t0 = th_now_ms();
+    CHECK_RC(dlock_lock_acquire_async(h.l, 0, CF_WAIT_MS, cf_done, &g, NULL),
+             0);
+    CHECK(cf_run_until(f.lp, &g.calls, 3000));
+    CHECK_RC(g.rc, 0);
+    CHECK_RC(dlock_lock_acquire_async(w.l, 5000, 10000, cf_done, &n, NULL), 0);
+    CHECK(cf_run_until(f.lp, &n.calls, 6000));
+    int64_t took = th_now_ms() - t0;
+    fprintf(stderr, "    %s: the next holder after %lld ms\n",
+            dl_feature_name(k), (long long)took);
+    CHECK_RC(n.rc, 0);
+    CHECK(cf_in_time(took, CF_WAIT_MS, 50));
+    g = (cf_got){0};
+    CHECK_RC(dlock_lock_release_async(h.l, cf_done, &g, NULL), 0);
+    CHECK(cf_run_until(f.lp, &g.calls, 3000));
+    CHECK_RC(g.rc, DLOCK_ELOST);
+    g = (cf_got){0};
+    CHECK_RC(dlock_lock_release_async(w.l, cf_done, &g, NULL), 0);
+    CHECK(cf_run_until(f.lp, &g.calls, 3000));
+    CHECK_RC(g.rc, 1);
+    cf_lock_free(&h);
+    cf_lock_free(&w);
+  }
+  cf_fix_close(&f);
+}
+
+/* Runs op(h, ...) to its end on the loop: its rc. */
+#define RUN_ASYNC(f, g, call)                                                  \
+  (g = (cf_got){0}, (call) == 0 && cf_run_until((f).lp, &g.calls, 3000)        \
+                        ? g.rc                                                 \
+                        : DLOCK_ETIMEDOUT)
+
+/* Re-entry counts holds and keeps the token; a release by an owner that
+ * does not hold it is refused and changes nothing. */
+static void t_async_reentrancy(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_LOOP)) return; /* t_async_kinds checks ENOTSUP */
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 0), 0);
+  FOR_KINDS(k) {
+    char name[64];
+    cf_name(name, sizeof name, dl_feature_name(k));
+    cf_lock h, other;
+    CHECK_RC(cf_lock_new(f.c, k, name, "me", &h), 0);
+    CHECK_RC(cf_lock_new(f.c, k, name, "someone", &other), 0);
+    cf_got g;
+    CHECK_RC(
+        RUN_ASYNC(f, g,
+                  dlock_lock_acquire_async(h.l, 0, 10000, cf_done, &g, NULL)),
+        0);
+    uint64_t t1 = g.token;
+    CHECK_RC(
+        RUN_ASYNC(f, g,
+                  dlock_lock_acquire_async(h.l, 0, 10000, cf_done, &g, NULL)),
+        0);
+    CHECK_EQ(g.token, t1);
+    int count =
+        RUN_ASYNC(f, g, dlock_lock_hold_count_async(h.l, cf_done, &g, NULL));
+    if (k == DL_FEAT_PLAIN || CF_HERE("redlock"))
+      /* Expected failure, redis and redlock: on the plain string lock
+       * (redlock://'s mutex), whose wire has no count, the event-loop
+       * hold_count answers the server's 1 after a re-entry, where the
+       * blocking dlock_lock_hold_count answers the handle's 2. */
+      CF_CHECK_XFAIL("redis,redlock", count == 2,
+                     "hold_count_async answers 1 after a re-entry");
+    else
+      CHECK_EQ(count, 2);
+    CHECK_RC(
+        RUN_ASYNC(f, g, dlock_lock_release_async(other.l, cf_done, &g, NULL)),
+        DLOCK_ENOTOWNER);
+    CHECK_EQ(RUN_ASYNC(f, g, dlock_lock_release_async(h.l, cf_done, &g, NULL)),
+             0);
+    CHECK_EQ(
+        RUN_ASYNC(f, g, dlock_lock_hold_count_async(h.l, cf_done, &g, NULL)),
+        1);
+    CHECK_EQ(RUN_ASYNC(f, g, dlock_lock_release_async(h.l, cf_done, &g, NULL)),
+             1);
+    CHECK_EQ(
+        RUN_ASYNC(f, g, dlock_lock_is_locked_async(h.l, cf_done, &g, NULL)), 0);
+    cf_lock_free(&h);
+    cf_lock_free(&other);
+  }
+  cf_fix_close(&f);
+}
+
+static int lost;
+static int64_t lost_at;
+static void on_lost(dlock_lock *l, const char *owner, void *ud) {
+  (void)l, (void)owner, (void)ud;
+  if (!lost) lost_at = th_now_ms();
+  lost = 1;
+}
+
+/* A take-away by another client is heard on the loop within 100 ms. */
+static void t_async_takeaway(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_LOOP)) return; /* t_async_kinds checks ENOTSUP */
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 3000), 0);
+  dlock_client *b = cf_client(0);
+  CHECK(b != NULL);
+  FOR_KINDS(k) {
+    char name[64];
+    cf_name(name, sizeof name, dl_feature_name(k));
+    cf_lock h, x;
+    CHECK_RC(cf_lock_new(f.c, k, name, "holder", &h), 0);
+    CHECK_RC(cf_lock_new(b, k, name, "forcer", &x), 0);
+    lost = 0;
+    dlock_lock_on_lost(h.l, on_lost, NULL);
+    cf_got g = {0};
+    CHECK_RC(dlock_lock_acquire_async(h.l, 0, 0, cf_done, &g, NULL), 0);
+    CHECK(cf_run_until(f.lp, &g.calls, 3000));
+    CHECK_RC(g.rc, 0);
+    CHECK_EQ(dlock_lock_force_release(x.l), 1);
+    int64_t t0 = th_now_ms();
+    bool heard = cf_run_until(f.lp, &lost, 3000);
+    fprintf(stderr, "    %s: the take-away heard %s%lld ms after\n",
+            dl_feature_name(k), heard ? "" : "not in ",
+            (long long)((heard ? lost_at : th_now_ms()) - t0));
+    /* Known to fail sometimes, rediss: an event-loop client's take-away
+     * right after its first acquire is heard only by the watchdog's next
+     * check (lease/3, ~1 s here), as if the revocation channel's
+     * subscription, still being made over TLS, missed it and nothing
+     * checked the holds once it was made. */
+    CF_CHECK_SOMETIMES("rediss", heard && lost_at - t0 <= CF_HEARD_MS,
+                       "a take-away right after the first acquire is heard "
+                       "only at the watchdog's next check");
+    if (!heard) CHECK(cf_run_until(f.lp, &lost, 3000));
+    CHECK_EQ(dlock_lock_is_lost(h.l), 1);
+    g = (cf_got){0};
+    CHECK_RC(dlock_lock_release_async(h.l, cf_done, &g, NULL), 0);
+    CHECK(cf_run_until(f.lp, &g.calls, 3000));
+    CHECK_RC(g.rc, DLOCK_ELOST);
+    cf_lock_free(&h);
+    cf_lock_free(&x);
+  }
+  dlock_client_close(b);
+  cf_fix_close(&f);
+}
+
+const th_test cf_async_tests[] = {
+    T_BARE(t_async_exclusion), T_BARE(t_async_reentrancy),
+    T_BARE(t_async_try_wait),  T_BARE(t_async_lease_expiry),
+    T_BARE(t_async_takeaway),
+};
+const size_t cf_async_ntests = sizeof cf_async_tests / sizeof cf_async_tests[0];

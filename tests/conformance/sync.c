@@ -1,0 +1,317 @@
+/* sync.c: the kinds beside the locks, blocking form, on every backend that
+ * has them: the semaphore's and the permits' counts, waits and wake-ups,
+ * a permit's lease running out and its take-away heard, the latch, the
+ * queue's order, waits and delayed values, and one leader at a time with
+ * a prompt successor. */
+#include "conformance.h"
+
+#include <string.h>
+
+/* Not a synchronisation: a waiter not yet waiting when the action comes
+ * returns at once, and the test passes as well (it then shows less). */
+#define LET_IT_WAIT() th_sleep_ms(200)
+
+/* ---- the semaphore ---- */
+static int sem_wait(void *s) {
+  return dlock_semaphore_try_acquire(s, 1, 5000);
+}
+
+static void t_semaphore(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_SEMAPHORE)) return;
+  dlock_client *a = cf_client(0), *b = cf_client(0);
+  CHECK(a && b);
+  char name[64];
+  cf_name(name, sizeof name, "sem");
+  dlock_semaphore *sa, *sb;
+  CHECK_RC(dlock_semaphore_new(a, name, &sa), 0);
+  CHECK_RC(dlock_semaphore_new(b, name, &sb), 0);
+  CHECK_EQ(dlock_semaphore_try_set_permits(sa, 2), 1);
+  CHECK_EQ(dlock_semaphore_try_set_permits(sb, 5), 0);
+  CHECK_EQ(dlock_semaphore_get_available(sb), 2);
+  CHECK_RC(dlock_semaphore_try_acquire(sa, 2, 0), 0);
+  CHECK_EQ(dlock_semaphore_get_available(sb), 0);
+  CHECK_RC(dlock_semaphore_try_acquire(sb, 1, 0), DLOCK_EBUSY);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_semaphore_try_acquire(sb, 1, CF_WAIT_MS), DLOCK_EBUSY);
+  int64_t took = th_now_ms() - t0;
+  CHECK(cf_in_time(took, CF_WAIT_MS, 10));
+  cf_bg w;
+  CHECK(cf_bg_start(&w, sem_wait, sb) == 0);
+  LET_IT_WAIT();
+  CHECK_RC(dlock_semaphore_release(sa, 1), 0);
+  t0 = th_now_ms();
+  cf_bg_join(&w);
+  CHECK_RC(w.rc, 0);
+  fprintf(stderr, "    a waiter woken %lld ms after the release\n",
+          (long long)(w.at - t0));
+  CHECK(w.at - t0 <= cf_wake_ms());
+  CHECK_RC(dlock_semaphore_add_permits(sa, 3), 0);
+  CHECK_EQ(dlock_semaphore_drain(sb), 3);
+  CHECK_EQ(dlock_semaphore_get_available(sa), 0);
+  dlock_semaphore_free(sa);
+  dlock_semaphore_free(sb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* ---- the permit-expirable semaphore ---- */
+static dlock_permits *permit_waiter;
+static int permit_wait(void *id) {
+  return dlock_permits_try_acquire(permit_waiter, 5000, 10000, id);
+}
+
+static _Atomic int64_t permit_lost_at;
+static void on_permit_lost(dlock_permits *p, const char *id, void *ud) {
+  (void)p, (void)id, (void)ud;
+  int64_t zero = 0;
+  atomic_compare_exchange_strong(&permit_lost_at, &zero, th_now_ms());
+}
+
+static void t_permits(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_PERMITS)) return;
+  dlock_client *a = cf_client(3000), *b = cf_client(0);
+  CHECK(a && b);
+  char name[64];
+  cf_name(name, sizeof name, "permits");
+  dlock_permits *pa, *pb;
+  CHECK_RC(dlock_permits_new(a, name, &pa), 0);
+  CHECK_RC(dlock_permits_new(b, name, &pb), 0);
+  CHECK_EQ(dlock_permits_try_set(pa, 2), 1);
+  CHECK_EQ(dlock_permits_try_set(pb, 7), 0);
+  char id1[DLOCK_PERMIT_ID_LEN], id2[DLOCK_PERMIT_ID_LEN];
+  char id3[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_try_acquire(pa, 0, 0, id1), 0);
+  CHECK_RC(dlock_permits_try_acquire(pa, 0, 0, id2), 0);
+  CHECK(strcmp(id1, id2) != 0);
+  CHECK_EQ(dlock_permits_get_available(pb), 0);
+  CHECK_RC(dlock_permits_try_acquire(pb, 0, 10000, id3), DLOCK_EBUSY);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_permits_try_acquire(pb, CF_WAIT_MS, 10000, id3), DLOCK_EBUSY);
+  int64_t took = th_now_ms() - t0;
+  CHECK(cf_in_time(took, CF_WAIT_MS, 10));
+  /* A release wakes a waiter. */
+  permit_waiter = pb;
+  cf_bg w;
+  CHECK(cf_bg_start(&w, permit_wait, id3) == 0);
+  LET_IT_WAIT();
+  CHECK_RC(dlock_permits_release(pa, id1), 0);
+  t0 = th_now_ms();
+  cf_bg_join(&w);
+  CHECK_RC(w.rc, 0);
+  fprintf(stderr, "    a waiter woken %lld ms after the release\n",
+          (long long)(w.at - t0));
+  CHECK(w.at - t0 <= cf_wake_ms());
+  CHECK_RC(dlock_permits_release(pa, id1), DLOCK_ENOTOWNER);
+  CHECK_RC(dlock_permits_release(pa, "zz"), DLOCK_EINVAL);
+  /* A take-away is heard within 100 ms; the release then DLOCK_ELOST. */
+  atomic_store(&permit_lost_at, 0);
+  dlock_permits_on_lost(pa, on_permit_lost, NULL);
+  CHECK_EQ(dlock_permits_force_release(pb, id2), 1);
+  t0 = th_now_ms();
+  while (atomic_load(&permit_lost_at) == 0 && th_now_ms() - t0 < 3000)
+    th_sleep_ms(1);
+  int64_t heard = atomic_load(&permit_lost_at);
+  fprintf(stderr, "    a permit's take-away heard %s%lld ms after\n",
+          heard ? "" : "not in ",
+          (long long)((heard ? heard : th_now_ms()) - t0));
+  CHECK(heard != 0 && heard - t0 <= CF_HEARD_MS);
+  CHECK_RC(dlock_permits_release(pa, id2), DLOCK_ELOST);
+  CHECK_RC(dlock_permits_release(pb, id3), 0);
+  /* A fixed lease running out gives the permit back. */
+  if (cf_has(DL_FEAT_LEASE)) {
+    CHECK_RC(dlock_permits_add(pa, -1), 0);
+    CHECK_EQ(dlock_permits_get_available(pa), 1);
+    CHECK_RC(dlock_permits_try_acquire(pa, 0, CF_WAIT_MS, id1), 0);
+    t0 = th_now_ms();
+    CHECK_RC(dlock_permits_try_acquire(pb, 5000, 10000, id3), 0);
+    took = th_now_ms() - t0;
+    fprintf(stderr, "    the next permit after %lld ms\n", (long long)took);
+    CHECK(cf_in_time(took, CF_WAIT_MS, 50));
+    CHECK_RC(dlock_permits_release(pa, id1), DLOCK_ELOST);
+    CHECK_RC(dlock_permits_release(pb, id3), 0);
+  }
+  dlock_permits_free(pa);
+  dlock_permits_free(pb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* ---- the latch ---- */
+static int latch_wait(void *l) {
+  return dlock_latch_try_await(l, 5000);
+}
+
+static void t_latch(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_LATCH)) return;
+  dlock_client *a = cf_client(0), *b = cf_client(0);
+  CHECK(a && b);
+  char name[64];
+  cf_name(name, sizeof name, "latch");
+  dlock_latch *la, *lb;
+  CHECK_RC(dlock_latch_new(a, name, &la), 0);
+  CHECK_RC(dlock_latch_new(b, name, &lb), 0);
+  CHECK_RC(dlock_latch_try_await(lb, 0), 0); /* no count: at once */
+  CHECK_EQ(dlock_latch_try_set_count(la, 2), 1);
+  CHECK_EQ(dlock_latch_try_set_count(lb, 5), 0);
+  int64_t n = 0;
+  CHECK_RC(dlock_latch_get_count(lb, &n), 0);
+  CHECK_EQ(n, 2);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_latch_try_await(lb, CF_WAIT_MS), DLOCK_EBUSY);
+  int64_t took = th_now_ms() - t0;
+  CHECK(cf_in_time(took, CF_WAIT_MS, 10));
+  cf_bg w;
+  CHECK(cf_bg_start(&w, latch_wait, lb) == 0);
+  CHECK_RC(dlock_latch_count_down(la), 0);
+  LET_IT_WAIT();
+  CHECK_EQ(w.at, 0); /* not at zero yet */
+  CHECK_RC(dlock_latch_count_down(la), 0);
+  t0 = th_now_ms();
+  cf_bg_join(&w);
+  CHECK_RC(w.rc, 0);
+  fprintf(stderr, "    a waiter woken %lld ms after the last count-down\n",
+          (long long)(w.at - t0));
+  CHECK(w.at - t0 <= cf_wake_ms());
+  CHECK_RC(dlock_latch_count_down(la), DLOCK_ERANGE);
+  dlock_latch_free(la);
+  dlock_latch_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* ---- the queue ---- */
+static bool polled(dlock_queue *q, bool last, int64_t wait_ms,
+                   const char *want) {
+  void *v = NULL;
+  size_t len = 0;
+  int rc = last ? dlock_queue_poll_last(q, wait_ms, &v, &len)
+                : dlock_queue_poll(q, wait_ms, &v, &len);
+  bool ok = rc == 0 && len == strlen(want) && memcmp(v, want, len) == 0;
+  if (!ok)
+    fprintf(stderr, "    poll: %s \"%.*s\", expected \"%s\"\n",
+            dlock_err_name(rc), rc == 0 ? (int)len : 0,
+            rc == 0 ? (char *)v : "", want);
+  dlock_queue_value_free(v);
+  return ok;
+}
+
+static int queue_wait(void *q) {
+  return polled(q, false, 5000, "w") ? 0 : -1;
+}
+
+static void t_queue(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_QUEUE)) return;
+  dlock_client *a = cf_client(0), *b = cf_client(0);
+  CHECK(a && b);
+  char name[64];
+  cf_name(name, sizeof name, "queue");
+  dlock_queue *qa, *qb, *qd;
+  CHECK_RC(dlock_queue_new(a, name, &qa), 0);
+  CHECK_RC(dlock_queue_new(b, name, &qb), 0);
+  CHECK_RC(dlock_queue_offer(qa, "a", 1), 0);
+  CHECK_RC(dlock_queue_offer(qa, "b", 1), 0);
+  CHECK_RC(dlock_queue_offer_first(qa, "z", 1), 0);
+  int64_t n = 0;
+  CHECK_RC(dlock_queue_size(qb, &n), 0);
+  CHECK_EQ(n, 3);
+  CHECK(polled(qb, false, 0, "z"));
+  CHECK(polled(qb, true, 0, "b"));
+  CHECK(polled(qb, false, 0, "a"));
+  void *v = NULL;
+  CHECK_RC(dlock_queue_poll(qb, 0, &v, NULL), DLOCK_EBUSY);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_queue_poll(qb, CF_WAIT_MS, &v, NULL), DLOCK_EBUSY);
+  int64_t took = th_now_ms() - t0;
+  CHECK(cf_in_time(took, CF_WAIT_MS, 10));
+  cf_bg w;
+  CHECK(cf_bg_start(&w, queue_wait, qb) == 0);
+  LET_IT_WAIT();
+  CHECK_RC(dlock_queue_offer(qa, "w", 1), 0);
+  t0 = th_now_ms();
+  cf_bg_join(&w);
+  CHECK_RC(w.rc, 0);
+  fprintf(stderr, "    a poll woken %lld ms after the offer\n",
+          (long long)(w.at - t0));
+  CHECK(w.at - t0 <= cf_wake_ms());
+  /* A delayed value comes when due, not before. */
+  CHECK_RC(dlock_queue_new_delayed(b, name, &qd), 0);
+  t0 = th_now_ms();
+  CHECK_RC(dlock_queue_offer_delayed(qa, CF_WAIT_MS, "d", 1), 0);
+  CHECK_RC(dlock_queue_delayed_size(qa, &n), 0);
+  CHECK_EQ(n, 1);
+  CHECK(polled(qd, false, 3000, "d"));
+  took = th_now_ms() - t0;
+  fprintf(stderr, "    a value delayed %d ms came after %lld ms\n", CF_WAIT_MS,
+          (long long)took);
+  CHECK(cf_in_time(took, CF_WAIT_MS, 20));
+  dlock_queue_free(qa);
+  dlock_queue_free(qb);
+  dlock_queue_free(qd);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* ---- leader election ---- */
+static void t_election(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_ELECTION)) return;
+  dlock_client *a = cf_client(3000), *b = cf_client(3000);
+  CHECK(a && b);
+  char name[64], who[64];
+  cf_name(name, sizeof name, "election");
+  dlock_leader *la, *lb;
+  CHECK_RC(dlock_leader_new(a, name, "first", &la), 0);
+  CHECK_RC(dlock_leader_new(b, name, "second", &lb), 0);
+  CHECK_EQ(dlock_leader_get_current(lb, who, sizeof who), 0);
+  CHECK_RC(dlock_leader_start(la), 0);
+  CHECK_RC(dlock_leader_try_await(la, 5000), 0);
+  CHECK_RC(dlock_leader_start(lb), 0);
+  CHECK_RC(dlock_leader_try_await(lb, CF_WAIT_MS), DLOCK_EBUSY);
+  CHECK_EQ(dlock_leader_has_leadership(la), 1);
+  CHECK_EQ(dlock_leader_has_leadership(lb), 0);
+  who[0] = '\0';
+  /* Known to fail sometimes, redlock (about 1 run in 4): get_leader
+   * answers "nobody takes part" (0) while a leader leads (likely it reads
+   * a server that the leader's quorum of 2 of 3 lacks). */
+  CF_CHECK_SOMETIMES("redlock",
+                     dlock_leader_get_current(lb, who, sizeof who) == 1,
+                     "get_leader finds no leader while one leads");
+  /* Expected failure, redlock: the election takes turns on redlock://'s
+   * mutex, the plain string lock, which stores no holder description, so
+   * the leader's id is "" (API.md: get_leader shows it on Redis). */
+  CF_CHECK_XFAIL("redlock", strcmp(who, "first") == 0,
+                 "dlock_leader_get_current names no leader (\"\")");
+  uint64_t t1 = 0, t2 = 0;
+  CHECK_RC(dlock_leader_token(la, &t1), 0);
+  CHECK_RC(dlock_leader_token(lb, &t2), DLOCK_ENOTOWNER);
+  dlock_leader_free(la); /* leaves: the next one leads */
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_leader_try_await(lb, 5000), 0);
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    the successor leads %lld ms after\n", (long long)took);
+  CHECK(took <= cf_wake_ms());
+  CHECK_RC(dlock_leader_token(lb, &t2), 0);
+  CHECK(t2 > t1);
+  who[0] = '\0';
+  /* Known to fail sometimes, redlock (about 1 run in 4): get_leader
+   * answers "nobody takes part" (0) while a leader leads (likely it reads
+   * a server that the leader's quorum of 2 of 3 lacks). */
+  CF_CHECK_SOMETIMES("redlock",
+                     dlock_leader_get_current(lb, who, sizeof who) == 1,
+                     "get_leader finds no leader while one leads");
+  CF_CHECK_XFAIL("redlock", strcmp(who, "second") == 0,
+                 "dlock_leader_get_current names no leader (\"\")");
+  dlock_leader_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+const th_test cf_sync_tests[] = {
+    T_BARE(t_semaphore), T_BARE(t_permits),  T_BARE(t_latch),
+    T_BARE(t_queue),     T_BARE(t_election),
+};
+const size_t cf_sync_ntests = sizeof cf_sync_tests / sizeof cf_sync_tests[0];

@@ -1,0 +1,181 @@
+/* waiters.c: waiting on the lock kinds, blocking form: a waiter killed
+ * while it waits leaves nothing that blocks the next holder, and where the
+ * kind is fair (and on zk://, whose mutex queues) waiters are served in
+ * their order of arrival. */
+#include "conformance.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define FOR_KINDS(k)                                                           \
+  for (int k##_i = 0; k##_i < 5; k##_i++)                                      \
+    for (dl_feature k = cf_lock_kinds[k##_i]; cf_has(k); k = DL_FEAT_COUNT)
+
+/* Waits for n waiters to show on l: whether they did. Where waiters leave
+ * no trace (they retry, redlock://) it gives up after half a second (and
+ * the test shows less). */
+static bool await_waiters(dlock_lock *l, int n) {
+  if (!cf_has(DL_FEAT_WAIT_NOTIFY)) {
+    cf_waiters_reach(l, n, 500);
+    return true;
+  }
+  return cf_waiters_reach(l, n, 1000);
+}
+
+/* How long a killed waiter's session lasts on a backend without leases
+ * (zk://: its queue node goes with its session). */
+#define WAITER_SESSION_MS (1000 * cf_slowdown())
+static int64_t waiter_session_ms(void) {
+  return WAITER_SESSION_MS > cf_lease_floor_ms() ? WAITER_SESSION_MS
+                                                 : cf_lease_floor_ms();
+}
+
+/* The waiter's process, forked before the test opens its clients (a
+ * process with threads forks none: ThreadSanitizer cannot follow it): it
+ * waits for a byte on fd, then waits for the lock with no limit, until
+ * killed. */
+static pid_t fork_waiter(dl_feature k, const char *name, int *go) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[1]);
+    char byte;
+    if (read(fds[0], &byte, 1) != 1) _exit(2);
+    dlock_client_options o;
+    cf_options(&o, 0);
+    o.zk_session_timeout_ms = (int)waiter_session_ms();
+    o.watchdog_timeout_ms = waiter_session_ms(); /* etcd: the session lease */
+    dlock_client *c = th_client_opts(&o);
+    cf_lock w;
+    if (c && cf_lock_new(c, k, name, "waiter", &w) == 0)
+      /* etcd: a fixed lease is the key's own lease, from the queue on. */
+      dlock_lock_acquire(
+          w.l, cf_waiters_by_session() ? waiter_session_ms() : 10000, NULL);
+    _exit(1); /* never here: it waits */
+  }
+  close(fds[0]);
+  *go = fds[1];
+  return pid;
+}
+
+static void t_killed_waiter(void) {
+  CF_NEEDS_SERVER();
+  FOR_KINDS(k) {
+    char name[64];
+    cf_name(name, sizeof name, dl_feature_name(k));
+    int go = -1;
+    pid_t pid = fork_waiter(k, name, &go);
+    CHECK(pid > 0);
+    dlock_client *a = cf_client(0), *b = cf_client(0);
+    CHECK(a && b);
+    cf_lock h, next;
+    CHECK_RC(cf_lock_new(a, cf_rival(k), name, "holder", &h), 0);
+    CHECK_RC(cf_lock_new(b, k, name, "next", &next), 0);
+    CHECK_RC(dlock_lock_try_acquire(h.l, 0, 10000, NULL), 0);
+    CHECK(write(go, "g", 1) == 1);
+    close(go);
+    bool shown = await_waiters(h.l, 1);
+    int st = 0;
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st)); /* it was waiting */
+    /* Expected failure, redis: dlock_lock_inspect counts no waiter of a
+     * read-write lock (waiters 0 while one waits on either side). */
+    if (k == DL_FEAT_READ || k == DL_FEAT_WRITE)
+      CF_CHECK_XFAIL("redis", shown, "inspect shows no read-write waiter");
+    else
+      CHECK(shown);
+    CHECK_EQ(dlock_lock_release(h.l), 1);
+    /* A fair lock's dead waiter is skipped once it is stale; a waiter's
+     * node on zk:// goes with its session, its key on etcd:// with its
+     * lease. */
+    int64_t limit = cf_waiters_by_session()
+                        ? 2 * waiter_session_ms() + CF_CMD_MS
+                    : k == DL_FEAT_FAIR ? CF_FAIR_STALE_MS + CF_CMD_MS
+                                        : CF_CMD_MS;
+    int64_t t0 = th_now_ms();
+    int rc = dlock_lock_try_acquire(next.l, limit, 10000, NULL);
+    int64_t took = th_now_ms() - t0;
+    fprintf(stderr, "    %s: the next holder %s after %lld ms\n",
+            dl_feature_name(k), dlock_err_name(rc), (long long)took);
+    if (k == DL_FEAT_PLAIN)
+      /* Known to fail sometimes, redis: a waiter killed once in the plain
+       * lock's hand-off queue is granted the lock it never takes, which
+       * stays reserved for it until it is stale (GRANT_STALE_MS, 6 s in
+       * src/redis/acquire.c; not configurable, unlike the fair lock's
+       * stale_ms). Killed before it queued, it blocks nothing. */
+      CF_CHECK_SOMETIMES("redis", rc == 0,
+                         "a killed plain-lock waiter blocks it for 6 s");
+    else
+      CHECK_RC(rc, 0);
+    if (rc == 0) CHECK_EQ(dlock_lock_release(next.l), 1);
+    cf_lock_free(&h);
+    cf_lock_free(&next);
+    dlock_client_close(a);
+    dlock_client_close(b);
+  }
+}
+
+/* ---- order ---- */
+enum { NWAIT = 3 };
+typedef struct in_line {
+  dlock_lock *l;
+  _Atomic int *served; /* the next place handed out */
+  int place;           /* this waiter's */
+} in_line;
+
+static int wait_in_line(void *arg) {
+  in_line *w = arg;
+  int rc = dlock_lock_try_acquire(w->l, 10000, 10000, NULL);
+  if (rc != 0) return rc;
+  w->place = atomic_fetch_add(w->served, 1);
+  return dlock_lock_release(w->l) == 1 ? 0 : -1;
+}
+
+static void t_fair_order(void) {
+  CF_NEEDS_SERVER();
+  /* The fair lock's promise; zk://'s mutex queues in order too. */
+  dl_feature k = DL_FEAT_FAIR;
+  if (!cf_has(k)) return;
+  dlock_client *a = cf_client(0), *b = cf_client(0);
+  CHECK(a && b);
+  char name[64];
+  cf_name(name, sizeof name, "order");
+  cf_lock h, w[NWAIT];
+  CHECK_RC(cf_lock_new(a, k, name, "holder", &h), 0);
+  CHECK_RC(dlock_lock_try_acquire(h.l, 0, 10000, NULL), 0);
+  _Atomic int served = 0;
+  in_line line[NWAIT];
+  cf_bg bg[NWAIT];
+  for (int i = 0; i < NWAIT; i++) {
+    char owner[16];
+    snprintf(owner, sizeof owner, "w%d", i);
+    CHECK_RC(cf_lock_new(b, k, name, owner, &w[i]), 0);
+    line[i] = (in_line){w[i].l, &served, -1};
+    CHECK(cf_bg_start(&bg[i], wait_in_line, &line[i]) == 0);
+    /* The next comes once this one is in the queue. */
+    CHECK(cf_waiters_reach(h.l, i + 1, 5000));
+  }
+  CHECK_EQ(dlock_lock_release(h.l), 1);
+  for (int i = 0; i < NWAIT; i++)
+    cf_bg_join(&bg[i]);
+  for (int i = 0; i < NWAIT; i++) {
+    fprintf(stderr, "    waiter %d (arrived %d) served %d\n", i, i,
+            line[i].place);
+    CHECK_RC(bg[i].rc, 0);
+    CHECK_EQ(line[i].place, i);
+    cf_lock_free(&w[i]);
+  }
+  cf_lock_free(&h);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+const th_test cf_waiters_tests[] = {
+    T_BARE(t_killed_waiter),
+    T_BARE(t_fair_order),
+};
+const size_t cf_waiters_ntests =
+    sizeof cf_waiters_tests / sizeof cf_waiters_tests[0];
