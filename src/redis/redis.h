@@ -117,7 +117,7 @@ int dl_conn_replicate(dl_conn *conn, int n, int timeout_ms,
                       int command_timeout_ms, const struct dlock_client *owner);
 
 /* Connections for dl_conn_replicate apart from the command connections
- * (link.c): WAIT blocks the connection it is sent on, so a WAIT on a
+ * (single.c): WAIT blocks the connection it is sent on, so a WAIT on a
  * command connection held up every request behind it (a ping waited out
  * a stalled replica's timeout). Each replicate takes an idle one, or a
  * new one, and gives it back; a few are kept. */
@@ -172,16 +172,16 @@ const dl_script *dl_script_of(int script);
 #define DL_EVAL_WAKE_FIRST 0x100
 void dl_scripts_init(void); /* computes the SHA1s once; thread-safe */
 
-/* ---- link.c: how the Redis operations reach a deployment ----
+/* ---- single.c: how the Redis operations reach a deployment ----
  * Scripts in, replies out, and subscriptions to wait on: one server today
- * (link.c); Sentinel (a resolver before each connect) and Cluster (a
+ * (single.c); Sentinel (a resolver before each connect) and Cluster (a
  * router by slot) will be other links under the same operations. */
 typedef struct dl_rlink dl_rlink;
 typedef struct dl_sub dl_sub;
 
 /* One step of an operation that waits on its link: an eval's reply, a
- * subscription's confirmation, a wake-up, a pause. The operations (lock.c,
- * sync.c) are state machines that start a step and go on when it is done.
+ * subscription's confirmation, a wake-up, a pause. The operations (release.c,
+ * sem_latch.c) are state machines that start a step and go on when it is done.
  * A blocking link completes each step within the call that starts it (the
  * blocking driver: the operation runs to its end on the calling thread); an
  * event-loop link completes it later, on the loop's thread, and then calls
@@ -327,14 +327,14 @@ int64_t dl_backoff_next(dl_backoff *w, int64_t max_ms);
  * them: calls listen(ctx, channel, pattern, strip) for each channel to
  * hear, for keys under `prefix` in database db. Returns 0 (also when none
  * are enabled), or the first negative code listen returned. Shared by the
- * two links (link.c). */
+ * two links (single.c). */
 int dl_keyspace_listen(const struct redisReply *config, int db,
                        const char *prefix,
                        int (*listen)(void *ctx, const char *channel,
                                      bool pattern, size_t strip),
                        void *ctx);
 
-/* What every event-loop link begins with (alink.c, acluster.c): their
+/* What every event-loop link begins with (asingle.c, acluster.c): their
  * blocking entries refuse through it. */
 typedef struct dl_loop_head {
   dl_rlink base;
@@ -342,7 +342,7 @@ typedef struct dl_loop_head {
 } dl_loop_head;
 /* The blocking entries of an event-loop link (base a dl_loop_head's):
  * each refuses with DLOCK_EINVAL, "a blocking call on an event-loop
- * client" (alink.c). */
+ * client" (asingle.c). */
 int dl_loop_refuse_eval(dl_rlink *base, int script, int nkeys,
                         const char **keys, int nargs, const char **args,
                         struct redisReply **reply);
@@ -356,7 +356,7 @@ int dl_loop_refuse_command(dl_rlink *base, int argc, const char **argv,
 int dl_loop_refuse_sub_wait(dl_rlink *base, dl_sub *s, int64_t deadline,
                             int64_t since, dl_sub *grant);
 
-/* The event-loop link (alink.c): one server, over dl_aconn, on env->loop.
+/* The event-loop link (asingle.c): one server, over dl_aconn, on env->loop.
  * Its blocking entries refuse (DLOCK_EINVAL): an event-loop client runs
  * the operations through their *_start steps only. */
 int dl_loop_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
@@ -463,7 +463,7 @@ int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token);
  * revocations on revoke_channel, and the keyspace events of keys under
  * prefix in db that the server's notify-keyspace-events enables (asked
  * with CONFIG GET on conn, once, with no retries; refused or down: none).
- * Returns 0 or a negative code (link.c). */
+ * Returns 0 or a negative code (single.c). */
 int dl_pubsub_watch_losses(dl_pubsub *p, dl_conn *conn,
                            const char *revoke_channel, int db,
                            const char *prefix, dl_notice_fn fn, void *ud,
@@ -471,7 +471,7 @@ int dl_pubsub_watch_losses(dl_pubsub *p, dl_conn *conn,
 /* The same with the server's CONFIG GET notify-keyspace-events reply
  * already in hand (NULL: none), no request sent: a cluster asks one node
  * and applies its answer to every master's subscriber, so that a master
- * that does not answer costs nothing (link.c). */
+ * that does not answer costs nothing (single.c). */
 int dl_pubsub_watch_losses_with(dl_pubsub *p, const struct redisReply *cfg,
                                 const char *revoke_channel, int db,
                                 const char *prefix, dl_notice_fn fn,
@@ -517,7 +517,7 @@ typedef struct dl_redis {
   /* A server of a composite: while it has been up for less than this
    * (ms), it refuses the mutexes (Redlock's delayed restart); 0 off. */
   int64_t restart_delay_ms;
-  /* Ride out a failover (acquire.c's ride_out, lock.c's release retries):
+  /* Ride out a failover (acquire.c's ride_out, release.c's release retries):
    * not on a server of a composite, whose quorum decides without it. */
   bool ride;
 } dl_redis;
@@ -670,10 +670,10 @@ int dl_redis_step_eval(dl_redis *r, dl_pend *p, int64_t until, int script,
 /* An operation's state (`size` bytes, its dl_shell first) for the
  * blocking driver (`stack`, the caller's) or the event-loop one
  * (allocated), zeroed: NULL with *err when the client is of the other
- * kind, or out of memory (sync.c; queue.c). */
+ * kind, or out of memory (sem_latch.c; blocking_queue.c). */
 void *dl_redis_state_new(dl_redis *R, void *stack, size_t size, bool async,
                          dl_async **op, int *err);
-/* queue.c: the blocking queue and deque (dl_backend_ops.queue). */
+/* blocking_queue.c: the blocking queue and deque (dl_backend_ops.queue). */
 int dl_redis_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q);
 void dl_redis_queue_kick(dl_backend *b, const dl_sync_ref *s);
 int dl_redis_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,

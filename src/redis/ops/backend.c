@@ -1,9 +1,10 @@
 /* backend.c: the Redis backend: the typed operations of core/backend.h over
  * a link, made from a redis://, rediss:// or unix:// URL. The operations of
- * each kind are in their own files (lock.c, sync.c, inspect.c, queue.c;
- * the renewal of holds and replica acknowledgement in renew.c); here are
- * the table, the loss notices and what the files share. */
-#include "redis.h"
+ * each kind are in their own files (acquire.c and release.c, sem_latch.c,
+ * snapshot.c, blocking_queue.c; the renewal of holds and replica
+ * acknowledgement in renew.c); here are the table, the loss notices and
+ * what the files share. */
+#include "../redis.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>

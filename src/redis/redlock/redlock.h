@@ -6,7 +6,7 @@
 #ifndef DLOCK_REDIS_REDLOCK_H
 #define DLOCK_REDIS_REDLOCK_H
 
-#include "redis.h"
+#include "../redis.h"
 
 #include <stdatomic.h>
 

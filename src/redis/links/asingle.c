@@ -1,9 +1,9 @@
-/* alink.c: the event-loop link: one server, the operations' steps (dl_pend)
+/* asingle.c: the event-loop link: one server, the operations' steps (dl_pend)
  * over a dl_aconn on the client's loop, pauses on the loop's timers, and
  * waiting through the subscriber connection of the loop (dl_asub), or by
  * backoff when the client asks for it. Its blocking entries refuse: an
  * event-loop client has no blocking calls. */
-#include "redis.h"
+#include "../redis.h"
 
 #include <hiredis/hiredis.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 #ifndef DLOCK_REDIS_ACONN_H
 #define DLOCK_REDIS_ACONN_H
 
-#include "redis.h"
+#include "../redis.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
-/* link.c: the single-server link: scripts by EVALSHA over pipelined command
+/* single.c: the single-server link: scripts by EVALSHA over pipelined command
  * connections, waiting through the subscriber connection (or by backoff). */
-#include "redis.h"
+#include "../redis.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
