@@ -5,7 +5,7 @@
  * blocks the connection it is sent on, so on the link's one connection it
  * held up every request behind it (another lock's acquire, a ping) for as
  * long as a stalled replica made it wait. */
-#include "../redis.h"
+#include "conns.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>

@@ -28,7 +28,7 @@
  * leases are the zset "{Q}:timeout", renewed by the watchdog as permits'
  * (lock_renew.lua), and the values of a consumer whose lease ended go back
  * to the queue at the next reliable take. */
-#include "../redis.h"
+#include "ops.h"
 
 #include <hiredis/hiredis.h>
 #include <limits.h>

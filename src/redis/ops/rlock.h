@@ -6,7 +6,7 @@
 #ifndef DLOCK_REDIS_RLOCK_H
 #define DLOCK_REDIS_RLOCK_H
 
-#include "../redis.h"
+#include "ops.h"
 
 #include <string.h>
 

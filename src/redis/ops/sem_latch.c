@@ -9,7 +9,7 @@
  * - RCountDownLatch: a string at the name holding the count (gone at
  *   zero); "redisson_countdownlatch__channel:{name}" gets "0" at zero
  *   (wakes every waiter) and "1" on a new count. */
-#include "../redis.h"
+#include "ops.h"
 
 #include <errno.h>
 #include <hiredis/hiredis.h>
