@@ -1,9 +1,9 @@
 # embed_scripts.cmake: writes OUT, a C file holding each Lua script in
 # SCRIPTS as a string, in the order of src/redis/lua/scripts.def (the
-# DL_SCRIPT_* enum in src/redis/redis.h).
+# DL_SCRIPT_* enum in src/redis/conns/conns.h).
 string(REPLACE "|" ";" SCRIPTS "${SCRIPTS}")
 set(body "/* Generated from the .lua files in src/redis/lua by cmake/embed_scripts.cmake. */\n")
-string(APPEND body "#include \"redis/redis.h\"\n\n")
+string(APPEND body "#include \"redis/conns/conns.h\"\n\n")
 set(table "dl_script dl_scripts[DL_SCRIPT_COUNT] = {\n")
 foreach(path ${SCRIPTS})
   get_filename_component(name ${path} NAME_WE)

@@ -5,7 +5,7 @@
 #define DLOCK_TEST_ACONN_CFG_H
 
 #include "harness.h"
-#include "redis/redis.h"
+#include "redis/conns/conns.h"
 
 /* Over TCP (the restart tests restart the server on the same port), short
  * timeouts and backoff, CLIENT SETNAME `name` (borrowed). Returns 0 or the

@@ -1,4 +1,4 @@
-/* test_asub.c: the event loop's subscriber connection (redis/asub.c)
+/* test_asub.c: the event loop's subscriber connection (redis/conns/asub.c)
  * against a real redis-server, with each driver (built-in, libuv,
  * libevent): confirmations, the wake modes, the grant, deadlines, cancel,
  * the resubscribe after a restart, the linger, the close, many waiters. */

@@ -1,6 +1,6 @@
 /* test_async_io.c: the event loop's Redis connections against a real
  * redis-server, with each driver (built-in, libuv, libevent): the pipelined
- * command connection (redis/aconn.c). */
+ * command connection (redis/conns/aconn.c). */
 #include "aconn_cfg.h"
 #include "loop_drivers.h"
 

@@ -822,6 +822,20 @@ static void queue_ops(int kind) {
   CHECK_RC(dlock_queue_offer(q, "z", 1), DLOCK_EINVAL);
   td_run_for(&f.t, 50);
   CHECK_EQ(g[11].calls, 0);
+  /* A command's error reply (LPOP on a string) is its code, the server's
+   * text the detail, as on a blocking client; the key unchanged. */
+  th_cmd_int(&th_srv, "SET k:qstr 7");
+  dlock_queue *sq;
+  CHECK_RC(dlock_queue_new(f.c, "k:qstr", &sq), 0);
+  td_got wt = {0};
+  v = NULL;
+  CHECK_RC(dlock_queue_poll_async(sq, 0, &v, &len, td_on_done, &wt, NULL), 0);
+  RUN(&f, &wt);
+  CHECK_RC(wt.rc, DLOCK_EWRONGTYPE);
+  CHECK(strstr(wt.msg, "WRONGTYPE") != NULL);
+  CHECK(v == NULL);
+  CHECK_EQ(th_cmd_int(&th_srv, "GET k:qstr"), 7);
+  dlock_queue_free(sq);
   dlock_queue_free(q);
   dlock_queue_free(d);
   td_fix_close(&f);

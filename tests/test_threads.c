@@ -2,7 +2,7 @@
  * exclusion, request pipelining, and one wake-up per unlock per process. */
 #include "harness.h"
 #include "client/client.h"
-#include "redis/redis.h"
+#include "redis/ops/ops.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

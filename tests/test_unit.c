@@ -2,7 +2,7 @@
 #include "harness.h"
 #include "cli/duration.h"
 #include "client/client.h"
-#include "redis/redis.h"
+#include "redis/conns/conns.h"
 
 #include <hiredis/hiredis.h>
 #include <sched.h>

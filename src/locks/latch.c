@@ -1,6 +1,6 @@
 /* latch.c: the count-down latch (Redisson's RCountDownLatch): a count set
  * once, counted down by anyone, awaited by everyone until it reaches zero.
- * The layout on a deployment is the backend's (src/redis/sync.c). Each
+ * The layout on a deployment is the backend's (src/redis/ops/sem_latch.c). Each
  * call is its checks (a dl_sync_call) run blocking or on the loop
  * (kinds.c). */
 #include "locks.h"

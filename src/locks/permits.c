@@ -3,7 +3,7 @@
  * permit taken without a lease is renewed by the watchdog like a lock, so
  * the permits of a crashed holder come back one lease later; a permit whose
  * renewal fails is reported lost. The layout on a deployment is the
- * backend's (src/redis/sync.c). Each call is its checks (a dl_sync_call)
+ * backend's (src/redis/ops/sem_latch.c). Each call is its checks (a dl_sync_call)
  * run blocking or on the loop (kinds.c). */
 #include "locks.h"
 

@@ -1,7 +1,7 @@
 /* queue.c: the blocking queue and deque (Redisson's RBlockingQueue and
  * RBlockingDeque): values as bytes, offered at either end, polled from
  * either end with a wait. The layout on a deployment is the backend's
- * (src/redis/queue.c). Each call is its checks and a dl_queue_req run
+ * (src/redis/ops/blocking_queue.c). Each call is its checks and a dl_queue_req run
  * blocking or on the loop. */
 #include "locks.h"
 

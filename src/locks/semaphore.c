@@ -1,7 +1,7 @@
 /* semaphore.c: the counting semaphore (Redisson's RSemaphore): permits
  * that are not owned, so a holder that dies keeps its permits (see the
  * permit-expirable semaphore for permits that come back). The layout on a
- * deployment is the backend's (src/redis/sync.c). Each call is its checks
+ * deployment is the backend's (src/redis/ops/sem_latch.c). Each call is its checks
  * (a dl_sync_call) run blocking or on the loop (kinds.c). */
 #include "locks.h"
 

@@ -2,7 +2,7 @@
  * backend's own URL reader, resolver, scripts and key names. */
 #include "probe.h"
 
-#include "redis.h"
+#include "redlock/redlock.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * first input byte picks the parser. Build: scripts/fuzz.sh. */
 #include "cli/duration.h"
 #include "client/client.h"
-#include "redis/redis.h"
+#include "redis/conns/conns.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,7 @@
  * them. A code outside the error table, a crash, a leak or undefined
  * behaviour is a finding. Build and run: scripts/fuzz.sh. */
 #include "client/client.h"
-#include "redis/redis.h"
+#include "redis/ops/ops.h"
 
 #include <hiredis/hiredis.h>
 #include <stdlib.h>

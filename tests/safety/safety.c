@@ -11,7 +11,7 @@
 #include "../harness.h"
 #include "client/client.h"
 #include "proxy.h"
-#include "redis/redis.h"
+#include "redis/conns/conns.h"
 #include "resource.h"
 #include "worker.h"
 

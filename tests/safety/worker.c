@@ -13,7 +13,7 @@
 
 #include "client/client.h"
 #include "dlock.h"
-#include "redis/redis.h"
+#include "redis/conns/conns.h"
 
 #include <errno.h>
 #include <pthread.h>

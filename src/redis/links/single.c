@@ -1,6 +1,6 @@
-/* link.c: the single-server link: scripts by EVALSHA over pipelined command
+/* single.c: the single-server link: scripts by EVALSHA over pipelined command
  * connections, waiting through the subscriber connection (or by backoff). */
-#include "redis.h"
+#include "links.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
@@ -520,30 +520,17 @@ int dl_single_link_lazy(const dl_conn_config *cfg, const dl_backend_env *env,
   return rc;
 }
 
-/* The single link under a backend made by dl_redis_backend_new, or NULL. */
-static single_link *single_of(dl_backend *base) {
-  dl_rlink *l = ((dl_redis *)base)->link;
+/* l as the single link, or NULL. */
+static single_link *single_of(dl_rlink *l) {
   return l->ops == &single_ops ? (single_link *)l : NULL;
 }
 
-uint64_t dl_redis_backend_round_trips(dl_backend *base) {
-  dlock_client_stats st = {0};
-  base->ops->stats(base, &st);
-  return st.writes;
-}
-
-uint64_t dl_redis_backend_wakeups(dl_backend *base) {
-  dlock_client_stats st = {0};
-  base->ops->stats(base, &st);
-  return st.wakeups;
-}
-
-uint64_t dl_redis_backend_direct_wakeups(dl_backend *base) {
-  single_link *b = single_of(base);
+uint64_t dl_single_link_direct_wakeups(dl_rlink *l) {
+  single_link *b = single_of(l);
   return b && b->pubsub ? dl_pubsub_direct_wakeups(b->pubsub) : 0;
 }
 
-bool dl_redis_backend_sleeper_reads(dl_backend *base) {
-  single_link *b = single_of(base);
+bool dl_single_link_sleeper_reads(dl_rlink *l) {
+  single_link *b = single_of(l);
   return b && b->pubsub ? dl_pubsub_sleeper_reads(b->pubsub) : false;
 }

@@ -1,7 +1,7 @@
 /* reply.c: what every Redis connection shares about commands and replies:
  * the EVALSHA/EVAL argv, the script table's hashes, and error replies as
  * codes (the blocking link and the event loop's connection). */
-#include "redis.h"
+#include "conns.h"
 
 #include <hiredis/hiredis.h>
 #include <limits.h>

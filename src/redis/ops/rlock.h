@@ -1,4 +1,4 @@
-/* rlock.h: what the Redis lock's two files share (lock.c: the release, the
+/* rlock.h: what the Redis lock's two files share (release.c: the release, the
  * force release, the queries; acquire.c: the acquire and its wait):
  * Redisson's derived names, the constants of the waiting algorithm, and the
  * release machine, with which an acquire also gives back a grant that came
@@ -6,7 +6,7 @@
 #ifndef DLOCK_REDIS_RLOCK_H
 #define DLOCK_REDIS_RLOCK_H
 
-#include "redis.h"
+#include "ops.h"
 
 #include <string.h>
 
@@ -45,7 +45,7 @@ static inline const char *derived(char *out, const char *prefix,
 /* Whether rc, a request's failure, is what a failover, a resharding or a
  * reconnect looks like from here (the master unreachable, the connection
  * lost, a demoted master, CLUSTERDOWN, MASTERDOWN, LOADING, TRYAGAIN):
- * worth sending again after a pause (lock.c). On a server of a Redlock
+ * worth sending again after a pause (release.c). On a server of a Redlock
  * (!R->ride) only a lost connection, as before: the quorum decides. Not a timeout: its time is
  * spent (a waiting acquire, which has its own, retries that too). */
 bool dl_rlock_transient(const dl_redis *R, int rc);
@@ -67,7 +67,7 @@ typedef struct dl_rlock_rel {
   dl_pend p;
 } dl_rlock_rel;
 
-/* Starts releasing `count` holds of l's owner (lock.c). Returns 0 (go on
+/* Starts releasing `count` holds of l's owner (release.c). Returns 0 (go on
  * with dl_rlock_rel_step) or DL_PENDING. */
 int dl_rlock_rel_start(dl_rlock_rel *o, dl_redis *R, const dl_lock_ref *l,
                        int64_t lease_ms, int count, int64_t end);

@@ -1,4 +1,4 @@
-/* lock.c: the lock family on Redis, wire-compatible with Redisson: RLock
+/* release.c: the lock family on Redis, wire-compatible with Redisson: RLock
  * (a hash at the lock's name, field owner id -> hold count, with a PEXPIRE
  * lease; the unlock message "0" on redisson_lock__channel:{name}; fencing
  * tokens from redisson_lock_token:{name}, RFencedLock's counter), RFairLock

@@ -1,7 +1,7 @@
 /* names.c: Redisson's names for the keys and channels beside an object's
  * key, each in the object's cluster slot (its hash tag, or the key itself
  * wrapped in one). */
-#include "redis.h"
+#include "ops.h"
 
 #include <string.h>
 

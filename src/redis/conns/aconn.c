@@ -204,7 +204,7 @@ static void on_reply(dl_aconn *c, redisReply *reply) {
     return;
   }
   int rc = 0;
-  if (r->fn && r->script >= 0 && !r->keep_errors)
+  if (r->fn && (r->script >= 0 || r->check_errors) && !r->keep_errors)
     rc = dl_reply_check(c->cfg->err_owner, &reply);
   dl_aq_answer(c, r, rc, reply); /* a server's error: its detail is set */
 }
@@ -482,6 +482,14 @@ dl_areq *dl_aconn_send_cluster(dl_aconn *c, bool asking, int argc,
                                int *err) {
   dl_areq *r = dl_aconn_send(c, argc, argv, argvlen, deadline, fn, ud, err);
   if (r) r->asking = asking;
+  return r;
+}
+
+dl_areq *dl_aconn_command(dl_aconn *c, int argc, const char **argv,
+                          const size_t *argvlen, int64_t deadline,
+                          dl_reply_fn fn, void *ud, int *err) {
+  dl_areq *r = dl_aconn_send(c, argc, argv, argvlen, deadline, fn, ud, err);
+  if (r) r->check_errors = true;
   return r;
 }
 

@@ -542,7 +542,7 @@ static int cl_command(dl_rlink *base, int argc, const char **argv,
   return cl_command_bin(base, argc, argv, lens, reply);
 }
 
-/* Marker and WAIT on a connection of node's own (redis.h's dl_waitpool). */
+/* Marker and WAIT on a connection of node's own (links.h's dl_waitpool). */
 static int replicate_on(cluster_link *b, cnode *node, int n, int timeout_ms) {
   return dl_waitpool_replicate(&node->waits, n, timeout_ms,
                                b->env->command_timeout_ms, b->env->err_owner);

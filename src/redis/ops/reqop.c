@@ -4,7 +4,7 @@
  * one machine for both drivers, so that each operation's request is built
  * and its reply read by the same code, whether the blocking driver or the
  * event loop runs it. */
-#include "redis.h"
+#include "ops.h"
 
 #include <hiredis/hiredis.h>
 #include <stdlib.h>

@@ -1,14 +1,32 @@
 /* redlock.h: what the Redlock backend's files share: redlock.c (the
  * operation, a state machine over the parts), rlvote.c (how a round's
  * answers decide it), rlops.c (the backend's entries, the URL, the
- * factory) and rlloop.c (a blocking client's loop thread). Only for
- * them. */
+ * factory) and rlloop.c (a blocking client's loop thread): the top floor
+ * of the Redis backend, over the operations (ops.h) of one backend per
+ * server. Only for them, and for probe.c (a redlock:// URL's servers). */
 #ifndef DLOCK_REDIS_REDLOCK_H
 #define DLOCK_REDIS_REDLOCK_H
 
-#include "redis.h"
+#include "../ops/ops.h"
 
 #include <stdatomic.h>
+
+/* The Redlock backend for redlock:// URLs (redlock.c). */
+#define DL_REDLOCK_MAX 15 /* servers at most */
+/* A redlock:// URL's options, after '?', joined by '&'. */
+typedef struct dl_redlock_url_opts {
+  bool fencing; /* fencing=on|off: tokens written back to the quorum */
+  bool hash;    /* layout=plain|hash: the mutex's layout on each server */
+  /* restart_delay=N[ms|s|m]: a server up for less than this refuses
+   * every lock (Redlock's delayed restart); 0 off */
+  int64_t restart_delay_ms;
+} dl_redlock_url_opts;
+/* The servers of a redlock:// URL, each as a redis:// URL (out[i], the
+ * caller frees): how many (1..max), or DLOCK_EURL / DLOCK_ENOMEM; and its
+ * options in *opt (may be NULL; defaults fencing on, layout plain, no
+ * restart delay). */
+int dl_redlock_urls(const char *url, char **out, int max,
+                    dl_redlock_url_opts *opt);
 
 #define RL_MAX DL_REDLOCK_MAX
 #define RL_RETRY_MIN_MS 2  /* the first retry's delay, then doubled */

@@ -1,4 +1,4 @@
-/* acquire.c: the acquire of the Redis lock family (rlock.h, lock.c) and
+/* acquire.c: the acquire of the Redis lock family (rlock.h, release.c) and
  * its waiting algorithm: pub/sub on the unlock channel, the plain lock's
  * hand-off queue with grants on the waiter's own channel, reservations for
  * starving waiters, the fair lock's queue; one state machine for both

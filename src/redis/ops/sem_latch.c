@@ -1,4 +1,4 @@
-/* sync.c: semaphores and latches on Redis, wire-compatible with Redisson:
+/* sem_latch.c: semaphores and latches on Redis, wire-compatible with Redisson:
  * - RSemaphore: a string at the name holding the permits available;
  *   "redisson_sc:{name}" carries the permits now available after each
  *   change, which wakes that many waiters.
@@ -9,7 +9,7 @@
  * - RCountDownLatch: a string at the name holding the count (gone at
  *   zero); "redisson_countdownlatch__channel:{name}" gets "0" at zero
  *   (wakes every waiter) and "1" on a new count. */
-#include "redis.h"
+#include "ops.h"
 
 #include <errno.h>
 #include <hiredis/hiredis.h>

@@ -5,7 +5,7 @@
 #ifndef DLOCK_REDIS_ACONN_H
 #define DLOCK_REDIS_ACONN_H
 
-#include "redis.h"
+#include "conns.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
@@ -31,6 +31,8 @@ struct dl_areq {
    * are the caller's to follow). */
   bool asking, keep_errors;
   bool asking_out; /* its ASKING written, the OK not yet read */
+  /* A command's (dl_aconn_command): an error reply comes as its code. */
+  bool check_errors;
   dl_reply_fn fn; /* NULL once timed out or cancelled */
   void *ud;
   dl_timer deadline;

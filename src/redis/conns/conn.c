@@ -17,7 +17,7 @@
  * its request's word (park.c), and the reader completes requests and wakes
  * their threads outside the mutex, so a woken thread returns without
  * queueing for the mutex. The mutex guards the queues and the roles only. */
-#include "redis.h"
+#include "conns.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>

@@ -1,9 +1,10 @@
 /* backend.c: the Redis backend: the typed operations of core/backend.h over
  * a link, made from a redis://, rediss:// or unix:// URL. The operations of
- * each kind are in their own files (lock.c, sync.c, inspect.c, queue.c;
- * the renewal of holds and replica acknowledgement in renew.c); here are
- * the table, the loss notices and what the files share. */
-#include "redis.h"
+ * each kind are in their own files (acquire.c and release.c, sem_latch.c,
+ * snapshot.c, blocking_queue.c; the renewal of holds and replica
+ * acknowledgement in renew.c); here are the table, the loss notices and
+ * what the files share. */
+#include "ops.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
@@ -508,4 +509,24 @@ int dl_redis_backend_new(const dlock_client_options *opts,
 int dl_redis_part_new(const dlock_client_options *opts,
                       const dl_backend_env *env, dl_backend **out) {
   return backend_new(opts, env, true, out);
+}
+
+uint64_t dl_redis_backend_round_trips(dl_backend *base) {
+  dlock_client_stats st = {0};
+  base->ops->stats(base, &st);
+  return st.writes;
+}
+
+uint64_t dl_redis_backend_wakeups(dl_backend *base) {
+  dlock_client_stats st = {0};
+  base->ops->stats(base, &st);
+  return st.wakeups;
+}
+
+uint64_t dl_redis_backend_direct_wakeups(dl_backend *base) {
+  return dl_single_link_direct_wakeups(((dl_redis *)base)->link);
+}
+
+bool dl_redis_backend_sleeper_reads(dl_backend *base) {
+  return dl_single_link_sleeper_reads(((dl_redis *)base)->link);
 }

@@ -4,7 +4,7 @@
 #ifndef DLOCK_REDIS_CLUSTER_H
 #define DLOCK_REDIS_CLUSTER_H
 
-#include "redis.h"
+#include "links.h"
 
 #include <pthread.h>
 

@@ -1,7 +1,7 @@
-/* queue.c: Redisson's RBlockingQueue / RBlockingDeque on Redis: a list at
- * the queue's name holding each value as its bare bytes (what Redisson's
- * StringCodec and ByteArrayCodec store); an offer is RPUSH (LPUSH at the
- * head), a poll LPOP (RPOP at the tail), the size LLEN.
+/* blocking_queue.c: Redisson's RBlockingQueue / RBlockingDeque on Redis: a
+ * list at the queue's name holding each value as its bare bytes (what
+ * Redisson's StringCodec and ByteArrayCodec store); an offer is RPUSH (LPUSH
+ * at the head), a poll LPOP (RPOP at the tail), the size LLEN.
  *
  * A waiting poll never blocks a connection: BLPOP on the pipelined
  * connection would stall every request queued behind it, on every thread
@@ -28,7 +28,7 @@
  * leases are the zset "{Q}:timeout", renewed by the watchdog as permits'
  * (lock_renew.lua), and the values of a consumer whose lease ended go back
  * to the queue at the next reliable take. */
-#include "redis.h"
+#include "ops.h"
 
 #include <hiredis/hiredis.h>
 #include <limits.h>

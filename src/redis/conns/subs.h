@@ -9,7 +9,7 @@
 #ifndef DLOCK_REDIS_SUBS_H
 #define DLOCK_REDIS_SUBS_H
 
-#include "redis.h"
+#include "conns.h"
 
 #include <pthread.h>
 

@@ -1,6 +1,6 @@
 /* renew.c: the Redis backend's renewal of holds (the watchdog's rounds,
  * both drivers) and replica acknowledgement (WAIT after a write). */
-#include "redis.h"
+#include "ops.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
-/* inspect.c: what can be read of whatever lives at a name without taking
+/* snapshot.c: what can be read of whatever lives at a name without taking
  * it (a snapshot of any kind of lock or synchronizer), and the scan for
  * lock names. Read-only on the server. */
-#include "redis.h"
+#include "ops.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* sentinel.c: the endpoint resolver: where a connection connects to (the
  * one server, or the master that Redis Sentinel names, checked by ROLE). */
-#include "redis.h"
+#include "conns.h"
 
 #include <fcntl.h>
 #include <hiredis/hiredis.h>

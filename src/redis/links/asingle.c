@@ -1,9 +1,9 @@
-/* alink.c: the event-loop link: one server, the operations' steps (dl_pend)
+/* asingle.c: the event-loop link: one server, the operations' steps (dl_pend)
  * over a dl_aconn on the client's loop, pauses on the loop's timers, and
  * waiting through the subscriber connection of the loop (dl_asub), or by
  * backoff when the client asks for it. Its blocking entries refuse: an
  * event-loop client has no blocking calls. */
-#include "redis.h"
+#include "links.h"
 
 #include <hiredis/hiredis.h>
 #include <stdlib.h>
@@ -63,20 +63,13 @@ static int al_eval_start(dl_rlink *base, dl_pend *p, int64_t until, int script,
   return DL_PENDING;
 }
 
-/* A command's error reply becomes its code, as the blocking link's. */
-static void on_command(void *ud, int rc, redisReply *reply) {
-  dl_pend *p = ud;
-  dl_async *op = p->op; /* every step belongs to an operation's shell */
-  if (rc == 0) rc = dl_reply_check(op->R->env.err_owner, &reply);
-  on_reply(ud, rc, reply);
-}
-
 static int al_command_start(dl_rlink *base, dl_pend *p, int argc,
                             const char **argv) {
   loop_link *L = (loop_link *)base;
   int err = 0;
-  dl_areq *r = dl_aconn_send(L->conn, argc, argv, p->lens, 0, on_command, p,
-                             &err);
+  /* A command's error reply becomes its code, as the blocking link's. */
+  dl_areq *r = dl_aconn_command(L->conn, argc, argv, p->lens, 0, on_reply, p,
+                                &err);
   if (r == NULL) {
     p->rc = err;
     return 0;

@@ -1,11 +1,11 @@
-/* arepl.c: replica acknowledgement on an event loop (link.c's
+/* arepl.c: replica acknowledgement on an event loop (single.c's
  * dl_conn_replicate and dl_waitpool, on the loop): a marker PUBLISH and
  * WAIT queued together on a connection of a pool of their own, after ROLE
  * there for DLOCK_REPLICAS_AUTO. WAIT
  * blocks the connection it is sent on, so on the link's one connection it
  * held up every request behind it (another lock's acquire, a ping) for as
  * long as a stalled replica made it wait. */
-#include "redis.h"
+#include "conns.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>

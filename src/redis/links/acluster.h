@@ -4,7 +4,7 @@
 #ifndef DLOCK_REDIS_ACLUSTER_H
 #define DLOCK_REDIS_ACLUSTER_H
 
-#include "redis.h"
+#include "links.h"
 
 #define NSLOTS DL_CLUSTER_SLOTS
 #define MAX_NODES 256

@@ -2,7 +2,7 @@
  * an event loop) share about Redis Cluster: key slots, the CLUSTER SLOTS
  * reply, redirections, which channels stay classic, which key a command
  * goes by, and the cursor of a SCAN over every master. */
-#include "redis.h"
+#include "links.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
