@@ -2,6 +2,7 @@
  * the etcd backend's mutex (the layout of Go's concurrency.Mutex and
  * `etcdctl lock`) against it, looked at and raced with etcdctl. */
 #include "harness.h"
+#include "locks/locks.h" /* dl_lock_client: a waiter's detail */
 
 #include <pthread.h>
 #include <signal.h>
@@ -138,11 +139,15 @@ typedef struct waiter {
   int rc;
   uint64_t tok;
   atomic_llong at;
+  char msg[256]; /* the detail of a failed wait */
 } waiter;
 
 static void *wait_acquire(void *arg) {
   waiter *w = arg;
   w->rc = dlock_lock_try_acquire(w->l, 10000, 0, &w->tok);
+  if (w->rc < 0)
+    snprintf(w->msg, sizeof w->msg, "%s",
+             dlock_client_errmsg(dl_lock_client(w->l)));
   atomic_store(&w->at, th_now_ms());
   return NULL;
 }
@@ -413,6 +418,9 @@ static void t_etcd_cluster_member_killed(void) {
   th_sleep_ms(4500);
   CHECK_EQ(dlock_lock_is_lost(la), 0);
   CHECK_EQ(dlock_lock_is_held(la), 1);
+  if (atomic_load(&w.at) != 0)
+    fprintf(stderr, "    the waiter ended early: %s (%s)\n",
+            dlock_err_name(w.rc), w.rc < 0 ? w.msg : "");
   CHECK_EQ(atomic_load(&w.at), 0);
   CHECK_RC(dlock_lock_release(la), 1);
   pthread_join(th, NULL);

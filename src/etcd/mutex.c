@@ -20,6 +20,22 @@ bool dl_etcd_transient(int rc) {
   return rc == DLOCK_ECONNECT || rc == DLOCK_ECONNLOST || rc == DLOCK_ETIMEDOUT;
 }
 
+/* A wait rides out what a member lost or a leader change makes requests
+ * fail with (etcd answers "leader changed", a member goes away), as the
+ * Redis waits ride out a failover: true after a pause (20 ms, doubling up
+ * to 200 ms) when rc is transient and the wait's deadline leaves room,
+ * false when the error stands (the client closing, the time spent). */
+static bool ride_out(dl_etcd *e, const dl_acquire *a, int rc, int *rides) {
+  if (!dl_etcd_transient(rc) || !a->wait || atomic_load(e->env->closing))
+    return false;
+  int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
+  if (pause > 200) pause = 200;
+  if (dl_now_ms() + pause >= a->deadline) return false;
+  (*rides)++;
+  dl_sleep_ms(pause);
+  return !atomic_load(e->env->closing);
+}
+
 void dl_etcd_hold_free(etcd_hold *h) {
   if (h == NULL) return;
   free(h->lock);
@@ -370,6 +386,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   pthread_mutex_unlock(&e->mu);
   int64_t owner_rev = 0;
   bool waited = false;
+  int rides = 0;
   if (rc == 0) rc = dl_etcd_put_and_read(e, h, "", pfx, deadline, &owner_rev);
   if (rc != 0) goto fail;
   /* Ours if nobody is before us. */
@@ -382,6 +399,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     int64_t at = 0;
     rc = dl_etcd_predecessor(e, pfx, h->rev, pred, sizeof pred, &at,
                              dl_now_ms() + e->command_timeout_ms);
+    if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
     if (rc < 0) break;
     if (rc == 0) {
       /* Nobody before us: ours, if our key is still there (Go 3.4's
@@ -405,9 +423,11 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     int64_t step = dl_now_ms() + lease_step(e, h, a->lease_ms);
     rc = dl_etcd_wait_delete(e, pred, at,
                              step < a->deadline ? step : a->deadline);
+    if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
     if (rc < 0) break;
     waited = true;
     if (rc == 0 && dl_now_ms() < a->deadline) rc = keep_lease(e, h, &until);
+    if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
     if (rc < 0) break;
     if (rc == 0 && dl_now_ms() >= a->deadline) break; /* the deadline */
   }
