@@ -89,6 +89,14 @@ int th_run_inline(int argc, char **argv, const th_test *tests, size_t n);
   }
 #define TH_MAIN(...) TH_MAIN_WITH(NULL, __VA_ARGS__)
 
+/* A bound on how soon something happens, in ms: as given, or ten times
+ * that under valgrind (DLOCK_UNDER_VALGRIND: its slowdown is not what
+ * such bounds test; the normal and sanitizer runs hold the library to
+ * them). */
+static inline int64_t th_soon(int64_t ms) {
+  return getenv("DLOCK_UNDER_VALGRIND") ? 10 * ms : ms;
+}
+
 /* ---- redis-server processes ---- */
 typedef struct th_redis {
   pid_t pid;
