@@ -38,6 +38,7 @@ case "$mode" in
   # (tests/conformance/conformance.h) by the sanitizers' slowdown.
   asan) ctest_skip=(-LE failover)
         ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
         DLOCK_TEST_SLOWDOWN=2 \
           run asan -DCMAKE_BUILD_TYPE=Debug -DDLOCK_SANITIZE=address,undefined ;;
   tsan) ctest_skip=(-LE failover)

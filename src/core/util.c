@@ -88,8 +88,10 @@ void dl_sleep_ms(int64_t ms) {
 }
 
 int64_t dl_validity(int64_t sent, int64_t lease_ms) {
-  /* Redlock's allowance for clocks that run at different rates. */
-  return sent + lease_ms - (lease_ms / 100 + 2);
+  /* Redlock's allowance for clocks that run at different rates; a lease
+   * past the clock's range is valid for ever (no overflow). */
+  int64_t d = lease_ms - (lease_ms / 100 + 2);
+  return d > INT64_MAX - sent ? INT64_MAX : sent + d;
 }
 
 int dl_uuid4(char out[37]) {

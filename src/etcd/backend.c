@@ -77,7 +77,7 @@ int dl_etcd_session(dl_etcd *e, int64_t deadline, int64_t *lease,
     rc = 0;
     if (u > sent) goto done;
   }
-  int64_t want = (e->session_ttl_ms + 999) / 1000, got;
+  int64_t want = dl_etcd_ttl_s(e->session_ttl_ms), got;
   rc = dl_etcd_grant(e, want, deadline, &l, &got);
   if (rc != 0) goto out;
   u = dl_validity(sent, got * 1000);

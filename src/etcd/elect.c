@@ -58,7 +58,7 @@ static int keep(dl_elect *el) {
   el->h.rev = 0;
   int64_t got;
   rc =
-      dl_etcd_grant(e, (el->ttl_ms + 999) / 1000, deadline, &el->h.lease, &got);
+      dl_etcd_grant(e, dl_etcd_ttl_s(el->ttl_ms), deadline, &el->h.lease, &got);
   if (rc != 0) return rc;
   el->lease_until = dl_validity(sent, got * 1000);
   char key[ETCD_KEY_MAX + 24];

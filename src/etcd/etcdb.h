@@ -165,6 +165,11 @@ int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
 /* Whether a call's error may pass (no answer: the server unreachable or
  * slow). */
 bool dl_etcd_transient(int rc);
+/* A lease of ms milliseconds in etcd's whole seconds, rounded up (no
+ * overflow near INT64_MAX). */
+static inline int64_t dl_etcd_ttl_s(int64_t ms) {
+  return ms / 1000 + (ms % 1000 != 0);
+}
 /* The range [key, range_end) of every key under `pfx`: range_end's base64
  * into end (pfx with its last byte + 1). */
 void dl_etcd_prefix_end(const char *pfx, char *end_b64);

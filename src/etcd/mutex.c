@@ -359,7 +359,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   if (own) {
     int64_t got;
     rc =
-        dl_etcd_grant(e, (a->lease_ms + 999) / 1000, deadline, &h->lease, &got);
+        dl_etcd_grant(e, dl_etcd_ttl_s(a->lease_ms), deadline, &h->lease, &got);
     until = dl_validity(sent, a->lease_ms);
     h->lease_until = until;
     h->lease_ms = a->lease_ms;

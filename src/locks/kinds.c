@@ -23,7 +23,9 @@ int dl_check_key(dlock_client *c, const char *name) {
 }
 
 int64_t dl_deadline(int64_t wait_ms) {
-  return wait_ms < 0 ? INT64_MAX : dl_now_ms() + wait_ms;
+  int64_t now = dl_now_ms();
+  /* No limit, or one past the clock's range: none (it overflowed). */
+  return wait_ms < 0 || wait_ms > INT64_MAX - now ? INT64_MAX : now + wait_ms;
 }
 
 int dl_unsupported(dlock_client *c, const char *what) {

@@ -61,7 +61,7 @@ static void waits_and_leases(void) {
        * range" comes back as DLOCK_ESERVER (not refused up front with
        * DLOCK_EINVAL, nor capped). */
       if (leases[i] == INT64_MAX && rc != 0) {
-        CF_CHECK_XFAIL("redis,redlock", rc == DLOCK_EINVAL,
+        CF_CHECK_XFAIL("redis,redlock,etcd", rc == DLOCK_EINVAL,
                        "a huge lease is sent and fails as DLOCK_ESERVER");
         int locked = dlock_lock_is_locked(h.l);
         if (k == DL_FEAT_READ) {

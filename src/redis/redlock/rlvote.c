@@ -148,7 +148,8 @@ int dl_rl_acquired(rl_op *o) {
     }
   }
   if (ok < B->quorum && ok + o->await >= B->quorum) return -1;
-  int64_t valid = o->t0 + a->lease_ms - drift_ms(a->lease_ms);
+  int64_t keep = a->lease_ms - drift_ms(a->lease_ms);
+  int64_t valid = keep > INT64_MAX - o->t0 ? INT64_MAX : o->t0 + keep;
   a->ttl = ttl;
   o->unanswered = 0;
   o->attempt_err = 0;
