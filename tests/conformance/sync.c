@@ -243,7 +243,7 @@ static void t_queue(void) {
   CHECK_RC(dlock_queue_offer_delayed(qa, CF_WAIT_MS, "d", 1), 0);
   CHECK_RC(dlock_queue_delayed_size(qa, &n), 0);
   CHECK_EQ(n, 1);
-  CHECK(polled(qd, false, 3000, "d"));
+  CHECK(polled(qd, false, CF_WAIT_MS + 3000, "d"));
   took = th_now_ms() - t0;
   fprintf(stderr, "    a value delayed %d ms came after %lld ms\n", CF_WAIT_MS,
           (long long)took);
