@@ -134,13 +134,6 @@ static void t_etcd_layout(void) {
  * one with a wait when it runs out (and leaves no key behind), one that
  * waits gets it when the holder lets go; tokens grow. Two owners of one
  * client exclude each other too (they share the session's lease). */
-/* A bound on how soon something is heard, in ms: as given, or ten times
- * that under valgrind (its slowdown is not what these bounds test; the
- * normal and sanitizer runs hold the library to them). */
-static int64_t soon(int64_t ms) {
-  return getenv("DLOCK_UNDER_VALGRIND") ? 10 * ms : ms;
-}
-
 typedef struct waiter {
   dlock_lock *l;
   int rc;
@@ -383,7 +376,7 @@ static void t_etcd_shutdown_waiter(void) {
   fprintf(stderr, "    the wait ended %lld ms after the shutdown\n",
           (long long)took);
   CHECK_RC(w.rc, DLOCK_ECLOSED);
-  CHECK(took < soon(500));
+  CHECK(took < th_soon(500));
   dlock_lock_free(lb);
   dlock_client_close(b);
   ctl(&s, "get --prefix sd/ --keys-only", buf, sizeof buf);
@@ -546,7 +539,7 @@ static void t_etcd_leader(void) {
   CHECK_RC(dlock_leader_try_await(two, 5000), 0);
   fprintf(stderr, "    the next leader took over after %lld ms\n",
           (long long)(th_now_ms() - t0));
-  CHECK(th_now_ms() - t0 < soon(100));
+  CHECK(th_now_ms() - t0 < th_soon(100));
   CHECK_RC(dlock_leader_token(two, &t2), 0);
   CHECK(t2 > t1);
   /* etcdctl elect campaigns behind dlock's leader, and leads once it
@@ -633,7 +626,7 @@ static void t_etcd_force_heard(void) {
   int64_t t0 = th_now_ms();
   long long ms = heard_after(&ls, t0);
   fprintf(stderr, "    force release heard after %lld ms\n", ms);
-  CHECK(ms >= 0 && ms < soon(100));
+  CHECK(ms >= 0 && ms < th_soon(100));
   CHECK_EQ(atomic_load(&ls.lost_then), 1);
   CHECK_EQ(dlock_lock_is_lost(la), 1);
   CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
@@ -650,7 +643,7 @@ static void t_etcd_force_heard(void) {
           "    etcdctl del heard after %lld ms (etcdctl's run "
           "included)\n",
           ms);
-  CHECK(ms >= 0 && ms < soon(1000));
+  CHECK(ms >= 0 && ms < th_soon(1000));
   CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
   /* A key of no mutex under the prefix: refused, untouched. */
   ctl(&s, "put fr/other x", buf, sizeof buf);
@@ -767,7 +760,7 @@ static void t_etcd_cli_run(void) {
     fprintf(stderr, "    %s: run ended after %lld ms\n",
             way ? "etcdctl del" : "release --force",
             (long long)(th_now_ms() - t0));
-    CHECK(th_now_ms() - t0 < soon(1500));
+    CHECK(th_now_ms() - t0 < th_soon(1500));
     snprintf(cmd, sizeof cmd, "cat %s", done);
     CHECK(strcmp(sh(cmd, buf, sizeof buf), "76\n") == 0);
   }
