@@ -37,6 +37,14 @@ one = rows.get('one', [])
 print('| 1 thread | p50 %s x two PING round trips (p50 %s us, PING %s us) | <= 1.15 |' % (
     rng([d['p50_us'] / (2 * d['baseline_rtt_p50_us']) for d in one]),
     rng([d['p50_us'] for d in one], '%.0f'), rng([d['baseline_rtt_p50_us'] for d in one], '%.0f')))
+# The floor of one thread's cycle: its two round trips plus what the server
+# spends executing the cycle (the ceiling's server CPU per cycle, measured
+# in the same run): no client can go below it.
+fl = [d for d in one if d.get('ceiling_server_cpu_us_per_cycle')]
+if fl:
+    print('| 1 thread, against its floor | p50 %s x (two PINGs + the server\'s CPU per cycle, %s us) | |' % (
+        rng([d['p50_us'] / (2 * d['baseline_rtt_p50_us'] + d['ceiling_server_cpu_us_per_cycle']) for d in fl]),
+        rng([d['ceiling_server_cpu_us_per_cycle'] for d in fl], '%.1f')))
 t64 = rows.get('t64', [])
 print('| 64 threads | %s x the ceiling (%s cycles/s) | |' % (
     rng([d['ops_per_sec'] / d['ceiling_ops_per_sec'] for d in t64]),
@@ -54,7 +62,8 @@ c = rows.get('cont', [])
 print('| 8 processes x 1 ms holds | utilisation %s; wait p99 %s ms (2 x N x hold = 16 ms) | >= 0.9 |' % (
     rng([d['utilisation'] for d in c], '%.3f'), rng([d['wait_p99_us'] / 1000 for d in c], '%.1f')))
 for d in rows.get('wd', []):
-    print('| watchdog, %d locks | %d lost, %.0f bytes each, %.1f renewals per round trip | 0 lost, <= 256 bytes |' % (
+    rt = d['renewal_round_trips_per_period']
+    print('| watchdog, %d locks | %d lost, %.0f bytes each, %s renewals per round trip | 0 lost, <= 256 bytes |' % (
         d['locks'], d['lost'], d['bytes_per_lock'],
-        d['locks'] / d['renewal_round_trips_per_period']))
+        '%.1f' % (d['locks'] / rt) if rt else 'no renewal round (errors %d)' % d['errors']))
 PY
