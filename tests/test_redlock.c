@@ -663,15 +663,7 @@ static void t_bad_urls(void) {
                        "redlock://127.0.0.1:1?restart_delay=3h",
                        "redlock://127.0.0.1:1?restart_delay=",
                        "redlock://127.0.0.1:1?colour=red"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    dlock_client_options o;
-    dlock_client_options_init(&o);
-    o.url = bad[i];
-    dlock_client *c = NULL;
-    int rc = dlock_client_open(&o, &c);
-    CHECK(rc == DLOCK_EURL);
-    CHECK(c == NULL);
-  }
+  CHECK(th_urls_refused(bad, sizeof bad / sizeof bad[0]));
 }
 
 /* A server named twice, as written or once resolved, would make a quorum
