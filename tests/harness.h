@@ -148,6 +148,23 @@ bool th_wait_unsubscribed(th_redis *r, const char *channel, int timeout_ms);
  * waiters). Returns false if it did not within timeout_ms. */
 bool th_wait_llen(th_redis *r, const char *key, long long n, int timeout_ms);
 
+/* ---- clients on a URL the test names, and the CLI (harness_url.c) ---- */
+/* A client on url (any URL kind) with a connect timeout of 1 s and the
+ * given watchdog timeout (0 = default), or NULL (the reason printed). */
+dlock_client *th_client_url(const char *url, int64_t watchdog_ms);
+/* Whether dlock_client_open refuses each of the n URLs with DLOCK_EURL and
+ * sets its *out to NULL; if not, says which and what it got. */
+bool th_urls_refused(const char *const *urls, size_t n);
+/* dlock_client_open's code for url with the connect timeout given (a
+ * client it opened is closed again); its message is
+ * dlock_client_open_errmsg()'s. */
+int th_open_rc(const char *url, int connect_timeout_ms);
+/* Runs `cli -u 'url' args` (args from fmt, through sh -c) and returns its
+ * exit status, or -1; its stdout (up to len - 1 bytes, NUL-terminated)
+ * into out unless out is NULL. */
+int th_cli(const char *cli, const char *url, char *out, size_t len,
+           const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
 /* ---- Sentinel: a master, its replica and 3 sentinels (about 2 s) ---- */
 typedef struct th_sentinel_set {
   th_redis master, replica, sentinels[3];

@@ -9,7 +9,6 @@
 #include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,12 +18,7 @@
 static th_cluster K;
 
 static dlock_client *open_cluster(int64_t watchdog_ms) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = K.url;
-  o.connect_timeout_ms = 1000;
-  if (watchdog_ms > 0) o.watchdog_timeout_ms = watchdog_ms;
-  return th_client_opts(&o);
+  return th_client_url(K.url, watchdog_ms);
 }
 
 /* A lock name whose slot master `node` owns (name_<i> for the first i). */
@@ -48,26 +42,14 @@ static void url_forms(void) {
       "redis-cluster://127.0.0.1:x",   /* bad port */
       "redis-cluster://127.0.0.1:1/2", /* a database */
   };
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    dlock_client_options o;
-    dlock_client_options_init(&o);
-    o.url = bad[i];
-    dlock_client *c = NULL;
-    CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
-    CHECK(c == NULL);
-  }
+  CHECK(th_urls_refused(bad, sizeof bad / sizeof bad[0]));
   int p1 = th_free_port();
   th_redis plain;
   CHECK(th_redis_start(&plain, "") == 0);
   char url[200];
   snprintf(url, sizeof url, "redis-cluster://127.0.0.1:%d,127.0.0.1:%d", p1,
            plain.port);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  o.connect_timeout_ms = 500;
-  dlock_client *c = NULL;
-  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
+  CHECK_RC(th_open_rc(url, 500), DLOCK_ECONNECT);
   const char *m = dlock_client_open_errmsg();
   CHECK(strstr(m, "no cluster node gave its slot map") != NULL);
   char p1s[32];
@@ -423,23 +405,9 @@ static void moved_and_ask(void) {
   th_cluster_stop(&K);
 }
 
-static int run_cli(char *out, size_t outlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int run_cli(char *out, size_t outlen, const char *fmt, ...) {
-  char args[1500], cmd[2200];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
-  va_end(ap);
-  snprintf(cmd, sizeof cmd, "%s -u '%s' %s 2>&1", DLOCK_CLI_PATH, K.url, args);
-  FILE *f = popen(cmd, "r");
-  if (f == NULL) return -1;
-  size_t n = fread(out, 1, outlen - 1, f);
-  out[n] = '\0';
-  int st = pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+/* The CLI on the cluster: its exit status, its stdout into out. */
+#define run_cli(out, len, ...)                                                 \
+  th_cli(DLOCK_CLI_PATH, K.url, out, len, __VA_ARGS__)
 
 static bool lost(void *l) {
   return dlock_lock_is_lost(l) == 1;

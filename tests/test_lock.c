@@ -39,28 +39,6 @@ static void t_acquire_release(void) {
   dlock_client_close(c);
 }
 
-static void t_reentrant(void) {
-  dlock_client *c = th_client(&th_srv, 0);
-  CHECK(c != NULL);
-  dlock_lock *l;
-  CHECK_RC(dlock_lock_new(c, "t:reent", NULL, &l), 0);
-  uint64_t t1, t2, t3;
-  CHECK_RC(dlock_lock_acquire(l, 0, &t1), 0);
-  CHECK_RC(dlock_lock_acquire(l, 0, &t2), 0);
-  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &t3), 0);
-  CHECK_EQ(t1, t2);
-  CHECK_EQ(t2, t3);
-  CHECK_EQ(dlock_lock_hold_count(l), 3);
-  CHECK_EQ(dlock_lock_release(l), 0);
-  CHECK_EQ(dlock_lock_release(l), 0);
-  CHECK_EQ(dlock_lock_hold_count(l), 1);
-  CHECK_EQ(dlock_lock_is_locked(l), 1);
-  CHECK_EQ(dlock_lock_release(l), 1);
-  CHECK_EQ(dlock_lock_is_locked(l), 0);
-  dlock_lock_free(l);
-  dlock_client_close(c);
-}
-
 typedef struct {
   dlock_lock *l;
   int rc;
@@ -1151,7 +1129,7 @@ static void t_late_grant_of_earlier_wait_ignored(void) {
   dlock_client_close(b);
 }
 
-TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_orphan_from_lost_reply),
+TH_MAIN(T(t_acquire_release), T(t_orphan_from_lost_reply),
         T(t_handles_share_holds), T(t_inspect), T(t_key_prefix),
         T(t_exclusion_between_threads), T(t_explicit_owner), T(t_lease_expiry),
         T(t_force_release), T(t_waiter_woken_by_unlock),

@@ -49,31 +49,6 @@ static void t_acquire_release(void) {
   dlock_client_close(c);
 }
 
-static void t_reentrant(void) {
-  dlock_client *c = th_client(&th_srv, 0);
-  CHECK(c != NULL);
-  dlock_lock *l;
-  CHECK_RC(dlock_plainlock_new(c, "p:reent", NULL, &l), 0);
-  uint64_t t1, t2, t3;
-  CHECK_RC(dlock_lock_acquire(l, 5000, &t1), 0);
-  CHECK_RC(dlock_lock_acquire(l, 5000, &t2), 0);
-  CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, &t3), 0);
-  CHECK_EQ(t1, t2);
-  CHECK_EQ(t2, t3);
-  CHECK_EQ(dlock_lock_hold_count(l), 3);
-  CHECK_EQ(dlock_lock_release(l), 0);
-  CHECK_EQ(dlock_lock_release(l), 0);
-  CHECK_EQ(dlock_lock_hold_count(l), 1);
-  /* Still one string: the count is the client's only. */
-  char owner[256], v[256];
-  dlock_client_owner(c, owner, sizeof owner);
-  CHECK(strcmp(get_str("p:reent", v, sizeof v), owner) == 0);
-  CHECK_EQ(dlock_lock_release(l), 1);
-  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS p:reent"), 0);
-  dlock_lock_free(l);
-  dlock_client_close(c);
-}
-
 static void t_exclusion_and_not_owner(void) {
   dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
   CHECK(a && b);
@@ -98,30 +73,6 @@ static void t_exclusion_and_not_owner(void) {
   CHECK(rc < 0 && rc != DLOCK_EBUSY);
   CHECK_EQ(th_cmd_int(&th_srv, "HGET p:excl f"), 1);
   CHECK_EQ(th_cmd_int(&th_srv, "PTTL p:excl"), -1);
-  dlock_lock_free(la);
-  dlock_lock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
-}
-
-static bool key_gone(void *p) {
-  return th_cmd_int(&th_srv, "EXISTS %s", (const char *)p) == 0;
-}
-
-static void t_lease_expiry(void) {
-  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
-  CHECK(a && b);
-  dlock_lock *la, *lb;
-  CHECK_RC(dlock_plainlock_new(a, "p:lease", NULL, &la), 0);
-  CHECK_RC(dlock_plainlock_new(b, "p:lease", NULL, &lb), 0);
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 300, NULL), 0);
-  CHECK_RC(dlock_lock_try_acquire(lb, 0, 10000, NULL), DLOCK_EBUSY);
-  CHECK(th_wait_for(key_gone, "p:lease", 3000));
-  CHECK_RC(dlock_lock_try_acquire(lb, 0, 10000, NULL), 0);
-  /* Its validity ran out: reported lost, and not released from b. */
-  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
-  CHECK_EQ(dlock_lock_is_held(lb), 1);
-  CHECK_EQ(dlock_lock_release(lb), 1);
   dlock_lock_free(la);
   dlock_lock_free(lb);
   dlock_client_close(a);
@@ -323,8 +274,8 @@ static void t_force_release(void) {
   dlock_client_close(c);
 }
 
-TH_MAIN(T(t_acquire_release), T(t_reentrant), T(t_exclusion_and_not_owner),
-        T(t_lease_expiry), T(t_watchdog_renews_and_reports_loss),
+TH_MAIN(T(t_acquire_release), T(t_exclusion_and_not_owner),
+        T(t_watchdog_renews_and_reports_loss),
         T(t_fencing_tokens_increase), T(t_waiter_woken_by_dlock_release),
         T(t_waiter_polls_after_peer_del), T(t_try_acquire_bounds),
         T(t_force_release))

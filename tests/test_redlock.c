@@ -175,28 +175,6 @@ static void t_acquire_validity_release(void) {
   dlock_client_close(c);
 }
 
-/* Two clients exclude each other; the waiter gets it after the release. */
-static void t_exclusion(void) {
-  CHECK(start(3));
-  dlock_client *a = client(0), *b = client(0);
-  CHECK(a != NULL && b != NULL);
-  dlock_lock *la, *lb;
-  CHECK_RC(dlock_lock_new(a, "rl:x", NULL, &la), 0);
-  CHECK_RC(dlock_lock_new(b, "rl:x", NULL, &lb), 0);
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 10000, NULL), 0);
-  int64_t t0 = th_now_ms();
-  CHECK_RC(dlock_lock_try_acquire(lb, 200, 10000, NULL), DLOCK_EBUSY);
-  CHECK(th_now_ms() - t0 >= 200);
-  CHECK(holders_become(3, "rl:x", 3)); /* the loser left nothing of its own */
-  CHECK_EQ(dlock_lock_release(la), 1);
-  CHECK_RC(dlock_lock_try_acquire(lb, 1000, 10000, NULL), 0);
-  CHECK_EQ(dlock_lock_release(lb), 1);
-  dlock_lock_free(la);
-  dlock_lock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
-}
-
 /* Another owner holds it on two of three servers: refused, and the one
  * server where the attempt took it is released again. Control: held on
  * one server only, a quorum is still to be had. */
@@ -663,15 +641,7 @@ static void t_bad_urls(void) {
                        "redlock://127.0.0.1:1?restart_delay=3h",
                        "redlock://127.0.0.1:1?restart_delay=",
                        "redlock://127.0.0.1:1?colour=red"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    dlock_client_options o;
-    dlock_client_options_init(&o);
-    o.url = bad[i];
-    dlock_client *c = NULL;
-    int rc = dlock_client_open(&o, &c);
-    CHECK(rc == DLOCK_EURL);
-    CHECK(c == NULL);
-  }
+  CHECK(th_urls_refused(bad, sizeof bad / sizeof bad[0]));
 }
 
 /* A server named twice, as written or once resolved, would make a quorum
@@ -815,79 +785,6 @@ static bool subscribed(int n) {
   return true;
 }
 
-/* The holder's watchdog lease is 30 s (a renewal 10 s later): a force
- * release is heard within 100 ms through the servers' revocation
- * messages, on a blocking client and on an event-loop one. */
-static void t_force_release_heard(void) {
-  CHECK(start(3));
-  dlock_client *a = client(30000), *b = client(0);
-  CHECK(a && b);
-  CHECK(subscribed(3));
-  dlock_lock *la, *lb;
-  CHECK_RC(dlock_lock_new(a, "rl:fh", NULL, &la), 0);
-  CHECK_RC(dlock_lock_new(b, "rl:fh", NULL, &lb), 0);
-  dlock_lock_on_lost(la, on_lost_at, NULL);
-  atomic_store(&lost_calls, 0);
-  CHECK_RC(dlock_lock_acquire(la, 0, NULL), 0);
-  int64_t t0 = th_now_ms();
-  CHECK_EQ(dlock_lock_force_release(lb), 1);
-  CHECK(th_wait_for(lost_called, NULL, 2000));
-  int64_t took = atomic_load(&lost_at) - t0;
-  fprintf(stderr, "    blocking: force release -> lost callback %lld ms\n",
-          (long long)took);
-  CHECK(took < 100);
-  CHECK_EQ(dlock_lock_is_lost(la), 1);
-  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
-  dlock_lock_free(la);
-  dlock_client_close(a);
-  /* On a loop. */
-  dlock_loop *lp;
-  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  o.watchdog_timeout_ms = 30000;
-  dlock_client *ac = NULL;
-  CHECK_RC(dlock_client_open_async(&o, lp, &ac), 0);
-  dlock_lock *al;
-  CHECK_RC(dlock_lock_new(ac, "rl:fh", NULL, &al), 0);
-  dlock_lock_on_lost(al, on_lost_at, NULL);
-  atomic_store(&lost_calls, 0);
-  got g = {0};
-  CHECK_RC(dlock_lock_acquire_async(al, 0, 0, on_done, &g, NULL), 0);
-  CHECK(run_until(lp, &g.calls, 3000));
-  CHECK_RC(g.rc, 0);
-  /* Every server's subscriber of the loop client is listening. */
-  int64_t end = th_now_ms() + 3000;
-  while (th_now_ms() < end) {
-    long long subs = 0;
-    for (int i = 0; i < 3; i++) {
-      redisReply *r = th_cmd(&srv[i], "PUBSUB NUMSUB dlock_revoke");
-      if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2)
-        subs += r->element[1]->integer >= 2; /* b's and the loop's */
-      if (r) freeReplyObject(r);
-    }
-    if (subs == 3) break;
-    dlock_loop_run(lp, 5);
-  }
-  t0 = th_now_ms();
-  CHECK_EQ(dlock_lock_force_release(lb), 1);
-  end = th_now_ms() + 2000;
-  while (atomic_load(&lost_calls) == 0 && th_now_ms() < end)
-    dlock_loop_run(lp, 5);
-  took = atomic_load(&lost_at) - t0;
-  fprintf(stderr, "    event loop: force release -> lost callback %lld ms\n",
-          (long long)took);
-  CHECK_EQ(atomic_load(&lost_calls), 1);
-  CHECK(took < 100);
-  CHECK_EQ(dlock_lock_is_lost(al), 1);
-  dlock_lock_free(al);
-  dlock_client_close(ac);
-  dlock_loop_free(lp);
-  dlock_lock_free(lb);
-  dlock_client_close(b);
-}
-
 /* With keyspace events on, a deletion is heard and the quorum checked: on
  * one server of three the hold lives on (two still hold it); on a second
  * it is lost within 100 ms. */
@@ -1006,12 +903,12 @@ static void t_all_down_named(void) {
 }
 
 TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
-        T_BARE(t_acquire_validity_release), T_BARE(t_exclusion),
+        T_BARE(t_acquire_validity_release),
         T_BARE(t_minority_taken), T_BARE(t_fencing_over_quorums),
         T_BARE(t_renew_by_quorum), T_BARE(t_async), T_BARE(t_layouts),
         T_BARE(t_token_proposed), T_BARE(t_delayed_restart),
         T_BARE(t_replica_ack), T_BARE(t_replica_auto), T_BARE(t_bad_urls),
         T_BARE(t_duplicate_server), T_BARE(t_stalled_server),
-        T_BARE(t_force_release_heard), T_BARE(t_deleted_by_quorum),
+        T_BARE(t_deleted_by_quorum),
         T_BARE(t_all_down_named), T_BARE(t_close_waits_for_release),
         T_BARE(t_refusal_counted))

@@ -8,7 +8,6 @@
 #include <hiredis/hiredis.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,12 +17,7 @@
 static th_sentinel_set S;
 
 static dlock_client *open_url(const char *url, int64_t watchdog_ms) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  o.connect_timeout_ms = 1000;
-  if (watchdog_ms > 0) o.watchdog_timeout_ms = watchdog_ms;
-  return th_client_opts(&o);
+  return th_client_url(url, watchdog_ms);
 }
 
 static long long exists_on(th_redis *r, const char *key) {
@@ -39,25 +33,13 @@ static void url_forms(void) {
       "redis-sentinel://127.0.0.1:x/m",                     /* bad port */
       "redis-sentinel://127.0.0.1:1/m?sentinel_password=x", /* printed */
   };
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    dlock_client_options o;
-    dlock_client_options_init(&o);
-    o.url = bad[i];
-    dlock_client *c = NULL;
-    CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
-    CHECK(c == NULL);
-  }
+  CHECK(th_urls_refused(bad, sizeof bad / sizeof bad[0]));
   /* No sentinel listens: a clear error naming each one asked. */
   int p1 = th_free_port(), p2 = th_free_port();
   char url[200];
   snprintf(url, sizeof url, "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d/m", p1,
            p2);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  o.connect_timeout_ms = 500;
-  dlock_client *c = NULL;
-  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ECONNECT);
+  CHECK_RC(th_open_rc(url, 500), DLOCK_ECONNECT);
   const char *m = dlock_client_open_errmsg();
   CHECK(strstr(m, "no sentinel answered") != NULL);
   char p1s[32];
@@ -681,23 +663,8 @@ static void loop_acked(void) {
 
 /* Runs `dlock -u <the set's URL> <args>` (sh -c), returns its exit status;
  * its stdout into out (len bytes) when out is not NULL. */
-static int dlock_cli(char *out, size_t len, const char *fmt, ...) {
-  char args[1500], cmd[2400];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
-  va_end(ap);
-  snprintf(cmd, sizeof cmd, "%s -u '%s' %s", DLOCK_CLI_PATH, S.url, args);
-  FILE *f = popen(cmd, "r");
-  if (f == NULL) return -1;
-  size_t n = out ? fread(out, 1, len - 1, f) : 0;
-  if (out) out[n] = '\0';
-  char sink[256];
-  while (fread(sink, 1, sizeof sink, f) > 0) {
-  }
-  int st = pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+#define dlock_cli(out, len, ...)                                               \
+  th_cli(DLOCK_CLI_PATH, S.url, out, len, __VA_ARGS__)
 
 /* Every command of the CLI on redis-sentinel://, and --replicas. */
 static void cli_commands(void) {

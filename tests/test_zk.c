@@ -1158,34 +1158,6 @@ static void t_zk_multilock(void) {
   th_zk_stop(&zk);
 }
 
-/* A try that gives up (at once, or after its wait) leaves no node behind,
- * and another client's holder is unaffected. */
-static void t_zk_try_timeout(void) {
-  ZK_SETUP(zk, zh);
-  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0);
-  CHECK(a && b);
-  dlock_lock *la, *lb;
-  CHECK_RC(dlock_lock_new(a, "/t", "a", &la), 0);
-  CHECK_RC(dlock_lock_new(b, "/t", "b", &lb), 0);
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
-  CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, NULL), DLOCK_EBUSY);
-  CHECK_EQ(children(zh, "/t", NULL, 0), 1);
-  int64_t t0 = th_now_ms();
-  CHECK_RC(dlock_lock_try_acquire(lb, 300, 0, NULL), DLOCK_EBUSY);
-  CHECK(th_now_ms() - t0 >= 290);
-  CHECK_EQ(children(zh, "/t", NULL, 0), 1);
-  CHECK_EQ(dlock_lock_is_held(la), 1);
-  CHECK_RC(dlock_lock_release(la), 1);
-  CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, NULL), 0);
-  CHECK_RC(dlock_lock_release(lb), 1);
-  dlock_lock_free(la);
-  dlock_lock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
-  zookeeper_close(zh);
-  th_zk_stop(&zk);
-}
-
 typedef struct waiter {
   dlock_lock *l;
   uint64_t token;
@@ -1214,52 +1186,6 @@ typedef struct kids {
 static bool has_kids(void *arg) {
   kids *k = arg;
   return children(k->zh, k->path, NULL, 0) == k->n;
-}
-
-/* Two clients queue behind a holder: the release hands the lock to the
- * first queued (its predecessor's node went), the second stays queued
- * until the first releases; tokens increase along the queue. */
-static void t_zk_fifo_handoff(void) {
-  ZK_SETUP(zk, zh);
-  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0), *c = zclient(&zk, 0);
-  CHECK(a && b && c);
-  dlock_lock *la, *lb, *lc;
-  CHECK_RC(dlock_lock_new(a, "/q", "a", &la), 0);
-  CHECK_RC(dlock_lock_new(b, "/q", "b", &lb), 0);
-  CHECK_RC(dlock_lock_new(c, "/q", "c", &lc), 0);
-  uint64_t ta = 0;
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &ta), 0);
-  waiter wb = {.l = lb}, wc = {.l = lc};
-  pthread_t tb, tc;
-  pthread_create(&tb, NULL, wait_thread, &wb);
-  kids k = {zh, "/q", 2};
-  CHECK(th_wait_for(has_kids, &k, 5000));
-  pthread_create(&tc, NULL, wait_thread, &wc);
-  k.n = 3;
-  CHECK(th_wait_for(has_kids, &k, 5000));
-  CHECK(!atomic_load(&wb.done) && !atomic_load(&wc.done));
-  CHECK_RC(dlock_lock_release(la), 1);
-  CHECK(th_wait_for(is_done, &wb, 5000));
-  CHECK_RC(wb.rc, 0);
-  CHECK(wb.token > ta);
-  th_sleep_ms(100); /* c must still wait: b holds */
-  CHECK(!atomic_load(&wc.done));
-  CHECK_RC(dlock_lock_release(lb), 1);
-  CHECK(th_wait_for(is_done, &wc, 5000));
-  CHECK_RC(wc.rc, 0);
-  CHECK(wc.token > wb.token);
-  CHECK_RC(dlock_lock_release(lc), 1);
-  pthread_join(tb, NULL);
-  pthread_join(tc, NULL);
-  CHECK_EQ(children(zh, "/q", NULL, 0), 0);
-  dlock_lock_free(la);
-  dlock_lock_free(lb);
-  dlock_lock_free(lc);
-  dlock_client_close(a);
-  dlock_client_close(b);
-  dlock_client_close(c);
-  zookeeper_close(zh);
-  th_zk_stop(&zk);
 }
 
 static atomic_int lost_calls;
@@ -1502,11 +1428,7 @@ static void t_zk_url(void) {
                        "zk://h:1?connect_timeout=2h",
                        "zk://h:1?acl=all",
                        "zk://h:1?acl=creator"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    o.url = bad[i];
-    CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
-    CHECK(c == NULL);
-  }
+  CHECK(th_urls_refused(bad, sizeof bad / sizeof bad[0]));
   /* An unknown option is named; a password is never shown. */
   o.url = "zk://svc:hunter2@h:1/app?sessiontimeout=1s";
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
@@ -1900,8 +1822,7 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_leader_free_in_callback), T_BARE(t_zk_leader_expiry),
         T_BARE(t_zk_permits), T_BARE(t_zk_multilock), T_BARE(t_zk_async),
         T_BARE(t_zk_free_waiter), T_BARE(t_zk_server_restart),
-        T_BARE(t_zk_ensemble_leader_killed), T_BARE(t_zk_try_timeout),
-        T_BARE(t_zk_fifo_handoff), T_BARE(t_zk_session_expiry_loss),
+        T_BARE(t_zk_ensemble_leader_killed), T_BARE(t_zk_session_expiry_loss),
         T_BARE(t_zk_chroot), T_BARE(t_zk_inspect), T_BARE(t_zk_force_heard),
         T_BARE(t_zk_loss_one_moment), T_BARE(t_zk_foreign_nodes),
         T_BARE(t_zk_shutdown_waiter), T_BARE(t_zk_close_unanswered),
