@@ -239,47 +239,6 @@ static void t_explicit_owner(void) {
   dlock_client_close(c);
 }
 
-static void t_lease_expiry(void) {
-  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
-  CHECK(a && b);
-  dlock_lock *la, *lb;
-  CHECK_RC(dlock_lock_new(a, "t:lease", NULL, &la), 0);
-  CHECK_RC(dlock_lock_new(b, "t:lease", NULL, &lb), 0);
-  int64_t t0 = th_now_ms();
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 300, NULL), 0);
-  CHECK_RC(dlock_lock_try_acquire(lb, 0, 300, NULL), DLOCK_EBUSY);
-  /* b waits: it gets the lock when a's lease runs out, not before. */
-  CHECK_RC(dlock_lock_try_acquire(lb, 5000, 10000, NULL), 0);
-  int64_t waited = th_now_ms() - t0;
-  CHECK(waited >= 290);
-  CHECK(waited < 2000);
-  /* a's late release must not free b's lock. */
-  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
-  CHECK_EQ(dlock_lock_is_held(lb), 1);
-  CHECK_EQ(dlock_lock_release(lb), 1);
-  dlock_lock_free(la);
-  dlock_lock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
-}
-
-static void t_force_release(void) {
-  dlock_client *a = th_client(&th_srv, 0), *b = th_client(&th_srv, 0);
-  CHECK(a && b);
-  dlock_lock *la, *lb;
-  CHECK_RC(dlock_lock_new(a, "t:force", NULL, &la), 0);
-  CHECK_RC(dlock_lock_new(b, "t:force", NULL, &lb), 0);
-  CHECK_RC(dlock_lock_acquire(la, 10000, NULL), 0);
-  CHECK_EQ(dlock_lock_force_release(lb), 1);
-  CHECK_EQ(dlock_lock_force_release(lb), 0);
-  CHECK_EQ(dlock_lock_is_locked(la), 0);
-  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
-  dlock_lock_free(la);
-  dlock_lock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
-}
-
 /* ---- waiting: woken by the unlock message, not by the TTL ---- */
 
 static void *wait_and_take(void *p) {
@@ -1131,12 +1090,11 @@ static void t_late_grant_of_earlier_wait_ignored(void) {
 
 TH_MAIN(T(t_acquire_release), T(t_orphan_from_lost_reply),
         T(t_handles_share_holds), T(t_inspect), T(t_key_prefix),
-        T(t_exclusion_between_threads), T(t_explicit_owner), T(t_lease_expiry),
-        T(t_force_release), T(t_waiter_woken_by_unlock),
-        T(t_backoff_wait_strategy), T(t_wait_timeout), T(t_watchdog_keeps_lock),
-        T(t_watchdog_detects_loss), T(t_fencing_tokens_increase),
-        T(t_token_counter_expires), T(t_mutual_exclusion_processes),
-        T(t_killed_holder_frees_after_lease),
+        T(t_exclusion_between_threads), T(t_explicit_owner),
+        T(t_waiter_woken_by_unlock), T(t_backoff_wait_strategy),
+        T(t_wait_timeout), T(t_watchdog_keeps_lock), T(t_watchdog_detects_loss),
+        T(t_fencing_tokens_increase), T(t_token_counter_expires),
+        T(t_mutual_exclusion_processes), T(t_killed_holder_frees_after_lease),
         T(t_starving_waiter_reserves_handoff),
         T(t_reservation_dropped_on_give_up),
         T(t_dead_waiters_reservation_expires), T(t_release_hands_over),

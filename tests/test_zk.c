@@ -786,96 +786,6 @@ static void on_lost_at(dlock_lock *l, const char *owner, void *ud) {
   s->calls++;
 }
 
-static void on_permit_lost_at(dlock_permits *p, const char *id, void *ud) {
-  (void)p;
-  (void)id;
-  lost_seen *s = ud;
-  atomic_store(&s->at, th_now_ms());
-}
-
-/* Waits (up to 5 s) for s->at to be set: how long after t0, or -1. */
-static long long heard_after(lost_seen *s, int64_t t0) {
-  int64_t end = t0 + 5000;
-  while (atomic_load(&s->at) == 0 && th_now_ms() < end)
-    th_sleep_ms(1);
-  long long at = atomic_load(&s->at);
-  return at ? at - t0 : -1;
-}
-
-/* A force release is heard at once: the holder watches its own node, and
- * its loss callback runs within 100 ms of the release, with dlock_lock_is_lost already 1
- * (a blocking client, an event-loop client, a permit's lease). */
-static void t_zk_force_heard(void) {
-  ZK_SETUP(zk, zh);
-  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0);
-  CHECK(a && b);
-  dlock_lock *la, *lb;
-  CHECK_RC(dlock_lock_new(a, "/fr/x", "a", &la), 0);
-  CHECK_RC(dlock_lock_new(b, "/fr/x", "b", &lb), 0);
-  lost_seen s = {0};
-  dlock_lock_on_lost(la, on_lost_at, &s);
-  uint64_t tok = 0;
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &tok), 0);
-  CHECK_EQ(dlock_lock_force_release(lb), 1);
-  int64_t t0 = th_now_ms();
-  long long ms = heard_after(&s, t0);
-  fprintf(stderr, "    blocking client: heard after %lld ms\n", ms);
-  CHECK(ms >= 0 && ms < 100);
-  CHECK_EQ(atomic_load(&s.lost_then), 1);
-  CHECK_EQ(dlock_lock_is_lost(la), 1);
-  CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
-  /* A permit's lease node deleted: heard the same way. */
-  dlock_permits *pa, *pb;
-  CHECK_RC(dlock_permits_new(a, "/fr/sem", &pa), 0);
-  CHECK_RC(dlock_permits_new(b, "/fr/sem", &pb), 0);
-  CHECK_EQ(dlock_permits_try_set(pa, 1), 1);
-  lost_seen ps = {0};
-  dlock_permits_on_lost(pa, on_permit_lost_at, &ps);
-  char id[DLOCK_PERMIT_ID_LEN];
-  CHECK_RC(dlock_permits_try_acquire(pa, 0, 0, id), 0);
-  CHECK_EQ(dlock_permits_force_release(pb, id), 1);
-  t0 = th_now_ms();
-  ms = heard_after(&ps, t0);
-  fprintf(stderr, "    permit: heard after %lld ms\n", ms);
-  CHECK(ms >= 0 && ms < 100);
-  dlock_permits_free(pa);
-  dlock_permits_free(pb);
-  /* The event-loop client. */
-  td_loop t;
-  CHECK_RC(td_open(&t, TD_BUILTIN), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = zk.url;
-  dlock_client *ac = NULL;
-  CHECK_RC(dlock_client_open_async(&o, t.lp, &ac), 0);
-  dlock_lock *lw, *lb2;
-  CHECK_RC(dlock_lock_new(ac, "/fr/y", "w", &lw), 0);
-  CHECK_RC(dlock_lock_new(b, "/fr/y", "b", &lb2), 0);
-  lost_seen sw = {0};
-  dlock_lock_on_lost(lw, on_lost_at, &sw);
-  td_got g = {0};
-  CHECK_RC(dlock_lock_acquire_async(lw, 0, 0, td_on_done, &g, NULL), 0);
-  CHECK(td_run_until(&t, &g.calls, 5000));
-  CHECK_RC(g.rc, 0);
-  CHECK_EQ(dlock_lock_force_release(lb2), 1);
-  t0 = th_now_ms();
-  CHECK(td_run_until(&t, &sw.calls, 5000));
-  ms = atomic_load(&sw.at) - t0;
-  fprintf(stderr, "    event-loop client: heard after %lld ms\n", ms);
-  CHECK(ms < 100);
-  CHECK_EQ(atomic_load(&sw.lost_then), 1);
-  dlock_lock_free(lw);
-  dlock_client_close(ac);
-  td_close(&t);
-  dlock_lock_free(lb2);
-  dlock_lock_free(la);
-  dlock_lock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
-  zookeeper_close(zh);
-  th_zk_stop(&zk);
-}
-
 /* One moment for a loss: with the server stopped (SIGSTOP), the hold's
  * validity runs out, and the loss callback runs when dlock_lock_is_lost
  * turns 1 (within 50 ms), not at a later renewal attempt. Before that,
@@ -1823,10 +1733,10 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_permits), T_BARE(t_zk_multilock), T_BARE(t_zk_async),
         T_BARE(t_zk_free_waiter), T_BARE(t_zk_server_restart),
         T_BARE(t_zk_ensemble_leader_killed), T_BARE(t_zk_session_expiry_loss),
-        T_BARE(t_zk_chroot), T_BARE(t_zk_inspect), T_BARE(t_zk_force_heard),
-        T_BARE(t_zk_loss_one_moment), T_BARE(t_zk_foreign_nodes),
-        T_BARE(t_zk_shutdown_waiter), T_BARE(t_zk_close_unanswered),
-        T_BARE(t_zk_auth), T_BARE(t_zk_session_renewed))
+        T_BARE(t_zk_chroot), T_BARE(t_zk_inspect), T_BARE(t_zk_loss_one_moment),
+        T_BARE(t_zk_foreign_nodes), T_BARE(t_zk_shutdown_waiter),
+        T_BARE(t_zk_close_unanswered), T_BARE(t_zk_auth),
+        T_BARE(t_zk_session_renewed))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */
