@@ -81,12 +81,7 @@ static void t_killed_waiter(void) {
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
     CHECK(WIFSIGNALED(st)); /* it was waiting */
-    /* Expected failure, redis: dlock_lock_inspect counts no waiter of a
-     * read-write lock (waiters 0 while one waits on either side). */
-    if (k == DL_FEAT_READ || k == DL_FEAT_WRITE)
-      CF_CHECK_XFAIL("redis", shown, "inspect shows no read-write waiter");
-    else
-      CHECK(shown);
+    CHECK(shown);
     CHECK_EQ(dlock_lock_release(h.l), 1);
     /* A fair lock's dead waiter is skipped once it is stale; a waiter's
      * node on zk:// goes with its session, its key on etcd:// with its
