@@ -561,7 +561,8 @@ typedef struct dlock_lock_state {
   uint64_t token;                 /* last fencing token issued, 0 if none */
   int waiters;                    /* processes waiting, as far as the
                                      backend can tell (Redis: subscribed
-                                     to its channel, or queued, whichever
+                                     to its channel, a lock's or a read-
+                                     write lock's, or queued, whichever
                                      is more; a fair lock's waiters listen
                                      on channels of their own; zk://: the
                                      nodes in line behind the holder) */

@@ -81,19 +81,18 @@ static void t_killed_waiter(void) {
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
     CHECK(WIFSIGNALED(st)); /* it was waiting */
-    /* Expected failure, redis: dlock_lock_inspect counts no waiter of a
-     * read-write lock (waiters 0 while one waits on either side). */
-    if (k == DL_FEAT_READ || k == DL_FEAT_WRITE)
-      CF_CHECK_XFAIL("redis", shown, "inspect shows no read-write waiter");
-    else
-      CHECK(shown);
+    CHECK(shown);
     CHECK_EQ(dlock_lock_release(h.l), 1);
     /* A fair lock's dead waiter is skipped once it is stale; a waiter's
      * node on zk:// goes with its session, its key on etcd:// with its
-     * lease. */
+     * lease. The lock's hand-off queue (redis): a release that still heard
+     * the killed waiter's channel (its close not read yet) grants it the
+     * lock for its claim window, one command timeout (test_lock
+     * t_frozen_waiters_grant_ends). */
     int64_t limit = cf_waiters_by_session()
                         ? 2 * waiter_session_ms() + CF_CMD_MS
                     : k == DL_FEAT_FAIR ? CF_FAIR_STALE_MS + CF_CMD_MS
+                    : k == DL_FEAT_LOCK ? 2 * CF_CMD_MS
                                         : CF_CMD_MS;
     int64_t t0 = th_now_ms();
     int rc = dlock_lock_try_acquire(next.l, limit, 10000, NULL);
@@ -101,11 +100,12 @@ static void t_killed_waiter(void) {
     fprintf(stderr, "    %s: the next holder %s after %lld ms\n",
             dl_feature_name(k), dlock_err_name(rc), (long long)took);
     if (k == DL_FEAT_PLAIN)
-      /* Known to fail sometimes, redis: a waiter killed once in the plain
-       * lock's hand-off queue is granted the lock it never takes, which
-       * stays reserved for it until it is stale (GRANT_STALE_MS, 6 s in
-       * src/redis/acquire.c; not configurable, unlike the fair lock's
-       * stale_ms). Killed before it queued, it blocks nothing. */
+      /* Known to fail sometimes, redis (not seen in 35 runs of this test
+       * on an idle machine; cause not found): the plain string lock has
+       * no hand-off queue, so the dead-waiter grant (the lock kind's, now
+       * bounded by a claim window) is not it; an attempt the killed waiter
+       * sent just before it died, read by the server after the release,
+       * would hold the lock for the waiter's lease (10 s). */
       CF_CHECK_SOMETIMES("redis", rc == 0,
                          "a killed plain-lock waiter blocks it for 6 s");
     else

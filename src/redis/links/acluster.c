@@ -493,17 +493,21 @@ static int acl_command_start(dl_rlink *base, dl_pend *p, int argc,
     p->rc = DLOCK_ECLOSED;
     return 0;
   }
-  const char *v[3];
-  size_t l[3];
+  const char *v[4];
+  size_t l[4];
   const size_t *lens = p->lens;
-  if (L->sharded && argc == 3 && strcasecmp(argv[0], "PUBSUB") == 0 &&
+  if (L->sharded && (argc == 3 || argc == 4) &&
+      strcasecmp(argv[0], "PUBSUB") == 0 &&
       strcasecmp(argv[1], "NUMSUB") == 0 &&
-      !dl_cluster_classic_channel(argv[2])) {
-    /* Who listens on a lock's channel: its shard channel's subscribers. */
-    v[0] = argv[0], v[1] = "SHARDNUMSUB", v[2] = argv[2];
-    for (int i = 0; i < 3; i++)
+      !dl_cluster_classic_channel(argv[2]) &&
+      (argc == 3 || !dl_cluster_classic_channel(argv[3]))) {
+    /* Who listens on a lock's channels (one slot): their shard channels'
+     * subscribers. */
+    for (int i = 0; i < argc; i++) {
+      v[i] = argv[i];
       l[i] = lens ? lens[i] : strlen(v[i]);
-    l[1] = 11;
+    }
+    v[1] = "SHARDNUMSUB", l[1] = 11;
     argv = v;
     lens = l;
   }

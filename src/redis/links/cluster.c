@@ -514,14 +514,18 @@ static int cl_command_bin(dl_rlink *base, int argc, const char **argv,
   *reply = NULL;
   if (argc >= 2 && strcasecmp(argv[0], "SCAN") == 0)
     return scan_all(b, argc, argv, lens, reply);
-  const char *v[3];
-  size_t l[3];
-  if (b->sharded && argc == 3 && strcasecmp(argv[0], "PUBSUB") == 0 &&
+  const char *v[4];
+  size_t l[4];
+  if (b->sharded && (argc == 3 || argc == 4) &&
+      strcasecmp(argv[0], "PUBSUB") == 0 &&
       strcasecmp(argv[1], "NUMSUB") == 0 &&
-      !dl_cluster_classic_channel(argv[2])) {
-    /* Who listens on a lock's channel: its shard channel's subscribers. */
-    v[0] = argv[0], v[1] = "SHARDNUMSUB", v[2] = argv[2];
-    l[0] = lens[0], l[1] = 11, l[2] = lens[2];
+      !dl_cluster_classic_channel(argv[2]) &&
+      (argc == 3 || !dl_cluster_classic_channel(argv[3]))) {
+    /* Who listens on a lock's channels (one slot): their shard channels'
+     * subscribers. */
+    for (int i = 0; i < argc; i++)
+      v[i] = argv[i], l[i] = lens[i];
+    v[1] = "SHARDNUMSUB", l[1] = 11;
     argv = v;
     lens = l;
   }

@@ -66,11 +66,21 @@ while redis.call('zscore', KEYS[2], packed) do
   id = inc(id)
   packed = pack()
 end
-redis.call('zadd', KEYS[2], due, packed)
-redis.call('rpush', KEYS[3], packed)
-local head = redis.call('zrange', KEYS[2], 0, 0)
-if head[1] == packed then
+-- The messages first (a refused one, an ACL, then changes nothing): the
+-- new head's due time, if this value will be the head (the zset orders by
+-- score, then by member byte by byte), and the poller's wake-up.
+local function before(x, y)
+  for i = 1, math.min(#x, #y) do
+    if x:byte(i) ~= y:byte(i) then return x:byte(i) < y:byte(i) end
+  end
+  return #x < #y
+end
+local head = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES')
+if not head[1] or due < tonumber(head[2]) or
+   (due == tonumber(head[2]) and before(packed, head[1])) then
   redis.call('publish', KEYS[4], tostring(due))
 end
 redis.call('publish', KEYS[5], '1')
+redis.call('zadd', KEYS[2], due, packed)
+redis.call('rpush', KEYS[3], packed)
 return due

@@ -9,6 +9,12 @@
 -- other. Returns {value or nil, ms until the next element is due (0: more
 -- are due now, -1: none waits)}. A key of another type: an error, nothing
 -- written.
+local pop = string.lower(ARGV[1])
+if not ((pop == 'lpop' or pop == 'rpop' or pop == '') and
+        string.find(ARGV[2], '^[1-9]%d*$')) then
+  return redis.error_reply('ERR dlock: delayed queue: bad arguments: ' ..
+                           'nothing changed')
+end
 for i = 1, 3 do
   local t = redis.call('type', KEYS[i]).ok
   local want = i == 2 and 'zset' or 'list'
@@ -32,7 +38,7 @@ while moved < limit do
   moved = moved + #due
 end
 local got = false
-if ARGV[1] ~= '' then got = redis.call(ARGV[1], KEYS[1]) end
+if pop ~= '' then got = redis.call(pop, KEYS[1]) end
 local wait = -1
 local head = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES')
 if head[1] then wait = math.max(0, tonumber(head[2]) - now) end

@@ -18,21 +18,31 @@ do
                              ': not a dlock count-down latch: ' .. found)
   end
 end
+-- The arguments, before any write; and each message goes before the write
+-- it tells of: a server that refuses it (an ACL without the channel) then
+-- fails the script before anything changed.
+if not ((ARGV[1] == 'set' and string.find(ARGV[2] or '', '^[1-9]%d*$') and
+         #ARGV[2] < 16) or ARGV[1] == 'down') then
+  return redis.error_reply('ERR dlock: latch: bad arguments for ' ..
+                           tostring(ARGV[1]) .. ': nothing changed')
+end
 if ARGV[1] == 'set' then
   if redis.call('exists', KEYS[1]) == 1 then
     return 0
   end
-  redis.call('set', KEYS[1], ARGV[2])
   redis.call('publish', KEYS[2], '1')
+  redis.call('set', KEYS[1], ARGV[2])
   return 1
 end
 local value = tonumber(redis.call('get', KEYS[1]) or '0')
 if value <= 0 then
   return -1
 end
-value = redis.call('decr', KEYS[1])
+value = value - 1
 if value <= 0 then
-  redis.call('del', KEYS[1])
   redis.call('publish', KEYS[2], '0')
+  redis.call('del', KEYS[1])
+else
+  redis.call('decr', KEYS[1])
 end
 return value

@@ -32,9 +32,10 @@ if ARGV[2] == 'plain' then
     return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a string ' ..
                              'without a lease, not a plain lock: nothing deleted')
   end
-  redis.call('del', KEYS[1])
+  -- The messages first: a refused one (an ACL) then changes nothing.
   redis.call('publish', KEYS[2], ARGV[1])
   redis.call('publish', ARGV[3], KEYS[1])
+  redis.call('del', KEYS[1])
   return 1
 end
 if kind ~= 'hash' then
@@ -69,9 +70,9 @@ if KEYS[3] then
   local first = redis.call('lindex', KEYS[3], 0)
   channel = first and (KEYS[2] .. ':' .. first) or nil
 end
-redis.call('del', KEYS[1])
-if channel then
+if channel then -- the messages first, as above
   redis.call('publish', channel, ARGV[1])
 end
 redis.call('publish', ARGV[3], KEYS[1])
+redis.call('del', KEYS[1])
 return 1

@@ -36,11 +36,22 @@ if nkeys == 7 and ARGV[2] == '1' and not ARGV[5] and
    redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 and
    redis.call('exists', KEYS[3]) == 0 then
   local v = 1 + redis.call('publish', KEYS[2], '0')
+  redis.call('set', KEYS[7], v, 'px', ARGV[3]) -- first: it may refuse
   redis.call('del', KEYS[1])
-  redis.call('set', KEYS[7], v, 'px', ARGV[3])
   return v
 end
 
+-- The times in ms (the latch's, a lease) are checked before any write: one
+-- the server refuses would fail the script after the writes before it.
+local function bad_ms(v)
+  return v and not (#v < 16 and string.find(v, '^[1-9]%d*$'))
+end
+if bad_ms(ARGV[3]) or (tonumber(ARGV[2]) or 0) > 1 and bad_ms(ARGV[4] or '')
+then
+  return redis.error_reply('ERR dlock: a time is 1 to 999999999999999 ms, ' ..
+                           'not ' .. tostring(ARGV[3]) .. ' or ' ..
+                           tostring(ARGV[4]) .. ': nothing changed')
+end
 local latch
 if ARGV[3] then
   latch = KEYS[nkeys]
@@ -119,7 +130,8 @@ if nkeys == 6 and redis.call('exists', KEYS[3]) == 1 and
     if entry then
       deadline, lease, info = string.match(entry, '^(%d+):(%d+):(.*)$')
     end
-    if who ~= ARGV[1] and deadline and tonumber(deadline) >= now then
+    if who ~= ARGV[1] and deadline and tonumber(deadline) >= now and
+       not bad_ms(lease) then -- (a lease its acquire checked)
       local token = tonumber(redis.call('get', KEYS[5]) or '0') + 1
       if token == 1 then -- the counter is missing: as in lock_acquire.lua
         token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1000000

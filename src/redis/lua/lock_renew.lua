@@ -7,9 +7,16 @@
 -- Returns an array: 1 where the owner still held KEYS[i] (and its lease was
 -- extended), 0 where the hold is gone (expired, taken, or the key is of
 -- another type). A lost lock or permit is never re-created.
+-- The lease is checked before any write (one the server refuses would
+-- fail the batch halfway): 0, or a whole number of ms, 1 to 15 digits.
+if ARGV[1] ~= '0' and not (#ARGV[1] < 16 and string.find(ARGV[1], '^[1-9]%d*$'))
+then
+  return redis.error_reply('ERR dlock: a lease is 1 to 999999999999999 ms, ' ..
+                           'not ' .. ARGV[1] .. ': nothing changed')
+end
 local res = {}
 local t, now
-local check = tonumber(ARGV[1]) == 0
+local check = ARGV[1] == '0'
 for i = 1, #KEYS do
   -- The type first: an error, even under pcall, counts in the server's
   -- errorstats (WRONGTYPE on a plain lock's string would look like a bug).

@@ -36,6 +36,22 @@ do
                              ': not a dlock semaphore: ' .. found)
   end
 end
+-- The arguments, before any write (the expired permits' return below is
+-- one): a script that would fail halfway is refused here instead.
+do
+  local op, a2, a3 = ARGV[1], ARGV[2] or '', ARGV[3] or ''
+  local hex = '^%x%x+$'
+  local ok = (op == 'acquire' and string.find(a2, '^%-?%d+$') and
+              #a2 < 16 and string.find(a3, hex) and #a3 % 2 == 0) or
+             ((op == 'release' or op == 'force') and
+              string.find(a2, hex) and #a2 % 2 == 0) or
+             ((op == 'set' or op == 'add') and string.find(a2, '^%-?%d+$') and
+              #a2 < 16) or op == 'available'
+  if not ok then
+    return redis.error_reply('ERR dlock: permits: bad arguments for ' ..
+                             tostring(op) .. ': nothing changed')
+  end
+end
 local NON_EXPIRABLE = 922337203685477
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -55,8 +71,11 @@ end
 -- Permits whose lease ended come back.
 local expired = redis.call('zrangebyscore', KEYS[2], 0, now, 'limit', 0, 1000)
 if #expired > 0 then
+  -- The message first: a server that refuses it (an ACL without the
+  -- channel) fails the script before anything changed.
+  publish(tonumber(redis.call('get', KEYS[1]) or '0') + #expired)
   redis.call('zrem', KEYS[2], unpack(expired))
-  publish(redis.call('incrby', KEYS[1], #expired))
+  redis.call('incrby', KEYS[1], #expired)
 end
 
 local op = ARGV[1]
@@ -85,10 +104,14 @@ if op == 'release' or op == 'force' then
   if not ends then
     return 0
   end
-  redis.call('zrem', KEYS[2], id)
-  local heard = publish(redis.call('incrby', KEYS[1], 1))
+  -- The messages first, as above.
+  local heard = publish(tonumber(redis.call('get', KEYS[1]) or '0') + 1)
   if op == 'force' then
     redis.call('publish', ARGV[3], KEYS[2])
+  end
+  redis.call('zrem', KEYS[2], id)
+  redis.call('incrby', KEYS[1], 1)
+  if op == 'force' then
     return 1
   end
   if tonumber(ends) <= now then
@@ -100,8 +123,8 @@ if op == 'set' then
   if redis.call('exists', KEYS[1]) == 1 then
     return 0
   end
-  redis.call('set', KEYS[1], ARGV[2])
   publish(ARGV[2])
+  redis.call('set', KEYS[1], ARGV[2])
   return 1
 end
 if op == 'add' then
@@ -114,8 +137,8 @@ if op == 'add' then
     return {ok = 'ERANGE ' .. cur}
   end
   local value = tonumber(cur) + n
-  redis.call('set', KEYS[1], value)
   publish(value)
+  redis.call('set', KEYS[1], value)
   return 0
 end
 return tonumber(redis.call('get', KEYS[1]) or '0')

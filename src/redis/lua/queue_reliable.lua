@@ -10,6 +10,11 @@
 -- name of a consumer's processing list without its hex id.
 -- Returns {value or nil, -1}. A key of another type: an error, nothing
 -- written.
+if not (string.find(ARGV[1], '^%x%x+$') and #ARGV[1] % 2 == 0 and
+        string.find(ARGV[2], '^[1-9]%d*$') and #ARGV[2] < 16) then
+  return redis.error_reply('ERR dlock: queue: bad consumer id or lease: ' ..
+                           'nothing changed')
+end
 local want = {'list', 'zset', 'list'}
 for i = 1, 3 do
   local t = redis.call('type', KEYS[i]).ok

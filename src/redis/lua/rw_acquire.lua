@@ -69,6 +69,14 @@ local function describe()
   end
 end
 
+-- The lease first: a whole number of ms, 1 to 15 digits (under 31 000
+-- years). A lease the server cannot add to its clock fails PEXPIRE or SET
+-- PX ("invalid expire time"), and by then the hold would be written: a
+-- read hold without a lease, which blocks writers for ever.
+if not string.find(ARGV[1], '^[1-9]%d*$') or #ARGV[1] > 15 then
+  return redis.error_reply('ERR dlock: a lease is 1 to 999999999999999 ' ..
+                           'ms, not ' .. ARGV[1] .. ': nothing changed')
+end
 local mode = redis.pcall('hget', KEYS[1], 'mode')
 if type(mode) == 'table' then
   return wrong(redis.call('type', KEYS[1]).ok)
@@ -81,14 +89,22 @@ local lease = tonumber(ARGV[1])
 if ARGV[3] == 'read' then
   if mode == false or mode == 'read' or
      (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[4]) == 1) then
+    -- The hold's own lease key first: if it fails (an ACL on the derived
+    -- key, the server's memory), nothing else is written.
+    local c = redis.call('hget', KEYS[1], ARGV[2])
+    local n = tonumber(c or '0')
+    if not n then
+      return wrong('hash')
+    end
+    n = n + 1
+    redis.call('set', timeout_prefix(ARGV[2]) .. ':' .. n, 1, 'px', ARGV[1])
     if mode == false then
       redis.call('hset', KEYS[1], 'mode', 'read')
     end
-    local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('hset', KEYS[1], ARGV[2], n)
     if n == 1 then
       describe()
     end
-    redis.call('set', timeout_prefix(ARGV[2]) .. ':' .. n, 1, 'px', lease)
     local ttl = redis.call('pttl', KEYS[1])
     redis.call('pexpire', KEYS[1], math.max(ttl, lease))
     return {n == 1 and 1 or 2, 0}

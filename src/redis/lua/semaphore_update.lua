@@ -25,6 +25,15 @@ do
   end
 end
 local op, n = ARGV[1], tonumber(ARGV[2])
+-- The arguments, before any write; and each message goes before the write
+-- it tells of: a server that refuses it (an ACL without the channel) then
+-- fails the script before anything changed.
+if not ((op == 'release' or op == 'set' or op == 'add' or op == 'drain') and
+        (op == 'drain' or (string.find(ARGV[2] or '', '^%-?%d+$') and
+                           #ARGV[2] < 16))) then
+  return redis.error_reply('ERR dlock: semaphore: bad arguments for ' ..
+                           tostring(op) .. ': nothing changed')
+end
 
 local function beyond(value, change)
   return (change > 0 and value + change > 2147483647) or
@@ -36,15 +45,16 @@ if op == 'release' then
   if tonumber(cur) and beyond(tonumber(cur), n) then
     return {ok = 'ERANGE ' .. cur}
   end
-  local value = redis.call('incrby', KEYS[1], n)
-  return redis.call('publish', KEYS[2], value)
+  local heard = redis.call('publish', KEYS[2], tonumber(cur) + n)
+  redis.call('incrby', KEYS[1], n)
+  return heard
 end
 if op == 'set' then
   if found then
     return 0
   end
-  redis.call('set', KEYS[1], n)
   redis.call('publish', KEYS[2], n)
+  redis.call('set', KEYS[1], n)
   return 1
 end
 if op == 'add' then
@@ -53,8 +63,8 @@ if op == 'add' then
     return {ok = 'ERANGE ' .. cur}
   end
   local value = tonumber(cur) + n
-  redis.call('set', KEYS[1], value)
   redis.call('publish', KEYS[2], value)
+  redis.call('set', KEYS[1], value)
   return 0
 end
 local value = found

@@ -39,10 +39,11 @@ typedef struct inspect_req {
 static int inspect_send(dl_reqop *x) {
   inspect_req *q = (inspect_req *)x;
   const char *key = q->key;
-  if (q->listeners) {
+  if (q->listeners) { /* a lock's waiters, and a read-write lock's */
     dl_derived_into(q->names[0], DL_DERIVED_MAX, "redisson_lock__channel", key);
-    const char *argv[] = {"PUBSUB", "NUMSUB", q->names[0]};
-    return dl_redis_step_command(x->R, &x->p, 3, argv);
+    dl_derived_into(q->names[1], DL_DERIVED_MAX, "redisson_rwlock", key);
+    const char *argv[] = {"PUBSUB", "NUMSUB", q->names[0], q->names[1]};
+    return dl_redis_step_command(x->R, &x->p, 4, argv);
   }
   dl_derived_into(q->names[0], DL_DERIVED_MAX, "redisson_lock_token", key);
   dl_derived_into(q->names[1], DL_DERIVED_MAX, "redisson_lock_queue", key);
@@ -146,9 +147,11 @@ static int inspect_result(dl_reqop *x) {
     q->listeners = true;
     return DL_REQOP_MORE;
   }
-  if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-      r->element[1]->type == REDIS_REPLY_INTEGER)
-    q->st->waiters = (int)r->element[1]->integer;
+  /* {channel, count, channel, count}: one of them is the kind's. */
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
+      r->element[1]->type == REDIS_REPLY_INTEGER &&
+      r->element[3]->type == REDIS_REPLY_INTEGER)
+    q->st->waiters = (int)(r->element[1]->integer + r->element[3]->integer);
   /* A fair lock's waiters listen on channels of their own (and the
    * hand-off queue's on theirs): every one queued waits. */
   if (q->st->waiters < q->st->queued) q->st->waiters = q->st->queued;
