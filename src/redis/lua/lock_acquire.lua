@@ -64,15 +64,18 @@ local AHEAD_US = 1000000
 -- holder info, no count, not starving, not a Redlock server) finds the
 -- name free and not reserved, and the counter there. Anything else goes
 -- on to the general path having written nothing (a failed INCR writes
--- nothing; one that found no counter is made good there).
+-- nothing; one that found no counter is made good there). Numbers go to
+-- the server as strings: a Lua number passed to redis.call costs it a
+-- printf ("%.17g"), more than the call's own work.
 local counted -- the counter was incremented to 1 here: it was missing
 if #KEYS == 3 and not ARGV[3] and redis.call('exists', KEYS[1], KEYS[3]) == 0
 then
   local t = redis.pcall('incr', KEYS[2])
   counted = t == 1
   if type(t) == 'number' and t ~= 1 then
-    redis.call('pexpire', KEYS[2], math.max(86400000, tonumber(ARGV[1])))
-    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[2],
+               tonumber(ARGV[1]) > 86400000 and ARGV[1] or '86400000')
+    redis.call('hset', KEYS[1], ARGV[2], '1')
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, t}
   end
@@ -119,7 +122,7 @@ end
 -- Returns the next token, or an error reply when the counter cannot give
 -- one (nothing written: a failed INCR changes nothing).
 local function next_token()
-  local ttl = math.max(86400000, tonumber(ARGV[1]))
+  local ttl = tonumber(ARGV[1]) > 86400000 and ARGV[1] or '86400000'
   local p = tonumber(ARGV[11] or '')
   if not p and not counted then
     local t = redis.pcall('incr', KEYS[2])
@@ -194,7 +197,7 @@ local function take()
   if queued and redis.call('hdel', KEYS[5], ARGV[2]) == 1 then
     redis.call('lrem', KEYS[4], 1, ARGV[2])
   end
-  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('hset', KEYS[1], ARGV[2], '1')
   if ARGV[3] and ARGV[3] ~= '' then
     local now = redis.call('time')
     redis.call('hset', KEYS[1], 'dlock:info', ARGV[3], 'dlock:since',

@@ -31,13 +31,14 @@ local nkeys = #KEYS
 -- a lock's release (seven keys, the latch the last) that ends the owner's
 -- only hold, with nobody in the hand-off queue. What the general path
 -- below does then, in the same order; anything else goes on to it having
--- written nothing.
+-- written nothing. A number goes to the server as a string: a Lua number
+-- passed to redis.call costs it a printf.
 if nkeys == 7 and ARGV[2] == '1' and not ARGV[5] and
    redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 and
    redis.call('exists', KEYS[3]) == 0 then
   local v = 1 + redis.call('publish', KEYS[2], '0')
   redis.call('del', KEYS[1])
-  redis.call('set', KEYS[7], v, 'px', ARGV[3])
+  redis.call('set', KEYS[7], v == 1 and '1' or tostring(v), 'px', ARGV[3])
   return v
 end
 
@@ -131,9 +132,9 @@ if nkeys == 6 and redis.call('exists', KEYS[3]) == 1 and
         redis.call('hdel', KEYS[4], unpack(queue, 1, i))
         -- The counter's lifetime: as in lock_acquire.lua.
         redis.call('set', KEYS[5], token, 'px',
-                   math.max(86400000, tonumber(lease)))
+                   tonumber(lease) > 86400000 and lease or '86400000')
         redis.call('del', KEYS[1])
-        redis.call('hset', KEYS[1], who, 1)
+        redis.call('hset', KEYS[1], who, '1')
         if info ~= '' then
           redis.call('hset', KEYS[1], 'dlock:info', info, 'dlock:since',
                      string.format('%.0f', now))
