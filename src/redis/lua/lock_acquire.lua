@@ -43,13 +43,14 @@
 -- next hand-off; until it takes the lock, gives up, or the reservation
 -- expires (it died) nobody else may take the lock when it is free.
 -- The counter lives one day after the last token it gave (or a lease, if
--- longer), so that names used once do not leave it forever. When it is
--- missing (never set, expired, or lost in a restart without persistence),
--- it restarts from the server clock in microseconds plus AHEAD_US: above
--- every token issued before, since every token is at most the clock (in
--- µs) plus AHEAD_US when it was given, as long as fewer than one grant per
--- microsecond was made (a single-threaded server cannot exceed that) and
--- the server's clock did not step back (docs/SAFETY.md has the argument).
+-- longer; RENEW_MS less at worst), so that names used once do not leave
+-- it forever. When it is missing (never set, expired, or lost in a
+-- restart without persistence), it restarts from the server clock in
+-- microseconds plus AHEAD_US: above every token issued before, since
+-- every token is at most the clock (in µs) plus AHEAD_US when it was
+-- given, as long as fewer than one grant per microsecond was made (a
+-- single-threaded server cannot exceed that) and the server's clock did
+-- not step back (docs/SAFETY.md has the argument).
 --
 -- A server of a Redlock may be proposed a token (ARGV[11], the client's
 -- wall clock in µs): the counter becomes the larger of its next value and
@@ -58,6 +59,12 @@
 -- proposal, they all hold the token the client returns, and no second
 -- round is needed to write it back (redlock.c).
 local AHEAD_US = 1000000
+-- The counter's life is renewed by a token only when this much of it has
+-- passed: a PTTL costs the server less than a PEXPIRE (which it rewrites
+-- as a PEXPIREAT), so a name locked more often than once a minute pays
+-- for one PEXPIRE a minute, and the counter expires between a day less
+-- RENEW_MS and a day after its last token.
+local RENEW_MS = 60000
 
 -- The common case first, before anything else is set up (each statement
 -- below it costs every call): a lock's first attempt (three keys, no
@@ -73,8 +80,11 @@ then
   local t = redis.pcall('incr', KEYS[2])
   counted = t == 1
   if type(t) == 'number' and t ~= 1 then
-    redis.call('pexpire', KEYS[2],
-               tonumber(ARGV[1]) > 86400000 and ARGV[1] or '86400000')
+    local lease = tonumber(ARGV[1])
+    if redis.call('pttl', KEYS[2]) <
+       (lease > 86400000 and lease or 86400000) - RENEW_MS then
+      redis.call('pexpire', KEYS[2], lease > 86400000 and ARGV[1] or '86400000')
+    end
     redis.call('hset', KEYS[1], ARGV[2], '1')
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, t}
@@ -130,7 +140,9 @@ local function next_token()
       return failed(t, KEYS[2])
     end
     if t ~= 1 then
-      redis.call('pexpire', KEYS[2], ttl)
+      if redis.call('pttl', KEYS[2]) < tonumber(ttl) - RENEW_MS then
+        redis.call('pexpire', KEYS[2], ttl)
+      end
       return t
     end
   end
