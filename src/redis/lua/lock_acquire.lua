@@ -29,7 +29,8 @@
 -- in ms (each waiter its own: it grows with the time it has waited)
 -- The queue only orders hand-offs: a free lock is still taken by whoever
 -- asks first, as in Redisson (a Redisson client frees it without granting).
--- Returns {1, token} when taken, {2, token} when re-entered by the owner,
+-- Returns the token alone when taken (an array costs the server more to
+-- reply), {2, token} when re-entered by the owner,
 -- {0, ms} when another owner holds it (ms = its PTTL), or {0, ms, owner}
 -- when it is free but reserved for the starving waiter `owner` (ms = the
 -- reservation's PTTL); a refused waiter of the hand-off queue gets a
@@ -87,7 +88,7 @@ then
     end
     redis.call('hset', KEYS[1], ARGV[2], '1')
     redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, t}
+    return t
   end
 end
 
@@ -194,7 +195,7 @@ if #KEYS == 2 then
     return token
   end
   redis.call('set', KEYS[1], ARGV[2], 'px', ARGV[1])
-  return {1, token}
+  return token
 end
 
 local stale_ms = tonumber(ARGV[7] or '0')
@@ -216,7 +217,7 @@ local function take()
                string.format('%.0f', now[1] * 1000 + math.floor(now[2] / 1000)))
   end
   redis.call('pexpire', KEYS[1], ARGV[1])
-  return {1, token}
+  return token
 end
 
 -- Not taken: a plain lock's waiter joins the hand-off queue, or proves it
