@@ -58,12 +58,9 @@ int dl_probe_lock_cycle(const char *key, bool sharded, char **out, size_t *len,
   const dl_script *rel = dl_script_of(DL_SCRIPT_LOCK_RELEASE | variant);
   *acquire_body = acq->body;
   *release_body = rel->body;
-  char tok[300], hand[300], chan[300], q[300], w[300], latch[340];
+  char tok[300], hand[300], latch[340];
   dl_derived_into(tok, sizeof tok, "redisson_lock_token", key);
   dl_derived_into(hand, sizeof hand, "dlock_handoff", key);
-  dl_derived_into(chan, sizeof chan, "redisson_lock__channel", key);
-  dl_derived_into(q, sizeof q, "dlock_lock_queue", key);
-  dl_derived_into(w, sizeof w, "dlock_lock_waiters", key);
   dl_derived_into(latch, sizeof latch, "redisson_unlock_latch", key);
   strcat(latch, ":0123456789abcdef:1");
   *out = NULL;
@@ -73,10 +70,8 @@ int dl_probe_lock_cycle(const char *key, bool sharded, char **out, size_t *len,
   char *a = NULL, *r = NULL;
   int la = redisFormatCommand(&a, "EVALSHA %s 3 %s %s %s 10000 bench:ceil:1",
                               acq->sha, key, tok, hand);
-  int lr = redisFormatCommand(&r,
-                              "EVALSHA %s 7 %s %s %s %s %s %s %s "
-                              "bench:ceil:1 1 1",
-                              rel->sha, key, chan, q, w, tok, hand, latch);
+  int lr = redisFormatCommand(&r, "EVALSHA %s 2 %s %s bench:ceil:1 1 1",
+                              rel->sha, key, latch);
   if (!append(out, len, a, la)) {
     if (lr > 0) redisFreeCommand(r);
     return DLOCK_ENOMEM;

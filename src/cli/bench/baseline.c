@@ -396,10 +396,8 @@ static double ceiling_tagged(redisContext *c, int64_t ms, const char *tag) {
         return 0;
       }
       redisReply *x = rep;
-      /* acquire: {1, token}; release: 1 + subscribers */
-      if (i % 2 == 0 ? x->type != REDIS_REPLY_ARRAY
-                     : x->type != REDIS_REPLY_INTEGER)
-        bad = true;
+      /* acquire: the token (taken); release: 1 + subscribers */
+      if (x->type != REDIS_REPLY_INTEGER) bad = true;
       freeReplyObject(rep);
     }
     if (bad) {

@@ -32,7 +32,8 @@
 -- its entry asks of a release (absent: ARGV[1], the whole lease)
 -- The queue only orders hand-offs: a free lock is still taken by whoever
 -- asks first, as in Redisson (a Redisson client frees it without granting).
--- Returns {1, token} when taken, {2, token} when re-entered by the owner,
+-- Returns the token alone when taken (an array costs the server more to
+-- reply), {2, token} when re-entered by the owner,
 -- {0, ms} when another owner holds it (ms = its PTTL), or {0, ms, owner}
 -- when it is free but reserved for the starving waiter `owner` (ms = the
 -- reservation's PTTL); a refused waiter of the hand-off queue gets a
@@ -46,13 +47,14 @@
 -- next hand-off; until it takes the lock, gives up, or the reservation
 -- expires (it died) nobody else may take the lock when it is free.
 -- The counter lives one day after the last token it gave (or a lease, if
--- longer), so that names used once do not leave it forever. When it is
--- missing (never set, expired, or lost in a restart without persistence),
--- it restarts from the server clock in microseconds plus AHEAD_US: above
--- every token issued before, since every token is at most the clock (in
--- µs) plus AHEAD_US when it was given, as long as fewer than one grant per
--- microsecond was made (a single-threaded server cannot exceed that) and
--- the server's clock did not step back (docs/SAFETY.md has the argument).
+-- longer; RENEW_MS less at worst), so that names used once do not leave
+-- it forever. When it is missing (never set, expired, or lost in a
+-- restart without persistence), it restarts from the server clock in
+-- microseconds plus AHEAD_US: above every token issued before, since
+-- every token is at most the clock (in µs) plus AHEAD_US when it was
+-- given, as long as fewer than one grant per microsecond was made (a
+-- single-threaded server cannot exceed that) and the server's clock did
+-- not step back (docs/SAFETY.md has the argument).
 --
 -- A server of a Redlock may be proposed a token (ARGV[11], the client's
 -- wall clock in µs): the counter becomes the larger of its next value and
@@ -61,11 +63,18 @@
 -- proposal, they all hold the token the client returns, and no second
 -- round is needed to write it back (redlock.c).
 local AHEAD_US = 1000000
+-- The counter's life is renewed by a token only when this much of it has
+-- passed: a PTTL costs the server less than a PEXPIRE (which it rewrites
+-- as a PEXPIREAT), so a name locked more often than once a minute pays
+-- for one PEXPIRE a minute, and the counter expires between a day less
+-- RENEW_MS and a day after its last token.
+local RENEW_MS = 60000
 
 -- The common case first, before anything else is set up (each statement
 -- below it costs every call): a lock's first attempt (three keys, no
 -- holder info, no count, not starving, not a Redlock server) finds the
 -- name free and not reserved, and the counter there. Anything else goes
+<<<<<<< HEAD
 -- on to the general path having changed nothing.
 -- The hold goes first, and the server checks its lease: a lease it cannot
 -- add to its clock ("invalid expire time"), or a text that is not a whole
@@ -76,6 +85,12 @@ local AHEAD_US = 1000000
 -- (the counter's lease, a number, is then sent as a whole one). No pattern here:
 -- string.find would cost this path 1 600 server instructions a call.
 local lease = tonumber(ARGV[1])
+=======
+-- on to the general path having written nothing (a failed INCR writes
+-- nothing; one that found no counter is made good there). Numbers go to
+-- the server as strings: a Lua number passed to redis.call costs it a
+-- printf ("%.17g"), more than the call's own work.
+>>>>>>> fix/cost
 local counted -- the counter was incremented to 1 here: it was missing
 if #KEYS == 3 and not ARGV[3] and lease and lease >= 1 and lease < 1e15 and
    redis.call('exists', KEYS[1], KEYS[3]) == 0 then
@@ -83,8 +98,19 @@ if #KEYS == 3 and not ARGV[3] and lease and lease >= 1 and lease < 1e15 and
   local t = redis.pcall('pexpire', KEYS[1], ARGV[1]) == 1 and
             redis.pcall('incr', KEYS[2])
   if type(t) == 'number' and t ~= 1 then
+<<<<<<< HEAD
     redis.call('pexpire', KEYS[2], math.max(86400000, lease))
     return {1, t}
+=======
+    local lease = tonumber(ARGV[1])
+    if redis.call('pttl', KEYS[2]) <
+       (lease > 86400000 and lease or 86400000) - RENEW_MS then
+      redis.call('pexpire', KEYS[2], lease > 86400000 and ARGV[1] or '86400000')
+    end
+    redis.call('hset', KEYS[1], ARGV[2], '1')
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return t
+>>>>>>> fix/cost
   end
   redis.call('del', KEYS[1])
   counted = t == 1
@@ -147,7 +173,7 @@ end
 -- Returns the next token, or an error reply when the counter cannot give
 -- one (nothing written: a failed INCR changes nothing).
 local function next_token()
-  local ttl = math.max(86400000, tonumber(ARGV[1]))
+  local ttl = tonumber(ARGV[1]) > 86400000 and ARGV[1] or '86400000'
   local p = tonumber(ARGV[11] or '')
   if not p and not counted then
     local t = redis.pcall('incr', KEYS[2])
@@ -155,7 +181,9 @@ local function next_token()
       return failed(t, KEYS[2])
     end
     if t ~= 1 then
-      redis.call('pexpire', KEYS[2], ttl)
+      if redis.call('pttl', KEYS[2]) < tonumber(ttl) - RENEW_MS then
+        redis.call('pexpire', KEYS[2], ttl)
+      end
       return t
     end
   end
@@ -207,7 +235,7 @@ if #KEYS == 2 then
     return token
   end
   redis.call('set', KEYS[1], ARGV[2], 'px', ARGV[1])
-  return {1, token}
+  return token
 end
 
 local stale_ms = tonumber(ARGV[7] or '0')
@@ -222,14 +250,14 @@ local function take()
   if queued and redis.call('hdel', KEYS[5], ARGV[2]) == 1 then
     redis.call('lrem', KEYS[4], 1, ARGV[2])
   end
-  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('hset', KEYS[1], ARGV[2], '1')
   if ARGV[3] and ARGV[3] ~= '' then
     local now = redis.call('time')
     redis.call('hset', KEYS[1], 'dlock:info', ARGV[3], 'dlock:since',
                string.format('%.0f', now[1] * 1000 + math.floor(now[2] / 1000)))
   end
   redis.call('pexpire', KEYS[1], ARGV[1])
-  return {1, token}
+  return token
 end
 
 -- Not taken: a plain lock's waiter joins the hand-off queue, or proves it

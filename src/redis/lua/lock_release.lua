@@ -7,9 +7,12 @@
 -- send of a last hold carries three. The unlock message is Redisson's
 -- "0".
 -- KEYS[3] (fair lock only) the queue of waiters
--- The plain lock passes instead KEYS[3] dlock's hand-off queue, KEYS[4] its
--- waiters, KEYS[5] the fencing-token counter and KEYS[6] the reservation of
--- a starving waiter (see lock_acquire.lua).
+-- The plain lock passes only KEYS[1], its name (and the latch): every key
+-- passed costs the server about as much as a fifth of a command. The
+-- names beside it are made here, as the client makes them (docs/WIRE.md),
+-- all in the lock's slot: its unlock channel, dlock's hand-off queue, its
+-- waiters, the fencing-token counter and the reservation of a starving
+-- waiter (see lock_acquire.lua).
 -- The plain string lock passes only KEYS[1] its string and KEYS[2] the
 -- unlock channel (and the latch).
 -- Returns nil if the owner does not hold it (nothing changed), 0 if still
@@ -28,17 +31,29 @@
 local nkeys = #KEYS
 
 -- The common case first, before anything else is set up: a first send of
--- a lock's release (seven keys, the latch the last) that ends the owner's
--- only hold, with nobody in the hand-off queue. What the general path
--- below does then, in the same order; anything else goes on to it having
--- written nothing.
-if nkeys == 7 and ARGV[2] == '1' and not ARGV[5] and
-   redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 and
-   redis.call('exists', KEYS[3]) == 0 then
-  local v = 1 + redis.call('publish', KEYS[2], '0')
-  redis.call('set', KEYS[7], v, 'px', ARGV[3]) -- first: it may refuse
-  redis.call('del', KEYS[1])
-  return v
+-- a lock's release (its name and the latch) that ends the owner's only
+-- hold, with nobody in the hand-off queue. What the general path below
+-- does then, in the same order; anything else goes on to it having
+-- written nothing. Numbers go to the server as strings (a Lua number
+-- passed to redis.call costs it a printf), and the names beside the
+-- lock's are made in one concatenation each ("<prefix>:{<name>}", or
+-- "<prefix>:<name>" when the name has a hash tag of its own, as
+-- dl_derived_into makes them).
+if nkeys == 2 and ARGV[2] == '1' and not ARGV[5] and
+   redis.pcall('hexists', KEYS[1], ARGV[1]) == 1 then
+  local open, close = ':{', '}'
+  if string.find(KEYS[1], '{', 1, true) then
+    open, close = ':', ''
+  end
+  if redis.call('exists', 'dlock_lock_queue' .. open .. KEYS[1] .. close) ==
+     0 then
+    local channel = 'redisson_lock__channel' .. open .. KEYS[1] .. close
+    local v = 1 + redis.call('publish', channel, '0')
+    -- The latch first: it may refuse its time, and nothing is written yet.
+    redis.call('set', KEYS[2], v == 1 and '1' or tostring(v), 'px', ARGV[3])
+    redis.call('del', KEYS[1])
+    return v
+  end
 end
 
 -- The times in ms (the latch's, a lease) are checked before any write: one
@@ -64,6 +79,17 @@ if ARGV[3] then
   end
 end
 local believed = tonumber(ARGV[2])
+-- The keys as the general path reads them: the lock's names made in full.
+local K = KEYS
+if nkeys == 1 then
+  local tag = string.find(KEYS[1], '{', 1, true) and ':' .. KEYS[1] or
+              ':{' .. KEYS[1] .. '}'
+  K = {KEYS[1], 'redisson_lock__channel' .. tag, 'dlock_lock_queue' .. tag,
+       'dlock_lock_waiters' .. tag, 'redisson_lock_token' .. tag,
+       'dlock_handoff' .. tag}
+  nkeys = 6
+end
+local channel = K[2]
 local function result(v)
   if latch and (v ~= 0 or believed == 0) then
     redis.call('set', latch, v, 'px', ARGV[3])
@@ -117,35 +143,35 @@ end
 -- cannot queue (it polls, or is not subscribed yet) and starved reserved
 -- the next hand-off: then the lock is freed for it instead.
 local seen = 0
-if nkeys == 6 and redis.call('exists', KEYS[3]) == 1 and
-   redis.call('exists', KEYS[6]) == 0 then
+if nkeys == 6 and redis.call('exists', K[3]) == 1 and
+   redis.call('exists', K[6]) == 0 then
   local t = redis.call('time')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local queue = redis.call('lrange', KEYS[3], 0, 63)
+  local queue = redis.call('lrange', K[3], 0, 63)
   for i = 1, #queue do
     local who = queue[i]
     seen = i
-    local entry = redis.call('hget', KEYS[4], who)
+    local entry = redis.call('hget', K[4], who)
     local deadline, lease, info
     if entry then
       deadline, lease, info = string.match(entry, '^(%d+):(%d+):(.*)$')
     end
     if who ~= ARGV[1] and deadline and tonumber(deadline) >= now and
        not bad_ms(lease) then -- (a lease its acquire checked)
-      local token = tonumber(redis.call('get', KEYS[5]) or '0') + 1
+      local token = tonumber(redis.call('get', K[5]) or '0') + 1
       if token == 1 then -- the counter is missing: as in lock_acquire.lua
         token = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1000000
       end
       token = string.format('%.0f', token)
-      local heard = redis.pcall('publish', KEYS[2] .. ':' .. who, '=' .. token)
+      local heard = redis.pcall('publish', channel .. ':' .. who, '=' .. token)
       if type(heard) == 'number' and heard > 0 then
-        redis.call('ltrim', KEYS[3], i, -1)
-        redis.call('hdel', KEYS[4], unpack(queue, 1, i))
+        redis.call('ltrim', K[3], i, -1)
+        redis.call('hdel', K[4], unpack(queue, 1, i))
         -- The counter's lifetime: as in lock_acquire.lua.
-        redis.call('set', KEYS[5], token, 'px',
-                   math.max(86400000, tonumber(lease)))
+        redis.call('set', K[5], token, 'px',
+                   tonumber(lease) > 86400000 and lease or '86400000')
         redis.call('del', KEYS[1])
-        redis.call('hset', KEYS[1], who, 1)
+        redis.call('hset', KEYS[1], who, '1')
         if info ~= '' then
           redis.call('hset', KEYS[1], 'dlock:info', info, 'dlock:since',
                      string.format('%.0f', now))
@@ -161,20 +187,19 @@ end
 -- then fails the script before anything changed. Subscribers see the message
 -- only after the script, when the key is already gone. A fair lock (KEYS[3]
 -- its queue) wakes only the first waiter, on its own channel.
-local channel = KEYS[2]
 if nkeys == 3 then
-  local first = redis.call('lindex', KEYS[3], 0)
+  local first = redis.call('lindex', K[3], 0)
   if not first then
     redis.call('del', KEYS[1])
     return result(1)
   end
-  channel = KEYS[2] .. ':' .. first
+  channel = channel .. ':' .. first
 end
 local woken = redis.call('publish', channel, '0')
 if seen > 0 then -- every waiter looked at was dead or deaf
-  local queue = redis.call('lrange', KEYS[3], 0, seen - 1)
-  redis.call('ltrim', KEYS[3], seen, -1)
-  redis.call('hdel', KEYS[4], unpack(queue))
+  local queue = redis.call('lrange', K[3], 0, seen - 1)
+  redis.call('ltrim', K[3], seen, -1)
+  redis.call('hdel', K[4], unpack(queue))
 end
 redis.call('del', KEYS[1])
 return result(1 + woken)

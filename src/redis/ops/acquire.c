@@ -207,9 +207,12 @@ static int attempt_result(acq_op *o) {
   o->p.reply = NULL;
   o->reserved = false;
   long long status = -2, value = 0;
-  if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
-      r->element[0]->type == REDIS_REPLY_INTEGER &&
-      r->element[1]->type == REDIS_REPLY_INTEGER) {
+  if (r->type == REDIS_REPLY_INTEGER && !is_rw(l)) { /* taken: the token */
+    status = 1;
+    value = r->integer;
+  } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
+             r->element[0]->type == REDIS_REPLY_INTEGER &&
+             r->element[1]->type == REDIS_REPLY_INTEGER) {
     status = r->element[0]->integer;
     value = r->element[1]->integer;
   }

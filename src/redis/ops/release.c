@@ -47,8 +47,7 @@ static int rel_send(dl_rlock_rel *o) {
   dl_fmt_ll(cnt, o->count);
   dl_fmt_ll(keep, (long long)LATCH_TIMEOUTS * R->env.command_timeout_ms +
                       RELEASE_RIDE_MS);
-  char ch[DL_DERIVED_MAX], qk[DL_DERIVED_MAX], wk[DL_DERIVED_MAX],
-      tk[DL_DERIVED_MAX], hk[DL_DERIVED_MAX], latch[DL_DERIVED_MAX + 48];
+  char ch[DL_DERIVED_MAX], qk[DL_DERIVED_MAX], latch[DL_DERIVED_MAX + 48];
   /* "<derived latch name>:<request id>" (no snprintf: the hot path). */
   size_t n = strlen(derived(latch, "redisson_unlock_latch", l));
   latch[n++] = ':';
@@ -83,18 +82,16 @@ static int rel_send(dl_rlock_rel *o) {
     nargs = o->retry ? 5 : o->count > 1 ? 4 : 3; /* see the script */
   } else {
     /* The fair lock wakes its first waiter; the plain lock hands itself to
-     * the first of its hand-off queue. */
+     * the first of its hand-off queue, whose names (and its channel's) the
+     * script makes from the lock's: each key sent costs the server. */
     bool fair = l->kind == DL_KIND_FAIR;
     script = DL_SCRIPT_LOCK_RELEASE;
     keys[0] = l->key;
-    keys[1] = CHANNEL(l, ch);
-    keys[2] = fair ? QUEUE_KEY(l, qk) : GRANT_QUEUE_KEY(l, qk);
-    nkeys = 3;
-    if (!fair) {
-      keys[3] = GRANT_WAITERS_KEY(l, wk);
-      keys[4] = TOKEN_KEY(l, tk);
-      keys[5] = HANDOFF_KEY(l, hk);
-      nkeys = 6;
+    nkeys = 1;
+    if (fair) {
+      keys[1] = CHANNEL(l, ch);
+      keys[2] = QUEUE_KEY(l, qk);
+      nkeys = 3;
     }
     keys[nkeys++] = latch;
     args[0] = l->owner;
