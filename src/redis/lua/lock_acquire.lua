@@ -74,43 +74,30 @@ local RENEW_MS = 60000
 -- below it costs every call): a lock's first attempt (three keys, no
 -- holder info, no count, not starving, not a Redlock server) finds the
 -- name free and not reserved, and the counter there. Anything else goes
-<<<<<<< HEAD
 -- on to the general path having changed nothing.
 -- The hold goes first, and the server checks its lease: a lease it cannot
 -- add to its clock ("invalid expire time"), or a text that is not a whole
 -- number of ms, fails that PEXPIRE, and the hold is taken back (the name
 -- was free: nothing is left), as it is when the INCR fails (the counter
 -- is of another type) or finds no counter (made good there). From 1 ms
--- (PEXPIRE would take 0 or less, and delete the hold) to below 10^15 ms
--- (the counter's lease, a number, is then sent as a whole one). No pattern here:
--- string.find would cost this path 1 600 server instructions a call.
+-- (PEXPIRE would take 0 or less, and delete the hold) to below 10^15 ms.
+-- No pattern here: string.find would cost this path 1 600 server
+-- instructions a call. Numbers go to the server as strings: a Lua number
+-- passed to redis.call costs it a printf ("%.17g"), more than the call's
+-- own work.
 local lease = tonumber(ARGV[1])
-=======
--- on to the general path having written nothing (a failed INCR writes
--- nothing; one that found no counter is made good there). Numbers go to
--- the server as strings: a Lua number passed to redis.call costs it a
--- printf ("%.17g"), more than the call's own work.
->>>>>>> fix/cost
 local counted -- the counter was incremented to 1 here: it was missing
 if #KEYS == 3 and not ARGV[3] and lease and lease >= 1 and lease < 1e15 and
    redis.call('exists', KEYS[1], KEYS[3]) == 0 then
-  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('hset', KEYS[1], ARGV[2], '1')
   local t = redis.pcall('pexpire', KEYS[1], ARGV[1]) == 1 and
             redis.pcall('incr', KEYS[2])
   if type(t) == 'number' and t ~= 1 then
-<<<<<<< HEAD
-    redis.call('pexpire', KEYS[2], math.max(86400000, lease))
-    return {1, t}
-=======
-    local lease = tonumber(ARGV[1])
     if redis.call('pttl', KEYS[2]) <
        (lease > 86400000 and lease or 86400000) - RENEW_MS then
       redis.call('pexpire', KEYS[2], lease > 86400000 and ARGV[1] or '86400000')
     end
-    redis.call('hset', KEYS[1], ARGV[2], '1')
-    redis.call('pexpire', KEYS[1], ARGV[1])
     return t
->>>>>>> fix/cost
   end
   redis.call('del', KEYS[1])
   counted = t == 1
