@@ -272,6 +272,13 @@ t_etcd() {
   local pid=$!
   wait_until eval "curl -s http://127.0.0.1:$c/health | grep -q true" || fail "etcd did not start"
   url_row "etcd://127.0.0.1:$c" e:a etcd
+  # What etcd:// does not have: a dash, and no sample.
+  "$DLOCK" -u "etcd://127.0.0.1:$c" top -b -n 1 --queue e:q --latch e:l >e-top.txt
+  grep -Eq '^e:q +queue +- +- +- +- +- +\(no queues on this backend\)$' e-top.txt &&
+    grep -Eq '^e:l +latch .*\(no latches on this backend\)$' e-top.txt ||
+    fail "etcd: $(cat e-top.txt)"
+  "$DLOCK" -u "etcd://127.0.0.1:$c" metrics --queue e:q >e.txt
+  ! grep -q dlock_queue_depth e.txt || fail "etcd: a queue depth"
   kill $pid; wait $pid 2>/dev/null
 }
 

@@ -58,7 +58,8 @@ static bool g_permits(const obs_obj *o, double *v) {
 }
 static bool g_taken(const obs_obj *o, double *v) {
   *v = o->st.permits_taken;
-  return o->kind == OBS_SEMAPHORE;
+  return o->kind == OBS_SEMAPHORE &&
+         (o->st.counter >= 0 || o->st.permits_taken > 0);
 }
 static bool g_latch(const obs_obj *o, double *v) {
   *v = (double)o->st.counter;

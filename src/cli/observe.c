@@ -92,6 +92,9 @@ static obs_obj *add(obs_snap *s, const char *name, obs_kind k) {
   if (o->name == NULL) return NULL;
   o->kind = k;
   o->depth = -1;
+  o->st.counter = -1;
+  o->st.held_ms = -1;
+  o->st.ttl_ms = -2;
   s->n++;
   return o;
 }
@@ -155,25 +158,59 @@ static int scan_one(const char *name, void *ud) {
   return 0;
 }
 
-/* Fills o, a named object, from the server. */
-static int fill_named(scan_ctx *x, obs_obj *o) {
-  if (o->kind != OBS_QUEUE) {
-    int e = inspect(x->c, o->name, &o->st);
-    if (e != 0) return fail(x, e, dlock_client_errmsg(x->c));
-    /* A latch counted down to zero is deleted: no number is a count 0. */
-    if (o->kind == OBS_LATCH && o->st.counter < 0 &&
-        strcmp(o->st.type, "none") == 0)
-      o->st.counter = 0;
+/* A named latch's count through its own call (0 when none is running). */
+static int fill_latch(scan_ctx *x, obs_obj *o) {
+  dlock_latch *l = NULL;
+  int64_t n = -1;
+  int e = dlock_latch_new(x->c, o->name, &l);
+  if (e == 0) e = dlock_latch_get_count(l, &n);
+  dlock_latch_free(l);
+  if (e == DLOCK_ENOTSUP) { /* no latches on this backend: "-" */
+    o->unsupported = true;
     return 0;
   }
+  if (e != 0) return fail(x, e, dlock_client_errmsg(x->c));
+  o->st.counter = n;
+  return 0;
+}
+
+/* A named queue's values ready. */
+static int fill_queue(scan_ctx *x, obs_obj *o) {
   dlock_queue *q = NULL;
   int64_t n = -1;
   int e = dlock_queue_new(x->c, o->name, &q);
   if (e == 0) e = dlock_queue_size(q, &n);
   dlock_queue_free(q);
-  if (e == DLOCK_ENOTSUP) return 0; /* no queues on this backend: "-" */
+  if (e == DLOCK_ENOTSUP) { /* no queues on this backend: "-" */
+    o->unsupported = true;
+    return 0;
+  }
   if (e != 0) return fail(x, e, dlock_client_errmsg(x->c));
   o->depth = n;
+  return 0;
+}
+
+/* Fills o, a named object, from the server. */
+static int fill_named(scan_ctx *x, obs_obj *o) {
+  if (o->kind == OBS_LATCH) return fill_latch(x, o);
+  if (o->kind == OBS_QUEUE) return fill_queue(x, o);
+  int e = inspect(x->c, o->name, &o->st);
+  if (e != 0) return fail(x, e, dlock_client_errmsg(x->c));
+  if (o->kind == OBS_SEMAPHORE && o->st.counter < 0) {
+    /* Not set, or no semaphores here: the semaphores' own calls tell
+     * (zk:// has the permit-expirable kind only). */
+    dlock_semaphore *sem = NULL;
+    dlock_permits *p = NULL;
+    e = dlock_semaphore_new(x->c, o->name, &sem);
+    if (e == 0) e = dlock_semaphore_get_available(sem);
+    dlock_semaphore_free(sem);
+    if (e == DLOCK_ENOTSUP) {
+      e = dlock_permits_new(x->c, o->name, &p);
+      if (e == 0) e = dlock_permits_get_available(p);
+      dlock_permits_free(p);
+    }
+    o->unsupported = e == DLOCK_ENOTSUP;
+  }
   return 0;
 }
 

@@ -35,6 +35,7 @@ typedef struct obs_obj {
   obs_kind kind;
   dlock_lock_state st; /* the lock kinds, semaphores and latches */
   int64_t depth;       /* a queue's values ready, -1 unknown */
+  bool unsupported;    /* named, of a kind the backend does not have */
 } obs_obj;
 
 /* The objects asked for by name, beside the scan's. */

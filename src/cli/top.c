@@ -100,7 +100,12 @@ static const char *num(int64_t v, bool known, char *buf, size_t len) {
 /* The holder column: who, or what the object holds. */
 static void what(const obs_obj *o, char *buf, size_t len) {
   const dlock_lock_state *st = &o->st;
-  if (o->kind == OBS_SEMAPHORE) {
+  if (o->unsupported) {
+    snprintf(buf, len, "(no %s on this backend)",
+             o->kind == OBS_QUEUE       ? "queues"
+             : o->kind == OBS_SEMAPHORE ? "semaphores"
+                                        : "latches");
+  } else if (o->kind == OBS_SEMAPHORE) {
     if (st->counter < 0)
       snprintf(buf, len, "(not set)");
     else if (st->permits_taken > 0)
