@@ -9,6 +9,7 @@
 # docs/OBSERVABILITY.md). Usage: test_observe.sh PATH/TO/dlock
 set -u
 DLOCK=$(realpath "$1")
+SRC=$(cd "$(dirname "$0")/.." && pwd)
 set -- # redis-tmp.sh passes its arguments to redis-server
 . "$(dirname "$0")/../scripts/redis-tmp.sh"
 export DLOCK_URL="unix://$SOCK"
@@ -333,6 +334,18 @@ t_zk() {
   kill $pid; wait $pid 2>/dev/null
 }
 
+# Each command's help, and the man page's synopsis.
+t_help() {
+  local c
+  for c in top metrics; do
+    "$DLOCK" "$c" --help | grep -q "^usage: dlock $c" || fail "$c --help"
+    "$DLOCK" --help | grep -q "^  $c " || fail "$c not in dlock --help"
+    sed -n '/^\.SH SYNOPSIS/,/^\.SH DESCRIPTION/p' "$SRC/docs/dlock.1" |
+      grep -q "^\.B $c\$" || fail "$c not in dlock.1's SYNOPSIS"
+  done
+}
+
+run_test t_help
 run_test t_metrics_values
 run_test t_metrics_kinds
 run_test t_metrics_listen
