@@ -77,6 +77,7 @@ typedef struct dl_acquire {
   int status;          /* 1 taken, 2 re-entered */
   uint64_t token;      /* the hold's fencing token */
   int64_t valid_until; /* dl_now_ms() time the lease is certainly valid */
+  bool waited;         /* it waited for another holder first */
   /* out, when refused */
   int64_t ttl; /* the holder's remaining lease in ms (-1 none, -2 gone) */
 } dl_acquire;
