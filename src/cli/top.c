@@ -285,7 +285,8 @@ static int interactive(dlock_client *c, top_opts *o) {
       text = NULL;
     }
     int64_t left = next - cli_mono_ms();
-    struct pollfd p = {STDIN_FILENO, POLLIN, 0};
+    /* Keys from a terminal only (stdin at /dev/null would end at once). */
+    struct pollfd p = {tty_in ? STDIN_FILENO : -1, POLLIN, 0};
     int n = poll(&p, 1, left < 0 ? 0 : (int)left);
     if (n < 0 && errno != EINTR) break;
     if (n <= 0 || !(p.revents & (POLLIN | POLLHUP))) continue;
