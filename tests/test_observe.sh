@@ -160,8 +160,9 @@ t_metrics_kinds() {
 # --listen: /metrics over HTTP (curl), a fresh snapshot per request, 404
 # elsewhere, and SIGTERM stops it at once.
 t_metrics_listen() {
-  if ! "$DLOCK" metrics --help | grep -q -- --listen ||
-     "$DLOCK" metrics --help | grep -q "not in this build"; then
+  local help
+  help=$("$DLOCK" metrics --help 2>&1) || { fail "metrics --help: $help"; return; }
+  if [[ $help == *"not in this build"* ]]; then
     echo "    skipped: built without libmicrohttpd" >&2
     return
   fi
