@@ -332,6 +332,12 @@ typedef struct dlock_metrics {
   uint64_t renewals;               /* leases the watchdog extended */
   uint64_t failed_renewals;        /* hold renewals that got no answer
                                       (each is tried again next round) */
+  uint64_t reconnects;             /* connections made again after they
+                                      broke: Redis command connections
+                                      (both drivers; not the subscriber's),
+                                      zk://'s connection back (with its
+                                      session or a new one); etcd:// (HTTP
+                                      on pooled handles) counts none */
 } dlock_metrics;
 
 /* Fills the first `size` bytes of *m (the caller's sizeof, as for

@@ -212,6 +212,7 @@ int dl_client_open_with(const dlock_client_options *opts,
   c->env.key_prefix = c->key_prefix;
   c->env.revoke_channel = c->revoke_channel;
   c->env.closing = &c->closing;
+  c->env.reconnects = &c->reconnects;
   c->env.command_timeout_ms = opts->command_timeout_ms;
   c->env.starvation_ms = opts->starvation_ms < 0 ? 0 : opts->starvation_ms;
   c->env.backoff_max_ms =
@@ -344,6 +345,7 @@ int dlock_client_metrics_size(dlock_client *c, dlock_metrics *m, size_t size) {
   all.acquisitions = atomic_load_explicit(&c->acquired, memory_order_relaxed);
   all.contended_acquisitions =
       atomic_load_explicit(&c->contended, memory_order_relaxed);
+  all.reconnects = atomic_load_explicit(&c->reconnects, memory_order_relaxed);
   dl_watchdog_metrics(c->watchdog, &all);
   memcpy(m, &all, size < sizeof all ? size : sizeof all);
   return 0;

@@ -148,6 +148,7 @@ struct dlock_client {
   atomic_uint_fast64_t handles; /* lock handles made on the loop */
   /* dlock_metrics' acquisitions (src/locks/lock.c dl_acq_end); relaxed */
   atomic_uint_fast64_t acquired, contended;
+  atomic_uint_fast64_t reconnects; /* env.reconnects' counter */
   /* The event-loop operations that wait (acquires, polls), with the
    * handle each waits through: a handle's free cancels its own (the
    * loop's thread alone; src/locks/async.c). */

@@ -30,6 +30,9 @@ typedef struct dl_backend_env {
   /* The event loop the client runs on (dlock_client_open_async), or NULL:
    * a blocking client. */
   dl_loop *loop;
+  /* dlock_metrics.reconnects: a connection made again after it broke
+   * (relaxed additions; NULL: not counted). */
+  atomic_uint_fast64_t *reconnects;
 } dl_backend_env;
 
 /* Makes a backend for opts->url. Returns 0, or a negative code with the
