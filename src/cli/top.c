@@ -185,13 +185,13 @@ static void render(FILE *f, const obs_snap *s, const top_opts *o, bool keys) {
 /* ---- batch mode ---- */
 
 static volatile sig_atomic_t stop_sig;
-static volatile sig_atomic_t resized;
+static volatile sig_atomic_t repaint; /* SIGWINCH, or a key: draw again */
 static void on_stop(int sig) {
   stop_sig = sig;
 }
 static void on_winch(int sig) {
   (void)sig;
-  resized = 1;
+  repaint = 1;
 }
 
 /* Sleeps until `deadline` (cli_mono_ms) or a signal. */
@@ -273,8 +273,8 @@ static int interactive(dlock_client *c, top_opts *o) {
       obs_collect(c, o->pattern, o->named, o->n, &s);
       redraw = true;
     }
-    if (redraw || resized) {
-      resized = 0;
+    if (redraw || repaint) {
+      repaint = 0;
       sort_snap(&s, o);
       FILE *f = open_memstream(&text, &len);
       if (f == NULL) break;
@@ -297,10 +297,10 @@ static int interactive(dlock_client *c, top_opts *o) {
       quit = true;
     } else if (ch == 'r') {
       o->reverse = !o->reverse;
-      resized = 1;
+      repaint = 1;
     } else if (strchr("nkhlwtd", ch) && ch) {
       o->sort = ch;
-      resized = 1;
+      repaint = 1;
     }
   }
   obs_snap_clear(&s);
