@@ -308,6 +308,49 @@ DLOCK_API int dlock_client_stats_get_size(dlock_client *c,
 #define dlock_client_stats_get(c, st)                                          \
   dlock_client_stats_get_size((c), (st), sizeof(dlock_client_stats))
 
+/* What this client's locks went through since it was opened, for a
+ * service's own /metrics (`dlock metrics` shows the servers' side; see
+ * docs/OBSERVABILITY.md). Relaxed atomic counters, only ever added to. */
+typedef struct dlock_metrics {
+  uint64_t acquisitions;           /* locks taken through this client's
+                                      handles (first acquisitions, not
+                                      re-entries; the lock kinds: mutex,
+                                      fair, plain, either side of a
+                                      read-write lock) */
+  uint64_t contended_acquisitions; /* of those, taken after waiting for
+                                      another holder */
+  uint64_t lost_expired;           /* holds (locks and permits) lost
+                                      because their validity ran out
+                                      unconfirmed: a fixed lease that ended
+                                      unreleased, renewals unanswered until
+                                      it ended, a stalled process */
+  uint64_t lost_taken;             /* holds the server said were no longer
+                                      this owner's: released by force, the
+                                      lease ended on the server, the
+                                      session or lease lost (zk://,
+                                      etcd://) */
+  uint64_t renewals;               /* leases the watchdog extended */
+  uint64_t failed_renewals;        /* hold renewals that got no answer
+                                      (each is tried again next round) */
+  uint64_t reconnects;             /* connections made again after they
+                                      broke: Redis command connections
+                                      (both drivers; not the subscriber's),
+                                      zk://'s connection back (with its
+                                      session or a new one); etcd:// (HTTP
+                                      on pooled handles) counts none */
+} dlock_metrics;
+
+/* Fills the first `size` bytes of *m (the caller's sizeof, as for
+ * dlock_client_stats_get_size: new fields are only ever added at the end).
+ * Returns 0, or DLOCK_EINVAL (c or m NULL, size 0). No server call;
+ * thread-safe; the counters are read one by one (not one snapshot). Call
+ * it through the macro below. */
+DLOCK_API int dlock_client_metrics_size(dlock_client *c, dlock_metrics *m,
+                                        size_t size);
+/* dlock_client_metrics(c, &m): at this header's size. */
+#define dlock_client_metrics(c, m)                                             \
+  dlock_client_metrics_size((c), (m), sizeof(dlock_metrics))
+
 /* What a client tells of its connection (dlock_client_on_state), as
  * Curator's ConnectionState. */
 typedef enum dlock_conn_state {

@@ -9,7 +9,7 @@ packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
           libzookeeper-mt-dev zookeeper default-jdk-headless
           libcurator-recipes-java valgrind abigail-tools
           etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev
-          golang-go golang-etcd-server-dev curl)
+          golang-go golang-etcd-server-dev curl libmicrohttpd-dev tmux)
 # default-jdk-headless (javac) and libcurator-recipes-java: the ZooKeeper
 # interop test (tests/test_zk_interop.sh) compiles a Curator peer; valgrind:
 # the cost gate (tests/test_cost.sh) in every run; abigail-tools: the ABI
@@ -19,7 +19,9 @@ packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
 # JSON gateway over HTTP; json-c for its incremental parser of the watch
 # streams, docs/ARCHITECTURE.md); golang-go and golang-etcd-server-dev:
 # the etcd interop test (tests/test_etcd_interop.sh) builds etcd's own Go
-# client from Debian's sources; curl: its server's health probe.
+# client from Debian's sources; curl: its server's health probe (and
+# tests/test_observe.sh's scrape of dlock metrics --listen, which
+# libmicrohttpd-dev builds); tmux: test_observe.sh's terminal for dlock top.
 [ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(clang)
 # Node and npm for the interop test with npm redlock and redis-semaphore
 # (tests/test_interop_node.sh); only when missing: an npm installed outside

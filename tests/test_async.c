@@ -423,6 +423,9 @@ static void reconnect_during_wait(int kind) {
   CHECK_RC(g.rc, 0);
   /* Heard, not found at the holder's TTL (60 s) or a recheck. */
   CHECK(th_now_ms() - t0 < 2000);
+  dlock_metrics m; /* the command connection came back, and is counted */
+  CHECK_RC(dlock_client_metrics(f.c, &m), 0);
+  CHECK(m.reconnects >= 1);
   td_got r = {0};
   CHECK_RC(dlock_lock_release_async(w, td_on_done, &r, NULL), 0);
   CHECK(td_run_until(&f.t, &r.calls, 3000));

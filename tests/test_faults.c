@@ -324,12 +324,17 @@ static void t_client_killed_mid_call(void) {
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "f:kill", NULL, &l), 0);
   CHECK_RC(dlock_client_ping(c), 0);
+  dlock_metrics m;
+  CHECK_RC(dlock_client_metrics(c, &m), 0);
+  CHECK_EQ(m.reconnects, 0); /* the first connect is none */
   targ a = {l, 1};
   call_killed_mid_flight(acquire_thread, &a);
   CHECK_RC(a.rc, DLOCK_ECONNLOST);
   CHECK_EQ(th_cmd_int(&th_srv, "EXISTS f:kill"), 0);
-  /* The next call reconnects. */
+  /* The next call reconnects (dlock_metrics counts it). */
   CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, NULL), 0);
+  CHECK_RC(dlock_client_metrics(c, &m), 0);
+  CHECK(m.reconnects >= 1);
   CHECK_EQ(dlock_lock_release(l), 1);
   dlock_lock_free(l);
   dlock_client_close(c);

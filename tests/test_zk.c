@@ -1292,6 +1292,9 @@ static void t_zk_server_restart(void) {
   CHECK_EQ(atomic_load(&states_seen),
            1 << DLOCK_CONN_SUSPENDED | 1 << DLOCK_CONN_RECONNECTED);
   CHECK_EQ(dlock_lock_is_held(la), 1);
+  dlock_metrics m;
+  CHECK_RC(dlock_client_metrics(a, &m), 0);
+  CHECK_EQ(m.reconnects, 1); /* dlock_metrics counts the one reconnect */
   /* b's session reconnects on its own schedule (under valgrind, after a's
    * was back): until it answers, its requests would time out. */
   end = th_now_ms() + 10000;

@@ -114,5 +114,7 @@ int cmd_release(int argc, char **argv, cli_global *g);
 int cmd_list(int argc, char **argv, cli_global *g);
 int cmd_bench(int argc, char **argv, cli_global *g); /* src/cli/bench/bench.c */
 int cmd_queue(int argc, char **argv, cli_global *g); /* src/cli/queue.c */
+int cmd_top(int argc, char **argv, cli_global *g);   /* src/cli/top.c */
+int cmd_metrics(int argc, char **argv, cli_global *g); /* src/cli/metrics.c */
 
 #endif

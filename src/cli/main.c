@@ -25,6 +25,11 @@ static const char *usage_text =
     "count\n"
     "  release --force NAME                     delete NAME whoever holds it\n"
     "  list [--json] [PATTERN]                  the held locks\n"
+    "  top [-b] [-n N] [PATTERN]                a live view of the locks, "
+    "semaphores\n"
+    "                                           and queues (see dlock top "
+    "--help)\n"
+    "  metrics [--listen ADDR:PORT] [PATTERN]   their state for Prometheus\n"
     "  bench [options] SCENARIO                 benchmark (see dlock bench "
     "--help)\n"
     "  queue offer|take|size NAME ...           a queue's values (see dlock "
@@ -117,6 +122,10 @@ int main(int argc, char **argv) {
   else if (strcmp(cmd, "release") == 0)
     rc = cmd_release(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "list") == 0) rc = cmd_list(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "top") == 0)
+    rc = cmd_top(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "metrics") == 0)
+    rc = cmd_metrics(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "bench") == 0) rc = cmd_bench(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "queue") == 0) rc = cmd_queue(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "help") == 0) {

@@ -212,6 +212,7 @@ int dl_client_open_with(const dlock_client_options *opts,
   c->env.key_prefix = c->key_prefix;
   c->env.revoke_channel = c->revoke_channel;
   c->env.closing = &c->closing;
+  c->env.reconnects = &c->reconnects;
   c->env.command_timeout_ms = opts->command_timeout_ms;
   c->env.starvation_ms = opts->starvation_ms < 0 ? 0 : opts->starvation_ms;
   c->env.backoff_max_ms =
@@ -334,6 +335,20 @@ int dlock_client_ping(dlock_client *c) {
     return dl_seterr(c, DLOCK_ENOTSUP, "the %s backend has no ping",
                      c->backend->ops->name);
   return c->backend->ops->ping(c->backend);
+}
+
+int dlock_client_metrics_size(dlock_client *c, dlock_metrics *m, size_t size) {
+  if (c == NULL) return DLOCK_EINVAL;
+  if (m == NULL || size == 0)
+    return dl_seterr(c, DLOCK_EINVAL, "no metrics to fill (m NULL or size 0)");
+  dlock_metrics all = {0};
+  all.acquisitions = atomic_load_explicit(&c->acquired, memory_order_relaxed);
+  all.contended_acquisitions =
+      atomic_load_explicit(&c->contended, memory_order_relaxed);
+  all.reconnects = atomic_load_explicit(&c->reconnects, memory_order_relaxed);
+  dl_watchdog_metrics(c->watchdog, &all);
+  memcpy(m, &all, size < sizeof all ? size : sizeof all);
+  return 0;
 }
 
 int dlock_client_stats_get_size(dlock_client *c, dlock_client_stats *st,

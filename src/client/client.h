@@ -66,6 +66,8 @@ int dl_watchdog_run_once(dl_watchdog *w);
  * thread got no CPU, until un-stalled. */
 void dl_watchdog_stall(dl_watchdog *w, bool stalled);
 void dl_watchdog_stats(dl_watchdog *w, dlock_client_stats *st);
+/* The watchdog's share of dlock_metrics: losses by cause, renewals. */
+void dl_watchdog_metrics(dl_watchdog *w, dlock_metrics *m);
 
 /* ---- holds.c: the client's own holds, guarded by c->holds_mu ---- */
 #define DL_HOLD_BUCKETS 4096 /* fits the uint16_t bucket */
@@ -144,6 +146,9 @@ struct dlock_client {
   dl_watchdog *watchdog;
   dl_loop *loop; /* an event-loop client's (dlock_client_open_async) */
   atomic_uint_fast64_t handles; /* lock handles made on the loop */
+  /* dlock_metrics' acquisitions (src/locks/lock.c dl_acq_end); relaxed */
+  atomic_uint_fast64_t acquired, contended;
+  atomic_uint_fast64_t reconnects; /* env.reconnects' counter */
   /* The event-loop operations that wait (acquires, polls), with the
    * handle each waits through: a handle's free cancels its own (the
    * loop's thread alone; src/locks/async.c). */

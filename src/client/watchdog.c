@@ -76,6 +76,8 @@ struct dl_watchdog {
   int64_t window; /* how long a renewal keeps a hold valid (0: unknown) */
   uint64_t renewed;
   uint64_t lost;
+  uint64_t lost_expired; /* of lost: validity ran out (else: the server) */
+  uint64_t renew_failed; /* holds whose renewal got no answer */
   /* On an event loop (an event-loop client): no thread; a timer runs the
    * same schedule and rounds go out through the backend's renew_async. */
   dl_loop *loop;
@@ -253,11 +255,13 @@ void dl_watchdog_stall(dl_watchdog *w, bool stalled) {
   pthread_mutex_unlock(&w->mu);
 }
 
-/* With w->mu held: r is no longer renewed and counts as lost. */
-static bool take_lost(dl_watchdog *w, dl_renewal *r) {
+/* With w->mu held: r is no longer renewed and counts as lost, `expired`
+ * (its validity ran out) or taken (the server no longer has it). */
+static bool take_lost(dl_watchdog *w, dl_renewal *r, bool expired) {
   if (!r->linked || r->releasing > 0) return false;
   unlink_r(w, r); /* the owner keeps its reference until remove */
   w->lost++;
+  if (expired) w->lost_expired++;
   return true;
 }
 
@@ -350,7 +354,14 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
   pthread_mutex_unlock(&w->mu);
   for (size_t i = 0; i < k->n; i++) {
     dl_renewal *r = k->snap[i];
-    if (k->items[i].result < 0) continue;
+    if (k->items[i].result < 0) {
+      if (!k->check) {
+        pthread_mutex_lock(&w->mu);
+        w->renew_failed++;
+        pthread_mutex_unlock(&w->mu);
+      }
+      continue;
+    }
     pthread_mutex_lock(&w->mu);
     bool lost = false;
     if (k->items[i].result == 1) {
@@ -360,7 +371,7 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
       if (!k->check && left > 0 && (win == 0 || left < win)) win = left;
       renewed++;
     } else {
-      lost = take_lost(w, r);
+      lost = take_lost(w, r, false);
     }
     pthread_mutex_unlock(&w->mu);
     if (lost) w->fn(w->ud, r, k->copies[2 * i], k->copies[2 * i + 1]);
@@ -370,7 +381,7 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
   for (size_t i = 0; i < k->n; i++) {
     dl_renewal *r = k->snap[i];
     pthread_mutex_lock(&w->mu);
-    bool lost = r->valid_until <= now && take_lost(w, r);
+    bool lost = r->valid_until <= now && take_lost(w, r, true);
     pthread_mutex_unlock(&w->mu);
     if (lost) w->fn(w->ud, r, k->copies[2 * i], k->copies[2 * i + 1]);
   }
@@ -498,7 +509,7 @@ static void expire_due(dl_watchdog *w, int64_t now) {
       if (r->valid_until <= now && due == NULL) due = r;
       else if (r->valid_until < w->next_expiry) w->next_expiry = r->valid_until;
     }
-    if (due == NULL || !take_lost(w, due)) return;
+    if (due == NULL || !take_lost(w, due, true)) return;
     /* Its strings are borrowed: copy them before the owner may drop them. */
     char *copy = malloc(hold_strings_len(w, due)), *owner = NULL;
     if (copy) owner = hold_strings(w, due, copy);
@@ -687,6 +698,15 @@ void dl_watchdog_free(dl_watchdog *w) {
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
   free(w);
+}
+
+void dl_watchdog_metrics(dl_watchdog *w, dlock_metrics *m) {
+  pthread_mutex_lock(&w->mu);
+  m->lost_expired = w->lost_expired;
+  m->lost_taken = w->lost - w->lost_expired;
+  m->renewals = w->renewed;
+  m->failed_renewals = w->renew_failed;
+  pthread_mutex_unlock(&w->mu);
 }
 
 void dl_watchdog_stats(dl_watchdog *w, dlock_client_stats *st) {

@@ -30,6 +30,9 @@ typedef struct dl_backend_env {
   /* The event loop the client runs on (dlock_client_open_async), or NULL:
    * a blocking client. */
   dl_loop *loop;
+  /* dlock_metrics.reconnects: a connection made again after it broke
+   * (relaxed additions; NULL: not counted). */
+  atomic_uint_fast64_t *reconnects;
 } dl_backend_env;
 
 /* Makes a backend for opts->url. Returns 0, or a negative code with the
@@ -77,6 +80,7 @@ typedef struct dl_acquire {
   int status;          /* 1 taken, 2 re-entered */
   uint64_t token;      /* the hold's fencing token */
   int64_t valid_until; /* dl_now_ms() time the lease is certainly valid */
+  bool waited;         /* it waited for another holder first */
   /* out, when refused */
   int64_t ttl; /* the holder's remaining lease in ms (-1 none, -2 gone) */
 } dl_acquire;

@@ -208,6 +208,7 @@ static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, etcd_hold **out) {
       rc = 0;
       break;
     }
+    a->waited = true;
     struct timespec ts;
     dl_abstime(a->deadline == INT64_MAX ? dl_now_ms() + 60000 : a->deadline,
                &ts);
@@ -395,6 +396,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
       rc = 0;
       break;
     }
+    a->waited = true;
     char pred[ETCD_KEY_MAX];
     int64_t at = 0;
     rc = dl_etcd_predecessor(e, pfx, h->rev, pred, sizeof pred, &at,

@@ -312,6 +312,11 @@ int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
                      NAME(l), (long long)q->a.lease_ms);
   *give_back = false;
   *token = tok;
+  if (q->a.status == 1) { /* dlock_metrics: relaxed, nothing waits on it */
+    atomic_fetch_add_explicit(&c->acquired, 1, memory_order_relaxed);
+    if (q->a.waited)
+      atomic_fetch_add_explicit(&c->contended, 1, memory_order_relaxed);
+  }
   return 0;
 }
 

@@ -179,6 +179,10 @@ static void watched(zhandle_t *zh, int type, int state, const char *path,
       z->suspended = true;
       told = DLOCK_CONN_SUSPENDED;
     }
+    /* dlock_metrics.reconnects: connected again, same session or not. */
+    if ((told == DLOCK_CONN_NEW_SESSION || told == DLOCK_CONN_RECONNECTED) &&
+        z->env->reconnects)
+      atomic_fetch_add_explicit(z->env->reconnects, 1, memory_order_relaxed);
     sfn = z->state_fn;
     sud = z->state_ud;
   }

@@ -263,6 +263,7 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
                        "is gone (the session expired?)", node);
     if (w < 0) return 1;
     if (!a->wait || dl_now_ms() >= a->deadline || dl_zk_cancelled()) return 0;
+    a->waited = true;
     /* Watch that one node only (no herd), with getData as Curator, so
      * that no watch is left on a node that does not exist. */
     pthread_mutex_lock(&z->mu);

@@ -181,6 +181,13 @@ static void t_try_wait(void) {
 
 /* A fixed lease running out frees the lock for the next holder, and its
  * holder then reports it lost and its release DLOCK_ELOST. */
+/* c's dlock_metrics (all ones if the call fails: no check then passes). */
+static dlock_metrics metrics_of(dlock_client *c) {
+  dlock_metrics m;
+  if (dlock_client_metrics(c, &m) != 0) memset(&m, 0xff, sizeof m);
+  return m;
+}
+
 static void t_lease_expiry(void) {
   CF_NEEDS_SERVER();
   if (!cf_has(DL_FEAT_LEASE)) return; /* zk: t_killed_holder's session */
@@ -194,10 +201,20 @@ static void t_lease_expiry(void) {
     CHECK_RC(cf_lock_new(b, cf_rival(k), name, "next", &w), 0);
     int64_t lease =
         CF_WAIT_MS > cf_lease_floor_ms() ? CF_WAIT_MS : cf_lease_floor_ms();
+    dlock_metrics a0 = metrics_of(a), b0 = metrics_of(b);
     int64_t t0 = th_now_ms();
     CHECK_RC(dlock_lock_try_acquire(h.l, 0, lease, NULL), 0);
     CHECK_RC(dlock_lock_try_acquire(w.l, lease + 5000, 10000, NULL), 0);
     int64_t took = th_now_ms() - t0;
+    /* dlock_client_metrics: one uncontended acquisition, one that waited,
+     * a loss by the lease's end. */
+    dlock_metrics a1 = metrics_of(a), b1 = metrics_of(b);
+    CHECK_EQ(a1.acquisitions, a0.acquisitions + 1);
+    CHECK_EQ(a1.contended_acquisitions, a0.contended_acquisitions);
+    CHECK_EQ(b1.acquisitions, b0.acquisitions + 1);
+    CHECK_EQ(b1.contended_acquisitions, b0.contended_acquisitions + 1);
+    CHECK_EQ(a1.lost_expired, a0.lost_expired + 1);
+    CHECK_EQ(a1.lost_taken, a0.lost_taken);
     fprintf(stderr, "    %s: the next holder after %lld ms\n",
             dl_feature_name(k), (long long)took);
     /* Not before the lease: the server started it after t0. */
@@ -312,6 +329,7 @@ static void t_takeaway(void) {
     atomic_store(&lost_at, 0);
     atomic_store(&lost_seen, 0);
     dlock_lock_on_lost(h.l, on_lost, NULL);
+    dlock_metrics m0 = metrics_of(a);
     CHECK_RC(dlock_lock_acquire(h.l, 0, NULL), 0); /* the watchdog's */
     CHECK_EQ(dlock_lock_force_release(f.l), 1);
     int64_t t0 = th_now_ms();
@@ -324,6 +342,9 @@ static void t_takeaway(void) {
     CHECK(heard != 0 && heard - t0 <= CF_HEARD_MS);
     CHECK_EQ(atomic_load(&lost_seen), 2);
     CHECK_EQ(dlock_lock_is_lost(h.l), 1);
+    dlock_metrics m1 = metrics_of(a); /* a loss the server told */
+    CHECK_EQ(m1.lost_taken, m0.lost_taken + 1);
+    CHECK_EQ(m1.lost_expired, m0.lost_expired);
     CHECK_EQ(dlock_lock_is_locked(f.l), 0);
     CHECK_EQ(dlock_lock_force_release(f.l), 0);
     CHECK_RC(dlock_lock_release(h.l), DLOCK_ELOST);

@@ -289,6 +289,9 @@ static void read_replies(dl_aconn *c) {
 static void became_up(dl_aconn *c) {
   c->state = A_UP;
   c->backoff_ms = c->cfg->reconnect_min_ms;
+  if (c->was_up && c->cfg->reconnects)
+    atomic_fetch_add_explicit(c->cfg->reconnects, 1, memory_order_relaxed);
+  c->was_up = true;
   dl_timer_stop(c->lp, &c->connect_timer);
   if (c->push.reply) c->push.up(c->push.ud);
 }

@@ -48,6 +48,7 @@ struct dl_aconn {
   dl_loop *lp;
   const dl_conn_config *cfg;
   int state;
+  bool was_up; /* connected before: the next connect is a reconnect */
   dl_io *io;
   dl_watch *w;
   int w_fd; /* the fd w watches */

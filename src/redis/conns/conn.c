@@ -79,6 +79,7 @@ struct dl_conn {
   int backoff_ms;
   int last_err;
   bool last_named; /* the last connect's dl_target named (failing over) */
+  bool was_up;     /* connected before: the next connect is a reconnect */
   char last_msg[256];
   dl_req *outq, *outq_tail;
   dl_req *infl, *infl_tail;
@@ -212,6 +213,9 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
       c->state = CONN_UP;
       atomic_store(&c->ack_kind, 0);
       c->backoff_ms = c->cfg->reconnect_min_ms;
+      if (c->was_up && c->cfg->reconnects)
+        atomic_fetch_add_explicit(c->cfg->reconnects, 1, memory_order_relaxed);
+      c->was_up = true;
     } else {
       c->state = CONN_DOWN;
       c->last_err = rc;

@@ -26,6 +26,9 @@ typedef struct dl_conn_config {
   int command_timeout_ms;
   int reconnect_min_ms, reconnect_max_ms;
   const struct dlock_client *err_owner; /* where dl_seterr records details */
+  /* Counted up at each connect after a connection's first (dlock_metrics
+   * reconnects; relaxed), or NULL. */
+  atomic_uint_fast64_t *reconnects;
   /* Sentinel (ep.master_name set): the sentinels' own credentials, and
    * the watch that hears of failovers (NULL until it runs). */
   const char *sentinel_username, *sentinel_password;

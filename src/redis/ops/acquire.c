@@ -341,9 +341,10 @@ static int acq_step(acq_op *o) {
       }
       if (o->rc >= 0) o->ride = 0;
       if (o->rc == 0 && o->queued) o->queued_sent = o->sent;
-      if (o->rc == 0 && a->wait)
+      if (o->rc == 0 && a->wait) {
         atomic_fetch_or(l->hint, HINT_CONTENDED);
-      else if (o->rc > 0 && contended(l))
+        a->waited = true;
+      } else if (o->rc > 0 && contended(l))
         atomic_fetch_and(l->hint, ~HINT_CONTENDED);
       if (o->rc != 0 || !a->wait) {
         o->st = ACQ_UNSUB;

@@ -462,6 +462,7 @@ static int backend_new(const dlock_client_options *opts,
   cfg->reconnect_min_ms = opts->reconnect_min_ms;
   cfg->reconnect_max_ms = opts->reconnect_max_ms;
   cfg->err_owner = env->err_owner;
+  cfg->reconnects = env->reconnects;
   if (cfg->ep.tls) {
     dl_tls_config tc = {opts->tls_ca_file,     opts->tls_ca_dir,
                         opts->tls_cert_file,   opts->tls_key_file,

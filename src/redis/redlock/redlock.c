@@ -385,6 +385,7 @@ static void step(rl_op *o) {
       }
       int64_t until = now + dl_backoff_next(&o->retry, RL_RETRY_MAX_MS);
       if (until > a->deadline) until = a->deadline;
+      a->waited = true;
       o->st = ST_PAUSED;
       if (dl_redis_step_pause(part0(o->B), &o->pause, until) == DL_PENDING)
         return;
