@@ -13,7 +13,8 @@ static const struct {
     /* redis://, rediss://, unix://, Sentinel and Cluster: one backend. */
     {"redis", F(LOCK) | F(FAIR) | F(READ) | F(WRITE) | F(PLAIN) | F(SEMAPHORE) |
                   F(PERMITS) | F(LATCH) | F(QUEUE) | F(ELECTION) |
-                  F(WAIT_NOTIFY) | F(LOOP) | F(REPLICA_ACK) | F(LEASE)},
+                  F(WAIT_NOTIFY) | F(LOOP) | F(REPLICA_ACK) | F(LEASE) |
+                  F(FENCE)},
     /* The lock merged over a quorum of independent servers (its waiters
      * retry; election takes turns on the lock). */
     {"redlock",
@@ -44,6 +45,7 @@ static const char *const names[DL_FEAT_COUNT][2] = {
     [DL_FEAT_LOOP] = {"event-loop", "event-loop"},
     [DL_FEAT_REPLICA_ACK] = {"replica-ack", "replica"},
     [DL_FEAT_LEASE] = {"lease", "lease"},
+    [DL_FEAT_FENCE] = {"fence", "fenc"},
 };
 
 const char *dl_feature_name(dl_feature f) {

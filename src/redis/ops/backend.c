@@ -353,6 +353,7 @@ static const dl_backend_ops redis_ops = {
     .queue = dl_redis_queue,
     .queue_async = dl_redis_queue_async,
     .queue_kick = dl_redis_queue_kick,
+    .fence = dl_redis_fence,
     .cancel = dl_redis_cancel,
     .renew = dl_redis_renew,
     .renew_async = dl_redis_renew_async,
