@@ -23,7 +23,7 @@ static const struct {
      * in order), the read-write lock, InterProcessSemaphoreV2 and
      * LeaderLatch; holds last as long as the session. */
     {"zookeeper", F(LOCK) | F(FAIR) | F(READ) | F(WRITE) | F(PERMITS) |
-                      F(ELECTION) | F(WAIT_NOTIFY) | F(LOOP)},
+                      F(ELECTION) | F(WAIT_NOTIFY) | F(LOOP) | F(FENCE)},
     /* etcd's own layouts (Go's concurrency.Mutex and Election): waiters
      * watch their predecessor (so the mutex is also the fair lock); a hold
      * lives by its session's lease. */

@@ -351,6 +351,7 @@ static const dl_backend_ops zk_ops = {
     .watch_state = zk_watch_state,
     .permit_acquire = dl_zk_b_permit_acquire,
     .sync_update = dl_zk_b_sync_update,
+    .fence = dl_zk_fence,
     .elect_join = dl_zk_elect_join,
     .elect_leave = dl_zk_elect_leave,
     .elect_leader = dl_zk_b_elect_leader,

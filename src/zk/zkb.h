@@ -121,6 +121,12 @@ int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
  * the hold's key), its change re-arms the watch. Any thread, no sync call
  * (ZooKeeper's completion thread calls it). */
 void dl_zk_hold_event(dl_zk *z, int type, const char *path);
+/* The node of this session's hold of (key, owner) into node (len bytes):
+ * true, or false when there is none. */
+bool dl_zk_hold_node(dl_zk *z, const char *key, const char *owner, char *node,
+                     size_t len);
+/* fence.c: fenced resources (the seam's fence; blocking client). */
+int dl_zk_fence(dl_backend *b, dl_fence_req *f);
 /* Forgets the hold of (key, owner), if any. */
 void dl_zk_hold_drop(dl_zk *z, const char *key, const char *owner);
 /* The semaphore (semaphore.c): Curator's InterProcessSemaphoreV2 as the
