@@ -9,7 +9,7 @@ packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
           libzookeeper-mt-dev zookeeper default-jdk-headless
           libcurator-recipes-java valgrind abigail-tools
           etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev
-          golang-go golang-etcd-server-dev curl)
+          golang-go golang-etcd-server-dev curl postgresql libpq-dev)
 # default-jdk-headless (javac) and libcurator-recipes-java: the ZooKeeper
 # interop test (tests/test_zk_interop.sh) compiles a Curator peer; valgrind:
 # the cost gate (tests/test_cost.sh) in every run; abigail-tools: the ABI
@@ -20,6 +20,8 @@ packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
 # streams, docs/ARCHITECTURE.md); golang-go and golang-etcd-server-dev:
 # the etcd interop test (tests/test_etcd_interop.sh) builds etcd's own Go
 # client from Debian's sources; curl: its server's health probe.
+# postgresql and libpq-dev: the fencing token checked by PostgreSQL
+# (examples/fenced_postgres.c, tests/test_postgres.sh: a private server).
 [ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(clang)
 # Node and npm for the interop test with npm redlock and redis-semaphore
 # (tests/test_interop_node.sh); only when missing: an npm installed outside
