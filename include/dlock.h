@@ -941,8 +941,8 @@ DLOCK_API void dlock_queue_value_free(void *value);
  * first); keep it apart from the lock names. Redis Cluster: one key (a
  * lock and a resource checked together by dlock_fence_set_held must share
  * a hash tag). Redlock has none (DLOCK_ENOTSUP): docs/SAFETY.md says why.
- * Blocking calls, any thread; an event-loop client gets DLOCK_EINVAL
- * (there are no event-loop forms yet). */
+ * Blocking calls, any thread; an event-loop client uses their _async
+ * forms (dlock_async.h) and gets DLOCK_EINVAL here. */
 
 /* Writes `len` bytes at `value` (copied; may be empty) to RESOURCE, with
  * `token` (> 0) as its fence, if token >= the resource's fence (a missing

@@ -342,8 +342,11 @@ typedef struct dl_backend_ops {
   /* A fenced resource's operation (dl_fence_op), every check and the
    * write in one atomic step on the server: its result, DLOCK_EWRONGTYPE
    * when something that is not a fenced resource is at f->key (nothing
-   * changed), or a negative code. Blocking client only. */
+   * changed), or a negative code. */
   int (*fence)(dl_backend *b, dl_fence_req *f);
+  /* Its event-loop form: f and its strings stay valid until done. */
+  int (*fence_async)(dl_backend *b, dl_fence_req *f, dl_done_fn done, void *ud,
+                     dl_async **op);
 
   /* Leader election. elect_join enters the election at s->key as the
    * participant `id` (copied) and takes part on a backend thread until

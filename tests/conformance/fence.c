@@ -142,5 +142,84 @@ static void t_fence_held(void) {
   dlock_client_close(b);
 }
 
-const th_test cf_fence_tests[] = {T_BARE(t_fence), T_BARE(t_fence_held)};
+/* Runs the loop until g's callback ran: its rc (-1000 if it never did). */
+static int await_cb(cf_fix *f, cf_got *g) {
+  return cf_run_until(f->lp, &g->calls, 3000) ? g->rc : -1000;
+}
+
+/* The event-loop forms, where the backend has an event-loop client. */
+static void t_fence_async(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_LOOP)) return;
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 0), 0);
+  char lname[96], res[96];
+  names("async", lname, res, sizeof lname);
+  cf_got g = {0};
+  int rc = dlock_fence_set_async(f.c, res, "five", 4, 5, cf_done, &g, NULL);
+  if (!cf_has(DL_FEAT_FENCE)) {
+    CHECK(cf_notsup(rc, dlock_client_errmsg(f.c), DL_FEAT_FENCE));
+    cf_fix_close(&f);
+    return;
+  }
+  CHECK_RC(rc, 0);
+  CHECK_RC(await_cb(&f, &g), 0);
+  CHECK(g.token == 5);
+  g = (cf_got){0};
+  CHECK_RC(dlock_fence_set_async(f.c, res, "three", 5, 3, cf_done, &g, NULL),
+           0);
+  CHECK_RC(await_cb(&f, &g), DLOCK_ESTALE);
+  CHECK(g.token == 5);
+  /* The blocking calls refuse an event-loop client. */
+  CHECK_RC(dlock_fence_set(f.c, res, "x", 1, 9), DLOCK_EINVAL);
+  void *v = NULL;
+  size_t len = 0;
+  uint64_t fence = 0;
+  g = (cf_got){0};
+  CHECK_RC(dlock_fence_get_async(f.c, res, &v, &len, &fence, cf_done, &g, NULL),
+           0);
+  CHECK_RC(await_cb(&f, &g), 1);
+  CHECK(len == 4 && memcmp(v, "five", 4) == 0 && fence == 5);
+  dlock_fence_value_free(v);
+  /* The held form: written while held, refused once force-released. */
+  dlock_lock *l, *other;
+  CHECK_RC(dlock_lock_new(f.c, lname, "me", &l), 0);
+  CHECK_RC(dlock_lock_new(f.c, lname, "other", &other), 0);
+  g = (cf_got){0};
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 10000, cf_done, &g, NULL), 0);
+  CHECK_RC(await_cb(&f, &g), 0);
+  uint64_t token = g.token;
+  g = (cf_got){0};
+  CHECK_RC(dlock_fence_del_async(f.c, res, cf_done, &g, NULL), 0);
+  CHECK_RC(await_cb(&f, &g), 1);
+  g = (cf_got){0};
+  CHECK_RC(dlock_fence_set_held_async(l, res, "held", 4, cf_done, &g, NULL), 0);
+  CHECK_RC(await_cb(&f, &g), 0);
+  CHECK(g.token == token);
+  g = (cf_got){0};
+  CHECK_RC(dlock_lock_force_release_async(other, cf_done, &g, NULL), 0);
+  CHECK_RC(await_cb(&f, &g), 1);
+  g = (cf_got){0};
+  rc = dlock_fence_set_held_async(l, res, "late", 4, cf_done, &g, NULL);
+  if (rc == 0) rc = await_cb(&f, &g);
+  CHECK_RC(rc, DLOCK_ELOST);
+  g = (cf_got){0};
+  CHECK_RC(
+      dlock_fence_get_async(f.c, res, NULL, NULL, &fence, cf_done, &g, NULL),
+      0);
+  CHECK_RC(await_cb(&f, &g), 1);
+  CHECK(fence == token);
+  g = (cf_got){0};
+  CHECK_RC(dlock_fence_del_async(f.c, res, cf_done, &g, NULL), 0);
+  CHECK_RC(await_cb(&f, &g), 1);
+  g = (cf_got){0};
+  CHECK_RC(dlock_fence_del_async(f.c, res, cf_done, &g, NULL), 0);
+  CHECK_RC(await_cb(&f, &g), 0);
+  dlock_lock_free(l);
+  dlock_lock_free(other);
+  cf_fix_close(&f);
+}
+
+const th_test cf_fence_tests[] = {T_BARE(t_fence), T_BARE(t_fence_held),
+                                  T_BARE(t_fence_async)};
 const size_t cf_fence_ntests = sizeof cf_fence_tests / sizeof cf_fence_tests[0];

@@ -354,6 +354,7 @@ static const dl_backend_ops redis_ops = {
     .queue_async = dl_redis_queue_async,
     .queue_kick = dl_redis_queue_kick,
     .fence = dl_redis_fence,
+    .fence_async = dl_redis_fence_async,
     .cancel = dl_redis_cancel,
     .renew = dl_redis_renew,
     .renew_async = dl_redis_renew_async,

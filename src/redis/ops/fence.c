@@ -3,7 +3,8 @@
  * token is not below the fence (and, for dlock_fence_set_held, only while
  * the lock's key still names the owner), read and deleted by fence_op.lua
  * (docs/WIRE.md). One key: on a cluster one slot, as it must be for a
- * script; a held write's lock must share it (a hash tag). */
+ * script; a held write's lock must share it (a hash tag). One machine
+ * (reqop.c) for both drivers. */
 #include "ops.h"
 
 #include <hiredis/hiredis.h>
@@ -101,7 +102,8 @@ static int fence_result(dl_reqop *x) {
   return rc;
 }
 
-int dl_redis_fence(dl_backend *b, dl_fence_req *f) {
+static int fence_run(dl_backend *b, dl_fence_req *f, dl_done_fn done, void *ud,
+                     dl_async **op) {
   dl_redis *R = (dl_redis *)b;
   if (f->hold && R->link->ops->by_slot &&
       dl_key_slot(f->key, strlen(f->key)) !=
@@ -111,9 +113,18 @@ int dl_redis_fence(dl_backend *b, dl_fence_req *f) {
                      "slots: give them one hash tag ({tag})",
                      f->name, f->hold->name);
   int err;
-  fence_op stack, *x = dl_reqop_new(R, &stack, sizeof stack, false, NULL, &err,
-                                    fence_send, fence_result);
+  fence_op stack, *x = dl_reqop_new(R, &stack, sizeof stack, done != NULL, op,
+                                    &err, fence_send, fence_result);
   if (x == NULL) return err;
   x->f = f;
-  return dl_reqop_run(&x->r, NULL, NULL, NULL);
+  return dl_reqop_run(&x->r, done, ud, op);
+}
+
+int dl_redis_fence(dl_backend *b, dl_fence_req *f) {
+  return fence_run(b, f, NULL, NULL, NULL);
+}
+
+int dl_redis_fence_async(dl_backend *b, dl_fence_req *f, dl_done_fn done,
+                         void *ud, dl_async **op) {
+  return fence_run(b, f, done, ud, op);
 }
