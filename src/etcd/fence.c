@@ -5,7 +5,8 @@
  * writes with a txn that compares that mod_revision (create_revision 0
  * where there was none) and, for the held form, the hold's key's
  * create_revision, as Go's Mutex.IsOwner does; a key changed in between
- * fails the compare, and the write is decided again on a fresh read. */
+ * fails the compare, and the write is decided again on a fresh read. The
+ * value's form is core's (fenced.c), shared with ZooKeeper. */
 #include "etcdb.h"
 
 #include <inttypes.h>
@@ -13,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAGIC "dlock-fence "
 #define B64(n) (4 * (((n) + 2) / 3) + 1)
 /* Tries of a write whose key keeps changing under it. */
 #define TRIES 64
@@ -24,6 +24,7 @@ typedef struct fence_key {
   int64_t mod;
   char *data; /* the whole value (malloc'ed), len bytes and a NUL */
   size_t len;
+  long off; /* where the resource's value begins in data */
 } fence_key;
 
 static int64_t deadline_of(dl_etcd *e) {
@@ -58,20 +59,15 @@ static int read_key(dl_etcd *e, const char *k, fence_key *n) {
   char *data = kv ? malloc(cap) : NULL;
   int len = data ? dl_etcd_unb64(v64, data, cap) : 0;
   if (kv && data == NULL) rc = DLOCK_ENOMEM;
-  size_t m = strlen(MAGIC);
-  char *nl = data && len > 0 ? memchr(data, '\n', (size_t)len) : NULL;
-  char *end = NULL;
-  unsigned long long fence = 0;
-  if (nl && (size_t)len > m && memcmp(data, MAGIC, m) == 0 && data[m] >= '1' &&
-      data[m] <= '9')
-    fence = strtoull(data + m, &end, 10);
-  if (rc == 0 && (under > 0 || (kv && (len < 0 || end == NULL || end != nl))))
+  uint64_t fence = 0;
+  long off = len > 0 ? dl_fenced_unpack(data, (size_t)len, &fence) : -1;
+  if (rc == 0 && (under > 0 || (kv && off < 0)))
     rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
                    "not a fenced resource: %s (%s; nothing changed)",
                    under > 0 ? "keys under it (a lock's)" : "another value", k);
   else if (rc == 0 && kv)
-    *n = (fence_key){true, fence, dl_etcd_i64(kv, "mod_revision"), data,
-                     (size_t)len};
+    *n = (fence_key){true, fence,       dl_etcd_i64(kv, "mod_revision"),
+                     data, (size_t)len, off};
   if (rc == DLOCK_ENOMEM) rc = dl_seterr(e->err, rc, "out of memory");
   if (!n->there) free(data);
   json_object_put(r);
@@ -107,19 +103,15 @@ static int fence_set(dl_etcd *e, const char *k, dl_fence_req *f) {
     dl_etcd_b64(hkey, strlen(hkey), h64);
   }
   dl_etcd_b64(k, strlen(k), k64);
-  char head[48];
-  int hl = snprintf(head, sizeof head, MAGIC "%" PRIu64 "\n", f->token);
-  size_t dlen = (size_t)hl + f->len;
-  char *data = malloc(dlen + 1), *v64 = malloc(B64(dlen));
-  char *body = malloc(B64(dlen) + 3 * B64(ETCD_KEY_MAX) + 400);
+  size_t dlen = 0;
+  char *data = dl_fenced_pack(f->token, f->value, f->len, &dlen);
+  char *v64 = data ? malloc(B64(dlen)) : NULL;
+  char *body = data ? malloc(B64(dlen) + 3 * B64(ETCD_KEY_MAX) + 400) : NULL;
   int rc = 0;
-  if (data == NULL || v64 == NULL || body == NULL) {
+  if (data == NULL || v64 == NULL || body == NULL)
     rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  } else {
-    memcpy(data, head, (size_t)hl);
-    if (f->len) memcpy(data + hl, f->value, f->len);
+  else
     dl_etcd_b64(data, dlen, v64);
-  }
   for (int i = 0; i < TRIES && rc == 0; i++) {
     fence_key n;
     if ((rc = read_key(e, k, &n)) != 0) break;
@@ -179,9 +171,8 @@ int dl_etcd_fence(dl_backend *b, dl_fence_req *f) {
     int rc = read_key(e, k, &n);
     if (rc != 0 || !n.there) return rc;
     if (f->op == DL_FENCE_GET) {
-      char *nl = memchr(n.data, '\n', n.len);
-      f->got_len = (size_t)(n.data + n.len - nl - 1);
-      memmove(n.data, nl + 1, f->got_len + 1); /* its NUL too */
+      f->got_len = n.len - (size_t)n.off;
+      memmove(n.data, n.data + n.off, f->got_len + 1); /* its NUL too */
       f->got = n.data;
       f->fence = n.fence;
       return 1;

@@ -4,7 +4,8 @@
  * version), decides, and writes with a multi: a setData at that version (or
  * a create where there was none), behind a check that the hold's lock node
  * still exists for the held form; a node changed in between fails the
- * multi, and the write is decided again on a fresh read. */
+ * multi, and the write is decided again on a fresh read. The data's form
+ * is core's (fenced.c), shared with etcd. */
 #include "zkb.h"
 
 #include <inttypes.h>
@@ -12,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAGIC "dlock-fence "
 /* Tries of a write whose node keeps changing under it. */
 #define TRIES 64
 
@@ -21,8 +21,9 @@ typedef struct fence_node {
   bool there;
   uint64_t fence;
   int version;
-  char *data; /* its data (malloc'ed), len bytes */
+  char *data; /* its data (malloc'ed), len bytes and a NUL */
   int len;
+  long off; /* where the value begins in data */
 } fence_node;
 
 /* Reads path into *n: 0, DLOCK_EWRONGTYPE (recorded) when it is not a
@@ -51,20 +52,16 @@ static int read_node(dl_zk *z, const char *path, fence_node *n) {
     }
     if (len < 0) len = 0;
     buf[len] = '\0';
-    char *nl = memchr(buf, '\n', (size_t)len), *end = NULL;
-    size_t m = strlen(MAGIC);
-    unsigned long long v = 0;
-    if (nl && (size_t)len > m && memcmp(buf, MAGIC, m) == 0 && buf[m] >= '1' &&
-        buf[m] <= '9')
-      v = strtoull(buf + m, &end, 10);
-    if (st.numChildren > 0 || end != nl || nl == NULL) {
+    uint64_t v = 0;
+    long off = dl_fenced_unpack(buf, (size_t)len, &v);
+    if (st.numChildren > 0 || off < 0) {
       free(buf);
       zk_place p = st.numChildren > 0 ? ZK_CHILDREN
                    : len > 0          ? ZK_DATA
                                       : ZK_EMPTY;
       return dl_zk_wrong_place(z, p, path, "fenced resource");
     }
-    *n = (fence_node){true, v, st.version, buf, len};
+    *n = (fence_node){true, v, st.version, buf, len, off};
     return 0;
   }
   return dl_seterr(z->env->err_owner, DLOCK_EBUSY, "%s kept changing", path);
@@ -80,17 +77,14 @@ static int fence_set(dl_zk *z, dl_fence_req *f) {
                      "'%s' is not held by %s in this session: '%s' not "
                      "written",
                      f->hold->name, f->hold->owner, f->name);
-  char head[48];
-  int hl = snprintf(head, sizeof head, MAGIC "%" PRIu64 "\n", f->token);
-  char *data = malloc((size_t)hl + f->len + 1);
-  if (data == NULL || f->len > (size_t)INT32_MAX - 64) {
+  size_t size = 0;
+  char *data = dl_fenced_pack(f->token, f->value, f->len, &size);
+  if (data == NULL || size > INT32_MAX) {
     free(data);
     return dl_seterr(z->env->err_owner, data ? DLOCK_EINVAL : DLOCK_ENOMEM,
                      data ? "the value is too long" : "out of memory");
   }
-  memcpy(data, head, (size_t)hl);
-  if (f->len) memcpy(data + hl, f->value, f->len);
-  int dlen = hl + (int)f->len, rc = 0;
+  int dlen = (int)size, rc = 0;
   for (int i = 0; i < TRIES && rc == 0; i++) {
     fence_node n;
     if ((rc = read_node(z, f->key, &n)) != 0) break;
@@ -148,9 +142,8 @@ int dl_zk_fence(dl_backend *b, dl_fence_req *f) {
     int rc = read_node(z, f->key, &n);
     if (rc != 0 || !n.there) return rc;
     if (f->op == DL_FENCE_GET) {
-      char *nl = memchr(n.data, '\n', (size_t)n.len);
-      f->got_len = (size_t)(n.data + n.len - nl - 1);
-      memmove(n.data, nl + 1, f->got_len + 1); /* its NUL too */
+      f->got_len = (size_t)(n.len - n.off);
+      memmove(n.data, n.data + n.off, f->got_len + 1); /* its NUL too */
       f->got = n.data;
       f->fence = n.fence;
       return 1;
