@@ -950,8 +950,10 @@ DLOCK_API void dlock_queue_value_free(void *value);
  * DLOCK_ESTALE when the resource has a higher fence (nothing changed);
  * DLOCK_EWRONGTYPE when something that is not a fenced resource is at the
  * name (nothing changed); DLOCK_EINVAL (NULL, token 0); DLOCK_ENOTSUP
- * (Redlock); or another negative code (then the write may or may not have
- * happened: retry with the same token). */
+ * (Redlock); DLOCK_ENOTACKED (min_replicas_acked on Redis: written, but
+ * too few replicas acknowledged it in time, so a failover may lose it); or
+ * another negative code (then the write may or may not have happened:
+ * retry with the same token). */
 DLOCK_API int dlock_fence_set(dlock_client *c, const char *resource,
                               const void *value, size_t len, uint64_t token);
 /* As dlock_fence_set with the token of the calling thread's hold of `l`

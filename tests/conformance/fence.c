@@ -222,6 +222,42 @@ static void t_fence_async(void) {
   cf_fix_close(&f);
 }
 
-const th_test cf_fence_tests[] = {T_BARE(t_fence), T_BARE(t_fence_held),
-                                  T_BARE(t_fence_async)};
+/* min_replicas_acked covers a fence write as it covers an acquire: WAITed
+ * for (Sentinel's replica acknowledges it); with no replica the write is
+ * made but reported DLOCK_ENOTACKED; the same on the event loop. */
+static void t_fence_acked(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_FENCE) || !cf_has(DL_FEAT_REPLICA_ACK)) return;
+  bool replica = strcmp(cf_dep.kind, "sentinel") == 0;
+  dlock_client_options o;
+  cf_options(&o, 0);
+  o.min_replicas_acked = 1;
+  o.replicas_timeout_ms = replica ? 3000 : 200;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open(&o, &c), 0);
+  char lname[96], res[96];
+  names("acked", lname, res, sizeof lname);
+  int rc = dlock_fence_set(c, res, "v", 1, 3);
+  if (rc != (replica ? 0 : DLOCK_ENOTACKED))
+    fprintf(stderr, "    %s: %s\n", dlock_err_name(rc), dlock_client_errmsg(c));
+  CHECK_RC(rc, replica ? 0 : DLOCK_ENOTACKED);
+  CHECK(holds_value(c, res, "v", 3)); /* written either way */
+  dlock_client_close(c);
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  cf_got g = {0};
+  CHECK_RC(dlock_fence_set_async(c, res, "w", 1, 4, cf_done, &g, NULL), 0);
+  CHECK(cf_run_until(lp, &g.calls, 5000));
+  CHECK_RC(g.rc, replica ? 0 : DLOCK_ENOTACKED);
+  g = (cf_got){0};
+  CHECK_RC(dlock_fence_del_async(c, res, cf_done, &g, NULL), 0);
+  CHECK(cf_run_until(lp, &g.calls, 5000));
+  CHECK_RC(g.rc, 1);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+}
+
+const th_test cf_fence_tests[] = {T_BARE(t_fence_acked), T_BARE(t_fence),
+                                  T_BARE(t_fence_held), T_BARE(t_fence_async)};
 const size_t cf_fence_ntests = sizeof cf_fence_tests / sizeof cf_fence_tests[0];

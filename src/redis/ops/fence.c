@@ -15,10 +15,15 @@
 typedef struct fence_op {
   dl_reqop r;
   dl_fence_req *f;
+  bool acking; /* a write done, its replica acknowledgement asked */
 } fence_op;
 
 static int fence_send(dl_reqop *x) {
   dl_fence_req *f = ((fence_op *)x)->f;
+  if (((fence_op *)x)->acking) {
+    const char *keys[] = {f->key};
+    return dl_redis_replicate_start(x->R, keys, 1, &x->p);
+  }
   if (f->op != DL_FENCE_SET) {
     const char *keys[] = {f->key};
     const char *args[] = {f->op == DL_FENCE_GET ? "get" : "del"};
@@ -62,6 +67,11 @@ static bool fence_of(const redisReply *r, uint64_t *out) {
 
 static int fence_result(dl_reqop *x) {
   dl_fence_req *f = ((fence_op *)x)->f;
+  if (((fence_op *)x)->acking) {
+    int rc = dl_redis_replicate_result(x->R, &x->p, "fence write",
+                                       " (written: a failover may lose it)");
+    return rc == 0 ? 1 : rc;
+  }
   redisReply *r = dl_reqop_reply(x);
   if (r == NULL) return x->p.rc; /* DLOCK_EWRONGTYPE: not a resource */
   int rc = DLOCK_EPROTO;
@@ -94,6 +104,11 @@ static int fence_result(dl_reqop *x) {
     }
   }
   freeReplyObject(r);
+  if (f->op == DL_FENCE_SET && rc == 1 && x->R->min_replicas > 0) {
+    /* min_replicas_acked: the write is WAITed for, as a lock's acquire. */
+    ((fence_op *)x)->acking = true;
+    return DL_REQOP_MORE;
+  }
   if (rc == DLOCK_EPROTO || rc == DLOCK_ENOMEM)
     return dl_seterr(x->R->env.err_owner, rc,
                      rc == DLOCK_ENOMEM ? "out of memory"
