@@ -12,7 +12,8 @@
  *   held       dlock_fence_set_held: refused as well (the lock is not the
  *              victim's any more: DLOCK_ELOST), none is lost.
  *
- *   test_fenced_rmw KIND   (a th_deploy kind: redis, cluster, zk, etcd...) */
+ *   test_fenced_rmw KIND   (a th_deploy kind: redis, cluster, zk, etcd...;
+ *                          the deployment in th_run's temp dir) */
 #include "../harness.h"
 
 #include <signal.h>
@@ -166,33 +167,48 @@ static int run(int mode, int64_t lease_ms, int *victim_wrote) {
   return (int)(accepted - value);
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: %s KIND\n", argv[0]);
-    return 2;
-  }
-  int rc = th_deploy_start(&dep, argv[1]);
+static const char *kind;
+static bool skipped;
+
+/* Before the test: the deployment, once (th_run's temp dir holds it). */
+static int start(void) {
+  int rc = th_deploy_start(&dep, kind);
   if (rc == 1) {
-    printf("%s: cannot run here: skipped\n", argv[1]);
+    skipped = true;
+    printf("%s: cannot run here: skipped\n", kind);
     return 0;
   }
-  if (rc != 0) return 1;
   /* The victim's hold must end while it is stopped: a short fixed lease
    * (etcd: its shortest TTL, 2 s), or a short ZooKeeper session. */
-  int64_t lease_ms = strcmp(argv[1], "etcd") == 0 ? 2000 : 300;
   snprintf(url, sizeof url, "%s%s", dep.url,
-           strcmp(argv[1], "zk") != 0 ? ""
-           : strchr(dep.url, '?')     ? "&session_timeout=1s"
-                                      : "?session_timeout=1s");
-  int failed = 0;
+           strcmp(kind, "zk") != 0 ? ""
+           : strchr(dep.url, '?')  ? "&session_timeout=1s"
+                                   : "?session_timeout=1s");
+  return rc;
+}
+
+static void t_rmw(void) {
+  if (skipped) return;
+  int64_t lease_ms = strcmp(kind, "etcd") == 0 ? 2000 : 300;
   for (int mode = UNGUARDED; mode <= HELD; mode++) {
     int wrote = 0, lost = run(mode, lease_ms, &wrote);
     bool ok =
         mode == UNGUARDED ? lost > 0 && wrote == 1 : lost == 0 && wrote == 0;
-    printf("%s %s %s\n", ok ? "ok  " : "FAIL", argv[1], mode_names[mode]);
-    failed += !ok;
+    fprintf(stderr, "    %s %s: %s\n", kind, mode_names[mode],
+            ok ? "as expected" : "WRONG");
+    CHECK(ok);
   }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s KIND [TEST...]\n", argv[0]);
+    return 2;
+  }
+  kind = argv[1];
+  static const th_test tests[] = {T_BARE(t_rmw)};
+  argv[1] = argv[0]; /* the runner sees PROGRAM [TEST...] */
+  int rc = th_run(argc - 1, argv + 1, tests, 1, start);
   th_deploy_stop(&dep);
-  printf("%d passed, %d failed\n", 3 - failed, failed);
-  return failed ? 1 : 0;
+  return rc;
 }
