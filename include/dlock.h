@@ -85,7 +85,9 @@ extern "C" {
                 "ended (given back)")                                         \
   X(ECANCELED, -24, "operation cancelled")                                    \
   X(ENOTACKED, -25, "not acknowledged by enough replicas in time (given "    \
-                    "back)")
+                    "back)")                                                  \
+  X(ESTALE, -26, "stale fencing token (a later token has written; nothing "  \
+                 "changed)")
 
 typedef enum {
   DLOCK_OK = 0,
@@ -970,6 +972,58 @@ DLOCK_API int dlock_queue_poll_reliable(dlock_queue *q, int64_t wait_ms,
 DLOCK_API int dlock_queue_ack(dlock_queue *q, const void *value, size_t len);
 /* Frees a value a poll returned. Accepts NULL. */
 DLOCK_API void dlock_queue_value_free(void *value);
+
+/* ---- Fenced resources: writes that a stale holder cannot make ----
+ * A fenced resource is a value on the lock's own servers with, beside it,
+ * the highest fencing token that wrote it (docs/SAFETY.md, "Fenced
+ * resources"; the layout per backend: docs/WIRE.md). A write carries a
+ * token (the one a dlock_lock_*acquire returned, or $DLOCK_TOKEN inside
+ * `dlock run`) and happens only if that token is at least the highest the
+ * resource has seen, in one atomic step on the server: a holder paused
+ * past its lease, whose lock went to a later holder that wrote, is
+ * refused. RESOURCE is a name as a lock's (the client's key prefix comes
+ * first); keep it apart from the lock names. Redis Cluster: one key (a
+ * lock and a resource checked together by dlock_fence_set_held must share
+ * a hash tag). Redlock has none (DLOCK_ENOTSUP): docs/SAFETY.md says why.
+ * Blocking calls, any thread; an event-loop client uses their _async
+ * forms (dlock_async.h) and gets DLOCK_EINVAL here. */
+
+/* Writes `len` bytes at `value` (copied; may be empty) to RESOURCE, with
+ * `token` (> 0) as its fence, if token >= the resource's fence (a missing
+ * resource has fence 0; an equal token rewrites). Returns 0 written;
+ * DLOCK_ESTALE when the resource has a higher fence (nothing changed);
+ * DLOCK_EWRONGTYPE when something that is not a fenced resource is at the
+ * name (nothing changed); DLOCK_EINVAL (NULL, token 0); DLOCK_ENOTSUP
+ * (Redlock); DLOCK_ENOTACKED (min_replicas_acked on Redis: written, but
+ * too few replicas acknowledged it in time, so a failover may lose it); or
+ * another negative code (then the write may or may not have happened:
+ * retry with the same token). */
+DLOCK_API int dlock_fence_set(dlock_client *c, const char *resource,
+                              const void *value, size_t len, uint64_t token);
+/* As dlock_fence_set with the token of the calling thread's hold of `l`
+ * (its explicit owner's), written only if that hold is still the lock's on
+ * the server, checked in the same atomic step (Redis: the owner's field or
+ * value at the lock's key; ZooKeeper: the hold's node; etcd: the hold's
+ * key with its create revision). Returns as dlock_fence_set, and
+ * DLOCK_ENOTOWNER when this client has no such hold (a reader's hold has
+ * no token: DLOCK_EINVAL), DLOCK_ELOST when the server says the lock is no
+ * longer this hold's (expired, force-released, taken by another): nothing
+ * changed. */
+DLOCK_API int dlock_fence_set_held(dlock_lock *l, const char *resource,
+                                   const void *value, size_t len);
+/* Reads RESOURCE: 1 with its value in *value (malloc'ed, a NUL after its
+ * *len bytes; free with dlock_fence_value_free; value may be NULL: only
+ * the fence) and its fence in *fence (may be NULL); 0 when there is none
+ * (*value NULL, *len and *fence 0); DLOCK_EWRONGTYPE; or another negative
+ * code. */
+DLOCK_API int dlock_fence_get(dlock_client *c, const char *resource,
+                              void **value, size_t *len, uint64_t *fence);
+/* Deletes RESOURCE, value and fence, whatever its fence (an operator's
+ * reset: a stale token could write after it). Returns 1 deleted, 0 none
+ * there, DLOCK_EWRONGTYPE (nothing changed), or a negative code. */
+DLOCK_API int dlock_fence_del(dlock_client *c, const char *resource);
+/* Frees a value dlock_fence_get returned. Accepts NULL. */
+DLOCK_API void dlock_fence_value_free(void *value);
 
 /* ---- Names of 0.2, deprecated in 0.3 (removed in 0.4) ----
  * Each is its replacement under its old name: the getters say get_, a

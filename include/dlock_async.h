@@ -293,6 +293,26 @@ DLOCK_API int dlock_client_scan_locks_async(dlock_client *c,
 /* A round trip to the server: rc 0, or why not. */
 DLOCK_API int dlock_client_ping_async(dlock_client *c, dlock_done_cb cb,
                                       void *ud, dlock_op **op);
+/* Fenced resources (dlock.h): set and set_held (the value copied; rc 0,
+ * DLOCK_ESTALE, DLOCK_ELOST, DLOCK_EWRONGTYPE...; the callback's token: the
+ * fence after the call, the higher one on DLOCK_ESTALE), get (rc 1 with
+ * *value, *len and *fence set before cb runs: free the value with
+ * dlock_fence_value_free; 0 none there; the outputs must stay valid until
+ * cb), del (rc 1, 0). Redis and ZooKeeper (etcd has no event-loop client;
+ * Redlock no fenced resources: DLOCK_ENOTSUP). */
+DLOCK_API int dlock_fence_set_async(dlock_client *c, const char *resource,
+                                    const void *value, size_t len,
+                                    uint64_t token, dlock_done_cb cb, void *ud,
+                                    dlock_op **op);
+DLOCK_API int dlock_fence_set_held_async(dlock_lock *l, const char *resource,
+                                         const void *value, size_t len,
+                                         dlock_done_cb cb, void *ud,
+                                         dlock_op **op);
+DLOCK_API int dlock_fence_get_async(dlock_client *c, const char *resource,
+                                    void **value, size_t *len, uint64_t *fence,
+                                    dlock_done_cb cb, void *ud, dlock_op **op);
+DLOCK_API int dlock_fence_del_async(dlock_client *c, const char *resource,
+                                    dlock_done_cb cb, void *ud, dlock_op **op);
 /* Queue: offer, offer_first and offer_delayed (the value copied; rc 0),
  * ack (the value copied; rc 0, DLOCK_ENOTOWNER), poll, poll_reliable and
  * poll_last (rc 0 with *value and *len set before cb runs: free the value

@@ -977,6 +977,49 @@ t_zk() {
   kill -9 $zk; wait $zk 2>/dev/null
 }
 
+# dlock fence: a stale token (76) writes nothing, an equal or higher one
+# writes; the token comes from --token or $DLOCK_TOKEN (so dlock run's
+# holders write with theirs); none is 64, a key of another kind 65.
+t_fence() {
+  local out
+  (unset DLOCK_TOKEN; "$DLOCK" fence set fr v 2>err); expect_rc 64 $? "set without a token"
+  grep -q "no token" err || fail "no clear message: $(cat err)"
+  "$DLOCK" fence set fr v --token 0 2>/dev/null; expect_rc 64 $? "token 0"
+  "$DLOCK" fence set fr v --token x 2>/dev/null; expect_rc 64 $? "token x"
+  "$DLOCK" fence get fr 2>/dev/null; expect_rc 1 $? "get, none there"
+  "$DLOCK" fence set fr five --token 5; expect_rc 0 $? "set 5"
+  out=$("$DLOCK" fence get fr); expect_rc 0 $? "get"
+  [ "$out" = "$(printf 'five\n5')" ] || fail "get: '$out'"
+  "$DLOCK" fence set fr three --token 3 2>err; expect_rc 76 $? "a stale token"
+  grep -q "below" err || fail "no clear message: $(cat err)"
+  out=$("$DLOCK" fence get fr)
+  [ "$out" = "$(printf 'five\n5')" ] || fail "a stale token wrote: '$out'"
+  DLOCK_TOKEN=5 "$DLOCK" fence set fr again; expect_rc 0 $? "the same token"
+  [ "$(rcli HGET fr value)" = again ] || fail "value: $(rcli HGET fr value)"
+  # Inside dlock run: each holder writes with its own token; the first
+  # holder's token is stale once the second has written.
+  "$DLOCK" run fl -- sh -c 'echo "$DLOCK_TOKEN" > t1; "$0" fence set fr2 one' "$DLOCK"
+  expect_rc 0 $? "the first holder's write"
+  "$DLOCK" run fl -- sh -c '"$0" fence set fr2 two' "$DLOCK"
+  expect_rc 0 $? "the second holder's write"
+  "$DLOCK" fence set fr2 late --token "$(cat t1)" 2>/dev/null
+  expect_rc 76 $? "the first holder, late"
+  out=$("$DLOCK" fence get fr2)
+  [ "${out%%$'\n'*}" = two ] || fail "fr2: '$out'"
+  rcli SET fstr keep >/dev/null
+  "$DLOCK" fence set fstr v --token 9 2>/dev/null; expect_rc 65 $? "set on a string"
+  "$DLOCK" fence get fstr 2>/dev/null; expect_rc 65 $? "get on a string"
+  "$DLOCK" fence del fstr 2>/dev/null; expect_rc 65 $? "del on a string"
+  [ "$(rcli GET fstr)" = keep ] || fail "the string changed"
+  "$DLOCK" fence del fr; expect_rc 0 $? "del"
+  "$DLOCK" fence del fr 2>/dev/null; expect_rc 1 $? "del, none there"
+  "$DLOCK" fence 2>/dev/null; expect_rc 64 $? "fence alone"
+  "$DLOCK" fence put fr v 2>/dev/null; expect_rc 64 $? "unknown subcommand"
+  "$DLOCK" fence get fr --token 3 2>/dev/null; expect_rc 64 $? "get --token"
+  "$DLOCK" fence --help | grep -q "dlock fence set" || fail "fence --help"
+  "$DLOCK" --help | grep -q "fence set" || fail "fence not in --help"
+}
+
 # CLI_TESTS="t_a t_b" runs only those.
 for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwarding \
          t_lock_loss_kills_command t_revocation_kills_at_once \
@@ -988,7 +1031,7 @@ for t in ${CLI_TESTS:-t_mutual_exclusion t_exit_status t_conflict t_signal_forwa
          t_acquire_error_reason t_wrong_type_refused t_fair_status_waiting \
          t_queue t_plain t_redlock t_elect t_stopped_past_lease_is_lost t_zk \
          t_zk_revocation_kills_at_once t_zk_foreign_node t_zk_killed_waiter \
-         t_zk_elect_exits_promptly}; do
+         t_zk_elect_exits_promptly t_fence}; do
   run_test "$t"
 done
 echo "$passed passed, $failed failed"

@@ -16,7 +16,8 @@ enum {
   EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: server unreachable or refusing */
   EXIT_CONFLICT = 75,    /* EX_TEMPFAIL: not acquired in time (or granted
                             too late to trust: DLOCK_ELATE) */
-  EXIT_LOST = 76,        /* the lock was lost while COMMAND ran */
+  EXIT_LOST = 76,        /* the lock was lost while COMMAND ran (dlock
+                            fence set: a stale token, nothing written) */
   EXIT_NOPERM = 77,      /* EX_NOPERM: the server's ACL refuses a command */
   EXIT_NOEXEC = 126,
   EXIT_NOTFOUND = 127,
@@ -116,5 +117,6 @@ int cmd_bench(int argc, char **argv, cli_global *g); /* src/cli/bench/bench.c */
 int cmd_queue(int argc, char **argv, cli_global *g); /* src/cli/queue.c */
 int cmd_top(int argc, char **argv, cli_global *g);   /* src/cli/top.c */
 int cmd_metrics(int argc, char **argv, cli_global *g); /* src/cli/metrics.c */
+int cmd_fence(int argc, char **argv, cli_global *g); /* src/cli/fence.c */
 
 #endif

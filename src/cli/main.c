@@ -34,6 +34,10 @@ static const char *usage_text =
     "--help)\n"
     "  queue offer|take|size NAME ...           a queue's values (see dlock "
     "queue --help)\n"
+    "  fence set|get|del RESOURCE ...           a fenced resource: writes a "
+    "stale\n"
+    "                                           token cannot make (see dlock "
+    "fence --help)\n"
     "  version                                  the version (as --version)\n"
     "\n"
     "global options (any command):\n"
@@ -128,6 +132,8 @@ int main(int argc, char **argv) {
     rc = cmd_metrics(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "bench") == 0) rc = cmd_bench(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "queue") == 0) rc = cmd_queue(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "fence") == 0)
+    rc = cmd_fence(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "help") == 0) {
     fputs(usage_text, stdout);
     rc = 0;

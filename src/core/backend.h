@@ -159,6 +159,32 @@ typedef struct dl_queue_req {
   long long n;
 } dl_queue_req;
 
+/* ---- fenced resources (dlock_fence_*) ---- */
+typedef enum dl_fence_op {
+  DL_FENCE_SET, /* value with token, if token >= the fence: 1 written, 0
+                   refused (the fence, higher, in *fence), DLOCK_ELOST
+                   when `hold` is not held by its owner on the server */
+  DL_FENCE_GET, /* 1 (got, fence), 0 none */
+  DL_FENCE_DEL  /* 1 deleted, 0 none */
+} dl_fence_op;
+typedef struct dl_fence_req {
+  /* in */
+  dl_fence_op op;
+  const char *key;   /* the client's key prefix + the resource's name */
+  const char *name;  /* for messages */
+  const void *value; /* a set's (borrowed), len bytes */
+  size_t len;
+  uint64_t token; /* a set's, > 0 */
+  /* A set's, or NULL: the lock whose hold by hold->owner must still be
+   * the lock's, checked in the same atomic step. */
+  const dl_lock_ref *hold;
+  /* out */
+  void *got; /* a get's value: malloc'ed, a NUL after got_len bytes */
+  size_t got_len;
+  uint64_t fence; /* the resource's fence after the call (a refused set's:
+                     the higher one that refused it) */
+} dl_fence_req;
+
 /* ---- leader election (Curator's LeaderLatch) ---- */
 typedef struct dl_elect dl_elect;
 /* Told, on a backend thread, each change of a participant's leadership:
@@ -316,6 +342,15 @@ typedef struct dl_backend_ops {
    * makes it, leaving nothing of the wait behind. NULL: the waits look at
    * the flag at their next wake-up. */
   void (*wake_all)(dl_backend *b);
+
+  /* A fenced resource's operation (dl_fence_op), every check and the
+   * write in one atomic step on the server: its result, DLOCK_EWRONGTYPE
+   * when something that is not a fenced resource is at f->key (nothing
+   * changed), or a negative code. */
+  int (*fence)(dl_backend *b, dl_fence_req *f);
+  /* Its event-loop form: f and its strings stay valid until done. */
+  int (*fence_async)(dl_backend *b, dl_fence_req *f, dl_done_fn done, void *ud,
+                     dl_async **op);
 
   /* Leader election. elect_join enters the election at s->key as the
    * participant `id` (copied) and takes part on a backend thread until

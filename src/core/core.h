@@ -224,4 +224,13 @@ bool dl_offload_cancelled(void);
  * Accepts NULL. On the loop's thread. */
 void dl_offload_free(dl_offload *o);
 
+/* ---- fenced.c: a fenced resource as one value (ZooKeeper, etcd) ---- */
+/* "dlock-fence <fence>\n" and the value's vlen bytes, malloc'ed (a NUL
+ * after it): its length in *len, or NULL out of memory. */
+char *dl_fenced_pack(uint64_t fence, const void *value, size_t vlen,
+                     size_t *len);
+/* Reads that form from data (len bytes): the value's offset, with *fence;
+ * or -1 when data is not one. */
+long dl_fenced_unpack(const char *data, size_t len, uint64_t *fence);
+
 #endif /* DLOCK_CORE_H */

@@ -13,7 +13,8 @@ static const struct {
     /* redis://, rediss://, unix://, Sentinel and Cluster: one backend. */
     {"redis", F(LOCK) | F(FAIR) | F(READ) | F(WRITE) | F(PLAIN) | F(SEMAPHORE) |
                   F(PERMITS) | F(LATCH) | F(QUEUE) | F(ELECTION) |
-                  F(WAIT_NOTIFY) | F(LOOP) | F(REPLICA_ACK) | F(LEASE)},
+                  F(WAIT_NOTIFY) | F(LOOP) | F(REPLICA_ACK) | F(LEASE) |
+                  F(FENCE)},
     /* The lock merged over a quorum of independent servers (its waiters
      * retry; election takes turns on the lock). */
     {"redlock",
@@ -22,11 +23,12 @@ static const struct {
      * in order), the read-write lock, InterProcessSemaphoreV2 and
      * LeaderLatch; holds last as long as the session. */
     {"zookeeper", F(LOCK) | F(FAIR) | F(READ) | F(WRITE) | F(PERMITS) |
-                      F(ELECTION) | F(WAIT_NOTIFY) | F(LOOP)},
+                      F(ELECTION) | F(WAIT_NOTIFY) | F(LOOP) | F(FENCE)},
     /* etcd's own layouts (Go's concurrency.Mutex and Election): waiters
      * watch their predecessor (so the mutex is also the fair lock); a hold
      * lives by its session's lease. */
-    {"etcd", F(LOCK) | F(FAIR) | F(ELECTION) | F(WAIT_NOTIFY) | F(LEASE)},
+    {"etcd",
+     F(LOCK) | F(FAIR) | F(ELECTION) | F(WAIT_NOTIFY) | F(LEASE) | F(FENCE)},
 };
 
 static const char *const names[DL_FEAT_COUNT][2] = {
@@ -44,6 +46,7 @@ static const char *const names[DL_FEAT_COUNT][2] = {
     [DL_FEAT_LOOP] = {"event-loop", "event-loop"},
     [DL_FEAT_REPLICA_ACK] = {"replica-ack", "replica"},
     [DL_FEAT_LEASE] = {"lease", "lease"},
+    [DL_FEAT_FENCE] = {"fence", "fenc"},
 };
 
 const char *dl_feature_name(dl_feature f) {

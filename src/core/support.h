@@ -27,6 +27,7 @@ typedef enum dl_feature {
   DL_FEAT_REPLICA_ACK, /* min_replicas_acked */
   DL_FEAT_LEASE,       /* a hold ends with its lease on the server (else
                           with its holder's session) */
+  DL_FEAT_FENCE,       /* fenced resources (dlock_fence_*) */
   DL_FEAT_COUNT
 } dl_feature;
 

@@ -188,6 +188,7 @@ static const dl_backend_ops etcd_ops = {
     .elect_leave = dl_etcd_elect_leave,
     .elect_leader = dl_etcd_elect_leader,
     .renew = dl_etcd_renew,
+    .fence = dl_etcd_fence,
     .watch_losses = etcd_watch_losses,
     .wake_all = etcd_wake_all,
     .ping = etcd_ping,

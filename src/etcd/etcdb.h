@@ -148,6 +148,8 @@ int dl_etcd_scan(dl_backend *b, const char *match, size_t prefix_len,
 int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                   dl_renew_item *items, int *calls);
 void dl_etcd_hold_free(etcd_hold *h);
+/* fence.c: fenced resources (the seam's fence). */
+int dl_etcd_fence(dl_backend *b, dl_fence_req *f);
 /* Deletes key if its create revision is still rev: 1 deleted, 0 it was
  * not (gone, or another key by now), or a negative code. */
 int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,

@@ -20,7 +20,8 @@ typedef enum zop_kind {
   ZOP_PING,
   ZOP_RENEW,
   ZOP_PERMIT,
-  ZOP_UPDATE
+  ZOP_UPDATE,
+  ZOP_FENCE
 } zop_kind;
 
 /* One operation in flight: its arguments (borrowed until done runs, as
@@ -52,6 +53,7 @@ struct dl_async {
   bool wait;
   int64_t *valid_until;
   dl_sync_op op;
+  dl_fence_req *f;
 };
 
 bool dl_zk_cancelled(void) {
@@ -98,6 +100,7 @@ static int run(dl_async *op) {
                                 op->deadline, op->valid_until);
   case ZOP_UPDATE:
     return dl_zk_sync_update(b, op->s, op->op, op->nn, op->id, op->v);
+  case ZOP_FENCE: return dl_zk_fence(b, op->f);
   }
   return DLOCK_EINVAL;
 }
@@ -322,6 +325,13 @@ int dl_zk_sync_update_async(dl_backend *b, const dl_sync_ref *s,
   return start(z, op, done, ud, out);
 }
 
+int dl_zk_fence_async(dl_backend *b, dl_fence_req *f, dl_done_fn done, void *ud,
+                      dl_async **out) {
+  NEW(ZOP_FENCE);
+  op->f = f;
+  return start(z, op, done, ud, out);
+}
+
 void dl_zk_cancel(dl_backend *b, dl_async *op) {
   dl_zk *z = (dl_zk *)b;
   dl_offload_cancel(&op->job);
@@ -373,6 +383,7 @@ BLOCKING(sync_update,
           const char *id, long long *v),
          (b, s, op, n, id, v))
 BLOCKING(ping, (dl_backend * b), (b))
+BLOCKING(fence, (dl_backend * b, dl_fence_req *f), (b, f))
 BLOCKING(elect_leader,
          (dl_backend * b, const dl_sync_ref *s, char *buf, size_t len),
          (b, s, buf, len))

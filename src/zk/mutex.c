@@ -81,6 +81,15 @@ static zk_hold *hold_find(dl_zk *z, const char *key, const char *owner) {
   return NULL;
 }
 
+bool dl_zk_hold_node(dl_zk *z, const char *key, const char *owner, char *node,
+                     size_t len) {
+  pthread_mutex_lock(&z->mu);
+  zk_hold *h = z->expired ? NULL : hold_find(z, key, owner);
+  if (h) snprintf(node, len, "%s", h->node);
+  pthread_mutex_unlock(&z->mu);
+  return h != NULL;
+}
+
 static void hold_free(zk_hold *h) {
   if (h == NULL) return;
   free(h->key);

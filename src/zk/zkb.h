@@ -121,6 +121,15 @@ int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
  * the hold's key), its change re-arms the watch. Any thread, no sync call
  * (ZooKeeper's completion thread calls it). */
 void dl_zk_hold_event(dl_zk *z, int type, const char *path);
+/* The node of this session's hold of (key, owner) into node (len bytes):
+ * true, or false when there is none. */
+bool dl_zk_hold_node(dl_zk *z, const char *key, const char *owner, char *node,
+                     size_t len);
+/* fence.c: fenced resources (the seam's fence); async.c its event-loop
+ * form. */
+int dl_zk_fence(dl_backend *b, dl_fence_req *f);
+int dl_zk_fence_async(dl_backend *b, dl_fence_req *f, dl_done_fn done, void *ud,
+                      dl_async **out);
 /* Forgets the hold of (key, owner), if any. */
 void dl_zk_hold_drop(dl_zk *z, const char *key, const char *owner);
 /* The semaphore (semaphore.c): Curator's InterProcessSemaphoreV2 as the
@@ -290,6 +299,7 @@ int dl_zk_b_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
 int dl_zk_b_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                         long long n, const char *id, long long *v);
 int dl_zk_b_ping(dl_backend *b);
+int dl_zk_b_fence(dl_backend *b, dl_fence_req *f);
 int dl_zk_b_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
                          size_t len);
 /* latch.c: Curator's LeaderLatch (the seam's elect_* entries). */

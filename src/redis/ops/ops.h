@@ -167,6 +167,10 @@ int dl_redis_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q);
 void dl_redis_queue_kick(dl_backend *b, const dl_sync_ref *s);
 int dl_redis_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
                          dl_done_fn done, void *ud, dl_async **op);
+/* fence.c: fenced resources (dl_backend_ops.fence, fence_async). */
+int dl_redis_fence(dl_backend *b, dl_fence_req *f);
+int dl_redis_fence_async(dl_backend *b, dl_fence_req *f, dl_done_fn done,
+                         void *ud, dl_async **op);
 /* 0 if r's link is of the driver a call needs (async: the event loop's),
  * else DLOCK_EINVAL with the detail recorded. */
 int dl_redis_driver_check(dl_redis *r, bool async);
