@@ -475,6 +475,9 @@ int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
     pthread_mutex_unlock(&e->mu);
     return 0;
   }
+  /* Ours from here: off the list, so that a renewal or a check finding
+   * the key gone (a force release) cannot free it under us. */
+  if (h) hold_unlink(e, h);
   pthread_mutex_unlock(&e->mu);
   if (h == NULL)
     return dl_seterr(e->err, DLOCK_ENOTOWNER, "'%s' is not held by %s", l->name,
