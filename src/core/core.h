@@ -40,6 +40,11 @@ void dl_sleep_ms(int64_t ms);
  * at `sent` and confirmed, is certainly valid: less an allowance for clocks
  * that run at different rates (Redlock's). */
 int64_t dl_validity(int64_t sent, int64_t lease_ms);
+/* The one rule for a lease every backend keeps: 0 when lease_ms is at most
+ * DLOCK_LEASE_MAX_MS, else DLOCK_EINVAL with the detail recorded for owner
+ * (NULL: the open's), naming `what` ("lease_ms") and the largest accepted. */
+int dl_check_lease(const struct dlock_client *owner, const char *what,
+                   int64_t lease_ms);
 
 /* ---- park.c: sleeping on a word ---- */
 /* Sleeps while *word == expect, until deadline_ms (dl_now_ms() time).
