@@ -216,9 +216,10 @@ static void t_unknown_url_option(void) {
   CHECK(strstr(msg, "nosuchoption") != NULL);
 }
 
-/* A URL of several servers naming one twice: refused, naming it (it would
- * count twice towards a quorum, or stand for a member that is not
- * there). */
+/* A URL of several servers naming one twice: refused with DLOCK_EINVAL,
+ * naming it, on every URL kind of several servers alike (it would count
+ * twice towards a quorum, or stand for a member that is not there: a
+ * typo for another goes unnoticed). */
 static void t_server_twice(void) {
   CF_NEEDS_SERVER();
   const char *kind = cf_dep.kind; /* (CF_HERE("redis") is the backend too) */
@@ -239,12 +240,9 @@ static void t_server_twice(void) {
   const char *msg = dlock_client_open_errmsg();
   fprintf(stderr, "    %s: %s %s\n", url, dlock_err_name(rc), msg);
   dlock_client_close(c);
-  /* Expected failure, sentinel, cluster, zk and etcd: a sentinel, a seed
-   * node or an ensemble member named twice is taken (only asked, never
-   * counted there, but a typo for another member goes unnoticed), where
-   * redlock:// refuses it. */
-  CF_CHECK_XFAIL("sentinel,cluster,zk,etcd", rc < 0 && strstr(msg, twice),
-                 "a server named twice is taken");
+  CHECK_RC(rc, DLOCK_EINVAL);
+  CHECK(c == NULL);
+  CHECK(strstr(msg, twice) != NULL && strstr(msg, "twice") != NULL);
 }
 
 const th_test cf_input_tests[] = {
