@@ -364,16 +364,23 @@ static void step(rl_op *o) {
     case ST_RELEASED: {
       dl_acquire *a = o->a;
       int64_t now = dl_now_ms();
-      /* A refusal that waiting cannot mend (a wrong password, ACL, TLS)
-       * ends the wait at once. */
+      /* A refusal that waiting cannot mend (a wrong password, ACL, TLS,
+       * a server error that is no passing state) ends the wait at once,
+       * also one with no limit. */
       int e = o->attempt_err;
-      bool final = e != 0 && e != DLOCK_ECONNECT && e != DLOCK_ECONNLOST &&
-                   e != DLOCK_ETIMEDOUT && e != DLOCK_EREADONLY &&
-                   e != DLOCK_ESERVER;
+      bool final = e != 0 && o->attempt_final;
       bool unreachable = o->B->n - o->unanswered < o->B->quorum;
       /* The release of what this attempt took, on the servers that
        * answered it, first (a stalled server's straggler gives back). */
       if (o->await > 0) return;
+      /* dlock_client_shutdown: the wait ends here, the pause between
+       * attempts (RL_RETRY_MAX_MS at most) being its next wake-up. */
+      if (a->wait && o->B->env.closing && atomic_load(o->B->env.closing) &&
+          !o->cancelled) {
+        finish(o, dl_seterr(o->B->env.err_owner, DLOCK_ECLOSED,
+                            "the client is closing"));
+        return;
+      }
       if (final && unreachable) {
         finish(o, dl_rl_quorum_error(o, e));
         return;

@@ -116,6 +116,7 @@ struct rl_op {
   int phase;        /* and what it sends */
   int unanswered;   /* the last attempt's servers that failed it */
   int attempt_err;  /* and the first of their errors */
+  bool attempt_final; /* which no retry mends (dl_rl_acquired) */
   int64_t t0;       /* this round's first send */
   uint64_t propose; /* an acquire round's proposed token */
   dl_backoff retry;
