@@ -1089,6 +1089,34 @@ static void t_shutdown_ends_wait(void) {
   dlock_client_close(a);
 }
 
+/* Inspect shows the holder a quorum agrees on: with the hold gone from
+ * one of three servers (a rival's failed attempt there comes and goes)
+ * and that server answering first, it showed the lock free (so
+ * dlock_leader_get_current answered "nobody" while a leader led). */
+static void t_inspect_quorum(void) {
+  CHECK(start(3));
+  dlock_client *c = client(0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:insp", "me", &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK_EQ(th_cmd_int(&srv[0], "DEL rl:insp"), 1);
+  /* The two that hold it answer 200 ms later. */
+  th_cmd_int(&srv[1], "CLIENT PAUSE 200");
+  th_cmd_int(&srv[2], "CLIENT PAUSE 200");
+  dlock_lock_state st;
+  CHECK_RC(dlock_lock_inspect(l, &st), 0);
+  fprintf(stderr, "    held %d by '%s'\n", st.held, st.owner);
+  CHECK_EQ(st.held, 1);
+  const char *colon = strrchr(st.owner, ':'); /* "<client id>:me" */
+  CHECK(colon != NULL && strcmp(colon, ":me") == 0);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_RC(dlock_lock_inspect(l, &st), 0);
+  CHECK_EQ(st.held, 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_acquire_validity_release), T_BARE(t_exclusion),
         T_BARE(t_minority_taken), T_BARE(t_fencing_over_quorums),
@@ -1099,4 +1127,4 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_force_release_heard), T_BARE(t_deleted_by_quorum),
         T_BARE(t_all_down_named), T_BARE(t_close_waits_for_release),
         T_BARE(t_refusal_counted), T_BARE(t_unlimited_wait_refused),
-        T_BARE(t_shutdown_ends_wait))
+        T_BARE(t_shutdown_ends_wait), T_BARE(t_inspect_quorum))

@@ -315,11 +315,9 @@ static void step(rl_op *o) {
       case OP_PING:
         if ((r = dl_rl_pinged(o)) == -2) return;
         break;
-      case OP_INSPECT: /* the first server that answers */
-        for (r = 0; r < o->B->n; r++)
-          if (o->rc[r] >= 0 && o->rc[r] != RC_PENDING) break;
-        if (r == o->B->n && o->await > 0) return;
-        if (r < o->B->n) {
+      case OP_INSPECT: /* the holder a quorum agrees on */
+        if ((r = dl_rl_inspected(o)) == -2) return;
+        if (r >= 0) {
           memcpy(o->snap, &o->snaps[r], sizeof *o->snap);
           r = o->rc[r];
         } else {

@@ -310,3 +310,30 @@ int dl_rl_pinged(rl_op *o) {
   if (up >= o->B->quorum) return 0;
   return up + o->await < o->B->quorum ? dl_rl_quorum_error(o, 0) : -2;
 }
+
+/* How many answered parts show the lock held by part i's owner. */
+static int held_alike(const rl_op *o, int i) {
+  int same = 0;
+  for (int j = 0; j < o->B->n; j++)
+    same += o->rc[j] >= 0 && o->rc[j] != RC_PENDING && o->snaps[j].held &&
+            strcmp(o->snaps[j].owner, o->snaps[i].owner) == 0;
+  return same;
+}
+
+int dl_rl_inspected(const rl_op *o) {
+  redlock *B = o->B;
+  int first = -1, free_at = -1, most = 0;
+  for (int i = 0; i < B->n; i++) {
+    if (o->rc[i] < 0 || o->rc[i] == RC_PENDING) continue;
+    if (first < 0) first = i;
+    if (!o->snaps[i].held) {
+      if (free_at < 0) free_at = i;
+      continue;
+    }
+    int same = held_alike(o, i);
+    if (same >= B->quorum) return i;
+    if (same > most) most = same;
+  }
+  if (o->await > 0 && (first < 0 || most + o->await >= B->quorum)) return -2;
+  return free_at >= 0 ? free_at : first;
+}
