@@ -43,6 +43,14 @@ extern "C" {
 #define DLOCK_INFO_MAX 512
 /* Longest owner id, in bytes with the NUL. */
 #define DLOCK_OWNER_MAX 256
+/* Longest lease accepted (lease_ms of the acquires, watchdog_timeout_ms),
+ * in ms: 9e12, about 285 years, on every backend alike. It is etcd's
+ * largest lease TTL (9e9 s; longer is "too large lease TTL"), the smallest
+ * of the servers' limits: Redis refuses a PEXPIRE whose deadline passes
+ * INT64_MAX ms, and its scripts pass a lease exactly up to 2^53 ms;
+ * ZooKeeper's nodes live by their session. A longer lease is refused at
+ * once with DLOCK_EINVAL, before anything is sent. */
+#define DLOCK_LEASE_MAX_MS 9000000000000LL
 
 /* ------------------------------------------------------------------------
  * Errors. Every call returns 0 or a positive value on success and one of
@@ -151,7 +159,8 @@ typedef struct dlock_client_options {
   int connect_timeout_ms; /* default 2000 */
   int command_timeout_ms; /* default 3000: bound on one round trip */
   /* Lease of locks acquired without an explicit lease; the watchdog
-   * renews it every watchdog_timeout_ms / 3. Default 30000 (Redisson). */
+   * renews it every watchdog_timeout_ms / 3. Default 30000 (Redisson);
+   * 3 to DLOCK_LEASE_MAX_MS. */
   int64_t watchdog_timeout_ms;
   /* Reconnect backoff after a lost connection, doubling from min to max. */
   int reconnect_min_ms; /* default 100 */
@@ -478,18 +487,19 @@ DLOCK_API void dlock_rwlock_free(dlock_rwlock *rw);
  * have ended (it is given back), DLOCK_EWRONGTYPE at once if the name (or a
  * key beside it) holds something this kind did not make (a string, a list,
  * an application's hash, a lock of another kind: nothing is changed;
- * docs/WIRE.md, "What dlock refuses"), or another negative code; on failure
+ * docs/WIRE.md, "What dlock refuses"), DLOCK_EINVAL at once for a lease
+ * over DLOCK_LEASE_MAX_MS (nothing sent), or another negative code; on failure
  * nothing is held. A waiter queues on the
  * server and is handed the lock by a release, in arrival order (unless the
  * client polls: see wait_backoff_max_ms). A wait rides out a failover, a
  * resharding or a reconnect: an attempt that fails as they make requests
  * fail (connection lost or refused, READONLY, CLUSTERDOWN, ...) is made
  * again until the wait runs out, then its error is returned (wait_ms 0:
- * at once; no limit: after 10 command timeouts of such failures). Time: returns within wait_ms plus
- * one command_timeout_ms (the last attempt's answer and leaving the wait
- * share that one timeout; a place in a queue that could not be left in time
- * lapses on the server by itself; a grant that came too late to trust is
- * given back, which may take one more). Blocks the calling thread;
+ * at once; no limit: after 10 command timeouts of such failures). Time: returns
+ * within wait_ms plus one command_timeout_ms (the last attempt's answer and
+ * leaving the wait share that one timeout; a place in a queue that could not be
+ * left in time lapses on the server by itself; a grant that came too late to
+ * trust is given back, which may take one more). Blocks the calling thread;
  * thread-safe. */
 DLOCK_API int dlock_lock_try_acquire(dlock_lock *l, int64_t wait_ms,
                                      int64_t lease_ms, uint64_t *token);
@@ -869,8 +879,9 @@ DLOCK_API int dlock_permits_get_available(dlock_permits *p);
  * for). lease_ms > 0: a fixed lease; <= 0: the watchdog lease, renewed
  * until released. Writes the permit's id to `id`. Returns 0,
  * DLOCK_EBUSY when none came in time, DLOCK_ELATE when the grant came
- * after its lease could have ended (given back), or another code (then
- * nothing is taken). Blocks the calling thread; thread-safe. */
+ * after its lease could have ended (given back), DLOCK_EINVAL for a lease
+ * over DLOCK_LEASE_MAX_MS, or another code (then nothing is taken). Blocks
+ * the calling thread; thread-safe. */
 DLOCK_API int dlock_permits_try_acquire(dlock_permits *p, int64_t wait_ms,
                                         int64_t lease_ms,
                                         char id[DLOCK_PERMIT_ID_LEN]);

@@ -6,6 +6,7 @@
 #include "dlock_async.h"
 #include "harness.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -902,6 +903,117 @@ static void t_all_down_named(void) {
   dlock_client_close(c);
 }
 
+/* An acquire with no wait limit whose servers all answer an error that
+ * is no passing state (NOREPLICAS: min-replicas-to-write with no replica)
+ * returns it after its first attempt, as redis:// does; it retried the
+ * servers' refusal for ever. The acquire runs on a thread; a shutdown ends
+ * it if it is still trying after 10 command timeouts. */
+typedef struct {
+  dlock_client *c;
+  dlock_lock *l;
+  atomic_int rc, done;
+  char msg[600]; /* the client's error text on the acquiring thread */
+} unlimited;
+
+static void *acquire_unlimited(void *p) {
+  unlimited *u = p;
+  atomic_store(&u->rc, dlock_lock_acquire(u->l, 10000, NULL));
+  snprintf(u->msg, sizeof u->msg, "%s", dlock_client_errmsg(u->c));
+  atomic_store(&u->done, 1);
+  return NULL;
+}
+
+static bool unlimited_done(void *p) {
+  return atomic_load(&((unlimited *)p)->done) != 0;
+}
+
+static void t_unlimited_wait_refused(void) {
+  CHECK(start(3));
+  for (int i = 0; i < 3; i++)
+    th_cmd_int(&srv[i], "CONFIG SET min-replicas-to-write 1");
+  dlock_client *c = client(0);
+  CHECK(c != NULL);
+  unlimited u = {.c = c};
+  CHECK_RC(dlock_lock_new(c, "rl:unlimited", NULL, &u.l), 0);
+  int64_t t0 = th_now_ms();
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, acquire_unlimited, &u) == 0);
+  bool done = th_wait_for(unlimited_done, &u, (int)th_soon(5000));
+  if (!done) dlock_client_shutdown(c);
+  pthread_join(th, NULL);
+  int rc = atomic_load(&u.rc);
+  fprintf(stderr, "    %s after %lld ms: %s\n", dlock_err_name(rc),
+          (long long)(th_now_ms() - t0), u.msg);
+  CHECK(done);
+  CHECK_RC(rc, DLOCK_ESERVER);
+  CHECK(strstr(u.msg, "NOREPLICAS") != NULL);
+  CHECK(th_now_ms() - t0 < th_soon(1000)); /* the first attempt's answer */
+  CHECK_EQ(holders(3, "rl:unlimited"), 0);
+  dlock_lock_free(u.l);
+  dlock_client_close(c);
+}
+
+/* dlock_client_shutdown ends a wait with no limit on a held lock
+ * (DLOCK_ECLOSED) within one retry pause: it went on trying until the
+ * lock came free. */
+static void t_shutdown_ends_wait(void) {
+  CHECK(start(3));
+  dlock_client *a = client(0), *c = client(0);
+  CHECK(a && c);
+  dlock_lock *la;
+  CHECK_RC(dlock_lock_new(a, "rl:shut", NULL, &la), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 30000, NULL), 0);
+  unlimited u = {.c = c};
+  CHECK_RC(dlock_lock_new(c, "rl:shut", NULL, &u.l), 0);
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, acquire_unlimited, &u) == 0);
+  CHECK(!th_wait_for(unlimited_done, &u, 100)); /* it waits */
+  int64_t t0 = th_now_ms();
+  dlock_client_shutdown(c);
+  bool done = th_wait_for(unlimited_done, &u, (int)th_soon(1000));
+  int64_t took = th_now_ms() - t0;
+  if (!done) dlock_lock_release(la); /* the wait ends as it takes the lock */
+  pthread_join(th, NULL);
+  fprintf(stderr, "    %s %lld ms after the shutdown: %s\n",
+          dlock_err_name(atomic_load(&u.rc)), (long long)took, u.msg);
+  CHECK(done);
+  CHECK_RC(atomic_load(&u.rc), DLOCK_ECLOSED);
+  CHECK(took < th_soon(200));
+  dlock_lock_free(u.l);
+  dlock_client_close(c);
+  CHECK_EQ(dlock_lock_release(la), 1);
+  dlock_lock_free(la);
+  dlock_client_close(a);
+}
+
+/* Inspect shows the holder a quorum agrees on: with the hold gone from
+ * one of three servers (a rival's failed attempt there comes and goes)
+ * and that server answering first, it showed the lock free (so
+ * dlock_leader_get_current answered "nobody" while a leader led). */
+static void t_inspect_quorum(void) {
+  CHECK(start(3));
+  dlock_client *c = client(0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:insp", "me", &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0);
+  CHECK_EQ(th_cmd_int(&srv[0], "DEL rl:insp"), 1);
+  /* The two that hold it answer 200 ms later. */
+  th_cmd_int(&srv[1], "CLIENT PAUSE 200");
+  th_cmd_int(&srv[2], "CLIENT PAUSE 200");
+  dlock_lock_state st;
+  CHECK_RC(dlock_lock_inspect(l, &st), 0);
+  fprintf(stderr, "    held %d by '%s'\n", st.held, st.owner);
+  CHECK_EQ(st.held, 1);
+  const char *colon = strrchr(st.owner, ':'); /* "<client id>:me" */
+  CHECK(colon != NULL && strcmp(colon, ":me") == 0);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_RC(dlock_lock_inspect(l, &st), 0);
+  CHECK_EQ(st.held, 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_acquire_validity_release),
         T_BARE(t_minority_taken), T_BARE(t_fencing_over_quorums),
@@ -911,4 +1023,5 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_duplicate_server), T_BARE(t_stalled_server),
         T_BARE(t_deleted_by_quorum),
         T_BARE(t_all_down_named), T_BARE(t_close_waits_for_release),
-        T_BARE(t_refusal_counted))
+        T_BARE(t_refusal_counted), T_BARE(t_unlimited_wait_refused),
+        T_BARE(t_shutdown_ends_wait), T_BARE(t_inspect_quorum))

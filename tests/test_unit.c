@@ -72,6 +72,53 @@ static void t_url_bad(void) {
   }
 }
 
+/* A server named twice, as written or once resolved (localhost and
+ * 127.0.0.1), is refused with DLOCK_EINVAL naming it, on every URL of
+ * several servers; the same host on two ports is two servers. */
+static void t_url_twice(void) {
+  static const struct {
+    const char *url, *named;
+  } twice[] = {
+      {"redis-sentinel://h:26379,h/m", "h:26379 twice"},
+      {"rediss-sentinel://a:1,b:2,a:1/m",
+       "rediss-sentinel:// names the server a:1"},
+      {"redis-cluster://h:7000,localhost:7001,127.0.0.1:7001",
+       "localhost:7001 (server 2) and 127.0.0.1:7001 (server 3)"},
+      {"redis-cluster://[::1]:7000,[::1]:7000", "[::1]:7000 twice"},
+      {"zk://h:2181,h:2181/app", "zk:// names the server h:2181 twice"},
+      {"zk://localhost:2181,127.0.0.1:2181", "the same address"},
+  };
+  char err[300];
+  for (size_t i = 0; i < sizeof twice / sizeof twice[0]; i++) {
+    dl_endpoint ep;
+    dl_zk_url u;
+    err[0] = '\0';
+    int rc = strncmp(twice[i].url, "zk", 2) == 0
+                 ? dl_url_parse_zk(twice[i].url, &u, err, sizeof err)
+                 : dl_url_parse(twice[i].url, &ep, err, sizeof err);
+    if (rc != DLOCK_EINVAL || strstr(err, twice[i].named) == NULL)
+      fprintf(stderr, "    %s: %d %s\n", twice[i].url, rc, err);
+    CHECK_RC(rc, DLOCK_EINVAL);
+    CHECK(strstr(err, twice[i].named) != NULL);
+  }
+  static const char *once[] = {"redis-sentinel://h:1,h:2/m",
+                               "redis-cluster://localhost:7000,127.0.0.1:7001",
+                               "zk://h:2181,h:2182,[::1]:2183/app"};
+  for (size_t i = 0; i < sizeof once / sizeof once[0]; i++) {
+    dl_endpoint ep;
+    dl_zk_url u;
+    int rc = strncmp(once[i], "zk", 2) == 0
+                 ? dl_url_parse_zk(once[i], &u, err, sizeof err)
+                 : dl_url_parse(once[i], &ep, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "    %s: %d %s\n", once[i], rc, err);
+    CHECK_RC(rc, 0);
+    if (strncmp(once[i], "zk", 2) == 0)
+      dl_zk_url_clear(&u);
+    else
+      dl_endpoint_clear(&ep);
+  }
+}
+
 static void t_url_redact(void) {
   char *r = dl_url_redact("redis://user:hunter2@h:1/0");
   CHECK(r != NULL);
@@ -333,6 +380,7 @@ static void t_error_text(void) {
   }
 }
 
-TH_MAIN(T_BARE(t_resp_format), T_BARE(t_park), T_BARE(t_error_text), T_BARE(t_durations),
-        T_BARE(t_url_redis), T_BARE(t_url_bad), T_BARE(t_url_redact),
-        T_BARE(t_errors), T_BARE(t_bad_open), T_BARE(t_options_size))
+TH_MAIN(T_BARE(t_resp_format), T_BARE(t_park), T_BARE(t_error_text),
+        T_BARE(t_durations), T_BARE(t_url_redis), T_BARE(t_url_bad),
+        T_BARE(t_url_twice), T_BARE(t_url_redact), T_BARE(t_errors),
+        T_BARE(t_bad_open), T_BARE(t_options_size))

@@ -160,6 +160,9 @@ int dl_client_open_with(const dlock_client_options *opts,
     return dl_seterr(NULL, DLOCK_EINVAL,
                      "timeouts, backoff and connections must be positive "
                      "(connections 1..64, watchdog_timeout_ms >= 3)");
+  int lrc =
+      dl_check_lease(NULL, "watchdog_timeout_ms", opts->watchdog_timeout_ms);
+  if (lrc != 0) return lrc;
   if (opts->min_replicas_acked < DLOCK_REPLICAS_AUTO ||
       opts->replicas_timeout_ms < 0)
     return dl_seterr(NULL, DLOCK_EINVAL, "min_replicas_acked (or "

@@ -40,6 +40,11 @@ void dl_sleep_ms(int64_t ms);
  * at `sent` and confirmed, is certainly valid: less an allowance for clocks
  * that run at different rates (Redlock's). */
 int64_t dl_validity(int64_t sent, int64_t lease_ms);
+/* The one rule for a lease every backend keeps: 0 when lease_ms is at most
+ * DLOCK_LEASE_MAX_MS, else DLOCK_EINVAL with the detail recorded for owner
+ * (NULL: the open's), naming `what` ("lease_ms") and the largest accepted. */
+int dl_check_lease(const struct dlock_client *owner, const char *what,
+                   int64_t lease_ms);
 
 /* ---- park.c: sleeping on a word ---- */
 /* Sleeps while *word == expect, until deadline_ms (dl_now_ms() time).
@@ -108,11 +113,29 @@ typedef struct dl_endpoint {
 enum { DL_PUBSUB_AUTO, DL_PUBSUB_SHARDED, DL_PUBSUB_CLASSIC };
 
 /* Parses redis://, rediss://, unix://, redis-sentinel://,
- * rediss-sentinel://, redis-cluster:// and rediss-cluster:// URLs into *ep (cleared first; free with
- * dl_endpoint_clear). Returns 0, or DLOCK_EURL with err set and *ep
- * cleared. */
+ * rediss-sentinel://, redis-cluster:// and rediss-cluster:// URLs into *ep
+ * (cleared first; free with dl_endpoint_clear). Returns 0, or DLOCK_EURL with
+ * err set and *ep cleared; DLOCK_EINVAL when it names one sentinel or seed node
+ * twice (dl_url_distinct). */
 int dl_url_parse(const char *url, dl_endpoint *ep, char *err, size_t errlen);
 void dl_endpoint_clear(dl_endpoint *ep);
+/* One server a URL names: a TCP host (an IPv6 one without brackets) and
+ * port, or a socket path (host NULL). */
+typedef struct dl_server_name {
+  const char *host;
+  int port;
+  const char *path;
+} dl_server_name;
+/* Whether the n servers a URL of `scheme` ("redlock://") names are n
+ * different servers: the same socket path, or the same port and a TCP
+ * address in common once the names are resolved (localhost:P and
+ * 127.0.0.1:P are one; a name that does not resolve is compared as
+ * written), is one server named twice. A server named twice counts twice
+ * towards a quorum, or stands for a member that is not there (a typo).
+ * Returns 0, or DLOCK_EINVAL with err naming both spellings. May block on
+ * name resolution. */
+int dl_url_distinct(const char *scheme, const dl_server_name *sv, int n,
+                    char *err, size_t errlen);
 /* The URL with any password replaced by "***". Caller frees. */
 char *dl_url_redact(const char *url);
 /* A zk:// URL's parts. */
@@ -133,7 +156,8 @@ enum { DL_ZK_ACL_DEFAULT, DL_ZK_ACL_CREATOR, DL_ZK_ACL_READ, DL_ZK_ACL_OPEN };
  * [?session_timeout=D&connect_timeout=D&acl=creator|read|open] URL (D:
  * 500ms, 10s, 1m) into *u
  * (free with dl_zk_url_clear): 0, or DLOCK_EURL with err filled in (then
- * *u is cleared), DLOCK_ENOMEM. */
+ * *u is cleared), DLOCK_EINVAL when it names one server twice
+ * (dl_url_distinct), DLOCK_ENOMEM. */
 int dl_url_parse_zk(const char *url, dl_zk_url *u, char *err, size_t errlen);
 void dl_zk_url_clear(dl_zk_url *u);
 

@@ -1,11 +1,15 @@
-/* url.c: parses redis://, rediss://, unix://, redis-sentinel:// and redis-cluster:// URLs,
- * and checks zk:// ones. */
+/* url.c: parses redis://, rediss://, unix://, redis-sentinel:// and
+ * redis-cluster:// URLs, and checks zk:// ones; whether a URL's servers are all
+ * different. */
 #include "core.h"
 
 #include <ctype.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 void dl_endpoint_clear(dl_endpoint *ep) {
   if (ep == NULL) return;
@@ -17,6 +21,75 @@ void dl_endpoint_clear(dl_endpoint *ep) {
   for (int i = 0; i < ep->nhosts; i++) free(ep->hosts[i].host);
   free(ep->hosts);
   memset(ep, 0, sizeof *ep);
+}
+
+/* A server's name as the URL gave it, for messages: host:port ([v6]:port),
+ * or the socket path. */
+static void server_text(const dl_server_name *sv, char *out, size_t size) {
+  if (sv->path)
+    snprintf(out, size, "%s", sv->path);
+  else if (strchr(sv->host, ':'))
+    snprintf(out, size, "[%s]:%d", sv->host, sv->port);
+  else
+    snprintf(out, size, "%s:%d", sv->host, sv->port);
+}
+
+/* Whether two resolved addresses are the same host (ports aside). */
+static bool same_addr(const struct addrinfo *x, const struct addrinfo *y) {
+  if (x->ai_family != y->ai_family) return false;
+  if (x->ai_family == AF_INET)
+    return memcmp(&((const struct sockaddr_in *)(void *)x->ai_addr)->sin_addr,
+                  &((const struct sockaddr_in *)(void *)y->ai_addr)->sin_addr,
+                  sizeof(struct in_addr)) == 0;
+  if (x->ai_family == AF_INET6)
+    return memcmp(&((const struct sockaddr_in6 *)(void *)x->ai_addr)->sin6_addr,
+                  &((const struct sockaddr_in6 *)(void *)y->ai_addr)->sin6_addr,
+                  sizeof(struct in6_addr)) == 0;
+  return false;
+}
+
+/* Whether a and b are the same server: the same socket path, or a TCP
+ * address in common once their names are resolved (localhost:P and
+ * 127.0.0.1:P are one server). A name that does not resolve is compared as
+ * written (the connect reports it). */
+static bool same_server(const dl_server_name *a, const dl_server_name *b) {
+  if (a->path || b->path)
+    return a->path && b->path && strcmp(a->path, b->path) == 0;
+  if (a->port != b->port) return false;
+  if (strcmp(a->host, b->host) == 0) return true;
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ra = NULL, *rb = NULL;
+  bool same = false;
+  if (getaddrinfo(a->host, NULL, &hints, &ra) == 0 &&
+      getaddrinfo(b->host, NULL, &hints, &rb) == 0)
+    for (struct addrinfo *x = ra; x && !same; x = x->ai_next)
+      for (struct addrinfo *y = rb; y && !same; y = y->ai_next)
+        same = same_addr(x, y);
+  if (ra) freeaddrinfo(ra);
+  if (rb) freeaddrinfo(rb);
+  return same;
+}
+
+int dl_url_distinct(const char *scheme, const dl_server_name *sv, int n,
+                    char *err, size_t errlen) {
+  for (int i = 1; i < n; i++)
+    for (int j = 0; j < i; j++) {
+      if (!same_server(&sv[j], &sv[i])) continue;
+      char na[300], nb[300];
+      server_text(&sv[j], na, sizeof na);
+      server_text(&sv[i], nb, sizeof nb);
+      if (strcmp(na, nb) == 0)
+        snprintf(err, errlen,
+                 "%s names the server %s twice (servers %d and %d): each "
+                 "must be a different server",
+                 scheme, na, j + 1, i + 1);
+      else
+        snprintf(err, errlen,
+                 "%s names one server twice: %s (server %d) and %s "
+                 "(server %d) are the same address",
+                 scheme, na, j + 1, nb, i + 1);
+      return DLOCK_EINVAL;
+    }
+  return 0;
 }
 
 static int hexval(int ch) {
@@ -136,11 +209,26 @@ static int parse_hostport(const char *p, const char *end, char **host,
   return 0;
 }
 
+/* Whether ep's n hosts are different servers (dl_url_distinct): 0, or
+ * DLOCK_EINVAL with err set and ep cleared. */
+static int hosts_distinct(const char *scheme, dl_endpoint *ep, char *err,
+                          size_t errlen) {
+  dl_server_name *sv = calloc((size_t)ep->nhosts, sizeof *sv);
+  if (sv == NULL) FAIL("out of memory");
+  for (int i = 0; i < ep->nhosts; i++)
+    sv[i] = (dl_server_name){ep->hosts[i].host, ep->hosts[i].port, NULL};
+  int rc = dl_url_distinct(scheme, sv, ep->nhosts, err, errlen);
+  free(sv);
+  if (rc != 0) dl_endpoint_clear(ep);
+  return rc;
+}
+
 /* A list HOST[:PORT][,HOST[:PORT]...] in p[0..end) into ep->hosts; a
- * host without a port gets dflt. `what` names an element in errors. */
+ * host without a port gets dflt. `what` names an element in errors; a
+ * server named twice is refused, named, as `scheme`'s (DLOCK_EINVAL). */
 static int parse_hosts(const char *p, const char *end, int dflt,
-                       const char *what, dl_endpoint *ep, char *err,
-                       size_t errlen) {
+                       const char *what, const char *scheme, dl_endpoint *ep,
+                       char *err, size_t errlen) {
   int n = 1;
   for (const char *s = p; s < end; s++)
     if (*s == ',') n++;
@@ -164,7 +252,7 @@ static int parse_hosts(const char *p, const char *end, int dflt,
     ep->nhosts++;
     p = comma ? comma + 1 : end;
   }
-  return 0;
+  return hosts_distinct(scheme, ep, err, errlen);
 }
 
 /* After the userinfo of redis-sentinel://: HOST:PORT[,HOST:PORT...]/MASTER
@@ -172,8 +260,10 @@ static int parse_hosts(const char *p, const char *end, int dflt,
 static int parse_sentinel(const char *p, const char *end, dl_endpoint *ep,
                           char *err, size_t errlen) {
   /* Without a port, a sentinel listens on 26379. */
-  if (parse_hosts(p, end, 26379, "sentinel", ep, err, errlen) != 0)
-    return DLOCK_EURL;
+  int rc = parse_hosts(p, end, 26379, "sentinel",
+                       ep->tls ? "rediss-sentinel://" : "redis-sentinel://", ep,
+                       err, errlen);
+  if (rc != 0) return rc;
   if (*end != '/' || end[1] == '\0' || end[1] == '?')
     FAIL("redis-sentinel URL needs the master's name after '/' "
          "(redis-sentinel://host:port/mymaster)");
@@ -201,8 +291,10 @@ static int parse_sentinel(const char *p, const char *end, dl_endpoint *ep,
 static int parse_cluster(const char *p, const char *end, dl_endpoint *ep,
                          char *err, size_t errlen) {
   ep->cluster = true;
-  if (parse_hosts(p, end, 6379, "cluster node", ep, err, errlen) != 0)
-    return DLOCK_EURL;
+  int rc = parse_hosts(p, end, 6379, "cluster node",
+                       ep->tls ? "rediss-cluster://" : "redis-cluster://", ep,
+                       err, errlen);
+  if (rc != 0) return rc;
   const char *q = *end == '/' ? end + 1 : end;
   if (*q == '\0') return 0;
   if (*q != '?')
@@ -406,6 +498,45 @@ static int parse_zk_query(const char *q, dl_zk_url *u, char *err,
   return 0;
 }
 
+/* Whether the servers of a zk:// URL's checked list p[0..end)
+ * (HOST:PORT,...) are all different (dl_url_distinct): 0, or a code with
+ * err set. */
+static int zk_distinct(const char *p, const char *end, char *err,
+                       size_t errlen) {
+  int n = 1;
+  for (const char *h = p; h < end; h++)
+    n += *h == ',';
+  char *names = malloc((size_t)(end - p) + 1);
+  dl_server_name *sv = calloc((size_t)n, sizeof *sv);
+  int rc = DLOCK_ENOMEM;
+  if (names && sv) {
+    memcpy(names, p, (size_t)(end - p));
+    names[end - p] = '\0';
+    n = 0;
+    for (char *h = names; h;) {
+      char *comma = strchr(h, ',');
+      if (comma) *comma = '\0';
+      char *colon = strrchr(h, ':');
+      *colon = '\0';
+      sv[n].port = atoi(colon + 1);
+      /* The host as getaddrinfo takes it: [v6] without its brackets. */
+      size_t hl = strlen(h);
+      if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+        h[hl - 1] = '\0';
+        h++;
+      }
+      sv[n++].host = h;
+      h = comma ? comma + 1 : NULL;
+    }
+    rc = dl_url_distinct("zk://", sv, n, err, errlen);
+  } else {
+    snprintf(err, errlen, "out of memory");
+  }
+  free(names);
+  free(sv);
+  return rc;
+}
+
 /* zk://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/CHROOT][?OPTIONS]: the
  * connect string is kept as written (zookeeper_init parses it again);
  * checked here so that a typo fails the open with a clear message instead
@@ -456,6 +587,11 @@ int dl_url_parse_zk(const char *url, dl_zk_url *u, char *err, size_t errlen) {
       ZFAIL("bad port (1-65535) in the zk:// URL");
     h = comma ? comma + 1 : e;
     if (comma && h == hend) ZFAIL("zk:// URL ends its server list with ','");
+  }
+  int rc = zk_distinct(p, hend, err, errlen);
+  if (rc != 0) {
+    dl_zk_url_clear(u);
+    return rc;
   }
   if (memchr(p, '@', (size_t)(end - p)))
     ZFAIL("zk:// URL has a '@' outside its USER:PASSWORD@");

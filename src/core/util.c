@@ -94,6 +94,16 @@ int64_t dl_validity(int64_t sent, int64_t lease_ms) {
   return d > INT64_MAX - sent ? INT64_MAX : sent + d;
 }
 
+int dl_check_lease(const struct dlock_client *owner, const char *what,
+                   int64_t lease_ms) {
+  if (lease_ms <= DLOCK_LEASE_MAX_MS) return 0;
+  return dl_seterr(owner, DLOCK_EINVAL,
+                   "%s %lld ms is longer than the longest lease accepted, "
+                   "DLOCK_LEASE_MAX_MS = %lld ms (about 285 years: etcd's "
+                   "largest TTL, the shortest limit of the servers)",
+                   what, (long long)lease_ms, (long long)DLOCK_LEASE_MAX_MS);
+}
+
 int dl_uuid4(char out[37]) {
   unsigned char b[16];
   if (dl_random_bytes(b, sizeof b) != 0) return DLOCK_ENOMEM;

@@ -197,6 +197,31 @@ static const dl_backend_ops etcd_ops = {
     .free = etcd_free,
 };
 
+/* Whether e's endpoints ("http://HOST:PORT") are different servers
+ * (dl_url_distinct): 0, or the code recorded. */
+static int endpoints_distinct(dl_etcd *e) {
+  int n = e->nendpoints;
+  dl_server_name *sv = calloc((size_t)n, sizeof *sv);
+  char **hosts = calloc((size_t)n, sizeof *hosts);
+  int rc = sv && hosts ? 0 : DLOCK_ENOMEM;
+  for (int i = 0; i < n && rc == 0; i++) {
+    const char *h = e->endpoints[i] + 7; /* after "http://" */
+    const char *colon = strrchr(h, ':');
+    size_t hl = (size_t)(colon - h);
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') h++, hl -= 2;
+    if ((hosts[i] = strndup(h, hl)) == NULL) rc = DLOCK_ENOMEM;
+    sv[i] = (dl_server_name){hosts[i], atoi(colon + 1), NULL};
+  }
+  char err[700];
+  if (rc == 0) rc = dl_url_distinct("etcd://", sv, n, err, sizeof err);
+  for (int i = 0; hosts && i < n; i++)
+    free(hosts[i]);
+  free(hosts);
+  free(sv);
+  if (rc == DLOCK_ENOMEM) return dl_seterr(NULL, rc, "out of memory");
+  return rc ? dl_seterr(NULL, rc, "%s", err) : 0;
+}
+
 /* The URL's endpoints and prefix into e: 0, or a negative code recorded. */
 static int parse_url(dl_etcd *e, const char *url) {
   const char *p = strstr(url, "://");
@@ -238,6 +263,8 @@ static int parse_url(dl_etcd *e, const char *url) {
     e->nendpoints++;
     s += len + 1;
   }
+  int rc = endpoints_distinct(e);
+  if (rc != 0) return rc;
   /* "/app" -> "app/": a lock NAME's keys are app/NAME/<lease>, as
    * `etcdctl lock app/NAME` makes them. */
   const char *path = slash ? slash + 1 : "";

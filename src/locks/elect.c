@@ -6,7 +6,7 @@
  * lost. This file keeps the participant's state for the callers (await,
  * has_leadership, token) and passes the changes on to the user's
  * callback. */
-#include "locks.h"
+#include "lock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +145,11 @@ static int start_turns(dlock_leader *l) {
   const char *name = l->key + l->c->prefix_len;
   int rc = dlock_lock_new(l->c, name, NULL, &l->lock);
   if (rc != 0) return rc;
+  /* The reentrant lock's layout even where the URL's mutex is the plain
+   * string (redlock://'s default): it keeps the participant's id beside the
+   * hold, which dlock_leader_get_current reads (no plain-lock client takes
+   * part in a dlock election). */
+  l->lock->plain = 0;
   dlock_lock_set_info(l->lock, l->id);
   dlock_lock_on_lost(l->lock, on_hold_lost, l);
   if (pthread_create(&l->thread, NULL, take_turns, l) != 0) {

@@ -67,12 +67,19 @@ static int plain_count(dlock_lock *l) {
   return n;
 }
 
+/* The hold count the caller sees, from the server's answer v, on both
+ * drivers: 0 once this client reported the hold lost; a plain string
+ * lock's from the client's hold. */
+static int hold_count_of(dlock_lock *l, long long v) {
+  if (known_lost(l)) return 0;
+  return v > 0 && l->plain ? plain_count(l) : (int)v;
+}
+
 int dlock_lock_hold_count(dlock_lock *l) {
   if (known_lost(l)) return 0;
   long long v = 0;
   int rc = query(l, DL_QUERY_COUNT, &v);
-  if (rc == 0 && v > 0 && l->plain) v = plain_count(l);
-  return rc ? rc : (int)v;
+  return rc ? rc : hold_count_of(l, v);
 }
 
 int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms) {
@@ -145,7 +152,10 @@ static void call_done(void *ud, int rc) {
     case CALL_QUERY:
       if (x->q == DL_QUERY_TTL) *x->ttl = x->v, rc = 0;
       else if (x->q == DL_QUERY_TOKEN) token = (uint64_t)x->v, rc = 0;
-      else if (x->q == DL_QUERY_COUNT) rc = (int)x->v;
+      else if (x->q == DL_QUERY_COUNT)
+        rc = hold_count_of(x->l, x->v);
+      else if (x->q == DL_QUERY_HELD)
+        rc = x->v > 0 && !known_lost(x->l);
       else rc = x->v > 0;
       break;
     case CALL_INSPECT:

@@ -266,6 +266,7 @@ int dl_acq_begin(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
                  dl_acq_req *q) {
   dlock_client *c = l->c;
   int rc = dl_check_open(c);
+  if (rc == 0) rc = dl_check_lease(c, "lease_ms", lease_ms);
   if (rc != 0) return rc;
   if (c->backend->ops->lock_acquire == NULL)
     return dl_unsupported(c, "lock");

@@ -222,6 +222,7 @@ static int acquire_call(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
   if (p == NULL) return DLOCK_EINVAL;
   dlock_client *c = p->h.c;
   int rc = dl_check_open(c);
+  if (rc == 0) rc = dl_check_lease(c, "lease_ms", lease_ms);
   if (rc != 0) return rc;
   memset(q, 0, sizeof *q);
   q->what = DL_SYNC_PERMIT;

@@ -189,15 +189,9 @@ static void t_async_reentrancy(void) {
     CHECK_EQ(g.token, t1);
     int count =
         RUN_ASYNC(f, g, dlock_lock_hold_count_async(h.l, cf_done, &g, NULL));
-    if (k == DL_FEAT_PLAIN || CF_HERE("redlock"))
-      /* Expected failure, redis and redlock: on the plain string lock
-       * (redlock://'s mutex), whose wire has no count, the event-loop
-       * hold_count answers the server's 1 after a re-entry, where the
-       * blocking dlock_lock_hold_count answers the handle's 2. */
-      CF_CHECK_XFAIL("redis,redlock", count == 2,
-                     "hold_count_async answers 1 after a re-entry");
-    else
-      CHECK_EQ(count, 2);
+    /* Also on the plain string lock (redlock://'s mutex), whose wire has
+     * no count: the handle's, as the blocking call answers. */
+    CHECK_EQ(count, 2);
     CHECK_RC(
         RUN_ASYNC(f, g, dlock_lock_release_async(other.l, cf_done, &g, NULL)),
         DLOCK_ENOTOWNER);

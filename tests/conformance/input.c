@@ -34,8 +34,9 @@ static void t_bad_names(void) {
 }
 
 /* A wait of 0 is one try, below 0 no limit; a lease of 0 or below is the
- * watchdog's (renewed), a long one held, a huge one held or refused
- * clearly. */
+ * watchdog's (renewed), a long one held, the longest accepted
+ * (DLOCK_LEASE_MAX_MS) held, and a longer one refused up front with
+ * DLOCK_EINVAL naming the bound, nothing held, alike on every backend. */
 static int64_t huge_lease; /* INT64_MAX in t_huge_lease's child */
 static void waits_and_leases(void) {
   dlock_client *c = cf_client(0);
@@ -45,26 +46,27 @@ static void waits_and_leases(void) {
     cf_name(name, sizeof name, dl_feature_name(k));
     cf_lock h;
     CHECK_RC(cf_lock_new(c, k, name, "me", &h), 0);
-    const int64_t waits[] = {0, -1, INT64_MIN / 2, INT64_MIN, 0, 0, 0, 0};
-    const int64_t leases[] = {10000, 10000, 10000,   10000,
-                              0,     -5,    3600000, huge_lease};
-    for (int i = 0; i < (huge_lease ? 8 : 7); i++) {
+    const int64_t waits[] = {0, -1, INT64_MIN / 2, INT64_MIN, 0, 0, 0, 0, 0, 0};
+    const int64_t leases[] = {10000,
+                              10000,
+                              10000,
+                              10000,
+                              0,
+                              -5,
+                              3600000,
+                              DLOCK_LEASE_MAX_MS,
+                              DLOCK_LEASE_MAX_MS + 1,
+                              huge_lease};
+    for (int i = 0; i < (huge_lease ? 10 : 9); i++) {
       int64_t t0 = th_now_ms();
       int rc = dlock_lock_try_acquire(h.l, waits[i], leases[i], NULL);
-      if (rc != 0)
+      if (rc != 0 && leases[i] <= DLOCK_LEASE_MAX_MS)
         fprintf(stderr, "    %s: wait %lld lease %lld: %s: %s\n",
                 dl_feature_name(k), (long long)waits[i], (long long)leases[i],
                 dlock_err_name(rc), dlock_client_errmsg(c));
-      /* A huge lease may be refused, clearly, and then nothing is held.
-       * Expected failure, redis and redlock: a lease of INT64_MAX ms is
-       * sent, and the server's "ERR value is not an integer or out of
-       * range" comes back as DLOCK_ESERVER (not refused up front with
-       * DLOCK_EINVAL, nor capped). */
-      if (leases[i] == INT64_MAX && rc != 0) {
-        CF_CHECK_XFAIL("redis,redlock,etcd", rc == DLOCK_EINVAL,
-                       "a huge lease is sent and fails as DLOCK_ESERVER");
-        /* Nothing held, not even a read hold without a lease (the Redis
-         * scripts check a lease before they write: test_scripts). */
+      if (leases[i] > DLOCK_LEASE_MAX_MS) {
+        CHECK_RC(rc, DLOCK_EINVAL);
+        CHECK(strstr(dlock_client_errmsg(c), "DLOCK_LEASE_MAX_MS") != NULL);
         CHECK_EQ(dlock_lock_is_locked(h.l), 0);
         continue;
       }
@@ -114,8 +116,9 @@ static void t_waits_and_leases(void) {
   waits_and_leases();
 }
 
-/* A lease of INT64_MAX ms: held, or refused clearly with nothing held. In
- * a process of its own, so that a sanitizer's report counts. */
+/* A lease of INT64_MAX ms: refused clearly with nothing held, and no
+ * arithmetic on it overflows. In a process of its own, so that a
+ * sanitizer's report counts. */
 static void huge_lease_child(void) {
   huge_lease = INT64_MAX;
   waits_and_leases();
@@ -124,18 +127,14 @@ static void huge_lease_child(void) {
 static void t_huge_lease(void) {
   CF_NEEDS_SERVER();
   int st = in_child(huge_lease_child, 10000);
-  CHECK(st != CHILD_CHECK_FAILED && st != -1);
-  /* Known to fail sometimes, redlock: the validity of a grant adds the
-   * lease to the clock (src/redis/rlvote.c:150), a signed overflow for a
-   * huge lease (UBSan: exit status 1 under DLOCK_SANITIZE; it happens to
-   * work elsewhere). */
-  CF_CHECK_SOMETIMES("redlock", st == 0,
-                     "a huge lease overflows the grant's validity (UBSan)");
+  CHECK_EQ(st, 0);
 }
 
-/* An acquire without a wait limit that meets a server error no retry can
- * mend (the lease the server refuses) returns it, after 10 command
- * timeouts at the latest. */
+/* An acquire without a wait limit whose lease no server keeps returns
+ * DLOCK_EINVAL at once (refused before anything is sent), and so does a
+ * permit's; a watchdog lease past the bound fails the open. (A server's
+ * refusal that no retry can mend, met by a wait with no limit:
+ * test_redlock t_unlimited_wait_refused.) */
 static void unlimited_huge_lease(void) {
   dlock_client *c = cf_client(0);
   dlock_lock *l = NULL;
@@ -144,19 +143,31 @@ static void unlimited_huge_lease(void) {
   if (c == NULL || dlock_lock_new(c, name, NULL, &l) != 0) exit(1);
   int rc = dlock_lock_try_acquire(l, -1, INT64_MAX, NULL);
   if (rc == 0) dlock_lock_release(l);
+  CHECK_RC(rc, DLOCK_EINVAL);
   dlock_lock_free(l);
+  if (cf_has(DL_FEAT_PERMITS)) {
+    dlock_permits *p = NULL;
+    char id[DLOCK_PERMIT_ID_LEN];
+    CHECK_RC(dlock_permits_new(c, name, &p), 0);
+    CHECK_RC(dlock_permits_try_set(p, 1), 1);
+    CHECK_RC(dlock_permits_acquire(p, DLOCK_LEASE_MAX_MS + 1, id),
+             DLOCK_EINVAL);
+    CHECK(strstr(dlock_client_errmsg(c), "DLOCK_LEASE_MAX_MS") != NULL);
+    CHECK_EQ(dlock_permits_get_available(p), 1);
+    dlock_permits_free(p);
+  }
   dlock_client_close(c);
+  dlock_client_options o;
+  cf_options(&o, DLOCK_LEASE_MAX_MS + 1);
+  dlock_client *d = NULL;
+  CHECK_RC(dlock_client_open(&o, &d), DLOCK_EINVAL);
+  CHECK(d == NULL);
+  CHECK(strstr(dlock_client_open_errmsg(), "watchdog_timeout_ms") != NULL);
 }
 
 static void t_unlimited_wait_error(void) {
   CF_NEEDS_SERVER();
-  int st = in_child(unlimited_huge_lease, 3000);
-  CHECK(st != CHILD_CHECK_FAILED);
-  /* Expected failure, redlock: a wait with no limit retries the servers'
-   * "ERR value is not an integer or out of range" forever (redis:// and
-   * the others return DLOCK_ESERVER at once). */
-  CF_CHECK_XFAIL("redlock", st == 0,
-                 "an unlimited wait retries a server's refusal forever");
+  CHECK_EQ(in_child(unlimited_huge_lease, 3000), 0);
 }
 
 /* A huge wait (INT64_MAX ms) on a free lock: taken at once. In a process
@@ -180,14 +191,7 @@ static void huge_wait(void) {
 static void t_huge_wait(void) {
   CF_NEEDS_SERVER();
   int st = in_child(huge_wait, 5000);
-  CHECK(st != CHILD_CHECK_FAILED && st != -1);
-  /* Known to fail sometimes, every backend: dl_deadline (src/locks/kinds.c)
-   * adds the wait to the clock, a signed overflow for a huge wait
-   * (undefined behaviour: UBSan's "signed integer overflow" report and exit
-   * status 1 under DLOCK_SANITIZE=address,undefined; it happens to work
-   * elsewhere, hence "sometimes"). */
-  CF_CHECK_SOMETIMES("redis,redlock,zookeeper", st == 0,
-                     "a huge wait overflows the deadline (UBSan)");
+  CHECK_EQ(st, 0);
 }
 
 /* The run's URL with `tail` put into its query ("?x" or "&x"). */
@@ -212,9 +216,10 @@ static void t_unknown_url_option(void) {
   CHECK(strstr(msg, "nosuchoption") != NULL);
 }
 
-/* A URL of several servers naming one twice: refused, naming it (it would
- * count twice towards a quorum, or stand for a member that is not
- * there). */
+/* A URL of several servers naming one twice: refused with DLOCK_EINVAL,
+ * naming it, on every URL kind of several servers alike (it would count
+ * twice towards a quorum, or stand for a member that is not there: a
+ * typo for another goes unnoticed). */
 static void t_server_twice(void) {
   CF_NEEDS_SERVER();
   const char *kind = cf_dep.kind; /* (CF_HERE("redis") is the backend too) */
@@ -235,12 +240,9 @@ static void t_server_twice(void) {
   const char *msg = dlock_client_open_errmsg();
   fprintf(stderr, "    %s: %s %s\n", url, dlock_err_name(rc), msg);
   dlock_client_close(c);
-  /* Expected failure, sentinel, cluster, zk and etcd: a sentinel, a seed
-   * node or an ensemble member named twice is taken (only asked, never
-   * counted there, but a typo for another member goes unnoticed), where
-   * redlock:// refuses it. */
-  CF_CHECK_XFAIL("sentinel,cluster,zk,etcd", rc < 0 && strstr(msg, twice),
-                 "a server named twice is taken");
+  CHECK_RC(rc, DLOCK_EINVAL);
+  CHECK(c == NULL);
+  CHECK(strstr(msg, twice) != NULL && strstr(msg, "twice") != NULL);
 }
 
 const th_test cf_input_tests[] = {

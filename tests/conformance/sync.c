@@ -274,17 +274,10 @@ static void t_election(void) {
   CHECK_EQ(dlock_leader_has_leadership(la), 1);
   CHECK_EQ(dlock_leader_has_leadership(lb), 0);
   who[0] = '\0';
-  /* Known to fail sometimes, redlock (about 1 run in 4): get_leader
-   * answers "nobody takes part" (0) while a leader leads (likely it reads
-   * a server that the leader's quorum of 2 of 3 lacks). */
-  CF_CHECK_SOMETIMES("redlock",
-                     dlock_leader_get_current(lb, who, sizeof who) == 1,
-                     "get_leader finds no leader while one leads");
-  /* Expected failure, redlock: the election takes turns on redlock://'s
-   * mutex, the plain string lock, which stores no holder description, so
-   * the leader's id is "" (API.md: get_leader shows it on Redis). */
-  CF_CHECK_XFAIL("redlock", strcmp(who, "first") == 0,
-                 "dlock_leader_get_current names no leader (\"\")");
+  /* The leader, by name, while a rival tries its turns (on redlock:// a
+   * quorum's holder, not a server's that the rival's attempt holds). */
+  CHECK_EQ(dlock_leader_get_current(lb, who, sizeof who), 1);
+  CHECK(strcmp(who, "first") == 0);
   uint64_t t1 = 0, t2 = 0;
   CHECK_RC(dlock_leader_token(la, &t1), 0);
   CHECK_RC(dlock_leader_token(lb, &t2), DLOCK_ENOTOWNER);
@@ -297,14 +290,8 @@ static void t_election(void) {
   CHECK_RC(dlock_leader_token(lb, &t2), 0);
   CHECK(t2 > t1);
   who[0] = '\0';
-  /* Known to fail sometimes, redlock (about 1 run in 4): get_leader
-   * answers "nobody takes part" (0) while a leader leads (likely it reads
-   * a server that the leader's quorum of 2 of 3 lacks). */
-  CF_CHECK_SOMETIMES("redlock",
-                     dlock_leader_get_current(lb, who, sizeof who) == 1,
-                     "get_leader finds no leader while one leads");
-  CF_CHECK_XFAIL("redlock", strcmp(who, "second") == 0,
-                 "dlock_leader_get_current names no leader (\"\")");
+  CHECK_EQ(dlock_leader_get_current(lb, who, sizeof who), 1);
+  CHECK(strcmp(who, "second") == 0);
   dlock_leader_free(lb);
   dlock_client_close(a);
   dlock_client_close(b);

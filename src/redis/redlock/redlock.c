@@ -315,11 +315,9 @@ static void step(rl_op *o) {
       case OP_PING:
         if ((r = dl_rl_pinged(o)) == -2) return;
         break;
-      case OP_INSPECT: /* the first server that answers */
-        for (r = 0; r < o->B->n; r++)
-          if (o->rc[r] >= 0 && o->rc[r] != RC_PENDING) break;
-        if (r == o->B->n && o->await > 0) return;
-        if (r < o->B->n) {
+      case OP_INSPECT: /* the holder a quorum agrees on */
+        if ((r = dl_rl_inspected(o)) == -2) return;
+        if (r >= 0) {
           memcpy(o->snap, &o->snaps[r], sizeof *o->snap);
           r = o->rc[r];
         } else {
@@ -364,16 +362,23 @@ static void step(rl_op *o) {
     case ST_RELEASED: {
       dl_acquire *a = o->a;
       int64_t now = dl_now_ms();
-      /* A refusal that waiting cannot mend (a wrong password, ACL, TLS)
-       * ends the wait at once. */
+      /* A refusal that waiting cannot mend (a wrong password, ACL, TLS,
+       * a server error that is no passing state) ends the wait at once,
+       * also one with no limit. */
       int e = o->attempt_err;
-      bool final = e != 0 && e != DLOCK_ECONNECT && e != DLOCK_ECONNLOST &&
-                   e != DLOCK_ETIMEDOUT && e != DLOCK_EREADONLY &&
-                   e != DLOCK_ESERVER;
+      bool final = e != 0 && o->attempt_final;
       bool unreachable = o->B->n - o->unanswered < o->B->quorum;
       /* The release of what this attempt took, on the servers that
        * answered it, first (a stalled server's straggler gives back). */
       if (o->await > 0) return;
+      /* dlock_client_shutdown: the wait ends here, the pause between
+       * attempts (RL_RETRY_MAX_MS at most) being its next wake-up. */
+      if (a->wait && o->B->env.closing && atomic_load(o->B->env.closing) &&
+          !o->cancelled) {
+        finish(o, dl_seterr(o->B->env.err_owner, DLOCK_ECLOSED,
+                            "the client is closing"));
+        return;
+      }
       if (final && unreachable) {
         finish(o, dl_rl_quorum_error(o, e));
         return;

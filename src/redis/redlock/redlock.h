@@ -116,6 +116,7 @@ struct rl_op {
   int phase;        /* and what it sends */
   int unanswered;   /* the last attempt's servers that failed it */
   int attempt_err;  /* and the first of their errors */
+  bool attempt_final; /* which no retry mends (dl_rl_acquired) */
   int64_t t0;       /* this round's first send */
   uint64_t propose; /* an acquire round's proposed token */
   dl_backoff retry;
@@ -201,6 +202,13 @@ int dl_rl_forced(rl_op *o);
 int dl_rl_renewed(rl_op *o);
 int dl_rl_queried(rl_op *o);
 int dl_rl_pinged(rl_op *o);
+/* An inspect: the part whose snapshot is the answer, -1 when none
+ * answered (the error), or -2 while the answers to come could change it.
+ * A holder is shown when a quorum of servers has the lock held by that
+ * owner (the others may hold a rival's attempt that failed, or nothing);
+ * else, once no owner can reach a quorum, the first server's that found it
+ * free, or the first answer. */
+int dl_rl_inspected(const rl_op *o);
 
 /* ---- rlloop.c: a blocking client's loop thread ---- */
 /* A loop (the built-in driver) and its thread, not yet started: 0, or a

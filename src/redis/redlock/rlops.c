@@ -4,12 +4,9 @@
  * server (a part), each on that loop. */
 #include "redlock.h"
 
-#include <netdb.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 /* ---- the backend's entries ---- */
 static int check(redlock *B, bool async) {
@@ -470,64 +467,17 @@ static void server_name(const dl_endpoint *ep, char *out, size_t size) {
     snprintf(out, size, "%s:%d", ep->host, ep->port);
 }
 
-/* Whether two resolved addresses are the same host (ports aside). */
-static bool same_addr(const struct addrinfo *x, const struct addrinfo *y) {
-  if (x->ai_family != y->ai_family) return false;
-  if (x->ai_family == AF_INET)
-    return memcmp(&((const struct sockaddr_in *)(void *)x->ai_addr)->sin_addr,
-                  &((const struct sockaddr_in *)(void *)y->ai_addr)->sin_addr,
-                  sizeof(struct in_addr)) == 0;
-  if (x->ai_family == AF_INET6)
-    return memcmp(&((const struct sockaddr_in6 *)(void *)x->ai_addr)->sin6_addr,
-                  &((const struct sockaddr_in6 *)(void *)y->ai_addr)->sin6_addr,
-                  sizeof(struct in6_addr)) == 0;
-  return false;
-}
-
-/* Whether a and b are the same server: the same socket path, or a TCP
- * address in common once their names are resolved (localhost:P and
- * 127.0.0.1:P are one server). A name that does not resolve is compared as
- * written (the connect reports it). */
-static bool same_server(const dl_endpoint *a, const dl_endpoint *b) {
-  if (a->unix_path || b->unix_path)
-    return a->unix_path && b->unix_path &&
-           strcmp(a->unix_path, b->unix_path) == 0;
-  if (a->port != b->port) return false;
-  if (strcmp(a->host, b->host) == 0) return true;
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ra = NULL, *rb = NULL;
-  bool same = false;
-  if (getaddrinfo(a->host, NULL, &hints, &ra) == 0 &&
-      getaddrinfo(b->host, NULL, &hints, &rb) == 0)
-    for (struct addrinfo *x = ra; x && !same; x = x->ai_next)
-      for (struct addrinfo *y = rb; y && !same; y = y->ai_next)
-        same = same_addr(x, y);
-  if (ra) freeaddrinfo(ra);
-  if (rb) freeaddrinfo(rb);
-  return same;
-}
-
 /* A server named twice would count twice towards the quorum (a quorum of
- * one): DLOCK_EINVAL naming both spellings, or 0. */
+ * one): DLOCK_EINVAL naming both spellings (dl_url_distinct), or 0. */
 static int distinct(redlock *B) {
-  for (int i = 1; i < B->n; i++)
-    for (int j = 0; j < i; j++) {
-      const dl_endpoint *a = &((dl_redis *)B->part[j])->cfg.ep,
-                        *b = &((dl_redis *)B->part[i])->cfg.ep;
-      if (!same_server(a, b)) continue;
-      char na[300], nb[300];
-      server_name(a, na, sizeof na);
-      server_name(b, nb, sizeof nb);
-      if (strcmp(na, nb) == 0)
-        return dl_seterr(NULL, DLOCK_EINVAL,
-                         "redlock:// names the server %s twice (servers %d "
-                         "and %d): each must be a different server",
-                         na, j + 1, i + 1);
-      return dl_seterr(NULL, DLOCK_EINVAL,
-                       "redlock:// names one server twice: %s (server %d) "
-                       "and %s (server %d) are the same address",
-                       na, j + 1, nb, i + 1);
-    }
-  return 0;
+  dl_server_name sv[RL_MAX];
+  for (int i = 0; i < B->n; i++) {
+    const dl_endpoint *ep = &((dl_redis *)B->part[i])->cfg.ep;
+    sv[i] = (dl_server_name){ep->host, ep->port, ep->unix_path};
+  }
+  char err[700];
+  int rc = dl_url_distinct("redlock://", sv, B->n, err, sizeof err);
+  return rc ? dl_seterr(NULL, rc, "%s", err) : 0;
 }
 
 int dl_redlock_backend_new(const dlock_client_options *opts,

@@ -66,6 +66,23 @@ static bool refusal(int rc) {
          rc == DLOCK_ENOTOWNER;
 }
 
+/* Whether part i's error may pass when the acquire tries again: a lost or
+ * refused connection, no answer in time, a demoted master (READONLY), or
+ * a server error that says it passes (LOADING, BUSY, MASTERDOWN,
+ * TRYAGAIN, CLUSTERDOWN), as redis:// rides them out. Anything else (a
+ * refusal, a wrong password, "ERR value is not an integer or out of
+ * range", NOREPLICAS) is the same answer next time: the wait ends. */
+static bool mendable(const rl_op *o, int i) {
+  int rc = o->rc[i];
+  if (rc == DLOCK_ECONNECT || rc == DLOCK_ECONNLOST || rc == DLOCK_ETIMEDOUT ||
+      rc == DLOCK_EREADONLY)
+    return true;
+  if (rc != DLOCK_ESERVER) return false;
+  const char *m = o->emsg[i];
+  return strstr(m, "LOADING") || strstr(m, "BUSY") || strstr(m, "MASTERDOWN") ||
+         strstr(m, "TRYAGAIN") || strstr(m, "CLUSTERDOWN");
+}
+
 /* The refusal a quorum of servers answered alike (*count of them, the
  * first part *first), or 0. */
 static int quorum_refusal(const rl_op *o, int *first, int *count) {
@@ -155,13 +172,19 @@ int dl_rl_acquired(rl_op *o) {
   o->attempt_err = 0;
   /* The servers that failed it (not those still to answer a round the
    * answers so far decided: a quorum may still be reachable). */
+  o->attempt_final = false;
   for (int i = 0; i < B->n; i++)
     if (o->rc[i] < 0) {
       o->unanswered++;
-      if (o->attempt_err == 0) o->attempt_err = o->rc[i];
+      if (o->attempt_err != 0) continue;
+      o->attempt_err = o->rc[i];
+      o->attempt_final = !mendable(o, i);
     }
   int refused = dl_rl_refused(o);
-  if (refused) o->attempt_err = refused; /* final: the wait ends */
+  if (refused) { /* final: the wait ends */
+    o->attempt_err = refused;
+    o->attempt_final = true;
+  }
   o->qmsg[0] = '\0';
   if (B->n - o->unanswered < B->quorum) quorum_msg(o); /* this attempt's */
   if (ok < B->quorum || valid <= dl_now_ms()) return 0;
@@ -286,4 +309,31 @@ int dl_rl_pinged(rl_op *o) {
     up += o->rc[i] == 0;
   if (up >= o->B->quorum) return 0;
   return up + o->await < o->B->quorum ? dl_rl_quorum_error(o, 0) : -2;
+}
+
+/* How many answered parts show the lock held by part i's owner. */
+static int held_alike(const rl_op *o, int i) {
+  int same = 0;
+  for (int j = 0; j < o->B->n; j++)
+    same += o->rc[j] >= 0 && o->rc[j] != RC_PENDING && o->snaps[j].held &&
+            strcmp(o->snaps[j].owner, o->snaps[i].owner) == 0;
+  return same;
+}
+
+int dl_rl_inspected(const rl_op *o) {
+  redlock *B = o->B;
+  int first = -1, free_at = -1, most = 0;
+  for (int i = 0; i < B->n; i++) {
+    if (o->rc[i] < 0 || o->rc[i] == RC_PENDING) continue;
+    if (first < 0) first = i;
+    if (!o->snaps[i].held) {
+      if (free_at < 0) free_at = i;
+      continue;
+    }
+    int same = held_alike(o, i);
+    if (same >= B->quorum) return i;
+    if (same > most) most = same;
+  }
+  if (o->await > 0 && (first < 0 || most + o->await >= B->quorum)) return -2;
+  return free_at >= 0 ? free_at : first;
 }
