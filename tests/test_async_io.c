@@ -161,6 +161,21 @@ static void eval_noscript(int kind) {
                       on_reply, &g, &err) != NULL);
   CHECK(td_run_until(&s.t, &g.done, 3000));
   CHECK(g.rc < 0);
+  /* The EVAL carries the EVALSHA's keys and arguments: a lock taken. */
+  memset(&g, 0, sizeof g);
+  CHECK(send_cmd(&s, &g, 0, 2, flush, &err) != NULL);
+  CHECK(td_run_until(&s.t, &g.done, 3000));
+  const char *lkeys[] = {"b", "b:t", "b:h"}, *largs[] = {"10000", "o:1"};
+  memset(&g, 0, sizeof g);
+  CHECK(dl_aconn_eval(s.c, DL_SCRIPT_LOCK_ACQUIRE, 3, lkeys, 2, largs, 0,
+                      on_reply, &g, &err) != NULL);
+  CHECK(td_run_until(&s.t, &g.done, 3000));
+  CHECK_RC(g.rc, 0);
+  CHECK(g.num > 0); /* the token */
+  CHECK_EQ(th_cmd_int(&th_srv, "HEXISTS b o:1"), 1);
+  CHECK(th_cmd_int(&th_srv, "PTTL b") > 5000);
+  CHECK_EQ(th_calls(&th_srv, "eval"), 2);
+  freeReplyObject(th_cmd(&th_srv, "DEL b b:t"));
   setup_close(&s);
 }
 TD_DRIVERS(eval_noscript)

@@ -31,7 +31,8 @@ void *dl_op_new(dlock_client *c, size_t size, bool has, const char *what,
 }
 
 void dl_op_finish(dlock_op *op, int rc, uint64_t token) {
-  char msg[512] = "";
+  char msg[512];
+  msg[0] = '\0'; /* not = "": that zeroes 512 bytes every call */
   if (rc < 0) snprintf(msg, sizeof msg, "%s", dlock_client_errmsg(op->c));
   dl_op_unwait(op);
   op->cb(rc, token, msg, op->ud);
@@ -101,7 +102,8 @@ typedef struct lock_op {
 
 void dl_lock_op_finish(dlock_op *op, dlock_lock *l, int rc,
                        uint64_t token) {
-  char msg[512] = "";
+  char msg[512];
+  msg[0] = '\0';
   if (rc < 0) snprintf(msg, sizeof msg, "%s", dlock_client_errmsg(op->c));
   if (l) dl_lock_op_end(l); /* may free an orphaned handle */
   if (rc < 0) dl_seterr(op->c, rc, "%s", msg);

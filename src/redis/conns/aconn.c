@@ -184,8 +184,8 @@ static void on_reply(dl_aconn *c, redisReply *reply) {
     return;
   }
   dl_aq_del(&c->infl, r);
-  if (r->fn && r->script >= 0 && r->kv != NULL && dl_reply_noscript(reply)) {
-    /* SCRIPT FLUSH or a restart: the body once (kv freed: only once). */
+  if (r->fn && r->script >= 0 && r->sha && dl_reply_noscript(reply)) {
+    /* SCRIPT FLUSH or a restart: the body once. */
     freeReplyObject(reply);
     dl_aq_resend_eval(c, r);
     return;

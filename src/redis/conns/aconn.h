@@ -36,12 +36,11 @@ struct dl_areq {
   dl_reply_fn fn; /* NULL once timed out or cancelled */
   void *ud;
   dl_timer deadline;
-  /* An eval's: the script, and its keys and args (copied: one block) for
-   * the NOSCRIPT fallback to EVAL; script -1 for a plain command. */
+  /* An eval's script, for the NOSCRIPT fallback to EVAL (made from cmd,
+   * whose keys and args it keeps); script -1 for a plain command. */
   int script;
   bool ro_resent; /* went again after a READONLY reply (Sentinel) */
-  int nkeys, nargs;
-  char **kv;
+  bool sha;       /* sent as EVALSHA: may go once more as EVAL */
 };
 
 struct dl_aconn {

@@ -6,6 +6,9 @@
  * and is dropped, so that the others' replies still match. */
 #include "aconn.h"
 
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void dl_aq_push(rq *q, dl_areq *r, int where) {
@@ -28,7 +31,6 @@ void dl_aq_del(rq *q, dl_areq *r) {
 
 void dl_aq_free(dl_areq *r) {
   free(r->cmd);
-  free(r->kv);
   free(r);
 }
 
@@ -148,26 +150,6 @@ dl_areq *dl_aconn_send(dl_aconn *c, int argc, const char **argv,
   return *err ? NULL : r;
 }
 
-/* Copies keys and args into one block: the pointers, then the strings. */
-static char **copy_kv(int nkeys, const char *const *keys, int nargs,
-                      const char *const *args) {
-  int n = nkeys + nargs;
-  size_t size = (size_t)n * sizeof(char *);
-  for (int i = 0; i < n; i++)
-    size += strlen(i < nkeys ? keys[i] : args[i - nkeys]) + 1;
-  char **kv = malloc(size ? size : 1);
-  if (kv == NULL) return NULL;
-  char *p = (char *)(kv + n);
-  for (int i = 0; i < n; i++) {
-    const char *src = i < nkeys ? keys[i] : args[i - nkeys];
-    size_t len = strlen(src) + 1;
-    memcpy(p, src, len);
-    kv[i] = p;
-    p += len;
-  }
-  return kv;
-}
-
 dl_areq *dl_aconn_eval(dl_aconn *c, int script, int nkeys, const char **keys,
                        int nargs, const char **args, int64_t deadline,
                        dl_reply_fn fn, void *ud, int *err) {
@@ -184,30 +166,50 @@ dl_areq *dl_aconn_eval(dl_aconn *c, int script, int nkeys, const char **keys,
   if (r == NULL) return NULL;
   r->ping = ping;
   r->script = script;
-  r->nkeys = nkeys;
-  r->nargs = nargs;
-  r->kv = copy_kv(nkeys, keys, nargs, args);
-  if (r->kv == NULL) {
-    dl_aq_free(r);
-    *err = dl_seterr(c->cfg->err_owner, DLOCK_ENOMEM, "out of memory");
-    return NULL;
-  }
+  r->sha = true;
   *err = enqueue(c, r, deadline);
   return *err ? NULL : r;
+}
+
+/* cmd (an EVALSHA as dl_resp_format made it) as an EVAL of body: the
+ * same array with its first two strings (EVALSHA, the hash) replaced,
+ * into *out (malloc'd). Returns its length, or -1 (out of memory). */
+static int eval_of(const char *cmd, size_t len, const char *body, char **out) {
+  const char *p = strchr(cmd, '\n') + 1; /* after "*<argc>\r\n" */
+  size_t head = (size_t)(p - cmd);
+  for (int i = 0; i < 2; i++) { /* "$<n>\r\n<n bytes>\r\n" */
+    size_t n = (size_t)strtoull(p + 1, NULL, 10);
+    p = strchr(p, '\n') + 1 + n + 2;
+  }
+  size_t rest = len - (size_t)(p - cmd), blen = strlen(body);
+  char num[24];
+  int nl = snprintf(num, sizeof num, "%zu", blen);
+  size_t total = head + 10 + 1 + (size_t)nl + 2 + blen + 2 + rest;
+  char *e = total > INT_MAX ? NULL : malloc(total + 1);
+  if (e == NULL) return -1;
+  char *q = e;
+  memcpy(q, cmd, head);
+  q += head;
+  memcpy(q, "$4\r\nEVAL\r\n$", 11);
+  q += 11;
+  memcpy(q, num, (size_t)nl);
+  q += nl;
+  memcpy(q, "\r\n", 2);
+  memcpy(q + 2, body, blen);
+  q += 2 + blen;
+  memcpy(q, "\r\n", 2);
+  memcpy(q + 2, p, rest);
+  q[2 + rest] = '\0';
+  *out = e;
+  return (int)total;
 }
 
 /* The script's body once, for a request that got NOSCRIPT: r goes out
  * again as EVAL, the same request (its handle and deadline stand). */
 void dl_aq_resend_eval(dl_aconn *c, dl_areq *r) {
-  dl_evargv v;
-  const char *const *kv = (const char *const *)r->kv;
-  int argc = dl_evargv_build(r->script, true, r->nkeys, kv, r->nargs,
-                             kv + r->nkeys, &v);
   char *cmd = NULL;
-  int len = argc < 0 ? -1 : dl_resp_format(&cmd, argc, v.argv, v.lens);
-  if (argc >= 0) dl_evargv_free(&v);
-  free(r->kv);
-  r->kv = NULL; /* a second NOSCRIPT is an error like any other */
+  int len = eval_of(r->cmd, r->len, dl_script_of(r->script)->body, &cmd);
+  r->sha = false; /* a second NOSCRIPT is an error like any other */
   if (len < 0) {
     set_msg(c, DLOCK_ENOMEM, "out of memory");
     dl_aq_finish(c, r, DLOCK_ENOMEM, NULL);

@@ -138,39 +138,61 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
   const dl_lock_ref *l = a->lock;
   char lease[DL_INT_BUF], count[DL_INT_BUF];
   dl_fmt_ll(lease, a->lease_ms);
-  dl_fmt_ll(count, a->held);
   o->st = next;
   o->sent = dl_now_ms();
   if (is_rw(l)) return rw_send(o, lease);
   /* A server of a Redlock: its restart delay, ARGV[10], and the token
-   * proposed, ARGV[11] (see the script). */
+   * proposed, ARGV[11] (see the script). Only what is sent is formatted
+   * (the hot path). */
   char young[DL_INT_BUF], propose[DL_INT_BUF];
-  dl_fmt_ll(young, o->R->restart_delay_ms);
-  dl_fmt_ll(propose, (long long)a->propose);
   int extra = a->propose ? 11 : o->R->restart_delay_ms > 0 ? 10 : 0;
+  if (extra) {
+    dl_fmt_ll(young, o->R->restart_delay_ms);
+    dl_fmt_ll(propose, (long long)a->propose);
+  }
   if (l->kind == DL_KIND_PLAIN) {
     char ptk[DL_DERIVED_MAX];
     const char *pkeys[] = {l->key, TOKEN_KEY(l, ptk)};
     const char *pargs[] = {lease, l->owner, a->info, count, "",     "",
                            "",    "",       "",      young, propose};
+    dl_fmt_ll(count, a->held);
     return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, 2,
                               pkeys, extra ? extra : 4, pargs);
   }
   bool fair = l->kind == DL_KIND_FAIR;
+  /* A plain lock's first attempt sends only what it needs: every
+   * argument carried costs the server about as much as a fifth of a
+   * command (tests/test_cost.sh), so the defaults at the end (no holder
+   * info, no count, not starving) are left out. */
+  int nkeys = fair || enqueue ? 5 : 3;
+  int nargs = fair ? (extra ? extra : 8) : enqueue ? 12 : extra ? extra : 6;
+  if (nargs == 6 && !o->starving)
+    nargs = a->held != 0 ? 4 : a->info[0] ? 3 : 2;
   char tk[DL_DERIVED_MAX], hk[DL_DERIVED_MAX], qk[DL_DERIVED_MAX],
       tok[DL_DERIVED_MAX];
-  const char *keys[] = {l->key, TOKEN_KEY(l, tk), HANDOFF_KEY(l, hk),
-                        fair ? QUEUE_KEY(l, qk) : GRANT_QUEUE_KEY(l, qk),
-                        fair ? TIMEOUT_KEY(l, tok) : GRANT_WAITERS_KEY(l, tok)};
+  const char *keys[] = {l->key, TOKEN_KEY(l, tk), HANDOFF_KEY(l, hk), qk, tok};
+  if (nkeys == 5) {
+    if (fair) {
+      QUEUE_KEY(l, qk);
+      TIMEOUT_KEY(l, tok);
+    } else {
+      GRANT_QUEUE_KEY(l, qk);
+      GRANT_WAITERS_KEY(l, tok);
+    }
+  }
   char reserve[DL_INT_BUF], stale[DL_INT_BUF], alive[DL_INT_BUF],
       claim[DL_INT_BUF];
-  dl_fmt_ll(reserve, RESERVE_MS);
-  dl_fmt_ll(stale, l->fair_stale_ms);
-  dl_fmt_ll(alive, 3 * grant_beat(o, o->sent));
-  /* A grant lasts this long, until claimed (ACQ_CLAIMED): a waiter that
-   * died an instant before a release that still heard it blocks no more. */
-  int64_t cto = o->R->env.command_timeout_ms;
-  dl_fmt_ll(claim, a->lease_ms < cto ? a->lease_ms : cto);
+  if (nargs >= 4) dl_fmt_ll(count, a->held);
+  if (nargs >= 6) dl_fmt_ll(reserve, RESERVE_MS);
+  if (nargs >= 7) dl_fmt_ll(stale, l->fair_stale_ms);
+  if (nargs >= 9) dl_fmt_ll(alive, 3 * grant_beat(o, o->sent));
+  if (nargs >= 12) {
+    /* A grant lasts this long, until claimed (ACQ_CLAIMED): a waiter that
+     * died an instant before a release that still heard it blocks no
+     * more. */
+    int64_t cto = o->R->env.command_timeout_ms;
+    dl_fmt_ll(claim, a->lease_ms < cto ? a->lease_ms : cto);
+  }
   const char *args[] = {lease,
                         l->owner,
                         a->info,
@@ -183,14 +205,6 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
                         extra >= 10 ? young : "",
                         extra >= 11 ? propose : "",
                         claim};
-  /* A plain lock's first attempt sends only what it needs: every
-   * argument carried costs the server about as much as a fifth of a
-   * command (tests/test_cost.sh), so the defaults at the end (no holder
-   * info, no count, not starving) are left out. */
-  int nkeys = fair || enqueue ? 5 : 3;
-  int nargs = fair ? (extra ? extra : 8) : enqueue ? 12 : extra ? extra : 6;
-  if (nargs == 6 && !o->starving)
-    nargs = a->held != 0 ? 4 : a->info[0] ? 3 : 2;
   return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, nkeys,
                             keys, nargs, args);
 }

@@ -43,7 +43,9 @@ static int rel_send(dl_rlock_rel *o) {
   dl_redis *R = o->R;
   const dl_lock_ref *l = o->l;
   char lease[DL_INT_BUF], cnt[DL_INT_BUF], keep[DL_INT_BUF];
-  dl_fmt_ll(lease, o->lease_ms);
+  /* The lease goes out only above a count of 1, or on a retry (but
+   * always for a read-write lock). */
+  if (o->count > 1 || o->retry || is_rw(l)) dl_fmt_ll(lease, o->lease_ms);
   dl_fmt_ll(cnt, o->count);
   dl_fmt_ll(keep, (long long)LATCH_TIMEOUTS * R->env.command_timeout_ms +
                       RELEASE_RIDE_MS);
