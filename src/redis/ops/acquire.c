@@ -77,7 +77,8 @@ typedef struct acq_op {
   uint64_t seen;
   int64_t ttl, sent;
   int64_t queued_sent; /* when the last attempt that queued us went */
-  bool reserved, grants, queued, starving, again, left;
+  /* deaf: the last attempt went before our subscription was confirmed */
+  bool reserved, grants, queued, starving, again, left, deaf;
   dl_sub *sub, *grant;
   dl_backoff poll;   /* a plain string lock's polling */
   int64_t ride;      /* the last pause riding out a failover (0: none yet) */
@@ -141,6 +142,7 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
   dl_fmt_ll(count, a->held);
   o->st = next;
   o->sent = dl_now_ms();
+  o->deaf = !o->sub || o->R->link->ops->sub_grant(o->R->link, o->sub, 0) < 0;
   if (is_rw(l)) return rw_send(o, lease);
   /* A server of a Redlock: its restart delay, ARGV[10], and the token
    * proposed, ARGV[11] (see the script). */
@@ -167,8 +169,8 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
   dl_fmt_ll(reserve, RESERVE_MS);
   dl_fmt_ll(stale, l->fair_stale_ms);
   dl_fmt_ll(alive, 3 * grant_beat(o, o->sent));
-  /* A grant lasts this long, until claimed (ACQ_CLAIMED): a waiter that
-   * died an instant before a release that still heard it blocks no more. */
+  /* A grant lasts this long until claimed (ACQ_CLAIMED): a dead waiter
+   * that a release still heard blocks no more. */
   int64_t cto = o->R->env.command_timeout_ms;
   dl_fmt_ll(claim, a->lease_ms < cto ? a->lease_ms : cto);
   const char *args[] = {lease,
@@ -424,13 +426,12 @@ static int acq_step(acq_op *o) {
       if (!o->starving && !o->queued && o->grants && R->env.starvation_ms > 0 &&
           o->start + R->env.starvation_ms + 1 < until)
         until = o->start + R->env.starvation_ms + 1;
-      /* A queued waiter proves it is alive, and renews the lease it will
-       * be granted with, often enough (the hold's validity counts from its
-       * last attempt). */
+      /* A queued waiter proves it is alive often enough. */
       if (o->queued && o->sent + grant_beat(o, o->sent) < until)
         until = o->sent + grant_beat(o, o->sent);
-      /* A plain string lock may be freed by a peer without a message. */
-      if (l->kind == DL_KIND_PLAIN) {
+      /* A plain string lock may be freed by a peer without a message; a
+       * release after an attempt sent while deaf may have gone unheard. */
+      if (l->kind == DL_KIND_PLAIN || o->deaf) {
         int64_t max = R->env.backoff_max_ms > 0 ? R->env.backoff_max_ms
                                                 : PLAIN_POLL_MAX_MS;
         int64_t at = now + dl_backoff_next(&o->poll, max);
