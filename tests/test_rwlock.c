@@ -217,6 +217,63 @@ static void t_interop_redisson_reader(void) {
 
 /* Each holder's description shows in inspect, as given, and goes with its
  * hold; the value is never a bare number (Redisson loops over those). */
+typedef struct acq_arg {
+  dlock_lock *l;
+  int64_t wait_ms;
+  int rc;
+} acq_arg;
+
+static void *acq_thread(void *p) {
+  acq_arg *g = p;
+  g->rc = dlock_lock_try_acquire(g->l, g->wait_ms, 10000, NULL);
+  return NULL;
+}
+
+static bool tried_twice(void *arg) {
+  (void)arg;
+  return th_calls(&th_srv, "evalsha") + th_calls(&th_srv, "eval") >= 2;
+}
+
+static void t_unheard_writer_polls(void) {
+  /* A waiter whose subscription the server has not confirmed (its
+   * subscriber connection still coming up; here its ACL refuses it
+   * SUBSCRIBE) hears no release: it polls until it would, and
+   * takes the lock soon after the release. Before, it slept until the
+   * holder's lease ran out (5 s here), as the conformance suite's writers
+   * did now and then on a loaded machine (the first wait of a new client). */
+  th_cmd_int(&th_srv,
+             "ACL SETUSER deaf on >pw ~* allchannels +@all -subscribe");
+  side a;
+  CHECK(open_side(&a, "rw:deaf", 0));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = th_srv.url;
+  o.username = "deaf";
+  o.password = "pw";
+  o.command_timeout_ms = 300; /* how long it waits for a confirmation */
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_rwlock *rw;
+  CHECK_RC(dlock_rwlock_new(c, "rw:deaf", "o", &rw), 0);
+  CHECK_RC(dlock_lock_acquire(a.w, 5000, NULL), 0);
+  freeReplyObject(th_cmd(&th_srv, "CONFIG RESETSTAT"));
+  acq_arg g = {dlock_rwlock_write(rw), 10000, -100};
+  pthread_t th;
+  pthread_create(&th, NULL, acq_thread, &g);
+  CHECK(th_wait_for(tried_twice, NULL, 3000)); /* it waits, unheard */
+  int64_t t0 = th_now_ms();
+  CHECK_EQ(dlock_lock_release(a.w), 1);
+  pthread_join(th, NULL);
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    taken %lld ms after the release\n", (long long)took);
+  CHECK_RC(g.rc, 0);
+  CHECK(took < th_soon(1000));
+  CHECK_EQ(dlock_lock_release(dlock_rwlock_write(rw)), 1);
+  dlock_rwlock_free(rw);
+  dlock_client_close(c);
+  close_side(&a);
+}
+
 static void t_inspect_describes_holders(void) {
   side a, b;
   CHECK(open_side(&a, "rw:info", 0) && open_side(&b, "rw:info", 0));
@@ -300,4 +357,5 @@ static void t_rwlock_object_borrowed_handles(void) {
 
 TH_MAIN(T(t_readers_or_one_writer), T(t_downgrade_and_upgrade), T(t_wakeups),
         T(t_watchdog_renews_readers), T(t_interop_redisson_reader),
-        T(t_inspect_describes_holders), T(t_rwlock_object_borrowed_handles))
+        T(t_unheard_writer_polls), T(t_inspect_describes_holders),
+        T(t_rwlock_object_borrowed_handles))

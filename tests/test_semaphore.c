@@ -336,6 +336,63 @@ static void t_semaphore_interop(void) {
   dlock_client_close(c);
 }
 
-TH_MAIN(T(t_semaphore_basics), T(t_semaphore_misuse), T(t_semaphore_int_range),
+typedef struct take_arg {
+  dlock_semaphore *s;
+  int rc;
+} take_arg;
+
+static void *take_one(void *p) {
+  take_arg *g = p;
+  g->rc = dlock_semaphore_try_acquire(g->s, 1, 10000);
+  return NULL;
+}
+
+static bool tried_twice(void *arg) {
+  (void)arg;
+  return th_calls(&th_srv, "evalsha") + th_calls(&th_srv, "eval") >= 2;
+}
+
+static void t_semaphore_unheard_waiter_polls(void) {
+  /* A waiter whose subscription the server has not confirmed (its
+   * subscriber connection still coming up; here its ACL refuses it
+   * SUBSCRIBE) hears no release: it polls until it would, and takes the
+   * permit soon after the release. Before, it slept until its wait ran
+   * out (10 s). */
+  th_cmd_int(&th_srv,
+             "ACL SETUSER deaf on >pw ~* allchannels +@all -subscribe");
+  dlock_client *a = th_client(&th_srv, 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = th_srv.url;
+  o.username = "deaf";
+  o.password = "pw";
+  o.command_timeout_ms = 300; /* how long it waits for a confirmation */
+  dlock_client *c = th_client_opts(&o);
+  CHECK(a && c);
+  dlock_semaphore *sa, *sc;
+  CHECK_RC(dlock_semaphore_new(a, "s:deaf", &sa), 0);
+  CHECK_RC(dlock_semaphore_new(c, "s:deaf", &sc), 0);
+  CHECK_EQ(dlock_semaphore_try_set_permits(sa, 1), 1);
+  CHECK_RC(dlock_semaphore_try_acquire(sa, 1, 0), 0);
+  freeReplyObject(th_cmd(&th_srv, "CONFIG RESETSTAT"));
+  take_arg g = {sc, -100};
+  pthread_t th;
+  pthread_create(&th, NULL, take_one, &g);
+  CHECK(th_wait_for(tried_twice, NULL, 3000)); /* it waits, unheard */
+  int64_t t0 = th_now_ms();
+  CHECK(dlock_semaphore_release(sa, 1) >= 0);
+  pthread_join(th, NULL);
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    taken %lld ms after the release\n", (long long)took);
+  CHECK_RC(g.rc, 0);
+  CHECK(took < th_soon(1000));
+  dlock_semaphore_free(sa);
+  dlock_semaphore_free(sc);
+  dlock_client_close(a);
+  dlock_client_close(c);
+}
+
+TH_MAIN(T(t_semaphore_unheard_waiter_polls), T(t_semaphore_basics),
+        T(t_semaphore_misuse), T(t_semaphore_int_range),
         T(t_semaphore_admission), T(t_semaphore_release_wakes),
         T(t_semaphore_contended_release_pings_first), T(t_semaphore_interop))

@@ -246,7 +246,9 @@ void dl_subs_connected(dl_subs *t) {
       s->active = true;
       send_sub(t, s, "SUBSCRIBE");
       /* A waiter heard nothing while down: it tries again. (Not after the
-       * first connect: no waiter got past a confirmation before it.) */
+       * first connect: a waiter whose last try went before the
+       * confirmation polls until one goes after it, ops/acquire.c and
+       * ops/backend.c.) */
       if (again) wake(t, s, true);
       /* Whatever was taken away meanwhile went unheard: check it all. */
       if (s->notice) s->notice(s->notice_ud, NULL, 0);

@@ -77,7 +77,8 @@ typedef struct acq_op {
   uint64_t seen;
   int64_t ttl, sent;
   int64_t queued_sent; /* when the last attempt that queued us went */
-  bool reserved, grants, queued, starving, again, left;
+  /* deaf: the last attempt went before our subscription was confirmed */
+  bool reserved, grants, queued, starving, again, left, deaf;
   dl_sub *sub, *grant;
   dl_backoff poll;   /* a plain string lock's polling */
   int64_t ride;      /* the last pause riding out a failover (0: none yet) */
@@ -140,6 +141,7 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
   dl_fmt_ll(lease, a->lease_ms);
   o->st = next;
   o->sent = dl_now_ms();
+  o->deaf = !o->sub || o->R->link->ops->sub_grant(o->R->link, o->sub, 0) < 0;
   if (is_rw(l)) return rw_send(o, lease);
   /* A server of a Redlock: its restart delay, ARGV[10], and the token
    * proposed, ARGV[11] (see the script). Only what is sent is formatted
@@ -442,13 +444,12 @@ static int acq_step(acq_op *o) {
       if (!o->starving && !o->queued && o->grants && R->env.starvation_ms > 0 &&
           o->start + R->env.starvation_ms + 1 < until)
         until = o->start + R->env.starvation_ms + 1;
-      /* A queued waiter proves it is alive, and renews the lease it will
-       * be granted with, often enough (the hold's validity counts from its
-       * last attempt). */
+      /* A queued waiter proves it is alive often enough. */
       if (o->queued && o->sent + grant_beat(o, o->sent) < until)
         until = o->sent + grant_beat(o, o->sent);
-      /* A plain string lock may be freed by a peer without a message. */
-      if (l->kind == DL_KIND_PLAIN) {
+      /* A plain string lock may be freed by a peer without a message; a
+       * release after an attempt sent while deaf may have gone unheard. */
+      if (l->kind == DL_KIND_PLAIN || o->deaf) {
         int64_t max = R->env.backoff_max_ms > 0 ? R->env.backoff_max_ms
                                                 : PLAIN_POLL_MAX_MS;
         int64_t at = now + dl_backoff_next(&o->poll, max);

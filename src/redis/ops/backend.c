@@ -183,6 +183,8 @@ int dl_redis_wait_start(dl_waiter *w) {
   w->p.reply = NULL;
   w->p.sub = NULL;
   w->st = W_TRIED;
+  w->deaf = true;
+  dl_backoff_init(&w->poll);
   if (w->kind->send(w) == DL_PENDING) return DL_PENDING;
   return dl_redis_wait_step(w);
 }
@@ -207,6 +209,12 @@ int dl_redis_wait_step(dl_waiter *w) {
       int64_t until = w->deadline;
       if (w->recheck_ms >= 0 && now + w->recheck_ms < until)
         until = now + w->recheck_ms;
+      if (w->deaf) {
+        int64_t at = now + dl_backoff_next(&w->poll, r->env.backoff_max_ms > 0
+                                                         ? r->env.backoff_max_ms
+                                                         : 64);
+        if (at < until) until = at;
+      }
       w->st = W_WAITED;
       if (dl_redis_step_sub_wait(r, &w->p, w->sub, until, w->start, NULL) ==
           DL_PENDING)
@@ -231,6 +239,7 @@ int dl_redis_wait_step(dl_waiter *w) {
     /* Subscribed, or woken: try again. */
     w->tries++;
     w->st = W_TRIED;
+    w->deaf = !w->sub || ops->sub_grant(r->link, w->sub, NULL) < 0;
     if (w->kind->send(w) == DL_PENDING) return DL_PENDING;
   }
 out:

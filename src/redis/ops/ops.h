@@ -274,6 +274,11 @@ struct dl_waiter {
   int st, rc, tries;
   int64_t start, recheck_ms;
   dl_sub *sub;
+  /* The last try went before the server confirmed the subscription (its
+   * connection still coming up, or back): a message since may have gone
+   * unheard, so the wait polls (`poll`) until a try goes after it. */
+  bool deaf;
+  dl_backoff poll;
   dl_pend p;
 };
 /* Starts w (its inputs set) and runs it until it waits on a step
