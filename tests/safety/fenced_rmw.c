@@ -11,6 +11,10 @@
  *              victim's is refused with DLOCK_ESTALE, none is lost;
  *   held       dlock_fence_set_held: refused as well (the lock is not the
  *              victim's any more: DLOCK_ELOST), none is lost.
+ * On redlock:// (whose servers keep no fenced resource: DLOCK_ENOTSUP) the
+ * guard is the strongest form docs/SAFETY.md gives: the Redlock's token
+ * handed to a fenced resource in one store, here the first server seen as
+ * redis://; no held run (the lock and the resource are not in one store).
  *
  *   test_fenced_rmw KIND   (a th_deploy kind: redis, cluster, zk, etcd...;
  *                          the deployment in th_run's temp dir) */
@@ -31,6 +35,8 @@ static const char *const mode_names[] = {"unguarded", "guarded", "held"};
 
 static th_deploy dep;
 static char url[1100];
+static bool on_redlock;
+static char guard_url[400]; /* redlock: the store that keeps the resource */
 static char lock_name[64], res_name[64];
 
 /* A client on the deployment (the victim's: with its short ZooKeeper
@@ -45,6 +51,21 @@ static dlock_client *open_client(bool victim) {
     return NULL;
   }
   return c;
+}
+
+/* The client of the fenced resource: c itself, or on redlock:// a client
+ * of the one store (*own set: the caller closes it). */
+static dlock_client *guard_client(dlock_client *c, dlock_client **own) {
+  *own = NULL;
+  if (!on_redlock) return c;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = guard_url;
+  if (dlock_client_open(&o, own) != 0) {
+    fprintf(stderr, "open %s: %s\n", o.url, dlock_client_open_errmsg());
+    return NULL;
+  }
+  return *own;
 }
 
 /* The counter's value (0 when there is none), or -1. */
@@ -89,9 +110,11 @@ static int increment(dlock_client *c, dlock_lock *l, uint64_t token, int mode,
  * victim's with a short fixed lease). Exits with how many were written
  * (100 + n when one failed). */
 static int holder(int mode, bool victim, int64_t lease_ms) {
-  dlock_client *c = open_client(victim);
+  dlock_client *c = open_client(victim), *own;
   dlock_lock *l = NULL;
   if (c == NULL || dlock_lock_new(c, lock_name, NULL, &l) != 0) return 100;
+  dlock_client *g = guard_client(c, &own);
+  if (g == NULL) return 100;
   int written = 0, rounds = victim ? 1 : ROUNDS;
   for (int i = 0; i < rounds; i++) {
     uint64_t token = 0;
@@ -101,7 +124,7 @@ static int holder(int mode, bool victim, int64_t lease_ms) {
               dlock_err_name(rc), dlock_client_errmsg(c));
       return 100 + written;
     }
-    int w = increment(c, l, token, mode, victim);
+    int w = increment(g, l, token, mode, victim);
     if (w < 0) return 100 + written;
     written += w;
     if (!victim) dlock_lock_release(l);
@@ -154,9 +177,11 @@ static int run(int mode, int64_t lease_ms, int *victim_wrote) {
   *victim_wrote = exit_of(victim);
   if (bad || *victim_wrote >= 100) return -1;
   accepted += *victim_wrote;
-  dlock_client *c = open_client(false);
-  long long value = c ? read_value(c) : -1;
-  if (c) dlock_fence_del(c, res_name);
+  dlock_client *c = open_client(false), *own = NULL;
+  dlock_client *g = c ? guard_client(c, &own) : NULL;
+  long long value = g ? read_value(g) : -1;
+  if (g) dlock_fence_del(g, res_name);
+  dlock_client_close(own);
   dlock_client_close(c);
   if (value < 0) return -1;
   fprintf(stderr,
@@ -180,6 +205,8 @@ static int start(void) {
   }
   /* The victim's hold must end while it is stopped: a short fixed lease
    * (etcd: its shortest TTL, 2 s), or a short ZooKeeper session. */
+  on_redlock = strcmp(kind, "redlock") == 0;
+  if (on_redlock) snprintf(guard_url, sizeof guard_url, "%s", dep.redis[0].url);
   snprintf(url, sizeof url, "%s%s", dep.url,
            strcmp(kind, "zk") != 0 ? ""
            : strchr(dep.url, '?')  ? "&session_timeout=1s"
@@ -190,7 +217,7 @@ static int start(void) {
 static void t_rmw(void) {
   if (skipped) return;
   int64_t lease_ms = strcmp(kind, "etcd") == 0 ? 2000 : 300;
-  for (int mode = UNGUARDED; mode <= HELD; mode++) {
+  for (int mode = UNGUARDED; mode <= (on_redlock ? GUARDED : HELD); mode++) {
     int wrote = 0, lost = run(mode, lease_ms, &wrote);
     bool ok =
         mode == UNGUARDED ? lost > 0 && wrote == 1 : lost == 0 && wrote == 0;
