@@ -56,8 +56,8 @@ static const char *sh(const char *cmd, char *buf, size_t len) {
 static const char *ctl(const th_etcd *s, const char *args, char *buf,
                        size_t len) {
   char cmd[1024];
-  snprintf(cmd, sizeof cmd, "ETCDCTL_API=3 etcdctl --endpoints %s %s 2>&1",
-           s->endpoint, args);
+  snprintf(cmd, sizeof cmd, "ETCDCTL_API=3 etcdctl --endpoints %s %s %s 2>&1",
+           s->endpoint, s->ctl_tls, args);
   return sh(cmd, buf, len);
 }
 
@@ -795,9 +795,9 @@ static void t_etcd_enotsup(void) {
   dlock_client_close(c);
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = "etcds://127.0.0.1:2379";
-  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ENOTSUP);
-  o.url = "etcd://user:pw@127.0.0.1:2379";
+  o.url = "etcd://127.0.0.1:2379?x=1";
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+  o.url = "etcd://us%zzer:pw@127.0.0.1:2379";
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
   o.url = "etcd:///app";
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);

@@ -166,6 +166,15 @@ static void etcd_free(dl_backend *b) {
     curl_easy_cleanup(e->pool[i]);
   free(e->pool);
   if (e->headers) curl_slist_free_all(e->headers);
+  free(e->tls_ca_file);
+  free(e->tls_ca_dir);
+  free(e->tls_cert_file);
+  free(e->tls_key_file);
+  free(e->user);
+  if (e->password) memset(e->password, 0, strlen(e->password));
+  free(e->password);
+  free(e->token);
+  pthread_mutex_destroy(&e->auth_mu);
   for (int i = 0; i < e->nendpoints; i++)
     free(e->endpoints[i]);
   free(e->endpoints);
@@ -196,16 +205,19 @@ static const dl_backend_ops etcd_ops = {
     .free = etcd_free,
 };
 
-/* The URL's endpoints and prefix into e: 0, or a negative code recorded. */
+/* The URL's endpoints, user, password and prefix into e: 0, or a
+ * negative code recorded. */
 static int parse_url(dl_etcd *e, const char *url) {
   const char *p = strstr(url, "://");
   const char *why = NULL;
-  if (p == NULL || strncmp(url, "etcd://", 7) != 0)
-    why = "an etcd URL starts with etcd://";
-  else if (strpbrk(url, "@?#"))
-    why = "etcd:// takes no user, password or options yet "
-          "(etcd://HOST:PORT[,HOST:PORT...][/PREFIX])";
-  p += 3;
+  e->tls = strncmp(url, "etcds://", 8) == 0;
+  if (p == NULL || (strncmp(url, "etcd://", 7) != 0 && !e->tls))
+    why = "an etcd URL starts with etcd:// or etcds://";
+  else if (dl_url_userinfo(url, &p, &e->user, &e->password) != 0)
+    why = "a bad %-escape in the etcd URL's user or password";
+  else if (strpbrk(p, "@?#"))
+    why = "an etcd URL takes no options "
+          "(etcd[s]://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/PREFIX])";
   const char *slash = strchr(p, '/');
   size_t hl = slash ? (size_t)(slash - p) : strlen(p);
   if (why == NULL && hl == 0) why = "an etcd URL needs a HOST:PORT";
@@ -232,8 +244,8 @@ static int parse_url(dl_etcd *e, const char *url) {
     size_t m = len + 16;
     if ((e->endpoints[i] = malloc(m)) == NULL)
       return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
-    snprintf(e->endpoints[i], m, "http://%.*s%s", (int)len, s,
-             port ? "" : ":2379");
+    snprintf(e->endpoints[i], m, "%s://%.*s%s", e->tls ? "https" : "http",
+             (int)len, s, port ? "" : ":2379");
     e->nendpoints++;
     s += len + 1;
   }
@@ -249,14 +261,55 @@ static int parse_url(dl_etcd *e, const char *url) {
   return 0;
 }
 
+/* A copy of an option's string: 0 (*dst NULL for NULL), or -1 out of
+ * memory. */
+static int copy_opt(char **dst, const char *s) {
+  free(*dst);
+  *dst = s ? dl_strdup(s) : NULL;
+  return s && *dst == NULL ? -1 : 0;
+}
+
+/* The options' TLS files, user and password (over the URL's) into e: 0,
+ * or a negative code recorded. */
+static int take_options(dl_etcd *e, const dlock_client_options *o) {
+  if (o->username && copy_opt(&e->user, o->username) != 0)
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  if (o->password) {
+    if (e->password) memset(e->password, 0, strlen(e->password));
+    if (copy_opt(&e->password, o->password) != 0)
+      return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  }
+  if (e->user && *e->user == '\0')
+    return dl_seterr(NULL, DLOCK_EINVAL, "etcd: an empty user name");
+  if (e->password && e->user == NULL)
+    return dl_seterr(NULL, DLOCK_EINVAL,
+                     "etcd's authentication needs a user with the password "
+                     "(etcd://USER:PASSWORD@HOST..., or the username "
+                     "option)");
+  if (e->user && e->password == NULL && (e->password = dl_strdup("")) == NULL)
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  e->tls_verify = o->tls_verify != 0;
+  if (!e->tls) return 0;
+  if (o->tls_server_name)
+    return dl_seterr(NULL, DLOCK_ENOTSUP,
+                     "etcds:// takes no tls_server_name: the name "
+                     "checked is the URL's host");
+  if (copy_opt(&e->tls_ca_file, o->tls_ca_file) ||
+      copy_opt(&e->tls_ca_dir, o->tls_ca_dir) ||
+      copy_opt(&e->tls_cert_file, o->tls_cert_file) ||
+      copy_opt(&e->tls_key_file, o->tls_key_file))
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  if ((e->tls_cert_file == NULL) != (e->tls_key_file == NULL))
+    return dl_seterr(NULL, DLOCK_EINVAL,
+                     "etcds:// needs both the client certificate and its "
+                     "key, or neither");
+  return 0;
+}
+
 int dl_etcd_backend_new(const dlock_client_options *opts,
                         const dl_backend_env *env, dl_backend **out) {
   *out = NULL;
   const char *url = opts->url;
-  if (strncmp(url, "etcds://", 8) == 0)
-    return dl_seterr(NULL, DLOCK_ENOTSUP,
-                     "etcds:// (etcd over TLS) is not "
-                     "built yet: only etcd:// (plain HTTP)");
   if (env->loop)
     return dl_seterr(NULL, DLOCK_ENOTSUP,
                      "the etcd backend has no "
@@ -274,6 +327,7 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
   e->session_ttl_ms = opts->watchdog_timeout_ms;
   pthread_mutex_init(&e->mu, NULL);
   pthread_mutex_init(&e->lease_mu, NULL);
+  pthread_mutex_init(&e->auth_mu, NULL);
   dl_cond_init(&e->cv);
   e->pool = calloc(16, sizeof *e->pool);
   /* No "Expect: 100-continue" before a large body (a round trip more). */
@@ -283,6 +337,7 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
   int rc = e->pool && h2 ? 0 : dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   if (h2) e->headers = h2;
   if (rc == 0) rc = parse_url(e, url);
+  if (rc == 0) rc = take_options(e, opts);
   if (rc == 0) {
     /* The servers answer (any one of them). */
     json_object *r;
@@ -290,14 +345,17 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
                       dl_now_ms() + opts->connect_timeout_ms, &r, NULL);
     if (rc == 0) {
       json_object_put(r);
-    } else {
+    } else if (rc != DLOCK_ENOMEM && rc != DLOCK_ETLS && rc != DLOCK_EAUTH) {
       char why[512];
       snprintf(why, sizeof why, "%s", dlock_client_open_errmsg());
-      rc = dl_seterr(NULL, rc == DLOCK_ENOMEM ? rc : DLOCK_ECONNECT,
+      rc = dl_seterr(NULL, DLOCK_ECONNECT,
                      "no etcd server answered at %s%s: %s", e->endpoints[0],
                      e->nendpoints > 1 ? " (or the others)" : "", why);
     }
   }
+  /* Then the user and password, if any: refused, DLOCK_EAUTH. */
+  if (rc == 0 && e->user)
+    rc = dl_etcd_authenticate(e, 0, dl_now_ms() + opts->connect_timeout_ms);
   if (rc != 0) {
     etcd_free(&e->base);
     return rc;

@@ -58,12 +58,23 @@ typedef struct dl_etcd {
                          ("" without one) */
   int command_timeout_ms;
   int connect_timeout_ms;
+  /* etcds://: TLS, with the options' files (NULL: curl's defaults). */
+  bool tls;
+  bool tls_verify;
+  char *tls_ca_file, *tls_ca_dir, *tls_cert_file, *tls_key_file;
+  /* etcd's token auth (NULL: none): the URL's or the options' user and
+   * password, authenticated at the open and again whenever the server
+   * says the token is no longer valid. */
+  char *user, *password;
+  pthread_mutex_t auth_mu; /* one authenticate at a time */
+  char *token;             /* e->mu: sent in every request's header */
+  unsigned token_gen;      /* e->mu: bumped with every new token */
   int64_t session_ttl_ms; /* the watchdog lease */
   /* mu guards everything below; cv is broadcast when a hold or claim
    * goes (the client's other owners waiting for the key). */
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  struct curl_slist *headers; /* of every request */
+  struct curl_slist *headers; /* of every request (but the token's) */
   CURL **pool;                /* idle easy handles (their connections kept) */
   int npool;
   pthread_mutex_t lease_mu; /* one grant or keepalive of it at a time */
@@ -99,6 +110,22 @@ int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
  * ({"result": ...}): *out is that message's result. */
 int dl_etcd_call1(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, json_object **out);
+/* The headers of a request: e->headers, headed by the Authorization with
+ * the current token when there is one (*gen, when gen is non-NULL: the
+ * token's generation); NULL out of memory. Free with
+ * dl_etcd_headers_free once the request is done. Any thread. */
+struct curl_slist *dl_etcd_headers(dl_etcd *e, unsigned *gen);
+/* As dl_etcd_headers, e->mu held. */
+struct curl_slist *dl_etcd_headers_locked(dl_etcd *e, unsigned *gen);
+void dl_etcd_headers_free(dl_etcd *e, struct curl_slist *l);
+/* What every request of e's has on h: the headers, TLS (etcds://), no
+ * signals, TCP_NODELAY, the connect timeout (at most ms). */
+void dl_etcd_setopts(dl_etcd *e, CURL *h, struct curl_slist *headers,
+                     int64_t connect_ms);
+/* Authenticates with e->user and e->password unless the token changed
+ * from generation gen since (another thread did): 0 with a new token, or
+ * a negative code recorded (DLOCK_EAUTH: the server refused them). */
+int dl_etcd_authenticate(dl_etcd *e, unsigned gen, int64_t deadline);
 /* An easy handle from the pool (or a new one), and back. */
 CURL *dl_etcd_handle(dl_etcd *e);
 void dl_etcd_handle_put(dl_etcd *e, CURL *h);
