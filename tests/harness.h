@@ -324,6 +324,10 @@ int th_etcd_cluster_start(th_etcd r[3], char *url, size_t len);
 /* The answer to GET path (headers and body; "" if none) into buf. */
 const char *th_etcd_get(const th_etcd *r, const char *path, char *buf,
                         size_t len);
+/* How many calls of gRPC method `method` ("Txn", "Watch", "LeaseGrant")
+ * a plain-HTTP server has started (its /metrics, the gateway's calls
+ * included), or -1. */
+long long th_etcd_started(const th_etcd *r, const char *method);
 void th_etcd_kill(th_etcd *r, int sig); /* signal; SIGKILL also reaps */
 void th_etcd_stop(th_etcd *r);          /* kill, reap and remove the dir */
 

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -39,6 +40,22 @@ const char *th_etcd_get(const th_etcd *r, const char *path, char *buf,
   buf[got] = '\0';
   close(fd);
   return buf;
+}
+
+long long th_etcd_started(const th_etcd *r, const char *method) {
+  size_t len = 4 << 20;
+  char *buf = malloc(len), pat[128];
+  if (buf == NULL) return -1;
+  th_etcd_get(r, "/metrics", buf, len);
+  snprintf(pat, sizeof pat, "\ngrpc_server_started_total{grpc_method=\"%s\",",
+           method);
+  long long n = 0;
+  for (const char *p = strstr(buf, pat); p; p = strstr(p + 1, pat)) {
+    const char *sp = strchr(p + 1, ' ');
+    if (sp) n += atoll(sp + 1);
+  }
+  free(buf);
+  return n;
 }
 
 int th_etcd_start(th_etcd *r) {

@@ -621,7 +621,13 @@ static void t_etcd_force_heard(void) {
   CHECK_RC(dlock_lock_new(b, "fr", "b", &lb), 0);
   lost_seen ls = {0};
   dlock_lock_on_lost(la, on_lost_at, &ls);
+  long long w0 = th_etcd_started(&s, "Watch");
   CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  /* Once its watch runs (it starts ETCD_WATCH_DEFER_MS after the
+   * acquire, then takes a connection and a stream). */
+  int64_t end = th_now_ms() + th_soon(2000);
+  while (th_etcd_started(&s, "Watch") == w0 && th_now_ms() < end)
+    th_sleep_ms(2);
   CHECK_EQ(dlock_lock_force_release(lb), 1);
   int64_t t0 = th_now_ms();
   long long ms = heard_after(&ls, t0);

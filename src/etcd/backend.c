@@ -53,6 +53,55 @@ int dl_etcd_revoke(dl_etcd *e, int64_t lease, int64_t deadline) {
   return rc != 0 && code == 5 ? 0 : rc; /* not found: gone already */
 }
 
+int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
+                        int64_t *lease, int64_t *until) {
+  int64_t ttl_s = dl_etcd_ttl_s(lease_ms), sent = dl_now_ms(), l = 0;
+  pthread_mutex_lock(&e->mu);
+  for (int i = e->nidle - 1; i >= 0 && l == 0; i--) {
+    if (e->idle[i].until <= sent) { /* expired by now: forgotten */
+      e->idle[i] = e->idle[--e->nidle];
+      continue;
+    }
+    if (e->idle[i].ttl_s == ttl_s) {
+      l = e->idle[i].lease;
+      e->idle[i] = e->idle[--e->nidle];
+    }
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (l != 0) {
+    int64_t got;
+    int rc = dl_etcd_keepalive(e, l, deadline, &got);
+    if (rc < 0) return rc;
+    if (rc == 1 && got * 1000 >= lease_ms) {
+      *lease = l;
+      *until = dl_validity(sent, lease_ms);
+      return 0;
+    } /* else gone: a new one */
+    sent = dl_now_ms();
+  }
+  int64_t got;
+  int rc = dl_etcd_grant(e, ttl_s, deadline, lease, &got);
+  if (rc == 0) *until = dl_validity(sent, lease_ms);
+  return rc;
+}
+
+void dl_etcd_lease_idle(dl_etcd *e, int64_t lease, int64_t lease_ms,
+                        int64_t until) {
+  int64_t old = 0;
+  pthread_mutex_lock(&e->mu);
+  if (e->nidle == ETCD_IDLE_MAX) {
+    old = e->idle[0].lease;
+    memmove(&e->idle[0], &e->idle[1], (ETCD_IDLE_MAX - 1) * sizeof e->idle[0]);
+    e->nidle--;
+  }
+  e->idle[e->nidle].lease = lease;
+  e->idle[e->nidle].ttl_s = dl_etcd_ttl_s(lease_ms);
+  e->idle[e->nidle].until = until;
+  e->nidle++;
+  pthread_mutex_unlock(&e->mu);
+  if (old) dl_etcd_revoke(e, old, dl_now_ms() + e->command_timeout_ms);
+}
+
 int dl_etcd_session(dl_etcd *e, int64_t deadline, int64_t *lease,
                     int64_t *until) {
   pthread_mutex_lock(&e->lease_mu);
@@ -156,6 +205,9 @@ static void etcd_free(dl_backend *b) {
     if (o->lease) dl_etcd_revoke(e, o->lease, deadline);
     dl_etcd_hold_free(o);
   }
+  for (int i = 0; i < e->nidle; i++)
+    if (e->idle[i].until > dl_now_ms())
+      dl_etcd_revoke(e, e->idle[i].lease, deadline);
   while (e->holds) {
     etcd_hold *h = e->holds;
     e->holds = h->next;

@@ -19,6 +19,11 @@
  * deletion is the hold's loss, told at once to the watchdog. */
 typedef struct etcd_watch etcd_watch;
 
+/* How long a hold's watch waits before its stream starts (ms): a loss in
+ * a hold's first moments is heard this much later, within etcd's 100 ms
+ * promise. */
+#define ETCD_WATCH_DEFER_MS 10
+
 /* A waiter's multi handle, listed so that wake_all can wake it. */
 typedef struct etcd_waitreg {
   struct etcd_waitreg *next;
@@ -44,6 +49,10 @@ typedef struct etcd_hold {
   bool held;
   etcd_watch *watch;
 } etcd_hold;
+
+/* Fixed leases kept between holds (their keys deleted): at most this
+ * many per client. */
+#define ETCD_IDLE_MAX 8
 
 typedef struct dl_etcd {
   dl_backend base;
@@ -82,6 +91,15 @@ typedef struct dl_etcd {
   int64_t lease_ttl_s;      /* as granted */
   int64_t lease_until;      /* until when it is surely valid */
   etcd_hold *holds;
+  /* Fixed leases whose holds ended with their keys deleted, for the next
+   * fixed-lease acquire of the same TTL: a keepalive (no write on the
+   * server) instead of a grant and a revoke (two writes, each an fsync),
+   * as Go's Session keeps its lease across locks. */
+  struct {
+    int64_t lease, ttl_s;
+    int64_t until; /* surely valid until then */
+  } idle[ETCD_IDLE_MAX];
+  int nidle;
   etcd_hold *orphans; /* keys of ours to delete (a release that failed) */
   int64_t orphan_at;  /* the next try */
   dl_notice_fn notice;
@@ -158,6 +176,16 @@ int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
                   int64_t *got_s);
 /* Revokes a lease (its keys go): 0 or a negative code. */
 int dl_etcd_revoke(dl_etcd *e, int64_t lease, int64_t deadline);
+/* A fixed lease of lease_ms for a hold, surely valid for lease_ms from
+ * the call: an idle one of the same TTL kept alive, else a new grant. 0
+ * (*lease, *until), or a negative code. */
+int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
+                        int64_t *lease, int64_t *until);
+/* A fixed lease whose hold ended with its key deleted (nothing else on
+ * it): kept idle for the next (the oldest idle one revoked when the
+ * client keeps enough). */
+void dl_etcd_lease_idle(dl_etcd *e, int64_t lease, int64_t lease_ms,
+                        int64_t until);
 
 /* ---- mutex.c ---- */
 int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a);

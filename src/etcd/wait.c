@@ -291,7 +291,7 @@ static void *watcher_main(void *arg) {
       pthread_mutex_unlock(&e->mu);
       break;
     }
-    int64_t now = dl_now_ms();
+    int64_t now = dl_now_ms(), next = now + 200;
     for (etcd_watch **pp = &e->watches; *pp;) {
       etcd_watch *w = *pp;
       if (w->stop) {
@@ -300,6 +300,7 @@ static void *watcher_main(void *arg) {
         continue;
       }
       if (w->h == NULL && now >= w->retry_at) watch_start(e, w);
+      if (w->h == NULL && w->retry_at < next) next = w->retry_at;
       pp = &w->next;
     }
     etcd_hold *o = NULL;
@@ -330,7 +331,9 @@ static void *watcher_main(void *arg) {
        * now, and watched again. */
       if (!stop) notify(e, w->lock);
     }
-    curl_multi_poll(e->multi, NULL, 0, 200, NULL);
+    int64_t t = next - dl_now_ms();
+    if (t < 1) t = 1;
+    curl_multi_poll(e->multi, NULL, 0, t > 200 ? 200 : (int)t, NULL);
   }
   return NULL;
 }
@@ -350,11 +353,20 @@ int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h) {
   w->e = e;
   char k64[ETCD_KEY_MAX * 2];
   dl_etcd_b64(h->key, strlen(h->key), k64);
-  /* From the key's creation: a deletion since is heard too. */
+  /* From just after the key's creation: a deletion since is heard too.
+   * Not from the creation itself: a watch from a revision the server has
+   * passed is "unsynced", its events sent by a loop every 100 ms; one from
+   * the next revision is synced at once (unless others wrote meanwhile),
+   * and hears a delete as it happens. */
   snprintf(w->body, sizeof w->body,
            "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
            "\"}}",
-           k64, h->rev);
+           k64, h->rev + 1);
+  /* Its stream starts a moment later: a hold released by then (a short
+   * one: the common case under load) costs no connection, request or
+   * stream on the server; one deleted meanwhile is heard all the same
+   * (the watch starts at the key's creation), that much later. */
+  w->retry_at = dl_now_ms() + ETCD_WATCH_DEFER_MS;
   pthread_mutex_lock(&e->mu);
   int rc = start_watcher(e);
   if (rc == 0) {

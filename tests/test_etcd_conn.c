@@ -1,5 +1,7 @@
-/* test_etcd_auth.c: etcds:// (TLS, client certificates) and etcd's token
- * authentication, against private etcd servers the harness starts. */
+/* test_etcd_conn.c: how the etcd backend talks to its servers: etcds://
+ * (TLS, client certificates), etcd's token authentication, and what a
+ * lock cycle costs the server (requests, writes, watches), against
+ * private etcd servers the harness starts. */
 #include "harness.h"
 
 #include <stdatomic.h>
@@ -205,7 +207,88 @@ static void t_etcd_auth(void) {
   th_etcd_stop(&s);
 }
 
-TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth))
+enum { TXN, GRANT, REVOKE, KEEPALIVE, WATCH, NMETHODS };
+static const char *const methods[NMETHODS] = {
+    "Txn", "LeaseGrant", "LeaseRevoke", "LeaseKeepAlive", "Watch"};
+static void count(const th_etcd *s, long long *v) {
+  for (int i = 0; i < NMETHODS; i++)
+    v[i] = th_etcd_started(s, methods[i]);
+}
+
+/* An uncontended acquire and release is two requests, each a txn (one
+ * write each: Go's Mutex.Lock and Unlock make the same two): on the
+ * session's lease, nothing else; with a fixed lease, a keepalive more (no
+ * write) of a lease kept from the last hold, instead of a grant and a
+ * revoke (two writes). A short hold starts no watch; a longer one does. */
+static void t_etcd_cycle_cost(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  o.watchdog_timeout_ms = 10000;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open(&o, &c), 0);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "cc", "me", &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0); /* the session */
+  CHECK_RC(dlock_lock_release(l), 1);
+  long long a[NMETHODS], b[NMETHODS];
+  count(&s, a);
+  for (int i = 0; i < 10; i++) {
+    CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+    CHECK_RC(dlock_lock_release(l), 1);
+  }
+  count(&s, b);
+  fprintf(stderr,
+          "    session lease, 10 cycles: %lld txn, %lld grant, %lld "
+          "revoke, %lld keepalive, %lld watch\n",
+          b[TXN] - a[TXN], b[GRANT] - a[GRANT], b[REVOKE] - a[REVOKE],
+          b[KEEPALIVE] - a[KEEPALIVE], b[WATCH] - a[WATCH]);
+  /* (a watchdog renewal in between: a keepalive and a txn more) */
+  CHECK(b[TXN] - a[TXN] >= 20 && b[TXN] - a[TXN] <= 21);
+  CHECK_EQ(b[GRANT] - a[GRANT], 0);
+  CHECK_EQ(b[REVOKE] - a[REVOKE], 0);
+  CHECK(b[WATCH] - a[WATCH] <= 5); /* short holds: few or none */
+  /* A fixed lease (not the watchdog's): one grant, then keepalives. */
+  count(&s, a);
+  for (int i = 0; i < 10; i++) {
+    CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, NULL), 0);
+    CHECK_RC(dlock_lock_release(l), 1);
+  }
+  count(&s, b);
+  fprintf(stderr,
+          "    fixed lease, 10 cycles: %lld txn, %lld grant, %lld revoke, "
+          "%lld keepalive, %lld watch\n",
+          b[TXN] - a[TXN], b[GRANT] - a[GRANT], b[REVOKE] - a[REVOKE],
+          b[KEEPALIVE] - a[KEEPALIVE], b[WATCH] - a[WATCH]);
+  CHECK(b[TXN] - a[TXN] >= 20 && b[TXN] - a[TXN] <= 21);
+  CHECK_EQ(b[GRANT] - a[GRANT], 1);
+  CHECK_EQ(b[REVOKE] - a[REVOKE], 0);
+  CHECK(b[KEEPALIVE] - a[KEEPALIVE] >= 9 && b[KEEPALIVE] - a[KEEPALIVE] <= 10);
+  /* The lease kept is renewed for the next hold: the whole 5 s again
+   * (the server tells whole seconds), though 1.2 s went by. */
+  th_sleep_ms(1200);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, NULL), 0);
+  int64_t ttl = 0;
+  CHECK_RC(dlock_lock_remaining_ttl(l, &ttl), 0);
+  CHECK(ttl >= 4000 && ttl <= 5000);
+  CHECK_RC(dlock_lock_release(l), 1);
+  /* A hold that lasts gets its watch (a loss is heard). */
+  count(&s, a);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  int64_t end = th_now_ms() + th_soon(2000);
+  while (th_etcd_started(&s, "Watch") == a[WATCH] && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(th_etcd_started(&s, "Watch") - a[WATCH], 1);
+  CHECK_RC(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");
