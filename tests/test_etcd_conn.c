@@ -198,6 +198,13 @@ static void t_etcd_auth(void) {
   CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), DLOCK_EBUSY);
   CHECK_RC(dlock_lock_release(l), 1);
   CHECK_EQ(atomic_load(&lost_at), 0); /* never lost */
+  /* dlock run with the password in the URL: its command's dlock has the
+   * URL without it (DLOCK_URL) and the password (DLOCK_PASSWORD). */
+  snprintf(cmd, sizeof cmd,
+           "%s -q -u '%s' run au -- sh -c 'case $DLOCK_URL in *p%%40ss*) "
+           "exit 9;; esac; %s -q status au' >/dev/null 2>&1; echo $?",
+           DLOCK_CLI_PATH, url, DLOCK_CLI_PATH);
+  CHECK(strcmp(sh(cmd, buf, sizeof buf), "0\n") == 0);
   CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), 0);
   CHECK_RC(dlock_lock_release(l2), 1);
   dlock_lock_free(l);

@@ -452,8 +452,10 @@ fail:
   if (h->rev > 0)
     gone = dl_etcd_delete_at(e, h->key, h->rev,
                              dl_now_ms() + e->command_timeout_ms);
-  else if (h->key && h->lease && !own)
-    delete_key(e, h->key); /* a put whose answer we did not get */
+  else if (h->key && h->lease && !own &&
+           (dl_etcd_transient(rc) || rc == DLOCK_EPROTO))
+    delete_key(e, h->key); /* a put whose answer we did not get (an
+                              error the server answered: no put) */
   /* A fixed lease whose key is surely gone is kept for the next; one
    * that may still carry our key goes, and the key with it. */
   if (own && h->lease && gone == 1)
