@@ -306,10 +306,13 @@ typedef struct th_etcd {
   pid_t pid;
   int port, peer_port;
   char dir[256];      /* data/, etcd.log */
-  char endpoint[64];  /* 127.0.0.1:port, for etcdctl --endpoints */
-  char url[80];       /* etcd://127.0.0.1:port */
+  char endpoint[64];  /* [https://]127.0.0.1:port, etcdctl --endpoints */
+  char url[80];       /* etcd[s]://127.0.0.1:port */
   char name[8];       /* the member's name: n1, n2, n3 */
   char initial[256];  /* --initial-cluster */
+  char tls_dir[256];  /* th_etcd_start_with's: "" plain HTTP */
+  char ctl_tls[900];  /* etcdctl's TLS flags ("" plain HTTP) */
+  char args[256];     /* more of etcd's flags */
 } th_etcd;
 
 /* True if an etcd server can be started here (etcd on the PATH); a test
@@ -321,6 +324,13 @@ bool th_etcd_available(void);
  * server a test starts is stopped when the test's process exits or is
  * killed. */
 int th_etcd_start(th_etcd *r);
+/* As th_etcd_start, with more flags for etcd (`args`, NULL none) and,
+ * with tls, serving clients over TLS only, with client certificates
+ * (etcds://; certificates made once per process in tls_dir: the CAs ca
+ * and otherca, server.crt for 127.0.0.1 and client.crt signed by ca, each
+ * with its .key); its endpoint https://127.0.0.1:PORT and etcdctl's flags
+ * in ctl_tls. */
+int th_etcd_start_with(th_etcd *r, bool tls, const char *args);
 /* Kills it (SIGKILL) and starts it again on the same ports and data (a
  * cluster's member rejoins its cluster). */
 int th_etcd_restart(th_etcd *r);
@@ -331,6 +341,10 @@ int th_etcd_cluster_start(th_etcd r[3], char *url, size_t len);
 /* The answer to GET path (headers and body; "" if none) into buf. */
 const char *th_etcd_get(const th_etcd *r, const char *path, char *buf,
                         size_t len);
+/* How many calls of gRPC method `method` ("Txn", "Watch", "LeaseGrant")
+ * a plain-HTTP server has started (its /metrics, the gateway's calls
+ * included), or -1. */
+long long th_etcd_started(const th_etcd *r, const char *method);
 void th_etcd_kill(th_etcd *r, int sig); /* signal; SIGKILL also reaps */
 void th_etcd_stop(th_etcd *r);          /* kill, reap and remove the dir */
 

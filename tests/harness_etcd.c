@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -41,31 +42,93 @@ const char *th_etcd_get(const th_etcd *r, const char *path, char *buf,
   return buf;
 }
 
+long long th_etcd_started(const th_etcd *r, const char *method) {
+  size_t len = 4 << 20;
+  char *buf = malloc(len), pat[128];
+  if (buf == NULL) return -1;
+  th_etcd_get(r, "/metrics", buf, len);
+  snprintf(pat, sizeof pat, "\ngrpc_server_started_total{grpc_method=\"%s\",",
+           method);
+  long long n = 0;
+  for (const char *p = strstr(buf, pat); p; p = strstr(p + 1, pat)) {
+    const char *sp = strchr(p + 1, ' ');
+    if (sp) n += atoll(sp + 1);
+  }
+  free(buf);
+  return n;
+}
+
 int th_etcd_start(th_etcd *r) {
+  return th_etcd_start_with(r, false, NULL);
+}
+
+/* The certificates of etcds:// servers, once per process in dir: the CAs
+ * ca and otherca, server (for 127.0.0.1) and client signed by ca; P-256
+ * keys (RSA's take seconds to make on a loaded machine). 0 or -1. */
+static int make_certs(const char *dir) {
+  static int made = 0; /* 1 made, -1 failed */
+  if (made) return made > 0 ? 0 : -1;
+  char cmd[2500];
+  const char *key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  snprintf(cmd, sizeof cmd,
+           "set -e; mkdir -p '%s'; cd '%s'; for ca in ca otherca; do "
+           "openssl req -x509 %s -days 2 -subj /CN=$ca -keyout $ca.key "
+           "-out $ca.crt; done; "
+           "for n in server client; do "
+           "openssl req %s -subj /CN=$n -keyout $n.key -out $n.csr; "
+           "printf 'subjectAltName=%s\\n' > $n.ext; "
+           "openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key "
+           "-CAcreateserial -days 2 -extfile $n.ext -out $n.crt; done",
+           dir, dir, key, key, "IP:127.0.0.1,DNS:localhost");
+  char full[2700];
+  snprintf(full, sizeof full, "(%s) >/dev/null 2>&1", cmd);
+  made = system(full) == 0 ? 1 : -1;
+  if (made < 0) fprintf(stderr, "    cannot make certificates in %s\n", dir);
+  return made > 0 ? 0 : -1;
+}
+
+int th_etcd_start_with(th_etcd *r, bool tls, const char *args) {
   memset(r, 0, sizeof *r);
+  if (tls) {
+    snprintf(r->tls_dir, sizeof r->tls_dir, "%s/etcd-tls", th_tmpdir());
+    if (make_certs(r->tls_dir) != 0) return -1;
+  }
+  snprintf(r->args, sizeof r->args, "%s", args ? args : "");
   snprintf(r->dir, sizeof r->dir, "%s/etcd-XXXXXX", th_tmpdir());
   if (mkdtemp(r->dir) == NULL) return -1;
   r->port = th_free_port();
   r->peer_port = th_free_port();
   if (r->port <= 0 || r->peer_port <= 0) return -1;
-  snprintf(r->endpoint, sizeof r->endpoint, "127.0.0.1:%d", r->port);
-  snprintf(r->url, sizeof r->url, "etcd://127.0.0.1:%d", r->port);
+  snprintf(r->endpoint, sizeof r->endpoint, "%s127.0.0.1:%d",
+           tls ? "https://" : "", r->port);
+  snprintf(r->url, sizeof r->url, "%s://127.0.0.1:%d", tls ? "etcds" : "etcd",
+           r->port);
+  if (tls)
+    snprintf(r->ctl_tls, sizeof r->ctl_tls,
+             "--cacert %s/ca.crt --cert %s/client.crt --key %s/client.key",
+             r->tls_dir, r->tls_dir, r->tls_dir);
   return th_etcd_restart(r);
 }
 
 /* Starts the member r (its dir, ports, name and initial cluster made). */
 static int spawn_member(th_etcd *r) {
-  char cmd[2000];
+  char cmd[3000], tls[1000] = "";
+  const char *scheme = r->tls_dir[0] ? "https" : "http";
+  if (r->tls_dir[0])
+    snprintf(tls, sizeof tls,
+             "--cert-file %s/server.crt --key-file %s/server.key "
+             "--trusted-ca-file %s/ca.crt --client-cert-auth ",
+             r->tls_dir, r->tls_dir, r->tls_dir);
   snprintf(cmd, sizeof cmd,
            "exec etcd --name %s --data-dir '%s/data' "
-           "--listen-client-urls http://127.0.0.1:%d "
-           "--advertise-client-urls http://127.0.0.1:%d "
+           "--listen-client-urls %s://127.0.0.1:%d "
+           "--advertise-client-urls %s://127.0.0.1:%d "
            "--listen-peer-urls http://127.0.0.1:%d "
            "--initial-advertise-peer-urls http://127.0.0.1:%d "
-           "--initial-cluster %s --initial-cluster-token dlock-test "
+           "--initial-cluster %s --initial-cluster-token dlock-test %s%s "
            "--log-level error --logger zap >>'%s/etcd.log' 2>&1",
-           r->name, r->dir, r->port, r->port, r->peer_port, r->peer_port,
-           r->initial, r->dir);
+           r->name, r->dir, scheme, r->port, scheme, r->port, r->peer_port,
+           r->peer_port, r->initial, tls, r->args, r->dir);
   pid_t pid = th__spawn(cmd);
   if (pid < 0) return -1;
   r->pid = pid;
@@ -117,12 +180,19 @@ int th_etcd_cluster_start(th_etcd r[3], char *url, size_t len) {
 
 /* Waits until r says it is healthy (it has a leader). */
 static int await_healthy(th_etcd *r) {
-  char cmd[400];
+  char cmd[1200];
   int64_t end = th_now_ms() + 20000; /* ~1 s unloaded */
   char buf[1024];
+  if (r->tls_dir[0]) /* curl(1) speaks TLS */
+    snprintf(cmd, sizeof cmd,
+             "curl -s --max-time 1 --cacert %s/ca.crt --cert %s/client.crt "
+             "--key %s/client.key https://127.0.0.1:%d/health 2>/dev/null | "
+             "grep -q '\"health\":\"true\"'",
+             r->tls_dir, r->tls_dir, r->tls_dir, r->port);
   while (th_now_ms() < end) {
-    if (strstr(th_etcd_get(r, "/health", buf, sizeof buf),
-               "\"health\":\"true\""))
+    if (r->tls_dir[0] ? system(cmd) == 0
+                      : strstr(th_etcd_get(r, "/health", buf, sizeof buf),
+                               "\"health\":\"true\"") != NULL)
       return 0;
     int st;
     if (waitpid(r->pid, &st, WNOHANG) == r->pid) {

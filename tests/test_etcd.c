@@ -56,8 +56,8 @@ static const char *sh(const char *cmd, char *buf, size_t len) {
 static const char *ctl(const th_etcd *s, const char *args, char *buf,
                        size_t len) {
   char cmd[1024];
-  snprintf(cmd, sizeof cmd, "ETCDCTL_API=3 etcdctl --endpoints %s %s 2>&1",
-           s->endpoint, args);
+  snprintf(cmd, sizeof cmd, "ETCDCTL_API=3 etcdctl --endpoints %s %s %s 2>&1",
+           s->endpoint, s->ctl_tls, args);
   return sh(cmd, buf, len);
 }
 
@@ -621,7 +621,13 @@ static void t_etcd_force_heard(void) {
   CHECK_RC(dlock_lock_new(b, "fr", "b", &lb), 0);
   lost_seen ls = {0};
   dlock_lock_on_lost(la, on_lost_at, &ls);
+  long long w0 = th_etcd_started(&s, "Watch");
   CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  /* Once its watch runs (it starts ETCD_WATCH_DEFER_MS after the
+   * acquire, then takes a connection and a stream). */
+  int64_t end = th_now_ms() + th_soon(2000);
+  while (th_etcd_started(&s, "Watch") == w0 && th_now_ms() < end)
+    th_sleep_ms(2);
   CHECK_EQ(dlock_lock_force_release(lb), 1);
   int64_t t0 = th_now_ms();
   long long ms = heard_after(&ls, t0);
@@ -795,9 +801,9 @@ static void t_etcd_enotsup(void) {
   dlock_client_close(c);
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = "etcds://127.0.0.1:2379";
-  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ENOTSUP);
-  o.url = "etcd://user:pw@127.0.0.1:2379";
+  o.url = "etcd://127.0.0.1:2379?x=1";
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+  o.url = "etcd://us%zzer:pw@127.0.0.1:2379";
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
   o.url = "etcd:///app";
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);

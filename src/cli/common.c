@@ -48,6 +48,14 @@ static char *url_password(const char *url) {
     dl_zk_url_clear(&u);
     return pw;
   }
+  if (url &&
+      (strncmp(url, "etcd://", 7) == 0 || strncmp(url, "etcds://", 8) == 0)) {
+    const char *rest;
+    char *user;
+    if (dl_url_userinfo(url, &rest, &user, &pw) != 0) return NULL;
+    free(user);
+    return pw;
+  }
   if (dl_url_parse(url ? url : "redis://127.0.0.1:6379", &ep, err,
                    sizeof err) == 0 &&
       ep.password) {

@@ -138,6 +138,13 @@ int dl_url_distinct(const char *scheme, const dl_server_name *sv, int n,
                     char *err, size_t errlen);
 /* The URL with any password replaced by "***". Caller frees. */
 char *dl_url_redact(const char *url);
+/* The USER[:PASSWORD]@ of SCHEME://USER[:PASSWORD]@HOSTS... (before its
+ * last '@' ahead of any '/', '?' or '#'), %-decoded: 0 with *user and
+ * *password (each NULL when absent; caller frees) and *rest pointing past
+ * the '@' (past "://" without one), or DLOCK_EURL (a bad %-escape; both
+ * NULL). For the etcd backend and the CLI. */
+int dl_url_userinfo(const char *url, const char **rest, char **user,
+                    char **password);
 /* A zk:// URL's parts. */
 typedef struct dl_zk_url {
   char *connect;  /* HOST:PORT[,...][/CHROOT], as zookeeper_init takes it */

@@ -617,3 +617,28 @@ int dl_url_parse_zk(const char *url, dl_zk_url *u, char *err, size_t errlen) {
   u->connect[n] = '\0';
   return 0;
 }
+
+int dl_url_userinfo(const char *url, const char **rest, char **user,
+                    char **password) {
+  *user = *password = NULL;
+  const char *p = strstr(url, "://");
+  p = p ? p + 3 : url;
+  *rest = p;
+  size_t hl = strcspn(p, "/?#");
+  const char *at = NULL;
+  for (const char *s = p; s < p + hl; s++)
+    if (*s == '@') at = s;
+  if (at == NULL) return 0;
+  const char *colon = memchr(p, ':', (size_t)(at - p));
+  const char *uend = colon ? colon : at;
+  if (uend > p && (*user = pct_decode(p, (size_t)(uend - p))) == NULL)
+    return DLOCK_EURL;
+  if (colon &&
+      (*password = pct_decode(colon + 1, (size_t)(at - colon - 1))) == NULL) {
+    free(*user);
+    *user = NULL;
+    return DLOCK_EURL;
+  }
+  *rest = at + 1;
+  return 0;
+}

@@ -53,6 +53,55 @@ int dl_etcd_revoke(dl_etcd *e, int64_t lease, int64_t deadline) {
   return rc != 0 && code == 5 ? 0 : rc; /* not found: gone already */
 }
 
+int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
+                        int64_t *lease, int64_t *until) {
+  int64_t ttl_s = dl_etcd_ttl_s(lease_ms), sent = dl_now_ms(), l = 0;
+  pthread_mutex_lock(&e->mu);
+  for (int i = e->nidle - 1; i >= 0 && l == 0; i--) {
+    if (e->idle[i].until <= sent) { /* expired by now: forgotten */
+      e->idle[i] = e->idle[--e->nidle];
+      continue;
+    }
+    if (e->idle[i].ttl_s == ttl_s) {
+      l = e->idle[i].lease;
+      e->idle[i] = e->idle[--e->nidle];
+    }
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (l != 0) {
+    int64_t got;
+    int rc = dl_etcd_keepalive(e, l, deadline, &got);
+    if (rc < 0) return rc;
+    if (rc == 1 && got * 1000 >= lease_ms) {
+      *lease = l;
+      *until = dl_validity(sent, lease_ms);
+      return 0;
+    } /* else gone: a new one */
+    sent = dl_now_ms();
+  }
+  int64_t got;
+  int rc = dl_etcd_grant(e, ttl_s, deadline, lease, &got);
+  if (rc == 0) *until = dl_validity(sent, lease_ms);
+  return rc;
+}
+
+void dl_etcd_lease_idle(dl_etcd *e, int64_t lease, int64_t lease_ms,
+                        int64_t until) {
+  int64_t old = 0;
+  pthread_mutex_lock(&e->mu);
+  if (e->nidle == ETCD_IDLE_MAX) {
+    old = e->idle[0].lease;
+    memmove(&e->idle[0], &e->idle[1], (ETCD_IDLE_MAX - 1) * sizeof e->idle[0]);
+    e->nidle--;
+  }
+  e->idle[e->nidle].lease = lease;
+  e->idle[e->nidle].ttl_s = dl_etcd_ttl_s(lease_ms);
+  e->idle[e->nidle].until = until;
+  e->nidle++;
+  pthread_mutex_unlock(&e->mu);
+  if (old) dl_etcd_revoke(e, old, dl_now_ms() + e->command_timeout_ms);
+}
+
 int dl_etcd_session(dl_etcd *e, int64_t deadline, int64_t *lease,
                     int64_t *until) {
   pthread_mutex_lock(&e->lease_mu);
@@ -156,6 +205,9 @@ static void etcd_free(dl_backend *b) {
     if (o->lease) dl_etcd_revoke(e, o->lease, deadline);
     dl_etcd_hold_free(o);
   }
+  for (int i = 0; i < e->nidle; i++)
+    if (e->idle[i].until > dl_now_ms())
+      dl_etcd_revoke(e, e->idle[i].lease, deadline);
   while (e->holds) {
     etcd_hold *h = e->holds;
     e->holds = h->next;
@@ -166,6 +218,15 @@ static void etcd_free(dl_backend *b) {
     curl_easy_cleanup(e->pool[i]);
   free(e->pool);
   if (e->headers) curl_slist_free_all(e->headers);
+  free(e->tls_ca_file);
+  free(e->tls_ca_dir);
+  free(e->tls_cert_file);
+  free(e->tls_key_file);
+  free(e->user);
+  if (e->password) memset(e->password, 0, strlen(e->password));
+  free(e->password);
+  free(e->token);
+  pthread_mutex_destroy(&e->auth_mu);
   for (int i = 0; i < e->nendpoints; i++)
     free(e->endpoints[i]);
   free(e->endpoints);
@@ -197,7 +258,7 @@ static const dl_backend_ops etcd_ops = {
     .free = etcd_free,
 };
 
-/* Whether e's endpoints ("http://HOST:PORT") are different servers
+/* Whether e's endpoints ("http[s]://HOST:PORT") are different servers
  * (dl_url_distinct): 0, or the code recorded. */
 static int endpoints_distinct(dl_etcd *e) {
   int n = e->nendpoints;
@@ -205,7 +266,7 @@ static int endpoints_distinct(dl_etcd *e) {
   char **hosts = calloc((size_t)n, sizeof *hosts);
   int rc = sv && hosts ? 0 : DLOCK_ENOMEM;
   for (int i = 0; i < n && rc == 0; i++) {
-    const char *h = e->endpoints[i] + 7; /* after "http://" */
+    const char *h = strstr(e->endpoints[i], "://") + 3;
     const char *colon = strrchr(h, ':');
     size_t hl = (size_t)(colon - h);
     if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') h++, hl -= 2;
@@ -222,16 +283,19 @@ static int endpoints_distinct(dl_etcd *e) {
   return rc ? dl_seterr(NULL, rc, "%s", err) : 0;
 }
 
-/* The URL's endpoints and prefix into e: 0, or a negative code recorded. */
+/* The URL's endpoints, user, password and prefix into e: 0, or a
+ * negative code recorded. */
 static int parse_url(dl_etcd *e, const char *url) {
   const char *p = strstr(url, "://");
   const char *why = NULL;
-  if (p == NULL || strncmp(url, "etcd://", 7) != 0)
-    why = "an etcd URL starts with etcd://";
-  else if (strpbrk(url, "@?#"))
-    why = "etcd:// takes no user, password or options yet "
-          "(etcd://HOST:PORT[,HOST:PORT...][/PREFIX])";
-  p += 3;
+  e->tls = strncmp(url, "etcds://", 8) == 0;
+  if (p == NULL || (strncmp(url, "etcd://", 7) != 0 && !e->tls))
+    why = "an etcd URL starts with etcd:// or etcds://";
+  else if (dl_url_userinfo(url, &p, &e->user, &e->password) != 0)
+    why = "a bad %-escape in the etcd URL's user or password";
+  else if (strpbrk(p, "@?#"))
+    why = "an etcd URL takes no options "
+          "(etcd[s]://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/PREFIX])";
   const char *slash = strchr(p, '/');
   size_t hl = slash ? (size_t)(slash - p) : strlen(p);
   if (why == NULL && hl == 0) why = "an etcd URL needs a HOST:PORT";
@@ -258,8 +322,8 @@ static int parse_url(dl_etcd *e, const char *url) {
     size_t m = len + 16;
     if ((e->endpoints[i] = malloc(m)) == NULL)
       return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
-    snprintf(e->endpoints[i], m, "http://%.*s%s", (int)len, s,
-             port ? "" : ":2379");
+    snprintf(e->endpoints[i], m, "%s://%.*s%s", e->tls ? "https" : "http",
+             (int)len, s, port ? "" : ":2379");
     e->nendpoints++;
     s += len + 1;
   }
@@ -277,14 +341,55 @@ static int parse_url(dl_etcd *e, const char *url) {
   return 0;
 }
 
+/* A copy of an option's string: 0 (*dst NULL for NULL), or -1 out of
+ * memory. */
+static int copy_opt(char **dst, const char *s) {
+  free(*dst);
+  *dst = s ? dl_strdup(s) : NULL;
+  return s && *dst == NULL ? -1 : 0;
+}
+
+/* The options' TLS files, user and password (over the URL's) into e: 0,
+ * or a negative code recorded. */
+static int take_options(dl_etcd *e, const dlock_client_options *o) {
+  if (o->username && copy_opt(&e->user, o->username) != 0)
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  if (o->password) {
+    if (e->password) memset(e->password, 0, strlen(e->password));
+    if (copy_opt(&e->password, o->password) != 0)
+      return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  }
+  if (e->user && *e->user == '\0')
+    return dl_seterr(NULL, DLOCK_EINVAL, "etcd: an empty user name");
+  if (e->password && e->user == NULL)
+    return dl_seterr(NULL, DLOCK_EINVAL,
+                     "etcd's authentication needs a user with the password "
+                     "(etcd://USER:PASSWORD@HOST..., or the username "
+                     "option)");
+  if (e->user && e->password == NULL && (e->password = dl_strdup("")) == NULL)
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  e->tls_verify = o->tls_verify != 0;
+  if (!e->tls) return 0;
+  if (o->tls_server_name)
+    return dl_seterr(NULL, DLOCK_ENOTSUP,
+                     "etcds:// takes no tls_server_name: the name "
+                     "checked is the URL's host");
+  if (copy_opt(&e->tls_ca_file, o->tls_ca_file) ||
+      copy_opt(&e->tls_ca_dir, o->tls_ca_dir) ||
+      copy_opt(&e->tls_cert_file, o->tls_cert_file) ||
+      copy_opt(&e->tls_key_file, o->tls_key_file))
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  if ((e->tls_cert_file == NULL) != (e->tls_key_file == NULL))
+    return dl_seterr(NULL, DLOCK_EINVAL,
+                     "etcds:// needs both the client certificate and its "
+                     "key, or neither");
+  return 0;
+}
+
 int dl_etcd_backend_new(const dlock_client_options *opts,
                         const dl_backend_env *env, dl_backend **out) {
   *out = NULL;
   const char *url = opts->url;
-  if (strncmp(url, "etcds://", 8) == 0)
-    return dl_seterr(NULL, DLOCK_ENOTSUP,
-                     "etcds:// (etcd over TLS) is not "
-                     "built yet: only etcd:// (plain HTTP)");
   if (env->loop)
     return dl_seterr(NULL, DLOCK_ENOTSUP,
                      "the etcd backend has no "
@@ -302,6 +407,7 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
   e->session_ttl_ms = opts->watchdog_timeout_ms;
   pthread_mutex_init(&e->mu, NULL);
   pthread_mutex_init(&e->lease_mu, NULL);
+  pthread_mutex_init(&e->auth_mu, NULL);
   dl_cond_init(&e->cv);
   e->pool = calloc(16, sizeof *e->pool);
   /* No "Expect: 100-continue" before a large body (a round trip more). */
@@ -311,6 +417,7 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
   int rc = e->pool && h2 ? 0 : dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   if (h2) e->headers = h2;
   if (rc == 0) rc = parse_url(e, url);
+  if (rc == 0) rc = take_options(e, opts);
   if (rc == 0) {
     /* The servers answer (any one of them). */
     json_object *r;
@@ -318,14 +425,17 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
                       dl_now_ms() + opts->connect_timeout_ms, &r, NULL);
     if (rc == 0) {
       json_object_put(r);
-    } else {
+    } else if (rc != DLOCK_ENOMEM && rc != DLOCK_ETLS && rc != DLOCK_EAUTH) {
       char why[512];
       snprintf(why, sizeof why, "%s", dlock_client_open_errmsg());
-      rc = dl_seterr(NULL, rc == DLOCK_ENOMEM ? rc : DLOCK_ECONNECT,
+      rc = dl_seterr(NULL, DLOCK_ECONNECT,
                      "no etcd server answered at %s%s: %s", e->endpoints[0],
                      e->nendpoints > 1 ? " (or the others)" : "", why);
     }
   }
+  /* Then the user and password, if any: refused, DLOCK_EAUTH. */
+  if (rc == 0 && e->user)
+    rc = dl_etcd_authenticate(e, 0, dl_now_ms() + opts->connect_timeout_ms);
   if (rc != 0) {
     etcd_free(&e->base);
     return rc;

@@ -19,6 +19,11 @@
  * deletion is the hold's loss, told at once to the watchdog. */
 typedef struct etcd_watch etcd_watch;
 
+/* How long a hold's watch waits before its stream starts (ms): a loss in
+ * a hold's first moments is heard this much later, within etcd's 100 ms
+ * promise. */
+#define ETCD_WATCH_DEFER_MS 10
+
 /* A waiter's multi handle, listed so that wake_all can wake it. */
 typedef struct etcd_waitreg {
   struct etcd_waitreg *next;
@@ -45,6 +50,10 @@ typedef struct etcd_hold {
   etcd_watch *watch;
 } etcd_hold;
 
+/* Fixed leases kept between holds (their keys deleted): at most this
+ * many per client. */
+#define ETCD_IDLE_MAX 8
+
 typedef struct dl_etcd {
   dl_backend base;
   const dl_backend_env *env;
@@ -58,12 +67,23 @@ typedef struct dl_etcd {
                          ("" without one) */
   int command_timeout_ms;
   int connect_timeout_ms;
+  /* etcds://: TLS, with the options' files (NULL: curl's defaults). */
+  bool tls;
+  bool tls_verify;
+  char *tls_ca_file, *tls_ca_dir, *tls_cert_file, *tls_key_file;
+  /* etcd's token auth (NULL: none): the URL's or the options' user and
+   * password, authenticated at the open and again whenever the server
+   * says the token is no longer valid. */
+  char *user, *password;
+  pthread_mutex_t auth_mu; /* one authenticate at a time */
+  char *token;             /* e->mu: sent in every request's header */
+  unsigned token_gen;      /* e->mu: bumped with every new token */
   int64_t session_ttl_ms; /* the watchdog lease */
   /* mu guards everything below; cv is broadcast when a hold or claim
    * goes (the client's other owners waiting for the key). */
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  struct curl_slist *headers; /* of every request */
+  struct curl_slist *headers; /* of every request (but the token's) */
   CURL **pool;                /* idle easy handles (their connections kept) */
   int npool;
   pthread_mutex_t lease_mu; /* one grant or keepalive of it at a time */
@@ -71,6 +91,15 @@ typedef struct dl_etcd {
   int64_t lease_ttl_s;      /* as granted */
   int64_t lease_until;      /* until when it is surely valid */
   etcd_hold *holds;
+  /* Fixed leases whose holds ended with their keys deleted, for the next
+   * fixed-lease acquire of the same TTL: a keepalive (no write on the
+   * server) instead of a grant and a revoke (two writes, each an fsync),
+   * as Go's Session keeps its lease across locks. */
+  struct {
+    int64_t lease, ttl_s;
+    int64_t until; /* surely valid until then */
+  } idle[ETCD_IDLE_MAX];
+  int nidle;
   etcd_hold *orphans; /* keys of ours to delete (a release that failed) */
   int64_t orphan_at;  /* the next try */
   dl_notice_fn notice;
@@ -99,6 +128,22 @@ int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
  * ({"result": ...}): *out is that message's result. */
 int dl_etcd_call1(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, json_object **out);
+/* The headers of a request: e->headers, headed by the Authorization with
+ * the current token when there is one (*gen, when gen is non-NULL: the
+ * token's generation); NULL out of memory. Free with
+ * dl_etcd_headers_free once the request is done. Any thread. */
+struct curl_slist *dl_etcd_headers(dl_etcd *e, unsigned *gen);
+/* As dl_etcd_headers, e->mu held. */
+struct curl_slist *dl_etcd_headers_locked(dl_etcd *e, unsigned *gen);
+void dl_etcd_headers_free(dl_etcd *e, struct curl_slist *l);
+/* What every request of e's has on h: the headers, TLS (etcds://), no
+ * signals, TCP_NODELAY, the connect timeout (at most ms). */
+void dl_etcd_setopts(dl_etcd *e, CURL *h, struct curl_slist *headers,
+                     int64_t connect_ms);
+/* Authenticates with e->user and e->password unless the token changed
+ * from generation gen since (another thread did): 0 with a new token, or
+ * a negative code recorded (DLOCK_EAUTH: the server refused them). */
+int dl_etcd_authenticate(dl_etcd *e, unsigned gen, int64_t deadline);
 /* An easy handle from the pool (or a new one), and back. */
 CURL *dl_etcd_handle(dl_etcd *e);
 void dl_etcd_handle_put(dl_etcd *e, CURL *h);
@@ -131,6 +176,16 @@ int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
                   int64_t *got_s);
 /* Revokes a lease (its keys go): 0 or a negative code. */
 int dl_etcd_revoke(dl_etcd *e, int64_t lease, int64_t deadline);
+/* A fixed lease of lease_ms for a hold, surely valid for lease_ms from
+ * the call: an idle one of the same TTL kept alive, else a new grant. 0
+ * (*lease, *until), or a negative code. */
+int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
+                        int64_t *lease, int64_t *until);
+/* A fixed lease whose hold ended with its key deleted (nothing else on
+ * it): kept idle for the next (the oldest idle one revoked when the
+ * client keeps enough). */
+void dl_etcd_lease_idle(dl_etcd *e, int64_t lease, int64_t lease_ms,
+                        int64_t until);
 
 /* ---- mutex.c ---- */
 int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a);

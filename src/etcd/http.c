@@ -81,17 +81,89 @@ static int answer_error(dl_etcd *e, json_object *o, const char *path,
   } else if (err) {
     msg = json_object_get_string(err);
   }
+  /* A token from before the users or roles changed: as one expired. */
+  if (msg && strstr(msg, "auth store is old")) grpc = 16;
   if (code) *code = grpc;
+  if (msg && strstr(msg, "user name is empty"))
+    return dl_seterr(e->err, DLOCK_EAUTH,
+                     "etcd %s: the server has authentication on: give a "
+                     "user and password (etcd://USER:PASSWORD@HOST...)",
+                     path);
   return dl_seterr(e->err, code_of(grpc), "etcd %s: %s (HTTP %ld)", path,
                    msg ? msg : "an error without a message", status);
 }
 
-int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
-                 int64_t deadline, json_object **out, int *code) {
+struct curl_slist *dl_etcd_headers_locked(dl_etcd *e, unsigned *gen) {
+  if (gen) *gen = e->token_gen;
+  if (e->token == NULL) return e->headers;
+  char line[600];
+  snprintf(line, sizeof line, "Authorization: %s", e->token);
+  struct curl_slist *a = curl_slist_append(NULL, line);
+  if (a) a->next = e->headers;
+  return a;
+}
+
+struct curl_slist *dl_etcd_headers(dl_etcd *e, unsigned *gen) {
+  pthread_mutex_lock(&e->mu);
+  struct curl_slist *l = dl_etcd_headers_locked(e, gen);
+  pthread_mutex_unlock(&e->mu);
+  return l;
+}
+
+void dl_etcd_headers_free(dl_etcd *e, struct curl_slist *l) {
+  if (l == NULL || l == e->headers) return;
+  l->next = NULL; /* e->headers stays */
+  curl_slist_free_all(l);
+}
+
+void dl_etcd_setopts(dl_etcd *e, CURL *h, struct curl_slist *headers,
+                     int64_t connect_ms) {
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                   (long)(connect_ms < e->connect_timeout_ms
+                              ? connect_ms
+                              : e->connect_timeout_ms));
+  if (!e->tls) return;
+  if (e->tls_ca_file) curl_easy_setopt(h, CURLOPT_CAINFO, e->tls_ca_file);
+  if (e->tls_ca_dir) curl_easy_setopt(h, CURLOPT_CAPATH, e->tls_ca_dir);
+  if (e->tls_cert_file) curl_easy_setopt(h, CURLOPT_SSLCERT, e->tls_cert_file);
+  if (e->tls_key_file) curl_easy_setopt(h, CURLOPT_SSLKEY, e->tls_key_file);
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, e->tls_verify ? 1L : 0L);
+  curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, e->tls_verify ? 2L : 0L);
+}
+
+/* Whether curl's error is TLS's (a certificate, a handshake). */
+static bool tls_error(CURLcode cc) {
+  switch (cc) {
+  case CURLE_SSL_CONNECT_ERROR:
+  case CURLE_PEER_FAILED_VERIFICATION:
+  case CURLE_SSL_CERTPROBLEM:
+  case CURLE_SSL_CIPHER:
+  case CURLE_SSL_CACERT_BADFILE:
+  case CURLE_SSL_ENGINE_NOTFOUND:
+  case CURLE_SSL_ENGINE_SETFAILED:
+  case CURLE_USE_SSL_FAILED:
+  case CURLE_SSL_CRL_BADFILE:
+  case CURLE_SSL_ISSUER_ERROR: return true;
+  default: return false;
+  }
+}
+
+/* One call (dl_etcd_call's), with the token of generation *gen (none
+ * when !auth). */
+static int call_once(dl_etcd *e, const char *path, const char *body,
+                     int64_t deadline, json_object **out, int *code, bool auth,
+                     unsigned *gen) {
   *out = NULL;
   if (code) *code = 0;
   CURL *h = dl_etcd_handle(e);
-  if (h == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  struct curl_slist *hd = auth ? dl_etcd_headers(e, gen) : e->headers;
+  if (h == NULL || hd == NULL) {
+    if (h) dl_etcd_handle_put(e, h);
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
   int start = atomic_load(&e->current), rc = 0;
   char url[512], why[CURL_ERROR_SIZE] = "";
   for (int i = 0; i < e->nendpoints; i++) {
@@ -107,16 +179,11 @@ int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, e->headers);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    dl_etcd_setopts(e, h, hd, left);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left);
-    curl_easy_setopt(
-        h, CURLOPT_CONNECTTIMEOUT_MS,
-        (long)(left < e->connect_timeout_ms ? left : e->connect_timeout_ms));
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
-    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
     why[0] = '\0';
     atomic_fetch_add(&e->round_trips, 1);
     CURLcode cc = curl_easy_perform(h);
@@ -127,9 +194,11 @@ int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
       curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
       json_object *o = b.p ? json_tokener_parse(b.p) : NULL;
       if (o == NULL)
-        rc = dl_seterr(e->err, DLOCK_EPROTO,
-                       "etcd %s: an answer that is not JSON (HTTP %ld)", path,
-                       status);
+        rc = dl_seterr(
+            e->err, DLOCK_EPROTO,
+            "etcd %s: an answer that is not JSON (HTTP %ld%s)", path, status,
+            status == 400 && !e->tls ? "; a TLS port? Its URL is etcds://"
+                                     : "");
       else if (status != 200 || dl_etcd_get(o, "error"))
         rc = answer_error(e, o, path, status, code);
       else
@@ -139,6 +208,14 @@ int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
       break;
     }
     free(b.p);
+    /* A refusal of ours after the handshake (TLS 1.3: no client
+     * certificate) comes as the first read's alert. */
+    if (tls_error(cc) || (e->tls && cc == CURLE_RECV_ERROR &&
+                          strstr(why, "SSL") && strstr(why, "alert"))) {
+      rc = dl_seterr(e->err, DLOCK_ETLS, "etcd %s at %s: TLS: %s", path,
+                     e->endpoints[idx], why[0] ? why : curl_easy_strerror(cc));
+      break;
+    }
     /* Not reached: the next endpoint. Anything else may have been done
      * by the server (a txn), so it is not sent again elsewhere. */
     if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) {
@@ -150,11 +227,94 @@ int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
     rc = dl_seterr(e->err,
                    cc == CURLE_OPERATION_TIMEDOUT ? DLOCK_ETIMEDOUT
                                                   : DLOCK_ECONNLOST,
-                   "etcd %s at %s: %s", path, e->endpoints[idx],
-                   why[0] ? why : curl_easy_strerror(cc));
+                   "etcd %s at %s: %s%s", path, e->endpoints[idx],
+                   why[0] ? why : curl_easy_strerror(cc),
+                   cc == CURLE_GOT_NOTHING && !e->tls
+                       ? " (a TLS port? Its URL is etcds://)"
+                   : e->tls && e->tls_cert_file == NULL
+                       ? " (does the server want a client certificate?)"
+                       : "");
     break;
   }
+  if (hd != e->headers) dl_etcd_headers_free(e, hd);
   dl_etcd_handle_put(e, h);
+  return rc;
+}
+
+/* Whether an error says our token is no longer good (it expired, the
+ * server restarted, the user's password or roles changed): the request
+ * was refused before it was applied, so it may be sent again. */
+static bool token_refused(dl_etcd *e, int rc, int code) {
+  return e->user != NULL && rc != 0 && code == 16;
+}
+
+int dl_etcd_authenticate(dl_etcd *e, unsigned gen, int64_t deadline) {
+  pthread_mutex_lock(&e->auth_mu);
+  pthread_mutex_lock(&e->mu);
+  bool done = e->token_gen != gen;
+  pthread_mutex_unlock(&e->mu);
+  int rc = 0;
+  if (done) goto out;
+  json_object *who = json_object_new_object(), *r = NULL;
+  if (who == NULL ||
+      json_object_object_add(who, "name", json_object_new_string(e->user)) ||
+      json_object_object_add(who, "password",
+                             json_object_new_string(e->password))) {
+    json_object_put(who);
+    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    goto out;
+  }
+  int code;
+  unsigned g;
+  rc = call_once(e, "/v3/auth/authenticate", json_object_to_json_string(who),
+                 deadline, &r, &code, false, &g);
+  json_object_put(who);
+  if (rc != 0 && code == 9) { /* authentication is not enabled */
+    rc = 0;                   /* no token needed (as Go's client takes it) */
+    goto out;
+  }
+  if (rc != 0 && code != 0) { /* the server's answer: its message */
+    char why[400];
+    const char *m =
+        e->err ? dlock_client_errmsg(e->err) : dlock_client_open_errmsg();
+    size_t n = strlen(dlock_strerror(rc));
+    if (strncmp(m, dlock_strerror(rc), n) == 0 && m[n] == ':') m += n + 2;
+    snprintf(why, sizeof why, "%s", m);
+    rc = dl_seterr(e->err, DLOCK_EAUTH, "etcd refused the user '%s': %s",
+                   e->user, why);
+  }
+  if (rc != 0) goto out;
+  json_object *t = dl_etcd_get(r, "token");
+  const char *ts = t ? json_object_get_string(t) : NULL;
+  char *tok = ts && *ts && strlen(ts) < 512 && !strpbrk(ts, "\r\n")
+                  ? dl_strdup(ts)
+                  : NULL;
+  json_object_put(r);
+  if (tok == NULL) {
+    rc = dl_seterr(e->err, DLOCK_EPROTO,
+                   "etcd /v3/auth/authenticate: no usable token");
+    goto out;
+  }
+  pthread_mutex_lock(&e->mu);
+  free(e->token);
+  e->token = tok;
+  e->token_gen++;
+  pthread_mutex_unlock(&e->mu);
+out:
+  pthread_mutex_unlock(&e->auth_mu);
+  return rc;
+}
+
+int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
+                 int64_t deadline, json_object **out, int *code) {
+  unsigned gen = 0;
+  int c = 0;
+  int rc = call_once(e, path, body, deadline, out, &c, true, &gen);
+  /* A token no longer good: a new one, and the call again, once. */
+  if (token_refused(e, rc, c) &&
+      (rc = dl_etcd_authenticate(e, gen, deadline)) == 0)
+    rc = call_once(e, path, body, deadline, out, &c, true, &gen);
+  if (code) *code = c;
   return rc;
 }
 

@@ -358,10 +358,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   int64_t sent = dl_now_ms(), until = 0;
   int64_t deadline = sent + e->command_timeout_ms;
   if (own) {
-    int64_t got;
-    rc =
-        dl_etcd_grant(e, dl_etcd_ttl_s(a->lease_ms), deadline, &h->lease, &got);
-    until = dl_validity(sent, a->lease_ms);
+    rc = dl_etcd_fixed_lease(e, a->lease_ms, deadline, &h->lease, &until);
     h->lease_until = until;
     h->lease_ms = a->lease_ms;
   } else {
@@ -453,11 +450,19 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
 fail:
   /* Not taken: our key goes (Go's TryLock and a cancelled Lock do the
    * same), at its own revision only. */
+  int gone = 0;
   if (h->rev > 0)
-    dl_etcd_delete_at(e, h->key, h->rev, dl_now_ms() + e->command_timeout_ms);
-  else if (h->key && h->lease && !own)
-    delete_key(e, h->key); /* a put whose answer we did not get */
-  if (own && h->lease)
+    gone = dl_etcd_delete_at(e, h->key, h->rev,
+                             dl_now_ms() + e->command_timeout_ms);
+  else if (h->key && h->lease && !own &&
+           (dl_etcd_transient(rc) || rc == DLOCK_EPROTO))
+    delete_key(e, h->key); /* a put whose answer we did not get (an
+                              error the server answered: no put) */
+  /* A fixed lease whose key is surely gone is kept for the next; one
+   * that may still carry our key goes, and the key with it. */
+  if (own && h->lease && gone == 1)
+    dl_etcd_lease_idle(e, h->lease, h->lease_ms, h->lease_until);
+  else if (own && h->lease)
     dl_etcd_revoke(e, h->lease, dl_now_ms() + e->command_timeout_ms);
   hold_drop(e, h);
   return rc;
@@ -508,6 +513,10 @@ int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
      * its revision), else it would hold the line for as long as our
      * session lives. */
     dl_etcd_orphan(e, h->key, h->rev, h->own_lease ? h->lease : 0);
+  } else if (h->own_lease && rc == 1 && !retried) {
+    /* Deleted by us, nothing else on it: kept for the next fixed-lease
+     * hold (a keepalive then, no grant and revoke). */
+    dl_etcd_lease_idle(e, h->lease, h->lease_ms, h->lease_until);
   } else if (h->own_lease) {
     dl_etcd_revoke(e, h->lease, deadline);
   }

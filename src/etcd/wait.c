@@ -19,8 +19,10 @@ struct etcd_watch {
   char *lock; /* the hold's lock key, for the notice */
   char body[ETCD_KEY_MAX * 2 + 128];
   CURL *h;
+  struct curl_slist *hd; /* h's headers (the token when it started) */
   json_tokener *tok;
   int64_t retry_at; /* a stream that ended starts again then */
+  bool cancelled;   /* the server cancelled it: h ends */
   bool stop;
 };
 
@@ -165,16 +167,14 @@ int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
   int idx = atomic_load(&e->current);
   char url[512];
   snprintf(url, sizeof url, "%s/v3/watch", e->endpoints[idx]);
+  struct curl_slist *hd = dl_etcd_headers(e, NULL);
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, e->headers);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)e->connect_timeout_ms);
+  dl_etcd_setopts(e, h, hd, e->connect_timeout_ms);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_wait_data);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &w);
-  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
   atomic_fetch_add(&e->round_trips, 1);
-  CURLcode cc = run_waiting(e, h, &w, deadline);
+  CURLcode cc = hd ? run_waiting(e, h, &w, deadline) : CURLE_OUT_OF_MEMORY;
   int rc;
   if (w.seen) {
     rc = 1; /* deleted, or the watch ended: the caller looks again */
@@ -201,6 +201,7 @@ int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
   json_tokener_free(w.tok);
   /* A stream cut short leaves its connection unusable: not pooled. */
   curl_easy_cleanup(h);
+  dl_etcd_headers_free(e, hd);
   return rc;
 }
 
@@ -215,13 +216,19 @@ static void notify(dl_etcd *e, const char *lock) {
 
 static void on_hold_message(void *ud, json_object *o) {
   etcd_watch *w = ud;
-  if (message_kind(o) != 0) notify(w->e, w->lock);
+  int k = message_kind(o);
+  if (k == 2)
+    w->cancelled = true;
+  else if (k != 0)
+    notify(w->e, w->lock);
 }
 
 static size_t on_hold_data(char *p, size_t size, size_t nmemb, void *ud) {
   etcd_watch *w = ud;
   if (feed(w->tok, p, size * nmemb, on_hold_message, w) != 0) return 0;
-  return size * nmemb;
+  /* A watch cancelled (refused: a token no longer good; compacted) keeps
+   * its stream open: ended here, it starts again. */
+  return w->cancelled ? 0 : size * nmemb;
 }
 
 static void watch_free(etcd_watch *w) {
@@ -229,28 +236,32 @@ static void watch_free(etcd_watch *w) {
     curl_multi_remove_handle(w->e->multi, w->h);
     curl_easy_cleanup(w->h);
   }
+  dl_etcd_headers_free(w->e, w->hd);
   if (w->tok) json_tokener_free(w->tok);
   free(w->lock);
   free(w);
 }
 
-/* Starts w's stream (watcher thread). */
+/* Starts w's stream (watcher thread, e->mu held). */
 static void watch_start(dl_etcd *e, etcd_watch *w) {
   CURL *h = curl_easy_init();
   if (h == NULL) return;
+  dl_etcd_headers_free(e, w->hd);
+  if ((w->hd = dl_etcd_headers_locked(e, NULL)) == NULL) {
+    curl_easy_cleanup(h);
+    return;
+  }
   if (w->tok) json_tokener_reset(w->tok);
+  w->cancelled = false;
   char url[512];
   snprintf(url, sizeof url, "%s/v3/watch",
            e->endpoints[atomic_load(&e->current)]);
   curl_easy_setopt(h, CURLOPT_URL, url);
   curl_easy_setopt(h, CURLOPT_COPYPOSTFIELDS, w->body);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, e->headers);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)e->connect_timeout_ms);
+  dl_etcd_setopts(e, h, w->hd, e->connect_timeout_ms);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_hold_data);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, w);
   curl_easy_setopt(h, CURLOPT_PRIVATE, w);
-  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
   w->h = h;
   curl_multi_add_handle(e->multi, h);
 }
@@ -280,7 +291,7 @@ static void *watcher_main(void *arg) {
       pthread_mutex_unlock(&e->mu);
       break;
     }
-    int64_t now = dl_now_ms();
+    int64_t now = dl_now_ms(), next = now + 200;
     for (etcd_watch **pp = &e->watches; *pp;) {
       etcd_watch *w = *pp;
       if (w->stop) {
@@ -289,6 +300,7 @@ static void *watcher_main(void *arg) {
         continue;
       }
       if (w->h == NULL && now >= w->retry_at) watch_start(e, w);
+      if (w->h == NULL && w->retry_at < next) next = w->retry_at;
       pp = &w->next;
     }
     etcd_hold *o = NULL;
@@ -319,7 +331,9 @@ static void *watcher_main(void *arg) {
        * now, and watched again. */
       if (!stop) notify(e, w->lock);
     }
-    curl_multi_poll(e->multi, NULL, 0, 200, NULL);
+    int64_t t = next - dl_now_ms();
+    if (t < 1) t = 1;
+    curl_multi_poll(e->multi, NULL, 0, t > 200 ? 200 : (int)t, NULL);
   }
   return NULL;
 }
@@ -339,11 +353,20 @@ int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h) {
   w->e = e;
   char k64[ETCD_KEY_MAX * 2];
   dl_etcd_b64(h->key, strlen(h->key), k64);
-  /* From the key's creation: a deletion since is heard too. */
+  /* From just after the key's creation: a deletion since is heard too.
+   * Not from the creation itself: a watch from a revision the server has
+   * passed is "unsynced", its events sent by a loop every 100 ms; one from
+   * the next revision is synced at once (unless others wrote meanwhile),
+   * and hears a delete as it happens. */
   snprintf(w->body, sizeof w->body,
            "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
            "\"}}",
-           k64, h->rev);
+           k64, h->rev + 1);
+  /* Its stream starts a moment later: a hold released by then (a short
+   * one: the common case under load) costs no connection, request or
+   * stream on the server; one deleted meanwhile is heard all the same
+   * (the watch starts at the key's creation), that much later. */
+  w->retry_at = dl_now_ms() + ETCD_WATCH_DEFER_MS;
   pthread_mutex_lock(&e->mu);
   int rc = start_watcher(e);
   if (rc == 0) {

@@ -217,7 +217,9 @@ int cmd_bench(int argc, char **argv, cli_global *g) {
   if (o.connections > 64) o.connections = 64;
   o.url = g->url ? g->url : "redis://127.0.0.1:6379";
   o.password = g->password;
-  o.zk = strncmp(o.url, "zk://", 5) == 0;
+  o.etcd =
+      strncmp(o.url, "etcd://", 7) == 0 || strncmp(o.url, "etcds://", 8) == 0;
+  o.zk = strncmp(o.url, "zk://", 5) == 0 || o.etcd;
   o.cluster = strncmp(o.url, "redis-cluster://", 16) == 0 ||
               strncmp(o.url, "rediss-cluster://", 17) == 0;
   if (o.zk && (o.plot || (strcmp(o.scenario, "uncontended") &&

@@ -25,9 +25,11 @@ typedef struct bench_opts {
   int64_t warmup_ms; /* --warmup: idle waiters wait this long unmeasured */
   const char *plot;
   const char *url, *password; /* for the interleaved baseline */
-  /* zk://: no Redis baselines; the round trip is the client's ping (an
-   * exists on "/"), lock names are znode paths. */
+  /* zk:// and etcd[s]://: no Redis baselines; the round trip is the
+   * client's ping (an exists on "/"; etcd's status), lock names are znode
+   * paths (etcd: keys alike). */
   bool zk;
+  bool etcd; /* etcd[s]:// (zk is set too) */
   /* redlock://: the baselines' connections to the servers after the
    * first (which is `raw`): the round trip is the slowest server's, the
    * server CPU all of theirs. redis-cluster:// (cluster): the masters
@@ -142,6 +144,7 @@ typedef struct bench_report {
   double rtt_p50, ceiling, cpu_per_op;
   double fanout_rtt_p50; /* redlock:// only, else 0 */
   bool zk;               /* zk://: rtt_p50 is ZooKeeper's, no ceiling */
+  bool etcd;             /* etcd[s]:// (zk too): rtt_p50 is etcd's */
   int masters;           /* redis-cluster://: how many; the ceiling is
                             one master's */
   double cluster_ceiling; /* redis-cluster://: every master's at once */

@@ -25,7 +25,7 @@ void bench_print_report(const bench_report *r, bool json) {
              r->redisson_ceiling, r->redisson_cpu,
              r->ceiling / r->redisson_ceiling);
     if (r->async) printf(",\"async\":true,\"inflight\":%d", r->inflight);
-    if (r->zk) printf(",\"backend\":\"zookeeper\"");
+    if (r->zk) printf(",\"backend\":\"%s\"", r->etcd ? "etcd" : "zookeeper");
     if (r->masters > 0)
       printf(",\"masters\":%d,\"cluster_ceiling_ops_per_sec\":%.0f",
              r->masters, r->cluster_ceiling);
@@ -69,7 +69,12 @@ void bench_print_report(const bench_report *r, bool json) {
            "us  max %9.1f us%s%s\n",
            r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50,
            r->p99, r->max, cont ? "  kind " : "", cont ? r->kind : "");
-  if (r->zk)
+  if (r->etcd)
+    printf("  baseline: etcd round trip (/v3/maintenance/status) p50 %.1f us "
+           "(2 x = %.1f us); no ceiling or server CPU on etcd://; errors "
+           "%ld\n",
+           r->rtt_p50, 2 * r->rtt_p50, r->errors);
+  else if (r->zk)
     printf("  baseline: ZooKeeper round trip (exists /) p50 %.1f us (2 x = "
            "%.1f us); no ceiling or server CPU on zk://; errors %ld\n",
            r->rtt_p50, 2 * r->rtt_p50, r->errors);

@@ -21,7 +21,10 @@ static int run_threads(const cli_global *g, const bench_opts *o,
                        int64_t start_us, int64_t end_us, bench_result *out) {
   if (o->async)
     return bench_async_process(g, o, lock_name, start_us, end_us, out);
-  dlock_client *c = bench_client(g, o, 0);
+  /* etcd: the client's session lease is the locks' 10 s (workers.c), as
+   * etcdpeer's Go session (WithTTL(10), kept alive): the holds ride on it,
+   * no lease granted per hold. */
+  dlock_client *c = bench_client(g, o, o->etcd ? 10000 : 0);
   if (c == NULL) return -1;
   bench_worker *ws = calloc((size_t)o->threads, sizeof *ws);
   pthread_t *th = calloc((size_t)o->threads, sizeof *th);
@@ -151,6 +154,7 @@ int bench_measure(const cli_global *g, const bench_opts *o,
   r->kind = o->kind;
   r->starvation_ms = o->starvation_ms;
   r->zk = o->zk;
+  r->etcd = o->etcd;
   r->masters = o->cluster ? 1 + o->nothers : 0;
   if (o->zk) {
     r->rtt_p50 = bench_client_ping_p50_us(g, o, 2000);

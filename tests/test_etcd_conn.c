@@ -1,0 +1,321 @@
+/* test_etcd_conn.c: how the etcd backend talks to its servers: etcds://
+ * (TLS, client certificates), etcd's token authentication, and what a
+ * lock cycle costs the server (requests, writes, watches), against
+ * private etcd servers the harness starts. */
+#include "harness.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#ifdef DLOCK_TEST_HAVE_ETCD
+/* Runs `cmd` (sh) and returns its output in buf ("" none). */
+static const char *sh(const char *cmd, char *buf, size_t len) {
+  buf[0] = '\0';
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) return buf;
+  size_t n = fread(buf, 1, len - 1, f);
+  buf[n] = '\0';
+  pclose(f);
+  return buf;
+}
+
+/* etcdctl on s (its TLS flags, or here its user). */
+static const char *ctl(const th_etcd *s, const char *args, char *buf,
+                       size_t len) {
+  char cmd[1500];
+  snprintf(cmd, sizeof cmd, "ETCDCTL_API=3 etcdctl --endpoints %s %s %s 2>&1",
+           s->endpoint, s->ctl_tls, args);
+  return sh(cmd, buf, len);
+}
+
+/* A test skips (passes, saying so) where no etcd server can run. */
+#define NEED_ETCD()                                                            \
+  do {                                                                         \
+    if (!th_etcd_available()) {                                                \
+      fprintf(stderr, "    skipped: no etcd server installed\n");              \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
+static atomic_llong lost_at;
+static void on_lost(dlock_lock *l, const char *owner, void *ud) {
+  (void)l, (void)owner, (void)ud;
+  atomic_store(&lost_at, th_now_ms());
+}
+
+/* etcds://: a server that takes TLS clients with certificates alone
+ * (--client-cert-auth); the CA, client certificate and key are the
+ * rediss:// options. A CA that did not sign the server's certificate, no
+ * client certificate, or etcd:// on its port: the open fails, saying so. */
+static void t_etcd_tls(void) {
+  NEED_ETCD();
+  th_etcd s;
+  int64_t t0 = th_now_ms();
+  CHECK_RC(th_etcd_start_with(&s, true, NULL), 0);
+  fprintf(stderr, "    certificates and etcd in %lld ms\n",
+          (long long)(th_now_ms() - t0));
+  const char *tls = s.tls_dir;
+  int rc;
+  char ca[400], other[400], cert[400], key[400], buf[512];
+  snprintf(ca, sizeof ca, "%s/ca.crt", tls);
+  snprintf(other, sizeof other, "%s/otherca.crt", tls);
+  snprintf(cert, sizeof cert, "%s/client.crt", tls);
+  snprintf(key, sizeof key, "%s/client.key", tls);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  o.tls_ca_file = ca;
+  o.tls_cert_file = cert;
+  o.tls_key_file = key;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open(&o, &c), 0);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "tl", "me", &l), 0);
+  uint64_t tok = 0;
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok), 0);
+  CHECK(tok > 0);
+  /* etcdctl over TLS sees it, and a waiter in another client waits. */
+  CHECK(strncmp(ctl(&s, "get --prefix tl/ --keys-only", buf, sizeof buf), "tl/",
+                3) == 0);
+  dlock_client *c2 = NULL;
+  CHECK_RC(dlock_client_open(&o, &c2), 0);
+  dlock_lock *l2;
+  CHECK_RC(dlock_lock_new(c2, "tl", "other", &l2), 0);
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_RC(dlock_lock_try_acquire(l2, 500, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(l2), 1);
+  dlock_lock_free(l2);
+  dlock_client_close(c2);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  /* Not verified (tls_verify 0): no CA needed. */
+  o.tls_ca_file = NULL;
+  o.tls_verify = 0;
+  CHECK_RC(dlock_client_open(&o, &c), 0);
+  dlock_client_close(c);
+  o.tls_verify = 1;
+  /* Refused: a CA that did not sign the server's certificate, */
+  o.tls_ca_file = other;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_ETLS);
+  CHECK(strstr(dlock_client_open_errmsg(), "TLS") != NULL);
+  /* no client certificate (the server asks for one), */
+  o.tls_ca_file = ca;
+  o.tls_cert_file = o.tls_key_file = NULL;
+  rc = dlock_client_open(&o, &c); /* TLS 1.3: a reset, or an alert */
+  CHECK(rc == DLOCK_ETLS || rc == DLOCK_ECONNECT);
+  CHECK(strstr(dlock_client_open_errmsg(), "certificate") != NULL);
+  /* a certificate without its key, */
+  o.tls_cert_file = cert;
+  CHECK_RC(dlock_client_open(&o, &c), DLOCK_EINVAL);
+  /* and plain HTTP to the TLS port. */
+  char url[80];
+  snprintf(url, sizeof url, "etcd://127.0.0.1:%d", s.port);
+  o.url = url;
+  o.tls_key_file = key;
+  CHECK(dlock_client_open(&o, &c) != 0);
+  fprintf(stderr, "    %s\n", dlock_client_open_errmsg());
+  CHECK(strstr(dlock_client_open_errmsg(), "etcds://") != NULL);
+  th_etcd_stop(&s);
+}
+
+static dlock_client *auth_client(const char *url, const char *user,
+                                 const char *pw, int *rc) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.username = user;
+  o.password = pw;
+  dlock_client *c = NULL;
+  *rc = dlock_client_open(&o, &c);
+  return c;
+}
+
+/* etcd's token auth: the user and password in the URL or the options; a
+ * wrong password or none fails with DLOCK_EAUTH saying why, and changes
+ * nothing; a token the server no longer takes (here: the password set
+ * again, which drops the user's tokens) is replaced, and the holds stay. */
+static void t_etcd_auth(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  char buf[512], url[160];
+  ctl(&s, "user add root --new-user-password=sesame", buf, sizeof buf);
+  CHECK(strstr(ctl(&s, "auth enable", buf, sizeof buf), "Enabled") != NULL);
+  snprintf(s.ctl_tls, sizeof s.ctl_tls, "--user root:sesame");
+  int rc;
+  /* A wrong password: refused at the open, nothing written. */
+  snprintf(url, sizeof url, "etcd://root:nope@%s/app", s.endpoint);
+  CHECK(auth_client(url, NULL, NULL, &rc) == NULL);
+  CHECK_RC(rc, DLOCK_EAUTH);
+  fprintf(stderr, "    %s\n", dlock_client_open_errmsg());
+  CHECK(strstr(dlock_client_open_errmsg(), "root") != NULL);
+  CHECK(auth_client(s.url, "root", "nope", &rc) == NULL);
+  CHECK_RC(rc, DLOCK_EAUTH);
+  /* A password without a user: refused. */
+  CHECK(auth_client(s.url, NULL, "sesame", &rc) == NULL);
+  CHECK_RC(rc, DLOCK_EINVAL);
+  /* None: the first call says the server wants them. */
+  dlock_client *c = auth_client(s.url, NULL, NULL, &rc);
+  dlock_lock *l;
+  if (c) {
+    CHECK_RC(dlock_lock_new(c, "au", "me", &l), 0);
+    CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), DLOCK_EAUTH);
+    CHECK(strstr(dlock_client_errmsg(c), "USER:PASSWORD") != NULL);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+  } else {
+    CHECK_RC(rc, DLOCK_EAUTH);
+  }
+  CHECK(strcmp(ctl(&s, "get --prefix '' --keys-only", buf, sizeof buf), "") ==
+        0);
+  /* The right one (%-escaped in the URL). */
+  ctl(&s, "user add us --new-user-password='p@ss'", buf, sizeof buf);
+  ctl(&s, "user grant-role us root", buf, sizeof buf);
+  snprintf(url, sizeof url, "etcd://us:p%%40ss@%s", s.endpoint);
+  c = auth_client(url, NULL, NULL, &rc);
+  CHECK_RC(rc, 0);
+  dlock_client *c2 = auth_client(s.url, "root", "sesame", &rc);
+  CHECK_RC(rc, 0);
+  dlock_lock *l2;
+  CHECK_RC(dlock_lock_new(c, "au", "me", &l), 0);
+  CHECK_RC(dlock_lock_new(c2, "au", "other", &l2), 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), DLOCK_EBUSY);
+  /* Both users' tokens dropped: each client authenticates again. */
+  char cmd[600];
+  for (int i = 0; i < 2; i++) {
+    snprintf(cmd, sizeof cmd,
+             "printf '%s\\n' | ETCDCTL_API=3 etcdctl --endpoints %s --user "
+             "root:sesame user passwd %s --interactive=false 2>&1",
+             i ? "sesame" : "p@ss", s.endpoint, i ? "root" : "us");
+    CHECK(strstr(sh(cmd, buf, sizeof buf), "updated") != NULL);
+  }
+  CHECK(strstr(ctl(&s, "get --prefix au/ --keys-only", buf, sizeof buf),
+               "au/") != NULL);
+  CHECK_EQ(dlock_lock_is_held(l), 1);
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_EQ(atomic_load(&lost_at), 0); /* never lost */
+  /* dlock run with the password in the URL: its command's dlock has the
+   * URL without it (DLOCK_URL) and the password (DLOCK_PASSWORD). */
+  snprintf(cmd, sizeof cmd,
+           "%s -q -u '%s' run au -- sh -c 'case $DLOCK_URL in *p%%40ss*) "
+           "exit 9;; esac; %s -q status au' >/dev/null 2>&1; echo $?",
+           DLOCK_CLI_PATH, url, DLOCK_CLI_PATH);
+  CHECK(strcmp(sh(cmd, buf, sizeof buf), "0\n") == 0);
+  CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(l2), 1);
+  /* The server restarted (its tokens gone, the leases kept): the hold
+   * stays, and its watch comes back with a token the server takes, so a
+   * force release is heard. */
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  CHECK_RC(th_etcd_restart(&s), 0);
+  int64_t end = th_now_ms() + th_soon(5000);
+  while (th_etcd_started(&s, "Watch") < 1 && th_now_ms() < end)
+    th_sleep_ms(10);
+  CHECK_EQ(dlock_lock_is_held(l), 1);
+  CHECK_EQ(atomic_load(&lost_at), 0);
+  int64_t t0 = th_now_ms();
+  CHECK_EQ(dlock_lock_force_release(l2), 1);
+  while (atomic_load(&lost_at) == 0 && th_now_ms() < end)
+    th_sleep_ms(2);
+  CHECK(atomic_load(&lost_at) != 0);
+  fprintf(stderr, "    after the restart, a force release heard in %lld ms\n",
+          (long long)(atomic_load(&lost_at) - t0));
+  dlock_lock_free(l);
+  dlock_lock_free(l2);
+  dlock_client_close(c);
+  dlock_client_close(c2);
+  th_etcd_stop(&s);
+}
+
+enum { TXN, GRANT, REVOKE, KEEPALIVE, WATCH, NMETHODS };
+static const char *const methods[NMETHODS] = {
+    "Txn", "LeaseGrant", "LeaseRevoke", "LeaseKeepAlive", "Watch"};
+static void count(const th_etcd *s, long long *v) {
+  for (int i = 0; i < NMETHODS; i++)
+    v[i] = th_etcd_started(s, methods[i]);
+}
+
+/* An uncontended acquire and release is two requests, each a txn (one
+ * write each: Go's Mutex.Lock and Unlock make the same two): on the
+ * session's lease, nothing else; with a fixed lease, a keepalive more (no
+ * write) of a lease kept from the last hold, instead of a grant and a
+ * revoke (two writes). A short hold starts no watch; a longer one does. */
+static void t_etcd_cycle_cost(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  o.watchdog_timeout_ms = 10000;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open(&o, &c), 0);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "cc", "me", &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0); /* the session */
+  CHECK_RC(dlock_lock_release(l), 1);
+  long long a[NMETHODS], b[NMETHODS];
+  count(&s, a);
+  for (int i = 0; i < 10; i++) {
+    CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+    CHECK_RC(dlock_lock_release(l), 1);
+  }
+  count(&s, b);
+  fprintf(stderr,
+          "    session lease, 10 cycles: %lld txn, %lld grant, %lld "
+          "revoke, %lld keepalive, %lld watch\n",
+          b[TXN] - a[TXN], b[GRANT] - a[GRANT], b[REVOKE] - a[REVOKE],
+          b[KEEPALIVE] - a[KEEPALIVE], b[WATCH] - a[WATCH]);
+  /* (a watchdog renewal in between: a keepalive and a txn more) */
+  CHECK(b[TXN] - a[TXN] >= 20 && b[TXN] - a[TXN] <= 21);
+  CHECK_EQ(b[GRANT] - a[GRANT], 0);
+  CHECK_EQ(b[REVOKE] - a[REVOKE], 0);
+  CHECK(b[WATCH] - a[WATCH] <= 5); /* short holds: few or none */
+  /* A fixed lease (not the watchdog's): one grant, then keepalives. */
+  count(&s, a);
+  for (int i = 0; i < 10; i++) {
+    CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, NULL), 0);
+    CHECK_RC(dlock_lock_release(l), 1);
+  }
+  count(&s, b);
+  fprintf(stderr,
+          "    fixed lease, 10 cycles: %lld txn, %lld grant, %lld revoke, "
+          "%lld keepalive, %lld watch\n",
+          b[TXN] - a[TXN], b[GRANT] - a[GRANT], b[REVOKE] - a[REVOKE],
+          b[KEEPALIVE] - a[KEEPALIVE], b[WATCH] - a[WATCH]);
+  CHECK(b[TXN] - a[TXN] >= 20 && b[TXN] - a[TXN] <= 21);
+  CHECK_EQ(b[GRANT] - a[GRANT], 1);
+  CHECK_EQ(b[REVOKE] - a[REVOKE], 0);
+  CHECK(b[KEEPALIVE] - a[KEEPALIVE] >= 9 && b[KEEPALIVE] - a[KEEPALIVE] <= 10);
+  /* The lease kept is renewed for the next hold: the whole 5 s again
+   * (the server tells whole seconds), though 1.2 s went by. */
+  th_sleep_ms(1200);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, NULL), 0);
+  int64_t ttl = 0;
+  CHECK_RC(dlock_lock_remaining_ttl(l, &ttl), 0);
+  CHECK(ttl >= 4000 && ttl <= 5000);
+  CHECK_RC(dlock_lock_release(l), 1);
+  /* A hold that lasts gets its watch (a loss is heard). */
+  count(&s, a);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  int64_t end = th_now_ms() + th_soon(2000);
+  while (th_etcd_started(&s, "Watch") == a[WATCH] && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(th_etcd_started(&s, "Watch") - a[WATCH], 1);
+  CHECK_RC(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost))
+#else
+static void t_etcd_none(void) {
+  fprintf(stderr, "    skipped: no etcd backend or server here\n");
+}
+TH_MAIN(T_BARE(t_etcd_none))
+#endif
