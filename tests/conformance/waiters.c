@@ -85,14 +85,10 @@ static void t_killed_waiter(void) {
     CHECK_EQ(dlock_lock_release(h.l), 1);
     /* A fair lock's dead waiter is skipped once it is stale; a waiter's
      * node on zk:// goes with its session, its key on etcd:// with its
-     * lease. The lock's hand-off queue (redis): a release that still heard
-     * the killed waiter's channel (its close not read yet) grants it the
-     * lock for its claim window, one command timeout (test_lock
-     * t_frozen_waiters_grant_ends). */
+     * lease. */
     int64_t limit = cf_waiters_by_session()
                         ? 2 * waiter_session_ms() + CF_CMD_MS
                     : k == DL_FEAT_FAIR ? CF_FAIR_STALE_MS + CF_CMD_MS
-                    : k == DL_FEAT_LOCK ? 2 * CF_CMD_MS
                                         : CF_CMD_MS;
     int64_t t0 = th_now_ms();
     int rc = dlock_lock_try_acquire(next.l, limit, 10000, NULL);
@@ -102,10 +98,9 @@ static void t_killed_waiter(void) {
     if (k == DL_FEAT_PLAIN)
       /* Known to fail sometimes, redis (not seen in 35 runs of this test
        * on an idle machine; cause not found): the plain string lock has
-       * no hand-off queue, so the dead-waiter grant (the lock kind's, now
-       * bounded by a claim window) is not it; an attempt the killed waiter
-       * sent just before it died, read by the server after the release,
-       * would hold the lock for the waiter's lease (10 s). */
+       * no hand-off queue; an attempt the killed waiter sent just before
+       * it died, read by the server after the release, would hold the
+       * lock for the waiter's lease (10 s). */
       CF_CHECK_SOMETIMES("redis", rc == 0,
                          "a killed plain-lock waiter blocks it for 6 s");
     else

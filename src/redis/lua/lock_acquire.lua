@@ -27,9 +27,6 @@
 -- server ms, pushed to now + ARGV[9] by each attempt)
 -- ARGV[9] how long this queued waiter counts as alive after this attempt,
 -- in ms (each waiter its own: it grows with the time it has waited)
--- ARGV[12] (ARGV[10] and ARGV[11] '' unless used) how long a grant to this
--- waiter lasts until it claims it with its lease (a renewal): the lease
--- its entry asks of a release (absent: ARGV[1], the whole lease)
 -- The queue only orders hand-offs: a free lock is still taken by whoever
 -- asks first, as in Redisson (a Redisson client frees it without granting).
 -- Returns the token alone when taken (an array costs the server more to
@@ -114,7 +111,6 @@ local function bad_ms(v, what)
 end
 local bad = bad_ms(ARGV[1], 'a lease') or
             (ARGV[9] and ARGV[8] == '1' and bad_ms(ARGV[9], 'a waiter\'s life'))
-            or (ARGV[12] and bad_ms(ARGV[12], 'a grant\'s claim window'))
 if bad then
   return bad
 end
@@ -254,8 +250,8 @@ local function refused(ms, who)
     local t = redis.call('time')
     local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) +
                      tonumber(ARGV[9])
-    local entry = string.format('%.0f', deadline) .. ':' ..
-                  (ARGV[12] or ARGV[1]) .. ':' .. (ARGV[3] or '')
+    local entry = string.format('%.0f', deadline) .. ':' .. ARGV[1] .. ':' ..
+                  (ARGV[3] or '')
     local new = redis.pcall('hset', KEYS[5], ARGV[2], entry)
     if type(new) == 'table' then
       return failed(new, KEYS[5])

@@ -56,7 +56,6 @@ typedef enum acq_state {
   ACQ_ATTEMPTED, /* an attempt's reply, while waiting */
   ACQ_RIDDEN,    /* the pause after an attempt the deployment failed */
   ACQ_WAITED,    /* a wake-up, or the sleep's end */
-  ACQ_CLAIMED,   /* the claim of a grant (its lease) */
   ACQ_CANCELLED, /* leaving the hand-off queue */
   ACQ_GIVEN,     /* giving back a grant that came as we gave up */
   ACQ_UNSUB,     /* the subscriptions go, then the fair queue */
@@ -167,7 +166,7 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
    * command (tests/test_cost.sh), so the defaults at the end (no holder
    * info, no count, not starving) are left out. */
   int nkeys = fair || enqueue ? 5 : 3;
-  int nargs = fair ? (extra ? extra : 8) : enqueue ? 12 : extra ? extra : 6;
+  int nargs = extra ? extra : fair ? 8 : enqueue ? 9 : 6;
   if (nargs == 6 && !o->starving)
     nargs = a->held != 0 ? 4 : a->info[0] ? 3 : 2;
   char tk[DL_DERIVED_MAX], hk[DL_DERIVED_MAX], qk[DL_DERIVED_MAX],
@@ -182,19 +181,11 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
       GRANT_WAITERS_KEY(l, tok);
     }
   }
-  char reserve[DL_INT_BUF], stale[DL_INT_BUF], alive[DL_INT_BUF],
-      claim[DL_INT_BUF];
+  char reserve[DL_INT_BUF], stale[DL_INT_BUF], alive[DL_INT_BUF];
   if (nargs >= 4) dl_fmt_ll(count, a->held);
   if (nargs >= 6) dl_fmt_ll(reserve, RESERVE_MS);
   if (nargs >= 7) dl_fmt_ll(stale, l->fair_stale_ms);
   if (nargs >= 9) dl_fmt_ll(alive, 3 * grant_beat(o, o->sent));
-  if (nargs >= 12) {
-    /* A grant lasts this long, until claimed (ACQ_CLAIMED): a waiter that
-     * died an instant before a release that still heard it blocks no
-     * more. */
-    int64_t cto = o->R->env.command_timeout_ms;
-    dl_fmt_ll(claim, a->lease_ms < cto ? a->lease_ms : cto);
-  }
   const char *args[] = {lease,
                         l->owner,
                         a->info,
@@ -204,9 +195,8 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
                         stale,
                         enqueue ? "1" : "0",
                         alive,
-                        extra >= 10 ? young : "",
-                        extra >= 11 ? propose : "",
-                        claim};
+                        young,
+                        propose};
   return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, nkeys,
                             keys, nargs, args);
 }
@@ -487,40 +477,19 @@ static int acq_step(acq_op *o) {
        * the counter's next value, so this wait's own grant is above. */
       if (o->queued && ops->sub_grant(R->link, o->grant, &granted) == 1 &&
           granted > o->seen) {
-        /* Handed over by a release, for a claim window: claimed with our
-         * lease (the watchdog's renewal script), which counts from now. */
+        /* Handed over by a release: the lease began after our last
+         * attempt was sent. */
         o->tok = granted;
+        o->rc = 1;
+        o->sent = o->queued_sent;
         o->queued = false;
-        o->sent = dl_now_ms();
-        char lease[DL_INT_BUF];
-        dl_fmt_ll(lease, a->lease_ms);
-        const char *k[] = {l->key}, *args[] = {lease, l->owner};
-        if (leave_send(o, ACQ_CLAIMED, DL_SCRIPT_LOCK_RENEW, 1, k, 2, args) ==
-            DL_PENDING)
-          return DL_PENDING;
-        continue;
+        goto out;
       }
       if (o->p.rc < 0) {
         o->rc = dl_seterr(R->env.err_owner, o->p.rc,
                           "the client closed while waiting");
         goto out;
       }
-      o->st = ACQ_LOOP;
-      continue;
-    }
-    case ACQ_CLAIMED: {
-      /* {1}: ours, with our lease; {0}: the window ran out: wait on. */
-      redisReply *r = o->p.reply;
-      o->rc = o->p.rc;
-      if (o->rc == 0 && r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
-          r->element[0]->type == REDIS_REPLY_INTEGER)
-        o->rc = r->element[0]->integer == 1;
-      else if (o->rc == 0)
-        o->rc = dl_seterr(R->env.err_owner, DLOCK_EPROTO,
-                          "unexpected reply to the claim of a grant");
-      drop_reply(o);
-      if (o->rc != 0) goto out;
-      o->again = true;
       o->st = ACQ_LOOP;
       continue;
     }
