@@ -236,11 +236,16 @@ int dl_etcd_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
   if (rc != 0) return rc;
   json_object *kv = dl_etcd_kv0(r);
   json_object *v = dl_etcd_get(kv, "value");
-  char val[DL_OWNER_MAX];
   rc = kv != NULL;
-  if (v && dl_etcd_unb64(json_object_get_string(v), val, sizeof val) >= 0 &&
-      len > 0)
+  /* Any length: etcdctl's proposal or a Go leader's Proclaim may be
+   * longer than an id; cut to fit buf. */
+  const char *v64 = v ? json_object_get_string(v) : "";
+  char *val = malloc(strlen(v64) / 4 * 3 + 4);
+  if (val == NULL)
+    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  else if (dl_etcd_unb64(v64, val, strlen(v64) / 4 * 3 + 4) >= 0 && len > 0)
     snprintf(buf, len, "%s", val);
+  free(val);
   json_object_put(r);
   return rc;
 }
