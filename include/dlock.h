@@ -832,7 +832,8 @@ DLOCK_API int dlock_leader_has_leadership(dlock_leader *l);
  * DLOCK_ENOTOWNER if not. Tokens grow with each leadership of the
  * election (zk://: the leader node's czxid; Redis: the lock's token). */
 DLOCK_API int dlock_leader_token(dlock_leader *l, uint64_t *token);
-/* The present leader's id (Curator's getLeader) into buf (len bytes, cut
+/* The present leader's id (Curator's getLeader; etcd://: its key's value,
+ * as Go's Election.Leader, a Proclaim's included) into buf (len bytes, cut
  * to fit): 1, 0 when nobody takes part, or a negative code. One server
  * call; needs no start. */
 DLOCK_API int dlock_leader_get_current(dlock_leader *l, char *buf, size_t len);
