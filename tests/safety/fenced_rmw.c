@@ -77,6 +77,15 @@ static long long read_value(dlock_client *c) {
   return n;
 }
 
+/* What an application tries again: the connection lost or being made
+ * again, a call that got no answer in time (a ZooKeeper client whose
+ * session expired while it was stopped answers ECONNLOST or ETIMEDOUT
+ * until its new session is up). */
+static bool transient(int rc) {
+  return rc == DLOCK_ECONNLOST || rc == DLOCK_ETIMEDOUT ||
+         rc == DLOCK_ECONNECT;
+}
+
 /* One increment under l (held, its token `token`): 1 written, 0 refused
  * (stale or no longer held), -1 an error. The victim stops itself between
  * its read and its write. */
@@ -89,16 +98,16 @@ static int increment(dlock_client *c, dlock_lock *l, uint64_t token, int mode,
   int len = snprintf(buf, sizeof buf, "%lld", v + 1);
   /* A ZooKeeper victim comes back to an expired session: as an
    * application would, it tries again (with the same token) once its
-   * client has a new one. */
-  int rc;
+   * client has a new one (transient). */
+  int rc = DLOCK_ETIMEDOUT;
   int64_t give_up = th_now_ms() + 10000;
   do {
     if (victim && th_now_ms() > give_up) break;
     rc = mode == HELD ? dlock_fence_set_held(l, res_name, buf, (size_t)len)
                       : dlock_fence_set(c, res_name, buf, (size_t)len,
                                         mode == UNGUARDED ? 1 : token);
-    if (rc == DLOCK_ECONNLOST && victim) th_sleep_ms(50); /* a backoff */
-  } while (rc == DLOCK_ECONNLOST && victim);
+    if (transient(rc) && victim) th_sleep_ms(50); /* a backoff */
+  } while (transient(rc) && victim);
   if (rc == DLOCK_ESTALE || rc == DLOCK_ELOST) return 0;
   if (rc != 0)
     fprintf(stderr, "    [%d] write: %s: %s\n", (int)getpid(),
