@@ -319,6 +319,20 @@ DLOCK_API int dlock_client_stats_get_size(dlock_client *c,
 #define dlock_client_stats_get(c, st)                                          \
   dlock_client_stats_get_size((c), (st), sizeof(dlock_client_stats))
 
+/* The histograms' finite upper bounds in seconds (Prometheus' `le`); one
+ * bucket more, the last, is +Inf. */
+#define DLOCK_METRICS_BUCKETS 10
+#define DLOCK_METRICS_BOUNDS                                                   \
+  { 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10 }
+/* A histogram of durations, as Prometheus': bucket[i] counts the samples
+ * of at most DLOCK_METRICS_BOUNDS[i] seconds, bucket[9] all of them
+ * (cumulative: bucket[9], +Inf, equals count). */
+typedef struct dlock_histogram {
+  uint64_t bucket[DLOCK_METRICS_BUCKETS];
+  uint64_t count;
+  double sum; /* seconds, of every sample */
+} dlock_histogram;
+
 /* What this client's locks went through since it was opened, for a
  * service's own /metrics (`dlock metrics` shows the servers' side; see
  * docs/OBSERVABILITY.md). Relaxed atomic counters, only ever added to. */
@@ -349,7 +363,28 @@ typedef struct dlock_metrics {
                                       zk://'s connection back (with its
                                       session or a new one); etcd:// (HTTP
                                       on pooled handles) counts none */
+  /* Added later (dlock_client_metrics_size fills what the caller's size
+   * holds; the struct only ever grows at the end): */
+  dlock_histogram wait_seconds; /* the acquisitions counted above: from
+                                   the acquire call to its grant */
+  dlock_histogram hold_seconds; /* those holds that ended: from the grant to
+                                   the last release, or to the loss */
 } dlock_metrics;
+
+/* Writes *m as Prometheus text exposition (format 0.0.4) into buf, as
+ * snprintf does: at most len bytes with the terminating NUL (buf may be
+ * NULL when len is 0). Each counter as "<prefix>_<name>_total", the losses
+ * as "<prefix>_lost_total{cause=\"expired\"|\"taken\"}", each histogram
+ * as "<prefix>_wait_seconds" and "<prefix>_hold_seconds" (_bucket{le=...}
+ * cumulative, _sum, _count; +Inf equals _count), each family with its
+ * # HELP and # TYPE lines. `prefix` (NULL: "dlock") must be a metric name
+ * ([a-zA-Z_:][a-zA-Z0-9_:]*); `labels` (NULL or "": none) is added inside
+ * every sample's braces as given, e.g. "service=\"api\"" (not checked).
+ * Returns the length of the whole text without its NUL (output truncated
+ * if >= len), or DLOCK_EINVAL (m NULL, a bad prefix, buf NULL with len >
+ * 0), writing nothing then. Pure: no client, any thread. */
+DLOCK_API int dlock_metrics_format(const dlock_metrics *m, const char *prefix,
+                                   const char *labels, char *buf, size_t len);
 
 /* Fills the first `size` bytes of *m (the caller's sizeof, as for
  * dlock_client_stats_get_size: new fields are only ever added at the end).

@@ -411,6 +411,7 @@ static void reconnect_during_wait(int kind) {
   CHECK_RC(dlock_lock_new(f.c, "a:rc", NULL, &w), 0);
   CHECK_RC(dlock_lock_acquire(h, 60000, NULL), 0);
   td_got g = {0};
+  int64_t called = th_now_ms();
   CHECK_RC(dlock_lock_acquire_async(w, 20000, 5000, td_on_done, &g, NULL), 0);
   CHECK(run_until_subscribed(&f, "redisson_lock__channel:{a:rc}", 3000));
   CHECK(th_cmd_int(&th_srv, "CLIENT KILL TYPE pubsub") >= 1);
@@ -426,10 +427,17 @@ static void reconnect_during_wait(int kind) {
   dlock_metrics m; /* the command connection came back, and is counted */
   CHECK_RC(dlock_client_metrics(f.c, &m), 0);
   CHECK(m.reconnects >= 1);
+  /* Its wait, from the call to the grant, at least until the release. */
+  CHECK_EQ(m.wait_seconds.count, 1);
+  CHECK(m.wait_seconds.sum >= (double)(t0 - called) / 1000);
+  CHECK_EQ(m.hold_seconds.count, 0);
   td_got r = {0};
   CHECK_RC(dlock_lock_release_async(w, td_on_done, &r, NULL), 0);
   CHECK(td_run_until(&f.t, &r.calls, 3000));
   CHECK_RC(r.rc, 1);
+  CHECK_RC(dlock_client_metrics(f.c, &m), 0); /* its hold, ended */
+  CHECK_EQ(m.hold_seconds.count, 1);
+  CHECK_EQ(m.hold_seconds.bucket[DLOCK_METRICS_BUCKETS - 1], 1);
   dlock_lock_free(h);
   dlock_lock_free(w);
   dlock_client_close(bc);

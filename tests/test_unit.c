@@ -4,6 +4,7 @@
 #include "client/client.h"
 #include "redis/conns/conns.h"
 
+#include <ctype.h>
 #include <hiredis/hiredis.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -380,7 +381,139 @@ static void t_error_text(void) {
   }
 }
 
-TH_MAIN(T_BARE(t_resp_format), T_BARE(t_park), T_BARE(t_error_text),
-        T_BARE(t_durations), T_BARE(t_url_redis), T_BARE(t_url_bad),
-        T_BARE(t_url_twice), T_BARE(t_url_redact), T_BARE(t_errors),
-        T_BARE(t_bad_open), T_BARE(t_options_size))
+/* One line of Prometheus text exposition: a comment (# HELP, # TYPE) or a
+ * sample NAME[{k="v",...}] VALUE. Returns the sample's value (0 for a
+ * comment) and its name and labels; *ok false if it is neither. */
+static double prom_line(const char *line, char *name, char *labels, bool *ok) {
+  *ok = false;
+  name[0] = labels[0] = '\0';
+  if (strncmp(line, "# HELP ", 7) == 0 || strncmp(line, "# TYPE ", 7) == 0) {
+    *ok = true;
+    return 0;
+  }
+  const char *p = line;
+  size_t n = 0;
+  if (!(isalpha((unsigned char)*p) || *p == '_' || *p == ':')) return 0;
+  while (isalnum((unsigned char)*p) || *p == '_' || *p == ':')
+    name[n++] = *p++;
+  name[n] = '\0';
+  if (*p == '{') {
+    const char *q = ++p;
+    for (;;) { /* k="v" pairs, comma separated */
+      if (!(isalpha((unsigned char)*p) || *p == '_')) return 0;
+      while (isalnum((unsigned char)*p) || *p == '_')
+        p++;
+      if (p[0] != '=' || p[1] != '"') return 0;
+      p += 2;
+      while (*p && *p != '"')
+        p += *p == '\\' && p[1] ? 2 : 1;
+      if (*p++ != '"') return 0;
+      if (*p == ',') {
+        p++;
+        continue;
+      }
+      if (*p != '}') return 0;
+      break;
+    }
+    memcpy(labels, q, (size_t)(p - q));
+    labels[p - q] = '\0';
+    p++;
+  }
+  if (*p++ != ' ') return 0;
+  char *end;
+  double v = strtod(p, &end);
+  *ok = end != p && *end == '\0';
+  return v;
+}
+
+/* dlock_metrics_format: valid text exposition, cumulative buckets,
+ * +Inf == _count, snprintf's contract. */
+static void t_metrics_format(void) {
+  dlock_metrics m = {.acquisitions = 7,
+                     .contended_acquisitions = 3,
+                     .lost_expired = 1,
+                     .lost_taken = 2,
+                     .renewals = 11,
+                     .failed_renewals = 4,
+                     .reconnects = 5};
+  for (int i = 0; i < DLOCK_METRICS_BUCKETS; i++) {
+    m.wait_seconds.bucket[i] = i < 3 ? 2 : 7;
+    m.hold_seconds.bucket[i] = (uint64_t)i / 2;
+  }
+  m.wait_seconds.count = 7;
+  m.wait_seconds.sum = 1.25;
+  m.hold_seconds.count = 4;
+  m.hold_seconds.sum = 30.5;
+  const char *labels = "service=\"api\"";
+  int n = dlock_metrics_format(&m, "svc_dlock", labels, NULL, 0);
+  CHECK(n > 0);
+  char *text = malloc((size_t)n + 1);
+  CHECK(text != NULL);
+  CHECK_EQ(dlock_metrics_format(&m, "svc_dlock", labels, text, (size_t)n + 1),
+           n);
+  CHECK_EQ(strlen(text), (size_t)n);
+  /* Truncated as snprintf does. */
+  char small[16];
+  CHECK_EQ(dlock_metrics_format(&m, "svc_dlock", labels, small, sizeof small),
+           n);
+  CHECK(strncmp(small, text, sizeof small - 1) == 0 && small[15] == '\0');
+  CHECK_RC(dlock_metrics_format(&m, "9bad", NULL, NULL, 0), DLOCK_EINVAL);
+  CHECK_RC(dlock_metrics_format(&m, "a-b", NULL, NULL, 0), DLOCK_EINVAL);
+  CHECK_RC(dlock_metrics_format(NULL, NULL, NULL, NULL, 0), DLOCK_EINVAL);
+  CHECK_RC(dlock_metrics_format(&m, NULL, NULL, NULL, 5), DLOCK_EINVAL);
+  int samples = 0, buckets[2] = {0, 0};
+  double last[2] = {-1, -1}, inf[2] = {-1, -1}, count[2] = {-2, -2};
+  double sum[2] = {-1, -1}, acq = -1, lost_taken = -1;
+  char name[128], lab[256];
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    bool ok;
+    double v = prom_line(line, name, lab, &ok);
+    if (!ok) fprintf(stderr, "    not a sample: %s\n", line);
+    CHECK(ok);
+    if (line[0] == '#') continue;
+    samples++;
+    CHECK(strncmp(name, "svc_dlock_", 10) == 0);
+    CHECK(strncmp(lab, labels, strlen(labels)) == 0);
+    int h = strstr(name, "_wait_seconds")   ? 0
+            : strstr(name, "_hold_seconds") ? 1
+                                            : -1;
+    if (strcmp(name, "svc_dlock_acquisitions_total") == 0) acq = v;
+    if (strstr(lab, "cause=\"taken\"")) lost_taken = v;
+    if (h < 0) {
+      /* a counter: _total */
+      CHECK(strcmp(name + strlen(name) - 6, "_total") == 0);
+    } else if (strstr(name, "_bucket")) {
+      CHECK(strstr(lab, ",le=\"") != NULL);
+      CHECK(v >= last[h]); /* cumulative */
+      last[h] = v;
+      buckets[h]++;
+      if (strstr(lab, "le=\"+Inf\"")) inf[h] = v;
+    } else if (strstr(name, "_sum")) {
+      sum[h] = v;
+    } else {
+      CHECK(strstr(name, "_count") != NULL);
+      count[h] = v;
+    }
+  }
+  CHECK_EQ(samples, 7 + 2 * (DLOCK_METRICS_BUCKETS + 2));
+  CHECK_EQ(buckets[0], DLOCK_METRICS_BUCKETS);
+  CHECK_EQ(buckets[1], DLOCK_METRICS_BUCKETS);
+  CHECK(inf[0] == count[0] && count[0] == 7);
+  CHECK(inf[1] == count[1] && count[1] == 4);
+  CHECK(sum[0] == 1.25 && sum[1] == 30.5);
+  CHECK(acq == 7 && lost_taken == 2);
+  free(text);
+  /* No labels: bare names, and "le" alone in the buckets' braces. */
+  char bare[8192];
+  n = dlock_metrics_format(&m, NULL, NULL, bare, sizeof bare);
+  CHECK(n > 0 && (size_t)n < sizeof bare);
+  CHECK(strstr(bare, "\ndlock_acquisitions_total 7\n") != NULL);
+  CHECK(strstr(bare, "\ndlock_wait_seconds_bucket{le=\"0.001\"} 2\n") != NULL);
+  CHECK(strstr(bare, "\ndlock_hold_seconds_bucket{le=\"+Inf\"} 4\n") != NULL);
+  CHECK(strstr(bare, "\ndlock_lost_total{cause=\"expired\"} 1\n") != NULL);
+}
+
+TH_MAIN(T_BARE(t_metrics_format), T_BARE(t_resp_format), T_BARE(t_park),
+        T_BARE(t_error_text), T_BARE(t_durations), T_BARE(t_url_redis),
+        T_BARE(t_url_bad), T_BARE(t_url_twice), T_BARE(t_url_redact),
+        T_BARE(t_errors), T_BARE(t_bad_open), T_BARE(t_options_size))

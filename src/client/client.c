@@ -340,20 +340,6 @@ int dlock_client_ping(dlock_client *c) {
   return c->backend->ops->ping(c->backend);
 }
 
-int dlock_client_metrics_size(dlock_client *c, dlock_metrics *m, size_t size) {
-  if (c == NULL) return DLOCK_EINVAL;
-  if (m == NULL || size == 0)
-    return dl_seterr(c, DLOCK_EINVAL, "no metrics to fill (m NULL or size 0)");
-  dlock_metrics all = {0};
-  all.acquisitions = atomic_load_explicit(&c->acquired, memory_order_relaxed);
-  all.contended_acquisitions =
-      atomic_load_explicit(&c->contended, memory_order_relaxed);
-  all.reconnects = atomic_load_explicit(&c->reconnects, memory_order_relaxed);
-  dl_watchdog_metrics(c->watchdog, &all);
-  memcpy(m, &all, size < sizeof all ? size : sizeof all);
-  return 0;
-}
-
 int dlock_client_stats_get_size(dlock_client *c, dlock_client_stats *st,
                                 size_t size) {
   if (c == NULL) return DLOCK_EINVAL;

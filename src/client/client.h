@@ -83,6 +83,9 @@ typedef struct dl_hold {
   uint64_t token;
   int64_t lease_ms;
   int64_t valid_until; /* dl_now_ms() time; the renewal's if later */
+  /* dl_now_us() time of a lock's grant, for dlock_metrics' hold_seconds
+   * (0: not timed: a permit, or counted already at its loss) */
+  int64_t granted_us;
   int count;
   bool lost;
   bool permit; /* a permit of a permit-expirable semaphore */
@@ -112,6 +115,16 @@ void dl_holds_drop_via(dlock_client *c, const void *via, int *count);
  * marks the hold lost and tells the handle that took it. */
 void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,
                       const char *owner);
+
+/* ---- metrics.c: dlock_metrics' histograms ---- */
+/* Per bucket (not cumulative), relaxed atomics: adding is lock-free and
+ * nothing waits on them; read one by one (not a snapshot). */
+typedef struct dl_hist {
+  atomic_uint_fast64_t n[DLOCK_METRICS_BUCKETS];
+  atomic_uint_fast64_t sum_us;
+} dl_hist;
+/* Counts one duration of `us` microseconds (negative: 0). Any thread. */
+void dl_hist_add(dl_hist *h, int64_t us);
 
 /* ---- transfer.c: the delayed queues' transfer in the background ---- */
 typedef struct dl_transfers dl_transfers;
@@ -149,6 +162,9 @@ struct dlock_client {
   /* dlock_metrics' acquisitions (src/locks/lock.c dl_acq_end); relaxed */
   atomic_uint_fast64_t acquired, contended;
   atomic_uint_fast64_t reconnects; /* env.reconnects' counter */
+  /* dlock_metrics' histograms: wait (dl_acq_end), hold (its grant,
+   * dl_hold.granted_us, to the release or the loss) */
+  dl_hist wait_hist, hold_hist;
   /* The event-loop operations that wait (acquires, polls), with the
    * handle each waits through: a handle's free cancels its own (the
    * loop's thread alone; src/locks/async.c). */

@@ -98,6 +98,10 @@ void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,
    * and taken the lock again since the renewal went out. */
   if (h && h->renewal == r) {
     h->lost = true;
+    if (h->granted_us != 0) { /* the hold ends here, for dlock_metrics */
+      dl_hist_add(&c->hold_hist, dl_now_us() - h->granted_us);
+      h->granted_us = 0;
+    }
     if ((via = h->via) != NULL && (fn = h->lost_fn) != NULL)
       c->in_lost_callback = via;
   }

@@ -163,6 +163,8 @@ dlock_client *dl_lock_client(const dlock_lock *l) { return l->c; }
  * to dl_hold_bury once holds_mu is unlocked. */
 static dl_hold *forget(dlock_client *c, dl_hold *h) {
   if (h->via) ((dlock_lock *)h->via)->nholds--;
+  if (h->granted_us != 0) /* dlock_metrics' hold_seconds: it ends */
+    dl_hist_add(&c->hold_hist, dl_now_us() - h->granted_us);
   return dl_hold_drop(c, h);
 }
 
@@ -203,7 +205,7 @@ int dlock_lock_set_info(dlock_lock *l, const char *info) {
  * hold's token, or 0 with *err set. */
 static uint64_t record(dlock_lock *l, const char *owner, int status,
                        uint64_t token, int64_t lease_ms, int64_t valid_until,
-                       bool watchdog, int *err) {
+                       bool watchdog, int64_t now_us, int *err) {
   dlock_client *c = l->c;
   dl_hold *old = NULL;
   *err = 0;
@@ -223,6 +225,7 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
     h->token = token;
     h->via = l;
     h->lost_fn = on_lost;
+    h->granted_us = status == 1 ? now_us : 0;
     l->nholds++;
   }
   h->count++;
@@ -271,6 +274,7 @@ int dl_acq_begin(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
   if (c->backend->ops->lock_acquire == NULL)
     return dl_unsupported(c, "lock");
   if ((rc = dl_lock_owner(l, q->owner)) != 0) return rc;
+  q->start_us = dl_now_us(); /* dlock_metrics' wait_seconds */
   q->watchdog = lease_ms <= 0;
   if (q->watchdog) lease_ms = c->watchdog_timeout_ms;
   dl_lock_ref_of(l, q->owner, &q->ref);
@@ -300,8 +304,9 @@ int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
                      "(remaining lease %lld ms)", NAME(l), (long long)q->a.ttl);
   if (rc < 0) return rc;
   int err;
+  int64_t now_us = dl_now_us();
   uint64_t tok = record(l, q->owner, q->a.status, q->a.token, q->a.lease_ms,
-                        q->a.valid_until, q->watchdog, &err);
+                        q->a.valid_until, q->watchdog, now_us, &err);
   *give_back = true;
   /* Cannot track it: give it back rather than hold it unseen. */
   if (err != 0) return dl_seterr(c, err, "out of memory");
@@ -317,6 +322,7 @@ int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
     atomic_fetch_add_explicit(&c->acquired, 1, memory_order_relaxed);
     if (q->a.waited)
       atomic_fetch_add_explicit(&c->contended, 1, memory_order_relaxed);
+    dl_hist_add(&c->wait_hist, now_us - q->start_us);
   }
   return 0;
 }

@@ -57,6 +57,7 @@ typedef struct dl_acq_req {
   char owner[DL_OWNER_MAX];
   char *info;
   bool watchdog; /* the watchdog's lease, renewed */
+  int64_t start_us; /* dl_now_us() time of the call */
   dl_lock_ref ref;
   dl_acquire a; /* for the backend */
 } dl_acq_req;

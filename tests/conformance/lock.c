@@ -223,6 +223,19 @@ static void t_lease_expiry(void) {
     CHECK_EQ(b1.contended_acquisitions, b0.contended_acquisitions + 1);
     CHECK_EQ(a1.lost_expired, a0.lost_expired + 1);
     CHECK_EQ(a1.lost_taken, a0.lost_taken);
+    /* Its histograms: both waits; b's (from its call to its grant) and a's
+     * hold (from its grant to its loss) about a lease long. */
+    double lease_s = (double)lease / 1000, took_s = (double)took / 1000 + 0.05;
+    CHECK_EQ(a1.wait_seconds.count, a0.wait_seconds.count + 1);
+    CHECK_EQ(b1.wait_seconds.count, b0.wait_seconds.count + 1);
+    CHECK_EQ(b1.wait_seconds.bucket[DLOCK_METRICS_BUCKETS - 1],
+             b1.wait_seconds.count);
+    double b_wait = b1.wait_seconds.sum - b0.wait_seconds.sum;
+    CHECK(b_wait >= lease_s / 2 && b_wait <= took_s);
+    CHECK_EQ(a1.hold_seconds.count, a0.hold_seconds.count + 1);
+    double a_hold = a1.hold_seconds.sum - a0.hold_seconds.sum;
+    CHECK(a_hold >= lease_s / 2 && a_hold <= took_s);
+    CHECK_EQ(b1.hold_seconds.count, b0.hold_seconds.count);
     fprintf(stderr, "    %s: the next holder after %lld ms\n",
             dl_feature_name(k), (long long)took);
     /* Not before the lease: the server started it after t0. */
@@ -230,6 +243,13 @@ static void t_lease_expiry(void) {
     CHECK_EQ(dlock_lock_is_lost(h.l), 1);
     CHECK_RC(dlock_lock_release(h.l), DLOCK_ELOST);
     CHECK_EQ(dlock_lock_release(w.l), 1);
+    /* a's hold counted once (at its loss, not again at its release); b's
+     * ended at its release. */
+    dlock_metrics a2 = metrics_of(a), b2 = metrics_of(b);
+    CHECK_EQ(a2.hold_seconds.count, a1.hold_seconds.count);
+    CHECK_EQ(b2.hold_seconds.count, b1.hold_seconds.count + 1);
+    CHECK_EQ(b2.hold_seconds.bucket[DLOCK_METRICS_BUCKETS - 1],
+             b2.hold_seconds.count);
     cf_lock_free(&h);
     cf_lock_free(&w);
   }
