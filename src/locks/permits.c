@@ -219,12 +219,12 @@ static int acquired(dl_sync_handle *h, dl_sync_call *q, int rc) {
 /* The acquire's checks, and the new permit's id in q->id. */
 static int acquire_call(dlock_permits *p, int64_t wait_ms, int64_t lease_ms,
                         dl_sync_call *q) {
+  memset(q, 0, sizeof *q); /* read by the caller even on a refusal */
   if (p == NULL) return DLOCK_EINVAL;
   dlock_client *c = p->h.c;
   int rc = dl_check_open(c);
   if (rc == 0) rc = dl_check_lease(c, "lease_ms", lease_ms);
   if (rc != 0) return rc;
-  memset(q, 0, sizeof *q);
   q->what = DL_SYNC_PERMIT;
   q->kind = KIND;
   q->watchdog = lease_ms <= 0;
