@@ -292,6 +292,14 @@ static void *watcher_main(void *arg) {
       break;
     }
     int64_t now = dl_now_ms(), next = now + 200;
+    /* Watches started now: their holds are checked once as well, below. A
+     * key deleted before its watch began is told by etcd only from its
+     * loop for watches behind the store's revision (every 100 ms); the
+     * check hears it within a round trip. This thread alone frees a
+     * watch, so the pointers last until the next pass. */
+    etcd_watch *fresh[8];
+    int nfresh = 0;
+    bool all = false;
     for (etcd_watch **pp = &e->watches; *pp;) {
       etcd_watch *w = *pp;
       if (w->stop) {
@@ -299,7 +307,11 @@ static void *watcher_main(void *arg) {
         watch_free(w);
         continue;
       }
-      if (w->h == NULL && now >= w->retry_at) watch_start(e, w);
+      if (w->h == NULL && now >= w->retry_at) {
+        watch_start(e, w);
+        if (nfresh < 8) fresh[nfresh++] = w;
+        else all = true;
+      }
       if (w->h == NULL && w->retry_at < next) next = w->retry_at;
       pp = &w->next;
     }
@@ -309,6 +321,10 @@ static void *watcher_main(void *arg) {
       e->orphans = o->next;
     }
     pthread_mutex_unlock(&e->mu);
+    if (all) notify(e, NULL);
+    else
+      for (int i = 0; i < nfresh; i++)
+        notify(e, fresh[i]->lock);
     if (o) delete_orphan(e, o);
     int running;
     curl_multi_perform(e->multi, &running);
@@ -364,8 +380,8 @@ int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h) {
            k64, h->rev + 1);
   /* Its stream starts a moment later: a hold released by then (a short
    * one: the common case under load) costs no connection, request or
-   * stream on the server; one deleted meanwhile is heard all the same
-   * (the watch starts at the key's creation), that much later. */
+   * stream on the server; one deleted meanwhile is heard by the check
+   * made when the stream starts (watcher_main). */
   w->retry_at = dl_now_ms() + ETCD_WATCH_DEFER_MS;
   pthread_mutex_lock(&e->mu);
   int rc = start_watcher(e);
