@@ -447,7 +447,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     return 1;
   }
   if (rc == 0) a->ttl = -1; /* refused: the holder's lease is not read */
-fail:
+fail:;
   /* Not taken: our key goes (Go's TryLock and a cancelled Lock do the
    * same), at its own revision only. */
   int gone = 0;
