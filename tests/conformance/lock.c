@@ -335,9 +335,11 @@ static _Atomic int64_t lost_at;
 static atomic_int lost_seen; /* is_lost as the callback saw it, + 1 */
 static void on_lost(dlock_lock *l, const char *owner, void *ud) {
   (void)owner, (void)ud;
-  int64_t zero = 0;
-  if (atomic_compare_exchange_strong(&lost_at, &zero, th_now_ms()))
-    atomic_store(&lost_seen, dlock_lock_is_lost(l) + 1);
+  /* lost_seen first: the test reads it once lost_at is set. */
+  int zero = 0;
+  if (atomic_compare_exchange_strong(&lost_seen, &zero,
+                                     dlock_lock_is_lost(l) + 1))
+    atomic_store(&lost_at, th_now_ms());
 }
 
 /* A take-away (a force release by another client) is heard within 100 ms:
