@@ -341,6 +341,13 @@ int th_etcd_cluster_start(th_etcd r[3], char *url, size_t len);
 /* The answer to GET path (headers and body; "" if none) into buf. */
 const char *th_etcd_get(const th_etcd *r, const char *path, char *buf,
                         size_t len);
+/* Runs `cmd` with sh and returns its output (cut to fit) in buf, "" for
+ * none. */
+const char *th_sh(const char *cmd, char *buf, size_t len);
+/* etcdctl on r (its TLS flags): ETCDCTL_API=3 etcdctl --endpoints E ARGS,
+ * stderr included; its output in buf as th_sh. */
+const char *th_etcd_ctl(const th_etcd *r, const char *args, char *buf,
+                        size_t len);
 /* How many calls of gRPC method `method` ("Txn", "Watch", "LeaseGrant")
  * a plain-HTTP server has started (its /metrics, the gateway's calls
  * included), or -1. */

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -14,6 +15,24 @@
 
 bool th_etcd_available(void) {
   return system("command -v etcd >/dev/null 2>&1") == 0;
+}
+
+const char *th_sh(const char *cmd, char *buf, size_t len) {
+  buf[0] = '\0';
+  FILE *f = popen(cmd, "r");
+  if (f == NULL) return buf;
+  size_t n = fread(buf, 1, len - 1, f);
+  buf[n] = '\0';
+  pclose(f);
+  return buf;
+}
+
+const char *th_etcd_ctl(const th_etcd *r, const char *args, char *buf,
+                        size_t len) {
+  char cmd[2000];
+  snprintf(cmd, sizeof cmd, "ETCDCTL_API=3 etcdctl --endpoints %s %s %s 2>&1",
+           r->endpoint, r->ctl_tls, args);
+  return th_sh(cmd, buf, len);
 }
 
 /* The server's answer to GET path (headers and body), "" if none. */

@@ -41,25 +41,6 @@ static void t_etcd_server(void) {
 }
 
 #ifdef DLOCK_TEST_HAVE_ETCD
-/* Runs `cmd` (sh) and returns its first line of output in buf ("" none). */
-static const char *sh(const char *cmd, char *buf, size_t len) {
-  buf[0] = '\0';
-  FILE *f = popen(cmd, "r");
-  if (f == NULL) return buf;
-  size_t n = fread(buf, 1, len - 1, f);
-  buf[n] = '\0';
-  pclose(f);
-  return buf;
-}
-
-/* etcdctl on s: ETCDCTL_API=3 etcdctl --endpoints E ARGS. */
-static const char *ctl(const th_etcd *s, const char *args, char *buf,
-                       size_t len) {
-  char cmd[1024];
-  snprintf(cmd, sizeof cmd, "ETCDCTL_API=3 etcdctl --endpoints %s %s %s 2>&1",
-           s->endpoint, s->ctl_tls, args);
-  return sh(cmd, buf, len);
-}
 
 static dlock_client *eclient(const th_etcd *s, int64_t lease_ms) {
   dlock_client_options o;
@@ -89,14 +70,14 @@ static void t_etcd_layout(void) {
   uint64_t tok = 0, tok2 = 0;
   CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok), 0);
   char buf[4096], key[256];
-  ctl(&s, "get --prefix job/ --keys-only", key, sizeof key);
+  th_etcd_ctl(&s, "get --prefix job/ --keys-only", key, sizeof key);
   key[strcspn(key, "\n")] = '\0';
   fprintf(stderr, "    key %s, token %llu\n", key, (unsigned long long)tok);
   CHECK(strncmp(key, "job/", 4) == 0 && strlen(key) > 4 &&
         strspn(key + 4, "0123456789abcdef") == strlen(key + 4));
   char args[512];
   snprintf(args, sizeof args, "get %s -w json", key);
-  ctl(&s, args, buf, sizeof buf);
+  th_etcd_ctl(&s, args, buf, sizeof buf);
   char want[64];
   snprintf(want, sizeof want, "\"create_revision\":%llu",
            (unsigned long long)tok);
@@ -104,7 +85,8 @@ static void t_etcd_layout(void) {
   CHECK(strstr(buf, "\"value\"") == NULL); /* empty */
   /* The lease is the key's hex; its TTL the watchdog lease (9 s). */
   snprintf(args, sizeof args, "lease timetolive %s", key + 4);
-  CHECK(strstr(ctl(&s, args, buf, sizeof buf), "granted with TTL(9s)") != NULL);
+  CHECK(strstr(th_etcd_ctl(&s, args, buf, sizeof buf),
+               "granted with TTL(9s)") != NULL);
   CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok2), 0);
   CHECK_EQ(tok2, tok);
   CHECK_EQ(dlock_lock_hold_count(l), 2);
@@ -114,11 +96,13 @@ static void t_etcd_layout(void) {
   CHECK_RC(dlock_lock_current_token(l, &cur), 0);
   CHECK_EQ(cur, tok);
   CHECK_RC(dlock_lock_release(l), 0);
-  CHECK_EQ(
-      strlen(ctl(&s, "get --prefix job/ --keys-only", buf, sizeof buf)) > 0, 1);
+  CHECK_EQ(strlen(th_etcd_ctl(&s, "get --prefix job/ --keys-only", buf,
+                              sizeof buf)) > 0,
+           1);
   CHECK_RC(dlock_lock_release(l), 1);
-  CHECK_EQ(strlen(ctl(&s, "get --prefix job/ --keys-only", buf, sizeof buf)),
-           0);
+  CHECK_EQ(
+      strlen(th_etcd_ctl(&s, "get --prefix job/ --keys-only", buf, sizeof buf)),
+      0);
   CHECK_EQ(dlock_lock_is_locked(l), 0);
   CHECK_RC(dlock_lock_release(l), DLOCK_ENOTOWNER);
   /* The next hold's token is larger. */
@@ -171,7 +155,7 @@ static void t_etcd_exclusion(void) {
           (long long)took);
   CHECK(took >= 290 && took < 2000);
   char buf[1024];
-  ctl(&s, "get --prefix x/ --keys-only", buf, sizeof buf);
+  th_etcd_ctl(&s, "get --prefix x/ --keys-only", buf, sizeof buf);
   CHECK(strstr(buf, "x/") != NULL && strstr(strstr(buf, "x/") + 1, "x/") ==
                                          NULL); /* the holder's key alone */
   waiter w = {.l = lb}, w2 = {.l = la2};
@@ -364,7 +348,7 @@ static void t_etcd_shutdown_waiter(void) {
   char buf[1024];
   int64_t end = th_now_ms() + 5000; /* until the waiter's key is there */
   while (th_now_ms() < end) {
-    ctl(&s, "get --prefix sd/ --keys-only", buf, sizeof buf);
+    th_etcd_ctl(&s, "get --prefix sd/ --keys-only", buf, sizeof buf);
     char *x = strstr(buf, "sd/");
     if (x && strstr(x + 1, "sd/")) break;
     th_sleep_ms(10);
@@ -379,7 +363,7 @@ static void t_etcd_shutdown_waiter(void) {
   CHECK(took < th_soon(500));
   dlock_lock_free(lb);
   dlock_client_close(b);
-  ctl(&s, "get --prefix sd/ --keys-only", buf, sizeof buf);
+  th_etcd_ctl(&s, "get --prefix sd/ --keys-only", buf, sizeof buf);
   char *x = strstr(buf, "sd/");
   CHECK(x != NULL && strstr(x + 1, "sd/") == NULL); /* the holder's alone */
   CHECK_RC(dlock_lock_release(la), 1);
@@ -533,7 +517,7 @@ static void t_etcd_leader(void) {
   snprintf(cmd, sizeof cmd,
            "ETCDCTL_API=3 timeout 1 etcdctl --endpoints %s elect -l el",
            s.endpoint);
-  CHECK(strstr(sh(cmd, buf, sizeof buf), "\none\n") != NULL);
+  CHECK(strstr(th_sh(cmd, buf, sizeof buf), "\none\n") != NULL);
   int64_t t0 = th_now_ms();
   dlock_leader_free(one);
   CHECK_RC(dlock_leader_try_await(two, 5000), 0);
@@ -552,10 +536,11 @@ static void t_etcd_leader(void) {
   pid_t pid = th__spawn(cmd);
   th_sleep_ms(500); /* it campaigns (not a synchronisation: checked) */
   snprintf(cmd, sizeof cmd, "cat %s", led);
-  CHECK(strstr(sh(cmd, buf, sizeof buf), "gogo") == NULL);
+  CHECK(strstr(th_sh(cmd, buf, sizeof buf), "gogo") == NULL);
   dlock_leader_free(two);
   int64_t end = th_now_ms() + 5000;
-  while (strstr(sh(cmd, buf, sizeof buf), "gogo") == NULL && th_now_ms() < end)
+  while (strstr(th_sh(cmd, buf, sizeof buf), "gogo") == NULL &&
+         th_now_ms() < end)
     th_sleep_ms(10);
   CHECK(strstr(buf, "gogo") != NULL);
   /* Now dlock waits behind etcdctl's leader. */
@@ -581,7 +566,7 @@ static void t_etcd_leader(void) {
   FILE *f = popen(cmd, "r");
   CHECK(f != NULL);
   CHECK(fgets(buf, sizeof buf, f) != NULL && strcmp(buf, "leading\n") == 0);
-  ctl(&s, "del --prefix el2/", cur, sizeof cur);
+  th_etcd_ctl(&s, "del --prefix el2/", cur, sizeof cur);
   CHECK(fgets(buf, sizeof buf, f) != NULL && strcmp(buf, "rc=76\n") == 0);
   pclose(f);
   dlock_client_close(a);
@@ -645,7 +630,7 @@ static void t_etcd_force_heard(void) {
   CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
   char buf[512];
   t0 = th_now_ms();
-  ctl(&s, "del --prefix fr/", buf, sizeof buf);
+  th_etcd_ctl(&s, "del --prefix fr/", buf, sizeof buf);
   ms = heard_after(&l2, t0);
   fprintf(stderr,
           "    etcdctl del heard after %lld ms (etcdctl's run "
@@ -654,10 +639,11 @@ static void t_etcd_force_heard(void) {
   CHECK(ms >= 0 && ms < th_soon(1000));
   CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
   /* A key of no mutex under the prefix: refused, untouched. */
-  ctl(&s, "put fr/other x", buf, sizeof buf);
+  th_etcd_ctl(&s, "put fr/other x", buf, sizeof buf);
   CHECK_RC(dlock_lock_force_release(lb), DLOCK_EWRONGTYPE);
-  CHECK(strstr(ctl(&s, "get fr/other --print-value-only", buf, sizeof buf),
-               "x") != NULL);
+  CHECK(strstr(
+            th_etcd_ctl(&s, "get fr/other --print-value-only", buf, sizeof buf),
+            "x") != NULL);
   dlock_lock_free(la);
   dlock_lock_free(lb);
   dlock_client_close(a);
@@ -700,7 +686,7 @@ static void t_etcd_etcdctl_interop(void) {
            "ETCDCTL_API=3 timeout 1 etcdctl --endpoints %s lock shared "
            "echo GOT; echo rc=$?",
            s.endpoint);
-  CHECK(strstr(sh(cmd, buf, sizeof buf), "rc=124") != NULL);
+  CHECK(strstr(th_sh(cmd, buf, sizeof buf), "rc=124") != NULL);
   CHECK(strstr(buf, "GOT") == NULL);
   snprintf(cmd, sizeof cmd,
            "ETCDCTL_API=3 exec etcdctl --endpoints %s lock shared -- "
@@ -732,13 +718,14 @@ static void t_etcd_cli_run(void) {
            "%s -u %s run -w 0 job -- true; echo inner=$?' 2>/dev/null; "
            "echo rc=$?",
            DLOCK_CLI_PATH, s.url, DLOCK_CLI_PATH, s.url);
-  sh(cmd, buf, sizeof buf);
+  th_sh(cmd, buf, sizeof buf);
   fprintf(stderr, "    %s", buf);
   CHECK(strstr(buf, "token=") != NULL && strstr(buf, "token=\n") == NULL);
   CHECK(strstr(buf, "inner=75") != NULL);
   CHECK(strstr(buf, "rc=0") != NULL);
-  CHECK_EQ(strlen(ctl(&s, "get --prefix job/ --keys-only", buf, sizeof buf)),
-           0);
+  CHECK_EQ(
+      strlen(th_etcd_ctl(&s, "get --prefix job/ --keys-only", buf, sizeof buf)),
+      0);
   /* status shows the holder; release --force stops the holder's COMMAND
    * as lost (exit 76), within a second; so does an etcdctl del. */
   for (int way = 0; way < 2; way++) {
@@ -751,7 +738,7 @@ static void t_etcd_cli_run(void) {
     snprintf(cmd, sizeof cmd, "%s -u %s status job; echo rc=$?", DLOCK_CLI_PATH,
              s.url);
     int64_t end = th_now_ms() + 10000;
-    while (strstr(sh(cmd, buf, sizeof buf), "rc=0") == NULL &&
+    while (strstr(th_sh(cmd, buf, sizeof buf), "rc=0") == NULL &&
            th_now_ms() < end)
       th_sleep_ms(20);
     CHECK(strstr(buf, "held by") != NULL && strstr(buf, "token:") != NULL);
@@ -759,9 +746,9 @@ static void t_etcd_cli_run(void) {
     if (way == 0) {
       snprintf(cmd, sizeof cmd, "%s -u %s release --force job; echo rc=$?",
                DLOCK_CLI_PATH, s.url);
-      CHECK(strstr(sh(cmd, buf, sizeof buf), "rc=0") != NULL);
+      CHECK(strstr(th_sh(cmd, buf, sizeof buf), "rc=0") != NULL);
     } else {
-      ctl(&s, "del --prefix job/", buf, sizeof buf);
+      th_etcd_ctl(&s, "del --prefix job/", buf, sizeof buf);
     }
     int st;
     waitpid(pid, &st, 0);
@@ -770,7 +757,7 @@ static void t_etcd_cli_run(void) {
             (long long)(th_now_ms() - t0));
     CHECK(th_now_ms() - t0 < th_soon(1500));
     snprintf(cmd, sizeof cmd, "cat %s", done);
-    CHECK(strcmp(sh(cmd, buf, sizeof buf), "76\n") == 0);
+    CHECK(strcmp(th_sh(cmd, buf, sizeof buf), "76\n") == 0);
   }
   th_etcd_stop(&s);
 }
@@ -843,15 +830,16 @@ static void t_etcd_prefix(void) {
   CHECK_RC(dlock_lock_new(c, "n", "me", &l), 0);
   CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
   char buf[512];
-  CHECK(strncmp(ctl(&s, "get --prefix app/n/ --keys-only", buf, sizeof buf),
-                "app/n/", 6) == 0);
+  CHECK(strncmp(
+            th_etcd_ctl(&s, "get --prefix app/n/ --keys-only", buf, sizeof buf),
+            "app/n/", 6) == 0);
   /* The scan (dlock list) finds the held names under the prefix alone,
    * once each, by glob. */
   dlock_lock *l2;
   CHECK_RC(dlock_lock_new(c, "m", "me", &l2), 0);
   CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), 0);
-  ctl(&s, "put n2 x", buf, sizeof buf);    /* outside the prefix */
-  ctl(&s, "put app/x y", buf, sizeof buf); /* no mutex's key */
+  th_etcd_ctl(&s, "put n2 x", buf, sizeof buf);    /* outside the prefix */
+  th_etcd_ctl(&s, "put app/x y", buf, sizeof buf); /* no mutex's key */
   char names[256] = "";
   CHECK_EQ(dlock_client_scan_locks(c, NULL, collect, names), 2);
   CHECK(strcmp(names, "m;n;") == 0);

@@ -8,25 +8,6 @@
 #include <string.h>
 
 #ifdef DLOCK_TEST_HAVE_ETCD
-/* Runs `cmd` (sh) and returns its output in buf ("" none). */
-static const char *sh(const char *cmd, char *buf, size_t len) {
-  buf[0] = '\0';
-  FILE *f = popen(cmd, "r");
-  if (f == NULL) return buf;
-  size_t n = fread(buf, 1, len - 1, f);
-  buf[n] = '\0';
-  pclose(f);
-  return buf;
-}
-
-/* etcdctl on s (its TLS flags, or here its user). */
-static const char *ctl(const th_etcd *s, const char *args, char *buf,
-                       size_t len) {
-  char cmd[1500];
-  snprintf(cmd, sizeof cmd, "ETCDCTL_API=3 etcdctl --endpoints %s %s %s 2>&1",
-           s->endpoint, s->ctl_tls, args);
-  return sh(cmd, buf, len);
-}
 
 /* A test skips (passes, saying so) where no etcd server can run. */
 #define NEED_ETCD()                                                            \
@@ -75,8 +56,9 @@ static void t_etcd_tls(void) {
   CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok), 0);
   CHECK(tok > 0);
   /* etcdctl over TLS sees it, and a waiter in another client waits. */
-  CHECK(strncmp(ctl(&s, "get --prefix tl/ --keys-only", buf, sizeof buf), "tl/",
-                3) == 0);
+  CHECK(
+      strncmp(th_etcd_ctl(&s, "get --prefix tl/ --keys-only", buf, sizeof buf),
+              "tl/", 3) == 0);
   dlock_client *c2 = NULL;
   CHECK_RC(dlock_client_open(&o, &c2), 0);
   dlock_lock *l2;
@@ -140,8 +122,9 @@ static void t_etcd_auth(void) {
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
   char buf[512], url[160];
-  ctl(&s, "user add root --new-user-password=sesame", buf, sizeof buf);
-  CHECK(strstr(ctl(&s, "auth enable", buf, sizeof buf), "Enabled") != NULL);
+  th_etcd_ctl(&s, "user add root --new-user-password=sesame", buf, sizeof buf);
+  CHECK(strstr(th_etcd_ctl(&s, "auth enable", buf, sizeof buf), "Enabled") !=
+        NULL);
   snprintf(s.ctl_tls, sizeof s.ctl_tls, "--user root:sesame");
   int rc;
   /* A wrong password: refused at the open, nothing written. */
@@ -167,11 +150,11 @@ static void t_etcd_auth(void) {
   } else {
     CHECK_RC(rc, DLOCK_EAUTH);
   }
-  CHECK(strcmp(ctl(&s, "get --prefix '' --keys-only", buf, sizeof buf), "") ==
-        0);
+  CHECK(strcmp(th_etcd_ctl(&s, "get --prefix '' --keys-only", buf, sizeof buf),
+               "") == 0);
   /* The right one (%-escaped in the URL). */
-  ctl(&s, "user add us --new-user-password='p@ss'", buf, sizeof buf);
-  ctl(&s, "user grant-role us root", buf, sizeof buf);
+  th_etcd_ctl(&s, "user add us --new-user-password='p@ss'", buf, sizeof buf);
+  th_etcd_ctl(&s, "user grant-role us root", buf, sizeof buf);
   snprintf(url, sizeof url, "etcd://us:p%%40ss@%s", s.endpoint);
   c = auth_client(url, NULL, NULL, &rc);
   CHECK_RC(rc, 0);
@@ -190,9 +173,9 @@ static void t_etcd_auth(void) {
              "printf '%s\\n' | ETCDCTL_API=3 etcdctl --endpoints %s --user "
              "root:sesame user passwd %s --interactive=false 2>&1",
              i ? "sesame" : "p@ss", s.endpoint, i ? "root" : "us");
-    CHECK(strstr(sh(cmd, buf, sizeof buf), "updated") != NULL);
+    CHECK(strstr(th_sh(cmd, buf, sizeof buf), "updated") != NULL);
   }
-  CHECK(strstr(ctl(&s, "get --prefix au/ --keys-only", buf, sizeof buf),
+  CHECK(strstr(th_etcd_ctl(&s, "get --prefix au/ --keys-only", buf, sizeof buf),
                "au/") != NULL);
   CHECK_EQ(dlock_lock_is_held(l), 1);
   CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), DLOCK_EBUSY);
@@ -204,7 +187,7 @@ static void t_etcd_auth(void) {
            "%s -q -u '%s' run au -- sh -c 'case $DLOCK_URL in *p%%40ss*) "
            "exit 9;; esac; %s -q status au' >/dev/null 2>&1; echo $?",
            DLOCK_CLI_PATH, url, DLOCK_CLI_PATH);
-  CHECK(strcmp(sh(cmd, buf, sizeof buf), "0\n") == 0);
+  CHECK(strcmp(th_sh(cmd, buf, sizeof buf), "0\n") == 0);
   CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), 0);
   CHECK_RC(dlock_lock_release(l2), 1);
   /* The server restarted (its tokens gone, the leases kept): the hold

@@ -17,13 +17,7 @@ static const char *ctl(const th_etcd *s, const char *args, char *buf,
   snprintf(cmd, sizeof cmd,
            "ETCDCTL_API=3 timeout 1 etcdctl --endpoints %s %s 2>&1",
            s->endpoint, args);
-  buf[0] = '\0';
-  FILE *f = popen(cmd, "r");
-  if (f == NULL) return buf;
-  size_t n = fread(buf, 1, len - 1, f);
-  buf[n] = '\0';
-  pclose(f);
-  return buf;
+  return th_sh(cmd, buf, len);
 }
 
 /* A leader campaigned as Go's Campaign does (a lease, then its key on it
