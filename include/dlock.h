@@ -489,12 +489,14 @@ DLOCK_API int dlock_plainlock_new(dlock_client *c, const char *name,
                                   const char *owner, dlock_lock **out);
 
 /* ---- The read-write lock (Redisson RReadWriteLock) ----
- * Many readers or one writer at `name` (Redisson RReadWriteLock's layout);
- * both reentrant; the writer may also take the read lock (and keeps it
- * after releasing the write lock: a downgrade). A reader that asks for the
- * write lock gets DLOCK_EDEADLK at once (Redisson waits forever). Leases,
- * the watchdog and loss reports apply to both; the writer gets fencing
- * tokens (a reader's token is 0). */
+ * Many readers or one writer at `name` (Redisson RReadWriteLock's layout;
+ * on zk:// Curator's InterProcessReadWriteLock, on etcd:// contrib/recipes'
+ * RWMutex); both reentrant; the writer may also take the read lock (and
+ * keeps it after releasing the write lock: a downgrade). A reader that
+ * asks for the write lock gets DLOCK_EDEADLK at once (Redisson waits
+ * forever). Leases, the watchdog and loss reports apply to both; the
+ * writer gets fencing tokens (a reader's token is 0 on Redis; on zk:// and
+ * etcd:// it is its own node's or key's revision). */
 typedef struct dlock_rwlock dlock_rwlock;
 
 /* A read-write lock object for `name` (`owner` as in dlock_lock_new). No
@@ -673,10 +675,11 @@ typedef struct dlock_lock_state {
                         or an empty one), or someone else's node, which
                         no recipe takes: "data" (data that is not a
                         semaphore's count) or "nodes" (children no
-                        recipe makes); on etcd:// "keys" (the mutex's
-                        keys under NAME/; owner: the holder's lease in
-                        hex), "none", or "data" (a key there that no
-                        mutex makes) */
+                        recipe makes); on etcd:// "keys" (a lock's
+                        keys under NAME/, the mutex's or the read-write
+                        lock's; owner: the holder's lease in hex),
+                        "none", or "data" (a key there that no lock
+                        makes) */
   int plain;         /* 1: a plain string lock (dlock_plainlock_new, redsync,
                         npm redlock): a string with a lease that is not a
                         number; `owner` is then its value (a peer's random

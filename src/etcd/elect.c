@@ -80,6 +80,11 @@ static int step(dl_elect *el) {
   if (el->h.rev == 0) {
     int64_t owner = 0;
     rc = dl_etcd_put_and_read(e, &el->h, el->id, el->pfx, deadline, &owner);
+    if (rc == 1)
+      rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                     "%s is there on a lease not ours: no election of ours "
+                     "made it (nothing changed)",
+                     el->h.key);
     if (rc != 0) {
       el->h.rev = 0;
       return rc;

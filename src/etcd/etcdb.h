@@ -210,8 +210,10 @@ int dl_etcd_fence(dl_backend *b, dl_fence_req *f);
 int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
                       int64_t deadline);
 /* Creates h's key (h->key on h->lease, `value`) in one txn that also reads
- * the owner under pfx (Go's Mutex.tryAcquire, Election.Campaign): 0 with
- * h->rev and *owner_rev (0: nobody), or a negative code. */
+ * the owner under pfx, the lowest create revision there (Go's
+ * Mutex.tryAcquire, Election.Campaign): 0 with h->rev and *owner_rev (0:
+ * nobody), 1 when h->key is there on another lease (not ours: nothing
+ * changed, h->rev 0), or a negative code. */
 int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
                          const char *pfx, int64_t deadline, int64_t *owner_rev);
 /* The key before ours in the line: the highest create revision below

@@ -126,6 +126,41 @@ static void t_readers_share(void) {
   dlock_client_close(b);
 }
 
+/* The write holder takes the read side at once (the downgrade, as
+ * Redisson's and Curator's); once it lets go of the write side, another
+ * writer still waits for its read hold, and a reader does not. */
+static void t_downgrade(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_READ)) return;
+  char name[64];
+  cf_name(name, sizeof name, "down");
+  dlock_client *a = cf_client(0), *b = cf_client(0);
+  CHECK(a && b);
+  cf_lock wa, wb, rb;
+  CHECK_RC(cf_lock_new(a, DL_FEAT_WRITE, name, "a", &wa), 0);
+  CHECK_RC(cf_lock_new(b, DL_FEAT_WRITE, name, "wb", &wb), 0);
+  CHECK_RC(cf_lock_new(b, DL_FEAT_READ, name, "rb", &rb), 0);
+  cf_lock ra = {dlock_rwlock_read(wa.rw), NULL};
+  CHECK_RC(dlock_lock_try_acquire(wa.l, 0, 10000, NULL), 0);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(ra.l, 1000, 10000, NULL), 0);
+  CHECK(th_now_ms() - t0 < 500); /* at once, not after a wait */
+  CHECK_RC(dlock_lock_try_acquire(rb.l, 0, 10000, NULL), DLOCK_EBUSY);
+  CHECK_EQ(dlock_lock_release(wa.l), 1);
+  CHECK_EQ(dlock_lock_is_held(ra.l), 1);
+  CHECK_RC(dlock_lock_try_acquire(wb.l, 0, 10000, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_try_acquire(rb.l, 2000, 10000, NULL), 0);
+  CHECK_EQ(dlock_lock_release(rb.l), 1);
+  CHECK_EQ(dlock_lock_release(ra.l), 1);
+  CHECK_RC(dlock_lock_try_acquire(wb.l, 2000, 10000, NULL), 0);
+  CHECK_EQ(dlock_lock_release(wb.l), 1);
+  cf_lock_free(&wa);
+  cf_lock_free(&wb);
+  cf_lock_free(&rb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
 /* Re-entry counts holds and keeps the token; the last release frees. */
 static void t_reentrancy(void) {
   CF_NEEDS_SERVER();
@@ -415,8 +450,9 @@ static void t_tokens_grow(void) {
 }
 
 const th_test cf_lock_tests[] = {
-    T_BARE(t_exclusion), T_BARE(t_readers_share), T_BARE(t_reentrancy),
-    T_BARE(t_try_wait),  T_BARE(t_lease_expiry),  T_BARE(t_killed_holder),
-    T_BARE(t_not_owner), T_BARE(t_takeaway),      T_BARE(t_tokens_grow),
+    T_BARE(t_exclusion),     T_BARE(t_readers_share), T_BARE(t_downgrade),
+    T_BARE(t_reentrancy),    T_BARE(t_try_wait),      T_BARE(t_lease_expiry),
+    T_BARE(t_killed_holder), T_BARE(t_not_owner),     T_BARE(t_takeaway),
+    T_BARE(t_tokens_grow),
 };
 const size_t cf_lock_ntests = sizeof cf_lock_tests / sizeof cf_lock_tests[0];
