@@ -875,12 +875,47 @@ DLOCK_API int dlock_leader_token(dlock_leader *l, uint64_t *token);
  * to fit): 1, 0 when nobody takes part, or a negative code. One server
  * call; needs no start. */
 DLOCK_API int dlock_leader_get_current(dlock_leader *l, char *buf, size_t len);
+/* Sets the value this participant leads with (Go's Election.Proclaim):
+ * the present leader's value that dlock_leader_get_current, observers and
+ * `etcdctl elect -l` read becomes `value` (copied; at most
+ * DLOCK_LEADER_VALUE_MAX bytes), and stays the participant's value if it
+ * campaigns again. Returns 0; DLOCK_ENOTOWNER when it does not lead now
+ * (nothing changed: a Proclaim is a write conditional on the leader's own
+ * key); DLOCK_EINVAL (not started, value NULL or too long); DLOCK_ENOTSUP
+ * where the backend has no value to proclaim (Redis, Redlock: the id is
+ * the lock's description; zk://: Curator's LeaderLatch has none), naming
+ * it; or another negative code. Blocks the calling thread (one server
+ * call, made by the participant's thread); thread-safe; may be called
+ * from the change callback. */
+DLOCK_API int dlock_leader_proclaim(dlock_leader *l, const char *value);
+#define DLOCK_LEADER_VALUE_MAX 4096
+
+/* Called on a library thread of the observer with the present leader's
+ * value (len bytes, NUL-terminated, cut at DLOCK_LEADER_VALUE_MAX) and its
+ * leadership's fencing token, or value NULL (token 0) when nobody leads;
+ * once at the start and then at every change: a new leader, a Proclaim.
+ * Calls for one observer never overlap; it must not free l. */
+typedef void (*dlock_leader_observe_cb)(dlock_leader *l, const char *value,
+                                        size_t len, uint64_t token, void *ud);
+
+/* Watches the election NAME (Go's Election.Observe, `etcdctl elect -l`),
+ * whether or not l takes part (it need not be started): cb runs as
+ * dlock_leader_observe_cb says until dlock_leader_free. Successive
+ * changes closer together than a round trip may be told as the last of
+ * them. Returns 0; DLOCK_EINVAL (cb NULL, already observing);
+ * DLOCK_ENOTSUP where the backend cannot (Redis, Redlock, zk://), naming
+ * it; or another negative code (not observing). One thread per observer;
+ * thread-safe. */
+DLOCK_API int dlock_leader_observe(dlock_leader *l, dlock_leader_observe_cb cb,
+                                   void *ud);
+
 /* Leaves the election (its node is deleted: the next participant is
  * elected) and frees l. The callback is not called once this returns
  * (except from within the callback itself, see dlock_leader_cb). On
  * zk:// it waits at most 100 ms for the server to confirm the delete: one
  * that does not answer in time gets it when it answers again (the request
- * was sent), or the session's end takes the node. Accepts NULL. */
+ * was sent), or the session's end takes the node. An observer stops
+ * (its callback is not called once this returns). Accepts NULL. */
 DLOCK_API void dlock_leader_free(dlock_leader *l);
 
 /* ---- Permit-expirable semaphore (Redisson RPermitExpirableSemaphore) ----

@@ -123,6 +123,21 @@ grep -q "^leader" "$work/e2.out" || fail "the Go peer did not lead"
 (( ms >= 900 )) || fail "the Go peer led after $ms ms, while dlock led"
 echo "ok: elections: Go leads, dlock after; dlock leads, Go after $ms ms"
 
+# 4b. Observe: with a Go leader in office (1.5 s), dlock elect --listen
+# prints it first, then the dlock participant that leads after it.
+"$peer" elect "$ep" ob go-leads 1 >"$work/e3.out" 2>&1 &
+pids+=($!)
+waitfor "$work/e3.out" "^leader" || fail "the Go peer did not lead"
+"$dlock" -u "$url" elect --listen -n 2 ob >"$work/listen.out" 2>&1 &
+lp=$!
+pids+=($lp)
+waitfor "$work/listen.out" go-leads || fail "dlock elect --listen: no Go leader"
+"$dlock" -u "$url" elect --id dlock-leads ob -- true || fail "dlock elect ob"
+wait "$lp" || fail "dlock elect --listen exited $?"
+[[ $(cat "$work/listen.out") == $'go-leads\ndlock-leads' ]] ||
+  fail "dlock elect --listen printed: $(cat "$work/listen.out")"
+echo "ok: dlock elect --listen saw Go's leader, then dlock's"
+
 # 5. The read-write lock (contrib/recipes' RWMutex): a Go reader holds
 # (2 s): a dlock reader shares it at once, a dlock writer is refused at
 # once and, waiting, gets it only after Go's reader let go.

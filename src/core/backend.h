@@ -191,6 +191,11 @@ typedef struct dl_elect dl_elect;
  * leader 1 (token: the leadership's fencing token) or 0; gone true when it
  * is out of the election for good (its session ended: leader is 0). */
 typedef void (*dl_elect_fn)(void *ud, int leader, uint64_t token, bool gone);
+/* An election watched (Go's Observe), and what it is told: the leader's
+ * value (len bytes, NUL-terminated) and token, or value NULL: nobody. */
+typedef struct dl_observer dl_observer;
+typedef void (*dl_observe_fn)(void *ud, const char *value, size_t len,
+                              uint64_t token);
 
 /* ---- holds ---- */
 /* One hold for a renewal round. */
@@ -365,6 +370,18 @@ typedef struct dl_backend_ops {
   void (*elect_leave)(dl_backend *b, dl_elect *e);
   int (*elect_leader)(dl_backend *b, const dl_sync_ref *s, char *buf,
                       size_t len);
+  /* Go's Proclaim: e's value becomes `value` (copied) while it leads: 0,
+   * DLOCK_ENOTOWNER (not the leader: nothing changed), or a negative
+   * code. Any thread, fn's included. NULL: not on this backend. */
+  int (*elect_proclaim)(dl_backend *b, dl_elect *e, const char *value);
+  /* Go's Observe: fn runs on a backend thread with the leader's value
+   * and token (value NULL: nobody leads) at the start and at each change,
+   * until elect_unobserve, which stops it (fn not called once it
+   * returns; never from fn). 0 and *out, or a negative code. NULL: not
+   * on this backend. */
+  int (*elect_observe)(dl_backend *b, const dl_sync_ref *s, dl_observe_fn fn,
+                       void *ud, dl_observer **out);
+  void (*elect_unobserve)(dl_backend *b, dl_observer *o);
 
   int (*ping)(dl_backend *b);
   /* 0 if `key` (prefix included) can name a lock, semaphore or election

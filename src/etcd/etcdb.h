@@ -237,6 +237,10 @@ void dl_etcd_prefix_end(const char *pfx, char *end_b64);
 int dl_etcd_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
                        dl_elect_fn fn, void *ud, dl_elect **out);
 void dl_etcd_elect_leave(dl_backend *b, dl_elect *el);
+int dl_etcd_elect_proclaim(dl_backend *b, dl_elect *el, const char *value);
+int dl_etcd_elect_observe(dl_backend *b, const dl_sync_ref *s, dl_observe_fn fn,
+                          void *ud, dl_observer **out);
+void dl_etcd_elect_unobserve(dl_backend *b, dl_observer *o);
 int dl_etcd_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
                          size_t len);
 
@@ -246,6 +250,17 @@ int dl_etcd_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
  * the client closes). */
 int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
                         int64_t deadline);
+/* As dl_etcd_wait_delete, but also 0 at once when e->wakes is no longer
+ * `wakes` (a thread that read the count before it looked at its reasons
+ * to stop misses no wake). */
+int dl_etcd_wait_delete_since(dl_etcd *e, const char *key, int64_t rev,
+                              int64_t deadline, unsigned wakes);
+/* Waits for any event under the prefix pfx after revision rev: 1 one came
+ * (or the watch ended: look again), 0 not by the deadline or woken (as
+ * dl_etcd_wait_delete_since), or a negative code (DLOCK_ECLOSED when the
+ * client closes). */
+int dl_etcd_wait_change(dl_etcd *e, const char *pfx, int64_t rev,
+                        int64_t deadline, unsigned wakes);
 /* Wakes every wait in progress (wake_all). */
 void dl_etcd_wake_waits(dl_etcd *e);
 /* The watcher thread: starts watching a hold's key (from its create
