@@ -26,7 +26,8 @@ bool dl_etcd_transient(int rc) {
  * to 200 ms) when rc is transient and the wait's deadline leaves room,
  * false when the error stands (the client closing, the time spent). */
 static bool ride_out(dl_etcd *e, const dl_acquire *a, int rc, int *rides) {
-  if (!dl_etcd_transient(rc) || !a->wait || atomic_load(e->env->closing))
+  if (!dl_etcd_transient(rc) || !a->wait || atomic_load(e->env->closing) ||
+      dl_offload_cancelled())
     return false;
   int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
   if (pause > 200) pause = 200;
@@ -34,6 +35,12 @@ static bool ride_out(dl_etcd *e, const dl_acquire *a, int rc, int *rides) {
   (*rides)++;
   dl_sleep_ms(pause);
   return !atomic_load(e->env->closing);
+}
+
+/* Whether an acquire's wait is over: none asked for, its deadline come,
+ * or (on an event-loop client) the operation cancelled. */
+static bool wait_over(const dl_acquire *a) {
+  return !a->wait || dl_now_ms() >= a->deadline || dl_offload_cancelled();
 }
 
 void dl_etcd_hold_free(etcd_hold *h) {
@@ -204,7 +211,7 @@ static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, etcd_hold **out) {
       rc = dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
       break;
     }
-    if (!a->wait || dl_now_ms() >= a->deadline) {
+    if (wait_over(a)) {
       rc = 0;
       break;
     }
@@ -389,7 +396,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   if (rc != 0) goto fail;
   /* Ours if nobody is before us. */
   while (owner_rev != 0 && owner_rev != h->rev) {
-    if (!a->wait || dl_now_ms() >= a->deadline) {
+    if (wait_over(a)) {
       rc = 0;
       break;
     }
@@ -425,10 +432,10 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
     if (rc < 0) break;
     waited = true;
-    if (rc == 0 && dl_now_ms() < a->deadline) rc = keep_lease(e, h, &until);
+    if (rc == 0 && !wait_over(a)) rc = keep_lease(e, h, &until);
     if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
     if (rc < 0) break;
-    if (rc == 0 && dl_now_ms() >= a->deadline) break; /* the deadline */
+    if (rc == 0 && wait_over(a)) break; /* the deadline, or a cancel */
   }
   /* A fixed lease runs from the grant: after a wait, from a keepalive. */
   if (owner_rev == h->rev && own && waited &&

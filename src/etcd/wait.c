@@ -90,9 +90,9 @@ static size_t on_wait_data(char *p, size_t size, size_t nmemb, void *ud) {
 }
 
 /* Runs the transfer h on its own multi handle, registered with e so that
- * wake_all interrupts it at once: its result, CURLE_ABORTED_BY_CALLBACK
- * when woken (the client closing), or CURLE_OPERATION_TIMEDOUT at the
- * deadline. */
+ * wake_all or a cancel interrupts it at once: its result,
+ * CURLE_ABORTED_BY_CALLBACK when woken (the client closing, the operation
+ * cancelled), or CURLE_OPERATION_TIMEDOUT at the deadline. */
 static CURLcode run_waiting(dl_etcd *e, CURL *h, waiting *w, int64_t deadline) {
   etcd_waitreg reg = {.m = curl_multi_init()};
   if (reg.m == NULL) return CURLE_OUT_OF_MEMORY;
@@ -114,7 +114,8 @@ static CURLcode run_waiting(dl_etcd *e, CURL *h, waiting *w, int64_t deadline) {
         done = true;
       }
     if (done || running == 0) break;
-    if (atomic_load(e->env->closing) || atomic_load(&e->wakes) != w->wakes) {
+    if (atomic_load(e->env->closing) || atomic_load(&e->wakes) != w->wakes ||
+        dl_offload_cancelled()) {
       cc = CURLE_ABORTED_BY_CALLBACK;
       break;
     }
@@ -156,7 +157,7 @@ int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
   waiting w = {.e = e, .wakes = atomic_load(&e->wakes)};
   if (atomic_load(e->env->closing))
     return dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
-  if (dl_now_ms() >= deadline) return 0;
+  if (dl_now_ms() >= deadline || dl_offload_cancelled()) return 0;
   CURL *h = curl_easy_init();
   w.tok = json_tokener_new();
   if (h == NULL || w.tok == NULL) {
