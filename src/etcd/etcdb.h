@@ -249,6 +249,9 @@ int dl_etcd_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
  * when the client closes). */
 int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
                         int64_t deadline);
+/* Sleeps ms, or less: until the client closes or the operation this
+ * thread runs is cancelled (e->cv is broadcast then). e->mu not held. */
+void dl_etcd_pause(dl_etcd *e, int64_t ms);
 /* Wakes every wait in progress: the client closing (wake_all), or an
  * operation cancelled (the waits look at dl_offload_cancelled). */
 void dl_etcd_wake_waits(dl_etcd *e);

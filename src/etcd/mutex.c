@@ -24,7 +24,8 @@ bool dl_etcd_transient(int rc) {
  * fail with (etcd answers "leader changed", a member goes away), as the
  * Redis waits ride out a failover: true after a pause (20 ms, doubling up
  * to 200 ms) when rc is transient and the wait's deadline leaves room,
- * false when the error stands (the client closing, the time spent). */
+ * false when the error stands (the client closing, the operation
+ * cancelled, the time spent). */
 static bool ride_out(dl_etcd *e, const dl_acquire *a, int rc, int *rides) {
   if (!dl_etcd_transient(rc) || !a->wait || atomic_load(e->env->closing) ||
       dl_offload_cancelled())
@@ -33,8 +34,8 @@ static bool ride_out(dl_etcd *e, const dl_acquire *a, int rc, int *rides) {
   if (pause > 200) pause = 200;
   if (dl_now_ms() + pause >= a->deadline) return false;
   (*rides)++;
-  dl_sleep_ms(pause);
-  return !atomic_load(e->env->closing);
+  dl_etcd_pause(e, pause);
+  return !atomic_load(e->env->closing) && !dl_offload_cancelled();
 }
 
 /* Whether an acquire's wait is over: none asked for, its deadline come,

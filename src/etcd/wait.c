@@ -139,6 +139,17 @@ static CURLcode run_waiting(dl_etcd *e, CURL *h, waiting *w, int64_t deadline) {
   return cc;
 }
 
+void dl_etcd_pause(dl_etcd *e, int64_t ms) {
+  int64_t end = dl_now_ms() + ms;
+  struct timespec ts;
+  dl_abstime(end, &ts);
+  pthread_mutex_lock(&e->mu);
+  while (!dl_offload_cancelled() && !atomic_load(e->env->closing) &&
+         dl_now_ms() < end)
+    pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+  pthread_mutex_unlock(&e->mu);
+}
+
 void dl_etcd_wake_waits(dl_etcd *e) {
   pthread_mutex_lock(&e->mu);
   for (etcd_waitreg *r = e->waits; r; r = r->next)
@@ -196,7 +207,7 @@ int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
     if (cc != CURLE_OK && e->nendpoints > 1)
       atomic_compare_exchange_strong(&e->current, &idx,
                                      (idx + 1) % e->nendpoints);
-    dl_sleep_ms(50);
+    dl_etcd_pause(e, 50);
     rc = 1;
   }
   json_tokener_free(w.tok);
