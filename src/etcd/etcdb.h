@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "../core/blockloop.h"
 #include "etcd.h"
 
 /* Full etcd keys of locks fit in this many bytes. */
@@ -114,6 +115,9 @@ typedef struct dl_etcd {
   etcd_watch *watches; /* every watch the thread runs or will start */
   atomic_llong round_trips;
   int participants; /* election threads running: freed only after them */
+  /* An event-loop client's: the seam's event-loop form (blockloop.h), an
+   * operation on a thread of its own, its waits ended by a cancel. */
+  dl_blockloop *form;
 } dl_etcd;
 
 /* ---- http.c: calls over the gateway ---- */
@@ -246,8 +250,9 @@ int dl_etcd_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
 
 /* ---- wait.c ---- */
 /* Waits until `key` is deleted after revision `rev` (a watch from rev + 1):
- * 1 deleted, 0 not by the deadline, or a negative code (DLOCK_ECLOSED when
- * the client closes). */
+ * 1 deleted, 0 not by the deadline (or the operation this thread runs
+ * was cancelled: dl_offload_cancelled), or a negative code (DLOCK_ECLOSED
+ * when the client closes). */
 int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
                         int64_t deadline);
 /* As dl_etcd_wait_delete, but also 0 at once when e->wakes is no longer
@@ -261,7 +266,11 @@ int dl_etcd_wait_delete_since(dl_etcd *e, const char *key, int64_t rev,
  * client closes). */
 int dl_etcd_wait_change(dl_etcd *e, const char *pfx, int64_t rev,
                         int64_t deadline, unsigned wakes);
-/* Wakes every wait in progress (wake_all). */
+/* Sleeps ms, or less: until the client closes or the operation this
+ * thread runs is cancelled (e->cv is broadcast then). e->mu not held. */
+void dl_etcd_pause(dl_etcd *e, int64_t ms);
+/* Wakes every wait in progress: the client closing (wake_all), or an
+ * operation cancelled (the waits look at dl_offload_cancelled). */
 void dl_etcd_wake_waits(dl_etcd *e);
 /* The watcher thread: starts watching a hold's key (from its create
  * revision), and stops. Any thread; e->mu not held. */

@@ -29,16 +29,24 @@ bool dl_etcd_transient(int rc) {
  * fail with (etcd answers "leader changed", a member goes away), as the
  * Redis waits ride out a failover: true after a pause (20 ms, doubling up
  * to 200 ms) when rc is transient and the wait's deadline leaves room,
- * false when the error stands (the client closing, the time spent). */
+ * false when the error stands (the client closing, the operation
+ * cancelled, the time spent). */
 static bool ride_out(dl_etcd *e, const dl_acquire *a, int rc, int *rides) {
-  if (!dl_etcd_transient(rc) || !a->wait || atomic_load(e->env->closing))
+  if (!dl_etcd_transient(rc) || !a->wait || atomic_load(e->env->closing) ||
+      dl_offload_cancelled())
     return false;
   int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
   if (pause > 200) pause = 200;
   if (dl_now_ms() + pause >= a->deadline) return false;
   (*rides)++;
-  dl_sleep_ms(pause);
-  return !atomic_load(e->env->closing);
+  dl_etcd_pause(e, pause);
+  return !atomic_load(e->env->closing) && !dl_offload_cancelled();
+}
+
+/* Whether an acquire's wait is over: none asked for, its deadline come,
+ * or (on an event-loop client) the operation cancelled. */
+static bool wait_over(const dl_acquire *a) {
+  return !a->wait || dl_now_ms() >= a->deadline || dl_offload_cancelled();
 }
 
 void dl_etcd_hold_free(etcd_hold *h) {
@@ -211,7 +219,7 @@ static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
       rc = dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
       break;
     }
-    if (!a->wait || dl_now_ms() >= a->deadline) {
+    if (wait_over(a)) {
       rc = 0;
       break;
     }
@@ -472,7 +480,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
    * wait_pfx) is ours or younger, or there is none (a reader, no writer). */
   bool won = downgrade || (owner_rev == 0 ? rw : owner_rev >= h->rev);
   while (!won) {
-    if (!a->wait || dl_now_ms() >= a->deadline) {
+    if (wait_over(a)) {
       rc = 0;
       break;
     }
@@ -508,10 +516,10 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
     if (rc < 0) break;
     waited = true;
-    if (rc == 0 && dl_now_ms() < a->deadline) rc = keep_lease(e, h, &until);
+    if (rc == 0 && !wait_over(a)) rc = keep_lease(e, h, &until);
     if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
     if (rc < 0) break;
-    if (rc == 0 && dl_now_ms() >= a->deadline) break; /* the deadline */
+    if (rc == 0 && wait_over(a)) break; /* the deadline, or a cancel */
   }
   /* A fixed lease runs from the grant: after a wait, from a keepalive. */
   if (won && own && waited && (rc = keep_lease(e, h, &until)) < 0) goto fail;

@@ -92,9 +92,9 @@ static size_t on_wait_data(char *p, size_t size, size_t nmemb, void *ud) {
 }
 
 /* Runs the transfer h on its own multi handle, registered with e so that
- * wake_all interrupts it at once: its result, CURLE_ABORTED_BY_CALLBACK
- * when woken (the client closing), or CURLE_OPERATION_TIMEDOUT at the
- * deadline. */
+ * wake_all or a cancel interrupts it at once: its result,
+ * CURLE_ABORTED_BY_CALLBACK when woken (the client closing, the operation
+ * cancelled), or CURLE_OPERATION_TIMEDOUT at the deadline. */
 static CURLcode run_waiting(dl_etcd *e, CURL *h, waiting *w, int64_t deadline) {
   etcd_waitreg reg = {.m = curl_multi_init()};
   if (reg.m == NULL) return CURLE_OUT_OF_MEMORY;
@@ -116,7 +116,8 @@ static CURLcode run_waiting(dl_etcd *e, CURL *h, waiting *w, int64_t deadline) {
         done = true;
       }
     if (done || running == 0) break;
-    if (atomic_load(e->env->closing) || atomic_load(&e->wakes) != w->wakes) {
+    if (atomic_load(e->env->closing) || atomic_load(&e->wakes) != w->wakes ||
+        dl_offload_cancelled()) {
       cc = CURLE_ABORTED_BY_CALLBACK;
       break;
     }
@@ -140,6 +141,17 @@ static CURLcode run_waiting(dl_etcd *e, CURL *h, waiting *w, int64_t deadline) {
   return cc;
 }
 
+void dl_etcd_pause(dl_etcd *e, int64_t ms) {
+  int64_t end = dl_now_ms() + ms;
+  struct timespec ts;
+  dl_abstime(end, &ts);
+  pthread_mutex_lock(&e->mu);
+  while (!dl_offload_cancelled() && !atomic_load(e->env->closing) &&
+         dl_now_ms() < end)
+    pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+  pthread_mutex_unlock(&e->mu);
+}
+
 void dl_etcd_wake_waits(dl_etcd *e) {
   pthread_mutex_lock(&e->mu);
   for (etcd_waitreg *r = e->waits; r; r = r->next)
@@ -154,7 +166,7 @@ static int wait_for(dl_etcd *e, const char *body, bool any, int64_t deadline,
   waiting w = {.e = e, .any = any, .wakes = wakes};
   if (atomic_load(e->env->closing))
     return dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
-  if (dl_now_ms() >= deadline) return 0;
+  if (dl_now_ms() >= deadline || dl_offload_cancelled()) return 0;
   CURL *h = curl_easy_init();
   w.tok = json_tokener_new();
   if (h == NULL || w.tok == NULL) {
@@ -193,7 +205,7 @@ static int wait_for(dl_etcd *e, const char *body, bool any, int64_t deadline,
     if (cc != CURLE_OK && e->nendpoints > 1)
       atomic_compare_exchange_strong(&e->current, &idx,
                                      (idx + 1) % e->nendpoints);
-    dl_sleep_ms(50);
+    dl_etcd_pause(e, 50);
     rc = 1;
   }
   json_tokener_free(w.tok);

@@ -148,6 +148,7 @@ void cf_done(int rc, uint64_t token, const char *errmsg, void *ud) {
   cf_got *g = ud;
   g->rc = rc;
   g->token = token;
+  g->at = th_now_ms();
   g->calls++;
 }
 

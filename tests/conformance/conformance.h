@@ -144,6 +144,7 @@ typedef struct cf_got {
   int calls;
   int rc;
   uint64_t token;
+  int64_t at; /* th_now_ms() when it came */
 } cf_got;
 void cf_done(int rc, uint64_t token, const char *errmsg, void *ud);
 /* Runs lp until *flag is non-zero or timeout_ms passes: whether it is. */
