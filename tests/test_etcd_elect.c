@@ -107,6 +107,20 @@ static bool seen_is(void *p) {
   return is;
 }
 
+/* The token of the observer's last news, and how many it had. */
+static uint64_t seen_token(seen *s) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t t = s->token;
+  pthread_mutex_unlock(&s->mu);
+  return t;
+}
+static int seen_n(seen *s) {
+  pthread_mutex_lock(&s->mu);
+  int n = s->n;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
 /* Waits (5 s at most) until the observer's last news is `want`. */
 static bool await_seen(seen *s, const char *want) {
   pthread_mutex_lock(&s->mu);
@@ -148,12 +162,12 @@ static void t_etcd_observe(void) {
   snprintf(args, sizeof args, "put ob/%s go-leader --lease=%s", lease, lease);
   CHECK(strncmp(ctl(&s, args, out, sizeof out), "OK", 2) == 0);
   CHECK(await_seen(&sn, "go-leader"));
-  uint64_t go_token = sn.token;
+  uint64_t go_token = seen_token(&sn);
   CHECK(go_token > 0);
   snprintf(args, sizeof args, "put ob/%s go-proclaimed --ignore-lease", lease);
   CHECK(strncmp(ctl(&s, args, out, sizeof out), "OK", 2) == 0);
   CHECK(await_seen(&sn, "go-proclaimed"));
-  CHECK_EQ(sn.token, go_token);
+  CHECK_EQ(seen_token(&sn), go_token);
   snprintf(args, sizeof args, "lease revoke %s", lease);
   ctl(&s, args, out, sizeof out);
   CHECK(await_seen(&sn, ""));
@@ -166,11 +180,11 @@ static void t_etcd_observe(void) {
   CHECK(await_seen(&sn, "a"));
   uint64_t ta = 0;
   CHECK_RC(dlock_leader_token(a, &ta), 0);
-  CHECK_EQ(sn.token, ta);
+  CHECK_EQ(seen_token(&sn), ta);
   CHECK_RC(dlock_leader_start(b), 0);
   CHECK_RC(dlock_leader_proclaim(a, "a-proclaimed"), 0);
   CHECK(await_seen(&sn, "a-proclaimed"));
-  CHECK_EQ(sn.token, ta);
+  CHECK_EQ(seen_token(&sn), ta);
   char cur[64];
   CHECK_EQ(dlock_leader_get_current(b, cur, sizeof cur), 1);
   CHECK(strcmp(cur, "a-proclaimed") == 0);
@@ -188,12 +202,12 @@ static void t_etcd_observe(void) {
   dlock_leader_free(a);
   CHECK_RC(dlock_leader_try_await(b, 5000), 0);
   CHECK(await_seen(&sn, "b"));
-  CHECK(sn.token > ta);
+  CHECK(seen_token(&sn) > ta);
   dlock_leader_free(b);
   CHECK(await_seen(&sn, ""));
-  int n = sn.n;
+  int n = seen_n(&sn);
   dlock_leader_free(ob); /* the observer stops: told nothing more */
-  CHECK_EQ(sn.n, n);
+  CHECK_EQ(seen_n(&sn), n);
   dlock_client_close(c);
   th_etcd_stop(&s);
 }
