@@ -152,7 +152,7 @@ static int proclaim(dl_elect *el, const char *value) {
                      "this participant does not lead %s: nothing proclaimed",
                      el->pfx);
   size_t vl = strlen(value), kl = strlen(el->h.key);
-  size_t cap = 4 * (vl + kl) / 3 + 256;
+  size_t cap = 2 * (4 * kl / 3 + 8) + 4 * vl / 3 + 256;
   char *body = malloc(cap), *k64 = malloc(4 * kl / 3 + 8),
        *v64 = malloc(4 * vl / 3 + 8), *v = dl_strdup(value);
   int rc = 0;

@@ -1,5 +1,6 @@
 /* mutex.c: the mutex on etcd, laid out as Go's concurrency.Mutex and
  * `etcdctl lock`: a key PREFIX/NAME/<lease id in hex> with an empty value
+ * (or the holder's description, which Go never reads)
  * on the session's lease, created in one txn that also reads the owner
  * (the lowest create revision under PREFIX/NAME/); a waiter watches only
  * its predecessor (the highest create revision below its own) until it is
@@ -248,27 +249,38 @@ int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
   dl_etcd_b64(h->key, strlen(h->key), k64);
   dl_etcd_b64(pfx, strlen(pfx), p64);
   dl_etcd_prefix_end(pfx, end64);
-  char v64[B64(DL_OWNER_MAX)];
-  dl_etcd_b64(value, strlen(value), v64);
-  char owner[3 * B64(ETCD_KEY_MAX)], put[B64(ETCD_KEY_MAX) + sizeof v64 + 128];
-  char get[B64(ETCD_KEY_MAX) + 64];
-  char success[sizeof owner + sizeof put + 8],
-      failure[sizeof owner + sizeof get + 8];
+  /* The value: any length (an election's proclaimed value, a holder's
+   * description). */
+  size_t vl = strlen(value), put_len = B64(ETCD_KEY_MAX) + B64(vl) + 128;
+  char owner[3 * B64(ETCD_KEY_MAX)], get[B64(ETCD_KEY_MAX) + 64];
+  char *v64 = malloc(B64(vl)), *put = malloc(put_len),
+       *success = malloc(sizeof owner + put_len + 8);
+  char failure[sizeof owner + sizeof get + 8];
+  if (v64 == NULL || put == NULL || success == NULL) {
+    free(v64);
+    free(put);
+    free(success);
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  dl_etcd_b64(value, vl, v64);
   snprintf(owner, sizeof owner,
            "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
            "\"limit\":\"1\",\"sort_order\":\"ASCEND\","
            "\"sort_target\":\"CREATE\",\"keys_only\":true}}",
            p64, end64);
   snprintf(
-      put, sizeof put,
+      put, put_len,
       "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64
       "\"}}",
       k64, v64, h->lease);
   snprintf(get, sizeof get, "{\"request_range\":{\"key\":\"%s\"}}", k64);
-  snprintf(success, sizeof success, "%s,%s", put, owner);
+  snprintf(success, sizeof owner + put_len + 8, "%s,%s", put, owner);
   snprintf(failure, sizeof failure, "%s,%s", get, owner);
   json_object *r;
   int rc = txn(e, k64, 0, success, failure, deadline, &r);
+  free(v64);
+  free(put);
+  free(success);
   if (rc != 0) return rc;
   json_object *s = dl_etcd_get(r, "succeeded");
   if (s && json_object_get_boolean(s)) {
@@ -458,7 +470,8 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   bool waited = false;
   int rides = 0;
   for (int tries = 0; rc == 0; tries++) {
-    rc = dl_etcd_put_and_read(e, h, "", wait_pfx, deadline, &owner_rev);
+    rc = dl_etcd_put_and_read(e, h, a->info ? a->info : "", wait_pfx, deadline,
+                              &owner_rev);
     if (rc != 1) break;
     /* The key is someone else's: a read-write lock's takes another time
      * (a clash of clocks); a mutex's is no key of a mutex. */

@@ -336,6 +336,16 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
     st->hold_count = 1;
     lease = dl_etcd_i64(kv, "lease");
     snprintf(st->owner, sizeof st->owner, "%" PRIx64, (uint64_t)lease);
+    /* Its value: the holder's description (dlock_lock_set_info; Go's
+     * recipes leave it empty), cut to fit. */
+    json_object *v = dl_etcd_get(kv, "value");
+    const char *v64 = v ? json_object_get_string(v) : "";
+    char *val = malloc(strlen(v64) / 4 * 3 + 4);
+    int vn = val ? dl_etcd_unb64(v64, val, strlen(v64) / 4 * 3 + 4) : -1;
+    if (vn > 0)
+      snprintf(st->info, sizeof st->info, "%.*s",
+               vn < (int)sizeof st->info ? vn : (int)sizeof st->info - 1, val);
+    free(val);
     st->token = (uint64_t)dl_etcd_i64(kv, "create_revision");
     st->ttl_ms = -1;
     if (kk != KEY_MUTEX)

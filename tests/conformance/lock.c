@@ -161,6 +161,37 @@ static void t_downgrade(void) {
   dlock_client_close(b);
 }
 
+/* The holder's description (dlock_lock_set_info, what dlock run stores:
+ * host, pid, command) is what a snapshot of the lock shows as its info
+ * (etcd://: the key's value, which Go's Mutex leaves empty and never
+ * reads), and goes with the hold. */
+static void t_holder_info(void) {
+  CF_NEEDS_SERVER();
+  dlock_client *c = cf_client(0);
+  CHECK(c != NULL);
+  char name[64];
+  cf_name(name, sizeof name, "info");
+  cf_lock h, probe;
+  CHECK_RC(cf_lock_new(c, DL_FEAT_LOCK, name, "holder", &h), 0);
+  CHECK_RC(cf_lock_new(c, DL_FEAT_LOCK, name, "probe", &probe), 0);
+  CHECK_RC(dlock_lock_set_info(h.l, "host-a pid 42 (sleep 1)"), 0);
+  CHECK_RC(dlock_lock_try_acquire(h.l, 0, 10000, NULL), 0);
+  dlock_lock_state st;
+  CHECK_RC(dlock_lock_inspect(probe.l, &st), 0);
+  CHECK_EQ(st.held, 1);
+  /* redlock://'s lock is the plain string of redsync and npm redlock by
+   * default: one value, the owner's, and no room for a description. */
+  if (strcmp(cf_backend, "redlock") != 0)
+    CHECK(strcmp(st.info, "host-a pid 42 (sleep 1)") == 0);
+  CHECK_EQ(dlock_lock_release(h.l), 1);
+  CHECK_RC(dlock_lock_inspect(probe.l, &st), 0);
+  CHECK_EQ(st.held, 0);
+  CHECK(st.info[0] == '\0');
+  cf_lock_free(&h);
+  cf_lock_free(&probe);
+  dlock_client_close(c);
+}
+
 /* Re-entry counts holds and keeps the token; the last release frees. */
 static void t_reentrancy(void) {
   CF_NEEDS_SERVER();
@@ -453,6 +484,6 @@ const th_test cf_lock_tests[] = {
     T_BARE(t_exclusion),     T_BARE(t_readers_share), T_BARE(t_downgrade),
     T_BARE(t_reentrancy),    T_BARE(t_try_wait),      T_BARE(t_lease_expiry),
     T_BARE(t_killed_holder), T_BARE(t_not_owner),     T_BARE(t_takeaway),
-    T_BARE(t_tokens_grow),
+    T_BARE(t_tokens_grow),   T_BARE(t_holder_info),
 };
 const size_t cf_lock_ntests = sizeof cf_lock_tests / sizeof cf_lock_tests[0];
