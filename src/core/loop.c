@@ -85,6 +85,11 @@ static void heap_remove(dl_loop *lp, dl_timer *t) {
   else sift_down(lp, i);
 }
 
+static void hook_timer(dl_loop *lp, int64_t ms) {
+  lp->timer_calls++;
+  lp->hooks.timer(lp->hooks.data, ms);
+}
+
 /* Arms the hook timer for the earliest timer, unless a dispatch will.
  * Lazily: an arming that stands for an earlier time than the earliest
  * timer's (that timer was stopped) is kept, and when it fires the dispatch
@@ -93,11 +98,6 @@ static void heap_remove(dl_loop *lp, dl_timer *t) {
  * a timerfd_settime per request. The built-in driver's timer also stays
  * armed with no timer left (it fires once, for nothing); a caller's loop
  * is disarmed then, so that it can tell it has nothing left to do. */
-static void hook_timer(dl_loop *lp, int64_t ms) {
-  lp->timer_calls++;
-  lp->hooks.timer(lp->hooks.data, ms);
-}
-
 static void rearm(dl_loop *lp) {
   if (lp->dispatching > 0) return;
   if (lp->n == 0) {
