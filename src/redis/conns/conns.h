@@ -338,6 +338,8 @@ void dl_areq_cancel(dl_areq *r);
 void dl_aconn_free(dl_aconn *c);
 /* Writes since creation (tests), and whether the connection is up. */
 uint64_t dl_aconn_batches(const dl_aconn *c);
+/* Read attempts on the socket since creation (tests). */
+uint64_t dl_aconn_reads(const dl_aconn *c);
 bool dl_aconn_up(const dl_aconn *c);
 
 /* ---- arepl.c: replica acknowledgement on the loop ----
