@@ -397,6 +397,73 @@ DLOCK_API int dlock_client_metrics_size(dlock_client *c, dlock_metrics *m,
 #define dlock_client_metrics(c, m)                                             \
   dlock_client_metrics_size((c), (m), sizeof(dlock_metrics))
 
+/* What happened to a lock, for a service's tracing spans
+ * (dlock_client_on_event). Only a hold's first acquisition and its end
+ * are told, as dlock_metrics counts them: a re-entry and its release
+ * tell nothing. The lock kinds: mutex, fair, plain, either side of a
+ * read-write lock. */
+typedef enum dlock_event_type {
+  /* An acquire call began (before its first server request): the span's
+   * start. DLOCK_EVENT_GRANTED or DLOCK_EVENT_NOT_GRANTED follows, on
+   * the same thread. */
+  DLOCK_EVENT_WAIT_STARTED = 1,
+  /* Taken: `duration_ns` is the wait since the call began, `contended` 1
+   * if it waited for another holder, `token` the fencing token. */
+  DLOCK_EVENT_GRANTED = 2,
+  /* The last release ended the hold (also a last release that got no
+   * answer: the hold ends here, its lease frees the lock): `duration_ns`
+   * the hold since the grant. */
+  DLOCK_EVENT_RELEASED = 3,
+  /* The hold was lost (the watchdog found it gone or its validity ran out,
+   * as dlock_lock_on_lost; or the release found it no longer this
+   * owner's): `duration_ns` the hold since the grant. */
+  DLOCK_EVENT_LOST = 4,
+  /* The watchdog extended the hold's lease on the server. */
+  DLOCK_EVENT_RENEWED = 5,
+  /* The acquire call ended without the lock: `error` says why
+   * (DLOCK_EBUSY at its wait limit, DLOCK_ELATE, a server's code). */
+  DLOCK_EVENT_NOT_GRANTED = 6
+} dlock_event_type;
+
+/* One event. The strings live for the call only. New fields are only
+ * ever added at the end: `size` is the library's sizeof, read a field only
+ * when size covers it. */
+typedef struct dlock_event {
+  size_t size;
+  dlock_event_type type;
+  const char *name;    /* the lock's name (without the key prefix) */
+  const char *kind;    /* "lock", "fair", "read", "write" or "plain" */
+  const char *owner;   /* the owner id, "<client id>:<thread or owner>" */
+  const char *backend; /* the backend's name: "redis", "redlock",
+                          "zookeeper", "etcd" */
+  int64_t mono_ns;     /* when, on CLOCK_MONOTONIC */
+  int64_t wall_ns;     /* when, on CLOCK_REALTIME (ns since the epoch) */
+  int64_t duration_ns; /* GRANTED, NOT_GRANTED: the wait; RELEASED,
+                          LOST: the hold; else 0 */
+  uint64_t token;      /* the hold's fencing token where known, else 0 */
+  int contended;       /* GRANTED: 1 if it waited for another holder */
+  int error;           /* NOT_GRANTED: the call's code; else 0 */
+} dlock_event;
+
+/* Called for each event of the client's locks. Threads: a blocking
+ * client calls it on the thread that acquires or releases
+ * (WAIT_STARTED, GRANTED, NOT_GRANTED, RELEASED, and LOST found by a
+ * release) and on its watchdog thread (RENEWED, LOST); an event-loop
+ * client on the loop's thread. Calls on different threads may overlap.
+ * It must be quick, must not call back into the client (no acquire,
+ * release, inspect or close: it may run with the caller's operation half
+ * done), and must not keep `ev` or its strings. */
+typedef void (*dlock_event_cb)(dlock_client *c, const dlock_event *ev,
+                               void *ud);
+
+/* Registers cb (NULL: no more events) with its ud for every lock of the
+ * client. Unset, an event costs one branch; set, a clock read or two and
+ * the call. An event already being reported may still reach the previous
+ * cb after this returns. Returns 0 or DLOCK_EINVAL (c NULL).
+ * Thread-safe. */
+DLOCK_API int dlock_client_on_event(dlock_client *c, dlock_event_cb cb,
+                                    void *ud);
+
 /* What a client tells of its connection (dlock_client_on_state), as
  * Curator's ConnectionState. */
 typedef enum dlock_conn_state {

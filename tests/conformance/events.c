@@ -1,0 +1,208 @@
+/* events.c: the event hook (dlock_client_on_event) on every backend:
+ * each lock kind's events in order, with their name, kind, token,
+ * backend, durations, and the thread each runs on. */
+#include "conformance.h"
+
+#include <pthread.h>
+
+#define FOR_KINDS(k)                                                           \
+  for (int k##_i = 0; k##_i < 5; k##_i++)                                      \
+    for (dl_feature k = cf_lock_kinds[k##_i]; cf_has(k); k = DL_FEAT_COUNT)
+
+/* What one client's hook was told. */
+typedef struct ev_log {
+  pthread_mutex_t mu;
+  int n;
+  struct {
+    dlock_event_type type;
+    char name[64], kind[8], backend[16];
+    uint64_t token;
+    int64_t duration_ns, mono_ns, wall_ns;
+    int contended, error;
+    bool here; /* on the thread that set the hook */
+  } ev[32];
+  pthread_t test_thread;
+} ev_log;
+
+static void on_event(dlock_client *c, const dlock_event *ev, void *ud) {
+  (void)c;
+  ev_log *g = ud;
+  pthread_mutex_lock(&g->mu);
+  if (g->n < 32 && ev->size >= sizeof *ev) {
+    int i = g->n++;
+    g->ev[i].type = ev->type;
+    snprintf(g->ev[i].name, sizeof g->ev[i].name, "%s", ev->name);
+    snprintf(g->ev[i].kind, sizeof g->ev[i].kind, "%s", ev->kind);
+    snprintf(g->ev[i].backend, sizeof g->ev[i].backend, "%s", ev->backend);
+    g->ev[i].token = ev->token;
+    g->ev[i].duration_ns = ev->duration_ns;
+    g->ev[i].mono_ns = ev->mono_ns;
+    g->ev[i].wall_ns = ev->wall_ns;
+    g->ev[i].contended = ev->contended;
+    g->ev[i].error = ev->error;
+    g->ev[i].here = pthread_equal(pthread_self(), g->test_thread);
+  }
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Waits (at most ms) until the log has n events; returns how many it has. */
+static int log_wait(ev_log *g, int n, int64_t ms) {
+  int64_t t0 = th_now_ms();
+  for (;;) {
+    pthread_mutex_lock(&g->mu);
+    int have = g->n;
+    pthread_mutex_unlock(&g->mu);
+    if (have >= n || th_now_ms() - t0 >= ms) return have;
+    th_sleep_ms(1);
+  }
+}
+
+static void log_reset(ev_log *g) {
+  pthread_mutex_lock(&g->mu);
+  g->n = 0;
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* The event's kind for a handle of kind k: on redlock:// a mutex is the
+ * plain string lock (its only layout there). */
+static const char *kind_of(dl_feature k) {
+  return k == DL_FEAT_LOCK && strcmp(cf_backend, "redlock") == 0
+             ? "plain"
+             : dl_feature_name(k);
+}
+
+/* The log's event i is of `type` on lock `name`, kind k, this backend. */
+static bool is(ev_log *g, int i, dlock_event_type type, const char *name,
+               dl_feature k) {
+  bool ok = i < g->n && g->ev[i].type == type &&
+            strcmp(g->ev[i].name, name) == 0 &&
+            strcmp(g->ev[i].kind, kind_of(k)) == 0 &&
+            strcmp(g->ev[i].backend, cf_backend) == 0 && g->ev[i].mono_ns > 0 &&
+            g->ev[i].wall_ns > 0;
+  if (!ok)
+    fprintf(stderr,
+            "    event %d: want type %d on %s (%s, %s); got %d on "
+            "%s (%s, %s) of %d\n",
+            i, type, name, kind_of(k), cf_backend,
+            i < g->n ? (int)g->ev[i].type : 0, i < g->n ? g->ev[i].name : "",
+            i < g->n ? g->ev[i].kind : "", i < g->n ? g->ev[i].backend : "",
+            g->n);
+  return ok;
+}
+
+/* Each kind: wait started and granted (on the acquiring thread, with its
+ * token), a rival's wait that ends not granted (DLOCK_EBUSY), released
+ * (the hold's time); taken again and force-released by another client:
+ * lost, on the watchdog's thread; a re-entry tells nothing. */
+static void t_events(void) {
+  CF_NEEDS_SERVER();
+  static ev_log ga = {.mu = PTHREAD_MUTEX_INITIALIZER},
+                gb = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  ga.test_thread = gb.test_thread = pthread_self();
+  dlock_client *a = cf_client(3000), *b = cf_client(0);
+  CHECK(a && b);
+  CHECK_RC(dlock_client_on_event(NULL, on_event, &ga), DLOCK_EINVAL);
+  CHECK_RC(dlock_client_on_event(a, on_event, &ga), 0);
+  CHECK_RC(dlock_client_on_event(b, on_event, &gb), 0);
+  FOR_KINDS(k) {
+    char name[64];
+    cf_name(name, sizeof name, dl_feature_name(k));
+    const char *bare = name; /* no key prefix in the harness's options */
+    cf_lock h, w, f;
+    CHECK_RC(cf_lock_new(a, k, name, "holder", &h), 0);
+    CHECK_RC(cf_lock_new(b, cf_rival(k), name, "rival", &w), 0);
+    CHECK_RC(cf_lock_new(b, k, name, "forcer", &f), 0);
+    log_reset(&ga);
+    log_reset(&gb);
+    uint64_t tok = 0;
+    CHECK_RC(dlock_lock_try_acquire(h.l, 0, 10000, &tok), 0);
+    CHECK_RC(dlock_lock_try_acquire(h.l, 0, 10000, NULL), 0); /* re-entry */
+    CHECK_RC(dlock_lock_try_acquire(w.l, 0, 10000, NULL), DLOCK_EBUSY);
+    CHECK_EQ(dlock_lock_release(h.l), 0);
+    CHECK_EQ(dlock_lock_release(h.l), 1);
+    CHECK_EQ(log_wait(&ga, 3, 0), 3);
+    CHECK(is(&ga, 0, DLOCK_EVENT_WAIT_STARTED, bare, k) && ga.ev[0].here);
+    CHECK(is(&ga, 1, DLOCK_EVENT_GRANTED, bare, k) && ga.ev[1].here);
+    CHECK_EQ(ga.ev[1].token, tok);
+    CHECK_EQ(ga.ev[1].contended, 0);
+    CHECK(ga.ev[1].duration_ns >= 0 && ga.ev[1].mono_ns >= ga.ev[0].mono_ns);
+    CHECK(is(&ga, 2, DLOCK_EVENT_RELEASED, bare, k) && ga.ev[2].here);
+    CHECK_EQ(ga.ev[2].token, tok);
+    CHECK(ga.ev[2].duration_ns >= 0 && ga.ev[2].duration_ns < 10000000000);
+    CHECK_EQ(log_wait(&gb, 2, 0), 2);
+    CHECK(is(&gb, 0, DLOCK_EVENT_WAIT_STARTED, bare, cf_rival(k)));
+    CHECK(is(&gb, 1, DLOCK_EVENT_NOT_GRANTED, bare, cf_rival(k)));
+    CHECK_EQ(gb.ev[1].error, DLOCK_EBUSY);
+    /* Taken away: lost, told by the watchdog's thread. */
+    log_reset(&ga);
+    CHECK_RC(dlock_lock_acquire(h.l, 0, &tok), 0);
+    CHECK_EQ(dlock_lock_force_release(f.l), 1);
+    CHECK_EQ(log_wait(&ga, 3, 3000), 3);
+    CHECK(is(&ga, 2, DLOCK_EVENT_LOST, bare, k) && !ga.ev[2].here);
+    CHECK_EQ(ga.ev[2].token, tok);
+    CHECK_RC(dlock_lock_release(h.l), DLOCK_ELOST);
+    CHECK_EQ(log_wait(&ga, 4, 0), 3); /* told once */
+    cf_lock_free(&h);
+    cf_lock_free(&w);
+    cf_lock_free(&f);
+  }
+  /* No hook: nothing more is told. */
+  CHECK_RC(dlock_client_on_event(a, NULL, NULL), 0);
+  log_reset(&ga);
+  cf_lock h;
+  char name[64];
+  cf_name(name, sizeof name, "unhooked");
+  CHECK_RC(cf_lock_new(a, DL_FEAT_LOCK, name, NULL, &h), 0);
+  CHECK_RC(dlock_lock_try_acquire(h.l, 0, 10000, NULL), 0);
+  CHECK_EQ(dlock_lock_release(h.l), 1);
+  CHECK_EQ(log_wait(&ga, 1, 0), 0);
+  cf_lock_free(&h);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* A wait for another holder: granted with contended 1 and the wait's
+ * time; the watchdog's renewals are told (where holds have leases). */
+static void t_events_wait_renew(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_LEASE)) return; /* zk: no fixed leases to run out */
+  static ev_log ga = {.mu = PTHREAD_MUTEX_INITIALIZER},
+                gb = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  ga.test_thread = gb.test_thread = pthread_self();
+  int64_t lease =
+      CF_WAIT_MS > cf_lease_floor_ms() ? CF_WAIT_MS : cf_lease_floor_ms();
+  /* b's watchdog lease: renewed every third of it. */
+  int64_t wd = 3 * lease;
+  dlock_client *a = cf_client(0), *b = cf_client(wd);
+  CHECK(a && b);
+  CHECK_RC(dlock_client_on_event(a, on_event, &ga), 0);
+  CHECK_RC(dlock_client_on_event(b, on_event, &gb), 0);
+  char name[64];
+  cf_name(name, sizeof name, "evwait");
+  dlock_lock *h, *w;
+  CHECK_RC(dlock_lock_new(a, name, "holder", &h), 0);
+  CHECK_RC(dlock_lock_new(b, name, "next", &w), 0);
+  CHECK_RC(dlock_lock_try_acquire(h, 0, lease, NULL), 0);
+  /* b waits for a's fixed lease to run out. */
+  CHECK_RC(dlock_lock_try_acquire(w, lease + 5000, 0, NULL), 0);
+  CHECK_EQ(log_wait(&gb, 2, 0), 2);
+  CHECK(is(&gb, 1, DLOCK_EVENT_GRANTED, name, DL_FEAT_LOCK));
+  CHECK_EQ(gb.ev[1].contended, 1);
+  CHECK(gb.ev[1].duration_ns >= lease * 1000000 / 2);
+  /* a: its hold ran out (lost, about a lease long). */
+  CHECK_EQ(log_wait(&ga, 3, 3000), 3);
+  CHECK(is(&ga, 2, DLOCK_EVENT_LOST, name, DL_FEAT_LOCK) && !ga.ev[2].here);
+  CHECK(ga.ev[2].duration_ns >= lease * 1000000 / 2);
+  CHECK_EQ(log_wait(&gb, 3, wd + CF_CMD_MS), 3);
+  CHECK(is(&gb, 2, DLOCK_EVENT_RENEWED, name, DL_FEAT_LOCK) && !gb.ev[2].here);
+  CHECK_EQ(dlock_lock_release(w), 1);
+  dlock_lock_free(h);
+  dlock_lock_free(w);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+const th_test cf_events_tests[] = {T_BARE(t_events),
+                                   T_BARE(t_events_wait_renew)};
+const size_t cf_events_ntests =
+    sizeof cf_events_tests / sizeof cf_events_tests[0];
