@@ -87,7 +87,8 @@ extern "C" {
   X(ENOTSUP, -19, "not supported")                                            \
   X(ERANGE, -20, "count out of range (a latch already at zero, or "         \
                  "permits past an int)")                                      \
-  X(EDEADLK, -21, "would deadlock (a reader asked for the write lock)")      \
+  X(EDEADLK, -21, "would deadlock (a wait-for cycle, or a reader asking "   \
+                  "for the write lock)")                                      \
   X(ENOPERM, -22, "the server's ACL does not permit this command")            \
   X(ELATE, -23, "granted, but the reply came after its lease could have "    \
                 "ended (given back)")                                         \
@@ -217,6 +218,17 @@ typedef struct dlock_client_options {
    * (Curator's connection timeout); the URL's ?connect_timeout=D overrides
    * it. */
   int zk_connect_timeout_ms;
+  /* Deadlock detection (added in issue 33). Non-zero: an acquire that has
+   * to wait first follows the owners from the lock's holder (the waiter
+   * records, docs/WIRE.md: the holder waits for a lock, whose holder waits
+   * for ...), and if they lead back to its own owner, waiting would close
+   * a wait-for cycle: it fails at once with DLOCK_EDEADLK, the cycle named
+   * in dlock_client_errmsg. It costs a waiting acquire two commands per
+   * owner followed (an acquire that does not wait, nothing). Two owners
+   * that start waiting for each other at the same moment may both be told.
+   * A backend that records no waiters (redlock://, zk://, etcd://) refuses
+   * to open with it (DLOCK_ENOTSUP). Default 0. */
+  int detect_deadlocks;
 } dlock_client_options;
 
 /* The size of the first dlock_client_options with a size field (0.2): up
@@ -766,6 +778,33 @@ DLOCK_API int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
 /* Called by dlock_client_scan_locks for each candidate lock name (the key
  * prefix removed). Return 0 to go on, anything else to stop. */
 typedef int (*dlock_scan_cb)(const char *name, void *ud);
+
+/* An owner waiting for a lock, as its waiter record tells
+ * (dlock_client_scan_waiters). The strings live for the call only. */
+typedef struct dlock_waiter {
+  const char *owner;   /* its owner id (a writer's without ":write") */
+  const char *name;    /* the lock it waits for (no key prefix) */
+  const char *kind;    /* that lock's: "lock", "fair", "read", "write",
+                          "plain" */
+  const char *info;    /* its dlock_lock_set_info text, or "" */
+  int64_t deadline_ms; /* when its wait ends, ms since the epoch (the
+                          waiter's clock); 0: no limit */
+} dlock_waiter;
+/* Return 0 to go on, anything else to stop. */
+typedef int (*dlock_waiter_cb)(const dlock_waiter *w, void *ud);
+
+/* Calls cb for each owner waiting now for a lock whose name matches
+ * `pattern` (glob, NULL = "*"): an acquire that has to wait records what
+ * it waits for beside the locks (docs/WIRE.md, "Waiter records"; a lease
+ * of 10 s, renewed while it waits, so that a dead waiter's record goes),
+ * and deletes the record when its wait ends. Walks the records a batch at
+ * a time (Redis: SCAN). Returns the number of records passed to cb, or a
+ * negative code: DLOCK_ENOTSUP where the backend records no waiters
+ * (redlock://, zk://, etcd://) or on an event-loop client. Read-only;
+ * thread-safe. dlock deadlocks builds its wait-for graph from these and
+ * the locks' holders. */
+DLOCK_API int dlock_client_scan_waiters(dlock_client *c, const char *pattern,
+                                        dlock_waiter_cb cb, void *ud);
 
 /* Walks the backend's names a batch at a time, never all at once (Redis:
  * SCAN, never KEYS, for hashes, then strings: plain string locks), whose

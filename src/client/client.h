@@ -176,6 +176,7 @@ struct dlock_client {
   dl_backend_env env;   /* what the backend borrows of the client */
   dl_backend *backend;
   dl_watchdog *watchdog;
+  bool detect_deadlocks; /* dlock_client_options' (dl_acquire.detect) */
   dl_loop *loop; /* an event-loop client's (dlock_client_open_async) */
   atomic_uint_fast64_t handles; /* lock handles made on the loop */
   /* dlock_metrics' acquisitions (src/locks/lock.c dl_acq_end); relaxed */

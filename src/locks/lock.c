@@ -321,7 +321,8 @@ int dl_acq_begin(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
                       .wait = wait_ms != 0,
                       .deadline = dl_deadline(wait_ms),
                       .held = held,
-                      .info = q->info};
+                      .info = q->info,
+                      .detect = c->detect_deadlocks};
   return 0;
 }
 

@@ -202,7 +202,80 @@ static void t_events_wait_renew(void) {
   dlock_client_close(b);
 }
 
-const th_test cf_events_tests[] = {T_BARE(t_events),
-                                   T_BARE(t_events_wait_renew)};
+static int count_waiter(const dlock_waiter *w, void *ud) {
+  char *name = ud;
+  if (strcmp(w->name, name) == 0) name[0] = '\0'; /* found */
+  return 0;
+}
+
+/* Whether the waiter records (dlock_client_scan_waiters) show a waiter
+ * on `name`; -1 if they cannot be read. */
+static int waiter_shown(dlock_client *c, const char *name) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%s", name);
+  int rc = dlock_client_scan_waiters(c, NULL, count_waiter, buf);
+  return rc < 0 ? -1 : buf[0] == '\0';
+}
+
+typedef struct waiting {
+  dlock_lock *l;
+  int rc;
+} waiting;
+
+static void *wait_thread(void *p) {
+  waiting *w = p;
+  w->rc = dlock_lock_try_acquire(w->l, 5000, 10000, NULL);
+  return NULL;
+}
+
+/* Waiter records (dlock deadlocks): on the Redis backend (single,
+ * Sentinel, Cluster) a waiting acquire's record is there while it waits
+ * and gone once it has the lock; elsewhere the call and the option
+ * detect_deadlocks answer DLOCK_ENOTSUP. */
+static void t_waiter_records(void) {
+  CF_NEEDS_SERVER();
+  dlock_client *a = cf_client(0), *b = cf_client(0);
+  CHECK(a && b);
+  if (strcmp(cf_backend, "redis") != 0) {
+    CHECK_RC(dlock_client_scan_waiters(a, NULL, count_waiter, NULL),
+             DLOCK_ENOTSUP);
+    CHECK(strstr(dlock_client_errmsg(a), "waiter records") != NULL);
+    dlock_client_options o;
+    cf_options(&o, 0);
+    o.detect_deadlocks = 1;
+    dlock_client *d = NULL;
+    CHECK_RC(dlock_client_open(&o, &d), DLOCK_ENOTSUP);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    return;
+  }
+  char name[64];
+  cf_name(name, sizeof name, "waitrec");
+  dlock_lock *h, *w;
+  CHECK_RC(dlock_lock_new(a, name, NULL, &h), 0);
+  CHECK_RC(dlock_lock_new(b, name, "waiter", &w), 0);
+  CHECK_RC(dlock_lock_try_acquire(h, 0, 10000, NULL), 0);
+  CHECK_EQ(waiter_shown(a, name), 0);
+  waiting wt = {w, 1};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, wait_thread, &wt) == 0);
+  int64_t t0 = th_now_ms();
+  int shown;
+  while ((shown = waiter_shown(a, name)) == 0 && th_now_ms() - t0 < 3000)
+    th_sleep_ms(2);
+  CHECK_EQ(dlock_lock_release(h), 1);
+  pthread_join(th, NULL);
+  CHECK_EQ(shown, 1);
+  CHECK_RC(wt.rc, 0);
+  CHECK_EQ(waiter_shown(a, name), 0);
+  CHECK_EQ(dlock_lock_release(w), 1);
+  dlock_lock_free(h);
+  dlock_lock_free(w);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+const th_test cf_events_tests[] = {
+    T_BARE(t_events), T_BARE(t_events_wait_renew), T_BARE(t_waiter_records)};
 const size_t cf_events_ntests =
     sizeof cf_events_tests / sizeof cf_events_tests[0];

@@ -344,6 +344,7 @@ static const dl_backend_ops redis_ops = {
     .lock_query = dl_redis_lock_query,
     .inspect = dl_redis_inspect,
     .scan = dl_redis_scan,
+    .waiters = dl_redis_waiters,
     .sem_acquire = dl_redis_sem_acquire,
     .permit_acquire = dl_redis_permit_acquire,
     .latch_await = dl_redis_latch_await,
