@@ -202,6 +202,73 @@ static void t_events_wait_renew(void) {
   dlock_client_close(b);
 }
 
+/* An event-loop call's end. */
+typedef struct ended {
+  int done, rc;
+  uint64_t token;
+} ended;
+
+static void on_end(int rc, uint64_t token, const char *msg, void *ud) {
+  (void)msg;
+  ended *e = ud;
+  e->rc = rc;
+  e->token = token;
+  e->done = 1;
+}
+
+/* An event-loop client: every event on the loop's thread (here, the
+ * test's, which runs the loop), the loss told there too. */
+static void t_events_async(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_LOOP)) return;
+  static ev_log g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  g.test_thread = pthread_self();
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 3000), 0);
+  dlock_client *b = cf_client(0);
+  CHECK(b != NULL);
+  CHECK_RC(dlock_client_on_event(f.c, on_event, &g), 0);
+  char name[64];
+  cf_name(name, sizeof name, "evloop");
+  dlock_lock *l, *force;
+  CHECK_RC(dlock_lock_new(f.c, name, NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(b, name, NULL, &force), 0);
+  dl_feature k = DL_FEAT_LOCK; /* kind_of: plain on redlock:// */
+  ended e = {0};
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 0, on_end, &e, NULL), 0);
+  CHECK(cf_run_until(f.lp, &e.done, 5000));
+  CHECK_RC(e.rc, 0);
+  uint64_t tok = e.token;
+  e = (ended){0};
+  CHECK_RC(dlock_lock_release_async(l, on_end, &e, NULL), 0);
+  CHECK(cf_run_until(f.lp, &e.done, 5000));
+  CHECK_EQ(e.rc, 1);
+  e = (ended){0};
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 0, on_end, &e, NULL), 0);
+  CHECK(cf_run_until(f.lp, &e.done, 5000));
+  CHECK_EQ(dlock_lock_force_release(force), 1);
+  int lost = 0;
+  for (int64_t t0 = th_now_ms(); !lost && th_now_ms() - t0 < 3000;) {
+    int tick = 0;
+    cf_run_until(f.lp, &tick, 5);
+    lost = log_wait(&g, 6, 0) >= 6;
+  }
+  CHECK_EQ(log_wait(&g, 6, 0), 6);
+  CHECK(is(&g, 0, DLOCK_EVENT_WAIT_STARTED, name, k));
+  CHECK(is(&g, 1, DLOCK_EVENT_GRANTED, name, k));
+  CHECK_EQ(g.ev[1].token, tok);
+  CHECK(is(&g, 2, DLOCK_EVENT_RELEASED, name, k));
+  CHECK(is(&g, 3, DLOCK_EVENT_WAIT_STARTED, name, k));
+  CHECK(is(&g, 4, DLOCK_EVENT_GRANTED, name, k));
+  CHECK(is(&g, 5, DLOCK_EVENT_LOST, name, k));
+  for (int i = 0; i < 6; i++)
+    CHECK(g.ev[i].here);
+  dlock_lock_free(l);
+  dlock_lock_free(force);
+  dlock_client_close(b);
+  cf_fix_close(&f);
+}
+
 static int count_waiter(const dlock_waiter *w, void *ud) {
   char *name = ud;
   if (strcmp(w->name, name) == 0) name[0] = '\0'; /* found */
@@ -276,6 +343,7 @@ static void t_waiter_records(void) {
 }
 
 const th_test cf_events_tests[] = {
-    T_BARE(t_events), T_BARE(t_events_wait_renew), T_BARE(t_waiter_records)};
+    T_BARE(t_events), T_BARE(t_events_wait_renew), T_BARE(t_events_async),
+    T_BARE(t_waiter_records)};
 const size_t cf_events_ntests =
     sizeof cf_events_tests / sizeof cf_events_tests[0];
