@@ -10,12 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Runs `dlock -u URL deadlocks [args]`: its exit status, its output in
- * out. */
-static int run_cli(const char *args, char *out, size_t len) {
+/* Runs `dlock -u URL deadlocks [args]` (URL: th_srv's, or `url`): its
+ * exit status, its output in out. */
+static int run_cli_on(const char *url, const char *args, char *out,
+                      size_t len) {
   char cmd[1024];
   snprintf(cmd, sizeof cmd, "%s -u %s deadlocks %s 2>&1", getenv("DLOCK_CLI"),
-           th_srv.url, args);
+           url, args);
   FILE *f = popen(cmd, "r");
   if (f == NULL) return -1;
   size_t n = fread(out, 1, len - 1, f);
@@ -24,6 +25,10 @@ static int run_cli(const char *args, char *out, size_t len) {
   fprintf(stderr, "    dlock deadlocks %s: exit %d\n%s", args,
           WIFEXITED(st) ? WEXITSTATUS(st) : -1, out);
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int run_cli(const char *args, char *out, size_t len) {
+  return run_cli_on(th_srv.url, args, out, len);
 }
 
 typedef struct recs {
@@ -267,6 +272,10 @@ static void t_detect(void) {
   dlock_client *r = NULL;
   CHECK_RC(dlock_client_open(&o, &r), DLOCK_ENOTSUP);
   CHECK(strstr(dlock_client_open_errmsg(), "records no waiters") != NULL);
+  /* ... and dlock deadlocks says so, exit 69. */
+  char out[1024];
+  CHECK_EQ(run_cli_on(url, "", out, sizeof out), 69);
+  CHECK(strstr(out, "the redlock backend has no waiter records") != NULL);
 }
 
 TH_MAIN(T(t_records), T(t_two_processes), T(t_detect))
