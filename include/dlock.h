@@ -226,8 +226,8 @@ typedef struct dlock_client_options {
    * in dlock_client_errmsg. It costs a waiting acquire two commands per
    * owner followed (an acquire that does not wait, nothing). Two owners
    * that start waiting for each other at the same moment may both be told.
-   * A backend that records no waiters (redlock://, zk://, etcd://) refuses
-   * to open with it (DLOCK_ENOTSUP). Default 0. */
+   * Redis only (single, Sentinel, Cluster): other backends refuse to open
+   * with it (DLOCK_ENOTSUP). Default 0. */
   int detect_deadlocks;
 } dlock_client_options;
 
@@ -797,10 +797,13 @@ typedef int (*dlock_waiter_cb)(const dlock_waiter *w, void *ud);
  * `pattern` (glob, NULL = "*"): an acquire that has to wait records what
  * it waits for beside the locks (docs/WIRE.md, "Waiter records"; a lease
  * of 10 s, renewed while it waits, so that a dead waiter's record goes),
- * and deletes the record when its wait ends. Walks the records a batch at
- * a time (Redis: SCAN). Returns the number of records passed to cb, or a
- * negative code: DLOCK_ENOTSUP where the backend records no waiters
- * (redlock://, zk://, etcd://) or on an event-loop client. Read-only;
+ * and deletes the record when its wait ends; on zk:// the nodes in line
+ * behind a lock's holders are its waiters (owner and info from the node's
+ * data, deadline_ms 0: unknown). Walks the records a batch at a time
+ * (Redis: SCAN; zk://: the tree under the prefix). Returns the number of
+ * records passed to cb, or a negative code: DLOCK_ENOTSUP where the
+ * backend cannot tell who waits (redlock://, etcd://) or on an event-loop
+ * client. Read-only;
  * thread-safe. dlock deadlocks builds its wait-for graph from these and
  * the locks' holders. */
 DLOCK_API int dlock_client_scan_waiters(dlock_client *c, const char *pattern,

@@ -17,8 +17,8 @@ static const char usage_text[] =
     "Prints each cycle: every owner with its host, pid and command where it\n"
     "set them (dlock run does), the lock it waits for and who holds it.\n"
     "Exit status: 0 no cycle, 1 a cycle found, 69 server trouble or a\n"
-    "backend that records no waiters (redis://, unix://, rediss://,\n"
-    "redis-sentinel:// and redis-cluster:// do), 64 usage.\n";
+    "backend that cannot tell who waits (Redis and zk:// can; redlock://\n"
+    "and etcd:// cannot), 64 usage.\n";
 
 /* One waiting owner: the record, the holder of what it waits for, and the
  * waiting owner that holder is (-1: none, it does not wait). */

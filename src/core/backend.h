@@ -246,10 +246,11 @@ typedef struct dl_backend_ops {
    * returns non-zero. Returns how many were passed, or a negative code. */
   int (*scan)(dl_backend *b, const char *match, size_t prefix_len,
               dlock_scan_cb cb, void *ud);
-  /* Calls cb for each waiter record under the key prefix `prefix` (the
-   * owners waiting now: docs/WIRE.md) until cb returns non-zero. Returns
-   * how many were passed, or a negative code. Blocking clients only. NULL:
-   * the backend records no waiters (DLOCK_ENOTSUP). */
+  /* Calls cb for each waiter under the key prefix `prefix` (the owners
+   * waiting now: Redis' waiter records, docs/WIRE.md; zk://'s nodes in
+   * line) until cb returns non-zero. Returns how many were passed, or a
+   * negative code. Blocking clients only. NULL: the backend cannot tell
+   * who waits (DLOCK_ENOTSUP). */
   int (*waiters)(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
                  void *ud);
 
@@ -390,6 +391,9 @@ struct dl_backend {
   /* The mutex (dlock_lock_new) is the plain string lock here: redlock://
    * unless ?layout=hash, the layout redsync and npm redlock write. */
   bool plain_mutex;
+  /* An acquire that waits follows the waiter records itself
+   * (dl_acquire.detect; dlock_client_options.detect_deadlocks): Redis. */
+  bool detects_deadlocks;
 };
 
 #endif /* DLOCK_BACKEND_H */

@@ -370,6 +370,9 @@ BLOCKING(scan,
          (dl_backend * b, const char *match, size_t prefix_len,
           dlock_scan_cb cb, void *ud),
          (b, match, prefix_len, cb, ud))
+BLOCKING(waiters,
+         (dl_backend * b, const char *prefix, dlock_waiter_cb cb, void *ud),
+         (b, prefix, cb, ud))
 BLOCKING(renew,
          (dl_backend * b, int64_t deadline, int64_t lease_ms, int n,
           dl_renew_item *items, int *calls),

@@ -350,6 +350,7 @@ static const dl_backend_ops zk_ops = {
     .lock_query = dl_zk_b_lock_query,
     .inspect = dl_zk_b_inspect,
     .scan = dl_zk_b_scan,
+    .waiters = dl_zk_b_waiters,
     .renew = dl_zk_b_renew,
     .watch_losses = zk_watch_losses,
     .watch_state = zk_watch_state,

@@ -291,6 +291,8 @@ int dl_zk_b_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
 int dl_zk_b_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
 int dl_zk_b_scan(dl_backend *b, const char *match, size_t prefix_len,
                  dlock_scan_cb cb, void *ud);
+int dl_zk_b_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                    void *ud);
 int dl_zk_b_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                   dl_renew_item *items, int *calls);
 int dl_zk_b_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
@@ -310,6 +312,11 @@ int dl_zk_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
                        size_t len);
 /* inspect.c: dlock status and dlock list. */
 int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
+/* The nodes in line behind each lock's holders (inspect.c), as the
+ * backend's waiters entry: owner and info from the node's data, kind
+ * from its mark, no deadline. */
+int dl_zk_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                  void *ud);
 int dl_zk_scan(dl_backend *b, const char *match, size_t prefix_len,
                dlock_scan_cb cb, void *ud);
 /* Frees the list of holds. */

@@ -4,6 +4,8 @@
 #include "conformance.h"
 
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define FOR_KINDS(k)                                                           \
   for (int k##_i = 0; k##_i < 5; k##_i++)                                      \
@@ -296,22 +298,27 @@ static void *wait_thread(void *p) {
 }
 
 /* Waiter records (dlock deadlocks): on the Redis backend (single,
- * Sentinel, Cluster) a waiting acquire's record is there while it waits
- * and gone once it has the lock; elsewhere the call and the option
- * detect_deadlocks answer DLOCK_ENOTSUP. */
+ * Sentinel, Cluster: the records a wait writes) and zk:// (the nodes in
+ * line) a waiting acquire shows while it waits and is gone once it has
+ * the lock; elsewhere the call answers DLOCK_ENOTSUP. detect_deadlocks:
+ * Redis only. */
 static void t_waiter_records(void) {
   CF_NEEDS_SERVER();
   dlock_client *a = cf_client(0), *b = cf_client(0);
   CHECK(a && b);
-  if (strcmp(cf_backend, "redis") != 0) {
-    CHECK_RC(dlock_client_scan_waiters(a, NULL, count_waiter, NULL),
-             DLOCK_ENOTSUP);
-    CHECK(strstr(dlock_client_errmsg(a), "waiter records") != NULL);
+  bool redis = strcmp(cf_backend, "redis") == 0;
+  if (!redis) {
     dlock_client_options o;
     cf_options(&o, 0);
     o.detect_deadlocks = 1;
     dlock_client *d = NULL;
     CHECK_RC(dlock_client_open(&o, &d), DLOCK_ENOTSUP);
+    CHECK(strstr(dlock_client_open_errmsg(), "no deadlock detection"));
+  }
+  if (!redis && strcmp(cf_backend, "zookeeper") != 0) {
+    CHECK_RC(dlock_client_scan_waiters(a, NULL, count_waiter, NULL),
+             DLOCK_ENOTSUP);
+    CHECK(strstr(dlock_client_errmsg(a), "waiter records") != NULL);
     dlock_client_close(a);
     dlock_client_close(b);
     return;
@@ -342,8 +349,82 @@ static void t_waiter_records(void) {
   dlock_client_close(b);
 }
 
+/* The waiters seen, for t_deadlock_seen. */
+typedef struct seen {
+  int n;
+  char owner[2][128], name[2][64];
+} seen;
+
+static int see_waiter(const dlock_waiter *w, void *ud) {
+  seen *s = ud;
+  if (s->n < 2 && strstr(w->name, "/cf/deadlock")) {
+    snprintf(s->owner[s->n], sizeof s->owner[0], "%s", w->owner);
+    snprintf(s->name[s->n], sizeof s->name[0], "%s", w->name);
+    s->n++;
+  }
+  return 0;
+}
+
+/* Two processes that really deadlock (each holds one lock and waits for
+ * the other's, 2 s at most): the waiters and the locks' holders that dlock
+ * deadlocks reads make the cycle, where waiters can be told (Redis,
+ * zk://). */
+static void t_deadlock_seen(void) {
+  CF_NEEDS_SERVER();
+  if (strcmp(cf_backend, "redis") != 0 && strcmp(cf_backend, "zookeeper") != 0)
+    return; /* t_waiter_records: DLOCK_ENOTSUP */
+  char names[2][64];
+  cf_name(names[0], sizeof names[0], "deadlock0");
+  cf_name(names[1], sizeof names[1], "deadlock1");
+  int held[2], go[2];
+  CHECK(pipe(held) == 0 && pipe(go) == 0);
+  pid_t pid[2];
+  for (int i = 0; i < 2; i++) {
+    pid[i] = fork();
+    CHECK(pid[i] >= 0);
+    if (pid[i] > 0) continue;
+    dlock_client *c = cf_client(0);
+    dlock_lock *mine, *other;
+    char ok = c && dlock_lock_new(c, names[i], NULL, &mine) == 0 &&
+              dlock_lock_new(c, names[1 - i], NULL, &other) == 0 &&
+              dlock_lock_try_acquire(mine, 0, 10000, NULL) == 0;
+    char g;
+    if (write(held[1], &ok, 1) != 1 || !ok || read(go[0], &g, 1) != 1) _exit(2);
+    int rc = dlock_lock_try_acquire(other, 2000, 10000, NULL);
+    _exit(rc == DLOCK_EBUSY ? 0 : 3);
+  }
+  char ok[2] = {0, 0};
+  CHECK(read(held[0], &ok[0], 1) == 1 && read(held[0], &ok[1], 1) == 1);
+  CHECK(ok[0] && ok[1]);
+  CHECK(write(go[1], "gg", 2) == 2);
+  dlock_client *c = cf_client(0);
+  CHECK(c != NULL);
+  seen s = {0};
+  for (int64_t t0 = th_now_ms(); s.n < 2 && th_now_ms() - t0 < 2000;) {
+    s.n = 0;
+    CHECK(dlock_client_scan_waiters(c, "/cf/deadlock*", see_waiter, &s) >= 0);
+    if (s.n < 2) th_sleep_ms(5);
+  }
+  CHECK_EQ(s.n, 2);
+  /* Each waits for the lock the other holds. */
+  for (int i = 0; i < 2; i++) {
+    dlock_lock *l;
+    dlock_lock_state st;
+    CHECK_RC(dlock_lock_new(c, s.name[i], NULL, &l), 0);
+    CHECK_RC(dlock_lock_inspect(l, &st), 0);
+    dlock_lock_free(l);
+    CHECK(st.held && strcmp(st.owner, s.owner[1 - i]) == 0);
+  }
+  for (int i = 0; i < 2; i++) {
+    int st = 0;
+    CHECK(waitpid(pid[i], &st, 0) == pid[i]);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  dlock_client_close(c);
+}
+
 const th_test cf_events_tests[] = {
     T_BARE(t_events), T_BARE(t_events_wait_renew), T_BARE(t_events_async),
-    T_BARE(t_waiter_records)};
+    T_BARE(t_waiter_records), T_BARE(t_deadlock_seen)};
 const size_t cf_events_ntests =
     sizeof cf_events_tests / sizeof cf_events_tests[0];

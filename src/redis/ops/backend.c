@@ -379,6 +379,7 @@ static dl_redis *redis_new(const dl_backend_env *env) {
   dl_redis *r = calloc(1, sizeof *r);
   if (r == NULL) return NULL;
   r->base.ops = &redis_ops;
+  r->base.detects_deadlocks = true;
   r->env = *env;
   unsigned char nonce[8];
   if (dl_random_bytes(nonce, sizeof nonce) != 0) {
