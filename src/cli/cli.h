@@ -119,6 +119,7 @@ int cmd_bench(int argc, char **argv, cli_global *g); /* src/cli/bench/bench.c */
 int cmd_queue(int argc, char **argv, cli_global *g); /* src/cli/queue.c */
 int cmd_top(int argc, char **argv, cli_global *g);   /* src/cli/top.c */
 int cmd_metrics(int argc, char **argv, cli_global *g); /* src/cli/metrics.c */
+int cmd_deadlocks(int argc, char **argv, cli_global *g); /* deadlocks.c */
 int cmd_fence(int argc, char **argv, cli_global *g); /* src/cli/fence.c */
 
 #endif

@@ -31,6 +31,9 @@ static const char *usage_text =
     "                                           and queues (see dlock top "
     "--help)\n"
     "  metrics [--listen ADDR:PORT] [PATTERN]   their state for Prometheus\n"
+    "  deadlocks [PATTERN]                      owners waiting for each other "
+    "in a\n"
+    "                                           cycle (exit 1 if any)\n"
     "  bench [options] SCENARIO                 benchmark (see dlock bench "
     "--help)\n"
     "  queue offer|take|size NAME ...           a queue's values (see dlock "
@@ -134,6 +137,8 @@ int main(int argc, char **argv) {
     rc = cmd_top(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "metrics") == 0)
     rc = cmd_metrics(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "deadlocks") == 0)
+    rc = cmd_deadlocks(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "bench") == 0) rc = cmd_bench(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "queue") == 0) rc = cmd_queue(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "fence") == 0)

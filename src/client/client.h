@@ -71,9 +71,18 @@ void dl_watchdog_metrics(dl_watchdog *w, dlock_metrics *m);
 
 /* ---- holds.c: the client's own holds, guarded by c->holds_mu ---- */
 #define DL_HOLD_BUCKETS 4096 /* fits the uint16_t bucket */
-/* Tells the handle `via` that its hold by `owner` was lost. Called with no
- * lock held; `via` stays alive for the call (c->in_lost_callback). */
-typedef void (*dl_lost_fn)(void *via, const char *owner);
+/* What a hold's dl_lost_fn is told: the hold was lost, or (only while the
+ * client has an event hook, dlock_client_on_event) renewed. */
+typedef struct dl_hold_note {
+  bool renewed;
+  uint64_t token;
+  int64_t held_us; /* since its grant (dl_hold.granted_us); 0: not timed */
+} dl_hold_note;
+/* Tells the handle `via` that its hold by `owner` was lost, or renewed.
+ * Called with no lock held; `via` stays alive for the call
+ * (c->in_lost_callback). */
+typedef void (*dl_lost_fn)(void *via, const char *owner,
+                           const dl_hold_note *note);
 typedef struct dl_hold {
   struct dl_hold *next;
   const char *key;     /* borrowed from the handle `via` */
@@ -115,6 +124,11 @@ void dl_holds_drop_via(dlock_client *c, const void *via, int *count);
  * marks the hold lost and tells the handle that took it. */
 void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,
                       const char *owner);
+/* The watchdog renewed r (key and owner as for dl_holds_on_lost): tells
+ * the handle that took the hold, for its DLOCK_EVENT_RENEWED. Call it only
+ * while DL_EVENTS_ON(c). */
+void dl_holds_on_renewed(dlock_client *c, dl_renewal *r, const char *key,
+                         const char *owner);
 
 /* ---- metrics.c: dlock_metrics' histograms ---- */
 /* Per bucket (not cumulative), relaxed atomics: adding is lock-free and
@@ -125,6 +139,11 @@ typedef struct dl_hist {
 } dl_hist;
 /* Counts one duration of `us` microseconds (negative: 0). Any thread. */
 void dl_hist_add(dl_hist *h, int64_t us);
+/* Whether c has an event hook: the one branch an unset hook costs. */
+#define DL_EVENTS_ON(c) atomic_load_explicit(&(c)->events, memory_order_relaxed)
+/* Reports ev to c's event hook, if any: fills its size, backend and
+ * clocks, and calls the hook with no lock held. Any thread. */
+void dl_event_emit(dlock_client *c, dlock_event *ev);
 
 /* ---- transfer.c: the delayed queues' transfer in the background ---- */
 typedef struct dl_transfers dl_transfers;
@@ -157,6 +176,7 @@ struct dlock_client {
   dl_backend_env env;   /* what the backend borrows of the client */
   dl_backend *backend;
   dl_watchdog *watchdog;
+  bool detect_deadlocks; /* dlock_client_options' (dl_acquire.detect) */
   dl_loop *loop; /* an event-loop client's (dlock_client_open_async) */
   atomic_uint_fast64_t handles; /* lock handles made on the loop */
   /* dlock_metrics' acquisitions (src/locks/lock.c dl_acq_end); relaxed */
@@ -171,6 +191,11 @@ struct dlock_client {
   struct dlock_op *waits;
   atomic_int closing;
   dl_transfers *transfers; /* made at the first delayed handle */
+  /* dlock_client_on_event's, guarded by holds_mu; `events` (relaxed)
+   * says whether one is set (DL_EVENTS_ON). */
+  atomic_bool events;
+  dlock_event_cb event_cb;
+  void *event_ud;
   /* dlock_client_on_state's, guarded by holds_mu. */
   dlock_state_cb state_cb;
   void *state_ud;

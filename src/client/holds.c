@@ -87,29 +87,45 @@ int64_t dl_hold_valid_until(dlock_client *c, const dl_hold *h) {
   return v;
 }
 
-void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,
-                      const char *owner) {
-  dlock_client *c = ud;
+/* Tells the handle that took the hold of r its loss (marking it lost) or
+ * its renewal. */
+static void tell(dlock_client *c, dl_renewal *r, const char *key,
+                 const char *owner, bool renewed) {
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_find(c, key, owner);
   void *via = NULL;
   dl_lost_fn fn = NULL;
+  dl_hold_note note = {.renewed = renewed};
   /* Only the hold this renewal belonged to: the owner may have released
    * and taken the lock again since the renewal went out. */
-  if (h && h->renewal == r) {
-    h->lost = true;
-    if (h->granted_us != 0) { /* the hold ends here, for dlock_metrics */
-      dl_hist_add(&c->hold_hist, dl_now_us() - h->granted_us);
-      h->granted_us = 0;
+  if (h && h->renewal == r && !(renewed && h->lost)) {
+    note.token = h->token;
+    if (h->granted_us != 0) note.held_us = dl_now_us() - h->granted_us;
+    if (!renewed) {
+      h->lost = true;
+      if (h->granted_us != 0) { /* the hold ends here, for dlock_metrics */
+        dl_hist_add(&c->hold_hist, note.held_us);
+        h->granted_us = 0;
+      }
     }
     if ((via = h->via) != NULL && (fn = h->lost_fn) != NULL)
       c->in_lost_callback = via;
   }
   pthread_mutex_unlock(&c->holds_mu);
   if (fn == NULL) return;
-  fn(via, owner);
+  fn(via, owner, &note);
   pthread_mutex_lock(&c->holds_mu);
   c->in_lost_callback = NULL;
   pthread_cond_broadcast(&c->holds_cv);
   pthread_mutex_unlock(&c->holds_mu);
+}
+
+void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,
+                      const char *owner) {
+  tell(ud, r, key, owner, false);
+}
+
+void dl_holds_on_renewed(dlock_client *c, dl_renewal *r, const char *key,
+                         const char *owner) {
+  tell(c, r, key, owner, true);
 }

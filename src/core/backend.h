@@ -76,6 +76,9 @@ typedef struct dl_acquire {
    * round), 0 none: the server gives the larger of it and its own next
    * token, unless it is too far ahead of the server's clock. */
   uint64_t propose;
+  /* dlock_client_options.detect_deadlocks: a wait that would close a
+   * wait-for cycle fails with DLOCK_EDEADLK (backends with `waiters`) */
+  bool detect;
   /* out, when acquired */
   int status;          /* 1 taken, 2 re-entered */
   uint64_t token;      /* the hold's fencing token */
@@ -248,6 +251,13 @@ typedef struct dl_backend_ops {
    * returns non-zero. Returns how many were passed, or a negative code. */
   int (*scan)(dl_backend *b, const char *match, size_t prefix_len,
               dlock_scan_cb cb, void *ud);
+  /* Calls cb for each waiter under the key prefix `prefix` (the owners
+   * waiting now: Redis' waiter records, docs/WIRE.md; zk://'s nodes in
+   * line) until cb returns non-zero. Returns how many were passed, or a
+   * negative code. Blocking clients only. NULL: the backend cannot tell
+   * who waits (DLOCK_ENOTSUP). */
+  int (*waiters)(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                 void *ud);
 
   /* Semaphores, permit-expirable semaphores and latches. An acquire (or
    * the latch's await) returns 1 done, 0 not by `deadline` (waiting
@@ -398,6 +408,9 @@ struct dl_backend {
   /* The mutex (dlock_lock_new) is the plain string lock here: redlock://
    * unless ?layout=hash, the layout redsync and npm redlock write. */
   bool plain_mutex;
+  /* An acquire that waits follows the waiter records itself
+   * (dl_acquire.detect; dlock_client_options.detect_deadlocks): Redis. */
+  bool detects_deadlocks;
 };
 
 #endif /* DLOCK_BACKEND_H */

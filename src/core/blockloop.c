@@ -354,6 +354,9 @@ REFUSE(scan,
        (dl_backend * b, const char *match, size_t prefix_len, dlock_scan_cb cb,
         void *ud),
        ((void)match, (void)prefix_len, (void)cb, ud))
+REFUSE(waiters,
+       (dl_backend * b, const char *prefix, dlock_waiter_cb cb, void *ud),
+       ((void)prefix, (void)cb, ud))
 REFUSE(sem_acquire,
        (dl_backend * b, const dl_sync_ref *s, int permits, bool wait,
         int64_t deadline),
@@ -424,6 +427,7 @@ int dl_blockloop_new(dl_backend *b, const dl_backend_env *env,
   PAIR(fence, fence_async)
   PAIR(ping, ping_async)
   if (r->elect_leader) o->elect_leader = refuse_elect_leader;
+  if (r->waiters) o->waiters = refuse_waiters; /* no event-loop twin yet */
   if (r->watch_losses) o->watch_losses = watch_losses;
   o->cancel = cancel;
   b->ops = o;

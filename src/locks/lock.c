@@ -159,18 +159,48 @@ const char *dl_lock_key(const dlock_lock *l) { return l->key; }
 
 dlock_client *dl_lock_client(const dlock_lock *l) { return l->c; }
 
+/* Reports an event of l's hold by `owner` to the client's hook (the
+ * caller checked DL_EVENTS_ON): `us` its duration, `extra` GRANTED's
+ * contended or NOT_GRANTED's error. */
+static void emit(dlock_lock *l, const char *owner, dlock_event_type type,
+                 int64_t us, uint64_t token, int extra) {
+  static const char *const kinds[] = {[DL_KIND_LOCK] = "lock",
+                                      [DL_KIND_FAIR] = "fair",
+                                      [DL_KIND_READ] = "read",
+                                      [DL_KIND_WRITE] = "write",
+                                      [DL_KIND_PLAIN] = "plain"};
+  dl_lock_ref ref;
+  dl_lock_ref_of(l, owner, &ref);
+  dlock_event ev = {.type = type,
+                    .name = NAME(l),
+                    .kind = kinds[ref.kind],
+                    .owner = owner,
+                    .duration_ns = us * 1000,
+                    .token = token,
+                    .contended = type == DLOCK_EVENT_GRANTED ? extra : 0,
+                    .error = type == DLOCK_EVENT_NOT_GRANTED ? extra : 0};
+  dl_event_emit(l->c, &ev);
+}
+
 /* With holds_mu held: forgets a hold (see dl_hold_drop); pass the result
- * to dl_hold_bury once holds_mu is unlocked. */
-static dl_hold *forget(dlock_client *c, dl_hold *h) {
+ * to dl_hold_bury once holds_mu is unlocked. *held_us (unless NULL): how
+ * long it was held, -1 if it was not timed (a loss counted it already). */
+static dl_hold *forget(dlock_client *c, dl_hold *h, int64_t *held_us) {
   if (h->via) ((dlock_lock *)h->via)->nholds--;
-  if (h->granted_us != 0) /* dlock_metrics' hold_seconds: it ends */
-    dl_hist_add(&c->hold_hist, dl_now_us() - h->granted_us);
+  int64_t us = h->granted_us != 0 ? dl_now_us() - h->granted_us : -1;
+  if (us >= 0) /* dlock_metrics' hold_seconds: it ends */
+    dl_hist_add(&c->hold_hist, us);
+  if (held_us) *held_us = us;
   return dl_hold_drop(c, h);
 }
 
-/* The hold of `owner` through l was lost (dl_lost_fn). */
-static void on_lost(void *via, const char *owner) {
+/* The hold of `owner` through l was lost, or renewed (dl_lost_fn). */
+static void on_lost(void *via, const char *owner, const dl_hold_note *note) {
   dlock_lock *l = via;
+  if (DL_EVENTS_ON(l->c))
+    emit(l, owner, note->renewed ? DLOCK_EVENT_RENEWED : DLOCK_EVENT_LOST,
+         note->renewed ? 0 : note->held_us, note->token, 0);
+  if (note->renewed) return;
   pthread_mutex_lock(&l->c->holds_mu);
   dlock_lost_cb cb = l->cb;
   void *ud = l->cb_ud;
@@ -212,7 +242,7 @@ static uint64_t record(dlock_lock *l, const char *owner, int status,
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = dl_hold_find(c, l->key, owner);
   if (h && (status == 1 || h->lost)) { /* a fresh hold */
-    old = forget(c, h);
+    old = forget(c, h, NULL);
     h = NULL;
   }
   if (h == NULL && (h = dl_hold_add(c, l->key, owner)) == NULL) {
@@ -284,13 +314,33 @@ int dl_acq_begin(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
   int held = h && !h->lost ? h->count : 0;
   pthread_mutex_unlock(&c->holds_mu);
   if (q->info == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
+  if (held == 0 && DL_EVENTS_ON(c))
+    emit(l, q->owner, DLOCK_EVENT_WAIT_STARTED, 0, 0, 0);
   q->a = (dl_acquire){.lock = &q->ref,
                       .lease_ms = lease_ms,
                       .wait = wait_ms != 0,
                       .deadline = dl_deadline(wait_ms),
                       .held = held,
-                      .info = q->info};
+                      .info = q->info,
+                      .detect = c->detect_deadlocks};
   return 0;
+}
+
+/* The end of an acquire that got no lock (rc: the call's code), for the
+ * event hook; a hold taken (*give_back) is no longer timed, so that
+ * neither its release nor dlock_metrics counts it as a hold. */
+static int not_granted(dlock_lock *l, dl_acq_req *q, int rc, bool give_back) {
+  dlock_client *c = l->c;
+  if (give_back) {
+    pthread_mutex_lock(&c->holds_mu);
+    dl_hold *h = dl_hold_find(c, l->key, q->owner);
+    if (h && q->a.status == 1) h->granted_us = 0;
+    pthread_mutex_unlock(&c->holds_mu);
+  }
+  if (q->a.held == 0 && DL_EVENTS_ON(c))
+    emit(l, q->owner, DLOCK_EVENT_NOT_GRANTED, dl_now_us() - q->start_us, 0,
+         rc);
+  return rc;
 }
 
 int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
@@ -300,22 +350,31 @@ int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
   free(q->info);
   q->info = NULL;
   if (rc == 0)
-    return dl_seterr(c, DLOCK_EBUSY, "'%s' is held by another owner "
-                     "(remaining lease %lld ms)", NAME(l), (long long)q->a.ttl);
-  if (rc < 0) return rc;
+    return not_granted(l, q,
+                       dl_seterr(c, DLOCK_EBUSY,
+                                 "'%s' is held by another owner "
+                                 "(remaining lease %lld ms)",
+                                 NAME(l), (long long)q->a.ttl),
+                       false);
+  if (rc < 0) return not_granted(l, q, rc, false);
   int err;
   int64_t now_us = dl_now_us();
   uint64_t tok = record(l, q->owner, q->a.status, q->a.token, q->a.lease_ms,
                         q->a.valid_until, q->watchdog, now_us, &err);
   *give_back = true;
   /* Cannot track it: give it back rather than hold it unseen. */
-  if (err != 0) return dl_seterr(c, err, "out of memory");
+  if (err != 0)
+    return not_granted(l, q, dl_seterr(c, err, "out of memory"), true);
   /* The reply came so late that the lease may already have run out on the
    * server: never report a lock that may have expired as taken. */
   if (dl_now_ms() >= q->a.valid_until)
-    return dl_seterr(c, DLOCK_ELATE, "'%s' was granted, but the reply "
-                     "came after its %lld ms lease could have run out",
-                     NAME(l), (long long)q->a.lease_ms);
+    return not_granted(l, q,
+                       dl_seterr(c, DLOCK_ELATE,
+                                 "'%s' was granted, but the reply came "
+                                 "after its %lld ms lease could have run "
+                                 "out",
+                                 NAME(l), (long long)q->a.lease_ms),
+                       true);
   *give_back = false;
   *token = tok;
   if (q->a.status == 1) { /* dlock_metrics: relaxed, nothing waits on it */
@@ -323,6 +382,9 @@ int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
     if (q->a.waited)
       atomic_fetch_add_explicit(&c->contended, 1, memory_order_relaxed);
     dl_hist_add(&c->wait_hist, now_us - q->start_us);
+    if (DL_EVENTS_ON(c))
+      emit(l, q->owner, DLOCK_EVENT_GRANTED, now_us - q->start_us, tok,
+           q->a.waited);
   }
   return 0;
 }
@@ -366,7 +428,7 @@ int dl_rel_begin(dlock_lock *l, dl_rel_req *q) {
   if (h && h->lost) {
     /* Reported lost, perhaps only because its validity ran out here: if the
      * server still has it, free it now (the script checks the owner). */
-    dl_hold *old = forget(c, h);
+    dl_hold *old = forget(c, h, NULL);
     pthread_mutex_unlock(&c->holds_mu);
     dl_hold_bury(c, old);
     q->lost = true;
@@ -392,9 +454,11 @@ int dl_rel_end(dlock_lock *l, dl_rel_req *q, int rc) {
   dl_watchdog_release_end(c->watchdog, q->ren);
   dl_hold *h = dl_hold_find(c, l->key, q->owner);
   dl_hold *old = NULL;
+  int64_t held_us = -1; /* a hold that ends here, timed */
+  uint64_t token = h ? h->token : 0;
   if (rc == 1 || rc == DLOCK_ENOTOWNER) {
     bool had = h != NULL;
-    if (h) old = forget(c, h);
+    if (h) old = forget(c, h, &held_us);
     if (rc == DLOCK_ENOTOWNER)
       rc = had ? dl_seterr(c, DLOCK_ELOST, "'%s' expired or was taken "
                            "before this release", NAME(l))
@@ -408,10 +472,14 @@ int dl_rel_end(dlock_lock *l, dl_rel_req *q, int rc) {
      * Unless a retry reaches the server first, the lease frees the lock; a
      * new acquire takes it afresh, with a new token, rather than re-enter a
      * hold the caller gave up (found by the safety suite's soak). */
-    old = forget(c, h);
+    old = forget(c, h, &held_us);
   }
   pthread_mutex_unlock(&c->holds_mu);
   dl_hold_bury(c, old);
+  if (held_us >= 0 && DL_EVENTS_ON(c))
+    emit(l, q->owner,
+         rc == DLOCK_ELOST ? DLOCK_EVENT_LOST : DLOCK_EVENT_RELEASED, held_us,
+         token, 0);
   if (rc >= 0) dl_clearerr(c);
   return rc;
 }

@@ -60,8 +60,10 @@ void dlock_permits_on_lost(dlock_permits *p, dlock_permit_lost_cb cb,
   pthread_mutex_unlock(&p->h.c->holds_mu);
 }
 
-/* A permit taken through p was lost (dl_lost_fn). */
-static void on_lost(void *handle, const char *owner) {
+/* A permit taken through p was lost (dl_lost_fn; its renewals tell
+ * nothing). */
+static void on_lost(void *handle, const char *owner, const dl_hold_note *note) {
+  if (note->renewed) return;
   dlock_permits *p = handle;
   pthread_mutex_lock(&p->h.c->holds_mu);
   dlock_permit_lost_cb cb = p->cb;

@@ -74,9 +74,10 @@ void dlock_queue_value_free(void *value) {
 
 /* The consumer's lease was lost (the watchdog's report): its hold is
  * marked lost, and the next reliable take registers it again. */
-static void on_lost(void *via, const char *owner) {
+static void on_lost(void *via, const char *owner, const dl_hold_note *note) {
   (void)via;
   (void)owner;
+  (void)note;
 }
 
 /* Gives q a reliable consumer's id (in id, unless NULL) if it has none;

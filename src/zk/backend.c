@@ -348,6 +348,7 @@ static const dl_backend_ops zk_ops = {
     .lock_query = dl_zk_lock_query,
     .inspect = dl_zk_inspect,
     .scan = dl_zk_scan,
+    .waiters = dl_zk_waiters,
     .renew = dl_zk_renew,
     .watch_losses = zk_watch_losses,
     .watch_state = zk_watch_state,

@@ -242,6 +242,11 @@ int dl_zk_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
                        size_t len);
 /* inspect.c: dlock status and dlock list. */
 int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
+/* The nodes in line behind each lock's holders (inspect.c), as the
+ * backend's waiters entry: owner and info from the node's data, kind
+ * from its mark, no deadline. */
+int dl_zk_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                  void *ud);
 int dl_zk_scan(dl_backend *b, const char *match, size_t prefix_len,
                dlock_scan_cb cb, void *ud);
 /* Frees the list of holds. */
