@@ -391,7 +391,7 @@ static int acq_step(acq_op *o) {
       if (now >= deadline) goto out;
       /* The waiter's record (waits.c), before the sleep: after the
        * attempts that queue it, not between them and its subscriptions. */
-      if (dl_wait_rec_due(&o->rec)) {
+      if (dl_wait_rec_due(&o->rec, o->start, a->detect)) {
         o->st = ACQ_NOTED;
         if (dl_redis_wait_note(R, &o->p, a) == DL_PENDING) return DL_PENDING;
         continue;
@@ -417,7 +417,7 @@ static int acq_step(acq_op *o) {
       /* A queued waiter proves it is alive often enough. */
       if (o->queued && o->sent + grant_beat(o, o->sent) < until)
         until = o->sent + grant_beat(o, o->sent);
-      until = dl_wait_rec_until(&o->rec, until);
+      until = dl_wait_rec_until(&o->rec, o->start, a->detect, until);
       /* A plain string lock may be freed by a peer without a message; a
        * release after an attempt sent while deaf may have gone unheard. */
       if (l->kind == DL_KIND_PLAIN || o->deaf) {

@@ -82,7 +82,8 @@ static inline int64_t dl_grant_beat(int64_t waited, int64_t lease_ms) {
 /* ---- waits.c: the waiter records (docs/WIRE.md) ---- */
 /* A waiter's record (DL_WAIT_RECORD, ops.h) lives this long unless
  * written again: every third of it while its owner waits; deleted when
- * the wait ends. Written only by an acquire that waits. */
+ * the wait ends. Written only by an acquire that has waited
+ * DL_WAIT_NOTE_AFTER_MS. */
 #define DL_WAIT_RECORD_MS 10000
 #define DL_WAIT_KEY_MAX (DL_DERIVED_MAX + DL_OWNER_MAX)
 /* An acquire's record: when last written, whether it is there, and
@@ -93,11 +94,18 @@ typedef struct dl_wait_rec {
   bool noted, off;
   bool walked; /* detect_deadlocks: the owners were followed */
 } dl_wait_rec;
-/* Whether the record is to be written now (the wait began, or a third of
- * its lease passed). */
-bool dl_wait_rec_due(const dl_wait_rec *w);
-/* `until`, or earlier: when the record is due again. */
-int64_t dl_wait_rec_until(const dl_wait_rec *w, int64_t until);
+/* A wait is recorded once it has lasted this long: a deadlock is a wait
+ * that lasts, while a contended lock's hand-off takes milliseconds and so
+ * costs no record (its write and its delete would be two more round
+ * trips on the hand-off's path). With detect_deadlocks, at once. */
+#define DL_WAIT_NOTE_AFTER_MS 500
+/* Whether the record is to be written now (the acquire that began at
+ * `start` has waited long enough, or detect; or a third of its lease
+ * passed since it was). */
+bool dl_wait_rec_due(const dl_wait_rec *w, int64_t start, bool detect);
+/* `until`, or earlier: when the record is due (again). */
+int64_t dl_wait_rec_until(const dl_wait_rec *w, int64_t start, bool detect,
+                          int64_t until);
 /* Takes the answer to dl_redis_wait_note on p (frees its reply). */
 void dl_wait_rec_noted(dl_wait_rec *w, dl_pend *p);
 /* Steps (as dl_redis_step_command) that write a's record (SET ... PX) and

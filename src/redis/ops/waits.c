@@ -56,13 +56,18 @@ int dl_redis_wait_note(dl_redis *R, dl_pend *p, const dl_acquire *a) {
   return rc;
 }
 
-bool dl_wait_rec_due(const dl_wait_rec *w) {
-  return !w->off && (!w->noted || dl_now_ms() - w->at >= DL_WAIT_RECORD_MS / 3);
+bool dl_wait_rec_due(const dl_wait_rec *w, int64_t start, bool detect) {
+  if (w->off) return false;
+  if (!w->noted) return detect || dl_now_ms() - start >= DL_WAIT_NOTE_AFTER_MS;
+  return dl_now_ms() - w->at >= DL_WAIT_RECORD_MS / 3;
 }
 
-int64_t dl_wait_rec_until(const dl_wait_rec *w, int64_t until) {
-  int64_t due = w->at + DL_WAIT_RECORD_MS / 3;
-  return w->noted && due < until ? due : until;
+int64_t dl_wait_rec_until(const dl_wait_rec *w, int64_t start, bool detect,
+                          int64_t until) {
+  if (w->off || (!w->noted && detect)) return until;
+  int64_t due =
+      w->noted ? w->at + DL_WAIT_RECORD_MS / 3 : start + DL_WAIT_NOTE_AFTER_MS;
+  return due < until ? due : until;
 }
 
 void dl_wait_rec_noted(dl_wait_rec *w, dl_pend *p) {
