@@ -143,6 +143,13 @@ void cf_fence_write(cf_fence *f, uint64_t token) {
   atomic_fetch_sub(&f->inside, 1);
 }
 
+void cf_fence_waited(cf_fence *f, int64_t ms) {
+  long long was = atomic_load(&f->longest_wait);
+  while (ms > was &&
+         !atomic_compare_exchange_weak(&f->longest_wait, &was, ms)) {
+  }
+}
+
 void cf_done(int rc, uint64_t token, const char *errmsg, void *ud) {
   (void)errmsg;
   cf_got *g = ud;

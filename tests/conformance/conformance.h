@@ -139,10 +139,13 @@ typedef struct cf_fence {
   atomic_long count;
   atomic_int inside, overlaps, stale;
   atomic_ullong last;
+  atomic_llong longest_wait; /* ms: the longest acquire, cf_fence_waited */
 } cf_fence;
 cf_fence *cf_fence_new(void);
 void cf_fence_free(cf_fence *f);
 void cf_fence_write(cf_fence *f, uint64_t token);
+/* An acquire of f's writers took ms: kept if the longest so far. */
+void cf_fence_waited(cf_fence *f, int64_t ms);
 
 /* An event-loop call's result, filled in by cf_done. */
 typedef struct cf_got {
