@@ -47,7 +47,8 @@ void dl_watchdog_extend(dl_watchdog *w, dl_renewal *r, int64_t valid_until,
  * it no longer has. Cheap for keys this client holds nothing on. Never
  * blocks on the server; any thread, also with the subscriber's lock held. */
 void dl_watchdog_check(dl_watchdog *w, const char *key, size_t len);
-/* The same for every hold (a revocation may have gone unheard). */
+/* The same for every hold (a revocation may have gone unheard), those
+ * recorded before the check starts included. */
 void dl_watchdog_check_all(dl_watchdog *w);
 /* Until when (dl_now_ms() time) the last confirmed renewal keeps r valid. */
 int64_t dl_watchdog_valid_until(dl_watchdog *w, dl_renewal *r);

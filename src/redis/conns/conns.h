@@ -183,8 +183,10 @@ int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
  * thread reads the subscriber connection, with the pubsub's lock held (fn
  * must only take leaf locks): for a channel the message itself, for a
  * pattern the channel after its first `strip` bytes when the message is
- * "del" or "expired" (keyspace events). After a reconnect fn is called with
- * key NULL: anything may have been missed. Returns 0 or DLOCK_ENOMEM. */
+ * "del" or "expired" (keyspace events). Each time the server confirms the
+ * subscription (the first time, and after each reconnect) fn is called
+ * with key NULL: anything before may have been missed. Returns 0 or
+ * DLOCK_ENOMEM. */
 int dl_pubsub_listen(dl_pubsub *p, const char *channel, bool pattern,
                      size_t strip, dl_notice_fn fn, void *ud);
 int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token);
@@ -418,7 +420,7 @@ dl_asub_req *dl_asub_wait(dl_asub *s, dl_sub *sub, int64_t deadline,
  * request's own fn (it is gone then). */
 void dl_asub_cancel(dl_asub_req *r);
 /* As dl_pubsub_grant, dl_pubsub_unref, dl_pubsub_kick, dl_pubsub_listen
- * (fn told from the loop's dispatch; key NULL after each reconnect) and
+ * (fn told from the loop's dispatch; key NULL at each confirmation) and
  * dl_pubsub_wakeups. dl_asub_listen returns 0 or DLOCK_ENOMEM. */
 int dl_asub_grant(dl_asub *s, dl_sub *sub, uint64_t *token);
 void dl_asub_unref(dl_asub *s, dl_sub *sub, bool linger);
