@@ -285,6 +285,20 @@ static void *elect_main(void *arg) {
   return NULL;
 }
 
+/* Starts a participant's or observer's thread, counted in e->participants
+ * (etcd_free waits for them): 0, or -1 (not started, not counted). */
+static int start_thread(dl_etcd *e, pthread_t *t, void *(*fn)(void *),
+                        void *arg) {
+  pthread_mutex_lock(&e->mu);
+  e->participants++;
+  pthread_mutex_unlock(&e->mu);
+  if (pthread_create(t, NULL, fn, arg) == 0) return 0;
+  pthread_mutex_lock(&e->mu);
+  e->participants--;
+  pthread_mutex_unlock(&e->mu);
+  return -1;
+}
+
 int dl_etcd_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
                        dl_elect_fn fn, void *ud, dl_elect **out) {
   dl_etcd *e = (dl_etcd *)b;
@@ -302,13 +316,7 @@ int dl_etcd_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
   el->fn = fn;
   el->ud = ud;
   el->ttl_ms = e->session_ttl_ms;
-  pthread_mutex_lock(&e->mu);
-  e->participants++;
-  pthread_mutex_unlock(&e->mu);
-  if (pthread_create(&el->thread, NULL, elect_main, el) != 0) {
-    pthread_mutex_lock(&e->mu);
-    e->participants--;
-    pthread_mutex_unlock(&e->mu);
+  if (start_thread(e, &el->thread, elect_main, el) != 0) {
     free(el->pfx);
     free(el->id);
     free(el);
@@ -346,19 +354,10 @@ int dl_etcd_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
                          size_t len) {
   dl_etcd *e = (dl_etcd *)b;
   if (len > 0) buf[0] = '\0';
-  char pfx[ETCD_KEY_MAX], p64[4 * ETCD_KEY_MAX / 3 + 8],
-      end64[4 * ETCD_KEY_MAX / 3 + 8];
+  char pfx[ETCD_KEY_MAX];
   snprintf(pfx, sizeof pfx, "%s%s/", e->prefix, s->key);
-  dl_etcd_b64(pfx, strlen(pfx), p64);
-  dl_etcd_prefix_end(pfx, end64);
-  char body[3 * ETCD_KEY_MAX];
-  snprintf(body, sizeof body,
-           "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":\"1\","
-           "\"sort_order\":\"ASCEND\",\"sort_target\":\"CREATE\"}",
-           p64, end64);
   json_object *r;
-  int rc = dl_etcd_call(e, "/v3/kv/range", body,
-                        dl_now_ms() + e->command_timeout_ms, &r, NULL);
+  int rc = dl_etcd_range_under(e, pfx, 1, &r);
   if (rc != 0) return rc;
   json_object *kv = dl_etcd_kv0(r);
   json_object *v = dl_etcd_get(kv, "value");
@@ -390,17 +389,8 @@ static bool observer_stopping(dl_observer *o) {
 static int64_t observe_step(dl_observer *o, char *last, size_t len,
                             int64_t *last_mod) {
   dl_etcd *e = o->e;
-  char p64[4 * ETCD_KEY_MAX / 3 + 8], end64[4 * ETCD_KEY_MAX / 3 + 8];
-  char body[3 * ETCD_KEY_MAX];
-  dl_etcd_b64(o->pfx, strlen(o->pfx), p64);
-  dl_etcd_prefix_end(o->pfx, end64);
-  snprintf(body, sizeof body,
-           "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":\"1\","
-           "\"sort_order\":\"ASCEND\",\"sort_target\":\"CREATE\"}",
-           p64, end64);
   json_object *r;
-  int rc = dl_etcd_call(e, "/v3/kv/range", body,
-                        dl_now_ms() + e->command_timeout_ms, &r, NULL);
+  int rc = dl_etcd_range_under(e, o->pfx, 1, &r);
   if (rc != 0) return rc;
   int64_t at = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
   json_object *kv = dl_etcd_kv0(r);
@@ -468,13 +458,7 @@ int dl_etcd_elect_observe(dl_backend *b, const dl_sync_ref *s, dl_observe_fn fn,
   o->e = e;
   o->fn = fn;
   o->ud = ud;
-  pthread_mutex_lock(&e->mu);
-  e->participants++;
-  pthread_mutex_unlock(&e->mu);
-  if (pthread_create(&o->thread, NULL, observe_main, o) != 0) {
-    pthread_mutex_lock(&e->mu);
-    e->participants--;
-    pthread_mutex_unlock(&e->mu);
+  if (start_thread(e, &o->thread, observe_main, o) != 0) {
     free(o->pfx);
     free(o);
     return dl_seterr(e->err, DLOCK_ENOMEM,

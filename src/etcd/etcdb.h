@@ -225,6 +225,11 @@ int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
  * *at), 0 none, or a negative code. */
 int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
                         size_t len, int64_t *at, int64_t deadline);
+/* The keys under the prefix pfx (ending in '/'), oldest (lowest create
+ * revision) first, `limit` of them (0: all), values included: 0 with the
+ * range's answer in *out, or a negative code. */
+int dl_etcd_range_under(dl_etcd *e, const char *pfx, int limit,
+                        json_object **out);
 /* Whether a call's error may pass (no answer: the server unreachable or
  * slow). */
 bool dl_etcd_transient(int rc);

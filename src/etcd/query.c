@@ -10,11 +10,8 @@
 
 #define B64(n) (4 * (((n) + 2) / 3) + 1)
 
-/* The keys under the lock's prefix, oldest first (limit 0: all): 0 with
- * the range answer in *out, or a negative code. */
-static int range_prefix(dl_etcd *e, const char *lock, int limit,
-                        json_object **out, char *pfx, size_t len) {
-  snprintf(pfx, len, "%s%s/", e->prefix, lock);
+int dl_etcd_range_under(dl_etcd *e, const char *pfx, int limit,
+                        json_object **out) {
   char p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
   char body[3 * B64(ETCD_KEY_MAX)];
   dl_etcd_b64(pfx, strlen(pfx), p64);
@@ -25,6 +22,13 @@ static int range_prefix(dl_etcd *e, const char *lock, int limit,
            p64, end64, limit);
   return dl_etcd_call(e, "/v3/kv/range", body,
                       dl_now_ms() + e->command_timeout_ms, out, NULL);
+}
+
+/* The keys under the lock's prefix (into pfx), as dl_etcd_range_under. */
+static int range_prefix(dl_etcd *e, const char *lock, int limit,
+                        json_object **out, char *pfx, size_t len) {
+  snprintf(pfx, len, "%s%s/", e->prefix, lock);
+  return dl_etcd_range_under(e, pfx, limit, out);
 }
 
 /* What a key under pfx is: a mutex's (PFX + a lease id in hex), a
