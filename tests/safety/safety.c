@@ -1329,54 +1329,93 @@ static void t_s22_cluster_unreachable(void) {
   s22_run(false);
 }
 
-/* ---- 15-18. ZooKeeper (Curator's mutex): sessions instead of leases ----
- * A private server (tickTime 250 ms) or an ensemble of three; the workers
- * on zk:// with a session of `session_ms` (the watchdog checks each hold
- * every third of the 600 ms lease). Tokens are the lock nodes' czxid. */
-static bool begin_zk(const char *name, bool enforce, bool ensemble,
-                     int session_ms) {
-  reset(name, LEASE);
-  nzk = ensemble ? 3 : 1;
-  int rc = ensemble ? th_zk_ensemble_start(zks, 250, zk_url, sizeof zk_url)
-                    : th_zk_start(&zks[0], 250);
-  if (!ensemble) snprintf(zk_url, sizeof zk_url, "%s", zks[0].url);
+/* ---- 15-18 and 23-27: the consensus stores, ZooKeeper and etcd ----
+ * The same faults on each: ZooKeeper (Curator's mutex: a session instead
+ * of a lease; a private server, tickTime 250 ms, or an ensemble of three;
+ * tokens the lock nodes' czxid) and etcd (Go's concurrency.Mutex: a
+ * session lease per client, whole seconds and at least etcd's minimum of
+ * 2 s, kept alive at a third of it; a private member or a cluster of
+ * three; tokens the keys' create revisions). `ms` is the session timeout
+ * (zk) or the lease (etcd); the watchdog checks each hold every third of
+ * the 600 ms lease on zk://. The etcd rows run in the plain build only:
+ * etcd's own timing (elections, lease expiry) is under test there, not
+ * the sanitizers'. */
+typedef enum store { ZK, ETCD } store;
+
+static bool begin_store(store st, const char *name, bool enforce, bool three,
+                        int ms) {
+  int rc;
+  if (st == ZK) {
+    reset(name, LEASE);
+    nzk = three ? 3 : 1;
+    rc = three ? th_zk_ensemble_start(zks, 250, zk_url, sizeof zk_url)
+               : th_zk_start(&zks[0], 250);
+    if (!three) snprintf(zk_url, sizeof zk_url, "%s", zks[0].url);
+    zk_session_ms = ms;
+    scenario_url = zk_url;
+  } else {
+    reset(name, ms);
+    netcd = three ? 3 : 1;
+    rc = three ? th_etcd_cluster_start(etcds, etcd_url, sizeof etcd_url)
+               : th_etcd_start(&etcds[0]);
+    if (!three) snprintf(etcd_url, sizeof etcd_url, "%s", etcds[0].url);
+    scenario_url = etcd_url;
+  }
   if (rc != 0) return false;
-  zk_session_ms = session_ms;
-  scenario_url = zk_url;
   res_reset(enforce);
-  printf("    %s run on %s\n", enforce ? "fenced " : "control", zk_url);
+  printf("    %s run on %s\n", enforce ? "fenced " : "control", scenario_url);
   fflush(stdout);
   return true;
 }
 
-/* 15. The holder paused (SIGSTOP) past its 1 s session: the server expires
- * the session and deletes its node, another takes the lock with a larger
- * czxid; resumed, the victim is told and its write refused. */
-static void s15_run(bool enforce) {
-  CHECK(begin_zk("/safety/s15", enforce, false, 1000));
+/* True (saying why) where the etcd rows do not run. */
+static bool etcd_skipped(void) {
+  if (SANITIZED || !th_etcd_available()) {
+    printf("    etcd: %s\n",
+           SANITIZED ? "plain build only" : "no etcd here: skipped");
+    return true;
+  }
+  return false;
+}
+
+/* 15, 23. The holder paused (SIGSTOP) past its session or lease: the
+ * server ends it and deletes the holder's node or key, another takes the
+ * lock with a larger token; resumed, the victim is told and its write
+ * refused. */
+static void paused_run(store st, const char *name, int ms, bool enforce) {
+  CHECK(begin_store(st, name, enforce, false, ms));
   pid_t v = start_worker(VICTIM, 1, 0, "300", NULL, NULL);
   res_event e;
   victim_read(&e);
   pause_victim(enforce, v);
 }
 static void t_s15_zk_holder_paused(void) {
-  s15_run(true);
-  s15_run(false);
+  paused_run(ZK, "/safety/s15", 1000, true);
+  paused_run(ZK, "/safety/s15", 1000, false);
+}
+static void t_s23_etcd_holder_paused(void) {
+  if (etcd_skipped()) return;
+  paused_run(ETCD, "safety/s23", 2000, true);
+  paused_run(ETCD, "safety/s23", 2000, false);
 }
 
-/* 16. The ensemble's leader killed while a lock is held and waited for: a
- * new leader in about a second, every session (4 s) survives, the holder
- * keeps the lock and releases it; nobody else gets it meanwhile. */
-static void s16_run(bool enforce) {
-  CHECK(begin_zk("/safety/s16", enforce, true, 4000));
+/* 16, 24. The leader of three servers killed while a lock is held and
+ * waited for (sessions or leases 4 s): a new leader in about a second
+ * (etcd's extends every lease), the holder's connection moves to a server
+ * that lives, it keeps the lock and releases it; nobody else gets it
+ * meanwhile. */
+static void leader_killed_run(store st, const char *name, bool enforce) {
+  CHECK(begin_store(st, name, enforce, true, 4000));
   start_worker(VICTIM, 1, 0, "2500", NULL, NULL);
   res_event e;
   victim_read(&e);
   start_others(3, 1);
   th_sleep_ms(100);
-  int leader = th_zk_leader(zks);
+  int leader = st == ZK ? th_zk_leader(zks) : th_etcd_leader(etcds);
+  printf("      killing the leader, server %d\n", leader + 1);
   CHECK(leader >= 0);
-  th_zk_kill(&zks[leader], SIGKILL);
+  if (leader >= 0 && st == ZK) th_zk_kill(&zks[leader], SIGKILL);
+  if (leader >= 0 && st == ETCD) th_etcd_kill(&etcds[leader], SIGKILL);
   expect_victim(0, 0, 1);
   CHECK(finish(20));
   judge(enforce, false, -1, OVERLAP_NONE);
@@ -1386,22 +1425,30 @@ static void t_s16_zk_leader_killed(void) {
     printf("    ZooKeeper ensemble: plain build only\n");
     return;
   }
-  s16_run(true);
-  s16_run(false);
+  leader_killed_run(ZK, "/safety/s16", true);
+  leader_killed_run(ZK, "/safety/s16", false);
+}
+static void t_s24_etcd_leader_killed(void) {
+  if (etcd_skipped()) return;
+  leader_killed_run(ETCD, "safety/s24", true);
+  leader_killed_run(ETCD, "safety/s24", false);
 }
 
-/* 17. The holder cut off from the server by the fault proxy (both ways)
- * past its 1 s session: the server expires it, another takes the lock;
- * the victim, running all along, sees its validity run out before it
- * writes, is told of the loss once back, and its write is refused. */
-static void s17_run(bool enforce) {
-  CHECK(begin_zk("/safety/s17", enforce, false, 1000));
-  int port = proxy_start(zks[0].port);
+/* 17, 25. The holder cut off from the server by the fault proxy (both
+ * ways) past its session or lease while it keeps running: the server ends
+ * it, another takes the lock; the victim's validity runs out before it
+ * writes (after `hold` ms), and back it hears the loss (callback,
+ * DLOCK_ELOST). */
+static void partition_run(store st, const char *name, int ms, const char *hold,
+                          bool enforce) {
+  CHECK(begin_store(st, name, enforce, false, ms));
+  int port = proxy_start(st == ZK ? zks[0].port : etcds[0].port);
   CHECK(port > 0);
   char url[64];
-  snprintf(url, sizeof url, "zk://127.0.0.1:%d", port);
+  snprintf(url, sizeof url, "%s://127.0.0.1:%d", st == ZK ? "zk" : "etcd",
+           port);
   next_url = url;
-  start_worker(VICTIM, 1, 0, "2500", NULL, NULL);
+  start_worker(VICTIM, 1, 0, hold, NULL, NULL);
   res_event e;
   victim_read(&e);
   size_t mark = res_mark();
@@ -1418,155 +1465,39 @@ static void s17_run(bool enforce) {
   judge(enforce, true, VICTIM, OVERLAP_SOME);
 }
 static void t_s17_zk_partition(void) {
-  s17_run(true);
-  s17_run(false);
+  partition_run(ZK, "/safety/s17", 1000, "2500", true);
+  partition_run(ZK, "/safety/s17", 1000, "2500", false);
+}
+static void t_s25_etcd_partition(void) {
+  if (etcd_skipped()) return;
+  partition_run(ETCD, "safety/s25", 2000, "4500", true);
+  partition_run(ETCD, "safety/s25", 2000, "4500", false);
 }
 
-/* 18. The server killed and restarted under a held lock: it restores the
- * sessions and their nodes from its log, the holder reconnects inside its
- * 4 s session and keeps the lock; nobody else gets it. */
-static void s18_run(bool enforce) {
-  CHECK(begin_zk("/safety/s18", enforce, false, 4000));
+/* 18, 26. The server killed and restarted under a held lock (session or
+ * lease 4 s): it restores the sessions or leases and their nodes or keys
+ * from its log (etcd extends its leases), the holder reconnects in time
+ * and keeps the lock; nobody else gets it. */
+static void restart_run(store st, const char *name, bool enforce) {
+  CHECK(begin_store(st, name, enforce, false, 4000));
   start_worker(VICTIM, 1, 0, "2500", NULL, NULL);
   res_event e;
   victim_read(&e);
   start_others(3, 1);
   th_sleep_ms(100);
-  CHECK(th_zk_restart(&zks[0]) == 0);
+  CHECK((st == ZK ? th_zk_restart(&zks[0]) : th_etcd_restart(&etcds[0])) == 0);
   expect_victim(0, 0, 1);
   CHECK(finish(20));
   judge(enforce, false, -1, OVERLAP_NONE);
 }
 static void t_s18_zk_server_restart(void) {
-  s18_run(true);
-  s18_run(false);
-}
-
-/* ---- 23-27. etcd (Go's concurrency.Mutex): a session lease per client ----
- * A private member or a cluster of three; the workers on etcd:// with a
- * session lease of `lease_ms` (whole seconds, at least etcd's minimum of
- * 2 s; the watchdog keeps it alive at a third of it). Tokens are the lock
- * keys' create revisions. In the plain build only: etcd's own timing
- * (elections, lease expiry) is what is under test, not the sanitizers'. */
-static bool begin_etcd(const char *name, bool enforce, bool cluster3,
-                       int64_t lease_ms) {
-  reset(name, lease_ms);
-  netcd = cluster3 ? 3 : 1;
-  int rc = cluster3 ? th_etcd_cluster_start(etcds, etcd_url, sizeof etcd_url)
-                    : th_etcd_start(&etcds[0]);
-  if (!cluster3) snprintf(etcd_url, sizeof etcd_url, "%s", etcds[0].url);
-  if (rc != 0) return false;
-  scenario_url = etcd_url;
-  res_reset(enforce);
-  printf("    %s run on %s\n", enforce ? "fenced " : "control", etcd_url);
-  fflush(stdout);
-  return true;
-}
-
-/* True (saying why) where the etcd rows do not run. */
-static bool etcd_skipped(void) {
-  if (SANITIZED || !th_etcd_available()) {
-    printf("    etcd: %s\n",
-           SANITIZED ? "plain build only" : "no etcd here: skipped");
-    return true;
-  }
-  return false;
-}
-
-/* 23. The holder paused (SIGSTOP) past its 2 s lease: the server revokes
- * the lease and deletes the key, another takes the lock with a larger
- * create revision; resumed, the victim is told and its write refused. */
-static void s23_run(bool enforce) {
-  CHECK(begin_etcd("safety/s23", enforce, false, 2000));
-  pid_t v = start_worker(VICTIM, 1, 0, "300", NULL, NULL);
-  res_event e;
-  victim_read(&e);
-  pause_victim(enforce, v);
-}
-static void t_s23_etcd_holder_paused(void) {
-  if (etcd_skipped()) return;
-  s23_run(true);
-  s23_run(false);
-}
-
-/* 24. The cluster's leader killed while a lock is held and waited for
- * (leases 4 s): a new leader in about a second, which extends every lease;
- * the holder's keepalives and watch move to a member that lives, it keeps
- * the lock and releases it; nobody else gets it meanwhile. */
-static void s24_run(bool enforce) {
-  CHECK(begin_etcd("safety/s24", enforce, true, 4000));
-  start_worker(VICTIM, 1, 0, "2500", NULL, NULL);
-  res_event e;
-  victim_read(&e);
-  start_others(3, 1);
-  th_sleep_ms(100);
-  int leader = th_etcd_leader(etcds);
-  printf("      killing the leader, member %d\n", leader + 1);
-  CHECK(leader >= 0);
-  if (leader >= 0) th_etcd_kill(&etcds[leader], SIGKILL);
-  expect_victim(0, 0, 1);
-  CHECK(finish(20));
-  judge(enforce, false, -1, OVERLAP_NONE);
-}
-static void t_s24_etcd_leader_killed(void) {
-  if (etcd_skipped()) return;
-  s24_run(true);
-  s24_run(false);
-}
-
-/* 25. The holder cut off from the server by the fault proxy (both ways)
- * past its 2 s lease while it keeps running: the lease runs out at the
- * server, another takes the lock; the victim's validity runs out before it
- * writes, and back it hears the loss (callback, DLOCK_ELOST). */
-static void s25_run(bool enforce) {
-  CHECK(begin_etcd("safety/s25", enforce, false, 2000));
-  int port = proxy_start(etcds[0].port);
-  CHECK(port > 0);
-  char url[64];
-  snprintf(url, sizeof url, "etcd://127.0.0.1:%d", port);
-  next_url = url;
-  start_worker(VICTIM, 1, 0, "4500", NULL, NULL);
-  res_event e;
-  victim_read(&e);
-  size_t mark = res_mark();
-  proxy_set(PROXY_PARTITION, 0);
-  start_others(3, 1);
-  CHECK(res_wait_event('W', -2, VICTIM, true, mark, 10000, NULL));
-  proxy_set(PROXY_PASS, 0);
-  printf("      %llu bytes dropped by the partition\n",
-         (unsigned long long)proxy_faulted_bytes());
-  CHECK(proxy_faulted_bytes() > 0);
-  expect_victim(1, 1, DLOCK_ELOST);
-  CHECK(finish(20));
-  proxy_stop();
-  judge(enforce, true, VICTIM, OVERLAP_SOME);
-}
-static void t_s25_etcd_partition(void) {
-  if (etcd_skipped()) return;
-  s25_run(true);
-  s25_run(false);
-}
-
-/* 26. The member SIGKILLed and restarted under a held lock (lease 4 s):
- * it restores the leases and keys from its log and extends the leases;
- * the holder's keepalives resume, it keeps the lock and releases it;
- * nobody else gets it. */
-static void s26_run(bool enforce) {
-  CHECK(begin_etcd("safety/s26", enforce, false, 4000));
-  start_worker(VICTIM, 1, 0, "2500", NULL, NULL);
-  res_event e;
-  victim_read(&e);
-  start_others(3, 1);
-  th_sleep_ms(100);
-  CHECK(th_etcd_restart(&etcds[0]) == 0);
-  expect_victim(0, 0, 1);
-  CHECK(finish(20));
-  judge(enforce, false, -1, OVERLAP_NONE);
+  restart_run(ZK, "/safety/s18", true);
+  restart_run(ZK, "/safety/s18", false);
 }
 static void t_s26_etcd_server_restart(void) {
   if (etcd_skipped()) return;
-  s26_run(true);
-  s26_run(false);
+  restart_run(ETCD, "safety/s26", true);
+  restart_run(ETCD, "safety/s26", false);
 }
 
 /* 27. The holder's lease revoked by an operator (`etcdctl lease revoke`)
@@ -1575,7 +1506,7 @@ static void t_s26_etcd_server_restart(void) {
  * its own key within a moment, before it writes, and its write is judged
  * (refused with tokens, accepted without: the control). */
 static void s27_run(bool enforce) {
-  CHECK(begin_etcd("safety/s27", enforce, false, 4000));
+  CHECK(begin_store(ETCD, "safety/s27", enforce, false, 4000));
   start_worker(VICTIM, 1, 0, "1500", NULL, NULL);
   res_event e;
   victim_read(&e);
