@@ -67,8 +67,7 @@ static int options_copy(const dlock_client_options *opts,
 static void client_free(dlock_client *c) {
   if (c == NULL) return;
   /* Holds of handles not freed (a contract breach) stop being renewed. */
-  for (int i = 0; i < DL_HOLD_BUCKETS; i++)
-    while (c->holds[i]) dl_hold_bury(c, dl_hold_drop(c, c->holds[i]));
+  dl_holds_free_all(c);
   /* The watchdog's thread uses the backend, and the backend's subscriber
    * tells the watchdog what to check: stop the one, free the other, then
    * free the first. */
