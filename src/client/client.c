@@ -215,6 +215,8 @@ int dl_client_open_with(const dlock_client_options *opts,
   c->env.revoke_channel = c->revoke_channel;
   c->env.closing = &c->closing;
   c->env.reconnects = &c->reconnects;
+  c->env.hold_count = dl_holds_count;
+  c->env.holds = c;
   c->env.command_timeout_ms = opts->command_timeout_ms;
   c->env.starvation_ms = opts->starvation_ms < 0 ? 0 : opts->starvation_ms;
   c->env.backoff_max_ms =

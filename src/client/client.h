@@ -145,6 +145,9 @@ typedef struct dl_hold_view {
 /* Whether c has a hold of key by owner; with v (may be NULL), a copy. */
 bool dl_holds_get(dlock_client *c, const char *key, const char *owner,
                   dl_hold_view *v);
+/* The count of the live hold of key by owner: 0 if none or reported lost
+ * (dl_backend_env.hold_count; c: the client). */
+int dl_holds_count(void *c, const char *key, const char *owner);
 /* The hold's validity: 0 and the ms left in *left, DLOCK_ENOTOWNER (no
  * such hold) or DLOCK_ELOST (reported lost, or its validity ran out). The
  * validity is the send time of the last acquire or renewal the server

@@ -195,6 +195,15 @@ bool dl_holds_get(dlock_client *c, const char *key, const char *owner,
   return h != NULL;
 }
 
+int dl_holds_count(void *client, const char *key, const char *owner) {
+  dlock_client *c = client;
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = find(c, key, owner);
+  int n = h && !h->lost ? h->count : 0;
+  pthread_mutex_unlock(&c->holds_mu);
+  return n;
+}
+
 int dl_holds_validity(dlock_client *c, const char *key, const char *owner,
                       int64_t *left) {
   pthread_mutex_lock(&c->holds_mu);

@@ -33,6 +33,14 @@ typedef struct dl_backend_env {
   /* dlock_metrics.reconnects: a connection made again after it broke
    * (relaxed additions; NULL: not counted). */
   atomic_uint_fast64_t *reconnects;
+  /* The client's count of its live hold of key by owner (0: none), as
+   * every acquire (dl_acquire.held) and release (its count) tells it: a
+   * backend that keeps no re-entry count of its own answers
+   * DL_QUERY_COUNT and a snapshot's hold_count with it. Any thread; it
+   * takes the client's holds lock, so never call it holding a lock that
+   * the client may wait for. */
+  int (*hold_count)(void *holds, const char *key, const char *owner);
+  void *holds; /* hold_count's first argument */
 } dl_backend_env;
 
 /* Makes a backend for opts->url. Returns 0, or a negative code with the
