@@ -229,7 +229,6 @@ struct dlock_client {
   size_t prefix_len;
   int64_t watchdog_timeout_ms;
   char *url_redacted;
-  char *revoke_channel; /* "<key prefix>dlock_revoke" (docs/WIRE.md) */
   dl_backend_env env;   /* what the backend borrows of the client */
   dl_backend *backend;
   dl_watchdog *watchdog;

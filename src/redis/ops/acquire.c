@@ -392,8 +392,8 @@ static int acq_step(acq_op *o) {
       if (!o->queued && o->grant != NULL)
         o->queued = ops->sub_grant(R->link, o->grant, NULL) == 0;
       /* A queued waiter is served in turn: no reservation needed. */
-      o->starving = o->grants && !o->queued && R->env.starvation_ms > 0 &&
-                    dl_now_ms() - o->start >= R->env.starvation_ms;
+      o->starving = o->grants && !o->queued && R->starvation_ms > 0 &&
+                    dl_now_ms() - o->start >= R->starvation_ms;
       if (o->again) {
         if (attempt_send(o, ACQ_ATTEMPTED, fair || o->queued) == DL_PENDING)
           return DL_PENDING;
@@ -431,9 +431,9 @@ static int acq_step(acq_op *o) {
        * reservation. */
       if (o->starving && now + RESERVE_MS / 3 < until)
         until = now + RESERVE_MS / 3;
-      if (!o->starving && !o->queued && o->grants && R->env.starvation_ms > 0 &&
-          o->start + R->env.starvation_ms + 1 < until)
-        until = o->start + R->env.starvation_ms + 1;
+      if (!o->starving && !o->queued && o->grants && R->starvation_ms > 0 &&
+          o->start + R->starvation_ms + 1 < until)
+        until = o->start + R->starvation_ms + 1;
       /* A queued waiter proves it is alive often enough. */
       if (o->queued && o->sent + grant_beat(o, o->sent) < until)
         until = o->sent + grant_beat(o, o->sent);
