@@ -212,8 +212,6 @@ int dl_client_open_with(const dlock_client_options *opts,
   c->env.hold_count = dl_holds_count;
   c->env.holds = c;
   c->env.command_timeout_ms = opts->command_timeout_ms;
-  c->env.backoff_max_ms =
-      opts->wait_backoff_max_ms < 0 ? 0 : opts->wait_backoff_max_ms;
   c->env.loop = loop;
   c->loop = loop;
   int rc = make(opts, &c->env, &c->backend);

@@ -24,7 +24,6 @@ typedef struct dl_backend_env {
   const char *key_prefix;
   const atomic_int *closing;  /* set when the client closes */
   int command_timeout_ms;
-  int backoff_max_ms; /* > 0: wait by backoff, not by subscription */
   /* The event loop the client runs on (dlock_client_open_async), or NULL:
    * a blocking client. */
   dl_loop *loop;

@@ -440,7 +440,7 @@ static int acq_step(acq_op *o) {
       /* A plain string lock may be freed by a peer without a message; a
        * release after an attempt sent while deaf may have gone unheard. */
       if (l->kind == DL_KIND_PLAIN || o->deaf) {
-        int64_t max = R->env.backoff_max_ms > 0 ? R->env.backoff_max_ms
+        int64_t max = R->cfg.backoff_max_ms > 0 ? R->cfg.backoff_max_ms
                                                 : PLAIN_POLL_MAX_MS;
         int64_t at = now + dl_backoff_next(&o->poll, max);
         if (at < until) until = at;

@@ -210,8 +210,8 @@ int dl_redis_wait_step(dl_waiter *w) {
       if (w->recheck_ms >= 0 && now + w->recheck_ms < until)
         until = now + w->recheck_ms;
       if (w->deaf) {
-        int64_t at = now + dl_backoff_next(&w->poll, r->env.backoff_max_ms > 0
-                                                         ? r->env.backoff_max_ms
+        int64_t at = now + dl_backoff_next(&w->poll, r->cfg.backoff_max_ms > 0
+                                                         ? r->cfg.backoff_max_ms
                                                          : 64);
         if (at < until) until = at;
       }
@@ -478,6 +478,8 @@ static int backend_new(const dlock_client_options *opts,
   cfg->command_timeout_ms = opts->command_timeout_ms;
   cfg->reconnect_min_ms = opts->reconnect_min_ms;
   cfg->reconnect_max_ms = opts->reconnect_max_ms;
+  cfg->backoff_max_ms =
+      opts->wait_backoff_max_ms < 0 ? 0 : opts->wait_backoff_max_ms;
   cfg->err_owner = env->err_owner;
   cfg->reconnects = env->reconnects;
   if (cfg->ep.tls) {
