@@ -87,7 +87,8 @@ extern "C" {
   X(ENOTSUP, -19, "not supported")                                            \
   X(ERANGE, -20, "count out of range (a latch already at zero, or "         \
                  "permits past an int)")                                      \
-  X(EDEADLK, -21, "would deadlock (a reader asked for the write lock)")      \
+  X(EDEADLK, -21, "would deadlock (a wait-for cycle, or a reader asking "   \
+                  "for the write lock)")                                      \
   X(ENOPERM, -22, "the server's ACL does not permit this command")            \
   X(ELATE, -23, "granted, but the reply came after its lease could have "    \
                 "ended (given back)")                                         \
@@ -217,6 +218,17 @@ typedef struct dlock_client_options {
    * (Curator's connection timeout); the URL's ?connect_timeout=D overrides
    * it. */
   int zk_connect_timeout_ms;
+  /* Deadlock detection (added in issue 33). Non-zero: an acquire that has
+   * to wait first follows the owners from the lock's holder (the waiter
+   * records, docs/WIRE.md: the holder waits for a lock, whose holder waits
+   * for ...), and if they lead back to its own owner, waiting would close
+   * a wait-for cycle: it fails at once with DLOCK_EDEADLK, the cycle named
+   * in dlock_client_errmsg. It costs a waiting acquire two commands per
+   * owner followed (an acquire that does not wait, nothing). Two owners
+   * that start waiting for each other at the same moment may both be told.
+   * Redis only (single, Sentinel, Cluster): other backends refuse to open
+   * with it (DLOCK_ENOTSUP). Default 0. */
+  int detect_deadlocks;
 } dlock_client_options;
 
 /* The size of the first dlock_client_options with a size field (0.2): up
@@ -397,6 +409,73 @@ DLOCK_API int dlock_client_metrics_size(dlock_client *c, dlock_metrics *m,
 #define dlock_client_metrics(c, m)                                             \
   dlock_client_metrics_size((c), (m), sizeof(dlock_metrics))
 
+/* What happened to a lock, for a service's tracing spans
+ * (dlock_client_on_event). Only a hold's first acquisition and its end
+ * are told, as dlock_metrics counts them: a re-entry and its release
+ * tell nothing. The lock kinds: mutex, fair, plain, either side of a
+ * read-write lock. */
+typedef enum dlock_event_type {
+  /* An acquire call began (before its first server request): the span's
+   * start. DLOCK_EVENT_GRANTED or DLOCK_EVENT_NOT_GRANTED follows, on
+   * the same thread. */
+  DLOCK_EVENT_WAIT_STARTED = 1,
+  /* Taken: `duration_ns` is the wait since the call began, `contended` 1
+   * if it waited for another holder, `token` the fencing token. */
+  DLOCK_EVENT_GRANTED = 2,
+  /* The last release ended the hold (also a last release that got no
+   * answer: the hold ends here, its lease frees the lock): `duration_ns`
+   * the hold since the grant. */
+  DLOCK_EVENT_RELEASED = 3,
+  /* The hold was lost (the watchdog found it gone or its validity ran out,
+   * as dlock_lock_on_lost; or the release found it no longer this
+   * owner's): `duration_ns` the hold since the grant. */
+  DLOCK_EVENT_LOST = 4,
+  /* The watchdog extended the hold's lease on the server. */
+  DLOCK_EVENT_RENEWED = 5,
+  /* The acquire call ended without the lock: `error` says why
+   * (DLOCK_EBUSY at its wait limit, DLOCK_ELATE, a server's code). */
+  DLOCK_EVENT_NOT_GRANTED = 6
+} dlock_event_type;
+
+/* One event. The strings live for the call only. New fields are only
+ * ever added at the end: `size` is the library's sizeof, read a field only
+ * when size covers it. */
+typedef struct dlock_event {
+  size_t size;
+  dlock_event_type type;
+  const char *name;    /* the lock's name (without the key prefix) */
+  const char *kind;    /* "lock", "fair", "read", "write" or "plain" */
+  const char *owner;   /* the owner id, "<client id>:<thread or owner>" */
+  const char *backend; /* the backend's name: "redis", "redlock",
+                          "zookeeper", "etcd" */
+  int64_t mono_ns;     /* when, on CLOCK_MONOTONIC */
+  int64_t wall_ns;     /* when, on CLOCK_REALTIME (ns since the epoch) */
+  int64_t duration_ns; /* GRANTED, NOT_GRANTED: the wait; RELEASED,
+                          LOST: the hold; else 0 */
+  uint64_t token;      /* the hold's fencing token where known, else 0 */
+  int contended;       /* GRANTED: 1 if it waited for another holder */
+  int error;           /* NOT_GRANTED: the call's code; else 0 */
+} dlock_event;
+
+/* Called for each event of the client's locks. Threads: a blocking
+ * client calls it on the thread that acquires or releases
+ * (WAIT_STARTED, GRANTED, NOT_GRANTED, RELEASED, and LOST found by a
+ * release) and on its watchdog thread (RENEWED, LOST); an event-loop
+ * client on the loop's thread. Calls on different threads may overlap.
+ * It must be quick, must not call back into the client (no acquire,
+ * release, inspect or close: it may run with the caller's operation half
+ * done), and must not keep `ev` or its strings. */
+typedef void (*dlock_event_cb)(dlock_client *c, const dlock_event *ev,
+                               void *ud);
+
+/* Registers cb (NULL: no more events) with its ud for every lock of the
+ * client. Unset, an event costs one branch; set, a clock read or two and
+ * the call. An event already being reported may still reach the previous
+ * cb after this returns. Returns 0 or DLOCK_EINVAL (c NULL).
+ * Thread-safe. */
+DLOCK_API int dlock_client_on_event(dlock_client *c, dlock_event_cb cb,
+                                    void *ud);
+
 /* What a client tells of its connection (dlock_client_on_state), as
  * Curator's ConnectionState. */
 typedef enum dlock_conn_state {
@@ -489,12 +568,14 @@ DLOCK_API int dlock_plainlock_new(dlock_client *c, const char *name,
                                   const char *owner, dlock_lock **out);
 
 /* ---- The read-write lock (Redisson RReadWriteLock) ----
- * Many readers or one writer at `name` (Redisson RReadWriteLock's layout);
- * both reentrant; the writer may also take the read lock (and keeps it
- * after releasing the write lock: a downgrade). A reader that asks for the
- * write lock gets DLOCK_EDEADLK at once (Redisson waits forever). Leases,
- * the watchdog and loss reports apply to both; the writer gets fencing
- * tokens (a reader's token is 0). */
+ * Many readers or one writer at `name` (Redisson RReadWriteLock's layout;
+ * on zk:// Curator's InterProcessReadWriteLock, on etcd:// contrib/recipes'
+ * RWMutex); both reentrant; the writer may also take the read lock (and
+ * keeps it after releasing the write lock: a downgrade). A reader that
+ * asks for the write lock gets DLOCK_EDEADLK at once (Redisson waits
+ * forever). Leases, the watchdog and loss reports apply to both; the
+ * writer gets fencing tokens (a reader's token is 0 on Redis; on zk:// and
+ * etcd:// it is its own node's or key's revision). */
 typedef struct dlock_rwlock dlock_rwlock;
 
 /* A read-write lock object for `name` (`owner` as in dlock_lock_new). No
@@ -673,10 +754,11 @@ typedef struct dlock_lock_state {
                         or an empty one), or someone else's node, which
                         no recipe takes: "data" (data that is not a
                         semaphore's count) or "nodes" (children no
-                        recipe makes); on etcd:// "keys" (the mutex's
-                        keys under NAME/; owner: the holder's lease in
-                        hex), "none", or "data" (a key there that no
-                        mutex makes) */
+                        recipe makes); on etcd:// "keys" (a lock's
+                        keys under NAME/, the mutex's or the read-write
+                        lock's; owner: the holder's lease in hex),
+                        "none", or "data" (a key there that no lock
+                        makes) */
   int plain;         /* 1: a plain string lock (dlock_plainlock_new, redsync,
                         npm redlock): a string with a lease that is not a
                         number; `owner` is then its value (a peer's random
@@ -699,6 +781,36 @@ DLOCK_API int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
 /* Called by dlock_client_scan_locks for each candidate lock name (the key
  * prefix removed). Return 0 to go on, anything else to stop. */
 typedef int (*dlock_scan_cb)(const char *name, void *ud);
+
+/* An owner waiting for a lock, as its waiter record tells
+ * (dlock_client_scan_waiters). The strings live for the call only. */
+typedef struct dlock_waiter {
+  const char *owner;   /* its owner id (a writer's without ":write") */
+  const char *name;    /* the lock it waits for (no key prefix) */
+  const char *kind;    /* that lock's: "lock", "fair", "read", "write",
+                          "plain" */
+  const char *info;    /* its dlock_lock_set_info text, or "" */
+  int64_t deadline_ms; /* when its wait ends, ms since the epoch (the
+                          waiter's clock); 0: no limit */
+} dlock_waiter;
+/* Return 0 to go on, anything else to stop. */
+typedef int (*dlock_waiter_cb)(const dlock_waiter *w, void *ud);
+
+/* Calls cb for each owner waiting now for a lock whose name matches
+ * `pattern` (glob, NULL = "*"): an acquire that has to wait records what
+ * it waits for beside the locks (docs/WIRE.md, "Waiter records"; a lease
+ * of 10 s, renewed while it waits, so that a dead waiter's record goes),
+ * and deletes the record when its wait ends; on zk:// the nodes in line
+ * behind a lock's holders are its waiters (owner and info from the node's
+ * data, deadline_ms 0: unknown). Walks the records a batch at a time
+ * (Redis: SCAN; zk://: the tree under the prefix). Returns the number of
+ * records passed to cb, or a negative code: DLOCK_ENOTSUP where the
+ * backend cannot tell who waits (redlock://, etcd://) or on an event-loop
+ * client. Read-only;
+ * thread-safe. dlock deadlocks builds its wait-for graph from these and
+ * the locks' holders. */
+DLOCK_API int dlock_client_scan_waiters(dlock_client *c, const char *pattern,
+                                        dlock_waiter_cb cb, void *ud);
 
 /* Walks the backend's names a batch at a time, never all at once (Redis:
  * SCAN, never KEYS, for hashes, then strings: plain string locks), whose
@@ -872,12 +984,47 @@ DLOCK_API int dlock_leader_token(dlock_leader *l, uint64_t *token);
  * to fit): 1, 0 when nobody takes part, or a negative code. One server
  * call; needs no start. */
 DLOCK_API int dlock_leader_get_current(dlock_leader *l, char *buf, size_t len);
+/* Sets the value this participant leads with (Go's Election.Proclaim):
+ * the present leader's value that dlock_leader_get_current, observers and
+ * `etcdctl elect -l` read becomes `value` (copied; at most
+ * DLOCK_LEADER_VALUE_MAX bytes), and stays the participant's value if it
+ * campaigns again. Returns 0; DLOCK_ENOTOWNER when it does not lead now
+ * (nothing changed: a Proclaim is a write conditional on the leader's own
+ * key); DLOCK_EINVAL (not started, value NULL or too long); DLOCK_ENOTSUP
+ * where the backend has no value to proclaim (Redis, Redlock: the id is
+ * the lock's description; zk://: Curator's LeaderLatch has none), naming
+ * it; or another negative code. Blocks the calling thread (one server
+ * call, made by the participant's thread); thread-safe; may be called
+ * from the change callback. */
+DLOCK_API int dlock_leader_proclaim(dlock_leader *l, const char *value);
+#define DLOCK_LEADER_VALUE_MAX 4096
+
+/* Called on a library thread of the observer with the present leader's
+ * value (len bytes, NUL-terminated, cut at DLOCK_LEADER_VALUE_MAX) and its
+ * leadership's fencing token, or value NULL (token 0) when nobody leads;
+ * once at the start and then at every change: a new leader, a Proclaim.
+ * Calls for one observer never overlap; it must not free l. */
+typedef void (*dlock_leader_observe_cb)(dlock_leader *l, const char *value,
+                                        size_t len, uint64_t token, void *ud);
+
+/* Watches the election NAME (Go's Election.Observe, `etcdctl elect -l`),
+ * whether or not l takes part (it need not be started): cb runs as
+ * dlock_leader_observe_cb says until dlock_leader_free. Successive
+ * changes closer together than a round trip may be told as the last of
+ * them. Returns 0; DLOCK_EINVAL (cb NULL, already observing);
+ * DLOCK_ENOTSUP where the backend cannot (Redis, Redlock, zk://), naming
+ * it; or another negative code (not observing). One thread per observer;
+ * thread-safe. */
+DLOCK_API int dlock_leader_observe(dlock_leader *l, dlock_leader_observe_cb cb,
+                                   void *ud);
+
 /* Leaves the election (its node is deleted: the next participant is
  * elected) and frees l. The callback is not called once this returns
  * (except from within the callback itself, see dlock_leader_cb). On
  * zk:// it waits at most 100 ms for the server to confirm the delete: one
  * that does not answer in time gets it when it answers again (the request
- * was sent), or the session's end takes the node. Accepts NULL. */
+ * was sent), or the session's end takes the node. An observer stops
+ * (its callback is not called once this returns). Accepts NULL. */
 DLOCK_API void dlock_leader_free(dlock_leader *l);
 
 /* ---- Permit-expirable semaphore (Redisson RPermitExpirableSemaphore) ----

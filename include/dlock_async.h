@@ -43,12 +43,16 @@ typedef struct dlock_loop_hooks {
    * adapter then watches fd no more and has released *slot (NULL), and
    * the library fails what used the fd. While fd is watched and ready
    * for some of `events`, the adapter calls dlock_loop_on_io(lp, fd,
-   * ready). */
+   * ready): level-triggered, again in each round of the caller's loop
+   * while it stays ready (the library stops reading a socket at a short
+   * read). */
   int (*watch)(void *data, int fd, int events, void **slot);
   /* Arms the loop's one timer to fire `ms` milliseconds from now (0: as
    * soon as possible), replacing any earlier arming; ms < 0 disarms it.
    * When it fires the adapter calls dlock_loop_on_timer(lp) (once: the
-   * timer does not repeat). */
+   * timer does not repeat). The library may leave an arming standing
+   * that is earlier than it needs (its firing then finds nothing due and
+   * arms again), rather than re-arming each time a timer stops. */
   void (*timer)(void *data, int64_t ms);
   /* The library is done with the hooks (from dlock_loop_free): release the
    * adapter's state. May be NULL. */

@@ -338,6 +338,9 @@ int th_etcd_restart(th_etcd *r);
  * waits until all three are healthy; the URL of all three into url.
  * Returns 0, or -1 (stop each with th_etcd_stop either way). */
 int th_etcd_cluster_start(th_etcd r[3], char *url, size_t len);
+/* The index (0-2) of the cluster's leader (its /metrics say
+ * etcd_server_is_leader 1), or -1. */
+int th_etcd_leader(th_etcd r[3]);
 /* The answer to GET path (headers and body; "" if none) into buf. */
 const char *th_etcd_get(const th_etcd *r, const char *path, char *buf,
                         size_t len);

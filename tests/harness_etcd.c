@@ -77,6 +77,21 @@ long long th_etcd_started(const th_etcd *r, const char *method) {
   return n;
 }
 
+int th_etcd_leader(th_etcd r[3]) {
+  for (int i = 0; i < 3; i++) {
+    if (r[i].pid <= 0) continue;
+    /* The metrics are long: the gauge is searched in what fits. */
+    size_t len = 4 << 20;
+    char *m = malloc(len);
+    if (m == NULL) return -1;
+    th_etcd_get(&r[i], "/metrics", m, len);
+    bool is = strstr(m, "\netcd_server_is_leader 1") != NULL;
+    free(m);
+    if (is) return i;
+  }
+  return -1;
+}
+
 int th_etcd_start(th_etcd *r) {
   return th_etcd_start_with(r, false, NULL);
 }

@@ -768,13 +768,6 @@ static void t_etcd_enotsup(void) {
   SETUP(s);
   dlock_client *c = eclient(&s, 0);
   CHECK(c != NULL);
-  dlock_rwlock *rw;
-  CHECK_RC(dlock_rwlock_new(c, "rw", "me", &rw), 0);
-  CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 0, 0, NULL),
-           DLOCK_ENOTSUP);
-  CHECK(strstr(dlock_client_errmsg(c), "etcd") != NULL);
-  CHECK(strstr(dlock_client_errmsg(c), "read-write lock") != NULL);
-  dlock_rwlock_free(rw);
   dlock_lock *p;
   CHECK_RC(dlock_plainlock_new(c, "p", "me", &p), 0);
   CHECK_RC(dlock_lock_try_acquire(p, 0, 0, NULL), DLOCK_ENOTSUP);

@@ -6,6 +6,7 @@
  * private etcd server the harness starts (a few seconds). */
 #include "harness.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #ifdef DLOCK_TEST_HAVE_ETCD
@@ -77,7 +78,141 @@ static void t_etcd_elect_proclaim(void) {
   th_etcd_stop(&s);
 }
 
-TH_MAIN(T_BARE(t_etcd_elect_proclaim))
+/* What an observer was told, in order. */
+typedef struct seen {
+  pthread_mutex_t mu;
+  int n;
+  char last[64];  /* "" for nobody */
+  uint64_t token; /* the last one's */
+  char want[64];  /* seen_is's: wanted as the last value */
+} seen;
+
+static void on_value(dlock_leader *l, const char *value, size_t len,
+                     uint64_t token, void *ud) {
+  (void)l;
+  seen *s = ud;
+  pthread_mutex_lock(&s->mu);
+  s->n++;
+  snprintf(s->last, sizeof s->last, "%.*s", value ? (int)len : 0,
+           value ? value : "");
+  s->token = token;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static bool seen_is(void *p) {
+  seen *s = p;
+  pthread_mutex_lock(&s->mu);
+  bool is = s->n > 0 && strcmp(s->last, s->want) == 0;
+  pthread_mutex_unlock(&s->mu);
+  return is;
+}
+
+/* The token of the observer's last news, and how many it had. */
+static uint64_t seen_token(seen *s) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t t = s->token;
+  pthread_mutex_unlock(&s->mu);
+  return t;
+}
+static int seen_n(seen *s) {
+  pthread_mutex_lock(&s->mu);
+  int n = s->n;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+/* Waits (5 s at most) until the observer's last news is `want`. */
+static bool await_seen(seen *s, const char *want) {
+  pthread_mutex_lock(&s->mu);
+  snprintf(s->want, sizeof s->want, "%s", want);
+  pthread_mutex_unlock(&s->mu);
+  return th_wait_for(seen_is, s, 5000);
+}
+
+/* Go's Observe and Proclaim. An observer (not taking part) is told that
+ * nobody leads, then a leader campaigned as Go's Campaign does, its
+ * Proclaim (a put on its key), and nobody again once its lease is
+ * revoked. A dlock leader proclaims: the observer, dlock_leader_get_current
+ * and `etcdctl elect -l` read the new value, the token unchanged; a
+ * participant that does not lead is refused (DLOCK_ENOTOWNER, nothing
+ * changed); once the leader leaves, the next leads with its own id. */
+static void t_etcd_observe(void) {
+  if (!th_etcd_available()) {
+    fprintf(stderr, "    skipped: no etcd server installed\n");
+    return;
+  }
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open(&o, &c), 0);
+  seen sn = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  dlock_leader *ob, *a, *b;
+  CHECK_RC(dlock_leader_new(c, "ob", "observer", &ob), 0);
+  CHECK_RC(dlock_leader_observe(ob, NULL, NULL), DLOCK_EINVAL);
+  CHECK_RC(dlock_leader_observe(ob, on_value, &sn), 0);
+  CHECK_RC(dlock_leader_observe(ob, on_value, &sn), DLOCK_EINVAL);
+  CHECK(await_seen(&sn, ""));
+  /* A Go leader, and its Proclaim. */
+  char out[2000], args[300], lease[40] = "";
+  CHECK(sscanf(ctl(&s, "lease grant 30", out, sizeof out), "lease %39s",
+               lease) == 1);
+  snprintf(args, sizeof args, "put ob/%s go-leader --lease=%s", lease, lease);
+  CHECK(strncmp(ctl(&s, args, out, sizeof out), "OK", 2) == 0);
+  CHECK(await_seen(&sn, "go-leader"));
+  uint64_t go_token = seen_token(&sn);
+  CHECK(go_token > 0);
+  snprintf(args, sizeof args, "put ob/%s go-proclaimed --ignore-lease", lease);
+  CHECK(strncmp(ctl(&s, args, out, sizeof out), "OK", 2) == 0);
+  CHECK(await_seen(&sn, "go-proclaimed"));
+  CHECK_EQ(seen_token(&sn), go_token);
+  snprintf(args, sizeof args, "lease revoke %s", lease);
+  ctl(&s, args, out, sizeof out);
+  CHECK(await_seen(&sn, ""));
+  /* dlock's leader proclaims; a follower cannot. */
+  CHECK_RC(dlock_leader_new(c, "ob", "a", &a), 0);
+  CHECK_RC(dlock_leader_new(c, "ob", "b", &b), 0);
+  CHECK_RC(dlock_leader_proclaim(a, "early"), DLOCK_EINVAL); /* not joined */
+  CHECK_RC(dlock_leader_start(a), 0);
+  CHECK_RC(dlock_leader_try_await(a, 5000), 0);
+  CHECK(await_seen(&sn, "a"));
+  uint64_t ta = 0;
+  CHECK_RC(dlock_leader_token(a, &ta), 0);
+  CHECK_EQ(seen_token(&sn), ta);
+  CHECK_RC(dlock_leader_start(b), 0);
+  CHECK_RC(dlock_leader_proclaim(a, "a-proclaimed"), 0);
+  CHECK(await_seen(&sn, "a-proclaimed"));
+  CHECK_EQ(seen_token(&sn), ta);
+  char cur[64];
+  CHECK_EQ(dlock_leader_get_current(b, cur, sizeof cur), 1);
+  CHECK(strcmp(cur, "a-proclaimed") == 0);
+  CHECK(strstr(ctl(&s, "elect -l ob", out, sizeof out), "\na-proclaimed\n") !=
+        NULL);
+  CHECK_RC(dlock_leader_proclaim(b, "b-too"), DLOCK_ENOTOWNER);
+  CHECK(strstr(dlock_client_errmsg(c), "does not lead") != NULL);
+  CHECK_EQ(dlock_leader_get_current(b, cur, sizeof cur), 1);
+  CHECK(strcmp(cur, "a-proclaimed") == 0);
+  char big[DLOCK_LEADER_VALUE_MAX + 2];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  CHECK_RC(dlock_leader_proclaim(a, big), DLOCK_EINVAL);
+  /* The leader leaves: the next leads with its own id. */
+  dlock_leader_free(a);
+  CHECK_RC(dlock_leader_try_await(b, 5000), 0);
+  CHECK(await_seen(&sn, "b"));
+  CHECK(seen_token(&sn) > ta);
+  dlock_leader_free(b);
+  CHECK(await_seen(&sn, ""));
+  int n = seen_n(&sn);
+  dlock_leader_free(ob); /* the observer stops: told nothing more */
+  CHECK_EQ(seen_n(&sn), n);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+TH_MAIN(T_BARE(t_etcd_elect_proclaim), T_BARE(t_etcd_observe))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

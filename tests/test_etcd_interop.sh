@@ -3,8 +3,9 @@
 # (clientv3/concurrency Mutex from Debian's etcd 3.4 sources,
 # tests/interop/etcd/etcdpeer.go built in GOPATH mode from Debian's
 # packages alone), both ways: each excludes the other on the same name and
-# is woken by the other's release; and concurrency.Election against dlock
-# elect, both ways. Needs go, golang-etcd-server-dev and
+# is woken by the other's release; concurrency.Election against dlock
+# elect, both ways; and contrib/recipes' RWMutex against dlock's read-write
+# lock, both ways. Needs go, golang-etcd-server-dev and
 # etcd (scripts/install-deps.sh installs them; this test installs
 # nothing); starts a private single-member etcd.
 #   tests/test_etcd_interop.sh DLOCK_BINARY
@@ -121,4 +122,52 @@ ms=$(( ($(date +%s%N) - start) / 1000000 ))
 grep -q "^leader" "$work/e2.out" || fail "the Go peer did not lead"
 (( ms >= 900 )) || fail "the Go peer led after $ms ms, while dlock led"
 echo "ok: elections: Go leads, dlock after; dlock leads, Go after $ms ms"
+
+# 4b. Observe: with a Go leader in office (1.5 s), dlock elect --listen
+# prints it first, then the dlock participant that leads after it.
+"$peer" elect "$ep" ob go-leads 1 >"$work/e3.out" 2>&1 &
+pids+=($!)
+waitfor "$work/e3.out" "^leader" || fail "the Go peer did not lead"
+"$dlock" -u "$url" elect --listen -n 2 ob >"$work/listen.out" 2>&1 &
+lp=$!
+pids+=($lp)
+waitfor "$work/listen.out" go-leads || fail "dlock elect --listen: no Go leader"
+"$dlock" -u "$url" elect --id dlock-leads ob -- true || fail "dlock elect ob"
+wait "$lp" || fail "dlock elect --listen exited $?"
+[[ $(cat "$work/listen.out") == $'go-leads\ndlock-leads' ]] ||
+  fail "dlock elect --listen printed: $(cat "$work/listen.out")"
+echo "ok: dlock elect --listen saw Go's leader, then dlock's"
+
+# 5. The read-write lock (contrib/recipes' RWMutex): a Go reader holds
+# (2 s): a dlock reader shares it at once, a dlock writer is refused at
+# once and, waiting, gets it only after Go's reader let go.
+"$peer" rhold "$ep" rw 2 >"$work/rh.out" 2>&1 &
+pids+=($!)
+waitfor "$work/rh.out" "^held" || fail "the Go reader did not take the lock"
+"$dlock" -u "$url" run --read -w 0 rw -- true ||
+  fail "dlock's reader did not share the Go reader's lock"
+"$dlock" -u "$url" run --write -w 0 rw -- true 2>/dev/null
+[[ $? -eq 75 ]] || fail "dlock's writer took the lock a Go reader holds"
+"$dlock" -u "$url" run --write -w 10s rw -- sh -c \
+  "grep -q released '$work/rh.out' && echo after-go-released" \
+  >"$work/dlock5.out" 2>&1 || fail "dlock's writer did not get the lock"
+grep -q after-go-released "$work/dlock5.out" ||
+  fail "dlock's writer held the lock while the Go reader still did"
+# A dlock writer holds (1.5 s): Go's reader and writer wait for it.
+"$dlock" -u "$url" run --write rw -- sh -c "echo held >'$work/dw.out'; sleep 1.5" &
+pids+=($!)
+waitfor "$work/dw.out" held || fail "dlock's writer did not take the lock"
+start=$(date +%s%N)
+"$peer" rwait "$ep" rw >"$work/rw.out" 2>&1 || fail "the Go reader's wait"
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+(( ms >= 900 )) || fail "the Go reader got the lock after $ms ms, while dlock wrote"
+"$dlock" -u "$url" run --write rw -- sh -c "echo held >'$work/dw2.out'; sleep 1" &
+pids+=($!)
+waitfor "$work/dw2.out" held || fail "dlock's writer did not take the lock again"
+start=$(date +%s%N)
+"$peer" wwait "$ep" rw >"$work/ww.out" 2>&1 || fail "the Go writer's wait"
+ms2=$(( ($(date +%s%N) - start) / 1000000 ))
+(( ms2 >= 600 )) || fail "the Go writer got the lock after $ms2 ms, while dlock wrote"
+echo "ok: read-write lock: Go reads, dlock reads beside it and writes after;" \
+  "dlock writes, Go's reader waits $ms ms, its writer $ms2 ms"
 echo "PASS"

@@ -243,7 +243,9 @@ static void t_hooks(void) {
   dl_watch_free(w);
   CHECK_EQ(f.slots, 0);
   dlock_loop_on_io(lp, 5, DL_EV_READ); /* unwatched: ignored */
-  /* The one hook timer follows the earliest timer only. */
+  /* The one hook timer follows the earliest timer, lazily: a stop leaves
+   * an earlier arming standing, whose firing finds nothing due and arms
+   * for the next; with no timer left a caller's loop is disarmed. */
   dl_timer a, b;
   dl_timer_init(&a, nop, NULL);
   dl_timer_init(&b, nop, NULL);
@@ -253,16 +255,82 @@ static void t_hooks(void) {
   CHECK_RC(dl_timer_start(lp, &b, dl_now_ms() + 5000), 0);
   CHECK_EQ(f.timer_calls, 1); /* later: the arming stands */
   dl_timer_stop(lp, &a);
+  CHECK_EQ(f.timer_calls, 1); /* earlier than b: it stands too */
+  dlock_loop_on_timer(lp);    /* it fired: nothing due, armed for b */
   CHECK_EQ(f.timer_calls, 2);
   CHECK(f.last_ms > 4000);
+  CHECK(dl_timer_active(&b));
+  CHECK_RC(dl_timer_start(lp, &a, dl_now_ms() + 1000), 0);
+  CHECK_EQ(f.timer_calls, 3); /* earlier than the arming */
+  CHECK(f.last_ms > 900 && f.last_ms <= 1000);
+  dl_timer_stop(lp, &a);
   dl_timer_stop(lp, &b);
-  CHECK_EQ(f.timer_calls, 3);
+  CHECK_EQ(f.timer_calls, 4);
   CHECK_EQ(f.last_ms, -1);
   CHECK_RC(dl_watch_new(lp, 7, NULL, NULL, &w), 0);
   CHECK_RC(dl_watch_set(w, DL_EV_READ), 0);
   dlock_loop_free(lp); /* releases the watch left behind */
   CHECK_EQ(f.slots, 0);
   CHECK_EQ(f.cleanups, 1);
+}
+
+/* ---- work put off to the end of a dispatch ---- */
+typedef struct dfr {
+  dlock_loop *lp;
+  dl_defer d, e;
+  int ran_d, ran_e, in_fn;
+  bool early; /* d ran while the watch's callback was running */
+} dfr;
+
+static void dfr_e(void *ud) {
+  ((dfr *)ud)->ran_e++;
+}
+
+static void dfr_d(void *ud) {
+  dfr *x = ud;
+  if (x->in_fn) x->early = true;
+  x->ran_d++;
+  CHECK(dl_defer_add(x->lp, &x->e)); /* added while running: this round */
+}
+
+static void dfr_io(void *ud, int events) {
+  dfr *x = ud;
+  (void)events;
+  x->in_fn = 1;
+  CHECK(dl_defer_add(x->lp, &x->d));
+  CHECK(dl_defer_add(x->lp, &x->d)); /* once */
+  x->in_fn = 0;
+}
+
+static void dfr_io_cancel(void *ud, int events) {
+  dfr *x = ud;
+  (void)events;
+  CHECK(dl_defer_add(x->lp, &x->d));
+  dl_defer_cancel(x->lp, &x->d);
+}
+
+static void t_defer(void) {
+  fake f = {.last_ms = -2};
+  dlock_loop_hooks h = {sizeof h, &f, fake_watch, fake_timer, NULL};
+  dfr x = {0};
+  CHECK_RC(dlock_loop_new(&h, &x.lp), 0);
+  dl_defer_init(&x.d, dfr_d, &x);
+  dl_defer_init(&x.e, dfr_e, &x);
+  CHECK(!dl_defer_add(x.lp, &x.d)); /* outside a dispatch: not queued */
+  dl_watch *w;
+  CHECK_RC(dl_watch_new(x.lp, 5, dfr_io, &x, &w), 0);
+  CHECK_RC(dl_watch_set(w, DL_EV_READ), 0);
+  dlock_loop_on_io(x.lp, 5, DL_EV_READ);
+  CHECK_EQ(x.ran_d, 1);
+  CHECK_EQ(x.ran_e, 1);
+  CHECK(!x.early);
+  dl_watch_free(w);
+  CHECK_RC(dl_watch_new(x.lp, 5, dfr_io_cancel, &x, &w), 0);
+  CHECK_RC(dl_watch_set(w, DL_EV_READ), 0);
+  dlock_loop_on_io(x.lp, 5, DL_EV_READ);
+  CHECK_EQ(x.ran_d, 1); /* cancelled */
+  dl_watch_free(w);
+  dlock_loop_free(x.lp);
 }
 
 /* ---- the heap at scale ---- */
@@ -369,5 +437,5 @@ static void t_builtin_fd(void) {
 }
 
 TH_MAIN(TD_T_BARE(timers_in_order), TD_T_BARE(timer_rearms_itself),
-        TD_T_BARE(watches), T_BARE(t_hooks), T_BARE(t_timers_10k),
-        T_BARE(t_builtin_fd))
+        TD_T_BARE(watches), T_BARE(t_hooks), T_BARE(t_defer),
+        T_BARE(t_timers_10k), T_BARE(t_builtin_fd))

@@ -1,6 +1,7 @@
 /* test_loss.c: how a holder learns that its hold is gone (a force release,
  * a deletion heard through keyspace events, a fixed lease running out), and
  * what a force release may delete. */
+#include "client/client.h"
 #include "harness.h"
 
 #include <signal.h>
@@ -135,6 +136,40 @@ static void t_force_release_heard_at_once(void) {
   CHECK_EQ(dlock_lock_is_lost(la), 1);
   CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
   CHECK_EQ(atomic_load(&lost_calls), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* A check of every hold, asked for before a hold was recorded (a
+ * subscription confirmed in the same instant as an acquire's reply), takes
+ * that hold too: it was ignored when no hold was recorded yet, and a
+ * take-away in between waited for the next renewal. A polling client hears
+ * no revocation; its watchdog's lease is 30 s (renewals 10 s apart); the
+ * watchdog is held back while the hold is taken and taken away. */
+static void t_check_all_takes_later_holds(void) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = th_srv.url;
+  o.watchdog_timeout_ms = 30000;
+  o.wait_backoff_max_ms = 10; /* no pub/sub: no revocation heard */
+  dlock_client *a = th_client_opts(&o), *b = th_client(&th_srv, 0);
+  CHECK(a && b);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "f:later", NULL, &la), 0);
+  CHECK_RC(dlock_lock_new(b, "f:later", NULL, &lb), 0);
+  dlock_lock_on_lost(la, on_lost, NULL);
+  reset_lost();
+  dl_watchdog_stall(a->watchdog, true);
+  dl_watchdog_check_all(a->watchdog); /* no hold yet */
+  CHECK_RC(dlock_lock_acquire(la, 0, NULL), 0);
+  CHECK_EQ(dlock_lock_force_release(lb), 1);
+  int64_t t0 = th_now_ms();
+  dl_watchdog_stall(a->watchdog, false);
+  CHECK(th_wait_for(lost_called, NULL, 2000));
+  fprintf(stderr, "    checked and lost after %lld ms\n",
+          (long long)(atomic_load(&lost_at) - t0));
   dlock_lock_free(la);
   dlock_lock_free(lb);
   dlock_client_close(a);
@@ -398,8 +433,9 @@ static void t_stopped_holder_release_says_lost(void) {
 
 TH_MAIN(T(t_force_release_refuses_other_types),
         T(t_force_release_kind_must_match), T(t_force_release_heard_at_once),
-        T(t_revocation_spares_other_holds), T(t_permit_force_release_heard),
-        T(t_fixed_lease_lost_on_time), T(t_fixed_lease_permit_lost_on_time),
+        T(t_revocation_spares_other_holds), T(t_check_all_takes_later_holds),
+        T(t_permit_force_release_heard), T(t_fixed_lease_lost_on_time),
+        T(t_fixed_lease_permit_lost_on_time),
         T(t_reentered_fixed_becomes_renewed),
         T_REDIS(t_keyevent_del_heard, "--notify-keyspace-events Eg"),
         T_REDIS(t_keyspace_del_heard, "--notify-keyspace-events Kgx"),

@@ -110,6 +110,8 @@ int cli_run_child(char **cmd, const char *held, int64_t grace_ms, int verbose,
 int cmd_run(int argc, char **argv, cli_global *g);
 /* dlock elect (run.c): run a command while leading an election. */
 int cmd_elect(int argc, char **argv, cli_global *g);
+/* dlock elect --listen (listen.c): the election's leaders as they change. */
+int cli_elect_listen(int argc, char **argv, cli_global *g);
 int cmd_status(int argc, char **argv, cli_global *g);
 int cmd_release(int argc, char **argv, cli_global *g);
 int cmd_list(int argc, char **argv, cli_global *g);
@@ -117,6 +119,7 @@ int cmd_bench(int argc, char **argv, cli_global *g); /* src/cli/bench/bench.c */
 int cmd_queue(int argc, char **argv, cli_global *g); /* src/cli/queue.c */
 int cmd_top(int argc, char **argv, cli_global *g);   /* src/cli/top.c */
 int cmd_metrics(int argc, char **argv, cli_global *g); /* src/cli/metrics.c */
+int cmd_deadlocks(int argc, char **argv, cli_global *g); /* deadlocks.c */
 int cmd_fence(int argc, char **argv, cli_global *g); /* src/cli/fence.c */
 
 #endif

@@ -19,6 +19,7 @@ static const char *usage_text =
     "  run [options] NAME -- COMMAND [ARG...]   run COMMAND holding lock NAME\n"
     "  elect [options] NAME -- COMMAND [ARG...] run COMMAND while leading the\n"
     "                                           election NAME\n"
+    "  elect --listen [-n COUNT] NAME           print each new leader of NAME\n"
     "  status [--json] NAME                     who holds lock NAME (exit 0 "
     "held, 1 free)\n"
     "  status --permits|--latch NAME            a semaphore's or latch's "
@@ -30,6 +31,9 @@ static const char *usage_text =
     "                                           and queues (see dlock top "
     "--help)\n"
     "  metrics [--listen ADDR:PORT] [PATTERN]   their state for Prometheus\n"
+    "  deadlocks [PATTERN]                      owners waiting for each other "
+    "in a\n"
+    "                                           cycle (exit 1 if any)\n"
     "  bench [options] SCENARIO                 benchmark (see dlock bench "
     "--help)\n"
     "  queue offer|take|size NAME ...           a queue's values (see dlock "
@@ -48,7 +52,8 @@ static const char *usage_text =
     "                         [?session_timeout=D&connect_timeout=D&acl=A],\n"
     "                         etcd[s]://[user[:pass]@]host:port[,...]"
     "[/prefix]\n"
-    "                         redis-sentinel://host:port[,host:port...]/MASTER\n"
+    "                         "
+    "redis-sentinel://host:port[,host:port...]/MASTER\n"
     "                         (sentinels' password: $DLOCK_SENTINEL_PASSWORD)\n"
     "                         redis-cluster://host:port[,host:port...]\n"
     "                         [?pubsub=auto|sharded|classic], "
@@ -132,6 +137,8 @@ int main(int argc, char **argv) {
     rc = cmd_top(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "metrics") == 0)
     rc = cmd_metrics(sub_argc, sub_argv, &g);
+  else if (strcmp(cmd, "deadlocks") == 0)
+    rc = cmd_deadlocks(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "bench") == 0) rc = cmd_bench(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "queue") == 0) rc = cmd_queue(sub_argc, sub_argv, &g);
   else if (strcmp(cmd, "fence") == 0)

@@ -89,6 +89,9 @@ static const char *elect_help =
     "      --id ID                this participant's id, shown to the "
     "others as the\n"
     "                             leader's (default HOST:PID)\n"
+    "      --listen               (dlock elect --listen NAME) take no part: "
+    "print each\n"
+    "                             new leader's value (etcd://)\n"
     "  -E, --conflict-exit-code N exit status when not elected in time "
     "(default 75)\n"
     "      --kill-grace DURATION  on leadership loss, SIGTERM to SIGKILL "
@@ -651,5 +654,8 @@ int cmd_run(int argc, char **argv, cli_global *g) {
 }
 
 int cmd_elect(int argc, char **argv, cli_global *g) {
+  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+    if (strcmp(argv[i], "--listen") == 0)
+      return cli_elect_listen(argc, argv, g);
   return run_or_elect(argc, argv, g, true);
 }

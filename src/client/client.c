@@ -224,6 +224,13 @@ int dl_client_open_with(const dlock_client_options *opts,
                                   "the %s backend has no replica "
                                   "acknowledgement (min_replicas_acked)",
                                   c->backend->ops->name));
+  if (opts->detect_deadlocks && !c->backend->detects_deadlocks)
+    return open_fail(c, dl_seterr(NULL, DLOCK_ENOTSUP,
+                                  "the %s backend has no deadlock "
+                                  "detection (detect_deadlocks): its "
+                                  "waits do not follow the waiter records",
+                                  c->backend->ops->name));
+  c->detect_deadlocks = opts->detect_deadlocks != 0;
   rc = dl_watchdog_new(c, c->watchdog_timeout_ms, dl_holds_on_lost, c,
                        loop, &c->watchdog);
   if (rc != 0) {

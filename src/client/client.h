@@ -47,7 +47,8 @@ void dl_watchdog_extend(dl_watchdog *w, dl_renewal *r, int64_t valid_until,
  * it no longer has. Cheap for keys this client holds nothing on. Never
  * blocks on the server; any thread, also with the subscriber's lock held. */
 void dl_watchdog_check(dl_watchdog *w, const char *key, size_t len);
-/* The same for every hold (a revocation may have gone unheard). */
+/* The same for every hold (a revocation may have gone unheard), those
+ * recorded before the check starts included. */
 void dl_watchdog_check_all(dl_watchdog *w);
 /* Until when (dl_now_ms() time) the last confirmed renewal keeps r valid. */
 int64_t dl_watchdog_valid_until(dl_watchdog *w, dl_renewal *r);
@@ -90,12 +91,20 @@ typedef struct dl_holder {
   char *info; /* a lock's holder description, or NULL */
   int nholds; /* holds recorded through this holder */
 } dl_holder;
-/* Tells the handle of `hd` that its hold by `owner` was lost, with the
- * user's callback and ud as they were set (cb may be NULL). Called from
- * the watchdog with no lock held; the handle stays alive for the call
- * (dl_holder_drop waits for it). */
+/* What a hold's dl_lost_fn is told: the hold was lost, or (only while the
+ * client has an event hook, dlock_client_on_event) renewed. */
+typedef struct dl_hold_note {
+  bool renewed;
+  uint64_t token;
+  int64_t held_us; /* since its grant (dl_hold_grant.granted_us); 0: not
+                      timed */
+} dl_hold_note;
+/* Tells the handle of `hd` that its hold by `owner` was lost, or renewed,
+ * with the user's callback and ud as they were set (cb may be NULL).
+ * Called from the watchdog with no lock held; the handle stays alive for
+ * the call (dl_holder_drop waits for it). */
 typedef void (*dl_lost_fn)(dl_holder *hd, const char *owner, dl_user_fn cb,
-                           void *ud);
+                           void *ud, const dl_hold_note *note);
 
 /* Sets the lost callback (any thread). */
 void dl_holder_on_lost(dlock_client *c, dl_holder *hd, dl_user_fn cb, void *ud);
@@ -178,11 +187,22 @@ typedef enum dl_rel_outcome {
   DL_REL_ONE,   /* one re-entry less: counted down (to at least 1) */
   DL_REL_FAILED /* not answered: a last hold is forgotten (no renewal) */
 } dl_rel_outcome;
+/* What ended with a release, for the event hook: the hold's token and, if
+ * the hold ended here timed, how long it was held (else held_us -1). */
+typedef struct dl_rel_ended {
+  uint64_t token;
+  int64_t held_us;
+} dl_rel_ended;
 /* Ends the release that dl_holds_release_begin started (ren: its *ren, or
  * NULL), in one step, so that no loss is reported in between. Returns
- * whether the client had the hold. */
+ * whether the client had the hold; fills *ended (may be NULL). */
 bool dl_holds_release_end(dlock_client *c, const char *key, const char *owner,
-                          dl_renewal *ren, dl_rel_outcome how);
+                          dl_renewal *ren, dl_rel_outcome how,
+                          dl_rel_ended *ended);
+/* A new hold the caller gives back at once (an acquire that reports no
+ * lock): no longer timed, so that neither its release nor dlock_metrics
+ * counts it as a hold. */
+void dl_holds_untime(dlock_client *c, const char *key, const char *owner);
 
 /* Every hold, for a client being freed (handles not freed: a contract
  * breach): they stop being renewed. */
@@ -191,6 +211,11 @@ void dl_holds_free_all(dlock_client *c);
  * marks the hold lost and tells the handle that took it. */
 void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,
                       const char *owner);
+/* The watchdog renewed r (key and owner as for dl_holds_on_lost): tells
+ * the handle that took the hold, for its DLOCK_EVENT_RENEWED. Call it only
+ * while DL_EVENTS_ON(c). */
+void dl_holds_on_renewed(dlock_client *c, dl_renewal *r, const char *key,
+                         const char *owner);
 
 /* ---- metrics.c: dlock_metrics' histograms ---- */
 /* Per bucket (not cumulative), relaxed atomics: adding is lock-free and
@@ -201,6 +226,11 @@ typedef struct dl_hist {
 } dl_hist;
 /* Counts one duration of `us` microseconds (negative: 0). Any thread. */
 void dl_hist_add(dl_hist *h, int64_t us);
+/* Whether c has an event hook: the one branch an unset hook costs. */
+#define DL_EVENTS_ON(c) atomic_load_explicit(&(c)->events, memory_order_relaxed)
+/* Reports ev to c's event hook, if any: fills its size, backend and
+ * clocks, and calls the hook with no lock held. Any thread. */
+void dl_event_emit(dlock_client *c, dlock_event *ev);
 
 /* ---- transfer.c: the delayed queues' transfer in the background ---- */
 typedef struct dl_transfers dl_transfers;
@@ -232,6 +262,7 @@ struct dlock_client {
   dl_backend_env env;   /* what the backend borrows of the client */
   dl_backend *backend;
   dl_watchdog *watchdog;
+  bool detect_deadlocks; /* dlock_client_options' (dl_acquire.detect) */
   dl_loop *loop; /* an event-loop client's (dlock_client_open_async) */
   atomic_uint_fast64_t handles; /* lock handles made on the loop */
   /* dlock_metrics' acquisitions (src/locks/lock.c dl_acq_end); relaxed */
@@ -246,6 +277,11 @@ struct dlock_client {
   struct dlock_op *waits;
   atomic_int closing;
   dl_transfers *transfers; /* made at the first delayed handle */
+  /* dlock_client_on_event's, guarded by holds_mu; `events` (relaxed)
+   * says whether one is set (DL_EVENTS_ON). */
+  atomic_bool events;
+  dlock_event_cb event_cb;
+  void *event_ud;
   /* dlock_client_on_state's, guarded by holds_mu. */
   dlock_state_cb state_cb;
   void *state_ud;

@@ -77,12 +77,18 @@ static dl_hold *unlink_hold(dlock_client *c, dl_hold *h) {
 }
 
 /* The hold ends: its holder counts it no more, dlock_metrics' hold_seconds
- * counts it if it was timed; then as unlink_hold. */
-static dl_hold *forget(dlock_client *c, dl_hold *h) {
+ * counts it if it was timed (*held_us, unless NULL: how long it was held,
+ * -1 if not timed: a loss counted it already); then as unlink_hold. */
+static dl_hold *forget_timed(dlock_client *c, dl_hold *h, int64_t *held_us) {
   if (h->holder) h->holder->nholds--;
-  if (h->granted_us != 0)
-    dl_hist_add(&c->hold_hist, dl_now_us() - h->granted_us);
+  int64_t us = h->granted_us != 0 ? dl_now_us() - h->granted_us : -1;
+  if (us >= 0) dl_hist_add(&c->hold_hist, us);
+  if (held_us) *held_us = us;
   return unlink_hold(c, h);
+}
+
+static dl_hold *forget(dlock_client *c, dl_hold *h) {
+  return forget_timed(c, h, NULL);
 }
 
 /* Stops the hold's renewal and frees it. Accepts NULL. Not under
@@ -258,17 +264,30 @@ dl_rel_state dl_holds_release_begin(dlock_client *c, const char *key,
 }
 
 bool dl_holds_release_end(dlock_client *c, const char *key, const char *owner,
-                          dl_renewal *ren, dl_rel_outcome how) {
+                          dl_renewal *ren, dl_rel_outcome how,
+                          dl_rel_ended *ended) {
   dl_hold *old = NULL;
+  int64_t held_us = -1;
   pthread_mutex_lock(&c->holds_mu);
   dl_watchdog_release_end(c->watchdog, ren);
   dl_hold *h = find(c, key, owner);
-  if (h && how == DL_REL_GONE) old = forget(c, h);
+  uint64_t token = h ? h->token : 0;
+  if (h && how == DL_REL_GONE)
+    old = forget_timed(c, h, &held_us);
   else if (h && how == DL_REL_ONE && h->count > 1) h->count--;
-  else if (h && how == DL_REL_FAILED && h->count <= 1) old = forget(c, h);
+  else if (h && how == DL_REL_FAILED && h->count <= 1)
+    old = forget_timed(c, h, &held_us);
   pthread_mutex_unlock(&c->holds_mu);
   bury(c, old);
+  if (ended) *ended = (dl_rel_ended){.token = token, .held_us = held_us};
   return h != NULL;
+}
+
+void dl_holds_untime(dlock_client *c, const char *key, const char *owner) {
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = find(c, key, owner);
+  if (h) h->granted_us = 0;
+  pthread_mutex_unlock(&c->holds_mu);
 }
 
 void dl_holds_free_all(dlock_client *c) {
@@ -276,22 +295,28 @@ void dl_holds_free_all(dlock_client *c) {
     while (c->holds[i]) bury(c, unlink_hold(c, c->holds[i]));
 }
 
-void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,
-                      const char *owner) {
-  dlock_client *c = ud;
+/* Tells the handle that took the hold of r its loss (marking it lost) or
+ * its renewal. */
+static void tell(dlock_client *c, dl_renewal *r, const char *key,
+                 const char *owner, bool renewed) {
   pthread_mutex_lock(&c->holds_mu);
   dl_hold *h = find(c, key, owner);
   dl_holder *hd = NULL;
   dl_lost_fn fn = NULL;
   dl_user_fn cb = NULL;
   void *cb_ud = NULL;
+  dl_hold_note note = {.renewed = renewed};
   /* Only the hold this renewal belonged to: the owner may have released
    * and taken the lock again since the renewal went out. */
-  if (h && h->renewal == r) {
-    h->lost = true;
-    if (h->granted_us != 0) { /* the hold ends here, for dlock_metrics */
-      dl_hist_add(&c->hold_hist, dl_now_us() - h->granted_us);
-      h->granted_us = 0;
+  if (h && h->renewal == r && !(renewed && h->lost)) {
+    note.token = h->token;
+    if (h->granted_us != 0) note.held_us = dl_now_us() - h->granted_us;
+    if (!renewed) {
+      h->lost = true;
+      if (h->granted_us != 0) { /* the hold ends here, for dlock_metrics */
+        dl_hist_add(&c->hold_hist, note.held_us);
+        h->granted_us = 0;
+      }
     }
     if ((hd = h->holder) != NULL && (fn = h->lost_fn) != NULL) {
       c->in_lost_callback = hd;
@@ -301,9 +326,19 @@ void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,
   }
   pthread_mutex_unlock(&c->holds_mu);
   if (fn == NULL) return;
-  fn(hd, owner, cb, cb_ud);
+  fn(hd, owner, cb, cb_ud, &note);
   pthread_mutex_lock(&c->holds_mu);
   c->in_lost_callback = NULL;
   pthread_cond_broadcast(&c->holds_cv);
   pthread_mutex_unlock(&c->holds_mu);
+}
+
+void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,
+                      const char *owner) {
+  tell(ud, r, key, owner, false);
+}
+
+void dl_holds_on_renewed(dlock_client *c, dl_renewal *r, const char *key,
+                         const char *owner) {
+  tell(c, r, key, owner, true);
 }

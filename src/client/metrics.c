@@ -1,5 +1,5 @@
 /* metrics.c: dlock_metrics, the client's own counters and histograms
- * (docs/OBSERVABILITY.md), and their Prometheus text. */
+ * (docs/OBSERVABILITY.md), and their Prometheus text; the event hook. */
 #include "client.h"
 
 #include <inttypes.h>
@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 /* DLOCK_METRICS_BOUNDS in microseconds. */
 static const int64_t bound_us[DLOCK_METRICS_BUCKETS - 1] = {
@@ -49,6 +50,37 @@ int dlock_client_metrics_size(dlock_client *c, dlock_metrics *m, size_t size) {
   hist_read(&c->hold_hist, &all.hold_seconds);
   memcpy(m, &all, size < sizeof all ? size : sizeof all);
   return 0;
+}
+
+/* ---- dlock_client_on_event ---- */
+
+int dlock_client_on_event(dlock_client *c, dlock_event_cb cb, void *ud) {
+  if (c == NULL) return DLOCK_EINVAL;
+  pthread_mutex_lock(&c->holds_mu);
+  c->event_cb = cb;
+  c->event_ud = ud;
+  atomic_store_explicit(&c->events, cb != NULL, memory_order_relaxed);
+  pthread_mutex_unlock(&c->holds_mu);
+  return 0;
+}
+
+static int64_t ns_of(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void dl_event_emit(dlock_client *c, dlock_event *ev) {
+  pthread_mutex_lock(&c->holds_mu);
+  dlock_event_cb cb = c->event_cb;
+  void *ud = c->event_ud;
+  pthread_mutex_unlock(&c->holds_mu);
+  if (cb == NULL) return;
+  ev->size = sizeof *ev;
+  ev->backend = c->backend->ops->name;
+  ev->mono_ns = ns_of(CLOCK_MONOTONIC);
+  ev->wall_ns = ns_of(CLOCK_REALTIME);
+  cb(c, ev, ud);
 }
 
 /* ---- dlock_metrics_format ---- */

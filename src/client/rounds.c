@@ -122,8 +122,9 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
       continue;
     }
     pthread_mutex_lock(&w->mu);
-    bool lost = false;
+    bool lost = false, told = false; /* told: DLOCK_EVENT_RENEWED */
     if (k->items[i].result == 1) {
+      told = !k->check && r->linked && DL_EVENTS_ON(w->c);
       if (!k->check && k->items[i].valid_until > r->valid_until)
         r->valid_until = k->items[i].valid_until;
       int64_t left = k->items[i].valid_until - at;
@@ -134,6 +135,8 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
     }
     pthread_mutex_unlock(&w->mu);
     if (lost) w->fn(w->ud, r, k->copies[2 * i], k->copies[2 * i + 1]);
+    if (told)
+      dl_holds_on_renewed(w->c, r, k->copies[2 * i], k->copies[2 * i + 1]);
   }
   /* Whatever was not confirmed in time may have expired on the server. */
   int64_t now = dl_now_ms();

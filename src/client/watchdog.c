@@ -142,10 +142,10 @@ void dl_watchdog_remove(dl_watchdog *w, dl_renewal *r) {
 
 void dl_watchdog_check_all(dl_watchdog *w) {
   pthread_mutex_lock(&w->mu);
-  if (w->count > 0) {
-    w->check_all = true;
-    wake(w);
-  }
+  /* Also with no hold yet: one recorded before the round starts (an
+   * acquire answered with the confirmation of a subscription) is taken. */
+  w->check_all = true;
+  wake(w);
   pthread_mutex_unlock(&w->mu);
 }
 

@@ -81,6 +81,9 @@ typedef struct dl_acquire {
    * round), 0 none: the server gives the larger of it and its own next
    * token, unless it is too far ahead of the server's clock. */
   uint64_t propose;
+  /* dlock_client_options.detect_deadlocks: a wait that would close a
+   * wait-for cycle fails with DLOCK_EDEADLK (backends with `waiters`) */
+  bool detect;
   /* out, when acquired */
   int status;          /* 1 taken, 2 re-entered */
   uint64_t token;      /* the hold's fencing token */
@@ -196,6 +199,11 @@ typedef struct dl_elect dl_elect;
  * leader 1 (token: the leadership's fencing token) or 0; gone true when it
  * is out of the election for good (its session ended: leader is 0). */
 typedef void (*dl_elect_fn)(void *ud, int leader, uint64_t token, bool gone);
+/* An election watched (Go's Observe), and what it is told: the leader's
+ * value (len bytes, NUL-terminated) and token, or value NULL: nobody. */
+typedef struct dl_observer dl_observer;
+typedef void (*dl_observe_fn)(void *ud, const char *value, size_t len,
+                              uint64_t token);
 
 /* ---- holds ---- */
 /* One hold for a renewal round. */
@@ -248,6 +256,13 @@ typedef struct dl_backend_ops {
    * returns non-zero. Returns how many were passed, or a negative code. */
   int (*scan)(dl_backend *b, const char *match, size_t prefix_len,
               dlock_scan_cb cb, void *ud);
+  /* Calls cb for each waiter under the key prefix `prefix` (the owners
+   * waiting now: Redis' waiter records, docs/WIRE.md; zk://'s nodes in
+   * line) until cb returns non-zero. Returns how many were passed, or a
+   * negative code. Blocking clients only. NULL: the backend cannot tell
+   * who waits (DLOCK_ENOTSUP). */
+  int (*waiters)(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                 void *ud);
 
   /* Semaphores, permit-expirable semaphores and latches. An acquire (or
    * the latch's await) returns 1 done, 0 not by `deadline` (waiting
@@ -370,6 +385,18 @@ typedef struct dl_backend_ops {
   void (*elect_leave)(dl_backend *b, dl_elect *e);
   int (*elect_leader)(dl_backend *b, const dl_sync_ref *s, char *buf,
                       size_t len);
+  /* Go's Proclaim: e's value becomes `value` (copied) while it leads: 0,
+   * DLOCK_ENOTOWNER (not the leader: nothing changed), or a negative
+   * code. Any thread, fn's included. NULL: not on this backend. */
+  int (*elect_proclaim)(dl_backend *b, dl_elect *e, const char *value);
+  /* Go's Observe: fn runs on a backend thread with the leader's value
+   * and token (value NULL: nobody leads) at the start and at each change,
+   * until elect_unobserve, which stops it (fn not called once it
+   * returns; never from fn). 0 and *out, or a negative code. NULL: not
+   * on this backend. */
+  int (*elect_observe)(dl_backend *b, const dl_sync_ref *s, dl_observe_fn fn,
+                       void *ud, dl_observer **out);
+  void (*elect_unobserve)(dl_backend *b, dl_observer *o);
 
   int (*ping)(dl_backend *b);
   /* 0 if `key` (prefix included) can name a lock, semaphore or election
@@ -386,6 +413,9 @@ struct dl_backend {
   /* The mutex (dlock_lock_new) is the plain string lock here: redlock://
    * unless ?layout=hash, the layout redsync and npm redlock write. */
   bool plain_mutex;
+  /* An acquire that waits follows the waiter records itself
+   * (dl_acquire.detect; dlock_client_options.detect_deadlocks): Redis. */
+  bool detects_deadlocks;
 };
 
 #endif /* DLOCK_BACKEND_H */

@@ -219,6 +219,28 @@ void dl_timer_stop(dl_loop *lp, dl_timer *t);
 static inline bool dl_timer_active(const dl_timer *t) { return t->pos != 0; }
 /* Timers started on lp (tests). */
 size_t dl_loop_timers(const dl_loop *lp);
+/* The calls made so far to the hooks' watch and timer (the built-in
+ * driver's epoll_ctl and timerfd_settime; tests). */
+void dl_loop_hook_calls(const dl_loop *lp, uint64_t *watch, uint64_t *timer);
+
+/* Work put off to the end of the loop's dispatch under way (of the round
+ * of dlock_loop_run, or of one dlock_loop_on_io / dlock_loop_on_timer
+ * call), embedded in its user's struct: a connection's write of the
+ * requests its callbacks queued, in one system call, without asking the
+ * loop for writability. */
+typedef struct dl_defer {
+  struct dl_defer *prev, *next;
+  void (*fn)(void *ud);
+  void *ud;
+  bool queued;
+} dl_defer;
+void dl_defer_init(dl_defer *d, void (*fn)(void *ud), void *ud);
+/* Puts d's fn off to the end of the dispatch under way (once, however
+ * often it is added). Returns false, and queues nothing, outside a
+ * dispatch: the caller does the work some other way. */
+bool dl_defer_add(dl_loop *lp, dl_defer *d);
+/* Takes d off the queue (its fn will not run); safe if not queued. */
+void dl_defer_cancel(dl_loop *lp, dl_defer *d);
 
 /* ---- offload.c: blocking work beside an event loop ----
  * For a backend whose client library blocks or keeps threads of its own

@@ -1,6 +1,7 @@
 /* loop.c: the event-loop seam: fd watches and timers over a caller's loop
  * (a table of hooks) or the built-in epoll driver; many timers on the
- * hooks' one timer through a binary heap. */
+ * hooks' one timer through a binary heap; work put off to the end of a
+ * dispatch (dl_defer). */
 #include "core.h"
 
 #include <errno.h>
@@ -34,6 +35,9 @@ struct dlock_loop {
   int dispatching; /* timer dispatch depth: the hook is re-armed after it */
   bool armed;      /* the hook timer is armed for armed_at */
   int64_t armed_at;
+  int running;                       /* dispatch depth, for dl_defer */
+  uint64_t watch_calls, timer_calls; /* the hooks', for tests */
+  dl_defer *dhead, *dtail;           /* put off to the dispatch's end */
 };
 
 /* ---- the timer heap ---- */
@@ -81,18 +85,30 @@ static void heap_remove(dl_loop *lp, dl_timer *t) {
   else sift_down(lp, i);
 }
 
-/* Arms the hook timer for the earliest timer, unless a dispatch will. */
+static void hook_timer(dl_loop *lp, int64_t ms) {
+  lp->timer_calls++;
+  lp->hooks.timer(lp->hooks.data, ms);
+}
+
+/* Arms the hook timer for the earliest timer, unless a dispatch will.
+ * Lazily: an arming that stands for an earlier time than the earliest
+ * timer's (that timer was stopped) is kept, and when it fires the dispatch
+ * finds nothing due and arms again. A request's deadline is started and
+ * stopped per request; following each stop would cost the built-in driver
+ * a timerfd_settime per request. The built-in driver's timer also stays
+ * armed with no timer left (it fires once, for nothing); a caller's loop
+ * is disarmed then, so that it can tell it has nothing left to do. */
 static void rearm(dl_loop *lp) {
   if (lp->dispatching > 0) return;
   if (lp->n == 0) {
-    if (lp->armed) lp->hooks.timer(lp->hooks.data, -1);
-    lp->armed = false;
+    if (lp->armed && !lp->builtin) hook_timer(lp, -1);
+    if (!lp->builtin) lp->armed = false;
     return;
   }
   int64_t at = lp->heap[0]->at;
-  if (lp->armed && lp->armed_at == at) return;
+  if (lp->armed && lp->armed_at <= at) return;
   int64_t ms = at - dl_now_ms();
-  lp->hooks.timer(lp->hooks.data, ms < 0 ? 0 : ms);
+  hook_timer(lp, ms < 0 ? 0 : ms);
   lp->armed = true;
   lp->armed_at = at;
 }
@@ -132,8 +148,69 @@ void dl_timer_stop(dl_loop *lp, dl_timer *t) {
 
 size_t dl_loop_timers(const dl_loop *lp) { return lp->n; }
 
+void dl_loop_hook_calls(const dl_loop *lp, uint64_t *watch, uint64_t *timer) {
+  *watch = lp->watch_calls;
+  *timer = lp->timer_calls;
+}
+
+/* ---- work put off to the end of a dispatch ---- */
+
+void dl_defer_init(dl_defer *d, void (*fn)(void *ud), void *ud) {
+  memset(d, 0, sizeof *d);
+  d->fn = fn;
+  d->ud = ud;
+}
+
+bool dl_defer_add(dl_loop *lp, dl_defer *d) {
+  if (lp->running == 0) return false;
+  if (d->queued) return true;
+  d->queued = true;
+  d->next = NULL;
+  d->prev = lp->dtail;
+  if (lp->dtail)
+    lp->dtail->next = d;
+  else
+    lp->dhead = d;
+  lp->dtail = d;
+  return true;
+}
+
+void dl_defer_cancel(dl_loop *lp, dl_defer *d) {
+  if (!d->queued) return;
+  if (d->prev)
+    d->prev->next = d->next;
+  else
+    lp->dhead = d->next;
+  if (d->next)
+    d->next->prev = d->prev;
+  else
+    lp->dtail = d->prev;
+  d->prev = d->next = NULL;
+  d->queued = false;
+}
+
+static void enter_dispatch(dl_loop *lp) {
+  lp->running++;
+}
+
+/* Ends a dispatch; the outermost runs what was put off, in order (what
+ * that adds runs too, in the same round). */
+static void leave_dispatch(dl_loop *lp) {
+  if (lp->running > 1) {
+    lp->running--;
+    return;
+  }
+  while (lp->dhead) {
+    dl_defer *d = lp->dhead;
+    dl_defer_cancel(lp, d);
+    d->fn(d->ud);
+  }
+  lp->running--;
+}
+
 void dlock_loop_on_timer(dlock_loop *lp) {
   lp->armed = false; /* it fired */
+  enter_dispatch(lp);
   lp->dispatching++;
   /* Only timers started before this dispatch: one that a callback starts
    * for "now" waits for the next, so a callback that re-arms itself cannot
@@ -147,6 +224,7 @@ void dlock_loop_on_timer(dlock_loop *lp) {
   }
   lp->dispatching--;
   rearm(lp);
+  leave_dispatch(lp);
 }
 
 /* ---- watches ---- */
@@ -178,6 +256,7 @@ int dl_watch_new(dl_loop *lp, int fd, dl_watch_fn fn, void *ud,
 int dl_watch_set(dl_watch *w, int events) {
   if (events == w->events) return 0;
   dl_loop *lp = w->lp;
+  lp->watch_calls++;
   if (lp->hooks.watch(lp->hooks.data, w->fd, events, &w->slot) != 0) {
     w->events = 0; /* the adapter watches it no more (the hook's contract) */
     w->slot = NULL;
@@ -198,7 +277,10 @@ void dlock_loop_on_io(dlock_loop *lp, int fd, int events) {
   if (fd < 0 || fd >= lp->nfd || lp->byfd[fd] == NULL) return;
   dl_watch *w = lp->byfd[fd];
   events &= w->events;
-  if (events) w->fn(w->ud, events); /* may free w: not touched after */
+  if (events == 0) return;
+  enter_dispatch(lp);
+  w->fn(w->ud, events); /* may free w: not touched after */
+  leave_dispatch(lp);
 }
 
 /* ---- the built-in driver ---- */
@@ -297,6 +379,7 @@ int dlock_loop_run(dlock_loop *lp, int64_t max_ms) {
   if (n < 0) return errno == EINTR ? 0 : DLOCK_ECONNLOST;
   int handled = 0;
   bool timer = false;
+  enter_dispatch(lp); /* what the round puts off runs at its end */
   for (int i = 0; i < n; i++) {
     int fd = evs[i].data.fd;
     if (fd == lp->tfd) {
@@ -317,6 +400,7 @@ int dlock_loop_run(dlock_loop *lp, int64_t max_ms) {
     dlock_loop_on_timer(lp);
     handled++;
   }
+  leave_dispatch(lp);
   return handled;
 #else
   (void)lp;
@@ -330,7 +414,7 @@ void dlock_loop_free(dlock_loop *lp) {
   /* What its users left: the adapter's per-fd state is released. */
   for (int fd = 0; fd < lp->nfd; fd++) dl_watch_free(lp->byfd[fd]);
   for (size_t i = 0; i < lp->n; i++) lp->heap[i]->pos = 0;
-  if (lp->armed) lp->hooks.timer(lp->hooks.data, -1);
+  if (lp->armed) hook_timer(lp, -1);
   if (lp->hooks.cleanup) lp->hooks.cleanup(lp->hooks.data);
   if (lp->epfd >= 0) close(lp->epfd);
   if (lp->tfd >= 0) close(lp->tfd);

@@ -27,8 +27,8 @@ static const struct {
     /* etcd's own layouts (Go's concurrency.Mutex and Election): waiters
      * watch their predecessor (so the mutex is also the fair lock); a hold
      * lives by its session's lease. */
-    {"etcd",
-     F(LOCK) | F(FAIR) | F(ELECTION) | F(WAIT_NOTIFY) | F(LEASE) | F(FENCE)},
+    {"etcd", F(LOCK) | F(FAIR) | F(READ) | F(WRITE) | F(ELECTION) |
+                 F(WAIT_NOTIFY) | F(LOOP) | F(LEASE) | F(FENCE)},
 };
 
 static const char *const names[DL_FEAT_COUNT][2] = {

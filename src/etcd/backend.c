@@ -161,6 +161,16 @@ static int etcd_ping(dl_backend *b) {
   return rc;
 }
 
+/* A cancel (event-loop client): the waits look at their operation's
+ * flag, the others at their deadline again. */
+static void etcd_kick(dl_backend *b) {
+  dl_etcd *e = (dl_etcd *)b;
+  pthread_mutex_lock(&e->mu);
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  dl_etcd_wake_waits(e);
+}
+
 static void etcd_wake_all(dl_backend *b) {
   dl_etcd *e = (dl_etcd *)b;
   atomic_fetch_add(&e->wakes, 1);
@@ -188,6 +198,8 @@ static void etcd_stats(dl_backend *b, dlock_client_stats *st) {
 static void etcd_free(dl_backend *b) {
   dl_etcd *e = (dl_etcd *)b;
   if (e == NULL) return;
+  /* An event-loop client's operations end, their callers are told. */
+  dl_blockloop_close(e->form);
   /* Election threads left from their own callback may still be revoking
    * their lease: they end first (the closing flag ends the others). */
   pthread_mutex_lock(&e->mu);
@@ -234,6 +246,7 @@ static void etcd_free(dl_backend *b) {
   pthread_cond_destroy(&e->cv);
   pthread_mutex_destroy(&e->mu);
   pthread_mutex_destroy(&e->lease_mu);
+  dl_blockloop_free(e->form); /* the watcher, which tells losses, ended */
   free(e);
 }
 
@@ -248,6 +261,9 @@ static const dl_backend_ops etcd_ops = {
     .elect_join = dl_etcd_elect_join,
     .elect_leave = dl_etcd_elect_leave,
     .elect_leader = dl_etcd_elect_leader,
+    .elect_proclaim = dl_etcd_elect_proclaim,
+    .elect_observe = dl_etcd_elect_observe,
+    .elect_unobserve = dl_etcd_elect_unobserve,
     .renew = dl_etcd_renew,
     .fence = dl_etcd_fence,
     .watch_losses = etcd_watch_losses,
@@ -390,10 +406,6 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
                         const dl_backend_env *env, dl_backend **out) {
   *out = NULL;
   const char *url = opts->url;
-  if (env->loop)
-    return dl_seterr(NULL, DLOCK_ENOTSUP,
-                     "the etcd backend has no "
-                     "event-loop client yet (dlock_client_open only)");
   pthread_once(&curl_once, curl_init);
   if (curl_init_rc != CURLE_OK)
     return dl_seterr(NULL, DLOCK_ENOMEM, "libcurl: %s",
@@ -436,6 +448,10 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
   /* Then the user and password, if any: refused, DLOCK_EAUTH. */
   if (rc == 0 && e->user)
     rc = dl_etcd_authenticate(e, 0, dl_now_ms() + opts->connect_timeout_ms);
+  /* On an event loop, the operations run on the seam's event-loop form of
+   * blocking backends: a thread per operation in flight. */
+  if (rc == 0 && env->loop)
+    rc = dl_blockloop_new(&e->base, env, etcd_kick, &e->form);
   if (rc != 0) {
     etcd_free(&e->base);
     return rc;

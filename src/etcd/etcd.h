@@ -13,8 +13,9 @@
  * (err_owner NULL); on error *out is NULL. It asks a server for its version
  * (every endpoint in turn, each within connect_timeout_ms), so a wrong
  * address fails the open. A build without libcurl and json-c
- * (src/etcd/none.c), and an event-loop client, get DLOCK_ENOTSUP saying
- * so. */
+ * (src/etcd/none.c) gets DLOCK_ENOTSUP saying so. On an event-loop client
+ * (env->loop) each operation runs on a thread of its own, its result
+ * handed to the loop's thread (core/blockloop.h). */
 int dl_etcd_backend_new(const dlock_client_options *opts,
                         const dl_backend_env *env, dl_backend **out);
 

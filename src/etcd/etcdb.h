@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "../core/blockloop.h"
 #include "etcd.h"
 
 /* Full etcd keys of locks fit in this many bytes. */
@@ -114,6 +115,9 @@ typedef struct dl_etcd {
   etcd_watch *watches; /* every watch the thread runs or will start */
   atomic_llong round_trips;
   int participants; /* election threads running: freed only after them */
+  /* An event-loop client's: the seam's event-loop form (blockloop.h), an
+   * operation on a thread of its own, its waits ended by a cancel. */
+  dl_blockloop *form;
 } dl_etcd;
 
 /* ---- http.c: calls over the gateway ---- */
@@ -210,8 +214,10 @@ int dl_etcd_fence(dl_backend *b, dl_fence_req *f);
 int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
                       int64_t deadline);
 /* Creates h's key (h->key on h->lease, `value`) in one txn that also reads
- * the owner under pfx (Go's Mutex.tryAcquire, Election.Campaign): 0 with
- * h->rev and *owner_rev (0: nobody), or a negative code. */
+ * the owner under pfx, the lowest create revision there (Go's
+ * Mutex.tryAcquire, Election.Campaign): 0 with h->rev and *owner_rev (0:
+ * nobody), 1 when h->key is there on another lease (not ours: nothing
+ * changed, h->rev 0), or a negative code. */
 int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
                          const char *pfx, int64_t deadline, int64_t *owner_rev);
 /* The key before ours in the line: the highest create revision below
@@ -235,16 +241,36 @@ void dl_etcd_prefix_end(const char *pfx, char *end_b64);
 int dl_etcd_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
                        dl_elect_fn fn, void *ud, dl_elect **out);
 void dl_etcd_elect_leave(dl_backend *b, dl_elect *el);
+int dl_etcd_elect_proclaim(dl_backend *b, dl_elect *el, const char *value);
+int dl_etcd_elect_observe(dl_backend *b, const dl_sync_ref *s, dl_observe_fn fn,
+                          void *ud, dl_observer **out);
+void dl_etcd_elect_unobserve(dl_backend *b, dl_observer *o);
 int dl_etcd_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
                          size_t len);
 
 /* ---- wait.c ---- */
 /* Waits until `key` is deleted after revision `rev` (a watch from rev + 1):
- * 1 deleted, 0 not by the deadline, or a negative code (DLOCK_ECLOSED when
- * the client closes). */
+ * 1 deleted, 0 not by the deadline (or the operation this thread runs
+ * was cancelled: dl_offload_cancelled), or a negative code (DLOCK_ECLOSED
+ * when the client closes). */
 int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
                         int64_t deadline);
-/* Wakes every wait in progress (wake_all). */
+/* As dl_etcd_wait_delete, but also 0 at once when e->wakes is no longer
+ * `wakes` (a thread that read the count before it looked at its reasons
+ * to stop misses no wake). */
+int dl_etcd_wait_delete_since(dl_etcd *e, const char *key, int64_t rev,
+                              int64_t deadline, unsigned wakes);
+/* Waits for any event under the prefix pfx after revision rev: 1 one came
+ * (or the watch ended: look again), 0 not by the deadline or woken (as
+ * dl_etcd_wait_delete_since), or a negative code (DLOCK_ECLOSED when the
+ * client closes). */
+int dl_etcd_wait_change(dl_etcd *e, const char *pfx, int64_t rev,
+                        int64_t deadline, unsigned wakes);
+/* Sleeps ms, or less: until the client closes or the operation this
+ * thread runs is cancelled (e->cv is broadcast then). e->mu not held. */
+void dl_etcd_pause(dl_etcd *e, int64_t ms);
+/* Wakes every wait in progress: the client closing (wake_all), or an
+ * operation cancelled (the waits look at dl_offload_cancelled). */
 void dl_etcd_wake_waits(dl_etcd *e);
 /* The watcher thread: starts watching a hold's key (from its create
  * revision), and stops. Any thread; e->mu not held. */

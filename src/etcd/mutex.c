@@ -1,18 +1,24 @@
 /* mutex.c: the mutex on etcd, laid out as Go's concurrency.Mutex and
  * `etcdctl lock`: a key PREFIX/NAME/<lease id in hex> with an empty value
+ * (or the holder's description, which Go never reads)
  * on the session's lease, created in one txn that also reads the owner
  * (the lowest create revision under PREFIX/NAME/); a waiter watches only
  * its predecessor (the highest create revision below its own) until it is
  * deleted, then looks again, and checks that its own key is still there
  * before it takes the lock (etcd issue 11456). The fencing token is the
  * key's create revision; the release deletes the key only at that
- * revision (etcd issue 22082). */
+ * revision (etcd issue 22082). The read-write lock is contrib/recipes'
+ * RWMutex on the same machinery: keys PREFIX/NAME/read/<ns> and
+ * PREFIX/NAME/write/<ns>, a reader waiting for the writers' keys before
+ * its own, a writer for every key before its own. */
 #include "etcdb.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define B64(n) (4 * (((n) + 2) / 3) + 1)
 
@@ -24,16 +30,24 @@ bool dl_etcd_transient(int rc) {
  * fail with (etcd answers "leader changed", a member goes away), as the
  * Redis waits ride out a failover: true after a pause (20 ms, doubling up
  * to 200 ms) when rc is transient and the wait's deadline leaves room,
- * false when the error stands (the client closing, the time spent). */
+ * false when the error stands (the client closing, the operation
+ * cancelled, the time spent). */
 static bool ride_out(dl_etcd *e, const dl_acquire *a, int rc, int *rides) {
-  if (!dl_etcd_transient(rc) || !a->wait || atomic_load(e->env->closing))
+  if (!dl_etcd_transient(rc) || !a->wait || atomic_load(e->env->closing) ||
+      dl_offload_cancelled())
     return false;
   int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
   if (pause > 200) pause = 200;
   if (dl_now_ms() + pause >= a->deadline) return false;
   (*rides)++;
-  dl_sleep_ms(pause);
-  return !atomic_load(e->env->closing);
+  dl_etcd_pause(e, pause);
+  return !atomic_load(e->env->closing) && !dl_offload_cancelled();
+}
+
+/* Whether an acquire's wait is over: none asked for, its deadline come,
+ * or (on an event-loop client) the operation cancelled. */
+static bool wait_over(const dl_acquire *a) {
+  return !a->wait || dl_now_ms() >= a->deadline || dl_offload_cancelled();
 }
 
 void dl_etcd_hold_free(etcd_hold *h) {
@@ -166,9 +180,11 @@ static int64_t create_rev(dl_etcd *e, const char *key, int64_t deadline) {
 }
 
 /* Waits for the client's other owner holding (or taking) lock on the same
- * lease to let go, then claims it: 1 claimed (*out), 0 not by the deadline,
+ * lease (shared_key: the mutex's key is the lease's) to let go, then
+ * claims it: 1 claimed (*out), 0 not by the deadline,
  * or a negative code. */
-static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, etcd_hold **out) {
+static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
+                 etcd_hold **out) {
   const dl_lock_ref *l = a->lock;
   etcd_hold *h = calloc(1, sizeof *h);
   if (h == NULL || !(h->lock = dl_strdup(l->key)) ||
@@ -197,14 +213,14 @@ static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, etcd_hold **out) {
       continue;
     }
     etcd_hold *o = NULL;
-    for (etcd_hold *x = e->holds; x && !own_lease; x = x->next)
+    for (etcd_hold *x = e->holds; x && !own_lease && shared_key; x = x->next)
       if (!x->own_lease && strcmp(x->lock, l->key) == 0) o = x;
     if (o == NULL) break;
     if (atomic_load(e->env->closing)) {
       rc = dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
       break;
     }
-    if (!a->wait || dl_now_ms() >= a->deadline) {
+    if (wait_over(a)) {
       rc = 0;
       break;
     }
@@ -233,36 +249,53 @@ int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
   dl_etcd_b64(h->key, strlen(h->key), k64);
   dl_etcd_b64(pfx, strlen(pfx), p64);
   dl_etcd_prefix_end(pfx, end64);
-  char v64[B64(DL_OWNER_MAX)];
-  dl_etcd_b64(value, strlen(value), v64);
-  char owner[3 * B64(ETCD_KEY_MAX)], put[B64(ETCD_KEY_MAX) + sizeof v64 + 128];
-  char get[B64(ETCD_KEY_MAX) + 64];
-  char success[sizeof owner + sizeof put + 8],
-      failure[sizeof owner + sizeof get + 8];
+  /* The value: any length (an election's proclaimed value, a holder's
+   * description). */
+  size_t vl = strlen(value), put_len = B64(ETCD_KEY_MAX) + B64(vl) + 128;
+  char owner[3 * B64(ETCD_KEY_MAX)], get[B64(ETCD_KEY_MAX) + 64];
+  char *v64 = malloc(B64(vl)), *put = malloc(put_len),
+       *success = malloc(sizeof owner + put_len + 8);
+  char failure[sizeof owner + sizeof get + 8];
+  if (v64 == NULL || put == NULL || success == NULL) {
+    free(v64);
+    free(put);
+    free(success);
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  dl_etcd_b64(value, vl, v64);
   snprintf(owner, sizeof owner,
            "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
            "\"limit\":\"1\",\"sort_order\":\"ASCEND\","
            "\"sort_target\":\"CREATE\",\"keys_only\":true}}",
            p64, end64);
   snprintf(
-      put, sizeof put,
+      put, put_len,
       "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64
       "\"}}",
       k64, v64, h->lease);
   snprintf(get, sizeof get, "{\"request_range\":{\"key\":\"%s\"}}", k64);
-  snprintf(success, sizeof success, "%s,%s", put, owner);
+  snprintf(success, sizeof owner + put_len + 8, "%s,%s", put, owner);
   snprintf(failure, sizeof failure, "%s,%s", get, owner);
   json_object *r;
   int rc = txn(e, k64, 0, success, failure, deadline, &r);
+  free(v64);
+  free(put);
+  free(success);
   if (rc != 0) return rc;
   json_object *s = dl_etcd_get(r, "succeeded");
   if (s && json_object_get_boolean(s)) {
     h->rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
   } else {
     /* Our key was there already (a release of ours that did not get
-     * through): it is ours, as Go's Mutex takes it. */
-    json_object *mine = dl_etcd_txn_resp(r, 0, "response_range");
-    h->rev = dl_etcd_i64(dl_etcd_kv0(mine), "create_revision");
+     * through): it is ours, as Go's Mutex takes it; unless it is on
+     * another lease (nothing of ours: not touched). */
+    json_object *mine = dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range"));
+    if (mine && dl_etcd_i64(mine, "lease") != h->lease) {
+      json_object_put(r);
+      h->rev = 0;
+      return 1;
+    }
+    h->rev = dl_etcd_i64(mine, "create_revision");
   }
   json_object *o = dl_etcd_txn_resp(r, 1, "response_range");
   *owner_rev = dl_etcd_i64(dl_etcd_kv0(o), "create_revision");
@@ -335,22 +368,65 @@ static int keep_lease(dl_etcd *e, etcd_hold *h, int64_t *until) {
                    h->key);
 }
 
+/* The read-write lock's other side held by this owner: for a reader, the
+ * owner's write hold (":write" after its owner id); for a writer, the
+ * owner's read hold. */
+static bool other_side_held(dl_etcd *e, const dl_lock_ref *l) {
+  char other[DL_OWNER_MAX + 8];
+  size_t n = strlen(l->owner);
+  if (l->kind == DL_KIND_READ)
+    snprintf(other, sizeof other, "%s:write", l->owner);
+  else if (n > 6 && strcmp(l->owner + n - 6, ":write") == 0)
+    snprintf(other, sizeof other, "%.*s", (int)(n - 6), l->owner);
+  else
+    return false;
+  pthread_mutex_lock(&e->mu);
+  etcd_hold *h = hold_find(e, l->key, other);
+  bool held = h && h->held;
+  pthread_mutex_unlock(&e->mu);
+  return held;
+}
+
+/* A read-write lock's key, contrib/recipes' RWMutex layout: PFX + "read/"
+ * or "write/" + the wall clock in nanoseconds (unique in this process:
+ * one more than the last, if the clock has not moved on). */
+static void rw_key(const char *pfx, bool write, char *out, size_t len) {
+  static _Atomic int64_t last;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  int64_t ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec, was;
+  do {
+    was = atomic_load(&last);
+    if (ns <= was) ns = was + 1;
+  } while (!atomic_compare_exchange_weak(&last, &was, ns));
+  snprintf(out, len, "%s%s/%" PRId64, pfx, write ? "write" : "read", ns);
+}
+
 int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   dl_etcd *e = (dl_etcd *)b;
   const dl_lock_ref *l = a->lock;
-  if (l->kind != DL_KIND_LOCK && l->kind != DL_KIND_FAIR)
+  if (l->kind == DL_KIND_PLAIN)
     return dl_seterr(e->err, DLOCK_ENOTSUP,
-                     "the etcd backend has no %s yet (it has the mutex, on "
-                     "Go's concurrency.Mutex layout)",
-                     l->kind == DL_KIND_PLAIN ? "plain string lock"
-                                              : "read-write lock");
+                     "the etcd backend has no plain string lock (it has "
+                     "the mutex, on Go's concurrency.Mutex layout)");
+  bool rw = l->kind == DL_KIND_READ || l->kind == DL_KIND_WRITE;
   int rc;
   if (a->held > 0 && (rc = reenter(e, a)) != 0) return rc;
+  /* The owner's read hold asking for the write side would wait for
+   * itself (contrib's RWMutex does, forever): refused; the write holder
+   * takes the read side at once, the downgrade (as Curator's). */
+  bool other = rw && other_side_held(e, l);
+  if (other && l->kind == DL_KIND_WRITE)
+    return dl_seterr(e->err, DLOCK_EDEADLK,
+                     "this owner holds the read lock of '%s': release it "
+                     "before asking for the write lock",
+                     l->name);
+  bool downgrade = other;
   /* A fixed lease (not the watchdog's) is a lease of its own, never kept
    * alive: the key goes when it ends, as a lone Go session's would. */
   bool own = a->lease_ms != e->session_ttl_ms;
   etcd_hold *h = NULL;
-  if ((rc = claim(e, a, own, &h)) != 1) {
+  if ((rc = claim(e, a, own, !rw, &h)) != 1) {
     if (rc == 0) a->ttl = -1;
     return rc;
   }
@@ -363,9 +439,17 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   } else {
     rc = dl_etcd_session(e, deadline, &h->lease, &until);
   }
-  char pfx[ETCD_KEY_MAX], key[ETCD_KEY_MAX + 24];
+  /* The mutex's key: PFX + the lease in hex; it waits for any key before
+   * it. A reader waits for the writers' keys before its own, a writer for
+   * every key before it (contrib/recipes' RWMutex). */
+  char pfx[ETCD_KEY_MAX], key[ETCD_KEY_MAX + 24], wait_pfx[ETCD_KEY_MAX + 8];
   lock_prefix(e, l->key, pfx, sizeof pfx);
-  snprintf(key, sizeof key, "%s%" PRIx64, pfx, (uint64_t)h->lease);
+  snprintf(wait_pfx, sizeof wait_pfx, "%s%s", pfx,
+           l->kind == DL_KIND_READ ? "write/" : "");
+  if (rw)
+    rw_key(pfx, l->kind == DL_KIND_WRITE, key, sizeof key);
+  else
+    snprintf(key, sizeof key, "%s%" PRIx64, pfx, (uint64_t)h->lease);
   if (rc == 0 && (h->key = dl_strdup(key)) == NULL)
     rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   /* Our key, left by a release that failed: ours again (as Go takes it),
@@ -384,18 +468,38 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   int64_t owner_rev = 0;
   bool waited = false;
   int rides = 0;
-  if (rc == 0) rc = dl_etcd_put_and_read(e, h, "", pfx, deadline, &owner_rev);
+  for (int tries = 0; rc == 0; tries++) {
+    rc = dl_etcd_put_and_read(e, h, a->info ? a->info : "", wait_pfx, deadline,
+                              &owner_rev);
+    if (rc != 1) break;
+    /* The key is someone else's: a read-write lock's takes another time
+     * (a clash of clocks); a mutex's is no key of a mutex. */
+    if (!rw || tries == 3) {
+      rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                     "%s is there on a lease not ours: no lock of ours "
+                     "made it (nothing changed)",
+                     key);
+      break;
+    }
+    rw_key(pfx, l->kind == DL_KIND_WRITE, key, sizeof key);
+    free(h->key);
+    rc = (h->key = dl_strdup(key)) == NULL
+             ? dl_seterr(e->err, DLOCK_ENOMEM, "out of memory")
+             : 0;
+  }
   if (rc != 0) goto fail;
-  /* Ours if nobody is before us. */
-  while (owner_rev != 0 && owner_rev != h->rev) {
-    if (!a->wait || dl_now_ms() >= a->deadline) {
+  /* Ours if nobody is before us: the owner (the oldest key under
+   * wait_pfx) is ours or younger, or there is none (a reader, no writer). */
+  bool won = downgrade || (owner_rev == 0 ? rw : owner_rev >= h->rev);
+  while (!won) {
+    if (wait_over(a)) {
       rc = 0;
       break;
     }
     a->waited = true;
     char pred[ETCD_KEY_MAX];
     int64_t at = 0;
-    rc = dl_etcd_predecessor(e, pfx, h->rev, pred, sizeof pred, &at,
+    rc = dl_etcd_predecessor(e, wait_pfx, h->rev, pred, sizeof pred, &at,
                              dl_now_ms() + e->command_timeout_ms);
     if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
     if (rc < 0) break;
@@ -411,7 +515,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
                        "ended, or it was deleted)",
                        h->key);
       } else {
-        owner_rev = h->rev;
+        won = true;
         rc = 1;
       }
       break;
@@ -424,16 +528,14 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
     if (rc < 0) break;
     waited = true;
-    if (rc == 0 && dl_now_ms() < a->deadline) rc = keep_lease(e, h, &until);
+    if (rc == 0 && !wait_over(a)) rc = keep_lease(e, h, &until);
     if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
     if (rc < 0) break;
-    if (rc == 0 && dl_now_ms() >= a->deadline) break; /* the deadline */
+    if (rc == 0 && wait_over(a)) break; /* the deadline, or a cancel */
   }
   /* A fixed lease runs from the grant: after a wait, from a keepalive. */
-  if (owner_rev == h->rev && own && waited &&
-      (rc = keep_lease(e, h, &until)) < 0)
-    goto fail;
-  if (owner_rev == h->rev) {
+  if (won && own && waited && (rc = keep_lease(e, h, &until)) < 0) goto fail;
+  if (won) {
     pthread_mutex_lock(&e->mu);
     h->held = true;
     if (!own && e->lease == h->lease) until = e->lease_until;

@@ -27,55 +27,99 @@ static int range_prefix(dl_etcd *e, const char *lock, int limit,
                       dl_now_ms() + e->command_timeout_ms, out, NULL);
 }
 
-/* Whether key (under pfx) is a mutex's: PFX + a lease id in hex. */
-static bool is_lock_key(const char *key, const char *pfx) {
+/* What a key under pfx is: a mutex's (PFX + a lease id in hex), a
+ * read-write lock's reader or writer (contrib/recipes' RWMutex: PFX +
+ * "read/" or "write/" + a decimal number), or nothing a recipe makes. */
+typedef enum key_kind { KEY_NONE, KEY_MUTEX, KEY_READ, KEY_WRITE } key_kind;
+
+static key_kind kind_of(const char *key, const char *pfx) {
   size_t n = strlen(pfx);
-  if (strncmp(key, pfx, n) != 0) return false;
+  if (strncmp(key, pfx, n) != 0) return KEY_NONE;
   const char *t = key + n;
   size_t m = strspn(t, "0123456789abcdef");
-  return m > 0 && m <= 16 && t[m] == '\0';
+  if (m > 0 && m <= 16 && t[m] == '\0') return KEY_MUTEX;
+  key_kind k = strncmp(t, "read/", 5) == 0    ? KEY_READ
+               : strncmp(t, "write/", 6) == 0 ? KEY_WRITE
+                                              : KEY_NONE;
+  if (k == KEY_NONE) return k;
+  t += k == KEY_READ ? 5 : 6;
+  m = strspn(t, "0123456789");
+  return m > 0 && m <= 20 && t[m] == '\0' ? k : KEY_NONE;
+}
+
+/* The holders among the keys under pfx (oldest first): the oldest key,
+ * and with a reader the readers after it up to the first other key.
+ * Returns how many, or -1 (in *bad the key) when one is no recipe's. */
+static int holders_of(json_object *kvs, const char *pfx, char *bad,
+                      size_t len) {
+  size_t n = kvs ? json_object_array_length(kvs) : 0;
+  int holders = 0;
+  bool reading = true;
+  for (size_t i = 0; i < n; i++) {
+    json_object *k = dl_etcd_get(json_object_array_get_idx(kvs, i), "key");
+    char key[ETCD_KEY_MAX];
+    key_kind kk = KEY_NONE;
+    if (k && dl_etcd_unb64(json_object_get_string(k), key, sizeof key) >= 0)
+      kk = kind_of(key, pfx);
+    if (kk == KEY_NONE) {
+      snprintf(bad, len, "%s", k ? key : "?");
+      return -1;
+    }
+    if (i == 0 || (reading && kk == KEY_READ)) holders++;
+    reading = reading && kk == KEY_READ;
+  }
+  return holders;
 }
 
 int dl_etcd_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
   dl_etcd *e = (dl_etcd *)b;
   for (int attempt = 0; attempt < 5; attempt++) {
     json_object *r;
-    char pfx[ETCD_KEY_MAX];
+    char pfx[ETCD_KEY_MAX], bad[ETCD_KEY_MAX];
     int rc = range_prefix(e, l->key, 0, &r, pfx, sizeof pfx);
     if (rc != 0) return rc;
     json_object *kvs = dl_etcd_get(r, "kvs");
-    size_t n = kvs ? json_object_array_length(kvs) : 0;
-    char key[ETCD_KEY_MAX], first[ETCD_KEY_MAX] = "";
-    int64_t rev = 0;
-    for (size_t i = 0; i < n; i++) {
-      json_object *kv = json_object_array_get_idx(kvs, i);
-      json_object *k = dl_etcd_get(kv, "key");
-      if (!k || dl_etcd_unb64(json_object_get_string(k), key, sizeof key) < 0 ||
-          !is_lock_key(key, pfx)) {
-        json_object_put(r);
-        return dl_seterr(e->err, DLOCK_EWRONGTYPE,
-                         "not a lock: a key under %s that no mutex makes "
-                         "(%s; nothing changed)",
-                         pfx, k ? key : "?");
-      }
-      if (i == 0) {
-        snprintf(first, sizeof first, "%s", key);
-        rev = dl_etcd_i64(kv, "create_revision");
-      }
+    int holders = holders_of(kvs, pfx, bad, sizeof bad);
+    if (holders < 0) {
+      json_object_put(r);
+      return dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                       "not a lock: a key under %s that no lock makes "
+                       "(%s; nothing changed)",
+                       pfx, bad);
     }
+    if (holders == 0) {
+      json_object_put(r);
+      return 0;
+    }
+    /* The holders' keys go (what `etcdctl del` does), each at its
+     * revision, in one txn: their clients hear it through their watches. */
+    size_t cap = (size_t)holders * (3 * B64(ETCD_KEY_MAX) + 160) + 64;
+    char *body = malloc(cap), *ops = malloc(cap);
+    if (body == NULL || ops == NULL) {
+      free(body);
+      free(ops);
+      json_object_put(r);
+      return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    }
+    size_t at = (size_t)snprintf(body, cap, "{\"compare\":["), ot = 0;
+    for (int i = 0; i < holders; i++) {
+      json_object *kv = json_object_array_get_idx(kvs, (size_t)i);
+      const char *k64 = json_object_get_string(dl_etcd_get(kv, "key"));
+      at += (size_t)snprintf(body + at, cap - at,
+                             "%s{\"target\":\"CREATE\",\"key\":\"%s\","
+                             "\"create_revision\":\"%" PRId64 "\"}",
+                             i ? "," : "", k64,
+                             dl_etcd_i64(kv, "create_revision"));
+      ot += (size_t)snprintf(ops + ot, cap - ot,
+                             "%s{\"request_delete_range\":{\"key\":\"%s\"}}",
+                             i ? "," : "", k64);
+    }
+    snprintf(body + at, cap - at, "],\"success\":[%s]}", ops);
+    free(ops);
     json_object_put(r);
-    if (n == 0) return 0;
-    /* The holder's key goes (what `etcdctl del` does), at its revision:
-     * its client hears it through its watch. */
-    char k64[B64(ETCD_KEY_MAX)], body[2 * B64(ETCD_KEY_MAX) + 200];
-    dl_etcd_b64(first, strlen(first), k64);
-    snprintf(body, sizeof body,
-             "{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\","
-             "\"create_revision\":\"%" PRId64 "\"}],\"success\":["
-             "{\"request_delete_range\":{\"key\":\"%s\"}}]}",
-             k64, rev, k64);
     rc = dl_etcd_call(e, "/v3/kv/txn", body,
                       dl_now_ms() + e->command_timeout_ms, &r, NULL);
+    free(body);
     if (rc != 0) return rc;
     json_object *s = dl_etcd_get(r, "succeeded");
     bool done = s && json_object_get_boolean(s);
@@ -263,31 +307,57 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   if (rc != 0) return rc;
   json_object *kvs = dl_etcd_get(r, "kvs");
   size_t n = kvs ? json_object_array_length(kvs) : 0;
-  /* "keys": the mutex's keys under the name's prefix; "data": a key there
-   * that no mutex makes (no recipe takes it); "none": nothing. */
+  /* "keys": a lock's keys under the name's prefix (the mutex's or the
+   * read-write lock's); "data": a key there that no lock makes (no recipe
+   * takes it); "none": nothing. */
   snprintf(st->type, sizeof st->type, "%s", n ? "keys" : "none");
   int64_t lease = 0;
+  int keys = 0;
+  bool reading = false;
   for (size_t i = 0; i < n; i++) {
     json_object *kv = json_object_array_get_idx(kvs, i);
     json_object *k = dl_etcd_get(kv, "key");
     char name[ETCD_KEY_MAX];
-    if (!k || dl_etcd_unb64(json_object_get_string(k), name, sizeof name) < 0 ||
-        !is_lock_key(name, pfx)) {
+    key_kind kk = KEY_NONE;
+    if (k && dl_etcd_unb64(json_object_get_string(k), name, sizeof name) >= 0)
+      kk = kind_of(name, pfx);
+    if (kk == KEY_NONE) {
       snprintf(st->type, sizeof st->type, "data");
       continue;
     }
-    if (st->held) continue;
-    /* The owner: the oldest key. Its owner id is its lease (in hex), as
+    keys++;
+    if (st->held) {
+      /* Readers after a reading holder hold it too. */
+      if (reading && kk == KEY_READ) st->holders = ++st->readers;
+      reading = reading && kk == KEY_READ;
+      continue;
+    }
+    /* The holder: the oldest key. Its owner id is its lease (in hex), as
      * etcdctl names it. */
     st->held = 1;
     st->holders = 1;
     st->hold_count = 1;
-    snprintf(st->owner, sizeof st->owner, "%s", name + strlen(pfx));
-    st->token = (uint64_t)dl_etcd_i64(kv, "create_revision");
     lease = dl_etcd_i64(kv, "lease");
+    snprintf(st->owner, sizeof st->owner, "%" PRIx64, (uint64_t)lease);
+    /* Its value: the holder's description (dlock_lock_set_info; Go's
+     * recipes leave it empty), cut to fit. */
+    json_object *v = dl_etcd_get(kv, "value");
+    const char *v64 = v ? json_object_get_string(v) : "";
+    char *val = malloc(strlen(v64) / 4 * 3 + 4);
+    int vn = val ? dl_etcd_unb64(v64, val, strlen(v64) / 4 * 3 + 4) : -1;
+    if (vn > 0)
+      snprintf(st->info, sizeof st->info, "%.*s",
+               vn < (int)sizeof st->info ? vn : (int)sizeof st->info - 1, val);
+    free(val);
+    st->token = (uint64_t)dl_etcd_i64(kv, "create_revision");
     st->ttl_ms = -1;
+    if (kk != KEY_MUTEX)
+      snprintf(st->mode, sizeof st->mode, "%s",
+               kk == KEY_READ ? "read" : "write");
+    reading = kk == KEY_READ;
+    st->readers = reading;
   }
-  if (st->held) st->waiters = st->queued = (int)n - 1;
+  if (st->held) st->waiters = st->queued = keys - st->holders;
   json_object_put(r);
   if (lease != 0) {
     char body[64];
@@ -346,13 +416,22 @@ int dl_etcd_scan(dl_backend *b, const char *match, size_t prefix_len,
       memcpy(from, key, (size_t)kl); /* the next page: after this key */
       from[kl] = '\0';
       fl = (size_t)kl + 1;
-      /* PREFIX + lock + "/" + hex: a mutex's key. */
+      /* PREFIX + lock + "/" + hex: a mutex's key; PREFIX + lock +
+       * "/read/" or "/write/" + a number: a read-write lock's. */
       char *slash = strrchr(key, '/');
       if (slash == NULL || (size_t)(slash - key) <= pl) continue;
       size_t hl = strlen(slash + 1);
-      if (hl == 0 || hl > 16 || strspn(slash + 1, "0123456789abcdef") != hl)
+      if (hl == 0 || hl > 20 || strspn(slash + 1, "0123456789abcdef") != hl)
         continue;
       *slash = '\0';
+      char *side = strrchr(key, '/');
+      bool rw = side &&
+                (strcmp(side, "/read") == 0 || strcmp(side, "/write") == 0) &&
+                strspn(slash + 1, "0123456789") == hl;
+      if (rw && (size_t)(side - key) > pl)
+        *side = '\0';
+      else if (hl > 16)
+        continue;
       const char *lock = key + pl;
       if (strcmp(lock, last) == 0) continue; /* its next waiter */
       snprintf(last, sizeof last, "%s", lock);

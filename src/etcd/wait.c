@@ -49,9 +49,9 @@ static int feed(json_tokener *tok, const char *p, size_t n,
   return 0;
 }
 
-/* What a message says: 1 a DELETE event, 2 the watch was cancelled or
- * failed (compacted, an error), 0 nothing of that. */
-static int message_kind(json_object *o) {
+/* What a message says: 1 a DELETE event (any: any event), 2 the watch
+ * was cancelled or failed (compacted, an error), 0 nothing of that. */
+static int message_kind(json_object *o, bool any) {
   json_object *r = dl_etcd_get(o, "result");
   if (r == NULL) return 2; /* {"error": ...} */
   json_object *c = dl_etcd_get(r, "canceled");
@@ -60,7 +60,8 @@ static int message_kind(json_object *o) {
   if (ev && json_object_is_type(ev, json_type_array))
     for (size_t i = 0; i < json_object_array_length(ev); i++) {
       json_object *t = dl_etcd_get(json_object_array_get_idx(ev, i), "type");
-      if (t && strcmp(json_object_get_string(t), "DELETE") == 0) return 1;
+      if (any || (t && strcmp(json_object_get_string(t), "DELETE") == 0))
+        return 1;
     }
   return 0;
 }
@@ -70,13 +71,14 @@ typedef struct waiting {
   dl_etcd *e;
   json_tokener *tok;
   int seen; /* message_kind's largest answer */
+  bool any; /* any event is news, not only a DELETE */
   bool bad;
   unsigned wakes;
 } waiting;
 
 static void on_wait_message(void *ud, json_object *o) {
   waiting *w = ud;
-  int k = message_kind(o);
+  int k = message_kind(o, w->any);
   if (k > w->seen) w->seen = k;
 }
 
@@ -90,9 +92,9 @@ static size_t on_wait_data(char *p, size_t size, size_t nmemb, void *ud) {
 }
 
 /* Runs the transfer h on its own multi handle, registered with e so that
- * wake_all interrupts it at once: its result, CURLE_ABORTED_BY_CALLBACK
- * when woken (the client closing), or CURLE_OPERATION_TIMEDOUT at the
- * deadline. */
+ * wake_all or a cancel interrupts it at once: its result,
+ * CURLE_ABORTED_BY_CALLBACK when woken (the client closing, the operation
+ * cancelled), or CURLE_OPERATION_TIMEDOUT at the deadline. */
 static CURLcode run_waiting(dl_etcd *e, CURL *h, waiting *w, int64_t deadline) {
   etcd_waitreg reg = {.m = curl_multi_init()};
   if (reg.m == NULL) return CURLE_OUT_OF_MEMORY;
@@ -114,7 +116,8 @@ static CURLcode run_waiting(dl_etcd *e, CURL *h, waiting *w, int64_t deadline) {
         done = true;
       }
     if (done || running == 0) break;
-    if (atomic_load(e->env->closing) || atomic_load(&e->wakes) != w->wakes) {
+    if (atomic_load(e->env->closing) || atomic_load(&e->wakes) != w->wakes ||
+        dl_offload_cancelled()) {
       cc = CURLE_ABORTED_BY_CALLBACK;
       break;
     }
@@ -138,6 +141,17 @@ static CURLcode run_waiting(dl_etcd *e, CURL *h, waiting *w, int64_t deadline) {
   return cc;
 }
 
+void dl_etcd_pause(dl_etcd *e, int64_t ms) {
+  int64_t end = dl_now_ms() + ms;
+  struct timespec ts;
+  dl_abstime(end, &ts);
+  pthread_mutex_lock(&e->mu);
+  while (!dl_offload_cancelled() && !atomic_load(e->env->closing) &&
+         dl_now_ms() < end)
+    pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+  pthread_mutex_unlock(&e->mu);
+}
+
 void dl_etcd_wake_waits(dl_etcd *e) {
   pthread_mutex_lock(&e->mu);
   for (etcd_waitreg *r = e->waits; r; r = r->next)
@@ -145,18 +159,14 @@ void dl_etcd_wake_waits(dl_etcd *e) {
   pthread_mutex_unlock(&e->mu);
 }
 
-int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
-                        int64_t deadline) {
-  char body[ETCD_KEY_MAX * 2 + 128], k64[ETCD_KEY_MAX * 2];
-  dl_etcd_b64(key, strlen(key), k64);
-  snprintf(body, sizeof body,
-           "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
-           "\"}}",
-           k64, rev + 1);
-  waiting w = {.e = e, .wakes = atomic_load(&e->wakes)};
+/* Runs the watch `body` until news (1), the deadline (0), a wake after
+ * the wake count `wakes` (0), or an error. */
+static int wait_for(dl_etcd *e, const char *body, bool any, int64_t deadline,
+                    unsigned wakes) {
+  waiting w = {.e = e, .any = any, .wakes = wakes};
   if (atomic_load(e->env->closing))
     return dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
-  if (dl_now_ms() >= deadline) return 0;
+  if (dl_now_ms() >= deadline || dl_offload_cancelled()) return 0;
   CURL *h = curl_easy_init();
   w.tok = json_tokener_new();
   if (h == NULL || w.tok == NULL) {
@@ -195,7 +205,7 @@ int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
     if (cc != CURLE_OK && e->nendpoints > 1)
       atomic_compare_exchange_strong(&e->current, &idx,
                                      (idx + 1) % e->nendpoints);
-    dl_sleep_ms(50);
+    dl_etcd_pause(e, 50);
     rc = 1;
   }
   json_tokener_free(w.tok);
@@ -203,6 +213,36 @@ int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
   curl_easy_cleanup(h);
   dl_etcd_headers_free(e, hd);
   return rc;
+}
+
+int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
+                        int64_t deadline) {
+  return dl_etcd_wait_delete_since(e, key, rev, deadline,
+                                   atomic_load(&e->wakes));
+}
+
+int dl_etcd_wait_delete_since(dl_etcd *e, const char *key, int64_t rev,
+                              int64_t deadline, unsigned wakes) {
+  char body[ETCD_KEY_MAX * 2 + 128], k64[ETCD_KEY_MAX * 2];
+  dl_etcd_b64(key, strlen(key), k64);
+  snprintf(body, sizeof body,
+           "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
+           "\"}}",
+           k64, rev + 1);
+  return wait_for(e, body, false, deadline, wakes);
+}
+
+int dl_etcd_wait_change(dl_etcd *e, const char *pfx, int64_t rev,
+                        int64_t deadline, unsigned wakes) {
+  char body[ETCD_KEY_MAX * 4 + 160], p64[ETCD_KEY_MAX * 2],
+      end64[ETCD_KEY_MAX * 2];
+  dl_etcd_b64(pfx, strlen(pfx), p64);
+  dl_etcd_prefix_end(pfx, end64);
+  snprintf(body, sizeof body,
+           "{\"create_request\":{\"key\":\"%s\",\"range_end\":\"%s\","
+           "\"start_revision\":\"%" PRId64 "\"}}",
+           p64, end64, rev + 1);
+  return wait_for(e, body, true, deadline, wakes);
 }
 
 /* ---- the watcher thread: the held keys ---- */
@@ -216,7 +256,7 @@ static void notify(dl_etcd *e, const char *lock) {
 
 static void on_hold_message(void *ud, json_object *o) {
   etcd_watch *w = ud;
-  int k = message_kind(o);
+  int k = message_kind(o, false);
   if (k == 2)
     w->cancelled = true;
   else if (k != 0)

@@ -31,6 +31,11 @@ struct dlock_leader {
   int refused;    /* DLOCK_EWRONGTYPE: NAME holds something else, no turns */
   char why[256];  /* its message, for the thread that awaits */
   bool self_free; /* freed from its own callback: the thread frees it */
+  /* An observer (dlock_leader_observe): the backend's, and the user's
+   * callback. */
+  dl_observer *obs;
+  dlock_leader_observe_cb ocb;
+  void *oud;
 };
 
 static void destroy(dlock_leader *l) {
@@ -286,12 +291,70 @@ int dlock_leader_get_current(dlock_leader *l, char *buf, size_t len) {
   return b->ops->elect_leader(b, &s, buf, len);
 }
 
+int dlock_leader_proclaim(dlock_leader *l, const char *value) {
+  if (l == NULL) return DLOCK_EINVAL;
+  if (value == NULL) return dl_seterr(l->c, DLOCK_EINVAL, "value is NULL");
+  if (strlen(value) > DLOCK_LEADER_VALUE_MAX)
+    return dl_seterr(l->c, DLOCK_EINVAL,
+                     "a leader's value has at most %d bytes",
+                     DLOCK_LEADER_VALUE_MAX);
+  dl_backend *b = l->c->backend;
+  if (b->ops->elect_proclaim == NULL)
+    return dl_unsupported(l->c, "a leader's proclaimed value");
+  pthread_mutex_lock(&l->mu);
+  dl_elect *e = l->e;
+  pthread_mutex_unlock(&l->mu);
+  if (e == NULL)
+    return dl_seterr(l->c, DLOCK_EINVAL,
+                     "the participant has not joined (dlock_leader_start)");
+  return b->ops->elect_proclaim(b, e, value);
+}
+
+/* The backend's news of the observed election, on its thread. */
+static void observed(void *ud, const char *value, size_t len, uint64_t token) {
+  dlock_leader *l = ud;
+  l->ocb(l, value, len, token, l->oud);
+}
+
+int dlock_leader_observe(dlock_leader *l, dlock_leader_observe_cb cb,
+                         void *ud) {
+  if (l == NULL) return DLOCK_EINVAL;
+  if (cb == NULL) return dl_seterr(l->c, DLOCK_EINVAL, "cb is NULL");
+  dl_backend *b = l->c->backend;
+  int rc = dl_check_open(l->c);
+  if (rc != 0) return rc;
+  if (b->ops->elect_observe == NULL)
+    return dl_unsupported(l->c, "observing an election");
+  pthread_mutex_lock(&l->mu);
+  bool busy = l->ocb != NULL;
+  if (!busy) {
+    l->ocb = cb;
+    l->oud = ud;
+  }
+  pthread_mutex_unlock(&l->mu);
+  if (busy) return dl_seterr(l->c, DLOCK_EINVAL, "already observing");
+  dl_sync_ref s = {
+      .key = l->key, .name = l->key + l->c->prefix_len, .hint = &l->hint};
+  dl_observer *o = NULL;
+  rc = b->ops->elect_observe(b, &s, observed, l, &o);
+  pthread_mutex_lock(&l->mu);
+  if (rc == 0)
+    l->obs = o;
+  else
+    l->ocb = NULL;
+  pthread_mutex_unlock(&l->mu);
+  return rc;
+}
+
 void dlock_leader_free(dlock_leader *l) {
   if (l == NULL) return;
   pthread_mutex_lock(&l->mu);
   dl_elect *e = l->e;
   l->e = NULL;
+  dl_observer *o = l->obs;
+  l->obs = NULL;
   pthread_mutex_unlock(&l->mu);
+  if (o) l->c->backend->ops->elect_unobserve(l->c->backend, o);
   /* From another thread this waits for a callback running now; from the
    * callback itself it returns at once, and changed() touches nothing of
    * l after the callback returns. */

@@ -6,6 +6,7 @@
  * ping. */
 #include "lock.h"
 
+#include <fnmatch.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,6 +122,38 @@ int dlock_client_scan_locks(dlock_client *c, const char *pattern,
   int rc = c->backend->ops->scan(c->backend, match, c->prefix_len, cb, ud);
   free(match);
   return rc;
+}
+
+/* dlock_client_scan_waiters' filter: the records of names that match. */
+typedef struct waiters_ctx {
+  const char *pattern;
+  dlock_waiter_cb cb;
+  void *ud;
+  int passed;
+} waiters_ctx;
+
+static int waiter_one(const dlock_waiter *w, void *ud) {
+  waiters_ctx *x = ud;
+  if (fnmatch(x->pattern, w->name, 0) != 0) return 0;
+  x->passed++;
+  return x->cb(w, x->ud);
+}
+
+int dlock_client_scan_waiters(dlock_client *c, const char *pattern,
+                              dlock_waiter_cb cb, void *ud) {
+  if (c == NULL) return DLOCK_EINVAL;
+  if (cb == NULL) return dl_seterr(c, DLOCK_EINVAL, "cb is NULL");
+  if (c->backend->ops->waiters == NULL)
+    return dl_unsupported(c, "waiter records (it cannot tell who waits "
+                             "for what)");
+  if (c->loop)
+    return dl_seterr(c, DLOCK_ENOTSUP,
+                     "waiter records are read by a blocking client only");
+  waiters_ctx x = {pattern ? pattern : "*", cb, ud, 0};
+  int rc = c->backend->ops->waiters(c->backend, c->key_prefix, waiter_one, &x);
+  if (rc < 0) return rc;
+  dl_clearerr(c);
+  return x.passed;
 }
 
 /* ---- the event-loop forms ---- */

@@ -159,9 +159,37 @@ const char *dl_lock_key(const dlock_lock *l) { return l->key; }
 
 dlock_client *dl_lock_client(const dlock_lock *l) { return l->c; }
 
-/* The hold of `owner` through l was lost (dl_lost_fn). */
-static void on_lost(dl_holder *hd, const char *owner, dl_user_fn cb, void *ud) {
+/* Reports an event of l's hold by `owner` to the client's hook (the
+ * caller checked DL_EVENTS_ON): `us` its duration, `extra` GRANTED's
+ * contended or NOT_GRANTED's error. */
+static void emit(dlock_lock *l, const char *owner, dlock_event_type type,
+                 int64_t us, uint64_t token, int extra) {
+  static const char *const kinds[] = {[DL_KIND_LOCK] = "lock",
+                                      [DL_KIND_FAIR] = "fair",
+                                      [DL_KIND_READ] = "read",
+                                      [DL_KIND_WRITE] = "write",
+                                      [DL_KIND_PLAIN] = "plain"};
+  dl_lock_ref ref;
+  dl_lock_ref_of(l, owner, &ref);
+  dlock_event ev = {.type = type,
+                    .name = NAME(l),
+                    .kind = kinds[ref.kind],
+                    .owner = owner,
+                    .duration_ns = us * 1000,
+                    .token = token,
+                    .contended = type == DLOCK_EVENT_GRANTED ? extra : 0,
+                    .error = type == DLOCK_EVENT_NOT_GRANTED ? extra : 0};
+  dl_event_emit(l->c, &ev);
+}
+
+/* The hold of `owner` through l was lost, or renewed (dl_lost_fn). */
+static void on_lost(dl_holder *hd, const char *owner, dl_user_fn cb, void *ud,
+                    const dl_hold_note *note) {
   dlock_lock *l = (dlock_lock *)((char *)hd - offsetof(dlock_lock, holder));
+  if (DL_EVENTS_ON(l->c))
+    emit(l, owner, note->renewed ? DLOCK_EVENT_RENEWED : DLOCK_EVENT_LOST,
+         note->renewed ? 0 : note->held_us, note->token, 0);
+  if (note->renewed) return;
   if (cb) ((dlock_lost_cb)cb)(l, owner, ud);
 }
 
@@ -216,13 +244,28 @@ int dl_acq_begin(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
   dl_lock_ref_of(l, q->owner, &q->ref);
   int held = dl_holds_acquire_begin(c, l->key, q->owner, &l->holder, &q->info);
   if (q->info == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
+  if (held == 0 && DL_EVENTS_ON(c))
+    emit(l, q->owner, DLOCK_EVENT_WAIT_STARTED, 0, 0, 0);
   q->a = (dl_acquire){.lock = &q->ref,
                       .lease_ms = lease_ms,
                       .wait = wait_ms != 0,
                       .deadline = dl_deadline(wait_ms),
                       .held = held,
-                      .info = q->info};
+                      .info = q->info,
+                      .detect = c->detect_deadlocks};
   return 0;
+}
+
+/* The end of an acquire that got no lock (rc: the call's code), for the
+ * event hook; a hold taken (*give_back) is no longer timed, so that
+ * neither its release nor dlock_metrics counts it as a hold. */
+static int not_granted(dlock_lock *l, dl_acq_req *q, int rc, bool give_back) {
+  dlock_client *c = l->c;
+  if (give_back && q->a.status == 1) dl_holds_untime(c, l->key, q->owner);
+  if (q->a.held == 0 && DL_EVENTS_ON(c))
+    emit(l, q->owner, DLOCK_EVENT_NOT_GRANTED, dl_now_us() - q->start_us, 0,
+         rc);
+  return rc;
 }
 
 int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
@@ -232,9 +275,13 @@ int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
   free(q->info);
   q->info = NULL;
   if (rc == 0)
-    return dl_seterr(c, DLOCK_EBUSY, "'%s' is held by another owner "
-                     "(remaining lease %lld ms)", NAME(l), (long long)q->a.ttl);
-  if (rc < 0) return rc;
+    return not_granted(l, q,
+                       dl_seterr(c, DLOCK_EBUSY,
+                                 "'%s' is held by another owner "
+                                 "(remaining lease %lld ms)",
+                                 NAME(l), (long long)q->a.ttl),
+                       false);
+  if (rc < 0) return not_granted(l, q, rc, false);
   int64_t now_us = dl_now_us();
   uint64_t tok;
   dl_hold_grant g = {.key = l->key,
@@ -250,13 +297,18 @@ int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
   int err = dl_holds_record(c, &g, &tok);
   *give_back = true;
   /* Cannot track it: give it back rather than hold it unseen. */
-  if (err != 0) return dl_seterr(c, err, "out of memory");
+  if (err != 0)
+    return not_granted(l, q, dl_seterr(c, err, "out of memory"), true);
   /* The reply came so late that the lease may already have run out on the
    * server: never report a lock that may have expired as taken. */
   if (dl_now_ms() >= q->a.valid_until)
-    return dl_seterr(c, DLOCK_ELATE, "'%s' was granted, but the reply "
-                     "came after its %lld ms lease could have run out",
-                     NAME(l), (long long)q->a.lease_ms);
+    return not_granted(l, q,
+                       dl_seterr(c, DLOCK_ELATE,
+                                 "'%s' was granted, but the reply came "
+                                 "after its %lld ms lease could have run "
+                                 "out",
+                                 NAME(l), (long long)q->a.lease_ms),
+                       true);
   *give_back = false;
   *token = tok;
   if (q->a.status == 1) { /* dlock_metrics: relaxed, nothing waits on it */
@@ -264,6 +316,9 @@ int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
     if (q->a.waited)
       atomic_fetch_add_explicit(&c->contended, 1, memory_order_relaxed);
     dl_hist_add(&c->wait_hist, now_us - q->start_us);
+    if (DL_EVENTS_ON(c))
+      emit(l, q->owner, DLOCK_EVENT_GRANTED, now_us - q->start_us, tok,
+           q->a.waited);
   }
   return 0;
 }
@@ -324,12 +379,17 @@ int dl_rel_end(dlock_lock *l, dl_rel_req *q, int rc) {
   dl_rel_outcome how = rc == 1 || rc == DLOCK_ENOTOWNER ? DL_REL_GONE
                        : rc == 0                        ? DL_REL_ONE
                                                         : DL_REL_FAILED;
-  bool had = dl_holds_release_end(c, l->key, q->owner, q->ren, how);
+  dl_rel_ended ended;
+  bool had = dl_holds_release_end(c, l->key, q->owner, q->ren, how, &ended);
   if (rc == DLOCK_ENOTOWNER)
     rc = had ? dl_seterr(c, DLOCK_ELOST, "'%s' expired or was taken "
                          "before this release", NAME(l))
              : dl_seterr(c, DLOCK_ENOTOWNER, "'%s' is not held by %s",
                          NAME(l), q->owner);
+  if (ended.held_us >= 0 && DL_EVENTS_ON(c))
+    emit(l, q->owner,
+         rc == DLOCK_ELOST ? DLOCK_EVENT_LOST : DLOCK_EVENT_RELEASED,
+         ended.held_us, ended.token, 0);
   if (rc >= 0) dl_clearerr(c);
   return rc;
 }

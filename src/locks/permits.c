@@ -56,8 +56,11 @@ void dlock_permits_on_lost(dlock_permits *p, dlock_permit_lost_cb cb,
   dl_holder_on_lost(p->h.c, &p->holder, (dl_user_fn)cb, ud);
 }
 
-/* A permit taken through p was lost (dl_lost_fn). */
-static void on_lost(dl_holder *hd, const char *owner, dl_user_fn cb, void *ud) {
+/* A permit taken through p was lost (dl_lost_fn; its renewals tell
+ * nothing). */
+static void on_lost(dl_holder *hd, const char *owner, dl_user_fn cb, void *ud,
+                    const dl_hold_note *note) {
+  if (note->renewed) return;
   dlock_permits *p =
       (dlock_permits *)((char *)hd - offsetof(dlock_permits, holder));
   const char *id = strrchr(owner, ':');

@@ -43,6 +43,7 @@ struct dl_io {
    * this mutex around each (non-blocking) SSL call and poll outside it. */
   pthread_mutex_t ssl_mu;
   atomic_int shut;
+  bool more; /* the last blocking read filled its buffer: more may wait */
 };
 
 static void tls_errstr(char *err, size_t errlen, const char *what) {
@@ -321,6 +322,10 @@ int dl_io_step(dl_io *io, char *err, size_t errlen) {
 
 int dl_io_fd(const dl_io *io) { return io->fd; }
 
+bool dl_io_tls(const dl_io *io) {
+  return io->ssl != NULL;
+}
+
 int dl_io_connect(const dl_endpoint *ep, dl_tls_ctx *tls,
                   const char *server_name, int64_t deadline_ms, dl_io **out,
                   char *err, size_t errlen) {
@@ -404,9 +409,21 @@ int dl_io_read(dl_io *io, char *buf, size_t len, int64_t deadline_ms) {
 
 int dl_io_read_bell(dl_io *io, char *buf, size_t len, int64_t deadline_ms,
                     int bell) {
+  /* A reply is seldom there yet when it is first read for, right after
+   * its request went out: a plain socket is waited for first, since a
+   * read that finds nothing would cost a system call per request. Not if
+   * the last read filled its buffer (more may be there), nor past the
+   * deadline (what came is still read), nor TLS (which may hold a record
+   * read already). */
+  if (io->ssl == NULL && !io->more && deadline_ms > dl_now_ms()) {
+    int rc = wait_fd_bell(io->fd, POLLIN, deadline_ms, bell);
+    if (rc == 1) return 0;
+    if (rc != 0) return rc;
+  }
   for (;;) {
     int want;
     int n = dl_io_try_read(io, buf, len, &want);
+    io->more = n > 0 && (size_t)n == len;
     if (n != 0) return n;
     int rc = wait_fd_bell(io->fd, want == DL_EV_READ ? POLLIN : POLLOUT,
                           deadline_ms, bell);

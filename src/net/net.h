@@ -46,6 +46,8 @@ int dl_io_start(const dl_endpoint *ep, dl_tls_ctx *tls,
  * one address to the next), or a negative code with err set. */
 int dl_io_step(dl_io *io, char *err, size_t errlen);
 int dl_io_fd(const dl_io *io);
+/* Whether io is a TLS connection (whose reads may hold data back). */
+bool dl_io_tls(const dl_io *io);
 /* One read: > 0 bytes; 0: nothing now, call again when the fd is ready for
  * *want (DL_EV_READ, or DL_EV_WRITE when TLS must write first); or a
  * negative code (DLOCK_ECONNLOST, also at the server's end of stream). */

@@ -190,9 +190,8 @@ static void watched(zhandle_t *zh, int type, int state, const char *path,
   pthread_mutex_unlock(&z->mu);
   if (path && path[0] && type != ZOO_SESSION_EVENT)
     dl_zk_hold_event(z, type, path); /* a held node deleted: a loss */
-  /* On an event-loop client the notice goes to the loop's thread. */
-  if (fn && z->env->loop) dl_zk_post_notice(z);
-  else if (fn) fn(ud, NULL, 0);
+  /* On an event-loop client fn passes it to the loop's thread. */
+  if (fn) fn(ud, NULL, 0);
   if (told && sfn) sfn(sud, told);
   if (renew) new_session(z, zh);
 }
@@ -217,7 +216,7 @@ static int zk_watch_losses(dl_backend *b, dl_notice_fn fn, void *ud) {
   return 0;
 }
 
-int dl_zk_ping(dl_backend *b) {
+static int zk_ping(dl_backend *b) {
   dl_zk *z = (dl_zk *)b;
   struct Stat st;
   atomic_fetch_add(&z->round_trips, 1);
@@ -262,8 +261,7 @@ static void free_rest(dl_zk *z) {
   pthread_mutex_unlock(&z->mu);
   if (now != z->closing) zookeeper_close(now);
   if (retired && retired != z->closing) zookeeper_close(retired);
-  for (int i = 0; i < z->nkeys; i++)
-    free(z->notice_keys[i]);
+  dl_blockloop_free(z->form); /* no callback of the C client runs now */
   dl_zk_holds_free(z->holds);
   dl_zk_orphans_free(z->orphans);
   pthread_cond_destroy(&z->cv);
@@ -332,7 +330,7 @@ static void zk_free(dl_backend *b) {
     pthread_cond_wait(&z->cv, &z->mu);
   pthread_mutex_unlock(&z->mu);
   /* An event-loop client's operations end, their callers are told. */
-  if (z->env->loop) dl_zk_async_close(z);
+  dl_blockloop_close(z->form);
   /* Closing ends the session (its nodes go) and joins the library's
    * threads, so no watcher runs on z after this; or, when the server
    * does not answer in time, the close goes on without us (see
@@ -344,35 +342,24 @@ static void zk_free(dl_backend *b) {
 
 static const dl_backend_ops zk_ops = {
     .name = "zookeeper",
-    .lock_acquire = dl_zk_b_lock_acquire,
-    .lock_release = dl_zk_b_lock_release,
-    .lock_force_release = dl_zk_b_lock_force_release,
-    .lock_query = dl_zk_b_lock_query,
-    .inspect = dl_zk_b_inspect,
-    .scan = dl_zk_b_scan,
-    .renew = dl_zk_b_renew,
+    .lock_acquire = dl_zk_lock_acquire,
+    .lock_release = dl_zk_lock_release,
+    .lock_force_release = dl_zk_lock_force_release,
+    .lock_query = dl_zk_lock_query,
+    .inspect = dl_zk_inspect,
+    .scan = dl_zk_scan,
+    .waiters = dl_zk_waiters,
+    .renew = dl_zk_renew,
     .watch_losses = zk_watch_losses,
     .watch_state = zk_watch_state,
-    .permit_acquire = dl_zk_b_permit_acquire,
-    .sync_update = dl_zk_b_sync_update,
-    .fence = dl_zk_b_fence,
-    .fence_async = dl_zk_fence_async,
+    .permit_acquire = dl_zk_permit_acquire,
+    .sync_update = dl_zk_sync_update,
+    .fence = dl_zk_fence,
     .elect_join = dl_zk_elect_join,
     .elect_leave = dl_zk_elect_leave,
-    .elect_leader = dl_zk_b_elect_leader,
-    .ping = dl_zk_b_ping,
+    .elect_leader = dl_zk_elect_leader,
+    .ping = zk_ping,
     .check_key = zk_check_key,
-    .lock_acquire_async = dl_zk_lock_acquire_async,
-    .lock_release_async = dl_zk_lock_release_async,
-    .lock_force_release_async = dl_zk_lock_force_release_async,
-    .lock_query_async = dl_zk_lock_query_async,
-    .inspect_async = dl_zk_inspect_async,
-    .scan_async = dl_zk_scan_async,
-    .ping_async = dl_zk_ping_async,
-    .renew_async = dl_zk_renew_async,
-    .permit_acquire_async = dl_zk_permit_acquire_async,
-    .sync_update_async = dl_zk_sync_update_async,
-    .cancel = dl_zk_cancel,
     .wake_all = zk_wake_all,
     .stats = zk_stats,
     .free = zk_free,
@@ -474,7 +461,10 @@ int dl_zk_backend_new(const dlock_client_options *opts,
   dl_cond_init(&z->cv);
   int connect_ms = opts->zk_connect_timeout_ms;
   int rc = configure(z, opts, &connect_ms);
-  if (rc == 0 && env->loop) rc = dl_zk_async_init(z);
+  /* On an event loop, the recipes run on the seam's event-loop form of
+   * blocking backends, their waits woken for a cancel as for a close. */
+  if (rc == 0 && env->loop)
+    rc = dl_blockloop_new(&z->base, env, zk_wake_all, &z->form);
   if (rc != 0) {
     zk_free(&z->base);
     return rc;

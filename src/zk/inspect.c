@@ -192,3 +192,66 @@ int dl_zk_scan(dl_backend *b, const char *match, size_t prefix_len,
   visit(&w, start, 0);
   return w.rc < 0 ? w.rc : w.found;
 }
+
+/* ---- the waiters: the nodes in line behind a lock's holders ---- */
+typedef struct waits {
+  dl_zk *z;
+  size_t prefix_len;
+  dlock_waiter_cb cb;
+  void *ud;
+  int found, rc;
+} waits;
+
+/* Tells cb of the waiting node `name` under the lock path `key`. */
+static int tell_waiter(waits *x, const char *key, const char *name) {
+  char node[2 * NODE_MAX], buf[DLOCK_OWNER_MAX + DLOCK_INFO_MAX + 2];
+  snprintf(node, sizeof node, "%s/%s", key, name);
+  int len = (int)sizeof buf - 1;
+  struct Stat s;
+  atomic_fetch_add(&x->z->round_trips, 1);
+  if (zoo_get(x->z->zh, node, 0, buf, &len, &s) != ZOK) return 0; /* gone */
+  buf[len < 0 ? 0 : len] = '\0';
+  char *nl = strchr(buf, '\n');
+  if (nl) *nl = '\0';
+  size_t ol = strlen(buf); /* a writer's owner: the reader's + ":write" */
+  if (ol > 6 && strcmp(buf + ol - 6, ":write") == 0) buf[ol - 6] = '\0';
+  dlock_waiter w = {.owner = buf,
+                    .name = key + x->prefix_len,
+                    .kind = dl_zk_is_writer(name)      ? "write"
+                            : strstr(name, "__READ__") ? "read"
+                                                       : "lock",
+                    .info = nl ? nl + 1 : "",
+                    .deadline_ms = 0};
+  x->found++;
+  return x->cb(&w, x->ud);
+}
+
+static int waiters_of(const char *name, void *ud) {
+  waits *x = ud;
+  char key[NODE_MAX];
+  snprintf(key, sizeof key, "%.*s%s", (int)x->prefix_len, x->z->env->key_prefix,
+           name);
+  struct String_vector sv = {0};
+  atomic_fetch_add(&x->z->round_trips, 1);
+  if (zoo_get_children(x->z->zh, key, 0, &sv) != ZOK) return 0;
+  char **v;
+  int n = dl_zk_sorted_locks(&sv, &v), stop = 0;
+  if (n < 0)
+    x->rc = dl_seterr(x->z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+  for (int i = n > 0 ? dl_zk_holders(v, n) : 0; i < n && !stop; i++)
+    if (!strstr(v[i], "lease-") && !strstr(v[i], "latch-"))
+      stop = tell_waiter(x, key, v[i]);
+  if (n >= 0) free(v);
+  deallocate_String_vector(&sv);
+  return stop || x->rc < 0;
+}
+
+int dl_zk_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                  void *ud) {
+  dl_zk *z = (dl_zk *)b;
+  char match[NODE_MAX];
+  snprintf(match, sizeof match, "%s%s*", prefix, prefix[0] ? "" : "/");
+  waits x = {z, strlen(prefix), cb, ud, 0, 0};
+  int rc = dl_zk_scan(b, match, x.prefix_len, waiters_of, &x);
+  return rc < 0 ? rc : x.rc < 0 ? x.rc : x.found;
+}

@@ -166,11 +166,9 @@ void dl_zk_hold_event(dl_zk *z, int type, const char *path) {
     watch_hold(z, path);
     return;
   }
-  /* The watchdog checks the holds on key at once and reports the loss. */
-  if (z->env->loop)
-    dl_zk_post_notice_key(z, key);
-  else if (fn)
-    fn(ud, key, strlen(key));
+  /* The watchdog checks the holds on key at once and reports the loss
+   * (on an event-loop client fn passes it to the loop's thread). */
+  if (fn) fn(ud, key, strlen(key));
 }
 
 int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
@@ -270,7 +268,8 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
       return dl_seterr(z->env->err_owner, DLOCK_ELOST, "our lock node %s "
                        "is gone (the session expired?)", node);
     if (w < 0) return 1;
-    if (!a->wait || dl_now_ms() >= a->deadline || dl_zk_cancelled()) return 0;
+    if (!a->wait || dl_now_ms() >= a->deadline || dl_offload_cancelled())
+      return 0;
     a->waited = true;
     /* Watch that one node only (no herd), with getData as Curator, so
      * that no watch is left on a node that does not exist. */

@@ -377,7 +377,7 @@ int dl_zk_await_event(dl_zk *z, uint64_t seen, int64_t deadline,
                       const char *what) {
   pthread_mutex_lock(&z->mu);
   while (z->events == seen && !z->expired && !atomic_load(z->env->closing) &&
-         !dl_zk_cancelled() && dl_now_ms() < deadline) {
+         !dl_offload_cancelled() && dl_now_ms() < deadline) {
     struct timespec ts;
     dl_abstime(deadline, &ts);
     pthread_cond_timedwait(&z->cv, &z->mu, &ts);

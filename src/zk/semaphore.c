@@ -177,7 +177,7 @@ static int await_lease(dl_zk *z, const char *path, const char *node,
                        "is gone (the session expired?)", node);
     if (zrc != ZOK) return dl_zk_err(z, zrc, "check", node);
     if (n <= max) return 1;
-    if (!wait || dl_now_ms() >= deadline || dl_zk_cancelled()) return 0;
+    if (!wait || dl_now_ms() >= deadline || dl_offload_cancelled()) return 0;
     rc = dl_zk_await_event(z, seen, deadline, path);
     if (rc != 0) return rc;
   }

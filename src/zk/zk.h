@@ -12,7 +12,8 @@
  * zk_connect_timeout_ms for a session), so a wrong address fails the open.
  * A build without libzookeeper-mt (src/zk/none.c) returns DLOCK_ENOTSUP
  * saying so. On an event-loop client (env->loop) each operation runs on a
- * thread of its own, its result handed to the loop's thread (async.c). */
+ * thread of its own, its result handed to the loop's thread
+ * (core/blockloop.h). */
 int dl_zk_backend_new(const dlock_client_options *opts,
                       const dl_backend_env *env, dl_backend **out);
 

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <zookeeper/zookeeper.h>
 
+#include "../core/blockloop.h"
 #include "zk.h"
 
 /* One node this client holds: the lock's path, the owner that holds it and
@@ -65,12 +66,9 @@ typedef struct dl_zk {
   zk_orphan *orphans;
   int participants; /* election threads running (latch.c): the backend is
                        freed only once they have all ended */
-  /* An event-loop client's (async.c): the offload its operations run on
-   * (core.h), and the loss notices to pass on on the loop's thread. */
-  dl_offload *off;
-  bool notice_posted;
-  char *notice_keys[16]; /* keys to pass on (notice_posted: any key) */
-  int nkeys;
+  /* An event-loop client's: the seam's event-loop form (blockloop.h),
+   * its operations each on a thread of their own. */
+  dl_blockloop *form;
   dl_notice_fn notice;
   void *notice_ud;
   void (*state_fn)(void *ud, int state); /* watch_state's */
@@ -125,11 +123,8 @@ void dl_zk_hold_event(dl_zk *z, int type, const char *path);
  * true, or false when there is none. */
 bool dl_zk_hold_node(dl_zk *z, const char *key, const char *owner, char *node,
                      size_t len);
-/* fence.c: fenced resources (the seam's fence); async.c its event-loop
- * form. */
+/* fence.c: fenced resources (the seam's fence). */
 int dl_zk_fence(dl_backend *b, dl_fence_req *f);
-int dl_zk_fence_async(dl_backend *b, dl_fence_req *f, dl_done_fn done, void *ud,
-                      dl_async **out);
 /* Forgets the hold of (key, owner), if any. */
 void dl_zk_hold_drop(dl_zk *z, const char *key, const char *owner);
 /* The semaphore (semaphore.c): Curator's InterProcessSemaphoreV2 as the
@@ -239,69 +234,6 @@ void dl_zk_orphan_node(dl_zk *z, const char *node);
 void dl_zk_clean_orphans(dl_zk *z);
 /* Frees the orphan list (the client closing: its session ends). */
 void dl_zk_orphans_free(zk_orphan *o);
-/* async.c: the event-loop client's operations, each on a thread of its
- * own, results handed to the loop's thread. */
-int dl_zk_async_init(dl_zk *z);
-void dl_zk_async_close(dl_zk *z);
-/* Hands a loss notice (any key) to the loop's thread. */
-void dl_zk_post_notice(dl_zk *z);
-/* Hands a loss notice for `key` (copied) to the loop's thread. */
-void dl_zk_post_notice_key(dl_zk *z, const char *key);
-/* Whether the operation this thread runs was cancelled (its waits end as
- * at their deadline). */
-bool dl_zk_cancelled(void);
-int dl_zk_ping(dl_backend *b);
-int dl_zk_lock_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
-                             void *ud, dl_async **out);
-int dl_zk_lock_release_async(dl_backend *b, const dl_lock_ref *l,
-                             int64_t lease_ms, int count, dl_done_fn done,
-                             void *ud, dl_async **out);
-int dl_zk_lock_force_release_async(dl_backend *b, const dl_lock_ref *l,
-                                   dl_done_fn done, void *ud, dl_async **out);
-int dl_zk_lock_query_async(dl_backend *b, const dl_lock_ref *l,
-                           dl_lock_query q, long long *v, dl_done_fn done,
-                           void *ud, dl_async **out);
-int dl_zk_inspect_async(dl_backend *b, const char *key, dlock_lock_state *st,
-                        dl_done_fn done, void *ud, dl_async **out);
-int dl_zk_scan_async(dl_backend *b, const char *match, size_t prefix_len,
-                     dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
-                     dl_async **out);
-int dl_zk_ping_async(dl_backend *b, dl_done_fn done, void *ud,
-                     dl_async **out);
-int dl_zk_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
-                      dl_renew_item *items, int *calls, dl_done_fn done,
-                      void *ud, dl_async **out);
-int dl_zk_permit_acquire_async(dl_backend *b, const dl_sync_ref *s,
-                               const char *id, int64_t lease_ms, bool wait,
-                               int64_t deadline, int64_t *valid_until,
-                               dl_done_fn done, void *ud, dl_async **out);
-int dl_zk_sync_update_async(dl_backend *b, const dl_sync_ref *s,
-                            dl_sync_op sop, long long n, const char *id,
-                            long long *v, dl_done_fn done, void *ud,
-                            dl_async **out);
-void dl_zk_cancel(dl_backend *b, dl_async *op);
-/* The seam's blocking entries (async.c): the recipes above, refused with
- * DLOCK_EINVAL on an event-loop client. */
-int dl_zk_b_lock_acquire(dl_backend *b, dl_acquire *a);
-int dl_zk_b_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
-                         int count);
-int dl_zk_b_lock_force_release(dl_backend *b, const dl_lock_ref *l);
-int dl_zk_b_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
-                       long long *v);
-int dl_zk_b_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
-int dl_zk_b_scan(dl_backend *b, const char *match, size_t prefix_len,
-                 dlock_scan_cb cb, void *ud);
-int dl_zk_b_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
-                  dl_renew_item *items, int *calls);
-int dl_zk_b_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
-                           int64_t lease_ms, bool wait, int64_t deadline,
-                           int64_t *valid_until);
-int dl_zk_b_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
-                        long long n, const char *id, long long *v);
-int dl_zk_b_ping(dl_backend *b);
-int dl_zk_b_fence(dl_backend *b, dl_fence_req *f);
-int dl_zk_b_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
-                         size_t len);
 /* latch.c: Curator's LeaderLatch (the seam's elect_* entries). */
 int dl_zk_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,
                      dl_elect_fn fn, void *ud, dl_elect **out);
@@ -310,6 +242,11 @@ int dl_zk_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
                        size_t len);
 /* inspect.c: dlock status and dlock list. */
 int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
+/* The nodes in line behind each lock's holders (inspect.c), as the
+ * backend's waiters entry: owner and info from the node's data, kind
+ * from its mark, no deadline. */
+int dl_zk_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                  void *ud);
 int dl_zk_scan(dl_backend *b, const char *match, size_t prefix_len,
                dlock_scan_cb cb, void *ud);
 /* Frees the list of holds. */

@@ -143,11 +143,19 @@ void cf_fence_write(cf_fence *f, uint64_t token) {
   atomic_fetch_sub(&f->inside, 1);
 }
 
+void cf_fence_waited(cf_fence *f, int64_t ms) {
+  long long was = atomic_load(&f->longest_wait);
+  while (ms > was &&
+         !atomic_compare_exchange_weak(&f->longest_wait, &was, ms)) {
+  }
+}
+
 void cf_done(int rc, uint64_t token, const char *errmsg, void *ud) {
   (void)errmsg;
   cf_got *g = ud;
   g->rc = rc;
   g->token = token;
+  g->at = th_now_ms();
   g->calls++;
 }
 
@@ -222,6 +230,46 @@ bool cf_waiters_reach(dlock_lock *l, int n, int timeout_ms) {
     dlock_lock_state st;
     if (dlock_lock_inspect(l, &st) == 0 && (st.waiters >= n || st.queued >= n))
       return true;
+    if (th_now_ms() >= end) return false;
+    th_sleep_ms(2);
+  }
+}
+
+/* The deployment's Redis servers a client talks to (none for zk, etcd). */
+static int redis_servers(th_redis **out) {
+  const char *k = cf_dep.kind;
+  if (strcmp(k, "redis") == 0 || strcmp(k, "unix") == 0 ||
+      strcmp(k, "rediss") == 0) {
+    out[0] = &cf_dep.redis[0];
+    return 1;
+  }
+  if (strcmp(k, "sentinel") == 0) {
+    out[0] = &cf_dep.sentinel.master;
+    return 1;
+  }
+  th_redis *three = strcmp(k, "redlock") == 0   ? cf_dep.redis
+                    : strcmp(k, "cluster") == 0 ? cf_dep.cluster.nodes
+                                                : NULL;
+  for (int i = 0; three && i < 3; i++)
+    out[i] = &three[i];
+  return three ? 3 : 0;
+}
+
+bool cf_server_forgot(const char *client_name, int timeout_ms) {
+  char needle[80];
+  snprintf(needle, sizeof needle, "name=%s ", client_name);
+  th_redis *srv[3];
+  int n = redis_servers(srv);
+  int64_t end = th_now_ms() + (int64_t)timeout_ms * cf_slowdown();
+  for (;;) {
+    bool listed = false;
+    for (int i = 0; i < n && !listed; i++) {
+      redisReply *r = th_cmd(srv[i], "CLIENT LIST");
+      listed = r == NULL || r->type != REDIS_REPLY_STRING ||
+               strstr(r->str, needle) != NULL;
+      if (r) freeReplyObject(r);
+    }
+    if (!listed) return true;
     if (th_now_ms() >= end) return false;
     th_sleep_ms(2);
   }

@@ -118,6 +118,11 @@ void cf_lock_free(cf_lock *h);
 /* Polls the lock's snapshot until n waiters wait (or are queued): true,
  * or false at timeout_ms (where waiters leave no trace: they retry). */
 bool cf_waiters_reach(dlock_lock *l, int n, int timeout_ms);
+/* Polls the deployment's Redis servers until none lists a connection
+ * named client_name (dlock_client_options.client_name): true, or false at
+ * timeout_ms. Then every request that client sent has run (a server reads
+ * a connection's requests before its end). True at once on zk, etcd. */
+bool cf_server_forgot(const char *client_name, int timeout_ms);
 /* The kind that excludes `kind` on the same name: itself, but a writer for
  * a reader. */
 dl_feature cf_rival(dl_feature kind);
@@ -134,16 +139,20 @@ typedef struct cf_fence {
   atomic_long count;
   atomic_int inside, overlaps, stale;
   atomic_ullong last;
+  atomic_llong longest_wait; /* ms: the longest acquire, cf_fence_waited */
 } cf_fence;
 cf_fence *cf_fence_new(void);
 void cf_fence_free(cf_fence *f);
 void cf_fence_write(cf_fence *f, uint64_t token);
+/* An acquire of f's writers took ms: kept if the longest so far. */
+void cf_fence_waited(cf_fence *f, int64_t ms);
 
 /* An event-loop call's result, filled in by cf_done. */
 typedef struct cf_got {
   int calls;
   int rc;
   uint64_t token;
+  int64_t at; /* th_now_ms() when it came */
 } cf_got;
 void cf_done(int rc, uint64_t token, const char *errmsg, void *ud);
 /* Runs lp until *flag is non-zero or timeout_ms passes: whether it is. */

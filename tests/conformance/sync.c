@@ -281,6 +281,17 @@ static void t_election(void) {
   uint64_t t1 = 0, t2 = 0;
   CHECK_RC(dlock_leader_token(la, &t1), 0);
   CHECK_RC(dlock_leader_token(lb, &t2), DLOCK_ENOTOWNER);
+  /* Proclaim (Go's) where the backend has it, else DLOCK_ENOTSUP naming
+   * the backend; only the leader may. */
+  bool proclaims = strcmp(cf_backend, "etcd") == 0;
+  int rc = dlock_leader_proclaim(la, "first-proclaimed");
+  CHECK_RC(rc, proclaims ? 0 : DLOCK_ENOTSUP);
+  if (rc == DLOCK_ENOTSUP)
+    CHECK(strstr(dlock_client_errmsg(a), cf_backend) != NULL);
+  CHECK_RC(dlock_leader_proclaim(lb, "second-proclaimed"),
+           proclaims ? DLOCK_ENOTOWNER : DLOCK_ENOTSUP);
+  CHECK_EQ(dlock_leader_get_current(lb, who, sizeof who), 1);
+  CHECK(strcmp(who, proclaims ? "first-proclaimed" : "first") == 0);
   dlock_leader_free(la); /* leaves: the next one leads */
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_leader_try_await(lb, 5000), 0);

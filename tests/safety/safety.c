@@ -131,6 +131,10 @@ static th_zk zks[3];
 static int nzk;
 static char zk_url[256];
 static int zk_session_ms;
+/* An etcd scenario's member, or cluster of three (netcd of them). */
+static th_etcd etcds[3];
+static int netcd;
+static char etcd_url[256];
 
 /* Stops whatever servers the scenario before started. */
 static void stop_servers(void) {
@@ -145,6 +149,9 @@ static void stop_servers(void) {
     th_zk_stop(&zks[i]);
   nzk = 0;
   zk_session_ms = 0;
+  for (int i = 0; i < netcd; i++)
+    th_etcd_stop(&etcds[i]);
+  netcd = 0;
   scenario_url = NULL;
   replicas = 0;
 }
@@ -1435,6 +1442,171 @@ static void t_s18_zk_server_restart(void) {
   s18_run(false);
 }
 
+/* ---- 23-27. etcd (Go's concurrency.Mutex): a session lease per client ----
+ * A private member or a cluster of three; the workers on etcd:// with a
+ * session lease of `lease_ms` (whole seconds, at least etcd's minimum of
+ * 2 s; the watchdog keeps it alive at a third of it). Tokens are the lock
+ * keys' create revisions. In the plain build only: etcd's own timing
+ * (elections, lease expiry) is what is under test, not the sanitizers'. */
+static bool begin_etcd(const char *name, bool enforce, bool cluster3,
+                       int64_t lease_ms) {
+  reset(name, lease_ms);
+  netcd = cluster3 ? 3 : 1;
+  int rc = cluster3 ? th_etcd_cluster_start(etcds, etcd_url, sizeof etcd_url)
+                    : th_etcd_start(&etcds[0]);
+  if (!cluster3) snprintf(etcd_url, sizeof etcd_url, "%s", etcds[0].url);
+  if (rc != 0) return false;
+  scenario_url = etcd_url;
+  res_reset(enforce);
+  printf("    %s run on %s\n", enforce ? "fenced " : "control", etcd_url);
+  fflush(stdout);
+  return true;
+}
+
+/* True (saying why) where the etcd rows do not run. */
+static bool etcd_skipped(void) {
+  if (SANITIZED || !th_etcd_available()) {
+    printf("    etcd: %s\n",
+           SANITIZED ? "plain build only" : "no etcd here: skipped");
+    return true;
+  }
+  return false;
+}
+
+/* 23. The holder paused (SIGSTOP) past its 2 s lease: the server revokes
+ * the lease and deletes the key, another takes the lock with a larger
+ * create revision; resumed, the victim is told and its write refused. */
+static void s23_run(bool enforce) {
+  CHECK(begin_etcd("safety/s23", enforce, false, 2000));
+  pid_t v = start_worker(VICTIM, 1, 0, "300", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  pause_victim(enforce, v);
+}
+static void t_s23_etcd_holder_paused(void) {
+  if (etcd_skipped()) return;
+  s23_run(true);
+  s23_run(false);
+}
+
+/* 24. The cluster's leader killed while a lock is held and waited for
+ * (leases 4 s): a new leader in about a second, which extends every lease;
+ * the holder's keepalives and watch move to a member that lives, it keeps
+ * the lock and releases it; nobody else gets it meanwhile. */
+static void s24_run(bool enforce) {
+  CHECK(begin_etcd("safety/s24", enforce, true, 4000));
+  start_worker(VICTIM, 1, 0, "2500", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  start_others(3, 1);
+  th_sleep_ms(100);
+  int leader = th_etcd_leader(etcds);
+  printf("      killing the leader, member %d\n", leader + 1);
+  CHECK(leader >= 0);
+  if (leader >= 0) th_etcd_kill(&etcds[leader], SIGKILL);
+  expect_victim(0, 0, 1);
+  CHECK(finish(20));
+  judge(enforce, false, -1, OVERLAP_NONE);
+}
+static void t_s24_etcd_leader_killed(void) {
+  if (etcd_skipped()) return;
+  s24_run(true);
+  s24_run(false);
+}
+
+/* 25. The holder cut off from the server by the fault proxy (both ways)
+ * past its 2 s lease while it keeps running: the lease runs out at the
+ * server, another takes the lock; the victim's validity runs out before it
+ * writes, and back it hears the loss (callback, DLOCK_ELOST). */
+static void s25_run(bool enforce) {
+  CHECK(begin_etcd("safety/s25", enforce, false, 2000));
+  int port = proxy_start(etcds[0].port);
+  CHECK(port > 0);
+  char url[64];
+  snprintf(url, sizeof url, "etcd://127.0.0.1:%d", port);
+  next_url = url;
+  start_worker(VICTIM, 1, 0, "4500", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  size_t mark = res_mark();
+  proxy_set(PROXY_PARTITION, 0);
+  start_others(3, 1);
+  CHECK(res_wait_event('W', -2, VICTIM, true, mark, 10000, NULL));
+  proxy_set(PROXY_PASS, 0);
+  printf("      %llu bytes dropped by the partition\n",
+         (unsigned long long)proxy_faulted_bytes());
+  CHECK(proxy_faulted_bytes() > 0);
+  expect_victim(1, 1, DLOCK_ELOST);
+  CHECK(finish(20));
+  proxy_stop();
+  judge(enforce, true, VICTIM, OVERLAP_SOME);
+}
+static void t_s25_etcd_partition(void) {
+  if (etcd_skipped()) return;
+  s25_run(true);
+  s25_run(false);
+}
+
+/* 26. The member SIGKILLed and restarted under a held lock (lease 4 s):
+ * it restores the leases and keys from its log and extends the leases;
+ * the holder's keepalives resume, it keeps the lock and releases it;
+ * nobody else gets it. */
+static void s26_run(bool enforce) {
+  CHECK(begin_etcd("safety/s26", enforce, false, 4000));
+  start_worker(VICTIM, 1, 0, "2500", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  start_others(3, 1);
+  th_sleep_ms(100);
+  CHECK(th_etcd_restart(&etcds[0]) == 0);
+  expect_victim(0, 0, 1);
+  CHECK(finish(20));
+  judge(enforce, false, -1, OVERLAP_NONE);
+}
+static void t_s26_etcd_server_restart(void) {
+  if (etcd_skipped()) return;
+  s26_run(true);
+  s26_run(false);
+}
+
+/* 27. The holder's lease revoked by an operator (`etcdctl lease revoke`)
+ * while it holds the lock and others wait: its key goes with the lease,
+ * the next waiter takes the lock; the holder hears it through the watch on
+ * its own key within a moment, before it writes, and its write is judged
+ * (refused with tokens, accepted without: the control). */
+static void s27_run(bool enforce) {
+  CHECK(begin_etcd("safety/s27", enforce, false, 4000));
+  start_worker(VICTIM, 1, 0, "1500", NULL, NULL);
+  res_event e;
+  victim_read(&e);
+  start_others(3, 1);
+  th_sleep_ms(100);
+  /* The holder's key: the lowest create revision under the name. */
+  char out[512], args[160];
+  snprintf(args, sizeof args,
+           "get --prefix %s/ --sort-by=CREATE --order=ASCEND --limit 1 "
+           "--keys-only",
+           lock_name);
+  th_etcd_ctl(&etcds[0], args, out, sizeof out);
+  const char *slash = strrchr(out, '/');
+  char lease_hex[32] = "";
+  if (slash) sscanf(slash + 1, "%31[0-9a-f]", lease_hex);
+  printf("      revoking lease %s (key %.*s)\n", lease_hex,
+         (int)strcspn(out, "\n"), out);
+  CHECK(lease_hex[0] != '\0');
+  snprintf(args, sizeof args, "lease revoke %s", lease_hex);
+  CHECK(strstr(th_etcd_ctl(&etcds[0], args, out, sizeof out), "revoked") !=
+        NULL);
+  expect_victim(1, 1, DLOCK_ELOST);
+  CHECK(finish(20));
+  judge(enforce, true, VICTIM, OVERLAP_SOME);
+}
+static void t_s27_etcd_lease_revoked(void) {
+  if (etcd_skipped()) return;
+  s27_run(true);
+  s27_run(false);
+}
+
 /* ---- 9. soak: 8 processes x 4 threads, random faults ---- */
 static unsigned rnd_state;
 static unsigned rnd(unsigned n) {
@@ -1569,6 +1741,11 @@ int main(int argc, char **argv) {
                                   T_BARE(t_s16_zk_leader_killed),
                                   T_BARE(t_s17_zk_partition),
                                   T_BARE(t_s18_zk_server_restart),
+                                  T_BARE(t_s23_etcd_holder_paused),
+                                  T_BARE(t_s24_etcd_leader_killed),
+                                  T_BARE(t_s25_etcd_partition),
+                                  T_BARE(t_s26_etcd_server_restart),
+                                  T_BARE(t_s27_etcd_lease_revoked),
                                   T_BARE(t_s9_soak),
                                   T_BARE(t_teardown)};
   /* In one process: the fenced resource is a thread of this driver, and

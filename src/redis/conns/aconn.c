@@ -7,8 +7,12 @@
  * the next one that comes, in order). A connection lost fails infl (the
  * server may have run them: never sent twice) and puts batch back at the
  * head of outq for the next connection. Requests that sends queue during
- * one round of the loop go out in one write, when the socket is next
- * writable (automatic pipelining, as in conn.c).
+ * one round of the loop go out in one write (automatic pipelining, as in
+ * conn.c): at the end of the round when they are sent from a callback,
+ * else when the socket is next writable; writability is watched for only
+ * while a write is unfinished, and a read stops at a short read of a
+ * plain socket (the loop's readiness is level-triggered): a request costs
+ * no epoll_ctl and no read that finds nothing.
  *
  * A request that times out or is cancelled stays on its queue, without a
  * callback, until its reply comes and is dropped (or it is dropped unsent):
@@ -138,6 +142,23 @@ static bool fill(dl_aconn *c) {
   return true;
 }
 
+static void flush(dl_aconn *c);
+
+static void on_flush(void *ud) {
+  dl_aconn *c = ud;
+  if (c->closed || c->state != A_UP) return;
+  enter(c);
+  flush(c);
+  if (!c->closed) dl_aconn_update_watch(c);
+  leave(c);
+}
+
+void dl_aconn_flush_soon(dl_aconn *c) {
+  if (c->state != A_UP || c->woff < c->wlen ||
+      !dl_defer_add(c->lp, &c->flush_defer))
+    dl_aconn_update_watch(c);
+}
+
 /* Writes what it can of outq. */
 static void flush(dl_aconn *c) {
   c->want_w = 0;
@@ -218,6 +239,7 @@ static void read_replies(dl_aconn *c) {
   while (!c->closed && c->io) {
     int want;
     int n = dl_io_try_read(c->io, buf, sizeof buf, &want);
+    c->reads++;
     if (n == 0) {
       if (want == DL_EV_WRITE) c->want_r = DL_EV_WRITE;
       return;
@@ -236,6 +258,9 @@ static void read_replies(dl_aconn *c) {
       conn_lost(c, DLOCK_EPROTO, "malformed reply from the server");
       return;
     }
+    /* Less than asked of a plain socket: it is empty now, and the loop
+     * says when more comes. (TLS may hold a record read already.) */
+    bool last = (size_t)n < sizeof buf && !dl_io_tls(c->io);
     for (;;) {
       void *rep = NULL;
       if (redisReaderGetReply(c->rd, &rep) != REDIS_OK) {
@@ -282,6 +307,7 @@ static void read_replies(dl_aconn *c) {
         return;
       }
     }
+    if (last) return;
   }
 }
 
@@ -355,7 +381,10 @@ static void step(dl_aconn *c, int events) {
   }
   if (c->state != A_CONNECTING && (events & DL_EV_READ || c->want_r))
     read_replies(c);
-  if (c->state == A_UP && !c->closed) flush(c);
+  if (c->state == A_UP && !c->closed) {
+    dl_defer_cancel(c->lp, &c->flush_defer); /* written here */
+    flush(c);
+  }
   if (!c->closed) dl_aconn_update_watch(c);
 }
 
@@ -423,6 +452,7 @@ int dl_aconn_new(dl_loop *lp, const dl_conn_config *cfg, dl_aconn **out) {
   c->w_fd = -1;
   dl_timer_init(&c->connect_timer, on_connect_timeout, c);
   dl_timer_init(&c->retry_timer, on_retry, c);
+  dl_defer_init(&c->flush_defer, on_flush, c);
   dl_scripts_init();
   *out = c;
   return 0;
@@ -460,6 +490,10 @@ void dl_aconn_check_moved(dl_aconn *c) {
 
 uint64_t dl_aconn_batches(const dl_aconn *c) { return c->batches; }
 
+uint64_t dl_aconn_reads(const dl_aconn *c) {
+  return c->reads;
+}
+
 bool dl_aconn_up(const dl_aconn *c) { return c->state == A_UP; }
 
 void dl_aconn_free(dl_aconn *c) {
@@ -467,6 +501,7 @@ void dl_aconn_free(dl_aconn *c) {
   c->closed = true;
   enter(c);
   dl_timer_stop(c->lp, &c->retry_timer);
+  dl_defer_cancel(c->lp, &c->flush_defer);
   drop_socket(c);
   set_msg(c, DLOCK_ECLOSED, "client closed");
   /* Every pending request's callback, once; dropped ones just go. */

@@ -67,10 +67,14 @@ struct dl_aconn {
   int depth;   /* dispatches under way */
   bool closed; /* dl_aconn_free was called */
   uint64_t batches;
+  uint64_t reads;     /* read attempts, for tests */
   dl_aconn_push push; /* push mode when push.reply is set */
   dl_timer retry_timer; /* push mode: the next connect after a failure */
   unsigned gen; /* dl_target's gen of the connection made last */
   bool readonly; /* a READONLY reply: drop the connection after it */
+  /* Requests queued from a callback go out at the end of the loop's
+   * dispatch, in one write, straight away (dl_aconn_flush_soon). */
+  dl_defer flush_defer;
 };
 
 /* The dispatches under way (a callback may free c: it is destroyed when
@@ -112,5 +116,9 @@ void dl_aq_resend_eval(dl_aconn *c, dl_areq *r);
 int dl_aconn_start_connect(dl_aconn *c);
 /* Watches the socket for what the queues and TLS need now. */
 void dl_aconn_update_watch(dl_aconn *c);
+/* Sees that what outq holds goes out: from inside the loop's dispatch,
+ * written at its end (writability is watched for only if the socket
+ * cannot take it all); outside, when the socket is next writable. */
+void dl_aconn_flush_soon(dl_aconn *c);
 
 #endif /* DLOCK_REDIS_ACONN_H */

@@ -119,7 +119,7 @@ static int enqueue(dl_aconn *c, dl_areq *r, int64_t deadline) {
     return rc;
   }
   dl_aq_push(&c->outq, r, Q_OUT);
-  dl_aconn_update_watch(c);
+  dl_aconn_flush_soon(c);
   return 0;
 }
 

@@ -186,8 +186,10 @@ int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
  * thread reads the subscriber connection, with the pubsub's lock held (fn
  * must only take leaf locks): for a channel the message itself, for a
  * pattern the channel after its first `strip` bytes when the message is
- * "del" or "expired" (keyspace events). After a reconnect fn is called with
- * key NULL: anything may have been missed. Returns 0 or DLOCK_ENOMEM. */
+ * "del" or "expired" (keyspace events). Each time the server confirms the
+ * subscription (the first time, and after each reconnect) fn is called
+ * with key NULL: anything before may have been missed. Returns 0 or
+ * DLOCK_ENOMEM. */
 int dl_pubsub_listen(dl_pubsub *p, const char *channel, bool pattern,
                      size_t strip, dl_notice_fn fn, void *ud);
 int dl_pubsub_grant(dl_pubsub *p, dl_sub *s, uint64_t *token);
@@ -341,6 +343,8 @@ void dl_areq_cancel(dl_areq *r);
 void dl_aconn_free(dl_aconn *c);
 /* Writes since creation (tests), and whether the connection is up. */
 uint64_t dl_aconn_batches(const dl_aconn *c);
+/* Read attempts on the socket since creation (tests). */
+uint64_t dl_aconn_reads(const dl_aconn *c);
 bool dl_aconn_up(const dl_aconn *c);
 
 /* ---- arepl.c: replica acknowledgement on the loop ----
@@ -419,7 +423,7 @@ dl_asub_req *dl_asub_wait(dl_asub *s, dl_sub *sub, int64_t deadline,
  * request's own fn (it is gone then). */
 void dl_asub_cancel(dl_asub_req *r);
 /* As dl_pubsub_grant, dl_pubsub_unref, dl_pubsub_kick, dl_pubsub_listen
- * (fn told from the loop's dispatch; key NULL after each reconnect) and
+ * (fn told from the loop's dispatch; key NULL at each confirmation) and
  * dl_pubsub_wakeups. dl_asub_listen returns 0 or DLOCK_ENOMEM. */
 int dl_asub_grant(dl_asub *s, dl_sub *sub, uint64_t *token);
 void dl_asub_unref(dl_asub *s, dl_sub *sub, bool linger);

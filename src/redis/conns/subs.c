@@ -250,8 +250,10 @@ void dl_subs_connected(dl_subs *t) {
        * confirmation polls until one goes after it, ops/acquire.c and
        * ops/backend.c.) */
       if (again) wake(t, s, true);
-      /* Whatever was taken away meanwhile went unheard: check it all. */
-      if (s->notice) s->notice(s->notice_ud, NULL, 0);
+      /* A notice subscription tells its fn NULL once the server confirms
+       * it (dl_subs_dispatch), not here: the SUBSCRIBE is not even written
+       * yet, and a take-away published before the server reads it is
+       * heard by nobody. */
     }
   }
 }
@@ -374,6 +376,11 @@ void dl_subs_dispatch(dl_subs *t, const redisReply *r) {
       sub_free(t, s);
     } else if (dl_subs_confirmed(t, s)) {
       t->h->changed(t->owner, s);
+      /* Messages are heard from here on; whatever was taken away before
+       * (while down, or between the acquire and the subscription: a
+       * client's first acquire may well end first) went unheard: check it
+       * all, once per connection. */
+      if (s->notice) s->notice(s->notice_ud, NULL, 0);
       /* A waiter that could not join the hand-off queue without this
        * subscription tries again now. */
       if (s->mode == DL_WAKE_GRANT) wake_grantee(t, s);

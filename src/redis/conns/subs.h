@@ -128,9 +128,11 @@ int dl_subs_grant(dl_subs *t, dl_sub *s, uint64_t *token);
 /* Unsubscribes what has lingered DL_SUBS_LINGER_MS by `now`. */
 void dl_subs_sweep(dl_subs *t, int64_t now);
 /* A connection is up: subscribes again to every channel still wanted
- * (freeing the rest), wakes every waiter unless it is the first connection
- * (a message may have been lost meanwhile) and tells each notice fn key
- * NULL (anything may have been missed until now). */
+ * (freeing the rest) and wakes every waiter unless it is the first
+ * connection (a message may have been lost meanwhile). Each notice fn is
+ * told key NULL (anything may have been missed until now) when its
+ * subscription is confirmed (dl_subs_dispatch): a take-away before that
+ * may not have been published to it. */
 void dl_subs_connected(dl_subs *t);
 /* The connection went down: wakes every waiter and tells `changed`. */
 void dl_subs_disconnected(dl_subs *t);

@@ -16,12 +16,6 @@
  * attempt; a starving waiter attempts at least every RESERVE_MS / 3. So a
  * waiter that dies blocks a free lock for at most this long. */
 #define RESERVE_MS 600
-/* A waiter in the plain lock's hand-off queue counts as alive for three
- * beats after each attempt, and attempts once a beat (grant_beat): at
- * first every GRANT_STALE_MS / 3, then less often the longer it waits, up
- * to every GRANT_BEAT_MAX_MS. */
-#define GRANT_STALE_MS 6000
-#define GRANT_BEAT_MAX_MS 20000
 /* A plain string lock's waiter also polls (its peers, redsync or npm
  * redlock, delete without a message): sleeps of 1, 2, 4 ... up to this many
  * ms, each drawn in [d/2, d] (dl_backoff), unless the client's own
@@ -32,19 +26,6 @@
  * many command timeouts (30 s by default), as Redisson's retry attempts
  * end. */
 #define RIDE_TIMEOUTS 10
-/* A waiter's own channel, "<channel>:<owner id>": the fair lock's wake-up
- * and the plain lock's grant. `out` has OWNER_CHANNEL_MAX bytes. */
-#define OWNER_CHANNEL_MAX (DL_DERIVED_MAX + DL_OWNER_MAX + 1)
-static const char *owner_channel(char *out, const dl_lock_ref *l,
-                                 const char *owner) {
-  size_t n = strlen(CHANNEL(l, out)), m = strlen(owner);
-  if (n + 1 + m >= OWNER_CHANNEL_MAX) m = OWNER_CHANNEL_MAX - n - 2;
-  out[n] = ':'; /* n < DL_DERIVED_MAX: the ':' and the NUL fit */
-  memcpy(out + n + 1, owner, m);
-  out[n + 1 + m] = '\0';
-  return out;
-}
-
 /* ---- acquire, a state machine (see dl_pend) ---- */
 
 /* Where an acquire is: which step it waits for. */
@@ -61,7 +42,11 @@ typedef enum acq_state {
   ACQ_UNSUB,     /* the subscriptions go, then the fair queue */
   ACQ_FAIR_LEFT, /* leaving the fair queue */
   ACQ_UNRESERVE,
-  ACQ_UNRESERVED /* freeing the hand-off reservation */
+  ACQ_UNRESERVED, /* freeing the hand-off reservation */
+  ACQ_NOTED,      /* the waiter's record written (waits.c) */
+  ACQ_CLEARED,    /* and deleted */
+  ACQ_WALK,
+  ACQ_WALKED /* detect_deadlocks: following the owners */
 } acq_state;
 
 typedef struct acq_op {
@@ -78,6 +63,7 @@ typedef struct acq_op {
   int64_t queued_sent; /* when the last attempt that queued us went */
   /* deaf: the last attempt went before our subscription was confirmed */
   bool reserved, grants, queued, starving, again, left, deaf;
+  dl_wait_rec rec; /* the waiter's record (waits.c) */
   dl_sub *sub, *grant;
   dl_backoff poll;   /* a plain string lock's polling */
   int64_t ride;      /* the last pause riding out a failover (0: none yet) */
@@ -86,25 +72,12 @@ typedef struct acq_op {
   dl_pend p;
   dl_rlock_rel rel;
   char ch[OWNER_CHANNEL_MAX], gch[OWNER_CHANNEL_MAX]; /* last: not zeroed */
+  /* detect_deadlocks' walk (waits.c), not zeroed either: set up when used */
+  dl_wait_walk walk;
 } acq_op;
 
-/* A queued waiter's heartbeat: GRANT_STALE_MS / 3 at first, then as long
- * as it has waited, up to GRANT_BEAT_MAX_MS, so that a long wait costs the
- * server and the client little (10 000 waiters that waited a minute: 500
- * attempts a second); never more than a third of the lease it asks for (a
- * grant's validity counts from the last attempt). The price: a waiter that
- * froze (SIGSTOP, a long pause) can still be handed the lock up to three
- * beats after its last attempt, and then holds it until that lease ends;
- * a waiter that died or gave up is skipped at once (its grant channel has
- * no subscriber). */
-static int64_t grant_beat(const acq_op *o, int64_t now) {
-  int64_t beat = now - o->start;
-  if (beat < GRANT_STALE_MS / 3) beat = GRANT_STALE_MS / 3;
-  if (beat > GRANT_BEAT_MAX_MS) beat = GRANT_BEAT_MAX_MS;
-  int64_t third = o->a->lease_ms / 3;
-  if (third < beat) beat = third > 0 ? third : 1;
-  return beat;
-}
+/* A queued waiter's heartbeat (rlock.h) at `now`. */
+#define grant_beat(o, now) dl_grant_beat((now) - (o)->start, (o)->a->lease_ms)
 
 /* Sends one attempt at a side of a read-write lock. */
 static int rw_send(acq_op *o, const char *lease) {
@@ -416,6 +389,13 @@ static int acq_step(acq_op *o) {
       if (o->reserved) ops->sub_kick(R->link, o->sub);
       int64_t now = dl_now_ms();
       if (now >= deadline) goto out;
+      /* The waiter's record (waits.c), before the sleep: after the
+       * attempts that queue it, not between them and its subscriptions. */
+      if (dl_wait_rec_due(&o->rec, o->start, a->detect)) {
+        o->st = ACQ_NOTED;
+        if (dl_redis_wait_note(R, &o->p, a) == DL_PENDING) return DL_PENDING;
+        continue;
+      }
       if (o->ttl == -2 && !fair) { /* freed since: try again at once */
         o->st = ACQ_LOOP;
         continue;
@@ -437,6 +417,7 @@ static int acq_step(acq_op *o) {
       /* A queued waiter proves it is alive often enough. */
       if (o->queued && o->sent + grant_beat(o, o->sent) < until)
         until = o->sent + grant_beat(o, o->sent);
+      until = dl_wait_rec_until(&o->rec, o->start, a->detect, until);
       /* A plain string lock may be freed by a peer without a message; a
        * release after an attempt sent while deaf may have gone unheard. */
       if (l->kind == DL_KIND_PLAIN || o->deaf) {
@@ -464,6 +445,22 @@ static int acq_step(acq_op *o) {
                            : fair || o->queued) == DL_PENDING)
         return DL_PENDING;
       continue;
+    case ACQ_NOTED:
+      dl_wait_rec_noted(&o->rec, &o->p); /* takes the reply */
+      /* detect_deadlocks, once the record is there (waits.c) */
+      if (!dl_wait_walk_start(&o->walk, &o->rec, a)) goto doze;
+      /* fall through */
+    case ACQ_WALK: /* the walk's next request */
+      o->st = ACQ_WALKED;
+      if (dl_wait_walk_send(R, &o->p, &o->walk) == DL_PENDING)
+        return DL_PENDING;
+      continue;
+    case ACQ_WALKED: /* its answer: more to follow (1), none (0), EDEADLK */
+      o->rc = dl_wait_walk_result(R, &o->p, &o->walk);
+      if (o->rc < 0) goto out;
+      o->st = ACQ_WALK;
+      if (o->rc) continue;
+      goto doze; /* no cycle (o->rc 0, refused) */
     case ACQ_WAITED: {
       uint64_t granted = 0;
       /* A grant whose token is at or below the counter that a refused
@@ -564,6 +561,15 @@ static int acq_step(acq_op *o) {
       /* fall through */
     case ACQ_UNRESERVED:
       drop_reply(o);
+      if (o->rec.noted) { /* the wait ended: its record goes */
+        o->st = ACQ_CLEARED;
+        if (dl_redis_wait_clear(R, &o->p, l, &o->rec) == DL_PENDING)
+          return DL_PENDING;
+        continue;
+      }
+      /* fall through */
+    case ACQ_CLEARED:
+      drop_reply(o); /* a record not deleted goes with its lease */
       if (o->rc == 0) a->ttl = o->ttl;
       if (o->rc <= 0) return o->rc;
       a->status = o->rc;

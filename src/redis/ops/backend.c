@@ -344,6 +344,7 @@ static const dl_backend_ops redis_ops = {
     .lock_query = dl_redis_lock_query,
     .inspect = dl_redis_inspect,
     .scan = dl_redis_scan,
+    .waiters = dl_redis_waiters,
     .sem_acquire = dl_redis_sem_acquire,
     .permit_acquire = dl_redis_permit_acquire,
     .latch_await = dl_redis_latch_await,
@@ -378,6 +379,7 @@ static dl_redis *redis_new(const dl_backend_env *env) {
   dl_redis *r = calloc(1, sizeof *r);
   if (r == NULL) return NULL;
   r->base.ops = &redis_ops;
+  r->base.detects_deadlocks = true;
   r->env = *env;
   size_t pl = strlen(env->key_prefix);
   unsigned char nonce[8];

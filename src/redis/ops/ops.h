@@ -110,6 +110,12 @@ int dl_redis_lock_force_release(dl_backend *b, const dl_lock_ref *l);
 int dl_redis_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                         long long *v);
 int dl_redis_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
+/* waits.c: the waiters entry (blocking driver only). A waiter's record
+ * is "<prefix>dlock_wait:<owner id>", a string with a lease (rlock.h);
+ * the scan for lock names skips them. */
+#define DL_WAIT_RECORD "dlock_wait:"
+int dl_redis_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                     void *ud);
 int dl_redis_scan(dl_backend *b, const char *match, size_t prefix_len,
                   dlock_scan_cb cb, void *ud);
 int dl_redis_lock_force_release_async(dl_backend *b, const dl_lock_ref *l,

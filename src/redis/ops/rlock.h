@@ -42,6 +42,99 @@ static inline const char *derived(char *out, const char *prefix,
 
 #define UNLOCK_MESSAGE "0"
 
+/* A waiter's own channel, "<channel>:<owner id>": the fair lock's wake-up
+ * and the plain lock's grant. `out` has OWNER_CHANNEL_MAX bytes. */
+#define OWNER_CHANNEL_MAX (DL_DERIVED_MAX + DL_OWNER_MAX + 1)
+static inline const char *owner_channel(char *out, const dl_lock_ref *l,
+                                        const char *owner) {
+  size_t n = strlen(CHANNEL(l, out)), m = strlen(owner);
+  if (n + 1 + m >= OWNER_CHANNEL_MAX) m = OWNER_CHANNEL_MAX - n - 2;
+  out[n] = ':'; /* n < DL_DERIVED_MAX: the ':' and the NUL fit */
+  memcpy(out + n + 1, owner, m);
+  out[n + 1 + m] = '\0';
+  return out;
+}
+
+/* A waiter in the plain lock's hand-off queue counts as alive for three
+ * beats after each attempt, and attempts once a beat: at first every
+ * GRANT_STALE_MS / 3, then less often the longer it waits, up to every
+ * GRANT_BEAT_MAX_MS. */
+#define GRANT_STALE_MS 6000
+#define GRANT_BEAT_MAX_MS 20000
+/* A queued waiter's heartbeat after `waited` ms: GRANT_STALE_MS / 3 at
+ * first, then as long as it has waited, up to GRANT_BEAT_MAX_MS, so that a
+ * long wait costs the server and the client little (10 000 waiters that
+ * waited a minute: 500 attempts a second); never more than a third of the
+ * lease it asks for (a grant's validity counts from the last attempt). The
+ * price: a waiter that froze (SIGSTOP, a long pause) can still be handed
+ * the lock up to three beats after its last attempt, and then holds it
+ * until that lease ends; a waiter that died or gave up is skipped at once
+ * (its grant channel has no subscriber). */
+static inline int64_t dl_grant_beat(int64_t waited, int64_t lease_ms) {
+  int64_t beat = waited;
+  if (beat < GRANT_STALE_MS / 3) beat = GRANT_STALE_MS / 3;
+  if (beat > GRANT_BEAT_MAX_MS) beat = GRANT_BEAT_MAX_MS;
+  int64_t third = lease_ms / 3;
+  if (third < beat) beat = third > 0 ? third : 1;
+  return beat;
+}
+
+/* ---- waits.c: the waiter records (docs/WIRE.md) ---- */
+/* A waiter's record (DL_WAIT_RECORD, ops.h) lives this long unless
+ * written again: every third of it while its owner waits; deleted when
+ * the wait ends. Written only by an acquire that has waited
+ * DL_WAIT_NOTE_AFTER_MS. */
+#define DL_WAIT_RECORD_MS 10000
+#define DL_WAIT_KEY_MAX (DL_DERIVED_MAX + DL_OWNER_MAX)
+/* An acquire's record: when last written, whether it is there, and
+ * whether it cannot be (a write failed: an ACL without SET, say; the wait
+ * is then only left out of dlock deadlocks). */
+typedef struct dl_wait_rec {
+  int64_t at;
+  bool noted, off;
+  bool walked; /* detect_deadlocks: the owners were followed */
+} dl_wait_rec;
+/* A wait is recorded once it has lasted this long: a deadlock is a wait
+ * that lasts, while a contended lock's hand-off takes milliseconds and so
+ * costs no record (its write and its delete would be two more round
+ * trips on the hand-off's path). With detect_deadlocks, at once. */
+#define DL_WAIT_NOTE_AFTER_MS 500
+/* Whether the record is to be written now (the acquire that began at
+ * `start` has waited long enough, or detect; or a third of its lease
+ * passed since it was). */
+bool dl_wait_rec_due(const dl_wait_rec *w, int64_t start, bool detect);
+/* `until`, or earlier: when the record is due (again). */
+int64_t dl_wait_rec_until(const dl_wait_rec *w, int64_t start, bool detect,
+                          int64_t until);
+/* Takes the answer to dl_redis_wait_note on p (frees its reply). */
+void dl_wait_rec_noted(dl_wait_rec *w, dl_pend *p);
+/* Steps (as dl_redis_step_command) that write a's record (SET ... PX) and
+ * delete l's owner's record (DEL; w is then no longer noted). */
+int dl_redis_wait_note(dl_redis *R, dl_pend *p, const dl_acquire *a);
+int dl_redis_wait_clear(dl_redis *R, dl_pend *p, const dl_lock_ref *l,
+                        dl_wait_rec *w);
+/* detect_deadlocks: the walk from the lock a waiter waits for, owner by
+ * owner: the lock's holders (HKEYS, or a plain lock's GET), then the
+ * holder's waiter record (GET), then that lock's holders, ... */
+typedef struct dl_wait_walk {
+  size_t prefix_len;
+  int depth;
+  bool record; /* the next request: the holder's record, else the holders */
+  char kind[8];
+  char key[DL_WAIT_KEY_MAX]; /* the lock looked at (prefix included) */
+  char me[DL_OWNER_MAX], holder[DL_OWNER_MAX];
+  char path[1024]; /* the owners and locks so far, for the detail */
+} dl_wait_walk;
+/* Sets w up for a's walk, if it is due: a->detect, rec written, not yet
+ * walked (once a wait: of two owners closing a cycle at once, the later
+ * one to write its record sees the other's). Returns whether it is. */
+bool dl_wait_walk_start(dl_wait_walk *w, dl_wait_rec *rec, const dl_acquire *a);
+/* Sends the walk's next request on p (as dl_redis_step_command). */
+int dl_wait_walk_send(dl_redis *R, dl_pend *p, dl_wait_walk *w);
+/* Takes its answer (frees the reply): 1 more to follow, 0 no cycle (or
+ * it cannot tell), or DLOCK_EDEADLK with the cycle in the detail. */
+int dl_wait_walk_result(dl_redis *R, dl_pend *p, dl_wait_walk *w);
+
 /* Whether rc, a request's failure, is what a failover, a resharding or a
  * reconnect looks like from here (the master unreachable, the connection
  * lost, a demoted master, CLUSTERDOWN, MASTERDOWN, LOADING, TRYAGAIN):

@@ -219,6 +219,9 @@ static int scan_result(dl_reqop *x) {
   for (size_t i = 0; i < keys->elements && !stop; i++) {
     redisReply *k = keys->element[i];
     if (k->type != REDIS_REPLY_STRING || k->len < q->prefix_len) continue;
+    if (q->type == 1 && strncmp(k->str + q->prefix_len, DL_WAIT_RECORD,
+                                strlen(DL_WAIT_RECORD)) == 0)
+      continue; /* a waiter's record (waits.c), no lock */
     q->found++;
     if (q->cb(k->str + q->prefix_len, q->cb_ud) != 0) stop = true;
   }

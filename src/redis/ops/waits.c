@@ -1,0 +1,318 @@
+/* waits.c: the waiter records (docs/WIRE.md, "Waiter records"): what an
+ * owner waits for, written by an acquire that has to wait (acquire.c) and
+ * read by dlock deadlocks (the backend's waiters entry). */
+#include "rlock.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* "<prefix>dlock_wait:<owner>" into out (DL_DERIVED_MAX + DL_OWNER_MAX
+ * bytes): the owner without a writer's ":write", so that a thread's
+ * record and its holds (either side) name the same owner. */
+static void record_key(char *out, const dl_lock_ref *l) {
+  size_t pl = strlen(l->key) - strlen(l->name);
+  size_t ol = strlen(l->owner);
+  if (l->kind == DL_KIND_WRITE && ol > 6) ol -= 6; /* ":write" */
+  snprintf(out, DL_WAIT_KEY_MAX, "%.*s%s%.*s", (int)pl, l->key, DL_WAIT_RECORD,
+           (int)ol, l->owner);
+}
+
+static const char *kind_word(dl_lock_kind k) {
+  switch (k) {
+  case DL_KIND_FAIR: return "fair";
+  case DL_KIND_READ: return "read";
+  case DL_KIND_WRITE: return "write";
+  case DL_KIND_PLAIN: return "plain";
+  default: return "lock";
+  }
+}
+
+int dl_redis_wait_note(dl_redis *R, dl_pend *p, const dl_acquire *a) {
+  const dl_lock_ref *l = a->lock;
+  char key[DL_WAIT_KEY_MAX], px[DL_INT_BUF];
+  record_key(key, l);
+  int64_t deadline = 0; /* the wait's end on the wall clock; 0: none */
+  if (a->deadline != INT64_MAX) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    deadline = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 +
+               (a->deadline - dl_now_ms());
+  }
+  size_t il = strlen(a->info), nl = strlen(l->name);
+  char *v = malloc(64 + il + nl);
+  if (v == NULL)
+    return dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  int n = snprintf(v, 64, "%s %lld %zu\n", kind_word(l->kind),
+                   (long long)deadline, il);
+  memcpy(v + n, a->info, il);
+  memcpy(v + n + il, l->name, nl + 1);
+  dl_fmt_ll(px, DL_WAIT_RECORD_MS);
+  const char *argv[] = {"SET", key, v, "PX", px};
+  int rc = dl_redis_step_command(R, p, 5, argv);
+  free(v);
+  return rc;
+}
+
+bool dl_wait_rec_due(const dl_wait_rec *w, int64_t start, bool detect) {
+  if (w->off) return false;
+  if (!w->noted) return detect || dl_now_ms() - start >= DL_WAIT_NOTE_AFTER_MS;
+  return dl_now_ms() - w->at >= DL_WAIT_RECORD_MS / 3;
+}
+
+int64_t dl_wait_rec_until(const dl_wait_rec *w, int64_t start, bool detect,
+                          int64_t until) {
+  if (w->off || (!w->noted && detect)) return until;
+  int64_t due =
+      w->noted ? w->at + DL_WAIT_RECORD_MS / 3 : start + DL_WAIT_NOTE_AFTER_MS;
+  return due < until ? due : until;
+}
+
+void dl_wait_rec_noted(dl_wait_rec *w, dl_pend *p) {
+  if (p->rc != 0)
+    w->off = true;
+  else
+    w->noted = true;
+  w->at = dl_now_ms();
+  if (p->reply) freeReplyObject(p->reply);
+  p->reply = NULL;
+}
+
+int dl_redis_wait_clear(dl_redis *R, dl_pend *p, const dl_lock_ref *l,
+                        dl_wait_rec *w) {
+  w->noted = false;
+  char key[DL_WAIT_KEY_MAX];
+  record_key(key, l);
+  const char *argv[] = {"DEL", key};
+  return dl_redis_step_command(R, p, 2, argv);
+}
+
+/* ---- the waiters entry: SCAN for the records, GET each ---- */
+typedef struct waits_req {
+  dl_reqop r;
+  size_t prefix_len;
+  dlock_waiter_cb cb;
+  void *cb_ud;
+  int found;
+  bool stop;
+  char match[DL_DERIVED_MAX + 16];
+  char cursor[32];
+  char **keys; /* the last SCAN's, GET one by one */
+  size_t nkeys, next;
+} waits_req;
+
+static int waits_send(dl_reqop *x) {
+  waits_req *q = (waits_req *)x;
+  if (q->next < q->nkeys) {
+    const char *argv[] = {"GET", q->keys[q->next]};
+    return dl_redis_step_command(x->R, &x->p, 2, argv);
+  }
+  const char *argv[] = {"SCAN",  q->cursor, "MATCH", q->match,
+                        "COUNT", "500",     "TYPE",  "string"};
+  return dl_redis_step_command(x->R, &x->p, 8, argv);
+}
+
+static void keys_free(waits_req *q) {
+  for (size_t i = 0; i < q->nkeys; i++)
+    free(q->keys[i]);
+  free(q->keys);
+  q->keys = NULL;
+  q->nkeys = q->next = 0;
+}
+
+/* One record's value (a GET's reply) to cb; a malformed one is skipped. */
+static void record_tell(waits_req *q, const char *key, const redisReply *r) {
+  if (r->type != REDIS_REPLY_STRING) return; /* gone since the SCAN */
+  char kind[8];
+  long long deadline;
+  size_t il;
+  int n = 0;
+  if (sscanf(r->str, "%7s %lld %zu\n%n", kind, &deadline, &il, &n) != 3 ||
+      n == 0 || (size_t)n + il > r->len)
+    return;
+  char *info = malloc(il + 1);
+  if (info == NULL) return;
+  memcpy(info, r->str + n, il);
+  info[il] = '\0';
+  dlock_waiter w = {.owner = key + q->prefix_len + strlen(DL_WAIT_RECORD),
+                    .name = r->str + n + il,
+                    .kind = kind,
+                    .info = info,
+                    .deadline_ms = deadline};
+  q->found++;
+  if (q->cb(&w, q->cb_ud) != 0) q->stop = true;
+  free(info);
+}
+
+static int waits_result(dl_reqop *x) {
+  waits_req *q = (waits_req *)x;
+  redisReply *r = dl_reqop_reply(x);
+  if (r == NULL) {
+    keys_free(q);
+    return x->p.rc;
+  }
+  if (q->next < q->nkeys) { /* a GET's */
+    record_tell(q, q->keys[q->next++], r);
+    freeReplyObject(r);
+    if (q->stop) {
+      keys_free(q);
+      return q->found;
+    }
+    if (q->next < q->nkeys) return DL_REQOP_MORE;
+    keys_free(q);
+    return strcmp(q->cursor, "0") == 0 ? q->found : DL_REQOP_MORE;
+  }
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[0]->type != REDIS_REPLY_STRING ||
+      r->element[1]->type != REDIS_REPLY_ARRAY) {
+    freeReplyObject(r);
+    return dl_seterr(x->R->env.err_owner, DLOCK_EPROTO,
+                     "unexpected reply to SCAN");
+  }
+  snprintf(q->cursor, sizeof q->cursor, "%s", r->element[0]->str);
+  redisReply *keys = r->element[1];
+  q->keys = calloc(keys->elements + 1, sizeof *q->keys);
+  for (size_t i = 0; q->keys && i < keys->elements; i++)
+    if (keys->element[i]->type == REDIS_REPLY_STRING &&
+        (q->keys[q->nkeys] = dl_strdup(keys->element[i]->str)) != NULL)
+      q->nkeys++;
+  freeReplyObject(r);
+  if (q->keys == NULL)
+    return dl_seterr(x->R->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  if (q->nkeys > 0) return DL_REQOP_MORE;
+  keys_free(q);
+  return strcmp(q->cursor, "0") == 0 ? q->found : DL_REQOP_MORE;
+}
+
+int dl_redis_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                     void *ud) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  waits_req stack, *x = dl_reqop_new(R, &stack, sizeof stack, false, NULL, &err,
+                                     waits_send, waits_result);
+  if (x == NULL) return err;
+  /* The prefix as a glob: its own '*', '?', '[' and '\' escaped. */
+  size_t at = 0, pl = strlen(prefix);
+  for (size_t i = 0; i < pl && at + 2 < sizeof x->match - 16; i++) {
+    if (strchr("*?[\\", prefix[i])) x->match[at++] = '\\';
+    x->match[at++] = prefix[i];
+  }
+  snprintf(x->match + at, sizeof x->match - at, "%s*", DL_WAIT_RECORD);
+  x->prefix_len = pl;
+  x->cb = cb;
+  x->cb_ud = ud;
+  strcpy(x->cursor, "0");
+  return dl_reqop_run(&x->r, NULL, NULL, NULL);
+}
+
+/* ---- detect_deadlocks: following the owners ---- */
+
+/* The owner id s (len bytes) without a writer's ":write", into out. */
+static void base_owner(char *out, const char *s, size_t len) {
+  if (len > 6 && memcmp(s + len - 6, ":write", 6) == 0) len -= 6;
+  if (len >= DL_OWNER_MAX) len = DL_OWNER_MAX - 1;
+  memcpy(out, s, len);
+  out[len] = '\0';
+}
+
+static void path_add(dl_wait_walk *w, const char *fmt, const char *a,
+                     const char *b) {
+  size_t n = strlen(w->path);
+  if (n + 1 < sizeof w->path)
+    snprintf(w->path + n, sizeof w->path - n, fmt, a, b);
+}
+
+bool dl_wait_walk_start(dl_wait_walk *w, dl_wait_rec *rec,
+                        const dl_acquire *a) {
+  if (!a->detect || rec->walked || !rec->noted) return false;
+  rec->walked = true;
+  const dl_lock_ref *l = a->lock;
+  w->prefix_len = strlen(l->key) - strlen(l->name);
+  w->depth = 0;
+  w->record = false;
+  snprintf(w->kind, sizeof w->kind, "%s", kind_word(l->kind));
+  snprintf(w->key, sizeof w->key, "%s", l->key);
+  base_owner(w->me, l->owner, strlen(l->owner));
+  w->path[0] = '\0';
+  path_add(w, "%s waits for %s", w->me, "");
+  return true;
+}
+
+int dl_wait_walk_send(dl_redis *R, dl_pend *p, dl_wait_walk *w) {
+  char key[DL_WAIT_KEY_MAX];
+  if (w->record) {
+    snprintf(key, sizeof key, "%.*s%s%s", (int)w->prefix_len, w->key,
+             DL_WAIT_RECORD, w->holder);
+    const char *argv[] = {"GET", key};
+    return dl_redis_step_command(R, p, 2, argv);
+  }
+  const char *argv[] = {strcmp(w->kind, "plain") == 0 ? "GET" : "HKEYS",
+                        w->key};
+  return dl_redis_step_command(R, p, 2, argv);
+}
+
+/* The holders' answer: the first holder that is not this owner into
+ * w->holder; 1 if this owner is among them, 0 otherwise (holder "" if
+ * none). */
+static int holders_of(dl_wait_walk *w, const redisReply *r) {
+  const redisReply *one[1] = {r};
+  const redisReply *const *v = r->type == REDIS_REPLY_ARRAY
+                                   ? (const redisReply *const *)r->element
+                                   : one;
+  size_t n = r->type == REDIS_REPLY_ARRAY ? r->elements : 1;
+  int mine = 0;
+  w->holder[0] = '\0';
+  char o[DL_OWNER_MAX];
+  for (size_t i = 0; i < n; i++) {
+    if (v[i]->type != REDIS_REPLY_STRING || strcmp(v[i]->str, "mode") == 0 ||
+        strncmp(v[i]->str, "dlock:", 6) == 0)
+      continue;
+    base_owner(o, v[i]->str, v[i]->len);
+    if (strcmp(o, w->me) == 0)
+      mine = 1;
+    else if (w->holder[0] == '\0')
+      memcpy(w->holder, o, sizeof o);
+  }
+  return mine;
+}
+
+int dl_wait_walk_result(dl_redis *R, dl_pend *p, dl_wait_walk *w) {
+  redisReply *r = p->reply;
+  p->reply = NULL;
+  if (p->rc != 0 || r == NULL) return 0; /* cannot tell: wait */
+  const char *name = w->key + w->prefix_len;
+  int rc = 0;
+  if (!w->record) {
+    /* A lock held by this owner at the start is its own (a re-entry, or
+     * the read side it holds); further on, the way back to it. */
+    if (holders_of(w, r) && w->depth > 0) {
+      path_add(w, "'%s' held by %s", name, w->me);
+      rc = dl_seterr(R->env.err_owner, DLOCK_EDEADLK,
+                     "waiting would close a wait-for cycle: %s", w->path);
+    } else if (w->holder[0]) {
+      path_add(w, "'%s' held by %s", name, w->holder);
+      w->record = true;
+      rc = 1;
+    }
+  } else if (r->type == REDIS_REPLY_STRING && w->depth < 16) {
+    /* The holder waits too: for the lock its record names. */
+    char kind[8];
+    long long deadline;
+    size_t il;
+    int n = 0;
+    if (sscanf(r->str, "%7s %lld %zu\n%n", kind, &deadline, &il, &n) == 3 &&
+        n > 0 && (size_t)n + il <= r->len &&
+        w->prefix_len + (r->len - n - il) < sizeof w->key) {
+      memcpy(w->key + w->prefix_len, r->str + n + il, r->len - n - il + 1);
+      snprintf(w->kind, sizeof w->kind, "%s", kind);
+      path_add(w, ", which waits for %s", "", "");
+      w->depth++;
+      w->record = false;
+      rc = 1;
+    }
+  }
+  freeReplyObject(r);
+  return rc;
+}
