@@ -143,9 +143,15 @@ static void t_zk_mutex_layout(void) {
   CHECK_EQ(t2, t1);
   CHECK_EQ(children(zh, "/locks/a/b", NULL, 0), 1);
   CHECK_EQ(dlock_lock_hold_count(l), 2);
+  dlock_lock_state ls; /* the snapshot shows the client's count */
+  CHECK_RC(dlock_lock_inspect(l, &ls), 0);
+  CHECK_EQ(ls.hold_count, 2);
   CHECK_EQ(dlock_lock_is_locked(l), 1);
   CHECK_RC(dlock_lock_release(l), 0);
   CHECK_EQ(children(zh, "/locks/a/b", NULL, 0), 1);
+  CHECK_EQ(dlock_lock_hold_count(l), 1);
+  CHECK_RC(dlock_lock_inspect(l, &ls), 0);
+  CHECK_EQ(ls.hold_count, 1);
   CHECK_RC(dlock_lock_release(l), 1);
   CHECK_EQ(children(zh, "/locks/a/b", NULL, 0), 0);
   CHECK_EQ(dlock_lock_is_locked(l), 0);

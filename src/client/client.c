@@ -67,8 +67,7 @@ static int options_copy(const dlock_client_options *opts,
 static void client_free(dlock_client *c) {
   if (c == NULL) return;
   /* Holds of handles not freed (a contract breach) stop being renewed. */
-  for (int i = 0; i < DL_HOLD_BUCKETS; i++)
-    while (c->holds[i]) dl_hold_bury(c, dl_hold_drop(c, c->holds[i]));
+  dl_holds_free_all(c);
   /* The watchdog's thread uses the backend, and the backend's subscriber
    * tells the watchdog what to check: stop the one, free the other, then
    * free the first. */
@@ -79,7 +78,6 @@ static void client_free(dlock_client *c) {
   free(c->id);
   free(c->key_prefix);
   free(c->url_redacted);
-  free(c->revoke_channel);
   pthread_mutex_destroy(&c->holds_mu);
   pthread_cond_destroy(&c->holds_cv);
   free(c);
@@ -204,22 +202,16 @@ int dl_client_open_with(const dlock_client_options *opts,
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   }
   c->prefix_len = strlen(c->key_prefix);
-  if ((c->revoke_channel = dl_key(c, "dlock_revoke")) == NULL) {
-    client_free(c);
-    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
-  }
   c->id_len = strlen(c->id);
   c->watchdog_timeout_ms = opts->watchdog_timeout_ms;
   c->env.err_owner = c;
   c->env.client_id = c->id;
   c->env.key_prefix = c->key_prefix;
-  c->env.revoke_channel = c->revoke_channel;
   c->env.closing = &c->closing;
   c->env.reconnects = &c->reconnects;
+  c->env.hold_count = dl_holds_count;
+  c->env.holds = c;
   c->env.command_timeout_ms = opts->command_timeout_ms;
-  c->env.starvation_ms = opts->starvation_ms < 0 ? 0 : opts->starvation_ms;
-  c->env.backoff_max_ms =
-      opts->wait_backoff_max_ms < 0 ? 0 : opts->wait_backoff_max_ms;
   c->env.loop = loop;
   c->loop = loop;
   int rc = make(opts, &c->env, &c->backend);

@@ -70,57 +70,143 @@ void dl_watchdog_stats(dl_watchdog *w, dlock_client_stats *st);
 /* The watchdog's share of dlock_metrics: losses by cause, renewals. */
 void dl_watchdog_metrics(dl_watchdog *w, dlock_metrics *m);
 
-/* ---- holds.c: the client's own holds, guarded by c->holds_mu ---- */
+/* ---- holds.c: the client's own holds, per (key, owner) ----
+ * Every lock kind records, looks up and forgets its holds through these
+ * calls, which take the client's holds lock (holds_mu) inside: no caller
+ * takes it. A hold's key is borrowed from the handle that took it, until
+ * the handle's holds are dropped (dl_holder_drop). */
 #define DL_HOLD_BUCKETS 4096 /* fits the uint16_t bucket */
+typedef struct dl_hold dl_hold; /* holds.c's own */
+
+/* A lost callback of the public API (dlock_lost_cb, dlock_permit_lost_cb),
+ * kept as this type and cast back to its own by the handle's dl_lost_fn. */
+typedef void (*dl_user_fn)(void);
+/* What the client keeps for a handle through which holds are taken (a
+ * lock, a permit-expirable semaphore, a queue's reliable consumer): part
+ * of the handle, zero-initialised (no callback, no description, no holds),
+ * its fields read and set only through the calls below (under holds_mu). */
+typedef struct dl_holder {
+  dl_user_fn cb; /* the user's lost callback, or NULL */
+  void *ud;
+  char *info; /* a lock's holder description, or NULL */
+  int nholds; /* holds recorded through this holder */
+} dl_holder;
 /* What a hold's dl_lost_fn is told: the hold was lost, or (only while the
  * client has an event hook, dlock_client_on_event) renewed. */
 typedef struct dl_hold_note {
   bool renewed;
   uint64_t token;
-  int64_t held_us; /* since its grant (dl_hold.granted_us); 0: not timed */
+  int64_t held_us; /* since its grant (dl_hold_grant.granted_us); 0: not
+                      timed */
 } dl_hold_note;
-/* Tells the handle `via` that its hold by `owner` was lost, or renewed.
- * Called with no lock held; `via` stays alive for the call
- * (c->in_lost_callback). */
-typedef void (*dl_lost_fn)(void *via, const char *owner,
-                           const dl_hold_note *note);
-typedef struct dl_hold {
-  struct dl_hold *next;
-  const char *key;     /* borrowed from the handle `via` */
-  dl_renewal *renewal; /* its watchdog entry: renewed, or timed */
-  void *via;           /* the handle whose lost callback reports it */
-  dl_lost_fn lost_fn;  /* tells `via` (with no lock held) */
+/* Tells the handle of `hd` that its hold by `owner` was lost, or renewed,
+ * with the user's callback and ud as they were set (cb may be NULL).
+ * Called from the watchdog with no lock held; the handle stays alive for
+ * the call (dl_holder_drop waits for it). */
+typedef void (*dl_lost_fn)(dl_holder *hd, const char *owner, dl_user_fn cb,
+                           void *ud, const dl_hold_note *note);
+
+/* Sets the lost callback (any thread). */
+void dl_holder_on_lost(dlock_client *c, dl_holder *hd, dl_user_fn cb, void *ud);
+/* Sets the description to `info` (taken over; NULL: none), freeing the
+ * one before. */
+void dl_holder_set_info(dlock_client *c, dl_holder *hd, char *info);
+/* For a handle being freed: drops every hold recorded through hd (they
+ * stop being renewed and expire after their lease), first waiting out a
+ * lost callback running for it, and frees its description. */
+void dl_holder_drop(dlock_client *c, dl_holder *hd);
+
+/* How dl_holds_record treats a hold of the same (key, owner) still known
+ * (a hold reported lost is always replaced by a new one). */
+typedef enum dl_hold_how {
+  DL_HOLD_NEW,     /* replaced by a new hold (the server's first grant) */
+  DL_HOLD_REENTER, /* counted once more, its lease and validity updated */
+  DL_HOLD_ENSURE   /* left as it is */
+} dl_hold_how;
+typedef struct dl_hold_grant {
+  const char *key;   /* borrowed (see above) */
+  const char *owner; /* "<client id>:<tail>" */
+  dl_holder *holder;
+  dl_lost_fn lost_fn; /* NULL: the loss is only marked */
+  dl_hold_how how;
+  uint64_t token; /* a new hold's fencing token (0: none) */
+  int64_t lease_ms;
+  int64_t valid_until; /* dl_now_ms() time */
+  /* A new hold's grant, dl_now_us() time, for dlock_metrics' hold_seconds
+   * (0: not timed). */
+  int64_t granted_us;
+  bool renew;  /* the watchdog's lease: renewed (else timed) */
+  bool permit; /* dl_renew_item.permit */
+} dl_hold_grant;
+/* Records a grant, and lists the hold with the watchdog (renewed or timed)
+ * or extends its listing. Returns 0 and the hold's token in *token (may be
+ * NULL), or DLOCK_ENOMEM: nothing recorded, or a hold recorded that the
+ * watchdog does not list: the caller gives the grant back and forgets it. */
+int dl_holds_record(dlock_client *c, const dl_hold_grant *g, uint64_t *token);
+
+/* A copy of what the client knows of a hold. */
+typedef struct dl_hold_view {
   uint64_t token;
   int64_t lease_ms;
-  int64_t valid_until; /* dl_now_ms() time; the renewal's if later */
-  /* dl_now_us() time of a lock's grant, for dlock_metrics' hold_seconds
-   * (0: not timed: a permit, or counted already at its loss) */
-  int64_t granted_us;
   int count;
-  bool lost;
-  bool permit; /* a permit of a permit-expirable semaphore */
-  char tail[]; /* the owner id after "<client id>:" */
-} dl_hold;
+  bool lost; /* reported lost */
+} dl_hold_view;
+/* Whether c has a hold of key by owner; with v (may be NULL), a copy. */
+bool dl_holds_get(dlock_client *c, const char *key, const char *owner,
+                  dl_hold_view *v);
+/* The count of the live hold of key by owner: 0 if none or reported lost
+ * (dl_backend_env.hold_count; c: the client). */
+int dl_holds_count(void *c, const char *key, const char *owner);
+/* The hold's validity: 0 and the ms left in *left, DLOCK_ENOTOWNER (no
+ * such hold) or DLOCK_ELOST (reported lost, or its validity ran out). The
+ * validity is the send time of the last acquire or renewal the server
+ * confirmed, plus the lease, less a clock drift allowance. */
+int dl_holds_validity(dlock_client *c, const char *key, const char *owner,
+                      int64_t *left);
+/* Forgets the hold, if any (its renewal stops): whether there was one;
+ * *lost (may be NULL): it was reported lost or its validity had run out. */
+bool dl_holds_forget(dlock_client *c, const char *key, const char *owner,
+                     bool *lost);
 
-dl_hold *dl_hold_find(dlock_client *c, const char *key, const char *owner);
-/* Until when (dl_now_ms() time) the hold is certainly valid: the send time
- * of the last acquire or renewal the server confirmed, plus the lease, less
- * a clock drift allowance. */
-int64_t dl_hold_valid_until(dlock_client *c, const dl_hold *h);
-dl_hold *dl_hold_add(dlock_client *c, const char *key, const char *owner);
-/* Takes the hold out of the table and returns it, still allocated: after
- * unlocking holds_mu the caller passes it to dl_hold_bury() (a lost callback
- * in progress takes holds_mu, and removing the renewal waits for it; the
- * renewal borrows the hold's strings). */
-dl_hold *dl_hold_drop(dlock_client *c, dl_hold *h);
-/* Stops the hold's renewal and frees it. Accepts NULL. Not under holds_mu. */
-void dl_hold_bury(dlock_client *c, dl_hold *h);
-/* Drops every hold reported through handle `via` (they stop being renewed
- * and expire after their lease), first waiting out a lost callback running
- * for it; for a handle being freed. `count` (may be NULL: scan them all)
- * is how many there are, decremented as they go. Not under holds_mu. */
-void dl_holds_drop_via(dlock_client *c, const void *via, int *count);
+/* A lock's acquire begins: the count of the live hold of key by owner (0:
+ * none, or reported lost), and in *info a copy of hd's description ("" for
+ * none; the caller frees it), or NULL (out of memory). One lookup. */
+int dl_holds_acquire_begin(dlock_client *c, const char *key, const char *owner,
+                           const dl_holder *hd, char **info);
+/* A release of a lock, in halves around the backend's call. */
+typedef enum dl_rel_state {
+  DL_REL_NONE, /* no hold known */
+  DL_REL_HELD, /* *v filled, *ren marked as releasing (losses ignored) */
+  DL_REL_LOST  /* reported lost before: forgotten now */
+} dl_rel_state;
+dl_rel_state dl_holds_release_begin(dlock_client *c, const char *key,
+                                    const char *owner, dl_hold_view *v,
+                                    dl_renewal **ren);
+typedef enum dl_rel_outcome {
+  DL_REL_GONE,  /* the server has no hold left: forgotten */
+  DL_REL_ONE,   /* one re-entry less: counted down (to at least 1) */
+  DL_REL_FAILED /* not answered: a last hold is forgotten (no renewal) */
+} dl_rel_outcome;
+/* What ended with a release, for the event hook: the hold's token and, if
+ * the hold ended here timed, how long it was held (else held_us -1). */
+typedef struct dl_rel_ended {
+  uint64_t token;
+  int64_t held_us;
+} dl_rel_ended;
+/* Ends the release that dl_holds_release_begin started (ren: its *ren, or
+ * NULL), in one step, so that no loss is reported in between. Returns
+ * whether the client had the hold; fills *ended (may be NULL). */
+bool dl_holds_release_end(dlock_client *c, const char *key, const char *owner,
+                          dl_renewal *ren, dl_rel_outcome how,
+                          dl_rel_ended *ended);
+/* A new hold the caller gives back at once (an acquire that reports no
+ * lock): no longer timed, so that neither its release nor dlock_metrics
+ * counts it as a hold. */
+void dl_holds_untime(dlock_client *c, const char *key, const char *owner);
 
+/* Every hold, for a client being freed (handles not freed: a contract
+ * breach): they stop being renewed. */
+void dl_holds_free_all(dlock_client *c);
 /* The watchdog's lost callback for the client's holds (ud: the client):
  * marks the hold lost and tells the handle that took it. */
 void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,
@@ -167,13 +253,12 @@ struct dlock_client {
   pthread_mutex_t holds_mu;
   pthread_cond_t holds_cv; /* a lost callback finished */
   void *in_lost_callback;  /* whose callback runs now */
-  dl_hold *holds[DL_HOLD_BUCKETS];
+  dl_hold *holds[DL_HOLD_BUCKETS]; /* holds.c's, under holds_mu */
   char *id;
   char *key_prefix;
   size_t prefix_len;
   int64_t watchdog_timeout_ms;
   char *url_redacted;
-  char *revoke_channel; /* "<key prefix>dlock_revoke" (docs/WIRE.md) */
   dl_backend_env env;   /* what the backend borrows of the client */
   dl_backend *backend;
   dl_watchdog *watchdog;

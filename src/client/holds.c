@@ -1,12 +1,33 @@
 /* holds.c: what a client knows of its own holds, per (key, owner), shared by
  * every lock handle of the client (as Redisson tracks holds per client, not
- * per RLock object). The count is sent with every acquire and release, so the
- * server's count always mirrors what the client knows. */
+ * per RLock object): recorded, counted, looked up and forgotten here alone,
+ * under the client's holds_mu, and each listed with the watchdog. The count
+ * is sent with every acquire and release, so the server's count always
+ * mirrors what the client knows; a backend that keeps none (ZooKeeper, a
+ * plain string lock) answers with this one. */
 #include "client.h"
 
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+
+struct dl_hold {
+  struct dl_hold *next;
+  const char *key;     /* borrowed from the handle of `holder` */
+  dl_renewal *renewal; /* its watchdog entry: renewed, or timed */
+  dl_holder *holder;   /* the handle's, whose lost callback reports it */
+  dl_lost_fn lost_fn;  /* tells `holder` (with no lock held) */
+  uint64_t token;
+  int64_t lease_ms;
+  int64_t valid_until; /* dl_now_ms() time; the renewal's if later */
+  /* dl_now_us() time of a lock's grant, for dlock_metrics' hold_seconds
+   * (0: not timed: a permit, or counted already at its loss) */
+  int64_t granted_us;
+  int count;
+  bool lost;
+  bool permit; /* a permit of a permit-expirable semaphore */
+  char tail[]; /* the owner id after "<client id>:" */
+};
 
 /* Every owner id of this client is "<client id>:<tail>"; a hold keeps only
  * the tail, and borrows its key from the handle that took it (holds taken
@@ -20,14 +41,15 @@ static unsigned bucket(const char *key, const char *tail) {
   return dl_hash(dl_hash(DL_HASH_SEED, key), tail) % DL_HOLD_BUCKETS;
 }
 
-dl_hold *dl_hold_find(dlock_client *c, const char *key, const char *owner) {
+/* With holds_mu held, as every static function below that takes c. */
+static dl_hold *find(dlock_client *c, const char *key, const char *owner) {
   const char *tail = tail_of(c, owner);
   for (dl_hold *h = c->holds[bucket(key, tail)]; h; h = h->next)
     if (strcmp(h->tail, tail) == 0 && strcmp(h->key, key) == 0) return h;
   return NULL;
 }
 
-dl_hold *dl_hold_add(dlock_client *c, const char *key, const char *owner) {
+static dl_hold *add(dlock_client *c, const char *key, const char *owner) {
   const char *tail = tail_of(c, owner);
   size_t tl = strlen(tail);
   /* The tail right after the last field, not after the struct's padding:
@@ -42,7 +64,11 @@ dl_hold *dl_hold_add(dlock_client *c, const char *key, const char *owner) {
   return h;
 }
 
-dl_hold *dl_hold_drop(dlock_client *c, dl_hold *h) {
+/* Takes h out of the table and returns it, still allocated: after
+ * unlocking holds_mu the caller passes it to bury() (a lost callback in
+ * progress takes holds_mu, and removing the renewal waits for it; the
+ * renewal borrows the hold's strings). */
+static dl_hold *unlink_hold(dlock_client *c, dl_hold *h) {
   dl_hold **pp = &c->holds[bucket(h->key, h->tail)];
   while (*pp != h) pp = &(*pp)->next;
   *pp = h->next;
@@ -50,35 +76,30 @@ dl_hold *dl_hold_drop(dlock_client *c, dl_hold *h) {
   return h;
 }
 
-void dl_hold_bury(dlock_client *c, dl_hold *h) {
+/* The hold ends: its holder counts it no more, dlock_metrics' hold_seconds
+ * counts it if it was timed (*held_us, unless NULL: how long it was held,
+ * -1 if not timed: a loss counted it already); then as unlink_hold. */
+static dl_hold *forget_timed(dlock_client *c, dl_hold *h, int64_t *held_us) {
+  if (h->holder) h->holder->nholds--;
+  int64_t us = h->granted_us != 0 ? dl_now_us() - h->granted_us : -1;
+  if (us >= 0) dl_hist_add(&c->hold_hist, us);
+  if (held_us) *held_us = us;
+  return unlink_hold(c, h);
+}
+
+static dl_hold *forget(dlock_client *c, dl_hold *h) {
+  return forget_timed(c, h, NULL);
+}
+
+/* Stops the hold's renewal and frees it. Accepts NULL. Not under
+ * holds_mu. */
+static void bury(dlock_client *c, dl_hold *h) {
   if (h == NULL) return;
   dl_watchdog_remove(c->watchdog, h->renewal);
   free(h);
 }
 
-void dl_holds_drop_via(dlock_client *c, const void *via, int *count) {
-  dl_hold *stop[64];
-  int nstop;
-  do {
-    nstop = 0;
-    pthread_mutex_lock(&c->holds_mu);
-    while (c->in_lost_callback == via)
-      pthread_cond_wait(&c->holds_cv, &c->holds_mu);
-    for (int i = 0; i < DL_HOLD_BUCKETS && nstop < 64 && (!count || *count > 0);
-         i++)
-      for (dl_hold *h = c->holds[i], *n; h && nstop < 64; h = n) {
-        n = h->next;
-        if (h->via == via) {
-          if (count) (*count)--;
-          stop[nstop++] = dl_hold_drop(c, h);
-        }
-      }
-    pthread_mutex_unlock(&c->holds_mu);
-    for (int i = 0; i < nstop; i++) dl_hold_bury(c, stop[i]);
-  } while (nstop > 0);
-}
-
-int64_t dl_hold_valid_until(dlock_client *c, const dl_hold *h) {
+static int64_t valid_until(dlock_client *c, const dl_hold *h) {
   int64_t v = h->valid_until;
   if (h->renewal) {
     int64_t r = dl_watchdog_valid_until(c->watchdog, h->renewal);
@@ -87,14 +108,203 @@ int64_t dl_hold_valid_until(dlock_client *c, const dl_hold *h) {
   return v;
 }
 
+void dl_holder_on_lost(dlock_client *c, dl_holder *hd, dl_user_fn cb,
+                       void *ud) {
+  pthread_mutex_lock(&c->holds_mu);
+  hd->cb = cb;
+  hd->ud = ud;
+  pthread_mutex_unlock(&c->holds_mu);
+}
+
+void dl_holder_set_info(dlock_client *c, dl_holder *hd, char *info) {
+  pthread_mutex_lock(&c->holds_mu);
+  char *old = hd->info;
+  hd->info = info;
+  pthread_mutex_unlock(&c->holds_mu);
+  free(old);
+}
+
+void dl_holder_drop(dlock_client *c, dl_holder *hd) {
+  dl_hold *stop[64];
+  int nstop;
+  do {
+    nstop = 0;
+    pthread_mutex_lock(&c->holds_mu);
+    while (c->in_lost_callback == hd)
+      pthread_cond_wait(&c->holds_cv, &c->holds_mu);
+    for (int i = 0; i < DL_HOLD_BUCKETS && nstop < 64 && hd->nholds > 0; i++)
+      for (dl_hold *h = c->holds[i], *n; h && nstop < 64; h = n) {
+        n = h->next;
+        if (h->holder == hd) stop[nstop++] = forget(c, h);
+      }
+    pthread_mutex_unlock(&c->holds_mu);
+    for (int i = 0; i < nstop; i++) bury(c, stop[i]);
+  } while (nstop > 0);
+  free(hd->info);
+  hd->info = NULL;
+}
+
+int dl_holds_record(dlock_client *c, const dl_hold_grant *g, uint64_t *token) {
+  dl_hold *old = NULL;
+  int rc = 0;
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = find(c, g->key, g->owner);
+  if (h && (g->how == DL_HOLD_NEW || h->lost)) { /* a fresh hold */
+    old = forget(c, h);
+    h = NULL;
+  }
+  if (h && g->how == DL_HOLD_ENSURE) goto done;
+  if (h == NULL && (h = add(c, g->key, g->owner)) == NULL) {
+    rc = DLOCK_ENOMEM;
+    goto done;
+  }
+  if (h->count == 0) {
+    h->token = g->token;
+    h->holder = g->holder;
+    h->lost_fn = g->lost_fn;
+    h->granted_us = g->granted_us;
+    h->permit = g->permit;
+    if (g->holder) g->holder->nholds++;
+  }
+  h->count++;
+  h->lease_ms = g->lease_ms;
+  h->valid_until = g->valid_until;
+  /* Every hold is listed with the watchdog: renewed (the watchdog's lease),
+   * or timed (a fixed lease: lost the moment it runs out unreleased). */
+  if (h->renewal == NULL) {
+    h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail, h->valid_until,
+                                 g->renew, h->permit);
+    if (h->renewal == NULL) rc = DLOCK_ENOMEM;
+  } else {
+    dl_watchdog_extend(c->watchdog, h->renewal, h->valid_until, g->renew);
+  }
+done:
+  if (token) *token = h ? h->token : 0;
+  pthread_mutex_unlock(&c->holds_mu);
+  bury(c, old);
+  return rc;
+}
+
+static void view_of(const dl_hold *h, dl_hold_view *v) {
+  v->token = h->token;
+  v->lease_ms = h->lease_ms;
+  v->count = h->count;
+  v->lost = h->lost;
+}
+
+bool dl_holds_get(dlock_client *c, const char *key, const char *owner,
+                  dl_hold_view *v) {
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = find(c, key, owner);
+  if (h && v) view_of(h, v);
+  pthread_mutex_unlock(&c->holds_mu);
+  return h != NULL;
+}
+
+int dl_holds_count(void *client, const char *key, const char *owner) {
+  dlock_client *c = client;
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = find(c, key, owner);
+  int n = h && !h->lost ? h->count : 0;
+  pthread_mutex_unlock(&c->holds_mu);
+  return n;
+}
+
+int dl_holds_validity(dlock_client *c, const char *key, const char *owner,
+                      int64_t *left) {
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = find(c, key, owner);
+  *left = h ? valid_until(c, h) - dl_now_ms() : 0;
+  bool lost = h && h->lost;
+  pthread_mutex_unlock(&c->holds_mu);
+  if (h == NULL) return DLOCK_ENOTOWNER;
+  return lost || *left <= 0 ? DLOCK_ELOST : 0;
+}
+
+bool dl_holds_forget(dlock_client *c, const char *key, const char *owner,
+                     bool *lost) {
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = find(c, key, owner);
+  if (lost) *lost = h && (h->lost || dl_now_ms() >= valid_until(c, h));
+  dl_hold *old = h ? forget(c, h) : NULL;
+  pthread_mutex_unlock(&c->holds_mu);
+  bury(c, old);
+  return old != NULL;
+}
+
+int dl_holds_acquire_begin(dlock_client *c, const char *key, const char *owner,
+                           const dl_holder *hd, char **info) {
+  pthread_mutex_lock(&c->holds_mu);
+  *info = dl_strdup(hd->info ? hd->info : "");
+  dl_hold *h = find(c, key, owner);
+  int held = h && !h->lost ? h->count : 0;
+  pthread_mutex_unlock(&c->holds_mu);
+  return held;
+}
+
+dl_rel_state dl_holds_release_begin(dlock_client *c, const char *key,
+                                    const char *owner, dl_hold_view *v,
+                                    dl_renewal **ren) {
+  *ren = NULL;
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = find(c, key, owner);
+  if (h && h->lost) {
+    dl_hold *old = forget(c, h);
+    pthread_mutex_unlock(&c->holds_mu);
+    bury(c, old);
+    return DL_REL_LOST;
+  }
+  if (h) {
+    view_of(h, v);
+    *ren = h->renewal;
+    dl_watchdog_release_begin(c->watchdog, h->renewal);
+  }
+  pthread_mutex_unlock(&c->holds_mu);
+  return h ? DL_REL_HELD : DL_REL_NONE;
+}
+
+bool dl_holds_release_end(dlock_client *c, const char *key, const char *owner,
+                          dl_renewal *ren, dl_rel_outcome how,
+                          dl_rel_ended *ended) {
+  dl_hold *old = NULL;
+  int64_t held_us = -1;
+  pthread_mutex_lock(&c->holds_mu);
+  dl_watchdog_release_end(c->watchdog, ren);
+  dl_hold *h = find(c, key, owner);
+  uint64_t token = h ? h->token : 0;
+  if (h && how == DL_REL_GONE)
+    old = forget_timed(c, h, &held_us);
+  else if (h && how == DL_REL_ONE && h->count > 1) h->count--;
+  else if (h && how == DL_REL_FAILED && h->count <= 1)
+    old = forget_timed(c, h, &held_us);
+  pthread_mutex_unlock(&c->holds_mu);
+  bury(c, old);
+  if (ended) *ended = (dl_rel_ended){.token = token, .held_us = held_us};
+  return h != NULL;
+}
+
+void dl_holds_untime(dlock_client *c, const char *key, const char *owner) {
+  pthread_mutex_lock(&c->holds_mu);
+  dl_hold *h = find(c, key, owner);
+  if (h) h->granted_us = 0;
+  pthread_mutex_unlock(&c->holds_mu);
+}
+
+void dl_holds_free_all(dlock_client *c) {
+  for (int i = 0; i < DL_HOLD_BUCKETS; i++)
+    while (c->holds[i]) bury(c, unlink_hold(c, c->holds[i]));
+}
+
 /* Tells the handle that took the hold of r its loss (marking it lost) or
  * its renewal. */
 static void tell(dlock_client *c, dl_renewal *r, const char *key,
                  const char *owner, bool renewed) {
   pthread_mutex_lock(&c->holds_mu);
-  dl_hold *h = dl_hold_find(c, key, owner);
-  void *via = NULL;
+  dl_hold *h = find(c, key, owner);
+  dl_holder *hd = NULL;
   dl_lost_fn fn = NULL;
+  dl_user_fn cb = NULL;
+  void *cb_ud = NULL;
   dl_hold_note note = {.renewed = renewed};
   /* Only the hold this renewal belonged to: the owner may have released
    * and taken the lock again since the renewal went out. */
@@ -108,12 +318,15 @@ static void tell(dlock_client *c, dl_renewal *r, const char *key,
         h->granted_us = 0;
       }
     }
-    if ((via = h->via) != NULL && (fn = h->lost_fn) != NULL)
-      c->in_lost_callback = via;
+    if ((hd = h->holder) != NULL && (fn = h->lost_fn) != NULL) {
+      c->in_lost_callback = hd;
+      cb = hd->cb;
+      cb_ud = hd->ud;
+    }
   }
   pthread_mutex_unlock(&c->holds_mu);
   if (fn == NULL) return;
-  fn(via, owner, &note);
+  fn(hd, owner, cb, cb_ud, &note);
   pthread_mutex_lock(&c->holds_mu);
   c->in_lost_callback = NULL;
   pthread_cond_broadcast(&c->holds_cv);

@@ -22,17 +22,22 @@ typedef struct dl_backend_env {
   const struct dlock_client *err_owner; /* where details are recorded */
   const char *client_id;                /* every owner is "<id>:<tail>" */
   const char *key_prefix;
-  const char *revoke_channel; /* where force releases announce a key */
   const atomic_int *closing;  /* set when the client closes */
   int command_timeout_ms;
-  int starvation_ms;  /* dlock_client_options.starvation_ms */
-  int backoff_max_ms; /* > 0: wait by backoff, not by subscription */
   /* The event loop the client runs on (dlock_client_open_async), or NULL:
    * a blocking client. */
   dl_loop *loop;
   /* dlock_metrics.reconnects: a connection made again after it broke
    * (relaxed additions; NULL: not counted). */
   atomic_uint_fast64_t *reconnects;
+  /* The client's count of its live hold of key by owner (0: none), as
+   * every acquire (dl_acquire.held) and release (its count) tells it: a
+   * backend that keeps no re-entry count of its own answers
+   * DL_QUERY_COUNT and a snapshot's hold_count with it. Any thread; it
+   * takes the client's holds lock, so never call it holding a lock that
+   * the client may wait for. */
+  int (*hold_count)(void *holds, const char *key, const char *owner);
+  void *holds; /* hold_count's first argument */
 } dl_backend_env;
 
 /* Makes a backend for opts->url. Returns 0, or a negative code with the
@@ -284,8 +289,8 @@ typedef struct dl_backend_ops {
   int (*renew)(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                dl_renew_item *items, int *calls);
   /* Tells fn(ud, key, len), on a backend thread, whenever it hears that a
-   * key may have been taken from its holder (env->revoke_channel, the
-   * server's events); key NULL: anything may have been missed. Returns 0,
+   * key may have been taken from its holder (a force release's notice,
+   * the server's events); key NULL: anything may have been missed. Returns 0,
    * or a negative code; a backend that cannot hear them returns 0. fn must
    * only take leaf locks. */
   int (*watch_losses)(dl_backend *b, dl_notice_fn fn, void *ud);

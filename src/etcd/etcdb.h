@@ -33,8 +33,9 @@ typedef struct etcd_waitreg {
 
 /* One lock this client holds, or is acquiring (`held` false: a claim that
  * keeps the client's other owners of the same name off the same key, as
- * they share the session's lease and so the key). Re-entries are counted
- * here; there is one key. */
+ * they share the session's lease and so the key). Re-entries take no
+ * second key, and are counted by the client alone
+ * (dl_backend_env.hold_count). */
 typedef struct etcd_hold {
   struct etcd_hold *next;
   char *lock;     /* the lock's key (prefix + name), as the client names it */
@@ -46,7 +47,6 @@ typedef struct etcd_hold {
   int64_t lease_until; /* own_lease: until when it is surely valid */
   int64_t lease_ms;    /* own_lease: the fixed lease asked for */
   int64_t rev;         /* the key's create revision: the fencing token */
-  int count;
   bool held;
   etcd_watch *watch;
 } etcd_hold;

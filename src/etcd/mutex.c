@@ -322,8 +322,7 @@ static int reenter(dl_etcd *e, dl_acquire *a) {
   if (now < 0) return (int)now;
   pthread_mutex_lock(&e->mu);
   h = hold_find(e, l->key, l->owner);
-  bool same = h && h->held && now == rev;
-  if (same) h->count++;
+  bool same = h && h->held && now == rev; /* the client counts it */
   int64_t until = h && h->own_lease ? h->lease_until : e->lease_until;
   pthread_mutex_unlock(&e->mu);
   if (!same) {
@@ -539,7 +538,6 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   if (won) {
     pthread_mutex_lock(&e->mu);
     h->held = true;
-    h->count = 1;
     if (!own && e->lease == h->lease) until = e->lease_until;
     pthread_mutex_unlock(&e->mu);
     if ((rc = dl_etcd_watch_hold(e, h)) != 0) goto fail;
@@ -577,8 +575,7 @@ int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   pthread_mutex_lock(&e->mu);
   etcd_hold *h = hold_find(e, l->key, l->owner);
   if (h && !h->held) h = NULL;
-  if (h && count > 1 && h->count > 1) {
-    h->count--;
+  if (h && count > 1) { /* one re-entry less (the client counts it) */
     pthread_mutex_unlock(&e->mu);
     return 0;
   }

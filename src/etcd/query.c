@@ -146,7 +146,6 @@ int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
       h = h->next;
     char key[ETCD_KEY_MAX] = "";
     int64_t rev = h ? h->rev : 0;
-    int count = h ? h->count : 0;
     if (h) snprintf(key, sizeof key, "%s", h->key);
     pthread_mutex_unlock(&e->mu);
     if (rev == 0) return 0;
@@ -157,9 +156,13 @@ int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
     int rc = dl_etcd_call(e, "/v3/kv/range", body,
                           dl_now_ms() + e->command_timeout_ms, &r, NULL);
     if (rc != 0) return rc;
-    if (dl_etcd_i64(dl_etcd_kv0(r), "create_revision") == rev)
-      *v = q == DL_QUERY_HELD ? 1 : count;
+    json_object *kv = dl_etcd_kv0(r);
+    bool held = dl_etcd_i64(kv, "create_revision") == rev;
     json_object_put(r);
+    if (held) {
+      int count = e->env->hold_count(e->env->holds, l->key, l->owner);
+      *v = q == DL_QUERY_HELD || count < 1 ? 1 : count;
+    }
     return 0;
   }
   json_object *r;

@@ -50,18 +50,14 @@ static int prepare(dlock_client *c, dlock_lock *l, dl_fence_op op,
     return 0;
   }
   if ((rc = dl_lock_owner(l, x->owner)) != 0) return rc;
-  pthread_mutex_lock(&c->holds_mu);
-  dl_hold *h = dl_hold_find(c, l->key, x->owner);
-  bool lost = h && h->lost;
-  uint64_t held = h ? h->token : 0;
-  pthread_mutex_unlock(&c->holds_mu);
-  if (h == NULL)
+  dl_hold_view v;
+  if (!dl_holds_get(c, l->key, x->owner, &v))
     return dl_seterr(c, DLOCK_ENOTOWNER, "'%s' is not held by %s", NAME(l),
                      x->owner);
-  if (lost)
+  if (v.lost)
     return dl_seterr(c, DLOCK_ELOST, "'%s': the hold was lost: not written",
                      NAME(l));
-  if (held == 0)
+  if (v.token == 0)
     return dl_seterr(c, DLOCK_EINVAL,
                      "'%s': this hold has no fencing token (a reader's)",
                      NAME(l));
@@ -71,7 +67,7 @@ static int prepare(dlock_client *c, dlock_lock *l, dl_fence_op op,
   x->ref.key = x->lkey;
   x->ref.name = x->lkey + c->prefix_len;
   x->ref.hint = NULL;
-  x->f.token = held;
+  x->f.token = v.token;
   x->f.hold = &x->ref;
   return 0;
 }

@@ -42,11 +42,8 @@ int dlock_lock_is_locked(dlock_lock *l) {
 static bool known_lost(dlock_lock *l) {
   char owner[DL_OWNER_MAX];
   if (l == NULL || dl_lock_owner(l, owner) != 0) return false;
-  pthread_mutex_lock(&l->c->holds_mu);
-  dl_hold *h = dl_hold_find(l->c, l->key, owner);
-  bool lost = h && h->lost;
-  pthread_mutex_unlock(&l->c->holds_mu);
-  return lost;
+  dl_hold_view v;
+  return dl_holds_get(l->c, l->key, owner, &v) && v.lost;
 }
 
 int dlock_lock_is_held(dlock_lock *l) {
@@ -61,11 +58,9 @@ int dlock_lock_is_held(dlock_lock *l) {
 static int plain_count(dlock_lock *l) {
   char owner[DL_OWNER_MAX];
   if (dl_lock_owner(l, owner) != 0) return 1;
-  pthread_mutex_lock(&l->c->holds_mu);
-  dl_hold *h = dl_hold_find(l->c, l->key, owner);
-  int n = h && !h->lost && h->count > 0 ? h->count : 1;
-  pthread_mutex_unlock(&l->c->holds_mu);
-  return n;
+  dl_hold_view v;
+  bool held = dl_holds_get(l->c, l->key, owner, &v) && !v.lost;
+  return held && v.count > 0 ? v.count : 1;
 }
 
 /* The hold count the caller sees, from the server's answer v, on both

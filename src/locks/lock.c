@@ -6,6 +6,7 @@
 #include "lock.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,8 +119,7 @@ static void lock_free(dlock_lock *l) {
   if (l == NULL) return;
   /* Holds taken through this handle stop being renewed and expire after
    * their lease. */
-  dl_holds_drop_via(l->c, l, &l->nholds);
-  free(l->info);
+  dl_holder_drop(l->c, &l->holder);
   free(l);
 }
 
@@ -182,38 +182,20 @@ static void emit(dlock_lock *l, const char *owner, dlock_event_type type,
   dl_event_emit(l->c, &ev);
 }
 
-/* With holds_mu held: forgets a hold (see dl_hold_drop); pass the result
- * to dl_hold_bury once holds_mu is unlocked. *held_us (unless NULL): how
- * long it was held, -1 if it was not timed (a loss counted it already). */
-static dl_hold *forget(dlock_client *c, dl_hold *h, int64_t *held_us) {
-  if (h->via) ((dlock_lock *)h->via)->nholds--;
-  int64_t us = h->granted_us != 0 ? dl_now_us() - h->granted_us : -1;
-  if (us >= 0) /* dlock_metrics' hold_seconds: it ends */
-    dl_hist_add(&c->hold_hist, us);
-  if (held_us) *held_us = us;
-  return dl_hold_drop(c, h);
-}
-
 /* The hold of `owner` through l was lost, or renewed (dl_lost_fn). */
-static void on_lost(void *via, const char *owner, const dl_hold_note *note) {
-  dlock_lock *l = via;
+static void on_lost(dl_holder *hd, const char *owner, dl_user_fn cb, void *ud,
+                    const dl_hold_note *note) {
+  dlock_lock *l = (dlock_lock *)((char *)hd - offsetof(dlock_lock, holder));
   if (DL_EVENTS_ON(l->c))
     emit(l, owner, note->renewed ? DLOCK_EVENT_RENEWED : DLOCK_EVENT_LOST,
          note->renewed ? 0 : note->held_us, note->token, 0);
   if (note->renewed) return;
-  pthread_mutex_lock(&l->c->holds_mu);
-  dlock_lost_cb cb = l->cb;
-  void *ud = l->cb_ud;
-  pthread_mutex_unlock(&l->c->holds_mu);
-  if (cb) cb(l, owner, ud);
+  if (cb) ((dlock_lost_cb)cb)(l, owner, ud);
 }
 
 void dlock_lock_on_lost(dlock_lock *l, dlock_lost_cb cb, void *ud) {
   if (l == NULL) return;
-  pthread_mutex_lock(&l->c->holds_mu);
-  l->cb = cb;
-  l->cb_ud = ud;
-  pthread_mutex_unlock(&l->c->holds_mu);
+  dl_holder_on_lost(l->c, &l->holder, (dl_user_fn)cb, ud);
 }
 
 int dlock_lock_set_info(dlock_lock *l, const char *info) {
@@ -224,56 +206,8 @@ int dlock_lock_set_info(dlock_lock *l, const char *info) {
   char *copy = NULL;
   if (info && (copy = dl_strdup(info)) == NULL)
     return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
-  pthread_mutex_lock(&l->c->holds_mu);
-  free(l->info);
-  l->info = copy;
-  pthread_mutex_unlock(&l->c->holds_mu);
+  dl_holder_set_info(l->c, &l->holder, copy);
   return 0;
-}
-
-/* Records a successful acquisition in the client's holds. Returns the
- * hold's token, or 0 with *err set. */
-static uint64_t record(dlock_lock *l, const char *owner, int status,
-                       uint64_t token, int64_t lease_ms, int64_t valid_until,
-                       bool watchdog, int64_t now_us, int *err) {
-  dlock_client *c = l->c;
-  dl_hold *old = NULL;
-  *err = 0;
-  pthread_mutex_lock(&c->holds_mu);
-  dl_hold *h = dl_hold_find(c, l->key, owner);
-  if (h && (status == 1 || h->lost)) { /* a fresh hold */
-    old = forget(c, h, NULL);
-    h = NULL;
-  }
-  if (h == NULL && (h = dl_hold_add(c, l->key, owner)) == NULL) {
-    *err = DLOCK_ENOMEM;
-    pthread_mutex_unlock(&c->holds_mu);
-    dl_hold_bury(c, old);
-    return 0;
-  }
-  if (h->count == 0) {
-    h->token = token;
-    h->via = l;
-    h->lost_fn = on_lost;
-    h->granted_us = status == 1 ? now_us : 0;
-    l->nholds++;
-  }
-  h->count++;
-  h->lease_ms = lease_ms;
-  h->valid_until = valid_until;
-  /* Every hold is listed with the watchdog: renewed (the watchdog's lease),
-   * or timed (a fixed lease: lost the moment it runs out unreleased). */
-  if (h->renewal == NULL) {
-    h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail, h->valid_until,
-                                 watchdog, false);
-    if (h->renewal == NULL) *err = DLOCK_ENOMEM;
-  } else {
-    dl_watchdog_extend(c->watchdog, h->renewal, h->valid_until, watchdog);
-  }
-  uint64_t tok = h->token;
-  pthread_mutex_unlock(&c->holds_mu);
-  dl_hold_bury(c, old);
-  return tok;
 }
 
 int dl_lock_owner(dlock_lock *l, char *buf) {
@@ -308,11 +242,7 @@ int dl_acq_begin(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
   q->watchdog = lease_ms <= 0;
   if (q->watchdog) lease_ms = c->watchdog_timeout_ms;
   dl_lock_ref_of(l, q->owner, &q->ref);
-  pthread_mutex_lock(&c->holds_mu);
-  q->info = dl_strdup(l->info ? l->info : "");
-  dl_hold *h = dl_hold_find(c, l->key, q->owner);
-  int held = h && !h->lost ? h->count : 0;
-  pthread_mutex_unlock(&c->holds_mu);
+  int held = dl_holds_acquire_begin(c, l->key, q->owner, &l->holder, &q->info);
   if (q->info == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
   if (held == 0 && DL_EVENTS_ON(c))
     emit(l, q->owner, DLOCK_EVENT_WAIT_STARTED, 0, 0, 0);
@@ -331,12 +261,7 @@ int dl_acq_begin(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
  * neither its release nor dlock_metrics counts it as a hold. */
 static int not_granted(dlock_lock *l, dl_acq_req *q, int rc, bool give_back) {
   dlock_client *c = l->c;
-  if (give_back) {
-    pthread_mutex_lock(&c->holds_mu);
-    dl_hold *h = dl_hold_find(c, l->key, q->owner);
-    if (h && q->a.status == 1) h->granted_us = 0;
-    pthread_mutex_unlock(&c->holds_mu);
-  }
+  if (give_back && q->a.status == 1) dl_holds_untime(c, l->key, q->owner);
   if (q->a.held == 0 && DL_EVENTS_ON(c))
     emit(l, q->owner, DLOCK_EVENT_NOT_GRANTED, dl_now_us() - q->start_us, 0,
          rc);
@@ -357,10 +282,19 @@ int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
                                  NAME(l), (long long)q->a.ttl),
                        false);
   if (rc < 0) return not_granted(l, q, rc, false);
-  int err;
   int64_t now_us = dl_now_us();
-  uint64_t tok = record(l, q->owner, q->a.status, q->a.token, q->a.lease_ms,
-                        q->a.valid_until, q->watchdog, now_us, &err);
+  uint64_t tok;
+  dl_hold_grant g = {.key = l->key,
+                     .owner = q->owner,
+                     .holder = &l->holder,
+                     .lost_fn = on_lost,
+                     .how = q->a.status == 1 ? DL_HOLD_NEW : DL_HOLD_REENTER,
+                     .token = q->a.token,
+                     .lease_ms = q->a.lease_ms,
+                     .valid_until = q->a.valid_until,
+                     .granted_us = q->a.status == 1 ? now_us : 0,
+                     .renew = q->watchdog};
+  int err = dl_holds_record(c, &g, &tok);
   *give_back = true;
   /* Cannot track it: give it back rather than hold it unseen. */
   if (err != 0)
@@ -422,26 +356,13 @@ int dl_rel_begin(dlock_lock *l, dl_rel_req *q) {
   int rc = dl_lock_owner(l, q->owner);
   if (rc != 0) return rc;
   dl_lock_ref_of(l, q->owner, &q->ref);
-  q->lost = false;
-  pthread_mutex_lock(&c->holds_mu);
-  dl_hold *h = dl_hold_find(c, l->key, q->owner);
-  if (h && h->lost) {
-    /* Reported lost, perhaps only because its validity ran out here: if the
-     * server still has it, free it now (the script checks the owner). */
-    dl_hold *old = forget(c, h, NULL);
-    pthread_mutex_unlock(&c->holds_mu);
-    dl_hold_bury(c, old);
-    q->lost = true;
-    q->lease_ms = c->watchdog_timeout_ms;
-    q->count = 1;
-    q->ren = NULL;
-    return 0;
-  }
-  q->lease_ms = h ? h->lease_ms : c->watchdog_timeout_ms;
-  q->count = h ? h->count : 0;
-  q->ren = h ? h->renewal : NULL;
-  dl_watchdog_release_begin(c->watchdog, q->ren);
-  pthread_mutex_unlock(&c->holds_mu);
+  dl_hold_view v;
+  dl_rel_state st = dl_holds_release_begin(c, l->key, q->owner, &v, &q->ren);
+  /* Reported lost, perhaps only because its validity ran out here: if the
+   * server still has it, free it now (the script checks the owner). */
+  q->lost = st == DL_REL_LOST;
+  q->lease_ms = st == DL_REL_HELD ? v.lease_ms : c->watchdog_timeout_ms;
+  q->count = st == DL_REL_HELD ? v.count : q->lost ? 1 : 0;
   return 0;
 }
 
@@ -450,36 +371,25 @@ int dl_rel_end(dlock_lock *l, dl_rel_req *q, int rc) {
   if (q->lost)
     return dl_seterr(c, DLOCK_ELOST, "'%s' was lost before this release",
                      NAME(l));
-  pthread_mutex_lock(&c->holds_mu);
-  dl_watchdog_release_end(c->watchdog, q->ren);
-  dl_hold *h = dl_hold_find(c, l->key, q->owner);
-  dl_hold *old = NULL;
-  int64_t held_us = -1; /* a hold that ends here, timed */
-  uint64_t token = h ? h->token : 0;
-  if (rc == 1 || rc == DLOCK_ENOTOWNER) {
-    bool had = h != NULL;
-    if (h) old = forget(c, h, &held_us);
-    if (rc == DLOCK_ENOTOWNER)
-      rc = had ? dl_seterr(c, DLOCK_ELOST, "'%s' expired or was taken "
-                           "before this release", NAME(l))
-               : dl_seterr(c, DLOCK_ENOTOWNER, "'%s' is not held by %s",
-                           NAME(l), q->owner);
-  } else if (rc == 0 && h && h->count > 1) {
-    h->count--;
-  } else if (rc < 0 && h && h->count <= 1) {
-    /* The last release failed (server unreachable, timeout): the caller
-     * meant to let go, so the hold ends here and is no longer renewed.
-     * Unless a retry reaches the server first, the lease frees the lock; a
-     * new acquire takes it afresh, with a new token, rather than re-enter a
-     * hold the caller gave up (found by the safety suite's soak). */
-    old = forget(c, h, &held_us);
-  }
-  pthread_mutex_unlock(&c->holds_mu);
-  dl_hold_bury(c, old);
-  if (held_us >= 0 && DL_EVENTS_ON(c))
+  /* A last release that failed (server unreachable, timeout): the caller
+   * meant to let go, so the hold ends here and is no longer renewed.
+   * Unless a retry reaches the server first, the lease frees the lock; a
+   * new acquire takes it afresh, with a new token, rather than re-enter a
+   * hold the caller gave up. */
+  dl_rel_outcome how = rc == 1 || rc == DLOCK_ENOTOWNER ? DL_REL_GONE
+                       : rc == 0                        ? DL_REL_ONE
+                                                        : DL_REL_FAILED;
+  dl_rel_ended ended;
+  bool had = dl_holds_release_end(c, l->key, q->owner, q->ren, how, &ended);
+  if (rc == DLOCK_ENOTOWNER)
+    rc = had ? dl_seterr(c, DLOCK_ELOST, "'%s' expired or was taken "
+                         "before this release", NAME(l))
+             : dl_seterr(c, DLOCK_ENOTOWNER, "'%s' is not held by %s",
+                         NAME(l), q->owner);
+  if (ended.held_us >= 0 && DL_EVENTS_ON(c))
     emit(l, q->owner,
-         rc == DLOCK_ELOST ? DLOCK_EVENT_LOST : DLOCK_EVENT_RELEASED, held_us,
-         token, 0);
+         rc == DLOCK_ELOST ? DLOCK_EVENT_LOST : DLOCK_EVENT_RELEASED,
+         ended.held_us, ended.token, 0);
   if (rc >= 0) dl_clearerr(c);
   return rc;
 }
@@ -512,15 +422,12 @@ int dlock_lock_validity(dlock_lock *l, int64_t *ms) {
   char owner[DL_OWNER_MAX];
   int rc = dl_lock_owner(l, owner);
   if (rc != 0) return rc;
-  pthread_mutex_lock(&l->c->holds_mu);
-  dl_hold *h = dl_hold_find(l->c, l->key, owner);
-  int64_t left = h ? dl_hold_valid_until(l->c, h) - dl_now_ms() : 0;
-  bool lost = h && h->lost;
-  pthread_mutex_unlock(&l->c->holds_mu);
-  if (h == NULL)
+  int64_t left;
+  rc = dl_holds_validity(l->c, l->key, owner, &left);
+  if (rc == DLOCK_ENOTOWNER)
     return dl_seterr(l->c, DLOCK_ENOTOWNER, "'%s' is not held by this owner",
                      l->key + l->c->prefix_len);
-  if (lost || left <= 0)
+  if (rc == DLOCK_ELOST)
     return dl_seterr(l->c, DLOCK_ELOST, "'%s' was lost",
                      l->key + l->c->prefix_len);
   dl_clearerr(l->c);

@@ -16,11 +16,9 @@ struct dlock_lock {
   char *key;   /* prefix + name (the name: NAME(l)); then, with `owned`,
                   the explicit owner (OWNER(l)) */
   int64_t fair_ms; /* a fair lock's stale-waiter timeout; 0: not fair */
-  /* Guarded by the client's holds_mu: */
-  char *info; /* holder description stored beside the lock, or NULL */
-  dlock_lost_cb cb;
-  void *cb_ud;
-  int nholds; /* holds whose lost callback goes through this handle */
+  /* The client's (its lost callback, the holder description stored
+   * beside the lock, the holds taken through this handle). */
+  dl_holder holder;
   unsigned char rw; /* RW_NONE, or which side of a read-write lock */
   unsigned char plain; /* 1: the plain string lock (dlock_plainlock_new) */
   unsigned char borrowed; /* 1: owned by a dlock_rwlock (dlock_lock_free

@@ -7,6 +7,7 @@
  * run blocking or on the loop (kinds.c). */
 #include "locks.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,15 +17,13 @@
 
 struct dlock_permits {
   dl_sync_handle h; /* first */
-  /* Guarded by the client's holds_mu: */
-  dlock_permit_lost_cb cb;
-  void *cb_ud;
+  dl_holder holder; /* the client's: the lost callback, the permits */
 };
 
 static void destroy(dl_sync_handle *h) {
   /* Permits taken through this handle stop being renewed and come back
    * after their lease. */
-  dl_holds_drop_via(h->c, h, NULL);
+  dl_holder_drop(h->c, &((dlock_permits *)h)->holder);
   free(h->key);
   free(h);
 }
@@ -54,23 +53,18 @@ void dlock_permits_free(dlock_permits *p) {
 void dlock_permits_on_lost(dlock_permits *p, dlock_permit_lost_cb cb,
                            void *ud) {
   if (p == NULL) return;
-  pthread_mutex_lock(&p->h.c->holds_mu);
-  p->cb = cb;
-  p->cb_ud = ud;
-  pthread_mutex_unlock(&p->h.c->holds_mu);
+  dl_holder_on_lost(p->h.c, &p->holder, (dl_user_fn)cb, ud);
 }
 
 /* A permit taken through p was lost (dl_lost_fn; its renewals tell
  * nothing). */
-static void on_lost(void *handle, const char *owner, const dl_hold_note *note) {
+static void on_lost(dl_holder *hd, const char *owner, dl_user_fn cb, void *ud,
+                    const dl_hold_note *note) {
   if (note->renewed) return;
-  dlock_permits *p = handle;
-  pthread_mutex_lock(&p->h.c->holds_mu);
-  dlock_permit_lost_cb cb = p->cb;
-  void *ud = p->cb_ud;
-  pthread_mutex_unlock(&p->h.c->holds_mu);
+  dlock_permits *p =
+      (dlock_permits *)((char *)hd - offsetof(dlock_permits, holder));
   const char *id = strrchr(owner, ':');
-  if (cb) cb(p, id ? id + 1 : owner, ud);
+  if (cb) ((dlock_permit_lost_cb)cb)(p, id ? id + 1 : owner, ud);
 }
 
 static int owner_of(dlock_permits *p, const char *id, char *buf) {
@@ -124,15 +118,7 @@ static int force_call(dlock_permits *p, const char *id, dl_sync_call *q) {
 /* Forgets this client's hold of permit `owner` (if any): whether it had
  * one, and whether that was lost (its lease ended here). */
 static bool forget(dlock_permits *p, const char *owner, bool *lost) {
-  dlock_client *c = p->h.c;
-  pthread_mutex_lock(&c->holds_mu);
-  dl_hold *h = dl_hold_find(c, p->h.key, owner);
-  bool had = h != NULL;
-  if (lost) *lost = h && (h->lost || dl_now_ms() >= dl_hold_valid_until(c, h));
-  dl_hold *old = h ? dl_hold_drop(c, h) : NULL;
-  pthread_mutex_unlock(&c->holds_mu);
-  dl_hold_bury(c, old);
-  return had;
+  return dl_holds_forget(p->h.c, p->h.key, owner, lost);
 }
 
 enum { AUX_HAD = 1, AUX_LOST = 2 }; /* a release's q->aux */
@@ -170,25 +156,16 @@ static int track(dlock_permits *p, const dl_sync_call *q) {
   char owner[DL_OWNER_MAX];
   if (owner_of(p, q->id, owner) != 0)
     return dl_seterr(c, DLOCK_EINVAL, "the owner is too long");
-  int rc = 0;
-  pthread_mutex_lock(&c->holds_mu);
-  dl_hold *h = dl_hold_add(c, p->h.key, owner);
-  if (h) {
-    h->permit = true;
-    h->via = p;
-    h->lost_fn = on_lost;
-    h->count = 1;
-    h->lease_ms = q->lease_ms;
-    h->valid_until = q->valid_until;
-    if ((h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail,
-                                      h->valid_until, q->watchdog, true)) ==
-        NULL)
-      rc = DLOCK_ENOMEM;
-  } else {
-    rc = DLOCK_ENOMEM;
-  }
-  pthread_mutex_unlock(&c->holds_mu);
-  return rc;
+  dl_hold_grant g = {.key = p->h.key,
+                     .owner = owner,
+                     .holder = &p->holder,
+                     .lost_fn = on_lost,
+                     .how = DL_HOLD_NEW,
+                     .lease_ms = q->lease_ms,
+                     .valid_until = q->valid_until,
+                     .renew = q->watchdog,
+                     .permit = true};
+  return dl_holds_record(c, &g, NULL);
 }
 
 /* The acquire's end: 0 (tracked), DLOCK_EBUSY, a code. A permit granted
@@ -336,16 +313,13 @@ int dlock_permits_validity(dlock_permits *p, const char *id, int64_t *ms) {
   char owner[DL_OWNER_MAX];
   if (!valid_id(id) || owner_of(p, id, owner) != 0)
     return dl_seterr(p->h.c, DLOCK_EINVAL, "a permit id is 32 hex digits");
-  pthread_mutex_lock(&p->h.c->holds_mu);
-  dl_hold *h = dl_hold_find(p->h.c, p->h.key, owner);
-  int64_t left = h ? dl_hold_valid_until(p->h.c, h) - dl_now_ms() : 0;
-  bool lost = h && h->lost;
-  pthread_mutex_unlock(&p->h.c->holds_mu);
-  if (h == NULL)
+  int64_t left;
+  int rc = dl_holds_validity(p->h.c, p->h.key, owner, &left);
+  if (rc == DLOCK_ENOTOWNER)
     return dl_seterr(p->h.c, DLOCK_ENOTOWNER,
                      "permit %s of '%s' is not held here", id,
                      p->h.key + p->h.c->prefix_len);
-  if (lost || left <= 0)
+  if (rc == DLOCK_ELOST)
     return dl_seterr(p->h.c, DLOCK_ELOST, "permit %s of '%s' was lost", id,
                      p->h.key + p->h.c->prefix_len);
   dl_clearerr(p->h.c);

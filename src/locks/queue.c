@@ -14,15 +14,17 @@
 struct dlock_queue {
   dl_sync_handle h; /* first */
   bool delayed;     /* its polls move the delayed values now due */
-  /* The reliable consumer's id (32 hex digits), "" before its first
-   * reliable take; guarded by the client's holds_mu. */
+  /* The reliable consumer's id (32 hex digits, made with the handle, so
+   * that it never changes), shown from the first reliable take on. */
+  atomic_bool reliable;
   char consumer[DLOCK_PERMIT_ID_LEN];
+  dl_holder holder; /* the client's: the consumer's lease */
 };
 
 static void destroy(dl_sync_handle *h) {
   /* A consumer's lease stops being renewed: what it took and did not
    * acknowledge goes back to the queue after its lease. */
-  dl_holds_drop_via(h->c, h, NULL);
+  dl_holder_drop(h->c, &((dlock_queue *)h)->holder);
   if (((dlock_queue *)h)->delayed) dl_transfer_unref(h->c, h->key);
   free(h->key);
   free(h);
@@ -42,6 +44,14 @@ static int queue_new(dlock_client *c, const char *name, bool delayed,
   }
   q->h.c = c;
   q->h.destroy = destroy;
+  unsigned char b[(DLOCK_PERMIT_ID_LEN - 1) / 2];
+  if (dl_random_bytes(b, sizeof b) != 0) {
+    free(q->h.key);
+    free(q);
+    return dl_seterr(c, DLOCK_ENOMEM, "no random bytes for a consumer id");
+  }
+  for (size_t i = 0; i < sizeof b; i++)
+    snprintf(q->consumer + 2 * i, 3, "%02x", b[i]);
   /* A delayed handle moves its queue's due values in the background, as
    * a Redisson client with an RDelayedQueue does (client/transfer.c). */
   if (delayed && dl_transfer_ref(c, q->h.key) != 0) {
@@ -72,69 +82,43 @@ void dlock_queue_value_free(void *value) {
   free(value);
 }
 
-/* The consumer's lease was lost (the watchdog's report): its hold is
- * marked lost, and the next reliable take registers it again. */
-static void on_lost(void *via, const char *owner, const dl_hold_note *note) {
-  (void)via;
-  (void)owner;
-  (void)note;
-}
-
-/* Gives q a reliable consumer's id (in id, unless NULL) if it has none;
- * with `track`, also registers its lease for renewal by the watchdog (as a
- * permit's, at the queue's key) unless it is (a lease found lost is
- * registered again). Tracking follows a successful reliable take, whose
- * script set the lease: a renewal before it would find no lease and report
- * it lost. Returns 0 or a negative code. */
+/* Gives q a reliable consumer (its id in id, unless NULL); with `track`,
+ * also registers its lease for renewal by the watchdog (as a permit's, at
+ * the queue's key) unless it is (a lease found lost is registered again,
+ * the loss only marked: the next reliable take registers it). Tracking
+ * follows a successful reliable take, whose script set the lease: a
+ * renewal before it would find no lease and report it lost. Returns 0 or
+ * a negative code. */
 static int consumer_ensure(dlock_queue *q, bool track,
                            char id[DLOCK_PERMIT_ID_LEN]) {
   dlock_client *c = q->h.c;
   if (c->watchdog == NULL) return dl_unsupported(c, "reliable take");
-  int rc = 0;
-  dl_hold *old = NULL;
-  pthread_mutex_lock(&c->holds_mu);
-  if (q->consumer[0] == '\0') {
-    unsigned char b[(DLOCK_PERMIT_ID_LEN - 1) / 2];
-    if (dl_random_bytes(b, sizeof b) != 0) rc = DLOCK_ENOMEM;
-    for (size_t i = 0; rc == 0 && i < sizeof b; i++)
-      snprintf(q->consumer + 2 * i, 3, "%02x", b[i]);
-  }
+  atomic_store_explicit(&q->reliable, true, memory_order_relaxed);
+  if (id) memcpy(id, q->consumer, DLOCK_PERMIT_ID_LEN);
+  if (!track) return 0;
   char owner[DL_OWNER_MAX];
   int n = snprintf(owner, sizeof owner, "%s:%s", c->id, q->consumer);
-  if (rc == 0 && (n < 0 || n >= (int)sizeof owner))
-    rc = dl_seterr(c, DLOCK_EINVAL, "the consumer's owner is too long");
-  dl_hold *h = rc ? NULL : dl_hold_find(c, q->h.key, owner);
-  if (h && h->lost) {
-    old = dl_hold_drop(c, h);
-    h = NULL;
-  }
-  if (rc == 0 && h == NULL && track) {
-    int64_t lease = c->watchdog_timeout_ms;
-    if ((h = dl_hold_add(c, q->h.key, owner)) == NULL) {
-      rc = DLOCK_ENOMEM;
-    } else {
-      h->permit = true;
-      h->via = q;
-      h->lost_fn = on_lost;
-      h->count = 1;
-      h->lease_ms = lease;
-      h->valid_until = dl_now_ms() + lease;
-      if ((h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail,
-                                        h->valid_until, true, true)) == NULL)
-        rc = DLOCK_ENOMEM;
-    }
-  }
-  if (id) memcpy(id, q->consumer, DLOCK_PERMIT_ID_LEN);
-  pthread_mutex_unlock(&c->holds_mu);
-  dl_hold_bury(c, old);
+  if (n < 0 || n >= (int)sizeof owner)
+    return dl_seterr(c, DLOCK_EINVAL, "the consumer's owner is too long");
+  int64_t lease = c->watchdog_timeout_ms;
+  dl_hold_grant g = {.key = q->h.key,
+                     .owner = owner,
+                     .holder = &q->holder,
+                     .how = DL_HOLD_ENSURE,
+                     .lease_ms = lease,
+                     .valid_until = dl_now_ms() + lease,
+                     .renew = true,
+                     .permit = true};
+  int rc = dl_holds_record(c, &g, NULL);
   return rc ? dl_seterr(c, rc, "cannot register the consumer") : 0;
 }
 
 /* The consumer's id, "" if q never took reliably. */
 static void consumer_of(dlock_queue *q, char id[DLOCK_PERMIT_ID_LEN]) {
-  pthread_mutex_lock(&q->h.c->holds_mu);
-  memcpy(id, q->consumer, DLOCK_PERMIT_ID_LEN);
-  pthread_mutex_unlock(&q->h.c->holds_mu);
+  if (atomic_load_explicit(&q->reliable, memory_order_relaxed))
+    memcpy(id, q->consumer, DLOCK_PERMIT_ID_LEN);
+  else
+    id[0] = '\0';
 }
 
 /* An output argument `what` given as NULL: DLOCK_EINVAL, told. */

@@ -34,11 +34,17 @@ static void fill_holder(dl_zk *z, const char *node, dlock_lock_state *st) {
   snprintf(st->owner, sizeof st->owner, "%.*s", (int)sizeof st->owner - 1,
            buf);
   st->token = (uint64_t)s.czxid;
-  st->hold_count = 1;
+  /* One, or this client's count if the node is one of its holds. */
+  char key[NODE_MAX] = "", owner[DL_OWNER_MAX] = "";
   pthread_mutex_lock(&z->mu);
-  for (zk_hold *h = z->holds; h; h = h->next)
-    if (strcmp(h->node, node) == 0) st->hold_count = h->count;
+  for (zk_hold *h = z->holds; h && key[0] == '\0'; h = h->next)
+    if (strcmp(h->node, node) == 0) {
+      snprintf(key, sizeof key, "%s", h->key);
+      snprintf(owner, sizeof owner, "%s", h->owner);
+    }
   pthread_mutex_unlock(&z->mu);
+  int count = key[0] ? z->env->hold_count(z->env->holds, key, owner) : 0;
+  st->hold_count = count > 1 ? count : 1;
 }
 
 int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {

@@ -179,7 +179,6 @@ int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
     nh->owner = dl_strdup(owner);
     nh->node = dl_strdup(node);
     nh->czxid = czxid;
-    nh->count = 1;
   }
   if (!nh || !nh->key || !nh->owner || !nh->node) {
     hold_free(nh);
@@ -319,10 +318,7 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
     struct Stat st;
     atomic_fetch_add(&z->round_trips, 1);
     int zrc = zoo_exists(z->zh, node, 0, &st);
-    if (zrc == ZOK) {
-      pthread_mutex_lock(&z->mu);
-      if ((h = hold_find(z, l->key, l->owner)) != NULL) h->count++;
-      pthread_mutex_unlock(&z->mu);
+    if (zrc == ZOK) { /* the client counts the re-entry */
       a->status = 2;
       a->token = czxid;
       a->valid_until = dl_zk_valid_until(z, sent);
@@ -386,13 +382,8 @@ int dl_zk_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
                        int count) {
   (void)lease_ms;
   dl_zk *z = (dl_zk *)b;
-  if (count > 1) { /* re-entered: one hold less, the node stays */
-    pthread_mutex_lock(&z->mu);
-    zk_hold *h = hold_find(z, l->key, l->owner);
-    if (h && h->count > 1) h->count--;
-    pthread_mutex_unlock(&z->mu);
-    return 0;
-  }
+  /* Re-entered: one hold less (the client counts it), the node stays. */
+  if (count > 1) return 0;
   zk_hold *h = hold_take(z, l->key, l->owner);
   if (h == NULL)
     return dl_seterr(z->env->err_owner, DLOCK_ENOTOWNER, "'%s' is not held "
@@ -482,7 +473,6 @@ int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
     pthread_mutex_lock(&z->mu);
     zk_hold *h = z->expired ? NULL : hold_find(z, l->key, l->owner);
     char node[NODE_MAX] = "";
-    int count = h ? h->count : 0;
     uint64_t czxid = h ? h->czxid : 0;
     if (h) snprintf(node, sizeof node, "%s", h->node);
     pthread_mutex_unlock(&z->mu);
@@ -491,8 +481,10 @@ int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
     atomic_fetch_add(&z->round_trips, 1);
     int zrc = zoo_exists(z->zh, node, 0, &st);
     if (zrc != ZOK && zrc != ZNONODE) return dl_zk_err(z, zrc, "check", node);
-    if (zrc == ZOK && (uint64_t)st.czxid == czxid)
-      *v = q == DL_QUERY_HELD ? 1 : count;
+    if (zrc == ZOK && (uint64_t)st.czxid == czxid) {
+      int count = z->env->hold_count(z->env->holds, l->key, l->owner);
+      *v = q == DL_QUERY_HELD || count < 1 ? 1 : count;
+    }
     return 0;
   }
   struct String_vector sv;

@@ -11,14 +11,14 @@
 #include "zk.h"
 
 /* One node this client holds: the lock's path, the owner that holds it and
- * the node's full path; the client counts re-entries (no second node). */
+ * the node's full path. Re-entries take no second node, and are counted by
+ * the client alone (dl_backend_env.hold_count). */
 typedef struct zk_hold {
   struct zk_hold *next;
   char *key;
   char *owner;
   char *node; /* key + "/_c_<uuid>-lock-NNNNNNNNNN" */
   uint64_t czxid;
-  int count; /* re-entries, as the client counts them */
 } zk_hold;
 
 /* A node of ours we could not delete, or a create whose outcome we could

@@ -25,6 +25,9 @@ typedef struct dl_conn_config {
   int connect_timeout_ms;
   int command_timeout_ms;
   int reconnect_min_ms, reconnect_max_ms;
+  /* > 0: waiters poll with this backoff ceiling (ms), not by subscription
+   * (dlock_client_options.wait_backoff_max_ms). */
+  int backoff_max_ms;
   const struct dlock_client *err_owner; /* where dl_seterr records details */
   /* Counted up at each connect after a connection's first (dlock_metrics
    * reconnects; relaxed), or NULL. */

@@ -48,7 +48,7 @@ static int node_get(acl_link *L, const char *host, int port) {
   n->cfg.ep.hosts = NULL;
   int rc = dl_aconn_new(L->h.env->loop, &n->cfg, &n->conn);
   if (rc == 0) rc = dl_awaitpool_new(L->h.env->loop, &n->cfg, &n->waits);
-  if (rc == 0 && L->h.env->backoff_max_ms <= 0)
+  if (rc == 0 && L->cfg->backoff_max_ms <= 0)
     rc = dl_asub_new(L->h.env->loop, &n->cfg, &n->sub);
   if (rc != 0) {
     node_free(n);
@@ -635,7 +635,7 @@ int dl_acluster_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   /* ?pubsub= decides sharded; auto asks the first node to give the map. */
   L->sharded = cfg->ep.cluster_pubsub == DL_PUBSUB_SHARDED;
   L->probe =
-      cfg->ep.cluster_pubsub == DL_PUBSUB_AUTO && env->backoff_max_ms <= 0;
+      cfg->ep.cluster_pubsub == DL_PUBSUB_AUTO && cfg->backoff_max_ms <= 0;
   int rc = refresh(L, true);
   if (rc != 0) {
     acl_free(&L->h.base);

@@ -230,7 +230,7 @@ static int al_sub_wait_start(dl_rlink *base, dl_pend *p, dl_sub *s,
     }
     /* Out of memory: a pause until the deadline (the TTL bounds it). */
   } else if (s) {
-    int64_t max = L->h.env->backoff_max_ms > 0 ? L->h.env->backoff_max_ms : 100;
+    int64_t max = L->cfg->backoff_max_ms > 0 ? L->cfg->backoff_max_ms : 100;
     int64_t at = dl_now_ms() + dl_backoff_next((dl_backoff *)s, max);
     if (at < until) until = at;
   }
@@ -428,7 +428,7 @@ static int link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   if (rc == 0) rc = dl_awaitpool_new(env->loop, cfg, &L->waits);
   /* Connect now, so that a wrong address fails the open at once. */
   if (rc == 0 && !lazy) rc = dl_aconn_connect(L->conn);
-  if (rc == 0 && env->backoff_max_ms <= 0)
+  if (rc == 0 && cfg->backoff_max_ms <= 0)
     rc = dl_asub_new(env->loop, cfg, &L->sub);
   if (rc != 0) {
     dl_awaitpool_free(L->waits);

@@ -96,7 +96,7 @@ int dl_acl_sub_ref_start(dl_rlink *base, dl_pend *p, const char *channel,
     p->rc = DLOCK_ECLOSED;
     return 0;
   }
-  bool backoff = L->h.env->backoff_max_ms > 0;
+  bool backoff = L->cfg->backoff_max_ms > 0;
   if (backoff && mode == DL_WAKE_GRANT) return 0; /* no grants then */
   acsub *c = acsub_new(L, channel, mode);
   if (c == NULL) return 0; /* sleeps until the holder's TTL */
@@ -124,8 +124,7 @@ int dl_acl_sub_wait_start(dl_rlink *base, dl_pend *p, dl_sub *s, int64_t until,
     return 0;
   }
   if (c && c->backoff) {
-    int64_t at =
-        dl_now_ms() + dl_backoff_next(&c->bo, L->h.env->backoff_max_ms);
+    int64_t at = dl_now_ms() + dl_backoff_next(&c->bo, L->cfg->backoff_max_ms);
     return dl_acl_pause_start(base, p, at < until ? at : until);
   }
   /* The server gave the channel's slot away (it unsubscribed it): each
@@ -177,7 +176,7 @@ dl_sub *dl_acl_sub_ref(dl_rlink *base, const char *channel, int mode,
                        int64_t deadline) {
   acl_link *L = (acl_link *)base;
   (void)deadline; /* only called with a negative one: never waits */
-  if (L->closing || L->h.env->backoff_max_ms > 0) return NULL;
+  if (L->closing || L->cfg->backoff_max_ms > 0) return NULL;
   acsub *c = acsub_new(L, channel, mode);
   if (c == NULL) return NULL;
   c->node = dl_acl_route(L, dl_key_slot(channel, strlen(channel)));
@@ -270,7 +269,7 @@ void dl_acl_listen_node(acl_link *L, anode *n) {
 int dl_acl_watch_losses(dl_rlink *base, const char *revoke_channel,
                         dl_notice_fn fn, void *ud) {
   acl_link *L = (acl_link *)base;
-  if (L->h.env->backoff_max_ms > 0) return 0; /* no pub/sub */
+  if (L->cfg->backoff_max_ms > 0) return 0; /* no pub/sub */
   char *r = malloc(strlen(revoke_channel) + 1);
   if (r == NULL) return DLOCK_ENOMEM;
   strcpy(r, revoke_channel);

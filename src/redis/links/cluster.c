@@ -62,7 +62,7 @@ static int node_get(cluster_link *b, const char *host, int port) {
     int rc = c->conns ? 0 : DLOCK_ENOMEM;
     for (; rc == 0 && c->nconn < b->nconn; c->nconn++)
       rc = dl_conn_new(&c->cfg, &c->conns[c->nconn]);
-    if (rc == 0 && b->env->backoff_max_ms <= 0)
+    if (rc == 0 && b->cfg->backoff_max_ms <= 0)
       rc = dl_pubsub_new(&c->cfg, &c->pubsub);
     if (rc == 0) {
       b->nodes[n] = c;
@@ -634,8 +634,8 @@ int dl_cluster_link_new(const dl_conn_config *cfg, const dl_backend_env *env,
   /* ?pubsub= decides sharded; auto asks the first node to give the map. */
   b->sharded = cfg->ep.cluster_pubsub == DL_PUBSUB_SHARDED;
   b->probe =
-      cfg->ep.cluster_pubsub == DL_PUBSUB_AUTO && env->backoff_max_ms <= 0;
-  b->want_keyspace = env->backoff_max_ms <= 0;
+      cfg->ep.cluster_pubsub == DL_PUBSUB_AUTO && cfg->backoff_max_ms <= 0;
+  b->want_keyspace = cfg->backoff_max_ms <= 0;
   int rc = refresh(b, true);
   if (rc != 0) {
     cl_free(&b->base);

@@ -33,7 +33,7 @@ static void csub_attach(cluster_link *b, csub *c, int64_t deadline) {
 dl_sub *dl_cl_sub_ref(dl_rlink *base, const char *channel, int mode,
                       int64_t deadline) {
   cluster_link *b = (cluster_link *)base;
-  bool backoff = b->env->backoff_max_ms > 0;
+  bool backoff = b->cfg->backoff_max_ms > 0;
   if (backoff && (mode == DL_WAKE_GRANT || deadline < 0)) return NULL;
   size_t len = strlen(channel);
   csub *c = calloc(1, sizeof *c + len + 1);
@@ -62,7 +62,7 @@ int dl_cl_sub_wait(dl_rlink *base, dl_sub *s, int64_t deadline, int64_t since,
   csub *c = (csub *)s, *g = (csub *)grant;
   if (c && c->backoff) {
     int64_t until =
-        dl_now_ms() + dl_backoff_next(&c->bo, b->env->backoff_max_ms);
+        dl_now_ms() + dl_backoff_next(&c->bo, b->cfg->backoff_max_ms);
     if (until > deadline) until = deadline;
     dl_sleep_ms(until - dl_now_ms());
     return atomic_load(b->env->closing) ? DLOCK_ECLOSED : 0;
@@ -132,7 +132,7 @@ void dl_cl_listen_node(cluster_link *b, cnode *n) {
 int dl_cl_watch_losses(dl_rlink *base, const char *revoke_channel,
                        dl_notice_fn fn, void *ud) {
   cluster_link *b = (cluster_link *)base;
-  if (b->env->backoff_max_ms > 0) return 0; /* no pub/sub */
+  if (b->cfg->backoff_max_ms > 0) return 0; /* no pub/sub */
   pthread_mutex_lock(&b->refresh_mu);
   free(b->revoke);
   b->revoke = malloc(strlen(revoke_channel) + 1);

@@ -300,7 +300,7 @@ static dl_sub *rb_sub_ref(dl_rlink *base, const char *channel, int mode,
 }
 
 static int backoff_wait(single_link *b, backoff *w, int64_t deadline) {
-  int64_t until = dl_now_ms() + dl_backoff_next(w, b->env->backoff_max_ms);
+  int64_t until = dl_now_ms() + dl_backoff_next(w, b->cfg->backoff_max_ms);
   if (until > deadline) until = deadline;
   dl_sleep_ms(until - dl_now_ms());
   return atomic_load(b->env->closing) ? DLOCK_ECLOSED : 0;
@@ -493,7 +493,7 @@ static int single_new(const dl_conn_config *cfg, const dl_backend_env *env,
     dl_clearerr(env->err_owner);
     rc = 0;
   }
-  if (rc == 0 && !lazy && env->backoff_max_ms <= 0)
+  if (rc == 0 && !lazy && cfg->backoff_max_ms <= 0)
     rc = dl_pubsub_new(cfg, &b->pubsub);
   if (rc != 0) {
     rb_free(&b->base);

@@ -365,8 +365,8 @@ static int acq_step(acq_op *o) {
       if (!o->queued && o->grant != NULL)
         o->queued = ops->sub_grant(R->link, o->grant, NULL) == 0;
       /* A queued waiter is served in turn: no reservation needed. */
-      o->starving = o->grants && !o->queued && R->env.starvation_ms > 0 &&
-                    dl_now_ms() - o->start >= R->env.starvation_ms;
+      o->starving = o->grants && !o->queued && R->starvation_ms > 0 &&
+                    dl_now_ms() - o->start >= R->starvation_ms;
       if (o->again) {
         if (attempt_send(o, ACQ_ATTEMPTED, fair || o->queued) == DL_PENDING)
           return DL_PENDING;
@@ -411,9 +411,9 @@ static int acq_step(acq_op *o) {
        * reservation. */
       if (o->starving && now + RESERVE_MS / 3 < until)
         until = now + RESERVE_MS / 3;
-      if (!o->starving && !o->queued && o->grants && R->env.starvation_ms > 0 &&
-          o->start + R->env.starvation_ms + 1 < until)
-        until = o->start + R->env.starvation_ms + 1;
+      if (!o->starving && !o->queued && o->grants && R->starvation_ms > 0 &&
+          o->start + R->starvation_ms + 1 < until)
+        until = o->start + R->starvation_ms + 1;
       /* A queued waiter proves it is alive often enough. */
       if (o->queued && o->sent + grant_beat(o, o->sent) < until)
         until = o->sent + grant_beat(o, o->sent);
@@ -421,7 +421,7 @@ static int acq_step(acq_op *o) {
       /* A plain string lock may be freed by a peer without a message; a
        * release after an attempt sent while deaf may have gone unheard. */
       if (l->kind == DL_KIND_PLAIN || o->deaf) {
-        int64_t max = R->env.backoff_max_ms > 0 ? R->env.backoff_max_ms
+        int64_t max = R->cfg.backoff_max_ms > 0 ? R->cfg.backoff_max_ms
                                                 : PLAIN_POLL_MAX_MS;
         int64_t at = now + dl_backoff_next(&o->poll, max);
         if (at < until) until = at;

@@ -210,8 +210,8 @@ int dl_redis_wait_step(dl_waiter *w) {
       if (w->recheck_ms >= 0 && now + w->recheck_ms < until)
         until = now + w->recheck_ms;
       if (w->deaf) {
-        int64_t at = now + dl_backoff_next(&w->poll, r->env.backoff_max_ms > 0
-                                                         ? r->env.backoff_max_ms
+        int64_t at = now + dl_backoff_next(&w->poll, r->cfg.backoff_max_ms > 0
+                                                         ? r->cfg.backoff_max_ms
                                                          : 64);
         if (at < until) until = at;
       }
@@ -312,8 +312,7 @@ static int rb_watch_losses(dl_backend *base, dl_notice_fn fn, void *ud) {
   n->ud = ud;
   free(r->notice); /* one watcher: the client's */
   r->notice = n;
-  return r->link->ops->watch_losses(r->link, r->env.revoke_channel, on_notice,
-                                    n);
+  return r->link->ops->watch_losses(r->link, r->revoke_channel, on_notice, n);
 }
 
 static void rb_stats(dl_backend *base, dlock_client_stats *st) {
@@ -327,6 +326,7 @@ static void rb_free(dl_backend *base) {
   if (r->link) r->link->ops->free(r->link);
   dl_sentinel_watch_stop(&r->cfg);
   free(r->notice);
+  free(r->revoke_channel);
   dl_tls_ctx_free(r->cfg.tls);
   dl_endpoint_clear(&r->cfg.ep);
   free((char *)r->cfg.server_name);
@@ -381,11 +381,16 @@ static dl_redis *redis_new(const dl_backend_env *env) {
   r->base.ops = &redis_ops;
   r->base.detects_deadlocks = true;
   r->env = *env;
+  size_t pl = strlen(env->key_prefix);
   unsigned char nonce[8];
-  if (dl_random_bytes(nonce, sizeof nonce) != 0) {
+  if ((r->revoke_channel = malloc(pl + sizeof "dlock_revoke")) == NULL ||
+      dl_random_bytes(nonce, sizeof nonce) != 0) {
+    free(r->revoke_channel);
     free(r);
     return NULL;
   }
+  memcpy(r->revoke_channel, env->key_prefix, pl);
+  memcpy(r->revoke_channel + pl, "dlock_revoke", sizeof "dlock_revoke");
   for (size_t i = 0; i < sizeof nonce; i++)
     snprintf(r->release_nonce + 2 * i, 3, "%02x", nonce[i]);
   return r;
@@ -467,6 +472,7 @@ static int backend_new(const dlock_client_options *opts,
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   }
   r->min_replicas = opts->min_replicas_acked;
+  r->starvation_ms = opts->starvation_ms < 0 ? 0 : opts->starvation_ms;
   r->ride = !part;
   r->replicas_timeout_ms =
       opts->replicas_timeout_ms > 0 ? opts->replicas_timeout_ms : 1000;
@@ -474,6 +480,8 @@ static int backend_new(const dlock_client_options *opts,
   cfg->command_timeout_ms = opts->command_timeout_ms;
   cfg->reconnect_min_ms = opts->reconnect_min_ms;
   cfg->reconnect_max_ms = opts->reconnect_max_ms;
+  cfg->backoff_max_ms =
+      opts->wait_backoff_max_ms < 0 ? 0 : opts->wait_backoff_max_ms;
   cfg->err_owner = env->err_owner;
   cfg->reconnects = env->reconnects;
   if (cfg->ep.tls) {

@@ -30,6 +30,10 @@ typedef struct dl_redis {
   dl_backend_env env;
   dl_conn_config cfg; /* what the link connects with (it borrows it) */
   int min_replicas;    /* dlock_client_options.min_replicas_acked */
+  int starvation_ms;   /* dlock_client_options.starvation_ms (>= 0) */
+  /* "<key prefix>dlock_revoke" (docs/WIRE.md): where force releases
+   * announce a key, and the client hears them. */
+  char *revoke_channel;
   int replicas_timeout_ms;
   void *notice;       /* watch_losses' relay to the client */
   /* Request ids of releases, "<nonce>:<seq>": unique across processes even

@@ -218,10 +218,10 @@ static int force_send(dl_reqop *x) {
                         QUEUE_KEY(l, f->qk)};
   /* A write unlock's "1" wakes every waiter of a read-write lock. */
   const char *args[] = {rw ? "1" : UNLOCK_MESSAGE,
-                        rw                          ? "rwlock"
+                        rw                         ? "rwlock"
                         : l->kind == DL_KIND_PLAIN ? "plain"
-                                                    : "lock",
-                        x->R->env.revoke_channel};
+                                                   : "lock",
+                        x->R->revoke_channel};
   return dl_redis_step_eval(x->R, &x->p, 0, DL_SCRIPT_LOCK_FORCE_RELEASE,
                             l->kind == DL_KIND_FAIR ? 3 : 2, keys, 3, args);
 }

@@ -358,7 +358,7 @@ static int upd_send(dl_reqop *r) {
     const char *a1 = x->num, *a2 = NULL;
     if (x->op == DL_PERMITS_AVAILABLE) a1 = NULL;
     if (x->op == DL_PERMITS_RELEASE || x->op == DL_PERMITS_FORCE) a1 = x->id;
-    if (x->op == DL_PERMITS_FORCE) a2 = R->env.revoke_channel;
+    if (x->op == DL_PERMITS_FORCE) a2 = R->revoke_channel;
     permits_argv(s, keys, x->timeouts, x->ch, args,
                  names[x->op - DL_PERMITS_SET], a1, a2);
     int flags = x->op == DL_PERMITS_RELEASE ? wake_flags(s) : 0;

@@ -497,8 +497,6 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
     }
     B->part_env.loop = dl_rl_thread_loop(B->thread);
   }
-  /* The parts never subscribe: a composite waits by retrying. */
-  if (B->part_env.backoff_max_ms <= 0) B->part_env.backoff_max_ms = 50;
   char *urls[RL_MAX];
   int rc = dl_redlock_urls(opts->url, urls, RL_MAX, &B->opt);
   int n = rc;
@@ -506,6 +504,8 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
     dlock_client_options o = *opts;
     o.url = urls[i];
     o.connections = 1;
+    /* The parts never subscribe: a composite waits by retrying. */
+    if (o.wait_backoff_max_ms <= 0) o.wait_backoff_max_ms = 50;
     dl_backend *part = NULL;
     dl_backend_env pe = B->part_env;
     B->tag[B->n].serial = dl_err_serial();
