@@ -1,6 +1,7 @@
 /* test_deadlock.c: waiter records (docs/WIRE.md) and dlock deadlocks
  * against a real redis-server: processes that really deadlock. The CLI's
- * path comes in $DLOCK_CLI. */
+ * path is built in (DLOCK_CLI_PATH), so that the test also runs bare, as
+ * scripts/test.sh runs it under valgrind. */
 #include "harness.h"
 
 #include <pthread.h>
@@ -15,8 +16,8 @@
 static int run_cli_on(const char *url, const char *args, char *out,
                       size_t len) {
   char cmd[1024];
-  snprintf(cmd, sizeof cmd, "%s -u %s deadlocks %s 2>&1", getenv("DLOCK_CLI"),
-           url, args);
+  snprintf(cmd, sizeof cmd, "%s -u %s deadlocks %s 2>&1", DLOCK_CLI_PATH, url,
+           args);
   FILE *f = popen(cmd, "r");
   if (f == NULL) return -1;
   size_t n = fread(out, 1, len - 1, f);
