@@ -259,7 +259,14 @@ static void t_waiter_reads_its_grant(void) {
     CHECK_EQ(dlock_lock_release(d.lh), 1);
     pthread_join(th, NULL);
     CHECK_EQ(atomic_load(&got), 1);
-    CHECK_EQ(dl_redis_backend_wakeups(d.c->backend) - w0, 1);
+    /* The first round's waiter is a new client's first: it may also be
+     * woken once by its grant subscription's confirmation, when that comes
+     * after it went to sleep (it then tries again: the deaf first try,
+     * ops/acquire.c), as in one fresh-clone CI run; the grant itself
+     * wakes it once, directly, every round. */
+    uint64_t woken = dl_redis_backend_wakeups(d.c->backend) - w0;
+    if (round == 0 && woken == 2) woken = 1;
+    CHECK_EQ(woken, 1);
     CHECK_EQ(dl_redis_backend_direct_wakeups(d.c->backend) - d0, 1);
   }
   duo_close(&d);
