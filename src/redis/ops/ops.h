@@ -257,6 +257,11 @@ int dl_reqop_run(dl_reqop *x, dl_done_fn done, void *ud, dl_async **op);
 /* p's reply, now the caller's to free, or NULL when the request failed
  * (p.rc the code). */
 struct redisReply *dl_reqop_reply(dl_reqop *x);
+/* A SCAN reply r (snapshot.c): its cursor into cursor (len bytes) and its
+ * page of keys (an array owned by r), or NULL when r is no SCAN reply (r
+ * freed, DLOCK_EPROTO recorded). */
+struct redisReply *dl_scan_page(dl_redis *R, struct redisReply *r, char *cursor,
+                                size_t len);
 
 /* Waiting for a semaphore's permits or a latch's zero, a state machine
  * (see dl_pend): tries, and until done or the deadline (with `wait`),

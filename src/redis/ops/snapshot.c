@@ -202,19 +202,24 @@ static int scan_send(dl_reqop *x) {
   return dl_redis_step_command(x->R, &x->p, 8, argv);
 }
 
-static int scan_result(dl_reqop *x) {
-  scan_req *q = (scan_req *)x;
-  redisReply *r = dl_reqop_reply(x);
-  if (r == NULL) return x->p.rc;
+redisReply *dl_scan_page(dl_redis *R, redisReply *r, char *cursor, size_t len) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
       r->element[0]->type != REDIS_REPLY_STRING ||
       r->element[1]->type != REDIS_REPLY_ARRAY) {
     freeReplyObject(r);
-    return dl_seterr(x->R->env.err_owner, DLOCK_EPROTO,
-                     "unexpected reply to SCAN");
+    dl_seterr(R->env.err_owner, DLOCK_EPROTO, "unexpected reply to SCAN");
+    return NULL;
   }
-  snprintf(q->cursor, sizeof q->cursor, "%s", r->element[0]->str);
-  redisReply *keys = r->element[1];
+  snprintf(cursor, len, "%s", r->element[0]->str);
+  return r->element[1];
+}
+
+static int scan_result(dl_reqop *x) {
+  scan_req *q = (scan_req *)x;
+  redisReply *r = dl_reqop_reply(x);
+  if (r == NULL) return x->p.rc;
+  redisReply *keys = dl_scan_page(x->R, r, q->cursor, sizeof q->cursor);
+  if (keys == NULL) return DLOCK_EPROTO;
   bool stop = false;
   for (size_t i = 0; i < keys->elements && !stop; i++) {
     redisReply *k = keys->element[i];

@@ -164,15 +164,8 @@ static int waits_result(dl_reqop *x) {
     keys_free(q);
     return strcmp(q->cursor, "0") == 0 ? q->found : DL_REQOP_MORE;
   }
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-      r->element[0]->type != REDIS_REPLY_STRING ||
-      r->element[1]->type != REDIS_REPLY_ARRAY) {
-    freeReplyObject(r);
-    return dl_seterr(x->R->env.err_owner, DLOCK_EPROTO,
-                     "unexpected reply to SCAN");
-  }
-  snprintf(q->cursor, sizeof q->cursor, "%s", r->element[0]->str);
-  redisReply *keys = r->element[1];
+  redisReply *keys = dl_scan_page(x->R, r, q->cursor, sizeof q->cursor);
+  if (keys == NULL) return DLOCK_EPROTO;
   q->keys = calloc(keys->elements + 1, sizeof *q->keys);
   for (size_t i = 0; q->keys && i < keys->elements; i++)
     if (keys->element[i]->type == REDIS_REPLY_STRING &&
