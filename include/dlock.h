@@ -728,7 +728,8 @@ typedef struct dlock_lock_state {
                                      the holder in `owner`) */
   int64_t held_ms;                /* how long it has held it (server clock),
                                      -1 if unknown (no info was set) */
-  int64_t ttl_ms;                 /* remaining lease; -2 free, -1 no expiry */
+  int64_t ttl_ms;                 /* remaining lease in ms; DLOCK_TTL_FREE,
+                                     DLOCK_TTL_NONE (no expiry) */
   uint64_t token;                 /* last fencing token issued, 0 if none */
   int waiters;                    /* processes waiting, as far as the
                                      backend can tell (Redis: subscribed

@@ -85,7 +85,8 @@ static void text_state(FILE *f, const char *name, const dlock_lock_state *st) {
     fputc('\n', f);
   }
   fputs("  lease:     ", f);
-  if (st->ttl_ms == -1) fputs("no expiry", f);
+  if (st->ttl_ms == DLOCK_TTL_NONE)
+    fputs("no expiry", f);
   else print_duration(f, st->ttl_ms);
   fprintf(f, " left\n  token:     %llu\n  waiting:   %d\n",
           (unsigned long long)st->token, st->waiters);
@@ -396,7 +397,8 @@ static int list_one(const char *name, void *ud) {
   printf("%-30s ", name);
   print_holder(stdout, &st);
   fputs("  lease ", stdout);
-  if (st.ttl_ms == -1) fputs("none", stdout);
+  if (st.ttl_ms == DLOCK_TTL_NONE)
+    fputs("none", stdout);
   else print_duration(stdout, st.ttl_ms);
   printf("  token %llu\n", (unsigned long long)st.token);
   return 0;

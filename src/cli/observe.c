@@ -94,7 +94,7 @@ static obs_obj *add(obs_snap *s, const char *name, obs_kind k) {
   o->depth = -1;
   o->st.counter = -1;
   o->st.held_ms = -1;
-  o->st.ttl_ms = -2;
+  o->st.ttl_ms = DLOCK_TTL_FREE;
   s->n++;
   return o;
 }

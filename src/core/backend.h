@@ -90,14 +90,15 @@ typedef struct dl_acquire {
   int64_t valid_until; /* dl_now_ms() time the lease is certainly valid */
   bool waited;         /* it waited for another holder first */
   /* out, when refused */
-  int64_t ttl; /* the holder's remaining lease in ms (-1 none, -2 gone) */
+  int64_t ttl; /* the holder's remaining lease in ms, DLOCK_TTL_NONE
+                  (none counting down) or DLOCK_TTL_FREE (gone since) */
 } dl_acquire;
 
 typedef enum dl_lock_query {
   DL_QUERY_LOCKED, /* 1 if anyone holds it */
   DL_QUERY_HELD,   /* 1 if the ref's owner holds it */
   DL_QUERY_COUNT,  /* the owner's hold count */
-  DL_QUERY_TTL,    /* the remaining lease, ms (-1 none, -2 no lock) */
+  DL_QUERY_TTL,    /* the remaining lease, ms, or DLOCK_TTL_NONE/_FREE */
   DL_QUERY_TOKEN   /* the last fencing token handed out */
 } dl_lock_query;
 
@@ -410,9 +411,10 @@ typedef struct dl_backend_ops {
 
 struct dl_backend {
   const dl_backend_ops *ops;
-  /* The mutex (dlock_lock_new) is the plain string lock here: redlock://
-   * unless ?layout=hash, the layout redsync and npm redlock write. */
-  bool plain_mutex;
+  /* The kind dlock_lock_new makes on this URL: DL_KIND_LOCK (0) unless
+   * the URL's mutex has another layout (DL_KIND_PLAIN: the one redsync and
+   * npm redlock write). */
+  dl_lock_kind mutex_kind;
   /* An acquire that waits follows the waiter records itself
    * (dl_acquire.detect; dlock_client_options.detect_deadlocks): Redis. */
   bool detects_deadlocks;

@@ -427,7 +427,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   bool own = a->lease_ms != e->session_ttl_ms;
   etcd_hold *h = NULL;
   if ((rc = claim(e, a, own, !rw, &h)) != 1) {
-    if (rc == 0) a->ttl = -1;
+    if (rc == 0) a->ttl = DLOCK_TTL_NONE;
     return rc;
   }
   int64_t sent = dl_now_ms(), until = 0;
@@ -546,7 +546,8 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     a->valid_until = until;
     return 1;
   }
-  if (rc == 0) a->ttl = -1; /* refused: the holder's lease is not read */
+  /* Refused: the holder's lease is not read. */
+  if (rc == 0) a->ttl = DLOCK_TTL_NONE;
 fail:;
   /* Not taken: our key goes (Go's TryLock and a cancelled Lock do the
    * same), at its own revision only. */

@@ -176,7 +176,7 @@ int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   else if (q == DL_QUERY_TOKEN)
     *v = dl_etcd_i64(kv, "create_revision");
   else if (q == DL_QUERY_TTL)
-    *v = kv ? -1 : -2;
+    *v = kv ? DLOCK_TTL_NONE : DLOCK_TTL_FREE;
   json_object_put(r);
   if (q == DL_QUERY_TTL && lease != 0) {
     char body[64];
@@ -185,7 +185,7 @@ int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                       dl_now_ms() + e->command_timeout_ms, &r, NULL);
     if (rc != 0) return rc;
     int64_t ttl = dl_etcd_i64(r, "TTL");
-    *v = ttl > 0 ? ttl * 1000 : -2;
+    *v = ttl > 0 ? ttl * 1000 : DLOCK_TTL_FREE;
     json_object_put(r);
   }
   return 0;
@@ -303,7 +303,7 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   dl_etcd *e = (dl_etcd *)b;
   memset(st, 0, sizeof *st);
   st->held_ms = -1;
-  st->ttl_ms = -2;
+  st->ttl_ms = DLOCK_TTL_FREE;
   st->counter = -1;
   json_object *r;
   char pfx[ETCD_KEY_MAX];
@@ -354,7 +354,7 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
                vn < (int)sizeof st->info ? vn : (int)sizeof st->info - 1, val);
     free(val);
     st->token = (uint64_t)dl_etcd_i64(kv, "create_revision");
-    st->ttl_ms = -1;
+    st->ttl_ms = DLOCK_TTL_NONE;
     if (kk != KEY_MUTEX)
       snprintf(st->mode, sizeof st->mode, "%s",
                kk == KEY_READ ? "read" : "write");

@@ -35,7 +35,7 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
   dlock_lock *l = calloc(1, sizeof(dlock_lock) + kl + 1 + ol);
   if (l == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
   l->c = c;
-  l->plain = c->backend->plain_mutex;
+  l->plain = c->backend->mutex_kind == DL_KIND_PLAIN;
   l->key = (char *)(l + 1);
   memcpy(l->key, c->key_prefix, c->prefix_len);
   memcpy(l->key + c->prefix_len, name, nl + 1);

@@ -51,7 +51,7 @@ int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   dl_zk *z = (dl_zk *)b;
   memset(st, 0, sizeof *st);
   st->held_ms = -1;
-  st->ttl_ms = -2;
+  st->ttl_ms = DLOCK_TTL_FREE;
   st->counter = -1;
   int rc = dl_zk_check_path(z, key);
   if (rc != 0) return rc;
@@ -76,7 +76,8 @@ int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
     int k = dl_zk_holders(v, n);
     st->held = 1;
     st->holders = k;
-    st->ttl_ms = -1; /* no lease: until released or its session ends */
+    /* No lease: held until released or its session ends. */
+    st->ttl_ms = DLOCK_TTL_NONE;
     st->waiters = n - k;
     st->queued = n - k;
     fill_holder(z, node, st);

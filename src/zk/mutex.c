@@ -362,7 +362,7 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
   if (rc != 1) {
     /* Not acquired (timeout or error): our node goes, as Curator's. */
     dl_zk_delete_own(z, node);
-    if (rc == 0) a->ttl = -1; /* ZooKeeper locks have no lease */
+    if (rc == 0) a->ttl = DLOCK_TTL_NONE; /* ZooKeeper locks have no lease */
     return rc;
   }
   rc = dl_zk_hold_add(z, l->key, l->owner, node, czxid);
@@ -492,7 +492,8 @@ int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   int n = list_locks(z, l->key, &sv, &names);
   if (n < 0) return n;
   if (q == DL_QUERY_LOCKED) *v = n > 0;
-  else if (q == DL_QUERY_TTL) *v = n > 0 ? -1 : -2;
+  else if (q == DL_QUERY_TTL)
+    *v = n > 0 ? DLOCK_TTL_NONE : DLOCK_TTL_FREE;
   else if (q == DL_QUERY_TOKEN && n > 0) {
     char node[NODE_MAX];
     snprintf(node, sizeof node, "%s/%s", l->key, names[0]);

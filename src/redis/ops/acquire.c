@@ -219,7 +219,7 @@ static int attempt_result(acq_op *o) {
                      "before asking for the write lock",
                      l->name);
   if (status == 0) {
-    o->ttl = value;
+    o->ttl = dl_redis_ttl(value);
     return 0;
   }
   o->tok = (uint64_t)value;
@@ -396,7 +396,8 @@ static int acq_step(acq_op *o) {
         if (dl_redis_wait_note(R, &o->p, a) == DL_PENDING) return DL_PENDING;
         continue;
       }
-      if (o->ttl == -2 && !fair) { /* freed since: try again at once */
+      /* Freed since: try again at once. */
+      if (o->ttl == DLOCK_TTL_FREE && !fair) {
         o->st = ACQ_LOOP;
         continue;
       }

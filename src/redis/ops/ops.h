@@ -114,6 +114,14 @@ int dl_redis_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
  * is "<prefix>dlock_wait:<owner id>", a string with a lease (rlock.h);
  * the scan for lock names skips them. */
 #define DL_WAIT_RECORD "dlock_wait:"
+
+/* A PTTL answer (ms; -1 no expiry, -2 no key), as our scripts also return
+ * it, in the seam's words: DLOCK_TTL_NONE, DLOCK_TTL_FREE, or the ms. */
+static inline int64_t dl_redis_ttl(long long pttl) {
+  return pttl >= 0    ? (int64_t)pttl
+         : pttl == -1 ? DLOCK_TTL_NONE
+                      : DLOCK_TTL_FREE;
+}
 int dl_redis_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
                      void *ud);
 int dl_redis_scan(dl_backend *b, const char *match, size_t prefix_len,

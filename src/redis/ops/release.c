@@ -340,8 +340,10 @@ static int query_result(dl_reqop *x) {
   int rc = 0;
   if (q->plain && (r->type == REDIS_REPLY_NIL || r->type == REDIS_REPLY_STRING))
     *out = r->type == REDIS_REPLY_STRING && strcmp(r->str, q->l->owner) == 0;
-  else if (r->type == REDIS_REPLY_INTEGER) *out = r->integer;
-  else if (r->type == REDIS_REPLY_NIL) *out = q->q == DL_QUERY_TTL ? -2 : 0;
+  else if (r->type == REDIS_REPLY_INTEGER)
+    *out = q->q == DL_QUERY_TTL ? dl_redis_ttl(r->integer) : r->integer;
+  else if (r->type == REDIS_REPLY_NIL)
+    *out = q->q == DL_QUERY_TTL ? DLOCK_TTL_FREE : 0;
   else if (r->type == REDIS_REPLY_STRING) {
     char *end;
     *out = strtoll(r->str, &end, 10);

@@ -113,7 +113,7 @@ static int inspect_fill(dl_redis *R, redisReply *r, dlock_lock_state *st) {
   if (r->element[7]->type == REDIS_REPLY_STRING ||
       r->element[7]->type == REDIS_REPLY_STATUS)
     snprintf(st->type, sizeof st->type, "%s", r->element[7]->str);
-  st->ttl_ms = r->element[1]->integer;
+  st->ttl_ms = dl_redis_ttl(r->element[1]->integer);
   st->counter = r->element[4]->type == REDIS_REPLY_INTEGER
                     ? r->element[4]->integer
                     : -1;

@@ -540,7 +540,7 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
     return rc;
   }
   B->quorum = B->n / 2 + 1;
-  B->base.plain_mutex = !B->opt.hash;
+  B->base.mutex_kind = B->opt.hash ? DL_KIND_LOCK : DL_KIND_PLAIN;
   if (B->thread && (rc = dl_rl_thread_start(B->thread)) != 0) {
     rl_free(&B->base);
     return dl_seterr(NULL, rc, "cannot start the servers' event loop");

@@ -154,7 +154,7 @@ int dl_rl_acquired(rl_op *o) {
   dl_acquire *a = o->a;
   int ok = 0, again = 0;
   uint64_t token = 0;
-  int64_t ttl = -2;
+  int64_t ttl = DLOCK_TTL_FREE; /* the longest a refusing server saw */
   for (int i = 0; i < B->n; i++) {
     if (o->rc[i] == 1) {
       ok++;
