@@ -423,6 +423,10 @@ static void layout_check(const char *opts, const char *type) {
   CHECK_RC(dlock_lock_try_acquire(l, 0, 5000, NULL), 0);
   CHECK_RC(dlock_lock_try_acquire(p, 0, 5000, NULL), 0);
   for (int i = 0; i < 3; i++) {
+    /* The acquire returned on a quorum's answer: the last server's write
+     * may still be on its way. */
+    CHECK(exists_becomes(&srv[i], "rl:lay", 1));
+    CHECK(exists_becomes(&srv[i], "rl:pl", 1));
     redisReply *r = th_cmd(&srv[i], "TYPE rl:lay");
     CHECK(r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, type) == 0);
     freeReplyObject(r);
