@@ -131,7 +131,9 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
       if (!k->check && left > 0 && (win == 0 || left < win)) win = left;
       renewed++;
     } else {
-      lost = dl_wd_take_lost(w, r, false);
+      /* Gone from the server after its validity here ran out: its lease
+       * ended (the server's expiry event can come before our timer). */
+      lost = dl_wd_take_lost(w, r, r->valid_until <= at);
     }
     pthread_mutex_unlock(&w->mu);
     if (lost) w->fn(w->ud, r, k->copies[2 * i], k->copies[2 * i + 1]);
