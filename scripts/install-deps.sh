@@ -10,7 +10,7 @@ packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
           libcurator-recipes-java valgrind abigail-tools
           etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev
           golang-go golang-etcd-server-dev curl libmicrohttpd-dev tmux
-          postgresql libpq-dev)
+          postgresql libpq-dev prometheus)
 # default-jdk-headless (javac) and libcurator-recipes-java: the ZooKeeper
 # interop test (tests/test_zk_interop.sh) compiles a Curator peer; valgrind:
 # the cost gate (tests/test_cost.sh) in every run; abigail-tools: the ABI
@@ -25,6 +25,8 @@ packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
 # libmicrohttpd-dev builds); tmux: test_observe.sh's terminal for dlock top.
 # postgresql and libpq-dev: the fencing token checked by PostgreSQL
 # (examples/fenced_postgres.c, tests/test_postgres.sh: a private server).
+# prometheus (with promtool): test_observe.sh checks dlock metrics' text
+# with promtool and has a real Prometheus scrape dlock metrics --listen.
 [ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(clang)
 # Node and npm for the interop test with npm redlock and redis-semaphore
 # (tests/test_interop_node.sh); only when missing: an npm installed outside

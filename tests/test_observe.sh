@@ -3,7 +3,8 @@
 # redis-server (unix://), Redlock over it and two more, and etcd, Sentinel
 # and ZooKeeper when installed: the values against locks held here, the
 # exposition format (promtool check metrics when installed, else the text
-# format's rules checked here), --listen scraped with curl, top -b's
+# format's rules checked here), --listen scraped with curl and by a real
+# Prometheus (when installed), top -b's
 # tables, and top on a real terminal (tmux); a lock in both views on
 # Sentinel too (a cluster takes seconds to form: checked by hand, see
 # docs/OBSERVABILITY.md). Usage: test_observe.sh PATH/TO/dlock
@@ -190,6 +191,55 @@ t_metrics_listen() {
   stop_holders
 }
 
+# A real Prometheus (Debian's prometheus, when installed) scrapes
+# dlock metrics --listen: its target is up, the scrape has no errors, and
+# a query answers the held lock's sample with its labels.
+t_prometheus_scrape() {
+  if ! command -v prometheus >/dev/null; then
+    echo "    skipped: prometheus not installed" >&2
+    return
+  fi
+  local help
+  help=$("$DLOCK" metrics --help 2>&1)
+  if [[ $help == *"not in this build"* ]]; then
+    echo "    skipped: built without libmicrohttpd" >&2
+    return
+  fi
+  "$DLOCK" metrics --listen 127.0.0.1:0 'p:*' 2>plisten.err &
+  local srv=$! port="" pport
+  got_port() { port=$(sed -n 's/.*serving metrics on port \([0-9]*\).*/\1/p' plisten.err); [ -n "$port" ]; }
+  wait_until got_port || { fail "no port said: $(cat plisten.err)"; kill $srv; return; }
+  hold "$DLOCK_URL" p:x
+  wait_until "$DLOCK" status p:x >/dev/null || fail "never held"
+  pport=$(free_port)
+  cat >prom.yml <<EOT
+global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: dlock
+    static_configs:
+      - targets: ['127.0.0.1:$port']
+EOT
+  promtool check config prom.yml >promcfg.out 2>&1 || fail "config: $(cat promcfg.out)"
+  prometheus --config.file=prom.yml --storage.tsdb.path="$TMP/prom" \
+    --web.listen-address="127.0.0.1:$pport" >prom.log 2>&1 &
+  local prom=$!
+  local api="http://127.0.0.1:$pport/api/v1"
+  scraped() {
+    curl -s "$api/query" --data-urlencode 'query=dlock_lock_held{name="p:x",kind="lock",backend="redis",job="dlock"}' >q.json &&
+      grep -q '"value":\[[0-9.]*,"1"\]' q.json
+  }
+  wait_until scraped || fail "no sample in Prometheus: $(cat q.json) $(tail -5 prom.log)"
+  curl -s "$api/targets" >t.json
+  grep -q '"health":"up"' t.json || fail "target not up: $(cat t.json)"
+  grep -q '"lastError":""' t.json || fail "scrape error: $(cat t.json)"
+  curl -s "$api/query" --data-urlencode 'query=up{job="dlock"}' >up.json
+  grep -q '"value":\[[0-9.]*,"1"\]' up.json || fail "up: $(cat up.json)"
+  kill $prom; wait $prom 2>/dev/null
+  kill -TERM $srv; wait $srv 2>/dev/null
+  stop_holders
+}
+
 # ---- dlock top ----
 
 # -b: plain tables, -n rounds, the header naming the backend and the count.
@@ -350,6 +400,7 @@ run_test t_help
 run_test t_metrics_values
 run_test t_metrics_kinds
 run_test t_metrics_listen
+run_test t_prometheus_scrape
 run_test t_top_batch
 run_test t_top_terminal
 run_test t_redlock
