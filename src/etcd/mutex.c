@@ -166,6 +166,43 @@ int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
   return rc;
 }
 
+/* A waiter's look, in one round trip: whether its own key (at its create
+ * revision rev) is still there, and if so the key before it under pfx
+ * (dl_etcd_predecessor's). Returns 1 (*pred, *at: the revision read), 0
+ * nobody before it, DLOCK_ELOST our key is gone, or a negative code. */
+static int look(dl_etcd *e, const char *key, const char *pfx, int64_t rev,
+                char *pred, size_t len, int64_t *at, int64_t deadline) {
+  char k64[B64(ETCD_KEY_MAX)], p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
+  char range[3 * B64(ETCD_KEY_MAX)];
+  dl_etcd_b64(key, strlen(key), k64);
+  dl_etcd_b64(pfx, strlen(pfx), p64);
+  dl_etcd_prefix_end(pfx, end64);
+  snprintf(range, sizeof range,
+           "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
+           "\"limit\":\"1\",\"sort_order\":\"DESCEND\","
+           "\"sort_target\":\"CREATE\",\"max_create_revision\":\"%" PRId64
+           "\",\"keys_only\":true}}",
+           p64, end64, rev - 1);
+  json_object *r;
+  int rc = txn(e, k64, rev, range, "", deadline, &r);
+  if (rc != 0) return rc;
+  json_object *s = dl_etcd_get(r, "succeeded");
+  if (s == NULL || !json_object_get_boolean(s)) {
+    json_object_put(r);
+    return dl_seterr(e->err, DLOCK_ELOST,
+                     "our etcd key %s went while we waited (the lease "
+                     "ended, or it was deleted)",
+                     key);
+  }
+  *at = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
+  json_object *kv = dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range"));
+  json_object *k = dl_etcd_get(kv, "key");
+  rc = 0;
+  if (k && dl_etcd_unb64(json_object_get_string(k), pred, len) >= 0) rc = 1;
+  json_object_put(r);
+  return rc;
+}
+
 /* The create revision of key now: > 0, 0 gone, or a negative code. */
 static int64_t create_rev(dl_etcd *e, const char *key, int64_t deadline) {
   char k64[B64(ETCD_KEY_MAX)], body[B64(ETCD_KEY_MAX) + 64];
@@ -499,25 +536,16 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     a->waited = true;
     char pred[ETCD_KEY_MAX];
     int64_t at = 0;
-    rc = dl_etcd_predecessor(e, wait_pfx, h->rev, pred, sizeof pred, &at,
-                             dl_now_ms() + e->command_timeout_ms);
-    if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
+    /* Our key still there, and who is before it: one txn. Nobody before
+     * us: ours, our key being there (Go 3.4's Mutex does not look: etcd
+     * issue 11456). */
+    rc = look(e, h->key, wait_pfx, h->rev, pred, sizeof pred, &at,
+              dl_now_ms() + e->command_timeout_ms);
+    if (rc < 0 && rc != DLOCK_ELOST && ride_out(e, a, rc, &rides)) continue;
     if (rc < 0) break;
     if (rc == 0) {
-      /* Nobody before us: ours, if our key is still there (Go 3.4's
-       * Mutex does not look: etcd issue 11456). */
-      int64_t now = create_rev(e, h->key, dl_now_ms() + e->command_timeout_ms);
-      if (now < 0) {
-        rc = (int)now;
-      } else if (now != h->rev) {
-        rc = dl_seterr(e->err, DLOCK_ELOST,
-                       "our etcd key %s went while we waited (the lease "
-                       "ended, or it was deleted)",
-                       h->key);
-      } else {
-        won = true;
-        rc = 1;
-      }
+      won = true;
+      rc = 1;
       break;
     }
     /* In steps of a third of the lease at most: the lease our key is on
