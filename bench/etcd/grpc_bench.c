@@ -20,7 +20,9 @@ typedef struct slot {
   bool releasing;
 } slot;
 
-static int bad;  /* replies that were not right */
+static int bench_json; /* the JSON gateway, not gRPC */
+static int bench_del;  /* gRPC, the release a plain DeleteRange (Go's) */
+static int bad;        /* replies that were not right */
 static int txns; /* replies counted */
 
 static void b64(const char *in, char *out) {
@@ -72,12 +74,23 @@ static int send_next(slot *s, gw_conn *conn, int json) {
                s->e64);
     return gw_json_start(&s->c, conn, "/v3/kv/txn", body);
   }
-  mutex_txn m;
-  mutex_txn_init(&m, s->key, s->pfx, s->end, s->lease,
-                 s->releasing ? s->rev : 0);
   size_t n;
-  uint8_t *b = pack(&m.txn.base, &n);
-  int rc = gw_unary_start(&s->c, conn, "/etcdserverpb.KV/Txn", b, n);
+  uint8_t *b;
+  const char *method = "/etcdserverpb.KV/Txn";
+  if (s->releasing && bench_del) {
+    /* Go's Mutex.Unlock: a plain delete, not fenced. */
+    Etcdserverpb__DeleteRangeRequest d =
+        ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
+    d.key = BIN(s->key);
+    b = pack(&d.base, &n);
+    method = "/etcdserverpb.KV/DeleteRange";
+  } else {
+    mutex_txn m;
+    mutex_txn_init(&m, s->key, s->pfx, s->end, s->lease,
+                   s->releasing ? s->rev : 0);
+    b = pack(&m.txn.base, &n);
+  }
+  int rc = gw_unary_start(&s->c, conn, method, b, n);
   free(b);
   return rc;
 }
@@ -114,6 +127,13 @@ static bool reply_ok(slot *s, int json) {
     json_object_put(r);
     return ok;
   }
+  if (s->releasing && bench_del) {
+    Etcdserverpb__DeleteRangeResponse *d;
+    UNPACK(delete_range_response, &s->c, d);
+    bool ok = d && d->deleted == 1;
+    etcdserverpb__delete_range_response__free_unpacked(d, NULL);
+    return ok;
+  }
   Etcdserverpb__TxnResponse *r;
   UNPACK(txn_response, &s->c, r);
   bool ok = r && r->succeeded;
@@ -124,8 +144,6 @@ static bool reply_ok(slot *s, int json) {
   etcdserverpb__txn_response__free_unpacked(r, NULL);
   return ok;
 }
-
-static int bench_json;
 
 static void on_done(gw_call *c) {
   slot *s = c->ud;
@@ -177,9 +195,12 @@ static double wall(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-int bench(int json, const char *url, int t, int n, int pid) {
+int bench(const char *mode, const char *url, int t, int n, int pid) {
   if (t < 1 || t > 256 || n < 1) return 2;
+  int json = strcmp(mode, "json") == 0;
   bench_json = json;
+  bench_del = strcmp(mode, "grpcdel") == 0;
+  if (!json && !bench_del && strcmp(mode, "grpc") != 0) return 2;
   gw_conn conn;
   if (gw_conn_init(&conn, url) != 0) return 1;
   slot *s = calloc((size_t)t, sizeof *s);
@@ -207,11 +228,11 @@ int bench(int json, const char *url, int t, int n, int pid) {
   } while (running);
   double w = wall() - w0, c = self_cpu() - c0;
   double sc = pid ? server_cpu(pid) - s0 : 0;
-  printf("%-4s T=%-3d txns %d in %.0f ms: %.0f txn/s, %.0f cycles/s; "
-         "client %.0f us CPU/txn; server %.0f us CPU/txn (%.0f a cycle)%s\n",
-         json ? "json" : "grpc", t, txns, w * 1000, txns / w, txns / w / 2,
-         c * 1e6 / txns, sc * 1e6 / txns, sc * 2e6 / txns,
-         bad ? "; BAD REPLIES" : "");
+  printf("%-7s T=%-3d requests %d in %.0f ms: %.0f/s, %.0f cycles/s; "
+         "client %.0f us CPU/request; server %.0f us CPU/request "
+         "(%.0f a cycle)%s\n",
+         mode, t, txns, w * 1000, txns / w, txns / w / 2, c * 1e6 / txns,
+         sc * 1e6 / txns, sc * 2e6 / txns, bad ? "; BAD REPLIES" : "");
   for (int i = 0; i < t; i++)
     gw_call_free(&s[i].c);
   free(s);

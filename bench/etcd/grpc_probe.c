@@ -9,7 +9,7 @@
  *     stream (two creates on one stream, events, a cancel) and a bidi
  *     LeaseKeepAlive stream (two renewals, then a revoked lease's TTL 0),
  *     all on one connection; every reply checked. Exit 0 when all pass.
- *   grpc_probe bench grpc|json URL T N [ETCD_PID]
+ *   grpc_probe bench grpc|grpcdel|json URL T N [ETCD_PID]
  *     T lock cycles in flight (each its own key on its own lease), N
  *     cycles each; a cycle is dlock's two txns (acquire, fenced release).
  *     grpc: all T on one HTTP/2 connection; json: T HTTP/1.1 connections,
@@ -139,7 +139,7 @@ Etcdserverpb__TxnResponse *mutex_call(gw_conn *conn, const char *key,
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: grpc_probe check URL | "
-                    "grpc_probe bench grpc|json URL T N [ETCD_PID]\n");
+                    "grpc_probe bench grpc|grpcdel|json URL T N [ETCD_PID]\n");
     return 2;
   }
   curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -147,8 +147,8 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "check") == 0) {
     rc = check(argv[2]);
   } else if (strcmp(argv[1], "bench") == 0 && argc >= 6) {
-    rc = bench(strcmp(argv[2], "json") == 0, argv[3], atoi(argv[4]),
-               atoi(argv[5]), argc > 6 ? atoi(argv[6]) : 0);
+    rc = bench(argv[2], argv[3], atoi(argv[4]), atoi(argv[5]),
+               argc > 6 ? atoi(argv[6]) : 0);
   } else {
     fprintf(stderr, "grpc_probe: bad arguments\n");
     rc = 2;

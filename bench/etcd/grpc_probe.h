@@ -52,6 +52,7 @@ Etcdserverpb__TxnResponse *mutex_call(gw_conn *conn, const char *key,
                                       int64_t lease, int64_t rev);
 
 int check(const char *url);
-int bench(int json, const char *url, int t, int n, int pid);
+/* mode: "grpc", "grpcdel" (the release Go's plain delete) or "json". */
+int bench(const char *mode, const char *url, int t, int n, int pid);
 
 #endif

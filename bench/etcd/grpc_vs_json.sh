@@ -9,7 +9,11 @@
 # row: cycles/s; the server's CPU (utime + stime from /proc) per cycle and
 # per request (its request counts from /metrics); the client's CPU per
 # cycle (/usr/bin/time, the whole process). A cycle is dlock's two txns
-# (acquire, fenced release), Go's one txn and one delete.
+# (acquire, fenced release), Go's one txn and one delete; grpcdel is the
+# gRPC row with Go's release (a plain delete), to tell the transport's cost
+# from the fenced release's; cork is the gRPC row with the socket corked
+# between curl_multi_perform calls (GW_CORK=1, grpc_wire.c), so that a
+# request's frames leave in one segment.
 # First runs `grpc_probe check` (every call and both streams, checked;
 # the script fails when a check does): ROUNDS 0 runs only that (ctest
 # test_etcd_grpc_probe).
@@ -52,7 +56,7 @@ name, t, per, c0, c1, ms, t0, a0, t1, a1, u, s = sys.argv[1:]
 txn, req = float(t1) - float(t0), float(a1) - float(a0)
 n = txn / float(per)
 srv, cli = (float(c1) - float(c0)) * 1e6, (float(u) + float(s)) * 1e6
-print('%-5s T=%-2s %6.0f cycles/s  server %5.0f us CPU/cycle, %4.0f us/request  '
+print('%-7s T=%-2s %6.0f cycles/s  server %5.0f us CPU/cycle, %4.0f us/request  '
       'client %5.0f us CPU/cycle  (%.1f requests/cycle)'
       % (name, t, n * 1000 / int(ms), srv / n, srv / req, cli / n, req / n))
 EOF
@@ -61,6 +65,8 @@ for _ in $(seq "$rounds"); do
   for t in 1 16; do
     n=$(( t == 1 ? 600 : 60 ))
     row grpc "$t" 2 "$probe" bench grpc "$url" "$t" "$n"
+    row cork "$t" 2 env GW_CORK=1 "$probe" bench grpc "$url" "$t" "$n"
+    row grpcdel "$t" 1 "$probe" bench grpcdel "$url" "$t" "$n"
     row json "$t" 2 "$probe" bench json "$url" "$t" "$n"
     [ "$peer" = - ] || row go "$t" 1 "$peer" bench "127.0.0.1:$port" uncontended "$t" 2
     if [ -n "$cycles" ]; then

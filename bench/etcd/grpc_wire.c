@@ -1,15 +1,20 @@
 /* grpc_wire.c: gRPC over libcurl (see grpc_wire.h). */
 #include "grpc_wire.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 
 int gw_conn_init(gw_conn *conn, const char *base) {
   memset(conn, 0, sizeof *conn);
   snprintf(conn->base, sizeof conn->base, "%s", base);
+  conn->fd = -1;
+  conn->cork = getenv("GW_CORK") && atoi(getenv("GW_CORK")) == 1;
   conn->multi = curl_multi_init();
   if (conn->multi == NULL) return -1;
   /* Every gRPC call and stream on one HTTP/2 connection. */
@@ -100,6 +105,21 @@ static size_t on_read(char *p, size_t size, size_t n, void *ud) {
   return left;
 }
 
+/* With cork (GW_CORK=1 in the environment: an experiment), the gRPC
+ * connection's socket is corked and gw_pump uncorks it after each
+ * curl_multi_perform, so that what curl wrote meanwhile (a request's HEADERS
+ * and DATA frames, a PING's ACK: one send() each in curl 7.88) leaves in
+ * one segment, as Go's client sends them. */
+static int on_socket(void *ud, curl_socket_t fd, curlsocktype purpose) {
+  gw_conn *conn = ud;
+  int one = 1;
+  if (purpose == CURLSOCKTYPE_IPCXN && conn->cork) {
+    setsockopt(fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one);
+    conn->fd = fd;
+  }
+  return CURL_SOCKOPT_OK;
+}
+
 static int start(gw_call *c, gw_conn *conn, const char *path, bool json) {
   if (c->h == NULL && (c->h = curl_easy_init()) == NULL) return -1;
   c->conn = conn;
@@ -133,6 +153,8 @@ static int start(gw_call *c, gw_conn *conn, const char *path, bool json) {
                      conn->h2_open ? (long)CURL_HTTP_VERSION_2_0
                                    : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
     conn->h2_open = true;
+    curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, on_socket);
+    curl_easy_setopt(h, CURLOPT_SOCKOPTDATA, conn);
     /* Wait for the connection being set up rather than open another. */
     curl_easy_setopt(h, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, conn->grpc_headers);
@@ -222,6 +244,11 @@ void gw_call_free(gw_call *c) {
 void gw_pump(gw_conn *conn, int ms) {
   int still;
   curl_multi_perform(conn->multi, &still);
+  if (conn->cork && conn->fd >= 0) {
+    int off = 0, on = 1;
+    setsockopt(conn->fd, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+    setsockopt(conn->fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+  }
   CURLMsg *m;
   int left;
   bool any = false;

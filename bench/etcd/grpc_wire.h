@@ -24,6 +24,8 @@ typedef struct gw_conn {
   struct curl_slist *grpc_headers;
   struct curl_slist *json_headers;
   bool h2_open; /* a gRPC call has opened (or is opening) the connection */
+  bool cork;    /* GW_CORK=1: see gw_pump */
+  int fd;       /* the gRPC connection's socket (with cork), or -1 */
 } gw_conn;
 
 typedef struct gw_call gw_call;
@@ -73,7 +75,8 @@ void gw_call_end(gw_call *c);
 void gw_call_free(gw_call *c);
 
 /* Runs the transfers once: waits up to ms for activity, then calls on_done
- * for each finished one. */
+ * for each finished one. With GW_CORK=1 in the environment, flushes the
+ * corked gRPC socket after curl has written. */
 void gw_pump(gw_conn *conn, int ms);
 /* Pumps until *flag is true or ms passed: true if it became true. */
 bool gw_wait(gw_conn *conn, const bool *flag, int ms);
