@@ -13,8 +13,8 @@
 
 typedef struct slot {
   gw_call c;
-  char key[64], pfx[64], end[64];
-  char k64[96], p64[96], e64[96];
+  char key[96], pfx[64], end[64];
+  char k64[160], p64[96], e64[96];
   int64_t lease, rev;
   int left; /* cycles to go */
   bool releasing;
@@ -202,7 +202,7 @@ int bench(const char *mode, const char *url, int t, int n, int pid) {
   bench_del = strcmp(mode, "grpcdel") == 0;
   if (!json && !bench_del && strcmp(mode, "grpc") != 0) return 2;
   gw_conn conn;
-  if (gw_conn_init(&conn, url) != 0) return 1;
+  if (gw_conn_init(&conn, url, !json) != 0) return 1;
   slot *s = calloc((size_t)t, sizeof *s);
   for (int i = 0; i < t; i++) {
     s[i].lease = lease_grant(&conn, 60);

@@ -268,7 +268,7 @@ static void keepalive(gw_conn *conn) {
 
 int check(const char *url) {
   gw_conn conn;
-  if (gw_conn_init(&conn, url) != 0) return 1;
+  if (gw_conn_init(&conn, url, true) != 0) return 1;
   unaries(&conn);
   watch(&conn);
   keepalive(&conn);

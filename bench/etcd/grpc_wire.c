@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-int gw_conn_init(gw_conn *conn, const char *base) {
+int gw_conn_init(gw_conn *conn, const char *base, bool one_connection) {
   memset(conn, 0, sizeof *conn);
   snprintf(conn->base, sizeof conn->base, "%s", base);
   conn->fd = -1;
@@ -19,6 +19,14 @@ int gw_conn_init(gw_conn *conn, const char *base) {
   if (conn->multi == NULL) return -1;
   /* Every gRPC call and stream on one HTTP/2 connection. */
   curl_multi_setopt(conn->multi, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+  /* curl's default is 100 streams a connection, then a new connection:
+   * one that would not ask for prior knowledge (see start), so HTTP/1.1,
+   * which etcd's port hands to the JSON gateway (404). One connection,
+   * transfers past its streams queued by curl; etcd 3.4.20+ allows
+   * MaxUint32 streams. */
+  curl_multi_setopt(conn->multi, CURLMOPT_MAX_CONCURRENT_STREAMS, 1000L);
+  if (one_connection)
+    curl_multi_setopt(conn->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 1L);
   conn->grpc_headers =
       curl_slist_append(NULL, "Content-Type: application/grpc");
   conn->grpc_headers = curl_slist_append(conn->grpc_headers, "TE: trailers");

@@ -53,8 +53,10 @@ struct gw_call {
   void *ud;
 };
 
-/* Sets up c (zeroed by the caller) on conn. */
-int gw_conn_init(gw_conn *conn, const char *base);
+/* Sets up conn on base ("http://host:port"): 0, or -1. one_connection:
+ * every transfer on one connection (gRPC); else the JSON calls get a
+ * connection each. */
+int gw_conn_init(gw_conn *conn, const char *base, bool one_connection);
 void gw_conn_free(gw_conn *conn);
 
 /* Starts a unary gRPC call: method "/etcdserverpb.KV/Txn", msg packed. */
