@@ -144,6 +144,12 @@ static int start(gw_call *c, gw_conn *conn, const char *path, bool json) {
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
   if (getenv("GW_VERBOSE")) curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
+  /* https:// (an experiment): the CA, client certificate and key from the
+   * environment; HTTP/2 then comes by ALPN. */
+  if (getenv("GW_CA")) curl_easy_setopt(h, CURLOPT_CAINFO, getenv("GW_CA"));
+  if (getenv("GW_CERT"))
+    curl_easy_setopt(h, CURLOPT_SSLCERT, getenv("GW_CERT"));
+  if (getenv("GW_KEY")) curl_easy_setopt(h, CURLOPT_SSLKEY, getenv("GW_KEY"));
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, c);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
