@@ -162,7 +162,7 @@ static int start(gw_call *c, gw_conn *conn, const char *path, bool json) {
     /* Prior knowledge only for the call that opens the connection: curl
      * 7.88.1 (Debian 12) fails a prior-knowledge transfer on a reused
      * connection with CURLE_HTTP2 (curl issue 10634, fixed by PR 10643 in
-     * 7.89); HTTP/2 without it finds the connection and multiplexes. */
+     * 8.0); HTTP/2 without it finds the connection and multiplexes. */
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION,
                      conn->h2_open ? (long)CURL_HTTP_VERSION_2_0
                                    : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
