@@ -10,7 +10,8 @@ packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
           libcurator-recipes-java valgrind abigail-tools
           etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev
           golang-go golang-etcd-server-dev curl libmicrohttpd-dev tmux
-          postgresql libpq-dev prometheus)
+          postgresql libpq-dev prometheus libprotobuf-c-dev
+          protobuf-c-compiler)
 # default-jdk-headless (javac) and libcurator-recipes-java: the ZooKeeper
 # interop test (tests/test_zk_interop.sh) compiles a Curator peer; valgrind:
 # the cost gate (tests/test_cost.sh) in every run; abigail-tools: the ABI
@@ -27,6 +28,8 @@ packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
 # (examples/fenced_postgres.c, tests/test_postgres.sh: a private server).
 # prometheus (with promtool): test_observe.sh checks dlock metrics' text
 # with promtool and has a real Prometheus scrape dlock metrics --listen.
+# libprotobuf-c-dev and protobuf-c-compiler: the etcd gRPC spike
+# (bench/etcd/grpc_probe.c, ctest test_etcd_grpc_probe; built only with them).
 [ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(clang)
 # Node and npm for the interop test with npm redlock and redis-semaphore
 # (tests/test_interop_node.sh); only when missing: an npm installed outside
