@@ -230,7 +230,7 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
     items[i].result = -1;
     pthread_mutex_lock(&e->mu);
     etcd_hold *h = e->holds;
-    while (h && !(h->held && !items[i].permit &&
+    while (h && !(h->held && h->permit == items[i].permit &&
                   strcmp(h->lock, items[i].key) == 0 &&
                   strcmp(h->owner, items[i].owner) == 0))
       h = h->next;
