@@ -335,3 +335,23 @@ int dl_etcd_permits_update(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
   default: return dl_seterr(e->err, DLOCK_EINVAL, "not a permits operation");
   }
 }
+
+int dl_etcd_sem_inspect(dl_etcd *e, const char *key, dlock_lock_state *st) {
+  char base[ETCD_KEY_MAX], total[ETCD_SEM_KEY];
+  dl_sync_ref s = {.key = key, .name = key, .hint = NULL};
+  if (dl_etcd_sem_base(e, &s, base) != 0) return 0; /* no semaphore's name */
+  long long max, taken, v;
+  int64_t mod, rev;
+  snprintf(total, sizeof total, "%spermits", base);
+  int rc = permits_read(e, total, &max, &mod, &taken, &rev);
+  if (rc == 1) {
+    st->counter = max - taken > 0 ? max - taken : 0;
+    st->permits_taken = (int)taken;
+    return 0;
+  }
+  if (rc < 0 && rc != DLOCK_EWRONGTYPE) return rc;
+  snprintf(total, sizeof total, "%ssemaphore", base);
+  rc = dl_etcd_count_read(e, total, &v, &mod, &rev);
+  if (rc == 1) st->counter = v;
+  return rc < 0 && rc != DLOCK_EWRONGTYPE ? rc : 0;
+}

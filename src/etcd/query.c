@@ -1,6 +1,7 @@
 /* query.c: the etcd mutex's force release, queries and renewals (the
  * session lease kept alive, every held key checked in one txn). */
 #include "etcdb.h"
+#include "sem.h"
 
 #include <fnmatch.h>
 #include <inttypes.h>
@@ -363,6 +364,7 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   }
   if (st->held) st->waiters = st->queued = keys - st->holders;
   json_object_put(r);
+  if (!st->held && (rc = dl_etcd_sem_inspect(e, key, st)) != 0) return rc;
   if (lease != 0) {
     char body[64];
     snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);

@@ -66,5 +66,10 @@ int dl_etcd_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
 /* The permit-expirable semaphore's updates (sync_update's DL_PERMITS_*). */
 int dl_etcd_permits_update(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
                            long long n, const char *id, long long *v);
+/* For a snapshot of the name at key (dlock status): st->counter, the
+ * permits available (the permit-expirable semaphore's, else the counting
+ * semaphore's; left -1 when neither is set, or is someone else's), and
+ * st->permits_taken. 0, or a negative code (an answer that did not come). */
+int dl_etcd_sem_inspect(dl_etcd *e, const char *key, dlock_lock_state *st);
 
 #endif
