@@ -228,7 +228,8 @@ int dl_etcd_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
   bool waited;
   rc = dl_etcd_sem_wait(e, line, t->total, permit_take, t, wait, deadline,
                         &waited);
-  if (rc == 1 && (rc = hold_permit(e, s, owner, t)) == 0) {
+  bool taken = rc == 1;
+  if (taken && (rc = hold_permit(e, s, owner, t)) == 0) {
     rc = 1;
     *valid_until = t->until;
     if (!t->own) {
@@ -236,7 +237,7 @@ int dl_etcd_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
       if (e->lease == t->lease) *valid_until = e->lease_until;
       pthread_mutex_unlock(&e->mu);
     }
-  } else if (rc == 1 || t->unsure) {
+  } else if (taken || t->unsure) {
     /* Not handed over (or not known whether it was put): the permit
      * goes, and a lease of its own with it. */
     if (t->own && t->lease)
@@ -259,11 +260,17 @@ static int release(dl_etcd *e, const dl_sync_ref *s, const char *base,
   char key[ETCD_SEM_KEY], owner[DL_OWNER_MAX];
   snprintf(key, sizeof key, "%spermits/%s", base, id);
   snprintf(owner, sizeof owner, "%s:%s", e->env->client_id, id);
+  /* Ours from here: off the list, so that a renewal or a check finding
+   * the key gone cannot free it under us. */
   pthread_mutex_lock(&e->mu);
-  etcd_hold *h = e->holds;
-  while (h && !(h->permit && strcmp(h->lock, s->key) == 0 &&
-                strcmp(h->owner, owner) == 0))
-    h = h->next;
+  etcd_hold *h = NULL;
+  for (etcd_hold **pp = &e->holds; *pp; pp = &(*pp)->next)
+    if ((*pp)->permit && strcmp((*pp)->lock, s->key) == 0 &&
+        strcmp((*pp)->owner, owner) == 0) {
+      h = *pp;
+      *pp = h->next;
+      break;
+    }
   pthread_mutex_unlock(&e->mu);
   int64_t deadline = dl_now_ms() + e->command_timeout_ms;
   int rc;

@@ -189,6 +189,7 @@ int dl_etcd_sem_wait(dl_etcd *e, const char *line_key, const char *data_pfx,
     }
     *waited = true;
     if ((rc = line_wait(e, &ln, data_pfx, at, deadline, wakes)) < 0) break;
+    if (rc == 0 && dl_offload_cancelled()) break; /* no try after a cancel */
   }
   /* Our place goes (at its own revision only), whatever the result: the
    * next in line looks. */
@@ -217,14 +218,6 @@ static int sem_take(dl_etcd *e, void *ctx, int64_t *at) {
   }
 }
 
-static void hint_waited(const dl_sync_ref *s, bool waited) {
-  if (waited)
-    atomic_fetch_or_explicit(s->hint, 1u, memory_order_relaxed);
-  else
-    atomic_fetch_and_explicit(s->hint, (unsigned char)~1u,
-                              memory_order_relaxed);
-}
-
 int dl_etcd_sem_acquire(dl_backend *b, const dl_sync_ref *s, int permits,
                         bool wait, int64_t deadline) {
   dl_etcd *e = (dl_etcd *)b;
@@ -242,9 +235,8 @@ int dl_etcd_sem_acquire(dl_backend *b, const dl_sync_ref *s, int permits,
   for (int i = 0; i < 16; i++)
     n += snprintf(line + n, sizeof line - (size_t)n, "%02x", raw[i]);
   bool waited;
-  rc = dl_etcd_sem_wait(e, line, t.key, sem_take, &t, wait, deadline, &waited);
-  if (rc >= 0) hint_waited(s, waited);
-  return rc;
+  return dl_etcd_sem_wait(e, line, t.key, sem_take, &t, wait, deadline,
+                          &waited);
 }
 
 /* The counting semaphore's updates. */
