@@ -240,8 +240,8 @@ int dl_etcd_sem_acquire(dl_backend *b, const dl_sync_ref *s, int permits,
 }
 
 /* The counting semaphore's updates. */
-static int sem_update(dl_etcd *e, const char *base, dl_sync_op op, long long n,
-                      long long *v) {
+static int semaphore_update(dl_etcd *e, const char *base, dl_sync_op op,
+                            long long n, long long *v) {
   char key[ETCD_SEM_KEY];
   snprintf(key, sizeof key, "%ssemaphore", base);
   if (op == DL_SEM_AVAILABLE) {
@@ -254,8 +254,8 @@ static int sem_update(dl_etcd *e, const char *base, dl_sync_op op, long long n,
   return dl_etcd_count_change(e, key, op, n, v);
 }
 
-int dl_etcd_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
-                        long long n, const char *id, long long *v) {
+int dl_etcd_sem_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                       long long n, const char *id, long long *v) {
   dl_etcd *e = (dl_etcd *)b;
   char base[ETCD_KEY_MAX];
   *v = 0;
@@ -266,7 +266,7 @@ int dl_etcd_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
   case DL_SEM_ADD:
   case DL_SEM_DRAIN:
   case DL_SEM_RELEASE:
-  case DL_SEM_AVAILABLE: return sem_update(e, base, op, n, v);
+  case DL_SEM_AVAILABLE: return semaphore_update(e, base, op, n, v);
   case DL_PERMITS_SET:
   case DL_PERMITS_ADD:
   case DL_PERMITS_AVAILABLE:

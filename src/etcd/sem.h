@@ -52,12 +52,14 @@ int dl_etcd_sem_wait(dl_etcd *e, const char *line_key, const char *data_pfx,
                      dl_etcd_try_fn try_fn, void *ctx, bool wait,
                      int64_t deadline, bool *waited);
 
-/* sem.c: the seam's entries (the counting semaphore's acquire, and every
- * update of either semaphore). */
+/* sem.c: the seam's entries: the counting semaphore's acquire, and every
+ * update of either semaphore (sync_update's DL_SEM_* and DL_PERMITS_*;
+ * DLOCK_ENOTSUP for the others: a sync_update that has the latch's too
+ * passes these ops on to it). */
 int dl_etcd_sem_acquire(dl_backend *b, const dl_sync_ref *s, int permits,
                         bool wait, int64_t deadline);
-int dl_etcd_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
-                        long long n, const char *id, long long *v);
+int dl_etcd_sem_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                       long long n, const char *id, long long *v);
 
 /* permits.c: the permit-expirable semaphore's entries. */
 int dl_etcd_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
