@@ -3,8 +3,8 @@
  * (read with etcdctl), someone else's keys where they live refused and
  * left alone, a SIGKILLed holder's permits back with its session's lease,
  * and the line of waiters: served in order, a release waking one of them
- * (no herd). The counts, waits and losses every backend keeps are the
- * conformance suite's. */
+ * (no herd); and `dlock run --permits` there. The counts, waits and
+ * losses every backend keeps are the conformance suite's. */
 #include "harness.h"
 
 #include <pthread.h>
@@ -271,8 +271,54 @@ static void t_etcd_sem_line(void) {
   th_etcd_stop(&s);
 }
 
+/* dlock run --permits 1 on etcd://: a second run with -w 0 meanwhile
+ * exits 75; status --permits counts the permit out; release --force
+ * --permit ID stops the holder's command as lost (exit 76). */
+static void t_etcd_sem_cli(void) {
+  SETUP(s);
+  char cmd[1024], buf[512], done[300];
+  snprintf(cmd, sizeof cmd,
+           "%s -u %s run --permits 1 pc -- sh -c '%s -u %s run --permits 1 "
+           "-w 0 pc -- true; echo inner=$?' 2>/dev/null; echo rc=$?",
+           DLOCK_CLI_PATH, s.url, DLOCK_CLI_PATH, s.url);
+  th_sh(cmd, buf, sizeof buf);
+  fprintf(stderr, "    %s", buf);
+  CHECK(strstr(buf, "inner=75") != NULL && strstr(buf, "rc=0") != NULL);
+  snprintf(done, sizeof done, "%s/done", s.dir);
+  snprintf(cmd, sizeof cmd,
+           "%s -u %s run --permits 1 pc -- sleep 30; echo $? > %s",
+           DLOCK_CLI_PATH, s.url, done);
+  pid_t pid = th__spawn(cmd);
+  CHECK(pid > 0);
+  snprintf(cmd, sizeof cmd, "%s -u %s status --permits pc", DLOCK_CLI_PATH,
+           s.url);
+  int64_t end = th_now_ms() + th_soon(10000);
+  while (strstr(th_sh(cmd, buf, sizeof buf), "1 taken") == NULL &&
+         th_now_ms() < end)
+    th_sleep_ms(20);
+  fprintf(stderr, "    %s", buf);
+  CHECK(strstr(buf, "0 permit(s) free, 1 taken") != NULL);
+  char id[64] = "";
+  th_etcd_ctl(&s, "get --prefix pc/permits/ --keys-only", buf, sizeof buf);
+  CHECK(sscanf(buf, "pc/permits/%32s", id) == 1);
+  int64_t t0 = th_now_ms();
+  snprintf(cmd, sizeof cmd,
+           "%s -u %s release --force --permit %s pc; echo rc=$?",
+           DLOCK_CLI_PATH, s.url, id);
+  CHECK(strstr(th_sh(cmd, buf, sizeof buf), "rc=0") != NULL);
+  int st;
+  waitpid(pid, &st, 0);
+  fprintf(stderr, "    release --force --permit: run ended after %lld ms\n",
+          (long long)(th_now_ms() - t0));
+  CHECK(th_now_ms() - t0 < th_soon(1500));
+  snprintf(cmd, sizeof cmd, "cat %s", done);
+  CHECK(strcmp(th_sh(cmd, buf, sizeof buf), "76\n") == 0);
+  th_etcd_stop(&s);
+}
+
 TH_MAIN(T_BARE(t_etcd_sem_layout), T_BARE(t_etcd_sem_foreign),
-        T_BARE(t_etcd_permits_holder_killed), T_BARE(t_etcd_sem_line))
+        T_BARE(t_etcd_permits_holder_killed), T_BARE(t_etcd_sem_line),
+        T_BARE(t_etcd_sem_cli))
 #else
 static void t_etcd_sem_skipped(void) {
   fprintf(stderr, "    skipped: built without the etcd backend\n");
