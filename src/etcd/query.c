@@ -364,7 +364,10 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   }
   if (st->held) st->waiters = st->queued = keys - st->holders;
   json_object_put(r);
-  if (!st->held && (rc = dl_etcd_sem_inspect(e, key, st)) != 0) return rc;
+  /* Keys no lock makes: a semaphore's, perhaps (they live under PFX). */
+  if (!st->held && strcmp(st->type, "data") == 0 &&
+      (rc = dl_etcd_sem_inspect(e, key, st)) != 0)
+    return rc;
   if (lease != 0) {
     char body[64];
     snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
