@@ -217,6 +217,12 @@ int dl_etcd_fence(dl_backend *b, dl_fence_req *f);
  * not (gone, or another key by now), or a negative code. */
 int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
                       int64_t deadline);
+/* A release's delete of a key of ours (dl_etcd_delete_at), sent again
+ * every 20 ms until `deadline` while the servers do not answer: 1
+ * deleted (a retry finding it gone: an earlier try did it; *retried
+ * true), 0 it was not there, or a negative code. */
+int dl_etcd_delete_own(dl_etcd *e, const char *key, int64_t rev,
+                       int64_t deadline, bool *retried);
 /* Creates h's key (h->key on h->lease, `value`) in one txn that also reads
  * the owner under pfx, the lowest create revision there (Go's
  * Mutex.tryAcquire, Election.Campaign): 0 with h->rev and *owner_rev (0:

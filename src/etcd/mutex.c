@@ -129,6 +129,22 @@ int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
   return rc;
 }
 
+int dl_etcd_delete_own(dl_etcd *e, const char *key, int64_t rev,
+                       int64_t deadline, bool *retried) {
+  /* Retried within the deadline: the delete is conditional on our
+   * revision, so a retry never deletes a newer hold; a retry that finds
+   * the key gone means an earlier attempt did it. */
+  *retried = false;
+  for (;;) {
+    int rc = dl_etcd_delete_at(e, key, rev, deadline);
+    if (rc == 0 && *retried) rc = 1;
+    if (rc >= 0 || !dl_etcd_transient(rc) || dl_now_ms() + 20 >= deadline)
+      return rc;
+    *retried = true;
+    dl_sleep_ms(20);
+  }
+}
+
 /* Deletes key whatever its revision (one of ours, on our lease, while we
  * hold the claim on it: nobody else's). */
 static void delete_key(dl_etcd *e, const char *key) {
@@ -587,19 +603,8 @@ int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   dl_etcd_unwatch(e, h->watch);
   h->watch = NULL;
   int64_t deadline = dl_now_ms() + e->command_timeout_ms;
-  /* Retried within the command timeout: the delete is conditional on our
-   * revision, so a retry never deletes a newer hold; a retry that finds
-   * the key gone means an earlier attempt did it. */
-  bool retried = false;
-  int rc;
-  for (;;) {
-    rc = dl_etcd_delete_at(e, h->key, h->rev, deadline);
-    if (rc == 0 && retried) rc = 1;
-    if (rc >= 0 || !dl_etcd_transient(rc) || dl_now_ms() + 20 >= deadline)
-      break;
-    retried = true;
-    dl_sleep_ms(20);
-  }
+  bool retried;
+  int rc = dl_etcd_delete_own(e, h->key, h->rev, deadline, &retried);
   if (rc == 0)
     rc = dl_seterr(e->err, DLOCK_ENOTOWNER,
                    "'%s' was no longer held by %s (its etcd key %s was "

@@ -280,17 +280,8 @@ static int release(dl_etcd *e, const dl_sync_ref *s, const char *base,
      * sent twice frees one permit. */
     rc = delete_key(e, key);
   } else {
-    /* Ours: at its own create revision, retried within the command
-     * timeout while the servers do not answer (a retry finding it gone:
-     * an earlier try deleted it). */
-    for (;;) {
-      rc = dl_etcd_delete_at(e, h->key, h->rev, deadline);
-      if (rc == 0 && retried) rc = 1;
-      if (rc >= 0 || !dl_etcd_transient(rc) || dl_now_ms() + 20 >= deadline)
-        break;
-      retried = true;
-      dl_sleep_ms(20);
-    }
+    /* Ours: at its own create revision, as a lock's release. */
+    rc = dl_etcd_delete_own(e, h->key, h->rev, deadline, &retried);
   }
   if (h) {
     if (h->own_lease && rc == 1 && !retried && !force)
