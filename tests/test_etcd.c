@@ -824,13 +824,6 @@ static void t_etcd_enotsup(void) {
   CHECK_RC(dlock_lock_try_acquire(p, 0, 0, NULL), DLOCK_ENOTSUP);
   CHECK(strstr(dlock_client_errmsg(c), "plain") != NULL);
   dlock_lock_free(p);
-  dlock_semaphore *sem;
-  int rc = dlock_semaphore_new(c, "sem", &sem);
-  if (rc == 0) {
-    CHECK_RC(dlock_semaphore_try_acquire(sem, 1, 0), DLOCK_ENOTSUP);
-    CHECK(strstr(dlock_client_errmsg(c), "etcd") != NULL);
-    dlock_semaphore_free(sem);
-  }
   dlock_client_close(c);
   dlock_client_options o;
   dlock_client_options_init(&o);

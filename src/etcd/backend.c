@@ -2,6 +2,7 @@
  * lease (one per client, kept alive by the watchdog's renewals), and the
  * seam's table. */
 #include "etcdb.h"
+#include "sem.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -266,6 +267,9 @@ static const dl_backend_ops etcd_ops = {
     .elect_unobserve = dl_etcd_elect_unobserve,
     .renew = dl_etcd_renew,
     .fence = dl_etcd_fence,
+    .sem_acquire = dl_etcd_sem_acquire,
+    .permit_acquire = dl_etcd_permit_acquire,
+    .sync_update = dl_etcd_sem_update,
     .watch_losses = etcd_watch_losses,
     .wake_all = etcd_wake_all,
     .ping = etcd_ping,

@@ -48,6 +48,7 @@ typedef struct etcd_hold {
   int64_t lease_ms;    /* own_lease: the fixed lease asked for */
   int64_t rev;         /* the key's create revision: the fencing token */
   bool held;
+  bool permit; /* a permit of a permit-expirable semaphore (permits.c) */
   etcd_watch *watch;
 } etcd_hold;
 
@@ -207,12 +208,21 @@ int dl_etcd_scan(dl_backend *b, const char *match, size_t prefix_len,
 int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                   dl_renew_item *items, int *calls);
 void dl_etcd_hold_free(etcd_hold *h);
+/* Drops a hold or claim: unwatched, unlinked, freed; the client's other
+ * owners waiting for the key look again. e->mu not held. */
+void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h);
 /* fence.c: fenced resources (the seam's fence). */
 int dl_etcd_fence(dl_backend *b, dl_fence_req *f);
 /* Deletes key if its create revision is still rev: 1 deleted, 0 it was
  * not (gone, or another key by now), or a negative code. */
 int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
                       int64_t deadline);
+/* A release's delete of a key of ours (dl_etcd_delete_at), sent again
+ * every 20 ms until `deadline` while the servers do not answer: 1
+ * deleted (a retry finding it gone: an earlier try did it; *retried
+ * true), 0 it was not there, or a negative code. */
+int dl_etcd_delete_own(dl_etcd *e, const char *key, int64_t rev,
+                       int64_t deadline, bool *retried);
 /* Creates h's key (h->key on h->lease, `value`) in one txn that also reads
  * the owner under pfx, the lowest create revision there (Go's
  * Mutex.tryAcquire, Election.Campaign): 0 with h->rev and *owner_rev (0:

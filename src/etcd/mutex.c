@@ -89,9 +89,7 @@ static void hold_unlink(dl_etcd *e, etcd_hold *h) {
     }
 }
 
-/* Drops a hold or claim: unwatched, unlinked, freed; the client's other
- * owners waiting for the key look again. */
-static void hold_drop(dl_etcd *e, etcd_hold *h) {
+void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h) {
   dl_etcd_unwatch(e, h->watch);
   pthread_mutex_lock(&e->mu);
   hold_unlink(e, h);
@@ -129,6 +127,22 @@ int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
   rc = s && json_object_get_boolean(s);
   json_object_put(r);
   return rc;
+}
+
+int dl_etcd_delete_own(dl_etcd *e, const char *key, int64_t rev,
+                       int64_t deadline, bool *retried) {
+  /* Retried within the deadline: the delete is conditional on our
+   * revision, so a retry never deletes a newer hold; a retry that finds
+   * the key gone means an earlier attempt did it. */
+  *retried = false;
+  for (;;) {
+    int rc = dl_etcd_delete_at(e, key, rev, deadline);
+    if (rc == 0 && *retried) rc = 1;
+    if (rc >= 0 || !dl_etcd_transient(rc) || dl_now_ms() + 20 >= deadline)
+      return rc;
+    *retried = true;
+    dl_sleep_ms(20);
+  }
 }
 
 /* Deletes key whatever its revision (one of ours, on our lease, while we
@@ -237,7 +251,7 @@ static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
      * reported lost, and not released): stale, its key goes. */
     etcd_hold *stale = NULL;
     for (etcd_hold *x = e->holds; x && !stale; x = x->next)
-      if (x->held && strcmp(x->lock, l->key) == 0 &&
+      if (x->held && !x->permit && strcmp(x->lock, l->key) == 0 &&
           strcmp(x->owner, l->owner) == 0)
         stale = x;
     if (stale) {
@@ -245,13 +259,13 @@ static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
       int64_t deadline = dl_now_ms() + e->command_timeout_ms;
       dl_etcd_delete_at(e, stale->key, stale->rev, deadline);
       if (stale->own_lease) dl_etcd_revoke(e, stale->lease, deadline);
-      hold_drop(e, stale);
+      dl_etcd_hold_drop(e, stale);
       pthread_mutex_lock(&e->mu);
       continue;
     }
     etcd_hold *o = NULL;
     for (etcd_hold *x = e->holds; x && !own_lease && shared_key; x = x->next)
-      if (!x->own_lease && strcmp(x->lock, l->key) == 0) o = x;
+      if (!x->own_lease && !x->permit && strcmp(x->lock, l->key) == 0) o = x;
     if (o == NULL) break;
     if (atomic_load(e->env->closing)) {
       rc = dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
@@ -363,7 +377,7 @@ static int reenter(dl_etcd *e, dl_acquire *a) {
   int64_t until = h && h->own_lease ? h->lease_until : e->lease_until;
   pthread_mutex_unlock(&e->mu);
   if (!same) {
-    if (h) hold_drop(e, h);
+    if (h) dl_etcd_hold_drop(e, h);
     return 0;
   }
   a->status = 2;
@@ -593,7 +607,7 @@ fail:;
     dl_etcd_lease_idle(e, h->lease, h->lease_ms, h->lease_until);
   else if (own && h->lease)
     dl_etcd_revoke(e, h->lease, dl_now_ms() + e->command_timeout_ms);
-  hold_drop(e, h);
+  dl_etcd_hold_drop(e, h);
   return rc;
 }
 
@@ -618,19 +632,8 @@ int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   dl_etcd_unwatch(e, h->watch);
   h->watch = NULL;
   int64_t deadline = dl_now_ms() + e->command_timeout_ms;
-  /* Retried within the command timeout: the delete is conditional on our
-   * revision, so a retry never deletes a newer hold; a retry that finds
-   * the key gone means an earlier attempt did it. */
-  bool retried = false;
-  int rc;
-  for (;;) {
-    rc = dl_etcd_delete_at(e, h->key, h->rev, deadline);
-    if (rc == 0 && retried) rc = 1;
-    if (rc >= 0 || !dl_etcd_transient(rc) || dl_now_ms() + 20 >= deadline)
-      break;
-    retried = true;
-    dl_sleep_ms(20);
-  }
+  bool retried;
+  int rc = dl_etcd_delete_own(e, h->key, h->rev, deadline, &retried);
   if (rc == 0)
     rc = dl_seterr(e->err, DLOCK_ENOTOWNER,
                    "'%s' was no longer held by %s (its etcd key %s was "
@@ -648,6 +651,6 @@ int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   } else if (h->own_lease) {
     dl_etcd_revoke(e, h->lease, deadline);
   }
-  hold_drop(e, h);
+  dl_etcd_hold_drop(e, h);
   return rc;
 }

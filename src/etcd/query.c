@@ -1,6 +1,7 @@
 /* query.c: the etcd mutex's force release, queries and renewals (the
  * session lease kept alive, every held key checked in one txn). */
 #include "etcdb.h"
+#include "sem.h"
 
 #include <fnmatch.h>
 #include <inttypes.h>
@@ -230,7 +231,7 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
     items[i].result = -1;
     pthread_mutex_lock(&e->mu);
     etcd_hold *h = e->holds;
-    while (h && !(h->held && !items[i].permit &&
+    while (h && !(h->held && h->permit == items[i].permit &&
                   strcmp(h->lock, items[i].key) == 0 &&
                   strcmp(h->owner, items[i].owner) == 0))
       h = h->next;
@@ -363,6 +364,10 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   }
   if (st->held) st->waiters = st->queued = keys - st->holders;
   json_object_put(r);
+  /* Keys no lock makes: a semaphore's, perhaps (they live under PFX). */
+  if (!st->held && strcmp(st->type, "data") == 0 &&
+      (rc = dl_etcd_sem_inspect(e, key, st)) != 0)
+    return rc;
   if (lease != 0) {
     char body[64];
     snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);

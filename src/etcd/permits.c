@@ -1,0 +1,355 @@
+/* permits.c: the permit-expirable semaphore on etcd (Redisson's
+ * RPermitExpirableSemaphore), on dlock's own layout (docs/WIRE.md):
+ * PREFIX/NAME/permits holds the permits in all as a decimal number, and
+ * each permit out is a key PREFIX/NAME/permits/<id> on a lease (the
+ * session's when the watchdog keeps it, else a lease of its own of the
+ * permit's lease time), so a permit whose holder dies comes back when its
+ * lease ends, with no one to give it back. A permit is taken by one txn
+ * that compares the total's mod revision and that no permit key was
+ * written since the permits were counted; a waiting acquire waits in the
+ * line PREFIX/NAME/waiters/permits/. The permit's key is watched as a
+ * lock's is: a force release is heard at once. */
+#include "sem.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define B64(n) (4 * (((n) + 2) / 3) + 1)
+#define ID_LEN (DLOCK_PERMIT_ID_LEN - 1)
+
+static bool valid_id(const char *id) {
+  if (id == NULL || strlen(id) != ID_LEN) return false;
+  return strspn(id, "0123456789abcdef") == ID_LEN;
+}
+
+/* The permits' state: 1 set (*max, *mod: the total's mod revision), 0 no
+ * total set, or a negative code (DLOCK_EWRONGTYPE recorded: a total that
+ * is not a number, or a key under PREFIX/NAME/permits/ that is not a
+ * permit's); *taken the permit keys, *rev the revision read at. */
+static int permits_read(dl_etcd *e, const char *total, long long *max,
+                        int64_t *mod, long long *taken, int64_t *rev) {
+  char pfx[ETCD_SEM_KEY + 2], t64[B64(ETCD_SEM_KEY)], p64[B64(ETCD_SEM_KEY)];
+  char end64[B64(ETCD_SEM_KEY)], body[3 * B64(ETCD_SEM_KEY) + 200];
+  snprintf(pfx, sizeof pfx, "%s/", total);
+  dl_etcd_b64(total, strlen(total), t64);
+  dl_etcd_b64(pfx, strlen(pfx), p64);
+  dl_etcd_prefix_end(pfx, end64);
+  snprintf(body, sizeof body,
+           "{\"success\":[{\"request_range\":{\"key\":\"%s\"}},"
+           "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
+           "\"keys_only\":true}}]}",
+           t64, p64, end64);
+  json_object *r;
+  *max = *taken = 0;
+  *mod = 0;
+  int rc = dl_etcd_call(e, "/v3/kv/txn", body,
+                        dl_now_ms() + e->command_timeout_ms, &r, NULL);
+  if (rc != 0) return rc;
+  *rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
+  json_object *kv = dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range"));
+  rc = dl_etcd_count_of(e, kv, total, max);
+  if (rc == 1) *mod = dl_etcd_i64(kv, "mod_revision");
+  json_object *kvs =
+      dl_etcd_get(dl_etcd_txn_resp(r, 1, "response_range"), "kvs");
+  size_t n = kvs ? json_object_array_length(kvs) : 0, pl = strlen(pfx);
+  for (size_t i = 0; i < n && rc >= 0; i++) {
+    json_object *k = dl_etcd_get(json_object_array_get_idx(kvs, i), "key");
+    char key[ETCD_SEM_KEY];
+    if (k && dl_etcd_unb64(json_object_get_string(k), key, sizeof key) >= 0 &&
+        strlen(key) == pl + ID_LEN && valid_id(key + pl))
+      continue;
+    rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                   "not a dlock permit-expirable semaphore: a key under %s "
+                   "that is no permit's (nothing changed)",
+                   pfx);
+  }
+  *taken = (long long)n;
+  json_object_put(r);
+  return rc;
+}
+
+/* An acquire's state (the dl_etcd_try_fn's context). */
+typedef struct permit_try {
+  char total[ETCD_SEM_KEY]; /* PREFIX/NAME/permits */
+  char key[ETCD_SEM_KEY];   /* the permit's */
+  const char *value;        /* the holder: the client's id */
+  int64_t lease_ms;
+  bool own;         /* a lease of its own (a fixed lease) */
+  int64_t lease;    /* the lease the key goes on (0: none yet) */
+  int64_t lease_at; /* when it was last granted or kept alive */
+  int64_t until;    /* surely valid until then */
+  int64_t rev;      /* taken: the key's create revision */
+  bool unsure;      /* a put whose answer did not come */
+} permit_try;
+
+/* The lease the permit's key goes on, fresh: 0 or a negative code. */
+static int fresh_lease(dl_etcd *e, permit_try *t) {
+  int64_t sent = dl_now_ms(), deadline = sent + e->command_timeout_ms;
+  if (!t->own) return dl_etcd_session(e, deadline, &t->lease, &t->until);
+  if (t->lease != 0 && sent - t->lease_at > 100) {
+    /* A fixed lease runs from its grant: after a wait, from a
+     * keepalive (a new one if it ended meanwhile). */
+    int64_t ttl;
+    int rc = dl_etcd_keepalive(e, t->lease, deadline, &ttl);
+    if (rc < 0) return rc;
+    if (rc == 1 && ttl * 1000 >= t->lease_ms) {
+      t->lease_at = sent;
+      t->until = dl_validity(sent, t->lease_ms);
+      return 0;
+    }
+    t->lease = 0;
+  }
+  if (t->lease != 0) return 0;
+  t->lease_at = sent;
+  return dl_etcd_fixed_lease(e, t->lease_ms, deadline, &t->lease, &t->until);
+}
+
+/* Takes the permit if one is free: dl_etcd_try_fn. */
+static int permit_take(dl_etcd *e, void *ctx, int64_t *at) {
+  permit_try *t = ctx;
+  for (int tries = 0; tries < 100; tries++) {
+    long long max, taken;
+    int64_t mod;
+    int rc = permits_read(e, t->total, &max, &mod, &taken, at);
+    if (rc <= 0 || max - taken < 1) return rc < 0 ? rc : 0;
+    if ((rc = fresh_lease(e, t)) != 0) return rc;
+    char pfx[ETCD_SEM_KEY + 2], t64[B64(ETCD_SEM_KEY)], p64[B64(ETCD_SEM_KEY)];
+    char end64[B64(ETCD_SEM_KEY)], k64[B64(ETCD_SEM_KEY)];
+    size_t vl = strlen(t->value);
+    char *v64 = malloc(B64(vl)), *body = malloc(5 * B64(ETCD_SEM_KEY) + vl * 2);
+    if (v64 == NULL || body == NULL) {
+      free(v64);
+      free(body);
+      return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    }
+    snprintf(pfx, sizeof pfx, "%s/", t->total);
+    dl_etcd_b64(t->total, strlen(t->total), t64);
+    dl_etcd_b64(pfx, strlen(pfx), p64);
+    dl_etcd_prefix_end(pfx, end64);
+    dl_etcd_b64(t->key, strlen(t->key), k64);
+    dl_etcd_b64(t->value, vl, v64);
+    /* The total as read, no permit key written since the count (a
+     * deletion since only frees one more), and ours not there. */
+    snprintf(
+        body, 5 * B64(ETCD_SEM_KEY) + vl * 2,
+        "{\"compare\":[{\"target\":\"MOD\",\"key\":\"%s\","
+        "\"mod_revision\":\"%" PRId64 "\"},{\"target\":\"MOD\","
+        "\"key\":\"%s\",\"range_end\":\"%s\",\"result\":\"LESS\","
+        "\"mod_revision\":\"%" PRId64 "\"},{\"target\":\"CREATE\","
+        "\"key\":\"%s\",\"create_revision\":\"0\"}],\"success\":[{"
+        "\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64
+        "\"}}]}",
+        t64, mod, p64, end64, *at + 1, k64, k64, v64, t->lease);
+    free(v64);
+    json_object *r;
+    rc = dl_etcd_call(e, "/v3/kv/txn", body,
+                      dl_now_ms() + e->command_timeout_ms, &r, NULL);
+    free(body);
+    if (rc != 0) {
+      t->unsure = dl_etcd_transient(rc);
+      return rc;
+    }
+    json_object *s = dl_etcd_get(r, "succeeded");
+    bool ok = s && json_object_get_boolean(s);
+    t->rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
+    json_object_put(r);
+    if (ok) return 1;
+  }
+  return dl_seterr(e->err, DLOCK_EBUSY, "the permits of %s kept changing",
+                   t->total);
+}
+
+/* Deletes key whatever its revision (a permit's: its id is never used
+ * again): 1 deleted, 0 it was not there, or a negative code. */
+static int delete_key(dl_etcd *e, const char *key) {
+  char k64[B64(ETCD_SEM_KEY)];
+  char body[B64(ETCD_SEM_KEY) + 32];
+  dl_etcd_b64(key, strlen(key), k64);
+  snprintf(body, sizeof body, "{\"key\":\"%s\"}", k64);
+  json_object *r;
+  int rc = dl_etcd_call(e, "/v3/kv/deleterange", body,
+                        dl_now_ms() + e->command_timeout_ms, &r, NULL);
+  if (rc != 0) return rc;
+  rc = dl_etcd_i64(r, "deleted") > 0;
+  json_object_put(r);
+  return rc;
+}
+
+/* The permit taken by t, as a hold of the client's (renewed and checked
+ * with the locks', its key watched): 0 or a negative code. */
+static int hold_permit(dl_etcd *e, const dl_sync_ref *s, const char *owner,
+                       permit_try *t) {
+  etcd_hold *h = calloc(1, sizeof *h);
+  if (h == NULL || !(h->lock = dl_strdup(s->key)) ||
+      !(h->owner = dl_strdup(owner)) || !(h->key = dl_strdup(t->key))) {
+    dl_etcd_hold_free(h);
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  h->lease = t->lease;
+  h->own_lease = t->own;
+  h->lease_until = t->until;
+  h->lease_ms = t->lease_ms;
+  h->rev = t->rev;
+  h->held = true;
+  h->permit = true;
+  pthread_mutex_lock(&e->mu);
+  h->next = e->holds;
+  e->holds = h;
+  pthread_mutex_unlock(&e->mu);
+  int rc = dl_etcd_watch_hold(e, h);
+  if (rc != 0) dl_etcd_hold_drop(e, h);
+  return rc;
+}
+
+int dl_etcd_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
+                           int64_t lease_ms, bool wait, int64_t deadline,
+                           int64_t *valid_until) {
+  dl_etcd *e = (dl_etcd *)b;
+  char base[ETCD_KEY_MAX], line[ETCD_SEM_KEY];
+  char owner[DL_OWNER_MAX];
+  int rc = dl_etcd_sem_base(e, s, base);
+  if (rc != 0) return rc;
+  if (!valid_id(id))
+    return dl_seterr(e->err, DLOCK_EINVAL,
+                     "a permit id is 32 lower-case hex digits");
+  permit_try *t = calloc(1, sizeof *t);
+  if (t == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  snprintf(t->total, sizeof t->total, "%spermits", base);
+  snprintf(t->key, sizeof t->key, "%spermits/%s", base, id);
+  snprintf(line, sizeof line, "%swaiters/permits/%s", base, id);
+  snprintf(owner, sizeof owner, "%s:%s", e->env->client_id, id);
+  t->value = e->env->client_id;
+  t->lease_ms = lease_ms;
+  /* The watchdog's lease is the session's (as a lock's); any other a
+   * lease of the permit's own, never kept alive. */
+  t->own = lease_ms != e->session_ttl_ms;
+  bool waited;
+  rc = dl_etcd_sem_wait(e, line, t->total, permit_take, t, wait, deadline,
+                        &waited);
+  bool taken = rc == 1;
+  if (taken && (rc = hold_permit(e, s, owner, t)) == 0) {
+    rc = 1;
+    *valid_until = t->until;
+    if (!t->own) {
+      pthread_mutex_lock(&e->mu);
+      if (e->lease == t->lease) *valid_until = e->lease_until;
+      pthread_mutex_unlock(&e->mu);
+    }
+  } else if (taken || t->unsure) {
+    /* Not handed over (or not known whether it was put): the permit
+     * goes, and a lease of its own with it. */
+    if (t->own && t->lease)
+      dl_etcd_revoke(e, t->lease, dl_now_ms() + e->command_timeout_ms);
+    else
+      delete_key(e, t->key);
+  } else if (t->own && t->lease) {
+    /* Nothing was put on it: kept for the next fixed-lease hold. */
+    dl_etcd_lease_idle(e, t->lease, t->lease_ms, t->until);
+  }
+  free(t);
+  return rc;
+}
+
+/* Gives back permit `id` (force: whoever holds it): 1 released, 0 it was
+ * not out, or a negative code. A hold of this client's ends whatever the
+ * server says. */
+static int release(dl_etcd *e, const dl_sync_ref *s, const char *base,
+                   const char *id, bool force) {
+  char key[ETCD_SEM_KEY], owner[DL_OWNER_MAX];
+  snprintf(key, sizeof key, "%spermits/%s", base, id);
+  snprintf(owner, sizeof owner, "%s:%s", e->env->client_id, id);
+  /* Ours from here: off the list, so that a renewal or a check finding
+   * the key gone cannot free it under us. */
+  pthread_mutex_lock(&e->mu);
+  etcd_hold *h = NULL;
+  for (etcd_hold **pp = &e->holds; *pp; pp = &(*pp)->next)
+    if ((*pp)->permit && strcmp((*pp)->lock, s->key) == 0 &&
+        strcmp((*pp)->owner, owner) == 0) {
+      h = *pp;
+      *pp = h->next;
+      break;
+    }
+  pthread_mutex_unlock(&e->mu);
+  int64_t deadline = dl_now_ms() + e->command_timeout_ms;
+  int rc;
+  bool retried = false;
+  if (h == NULL || force) {
+    /* Its key alone: a permit's id is never taken again, so a release
+     * sent twice frees one permit. */
+    rc = delete_key(e, key);
+  } else {
+    /* Ours: at its own create revision, as a lock's release. */
+    rc = dl_etcd_delete_own(e, h->key, h->rev, deadline, &retried);
+  }
+  if (h) {
+    if (h->own_lease && rc == 1 && !retried && !force)
+      dl_etcd_lease_idle(e, h->lease, h->lease_ms, h->lease_until);
+    else if (h->own_lease)
+      dl_etcd_revoke(e, h->lease, deadline);
+    dl_etcd_hold_drop(e, h);
+  }
+  return rc;
+}
+
+int dl_etcd_permits_update(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
+                           long long n, const char *id, long long *v) {
+  char base[ETCD_KEY_MAX], total[ETCD_SEM_KEY];
+  int rc = dl_etcd_sem_base(e, s, base);
+  if (rc != 0) return rc;
+  snprintf(total, sizeof total, "%spermits", base);
+  switch (op) {
+  case DL_PERMITS_SET:
+  case DL_PERMITS_ADD:
+    if (op == DL_PERMITS_SET && n < 0)
+      return dl_seterr(e->err, DLOCK_EINVAL, "permits must not be negative");
+    /* The total: its permits out all come back one day. */
+    return dl_etcd_count_change(
+        e, total, op == DL_PERMITS_SET ? DL_SEM_SET : DL_SEM_ADD, n, v);
+  case DL_PERMITS_AVAILABLE: {
+    long long max, taken;
+    int64_t mod, rev;
+    rc = permits_read(e, total, &max, &mod, &taken, &rev);
+    if (rc < 0) return rc;
+    *v = max - taken;
+    return 0;
+  }
+  case DL_PERMITS_RELEASE:
+  case DL_PERMITS_FORCE:
+    if (!valid_id(id))
+      return dl_seterr(e->err, DLOCK_EINVAL,
+                       "a permit id is 32 lower-case hex digits");
+    /* A key of another kind where the permits live is refused. */
+    {
+      long long max, taken;
+      int64_t mod, rev;
+      rc = permits_read(e, total, &max, &mod, &taken, &rev);
+      if (rc < 0) return rc;
+    }
+    rc = release(e, s, base, id, op == DL_PERMITS_FORCE);
+    if (rc >= 0) *v = rc;
+    return rc < 0 ? rc : 0;
+  default: return dl_seterr(e->err, DLOCK_EINVAL, "not a permits operation");
+  }
+}
+
+int dl_etcd_sem_inspect(dl_etcd *e, const char *key, dlock_lock_state *st) {
+  char base[ETCD_KEY_MAX], total[ETCD_SEM_KEY];
+  dl_sync_ref s = {.key = key, .name = key, .hint = NULL};
+  if (dl_etcd_sem_base(e, &s, base) != 0) return 0; /* no semaphore's name */
+  long long max, taken, v;
+  int64_t mod, rev;
+  snprintf(total, sizeof total, "%spermits", base);
+  int rc = permits_read(e, total, &max, &mod, &taken, &rev);
+  if (rc == 1) {
+    st->counter = max - taken > 0 ? max - taken : 0;
+    st->permits_taken = (int)taken;
+    return 0;
+  }
+  if (rc < 0 && rc != DLOCK_EWRONGTYPE) return rc;
+  snprintf(total, sizeof total, "%ssemaphore", base);
+  rc = dl_etcd_count_read(e, total, &v, &mod, &rev);
+  if (rc == 1) st->counter = v;
+  return rc < 0 && rc != DLOCK_EWRONGTYPE ? rc : 0;
+}

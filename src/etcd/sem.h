@@ -1,0 +1,77 @@
+/* sem.h: what the etcd backend's semaphores share (sem.c, permits.c): the
+ * keys of a name, the count keys, and the acquire that waits in a line.
+ * The layout is dlock's own (etcd's clients have no semaphore): see
+ * docs/WIRE.md's etcd section. */
+#ifndef DLOCK_ETCD_SEM_H
+#define DLOCK_ETCD_SEM_H
+
+#include "etcdb.h"
+
+/* The bytes a name's longest key takes past its base (PREFIX/NAME/):
+ * "waiters/semaphore/" and 32 hex digits, with room to spare. */
+#define ETCD_SEM_TAIL 64
+/* The buffers of a semaphore's keys (each key fits ETCD_KEY_MAX bytes:
+ * dl_etcd_sem_base checks it). */
+#define ETCD_SEM_KEY (ETCD_KEY_MAX + ETCD_SEM_TAIL)
+
+/* s's base, the URL's prefix + s->key + "/", into out (ETCD_KEY_MAX
+ * bytes): 0, or DLOCK_ENAMETOOLONG recorded when the base and its
+ * longest key's tail would not fit an etcd key of ETCD_KEY_MAX bytes. */
+int dl_etcd_sem_base(dl_etcd *e, const dl_sync_ref *s, char *out);
+
+/* A count key (a decimal number, no lease): 1 there (*v, *mod its mod
+ * revision), 0 none (*v and *mod 0), or a negative code (DLOCK_EWRONGTYPE
+ * recorded: a value that is not a number, nothing changed); *rev: the
+ * revision of the read. */
+int dl_etcd_count_read(dl_etcd *e, const char *key, long long *v, int64_t *mod,
+                       int64_t *rev);
+/* The number of a count key's kv (kv NULL: 0 with *v 0), as
+ * dl_etcd_count_read. */
+int dl_etcd_count_of(dl_etcd *e, json_object *kv, const char *key,
+                     long long *v);
+/* Changes the count key `key` by op, in a txn on its mod revision (read
+ * again and retried when another writer came first; never after an
+ * answer that did not come): DL_SEM_SET (n if none: *out 1, else 0),
+ * DL_SEM_ADD and DL_SEM_RELEASE (n added, the sum an int or DLOCK_ERANGE:
+ * *out 0), DL_SEM_DRAIN (to 0 if there: *out what it was). 0, or a
+ * negative code (nothing changed). */
+int dl_etcd_count_change(dl_etcd *e, const char *key, dl_sync_op op,
+                         long long n, long long *out);
+
+/* One try of an acquire: 1 taken, 0 not now (*at: the revision it read
+ * at, after which every change is heard), or a negative code. */
+typedef int (*dl_etcd_try_fn)(dl_etcd *e, void *ctx, int64_t *at);
+/* Tries, and with `wait` waits until `deadline` for the next try: in a
+ * line of waiters (line_key, on the session's lease, ordered by create
+ * revision), each watching the place before its own until it goes, the
+ * first watching the keys under data_pfx for any change after the try's
+ * revision: a change wakes one waiter, not a herd. 1 taken, 0 not by the
+ * deadline (or cancelled), or a negative code; the place in the line
+ * goes, whatever the result. *waited: it waited. */
+int dl_etcd_sem_wait(dl_etcd *e, const char *line_key, const char *data_pfx,
+                     dl_etcd_try_fn try_fn, void *ctx, bool wait,
+                     int64_t deadline, bool *waited);
+
+/* sem.c: the seam's entries: the counting semaphore's acquire, and every
+ * update of either semaphore (sync_update's DL_SEM_* and DL_PERMITS_*;
+ * DLOCK_ENOTSUP for the others: a sync_update that has the latch's too
+ * passes these ops on to it). */
+int dl_etcd_sem_acquire(dl_backend *b, const dl_sync_ref *s, int permits,
+                        bool wait, int64_t deadline);
+int dl_etcd_sem_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                       long long n, const char *id, long long *v);
+
+/* permits.c: the permit-expirable semaphore's entries. */
+int dl_etcd_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
+                           int64_t lease_ms, bool wait, int64_t deadline,
+                           int64_t *valid_until);
+/* The permit-expirable semaphore's updates (sync_update's DL_PERMITS_*). */
+int dl_etcd_permits_update(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
+                           long long n, const char *id, long long *v);
+/* For a snapshot of the name at key (dlock status): st->counter, the
+ * permits available (the permit-expirable semaphore's, else the counting
+ * semaphore's; left -1 when neither is set, or is someone else's), and
+ * st->permits_taken. 0, or a negative code (an answer that did not come). */
+int dl_etcd_sem_inspect(dl_etcd *e, const char *key, dlock_lock_state *st);
+
+#endif
