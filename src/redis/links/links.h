@@ -296,6 +296,25 @@ int dl_slots_parse(const struct redisReply *r, const char *asked,
                    int (*range)(void *ctx, int lo, int hi, const char *host,
                                 int port),
                    void *ctx);
+/* *out: base (the URL's) for the one node host:port (host borrowed: it
+ * must outlive *out). */
+void dl_slots_node_config(dl_conn_config *out, const dl_conn_config *base,
+                          char *host, int port);
+/* Asks the node host:port for the map over conn (CLUSTER SLOTS) and tells
+ * its ranges to range, as dl_slots_parse. Returns 0, or a negative code
+ * with why filled ("host:port: what failed"; err_owner's detail for a
+ * failed call). Blocks up to the command timeout. */
+int dl_slots_ask(dl_conn *conn, const struct dlock_client *err_owner,
+                 const char *host, int port,
+                 int (*range)(void *ctx, int lo, int hi, const char *host,
+                              int port),
+                 void *ctx, char *why, size_t len);
+/* ?pubsub=auto: whether the node host:port knows PUBSUB SHARDNUMSUB
+ * (Redis 7), as Redisson's AUTO mode decides: 0 with *sharded set, or a
+ * negative code with why filled as dl_slots_ask. */
+int dl_slots_probe_sharded(dl_conn *conn, const struct dlock_client *err_owner,
+                           const char *host, int port, bool *sharded, char *why,
+                           size_t len);
 /* Whether r is the error reply "<what> ..." (MOVED, ASK, TRYAGAIN,
  * CLUSTERDOWN). */
 bool dl_cluster_reply_is(const struct redisReply *r, const char *what);
