@@ -553,7 +553,6 @@ static void acl_stats(dl_rlink *base, dlock_client_stats *st) {
 static const dl_rlink_ops acluster_ops = {
     .name = "loop-cluster",
     .by_slot = true,
-    .eval = dl_loop_refuse_eval,
     .eval_many = dl_loop_refuse_eval_many,
     .command = dl_loop_refuse_command,
     .sub_ref = dl_acl_sub_ref,

@@ -375,16 +375,6 @@ static int cl_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
   return first_err;
 }
 
-static int cl_eval(dl_rlink *base, int script, int nkeys, const char **keys,
-                   int nargs, const char **args, redisReply **reply) {
-  int err = 0;
-  const char *const *k = keys;
-  const char *const *a = args;
-  int rc =
-      cl_eval_many(base, 0, 1, script, &nkeys, &k, &nargs, &a, reply, &err);
-  return rc ? rc : err;
-}
-
 /* One command on node (NULL: routed by slot), its error reply kept. */
 static int run_on(cluster_link *b, cnode *node, int slot, int argc,
                   const char **argv, const size_t *lens, redisReply **reply) {
@@ -550,7 +540,6 @@ static void cl_stats(dl_rlink *base, dlock_client_stats *st) {
 static const dl_rlink_ops cluster_ops = {
     .name = "cluster",
     .by_slot = true,
-    .eval = cl_eval,
     .eval_many = cl_eval_many,
     .command = cl_command,
     .replicate = cl_replicate,

@@ -48,14 +48,11 @@ typedef struct dl_rlink_ops {
   /* The keys of one script must share a slot (a cluster): a batch over
    * many locks (the watchdog's renewals) is cut by slot. */
   bool by_slot;
-  /* Runs a script (EVALSHA, falling back to EVAL on NOSCRIPT) and returns
-   * its reply (caller frees), or a negative code with the detail recorded.
-   * A script error reply becomes a code too. */
-  int (*eval)(dl_rlink *b, int script, int nkeys, const char **keys,
-              int nargs, const char **args, struct redisReply **reply);
-  /* Starts many evals at once and collects their replies in order, waiting
-   * until deadline (dl_now_ms() time; 0: the command timeout); each
-   * replies[i] is a reply or NULL with errs[i] set. */
+  /* Runs scripts (EVALSHA, falling back to EVAL on NOSCRIPT; one eval is
+   * n = 1): starts them at once and collects their replies in order,
+   * waiting until deadline (dl_now_ms() time; 0: the command timeout);
+   * each replies[i] is a reply (caller frees) or NULL with errs[i] set (a
+   * script's error reply becomes a code too, the detail recorded). */
   int (*eval_many)(dl_rlink *b, int64_t deadline, int n, int script,
                    const int *nkeys,
                    const char *const *const *keys, const int *nargs,
@@ -179,9 +176,6 @@ typedef struct dl_loop_head {
 /* The blocking entries of an event-loop link (base a dl_loop_head's):
  * each refuses with DLOCK_EINVAL, "a blocking call on an event-loop
  * client" (asingle.c). */
-int dl_loop_refuse_eval(dl_rlink *base, int script, int nkeys,
-                        const char **keys, int nargs, const char **args,
-                        struct redisReply **reply);
 int dl_loop_refuse_eval_many(dl_rlink *base, int64_t deadline, int n,
                              int script, const int *nkeys,
                              const char *const *const *keys, const int *nargs,
