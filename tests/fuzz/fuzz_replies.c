@@ -44,12 +44,6 @@ static int next_reply(dl_rlink *b, redisReply **out) {
   return 0;
 }
 
-static int fb_eval(dl_rlink *b, int script, int nkeys, const char **keys,
-                   int nargs, const char **args, redisReply **reply) {
-  (void)script, (void)nkeys, (void)keys, (void)nargs, (void)args;
-  return next_reply(b, reply);
-}
-
 static int fb_eval_many(dl_rlink *b, int64_t deadline, int n, int script,
                         const int *nkeys, const char *const *const *keys,
                         const int *nargs, const char *const *const *args,
@@ -99,7 +93,6 @@ static void fb_free(dl_rlink *b) {
 
 static const dl_rlink_ops fuzz_ops = {
     .name = "fuzz",
-    .eval = fb_eval,
     .eval_many = fb_eval_many,
     .command = fb_command,
     .sub_ref = fb_sub_ref,

@@ -61,10 +61,7 @@ static void drop_socket(dl_aconn *c) {
 static void connect_failed(dl_aconn *c, int rc, const char *msg) {
   drop_socket(c);
   set_msg(c, rc, msg);
-  c->next_connect_ms = dl_now_ms() + c->backoff_ms;
-  c->backoff_ms *= 2;
-  if (c->backoff_ms > c->cfg->reconnect_max_ms)
-    c->backoff_ms = c->cfg->reconnect_max_ms;
+  c->next_connect_ms = dl_now_ms() + dl_conn_backoff(c->cfg, &c->backoff_ms);
   dl_aq_fail(c, &c->outq, rc);
   if (c->push.reply && !c->closed)
     dl_timer_start(c->lp, &c->retry_timer, c->next_connect_ms);

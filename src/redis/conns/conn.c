@@ -185,13 +185,9 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
     pthread_mutex_unlock(&c->mu);
     char msg[256] = "";
     dl_io *io = NULL;
-    int64_t cdl = dl_now_ms() + c->cfg->connect_timeout_ms;
     dl_target t;
-    int rc = dl_conn_target(c->cfg, cdl, &t, msg, sizeof msg);
-    if (rc == 0)
-      rc = dl_io_connect(&t.ep, c->cfg->tls, c->cfg->server_name, cdl, &io,
-                         msg, sizeof msg);
-    if (rc == 0) rc = dl_conn_handshake(io, c->cfg, cdl, msg, sizeof msg);
+    int rc = dl_conn_dial(c->cfg, dl_now_ms() + c->cfg->connect_timeout_ms, &t,
+                          NULL, NULL, &io, msg, sizeof msg);
     iohold *h = NULL;
     if (rc == 0) {
       h = calloc(1, sizeof *h);
@@ -221,10 +217,8 @@ static int ensure_up(dl_conn *c, int64_t deadline) {
       c->last_err = rc;
       c->last_named = rc == DLOCK_ECONNECT && t.named;
       snprintf(c->last_msg, sizeof c->last_msg, "%s", msg);
-      c->next_connect_ms = dl_now_ms() + c->backoff_ms;
-      c->backoff_ms *= 2;
-      if (c->backoff_ms > c->cfg->reconnect_max_ms)
-        c->backoff_ms = c->cfg->reconnect_max_ms;
+      c->next_connect_ms =
+          dl_now_ms() + dl_conn_backoff(c->cfg, &c->backoff_ms);
     }
     pthread_cond_broadcast(&c->state_cv);
     if (rc != 0) return conn_err(c, rc, msg);
@@ -533,141 +527,4 @@ void dl_conn_free(dl_conn *c) {
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->state_cv);
   free(c);
-}
-
-/* ---- handshake: AUTH, SELECT, CLIENT SETNAME on a fresh socket ----
- * Built and judged here for both connections: this blocking one, and the
- * event loop's (aconn.c, asub.c), which reads the replies as they come. */
-
-/* Appends one formatted command to hs->buf. */
-static int hs_add(dl_handshake *hs, int argc, const char **argv,
-                  const char *what) {
-  size_t lens[4];
-  for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
-  char *cmd;
-  int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
-  if (len < 0) return DLOCK_ENOMEM;
-  char *buf = realloc(hs->buf, hs->len + (size_t)len);
-  if (buf == NULL) {
-    redisFreeCommand(cmd);
-    return DLOCK_ENOMEM;
-  }
-  memcpy(buf + hs->len, cmd, (size_t)len);
-  redisFreeCommand(cmd);
-  hs->buf = buf;
-  hs->len += (size_t)len;
-  hs->ncmd++;
-  size_t n = strlen(hs->sent);
-  snprintf(hs->sent + n, sizeof hs->sent - n, "%s%s", n ? ", " : "", what);
-  return 0;
-}
-
-int dl_handshake_init(dl_handshake *hs, const dl_conn_config *cfg, char *err,
-                      size_t errlen) {
-  memset(hs, 0, sizeof *hs);
-  const char *argv[4];
-  int rc = 0;
-  if (cfg->ep.password) {
-    int argc = 0;
-    argv[argc++] = "AUTH";
-    if (cfg->ep.username) argv[argc++] = cfg->ep.username;
-    argv[argc++] = cfg->ep.password;
-    rc = hs_add(hs, argc, argv, "AUTH");
-  }
-  char db[16];
-  if (rc == 0 && cfg->ep.db != 0) {
-    snprintf(db, sizeof db, "%d", cfg->ep.db);
-    argv[0] = "SELECT";
-    argv[1] = db;
-    rc = hs_add(hs, 2, argv, "SELECT");
-  }
-  if (rc == 0 && cfg->client_name) {
-    argv[0] = "CLIENT";
-    argv[1] = "SETNAME";
-    argv[2] = cfg->client_name;
-    rc = hs_add(hs, 3, argv, "CLIENT SETNAME");
-  }
-  if (rc != 0) {
-    dl_handshake_clear(hs);
-    snprintf(err, errlen, "out of memory");
-  }
-  return rc;
-}
-
-void dl_handshake_clear(dl_handshake *hs) {
-  free(hs->buf);
-  hs->buf = NULL;
-  hs->len = 0;
-}
-
-bool dl_handshake_reply(dl_handshake *hs, const dl_conn_config *cfg,
-                        redisReply *r, char *err, size_t errlen) {
-  if (r->type == REDIS_REPLY_ERROR && hs->rc == 0) {
-    /* The server's text names the failure, never the password. */
-    hs->rc = dl_server_errcode(r->str);
-    if (hs->got == 0 && cfg->ep.password) hs->rc = DLOCK_EAUTH;
-    snprintf(err, errlen, "%s", r->str);
-  }
-  freeReplyObject(r);
-  return ++hs->got == hs->ncmd;
-}
-
-int dl_handshake_ioerr(const dl_handshake *hs, const dl_conn_config *cfg,
-                       bool sending, int rc, char *err, size_t errlen) {
-  /* The details say what failed; the caller prefixes the code's text, so
-   * they never repeat it ("did not answer in time: ... in time"). */
-  int limit_ms = cfg->connect_timeout_ms;
-  if (rc == DLOCK_EPROTO)
-    snprintf(err, errlen, "malformed reply to %s", hs->sent);
-  else if (sending && rc == DLOCK_ETIMEDOUT)
-    snprintf(err, errlen, "could not send %s within %d ms (connect "
-             "timeout)", hs->sent, limit_ms);
-  else if (sending)
-    snprintf(err, errlen, "connection closed while sending %s", hs->sent);
-  else if (rc == DLOCK_ETIMEDOUT)
-    snprintf(err, errlen, "no reply to %s within %d ms (connect "
-             "timeout)", hs->sent, limit_ms);
-  else
-    snprintf(err, errlen, "connection closed before the reply to %s",
-             hs->sent);
-  return rc;
-}
-
-int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
-                      char *err, size_t errlen) {
-  dl_handshake hs;
-  if (dl_handshake_init(&hs, cfg, err, errlen) != 0) return DLOCK_ENOMEM;
-  if (hs.ncmd == 0) return 0;
-  int rc = dl_io_write(io, hs.buf, hs.len, deadline);
-  dl_handshake_clear(&hs);
-  if (rc != 0) return dl_handshake_ioerr(&hs, cfg, true, rc, err, errlen);
-  redisReader *rd = redisReaderCreate();
-  if (rd == NULL) {
-    snprintf(err, errlen, "out of memory");
-    return DLOCK_ENOMEM;
-  }
-  char rbuf[4096];
-  bool done = false;
-  while (!done) {
-    void *rep = NULL;
-    if (redisReaderGetReply(rd, &rep) != REDIS_OK) {
-      rc = DLOCK_EPROTO;
-      break;
-    }
-    if (rep != NULL) {
-      done = dl_handshake_reply(&hs, cfg, rep, err, errlen);
-      continue;
-    }
-    int n = dl_io_read(io, rbuf, sizeof rbuf, deadline);
-    if (n < 0) {
-      rc = n;
-      break;
-    }
-    redisReaderFeed(rd, rbuf, (size_t)n);
-  }
-  redisReaderFree(rd);
-  /* An error reply before the failure says more than the failure. */
-  if (rc != 0 && hs.rc == 0)
-    return dl_handshake_ioerr(&hs, cfg, false, rc, err, errlen);
-  return hs.rc;
 }

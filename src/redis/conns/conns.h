@@ -112,9 +112,34 @@ void dl_conn_set_ack_kind(dl_conn *c, int kind);
 /* The connection's round trips since creation (for tests and benchmarks). */
 uint64_t dl_conn_batches(dl_conn *c);
 
-/* Sets up a freshly connected socket: AUTH, SELECT, CLIENT SETNAME. */
+/* ---- open.c: opening a connection, for every blocking connection ---- */
+/* Sets up a freshly connected socket: AUTH, SELECT, CLIENT SETNAME (those
+ * cfg asks for), by deadline. Returns 0, or a negative code with err set. */
 int dl_conn_handshake(dl_io *io, const dl_conn_config *cfg, int64_t deadline,
                       char *err, size_t errlen);
+/* Called by dl_conn_open with the socket just connected, before its
+ * handshake (pubsub.c keeps it, to shut it from another thread); a
+ * negative code returned gives the open up with it. */
+typedef int (*dl_conn_opened_fn)(void *ud, dl_io *io);
+/* Connects to ep (TLS when cfg->tls) and runs cfg's handshake, both by
+ * deadline; `opened` (may be NULL) is called in between. Returns 0, or a
+ * negative code with err set. *io is the socket whenever the connect
+ * succeeded, also when the handshake then failed: the caller closes it
+ * (dl_io_close takes NULL). Thread-safe (cfg only read). */
+int dl_conn_open(const dl_conn_config *cfg, const dl_endpoint *ep,
+                 int64_t deadline, dl_conn_opened_fn opened, void *ud,
+                 dl_io **io, char *err, size_t errlen);
+/* Every connect of a blocking connection (conn.c, pubsub.c): asks
+ * dl_conn_target where (filling *t, also on failure), then dl_conn_open
+ * there. Returns and sets *io as dl_conn_open. */
+int dl_conn_dial(const dl_conn_config *cfg, int64_t deadline, dl_target *t,
+                 dl_conn_opened_fn opened, void *ud, dl_io **io, char *err,
+                 size_t errlen);
+/* The reconnect backoff of every connection (conn.c, pubsub.c, aconn.c):
+ * returns the wait before the next connect after one that failed, *backoff_ms
+ * (start it at cfg->reconnect_min_ms, again after each success), and
+ * doubles *backoff_ms up to cfg->reconnect_max_ms. */
+int dl_conn_backoff(const dl_conn_config *cfg, int *backoff_ms);
 
 /* ---- redis/scripts.c: the Lua scripts, embedded at build time ---- */
 typedef struct dl_script {
@@ -207,7 +232,7 @@ bool dl_pubsub_sleeper_reads(dl_pubsub *p);
  * fuzzer). Does not free r. */
 void dl_pubsub_feed(dl_pubsub *p, struct redisReply *r);
 
-/* ---- conn.c: the handshake's parts, for the event loop's connections ----
+/* ---- open.c: the handshake's parts, for the event loop's connections ----
  * dl_conn_handshake is these over blocking I/O. */
 typedef struct dl_handshake {
   char *buf;  /* the commands, for one write (NULL: none to send) */

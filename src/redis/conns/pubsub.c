@@ -305,6 +305,18 @@ static void serve(dl_pubsub *p) {
   while (p->reader) pthread_cond_wait(&p->thread_cv, &p->mu);
 }
 
+/* dl_conn_dial's `opened`: the handshake can wait on a server that
+ * accepts but does not answer (stopped): dl_pubsub_free shuts its socket,
+ * not to wait it out. */
+static int opened(void *ud, dl_io *io) {
+  dl_pubsub *p = ud;
+  pthread_mutex_lock(&p->mu);
+  int rc = p->stop ? DLOCK_ECLOSED : 0;
+  if (rc == 0) p->hs_io = io;
+  pthread_mutex_unlock(&p->mu);
+  return rc;
+}
+
 static void *run(void *arg) {
   dl_pubsub *p = arg;
   int backoff = p->cfg->reconnect_min_ms;
@@ -313,19 +325,9 @@ static void *run(void *arg) {
     pthread_mutex_unlock(&p->mu);
     char msg[256];
     dl_io *io = NULL;
-    int64_t dl = dl_now_ms() + p->cfg->connect_timeout_ms;
     dl_target t;
-    int rc = dl_conn_target(p->cfg, dl, &t, msg, sizeof msg);
-    if (rc == 0)
-      rc = dl_io_connect(&t.ep, p->cfg->tls, p->cfg->server_name, dl, &io,
-                         msg, sizeof msg);
-    /* The handshake can wait on a server that accepts but does not answer
-     * (stopped): dl_pubsub_free shuts its socket, not to wait it out. */
-    pthread_mutex_lock(&p->mu);
-    if (rc == 0 && p->stop) rc = DLOCK_ECLOSED;
-    if (rc == 0) p->hs_io = io;
-    pthread_mutex_unlock(&p->mu);
-    if (rc == 0) rc = dl_conn_handshake(io, p->cfg, dl, msg, sizeof msg);
+    int rc = dl_conn_dial(p->cfg, dl_now_ms() + p->cfg->connect_timeout_ms, &t,
+                          opened, p, &io, msg, sizeof msg);
     redisReader *rd = rc == 0 ? redisReaderCreate() : NULL;
     if (rc == 0 && rd == NULL) rc = DLOCK_ENOMEM;
     pthread_mutex_lock(&p->mu);
@@ -342,11 +344,8 @@ static void *run(void *arg) {
     if (rc != 0) {
       dl_io_close(io);
       struct timespec ts;
-      dl_abstime(dl_now_ms() + backoff, &ts);
+      dl_abstime(dl_now_ms() + dl_conn_backoff(p->cfg, &backoff), &ts);
       if (!p->stop) pthread_cond_timedwait(&p->stop_cv, &p->mu, &ts);
-      backoff = backoff * 2 > p->cfg->reconnect_max_ms
-                    ? p->cfg->reconnect_max_ms
-                    : backoff * 2;
       continue;
     }
     backoff = p->cfg->reconnect_min_ms;

@@ -53,26 +53,15 @@ static int roundtrip(dl_io *io, int argc, const char **argv, int64_t deadline,
 static int sentinel_connect(const dl_conn_config *cfg,
                             const struct dl_hostport *h, int64_t deadline,
                             dl_io **io, char *err, size_t errlen) {
-  dl_endpoint sep = {0};
-  sep.host = h->host;
-  sep.port = h->port;
-  sep.tls = cfg->ep.tls;
-  int rc = dl_io_connect(&sep, cfg->tls, cfg->server_name, deadline, io, err,
-                         errlen);
-  if (rc != 0 || cfg->sentinel_password == NULL) return rc;
-  const char *argv[3] = {"AUTH"};
-  int argc = 1;
-  if (cfg->sentinel_username) argv[argc++] = cfg->sentinel_username;
-  argv[argc++] = cfg->sentinel_password;
-  redisReply *r = NULL;
-  rc = roundtrip(*io, argc, argv, deadline, &r);
-  if (rc == 0 && r->type == REDIS_REPLY_ERROR) {
-    snprintf(err, errlen, "%s", r->str);
-    rc = DLOCK_EAUTH;
-  } else if (rc != 0) {
-    snprintf(err, errlen, "no reply to AUTH");
-  }
-  freeReplyObject(r);
+  dl_conn_config c = *cfg;
+  memset(&c.ep, 0, sizeof c.ep);
+  c.ep.host = h->host;
+  c.ep.port = h->port;
+  c.ep.tls = cfg->ep.tls;
+  c.ep.username = (char *)cfg->sentinel_username; /* only read */
+  c.ep.password = (char *)cfg->sentinel_password;
+  c.client_name = NULL;
+  int rc = dl_conn_open(&c, &c.ep, deadline, NULL, NULL, io, err, errlen);
   if (rc != 0) {
     dl_io_close(*io);
     *io = NULL;
@@ -131,15 +120,12 @@ static int ask_sentinel(const dl_conn_config *cfg, const struct dl_hostport *h,
  * a negative code. */
 static int check_master(const dl_conn_config *cfg, const dl_endpoint *ep,
                         int64_t deadline, char *err, size_t errlen) {
-  dl_io *io = NULL;
-  int rc =
-      dl_io_connect(ep, cfg->tls, cfg->server_name, deadline, &io, err, errlen);
-  if (rc != 0) return rc;
   dl_conn_config c = *cfg;
   c.ep = *ep;
   c.ep.db = 0;
   c.client_name = NULL;
-  rc = dl_conn_handshake(io, &c, deadline, err, errlen);
+  dl_io *io = NULL;
+  int rc = dl_conn_open(&c, ep, deadline, NULL, NULL, &io, err, errlen);
   redisReply *r = NULL;
   if (rc == 0) {
     const char *argv[1] = {"ROLE"};

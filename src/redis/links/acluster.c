@@ -40,12 +40,7 @@ static int node_get(acl_link *L, const char *host, int port) {
   if (n == NULL) return -1;
   snprintf(n->host, sizeof n->host, "%s", host);
   n->port = port;
-  n->cfg = *L->cfg;
-  n->cfg.ep.host = n->host;
-  n->cfg.ep.port = port;
-  n->cfg.ep.cluster = false;
-  n->cfg.ep.nhosts = 0;
-  n->cfg.ep.hosts = NULL;
+  dl_slots_node_config(&n->cfg, L->cfg, n->host, port);
   int rc = dl_aconn_new(L->h.env->loop, &n->cfg, &n->conn);
   if (rc == 0) rc = dl_awaitpool_new(L->h.env->loop, &n->cfg, &n->waits);
   if (rc == 0 && L->cfg->backoff_max_ms <= 0)
@@ -68,69 +63,28 @@ static int apply_range(void *ctx, int lo, int hi, const char *host, int port) {
   return 0;
 }
 
-/* A blocking command on host:port, on a connection made for it. */
-static int call_at(acl_link *L, const char *host, int port, int argc,
-                   const char **argv, const size_t *lens, redisReply **r) {
-  char hb[256];
-  snprintf(hb, sizeof hb, "%s", host);
-  dl_conn_config cfg = *L->cfg;
-  cfg.ep.host = hb;
-  cfg.ep.port = port;
-  cfg.ep.cluster = false;
-  cfg.ep.nhosts = 0;
-  cfg.ep.hosts = NULL;
-  dl_conn *c;
-  int rc = dl_conn_new(&cfg, &c);
-  if (rc != 0) return rc;
-  rc = dl_conn_call(c, argc, argv, lens, r);
-  dl_conn_free(c);
-  return rc;
-}
-
-/* Asks one server for the map: 0, or a negative code with why filled in. */
+/* Asks host:port for the map (and, the first time, ?pubsub=auto's probe,
+ * as cluster.c's ask_slots), blocking, on a connection made for it. Returns
+ * 0, or a negative code with why filled in. */
 static int ask_slots(acl_link *L, const char *host, int port, char *why,
                      size_t len) {
-  const char *argv[] = {"CLUSTER", "SLOTS"};
-  size_t lens[] = {7, 5};
-  redisReply *r = NULL;
-  int rc = call_at(L, host, port, 2, argv, lens, &r);
+  char hb[256];
+  snprintf(hb, sizeof hb, "%s", host);
+  dl_conn_config cfg;
+  dl_slots_node_config(&cfg, L->cfg, hb, port);
+  dl_conn *c;
+  int rc = dl_conn_new(&cfg, &c);
   if (rc != 0) {
-    const dlock_client *o = L->h.env->err_owner;
-    snprintf(why, len, "%s:%d: %s", host, port,
-             o ? dlock_client_errmsg(o) : dlock_client_open_errmsg());
+    snprintf(why, len, "%s:%d: out of memory", host, port);
     return rc;
   }
-  if (r->type == REDIS_REPLY_ERROR) {
-    snprintf(why, len, "%s:%d: %s", host, port, r->str);
-    rc = DLOCK_EPROTO;
-  } else {
-    rc = dl_slots_parse(r, host, apply_range, L);
-    if (rc != 0)
-      snprintf(why, len, "%s:%d: unexpected reply to CLUSTER SLOTS", host,
-               port);
-  }
-  freeReplyObject(r);
+  const dlock_client *o = L->h.env->err_owner;
+  rc = dl_slots_ask(c, o, host, port, apply_range, L, why, len);
+  if (rc == 0 && L->probe)
+    rc = dl_slots_probe_sharded(c, o, host, port, &L->sharded, why, len);
+  if (rc == 0) L->probe = false;
+  dl_conn_free(c);
   return rc;
-}
-
-/* ?pubsub=auto, on the node that just gave the map, as cluster.c's
- * probe_sharded_on. Returns 0, or a negative code with why filled in. */
-static int probe_sharded_at(acl_link *L, const char *host, int port, char *why,
-                            size_t len) {
-  const char *argv[] = {"PUBSUB", "SHARDNUMSUB"};
-  size_t lens[] = {6, 11};
-  redisReply *r = NULL;
-  int rc = call_at(L, host, port, 2, argv, lens, &r);
-  if (rc != 0) {
-    const dlock_client *o = L->h.env->err_owner;
-    snprintf(why, len, "%s:%d: %s", host, port,
-             o ? dlock_client_errmsg(o) : dlock_client_open_errmsg());
-    return rc;
-  }
-  L->sharded = r->type == REDIS_REPLY_ARRAY;
-  L->probe = false;
-  freeReplyObject(r);
-  return 0;
 }
 
 /* Refreshes the map from the first node that answers: the known nodes,
@@ -147,8 +101,6 @@ static int refresh(acl_link *L, bool force) {
     const char *host = i < n ? L->nodes[i]->host : L->cfg->ep.hosts[i - n].host;
     int port = i < n ? L->nodes[i]->port : L->cfg->ep.hosts[i - n].port;
     rc = ask_slots(L, host, port, one, sizeof one);
-    if (rc == 0 && L->probe)
-      rc = probe_sharded_at(L, host, port, one, sizeof one);
     if (rc != 0 && used < sizeof why)
       used += (size_t)snprintf(why + used, sizeof why - used, "%s%s",
                                used ? "; " : "", one);
@@ -601,7 +553,6 @@ static void acl_stats(dl_rlink *base, dlock_client_stats *st) {
 static const dl_rlink_ops acluster_ops = {
     .name = "loop-cluster",
     .by_slot = true,
-    .eval = dl_loop_refuse_eval,
     .eval_many = dl_loop_refuse_eval_many,
     .command = dl_loop_refuse_command,
     .sub_ref = dl_acl_sub_ref,

@@ -324,14 +324,6 @@ static int refuse_head(dl_rlink *base) {
                    "a blocking call on an event-loop client");
 }
 
-int dl_loop_refuse_eval(dl_rlink *base, int script, int nkeys,
-                        const char **keys, int nargs, const char **args,
-                        redisReply **reply) {
-  (void)script, (void)nkeys, (void)keys, (void)nargs, (void)args;
-  *reply = NULL;
-  return refuse_head(base);
-}
-
 int dl_loop_refuse_eval_many(dl_rlink *base, int64_t deadline, int n,
                              int script, const int *nkeys,
                              const char *const *const *keys, const int *nargs,
@@ -394,7 +386,6 @@ static void al_stats(dl_rlink *base, dlock_client_stats *st) {
 
 static const dl_rlink_ops loop_ops = {
     .name = "loop",
-    .eval = dl_loop_refuse_eval,
     .eval_many = dl_loop_refuse_eval_many,
     .command = dl_loop_refuse_command,
     .sub_ref = al_sub_ref,

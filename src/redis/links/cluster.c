@@ -51,12 +51,7 @@ static int node_get(cluster_link *b, const char *host, int port) {
   if (c) {
     snprintf(c->host, sizeof c->host, "%s", host);
     c->port = port;
-    c->cfg = *b->cfg;
-    c->cfg.ep.host = c->host;
-    c->cfg.ep.port = port;
-    c->cfg.ep.cluster = false;
-    c->cfg.ep.nhosts = 0;
-    c->cfg.ep.hosts = NULL;
+    dl_slots_node_config(&c->cfg, b->cfg, c->host, port);
     dl_waitpool_init(&c->waits, &c->cfg);
     c->conns = calloc((size_t)b->nconn, sizeof *c->conns);
     int rc = c->conns ? 0 : DLOCK_ENOMEM;
@@ -98,35 +93,6 @@ static int apply_range(void *ctx, int lo, int hi, const char *host, int port) {
   return 0;
 }
 
-/* Applies a CLUSTER SLOTS reply that `asked` (its host for an empty one)
- * gave. Returns 0, or DLOCK_EPROTO. */
-static int apply_slots(cluster_link *b, const redisReply *r,
-                       const char *asked) {
-  return dl_slots_parse(r, asked, apply_range, b);
-}
-
-/* ?pubsub=auto, on the server that just gave the map (it answers: a
- * master chosen by slot may be the one a failover is replacing): shard
- * channels if it knows PUBSUB SHARDNUMSUB (Redis 7), as Redisson's AUTO
- * mode decides. Returns 0, or a negative code with why filled in. */
-static int probe_sharded_on(cluster_link *b, dl_conn *conn, const char *host,
-                            int port, char *why, size_t len) {
-  const char *argv[] = {"PUBSUB", "SHARDNUMSUB"};
-  size_t lens[] = {6, 11};
-  redisReply *r = NULL;
-  int rc = dl_conn_call(conn, 2, argv, lens, &r);
-  if (rc != 0) {
-    const dlock_client *o = b->env->err_owner;
-    snprintf(why, len, "%s:%d: %s", host, port,
-             o ? dlock_client_errmsg(o) : dlock_client_open_errmsg());
-    return rc;
-  }
-  b->sharded = r->type == REDIS_REPLY_ARRAY;
-  b->probe = false;
-  freeReplyObject(r);
-  return 0;
-}
-
 /* The keyspace events the servers send (see cluster.h's keyspace), on
  * the node that just gave the map: then listening on every master costs
  * no request to each (one stopped master made every CLI command wait its
@@ -144,31 +110,17 @@ static void ask_keyspace(cluster_link *b, dl_conn *conn) {
     freeReplyObject(r);
 }
 
-/* Asks one server for the map (and, the first time, the probe above): 0,
- * or a negative code with why filled in. */
+/* Asks one server for the map (and, the first time, ?pubsub=auto's probe
+ * on the server that just gave the map: it answers, where a master chosen
+ * by slot may be the one a failover is replacing). Returns 0, or a
+ * negative code with why filled in. */
 static int ask_slots(cluster_link *b, dl_conn *conn, const char *host, int port,
                      char *why, size_t len) {
-  const char *argv[] = {"CLUSTER", "SLOTS"};
-  size_t lens[] = {7, 5};
-  redisReply *r = NULL;
-  int rc = dl_conn_call(conn, 2, argv, lens, &r);
-  if (rc != 0) {
-    const dlock_client *o = b->env->err_owner;
-    snprintf(why, len, "%s:%d: %s", host, port,
-             o ? dlock_client_errmsg(o) : dlock_client_open_errmsg());
-    return rc;
-  }
-  if (r->type == REDIS_REPLY_ERROR) {
-    snprintf(why, len, "%s:%d: %s", host, port, r->str);
-    rc = DLOCK_EPROTO;
-  } else {
-    rc = apply_slots(b, r, host);
-    if (rc != 0)
-      snprintf(why, len, "%s:%d: unexpected reply to CLUSTER SLOTS", host,
-               port);
-  }
-  freeReplyObject(r);
-  if (rc == 0 && b->probe) rc = probe_sharded_on(b, conn, host, port, why, len);
+  const dlock_client *o = b->env->err_owner;
+  int rc = dl_slots_ask(conn, o, host, port, apply_range, b, why, len);
+  if (rc == 0 && b->probe)
+    rc = dl_slots_probe_sharded(conn, o, host, port, &b->sharded, why, len);
+  if (rc == 0) b->probe = false;
   if (rc == 0 && b->want_keyspace) ask_keyspace(b, conn);
   return rc;
 }
@@ -176,12 +128,8 @@ static int ask_slots(cluster_link *b, dl_conn *conn, const char *host, int port,
 /* A seed node from the URL, on a connection made for the question. */
 static int ask_seed(cluster_link *b, const struct dl_hostport *h, char *why,
                     size_t len) {
-  dl_conn_config cfg = *b->cfg;
-  cfg.ep.host = h->host;
-  cfg.ep.port = h->port;
-  cfg.ep.cluster = false;
-  cfg.ep.nhosts = 0;
-  cfg.ep.hosts = NULL;
+  dl_conn_config cfg;
+  dl_slots_node_config(&cfg, b->cfg, h->host, h->port);
   dl_conn *c;
   int rc = dl_conn_new(&cfg, &c);
   if (rc != 0) return rc;
@@ -427,16 +375,6 @@ static int cl_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
   return first_err;
 }
 
-static int cl_eval(dl_rlink *base, int script, int nkeys, const char **keys,
-                   int nargs, const char **args, redisReply **reply) {
-  int err = 0;
-  const char *const *k = keys;
-  const char *const *a = args;
-  int rc =
-      cl_eval_many(base, 0, 1, script, &nkeys, &k, &nargs, &a, reply, &err);
-  return rc ? rc : err;
-}
-
 /* One command on node (NULL: routed by slot), its error reply kept. */
 static int run_on(cluster_link *b, cnode *node, int slot, int argc,
                   const char **argv, const size_t *lens, redisReply **reply) {
@@ -602,7 +540,6 @@ static void cl_stats(dl_rlink *base, dlock_client_stats *st) {
 static const dl_rlink_ops cluster_ops = {
     .name = "cluster",
     .by_slot = true,
-    .eval = cl_eval,
     .eval_many = cl_eval_many,
     .command = cl_command,
     .replicate = cl_replicate,

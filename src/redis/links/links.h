@@ -48,14 +48,11 @@ typedef struct dl_rlink_ops {
   /* The keys of one script must share a slot (a cluster): a batch over
    * many locks (the watchdog's renewals) is cut by slot. */
   bool by_slot;
-  /* Runs a script (EVALSHA, falling back to EVAL on NOSCRIPT) and returns
-   * its reply (caller frees), or a negative code with the detail recorded.
-   * A script error reply becomes a code too. */
-  int (*eval)(dl_rlink *b, int script, int nkeys, const char **keys,
-              int nargs, const char **args, struct redisReply **reply);
-  /* Starts many evals at once and collects their replies in order, waiting
-   * until deadline (dl_now_ms() time; 0: the command timeout); each
-   * replies[i] is a reply or NULL with errs[i] set. */
+  /* Runs scripts (EVALSHA, falling back to EVAL on NOSCRIPT; one eval is
+   * n = 1): starts them at once and collects their replies in order,
+   * waiting until deadline (dl_now_ms() time; 0: the command timeout);
+   * each replies[i] is a reply (caller frees) or NULL with errs[i] set (a
+   * script's error reply becomes a code too, the detail recorded). */
   int (*eval_many)(dl_rlink *b, int64_t deadline, int n, int script,
                    const int *nkeys,
                    const char *const *const *keys, const int *nargs,
@@ -179,9 +176,6 @@ typedef struct dl_loop_head {
 /* The blocking entries of an event-loop link (base a dl_loop_head's):
  * each refuses with DLOCK_EINVAL, "a blocking call on an event-loop
  * client" (asingle.c). */
-int dl_loop_refuse_eval(dl_rlink *base, int script, int nkeys,
-                        const char **keys, int nargs, const char **args,
-                        struct redisReply **reply);
 int dl_loop_refuse_eval_many(dl_rlink *base, int64_t deadline, int n,
                              int script, const int *nkeys,
                              const char *const *const *keys, const int *nargs,
@@ -296,6 +290,25 @@ int dl_slots_parse(const struct redisReply *r, const char *asked,
                    int (*range)(void *ctx, int lo, int hi, const char *host,
                                 int port),
                    void *ctx);
+/* *out: base (the URL's) for the one node host:port (host borrowed: it
+ * must outlive *out). */
+void dl_slots_node_config(dl_conn_config *out, const dl_conn_config *base,
+                          char *host, int port);
+/* Asks the node host:port for the map over conn (CLUSTER SLOTS) and tells
+ * its ranges to range, as dl_slots_parse. Returns 0, or a negative code
+ * with why filled ("host:port: what failed"; err_owner's detail for a
+ * failed call). Blocks up to the command timeout. */
+int dl_slots_ask(dl_conn *conn, const struct dlock_client *err_owner,
+                 const char *host, int port,
+                 int (*range)(void *ctx, int lo, int hi, const char *host,
+                              int port),
+                 void *ctx, char *why, size_t len);
+/* ?pubsub=auto: whether the node host:port knows PUBSUB SHARDNUMSUB
+ * (Redis 7), as Redisson's AUTO mode decides: 0 with *sharded set, or a
+ * negative code with why filled as dl_slots_ask. */
+int dl_slots_probe_sharded(dl_conn *conn, const struct dlock_client *err_owner,
+                           const char *host, int port, bool *sharded, char *why,
+                           size_t len);
 /* Whether r is the error reply "<what> ..." (MOVED, ASK, TRYAGAIN,
  * CLUSTERDOWN). */
 bool dl_cluster_reply_is(const struct redisReply *r, const char *what);

@@ -114,16 +114,6 @@ static int rb_eval_many(dl_rlink *base, int64_t deadline, int n, int script,
   return first_err;
 }
 
-static int rb_eval(dl_rlink *base, int script, int nkeys, const char **keys,
-                   int nargs, const char **args, redisReply **reply) {
-  int err = 0;
-  const char *const *k = keys;
-  const char *const *a = args;
-  int rc =
-      rb_eval_many(base, 0, 1, script, &nkeys, &k, &nargs, &a, reply, &err);
-  return rc ? rc : err;
-}
-
 static int rb_command_bin(dl_rlink *base, int argc, const char **argv,
                           const size_t *lens, redisReply **reply) {
   single_link *b = (single_link *)base;
@@ -446,7 +436,6 @@ static void rb_stats(dl_rlink *base, dlock_client_stats *st) {
 
 static const dl_rlink_ops single_ops = {
     .name = "single",
-    .eval = rb_eval,
     .eval_many = rb_eval_many,
     .command = rb_command,
     .replicate = rb_replicate,

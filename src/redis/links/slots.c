@@ -61,6 +61,62 @@ int dl_slots_parse(const redisReply *r, const char *asked,
   return 0;
 }
 
+void dl_slots_node_config(dl_conn_config *out, const dl_conn_config *base,
+                          char *host, int port) {
+  *out = *base;
+  out->ep.host = host;
+  out->ep.port = port;
+  out->ep.cluster = false;
+  out->ep.nhosts = 0;
+  out->ep.hosts = NULL;
+}
+
+/* A call to host:port that failed with rc: why says so, with the detail
+ * recorded. Returns rc. */
+static int call_failed(const dlock_client *err_owner, const char *host,
+                       int port, int rc, char *why, size_t len) {
+  snprintf(why, len, "%s:%d: %s", host, port,
+           err_owner ? dlock_client_errmsg(err_owner)
+                     : dlock_client_open_errmsg());
+  return rc;
+}
+
+int dl_slots_ask(dl_conn *conn, const dlock_client *err_owner, const char *host,
+                 int port,
+                 int (*range)(void *ctx, int lo, int hi, const char *host,
+                              int port),
+                 void *ctx, char *why, size_t len) {
+  const char *argv[] = {"CLUSTER", "SLOTS"};
+  size_t lens[] = {7, 5};
+  redisReply *r = NULL;
+  int rc = dl_conn_call(conn, 2, argv, lens, &r);
+  if (rc != 0) return call_failed(err_owner, host, port, rc, why, len);
+  if (r->type == REDIS_REPLY_ERROR) {
+    snprintf(why, len, "%s:%d: %s", host, port, r->str);
+    rc = DLOCK_EPROTO;
+  } else {
+    rc = dl_slots_parse(r, host, range, ctx);
+    if (rc != 0)
+      snprintf(why, len, "%s:%d: unexpected reply to CLUSTER SLOTS", host,
+               port);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int dl_slots_probe_sharded(dl_conn *conn, const dlock_client *err_owner,
+                           const char *host, int port, bool *sharded, char *why,
+                           size_t len) {
+  const char *argv[] = {"PUBSUB", "SHARDNUMSUB"};
+  size_t lens[] = {6, 11};
+  redisReply *r = NULL;
+  int rc = dl_conn_call(conn, 2, argv, lens, &r);
+  if (rc != 0) return call_failed(err_owner, host, port, rc, why, len);
+  *sharded = r->type == REDIS_REPLY_ARRAY;
+  freeReplyObject(r);
+  return 0;
+}
+
 bool dl_cluster_reply_is(const redisReply *r, const char *what) {
   size_t n = strlen(what);
   return r && r->type == REDIS_REPLY_ERROR && r->len > n &&
