@@ -28,7 +28,8 @@ static const struct {
      * watch their predecessor (so the mutex is also the fair lock); a hold
      * lives by its session's lease. */
     {"etcd", F(LOCK) | F(FAIR) | F(READ) | F(WRITE) | F(ELECTION) |
-                 F(WAIT_NOTIFY) | F(LOOP) | F(LEASE) | F(FENCE)},
+                 F(WAIT_NOTIFY) | F(LOOP) | F(LEASE) | F(FENCE) | F(LATCH) |
+                 F(QUEUE)},
 };
 
 static const char *const names[DL_FEAT_COUNT][2] = {

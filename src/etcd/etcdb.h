@@ -253,6 +253,52 @@ void dl_etcd_elect_unobserve(dl_backend *b, dl_observer *o);
 int dl_etcd_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
                          size_t len);
 
+/* ---- kv.c: txns for the kinds on plain keys (latch.c, queue.c) ---- */
+/* A request's JSON as it is written (oom: a step ran out of memory; the
+ * post then fails with DLOCK_ENOMEM). */
+typedef struct etcd_json {
+  char *p;
+  size_t n, cap;
+  bool oom;
+} etcd_json;
+/* Appends printf's text. */
+void dl_etcd_json_add(etcd_json *j, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void dl_etcd_json_free(etcd_json *j);
+/* Items of a txn's lists, each after a ',' unless first after '[': a
+ * compare that no key is at key (or in [key, end) when end is non-NULL),
+ * a compare of key's mod revision, a range (more: further fields, each
+ * starting with ','), a put of len bytes, a delete of one key. */
+void dl_etcd_cmp_absent(etcd_json *j, const char *key, const char *end);
+void dl_etcd_cmp_mod(etcd_json *j, const char *key, int64_t mod);
+void dl_etcd_op_range(etcd_json *j, const char *key, const char *end,
+                      const char *more);
+void dl_etcd_op_put(etcd_json *j, const char *key, const void *value,
+                    size_t len);
+void dl_etcd_op_delete(etcd_json *j, const char *key);
+/* Posts j (a txn's whole body) to /v3/kv/txn within one command timeout
+ * and frees j: 0 with the answer in *out (the caller puts it), or a
+ * negative code recorded. */
+int dl_etcd_txn_post(dl_etcd *e, etcd_json *j, json_object **out);
+bool dl_etcd_txn_succeeded(json_object *r);
+/* The answer's revision (its header's). */
+int64_t dl_etcd_txn_rev(json_object *r);
+/* The first kv of the i-th response (a range), or NULL; its count. */
+json_object *dl_etcd_txn_kv(json_object *r, int i);
+int64_t dl_etcd_txn_count(json_object *r, int i);
+/* A kv's key into buf (len bytes): its length, or -1. */
+int dl_etcd_kv_key(json_object *kv, char *buf, size_t len);
+/* A kv's value: malloc'ed, a NUL after *len bytes; NULL out of memory or
+ * not base64. */
+char *dl_etcd_kv_value(json_object *kv, size_t *len);
+
+/* ---- latch.c, queue.c ---- */
+int dl_etcd_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
+                        int64_t deadline);
+int dl_etcd_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                        long long n, const char *id, long long *v);
+int dl_etcd_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q);
+
 /* ---- wait.c ---- */
 /* Waits until `key` is deleted after revision `rev` (a watch from rev + 1):
  * 1 deleted, 0 not by the deadline (or the operation this thread runs
