@@ -170,4 +170,44 @@ ms2=$(( ($(date +%s%N) - start) / 1000000 ))
 (( ms2 >= 600 )) || fail "the Go writer got the lock after $ms2 ms, while dlock wrote"
 echo "ok: read-write lock: Go reads, dlock reads beside it and writes after;" \
   "dlock writes, Go's reader waits $ms ms, its writer $ms2 ms"
+# 6. The queue (contrib/recipes' Queue): Go enqueues, dlock takes in
+# order; dlock offers, Go dequeues in order; each wakes the other's
+# waiting take; a Go and a dlock consumer racing share out 20 values, each
+# value to exactly one of them.
+"$peer" enqueue "$ep" jq a b c || fail "Go's Enqueue"
+for want in a b c; do
+  got=$("$dlock" -u "$url" queue take jq -w 0) || fail "dlock's take ($want)"
+  [[ $got == "$want" ]] || fail "dlock took '$got' from Go's queue, expected '$want'"
+done
+"$dlock" -u "$url" queue offer jq x y || fail "dlock's offer"
+[[ $("$peer" dequeue "$ep" jq 2 10) == $'x\ny' ]] ||
+  fail "Go's Dequeue did not take dlock's x, y in order"
+"$peer" dequeue "$ep" jq 1 10 >"$work/dq.out" 2>&1 &
+dq=$!
+pids+=($dq)
+sleep 0.3 # Go's Dequeue is waiting (a watch on the prefix)
+"$dlock" -u "$url" queue offer jq late || fail "dlock's offer"
+wait "$dq" || fail "Go's waiting Dequeue"
+[[ $(cat "$work/dq.out") == late ]] || fail "Go's Dequeue got '$(cat "$work/dq.out")'"
+"$dlock" -u "$url" queue take jq -w 10s >"$work/dt.out" 2>&1 &
+dt=$!
+pids+=($dt)
+sleep 0.3
+"$peer" enqueue "$ep" jq go-late || fail "Go's Enqueue"
+wait "$dt" || fail "dlock's waiting take"
+[[ $(cat "$work/dt.out") == go-late ]] || fail "dlock's take got '$(cat "$work/dt.out")'"
+"$peer" enqueue "$ep" race $(seq 1 20) || fail "Go's Enqueue"
+"$peer" dequeue "$ep" race 10 20 >"$work/race-go.out" 2>&1 &
+rg=$!
+pids+=($rg)
+for _ in $(seq 10); do
+  "$dlock" -u "$url" queue take race -w 10s || fail "dlock's take in the race"
+done >"$work/race-dl.out"
+wait "$rg" || fail "Go's Dequeue in the race"
+[[ $(sort -n "$work/race-go.out" "$work/race-dl.out" | tr '\n' ' ') == \
+   "$(seq 1 20 | tr '\n' ' ')" ]] ||
+  fail "the racing consumers did not get each value exactly once"
+echo "ok: queue: Go enqueues, dlock takes in order; dlock offers, Go dequeues;" \
+  "each wakes the other; racing consumers got each of 20 values once" \
+  "(Go $(wc -l <"$work/race-go.out"), dlock $(wc -l <"$work/race-dl.out"))"
 echo "PASS"
