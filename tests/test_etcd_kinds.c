@@ -1,0 +1,219 @@
+/* test_etcd_kinds.c: the etcd backend's count-down latch and queue on
+ * their keys (docs/WIRE.md), looked at and spoiled with etcdctl: foreign
+ * keys refused and left as they are, racing consumers, what is not built
+ * (the reliable take). Their common behaviour is the conformance suite's. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#ifdef DLOCK_TEST_HAVE_ETCD
+#define SETUP(s)                                                               \
+  if (!th_etcd_available()) {                                                  \
+    fprintf(stderr, "    skipped: no etcd server installed\n");                \
+    return;                                                                    \
+  }                                                                            \
+  th_etcd s;                                                                   \
+  CHECK_RC(th_etcd_start(&s), 0)
+
+static dlock_client *eclient(const th_etcd *s) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s->url;
+  dlock_client *c = NULL;
+  if (dlock_client_open(&o, &c) != 0)
+    fprintf(stderr, "    open: %s\n", dlock_client_open_errmsg());
+  return c;
+}
+
+/* etcdctl's output for args, its trailing newline cut. */
+static const char *ctl(const th_etcd *s, const char *args, char *buf,
+                       size_t len) {
+  th_etcd_ctl(s, args, buf, len);
+  size_t n = strlen(buf);
+  while (n > 0 && buf[n - 1] == '\n')
+    buf[--n] = '\0';
+  return buf;
+}
+
+/* The latch is its count in decimal at NAME, gone at zero; a key there
+ * that holds no number, or a key under NAME/, is refused and kept. */
+static void t_etcd_latch_keys(void) {
+  SETUP(s);
+  dlock_client *c = eclient(&s);
+  CHECK(c != NULL);
+  dlock_latch *l;
+  CHECK_RC(dlock_latch_new(c, "l", &l), 0);
+  CHECK_EQ(dlock_latch_try_set_count(l, 3), 1);
+  char buf[512];
+  CHECK(strcmp(ctl(&s, "get l", buf, sizeof buf), "l\n3") == 0);
+  CHECK_RC(dlock_latch_count_down(l), 0);
+  CHECK(strcmp(ctl(&s, "get l", buf, sizeof buf), "l\n2") == 0);
+  CHECK_RC(dlock_latch_count_down(l), 0);
+  CHECK_RC(dlock_latch_count_down(l), 0);
+  CHECK(strcmp(ctl(&s, "get l", buf, sizeof buf), "") == 0);
+  CHECK_RC(dlock_latch_count_down(l), DLOCK_ERANGE);
+  dlock_latch_free(l);
+  /* Foreign: a value that is no number, a key under the name. */
+  const char *names[] = {"w", "m"};
+  ctl(&s, "put w not-a-number", buf, sizeof buf);
+  ctl(&s, "put m/x 1", buf, sizeof buf);
+  for (int i = 0; i < 2; i++) {
+    CHECK_RC(dlock_latch_new(c, names[i], &l), 0);
+    int64_t n = 0;
+    CHECK_RC(dlock_latch_try_set_count(l, 2), DLOCK_EWRONGTYPE);
+    CHECK_RC(dlock_latch_count_down(l), DLOCK_EWRONGTYPE);
+    CHECK_RC(dlock_latch_get_count(l, &n), DLOCK_EWRONGTYPE);
+    CHECK_RC(dlock_latch_try_await(l, 100), DLOCK_EWRONGTYPE);
+    fprintf(stderr, "    %s: %s\n", names[i], dlock_client_errmsg(c));
+    dlock_latch_free(l);
+  }
+  CHECK(strcmp(ctl(&s, "get w", buf, sizeof buf), "w\nnot-a-number") == 0);
+  CHECK(strcmp(ctl(&s, "get --prefix m", buf, sizeof buf), "m/x\n1") == 0);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+/* The values are Go's Queue's keys, Q/<UnixNano> (at the head:
+ * Q/0<UnixNano>), each holding the bare bytes; the delayed ones are
+ * __dlock_delayed/Q/<due ms, 16 digits>-<16 hex>; the reliable take is
+ * not built (DLOCK_ENOTSUP naming it). */
+static void t_etcd_queue_keys(void) {
+  SETUP(s);
+  dlock_client *c = eclient(&s);
+  CHECK(c != NULL);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new(c, "q", &q), 0);
+  CHECK_RC(dlock_queue_offer(q, "a\0b", 3), 0);
+  CHECK_RC(dlock_queue_offer_first(q, "z", 1), 0);
+  char buf[1024];
+  ctl(&s, "get --prefix q/ --keys-only", buf, sizeof buf);
+  fprintf(stderr, "    keys: %s\n", buf);
+  char k1[64] = "", k2[64] = "";
+  CHECK(sscanf(buf, "%63s %63s", k1, k2) == 2);
+  /* Sorted by key: Q/0... first. */
+  CHECK(strlen(k1) == 22 && strncmp(k1, "q/0", 3) == 0 &&
+        strspn(k1 + 2, "0123456789") == 20);
+  CHECK(strlen(k2) == 21 && strspn(k2 + 2, "0123456789") == 19 && k2[2] != '0');
+  char args[128];
+  snprintf(args, sizeof args, "get %s --print-value-only", k2);
+  ctl(&s, args, buf, sizeof buf);
+  CHECK(memcmp(buf, "a\0b", 3) == 0);
+  CHECK_RC(dlock_queue_offer_delayed(q, 60000, "d", 1), 0);
+  ctl(&s, "get --prefix __dlock_delayed/ --keys-only", buf, sizeof buf);
+  fprintf(stderr, "    delayed: %s\n", buf);
+  CHECK(strncmp(buf, "__dlock_delayed/q/", 18) == 0 && strlen(buf) == 18 + 33 &&
+        strspn(buf + 18, "0123456789") == 16 && buf[34] == '-' &&
+        strspn(buf + 35, "0123456789abcdef") == 16);
+  int64_t n = 0;
+  CHECK_RC(dlock_queue_delayed_size(q, &n), 0);
+  CHECK_EQ(n, 1);
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_RC(dlock_queue_poll_reliable(q, 0, &v, &len), DLOCK_ENOTSUP);
+  CHECK(strstr(dlock_client_errmsg(c), "reliable") != NULL);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+/* A key at the queue's name, beside its values, or under Q/ of another
+ * shape (a lock's: Q/<lease in hex>): every call refuses, changing
+ * nothing. */
+static void t_etcd_queue_foreign(void) {
+  SETUP(s);
+  dlock_client *c = eclient(&s);
+  CHECK(c != NULL);
+  char buf[1024];
+  const char *puts[] = {"put f1 x", "put f2/lock x", "put f3/694d7 x"};
+  const char *names[] = {"f1", "f2", "f3"};
+  for (int i = 0; i < 3; i++) {
+    ctl(&s, puts[i], buf, sizeof buf);
+    dlock_queue *q;
+    CHECK_RC(dlock_queue_new(c, names[i], &q), 0);
+    void *v = NULL;
+    int64_t n = 0;
+    if (i < 2) { /* f3's lock key is only seen when it would be taken */
+      CHECK_RC(dlock_queue_offer(q, "a", 1), DLOCK_EWRONGTYPE);
+      CHECK_RC(dlock_queue_offer_first(q, "a", 1), DLOCK_EWRONGTYPE);
+      CHECK_RC(dlock_queue_offer_delayed(q, 10, "a", 1), DLOCK_EWRONGTYPE);
+      CHECK_RC(dlock_queue_size(q, &n), DLOCK_EWRONGTYPE);
+    }
+    CHECK_RC(dlock_queue_poll(q, 0, &v, NULL), DLOCK_EWRONGTYPE);
+    CHECK_RC(dlock_queue_poll_last(q, 100, &v, NULL), DLOCK_EWRONGTYPE);
+    fprintf(stderr, "    %s: %s\n", names[i], dlock_client_errmsg(c));
+    char args[64];
+    snprintf(args, sizeof args, "get --prefix %s", names[i]);
+    ctl(&s, args, buf, sizeof buf);
+    CHECK(strcmp(strchr(buf, '\n'), "\nx") == 0 &&
+          strncmp(buf, puts[i] + 4, strlen(names[i])) == 0);
+    CHECK(strstr(ctl(&s, "get --prefix __dlock --keys-only", buf, sizeof buf),
+                 names[i]) == NULL);
+    dlock_queue_free(q);
+  }
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+/* Consumers racing: each value to exactly one of them. */
+#define RACE_N 60
+typedef struct racer {
+  dlock_queue *q;
+  int got[RACE_N];
+  int n;
+} racer;
+
+static void *race(void *arg) {
+  racer *r = arg;
+  void *v;
+  size_t len;
+  while (dlock_queue_poll(r->q, 0, &v, &len) == 0) {
+    int i = atoi(v);
+    if (i >= 0 && i < RACE_N) r->got[r->n++] = i;
+    dlock_queue_value_free(v);
+  }
+  return NULL;
+}
+
+static void t_etcd_queue_race(void) {
+  SETUP(s);
+  dlock_client *c[3] = {eclient(&s), eclient(&s), eclient(&s)};
+  CHECK(c[0] && c[1] && c[2]);
+  racer r[3] = {{0}};
+  for (int i = 0; i < 3; i++)
+    CHECK_RC(dlock_queue_new(c[i], "race", &r[i].q), 0);
+  for (int i = 0; i < RACE_N; i++) {
+    char v[16];
+    snprintf(v, sizeof v, "%d", i);
+    CHECK_RC(dlock_queue_offer(r[0].q, v, strlen(v)), 0);
+  }
+  pthread_t t[3];
+  for (int i = 0; i < 3; i++)
+    pthread_create(&t[i], NULL, race, &r[i]);
+  for (int i = 0; i < 3; i++)
+    pthread_join(t[i], NULL);
+  int seen[RACE_N] = {0}, total = 0;
+  for (int i = 0; i < 3; i++) {
+    for (int k = 0; k < r[i].n; k++)
+      seen[r[i].got[k]]++;
+    total += r[i].n;
+    fprintf(stderr, "    consumer %d took %d\n", i, r[i].n);
+  }
+  CHECK_EQ(total, RACE_N);
+  for (int i = 0; i < RACE_N; i++)
+    CHECK_EQ(seen[i], 1);
+  for (int i = 0; i < 3; i++) {
+    dlock_queue_free(r[i].q);
+    dlock_client_close(c[i]);
+  }
+  th_etcd_stop(&s);
+}
+
+TH_MAIN(T_BARE(t_etcd_latch_keys), T_BARE(t_etcd_queue_keys),
+        T_BARE(t_etcd_queue_foreign), T_BARE(t_etcd_queue_race))
+#else
+static void t_skipped(void) {
+  fprintf(stderr, "    skipped: built without libcurl and json-c\n");
+}
+TH_MAIN(T_BARE(t_skipped))
+#endif
