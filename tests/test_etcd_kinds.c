@@ -1,7 +1,8 @@
 /* test_etcd_kinds.c: the etcd backend's count-down latch and queue on
  * their keys (docs/WIRE.md), looked at and spoiled with etcdctl: foreign
- * keys refused and left as they are, racing consumers, what is not built
- * (the reliable take). Their common behaviour is the conformance suite's. */
+ * keys refused and left as they are, racing consumers, reliable takes
+ * (the reliable take's consumers). Their common behaviour is the
+ * conformance suite's. */
 #include "harness.h"
 
 #include <pthread.h>
@@ -76,8 +77,7 @@ static void t_etcd_latch_keys(void) {
 
 /* The values are Go's Queue's keys, Q/<UnixNano> (at the head:
  * Q/0<UnixNano>), each holding the bare bytes; the delayed ones are
- * __dlock_delayed/Q/<due ms, 16 digits>-<16 hex>; the reliable take is
- * not built (DLOCK_ENOTSUP naming it). */
+ * __dlock_delayed/Q/<due ms, 16 digits>-<16 hex>. */
 static void t_etcd_queue_keys(void) {
   SETUP(s);
   dlock_client *c = eclient(&s);
@@ -108,10 +108,6 @@ static void t_etcd_queue_keys(void) {
   int64_t n = 0;
   CHECK_RC(dlock_queue_delayed_size(q, &n), 0);
   CHECK_EQ(n, 1);
-  void *v = NULL;
-  size_t len = 0;
-  CHECK_RC(dlock_queue_poll_reliable(q, 0, &v, &len), DLOCK_ENOTSUP);
-  CHECK(strstr(dlock_client_errmsg(c), "reliable") != NULL);
   dlock_queue_free(q);
   dlock_client_close(c);
   th_etcd_stop(&s);
@@ -152,6 +148,100 @@ static void t_etcd_queue_foreign(void) {
     dlock_queue_free(q);
   }
   dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+static dlock_client *eclient_lease(const th_etcd *s, int64_t lease_ms) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s->url;
+  o.watchdog_timeout_ms = lease_ms;
+  dlock_client *c = NULL;
+  if (dlock_client_open(&o, &c) != 0)
+    fprintf(stderr, "    open: %s\n", dlock_client_open_errmsg());
+  return c;
+}
+
+static bool took(dlock_queue *q, int64_t wait_ms, const char *want) {
+  void *v = NULL;
+  size_t len = 0;
+  int rc = dlock_queue_poll_reliable(q, wait_ms, &v, &len);
+  bool ok = rc == 0 && len == strlen(want) && memcmp(v, want, len) == 0;
+  if (!ok)
+    fprintf(stderr, "    reliable take: %s \"%.*s\", expected \"%s\"\n",
+            dlock_err_name(rc), rc == 0 ? (int)len : 0,
+            rc == 0 ? (char *)v : "", want);
+  dlock_queue_value_free(v);
+  return ok;
+}
+
+/* The reliable take: the value also goes to the consumer's keys
+ * (__dlock_processing/Q/<id>/<n>) until its ack; the consumer's lease
+ * (__dlock_consumers/Q/<id>, on a lease the watchdog keeps alive) outlives
+ * its TTL while the handle lives; a freed handle's values go back to the
+ * head once its lease ended, a closed client's at once. */
+static void t_etcd_queue_reliable(void) {
+  SETUP(s);
+  dlock_client *c = eclient_lease(&s, 2000), *o = eclient_lease(&s, 2000);
+  CHECK(c && o);
+  dlock_queue *q, *q2, *other;
+  CHECK_RC(dlock_queue_new(c, "rq", &q), 0);
+  CHECK_RC(dlock_queue_new(c, "rq", &q2), 0);
+  CHECK_RC(dlock_queue_new(o, "rq", &other), 0);
+  CHECK_RC(dlock_queue_offer(q, "a", 1), 0);
+  CHECK_RC(dlock_queue_offer(q, "b", 1), 0);
+  CHECK_RC(dlock_queue_offer(q, "c", 1), 0);
+  CHECK_RC(dlock_queue_ack(q, "a", 1), DLOCK_ENOTOWNER); /* took nothing */
+  CHECK(took(q, 0, "a"));
+  CHECK(took(q, 0, "b"));
+  char buf[1024];
+  ctl(&s, "get --prefix __dlock_ --keys-only", buf, sizeof buf);
+  fprintf(stderr, "    keys: %s\n", buf);
+  CHECK(strncmp(buf, "__dlock_consumers/rq/", 21) == 0 &&
+        strspn(buf + 21, "0123456789abcdef") == 32);
+  CHECK(strstr(buf, "__dlock_processing/rq/") != NULL);
+  CHECK_RC(dlock_queue_ack(q2, "a", 1), DLOCK_ENOTOWNER); /* another handle */
+  CHECK_RC(dlock_queue_ack(q, "a", 1), 0);
+  CHECK_RC(dlock_queue_ack(q, "a", 1), DLOCK_ENOTOWNER); /* once */
+  /* Past its lease's TTL: the watchdog keeps the consumer alive, so
+   * another consumer's take sends nothing of ours back. */
+  th_sleep_ms(3500);
+  CHECK(took(other, 0, "c"));
+  void *v = NULL;
+  CHECK_RC(dlock_queue_poll_reliable(other, 0, &v, NULL), DLOCK_EBUSY);
+  /* A freed consumer's values go back to the head after its lease. */
+  dlock_queue_free(q);
+  int64_t t0 = th_now_ms();
+  bool back = false;
+  while (!back && th_now_ms() - t0 < 10000) {
+    void *got = NULL;
+    size_t len = 0;
+    int rc = dlock_queue_poll_reliable(other, 200, &got, &len);
+    back = rc == 0 && len == 1 && memcmp(got, "b", 1) == 0;
+    CHECK(rc == 0 ? back : rc == DLOCK_EBUSY);
+    dlock_queue_value_free(got);
+  }
+  CHECK(back);
+  fprintf(stderr, "    a freed consumer's value back after %lld ms\n",
+          (long long)(th_now_ms() - t0));
+  CHECK_RC(dlock_queue_ack(other, "b", 1), 0);
+  /* A closed client's: at once. */
+  CHECK_RC(dlock_queue_offer(q2, "d", 1), 0);
+  CHECK(took(q2, 0, "d"));
+  dlock_queue_free(q2);
+  dlock_client_close(c);
+  CHECK(took(other, 0, "d"));
+  CHECK_RC(dlock_queue_ack(other, "d", 1), 0);
+  CHECK_RC(dlock_queue_ack(other, "c", 1), 0);
+  CHECK(strstr(ctl(&s, "get --prefix __dlock_processing --keys-only", buf,
+                   sizeof buf),
+               "rq") == NULL);
+  /* A key of another type: nothing changed. */
+  ctl(&s, "put rq x", buf, sizeof buf);
+  CHECK_RC(dlock_queue_poll_reliable(other, 0, &v, NULL), DLOCK_EWRONGTYPE);
+  CHECK(strcmp(ctl(&s, "get rq", buf, sizeof buf), "rq\nx") == 0);
+  dlock_queue_free(other);
+  dlock_client_close(o);
   th_etcd_stop(&s);
 }
 
@@ -210,7 +300,8 @@ static void t_etcd_queue_race(void) {
 }
 
 TH_MAIN(T_BARE(t_etcd_latch_keys), T_BARE(t_etcd_queue_keys),
-        T_BARE(t_etcd_queue_foreign), T_BARE(t_etcd_queue_race))
+        T_BARE(t_etcd_queue_foreign), T_BARE(t_etcd_queue_reliable),
+        T_BARE(t_etcd_queue_race))
 #else
 static void t_skipped(void) {
   fprintf(stderr, "    skipped: built without libcurl and json-c\n");

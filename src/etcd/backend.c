@@ -211,6 +211,7 @@ static void etcd_free(dl_backend *b) {
    * at once, not when its TTL runs out; and the fixed leases' too. */
   int64_t deadline = dl_now_ms() + e->command_timeout_ms;
   if (e->lease) dl_etcd_revoke(e, e->lease, deadline);
+  dl_etcd_consumers_free(e, deadline);
   while (e->orphans) { /* they go with the lease, if not before */
     etcd_hold *o = e->orphans;
     e->orphans = o->next;

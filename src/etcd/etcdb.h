@@ -118,6 +118,7 @@ typedef struct dl_etcd {
   /* An event-loop client's: the seam's event-loop form (blockloop.h), an
    * operation on a thread of its own, its waits ended by a cancel. */
   dl_blockloop *form;
+  struct etcd_consumer *consumers; /* mu: reliable.c's */
 } dl_etcd;
 
 /* ---- http.c: calls over the gateway ---- */
@@ -275,6 +276,9 @@ void dl_etcd_op_range(etcd_json *j, const char *key, const char *end,
                       const char *more);
 void dl_etcd_op_put(etcd_json *j, const char *key, const void *value,
                     size_t len);
+/* As dl_etcd_op_put, the key on `lease` (0: none). */
+void dl_etcd_op_put_on(etcd_json *j, const char *key, const void *value,
+                       size_t len, int64_t lease);
 void dl_etcd_op_delete(etcd_json *j, const char *key);
 /* Posts j (a txn's whole body) to /v3/kv/txn within one command timeout
  * and frees j: 0 with the answer in *out (the caller puts it), or a
@@ -298,6 +302,15 @@ int dl_etcd_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
 int dl_etcd_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                         long long n, const char *id, long long *v);
 int dl_etcd_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q);
+/* reliable.c: a reliable consumer's lease, for the watchdog's round (an
+ * item with .permit): 1 alive (renewed when lease_ms > 0; valid_until),
+ * 0 gone, 2 not a consumer of this client's (a permit), or a negative
+ * code (no answer: unknown). */
+int dl_etcd_consumer_renew(dl_etcd *e, dl_renew_item *it, int64_t lease_ms,
+                           int64_t deadline);
+/* The consumers' leases revoked (their values go back at once), and
+ * forgotten: the client closing. */
+void dl_etcd_consumers_free(dl_etcd *e, int64_t deadline);
 
 /* ---- wait.c ---- */
 /* Waits until `key` is deleted after revision `rev` (a watch from rev + 1):

@@ -86,7 +86,13 @@ void dl_etcd_op_range(etcd_json *j, const char *key, const char *end,
 
 void dl_etcd_op_put(etcd_json *j, const char *key, const void *value,
                     size_t len) {
-  dl_etcd_json_add(j, "%s{\"request_put\":{\"prev_kv\":false", sep(j));
+  dl_etcd_op_put_on(j, key, value, len, 0);
+}
+
+void dl_etcd_op_put_on(etcd_json *j, const char *key, const void *value,
+                       size_t len, int64_t lease) {
+  dl_etcd_json_add(j, "%s{\"request_put\":{\"lease\":\"%" PRId64 "\"", sep(j),
+                   lease);
   add_range(j, key, NULL);
   add_b64(j, "value", value ? value : "", value ? len : 0);
   dl_etcd_json_add(j, "}}");

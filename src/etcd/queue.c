@@ -22,9 +22,8 @@
  * time (epoch ms by the offering client's clock, 16 digits) + "-" + 16
  * random hex digits; moving it is one txn (compared on its mod revision)
  * that deletes it and offers it at Q's tail, in due order (offer order
- * within a ms). The reliable take (processing lists, consumer leases) is
- * not built on etcd: DLOCK_ENOTSUP. */
-#include "etcdb.h"
+ * within a ms). The reliable take and its ack: reliable.c. */
+#include "queue.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -37,44 +36,42 @@
 /* The digits of a value's key after Q/ (Go's UnixNano has 19). */
 #define DIGITS_MIN 17
 #define DIGITS_MAX 25
-#define DELAYED "__dlock_delayed/"
 
-/* The queue's keys and ranges. */
-typedef struct qnames {
-  char q[ETCD_KEY_MAX];       /* Q: nothing may be here */
-  char lo[ETCD_KEY_MAX + 4];  /* Q/: [Q/, Q/0) holds nothing */
-  char d0[ETCD_KEY_MAX + 4];  /* Q/0: [Q/0, Q/1) the values offered first */
-  char d1[ETCD_KEY_MAX + 4];  /* Q/1: [Q/1, Q/:) the others */
-  char dc[ETCD_KEY_MAX + 4];  /* Q/: : [Q/:, Q0) holds nothing */
-  char end[ETCD_KEY_MAX + 4]; /* Q0 */
-  char dl[3 * ETCD_KEY_MAX], dl_end[3 * ETCD_KEY_MAX]; /* the delayed */
-} qnames;
+/* Writes P + what + NAME ('%' and '/' escaped) + "/" into out (size
+ * len), its range's end (the last '/' + 1) into end: the dlock keys that
+ * live beside Q, out of the reach of Go's Dequeue (prefix Q). */
+static void beside(dl_etcd *e, const dl_sync_ref *s, const char *what,
+                   char *out, char *end, size_t len) {
+  size_t o = (size_t)snprintf(out, len, "%s%s", e->prefix, what);
+  for (const char *k = s->key; *k && o + 4 < len; k++)
+    o += (size_t)(*k == '%'   ? snprintf(out + o, 4, "%%25")
+                  : *k == '/' ? snprintf(out + o, 4, "%%2F")
+                              : snprintf(out + o, 2, "%c", *k));
+  snprintf(out + o, len - o, "/");
+  snprintf(end, len, "%.*s0", (int)o, out);
+}
 
-static void names_of(dl_etcd *e, const dl_sync_ref *s, qnames *n) {
+void dl_etcd_qnames(dl_etcd *e, const dl_sync_ref *s, qnames *n) {
   snprintf(n->q, sizeof n->q, "%s%s", e->prefix, s->key);
   snprintf(n->lo, sizeof n->lo, "%s/", n->q);
   snprintf(n->d0, sizeof n->d0, "%s/0", n->q);
   snprintf(n->d1, sizeof n->d1, "%s/1", n->q);
   snprintf(n->dc, sizeof n->dc, "%s/:", n->q);
   snprintf(n->end, sizeof n->end, "%s0", n->q);
-  size_t o = (size_t)snprintf(n->dl, sizeof n->dl, "%s" DELAYED, e->prefix);
-  for (const char *k = s->key; *k && o + 4 < sizeof n->dl; k++)
-    o += (size_t)(*k == '%'   ? snprintf(n->dl + o, 4, "%%25")
-                  : *k == '/' ? snprintf(n->dl + o, 4, "%%2F")
-                              : snprintf(n->dl + o, 2, "%c", *k));
-  snprintf(n->dl + o, sizeof n->dl - o, "/");
-  snprintf(n->dl_end, sizeof n->dl_end, "%.*s0", (int)o, n->dl);
+  beside(e, s, "__dlock_delayed/", n->dl, n->dl_end, sizeof n->dl);
+  beside(e, s, "__dlock_consumers/", n->cons, n->cons_end, sizeof n->cons);
+  beside(e, s, "__dlock_processing/", n->proc, n->proc_end, sizeof n->proc);
 }
 
 /* The compares that nothing foreign is at Q or beside its values. */
-static void cmp_clean(etcd_json *j, const qnames *n) {
+void dl_etcd_q_cmp_clean(etcd_json *j, const qnames *n) {
   dl_etcd_cmp_absent(j, n->q, NULL);
   dl_etcd_cmp_absent(j, n->lo, n->d0);
   dl_etcd_cmp_absent(j, n->dc, n->end);
 }
 
 /* Their reads, the txn's first three responses. */
-static void read_clean(etcd_json *j, const qnames *n) {
+void dl_etcd_q_read_clean(etcd_json *j, const qnames *n) {
   const char *one = ",\"limit\":\"1\",\"keys_only\":true";
   dl_etcd_op_range(j, n->q, NULL, one);
   dl_etcd_op_range(j, n->lo, n->d0, one);
@@ -90,7 +87,7 @@ static int wrongtype(dl_etcd *e, const dl_sync_ref *s, const char *key) {
 
 /* DLOCK_EWRONGTYPE recorded if read_clean's reads (responses 0..2 of r)
  * found a key, else 0. */
-static int check_clean(dl_etcd *e, const dl_sync_ref *s, json_object *r) {
+int dl_etcd_q_check_clean(dl_etcd *e, const dl_sync_ref *s, json_object *r) {
   for (int i = 0; i < 3; i++) {
     json_object *kv = dl_etcd_txn_kv(r, i);
     char key[ETCD_KEY_MAX] = "(a key)";
@@ -111,7 +108,7 @@ static bool is_value_key(const qnames *n, const char *key) {
 
 /* The next key name's number: the clock's UnixNano, above the last one
  * this process used. */
-static long long next_nanos(void) {
+long long dl_etcd_q_nanos(void) {
   static _Atomic long long last;
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -147,17 +144,18 @@ static int offer(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
         id = id << 8 | rnd[i];
       snprintf(key, sizeof key, "%s%016lld-%016llx", n->dl, delayed_at, id);
     } else {
-      snprintf(key, sizeof key, "%s%lld", head ? n->d0 : n->lo, next_nanos());
+      snprintf(key, sizeof key, "%s%lld", head ? n->d0 : n->lo,
+               dl_etcd_q_nanos());
     }
     etcd_json j = {0};
     dl_etcd_json_add(&j, "{\"compare\":[");
     dl_etcd_cmp_absent(&j, key, NULL);
-    cmp_clean(&j, n);
+    dl_etcd_q_cmp_clean(&j, n);
     dl_etcd_json_add(&j, "],\"success\":[");
     dl_etcd_op_put(&j, key, q->value, q->len);
     dl_etcd_op_range(&j, n->d0, n->dc, ",\"count_only\":true");
     dl_etcd_json_add(&j, "],\"failure\":[");
-    read_clean(&j, n);
+    dl_etcd_q_read_clean(&j, n);
     dl_etcd_json_add(&j, "]}");
     json_object *r;
     int rc = dl_etcd_txn_post(e, &j, &r);
@@ -167,7 +165,7 @@ static int offer(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
       json_object_put(r);
       return 0;
     }
-    rc = check_clean(e, s, r); /* else the key was taken: another */
+    rc = dl_etcd_q_check_clean(e, s, r); /* else the key was taken: another */
     json_object_put(r);
     if (rc != 0) return rc;
   }
@@ -176,10 +174,11 @@ static int offer(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
 }
 
 /* ---- takes ---- */
-/* One look and take: 1 (q->got), 0 none (*rev the revision read), or a
- * negative code. */
+/* One look and take: 1 (q->got; put at the key dest too when it is not
+ * NULL, in the same txn), 0 none (*rev the revision read), or a negative
+ * code. */
 static int take(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
-                dl_queue_req *q, int64_t *rev) {
+                dl_queue_req *q, const char *dest, int64_t *rev) {
   bool last = q->op == DL_QUEUE_POLL_LAST;
   const char *newest = ",\"limit\":\"1\",\"sort_target\":\"CREATE\","
                        "\"sort_order\":\"DESCEND\"",
@@ -188,14 +187,14 @@ static int take(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
   for (;;) {
     etcd_json j = {0};
     dl_etcd_json_add(&j, "{\"success\":[");
-    read_clean(&j, n);
+    dl_etcd_q_read_clean(&j, n);
     dl_etcd_op_range(&j, n->d0, n->d1, last ? oldest : newest);
     dl_etcd_op_range(&j, n->d1, n->dc, last ? newest : oldest);
     dl_etcd_json_add(&j, "]}");
     json_object *r;
     int rc = dl_etcd_txn_post(e, &j, &r);
     if (rc != 0) return rc;
-    rc = check_clean(e, s, r);
+    rc = dl_etcd_q_check_clean(e, s, r);
     json_object *heads = dl_etcd_txn_kv(r, 3), *tails = dl_etcd_txn_kv(r, 4);
     json_object *kv = last ? (tails ? tails : heads) : (heads ? heads : tails);
     *rev = dl_etcd_txn_rev(r);
@@ -216,9 +215,10 @@ static int take(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
     j = (etcd_json){0};
     dl_etcd_json_add(&j, "{\"compare\":[");
     dl_etcd_cmp_mod(&j, key, mod);
-    cmp_clean(&j, n);
+    dl_etcd_q_cmp_clean(&j, n);
     dl_etcd_json_add(&j, "],\"success\":[");
     dl_etcd_op_delete(&j, key);
+    if (dest) dl_etcd_op_put(&j, dest, v, len);
     dl_etcd_json_add(&j, "]}");
     rc = dl_etcd_txn_post(e, &j, &r);
     if (rc == 0) {
@@ -270,12 +270,12 @@ static int move_one(dl_etcd *e, const qnames *n, json_object *kv,
   char *v = dl_etcd_kv_value(kv, &len);
   if (v == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   char key[ETCD_KEY_MAX + 32];
-  snprintf(key, sizeof key, "%s%lld", n->lo, next_nanos());
+  snprintf(key, sizeof key, "%s%lld", n->lo, dl_etcd_q_nanos());
   etcd_json j = {0};
   dl_etcd_json_add(&j, "{\"compare\":[");
   dl_etcd_cmp_mod(&j, dkey, dl_etcd_i64(kv, "mod_revision"));
   dl_etcd_cmp_absent(&j, key, NULL);
-  cmp_clean(&j, n);
+  dl_etcd_q_cmp_clean(&j, n);
   dl_etcd_json_add(&j, "],\"success\":[");
   dl_etcd_op_delete(&j, dkey);
   dl_etcd_op_put(&j, key, v, len);
@@ -302,14 +302,14 @@ static int move_due(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
   snprintf(more, sizeof more, ",\"limit\":\"%d\"", MOVE_MAX);
   etcd_json j = {0};
   dl_etcd_json_add(&j, "{\"success\":[");
-  read_clean(&j, n);
+  dl_etcd_q_read_clean(&j, n);
   dl_etcd_op_range(&j, n->dl, due, more);
   dl_etcd_op_range(&j, due, n->dl_end, ",\"limit\":\"1\",\"keys_only\":true");
   dl_etcd_json_add(&j, "]}");
   json_object *r;
   int rc = dl_etcd_txn_post(e, &j, &r);
   if (rc != 0) return rc;
-  rc = check_clean(e, s, r);
+  rc = dl_etcd_q_check_clean(e, s, r);
   json_object *kvs =
       dl_etcd_get(dl_etcd_txn_resp(r, 3, "response_range"), "kvs");
   size_t k = kvs && json_object_is_type(kvs, json_type_array)
@@ -350,17 +350,14 @@ static int move_due(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
   return rc;
 }
 
-/* A poll: takes, waiting (a watch on Q/) until q->deadline when q->wait;
- * a delayed handle's moves what is due first, and wakes when the next
- * delayed value is due. */
-static int poll(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
-                dl_queue_req *q) {
+int dl_etcd_q_poll(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
+                   dl_queue_req *q, const char *dest) {
   for (;;) {
     unsigned wakes = atomic_load(&e->wakes);
     long long next = -1;
     int rc = q->delayed ? move_due(e, s, n, &next) : 0;
     int64_t rev = 0;
-    if (rc == 0) rc = take(e, s, n, q, &rev);
+    if (rc == 0) rc = take(e, s, n, q, dest, &rev);
     if (rc != 0 || !q->wait) return rc;
     int64_t now = dl_now_ms(), until = q->deadline;
     if (now >= until || dl_offload_cancelled()) return 0;
@@ -378,13 +375,13 @@ static int count(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                  const char *key, const char *end, bool clean, long long *out) {
   etcd_json j = {0};
   dl_etcd_json_add(&j, "{\"success\":[");
-  if (clean) read_clean(&j, n);
+  if (clean) dl_etcd_q_read_clean(&j, n);
   dl_etcd_op_range(&j, key, end, ",\"count_only\":true");
   dl_etcd_json_add(&j, "]}");
   json_object *r;
   int rc = dl_etcd_txn_post(e, &j, &r);
   if (rc != 0) return rc;
-  rc = clean ? check_clean(e, s, r) : 0;
+  rc = clean ? dl_etcd_q_check_clean(e, s, r) : 0;
   *out = dl_etcd_txn_count(r, clean ? 3 : 0);
   json_object_put(r);
   return rc;
@@ -394,7 +391,7 @@ int dl_etcd_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q) {
   dl_etcd *e = (dl_etcd *)b;
   qnames *n = malloc(sizeof *n);
   if (n == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  names_of(e, s, n);
+  dl_etcd_qnames(e, s, n);
   q->got = NULL;
   q->got_len = 0;
   q->n = 0;
@@ -409,7 +406,7 @@ int dl_etcd_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q) {
     rc = offer(e, s, n, q, false, epoch_ms() + q->delay_ms);
     break;
   case DL_QUEUE_POLL:
-  case DL_QUEUE_POLL_LAST: rc = poll(e, s, n, q); break;
+  case DL_QUEUE_POLL_LAST: rc = dl_etcd_q_poll(e, s, n, q, NULL); break;
   case DL_QUEUE_SIZE:
     rc = count(e, s, n, n->d0, n->dc, true, &v);
     q->n = v;
@@ -423,9 +420,7 @@ int dl_etcd_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q) {
     q->n = v;
     break;
   default: /* DL_QUEUE_POLL_RELIABLE, DL_QUEUE_ACK */
-    rc = dl_seterr(e->err, DLOCK_ENOTSUP,
-                   "etcd://: the queue's reliable take and its ack are not "
-                   "supported (only on Redis)");
+    rc = dl_etcd_q_reliable(e, s, n, q);
     break;
   }
   free(n);
