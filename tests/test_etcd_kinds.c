@@ -75,6 +75,50 @@ static void t_etcd_latch_keys(void) {
   th_etcd_stop(&s);
 }
 
+typedef struct awaiter {
+  dlock_latch *l;
+  int rc;
+  int64_t at;
+} awaiter;
+
+static void *await_latch(void *arg) {
+  awaiter *w = arg;
+  w->rc = dlock_latch_try_await(w->l, 5000);
+  w->at = th_now_ms();
+  return NULL;
+}
+
+/* A wait that another of the client's waits wakes (a delayed offer's kick
+ * of the client's transfer) is not over: it ends at the count-down. */
+static void t_etcd_latch_woken_early(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s), *c = eclient(&s);
+  CHECK(a && c);
+  dlock_latch *la;
+  awaiter w = {.rc = 1};
+  CHECK_RC(dlock_latch_new(a, "kl", &la), 0);
+  CHECK_RC(dlock_latch_new(c, "kl", &w.l), 0);
+  CHECK_EQ(dlock_latch_try_set_count(la, 1), 1);
+  pthread_t t;
+  pthread_create(&t, NULL, await_latch, &w);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new_delayed(c, "kq", &q), 0);
+  for (int i = 0; i < 5; i++) /* each kicks c's transfer */
+    CHECK_RC(dlock_queue_offer_delayed(q, 60000, "x", 1), 0);
+  th_sleep_ms(300); /* the waiter would have ended by now */
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_latch_count_down(la), 0);
+  pthread_join(t, NULL);
+  CHECK_RC(w.rc, 0);
+  CHECK(w.at >= t0);
+  dlock_queue_free(q);
+  dlock_latch_free(la);
+  dlock_latch_free(w.l);
+  dlock_client_close(a);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
 /* The values are Go's Queue's keys, Q/<UnixNano> (at the head:
  * Q/0<UnixNano>), each holding the bare bytes; the delayed ones are
  * __dlock_delayed/Q/<due ms, 16 digits>-<16 hex>. */
@@ -245,6 +289,42 @@ static void t_etcd_queue_reliable(void) {
   th_etcd_stop(&s);
 }
 
+/* A delayed handle's transfer (client c's thread) hears a delayed value
+ * another client offers (a watch on the delayed values), and moves it
+ * when due, so that a plain consumer that never moves gets it then, not
+ * at the transfer's next idle round (1 s). */
+static void t_etcd_queue_transfer(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s), *b = eclient(&s), *c = eclient(&s);
+  CHECK(a && b && c);
+  dlock_queue *qa, *qb, *qc;
+  CHECK_RC(dlock_queue_new(a, "tq", &qa), 0);
+  CHECK_RC(dlock_queue_new(b, "tq", &qb), 0);
+  CHECK_RC(dlock_queue_new_delayed(c, "tq", &qc), 0);
+  /* c's transfer is asleep by now (nothing due, nothing delayed). */
+  th_sleep_ms(200);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_queue_offer_delayed(qa, 100, "t", 1), 0);
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_RC(dlock_queue_poll(qb, 3000, &v, &len), 0);
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr,
+          "    a value delayed 100 ms moved by another client's "
+          "transfer after %lld ms\n",
+          (long long)took);
+  CHECK(len == 1 && memcmp(v, "t", 1) == 0);
+  CHECK(took >= 95 && took <= 400);
+  dlock_queue_value_free(v);
+  dlock_queue_free(qa);
+  dlock_queue_free(qb);
+  dlock_queue_free(qc);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
 /* Consumers racing: each value to exactly one of them. */
 #define RACE_N 60
 typedef struct racer {
@@ -299,8 +379,9 @@ static void t_etcd_queue_race(void) {
   th_etcd_stop(&s);
 }
 
-TH_MAIN(T_BARE(t_etcd_latch_keys), T_BARE(t_etcd_queue_keys),
-        T_BARE(t_etcd_queue_foreign), T_BARE(t_etcd_queue_reliable),
+TH_MAIN(T_BARE(t_etcd_latch_keys), T_BARE(t_etcd_latch_woken_early),
+        T_BARE(t_etcd_queue_keys), T_BARE(t_etcd_queue_foreign),
+        T_BARE(t_etcd_queue_reliable), T_BARE(t_etcd_queue_transfer),
         T_BARE(t_etcd_queue_race))
 #else
 static void t_skipped(void) {

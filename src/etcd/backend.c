@@ -270,6 +270,7 @@ static const dl_backend_ops etcd_ops = {
     .latch_await = dl_etcd_latch_await,
     .sync_update = dl_etcd_sync_update,
     .queue = dl_etcd_queue,
+    .queue_kick = dl_etcd_queue_kick,
     .watch_losses = etcd_watch_losses,
     .wake_all = etcd_wake_all,
     .ping = etcd_ping,

@@ -302,6 +302,7 @@ int dl_etcd_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
 int dl_etcd_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                         long long n, const char *id, long long *v);
 int dl_etcd_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q);
+void dl_etcd_queue_kick(dl_backend *b, const dl_sync_ref *s);
 /* reliable.c: a reliable consumer's lease, for the watchdog's round (an
  * item with .permit): 1 alive (renewed when lease_ms > 0; valid_until),
  * 0 gone, 2 not a consumer of this client's (a permit), or a negative

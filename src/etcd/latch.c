@@ -167,7 +167,10 @@ int dl_etcd_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
     /* Its deletion after the read: zero reached. A stream that ended
      * (1 too) is looked at again. */
     rc = dl_etcd_wait_delete_since(e, nm.key, lk.rev, deadline, wakes);
-    if (rc <= 0) return rc;
+    if (rc < 0) return rc;
+    /* Woken early (another wait's wake: spurious): look again. */
+    if (rc == 0 && (dl_now_ms() >= deadline || dl_offload_cancelled()))
+      return 0;
   }
 }
 

@@ -263,9 +263,10 @@ static long long due_of(const qnames *n, const char *key) {
 }
 
 /* Moves one due value (kv) to the queue's tail: 1 moved, 0 someone else
- * did (or the new key was taken), or a negative code. */
+ * did (or the new key was taken), or a negative code; *rev raised to the
+ * txn's revision. */
 static int move_one(dl_etcd *e, const qnames *n, json_object *kv,
-                    const char *dkey) {
+                    const char *dkey, int64_t *rev) {
   size_t len = 0;
   char *v = dl_etcd_kv_value(kv, &len);
   if (v == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
@@ -285,16 +286,17 @@ static int move_one(dl_etcd *e, const qnames *n, json_object *kv,
   int rc = dl_etcd_txn_post(e, &j, &r);
   if (rc != 0) return rc;
   rc = dl_etcd_txn_succeeded(r);
+  if (dl_etcd_txn_rev(r) > *rev) *rev = dl_etcd_txn_rev(r);
   json_object_put(r);
   return rc;
 }
 
 /* Moves the delayed values due by now to the queue's tail: 0 with *next
- * (ms until the next is due; 0: more are due now; -1: none waits), or a
- * negative code (DLOCK_EWRONGTYPE: a key of another shape there, nothing
- * moved). */
+ * (ms until the next is due; 0: more are due now; -1: none waits) and,
+ * unless rev is NULL, *rev (the revision after them), or a negative
+ * code (DLOCK_EWRONGTYPE: a key of another shape there, nothing moved). */
 static int move_due(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
-                    long long *next) {
+                    long long *next, int64_t *rev) {
   long long now = epoch_ms();
   char due[3 * ETCD_KEY_MAX + 32];
   snprintf(due, sizeof due, "%s%016lld", n->dl, now + 1);
@@ -310,6 +312,7 @@ static int move_due(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
   int rc = dl_etcd_txn_post(e, &j, &r);
   if (rc != 0) return rc;
   rc = dl_etcd_q_check_clean(e, s, r);
+  int64_t at = dl_etcd_txn_rev(r);
   json_object *kvs =
       dl_etcd_get(dl_etcd_txn_resp(r, 3, "response_range"), "kvs");
   size_t k = kvs && json_object_is_type(kvs, json_type_array)
@@ -334,7 +337,7 @@ static int move_due(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
   bool again = k == MOVE_MAX;
   for (size_t i = 0; rc == 0 && i < k; i++) {
     dl_etcd_kv_key(all[i].kv, key, sizeof key);
-    int m = move_one(e, n, all[i].kv, key);
+    int m = move_one(e, n, all[i].kv, key, &at);
     if (m < 0) rc = m;
     if (m == 0) again = true; /* looked at again */
   }
@@ -345,6 +348,7 @@ static int move_due(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
     *next = d > 0 ? d : 0;
   }
   if (again) *next = 0;
+  if (rev) *rev = at; /* after our own moves */
   free(all);
   json_object_put(r);
   return rc;
@@ -355,7 +359,7 @@ int dl_etcd_q_poll(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
   for (;;) {
     unsigned wakes = atomic_load(&e->wakes);
     long long next = -1;
-    int rc = q->delayed ? move_due(e, s, n, &next) : 0;
+    int rc = q->delayed ? move_due(e, s, n, &next, NULL) : 0;
     int64_t rev = 0;
     if (rc == 0) rc = take(e, s, n, q, dest, &rev);
     if (rc != 0 || !q->wait) return rc;
@@ -364,10 +368,41 @@ int dl_etcd_q_poll(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
     if (next >= 0 && next < until - now) until = now + (next < 5 ? 5 : next);
     rc = dl_etcd_wait_change(e, n->lo, rev, until, wakes);
     if (rc < 0) return rc;
-    if (rc == 0 && (until == q->deadline || dl_offload_cancelled() ||
-                    atomic_load(&e->wakes) != wakes))
+    /* The deadline, or a cancel; else (news, the next due time, another
+     * wait's wake) look again. */
+    if (rc == 0 && (dl_now_ms() >= q->deadline || dl_offload_cancelled()))
       return 0;
   }
+}
+
+/* DL_QUEUE_TRANSFER: moves what is due; with q->wait, then sleeps until
+ * the next due time, a change among the delayed values (a new one from
+ * any client: a watch on them), a kick (dl_etcd_queue_kick) or
+ * q->deadline, and moves again. 0 (q->n: ms until the next is due, -1
+ * none), or a negative code. */
+static int transfer(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
+                    dl_queue_req *q) {
+  unsigned wakes = atomic_load(&e->wakes);
+  long long next = -1;
+  int64_t rev = 0;
+  int rc = move_due(e, s, n, &next, &rev);
+  if (rc == 0 && q->wait) {
+    int64_t now = dl_now_ms(), until = q->deadline;
+    if (next >= 0 && next < until - now) until = now + next;
+    rc = until > now ? dl_etcd_wait_change(e, n->dl, rev, until, wakes) : 0;
+    if (rc >= 0) rc = move_due(e, s, n, &next, NULL);
+  }
+  q->n = next;
+  return rc;
+}
+
+void dl_etcd_queue_kick(dl_backend *b, const dl_sync_ref *s) {
+  dl_etcd *e = (dl_etcd *)b;
+  (void)s;
+  /* Every wait of the client ends; the others look again (a spurious
+   * wake, as an election's stop makes). */
+  atomic_fetch_add(&e->wakes, 1);
+  dl_etcd_wake_waits(e);
 }
 
 /* The count of the keys in [key, end). */
@@ -415,10 +450,7 @@ int dl_etcd_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q) {
     rc = count(e, s, n, n->dl, n->dl_end, false, &v);
     q->n = v;
     break;
-  case DL_QUEUE_TRANSFER:
-    rc = move_due(e, s, n, &v);
-    q->n = v;
-    break;
+  case DL_QUEUE_TRANSFER: rc = transfer(e, s, n, q); break;
   default: /* DL_QUEUE_POLL_RELIABLE, DL_QUEUE_ACK */
     rc = dl_etcd_q_reliable(e, s, n, q);
     break;
