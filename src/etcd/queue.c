@@ -198,7 +198,7 @@ static int take(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
     json_object *heads = dl_etcd_txn_kv(r, 3), *tails = dl_etcd_txn_kv(r, 4);
     json_object *kv = last ? (tails ? tails : heads) : (heads ? heads : tails);
     *rev = dl_etcd_txn_rev(r);
-    char key[ETCD_KEY_MAX];
+    char key[ETCD_KEY_MAX] = "(a key)";
     if (rc == 0 && kv &&
         (dl_etcd_kv_key(kv, key, sizeof key) < 0 || !is_value_key(n, key)))
       rc = wrongtype(e, s, key);
@@ -321,7 +321,7 @@ static int move_due(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
   due_kv *all = k ? calloc(k, sizeof *all) : NULL;
   if (rc == 0 && k && all == NULL)
     rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  char key[3 * ETCD_KEY_MAX + 64];
+  char key[3 * ETCD_KEY_MAX + 64] = "(a key)";
   for (size_t i = 0; rc == 0 && i < k; i++) {
     json_object *kv = json_object_array_get_idx(kvs, i);
     long long d = dl_etcd_kv_key(kv, key, sizeof key) < 0 ? -1 : due_of(n, key);

@@ -158,7 +158,8 @@ static int give_back(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                   dl_etcd_get(dl_etcd_txn_resp(r, 1, "response_range"), "kvs");
   size_t nl = live ? json_object_array_length(live) : 0,
          nt = taken ? json_object_array_length(taken) : 0;
-  char key[sizeof n->proc + 64], id[ID_LEN + 1], other[sizeof n->cons + 64];
+  char key[sizeof n->proc + 64] = "(a key)", id[ID_LEN + 1],
+                            other[sizeof n->cons + 64];
   for (size_t i = 0; rc == 0 && i < nt; i++) {
     json_object *kv = json_object_array_get_idx(taken, i);
     if (dl_etcd_kv_key(kv, key, sizeof key) < 0 || !id_of(n, key, id)) {
