@@ -182,17 +182,29 @@ done
 "$dlock" -u "$url" queue offer jq x y || fail "dlock's offer"
 [[ $("$peer" dequeue "$ep" jq 2 10) == $'x\ny' ]] ||
   fail "Go's Dequeue did not take dlock's x, y in order"
+# The watch streams the server has started (each waiting take opens one).
+watches() {
+  curl -s -m 1 "http://$ep/metrics" | awk '/^grpc_server_started_total\{grpc_method="Watch",grpc_service="etcdserverpb.Watch"/ {print $2}'
+}
+# until_watching N: until more than N have started (10 s at most).
+until_watching() {
+  for _ in $(seq 1000); do (( $(watches) > $1 )) && return 0; sleep 0.01; done
+  return 1
+}
+w0=$(watches)
 "$peer" dequeue "$ep" jq 1 10 >"$work/dq.out" 2>&1 &
 dq=$!
 pids+=($dq)
-sleep 0.3 # Go's Dequeue is waiting (a watch on the prefix)
+until_watching "$w0" || fail "Go's Dequeue did not wait"
 "$dlock" -u "$url" queue offer jq late || fail "dlock's offer"
 wait "$dq" || fail "Go's waiting Dequeue"
 [[ $(cat "$work/dq.out") == late ]] || fail "Go's Dequeue got '$(cat "$work/dq.out")'"
+w0=$(watches)
 "$dlock" -u "$url" queue take jq -w 10s >"$work/dt.out" 2>&1 &
 dt=$!
 pids+=($dt)
-sleep 0.3
+# Two watches: the take's on the queue, its transfer's on the delayed keys.
+until_watching $((w0 + 1)) || fail "dlock's take did not wait"
 "$peer" enqueue "$ep" jq go-late || fail "Go's Enqueue"
 wait "$dt" || fail "dlock's waiting take"
 [[ $(cat "$work/dt.out") == go-late ]] || fail "dlock's take got '$(cat "$work/dt.out")'"

@@ -300,9 +300,13 @@ static void t_etcd_queue_transfer(void) {
   dlock_queue *qa, *qb, *qc;
   CHECK_RC(dlock_queue_new(a, "tq", &qa), 0);
   CHECK_RC(dlock_queue_new(b, "tq", &qb), 0);
+  long long w0 = th_etcd_started(&s, "Watch");
   CHECK_RC(dlock_queue_new_delayed(c, "tq", &qc), 0);
-  /* c's transfer is asleep by now (nothing due, nothing delayed). */
-  th_sleep_ms(200);
+  /* c's transfer sleeps in its watch (nothing due, nothing delayed). */
+  int64_t t1 = th_now_ms();
+  while (th_etcd_started(&s, "Watch") <= w0 && th_now_ms() - t1 < 5000)
+    th_sleep_ms(5);
+  CHECK(th_etcd_started(&s, "Watch") > w0);
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_queue_offer_delayed(qa, 100, "t", 1), 0);
   void *v = NULL;
