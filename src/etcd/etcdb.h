@@ -331,6 +331,10 @@ int dl_etcd_wait_delete_since(dl_etcd *e, const char *key, int64_t rev,
  * client closes). */
 int dl_etcd_wait_change(dl_etcd *e, const char *pfx, int64_t rev,
                         int64_t deadline, unsigned wakes);
+/* As dl_etcd_wait_change; with put, only a PUT event is news (a new
+ * value, as Go's WaitPrefixEvents waits for), not a DELETE. */
+int dl_etcd_wait_prefix(dl_etcd *e, const char *pfx, int64_t rev, bool put,
+                        int64_t deadline, unsigned wakes);
 /* Sleeps ms, or less: until the client closes or the operation this
  * thread runs is cancelled (e->cv is broadcast then). e->mu not held. */
 void dl_etcd_pause(dl_etcd *e, int64_t ms);

@@ -13,7 +13,7 @@
  * - a take reads the candidate, then deletes it in a txn compared on its
  *   mod revision (Go's deleteRevKey): of two consumers racing for it one
  *   gets it, the other looks again. A waiting take watches Q/ from the
- *   revision it read (Go's WaitPrefixEvents), no polling;
+ *   revision it read until a PUT (Go's WaitPrefixEvents), no polling;
  * - nothing else may be at Q, under Q/ outside Q/0..Q/9, nor under Q/ of
  *   another shape (a lock's or an election's keys): DLOCK_EWRONGTYPE, and
  *   every write compares the first two so that it changes nothing then.
@@ -366,7 +366,7 @@ int dl_etcd_q_poll(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
     int64_t now = dl_now_ms(), until = q->deadline;
     if (now >= until || dl_offload_cancelled()) return 0;
     if (next >= 0 && next < until - now) until = now + (next < 5 ? 5 : next);
-    rc = dl_etcd_wait_change(e, n->lo, rev, until, wakes);
+    rc = dl_etcd_wait_prefix(e, n->lo, rev, true, until, wakes);
     if (rc < 0) return rc;
     /* The deadline, or a cancel; else (news, the next due time, another
      * wait's wake) look again. */
