@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 
 #ifdef DLOCK_TEST_HAVE_ETCD
@@ -83,7 +84,7 @@ typedef struct awaiter {
 
 static void *await_latch(void *arg) {
   awaiter *w = arg;
-  w->rc = dlock_latch_try_await(w->l, 5000);
+  w->rc = dlock_latch_try_await(w->l, 15000);
   w->at = th_now_ms();
   return NULL;
 }
@@ -329,6 +330,65 @@ static void t_etcd_queue_transfer(void) {
   th_etcd_stop(&s);
 }
 
+typedef struct poller {
+  dlock_queue *q;
+  int rc;
+  char got[8];
+} poller;
+
+static void *poll_queue(void *arg) {
+  poller *p = arg;
+  void *v = NULL;
+  size_t len = 0;
+  p->rc = dlock_queue_poll(p->q, 15000, &v, &len);
+  if (p->rc == 0) snprintf(p->got, sizeof p->got, "%.*s", (int)len, (char *)v);
+  dlock_queue_value_free(v);
+  return NULL;
+}
+
+/* The server down (600 ms) and restarted under a waiting take and a
+ * waiting latch: both ride it out (their calls fail while it is down) and
+ * end as they would have: the value offered after, the count-down after. */
+static void t_etcd_waits_ride_out(void) {
+  SETUP(s);
+  dlock_client *a = eclient(&s), *b = eclient(&s);
+  CHECK(a && b);
+  dlock_latch *la;
+  awaiter w = {.rc = 1};
+  CHECK_RC(dlock_latch_new(a, "rl", &la), 0);
+  CHECK_RC(dlock_latch_new(b, "rl", &w.l), 0);
+  CHECK_EQ(dlock_latch_try_set_count(la, 1), 1);
+  poller p = {.rc = 1};
+  dlock_queue *qa;
+  CHECK_RC(dlock_queue_new(a, "rw", &qa), 0);
+  CHECK_RC(dlock_queue_new(b, "rw", &p.q), 0);
+  long long w0 = th_etcd_started(&s, "Watch");
+  pthread_t t1, t2;
+  pthread_create(&t1, NULL, await_latch, &w);
+  pthread_create(&t2, NULL, poll_queue, &p);
+  int64_t t0 = th_now_ms();
+  while (th_etcd_started(&s, "Watch") < w0 + 2 && th_now_ms() - t0 < 5000)
+    th_sleep_ms(5);
+  CHECK(th_etcd_started(&s, "Watch") >= w0 + 2); /* both wait */
+  th_etcd_kill(&s, SIGKILL); /* down for 600 ms: their calls fail */
+  th_sleep_ms(600);
+  CHECK_RC(th_etcd_restart(&s), 0);
+  CHECK_RC(dlock_queue_offer(qa, "r", 1), 0);
+  CHECK_RC(dlock_latch_count_down(la), 0);
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  CHECK_RC(w.rc, 0);
+  CHECK_RC(p.rc, 0);
+  CHECK(strcmp(p.got, "r") == 0);
+  dlock_queue_free(qa);
+  dlock_queue_free(p.q);
+  dlock_latch_free(la);
+  dlock_latch_free(w.l);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
 /* Consumers racing: each value to exactly one of them. */
 #define RACE_N 60
 typedef struct racer {
@@ -386,7 +446,7 @@ static void t_etcd_queue_race(void) {
 TH_MAIN(T_BARE(t_etcd_latch_keys), T_BARE(t_etcd_latch_woken_early),
         T_BARE(t_etcd_queue_keys), T_BARE(t_etcd_queue_foreign),
         T_BARE(t_etcd_queue_reliable), T_BARE(t_etcd_queue_transfer),
-        T_BARE(t_etcd_queue_race))
+        T_BARE(t_etcd_waits_ride_out), T_BARE(t_etcd_queue_race))
 #else
 static void t_skipped(void) {
   fprintf(stderr, "    skipped: built without libcurl and json-c\n");

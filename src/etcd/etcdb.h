@@ -234,6 +234,14 @@ int dl_etcd_range_under(dl_etcd *e, const char *pfx, int limit,
 /* Whether a call's error may pass (no answer: the server unreachable or
  * slow). */
 bool dl_etcd_transient(int rc);
+/* A wait (wait true, until deadline) rides out what a member lost or a
+ * leader change makes requests fail with, as the Redis waits ride out a
+ * failover: true after a pause (20 ms, doubling up to 200 ms; *rides
+ * counts them) when rc is transient and the deadline leaves room, false
+ * when the error stands (the client closing, the operation cancelled,
+ * the time spent). */
+bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,
+                      int *rides);
 /* A lease of ms milliseconds in etcd's whole seconds, rounded up (no
  * overflow near INT64_MAX). */
 static inline int64_t dl_etcd_ttl_s(int64_t ms) {

@@ -155,10 +155,12 @@ int dl_etcd_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
   latch_names nm;
   names_of(e, s, &nm);
   int64_t first = 0; /* the create revision of the count waited for */
+  int rides = 0;
   for (;;) {
     unsigned wakes = atomic_load(&e->wakes);
     latch_look lk;
     int rc = look(e, s, &nm, &lk);
+    if (rc < 0 && dl_etcd_ride_out(e, wait, deadline, rc, &rides)) continue;
     if (rc != 0) return rc;
     /* At zero; or the count waited for ended and another began since. */
     if (!lk.there || lk.count <= 0 || (first && lk.create != first)) return 1;
@@ -167,6 +169,7 @@ int dl_etcd_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
     /* Its deletion after the read: zero reached. A stream that ended
      * (1 too) is looked at again. */
     rc = dl_etcd_wait_delete_since(e, nm.key, lk.rev, deadline, wakes);
+    if (rc < 0 && dl_etcd_ride_out(e, wait, deadline, rc, &rides)) continue;
     if (rc < 0) return rc;
     /* Woken early (another wait's wake: spurious): look again. */
     if (rc == 0 && (dl_now_ms() >= deadline || dl_offload_cancelled()))

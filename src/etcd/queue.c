@@ -356,17 +356,21 @@ static int move_due(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
 
 int dl_etcd_q_poll(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                    dl_queue_req *q, const char *dest) {
+  int rides = 0;
   for (;;) {
     unsigned wakes = atomic_load(&e->wakes);
     long long next = -1;
     int rc = q->delayed ? move_due(e, s, n, &next, NULL) : 0;
     int64_t rev = 0;
     if (rc == 0) rc = take(e, s, n, q, dest, &rev);
+    if (rc < 0 && dl_etcd_ride_out(e, q->wait, q->deadline, rc, &rides))
+      continue;
     if (rc != 0 || !q->wait) return rc;
     int64_t now = dl_now_ms(), until = q->deadline;
     if (now >= until || dl_offload_cancelled()) return 0;
     if (next >= 0 && next < until - now) until = now + (next < 5 ? 5 : next);
     rc = dl_etcd_wait_prefix(e, n->lo, rev, true, until, wakes);
+    if (rc < 0 && dl_etcd_ride_out(e, true, q->deadline, rc, &rides)) continue;
     if (rc < 0) return rc;
     /* The deadline, or a cancel; else (news, the next due time, another
      * wait's wake) look again. */
