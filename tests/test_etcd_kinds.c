@@ -18,14 +18,20 @@
   th_etcd s;                                                                   \
   CHECK_RC(th_etcd_start(&s), 0)
 
-static dlock_client *eclient(const th_etcd *s) {
+/* A client of s (lease_ms > 0: its watchdog lease). */
+static dlock_client *eclient_lease(const th_etcd *s, int64_t lease_ms) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = s->url;
+  if (lease_ms > 0) o.watchdog_timeout_ms = lease_ms;
   dlock_client *c = NULL;
   if (dlock_client_open(&o, &c) != 0)
     fprintf(stderr, "    open: %s\n", dlock_client_open_errmsg());
   return c;
+}
+
+static dlock_client *eclient(const th_etcd *s) {
+  return eclient_lease(s, 0);
 }
 
 /* etcdctl's output for args, its trailing newline cut. */
@@ -194,17 +200,6 @@ static void t_etcd_queue_foreign(void) {
   }
   dlock_client_close(c);
   th_etcd_stop(&s);
-}
-
-static dlock_client *eclient_lease(const th_etcd *s, int64_t lease_ms) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s->url;
-  o.watchdog_timeout_ms = lease_ms;
-  dlock_client *c = NULL;
-  if (dlock_client_open(&o, &c) != 0)
-    fprintf(stderr, "    open: %s\n", dlock_client_open_errmsg());
-  return c;
 }
 
 static bool took(dlock_queue *q, int64_t wait_ms, const char *want) {

@@ -262,23 +262,20 @@ static long long due_of(const qnames *n, const char *key) {
   return strtoll(t, NULL, 10);
 }
 
-/* Moves one due value (kv) to the queue's tail: 1 moved, 0 someone else
- * did (or the new key was taken), or a negative code; *rev raised to the
- * txn's revision. */
-static int move_one(dl_etcd *e, const qnames *n, json_object *kv,
-                    const char *dkey, int64_t *rev) {
+int dl_etcd_q_move(dl_etcd *e, const qnames *n, json_object *kv,
+                   const char *from, bool head, int64_t *rev) {
   size_t len = 0;
   char *v = dl_etcd_kv_value(kv, &len);
   if (v == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   char key[ETCD_KEY_MAX + 32];
-  snprintf(key, sizeof key, "%s%lld", n->lo, dl_etcd_q_nanos());
+  snprintf(key, sizeof key, "%s%lld", head ? n->d0 : n->lo, dl_etcd_q_nanos());
   etcd_json j = {0};
   dl_etcd_json_add(&j, "{\"compare\":[");
-  dl_etcd_cmp_mod(&j, dkey, dl_etcd_i64(kv, "mod_revision"));
+  dl_etcd_cmp_mod(&j, from, dl_etcd_i64(kv, "mod_revision"));
   dl_etcd_cmp_absent(&j, key, NULL);
   dl_etcd_q_cmp_clean(&j, n);
   dl_etcd_json_add(&j, "],\"success\":[");
-  dl_etcd_op_delete(&j, dkey);
+  dl_etcd_op_delete(&j, from);
   dl_etcd_op_put(&j, key, v, len);
   dl_etcd_json_add(&j, "]}");
   free(v);
@@ -286,7 +283,7 @@ static int move_one(dl_etcd *e, const qnames *n, json_object *kv,
   int rc = dl_etcd_txn_post(e, &j, &r);
   if (rc != 0) return rc;
   rc = dl_etcd_txn_succeeded(r);
-  if (dl_etcd_txn_rev(r) > *rev) *rev = dl_etcd_txn_rev(r);
+  if (rev && dl_etcd_txn_rev(r) > *rev) *rev = dl_etcd_txn_rev(r);
   json_object_put(r);
   return rc;
 }
@@ -337,7 +334,7 @@ static int move_due(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
   bool again = k == MOVE_MAX;
   for (size_t i = 0; rc == 0 && i < k; i++) {
     dl_etcd_kv_key(all[i].kv, key, sizeof key);
-    int m = move_one(e, n, all[i].kv, key, &at);
+    int m = dl_etcd_q_move(e, n, all[i].kv, key, false, &at);
     if (m < 0) rc = m;
     if (m == 0) again = true; /* looked at again */
   }

@@ -31,6 +31,13 @@ int dl_etcd_q_check_clean(dl_etcd *e, const dl_sync_ref *s, json_object *r);
 /* The next key's number: the wall clock's UnixNano, above the last one
  * this process used. */
 long long dl_etcd_q_nanos(void);
+/* Moves kv, the value at the key `from` (not Q's), into the queue: to
+ * its head (head) or tail, in one txn compared on from's mod revision
+ * and on nothing foreign there: 1 moved, 0 moved by another (or the new
+ * key was taken), or a negative code; *rev (unless NULL) raised to the
+ * txn's revision. */
+int dl_etcd_q_move(dl_etcd *e, const qnames *n, json_object *kv,
+                   const char *from, bool head, int64_t *rev);
 /* A poll (q->op DL_QUEUE_POLL or _LAST; DL_QUEUE_POLL_RELIABLE takes
  * the head): takes, also putting the value at dest in the same txn when
  * dest is not NULL, waiting (a watch on Q/) until q->deadline when

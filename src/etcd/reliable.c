@@ -22,7 +22,10 @@
 #include <string.h>
 
 #define ID_LEN 32
-#define TAKEN_MAX 1000 /* taken values looked at, at most, per call */
+/* A range's fields: the 1000 newest (the taken values looked at, at most,
+ * per call). */
+#define NEWEST_FIRST                                                           \
+  ",\"limit\":\"1000\",\"sort_target\":\"CREATE\",\"sort_order\":\"DESCEND\""
 
 /* A consumer's lease, kept while the client lives. */
 typedef struct etcd_consumer {
@@ -107,32 +110,6 @@ static bool id_of(const qnames *n, const char *key, char id[ID_LEN + 1]) {
   return true;
 }
 
-/* Puts kv (a taken value at pkey) back at the head of Q, in one txn
- * compared on its mod revision: 0 (moved, or moved by another), or a
- * negative code. */
-static int put_back(dl_etcd *e, const qnames *n, json_object *kv,
-                    const char *pkey) {
-  size_t len = 0;
-  char *v = dl_etcd_kv_value(kv, &len);
-  if (v == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  char key[ETCD_KEY_MAX + 32];
-  snprintf(key, sizeof key, "%s%lld", n->d0, dl_etcd_q_nanos());
-  etcd_json j = {0};
-  dl_etcd_json_add(&j, "{\"compare\":[");
-  dl_etcd_cmp_mod(&j, pkey, dl_etcd_i64(kv, "mod_revision"));
-  dl_etcd_cmp_absent(&j, key, NULL);
-  dl_etcd_q_cmp_clean(&j, n);
-  dl_etcd_json_add(&j, "],\"success\":[");
-  dl_etcd_op_delete(&j, pkey);
-  dl_etcd_op_put(&j, key, v, len);
-  dl_etcd_json_add(&j, "]}");
-  free(v);
-  json_object *r;
-  int rc = dl_etcd_txn_post(e, &j, &r);
-  if (rc == 0) json_object_put(r);
-  return rc;
-}
-
 /* The values taken by consumers without a CONS key go back to Q's head,
  * the newest taken first (so the oldest ends at the head): 0, or a
  * negative code (DLOCK_EWRONGTYPE: a key of another shape there, nothing
@@ -140,14 +117,9 @@ static int put_back(dl_etcd *e, const qnames *n, json_object *kv,
 static int give_back(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                      const char *own) {
   etcd_json j = {0};
-  char more[96];
-  snprintf(more, sizeof more,
-           ",\"limit\":\"%d\",\"sort_target\":\"CREATE\","
-           "\"sort_order\":\"DESCEND\"",
-           TAKEN_MAX);
   dl_etcd_json_add(&j, "{\"success\":[");
   dl_etcd_op_range(&j, n->cons, n->cons_end, ",\"keys_only\":true");
-  dl_etcd_op_range(&j, n->proc, n->proc_end, more);
+  dl_etcd_op_range(&j, n->proc, n->proc_end, NEWEST_FIRST);
   dl_etcd_json_add(&j, "]}");
   json_object *r;
   int rc = dl_etcd_txn_post(e, &j, &r);
@@ -174,7 +146,7 @@ static int give_back(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                              sizeof other) > 0 &&
               strncmp(other, n->cons, strlen(n->cons)) == 0 &&
               strcmp(other + strlen(n->cons), id) == 0;
-    if (!alive) rc = put_back(e, n, kv, key);
+    if (!alive && (rc = dl_etcd_q_move(e, n, kv, key, true, NULL)) > 0) rc = 0;
   }
   json_object_put(r);
   return rc;
@@ -188,13 +160,8 @@ static int ack(dl_etcd *e, const qnames *n, dl_queue_req *q) {
   snprintf(end, sizeof end, "%s%s0", n->proc, q->consumer);
   for (;;) {
     etcd_json j = {0};
-    char more[96];
-    snprintf(more, sizeof more,
-             ",\"limit\":\"%d\",\"sort_target\":\"CREATE\","
-             "\"sort_order\":\"DESCEND\"",
-             TAKEN_MAX);
     dl_etcd_json_add(&j, "{\"success\":[");
-    dl_etcd_op_range(&j, pfx, end, more);
+    dl_etcd_op_range(&j, pfx, end, NEWEST_FIRST);
     dl_etcd_json_add(&j, "]}");
     json_object *r;
     int rc = dl_etcd_txn_post(e, &j, &r);
