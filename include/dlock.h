@@ -1095,8 +1095,12 @@ DLOCK_API void dlock_permits_on_lost(dlock_permits *p, dlock_permit_lost_cb cb,
 /* ---- Blocking queue / deque (Redisson RBlockingQueue, RBlockingDeque) ----
  * A list on the server holding each value as its bytes (what Redisson's
  * StringCodec and ByteArrayCodec store), so Java services and C services
- * share it. Unbounded: an offer never waits (Redisson's put is the same
- * call). Handles are thread-safe; free them before closing their client. */
+ * share it. On etcd:// it is etcd's contrib/recipes Queue (a key per value,
+ * shared with Go's recipe.Queue), its head, delayed values and reliable
+ * takes on dlock's keys beside it, delays counted by the offering client's
+ * clock (docs/WIRE.md). Unbounded: an offer never waits (Redisson's put is
+ * the same call). Handles are thread-safe; free them before closing their
+ * client. */
 typedef struct dlock_queue dlock_queue;
 
 /* A handle for the queue NAME (copied; nothing is sent). Returns 0 and

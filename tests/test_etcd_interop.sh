@@ -170,4 +170,56 @@ ms2=$(( ($(date +%s%N) - start) / 1000000 ))
 (( ms2 >= 600 )) || fail "the Go writer got the lock after $ms2 ms, while dlock wrote"
 echo "ok: read-write lock: Go reads, dlock reads beside it and writes after;" \
   "dlock writes, Go's reader waits $ms ms, its writer $ms2 ms"
+# 6. The queue (contrib/recipes' Queue): Go enqueues, dlock takes in
+# order; dlock offers, Go dequeues in order; each wakes the other's
+# waiting take; a Go and a dlock consumer racing share out 20 values, each
+# value to exactly one of them.
+"$peer" enqueue "$ep" jq a b c || fail "Go's Enqueue"
+for want in a b c; do
+  got=$("$dlock" -u "$url" queue take jq -w 0) || fail "dlock's take ($want)"
+  [[ $got == "$want" ]] || fail "dlock took '$got' from Go's queue, expected '$want'"
+done
+"$dlock" -u "$url" queue offer jq x y || fail "dlock's offer"
+[[ $("$peer" dequeue "$ep" jq 2 10) == $'x\ny' ]] ||
+  fail "Go's Dequeue did not take dlock's x, y in order"
+# The watch streams the server has started (each waiting take opens one).
+watches() {
+  curl -s -m 1 "http://$ep/metrics" | awk '/^grpc_server_started_total\{grpc_method="Watch",grpc_service="etcdserverpb.Watch"/ {print $2}'
+}
+# until_watching N: until more than N have started (10 s at most).
+until_watching() {
+  for _ in $(seq 1000); do (( $(watches) > $1 )) && return 0; sleep 0.01; done
+  return 1
+}
+w0=$(watches)
+"$peer" dequeue "$ep" jq 1 10 >"$work/dq.out" 2>&1 &
+dq=$!
+pids+=($dq)
+until_watching "$w0" || fail "Go's Dequeue did not wait"
+"$dlock" -u "$url" queue offer jq late || fail "dlock's offer"
+wait "$dq" || fail "Go's waiting Dequeue"
+[[ $(cat "$work/dq.out") == late ]] || fail "Go's Dequeue got '$(cat "$work/dq.out")'"
+w0=$(watches)
+"$dlock" -u "$url" queue take jq -w 10s >"$work/dt.out" 2>&1 &
+dt=$!
+pids+=($dt)
+# Two watches: the take's on the queue, its transfer's on the delayed keys.
+until_watching $((w0 + 1)) || fail "dlock's take did not wait"
+"$peer" enqueue "$ep" jq go-late || fail "Go's Enqueue"
+wait "$dt" || fail "dlock's waiting take"
+[[ $(cat "$work/dt.out") == go-late ]] || fail "dlock's take got '$(cat "$work/dt.out")'"
+"$peer" enqueue "$ep" race $(seq 1 20) || fail "Go's Enqueue"
+"$peer" dequeue "$ep" race 10 20 >"$work/race-go.out" 2>&1 &
+rg=$!
+pids+=($rg)
+for _ in $(seq 10); do
+  "$dlock" -u "$url" queue take race -w 10s || fail "dlock's take in the race"
+done >"$work/race-dl.out"
+wait "$rg" || fail "Go's Dequeue in the race"
+[[ $(sort -n "$work/race-go.out" "$work/race-dl.out" | tr '\n' ' ') == \
+   "$(seq 1 20 | tr '\n' ' ')" ]] ||
+  fail "the racing consumers did not get each value exactly once"
+echo "ok: queue: Go enqueues, dlock takes in order; dlock offers, Go dequeues;" \
+  "each wakes the other; racing consumers got each of 20 values once" \
+  "(Go $(wc -l <"$work/race-go.out"), dlock $(wc -l <"$work/race-dl.out"))"
 echo "PASS"

@@ -28,7 +28,7 @@ static const struct {
      * watch their predecessor (so the mutex is also the fair lock); a hold
      * lives by its session's lease. */
     {"etcd", F(LOCK) | F(FAIR) | F(READ) | F(WRITE) | F(ELECTION) |
-                 F(SEMAPHORE) | F(PERMITS) |
+                 F(SEMAPHORE) | F(PERMITS) | F(LATCH) | F(QUEUE) |
                  F(WAIT_NOTIFY) | F(LOOP) | F(LEASE) | F(FENCE)},
 };
 

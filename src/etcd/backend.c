@@ -212,6 +212,7 @@ static void etcd_free(dl_backend *b) {
    * at once, not when its TTL runs out; and the fixed leases' too. */
   int64_t deadline = dl_now_ms() + e->command_timeout_ms;
   if (e->lease) dl_etcd_revoke(e, e->lease, deadline);
+  dl_etcd_consumers_free(e, deadline);
   while (e->orphans) { /* they go with the lease, if not before */
     etcd_hold *o = e->orphans;
     e->orphans = o->next;
@@ -269,7 +270,10 @@ static const dl_backend_ops etcd_ops = {
     .fence = dl_etcd_fence,
     .sem_acquire = dl_etcd_sem_acquire,
     .permit_acquire = dl_etcd_permit_acquire,
-    .sync_update = dl_etcd_sem_update,
+    .latch_await = dl_etcd_latch_await,
+    .sync_update = dl_etcd_sync_update,
+    .queue = dl_etcd_queue,
+    .queue_kick = dl_etcd_queue_kick,
     .watch_losses = etcd_watch_losses,
     .wake_all = etcd_wake_all,
     .ping = etcd_ping,

@@ -119,6 +119,7 @@ typedef struct dl_etcd {
   /* An event-loop client's: the seam's event-loop form (blockloop.h), an
    * operation on a thread of its own, its waits ended by a cancel. */
   dl_blockloop *form;
+  struct etcd_consumer *consumers; /* mu: reliable.c's */
 } dl_etcd;
 
 /* ---- http.c: calls over the gateway ---- */
@@ -243,6 +244,14 @@ int dl_etcd_range_under(dl_etcd *e, const char *pfx, int limit,
 /* Whether a call's error may pass (no answer: the server unreachable or
  * slow). */
 bool dl_etcd_transient(int rc);
+/* A wait (wait true, until deadline) rides out what a member lost or a
+ * leader change makes requests fail with, as the Redis waits ride out a
+ * failover: true after a pause (20 ms, doubling up to 200 ms; *rides
+ * counts them) when rc is transient and the deadline leaves room, false
+ * when the error stands (the client closing, the operation cancelled,
+ * the time spent). */
+bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,
+                      int *rides);
 /* A lease of ms milliseconds in etcd's whole seconds, rounded up (no
  * overflow near INT64_MAX). */
 static inline int64_t dl_etcd_ttl_s(int64_t ms) {
@@ -263,6 +272,65 @@ void dl_etcd_elect_unobserve(dl_backend *b, dl_observer *o);
 int dl_etcd_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
                          size_t len);
 
+/* ---- kv.c: txns for the kinds on plain keys (latch.c, queue.c) ---- */
+/* A request's JSON as it is written (oom: a step ran out of memory; the
+ * post then fails with DLOCK_ENOMEM). */
+typedef struct etcd_json {
+  char *p;
+  size_t n, cap;
+  bool oom;
+} etcd_json;
+/* Appends printf's text. */
+void dl_etcd_json_add(etcd_json *j, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void dl_etcd_json_free(etcd_json *j);
+/* Items of a txn's lists, each after a ',' unless first after '[': a
+ * compare that no key is at key (or in [key, end) when end is non-NULL),
+ * a compare of key's mod revision, a range (more: further fields, each
+ * starting with ','), a put of len bytes, a delete of one key. */
+void dl_etcd_cmp_absent(etcd_json *j, const char *key, const char *end);
+void dl_etcd_cmp_mod(etcd_json *j, const char *key, int64_t mod);
+void dl_etcd_op_range(etcd_json *j, const char *key, const char *end,
+                      const char *more);
+void dl_etcd_op_put(etcd_json *j, const char *key, const void *value,
+                    size_t len);
+/* As dl_etcd_op_put, the key on `lease` (0: none). */
+void dl_etcd_op_put_on(etcd_json *j, const char *key, const void *value,
+                       size_t len, int64_t lease);
+void dl_etcd_op_delete(etcd_json *j, const char *key);
+/* Posts j (a txn's whole body) to /v3/kv/txn within one command timeout
+ * and frees j: 0 with the answer in *out (the caller puts it), or a
+ * negative code recorded. */
+int dl_etcd_txn_post(dl_etcd *e, etcd_json *j, json_object **out);
+bool dl_etcd_txn_succeeded(json_object *r);
+/* The answer's revision (its header's). */
+int64_t dl_etcd_txn_rev(json_object *r);
+/* The first kv of the i-th response (a range), or NULL; its count. */
+json_object *dl_etcd_txn_kv(json_object *r, int i);
+int64_t dl_etcd_txn_count(json_object *r, int i);
+/* A kv's key into buf (len bytes): its length, or -1. */
+int dl_etcd_kv_key(json_object *kv, char *buf, size_t len);
+/* A kv's value: malloc'ed, a NUL after *len bytes; NULL out of memory or
+ * not base64. */
+char *dl_etcd_kv_value(json_object *kv, size_t *len);
+
+/* ---- latch.c, queue.c ---- */
+int dl_etcd_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
+                        int64_t deadline);
+int dl_etcd_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                        long long n, const char *id, long long *v);
+int dl_etcd_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q);
+void dl_etcd_queue_kick(dl_backend *b, const dl_sync_ref *s);
+/* reliable.c: a reliable consumer's lease, for the watchdog's round (an
+ * item with .permit): 1 alive (renewed when lease_ms > 0; valid_until),
+ * 0 gone, 2 not a consumer of this client's (a permit), or a negative
+ * code (no answer: unknown). */
+int dl_etcd_consumer_renew(dl_etcd *e, dl_renew_item *it, int64_t lease_ms,
+                           int64_t deadline);
+/* The consumers' leases revoked (their values go back at once), and
+ * forgotten: the client closing. */
+void dl_etcd_consumers_free(dl_etcd *e, int64_t deadline);
+
 /* ---- wait.c ---- */
 /* Waits until `key` is deleted after revision `rev` (a watch from rev + 1):
  * 1 deleted, 0 not by the deadline (or the operation this thread runs
@@ -280,6 +348,10 @@ int dl_etcd_wait_delete_since(dl_etcd *e, const char *key, int64_t rev,
  * dl_etcd_wait_delete_since), or a negative code (DLOCK_ECLOSED when the
  * client closes). */
 int dl_etcd_wait_change(dl_etcd *e, const char *pfx, int64_t rev,
+                        int64_t deadline, unsigned wakes);
+/* As dl_etcd_wait_change; with put, only a PUT event is news (a new
+ * value, as Go's WaitPrefixEvents waits for), not a DELETE. */
+int dl_etcd_wait_prefix(dl_etcd *e, const char *pfx, int64_t rev, bool put,
                         int64_t deadline, unsigned wakes);
 /* Sleeps ms, or less: until the client closes or the operation this
  * thread runs is cancelled (e->cv is broadcast then). e->mu not held. */

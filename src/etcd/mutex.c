@@ -32,16 +32,21 @@ bool dl_etcd_transient(int rc) {
  * to 200 ms) when rc is transient and the wait's deadline leaves room,
  * false when the error stands (the client closing, the operation
  * cancelled, the time spent). */
-static bool ride_out(dl_etcd *e, const dl_acquire *a, int rc, int *rides) {
-  if (!dl_etcd_transient(rc) || !a->wait || atomic_load(e->env->closing) ||
+bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,
+                      int *rides) {
+  if (!dl_etcd_transient(rc) || !wait || atomic_load(e->env->closing) ||
       dl_offload_cancelled())
     return false;
   int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
   if (pause > 200) pause = 200;
-  if (dl_now_ms() + pause >= a->deadline) return false;
+  if (dl_now_ms() + pause >= deadline) return false;
   (*rides)++;
   dl_etcd_pause(e, pause);
   return !atomic_load(e->env->closing) && !dl_offload_cancelled();
+}
+
+static bool ride_out(dl_etcd *e, const dl_acquire *a, int rc, int *rides) {
+  return dl_etcd_ride_out(e, a->wait, a->deadline, rc, rides);
 }
 
 /* Whether an acquire's wait is over: none asked for, its deadline come,

@@ -241,8 +241,12 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
       revs[i] = h->rev;
     }
     pthread_mutex_unlock(&e->mu);
-    if (k64[0] == '\0') {
-      items[i].result = 0; /* not held here: never re-created */
+    if (k64[0] == '\0') { /* not held here: never re-created */
+      int cr = items[i].permit
+                   ? dl_etcd_consumer_renew(e, &items[i], lease_ms, deadline)
+                   : 0;
+      items[i].result = cr == 2 ? 0 : cr < 0 ? -1 : cr;
+      if (cr < 0 && first == 0) first = cr;
       continue;
     }
     at += (size_t)snprintf(body + at, cap - at,
@@ -262,7 +266,7 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
   if (rc != 0 && first == 0) first = rc;
   int j = 0;
   for (int i = 0; i < n && rc == 0; i++) {
-    if (items[i].result == 0) continue;
+    if (revs[i] == 0) continue; /* not asked */
     json_object *x = dl_etcd_txn_resp(r, j++, "response_range");
     int64_t now = dl_etcd_i64(dl_etcd_kv0(x), "create_revision");
     pthread_mutex_lock(&e->mu);

@@ -49,9 +49,10 @@ static int feed(json_tokener *tok, const char *p, size_t n,
   return 0;
 }
 
-/* What a message says: 1 a DELETE event (any: any event), 2 the watch
- * was cancelled or failed (compacted, an error), 0 nothing of that. */
-static int message_kind(json_object *o, bool any) {
+/* What a message says: 1 a DELETE event (any: any event; put: a PUT
+ * event, which has no "type": the gateway omits zeros), 2 the watch was
+ * cancelled or failed (compacted, an error), 0 nothing of that. */
+static int message_kind(json_object *o, bool any, bool put) {
   json_object *r = dl_etcd_get(o, "result");
   if (r == NULL) return 2; /* {"error": ...} */
   json_object *c = dl_etcd_get(r, "canceled");
@@ -60,8 +61,8 @@ static int message_kind(json_object *o, bool any) {
   if (ev && json_object_is_type(ev, json_type_array))
     for (size_t i = 0; i < json_object_array_length(ev); i++) {
       json_object *t = dl_etcd_get(json_object_array_get_idx(ev, i), "type");
-      if (any || (t && strcmp(json_object_get_string(t), "DELETE") == 0))
-        return 1;
+      bool del = t && strcmp(json_object_get_string(t), "DELETE") == 0;
+      if (any || (put ? !del : del)) return 1;
     }
   return 0;
 }
@@ -72,13 +73,14 @@ typedef struct waiting {
   json_tokener *tok;
   int seen; /* message_kind's largest answer */
   bool any; /* any event is news, not only a DELETE */
+  bool put; /* a PUT is news, not a DELETE */
   bool bad;
   unsigned wakes;
 } waiting;
 
 static void on_wait_message(void *ud, json_object *o) {
   waiting *w = ud;
-  int k = message_kind(o, w->any);
+  int k = message_kind(o, w->any, w->put);
   if (k > w->seen) w->seen = k;
 }
 
@@ -161,9 +163,9 @@ void dl_etcd_wake_waits(dl_etcd *e) {
 
 /* Runs the watch `body` until news (1), the deadline (0), a wake after
  * the wake count `wakes` (0), or an error. */
-static int wait_for(dl_etcd *e, const char *body, bool any, int64_t deadline,
-                    unsigned wakes) {
-  waiting w = {.e = e, .any = any, .wakes = wakes};
+static int wait_for(dl_etcd *e, const char *body, bool any, bool put,
+                    int64_t deadline, unsigned wakes) {
+  waiting w = {.e = e, .any = any, .put = put, .wakes = wakes};
   if (atomic_load(e->env->closing))
     return dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
   if (dl_now_ms() >= deadline || dl_offload_cancelled()) return 0;
@@ -229,10 +231,15 @@ int dl_etcd_wait_delete_since(dl_etcd *e, const char *key, int64_t rev,
            "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
            "\"}}",
            k64, rev + 1);
-  return wait_for(e, body, false, deadline, wakes);
+  return wait_for(e, body, false, false, deadline, wakes);
 }
 
 int dl_etcd_wait_change(dl_etcd *e, const char *pfx, int64_t rev,
+                        int64_t deadline, unsigned wakes) {
+  return dl_etcd_wait_prefix(e, pfx, rev, false, deadline, wakes);
+}
+
+int dl_etcd_wait_prefix(dl_etcd *e, const char *pfx, int64_t rev, bool put,
                         int64_t deadline, unsigned wakes) {
   char body[ETCD_KEY_MAX * 4 + 160], p64[ETCD_KEY_MAX * 2],
       end64[ETCD_KEY_MAX * 2];
@@ -242,7 +249,7 @@ int dl_etcd_wait_change(dl_etcd *e, const char *pfx, int64_t rev,
            "{\"create_request\":{\"key\":\"%s\",\"range_end\":\"%s\","
            "\"start_revision\":\"%" PRId64 "\"}}",
            p64, end64, rev + 1);
-  return wait_for(e, body, true, deadline, wakes);
+  return wait_for(e, body, !put, put, deadline, wakes);
 }
 
 /* ---- the watcher thread: the held keys ---- */
@@ -256,7 +263,7 @@ static void notify(dl_etcd *e, const char *lock) {
 
 static void on_hold_message(void *ud, json_object *o) {
   etcd_watch *w = ud;
-  int k = message_kind(o, false);
+  int k = message_kind(o, false, false);
   if (k == 2)
     w->cancelled = true;
   else if (k != 0)

@@ -1,0 +1,191 @@
+/* latch.c: the count-down latch (Redisson's RCountDownLatch) on etcd, on
+ * dlock's own layout (etcd's recipes have none; docs/WIRE.md): the key
+ * P + NAME holds the count in decimal ASCII while one runs and goes when
+ * it reaches zero, as Redisson's string key does. Every update is a txn
+ * compared on what it read (the key's absence, or its mod revision); a
+ * waiter watches the key until it is deleted. Anything else at the key (a
+ * value that is no number), or any key under P + NAME + "/" (another kind
+ * at the name: a lock, a queue), is refused with DLOCK_EWRONGTYPE and left
+ * as it is. */
+#include "etcdb.h"
+#include "sem.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The latch's key, and the range of the keys under it. */
+typedef struct latch_names {
+  char key[ETCD_KEY_MAX], sub[ETCD_KEY_MAX + 2], end[ETCD_KEY_MAX + 2];
+} latch_names;
+
+static void names_of(dl_etcd *e, const dl_sync_ref *s, latch_names *n) {
+  snprintf(n->key, sizeof n->key, "%s%s", e->prefix, s->key);
+  snprintf(n->sub, sizeof n->sub, "%s/", n->key);
+  snprintf(n->end, sizeof n->end, "%s0", n->key); /* '/' + 1 */
+}
+
+/* What a read found. */
+typedef struct latch_look {
+  bool there;      /* a count runs */
+  long long count; /* its value */
+  int64_t mod, create;
+  int64_t rev; /* the answer's revision */
+} latch_look;
+
+/* Reads the latch (the key, and whether anything is under it) in one
+ * txn: 0 with *lk, DLOCK_EWRONGTYPE recorded (something else is there),
+ * or a negative code. */
+static int look(dl_etcd *e, const dl_sync_ref *s, const latch_names *n,
+                latch_look *lk) {
+  etcd_json j = {0};
+  dl_etcd_json_add(&j, "{\"success\":[");
+  dl_etcd_op_range(&j, n->key, NULL, NULL);
+  dl_etcd_op_range(&j, n->sub, n->end, ",\"limit\":\"1\",\"keys_only\":true");
+  dl_etcd_json_add(&j, "]}");
+  json_object *r;
+  int rc = dl_etcd_txn_post(e, &j, &r);
+  if (rc != 0) return rc;
+  memset(lk, 0, sizeof *lk);
+  lk->rev = dl_etcd_txn_rev(r);
+  json_object *kv = dl_etcd_txn_kv(r, 0), *under = dl_etcd_txn_kv(r, 1);
+  char found[ETCD_KEY_MAX] = "";
+  if (under && dl_etcd_kv_key(under, found, sizeof found) < 0)
+    snprintf(found, sizeof found, "(a key)");
+  if (under) {
+    rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                   "'%s' is not a dlock count-down latch: the key '%s' is "
+                   "under it (another kind at the name)",
+                   s->name, found);
+  } else if (kv) {
+    size_t len = 0;
+    char *v = dl_etcd_kv_value(kv, &len), *end = NULL;
+    /* A number as Redis' latch_update.lua takes it: -?[0-9]+. */
+    if (v && len > 0 && len < 20 &&
+        strspn(v + (v[0] == '-'), "0123456789") == len - (v[0] == '-'))
+      lk->count = strtoll(v, &end, 10);
+    if (v == NULL)
+      rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    else if (end == NULL || end == v || *end != '\0')
+      rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                     "'%s' is not a dlock count-down latch: its key holds "
+                     "a value that is not a number",
+                     s->name);
+    lk->there = true;
+    lk->mod = dl_etcd_i64(kv, "mod_revision");
+    lk->create = dl_etcd_i64(kv, "create_revision");
+    free(v);
+  }
+  json_object_put(r);
+  return rc;
+}
+
+/* One write compared on what lk saw (the key absent, or at its mod
+ * revision) and on nothing under the key: put count (> 0), or delete
+ * (count 0). 1 done, 0 the latch changed meanwhile, or a negative code. */
+static int write_if(dl_etcd *e, const latch_names *n, const latch_look *lk,
+                    long long count) {
+  etcd_json j = {0};
+  char v[32];
+  int vl = snprintf(v, sizeof v, "%lld", count);
+  dl_etcd_json_add(&j, "{\"compare\":[");
+  if (lk->there)
+    dl_etcd_cmp_mod(&j, n->key, lk->mod);
+  else
+    dl_etcd_cmp_absent(&j, n->key, NULL);
+  dl_etcd_cmp_absent(&j, n->sub, n->end);
+  dl_etcd_json_add(&j, "],\"success\":[");
+  if (count > 0)
+    dl_etcd_op_put(&j, n->key, v, (size_t)vl);
+  else
+    dl_etcd_op_delete(&j, n->key);
+  dl_etcd_json_add(&j, "]}");
+  json_object *r;
+  int rc = dl_etcd_txn_post(e, &j, &r);
+  if (rc != 0) return rc;
+  rc = dl_etcd_txn_succeeded(r);
+  json_object_put(r);
+  return rc;
+}
+
+static int latch_update(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
+                        long long n, long long *v) {
+  latch_names nm;
+  names_of(e, s, &nm);
+  if (op == DL_LATCH_SET && (n < 1 || n > INT32_MAX))
+    return dl_seterr(e->err, DLOCK_EINVAL, "a latch's count is 1..%d",
+                     INT32_MAX);
+  for (;;) {
+    latch_look lk;
+    int rc = look(e, s, &nm, &lk);
+    if (rc != 0) return rc;
+    switch (op) {
+    case DL_LATCH_COUNT: *v = lk.there && lk.count > 0 ? lk.count : 0; return 0;
+    case DL_LATCH_SET:
+      if (lk.there) {
+        *v = 0; /* a count runs (or a stale value sits there) */
+        return 0;
+      }
+      rc = write_if(e, &nm, &lk, n);
+      if (rc < 0) return rc;
+      if (rc == 1) {
+        *v = 1;
+        return 0;
+      }
+      break; /* changed meanwhile: look again */
+    default: /* DL_LATCH_DOWN */
+      if (!lk.there || lk.count <= 0) {
+        *v = -1;
+        return 0;
+      }
+      rc = write_if(e, &nm, &lk, lk.count - 1);
+      if (rc < 0) return rc;
+      if (rc == 1) {
+        *v = lk.count - 1;
+        return 0;
+      }
+      break;
+    }
+  }
+}
+
+int dl_etcd_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
+                        int64_t deadline) {
+  dl_etcd *e = (dl_etcd *)b;
+  latch_names nm;
+  names_of(e, s, &nm);
+  int64_t first = 0; /* the create revision of the count waited for */
+  int rides = 0;
+  for (;;) {
+    unsigned wakes = atomic_load(&e->wakes);
+    latch_look lk;
+    int rc = look(e, s, &nm, &lk);
+    if (rc < 0 && dl_etcd_ride_out(e, wait, deadline, rc, &rides)) continue;
+    if (rc != 0) return rc;
+    /* At zero; or the count waited for ended and another began since. */
+    if (!lk.there || lk.count <= 0 || (first && lk.create != first)) return 1;
+    if (!wait || dl_now_ms() >= deadline) return 0;
+    first = lk.create;
+    /* Its deletion after the read: zero reached. A stream that ended
+     * (1 too) is looked at again. */
+    rc = dl_etcd_wait_delete_since(e, nm.key, lk.rev, deadline, wakes);
+    if (rc < 0 && dl_etcd_ride_out(e, wait, deadline, rc, &rides)) continue;
+    if (rc < 0) return rc;
+    /* Woken early (another wait's wake: spurious): look again. */
+    if (rc == 0 && (dl_now_ms() >= deadline || dl_offload_cancelled()))
+      return 0;
+  }
+}
+
+int dl_etcd_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                        long long n, const char *id, long long *v) {
+  dl_etcd *e = (dl_etcd *)b;
+  switch (op) {
+  case DL_LATCH_SET:
+  case DL_LATCH_DOWN:
+  case DL_LATCH_COUNT: return latch_update(e, s, op, n, v);
+  default: /* the semaphores' and permits' (sem.c) */
+    return dl_etcd_sem_update(b, s, op, n, id, v);
+  }
+}

@@ -1,0 +1,260 @@
+/* reliable.c: the etcd queue's reliable take and its ack (Redisson has no
+ * such thing; dlock's Redis layout is queue_reliable.lua's), on dlock's
+ * keys beside the queue Q (docs/WIRE.md):
+ * - each consumer's lease is an etcd lease of its own (the consumer's
+ *   lease_ms in whole seconds), holding the key CONS + <consumer id>
+ *   (CONS = P + "__dlock_consumers/" + NAME escaped + "/"); the watchdog
+ *   keeps it alive as it renews a permit (dl_etcd_consumer_renew), so it
+ *   ends when the process dies or the handle goes;
+ * - a reliable take is the queue's take whose txn also puts the value at
+ *   PROC + <consumer id> + "/" + <UnixNano> (PROC = P +
+ *   "__dlock_processing/" + NAME escaped + "/"), on no lease;
+ * - first, the values of every consumer without a CONS key (its lease
+ *   ended) go back to the head of Q (Q/0<UnixNano>, the oldest taken at
+ *   the head), each in a txn compared on its mod revision;
+ * - the ack deletes one of the consumer's PROC keys holding the value, at
+ *   its mod revision. */
+#include "queue.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ID_LEN 32
+/* A range's fields: the 1000 newest (the taken values looked at, at most,
+ * per call). */
+#define NEWEST_FIRST                                                           \
+  ",\"limit\":\"1000\",\"sort_target\":\"CREATE\",\"sort_order\":\"DESCEND\""
+
+/* A consumer's lease, kept while the client lives. */
+typedef struct etcd_consumer {
+  struct etcd_consumer *next;
+  char *queue; /* the queue's key (the client's prefix + NAME) */
+  char id[ID_LEN + 1];
+  int64_t lease;
+  int64_t until; /* surely valid until then (0: gone) */
+} etcd_consumer;
+
+static etcd_consumer *find(dl_etcd *e, const char *queue, const char *id) {
+  for (etcd_consumer *c = e->consumers; c; c = c->next)
+    if (strcmp(c->queue, queue) == 0 && strcmp(c->id, id) == 0) return c;
+  return NULL;
+}
+
+/* The consumer's lease, granted with its key when it has none that is
+ * valid: 0, or a negative code. */
+static int consumer_lease(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
+                          const dl_queue_req *q) {
+  pthread_mutex_lock(&e->mu);
+  etcd_consumer *c = find(e, s->key, q->consumer);
+  bool valid = c && c->until > dl_now_ms();
+  pthread_mutex_unlock(&e->mu);
+  if (valid) return 0;
+  int64_t lease, got, sent = dl_now_ms();
+  int rc = dl_etcd_grant(e, dl_etcd_ttl_s(q->lease_ms),
+                         sent + e->command_timeout_ms, &lease, &got);
+  if (rc != 0) return rc;
+  char key[sizeof n->cons + ID_LEN];
+  snprintf(key, sizeof key, "%s%s", n->cons, q->consumer);
+  etcd_json j = {0};
+  dl_etcd_json_add(&j, "{\"success\":[");
+  dl_etcd_op_put_on(&j, key, "", 0, lease);
+  dl_etcd_json_add(&j, "]}");
+  json_object *r;
+  rc = dl_etcd_txn_post(e, &j, &r);
+  if (rc != 0) {
+    dl_etcd_revoke(e, lease, dl_now_ms() + e->command_timeout_ms);
+    return rc;
+  }
+  json_object_put(r);
+  int64_t old = 0;
+  pthread_mutex_lock(&e->mu);
+  c = find(e, s->key, q->consumer);
+  if (c == NULL && (c = calloc(1, sizeof *c)) != NULL &&
+      (c->queue = dl_strdup(s->key)) == NULL) {
+    free(c);
+    c = NULL;
+  }
+  if (c && c->queue && c->lease == 0) {
+    snprintf(c->id, sizeof c->id, "%s", q->consumer);
+    c->next = e->consumers;
+    e->consumers = c;
+  }
+  if (c) {
+    old = c->lease;
+    c->lease = lease;
+    c->until = dl_validity(sent, q->lease_ms);
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (old) dl_etcd_revoke(e, old, dl_now_ms() + e->command_timeout_ms);
+  if (c == NULL) {
+    dl_etcd_revoke(e, lease, dl_now_ms() + e->command_timeout_ms);
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  return 0;
+}
+
+/* The consumer id of a PROC key (into id), or false when the key has
+ * another shape. */
+static bool id_of(const qnames *n, const char *key, char id[ID_LEN + 1]) {
+  size_t l = strlen(n->proc);
+  const char *t = key + l;
+  if (strncmp(key, n->proc, l) != 0 ||
+      strspn(t, "0123456789abcdef") != ID_LEN || t[ID_LEN] != '/' ||
+      strspn(t + ID_LEN + 1, "0123456789") < 1 ||
+      t[ID_LEN + 1 + strspn(t + ID_LEN + 1, "0123456789")] != '\0')
+    return false;
+  memcpy(id, t, ID_LEN);
+  id[ID_LEN] = '\0';
+  return true;
+}
+
+/* The values taken by consumers without a CONS key go back to Q's head,
+ * the newest taken first (so the oldest ends at the head): 0, or a
+ * negative code (DLOCK_EWRONGTYPE: a key of another shape there, nothing
+ * moved). */
+static int give_back(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
+                     const char *own) {
+  etcd_json j = {0};
+  dl_etcd_json_add(&j, "{\"success\":[");
+  dl_etcd_op_range(&j, n->cons, n->cons_end, ",\"keys_only\":true");
+  dl_etcd_op_range(&j, n->proc, n->proc_end, NEWEST_FIRST);
+  dl_etcd_json_add(&j, "]}");
+  json_object *r;
+  int rc = dl_etcd_txn_post(e, &j, &r);
+  if (rc != 0) return rc;
+  json_object *live =
+                  dl_etcd_get(dl_etcd_txn_resp(r, 0, "response_range"), "kvs"),
+              *taken =
+                  dl_etcd_get(dl_etcd_txn_resp(r, 1, "response_range"), "kvs");
+  size_t nl = live ? json_object_array_length(live) : 0,
+         nt = taken ? json_object_array_length(taken) : 0;
+  char key[sizeof n->proc + 64] = "(a key)", id[ID_LEN + 1],
+                            other[sizeof n->cons + 64];
+  for (size_t i = 0; rc == 0 && i < nt; i++) {
+    json_object *kv = json_object_array_get_idx(taken, i);
+    if (dl_etcd_kv_key(kv, key, sizeof key) < 0 || !id_of(n, key, id)) {
+      rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                     "'%s': the key '%s' among its taken values is none",
+                     s->name, key);
+      break;
+    }
+    bool alive = strcmp(id, own) == 0;
+    for (size_t k = 0; !alive && k < nl; k++)
+      alive = dl_etcd_kv_key(json_object_array_get_idx(live, k), other,
+                             sizeof other) > 0 &&
+              strncmp(other, n->cons, strlen(n->cons)) == 0 &&
+              strcmp(other + strlen(n->cons), id) == 0;
+    if (!alive && (rc = dl_etcd_q_move(e, n, kv, key, true, NULL)) > 0) rc = 0;
+  }
+  json_object_put(r);
+  return rc;
+}
+
+/* The ack: one of the consumer's taken values equal to q's value goes:
+ * 0 (q->n 1 gone, 0 none there), or a negative code. */
+static int ack(dl_etcd *e, const qnames *n, dl_queue_req *q) {
+  char pfx[sizeof n->proc + ID_LEN + 2], end[sizeof pfx];
+  snprintf(pfx, sizeof pfx, "%s%s/", n->proc, q->consumer);
+  snprintf(end, sizeof end, "%s%s0", n->proc, q->consumer);
+  for (;;) {
+    etcd_json j = {0};
+    dl_etcd_json_add(&j, "{\"success\":[");
+    dl_etcd_op_range(&j, pfx, end, NEWEST_FIRST);
+    dl_etcd_json_add(&j, "]}");
+    json_object *r;
+    int rc = dl_etcd_txn_post(e, &j, &r);
+    if (rc != 0) return rc;
+    json_object *kvs =
+        dl_etcd_get(dl_etcd_txn_resp(r, 0, "response_range"), "kvs");
+    size_t nk = kvs ? json_object_array_length(kvs) : 0;
+    json_object *hit = NULL;
+    for (size_t i = 0; hit == NULL && rc == 0 && i < nk; i++) {
+      json_object *kv = json_object_array_get_idx(kvs, i);
+      size_t len = 0;
+      char *v = dl_etcd_kv_value(kv, &len);
+      if (v == NULL)
+        rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+      else if (len == q->len && (len == 0 || memcmp(v, q->value, len) == 0))
+        hit = kv;
+      free(v);
+    }
+    char key[sizeof n->proc + 64];
+    if (rc != 0 || hit == NULL || dl_etcd_kv_key(hit, key, sizeof key) < 0) {
+      json_object_put(r);
+      q->n = 0;
+      return rc;
+    }
+    j = (etcd_json){0};
+    dl_etcd_json_add(&j, "{\"compare\":[");
+    dl_etcd_cmp_mod(&j, key, dl_etcd_i64(hit, "mod_revision"));
+    dl_etcd_json_add(&j, "],\"success\":[");
+    dl_etcd_op_delete(&j, key);
+    dl_etcd_json_add(&j, "]}");
+    json_object_put(r);
+    rc = dl_etcd_txn_post(e, &j, &r);
+    if (rc != 0) return rc;
+    bool done = dl_etcd_txn_succeeded(r);
+    json_object_put(r);
+    if (done) {
+      q->n = 1;
+      return 0;
+    }
+    /* Gone meanwhile (given back: its lease ended): look again. */
+  }
+}
+
+int dl_etcd_q_reliable(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
+                       dl_queue_req *q) {
+  if (q->consumer == NULL || strlen(q->consumer) != ID_LEN ||
+      strspn(q->consumer, "0123456789abcdef") != ID_LEN ||
+      (q->op == DL_QUEUE_POLL_RELIABLE && q->lease_ms <= 0))
+    return dl_seterr(e->err, DLOCK_EINVAL,
+                     "etcd: queue: bad consumer id or lease: nothing changed");
+  if (q->op == DL_QUEUE_ACK) return ack(e, n, q);
+  int rc = consumer_lease(e, s, n, q);
+  if (rc == 0) rc = give_back(e, s, n, q->consumer);
+  if (rc != 0) return rc;
+  char dest[sizeof n->proc + ID_LEN + 32];
+  snprintf(dest, sizeof dest, "%s%s/%lld", n->proc, q->consumer,
+           dl_etcd_q_nanos());
+  return dl_etcd_q_poll(e, s, n, q, dest);
+}
+
+int dl_etcd_consumer_renew(dl_etcd *e, dl_renew_item *it, int64_t lease_ms,
+                           int64_t deadline) {
+  const char *id = strrchr(it->owner, ':');
+  id = id ? id + 1 : it->owner;
+  pthread_mutex_lock(&e->mu);
+  etcd_consumer *c = find(e, it->key, id);
+  int64_t lease = c ? c->lease : 0, until = c ? c->until : 0;
+  pthread_mutex_unlock(&e->mu);
+  if (c == NULL) return 2;
+  if (lease_ms == 0 || until == 0) {
+    if (until <= dl_now_ms()) return 0;
+    it->valid_until = until;
+    return 1;
+  }
+  int64_t sent = dl_now_ms(), ttl = 0;
+  int rc = dl_etcd_keepalive(e, lease, deadline, &ttl);
+  if (rc < 0) return rc;
+  pthread_mutex_lock(&e->mu);
+  if ((c = find(e, it->key, id)) != NULL && c->lease == lease)
+    c->until = rc == 1 ? dl_validity(sent, ttl * 1000) : 0;
+  until = c ? c->until : 0;
+  pthread_mutex_unlock(&e->mu);
+  if (rc == 0 || until == 0) return 0;
+  it->valid_until = until;
+  return 1;
+}
+
+void dl_etcd_consumers_free(dl_etcd *e, int64_t deadline) {
+  while (e->consumers) {
+    etcd_consumer *c = e->consumers;
+    e->consumers = c->next;
+    if (c->until > dl_now_ms()) dl_etcd_revoke(e, c->lease, deadline);
+    free(c->queue);
+    free(c);
+  }
+}
