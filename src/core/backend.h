@@ -414,8 +414,21 @@ struct dl_backend {
    * unless ?layout=hash, the layout redsync and npm redlock write. */
   bool plain_mutex;
   /* An acquire that waits follows the waiter records itself
-   * (dl_acquire.detect; dlock_client_options.detect_deadlocks): Redis. */
+   * (dl_acquire.detect; dlock_client_options.detect_deadlocks): Redis,
+   * zk:// and etcd:// (dl_deadlock_walk). */
   bool detects_deadlocks;
 };
+
+/* detect_deadlocks over the seam (core/deadlock.c), for a backend whose
+ * waiters are its own layout (a place in line that exists while it waits:
+ * zk://, etcd://): called once by a's acquire once its place is made and
+ * before it first waits, from a thread that may block. Reads every waiter
+ * under a's key prefix (ops->waiters), then from the lock a waits for
+ * follows holder (ops->inspect) to the lock that holder waits for, up to
+ * 16 owners. Returns DLOCK_EDEADLK (the cycle in the detail, for
+ * env->err_owner) when the walk comes back to a's owner, DLOCK_ENOMEM,
+ * or 0: no cycle, or it cannot tell (a read failed): wait. */
+int dl_deadlock_walk(dl_backend *b, const dl_backend_env *env,
+                     const dl_acquire *a);
 
 #endif /* DLOCK_BACKEND_H */

@@ -298,24 +298,22 @@ static void *wait_thread(void *p) {
 }
 
 /* Waiter records (dlock deadlocks): on the Redis backend (single,
- * Sentinel, Cluster: the records a wait writes) and zk:// (the nodes in
- * line) a waiting acquire shows while it waits and is gone once it has
- * the lock; elsewhere the call answers DLOCK_ENOTSUP. detect_deadlocks:
- * Redis only. */
+ * Sentinel, Cluster: the records a wait writes), zk:// (the nodes in
+ * line) and etcd:// (the keys in line) a waiting acquire shows while it
+ * waits and is gone once it has the lock, and detect_deadlocks is taken;
+ * on redlock:// the call answers DLOCK_ENOTSUP and the option is
+ * refused. */
 static void t_waiter_records(void) {
   CF_NEEDS_SERVER();
   dlock_client *a = cf_client(0), *b = cf_client(0);
   CHECK(a && b);
-  bool redis = strcmp(cf_backend, "redis") == 0;
-  if (!redis) {
+  if (strcmp(cf_backend, "redlock") == 0) {
     dlock_client_options o;
     cf_options(&o, 0);
     o.detect_deadlocks = 1;
     dlock_client *d = NULL;
     CHECK_RC(dlock_client_open(&o, &d), DLOCK_ENOTSUP);
     CHECK(strstr(dlock_client_open_errmsg(), "no deadlock detection"));
-  }
-  if (!redis && strcmp(cf_backend, "zookeeper") != 0) {
     CHECK_RC(dlock_client_scan_waiters(a, NULL, count_waiter, NULL),
              DLOCK_ENOTSUP);
     CHECK(strstr(dlock_client_errmsg(a), "waiter records") != NULL);
@@ -357,7 +355,8 @@ typedef struct seen {
 
 static int see_waiter(const dlock_waiter *w, void *ud) {
   seen *s = ud;
-  if (s->n < 2 && strstr(w->name, "/cf/deadlock")) {
+  if (s->n < 2 &&
+      (strstr(w->name, "/cf/deadlock") || strstr(w->name, "/cf/detect"))) {
     snprintf(s->owner[s->n], sizeof s->owner[0], "%s", w->owner);
     snprintf(s->name[s->n], sizeof s->name[0], "%s", w->name);
     s->n++;
@@ -366,12 +365,12 @@ static int see_waiter(const dlock_waiter *w, void *ud) {
 }
 
 /* Two processes that really deadlock (each holds one lock and waits for
- * the other's, 2 s at most): the waiters and the locks' holders that dlock
- * deadlocks reads make the cycle, where waiters can be told (Redis,
- * zk://). */
+ * the other's, 2 s at most, on fixed leases): the waiters and the locks'
+ * holders that dlock deadlocks reads make the cycle, where waiters can be
+ * told (Redis, zk://, etcd://). */
 static void t_deadlock_seen(void) {
   CF_NEEDS_SERVER();
-  if (strcmp(cf_backend, "redis") != 0 && strcmp(cf_backend, "zookeeper") != 0)
+  if (strcmp(cf_backend, "redlock") == 0)
     return; /* t_waiter_records: DLOCK_ENOTSUP */
   char names[2][64];
   cf_name(names[0], sizeof names[0], "deadlock0");
@@ -423,8 +422,79 @@ static void t_deadlock_seen(void) {
   dlock_client_close(c);
 }
 
+/* Child i of t_deadlock_detect: holds lock i; after its go, waits for
+ * lock 1 - i (2 s at most). Exits 10 on DLOCK_EDEADLK told within 500 ms
+ * naming both locks (then lets its own go), 20 when it got the lock, 2
+ * when it could not start, else 1. */
+static void detect_child(char names[2][64], int i, int held_fd, int go_fd) {
+  dlock_client_options o;
+  cf_options(&o, 0);
+  o.detect_deadlocks = 1;
+  dlock_client *c = NULL;
+  dlock_lock *mine, *other;
+  char ok = dlock_client_open(&o, &c) == 0 &&
+            dlock_lock_new(c, names[i], NULL, &mine) == 0 &&
+            dlock_lock_new(c, names[1 - i], NULL, &other) == 0 &&
+            dlock_lock_try_acquire(mine, 0, 10000, NULL) == 0;
+  char g;
+  if (write(held_fd, &ok, 1) != 1 || !ok || read(go_fd, &g, 1) != 1) _exit(2);
+  int64_t t0 = th_now_ms();
+  int rc = dlock_lock_try_acquire(other, 2000, 10000, NULL);
+  int64_t took = th_now_ms() - t0;
+  const char *msg = dlock_client_errmsg(c);
+  fprintf(stderr, "    child %d: %s after %lld ms: %s\n", i, dlock_err_name(rc),
+          (long long)took, rc ? msg : "");
+  if (rc == DLOCK_EDEADLK && took < 500 && strstr(msg, names[0]) &&
+      strstr(msg, names[1]) && strstr(msg, "wait-for cycle")) {
+    dlock_lock_release(mine); /* the other goes on */
+    _exit(10);
+  }
+  _exit(rc == 0 ? 20 : 1);
+}
+
+/* detect_deadlocks: of two processes that would deadlock, the one whose
+ * wait would close the cycle (the second to wait) fails at once with
+ * DLOCK_EDEADLK naming it; once it lets its lock go, the first gets it. */
+static void t_deadlock_detect(void) {
+  CF_NEEDS_SERVER();
+  if (strcmp(cf_backend, "redlock") == 0)
+    return; /* t_waiter_records: the option is refused */
+  char names[2][64];
+  cf_name(names[0], sizeof names[0], "detect0");
+  cf_name(names[1], sizeof names[1], "detect1");
+  int held[2], go[2][2];
+  CHECK(pipe(held) == 0 && pipe(go[0]) == 0 && pipe(go[1]) == 0);
+  pid_t pid[2];
+  for (int i = 0; i < 2; i++) {
+    pid[i] = fork();
+    CHECK(pid[i] >= 0);
+    if (pid[i] == 0) detect_child(names, i, held[1], go[i][0]);
+  }
+  char ok[2] = {0, 0};
+  CHECK(read(held[0], &ok[0], 1) == 1 && read(held[0], &ok[1], 1) == 1);
+  CHECK(ok[0] && ok[1]);
+  dlock_client *c = cf_client(0);
+  CHECK(c != NULL);
+  CHECK(write(go[0][1], "g", 1) == 1); /* child 0 waits first */
+  seen s = {0};
+  for (int64_t t0 = th_now_ms(); s.n < 1 && th_now_ms() - t0 < 2000;) {
+    s.n = 0;
+    CHECK(dlock_client_scan_waiters(c, "/cf/detect*", see_waiter, &s) >= 0);
+    if (s.n < 1) th_sleep_ms(5);
+  }
+  CHECK_EQ(s.n, 1);
+  CHECK(write(go[1][1], "g", 1) == 1);
+  int st[2];
+  for (int i = 0; i < 2; i++)
+    CHECK(waitpid(pid[i], &st[i], 0) == pid[i] && WIFEXITED(st[i]));
+  CHECK_EQ(WEXITSTATUS(st[0]), 20);
+  CHECK_EQ(WEXITSTATUS(st[1]), 10);
+  dlock_client_close(c);
+}
+
 const th_test cf_events_tests[] = {
-    T_BARE(t_events), T_BARE(t_events_wait_renew), T_BARE(t_events_async),
-    T_BARE(t_waiter_records), T_BARE(t_deadlock_seen)};
+    T_BARE(t_events),        T_BARE(t_events_wait_renew),
+    T_BARE(t_events_async),  T_BARE(t_waiter_records),
+    T_BARE(t_deadlock_seen), T_BARE(t_deadlock_detect)};
 const size_t cf_events_ntests =
     sizeof cf_events_tests / sizeof cf_events_tests[0];
