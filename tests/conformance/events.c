@@ -452,14 +452,46 @@ static void detect_child(char names[2][64], int i, int held_fd, int go_fd) {
   _exit(rc == 0 ? 20 : 1);
 }
 
+/* The server writes of one uncontended acquire and release by c, into
+ * *out. */
+static void uncontended_writes(dlock_client *c, const char *name,
+                               uint64_t *out) {
+  dlock_lock *l;
+  dlock_client_stats a, b;
+  CHECK_RC(dlock_lock_new(c, name, NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0); /* the lease made */
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_RC(dlock_client_stats_get(c, &a), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 1000, 10000, NULL), 0);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_RC(dlock_client_stats_get(c, &b), 0);
+  dlock_lock_free(l);
+  *out = b.writes - a.writes;
+}
+
 /* detect_deadlocks: of two processes that would deadlock, the one whose
  * wait would close the cycle (the second to wait) fails at once with
- * DLOCK_EDEADLK naming it; once it lets its lock go, the first gets it. */
+ * DLOCK_EDEADLK naming it; once it lets its lock go, the first gets it.
+ * An acquire that does not wait pays nothing for it. */
 static void t_deadlock_detect(void) {
   CF_NEEDS_SERVER();
   if (strcmp(cf_backend, "redlock") == 0)
     return; /* t_waiter_records: the option is refused */
   char names[2][64];
+  cf_name(names[0], sizeof names[0], "free");
+  dlock_client_options o;
+  cf_options(&o, 0);
+  o.detect_deadlocks = 1;
+  dlock_client *plain = cf_client(0), *detecting = NULL;
+  CHECK_RC(dlock_client_open(&o, &detecting), 0);
+  uint64_t w0 = 0, w1 = 1;
+  uncontended_writes(plain, names[0], &w0);
+  uncontended_writes(detecting, names[0], &w1);
+  fprintf(stderr, "    uncontended: %llu writes, %llu with detect\n",
+          (unsigned long long)w0, (unsigned long long)w1);
+  CHECK_EQ(w1, w0);
+  dlock_client_close(plain);
+  dlock_client_close(detecting);
   cf_name(names[0], sizeof names[0], "detect0");
   cf_name(names[1], sizeof names[1], "detect1");
   int held[2], go[2][2];
