@@ -208,21 +208,16 @@ int dl_etcd_scan(dl_backend *b, const char *match, size_t prefix_len,
  * under the key prefix `prefix`, owner and info from their values. */
 int dl_etcd_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
                     void *ud);
-/* What a key under pfx is (query.c): a mutex's (PFX + a lease id in hex),
- * a read-write lock's reader or writer (contrib/recipes' RWMutex: PFX +
- * "read/" or "write/" + a decimal number), or nothing a recipe makes. */
+/* What a key under a lock's prefix PFX is: a mutex's (PFX + a lease id in
+ * hex), a read-write lock's reader or writer (contrib/recipes' RWMutex:
+ * PFX + "read/" or "write/" + a decimal number), or nothing a recipe
+ * makes. */
 typedef enum etcd_key_kind {
   ETCD_KEY_NONE,
   ETCD_KEY_MUTEX,
   ETCD_KEY_READ,
   ETCD_KEY_WRITE
 } etcd_key_kind;
-etcd_key_kind dl_etcd_key_kind(const char *key, const char *pfx);
-/* The holders among a lock's keys under pfx (a range's kvs, oldest
- * first): the oldest key, and with a reader the readers after it up to
- * the first other key. Returns how many, or -1 (in *bad the key) when one
- * is no recipe's. */
-int dl_etcd_holders(json_object *kvs, const char *pfx, char *bad, size_t len);
 /* A lock key's value (base64 v64): dlock writes "<owner>\n<info>" (Go
  * writes "", no owner): the owner into owner (else the key's lease in
  * hex, as etcdctl names it), the holder's description into info, each

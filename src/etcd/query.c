@@ -31,7 +31,10 @@ static int range_prefix(dl_etcd *e, const char *lock, int limit,
   return dl_etcd_range_under(e, pfx, limit, out);
 }
 
-etcd_key_kind dl_etcd_key_kind(const char *key, const char *pfx) {
+/* What a key under pfx is: a mutex's (PFX + a lease id in hex), a
+ * read-write lock's reader or writer (contrib/recipes' RWMutex: PFX +
+ * "read/" or "write/" + a decimal number), or nothing a recipe makes. */
+static etcd_key_kind kind_of(const char *key, const char *pfx) {
   size_t n = strlen(pfx);
   if (strncmp(key, pfx, n) != 0) return ETCD_KEY_NONE;
   const char *t = key + n;
@@ -46,7 +49,11 @@ etcd_key_kind dl_etcd_key_kind(const char *key, const char *pfx) {
   return m > 0 && m <= 20 && t[m] == '\0' ? k : ETCD_KEY_NONE;
 }
 
-int dl_etcd_holders(json_object *kvs, const char *pfx, char *bad, size_t len) {
+/* The holders among the keys under pfx (oldest first): the oldest key,
+ * and with a reader the readers after it up to the first other key.
+ * Returns how many, or -1 (in *bad the key) when one is no recipe's. */
+static int holders_of(json_object *kvs, const char *pfx, char *bad,
+                      size_t len) {
   size_t n = kvs ? json_object_array_length(kvs) : 0;
   int holders = 0;
   bool reading = true;
@@ -55,7 +62,7 @@ int dl_etcd_holders(json_object *kvs, const char *pfx, char *bad, size_t len) {
     char key[ETCD_KEY_MAX];
     etcd_key_kind kk = ETCD_KEY_NONE;
     if (k && dl_etcd_unb64(json_object_get_string(k), key, sizeof key) >= 0)
-      kk = dl_etcd_key_kind(key, pfx);
+      kk = kind_of(key, pfx);
     if (kk == ETCD_KEY_NONE) {
       snprintf(bad, len, "%s", k ? key : "?");
       return -1;
@@ -89,7 +96,7 @@ int dl_etcd_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
     int rc = range_prefix(e, l->key, 0, &r, pfx, sizeof pfx);
     if (rc != 0) return rc;
     json_object *kvs = dl_etcd_get(r, "kvs");
-    int holders = dl_etcd_holders(kvs, pfx, bad, sizeof bad);
+    int holders = holders_of(kvs, pfx, bad, sizeof bad);
     if (holders < 0) {
       json_object_put(r);
       return dl_seterr(e->err, DLOCK_EWRONGTYPE,
@@ -330,7 +337,7 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
     char name[ETCD_KEY_MAX];
     etcd_key_kind kk = ETCD_KEY_NONE;
     if (k && dl_etcd_unb64(json_object_get_string(k), name, sizeof name) >= 0)
-      kk = dl_etcd_key_kind(name, pfx);
+      kk = kind_of(name, pfx);
     if (kk == ETCD_KEY_NONE) {
       snprintf(st->type, sizeof st->type, "data");
       continue;
