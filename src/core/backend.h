@@ -257,8 +257,8 @@ typedef struct dl_backend_ops {
   int (*scan)(dl_backend *b, const char *match, size_t prefix_len,
               dlock_scan_cb cb, void *ud);
   /* Calls cb for each waiter under the key prefix `prefix` (the owners
-   * waiting now: Redis' waiter records, docs/WIRE.md; zk://'s nodes in
-   * line) until cb returns non-zero. Returns how many were passed, or a
+   * waiting now: Redis' waiter records, docs/WIRE.md; zk://'s nodes and
+   * etcd://'s keys in line) until cb returns non-zero. Returns how many were passed, or a
    * negative code. Blocking clients only. NULL: the backend cannot tell
    * who waits (DLOCK_ENOTSUP). */
   int (*waiters)(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
