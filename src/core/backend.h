@@ -419,16 +419,25 @@ struct dl_backend {
   bool detects_deadlocks;
 };
 
-/* detect_deadlocks over the seam (core/deadlock.c), for a backend whose
- * waiters are its own layout (a place in line that exists while it waits:
- * zk://, etcd://): called once by a's acquire once its place is made and
- * before it first waits, from a thread that may block. Reads every waiter
- * under a's key prefix (ops->waiters), then from the lock a waits for
- * follows holder (ops->inspect) to the lock that holder waits for, up to
- * 16 owners. Returns DLOCK_EDEADLK (the cycle in the detail, for
- * env->err_owner) when the walk comes back to a's owner, DLOCK_ENOMEM,
- * or 0: no cycle, or it cannot tell (a read failed): wait. */
-int dl_deadlock_walk(dl_backend *b, const dl_backend_env *env,
-                     const dl_acquire *a);
+/* The blocking entries a deadlock walk reads with (the backend's own:
+ * on an event-loop client b->ops is its event-loop form's, which refuses
+ * them). */
+typedef struct dl_walk_ops {
+  int (*waiters)(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                 void *ud);
+  int (*inspect)(dl_backend *b, const char *key, dlock_lock_state *st);
+} dl_walk_ops;
+
+/* detect_deadlocks over the seam's entries (core/deadlock.c), for a
+ * backend whose waiters are its own layout (a place in line that exists
+ * while it waits: zk://, etcd://): called once by a's acquire once its
+ * place is made and before it first waits, from a thread that may block.
+ * Reads every waiter under a's key prefix (ops->waiters), then from the
+ * lock a waits for follows holder (ops->inspect) to the lock that holder
+ * waits for, up to 16 owners. Returns DLOCK_EDEADLK (the cycle in the
+ * detail, for env->err_owner) when the walk comes back to a's owner,
+ * DLOCK_ENOMEM, or 0: no cycle, or it cannot tell (a read failed): wait. */
+int dl_deadlock_walk(dl_backend *b, const dl_walk_ops *ops,
+                     const dl_backend_env *env, const dl_acquire *a);
 
 #endif /* DLOCK_BACKEND_H */

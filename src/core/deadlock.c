@@ -1,6 +1,6 @@
 /* deadlock.c: detect_deadlocks for a backend whose waiters are its own
  * layout (zk://'s nodes in line, etcd://'s keys in line): the walk over
- * the seam's waiters and inspect entries (backend.h, dl_deadlock_walk). */
+ * its blocking waiters and inspect entries (backend.h, dl_deadlock_walk). */
 #include "backend.h"
 
 #include <stdio.h>
@@ -51,8 +51,8 @@ static void path_add(char *path, size_t len, const char *fmt, const char *a,
   if (n + 1 < len) snprintf(path + n, len - n, fmt, a, b);
 }
 
-int dl_deadlock_walk(dl_backend *b, const dl_backend_env *env,
-                     const dl_acquire *a) {
+int dl_deadlock_walk(dl_backend *b, const dl_walk_ops *ops,
+                     const dl_backend_env *env, const dl_acquire *a) {
   const dl_lock_ref *l = a->lock;
   size_t pl = strlen(l->key) - strlen(l->name);
   char prefix[DL_OWNER_MAX + 256];
@@ -60,7 +60,7 @@ int dl_deadlock_walk(dl_backend *b, const dl_backend_env *env,
   memcpy(prefix, l->key, pl);
   prefix[pl] = '\0';
   edges x = {0};
-  int rc = b->ops->waiters(b, prefix, edge_add, &x);
+  int rc = ops->waiters(b, prefix, edge_add, &x);
   if (x.oom) rc = dl_seterr(env->err_owner, DLOCK_ENOMEM, "out of memory");
   char me[DL_OWNER_MAX], holder[DL_OWNER_MAX], path[1024] = "";
   base_owner(me, l->owner);
@@ -76,7 +76,7 @@ int dl_deadlock_walk(dl_backend *b, const dl_backend_env *env,
     memcpy(key, l->key, pl);
     memcpy(key + pl, name, nl + 1);
     dlock_lock_state st;
-    int irc = b->ops->inspect(b, key, &st);
+    int irc = ops->inspect(b, key, &st);
     free(key);
     if (irc != 0 || !st.held || st.owner[0] == '\0') break; /* cannot tell */
     base_owner(holder, st.owner);
