@@ -226,8 +226,10 @@ typedef struct dlock_client_options {
    * in dlock_client_errmsg. It costs a waiting acquire two commands per
    * owner followed (an acquire that does not wait, nothing). Two owners
    * that start waiting for each other at the same moment may both be told.
-   * Redis only (single, Sentinel, Cluster): other backends refuse to open
-   * with it (DLOCK_ENOTSUP). Default 0. */
+   * Redis (single, Sentinel, Cluster), zk:// and etcd:// (a waiting
+   * acquire reads the waiters under the key prefix once, as
+   * dlock_client_scan_waiters does, then one snapshot per owner followed);
+   * redlock:// refuses to open with it (DLOCK_ENOTSUP). Default 0. */
   int detect_deadlocks;
 } dlock_client_options;
 
@@ -757,7 +759,8 @@ typedef struct dlock_lock_state {
                         semaphore's count) or "nodes" (children no
                         recipe makes); on etcd:// "keys" (a lock's
                         keys under NAME/, the mutex's or the read-write
-                        lock's; owner: the holder's lease in hex),
+                        lock's; owner: as its key's value names it,
+                        a Go client's its lease in hex),
                         "none", or "data" (a key there that no lock
                         makes) */
   int plain;         /* 1: a plain string lock (dlock_plainlock_new, redsync,
@@ -803,13 +806,14 @@ typedef int (*dlock_waiter_cb)(const dlock_waiter *w, void *ud);
  * of 10 s, renewed while it waits, so that a dead waiter's record goes),
  * and deletes the record when its wait ends; on zk:// the nodes in line
  * behind a lock's holders are its waiters (owner and info from the node's
- * data, deadline_ms 0: unknown). Walks the records a batch at a time
- * (Redis: SCAN; zk://: the tree under the prefix). Returns the number of
- * records passed to cb, or a negative code: DLOCK_ENOTSUP where the
- * backend cannot tell who waits (redlock://, etcd://) or on an event-loop
- * client. Read-only;
- * thread-safe. dlock deadlocks builds its wait-for graph from these and
- * the locks' holders. */
+ * data, deadline_ms 0: unknown), on etcd:// the keys in line (owner and
+ * info from the key's value, a Go client's owner its lease in hex). Walks the
+ * records a batch at a time (Redis: SCAN; zk://: the tree under the prefix;
+ * etcd://: the keys under it, 500 a range). Returns the number of records
+ * passed to cb, or a negative code: DLOCK_ENOTSUP where the backend cannot tell
+ * who waits (redlock://) or on an event-loop client. Read-only; thread-safe.
+ * dlock deadlocks builds its wait-for graph from these and the locks' holders.
+ */
 DLOCK_API int dlock_client_scan_waiters(dlock_client *c, const char *pattern,
                                         dlock_waiter_cb cb, void *ud);
 

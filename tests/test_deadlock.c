@@ -131,14 +131,15 @@ static void t_records(void) {
   dlock_client_close(b);
 }
 
-/* Child i: holds lock i (described as dlock run describes its holder),
- * says so, waits for the go, then waits 3 s for lock 1 - i. Exits 0 if
- * that wait ran out (DLOCK_EBUSY). */
-static void child(int i, int held_fd, int go_fd) {
-  dlock_client *c = th_client(&th_srv, 0);
+/* Child i: on url, holds lock <base>i (described as dlock run describes
+ * its holder), says so, waits for the go, then waits 3 s for lock
+ * <base>(1 - i). Exits 0 if that wait ran out (DLOCK_EBUSY). */
+static void child(const char *url, const char *base, int i, int held_fd,
+                  int go_fd) {
+  dlock_client *c = th_client_url(url, 0);
   char mine[32], other[32], info[128];
-  snprintf(mine, sizeof mine, "dl:cycle%d", i);
-  snprintf(other, sizeof other, "dl:cycle%d", 1 - i);
+  snprintf(mine, sizeof mine, "%s%d", base, i);
+  snprintf(other, sizeof other, "%s%d", base, 1 - i);
   snprintf(info, sizeof info, "v1\ttesthost\t%d\tworker-%d", (int)getpid(), i);
   dlock_lock *l, *m;
   char ok = c && dlock_lock_new(c, mine, NULL, &l) == 0 &&
@@ -153,116 +154,89 @@ static void child(int i, int held_fd, int go_fd) {
   _exit(rc == DLOCK_EBUSY ? 0 : 3);
 }
 
-/* Two processes, each holding one lock and waiting for the other's:
- * dlock deadlocks prints the cycle (both owners' hosts, pids, commands and
- * locks) and exits 1; not among names that leave the cycle out; once the
- * waits ran out, 0. */
-static void t_two_processes(void) {
+/* Two processes on url, each holding one lock (<base>0, <base>1) and
+ * waiting for the other's: dlock deadlocks prints the cycle (both owners'
+ * hosts, pids, commands and locks) and exits 1; not among names that
+ * leave the cycle out; once the waits ran out, 0. */
+static void two_processes(const char *url, const char *base) {
   int held[2], go[2];
   CHECK(pipe(held) == 0 && pipe(go) == 0);
   pid_t pid[2];
   for (int i = 0; i < 2; i++) {
     pid[i] = fork();
     CHECK(pid[i] >= 0);
-    if (pid[i] == 0) child(i, held[1], go[0]);
+    if (pid[i] == 0) child(url, base, i, held[1], go[0]);
   }
   char ok[2] = {0, 0};
   CHECK(read(held[0], &ok[0], 1) == 1 && read(held[0], &ok[1], 1) == 1);
   CHECK(ok[0] && ok[1]);
   CHECK(write(go[1], "gg", 2) == 2);
-  dlock_client *c = th_client(&th_srv, 0);
+  dlock_client *c = th_client_url(url, 0);
   CHECK(c != NULL);
   CHECK_EQ(recs_wait(c, 2, 2000).n, 2);
-  char out[4096], want[64];
-  CHECK_EQ(run_cli("", out, sizeof out), 1);
+  char out[4096], want[128];
+  CHECK_EQ(run_cli_on(url, "", out, sizeof out), 1);
   CHECK(strstr(out, "deadlock: 2 owners wait for each other") != NULL);
   for (int i = 0; i < 2; i++) {
     snprintf(want, sizeof want, "pid %d: worker-%d", (int)pid[i], i);
     CHECK(strstr(out, want) != NULL);
-    snprintf(want, sizeof want,
-             "holds lock 'dl:cycle%d', waits for lock "
-             "'dl:cycle%d'",
-             i, 1 - i);
+    snprintf(want, sizeof want, "holds lock '%s%d', waits for lock '%s%d'",
+             base, i, base, 1 - i);
     CHECK(strstr(out, want) != NULL);
   }
   CHECK(strstr(out, "host testhost") != NULL);
-  CHECK_EQ(run_cli("'dl:cycle1'", out, sizeof out), 0);
+  snprintf(want, sizeof want, "'%s1'", base);
+  CHECK_EQ(run_cli_on(url, want, out, sizeof out), 0);
   for (int i = 0; i < 2; i++) {
     int st = 0;
     CHECK(waitpid(pid[i], &st, 0) == pid[i]);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   }
-  CHECK_EQ(run_cli("", out, sizeof out), 0);
+  CHECK_EQ(run_cli_on(url, "", out, sizeof out), 0);
   dlock_client_close(c);
 }
 
-/* A client with detect_deadlocks on th_srv. */
-static dlock_client *detecting_client(void) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = th_srv.url;
-  o.detect_deadlocks = 1;
-  dlock_client *c = NULL;
-  return dlock_client_open(&o, &c) == 0 ? c : NULL;
+static void t_two_processes(void) {
+  two_processes(th_srv.url, "dl:cycle");
 }
 
-/* Child i of t_detect: holds lock i; after the go, waits for lock 1 - i
- * (2 s at most). Exits 10 on DLOCK_EDEADLK told within 500 ms with both
- * locks named in the detail (then lets its own go), 20 when it got the
- * lock, else 1. */
-static void detect_child(int i, int held_fd, int go_fd) {
-  dlock_client *c = detecting_client();
-  char mine[32], other[32];
-  snprintf(mine, sizeof mine, "dl:detect%d", i);
-  snprintf(other, sizeof other, "dl:detect%d", 1 - i);
-  dlock_lock *l, *m;
-  char ok = c && dlock_lock_new(c, mine, NULL, &l) == 0 &&
-            dlock_lock_new(c, other, NULL, &m) == 0 &&
-            dlock_lock_acquire(l, 0, NULL) == 0;
-  if (write(held_fd, &ok, 1) != 1 || !ok) _exit(2);
-  char go;
-  if (read(go_fd, &go, 1) != 1) _exit(2);
-  int64_t t0 = th_now_ms();
-  int rc = dlock_lock_try_acquire(m, 2000, 0, NULL);
-  int64_t took = th_now_ms() - t0;
-  const char *msg = dlock_client_errmsg(c);
-  fprintf(stderr, "    child %d: %s after %lld ms: %s\n", i, dlock_err_name(rc),
-          (long long)took, rc ? msg : "");
-  if (rc == DLOCK_EDEADLK && took < 500 && strstr(msg, mine) &&
-      strstr(msg, other) && strstr(msg, "wait-for cycle")) {
-    dlock_lock_release(l); /* the other goes on */
-    _exit(10);
+/* The same on etcd:// (the keys in line are the waiters; the holders'
+ * and waiters' owners from the keys' values) and zk:// (the nodes in
+ * line). */
+static void t_two_processes_etcd(void) {
+#ifdef DLOCK_TEST_HAVE_ETCD
+  if (!th_etcd_available()) {
+    fprintf(stderr, "    skipped: no etcd server installed\n");
+    return;
   }
-  _exit(rc == 0 ? 20 : 1);
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  two_processes(s.url, "dl:cycle");
+  th_etcd_stop(&s);
+#else
+  fprintf(stderr, "    skipped: built without etcd\n");
+#endif
 }
 
-/* detect_deadlocks: the owner whose wait would close the cycle (the
- * second to wait) fails at once with DLOCK_EDEADLK naming it; once it lets
- * its lock go, the first gets it. A backend without waiter records
- * refuses the option. */
-static void t_detect(void) {
-  int held[2], go[2][2];
-  CHECK(pipe(held) == 0 && pipe(go[0]) == 0 && pipe(go[1]) == 0);
-  pid_t pid[2];
-  for (int i = 0; i < 2; i++) {
-    pid[i] = fork();
-    CHECK(pid[i] >= 0);
-    if (pid[i] == 0) detect_child(i, held[1], go[i][0]);
+static void t_two_processes_zk(void) {
+#ifdef DLOCK_TEST_HAVE_ZK
+  if (!th_zk_available()) {
+    fprintf(stderr, "    skipped: no ZooKeeper server installed\n");
+    return;
   }
-  char ok[2] = {0, 0};
-  CHECK(read(held[0], &ok[0], 1) == 1 && read(held[0], &ok[1], 1) == 1);
-  CHECK(ok[0] && ok[1]);
-  dlock_client *c = th_client(&th_srv, 0);
-  CHECK(c != NULL);
-  CHECK(write(go[0][1], "g", 1) == 1); /* child 0 waits first */
-  CHECK_EQ(recs_wait(c, 1, 2000).n, 1);
-  CHECK(write(go[1][1], "g", 1) == 1);
-  int st[2];
-  for (int i = 0; i < 2; i++)
-    CHECK(waitpid(pid[i], &st[i], 0) == pid[i] && WIFEXITED(st[i]));
-  CHECK_EQ(WEXITSTATUS(st[0]), 20);
-  CHECK_EQ(WEXITSTATUS(st[1]), 10);
-  dlock_client_close(c);
+  th_zk z;
+  CHECK_RC(th_zk_start(&z, 0), 0);
+  two_processes(z.url, "/dl/cycle");
+  th_zk_stop(&z);
+#else
+  fprintf(stderr, "    skipped: built without ZooKeeper\n");
+#endif
+}
+
+/* detect_deadlocks itself is the conformance suite's t_deadlock_detect,
+ * on every URL kind; here what redlock:// says: a backend without waiter
+ * records refuses the option, and dlock deadlocks says so. */
+static void t_redlock_refuses(void) {
   /* redlock:// records no waiters: the option is refused. */
   dlock_client_options o;
   dlock_client_options_init(&o);
@@ -279,4 +253,5 @@ static void t_detect(void) {
   CHECK(strstr(out, "the redlock backend has no waiter records") != NULL);
 }
 
-TH_MAIN(T(t_records), T(t_two_processes), T(t_detect))
+TH_MAIN(T(t_records), T(t_two_processes), T(t_redlock_refuses),
+        T_BARE(t_two_processes_etcd), T_BARE(t_two_processes_zk))

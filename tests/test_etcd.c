@@ -58,9 +58,10 @@ static dlock_client *eclient(const th_etcd *s, int64_t lease_ms) {
   th_etcd s;                                                                   \
   CHECK_RC(th_etcd_start(&s), 0)
 
-/* Acquire and release on Go's layout: the key NAME/<lease in hex>, empty,
- * on the client's lease (TTL the watchdog lease), its create revision the
- * token; re-entry counted in the client, one key; the release deletes it. */
+/* Acquire and release on Go's layout: the key NAME/<lease in hex> (its
+ * value dlock's owner id, which Go never reads), on the client's lease (TTL the
+ * watchdog lease), its create revision the token; re-entry counted in the
+ * client, one key; the release deletes it. */
 static void t_etcd_layout(void) {
   SETUP(s);
   dlock_client *c = eclient(&s, 9000);
@@ -82,7 +83,12 @@ static void t_etcd_layout(void) {
   snprintf(want, sizeof want, "\"create_revision\":%llu",
            (unsigned long long)tok);
   CHECK(strstr(buf, want) != NULL);
-  CHECK(strstr(buf, "\"value\"") == NULL); /* empty */
+  /* Its value: the owner id and a newline (no description set; Go
+   * writes it empty and never reads it). */
+  snprintf(args, sizeof args, "get %s --print-value-only", key);
+  th_etcd_ctl(&s, args, buf, sizeof buf);
+  snprintf(want, sizeof want, "%s:me\n", dlock_client_id(c));
+  CHECK(strncmp(buf, want, strlen(want)) == 0);
   /* The lease is the key's hex; its TTL the watchdog lease (9 s). */
   snprintf(args, sizeof args, "lease timetolive %s", key + 4);
   CHECK(strstr(th_etcd_ctl(&s, args, buf, sizeof buf),

@@ -1,5 +1,6 @@
 /* deadlocks.c: dlock deadlocks: wait-for cycles between owners, found from
- * the waiter records (who waits for which lock) and the locks' holders.
+ * the waiter records (who waits for which lock; on zk:// and etcd:// the
+ * places in line) and the locks' holders.
  * Public library calls only. */
 #include "cli.h"
 
@@ -17,8 +18,9 @@ static const char usage_text[] =
     "Prints each cycle: every owner with its host, pid and command where it\n"
     "set them (dlock run does), the lock it waits for and who holds it.\n"
     "Exit status: 0 no cycle, 1 a cycle found, 69 server trouble or a\n"
-    "backend that cannot tell who waits (Redis and zk:// can; redlock://\n"
-    "and etcd:// cannot), 64 usage.\n";
+    "backend that cannot tell who waits (Redis, zk:// and etcd:// can:\n"
+    "on zk:// and etcd:// the nodes or keys in line behind a lock's\n"
+    "holders; redlock:// cannot), 64 usage.\n";
 
 /* One waiting owner: the record, the holder of what it waits for, and the
  * waiting owner that holder is (-1: none, it does not wait). */

@@ -258,8 +258,8 @@ typedef struct dl_backend_ops {
   int (*scan)(dl_backend *b, const char *match, size_t prefix_len,
               dlock_scan_cb cb, void *ud);
   /* Calls cb for each waiter under the key prefix `prefix` (the owners
-   * waiting now: Redis' waiter records, docs/WIRE.md; zk://'s nodes in
-   * line) until cb returns non-zero. Returns how many were passed, or a
+   * waiting now: Redis' waiter records, docs/WIRE.md; zk://'s nodes and
+   * etcd://'s keys in line) until cb returns non-zero. Returns how many were passed, or a
    * negative code. Blocking clients only. NULL: the backend cannot tell
    * who waits (DLOCK_ENOTSUP). */
   int (*waiters)(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
@@ -416,8 +416,30 @@ struct dl_backend {
    * npm redlock write). */
   dl_lock_kind mutex_kind;
   /* An acquire that waits follows the waiter records itself
-   * (dl_acquire.detect; dlock_client_options.detect_deadlocks): Redis. */
+   * (dl_acquire.detect; dlock_client_options.detect_deadlocks): Redis,
+   * zk:// and etcd:// (dl_deadlock_walk). */
   bool detects_deadlocks;
 };
+
+/* The blocking entries a deadlock walk reads with (the backend's own:
+ * on an event-loop client b->ops is its event-loop form's, which refuses
+ * them). */
+typedef struct dl_walk_ops {
+  int (*waiters)(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                 void *ud);
+  int (*inspect)(dl_backend *b, const char *key, dlock_lock_state *st);
+} dl_walk_ops;
+
+/* detect_deadlocks over the seam's entries (core/deadlock.c), for a
+ * backend whose waiters are its own layout (a place in line that exists
+ * while it waits: zk://, etcd://): called once by a's acquire once its
+ * place is made and before it first waits, from a thread that may block.
+ * Reads every waiter under a's key prefix (ops->waiters), then from the
+ * lock a waits for follows holder (ops->inspect) to the lock that holder
+ * waits for, up to 16 owners. Returns DLOCK_EDEADLK (the cycle in the
+ * detail, for env->err_owner) when the walk comes back to a's owner,
+ * DLOCK_ENOMEM, or 0: no cycle, or it cannot tell (a read failed): wait. */
+int dl_deadlock_walk(dl_backend *b, const dl_walk_ops *ops,
+                     const dl_backend_env *env, const dl_acquire *a);
 
 #endif /* DLOCK_BACKEND_H */

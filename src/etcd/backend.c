@@ -260,6 +260,7 @@ static const dl_backend_ops etcd_ops = {
     .lock_query = dl_etcd_lock_query,
     .inspect = dl_etcd_inspect,
     .scan = dl_etcd_scan,
+    .waiters = dl_etcd_waiters,
     .elect_join = dl_etcd_elect_join,
     .elect_leave = dl_etcd_elect_leave,
     .elect_leader = dl_etcd_elect_leader,
@@ -421,6 +422,7 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
   dl_etcd *e = calloc(1, sizeof *e);
   if (e == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   e->base.ops = &etcd_ops;
+  e->base.detects_deadlocks = true; /* dl_deadlock_walk */
   e->env = env;
   e->command_timeout_ms = env->command_timeout_ms;
   e->connect_timeout_ms = opts->connect_timeout_ms;

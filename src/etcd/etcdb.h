@@ -206,6 +206,26 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
  * time (keys sorted by name: a lock's keys come together). */
 int dl_etcd_scan(dl_backend *b, const char *match, size_t prefix_len,
                  dlock_scan_cb cb, void *ud);
+/* The waiters (waits.c): the keys in line behind each lock's holders
+ * under the key prefix `prefix`, owner and info from their values. */
+int dl_etcd_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                    void *ud);
+/* What a key under a lock's prefix PFX is: a mutex's (PFX + a lease id in
+ * hex), a read-write lock's reader or writer (contrib/recipes' RWMutex:
+ * PFX + "read/" or "write/" + a decimal number), or nothing a recipe
+ * makes. */
+typedef enum etcd_key_kind {
+  ETCD_KEY_NONE,
+  ETCD_KEY_MUTEX,
+  ETCD_KEY_READ,
+  ETCD_KEY_WRITE
+} etcd_key_kind;
+/* A lock key's value (base64 v64): dlock writes "<owner>\n<info>" (Go
+ * writes "", no owner): the owner into owner (else the key's lease in
+ * hex, as etcdctl names it), the holder's description into info, each
+ * cut to fit. */
+void dl_etcd_holder_value(const char *v64, int64_t lease, char *owner,
+                          size_t olen, char *info, size_t ilen);
 int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                   dl_renew_item *items, int *calls);
 void dl_etcd_hold_free(etcd_hold *h);

@@ -522,11 +522,17 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   }
   pthread_mutex_unlock(&e->mu);
   int64_t owner_rev = 0;
-  bool waited = false;
+  bool waited = false, walked = false;
   int rides = 0;
+  /* The key's value: the owner id, a newline, the holder's description
+   * (Go never reads it; dlock status and the waiters do). */
+  size_t vl = strlen(l->owner) + (a->info ? strlen(a->info) : 0) + 2;
+  char *value = rc == 0 ? malloc(vl) : NULL;
+  if (rc == 0 && value == NULL)
+    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  if (value) snprintf(value, vl, "%s\n%s", l->owner, a->info ? a->info : "");
   for (int tries = 0; rc == 0; tries++) {
-    rc = dl_etcd_put_and_read(e, h, a->info ? a->info : "", wait_pfx, deadline,
-                              &owner_rev);
+    rc = dl_etcd_put_and_read(e, h, value, wait_pfx, deadline, &owner_rev);
     if (rc != 1) break;
     /* The key is someone else's: a read-write lock's takes another time
      * (a clash of clocks); a mutex's is no key of a mutex. */
@@ -543,6 +549,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
              ? dl_seterr(e->err, DLOCK_ENOMEM, "out of memory")
              : 0;
   }
+  free(value);
   if (rc != 0) goto fail;
   /* Ours if nobody is before us: the owner (the oldest key under
    * wait_pfx) is ours or younger, or there is none (a reader, no writer). */
@@ -553,6 +560,14 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
       break;
     }
     a->waited = true;
+    /* detect_deadlocks: once our key is in line, before the first wait
+     * (of two owners closing a cycle at once, the later key sees the
+     * other's). */
+    if (a->detect && !walked) {
+      walked = true;
+      static const dl_walk_ops walk = {dl_etcd_waiters, dl_etcd_inspect};
+      if ((rc = dl_deadlock_walk(&e->base, &walk, e->env, a)) < 0) break;
+    }
     char pred[ETCD_KEY_MAX];
     int64_t at = 0;
     /* Our key still there, and who is before it: one txn. Nobody before

@@ -35,21 +35,19 @@ static int range_prefix(dl_etcd *e, const char *lock, int limit,
 /* What a key under pfx is: a mutex's (PFX + a lease id in hex), a
  * read-write lock's reader or writer (contrib/recipes' RWMutex: PFX +
  * "read/" or "write/" + a decimal number), or nothing a recipe makes. */
-typedef enum key_kind { KEY_NONE, KEY_MUTEX, KEY_READ, KEY_WRITE } key_kind;
-
-static key_kind kind_of(const char *key, const char *pfx) {
+static etcd_key_kind kind_of(const char *key, const char *pfx) {
   size_t n = strlen(pfx);
-  if (strncmp(key, pfx, n) != 0) return KEY_NONE;
+  if (strncmp(key, pfx, n) != 0) return ETCD_KEY_NONE;
   const char *t = key + n;
   size_t m = strspn(t, "0123456789abcdef");
-  if (m > 0 && m <= 16 && t[m] == '\0') return KEY_MUTEX;
-  key_kind k = strncmp(t, "read/", 5) == 0    ? KEY_READ
-               : strncmp(t, "write/", 6) == 0 ? KEY_WRITE
-                                              : KEY_NONE;
-  if (k == KEY_NONE) return k;
-  t += k == KEY_READ ? 5 : 6;
+  if (m > 0 && m <= 16 && t[m] == '\0') return ETCD_KEY_MUTEX;
+  etcd_key_kind k = strncmp(t, "read/", 5) == 0    ? ETCD_KEY_READ
+                    : strncmp(t, "write/", 6) == 0 ? ETCD_KEY_WRITE
+                                                   : ETCD_KEY_NONE;
+  if (k == ETCD_KEY_NONE) return k;
+  t += k == ETCD_KEY_READ ? 5 : 6;
   m = strspn(t, "0123456789");
-  return m > 0 && m <= 20 && t[m] == '\0' ? k : KEY_NONE;
+  return m > 0 && m <= 20 && t[m] == '\0' ? k : ETCD_KEY_NONE;
 }
 
 /* The holders among the keys under pfx (oldest first): the oldest key,
@@ -63,17 +61,32 @@ static int holders_of(json_object *kvs, const char *pfx, char *bad,
   for (size_t i = 0; i < n; i++) {
     json_object *k = dl_etcd_get(json_object_array_get_idx(kvs, i), "key");
     char key[ETCD_KEY_MAX];
-    key_kind kk = KEY_NONE;
+    etcd_key_kind kk = ETCD_KEY_NONE;
     if (k && dl_etcd_unb64(json_object_get_string(k), key, sizeof key) >= 0)
       kk = kind_of(key, pfx);
-    if (kk == KEY_NONE) {
+    if (kk == ETCD_KEY_NONE) {
       snprintf(bad, len, "%s", k ? key : "?");
       return -1;
     }
-    if (i == 0 || (reading && kk == KEY_READ)) holders++;
-    reading = reading && kk == KEY_READ;
+    if (i == 0 || (reading && kk == ETCD_KEY_READ)) holders++;
+    reading = reading && kk == ETCD_KEY_READ;
   }
   return holders;
+}
+
+void dl_etcd_holder_value(const char *v64, int64_t lease, char *owner,
+                          size_t olen, char *info, size_t ilen) {
+  size_t cap = strlen(v64) / 4 * 3 + 4;
+  char *val = malloc(cap);
+  int vn = val ? dl_etcd_unb64(v64, val, cap) : -1;
+  const char *nl = vn > 0 ? memchr(val, '\n', (size_t)vn) : NULL;
+  snprintf(owner, olen, "%" PRIx64, (uint64_t)lease);
+  info[0] = '\0';
+  if (nl && nl > val) snprintf(owner, olen, "%.*s", (int)(nl - val), val);
+  const char *i = nl ? nl + 1 : val;
+  int il = vn > 0 ? vn - (int)(i - val) : 0;
+  if (il > 0) snprintf(info, ilen, "%.*s", il, i);
+  free(val);
 }
 
 int dl_etcd_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
@@ -327,43 +340,37 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
     json_object *kv = json_object_array_get_idx(kvs, i);
     json_object *k = dl_etcd_get(kv, "key");
     char name[ETCD_KEY_MAX];
-    key_kind kk = KEY_NONE;
+    etcd_key_kind kk = ETCD_KEY_NONE;
     if (k && dl_etcd_unb64(json_object_get_string(k), name, sizeof name) >= 0)
       kk = kind_of(name, pfx);
-    if (kk == KEY_NONE) {
+    if (kk == ETCD_KEY_NONE) {
       snprintf(st->type, sizeof st->type, "data");
       continue;
     }
     keys++;
     if (st->held) {
       /* Readers after a reading holder hold it too. */
-      if (reading && kk == KEY_READ) st->holders = ++st->readers;
-      reading = reading && kk == KEY_READ;
+      if (reading && kk == ETCD_KEY_READ) st->holders = ++st->readers;
+      reading = reading && kk == ETCD_KEY_READ;
       continue;
     }
-    /* The holder: the oldest key. Its owner id is its lease (in hex), as
-     * etcdctl names it. */
+    /* The holder: the oldest key. Its value: dlock's owner id and the
+     * holder's description (dlock_lock_set_info); Go's recipes leave it
+     * empty, and the owner is then the key's lease (in hex), as etcdctl
+     * names it. */
     st->held = 1;
     st->holders = 1;
     st->hold_count = 1;
     lease = dl_etcd_i64(kv, "lease");
-    snprintf(st->owner, sizeof st->owner, "%" PRIx64, (uint64_t)lease);
-    /* Its value: the holder's description (dlock_lock_set_info; Go's
-     * recipes leave it empty), cut to fit. */
     json_object *v = dl_etcd_get(kv, "value");
-    const char *v64 = v ? json_object_get_string(v) : "";
-    char *val = malloc(strlen(v64) / 4 * 3 + 4);
-    int vn = val ? dl_etcd_unb64(v64, val, strlen(v64) / 4 * 3 + 4) : -1;
-    if (vn > 0)
-      snprintf(st->info, sizeof st->info, "%.*s",
-               vn < (int)sizeof st->info ? vn : (int)sizeof st->info - 1, val);
-    free(val);
+    dl_etcd_holder_value(v ? json_object_get_string(v) : "", lease, st->owner,
+                         sizeof st->owner, st->info, sizeof st->info);
     st->token = (uint64_t)dl_etcd_i64(kv, "create_revision");
     st->ttl_ms = DLOCK_TTL_NONE;
-    if (kk != KEY_MUTEX)
+    if (kk != ETCD_KEY_MUTEX)
       snprintf(st->mode, sizeof st->mode, "%s",
-               kk == KEY_READ ? "read" : "write");
-    reading = kk == KEY_READ;
+               kk == ETCD_KEY_READ ? "read" : "write");
+    reading = kk == ETCD_KEY_READ;
     st->readers = reading;
   }
   if (st->held) st->waiters = st->queued = keys - st->holders;

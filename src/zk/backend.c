@@ -453,6 +453,7 @@ int dl_zk_backend_new(const dlock_client_options *opts,
   dl_zk *z = calloc(1, sizeof *z);
   if (z == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   z->base.ops = &zk_ops;
+  z->base.detects_deadlocks = true; /* dl_deadlock_walk */
   z->env = env;
   z->session_timeout_ms = opts->zk_session_timeout_ms;
   z->command_timeout_ms = env->command_timeout_ms;

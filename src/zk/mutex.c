@@ -239,6 +239,7 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
                      struct String_vector *first) {
   const char *key = a->lock->key;
   const char *mine = strrchr(node, '/') + 1;
+  bool walked = false; /* detect_deadlocks: once, before the first wait */
   for (;;) {
     struct String_vector sv = {0};
     int zrc = ZOK;
@@ -271,6 +272,12 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
     if (!a->wait || dl_now_ms() >= a->deadline || dl_offload_cancelled())
       return 0;
     a->waited = true;
+    if (a->detect && !walked) {
+      walked = true;
+      static const dl_walk_ops walk = {dl_zk_waiters, dl_zk_inspect};
+      int rc = dl_deadlock_walk(&z->base, &walk, z->env, a);
+      if (rc < 0) return rc;
+    }
     /* Watch that one node only (no herd), with getData as Curator, so
      * that no watch is left on a node that does not exist. */
     pthread_mutex_lock(&z->mu);

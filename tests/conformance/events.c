@@ -298,24 +298,22 @@ static void *wait_thread(void *p) {
 }
 
 /* Waiter records (dlock deadlocks): on the Redis backend (single,
- * Sentinel, Cluster: the records a wait writes) and zk:// (the nodes in
- * line) a waiting acquire shows while it waits and is gone once it has
- * the lock; elsewhere the call answers DLOCK_ENOTSUP. detect_deadlocks:
- * Redis only. */
+ * Sentinel, Cluster: the records a wait writes), zk:// (the nodes in
+ * line) and etcd:// (the keys in line) a waiting acquire shows while it
+ * waits and is gone once it has the lock, and detect_deadlocks is taken;
+ * on redlock:// the call answers DLOCK_ENOTSUP and the option is
+ * refused. */
 static void t_waiter_records(void) {
   CF_NEEDS_SERVER();
   dlock_client *a = cf_client(0), *b = cf_client(0);
   CHECK(a && b);
-  bool redis = strcmp(cf_backend, "redis") == 0;
-  if (!redis) {
+  if (strcmp(cf_backend, "redlock") == 0) {
     dlock_client_options o;
     cf_options(&o, 0);
     o.detect_deadlocks = 1;
     dlock_client *d = NULL;
     CHECK_RC(dlock_client_open(&o, &d), DLOCK_ENOTSUP);
     CHECK(strstr(dlock_client_open_errmsg(), "no deadlock detection"));
-  }
-  if (!redis && strcmp(cf_backend, "zookeeper") != 0) {
     CHECK_RC(dlock_client_scan_waiters(a, NULL, count_waiter, NULL),
              DLOCK_ENOTSUP);
     CHECK(strstr(dlock_client_errmsg(a), "waiter records") != NULL);
@@ -357,7 +355,8 @@ typedef struct seen {
 
 static int see_waiter(const dlock_waiter *w, void *ud) {
   seen *s = ud;
-  if (s->n < 2 && strstr(w->name, "/cf/deadlock")) {
+  if (s->n < 2 &&
+      (strstr(w->name, "/cf/deadlock") || strstr(w->name, "detect"))) {
     snprintf(s->owner[s->n], sizeof s->owner[0], "%s", w->owner);
     snprintf(s->name[s->n], sizeof s->name[0], "%s", w->name);
     s->n++;
@@ -366,12 +365,12 @@ static int see_waiter(const dlock_waiter *w, void *ud) {
 }
 
 /* Two processes that really deadlock (each holds one lock and waits for
- * the other's, 2 s at most): the waiters and the locks' holders that dlock
- * deadlocks reads make the cycle, where waiters can be told (Redis,
- * zk://). */
+ * the other's, 2 s at most, on fixed leases): the waiters and the locks'
+ * holders that dlock deadlocks reads make the cycle, where waiters can be
+ * told (Redis, zk://, etcd://). */
 static void t_deadlock_seen(void) {
   CF_NEEDS_SERVER();
-  if (strcmp(cf_backend, "redis") != 0 && strcmp(cf_backend, "zookeeper") != 0)
+  if (strcmp(cf_backend, "redlock") == 0)
     return; /* t_waiter_records: DLOCK_ENOTSUP */
   char names[2][64];
   cf_name(names[0], sizeof names[0], "deadlock0");
@@ -423,8 +422,207 @@ static void t_deadlock_seen(void) {
   dlock_client_close(c);
 }
 
-const th_test cf_events_tests[] = {
-    T_BARE(t_events), T_BARE(t_events_wait_renew), T_BARE(t_events_async),
-    T_BARE(t_waiter_records), T_BARE(t_deadlock_seen)};
+/* Child i of t_deadlock_detect: holds lock i; after its go, waits for
+ * lock 1 - i (2 s at most). Exits 10 on DLOCK_EDEADLK told within 500 ms
+ * naming both locks (then lets its own go), 20 when it got the lock, 2
+ * when it could not start, else 1. Child 1 detects deadlocks; child 0,
+ * the first to wait, only on Redis, where only a detecting client records
+ * its wait at once (elsewhere its place in line is there at once): were
+ * it to walk too, the two walks could overlap and both be told. */
+static void detect_child(char names[2][64], int i, int held_fd, int go_fd) {
+  dlock_client_options o;
+  cf_options(&o, 0);
+  o.detect_deadlocks = i == 1 || strcmp(cf_backend, "redis") == 0;
+  dlock_client *c = NULL;
+  dlock_lock *mine, *other;
+  char ok = dlock_client_open(&o, &c) == 0 &&
+            dlock_lock_new(c, names[i], NULL, &mine) == 0 &&
+            dlock_lock_new(c, names[1 - i], NULL, &other) == 0 &&
+            dlock_lock_try_acquire(mine, 0, 10000, NULL) == 0;
+  char g;
+  if (write(held_fd, &ok, 1) != 1 || !ok || read(go_fd, &g, 1) != 1) _exit(2);
+  int64_t t0 = th_now_ms();
+  int rc = dlock_lock_try_acquire(other, 2000, 10000, NULL);
+  int64_t took = th_now_ms() - t0;
+  const char *msg = dlock_client_errmsg(c);
+  fprintf(stderr, "    child %d: %s after %lld ms: %s\n", i, dlock_err_name(rc),
+          (long long)took, rc ? msg : "");
+  if (rc == DLOCK_EDEADLK && took < 500 && strstr(msg, names[0]) &&
+      strstr(msg, names[1]) && strstr(msg, "wait-for cycle")) {
+    dlock_lock_release(mine); /* the other goes on */
+    _exit(10);
+  }
+  _exit(rc == 0 ? 20 : 1);
+}
+
+/* The fewest server writes of an uncontended acquire and release by c
+ * in three (a write carries whatever is pipelined at that moment: a
+ * release's messages may go in one or two), into *out. */
+static void uncontended_writes(dlock_client *c, const char *name,
+                               uint64_t *out) {
+  dlock_lock *l;
+  dlock_client_stats a, b;
+  CHECK_RC(dlock_lock_new(c, name, NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0); /* the lease made */
+  CHECK_EQ(dlock_lock_release(l), 1);
+  *out = UINT64_MAX;
+  for (int i = 0; i < 3; i++) {
+    CHECK_RC(dlock_client_stats_get(c, &a), 0);
+    CHECK_RC(dlock_lock_try_acquire(l, 1000, 10000, NULL), 0);
+    CHECK_EQ(dlock_lock_release(l), 1);
+    CHECK_RC(dlock_client_stats_get(c, &b), 0);
+    if (b.writes - a.writes < *out) *out = b.writes - a.writes;
+  }
+  dlock_lock_free(l);
+}
+
+/* detect_deadlocks: of two processes that would deadlock, the one whose
+ * wait would close the cycle (the second to wait) fails at once with
+ * DLOCK_EDEADLK naming it; once it lets its lock go, the first gets it.
+ * An acquire that does not wait pays nothing for it. */
+static void t_deadlock_detect(void) {
+  CF_NEEDS_SERVER();
+  if (strcmp(cf_backend, "redlock") == 0)
+    return; /* t_waiter_records: the option is refused */
+  char names[2][64];
+  cf_name(names[0], sizeof names[0], "free");
+  dlock_client_options o;
+  cf_options(&o, 0);
+  o.detect_deadlocks = 1;
+  dlock_client *plain = cf_client(0), *detecting = NULL;
+  CHECK_RC(dlock_client_open(&o, &detecting), 0);
+  uint64_t w0 = 0, w1 = 1;
+  uncontended_writes(plain, names[0], &w0);
+  uncontended_writes(detecting, names[0], &w1);
+  fprintf(stderr, "    uncontended: %llu writes, %llu with detect\n",
+          (unsigned long long)w0, (unsigned long long)w1);
+  CHECK(w1 <= w0);
+  dlock_client_close(plain);
+  dlock_client_close(detecting);
+  cf_name(names[0], sizeof names[0], "detect0");
+  cf_name(names[1], sizeof names[1], "detect1");
+  int held[2], go[2][2];
+  CHECK(pipe(held) == 0 && pipe(go[0]) == 0 && pipe(go[1]) == 0);
+  pid_t pid[2];
+  for (int i = 0; i < 2; i++) {
+    pid[i] = fork();
+    CHECK(pid[i] >= 0);
+    if (pid[i] == 0) detect_child(names, i, held[1], go[i][0]);
+  }
+  char ok[2] = {0, 0};
+  CHECK(read(held[0], &ok[0], 1) == 1 && read(held[0], &ok[1], 1) == 1);
+  CHECK(ok[0] && ok[1]);
+  dlock_client *c = cf_client(0);
+  CHECK(c != NULL);
+  CHECK(write(go[0][1], "g", 1) == 1); /* child 0 waits first */
+  seen s = {0};
+  for (int64_t t0 = th_now_ms(); s.n < 1 && th_now_ms() - t0 < 2000;) {
+    s.n = 0;
+    CHECK(dlock_client_scan_waiters(c, "/cf/detect*", see_waiter, &s) >= 0);
+    if (s.n < 1) th_sleep_ms(5);
+  }
+  CHECK_EQ(s.n, 1);
+  CHECK(write(go[1][1], "g", 1) == 1);
+  int st[2];
+  for (int i = 0; i < 2; i++)
+    CHECK(waitpid(pid[i], &st[i], 0) == pid[i] && WIFEXITED(st[i]));
+  CHECK_EQ(WEXITSTATUS(st[0]), 20);
+  CHECK_EQ(WEXITSTATUS(st[1]), 10);
+  dlock_client_close(c);
+}
+
+/* An event-loop acquire's end: its code and detail. */
+typedef struct adone {
+  int done, rc;
+  char msg[512];
+} adone;
+
+static void on_adone(int rc, uint64_t token, const char *errmsg, void *ud) {
+  (void)token;
+  adone *d = ud;
+  d->rc = rc;
+  snprintf(d->msg, sizeof d->msg, "%s", errmsg ? errmsg : "");
+  d->done = 1;
+}
+
+static int wait_second(void *arg) {
+  return dlock_lock_try_acquire(arg, 3000, 10000, NULL);
+}
+
+/* detect_deadlocks on an event-loop client too: it holds lock 1 while a
+ * blocking owner holds lock 0 and waits for lock 1; its acquire of lock 0
+ * would close the cycle: DLOCK_EDEADLK naming it, at once; once it lets
+ * lock 1 go, the blocking owner gets it. */
+static void t_deadlock_detect_async(void) {
+  CF_NEEDS_SERVER();
+  if (strcmp(cf_backend, "redlock") == 0)
+    return; /* t_waiter_records: the option is refused */
+  char names[2][64];
+  cf_name(names[0], sizeof names[0], "adetect0");
+  cf_name(names[1], sizeof names[1], "adetect1");
+  /* The blocking owner: seen waiting at once (on Redis, a detecting
+   * client records its wait at once). */
+  dlock_client_options o;
+  cf_options(&o, 0);
+  o.detect_deadlocks = strcmp(cf_backend, "redis") == 0;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open(&o, &c), 0);
+  dlock_lock *x0, *x1, *y0, *y1;
+  /* One owner for both, whichever thread calls. */
+  CHECK_RC(dlock_lock_new(c, names[0], "x", &x0), 0);
+  CHECK_RC(dlock_lock_new(c, names[1], "x", &x1), 0);
+  CHECK_RC(dlock_lock_try_acquire(x0, 0, 10000, NULL), 0);
+  cf_fix f = {0};
+  CHECK_RC(dlock_loop_new(NULL, &f.lp), 0);
+  cf_options(&o, 0);
+  o.detect_deadlocks = 1;
+  CHECK_RC(dlock_client_open_async(&o, f.lp, &f.c), 0);
+  CHECK_RC(dlock_lock_new(f.c, names[0], "y", &y0), 0); /* one owner too */
+  CHECK_RC(dlock_lock_new(f.c, names[1], "y", &y1), 0);
+  adone d = {0};
+  CHECK_RC(dlock_lock_acquire_async(y1, 0, 10000, on_adone, &d, NULL), 0);
+  CHECK(cf_run_until(f.lp, &d.done, 5000));
+  CHECK_RC(d.rc, 0);
+  cf_bg w;
+  CHECK(cf_bg_start(&w, wait_second, x1) == 0);
+  seen s = {0};
+  for (int64_t t0 = th_now_ms(); s.n < 1 && th_now_ms() - t0 < 2000;) {
+    s.n = 0;
+    CHECK(dlock_client_scan_waiters(c, "/cf/adetect*", see_waiter, &s) >= 0);
+    if (s.n < 1) th_sleep_ms(5);
+  }
+  CHECK_EQ(s.n, 1);
+  memset(&d, 0, sizeof d);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_acquire_async(y0, 2000, 10000, on_adone, &d, NULL), 0);
+  CHECK(cf_run_until(f.lp, &d.done, 5000));
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    %s after %lld ms: %s\n", dlock_err_name(d.rc),
+          (long long)took, d.msg);
+  CHECK_RC(d.rc, DLOCK_EDEADLK);
+  CHECK(took < 500 && strstr(d.msg, "wait-for cycle") &&
+        strstr(d.msg, names[0]) && strstr(d.msg, names[1]));
+  memset(&d, 0, sizeof d);
+  CHECK_RC(dlock_lock_release_async(y1, on_adone, &d, NULL), 0);
+  CHECK(cf_run_until(f.lp, &d.done, 5000));
+  cf_bg_join(&w);
+  CHECK_RC(w.rc, 0);
+  CHECK_EQ(dlock_lock_release(x1), 1);
+  CHECK_EQ(dlock_lock_release(x0), 1);
+  dlock_lock_free(y0);
+  dlock_lock_free(y1);
+  cf_fix_close(&f);
+  dlock_lock_free(x0);
+  dlock_lock_free(x1);
+  dlock_client_close(c);
+}
+
+const th_test cf_events_tests[] = {T_BARE(t_events),
+                                   T_BARE(t_events_wait_renew),
+                                   T_BARE(t_events_async),
+                                   T_BARE(t_waiter_records),
+                                   T_BARE(t_deadlock_seen),
+                                   T_BARE(t_deadlock_detect),
+                                   T_BARE(t_deadlock_detect_async)};
 const size_t cf_events_ntests =
     sizeof cf_events_tests / sizeof cf_events_tests[0];
