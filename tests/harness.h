@@ -318,6 +318,18 @@ typedef struct th_etcd {
 /* True if an etcd server can be started here (etcd on the PATH); a test
  * without one skips, saying so. */
 bool th_etcd_available(void);
+/* In a test: skips it (returns, saying so) where no etcd server can run,
+ * else declares and starts the server `s` (th_etcd_start), checked. */
+#define TH_ETCD_SETUP(s)                                                       \
+  if (!th_etcd_available()) {                                                  \
+    fprintf(stderr, "    skipped: no etcd server installed\n");                \
+    return;                                                                    \
+  }                                                                            \
+  th_etcd s;                                                                   \
+  CHECK_RC(th_etcd_start(&s), 0)
+/* A client of s (lease_ms > 0: its watchdog lease), or NULL with the
+ * open's message printed. */
+dlock_client *th_etcd_client(const th_etcd *s, int64_t lease_ms);
 /* Starts a private single-member etcd on free loopback client and peer
  * ports, its data in a fresh dir in th_tmpdir(), and waits until GET
  * /health says true (about 1 s). Returns 0, or -1 (its log printed). A

@@ -17,6 +17,17 @@ bool th_etcd_available(void) {
   return system("command -v etcd >/dev/null 2>&1") == 0;
 }
 
+dlock_client *th_etcd_client(const th_etcd *s, int64_t lease_ms) {
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s->url;
+  if (lease_ms > 0) o.watchdog_timeout_ms = lease_ms;
+  dlock_client *c = NULL;
+  if (dlock_client_open(&o, &c) != 0)
+    fprintf(stderr, "    open: %s\n", dlock_client_open_errmsg());
+  return c;
+}
+
 const char *th_sh(const char *cmd, char *buf, size_t len) {
   buf[0] = '\0';
   FILE *f = popen(cmd, "r");

@@ -42,29 +42,13 @@ static void t_etcd_server(void) {
 
 #ifdef DLOCK_TEST_HAVE_ETCD
 
-static dlock_client *eclient(const th_etcd *s, int64_t lease_ms) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s->url;
-  if (lease_ms > 0) o.watchdog_timeout_ms = lease_ms;
-  dlock_client *c = NULL;
-  if (dlock_client_open(&o, &c) != 0)
-    fprintf(stderr, "    open: %s\n", dlock_client_open_errmsg());
-  return c;
-}
-
-#define SETUP(s)                                                               \
-  NEED_ETCD();                                                                 \
-  th_etcd s;                                                                   \
-  CHECK_RC(th_etcd_start(&s), 0)
-
 /* Acquire and release on Go's layout: the key NAME/<lease in hex> (its
  * value dlock's owner id, which Go never reads), on the client's lease (TTL the
  * watchdog lease), its create revision the token; re-entry counted in the
  * client, one key; the release deletes it. */
 static void t_etcd_layout(void) {
-  SETUP(s);
-  dlock_client *c = eclient(&s, 9000);
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 9000);
   CHECK(c != NULL);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "job", "me", &l), 0);
@@ -143,8 +127,8 @@ static void *wait_acquire(void *arg) {
 }
 
 static void t_etcd_exclusion(void) {
-  SETUP(s);
-  dlock_client *a = eclient(&s, 0), *b = eclient(&s, 0);
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
   CHECK(a && b);
   dlock_lock *la, *lb, *la2;
   CHECK_RC(dlock_lock_new(a, "x", "a", &la), 0);
@@ -212,8 +196,8 @@ static int keys_under(const th_etcd *s, const char *pfx, char *second,
  * when its predecessor goes; Go 3.4's Mutex does. Here it reports the
  * wait DLOCK_ELOST, leaves nothing, and takes the lock afresh after. */
 static void t_etcd_waiter_key_gone(void) {
-  SETUP(s);
-  dlock_client *a = eclient(&s, 0), *b = eclient(&s, 0);
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "gone", "a", &la), 0);
@@ -256,7 +240,7 @@ typedef struct racer {
 
 static void *race(void *arg) {
   racer *r = arg;
-  dlock_client *c = eclient(r->s, 0);
+  dlock_client *c = th_etcd_client(r->s, 0);
   dlock_lock *l;
   if (c == NULL || dlock_lock_new(c, "race", "r", &l) != 0) {
     r->errors++;
@@ -283,7 +267,7 @@ static void *race(void *arg) {
 }
 
 static void t_etcd_contention(void) {
-  SETUP(s);
+  TH_ETCD_SETUP(s);
   atomic_int inside = 0, overlaps = 0;
   atomic_ullong last = 0;
   int counter = 0;
@@ -310,13 +294,13 @@ static void t_etcd_contention(void) {
 /* A holder SIGKILLed: its lease runs out (TTL 3 s) and its key goes with
  * it; a waiter then gets the lock, not before. */
 static void t_etcd_holder_killed(void) {
-  SETUP(s);
+  TH_ETCD_SETUP(s);
   int p[2];
   CHECK(pipe(p) == 0);
   pid_t pid = fork();
   if (pid == 0) {
     close(p[0]);
-    dlock_client *c = eclient(&s, 3000);
+    dlock_client *c = th_etcd_client(&s, 3000);
     dlock_lock *l;
     char ok = c && dlock_lock_new(c, "k", "child", &l) == 0 &&
                       dlock_lock_try_acquire(l, 0, 0, NULL) == 0
@@ -331,7 +315,7 @@ static void t_etcd_holder_killed(void) {
   CHECK(read(p[0], &ok, 1) == 1);
   close(p[0]);
   CHECK_EQ(ok, 'y');
-  dlock_client *c = eclient(&s, 0);
+  dlock_client *c = th_etcd_client(&s, 0);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "k", "parent", &l), 0);
   CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), DLOCK_EBUSY);
@@ -354,8 +338,8 @@ static void t_etcd_holder_killed(void) {
  * lets go after 5 s, and the holder's fixed lease is its own (2 s, not
  * renewed: the key goes when it ends). */
 static void t_etcd_long_wait(void) {
-  SETUP(s);
-  dlock_client *a = eclient(&s, 3000), *b = eclient(&s, 3000);
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 3000), *b = th_etcd_client(&s, 3000);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "long", "a", &la), 0);
@@ -392,8 +376,8 @@ static void t_etcd_long_wait(void) {
  * and the waiter's key goes with it (the client's lease is revoked at
  * the close). */
 static void t_etcd_shutdown_waiter(void) {
-  SETUP(s);
-  dlock_client *a = eclient(&s, 0), *b = eclient(&s, 0);
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "sd", "a", &la), 0);
@@ -485,8 +469,8 @@ static void t_etcd_cluster_member_killed(void) {
  * it waiting on itself), and so can another owner of the client once the
  * first releases (DLOCK_ELOST). */
 static void t_etcd_paused_server(void) {
-  SETUP(s);
-  dlock_client *a = eclient(&s, 3000);
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 3000);
   CHECK(a != NULL);
   dlock_lock *la, *la2;
   CHECK_RC(dlock_lock_new(a, "pz", "a", &la), 0);
@@ -516,12 +500,12 @@ static void t_etcd_paused_server(void) {
  * server answers again: another client gets the lock then, not when the
  * releasing client's session ends. */
 static void t_etcd_release_orphan(void) {
-  SETUP(s);
+  TH_ETCD_SETUP(s);
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = s.url;
   o.command_timeout_ms = 300;
-  dlock_client *a, *b = eclient(&s, 0);
+  dlock_client *a, *b = th_etcd_client(&s, 0);
   CHECK_RC(dlock_client_open(&o, &a), 0);
   CHECK(b != NULL);
   dlock_lock *la, *lb;
@@ -554,8 +538,8 @@ static void t_etcd_release_orphan(void) {
  * elect` wait for each other's leader, both ways; dlock elect stops its
  * command when its key is deleted. */
 static void t_etcd_leader(void) {
-  SETUP(s);
-  dlock_client *a = eclient(&s, 0), *b = eclient(&s, 0);
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
   CHECK(a && b);
   dlock_leader *one, *two;
   CHECK_RC(dlock_leader_new(a, "el", "one", &one), 0);
@@ -655,8 +639,8 @@ static long long heard_after(lost_seen *s, int64_t t0) {
  * the holder within 100 ms, through the watch on its own key; so is an
  * `etcdctl del` of the key and a revoke of the lease. */
 static void t_etcd_force_heard(void) {
-  SETUP(s);
-  dlock_client *a = eclient(&s, 0), *b = eclient(&s, 0);
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
   CHECK(a && b);
   dlock_lock *la, *lb;
   CHECK_RC(dlock_lock_new(a, "fr", "a", &la), 0);
@@ -711,7 +695,7 @@ static void t_etcd_force_heard(void) {
 /* etcdctl lock and dlock exclude each other on the same name, both ways,
  * and each wakes the other. */
 static void t_etcd_etcdctl_interop(void) {
-  SETUP(s);
+  TH_ETCD_SETUP(s);
   char cmd[1024], buf[512];
   /* etcdctl holds for 1.5 s. */
   snprintf(cmd, sizeof cmd,
@@ -726,7 +710,7 @@ static void t_etcd_etcdctl_interop(void) {
   while (access(held, F_OK) != 0 && th_now_ms() < end)
     th_sleep_ms(5);
   CHECK(access(held, F_OK) == 0);
-  dlock_client *c = eclient(&s, 0);
+  dlock_client *c = th_etcd_client(&s, 0);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "shared", "me", &l), 0);
   CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), DLOCK_EBUSY);
@@ -768,7 +752,7 @@ static void t_etcd_etcdctl_interop(void) {
  * holder, and a force release or an etcdctl del stops the holder's
  * command as lost (exit 76). */
 static void t_etcd_cli_run(void) {
-  SETUP(s);
+  TH_ETCD_SETUP(s);
   char cmd[1024], buf[512];
   snprintf(cmd, sizeof cmd,
            "%s -u %s run job -- sh -c 'echo token=$DLOCK_TOKEN; "
@@ -822,8 +806,8 @@ static void t_etcd_cli_run(void) {
 /* What is not built yet says so: DLOCK_ENOTSUP naming etcd and the kind;
  * bad URLs are refused at the open. */
 static void t_etcd_enotsup(void) {
-  SETUP(s);
-  dlock_client *c = eclient(&s, 0);
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 0);
   CHECK(c != NULL);
   dlock_lock *p;
   CHECK_RC(dlock_plainlock_new(c, "p", "me", &p), 0);
@@ -860,7 +844,7 @@ static int collect(const char *name, void *ud) {
  * `etcdctl lock app/NAME` does; a second endpoint that is down is skipped;
  * the scan (dlock list) lists the held names under the prefix. */
 static void t_etcd_prefix(void) {
-  SETUP(s);
+  TH_ETCD_SETUP(s);
   dlock_client_options o;
   dlock_client_options_init(&o);
   char url[160];

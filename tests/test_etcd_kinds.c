@@ -10,30 +10,6 @@
 #include <string.h>
 
 #ifdef DLOCK_TEST_HAVE_ETCD
-#define SETUP(s)                                                               \
-  if (!th_etcd_available()) {                                                  \
-    fprintf(stderr, "    skipped: no etcd server installed\n");                \
-    return;                                                                    \
-  }                                                                            \
-  th_etcd s;                                                                   \
-  CHECK_RC(th_etcd_start(&s), 0)
-
-/* A client of s (lease_ms > 0: its watchdog lease). */
-static dlock_client *eclient_lease(const th_etcd *s, int64_t lease_ms) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s->url;
-  if (lease_ms > 0) o.watchdog_timeout_ms = lease_ms;
-  dlock_client *c = NULL;
-  if (dlock_client_open(&o, &c) != 0)
-    fprintf(stderr, "    open: %s\n", dlock_client_open_errmsg());
-  return c;
-}
-
-static dlock_client *eclient(const th_etcd *s) {
-  return eclient_lease(s, 0);
-}
-
 /* etcdctl's output for args, its trailing newline cut. */
 static const char *ctl(const th_etcd *s, const char *args, char *buf,
                        size_t len) {
@@ -47,8 +23,8 @@ static const char *ctl(const th_etcd *s, const char *args, char *buf,
 /* The latch is its count in decimal at NAME, gone at zero; a key there
  * that holds no number, or a key under NAME/, is refused and kept. */
 static void t_etcd_latch_keys(void) {
-  SETUP(s);
-  dlock_client *c = eclient(&s);
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 0);
   CHECK(c != NULL);
   dlock_latch *l;
   CHECK_RC(dlock_latch_new(c, "l", &l), 0);
@@ -98,8 +74,8 @@ static void *await_latch(void *arg) {
 /* A wait that another of the client's waits wakes (a delayed offer's kick
  * of the client's transfer) is not over: it ends at the count-down. */
 static void t_etcd_latch_woken_early(void) {
-  SETUP(s);
-  dlock_client *a = eclient(&s), *c = eclient(&s);
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 0), *c = th_etcd_client(&s, 0);
   CHECK(a && c);
   dlock_latch *la;
   awaiter w = {.rc = 1};
@@ -130,8 +106,8 @@ static void t_etcd_latch_woken_early(void) {
  * Q/0<UnixNano>), each holding the bare bytes; the delayed ones are
  * __dlock_delayed/Q/<due ms, 16 digits>-<16 hex>. */
 static void t_etcd_queue_keys(void) {
-  SETUP(s);
-  dlock_client *c = eclient(&s);
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 0);
   CHECK(c != NULL);
   dlock_queue *q;
   CHECK_RC(dlock_queue_new(c, "q", &q), 0);
@@ -168,8 +144,8 @@ static void t_etcd_queue_keys(void) {
  * shape (a lock's: Q/<lease in hex>): every call refuses, changing
  * nothing. */
 static void t_etcd_queue_foreign(void) {
-  SETUP(s);
-  dlock_client *c = eclient(&s);
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 0);
   CHECK(c != NULL);
   char buf[1024];
   const char *puts[] = {"put f1 x", "put f2/lock x", "put f3/694d7 x"};
@@ -221,8 +197,8 @@ static bool took(dlock_queue *q, int64_t wait_ms, const char *want) {
  * its TTL while the handle lives; a freed handle's values go back to the
  * head once its lease ended, a closed client's at once. */
 static void t_etcd_queue_reliable(void) {
-  SETUP(s);
-  dlock_client *c = eclient_lease(&s, 2000), *o = eclient_lease(&s, 2000);
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 2000), *o = th_etcd_client(&s, 2000);
   CHECK(c && o);
   dlock_queue *q, *q2, *other;
   CHECK_RC(dlock_queue_new(c, "rq", &q), 0);
@@ -290,8 +266,9 @@ static void t_etcd_queue_reliable(void) {
  * when due, so that a plain consumer that never moves gets it then, not
  * at the transfer's next idle round (1 s). */
 static void t_etcd_queue_transfer(void) {
-  SETUP(s);
-  dlock_client *a = eclient(&s), *b = eclient(&s), *c = eclient(&s);
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0),
+               *c = th_etcd_client(&s, 0);
   CHECK(a && b && c);
   dlock_queue *qa, *qb, *qc;
   CHECK_RC(dlock_queue_new(a, "tq", &qa), 0);
@@ -345,8 +322,8 @@ static void *poll_queue(void *arg) {
  * waiting latch: both ride it out (their calls fail while it is down) and
  * end as they would have: the value offered after, the count-down after. */
 static void t_etcd_waits_ride_out(void) {
-  SETUP(s);
-  dlock_client *a = eclient(&s), *b = eclient(&s);
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
   CHECK(a && b);
   dlock_latch *la;
   awaiter w = {.rc = 1};
@@ -405,8 +382,9 @@ static void *race(void *arg) {
 }
 
 static void t_etcd_queue_race(void) {
-  SETUP(s);
-  dlock_client *c[3] = {eclient(&s), eclient(&s), eclient(&s)};
+  TH_ETCD_SETUP(s);
+  dlock_client *c[3] = {th_etcd_client(&s, 0), th_etcd_client(&s, 0),
+                        th_etcd_client(&s, 0)};
   CHECK(c[0] && c[1] && c[2]);
   racer r[3] = {{0}};
   for (int i = 0; i < 3; i++)

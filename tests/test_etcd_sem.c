@@ -15,25 +15,6 @@
 #include <unistd.h>
 
 #ifdef DLOCK_TEST_HAVE_ETCD
-#define SETUP(s)                                                               \
-  if (!th_etcd_available()) {                                                  \
-    fprintf(stderr, "    skipped: no etcd server installed\n");                \
-    return;                                                                    \
-  }                                                                            \
-  th_etcd s;                                                                   \
-  CHECK_RC(th_etcd_start(&s), 0)
-
-static dlock_client *eclient(const th_etcd *s, int64_t lease_ms) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s->url;
-  if (lease_ms > 0) o.watchdog_timeout_ms = lease_ms;
-  dlock_client *c = NULL;
-  if (dlock_client_open(&o, &c) != 0)
-    fprintf(stderr, "    open: %s\n", dlock_client_open_errmsg());
-  return c;
-}
-
 /* etcdctl's output for args, its last newline cut. */
 static const char *ctl(const th_etcd *s, const char *args, char *buf,
                        size_t len) {
@@ -48,8 +29,8 @@ static const char *ctl(const th_etcd *s, const char *args, char *buf,
  * session's lease (the watchdog's TTL) or on a lease of its own (a fixed
  * lease's TTL); a release deletes it. */
 static void t_etcd_sem_layout(void) {
-  SETUP(s);
-  dlock_client *c = eclient(&s, 9000);
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 9000);
   CHECK(c != NULL);
   char buf[4096], args[512];
   dlock_semaphore *sem;
@@ -105,8 +86,8 @@ static void t_etcd_sem_layout(void) {
 /* Someone else's value where a count lives, or a key under NAME/permits/
  * that is no permit's: DLOCK_EWRONGTYPE, and nothing changed. */
 static void t_etcd_sem_foreign(void) {
-  SETUP(s);
-  dlock_client *c = eclient(&s, 0);
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 0);
   CHECK(c != NULL);
   char buf[4096];
   ctl(&s, "put s2/semaphore hello", buf, sizeof buf);
@@ -138,13 +119,13 @@ static void t_etcd_sem_foreign(void) {
 /* A holder SIGKILLed with both permits: they come back when its session's
  * lease (3 s) ends, and a waiter gets one. */
 static void t_etcd_permits_holder_killed(void) {
-  SETUP(s);
+  TH_ETCD_SETUP(s);
   int fd[2];
   CHECK(pipe(fd) == 0);
   pid_t pid = fork();
   if (pid == 0) {
     close(fd[0]);
-    dlock_client *c = eclient(&s, 3000);
+    dlock_client *c = th_etcd_client(&s, 3000);
     dlock_permits *p;
     char id[DLOCK_PERMIT_ID_LEN];
     char ok = c && dlock_permits_new(c, "pk", &p) == 0 &&
@@ -162,7 +143,7 @@ static void t_etcd_permits_holder_killed(void) {
   CHECK(read(fd[0], &ok, 1) == 1);
   close(fd[0]);
   CHECK_EQ(ok, 'y');
-  dlock_client *c = eclient(&s, 0);
+  dlock_client *c = th_etcd_client(&s, 0);
   dlock_permits *p;
   char id[DLOCK_PERMIT_ID_LEN];
   CHECK_RC(dlock_permits_new(c, "pk", &p), 0);
@@ -224,8 +205,8 @@ static bool line_reaches(const th_etcd *s, int n) {
  * wakes the first waiter alone: the second, first in line now, starts one
  * watch on the count, and the third none (a herd would re-watch each). */
 static void t_etcd_sem_line(void) {
-  SETUP(s);
-  dlock_client *c = eclient(&s, 0), *wc[WAITERS];
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 0), *wc[WAITERS];
   CHECK(c != NULL);
   dlock_semaphore *sem;
   CHECK_RC(dlock_semaphore_new(c, "sl", &sem), 0);
@@ -234,7 +215,7 @@ static void t_etcd_sem_line(void) {
   pthread_t t[WAITERS];
   atomic_store(&served, 0);
   for (int i = 0; i < WAITERS; i++) {
-    wc[i] = eclient(&s, 0);
+    wc[i] = th_etcd_client(&s, 0);
     CHECK(wc[i] != NULL);
     memset(&w[i], 0, sizeof w[i]);
     CHECK_RC(dlock_semaphore_new(wc[i], "sl", &w[i].sem), 0);
@@ -275,7 +256,7 @@ static void t_etcd_sem_line(void) {
  * exits 75; status --permits counts the permit out; release --force
  * --permit ID stops the holder's command as lost (exit 76). */
 static void t_etcd_sem_cli(void) {
-  SETUP(s);
+  TH_ETCD_SETUP(s);
   char cmd[1024], buf[512], done[300];
   snprintf(cmd, sizeof cmd,
            "%s -u %s run --permits 1 pc -- sh -c '%s -u %s run --permits 1 "

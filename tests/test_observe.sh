@@ -324,13 +324,17 @@ t_etcd() {
   local pid=$!
   wait_until eval "curl -s http://127.0.0.1:$c/health | grep -q true" || fail "etcd did not start"
   url_row "etcd://127.0.0.1:$c" e:a etcd
-  # What etcd:// does not have: a dash, and no sample.
+  # A queue (contrib/recipes' layout) and a latch on etcd:// too: the
+  # queue's depth and the latch's count (none set: 0).
+  "$DLOCK" -u "etcd://127.0.0.1:$c" queue offer e:q v1 v2 || fail "etcd: offer"
   "$DLOCK" -u "etcd://127.0.0.1:$c" top -b -n 1 --queue e:q --latch e:l >e-top.txt
-  grep -Eq '^e:q +queue +- +- +- +- +- +\(no queues on this backend\)$' e-top.txt &&
-    grep -Eq '^e:l +latch .*\(no latches on this backend\)$' e-top.txt ||
+  grep -Eq '^e:q +queue( +-){4} +2 ' e-top.txt &&
+    grep -Eq '^e:l +latch .*count 0' e-top.txt ||
     fail "etcd: $(cat e-top.txt)"
-  "$DLOCK" -u "etcd://127.0.0.1:$c" metrics --queue e:q >e.txt
-  ! grep -q dlock_queue_depth e.txt || fail "etcd: a queue depth"
+  "$DLOCK" -u "etcd://127.0.0.1:$c" metrics --queue e:q --latch e:l >e.txt
+  check_format e.txt
+  [ "$(metric e.txt dlock_queue_depth e:q)" = 2 ] || fail "etcd: queue depth: $(cat e.txt)"
+  [ "$(metric e.txt dlock_latch_remaining e:l)" = 0 ] || fail "etcd: latch: $(cat e.txt)"
   kill $pid; wait $pid 2>/dev/null
 }
 
