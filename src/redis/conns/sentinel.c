@@ -53,8 +53,13 @@ static int roundtrip(dl_io *io, int argc, const char **argv, int64_t deadline,
 static int sentinel_connect(const dl_conn_config *cfg,
                             const struct dl_hostport *h, int64_t deadline,
                             dl_io **io, char *err, size_t errlen) {
-  dl_conn_config c = *cfg;
-  memset(&c.ep, 0, sizeof c.ep);
+  /* Only what a sentinel's connect needs, read (not the whole *cfg: the
+   * watch's thread runs this beside the client's). */
+  dl_conn_config c = {.tls = cfg->tls,
+                      .server_name = cfg->server_name,
+                      .connect_timeout_ms = cfg->connect_timeout_ms,
+                      .command_timeout_ms = cfg->command_timeout_ms,
+                      .err_owner = cfg->err_owner};
   c.ep.host = h->host;
   c.ep.port = h->port;
   c.ep.tls = cfg->ep.tls;
@@ -303,13 +308,15 @@ int dl_sentinel_watch_start(dl_conn_config *cfg) {
     free(w);
     return DLOCK_ENOMEM;
   }
+  /* Set before the thread starts: it copies *cfg (its connects' config). */
+  cfg->watch = w;
   if (pthread_create(&w->thread, NULL, watch_run, w) != 0) {
+    cfg->watch = NULL;
     close(w->bell[0]);
     close(w->bell[1]);
     free(w);
     return DLOCK_ENOMEM;
   }
-  cfg->watch = w;
   return 0;
 }
 
