@@ -148,12 +148,13 @@ t_force_release_only_locks() {
   done
   [ "$(rcli HGET fr:hash name)" = alice ] || fail "fr:hash changed"
   # A permit-expirable semaphore: only with the permit's id.
-  "$DLOCK" run -q --permits 2 fr:perm -- sh -c 'echo "$DLOCK_PERMIT" > fr.id; sleep 30' & local d=$!
+  "$DLOCK" run --permits 2 fr:perm -- sh -c 'echo "$DLOCK_PERMIT" > fr.id; sleep 30' 2>fr.err & local d=$!
   wait_until test -s fr.id || fail "no permit"
   out=$("$DLOCK" release --force fr:perm 2>&1); expect_rc 65 $? "semaphore without --permit"
   case "$out" in *"--permit"*) ;; *) fail "message: $out" ;; esac
   "$DLOCK" release --force -q --permit "$(cat fr.id)" fr:perm; expect_rc 0 $? "--permit ID"
   wait "$d"; expect_rc 76 $? "the permit's holder"
+  grep -q "lost permit $(cat fr.id) of fr:perm; stopping" fr.err || fail "the loss names the permit: $(cat fr.err)"
   "$DLOCK" release --force -q --permit "$(cat fr.id)" fr:perm; expect_rc 1 $? "the same permit again"
   # A read-write lock, through its own kind.
   "$DLOCK" run -q --read fr:rw -- sleep 30 & d=$!

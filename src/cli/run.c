@@ -632,9 +632,12 @@ static int run_or_elect(int argc, char **argv, cli_global *g, bool elect) {
             (unsigned long long)a.token, (long long)(acquired_at - started));
 
   set_env(g, &o, &a);
-  char held[DLOCK_NAME_MAX + 32];
-  snprintf(held, sizeof held, "%s %s", a.leader ? "the leadership of" : "lock",
-           o.name);
+  char held[DLOCK_NAME_MAX + DLOCK_PERMIT_ID_LEN + 32];
+  if (a.permits)
+    snprintf(held, sizeof held, "permit %s of %s", a.id, o.name);
+  else
+    snprintf(held, sizeof held, "%s %s",
+             a.leader ? "the leadership of" : "lock", o.name);
   bool ran, lost;
   rc = cli_run_child(o.cmd, held, o.grace_ms, g->verbose, &set, &orig, &ran,
                      &lost);
