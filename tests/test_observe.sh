@@ -335,6 +335,14 @@ t_etcd() {
   check_format e.txt
   [ "$(metric e.txt dlock_queue_depth e:q)" = 2 ] || fail "etcd: queue depth: $(cat e.txt)"
   [ "$(metric e.txt dlock_latch_remaining e:l)" = 0 ] || fail "etcd: latch: $(cat e.txt)"
+  # A running latch's count in dlock status (its key holds the count).
+  curl -s "http://127.0.0.1:$c/v3/kv/put" \
+    -d "{\"key\":\"$(printf e:l2 | base64)\",\"value\":\"$(printf 3 | base64)\"}" >/dev/null
+  local out
+  out=$("$DLOCK" -u "etcd://127.0.0.1:$c" status --latch e:l2) &&
+    [ "$out" = "e:l2: count-down latch, count 3" ] || fail "etcd: status --latch: $out"
+  "$DLOCK" -u "etcd://127.0.0.1:$c" status e:l2 2>/dev/null
+  [ $? = 65 ] || fail "etcd: a latch's name is no lock"
   kill $pid; wait $pid 2>/dev/null
 }
 

@@ -26,6 +26,44 @@ static void names_of(dl_etcd *e, const dl_sync_ref *s, latch_names *n) {
   snprintf(n->end, sizeof n->end, "%s0", n->key); /* '/' + 1 */
 }
 
+/* A count as Redis' latch_update.lua takes it, -?[0-9]+ (v: len bytes and
+ * a NUL): true with *count. */
+static bool count_of(const char *v, size_t len, long long *count) {
+  char *end = NULL;
+  if (len == 0 || len >= 20 ||
+      strspn(v + (v[0] == '-'), "0123456789") != len - (v[0] == '-'))
+    return false;
+  *count = strtoll(v, &end, 10);
+  return end != v && *end == '\0';
+}
+
+int dl_etcd_latch_inspect(dl_etcd *e, const char *key, dlock_lock_state *st) {
+  char k[ETCD_KEY_MAX];
+  if ((size_t)snprintf(k, sizeof k, "%s%s", e->prefix, key) >= sizeof k)
+    return 0; /* no such key can be there */
+  etcd_json j = {0};
+  dl_etcd_json_add(&j, "{\"success\":[");
+  dl_etcd_op_range(&j, k, NULL, NULL);
+  dl_etcd_json_add(&j, "]}");
+  json_object *r;
+  int rc = dl_etcd_txn_post(e, &j, &r);
+  if (rc != 0) return rc;
+  json_object *kv = dl_etcd_txn_kv(r, 0);
+  if (kv) {
+    size_t len = 0;
+    char *v = dl_etcd_kv_value(kv, &len);
+    if (v == NULL)
+      rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    long long count;
+    bool number = v && count_of(v, len, &count);
+    if (number) st->counter = count;
+    if (v) snprintf(st->type, sizeof st->type, number ? "count" : "data");
+    free(v);
+  }
+  json_object_put(r);
+  return rc;
+}
+
 /* What a read found. */
 typedef struct latch_look {
   bool there;      /* a count runs */
@@ -60,14 +98,10 @@ static int look(dl_etcd *e, const dl_sync_ref *s, const latch_names *n,
                    s->name, found);
   } else if (kv) {
     size_t len = 0;
-    char *v = dl_etcd_kv_value(kv, &len), *end = NULL;
-    /* A number as Redis' latch_update.lua takes it: -?[0-9]+. */
-    if (v && len > 0 && len < 20 &&
-        strspn(v + (v[0] == '-'), "0123456789") == len - (v[0] == '-'))
-      lk->count = strtoll(v, &end, 10);
+    char *v = dl_etcd_kv_value(kv, &len);
     if (v == NULL)
       rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-    else if (end == NULL || end == v || *end != '\0')
+    else if (!count_of(v, len, &lk->count))
       rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
                      "'%s' is not a dlock count-down latch: its key holds "
                      "a value that is not a number",

@@ -379,6 +379,8 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   if (!st->held && strcmp(st->type, "data") == 0 &&
       (rc = dl_etcd_sem_inspect(e, key, st)) != 0)
     return rc;
+  /* Nothing under the name: a latch's count, perhaps, at the name. */
+  if (n == 0 && (rc = dl_etcd_latch_inspect(e, key, st)) != 0) return rc;
   if (lease != 0) {
     char body[64];
     snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
