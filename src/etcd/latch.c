@@ -52,8 +52,7 @@ int dl_etcd_latch_inspect(dl_etcd *e, const char *key, dlock_lock_state *st) {
   if (kv) {
     size_t len = 0;
     char *v = dl_etcd_kv_value(kv, &len);
-    if (v == NULL)
-      rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    if (v == NULL) rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
     long long count;
     bool number = v && count_of(v, len, &count);
     if (number) st->counter = count;
