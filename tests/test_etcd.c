@@ -126,6 +126,35 @@ static void *wait_acquire(void *arg) {
   return NULL;
 }
 
+/* Two clients on one lock (their leases lease_ms, 0 the default): a
+ * holds it, b waits for it on a thread of its own (wait_acquire). */
+typedef struct duel {
+  dlock_client *a, *b;
+  dlock_lock *la, *lb;
+  waiter w;
+  pthread_t th;
+} duel;
+
+static void duel_start(const th_etcd *s, int64_t lease_ms, const char *name,
+                       duel *d) {
+  d->a = th_etcd_client(s, lease_ms);
+  d->b = th_etcd_client(s, lease_ms);
+  CHECK(d->a && d->b);
+  CHECK_RC(dlock_lock_new(d->a, name, "a", &d->la), 0);
+  CHECK_RC(dlock_lock_new(d->b, name, "b", &d->lb), 0);
+  CHECK_RC(dlock_lock_try_acquire(d->la, 0, 0, NULL), 0);
+  d->w.l = d->lb;
+  pthread_create(&d->th, NULL, wait_acquire, &d->w);
+}
+
+/* Frees what duel_start made (the locks and clients not yet gone). */
+static void duel_end(duel *d) {
+  dlock_lock_free(d->la);
+  dlock_lock_free(d->lb);
+  dlock_client_close(d->a);
+  dlock_client_close(d->b);
+}
+
 static void t_etcd_exclusion(void) {
   TH_ETCD_SETUP(s);
   dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
@@ -197,15 +226,8 @@ static int keys_under(const th_etcd *s, const char *pfx, char *second,
  * wait DLOCK_ELOST, leaves nothing, and takes the lock afresh after. */
 static void t_etcd_waiter_key_gone(void) {
   TH_ETCD_SETUP(s);
-  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
-  CHECK(a && b);
-  dlock_lock *la, *lb;
-  CHECK_RC(dlock_lock_new(a, "gone", "a", &la), 0);
-  CHECK_RC(dlock_lock_new(b, "gone", "b", &lb), 0);
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
-  waiter w = {.l = lb};
-  pthread_t th;
-  pthread_create(&th, NULL, wait_acquire, &w);
+  duel d = {0};
+  duel_start(&s, 0, "gone", &d);
   char key[256] = "", args[300], buf[512];
   int64_t end = th_now_ms() + 5000;
   while (keys_under(&s, "gone/", key, sizeof key) < 2 && th_now_ms() < end)
@@ -213,17 +235,14 @@ static void t_etcd_waiter_key_gone(void) {
   CHECK(key[0] != '\0');
   snprintf(args, sizeof args, "del %s", key);
   CHECK(strstr(th_etcd_ctl(&s, args, buf, sizeof buf), "1") != NULL);
-  CHECK_RC(dlock_lock_release(la), 1);
-  pthread_join(th, NULL);
-  CHECK_RC(w.rc, DLOCK_ELOST);
-  CHECK(strstr(w.msg, "went while we waited") != NULL);
+  CHECK_RC(dlock_lock_release(d.la), 1);
+  pthread_join(d.th, NULL);
+  CHECK_RC(d.w.rc, DLOCK_ELOST);
+  CHECK(strstr(d.w.msg, "went while we waited") != NULL);
   CHECK_EQ(keys_under(&s, "gone/", key, sizeof key), 0);
-  CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, NULL), 0);
-  CHECK_RC(dlock_lock_release(lb), 1);
-  dlock_lock_free(la);
-  dlock_lock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
+  CHECK_RC(dlock_lock_try_acquire(d.lb, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(d.lb), 1);
+  duel_end(&d);
   th_etcd_stop(&s);
 }
 
@@ -339,20 +358,14 @@ static void t_etcd_holder_killed(void) {
  * renewed: the key goes when it ends). */
 static void t_etcd_long_wait(void) {
   TH_ETCD_SETUP(s);
-  dlock_client *a = th_etcd_client(&s, 3000), *b = th_etcd_client(&s, 3000);
-  CHECK(a && b);
-  dlock_lock *la, *lb;
-  CHECK_RC(dlock_lock_new(a, "long", "a", &la), 0);
-  CHECK_RC(dlock_lock_new(b, "long", "b", &lb), 0);
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
-  waiter w = {.l = lb};
-  pthread_t th;
-  pthread_create(&th, NULL, wait_acquire, &w);
+  duel d = {0};
+  duel_start(&s, 3000, "long", &d);
+  dlock_lock *la = d.la, *lb = d.lb;
   th_sleep_ms(5000); /* the hold's length: the scenario itself */
-  CHECK_EQ(atomic_load(&w.at), 0);
+  CHECK_EQ(atomic_load(&d.w.at), 0);
   CHECK_RC(dlock_lock_release(la), 1);
-  pthread_join(th, NULL);
-  CHECK_RC(w.rc, 0);
+  pthread_join(d.th, NULL);
+  CHECK_RC(d.w.rc, 0);
   CHECK_RC(dlock_lock_release(lb), 1);
   /* A fixed lease of 2 s: freed by its end, the waiter gets it then. */
   uint64_t t1 = 0;
@@ -365,10 +378,7 @@ static void t_etcd_long_wait(void) {
   CHECK(took >= 1500 && took < 5000);
   CHECK_EQ(dlock_lock_is_lost(la), 1);
   CHECK_RC(dlock_lock_release(lb), 1);
-  dlock_lock_free(la);
-  dlock_lock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
+  duel_end(&d);
   th_etcd_stop(&s);
 }
 
@@ -377,15 +387,8 @@ static void t_etcd_long_wait(void) {
  * the close). */
 static void t_etcd_shutdown_waiter(void) {
   TH_ETCD_SETUP(s);
-  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
-  CHECK(a && b);
-  dlock_lock *la, *lb;
-  CHECK_RC(dlock_lock_new(a, "sd", "a", &la), 0);
-  CHECK_RC(dlock_lock_new(b, "sd", "b", &lb), 0);
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
-  waiter w = {.l = lb};
-  pthread_t th;
-  pthread_create(&th, NULL, wait_acquire, &w);
+  duel d = {0};
+  duel_start(&s, 0, "sd", &d);
   char buf[1024];
   int64_t end = th_now_ms() + 5000; /* until the waiter's key is there */
   while (th_now_ms() < end) {
@@ -395,21 +398,22 @@ static void t_etcd_shutdown_waiter(void) {
     th_sleep_ms(10);
   }
   int64_t t0 = th_now_ms();
-  dlock_client_shutdown(b);
-  pthread_join(th, NULL);
-  int64_t took = atomic_load(&w.at) - t0;
+  dlock_client_shutdown(d.b);
+  pthread_join(d.th, NULL);
+  int64_t took = atomic_load(&d.w.at) - t0;
   fprintf(stderr, "    the wait ended %lld ms after the shutdown\n",
           (long long)took);
-  CHECK_RC(w.rc, DLOCK_ECLOSED);
+  CHECK_RC(d.w.rc, DLOCK_ECLOSED);
   CHECK(took < th_soon(500));
-  dlock_lock_free(lb);
-  dlock_client_close(b);
+  dlock_lock_free(d.lb);
+  dlock_client_close(d.b);
+  d.lb = NULL;
+  d.b = NULL;
   th_etcd_ctl(&s, "get --prefix sd/ --keys-only", buf, sizeof buf);
   char *x = strstr(buf, "sd/");
   CHECK(x != NULL && strstr(x + 1, "sd/") == NULL); /* the holder's alone */
-  CHECK_RC(dlock_lock_release(la), 1);
-  dlock_lock_free(la);
-  dlock_client_close(a);
+  CHECK_RC(dlock_lock_release(d.la), 1);
+  duel_end(&d);
   th_etcd_stop(&s);
 }
 
