@@ -341,8 +341,12 @@ t_etcd() {
   local out
   out=$("$DLOCK" -u "etcd://127.0.0.1:$c" status --latch e:l2) &&
     [ "$out" = "e:l2: count-down latch, count 3" ] || fail "etcd: status --latch: $out"
-  "$DLOCK" -u "etcd://127.0.0.1:$c" status e:l2 2>/dev/null
-  [ $? = 65 ] || fail "etcd: a latch's name is no lock"
+  out=$("$DLOCK" -u "etcd://127.0.0.1:$c" status e:l2 2>&1)
+  [ $? = 65 ] && [ "$out" = "dlock: e:l2: not a dlock lock: a count-down latch (dlock status --latch e:l2)" ] ||
+    fail "etcd: a latch's name is no lock: $out"
+  out=$("$DLOCK" -u "etcd://127.0.0.1:$c" status --permits e:l2 2>&1)
+  [ $? = 65 ] && [ "$out" = "dlock: e:l2: not a semaphore: latch" ] ||
+    fail "etcd: a latch's name is no semaphore: $out"
   kill $pid; wait $pid 2>/dev/null
 }
 

@@ -190,7 +190,11 @@ static bool lockish(const dlock_lock_state *st) {
 
 /* The message for a name that holds something else than a lock. */
 static void not_a_lock(const char *name, const dlock_lock_state *st) {
-  if (st->counter >= 0)
+  if (strcmp(st->type, "latch") == 0) /* etcd's: nothing else looks so */
+    cli_err("%s: not a dlock lock: a count-down latch (dlock status --latch "
+            "%s)",
+            name, name);
+  else if (st->counter >= 0)
     cli_err("%s: not a dlock lock: %s (a semaphore's or a latch's count "
             "looks the same: dlock status --permits %s, or --latch)",
             name, st->type, name);
@@ -203,7 +207,8 @@ static void not_a_lock(const char *name, const dlock_lock_state *st) {
 static int counter_status(const char *name, const dlock_lock_state *st,
                           const simple_opts *o) {
   const char *kind = o->as == AS_LATCH ? "latch" : "semaphore";
-  if (st->counter < 0 && strcmp(st->type, "none") != 0) {
+  if ((st->counter < 0 && strcmp(st->type, "none") != 0) ||
+      (o->as == AS_SEMAPHORE && strcmp(st->type, "latch") == 0)) {
     cli_err("%s: not a %s: %s%s", name, kind, st->type,
             strcmp(st->type, "hash") == 0 ? " (a lock: dlock status NAME)"
                                           : "");

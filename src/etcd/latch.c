@@ -56,7 +56,7 @@ int dl_etcd_latch_inspect(dl_etcd *e, const char *key, dlock_lock_state *st) {
     long long count;
     bool number = v && count_of(v, len, &count);
     if (number) st->counter = count;
-    if (v) snprintf(st->type, sizeof st->type, number ? "count" : "data");
+    if (v) snprintf(st->type, sizeof st->type, number ? "latch" : "data");
     free(v);
   }
   json_object_put(r);

@@ -74,7 +74,7 @@ int dl_etcd_permits_update(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
  * st->permits_taken. 0, or a negative code (an answer that did not come). */
 int dl_etcd_sem_inspect(dl_etcd *e, const char *key, dlock_lock_state *st);
 /* latch.c: nothing under the name: the key at the name itself, a latch's
- * count (st->counter, type "count") or another value (type "data"); st
+ * count (st->counter, type "latch") or another value (type "data"); st
  * unchanged when there is no key. 0 or a negative code recorded. */
 int dl_etcd_latch_inspect(dl_etcd *e, const char *key, dlock_lock_state *st);
 
