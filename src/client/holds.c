@@ -6,6 +6,7 @@
  * mirrors what the client knows; a backend that keeps none (ZooKeeper, a
  * plain string lock) answers with this one. */
 #include "client.h"
+#include "watchdog.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -13,13 +14,14 @@
 
 struct dl_hold {
   struct dl_hold *next;
-  const char *key;     /* borrowed from the handle of `holder` */
-  dl_renewal *renewal; /* its watchdog entry: renewed, or timed */
-  dl_holder *holder;   /* the handle's, whose lost callback reports it */
-  dl_lost_fn lost_fn;  /* tells `holder` (with no lock held) */
+  /* Its watchdog entry (renewed, or timed), made with the hold and never
+   * NULL: the hold's key (borrowed from the handle of `holder`) and its
+   * validity are the entry's, kept once. */
+  dl_renewal *renewal;
+  dl_holder *holder;  /* the handle's, whose lost callback reports it */
+  dl_lost_fn lost_fn; /* tells `holder` (with no lock held) */
   uint64_t token;
   int64_t lease_ms;
-  int64_t valid_until; /* dl_now_ms() time; the renewal's if later */
   /* dl_now_us() time of a lock's grant, for dlock_metrics' hold_seconds
    * (0: not timed: a permit, or counted already at its loss) */
   int64_t granted_us;
@@ -37,6 +39,11 @@ static const char *tail_of(const dlock_client *c, const char *owner) {
   return owner + c->id_len + 1;
 }
 
+/* The hold's key: its renewal's (set at the start, read without a lock). */
+static const char *key_of(const dl_hold *h) {
+  return h->renewal->key;
+}
+
 static unsigned bucket(const char *key, const char *tail) {
   return dl_hash(dl_hash(DL_HASH_SEED, key), tail) % DL_HOLD_BUCKETS;
 }
@@ -45,20 +52,28 @@ static unsigned bucket(const char *key, const char *tail) {
 static dl_hold *find(dlock_client *c, const char *key, const char *owner) {
   const char *tail = tail_of(c, owner);
   for (dl_hold *h = c->holds[bucket(key, tail)]; h; h = h->next)
-    if (strcmp(h->tail, tail) == 0 && strcmp(h->key, key) == 0) return h;
+    if (strcmp(h->tail, tail) == 0 && strcmp(key_of(h), key) == 0) return h;
   return NULL;
 }
 
-static dl_hold *add(dlock_client *c, const char *key, const char *owner) {
-  const char *tail = tail_of(c, owner);
+/* A new hold of g (count 0) and its watchdog entry, in the table; NULL
+ * out of memory (nothing made). */
+static dl_hold *add(dlock_client *c, const dl_hold_grant *g) {
+  const char *tail = tail_of(c, g->owner);
   size_t tl = strlen(tail);
   /* The tail right after the last field, not after the struct's padding:
-   * a hold with a short owner is then an 80-byte malloc chunk. */
+   * a hold with an owner tail of up to 9 bytes is then an 80-byte malloc
+   * chunk (docs/PERFORMANCE.md, memory per held lock). */
   dl_hold *h = calloc(1, offsetof(dl_hold, tail) + tl + 1);
   if (h == NULL) return NULL;
-  h->key = key;
   memcpy(h->tail, tail, tl + 1);
-  unsigned b = bucket(key, tail);
+  h->renewal = dl_watchdog_add(c->watchdog, g->key, h->tail, g->valid_until,
+                               g->renew, g->permit);
+  if (h->renewal == NULL) {
+    free(h);
+    return NULL;
+  }
+  unsigned b = bucket(g->key, tail);
   h->next = c->holds[b];
   c->holds[b] = h;
   return h;
@@ -69,7 +84,7 @@ static dl_hold *add(dlock_client *c, const char *key, const char *owner) {
  * progress takes holds_mu, and removing the renewal waits for it; the
  * renewal borrows the hold's strings). */
 static dl_hold *unlink_hold(dlock_client *c, dl_hold *h) {
-  dl_hold **pp = &c->holds[bucket(h->key, h->tail)];
+  dl_hold **pp = &c->holds[bucket(key_of(h), h->tail)];
   while (*pp != h) pp = &(*pp)->next;
   *pp = h->next;
   h->next = NULL;
@@ -100,12 +115,7 @@ static void bury(dlock_client *c, dl_hold *h) {
 }
 
 static int64_t valid_until(dlock_client *c, const dl_hold *h) {
-  int64_t v = h->valid_until;
-  if (h->renewal) {
-    int64_t r = dl_watchdog_valid_until(c->watchdog, h->renewal);
-    if (r > v) v = r;
-  }
-  return v;
+  return dl_watchdog_valid_until(c->watchdog, h->renewal);
 }
 
 void dl_holder_on_lost(dlock_client *c, dl_holder *hd, dl_user_fn cb,
@@ -154,11 +164,16 @@ int dl_holds_record(dlock_client *c, const dl_hold_grant *g, uint64_t *token) {
     h = NULL;
   }
   if (h && g->how == DL_HOLD_ENSURE) goto done;
-  if (h == NULL && (h = add(c, g->key, g->owner)) == NULL) {
+  /* Every hold is listed with the watchdog: renewed (the watchdog's lease),
+   * or timed (a fixed lease: lost the moment it runs out unreleased). A
+   * re-entry's validity only ever extends the entry's (a shorter fixed
+   * lease leaves the longer one standing). */
+  if (h) {
+    dl_watchdog_extend(c->watchdog, h->renewal, g->valid_until, g->renew);
+  } else if ((h = add(c, g)) == NULL) {
     rc = DLOCK_ENOMEM;
     goto done;
-  }
-  if (h->count == 0) {
+  } else {
     h->token = g->token;
     h->holder = g->holder;
     h->lost_fn = g->lost_fn;
@@ -168,16 +183,6 @@ int dl_holds_record(dlock_client *c, const dl_hold_grant *g, uint64_t *token) {
   }
   h->count++;
   h->lease_ms = g->lease_ms;
-  h->valid_until = g->valid_until;
-  /* Every hold is listed with the watchdog: renewed (the watchdog's lease),
-   * or timed (a fixed lease: lost the moment it runs out unreleased). */
-  if (h->renewal == NULL) {
-    h->renewal = dl_watchdog_add(c->watchdog, h->key, h->tail, h->valid_until,
-                                 g->renew, h->permit);
-    if (h->renewal == NULL) rc = DLOCK_ENOMEM;
-  } else {
-    dl_watchdog_extend(c->watchdog, h->renewal, h->valid_until, g->renew);
-  }
 done:
   if (token) *token = h ? h->token : 0;
   pthread_mutex_unlock(&c->holds_mu);
