@@ -80,6 +80,13 @@ static inline int64_t dl_grant_beat(int64_t waited, int64_t lease_ms) {
 }
 
 /* ---- waits.c: the waiter records (docs/WIRE.md) ---- */
+/* A Redlock server's acquire (R->part): formats its restart delay into
+ * young and the token proposed into propose ("" none; DL_INT_BUF bytes
+ * each) and returns how many arguments the attempt sends: 14 with the
+ * waiter's record (a->rec_key), 11 with a proposal, 10 with a restart
+ * delay, else 0 (the script's defaults). */
+int dl_redis_part_args(const dl_redis *R, const dl_acquire *a, char *young,
+                       char *propose);
 /* A waiter's record (DL_WAIT_RECORD, ops.h) lives this long unless
  * written again: every third of it while its owner waits; deleted when
  * the wait ends. Written only by an acquire that has waited
