@@ -410,8 +410,10 @@ static void t_deadlock_seen(void) {
  * naming both locks (then lets its own go), 20 when it got the lock, 2
  * when it could not start, else 1. Child 1 detects deadlocks; child 0,
  * the first to wait, only on Redis, where only a detecting client records
- * its wait at once (elsewhere its place in line is there at once): were
- * it to walk too, the two walks could overlap and both be told. */
+ * its wait at once (on zk:// and etcd:// its place in line is there at
+ * once; on redlock:// its record comes after 500 ms of waiting, as on
+ * Redis without the option): were it to walk too, the two walks could
+ * overlap and both be told. */
 static void detect_child(char names[2][64], int i, int held_fd, int go_fd) {
   dlock_client_options o;
   cf_options(&o, 0);
