@@ -310,14 +310,15 @@ static void t_redlock_minority_record(void) {
   dlock_client_close(b);
 }
 
-/* detect_deadlocks on redlock:// with one of its 3 servers down (killed by
- * pid): an owner holds lock 0 and waits for lock 1; the owner holding
- * lock 1 asks for lock 0 and is told DLOCK_EDEADLK at once, naming the
- * cycle; once it lets lock 1 go, the first gets it. Both waits' records
- * are gone from the servers afterwards. */
-static void t_redlock_detect_one_down(void) {
+/* detect_deadlocks on redlock:// with one of its 3 servers down (signal
+ * sig by pid: killed, or stopped, when it answers nothing): an owner holds
+ * lock 0 and waits for lock 1; the owner holding lock 1 asks for lock 0
+ * and is told DLOCK_EDEADLK at once, naming the cycle; once it lets lock 1
+ * go, the first gets it. Both waits' records are gone from the servers
+ * up afterwards. */
+static void detect_one_down(int sig) {
   CHECK(rl_start());
-  th_redis_kill(&rl[1], SIGKILL);
+  th_redis_kill(&rl[1], sig);
   dlock_client *a = th_client_url(rl_url, 0);
   dlock_client_options o;
   dlock_client_options_init(&o);
@@ -365,9 +366,21 @@ static void t_redlock_detect_one_down(void) {
   dlock_lock_free(b1);
   dlock_client_close(a);
   dlock_client_close(b);
-  CHECK_RC(th_redis_restart(&rl[1]), 0);
+  if (sig == SIGSTOP)
+    th_redis_kill(&rl[1], SIGCONT);
+  else
+    CHECK_RC(th_redis_restart(&rl[1]), 0);
+}
+
+static void t_redlock_detect_one_down(void) {
+  detect_one_down(SIGKILL);
+}
+
+static void t_redlock_detect_one_stopped(void) {
+  detect_one_down(SIGSTOP);
 }
 
 TH_MAIN(T(t_records), T(t_two_processes), T_BARE(t_two_processes_redlock),
         T_BARE(t_redlock_minority_record), T_BARE(t_redlock_detect_one_down),
-        T_BARE(t_two_processes_etcd), T_BARE(t_two_processes_zk))
+        T_BARE(t_redlock_detect_one_stopped), T_BARE(t_two_processes_etcd),
+        T_BARE(t_two_processes_zk))

@@ -183,28 +183,55 @@ static bool has(const struct rl_recs *r, int j, const rl_rec *x) {
   return false;
 }
 
+/* How many answered servers have x. */
+static int alike(const rl_op *o, const rl_rec *x) {
+  int same = 0;
+  for (int j = 0; j < o->B->n; j++)
+    same += o->rc[j] >= 0 && o->rc[j] != RC_PENDING && has(o->recs, j, x);
+  return same;
+}
+
+/* Whether the servers still to answer could change what is passed: a
+ * record some answered server has, on too few for a quorum, that their
+ * answers could make one. */
+static bool open_record(const rl_op *o, int pending) {
+  const struct rl_recs *r = o->recs;
+  for (int i = 0; i < o->B->n; i++) {
+    if (o->rc[i] < 0 || o->rc[i] == RC_PENDING) continue;
+    for (size_t k = 0; k < r->n[i]; k++) {
+      int same = alike(o, &r->v[i][k]);
+      if (same < o->B->quorum && same + pending >= o->B->quorum) return true;
+    }
+  }
+  return false;
+}
+
 int dl_rl_waiters_done(rl_op *o) {
   redlock *B = o->B;
   struct rl_recs *r = o->recs;
-  if (o->await > 0) return -2; /* every server's, or its failure */
-  int answered = 0;
-  for (int i = 0; i < B->n; i++)
-    answered += o->rc[i] >= 0;
-  if (answered < B->quorum) return dl_rl_quorum_error(o, 0);
+  int answered = 0, pending = 0;
+  for (int i = 0; i < B->n; i++) {
+    pending += o->rc[i] == RC_PENDING;
+    answered += o->rc[i] >= 0 && o->rc[i] != RC_PENDING;
+  }
+  /* Decided once a quorum answered and a stalled server's answer could
+   * add no record (every record seen is on a quorum, or could not reach
+   * one), as the other rounds decide; else when all have answered. */
+  if (answered + pending < B->quorum) return dl_rl_quorum_error(o, 0);
+  if (pending > 0 &&
+      (answered < B->quorum || r->oom || open_record(o, pending)))
+    return -2;
   if (r->oom) return dl_seterr(B->env.err_owner, DLOCK_ENOMEM, "out of memory");
   int passed = 0;
   for (int i = 0; i < B->n; i++) {
-    if (o->rc[i] < 0) continue;
+    if (o->rc[i] < 0 || o->rc[i] == RC_PENDING) continue;
     for (size_t k = 0; k < r->n[i]; k++) {
       const rl_rec *x = &r->v[i][k];
       bool before = false; /* told at an earlier server */
       for (int j = 0; j < i && !before; j++)
-        before = o->rc[j] >= 0 && has(r, j, x);
+        before = o->rc[j] >= 0 && o->rc[j] != RC_PENDING && has(r, j, x);
       if (before) continue;
-      int same = 1;
-      for (int j = i + 1; j < B->n; j++)
-        same += o->rc[j] >= 0 && has(r, j, x);
-      if (same < B->quorum) continue; /* a minority's: not a wait */
+      if (alike(o, x) < B->quorum) continue; /* a minority's: not a wait */
       dlock_waiter w = {.owner = x->owner,
                         .name = x->name,
                         .kind = x->kind,
