@@ -123,10 +123,11 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
   if (l->kind == DL_KIND_PLAIN) {
     char ptk[DL_DERIVED_MAX];
     const char *pkeys[] = {l->key, TOKEN_KEY(l, ptk)};
-    const char *pargs[] = {lease,   l->owner,   a->info,    count,    "",
-                           "",      "",         "",         "",       young,
-                           propose, a->rec_key, a->rec_val, a->rec_px};
+    const char *pargs[] = {lease, l->owner, a->info, count, "",     "",
+                           "",    "",       "",      young, propose};
     dl_fmt_ll(count, a->held);
+    if (extra == 14)
+      return dl_redis_part_eval(o->R, &o->p, o->end, a, 2, pkeys, pargs);
     return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, 2,
                               pkeys, extra ? extra : 4, pargs);
   }
@@ -166,10 +167,9 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
                         enqueue ? "1" : "0",
                         alive,
                         young,
-                        propose,
-                        a->rec_key,
-                        a->rec_val,
-                        a->rec_px};
+                        propose};
+  if (extra == 14)
+    return dl_redis_part_eval(o->R, &o->p, o->end, a, nkeys, keys, args);
   return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, nkeys,
                             keys, nargs, args);
 }

@@ -75,6 +75,18 @@ int dl_redis_part_args(const dl_redis *R, const dl_acquire *a, char *young,
   return a->rec_key ? 14 : a->propose ? 11 : R->restart_delay_ms > 0 ? 10 : 0;
 }
 
+int dl_redis_part_eval(dl_redis *R, dl_pend *p, int64_t until,
+                       const dl_acquire *a, int nkeys, const char *const *keys,
+                       const char *const *args) {
+  const char *v[14];
+  memcpy(v, args, 11 * sizeof *v);
+  v[11] = a->rec_key;
+  v[12] = a->rec_val;
+  v[13] = a->rec_px;
+  return dl_redis_step_eval(R, p, until, DL_SCRIPT_LOCK_ACQUIRE, nkeys, keys,
+                            14, v);
+}
+
 bool dl_wait_rec_due(const dl_wait_rec *w, int64_t start, bool detect) {
   if (w->off) return false;
   if (!w->noted) return detect || dl_now_ms() - start >= DL_WAIT_NOTE_AFTER_MS;
