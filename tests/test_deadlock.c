@@ -338,6 +338,11 @@ static void detect_one_down(int sig) {
   pthread_t th;
   CHECK(pthread_create(&th, NULL, wait_thread, &wt) == 0);
   CHECK_EQ(recs_wait(b, 1, 3000).n, 1); /* a's wait, on the 2 servers up */
+  for (int i = 0; i < 3; i += 2) {      /* with a lease: a dead waiter's goes */
+    long long ms =
+        th_cmd_int(&rl[i], "PTTL dlock_wait:%s:x", dlock_client_id(a));
+    CHECK(ms > 0 && ms <= 10000);
+  }
   int64_t t0 = th_now_ms();
   int rc = dlock_lock_try_acquire(b0, 2000, 10000, NULL);
   int64_t took = th_now_ms() - t0;
