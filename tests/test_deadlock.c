@@ -315,14 +315,17 @@ static void t_redlock_minority_record(void) {
  * lock 0 and waits for lock 1; the owner holding lock 1 asks for lock 0
  * and is told DLOCK_EDEADLK at once, naming the cycle; once it lets lock 1
  * go, the first gets it. Both waits' records are gone from the servers
- * up afterwards. */
-static void detect_one_down(int sig) {
+ * up afterwards. On the URL's servers with `opts` after it ("" or
+ * "?layout=hash": the attempts' other script path). */
+static void detect_one_down(int sig, const char *opts) {
   CHECK(rl_start());
   th_redis_kill(&rl[1], sig);
-  dlock_client *a = th_client_url(rl_url, 0);
+  char url[600];
+  snprintf(url, sizeof url, "%s%s", rl_url, opts);
+  dlock_client *a = th_client_url(url, 0);
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = rl_url;
+  o.url = url;
   o.detect_deadlocks = 1;
   dlock_client *b = NULL;
   CHECK_RC(dlock_client_open(&o, &b), 0);
@@ -378,11 +381,11 @@ static void detect_one_down(int sig) {
 }
 
 static void t_redlock_detect_one_down(void) {
-  detect_one_down(SIGKILL);
+  detect_one_down(SIGKILL, "");
 }
 
 static void t_redlock_detect_one_stopped(void) {
-  detect_one_down(SIGSTOP);
+  detect_one_down(SIGSTOP, "?layout=hash");
 }
 
 TH_MAIN(T(t_records), T(t_two_processes), T_BARE(t_two_processes_redlock),
