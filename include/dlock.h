@@ -229,7 +229,8 @@ typedef struct dlock_client_options {
    * Redis (single, Sentinel, Cluster), zk:// and etcd:// (a waiting
    * acquire reads the waiters under the key prefix once, as
    * dlock_client_scan_waiters does, then one snapshot per owner followed);
-   * redlock:// refuses to open with it (DLOCK_ENOTSUP). Default 0. */
+   * redlock:// the same, each read on every server, counting the records
+   * and holders a quorum of them agrees on. Default 0. */
   int detect_deadlocks;
 } dlock_client_options;
 
@@ -809,9 +810,12 @@ typedef int (*dlock_waiter_cb)(const dlock_waiter *w, void *ud);
  * data, deadline_ms 0: unknown), on etcd:// the keys in line (owner and
  * info from the key's value, a Go client's owner its lease in hex). Walks the
  * records a batch at a time (Redis: SCAN; zk://: the tree under the prefix;
- * etcd://: the keys under it, 500 a range). Returns the number of records
- * passed to cb, or a negative code: DLOCK_ENOTSUP where the backend cannot tell
- * who waits (redlock://) or on an event-loop client. Read-only; thread-safe.
+ * etcd://: the keys under it, 500 a range). On redlock:// every server is
+ * read and a record is passed only when a quorum of them (N/2 + 1) has it
+ * (the same owner waiting for the same lock); fewer than a quorum
+ * answering is an error. Returns the number of records passed to cb, or a
+ * negative code: DLOCK_ENOTSUP on an event-loop client. Read-only;
+ * thread-safe.
  * dlock deadlocks builds its wait-for graph from these and the locks' holders.
  */
 DLOCK_API int dlock_client_scan_waiters(dlock_client *c, const char *pattern,

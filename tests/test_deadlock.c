@@ -158,7 +158,8 @@ static void child(const char *url, const char *base, int i, int held_fd,
  * waiting for the other's: dlock deadlocks prints the cycle (both owners'
  * hosts, pids, commands and locks) and exits 1; not among names that
  * leave the cycle out; once the waits ran out, 0. */
-static void two_processes(const char *url, const char *base) {
+static void two_processes(const char *url, const char *base, const char *kind,
+                          void (*between)(const char *url)) {
   int held[2], go[2];
   CHECK(pipe(held) == 0 && pipe(go) == 0);
   pid_t pid[2];
@@ -174,14 +175,15 @@ static void two_processes(const char *url, const char *base) {
   dlock_client *c = th_client_url(url, 0);
   CHECK(c != NULL);
   CHECK_EQ(recs_wait(c, 2, 2000).n, 2);
+  if (between) between(url);
   char out[4096], want[128];
   CHECK_EQ(run_cli_on(url, "", out, sizeof out), 1);
   CHECK(strstr(out, "deadlock: 2 owners wait for each other") != NULL);
   for (int i = 0; i < 2; i++) {
     snprintf(want, sizeof want, "pid %d: worker-%d", (int)pid[i], i);
     CHECK(strstr(out, want) != NULL);
-    snprintf(want, sizeof want, "holds lock '%s%d', waits for lock '%s%d'",
-             base, i, base, 1 - i);
+    snprintf(want, sizeof want, "holds %s '%s%d', waits for %s '%s%d'", kind,
+             base, i, kind, base, 1 - i);
     CHECK(strstr(out, want) != NULL);
   }
   CHECK(strstr(out, "host testhost") != NULL);
@@ -197,7 +199,7 @@ static void two_processes(const char *url, const char *base) {
 }
 
 static void t_two_processes(void) {
-  two_processes(th_srv.url, "dl:cycle");
+  two_processes(th_srv.url, "dl:cycle", "lock", NULL);
 }
 
 /* The same on etcd:// (the keys in line are the waiters; the holders'
@@ -211,7 +213,7 @@ static void t_two_processes_etcd(void) {
   }
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
-  two_processes(s.url, "dl:cycle");
+  two_processes(s.url, "dl:cycle", "lock", NULL);
   th_etcd_stop(&s);
 #else
   fprintf(stderr, "    skipped: built without etcd\n");
@@ -226,32 +228,178 @@ static void t_two_processes_zk(void) {
   }
   th_zk z;
   CHECK_RC(th_zk_start(&z, 0), 0);
-  two_processes(z.url, "/dl/cycle");
+  two_processes(z.url, "/dl/cycle", "lock", NULL);
   th_zk_stop(&z);
 #else
   fprintf(stderr, "    skipped: built without ZooKeeper\n");
 #endif
 }
 
-/* detect_deadlocks itself is the conformance suite's t_deadlock_detect,
- * on every URL kind; here what redlock:// says: a backend without waiter
- * records refuses the option, and dlock deadlocks says so. */
-static void t_redlock_refuses(void) {
-  /* redlock:// records no waiters: the option is refused. */
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  char url[600];
-  snprintf(url, sizeof url, "redlock://127.0.0.1:%d", th_srv.port);
-  o.url = url;
-  o.detect_deadlocks = 1;
-  dlock_client *r = NULL;
-  CHECK_RC(dlock_client_open(&o, &r), DLOCK_ENOTSUP);
-  CHECK(strstr(dlock_client_open_errmsg(), "no deadlock detection") != NULL);
-  /* ... and dlock deadlocks says so, exit 69. */
-  char out[1024];
-  CHECK_EQ(run_cli_on(url, "", out, sizeof out), 69);
-  CHECK(strstr(out, "the redlock backend has no waiter records") != NULL);
+/* ---- redlock:// over 3 servers: the records a quorum has ---- */
+static th_redis rl[3];
+static char rl_url[512];
+
+/* The 3 servers, started once, emptied for each test. */
+static bool rl_start(void) {
+  static bool up;
+  if (!up && th_redlock_start(rl, 3, rl_url, sizeof rl_url) != 0) return false;
+  up = true;
+  for (int i = 0; i < 3; i++)
+    th_cmd_int(&rl[i], "FLUSHALL");
+  return true;
 }
 
-TH_MAIN(T(t_records), T(t_two_processes), T(t_redlock_refuses),
-        T_BARE(t_two_processes_etcd), T_BARE(t_two_processes_zk))
+/* On redlock://, while the two wait: the cycle found with the 3 servers
+ * up, then one of them killed by pid (two_processes then finds it on the
+ * 2 left). */
+static void one_down(const char *url) {
+  char out[4096];
+  CHECK_EQ(run_cli_on(url, "", out, sizeof out), 1);
+  CHECK(strstr(out, "deadlock: 2 owners wait for each other") != NULL);
+  th_redis_kill(&rl[2], SIGKILL);
+}
+
+/* The same two processes on redlock:// (its mutex the plain lock): their
+ * records are on every server, the cycle is found (exit 1), also with one
+ * of the 3 servers down: the quorum left tells. */
+static void t_two_processes_redlock(void) {
+  CHECK(rl_start());
+  two_processes(rl_url, "dl:rcycle", "plain", one_down);
+  CHECK_RC(th_redis_restart(&rl[2]), 0);
+}
+
+/* A waiter's record written on `on` of the 3 servers (the others have
+ * none): owner `owner` waits for plain lock `name`. */
+static void rl_record(int on, const char *owner, const char *name) {
+  char val[128];
+  snprintf(val, sizeof val, "plain 0 0\n%s", name);
+  for (int i = 0; i < 3; i++) {
+    redisReply *r =
+        i < on ? th_cmd(&rl[i], "SET dlock_wait:%s %s PX 10000", owner, val)
+               : th_cmd(&rl[i], "DEL dlock_wait:%s", owner);
+    CHECK(r != NULL);
+    freeReplyObject(r);
+  }
+}
+
+/* A record a quorum has is a waiter; one on a single server (a round that
+ * failed elsewhere, a server that kept one) is not: not by
+ * dlock_client_scan_waiters, and no cycle through it for dlock
+ * deadlocks, while the same record on 2 of 3 closes one. */
+static void t_redlock_minority_record(void) {
+  CHECK(rl_start());
+  dlock_client *a = th_client_url(rl_url, 0), *b = th_client_url(rl_url, 0);
+  CHECK(a && b);
+  dlock_lock *a0, *b1;
+  CHECK_RC(dlock_lock_new(a, "dl:m0", "x", &a0), 0);
+  CHECK_RC(dlock_lock_new(b, "dl:m1", "y", &b1), 0);
+  CHECK_RC(dlock_lock_try_acquire(a0, 0, 10000, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(b1, 0, 10000, NULL), 0);
+  char x[160], y[160];
+  snprintf(x, sizeof x, "%s:x", dlock_client_id(a));
+  snprintf(y, sizeof y, "%s:y", dlock_client_id(b));
+  rl_record(3, y, "dl:m0"); /* y waits for a0 (x's) on every server */
+  rl_record(1, x, "dl:m1"); /* x for b1 (y's): one server only */
+  CHECK_EQ(recs_wait(a, 1, 0).n, 1);
+  recs r = recs_wait(a, 1, 0);
+  CHECK(strcmp(r.owner, y) == 0 && strcmp(r.name, "dl:m0") == 0);
+  char out[4096];
+  CHECK_EQ(run_cli_on(rl_url, "", out, sizeof out), 0);
+  CHECK(strstr(out, "no deadlock among 1 waiting owner") != NULL);
+  rl_record(2, x, "dl:m1"); /* a quorum: the cycle */
+  CHECK_EQ(recs_wait(a, 2, 0).n, 2);
+  CHECK_EQ(run_cli_on(rl_url, "", out, sizeof out), 1);
+  CHECK(strstr(out, "deadlock: 2 owners wait for each other") != NULL);
+  rl_record(0, x, "dl:m1");
+  rl_record(0, y, "dl:m0");
+  CHECK_EQ(dlock_lock_release(a0), 1);
+  CHECK_EQ(dlock_lock_release(b1), 1);
+  dlock_lock_free(a0);
+  dlock_lock_free(b1);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* detect_deadlocks on redlock:// with one of its 3 servers down (signal
+ * sig by pid: killed, or stopped, when it answers nothing): an owner holds
+ * lock 0 and waits for lock 1; the owner holding lock 1 asks for lock 0
+ * and is told DLOCK_EDEADLK at once, naming the cycle; once it lets lock 1
+ * go, the first gets it. Both waits' records are gone from the servers
+ * up afterwards. On the URL's servers with `opts` after it ("" or
+ * "?layout=hash": the attempts' other script path). */
+static void detect_one_down(int sig, const char *opts) {
+  CHECK(rl_start());
+  th_redis_kill(&rl[1], sig);
+  char url[600];
+  snprintf(url, sizeof url, "%s%s", rl_url, opts);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 300; /* a close waits that long for a stalled one */
+  dlock_client *a = NULL, *b = NULL;
+  CHECK_RC(dlock_client_open(&o, &a), 0);
+  o.detect_deadlocks = 1;
+  CHECK_RC(dlock_client_open(&o, &b), 0);
+  CHECK(a != NULL);
+  dlock_lock *a0, *a1, *b0, *b1;
+  CHECK_RC(dlock_lock_new(a, "dl:d0", "x", &a0), 0);
+  CHECK_RC(dlock_lock_new(a, "dl:d1", "x", &a1), 0);
+  CHECK_RC(dlock_lock_new(b, "dl:d0", "y", &b0), 0);
+  CHECK_RC(dlock_lock_new(b, "dl:d1", "y", &b1), 0);
+  CHECK_RC(dlock_lock_try_acquire(a0, 1000, 10000, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(b1, 1000, 10000, NULL), 0);
+  waiting wt = {a1, 1};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, wait_thread, &wt) == 0);
+  CHECK_EQ(recs_wait(b, 1, 3000).n, 1); /* a's wait, on the 2 servers up */
+  for (int i = 0; i < 3; i += 2) {      /* with a lease: a dead waiter's goes */
+    long long ms =
+        th_cmd_int(&rl[i], "PTTL dlock_wait:%s:x", dlock_client_id(a));
+    CHECK(ms > 0 && ms <= 10000);
+  }
+  int64_t t0 = th_now_ms();
+  int rc = dlock_lock_try_acquire(b0, 2000, 10000, NULL);
+  int64_t took = th_now_ms() - t0;
+  const char *msg = dlock_client_errmsg(b);
+  fprintf(stderr, "    %s after %lld ms: %s\n", dlock_err_name(rc),
+          (long long)took, msg);
+  CHECK_RC(rc, DLOCK_EDEADLK);
+  CHECK(took < 500 && strstr(msg, "wait-for cycle") && strstr(msg, "dl:d0") &&
+        strstr(msg, "dl:d1"));
+  CHECK_EQ(dlock_lock_release(b1), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(wt.rc, 0);
+  CHECK_EQ(recs_wait(b, 0, 0).n, 0);
+  for (int i = 0; i < 3; i += 2) { /* the servers up: no record left */
+    redisReply *k = th_cmd(&rl[i], "KEYS dlock_wait:*");
+    CHECK(k != NULL && k->type == REDIS_REPLY_ARRAY);
+    size_t left = k->elements;
+    freeReplyObject(k);
+    CHECK_EQ(left, 0);
+  }
+  CHECK_EQ(dlock_lock_release(a1), 1);
+  CHECK_EQ(dlock_lock_release(a0), 1);
+  dlock_lock_free(a0);
+  dlock_lock_free(a1);
+  dlock_lock_free(b0);
+  dlock_lock_free(b1);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  if (sig == SIGSTOP)
+    th_redis_kill(&rl[1], SIGCONT);
+  else
+    CHECK_RC(th_redis_restart(&rl[1]), 0);
+}
+
+static void t_redlock_detect_one_down(void) {
+  detect_one_down(SIGKILL, "");
+}
+
+static void t_redlock_detect_one_stopped(void) {
+  detect_one_down(SIGSTOP, "?layout=hash");
+}
+
+TH_MAIN(T(t_records), T(t_two_processes), T_BARE(t_two_processes_redlock),
+        T_BARE(t_redlock_minority_record), T_BARE(t_redlock_detect_one_down),
+        T_BARE(t_redlock_detect_one_stopped), T_BARE(t_two_processes_etcd),
+        T_BARE(t_two_processes_zk))

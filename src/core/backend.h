@@ -81,6 +81,10 @@ typedef struct dl_acquire {
    * round), 0 none: the server gives the larger of it and its own next
    * token, unless it is too far ahead of the server's clock. */
   uint64_t propose;
+  /* A Redlock's part: its owner's waiter record (docs/WIRE.md), carried
+   * by the attempt: written if refused, deleted if taken. The key, NULL
+   * for none; the value, "" to delete it only; its lease in ms. */
+  const char *rec_key, *rec_val, *rec_px;
   /* dlock_client_options.detect_deadlocks: a wait that would close a
    * wait-for cycle fails with DLOCK_EDEADLK (backends with `waiters`) */
   bool detect;
@@ -441,5 +445,36 @@ typedef struct dl_walk_ops {
  * DLOCK_ENOMEM, or 0: no cycle, or it cannot tell (a read failed): wait. */
 int dl_deadlock_walk(dl_backend *b, const dl_walk_ops *ops,
                      const dl_backend_env *env, const dl_acquire *a);
+
+/* The same walk in steps, for a backend that reads without blocking
+ * (redlock://'s operation, on either driver): dl_walk_init, then every
+ * waiter under w->prefix to dl_walk_edge (a dlock_waiter_cb, ud w), then
+ * while dl_walk_key gives a key: its snapshot (inspect's code irc and
+ * state st) to dl_walk_holder; dl_walk_free at the end, always. */
+#define DL_WALK_MAX 16 /* owners followed at most */
+typedef struct dl_walk {
+  char prefix[DL_OWNER_MAX + 256]; /* the key prefix of a's lock */
+  char me[DL_OWNER_MAX];           /* a's owner */
+  const char *name;                /* the lock to look at next; NULL: done */
+  char *key;                       /* its key (dl_walk_key's) */
+  int depth;
+  char path[1024]; /* the owners and locks so far, for the detail */
+  struct dl_walk_edge {
+    char *owner, *name;
+  } * v; /* every owner that waits now, and for what */
+  size_t n;
+  bool oom;
+} dl_walk;
+/* Sets w up for a's walk: false when it cannot tell (no walk). */
+bool dl_walk_init(dl_walk *w, const dl_acquire *a);
+int dl_walk_edge(const dlock_waiter *wt, void *w);
+/* The next lock's key to inspect (w's, valid until the next call), or
+ * NULL: the walk is over (*rc DLOCK_ENOMEM, or 0). */
+const char *dl_walk_key(dl_walk *w, const dl_backend_env *env, int *rc);
+/* Takes that lock's snapshot: 1 go on (dl_walk_key), 0 no cycle (or it
+ * cannot tell), DLOCK_EDEADLK with the cycle in env's detail. */
+int dl_walk_holder(dl_walk *w, const dl_backend_env *env, int irc,
+                   const dlock_lock_state *st);
+void dl_walk_free(dl_walk *w);
 
 #endif /* DLOCK_BACKEND_H */

@@ -1,23 +1,13 @@
 /* deadlock.c: detect_deadlocks for a backend whose waiters are its own
  * layout (zk://'s nodes in line, etcd://'s keys in line): the walk over
- * its blocking waiters and inspect entries (backend.h, dl_deadlock_walk). */
+ * its blocking waiters and inspect entries (backend.h, dl_deadlock_walk);
+ * and the same walk in steps (dl_walk_*), which redlock://'s operation
+ * drives with its reads in flight on either driver. */
 #include "backend.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The longest walk followed: owners beyond it are not looked at. */
-#define WALK_MAX 16
-
-/* Every owner that waits now, and for what. */
-typedef struct edges {
-  struct edge {
-    char *owner, *name;
-  } * v;
-  size_t n;
-  bool oom;
-} edges;
 
 /* The owner id s without a writer's ":write", into out. */
 static void base_owner(char *out, const char *s) {
@@ -28,9 +18,9 @@ static void base_owner(char *out, const char *s) {
   out[len] = '\0';
 }
 
-static int edge_add(const dlock_waiter *w, void *ud) {
-  edges *x = ud;
-  struct edge *nv = realloc(x->v, (x->n + 1) * sizeof *nv);
+int dl_walk_edge(const dlock_waiter *w, void *ud) {
+  dl_walk *x = ud;
+  struct dl_walk_edge *nv = realloc(x->v, (x->n + 1) * sizeof *nv);
   if (nv == NULL) {
     x->oom = true;
     return 1;
@@ -45,64 +35,95 @@ static int edge_add(const dlock_waiter *w, void *ud) {
   return x->oom;
 }
 
-static void path_add(char *path, size_t len, const char *fmt, const char *a,
+static void path_add(dl_walk *w, const char *fmt, const char *a,
                      const char *b) {
-  size_t n = strlen(path);
-  if (n + 1 < len) snprintf(path + n, len - n, fmt, a, b);
+  size_t n = strlen(w->path);
+  if (n + 1 < sizeof w->path)
+    snprintf(w->path + n, sizeof w->path - n, fmt, a, b);
+}
+
+bool dl_walk_init(dl_walk *w, const dl_acquire *a) {
+  memset(w, 0, sizeof *w);
+  const dl_lock_ref *l = a->lock;
+  size_t pl = strlen(l->key) - strlen(l->name);
+  if (pl >= sizeof w->prefix) return false; /* cannot tell: wait */
+  memcpy(w->prefix, l->key, pl);
+  w->prefix[pl] = '\0';
+  base_owner(w->me, l->owner);
+  w->name = l->name;
+  path_add(w, "%s waits for %s", w->me, "");
+  return true;
+}
+
+const char *dl_walk_key(dl_walk *w, const dl_backend_env *env, int *rc) {
+  *rc = 0;
+  free(w->key);
+  w->key = NULL;
+  if (w->oom) {
+    *rc = dl_seterr(env->err_owner, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  if (w->name == NULL || w->depth >= DL_WALK_MAX) return NULL;
+  size_t pl = strlen(w->prefix), nl = strlen(w->name);
+  if ((w->key = malloc(pl + nl + 1)) == NULL) {
+    *rc = dl_seterr(env->err_owner, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  memcpy(w->key, w->prefix, pl);
+  memcpy(w->key + pl, w->name, nl + 1);
+  return w->key;
+}
+
+int dl_walk_holder(dl_walk *w, const dl_backend_env *env, int irc,
+                   const dlock_lock_state *st) {
+  const char *name = w->name;
+  w->name = NULL; /* the walk ends unless it goes on below */
+  if (irc != 0 || !st->held || st->owner[0] == '\0') return 0; /* cannot tell */
+  char holder[DL_OWNER_MAX];
+  base_owner(holder, st->owner);
+  /* A lock this owner holds at the start is its own (a re-entry, the
+   * read side it holds); further on, the way back to it. */
+  if (strcmp(holder, w->me) == 0) {
+    if (w->depth == 0) return 0;
+    path_add(w, "'%s' held by %s", name, w->me);
+    return dl_seterr(env->err_owner, DLOCK_EDEADLK,
+                     "waiting would close a wait-for cycle: %s", w->path);
+  }
+  path_add(w, "'%s' held by %s", name, holder);
+  /* The holder waits too: for the lock it queues for. */
+  for (size_t i = 0; i < w->n && w->name == NULL; i++)
+    if (strcmp(w->v[i].owner, holder) == 0) w->name = w->v[i].name;
+  if (w->name == NULL) return 0;
+  path_add(w, ", which waits for %s", "", "");
+  w->depth++;
+  return 1;
+}
+
+void dl_walk_free(dl_walk *w) {
+  for (size_t i = 0; i < w->n; i++) {
+    free(w->v[i].owner);
+    free(w->v[i].name);
+  }
+  free(w->v);
+  free(w->key);
+  w->v = NULL;
+  w->key = NULL;
+  w->n = 0;
 }
 
 int dl_deadlock_walk(dl_backend *b, const dl_walk_ops *ops,
                      const dl_backend_env *env, const dl_acquire *a) {
-  const dl_lock_ref *l = a->lock;
-  size_t pl = strlen(l->key) - strlen(l->name);
-  char prefix[DL_OWNER_MAX + 256];
-  if (pl >= sizeof prefix) return 0; /* cannot tell: wait */
-  memcpy(prefix, l->key, pl);
-  prefix[pl] = '\0';
-  edges x = {0};
-  int rc = ops->waiters(b, prefix, edge_add, &x);
-  if (x.oom) rc = dl_seterr(env->err_owner, DLOCK_ENOMEM, "out of memory");
-  char me[DL_OWNER_MAX], holder[DL_OWNER_MAX], path[1024] = "";
-  base_owner(me, l->owner);
-  const char *name = l->name;
-  path_add(path, sizeof path, "%s waits for %s", me, "");
-  for (int depth = 0; rc >= 0 && depth < WALK_MAX; depth++) {
-    size_t nl = strlen(name);
-    char *key = malloc(pl + nl + 1);
-    if (key == NULL) {
-      rc = dl_seterr(env->err_owner, DLOCK_ENOMEM, "out of memory");
-      break;
+  dl_walk w;
+  if (!dl_walk_init(&w, a)) return 0;
+  int rc = ops->waiters(b, w.prefix, dl_walk_edge, &w);
+  if (rc >= 0 || w.oom) {
+    const char *key;
+    while ((key = dl_walk_key(&w, env, &rc)) != NULL) {
+      dlock_lock_state st;
+      int irc = ops->inspect(b, key, &st);
+      if ((rc = dl_walk_holder(&w, env, irc, &st)) <= 0) break;
     }
-    memcpy(key, l->key, pl);
-    memcpy(key + pl, name, nl + 1);
-    dlock_lock_state st;
-    int irc = ops->inspect(b, key, &st);
-    free(key);
-    if (irc != 0 || !st.held || st.owner[0] == '\0') break; /* cannot tell */
-    base_owner(holder, st.owner);
-    /* A lock this owner holds at the start is its own (a re-entry, the
-     * read side it holds); further on, the way back to it. */
-    if (strcmp(holder, me) == 0) {
-      if (depth > 0) {
-        path_add(path, sizeof path, "'%s' held by %s", name, me);
-        rc = dl_seterr(env->err_owner, DLOCK_EDEADLK,
-                       "waiting would close a wait-for cycle: %s", path);
-      }
-      break;
-    }
-    path_add(path, sizeof path, "'%s' held by %s", name, holder);
-    /* The holder waits too: for the lock it queues for. */
-    const char *next = NULL;
-    for (size_t i = 0; i < x.n && next == NULL; i++)
-      if (strcmp(x.v[i].owner, holder) == 0) next = x.v[i].name;
-    if (next == NULL) break;
-    path_add(path, sizeof path, ", which waits for %s", "", "");
-    name = next;
   }
-  for (size_t i = 0; i < x.n; i++) {
-    free(x.v[i].owner);
-    free(x.v[i].name);
-  }
-  free(x.v);
+  dl_walk_free(&w);
   return rc == DLOCK_EDEADLK || rc == DLOCK_ENOMEM ? rc : 0;
 }

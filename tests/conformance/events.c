@@ -298,29 +298,14 @@ static void *wait_thread(void *p) {
 }
 
 /* Waiter records (dlock deadlocks): on the Redis backend (single,
- * Sentinel, Cluster: the records a wait writes), zk:// (the nodes in
+ * Sentinel, Cluster: the records a wait writes), redlock:// (the records
+ * its rounds write, on a quorum of the servers), zk:// (the nodes in
  * line) and etcd:// (the keys in line) a waiting acquire shows while it
- * waits and is gone once it has the lock, and detect_deadlocks is taken;
- * on redlock:// the call answers DLOCK_ENOTSUP and the option is
- * refused. */
+ * waits and is gone once it has the lock, and detect_deadlocks is taken. */
 static void t_waiter_records(void) {
   CF_NEEDS_SERVER();
   dlock_client *a = cf_client(0), *b = cf_client(0);
   CHECK(a && b);
-  if (strcmp(cf_backend, "redlock") == 0) {
-    dlock_client_options o;
-    cf_options(&o, 0);
-    o.detect_deadlocks = 1;
-    dlock_client *d = NULL;
-    CHECK_RC(dlock_client_open(&o, &d), DLOCK_ENOTSUP);
-    CHECK(strstr(dlock_client_open_errmsg(), "no deadlock detection"));
-    CHECK_RC(dlock_client_scan_waiters(a, NULL, count_waiter, NULL),
-             DLOCK_ENOTSUP);
-    CHECK(strstr(dlock_client_errmsg(a), "waiter records") != NULL);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    return;
-  }
   char name[64];
   cf_name(name, sizeof name, "waitrec");
   dlock_lock *h, *w;
@@ -366,12 +351,10 @@ static int see_waiter(const dlock_waiter *w, void *ud) {
 
 /* Two processes that really deadlock (each holds one lock and waits for
  * the other's, 2 s at most, on fixed leases): the waiters and the locks'
- * holders that dlock deadlocks reads make the cycle, where waiters can be
- * told (Redis, zk://, etcd://). */
+ * holders that dlock deadlocks reads make the cycle, on every URL kind
+ * (Redis, redlock://, zk://, etcd://). */
 static void t_deadlock_seen(void) {
   CF_NEEDS_SERVER();
-  if (strcmp(cf_backend, "redlock") == 0)
-    return; /* t_waiter_records: DLOCK_ENOTSUP */
   char names[2][64];
   cf_name(names[0], sizeof names[0], "deadlock0");
   cf_name(names[1], sizeof names[1], "deadlock1");
@@ -427,8 +410,10 @@ static void t_deadlock_seen(void) {
  * naming both locks (then lets its own go), 20 when it got the lock, 2
  * when it could not start, else 1. Child 1 detects deadlocks; child 0,
  * the first to wait, only on Redis, where only a detecting client records
- * its wait at once (elsewhere its place in line is there at once): were
- * it to walk too, the two walks could overlap and both be told. */
+ * its wait at once (on zk:// and etcd:// its place in line is there at
+ * once; on redlock:// its record comes after 500 ms of waiting, as on
+ * Redis without the option): were it to walk too, the two walks could
+ * overlap and both be told. */
 static void detect_child(char names[2][64], int i, int held_fd, int go_fd) {
   dlock_client_options o;
   cf_options(&o, 0);
@@ -482,8 +467,6 @@ static void uncontended_writes(dlock_client *c, const char *name,
  * An acquire that does not wait pays nothing for it. */
 static void t_deadlock_detect(void) {
   CF_NEEDS_SERVER();
-  if (strcmp(cf_backend, "redlock") == 0)
-    return; /* t_waiter_records: the option is refused */
   char names[2][64];
   cf_name(names[0], sizeof names[0], "free");
   dlock_client_options o;
@@ -555,8 +538,6 @@ static int wait_second(void *arg) {
  * lock 1 go, the blocking owner gets it. */
 static void t_deadlock_detect_async(void) {
   CF_NEEDS_SERVER();
-  if (strcmp(cf_backend, "redlock") == 0)
-    return; /* t_waiter_records: the option is refused */
   char names[2][64];
   cf_name(names[0], sizeof names[0], "adetect0");
   cf_name(names[1], sizeof names[1], "adetect1");

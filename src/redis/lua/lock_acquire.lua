@@ -59,6 +59,13 @@
 -- server's clock (then ignored). When every server of a quorum took the
 -- proposal, they all hold the token the client returns, and no second
 -- round is needed to write it back (redlock.c).
+--
+-- A waiting Redlock acquire carries its owner's waiter record (docs/WIRE.md,
+-- "Waiter records") in its rounds (rlwait.c): ARGV[12] the record's key,
+-- ARGV[13] its value ('': not written, only deleted), ARGV[14] its lease in
+-- ms. Refused, the attempt writes the record (SET ... PX); taken, it
+-- deletes it: no command more than the attempt. Neither write can fail
+-- the attempt (an ACL without SET: the wait is only left unrecorded).
 local AHEAD_US = 1000000
 -- The counter's life is renewed by a token only when this much of it has
 -- passed: a PTTL costs the server less than a PEXPIRE (which it rewrites
@@ -206,6 +213,9 @@ if #KEYS == 2 then
     if ms < 0 then
       return wrong('a string without a lease')
     end
+    if ARGV[13] and ARGV[13] ~= '' then
+      redis.pcall('set', ARGV[12], ARGV[13], 'px', ARGV[14])
+    end
     return {0, ms}
   end
   if v and tonumber(ARGV[4]) > 0 then
@@ -218,6 +228,9 @@ if #KEYS == 2 then
     return token
   end
   redis.call('set', KEYS[1], ARGV[2], 'px', ARGV[1])
+  if ARGV[12] then
+    redis.pcall('del', ARGV[12])
+  end
   return token
 end
 
@@ -240,12 +253,18 @@ local function take()
                string.format('%.0f', now[1] * 1000 + math.floor(now[2] / 1000)))
   end
   redis.call('pexpire', KEYS[1], ARGV[1])
+  if ARGV[12] then
+    redis.pcall('del', ARGV[12])
+  end
   return token
 end
 
 -- Not taken: a plain lock's waiter joins the hand-off queue, or proves it
 -- is still alive there. Both keys live as long as some waiter does.
 local function refused(ms, who)
+  if ARGV[13] and ARGV[13] ~= '' then
+    redis.pcall('set', ARGV[12], ARGV[13], 'px', ARGV[14])
+  end
   if queued then
     local t = redis.call('time')
     local deadline = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) +

@@ -115,21 +115,19 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
   o->sent = dl_now_ms();
   o->deaf = !o->sub || o->R->link->ops->sub_grant(o->R->link, o->sub, 0) < 0;
   if (is_rw(l)) return rw_send(o, lease);
-  /* A server of a Redlock: its restart delay, ARGV[10], and the token
-   * proposed, ARGV[11] (see the script). Only what is sent is formatted
-   * (the hot path). */
+  /* A server of a Redlock: its restart delay, ARGV[10], the token
+   * proposed, ARGV[11], and the waiter's record, ARGV[12..14] (see the
+   * script). Only what is sent is formatted (the hot path: one test). */
   char young[DL_INT_BUF], propose[DL_INT_BUF];
-  int extra = a->propose ? 11 : o->R->restart_delay_ms > 0 ? 10 : 0;
-  if (extra) {
-    dl_fmt_ll(young, o->R->restart_delay_ms);
-    dl_fmt_ll(propose, (long long)a->propose);
-  }
+  int extra = o->R->part ? dl_redis_part_args(o->R, a, young, propose) : 0;
   if (l->kind == DL_KIND_PLAIN) {
     char ptk[DL_DERIVED_MAX];
     const char *pkeys[] = {l->key, TOKEN_KEY(l, ptk)};
     const char *pargs[] = {lease, l->owner, a->info, count, "",     "",
                            "",    "",       "",      young, propose};
     dl_fmt_ll(count, a->held);
+    if (extra == 14)
+      return dl_redis_part_eval(o->R, &o->p, o->end, a, 2, pkeys, pargs);
     return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, 2,
                               pkeys, extra ? extra : 4, pargs);
   }
@@ -170,6 +168,8 @@ static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
                         alive,
                         young,
                         propose};
+  if (extra == 14)
+    return dl_redis_part_eval(o->R, &o->p, o->end, a, nkeys, keys, args);
   return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, nkeys,
                             keys, nargs, args);
 }

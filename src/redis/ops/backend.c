@@ -474,6 +474,7 @@ static int backend_new(const dlock_client_options *opts,
   r->min_replicas = opts->min_replicas_acked;
   r->starvation_ms = opts->starvation_ms < 0 ? 0 : opts->starvation_ms;
   r->ride = !part;
+  r->part = part;
   r->replicas_timeout_ms =
       opts->replicas_timeout_ms > 0 ? opts->replicas_timeout_ms : 1000;
   cfg->connect_timeout_ms = opts->connect_timeout_ms;

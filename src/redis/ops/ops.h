@@ -46,6 +46,7 @@ typedef struct dl_redis {
   /* Ride out a failover (acquire.c's ride_out, release.c's release retries):
    * not on a server of a composite, whose quorum decides without it. */
   bool ride;
+  bool part; /* a server of a composite (dl_redis_part_new) */
 } dl_redis;
 
 /* Replica acknowledgement after a write (`what`, to the nkeys keys; 0:
@@ -124,6 +125,20 @@ static inline int64_t dl_redis_ttl(long long pttl) {
 }
 int dl_redis_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
                      void *ud);
+/* The event-loop driver's form (a Redlock's part): cb as above, then
+ * done(ud, how many were passed, or a negative code). */
+int dl_redis_waiters_async(dl_backend *b, const char *prefix,
+                           dlock_waiter_cb cb, void *cb_ud, dl_done_fn done,
+                           void *ud, dl_async **op);
+/* DEL of a waiter's record `key` (event-loop driver; a Redlock's wait that
+ * ended without a grant): done(ud, 1 deleted, 0 none, or a code). */
+int dl_redis_wait_del_async(dl_backend *b, const char *key, dl_done_fn done,
+                            void *ud, dl_async **op);
+/* l's owner's record key into out (DL_WAIT_KEY_MAX, rlock.h: DL_DERIVED_MAX
+ * + DL_OWNER_MAX bytes), and a's record's value (malloc'ed, the caller
+ * frees; NULL out of memory): docs/WIRE.md, "Waiter records". */
+void dl_wait_record_key(char *out, const dl_lock_ref *l);
+char *dl_wait_record_value(const dl_acquire *a);
 int dl_redis_scan(dl_backend *b, const char *match, size_t prefix_len,
                   dlock_scan_cb cb, void *ud);
 int dl_redis_lock_force_release_async(dl_backend *b, const dl_lock_ref *l,

@@ -80,6 +80,20 @@ static inline int64_t dl_grant_beat(int64_t waited, int64_t lease_ms) {
 }
 
 /* ---- waits.c: the waiter records (docs/WIRE.md) ---- */
+/* A Redlock server's acquire (R->part): formats its restart delay into
+ * young and the token proposed into propose ("" none; DL_INT_BUF bytes
+ * each) and returns how many arguments the attempt sends: 14 with the
+ * waiter's record (a->rec_key), 11 with a proposal, 10 with a restart
+ * delay, else 0 (the script's defaults). */
+int dl_redis_part_args(const dl_redis *R, const dl_acquire *a, char *young,
+                       char *propose);
+/* Sends its attempt (lock_acquire.lua) with the record: args' 11
+ * arguments, then ARGV[12..14] a's rec_key, rec_val and rec_px (as
+ * dl_redis_step_eval). Off the single server's hot path, which sends 11
+ * at most. */
+int dl_redis_part_eval(dl_redis *R, dl_pend *p, int64_t until,
+                       const dl_acquire *a, int nkeys, const char *const *keys,
+                       const char *const *args);
 /* A waiter's record (DL_WAIT_RECORD, ops.h) lives this long unless
  * written again: every third of it while its owner waits; deleted when
  * the wait ends. Written only by an acquire that has waited

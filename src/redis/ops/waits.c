@@ -30,10 +30,12 @@ static const char *kind_word(dl_lock_kind k) {
   }
 }
 
-int dl_redis_wait_note(dl_redis *R, dl_pend *p, const dl_acquire *a) {
+void dl_wait_record_key(char *out, const dl_lock_ref *l) {
+  record_key(out, l);
+}
+
+char *dl_wait_record_value(const dl_acquire *a) {
   const dl_lock_ref *l = a->lock;
-  char key[DL_WAIT_KEY_MAX], px[DL_INT_BUF];
-  record_key(key, l);
   int64_t deadline = 0; /* the wait's end on the wall clock; 0: none */
   if (a->deadline != INT64_MAX) {
     struct timespec ts;
@@ -41,19 +43,48 @@ int dl_redis_wait_note(dl_redis *R, dl_pend *p, const dl_acquire *a) {
     deadline = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 +
                (a->deadline - dl_now_ms());
   }
-  size_t il = strlen(a->info), nl = strlen(l->name);
+  const char *info = a->info ? a->info : "";
+  size_t il = strlen(info), nl = strlen(l->name);
   char *v = malloc(64 + il + nl);
-  if (v == NULL)
-    return dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  if (v == NULL) return NULL;
   int n = snprintf(v, 64, "%s %lld %zu\n", kind_word(l->kind),
                    (long long)deadline, il);
-  memcpy(v + n, a->info, il);
+  memcpy(v + n, info, il);
   memcpy(v + n + il, l->name, nl + 1);
+  return v;
+}
+
+int dl_redis_wait_note(dl_redis *R, dl_pend *p, const dl_acquire *a) {
+  char key[DL_WAIT_KEY_MAX], px[DL_INT_BUF];
+  record_key(key, a->lock);
+  char *v = dl_wait_record_value(a);
+  if (v == NULL)
+    return dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
   dl_fmt_ll(px, DL_WAIT_RECORD_MS);
   const char *argv[] = {"SET", key, v, "PX", px};
   int rc = dl_redis_step_command(R, p, 5, argv);
   free(v);
   return rc;
+}
+
+int dl_redis_part_args(const dl_redis *R, const dl_acquire *a, char *young,
+                       char *propose) {
+  dl_fmt_ll(young, R->restart_delay_ms);
+  propose[0] = '\0'; /* none: the server's own next token */
+  if (a->propose) dl_fmt_ll(propose, (long long)a->propose);
+  return a->rec_key ? 14 : a->propose ? 11 : R->restart_delay_ms > 0 ? 10 : 0;
+}
+
+int dl_redis_part_eval(dl_redis *R, dl_pend *p, int64_t until,
+                       const dl_acquire *a, int nkeys, const char *const *keys,
+                       const char *const *args) {
+  const char *v[14];
+  memcpy(v, args, 11 * sizeof *v);
+  v[11] = a->rec_key;
+  v[12] = a->rec_val;
+  v[13] = a->rec_px;
+  return dl_redis_step_eval(R, p, until, DL_SCRIPT_LOCK_ACQUIRE, nkeys, keys,
+                            14, v);
 }
 
 bool dl_wait_rec_due(const dl_wait_rec *w, int64_t start, bool detect) {
@@ -179,12 +210,12 @@ static int waits_result(dl_reqop *x) {
   return strcmp(q->cursor, "0") == 0 ? q->found : DL_REQOP_MORE;
 }
 
-int dl_redis_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
-                     void *ud) {
+static int waiters_run(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                       void *ud, dl_done_fn done, void *dud, dl_async **op) {
   dl_redis *R = (dl_redis *)b;
   int err;
-  waits_req stack, *x = dl_reqop_new(R, &stack, sizeof stack, false, NULL, &err,
-                                     waits_send, waits_result);
+  waits_req stack, *x = dl_reqop_new(R, &stack, sizeof stack, done != NULL, op,
+                                     &err, waits_send, waits_result);
   if (x == NULL) return err;
   /* The prefix as a glob: its own '*', '?', '[' and '\' escaped. */
   size_t at = 0, pl = strlen(prefix);
@@ -197,7 +228,48 @@ int dl_redis_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
   x->cb = cb;
   x->cb_ud = ud;
   strcpy(x->cursor, "0");
-  return dl_reqop_run(&x->r, NULL, NULL, NULL);
+  return dl_reqop_run(&x->r, done, dud, op);
+}
+
+int dl_redis_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                     void *ud) {
+  return waiters_run(b, prefix, cb, ud, NULL, NULL, NULL);
+}
+
+int dl_redis_waiters_async(dl_backend *b, const char *prefix,
+                           dlock_waiter_cb cb, void *cb_ud, dl_done_fn done,
+                           void *ud, dl_async **op) {
+  return waiters_run(b, prefix, cb, cb_ud, done, ud, op);
+}
+
+/* ---- a record's delete on its own (a Redlock's wait that gave up) ---- */
+typedef struct del_req {
+  dl_reqop r;
+  char key[DL_WAIT_KEY_MAX];
+} del_req;
+
+static int del_send(dl_reqop *x) {
+  const char *argv[] = {"DEL", ((del_req *)x)->key};
+  return dl_redis_step_command(x->R, &x->p, 2, argv);
+}
+
+static int del_result(dl_reqop *x) {
+  redisReply *r = dl_reqop_reply(x);
+  if (r == NULL) return x->p.rc;
+  int rc = r->type == REDIS_REPLY_INTEGER ? (int)r->integer : 0;
+  freeReplyObject(r);
+  return rc;
+}
+
+int dl_redis_wait_del_async(dl_backend *b, const char *key, dl_done_fn done,
+                            void *ud, dl_async **op) {
+  dl_redis *R = (dl_redis *)b;
+  int err;
+  del_req *x =
+      dl_reqop_new(R, NULL, sizeof *x, true, op, &err, del_send, del_result);
+  if (x == NULL) return err;
+  snprintf(x->key, sizeof x->key, "%s", key);
+  return dl_reqop_run(&x->r, done, ud, op);
 }
 
 /* ---- detect_deadlocks: following the owners ---- */

@@ -38,6 +38,7 @@ static bool start_part(rl_op *o, int i, int phase);
 static void maybe_free(rl_op *o) {
   if (!o->delivered || o->left > 0) return;
   if (o->counted) o->B->live--;
+  dl_rl_rec_free(o);
   free(o->copies);
   free(o->snaps);
   free(o->lbuf);
@@ -95,7 +96,12 @@ static bool succeeding(const rl_op *o) {
 static void straggler(rl_op *o, int i, int phase, int rc) {
   bool give_back = false;
   int start = PH_GIVEBACK;
-  if (o->kind == OP_ACQUIRE && phase == PH_MAIN && rc == 1 && succeeding(o)) {
+  if (o->kind == OP_ACQUIRE && phase == PH_MAIN && rc == 0 && o->rec_there[i] &&
+      (o->decided || o->st == ST_CLEARED)) {
+    give_back = true; /* its record, written as the wait was over */
+    start = PH_CLEAR;
+  } else if (o->kind == OP_ACQUIRE && phase == PH_MAIN && rc == 1 &&
+             succeeding(o)) {
     o->late_grant[i] = true; /* released if the fence fails after all */
     dl_rl_raise_last(o->B, o->as[i].token); /* the next proposal goes above */
     /* Its token written back too, as the quorum's was. */
@@ -127,6 +133,7 @@ static void part_done(void *ud, int rc) {
     o->rc[i] = rc;
     dl_rl_keep_error(o, i);
   }
+  if (o->kind == OP_ACQUIRE) dl_rl_rec_answer(o, i, o->phase_of[i], rc);
   o->left--;
   if (member) {
     o->rc[i] = rc;
@@ -163,7 +170,9 @@ static bool start_part(rl_op *o, int i, int phase) {
   s->o = o;
   s->i = i;
   int rc;
-  if (phase == PH_FENCE) {
+  if (phase == PH_CLEAR) {
+    rc = dl_redis_wait_del_async(b, o->rec_key, part_done, s, &o->sub[i]);
+  } else if (phase == PH_FENCE) {
     rc = ops->lock_fence_async(b, o->l, o->token, o->a_lease_ms, part_done, s,
                                &o->sub[i]);
   } else if (phase == PH_RELEASE || phase == PH_GIVEBACK ||
@@ -181,6 +190,8 @@ static bool start_part(rl_op *o, int i, int phase) {
       o->as[i].wait = false;
       o->as[i].deadline = dl_now_ms();
       o->as[i].propose = B->opt.fencing ? o->propose : 0;
+      o->as[i].detect = false; /* the parts do not wait */
+      dl_rl_rec_attempt(o, i, &o->as[i]);
       rc = ops->lock_acquire_async(b, &o->as[i], part_done, s, &o->sub[i]);
       break;
     case OP_RENEW:
@@ -198,6 +209,10 @@ static bool start_part(rl_op *o, int i, int phase) {
       memset(&o->snaps[i], 0, sizeof o->snaps[i]);
       rc =
           ops->inspect_async(b, o->key, &o->snaps[i], part_done, s, &o->sub[i]);
+      break;
+    case OP_WAITERS:
+      rc = dl_redis_waiters_async(b, o->key, dl_rl_rec_seen, s, part_done, s,
+                                  &o->sub[i]);
       break;
     case OP_SCAN:
       rc = ops->scan_async(b, o->match, o->prefix_len, passed, o, part_done, s,
@@ -254,6 +269,7 @@ static void fan(rl_op *o, int phase) {
      * (it took the proposal, or gave the largest). */
     if (phase == PH_FENCE && (o->rc[i] != 1 || o->as[i].token >= o->token))
       continue;
+    if (phase == PH_CLEAR && !o->rec_there[i]) continue;
     if (o->only >= 0 && i != o->only) continue;
     if (o->pending[i]) continue; /* as not answering */
     if (start_part(o, i, phase)) {
@@ -285,6 +301,7 @@ static void step(rl_op *o) {
         if (got) {
           if (!o->B->opt.fencing) {
             o->a->token = 0; /* none: the servers' own are not ordered */
+            dl_rl_clear_behind(o);
             finish(o, 1);
             return;
           }
@@ -319,10 +336,16 @@ static void step(rl_op *o) {
         if ((r = dl_rl_inspected(o)) == -2) return;
         if (r >= 0) {
           memcpy(o->snap, &o->snaps[r], sizeof *o->snap);
+          /* the walk's: a holder a minority shows is none */
+          if (o->strict && o->snap->held && !dl_rl_held_by_quorum(o, r))
+            o->snap->held = false;
           r = o->rc[r];
         } else {
           r = dl_rl_quorum_error(o, 0);
         }
+        break;
+      case OP_WAITERS:
+        if ((r = dl_rl_waiters_done(o)) == -2) return;
         break;
       default: /* scan: the next server if this one failed */
         if (o->await > 0) return;
@@ -347,6 +370,7 @@ static void step(rl_op *o) {
       }
       bool in_time = o->a->valid_until > dl_now_ms();
       if (fenced >= o->B->quorum && in_time) {
+        dl_rl_clear_behind(o);
         finish(o, 1);
         return;
       }
@@ -375,19 +399,28 @@ static void step(rl_op *o) {
        * attempts (RL_RETRY_MAX_MS at most) being its next wake-up. */
       if (a->wait && o->B->env.closing && atomic_load(o->B->env.closing) &&
           !o->cancelled) {
-        finish(o, dl_seterr(o->B->env.err_owner, DLOCK_ECLOSED,
-                            "the client is closing"));
+        dl_rl_give_up(o, dl_seterr(o->B->env.err_owner, DLOCK_ECLOSED,
+                                   "the client is closing"));
         return;
       }
       if (final && unreachable) {
-        finish(o, dl_rl_quorum_error(o, e));
+        dl_rl_give_up(o, dl_rl_quorum_error(o, e));
         return;
       }
       if (!a->wait || now >= a->deadline || o->cancelled || o->B->closing) {
         /* Refused by the holders, or too few servers answered: why. */
-        finish(o, unreachable && !o->cancelled ? dl_rl_quorum_error(o, e) : 0);
+        dl_rl_give_up(o, unreachable && !o->cancelled ? dl_rl_quorum_error(o, e)
+                                                      : 0);
         return;
       }
+      /* The waiter's record, and detect_deadlocks' walk once it is on a
+       * quorum (rlwait.c), before the pause. */
+      int w = dl_rl_rec_pause(o);
+      if (w < 0) {
+        dl_rl_give_up(o, w);
+        return;
+      }
+      if (w > 0) return; /* ST_WALK: the walk steps o on */
       int64_t until = now + dl_backoff_next(&o->retry, RL_RETRY_MAX_MS);
       if (until > a->deadline) until = a->deadline;
       a->waited = true;
@@ -398,13 +431,16 @@ static void step(rl_op *o) {
     }
     case ST_PAUSED:
       if (o->pause.rc < 0) {
-        finish(o, dl_seterr(o->B->env.err_owner, o->pause.rc,
-                            "while waiting to try again"));
+        dl_rl_give_up(o, dl_seterr(o->B->env.err_owner, o->pause.rc,
+                                   "while waiting to try again"));
         return;
       }
       o->st = ST_FAN;
       continue;
     case ST_DELIVER: finish(o, o->result); return;
+    case ST_CLEARED:
+      if (dl_rl_cleared(o)) finish(o, o->held_result);
+      return;
     default: return; /* ST_DONE */
     }
 }
@@ -457,6 +493,7 @@ int dl_rl_set_lock(rl_op *o, const dl_lock_ref *l) {
 }
 
 int dl_rl_run(rl_op *o, dl_async **op) {
+  o->started = dl_now_ms();
   if (o->kind == OP_ACQUIRE) {
     o->a_lease_ms = o->a->lease_ms;
     o->a_held = o->a->held;
@@ -484,4 +521,31 @@ int dl_rl_run(rl_op *o, dl_async **op) {
   }
   *op = &o->head;
   return 0;
+}
+
+/* ---- for rlwait.c ---- */
+void dl_rl_step(rl_op *o) {
+  step(o);
+}
+
+void dl_rl_finish(rl_op *o, int result) {
+  finish(o, result);
+}
+
+void dl_rl_fan(rl_op *o, int phase) {
+  fan(o, phase);
+}
+
+void dl_rl_unhold(rl_op *o) {
+  o->left--;
+  maybe_free(o);
+}
+
+bool dl_rl_start_aside(rl_op *o, int i, int phase) {
+  if (!start_part(o, i, phase)) return false;
+  o->pending[i] = true;
+  o->phase_of[i] = phase;
+  o->round_of[i] = -1;
+  o->left++;
+  return true;
 }

@@ -73,7 +73,8 @@ enum {
   OP_QUERY,
   OP_PING,
   OP_INSPECT,
-  OP_SCAN
+  OP_SCAN,
+  OP_WAITERS
 };
 enum {
   ST_FAN,
@@ -82,11 +83,14 @@ enum {
   ST_RELEASED,
   ST_PAUSED,
   ST_DELIVER,
+  ST_WALK,    /* detect_deadlocks: following the owners (rlwait.c) */
+  ST_CLEARED, /* a wait given up: its record deleted (rlwait.c) */
   ST_DONE
 };
 /* What a round sends: the operation, an attempt's release, or the fence
- * (the token written back); and a late grant's give-back, in no round. */
-enum { PH_MAIN, PH_RELEASE, PH_FENCE, PH_GIVEBACK };
+ * (the token written back); a late grant's give-back, in no round; and a
+ * waiter's record deleted (rlwait.c). */
+enum { PH_MAIN, PH_RELEASE, PH_FENCE, PH_GIVEBACK, PH_CLEAR };
 /* o->rc[i] while part i's operation of this round is in flight. */
 #define RC_PENDING 1000
 /* o->rc[i] of a part left out of an acquire's round while it gives back
@@ -160,6 +164,23 @@ struct rl_op {
   dlock_scan_cb cb;
   void *cb_ud;
   int passed; /* names passed to cb */
+  bool strict; /* inspect: a holder only where a quorum agrees (rlwait.c) */
+  /* A waiting acquire's record (docs/WIRE.md, "Waiter records"), carried
+   * by its attempts from the round it is due (rlwait.c). */
+  char *rec_key, *rec_val;
+  bool rec_on;
+  bool rec_sent[RL_MAX];  /* part i's attempt in flight carries its value */
+  bool rec_there[RL_MAX]; /* it may be on server i */
+  int64_t rec_sent_at[RL_MAX];
+  int64_t rec_at[RL_MAX]; /* written there then (0: not known) */
+  int64_t started;        /* the operation's start */
+  int held_result;        /* the result while the record is deleted */
+  struct rl_walk *walk;   /* detect_deadlocks' walk, in flight */
+  bool walked;            /* done, once a wait */
+  /* waiters: what each server answered (rlwait.c); the agreed to wcb */
+  struct rl_recs *recs;
+  dlock_waiter_cb wcb;
+  void *wcb_ud;
 };
 
 /* The part the operations' pauses run on. */
@@ -176,6 +197,16 @@ int dl_rl_set_lock(rl_op *o, const dl_lock_ref *l);
 /* Starts o (its inputs set) on the loop: 0 and *op, or a negative code
  * when nothing could start (o is then freed). The loop's thread only. */
 int dl_rl_run(rl_op *o, dl_async **op);
+
+/* For rlwait.c: steps o on; ends it with result (finish); starts a round
+ * of `phase` on every part (fan); lets go of a hold on o (o->left) and
+ * frees it if that was the last; starts part i's `phase` outside any
+ * round, as a straggler's (false if it did not start). */
+void dl_rl_step(rl_op *o);
+void dl_rl_finish(rl_op *o, int result);
+void dl_rl_fan(rl_op *o, int phase);
+void dl_rl_unhold(rl_op *o);
+bool dl_rl_start_aside(rl_op *o, int i, int phase);
 
 /* ---- rlvote.c: how a round's answers decide it ---- */
 /* Keeps part i's detail of its error o->rc[i] (recorded under its tag). */
@@ -209,6 +240,38 @@ int dl_rl_pinged(rl_op *o);
  * else, once no owner can reach a quorum, the first server's that found it
  * free, or the first answer. */
 int dl_rl_inspected(const rl_op *o);
+
+/* Whether part i's snapshot shows the lock held by an owner a quorum of
+ * the servers answered alike. */
+bool dl_rl_held_by_quorum(const rl_op *o, int i);
+
+/* ---- rlwait.c: waiter records, the waiters entry, detect_deadlocks ---- */
+/* Part i's attempt of o's round: carries the record, if on (sets a's
+ * rec_key and rec_val). */
+void dl_rl_rec_attempt(rl_op *o, int i, dl_acquire *a);
+/* Part i answered its attempt (rc), or its delete (phase PH_CLEAR). */
+void dl_rl_rec_answer(rl_op *o, int i, int phase, int rc);
+/* Before the pause between attempts: turns the record on when due; 1 if
+ * the walk started (o waits in ST_WALK), 0 to pause, or a negative code. */
+int dl_rl_rec_pause(rl_op *o);
+/* Ends an acquire with result: the record deleted first (a round, o in
+ * ST_CLEARED) where it may be, else finish at once. */
+void dl_rl_give_up(rl_op *o, int result);
+/* A held lock: the record deleted (in the background) where the attempt
+ * left it (a server that refused it). */
+void dl_rl_clear_behind(rl_op *o);
+/* ST_CLEARED: whether the deletes are decided. */
+bool dl_rl_cleared(const rl_op *o);
+/* A waiters round: the result (how many passed to wcb), or -2 while
+ * answers are to come. */
+int dl_rl_waiters_done(rl_op *o);
+/* The waiters callback of part i (ud: its rl_slot). */
+int dl_rl_rec_seen(const dlock_waiter *w, void *ud);
+/* Frees o's record, walk and waiters' state. */
+void dl_rl_rec_free(rl_op *o);
+/* The backend's waiters entry (blocking clients). */
+int dl_rl_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
+                  void *ud);
 
 /* ---- rlloop.c: a blocking client's loop thread ---- */
 /* A loop (the built-in driver) and its thread, not yet started: 0, or a

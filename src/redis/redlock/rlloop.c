@@ -207,8 +207,10 @@ int dl_rl_call(rl_op *o) {
   redlock *B = o->B;
   if (pthread_equal(pthread_self(), B->thread->tid)) {
     /* From a callback on the servers' loop: it would wait for itself. */
+    dl_rl_rec_free(o);
     free(o->lbuf);
     free(o->copies);
+    free(o->snaps);
     free(o);
     return dl_seterr(B->env.err_owner, DLOCK_EINVAL,
                      "a blocking call from a callback on the servers' loop");

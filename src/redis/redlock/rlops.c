@@ -358,6 +358,7 @@ static const dl_backend_ops redlock_ops = {
     .lock_query = rl_query,
     .inspect = rl_inspect,
     .scan = rl_scan,
+    .waiters = dl_rl_waiters, /* rlwait.c */
     .renew = rl_renew,
     .watch_losses = rl_watch_losses,
     .lock_acquire_async = rl_acquire_async,
@@ -541,6 +542,7 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
   }
   B->quorum = B->n / 2 + 1;
   B->base.mutex_kind = B->opt.hash ? DL_KIND_LOCK : DL_KIND_PLAIN;
+  B->base.detects_deadlocks = true; /* rlwait.c */
   if (B->thread && (rc = dl_rl_thread_start(B->thread)) != 0) {
     rl_free(&B->base);
     return dl_seterr(NULL, rc, "cannot start the servers' event loop");

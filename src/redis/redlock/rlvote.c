@@ -337,3 +337,7 @@ int dl_rl_inspected(const rl_op *o) {
   if (o->await > 0 && (first < 0 || most + o->await >= B->quorum)) return -2;
   return free_at >= 0 ? free_at : first;
 }
+
+bool dl_rl_held_by_quorum(const rl_op *o, int i) {
+  return o->snaps[i].held && held_alike(o, i) >= o->B->quorum;
+}
