@@ -783,6 +783,23 @@ DLOCK_API int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
 #define dlock_lock_inspect(l, st)                                              \
   dlock_lock_inspect_size((l), (st), sizeof(dlock_lock_state))
 
+/* Called by dlock_lock_holders once for each holder's owner id (the
+ * string lives for the call only). Return 0 to go on, anything else to
+ * stop. */
+typedef int (*dlock_holder_cb)(const char *owner, void *ud);
+
+/* Every holder of the lock at l's name, for tools (dlock deadlocks): a
+ * read-write lock's every reader (dlock_lock_state names the first only),
+ * else its one holder (a writer's owner id ends in ":write"); a free lock
+ * none. On Redis the lock's hash fields (a plain lock's value), on zk://
+ * the nodes in front (each node's data names its owner), on etcd:// the
+ * keys in front, on redlock:// the holder dlock_lock_inspect gives.
+ * Returns how many were passed to cb, or a negative code (DLOCK_EINVAL for
+ * l or cb NULL; a blocking call: refused on an event-loop client). cb runs
+ * on the calling thread, and may not call into l's client. Read-only;
+ * thread-safe. */
+DLOCK_API int dlock_lock_holders(dlock_lock *l, dlock_holder_cb cb, void *ud);
+
 /* Called by dlock_client_scan_locks for each candidate lock name (the key
  * prefix removed). Return 0 to go on, anything else to stop. */
 typedef int (*dlock_scan_cb)(const char *name, void *ud);

@@ -22,12 +22,14 @@ static const char usage_text[] =
     "on zk:// and etcd:// the nodes or keys in line behind a lock's\n"
     "holders; redlock:// cannot), 64 usage.\n";
 
-/* One waiting owner: the record, the holder of what it waits for, and the
- * waiting owner that holder is (-1: none, it does not wait). */
+/* One waiting owner: the record, the holders of what it waits for (a
+ * read lock's every reader), and the waiting owners those holders are. */
 typedef struct waiter {
-  char *owner, *name, *kind, *info, *holder;
-  int next;
-  int mark; /* 0 unseen, walk number while walked, -1 done */
+  char *owner, *name, *kind, *info;
+  char **holders;
+  size_t nh;
+  int *next; /* waiters that hold what this one waits for */
+  size_t nn;
 } waiter;
 
 typedef struct waiters {
@@ -50,7 +52,6 @@ static int add_one(const dlock_waiter *w, void *ud) {
   x->name = strdup(w->name);
   x->kind = strdup(w->kind);
   x->info = strdup(w->info);
-  x->next = -1;
   ws->n++;
   if (!x->owner || !x->name || !x->kind || !x->info) ws->oom = true;
   return ws->oom;
@@ -62,8 +63,30 @@ static void base_owner(char *s) {
   if (n > 6 && strcmp(s + n - 6, ":write") == 0) s[n - 6] = '\0';
 }
 
-/* Who holds what x waits for (x->holder, or NULL: free or unknown). */
-static int holder_of(dlock_client *c, waiter *x) {
+/* One holder of what x waits for, onto x->holders (each once). */
+static int add_holder(const char *owner, void *ud) {
+  waiter *x = ud;
+  char *o = strdup(owner);
+  if (o == NULL) return 1;
+  base_owner(o);
+  for (size_t i = 0; i < x->nh; i++)
+    if (strcmp(x->holders[i], o) == 0) {
+      free(o);
+      return 0;
+    }
+  char **nv = realloc(x->holders, (x->nh + 1) * sizeof *nv);
+  if (nv == NULL) {
+    free(o);
+    return 1;
+  }
+  x->holders = nv;
+  x->holders[x->nh++] = o;
+  return 0;
+}
+
+/* Who holds what x waits for (x->holders: every reader of a read lock;
+ * none when free or unknown). */
+static int holders_of(dlock_client *c, waiter *x) {
   dlock_lock *l = NULL;
   dlock_rwlock *rw = NULL;
   int rc;
@@ -77,12 +100,8 @@ static int holder_of(dlock_client *c, waiter *x) {
   } else {
     rc = dlock_lock_new(c, x->name, NULL, &l);
   }
-  dlock_lock_state st;
-  if (rc == 0) rc = dlock_lock_inspect(l, &st);
-  if (rc == 0 && st.held && st.owner[0]) {
-    base_owner(st.owner);
-    if ((x->holder = strdup(st.owner)) == NULL) rc = DLOCK_ENOMEM;
-  }
+  if (rc == 0) rc = dlock_lock_holders(l, add_holder, x);
+  if (rc >= 0 && (size_t)rc > x->nh) rc = DLOCK_ENOMEM; /* one not kept */
   if (rw)
     dlock_rwlock_free(rw);
   else
@@ -90,8 +109,9 @@ static int holder_of(dlock_client *c, waiter *x) {
   return rc;
 }
 
-/* x, an owner of a cycle, which holds what `prev` waits for. */
-static void print_owner(const waiter *x, const waiter *prev) {
+/* x, an owner of a cycle, which holds what `prev` waits for, and waits
+ * for what `by` (the reader or holder that closes the way) holds. */
+static void print_owner(const waiter *x, const waiter *prev, const waiter *by) {
   char buf[DLOCK_INFO_MAX + 1];
   cli_holder h;
   printf("  %s", x->owner);
@@ -100,40 +120,55 @@ static void print_owner(const waiter *x, const waiter *prev) {
   else if (x->info[0])
     printf(" (%s)", x->info);
   printf("\n    holds %s '%s', waits for %s '%s' (held by %s)\n", prev->kind,
-         prev->name, x->kind, x->name, x->holder);
+         prev->name, x->kind, x->name, by->owner);
 }
 
-/* Follows each owner's wait-for edge; prints each cycle once. Returns how
- * many it found. */
+/* The search for a way from `at` back to `start` through waiters after
+ * start (a cycle is found from its first waiter only), each once. */
+typedef struct search {
+  waiters *ws;
+  int start;
+  int *path, len;
+  char *dead; /* searched from, no way back */
+} search;
+
+static bool way_back(search *s, int at) {
+  s->path[s->len++] = at;
+  s->dead[at] = 1;
+  waiter *x = &s->ws->v[at];
+  for (size_t k = 0; k < x->nn; k++) {
+    int j = x->next[k];
+    if (j == s->start) return true;
+    if (j > s->start && !s->dead[j] && way_back(s, j)) return true;
+  }
+  s->len--;
+  return false;
+}
+
+/* Follows the owners' wait-for edges (every holder of what each waits
+ * for); prints each cycle once, from its first waiter. Returns how many
+ * it found, or -1 out of memory. */
 static int find_cycles(waiters *ws) {
   int found = 0;
-  for (size_t i = 0; i < ws->n; i++) {
-    int walk = (int)i + 1, at = (int)i;
-    while (at >= 0 && ws->v[at].mark == 0) {
-      ws->v[at].mark = walk;
-      at = ws->v[at].next;
-    }
-    if (at >= 0 && ws->v[at].mark == walk) { /* back on this walk: a cycle */
-      int len = 0, j = at;
-      do {
-        len++;
-        j = ws->v[j].next;
-      } while (j != at);
-      printf("deadlock: %d owners wait for each other\n", len);
-      int prev = at;
-      while (ws->v[prev].next != at)
-        prev = ws->v[prev].next;
-      j = at;
-      do {
-        print_owner(&ws->v[j], &ws->v[prev]);
-        prev = j;
-        j = ws->v[j].next;
-      } while (j != at);
-      found++;
-    }
-    for (at = (int)i; at >= 0 && ws->v[at].mark == walk; at = ws->v[at].next)
-      ws->v[at].mark = -1;
+  search s = {ws, 0, calloc(ws->n + 1, sizeof(int)), 0, calloc(ws->n + 1, 1)};
+  if (s.path == NULL || s.dead == NULL) {
+    free(s.path);
+    free(s.dead);
+    return -1;
   }
+  for (size_t i = 0; i < ws->n; i++) {
+    s.start = (int)i;
+    s.len = 0;
+    memset(s.dead, 0, ws->n);
+    if (!way_back(&s, (int)i)) continue;
+    printf("deadlock: %d owners wait for each other\n", s.len);
+    for (int k = 0; k < s.len; k++)
+      print_owner(&ws->v[s.path[k]], &ws->v[s.path[(k + s.len - 1) % s.len]],
+                  &ws->v[s.path[(k + 1) % s.len]]);
+    found++;
+  }
+  free(s.path);
+  free(s.dead);
   return found;
 }
 
@@ -165,28 +200,42 @@ int cmd_deadlocks(int argc, char **argv, cli_global *g) {
                                     add_one, &ws);
   if (e >= 0 && ws.oom) e = DLOCK_ENOMEM;
   for (size_t i = 0; e >= 0 && i < ws.n; i++)
-    if ((e = holder_of(c, &ws.v[i])) > 0) e = 0;
+    if ((e = holders_of(c, &ws.v[i])) > 0) e = 0;
   if (e < 0) {
     cli_err("%s", e == DLOCK_ENOMEM ? "out of memory" : dlock_client_errmsg(c));
     rc = cli_exit_for(e);
   } else {
-    /* An owner waiting for a lock held by an owner that waits too. */
-    for (size_t i = 0; i < ws.n; i++)
-      for (size_t j = 0; ws.v[i].holder && j < ws.n; j++)
-        if (j != i && strcmp(ws.v[j].owner, ws.v[i].holder) == 0)
-          ws.v[i].next = (int)j;
-    int n = find_cycles(&ws);
+    /* An owner waiting for a lock held by owners that wait too. */
+    for (size_t i = 0; i < ws.n && !ws.oom; i++) {
+      waiter *x = &ws.v[i];
+      if (x->nh && (x->next = calloc(ws.n, sizeof(int))) == NULL) ws.oom = true;
+      for (size_t h = 0; x->next && h < x->nh; h++)
+        for (size_t j = 0; j < ws.n; j++)
+          if (j != i && strcmp(ws.v[j].owner, x->holders[h]) == 0) {
+            x->next[x->nn++] = (int)j;
+            break;
+          }
+    }
+    int n = ws.oom ? -1 : find_cycles(&ws);
+    if (n < 0) {
+      cli_err("out of memory");
+      n = 0;
+      rc = cli_exit_for(DLOCK_ENOMEM);
+    }
     if (n == 0)
       printf("no deadlock among %zu waiting owner%s\n", ws.n,
              ws.n == 1 ? "" : "s");
-    rc = n > 0 ? 1 : 0;
+    if (rc == 0) rc = n > 0 ? 1 : 0;
   }
   for (size_t i = 0; i < ws.n; i++) {
     free(ws.v[i].owner);
     free(ws.v[i].name);
     free(ws.v[i].kind);
     free(ws.v[i].info);
-    free(ws.v[i].holder);
+    for (size_t h = 0; h < ws.v[i].nh; h++)
+      free(ws.v[i].holders[h]);
+    free(ws.v[i].holders);
+    free(ws.v[i].next);
   }
   free(ws.v);
   dlock_client_close(c);

@@ -16,6 +16,9 @@
 #include "core.h"
 
 typedef struct dl_backend dl_backend;
+/* A lock's holder, one owner id at a time (a read lock's every reader):
+ * non-zero stops (dlock_holder_cb). */
+typedef dlock_holder_cb dl_holder_cb;
 
 /* What a backend gets from its client, borrowed for the backend's life. */
 typedef struct dl_backend_env {
@@ -256,6 +259,10 @@ typedef struct dl_backend_ops {
                     long long *v);
   /* A snapshot of whatever lives at `key` (any kind). */
   int (*inspect)(dl_backend *b, const char *key, dlock_lock_state *st);
+  /* Every holder of the lock at `key` to cb (a read lock's every reader,
+   * each once), until cb returns non-zero: 0, or a negative code. NULL:
+   * inspect's one holder (dlock_lock_holders). */
+  int (*holders)(dl_backend *b, const char *key, dl_holder_cb cb, void *ud);
   /* Calls cb(name, ud) for each lock whose key matches the glob `match`
    * (prefix included; names are passed without the prefix) until cb
    * returns non-zero. Returns how many were passed, or a negative code. */
@@ -427,21 +434,25 @@ struct dl_backend {
 
 /* The blocking entries a deadlock walk reads with (the backend's own:
  * on an event-loop client b->ops is its event-loop form's, which refuses
- * them). */
+ * them). holders: every holder of the lock at key to cb (a read lock's
+ * readers, each once); 0, or a negative code (the walk takes that lock as
+ * unknown). */
 typedef struct dl_walk_ops {
   int (*waiters)(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
                  void *ud);
-  int (*inspect)(dl_backend *b, const char *key, dlock_lock_state *st);
+  int (*holders)(dl_backend *b, const char *key, dl_holder_cb cb, void *ud);
 } dl_walk_ops;
 
 /* detect_deadlocks over the seam's entries (core/deadlock.c), for a
  * backend whose waiters are its own layout (a place in line that exists
  * while it waits: zk://, etcd://): called once by a's acquire once its
  * place is made and before it first waits, from a thread that may block.
- * Reads every waiter under a's key prefix (ops->waiters), then from the
- * lock a waits for follows holder (ops->inspect) to the lock that holder
- * waits for, up to 16 owners. Returns DLOCK_EDEADLK (the cycle in the
- * detail, for env->err_owner) when the walk comes back to a's owner,
+ * Reads every waiter under a's key prefix (ops->waiters), then searches
+ * from the lock a waits for: each of its holders (ops->holders: every
+ * reader of a read lock), the lock that holder waits for, that lock's
+ * holders, and so on, depth first, each lock read once, 16 owners deep
+ * and 64 locks read at most. Returns DLOCK_EDEADLK (the cycle in the
+ * detail, for env->err_owner) when a way comes back to a's owner,
  * DLOCK_ENOMEM, or 0: no cycle, or it cannot tell (a read failed): wait. */
 int dl_deadlock_walk(dl_backend *b, const dl_walk_ops *ops,
                      const dl_backend_env *env, const dl_acquire *a);
@@ -449,32 +460,55 @@ int dl_deadlock_walk(dl_backend *b, const dl_walk_ops *ops,
 /* The same walk in steps, for a backend that reads without blocking
  * (redlock://'s operation, on either driver): dl_walk_init, then every
  * waiter under w->prefix to dl_walk_edge (a dlock_waiter_cb, ud w), then
- * while dl_walk_key gives a key: its snapshot (inspect's code irc and
- * state st) to dl_walk_holder; dl_walk_free at the end, always. */
-#define DL_WALK_MAX 16 /* owners followed at most */
+ * while dl_walk_key gives a key: that lock's holders to dl_walk_holder (a
+ * dl_holder_cb, ud w), then dl_walk_step with the read's code; dl_walk_free
+ * at the end, always. */
+#define DL_WALK_MAX 16   /* owners deep at most */
+#define DL_WALK_LOOKS 64 /* locks read at most */
 typedef struct dl_walk {
   char prefix[DL_OWNER_MAX + 256]; /* the key prefix of a's lock */
   char me[DL_OWNER_MAX];           /* a's owner */
-  const char *name;                /* the lock to look at next; NULL: done */
-  char *key;                       /* its key (dl_walk_key's) */
-  int depth;
-  char path[1024]; /* the owners and locks so far, for the detail */
+  char *key;                       /* the key to read (dl_walk_key's) */
+  int depth;                       /* the search's way: f[0..depth]; -1 over */
+  bool fresh;                      /* f[depth]'s holders are still to be read */
+  int looks;                       /* locks read or to read */
+  struct dl_walk_frame {
+    const char *name; /* a lock on the way */
+    char kind[8];     /* its kind word, as its waiter's record has it */
+    char **holders;   /* its holders (base owner ids) */
+    size_t nh, at;    /* how many; the next to follow (at - 1: on the way) */
+  } f[DL_WALK_MAX];
+  const char *seen[DL_WALK_LOOKS]; /* the locks read (each once) */
+  char path[1024];                 /* the cycle, for the detail */
   struct dl_walk_edge {
-    char *owner, *name;
+    char *owner, *name; /* name NULL: it waits for nothing */
+    char kind[8];
   } * v; /* every owner that waits now, and for what */
   size_t n;
   bool oom;
+  /* Set after dl_walk_init by a backend that reads an owner's wait when
+   * the walk comes to it (Redis: its record) instead of every waiter
+   * first: dl_walk_step then returns 2, ask naming the owner, and the
+   * answer goes to dl_walk_waits before the next step. */
+  bool lazy;
+  const char *ask;
 } dl_walk;
 /* Sets w up for a's walk: false when it cannot tell (no walk). */
 bool dl_walk_init(dl_walk *w, const dl_acquire *a);
 int dl_walk_edge(const dlock_waiter *wt, void *w);
-/* The next lock's key to inspect (w's, valid until the next call), or
- * NULL: the walk is over (*rc DLOCK_ENOMEM, or 0). */
+/* The next lock's key to read (w's, valid until the next call), or NULL:
+ * the walk is over (*rc DLOCK_ENOMEM, or 0). */
 const char *dl_walk_key(dl_walk *w, const dl_backend_env *env, int *rc);
-/* Takes that lock's snapshot: 1 go on (dl_walk_key), 0 no cycle (or it
- * cannot tell), DLOCK_EDEADLK with the cycle in env's detail. */
-int dl_walk_holder(dl_walk *w, const dl_backend_env *env, int irc,
-                   const dlock_lock_state *st);
+/* One holder of that lock (a dl_holder_cb; 1 out of memory). */
+int dl_walk_holder(const char *owner, void *w);
+/* That lock's holders are in (irc: the read's code; not 0: unknown, no
+ * holder followed), or a lazy walk's answer: 1 go on (dl_walk_key), 2
+ * (lazy only) read what w->ask waits for, 0 no cycle (or it cannot
+ * tell), DLOCK_EDEADLK with the cycle in env's detail, DLOCK_ENOMEM. */
+int dl_walk_step(dl_walk *w, const dl_backend_env *env, int irc);
+/* A lazy walk's answer: w->ask waits for the lock `name` of kind `kind`
+ * (name NULL: for nothing, or it cannot tell). */
+void dl_walk_waits(dl_walk *w, const char *name, const char *kind);
 void dl_walk_free(dl_walk *w);
 
 #endif /* DLOCK_BACKEND_H */

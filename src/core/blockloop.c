@@ -350,6 +350,8 @@ REFUSE(lock_query,
        ((void)l, (void)q, v))
 REFUSE(inspect, (dl_backend * b, const char *key, dlock_lock_state *st),
        ((void)key, st))
+REFUSE(holders, (dl_backend * b, const char *key, dl_holder_cb cb, void *ud),
+       ((void)key, (void)cb, ud))
 REFUSE(scan,
        (dl_backend * b, const char *match, size_t prefix_len, dlock_scan_cb cb,
         void *ud),
@@ -428,6 +430,7 @@ int dl_blockloop_new(dl_backend *b, const dl_backend_env *env,
   PAIR(ping, ping_async)
   if (r->elect_leader) o->elect_leader = refuse_elect_leader;
   if (r->waiters) o->waiters = refuse_waiters; /* no event-loop twin yet */
+  if (r->holders) o->holders = refuse_holders; /* nor here */
   if (r->watch_losses) o->watch_losses = watch_losses;
   o->cancel = cancel;
   b->ops = o;

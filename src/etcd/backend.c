@@ -259,6 +259,7 @@ static const dl_backend_ops etcd_ops = {
     .lock_force_release = dl_etcd_lock_force_release,
     .lock_query = dl_etcd_lock_query,
     .inspect = dl_etcd_inspect,
+    .holders = dl_etcd_lock_holders,
     .scan = dl_etcd_scan,
     .waiters = dl_etcd_waiters,
     .elect_join = dl_etcd_elect_join,

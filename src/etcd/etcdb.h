@@ -202,6 +202,10 @@ int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                        long long *v);
 /* A snapshot of the mutex at key (its keys under key + "/"). */
 int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
+/* Every holder of the lock at key to cb (a read lock's readers: the read
+ * keys in front), for detect_deadlocks' walk: 0 or a negative code. */
+int dl_etcd_lock_holders(dl_backend *b, const char *key, dl_holder_cb cb,
+                         void *ud);
 /* The mutexes whose names match the glob `match`, a page of keys at a
  * time (keys sorted by name: a lock's keys come together). */
 int dl_etcd_scan(dl_backend *b, const char *match, size_t prefix_len,

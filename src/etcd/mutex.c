@@ -565,7 +565,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
      * other's). */
     if (a->detect && !walked) {
       walked = true;
-      static const dl_walk_ops walk = {dl_etcd_waiters, dl_etcd_inspect};
+      static const dl_walk_ops walk = {dl_etcd_waiters, dl_etcd_lock_holders};
       if ((rc = dl_deadlock_walk(&e->base, &walk, e->env, a)) < 0) break;
     }
     char pred[ETCD_KEY_MAX];

@@ -317,8 +317,12 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
   return first;
 }
 
-int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
+/* inspect's snapshot; with cb (detect_deadlocks' walk), every holder's
+ * owner to cb too (a read lock's readers), and no more than the keys. */
+static int inspect(dl_backend *b, const char *key, dlock_lock_state *st,
+                   dl_holder_cb cb, void *ud) {
   dl_etcd *e = (dl_etcd *)b;
+  const bool walk = cb != NULL;
   memset(st, 0, sizeof *st);
   st->held_ms = -1;
   st->ttl_ms = DLOCK_TTL_FREE;
@@ -350,7 +354,17 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
     keys++;
     if (st->held) {
       /* Readers after a reading holder hold it too. */
-      if (reading && kk == ETCD_KEY_READ) st->holders = ++st->readers;
+      if (reading && kk == ETCD_KEY_READ) {
+        st->holders = ++st->readers;
+        if (cb) {
+          char o[DLOCK_OWNER_MAX], info[DLOCK_INFO_MAX + 1];
+          json_object *v = dl_etcd_get(kv, "value");
+          dl_etcd_holder_value(v ? json_object_get_string(v) : "",
+                               dl_etcd_i64(kv, "lease"), o, sizeof o, info,
+                               sizeof info);
+          if (o[0] && cb(o, ud) != 0) cb = NULL;
+        }
+      }
       reading = reading && kk == ETCD_KEY_READ;
       continue;
     }
@@ -372,9 +386,11 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
                kk == ETCD_KEY_READ ? "read" : "write");
     reading = kk == ETCD_KEY_READ;
     st->readers = reading;
+    if (cb && st->owner[0] && cb(st->owner, ud) != 0) cb = NULL;
   }
   if (st->held) st->waiters = st->queued = keys - st->holders;
   json_object_put(r);
+  if (walk) return 0; /* the walk's: the holders are all it needs */
   /* Keys no lock makes: a semaphore's, perhaps (they live under PFX). */
   if (!st->held && strcmp(st->type, "data") == 0 &&
       (rc = dl_etcd_sem_inspect(e, key, st)) != 0)
@@ -392,6 +408,16 @@ int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
     json_object_put(r);
   }
   return 0;
+}
+
+int dl_etcd_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
+  return inspect(b, key, st, NULL, NULL);
+}
+
+int dl_etcd_lock_holders(dl_backend *b, const char *key, dl_holder_cb cb,
+                         void *ud) {
+  dlock_lock_state st;
+  return inspect(b, key, &st, cb, ud);
 }
 
 int dl_etcd_scan(dl_backend *b, const char *match, size_t prefix_len,

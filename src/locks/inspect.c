@@ -112,6 +112,38 @@ int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
   return rc;
 }
 
+/* dlock_lock_holders' count, between the backend and the caller's cb. */
+typedef struct holders_ctx {
+  dlock_holder_cb cb;
+  void *ud;
+  int passed;
+} holders_ctx;
+
+static int holder_one(const char *owner, void *ud) {
+  holders_ctx *x = ud;
+  x->passed++;
+  return x->cb(owner, x->ud);
+}
+
+int dlock_lock_holders(dlock_lock *l, dlock_holder_cb cb, void *ud) {
+  if (l == NULL) return DLOCK_EINVAL;
+  if (cb == NULL) return dl_seterr(l->c, DLOCK_EINVAL, "cb is NULL");
+  dl_backend *b = l->c->backend;
+  holders_ctx x = {cb, ud, 0};
+  int rc;
+  if (b->ops->holders) {
+    rc = b->ops->holders(b, l->key, holder_one, &x);
+  } else {
+    if (b->ops->inspect == NULL) return dl_unsupported(l->c, "inspect");
+    dlock_lock_state *st = calloc(1, sizeof *st);
+    if (st == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
+    rc = b->ops->inspect(b, l->key, st);
+    if (rc == 0 && st->held && st->owner[0]) holder_one(st->owner, &x);
+    free(st);
+  }
+  return rc < 0 ? rc : x.passed;
+}
+
 int dlock_client_scan_locks(dlock_client *c, const char *pattern,
                             dlock_scan_cb cb, void *ud) {
   if (c == NULL) return DLOCK_EINVAL;

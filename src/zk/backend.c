@@ -347,6 +347,7 @@ static const dl_backend_ops zk_ops = {
     .lock_force_release = dl_zk_lock_force_release,
     .lock_query = dl_zk_lock_query,
     .inspect = dl_zk_inspect,
+    .holders = dl_zk_lock_holders,
     .scan = dl_zk_scan,
     .waiters = dl_zk_waiters,
     .renew = dl_zk_renew,

@@ -108,6 +108,38 @@ int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   return 0;
 }
 
+int dl_zk_lock_holders(dl_backend *b, const char *key, dl_holder_cb cb,
+                       void *ud) {
+  dl_zk *z = (dl_zk *)b;
+  int rc = dl_zk_check_path(z, key);
+  if (rc != 0) return rc;
+  struct String_vector sv = {0};
+  atomic_fetch_add(&z->round_trips, 1);
+  int zrc = zoo_get_children(z->zh, key, 0, &sv);
+  if (zrc == ZNONODE) return 0;
+  if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
+  char **v;
+  int n = dl_zk_sorted_locks(&sv, &v);
+  if (n < 0) {
+    deallocate_String_vector(&sv);
+    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+  }
+  /* The holders: the first node, or the readers in front (each node's
+   * data's first line names its owner). */
+  int k = n > 0 ? dl_zk_holders(v, n) : 0;
+  for (int i = 0; i < k; i++) {
+    char node[NODE_MAX];
+    snprintf(node, sizeof node, "%s/%s", key, v[i]);
+    dlock_lock_state st;
+    memset(&st, 0, sizeof st);
+    fill_holder(z, node, &st);
+    if (st.owner[0] && cb(st.owner, ud) != 0) break;
+  }
+  free(v);
+  deallocate_String_vector(&sv);
+  return 0;
+}
+
 typedef struct walk {
   dl_zk *z;
   const char *match;

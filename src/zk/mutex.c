@@ -274,7 +274,7 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
     a->waited = true;
     if (a->detect && !walked) {
       walked = true;
-      static const dl_walk_ops walk = {dl_zk_waiters, dl_zk_inspect};
+      static const dl_walk_ops walk = {dl_zk_waiters, dl_zk_lock_holders};
       int rc = dl_deadlock_walk(&z->base, &walk, z->env, a);
       if (rc < 0) return rc;
     }

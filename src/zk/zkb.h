@@ -242,6 +242,10 @@ int dl_zk_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
                        size_t len);
 /* inspect.c: dlock status and dlock list. */
 int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
+/* Every holder of the lock at key to cb (a read lock's readers), for
+ * detect_deadlocks' walk: 0 or a negative code. */
+int dl_zk_lock_holders(dl_backend *b, const char *key, dl_holder_cb cb,
+                       void *ud);
 /* The nodes in line behind each lock's holders (inspect.c), as the
  * backend's waiters entry: owner and info from the node's data, kind
  * from its mark, no deadline. */

@@ -449,7 +449,7 @@ static int acq_step(acq_op *o) {
     case ACQ_NOTED:
       dl_wait_rec_noted(&o->rec, &o->p); /* takes the reply */
       /* detect_deadlocks, once the record is there (waits.c) */
-      if (!dl_wait_walk_start(&o->walk, &o->rec, a)) goto doze;
+      if (!dl_wait_walk_start(&o->walk, &o->rec, a, &R->env)) goto doze;
       /* fall through */
     case ACQ_WALK: /* the walk's next request */
       o->st = ACQ_WALKED;

@@ -343,6 +343,7 @@ static const dl_backend_ops redis_ops = {
     .lock_force_release = dl_redis_lock_force_release,
     .lock_query = dl_redis_lock_query,
     .inspect = dl_redis_inspect,
+    .holders = dl_redis_lock_holders,
     .scan = dl_redis_scan,
     .waiters = dl_redis_waiters,
     .sem_acquire = dl_redis_sem_acquire,

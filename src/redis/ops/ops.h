@@ -111,6 +111,10 @@ int dl_redis_lock_force_release(dl_backend *b, const dl_lock_ref *l);
 int dl_redis_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                         long long *v);
 int dl_redis_inspect(dl_backend *b, const char *key, dlock_lock_state *st);
+/* Every holder of the lock at key to cb (waits.c): a read lock's readers
+ * (its hash's owner fields), else inspect's holder. */
+int dl_redis_lock_holders(dl_backend *b, const char *key, dl_holder_cb cb,
+                          void *ud);
 /* waits.c: the waiters entry (blocking driver only). A waiter's record
  * is "<prefix>dlock_wait:<owner id>", a string with a lease (rlock.h);
  * the scan for lock names skips them. */

@@ -127,26 +127,21 @@ void dl_wait_rec_noted(dl_wait_rec *w, dl_pend *p);
 int dl_redis_wait_note(dl_redis *R, dl_pend *p, const dl_acquire *a);
 int dl_redis_wait_clear(dl_redis *R, dl_pend *p, const dl_lock_ref *l,
                         dl_wait_rec *w);
-/* detect_deadlocks: the walk from the lock a waiter waits for, owner by
- * owner: the lock's holders (HKEYS, or a plain lock's GET), then the
- * holder's waiter record (GET), then that lock's holders, ... */
-typedef struct dl_wait_walk {
-  size_t prefix_len;
-  int depth;
-  bool record; /* the next request: the holder's record, else the holders */
-  char kind[8];
-  char key[DL_WAIT_KEY_MAX]; /* the lock looked at (prefix included) */
-  char me[DL_OWNER_MAX], holder[DL_OWNER_MAX];
-  char path[1024]; /* the owners and locks so far, for the detail */
-} dl_wait_walk;
+/* detect_deadlocks: core/deadlock.c's search from the lock a waiter
+ * waits for, lazy: a lock's holders (HKEYS, or a plain lock's GET: every
+ * reader of a read lock), then a holder's waiter record (GET) when the
+ * search comes to it, then that lock's holders, ... */
+typedef dl_walk dl_wait_walk;
 /* Sets w up for a's walk, if it is due: a->detect, rec written, not yet
  * walked (once a wait: of two owners closing a cycle at once, the later
  * one to write its record sees the other's). Returns whether it is. */
-bool dl_wait_walk_start(dl_wait_walk *w, dl_wait_rec *rec, const dl_acquire *a);
+bool dl_wait_walk_start(dl_wait_walk *w, dl_wait_rec *rec, const dl_acquire *a,
+                        const dl_backend_env *env);
 /* Sends the walk's next request on p (as dl_redis_step_command). */
 int dl_wait_walk_send(dl_redis *R, dl_pend *p, dl_wait_walk *w);
 /* Takes its answer (frees the reply): 1 more to follow, 0 no cycle (or
- * it cannot tell), or DLOCK_EDEADLK with the cycle in the detail. */
+ * it cannot tell), DLOCK_EDEADLK with the cycle in the detail, or
+ * DLOCK_ENOMEM; w is freed when it returns 1 no more. */
 int dl_wait_walk_result(dl_redis *R, dl_pend *p, dl_wait_walk *w);
 
 /* Whether rc, a request's failure, is what a failover, a resharding or a

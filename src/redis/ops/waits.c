@@ -272,112 +272,135 @@ int dl_redis_wait_del_async(dl_backend *b, const char *key, dl_done_fn done,
   return dl_reqop_run(&x->r, done, ud, op);
 }
 
+/* ---- a lock's every holder (dlock_lock_holders) ---- */
+typedef struct holders_req {
+  dl_reqop r;
+  const char *key;
+  dl_holder_cb cb;
+  void *ud;
+} holders_req;
+
+static int hkeys_send(dl_reqop *x) {
+  const char *argv[] = {"HKEYS", ((holders_req *)x)->key};
+  return dl_redis_step_command(x->R, &x->p, 2, argv);
+}
+
+static int hkeys_result(dl_reqop *x) {
+  holders_req *q = (holders_req *)x;
+  redisReply *r = dl_reqop_reply(x);
+  if (r == NULL) return x->p.rc;
+  for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+    const redisReply *f = r->element[i];
+    if (f->type != REDIS_REPLY_STRING || strcmp(f->str, "mode") == 0 ||
+        strncmp(f->str, "dlock:", 6) == 0)
+      continue;
+    if (q->cb(f->str, q->ud) != 0) break;
+  }
+  freeReplyObject(r);
+  return 0;
+}
+
+int dl_redis_lock_holders(dl_backend *b, const char *key, dl_holder_cb cb,
+                          void *ud) {
+  dl_redis *R = (dl_redis *)b;
+  dlock_lock_state *st = calloc(1, sizeof *st);
+  if (st == NULL)
+    return dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
+  int rc = dl_redis_inspect(b, key, st);
+  bool readers = rc == 0 && st->readers > 1;
+  if (rc == 0 && !readers && st->held && st->owner[0]) cb(st->owner, ud);
+  free(st);
+  if (!readers) return rc;
+  /* A read lock's readers: its hash's owner fields. */
+  int err;
+  holders_req stack, *x = dl_reqop_new(R, &stack, sizeof stack, false, NULL,
+                                       &err, hkeys_send, hkeys_result);
+  if (x == NULL) return err;
+  x->key = key;
+  x->cb = cb;
+  x->ud = ud;
+  return dl_reqop_run(&x->r, NULL, NULL, NULL);
+}
+
 /* ---- detect_deadlocks: following the owners ---- */
 
-/* The owner id s (len bytes) without a writer's ":write", into out. */
-static void base_owner(char *out, const char *s, size_t len) {
-  if (len > 6 && memcmp(s + len - 6, ":write", 6) == 0) len -= 6;
-  if (len >= DL_OWNER_MAX) len = DL_OWNER_MAX - 1;
-  memcpy(out, s, len);
-  out[len] = '\0';
-}
-
-static void path_add(dl_wait_walk *w, const char *fmt, const char *a,
-                     const char *b) {
-  size_t n = strlen(w->path);
-  if (n + 1 < sizeof w->path)
-    snprintf(w->path + n, sizeof w->path - n, fmt, a, b);
-}
-
-bool dl_wait_walk_start(dl_wait_walk *w, dl_wait_rec *rec,
-                        const dl_acquire *a) {
+bool dl_wait_walk_start(dl_wait_walk *w, dl_wait_rec *rec, const dl_acquire *a,
+                        const dl_backend_env *env) {
   if (!a->detect || rec->walked || !rec->noted) return false;
   rec->walked = true;
-  const dl_lock_ref *l = a->lock;
-  w->prefix_len = strlen(l->key) - strlen(l->name);
-  w->depth = 0;
-  w->record = false;
-  snprintf(w->kind, sizeof w->kind, "%s", kind_word(l->kind));
-  snprintf(w->key, sizeof w->key, "%s", l->key);
-  base_owner(w->me, l->owner, strlen(l->owner));
-  w->path[0] = '\0';
-  path_add(w, "%s waits for %s", w->me, "");
+  if (!dl_walk_init(w, a)) return false;
+  w->lazy = true;
+  snprintf(w->f[0].kind, sizeof w->f[0].kind, "%s", kind_word(a->lock->kind));
+  int rc;
+  if (dl_walk_key(w, env, &rc) == NULL) { /* out of memory: wait */
+    dl_walk_free(w);
+    return false;
+  }
   return true;
 }
 
 int dl_wait_walk_send(dl_redis *R, dl_pend *p, dl_wait_walk *w) {
-  char key[DL_WAIT_KEY_MAX];
-  if (w->record) {
-    snprintf(key, sizeof key, "%.*s%s%s", (int)w->prefix_len, w->key,
-             DL_WAIT_RECORD, w->holder);
+  if (w->ask) {
+    char key[DL_WAIT_KEY_MAX];
+    snprintf(key, sizeof key, "%s%s%s", w->prefix, DL_WAIT_RECORD, w->ask);
     const char *argv[] = {"GET", key};
     return dl_redis_step_command(R, p, 2, argv);
   }
-  const char *argv[] = {strcmp(w->kind, "plain") == 0 ? "GET" : "HKEYS",
-                        w->key};
+  const char *argv[] = {
+      strcmp(w->f[w->depth].kind, "plain") == 0 ? "GET" : "HKEYS", w->key};
   return dl_redis_step_command(R, p, 2, argv);
 }
 
-/* The holders' answer: the first holder that is not this owner into
- * w->holder; 1 if this owner is among them, 0 otherwise (holder "" if
- * none). */
-static int holders_of(dl_wait_walk *w, const redisReply *r) {
+/* The holders' answer (HKEYS' fields, a plain lock's value) to the walk:
+ * every owner field (a read lock's every reader). */
+static void holders_of(dl_wait_walk *w, const redisReply *r) {
   const redisReply *one[1] = {r};
   const redisReply *const *v = r->type == REDIS_REPLY_ARRAY
                                    ? (const redisReply *const *)r->element
                                    : one;
   size_t n = r->type == REDIS_REPLY_ARRAY ? r->elements : 1;
-  int mine = 0;
-  w->holder[0] = '\0';
-  char o[DL_OWNER_MAX];
   for (size_t i = 0; i < n; i++) {
     if (v[i]->type != REDIS_REPLY_STRING || strcmp(v[i]->str, "mode") == 0 ||
-        strncmp(v[i]->str, "dlock:", 6) == 0)
+        strncmp(v[i]->str, "dlock:", 6) == 0 || v[i]->len >= DL_OWNER_MAX)
       continue;
-    base_owner(o, v[i]->str, v[i]->len);
-    if (strcmp(o, w->me) == 0)
-      mine = 1;
-    else if (w->holder[0] == '\0')
-      memcpy(w->holder, o, sizeof o);
+    if (dl_walk_holder(v[i]->str, w) != 0) break;
   }
-  return mine;
+}
+
+/* A holder's record (what it waits for) to the walk; none if it has none
+ * or it does not parse. */
+static void record_of(dl_wait_walk *w, const redisReply *r) {
+  char kind[8];
+  long long deadline;
+  size_t il;
+  int n = 0;
+  if (r->type == REDIS_REPLY_STRING &&
+      sscanf(r->str, "%7s %lld %zu\n%n", kind, &deadline, &il, &n) == 3 &&
+      n > 0 && (size_t)n + il < r->len &&
+      strlen(w->prefix) + (r->len - n - il) < DL_WAIT_KEY_MAX)
+    dl_walk_waits(w, r->str + n + il, kind);
+  else
+    dl_walk_waits(w, NULL, NULL);
 }
 
 int dl_wait_walk_result(dl_redis *R, dl_pend *p, dl_wait_walk *w) {
   redisReply *r = p->reply;
   p->reply = NULL;
-  if (p->rc != 0 || r == NULL) return 0; /* cannot tell: wait */
-  const char *name = w->key + w->prefix_len;
   int rc = 0;
-  if (!w->record) {
-    /* A lock held by this owner at the start is its own (a re-entry, or
-     * the read side it holds); further on, the way back to it. */
-    if (holders_of(w, r) && w->depth > 0) {
-      path_add(w, "'%s' held by %s", name, w->me);
-      rc = dl_seterr(R->env.err_owner, DLOCK_EDEADLK,
-                     "waiting would close a wait-for cycle: %s", w->path);
-    } else if (w->holder[0]) {
-      path_add(w, "'%s' held by %s", name, w->holder);
-      w->record = true;
+  if (p->rc == 0 && r != NULL) {
+    if (w->ask)
+      record_of(w, r);
+    else
+      holders_of(w, r);
+    rc = dl_walk_step(w, &R->env, 0);
+    /* Next: a lock's holders (its key), or an owner's record (w->ask). */
+    int kr;
+    if (rc == 1 && dl_walk_key(w, &R->env, &kr) == NULL)
+      rc = kr;
+    else if (rc == 2)
       rc = 1;
-    }
-  } else if (r->type == REDIS_REPLY_STRING && w->depth < 16) {
-    /* The holder waits too: for the lock its record names. */
-    char kind[8];
-    long long deadline;
-    size_t il;
-    int n = 0;
-    if (sscanf(r->str, "%7s %lld %zu\n%n", kind, &deadline, &il, &n) == 3 &&
-        n > 0 && (size_t)n + il <= r->len &&
-        w->prefix_len + (r->len - n - il) < sizeof w->key) {
-      memcpy(w->key + w->prefix_len, r->str + n + il, r->len - n - il + 1);
-      snprintf(w->kind, sizeof w->kind, "%s", kind);
-      path_add(w, ", which waits for %s", "", "");
-      w->depth++;
-      w->record = false;
-      rc = 1;
-    }
-  }
-  freeReplyObject(r);
+  } /* else cannot tell: wait */
+  if (r) freeReplyObject(r);
+  if (rc != 1) dl_walk_free(w);
   return rc;
 }

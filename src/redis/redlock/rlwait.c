@@ -349,7 +349,10 @@ static void walk_next(rl_walk *k);
 
 static void walk_inspected(void *ud, int rc) {
   rl_walk *k = ud;
-  int r = dl_walk_holder(&k->w, &k->o->B->env, rc, &k->st);
+  /* The lock's holder (a Redlock is a mutex: one). */
+  if (rc == 0 && k->st.held && k->st.owner[0])
+    dl_walk_holder(k->st.owner, &k->w);
+  int r = dl_walk_step(&k->w, &k->o->B->env, rc);
   if (r == 1)
     walk_next(k);
   else
