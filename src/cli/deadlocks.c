@@ -119,8 +119,12 @@ static void print_owner(const waiter *x, const waiter *prev, const waiter *by) {
     printf(" (host %s, pid %s: %s)", h.host, h.pid, h.cmd);
   else if (x->info[0])
     printf(" (%s)", x->info);
-  printf("\n    holds %s '%s', waits for %s '%s' (held by %s)\n", prev->kind,
-         prev->name, x->kind, x->name, by->owner);
+  /* Of a read-write lock, either side (a reader of what a writer waits
+   * for holds the read side). */
+  bool rw = strcmp(prev->kind, "read") == 0 || strcmp(prev->kind, "write") == 0;
+  printf("\n    holds %s '%s', waits for %s '%s' (held by %s)\n",
+         rw ? "read-write lock" : prev->kind, prev->name, x->kind, x->name,
+         by->owner);
 }
 
 /* The search for a way from `at` back to `start` through waiters after
