@@ -30,6 +30,7 @@ typedef struct waiter {
   size_t nh;
   int *next; /* waiters that hold what this one waits for */
   size_t nn;
+  bool oom; /* a holder not kept */
 } waiter;
 
 typedef struct waiters {
@@ -67,7 +68,7 @@ static void base_owner(char *s) {
 static int add_holder(const char *owner, void *ud) {
   waiter *x = ud;
   char *o = strdup(owner);
-  if (o == NULL) return 1;
+  if (o == NULL) return x->oom = true;
   base_owner(o);
   for (size_t i = 0; i < x->nh; i++)
     if (strcmp(x->holders[i], o) == 0) {
@@ -77,7 +78,7 @@ static int add_holder(const char *owner, void *ud) {
   char **nv = realloc(x->holders, (x->nh + 1) * sizeof *nv);
   if (nv == NULL) {
     free(o);
-    return 1;
+    return x->oom = true;
   }
   x->holders = nv;
   x->holders[x->nh++] = o;
@@ -101,7 +102,7 @@ static int holders_of(dlock_client *c, waiter *x) {
     rc = dlock_lock_new(c, x->name, NULL, &l);
   }
   if (rc == 0) rc = dlock_lock_holders(l, add_holder, x);
-  if (rc >= 0 && (size_t)rc > x->nh) rc = DLOCK_ENOMEM; /* one not kept */
+  if (rc >= 0 && x->oom) rc = DLOCK_ENOMEM;
   if (rw)
     dlock_rwlock_free(rw);
   else
