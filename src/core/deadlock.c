@@ -1,8 +1,10 @@
 /* deadlock.c: detect_deadlocks for a backend whose waiters are its own
- * layout (zk://'s nodes in line, etcd://'s keys in line): the walk over
- * its blocking waiters and inspect entries (backend.h, dl_deadlock_walk);
- * and the same walk in steps (dl_walk_*), which redlock://'s operation
- * drives with its reads in flight on either driver. */
+ * layout (zk://'s nodes in line, etcd://'s keys in line): the search over
+ * its blocking waiters and holders entries (backend.h, dl_deadlock_walk),
+ * every holder of a lock followed (a read lock's every reader); and the
+ * same search in steps (dl_walk_*), which redlock://'s operation drives
+ * with its reads in flight on either driver, and Redis' acquire lazily
+ * (a holder's record read when the search comes to it: waits.c). */
 #include "backend.h"
 
 #include <stdio.h>
