@@ -231,7 +231,6 @@ static void etcd_free(dl_backend *b) {
   for (int i = 0; i < e->npool; i++)
     curl_easy_cleanup(e->pool[i]);
   free(e->pool);
-  dl_etcd_gmux_free(e);
   for (int i = 0; i < e->ngpool; i++)
     dl_etcd_gconn_free(e->gpool[i]);
   free(e->gpool);
@@ -465,8 +464,6 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
                ? 0
                : dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   if (rc == 0) rc = parse_url(e, url);
-  if (rc == 0 && dl_etcd_gmux_new(e) != 0)
-    rc = dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   if (rc == 0) rc = take_options(e, opts);
   if (rc == 0) {
     /* The servers answer (any one of them). */

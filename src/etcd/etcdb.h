@@ -94,7 +94,6 @@ typedef struct dl_etcd {
   struct curl_slist *grpc_headers; /* of every gRPC call (but the token) */
   struct etcd_gconn **gpool;       /* grpc.c's idle handles */
   int ngpool;
-  struct etcd_gmux *gmux;   /* gmux.c: the gRPC calls' connections */
   pthread_mutex_t lease_mu; /* one grant or keepalive of it at a time */
   int64_t lease;            /* the session's lease, 0 none */
   int64_t lease_ttl_s;      /* as granted */
@@ -181,17 +180,6 @@ int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
                       unsigned *gen);
 /* Frees a pooled gRPC handle (the client closing). */
 void dl_etcd_gconn_free(struct etcd_gconn *c);
-/* ---- gmux.c: the gRPC calls multiplexed, one connection an endpoint ---- */
-/* Sets up e->gmux (its thread starts at the first call): 0, or -1 out of
- * memory. After the endpoints are parsed. */
-int dl_etcd_gmux_new(dl_etcd *e);
-/* Runs h (configured for a gRPC call to endpoint idx; its HTTP version
- * is set here on cleartext) on the client's connection to that endpoint,
- * multiplexed with every other thread's calls: curl's result once the
- * transfer ended. Any thread; blocks. */
-CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx);
-/* Stops the thread (no call in flight) and frees e->gmux. */
-void dl_etcd_gmux_free(dl_etcd *e);
 /* An easy handle from the pool (or a new one), and back. */
 CURL *dl_etcd_handle(dl_etcd *e);
 void dl_etcd_handle_put(dl_etcd *e, CURL *h);

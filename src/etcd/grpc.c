@@ -3,10 +3,9 @@
  * protobuf-c, converted from and to the gateway's JSON (pbjson.c) so that
  * the call sites are the same on either transport. A call is one POST of
  * one length-prefixed message (content-type application/grpc, te:
- * trailers) on an easy handle from e's pool, run by gmux.c on the
- * client's one HTTP/2 connection to the endpoint, multiplexed; the
- * status comes in the trailers (grpc-status, grpc-message), the token in
- * the `token` metadata. */
+ * trailers) on an easy handle from e's pool, each with its own HTTP/2
+ * connection, one call at a time on it; the status comes in the trailers
+ * (grpc-status, grpc-message), the token in the `token` metadata. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +18,15 @@
 #define GPOOL_MAX 16
 #define REPLY_MAX (64 << 20) /* bytes of one answer, at most */
 
-/* A pooled handle (its transfers run on e's gmux: the connections are
- * the multi handle's). */
+/* A pooled handle and the endpoint its HTTP/2 connection goes to (-1:
+ * none). curl 7.88 fails a prior-knowledge request on a connection it
+ * reuses (CURLE_HTTP2: curl issue 10634, fixed in 8.0), and HTTP/2
+ * without prior knowledge opens a cleartext connection as HTTP/1.1 (which
+ * etcd hands to its gateway): prior knowledge only when the handle has
+ * no connection to that endpoint; at most one connection a handle. */
 struct etcd_gconn {
   CURL *h;
+  int ep;
 };
 
 /* The gateway's paths and their gRPC methods. stream: a bidi stream
@@ -135,10 +139,11 @@ static struct etcd_gconn *gconn_get(dl_etcd *e) {
     free(c);
     return NULL;
   }
+  c->ep = -1;
   return c;
 }
 
-/* Back to the pool, or freed. */
+/* Back to the pool (its connection kept), or freed. */
 static void gconn_put(dl_etcd *e, struct etcd_gconn *c) {
   curl_easy_reset(c->h);
   pthread_mutex_lock(&e->mu);
@@ -154,6 +159,15 @@ void dl_etcd_gconn_free(struct etcd_gconn *c) {
   if (c == NULL) return;
   curl_easy_cleanup(c->h);
   free(c);
+}
+
+/* A fresh handle instead of c's (its connection closed). */
+static int gconn_renew(struct etcd_gconn *c) {
+  curl_easy_cleanup(c->h);
+  c->ep = -1;
+  if ((c->h = curl_easy_init()) != NULL) return 0;
+  c->ep = -2; /* freed, not pooled */
+  return -1;
 }
 
 /* The request's headers: e's gRPC ones, headed by the token's metadata
@@ -268,8 +282,12 @@ int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, req);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)len);
     dl_etcd_setopts(e, h, hd, left);
-    if (e->tls) /* cleartext: gmux.c sets it */
-      curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION,
+                     e->tls ? (long)CURL_HTTP_VERSION_2TLS
+                     : c->ep == idx
+                         ? (long)CURL_HTTP_VERSION_2_0
+                         : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
@@ -278,17 +296,20 @@ int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
     why[0] = '\0';
     atomic_fetch_add(&e->round_trips, 1);
-    CURLcode cc = dl_etcd_gmux_perform(e, h, idx);
+    CURLcode cc = curl_easy_perform(h);
     long version = 0, status = 0;
     curl_easy_getinfo(h, CURLINFO_HTTP_VERSION, &version);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     if (cc == CURLE_OK && version != CURL_HTTP_VERSION_2_0 && !e->tls &&
-        !again) {
-      /* The connection had gone, and curl opened an HTTP/1.1 one: etcd
+        c->ep == idx && !again) {
+      /* Our connection had gone, and curl opened an HTTP/1.1 one: etcd
        * gave the request to its gateway, which has no such path (nothing
-       * done). Again, on a new connection (gmux.c renews its multi
-       * handle) with prior knowledge. */
+       * done). Again on a fresh handle, with prior knowledge. */
       free(r.p);
+      if (gconn_renew(c) != 0) {
+        rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+        break;
+      }
       again = true;
       i--;
       continue;
@@ -309,10 +330,17 @@ int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
         rc = dl_seterr(e->err, DLOCK_EPROTO,
                        "etcd %s: an answer without a gRPC status (HTTP %ld)",
                        path, status);
+      c->ep = version == CURL_HTTP_VERSION_2_0 ? idx : -1;
+      if (c->ep < 0) gconn_renew(c);
       free(r.p);
       break;
     }
     free(r.p);
+    /* The connection may be half gone: a fresh handle for the next try. */
+    if (gconn_renew(c) != 0) {
+      rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+      break;
+    }
     bool next = false;
     rc = dl_etcd_curl_error(e, path, idx, cc, why, &next);
     if (!next) break;
@@ -322,6 +350,10 @@ int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
     curl_slist_free_all(hd);
   }
   free(req);
-  gconn_put(e, c);
+  if (c->ep == -2) {
+    free(c); /* its handle is NULL */
+  } else {
+    gconn_put(e, c);
+  }
   return rc;
 }
