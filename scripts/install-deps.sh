@@ -28,8 +28,9 @@ packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
 # (examples/fenced_postgres.c, tests/test_postgres.sh: a private server).
 # prometheus (with promtool): test_observe.sh checks dlock metrics' text
 # with promtool and has a real Prometheus scrape dlock metrics --listen.
-# libprotobuf-c-dev and protobuf-c-compiler: the etcd gRPC spike
-# (bench/etcd/grpc_probe.c, ctest test_etcd_grpc_probe; built only with them).
+# libprotobuf-c-dev and protobuf-c-compiler: the etcd backend's gRPC
+# messages (src/etcd/etcd_min.proto; without them etcd:// is off) and the
+# gRPC spike (bench/etcd/grpc_probe.c, ctest test_etcd_grpc_probe).
 [ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(clang)
 # Node and npm for the interop test with npm redlock and redis-semaphore
 # (tests/test_interop_node.sh); only when missing: an npm installed outside

@@ -5,8 +5,8 @@
 # A file may include headers of its own layer and of the layers below it,
 # never above, and not of its peer (redis, zk and etcd do not see each
 # other); hiredis is included by the Redis layer and the CLI only,
-# ZooKeeper's headers by the zk layer only, libcurl's and json-c's by the
-# etcd layer only.
+# ZooKeeper's headers by the zk layer only, libcurl's, json-c's and
+# protobuf-c's by the etcd layer only.
 # Inside src/redis the same holds for its floors, its folders:
 #   lua (the scripts), redis.h (the entry: it includes no floor)
 #     <- conns <- links <- ops <- redlock <- probe.c, probe.h
@@ -94,9 +94,9 @@ check() {
       echo "$f includes ZooKeeper: only the zk layer may"
       bad=1
     fi
-    if grep -Eq '^[[:space:]]*#[[:space:]]*include[[:space:]]*<(curl|json-c|jansson)[/.]' "$f" &&
+    if grep -Eq '^[[:space:]]*#[[:space:]]*include[[:space:]]*<(curl|json-c|jansson|protobuf-c)[/.]' "$f" &&
        [[ $layer != etcd ]]; then
-      echo "$f includes libcurl or a JSON library: only the etcd layer may"
+      echo "$f includes libcurl, a JSON library or protobuf-c: only the etcd layer may"
       bad=1
     fi
   done < <(find "$src" -name '*.c' -o -name '*.h' | sort)

@@ -894,7 +894,7 @@ TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout), T_BARE(t_etcd_exclusion),
         T_BARE(t_etcd_etcdctl_interop), T_BARE(t_etcd_cli_run),
         T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
 #else
-/* etcd:// without libcurl and json-c: DLOCK_ENOTSUP saying why. */
+/* etcd:// without libcurl, json-c or protobuf-c: DLOCK_ENOTSUP saying why. */
 static void t_etcd_url_enotsup(void) {
   dlock_client_options o;
   dlock_client_options_init(&o);

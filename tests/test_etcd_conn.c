@@ -295,7 +295,45 @@ static void t_etcd_cycle_cost(void) {
   th_etcd_stop(&s);
 }
 
-TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost))
+/* The calls' transport: etcd's gRPC API by default, its JSON gateway with
+ * ?transport=json (the two share holds); another value is a bad URL. A
+ * gRPC client rides out a server restart: its idle connection is gone,
+ * and the next call opens another (with prior knowledge: one that went
+ * out as HTTP/1.1, to etcd's gateway, is sent again). */
+static void t_etcd_transport(void) {
+  TH_ETCD_SETUP(s);
+  char url[200];
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *j = NULL, *g = th_etcd_client(&s, 0);
+  CHECK(g != NULL);
+  snprintf(url, sizeof url, "%s?transport=http", s.url);
+  CHECK_RC(dlock_client_open(&o, &j), DLOCK_EURL);
+  CHECK(strstr(dlock_client_open_errmsg(), "transport=json") != NULL);
+  snprintf(url, sizeof url, "%s?transport=json", s.url);
+  CHECK_RC(dlock_client_open(&o, &j), 0);
+  dlock_lock *lj, *lg;
+  CHECK_RC(dlock_lock_new(j, "tr", "j", &lj), 0);
+  CHECK_RC(dlock_lock_new(g, "tr", "g", &lg), 0);
+  CHECK_RC(dlock_lock_try_acquire(lj, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(lg, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release(lj), 1);
+  CHECK_RC(dlock_lock_try_acquire(lg, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(lj, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(th_etcd_restart(&s), 0);
+  CHECK_RC(dlock_lock_release(lg), 1);
+  CHECK_RC(dlock_lock_try_acquire(lg, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(lg), 1);
+  dlock_lock_free(lj);
+  dlock_lock_free(lg);
+  dlock_client_close(j);
+  dlock_client_close(g);
+  th_etcd_stop(&s);
+}
+
+TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
+        T_BARE(t_etcd_transport))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

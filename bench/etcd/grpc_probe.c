@@ -1,7 +1,8 @@
 /* grpc_probe: a spike, not part of libdlock: etcd's gRPC API over libcurl
  * (HTTP/2 cleartext with prior knowledge, every call multiplexed on one
- * connection) with messages encoded by protobuf-c from etcd_min.proto,
- * beside the JSON gateway over HTTP/1.1 as src/etcd uses it today.
+ * connection) with messages encoded by protobuf-c from
+ * src/etcd/etcd_min.proto (the library's), beside the JSON gateway over
+ * HTTP/1.1 as src/etcd uses it with the URL's transport=json.
  *
  *   grpc_probe check URL
  *     Range, Put, the dlock mutex's txn (create-if-absent + read the owner)

@@ -231,7 +231,11 @@ static void etcd_free(dl_backend *b) {
   for (int i = 0; i < e->npool; i++)
     curl_easy_cleanup(e->pool[i]);
   free(e->pool);
+  for (int i = 0; i < e->ngpool; i++)
+    dl_etcd_gconn_free(e->gpool[i]);
+  free(e->gpool);
   if (e->headers) curl_slist_free_all(e->headers);
+  if (e->grpc_headers) curl_slist_free_all(e->grpc_headers);
   free(e->tls_ca_file);
   free(e->tls_ca_dir);
   free(e->tls_cert_file);
@@ -319,11 +323,19 @@ static int parse_url(dl_etcd *e, const char *url) {
     why = "an etcd URL starts with etcd:// or etcds://";
   else if (dl_url_userinfo(url, &p, &e->user, &e->password) != 0)
     why = "a bad %-escape in the etcd URL's user or password";
-  else if (strpbrk(p, "@?#"))
-    why = "an etcd URL takes no options "
-          "(etcd[s]://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/PREFIX])";
-  const char *slash = strchr(p, '/');
-  size_t hl = slash ? (size_t)(slash - p) : strlen(p);
+  const char *q = why ? NULL : strchr(p, '?');
+  if (why == NULL && q) { /* the one option: the calls' transport */
+    if (strcmp(q, "?transport=json") == 0)
+      e->grpc = false;
+    else if (strcmp(q, "?transport=grpc") != 0)
+      why = "an etcd URL's one option is transport=grpc or transport=json";
+  }
+  if (why == NULL && strpbrk(p, "@#"))
+    why = "a '@' or '#' in the etcd URL "
+          "(etcd[s]://[USER[:PASSWORD]@]HOST:PORT[,HOST:PORT...][/PREFIX]"
+          "[?transport=grpc|json])";
+  const char *slash = memchr(p, '/', q ? (size_t)(q - p) : strlen(p));
+  size_t hl = slash ? (size_t)(slash - p) : q ? (size_t)(q - p) : strlen(p);
   if (why == NULL && hl == 0) why = "an etcd URL needs a HOST:PORT";
   if (why) return dl_seterr(NULL, DLOCK_EURL, "%s (url %s)", why, url);
   int n = 1;
@@ -357,8 +369,8 @@ static int parse_url(dl_etcd *e, const char *url) {
   if (rc != 0) return rc;
   /* "/app" -> "app/": a lock NAME's keys are app/NAME/<lease>, as
    * `etcdctl lock app/NAME` makes them. */
-  const char *path = slash ? slash + 1 : "";
-  size_t pl = strlen(path);
+  const char *path = slash ? slash + 1 : q ? q : "";
+  size_t pl = q ? (size_t)(q - path) : strlen(path);
   while (pl > 0 && path[pl - 1] == '/')
     pl--;
   if ((e->prefix = malloc(pl + 2)) == NULL)
@@ -433,12 +445,25 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
   pthread_mutex_init(&e->auth_mu, NULL);
   dl_cond_init(&e->cv);
   e->pool = calloc(16, sizeof *e->pool);
+  e->gpool = calloc(16, sizeof *e->gpool);
+  e->grpc = true;
   /* No "Expect: 100-continue" before a large body (a round trip more). */
   e->headers = curl_slist_append(NULL, "Content-Type: application/json");
   struct curl_slist *h2 =
       e->headers ? curl_slist_append(e->headers, "Expect:") : NULL;
-  int rc = e->pool && h2 ? 0 : dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   if (h2) e->headers = h2;
+  /* gRPC's: te: trailers (gRPC's spec), no Accept: curl's default. */
+  static const char *const gh[] = {"Content-Type: application/grpc",
+                                   "TE: trailers", "Accept:", "Expect:"};
+  bool gok = true;
+  for (size_t i = 0; i < sizeof gh / sizeof gh[0] && gok; i++) {
+    struct curl_slist *l = curl_slist_append(e->grpc_headers, gh[i]);
+    if (l) e->grpc_headers = l;
+    gok = l != NULL;
+  }
+  int rc = e->pool && e->gpool && h2 && gok
+               ? 0
+               : dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   if (rc == 0) rc = parse_url(e, url);
   if (rc == 0) rc = take_options(e, opts);
   if (rc == 0) {

@@ -1,7 +1,7 @@
 /* etcdb.h: what the etcd backend's files share: the endpoints, the calls
- * over the JSON gateway (http.c), the session lease, the holds and the
- * watches on them (watch.c). Only src/etcd includes libcurl's and
- * json-c's headers. */
+ * (http.c; over gRPC: grpc.c), the session lease, the holds and the
+ * watches on them (watch.c). Only src/etcd includes libcurl's, json-c's
+ * and protobuf-c's headers. */
 #ifndef DLOCK_ETCDB_H
 #define DLOCK_ETCDB_H
 
@@ -88,6 +88,12 @@ typedef struct dl_etcd {
   struct curl_slist *headers; /* of every request (but the token's) */
   CURL **pool;                /* idle easy handles (their connections kept) */
   int npool;
+  /* The calls' transport: gRPC (the default), or the JSON gateway (the
+   * URL's transport=json). The watches use the gateway either way. */
+  bool grpc;
+  struct curl_slist *grpc_headers; /* of every gRPC call (but the token) */
+  struct etcd_gconn **gpool;       /* grpc.c's idle handles */
+  int ngpool;
   pthread_mutex_t lease_mu; /* one grant or keepalive of it at a time */
   int64_t lease;            /* the session's lease, 0 none */
   int64_t lease_ttl_s;      /* as granted */
@@ -122,12 +128,15 @@ typedef struct dl_etcd {
   struct etcd_consumer *consumers; /* mu: reliable.c's */
 } dl_etcd;
 
-/* ---- http.c: calls over the gateway ---- */
-/* POSTs `body` (JSON) to `path` ("/v3/kv/txn") on the current endpoint,
- * trying the others when one cannot be reached, until `deadline`: 0 with
- * the parsed answer in *out (the caller puts it), or a negative code
- * recorded (an answer with an error: the gateway's message; grpc_code in
- * *code when code is non-NULL, else 0). */
+/* ---- http.c: the calls ---- */
+/* Calls the method of the gateway's `path` ("/v3/kv/txn") with `body`
+ * (the gateway's JSON) on the current endpoint, trying the others when
+ * one cannot be reached, until `deadline`: over gRPC (e->grpc: the JSON
+ * turned into etcd's protobuf message and the answer back, pbjson.c) or
+ * POSTed to the gateway. 0 with the answer's JSON, as the gateway writes
+ * it, in *out (the caller puts it), or a negative code recorded (an
+ * answer with an error: the server's message; its gRPC status in *code
+ * when code is non-NULL, else 0). */
 int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
                  int64_t deadline, json_object **out, int *code);
 /* As dl_etcd_call for the streaming calls that answer one message
@@ -150,6 +159,27 @@ void dl_etcd_setopts(dl_etcd *e, CURL *h, struct curl_slist *headers,
  * from generation gen since (another thread did): 0 with a new token, or
  * a negative code recorded (DLOCK_EAUTH: the server refused them). */
 int dl_etcd_authenticate(dl_etcd *e, unsigned gen, int64_t deadline);
+/* gRPC's status code grpc (not 0) and message msg (NULL: none) of a
+ * call to path, HTTP status `status`, recorded as dlock's code (the
+ * returned negative code; grpc, or 16 for a stale token, in *code when
+ * code is non-NULL). */
+int dl_etcd_status_error(dl_etcd *e, const char *path, int grpc,
+                         const char *msg, long status, int *code);
+/* curl's failure cc (why: its error buffer) of a call to path at
+ * endpoint idx, recorded: the negative code, *next true when the server
+ * was not reached (the next endpoint may be tried: nothing was sent). */
+int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
+                       const char *why, bool *next);
+/* ---- grpc.c ---- */
+/* One try of dl_etcd_call over gRPC, every endpoint tried in turn: 0
+ * (*out), a negative code recorded (*code: the gRPC status), or 1 when
+ * path has no gRPC method here (the caller uses the gateway). auth: with
+ * the token, whose generation goes to *gen. Any thread. */
+int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
+                      int64_t deadline, json_object **out, int *code, bool auth,
+                      unsigned *gen);
+/* Frees a pooled gRPC handle (the client closing). */
+void dl_etcd_gconn_free(struct etcd_gconn *c);
 /* An easy handle from the pool (or a new one), and back. */
 CURL *dl_etcd_handle(dl_etcd *e);
 void dl_etcd_handle_put(dl_etcd *e, CURL *h);

@@ -1,7 +1,8 @@
-/* http.c: the etcd backend's calls over etcd's JSON gateway (v3 paths),
- * blocking, on libcurl easy handles kept in a pool (their connections
- * reused), each call within its deadline; base64 and the gateway's JSON
- * (int64s as strings, zero values omitted). */
+/* http.c: the etcd backend's calls, over gRPC (grpc.c) or, with the URL's
+ * transport=json, etcd's JSON gateway (v3 paths), blocking, on libcurl easy
+ * handles kept in a pool (their connections reused), each call within its
+ * deadline; base64 and the gateway's JSON (int64s as strings, zero values
+ * omitted). */
 #include "etcdb.h"
 
 #include <stdio.h>
@@ -67,6 +68,20 @@ static int code_of(int grpc) {
   }
 }
 
+int dl_etcd_status_error(dl_etcd *e, const char *path, int grpc,
+                         const char *msg, long status, int *code) {
+  /* A token from before the users or roles changed: as one expired. */
+  if (msg && strstr(msg, "auth store is old")) grpc = 16;
+  if (code) *code = grpc;
+  if (msg && strstr(msg, "user name is empty"))
+    return dl_seterr(e->err, DLOCK_EAUTH,
+                     "etcd %s: the server has authentication on: give a "
+                     "user and password (etcd://USER:PASSWORD@HOST...)",
+                     path);
+  return dl_seterr(e->err, code_of(grpc), "etcd %s: %s (HTTP %ld)", path,
+                   msg && *msg ? msg : "an error without a message", status);
+}
+
 /* The error of an answer (unary: {"error","code","message"}; in a stream:
  * {"error":{"grpc_code","message"}}), recorded: a negative code. */
 static int answer_error(dl_etcd *e, json_object *o, const char *path,
@@ -81,16 +96,7 @@ static int answer_error(dl_etcd *e, json_object *o, const char *path,
   } else if (err) {
     msg = json_object_get_string(err);
   }
-  /* A token from before the users or roles changed: as one expired. */
-  if (msg && strstr(msg, "auth store is old")) grpc = 16;
-  if (code) *code = grpc;
-  if (msg && strstr(msg, "user name is empty"))
-    return dl_seterr(e->err, DLOCK_EAUTH,
-                     "etcd %s: the server has authentication on: give a "
-                     "user and password (etcd://USER:PASSWORD@HOST...)",
-                     path);
-  return dl_seterr(e->err, code_of(grpc), "etcd %s: %s (HTTP %ld)", path,
-                   msg ? msg : "an error without a message", status);
+  return dl_etcd_status_error(e, path, grpc, msg, status, code);
 }
 
 struct curl_slist *dl_etcd_headers_locked(dl_etcd *e, unsigned *gen) {
@@ -151,6 +157,39 @@ static bool tls_error(CURLcode cc) {
   }
 }
 
+int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
+                       const char *why, bool *next) {
+  *next = false;
+  /* A refusal of ours after the handshake (TLS 1.3: no client
+   * certificate) comes as the first read's alert. */
+  if (tls_error(cc) || (e->tls && cc == CURLE_RECV_ERROR &&
+                        strstr(why, "SSL") && strstr(why, "alert")))
+    return dl_seterr(e->err, DLOCK_ETLS, "etcd %s at %s: TLS: %s", path,
+                     e->endpoints[idx], why[0] ? why : curl_easy_strerror(cc));
+  /* Not reached: the next endpoint. Anything else may have been done
+   * by the server (a txn), so it is not sent again elsewhere. */
+  if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) {
+    *next = true;
+    return dl_seterr(e->err, DLOCK_ECONNECT, "etcd %s: cannot reach %s: %s",
+                     path, e->endpoints[idx],
+                     why[0] ? why : curl_easy_strerror(cc));
+  }
+  return dl_seterr(
+      e->err,
+      cc == CURLE_OPERATION_TIMEDOUT ? DLOCK_ETIMEDOUT : DLOCK_ECONNLOST,
+      "etcd %s at %s: %s%s", path, e->endpoints[idx],
+      why[0] ? why : curl_easy_strerror(cc),
+      /* gRPC's preface to a TLS port: a reset, or an alert read as a
+       * stream cut short */
+      !e->tls && (cc == CURLE_GOT_NOTHING || cc == CURLE_HTTP2 ||
+                  cc == CURLE_HTTP2_STREAM || cc == CURLE_PARTIAL_FILE ||
+                  cc == CURLE_RECV_ERROR)
+          ? " (a TLS port? Its URL is etcds://)"
+      : e->tls && e->tls_cert_file == NULL
+          ? " (does the server want a client certificate?)"
+          : "");
+}
+
 /* One call (dl_etcd_call's), with the token of generation *gen (none
  * when !auth). */
 static int call_once(dl_etcd *e, const char *path, const char *body,
@@ -158,6 +197,10 @@ static int call_once(dl_etcd *e, const char *path, const char *body,
                      unsigned *gen) {
   *out = NULL;
   if (code) *code = 0;
+  if (e->grpc) { /* 1: a path without a gRPC method here */
+    int rc = dl_etcd_grpc_once(e, path, body, deadline, out, code, auth, gen);
+    if (rc != 1) return rc;
+  }
   CURL *h = dl_etcd_handle(e);
   struct curl_slist *hd = auth ? dl_etcd_headers(e, gen) : e->headers;
   if (h == NULL || hd == NULL) {
@@ -208,33 +251,9 @@ static int call_once(dl_etcd *e, const char *path, const char *body,
       break;
     }
     free(b.p);
-    /* A refusal of ours after the handshake (TLS 1.3: no client
-     * certificate) comes as the first read's alert. */
-    if (tls_error(cc) || (e->tls && cc == CURLE_RECV_ERROR &&
-                          strstr(why, "SSL") && strstr(why, "alert"))) {
-      rc = dl_seterr(e->err, DLOCK_ETLS, "etcd %s at %s: TLS: %s", path,
-                     e->endpoints[idx], why[0] ? why : curl_easy_strerror(cc));
-      break;
-    }
-    /* Not reached: the next endpoint. Anything else may have been done
-     * by the server (a txn), so it is not sent again elsewhere. */
-    if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) {
-      rc = dl_seterr(e->err, DLOCK_ECONNECT, "etcd %s: cannot reach %s: %s",
-                     path, e->endpoints[idx],
-                     why[0] ? why : curl_easy_strerror(cc));
-      continue;
-    }
-    rc = dl_seterr(e->err,
-                   cc == CURLE_OPERATION_TIMEDOUT ? DLOCK_ETIMEDOUT
-                                                  : DLOCK_ECONNLOST,
-                   "etcd %s at %s: %s%s", path, e->endpoints[idx],
-                   why[0] ? why : curl_easy_strerror(cc),
-                   cc == CURLE_GOT_NOTHING && !e->tls
-                       ? " (a TLS port? Its URL is etcds://)"
-                   : e->tls && e->tls_cert_file == NULL
-                       ? " (does the server want a client certificate?)"
-                       : "");
-    break;
+    bool next = false;
+    rc = dl_etcd_curl_error(e, path, idx, cc, why, &next);
+    if (!next) break;
   }
   if (hd != e->headers) dl_etcd_headers_free(e, hd);
   dl_etcd_handle_put(e, h);

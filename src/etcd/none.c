@@ -1,5 +1,5 @@
 /* none.c: the etcd:// entry point while this build has no etcd backend
- * (libcurl or json-c was not found when it was configured). */
+ * (libcurl, json-c or protobuf-c was not found when it was configured). */
 #include "etcd.h"
 
 int dl_etcd_backend_new(const dlock_client_options *opts,
@@ -8,7 +8,8 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
   (void)env;
   *out = NULL;
   return dl_seterr(NULL, DLOCK_ENOTSUP,
-                   "etcd:// URLs need libcurl and json-c, which this build "
-                   "did not find (install libcurl4-openssl-dev and "
-                   "libjson-c-dev and configure again)");
+                   "etcd:// URLs need libcurl, json-c and protobuf-c, which "
+                   "this build did not find (install libcurl4-openssl-dev, "
+                   "libjson-c-dev, libprotobuf-c-dev and protobuf-c-compiler "
+                   "and configure again)");
 }

@@ -1,0 +1,359 @@
+/* grpc.c: the etcd backend's unary calls over etcd's gRPC API: HTTP/2 by
+ * libcurl (cleartext with prior knowledge, TLS by ALPN), the messages by
+ * protobuf-c, converted from and to the gateway's JSON (pbjson.c) so that
+ * the call sites are the same on either transport. A call is one POST of
+ * one length-prefixed message (content-type application/grpc, te:
+ * trailers) on an easy handle from e's pool, each with its own HTTP/2
+ * connection, one call at a time on it; the status comes in the trailers
+ * (grpc-status, grpc-message), the token in the `token` metadata. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "etcd_min.pb-c.h"
+#include "etcdb.h"
+#include "pbjson.h"
+
+#define GPOOL_MAX 16
+#define REPLY_MAX (64 << 20) /* bytes of one answer, at most */
+
+/* A pooled handle and the endpoint its HTTP/2 connection goes to (-1:
+ * none). curl 7.88 fails a prior-knowledge request on a connection it
+ * reuses (CURLE_HTTP2: curl issue 10634, fixed in 8.0), and HTTP/2
+ * without prior knowledge opens a cleartext connection as HTTP/1.1 (which
+ * etcd hands to its gateway): prior knowledge only when the handle has
+ * no connection to that endpoint; at most one connection a handle. */
+struct etcd_gconn {
+  CURL *h;
+  int ep;
+};
+
+/* The gateway's paths and their gRPC methods. stream: a bidi stream
+ * method, called with one message (its answer wrapped as the gateway
+ * writes a stream's: {"result": ...}). */
+typedef struct method {
+  const char *path, *grpc;
+  const ProtobufCMessageDescriptor *req, *resp;
+  bool stream;
+} method;
+
+#define M(p, g, r, s)                                                          \
+  {                                                                            \
+    p, g, &etcdserverpb__##r##_request__descriptor,                            \
+        &etcdserverpb__##r##_response__descriptor, s                           \
+  }
+static const method methods[] = {
+    M("/v3/kv/txn", "/etcdserverpb.KV/Txn", txn, false),
+    M("/v3/kv/range", "/etcdserverpb.KV/Range", range, false),
+    M("/v3/kv/deleterange", "/etcdserverpb.KV/DeleteRange", delete_range,
+      false),
+    M("/v3/kv/put", "/etcdserverpb.KV/Put", put, false),
+    M("/v3/lease/grant", "/etcdserverpb.Lease/LeaseGrant", lease_grant, false),
+    M("/v3/lease/revoke", "/etcdserverpb.Lease/LeaseRevoke", lease_revoke,
+      false),
+    M("/v3/lease/keepalive", "/etcdserverpb.Lease/LeaseKeepAlive",
+      lease_keep_alive, true),
+    M("/v3/lease/timetolive", "/etcdserverpb.Lease/LeaseTimeToLive",
+      lease_time_to_live, false),
+    M("/v3/maintenance/status", "/etcdserverpb.Maintenance/Status", status,
+      false),
+    M("/v3/auth/authenticate", "/etcdserverpb.Auth/Authenticate", authenticate,
+      false),
+};
+#undef M
+
+static const method *method_of(const char *path) {
+  for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
+    if (strcmp(methods[i].path, path) == 0) return &methods[i];
+  return NULL;
+}
+
+/* One call's answer: the body, the status and message from the headers
+ * or trailers. */
+typedef struct reply {
+  uint8_t *p;
+  size_t n, cap;
+  int status; /* grpc-status, -1 until known */
+  char message[300];
+} reply;
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
+  reply *r = ud;
+  size_t n = size * nmemb;
+  if (r->n + n > r->cap) {
+    size_t cap = r->cap ? r->cap * 2 : 1024;
+    while (cap < r->n + n)
+      cap *= 2;
+    if (cap > REPLY_MAX) return 0;
+    uint8_t *p = realloc(r->p, cap);
+    if (p == NULL) return 0;
+    r->p = p;
+    r->cap = cap;
+  }
+  memcpy(r->p + r->n, ptr, n);
+  r->n += n;
+  return n;
+}
+
+static int hex(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *ud) {
+  reply *r = ud;
+  size_t len = size * n;
+  if (len > 12 && strncasecmp(p, "grpc-status:", 12) == 0) {
+    r->status = atoi(p + 12);
+  } else if (len > 13 && strncasecmp(p, "grpc-message:", 13) == 0) {
+    /* Percent-encoded (gRPC's spec), up to the line's end. */
+    size_t o = 0, i = 13;
+    while (i < len && p[i] == ' ')
+      i++;
+    for (; i < len && p[i] != '\r' && p[i] != '\n' && o + 1 < sizeof r->message;
+         i++) {
+      if (p[i] == '%' && i + 2 < len && hex(p[i + 1]) >= 0 &&
+          hex(p[i + 2]) >= 0) {
+        r->message[o++] = (char)(hex(p[i + 1]) << 4 | hex(p[i + 2]));
+        i += 2;
+      } else {
+        r->message[o++] = p[i];
+      }
+    }
+    r->message[o] = '\0';
+  }
+  return len;
+}
+
+static struct etcd_gconn *gconn_get(dl_etcd *e) {
+  struct etcd_gconn *c = NULL;
+  pthread_mutex_lock(&e->mu);
+  if (e->ngpool > 0) c = e->gpool[--e->ngpool];
+  pthread_mutex_unlock(&e->mu);
+  if (c) return c;
+  if ((c = malloc(sizeof *c)) == NULL) return NULL;
+  if ((c->h = curl_easy_init()) == NULL) {
+    free(c);
+    return NULL;
+  }
+  c->ep = -1;
+  return c;
+}
+
+/* Back to the pool (its connection kept), or freed. */
+static void gconn_put(dl_etcd *e, struct etcd_gconn *c) {
+  curl_easy_reset(c->h);
+  pthread_mutex_lock(&e->mu);
+  if (e->ngpool < GPOOL_MAX) {
+    e->gpool[e->ngpool++] = c;
+    c = NULL;
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (c) dl_etcd_gconn_free(c);
+}
+
+void dl_etcd_gconn_free(struct etcd_gconn *c) {
+  if (c == NULL) return;
+  curl_easy_cleanup(c->h);
+  free(c);
+}
+
+/* A fresh handle instead of c's (its connection closed). */
+static int gconn_renew(struct etcd_gconn *c) {
+  curl_easy_cleanup(c->h);
+  c->ep = -1;
+  if ((c->h = curl_easy_init()) != NULL) return 0;
+  c->ep = -2; /* freed, not pooled */
+  return -1;
+}
+
+/* The request's headers: e's gRPC ones, headed by the token's metadata
+ * (*gen: its generation) when auth and there is one; NULL out of memory. */
+static struct curl_slist *headers(dl_etcd *e, bool auth, unsigned *gen) {
+  pthread_mutex_lock(&e->mu);
+  struct curl_slist *l = e->grpc_headers;
+  if (gen) *gen = e->token_gen;
+  if (auth && e->token) {
+    char line[600];
+    snprintf(line, sizeof line, "token: %s", e->token);
+    if ((l = curl_slist_append(NULL, line)) != NULL) l->next = e->grpc_headers;
+  }
+  pthread_mutex_unlock(&e->mu);
+  return l;
+}
+
+/* The request's body: the gRPC frame (flag 0, length, message) of the
+ * JSON body as m's request; NULL with *rc recorded. */
+static uint8_t *request(dl_etcd *e, const method *m, const char *path,
+                        const char *body, size_t *len, int *rc) {
+  json_object *o = json_tokener_parse(body);
+  ProtobufCMessage *msg = NULL;
+  if (o == NULL || dl_pb_from_json(m->req, o, &msg) != 0) {
+    json_object_put(o);
+    *rc = dl_seterr(e->err, DLOCK_EINVAL,
+                    "etcd %s: a request that is not etcd's (or out of "
+                    "memory)",
+                    path);
+    return NULL;
+  }
+  json_object_put(o);
+  size_t n = protobuf_c_message_get_packed_size(msg);
+  uint8_t *p = malloc(n + 5);
+  if (p == NULL) {
+    protobuf_c_message_free_unpacked(msg, NULL);
+    *rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  p[0] = 0;
+  p[1] = (uint8_t)(n >> 24);
+  p[2] = (uint8_t)(n >> 16);
+  p[3] = (uint8_t)(n >> 8);
+  p[4] = (uint8_t)n;
+  protobuf_c_message_pack(msg, p + 5);
+  protobuf_c_message_free_unpacked(msg, NULL);
+  *len = n + 5;
+  return p;
+}
+
+/* The answer of a call that ended with grpc-status 0: its JSON in *out,
+ * or a negative code recorded. */
+static int answer(dl_etcd *e, const method *m, const char *path, const reply *r,
+                  json_object **out) {
+  size_t n = r->n >= 5 ? (size_t)r->p[1] << 24 | (size_t)r->p[2] << 16 |
+                             (size_t)r->p[3] << 8 | r->p[4]
+                       : 0;
+  ProtobufCMessage *msg =
+      r->n >= 5 && r->p[0] == 0 && r->n == n + 5
+          ? protobuf_c_message_unpack(m->resp, NULL, n, r->p + 5)
+          : NULL;
+  if (msg == NULL)
+    return dl_seterr(e->err, DLOCK_EPROTO,
+                     "etcd %s: an answer that is not one message", path);
+  json_object *o = dl_pb_to_json(msg), *w = NULL;
+  protobuf_c_message_free_unpacked(msg, NULL);
+  if (o && m->stream && (w = json_object_new_object()) != NULL &&
+      json_object_object_add(w, "result", o) != 0) {
+    json_object_put(w);
+    w = NULL;
+  }
+  if (m->stream) {
+    if (w == NULL) json_object_put(o);
+    o = w;
+  }
+  if (o == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  *out = o;
+  return 0;
+}
+
+int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
+                      int64_t deadline, json_object **out, int *code, bool auth,
+                      unsigned *gen) {
+  const method *m = method_of(path);
+  if (m == NULL) return 1;
+  int rc = 0;
+  size_t len;
+  uint8_t *req = request(e, m, path, body, &len, &rc);
+  if (req == NULL) return rc;
+  struct etcd_gconn *c = gconn_get(e);
+  struct curl_slist *hd = c ? headers(e, auth, gen) : NULL;
+  if (c == NULL || hd == NULL) {
+    if (c) gconn_put(e, c);
+    free(req);
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  int start = atomic_load(&e->current);
+  char url[512], why[CURL_ERROR_SIZE] = "";
+  bool again = false; /* the same endpoint again, with prior knowledge */
+  for (int i = 0; i < e->nendpoints; i++) {
+    int idx = (start + i) % e->nendpoints;
+    int64_t left = deadline - dl_now_ms();
+    if (left <= 0) {
+      rc = dl_seterr(e->err, DLOCK_ETIMEDOUT, "etcd %s: no answer in time",
+                     path);
+      break;
+    }
+    snprintf(url, sizeof url, "%s%s", e->endpoints[idx], m->grpc);
+    reply r = {.status = -1};
+    CURL *h = c->h;
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, req);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)len);
+    dl_etcd_setopts(e, h, hd, left);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION,
+                     e->tls ? (long)CURL_HTTP_VERSION_2TLS
+                     : c->ep == idx
+                         ? (long)CURL_HTTP_VERSION_2_0
+                         : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &r);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
+    why[0] = '\0';
+    atomic_fetch_add(&e->round_trips, 1);
+    CURLcode cc = curl_easy_perform(h);
+    long version = 0, status = 0;
+    curl_easy_getinfo(h, CURLINFO_HTTP_VERSION, &version);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    if (cc == CURLE_OK && version != CURL_HTTP_VERSION_2_0 && !e->tls &&
+        c->ep == idx && !again) {
+      /* Our connection had gone, and curl opened an HTTP/1.1 one: etcd
+       * gave the request to its gateway, which has no such path (nothing
+       * done). Again on a fresh handle, with prior knowledge. */
+      free(r.p);
+      if (gconn_renew(c) != 0) {
+        rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+        break;
+      }
+      again = true;
+      i--;
+      continue;
+    }
+    again = false;
+    if (cc == CURLE_OK) {
+      atomic_store(&e->current, idx);
+      if (version != CURL_HTTP_VERSION_2_0)
+        rc = dl_seterr(e->err, DLOCK_EPROTO,
+                       "etcd %s at %s: the server answered in HTTP/1 (HTTP "
+                       "%ld): not etcd's gRPC port?",
+                       path, e->endpoints[idx], status);
+      else if (r.status == 0)
+        rc = answer(e, m, path, &r, out);
+      else if (r.status > 0)
+        rc = dl_etcd_status_error(e, path, r.status, r.message, status, code);
+      else
+        rc = dl_seterr(e->err, DLOCK_EPROTO,
+                       "etcd %s: an answer without a gRPC status (HTTP %ld)",
+                       path, status);
+      c->ep = version == CURL_HTTP_VERSION_2_0 ? idx : -1;
+      if (c->ep < 0) gconn_renew(c);
+      free(r.p);
+      break;
+    }
+    free(r.p);
+    /* The connection may be half gone: a fresh handle for the next try. */
+    if (gconn_renew(c) != 0) {
+      rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+      break;
+    }
+    bool next = false;
+    rc = dl_etcd_curl_error(e, path, idx, cc, why, &next);
+    if (!next) break;
+  }
+  if (hd != e->grpc_headers) {
+    hd->next = NULL;
+    curl_slist_free_all(hd);
+  }
+  free(req);
+  if (c->ep == -2) {
+    free(c); /* its handle is NULL */
+  } else {
+    gconn_put(e, c);
+  }
+  return rc;
+}
