@@ -179,11 +179,12 @@ int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
       cc == CURLE_OPERATION_TIMEDOUT ? DLOCK_ETIMEDOUT : DLOCK_ECONNLOST,
       "etcd %s at %s: %s%s", path, e->endpoints[idx],
       why[0] ? why : curl_easy_strerror(cc),
-      /* gRPC's preface to a TLS port: a reset, or an alert read as a
-       * stream cut short */
+      /* gRPC's preface to a TLS port: a reset, an alert read as a stream
+       * cut short, or the connection closed while the preface was still
+       * being sent (a broken pipe) */
       !e->tls && (cc == CURLE_GOT_NOTHING || cc == CURLE_HTTP2 ||
                   cc == CURLE_HTTP2_STREAM || cc == CURLE_PARTIAL_FILE ||
-                  cc == CURLE_RECV_ERROR)
+                  cc == CURLE_RECV_ERROR || cc == CURLE_SEND_ERROR)
           ? " (a TLS port? Its URL is etcds://)"
       : e->tls && e->tls_cert_file == NULL
           ? " (does the server want a client certificate?)"
