@@ -129,6 +129,15 @@ typedef struct dl_etcd {
 } dl_etcd;
 
 /* ---- http.c: the calls ---- */
+/* A call's answer as it comes (a NUL kept after its bytes), at most 64
+ * MiB: a longer one fails the transfer. */
+typedef struct etcd_buf {
+  char *p;
+  size_t n, cap;
+} etcd_buf;
+/* CURLOPT_WRITEFUNCTION appending to the etcd_buf ud: n, or 0 (too long,
+ * out of memory). */
+size_t dl_etcd_buf_write(char *ptr, size_t size, size_t nmemb, void *ud);
 /* Calls the method of the gateway's `path` ("/v3/kv/txn") with `body`
  * (the gateway's JSON) on the current endpoint, trying the others when
  * one cannot be reached, until `deadline`: over gRPC (e->grpc: the JSON

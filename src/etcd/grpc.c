@@ -16,7 +16,6 @@
 #include "pbjson.h"
 
 #define GPOOL_MAX 16
-#define REPLY_MAX (64 << 20) /* bytes of one answer, at most */
 
 /* A pooled handle and the endpoint its HTTP/2 connection goes to (-1:
  * none). curl 7.88 fails a prior-knowledge request on a connection it
@@ -72,29 +71,10 @@ static const method *method_of(const char *path) {
 /* One call's answer: the body, the status and message from the headers
  * or trailers. */
 typedef struct reply {
-  uint8_t *p;
-  size_t n, cap;
+  etcd_buf body;
   int status; /* grpc-status, -1 until known */
   char message[300];
 } reply;
-
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
-  reply *r = ud;
-  size_t n = size * nmemb;
-  if (r->n + n > r->cap) {
-    size_t cap = r->cap ? r->cap * 2 : 1024;
-    while (cap < r->n + n)
-      cap *= 2;
-    if (cap > REPLY_MAX) return 0;
-    uint8_t *p = realloc(r->p, cap);
-    if (p == NULL) return 0;
-    r->p = p;
-    r->cap = cap;
-  }
-  memcpy(r->p + r->n, ptr, n);
-  r->n += n;
-  return n;
-}
 
 static int hex(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -222,12 +202,14 @@ static uint8_t *request(dl_etcd *e, const method *m, const char *path,
  * or a negative code recorded. */
 static int answer(dl_etcd *e, const method *m, const char *path, const reply *r,
                   json_object **out) {
-  size_t n = r->n >= 5 ? (size_t)r->p[1] << 24 | (size_t)r->p[2] << 16 |
-                             (size_t)r->p[3] << 8 | r->p[4]
-                       : 0;
+  const uint8_t *p = (const uint8_t *)r->body.p;
+  size_t got = r->body.n;
+  size_t n = got >= 5 ? (size_t)p[1] << 24 | (size_t)p[2] << 16 |
+                            (size_t)p[3] << 8 | p[4]
+                      : 0;
   ProtobufCMessage *msg =
-      r->n >= 5 && r->p[0] == 0 && r->n == n + 5
-          ? protobuf_c_message_unpack(m->resp, NULL, n, r->p + 5)
+      got >= 5 && p[0] == 0 && got == n + 5
+          ? protobuf_c_message_unpack(m->resp, NULL, n, p + 5)
           : NULL;
   if (msg == NULL)
     return dl_seterr(e->err, DLOCK_EPROTO,
@@ -289,8 +271,8 @@ int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
                          : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
     curl_easy_setopt(h, CURLOPT_MAXCONNECTS, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dl_etcd_buf_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r.body);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &r);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
@@ -305,7 +287,7 @@ int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
       /* Our connection had gone, and curl opened an HTTP/1.1 one: etcd
        * gave the request to its gateway, which has no such path (nothing
        * done). Again on a fresh handle, with prior knowledge. */
-      free(r.p);
+      free(r.body.p);
       if (gconn_renew(c) != 0) {
         rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
         break;
@@ -332,10 +314,10 @@ int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
                        path, status);
       c->ep = version == CURL_HTTP_VERSION_2_0 ? idx : -1;
       if (c->ep < 0) gconn_renew(c);
-      free(r.p);
+      free(r.body.p);
       break;
     }
-    free(r.p);
+    free(r.body.p);
     /* The connection may be half gone: a fresh handle for the next try. */
     if (gconn_renew(c) != 0) {
       rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");

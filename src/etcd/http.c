@@ -12,13 +12,8 @@
 #define POOL_MAX 16
 #define ANSWER_MAX (64 << 20) /* bytes of one answer, at most */
 
-typedef struct answer {
-  char *p;
-  size_t n, cap;
-} answer;
-
-static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
-  answer *b = ud;
+size_t dl_etcd_buf_write(char *ptr, size_t size, size_t nmemb, void *ud) {
+  etcd_buf *b = ud;
   size_t n = size * nmemb;
   if (b->n + n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap * 2 : 4096;
@@ -219,13 +214,13 @@ static int call_once(dl_etcd *e, const char *path, const char *body,
       break;
     }
     snprintf(url, sizeof url, "%s%s", e->endpoints[idx], path);
-    answer b = {0};
+    etcd_buf b = {0};
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
     dl_etcd_setopts(e, h, hd, left);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dl_etcd_buf_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
     why[0] = '\0';
