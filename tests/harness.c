@@ -309,8 +309,7 @@ int th_run_inline(int argc, char **argv, const th_test *tests, size_t n) {
   return run(argc, argv, tests, n, NULL, false);
 }
 
-/* Whether nothing listens on (or is bound to) 127.0.0.1:port now. */
-static bool port_free(int port) {
+bool th_port_free(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return false;
   struct sockaddr_in sa = {.sin_family = AF_INET,
@@ -333,9 +332,18 @@ int th_free_port(void) {
     seeded_by = getpid();
     seed = (unsigned)getpid() * 2654435761u ^ (unsigned)th_now_ms();
   }
+  /* The last ports handed out here, not yet bound by their servers,
+   * are not handed out again (a server's client and peer ports). */
+  static _Thread_local int given[32];
+  static _Thread_local unsigned ngiven;
   for (int tries = 0; tries < 500; tries++) {
     int port = 10000 + (int)(rand_r(&seed) % 12000); /* 10000..21999 */
-    if (port_free(port)) return port;
+    bool again = false;
+    for (unsigned i = 0; i < 32 && !again; i++)
+      again = given[i] == port;
+    if (again || !th_port_free(port)) continue;
+    given[ngiven++ % 32] = port;
+    return port;
   }
   return -1;
 }

@@ -256,6 +256,8 @@ void th_tls_options(dlock_client_options *o, th_tls_paths *p,
 
 /* A loopback TCP port that was free a moment ago. */
 int th_free_port(void);
+/* Whether nothing listens on (or is bound to) 127.0.0.1:port now. */
+bool th_port_free(int port);
 int64_t th_now_ms(void);
 /* Polls cond every 2 ms until it holds or timeout_ms passes. */
 bool th_wait_for(bool (*cond)(void *), void *arg, int timeout_ms);

@@ -132,6 +132,39 @@ static int make_certs(const char *dir) {
   return made > 0 ? 0 : -1;
 }
 
+/* Whether the member in dir exited because a port of its was bound by
+ * another process between th_free_port and etcd's bind. */
+static bool etcd_port_taken(const char *dir) {
+  char path[600], line[1024];
+  snprintf(path, sizeof path, "%s/etcd.log", dir);
+  FILE *f = fopen(path, "r");
+  bool taken = false;
+  while (f && !taken && fgets(line, sizeof line, f))
+    taken = strstr(line, "address already in use") != NULL;
+  if (f) fclose(f);
+  return taken;
+}
+
+/* Empties dir (a member's data and log) for a start on other ports. */
+static void etcd_clear_dir(const char *dir) {
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s/data' '%s/etcd.log'", dir, dir);
+  if (system(cmd) != 0) fprintf(stderr, "    cannot clear %s\n", dir);
+}
+
+/* Picks r's two ports and the names made of them. */
+static int etcd_pick_ports(th_etcd *r, bool tls) {
+  r->port = th_free_port();
+  r->peer_port = th_free_port();
+  if (r->port <= 0 || r->peer_port <= 0) return -1;
+  snprintf(r->endpoint, sizeof r->endpoint, "%s127.0.0.1:%d",
+           tls ? "https://" : "", r->port);
+  snprintf(r->url, sizeof r->url, "%s://127.0.0.1:%d", tls ? "etcds" : "etcd",
+           r->port);
+  r->name[0] = '\0'; /* th_etcd_restart names it and its peer URL */
+  return 0;
+}
+
 int th_etcd_start_with(th_etcd *r, bool tls, const char *args) {
   memset(r, 0, sizeof *r);
   if (tls) {
@@ -141,18 +174,20 @@ int th_etcd_start_with(th_etcd *r, bool tls, const char *args) {
   snprintf(r->args, sizeof r->args, "%s", args ? args : "");
   snprintf(r->dir, sizeof r->dir, "%s/etcd-XXXXXX", th_tmpdir());
   if (mkdtemp(r->dir) == NULL) return -1;
-  r->port = th_free_port();
-  r->peer_port = th_free_port();
-  if (r->port <= 0 || r->peer_port <= 0) return -1;
-  snprintf(r->endpoint, sizeof r->endpoint, "%s127.0.0.1:%d",
-           tls ? "https://" : "", r->port);
-  snprintf(r->url, sizeof r->url, "%s://127.0.0.1:%d", tls ? "etcds" : "etcd",
-           r->port);
   if (tls)
     snprintf(r->ctl_tls, sizeof r->ctl_tls,
              "--cacert %s/ca.crt --cert %s/client.crt --key %s/client.key",
              r->tls_dir, r->tls_dir, r->tls_dir);
-  return th_etcd_restart(r);
+  /* Another process (a concurrent test) may bind a port first: new
+   * ports, up to 5 times, as th_redis_start does. */
+  for (int i = 0; i < 5; i++) {
+    if (etcd_pick_ports(r, tls) != 0) return -1;
+    if (th_etcd_restart(r) == 0) return 0;
+    if (r->pid > 0 || !etcd_port_taken(r->dir)) return -1;
+    fprintf(stderr, "    a port was taken: etcd again on other ports\n");
+    etcd_clear_dir(r->dir);
+  }
+  return -1;
 }
 
 /* Starts the member r (its dir, ports, name and initial cluster made). */
@@ -194,13 +229,11 @@ int th_etcd_restart(th_etcd *r) {
   return await_healthy(r);
 }
 
-int th_etcd_cluster_start(th_etcd r[3], char *url, size_t len) {
+/* One try at starting the cluster r on fresh ports (dirs made). */
+static int cluster_try(th_etcd r[3], char *url, size_t len) {
   char initial[sizeof r[0].initial] = "";
   size_t at = 0;
   for (int i = 0; i < 3; i++) {
-    memset(&r[i], 0, sizeof r[i]);
-    snprintf(r[i].dir, sizeof r[i].dir, "%s/etcd%d-XXXXXX", th_tmpdir(), i + 1);
-    if (mkdtemp(r[i].dir) == NULL) return -1;
     r[i].port = th_free_port();
     r[i].peer_port = th_free_port();
     if (r[i].port <= 0 || r[i].peer_port <= 0) return -1;
@@ -221,6 +254,29 @@ int th_etcd_cluster_start(th_etcd r[3], char *url, size_t len) {
   for (int i = 0; i < 3; i++)
     if (await_healthy(&r[i]) != 0) return -1;
   return 0;
+}
+
+int th_etcd_cluster_start(th_etcd r[3], char *url, size_t len) {
+  for (int i = 0; i < 3; i++) {
+    memset(&r[i], 0, sizeof r[i]);
+    snprintf(r[i].dir, sizeof r[i].dir, "%s/etcd%d-XXXXXX", th_tmpdir(), i + 1);
+    if (mkdtemp(r[i].dir) == NULL) return -1;
+  }
+  /* A port taken by another process first: the three again on new ports
+   * (a member that bootstrapped with the old peers cannot join new). */
+  for (int tries = 0; tries < 5; tries++) {
+    if (cluster_try(r, url, len) == 0) return 0;
+    bool taken = false;
+    for (int i = 0; i < 3; i++)
+      taken = taken || etcd_port_taken(r[i].dir);
+    if (!taken) return -1;
+    fprintf(stderr, "    a port was taken: the cluster again on other ports\n");
+    for (int i = 0; i < 3; i++) {
+      th_etcd_kill(&r[i], SIGKILL);
+      etcd_clear_dir(r[i].dir);
+    }
+  }
+  return -1;
 }
 
 /* Waits until r says it is healthy (it has a leader). */

@@ -64,6 +64,13 @@ static void print_log(const th_zk *r) {
 }
 
 static int launch(th_zk *r);
+
+/* Whether the server of r, exited, found its port bound by another
+ * process (ZooKeeper logs nothing here: slf4j-nop). */
+static bool zk_port_taken(const th_zk *r) {
+  return !th_port_free(r->port);
+}
+
 static int spawn_server(th_zk *r);
 static int await_serving(th_zk *r, int timeout_ms);
 
@@ -73,13 +80,20 @@ int th_zk_start(th_zk *r, int tick_ms) {
   if (mkdtemp(r->dir) == NULL) return -1;
   char data[300];
   snprintf(data, sizeof data, "%s/data", r->dir);
-  r->port = th_free_port();
-  if (mkdir(data, 0700) != 0 || r->port <= 0 ||
-      write_cfg(r, tick_ms > 0 ? tick_ms : 500) != 0)
-    return -1;
-  snprintf(r->connect, sizeof r->connect, "127.0.0.1:%d", r->port);
-  snprintf(r->url, sizeof r->url, "zk://127.0.0.1:%d", r->port);
-  return launch(r);
+  if (mkdir(data, 0700) != 0) return -1;
+  /* Another process may bind the port between th_free_port and the
+   * server's bind: a new port, up to 5 times, as th_redis_start does. */
+  for (int i = 0; i < 5; i++) {
+    r->port = th_free_port();
+    if (r->port <= 0 || write_cfg(r, tick_ms > 0 ? tick_ms : 500) != 0)
+      return -1;
+    snprintf(r->connect, sizeof r->connect, "127.0.0.1:%d", r->port);
+    snprintf(r->url, sizeof r->url, "zk://127.0.0.1:%d", r->port);
+    if (launch(r) == 0) return 0;
+    if (r->pid > 0 || !zk_port_taken(r)) return -1;
+    fprintf(stderr, "    the port was taken: ZooKeeper again on another\n");
+  }
+  return -1;
 }
 
 int th_zk_restart(th_zk *r) {
