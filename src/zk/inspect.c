@@ -55,21 +55,13 @@ int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
   st->counter = -1;
   int rc = dl_zk_check_path(z, key);
   if (rc != 0) return rc;
-  struct String_vector sv = {0};
-  atomic_fetch_add(&z->round_trips, 1);
-  int zrc = zoo_get_children(z->zh, key, 0, &sv);
-  if (zrc == ZNONODE) {
-    snprintf(st->type, sizeof st->type, "none");
-    return 0;
-  }
-  if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
-  snprintf(st->type, sizeof st->type, "znode");
+  struct String_vector sv;
   char **v;
-  int n = dl_zk_sorted_locks(&sv, &v);
-  if (n < 0) {
-    deallocate_String_vector(&sv);
-    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
-  }
+  bool none;
+  int n = dl_zk_list_locks(z, key, &sv, &v, &none);
+  if (n < 0) return n;
+  snprintf(st->type, sizeof st->type, "%s", none ? "none" : "znode");
+  if (none) return 0;
   if (n > 0) {
     char node[NODE_MAX];
     snprintf(node, sizeof node, "%s/%s", key, v[0]);
@@ -88,8 +80,7 @@ int dl_zk_inspect(dl_backend *b, const char *key, dlock_lock_state *st) {
       st->readers = k;
     }
   }
-  free(v);
-  deallocate_String_vector(&sv);
+  dl_zk_locks_free(&sv, &v);
   /* A semaphore (Curator's InterProcessSemaphoreV2 with dlock's count):
    * its permits free and taken. */
   rc = dl_zk_permits_state(z, key, &st->counter, &st->permits_taken);
@@ -113,17 +104,10 @@ int dl_zk_lock_holders(dl_backend *b, const char *key, dl_holder_cb cb,
   dl_zk *z = (dl_zk *)b;
   int rc = dl_zk_check_path(z, key);
   if (rc != 0) return rc;
-  struct String_vector sv = {0};
-  atomic_fetch_add(&z->round_trips, 1);
-  int zrc = zoo_get_children(z->zh, key, 0, &sv);
-  if (zrc == ZNONODE) return 0;
-  if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
+  struct String_vector sv;
   char **v;
-  int n = dl_zk_sorted_locks(&sv, &v);
-  if (n < 0) {
-    deallocate_String_vector(&sv);
-    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
-  }
+  int n = dl_zk_list_locks(z, key, &sv, &v, NULL);
+  if (n < 0) return n;
   /* The holders: the first node, or the readers in front (each node's
    * data's first line names its owner). */
   int k = n > 0 ? dl_zk_holders(v, n) : 0;
@@ -135,8 +119,7 @@ int dl_zk_lock_holders(dl_backend *b, const char *key, dl_holder_cb cb,
     fill_holder(z, node, &st);
     if (st.owner[0] && cb(st.owner, ud) != 0) break;
   }
-  free(v);
-  deallocate_String_vector(&sv);
+  dl_zk_locks_free(&sv, &v);
   return 0;
 }
 
@@ -264,18 +247,16 @@ static int waiters_of(const char *name, void *ud) {
   char key[NODE_MAX];
   snprintf(key, sizeof key, "%.*s%s", (int)x->prefix_len, x->z->env->key_prefix,
            name);
-  struct String_vector sv = {0};
-  atomic_fetch_add(&x->z->round_trips, 1);
-  if (zoo_get_children(x->z->zh, key, 0, &sv) != ZOK) return 0;
+  struct String_vector sv;
   char **v;
-  int n = dl_zk_sorted_locks(&sv, &v), stop = 0;
-  if (n < 0)
-    x->rc = dl_seterr(x->z->env->err_owner, DLOCK_ENOMEM, "out of memory");
+  /* A lock that cannot be read has no waiter to tell; out of memory
+   * ends the walk. */
+  int n = dl_zk_list_locks(x->z, key, &sv, &v, NULL), stop = 0;
+  if (n == DLOCK_ENOMEM) x->rc = n;
   for (int i = n > 0 ? dl_zk_holders(v, n) : 0; i < n && !stop; i++)
     if (!strstr(v[i], "lease-") && !strstr(v[i], "latch-"))
       stop = tell_waiter(x, key, v[i]);
-  if (n >= 0) free(v);
-  deallocate_String_vector(&sv);
+  dl_zk_locks_free(&sv, &v);
   return stop || x->rc < 0;
 }
 

@@ -427,21 +427,29 @@ int dl_zk_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   return rc;
 }
 
-/* The sorted lock nodes under `key` (and their vector, to deallocate). */
-static int list_locks(dl_zk *z, const char *key, struct String_vector *sv,
-                      char ***v) {
+int dl_zk_list_locks(dl_zk *z, const char *key, struct String_vector *sv,
+                     char ***v, bool *none) {
   *v = NULL;
   memset(sv, 0, sizeof *sv);
+  if (none) *none = false;
   atomic_fetch_add(&z->round_trips, 1);
   int zrc = zoo_get_children(z->zh, key, 0, sv);
-  if (zrc == ZNONODE) return 0;
+  if (zrc == ZNONODE) {
+    if (none) *none = true;
+    return 0;
+  }
   if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
   int n = dl_zk_sorted_locks(sv, v);
-  if (n < 0) {
-    deallocate_String_vector(sv);
-    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
-  }
+  if (n <= 0) dl_zk_locks_free(sv, v);
+  if (n < 0) return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
   return n;
+}
+
+void dl_zk_locks_free(struct String_vector *sv, char ***v) {
+  free(*v);
+  *v = NULL;
+  if (sv->data) deallocate_String_vector(sv);
+  memset(sv, 0, sizeof *sv);
 }
 
 int dl_zk_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
@@ -454,7 +462,7 @@ int dl_zk_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
     return dl_zk_wrong_place(z, p, l->key, "lock");
   struct String_vector sv;
   char **v;
-  int n = list_locks(z, l->key, &sv, &v);
+  int n = dl_zk_list_locks(z, l->key, &sv, &v, NULL);
   if (n <= 0) return n;
   /* The holders' nodes go (what an operator does with zkCli): the first,
    * or every reader that holds a read-write lock; their sessions see the
@@ -465,8 +473,7 @@ int dl_zk_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
     snprintf(node, sizeof node, "%s/%s", l->key, v[i]);
     rc = dl_zk_delete_node(z, node, dl_now_ms() + z->command_timeout_ms);
   }
-  free(v);
-  deallocate_String_vector(&sv);
+  dl_zk_locks_free(&sv, &v);
   return rc == 0 ? 1 : rc;
 }
 
@@ -496,7 +503,7 @@ int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   }
   struct String_vector sv;
   char **names;
-  int n = list_locks(z, l->key, &sv, &names);
+  int n = dl_zk_list_locks(z, l->key, &sv, &names, NULL);
   if (n < 0) return n;
   if (q == DL_QUERY_LOCKED) *v = n > 0;
   else if (q == DL_QUERY_TTL)
@@ -508,8 +515,7 @@ int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
     atomic_fetch_add(&z->round_trips, 1);
     if (zoo_exists(z->zh, node, 0, &st) == ZOK) *v = (long long)st.czxid;
   }
-  free(names);
-  if (n > 0 || sv.data) deallocate_String_vector(&sv);
+  dl_zk_locks_free(&sv, &names);
   return 0;
 }
 

@@ -174,6 +174,15 @@ int dl_zk_check_path(dl_zk *z, const char *key);
  * lease nodes), sorted by their sequence as Curator sorts them (pointers
  * into sv, *out freed by the caller): how many, or -1 out of memory. */
 int dl_zk_sorted_locks(struct String_vector *sv, char ***out);
+/* Lists key's children (one round trip) and sorts its recipe nodes
+ * (dl_zk_sorted_locks) into *v, pointers into *sv: how many, 0 also when
+ * key does not exist (*none set true, if none is not NULL), or a DLOCK_E*
+ * code recorded. When it returns more than 0 the caller frees both with
+ * dl_zk_locks_free; else nothing is left to free. */
+int dl_zk_list_locks(dl_zk *z, const char *key, struct String_vector *sv,
+                     char ***v, bool *none);
+/* Frees what dl_zk_list_locks left (safe on what it already freed). */
+void dl_zk_locks_free(struct String_vector *sv, char ***v);
 /* A recipe node's sequence (what Curator sorts by), or NULL if `name` is
  * no recipe's node. */
 const char *dl_zk_seq_of(const char *name);
