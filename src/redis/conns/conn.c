@@ -40,6 +40,15 @@ enum { EAGER = 8 };
  * the command timeout" instead of DLOCK_ELOST: test_loss
  * t_stopped_holder_release_says_lost under valgrind.) */
 enum { GRACE_MS = 50 };
+
+/* Gives a request whose deadline ran out its grace, once: true if it got
+ * it (*deadline moved), false if it had it already. */
+static bool take_grace(bool *graced, int64_t *deadline) {
+  if (*graced) return false;
+  *graced = true;
+  *deadline = dl_now_ms() + GRACE_MS;
+  return true;
+}
 static const char PING[] = "*1\r\n$4\r\nPING\r\n";
 static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
 
@@ -338,9 +347,7 @@ static void do_read(dl_conn *c, dl_req *mine, int64_t deadline) {
     pthread_mutex_unlock(&c->mu);
     int n = dl_io_read(h->io, buf, sizeof buf, deadline);
     bool perr = n > 0 && redisReaderFeed(h->reader, buf, (size_t)n) != REDIS_OK;
-    if (n == DLOCK_ETIMEDOUT && !graced) {
-      graced = true;
-      deadline = dl_now_ms() + GRACE_MS;
+    if (n == DLOCK_ETIMEDOUT && take_grace(&graced, &deadline)) {
       pthread_mutex_lock(&c->mu);
       continue;
     }
@@ -493,13 +500,9 @@ int dl_req_wait(dl_conn *c, dl_req *r, int64_t deadline,
          * fail it, with everything else on this connection. */
         if (w != 0 && r->phase != REQ_TAKEN &&
             atomic_load(&r->word) != W_DONE) {
-          if (!graced) {
-            graced = true;
-            deadline = dl_now_ms() + GRACE_MS;
-          } else {
+          if (!take_grace(&graced, &deadline))
             conn_fail(c, DLOCK_ETIMEDOUT,
                       "no reply before the command timeout");
-          }
         }
       }
     }
