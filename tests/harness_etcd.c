@@ -119,7 +119,7 @@ static int make_certs(const char *dir) {
            "set -e; mkdir -p '%s'; cd '%s'; for ca in ca otherca; do "
            "openssl req -x509 %s -days 2 -subj /CN=$ca -keyout $ca.key "
            "-out $ca.crt; done; "
-           "for n in server client; do "
+           "for n in server client root; do "
            "openssl req %s -subj /CN=$n -keyout $n.key -out $n.csr; "
            "printf 'subjectAltName=%s\\n' > $n.ext; "
            "openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key "

@@ -28,6 +28,49 @@ static void on_lost(dlock_lock *l, const char *owner, void *ud) {
  * (--client-cert-auth); the CA, client certificate and key are the
  * rediss:// options. A CA that did not sign the server's certificate, no
  * client certificate, or etcd:// on its port: the open fails, saying so. */
+/* etcd's certificate auth (gRPC only): with auth on, a client that sends
+ * no token is the user its certificate's CN names. s serves TLS; o has
+ * its CA, the client's certificate (CN "client", no such user) and key. */
+static void t_cn_auth(th_etcd *s, dlock_client_options *o) {
+  char buf[512], cert[400], key[400];
+  snprintf(s->ctl_tls, sizeof s->ctl_tls,
+           "--cacert %s/ca.crt --cert %s/root.crt --key %s/root.key",
+           s->tls_dir, s->tls_dir, s->tls_dir);
+  th_etcd_ctl(s, "user add root --new-user-password=sesame", buf, sizeof buf);
+  CHECK(strstr(th_etcd_ctl(s, "auth enable", buf, sizeof buf), "Enabled") !=
+        NULL);
+  /* CN=client: no such user, so no permission: refused, nothing
+   * written. */
+  dlock_client *c = NULL;
+  dlock_lock *l;
+  int rc = dlock_client_open(o, &c);
+  if (rc == 0) {
+    CHECK_RC(dlock_lock_new(c, "cn", "me", &l), 0);
+    rc = dlock_lock_try_acquire(l, 0, 0, NULL);
+    fprintf(stderr, "    CN=client: %s\n", dlock_client_errmsg(c));
+    dlock_lock_free(l);
+    dlock_client_close(c);
+  } else {
+    fprintf(stderr, "    CN=client: %s\n", dlock_client_open_errmsg());
+  }
+  CHECK_RC(rc, DLOCK_ENOPERM);
+  CHECK(strcmp(th_etcd_ctl(s, "get --prefix cn/ --keys-only", buf, sizeof buf),
+               "") == 0);
+  /* CN=root, no password: root. */
+  snprintf(cert, sizeof cert, "%s/root.crt", s->tls_dir);
+  snprintf(key, sizeof key, "%s/root.key", s->tls_dir);
+  o->tls_cert_file = cert;
+  o->tls_key_file = key;
+  CHECK_RC(dlock_client_open(o, &c), 0);
+  CHECK_RC(dlock_lock_new(c, "cn", "me", &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  CHECK(strncmp(th_etcd_ctl(s, "get --prefix cn/ --keys-only", buf, sizeof buf),
+                "cn/", 3) == 0);
+  CHECK_RC(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 static void t_etcd_tls(void) {
   NEED_ETCD();
   th_etcd s;
@@ -104,6 +147,8 @@ static void t_etcd_tls(void) {
   CHECK(dlock_client_open(&o, &c) != 0);
   fprintf(stderr, "    %s\n", dlock_client_open_errmsg());
   CHECK(strstr(dlock_client_open_errmsg(), "etcds://") != NULL);
+  o.url = s.url;
+  t_cn_auth(&s, &o);
   th_etcd_stop(&s);
 }
 
