@@ -532,6 +532,7 @@ dlock_client *th_client(th_redis *r, int64_t watchdog_ms) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = r->url;
+  o.connect_timeout_ms = (int)th_soon(o.connect_timeout_ms);
   if (watchdog_ms > 0) o.watchdog_timeout_ms = watchdog_ms;
   return th_client_opts(&o);
 }

@@ -21,6 +21,7 @@ dlock_client *th_etcd_client(const th_etcd *s, int64_t lease_ms) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = s->url;
+  o.connect_timeout_ms = (int)th_soon(o.connect_timeout_ms);
   if (lease_ms > 0) o.watchdog_timeout_ms = lease_ms;
   dlock_client *c = NULL;
   if (dlock_client_open(&o, &c) != 0)

@@ -11,7 +11,7 @@ dlock_client *th_client_url(const char *url, int64_t watchdog_ms) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = url;
-  o.connect_timeout_ms = 1000;
+  o.connect_timeout_ms = (int)th_soon(1000); /* valgrind: slower opens */
   if (watchdog_ms > 0) o.watchdog_timeout_ms = watchdog_ms;
   return th_client_opts(&o);
 }
