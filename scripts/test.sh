@@ -53,31 +53,31 @@ case "$mode" in
     # valgrind's slowdown would change what they test (docs/SAFETY.md);
     # test_fenced_rmw also takes its URL kind as an argument (ctest's
     # fenced_rmw_* rows, label failover: the normal build only).
+    # Two tests at a time (each process is single-threaded under
+    # valgrind; most of a test's time is waiting on servers and leases,
+    # which valgrind's slowdown does not shorten), the slowest first;
+    # each test's output printed whole when it ends. A failure fails the
+    # run after the rest have run.
+    tests=()
+    for t in test_etcd_interop test_cli test_bench test_zk test_etcd \
+             test_zk_interop test_cluster test_observe test_deadlock \
+             test_redlock test_lock; do
+      [ -x "build-normal/tests/$t" ] && tests+=("build-normal/tests/$t")
+    done
     for t in build-normal/tests/test_*; do
+      case " ${tests[*]} " in *" $t "*) continue ;; esac
       [ "$(basename "$t")" = test_safety ] && continue
       [ "$(basename "$t")" = test_fenced_rmw ] && continue
       [ "$(basename "$t")" = test_sentinel ] && continue # run once: normal
-      echo "== valgrind $t"
-      # th_run forks each test (no exec), and valgrind follows a fork
-      # without --trace-children: it checks each test's process for leaks
-      # at its exit, and its exit status 3 fails that test. =no keeps the
-      # redis-server and openssl the tests exec out of valgrind. Under
-      # valgrind a test may take longer than the runner's default 120 s.
-      DLOCK_TEST_TIMEOUT_S=600 DLOCK_UNDER_VALGRIND=1 \
-      valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite \
-        --trace-children=no "$t"
+      tests+=("$t")
     done
-    # The conformance suite on one URL kind (its times scaled by
-    # DLOCK_TEST_SLOWDOWN: valgrind's slowdown is not what it tests). The
-    # other kinds run in the normal, ASan and TSan builds; under valgrind
-    # each takes 1.5 to 2 minutes, and their backends' code is run here
-    # by test_redlock, test_zk, test_etcd and the rest (CI's time budget).
-    for k in redis; do
-      echo "== valgrind conformance $k"
-      DLOCK_TEST_TIMEOUT_S=600 DLOCK_UNDER_VALGRIND=1 DLOCK_TEST_SLOWDOWN=20 \
-      valgrind -q --error-exitcode=3 --leak-check=full --errors-for-leak-kinds=definite \
-        --trace-children=no build-normal/tests/conformance "$k"
-    done
+    # And the conformance suite on one URL kind (valgrind-test.sh scales
+    # its times: valgrind's slowdown is not what it tests). The other
+    # kinds run in the normal, ASan and TSan builds; under valgrind each
+    # takes 1.5 to 2 minutes, and their backends' code is run here by
+    # test_redlock, test_zk, test_etcd and the rest (CI's time budget).
+    { echo "build-normal/tests/conformance redis"
+      printf '%s\n' "${tests[@]}"; } | xargs -P2 -L1 scripts/valgrind-test.sh
     # The event-loop examples (those built), each run under valgrind by
     # test_examples.sh against its own server.
     examples=()
