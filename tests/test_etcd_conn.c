@@ -25,6 +25,15 @@ static void on_lost(dlock_lock *l, const char *owner, void *ud) {
   atomic_store(&lost_at, th_now_ms());
 }
 
+/* A waiter's thread: acquires the lock arg (5 s at most), woke_at then
+ * its time (-1: it failed). */
+static atomic_llong woke_at;
+static void *waiter(void *arg) {
+  int rc = dlock_lock_try_acquire(arg, th_soon(5000), 0, NULL);
+  atomic_store(&woke_at, rc == 0 ? th_now_ms() : -1);
+  return NULL;
+}
+
 /* etcds://: a server that takes TLS clients with certificates alone
  * (--client-cert-auth); the CA, client certificate and key are the
  * rediss:// options. A CA that did not sign the server's certificate, no
@@ -71,8 +80,34 @@ static void t_etcd_tls(void) {
   dlock_lock *l2;
   CHECK_RC(dlock_lock_new(c2, "tl", "other", &l2), 0);
   CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), DLOCK_EBUSY);
+  /* The watches over TLS (gRPC's Watch, HTTP/2 by ALPN): a wait that
+   * runs out, the hold's watch hearing a force release, a waiter woken. */
+  atomic_store(&lost_at, 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  CHECK_RC(dlock_lock_try_acquire(l2, 300, 0, NULL), DLOCK_EBUSY);
+  t0 = th_now_ms();
+  CHECK_EQ(dlock_lock_force_release(l2), 1);
+  while (atomic_load(&lost_at) == 0 && th_now_ms() - t0 < th_soon(3000))
+    th_sleep_ms(1);
+  fprintf(stderr, "    over TLS, a force release heard in %lld ms\n",
+          (long long)(atomic_load(&lost_at) - t0));
+  CHECK(atomic_load(&lost_at) != 0 &&
+        atomic_load(&lost_at) - t0 < th_soon(100));
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  atomic_store(&woke_at, 0);
+  pthread_t t;
+  CHECK_RC(pthread_create(&t, NULL, waiter, l2), 0);
+  /* Until the waiter's key is there (then it watches its predecessor). */
+  for (int64_t end = th_now_ms() + th_soon(3000); th_now_ms() < end;
+       th_sleep_ms(5)) {
+    const char *k =
+        th_etcd_ctl(&s, "get --prefix tl/ --keys-only", buf, sizeof buf);
+    if ((k = strstr(k, "tl/")) != NULL && strstr(k + 3, "tl/") != NULL) break;
+  }
   CHECK_RC(dlock_lock_release(l), 1);
-  CHECK_RC(dlock_lock_try_acquire(l2, 500, 0, NULL), 0);
+  pthread_join(t, NULL);
+  CHECK(atomic_load(&woke_at) > 0);
   CHECK_RC(dlock_lock_release(l2), 1);
   dlock_lock_free(l2);
   dlock_client_close(c2);
@@ -344,13 +379,6 @@ static void t_etcd_transport(void) {
  * held key's each start one Watch call, the held key's kept (not started
  * again), a force release is heard through it at once, and the waiter is
  * woken by its predecessor's delete. */
-static atomic_llong woke_at;
-static void *waiter(void *arg) {
-  int rc = dlock_lock_try_acquire(arg, th_soon(5000), 0, NULL);
-  atomic_store(&woke_at, rc == 0 ? th_now_ms() : -1);
-  return NULL;
-}
-
 static void t_etcd_watch_grpc(void) {
   NEED_ETCD();
   th_etcd s;
