@@ -1,7 +1,8 @@
 /* test_etcd_conn.c: how the etcd backend talks to its servers: etcds://
- * (TLS, client certificates), etcd's token authentication, and what a
- * lock cycle costs the server (requests, writes, watches), against
- * private etcd servers the harness starts. */
+ * (TLS, client certificates), etcd's token authentication, what a lock
+ * cycle costs the server (requests, writes, watches), and the transport
+ * of the calls and the watches, against private etcd servers the harness
+ * starts. */
 #include "harness.h"
 
 #include <pthread.h>
