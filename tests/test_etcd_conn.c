@@ -1,9 +1,11 @@
 /* test_etcd_conn.c: how the etcd backend talks to its servers: etcds://
- * (TLS, client certificates), etcd's token authentication, and what a
- * lock cycle costs the server (requests, writes, watches), against
- * private etcd servers the harness starts. */
+ * (TLS, client certificates), etcd's token authentication, what a lock
+ * cycle costs the server (requests, writes, watches), and the transport
+ * of the calls and the watches, against private etcd servers the harness
+ * starts. */
 #include "harness.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -22,6 +24,15 @@ static atomic_llong lost_at;
 static void on_lost(dlock_lock *l, const char *owner, void *ud) {
   (void)l, (void)owner, (void)ud;
   atomic_store(&lost_at, th_now_ms());
+}
+
+/* A waiter's thread: acquires the lock arg (5 s at most), woke_at then
+ * its time (-1: it failed). */
+static atomic_llong woke_at;
+static void *waiter(void *arg) {
+  int rc = dlock_lock_try_acquire(arg, th_soon(5000), 0, NULL);
+  atomic_store(&woke_at, rc == 0 ? th_now_ms() : -1);
+  return NULL;
 }
 
 /* etcds://: a server that takes TLS clients with certificates alone
@@ -113,8 +124,34 @@ static void t_etcd_tls(void) {
   dlock_lock *l2;
   CHECK_RC(dlock_lock_new(c2, "tl", "other", &l2), 0);
   CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), DLOCK_EBUSY);
+  /* The watches over TLS (gRPC's Watch, HTTP/2 by ALPN): a wait that
+   * runs out, the hold's watch hearing a force release, a waiter woken. */
+  atomic_store(&lost_at, 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  CHECK_RC(dlock_lock_try_acquire(l2, 300, 0, NULL), DLOCK_EBUSY);
+  t0 = th_now_ms();
+  CHECK_EQ(dlock_lock_force_release(l2), 1);
+  while (atomic_load(&lost_at) == 0 && th_now_ms() - t0 < th_soon(3000))
+    th_sleep_ms(1);
+  fprintf(stderr, "    over TLS, a force release heard in %lld ms\n",
+          (long long)(atomic_load(&lost_at) - t0));
+  CHECK(atomic_load(&lost_at) != 0 &&
+        atomic_load(&lost_at) - t0 < th_soon(100));
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  atomic_store(&woke_at, 0);
+  pthread_t t;
+  CHECK_RC(pthread_create(&t, NULL, waiter, l2), 0);
+  /* Until the waiter's key is there (then it watches its predecessor). */
+  for (int64_t end = th_now_ms() + th_soon(3000); th_now_ms() < end;
+       th_sleep_ms(5)) {
+    const char *k =
+        th_etcd_ctl(&s, "get --prefix tl/ --keys-only", buf, sizeof buf);
+    if ((k = strstr(k, "tl/")) != NULL && strstr(k + 3, "tl/") != NULL) break;
+  }
   CHECK_RC(dlock_lock_release(l), 1);
-  CHECK_RC(dlock_lock_try_acquire(l2, 500, 0, NULL), 0);
+  pthread_join(t, NULL);
+  CHECK(atomic_load(&woke_at) > 0);
   CHECK_RC(dlock_lock_release(l2), 1);
   dlock_lock_free(l2);
   dlock_client_close(c2);
@@ -383,8 +420,63 @@ static void t_etcd_transport(void) {
   th_etcd_stop(&s);
 }
 
+/* The watches go over gRPC's Watch, as the calls do: on a server without
+ * its JSON gateway (--enable-grpc-gateway=false), a waiter's watch and a
+ * held key's each start one Watch call, the held key's kept (not started
+ * again), a force release is heard through it at once, and the waiter is
+ * woken by its predecessor's delete. */
+static void t_etcd_watch_grpc(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start_with(&s, false, "--enable-grpc-gateway=false"), 0);
+  dlock_client *c = th_etcd_client(&s, 0), *c2 = th_etcd_client(&s, 0);
+  CHECK(c != NULL && c2 != NULL);
+  dlock_lock *l, *l2;
+  CHECK_RC(dlock_lock_new(c, "wg", "me", &l), 0);
+  CHECK_RC(dlock_lock_new(c2, "wg", "other", &l2), 0);
+  atomic_store(&lost_at, 0);
+  dlock_lock_on_lost(l, on_lost, NULL);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  int64_t end = th_now_ms() + th_soon(5000);
+  while (th_etcd_started(&s, "Watch") < 1 && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(th_etcd_started(&s, "Watch"), 1);
+  /* A wait of 300 ms: one Watch more, and the hold's still the one. */
+  CHECK_RC(dlock_lock_try_acquire(l2, 300, 0, NULL), DLOCK_EBUSY);
+  CHECK_EQ(th_etcd_started(&s, "Watch"), 2);
+  int64_t t0 = th_now_ms();
+  CHECK_EQ(dlock_lock_force_release(l2), 1);
+  while (atomic_load(&lost_at) == 0 && th_now_ms() < end)
+    th_sleep_ms(1);
+  long long ms = atomic_load(&lost_at) - t0;
+  fprintf(stderr, "    force release heard over gRPC's Watch in %lld ms\n", ms);
+  CHECK(atomic_load(&lost_at) != 0 && ms < th_soon(100));
+  CHECK_RC(dlock_lock_release(l), DLOCK_ELOST);
+  /* A waiter woken by the holder's release. */
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  long long before = th_etcd_started(&s, "Watch");
+  atomic_store(&woke_at, 0);
+  pthread_t t;
+  CHECK_RC(pthread_create(&t, NULL, waiter, l2), 0);
+  while (th_etcd_started(&s, "Watch") == before && th_now_ms() < end)
+    th_sleep_ms(2);
+  CHECK(th_etcd_started(&s, "Watch") > before);
+  t0 = th_now_ms();
+  CHECK_RC(dlock_lock_release(l), 1);
+  pthread_join(t, NULL);
+  fprintf(stderr, "    a waiter woken %lld ms after the release\n",
+          (long long)(atomic_load(&woke_at) - t0));
+  CHECK(atomic_load(&woke_at) > 0);
+  CHECK_RC(dlock_lock_release(l2), 1);
+  dlock_lock_free(l);
+  dlock_lock_free(l2);
+  dlock_client_close(c);
+  dlock_client_close(c2);
+  th_etcd_stop(&s);
+}
+
 TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
-        T_BARE(t_etcd_transport))
+        T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

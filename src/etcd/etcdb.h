@@ -88,8 +88,8 @@ typedef struct dl_etcd {
   struct curl_slist *headers; /* of every request (but the token's) */
   CURL **pool;                /* idle easy handles (their connections kept) */
   int npool;
-  /* The calls' transport: gRPC (the default), or the JSON gateway (the
-   * URL's transport=json). The watches use the gateway either way. */
+  /* The calls' and the watches' transport: gRPC (the default), or the
+   * JSON gateway (the URL's transport=json). */
   bool grpc;
   struct curl_slist *grpc_headers; /* of every gRPC call (but the token) */
   struct etcd_gconn **gpool;       /* grpc.c's idle handles */
@@ -187,6 +187,24 @@ int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
 int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
                       int64_t deadline, json_object **out, int *code, bool auth,
                       unsigned *gen);
+/* The headers of a gRPC call: e's, headed by the token's metadata when
+ * there is one; NULL out of memory. Free with dl_etcd_headers_free once
+ * the call is done. e->mu held. */
+struct curl_slist *dl_etcd_grpc_headers_locked(dl_etcd *e);
+/* Sets h up for the watch `body` (the gateway's JSON: {"create_request":
+ * ...}) as a call of gRPC's Watch at endpoint idx with the headers hd
+ * (dl_etcd_grpc_headers_locked'): its URL, HTTP/2, its one request
+ * message, after which the client's half of the stream is closed (etcd
+ * keeps the stream). 0, or -1 (a body that is not etcd's WatchRequest,
+ * out of memory). The caller sets the write callback. Any thread. */
+int dl_etcd_grpc_watch(dl_etcd *e, CURL *h, int idx, const char *body,
+                       struct curl_slist *hd);
+/* Feeds n bytes of a Watch call's answer to b (the bytes of a message not
+ * yet whole), calling on(ud, o) for each whole WatchResponse, o as the
+ * gateway writes it ({"result": ...}, the callee does not keep it): 0,
+ * or -1 (bytes that are not gRPC's WatchResponses, out of memory). */
+int dl_etcd_grpc_feed(etcd_buf *b, const char *p, size_t n,
+                      void (*on)(void *, json_object *), void *ud);
 /* Frees a pooled gRPC handle (the client closing). */
 void dl_etcd_gconn_free(struct etcd_gconn *c);
 /* An easy handle from the pool (or a new one), and back. */

@@ -112,8 +112,8 @@ struct curl_slist *dl_etcd_headers(dl_etcd *e, unsigned *gen) {
 }
 
 void dl_etcd_headers_free(dl_etcd *e, struct curl_slist *l) {
-  if (l == NULL || l == e->headers) return;
-  l->next = NULL; /* e->headers stays */
+  if (l == NULL || l == e->headers || l == e->grpc_headers) return;
+  l->next = NULL; /* e->headers or e->grpc_headers stays */
   curl_slist_free_all(l);
 }
 

@@ -1,17 +1,26 @@
-/* wait.c: the etcd backend's watches (/v3/watch, one HTTP/1.1 stream
- * each: the gateway takes one create_request per request). A waiter
- * watches its predecessor's key in its own thread until it is deleted;
- * the watcher thread runs a watch on every held key on one libcurl multi
- * handle, so that a key deleted by anyone (a force release, etcdctl del,
- * the lease's end) is told to the watchdog at once. The stream's messages
- * are parsed incrementally (json-c's tokener): a chunk need not be one
- * message. */
+/* wait.c: the etcd backend's watches, one stream each: a call of gRPC's
+ * Watch (an HTTP/2 stream: grpc.c) or, with transport=json, the gateway's
+ * /v3/watch (an HTTP/1.1 stream: the gateway takes one create_request per
+ * request). A waiter watches its predecessor's key in its own thread
+ * until it is deleted; the watcher thread runs a watch on every held key
+ * on one libcurl multi handle, so that a key deleted by anyone (a force
+ * release, etcdctl del, the lease's end) is told to the watchdog at once.
+ * The stream's messages are parsed as they come (json-c's tokener, or
+ * gRPC's frames): a chunk need not be one message. */
 #include "etcdb.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* A watch's answer as it comes, by e's transport: the gateway's JSON
+ * messages (tok) or gRPC's framed WatchResponses (buf: a message's bytes
+ * so far). */
+struct stream {
+  json_tokener *tok; /* NULL over gRPC */
+  etcd_buf buf;
+};
 
 struct etcd_watch {
   etcd_watch *next;
@@ -20,7 +29,7 @@ struct etcd_watch {
   char body[ETCD_KEY_MAX * 2 + 128];
   CURL *h;
   struct curl_slist *hd; /* h's headers (the token when it started) */
-  json_tokener *tok;
+  struct stream st;
   int64_t retry_at; /* a stream that ended starts again then */
   bool cancelled;   /* the server cancelled it: h ends */
   bool stop;
@@ -49,6 +58,53 @@ static int feed(json_tokener *tok, const char *p, size_t n,
   return 0;
 }
 
+static int stream_init(dl_etcd *e, struct stream *st) {
+  *st = (struct stream){.tok = e->grpc ? NULL : json_tokener_new()};
+  return e->grpc || st->tok ? 0 : -1;
+}
+
+static void stream_reset(struct stream *st) {
+  if (st->tok) json_tokener_reset(st->tok);
+  st->buf.n = 0;
+}
+
+static void stream_free(struct stream *st) {
+  if (st->tok) json_tokener_free(st->tok);
+  free(st->buf.p);
+}
+
+static int stream_feed(struct stream *st, const char *p, size_t n,
+                       void (*on)(void *, json_object *), void *ud) {
+  return st->tok ? feed(st->tok, p, n, on, ud)
+                 : dl_etcd_grpc_feed(&st->buf, p, n, on, ud);
+}
+
+/* The headers of a watch on e's transport (e->mu held): free with
+ * dl_etcd_headers_free; NULL out of memory. */
+static struct curl_slist *watch_headers_locked(dl_etcd *e) {
+  return e->grpc ? dl_etcd_grpc_headers_locked(e)
+                 : dl_etcd_headers_locked(e, NULL);
+}
+
+/* Sets h up for the watch `body` (the gateway's JSON) at endpoint idx on
+ * e's transport with the headers hd, its bytes to write(ud): 0 or -1. */
+static int watch_setup(dl_etcd *e, CURL *h, int idx, const char *body,
+                       struct curl_slist *hd, curl_write_callback write,
+                       void *ud) {
+  if (e->grpc) {
+    if (dl_etcd_grpc_watch(e, h, idx, body, hd) != 0) return -1;
+  } else {
+    char url[512];
+    snprintf(url, sizeof url, "%s/v3/watch", e->endpoints[idx]);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_COPYPOSTFIELDS, body);
+    dl_etcd_setopts(e, h, hd, e->connect_timeout_ms);
+  }
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, ud);
+  return 0;
+}
+
 /* What a message says: 1 a DELETE event (any: any event; put: a PUT
  * event, which has no "type": the gateway omits zeros), 2 the watch was
  * cancelled or failed (compacted, an error), 0 nothing of that. */
@@ -70,7 +126,7 @@ static int message_kind(json_object *o, bool any, bool put) {
 /* ---- a waiter's watch on its predecessor ---- */
 typedef struct waiting {
   dl_etcd *e;
-  json_tokener *tok;
+  struct stream st;
   int seen; /* message_kind's largest answer */
   bool any; /* any event is news, not only a DELETE */
   bool put; /* a PUT is news, not a DELETE */
@@ -86,7 +142,7 @@ static void on_wait_message(void *ud, json_object *o) {
 
 static size_t on_wait_data(char *p, size_t size, size_t nmemb, void *ud) {
   waiting *w = ud;
-  if (feed(w->tok, p, size * nmemb, on_wait_message, w) != 0) {
+  if (stream_feed(&w->st, p, size * nmemb, on_wait_message, w) != 0) {
     w->bad = true;
     return 0;
   }
@@ -170,23 +226,19 @@ static int wait_for(dl_etcd *e, const char *body, bool any, bool put,
     return dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
   if (dl_now_ms() >= deadline || dl_offload_cancelled()) return 0;
   CURL *h = curl_easy_init();
-  w.tok = json_tokener_new();
-  if (h == NULL || w.tok == NULL) {
+  if (h == NULL || stream_init(e, &w.st) != 0) {
     if (h) curl_easy_cleanup(h);
-    if (w.tok) json_tokener_free(w.tok);
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   }
   int idx = atomic_load(&e->current);
-  char url[512];
-  snprintf(url, sizeof url, "%s/v3/watch", e->endpoints[idx]);
-  struct curl_slist *hd = dl_etcd_headers(e, NULL);
-  curl_easy_setopt(h, CURLOPT_URL, url);
-  curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-  dl_etcd_setopts(e, h, hd, e->connect_timeout_ms);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_wait_data);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &w);
-  atomic_fetch_add(&e->round_trips, 1);
-  CURLcode cc = hd ? run_waiting(e, h, &w, deadline) : CURLE_OUT_OF_MEMORY;
+  pthread_mutex_lock(&e->mu);
+  struct curl_slist *hd = watch_headers_locked(e);
+  pthread_mutex_unlock(&e->mu);
+  CURLcode cc = CURLE_OUT_OF_MEMORY;
+  if (hd && watch_setup(e, h, idx, body, hd, on_wait_data, &w) == 0) {
+    atomic_fetch_add(&e->round_trips, 1);
+    cc = run_waiting(e, h, &w, deadline);
+  }
   int rc;
   if (w.seen) {
     rc = 1; /* deleted, or the watch ended: the caller looks again */
@@ -197,7 +249,8 @@ static int wait_for(dl_etcd *e, const char *body, bool any, bool put,
   } else if (cc == CURLE_OPERATION_TIMEDOUT && dl_now_ms() >= deadline) {
     rc = 0;
   } else if (w.bad) {
-    rc = dl_seterr(e->err, DLOCK_EPROTO, "etcd /v3/watch: not JSON");
+    rc = dl_seterr(e->err, DLOCK_EPROTO, "etcd %s: an answer not etcd's",
+                   e->grpc ? "Watch" : "/v3/watch");
   } else if (cc == CURLE_OUT_OF_MEMORY) {
     rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   } else {
@@ -210,7 +263,7 @@ static int wait_for(dl_etcd *e, const char *body, bool any, bool put,
     dl_etcd_pause(e, 50);
     rc = 1;
   }
-  json_tokener_free(w.tok);
+  stream_free(&w.st);
   /* A stream cut short leaves its connection unusable: not pooled. */
   curl_easy_cleanup(h);
   dl_etcd_headers_free(e, hd);
@@ -272,7 +325,7 @@ static void on_hold_message(void *ud, json_object *o) {
 
 static size_t on_hold_data(char *p, size_t size, size_t nmemb, void *ud) {
   etcd_watch *w = ud;
-  if (feed(w->tok, p, size * nmemb, on_hold_message, w) != 0) return 0;
+  if (stream_feed(&w->st, p, size * nmemb, on_hold_message, w) != 0) return 0;
   /* A watch cancelled (refused: a token no longer good; compacted) keeps
    * its stream open: ended here, it starts again. */
   return w->cancelled ? 0 : size * nmemb;
@@ -284,7 +337,7 @@ static void watch_free(etcd_watch *w) {
     curl_easy_cleanup(w->h);
   }
   dl_etcd_headers_free(w->e, w->hd);
-  if (w->tok) json_tokener_free(w->tok);
+  stream_free(&w->st);
   free(w->lock);
   free(w);
 }
@@ -294,20 +347,14 @@ static void watch_start(dl_etcd *e, etcd_watch *w) {
   CURL *h = curl_easy_init();
   if (h == NULL) return;
   dl_etcd_headers_free(e, w->hd);
-  if ((w->hd = dl_etcd_headers_locked(e, NULL)) == NULL) {
+  if ((w->hd = watch_headers_locked(e)) == NULL ||
+      watch_setup(e, h, atomic_load(&e->current), w->body, w->hd, on_hold_data,
+                  w) != 0) {
     curl_easy_cleanup(h);
     return;
   }
-  if (w->tok) json_tokener_reset(w->tok);
+  stream_reset(&w->st);
   w->cancelled = false;
-  char url[512];
-  snprintf(url, sizeof url, "%s/v3/watch",
-           e->endpoints[atomic_load(&e->current)]);
-  curl_easy_setopt(h, CURLOPT_URL, url);
-  curl_easy_setopt(h, CURLOPT_COPYPOSTFIELDS, w->body);
-  dl_etcd_setopts(e, h, w->hd, e->connect_timeout_ms);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_hold_data);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, w);
   curl_easy_setopt(h, CURLOPT_PRIVATE, w);
   w->h = h;
   curl_multi_add_handle(e->multi, h);
@@ -406,7 +453,7 @@ static int start_watcher(dl_etcd *e);
 int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h) {
   etcd_watch *w = calloc(1, sizeof *w);
   if (w == NULL || (w->lock = dl_strdup(h->lock)) == NULL ||
-      (w->tok = json_tokener_new()) == NULL) {
+      stream_init(e, &w->st) != 0) {
     if (w) {
       free(w->lock);
       free(w);
@@ -439,7 +486,7 @@ int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h) {
   }
   pthread_mutex_unlock(&e->mu);
   if (rc != 0) {
-    json_tokener_free(w->tok);
+    stream_free(&w->st);
     free(w->lock);
     free(w);
     return rc;
