@@ -421,14 +421,19 @@ static int prepare(th_redis *r, const char *extra) {
 /* Whether r's server exited because its port was taken meanwhile (the
  * free port th_free_port found was bound by someone else first). */
 static bool port_was_taken(const th_redis *r) {
-  char path[600], line[512];
+  char path[600];
   snprintf(path, sizeof path, "%s/redis.log", r->dir);
+  return th_file_has(path, "Address already in use");
+}
+
+bool th_file_has(const char *path, const char *needle) {
+  char line[1024];
   FILE *f = fopen(path, "r");
-  bool taken = false;
-  while (f && !taken && fgets(line, sizeof line, f))
-    taken = strstr(line, "Address already in use") != NULL;
+  bool has = false;
+  while (f && !has && fgets(line, sizeof line, f))
+    has = strstr(line, needle) != NULL;
   if (f) fclose(f);
-  return taken;
+  return has;
 }
 
 int th_redis_start(th_redis *r, const char *extra) {

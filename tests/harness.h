@@ -258,6 +258,9 @@ void th_tls_options(dlock_client_options *o, th_tls_paths *p,
 int th_free_port(void);
 /* Whether nothing listens on (or is bound to) 127.0.0.1:port now. */
 bool th_port_free(int port);
+/* Whether a line of the file at path (up to 1 KiB read a line) holds
+ * needle; false if it cannot be read. */
+bool th_file_has(const char *path, const char *needle);
 int64_t th_now_ms(void);
 /* Polls cond every 2 ms until it holds or timeout_ms passes. */
 bool th_wait_for(bool (*cond)(void *), void *arg, int timeout_ms);

@@ -136,14 +136,9 @@ static int make_certs(const char *dir) {
 /* Whether the member in dir exited because a port of its was bound by
  * another process between th_free_port and etcd's bind. */
 static bool etcd_port_taken(const char *dir) {
-  char path[600], line[1024];
+  char path[600];
   snprintf(path, sizeof path, "%s/etcd.log", dir);
-  FILE *f = fopen(path, "r");
-  bool taken = false;
-  while (f && !taken && fgets(line, sizeof line, f))
-    taken = strstr(line, "address already in use") != NULL;
-  if (f) fclose(f);
-  return taken;
+  return th_file_has(path, "address already in use");
 }
 
 /* Empties dir (a member's data and log) for a start on other ports. */
