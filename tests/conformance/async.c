@@ -340,9 +340,80 @@ static void t_async_cancel(void) {
   cf_fix_close(&f);
 }
 
+/* A wait ended by freeing its handle (dlock_lock_free, or a permits
+ * handle's free): its callback comes later from the loop, not within the
+ * free, with DLOCK_ECANCELED, and it leaves nothing on the server: once
+ * the holder lets go, another client takes the lock (or the permit) at
+ * once. */
+static void t_async_free_waiter(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_LOOP)) return;
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 0), 0);
+  dlock_client *b = cf_client(0), *n = cf_client(0);
+  CHECK(b && n);
+  int never = 0;
+  FOR_KINDS(k) {
+    char name[64];
+    cf_name(name, sizeof name, dl_feature_name(k));
+    cf_lock h, w, next;
+    CHECK_RC(cf_lock_new(b, cf_rival(k), name, "holder", &h), 0);
+    CHECK_RC(cf_lock_new(f.c, k, name, "waiter", &w), 0);
+    CHECK_RC(cf_lock_new(n, k, name, "next", &next), 0);
+    CHECK_RC(dlock_lock_try_acquire(h.l, 0, 10000, NULL), 0);
+    cf_got g = {0};
+    CHECK_RC(dlock_lock_acquire_async(w.l, -1, 10000, cf_done, &g, NULL), 0);
+    bool seen = !cf_waiters_by_session();
+    for (int64_t end = th_now_ms() + 3000; !seen && th_now_ms() < end;) {
+      cf_run_until(f.lp, &never, 5);
+      seen = cf_waiters_reach(next.l, 1, 0);
+    }
+    if (!cf_waiters_by_session()) cf_run_until(f.lp, &never, 50);
+    CHECK(seen);
+    CHECK_EQ(g.calls, 0);
+    cf_lock_free(&w);
+    CHECK_EQ(g.calls, 0); /* never within the free */
+    CHECK(cf_run_until(f.lp, &g.calls, 3000));
+    CHECK_RC(g.rc, DLOCK_ECANCELED);
+    CHECK_EQ(dlock_lock_release(h.l), 1);
+    int64_t t0 = th_now_ms();
+    CHECK_RC(dlock_lock_try_acquire(next.l, 0, 10000, NULL), 0);
+    CHECK(th_now_ms() - t0 <= CF_CMD_MS);
+    CHECK_EQ(dlock_lock_release(next.l), 1);
+    cf_lock_free(&h);
+    cf_lock_free(&next);
+  }
+  if (cf_has(DL_FEAT_PERMITS)) {
+    char name[64];
+    cf_name(name, sizeof name, "free-permits");
+    dlock_permits *hp, *wp;
+    CHECK_RC(dlock_permits_new(b, name, &hp), 0);
+    CHECK_RC(dlock_permits_new(f.c, name, &wp), 0);
+    CHECK_RC(dlock_permits_try_set(hp, 1), 1);
+    char hid[DLOCK_PERMIT_ID_LEN], wid[DLOCK_PERMIT_ID_LEN];
+    CHECK_RC(dlock_permits_try_acquire(hp, 0, 10000, hid), 0);
+    cf_got s = {0};
+    CHECK_RC(dlock_permits_acquire_async(wp, -1, 10000, wid, cf_done, &s, NULL),
+             0);
+    cf_run_until(f.lp, &never, 200); /* not a synchronisation: see above */
+    CHECK_EQ(s.calls, 0);
+    dlock_permits_free(wp);
+    CHECK_EQ(s.calls, 0);
+    CHECK(cf_run_until(f.lp, &s.calls, 3000));
+    CHECK_RC(s.rc, DLOCK_ECANCELED);
+    CHECK_RC(dlock_permits_release(hp, hid), 0);
+    CHECK_RC(dlock_permits_get_available(hp), 1);
+    dlock_permits_free(hp);
+  }
+  dlock_client_close(b);
+  dlock_client_close(n);
+  cf_fix_close(&f);
+}
+
 const th_test cf_async_tests[] = {
-    T_BARE(t_async_exclusion), T_BARE(t_async_reentrancy),
-    T_BARE(t_async_try_wait),  T_BARE(t_async_lease_expiry),
-    T_BARE(t_async_takeaway),  T_BARE(t_async_cancel),
+    T_BARE(t_async_exclusion),   T_BARE(t_async_reentrancy),
+    T_BARE(t_async_try_wait),    T_BARE(t_async_lease_expiry),
+    T_BARE(t_async_takeaway),    T_BARE(t_async_cancel),
+    T_BARE(t_async_free_waiter),
 };
 const size_t cf_async_ntests = sizeof cf_async_tests / sizeof cf_async_tests[0];
