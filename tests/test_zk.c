@@ -848,78 +848,6 @@ static void t_zk_foreign_nodes(void) {
   th_zk_stop(&zk);
 }
 
-typedef struct sd_waiter {
-  dlock_lock *l;
-  dlock_leader *ld;
-  atomic_int rc;
-  atomic_int done;
-} sd_waiter;
-
-static void *wait_lock(void *p) {
-  sd_waiter *w = p;
-  uint64_t tok;
-  atomic_store(&w->rc, w->ld ? dlock_leader_try_await(w->ld, 20000)
-                             : dlock_lock_try_acquire(w->l, 20000, 0, &tok));
-  atomic_store(&w->done, 1);
-  return NULL;
-}
-
-/* A waiter whose client shuts down (dlock_client_shutdown from another
- * thread, as dlock run on SIGTERM) deletes its node before its call
- * returns DLOCK_ECLOSED, at once: the next waiter is not held up until its
- * session times out. Also a leader election's standby. */
-static void t_zk_shutdown_waiter(void) {
-  ZK_SETUP(zk, zh);
-  dlock_client *a = zclient(&zk, 0), *b = zclient(&zk, 0);
-  CHECK(a && b);
-  dlock_lock *h, *l;
-  CHECK_RC(dlock_lock_new(a, "/sw/x", "h", &h), 0);
-  CHECK_RC(dlock_lock_new(b, "/sw/x", "w", &l), 0);
-  uint64_t tok;
-  CHECK_RC(dlock_lock_try_acquire(h, 0, 0, &tok), 0);
-  dlock_leader *la, *lb;
-  CHECK_RC(dlock_leader_new(a, "/sw/el", "a", &la), 0);
-  CHECK_RC(dlock_leader_new(b, "/sw/el", "b", &lb), 0);
-  CHECK_RC(dlock_leader_start(la), 0);
-  CHECK_RC(dlock_leader_try_await(la, 5000), 0);
-  CHECK_RC(dlock_leader_start(lb), 0);
-  sd_waiter w = {.l = l}, e = {.ld = lb};
-  pthread_t tw, te;
-  CHECK(pthread_create(&tw, NULL, wait_lock, &w) == 0);
-  CHECK(pthread_create(&te, NULL, wait_lock, &e) == 0);
-  int64_t end = th_now_ms() + 5000;
-  while ((children(zh, "/sw/x", NULL, 0) != 2 ||
-          children(zh, "/sw/el", NULL, 0) != 2) && th_now_ms() < end)
-    th_sleep_ms(5);
-  CHECK_EQ(children(zh, "/sw/x", NULL, 0), 2);
-  CHECK_EQ(children(zh, "/sw/el", NULL, 0), 2);
-  int64_t t0 = th_now_ms();
-  dlock_client_shutdown(b);
-  while ((!atomic_load(&w.done) || !atomic_load(&e.done)) &&
-         th_now_ms() < t0 + 5000)
-    th_sleep_ms(1);
-  fprintf(stderr, "    the waits ended after %lld ms\n",
-          (long long)(th_now_ms() - t0));
-  CHECK(th_now_ms() - t0 < 1000);
-  pthread_join(tw, NULL);
-  pthread_join(te, NULL);
-  CHECK_RC(atomic_load(&w.rc), DLOCK_ECLOSED);
-  CHECK_RC(atomic_load(&e.rc), DLOCK_ECLOSED);
-  /* Their nodes went before the calls returned. */
-  CHECK_EQ(children(zh, "/sw/x", NULL, 0), 1);
-  CHECK_EQ(children(zh, "/sw/el", NULL, 0), 1);
-  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, &tok), DLOCK_ECLOSED);
-  dlock_lock_free(l);
-  dlock_leader_free(lb);
-  dlock_client_close(b);
-  CHECK_RC(dlock_lock_release(h), 1);
-  dlock_lock_free(h);
-  dlock_leader_free(la);
-  dlock_client_close(a);
-  zookeeper_close(zh);
-  th_zk_stop(&zk);
-}
-
 /* dlock_client_close with the server stopped (SIGSTOP) returns within
  * its bound (zookeeper_close alone waited 1.5 s for the close's answer),
  * and the close still reaches the server: once it runs again, the
@@ -1625,9 +1553,8 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_multilock), T_BARE(t_zk_async), T_BARE(t_zk_server_restart),
         T_BARE(t_zk_ensemble_leader_killed), T_BARE(t_zk_session_expiry_loss),
         T_BARE(t_zk_chroot), T_BARE(t_zk_inspect), T_BARE(t_zk_loss_one_moment),
-        T_BARE(t_zk_foreign_nodes), T_BARE(t_zk_shutdown_waiter),
-        T_BARE(t_zk_close_unanswered), T_BARE(t_zk_auth),
-        T_BARE(t_zk_session_renewed))
+        T_BARE(t_zk_foreign_nodes), T_BARE(t_zk_close_unanswered),
+        T_BARE(t_zk_auth), T_BARE(t_zk_session_renewed))
 #else
 /* zk:// without libzookeeper-mt: DLOCK_ENOTSUP and a message that says
  * why. */
