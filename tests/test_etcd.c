@@ -155,6 +155,10 @@ static void duel_end(duel *d) {
   dlock_client_close(d->b);
 }
 
+/* Refused tries (another client, another owner of the holder's client)
+ * leave nothing: the holder's key alone under the prefix. (Waits, the
+ * order of waiters and their tokens: the conformance suite's t_try_wait,
+ * t_fair_order and t_tokens_grow; etcd's mutex is its fair lock.) */
 static void t_etcd_exclusion(void) {
   TH_ETCD_SETUP(s);
   dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
@@ -163,40 +167,14 @@ static void t_etcd_exclusion(void) {
   CHECK_RC(dlock_lock_new(a, "x", "a", &la), 0);
   CHECK_RC(dlock_lock_new(b, "x", "b", &lb), 0);
   CHECK_RC(dlock_lock_new(a, "x", "a2", &la2), 0);
-  uint64_t t1 = 0;
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, &t1), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
   CHECK_RC(dlock_lock_try_acquire(lb, 0, 0, NULL), DLOCK_EBUSY);
   CHECK_RC(dlock_lock_try_acquire(la2, 0, 0, NULL), DLOCK_EBUSY);
-  int64_t t0 = th_now_ms();
-  CHECK_RC(dlock_lock_try_acquire(lb, 300, 0, NULL), DLOCK_EBUSY);
-  int64_t took = th_now_ms() - t0;
-  fprintf(stderr, "    a wait of 300 ms refused after %lld ms\n",
-          (long long)took);
-  CHECK(took >= 290 && took < 2000);
   char buf[1024];
   th_etcd_ctl(&s, "get --prefix x/ --keys-only", buf, sizeof buf);
   CHECK(strstr(buf, "x/") != NULL && strstr(strstr(buf, "x/") + 1, "x/") ==
                                          NULL); /* the holder's key alone */
-  waiter w = {.l = lb}, w2 = {.l = la2};
-  pthread_t th, th2;
-  pthread_create(&th, NULL, wait_acquire, &w);
-  th_sleep_ms(200); /* b queues first (not a synchronisation) */
-  pthread_create(&th2, NULL, wait_acquire, &w2);
-  th_sleep_ms(200);
-  CHECK_EQ(atomic_load(&w.at), 0);
-  int64_t rel = th_now_ms();
   CHECK_RC(dlock_lock_release(la), 1);
-  pthread_join(th, NULL);
-  CHECK_RC(w.rc, 0);
-  fprintf(stderr, "    hand-off to the waiter in %lld ms\n",
-          (long long)(atomic_load(&w.at) - rel));
-  CHECK(w.tok > t1);
-  CHECK_EQ(atomic_load(&w2.at), 0);
-  CHECK_RC(dlock_lock_release(lb), 1);
-  pthread_join(th2, NULL);
-  CHECK_RC(w2.rc, 0);
-  CHECK(w2.tok > w.tok);
-  CHECK_RC(dlock_lock_release(la2), 1);
   dlock_lock_free(la);
   dlock_lock_free(la2);
   dlock_lock_free(lb);
