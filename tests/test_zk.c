@@ -591,12 +591,10 @@ static void t_zk_permits(void) {
   th_zk_stop(&zk);
 }
 
-/* The event-loop client on zk://: a waiter on the loop is woken by a
- * blocking client's release and gets a larger token (the blocking calls
- * refuse there: DLOCK_EINVAL); a cancelled wait
- * ends at once with DLOCK_ECANCELED and leaves no node; queries, status,
- * list and the permits run on the loop; an operation in flight when the
- * client closes completes within the close with DLOCK_ECLOSED. */
+/* The event-loop client on zk://: its blocking calls refused leave no
+ * node (a leader's query too); a waiter on the loop queues a node, and a
+ * cancel deletes it. (The rest, on every kind: the conformance suite's
+ * t_async_client, t_async_cancel, t_async_permits.) */
 static void t_zk_async(void) {
   ZK_SETUP(zk, zh);
   td_loop t;
@@ -611,12 +609,7 @@ static void t_zk_async(void) {
   CHECK_RC(dlock_lock_new(ac, "/as/x", "w", &w), 0);
   CHECK_RC(dlock_lock_new(b, "/as/x", "h", &h), 0);
   uint64_t ht = 0;
-  /* Blocking calls refuse on the event-loop client (they would block the
-   * loop's thread), and leave nothing on the server. */
   CHECK_RC(dlock_lock_try_acquire(w, 0, 0, &ht), DLOCK_EINVAL);
-  CHECK(strstr(dlock_client_errmsg(ac), "event-loop") != NULL);
-  CHECK_RC(dlock_lock_is_locked(w), DLOCK_EINVAL);
-  CHECK_RC(dlock_client_ping(ac), DLOCK_EINVAL);
   dlock_leader *lw;
   char who[64];
   CHECK_RC(dlock_leader_new(ac, "/as/el", "w", &lw), 0);
@@ -624,69 +617,21 @@ static void t_zk_async(void) {
   dlock_leader_free(lw);
   CHECK_EQ(children(zh, "/as", NULL, 0), -1);
   CHECK_RC(dlock_lock_try_acquire(h, 0, 0, &ht), 0);
-  td_got g = {0};
-  CHECK_RC(dlock_lock_acquire_async(w, 10000, 0, td_on_done, &g, NULL), 0);
-  CHECK_EQ(g.calls, 0); /* never within the call */
-  td_run_for(&t, 200);
-  CHECK_EQ(g.calls, 0);
-  CHECK_EQ(children(zh, "/as/x", NULL, 0), 2); /* queued */
-  CHECK_RC(dlock_lock_release(h), 1);
-  CHECK(td_run_until(&t, &g.calls, 5000));
-  CHECK_RC(g.rc, 0);
-  CHECK(g.token > ht);
-  td_got q = {0};
-  CHECK_RC(dlock_lock_is_held_async(w, td_on_done, &q, NULL), 0);
-  CHECK(td_run_until(&t, &q.calls, 5000));
-  CHECK_RC(q.rc, 1);
-  dlock_lock_state st;
-  td_got i = {0};
-  CHECK_RC(dlock_lock_inspect_async(w, &st, td_on_done, &i, NULL), 0);
-  CHECK(td_run_until(&t, &i.calls, 5000));
-  CHECK_RC(i.rc, 0);
-  CHECK_EQ(st.token, g.token);
-  td_got r = {0};
-  CHECK_RC(dlock_lock_release_async(w, td_on_done, &r, NULL), 0);
-  CHECK(td_run_until(&t, &r.calls, 5000));
-  CHECK_RC(r.rc, 1);
-  CHECK_EQ(children(zh, "/as/x", NULL, 0), 0);
-  /* Cancelled while waiting: at once, and its node goes. */
-  CHECK_RC(dlock_lock_try_acquire(h, 0, 0, &ht), 0);
   td_got c = {0};
   dlock_op *op = NULL;
   CHECK_RC(dlock_lock_acquire_async(w, 10000, 0, td_on_done, &c, &op), 0);
-  td_run_for(&t, 200);
+  int64_t end = th_now_ms() + 5000;
+  while (children(zh, "/as/x", NULL, 0) != 2 && th_now_ms() < end)
+    td_run_for(&t, 5);
+  CHECK_EQ(children(zh, "/as/x", NULL, 0), 2); /* queued */
   CHECK_EQ(c.calls, 0);
-  int64_t t0 = th_now_ms();
   dlock_op_cancel(op);
   CHECK(td_run_until(&t, &c.calls, 5000));
   CHECK_RC(c.rc, DLOCK_ECANCELED);
-  CHECK(th_now_ms() - t0 < 1000);
-  CHECK_EQ(children(zh, "/as/x", NULL, 0), 1);
-  /* The permits on the loop. */
-  dlock_permits *p;
-  CHECK_RC(dlock_permits_new(ac, "/as/sem", &p), 0);
-  td_got ps = {0}, pa = {0};
-  CHECK_RC(dlock_permits_try_set_async(p, 1, td_on_done, &ps, NULL), 0);
-  CHECK(td_run_until(&t, &ps.calls, 5000));
-  CHECK_RC(ps.rc, 1);
-  char id[DLOCK_PERMIT_ID_LEN];
-  CHECK_RC(dlock_permits_acquire_async(p, 0, 0, id, td_on_done, &pa, NULL), 0);
-  CHECK(td_run_until(&t, &pa.calls, 5000));
-  CHECK_RC(pa.rc, 0);
-  CHECK_EQ(marked(zh, "/as/sem/leases", "lease-"), 1);
-  /* In flight at the close: completed within it (the free just before
-   * cancelled it: its thread may have ended the wait before the close). */
-  td_got z = {0};
-  CHECK_RC(dlock_lock_acquire_async(w, 20000, 0, td_on_done, &z, NULL), 0);
-  td_run_for(&t, 100);
-  CHECK_EQ(z.calls, 0);
-  dlock_permits_free(p);
+  CHECK_EQ(children(zh, "/as/x", NULL, 0), 1); /* h's only */
   dlock_lock_free(w);
   dlock_client_close(ac);
-  CHECK_EQ(z.calls, 1);
-  CHECK(z.rc == DLOCK_ECLOSED || z.rc == DLOCK_ECANCELED);
   td_close(&t);
-  CHECK_EQ(children(zh, "/as/x", NULL, 0), 1); /* h's only */
   CHECK_RC(dlock_lock_release(h), 1);
   dlock_lock_free(h);
   dlock_client_close(b);
