@@ -963,39 +963,6 @@ static void t_unlimited_wait_refused(void) {
   dlock_client_close(c);
 }
 
-/* dlock_client_shutdown ends a wait with no limit on a held lock
- * (DLOCK_ECLOSED) within one retry pause: it went on trying until the
- * lock came free. */
-static void t_shutdown_ends_wait(void) {
-  CHECK(start(3));
-  dlock_client *a = client(0), *c = client(0);
-  CHECK(a && c);
-  dlock_lock *la;
-  CHECK_RC(dlock_lock_new(a, "rl:shut", NULL, &la), 0);
-  CHECK_RC(dlock_lock_try_acquire(la, 0, 30000, NULL), 0);
-  unlimited u = {.c = c};
-  CHECK_RC(dlock_lock_new(c, "rl:shut", NULL, &u.l), 0);
-  pthread_t th;
-  CHECK(pthread_create(&th, NULL, acquire_unlimited, &u) == 0);
-  CHECK(!th_wait_for(unlimited_done, &u, 100)); /* it waits */
-  int64_t t0 = th_now_ms();
-  dlock_client_shutdown(c);
-  bool done = th_wait_for(unlimited_done, &u, (int)th_soon(1000));
-  int64_t took = th_now_ms() - t0;
-  if (!done) dlock_lock_release(la); /* the wait ends as it takes the lock */
-  pthread_join(th, NULL);
-  fprintf(stderr, "    %s %lld ms after the shutdown: %s\n",
-          dlock_err_name(atomic_load(&u.rc)), (long long)took, u.msg);
-  CHECK(done);
-  CHECK_RC(atomic_load(&u.rc), DLOCK_ECLOSED);
-  CHECK(took < th_soon(200));
-  dlock_lock_free(u.l);
-  dlock_client_close(c);
-  CHECK_EQ(dlock_lock_release(la), 1);
-  dlock_lock_free(la);
-  dlock_client_close(a);
-}
-
 /* Inspect shows the holder a quorum agrees on: with the hold gone from
  * one of three servers (a rival's failed attempt there comes and goes)
  * and that server answering first, it showed the lock free (so
@@ -1025,13 +992,12 @@ static void t_inspect_quorum(void) {
 }
 
 TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
-        T_BARE(t_acquire_validity_release),
-        T_BARE(t_minority_taken), T_BARE(t_fencing_over_quorums),
-        T_BARE(t_renew_by_quorum), T_BARE(t_async), T_BARE(t_layouts),
-        T_BARE(t_token_proposed), T_BARE(t_delayed_restart),
-        T_BARE(t_replica_ack), T_BARE(t_replica_auto), T_BARE(t_bad_urls),
-        T_BARE(t_duplicate_server), T_BARE(t_stalled_server),
-        T_BARE(t_deleted_by_quorum),
+        T_BARE(t_acquire_validity_release), T_BARE(t_minority_taken),
+        T_BARE(t_fencing_over_quorums), T_BARE(t_renew_by_quorum),
+        T_BARE(t_async), T_BARE(t_layouts), T_BARE(t_token_proposed),
+        T_BARE(t_delayed_restart), T_BARE(t_replica_ack),
+        T_BARE(t_replica_auto), T_BARE(t_bad_urls), T_BARE(t_duplicate_server),
+        T_BARE(t_stalled_server), T_BARE(t_deleted_by_quorum),
         T_BARE(t_all_down_named), T_BARE(t_close_waits_for_release),
         T_BARE(t_refusal_counted), T_BARE(t_unlimited_wait_refused),
-        T_BARE(t_shutdown_ends_wait), T_BARE(t_inspect_quorum))
+        T_BARE(t_inspect_quorum))

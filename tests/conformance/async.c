@@ -340,9 +340,153 @@ static void t_async_cancel(void) {
   cf_fix_close(&f);
 }
 
+/* A wait ended by freeing its handle (dlock_lock_free, or a permits
+ * handle's free): its callback comes later from the loop, not within the
+ * free, with DLOCK_ECANCELED, and it leaves nothing on the server: once
+ * the holder lets go, another client takes the lock (or the permit) at
+ * once. */
+static void t_async_free_waiter(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_LOOP)) return;
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 0), 0);
+  dlock_client *b = cf_client(0), *n = cf_client(0);
+  CHECK(b && n);
+  int never = 0;
+  FOR_KINDS(k) {
+    char name[64];
+    cf_name(name, sizeof name, dl_feature_name(k));
+    cf_lock h, w, next;
+    CHECK_RC(cf_lock_new(b, cf_rival(k), name, "holder", &h), 0);
+    CHECK_RC(cf_lock_new(f.c, k, name, "waiter", &w), 0);
+    CHECK_RC(cf_lock_new(n, k, name, "next", &next), 0);
+    CHECK_RC(dlock_lock_try_acquire(h.l, 0, 10000, NULL), 0);
+    cf_got g = {0};
+    CHECK_RC(dlock_lock_acquire_async(w.l, -1, 10000, cf_done, &g, NULL), 0);
+    bool seen = !cf_waiters_by_session();
+    for (int64_t end = th_now_ms() + 3000; !seen && th_now_ms() < end;) {
+      cf_run_until(f.lp, &never, 5);
+      seen = cf_waiters_reach(next.l, 1, 0);
+    }
+    if (!cf_waiters_by_session()) cf_run_until(f.lp, &never, 50);
+    CHECK(seen);
+    CHECK_EQ(g.calls, 0);
+    cf_lock_free(&w);
+    CHECK_EQ(g.calls, 0); /* never within the free */
+    CHECK(cf_run_until(f.lp, &g.calls, 3000));
+    CHECK_RC(g.rc, DLOCK_ECANCELED);
+    CHECK_EQ(dlock_lock_release(h.l), 1);
+    int64_t t0 = th_now_ms();
+    CHECK_RC(dlock_lock_try_acquire(next.l, 0, 10000, NULL), 0);
+    CHECK(th_now_ms() - t0 <= CF_CMD_MS);
+    CHECK_EQ(dlock_lock_release(next.l), 1);
+    cf_lock_free(&h);
+    cf_lock_free(&next);
+  }
+  if (cf_has(DL_FEAT_PERMITS)) {
+    char name[64];
+    cf_name(name, sizeof name, "free-permits");
+    dlock_permits *hp, *wp;
+    CHECK_RC(dlock_permits_new(b, name, &hp), 0);
+    CHECK_RC(dlock_permits_new(f.c, name, &wp), 0);
+    CHECK_RC(dlock_permits_try_set(hp, 1), 1);
+    char hid[DLOCK_PERMIT_ID_LEN], wid[DLOCK_PERMIT_ID_LEN];
+    CHECK_RC(dlock_permits_try_acquire(hp, 0, 10000, hid), 0);
+    cf_got s = {0};
+    CHECK_RC(dlock_permits_acquire_async(wp, -1, 10000, wid, cf_done, &s, NULL),
+             0);
+    cf_run_until(f.lp, &never, 200); /* not a synchronisation: see above */
+    CHECK_EQ(s.calls, 0);
+    dlock_permits_free(wp);
+    CHECK_EQ(s.calls, 0);
+    CHECK(cf_run_until(f.lp, &s.calls, 3000));
+    CHECK_RC(s.rc, DLOCK_ECANCELED);
+    CHECK_RC(dlock_permits_release(hp, hid), 0);
+    CHECK_RC(dlock_permits_get_available(hp), 1);
+    dlock_permits_free(hp);
+  }
+  dlock_client_close(b);
+  dlock_client_close(n);
+  cf_fix_close(&f);
+}
+
+/* An event-loop client's blocking calls are refused (DLOCK_EINVAL, the
+ * message naming the event loop) and send nothing; the queries run on the
+ * loop (is_held, inspect: the holder's token); a waiter on the loop is
+ * woken by another client's release, with a larger token; one still waiting
+ * when the client closes has completed when the close returns. */
+static void t_async_client(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_LOOP)) return;
+  cf_fix f;
+  CHECK_RC(cf_fix_open(&f, 0), 0);
+  dlock_client *b = cf_client(0);
+  CHECK(b != NULL);
+  char name[64];
+  cf_name(name, sizeof name, "refused");
+  dlock_lock *w, *h;
+  CHECK_RC(dlock_lock_new(f.c, name, "w", &w), 0);
+  CHECK_RC(dlock_lock_new(b, name, "h", &h), 0);
+  uint64_t t = 0;
+  CHECK_RC(dlock_lock_try_acquire(w, 0, 10000, &t), DLOCK_EINVAL);
+  CHECK(strstr(dlock_client_errmsg(f.c), "event-loop") != NULL);
+  CHECK_RC(dlock_lock_is_locked(w), DLOCK_EINVAL);
+  CHECK_RC(dlock_client_ping(f.c), DLOCK_EINVAL);
+  CHECK_EQ(dlock_lock_is_locked(h), 0); /* nothing was sent */
+  cf_got g;
+  CHECK_RC(
+      RUN_ASYNC(f, g, dlock_lock_acquire_async(w, 0, 10000, cf_done, &g, NULL)),
+      0);
+  uint64_t token = g.token;
+  CHECK_RC(RUN_ASYNC(f, g, dlock_lock_is_held_async(w, cf_done, &g, NULL)), 1);
+  dlock_lock_state st;
+  CHECK_RC(RUN_ASYNC(f, g, dlock_lock_inspect_async(w, &st, cf_done, &g, NULL)),
+           0);
+  CHECK_EQ(st.held, 1);
+  if (!CF_HERE("redlock")) CHECK_EQ(st.token, token); /* (the largest) */
+  CHECK_RC(RUN_ASYNC(f, g, dlock_lock_release_async(w, cf_done, &g, NULL)), 1);
+  /* Woken by another client's release, with a larger token. */
+  uint64_t ht = 0;
+  CHECK_RC(dlock_lock_try_acquire(h, 0, 10000, &ht), 0);
+  CHECK(ht > token);
+  cf_got x = {0};
+  CHECK_RC(dlock_lock_acquire_async(w, 10000, 10000, cf_done, &x, NULL), 0);
+  int never = 0;
+  cf_run_until(f.lp, &never, 200); /* not a synchronisation: it may wait
+                                      less, and the test shows less */
+  CHECK_EQ(x.calls, 0);
+  int64_t t0 = th_now_ms();
+  CHECK_EQ(dlock_lock_release(h), 1);
+  CHECK(cf_run_until(f.lp, &x.calls, 5000));
+  fprintf(stderr, "    the waiter on the loop woken %lld ms after\n",
+          (long long)(x.at - t0));
+  CHECK_RC(x.rc, 0);
+  CHECK(x.at - t0 <= cf_wake_ms());
+  CHECK(x.token > ht);
+  CHECK_RC(RUN_ASYNC(f, g, dlock_lock_release_async(w, cf_done, &g, NULL)), 1);
+  /* Waiting at the close: completed within it. */
+  CHECK_RC(dlock_lock_try_acquire(h, 0, 10000, NULL), 0);
+  cf_got z = {0};
+  CHECK_RC(dlock_lock_acquire_async(w, 20000, 10000, cf_done, &z, NULL), 0);
+  cf_run_until(f.lp, &never, 100);
+  CHECK_EQ(z.calls, 0);
+  /* (Its handle freed first, as the close asks: that cancels it, and its
+   * callback may wait for the loop, which the close runs.) */
+  dlock_lock_free(w);
+  dlock_client_close(f.c);
+  f.c = NULL;
+  CHECK_EQ(z.calls, 1);
+  CHECK(z.rc == DLOCK_ECLOSED || z.rc == DLOCK_ECANCELED);
+  CHECK_EQ(dlock_lock_release(h), 1);
+  dlock_lock_free(h);
+  dlock_client_close(b);
+  cf_fix_close(&f);
+}
+
 const th_test cf_async_tests[] = {
-    T_BARE(t_async_exclusion), T_BARE(t_async_reentrancy),
-    T_BARE(t_async_try_wait),  T_BARE(t_async_lease_expiry),
-    T_BARE(t_async_takeaway),  T_BARE(t_async_cancel),
+    T_BARE(t_async_exclusion),   T_BARE(t_async_reentrancy),
+    T_BARE(t_async_try_wait),    T_BARE(t_async_lease_expiry),
+    T_BARE(t_async_takeaway),    T_BARE(t_async_cancel),
+    T_BARE(t_async_free_waiter), T_BARE(t_async_client),
 };
 const size_t cf_async_ntests = sizeof cf_async_tests / sizeof cf_async_tests[0];

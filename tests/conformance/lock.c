@@ -5,6 +5,7 @@
  * heard, and the release after a loss. */
 #include "conformance.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -202,7 +203,9 @@ static void t_holder_info(void) {
   dlock_client_close(c);
 }
 
-/* Re-entry counts holds and keeps the token; the last release frees. */
+/* Re-entry counts holds and keeps the token; the last release frees. Two
+ * handles of one name and one owner are one holder: they share the holds
+ * (as two RLock objects of one name in Redisson). */
 static void t_reentrancy(void) {
   CF_NEEDS_SERVER();
   dlock_client *c = cf_client(0);
@@ -224,6 +227,16 @@ static void t_reentrancy(void) {
     CHECK_EQ(dlock_lock_release(h.l), 1);
     CHECK_EQ(dlock_lock_hold_count(h.l), 0);
     CHECK_EQ(dlock_lock_is_locked(h.l), 0);
+    cf_lock twin;
+    CHECK_RC(cf_lock_new(c, k, name, "me", &twin), 0);
+    CHECK_RC(dlock_lock_try_acquire(h.l, 0, 10000, &t1), 0);
+    CHECK_RC(dlock_lock_try_acquire(twin.l, 0, 10000, &t2), 0);
+    CHECK_EQ(t2, t1);
+    CHECK_EQ(dlock_lock_hold_count(h.l), 2);
+    CHECK_EQ(dlock_lock_release(twin.l), 0);
+    CHECK_EQ(dlock_lock_release(h.l), 1);
+    CHECK_EQ(dlock_lock_is_locked(h.l), 0);
+    cf_lock_free(&twin);
     cf_lock_free(&h);
   }
   dlock_client_close(c);
@@ -251,6 +264,7 @@ static void t_try_wait(void) {
     fprintf(stderr, "    %s: a wait of %d ms gave up after %lld ms\n",
             dl_feature_name(k), CF_WAIT_MS, (long long)took);
     CHECK(cf_in_time(took, CF_WAIT_MS, 10));
+    CHECK(strstr(dlock_client_errmsg(b), "held by another") != NULL);
     CHECK_EQ(dlock_lock_hold_count(w.l), 0);
     CHECK_EQ(dlock_lock_release(h.l), 1);
     /* The waiter left nothing behind: it takes the lock at once now. */
@@ -386,8 +400,21 @@ static void t_killed_holder(void) {
   close(fds[1]);
 }
 
+typedef struct in_thread {
+  dlock_lock *l;
+  bool release; /* else a try */
+  int rc;
+} in_thread;
+static void *run_in_thread(void *p) {
+  in_thread *a = p;
+  a->rc = a->release ? dlock_lock_release(a->l)
+                     : dlock_lock_try_acquire(a->l, 0, 10000, NULL);
+  return NULL;
+}
+
 /* A release by an owner that does not hold the lock is refused, and
- * changes nothing. */
+ * changes nothing; so is one from another thread of a handle whose owner
+ * is its thread (no owner given), whose try there is refused too. */
 static void t_not_owner(void) {
   CF_NEEDS_SERVER();
   dlock_client *a = cf_client(0), *b = cf_client(0);
@@ -402,12 +429,34 @@ static void t_not_owner(void) {
     CHECK_RC(dlock_lock_try_acquire(h.l, 0, 10000, NULL), 0);
     CHECK_RC(dlock_lock_release(other.l), DLOCK_ENOTOWNER);
     CHECK_RC(dlock_lock_release(same.l), DLOCK_ENOTOWNER);
+    CHECK_EQ(dlock_lock_is_held(other.l), 0);
+    CHECK_EQ(dlock_lock_is_held(same.l), 0);
     CHECK_EQ(dlock_lock_is_held(h.l), 1);
     CHECK_EQ(dlock_lock_hold_count(h.l), 1);
     CHECK_EQ(dlock_lock_release(h.l), 1);
     cf_lock_free(&h);
     cf_lock_free(&other);
     cf_lock_free(&same);
+    cf_lock mine;
+    CHECK_RC(cf_lock_new(a, k, name, NULL, &mine), 0);
+    CHECK_RC(dlock_lock_try_acquire(mine.l, 0, 10000, NULL), 0);
+    in_thread x = {mine.l, false, 0};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, run_in_thread, &x) == 0);
+    pthread_join(th, NULL);
+    CHECK_RC(x.rc, cf_rival(k) == k ? DLOCK_EBUSY : 0); /* readers share */
+    if (x.rc == 0) { /* its own reader: give that hold back */
+      x.release = true;
+      CHECK(pthread_create(&th, NULL, run_in_thread, &x) == 0);
+      pthread_join(th, NULL);
+    }
+    x.release = true;
+    CHECK(pthread_create(&th, NULL, run_in_thread, &x) == 0);
+    pthread_join(th, NULL);
+    CHECK_RC(x.rc, DLOCK_ENOTOWNER);
+    CHECK_EQ(dlock_lock_hold_count(mine.l), 1);
+    CHECK_EQ(dlock_lock_release(mine.l), 1);
+    cf_lock_free(&mine);
   }
   dlock_client_close(a);
   dlock_client_close(b);
@@ -486,6 +535,16 @@ static void t_tokens_grow(void) {
       uint64_t t = 0;
       CHECK_RC(dlock_lock_try_acquire(h->l, 0, 10000, &t), 0);
       CHECK(t > last);
+      /* The last token issued, as either handle sees it. redlock://: at
+       * least it (the largest of a quorum's counters, which differ after
+       * a name's first acquire: each server restarts its own from its
+       * clock, and one answering after the quorum may be above it). */
+      uint64_t cur = 0;
+      CHECK_RC(dlock_lock_current_token(x.l, &cur), 0);
+      if (CF_HERE("redlock"))
+        CHECK(cur >= t);
+      else
+        CHECK_EQ(cur, t);
       last = t;
       CHECK_EQ(dlock_lock_release(h->l), 1);
     }

@@ -10,10 +10,11 @@
 /* The suite's parts, in the order they run. */
 extern const th_test cf_support_tests[], cf_lock_tests[], cf_sync_tests[],
     cf_waiters_tests[], cf_async_tests[], cf_async_sync_tests[],
-    cf_input_tests[], cf_fence_tests[], cf_events_tests[], cf_readers_tests[];
+    cf_input_tests[], cf_fence_tests[], cf_events_tests[], cf_readers_tests[],
+    cf_wrongtype_tests[];
 extern const size_t cf_support_ntests, cf_lock_ntests, cf_sync_ntests,
     cf_waiters_ntests, cf_async_ntests, cf_async_sync_ntests, cf_input_ntests,
-    cf_fence_ntests, cf_events_ntests, cf_readers_ntests;
+    cf_fence_ntests, cf_events_ntests, cf_readers_ntests, cf_wrongtype_ntests;
 
 static const char *kind;
 
@@ -52,14 +53,14 @@ int main(int argc, char **argv) {
   kind = argv[1];
   cf_backend = backend_of(kind);
   const th_test *parts[] = {
-      cf_support_tests, cf_lock_tests,       cf_waiters_tests, cf_sync_tests,
-      cf_async_tests,   cf_async_sync_tests, cf_input_tests,   cf_fence_tests,
-      cf_events_tests,  cf_readers_tests};
-  const size_t counts[] = {cf_support_ntests, cf_lock_ntests,
-                           cf_waiters_ntests, cf_sync_ntests,
-                           cf_async_ntests,   cf_async_sync_ntests,
-                           cf_input_ntests,   cf_fence_ntests,
-                           cf_events_ntests,  cf_readers_ntests};
+      cf_support_tests, cf_lock_tests,       cf_waiters_tests,  cf_sync_tests,
+      cf_async_tests,   cf_async_sync_tests, cf_input_tests,    cf_fence_tests,
+      cf_events_tests,  cf_readers_tests,    cf_wrongtype_tests};
+  const size_t counts[] = {
+      cf_support_ntests, cf_lock_ntests,     cf_waiters_ntests,
+      cf_sync_ntests,    cf_async_ntests,    cf_async_sync_ntests,
+      cf_input_ntests,   cf_fence_ntests,    cf_events_ntests,
+      cf_readers_ntests, cf_wrongtype_ntests};
   const size_t nparts = sizeof counts / sizeof counts[0];
   size_t n = 0;
   for (size_t i = 0; i < nparts; i++)

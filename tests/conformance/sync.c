@@ -259,6 +259,30 @@ static void t_queue(void) {
 }
 
 /* ---- leader election ---- */
+/* Every change a participant's callback saw, in order. */
+typedef struct changes {
+  pthread_mutex_t mu;
+  int n;
+  int v[8];
+} changes;
+static void on_change(dlock_leader *l, int leader, void *ud) {
+  (void)l;
+  changes *c = ud;
+  pthread_mutex_lock(&c->mu);
+  if (c->n < 8) c->v[c->n] = leader;
+  c->n++;
+  pthread_mutex_unlock(&c->mu);
+}
+static int changes_n(changes *c) {
+  pthread_mutex_lock(&c->mu);
+  int n = c->n;
+  pthread_mutex_unlock(&c->mu);
+  return n;
+}
+
+/* Two participants: the first to start leads, the other waits (told
+ * nothing) until it leaves, then leads (told so) with a larger token; a
+ * wait before the start and a second start are refused. */
 static void t_election(void) {
   CF_NEEDS_SERVER();
   if (!cf_has(DL_FEAT_ELECTION)) return;
@@ -269,10 +293,15 @@ static void t_election(void) {
   dlock_leader *la, *lb;
   CHECK_RC(dlock_leader_new(a, name, "first", &la), 0);
   CHECK_RC(dlock_leader_new(b, name, "second", &lb), 0);
+  changes sb = {PTHREAD_MUTEX_INITIALIZER, 0, {0}};
+  CHECK_RC(dlock_leader_on_change(lb, on_change, &sb), 0);
   CHECK_EQ(dlock_leader_get_current(lb, who, sizeof who), 0);
+  CHECK_RC(dlock_leader_try_await(la, 0), DLOCK_EINVAL); /* not started */
   CHECK_RC(dlock_leader_start(la), 0);
+  CHECK_RC(dlock_leader_start(la), DLOCK_EINVAL);
   CHECK_RC(dlock_leader_try_await(la, 5000), 0);
   CHECK_RC(dlock_leader_start(lb), 0);
+  CHECK_RC(dlock_leader_on_change(lb, on_change, &sb), DLOCK_EINVAL);
   CHECK_RC(dlock_leader_try_await(lb, CF_WAIT_MS), DLOCK_EBUSY);
   CHECK_EQ(dlock_leader_has_leadership(la), 1);
   CHECK_EQ(dlock_leader_has_leadership(lb), 0);
@@ -295,6 +324,7 @@ static void t_election(void) {
            proclaims ? DLOCK_ENOTOWNER : DLOCK_ENOTSUP);
   CHECK_EQ(dlock_leader_get_current(lb, who, sizeof who), 1);
   CHECK(strcmp(who, proclaims ? "first-proclaimed" : "first") == 0);
+  CHECK_EQ(changes_n(&sb), 0);
   dlock_leader_free(la); /* leaves: the next one leads */
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_leader_try_await(lb, 5000), 0);
@@ -306,13 +336,58 @@ static void t_election(void) {
   who[0] = '\0';
   CHECK_EQ(dlock_leader_get_current(lb, who, sizeof who), 1);
   CHECK(strcmp(who, "second") == 0);
+  /* Told once, by the time the wait returns or just after. */
+  for (int64_t end = th_now_ms() + CF_CMD_MS;
+       changes_n(&sb) < 1 && th_now_ms() < end;)
+    th_sleep_ms(1);
+  CHECK_EQ(changes_n(&sb), 1);
+  CHECK_EQ(sb.v[0], 1);
+  dlock_leader_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* A leader that frees itself from its callback (dlock_leader_cb allows
+ * it): the call returns, and it leaves the election: the next one leads
+ * promptly. */
+static void free_on_change(dlock_leader *l, int leader, void *ud) {
+  if (leader) {
+    dlock_leader_free(l);
+    atomic_store((atomic_int *)ud, 1);
+  }
+}
+
+static void t_election_free_in_callback(void) {
+  CF_NEEDS_SERVER();
+  if (!cf_has(DL_FEAT_ELECTION)) return;
+  dlock_client *a = cf_client(3000), *b = cf_client(3000);
+  CHECK(a && b);
+  char name[64];
+  cf_name(name, sizeof name, "elect-free");
+  dlock_leader *la, *lb;
+  atomic_int done = 0;
+  CHECK_RC(dlock_leader_new(a, name, "first", &la), 0);
+  CHECK_RC(dlock_leader_on_change(la, free_on_change, &done), 0);
+  CHECK_RC(dlock_leader_start(la), 0);
+  for (int64_t end = th_now_ms() + 5000;
+       !atomic_load(&done) && th_now_ms() < end;)
+    th_sleep_ms(1);
+  CHECK_EQ(atomic_load(&done), 1);
+  CHECK_RC(dlock_leader_new(b, name, "second", &lb), 0);
+  CHECK_RC(dlock_leader_start(lb), 0);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_leader_try_await(lb, 5000), 0);
+  fprintf(stderr, "    the next one leads after %lld ms\n",
+          (long long)(th_now_ms() - t0));
+  CHECK(th_now_ms() - t0 <= cf_wake_ms());
   dlock_leader_free(lb);
   dlock_client_close(a);
   dlock_client_close(b);
 }
 
 const th_test cf_sync_tests[] = {
-    T_BARE(t_semaphore), T_BARE(t_permits),  T_BARE(t_latch),
-    T_BARE(t_queue),     T_BARE(t_election),
+    T_BARE(t_semaphore), T_BARE(t_permits),
+    T_BARE(t_latch),     T_BARE(t_queue),
+    T_BARE(t_election),  T_BARE(t_election_free_in_callback),
 };
 const size_t cf_sync_ntests = sizeof cf_sync_tests / sizeof cf_sync_tests[0];

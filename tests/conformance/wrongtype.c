@@ -1,15 +1,17 @@
-/* test_wrongtype.c: every kind refuses a key it did not make. Each call of
- * each kind (locks, semaphores, latch, queues, multi-lock, force release,
- * inspect) meets each foreign type at its name (an application's hash, a
- * string, a list, a set, a zset, a stream) and must return
+/* wrongtype.c: every kind refuses a key it did not make, on every Redis
+ * URL kind (redis, unix, rediss, sentinel, cluster, redlock). Each call of
+ * each kind (locks, semaphores, latch, queues, multi-lock, election, force
+ * release, inspect) meets each foreign type at its name (an application's
+ * hash, a string, a list, a set, a zset, a stream) and must return
  * DLOCK_EWRONGTYPE with a message that names what it found and carries
  * nothing of the server's script machinery, and leave the key as it was
- * (its DUMP before and after). The same table runs on redis://, unix://,
- * a cluster, Sentinel and Redlock. */
-#include "harness.h"
+ * (its DUMP before and after), in the blocking and the event-loop forms.
+ * zk:// and etcd:// have no typed keys: their foreign nodes and keys are
+ * their files' (test_zk t_zk_foreign_nodes, test_etcd_sem
+ * t_etcd_sem_foreign, test_etcd_kinds t_etcd_queue_foreign). */
+#include "conformance.h"
 
-#include "dlock_async.h"
-
+#include <stdlib.h>
 #include <string.h>
 
 /* Where the test's keys live: the servers each foreign key is written to
@@ -21,6 +23,22 @@ static th_cluster *cluster;
 /* Redlock has no semaphores, latch or queues: DLOCK_ENOTSUP skips them.
  * Its lock is the plain lock on the wire (redsync's layout), and says so. */
 static bool redlock;
+
+/* Points homes at the run's deployment: false (and says so) where the
+ * backend has no Redis keys. */
+static bool wt_setup(void) {
+  if (CF_HERE("zookeeper,etcd")) {
+    fprintf(stderr, "    skipped: no Redis key types on %s\n", cf_dep.kind);
+    return false;
+  }
+  redlock = CF_HERE("redlock");
+  cluster = CF_HERE("cluster") ? &cf_dep.cluster : NULL;
+  nhomes = redlock ? 3 : 1;
+  for (int i = 0; i < nhomes; i++)
+    homes[i] = &cf_dep.redis[i];
+  if (CF_HERE("sentinel")) homes[0] = &cf_dep.sentinel.master;
+  return true;
+}
 
 /* The kind as the message names it on this URL. */
 static const char *said(const char *s) {
@@ -354,11 +372,8 @@ static const call calls[] = {
 
 /* Every call against every foreign type on the client's URL; prints each
  * miss and returns how many. */
-static int matrix(const char *url) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *c = th_client_opts(&o);
+static int matrix(void) {
+  dlock_client *c = cf_client(0);
   if (c == NULL) return 1;
   int bad = 0;
   for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
@@ -424,11 +439,8 @@ static int matrix(const char *url) {
 
 /* A lock of one kind meets a lock of another: refused both ways, both
  * left as they were. */
-static int kinds_apart(const char *url) {
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *c = th_client_opts(&o);
+static int kinds_apart(void) {
+  dlock_client *c = cf_client(0);
   if (c == NULL) return 1;
   int bad = 0;
   dlock_lock *l = NULL, *p = NULL;
@@ -479,12 +491,13 @@ static void t_beside(void) {
       {"fair lock", "redisson_lock_timeout:{wt:k}", HASH, c_fair},
       {"permits", "{wt:k}:timeout", HASH, c_permits_try},
   };
-  homes[0] = &th_srv;
-  nhomes = 1;
-  dlock_client *c = th_client(&th_srv, 0);
+  CF_NEEDS_SERVER();
+  if (!wt_setup()) return;
+  if (redlock) return; /* its lock is the plain one: no keys beside */
+  dlock_client *c = cf_client(0);
   CHECK(c != NULL);
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-    th_cmd_int(&th_srv, "DEL %s", NAME);
+    th_cmd_int(home(NAME, 0), "DEL %s", NAME);
     put(rows[i].key, rows[i].type);
     size_t l0, l1;
     char *before = dump(rows[i].key, &l0);
@@ -493,8 +506,8 @@ static void t_beside(void) {
     bool same = l0 == l1 && memcmp(before, after, l0) == 0;
     free(before);
     free(after);
-    long long made = th_cmd_int(&th_srv, "EXISTS %s", NAME);
-    th_cmd_int(&th_srv, "DEL %s", rows[i].key);
+    long long made = th_cmd_int(home(NAME, 0), "EXISTS %s", NAME);
+    th_cmd_int(home(rows[i].key, 0), "DEL %s", rows[i].key);
     if (rc != DLOCK_EWRONGTYPE || !same || made != 0 ||
         !strstr(dlock_client_errmsg(c), type_names[rows[i].type]))
       fprintf(stderr, "    %s with a %s at %s: %s, %s, name %s: %s\n",
@@ -509,11 +522,13 @@ static void t_beside(void) {
   dlock_client_close(c);
 }
 
-static void t_redis(void) {
-  homes[0] = &th_srv;
-  nhomes = 1;
-  CHECK_EQ(matrix(th_srv.url), 0);
-  CHECK_EQ(kinds_apart(th_srv.url), 0);
+/* Every call on every foreign type, and (but on Redlock, whose one kind
+ * of lock has none apart) a lock of one kind on a lock of another. */
+static void t_wrongtype(void) {
+  CF_NEEDS_SERVER();
+  if (!wt_setup()) return;
+  CHECK_EQ(matrix(), 0);
+  if (!redlock) CHECK_EQ(kinds_apart(), 0);
 }
 
 typedef struct got {
@@ -532,16 +547,15 @@ static void on_done(int rc, uint64_t token, const char *msg, void *ud) {
 /* An event-loop client: the message is the server's own too (its
  * connection's last message replaced it: "key holds a value of another
  * type: "). */
-static void t_loop(void) {
-  homes[0] = &th_srv;
-  nhomes = 1;
+static void t_wrongtype_async(void) {
+  CF_NEEDS_SERVER();
+  if (!wt_setup() || !cf_has(DL_FEAT_LOOP)) return;
+  char want[64];
+  snprintf(want, sizeof want, "%s: hash", said("not a dlock lock"));
   dlock_loop *lp;
   CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = th_srv.url;
   dlock_client *c = NULL;
-  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  CHECK_RC(cf_client_async(lp, 0, &c), 0);
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, NAME, NULL, &l), 0);
   put(NAME, HASH);
@@ -551,56 +565,19 @@ static void t_loop(void) {
   while (!g.calls && th_now_ms() < end)
     dlock_loop_run(lp, 20);
   CHECK_RC(g.rc, DLOCK_EWRONGTYPE);
-  CHECK(strstr(g.msg, "not a dlock lock: hash") != NULL);
-  CHECK(strstr(dlock_client_errmsg(c), "not a dlock lock: hash") != NULL);
-  th_cmd_int(&th_srv, "DEL %s", NAME);
+  CHECK(strstr(g.msg, want) != NULL);
+  CHECK(strstr(dlock_client_errmsg(c), want) != NULL);
+  for (int i = 0; i < (cluster ? 1 : nhomes); i++)
+    th_cmd_int(home(NAME, i), "DEL %s", NAME);
   dlock_lock_free(l);
   dlock_client_close(c);
   dlock_loop_free(lp);
 }
 
-static void t_unix(void) {
-  homes[0] = &th_srv;
-  nhomes = 1;
-  CHECK_EQ(matrix(th_srv.sock_url), 0);
-}
-
-static void t_cluster(void) {
-  static th_cluster K;
-  CHECK(th_cluster_start(&K, NULL) == 0);
-  cluster = &K;
-  int bad = matrix(K.url) + kinds_apart(K.url);
-  th_cluster_stop(&K);
-  CHECK_EQ(bad, 0);
-}
-
-static void t_sentinel(void) {
-  static th_sentinel_set S;
-  CHECK(th_sentinel_start(&S, NULL) == 0);
-  homes[0] = &S.master;
-  nhomes = 1;
-  int bad = matrix(S.url);
-  th_sentinel_stop(&S);
-  CHECK_EQ(bad, 0);
-}
-
-/* Redlock: the application's key on every server. */
-static void t_redlock(void) {
-  static th_redis r[3];
-  char url[1400] = "redlock://";
-  for (int i = 0; i < 3; i++) {
-    CHECK(th_redis_start(&r[i], "") == 0);
-    homes[i] = &r[i];
-    snprintf(url + strlen(url), sizeof url - strlen(url), "%s127.0.0.1:%d",
-             i ? "," : "", r[i].port);
-  }
-  nhomes = 3;
-  redlock = true;
-  int bad = matrix(url); /* (one kind of lock: none apart) */
-  for (int i = 0; i < 3; i++)
-    th_redis_stop(&r[i]);
-  CHECK_EQ(bad, 0);
-}
-
-TH_MAIN(T(t_redis), T(t_beside), T(t_unix), T(t_loop), T_BARE(t_cluster),
-        T_BARE(t_sentinel), T_BARE(t_redlock))
+const th_test cf_wrongtype_tests[] = {
+    T_BARE(t_wrongtype),
+    T_BARE(t_beside),
+    T_BARE(t_wrongtype_async),
+};
+const size_t cf_wrongtype_ntests =
+    sizeof cf_wrongtype_tests / sizeof cf_wrongtype_tests[0];
