@@ -360,6 +360,11 @@ static int acq_step(acq_op *o) {
       o->st = ACQ_LOOP;
       continue;
     case ACQ_LOOP:
+      if (atomic_load(R->env.closing)) { /* no attempt after a shutdown */
+        o->rc = dl_seterr(R->env.err_owner, DLOCK_ECLOSED,
+                          "the client closed while waiting");
+        goto out;
+      }
       /* Queued once the grant channel is heard; the subscriber connection
        * may come up (or back) while we wait. */
       if (!o->queued && o->grant != NULL)
@@ -464,6 +469,15 @@ static int acq_step(acq_op *o) {
       goto doze; /* no cycle (o->rc 0, refused) */
     case ACQ_WAITED: {
       uint64_t granted = 0;
+      /* Woken after dlock_client_shutdown (a message, a backoff step):
+       * no hand-off taken (nothing would renew or release it; the way out
+       * gives one back) and no attempt more (ACQ_LOOP): DLOCK_ECLOSED, as
+       * the contract says. */
+      if (atomic_load(R->env.closing)) {
+        o->rc = dl_seterr(R->env.err_owner, DLOCK_ECLOSED,
+                          "the client closed while waiting");
+        goto out;
+      }
       /* A grant whose token is at or below the counter that a refused
        * attempt of this wait found was made before that attempt ran: not
        * to this wait (then the attempt would have found the lock its own),
