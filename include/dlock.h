@@ -994,10 +994,10 @@ DLOCK_API int dlock_leader_on_change(dlock_leader *l, dlock_leader_cb cb,
 DLOCK_API int dlock_leader_start(dlock_leader *l);
 /* Waits up to wait_ms (0: one look, < 0: no limit) until this participant
  * is the leader, without polling. Returns 0 leader, DLOCK_EBUSY not in
- * time, DLOCK_ELOST out of the election for good (only with the client's
- * close), DLOCK_EWRONGTYPE out of it on Redis because NAME holds something
- * else than a lock (nothing changed), DLOCK_EINVAL not started. Blocks the
- * calling thread; thread-safe. */
+ * time, DLOCK_ECLOSED the client was shut down or is closing, DLOCK_ELOST
+ * out of the election for good (its session ended), DLOCK_EWRONGTYPE out of it
+ * on Redis because NAME holds something else than a lock (nothing changed),
+ * DLOCK_EINVAL not started. Blocks the calling thread; thread-safe. */
 DLOCK_API int dlock_leader_try_await(dlock_leader *l, int64_t wait_ms);
 /* 1 if this participant is the leader now (as last heard), else 0. */
 DLOCK_API int dlock_leader_has_leadership(dlock_leader *l);

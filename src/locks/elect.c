@@ -228,9 +228,13 @@ int dlock_leader_try_await(dlock_leader *l, int64_t wait_ms) {
       pthread_cond_timedwait(&l->cv, &l->mu, &ts);
     }
   }
+  /* A shut-down client's participant is out (gone, on Redis: its turns
+   * end) because of the shutdown: DLOCK_ECLOSED, as every backend says. */
+  bool closing = atomic_load(&l->c->closing);
   int rc = !l->started  ? DLOCK_EINVAL
            : l->leader  ? 0
            : l->refused ? l->refused
+           : closing    ? DLOCK_ECLOSED
            : l->gone    ? DLOCK_ELOST
                         : DLOCK_EBUSY;
   char why[sizeof l->why];
@@ -243,7 +247,7 @@ int dlock_leader_try_await(dlock_leader *l, int64_t wait_ms) {
   if (rc == DLOCK_ELOST)
     return dl_seterr(l->c, rc, "out of the election of '%s': the session "
                      "ended", l->key + l->c->prefix_len);
-  if (rc == DLOCK_EBUSY && atomic_load(&l->c->closing))
+  if (rc == DLOCK_ECLOSED)
     return dl_seterr(l->c, DLOCK_ECLOSED, "client closing");
   return rc;
 }

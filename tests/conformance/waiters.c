@@ -229,15 +229,10 @@ static void t_shutdown_waiter(void) {
   CHECK_RC(bw.rc, DLOCK_ECLOSED);
   CHECK(took <= 200 * cf_slowdown());
   if (elect) {
-    /* Known to fail sometimes, redis and redlock (their standby takes
-     * turns on the lock from a thread of its own): its attempt fails as
-     * the client closes, and it counts itself out of the election:
-     * DLOCK_ELOST (dlock_leader_try_await's answer at the close), where
-     * zk:// and etcd:// answer DLOCK_ECLOSED (dlock_client_shutdown's). */
-    if (be.rc != DLOCK_ECLOSED)
-      fprintf(stderr, "    the standby: %s\n", dlock_err_name(be.rc));
-    CF_CHECK_SOMETIMES("redis,redlock", be.rc == DLOCK_ECLOSED,
-                       "a standby's wait ends DLOCK_ELOST at the shutdown");
+    /* (A Redis or Redlock standby, which takes turns on the lock from a
+     * thread of its own, counted itself out at the close and answered
+     * DLOCK_ELOST at times.) */
+    CHECK_RC(be.rc, DLOCK_ECLOSED);
     /* (A Redis standby's turn ends at its next wake-up: its retry.) */
     CHECK(etook <= (at_wakeup ? CF_CMD_MS : 500 * cf_slowdown()));
   }
