@@ -672,8 +672,11 @@ DLOCK_API int dlock_lock_remaining_ttl(dlock_lock *l, int64_t *ttl_ms);
 
 /* Stores the last fencing token issued for this lock name in *token (0 if
  * none yet, or none for a day: the counter then expired, and the next token
- * restarts above every earlier one, docs/WIRE.md). Anyone may call it.
- * Returns 0 or a negative code. */
+ * restarts above every earlier one, docs/WIRE.md). On redlock:// it is the
+ * largest of the servers' counters that answered, so it may be above the
+ * last token a holder was given (a server that counted an attempt that
+ * did not win a quorum): never below it. Anyone may call it. Returns 0
+ * or a negative code. */
 DLOCK_API int dlock_lock_current_token(dlock_lock *l, uint64_t *token);
 
 /* Called from the watchdog thread (on an event-loop client: the loop's
