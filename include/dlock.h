@@ -267,7 +267,10 @@ DLOCK_API const char *dlock_client_open_errmsg(void);
 /* Stops the watchdog (held locks then expire after their lease), wakes every
  * waiter with DLOCK_ECLOSED, closes the connections and frees the client.
  * Lock handles must be freed first. Accepts NULL. Must not be called while
- * another thread is still inside a call on this client or its locks. On
+ * another thread is still inside a call on this client or its locks. An
+ * election participant freed from its own callback (Redis, Redlock: its
+ * thread still releases its turn) is waited for, a command timeout at
+ * most. On
  * zk:// it ends the session (the client's nodes go) and waits at most
  * 100 ms for the server's answer (10 ms after a request just went
  * unanswered): past that the close is sent and finishes on a library

@@ -257,6 +257,10 @@ void dlock_client_shutdown(dlock_client *c) {
 void dlock_client_close(dlock_client *c) {
   if (c == NULL) return;
   atomic_store(&c->closing, 1);
+  /* A participant freed from its own callback: its thread is leaving
+   * (its turn's release, within a command timeout) and uses c until then. */
+  while (atomic_load(&c->leaving) > 0)
+    dl_sleep_ms(1);
   /* Other threads' slots for c are never matched again (serials are not
    * reused) and make way for newer ones; the closing thread's is freed. */
   dl_clearerr(c);

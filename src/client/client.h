@@ -276,6 +276,10 @@ struct dlock_client {
    * loop's thread alone; src/locks/async.c). */
   struct dlock_op *waits;
   atomic_int closing;
+  /* Election participants freed from their own callback whose thread
+   * still leaves (releases its turn, then frees them): the close waits
+   * for them (src/locks/elect.c). */
+  atomic_int leaving;
   dl_transfers *transfers; /* made at the first delayed handle */
   /* dlock_client_on_event's, guarded by holds_mu; `events` (relaxed)
    * says whether one is set (DL_EVENTS_ON). */

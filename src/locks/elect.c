@@ -99,8 +99,15 @@ static void on_hold_lost(dlock_lock *lk, const char *owner, void *ud) {
   pthread_mutex_unlock(&l->mu);
 }
 
+/* The participant whose turns this thread takes (NULL on other threads):
+ * how dlock_leader_free knows it runs in that participant's callback
+ * without reading l->thread, which pthread_create may not have stored yet
+ * when the thread's first callback runs. */
+static _Thread_local dlock_leader *turns_of;
+
 static void *take_turns(void *arg) {
   dlock_leader *l = arg;
+  turns_of = l;
   for (;;) {
     pthread_mutex_lock(&l->mu);
     bool stop = l->stop;
@@ -138,7 +145,11 @@ static void *take_turns(void *arg) {
   pthread_mutex_lock(&l->mu);
   bool self_free = l->self_free;
   pthread_mutex_unlock(&l->mu);
-  if (self_free) destroy(l);
+  if (self_free) {
+    dlock_client *c = l->c;
+    destroy(l);
+    atomic_fetch_sub(&c->leaving, 1); /* the close may go on */
+  }
   return NULL;
 }
 
@@ -157,13 +168,19 @@ static int start_turns(dlock_leader *l) {
   l->lock->plain = 0;
   dlock_lock_set_info(l->lock, l->id);
   dlock_lock_on_lost(l->lock, on_hold_lost, l);
+  /* Running before the thread starts: its first callback may free l. */
+  pthread_mutex_lock(&l->mu);
+  l->running = true;
+  pthread_mutex_unlock(&l->mu);
   if (pthread_create(&l->thread, NULL, take_turns, l) != 0) {
+    pthread_mutex_lock(&l->mu);
+    l->running = false;
+    pthread_mutex_unlock(&l->mu);
     dlock_lock_free(l->lock);
     l->lock = NULL;
     return dl_seterr(l->c, DLOCK_ENOMEM, "cannot start the participant's "
                      "thread");
   }
-  l->running = true;
   return 0;
 }
 
@@ -363,17 +380,21 @@ void dlock_leader_free(dlock_leader *l) {
    * callback itself it returns at once, and changed() touches nothing of
    * l after the callback returns. */
   if (e) l->c->backend->ops->elect_leave(l->c->backend, e);
-  if (l->running) { /* the lock in turns: its thread leaves */
+  pthread_mutex_lock(&l->mu);
+  bool running = l->running;
+  pthread_mutex_unlock(&l->mu);
+  if (running) { /* the lock in turns: its thread leaves */
     pthread_mutex_lock(&l->mu);
     l->stop = true;
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
-    if (pthread_equal(pthread_self(), l->thread)) {
+    if (turns_of == l) {
       /* From its own callback: the thread leaves, then frees l. */
+      atomic_fetch_add(&l->c->leaving, 1);
       pthread_mutex_lock(&l->mu);
       l->self_free = true;
       pthread_mutex_unlock(&l->mu);
-      pthread_detach(l->thread);
+      pthread_detach(pthread_self());
       return;
     }
     pthread_join(l->thread, NULL);
