@@ -26,13 +26,16 @@ struct dl_etcd_probe {
 
 int dl_etcd_probe_open(const dlock_client_options *opts, dl_etcd_probe **out) {
   *out = NULL;
+  if (opts->connect_timeout_ms <= 0 || opts->command_timeout_ms <= 0)
+    return dl_seterr(NULL, DLOCK_EINVAL,
+                     "the probe's timeouts must be positive (options from "
+                     "dlock_client_options_init)");
   dl_etcd_probe *p = calloc(1, sizeof *p);
   if (p == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   p->env.client_id = "dlock-bench-probe";
   p->env.key_prefix = "";
   p->env.closing = &p->closing;
-  p->env.command_timeout_ms =
-      opts->command_timeout_ms > 0 ? opts->command_timeout_ms : 3000;
+  p->env.command_timeout_ms = opts->command_timeout_ms;
   dl_backend *b = NULL;
   int rc = dl_etcd_backend_new(opts, &p->env, &b);
   if (rc != 0) {

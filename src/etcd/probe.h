@@ -2,8 +2,9 @@
  * all the CLI sees of it: the server's limits, measured over the
  * backend's own transport (its calls, gRPC unless the URL says
  * transport=json) on scratch keys of the probe's own, without a client's
- * lease, holds or watches. No libcurl, json-c or protobuf-c type is
- * declared here. */
+ * lease, holds or watches. A probe is used by one thread at a time
+ * (dl_etcd_probe_cycles runs threads of its own inside); the library never
+ * calls these. No libcurl, json-c or protobuf-c type is declared here. */
 #ifndef DL_ETCD_PROBE_H
 #define DL_ETCD_PROBE_H
 
@@ -18,7 +19,8 @@
 typedef struct dl_etcd_probe dl_etcd_probe;
 
 /* Opens a probe on opts->url (etcd:// or etcds://; its options as a
- * client's: TLS, user and password, timeouts), its calls starting at the
+ * client's, from dlock_client_options_init: TLS, user and password,
+ * timeouts; non-positive timeouts: DLOCK_EINVAL), its calls starting at the
  * URL's first endpoint, and grants the lease its scratch keys live on
  * (prefix + "dlock-bench-probe/<pid>/..."). Returns 0 with *out (free
  * with dl_etcd_probe_close), or a negative code with the detail as
@@ -28,8 +30,7 @@ int dl_etcd_probe_open(const dlock_client_options *opts, dl_etcd_probe **out);
 
 /* A bare write's round trip: the median, in microseconds, of n txns each
  * putting one scratch key (on the probe's lease), one at a time, within
- * ms at most (fewer than n when time runs out). 0 when a call failed.
- * One thread at a time per probe for this call. */
+ * ms at most (fewer than n when time runs out). 0 when a call failed. */
 double dl_etcd_probe_write_rtt_p50_us(dl_etcd_probe *p, int n, int64_t ms);
 
 /* The recipe's writes: for ms, each of `threads` threads (1 to
