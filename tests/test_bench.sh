@@ -44,5 +44,34 @@ fi
 if [ "$rc" = 64 ]; then echo "ok   async_watchdog_refused"; passed=$((passed+1)); else echo "FAIL async_watchdog_refused ($rc)"; failed=$((failed+1)); fi
 "$DLOCK" bench nosuchscenario 2>/dev/null; rc=$?
 if [ "$rc" = 64 ]; then echo "ok   bad_scenario"; passed=$((passed+1)); else echo "FAIL bad_scenario ($rc)"; failed=$((failed+1)); fi
+# etcd://: the server's limits beside the lock's cycle (a private etcd).
+if command -v etcd >/dev/null &&
+   [[ $("$DLOCK" -u etcd://127.0.0.1:1 status x 2>&1) != *libcurl* ]]; then
+  eport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  epport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  etcd --name n1 --data-dir "$TMP/etcd" --listen-client-urls "http://127.0.0.1:$eport" \
+    --advertise-client-urls "http://127.0.0.1:$eport" --listen-peer-urls "http://127.0.0.1:$epport" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$epport" \
+    --initial-cluster "n1=http://127.0.0.1:$epport" --log-level error >"$TMP/etcd.log" 2>&1 &
+  etcd_pid=$!
+  for _ in $(seq 100); do # until it answers
+    "$DLOCK" -u "etcd://127.0.0.1:$eport" status x >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  out=$(DLOCK_URL="etcd://127.0.0.1:$eport" "$DLOCK" bench --json -d 300ms uncontended 2>"$TMP/err")
+  left=$(ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$eport" get --prefix dlock-bench-probe --keys-only 2>&1)
+  kill "$etcd_pid" 2>/dev/null; wait "$etcd_pid" 2>/dev/null
+  if python3 -c "
+import json,sys
+r=json.loads(sys.argv[1].splitlines()[-1])
+assert r['backend']=='etcd' and r['errors']==0 and r['ops_per_sec']>0, r
+assert r['write_rtt_p50_us']>0 and r['series_cycles_per_sec']>0, r
+assert r['ceiling_cycles_per_sec']>=0.5*r['series_cycles_per_sec'], r
+assert r['ceiling_threads']==16 and r['server_cpu_us_per_cycle']>0, r
+assert r['ops_over_series']>0 and r['ops_over_ceiling']>0 and r['p50_over_2_write_rtt']>0, r
+assert sys.argv[2]=='', 'scratch keys left: '+sys.argv[2]
+" "$out" "$left"; then echo "ok   etcd_limits"; passed=$((passed+1))
+  else echo "FAIL etcd_limits: $out $(cat "$TMP/err")"; failed=$((failed+1)); fi
+fi
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -151,6 +151,11 @@ typedef struct bench_report {
   /* The ceiling's server CPU per cycle, and Redisson's cycle pipelined the
    * same way on the same server (redisson.c; 0 on a cluster and zk://) */
   double ceiling_cpu, redisson_ceiling, redisson_cpu;
+  /* etcd[s]:// uncontended: the server's limits (etcdbase.c; 0 unknown):
+   * a bare write txn's round trip (us), the lock's two txns in series
+   * (cycles/s), the same from ETCD_CEIL_THREADS threads at once, and the
+   * server's CPU per cycle then (us) */
+  double write_rtt_p50, series, etcd_ceiling, etcd_ceiling_cpu;
   long errors;
   /* contended */
   double utilisation, wait_p50, wait_p99, wait_max, wakeups_per_acquire;
@@ -169,6 +174,21 @@ typedef struct bench_report {
 
 /* Prints r on stdout: one JSON object on a line, or text. */
 void bench_print_report(const bench_report *r, bool json);
+
+/* ---- etcdbase.c: etcd[s]://'s baselines, over etcd/probe.h ---- */
+
+/* The threads of the etcd ceiling (as -t 16's workers). */
+#define ETCD_CEIL_THREADS 16
+struct dl_etcd_probe;
+/* A probe on o's URL (NULL with the reason printed). */
+struct dl_etcd_probe *bench_etcd_probe(const cli_global *g,
+                                       const bench_opts *o);
+/* The server's limits into r (write_rtt_p50, series, etcd_ceiling,
+ * etcd_ceiling_cpu): about 2.5 s. */
+void bench_etcd_limits(struct dl_etcd_probe *p, bench_report *r);
+/* The server's CPU time so far (us), or -1 unknown. */
+double bench_etcd_cpu_us(struct dl_etcd_probe *p);
+void bench_etcd_probe_close(struct dl_etcd_probe *p);
 
 /* ---- the scenarios: each returns 0 or -1 and fills r ---- */
 

@@ -24,6 +24,17 @@ void bench_print_report(const bench_report *r, bool json) {
              "\"ceiling_over_redisson\":%.3f",
              r->redisson_ceiling, r->redisson_cpu,
              r->ceiling / r->redisson_ceiling);
+    if (r->etcd && r->series > 0)
+      printf(",\"write_rtt_p50_us\":%.1f,\"series_cycles_per_sec\":%.0f,"
+             "\"ceiling_cycles_per_sec\":%.0f,\"ceiling_threads\":%d,"
+             "\"server_cpu_us_per_cycle\":%.2f,"
+             "\"p50_over_2_write_rtt\":%.3f,\"ops_over_series\":%.3f,"
+             "\"ops_over_ceiling\":%.3f",
+             r->write_rtt_p50, r->series, r->etcd_ceiling, ETCD_CEIL_THREADS,
+             r->etcd_ceiling_cpu,
+             r->write_rtt_p50 > 0 ? r->p50 / (2 * r->write_rtt_p50) : 0,
+             r->ops_per_sec / r->series,
+             r->etcd_ceiling > 0 ? r->ops_per_sec / r->etcd_ceiling : 0);
     if (r->async) printf(",\"async\":true,\"inflight\":%d", r->inflight);
     if (r->zk) printf(",\"backend\":\"%s\"", r->etcd ? "etcd" : "zookeeper");
     if (r->masters > 0)
@@ -69,10 +80,17 @@ void bench_print_report(const bench_report *r, bool json) {
            "us  max %9.1f us%s%s\n",
            r->scenario, r->threads, r->processes, r->ops_per_sec, r->p50,
            r->p99, r->max, cont ? "  kind " : "", cont ? r->kind : "");
-  if (r->etcd)
+  if (r->etcd && r->series > 0)
+    printf("  baselines: etcd round trip (/v3/maintenance/status) p50 %.1f "
+           "us; a write txn p50 %.1f us (2 x = %.1f us); the lock's two txns "
+           "in series %.0f cycles/s, from %d threads %.0f cycles/s (server "
+           "CPU %.2f us/cycle); server CPU %.2f us/op; errors %ld\n",
+           r->rtt_p50, r->write_rtt_p50, 2 * r->write_rtt_p50, r->series,
+           ETCD_CEIL_THREADS, r->etcd_ceiling, r->etcd_ceiling_cpu,
+           r->cpu_per_op, r->errors);
+  else if (r->etcd)
     printf("  baseline: etcd round trip (/v3/maintenance/status) p50 %.1f us "
-           "(2 x = %.1f us); no ceiling or server CPU on etcd://; errors "
-           "%ld\n",
+           "(2 x = %.1f us); errors %ld\n",
            r->rtt_p50, 2 * r->rtt_p50, r->errors);
   else if (r->zk)
     printf("  baseline: ZooKeeper round trip (exists /) p50 %.1f us (2 x = "
@@ -92,7 +110,13 @@ void bench_print_report(const bench_report *r, bool json) {
     printf("  redlock: PING to every server at once p50 %.1f us (2 x = %.1f "
            "us)\n",
            r->fanout_rtt_p50, 2 * r->fanout_rtt_p50);
-  if (strcmp(r->scenario, "uncontended") == 0 && r->zk)
+  if (r->etcd && r->series > 0)
+    printf("  ratios: p50 / (2 x write) = %.2f, ops / series = %.2f, ops / "
+           "%d-thread ceiling = %.2f\n",
+           r->write_rtt_p50 > 0 ? r->p50 / (2 * r->write_rtt_p50) : 0,
+           r->ops_per_sec / r->series, ETCD_CEIL_THREADS,
+           r->etcd_ceiling > 0 ? r->ops_per_sec / r->etcd_ceiling : 0);
+  else if (strcmp(r->scenario, "uncontended") == 0 && r->zk)
     printf("  ratio: p50 / (2 x round trip) = %.2f\n",
            r->p50 / (2 * r->rtt_p50));
   else if (strcmp(r->scenario, "uncontended") == 0)

@@ -156,8 +156,13 @@ int bench_measure(const cli_global *g, const bench_opts *o,
   r->zk = o->zk;
   r->etcd = o->etcd;
   r->masters = o->cluster ? 1 + o->nothers : 0;
+  struct dl_etcd_probe *probe = NULL;
   if (o->zk) {
     r->rtt_p50 = bench_client_ping_p50_us(g, o, 2000);
+    /* etcd: the server's limits beside the lock's cycle. */
+    if (o->etcd && strcmp(o->scenario, "uncontended") == 0 &&
+        (probe = bench_etcd_probe(g, o)) != NULL)
+      bench_etcd_limits(probe, r);
   } else {
     r->rtt_p50 = bench_rtt_p50_us(o, raw, 2000);
     r->fanout_rtt_p50 = o->cluster ? 0 : bench_fanout_rtt_p50_us(o, raw, 2000);
@@ -203,13 +208,19 @@ int bench_measure(const cli_global *g, const bench_opts *o,
       return -1;
     }
   }
-  double cpu0 = raw ? bench_servers_cpu_us(o, raw) : 0;
+  double cpu0 = raw     ? bench_servers_cpu_us(o, raw)
+                : probe ? bench_etcd_cpu_us(probe)
+                        : 0;
   int64_t start = dl_now_us() + 300000; /* everyone connected by then */
   int64_t end = start + o->secs_ms * 1000;
   int rc = run_processes(
       g, o, contended ? bench_contended_worker : bench_uncontended_worker,
       lock_name, start, end, &res, &max_proc_wakeups);
-  double cpu1 = raw ? bench_servers_cpu_us(o, raw) : 0;
+  double cpu1 = raw     ? bench_servers_cpu_us(o, raw)
+                : probe ? bench_etcd_cpu_us(probe)
+                        : 0;
+  if (probe && (cpu0 < 0 || cpu1 < 0)) cpu0 = cpu1 = 0; /* unknown */
+  bench_etcd_probe_close(probe);
   if (rc != 0) cli_err("a benchmark process failed");
   double secs = (double)o->secs_ms / 1000;
   bench_samples_sort(&res.lat);
