@@ -23,23 +23,10 @@
 # none.
 set -euo pipefail
 probe=$1 peer=${2:--} rounds=${3:-3} cycles=${4:-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-port=$(free_port) pport=$(free_port)
-dir=$(mktemp -d /tmp/dlock-etcdgrpc.XXXXXX)
-etcd --name n1 --data-dir "$dir/data" --listen-client-urls "http://127.0.0.1:$port" \
-  --advertise-client-urls "http://127.0.0.1:$port" --listen-peer-urls "http://127.0.0.1:$pport" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
-  --initial-cluster "n1=http://127.0.0.1:$pport" --log-level error >"$dir/etcd.log" 2>&1 &
-ep=$!
-trap 'kill $ep 2>/dev/null; wait $ep 2>/dev/null || true; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do
-  curl -s -m 1 "http://127.0.0.1:$port/health" | grep -q '"health":"true"' && break
-  sleep 0.1
-done
+. "$(dirname "$0")/etcd_start.sh"
+etcd_start etcdgrpc
 url=http://127.0.0.1:$port
 "$probe" check "$url"
-tck=$(getconf CLK_TCK)
-cpu() { awk -v t="$tck" '{print ($14 + $15) / t}' "/proc/$ep/stat"; }
 # Requests served: "TXN ALL" (every unary KV and Lease call).
 reqs() { curl -s "$url/metrics" | awk '/^grpc_server_handled_total/ && /grpc_type="unary"/ {
   a += $2; if ($0 ~ /grpc_method="Txn"/) t += $2 } END {print t + 0, a + 0}'; }

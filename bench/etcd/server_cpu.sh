@@ -14,21 +14,8 @@
 # (tests/test_etcd_interop.sh shows how: go build in GOPATH mode).
 set -euo pipefail
 build=$1 peer=$2 t=${3:-16} rounds=${4:-3} n=${5:-250}
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-pport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-dir=$(mktemp -d /tmp/dlock-etcdcpu.XXXXXX)
-etcd --name n1 --data-dir "$dir/data" --listen-client-urls "http://127.0.0.1:$port" \
-  --advertise-client-urls "http://127.0.0.1:$port" --listen-peer-urls "http://127.0.0.1:$pport" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
-  --initial-cluster "n1=http://127.0.0.1:$pport" --log-level error >"$dir/etcd.log" 2>&1 &
-ep=$!
-trap 'kill $ep 2>/dev/null; wait $ep 2>/dev/null || true; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do
-  curl -s -m 1 "http://127.0.0.1:$port/health" | grep -q '"health":"true"' && break
-  sleep 0.1
-done
-tck=$(getconf CLK_TCK)
-cpu() { awk -v t="$tck" '{print ($14 + $15) / t}' "/proc/$ep/stat"; }
+. "$(dirname "$0")/etcd_start.sh"
+etcd_start etcdcpu
 txns() { curl -s "http://127.0.0.1:$port/metrics" |
   awk '/^grpc_server_handled_total.*grpc_method="Txn"/ {s += $2} END {print s + 0}'; }
 row() { # NAME CPU0 CPU1 TXN0 TXN1 MS TXNS_PER_CYCLE

@@ -11,21 +11,8 @@
 #   bench/etcd/transport_ab.sh DLOCK_A DLOCK_B ETCDPEER [ROUNDS] [SECS]
 set -euo pipefail
 a=$1 b=$2 peer=$3 rounds=${4:-3} secs=${5:-3}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-port=$(free_port) pport=$(free_port)
-dir=$(mktemp -d /tmp/dlock-etcdab.XXXXXX)
-etcd --name n1 --data-dir "$dir/data" --listen-client-urls "http://127.0.0.1:$port" \
-  --advertise-client-urls "http://127.0.0.1:$port" --listen-peer-urls "http://127.0.0.1:$pport" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
-  --initial-cluster "n1=http://127.0.0.1:$pport" --log-level error >"$dir/etcd.log" 2>&1 &
-ep=$!
-trap 'kill $ep 2>/dev/null; wait $ep 2>/dev/null || true; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do
-  curl -s -m 1 "http://127.0.0.1:$port/health" | grep -q '"health":"true"' && break
-  sleep 0.1
-done
-tck=$(getconf CLK_TCK)
-cpu() { awk -v t="$tck" '{print ($14 + $15) / t}' "/proc/$ep/stat"; }
+. "$(dirname "$0")/etcd_start.sh"
+etcd_start etcdab
 # NAME SCENARIO COMMAND...: one row from the command's JSON line.
 row() {
   local name=$1 sc=$2; shift 2
