@@ -360,11 +360,7 @@ static int acq_step(acq_op *o) {
       o->st = ACQ_LOOP;
       continue;
     case ACQ_LOOP:
-      if (atomic_load(R->env.closing)) { /* no attempt after a shutdown */
-        o->rc = dl_seterr(R->env.err_owner, DLOCK_ECLOSED,
-                          "the client closed while waiting");
-        goto out;
-      }
+      if (atomic_load(R->env.closing)) goto closed; /* shut down: no attempt */
       /* Queued once the grant channel is heard; the subscriber connection
        * may come up (or back) while we wait. */
       if (!o->queued && o->grant != NULL)
@@ -469,15 +465,8 @@ static int acq_step(acq_op *o) {
       goto doze; /* no cycle (o->rc 0, refused) */
     case ACQ_WAITED: {
       uint64_t granted = 0;
-      /* Woken after dlock_client_shutdown (a message, a backoff step):
-       * no hand-off taken (nothing would renew or release it; the way out
-       * gives one back) and no attempt more (ACQ_LOOP): DLOCK_ECLOSED, as
-       * the contract says. */
-      if (atomic_load(R->env.closing)) {
-        o->rc = dl_seterr(R->env.err_owner, DLOCK_ECLOSED,
-                          "the client closed while waiting");
-        goto out;
-      }
+      /* Shut down: no hand-off taken (the way out gives one back). */
+      if (atomic_load(R->env.closing)) goto closed;
       /* A grant whose token is at or below the counter that a refused
        * attempt of this wait found was made before that attempt ran: not
        * to this wait (then the attempt would have found the lock its own),
@@ -505,6 +494,8 @@ static int acq_step(acq_op *o) {
       o->st = ACQ_LOOP;
       continue;
     }
+    closed:
+      o->rc = dl_seterr(R->env.err_owner, DLOCK_ECLOSED, "the client closed");
     out:
       /* Taken by a queued attempt: the script took us off the queue. */
       if (o->rc > 0) o->queued = false;
