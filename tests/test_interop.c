@@ -385,7 +385,12 @@ static void java_unlock_wakes_dlock(const pubsub_mode *m) {
   CHECK(th_wait_llen(n, JQUEUE, 1, 5000));
   dlock_client_stats st;
   CHECK_RC(dlock_client_stats_get(c, &st), 0);
-  CHECK_EQ(st.wakeups, 0);
+  /* A new client's first wait may be woken once by its grant
+   * subscription's confirmation, when that came after it went to sleep
+   * (it tries again: the deaf first try; as test_threads allows), as in
+   * one fresh-clone CI run. */
+  CHECK(st.wakeups <= 1);
+  uint64_t w0 = st.wakeups;
   int64_t t0 = th_now_ms();
   r = java_unlock(n, JNAME, m->publish);
   CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
@@ -396,7 +401,7 @@ static void java_unlock_wakes_dlock(const pubsub_mode *m) {
   /* A queued waiter also tries again every 2 s or so; the message is what
    * woke it. */
   CHECK_RC(dlock_client_stats_get(c, &st), 0);
-  CHECK(st.wakeups >= 1);
+  CHECK(st.wakeups > w0);
   r = java_lock(n, JNAME, 30000);
   CHECK(r && r->type == REDIS_REPLY_INTEGER && r->integer > 0);
   freeReplyObject(r);
