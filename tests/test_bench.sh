@@ -23,7 +23,7 @@ $py
 " "$out"; then echo "ok   $name"; passed=$((passed+1))
   else echo "FAIL $name: $out $(cat "$TMP/err")"; failed=$((failed+1)); fi
 }
-check uncontended "assert rows[0]['ops_per_sec']>0 and rows[0]['p50_us']>0" -- -d 300ms uncontended
+check uncontended "r=rows[0]; assert r['ops_per_sec']>0 and r['p50_us']>0 and r['series_p50_us']>0 and r['p50_over_series']>0" -- -d 300ms uncontended
 check uncontended_threads "assert rows[0]['threads']==4" -- -d 300ms -t 4 -c 2 uncontended
 check contended "r=rows[0]; assert r['processes']==2 and 0<r['utilisation']<=1 and r['wakeups_per_acquire']>=0 and 0 <= r['wait_p50_us'] <= r['wait_p99_us'] <= r['wait_max_us']" -- -d 500ms -p 2 -t 2 --hold 1ms contended
 check contended_fair "r=rows[0]; assert r['kind']=='fair' and r['errors']==0 and r['ops_per_sec']>0" -- -d 500ms -p 2 --kind fair contended
@@ -35,6 +35,22 @@ check async_inflight "r=rows[0]; assert r['inflight']==256 and r['ops_per_sec']>
 check async_contended "r=rows[0]; assert r['async'] is True and r['processes']==2 and r['inflight']==1 and 0<r['utilisation']<=1" -- --async -d 500ms -p 2 --hold 1ms contended
 check async_idle_waiters "r=rows[0]; assert r['scenario']=='idle-waiters' and r['waiters']==100 and 0<r['client_cpu_share']<=1 and r['server_cpu_share']>=0" -- --async --idle-waiters 100 -d 300ms
 check queue "r=rows[0]; assert r['scenario']=='queue' and r['threads']==2 and min(r['queue_offers_per_sec'],r['queue_takes_per_sec'],r['rpush_per_sec'],r['blpop_per_sec'])>0 and 0 <= r['delivery_delay_p50_us'] <= r['delivery_delay_p99_us'] and r['delivery_delay_p99_us'] > 0 and r['p50_us']>0" -- -d 500ms -t 2 queue
+# redlock://: the algorithm's own steps in series beside the lock, over
+# this server and two more (stopped by pid): acquire, the token's
+# write-back, release; without fencing, two steps.
+rl_url=redlock://127.0.0.1:$PORT rl_pids=()
+for i in 1 2; do
+  p=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  redis-server --port "$p" --bind 127.0.0.1 --dir "$TMP" --dbfilename "rl$i.rdb" \
+    --save '' --appendonly no --logfile "$TMP/rl$i.log" --daemonize no &
+  rl_pids+=($!)
+  rl_url=$rl_url,127.0.0.1:$p
+  for _ in $(seq 250); do redis-cli -p "$p" ping 2>/dev/null | grep -q PONG && break; sleep 0.02; done
+done
+DLOCK_URL=$rl_url check redlock_series "r=rows[0]; assert r['series_p50_us']>0 and r['p50_over_series']>0 and r['baseline_fanout_rtt_p50_us']>0" -- -d 300ms uncontended
+DLOCK_URL="$rl_url?fencing=off" check redlock_series_unfenced "r=rows[0]; assert r['series_p50_us']>0" -- -d 300ms uncontended
+DLOCK_URL=$rl_url check redlock_no_series_threads "r=rows[0]; assert 'series_p50_us' not in r" -- -d 300ms -t 2 uncontended
+for p in "${rl_pids[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 if command -v gnuplot >/dev/null; then
   if "$DLOCK" bench -d 200ms -t 2 --plot "$TMP/p.svg" uncontended >/dev/null 2>&1 && grep -q "<svg" "$TMP/p.svg"; then
     echo "ok   plot"; passed=$((passed+1))

@@ -43,4 +43,28 @@ int dl_probe_key_slot(const char *key);
 int dl_probe_lock_cycle(const char *key, bool sharded, char **out, size_t *len,
                         const char **acquire_body, const char **release_body);
 
+/* The layouts of the lock's steps (dl_probe_lock_step). */
+#define DL_PROBE_HASH 0    /* one server's lock (redis://, Sentinel) */
+#define DL_PROBE_SHARDED 1 /* a cluster master's: shard channels */
+#define DL_PROBE_PLAIN 2   /* a redlock:// server's (layout=plain) */
+
+/* The steps of the lock's cycle on `key`. */
+#define DL_PROBE_ACQUIRE 0 /* a fresh hold, a fixed lease of 10 s */
+#define DL_PROBE_FENCE 1   /* Redlock's write-back of the token `arg` */
+#define DL_PROBE_RELEASE 2 /* the release; its latch numbered `arg` */
+
+/* One step of the lock's cycle on one server, as a blocking client sends
+ * it there (the same script, keys and arguments), formatted (RESP) into
+ * *cmd (malloc'd, the caller frees) of *len bytes; the script goes by SHA:
+ * send *body (static) with SCRIPT LOAD first. A release's latch lives 1 ms,
+ * so a probe that repeats the cycle fills no server. Returns 0,
+ * DLOCK_EINVAL for an unknown layout or step, or DLOCK_ENOMEM. */
+int dl_probe_lock_step(int layout, int step, const char *key, long long arg,
+                       char **cmd, size_t *len, const char **body);
+
+/* A redlock:// URL's options as the probe needs them: whether it writes
+ * each token back to the quorum (*fencing) and whether its servers use the
+ * hash layout (*hash). Returns 0 or DLOCK_EURL. */
+int dl_probe_redlock_opts(const char *url, bool *fencing, bool *hash);
+
 #endif

@@ -70,6 +70,13 @@ double bench_rtt_p50_us(const bench_opts *o, struct redisContext *raw, int n);
  * 0 for a single server. */
 double bench_fanout_rtt_p50_us(const bench_opts *o, struct redisContext *raw,
                                int n);
+/* series.c: the p50 of the lock's cycle as its own commands, one step at a
+ * time, each sent to every server (raw and o->others) at once and timed
+ * until a quorum answered (one server: its answer), for about ms; the
+ * one-thread limit of the URL's algorithm on these cores. 0 on a cluster,
+ * a redlock:// URL with layout=hash, or a failure. */
+double bench_series_p50_us(const bench_opts *o, struct redisContext *raw,
+                           int64_t ms);
 /* The servers' CPU time (raw and o->others), in us. */
 double bench_servers_cpu_us(const bench_opts *o, struct redisContext *raw);
 /* Connects o->others for a redlock:// URL (nothing for another URL): 0,
@@ -143,6 +150,7 @@ typedef struct bench_report {
   double ops_per_sec, p50, p99, max;
   double rtt_p50, ceiling, cpu_per_op;
   double fanout_rtt_p50; /* redlock:// only, else 0 */
+  double series_p50;     /* bench_series_p50_us: uncontended, 1 thread */
   bool zk;               /* zk://: rtt_p50 is ZooKeeper's, no ceiling */
   bool etcd;             /* etcd[s]:// (zk too): rtt_p50 is etcd's */
   int masters;           /* redis-cluster://: how many; the ceiling is

@@ -16,6 +16,9 @@ void bench_print_report(const bench_report *r, bool json) {
            r->p99, r->max, r->rtt_p50, r->ceiling, r->cpu_per_op, r->errors);
     if (r->fanout_rtt_p50 > 0)
       printf(",\"baseline_fanout_rtt_p50_us\":%.1f", r->fanout_rtt_p50);
+    if (r->series_p50 > 0)
+      printf(",\"series_p50_us\":%.1f,\"p50_over_series\":%.3f", r->series_p50,
+             r->p50 / r->series_p50);
     if (r->ceiling_cpu > 0)
       printf(",\"ceiling_server_cpu_us_per_cycle\":%.2f", r->ceiling_cpu);
     if (r->redisson_ceiling > 0)
@@ -134,6 +137,11 @@ void bench_print_report(const bench_report *r, bool json) {
   if (r->fanout_rtt_p50 > 0)
     printf("  ratio: p50 / (2 x PING to every server) = %.2f\n",
            r->p50 / (2 * r->fanout_rtt_p50));
+  if (r->series_p50 > 0)
+    printf("  limit: the cycle's own commands in series, each sent to every "
+           "server at once until a quorum answered, p50 %.1f us; p50 / that "
+           "= %.2f\n",
+           r->series_p50, r->p50 / r->series_p50);
   if (strcmp(r->scenario, "contended") == 0)
     printf("  utilisation %.3f, wait p50 %.0f us, p99 %.0f us, max %.0f us, "
            "wakeups/acquire %.2f, max wakeups/unlock/process %.2f\n",
