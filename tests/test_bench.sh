@@ -49,6 +49,7 @@ for i in 1 2; do
 done
 DLOCK_URL=$rl_url check redlock_series "r=rows[0]; assert r['series_p50_us']>0 and r['p50_over_series']>0 and r['baseline_fanout_rtt_p50_us']>0" -- -d 300ms uncontended
 DLOCK_URL="$rl_url?fencing=off" check redlock_series_unfenced "r=rows[0]; assert r['series_p50_us']>0" -- -d 300ms uncontended
+DLOCK_URL=$rl_url check redlock_series_loop "r=rows[0]; assert r['async'] is True and r['series_p50_us']>0" -- --async --inflight 1 -d 300ms uncontended
 DLOCK_URL=$rl_url check redlock_no_series_threads "r=rows[0]; assert 'series_p50_us' not in r" -- -d 300ms -t 2 uncontended
 for p in "${rl_pids[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 if command -v gnuplot >/dev/null; then

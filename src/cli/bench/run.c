@@ -166,8 +166,9 @@ int bench_measure(const cli_global *g, const bench_opts *o,
   } else {
     r->rtt_p50 = bench_rtt_p50_us(o, raw, 2000);
     r->fanout_rtt_p50 = o->cluster ? 0 : bench_fanout_rtt_p50_us(o, raw, 2000);
-    if (strcmp(o->scenario, "uncontended") == 0 && o->threads == 1 &&
-        o->processes == 1 && !o->async)
+    /* One operation at a time: a thread, or a loop with one in flight */
+    if (strcmp(o->scenario, "uncontended") == 0 && o->processes == 1 &&
+        (o->async ? o->inflight == 1 : o->threads == 1))
       r->series_p50 = bench_series_p50_us(o, raw, 500);
     double cpu0 = bench_server_cpu_us(raw);
     int64_t t0 = dl_now_ms();
