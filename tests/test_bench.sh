@@ -64,17 +64,11 @@ if [ "$rc" = 64 ]; then echo "ok   bad_scenario"; passed=$((passed+1)); else ech
 # etcd://: the server's limits beside the lock's cycle (a private etcd).
 if command -v etcd >/dev/null &&
    [[ $("$DLOCK" -u etcd://127.0.0.1:1 status x 2>&1) != *libcurl* ]]; then
-  eport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  epport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  etcd --name n1 --data-dir "$TMP/etcd" --listen-client-urls "http://127.0.0.1:$eport" \
-    --advertise-client-urls "http://127.0.0.1:$eport" --listen-peer-urls "http://127.0.0.1:$epport" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$epport" \
-    --initial-cluster "n1=http://127.0.0.1:$epport" --log-level error >"$TMP/etcd.log" 2>&1 &
-  etcd_pid=$!
-  for _ in $(seq 100); do # until it answers
-    "$DLOCK" -u "etcd://127.0.0.1:$eport" status x >/dev/null 2>&1 && break
-    sleep 0.1
-  done
+  # The bench scripts' start (bench/etcd/etcd_start.sh) in this test's own
+  # dir, without their EXIT trap: stopped below by its pid.
+  . "$(dirname "$0")/../bench/etcd/etcd_start.sh"
+  etcd_launch "$TMP/etcd" || echo "etcd_limits: etcd not healthy" >&2
+  eport=$port etcd_pid=$ep
   out=$(DLOCK_URL="etcd://127.0.0.1:$eport" "$DLOCK" bench --json -d 300ms uncontended 2>"$TMP/err")
   left=$(ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$eport" get --prefix dlock-bench-probe --keys-only 2>&1)
   kill "$etcd_pid" 2>/dev/null; wait "$etcd_pid" 2>/dev/null
