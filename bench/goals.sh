@@ -45,6 +45,12 @@ if fl:
     print('| 1 thread, against its floor | p50 %s x (two PINGs + the server\'s CPU per cycle, %s us) | |' % (
         rng([d['p50_us'] / (2 * d['baseline_rtt_p50_us'] + d['ceiling_server_cpu_us_per_cycle']) for d in fl]),
         rng([d['ceiling_server_cpu_us_per_cycle'] for d in fl], '%.1f')))
+# The floor measured: the cycle's own two scripts in series on a plain
+# connection (series_p50_us), the same run.
+se = [d for d in one if d.get('series_p50_us')]
+if se:
+    print('| 1 thread, against its steps in series | p50 %s x the two scripts one after the other (%s us) | |' % (
+        rng([d['p50_over_series'] for d in se]), rng([d['series_p50_us'] for d in se], '%.0f')))
 t64 = rows.get('t64', [])
 print('| 64 threads | %s x the ceiling (%s cycles/s) | |' % (
     rng([d['ops_per_sec'] / d['ceiling_ops_per_sec'] for d in t64]),

@@ -3,10 +3,12 @@
 # private redis-servers, in one run. Prints one JSON line per measurement,
 # then a table with the ratios the Redlock issue sets:
 #  - 1 thread: a lock+unlock cycle against 2 round trips of the slowest
-#    server (PING p50), and against 2 round trips of a PING sent to every
+#    server (PING p50), against 2 round trips of a PING sent to every
 #    server at once (what a fan-out costs on this machine: with more
-#    servers than cores, they cannot all answer at once); cycles/s
-#    against npm redlock's;
+#    servers than cores, they cannot all answer at once), and against the
+#    cycle's own steps in series, each to every server until a quorum
+#    answered (series_p50_us: acquire, the token's write-back with
+#    fencing, release); cycles/s against npm redlock's;
 #  - 64 threads: cycles/s against npm redlock's with 64 workers;
 #  - contended (8 processes, hold 1 ms): the lock's utilisation.
 #   bench/redlock/compare.sh [SECS]     (default 5)
@@ -95,6 +97,9 @@ for n in (3, 5):
             ratio = (f"p50 = {r['p50_us'] / (2 * r['baseline_rtt_p50_us']):.2f} x 2 RTT "
                      f"({r['baseline_rtt_p50_us']:.0f} us), "
                      f"{r['p50_us'] / (2 * f):.2f} x 2 fan-out RTT ({f:.0f} us)")
+            if r.get('series_p50_us'):
+                ratio += (f", {r['p50_over_series']:.2f} x its steps in series "
+                          f"({r['series_p50_us']:.0f} us)")
         if sc == 'uncontended' and r.get('fencing') != 'off':
             p = find(lib='npm-redlock', servers=n, workers=t)
             if p:
