@@ -31,7 +31,7 @@ check contended_semaphore "r=rows[0]; assert r['kind']=='semaphore' and r['error
 check contended_permits "r=rows[0]; assert r['kind']=='permits' and r['errors']==0 and r['ops_per_sec']>0" -- -d 500ms -p 2 --kind permits --permits 2 contended
 check watchdog "r=rows[0]; assert r['locks']==500 and r['lost']==0 and 0 < r['renewal_round_trips_per_period'] <= 5 and r['ops_per_sec'] > 0 and r['bytes_per_lock']>=0 and 0 <= r['client_cpu_share'] <= 1" -- -k 500 --lease 300ms --periods 2 watchdog
 check async_uncontended "r=rows[0]; assert r['async'] is True and r['inflight']==64 and r['threads']==1 and r['ops_per_sec']>0 and r['p50_us']>0" -- --async -d 300ms uncontended
-check async_inflight "r=rows[0]; assert r['inflight']==256 and r['ops_per_sec']>0" -- --async --inflight 256 -d 300ms uncontended
+check async_inflight "r=rows[0]; assert r['inflight']==256 and r['ops_per_sec']>0 and r['ceiling_at_inflight_ops_per_sec']>0 and r['ops_over_ceiling_at_inflight']>0" -- --async --inflight 256 -d 300ms uncontended
 check async_contended "r=rows[0]; assert r['async'] is True and r['processes']==2 and r['inflight']==1 and 0<r['utilisation']<=1" -- --async -d 500ms -p 2 --hold 1ms contended
 check async_idle_waiters "r=rows[0]; assert r['scenario']=='idle-waiters' and r['waiters']==100 and 0<r['client_cpu_share']<=1 and r['server_cpu_share']>=0" -- --async --idle-waiters 100 -d 300ms
 check queue "r=rows[0]; assert r['scenario']=='queue' and r['threads']==2 and min(r['queue_offers_per_sec'],r['queue_takes_per_sec'],r['rpush_per_sec'],r['blpop_per_sec'])>0 and 0 <= r['delivery_delay_p50_us'] <= r['delivery_delay_p99_us'] and r['delivery_delay_p99_us'] > 0 and r['p50_us']>0" -- -d 500ms -t 2 queue

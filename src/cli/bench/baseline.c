@@ -286,10 +286,18 @@ double bench_ping_p50_us(redisContext *c, int n) {
  * dlock_lock_try_acquire and dlock_lock_release send for a fresh hold with
  * a fixed lease (the same keys and arguments); an error reply makes the
  * ceiling 0 rather than a figure for scripts that stopped half-way. */
-static double ceiling_tagged(redisContext *c, int64_t ms, const char *tag);
+static double ceiling_batch(redisContext *c, int64_t ms, const char *tag,
+                            int batch);
+static double ceiling_tagged(redisContext *c, int64_t ms, const char *tag) {
+  return ceiling_batch(c, ms, tag, 256);
+}
 
 double bench_ceiling_ops(redisContext *c, int64_t ms) {
   return ceiling_tagged(c, ms, CEIL_TAG);
+}
+
+double bench_ceiling_depth_ops(redisContext *c, int64_t ms, int depth) {
+  return ceiling_batch(c, ms, CEIL_TAG, depth / 2 > 1 ? depth / 2 : 1);
 }
 
 /* One master's share of the cluster-wide ceiling, on its own thread. */
@@ -341,7 +349,8 @@ double bench_cluster_ceiling_ops(const bench_opts *o, redisContext *raw,
   return started == n ? sum : 0;
 }
 
-static double ceiling_tagged(redisContext *c, int64_t ms, const char *tag) {
+static double ceiling_batch(redisContext *c, int64_t ms, const char *tag,
+                            int batch) {
   /* A cluster's master with shard channels: the scripts the library sends
    * there (SPUBLISH). */
   bool sharded = false;
@@ -353,9 +362,8 @@ static double ceiling_tagged(redisContext *c, int64_t ms, const char *tag) {
     sharded = r && r->type == REDIS_REPLY_ARRAY;
     if (r) freeReplyObject(r);
   }
-  /* One batch of 256 cycles (on 256 keys), formatted once: the client's
-   * own cost stays out of the figure. */
-  const int batch = 256;
+  /* One batch of `batch` cycles (on as many keys), formatted once: the
+   * client's own cost stays out of the figure. */
   char *cmds = NULL;
   size_t len = 0;
   for (int i = 0; i < batch; i++) {

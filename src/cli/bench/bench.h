@@ -103,6 +103,10 @@ double bench_client_ping_p50_us(const cli_global *g, const bench_opts *o,
 /* The ceiling: lock cycles per second the server executes for `ms` when
  * they are pipelined on one connection; 0 on any error. */
 double bench_ceiling_ops(struct redisContext *c, int64_t ms);
+/* The ceiling with `depth` commands a batch (depth / 2 cycles, at least
+ * one): what the server can execute when a client keeps `depth` requests
+ * in flight, as an event loop does with --inflight depth. */
+double bench_ceiling_depth_ops(struct redisContext *c, int64_t ms, int depth);
 /* redis-cluster://: the ceiling of every master at once (raw and
  * o->others, a thread each, each on keys of its own slots), summed: what
  * the cluster's servers can execute together on this machine. 0 for
@@ -151,6 +155,7 @@ typedef struct bench_report {
   double rtt_p50, ceiling, cpu_per_op;
   double fanout_rtt_p50; /* redlock:// only, else 0 */
   double series_p50;     /* bench_series_p50_us: uncontended, 1 thread */
+  double ceiling_depth;  /* --async uncontended: bench_ceiling_depth_ops */
   bool zk;               /* zk://: rtt_p50 is ZooKeeper's, no ceiling */
   bool etcd;             /* etcd[s]:// (zk too): rtt_p50 is etcd's */
   int masters;           /* redis-cluster://: how many; the ceiling is

@@ -19,6 +19,10 @@ void bench_print_report(const bench_report *r, bool json) {
     if (r->series_p50 > 0)
       printf(",\"series_p50_us\":%.1f,\"p50_over_series\":%.3f", r->series_p50,
              r->p50 / r->series_p50);
+    if (r->ceiling_depth > 0)
+      printf(",\"ceiling_at_inflight_ops_per_sec\":%.0f,"
+             "\"ops_over_ceiling_at_inflight\":%.3f",
+             r->ceiling_depth, r->ops_per_sec / r->ceiling_depth);
     if (r->ceiling_cpu > 0)
       printf(",\"ceiling_server_cpu_us_per_cycle\":%.2f", r->ceiling_cpu);
     if (r->redisson_ceiling > 0)
@@ -137,6 +141,10 @@ void bench_print_report(const bench_report *r, bool json) {
   if (r->fanout_rtt_p50 > 0)
     printf("  ratio: p50 / (2 x PING to every server) = %.2f\n",
            r->p50 / (2 * r->fanout_rtt_p50));
+  if (r->ceiling_depth > 0)
+    printf("  the ceiling at %d requests a batch (this loop's depth): %.0f "
+           "cycles/s; ops / that = %.2f\n",
+           r->inflight, r->ceiling_depth, r->ops_per_sec / r->ceiling_depth);
   if (r->series_p50 > 0)
     printf("  limit: the cycle's own commands in series, each sent to every "
            "server at once until a quorum answered, p50 %.1f us; p50 / that "

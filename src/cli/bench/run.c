@@ -177,6 +177,10 @@ int bench_measure(const cli_global *g, const bench_opts *o,
     if (r->ceiling > 0)
       r->ceiling_cpu =
           (bench_server_cpu_us(raw) - cpu0) / (r->ceiling * secs);
+    /* The event loop's limit at its own depth: its requests in flight a
+     * batch, where the ceiling writes 512. */
+    if (o->async && strcmp(o->scenario, "uncontended") == 0 && !o->cluster)
+      r->ceiling_depth = bench_ceiling_depth_ops(raw, 1000, o->inflight);
     r->cluster_ceiling = bench_cluster_ceiling_ops(o, raw, 1000);
     if (!o->cluster)
       r->redisson_ceiling =
