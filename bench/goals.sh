@@ -67,6 +67,11 @@ for key, n in (('a64', 64), ('a1024', 1024)):
 c = rows.get('cont', [])
 print('| 8 processes x 1 ms holds | utilisation %s; wait p99 %s ms (2 x N x hold = 16 ms) | >= 0.9 |' % (
     rng([d['utilisation'] for d in c], '%.3f'), rng([d['wait_p99_us'] / 1000 for d in c], '%.1f')))
+cl = [d for d in c if d.get('utilisation_limit')]
+if cl:
+    print('| 8 processes, against the hand-off\'s floor | utilisation %s x its limit %s (floor p50 %s us) | |' % (
+        rng([d['utilisation_over_limit'] for d in cl]), rng([d['utilisation_limit'] for d in cl], '%.3f'),
+        rng([d['handoff_floor_p50_us'] for d in cl], '%.0f')))
 for d in rows.get('wd', []):
     rt = d['renewal_round_trips_per_period']
     print('| watchdog, %d locks | %d lost, %.0f bytes each, %s renewals per round trip | 0 lost, <= 256 bytes |' % (

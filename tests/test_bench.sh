@@ -25,7 +25,7 @@ $py
 }
 check uncontended "r=rows[0]; assert r['ops_per_sec']>0 and r['p50_us']>0 and r['series_p50_us']>0 and r['p50_over_series']>0" -- -d 300ms uncontended
 check uncontended_threads "assert rows[0]['threads']==4" -- -d 300ms -t 4 -c 2 uncontended
-check contended "r=rows[0]; assert r['processes']==2 and 0<r['utilisation']<=1 and r['wakeups_per_acquire']>=0 and 0 <= r['wait_p50_us'] <= r['wait_p99_us'] <= r['wait_max_us']" -- -d 500ms -p 2 -t 2 --hold 1ms contended
+check contended "r=rows[0]; assert r['processes']==2 and 0<r['utilisation']<=1 and r['handoff_floor_p50_us']>0 and 0<r['utilisation_limit']<1 and r['utilisation_over_limit']>0 and r['wakeups_per_acquire']>=0 and 0 <= r['wait_p50_us'] <= r['wait_p99_us'] <= r['wait_max_us']" -- -d 500ms -p 2 -t 2 --hold 1ms contended
 check contended_fair "r=rows[0]; assert r['kind']=='fair' and r['errors']==0 and r['ops_per_sec']>0" -- -d 500ms -p 2 --kind fair contended
 check contended_semaphore "r=rows[0]; assert r['kind']=='semaphore' and r['errors']==0 and r['ops_per_sec']>0" -- -d 500ms -p 2 --kind semaphore --permits 2 contended
 check contended_permits "r=rows[0]; assert r['kind']=='permits' and r['errors']==0 and r['ops_per_sec']>0" -- -d 500ms -p 2 --kind permits --permits 2 contended

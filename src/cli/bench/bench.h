@@ -77,6 +77,12 @@ double bench_fanout_rtt_p50_us(const bench_opts *o, struct redisContext *raw,
  * a redlock:// URL with layout=hash, or a failure. */
 double bench_series_p50_us(const bench_opts *o, struct redisContext *raw,
                            int64_t ms);
+/* handoff.c: the p50 of a hand-off's floor: a PUBLISH written on raw until
+ * its message is read by a thread asleep on a subscription of another
+ * connection (n rounds, one at a time); 0 on a cluster, a redlock:// URL
+ * or a failure. */
+double bench_handoff_p50_us(const bench_opts *o, struct redisContext *raw,
+                            int n);
 /* The servers' CPU time (raw and o->others), in us. */
 double bench_servers_cpu_us(const bench_opts *o, struct redisContext *raw);
 /* Connects o->others for a redlock:// URL (nothing for another URL): 0,
@@ -156,6 +162,9 @@ typedef struct bench_report {
   double fanout_rtt_p50; /* redlock:// only, else 0 */
   double series_p50;     /* bench_series_p50_us: uncontended, 1 thread */
   double ceiling_depth;  /* --async uncontended: bench_ceiling_depth_ops */
+  /* contended: bench_handoff_p50_us, and the utilisation it leaves: the
+   * mean hold / (the mean hold + that floor) */
+  double handoff_p50, util_limit;
   bool zk;               /* zk://: rtt_p50 is ZooKeeper's, no ceiling */
   bool etcd;             /* etcd[s]:// (zk too): rtt_p50 is etcd's */
   int masters;           /* redis-cluster://: how many; the ceiling is

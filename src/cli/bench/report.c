@@ -59,6 +59,10 @@ void bench_print_report(const bench_report *r, bool json) {
              "\"max_wakeups_per_unlock_per_process\":%.2f",
              r->utilisation, r->wait_p50, r->wait_p99, r->wait_max,
              r->wakeups_per_acquire, r->max_wakeups_per_unlock_per_process);
+      if (r->util_limit > 0)
+        printf(",\"handoff_floor_p50_us\":%.1f,\"utilisation_limit\":%.3f,"
+               "\"utilisation_over_limit\":%.3f",
+               r->handoff_p50, r->util_limit, r->utilisation / r->util_limit);
     }
     if (strcmp(r->scenario, "watchdog") == 0)
       printf(",\"locks\":%ld,\"lost\":%ld,"
@@ -155,6 +159,11 @@ void bench_print_report(const bench_report *r, bool json) {
            "wakeups/acquire %.2f, max wakeups/unlock/process %.2f\n",
            r->utilisation, r->wait_p50, r->wait_p99, r->wait_max,
            r->wakeups_per_acquire, r->max_wakeups_per_unlock_per_process);
+  if (r->util_limit > 0)
+    printf("  hand-off floor (a PUBLISH until a sleeping subscriber reads it) "
+           "p50 %.1f us: utilisation limit %.3f (mean hold / (hold + "
+           "floor)); utilisation / that = %.2f\n",
+           r->handoff_p50, r->util_limit, r->utilisation / r->util_limit);
   if (strcmp(r->scenario, "idle-waiters") == 0)
     printf("  %d waiters: client CPU %.2f%% of a core, server CPU %.2f%%, "
            "%.0f scripts/s\n",

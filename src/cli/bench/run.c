@@ -181,6 +181,8 @@ int bench_measure(const cli_global *g, const bench_opts *o,
      * batch, where the ceiling writes 512. */
     if (o->async && strcmp(o->scenario, "uncontended") == 0 && !o->cluster)
       r->ceiling_depth = bench_ceiling_depth_ops(raw, 1000, o->inflight);
+    if (strcmp(o->scenario, "contended") == 0)
+      r->handoff_p50 = bench_handoff_p50_us(o, raw, 1000);
     r->cluster_ceiling = bench_cluster_ceiling_ops(o, raw, 1000);
     if (!o->cluster)
       r->redisson_ceiling =
@@ -246,6 +248,9 @@ int bench_measure(const cli_global *g, const bench_opts *o,
   free(res.ping.v);
   if (contended) {
     r->utilisation = res.hold_us / (secs * 1e6);
+    double hold = res.ops ? res.hold_us / (double)res.ops : 0;
+    if (r->handoff_p50 > 0 && hold > 0)
+      r->util_limit = hold / (hold + r->handoff_p50);
     r->wait_p50 = r->p50;
     r->wait_p99 = r->p99;
     r->wait_max = r->max;
