@@ -3,8 +3,10 @@
  * cycle costs the server (requests, writes, watches), and the transport
  * of the calls and the watches, against private etcd servers the harness
  * starts. */
+#include "dlock_async.h"
 #include "harness.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -475,8 +477,115 @@ static void t_etcd_watch_grpc(void) {
   th_etcd_stop(&s);
 }
 
+/* The threads of this process now. */
+static int tasks(void) {
+  DIR *d = opendir("/proc/self/task");
+  int n = 0;
+  for (struct dirent *de; d && (de = readdir(d)) != NULL;)
+    n += de->d_name[0] != '.';
+  if (d) closedir(d);
+  return n;
+}
+
+typedef struct adone {
+  int rc, calls;
+} adone;
+static void on_adone(int rc, uint64_t token, const char *errmsg, void *ud) {
+  (void)token, (void)errmsg;
+  adone *d = ud;
+  d->rc = rc;
+  d->calls++;
+}
+
+/* Runs lp until each of the n operations in d is done (10 s at most). */
+static bool run_all(dlock_loop *lp, const adone *d, int n) {
+  int64_t end = th_now_ms() + th_soon(10000);
+  for (;;) {
+    int left = 0;
+    for (int i = 0; i < n; i++)
+      left += d[i].calls == 0;
+    if (left == 0) return true;
+    if (th_now_ms() >= end) return false;
+    dlock_loop_run(lp, 10);
+  }
+}
+
+/* An event-loop client's release, ping and force release are calls on
+ * a multi handle its loop drives: N of them in flight start no thread
+ * (each was a thread of its own), and end as the blocking ones do; the
+ * client's close ends those still in flight, each told once. */
+static void t_etcd_async_nothread(void) {
+  NEED_ETCD();
+  enum { N = 16 };
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  dlock_client *c;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  dlock_lock *l[N];
+  adone d[N];
+  char name[32];
+  memset(d, 0, sizeof d);
+  for (int i = 0; i < N; i++) {
+    snprintf(name, sizeof name, "nt%d", i);
+    CHECK_RC(dlock_lock_new(c, name, NULL, &l[i]), 0);
+    CHECK_RC(dlock_lock_acquire_async(l[i], 0, 0, on_adone, &d[i], NULL), 0);
+  }
+  CHECK(run_all(lp, d, N));
+  for (int i = 0; i < N; i++)
+    CHECK_RC(d[i].rc, 0);
+  /* The releases, then pings, in flight together. */
+  int before = tasks();
+  memset(d, 0, sizeof d);
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_lock_release_async(l[i], on_adone, &d[i], NULL), 0);
+  int during = tasks();
+  fprintf(stderr,
+          "    threads: %d before %d releases, %d with them in flight\n",
+          before, N, during);
+  CHECK(during - before < N / 4);
+  CHECK(run_all(lp, d, N));
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(d[i].rc, 1);
+    CHECK_EQ(d[i].calls, 1);
+  }
+  char buf[512];
+  CHECK(strcmp(th_etcd_ctl(&s, "get --prefix nt --keys-only", buf, sizeof buf),
+               "") == 0);
+  memset(d, 0, sizeof d);
+  before = tasks();
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_client_ping_async(c, on_adone, &d[i], NULL), 0);
+  during = tasks();
+  fprintf(stderr, "    threads: %d before %d pings, %d with them in flight\n",
+          before, N, during);
+  CHECK(during - before < N / 4);
+  CHECK(run_all(lp, d, N));
+  for (int i = 0; i < N; i++)
+    CHECK_RC(d[i].rc, 0);
+  /* Closed with pings in flight: each told once. */
+  memset(d, 0, sizeof d);
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_client_ping_async(c, on_adone, &d[i], NULL), 0);
+  for (int i = 0; i < N; i++)
+    dlock_lock_free(l[i]);
+  dlock_client_close(c);
+  CHECK(run_all(lp, d, N));
+  for (int i = 0; i < N; i++) {
+    CHECK(d[i].rc == 0 || d[i].rc == DLOCK_ECLOSED);
+    CHECK_EQ(d[i].calls, 1);
+  }
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
 TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
-        T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc))
+        T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
+        T_BARE(t_etcd_async_nothread))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");
