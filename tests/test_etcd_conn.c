@@ -567,6 +567,25 @@ static void t_etcd_async_nothread(void) {
   CHECK(run_all(lp, d, N));
   for (int i = 0; i < N; i++)
     CHECK_RC(d[i].rc, 0);
+  /* Force releases: a range and a txn each. */
+  memset(d, 0, sizeof d);
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_lock_acquire_async(l[i], 0, 0, on_adone, &d[i], NULL), 0);
+  CHECK(run_all(lp, d, N));
+  memset(d, 0, sizeof d);
+  before = tasks();
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_lock_force_release_async(l[i], on_adone, &d[i], NULL), 0);
+  during = tasks();
+  fprintf(stderr,
+          "    threads: %d before %d force releases, %d with them in flight\n",
+          before, N, during);
+  CHECK(during - before < N / 4);
+  CHECK(run_all(lp, d, N));
+  for (int i = 0; i < N; i++)
+    CHECK_RC(d[i].rc, 1);
+  CHECK(strcmp(th_etcd_ctl(&s, "get --prefix nt --keys-only", buf, sizeof buf),
+               "") == 0);
   /* Closed with pings in flight: each told once. */
   memset(d, 0, sizeof d);
   for (int i = 0; i < N; i++)

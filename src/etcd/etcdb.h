@@ -437,6 +437,21 @@ int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
  * range's answer in *out, or a negative code. */
 int dl_etcd_range_under(dl_etcd *e, const char *pfx, int limit,
                         json_object **out);
+/* Its request's body into body (ETCD_RANGE_BODY_MAX bytes). */
+#define ETCD_RANGE_BODY_MAX (3 * (4 * ((ETCD_KEY_MAX + 2) / 3) + 1))
+void dl_etcd_range_under_body(const char *pfx, int limit, char *body,
+                              size_t len);
+/* The force release's halves (query.c), for both drivers: a range of the
+ * keys under the lock's prefix pfx (dl_etcd_range_under, limit 0), then
+ * from its answer r (put here) the txn that deletes every holder's key
+ * at its create revision: 1 with its body in *out (malloc'ed), 0 nobody
+ * holds the lock, or a negative code recorded (DLOCK_EWRONGTYPE: a key
+ * no lock makes, nothing changed). A txn that did not succeed (a holder
+ * changed) starts again, ETCD_FORCE_TRIES times at most, then
+ * dl_etcd_force_busy's error. */
+#define ETCD_FORCE_TRIES 5
+int dl_etcd_force_txn(dl_etcd *e, json_object *r, const char *pfx, char **out);
+int dl_etcd_force_busy(dl_etcd *e, const dl_lock_ref *l);
 /* Whether a call's error may pass (no answer: the server unreachable or
  * slow). */
 bool dl_etcd_transient(int rc);

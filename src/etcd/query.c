@@ -11,16 +11,21 @@
 
 #define B64(n) (4 * (((n) + 2) / 3) + 1)
 
-int dl_etcd_range_under(dl_etcd *e, const char *pfx, int limit,
-                        json_object **out) {
+void dl_etcd_range_under_body(const char *pfx, int limit, char *body,
+                              size_t len) {
   char p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
-  char body[3 * B64(ETCD_KEY_MAX)];
   dl_etcd_b64(pfx, strlen(pfx), p64);
   dl_etcd_prefix_end(pfx, end64);
-  snprintf(body, sizeof body,
+  snprintf(body, len,
            "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":\"%d\","
            "\"sort_order\":\"ASCEND\",\"sort_target\":\"CREATE\"}",
            p64, end64, limit);
+}
+
+int dl_etcd_range_under(dl_etcd *e, const char *pfx, int limit,
+                        json_object **out) {
+  char body[ETCD_RANGE_BODY_MAX];
+  dl_etcd_range_under_body(pfx, limit, body, sizeof body);
   return dl_etcd_call(e, "/v3/kv/range", body,
                       dl_now_ms() + e->command_timeout_ms, out, NULL);
 }
@@ -89,63 +94,74 @@ void dl_etcd_holder_value(const char *v64, int64_t lease, char *owner,
   free(val);
 }
 
-int dl_etcd_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
-  dl_etcd *e = (dl_etcd *)b;
-  for (int attempt = 0; attempt < 5; attempt++) {
-    json_object *r;
-    char pfx[ETCD_KEY_MAX], bad[ETCD_KEY_MAX];
-    int rc = range_prefix(e, l->key, 0, &r, pfx, sizeof pfx);
-    if (rc != 0) return rc;
-    json_object *kvs = dl_etcd_get(r, "kvs");
-    int holders = holders_of(kvs, pfx, bad, sizeof bad);
-    if (holders < 0) {
-      json_object_put(r);
-      return dl_seterr(e->err, DLOCK_EWRONGTYPE,
-                       "not a lock: a key under %s that no lock makes "
-                       "(%s; nothing changed)",
-                       pfx, bad);
-    }
-    if (holders == 0) {
-      json_object_put(r);
-      return 0;
-    }
-    /* The holders' keys go (what `etcdctl del` does), each at its
-     * revision, in one txn: their clients hear it through their watches. */
-    size_t cap = (size_t)holders * (3 * B64(ETCD_KEY_MAX) + 160) + 64;
-    char *body = malloc(cap), *ops = malloc(cap);
-    if (body == NULL || ops == NULL) {
-      free(body);
-      free(ops);
-      json_object_put(r);
-      return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-    }
-    size_t at = (size_t)snprintf(body, cap, "{\"compare\":["), ot = 0;
-    for (int i = 0; i < holders; i++) {
-      json_object *kv = json_object_array_get_idx(kvs, (size_t)i);
-      const char *k64 = json_object_get_string(dl_etcd_get(kv, "key"));
-      at += (size_t)snprintf(body + at, cap - at,
-                             "%s{\"target\":\"CREATE\",\"key\":\"%s\","
-                             "\"create_revision\":\"%" PRId64 "\"}",
-                             i ? "," : "", k64,
-                             dl_etcd_i64(kv, "create_revision"));
-      ot += (size_t)snprintf(ops + ot, cap - ot,
-                             "%s{\"request_delete_range\":{\"key\":\"%s\"}}",
-                             i ? "," : "", k64);
-    }
-    snprintf(body + at, cap - at, "],\"success\":[%s]}", ops);
+int dl_etcd_force_txn(dl_etcd *e, json_object *r, const char *pfx, char **out) {
+  *out = NULL;
+  char bad[ETCD_KEY_MAX];
+  json_object *kvs = dl_etcd_get(r, "kvs");
+  int holders = holders_of(kvs, pfx, bad, sizeof bad);
+  if (holders < 0) {
+    json_object_put(r);
+    return dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                     "not a lock: a key under %s that no lock makes "
+                     "(%s; nothing changed)",
+                     pfx, bad);
+  }
+  if (holders == 0) {
+    json_object_put(r);
+    return 0;
+  }
+  /* The holders' keys go (what `etcdctl del` does), each at its
+   * revision, in one txn: their clients hear it through their watches. */
+  size_t cap = (size_t)holders * (3 * B64(ETCD_KEY_MAX) + 160) + 64;
+  char *body = malloc(cap), *ops = malloc(cap);
+  if (body == NULL || ops == NULL) {
+    free(body);
     free(ops);
     json_object_put(r);
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  size_t at = (size_t)snprintf(body, cap, "{\"compare\":["), ot = 0;
+  for (int i = 0; i < holders; i++) {
+    json_object *kv = json_object_array_get_idx(kvs, (size_t)i);
+    const char *k64 = json_object_get_string(dl_etcd_get(kv, "key"));
+    at +=
+        (size_t)snprintf(body + at, cap - at,
+                         "%s{\"target\":\"CREATE\",\"key\":\"%s\","
+                         "\"create_revision\":\"%" PRId64 "\"}",
+                         i ? "," : "", k64, dl_etcd_i64(kv, "create_revision"));
+    ot += (size_t)snprintf(ops + ot, cap - ot,
+                           "%s{\"request_delete_range\":{\"key\":\"%s\"}}",
+                           i ? "," : "", k64);
+  }
+  snprintf(body + at, cap - at, "],\"success\":[%s]}", ops);
+  free(ops);
+  json_object_put(r);
+  *out = body;
+  return 1;
+}
+
+int dl_etcd_force_busy(dl_etcd *e, const dl_lock_ref *l) {
+  return dl_seterr(e->err, DLOCK_ETIMEDOUT,
+                   "the holder of '%s' changed at every try", l->name);
+}
+
+int dl_etcd_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
+  dl_etcd *e = (dl_etcd *)b;
+  for (int attempt = 0; attempt < ETCD_FORCE_TRIES; attempt++) {
+    json_object *r;
+    char pfx[ETCD_KEY_MAX], *body;
+    int rc = range_prefix(e, l->key, 0, &r, pfx, sizeof pfx);
+    if (rc != 0) return rc;
+    if ((rc = dl_etcd_force_txn(e, r, pfx, &body)) <= 0) return rc;
     rc = dl_etcd_call(e, "/v3/kv/txn", body,
                       dl_now_ms() + e->command_timeout_ms, &r, NULL);
     free(body);
     if (rc != 0) return rc;
-    json_object *s = dl_etcd_get(r, "succeeded");
-    bool done = s && json_object_get_boolean(s);
+    bool done = dl_etcd_txn_succeeded(r);
     json_object_put(r);
     if (done) return 1;
   }
-  return dl_seterr(e->err, DLOCK_ETIMEDOUT,
-                   "the holder of '%s' changed at every try", l->name);
+  return dl_etcd_force_busy(e, l);
 }
 
 int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,

@@ -2,8 +2,9 @@
  * create revision, etcd issue 22082), its two drivers on one request
  * builder and reply parser: the blocking entry, and the event-loop
  * client's own entries on the loop's multi handle (acall.c), which take
- * no thread: release and ping. The event-loop client's other operations
- * are core/blockloop.c's jobs (a thread each). */
+ * no thread: release, force release (query.c's halves) and ping. The
+ * event-loop client's other operations are core/blockloop.c's jobs (a
+ * thread each). */
 #include "etcdb.h"
 
 #include <inttypes.h>
@@ -29,8 +30,7 @@ static void delete_at_body(const char *key, int64_t rev, char *body,
 
 /* Its answer r (put here): 1 deleted, 0 not. */
 static int delete_at_result(json_object *r) {
-  json_object *s = dl_etcd_get(r, "succeeded");
-  int rc = s && json_object_get_boolean(s);
+  int rc = dl_etcd_txn_succeeded(r);
   json_object_put(r);
   return rc;
 }
@@ -107,7 +107,7 @@ int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
 }
 
 /* ---- the event-loop client's own entries ---- */
-typedef enum aop_kind { AOP_PING, AOP_RELEASE } aop_kind;
+typedef enum aop_kind { AOP_PING, AOP_RELEASE, AOP_FORCE } aop_kind;
 
 /* One operation in flight, in e->aops (the loop's thread). */
 struct dl_async {
@@ -119,13 +119,16 @@ struct dl_async {
   void *ud;
   etcd_acall *call; /* the call in flight, if any */
   dl_timer timer;   /* the release's pause before a retry; a result
-                       known at the start, told from the dispatch */
+                       known at once, told from the loop's dispatch */
   int rc;           /* that result */
   char msg[512];    /* its detail */
+  etcd_acall_fn later; /* what gets it (NULL: op ends with it) */
   const dl_lock_ref *l;
   etcd_hold *h; /* the release's hold, off the list */
   int64_t deadline;
   bool retried;
+  int attempt;            /* the force release's */
+  char pfx[ETCD_KEY_MAX]; /* its lock's prefix */
 };
 
 static void on_later(void *ud);
@@ -166,7 +169,10 @@ static void op_end(dl_async *op, int rc) {
 static void on_later(void *ud) {
   dl_async *op = ud;
   if (op->rc < 0) dl_seterr(op->e->env->err_owner, op->rc, "%s", op->msg);
-  op_end(op, op->rc);
+  if (op->later)
+    op->later(op, op->rc, NULL, 0);
+  else
+    op_end(op, op->rc);
 }
 
 static int op_later(dl_async *op, int rc) {
@@ -174,6 +180,7 @@ static int op_later(dl_async *op, int rc) {
   if (rc < 0)
     snprintf(op->msg, sizeof op->msg, "%s",
              dlock_client_errmsg(op->e->env->err_owner));
+  dl_timer_init(&op->timer, on_later, op);
   if (dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms()) != 0) {
     dl_etcd *e = op->e;
     op_drop(op); /* not told: the caller is */
@@ -182,11 +189,15 @@ static int op_later(dl_async *op, int rc) {
   return 0;
 }
 
-/* Starts op's call; a call that cannot start ends op (its fn's way). */
-static void op_call(dl_async *op, const char *path, const char *body,
-                    etcd_acall_fn fn) {
+/* Starts op's call (until op->deadline); one that cannot start gets fn
+ * its error from the loop's dispatch. 0, or DLOCK_ENOMEM (op freed,
+ * untold). */
+static int op_call(dl_async *op, const char *path, const char *body,
+                   etcd_acall_fn fn) {
   int rc = dl_etcd_acall(op->e, path, body, op->deadline, fn, op, &op->call);
-  if (rc != 0) fn(op, rc, NULL, 0);
+  if (rc == 0) return 0;
+  op->later = fn;
+  return op_later(op, rc);
 }
 
 static void on_ping(void *ud, int rc, json_object *o, int code) {
@@ -220,6 +231,7 @@ static void on_deleted(void *ud, int rc, json_object *o, int code) {
   op->call = NULL;
   if (rc == 0) rc = delete_at_result(o);
   if (delete_again(&rc, &op->retried, op->deadline)) {
+    op->later = NULL;
     dl_timer_init(&op->timer, release_try, op);
     if (dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms() + 20) == 0)
       return;
@@ -229,12 +241,26 @@ static void on_deleted(void *ud, int rc, json_object *o, int code) {
   op_end(op, release_end(op->e, op->l, h, rc, op->retried, op->deadline));
 }
 
-/* A try of the release's delete. */
-static void release_try(void *ud) {
-  dl_async *op = ud;
+/* A try of the release's delete: 0, or DLOCK_ENOMEM (op freed, untold:
+ * the hold handed back). */
+static int release_send(dl_async *op) {
   char body[DELETE_AT_MAX];
   delete_at_body(op->h->key, op->h->rev, body, sizeof body);
-  op_call(op, "/v3/kv/txn", body, on_deleted);
+  dl_etcd *e = op->e;
+  etcd_hold *h = op->h;
+  int rc = op_call(op, "/v3/kv/txn", body, on_deleted);
+  if (rc != 0) { /* not known to be deleted: the lease's revoke takes it */
+    dl_etcd_orphan(e, h->key, h->rev, 0);
+    dl_etcd_hold_drop(e, h);
+  }
+  return rc;
+}
+
+static void release_try(void *ud) {
+  dl_async *op = ud;
+  dl_done_fn done = op->done;
+  void *dud = op->ud;
+  if (release_send(op) != 0) done(dud, DLOCK_ENOMEM);
 }
 
 static int release_async(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
@@ -256,9 +282,68 @@ static int release_async(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   }
   op->l = l;
   op->h = h;
+  if ((rc = release_send(op)) != 0) return rc;
   *out = op;
-  release_try(op);
   return 0;
+}
+
+/* ---- force release: a range, then a txn deleting the holders' keys ---- */
+static int force_send(dl_async *op);
+
+static void on_forced(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  if (rc == 0) {
+    rc = dl_etcd_txn_succeeded(o);
+    json_object_put(o);
+    if (rc == 0 && ++op->attempt < ETCD_FORCE_TRIES) { /* a holder changed */
+      dl_done_fn done = op->done;
+      void *dud = op->ud;
+      if ((rc = force_send(op)) != 0) done(dud, rc);
+      return;
+    }
+    if (rc == 0) rc = dl_etcd_force_busy(op->e, op->l);
+  }
+  op_end(op, rc);
+}
+
+static void on_range(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  char *body = NULL;
+  if (rc == 0) rc = dl_etcd_force_txn(op->e, o, op->pfx, &body);
+  if (rc <= 0) {
+    op_end(op, rc);
+    return;
+  }
+  dl_done_fn done = op->done;
+  void *dud = op->ud;
+  op->deadline = dl_now_ms() + op->e->command_timeout_ms; /* each call's */
+  rc = op_call(op, "/v3/kv/txn", body, on_forced);
+  free(body);
+  if (rc != 0) done(dud, rc);
+}
+
+/* The range of a try: 0, or DLOCK_ENOMEM (op freed, untold). */
+static int force_send(dl_async *op) {
+  char body[ETCD_RANGE_BODY_MAX];
+  dl_etcd_range_under_body(op->pfx, 0, body, sizeof body);
+  op->deadline = dl_now_ms() + op->e->command_timeout_ms;
+  return op_call(op, "/v3/kv/range", body, on_range);
+}
+
+static int force_async(dl_backend *b, const dl_lock_ref *l, dl_done_fn done,
+                       void *ud, dl_async **out) {
+  dl_etcd *e = (dl_etcd *)b;
+  dl_async *op = op_new(e, AOP_FORCE, done, ud);
+  if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  op->l = l;
+  snprintf(op->pfx, sizeof op->pfx, "%s%s/", e->prefix, l->key);
+  int rc = force_send(op);
+  if (rc == 0) *out = op;
+  return rc;
 }
 
 /* Nothing to give up: a request in flight is answered (its result kept),
@@ -285,6 +370,7 @@ void dl_etcd_aops_close(dl_etcd *e) {
 const dl_backend_ops dl_etcd_aops = {
     .name = "etcd",
     .lock_release_async = release_async,
+    .lock_force_release_async = force_async,
     .ping_async = ping_async,
     .cancel = own_cancel,
 };
