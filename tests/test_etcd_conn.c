@@ -203,6 +203,29 @@ static dlock_client *auth_client(const char *url, const char *user,
   return c;
 }
 
+typedef struct adone {
+  int rc, calls;
+} adone;
+static void on_adone(int rc, uint64_t token, const char *errmsg, void *ud) {
+  (void)token, (void)errmsg;
+  adone *d = ud;
+  d->rc = rc;
+  d->calls++;
+}
+
+/* Runs lp until each of the n operations in d is done (10 s at most). */
+static bool run_all(dlock_loop *lp, const adone *d, int n) {
+  int64_t end = th_now_ms() + th_soon(10000);
+  for (;;) {
+    int left = 0;
+    for (int i = 0; i < n; i++)
+      left += d[i].calls == 0;
+    if (left == 0) return true;
+    if (th_now_ms() >= end) return false;
+    dlock_loop_run(lp, 10);
+  }
+}
+
 /* etcd's token auth: the user and password in the URL or the options; a
  * wrong password or none fails with DLOCK_EAUTH saying why, and changes
  * nothing; a token the server no longer takes (here: the password set
@@ -301,6 +324,40 @@ static void t_etcd_auth(void) {
   dlock_lock_free(l2);
   dlock_client_close(c);
   dlock_client_close(c2);
+  /* An event-loop client: a token the server dropped is renewed on the
+   * loop's multi handle (a ping, a release), and the call goes again. */
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  o.username = "root";
+  o.password = "sesame";
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  CHECK_RC(dlock_lock_new(c, "aau", "me", &l), 0);
+  adone d = {0};
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 0, on_adone, &d, NULL), 0);
+  CHECK(run_all(lp, &d, 1));
+  CHECK_RC(d.rc, 0);
+  for (int i = 0; i < 2; i++) {
+    snprintf(cmd, sizeof cmd,
+             "printf 'sesame\\n' | ETCDCTL_API=3 etcdctl --endpoints %s "
+             "--user root:sesame user passwd root --interactive=false 2>&1",
+             s.endpoint);
+    CHECK(strstr(th_sh(cmd, buf, sizeof buf), "updated") != NULL);
+    long long auths = th_etcd_started(&s, "Authenticate");
+    d = (adone){0};
+    if (i == 0)
+      CHECK_RC(dlock_client_ping_async(c, on_adone, &d, NULL), 0);
+    else
+      CHECK_RC(dlock_lock_release_async(l, on_adone, &d, NULL), 0);
+    CHECK(run_all(lp, &d, 1));
+    CHECK_RC(d.rc, i == 0 ? 0 : 1);
+    CHECK_EQ(th_etcd_started(&s, "Authenticate"), auths + 1);
+  }
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
   th_etcd_stop(&s);
 }
 
@@ -485,29 +542,6 @@ static int tasks(void) {
     n += de->d_name[0] != '.';
   if (d) closedir(d);
   return n;
-}
-
-typedef struct adone {
-  int rc, calls;
-} adone;
-static void on_adone(int rc, uint64_t token, const char *errmsg, void *ud) {
-  (void)token, (void)errmsg;
-  adone *d = ud;
-  d->rc = rc;
-  d->calls++;
-}
-
-/* Runs lp until each of the n operations in d is done (10 s at most). */
-static bool run_all(dlock_loop *lp, const adone *d, int n) {
-  int64_t end = th_now_ms() + th_soon(10000);
-  for (;;) {
-    int left = 0;
-    for (int i = 0; i < n; i++)
-      left += d[i].calls == 0;
-    if (left == 0) return true;
-    if (th_now_ms() >= end) return false;
-    dlock_loop_run(lp, 10);
-  }
 }
 
 /* An event-loop client's release, ping and force release are calls on
