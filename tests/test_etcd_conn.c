@@ -544,7 +544,7 @@ static int tasks(void) {
   return n;
 }
 
-/* An event-loop client's release, ping and force release are calls on
+/* An event-loop client's release, force release, queries and ping are calls on
  * a multi handle its loop drives: N of them in flight start no thread
  * (each was a thread of its own), and end as the blocking ones do; the
  * client's close ends those still in flight, each told once. */
@@ -606,6 +606,28 @@ static void t_etcd_async_nothread(void) {
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_lock_acquire_async(l[i], 0, 0, on_adone, &d[i], NULL), 0);
   CHECK(run_all(lp, d, N));
+  /* Queries: is it held (a range), its time left (and a timetolive). */
+  adone q[N];
+  int64_t ttl[N];
+  memset(d, 0, sizeof d);
+  memset(q, 0, sizeof q);
+  before = tasks();
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(dlock_lock_is_held_async(l[i], on_adone, &d[i], NULL), 0);
+    CHECK_RC(
+        dlock_lock_remaining_ttl_async(l[i], &ttl[i], on_adone, &q[i], NULL),
+        0);
+  }
+  during = tasks();
+  fprintf(stderr, "    threads: %d before %d queries, %d with them in flight\n",
+          before, 2 * N, during);
+  CHECK(during - before < N / 4);
+  CHECK(run_all(lp, d, N) && run_all(lp, q, N));
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(d[i].rc, 1);
+    CHECK_RC(q[i].rc, 0);
+    CHECK(ttl[i] > 0 && ttl[i] <= 30000);
+  }
   memset(d, 0, sizeof d);
   before = tasks();
   for (int i = 0; i < N; i++)

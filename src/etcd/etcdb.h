@@ -450,6 +450,19 @@ void dl_etcd_range_under_body(const char *pfx, int limit, char *body,
  * changed) starts again, ETCD_FORCE_TRIES times at most, then
  * dl_etcd_force_busy's error. */
 #define ETCD_FORCE_TRIES 5
+/* A lock query's halves (query.c), for both drivers: its request (the
+ * path, its body into body, ETCD_RANGE_BODY_MAX bytes; *rev the hold's
+ * create revision for DL_QUERY_HELD and _COUNT), or NULL when it is
+ * answered without one (*v 0: not held here); then from its answer r
+ * (put here) *v, and for DL_QUERY_TTL the holder's lease, whose
+ * /v3/lease/timetolive (dl_etcd_ttl_body, dl_etcd_ttl_answer: ms, or
+ * DLOCK_TTL_FREE) gives *v (0: no second call). */
+const char *dl_etcd_query_req(dl_etcd *e, const dl_lock_ref *l, dl_lock_query q,
+                              char *body, size_t len, int64_t *rev);
+int64_t dl_etcd_query_answer(dl_etcd *e, const dl_lock_ref *l, dl_lock_query q,
+                             json_object *r, int64_t rev, long long *v);
+void dl_etcd_ttl_body(int64_t lease, char *body, size_t len);
+int64_t dl_etcd_ttl_answer(json_object *r);
 int dl_etcd_force_txn(dl_etcd *e, json_object *r, const char *pfx, char **out);
 int dl_etcd_force_busy(dl_etcd *e, const dl_lock_ref *l);
 /* Whether a call's error may pass (no answer: the server unreachable or

@@ -2,9 +2,9 @@
  * create revision, etcd issue 22082), its two drivers on one request
  * builder and reply parser: the blocking entry, and the event-loop
  * client's own entries on the loop's multi handle (acall.c), which take
- * no thread: release, force release (query.c's halves) and ping. The
- * event-loop client's other operations are core/blockloop.c's jobs (a
- * thread each). */
+ * no thread: release, force release, lock queries (query.c's halves) and
+ * ping. The event-loop client's other operations are core/blockloop.c's
+ * jobs (a thread each). */
 #include "etcdb.h"
 
 #include <inttypes.h>
@@ -107,7 +107,7 @@ int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
 }
 
 /* ---- the event-loop client's own entries ---- */
-typedef enum aop_kind { AOP_PING, AOP_RELEASE, AOP_FORCE } aop_kind;
+typedef enum aop_kind { AOP_PING, AOP_RELEASE, AOP_FORCE, AOP_QUERY } aop_kind;
 
 /* One operation in flight, in e->aops (the loop's thread). */
 struct dl_async {
@@ -128,6 +128,9 @@ struct dl_async {
   int64_t deadline;
   bool retried;
   int attempt;            /* the force release's */
+  dl_lock_query q;        /* the query's */
+  long long *v;
+  int64_t rev;
   char pfx[ETCD_KEY_MAX]; /* its lock's prefix */
 };
 
@@ -346,6 +349,52 @@ static int force_async(dl_backend *b, const dl_lock_ref *l, dl_done_fn done,
   return rc;
 }
 
+/* ---- a lock query: a range, and for a TTL the lease's timetolive ---- */
+static void on_ttl(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  if (rc == 0) *op->v = dl_etcd_ttl_answer(o);
+  op_end(op, rc);
+}
+
+static void on_query(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  int64_t lease =
+      rc == 0 ? dl_etcd_query_answer(op->e, op->l, op->q, o, op->rev, op->v)
+              : 0;
+  if (lease == 0) {
+    op_end(op, rc);
+    return;
+  }
+  char body[64];
+  dl_etcd_ttl_body(lease, body, sizeof body);
+  dl_done_fn done = op->done;
+  void *dud = op->ud;
+  op->deadline = dl_now_ms() + op->e->command_timeout_ms; /* each call's */
+  if ((rc = op_call(op, "/v3/lease/timetolive", body, on_ttl)) != 0)
+    done(dud, rc);
+}
+
+static int query_async(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                       long long *v, dl_done_fn done, void *ud,
+                       dl_async **out) {
+  dl_etcd *e = (dl_etcd *)b;
+  dl_async *op = op_new(e, AOP_QUERY, done, ud);
+  if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  op->l = l;
+  op->q = q;
+  op->v = v;
+  *v = 0;
+  char body[ETCD_RANGE_BODY_MAX];
+  const char *path = dl_etcd_query_req(e, l, q, body, sizeof body, &op->rev);
+  int rc = path ? op_call(op, path, body, on_query) : op_later(op, 0);
+  if (rc == 0) *out = op;
+  return rc;
+}
+
 /* Nothing to give up: a request in flight is answered (its result kept),
  * and a release's retries end at its deadline. */
 static void own_cancel(dl_backend *b, dl_async *op) {
@@ -371,6 +420,7 @@ const dl_backend_ops dl_etcd_aops = {
     .name = "etcd",
     .lock_release_async = release_async,
     .lock_force_release_async = force_async,
+    .lock_query_async = query_async,
     .ping_async = ping_async,
     .cancel = own_cancel,
 };
