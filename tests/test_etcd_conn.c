@@ -325,7 +325,10 @@ static void t_etcd_auth(void) {
   dlock_client_close(c);
   dlock_client_close(c2);
   /* An event-loop client: a token the server dropped is renewed on the
-   * loop's multi handle (a ping, a release), and the call goes again. */
+   * loop's multi handle, and the call goes again: a query while nothing
+   * is held (no watch stream to renew it first: one Authenticate, the
+   * query's; a ping would need none, etcd's Status takes no token), then
+   * a release (the hold's watch may renew it first). */
   dlock_loop *lp;
   CHECK_RC(dlock_loop_new(NULL, &lp), 0);
   dlock_client_options o;
@@ -336,10 +339,13 @@ static void t_etcd_auth(void) {
   CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
   CHECK_RC(dlock_lock_new(c, "aau", "me", &l), 0);
   adone d = {0};
-  CHECK_RC(dlock_lock_acquire_async(l, 0, 0, on_adone, &d, NULL), 0);
-  CHECK(run_all(lp, &d, 1));
-  CHECK_RC(d.rc, 0);
   for (int i = 0; i < 2; i++) {
+    if (i == 1) {
+      d = (adone){0};
+      CHECK_RC(dlock_lock_acquire_async(l, 0, 0, on_adone, &d, NULL), 0);
+      CHECK(run_all(lp, &d, 1));
+      CHECK_RC(d.rc, 0);
+    }
     snprintf(cmd, sizeof cmd,
              "printf 'sesame\\n' | ETCDCTL_API=3 etcdctl --endpoints %s "
              "--user root:sesame user passwd root --interactive=false 2>&1",
@@ -348,12 +354,15 @@ static void t_etcd_auth(void) {
     long long auths = th_etcd_started(&s, "Authenticate");
     d = (adone){0};
     if (i == 0)
-      CHECK_RC(dlock_client_ping_async(c, on_adone, &d, NULL), 0);
+      CHECK_RC(dlock_lock_is_locked_async(l, on_adone, &d, NULL), 0);
     else
       CHECK_RC(dlock_lock_release_async(l, on_adone, &d, NULL), 0);
     CHECK(run_all(lp, &d, 1));
     CHECK_RC(d.rc, i == 0 ? 0 : 1);
-    CHECK_EQ(th_etcd_started(&s, "Authenticate"), auths + 1);
+    if (i == 0)
+      CHECK_EQ(th_etcd_started(&s, "Authenticate"), auths + 1);
+    else
+      CHECK(th_etcd_started(&s, "Authenticate") >= auths + 1);
   }
   dlock_lock_free(l);
   dlock_client_close(c);
