@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -667,9 +668,79 @@ static void t_etcd_async_nothread(void) {
   th_etcd_stop(&s);
 }
 
+/* Waits until the cluster has a leader (10 s at most). */
+static bool has_leader(th_etcd m[3]) {
+  int64_t end = th_now_ms() + th_soon(10000);
+  while (th_etcd_leader(m) < 0 && th_now_ms() < end)
+    th_sleep_ms(20);
+  return th_etcd_leader(m) >= 0;
+}
+
+/* The event-loop client's calls follow the endpoints as the blocking
+ * ones: with the member they talk to killed, each goes to the next
+ * (nothing reached the dead one); with the next one paused (a request
+ * that may have reached it), none is sent elsewhere: it ends at its
+ * deadline. Pings (etcd's Status needs no leader) while the members
+ * elect one. */
+static void t_etcd_async_failover(void) {
+  NEED_ETCD();
+  enum { N = 8 };
+  th_etcd m[3];
+  char url[256];
+  CHECK_RC(th_etcd_cluster_start(m, url, sizeof url), 0);
+  CHECK(has_leader(m));
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 1000;
+  dlock_client *c;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "fo", "me", &l), 0);
+  adone d[N];
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 0, on_adone, &d[0], NULL), 0);
+  for (int i = 1; i < N; i++) /* the first member's connection opened */
+    CHECK_RC(dlock_client_ping_async(c, on_adone, &d[i], NULL), 0);
+  CHECK(run_all(lp, d, N));
+  for (int i = 0; i < N; i++)
+    CHECK_RC(d[i].rc, 0);
+  th_etcd_kill(&m[0], SIGKILL);
+  memset(d, 0, sizeof d);
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_client_ping_async(c, on_adone, &d[i], NULL), 0);
+  CHECK(run_all(lp, d, N));
+  for (int i = 0; i < N; i++)
+    CHECK_RC(d[i].rc, 0);
+  /* The member answering now, paused. */
+  th_etcd_kill(&m[1], SIGSTOP);
+  memset(d, 0, sizeof d);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_client_ping_async(c, on_adone, &d[0], NULL), 0);
+  CHECK(run_all(lp, d, 1));
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    a call to a paused member: %s after %lld ms\n",
+          dlock_err_name(d[0].rc), (long long)took);
+  CHECK_RC(d[0].rc, DLOCK_ETIMEDOUT);
+  CHECK(took >= 950 && took < th_soon(2000));
+  th_etcd_kill(&m[1], SIGCONT);
+  CHECK(has_leader(m));
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_release_async(l, on_adone, &d[0], NULL), 0);
+  CHECK(run_all(lp, d, 1));
+  CHECK_RC(d[0].rc, 1);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  for (int i = 0; i < 3; i++)
+    th_etcd_stop(&m[i]);
+}
+
 TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
-        T_BARE(t_etcd_async_nothread))
+        T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_failover))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

@@ -192,9 +192,12 @@ static int try_start(etcd_acall *c) {
   dl_etcd_req_setup(e, &c->q, c->h, c->idx, c->hd, left, prior);
   curl_easy_setopt(c->h, CURLOPT_PRIVATE, c);
   if (c->q.m) {
-    /* Wait for the connection being opened rather than open another. */
+    /* Wait for the connection being opened rather than open another.
+     * Prior knowledge only on a new connection: a try that failed may
+     * have left its connection in the multi's cache (a stream timed out),
+     * and curl 7.88 fails prior knowledge on a reused one (CURLE_HTTP2). */
     curl_easy_setopt(c->h, CURLOPT_PIPEWAIT, 1L);
-    curl_easy_setopt(c->h, CURLOPT_FRESH_CONNECT, c->again ? 1L : 0L);
+    curl_easy_setopt(c->h, CURLOPT_FRESH_CONNECT, prior ? 1L : 0L);
     a->h2[c->idx] = true;
   }
   if (curl_multi_add_handle(a->m, c->h) != CURLM_OK)
