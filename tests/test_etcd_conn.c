@@ -38,6 +38,60 @@ static void *waiter(void *arg) {
   return NULL;
 }
 
+typedef struct adone {
+  int rc, calls;
+} adone;
+static void on_adone(int rc, uint64_t token, const char *errmsg, void *ud) {
+  (void)token, (void)errmsg;
+  adone *d = ud;
+  d->rc = rc;
+  d->calls++;
+}
+
+/* Runs lp until each of the n operations in d is done (10 s at most). */
+static bool run_all(dlock_loop *lp, const adone *d, int n) {
+  int64_t end = th_now_ms() + th_soon(10000);
+  for (;;) {
+    int left = 0;
+    for (int i = 0; i < n; i++)
+      left += d[i].calls == 0;
+    if (left == 0) return true;
+    if (th_now_ms() >= end) return false;
+    dlock_loop_run(lp, 10);
+  }
+}
+
+/* An event-loop client on o: an acquire, then on the loop's multi handle
+ * a query, a ping, the release and a force release finding nothing. */
+static void async_cycle(const dlock_client_options *o, const char *name) {
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client *c;
+  CHECK_RC(dlock_client_open_async(o, lp, &c), 0);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, name, "me", &l), 0);
+  adone d[3] = {{0}};
+  CHECK_RC(dlock_lock_acquire_async(l, 0, 0, on_adone, &d[0], NULL), 0);
+  CHECK(run_all(lp, d, 1));
+  CHECK_RC(d[0].rc, 0);
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_is_held_async(l, on_adone, &d[0], NULL), 0);
+  CHECK_RC(dlock_client_ping_async(c, on_adone, &d[1], NULL), 0);
+  CHECK(run_all(lp, d, 2));
+  CHECK_RC(d[0].rc, 1);
+  CHECK_RC(d[1].rc, 0);
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_release_async(l, on_adone, &d[0], NULL), 0);
+  CHECK(run_all(lp, d, 1));
+  CHECK_RC(d[0].rc, 1);
+  CHECK_RC(dlock_lock_force_release_async(l, on_adone, &d[1], NULL), 0);
+  CHECK(run_all(lp, d + 1, 1));
+  CHECK_RC(d[1].rc, 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+}
+
 /* etcds://: a server that takes TLS clients with certificates alone
  * (--client-cert-auth); the CA, client certificate and key are the
  * rediss:// options. A CA that did not sign the server's certificate, no
@@ -127,6 +181,7 @@ static void t_etcd_tls(void) {
   dlock_lock *l2;
   CHECK_RC(dlock_lock_new(c2, "tl", "other", &l2), 0);
   CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), DLOCK_EBUSY);
+  async_cycle(&o, "tla"); /* the event loop's calls over TLS too */
   /* The watches over TLS (gRPC's Watch, HTTP/2 by ALPN): a wait that
    * runs out, the hold's watch hearing a force release, a waiter woken. */
   atomic_store(&lost_at, 0);
@@ -202,29 +257,6 @@ static dlock_client *auth_client(const char *url, const char *user,
   dlock_client *c = NULL;
   *rc = dlock_client_open(&o, &c);
   return c;
-}
-
-typedef struct adone {
-  int rc, calls;
-} adone;
-static void on_adone(int rc, uint64_t token, const char *errmsg, void *ud) {
-  (void)token, (void)errmsg;
-  adone *d = ud;
-  d->rc = rc;
-  d->calls++;
-}
-
-/* Runs lp until each of the n operations in d is done (10 s at most). */
-static bool run_all(dlock_loop *lp, const adone *d, int n) {
-  int64_t end = th_now_ms() + th_soon(10000);
-  for (;;) {
-    int left = 0;
-    for (int i = 0; i < n; i++)
-      left += d[i].calls == 0;
-    if (left == 0) return true;
-    if (th_now_ms() >= end) return false;
-    dlock_loop_run(lp, 10);
-  }
 }
 
 /* etcd's token auth: the user and password in the URL or the options; a
@@ -482,6 +514,7 @@ static void t_etcd_transport(void) {
   CHECK_RC(dlock_lock_release(lg), 1);
   CHECK_RC(dlock_lock_try_acquire(lg, 0, 0, NULL), 0);
   CHECK_RC(dlock_lock_release(lg), 1);
+  async_cycle(&o, "tra"); /* the event loop's calls over the gateway */
   dlock_lock_free(lj);
   dlock_lock_free(lg);
   dlock_client_close(j);
