@@ -279,8 +279,8 @@ static int call_new(dl_etcd *e, const char *path, const char *body,
                     int64_t deadline, bool auth, etcd_acall_fn fn, void *ud,
                     etcd_acall **out) {
   *out = NULL;
-  if (e->aloop == NULL)
-    return dl_seterr(e->err, DLOCK_EINVAL, "etcd: not an event-loop client");
+  if (e->aloop == NULL) /* closed (dl_etcd_aloop_free) */
+    return dl_seterr(e->err, DLOCK_ECLOSED, "the client closed");
   etcd_acall *c = calloc(1, sizeof *c);
   if (c == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   c->a = e->aloop;

@@ -257,7 +257,8 @@ typedef void (*etcd_acall_fn)(void *ud, int rc, json_object *o, int code);
 /* The event loop's multi handle for e (env->loop): 0, or a negative code
  * recorded. */
 int dl_etcd_aloop_new(dl_etcd *e);
-/* Frees it: every call still in flight must have been aborted. */
+/* Frees it: every call still in flight must have been aborted; calls
+ * started from now on fail with DLOCK_ECLOSED. The loop's thread. */
 void dl_etcd_aloop_free(dl_etcd *e);
 /* dl_etcd_call on the loop (its thread): the same request, headers,
  * endpoints in turn, deadline, re-authentication and errors, with no
