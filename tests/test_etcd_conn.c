@@ -747,8 +747,19 @@ static void t_etcd_async_failover(void) {
   CHECK(run_all(lp, d, N));
   for (int i = 0; i < N; i++)
     CHECK_RC(d[i].rc, 0);
-  /* The member answering now, paused. */
-  th_etcd_kill(&m[1], SIGSTOP);
+  /* The member answering now (its Status calls counted), paused: the
+   * ping is not sent to the other one. */
+  long long st[3] = {0, 0, 0};
+  for (int i = 1; i < 3; i++)
+    st[i] = th_etcd_started(&m[i], "Status");
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_client_ping_async(c, on_adone, &d[0], NULL), 0);
+  CHECK(run_all(lp, d, 1));
+  CHECK_RC(d[0].rc, 0);
+  int cur = th_etcd_started(&m[1], "Status") > st[1] ? 1 : 2;
+  int other = 3 - cur;
+  th_etcd_kill(&m[cur], SIGSTOP);
+  st[other] = th_etcd_started(&m[other], "Status");
   memset(d, 0, sizeof d);
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_client_ping_async(c, on_adone, &d[0], NULL), 0);
@@ -758,7 +769,8 @@ static void t_etcd_async_failover(void) {
           dlock_err_name(d[0].rc), (long long)took);
   CHECK_RC(d[0].rc, DLOCK_ETIMEDOUT);
   CHECK(took >= 950 && took < th_soon(2000));
-  th_etcd_kill(&m[1], SIGCONT);
+  CHECK_EQ(th_etcd_started(&m[other], "Status"), st[other]);
+  th_etcd_kill(&m[cur], SIGCONT);
   CHECK(has_leader(m));
   memset(d, 0, sizeof d);
   CHECK_RC(dlock_lock_release_async(l, on_adone, &d[0], NULL), 0);
