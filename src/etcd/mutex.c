@@ -349,10 +349,11 @@ static int reenter(dl_etcd *e, dl_acquire *a) {
   pthread_mutex_lock(&e->mu);
   h = hold_find(e, l->key, l->owner);
   bool same = h && h->held && now == rev; /* the client counts it */
+  bool held = h && h->held;
   int64_t until = h && h->own_lease ? h->lease_until : e->lease_until;
   pthread_mutex_unlock(&e->mu);
   if (!same) {
-    if (h) dl_etcd_hold_drop(e, h);
+    if (held) dl_etcd_hold_drop(e, h); /* not one being released */
     return 0;
   }
   a->status = 2;
@@ -614,9 +615,13 @@ int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
     rc = 0;
   else if (h->own_lease && !own_ok)
     rc = 2;
-  /* Ours from here: off the list, so that a renewal or a check finding
-   * the key gone (a force release) cannot free it under us. */
-  if (rc == 1) hold_unlink(e, h);
+  /* Ours from here: no longer held, so that a renewal or a check finding
+   * the key gone (a force release) leaves it alone; but still listed
+   * until its key is deleted (dl_etcd_hold_drop), so that the client's
+   * other owners of the name keep waiting (claim): one claiming now would
+   * find our key still there and take it as its own (put_and_read), and
+   * our delete would then take it from under it. */
+  if (rc == 1) h->held = false;
   pthread_mutex_unlock(&e->mu);
   if (h == NULL)
     return dl_seterr(e->err, DLOCK_ENOTOWNER, "'%s' is not held by %s", l->name,
