@@ -404,9 +404,10 @@ void dl_etcd_hold_free(etcd_hold *h);
 void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h);
 /* The release's first half (mutex.c): 0 still held (count > 1: the
  * client counts re-entries), 2 (nothing done) when the hold has a lease of
- * its own and !own_ok, 1 with the hold taken off the list and unwatched
- * in *hp (its key to delete at its revision: release.c), or
- * DLOCK_ENOTOWNER recorded. */
+ * its own and !own_ok, 1 with the hold no longer held (still listed, so
+ * that the client's other owners of the name wait until
+ * dl_etcd_hold_drop) and unwatched in *hp (its key to delete at its
+ * revision: release.c), or DLOCK_ENOTOWNER recorded. */
 int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
                           bool own_ok, etcd_hold **hp);
 /* fence.c: fenced resources (the seam's fence). */
