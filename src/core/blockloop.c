@@ -6,6 +6,7 @@
  * backend's waits check dl_offload_cancelled). */
 #include "blockloop.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,8 @@
 struct dl_blockloop {
   dl_backend_ops ops;        /* first: b->ops points here (form_of) */
   const dl_backend_ops *run; /* the backend's own: the blocking entries */
+  dl_backend_ops jobs;       /* the *_async entries as jobs */
+  void (*own_cancel)(dl_backend *, dl_async *); /* own entries' cancel */
   dl_backend *b;
   const dl_backend_env *env;
   void (*kick)(dl_backend *);
@@ -55,7 +58,8 @@ typedef enum bl_kind {
 /* One operation in flight: its arguments (borrowed until done runs, as
  * the seam says), its result and detail. */
 struct dl_async {
-  dl_job job; /* first: the offload's */
+  dl_blockloop_head head; /* own false */
+  dl_job job;
   dl_blockloop *f;
   bl_kind kind;
   dl_done_fn done;
@@ -126,9 +130,13 @@ static int run(dl_async *op) {
   return DLOCK_EINVAL;
 }
 
+static dl_async *op_of(dl_job *j) {
+  return (dl_async *)((char *)j - offsetof(dl_async, job));
+}
+
 /* The job's thread: the operation's blocking form. */
 static void op_run(dl_job *j) {
-  dl_async *op = (dl_async *)j;
+  dl_async *op = op_of(j);
   op->rc = run(op);
   /* The detail is this thread's: copied for the loop's. */
   if (op->rc < 0)
@@ -138,7 +146,7 @@ static void op_run(dl_job *j) {
 
 /* Calls op's done (on the loop's thread) and frees op. */
 static void op_finish(dl_job *j) {
-  dl_async *op = (dl_async *)j;
+  dl_async *op = op_of(j);
   int rc = op->rc;
   if (op->kind == BL_SCAN) { /* the names, to cb here: how many passed */
     bool stop = rc < 0;
@@ -273,6 +281,10 @@ static int ping_async(dl_backend *b, dl_done_fn done, void *ud,
 }
 
 static void cancel(dl_backend *b, dl_async *op) {
+  if (op->head.own) { /* one of the backend's own */
+    form_of(b)->own_cancel(b, op);
+    return;
+  }
   dl_offload_cancel(&op->job);
   form_of(b)->kick(b); /* its wait looks again, and ends */
 }
@@ -395,8 +407,13 @@ REFUSE(ping, (dl_backend * b), 0)
     o->name##_async = async;                                                   \
   }
 
+/* The backend's own event-loop entry, where it has one. */
+#define OWN(name)                                                              \
+  if (own && own->name##_async) o->name##_async = own->name##_async;
+
 int dl_blockloop_new(dl_backend *b, const dl_backend_env *env,
-                     void (*kick)(dl_backend *b), dl_blockloop **out) {
+                     void (*kick)(dl_backend *b), const dl_backend_ops *own,
+                     dl_blockloop **out) {
   *out = NULL;
   dl_blockloop *f = calloc(1, sizeof *f);
   if (f == NULL) return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
@@ -433,9 +450,29 @@ int dl_blockloop_new(dl_backend *b, const dl_backend_env *env,
   if (r->holders) o->holders = refuse_holders; /* nor here */
   if (r->watch_losses) o->watch_losses = watch_losses;
   o->cancel = cancel;
+  f->jobs = *o;
+  OWN(lock_acquire)
+  OWN(lock_release)
+  OWN(lock_force_release)
+  OWN(lock_query)
+  OWN(inspect)
+  OWN(scan)
+  OWN(sem_acquire)
+  OWN(permit_acquire)
+  OWN(latch_await)
+  OWN(sync_update)
+  OWN(renew)
+  OWN(queue)
+  OWN(fence)
+  OWN(ping)
+  f->own_cancel = own ? own->cancel : NULL;
   b->ops = o;
   *out = f;
   return 0;
+}
+
+const dl_backend_ops *dl_blockloop_jobs(const dl_blockloop *f) {
+  return &f->jobs;
 }
 
 void dl_blockloop_close(dl_blockloop *f) {

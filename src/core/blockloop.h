@@ -12,6 +12,13 @@
 
 typedef struct dl_blockloop dl_blockloop;
 
+/* The head of every dl_async of a backend with an event-loop form: own
+ * false for blockloop's jobs, true for the backend's own operations
+ * (dl_blockloop_new's `own` entries), which the backend's cancel gets. */
+typedef struct dl_blockloop_head {
+  bool own;
+} dl_blockloop_head;
+
 /* Gives b, whose ops block, its event-loop form on env->loop: b->ops is
  * replaced by a copy of it (kept in *out) in which
  * - each *_async entry whose blocking twin b has runs that twin on a job
@@ -25,10 +32,18 @@ typedef struct dl_blockloop dl_blockloop;
  *   backend's waits then check dl_offload_cancelled() and end as at
  *   their deadline. kick runs on the loop's thread and may wake waits that
  *   were not cancelled (they look again).
- * A backend with event-loop entries of its own does not use this. Returns
- * 0, or a negative code recorded for dlock_client_open (b unchanged). */
+ * own (NULL: none) lists the backend's own event-loop entries, which take
+ * no thread: each non-NULL *_async entry of own replaces the job's, and
+ * own->cancel is called for their operations (whose struct dl_async
+ * starts with a dl_blockloop_head, own true). A backend with event-loop
+ * entries for everything does not use this. Returns 0, or a negative
+ * code recorded for dlock_client_open (b unchanged). */
 int dl_blockloop_new(dl_backend *b, const dl_backend_env *env,
-                     void (*kick)(dl_backend *b), dl_blockloop **out);
+                     void (*kick)(dl_backend *b), const dl_backend_ops *own,
+                     dl_blockloop **out);
+/* The entries as jobs (a thread each), for a backend's own entry that
+ * hands an operation back to them. */
+const dl_backend_ops *dl_blockloop_jobs(const dl_blockloop *f);
 /* For the backend's free, env->closing set: kicks b's waits, waits for
  * the operations' threads (each ends as the client's close makes it) and
  * calls their done on this thread; notices from now on are dropped (the

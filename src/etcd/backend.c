@@ -199,7 +199,10 @@ static void etcd_stats(dl_backend *b, dlock_client_stats *st) {
 static void etcd_free(dl_backend *b) {
   dl_etcd *e = (dl_etcd *)b;
   if (e == NULL) return;
-  /* An event-loop client's operations end, their callers are told. */
+  /* An event-loop client's operations end, their callers are told: those
+   * on the loop's multi handle, then the jobs. */
+  dl_etcd_aops_close(e);
+  dl_etcd_aloop_free(e);
   dl_blockloop_close(e->form);
   /* Election threads left from their own callback may still be revoking
    * their lease: they end first (the closing flag ends the others). */
@@ -484,10 +487,13 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
   /* Then the user and password, if any: refused, DLOCK_EAUTH. */
   if (rc == 0 && e->user)
     rc = dl_etcd_authenticate(e, 0, dl_now_ms() + opts->connect_timeout_ms);
-  /* On an event loop, the operations run on the seam's event-loop form of
-   * blocking backends: a thread per operation in flight. */
+  /* On an event loop: release, force release and ping on a multi handle
+   * the loop drives (acall.c, release.c); the other operations on the
+   * seam's event-loop form of blocking backends, a thread per operation
+   * in flight. */
+  if (rc == 0 && env->loop) rc = dl_etcd_aloop_new(e);
   if (rc == 0 && env->loop)
-    rc = dl_blockloop_new(&e->base, env, etcd_kick, &e->form);
+    rc = dl_blockloop_new(&e->base, env, etcd_kick, &dl_etcd_aops, &e->form);
   if (rc != 0) {
     etcd_free(&e->base);
     return rc;

@@ -125,6 +125,9 @@ typedef struct dl_etcd {
   /* An event-loop client's: the seam's event-loop form (blockloop.h), an
    * operation on a thread of its own, its waits ended by a cancel. */
   dl_blockloop *form;
+  struct etcd_aloop *aloop;        /* acall.c's: the loop's multi handle */
+  struct dl_async *aops;           /* release.c's operations in flight (the
+                                      loop's thread) */
   struct etcd_consumer *consumers; /* mu: reliable.c's */
 } dl_etcd;
 
@@ -179,14 +182,120 @@ int dl_etcd_status_error(dl_etcd *e, const char *path, int grpc,
  * was not reached (the next endpoint may be tried: nothing was sent). */
 int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
                        const char *why, bool *next);
+/* ---- one try of a call, for both drivers (http.c, grpc.c): the
+ * blocking one (dl_etcd_call, an easy handle each) and the event loop's
+ * (acall.c, on a multi handle) ---- */
+struct etcd_method;
+/* A call's request, the same for every try (what is POSTed: gRPC's
+ * framed message, or the gateway's JSON), and one try's answer. */
+typedef struct etcd_req {
+  const char *path;            /* the gateway's ("/v3/kv/txn") */
+  const struct etcd_method *m; /* its gRPC method; NULL: the gateway */
+  uint8_t *req;                /* the request's bytes (owned) */
+  size_t len;
+  char url[512];
+  etcd_buf body;     /* the try's answer */
+  int status;        /* grpc-status, -1 until known */
+  char message[300]; /* grpc-message */
+  char why[CURL_ERROR_SIZE];
+} etcd_req;
+/* How a try ended (dl_etcd_req_end). */
+typedef enum etcd_try {
+  ETCD_TRY_DONE, /* its result is the call's */
+  ETCD_TRY_NEXT, /* the server was not reached: the next endpoint */
+  ETCD_TRY_AGAIN /* a reused connection was gone and curl opened an
+                    HTTP/1.1 one, which etcd gave its gateway (nothing
+                    done): the same endpoint again, on a new connection
+                    with prior knowledge */
+} etcd_try;
+/* q for a call of path with body (the gateway's JSON): over gRPC when e
+ * speaks it and path has a method, else the gateway's. 0, or a negative
+ * code recorded (a body that is not etcd's request, out of memory). Free
+ * with dl_etcd_req_free. */
+int dl_etcd_req_init(dl_etcd *e, etcd_req *q, const char *path,
+                     const char *body);
+void dl_etcd_req_free(etcd_req *q);
+/* The headers of q's tries: e's, headed by the token (gRPC's metadata or
+ * the gateway's Authorization) when auth and there is one, its
+ * generation in *gen (gen non-NULL); NULL out of memory. Free with
+ * dl_etcd_headers_free. Any thread. */
+struct curl_slist *dl_etcd_req_headers(dl_etcd *e, const etcd_req *q, bool auth,
+                                       unsigned *gen);
+/* Sets h up for a try of q at endpoint idx with headers hd, within left
+ * ms; prior: gRPC's HTTP/2 with prior knowledge (cleartext: a handle
+ * with no connection to idx), else HTTP/2 found on the connection. The
+ * try's answer is reset. Counts a round trip. */
+void dl_etcd_req_setup(dl_etcd *e, etcd_req *q, CURL *h, int idx,
+                       struct curl_slist *hd, int64_t left, bool prior);
+/* The end of a try of q at idx on h (curl's result cc): what next, and
+ * *rc (DONE: 0 with *out, or a negative code recorded, *code the gRPC
+ * status; NEXT: the code recorded). may_again: the try went without prior
+ * knowledge on a reused connection (AGAIN possible). *h2: the answer came
+ * over HTTP/2 (its connection may be reused). */
+etcd_try dl_etcd_req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,
+                         bool may_again, json_object **out, int *code, int *rc,
+                         bool *h2);
+/* Whether a call's error says our token is no longer good (rc, code:
+ * dl_etcd_call's): the request was refused before it was applied, so it
+ * may be sent again after a new token. */
+bool dl_etcd_token_refused(dl_etcd *e, int rc, int code);
+/* The body of /v3/auth/authenticate with e's user and password: malloc'ed,
+ * or NULL out of memory. */
+char *dl_etcd_auth_body(dl_etcd *e);
+/* The end of an authenticate (rc, code, r: its call's, r put here) for
+ * token generation gen: 0 (a new token kept, or none needed), or a
+ * negative code recorded. */
+int dl_etcd_auth_take(dl_etcd *e, unsigned gen, int rc, int code,
+                      json_object *r);
+
+/* ---- acall.c: calls on the event loop (an event-loop client's) ---- */
+typedef struct etcd_acall etcd_acall;
+/* A call's end: rc 0 with its answer o (the callee's: put it), or a
+ * negative code recorded (code: the gRPC status, as dl_etcd_call's). On
+ * the loop's thread. */
+typedef void (*etcd_acall_fn)(void *ud, int rc, json_object *o, int code);
+/* The event loop's multi handle for e (env->loop): 0, or a negative code
+ * recorded. */
+int dl_etcd_aloop_new(dl_etcd *e);
+/* Frees it: every call still in flight must have been aborted; calls
+ * started from now on fail with DLOCK_ECLOSED. The loop's thread. */
+void dl_etcd_aloop_free(dl_etcd *e);
+/* dl_etcd_call on the loop (its thread): the same request, headers,
+ * endpoints in turn, deadline, re-authentication and errors, with no
+ * thread. 0 and *out (fn(ud, ...) then runs once, later, on the loop's
+ * thread), or a negative code recorded (fn never runs). */
+int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
+                  int64_t deadline, etcd_acall_fn fn, void *ud,
+                  etcd_acall **out);
+/* Ends a call in flight; its fn never runs. The loop's thread. */
+void dl_etcd_acall_abort(etcd_acall *c);
+/* ---- release.c: the operations on it (own *_async entries) ---- */
+/* The backend's own event-loop entries, for dl_blockloop_new. */
+extern const dl_backend_ops dl_etcd_aops;
+/* Ends every operation in flight (done: DLOCK_ECLOSED): the client
+ * closing. The loop's thread. */
+void dl_etcd_aops_close(dl_etcd *e);
+
 /* ---- grpc.c ---- */
-/* One try of dl_etcd_call over gRPC, every endpoint tried in turn: 0
- * (*out), a negative code recorded (*code: the gRPC status), or 1 when
- * path has no gRPC method here (the caller uses the gateway). auth: with
- * the token, whose generation goes to *gen. Any thread. */
-int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
-                      int64_t deadline, json_object **out, int *code, bool auth,
-                      unsigned *gen);
+/* The gRPC method of the gateway's path, or NULL (none here). */
+const struct etcd_method *dl_etcd_grpc_method(const char *path);
+/* q->req: the JSON body as q->m's framed request message; 0, or a
+ * negative code recorded. */
+int dl_etcd_grpc_frame(dl_etcd *e, etcd_req *q, const char *body);
+/* dl_etcd_req_setup and dl_etcd_req_end of a gRPC call. */
+void dl_etcd_grpc_setup(dl_etcd *e, etcd_req *q, CURL *h, int idx,
+                        struct curl_slist *hd, int64_t left, bool prior);
+etcd_try dl_etcd_grpc_end(dl_etcd *e, etcd_req *q, CURL *h, int idx,
+                          CURLcode cc, bool may_again, json_object **out,
+                          int *code, int *rc, bool *h2);
+/* The blocking call of q (over gRPC) on a pooled handle, every endpoint
+ * tried in turn: 0 (*out), or a negative code recorded (*code: the gRPC
+ * status). auth: with the token, whose generation goes to *gen. Any
+ * thread. */
+int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
+                      json_object **out, int *code, bool auth, unsigned *gen);
+/* The headers of a gRPC call (dl_etcd_req_headers'). */
+struct curl_slist *dl_etcd_grpc_headers(dl_etcd *e, bool auth, unsigned *gen);
 /* The headers of a gRPC call: e's, headed by the token's metadata when
  * there is one; NULL out of memory. Free with dl_etcd_headers_free once
  * the call is done. e->mu held. */
@@ -293,6 +402,14 @@ void dl_etcd_hold_free(etcd_hold *h);
 /* Drops a hold or claim: unwatched, unlinked, freed; the client's other
  * owners waiting for the key look again. e->mu not held. */
 void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h);
+/* The release's first half (mutex.c): 0 still held (count > 1: the
+ * client counts re-entries), 2 (nothing done) when the hold has a lease of
+ * its own and !own_ok, 1 with the hold no longer held (still listed, so
+ * that the client's other owners of the name wait until
+ * dl_etcd_hold_drop) and unwatched in *hp (its key to delete at its
+ * revision: release.c), or DLOCK_ENOTOWNER recorded. */
+int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
+                          bool own_ok, etcd_hold **hp);
 /* fence.c: fenced resources (the seam's fence). */
 int dl_etcd_fence(dl_backend *b, dl_fence_req *f);
 /* Deletes key if its create revision is still rev: 1 deleted, 0 it was
@@ -322,6 +439,34 @@ int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
  * range's answer in *out, or a negative code. */
 int dl_etcd_range_under(dl_etcd *e, const char *pfx, int limit,
                         json_object **out);
+/* Its request's body into body (ETCD_RANGE_BODY_MAX bytes). */
+#define ETCD_RANGE_BODY_MAX (3 * (4 * ((ETCD_KEY_MAX + 2) / 3) + 1))
+void dl_etcd_range_under_body(const char *pfx, int limit, char *body,
+                              size_t len);
+/* The force release's halves (query.c), for both drivers: a range of the
+ * keys under the lock's prefix pfx (dl_etcd_range_under, limit 0), then
+ * from its answer r (put here) the txn that deletes every holder's key
+ * at its create revision: 1 with its body in *out (malloc'ed), 0 nobody
+ * holds the lock, or a negative code recorded (DLOCK_EWRONGTYPE: a key
+ * no lock makes, nothing changed). A txn that did not succeed (a holder
+ * changed) starts again, ETCD_FORCE_TRIES times at most, then
+ * dl_etcd_force_busy's error. */
+#define ETCD_FORCE_TRIES 5
+/* A lock query's halves (query.c), for both drivers: its request (the
+ * path, its body into body, ETCD_RANGE_BODY_MAX bytes; *rev the hold's
+ * create revision for DL_QUERY_HELD and _COUNT), or NULL when it is
+ * answered without one (*v 0: not held here); then from its answer r
+ * (put here) *v, and for DL_QUERY_TTL the holder's lease, whose
+ * /v3/lease/timetolive (dl_etcd_ttl_body, dl_etcd_ttl_answer: ms, or
+ * DLOCK_TTL_FREE) gives *v (0: no second call). */
+const char *dl_etcd_query_req(dl_etcd *e, const dl_lock_ref *l, dl_lock_query q,
+                              char *body, size_t len, int64_t *rev);
+int64_t dl_etcd_query_answer(dl_etcd *e, const dl_lock_ref *l, dl_lock_query q,
+                             json_object *r, int64_t rev, long long *v);
+void dl_etcd_ttl_body(int64_t lease, char *body, size_t len);
+int64_t dl_etcd_ttl_answer(json_object *r);
+int dl_etcd_force_txn(dl_etcd *e, json_object *r, const char *pfx, char **out);
+int dl_etcd_force_busy(dl_etcd *e, const dl_lock_ref *l);
 /* Whether a call's error may pass (no answer: the server unreachable or
  * slow). */
 bool dl_etcd_transient(int rc);

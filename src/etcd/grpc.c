@@ -31,7 +31,7 @@ struct etcd_gconn {
 /* The gateway's paths and their gRPC methods. stream: a bidi stream
  * method, called with one message (its answer wrapped as the gateway
  * writes a stream's: {"result": ...}). */
-typedef struct method {
+typedef struct etcd_method {
   const char *path, *grpc;
   const ProtobufCMessageDescriptor *req, *resp;
   bool stream;
@@ -69,13 +69,9 @@ static const method *method_of(const char *path) {
   return NULL;
 }
 
-/* One call's answer: the body, the status and message from the headers
- * or trailers. */
-typedef struct reply {
-  etcd_buf body;
-  int status; /* grpc-status, -1 until known */
-  char message[300];
-} reply;
+const struct etcd_method *dl_etcd_grpc_method(const char *path) {
+  return method_of(path);
+}
 
 static int hex(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -85,7 +81,7 @@ static int hex(char c) {
 }
 
 static size_t on_header(char *p, size_t size, size_t n, void *ud) {
-  reply *r = ud;
+  etcd_req *r = ud;
   size_t len = size * n;
   if (len > 12 && strncasecmp(p, "grpc-status:", 12) == 0) {
     r->status = atoi(p + 12);
@@ -165,7 +161,7 @@ static struct curl_slist *headers_locked(dl_etcd *e, bool auth, unsigned *gen) {
   return l;
 }
 
-static struct curl_slist *headers(dl_etcd *e, bool auth, unsigned *gen) {
+struct curl_slist *dl_etcd_grpc_headers(dl_etcd *e, bool auth, unsigned *gen) {
   pthread_mutex_lock(&e->mu);
   struct curl_slist *l = headers_locked(e, auth, gen);
   pthread_mutex_unlock(&e->mu);
@@ -200,16 +196,13 @@ static uint8_t *frame_of(const method *m, const char *body, size_t *len) {
   return p;
 }
 
-/* The request's body: frame_of's; NULL with *rc recorded. */
-static uint8_t *request(dl_etcd *e, const method *m, const char *path,
-                        const char *body, size_t *len, int *rc) {
-  uint8_t *p = frame_of(m, body, len);
-  if (p == NULL)
-    *rc = dl_seterr(e->err, DLOCK_EINVAL,
-                    "etcd %s: a request that is not etcd's (or out of "
-                    "memory)",
-                    path);
-  return p;
+int dl_etcd_grpc_frame(dl_etcd *e, etcd_req *q, const char *body) {
+  if ((q->req = frame_of(q->m, body, &q->len)) == NULL)
+    return dl_seterr(e->err, DLOCK_EINVAL,
+                     "etcd %s: a request that is not etcd's (or out of "
+                     "memory)",
+                     q->path);
+  return 0;
 }
 
 /* The n bytes at p, one message of m's answer, as the gateway writes it
@@ -234,8 +227,8 @@ static json_object *message_json(const method *m, const uint8_t *p, size_t n,
 
 /* The answer of a call that ended with grpc-status 0: its JSON in *out,
  * or a negative code recorded. */
-static int answer(dl_etcd *e, const method *m, const char *path, const reply *r,
-                  json_object **out) {
+static int answer(dl_etcd *e, const method *m, const char *path,
+                  const etcd_req *r, json_object **out) {
   const uint8_t *p = (const uint8_t *)r->body.p;
   size_t got = r->body.n;
   size_t n = got >= 5 ? (size_t)p[1] << 24 | (size_t)p[2] << 16 |
@@ -251,64 +244,78 @@ static int answer(dl_etcd *e, const method *m, const char *path, const reply *r,
   return 0;
 }
 
-int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
-                      int64_t deadline, json_object **out, int *code, bool auth,
-                      unsigned *gen) {
-  const method *m = method_of(path);
-  if (m == NULL) return 1;
-  int rc = 0;
-  size_t len;
-  uint8_t *req = request(e, m, path, body, &len, &rc);
-  if (req == NULL) return rc;
+void dl_etcd_grpc_setup(dl_etcd *e, etcd_req *q, CURL *h, int idx,
+                        struct curl_slist *hd, int64_t left, bool prior) {
+  snprintf(q->url, sizeof q->url, "%s%s", e->endpoints[idx], q->m->grpc);
+  curl_easy_setopt(h, CURLOPT_URL, q->url);
+  curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->req);
+  curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)q->len);
+  dl_etcd_setopts(e, h, hd, left);
+  curl_easy_setopt(h, CURLOPT_HTTP_VERSION,
+                   e->tls  ? (long)CURL_HTTP_VERSION_2TLS
+                   : prior ? (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE
+                           : (long)CURL_HTTP_VERSION_2_0);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, q);
+}
+
+etcd_try dl_etcd_grpc_end(dl_etcd *e, etcd_req *q, CURL *h, int idx,
+                          CURLcode cc, bool may_again, json_object **out,
+                          int *code, int *rc, bool *h2) {
+  long version = 0, status = 0;
+  curl_easy_getinfo(h, CURLINFO_HTTP_VERSION, &version);
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+  *h2 = cc == CURLE_OK && version == CURL_HTTP_VERSION_2_0;
+  if (cc != CURLE_OK) {
+    bool next = false;
+    *rc = dl_etcd_curl_error(e, q->path, idx, cc, q->why, &next);
+    return next ? ETCD_TRY_NEXT : ETCD_TRY_DONE;
+  }
+  atomic_store(&e->current, idx);
+  if (!*h2 && !e->tls && may_again) return ETCD_TRY_AGAIN;
+  if (!*h2)
+    *rc = dl_seterr(e->err, DLOCK_EPROTO,
+                    "etcd %s at %s: the server answered in HTTP/1 (HTTP "
+                    "%ld): not etcd's gRPC port?",
+                    q->path, e->endpoints[idx], status);
+  else if (q->status == 0)
+    *rc = answer(e, q->m, q->path, q, out);
+  else if (q->status > 0)
+    *rc = dl_etcd_status_error(e, q->path, q->status, q->message, status, code);
+  else
+    *rc = dl_seterr(e->err, DLOCK_EPROTO,
+                    "etcd %s: an answer without a gRPC status (HTTP %ld)",
+                    q->path, status);
+  return ETCD_TRY_DONE;
+}
+
+int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
+                      json_object **out, int *code, bool auth, unsigned *gen) {
   struct etcd_gconn *c = gconn_get(e);
-  struct curl_slist *hd = c ? headers(e, auth, gen) : NULL;
+  struct curl_slist *hd = c ? dl_etcd_grpc_headers(e, auth, gen) : NULL;
   if (c == NULL || hd == NULL) {
     if (c) gconn_put(e, c);
-    free(req);
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   }
-  int start = atomic_load(&e->current);
-  char url[512], why[CURL_ERROR_SIZE] = "";
+  int start = atomic_load(&e->current), rc = 0;
   bool again = false; /* the same endpoint again, with prior knowledge */
   for (int i = 0; i < e->nendpoints; i++) {
     int idx = (start + i) % e->nendpoints;
     int64_t left = deadline - dl_now_ms();
     if (left <= 0) {
       rc = dl_seterr(e->err, DLOCK_ETIMEDOUT, "etcd %s: no answer in time",
-                     path);
+                     q->path);
       break;
     }
-    snprintf(url, sizeof url, "%s%s", e->endpoints[idx], m->grpc);
-    reply r = {.status = -1};
     CURL *h = c->h;
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, req);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)len);
-    dl_etcd_setopts(e, h, hd, left);
-    curl_easy_setopt(h, CURLOPT_HTTP_VERSION,
-                     e->tls ? (long)CURL_HTTP_VERSION_2TLS
-                     : c->ep == idx
-                         ? (long)CURL_HTTP_VERSION_2_0
-                         : (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE);
+    bool reused = c->ep == idx;
+    dl_etcd_req_setup(e, q, h, idx, hd, left, !reused);
     curl_easy_setopt(h, CURLOPT_MAXCONNECTS, 1L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dl_etcd_buf_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r.body);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, &r);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
-    why[0] = '\0';
-    atomic_fetch_add(&e->round_trips, 1);
-    CURLcode cc = curl_easy_perform(h);
-    long version = 0, status = 0;
-    curl_easy_getinfo(h, CURLINFO_HTTP_VERSION, &version);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    if (cc == CURLE_OK && version != CURL_HTTP_VERSION_2_0 && !e->tls &&
-        c->ep == idx && !again) {
-      /* Our connection had gone, and curl opened an HTTP/1.1 one: etcd
-       * gave the request to its gateway, which has no such path (nothing
-       * done). Again on a fresh handle, with prior knowledge. */
-      free(r.body.p);
+    bool h2;
+    etcd_try t = dl_etcd_req_end(e, q, h, idx, curl_easy_perform(h),
+                                 reused && !again, out, code, &rc, &h2);
+    if (t == ETCD_TRY_AGAIN) {
+      /* Our connection had gone: again on a fresh handle. */
       if (gconn_renew(c) != 0) {
         rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
         break;
@@ -318,38 +325,16 @@ int dl_etcd_grpc_once(dl_etcd *e, const char *path, const char *body,
       continue;
     }
     again = false;
-    if (cc == CURLE_OK) {
-      atomic_store(&e->current, idx);
-      if (version != CURL_HTTP_VERSION_2_0)
-        rc = dl_seterr(e->err, DLOCK_EPROTO,
-                       "etcd %s at %s: the server answered in HTTP/1 (HTTP "
-                       "%ld): not etcd's gRPC port?",
-                       path, e->endpoints[idx], status);
-      else if (r.status == 0)
-        rc = answer(e, m, path, &r, out);
-      else if (r.status > 0)
-        rc = dl_etcd_status_error(e, path, r.status, r.message, status, code);
-      else
-        rc = dl_seterr(e->err, DLOCK_EPROTO,
-                       "etcd %s: an answer without a gRPC status (HTTP %ld)",
-                       path, status);
-      c->ep = version == CURL_HTTP_VERSION_2_0 ? idx : -1;
-      if (c->ep < 0) gconn_renew(c);
-      free(r.body.p);
-      break;
-    }
-    free(r.body.p);
-    /* The connection may be half gone: a fresh handle for the next try. */
-    if (gconn_renew(c) != 0) {
+    /* A connection that answered HTTP/2 is kept; any other may be half
+     * gone: a fresh handle. */
+    c->ep = h2 ? idx : -1;
+    if (!h2 && gconn_renew(c) != 0 && t == ETCD_TRY_NEXT) {
       rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
       break;
     }
-    bool next = false;
-    rc = dl_etcd_curl_error(e, path, idx, cc, why, &next);
-    if (!next) break;
+    if (t == ETCD_TRY_DONE) break;
   }
   dl_etcd_headers_free(e, hd);
-  free(req);
   if (c->ep == -2) {
     free(c); /* its handle is NULL */
   } else {

@@ -186,6 +186,85 @@ int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
           : "");
 }
 
+int dl_etcd_req_init(dl_etcd *e, etcd_req *q, const char *path,
+                     const char *body) {
+  memset(q, 0, sizeof *q);
+  q->path = path;
+  q->status = -1;
+  q->m = e->grpc ? dl_etcd_grpc_method(path) : NULL;
+  if (q->m) return dl_etcd_grpc_frame(e, q, body);
+  q->len = strlen(body);
+  if ((q->req = malloc(q->len + 1)) == NULL)
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  memcpy(q->req, body, q->len + 1);
+  return 0;
+}
+
+void dl_etcd_req_free(etcd_req *q) {
+  free(q->req);
+  free(q->body.p);
+  memset(q, 0, sizeof *q);
+}
+
+struct curl_slist *dl_etcd_req_headers(dl_etcd *e, const etcd_req *q, bool auth,
+                                       unsigned *gen) {
+  if (q->m) return dl_etcd_grpc_headers(e, auth, gen);
+  return auth ? dl_etcd_headers(e, gen) : e->headers;
+}
+
+void dl_etcd_req_setup(dl_etcd *e, etcd_req *q, CURL *h, int idx,
+                       struct curl_slist *hd, int64_t left, bool prior) {
+  free(q->body.p);
+  memset(&q->body, 0, sizeof q->body);
+  q->status = -1;
+  q->message[0] = q->why[0] = '\0';
+  if (q->m) {
+    dl_etcd_grpc_setup(e, q, h, idx, hd, left, prior);
+  } else {
+    snprintf(q->url, sizeof q->url, "%s%s", e->endpoints[idx], q->path);
+    curl_easy_setopt(h, CURLOPT_URL, q->url);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->req);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)q->len);
+    dl_etcd_setopts(e, h, hd, left);
+  }
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dl_etcd_buf_write);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &q->body);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, q->why);
+  atomic_fetch_add(&e->round_trips, 1);
+}
+
+etcd_try dl_etcd_req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,
+                         bool may_again, json_object **out, int *code, int *rc,
+                         bool *h2) {
+  *out = NULL;
+  if (code) *code = 0;
+  if (q->m)
+    return dl_etcd_grpc_end(e, q, h, idx, cc, may_again, out, code, rc, h2);
+  *h2 = false;
+  if (cc != CURLE_OK) {
+    bool next = false;
+    *rc = dl_etcd_curl_error(e, q->path, idx, cc, q->why, &next);
+    return next ? ETCD_TRY_NEXT : ETCD_TRY_DONE;
+  }
+  *rc = 0;
+  atomic_store(&e->current, idx);
+  long status = 0;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+  json_object *o = q->body.p ? json_tokener_parse(q->body.p) : NULL;
+  if (o == NULL)
+    *rc = dl_seterr(
+        e->err, DLOCK_EPROTO,
+        "etcd %s: an answer that is not JSON (HTTP %ld%s)", q->path, status,
+        status == 400 && !e->tls ? "; a TLS port? Its URL is etcds://" : "");
+  else if (status != 200 || dl_etcd_get(o, "error"))
+    *rc = answer_error(e, o, q->path, status, code);
+  else
+    *out = o;
+  if (*rc != 0) json_object_put(o);
+  return ETCD_TRY_DONE;
+}
+
 /* One call (dl_etcd_call's), with the token of generation *gen (none
  * when !auth). */
 static int call_once(dl_etcd *e, const char *path, const char *body,
@@ -193,18 +272,22 @@ static int call_once(dl_etcd *e, const char *path, const char *body,
                      unsigned *gen) {
   *out = NULL;
   if (code) *code = 0;
-  if (e->grpc) { /* 1: a path without a gRPC method here */
-    int rc = dl_etcd_grpc_once(e, path, body, deadline, out, code, auth, gen);
-    if (rc != 1) return rc;
+  etcd_req q;
+  int rc = dl_etcd_req_init(e, &q, path, body);
+  if (rc != 0) return rc;
+  if (q.m) { /* gRPC: grpc.c's handles */
+    rc = dl_etcd_grpc_once(e, &q, deadline, out, code, auth, gen);
+    dl_etcd_req_free(&q);
+    return rc;
   }
   CURL *h = dl_etcd_handle(e);
-  struct curl_slist *hd = auth ? dl_etcd_headers(e, gen) : e->headers;
+  struct curl_slist *hd = dl_etcd_req_headers(e, &q, auth, gen);
   if (h == NULL || hd == NULL) {
     if (h) dl_etcd_handle_put(e, h);
+    dl_etcd_req_free(&q);
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   }
-  int start = atomic_load(&e->current), rc = 0;
-  char url[512], why[CURL_ERROR_SIZE] = "";
+  int start = atomic_load(&e->current);
   for (int i = 0; i < e->nendpoints; i++) {
     int idx = (start + i) % e->nendpoints;
     int64_t left = deadline - dl_now_ms();
@@ -213,54 +296,68 @@ static int call_once(dl_etcd *e, const char *path, const char *body,
                      path);
       break;
     }
-    snprintf(url, sizeof url, "%s%s", e->endpoints[idx], path);
-    etcd_buf b = {0};
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    dl_etcd_setopts(e, h, hd, left);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)left);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dl_etcd_buf_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, why);
-    why[0] = '\0';
-    atomic_fetch_add(&e->round_trips, 1);
-    CURLcode cc = curl_easy_perform(h);
-    if (cc == CURLE_OK) {
-      rc = 0;
-      atomic_store(&e->current, idx);
-      long status = 0;
-      curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-      json_object *o = b.p ? json_tokener_parse(b.p) : NULL;
-      if (o == NULL)
-        rc = dl_seterr(
-            e->err, DLOCK_EPROTO,
-            "etcd %s: an answer that is not JSON (HTTP %ld%s)", path, status,
-            status == 400 && !e->tls ? "; a TLS port? Its URL is etcds://"
-                                     : "");
-      else if (status != 200 || dl_etcd_get(o, "error"))
-        rc = answer_error(e, o, path, status, code);
-      else
-        *out = o;
-      if (rc != 0) json_object_put(o);
-      free(b.p);
+    dl_etcd_req_setup(e, &q, h, idx, hd, left, false);
+    bool h2;
+    if (dl_etcd_req_end(e, &q, h, idx, curl_easy_perform(h), false, out, code,
+                        &rc, &h2) != ETCD_TRY_NEXT)
       break;
-    }
-    free(b.p);
-    bool next = false;
-    rc = dl_etcd_curl_error(e, path, idx, cc, why, &next);
-    if (!next) break;
   }
-  if (hd != e->headers) dl_etcd_headers_free(e, hd);
+  dl_etcd_headers_free(e, hd);
   dl_etcd_handle_put(e, h);
+  dl_etcd_req_free(&q);
   return rc;
 }
 
-/* Whether an error says our token is no longer good (it expired, the
- * server restarted, the user's password or roles changed): the request
- * was refused before it was applied, so it may be sent again. */
-static bool token_refused(dl_etcd *e, int rc, int code) {
+bool dl_etcd_token_refused(dl_etcd *e, int rc, int code) {
   return e->user != NULL && rc != 0 && code == 16;
+}
+
+char *dl_etcd_auth_body(dl_etcd *e) {
+  json_object *who = json_object_new_object();
+  char *body = NULL;
+  if (who &&
+      !json_object_object_add(who, "name", json_object_new_string(e->user)) &&
+      !json_object_object_add(who, "password",
+                              json_object_new_string(e->password)))
+    body = dl_strdup(json_object_to_json_string(who));
+  json_object_put(who);
+  return body;
+}
+
+int dl_etcd_auth_take(dl_etcd *e, unsigned gen, int rc, int code,
+                      json_object *r) {
+  if (rc != 0 && code == 9)   /* authentication is not enabled */
+    return 0;                 /* no token needed (as Go's client takes it) */
+  if (rc != 0 && code != 0) { /* the server's answer: its message */
+    char why[400];
+    const char *m =
+        e->err ? dlock_client_errmsg(e->err) : dlock_client_open_errmsg();
+    size_t n = strlen(dlock_strerror(rc));
+    if (strncmp(m, dlock_strerror(rc), n) == 0 && m[n] == ':') m += n + 2;
+    snprintf(why, sizeof why, "%s", m);
+    return dl_seterr(e->err, DLOCK_EAUTH, "etcd refused the user '%s': %s",
+                     e->user, why);
+  }
+  if (rc != 0) return rc;
+  json_object *t = dl_etcd_get(r, "token");
+  const char *ts = t ? json_object_get_string(t) : NULL;
+  char *tok = ts && *ts && strlen(ts) < 512 && !strpbrk(ts, "\r\n")
+                  ? dl_strdup(ts)
+                  : NULL;
+  json_object_put(r);
+  if (tok == NULL)
+    return dl_seterr(e->err, DLOCK_EPROTO,
+                     "etcd /v3/auth/authenticate: no usable token");
+  pthread_mutex_lock(&e->mu);
+  if (e->token_gen == gen) { /* else another call's is newer: kept */
+    free(e->token);
+    e->token = tok;
+    e->token_gen++;
+    tok = NULL;
+  }
+  pthread_mutex_unlock(&e->mu);
+  free(tok);
+  return 0;
 }
 
 int dl_etcd_authenticate(dl_etcd *e, unsigned gen, int64_t deadline) {
@@ -269,53 +366,18 @@ int dl_etcd_authenticate(dl_etcd *e, unsigned gen, int64_t deadline) {
   bool done = e->token_gen != gen;
   pthread_mutex_unlock(&e->mu);
   int rc = 0;
-  if (done) goto out;
-  json_object *who = json_object_new_object(), *r = NULL;
-  if (who == NULL ||
-      json_object_object_add(who, "name", json_object_new_string(e->user)) ||
-      json_object_object_add(who, "password",
-                             json_object_new_string(e->password))) {
-    json_object_put(who);
+  char *body = done ? NULL : dl_etcd_auth_body(e);
+  if (!done && body == NULL)
     rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-    goto out;
+  if (body) {
+    int code;
+    unsigned g;
+    json_object *r = NULL;
+    rc = call_once(e, "/v3/auth/authenticate", body, deadline, &r, &code, false,
+                   &g);
+    free(body);
+    rc = dl_etcd_auth_take(e, gen, rc, code, r);
   }
-  int code;
-  unsigned g;
-  rc = call_once(e, "/v3/auth/authenticate", json_object_to_json_string(who),
-                 deadline, &r, &code, false, &g);
-  json_object_put(who);
-  if (rc != 0 && code == 9) { /* authentication is not enabled */
-    rc = 0;                   /* no token needed (as Go's client takes it) */
-    goto out;
-  }
-  if (rc != 0 && code != 0) { /* the server's answer: its message */
-    char why[400];
-    const char *m =
-        e->err ? dlock_client_errmsg(e->err) : dlock_client_open_errmsg();
-    size_t n = strlen(dlock_strerror(rc));
-    if (strncmp(m, dlock_strerror(rc), n) == 0 && m[n] == ':') m += n + 2;
-    snprintf(why, sizeof why, "%s", m);
-    rc = dl_seterr(e->err, DLOCK_EAUTH, "etcd refused the user '%s': %s",
-                   e->user, why);
-  }
-  if (rc != 0) goto out;
-  json_object *t = dl_etcd_get(r, "token");
-  const char *ts = t ? json_object_get_string(t) : NULL;
-  char *tok = ts && *ts && strlen(ts) < 512 && !strpbrk(ts, "\r\n")
-                  ? dl_strdup(ts)
-                  : NULL;
-  json_object_put(r);
-  if (tok == NULL) {
-    rc = dl_seterr(e->err, DLOCK_EPROTO,
-                   "etcd /v3/auth/authenticate: no usable token");
-    goto out;
-  }
-  pthread_mutex_lock(&e->mu);
-  free(e->token);
-  e->token = tok;
-  e->token_gen++;
-  pthread_mutex_unlock(&e->mu);
-out:
   pthread_mutex_unlock(&e->auth_mu);
   return rc;
 }
@@ -326,7 +388,7 @@ int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
   int c = 0;
   int rc = call_once(e, path, body, deadline, out, &c, true, &gen);
   /* A token no longer good: a new one, and the call again, once. */
-  if (token_refused(e, rc, c) &&
+  if (dl_etcd_token_refused(e, rc, c) &&
       (rc = dl_etcd_authenticate(e, gen, deadline)) == 0)
     rc = call_once(e, path, body, deadline, out, &c, true, &gen);
   if (code) *code = c;

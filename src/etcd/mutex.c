@@ -120,36 +120,6 @@ static int txn(dl_etcd *e, const char *k64, int64_t rev, const char *success,
   return rc;
 }
 
-int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
-                      int64_t deadline) {
-  char k64[B64(ETCD_KEY_MAX)], op[B64(ETCD_KEY_MAX) + 64];
-  dl_etcd_b64(key, strlen(key), k64);
-  snprintf(op, sizeof op, "{\"request_delete_range\":{\"key\":\"%s\"}}", k64);
-  json_object *r;
-  int rc = txn(e, k64, rev, op, "", deadline, &r);
-  if (rc != 0) return rc;
-  json_object *s = dl_etcd_get(r, "succeeded");
-  rc = s && json_object_get_boolean(s);
-  json_object_put(r);
-  return rc;
-}
-
-int dl_etcd_delete_own(dl_etcd *e, const char *key, int64_t rev,
-                       int64_t deadline, bool *retried) {
-  /* Retried within the deadline: the delete is conditional on our
-   * revision, so a retry never deletes a newer hold; a retry that finds
-   * the key gone means an earlier attempt did it. */
-  *retried = false;
-  for (;;) {
-    int rc = dl_etcd_delete_at(e, key, rev, deadline);
-    if (rc == 0 && *retried) rc = 1;
-    if (rc >= 0 || !dl_etcd_transient(rc) || dl_now_ms() + 20 >= deadline)
-      return rc;
-    *retried = true;
-    dl_sleep_ms(20);
-  }
-}
-
 /* Deletes key whatever its revision (one of ours, on our lease, while we
  * hold the claim on it: nobody else's). */
 static void delete_key(dl_etcd *e, const char *key) {
@@ -379,10 +349,11 @@ static int reenter(dl_etcd *e, dl_acquire *a) {
   pthread_mutex_lock(&e->mu);
   h = hold_find(e, l->key, l->owner);
   bool same = h && h->held && now == rev; /* the client counts it */
+  bool held = h && h->held;
   int64_t until = h && h->own_lease ? h->lease_until : e->lease_until;
   pthread_mutex_unlock(&e->mu);
   if (!same) {
-    if (h) dl_etcd_hold_drop(e, h);
+    if (held) dl_etcd_hold_drop(e, h); /* not one being released */
     return 0;
   }
   a->status = 2;
@@ -631,46 +602,33 @@ fail:;
   return rc;
 }
 
-int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
-                         int count) {
-  (void)lease_ms;
-  dl_etcd *e = (dl_etcd *)b;
+int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
+                          bool own_ok, etcd_hold **hp) {
+  *hp = NULL;
   pthread_mutex_lock(&e->mu);
   etcd_hold *h = hold_find(e, l->key, l->owner);
   if (h && !h->held) h = NULL;
-  if (h && count > 1) { /* one re-entry less (the client counts it) */
-    pthread_mutex_unlock(&e->mu);
-    return 0;
-  }
-  /* Ours from here: off the list, so that a renewal or a check finding
-   * the key gone (a force release) cannot free it under us. */
-  if (h) hold_unlink(e, h);
+  int rc = 1;
+  if (h == NULL)
+    rc = DLOCK_ENOTOWNER;
+  else if (count > 1) /* one re-entry less (the client counts it) */
+    rc = 0;
+  else if (h->own_lease && !own_ok)
+    rc = 2;
+  /* Ours from here: no longer held, so that a renewal or a check finding
+   * the key gone (a force release) leaves it alone; but still listed
+   * until its key is deleted (dl_etcd_hold_drop), so that the client's
+   * other owners of the name keep waiting (claim): one claiming now would
+   * find our key still there and take it as its own (put_and_read), and
+   * our delete would then take it from under it. */
+  if (rc == 1) h->held = false;
   pthread_mutex_unlock(&e->mu);
   if (h == NULL)
     return dl_seterr(e->err, DLOCK_ENOTOWNER, "'%s' is not held by %s", l->name,
                      l->owner);
+  if (rc != 1) return rc;
   dl_etcd_unwatch(e, h->watch);
   h->watch = NULL;
-  int64_t deadline = dl_now_ms() + e->command_timeout_ms;
-  bool retried;
-  int rc = dl_etcd_delete_own(e, h->key, h->rev, deadline, &retried);
-  if (rc == 0)
-    rc = dl_seterr(e->err, DLOCK_ENOTOWNER,
-                   "'%s' was no longer held by %s (its etcd key %s was "
-                   "deleted, or its lease ended)",
-                   l->name, l->owner, h->key);
-  if (rc < 0 && dl_etcd_transient(rc)) {
-    /* Not known to be deleted: the watcher thread deletes it later (at
-     * its revision), else it would hold the line for as long as our
-     * session lives. */
-    dl_etcd_orphan(e, h->key, h->rev, h->own_lease ? h->lease : 0);
-  } else if (h->own_lease && rc == 1 && !retried) {
-    /* Deleted by us, nothing else on it: kept for the next fixed-lease
-     * hold (a keepalive then, no grant and revoke). */
-    dl_etcd_lease_idle(e, h->lease, h->lease_ms, h->lease_until);
-  } else if (h->own_lease) {
-    dl_etcd_revoke(e, h->lease, deadline);
-  }
-  dl_etcd_hold_drop(e, h);
-  return rc;
+  *hp = h;
+  return 1;
 }

@@ -11,16 +11,21 @@
 
 #define B64(n) (4 * (((n) + 2) / 3) + 1)
 
-int dl_etcd_range_under(dl_etcd *e, const char *pfx, int limit,
-                        json_object **out) {
+void dl_etcd_range_under_body(const char *pfx, int limit, char *body,
+                              size_t len) {
   char p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
-  char body[3 * B64(ETCD_KEY_MAX)];
   dl_etcd_b64(pfx, strlen(pfx), p64);
   dl_etcd_prefix_end(pfx, end64);
-  snprintf(body, sizeof body,
+  snprintf(body, len,
            "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":\"%d\","
            "\"sort_order\":\"ASCEND\",\"sort_target\":\"CREATE\"}",
            p64, end64, limit);
+}
+
+int dl_etcd_range_under(dl_etcd *e, const char *pfx, int limit,
+                        json_object **out) {
+  char body[ETCD_RANGE_BODY_MAX];
+  dl_etcd_range_under_body(pfx, limit, body, sizeof body);
   return dl_etcd_call(e, "/v3/kv/range", body,
                       dl_now_ms() + e->command_timeout_ms, out, NULL);
 }
@@ -89,88 +94,116 @@ void dl_etcd_holder_value(const char *v64, int64_t lease, char *owner,
   free(val);
 }
 
-int dl_etcd_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
-  dl_etcd *e = (dl_etcd *)b;
-  for (int attempt = 0; attempt < 5; attempt++) {
-    json_object *r;
-    char pfx[ETCD_KEY_MAX], bad[ETCD_KEY_MAX];
-    int rc = range_prefix(e, l->key, 0, &r, pfx, sizeof pfx);
-    if (rc != 0) return rc;
-    json_object *kvs = dl_etcd_get(r, "kvs");
-    int holders = holders_of(kvs, pfx, bad, sizeof bad);
-    if (holders < 0) {
-      json_object_put(r);
-      return dl_seterr(e->err, DLOCK_EWRONGTYPE,
-                       "not a lock: a key under %s that no lock makes "
-                       "(%s; nothing changed)",
-                       pfx, bad);
-    }
-    if (holders == 0) {
-      json_object_put(r);
-      return 0;
-    }
-    /* The holders' keys go (what `etcdctl del` does), each at its
-     * revision, in one txn: their clients hear it through their watches. */
-    size_t cap = (size_t)holders * (3 * B64(ETCD_KEY_MAX) + 160) + 64;
-    char *body = malloc(cap), *ops = malloc(cap);
-    if (body == NULL || ops == NULL) {
-      free(body);
-      free(ops);
-      json_object_put(r);
-      return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-    }
-    size_t at = (size_t)snprintf(body, cap, "{\"compare\":["), ot = 0;
-    for (int i = 0; i < holders; i++) {
-      json_object *kv = json_object_array_get_idx(kvs, (size_t)i);
-      const char *k64 = json_object_get_string(dl_etcd_get(kv, "key"));
-      at += (size_t)snprintf(body + at, cap - at,
-                             "%s{\"target\":\"CREATE\",\"key\":\"%s\","
-                             "\"create_revision\":\"%" PRId64 "\"}",
-                             i ? "," : "", k64,
-                             dl_etcd_i64(kv, "create_revision"));
-      ot += (size_t)snprintf(ops + ot, cap - ot,
-                             "%s{\"request_delete_range\":{\"key\":\"%s\"}}",
-                             i ? "," : "", k64);
-    }
-    snprintf(body + at, cap - at, "],\"success\":[%s]}", ops);
+int dl_etcd_force_txn(dl_etcd *e, json_object *r, const char *pfx, char **out) {
+  *out = NULL;
+  char bad[ETCD_KEY_MAX];
+  json_object *kvs = dl_etcd_get(r, "kvs");
+  int holders = holders_of(kvs, pfx, bad, sizeof bad);
+  if (holders < 0) {
+    json_object_put(r);
+    return dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                     "not a lock: a key under %s that no lock makes "
+                     "(%s; nothing changed)",
+                     pfx, bad);
+  }
+  if (holders == 0) {
+    json_object_put(r);
+    return 0;
+  }
+  /* The holders' keys go (what `etcdctl del` does), each at its
+   * revision, in one txn: their clients hear it through their watches. */
+  size_t cap = (size_t)holders * (3 * B64(ETCD_KEY_MAX) + 160) + 64;
+  char *body = malloc(cap), *ops = malloc(cap);
+  if (body == NULL || ops == NULL) {
+    free(body);
     free(ops);
     json_object_put(r);
-    rc = dl_etcd_call(e, "/v3/kv/txn", body,
-                      dl_now_ms() + e->command_timeout_ms, &r, NULL);
-    free(body);
-    if (rc != 0) return rc;
-    json_object *s = dl_etcd_get(r, "succeeded");
-    bool done = s && json_object_get_boolean(s);
-    json_object_put(r);
-    if (done) return 1;
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   }
+  size_t at = (size_t)snprintf(body, cap, "{\"compare\":["), ot = 0;
+  for (int i = 0; i < holders; i++) {
+    json_object *kv = json_object_array_get_idx(kvs, (size_t)i);
+    const char *k64 = json_object_get_string(dl_etcd_get(kv, "key"));
+    at +=
+        (size_t)snprintf(body + at, cap - at,
+                         "%s{\"target\":\"CREATE\",\"key\":\"%s\","
+                         "\"create_revision\":\"%" PRId64 "\"}",
+                         i ? "," : "", k64, dl_etcd_i64(kv, "create_revision"));
+    ot += (size_t)snprintf(ops + ot, cap - ot,
+                           "%s{\"request_delete_range\":{\"key\":\"%s\"}}",
+                           i ? "," : "", k64);
+  }
+  snprintf(body + at, cap - at, "],\"success\":[%s]}", ops);
+  free(ops);
+  json_object_put(r);
+  *out = body;
+  return 1;
+}
+
+int dl_etcd_force_busy(dl_etcd *e, const dl_lock_ref *l) {
   return dl_seterr(e->err, DLOCK_ETIMEDOUT,
                    "the holder of '%s' changed at every try", l->name);
 }
 
-int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
-                       long long *v) {
+int dl_etcd_lock_force_release(dl_backend *b, const dl_lock_ref *l) {
   dl_etcd *e = (dl_etcd *)b;
-  *v = 0;
-  if (q == DL_QUERY_HELD || q == DL_QUERY_COUNT) {
-    pthread_mutex_lock(&e->mu);
-    etcd_hold *h = e->holds;
-    while (h && !(h->held && strcmp(h->lock, l->key) == 0 &&
-                  strcmp(h->owner, l->owner) == 0))
-      h = h->next;
-    char key[ETCD_KEY_MAX] = "";
-    int64_t rev = h ? h->rev : 0;
-    if (h) snprintf(key, sizeof key, "%s", h->key);
-    pthread_mutex_unlock(&e->mu);
-    if (rev == 0) return 0;
-    char k64[B64(ETCD_KEY_MAX)], body[B64(ETCD_KEY_MAX) + 64];
-    dl_etcd_b64(key, strlen(key), k64);
-    snprintf(body, sizeof body, "{\"key\":\"%s\",\"keys_only\":true}", k64);
+  for (int attempt = 0; attempt < ETCD_FORCE_TRIES; attempt++) {
     json_object *r;
-    int rc = dl_etcd_call(e, "/v3/kv/range", body,
-                          dl_now_ms() + e->command_timeout_ms, &r, NULL);
+    char pfx[ETCD_KEY_MAX], *body;
+    int rc = range_prefix(e, l->key, 0, &r, pfx, sizeof pfx);
     if (rc != 0) return rc;
-    json_object *kv = dl_etcd_kv0(r);
+    if ((rc = dl_etcd_force_txn(e, r, pfx, &body)) <= 0) return rc;
+    rc = dl_etcd_call(e, "/v3/kv/txn", body,
+                      dl_now_ms() + e->command_timeout_ms, &r, NULL);
+    free(body);
+    if (rc != 0) return rc;
+    bool done = dl_etcd_txn_succeeded(r);
+    json_object_put(r);
+    if (done) return 1;
+  }
+  return dl_etcd_force_busy(e, l);
+}
+
+void dl_etcd_ttl_body(int64_t lease, char *body, size_t len) {
+  snprintf(body, len, "{\"ID\":\"%" PRId64 "\"}", lease);
+}
+
+int64_t dl_etcd_ttl_answer(json_object *r) {
+  int64_t ttl = dl_etcd_i64(r, "TTL");
+  json_object_put(r);
+  return ttl > 0 ? ttl * 1000 : DLOCK_TTL_FREE;
+}
+
+const char *dl_etcd_query_req(dl_etcd *e, const dl_lock_ref *l, dl_lock_query q,
+                              char *body, size_t len, int64_t *rev) {
+  *rev = 0;
+  if (q != DL_QUERY_HELD && q != DL_QUERY_COUNT) {
+    char pfx[ETCD_KEY_MAX];
+    snprintf(pfx, sizeof pfx, "%s%s/", e->prefix, l->key);
+    dl_etcd_range_under_body(pfx, 1, body, len);
+    return "/v3/kv/range";
+  }
+  pthread_mutex_lock(&e->mu);
+  etcd_hold *h = e->holds;
+  while (h && !(h->held && strcmp(h->lock, l->key) == 0 &&
+                strcmp(h->owner, l->owner) == 0))
+    h = h->next;
+  char key[ETCD_KEY_MAX] = "";
+  if (h) *rev = h->rev;
+  if (h) snprintf(key, sizeof key, "%s", h->key);
+  pthread_mutex_unlock(&e->mu);
+  if (*rev == 0) return NULL;
+  char k64[B64(ETCD_KEY_MAX)];
+  dl_etcd_b64(key, strlen(key), k64);
+  snprintf(body, len, "{\"key\":\"%s\",\"keys_only\":true}", k64);
+  return "/v3/kv/range";
+}
+
+int64_t dl_etcd_query_answer(dl_etcd *e, const dl_lock_ref *l, dl_lock_query q,
+                             json_object *r, int64_t rev, long long *v) {
+  json_object *kv = dl_etcd_kv0(r);
+  int64_t lease = dl_etcd_i64(kv, "lease");
+  if (q == DL_QUERY_HELD || q == DL_QUERY_COUNT) {
     bool held = dl_etcd_i64(kv, "create_revision") == rev;
     json_object_put(r);
     if (held) {
@@ -179,12 +212,6 @@ int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
     }
     return 0;
   }
-  json_object *r;
-  char pfx[ETCD_KEY_MAX];
-  int rc = range_prefix(e, l->key, 1, &r, pfx, sizeof pfx);
-  if (rc != 0) return rc;
-  json_object *kv = dl_etcd_kv0(r);
-  int64_t lease = dl_etcd_i64(kv, "lease");
   if (q == DL_QUERY_LOCKED)
     *v = kv != NULL;
   else if (q == DL_QUERY_TOKEN)
@@ -192,16 +219,28 @@ int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   else if (q == DL_QUERY_TTL)
     *v = kv ? DLOCK_TTL_NONE : DLOCK_TTL_FREE;
   json_object_put(r);
-  if (q == DL_QUERY_TTL && lease != 0) {
-    char body[64];
-    snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
-    rc = dl_etcd_call(e, "/v3/lease/timetolive", body,
-                      dl_now_ms() + e->command_timeout_ms, &r, NULL);
-    if (rc != 0) return rc;
-    int64_t ttl = dl_etcd_i64(r, "TTL");
-    *v = ttl > 0 ? ttl * 1000 : DLOCK_TTL_FREE;
-    json_object_put(r);
-  }
+  return q == DL_QUERY_TTL ? lease : 0;
+}
+
+int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
+                       long long *v) {
+  dl_etcd *e = (dl_etcd *)b;
+  *v = 0;
+  char body[ETCD_RANGE_BODY_MAX];
+  int64_t rev;
+  const char *path = dl_etcd_query_req(e, l, q, body, sizeof body, &rev);
+  if (path == NULL) return 0;
+  json_object *r;
+  int rc = dl_etcd_call(e, path, body, dl_now_ms() + e->command_timeout_ms, &r,
+                        NULL);
+  if (rc != 0) return rc;
+  int64_t lease = dl_etcd_query_answer(e, l, q, r, rev, v);
+  if (lease == 0) return 0;
+  dl_etcd_ttl_body(lease, body, sizeof body);
+  rc = dl_etcd_call(e, "/v3/lease/timetolive", body,
+                    dl_now_ms() + e->command_timeout_ms, &r, NULL);
+  if (rc != 0) return rc;
+  *v = dl_etcd_ttl_answer(r);
   return 0;
 }
 
@@ -399,13 +438,12 @@ static int inspect(dl_backend *b, const char *key, dlock_lock_state *st,
   if (n == 0 && (rc = dl_etcd_latch_inspect(e, key, st)) != 0) return rc;
   if (lease != 0) {
     char body[64];
-    snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
+    dl_etcd_ttl_body(lease, body, sizeof body);
     rc = dl_etcd_call(e, "/v3/lease/timetolive", body,
                       dl_now_ms() + e->command_timeout_ms, &r, NULL);
     if (rc != 0) return rc;
-    int64_t ttl = dl_etcd_i64(r, "TTL");
-    if (ttl > 0) st->ttl_ms = ttl * 1000;
-    json_object_put(r);
+    int64_t ttl = dl_etcd_ttl_answer(r);
+    if (ttl != DLOCK_TTL_FREE) st->ttl_ms = ttl;
   }
   return 0;
 }

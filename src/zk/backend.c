@@ -466,7 +466,7 @@ int dl_zk_backend_new(const dlock_client_options *opts,
   /* On an event loop, the recipes run on the seam's event-loop form of
    * blocking backends, their waits woken for a cancel as for a close. */
   if (rc == 0 && env->loop)
-    rc = dl_blockloop_new(&z->base, env, zk_wake_all, &z->form);
+    rc = dl_blockloop_new(&z->base, env, zk_wake_all, NULL, &z->form);
   if (rc != 0) {
     zk_free(&z->base);
     return rc;

@@ -1,0 +1,307 @@
+/* acall.c: an event-loop client's etcd calls with no thread: libcurl's
+ * multi_socket interface driven by the client's loop (core.h's seam):
+ * curl's sockets are dl_watches (CURLMOPT_SOCKETFUNCTION), its one
+ * timeout a dl_timer (CURLMOPT_TIMERFUNCTION), and both call
+ * curl_multi_socket_action; a finished transfer (curl_multi_info_read)
+ * ends its try. Everything runs on the loop's thread. A call is
+ * dl_etcd_call's: the same request, headers and errors (http.c's and
+ * grpc.c's dl_etcd_req_*), the endpoints in turn while one cannot be
+ * reached (a request that may have reached a server is not sent again),
+ * one deadline, and a new token once when the server says ours is no
+ * longer good (the authenticate is a call here too). Over gRPC the calls
+ * share one HTTP/2 connection an endpoint, as streams (CURLPIPE_MULTIPLEX):
+ * only the call that opens it asks for prior knowledge (curl 7.88 fails
+ * prior knowledge on a reused connection, curl issue 10634), the others
+ * wait for it (CURLOPT_PIPEWAIT). */
+#include "etcdb.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The client's multi handle and what drives it. */
+typedef struct etcd_aloop {
+  dl_etcd *e;
+  dl_loop *lp;
+  CURLM *m;
+  dl_timer timer; /* curl's timeout */
+  bool *h2;       /* per endpoint: a connection is open or opening */
+  struct asock *socks;
+} etcd_aloop;
+
+/* A socket curl watches: its dl_watch. */
+typedef struct asock {
+  struct asock *next, **pprev; /* a->socks */
+  etcd_aloop *a;
+  curl_socket_t fd;
+  dl_watch *w;
+} asock;
+
+struct etcd_acall {
+  etcd_aloop *a;
+  CURL *h;
+  etcd_req q;
+  struct curl_slist *hd;
+  int64_t deadline;
+  bool auth;         /* with the token (not the authenticate's own) */
+  bool reauthed;     /* a new token was got once already */
+  unsigned gen;      /* the token's generation sent */
+  int start, i, idx; /* the endpoints: the first tried, tries, this one */
+  bool again, may_again;
+  etcd_acall *sub; /* the authenticate under way for this call */
+  etcd_acall_fn fn;
+  void *ud;
+};
+
+static void check_done(etcd_aloop *a);
+
+static void on_io(void *ud, int events) {
+  asock *s = ud;
+  etcd_aloop *a = s->a;
+  int flags = (events & DL_EV_READ ? CURL_CSELECT_IN : 0) |
+              (events & DL_EV_WRITE ? CURL_CSELECT_OUT : 0);
+  int running;
+  curl_multi_socket_action(a->m, s->fd, flags, &running);
+  check_done(a);
+}
+
+static void sock_free(asock *s) {
+  if ((*s->pprev = s->next) != NULL) s->next->pprev = s->pprev;
+  dl_watch_free(s->w);
+  free(s);
+}
+
+static int on_socket(CURL *h, curl_socket_t fd, int what, void *ud,
+                     void *sockp) {
+  (void)h;
+  etcd_aloop *a = ud;
+  asock *s = sockp;
+  if (what == CURL_POLL_REMOVE) {
+    if (s) sock_free(s); /* curl forgets fd */
+    return 0;
+  }
+  if (s == NULL) {
+    if ((s = calloc(1, sizeof *s)) == NULL) return -1;
+    s->a = a;
+    s->fd = fd;
+    if (dl_watch_new(a->lp, fd, on_io, s, &s->w) != 0) {
+      free(s);
+      return -1;
+    }
+    curl_multi_assign(a->m, fd, s);
+    if ((s->next = a->socks) != NULL) s->next->pprev = &s->next;
+    s->pprev = &a->socks;
+    a->socks = s;
+  }
+  int ev = (what & CURL_POLL_IN ? DL_EV_READ : 0) |
+           (what & CURL_POLL_OUT ? DL_EV_WRITE : 0);
+  return dl_watch_set(s->w, ev) == 0 ? 0 : -1;
+}
+
+static void on_timer(void *ud) {
+  etcd_aloop *a = ud;
+  int running;
+  curl_multi_socket_action(a->m, CURL_SOCKET_TIMEOUT, 0, &running);
+  check_done(a);
+}
+
+static int on_timeout(CURLM *m, long ms, void *ud) {
+  (void)m;
+  etcd_aloop *a = ud;
+  if (ms < 0) {
+    dl_timer_stop(a->lp, &a->timer);
+    return 0;
+  }
+  /* Fires from the loop's dispatch, never within this call. */
+  return dl_timer_start(a->lp, &a->timer, dl_now_ms() + ms) == 0 ? 0 : -1;
+}
+
+int dl_etcd_aloop_new(dl_etcd *e) {
+  etcd_aloop *a = calloc(1, sizeof *a);
+  if (a) a->h2 = calloc((size_t)e->nendpoints, sizeof *a->h2);
+  if (a && a->h2) a->m = curl_multi_init();
+  if (a == NULL || a->h2 == NULL || a->m == NULL) {
+    if (a) free(a->h2);
+    free(a);
+    return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  }
+  a->e = e;
+  a->lp = e->env->loop;
+  dl_timer_init(&a->timer, on_timer, a);
+  curl_multi_setopt(a->m, CURLMOPT_SOCKETFUNCTION, on_socket);
+  curl_multi_setopt(a->m, CURLMOPT_SOCKETDATA, a);
+  curl_multi_setopt(a->m, CURLMOPT_TIMERFUNCTION, on_timeout);
+  curl_multi_setopt(a->m, CURLMOPT_TIMERDATA, a);
+  curl_multi_setopt(a->m, CURLMOPT_PIPELINING, CURLPIPE_MULTIPLEX);
+  /* curl's default is 100 streams a connection, then another connection,
+   * which would not ask for prior knowledge (HTTP/1.1: etcd's gateway). */
+  curl_multi_setopt(a->m, CURLMOPT_MAX_CONCURRENT_STREAMS, 1000L);
+  e->aloop = a;
+  return 0;
+}
+
+void dl_etcd_aloop_free(dl_etcd *e) {
+  etcd_aloop *a = e->aloop;
+  if (a == NULL) return;
+  curl_multi_cleanup(a->m); /* its connections close */
+  while (a->socks)          /* watches curl did not remove */
+    sock_free(a->socks);
+  dl_timer_stop(a->lp, &a->timer);
+  free(a->h2);
+  free(a);
+  e->aloop = NULL;
+}
+
+static void call_free(etcd_acall *c) {
+  if (c->h) {
+    curl_multi_remove_handle(c->a->m, c->h);
+    curl_easy_cleanup(c->h);
+  }
+  if (c->hd) dl_etcd_headers_free(c->a->e, c->hd);
+  dl_etcd_req_free(&c->q);
+  free(c);
+}
+
+void dl_etcd_acall_abort(etcd_acall *c) {
+  if (c == NULL) return;
+  dl_etcd_acall_abort(c->sub);
+  call_free(c);
+}
+
+/* Ends c: fn runs, c is freed. */
+static void finish(etcd_acall *c, int rc, json_object *o, int code) {
+  etcd_acall_fn fn = c->fn;
+  void *ud = c->ud;
+  call_free(c);
+  fn(ud, rc, o, code);
+}
+
+/* Starts c's try at the endpoint c->i tries on: 0, or a negative code
+ * recorded. */
+static int try_start(etcd_acall *c) {
+  etcd_aloop *a = c->a;
+  dl_etcd *e = a->e;
+  c->idx = (c->start + c->i) % e->nendpoints;
+  int64_t left = c->deadline - dl_now_ms();
+  if (left <= 0)
+    return dl_seterr(e->err, DLOCK_ETIMEDOUT, "etcd %s: no answer in time",
+                     c->q.path);
+  bool prior = c->again || !a->h2[c->idx];
+  c->may_again = !prior;
+  dl_etcd_req_setup(e, &c->q, c->h, c->idx, c->hd, left, prior);
+  curl_easy_setopt(c->h, CURLOPT_PRIVATE, c);
+  if (c->q.m) {
+    /* Wait for the connection being opened rather than open another.
+     * Prior knowledge only on a new connection: a try that failed may
+     * have left its connection in the multi's cache (a stream timed out),
+     * and curl 7.88 fails prior knowledge on a reused one (CURLE_HTTP2). */
+    curl_easy_setopt(c->h, CURLOPT_PIPEWAIT, 1L);
+    curl_easy_setopt(c->h, CURLOPT_FRESH_CONNECT, prior ? 1L : 0L);
+    a->h2[c->idx] = true;
+  }
+  if (curl_multi_add_handle(a->m, c->h) != CURLM_OK)
+    return dl_seterr(e->err, DLOCK_ENOMEM, "etcd %s: curl_multi_add_handle",
+                     c->q.path);
+  return 0;
+}
+
+/* The first try of c (again from the current endpoint): 0, or a negative
+ * code recorded. */
+static int call_begin(etcd_acall *c) {
+  dl_etcd *e = c->a->e;
+  if (c->hd) dl_etcd_headers_free(e, c->hd);
+  c->hd = dl_etcd_req_headers(e, &c->q, c->auth, &c->gen);
+  if (c->hd == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  c->start = atomic_load(&e->current);
+  c->i = 0;
+  c->again = false;
+  return try_start(c);
+}
+
+static int call_new(dl_etcd *e, const char *path, const char *body,
+                    int64_t deadline, bool auth, etcd_acall_fn fn, void *ud,
+                    etcd_acall **out);
+
+/* The authenticate's end: c's call again with the new token, or the
+ * error. */
+static void on_auth(void *ud, int rc, json_object *o, int code) {
+  etcd_acall *c = ud;
+  c->sub = NULL;
+  rc = dl_etcd_auth_take(c->a->e, c->gen, rc, code, o);
+  if (rc == 0) rc = call_begin(c);
+  if (rc != 0) finish(c, rc, NULL, 0);
+}
+
+/* The end of c's try (curl's result cc). */
+static void try_end(etcd_acall *c, CURLcode cc) {
+  etcd_aloop *a = c->a;
+  dl_etcd *e = a->e;
+  curl_multi_remove_handle(a->m, c->h);
+  json_object *o = NULL;
+  int code = 0, rc = 0;
+  bool h2;
+  etcd_try t = dl_etcd_req_end(e, &c->q, c->h, c->idx, cc,
+                               c->may_again && !c->again, &o, &code, &rc, &h2);
+  if (c->q.m && !h2) a->h2[c->idx] = false; /* no connection kept */
+  c->again = t == ETCD_TRY_AGAIN;
+  if (t == ETCD_TRY_AGAIN || (t == ETCD_TRY_NEXT && ++c->i < e->nendpoints)) {
+    if ((rc = try_start(c)) != 0) finish(c, rc, NULL, 0);
+    return;
+  }
+  /* A token no longer good: a new one, and the call again, once. */
+  if (c->auth && !c->reauthed && dl_etcd_token_refused(e, rc, code)) {
+    c->reauthed = true;
+    char *body = dl_etcd_auth_body(e);
+    int arc = body ? call_new(e, "/v3/auth/authenticate", body, c->deadline,
+                              false, on_auth, c, &c->sub)
+                   : dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    free(body);
+    if (arc == 0) return;
+    rc = arc;
+  }
+  finish(c, rc, o, code);
+}
+
+/* Each transfer curl finished: its try's end. */
+static void check_done(etcd_aloop *a) {
+  CURLMsg *msg;
+  int left;
+  while ((msg = curl_multi_info_read(a->m, &left)) != NULL) {
+    if (msg->msg != CURLMSG_DONE) continue;
+    etcd_acall *c = NULL;
+    curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
+    if (c) try_end(c, msg->data.result);
+  }
+}
+
+static int call_new(dl_etcd *e, const char *path, const char *body,
+                    int64_t deadline, bool auth, etcd_acall_fn fn, void *ud,
+                    etcd_acall **out) {
+  *out = NULL;
+  if (e->aloop == NULL) /* closed (dl_etcd_aloop_free) */
+    return dl_seterr(e->err, DLOCK_ECLOSED, "the client closed");
+  etcd_acall *c = calloc(1, sizeof *c);
+  if (c == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  c->a = e->aloop;
+  c->deadline = deadline;
+  c->auth = auth;
+  c->fn = fn;
+  c->ud = ud;
+  int rc = dl_etcd_req_init(e, &c->q, path, body);
+  if (rc == 0 && (c->h = curl_easy_init()) == NULL)
+    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  if (rc == 0) rc = call_begin(c);
+  if (rc != 0) {
+    call_free(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
+                  int64_t deadline, etcd_acall_fn fn, void *ud,
+                  etcd_acall **out) {
+  return call_new(e, path, body, deadline, true, fn, ud, out);
+}
