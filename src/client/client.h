@@ -27,16 +27,19 @@ int dl_watchdog_new(dlock_client *c, int64_t lease_ms, dl_renewal_lost_fn fn,
  * and dropped. Accepts NULL; may be called twice. */
 void dl_watchdog_stop(dl_watchdog *w);
 void dl_watchdog_free(dl_watchdog *w);
-/* Registers the hold of key by the owner "<client id>:<tail>", valid until
- * `valid_until` (dl_now_ms() time) unless renewed: with `renew`, renewed
- * every lease/3; without (a fixed lease), reported lost the moment its
- * validity runs out before it is removed. Either way checked at once when
- * dl_watchdog_check names its key. `permit`: a permit of a
- * permit-expirable semaphore at key (dl_renew_item.permit). The strings are
- * borrowed: they must stay valid until dl_watchdog_remove(r) returns. Returns
- * NULL on ENOMEM. */
-dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key, const char *tail,
-                            int64_t valid_until, bool renew, bool permit);
+/* Registers r, the watchdog entry of a new hold (its first member, made
+ * with it: holds.c) of key by the owner "<client id>:<tail>" (the tail:
+ * dl_holds_tail(r)), valid until `valid_until` (dl_now_ms() time) unless
+ * renewed: with `renew`, renewed every lease/3; without (a fixed lease),
+ * reported lost the moment its validity runs out before it is removed.
+ * Either way checked at once when dl_watchdog_check names its key.
+ * `permit`: a permit of a permit-expirable semaphore at key
+ * (dl_renew_item.permit). The key and the tail are borrowed: they must stay
+ * valid until dl_watchdog_remove(r) returns. From then on r is the
+ * watchdog's: the last reference to it (that call, or the round in flight
+ * that still refers to it) frees it, and so its hold. */
+void dl_watchdog_add(dl_watchdog *w, dl_renewal *r, const char *key,
+                     int64_t valid_until, bool renew, bool permit);
 /* A re-entry extended the lease: validity is at least `valid_until`; with
  * `renew` (the watchdog's lease) a fixed hold becomes renewed. */
 void dl_watchdog_extend(dl_watchdog *w, dl_renewal *r, int64_t valid_until,
@@ -53,7 +56,8 @@ void dl_watchdog_check_all(dl_watchdog *w);
 /* Until when (dl_now_ms() time) the last confirmed renewal keeps r valid. */
 int64_t dl_watchdog_valid_until(dl_watchdog *w, dl_renewal *r);
 /* Stops renewing; a renewal result arriving later is ignored (a lost
- * callback already running may still be called with r). Never waits; may
+ * callback already running may still be called with r). Drops the owner's
+ * reference to r: r and its hold may be freed on return. Never waits; may
  * be called with the client's holds_mu held. Accepts NULL. */
 void dl_watchdog_remove(dl_watchdog *w, dl_renewal *r);
 /* Brackets a release: "gone" answers meanwhile are not losses. */
@@ -207,6 +211,9 @@ void dl_holds_untime(dlock_client *c, const char *key, const char *owner);
 /* Every hold, for a client being freed (handles not freed: a contract
  * breach): they stop being renewed. */
 void dl_holds_free_all(dlock_client *c);
+/* The owner tail of the hold whose watchdog entry is r, NUL-terminated
+ * (valid as long as r's key: until dl_watchdog_remove(r) returns). */
+const char *dl_holds_tail(const dl_renewal *r);
 /* The watchdog's lost callback for the client's holds (ud: the client):
  * marks the hold lost and tells the handle that took it. */
 void dl_holds_on_lost(void *ud, dl_renewal *r, const char *key,

@@ -12,12 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One allocation: the hold and its watchdog entry (renewed, or timed),
+ * made together, freed together by the entry's last reference
+ * (dl_watchdog_remove, or the round in flight that still refers to it).
+ * The hold's key (borrowed from the handle of `holder`) and its validity
+ * are the entry's, kept once. 93 bytes on LP64 before the tail: a hold
+ * with an owner tail of up to 10 bytes is a 112-byte malloc chunk
+ * (docs/PERFORMANCE.md, memory per held lock). */
 struct dl_hold {
+  dl_renewal renewal; /* first: its free(r) frees the hold */
   struct dl_hold *next;
-  /* Its watchdog entry (renewed, or timed), made with the hold and never
-   * NULL: the hold's key (borrowed from the handle of `holder`) and its
-   * validity are the entry's, kept once. */
-  dl_renewal *renewal;
   dl_holder *holder;  /* the handle's, whose lost callback reports it */
   dl_lost_fn lost_fn; /* tells `holder` (with no lock held) */
   uint64_t token;
@@ -27,9 +31,9 @@ struct dl_hold {
   int64_t granted_us;
   int count;
   bool lost;
-  bool permit; /* a permit of a permit-expirable semaphore */
   char tail[]; /* the owner id after "<client id>:" */
 };
+_Static_assert(offsetof(dl_hold, renewal) == 0, "the entry starts the hold");
 
 /* Every owner id of this client is "<client id>:<tail>"; a hold keeps only
  * the tail, and borrows its key from the handle that took it (holds taken
@@ -41,7 +45,11 @@ static const char *tail_of(const dlock_client *c, const char *owner) {
 
 /* The hold's key: its renewal's (set at the start, read without a lock). */
 static const char *key_of(const dl_hold *h) {
-  return h->renewal->key;
+  return h->renewal.key;
+}
+
+const char *dl_holds_tail(const dl_renewal *r) {
+  return ((const dl_hold *)r)->tail;
 }
 
 static unsigned bucket(const char *key, const char *tail) {
@@ -61,18 +69,12 @@ static dl_hold *find(dlock_client *c, const char *key, const char *owner) {
 static dl_hold *add(dlock_client *c, const dl_hold_grant *g) {
   const char *tail = tail_of(c, g->owner);
   size_t tl = strlen(tail);
-  /* The tail right after the last field, not after the struct's padding:
-   * a hold with an owner tail of up to 9 bytes is then an 80-byte malloc
-   * chunk (docs/PERFORMANCE.md, memory per held lock). */
+  /* The tail right after the last field, not after the struct's padding. */
   dl_hold *h = calloc(1, offsetof(dl_hold, tail) + tl + 1);
   if (h == NULL) return NULL;
   memcpy(h->tail, tail, tl + 1);
-  h->renewal = dl_watchdog_add(c->watchdog, g->key, h->tail, g->valid_until,
-                               g->renew, g->permit);
-  if (h->renewal == NULL) {
-    free(h);
-    return NULL;
-  }
+  dl_watchdog_add(c->watchdog, &h->renewal, g->key, g->valid_until, g->renew,
+                  g->permit);
   unsigned b = bucket(g->key, tail);
   h->next = c->holds[b];
   c->holds[b] = h;
@@ -81,8 +83,7 @@ static dl_hold *add(dlock_client *c, const dl_hold_grant *g) {
 
 /* Takes h out of the table and returns it, still allocated: after
  * unlocking holds_mu the caller passes it to bury() (a lost callback in
- * progress takes holds_mu, and removing the renewal waits for it; the
- * renewal borrows the hold's strings). */
+ * progress takes holds_mu; the renewal borrows the hold's tail). */
 static dl_hold *unlink_hold(dlock_client *c, dl_hold *h) {
   dl_hold **pp = &c->holds[bucket(key_of(h), h->tail)];
   while (*pp != h) pp = &(*pp)->next;
@@ -106,16 +107,16 @@ static dl_hold *forget(dlock_client *c, dl_hold *h) {
   return forget_timed(c, h, NULL);
 }
 
-/* Stops the hold's renewal and frees it. Accepts NULL. Not under
- * holds_mu. */
+/* Stops the hold's renewal, which frees the hold (now, or at the end of
+ * the round in flight that still refers to it: h is not to be used
+ * again). Accepts NULL. Not under holds_mu. */
 static void bury(dlock_client *c, dl_hold *h) {
   if (h == NULL) return;
-  dl_watchdog_remove(c->watchdog, h->renewal);
-  free(h);
+  dl_watchdog_remove(c->watchdog, &h->renewal);
 }
 
-static int64_t valid_until(dlock_client *c, const dl_hold *h) {
-  return dl_watchdog_valid_until(c->watchdog, h->renewal);
+static int64_t valid_until(dlock_client *c, dl_hold *h) {
+  return dl_watchdog_valid_until(c->watchdog, &h->renewal);
 }
 
 void dl_holder_on_lost(dlock_client *c, dl_holder *hd, dl_user_fn cb,
@@ -169,7 +170,7 @@ int dl_holds_record(dlock_client *c, const dl_hold_grant *g, uint64_t *token) {
    * re-entry's validity only ever extends the entry's (a shorter fixed
    * lease leaves the longer one standing). */
   if (h) {
-    dl_watchdog_extend(c->watchdog, h->renewal, g->valid_until, g->renew);
+    dl_watchdog_extend(c->watchdog, &h->renewal, g->valid_until, g->renew);
   } else if ((h = add(c, g)) == NULL) {
     rc = DLOCK_ENOMEM;
     goto done;
@@ -178,7 +179,6 @@ int dl_holds_record(dlock_client *c, const dl_hold_grant *g, uint64_t *token) {
     h->holder = g->holder;
     h->lost_fn = g->lost_fn;
     h->granted_us = g->granted_us;
-    h->permit = g->permit;
     if (g->holder) g->holder->nholds++;
   }
   h->count++;
@@ -261,8 +261,8 @@ dl_rel_state dl_holds_release_begin(dlock_client *c, const char *key,
   }
   if (h) {
     view_of(h, v);
-    *ren = h->renewal;
-    dl_watchdog_release_begin(c->watchdog, h->renewal);
+    *ren = &h->renewal;
+    dl_watchdog_release_begin(c->watchdog, &h->renewal);
   }
   pthread_mutex_unlock(&c->holds_mu);
   return h ? DL_REL_HELD : DL_REL_NONE;
@@ -313,7 +313,7 @@ static void tell(dlock_client *c, dl_renewal *r, const char *key,
   dl_hold_note note = {.renewed = renewed};
   /* Only the hold this renewal belonged to: the owner may have released
    * and taken the lock again since the renewal went out. */
-  if (h && h->renewal == r && !(renewed && h->lost)) {
+  if (h && &h->renewal == r && !(renewed && h->lost)) {
     note.token = h->token;
     if (h->granted_us != 0) note.held_us = dl_now_us() - h->granted_us;
     if (!renewed) {

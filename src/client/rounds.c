@@ -70,7 +70,7 @@ static int chunk_prepare(dl_watchdog *w, dl_renewal **all, size_t total,
   size_t n = 0, bytes = 0;
   k->snap = malloc((total ? total : 1) * sizeof *k->snap);
   for (size_t j = 0; k->snap && j < total; j++)
-    if (all[j]->linked) {
+    if (dl_wd_linked(w, all[j])) {
       k->snap[n++] = all[j];
       bytes += dl_wd_strings_len(w, all[j]);
     }
@@ -124,7 +124,7 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
     pthread_mutex_lock(&w->mu);
     bool lost = false, told = false; /* told: DLOCK_EVENT_RENEWED */
     if (k->items[i].result == 1) {
-      told = !k->check && r->linked && DL_EVENTS_ON(w->c);
+      told = !k->check && dl_wd_linked(w, r) && DL_EVENTS_ON(w->c);
       if (!k->check && k->items[i].valid_until > r->valid_until)
         r->valid_until = k->items[i].valid_until;
       int64_t left = k->items[i].valid_until - at;

@@ -27,7 +27,7 @@ static void wake(dl_watchdog *w) {
 }
 
 void dl_wd_unref(dl_renewal *r) {
-  if (--r->refs == 0) free(r);
+  if (--r->refs == 0) free(r); /* the hold's allocation: r comes first */
 }
 
 static uint16_t slot_of(const char *key) {
@@ -43,7 +43,7 @@ void dl_wd_clear_pending(dl_watchdog *w) {
 
 /* With w->mu held: the bytes dl_wd_strings writes for r. */
 size_t dl_wd_strings_len(const dl_watchdog *w, const dl_renewal *r) {
-  return strlen(r->key) + 1 + w->c->id_len + 1 + strlen(r->tail) + 1;
+  return strlen(r->key) + 1 + w->c->id_len + 1 + strlen(dl_holds_tail(r)) + 1;
 }
 
 /* With w->mu held: writes r's key and then its owner "<client id>:<tail>",
@@ -51,43 +51,40 @@ size_t dl_wd_strings_len(const dl_watchdog *w, const dl_renewal *r) {
  * Returns the owner's copy. */
 char *dl_wd_strings(const dl_watchdog *w, const dl_renewal *r, char *at) {
   size_t kl = strlen(r->key) + 1, idl = w->c->id_len;
+  const char *tail = dl_holds_tail(r);
   memcpy(at, r->key, kl);
   char *owner = at + kl;
   memcpy(owner, w->c->id, idl);
   owner[idl] = ':';
-  memcpy(owner + idl + 1, r->tail, strlen(r->tail) + 1);
+  memcpy(owner + idl + 1, tail, strlen(tail) + 1);
   return owner;
 }
 
 static void unlink_r(dl_watchdog *w, dl_renewal *r) {
-  if (!r->linked) return;
+  if (!dl_wd_linked(w, r)) return;
   w->filter[r->slot]--;
   if (r->fixed) w->nfixed--;
   if (r->prev) r->prev->next = r->next;
   else w->head = r->next;
   if (r->next) r->next->prev = r->prev;
   r->prev = r->next = NULL;
-  r->linked = false;
   w->count--;
 }
 
-dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
-                            const char *tail, int64_t valid_until,
-                            bool renew, bool permit) {
-  dl_renewal *r = calloc(1, sizeof *r);
-  if (r == NULL) return NULL;
+void dl_watchdog_add(dl_watchdog *w, dl_renewal *r, const char *key,
+                     int64_t valid_until, bool renew, bool permit) {
+  r->prev = r->next = NULL;
   r->key = key;
-  r->tail = tail;
   r->valid_until = valid_until;
   r->refs = 1;
   r->fixed = !renew;
   r->permit = permit;
+  r->releasing = 0;
   r->slot = slot_of(key);
   pthread_mutex_lock(&w->mu);
   r->next = w->head;
   if (w->head) w->head->prev = r;
   w->head = r;
-  r->linked = true;
   w->count++;
   w->filter[r->slot]++;
   if (r->fixed) w->nfixed++;
@@ -105,7 +102,6 @@ dl_renewal *dl_watchdog_add(dl_watchdog *w, const char *key,
     wake(w);
   }
   pthread_mutex_unlock(&w->mu);
-  return r;
 }
 
 void dl_watchdog_check(dl_watchdog *w, const char *key, size_t len) {
@@ -156,7 +152,7 @@ void dl_watchdog_extend(dl_watchdog *w, dl_renewal *r, int64_t valid_until,
   if (valid_until > r->valid_until) r->valid_until = valid_until;
   if (renew && r->fixed) { /* re-entered with the watchdog's lease */
     r->fixed = false;
-    if (r->linked) w->nfixed--;
+    if (dl_wd_linked(w, r)) w->nfixed--;
   }
   pthread_mutex_unlock(&w->mu);
 }
@@ -178,7 +174,7 @@ void dl_watchdog_stall(dl_watchdog *w, bool stalled) {
 /* With w->mu held: r is no longer renewed and counts as lost, `expired`
  * (its validity ran out) or taken (the server no longer has it). */
 bool dl_wd_take_lost(dl_watchdog *w, dl_renewal *r, bool expired) {
-  if (!r->linked || r->releasing > 0) return false;
+  if (!dl_wd_linked(w, r) || r->releasing > 0) return false;
   unlink_r(w, r); /* the owner keeps its reference until remove */
   w->lost++;
   if (expired) w->lost_expired++;

@@ -11,18 +11,21 @@
 #define FILTER 4096 /* counters of the keys held, by hash */
 #define PENDING 32  /* keys to check, then: check every hold */
 
+/* A hold's watchdog entry: the first member of its hold (holds.c), in the
+ * hold's allocation, which the entry's last reference frees (free(r)): the
+ * hold goes with dl_watchdog_remove, or with the last round that still
+ * refers to it. Its owner tail is the hold's (dl_holds_tail). */
 struct dl_renewal {
-  dl_renewal *prev, *next;
+  dl_renewal *prev, *next; /* linked: prev, or the head */
   const char *key;     /* borrowed: valid until dl_watchdog_remove returns */
-  const char *tail;    /* the owner id after "<client id>:", borrowed too */
   int64_t valid_until; /* dl_now_ms() time */
-  /* Small fields: a held lock's entry is a 48-byte allocation. */
+  /* Small fields: 40 bytes on LP64, so that a hold with an owner tail of
+   * up to 10 bytes is a 112-byte malloc chunk. */
   int16_t releasing; /* releases in progress */
   int16_t refs;      /* 1 for its owner (until remove), +1 per round */
-  bool linked;
-  bool fixed;    /* a lease of its own: checked and timed, never renewed */
-  bool permit;   /* a permit of a permit-expirable semaphore */
-  uint16_t slot; /* its key's counter in the filter */
+  uint16_t slot;     /* its key's counter in the filter */
+  bool fixed;        /* a lease of its own: checked and timed, never renewed */
+  bool permit;       /* a permit of a permit-expirable semaphore */
 };
 
 struct dl_watchdog {
@@ -59,9 +62,14 @@ struct dl_watchdog {
 };
 
 /* ---- watchdog.c, for rounds.c ---- */
+/* With w->mu held: whether r is in w's list (renewed, checked, timed). */
+static inline bool dl_wd_linked(const dl_watchdog *w, const dl_renewal *r) {
+  return r->prev != NULL || w->head == r;
+}
 /* The time between rounds; sooner after a failed one. */
 int64_t dl_wd_period(const dl_watchdog *w, bool failed);
-/* With w->mu held: drops a reference to r (frees it at the last). */
+/* With w->mu held: drops a reference to r (frees it, and so its hold, at
+ * the last). */
 void dl_wd_unref(dl_renewal *r);
 /* With w->mu held: forgets the keys to check. */
 void dl_wd_clear_pending(dl_watchdog *w);
