@@ -526,7 +526,11 @@ DLOCK_API int dlock_client_ping(dlock_client *c);
  * one thread may lock and another unlock. Returns 0 and stores the handle
  * in *out, or DLOCK_EINVAL / DLOCK_ENAMETOOLONG / DLOCK_ENOMEM (then *out is
  * NULL). Free with dlock_lock_free(). A handle may be used by many threads
- * at once. */
+ * at once. With a fixed `owner` those threads are one holder, whose hold
+ * count the client keeps: an acquire that overlaps another call of the
+ * same owner on the same name may take the lock afresh (count 1) instead
+ * of re-entering, and a later release then answers DLOCK_ENOTOWNER or
+ * DLOCK_ELOST; let each call of a fixed owner end before the next starts. */
 DLOCK_API int dlock_lock_new(dlock_client *c, const char *name,
                              const char *owner, dlock_lock **out);
 

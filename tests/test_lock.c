@@ -192,6 +192,52 @@ static void t_explicit_owner(void) {
   dlock_client_close(c);
 }
 
+/* Two threads on one explicit owner, each taking and releasing the lock
+ * (re-entering when the other holds it). A release whose hold was
+ * replaced meanwhile (the other thread took the lock afresh after the
+ * server ran the release) ended the newer hold and wrote to the freed
+ * entry of its own (ASan: heap-use-after-free in dl_watchdog_release_end).
+ * The overlapping calls of one owner may still answer DLOCK_ENOTOWNER or
+ * DLOCK_ELOST (dlock.h, dlock_lock_new); every acquire must succeed. */
+typedef struct owner_loop {
+  dlock_lock *l;
+  int n, acq_errors, rel_other;
+} owner_loop;
+
+static void *cycle_owner(void *p) {
+  owner_loop *o = p;
+  for (int i = 0; i < o->n; i++) {
+    if (dlock_lock_acquire(o->l, 0, NULL) != 0) o->acq_errors++;
+    int rc = dlock_lock_release(o->l);
+    if (rc != 1 && rc != 0 && rc != DLOCK_ENOTOWNER && rc != DLOCK_ELOST)
+      o->rel_other++;
+  }
+  return NULL;
+}
+
+static void t_shared_owner_release_races_acquire(void) {
+  dlock_client *c = th_client(&th_srv, 0);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "t:shared-owner", "job-7", &l), 0);
+  int n = getenv("DLOCK_UNDER_VALGRIND") ? 200 : 1000;
+  owner_loop o[2] = {{l, n, 0, 0}, {l, n, 0, 0}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++)
+    pthread_create(&th[i], NULL, cycle_owner, &o[i]);
+  for (int i = 0; i < 2; i++)
+    pthread_join(th[i], NULL);
+  CHECK_EQ(o[0].acq_errors + o[1].acq_errors, 0);
+  CHECK_EQ(o[0].rel_other + o[1].rel_other, 0);
+  /* Whatever the overlap left, the name can be freed and taken again. */
+  CHECK(dlock_lock_force_release(l) >= 0);
+  CHECK_RC(dlock_lock_acquire(l, 0, NULL), 0);
+  CHECK_EQ(dlock_lock_release(l), 1);
+  CHECK_EQ(th_cmd_int(&th_srv, "EXISTS t:shared-owner"), 0);
+  dlock_lock_free(l);
+  dlock_client_close(c);
+}
+
 /* ---- waiting: woken by the unlock message, not by the TTL ---- */
 
 static void *wait_and_take(void *p) {
@@ -1000,7 +1046,8 @@ static void t_late_grant_of_earlier_wait_ignored(void) {
 }
 
 TH_MAIN(T(t_acquire_release), T(t_orphan_from_lost_reply), T(t_inspect),
-        T(t_key_prefix), T(t_explicit_owner), T(t_waiter_woken_by_unlock),
+        T(t_key_prefix), T(t_explicit_owner),
+        T(t_shared_owner_release_races_acquire), T(t_waiter_woken_by_unlock),
         T(t_backoff_wait_strategy), T(t_watchdog_keeps_lock),
         T(t_watchdog_detects_loss), T(t_token_from_server_clock),
         T(t_token_counter_expires), T(t_killed_holder_frees_after_lease),

@@ -60,7 +60,9 @@ int64_t dl_watchdog_valid_until(dl_watchdog *w, dl_renewal *r);
  * reference to r: r and its hold may be freed on return. Never waits; may
  * be called with the client's holds_mu held. Accepts NULL. */
 void dl_watchdog_remove(dl_watchdog *w, dl_renewal *r);
-/* Brackets a release: "gone" answers meanwhile are not losses. */
+/* Brackets a release: "gone" answers meanwhile are not losses. Begin
+ * takes a reference on r and end drops it (r may be freed then), so that
+ * the entry outlives a hold replaced while its release is under way. */
 void dl_watchdog_release_begin(dl_watchdog *w, dl_renewal *r);
 void dl_watchdog_release_end(dl_watchdog *w, dl_renewal *r);
 /* Runs one renewal round now (tests). Returns the number of locks renewed,
@@ -198,8 +200,11 @@ typedef struct dl_rel_ended {
   int64_t held_us;
 } dl_rel_ended;
 /* Ends the release that dl_holds_release_begin started (ren: its *ren, or
- * NULL), in one step, so that no loss is reported in between. Returns
- * whether the client had the hold; fills *ended (may be NULL). */
+ * NULL), in one step, so that no loss is reported in between. Only the
+ * hold the release began with is ended: one of the same key and owner
+ * recorded since (another thread of an explicit owner that took the lock
+ * afresh) is left as it is. Returns whether the client still had the
+ * release's hold; fills *ended (may be NULL). */
 bool dl_holds_release_end(dlock_client *c, const char *key, const char *owner,
                           dl_renewal *ren, dl_rel_outcome how,
                           dl_rel_ended *ended);

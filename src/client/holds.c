@@ -274,8 +274,12 @@ bool dl_holds_release_end(dlock_client *c, const char *key, const char *owner,
   dl_hold *old = NULL;
   int64_t held_us = -1;
   pthread_mutex_lock(&c->holds_mu);
-  dl_watchdog_release_end(c->watchdog, ren);
+  /* The hold the release began with, if it is still known: another thread
+   * of the same owner may have taken the lock afresh since the server ran
+   * the release, and that newer hold is not this release's to end. */
   dl_hold *h = find(c, key, owner);
+  if (ren == NULL || (h && &h->renewal != ren)) h = NULL;
+  dl_watchdog_release_end(c->watchdog, ren); /* ren may be freed now */
   uint64_t token = h ? h->token : 0;
   if (h && how == DL_REL_GONE)
     old = forget_timed(c, h, &held_us);

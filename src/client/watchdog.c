@@ -185,6 +185,7 @@ void dl_watchdog_release_begin(dl_watchdog *w, dl_renewal *r) {
   if (r == NULL) return;
   pthread_mutex_lock(&w->mu);
   r->releasing++;
+  r->refs++; /* the release's: its hold may be replaced meanwhile */
   pthread_mutex_unlock(&w->mu);
 }
 
@@ -192,6 +193,7 @@ void dl_watchdog_release_end(dl_watchdog *w, dl_renewal *r) {
   if (r == NULL) return;
   pthread_mutex_lock(&w->mu);
   r->releasing--;
+  dl_wd_unref(r);
   pthread_mutex_unlock(&w->mu);
 }
 
