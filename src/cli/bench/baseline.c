@@ -216,21 +216,31 @@ double bench_rtt_p50_us(const bench_opts *o, redisContext *raw, int n) {
   return p;
 }
 
+int bench_servers(const bench_opts *o, redisContext *raw, redisContext **all) {
+  int k = 0;
+  all[k++] = raw;
+  for (int i = 0; i < o->nothers && k < DL_PROBE_SERVERS_MAX; i++)
+    all[k++] = o->others[i];
+  return k;
+}
+
+bool bench_write_now(redisContext *c) {
+  int done = 0;
+  while (!done)
+    if (redisBufferWrite(c, &done) != REDIS_OK) return false;
+  return true;
+}
+
 double bench_fanout_rtt_p50_us(const bench_opts *o, redisContext *raw, int n) {
   if (o->nothers == 0) return 0;
   redisContext *all[DL_PROBE_SERVERS_MAX];
-  int k = 0;
-  all[k++] = raw;
-  for (int i = 0; i < o->nothers; i++)
-    all[k++] = o->others[i];
+  int k = bench_servers(o, raw, all);
   bench_samples s = {0};
   for (int round = 0; round < n; round++) {
     int64_t t0 = dl_now_us();
     for (int i = 0; i < k; i++) {
       redisAppendCommand(all[i], "PING");
-      int done = 0; /* written now, not at the first read */
-      while (!done && redisBufferWrite(all[i], &done) == REDIS_OK) {
-      }
+      (void)bench_write_now(all[i]); /* a failure shows at the read */
     }
     for (int i = 0; i < k; i++) {
       void *r = NULL;

@@ -65,6 +65,13 @@ double bench_samples_pct(const bench_samples *s, double p);
 
 /* The PING p50 of the slowest server (raw and o->others), n each. */
 double bench_rtt_p50_us(const bench_opts *o, struct redisContext *raw, int n);
+/* The servers of o's URL for the baselines, raw first, then o->others,
+ * into all (DL_PROBE_SERVERS_MAX entries): how many. */
+int bench_servers(const bench_opts *o, struct redisContext *raw,
+                  struct redisContext **all);
+/* Writes c's pending commands now rather than at its first read: false
+ * on a write error. */
+bool bench_write_now(struct redisContext *c);
 /* redlock://: the p50 of one PING sent to every server at once, all the
  * answers read (the round trip of a fan-out on this machine; n rounds);
  * 0 for a single server. */

@@ -76,13 +76,11 @@ double bench_handoff_p50_us(const bench_opts *o, redisContext *raw, int n) {
     ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     if (r) freeReplyObject(r);
     /* Its message read before the next goes out (2 s at most). */
-    int64_t until = dl_now_ms() + 2000;
+    struct timespec until;
+    dl_abstime(dl_now_ms() + 2000, &until);
     pthread_mutex_lock(&s.mu);
-    while (ok && s.got <= i && !s.failed && dl_now_ms() < until) {
-      struct timespec ts;
-      dl_abstime(dl_now_ms() + 100, &ts);
-      pthread_cond_timedwait(&s.cv, &s.mu, &ts);
-    }
+    while (ok && s.got <= i && !s.failed)
+      if (pthread_cond_timedwait(&s.cv, &s.mu, &until) != 0) break;
     ok = ok && s.got > i;
     if (ok) bench_samples_push(&sm, s.delay);
     pthread_mutex_unlock(&s.mu);

@@ -23,10 +23,9 @@ static int64_t fan_step(redisContext **all, int k, int quorum, const char *cmd,
                         size_t len, long long *max) {
   int64_t t0 = dl_now_us(), tq = -1;
   for (int i = 0; i < k; i++) {
-    if (redisAppendFormattedCommand(all[i], cmd, len) != REDIS_OK) return -1;
-    int done = 0; /* written now, not at the first read */
-    while (!done)
-      if (redisBufferWrite(all[i], &done) != REDIS_OK) return -1;
+    if (redisAppendFormattedCommand(all[i], cmd, len) != REDIS_OK ||
+        !bench_write_now(all[i]))
+      return -1;
   }
   bool have[DL_PROBE_SERVERS_MAX] = {false};
   int got = 0;
@@ -84,10 +83,7 @@ double bench_series_p50_us(const bench_opts *o, redisContext *raw, int64_t ms) {
     layout = DL_PROBE_PLAIN;
   }
   redisContext *all[DL_PROBE_SERVERS_MAX];
-  int k = 0;
-  all[k++] = raw;
-  for (int i = 0; i < o->nothers && k < DL_PROBE_SERVERS_MAX; i++)
-    all[k++] = o->others[i];
+  int k = bench_servers(o, raw, all);
   /* The scripts, loaded on every server first. */
   for (int s = DL_PROBE_ACQUIRE; s <= DL_PROBE_RELEASE; s++) {
     char *cmd = NULL;
