@@ -645,15 +645,25 @@ void th_tls_options(dlock_client_options *o, th_tls_paths *p,
   }
 }
 
+bool th_replicas_online(th_redis *m, int n) {
+  redisReply *r = th_cmd(m, "INFO replication");
+  int online = 0;
+  if (r && r->type == REDIS_REPLY_STRING)
+    for (const char *at = r->str; (at = strstr(at, "state=online")); at++)
+      online++;
+  if (r) freeReplyObject(r);
+  return online >= n;
+}
+
 /* ---- Sentinel ---- */
 
 static bool sentinel_ready(void *arg) {
   th_sentinel_set *s = arg;
   redisReply *r = th_cmd(&s->replica, "INFO replication");
-  bool ok = r && (r->type == REDIS_REPLY_STRING ||
-                   r->type == REDIS_REPLY_STRING);
+  bool ok = r && r->type == REDIS_REPLY_STRING;
   ok = ok && strstr(r->str, "master_link_status:up") != NULL;
   if (r) freeReplyObject(r);
+  ok = ok && th_replicas_online(&s->master, 1);
   for (int i = 0; ok && i < 3; i++) {
     r = th_cmd(&s->sentinels[i], "SENTINEL REPLICAS %s", s->name);
     ok = r && r->type == REDIS_REPLY_ARRAY && r->elements == 1;
@@ -810,6 +820,7 @@ static bool cluster_ok(void *arg) {
       ok = r && r->type == REDIS_REPLY_STRING &&
            strstr(r->str, "master_link_status:up") != NULL;
       if (r) freeReplyObject(r);
+      ok = ok && th_replicas_online(&k->nodes[i - 3], 1);
     }
     if (!ok) return false;
   }

@@ -132,6 +132,11 @@ redisContext *th_redis_connect(th_redis *r);
 /* One command through a fresh connection; returns the reply (caller frees). */
 redisReply *th_cmd(th_redis *r, const char *fmt, ...);
 long long th_cmd_int(th_redis *r, const char *fmt, ...);
+/* Whether the master at m counts at least n replicas online: synced and
+ * acknowledging, so that WAIT can count them. A replica's own
+ * master_link_status:up comes first; after a diskless sync the master
+ * puts it online only at its first REPLCONF ACK, up to a second later. */
+bool th_replicas_online(th_redis *m, int n);
 /* Calls of `cmd` in INFO commandstats ("cmdstat_<cmd>:calls=<n>"), 0 if
  * absent (CONFIG RESETSTAT zeroes them). */
 long long th_calls(th_redis *r, const char *cmd);

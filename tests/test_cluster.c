@@ -846,7 +846,9 @@ static void acked(void) {
   o.connect_timeout_ms = 1000;
   o.watchdog_timeout_ms = 1500;
   o.min_replicas_acked = 1;
-  o.replicas_timeout_ms = 500;
+  /* Room for a loaded machine (a sanitizer run beside others); a stopped
+   * replica's WAIT runs to it. */
+  o.replicas_timeout_ms = 1000;
   dlock_client *a = NULL, *b = th_client_opts(&o);
   CHECK_RC(dlock_client_open_async(&o, t.lp, &a), 0);
   CHECK(b != NULL);

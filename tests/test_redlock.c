@@ -520,7 +520,7 @@ static bool start_replicas(int n) {
       bool up = r && r->type == REDIS_REPLY_STRING &&
                 strstr(r->str, "master_link_status:up") != NULL;
       if (r) freeReplyObject(r);
-      if (up) break;
+      if (up && th_replicas_online(&srv[i], 1)) break;
       if (th_now_ms() >= end) return false;
       th_sleep_ms(20);
     }
