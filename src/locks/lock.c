@@ -17,6 +17,9 @@
 static void on_lost(dl_holder *hd, const char *owner, dl_user_fn cb, void *ud,
                     const dl_hold_note *note);
 
+_Static_assert(sizeof(void *) != 8 || sizeof(dlock_lock) <= 64,
+               "a handle with a 16-byte key fits a 96-byte malloc chunk");
+
 int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
                    dlock_lock **out) {
   if (out) *out = NULL;
