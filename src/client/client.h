@@ -87,16 +87,7 @@ typedef struct dl_hold dl_hold; /* holds.c's own */
 /* A lost callback of the public API (dlock_lost_cb, dlock_permit_lost_cb),
  * kept as this type and cast back to its own by the handle's dl_lost_fn. */
 typedef void (*dl_user_fn)(void);
-/* What the client keeps for a handle through which holds are taken (a
- * lock, a permit-expirable semaphore, a queue's reliable consumer): part
- * of the handle, zero-initialised (no callback, no description, no holds),
- * its fields read and set only through the calls below (under holds_mu). */
-typedef struct dl_holder {
-  dl_user_fn cb; /* the user's lost callback, or NULL */
-  void *ud;
-  char *info; /* a lock's holder description, or NULL */
-  int nholds; /* holds recorded through this holder */
-} dl_holder;
+typedef struct dl_holder dl_holder;
 /* What a hold's dl_lost_fn is told: the hold was lost, or (only while the
  * client has an event hook, dlock_client_on_event) renewed. */
 typedef struct dl_hold_note {
@@ -111,6 +102,23 @@ typedef struct dl_hold_note {
  * the call (dl_holder_drop waits for it). */
 typedef void (*dl_lost_fn)(dl_holder *hd, const char *owner, dl_user_fn cb,
                            void *ud, const dl_hold_note *note);
+
+/* What the client keeps for a handle through which holds are taken (a
+ * lock, a permit-expirable semaphore, a queue's reliable consumer): part
+ * of the handle, zero-initialised (no callback, no description, no holds),
+ * its fields read and set only through the calls below (under holds_mu),
+ * but lost_fn: set by the handle's maker before its first hold, and never
+ * changed. */
+struct dl_holder {
+  dl_user_fn cb; /* the user's lost callback, or NULL */
+  void *ud;
+  char *info; /* a lock's holder description, or NULL */
+  /* Tells the handle its holds' losses and renewals (NULL: a loss is only
+   * marked): here, not in each hold, to keep a held lock small
+   * (docs/PERFORMANCE.md, memory per held lock). */
+  dl_lost_fn lost_fn;
+  int nholds; /* holds recorded through this holder */
+};
 
 /* Sets the lost callback (any thread). */
 void dl_holder_on_lost(dlock_client *c, dl_holder *hd, dl_user_fn cb, void *ud);
@@ -132,8 +140,7 @@ typedef enum dl_hold_how {
 typedef struct dl_hold_grant {
   const char *key;   /* borrowed (see above) */
   const char *owner; /* "<client id>:<tail>" */
-  dl_holder *holder;
-  dl_lost_fn lost_fn; /* NULL: the loss is only marked */
+  dl_holder *holder; /* NULL: none (a loss is only marked) */
   dl_hold_how how;
   uint64_t token; /* a new hold's fencing token (0: none) */
   int64_t lease_ms;

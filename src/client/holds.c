@@ -16,14 +16,14 @@
  * made together, freed together by the entry's last reference
  * (dl_watchdog_remove, or the round in flight that still refers to it).
  * The hold's key (borrowed from the handle of `holder`) and its validity
- * are the entry's, kept once. 93 bytes on LP64 before the tail: a hold
- * with an owner tail of up to 10 bytes is a 112-byte malloc chunk
- * (docs/PERFORMANCE.md, memory per held lock). */
+ * are the entry's, kept once, and its lost_fn the holder's. 85 bytes on
+ * LP64 before the tail: a hold with an owner tail of up to 2 bytes (a
+ * thread's number, a short explicit owner) is a 96-byte malloc chunk, up
+ * to 18 bytes a 112-byte one (docs/PERFORMANCE.md, memory per held lock). */
 struct dl_hold {
   dl_renewal renewal; /* first: its free(r) frees the hold */
   struct dl_hold *next;
-  dl_holder *holder;  /* the handle's, whose lost callback reports it */
-  dl_lost_fn lost_fn; /* tells `holder` (with no lock held) */
+  dl_holder *holder; /* the handle's, whose lost_fn reports it */
   uint64_t token;
   int64_t lease_ms;
   /* dl_now_us() time of a lock's grant, for dlock_metrics' hold_seconds
@@ -34,6 +34,8 @@ struct dl_hold {
   char tail[]; /* the owner id after "<client id>:" */
 };
 _Static_assert(offsetof(dl_hold, renewal) == 0, "the entry starts the hold");
+_Static_assert(sizeof(void *) != 8 || offsetof(dl_hold, tail) <= 85,
+               "a hold with a 2-byte tail fits a 96-byte malloc chunk");
 
 /* Every owner id of this client is "<client id>:<tail>"; a hold keeps only
  * the tail, and borrows its key from the handle that took it (holds taken
@@ -177,7 +179,6 @@ int dl_holds_record(dlock_client *c, const dl_hold_grant *g, uint64_t *token) {
   } else {
     h->token = g->token;
     h->holder = g->holder;
-    h->lost_fn = g->lost_fn;
     h->granted_us = g->granted_us;
     if (g->holder) g->holder->nholds++;
   }
@@ -327,7 +328,7 @@ static void tell(dlock_client *c, dl_renewal *r, const char *key,
         h->granted_us = 0;
       }
     }
-    if ((hd = h->holder) != NULL && (fn = h->lost_fn) != NULL) {
+    if ((hd = h->holder) != NULL && (fn = hd->lost_fn) != NULL) {
       c->in_lost_callback = hd;
       cb = hd->cb;
       cb_ud = hd->ud;

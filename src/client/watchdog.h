@@ -20,7 +20,7 @@ struct dl_renewal {
   const char *key;     /* borrowed: valid until dl_watchdog_remove returns */
   int64_t valid_until; /* dl_now_ms() time */
   /* Small fields: 40 bytes on LP64, so that a hold with an owner tail of
-   * up to 10 bytes is a 112-byte malloc chunk. */
+   * up to 2 bytes is a 96-byte malloc chunk (holds.c). */
   int16_t releasing; /* releases in progress */
   int16_t refs;      /* 1 for its owner (until remove), +1 per round */
   uint16_t slot;     /* its key's counter in the filter */

@@ -51,7 +51,7 @@ static int prepare(dlock_client *c, dlock_lock *l, dl_fence_op op,
   }
   if ((rc = dl_lock_owner(l, x->owner)) != 0) return rc;
   dl_hold_view v;
-  if (!dl_holds_get(c, l->key, x->owner, &v))
+  if (!dl_holds_get(c, KEY(l), x->owner, &v))
     return dl_seterr(c, DLOCK_ENOTOWNER, "'%s' is not held by %s", NAME(l),
                      x->owner);
   if (v.lost)
@@ -63,7 +63,7 @@ static int prepare(dlock_client *c, dlock_lock *l, dl_fence_op op,
                      NAME(l));
   /* The lock's strings copied: an event-loop handle may go first. */
   dl_lock_ref_of(l, x->owner, &x->ref);
-  snprintf(x->lkey, sizeof x->lkey, "%s", l->key);
+  snprintf(x->lkey, sizeof x->lkey, "%s", KEY(l));
   x->ref.key = x->lkey;
   x->ref.name = x->lkey + c->prefix_len;
   x->ref.hint = NULL;

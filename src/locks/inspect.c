@@ -43,7 +43,7 @@ static bool known_lost(dlock_lock *l) {
   char owner[DL_OWNER_MAX];
   if (l == NULL || dl_lock_owner(l, owner) != 0) return false;
   dl_hold_view v;
-  return dl_holds_get(l->c, l->key, owner, &v) && v.lost;
+  return dl_holds_get(l->c, KEY(l), owner, &v) && v.lost;
 }
 
 int dlock_lock_is_held(dlock_lock *l) {
@@ -59,7 +59,7 @@ static int plain_count(dlock_lock *l) {
   char owner[DL_OWNER_MAX];
   if (dl_lock_owner(l, owner) != 0) return 1;
   dl_hold_view v;
-  bool held = dl_holds_get(l->c, l->key, owner, &v) && !v.lost;
+  bool held = dl_holds_get(l->c, KEY(l), owner, &v) && !v.lost;
   return held && v.count > 0 ? v.count : 1;
 }
 
@@ -106,7 +106,7 @@ int dlock_lock_inspect_size(dlock_lock *l, dlock_lock_state *st,
   if (b->ops->inspect == NULL) return dl_unsupported(l->c, "inspect");
   dlock_lock_state *all = calloc(1, sizeof *all);
   if (all == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
-  int rc = b->ops->inspect(b, l->key, all);
+  int rc = b->ops->inspect(b, KEY(l), all);
   memcpy(st, all, size < sizeof *all ? size : sizeof *all);
   free(all);
   return rc;
@@ -132,12 +132,12 @@ int dlock_lock_holders(dlock_lock *l, dlock_holder_cb cb, void *ud) {
   holders_ctx x = {cb, ud, 0};
   int rc;
   if (b->ops->holders) {
-    rc = b->ops->holders(b, l->key, holder_one, &x);
+    rc = b->ops->holders(b, KEY(l), holder_one, &x);
   } else {
     if (b->ops->inspect == NULL) return dl_unsupported(l->c, "inspect");
     dlock_lock_state *st = calloc(1, sizeof *st);
     if (st == NULL) return dl_seterr(l->c, DLOCK_ENOMEM, "out of memory");
-    rc = b->ops->inspect(b, l->key, st);
+    rc = b->ops->inspect(b, KEY(l), st);
     if (rc == 0 && st->held && st->owner[0]) holder_one(st->owner, &x);
     free(st);
   }
@@ -240,7 +240,7 @@ static int call_start(call_op *x, dlock_scan_cb each, void *ud) {
     return b->ops->lock_force_release_async(b, &x->ref, call_done, x,
                                             &x->op.bop);
   case CALL_INSPECT:
-    return b->ops->inspect_async(b, x->l->key, &x->all, call_done, x,
+    return b->ops->inspect_async(b, KEY(x->l), &x->all, call_done, x,
                                  &x->op.bop);
   case CALL_SCAN:
     return b->ops->scan_async(b, x->match, x->op.c->prefix_len, each, ud,

@@ -14,6 +14,12 @@
 /* Redisson RFairLock's default stale-waiter timeout (threadWaitTime). */
 #define FAIR_STALE_DEFAULT_MS 300000
 
+static void on_lost(dl_holder *hd, const char *owner, dl_user_fn cb, void *ud,
+                    const dl_hold_note *note);
+
+_Static_assert(sizeof(void *) != 8 || sizeof(dlock_lock) <= 64,
+               "a handle with a 16-byte key fits a 96-byte malloc chunk");
+
 int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
                    dlock_lock **out) {
   if (out) *out = NULL;
@@ -35,11 +41,11 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
   dlock_lock *l = calloc(1, sizeof(dlock_lock) + kl + 1 + ol);
   if (l == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
   l->c = c;
+  l->holder.lost_fn = on_lost;
   l->plain = c->backend->mutex_kind == DL_KIND_PLAIN;
-  l->key = (char *)(l + 1);
-  memcpy(l->key, c->key_prefix, c->prefix_len);
-  memcpy(l->key + c->prefix_len, name, nl + 1);
-  if (owner) memcpy(l->key + kl + 1, owner, ol);
+  memcpy(KEY(l), c->key_prefix, c->prefix_len);
+  memcpy(KEY(l) + c->prefix_len, name, nl + 1);
+  if (owner) memcpy(KEY(l) + kl + 1, owner, ol);
   l->owned = owner != NULL;
   /* On an event loop every call comes from one thread: the owner is the
    * handle (one handle, one owner), not the thread. */
@@ -53,8 +59,7 @@ int dlock_lock_new(dlock_client *c, const char *name, const char *owner,
       return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
     }
     l = m;
-    l->key = (char *)(l + 1);
-    strcpy(l->key + kl + 1, tail);
+    strcpy(KEY(l) + kl + 1, tail);
     l->owned = 1;
   }
   *out = l;
@@ -155,7 +160,7 @@ void dl_lock_op_end(dlock_lock *l) {
 
 const char *dlock_lock_name(const dlock_lock *l) { return l ? NAME(l) : ""; }
 
-const char *dl_lock_key(const dlock_lock *l) { return l->key; }
+const char *dl_lock_key(const dlock_lock *l) { return KEY(l); }
 
 dlock_client *dl_lock_client(const dlock_lock *l) { return l->c; }
 
@@ -217,7 +222,7 @@ int dl_lock_owner(dlock_lock *l, char *buf) {
 }
 
 void dl_lock_ref_of(dlock_lock *l, const char *owner, dl_lock_ref *ref) {
-  ref->key = l->key;
+  ref->key = KEY(l);
   ref->name = NAME(l);
   ref->owner = owner;
   ref->kind = l->rw == RW_READ    ? DL_KIND_READ
@@ -242,7 +247,7 @@ int dl_acq_begin(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
   q->watchdog = lease_ms <= 0;
   if (q->watchdog) lease_ms = c->watchdog_timeout_ms;
   dl_lock_ref_of(l, q->owner, &q->ref);
-  int held = dl_holds_acquire_begin(c, l->key, q->owner, &l->holder, &q->info);
+  int held = dl_holds_acquire_begin(c, KEY(l), q->owner, &l->holder, &q->info);
   if (q->info == NULL) return dl_seterr(c, DLOCK_ENOMEM, "out of memory");
   if (held == 0 && DL_EVENTS_ON(c))
     emit(l, q->owner, DLOCK_EVENT_WAIT_STARTED, 0, 0, 0);
@@ -261,7 +266,7 @@ int dl_acq_begin(dlock_lock *l, int64_t wait_ms, int64_t lease_ms,
  * neither its release nor dlock_metrics counts it as a hold. */
 static int not_granted(dlock_lock *l, dl_acq_req *q, int rc, bool give_back) {
   dlock_client *c = l->c;
-  if (give_back && q->a.status == 1) dl_holds_untime(c, l->key, q->owner);
+  if (give_back && q->a.status == 1) dl_holds_untime(c, KEY(l), q->owner);
   if (q->a.held == 0 && DL_EVENTS_ON(c))
     emit(l, q->owner, DLOCK_EVENT_NOT_GRANTED, dl_now_us() - q->start_us, 0,
          rc);
@@ -284,10 +289,9 @@ int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
   if (rc < 0) return not_granted(l, q, rc, false);
   int64_t now_us = dl_now_us();
   uint64_t tok;
-  dl_hold_grant g = {.key = l->key,
+  dl_hold_grant g = {.key = KEY(l),
                      .owner = q->owner,
                      .holder = &l->holder,
-                     .lost_fn = on_lost,
                      .how = q->a.status == 1 ? DL_HOLD_NEW : DL_HOLD_REENTER,
                      .token = q->a.token,
                      .lease_ms = q->a.lease_ms,
@@ -357,7 +361,7 @@ int dl_rel_begin(dlock_lock *l, dl_rel_req *q) {
   if (rc != 0) return rc;
   dl_lock_ref_of(l, q->owner, &q->ref);
   dl_hold_view v;
-  dl_rel_state st = dl_holds_release_begin(c, l->key, q->owner, &v, &q->ren);
+  dl_rel_state st = dl_holds_release_begin(c, KEY(l), q->owner, &v, &q->ren);
   /* Reported lost, perhaps only because its validity ran out here: if the
    * server still has it, free it now (the script checks the owner). */
   q->lost = st == DL_REL_LOST;
@@ -380,7 +384,7 @@ int dl_rel_end(dlock_lock *l, dl_rel_req *q, int rc) {
                        : rc == 0                        ? DL_REL_ONE
                                                         : DL_REL_FAILED;
   dl_rel_ended ended;
-  bool had = dl_holds_release_end(c, l->key, q->owner, q->ren, how, &ended);
+  bool had = dl_holds_release_end(c, KEY(l), q->owner, q->ren, how, &ended);
   if (rc == DLOCK_ENOTOWNER)
     rc = had ? dl_seterr(c, DLOCK_ELOST, "'%s' expired or was taken "
                          "before this release", NAME(l))
@@ -423,13 +427,12 @@ int dlock_lock_validity(dlock_lock *l, int64_t *ms) {
   int rc = dl_lock_owner(l, owner);
   if (rc != 0) return rc;
   int64_t left;
-  rc = dl_holds_validity(l->c, l->key, owner, &left);
+  rc = dl_holds_validity(l->c, KEY(l), owner, &left);
   if (rc == DLOCK_ENOTOWNER)
     return dl_seterr(l->c, DLOCK_ENOTOWNER, "'%s' is not held by this owner",
-                     l->key + l->c->prefix_len);
+                     NAME(l));
   if (rc == DLOCK_ELOST)
-    return dl_seterr(l->c, DLOCK_ELOST, "'%s' was lost",
-                     l->key + l->c->prefix_len);
+    return dl_seterr(l->c, DLOCK_ELOST, "'%s' was lost", NAME(l));
   dl_clearerr(l->c);
   if (ms) *ms = left;
   return 0;

@@ -11,10 +11,6 @@
 
 struct dlock_lock {
   dlock_client *c;
-  /* In this allocation, after the struct (the derived names, such as the
-   * channel, are built on the stack when needed: a held lock costs less). */
-  char *key;   /* prefix + name (the name: NAME(l)); then, with `owned`,
-                  the explicit owner (OWNER(l)) */
   int64_t fair_ms; /* a fair lock's stale-waiter timeout; 0: not fair */
   /* The client's (its lost callback, the holder description stored
    * beside the lock, the holds taken through this handle). */
@@ -30,15 +26,20 @@ struct dlock_lock {
   unsigned char orphan;
   unsigned char owned; /* 1: an explicit owner follows the key */
   uint16_t ops;
-  /* 64 bytes on LP64: with a 16-byte name and a short owner the handle
-   * and its strings fit a 96-byte malloc chunk (docs/PERFORMANCE.md,
-   * memory per held lock). */
+  /* 64 bytes on LP64: with a 16-byte name and an owner of up to 6 bytes
+   * the handle and its strings fit a 96-byte malloc chunk
+   * (docs/PERFORMANCE.md, memory per held lock). */
 };
 
-#define NAME(l) ((l)->key + (l)->c->prefix_len)
+/* In the handle's allocation, right after the struct (not pointed to: a
+ * held lock costs less; the derived names, such as the channel, are built
+ * on the stack when needed): the key, prefix + name; then, with `owned`,
+ * the explicit owner. */
+#define KEY(l) ((char *)((l) + 1))
+#define NAME(l) (KEY(l) + (l)->c->prefix_len)
 /* The explicit owner (or an event-loop handle's own), or NULL for the
  * calling thread. */
-#define OWNER(l) ((l)->owned ? (l)->key + strlen((l)->key) + 1 : NULL)
+#define OWNER(l) ((l)->owned ? KEY(l) + strlen(KEY(l)) + 1 : NULL)
 enum { RW_NONE, RW_READ, RW_WRITE };
 
 /* The owner id of the calling thread (or the handle's explicit owner), with

@@ -20,6 +20,9 @@ struct dlock_permits {
   dl_holder holder; /* the client's: the lost callback, the permits */
 };
 
+static void on_lost(dl_holder *hd, const char *owner, dl_user_fn cb, void *ud,
+                    const dl_hold_note *note);
+
 static void destroy(dl_sync_handle *h) {
   /* Permits taken through this handle stop being renewed and come back
    * after their lease. */
@@ -41,6 +44,7 @@ int dlock_permits_new(dlock_client *c, const char *name, dlock_permits **out) {
   }
   p->h.c = c;
   p->h.destroy = destroy;
+  p->holder.lost_fn = on_lost;
   *out = p;
   return 0;
 }
@@ -159,7 +163,6 @@ static int track(dlock_permits *p, const dl_sync_call *q) {
   dl_hold_grant g = {.key = p->h.key,
                      .owner = owner,
                      .holder = &p->holder,
-                     .lost_fn = on_lost,
                      .how = DL_HOLD_NEW,
                      .lease_ms = q->lease_ms,
                      .valid_until = q->valid_until,
