@@ -128,6 +128,10 @@ typedef struct dl_etcd {
   struct etcd_aloop *aloop;        /* acall.c's: the loop's multi handle */
   struct dl_async *aops;           /* release.c's operations in flight (the
                                       loop's thread) */
+  /* amutex.c's acquire whose session call (a grant or keepalive, under
+   * lease_mu) is in flight, and those waiting for it (the loop's
+   * thread). */
+  struct dl_async *asess, *asess_wait;
   struct etcd_consumer *consumers; /* mu: reliable.c's */
 } dl_etcd;
 
@@ -155,6 +159,10 @@ int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
  * ({"result": ...}): *out is that message's result. */
 int dl_etcd_call1(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, json_object **out);
+/* The result of a streaming call's answer o (o put here): 0 with it in
+ * *out (the caller puts it), or DLOCK_EPROTO recorded. */
+int dl_etcd_result(dl_etcd *e, const char *path, json_object *o,
+                   json_object **out);
 /* The headers of a request: e->headers, headed by the Authorization with
  * the current token when there is one (*gen, when gen is non-NULL: the
  * token's generation); NULL out of memory. Free with
@@ -340,12 +348,32 @@ json_object *dl_etcd_txn_resp(json_object *txn, int i, const char *type);
  * negative code. A lease found gone loses every hold on it. */
 int dl_etcd_session(dl_etcd *e, int64_t deadline, int64_t *lease,
                     int64_t *until);
+/* Its steps, for both drivers (the caller holds e->lease_mu, or is the
+ * loop's one session step): what the session needs at `now`: 0 nothing
+ * (*lease, *until: it), 1 a keepalive of *lease, 2 a grant. */
+int dl_etcd_session_need(dl_etcd *e, int64_t now, int64_t *lease,
+                         int64_t *until);
+/* The keepalive's answer (sent at `sent`; got: its TTL, 0 the lease is
+ * gone): 0 kept (*until), 1 a grant is needed. */
+int dl_etcd_session_kept(dl_etcd *e, int64_t sent, int64_t got,
+                         int64_t *until);
+/* The grant's answer (sent at `sent`): the session's lease from now. */
+void dl_etcd_session_granted(dl_etcd *e, int64_t sent, int64_t lease,
+                             int64_t got, int64_t *until);
 /* Keeps `lease` alive once: 1 alive (*ttl_s), 0 gone, or a negative code. */
 int dl_etcd_keepalive(dl_etcd *e, int64_t lease, int64_t deadline,
                       int64_t *ttl_s);
+/* A lease's request body ({"ID": id}: keepalive, revoke), and a
+ * keepalive's answer o (put here) as dl_etcd_keepalive's result. */
+void dl_etcd_lease_body(int64_t id, char *body, size_t len);
+int dl_etcd_keepalive_answer(dl_etcd *e, json_object *o, int64_t *ttl_s);
 /* Grants a lease of ttl_s seconds: 0 (*lease, *got_s), or a code. */
 int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
                   int64_t *got_s);
+/* Its request body, and its answer r (put here) as its result. */
+void dl_etcd_grant_body(int64_t ttl_s, char *body, size_t len);
+int dl_etcd_grant_answer(dl_etcd *e, json_object *r, int64_t *lease,
+                         int64_t *got_s);
 /* Revokes a lease (its keys go): 0 or a negative code. */
 int dl_etcd_revoke(dl_etcd *e, int64_t lease, int64_t deadline);
 /* A fixed lease of lease_ms for a hold, surely valid for lease_ms from
@@ -358,6 +386,13 @@ int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
  * client keeps enough). */
 void dl_etcd_lease_idle(dl_etcd *e, int64_t lease, int64_t lease_ms,
                         int64_t until);
+/* Their halves, for the event loop's acquire: an idle fixed lease for
+ * lease_ms taken off the list (0: none; keep it alive before use); and
+ * one put on it, returning the oldest it pushed off (0: none; to
+ * revoke). */
+int64_t dl_etcd_idle_take(dl_etcd *e, int64_t lease_ms, int64_t now);
+int64_t dl_etcd_idle_put(dl_etcd *e, int64_t lease, int64_t lease_ms,
+                         int64_t until);
 
 /* ---- mutex.c ---- */
 int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a);
@@ -429,6 +464,51 @@ int dl_etcd_delete_own(dl_etcd *e, const char *key, int64_t rev,
  * changed, h->rev 0), or a negative code. */
 int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
                          const char *pfx, int64_t deadline, int64_t *owner_rev);
+/* Its txn's body (malloc'ed; NULL out of memory), and the txn's answer r
+ * (put here) as its result. */
+char *dl_etcd_put_read_body(const etcd_hold *h, const char *value,
+                            const char *pfx);
+int dl_etcd_put_read_answer(dl_etcd *e, etcd_hold *h, json_object *r,
+                            int64_t *owner_rev);
+/* ---- the mutex acquire's steps, for both drivers (mutex.c; the event
+ * loop's: amutex.c) ---- */
+/* A re-entry's first half: the create revision of the owner's hold of l
+ * (its key into key, len bytes), 0 none held; its second, given the
+ * key's create revision `now` (dl_etcd_create_rev_*: 0 gone): 1 taken
+ * again (a's results), or 0 not the same key any more (the hold dropped:
+ * take it afresh). */
+int64_t dl_etcd_reenter_begin(dl_etcd *e, const dl_lock_ref *l, char *key,
+                              size_t len);
+int dl_etcd_reenter_end(dl_etcd *e, dl_acquire *a, int64_t rev, int64_t now);
+/* A range reading key's create revision: its body (ETCD_CREATE_REV_BODY_MAX
+ * bytes), and its answer r (put here): > 0, 0 the key is gone. */
+#define ETCD_CREATE_REV_BODY_MAX (4 * ((ETCD_KEY_MAX + 2) / 3) + 70)
+void dl_etcd_create_rev_body(const char *key, char *body, size_t len);
+int64_t dl_etcd_create_rev_answer(json_object *r);
+/* A claim on l for its owner (own_lease: a fixed lease), not yet listed:
+ * NULL out of memory (recorded). */
+etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease);
+/* Lists the claim h on the mutex l unless it would have to wait first
+ * (another owner of this client on the same key) or clear a stale hold
+ * of the owner: 1 listed, 0 not (nothing done). */
+int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h);
+/* Once h->lease is known: the acquire's key (h->key), its lock's prefix
+ * (pfx, ETCD_KEY_MAX bytes), the prefix its line is read under (wait_pfx,
+ * ETCD_KEY_MAX + 8 bytes) and its value (*value, malloc'ed); an orphan of
+ * that key is ours again. 0, or DLOCK_ENOMEM recorded. */
+int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h,
+                      char *pfx, char *wait_pfx, char **value);
+/* h won (its lease valid until `until`): held, watched, a's results: 1,
+ * or a negative code (h still listed, held: the caller's failure path). */
+int dl_etcd_mutex_won(dl_etcd *e, dl_acquire *a, etcd_hold *h, int64_t until);
+/* A waiter's look, in one txn: whether its own key (at its create
+ * revision rev) is still there, and if so the key before it under pfx.
+ * Its body (malloc'ed, NULL out of memory); its answer r (put here): 1
+ * (*pred, *at: the revision read), 0 nobody before it, DLOCK_ELOST our
+ * key is gone (recorded). */
+char *dl_etcd_look_body(const char *key, const char *pfx, int64_t rev);
+int dl_etcd_look_answer(dl_etcd *e, const char *key, json_object *r,
+                        char *pred, size_t len, int64_t *at);
 /* The key before ours in the line: the highest create revision below
  * `rev` under pfx. 1 found (its key in pred, the answer's revision in
  * *at), 0 none, or a negative code. */
