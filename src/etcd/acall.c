@@ -50,6 +50,7 @@ struct etcd_acall {
   int start, i, idx; /* the endpoints: the first tried, tries, this one */
   bool again, may_again;
   etcd_acall *sub; /* the authenticate under way for this call */
+  etcd_waiting *w; /* a watch's stream (dl_etcd_awatch), else NULL */
   etcd_acall_fn fn;
   void *ud;
 };
@@ -160,6 +161,7 @@ static void call_free(etcd_acall *c) {
   }
   if (c->hd) dl_etcd_headers_free(c->a->e, c->hd);
   dl_etcd_req_free(&c->q);
+  dl_etcd_waiting_free(c->w);
   free(c);
 }
 
@@ -233,11 +235,33 @@ static void on_auth(void *ud, int rc, json_object *o, int code) {
   if (rc != 0) finish(c, rc, NULL, 0);
 }
 
+/* The end of a watch's stream (curl's result cc), as wait.c's blocking
+ * watch ends. */
+static void watch_end(etcd_acall *c, CURLcode cc) {
+  dl_etcd *e = c->a->e;
+  int rc = 2;
+  if (c->w->seen)
+    rc = 1;
+  else if (c->w->bad)
+    rc = dl_seterr(e->err, DLOCK_EPROTO, "etcd %s: an answer not etcd's",
+                   e->grpc ? "Watch" : "/v3/watch");
+  else if (cc == CURLE_OUT_OF_MEMORY)
+    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  else if (cc != CURLE_OK && e->nendpoints > 1) /* the next one from now */
+    atomic_compare_exchange_strong(&e->current, &c->idx,
+                                   (c->idx + 1) % e->nendpoints);
+  finish(c, rc, NULL, 0);
+}
+
 /* The end of c's try (curl's result cc). */
 static void try_end(etcd_acall *c, CURLcode cc) {
   etcd_aloop *a = c->a;
   dl_etcd *e = a->e;
   curl_multi_remove_handle(a->m, c->h);
+  if (c->w) {
+    watch_end(c, cc);
+    return;
+  }
   json_object *o = NULL;
   int code = 0, rc = 0;
   bool h2;
@@ -304,4 +328,27 @@ int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, etcd_acall_fn fn, void *ud,
                   etcd_acall **out) {
   return call_new(e, path, body, deadline, true, fn, ud, out);
+}
+
+int dl_etcd_awatch(dl_etcd *e, const char *body, etcd_acall_fn fn, void *ud,
+                   etcd_acall **out) {
+  *out = NULL;
+  if (e->aloop == NULL) /* closed (dl_etcd_aloop_free) */
+    return dl_seterr(e->err, DLOCK_ECLOSED, "the client closed");
+  etcd_acall *c = calloc(1, sizeof *c);
+  if (c == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  c->a = e->aloop;
+  c->fn = fn;
+  c->ud = ud;
+  c->idx = atomic_load(&e->current);
+  if ((c->w = dl_etcd_waiting_new(e)) != NULL &&
+      (c->h = curl_easy_init()) != NULL)
+    c->hd = dl_etcd_waiting_setup(e, c->w, c->h, c->idx, body);
+  if (c->hd) curl_easy_setopt(c->h, CURLOPT_PRIVATE, c);
+  if (c->hd == NULL || curl_multi_add_handle(c->a->m, c->h) != CURLM_OK) {
+    call_free(c);
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  *out = c;
+  return 0;
 }

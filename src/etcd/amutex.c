@@ -2,11 +2,15 @@
  * the loop's multi handle (acall.c), with no thread: the blocking
  * acquire's steps (mutex.c's halves, backend.c's session) driven by call
  * answers instead of a thread: a re-entry's check, the claim, the session
- * or fixed lease, the claim txn that reads the owner, and on refusal the
- * own key's delete at its revision. A wait (wait_ms > 0), deadlock
- * detection and the other kinds still run the blocking acquire on a job
- * (core/blockloop.c); so does an acquire that would first wait for
- * another owner of this client on the same key. */
+ * or fixed lease, the claim txn that reads the owner; a waiter's look
+ * (its own key still there, and its predecessor), the watch on the
+ * predecessor's key (a stream on the same multi handle, parsed as wait.c
+ * parses it) in steps of a third of the lease, each step keeping the
+ * lease alive; the deadline and a cancel a dl_timer; and when not taken,
+ * the own key's delete at its revision. Deadlock detection and the other
+ * kinds still run the blocking acquire on a job (core/blockloop.c); so
+ * does an acquire that would first wait for another owner of this client
+ * on the same key. */
 #include "aop.h"
 
 #include <inttypes.h>
@@ -22,6 +26,10 @@ typedef enum astep {
   S_FIXED_KEEP,
   S_FIXED_GRANT,
   S_PUT,
+  S_LOOK,
+  S_WATCH,
+  S_KEEP, /* a waiter's fixed lease kept alive */
+  S_PAUSE, /* a waiter's pause (a transient error ridden out) */
   S_DELETE,
   S_REVOKE
 } astep;
@@ -38,11 +46,20 @@ struct etcd_aacq {
   int rc;           /* the failure path's result */
   dl_async *job;    /* handed to a job: its operation */
   dl_async *snext;  /* waiting for another op's session call */
+  bool in_line;     /* our key is in line: a session step keeps it */
+  bool won;         /* a keep step ends the acquire (it won) */
+  bool watched;     /* a watch ended (the blocking path's `waited`) */
+  bool cancelled;
+  int rides;        /* transient errors ridden out */
   char key[ETCD_KEY_MAX];
+  char wait_pfx[ETCD_KEY_MAX + 8];
+  char pred[ETCD_KEY_MAX];
 };
 
 static void on_call(void *ud, int rc, json_object *o, int code);
 static void session_step(dl_async *op);
+static void look_step(dl_async *op);
+static void keep_done(dl_async *op);
 
 /* Ends op with rc (its claim dropped, if any). */
 static void end(dl_async *op, int rc) {
@@ -161,10 +178,10 @@ static void fail(dl_async *op, int rc) {
 /* The claim txn, the lease known (h->lease; until: its validity). */
 static void put_step(dl_async *op) {
   struct etcd_aacq *q = op->acq;
-  char pfx[ETCD_KEY_MAX], wait_pfx[ETCD_KEY_MAX + 8];
+  char pfx[ETCD_KEY_MAX];
   char *value = NULL;
-  int rc = dl_etcd_mutex_key(op->e, q->a, q->h, pfx, wait_pfx, &value);
-  char *body = rc == 0 ? dl_etcd_put_read_body(q->h, value, wait_pfx) : NULL;
+  int rc = dl_etcd_mutex_key(op->e, q->a, q->h, pfx, q->wait_pfx, &value);
+  char *body = rc == 0 ? dl_etcd_put_read_body(q->h, value, q->wait_pfx) : NULL;
   free(value);
   if (rc == 0 && body == NULL)
     rc = dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory");
@@ -180,19 +197,36 @@ static void session_retry(void *ud) {
   session_step(ud);
 }
 
+/* The session lease l (valid until u): the claim's, or for a waiter
+ * (dl_etcd_session in keep_lease) still its key's. */
+static void session_got(dl_async *op, int64_t l, int64_t u) {
+  struct etcd_aacq *q = op->acq;
+  if (!q->in_line) {
+    q->h->lease = l;
+    q->until = u;
+    put_step(op);
+  } else if (l == q->h->lease) {
+    q->until = u;
+    keep_done(op);
+  } else { /* a new session: the old one ended */
+    fail(op, dl_seterr(op->e->err, DLOCK_ELOST,
+                       "the lease of our etcd key %s ended while we waited",
+                       q->h->key));
+  }
+}
+
 /* The session lease: valid already, or one grant or keepalive on the
  * loop at a time (others wait for it), under e->lease_mu as the blocking
  * path's (a job holding it: looked at again in 5 ms). */
 static void session_step(dl_async *op) {
   dl_etcd *e = op->e;
+  op->acq->step = S_START; /* not waiting: a cancel looks later */
   struct etcd_aacq *q = op->acq;
   int64_t l, u;
   q->sent = dl_now_ms();
   int need = dl_etcd_session_need(e, q->sent, &l, &u);
   if (need == 0) {
-    q->h->lease = l;
-    q->until = u;
-    put_step(op);
+    session_got(op, l, u);
     return;
   }
   if (e->asess) {
@@ -284,6 +318,164 @@ static void start(dl_async *op) {
   claim_step(op);
 }
 
+/* ---- the wait ---- */
+/* Whether the wait is over: none asked for, its deadline come, or the
+ * operation cancelled. */
+static bool wait_over(dl_async *op) {
+  const dl_acquire *a = op->acq->a;
+  return !a->wait || dl_now_ms() >= a->deadline || op->acq->cancelled;
+}
+
+static void on_wait_timer(void *ud);
+
+/* Runs on_wait_timer at `at` (step: what op waits in). */
+static void wait_until(dl_async *op, astep step, int64_t at) {
+  op->acq->step = step;
+  dl_timer_stop(op->e->env->loop, &op->timer); /* a cancel's: armed */
+  dl_timer_init(&op->timer, on_wait_timer, op);
+  if (dl_timer_start(op->e->env->loop, &op->timer, at) != 0)
+    fail(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+}
+
+/* A waiter's step that failed with rc: ridden out (a pause, then a look)
+ * when transient and the deadline leaves room, else the acquire fails. */
+static void wait_error(dl_async *op, int rc) {
+  struct etcd_aacq *q = op->acq;
+  int64_t pause =
+      q->in_line && !q->cancelled
+          ? dl_etcd_ride_pause(op->e, q->a->wait, q->a->deadline, rc, &q->rides)
+          : 0;
+  if (pause > 0)
+    wait_until(op, S_PAUSE, dl_now_ms() + pause);
+  else
+    fail(op, rc);
+}
+
+/* The wait's end at its deadline or a cancel: not taken. */
+static void wait_end(dl_async *op) {
+  op->acq->a->ttl = DLOCK_TTL_NONE; /* the holder's lease is not read */
+  fail(op, 0);
+}
+
+static void won(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  int rc = dl_etcd_mutex_won(op->e, q->a, q->h, q->until);
+  if (rc != 1) {
+    fail(op, rc);
+    return;
+  }
+  q->h = NULL; /* held: the client's now */
+  dl_etcd_op_end(op, 1);
+}
+
+/* Keeps the lease of our key alive while it waits (keep_lease's steps):
+ * a fixed lease's keepalive, or the session's step. */
+static void keep_step(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  if (!q->own) {
+    session_step(op);
+    return;
+  }
+  q->sent = dl_now_ms();
+  char body[64];
+  dl_etcd_lease_body(q->h->lease, body, sizeof body);
+  call(op, S_KEEP, "/v3/lease/keepalive", body);
+}
+
+static void keep_done(dl_async *op) {
+  if (op->acq->won)
+    won(op);
+  else
+    look_step(op);
+}
+
+/* Our key still there, and who is before it: one txn. */
+static void look_step(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  if (wait_over(op)) {
+    wait_end(op);
+    return;
+  }
+  q->a->waited = true;
+  char *body = dl_etcd_look_body(q->h->key, q->wait_pfx, q->h->rev);
+  if (body == NULL) {
+    fail(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+    return;
+  }
+  call(op, S_LOOK, "/v3/kv/txn", body);
+  free(body);
+}
+
+static void on_watch(void *ud, int rc, json_object *o, int code) {
+  (void)o, (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  dl_timer_stop(op->e->env->loop, &op->timer);
+  if (rc < 0) {
+    wait_error(op, rc);
+    return;
+  }
+  op->acq->watched = true;
+  if (rc == 2) /* the stream ended (a member gone): a look in a moment */
+    wait_until(op, S_PAUSE, dl_now_ms() + 50);
+  else
+    look_step(op);
+}
+
+/* Watches the key before ours (pred, read at revision at) until it is
+ * deleted, for a third of the lease at most, or until the deadline. */
+static void watch_step(dl_async *op, int64_t at) {
+  struct etcd_aacq *q = op->acq;
+  char body[ETCD_WATCH_BODY_MAX];
+  dl_etcd_watch_delete_body(q->pred, at, body, sizeof body);
+  int rc = dl_etcd_awatch(op->e, body, on_watch, op, &op->call);
+  if (rc != 0) {
+    wait_error(op, rc);
+    return;
+  }
+  int64_t step = dl_now_ms() + dl_etcd_lease_step(op->e, q->h, q->a->lease_ms);
+  wait_until(op, S_WATCH, step < q->a->deadline ? step : q->a->deadline);
+}
+
+/* The watch's step or the deadline come, a cancel, or a pause over. */
+static void on_wait_timer(void *ud) {
+  dl_async *op = ud;
+  struct etcd_aacq *q = op->acq;
+  if (q->step == S_WATCH) {
+    dl_etcd_acall_abort(op->call);
+    op->call = NULL;
+    q->watched = true;
+    if (!wait_over(op)) {
+      keep_step(op); /* a third of the lease: kept alive */
+      return;
+    }
+  }
+  look_step(op); /* ends it when the wait is over */
+}
+
+static void on_look(dl_async *op, int rc, json_object *o) {
+  struct etcd_aacq *q = op->acq;
+  int64_t at = 0;
+  if (rc == 0)
+    rc = dl_etcd_look_answer(op->e, q->h->key, o, q->pred, sizeof q->pred, &at);
+  if (rc < 0 && rc != DLOCK_ELOST) {
+    wait_error(op, rc);
+  } else if (rc < 0) {
+    fail(op, rc);
+  } else if (rc == 0) {
+    /* Nobody before us: ours, our key being there (Go 3.4's Mutex does not
+     * look: etcd issue 11456). A fixed lease runs from the grant: after a
+     * wait, from a keepalive. */
+    q->won = true;
+    if (q->own && q->watched)
+      keep_step(op);
+    else
+      won(op);
+  } else {
+    watch_step(op, at);
+  }
+}
+
 /* The claim txn's answer. */
 static void on_put(dl_async *op, int rc, json_object *o) {
   struct etcd_aacq *q = op->acq;
@@ -300,16 +492,11 @@ static void on_put(dl_async *op, int rc, json_object *o) {
   }
   /* Ours if nobody is before us: the owner (the oldest key) is ours. */
   if (owner_rev != 0 && owner_rev >= h->rev) {
-    if ((rc = dl_etcd_mutex_won(op->e, q->a, h, q->until)) == 1) {
-      q->h = NULL; /* held: the client's now */
-      dl_etcd_op_end(op, 1);
-      return;
-    }
-    fail(op, rc);
+    won(op);
     return;
   }
-  q->a->ttl = DLOCK_TTL_NONE; /* refused: the holder's lease is not read */
-  fail(op, 0);
+  q->in_line = true;
+  look_step(op); /* refused at once when there is no wait */
 }
 
 static void on_call(void *ud, int rc, json_object *o, int code) {
@@ -336,7 +523,7 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     if (rc >= 0 &&
         dl_etcd_session_kept(e, q->sent, rc == 1 ? got : 0, &q->until) == 0) {
       session_done(op);
-      put_step(op);
+      session_got(op, q->h->lease, q->until);
       return;
     }
     if (rc >= 0) { /* gone: a new session, still under lease_mu */
@@ -346,20 +533,18 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
       return;
     }
     session_done(op);
-    fail(op, rc);
+    wait_error(op, rc);
     return;
   case S_SESSION_GRANT:
-    if (rc == 0 && (rc = dl_etcd_grant_answer(e, o, &l, &got)) == 0) {
+    if (rc == 0 && (rc = dl_etcd_grant_answer(e, o, &l, &got)) == 0)
       dl_etcd_session_granted(e, q->sent, l, got, &q->until);
-      q->h->lease = l;
-    } else {
+    else if (!q->in_line)
       q->h->lease = 0;
-    }
     session_done(op);
     if (rc == 0)
-      put_step(op);
+      session_got(op, l, q->until);
     else
-      fail(op, rc);
+      wait_error(op, rc);
     return;
   case S_FIXED_KEEP:
     if (rc == 0) rc = dl_etcd_keepalive_answer(e, o, &got);
@@ -385,6 +570,21 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     }
     return;
   case S_PUT: on_put(op, rc, o); return;
+  case S_LOOK: on_look(op, rc, o); return;
+  case S_KEEP:
+    if (rc == 0 && (rc = dl_etcd_keepalive_answer(e, o, &got)) == 0)
+      rc = dl_seterr(e->err, DLOCK_ELOST,
+                     "the lease of our etcd key %s ended while we waited",
+                     q->h->key);
+    if (rc < 0) {
+      wait_error(op, rc);
+      return;
+    }
+    q->until = q->h->lease_until = dl_validity(q->sent, q->h->lease_ms);
+    keep_done(op);
+    return;
+  case S_WATCH:
+  case S_PAUSE: return; /* not a call's */
   case S_DELETE: {
     int gone = rc;
     if (rc == 0 && q->h->rev > 0) gone = dl_etcd_txn_succeeded(o);
@@ -402,9 +602,9 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
 int dl_etcd_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
                           void *ud, dl_async **out) {
   dl_etcd *e = (dl_etcd *)b;
-  /* The mutex's try and re-entry; the rest: the blocking acquire, on a
-   * job. */
-  if (a->lock->kind != DL_KIND_LOCK || a->wait)
+  /* The mutex; deadlock detection's walk and the other kinds: the
+   * blocking acquire, on a job. */
+  if (a->lock->kind != DL_KIND_LOCK || (a->wait && a->detect))
     return dl_blockloop_jobs(e->form)->lock_acquire_async(b, a, done, ud, out);
   dl_async *op = dl_etcd_op_new(e, AOP_ACQUIRE, done, ud);
   if (op && (op->acq = calloc(1, sizeof *op->acq)) == NULL) {
@@ -424,10 +624,15 @@ int dl_etcd_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
 
 void dl_etcd_acquire_cancel(dl_async *op) {
   struct etcd_aacq *q = op->acq;
-  if (q->job)
+  if (q->job) {
     dl_blockloop_jobs(op->e->form)->cancel(&op->e->base, q->job);
-  /* Else nothing to give up yet: a try's calls are answered (their result
-   * kept), as a release's. */
+    return;
+  }
+  /* A call in flight is answered (its result kept, as a release's); a
+   * wait ends now, from the loop's dispatch. */
+  q->cancelled = true;
+  if (q->step == S_WATCH || q->step == S_PAUSE)
+    wait_until(op, q->step, dl_now_ms());
 }
 
 int dl_etcd_acquire_close(dl_async *op) {

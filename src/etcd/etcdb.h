@@ -275,6 +275,14 @@ void dl_etcd_aloop_free(dl_etcd *e);
 int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, etcd_acall_fn fn, void *ud,
                   etcd_acall **out);
+/* A waiter's watch (the body of dl_etcd_watch_delete_body) on the loop, a
+ * stream with no deadline of its own (the caller aborts it): 0 and *out,
+ * then fn(ud, rc, NULL, 0) once, later: rc 1 news (the key deleted, or
+ * the watch cancelled by the server: look again), 2 the stream ended
+ * without news (a member gone: look again after a moment), or a negative
+ * code recorded. Or a negative code recorded (fn never runs). */
+int dl_etcd_awatch(dl_etcd *e, const char *body, etcd_acall_fn fn, void *ud,
+                   etcd_acall **out);
 /* Ends a call in flight; its fn never runs. The loop's thread. */
 void dl_etcd_acall_abort(etcd_acall *c);
 /* ---- release.c: the operations on it (own *_async entries) ---- */
@@ -558,6 +566,13 @@ bool dl_etcd_transient(int rc);
  * the time spent). */
 bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,
                       int *rides);
+/* Its decision alone (the event loop's waits pause on a timer): the
+ * pause in ms, or 0 when the error stands. */
+int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
+                           int *rides);
+/* How long a waiter on h's key (lease_ms: the acquire's) waits before it
+ * keeps its lease alive: a third of its TTL. */
+int64_t dl_etcd_lease_step(dl_etcd *e, etcd_hold *h, int64_t lease_ms);
 /* A lease of ms milliseconds in etcd's whole seconds, rounded up (no
  * overflow near INT64_MAX). */
 static inline int64_t dl_etcd_ttl_s(int64_t ms) {
@@ -638,6 +653,38 @@ int dl_etcd_consumer_renew(dl_etcd *e, dl_renew_item *it, int64_t lease_ms,
 void dl_etcd_consumers_free(dl_etcd *e, int64_t deadline);
 
 /* ---- wait.c ---- */
+/* A watch's answer as it comes, by e's transport: the gateway's JSON
+ * messages (tok) or gRPC's framed WatchResponses (buf: a message's bytes
+ * so far). */
+typedef struct etcd_stream {
+  json_tokener *tok; /* NULL over gRPC */
+  etcd_buf buf;
+} etcd_stream;
+/* A waiter's watch: its stream, and what it heard. */
+typedef struct etcd_waiting {
+  dl_etcd *e;
+  etcd_stream st;
+  int seen; /* 1 news (a DELETE event, or per any and put), 2 the watch
+               was cancelled or failed: look again; 0 nothing yet */
+  bool any; /* any event is news, not only a DELETE */
+  bool put; /* a PUT is news, not a DELETE */
+  bool bad; /* bytes that are not etcd's */
+  unsigned wakes;
+} etcd_waiting;
+/* The body of a watch for key's delete after revision rev (from rev + 1),
+ * ETCD_WATCH_BODY_MAX bytes. */
+#define ETCD_WATCH_BODY_MAX (ETCD_KEY_MAX * 2 + 128)
+void dl_etcd_watch_delete_body(const char *key, int64_t rev, char *body,
+                               size_t len);
+/* A waiter's watch for a transfer of the caller's (acall.c's): new (NULL
+ * out of memory; a DELETE is news), freed (NULL accepted); and h set up
+ * for the watch `body` at endpoint idx on e's transport, its bytes to w
+ * (w->seen stops the transfer): its headers (free them with
+ * dl_etcd_headers_free once h is done), or NULL out of memory. */
+etcd_waiting *dl_etcd_waiting_new(dl_etcd *e);
+void dl_etcd_waiting_free(etcd_waiting *w);
+struct curl_slist *dl_etcd_waiting_setup(dl_etcd *e, etcd_waiting *w, CURL *h,
+                                         int idx, const char *body);
 /* Waits until `key` is deleted after revision `rev` (a watch from rev + 1):
  * 1 deleted, 0 not by the deadline (or the operation this thread runs
  * was cancelled: dl_offload_cancelled), or a negative code (DLOCK_ECLOSED

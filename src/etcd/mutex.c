@@ -32,15 +32,22 @@ bool dl_etcd_transient(int rc) {
  * to 200 ms) when rc is transient and the wait's deadline leaves room,
  * false when the error stands (the client closing, the operation
  * cancelled, the time spent). */
-bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,
-                      int *rides) {
+int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
+                           int *rides) {
   if (!dl_etcd_transient(rc) || !wait || atomic_load(e->env->closing) ||
       dl_offload_cancelled())
-    return false;
+    return 0;
   int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
   if (pause > 200) pause = 200;
-  if (dl_now_ms() + pause >= deadline) return false;
+  if (dl_now_ms() + pause >= deadline) return 0;
   (*rides)++;
+  return pause;
+}
+
+bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,
+                      int *rides) {
+  int64_t pause = dl_etcd_ride_pause(e, wait, deadline, rc, rides);
+  if (pause == 0) return false;
   dl_etcd_pause(e, pause);
   return !atomic_load(e->env->closing) && !dl_offload_cancelled();
 }
@@ -428,9 +435,7 @@ static int reenter(dl_etcd *e, dl_acquire *a) {
   return dl_etcd_reenter_end(e, a, rev, now);
 }
 
-/* How long a waiter waits before it keeps its lease alive: a third of
- * its TTL. */
-static int64_t lease_step(dl_etcd *e, etcd_hold *h, int64_t lease_ms) {
+int64_t dl_etcd_lease_step(dl_etcd *e, etcd_hold *h, int64_t lease_ms) {
   pthread_mutex_lock(&e->mu);
   int64_t ms = h->own_lease ? lease_ms : e->lease_ttl_s * 1000;
   pthread_mutex_unlock(&e->mu);
@@ -644,7 +649,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     }
     /* In steps of a third of the lease at most: the lease our key is on
      * is kept alive meanwhile (nothing else does while we hold nothing). */
-    int64_t step = dl_now_ms() + lease_step(e, h, a->lease_ms);
+    int64_t step = dl_now_ms() + dl_etcd_lease_step(e, h, a->lease_ms);
     rc = dl_etcd_wait_delete(e, pred, at,
                              step < a->deadline ? step : a->deadline);
     if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
