@@ -614,20 +614,15 @@ static int keys_under(const th_etcd *s, const char *prefix) {
   return n;
 }
 
-/* An event-loop client's mutex acquire runs on its loop's multi handle:
- * tries, re-entries and waits in flight start no thread; a busy try is
- * refused, a waiter is woken by the release at once, times out at its
- * deadline and is cancelled, each leaving no key of its own behind. */
-static void t_etcd_async_acquire(void) {
-  NEED_ETCD();
+/* async_acquire on the server s at url (its transport). */
+static void async_acquire(const th_etcd *s, const char *url) {
   enum { N = 16 };
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
+  fprintf(stderr, "    %s\n", url);
   dlock_loop *lp;
   CHECK_RC(dlock_loop_new(NULL, &lp), 0);
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = s.url;
+  o.url = url;
   dlock_client *c, *c2;
   CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
   CHECK_RC(dlock_client_open_async(&o, lp, &c2), 0);
@@ -661,7 +656,7 @@ static void t_etcd_async_acquire(void) {
   CHECK_RC(dlock_lock_hold_count_async(l[0], on_adone, &d[0], NULL), 0);
   CHECK(run_all(lp, d, 1));
   CHECK_RC(d[0].rc, 2);
-  CHECK_EQ(keys_under(&s, "aq0/"), 1);
+  CHECK_EQ(keys_under(s, "aq0/"), 1);
   /* Busy: a try of another client is refused, its key gone. */
   tdone t = {{0}, 0};
   before = tasks();
@@ -669,7 +664,7 @@ static void t_etcd_async_acquire(void) {
   CHECK(tasks() - before < 1);
   CHECK(run_one(lp, &t));
   CHECK_RC(t.d.rc, DLOCK_EBUSY);
-  CHECK_EQ(keys_under(&s, "aq0/"), 1);
+  CHECK_EQ(keys_under(s, "aq0/"), 1);
   /* A wait that times out: at its deadline, its key gone. */
   memset(&t, 0, sizeof t);
   int64_t t0 = th_now_ms();
@@ -680,7 +675,7 @@ static void t_etcd_async_acquire(void) {
   fprintf(stderr, "    a 300 ms wait ended after %lld ms\n",
           (long long)(t.at - t0));
   CHECK(t.at - t0 >= 300 && t.at - t0 < 300 + th_soon(200));
-  CHECK_EQ(keys_under(&s, "aq0/"), 1);
+  CHECK_EQ(keys_under(s, "aq0/"), 1);
   /* A wait cancelled: at once, its key gone. */
   memset(&t, 0, sizeof t);
   dlock_op *op;
@@ -688,13 +683,13 @@ static void t_etcd_async_acquire(void) {
   for (int64_t end = th_now_ms() + 200; th_now_ms() < end;)
     dlock_loop_run(lp, 10);
   CHECK_EQ(t.d.calls, 0);
-  CHECK_EQ(keys_under(&s, "aq0/"), 2); /* in line */
+  CHECK_EQ(keys_under(s, "aq0/"), 2); /* in line */
   t0 = th_now_ms();
   dlock_op_cancel(op);
   CHECK(run_one(lp, &t));
   CHECK_RC(t.d.rc, DLOCK_ECANCELED);
   CHECK(t.at - t0 < th_soon(100));
-  CHECK_EQ(keys_under(&s, "aq0/"), 1);
+  CHECK_EQ(keys_under(s, "aq0/"), 1);
   /* A waiter woken by the release, within 100 ms of it. */
   memset(&t, 0, sizeof t);
   CHECK_RC(dlock_lock_acquire_async(w, 10000, 0, on_tdone, &t, NULL), 0);
@@ -720,13 +715,28 @@ static void t_etcd_async_acquire(void) {
   CHECK_RC(dlock_lock_release_async(w, on_adone, &d[0], NULL), 0);
   CHECK(run_all(lp, d, 1));
   CHECK_RC(d[0].rc, 1);
-  CHECK_EQ(keys_under(&s, "aq0/"), 0);
+  CHECK_EQ(keys_under(s, "aq0/"), 0);
   for (int i = 0; i < N; i++)
     dlock_lock_free(l[i]);
   dlock_lock_free(w);
   dlock_client_close(c);
   dlock_client_close(c2);
   dlock_loop_free(lp);
+}
+
+/* An event-loop client's mutex acquire runs on its loop's multi handle:
+ * tries, re-entries and waits in flight start no thread; a busy try is
+ * refused, a waiter is woken by the release at once, times out at its
+ * deadline and is cancelled, each leaving no key of its own behind; over
+ * gRPC and over the gateway. */
+static void t_etcd_async_acquire(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  char url[300];
+  snprintf(url, sizeof url, "%s?transport=json", s.url);
+  async_acquire(&s, s.url);
+  async_acquire(&s, url);
   th_etcd_stop(&s);
 }
 
