@@ -645,7 +645,8 @@ static void async_acquire(const th_etcd *s, const char *url) {
     CHECK_RC(dlock_lock_acquire_async(l[i], 0, 0, on_adone, &d[i], NULL), 0);
   CHECK_RC(dlock_lock_acquire_async(l[0], 0, 0, on_adone, &d[0], NULL), 0);
   int during = tasks();
-  fprintf(stderr, "    threads: %d before %d acquires, %d with them in flight\n",
+  fprintf(stderr,
+          "    threads: %d before %d acquires, %d with them in flight\n",
           before, N, during);
   CHECK(during - before < N / 4);
   CHECK(run_all(lp, d, N));
@@ -988,8 +989,7 @@ static void t_etcd_async_failover(void) {
 TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
-        T_BARE(t_etcd_async_failover),
-        T_BARE(t_etcd_release_in_flight))
+        T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

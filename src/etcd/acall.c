@@ -299,20 +299,32 @@ static void check_done(etcd_aloop *a) {
   }
 }
 
+/* A new call of e's loop that ends with fn(ud, ...): NULL with the code
+ * recorded in *rc (the client closed, out of memory). */
+static etcd_acall *call_alloc(dl_etcd *e, etcd_acall_fn fn, void *ud, int *rc) {
+  etcd_acall *c = NULL;
+  if (e->aloop == NULL) /* closed (dl_etcd_aloop_free) */
+    *rc = dl_seterr(e->err, DLOCK_ECLOSED, "the client closed");
+  else if ((c = calloc(1, sizeof *c)) == NULL)
+    *rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  if (c) {
+    c->a = e->aloop;
+    c->fn = fn;
+    c->ud = ud;
+  }
+  return c;
+}
+
 static int call_new(dl_etcd *e, const char *path, const char *body,
                     int64_t deadline, bool auth, etcd_acall_fn fn, void *ud,
                     etcd_acall **out) {
+  int rc;
+  etcd_acall *c = call_alloc(e, fn, ud, &rc);
   *out = NULL;
-  if (e->aloop == NULL) /* closed (dl_etcd_aloop_free) */
-    return dl_seterr(e->err, DLOCK_ECLOSED, "the client closed");
-  etcd_acall *c = calloc(1, sizeof *c);
-  if (c == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  c->a = e->aloop;
+  if (c == NULL) return rc;
   c->deadline = deadline;
   c->auth = auth;
-  c->fn = fn;
-  c->ud = ud;
-  int rc = dl_etcd_req_init(e, &c->q, path, body);
+  rc = dl_etcd_req_init(e, &c->q, path, body);
   if (rc == 0 && (c->h = curl_easy_init()) == NULL)
     rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   if (rc == 0) rc = call_begin(c);
@@ -332,14 +344,10 @@ int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
 
 int dl_etcd_awatch(dl_etcd *e, const char *body, etcd_acall_fn fn, void *ud,
                    etcd_acall **out) {
+  int rc;
+  etcd_acall *c = call_alloc(e, fn, ud, &rc);
   *out = NULL;
-  if (e->aloop == NULL) /* closed (dl_etcd_aloop_free) */
-    return dl_seterr(e->err, DLOCK_ECLOSED, "the client closed");
-  etcd_acall *c = calloc(1, sizeof *c);
-  if (c == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  c->a = e->aloop;
-  c->fn = fn;
-  c->ud = ud;
+  if (c == NULL) return rc;
   c->idx = atomic_load(&e->current);
   if ((c->w = dl_etcd_waiting_new(e)) != NULL &&
       (c->h = curl_easy_init()) != NULL)

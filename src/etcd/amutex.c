@@ -28,7 +28,7 @@ typedef enum astep {
   S_PUT,
   S_LOOK,
   S_WATCH,
-  S_KEEP, /* a waiter's fixed lease kept alive */
+  S_KEEP,  /* a waiter's fixed lease kept alive */
   S_PAUSE, /* a waiter's pause (a transient error ridden out) */
   S_DELETE,
   S_REVOKE
@@ -37,20 +37,20 @@ typedef enum astep {
 struct etcd_aacq {
   dl_acquire *a;
   astep step;
-  bool own;         /* a fixed lease (not the session's) */
-  bool session;     /* this op's session call holds e->lease_mu */
-  etcd_hold *h;     /* the claim, listed */
-  int64_t rev;      /* the re-entry's hold's create revision */
-  int64_t sent;     /* the lease call's */
-  int64_t until;    /* the lease's validity */
-  int rc;           /* the failure path's result */
-  dl_async *job;    /* handed to a job: its operation */
-  dl_async *snext;  /* waiting for another op's session call */
-  bool in_line;     /* our key is in line: a session step keeps it */
-  bool won;         /* a keep step ends the acquire (it won) */
-  bool watched;     /* a watch ended (the blocking path's `waited`) */
+  bool own;        /* a fixed lease (not the session's) */
+  bool session;    /* this op's session call holds e->lease_mu */
+  etcd_hold *h;    /* the claim, listed */
+  int64_t rev;     /* the re-entry's hold's create revision */
+  int64_t sent;    /* the lease call's */
+  int64_t until;   /* the lease's validity */
+  int rc;          /* the failure path's result */
+  dl_async *job;   /* handed to a job: its operation */
+  dl_async *snext; /* waiting for another op's session call */
+  bool in_line;    /* our key is in line: a session step keeps it */
+  bool won;        /* a keep step ends the acquire (it won) */
+  bool watched;    /* a watch ended (the blocking path's `waited`) */
   bool cancelled;
-  int rides;        /* transient errors ridden out */
+  int rides; /* transient errors ridden out */
   char key[ETCD_KEY_MAX];
   char wait_pfx[ETCD_KEY_MAX + 8];
   char pred[ETCD_KEY_MAX];
@@ -307,9 +307,8 @@ static void claim_step(dl_async *op) {
 
 static void start(dl_async *op) {
   struct etcd_aacq *q = op->acq;
-  if (q->a->held > 0 &&
-      (q->rev = dl_etcd_reenter_begin(op->e, q->a->lock, q->key,
-                                      sizeof q->key)) != 0) {
+  if (q->a->held > 0 && (q->rev = dl_etcd_reenter_begin(
+                             op->e, q->a->lock, q->key, sizeof q->key)) != 0) {
     char body[ETCD_CREATE_REV_BODY_MAX];
     dl_etcd_create_rev_body(q->key, body, sizeof body);
     call(op, S_REENTER, "/v3/kv/range", body);

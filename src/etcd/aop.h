@@ -25,18 +25,18 @@ struct dl_async {
   aop_kind kind;
   dl_done_fn done;
   void *ud;
-  etcd_acall *call; /* the call in flight, if any */
-  dl_timer timer;   /* the release's pause before a retry; a result
-                       known at once, told from the loop's dispatch */
-  int rc;           /* that result */
-  char msg[512];    /* its detail */
+  etcd_acall *call;    /* the call in flight, if any */
+  dl_timer timer;      /* the release's pause before a retry; a result
+                          known at once, told from the loop's dispatch */
+  int rc;              /* that result */
+  char msg[512];       /* its detail */
   etcd_acall_fn later; /* what gets it (NULL: op ends with it) */
   const dl_lock_ref *l;
   etcd_hold *h; /* the release's hold, off the list */
   int64_t deadline;
   bool retried;
-  int attempt;            /* the force release's */
-  dl_lock_query q;        /* the query's */
+  int attempt;     /* the force release's */
+  dl_lock_query q; /* the query's */
   long long *v;
   int64_t rev;
   char pfx[ETCD_KEY_MAX]; /* its lock's prefix */
@@ -45,8 +45,7 @@ struct dl_async {
 
 /* A new operation of kind, listed, its deadline one command timeout
  * away: NULL out of memory (nothing recorded). */
-dl_async *dl_etcd_op_new(dl_etcd *e, aop_kind kind, dl_done_fn done,
-                         void *ud);
+dl_async *dl_etcd_op_new(dl_etcd *e, aop_kind kind, dl_done_fn done, void *ud);
 /* Frees op, unlinked, untold. */
 void dl_etcd_op_drop(dl_async *op);
 /* Ends op: done(ud, rc) (its detail recorded already), op freed. */

@@ -80,7 +80,7 @@ typedef struct dl_etcd {
   pthread_mutex_t auth_mu; /* one authenticate at a time */
   char *token;             /* e->mu: sent in every request's header */
   unsigned token_gen;      /* e->mu: bumped with every new token */
-  int64_t session_ttl_ms; /* the watchdog lease */
+  int64_t session_ttl_ms;  /* the watchdog lease */
   /* mu guards everything below; cv is broadcast when a hold or claim
    * goes (the client's other owners waiting for the key). */
   pthread_mutex_t mu;
@@ -125,9 +125,9 @@ typedef struct dl_etcd {
   /* An event-loop client's: the seam's event-loop form (blockloop.h), an
    * operation on a thread of its own, its waits ended by a cancel. */
   dl_blockloop *form;
-  struct etcd_aloop *aloop;        /* acall.c's: the loop's multi handle */
-  struct dl_async *aops;           /* release.c's operations in flight (the
-                                      loop's thread) */
+  struct etcd_aloop *aloop; /* acall.c's: the loop's multi handle */
+  struct dl_async *aops;    /* release.c's operations in flight (the
+                               loop's thread) */
   /* amutex.c's acquire whose session call (a grant or keepalive, under
    * lease_mu) is in flight, and those waiting for it (the loop's
    * thread). */
@@ -363,8 +363,7 @@ int dl_etcd_session_need(dl_etcd *e, int64_t now, int64_t *lease,
                          int64_t *until);
 /* The keepalive's answer (sent at `sent`; got: its TTL, 0 the lease is
  * gone): 0 kept (*until), 1 a grant is needed. */
-int dl_etcd_session_kept(dl_etcd *e, int64_t sent, int64_t got,
-                         int64_t *until);
+int dl_etcd_session_kept(dl_etcd *e, int64_t sent, int64_t got, int64_t *until);
 /* The grant's answer (sent at `sent`): the session's lease from now. */
 void dl_etcd_session_granted(dl_etcd *e, int64_t sent, int64_t lease,
                              int64_t got, int64_t *until);
@@ -504,8 +503,8 @@ int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h);
  * (pfx, ETCD_KEY_MAX bytes), the prefix its line is read under (wait_pfx,
  * ETCD_KEY_MAX + 8 bytes) and its value (*value, malloc'ed); an orphan of
  * that key is ours again. 0, or DLOCK_ENOMEM recorded. */
-int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h,
-                      char *pfx, char *wait_pfx, char **value);
+int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
+                      char *wait_pfx, char **value);
 /* h won (its lease valid until `until`): held, watched, a's results: 1,
  * or a negative code (h still listed, held: the caller's failure path). */
 int dl_etcd_mutex_won(dl_etcd *e, dl_acquire *a, etcd_hold *h, int64_t until);
@@ -515,8 +514,8 @@ int dl_etcd_mutex_won(dl_etcd *e, dl_acquire *a, etcd_hold *h, int64_t until);
  * (*pred, *at: the revision read), 0 nobody before it, DLOCK_ELOST our
  * key is gone (recorded). */
 char *dl_etcd_look_body(const char *key, const char *pfx, int64_t rev);
-int dl_etcd_look_answer(dl_etcd *e, const char *key, json_object *r,
-                        char *pred, size_t len, int64_t *at);
+int dl_etcd_look_answer(dl_etcd *e, const char *key, json_object *r, char *pred,
+                        size_t len, int64_t *at);
 /* The key before ours in the line: the highest create revision below
  * `rev` under pfx. 1 found (its key in pred, the answer's revision in
  * *at), 0 none, or a negative code. */

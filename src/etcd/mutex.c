@@ -184,8 +184,8 @@ char *dl_etcd_look_body(const char *key, const char *pfx, int64_t rev) {
   return txn_body(k64, rev, range, "");
 }
 
-int dl_etcd_look_answer(dl_etcd *e, const char *key, json_object *r,
-                        char *pred, size_t len, int64_t *at) {
+int dl_etcd_look_answer(dl_etcd *e, const char *key, json_object *r, char *pred,
+                        size_t len, int64_t *at) {
   json_object *s = dl_etcd_get(r, "succeeded");
   if (s == NULL || !json_object_get_boolean(s)) {
     json_object_put(r);
@@ -500,8 +500,8 @@ static void rw_key(const char *pfx, bool write, char *out, size_t len) {
   snprintf(out, len, "%s%s/%" PRId64, pfx, write ? "write" : "read", ns);
 }
 
-int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h,
-                      char *pfx, char *wait_pfx, char **value) {
+int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
+                      char *wait_pfx, char **value) {
   const dl_lock_ref *l = a->lock;
   bool rw = l->kind == DL_KIND_READ || l->kind == DL_KIND_WRITE;
   /* The mutex's key: PFX + the lease in hex; it waits for any key before

@@ -162,7 +162,7 @@ int dl_etcd_op_later(dl_async *op, int rc) {
 }
 
 int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
-                   etcd_acall_fn fn) {
+                    etcd_acall_fn fn) {
   int rc = dl_etcd_acall(op->e, path, body, op->deadline, fn, op, &op->call);
   if (rc == 0) return 0;
   op->later = fn;
@@ -207,7 +207,8 @@ static void on_deleted(void *ud, int rc, json_object *o, int code) {
   }
   etcd_hold *h = op->h;
   op->h = NULL;
-  dl_etcd_op_end(op, release_end(op->e, op->l, h, rc, op->retried, op->deadline));
+  dl_etcd_op_end(op,
+                 release_end(op->e, op->l, h, rc, op->retried, op->deadline));
 }
 
 /* A try of the release's delete: 0, or DLOCK_ENOMEM (op freed, untold:
@@ -356,7 +357,8 @@ static int query_async(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   *v = 0;
   char body[ETCD_RANGE_BODY_MAX];
   const char *path = dl_etcd_query_req(e, l, q, body, sizeof body, &op->rev);
-  int rc = path ? dl_etcd_op_call(op, path, body, on_query) : dl_etcd_op_later(op, 0);
+  int rc = path ? dl_etcd_op_call(op, path, body, on_query)
+                : dl_etcd_op_later(op, 0);
   if (rc == 0) *out = op;
   return rc;
 }
