@@ -717,6 +717,22 @@ static void async_acquire(const th_etcd *s, const char *url) {
   CHECK(run_all(lp, d, 1));
   CHECK_RC(d[0].rc, 1);
   CHECK_EQ(keys_under(s, "aq0/"), 0);
+  /* A fixed lease (granted, then kept idle by the release: no thread
+   * either), twice: the second takes the idle one. */
+  before = tasks(); /* c2's watcher thread now runs too */
+  for (int i = 0; i < 2; i++) {
+    memset(d, 0, sizeof d);
+    CHECK_RC(dlock_lock_acquire_async(w, 0, 5000, on_adone, &d[0], NULL), 0);
+    CHECK(tasks() - before < 1);
+    CHECK(run_all(lp, d, 1));
+    CHECK_RC(d[0].rc, 0);
+    CHECK_EQ(keys_under(s, "aq0/"), 1);
+    CHECK_RC(dlock_lock_release_async(w, on_adone, &d[1], NULL), 0);
+    CHECK(tasks() - before < 1);
+    CHECK(run_all(lp, d + 1, 1));
+    CHECK_RC(d[1].rc, 1);
+    CHECK_EQ(keys_under(s, "aq0/"), 0);
+  }
   for (int i = 0; i < N; i++)
     dlock_lock_free(l[i]);
   dlock_lock_free(w);

@@ -39,6 +39,7 @@ struct dl_async {
   dl_lock_query q; /* the query's */
   long long *v;
   int64_t rev;
+  int result;             /* the release's, while its lease is revoked */
   char pfx[ETCD_KEY_MAX]; /* its lock's prefix */
   struct etcd_aacq *acq;  /* the acquire's (amutex.c) */
 };

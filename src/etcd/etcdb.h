@@ -445,13 +445,12 @@ void dl_etcd_hold_free(etcd_hold *h);
  * owners waiting for the key look again. e->mu not held. */
 void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h);
 /* The release's first half (mutex.c): 0 still held (count > 1: the
- * client counts re-entries), 2 (nothing done) when the hold has a lease of
- * its own and !own_ok, 1 with the hold no longer held (still listed, so
- * that the client's other owners of the name wait until
+ * client counts re-entries), 1 with the hold no longer held (still
+ * listed, so that the client's other owners of the name wait until
  * dl_etcd_hold_drop) and unwatched in *hp (its key to delete at its
  * revision: release.c), or DLOCK_ENOTOWNER recorded. */
 int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
-                          bool own_ok, etcd_hold **hp);
+                          etcd_hold **hp);
 /* fence.c: fenced resources (the seam's fence). */
 int dl_etcd_fence(dl_backend *b, dl_fence_req *f);
 /* Deletes key if its create revision is still rev: 1 deleted, 0 it was

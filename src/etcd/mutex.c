@@ -688,7 +688,7 @@ fail:;
 }
 
 int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
-                          bool own_ok, etcd_hold **hp) {
+                          etcd_hold **hp) {
   *hp = NULL;
   pthread_mutex_lock(&e->mu);
   etcd_hold *h = hold_find(e, l->key, l->owner);
@@ -698,8 +698,6 @@ int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
     rc = DLOCK_ENOTOWNER;
   else if (count > 1) /* one re-entry less (the client counts it) */
     rc = 0;
-  else if (h->own_lease && !own_ok)
-    rc = 2;
   /* Ours from here: no longer held, so that a renewal or a check finding
    * the key gone (a force release) leaves it alone; but still listed
    * until its key is deleted (dl_etcd_hold_drop), so that the client's

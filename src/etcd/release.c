@@ -65,10 +65,11 @@ int dl_etcd_delete_own(dl_etcd *e, const char *key, int64_t rev,
 }
 
 /* The release's second half, after its delete (rc: dl_etcd_delete_own's):
- * the result, h dropped. Blocks only for a hold with a lease of its own
- * (its revoke). */
+ * the result, h dropped; *revoke: a lease to revoke now (a hold's own, or
+ * an idle one pushed off the list), 0 none. */
 static int release_end(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h, int rc,
-                       bool retried, int64_t deadline) {
+                       bool retried, int64_t *revoke) {
+  *revoke = 0;
   if (rc == 0)
     rc = dl_seterr(e->err, DLOCK_ENOTOWNER,
                    "'%s' was no longer held by %s (its etcd key %s was "
@@ -82,9 +83,9 @@ static int release_end(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h, int rc,
   } else if (h->own_lease && rc == 1 && !retried) {
     /* Deleted by us, nothing else on it: kept for the next fixed-lease
      * hold (a keepalive then, no grant and revoke). */
-    dl_etcd_lease_idle(e, h->lease, h->lease_ms, h->lease_until);
+    *revoke = dl_etcd_idle_put(e, h->lease, h->lease_ms, h->lease_until);
   } else if (h->own_lease) {
-    dl_etcd_revoke(e, h->lease, deadline);
+    *revoke = h->lease;
   }
   dl_etcd_hold_drop(e, h);
   return rc;
@@ -95,12 +96,15 @@ int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   (void)lease_ms;
   dl_etcd *e = (dl_etcd *)b;
   etcd_hold *h;
-  int rc = dl_etcd_release_begin(e, l, count, true, &h);
+  int rc = dl_etcd_release_begin(e, l, count, &h);
   if (rc != 1) return rc;
   int64_t deadline = dl_now_ms() + e->command_timeout_ms;
   bool retried;
   rc = dl_etcd_delete_own(e, h->key, h->rev, deadline, &retried);
-  return release_end(e, l, h, rc, retried, deadline);
+  int64_t revoke;
+  rc = release_end(e, l, h, rc, retried, &revoke);
+  if (revoke) dl_etcd_revoke(e, revoke, deadline);
+  return rc;
 }
 
 /* ---- the event-loop client's own entries ---- */
@@ -194,6 +198,15 @@ static int ping_async(dl_backend *b, dl_done_fn done, void *ud,
 
 static void release_try(void *ud);
 
+/* A fixed lease's revoke after the release: the release's result. */
+static void on_revoked(void *ud, int rc, json_object *o, int code) {
+  (void)rc, (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  json_object_put(o);
+  dl_etcd_op_end(op, op->result);
+}
+
 static void on_deleted(void *ud, int rc, json_object *o, int code) {
   (void)code;
   dl_async *op = ud;
@@ -207,8 +220,20 @@ static void on_deleted(void *ud, int rc, json_object *o, int code) {
   }
   etcd_hold *h = op->h;
   op->h = NULL;
-  dl_etcd_op_end(op,
-                 release_end(op->e, op->l, h, rc, op->retried, op->deadline));
+  int64_t revoke;
+  rc = release_end(op->e, op->l, h, rc, op->retried, &revoke);
+  if (revoke == 0) {
+    dl_etcd_op_end(op, rc);
+    return;
+  }
+  char body[64];
+  dl_etcd_lease_body(revoke, body, sizeof body);
+  dl_done_fn done = op->done;
+  void *dud = op->ud;
+  op->result = rc;
+  op->deadline = dl_now_ms() + op->e->command_timeout_ms; /* each call's */
+  if (dl_etcd_op_call(op, "/v3/lease/revoke", body, on_revoked) != 0)
+    done(dud, rc); /* the lease ends with its TTL */
 }
 
 /* A try of the release's delete: 0, or DLOCK_ENOMEM (op freed, untold:
@@ -220,7 +245,7 @@ static int release_send(dl_async *op) {
   etcd_hold *h = op->h;
   int rc = dl_etcd_op_call(op, "/v3/kv/txn", body, on_deleted);
   if (rc != 0) { /* not known to be deleted: the lease's revoke takes it */
-    dl_etcd_orphan(e, h->key, h->rev, 0);
+    dl_etcd_orphan(e, h->key, h->rev, h->own_lease ? h->lease : 0);
     dl_etcd_hold_drop(e, h);
   }
   return rc;
@@ -235,16 +260,12 @@ static void release_try(void *ud) {
 
 static int release_async(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
                          int count, dl_done_fn done, void *ud, dl_async **out) {
+  (void)lease_ms;
   dl_etcd *e = (dl_etcd *)b;
   dl_async *op = dl_etcd_op_new(e, AOP_RELEASE, done, ud);
   if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   etcd_hold *h;
-  int rc = dl_etcd_release_begin(e, l, count, false, &h);
-  if (rc == 2) { /* a lease of its own, to keep or revoke: a job */
-    dl_etcd_op_drop(op);
-    return dl_blockloop_jobs(e->form)->lock_release_async(b, l, lease_ms, count,
-                                                          done, ud, out);
-  }
+  int rc = dl_etcd_release_begin(e, l, count, &h);
   if (rc != 1) {
     if ((rc = dl_etcd_op_later(op, rc)) != 0) return rc;
     *out = op;
@@ -381,7 +402,8 @@ void dl_etcd_aops_close(dl_etcd *e) {
     dl_etcd_acall_abort(op->call);
     op->call = NULL;
     if (op->h) { /* not known to be deleted: the lease's revoke takes it */
-      dl_etcd_orphan(e, op->h->key, op->h->rev, 0);
+      dl_etcd_orphan(e, op->h->key, op->h->rev,
+                     op->h->own_lease ? op->h->lease : 0);
       dl_etcd_hold_drop(e, op->h);
     }
     dl_etcd_op_end(
