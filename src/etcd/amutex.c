@@ -425,6 +425,10 @@ static void on_watch(void *ud, int rc, json_object *o, int code) {
  * deleted, for a third of the lease at most, or until the deadline. */
 static void watch_step(dl_async *op, int64_t at) {
   struct etcd_aacq *q = op->acq;
+  if (wait_over(op)) { /* cancelled while it looked */
+    wait_end(op);
+    return;
+  }
   char body[ETCD_WATCH_BODY_MAX];
   dl_etcd_watch_delete_body(q->pred, at, body, sizeof body);
   int rc = dl_etcd_awatch(op->e, body, on_watch, op, &op->call);
