@@ -587,6 +587,16 @@ static int tasks(void) {
   return n;
 }
 
+/* Whether the operations just started (n of them, `what`) started few
+ * threads (fewer than n / 4: not one each) beside the `before` there
+ * were; says how many. */
+static bool few_threads(int before, int n, const char *what) {
+  int during = tasks();
+  fprintf(stderr, "    threads: %d before %d %s, %d with them in flight\n",
+          before, n, what, during);
+  return during - before < n / 4;
+}
+
 /* When an adone's operation ended (th_now_ms). */
 typedef struct tdone {
   adone d;
@@ -644,11 +654,7 @@ static void async_acquire(const th_etcd *s, const char *url) {
   for (int i = 1; i < N; i++)
     CHECK_RC(dlock_lock_acquire_async(l[i], 0, 0, on_adone, &d[i], NULL), 0);
   CHECK_RC(dlock_lock_acquire_async(l[0], 0, 0, on_adone, &d[0], NULL), 0);
-  int during = tasks();
-  fprintf(stderr,
-          "    threads: %d before %d acquires, %d with them in flight\n",
-          before, N, during);
-  CHECK(during - before < N / 4);
+  CHECK(few_threads(before, N, "acquires"));
   CHECK(run_all(lp, d, N));
   for (int i = 0; i < N; i++)
     CHECK_RC(d[i].rc, 0);
@@ -790,11 +796,7 @@ static void t_etcd_async_nothread(void) {
   memset(d, 0, sizeof d);
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_lock_release_async(l[i], on_adone, &d[i], NULL), 0);
-  int during = tasks();
-  fprintf(stderr,
-          "    threads: %d before %d releases, %d with them in flight\n",
-          before, N, during);
-  CHECK(during - before < N / 4);
+  CHECK(few_threads(before, N, "releases"));
   CHECK(run_all(lp, d, N));
   for (int i = 0; i < N; i++) {
     CHECK_RC(d[i].rc, 1);
@@ -807,10 +809,7 @@ static void t_etcd_async_nothread(void) {
   before = tasks();
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_client_ping_async(c, on_adone, &d[i], NULL), 0);
-  during = tasks();
-  fprintf(stderr, "    threads: %d before %d pings, %d with them in flight\n",
-          before, N, during);
-  CHECK(during - before < N / 4);
+  CHECK(few_threads(before, N, "pings"));
   CHECK(run_all(lp, d, N));
   for (int i = 0; i < N; i++)
     CHECK_RC(d[i].rc, 0);
@@ -831,10 +830,7 @@ static void t_etcd_async_nothread(void) {
         dlock_lock_remaining_ttl_async(l[i], &ttl[i], on_adone, &q[i], NULL),
         0);
   }
-  during = tasks();
-  fprintf(stderr, "    threads: %d before %d queries, %d with them in flight\n",
-          before, 2 * N, during);
-  CHECK(during - before < N / 4);
+  CHECK(few_threads(before, N, "locks' two queries"));
   CHECK(run_all(lp, d, N) && run_all(lp, q, N));
   for (int i = 0; i < N; i++) {
     CHECK_RC(d[i].rc, 1);
@@ -845,11 +841,7 @@ static void t_etcd_async_nothread(void) {
   before = tasks();
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_lock_force_release_async(l[i], on_adone, &d[i], NULL), 0);
-  during = tasks();
-  fprintf(stderr,
-          "    threads: %d before %d force releases, %d with them in flight\n",
-          before, N, during);
-  CHECK(during - before < N / 4);
+  CHECK(few_threads(before, N, "force releases"));
   CHECK(run_all(lp, d, N));
   for (int i = 0; i < N; i++)
     CHECK_RC(d[i].rc, 1);

@@ -173,6 +173,18 @@ int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
   return dl_etcd_op_later(op, rc);
 }
 
+/* op's next call, within a command timeout of its own; one that cannot
+ * start (out of memory: op freed) tells done `told`, or DLOCK_ENOMEM when
+ * told is 0. */
+static void op_next(dl_async *op, const char *path, const char *body,
+                    etcd_acall_fn fn, int told) {
+  dl_done_fn done = op->done;
+  void *dud = op->ud;
+  op->deadline = dl_now_ms() + op->e->command_timeout_ms;
+  if (dl_etcd_op_call(op, path, body, fn) != 0)
+    done(dud, told ? told : DLOCK_ENOMEM);
+}
+
 static void on_ping(void *ud, int rc, json_object *o, int code) {
   (void)code;
   dl_async *op = ud;
@@ -228,12 +240,9 @@ static void on_deleted(void *ud, int rc, json_object *o, int code) {
   }
   char body[64];
   dl_etcd_lease_body(revoke, body, sizeof body);
-  dl_done_fn done = op->done;
-  void *dud = op->ud;
-  op->result = rc;
-  op->deadline = dl_now_ms() + op->e->command_timeout_ms; /* each call's */
-  if (dl_etcd_op_call(op, "/v3/lease/revoke", body, on_revoked) != 0)
-    done(dud, rc); /* the lease ends with its TTL */
+  op->result = rc; /* told even if the revoke cannot start: the lease
+                      ends with its TTL */
+  op_next(op, "/v3/lease/revoke", body, on_revoked, rc);
 }
 
 /* A try of the release's delete: 0, or DLOCK_ENOMEM (op freed, untold:
@@ -309,12 +318,8 @@ static void on_range(void *ud, int rc, json_object *o, int code) {
     dl_etcd_op_end(op, rc);
     return;
   }
-  dl_done_fn done = op->done;
-  void *dud = op->ud;
-  op->deadline = dl_now_ms() + op->e->command_timeout_ms; /* each call's */
-  rc = dl_etcd_op_call(op, "/v3/kv/txn", body, on_forced);
+  op_next(op, "/v3/kv/txn", body, on_forced, 0);
   free(body);
-  if (rc != 0) done(dud, rc);
 }
 
 /* The range of a try: 0, or DLOCK_ENOMEM (op freed, untold). */
@@ -359,11 +364,7 @@ static void on_query(void *ud, int rc, json_object *o, int code) {
   }
   char body[64];
   dl_etcd_ttl_body(lease, body, sizeof body);
-  dl_done_fn done = op->done;
-  void *dud = op->ud;
-  op->deadline = dl_now_ms() + op->e->command_timeout_ms; /* each call's */
-  if ((rc = dl_etcd_op_call(op, "/v3/lease/timetolive", body, on_ttl)) != 0)
-    done(dud, rc);
+  op_next(op, "/v3/lease/timetolive", body, on_ttl, 0);
 }
 
 static int query_async(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
