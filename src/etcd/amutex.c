@@ -69,12 +69,9 @@ static void end(dl_async *op, int rc) {
   dl_etcd_op_end(op, rc);
 }
 
-/* Ends the loop's session call of op, and lets those waiting for it look
+/* Ends the loop's session call, and lets those waiting for it look
  * again. */
-static void session_done(dl_async *op) {
-  dl_etcd *e = op->e;
-  if (!op->acq->session) return;
-  op->acq->session = false;
+static void session_release(dl_etcd *e) {
   pthread_mutex_unlock(&e->lease_mu);
   e->asess = NULL;
   dl_async *w = e->asess_wait;
@@ -87,6 +84,13 @@ static void session_done(dl_async *op) {
   }
 }
 
+/* As session_release, if op's call is the session's. */
+static void session_done(dl_async *op) {
+  if (!op->acq->session) return;
+  op->acq->session = false;
+  session_release(op->e);
+}
+
 /* Starts op's next call (step) within one command timeout. */
 static void call(dl_async *op, astep step, const char *path, const char *body) {
   struct etcd_aacq *q = op->acq;
@@ -96,19 +100,10 @@ static void call(dl_async *op, astep step, const char *path, const char *body) {
   dl_done_fn done = op->done;
   void *ud = op->ud;
   etcd_hold *h = q->h;
-  q->h = NULL;
   bool session = q->session;
-  q->session = false;
-  if (dl_etcd_op_call(op, path, body, on_call) == 0) {
-    q->h = h;
-    q->session = session;
-    return;
-  }
+  if (dl_etcd_op_call(op, path, body, on_call) == 0) return;
   /* op freed (out of memory): our key goes with its lease */
-  if (session) {
-    pthread_mutex_unlock(&e->lease_mu);
-    e->asess = NULL;
-  }
+  if (session) session_release(e);
   if (h) dl_etcd_hold_drop(e, h);
   done(ud, DLOCK_ENOMEM);
 }
