@@ -587,6 +587,182 @@ static int tasks(void) {
   return n;
 }
 
+/* Whether the operations just started (n of them, `what`) started few
+ * threads (fewer than n / 4: not one each) beside the `before` there
+ * were; says how many. */
+static bool few_threads(int before, int n, const char *what) {
+  int during = tasks();
+  fprintf(stderr, "    threads: %d before %d %s, %d with them in flight\n",
+          before, n, what, during);
+  return during - before < n / 4;
+}
+
+/* When an adone's operation ended (th_now_ms). */
+typedef struct tdone {
+  adone d;
+  int64_t at;
+} tdone;
+static void on_tdone(int rc, uint64_t token, const char *errmsg, void *ud) {
+  tdone *t = ud;
+  on_adone(rc, token, errmsg, &t->d);
+  t->at = th_now_ms();
+}
+
+/* Runs lp until t's operation is done (10 s at most). */
+static bool run_one(dlock_loop *lp, const tdone *t) {
+  return run_all(lp, &t->d, 1);
+}
+
+/* The keys under prefix (etcdctl's answer, one a line): how many. */
+static int keys_under(const th_etcd *s, const char *prefix) {
+  char args[128], buf[4096];
+  snprintf(args, sizeof args, "get --prefix %s --keys-only", prefix);
+  const char *out = th_etcd_ctl(s, args, buf, sizeof buf);
+  int n = 0;
+  for (const char *p = out; *p; p++) /* non-empty lines */
+    n += *p != '\n' && (p == out || p[-1] == '\n');
+  return n;
+}
+
+/* async_acquire on the server s at url (its transport). */
+static void async_acquire(const th_etcd *s, const char *url) {
+  enum { N = 16 };
+  fprintf(stderr, "    %s\n", url);
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  dlock_client *c, *c2;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  CHECK_RC(dlock_client_open_async(&o, lp, &c2), 0);
+  dlock_lock *l[N], *w;
+  adone d[N];
+  char name[32];
+  for (int i = 0; i < N; i++) {
+    snprintf(name, sizeof name, "aq%d", i);
+    CHECK_RC(dlock_lock_new(c, name, NULL, &l[i]), 0);
+  }
+  CHECK_RC(dlock_lock_new(c2, "aq0", NULL, &w), 0);
+  /* The first: the session's lease, the watcher thread (one a client). */
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_acquire_async(l[0], 0, 0, on_adone, &d[0], NULL), 0);
+  CHECK(run_all(lp, d, 1));
+  CHECK_RC(d[0].rc, 0);
+  int before = tasks();
+  memset(d, 0, sizeof d);
+  for (int i = 1; i < N; i++)
+    CHECK_RC(dlock_lock_acquire_async(l[i], 0, 0, on_adone, &d[i], NULL), 0);
+  CHECK_RC(dlock_lock_acquire_async(l[0], 0, 0, on_adone, &d[0], NULL), 0);
+  CHECK(few_threads(before, N, "acquires"));
+  CHECK(run_all(lp, d, N));
+  for (int i = 0; i < N; i++)
+    CHECK_RC(d[i].rc, 0);
+  /* Re-entered: counted, one key. */
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_hold_count_async(l[0], on_adone, &d[0], NULL), 0);
+  CHECK(run_all(lp, d, 1));
+  CHECK_RC(d[0].rc, 2);
+  CHECK_EQ(keys_under(s, "aq0/"), 1);
+  /* Busy: a try of another client is refused, its key gone. */
+  tdone t = {{0}, 0};
+  before = tasks();
+  CHECK_RC(dlock_lock_acquire_async(w, 0, 0, on_tdone, &t, NULL), 0);
+  CHECK(tasks() - before < 1);
+  CHECK(run_one(lp, &t));
+  CHECK_RC(t.d.rc, DLOCK_EBUSY);
+  CHECK_EQ(keys_under(s, "aq0/"), 1);
+  /* A wait that times out: at its deadline, its key gone. */
+  memset(&t, 0, sizeof t);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_acquire_async(w, 300, 0, on_tdone, &t, NULL), 0);
+  CHECK(tasks() - before < 1);
+  CHECK(run_one(lp, &t));
+  CHECK_RC(t.d.rc, DLOCK_EBUSY);
+  fprintf(stderr, "    a 300 ms wait ended after %lld ms\n",
+          (long long)(t.at - t0));
+  CHECK(t.at - t0 >= 300 && t.at - t0 < 300 + th_soon(200));
+  CHECK_EQ(keys_under(s, "aq0/"), 1);
+  /* A wait cancelled: at once, its key gone. */
+  memset(&t, 0, sizeof t);
+  dlock_op *op;
+  CHECK_RC(dlock_lock_acquire_async(w, 10000, 0, on_tdone, &t, &op), 0);
+  for (int64_t end = th_now_ms() + 200; th_now_ms() < end;)
+    dlock_loop_run(lp, 10);
+  CHECK_EQ(t.d.calls, 0);
+  CHECK_EQ(keys_under(s, "aq0/"), 2); /* in line */
+  t0 = th_now_ms();
+  dlock_op_cancel(op);
+  CHECK(run_one(lp, &t));
+  CHECK_RC(t.d.rc, DLOCK_ECANCELED);
+  CHECK(t.at - t0 < th_soon(100));
+  CHECK_EQ(keys_under(s, "aq0/"), 1);
+  /* A waiter woken by the release, within 100 ms of it. */
+  memset(&t, 0, sizeof t);
+  CHECK_RC(dlock_lock_acquire_async(w, 10000, 0, on_tdone, &t, NULL), 0);
+  for (int64_t end = th_now_ms() + 200; th_now_ms() < end;)
+    dlock_loop_run(lp, 10);
+  CHECK_EQ(t.d.calls, 0);
+  CHECK(tasks() - before < 1);
+  tdone r[2];
+  memset(r, 0, sizeof r);
+  CHECK_RC(dlock_lock_release_async(l[0], on_tdone, &r[0], NULL), 0);
+  CHECK(run_one(lp, &r[0]));
+  CHECK_RC(r[0].d.rc, 0); /* one re-entry less */
+  CHECK_EQ(t.d.calls, 0);
+  CHECK_RC(dlock_lock_release_async(l[0], on_tdone, &r[1], NULL), 0);
+  CHECK(run_one(lp, &r[1]));
+  CHECK_RC(r[1].d.rc, 1);
+  CHECK(run_one(lp, &t));
+  CHECK_RC(t.d.rc, 0);
+  fprintf(stderr, "    the waiter took it %lld ms after the release\n",
+          (long long)(t.at - r[1].at));
+  CHECK(t.at - r[1].at < th_soon(100));
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_release_async(w, on_adone, &d[0], NULL), 0);
+  CHECK(run_all(lp, d, 1));
+  CHECK_RC(d[0].rc, 1);
+  CHECK_EQ(keys_under(s, "aq0/"), 0);
+  /* A fixed lease (granted, then kept idle by the release: no thread
+   * either), twice: the second takes the idle one. */
+  before = tasks(); /* c2's watcher thread now runs too */
+  for (int i = 0; i < 2; i++) {
+    memset(d, 0, sizeof d);
+    CHECK_RC(dlock_lock_acquire_async(w, 0, 5000, on_adone, &d[0], NULL), 0);
+    CHECK(tasks() - before < 1);
+    CHECK(run_all(lp, d, 1));
+    CHECK_RC(d[0].rc, 0);
+    CHECK_EQ(keys_under(s, "aq0/"), 1);
+    CHECK_RC(dlock_lock_release_async(w, on_adone, &d[1], NULL), 0);
+    CHECK(tasks() - before < 1);
+    CHECK(run_all(lp, d + 1, 1));
+    CHECK_RC(d[1].rc, 1);
+    CHECK_EQ(keys_under(s, "aq0/"), 0);
+  }
+  for (int i = 0; i < N; i++)
+    dlock_lock_free(l[i]);
+  dlock_lock_free(w);
+  dlock_client_close(c);
+  dlock_client_close(c2);
+  dlock_loop_free(lp);
+}
+
+/* An event-loop client's mutex acquire runs on its loop's multi handle:
+ * tries, re-entries and waits in flight start no thread; a busy try is
+ * refused, a waiter is woken by the release at once, times out at its
+ * deadline and is cancelled, each leaving no key of its own behind; over
+ * gRPC and over the gateway. */
+static void t_etcd_async_acquire(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  char url[300];
+  snprintf(url, sizeof url, "%s?transport=json", s.url);
+  async_acquire(&s, s.url);
+  async_acquire(&s, url);
+  th_etcd_stop(&s);
+}
+
 /* An event-loop client's release, force release, queries and ping are calls on
  * a multi handle its loop drives: N of them in flight start no thread
  * (each was a thread of its own), and end as the blocking ones do; the
@@ -620,11 +796,7 @@ static void t_etcd_async_nothread(void) {
   memset(d, 0, sizeof d);
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_lock_release_async(l[i], on_adone, &d[i], NULL), 0);
-  int during = tasks();
-  fprintf(stderr,
-          "    threads: %d before %d releases, %d with them in flight\n",
-          before, N, during);
-  CHECK(during - before < N / 4);
+  CHECK(few_threads(before, N, "releases"));
   CHECK(run_all(lp, d, N));
   for (int i = 0; i < N; i++) {
     CHECK_RC(d[i].rc, 1);
@@ -637,10 +809,7 @@ static void t_etcd_async_nothread(void) {
   before = tasks();
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_client_ping_async(c, on_adone, &d[i], NULL), 0);
-  during = tasks();
-  fprintf(stderr, "    threads: %d before %d pings, %d with them in flight\n",
-          before, N, during);
-  CHECK(during - before < N / 4);
+  CHECK(few_threads(before, N, "pings"));
   CHECK(run_all(lp, d, N));
   for (int i = 0; i < N; i++)
     CHECK_RC(d[i].rc, 0);
@@ -661,10 +830,7 @@ static void t_etcd_async_nothread(void) {
         dlock_lock_remaining_ttl_async(l[i], &ttl[i], on_adone, &q[i], NULL),
         0);
   }
-  during = tasks();
-  fprintf(stderr, "    threads: %d before %d queries, %d with them in flight\n",
-          before, 2 * N, during);
-  CHECK(during - before < N / 4);
+  CHECK(few_threads(before, N, "locks' two queries"));
   CHECK(run_all(lp, d, N) && run_all(lp, q, N));
   for (int i = 0; i < N; i++) {
     CHECK_RC(d[i].rc, 1);
@@ -675,11 +841,7 @@ static void t_etcd_async_nothread(void) {
   before = tasks();
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_lock_force_release_async(l[i], on_adone, &d[i], NULL), 0);
-  during = tasks();
-  fprintf(stderr,
-          "    threads: %d before %d force releases, %d with them in flight\n",
-          before, N, during);
-  CHECK(during - before < N / 4);
+  CHECK(few_threads(before, N, "force releases"));
   CHECK(run_all(lp, d, N));
   for (int i = 0; i < N; i++)
     CHECK_RC(d[i].rc, 1);
@@ -834,8 +996,8 @@ static void t_etcd_async_failover(void) {
 
 TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
-        T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_failover),
-        T_BARE(t_etcd_release_in_flight))
+        T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
+        T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

@@ -50,6 +50,7 @@ struct etcd_acall {
   int start, i, idx; /* the endpoints: the first tried, tries, this one */
   bool again, may_again;
   etcd_acall *sub; /* the authenticate under way for this call */
+  etcd_waiting *w; /* a watch's stream (dl_etcd_awatch), else NULL */
   etcd_acall_fn fn;
   void *ud;
 };
@@ -160,6 +161,7 @@ static void call_free(etcd_acall *c) {
   }
   if (c->hd) dl_etcd_headers_free(c->a->e, c->hd);
   dl_etcd_req_free(&c->q);
+  dl_etcd_waiting_free(c->w);
   free(c);
 }
 
@@ -233,11 +235,33 @@ static void on_auth(void *ud, int rc, json_object *o, int code) {
   if (rc != 0) finish(c, rc, NULL, 0);
 }
 
+/* The end of a watch's stream (curl's result cc), as wait.c's blocking
+ * watch ends. */
+static void watch_end(etcd_acall *c, CURLcode cc) {
+  dl_etcd *e = c->a->e;
+  int rc = 2;
+  if (c->w->seen)
+    rc = 1;
+  else if (c->w->bad)
+    rc = dl_seterr(e->err, DLOCK_EPROTO, "etcd %s: an answer not etcd's",
+                   e->grpc ? "Watch" : "/v3/watch");
+  else if (cc == CURLE_OUT_OF_MEMORY)
+    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  else if (cc != CURLE_OK && e->nendpoints > 1) /* the next one from now */
+    atomic_compare_exchange_strong(&e->current, &c->idx,
+                                   (c->idx + 1) % e->nendpoints);
+  finish(c, rc, NULL, 0);
+}
+
 /* The end of c's try (curl's result cc). */
 static void try_end(etcd_acall *c, CURLcode cc) {
   etcd_aloop *a = c->a;
   dl_etcd *e = a->e;
   curl_multi_remove_handle(a->m, c->h);
+  if (c->w) {
+    watch_end(c, cc);
+    return;
+  }
   json_object *o = NULL;
   int code = 0, rc = 0;
   bool h2;
@@ -275,20 +299,32 @@ static void check_done(etcd_aloop *a) {
   }
 }
 
+/* A new call of e's loop that ends with fn(ud, ...): NULL with the code
+ * recorded in *rc (the client closed, out of memory). */
+static etcd_acall *call_alloc(dl_etcd *e, etcd_acall_fn fn, void *ud, int *rc) {
+  etcd_acall *c = NULL;
+  if (e->aloop == NULL) /* closed (dl_etcd_aloop_free) */
+    *rc = dl_seterr(e->err, DLOCK_ECLOSED, "the client closed");
+  else if ((c = calloc(1, sizeof *c)) == NULL)
+    *rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  if (c) {
+    c->a = e->aloop;
+    c->fn = fn;
+    c->ud = ud;
+  }
+  return c;
+}
+
 static int call_new(dl_etcd *e, const char *path, const char *body,
                     int64_t deadline, bool auth, etcd_acall_fn fn, void *ud,
                     etcd_acall **out) {
+  int rc;
+  etcd_acall *c = call_alloc(e, fn, ud, &rc);
   *out = NULL;
-  if (e->aloop == NULL) /* closed (dl_etcd_aloop_free) */
-    return dl_seterr(e->err, DLOCK_ECLOSED, "the client closed");
-  etcd_acall *c = calloc(1, sizeof *c);
-  if (c == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  c->a = e->aloop;
+  if (c == NULL) return rc;
   c->deadline = deadline;
   c->auth = auth;
-  c->fn = fn;
-  c->ud = ud;
-  int rc = dl_etcd_req_init(e, &c->q, path, body);
+  rc = dl_etcd_req_init(e, &c->q, path, body);
   if (rc == 0 && (c->h = curl_easy_init()) == NULL)
     rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   if (rc == 0) rc = call_begin(c);
@@ -304,4 +340,23 @@ int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, etcd_acall_fn fn, void *ud,
                   etcd_acall **out) {
   return call_new(e, path, body, deadline, true, fn, ud, out);
+}
+
+int dl_etcd_awatch(dl_etcd *e, const char *body, etcd_acall_fn fn, void *ud,
+                   etcd_acall **out) {
+  int rc;
+  etcd_acall *c = call_alloc(e, fn, ud, &rc);
+  *out = NULL;
+  if (c == NULL) return rc;
+  c->idx = atomic_load(&e->current);
+  if ((c->w = dl_etcd_waiting_new(e)) != NULL &&
+      (c->h = curl_easy_init()) != NULL)
+    c->hd = dl_etcd_waiting_setup(e, c->w, c->h, c->idx, body);
+  if (c->hd) curl_easy_setopt(c->h, CURLOPT_PRIVATE, c);
+  if (c->hd == NULL || curl_multi_add_handle(c->a->m, c->h) != CURLM_OK) {
+    call_free(c);
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  *out = c;
+  return 0;
 }

@@ -15,12 +15,13 @@ static void curl_init(void) {
   curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
 }
 
-int dl_etcd_keepalive(dl_etcd *e, int64_t lease, int64_t deadline,
-                      int64_t *ttl_s) {
-  char body[64];
-  snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
+void dl_etcd_lease_body(int64_t id, char *body, size_t len) {
+  snprintf(body, len, "{\"ID\":\"%" PRId64 "\"}", id);
+}
+
+int dl_etcd_keepalive_answer(dl_etcd *e, json_object *o, int64_t *ttl_s) {
   json_object *r;
-  int rc = dl_etcd_call1(e, "/v3/lease/keepalive", body, deadline, &r);
+  int rc = dl_etcd_result(e, "/v3/lease/keepalive", o, &r);
   if (rc != 0) return rc;
   /* A dead lease's answer has no TTL (a zero, omitted). */
   *ttl_s = dl_etcd_i64(r, "TTL");
@@ -28,13 +29,21 @@ int dl_etcd_keepalive(dl_etcd *e, int64_t lease, int64_t deadline,
   return *ttl_s > 0;
 }
 
-int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
-                  int64_t *got_s) {
+int dl_etcd_keepalive(dl_etcd *e, int64_t lease, int64_t deadline,
+                      int64_t *ttl_s) {
   char body[64];
-  snprintf(body, sizeof body, "{\"TTL\":\"%" PRId64 "\"}", ttl_s);
-  json_object *r;
-  int rc = dl_etcd_call(e, "/v3/lease/grant", body, deadline, &r, NULL);
-  if (rc != 0) return rc;
+  dl_etcd_lease_body(lease, body, sizeof body);
+  json_object *o;
+  int rc = dl_etcd_call(e, "/v3/lease/keepalive", body, deadline, &o, NULL);
+  return rc != 0 ? rc : dl_etcd_keepalive_answer(e, o, ttl_s);
+}
+
+void dl_etcd_grant_body(int64_t ttl_s, char *body, size_t len) {
+  snprintf(body, len, "{\"TTL\":\"%" PRId64 "\"}", ttl_s);
+}
+
+int dl_etcd_grant_answer(dl_etcd *e, json_object *r, int64_t *lease,
+                         int64_t *got_s) {
   *lease = dl_etcd_i64(r, "ID");
   *got_s = dl_etcd_i64(r, "TTL");
   json_object_put(r);
@@ -44,9 +53,18 @@ int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
   return 0;
 }
 
+int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
+                  int64_t *got_s) {
+  char body[64];
+  dl_etcd_grant_body(ttl_s, body, sizeof body);
+  json_object *r;
+  int rc = dl_etcd_call(e, "/v3/lease/grant", body, deadline, &r, NULL);
+  return rc != 0 ? rc : dl_etcd_grant_answer(e, r, lease, got_s);
+}
+
 int dl_etcd_revoke(dl_etcd *e, int64_t lease, int64_t deadline) {
   char body[64];
-  snprintf(body, sizeof body, "{\"ID\":\"%" PRId64 "\"}", lease);
+  dl_etcd_lease_body(lease, body, sizeof body);
   json_object *r;
   int code;
   int rc = dl_etcd_call(e, "/v3/lease/revoke", body, deadline, &r, &code);
@@ -54,12 +72,11 @@ int dl_etcd_revoke(dl_etcd *e, int64_t lease, int64_t deadline) {
   return rc != 0 && code == 5 ? 0 : rc; /* not found: gone already */
 }
 
-int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
-                        int64_t *lease, int64_t *until) {
-  int64_t ttl_s = dl_etcd_ttl_s(lease_ms), sent = dl_now_ms(), l = 0;
+int64_t dl_etcd_idle_take(dl_etcd *e, int64_t lease_ms, int64_t now) {
+  int64_t ttl_s = dl_etcd_ttl_s(lease_ms), l = 0;
   pthread_mutex_lock(&e->mu);
   for (int i = e->nidle - 1; i >= 0 && l == 0; i--) {
-    if (e->idle[i].until <= sent) { /* expired by now: forgotten */
+    if (e->idle[i].until <= now) { /* expired by now: forgotten */
       e->idle[i] = e->idle[--e->nidle];
       continue;
     }
@@ -69,6 +86,13 @@ int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
     }
   }
   pthread_mutex_unlock(&e->mu);
+  return l;
+}
+
+int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
+                        int64_t *lease, int64_t *until) {
+  int64_t ttl_s = dl_etcd_ttl_s(lease_ms), sent = dl_now_ms();
+  int64_t l = dl_etcd_idle_take(e, lease_ms, sent);
   if (l != 0) {
     int64_t got;
     int rc = dl_etcd_keepalive(e, l, deadline, &got);
@@ -86,8 +110,8 @@ int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
   return rc;
 }
 
-void dl_etcd_lease_idle(dl_etcd *e, int64_t lease, int64_t lease_ms,
-                        int64_t until) {
+int64_t dl_etcd_idle_put(dl_etcd *e, int64_t lease, int64_t lease_ms,
+                         int64_t until) {
   int64_t old = 0;
   pthread_mutex_lock(&e->mu);
   if (e->nidle == ETCD_IDLE_MAX) {
@@ -100,46 +124,69 @@ void dl_etcd_lease_idle(dl_etcd *e, int64_t lease, int64_t lease_ms,
   e->idle[e->nidle].until = until;
   e->nidle++;
   pthread_mutex_unlock(&e->mu);
+  return old;
+}
+
+void dl_etcd_lease_idle(dl_etcd *e, int64_t lease, int64_t lease_ms,
+                        int64_t until) {
+  int64_t old = dl_etcd_idle_put(e, lease, lease_ms, until);
   if (old) dl_etcd_revoke(e, old, dl_now_ms() + e->command_timeout_ms);
+}
+
+int dl_etcd_session_need(dl_etcd *e, int64_t now, int64_t *lease,
+                         int64_t *until) {
+  pthread_mutex_lock(&e->mu);
+  int64_t l = e->lease, u = e->lease_until, ttl = e->lease_ttl_s;
+  pthread_mutex_unlock(&e->mu);
+  *lease = l;
+  *until = u;
+  if (l != 0 && u - now >= ttl * 1000 / 2) return 0;
+  return l != 0 ? 1 : 2;
+}
+
+int dl_etcd_session_kept(dl_etcd *e, int64_t sent, int64_t got,
+                         int64_t *until) {
+  int64_t u;
+  pthread_mutex_lock(&e->mu);
+  if (got > 0) {
+    e->lease_ttl_s = got;
+    e->lease_until = dl_validity(sent, got * 1000);
+  } else {
+    e->lease = 0; /* expired: its keys are gone, the renewals say so */
+  }
+  u = e->lease_until;
+  pthread_mutex_unlock(&e->mu);
+  *until = u;
+  return got > 0 && u > sent ? 0 : 1;
+}
+
+void dl_etcd_session_granted(dl_etcd *e, int64_t sent, int64_t lease,
+                             int64_t got, int64_t *until) {
+  *until = dl_validity(sent, got * 1000);
+  pthread_mutex_lock(&e->mu);
+  e->lease = lease;
+  e->lease_ttl_s = got;
+  e->lease_until = *until;
+  pthread_mutex_unlock(&e->mu);
 }
 
 int dl_etcd_session(dl_etcd *e, int64_t deadline, int64_t *lease,
                     int64_t *until) {
   pthread_mutex_lock(&e->lease_mu);
-  pthread_mutex_lock(&e->mu);
-  int64_t l = e->lease, u = e->lease_until, ttl = e->lease_ttl_s;
-  pthread_mutex_unlock(&e->mu);
-  int rc = 0;
-  int64_t sent = dl_now_ms();
-  if (l != 0 && u - sent >= ttl * 1000 / 2) goto done;
-  if (l != 0) {
-    int64_t got;
+  int64_t sent = dl_now_ms(), l, u, got;
+  int rc = dl_etcd_session_need(e, sent, &l, &u);
+  if (rc == 1) {
     rc = dl_etcd_keepalive(e, l, deadline, &got);
-    if (rc < 0) goto out;
-    pthread_mutex_lock(&e->mu);
-    if (rc == 1) {
-      e->lease_ttl_s = got;
-      e->lease_until = u = dl_validity(sent, got * 1000);
-    } else {
-      e->lease = 0; /* expired: its keys are gone, the renewals say so */
-    }
-    pthread_mutex_unlock(&e->mu);
-    rc = 0;
-    if (u > sent) goto done;
+    if (rc >= 0) rc = dl_etcd_session_kept(e, sent, rc == 1 ? got : 0, &u);
   }
-  int64_t want = dl_etcd_ttl_s(e->session_ttl_ms), got;
-  rc = dl_etcd_grant(e, want, deadline, &l, &got);
-  if (rc != 0) goto out;
-  u = dl_validity(sent, got * 1000);
-  pthread_mutex_lock(&e->mu);
-  e->lease = l;
-  e->lease_ttl_s = got;
-  e->lease_until = u;
-  pthread_mutex_unlock(&e->mu);
-done:
-  *lease = l;
-  *until = u;
-out:
+  if (rc == 2 || rc == 1) {
+    rc = dl_etcd_grant(e, dl_etcd_ttl_s(e->session_ttl_ms), deadline, &l, &got);
+    if (rc == 0) dl_etcd_session_granted(e, sent, l, got, &u);
+  }
+  if (rc == 0) {
+    *lease = l;
+    *until = u;
+  }
   pthread_mutex_unlock(&e->lease_mu);
   return rc;
 }

@@ -80,7 +80,7 @@ typedef struct dl_etcd {
   pthread_mutex_t auth_mu; /* one authenticate at a time */
   char *token;             /* e->mu: sent in every request's header */
   unsigned token_gen;      /* e->mu: bumped with every new token */
-  int64_t session_ttl_ms; /* the watchdog lease */
+  int64_t session_ttl_ms;  /* the watchdog lease */
   /* mu guards everything below; cv is broadcast when a hold or claim
    * goes (the client's other owners waiting for the key). */
   pthread_mutex_t mu;
@@ -125,9 +125,13 @@ typedef struct dl_etcd {
   /* An event-loop client's: the seam's event-loop form (blockloop.h), an
    * operation on a thread of its own, its waits ended by a cancel. */
   dl_blockloop *form;
-  struct etcd_aloop *aloop;        /* acall.c's: the loop's multi handle */
-  struct dl_async *aops;           /* release.c's operations in flight (the
-                                      loop's thread) */
+  struct etcd_aloop *aloop; /* acall.c's: the loop's multi handle */
+  struct dl_async *aops;    /* release.c's operations in flight (the
+                               loop's thread) */
+  /* amutex.c's acquire whose session call (a grant or keepalive, under
+   * lease_mu) is in flight, and those waiting for it (the loop's
+   * thread). */
+  struct dl_async *asess, *asess_wait;
   struct etcd_consumer *consumers; /* mu: reliable.c's */
 } dl_etcd;
 
@@ -155,6 +159,10 @@ int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
  * ({"result": ...}): *out is that message's result. */
 int dl_etcd_call1(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, json_object **out);
+/* The result of a streaming call's answer o (o put here): 0 with it in
+ * *out (the caller puts it), or DLOCK_EPROTO recorded. */
+int dl_etcd_result(dl_etcd *e, const char *path, json_object *o,
+                   json_object **out);
 /* The headers of a request: e->headers, headed by the Authorization with
  * the current token when there is one (*gen, when gen is non-NULL: the
  * token's generation); NULL out of memory. Free with
@@ -267,6 +275,14 @@ void dl_etcd_aloop_free(dl_etcd *e);
 int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, etcd_acall_fn fn, void *ud,
                   etcd_acall **out);
+/* A waiter's watch (the body of dl_etcd_watch_delete_body) on the loop, a
+ * stream with no deadline of its own (the caller aborts it): 0 and *out,
+ * then fn(ud, rc, NULL, 0) once, later: rc 1 news (the key deleted, or
+ * the watch cancelled by the server: look again), 2 the stream ended
+ * without news (a member gone: look again after a moment), or a negative
+ * code recorded. Or a negative code recorded (fn never runs). */
+int dl_etcd_awatch(dl_etcd *e, const char *body, etcd_acall_fn fn, void *ud,
+                   etcd_acall **out);
 /* Ends a call in flight; its fn never runs. The loop's thread. */
 void dl_etcd_acall_abort(etcd_acall *c);
 /* ---- release.c: the operations on it (own *_async entries) ---- */
@@ -340,12 +356,31 @@ json_object *dl_etcd_txn_resp(json_object *txn, int i, const char *type);
  * negative code. A lease found gone loses every hold on it. */
 int dl_etcd_session(dl_etcd *e, int64_t deadline, int64_t *lease,
                     int64_t *until);
+/* Its steps, for both drivers (the caller holds e->lease_mu, or is the
+ * loop's one session step): what the session needs at `now`: 0 nothing
+ * (*lease, *until: it), 1 a keepalive of *lease, 2 a grant. */
+int dl_etcd_session_need(dl_etcd *e, int64_t now, int64_t *lease,
+                         int64_t *until);
+/* The keepalive's answer (sent at `sent`; got: its TTL, 0 the lease is
+ * gone): 0 kept (*until), 1 a grant is needed. */
+int dl_etcd_session_kept(dl_etcd *e, int64_t sent, int64_t got, int64_t *until);
+/* The grant's answer (sent at `sent`): the session's lease from now. */
+void dl_etcd_session_granted(dl_etcd *e, int64_t sent, int64_t lease,
+                             int64_t got, int64_t *until);
 /* Keeps `lease` alive once: 1 alive (*ttl_s), 0 gone, or a negative code. */
 int dl_etcd_keepalive(dl_etcd *e, int64_t lease, int64_t deadline,
                       int64_t *ttl_s);
+/* A lease's request body ({"ID": id}: keepalive, revoke), and a
+ * keepalive's answer o (put here) as dl_etcd_keepalive's result. */
+void dl_etcd_lease_body(int64_t id, char *body, size_t len);
+int dl_etcd_keepalive_answer(dl_etcd *e, json_object *o, int64_t *ttl_s);
 /* Grants a lease of ttl_s seconds: 0 (*lease, *got_s), or a code. */
 int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
                   int64_t *got_s);
+/* Its request body, and its answer r (put here) as its result. */
+void dl_etcd_grant_body(int64_t ttl_s, char *body, size_t len);
+int dl_etcd_grant_answer(dl_etcd *e, json_object *r, int64_t *lease,
+                         int64_t *got_s);
 /* Revokes a lease (its keys go): 0 or a negative code. */
 int dl_etcd_revoke(dl_etcd *e, int64_t lease, int64_t deadline);
 /* A fixed lease of lease_ms for a hold, surely valid for lease_ms from
@@ -358,6 +393,13 @@ int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
  * client keeps enough). */
 void dl_etcd_lease_idle(dl_etcd *e, int64_t lease, int64_t lease_ms,
                         int64_t until);
+/* Their halves, for the event loop's acquire: an idle fixed lease for
+ * lease_ms taken off the list (0: none; keep it alive before use); and
+ * one put on it, returning the oldest it pushed off (0: none; to
+ * revoke). */
+int64_t dl_etcd_idle_take(dl_etcd *e, int64_t lease_ms, int64_t now);
+int64_t dl_etcd_idle_put(dl_etcd *e, int64_t lease, int64_t lease_ms,
+                         int64_t until);
 
 /* ---- mutex.c ---- */
 int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a);
@@ -403,13 +445,12 @@ void dl_etcd_hold_free(etcd_hold *h);
  * owners waiting for the key look again. e->mu not held. */
 void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h);
 /* The release's first half (mutex.c): 0 still held (count > 1: the
- * client counts re-entries), 2 (nothing done) when the hold has a lease of
- * its own and !own_ok, 1 with the hold no longer held (still listed, so
- * that the client's other owners of the name wait until
+ * client counts re-entries), 1 with the hold no longer held (still
+ * listed, so that the client's other owners of the name wait until
  * dl_etcd_hold_drop) and unwatched in *hp (its key to delete at its
  * revision: release.c), or DLOCK_ENOTOWNER recorded. */
 int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
-                          bool own_ok, etcd_hold **hp);
+                          etcd_hold **hp);
 /* fence.c: fenced resources (the seam's fence). */
 int dl_etcd_fence(dl_backend *b, dl_fence_req *f);
 /* Deletes key if its create revision is still rev: 1 deleted, 0 it was
@@ -429,6 +470,51 @@ int dl_etcd_delete_own(dl_etcd *e, const char *key, int64_t rev,
  * changed, h->rev 0), or a negative code. */
 int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
                          const char *pfx, int64_t deadline, int64_t *owner_rev);
+/* Its txn's body (malloc'ed; NULL out of memory), and the txn's answer r
+ * (put here) as its result. */
+char *dl_etcd_put_read_body(const etcd_hold *h, const char *value,
+                            const char *pfx);
+int dl_etcd_put_read_answer(dl_etcd *e, etcd_hold *h, json_object *r,
+                            int64_t *owner_rev);
+/* ---- the mutex acquire's steps, for both drivers (mutex.c; the event
+ * loop's: amutex.c) ---- */
+/* A re-entry's first half: the create revision of the owner's hold of l
+ * (its key into key, len bytes), 0 none held; its second, given the
+ * key's create revision `now` (dl_etcd_create_rev_*: 0 gone): 1 taken
+ * again (a's results), or 0 not the same key any more (the hold dropped:
+ * take it afresh). */
+int64_t dl_etcd_reenter_begin(dl_etcd *e, const dl_lock_ref *l, char *key,
+                              size_t len);
+int dl_etcd_reenter_end(dl_etcd *e, dl_acquire *a, int64_t rev, int64_t now);
+/* A range reading key's create revision: its body (ETCD_CREATE_REV_BODY_MAX
+ * bytes), and its answer r (put here): > 0, 0 the key is gone. */
+#define ETCD_CREATE_REV_BODY_MAX (4 * ((ETCD_KEY_MAX + 2) / 3) + 70)
+void dl_etcd_create_rev_body(const char *key, char *body, size_t len);
+int64_t dl_etcd_create_rev_answer(json_object *r);
+/* A claim on l for its owner (own_lease: a fixed lease), not yet listed:
+ * NULL out of memory (recorded). */
+etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease);
+/* Lists the claim h on the mutex l unless it would have to wait first
+ * (another owner of this client on the same key) or clear a stale hold
+ * of the owner: 1 listed, 0 not (nothing done). */
+int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h);
+/* Once h->lease is known: the acquire's key (h->key), its lock's prefix
+ * (pfx, ETCD_KEY_MAX bytes), the prefix its line is read under (wait_pfx,
+ * ETCD_KEY_MAX + 8 bytes) and its value (*value, malloc'ed); an orphan of
+ * that key is ours again. 0, or DLOCK_ENOMEM recorded. */
+int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
+                      char *wait_pfx, char **value);
+/* h won (its lease valid until `until`): held, watched, a's results: 1,
+ * or a negative code (h still listed, held: the caller's failure path). */
+int dl_etcd_mutex_won(dl_etcd *e, dl_acquire *a, etcd_hold *h, int64_t until);
+/* A waiter's look, in one txn: whether its own key (at its create
+ * revision rev) is still there, and if so the key before it under pfx.
+ * Its body (malloc'ed, NULL out of memory); its answer r (put here): 1
+ * (*pred, *at: the revision read), 0 nobody before it, DLOCK_ELOST our
+ * key is gone (recorded). */
+char *dl_etcd_look_body(const char *key, const char *pfx, int64_t rev);
+int dl_etcd_look_answer(dl_etcd *e, const char *key, json_object *r, char *pred,
+                        size_t len, int64_t *at);
 /* The key before ours in the line: the highest create revision below
  * `rev` under pfx. 1 found (its key in pred, the answer's revision in
  * *at), 0 none, or a negative code. */
@@ -478,6 +564,13 @@ bool dl_etcd_transient(int rc);
  * the time spent). */
 bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,
                       int *rides);
+/* Its decision alone (the event loop's waits pause on a timer): the
+ * pause in ms, or 0 when the error stands. */
+int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
+                           int *rides);
+/* How long a waiter on h's key (lease_ms: the acquire's) waits before it
+ * keeps its lease alive: a third of its TTL. */
+int64_t dl_etcd_lease_step(dl_etcd *e, etcd_hold *h, int64_t lease_ms);
 /* A lease of ms milliseconds in etcd's whole seconds, rounded up (no
  * overflow near INT64_MAX). */
 static inline int64_t dl_etcd_ttl_s(int64_t ms) {
@@ -558,6 +651,38 @@ int dl_etcd_consumer_renew(dl_etcd *e, dl_renew_item *it, int64_t lease_ms,
 void dl_etcd_consumers_free(dl_etcd *e, int64_t deadline);
 
 /* ---- wait.c ---- */
+/* A watch's answer as it comes, by e's transport: the gateway's JSON
+ * messages (tok) or gRPC's framed WatchResponses (buf: a message's bytes
+ * so far). */
+typedef struct etcd_stream {
+  json_tokener *tok; /* NULL over gRPC */
+  etcd_buf buf;
+} etcd_stream;
+/* A waiter's watch: its stream, and what it heard. */
+typedef struct etcd_waiting {
+  dl_etcd *e;
+  etcd_stream st;
+  int seen; /* 1 news (a DELETE event, or per any and put), 2 the watch
+               was cancelled or failed: look again; 0 nothing yet */
+  bool any; /* any event is news, not only a DELETE */
+  bool put; /* a PUT is news, not a DELETE */
+  bool bad; /* bytes that are not etcd's */
+  unsigned wakes;
+} etcd_waiting;
+/* The body of a watch for key's delete after revision rev (from rev + 1),
+ * ETCD_WATCH_BODY_MAX bytes. */
+#define ETCD_WATCH_BODY_MAX (ETCD_KEY_MAX * 2 + 128)
+void dl_etcd_watch_delete_body(const char *key, int64_t rev, char *body,
+                               size_t len);
+/* A waiter's watch for a transfer of the caller's (acall.c's): new (NULL
+ * out of memory; a DELETE is news), freed (NULL accepted); and h set up
+ * for the watch `body` at endpoint idx on e's transport, its bytes to w
+ * (w->seen stops the transfer): its headers (free them with
+ * dl_etcd_headers_free once h is done), or NULL out of memory. */
+etcd_waiting *dl_etcd_waiting_new(dl_etcd *e);
+void dl_etcd_waiting_free(etcd_waiting *w);
+struct curl_slist *dl_etcd_waiting_setup(dl_etcd *e, etcd_waiting *w, CURL *h,
+                                         int idx, const char *body);
 /* Waits until `key` is deleted after revision `rev` (a watch from rev + 1):
  * 1 deleted, 0 not by the deadline (or the operation this thread runs
  * was cancelled: dl_offload_cancelled), or a negative code (DLOCK_ECLOSED

@@ -395,21 +395,23 @@ int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
   return rc;
 }
 
+int dl_etcd_result(dl_etcd *e, const char *path, json_object *o,
+                   json_object **out) {
+  json_object *r = dl_etcd_get(o, "result");
+  *out = r ? json_object_get(r) : NULL;
+  json_object_put(o);
+  if (r == NULL)
+    return dl_seterr(e->err, DLOCK_EPROTO,
+                     "etcd %s: a stream's answer without a result", path);
+  return 0;
+}
+
 int dl_etcd_call1(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, json_object **out) {
   json_object *o;
   int rc = dl_etcd_call(e, path, body, deadline, &o, NULL);
   *out = NULL;
-  if (rc != 0) return rc;
-  json_object *r = dl_etcd_get(o, "result");
-  if (r == NULL) {
-    json_object_put(o);
-    return dl_seterr(e->err, DLOCK_EPROTO,
-                     "etcd %s: a stream's answer without a result", path);
-  }
-  *out = json_object_get(r);
-  json_object_put(o);
-  return 0;
+  return rc != 0 ? rc : dl_etcd_result(e, path, o, out);
 }
 
 static const char b64[] =

@@ -32,15 +32,22 @@ bool dl_etcd_transient(int rc) {
  * to 200 ms) when rc is transient and the wait's deadline leaves room,
  * false when the error stands (the client closing, the operation
  * cancelled, the time spent). */
-bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,
-                      int *rides) {
+int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
+                           int *rides) {
   if (!dl_etcd_transient(rc) || !wait || atomic_load(e->env->closing) ||
       dl_offload_cancelled())
-    return false;
+    return 0;
   int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
   if (pause > 200) pause = 200;
-  if (dl_now_ms() + pause >= deadline) return false;
+  if (dl_now_ms() + pause >= deadline) return 0;
   (*rides)++;
+  return pause;
+}
+
+bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,
+                      int *rides) {
+  int64_t pause = dl_etcd_ride_pause(e, wait, deadline, rc, rides);
+  if (pause == 0) return false;
   dl_etcd_pause(e, pause);
   return !atomic_load(e->env->closing) && !dl_offload_cancelled();
 }
@@ -105,16 +112,23 @@ void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h) {
 
 /* A txn's body: a compare of the create revision of key (b64) with rev,
  * then the success and failure ops (JSON arrays' insides). */
-static int txn(dl_etcd *e, const char *k64, int64_t rev, const char *success,
-               const char *failure, int64_t deadline, json_object **out) {
+static char *txn_body(const char *k64, int64_t rev, const char *success,
+                      const char *failure) {
   size_t n = strlen(success) + strlen(failure) + strlen(k64) + 200;
   char *body = malloc(n);
+  if (body)
+    snprintf(body, n,
+             "{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\","
+             "\"create_revision\":\"%" PRId64 "\"}],\"success\":[%s],"
+             "\"failure\":[%s]}",
+             k64, rev, success, failure);
+  return body;
+}
+
+/* Posts a txn's body (NULL: out of memory), and frees it. */
+static int txn_post(dl_etcd *e, char *body, int64_t deadline,
+                    json_object **out) {
   if (body == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  snprintf(body, n,
-           "{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\","
-           "\"create_revision\":\"%" PRId64 "\"}],\"success\":[%s],"
-           "\"failure\":[%s]}",
-           k64, rev, success, failure);
   int rc = dl_etcd_call(e, "/v3/kv/txn", body, deadline, out, NULL);
   free(body);
   return rc;
@@ -155,12 +169,7 @@ int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
   return rc;
 }
 
-/* A waiter's look, in one round trip: whether its own key (at its create
- * revision rev) is still there, and if so the key before it under pfx
- * (dl_etcd_predecessor's). Returns 1 (*pred, *at: the revision read), 0
- * nobody before it, DLOCK_ELOST our key is gone, or a negative code. */
-static int look(dl_etcd *e, const char *key, const char *pfx, int64_t rev,
-                char *pred, size_t len, int64_t *at, int64_t deadline) {
+char *dl_etcd_look_body(const char *key, const char *pfx, int64_t rev) {
   char k64[B64(ETCD_KEY_MAX)], p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
   char range[3 * B64(ETCD_KEY_MAX)];
   dl_etcd_b64(key, strlen(key), k64);
@@ -172,9 +181,11 @@ static int look(dl_etcd *e, const char *key, const char *pfx, int64_t rev,
            "\"sort_target\":\"CREATE\",\"max_create_revision\":\"%" PRId64
            "\",\"keys_only\":true}}",
            p64, end64, rev - 1);
-  json_object *r;
-  int rc = txn(e, k64, rev, range, "", deadline, &r);
-  if (rc != 0) return rc;
+  return txn_body(k64, rev, range, "");
+}
+
+int dl_etcd_look_answer(dl_etcd *e, const char *key, json_object *r, char *pred,
+                        size_t len, int64_t *at) {
   json_object *s = dl_etcd_get(r, "succeeded");
   if (s == NULL || !json_object_get_boolean(s)) {
     json_object_put(r);
@@ -186,23 +197,83 @@ static int look(dl_etcd *e, const char *key, const char *pfx, int64_t rev,
   *at = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
   json_object *kv = dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range"));
   json_object *k = dl_etcd_get(kv, "key");
-  rc = 0;
+  int rc = 0;
   if (k && dl_etcd_unb64(json_object_get_string(k), pred, len) >= 0) rc = 1;
   json_object_put(r);
   return rc;
 }
 
-/* The create revision of key now: > 0, 0 gone, or a negative code. */
-static int64_t create_rev(dl_etcd *e, const char *key, int64_t deadline) {
-  char k64[B64(ETCD_KEY_MAX)], body[B64(ETCD_KEY_MAX) + 64];
-  dl_etcd_b64(key, strlen(key), k64);
-  snprintf(body, sizeof body, "{\"key\":\"%s\",\"keys_only\":true}", k64);
+/* A waiter's look, in one round trip (dl_etcd_look_body's). */
+static int look(dl_etcd *e, const char *key, const char *pfx, int64_t rev,
+                char *pred, size_t len, int64_t *at, int64_t deadline) {
   json_object *r;
-  int rc = dl_etcd_call(e, "/v3/kv/range", body, deadline, &r, NULL);
-  if (rc != 0) return rc;
+  int rc = txn_post(e, dl_etcd_look_body(key, pfx, rev), deadline, &r);
+  return rc != 0 ? rc : dl_etcd_look_answer(e, key, r, pred, len, at);
+}
+
+/* The create revision of key now: > 0, 0 gone, or a negative code. */
+void dl_etcd_create_rev_body(const char *key, char *body, size_t len) {
+  char k64[B64(ETCD_KEY_MAX)];
+  dl_etcd_b64(key, strlen(key), k64);
+  snprintf(body, len, "{\"key\":\"%s\",\"keys_only\":true}", k64);
+}
+
+int64_t dl_etcd_create_rev_answer(json_object *r) {
   int64_t rev = dl_etcd_i64(dl_etcd_kv0(r), "create_revision");
   json_object_put(r);
   return rev;
+}
+
+static int64_t create_rev(dl_etcd *e, const char *key, int64_t deadline) {
+  char body[ETCD_CREATE_REV_BODY_MAX];
+  dl_etcd_create_rev_body(key, body, sizeof body);
+  json_object *r;
+  int rc = dl_etcd_call(e, "/v3/kv/range", body, deadline, &r, NULL);
+  return rc != 0 ? rc : dl_etcd_create_rev_answer(r);
+}
+
+etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease) {
+  etcd_hold *h = calloc(1, sizeof *h);
+  if (h == NULL || !(h->lock = dl_strdup(l->key)) ||
+      !(h->owner = dl_strdup(l->owner))) {
+    dl_etcd_hold_free(h);
+    dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  h->own_lease = own_lease;
+  return h;
+}
+
+/* What keeps h (a claim on l) from being listed now (e->mu held): a hold
+ * of this very owner that the client no longer counts (it was reported
+ * lost, and not released: stale, its key goes), else another owner's
+ * holding or taking l on the same lease (shared_key: the mutex's key is
+ * the lease's); NULL nothing. *stale: whether it is the former. */
+static etcd_hold *claim_blocker(dl_etcd *e, const dl_lock_ref *l,
+                                const etcd_hold *h, bool shared_key,
+                                bool *stale) {
+  *stale = true;
+  for (etcd_hold *x = e->holds; x; x = x->next)
+    if (x->held && !x->permit && strcmp(x->lock, l->key) == 0 &&
+        strcmp(x->owner, l->owner) == 0)
+      return x;
+  *stale = false;
+  etcd_hold *o = NULL;
+  for (etcd_hold *x = e->holds; x && !h->own_lease && shared_key; x = x->next)
+    if (!x->own_lease && !x->permit && strcmp(x->lock, l->key) == 0) o = x;
+  return o;
+}
+
+int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h) {
+  bool stale;
+  pthread_mutex_lock(&e->mu);
+  bool free_now = claim_blocker(e, l, h, true, &stale) == NULL;
+  if (free_now) {
+    h->next = e->holds;
+    e->holds = h;
+  }
+  pthread_mutex_unlock(&e->mu);
+  return free_now;
 }
 
 /* Waits for the client's other owner holding (or taking) lock on the same
@@ -212,35 +283,22 @@ static int64_t create_rev(dl_etcd *e, const char *key, int64_t deadline) {
 static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
                  etcd_hold **out) {
   const dl_lock_ref *l = a->lock;
-  etcd_hold *h = calloc(1, sizeof *h);
-  if (h == NULL || !(h->lock = dl_strdup(l->key)) ||
-      !(h->owner = dl_strdup(l->owner))) {
-    dl_etcd_hold_free(h);
-    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  }
-  h->own_lease = own_lease;
+  etcd_hold *h = dl_etcd_claim_new(e, l, own_lease);
+  if (h == NULL) return DLOCK_ENOMEM;
   pthread_mutex_lock(&e->mu);
   int rc = 1;
   for (;;) {
-    /* A hold of this very owner that the client no longer counts (it was
-     * reported lost, and not released): stale, its key goes. */
-    etcd_hold *stale = NULL;
-    for (etcd_hold *x = e->holds; x && !stale; x = x->next)
-      if (x->held && !x->permit && strcmp(x->lock, l->key) == 0 &&
-          strcmp(x->owner, l->owner) == 0)
-        stale = x;
-    if (stale) {
+    bool is_stale;
+    etcd_hold *o = claim_blocker(e, l, h, shared_key, &is_stale);
+    if (o && is_stale) {
       pthread_mutex_unlock(&e->mu);
       int64_t deadline = dl_now_ms() + e->command_timeout_ms;
-      dl_etcd_delete_at(e, stale->key, stale->rev, deadline);
-      if (stale->own_lease) dl_etcd_revoke(e, stale->lease, deadline);
-      dl_etcd_hold_drop(e, stale);
+      dl_etcd_delete_at(e, o->key, o->rev, deadline);
+      if (o->own_lease) dl_etcd_revoke(e, o->lease, deadline);
+      dl_etcd_hold_drop(e, o);
       pthread_mutex_lock(&e->mu);
       continue;
     }
-    etcd_hold *o = NULL;
-    for (etcd_hold *x = e->holds; x && !own_lease && shared_key; x = x->next)
-      if (!x->own_lease && !x->permit && strcmp(x->lock, l->key) == 0) o = x;
     if (o == NULL) break;
     if (atomic_load(e->env->closing)) {
       rc = dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
@@ -268,9 +326,8 @@ static int claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
   return rc;
 }
 
-int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
-                         const char *pfx, int64_t deadline,
-                         int64_t *owner_rev) {
+char *dl_etcd_put_read_body(const etcd_hold *h, const char *value,
+                            const char *pfx) {
   char k64[B64(ETCD_KEY_MAX)], p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
   dl_etcd_b64(h->key, strlen(h->key), k64);
   dl_etcd_b64(pfx, strlen(pfx), p64);
@@ -280,34 +337,32 @@ int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
   size_t vl = strlen(value), put_len = B64(ETCD_KEY_MAX) + B64(vl) + 128;
   char owner[3 * B64(ETCD_KEY_MAX)], get[B64(ETCD_KEY_MAX) + 64];
   char *v64 = malloc(B64(vl)), *put = malloc(put_len),
-       *success = malloc(sizeof owner + put_len + 8);
+       *success = malloc(sizeof owner + put_len + 8), *body = NULL;
   char failure[sizeof owner + sizeof get + 8];
-  if (v64 == NULL || put == NULL || success == NULL) {
-    free(v64);
-    free(put);
-    free(success);
-    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  if (v64 && put && success) {
+    dl_etcd_b64(value, vl, v64);
+    snprintf(owner, sizeof owner,
+             "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
+             "\"limit\":\"1\",\"sort_order\":\"ASCEND\","
+             "\"sort_target\":\"CREATE\",\"keys_only\":true}}",
+             p64, end64);
+    snprintf(put, put_len,
+             "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
+             "\"lease\":\"%" PRId64 "\"}}",
+             k64, v64, h->lease);
+    snprintf(get, sizeof get, "{\"request_range\":{\"key\":\"%s\"}}", k64);
+    snprintf(success, sizeof owner + put_len + 8, "%s,%s", put, owner);
+    snprintf(failure, sizeof failure, "%s,%s", get, owner);
+    body = txn_body(k64, 0, success, failure);
   }
-  dl_etcd_b64(value, vl, v64);
-  snprintf(owner, sizeof owner,
-           "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
-           "\"limit\":\"1\",\"sort_order\":\"ASCEND\","
-           "\"sort_target\":\"CREATE\",\"keys_only\":true}}",
-           p64, end64);
-  snprintf(
-      put, put_len,
-      "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64
-      "\"}}",
-      k64, v64, h->lease);
-  snprintf(get, sizeof get, "{\"request_range\":{\"key\":\"%s\"}}", k64);
-  snprintf(success, sizeof owner + put_len + 8, "%s,%s", put, owner);
-  snprintf(failure, sizeof failure, "%s,%s", get, owner);
-  json_object *r;
-  int rc = txn(e, k64, 0, success, failure, deadline, &r);
   free(v64);
   free(put);
   free(success);
-  if (rc != 0) return rc;
+  return body;
+}
+
+int dl_etcd_put_read_answer(dl_etcd *e, etcd_hold *h, json_object *r,
+                            int64_t *owner_rev) {
   json_object *s = dl_etcd_get(r, "succeeded");
   if (s && json_object_get_boolean(s)) {
     h->rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
@@ -333,21 +388,28 @@ int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
   return 0;
 }
 
-/* Takes the re-entry of an existing hold: 1, or 0 it was gone (dropped:
- * take it afresh), or a negative code. */
-static int reenter(dl_etcd *e, dl_acquire *a) {
+int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
+                         const char *pfx, int64_t deadline,
+                         int64_t *owner_rev) {
+  json_object *r;
+  int rc = txn_post(e, dl_etcd_put_read_body(h, value, pfx), deadline, &r);
+  return rc != 0 ? rc : dl_etcd_put_read_answer(e, h, r, owner_rev);
+}
+
+int64_t dl_etcd_reenter_begin(dl_etcd *e, const dl_lock_ref *l, char *key,
+                              size_t len) {
+  pthread_mutex_lock(&e->mu);
+  etcd_hold *h = hold_find(e, l->key, l->owner);
+  int64_t rev = h && h->held ? h->rev : 0;
+  if (rev) snprintf(key, len, "%s", h->key);
+  pthread_mutex_unlock(&e->mu);
+  return rev;
+}
+
+int dl_etcd_reenter_end(dl_etcd *e, dl_acquire *a, int64_t rev, int64_t now) {
   const dl_lock_ref *l = a->lock;
   pthread_mutex_lock(&e->mu);
   etcd_hold *h = hold_find(e, l->key, l->owner);
-  char key[ETCD_KEY_MAX] = "";
-  int64_t rev = h && h->held ? h->rev : 0;
-  if (rev) snprintf(key, sizeof key, "%s", h->key);
-  pthread_mutex_unlock(&e->mu);
-  if (rev == 0) return 0;
-  int64_t now = create_rev(e, key, dl_now_ms() + e->command_timeout_ms);
-  if (now < 0) return (int)now;
-  pthread_mutex_lock(&e->mu);
-  h = hold_find(e, l->key, l->owner);
   bool same = h && h->held && now == rev; /* the client counts it */
   bool held = h && h->held;
   int64_t until = h && h->own_lease ? h->lease_until : e->lease_until;
@@ -362,9 +424,18 @@ static int reenter(dl_etcd *e, dl_acquire *a) {
   return 1;
 }
 
-/* How long a waiter waits before it keeps its lease alive: a third of
- * its TTL. */
-static int64_t lease_step(dl_etcd *e, etcd_hold *h, int64_t lease_ms) {
+/* Takes the re-entry of an existing hold: 1, or 0 it was gone (dropped:
+ * take it afresh), or a negative code. */
+static int reenter(dl_etcd *e, dl_acquire *a) {
+  char key[ETCD_KEY_MAX] = "";
+  int64_t rev = dl_etcd_reenter_begin(e, a->lock, key, sizeof key);
+  if (rev == 0) return 0;
+  int64_t now = create_rev(e, key, dl_now_ms() + e->command_timeout_ms);
+  if (now < 0) return (int)now;
+  return dl_etcd_reenter_end(e, a, rev, now);
+}
+
+int64_t dl_etcd_lease_step(dl_etcd *e, etcd_hold *h, int64_t lease_ms) {
   pthread_mutex_lock(&e->mu);
   int64_t ms = h->own_lease ? lease_ms : e->lease_ttl_s * 1000;
   pthread_mutex_unlock(&e->mu);
@@ -429,6 +500,58 @@ static void rw_key(const char *pfx, bool write, char *out, size_t len) {
   snprintf(out, len, "%s%s/%" PRId64, pfx, write ? "write" : "read", ns);
 }
 
+int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
+                      char *wait_pfx, char **value) {
+  const dl_lock_ref *l = a->lock;
+  bool rw = l->kind == DL_KIND_READ || l->kind == DL_KIND_WRITE;
+  /* The mutex's key: PFX + the lease in hex; it waits for any key before
+   * it. A reader waits for the writers' keys before its own, a writer for
+   * every key before it (contrib/recipes' RWMutex). */
+  char key[ETCD_KEY_MAX + 24];
+  lock_prefix(e, l->key, pfx, ETCD_KEY_MAX);
+  snprintf(wait_pfx, ETCD_KEY_MAX + 8, "%s%s", pfx,
+           l->kind == DL_KIND_READ ? "write/" : "");
+  if (rw)
+    rw_key(pfx, l->kind == DL_KIND_WRITE, key, sizeof key);
+  else
+    snprintf(key, sizeof key, "%s%" PRIx64, pfx, (uint64_t)h->lease);
+  if ((h->key = dl_strdup(key)) == NULL)
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  /* Our key, left by a release that failed: ours again (as Go takes it),
+   * not to be deleted behind us. */
+  pthread_mutex_lock(&e->mu);
+  for (etcd_hold **pp = &e->orphans; *pp;) {
+    etcd_hold *o = *pp;
+    if (strcmp(o->key, key) == 0 && o->lease == 0) {
+      *pp = o->next;
+      dl_etcd_hold_free(o);
+    } else {
+      pp = &o->next;
+    }
+  }
+  pthread_mutex_unlock(&e->mu);
+  /* The key's value: the owner id, a newline, the holder's description
+   * (Go never reads it; dlock status and the waiters do). */
+  size_t vl = strlen(l->owner) + (a->info ? strlen(a->info) : 0) + 2;
+  if ((*value = malloc(vl)) == NULL)
+    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  snprintf(*value, vl, "%s\n%s", l->owner, a->info ? a->info : "");
+  return 0;
+}
+
+int dl_etcd_mutex_won(dl_etcd *e, dl_acquire *a, etcd_hold *h, int64_t until) {
+  pthread_mutex_lock(&e->mu);
+  h->held = true;
+  if (!h->own_lease && e->lease == h->lease) until = e->lease_until;
+  pthread_mutex_unlock(&e->mu);
+  int rc = dl_etcd_watch_hold(e, h);
+  if (rc != 0) return rc;
+  a->status = 1;
+  a->token = (uint64_t)h->rev;
+  a->valid_until = until;
+  return 1;
+}
+
 int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   dl_etcd *e = (dl_etcd *)b;
   const dl_lock_ref *l = a->lock;
@@ -466,42 +589,13 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   } else {
     rc = dl_etcd_session(e, deadline, &h->lease, &until);
   }
-  /* The mutex's key: PFX + the lease in hex; it waits for any key before
-   * it. A reader waits for the writers' keys before its own, a writer for
-   * every key before it (contrib/recipes' RWMutex). */
   char pfx[ETCD_KEY_MAX], key[ETCD_KEY_MAX + 24], wait_pfx[ETCD_KEY_MAX + 8];
-  lock_prefix(e, l->key, pfx, sizeof pfx);
-  snprintf(wait_pfx, sizeof wait_pfx, "%s%s", pfx,
-           l->kind == DL_KIND_READ ? "write/" : "");
-  if (rw)
-    rw_key(pfx, l->kind == DL_KIND_WRITE, key, sizeof key);
-  else
-    snprintf(key, sizeof key, "%s%" PRIx64, pfx, (uint64_t)h->lease);
-  if (rc == 0 && (h->key = dl_strdup(key)) == NULL)
-    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  /* Our key, left by a release that failed: ours again (as Go takes it),
-   * not to be deleted behind us. */
-  pthread_mutex_lock(&e->mu);
-  for (etcd_hold **pp = &e->orphans; *pp;) {
-    etcd_hold *o = *pp;
-    if (strcmp(o->key, key) == 0 && o->lease == 0) {
-      *pp = o->next;
-      dl_etcd_hold_free(o);
-    } else {
-      pp = &o->next;
-    }
-  }
-  pthread_mutex_unlock(&e->mu);
+  char *value = NULL;
+  if (rc == 0) rc = dl_etcd_mutex_key(e, a, h, pfx, wait_pfx, &value);
+  if (h->key) snprintf(key, sizeof key, "%s", h->key);
   int64_t owner_rev = 0;
   bool waited = false, walked = false;
   int rides = 0;
-  /* The key's value: the owner id, a newline, the holder's description
-   * (Go never reads it; dlock status and the waiters do). */
-  size_t vl = strlen(l->owner) + (a->info ? strlen(a->info) : 0) + 2;
-  char *value = rc == 0 ? malloc(vl) : NULL;
-  if (rc == 0 && value == NULL)
-    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  if (value) snprintf(value, vl, "%s\n%s", l->owner, a->info ? a->info : "");
   for (int tries = 0; rc == 0; tries++) {
     rc = dl_etcd_put_and_read(e, h, value, wait_pfx, deadline, &owner_rev);
     if (rc != 1) break;
@@ -555,7 +649,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     }
     /* In steps of a third of the lease at most: the lease our key is on
      * is kept alive meanwhile (nothing else does while we hold nothing). */
-    int64_t step = dl_now_ms() + lease_step(e, h, a->lease_ms);
+    int64_t step = dl_now_ms() + dl_etcd_lease_step(e, h, a->lease_ms);
     rc = dl_etcd_wait_delete(e, pred, at,
                              step < a->deadline ? step : a->deadline);
     if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
@@ -568,17 +662,8 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   }
   /* A fixed lease runs from the grant: after a wait, from a keepalive. */
   if (won && own && waited && (rc = keep_lease(e, h, &until)) < 0) goto fail;
-  if (won) {
-    pthread_mutex_lock(&e->mu);
-    h->held = true;
-    if (!own && e->lease == h->lease) until = e->lease_until;
-    pthread_mutex_unlock(&e->mu);
-    if ((rc = dl_etcd_watch_hold(e, h)) != 0) goto fail;
-    a->status = 1;
-    a->token = (uint64_t)h->rev;
-    a->valid_until = until;
-    return 1;
-  }
+  if (won && (rc = dl_etcd_mutex_won(e, a, h, until)) == 1) return 1;
+  if (won) goto fail;
   /* Refused: the holder's lease is not read. */
   if (rc == 0) a->ttl = DLOCK_TTL_NONE;
 fail:;
@@ -603,7 +688,7 @@ fail:;
 }
 
 int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
-                          bool own_ok, etcd_hold **hp) {
+                          etcd_hold **hp) {
   *hp = NULL;
   pthread_mutex_lock(&e->mu);
   etcd_hold *h = hold_find(e, l->key, l->owner);
@@ -613,8 +698,6 @@ int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
     rc = DLOCK_ENOTOWNER;
   else if (count > 1) /* one re-entry less (the client counts it) */
     rc = 0;
-  else if (h->own_lease && !own_ok)
-    rc = 2;
   /* Ours from here: no longer held, so that a renewal or a check finding
    * the key gone (a force release) leaves it alone; but still listed
    * until its key is deleted (dl_etcd_hold_drop), so that the client's

@@ -3,9 +3,9 @@
  * builder and reply parser: the blocking entry, and the event-loop
  * client's own entries on the loop's multi handle (acall.c), which take
  * no thread: release, force release, lock queries (query.c's halves) and
- * ping. The event-loop client's other operations are core/blockloop.c's
- * jobs (a thread each). */
-#include "etcdb.h"
+ * ping (the mutex's acquire: amutex.c). The event-loop client's other
+ * operations are core/blockloop.c's jobs (a thread each). */
+#include "aop.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,12 +13,9 @@
 #include <string.h>
 
 #define B64(n) (4 * (((n) + 2) / 3) + 1)
-/* A delete_at txn's body, at most. */
-#define DELETE_AT_MAX (2 * B64(ETCD_KEY_MAX) + 200)
 
-/* The txn that deletes key if its create revision is still rev. */
-static void delete_at_body(const char *key, int64_t rev, char *body,
-                           size_t len) {
+void dl_etcd_delete_at_body(const char *key, int64_t rev, char *body,
+                            size_t len) {
   char k64[B64(ETCD_KEY_MAX)];
   dl_etcd_b64(key, strlen(key), k64);
   snprintf(body, len,
@@ -37,8 +34,8 @@ static int delete_at_result(json_object *r) {
 
 int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
                       int64_t deadline) {
-  char body[DELETE_AT_MAX];
-  delete_at_body(key, rev, body, sizeof body);
+  char body[ETCD_DELETE_AT_MAX];
+  dl_etcd_delete_at_body(key, rev, body, sizeof body);
   json_object *r;
   int rc = dl_etcd_call(e, "/v3/kv/txn", body, deadline, &r, NULL);
   return rc != 0 ? rc : delete_at_result(r);
@@ -68,10 +65,11 @@ int dl_etcd_delete_own(dl_etcd *e, const char *key, int64_t rev,
 }
 
 /* The release's second half, after its delete (rc: dl_etcd_delete_own's):
- * the result, h dropped. Blocks only for a hold with a lease of its own
- * (its revoke). */
+ * the result, h dropped; *revoke: a lease to revoke now (a hold's own, or
+ * an idle one pushed off the list), 0 none. */
 static int release_end(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h, int rc,
-                       bool retried, int64_t deadline) {
+                       bool retried, int64_t *revoke) {
+  *revoke = 0;
   if (rc == 0)
     rc = dl_seterr(e->err, DLOCK_ENOTOWNER,
                    "'%s' was no longer held by %s (its etcd key %s was "
@@ -85,9 +83,9 @@ static int release_end(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h, int rc,
   } else if (h->own_lease && rc == 1 && !retried) {
     /* Deleted by us, nothing else on it: kept for the next fixed-lease
      * hold (a keepalive then, no grant and revoke). */
-    dl_etcd_lease_idle(e, h->lease, h->lease_ms, h->lease_until);
+    *revoke = dl_etcd_idle_put(e, h->lease, h->lease_ms, h->lease_until);
   } else if (h->own_lease) {
-    dl_etcd_revoke(e, h->lease, deadline);
+    *revoke = h->lease;
   }
   dl_etcd_hold_drop(e, h);
   return rc;
@@ -98,45 +96,21 @@ int dl_etcd_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   (void)lease_ms;
   dl_etcd *e = (dl_etcd *)b;
   etcd_hold *h;
-  int rc = dl_etcd_release_begin(e, l, count, true, &h);
+  int rc = dl_etcd_release_begin(e, l, count, &h);
   if (rc != 1) return rc;
   int64_t deadline = dl_now_ms() + e->command_timeout_ms;
   bool retried;
   rc = dl_etcd_delete_own(e, h->key, h->rev, deadline, &retried);
-  return release_end(e, l, h, rc, retried, deadline);
+  int64_t revoke;
+  rc = release_end(e, l, h, rc, retried, &revoke);
+  if (revoke) dl_etcd_revoke(e, revoke, deadline);
+  return rc;
 }
 
 /* ---- the event-loop client's own entries ---- */
-typedef enum aop_kind { AOP_PING, AOP_RELEASE, AOP_FORCE, AOP_QUERY } aop_kind;
-
-/* One operation in flight, in e->aops (the loop's thread). */
-struct dl_async {
-  dl_blockloop_head head; /* own true */
-  struct dl_async *next, **pprev;
-  dl_etcd *e;
-  aop_kind kind;
-  dl_done_fn done;
-  void *ud;
-  etcd_acall *call; /* the call in flight, if any */
-  dl_timer timer;   /* the release's pause before a retry; a result
-                       known at once, told from the loop's dispatch */
-  int rc;           /* that result */
-  char msg[512];    /* its detail */
-  etcd_acall_fn later; /* what gets it (NULL: op ends with it) */
-  const dl_lock_ref *l;
-  etcd_hold *h; /* the release's hold, off the list */
-  int64_t deadline;
-  bool retried;
-  int attempt;            /* the force release's */
-  dl_lock_query q;        /* the query's */
-  long long *v;
-  int64_t rev;
-  char pfx[ETCD_KEY_MAX]; /* its lock's prefix */
-};
-
 static void on_later(void *ud);
 
-static dl_async *op_new(dl_etcd *e, aop_kind kind, dl_done_fn done, void *ud) {
+dl_async *dl_etcd_op_new(dl_etcd *e, aop_kind kind, dl_done_fn done, void *ud) {
   dl_async *op = calloc(1, sizeof *op);
   if (op == NULL) return NULL;
   op->head.own = true;
@@ -152,18 +126,17 @@ static dl_async *op_new(dl_etcd *e, aop_kind kind, dl_done_fn done, void *ud) {
   return op;
 }
 
-/* Frees op, unlinked, untold. */
-static void op_drop(dl_async *op) {
+void dl_etcd_op_drop(dl_async *op) {
   if ((*op->pprev = op->next) != NULL) op->next->pprev = op->pprev;
   dl_timer_stop(op->e->env->loop, &op->timer);
+  free(op->acq);
   free(op);
 }
 
-/* Ends op: done(ud, rc) (its detail recorded already), op freed. */
-static void op_end(dl_async *op, int rc) {
+void dl_etcd_op_end(dl_async *op, int rc) {
   dl_done_fn done = op->done;
   void *ud = op->ud;
-  op_drop(op);
+  dl_etcd_op_drop(op);
   done(ud, rc);
 }
 
@@ -175,10 +148,10 @@ static void on_later(void *ud) {
   if (op->later)
     op->later(op, op->rc, NULL, 0);
   else
-    op_end(op, op->rc);
+    dl_etcd_op_end(op, op->rc);
 }
 
-static int op_later(dl_async *op, int rc) {
+int dl_etcd_op_later(dl_async *op, int rc) {
   op->rc = rc;
   if (rc < 0)
     snprintf(op->msg, sizeof op->msg, "%s",
@@ -186,21 +159,30 @@ static int op_later(dl_async *op, int rc) {
   dl_timer_init(&op->timer, on_later, op);
   if (dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms()) != 0) {
     dl_etcd *e = op->e;
-    op_drop(op); /* not told: the caller is */
+    dl_etcd_op_drop(op); /* not told: the caller is */
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   }
   return 0;
 }
 
-/* Starts op's call (until op->deadline); one that cannot start gets fn
- * its error from the loop's dispatch. 0, or DLOCK_ENOMEM (op freed,
- * untold). */
-static int op_call(dl_async *op, const char *path, const char *body,
-                   etcd_acall_fn fn) {
+int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
+                    etcd_acall_fn fn) {
   int rc = dl_etcd_acall(op->e, path, body, op->deadline, fn, op, &op->call);
   if (rc == 0) return 0;
   op->later = fn;
-  return op_later(op, rc);
+  return dl_etcd_op_later(op, rc);
+}
+
+/* op's next call, within a command timeout of its own; one that cannot
+ * start (out of memory: op freed) tells done `told`, or DLOCK_ENOMEM when
+ * told is 0. */
+static void op_next(dl_async *op, const char *path, const char *body,
+                    etcd_acall_fn fn, int told) {
+  dl_done_fn done = op->done;
+  void *dud = op->ud;
+  op->deadline = dl_now_ms() + op->e->command_timeout_ms;
+  if (dl_etcd_op_call(op, path, body, fn) != 0)
+    done(dud, told ? told : DLOCK_ENOMEM);
 }
 
 static void on_ping(void *ud, int rc, json_object *o, int code) {
@@ -208,18 +190,18 @@ static void on_ping(void *ud, int rc, json_object *o, int code) {
   dl_async *op = ud;
   op->call = NULL;
   json_object_put(o);
-  op_end(op, rc);
+  dl_etcd_op_end(op, rc);
 }
 
 static int ping_async(dl_backend *b, dl_done_fn done, void *ud,
                       dl_async **out) {
   dl_etcd *e = (dl_etcd *)b;
-  dl_async *op = op_new(e, AOP_PING, done, ud);
+  dl_async *op = dl_etcd_op_new(e, AOP_PING, done, ud);
   if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   int rc = dl_etcd_acall(e, "/v3/maintenance/status", "{}", op->deadline,
                          on_ping, op, &op->call);
   if (rc != 0) {
-    op_drop(op);
+    dl_etcd_op_drop(op);
     return rc;
   }
   *out = op;
@@ -227,6 +209,15 @@ static int ping_async(dl_backend *b, dl_done_fn done, void *ud,
 }
 
 static void release_try(void *ud);
+
+/* A fixed lease's revoke after the release: the release's result. */
+static void on_revoked(void *ud, int rc, json_object *o, int code) {
+  (void)rc, (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  json_object_put(o);
+  dl_etcd_op_end(op, op->result);
+}
 
 static void on_deleted(void *ud, int rc, json_object *o, int code) {
   (void)code;
@@ -241,19 +232,29 @@ static void on_deleted(void *ud, int rc, json_object *o, int code) {
   }
   etcd_hold *h = op->h;
   op->h = NULL;
-  op_end(op, release_end(op->e, op->l, h, rc, op->retried, op->deadline));
+  int64_t revoke;
+  rc = release_end(op->e, op->l, h, rc, op->retried, &revoke);
+  if (revoke == 0) {
+    dl_etcd_op_end(op, rc);
+    return;
+  }
+  char body[64];
+  dl_etcd_lease_body(revoke, body, sizeof body);
+  op->result = rc; /* told even if the revoke cannot start: the lease
+                      ends with its TTL */
+  op_next(op, "/v3/lease/revoke", body, on_revoked, rc);
 }
 
 /* A try of the release's delete: 0, or DLOCK_ENOMEM (op freed, untold:
  * the hold handed back). */
 static int release_send(dl_async *op) {
-  char body[DELETE_AT_MAX];
-  delete_at_body(op->h->key, op->h->rev, body, sizeof body);
+  char body[ETCD_DELETE_AT_MAX];
+  dl_etcd_delete_at_body(op->h->key, op->h->rev, body, sizeof body);
   dl_etcd *e = op->e;
   etcd_hold *h = op->h;
-  int rc = op_call(op, "/v3/kv/txn", body, on_deleted);
+  int rc = dl_etcd_op_call(op, "/v3/kv/txn", body, on_deleted);
   if (rc != 0) { /* not known to be deleted: the lease's revoke takes it */
-    dl_etcd_orphan(e, h->key, h->rev, 0);
+    dl_etcd_orphan(e, h->key, h->rev, h->own_lease ? h->lease : 0);
     dl_etcd_hold_drop(e, h);
   }
   return rc;
@@ -268,18 +269,14 @@ static void release_try(void *ud) {
 
 static int release_async(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
                          int count, dl_done_fn done, void *ud, dl_async **out) {
+  (void)lease_ms;
   dl_etcd *e = (dl_etcd *)b;
-  dl_async *op = op_new(e, AOP_RELEASE, done, ud);
+  dl_async *op = dl_etcd_op_new(e, AOP_RELEASE, done, ud);
   if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   etcd_hold *h;
-  int rc = dl_etcd_release_begin(e, l, count, false, &h);
-  if (rc == 2) { /* a lease of its own, to keep or revoke: a job */
-    op_drop(op);
-    return dl_blockloop_jobs(e->form)->lock_release_async(b, l, lease_ms, count,
-                                                          done, ud, out);
-  }
+  int rc = dl_etcd_release_begin(e, l, count, &h);
   if (rc != 1) {
-    if ((rc = op_later(op, rc)) != 0) return rc;
+    if ((rc = dl_etcd_op_later(op, rc)) != 0) return rc;
     *out = op;
     return 0;
   }
@@ -308,7 +305,7 @@ static void on_forced(void *ud, int rc, json_object *o, int code) {
     }
     if (rc == 0) rc = dl_etcd_force_busy(op->e, op->l);
   }
-  op_end(op, rc);
+  dl_etcd_op_end(op, rc);
 }
 
 static void on_range(void *ud, int rc, json_object *o, int code) {
@@ -318,15 +315,11 @@ static void on_range(void *ud, int rc, json_object *o, int code) {
   char *body = NULL;
   if (rc == 0) rc = dl_etcd_force_txn(op->e, o, op->pfx, &body);
   if (rc <= 0) {
-    op_end(op, rc);
+    dl_etcd_op_end(op, rc);
     return;
   }
-  dl_done_fn done = op->done;
-  void *dud = op->ud;
-  op->deadline = dl_now_ms() + op->e->command_timeout_ms; /* each call's */
-  rc = op_call(op, "/v3/kv/txn", body, on_forced);
+  op_next(op, "/v3/kv/txn", body, on_forced, 0);
   free(body);
-  if (rc != 0) done(dud, rc);
 }
 
 /* The range of a try: 0, or DLOCK_ENOMEM (op freed, untold). */
@@ -334,13 +327,13 @@ static int force_send(dl_async *op) {
   char body[ETCD_RANGE_BODY_MAX];
   dl_etcd_range_under_body(op->pfx, 0, body, sizeof body);
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
-  return op_call(op, "/v3/kv/range", body, on_range);
+  return dl_etcd_op_call(op, "/v3/kv/range", body, on_range);
 }
 
 static int force_async(dl_backend *b, const dl_lock_ref *l, dl_done_fn done,
                        void *ud, dl_async **out) {
   dl_etcd *e = (dl_etcd *)b;
-  dl_async *op = op_new(e, AOP_FORCE, done, ud);
+  dl_async *op = dl_etcd_op_new(e, AOP_FORCE, done, ud);
   if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   op->l = l;
   snprintf(op->pfx, sizeof op->pfx, "%s%s/", e->prefix, l->key);
@@ -355,7 +348,7 @@ static void on_ttl(void *ud, int rc, json_object *o, int code) {
   dl_async *op = ud;
   op->call = NULL;
   if (rc == 0) *op->v = dl_etcd_ttl_answer(o);
-  op_end(op, rc);
+  dl_etcd_op_end(op, rc);
 }
 
 static void on_query(void *ud, int rc, json_object *o, int code) {
@@ -366,23 +359,19 @@ static void on_query(void *ud, int rc, json_object *o, int code) {
       rc == 0 ? dl_etcd_query_answer(op->e, op->l, op->q, o, op->rev, op->v)
               : 0;
   if (lease == 0) {
-    op_end(op, rc);
+    dl_etcd_op_end(op, rc);
     return;
   }
   char body[64];
   dl_etcd_ttl_body(lease, body, sizeof body);
-  dl_done_fn done = op->done;
-  void *dud = op->ud;
-  op->deadline = dl_now_ms() + op->e->command_timeout_ms; /* each call's */
-  if ((rc = op_call(op, "/v3/lease/timetolive", body, on_ttl)) != 0)
-    done(dud, rc);
+  op_next(op, "/v3/lease/timetolive", body, on_ttl, 0);
 }
 
 static int query_async(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
                        long long *v, dl_done_fn done, void *ud,
                        dl_async **out) {
   dl_etcd *e = (dl_etcd *)b;
-  dl_async *op = op_new(e, AOP_QUERY, done, ud);
+  dl_async *op = dl_etcd_op_new(e, AOP_QUERY, done, ud);
   if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   op->l = l;
   op->q = q;
@@ -390,7 +379,8 @@ static int query_async(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   *v = 0;
   char body[ETCD_RANGE_BODY_MAX];
   const char *path = dl_etcd_query_req(e, l, q, body, sizeof body, &op->rev);
-  int rc = path ? op_call(op, path, body, on_query) : op_later(op, 0);
+  int rc = path ? dl_etcd_op_call(op, path, body, on_query)
+                : dl_etcd_op_later(op, 0);
   if (rc == 0) *out = op;
   return rc;
 }
@@ -399,25 +389,33 @@ static int query_async(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
  * and a release's retries end at its deadline. */
 static void own_cancel(dl_backend *b, dl_async *op) {
   (void)b;
-  (void)op;
+  if (op->kind == AOP_ACQUIRE) dl_etcd_acquire_cancel(op);
 }
 
 void dl_etcd_aops_close(dl_etcd *e) {
-  while (e->aops) {
-    dl_async *op = e->aops;
+  for (dl_async *op = e->aops, *next; op; op = next) {
+    next = op->next;
+    if (op->kind == AOP_ACQUIRE) {
+      /* Ended here, or later by its job (which the close ends). */
+      if (dl_etcd_acquire_close(op)) next = e->aops;
+      continue;
+    }
     dl_etcd_acall_abort(op->call);
     op->call = NULL;
     if (op->h) { /* not known to be deleted: the lease's revoke takes it */
-      dl_etcd_orphan(e, op->h->key, op->h->rev, 0);
+      dl_etcd_orphan(e, op->h->key, op->h->rev,
+                     op->h->own_lease ? op->h->lease : 0);
       dl_etcd_hold_drop(e, op->h);
     }
-    op_end(op,
-           dl_seterr(e->env->err_owner, DLOCK_ECLOSED, "the client closed"));
+    dl_etcd_op_end(
+        op, dl_seterr(e->env->err_owner, DLOCK_ECLOSED, "the client closed"));
+    next = e->aops;
   }
 }
 
 const dl_backend_ops dl_etcd_aops = {
     .name = "etcd",
+    .lock_acquire_async = dl_etcd_acquire_async,
     .lock_release_async = release_async,
     .lock_force_release_async = force_async,
     .lock_query_async = query_async,

@@ -14,14 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A watch's answer as it comes, by e's transport: the gateway's JSON
- * messages (tok) or gRPC's framed WatchResponses (buf: a message's bytes
- * so far). */
-struct stream {
-  json_tokener *tok; /* NULL over gRPC */
-  etcd_buf buf;
-};
-
 struct etcd_watch {
   etcd_watch *next;
   dl_etcd *e;
@@ -29,7 +21,7 @@ struct etcd_watch {
   char body[ETCD_KEY_MAX * 2 + 128];
   CURL *h;
   struct curl_slist *hd; /* h's headers (the token when it started) */
-  struct stream st;
+  etcd_stream st;
   int64_t retry_at; /* a stream that ended starts again then */
   bool cancelled;   /* the server cancelled it: h ends */
   bool stop;
@@ -58,22 +50,22 @@ static int feed(json_tokener *tok, const char *p, size_t n,
   return 0;
 }
 
-static int stream_init(dl_etcd *e, struct stream *st) {
-  *st = (struct stream){.tok = e->grpc ? NULL : json_tokener_new()};
+static int stream_init(dl_etcd *e, etcd_stream *st) {
+  *st = (etcd_stream){.tok = e->grpc ? NULL : json_tokener_new()};
   return e->grpc || st->tok ? 0 : -1;
 }
 
-static void stream_reset(struct stream *st) {
+static void stream_reset(etcd_stream *st) {
   if (st->tok) json_tokener_reset(st->tok);
   st->buf.n = 0;
 }
 
-static void stream_free(struct stream *st) {
+static void stream_free(etcd_stream *st) {
   if (st->tok) json_tokener_free(st->tok);
   free(st->buf.p);
 }
 
-static int stream_feed(struct stream *st, const char *p, size_t n,
+static int stream_feed(etcd_stream *st, const char *p, size_t n,
                        void (*on)(void *, json_object *), void *ud) {
   return st->tok ? feed(st->tok, p, n, on, ud)
                  : dl_etcd_grpc_feed(&st->buf, p, n, on, ud);
@@ -86,8 +78,6 @@ static struct curl_slist *watch_headers_locked(dl_etcd *e) {
                  : dl_etcd_headers_locked(e, NULL);
 }
 
-/* Sets h up for the watch `body` (the gateway's JSON) at endpoint idx on
- * e's transport with the headers hd, its bytes to write(ud): 0 or -1. */
 static int watch_setup(dl_etcd *e, CURL *h, int idx, const char *body,
                        struct curl_slist *hd, curl_write_callback write,
                        void *ud) {
@@ -124,15 +114,7 @@ static int message_kind(json_object *o, bool any, bool put) {
 }
 
 /* ---- a waiter's watch on its predecessor ---- */
-typedef struct waiting {
-  dl_etcd *e;
-  struct stream st;
-  int seen; /* message_kind's largest answer */
-  bool any; /* any event is news, not only a DELETE */
-  bool put; /* a PUT is news, not a DELETE */
-  bool bad;
-  unsigned wakes;
-} waiting;
+typedef etcd_waiting waiting;
 
 static void on_wait_message(void *ud, json_object *o) {
   waiting *w = ud;
@@ -276,15 +258,51 @@ int dl_etcd_wait_delete(dl_etcd *e, const char *key, int64_t rev,
                                    atomic_load(&e->wakes));
 }
 
-int dl_etcd_wait_delete_since(dl_etcd *e, const char *key, int64_t rev,
-                              int64_t deadline, unsigned wakes) {
-  char body[ETCD_KEY_MAX * 2 + 128], k64[ETCD_KEY_MAX * 2];
+void dl_etcd_watch_delete_body(const char *key, int64_t rev, char *body,
+                               size_t len) {
+  char k64[ETCD_KEY_MAX * 2];
   dl_etcd_b64(key, strlen(key), k64);
-  snprintf(body, sizeof body,
+  snprintf(body, len,
            "{\"create_request\":{\"key\":\"%s\",\"start_revision\":\"%" PRId64
            "\"}}",
            k64, rev + 1);
+}
+
+int dl_etcd_wait_delete_since(dl_etcd *e, const char *key, int64_t rev,
+                              int64_t deadline, unsigned wakes) {
+  char body[ETCD_WATCH_BODY_MAX];
+  dl_etcd_watch_delete_body(key, rev, body, sizeof body);
   return wait_for(e, body, false, false, deadline, wakes);
+}
+
+/* ---- a waiter's watch on the event loop (acall.c's transfer) ---- */
+etcd_waiting *dl_etcd_waiting_new(dl_etcd *e) {
+  etcd_waiting *w = calloc(1, sizeof *w);
+  if (w && stream_init(e, &w->st) != 0) {
+    free(w);
+    w = NULL;
+  }
+  if (w) w->e = e;
+  return w;
+}
+
+void dl_etcd_waiting_free(etcd_waiting *w) {
+  if (w == NULL) return;
+  stream_free(&w->st);
+  free(w);
+}
+
+struct curl_slist *dl_etcd_waiting_setup(dl_etcd *e, etcd_waiting *w, CURL *h,
+                                         int idx, const char *body) {
+  pthread_mutex_lock(&e->mu);
+  struct curl_slist *hd = watch_headers_locked(e);
+  pthread_mutex_unlock(&e->mu);
+  if (hd && watch_setup(e, h, idx, body, hd, on_wait_data, w) != 0) {
+    dl_etcd_headers_free(e, hd);
+    hd = NULL;
+  }
+  if (hd) atomic_fetch_add(&e->round_trips, 1);
+  return hd;
 }
 
 int dl_etcd_wait_change(dl_etcd *e, const char *pfx, int64_t rev,

@@ -1,0 +1,654 @@
+/* amutex.c: the event-loop client's acquire of the mutex (DL_KIND_LOCK) on
+ * the loop's multi handle (acall.c), with no thread: the blocking
+ * acquire's steps (mutex.c's halves, backend.c's session) driven by call
+ * answers instead of a thread: a re-entry's check, the claim, the session
+ * or fixed lease, the claim txn that reads the owner; a waiter's look
+ * (its own key still there, and its predecessor), the watch on the
+ * predecessor's key (a stream on the same multi handle, parsed as wait.c
+ * parses it) in steps of a third of the lease, each step keeping the
+ * lease alive; the deadline and a cancel a dl_timer; and when not taken,
+ * the own key's delete at its revision. Deadlock detection and the other
+ * kinds still run the blocking acquire on a job (core/blockloop.c); so
+ * does an acquire that would first wait for another owner of this client
+ * on the same key. */
+#include "aop.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum astep {
+  S_START,
+  S_REENTER,
+  S_SESSION_KEEP,
+  S_SESSION_GRANT,
+  S_FIXED_KEEP,
+  S_FIXED_GRANT,
+  S_PUT,
+  S_LOOK,
+  S_WATCH,
+  S_KEEP,  /* a waiter's fixed lease kept alive */
+  S_PAUSE, /* a waiter's pause (a transient error ridden out) */
+  S_DELETE,
+  S_REVOKE
+} astep;
+
+struct etcd_aacq {
+  dl_acquire *a;
+  astep step;
+  bool own;        /* a fixed lease (not the session's) */
+  bool session;    /* this op's session call holds e->lease_mu */
+  etcd_hold *h;    /* the claim, listed */
+  int64_t rev;     /* the re-entry's hold's create revision */
+  int64_t sent;    /* the lease call's */
+  int64_t until;   /* the lease's validity */
+  int rc;          /* the failure path's result */
+  dl_async *job;   /* handed to a job: its operation */
+  dl_async *snext; /* waiting for another op's session call */
+  bool in_line;    /* our key is in line: a session step keeps it */
+  bool won;        /* a keep step ends the acquire (it won) */
+  bool watched;    /* a watch ended (the blocking path's `waited`) */
+  bool cancelled;
+  int rides; /* transient errors ridden out */
+  char key[ETCD_KEY_MAX];
+  char wait_pfx[ETCD_KEY_MAX + 8];
+  char pred[ETCD_KEY_MAX];
+};
+
+static void on_call(void *ud, int rc, json_object *o, int code);
+static void session_step(dl_async *op);
+static void look_step(dl_async *op);
+static void keep_done(dl_async *op);
+
+/* Ends op with rc (its claim dropped, if any). */
+static void end(dl_async *op, int rc) {
+  etcd_hold *h = op->acq->h;
+  op->acq->h = NULL;
+  if (h) dl_etcd_hold_drop(op->e, h);
+  dl_etcd_op_end(op, rc);
+}
+
+/* Ends the loop's session call, and lets those waiting for it look
+ * again. */
+static void session_release(dl_etcd *e) {
+  pthread_mutex_unlock(&e->lease_mu);
+  e->asess = NULL;
+  dl_async *w = e->asess_wait;
+  e->asess_wait = NULL;
+  while (w) {
+    dl_async *next = w->acq->snext;
+    w->acq->snext = NULL;
+    session_step(w);
+    w = next;
+  }
+}
+
+/* As session_release, if op's call is the session's. */
+static void session_done(dl_async *op) {
+  if (!op->acq->session) return;
+  op->acq->session = false;
+  session_release(op->e);
+}
+
+/* Starts op's next call (step) within one command timeout. */
+static void call(dl_async *op, astep step, const char *path, const char *body) {
+  struct etcd_aacq *q = op->acq;
+  q->step = step;
+  op->deadline = dl_now_ms() + op->e->command_timeout_ms;
+  dl_etcd *e = op->e;
+  dl_done_fn done = op->done;
+  void *ud = op->ud;
+  etcd_hold *h = q->h;
+  bool session = q->session;
+  if (dl_etcd_op_call(op, path, body, on_call) == 0) return;
+  /* op freed (out of memory): our key goes with its lease */
+  if (session) session_release(e);
+  if (h) dl_etcd_hold_drop(e, h);
+  done(ud, DLOCK_ENOMEM);
+}
+
+static void on_job(void *ud, int rc) {
+  dl_async *op = ud;
+  op->acq->job = NULL;
+  dl_etcd_op_end(op, rc);
+}
+
+/* Hands op to the blocking acquire on a job (the caller has no claim). */
+static void to_job(dl_async *op) {
+  dl_backend *b = &op->e->base;
+  int rc = dl_blockloop_jobs(op->e->form)
+               ->lock_acquire_async(b, op->acq->a, on_job, op, &op->acq->job);
+  if (rc != 0) dl_etcd_op_end(op, rc);
+}
+
+/* ---- the failure path: our key, then a fixed lease ---- */
+static void fail_done(dl_async *op) {
+  end(op, op->acq->rc);
+}
+
+/* A fixed lease whose key is surely gone (gone 1) is kept for the next;
+ * one that may still carry our key goes, and the key with it. */
+static void fail_lease(dl_async *op, int gone) {
+  struct etcd_aacq *q = op->acq;
+  etcd_hold *h = q->h;
+  int64_t revoke = 0;
+  if (q->own && h->lease && gone == 1)
+    revoke = dl_etcd_idle_put(op->e, h->lease, h->lease_ms, h->lease_until);
+  else if (q->own && h->lease)
+    revoke = h->lease;
+  if (revoke == 0) {
+    fail_done(op);
+    return;
+  }
+  char body[64];
+  dl_etcd_lease_body(revoke, body, sizeof body);
+  call(op, S_REVOKE, "/v3/lease/revoke", body);
+}
+
+/* Not taken (rc: the result): our key goes (Go's TryLock does the same),
+ * at its own revision only; as the blocking acquire's failure path. */
+static void fail(dl_async *op, int rc) {
+  struct etcd_aacq *q = op->acq;
+  etcd_hold *h = q->h;
+  q->rc = rc;
+  if (h->rev > 0) {
+    char body[ETCD_DELETE_AT_MAX];
+    dl_etcd_delete_at_body(h->key, h->rev, body, sizeof body);
+    call(op, S_DELETE, "/v3/kv/txn", body);
+  } else if (h->key && h->lease && !q->own &&
+             (dl_etcd_transient(rc) || rc == DLOCK_EPROTO)) {
+    /* a put whose answer we did not get: our key, on our lease */
+    char k64[4 * ((ETCD_KEY_MAX + 2) / 3) + 1], body[sizeof k64 + 32];
+    dl_etcd_b64(h->key, strlen(h->key), k64);
+    snprintf(body, sizeof body, "{\"key\":\"%s\"}", k64);
+    h->rev = -1; /* no delete_at result to read */
+    call(op, S_DELETE, "/v3/kv/deleterange", body);
+  } else {
+    fail_lease(op, 0);
+  }
+}
+
+/* ---- the steps ---- */
+/* The claim txn, the lease known (h->lease; until: its validity). */
+static void put_step(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  char pfx[ETCD_KEY_MAX];
+  char *value = NULL;
+  int rc = dl_etcd_mutex_key(op->e, q->a, q->h, pfx, q->wait_pfx, &value);
+  char *body = rc == 0 ? dl_etcd_put_read_body(q->h, value, q->wait_pfx) : NULL;
+  free(value);
+  if (rc == 0 && body == NULL)
+    rc = dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory");
+  if (rc != 0) {
+    fail(op, rc);
+    return;
+  }
+  call(op, S_PUT, "/v3/kv/txn", body);
+  free(body);
+}
+
+static void session_retry(void *ud) {
+  session_step(ud);
+}
+
+/* The session lease l (valid until u): the claim's, or for a waiter
+ * (dl_etcd_session in keep_lease) still its key's. */
+static void session_got(dl_async *op, int64_t l, int64_t u) {
+  struct etcd_aacq *q = op->acq;
+  if (!q->in_line) {
+    q->h->lease = l;
+    q->until = u;
+    put_step(op);
+  } else if (l == q->h->lease) {
+    q->until = u;
+    keep_done(op);
+  } else { /* a new session: the old one ended */
+    fail(op, dl_seterr(op->e->err, DLOCK_ELOST,
+                       "the lease of our etcd key %s ended while we waited",
+                       q->h->key));
+  }
+}
+
+/* The session lease: valid already, or one grant or keepalive on the
+ * loop at a time (others wait for it), under e->lease_mu as the blocking
+ * path's (a job holding it: looked at again in 5 ms). */
+static void session_step(dl_async *op) {
+  dl_etcd *e = op->e;
+  op->acq->step = S_START; /* not waiting: a cancel looks later */
+  struct etcd_aacq *q = op->acq;
+  int64_t l, u;
+  q->sent = dl_now_ms();
+  int need = dl_etcd_session_need(e, q->sent, &l, &u);
+  if (need == 0) {
+    session_got(op, l, u);
+    return;
+  }
+  if (e->asess) {
+    q->snext = e->asess_wait;
+    e->asess_wait = op;
+    return;
+  }
+  if (pthread_mutex_trylock(&e->lease_mu) != 0) {
+    dl_timer_init(&op->timer, session_retry, op);
+    if (dl_timer_start(e->env->loop, &op->timer, q->sent + 5) != 0)
+      fail(op, dl_seterr(e->err, DLOCK_ENOMEM, "out of memory"));
+    return;
+  }
+  /* Looked at again under lease_mu: a job may have just renewed it. */
+  if ((need = dl_etcd_session_need(e, q->sent, &l, &u)) == 0) {
+    pthread_mutex_unlock(&e->lease_mu);
+    session_step(op);
+    return;
+  }
+  q->session = true;
+  e->asess = op;
+  char body[64];
+  if (need == 1) {
+    q->h->lease = l;
+    dl_etcd_lease_body(l, body, sizeof body);
+    call(op, S_SESSION_KEEP, "/v3/lease/keepalive", body);
+  } else {
+    dl_etcd_grant_body(dl_etcd_ttl_s(e->session_ttl_ms), body, sizeof body);
+    call(op, S_SESSION_GRANT, "/v3/lease/grant", body);
+  }
+}
+
+static void fixed_grant(dl_async *op) {
+  char body[64];
+  op->acq->sent = dl_now_ms();
+  dl_etcd_grant_body(dl_etcd_ttl_s(op->acq->a->lease_ms), body, sizeof body);
+  call(op, S_FIXED_GRANT, "/v3/lease/grant", body);
+}
+
+/* A fixed lease (dl_etcd_fixed_lease's steps): an idle one of the same
+ * TTL kept alive, else a new grant. */
+static void lease_step(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  if (!q->own) {
+    session_step(op);
+    return;
+  }
+  q->h->lease_ms = q->a->lease_ms;
+  q->sent = dl_now_ms();
+  int64_t l = dl_etcd_idle_take(op->e, q->a->lease_ms, q->sent);
+  if (l == 0) {
+    fixed_grant(op);
+    return;
+  }
+  q->h->lease = l;
+  char body[64];
+  dl_etcd_lease_body(l, body, sizeof body);
+  call(op, S_FIXED_KEEP, "/v3/lease/keepalive", body);
+}
+
+/* The claim (without waiting for this client's other owners of the
+ * name: those acquires go to a job). */
+static void claim_step(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  etcd_hold *h = dl_etcd_claim_new(op->e, q->a->lock, q->own);
+  if (h == NULL) {
+    end(op, DLOCK_ENOMEM);
+    return;
+  }
+  if (!dl_etcd_claim_now(op->e, q->a->lock, h)) {
+    dl_etcd_hold_free(h);
+    to_job(op);
+    return;
+  }
+  q->h = h;
+  lease_step(op);
+}
+
+static void start(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  if (q->a->held > 0 && (q->rev = dl_etcd_reenter_begin(
+                             op->e, q->a->lock, q->key, sizeof q->key)) != 0) {
+    char body[ETCD_CREATE_REV_BODY_MAX];
+    dl_etcd_create_rev_body(q->key, body, sizeof body);
+    call(op, S_REENTER, "/v3/kv/range", body);
+    return;
+  }
+  claim_step(op);
+}
+
+/* ---- the wait ---- */
+/* Whether the wait is over: none asked for, its deadline come, or the
+ * operation cancelled. */
+static bool wait_over(dl_async *op) {
+  const dl_acquire *a = op->acq->a;
+  return !a->wait || dl_now_ms() >= a->deadline || op->acq->cancelled;
+}
+
+static void on_wait_timer(void *ud);
+
+/* Runs on_wait_timer at `at` (step: what op waits in). */
+static void wait_until(dl_async *op, astep step, int64_t at) {
+  op->acq->step = step;
+  dl_timer_stop(op->e->env->loop, &op->timer); /* a cancel's: armed */
+  dl_timer_init(&op->timer, on_wait_timer, op);
+  if (dl_timer_start(op->e->env->loop, &op->timer, at) != 0)
+    fail(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+}
+
+/* A waiter's step that failed with rc: ridden out (a pause, then a look)
+ * when transient and the deadline leaves room, else the acquire fails. */
+static void wait_error(dl_async *op, int rc) {
+  struct etcd_aacq *q = op->acq;
+  int64_t pause =
+      q->in_line && !q->cancelled
+          ? dl_etcd_ride_pause(op->e, q->a->wait, q->a->deadline, rc, &q->rides)
+          : 0;
+  if (pause > 0)
+    wait_until(op, S_PAUSE, dl_now_ms() + pause);
+  else
+    fail(op, rc);
+}
+
+/* The wait's end at its deadline or a cancel: not taken. */
+static void wait_end(dl_async *op) {
+  op->acq->a->ttl = DLOCK_TTL_NONE; /* the holder's lease is not read */
+  fail(op, 0);
+}
+
+static void won(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  int rc = dl_etcd_mutex_won(op->e, q->a, q->h, q->until);
+  if (rc != 1) {
+    fail(op, rc);
+    return;
+  }
+  q->h = NULL; /* held: the client's now */
+  dl_etcd_op_end(op, 1);
+}
+
+/* Keeps the lease of our key alive while it waits (keep_lease's steps):
+ * a fixed lease's keepalive, or the session's step. */
+static void keep_step(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  if (!q->own) {
+    session_step(op);
+    return;
+  }
+  q->sent = dl_now_ms();
+  char body[64];
+  dl_etcd_lease_body(q->h->lease, body, sizeof body);
+  call(op, S_KEEP, "/v3/lease/keepalive", body);
+}
+
+static void keep_done(dl_async *op) {
+  if (op->acq->won)
+    won(op);
+  else
+    look_step(op);
+}
+
+/* Our key still there, and who is before it: one txn. */
+static void look_step(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  if (wait_over(op)) {
+    wait_end(op);
+    return;
+  }
+  q->a->waited = true;
+  char *body = dl_etcd_look_body(q->h->key, q->wait_pfx, q->h->rev);
+  if (body == NULL) {
+    fail(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+    return;
+  }
+  call(op, S_LOOK, "/v3/kv/txn", body);
+  free(body);
+}
+
+static void on_watch(void *ud, int rc, json_object *o, int code) {
+  (void)o, (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  dl_timer_stop(op->e->env->loop, &op->timer);
+  if (rc < 0) {
+    wait_error(op, rc);
+    return;
+  }
+  op->acq->watched = true;
+  if (rc == 2) /* the stream ended (a member gone): a look in a moment */
+    wait_until(op, S_PAUSE, dl_now_ms() + 50);
+  else
+    look_step(op);
+}
+
+/* Watches the key before ours (pred, read at revision at) until it is
+ * deleted, for a third of the lease at most, or until the deadline. */
+static void watch_step(dl_async *op, int64_t at) {
+  struct etcd_aacq *q = op->acq;
+  if (wait_over(op)) { /* cancelled while it looked */
+    wait_end(op);
+    return;
+  }
+  char body[ETCD_WATCH_BODY_MAX];
+  dl_etcd_watch_delete_body(q->pred, at, body, sizeof body);
+  int rc = dl_etcd_awatch(op->e, body, on_watch, op, &op->call);
+  if (rc != 0) {
+    wait_error(op, rc);
+    return;
+  }
+  int64_t step = dl_now_ms() + dl_etcd_lease_step(op->e, q->h, q->a->lease_ms);
+  wait_until(op, S_WATCH, step < q->a->deadline ? step : q->a->deadline);
+}
+
+/* The watch's step or the deadline come, a cancel, or a pause over. */
+static void on_wait_timer(void *ud) {
+  dl_async *op = ud;
+  struct etcd_aacq *q = op->acq;
+  if (q->step == S_WATCH) {
+    dl_etcd_acall_abort(op->call);
+    op->call = NULL;
+    q->watched = true;
+    if (!wait_over(op)) {
+      keep_step(op); /* a third of the lease: kept alive */
+      return;
+    }
+  }
+  look_step(op); /* ends it when the wait is over */
+}
+
+static void on_look(dl_async *op, int rc, json_object *o) {
+  struct etcd_aacq *q = op->acq;
+  int64_t at = 0;
+  if (rc == 0)
+    rc = dl_etcd_look_answer(op->e, q->h->key, o, q->pred, sizeof q->pred, &at);
+  if (rc < 0 && rc != DLOCK_ELOST) {
+    wait_error(op, rc);
+  } else if (rc < 0) {
+    fail(op, rc);
+  } else if (rc == 0) {
+    /* Nobody before us: ours, our key being there (Go 3.4's Mutex does not
+     * look: etcd issue 11456). A fixed lease runs from the grant: after a
+     * wait, from a keepalive. */
+    q->won = true;
+    if (q->own && q->watched)
+      keep_step(op);
+    else
+      won(op);
+  } else {
+    watch_step(op, at);
+  }
+}
+
+/* The claim txn's answer. */
+static void on_put(dl_async *op, int rc, json_object *o) {
+  struct etcd_aacq *q = op->acq;
+  etcd_hold *h = q->h;
+  int64_t owner_rev = 0;
+  if (rc == 0 && (rc = dl_etcd_put_read_answer(op->e, h, o, &owner_rev)) == 1)
+    rc = dl_seterr(op->e->err, DLOCK_EWRONGTYPE,
+                   "%s is there on a lease not ours: no lock of ours "
+                   "made it (nothing changed)",
+                   h->key);
+  if (rc != 0) {
+    fail(op, rc);
+    return;
+  }
+  /* Ours if nobody is before us: the owner (the oldest key) is ours. */
+  if (owner_rev != 0 && owner_rev >= h->rev) {
+    won(op);
+    return;
+  }
+  q->in_line = true;
+  look_step(op); /* refused at once when there is no wait */
+}
+
+static void on_call(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  struct etcd_aacq *q = op->acq;
+  dl_etcd *e = op->e;
+  op->call = NULL;
+  int64_t got = 0, l = 0;
+  switch (q->step) {
+  case S_START: start(op); return;
+  case S_REENTER:
+    if (rc != 0) {
+      end(op, rc);
+      return;
+    }
+    if (dl_etcd_reenter_end(e, q->a, q->rev, dl_etcd_create_rev_answer(o)))
+      dl_etcd_op_end(op, 1);
+    else
+      claim_step(op);
+    return;
+  case S_SESSION_KEEP:
+    if (rc == 0) rc = dl_etcd_keepalive_answer(e, o, &got);
+    if (rc >= 0 &&
+        dl_etcd_session_kept(e, q->sent, rc == 1 ? got : 0, &q->until) == 0) {
+      session_done(op);
+      session_got(op, q->h->lease, q->until);
+      return;
+    }
+    if (rc >= 0) { /* gone: a new session, still under lease_mu */
+      char body[64];
+      dl_etcd_grant_body(dl_etcd_ttl_s(e->session_ttl_ms), body, sizeof body);
+      call(op, S_SESSION_GRANT, "/v3/lease/grant", body);
+      return;
+    }
+    session_done(op);
+    wait_error(op, rc);
+    return;
+  case S_SESSION_GRANT:
+    if (rc == 0 && (rc = dl_etcd_grant_answer(e, o, &l, &got)) == 0)
+      dl_etcd_session_granted(e, q->sent, l, got, &q->until);
+    else if (!q->in_line)
+      q->h->lease = 0;
+    session_done(op);
+    if (rc == 0)
+      session_got(op, l, q->until);
+    else
+      wait_error(op, rc);
+    return;
+  case S_FIXED_KEEP:
+    if (rc == 0) rc = dl_etcd_keepalive_answer(e, o, &got);
+    if (rc < 0) {
+      q->h->lease = 0; /* as the blocking path: left to its TTL */
+      fail(op, rc);
+    } else if (rc == 1 && got * 1000 >= q->a->lease_ms) {
+      q->until = q->h->lease_until = dl_validity(q->sent, q->a->lease_ms);
+      put_step(op);
+    } else { /* gone: a new one */
+      q->h->lease = 0;
+      fixed_grant(op);
+    }
+    return;
+  case S_FIXED_GRANT:
+    if (rc == 0 && (rc = dl_etcd_grant_answer(e, o, &l, &got)) == 0) {
+      q->h->lease = l;
+      q->until = q->h->lease_until = dl_validity(q->sent, q->a->lease_ms);
+      put_step(op);
+    } else {
+      q->h->lease = 0;
+      fail(op, rc);
+    }
+    return;
+  case S_PUT: on_put(op, rc, o); return;
+  case S_LOOK: on_look(op, rc, o); return;
+  case S_KEEP:
+    if (rc == 0 && (rc = dl_etcd_keepalive_answer(e, o, &got)) == 0)
+      rc = dl_seterr(e->err, DLOCK_ELOST,
+                     "the lease of our etcd key %s ended while we waited",
+                     q->h->key);
+    if (rc < 0) {
+      wait_error(op, rc);
+      return;
+    }
+    q->until = q->h->lease_until = dl_validity(q->sent, q->h->lease_ms);
+    keep_done(op);
+    return;
+  case S_WATCH:
+  case S_PAUSE: return; /* not a call's */
+  case S_DELETE: {
+    int gone = rc;
+    if (rc == 0 && q->h->rev > 0) gone = dl_etcd_txn_succeeded(o);
+    json_object_put(o);
+    fail_lease(op, gone);
+    return;
+  }
+  case S_REVOKE:
+    json_object_put(o);
+    fail_done(op);
+    return;
+  }
+}
+
+int dl_etcd_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
+                          void *ud, dl_async **out) {
+  dl_etcd *e = (dl_etcd *)b;
+  /* The mutex; deadlock detection's walk and the other kinds: the
+   * blocking acquire, on a job. */
+  if (a->lock->kind != DL_KIND_LOCK || (a->wait && a->detect))
+    return dl_blockloop_jobs(e->form)->lock_acquire_async(b, a, done, ud, out);
+  dl_async *op = dl_etcd_op_new(e, AOP_ACQUIRE, done, ud);
+  if (op && (op->acq = calloc(1, sizeof *op->acq)) == NULL) {
+    dl_etcd_op_drop(op);
+    op = NULL;
+  }
+  if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  op->acq->a = a;
+  op->acq->own = a->lease_ms != e->session_ttl_ms;
+  /* The first step from the loop's dispatch: done never runs within this
+   * call, and every step runs where a call's answer would. */
+  op->later = on_call;
+  int rc = dl_etcd_op_later(op, 0);
+  if (rc == 0) *out = op;
+  return rc;
+}
+
+void dl_etcd_acquire_cancel(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  if (q->job) {
+    dl_blockloop_jobs(op->e->form)->cancel(&op->e->base, q->job);
+    return;
+  }
+  /* A call in flight is answered (its result kept, as a release's); a
+   * wait ends now, from the loop's dispatch. */
+  q->cancelled = true;
+  if (q->step == S_WATCH || q->step == S_PAUSE)
+    wait_until(op, q->step, dl_now_ms());
+}
+
+int dl_etcd_acquire_close(dl_async *op) {
+  dl_etcd *e = op->e;
+  struct etcd_aacq *q = op->acq;
+  if (q->job) return 0;
+  e->asess_wait = NULL; /* each is ended here too */
+  dl_etcd_acall_abort(op->call);
+  op->call = NULL;
+  if (q->session) {
+    q->session = false;
+    pthread_mutex_unlock(&e->lease_mu);
+    e->asess = NULL;
+  }
+  /* A fixed lease goes now (the session's, with its keys, goes with the
+   * client). */
+  if (q->h && q->own && q->h->lease)
+    dl_etcd_revoke(e, q->h->lease, dl_now_ms() + e->command_timeout_ms);
+  end(op, dl_seterr(e->env->err_owner, DLOCK_ECLOSED, "the client closed"));
+  return 1;
+}

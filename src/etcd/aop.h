@@ -1,0 +1,81 @@
+/* aop.h: the event-loop client's own operations (release.c's, and the
+ * mutex acquire's of amutex.c): each one a struct dl_async listed in
+ * e->aops, driven by calls on the loop's multi handle (acall.c), on the
+ * loop's thread alone. */
+#ifndef DLOCK_ETCD_AOP_H
+#define DLOCK_ETCD_AOP_H
+
+#include "etcdb.h"
+
+typedef enum aop_kind {
+  AOP_PING,
+  AOP_RELEASE,
+  AOP_FORCE,
+  AOP_QUERY,
+  AOP_ACQUIRE
+} aop_kind;
+
+struct etcd_aacq;
+
+/* One operation in flight, in e->aops (the loop's thread). */
+struct dl_async {
+  dl_blockloop_head head; /* own true */
+  struct dl_async *next, **pprev;
+  dl_etcd *e;
+  aop_kind kind;
+  dl_done_fn done;
+  void *ud;
+  etcd_acall *call;    /* the call in flight, if any */
+  dl_timer timer;      /* the release's pause before a retry; a result
+                          known at once, told from the loop's dispatch */
+  int rc;              /* that result */
+  char msg[512];       /* its detail */
+  etcd_acall_fn later; /* what gets it (NULL: op ends with it) */
+  const dl_lock_ref *l;
+  etcd_hold *h; /* the release's hold, off the list */
+  int64_t deadline;
+  bool retried;
+  int attempt;     /* the force release's */
+  dl_lock_query q; /* the query's */
+  long long *v;
+  int64_t rev;
+  int result;             /* the release's, while its lease is revoked */
+  char pfx[ETCD_KEY_MAX]; /* its lock's prefix */
+  struct etcd_aacq *acq;  /* the acquire's (amutex.c) */
+};
+
+/* A new operation of kind, listed, its deadline one command timeout
+ * away: NULL out of memory (nothing recorded). */
+dl_async *dl_etcd_op_new(dl_etcd *e, aop_kind kind, dl_done_fn done, void *ud);
+/* Frees op, unlinked, untold. */
+void dl_etcd_op_drop(dl_async *op);
+/* Ends op: done(ud, rc) (its detail recorded already), op freed. */
+void dl_etcd_op_end(dl_async *op, int rc);
+/* A result rc known before anything was sent: told from the loop's
+ * dispatch (to op->later when set, else op ends with it). 0, or
+ * DLOCK_ENOMEM (op freed, untold). */
+int dl_etcd_op_later(dl_async *op, int rc);
+/* Starts op's call (until op->deadline); one that cannot start gets fn
+ * its error from the loop's dispatch. 0, or DLOCK_ENOMEM (op freed,
+ * untold). */
+int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
+                    etcd_acall_fn fn);
+
+/* The txn deleting key if its create revision is still rev (release.c):
+ * its body, at most ETCD_DELETE_AT_MAX bytes. */
+#define ETCD_DELETE_AT_MAX (2 * (4 * ((ETCD_KEY_MAX + 2) / 3) + 1) + 200)
+void dl_etcd_delete_at_body(const char *key, int64_t rev, char *body,
+                            size_t len);
+
+/* ---- amutex.c ---- */
+/* The event loop's lock_acquire_async (dl_etcd_aops). */
+int dl_etcd_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
+                          void *ud, dl_async **out);
+/* A cancel of an acquire: its wait ends as at its deadline. */
+void dl_etcd_acquire_cancel(dl_async *op);
+/* The client closing: an acquire's claim and calls given up, its lease
+ * left to the close; 1 op ended (done: DLOCK_ECLOSED), 0 it runs on a
+ * job, which the close ends. */
+int dl_etcd_acquire_close(dl_async *op);
+
+#endif /* DLOCK_ETCD_AOP_H */
