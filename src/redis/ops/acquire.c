@@ -383,6 +383,18 @@ static int acq_step(acq_op *o) {
       }
       if (o->rc >= 0) o->ride = 0;
       if (o->rc == 0 && o->queued) o->queued_sent = o->sent;
+      if (o->rc > 0 && atomic_load(R->env.closing)) {
+        /* Taken by an attempt sent before a shutdown: a hold nobody would
+         * renew or release. Given back; the wait ends closed. (A wait's
+         * attempts take the lock afresh: count 1.) */
+        o->queued = false; /* the script took us off the queue */
+        o->rc = dl_seterr(R->env.err_owner, DLOCK_ECLOSED, "the client closed");
+        o->st = ACQ_GIVEN;
+        if (dl_rlock_rel_start(&o->rel, R, l, a->lease_ms, 1, o->end) ==
+            DL_PENDING)
+          return DL_PENDING;
+        continue;
+      }
       if (o->rc != 0) goto out;
     doze : {
       /* Free, but reserved for a starving thread of this process that the
