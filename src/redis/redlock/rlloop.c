@@ -120,7 +120,7 @@ static void hand_off(rl_thread *t, bool from_loop) {
     }
   if (n == 0) {
     t->driver = D_NONE;
-  } else if (n == 1) {
+  } else if (n == 1 && from_loop && t->callers == 1) {
     /* Only the driver answers calls, and nobody drives now. */
     atomic_store_explicit(&first->word, W_DRIVE, memory_order_release);
     t->driver = D_CALL;
