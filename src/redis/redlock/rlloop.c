@@ -6,15 +6,18 @@
  * give back) to the loop, as the event-loop client does; the parts'
  * subscribers hear take-aways there.
  *
- * Who drives the loop (leader/follower). A blocking call drives it itself
- * while it waits, so its replies reach it with no thread in between: a hop
- * to a loop thread and back was two wake-ups on every call's path. One
- * thread drives at a time; a call that finds another driving posts its
- * operation to the driver (through an eventfd) and sleeps until it is
- * answered or handed the loop. The loop's own thread drives only when no
- * call has for LINGER_MS: a stream of calls keeps it asleep, and between
- * calls (subscriptions' messages, renewals' timers, late replies and
- * give-backs) the loop goes undriven for a few milliseconds at most. */
+ * Who drives the loop (leader/follower). A blocking call that finds the
+ * loop undriven drives it itself while it waits, so its replies reach it
+ * with no thread in between: a hop to a loop thread and back costs two
+ * wake-ups on the call's path. One thread drives at a time; a call that
+ * finds another driving posts its operation to the driver (through an
+ * eventfd) and sleeps until it is answered or handed the loop. The loop's
+ * own thread drives when calls overlap (handing the loop from call to call
+ * would leave it undriven for a wake-up each time), and when no call has
+ * driven for LINGER_MS: a stream of calls from one thread keeps it asleep,
+ * and between calls (subscriptions' messages, renewals' timers, late
+ * replies and give-backs) the loop goes undriven a few milliseconds at
+ * most. */
 #include "redlock.h"
 
 #include <errno.h>
