@@ -109,9 +109,9 @@ static void kick(rl_thread *t) {
   while (r < 0 && errno == EINTR);
 }
 
-/* With mu held, by the one that stops driving: who drives next. A call
- * waiting alone for its answer drives for itself; two or more are driven
- * for by the loop's thread (handing the loop from call to call would leave
+/* With mu held, by the one that stops driving: who drives next. The only
+ * call under way, waiting, drives for itself; two or more are driven for
+ * by the loop's thread (handing the loop from call to call would leave
  * it undriven for a wake-up each time). */
 static void hand_off(rl_thread *t, bool from_loop) {
   rl_call *first = NULL;
@@ -263,15 +263,19 @@ static void answer(rl_call *c) {
   if (tl_call != c) dl_park_wake(&c->word); /* not the driver itself */
 }
 
-/* Drives the loop for c until it is answered, then hands it on. */
+/* Drives the loop for c until it is answered, then hands it on. A
+ * callback on another client's loop may call here: its thread's marks are
+ * put back. */
 static void drive(rl_thread *t, rl_call *c) {
+  rl_thread *outer = tl_driving;
+  rl_call *outer_call = tl_call;
   tl_driving = t;
   tl_call = c;
   run_posted(t); /* c's task among them */
   while (atomic_load_explicit(&c->word, memory_order_acquire) == W_WAIT)
     (void)dlock_loop_run(t->lp, -1);
-  tl_driving = NULL;
-  tl_call = NULL;
+  tl_driving = outer;
+  tl_call = outer_call;
   pthread_mutex_lock(&t->mu);
   t->callers--;
   t->last_drive = dl_now_ms();
@@ -348,9 +352,12 @@ void dl_rl_thread_sync(rl_thread *t, void (*fn)(void *), void *arg) {
 
 static void op_answer(rl_call *c, int rc) {
   c->rc = rc;
-  if (rc < 0)
+  if (rc < 0) {
     snprintf(c->msg, sizeof c->msg, "%s",
              dlock_client_errmsg(c->B->env.err_owner));
+    /* Another call's failure is not the driving caller's to read. */
+    if (tl_call != NULL && tl_call != c) dl_clearerr(c->B->env.err_owner);
+  }
   answer(c);
 }
 
