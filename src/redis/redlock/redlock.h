@@ -281,8 +281,6 @@ int dl_rl_thread_new(rl_thread **out);
 dl_loop *dl_rl_thread_loop(rl_thread *t);
 /* Starts the loop's thread: 0, or DLOCK_ENOMEM. */
 int dl_rl_thread_start(rl_thread *t);
-/* Runs k->fn(k) on whichever thread drives the loop, soon (any thread). */
-void dl_rl_thread_post(rl_thread *t, rl_task *k);
 /* Runs fn(arg) where the loop is driven and waits for it, driving the
  * loop meanwhile if nobody does (any thread; from a thread that drives the
  * loop, a callback, it runs at once). */

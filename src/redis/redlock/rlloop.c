@@ -213,18 +213,6 @@ int dl_rl_thread_start(rl_thread *t) {
   return 0;
 }
 
-void dl_rl_thread_post(rl_thread *t, rl_task *k) {
-  k->next = NULL;
-  pthread_mutex_lock(&t->mu);
-  if (t->tail)
-    t->tail->next = k;
-  else
-    t->head = k;
-  t->tail = k;
-  pthread_mutex_unlock(&t->mu);
-  kick(t);
-}
-
 static bool never_idle(void *ud) {
   (void)ud;
   return false;
