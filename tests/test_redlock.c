@@ -963,6 +963,50 @@ static void t_unlimited_wait_refused(void) {
   dlock_client_close(c);
 }
 
+/* Blocking calls from many threads at once on one client: whoever drives
+ * the servers' loop (a call alone, or the loop's thread for overlapping
+ * calls), every call is answered, and one lock stays exclusive. */
+enum { SHARE_THREADS = 6, SHARE_CYCLES = 30 };
+typedef struct share {
+  dlock_client *c;
+  atomic_int inside, overlaps, failed;
+} share;
+
+static void *share_run(void *p) {
+  share *s = p;
+  dlock_lock *l;
+  if (dlock_lock_new(s->c, "rl:share", NULL, &l) != 0) {
+    atomic_fetch_add(&s->failed, 1);
+    return NULL;
+  }
+  for (int i = 0; i < SHARE_CYCLES; i++) {
+    if (dlock_lock_acquire(l, 5000, NULL) != 0) {
+      atomic_fetch_add(&s->failed, 1);
+      continue;
+    }
+    if (atomic_fetch_add(&s->inside, 1) != 0) atomic_fetch_add(&s->overlaps, 1);
+    atomic_fetch_sub(&s->inside, 1);
+    if (dlock_lock_release(l) != 1) atomic_fetch_add(&s->failed, 1);
+  }
+  dlock_lock_free(l);
+  return NULL;
+}
+
+static void t_threads_share_loop(void) {
+  CHECK(start(3));
+  dlock_client *c = client(0);
+  CHECK(c != NULL);
+  share s = {.c = c};
+  pthread_t th[SHARE_THREADS];
+  for (int i = 0; i < SHARE_THREADS; i++)
+    CHECK(pthread_create(&th[i], NULL, share_run, &s) == 0);
+  for (int i = 0; i < SHARE_THREADS; i++) pthread_join(th[i], NULL);
+  CHECK_EQ(atomic_load(&s.failed), 0);
+  CHECK_EQ(atomic_load(&s.overlaps), 0);
+  CHECK(holders_become(3, "rl:share", 0));
+  dlock_client_close(c);
+}
+
 /* Inspect shows the holder a quorum agrees on: with the hold gone from
  * one of three servers (a rival's failed attempt there comes and goes)
  * and that server answering first, it showed the lock free (so
@@ -1000,4 +1044,4 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_stalled_server), T_BARE(t_deleted_by_quorum),
         T_BARE(t_all_down_named), T_BARE(t_close_waits_for_release),
         T_BARE(t_refusal_counted), T_BARE(t_unlimited_wait_refused),
-        T_BARE(t_inspect_quorum))
+        T_BARE(t_inspect_quorum), T_BARE(t_threads_share_loop))

@@ -273,28 +273,30 @@ void dl_rl_rec_free(rl_op *o);
 int dl_rl_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
                   void *ud);
 
-/* ---- rlloop.c: a blocking client's loop thread ---- */
+/* ---- rlloop.c: a blocking client's loop, driven by its calls or its
+ * thread ---- */
 /* A loop (the built-in driver) and its thread, not yet started: 0, or a
  * negative code. */
 int dl_rl_thread_new(rl_thread **out);
 dl_loop *dl_rl_thread_loop(rl_thread *t);
 /* Starts the loop's thread: 0, or DLOCK_ENOMEM. */
 int dl_rl_thread_start(rl_thread *t);
-/* Runs k->fn(k) on the loop's thread, soon (any thread). */
-void dl_rl_thread_post(rl_thread *t, rl_task *k);
-/* Runs fn(arg) on the loop's thread and waits for it (any thread; from
- * the loop's own thread it runs at once). */
+/* Runs fn(arg) where the loop is driven and waits for it, driving the
+ * loop meanwhile if nobody does (any thread; from a thread that drives the
+ * loop, a callback, it runs at once). */
 void dl_rl_thread_sync(rl_thread *t, void (*fn)(void *), void *arg);
 /* Lets the loop run on until idle(ud) says nothing is left in flight, or
  * drain_ms pass (what a call returned from before the rest of its servers
  * answered: a release's tail, a late grant given back), then runs last(ud)
  * on the loop's thread (NULL: nothing), stops and joins it, and frees the
- * loop (accepts NULL). */
+ * loop (accepts NULL). No call may be under way. */
 void dl_rl_thread_free(rl_thread *t, bool (*idle)(void *), int64_t drain_ms,
                        void (*last)(void *), void *ud);
-/* A blocking call: runs o on B's loop thread and returns its result once
- * decided (what is still in flight goes on there), with the detail of a
- * negative one recorded for the calling thread. */
+/* A blocking call: runs o on B's loop and returns its result once decided
+ * (what is still in flight goes on there), with the detail of a negative
+ * one recorded for the calling thread. The calling thread drives the loop
+ * while it waits unless another thread does; from a callback on the loop,
+ * DLOCK_EINVAL. */
 int dl_rl_call(rl_op *o);
 
 #endif /* DLOCK_REDIS_REDLOCK_H */

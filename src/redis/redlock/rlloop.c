@@ -1,10 +1,23 @@
 /* rlloop.c: the loop a blocking client's Redlock runs its parts on: a
- * private event loop (the built-in driver) on a thread of its own, and the
- * blocking calls that run an operation there and wait for its answer. So a
- * blocking call, too, asks every server at once, returns as soon as the
- * quorum has decided, and leaves what is still in flight (a stalled
- * server's reply, a late grant to give back) to the loop, as the
- * event-loop client does; the parts' subscribers hear take-aways there. */
+ * private event loop (the built-in driver), and the blocking calls that run
+ * an operation there and wait for its answer. So a blocking call, too, asks
+ * every server at once, returns as soon as the quorum has decided, and
+ * leaves what is still in flight (a stalled server's reply, a late grant to
+ * give back) to the loop, as the event-loop client does; the parts'
+ * subscribers hear take-aways there.
+ *
+ * Who drives the loop (leader/follower). A blocking call that finds the
+ * loop undriven drives it itself while it waits, so its replies reach it
+ * with no thread in between: a hop to a loop thread and back costs two
+ * wake-ups on the call's path. One thread drives at a time; a call that
+ * finds another driving posts its operation to the driver (through an
+ * eventfd) and sleeps until it is answered or handed the loop. The loop's
+ * own thread drives when calls overlap (handing the loop from call to call
+ * would leave it undriven for a wake-up each time), and when no call has
+ * driven for LINGER_MS: a stream of calls from one thread keeps it asleep,
+ * and between calls (subscriptions' messages, renewals' timers, late
+ * replies and give-backs) the loop goes undriven a few milliseconds at
+ * most. */
 #include "redlock.h"
 
 #include <errno.h>
@@ -15,31 +28,59 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+/* How long the loop's thread leaves the loop to calls after the last one
+ * drove it: longer than a gap between back-to-back calls, short beside a
+ * lease's renewal margin. */
+enum { LINGER_MS = 2 };
+
+enum { D_NONE, D_LOOP, D_CALL };              /* rl_thread's driver */
+enum { W_WAIT, W_DONE, W_DRIVE };             /* a call's word */
+
+typedef struct rl_call rl_call;
+
 struct rl_thread {
   dl_loop *lp;
   int efd;
   dl_watch *w;
   pthread_t tid;
   bool started;
-  bool stop; /* the loop's thread only */
-  /* Closing (the loop's thread only): run until idle(ud) or drain_until,
-   * then last(ud) and stop. */
-  bool draining;
-  int64_t drain_until;
+  void (*last)(void *); /* closing: run it once idle (the loop's thread) */
   bool (*idle)(void *);
-  void (*last)(void *);
   void *ud;
   pthread_mutex_t mu;
   rl_task *head, *tail; /* posted, not yet run */
+  /* Under mu: */
+  int driver;           /* D_*: who drives the loop */
+  int callers;          /* calls under way */
+  rl_call *waiters;     /* calls waiting that do not drive */
+  int64_t last_drive;   /* when a call last stopped driving */
+  bool draining;        /* closing: run until idle or drain_until */
+  int64_t drain_until;
+  atomic_int lword;     /* the loop's thread sleeps on it */
 };
 
-/* Runs what was posted (the loop's thread). */
-static void on_wake(void *ud, int events) {
-  rl_thread *t = ud;
-  (void)events;
-  uint64_t v;
-  ssize_t r = read(t->efd, &v, sizeof v);
-  (void)r;
+/* A call waiting on a loop, for its answer or its turn to drive. */
+struct rl_call {
+  rl_task k;
+  rl_call *prev, *next; /* in waiters (under mu) */
+  bool listed;
+  atomic_int word; /* W_* */
+  /* What the task does: an operation (o, B), or fn(arg). */
+  rl_op *o; /* freed by the time a failed start answers */
+  redlock *B;
+  void (*fn)(void *);
+  void *arg;
+  int rc;
+  char msg[512]; /* the detail of a negative rc */
+};
+
+/* The loop this thread drives, and the call it drives for (NULL: the
+ * loop's own thread). */
+static _Thread_local rl_thread *tl_driving;
+static _Thread_local rl_call *tl_call;
+
+/* Runs what was posted (the driver). */
+static void run_posted(rl_thread *t) {
   pthread_mutex_lock(&t->mu);
   rl_task *k = t->head;
   t->head = t->tail = NULL;
@@ -51,20 +92,95 @@ static void on_wake(void *ud, int events) {
   }
 }
 
+static void on_wake(void *ud, int events) {
+  rl_thread *t = ud;
+  (void)events;
+  uint64_t v;
+  ssize_t r = read(t->efd, &v, sizeof v);
+  (void)r;
+  run_posted(t);
+}
+
+static void kick(rl_thread *t) {
+  uint64_t one = 1;
+  ssize_t r;
+  do
+    r = write(t->efd, &one, sizeof one);
+  while (r < 0 && errno == EINTR);
+}
+
+/* With mu held, by the one that stops driving: who drives next. The only
+ * call under way, waiting, drives for itself; two or more are driven for
+ * by the loop's thread (handing the loop from call to call would leave
+ * it undriven for a wake-up each time). */
+static void hand_off(rl_thread *t, bool from_loop) {
+  rl_call *first = NULL;
+  int n = 0;
+  for (rl_call *c = t->waiters; c; c = c->next)
+    if (atomic_load_explicit(&c->word, memory_order_relaxed) == W_WAIT) {
+      if (first == NULL) first = c;
+      n++;
+    }
+  if (n == 0) {
+    t->driver = D_NONE;
+  } else if (n == 1 && from_loop && t->callers == 1) {
+    /* Only the driver answers calls, and nobody drives now. */
+    atomic_store_explicit(&first->word, W_DRIVE, memory_order_release);
+    t->driver = D_CALL;
+    dl_park_wake(&first->word);
+  } else {
+    t->driver = D_LOOP;
+    if (!from_loop) {
+      atomic_fetch_add(&t->lword, 1);
+      dl_park_wake(&t->lword);
+    }
+  }
+}
+
+static void unlist(rl_thread *t, rl_call *c) {
+  if (!c->listed) return;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    t->waiters = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+  c->listed = false;
+}
+
 static void *loop_main(void *arg) {
   rl_thread *t = arg;
-  while (!t->stop) {
-    int64_t max = -1;
-    if (t->draining) {
-      int64_t now = dl_now_ms();
-      if ((t->idle && t->idle(t->ud)) || now >= t->drain_until) {
-        if (t->last) t->last(t->ud);
-        break;
+  pthread_mutex_lock(&t->mu);
+  for (;;) {
+    int64_t now = dl_now_ms();
+    if (t->driver == D_LOOP || /* handed to it */
+        (t->driver == D_NONE && t->callers == 0 &&
+         (t->draining || now - t->last_drive >= LINGER_MS))) {
+      int64_t max = -1;
+      if (t->draining && t->driver == D_NONE) {
+        if (t->idle(t->ud) || now >= t->drain_until) break;
+        max = t->drain_until - now;
       }
-      max = t->drain_until - now;
+      t->driver = D_LOOP;
+      pthread_mutex_unlock(&t->mu);
+      tl_driving = t;
+      (void)dlock_loop_run(t->lp, max);
+      tl_driving = NULL;
+      pthread_mutex_lock(&t->mu);
+      hand_off(t, true); /* calls that came meanwhile kicked it */
+      continue;
     }
-    (void)dlock_loop_run(t->lp, max);
+    /* A call drives, or did a moment ago. */
+    int v = atomic_load(&t->lword);
+    pthread_mutex_unlock(&t->mu);
+    (void)dl_park_wait(&t->lword, v, dl_now_ms() + LINGER_MS);
+    pthread_mutex_lock(&t->mu);
   }
+  t->driver = D_LOOP; /* for good */
+  pthread_mutex_unlock(&t->mu);
+  tl_driving = t;
+  if (t->last) t->last(t->ud);
+  tl_driving = NULL;
   return NULL;
 }
 
@@ -73,6 +189,8 @@ int dl_rl_thread_new(rl_thread **out) {
   rl_thread *t = calloc(1, sizeof *t);
   if (t == NULL) return DLOCK_ENOMEM;
   pthread_mutex_init(&t->mu, NULL);
+  atomic_init(&t->lword, 0);
+  t->last_drive = INT64_MIN / 2;
   t->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   int rc = t->efd < 0 ? DLOCK_ENOMEM : dlock_loop_new(NULL, &t->lp);
   if (rc == 0) rc = dl_watch_new(t->lp, t->efd, on_wake, t, &t->w);
@@ -95,45 +213,26 @@ int dl_rl_thread_start(rl_thread *t) {
   return 0;
 }
 
-void dl_rl_thread_post(rl_thread *t, rl_task *k) {
-  k->next = NULL;
-  pthread_mutex_lock(&t->mu);
-  if (t->tail)
-    t->tail->next = k;
-  else
-    t->head = k;
-  t->tail = k;
-  pthread_mutex_unlock(&t->mu);
-  uint64_t one = 1;
-  ssize_t r;
-  do
-    r = write(t->efd, &one, sizeof one);
-  while (r < 0 && errno == EINTR);
-}
-
-/* The last task: the loop drains, then runs `last` and stops. */
-typedef struct stop_task {
-  rl_task k;
-  rl_thread *t;
-  int64_t drain_ms;
-} stop_task;
-
-static void on_stop(rl_task *k) {
-  stop_task *s = (stop_task *)k;
-  s->t->drain_until = dl_now_ms() + s->drain_ms;
-  s->t->draining = true;
+static bool never_idle(void *ud) {
+  (void)ud;
+  return false;
 }
 
 void dl_rl_thread_free(rl_thread *t, bool (*idle)(void *), int64_t drain_ms,
                        void (*last)(void *), void *ud) {
   if (t == NULL) return;
   if (t->started) {
-    t->idle = idle;
+    /* No call is under way: the loop's thread drains at once. */
+    pthread_mutex_lock(&t->mu);
+    t->idle = idle ? idle : never_idle;
     t->last = last;
     t->ud = ud;
-    stop_task s = {.t = t, .drain_ms = drain_ms};
-    s.k.fn = on_stop;
-    dl_rl_thread_post(t, &s.k);
+    t->drain_until = dl_now_ms() + drain_ms;
+    t->draining = true;
+    atomic_fetch_add(&t->lword, 1);
+    pthread_mutex_unlock(&t->mu);
+    dl_park_wake(&t->lword);
+    kick(t); /* out of a round that waits for a timer */
     pthread_join(t->tid, NULL);
   } else if (last) {
     last(ud);
@@ -145,67 +244,125 @@ void dl_rl_thread_free(rl_thread *t, bool (*idle)(void *), int64_t drain_ms,
   free(t);
 }
 
-/* ---- a function run on the loop, waited for ---- */
-typedef struct sync_task {
-  rl_task k;
-  void (*fn)(void *);
-  void *arg;
-  atomic_int word; /* 0 running, 1 done */
-} sync_task;
+/* ---- a call: a task run on the loop, waited for ---- */
+
+static void answer(rl_call *c) {
+  atomic_store_explicit(&c->word, W_DONE, memory_order_release);
+  if (tl_call != c) dl_park_wake(&c->word); /* not the driver itself */
+}
+
+/* Drives the loop for c until it is answered, then hands it on. A
+ * callback on another client's loop may call here: its thread's marks are
+ * put back. */
+static void drive(rl_thread *t, rl_call *c) {
+  rl_thread *outer = tl_driving;
+  rl_call *outer_call = tl_call;
+  tl_driving = t;
+  tl_call = c;
+  run_posted(t); /* c's task among them */
+  while (atomic_load_explicit(&c->word, memory_order_acquire) == W_WAIT)
+    (void)dlock_loop_run(t->lp, -1);
+  tl_driving = outer;
+  tl_call = outer_call;
+  pthread_mutex_lock(&t->mu);
+  t->callers--;
+  t->last_drive = dl_now_ms();
+  hand_off(t, false);
+  pthread_mutex_unlock(&t->mu);
+}
+
+/* Posts c's task and waits for its answer, driving the loop meanwhile
+ * when nobody else does. */
+static void run_call(rl_thread *t, rl_call *c) {
+  atomic_init(&c->word, W_WAIT);
+  c->k.next = NULL;
+  c->listed = false;
+  c->prev = c->next = NULL;
+  pthread_mutex_lock(&t->mu);
+  if (t->tail)
+    t->tail->next = &c->k;
+  else
+    t->head = &c->k;
+  t->tail = &c->k;
+  t->callers++;
+  bool driving = t->driver == D_NONE;
+  if (driving) {
+    t->driver = D_CALL;
+  } else {
+    c->next = t->waiters;
+    if (c->next) c->next->prev = c;
+    t->waiters = c;
+    c->listed = true;
+  }
+  pthread_mutex_unlock(&t->mu);
+  if (driving) {
+    drive(t, c);
+    return;
+  }
+  kick(t); /* the driver runs the task; the loop's thread steps aside */
+  for (;;) {
+    int w;
+    while ((w = atomic_load_explicit(&c->word, memory_order_acquire)) ==
+           W_WAIT)
+      (void)dl_park_wait(&c->word, W_WAIT, INT64_MAX);
+    if (w == W_DONE) break;
+    /* Handed the loop: nobody drives but this thread from here. */
+    pthread_mutex_lock(&t->mu);
+    unlist(t, c);
+    pthread_mutex_unlock(&t->mu);
+    atomic_store_explicit(&c->word, W_WAIT, memory_order_relaxed);
+    drive(t, c);
+    return;
+  }
+  pthread_mutex_lock(&t->mu);
+  unlist(t, c);
+  t->callers--;
+  pthread_mutex_unlock(&t->mu);
+}
 
 static void on_sync(rl_task *k) {
-  sync_task *t = (sync_task *)k;
-  t->fn(t->arg);
-  atomic_store_explicit(&t->word, 1, memory_order_release);
-  dl_park_wake(&t->word);
+  rl_call *c = (rl_call *)k;
+  c->fn(c->arg);
+  answer(c);
 }
 
 void dl_rl_thread_sync(rl_thread *t, void (*fn)(void *), void *arg) {
-  if (pthread_equal(pthread_self(), t->tid)) { /* from the loop itself */
+  if (tl_driving == t) { /* from the loop itself */
     fn(arg);
     return;
   }
-  sync_task k = {.fn = fn, .arg = arg};
-  atomic_init(&k.word, 0);
-  k.k.fn = on_sync;
-  dl_rl_thread_post(t, &k.k);
-  while (atomic_load_explicit(&k.word, memory_order_acquire) == 0)
-    (void)dl_park_wait(&k.word, 0, INT64_MAX);
+  rl_call c = {.fn = fn, .arg = arg};
+  c.k.fn = on_sync;
+  run_call(t, &c);
 }
 
 /* ---- a blocking call: an operation run on the loop, waited for ---- */
-typedef struct rl_call {
-  rl_task k;
-  rl_op *o; /* freed by the time a failed start answers */
-  redlock *B;
-  int rc;
-  atomic_int word; /* 0 running, 1 answered */
-  char msg[512];   /* the detail of a negative rc */
-} rl_call;
 
-static void answer(rl_call *c, int rc) {
+static void op_answer(rl_call *c, int rc) {
   c->rc = rc;
-  if (rc < 0)
+  if (rc < 0) {
     snprintf(c->msg, sizeof c->msg, "%s",
              dlock_client_errmsg(c->B->env.err_owner));
-  atomic_store_explicit(&c->word, 1, memory_order_release);
-  dl_park_wake(&c->word);
+    /* Another call's failure is not the driving caller's to read. */
+    if (tl_call != NULL && tl_call != c) dl_clearerr(c->B->env.err_owner);
+  }
+  answer(c);
 }
 
 static void call_done(void *ud, int rc) {
-  answer(ud, rc);
+  op_answer(ud, rc);
 }
 
 static void call_start(rl_task *k) {
   rl_call *c = (rl_call *)k;
   dl_async *op = NULL;
   int rc = dl_rl_run(c->o, &op);
-  if (rc != 0) answer(c, rc); /* nothing started: o is freed */
+  if (rc != 0) op_answer(c, rc); /* nothing started: o is freed */
 }
 
 int dl_rl_call(rl_op *o) {
   redlock *B = o->B;
-  if (pthread_equal(pthread_self(), B->thread->tid)) {
+  if (tl_driving == B->thread) {
     /* From a callback on the servers' loop: it would wait for itself. */
     dl_rl_rec_free(o);
     free(o->lbuf);
@@ -216,13 +373,10 @@ int dl_rl_call(rl_op *o) {
                      "a blocking call from a callback on the servers' loop");
   }
   rl_call c = {.o = o, .B = B};
-  atomic_init(&c.word, 0);
   c.k.fn = call_start;
   o->head.done = call_done;
   o->head.ud = &c;
-  dl_rl_thread_post(B->thread, &c.k);
-  while (atomic_load_explicit(&c.word, memory_order_acquire) == 0)
-    (void)dl_park_wait(&c.word, 0, INT64_MAX);
+  run_call(B->thread, &c);
   if (c.rc < 0) {
     if (c.msg[0])
       dl_seterr(B->env.err_owner, c.rc, "%s", c.msg);
