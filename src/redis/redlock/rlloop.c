@@ -32,6 +32,10 @@
  * drove it: longer than a gap between back-to-back calls, short beside a
  * lease's renewal margin. */
 enum { LINGER_MS = 2 };
+/* A call that has driven this long is a wait (a lock held elsewhere): the
+ * loop's thread stops looking every LINGER_MS and sleeps until that call
+ * stops driving and wakes it, so a long blocking wait costs no wake-ups. */
+enum { LONG_DRIVE_MS = 10 };
 
 enum { D_NONE, D_LOOP, D_CALL };              /* rl_thread's driver */
 enum { W_WAIT, W_DONE, W_DRIVE };             /* a call's word */
@@ -54,6 +58,8 @@ struct rl_thread {
   int callers;          /* calls under way */
   rl_call *waiters;     /* calls waiting that do not drive */
   int64_t last_drive;   /* when a call last stopped driving */
+  int64_t drive_start;  /* when the call driving now began to */
+  bool loop_asleep;     /* the loop's thread waits for that call to stop */
   bool draining;        /* closing: run until idle or drain_until */
   int64_t drain_until;
   atomic_int lword;     /* the loop's thread sleeps on it */
@@ -127,6 +133,7 @@ static void hand_off(rl_thread *t, bool from_loop) {
     /* Only the driver answers calls, and nobody drives now. */
     atomic_store_explicit(&first->word, W_DRIVE, memory_order_release);
     t->driver = D_CALL;
+    t->drive_start = dl_now_ms();
     dl_park_wake(&first->word);
   } else {
     t->driver = D_LOOP;
@@ -171,10 +178,16 @@ static void *loop_main(void *arg) {
       continue;
     }
     /* A call drives, or did a moment ago. */
+    int64_t until = now + LINGER_MS;
+    if (t->driver == D_CALL && now - t->drive_start >= LONG_DRIVE_MS) {
+      t->loop_asleep = true; /* drive() wakes it */
+      until = INT64_MAX;
+    }
     int v = atomic_load(&t->lword);
     pthread_mutex_unlock(&t->mu);
-    (void)dl_park_wait(&t->lword, v, dl_now_ms() + LINGER_MS);
+    (void)dl_park_wait(&t->lword, v, until);
     pthread_mutex_lock(&t->mu);
+    t->loop_asleep = false;
   }
   t->driver = D_LOOP; /* for good */
   pthread_mutex_unlock(&t->mu);
@@ -267,8 +280,11 @@ static void drive(rl_thread *t, rl_call *c) {
   pthread_mutex_lock(&t->mu);
   t->callers--;
   t->last_drive = dl_now_ms();
+  bool wake = t->loop_asleep;
+  if (wake) atomic_fetch_add(&t->lword, 1);
   hand_off(t, false);
   pthread_mutex_unlock(&t->mu);
+  if (wake) dl_park_wake(&t->lword);
 }
 
 /* Posts c's task and waits for its answer, driving the loop meanwhile
@@ -288,6 +304,7 @@ static void run_call(rl_thread *t, rl_call *c) {
   bool driving = t->driver == D_NONE;
   if (driving) {
     t->driver = D_CALL;
+    t->drive_start = dl_now_ms();
   } else {
     c->next = t->waiters;
     if (c->next) c->next->prev = c;
