@@ -244,41 +244,38 @@ int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   return 0;
 }
 
-int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
-                  dl_renew_item *items, int *calls) {
-  dl_etcd *e = (dl_etcd *)b;
-  *calls = 0;
-  int first = 0;
-  /* Renewal: the session's lease, kept alive once (Go's keepalive
-   * stream, as one request a renewal: the gateway takes one message). */
+int dl_etcd_renew_session_kept(dl_etcd *e, int64_t lease, int64_t sent, int rc,
+                               int64_t ttl) {
   pthread_mutex_lock(&e->mu);
-  int64_t lease = e->lease;
-  pthread_mutex_unlock(&e->mu);
-  if (lease_ms > 0 && lease != 0) {
-    int64_t sent = dl_now_ms(), ttl;
-    (*calls)++;
-    int rc = dl_etcd_keepalive(e, lease, deadline, &ttl);
-    pthread_mutex_lock(&e->mu);
-    if (rc == 1 && e->lease == lease) {
-      e->lease_ttl_s = ttl;
-      e->lease_until = dl_validity(sent, ttl * 1000);
-    } else if (rc == 0 && e->lease == lease) {
-      e->lease = 0; /* gone: every key on it too (the checks say so) */
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (rc < 0) first = rc;
+  if (rc == 1 && e->lease == lease) {
+    e->lease_ttl_s = ttl;
+    e->lease_until = dl_validity(sent, ttl * 1000);
+  } else if (rc == 0 && e->lease == lease) {
+    e->lease = 0; /* gone: every key on it too (the checks say so) */
   }
-  /* Every hold's key, read in one txn. */
+  pthread_mutex_unlock(&e->mu);
+  return rc < 0 ? rc : 0;
+}
+
+void dl_etcd_renew_consumer_end(dl_renew_item *it, int cr, int *first) {
+  it->result = cr == 2 ? 0 : cr < 0 ? -1 : cr;
+  if (cr < 0 && *first == 0) *first = cr;
+}
+
+int dl_etcd_renew_txn(dl_etcd *e, int n, dl_renew_item *items, char **body,
+                      int64_t **revs, int *asked) {
   size_t cap = (size_t)n * (B64(ETCD_KEY_MAX) + 48) + 32;
-  char *body = malloc(cap);
-  int64_t *revs = calloc((size_t)n + 1, sizeof *revs);
-  if (body == NULL || revs == NULL) {
-    free(body);
-    free(revs);
+  char *bd = malloc(cap);
+  int64_t *rv = calloc((size_t)n + 1, sizeof *rv);
+  *body = NULL;
+  *revs = NULL;
+  *asked = 0;
+  if (bd == NULL || rv == NULL) {
+    free(bd);
+    free(rv);
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   }
-  size_t at = (size_t)snprintf(body, cap, "{\"success\":[");
-  int asked = 0;
+  size_t at = (size_t)snprintf(bd, cap, "{\"success\":[");
   for (int i = 0; i < n; i++) {
     items[i].result = -1;
     pthread_mutex_lock(&e->mu);
@@ -290,34 +287,29 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
     char k64[B64(ETCD_KEY_MAX)] = "";
     if (h) {
       dl_etcd_b64(h->key, strlen(h->key), k64);
-      revs[i] = h->rev;
+      rv[i] = h->rev;
     }
     pthread_mutex_unlock(&e->mu);
     if (k64[0] == '\0') { /* not held here: never re-created */
-      int cr = items[i].permit
-                   ? dl_etcd_consumer_renew(e, &items[i], lease_ms, deadline)
-                   : 0;
-      items[i].result = cr == 2 ? 0 : cr < 0 ? -1 : cr;
-      if (cr < 0 && first == 0) first = cr;
+      if (!items[i].permit) items[i].result = 0;
       continue;
     }
-    at += (size_t)snprintf(body + at, cap - at,
+    at += (size_t)snprintf(bd + at, cap - at,
                            "%s{\"request_range\":{\"key\":\"%s\","
                            "\"keys_only\":true}}",
-                           asked ? "," : "", k64);
-    asked++;
+                           *asked ? "," : "", k64);
+    (*asked)++;
   }
-  snprintf(body + at, cap - at, "]}");
-  json_object *r = NULL;
-  int rc = 0;
-  if (asked > 0) {
-    (*calls)++;
-    rc = dl_etcd_call(e, "/v3/kv/txn", body, deadline, &r, NULL);
-  }
-  free(body);
-  if (rc != 0 && first == 0) first = rc;
+  snprintf(bd + at, cap - at, "]}");
+  *body = bd;
+  *revs = rv;
+  return 0;
+}
+
+void dl_etcd_renew_answer(dl_etcd *e, int n, dl_renew_item *items,
+                          const int64_t *revs, json_object *r) {
   int j = 0;
-  for (int i = 0; i < n && rc == 0; i++) {
+  for (int i = 0; i < n; i++) {
     if (revs[i] == 0) continue; /* not asked */
     json_object *x = dl_etcd_txn_resp(r, j++, "response_range");
     int64_t now = dl_etcd_i64(dl_etcd_kv0(x), "create_revision");
@@ -351,6 +343,43 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
       items[i].valid_until = until;
     } /* else: there, but its lease not confirmed in time: unknown */
   }
+}
+
+int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                  dl_renew_item *items, int *calls) {
+  dl_etcd *e = (dl_etcd *)b;
+  *calls = 0;
+  int first = 0;
+  /* Renewal: the session's lease, kept alive once (Go's keepalive
+   * stream, as one request a renewal: the gateway takes one message). */
+  pthread_mutex_lock(&e->mu);
+  int64_t lease = e->lease;
+  pthread_mutex_unlock(&e->mu);
+  if (lease_ms > 0 && lease != 0) {
+    int64_t sent = dl_now_ms(), ttl;
+    (*calls)++;
+    int rc = dl_etcd_keepalive(e, lease, deadline, &ttl);
+    first = dl_etcd_renew_session_kept(e, lease, sent, rc, ttl);
+  }
+  /* Every hold's key, read in one txn. */
+  char *body;
+  int64_t *revs;
+  int asked;
+  int rc = dl_etcd_renew_txn(e, n, items, &body, &revs, &asked);
+  if (rc != 0) return rc;
+  for (int i = 0; i < n; i++)
+    if (items[i].permit && revs[i] == 0)
+      dl_etcd_renew_consumer_end(
+          &items[i], dl_etcd_consumer_renew(e, &items[i], lease_ms, deadline),
+          &first);
+  json_object *r = NULL;
+  if (asked > 0) {
+    (*calls)++;
+    rc = dl_etcd_call(e, "/v3/kv/txn", body, deadline, &r, NULL);
+  }
+  free(body);
+  if (rc != 0 && first == 0) first = rc;
+  if (rc == 0 && r) dl_etcd_renew_answer(e, n, items, revs, r);
   if (r) json_object_put(r);
   free(revs);
   return first;
