@@ -615,7 +615,7 @@ static bool run_one(dlock_loop *lp, const tdone *t) {
 
 /* The keys under prefix (etcdctl's answer, one a line): how many. */
 static int keys_under(const th_etcd *s, const char *prefix) {
-  char args[128], buf[4096];
+  char args[128], buf[16384];
   snprintf(args, sizeof args, "get --prefix %s --keys-only", prefix);
   const char *out = th_etcd_ctl(s, args, buf, sizeof buf);
   int n = 0;
@@ -776,11 +776,12 @@ static int run_sampled(dlock_loop *lp, int64_t ms) {
 
 /* An event-loop client's watchdog renewal rounds run on its loop's multi
  * handle: holds kept over several lease periods (1 s watchdog timeout)
- * stay held, their keys there, with no thread started for the rounds;
+ * stay held, their keys there (read in two txns a round), with no thread
+ * started for the rounds;
  * the session's lease revoked from outside: every hold reported lost. */
 static void t_etcd_async_renew(void) {
   NEED_ETCD();
-  enum { N = 8 };
+  enum { N = 160 }; /* more than etcd takes in one txn (128 reads) */
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
@@ -788,7 +789,7 @@ static void t_etcd_async_renew(void) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = s.url;
-  o.watchdog_timeout_ms = 1000;
+  o.watchdog_timeout_ms = th_soon(1000);
   dlock_client *c;
   CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
   dlock_lock *l[N];

@@ -24,12 +24,11 @@ typedef struct etcd_aren {
   int n;
   int64_t lease_ms;
   int *calls;
-  char *body;    /* the txn reading the holds' keys */
-  int64_t *revs; /* dl_etcd_renew_txn's */
-  int asked;
-  int i;         /* the next item to look at for a consumer's keepalive */
-  int first;     /* the round's first error */
-  int64_t lease; /* the keepalive's in flight, and when it was sent */
+  etcd_renew_txns t; /* the txns reading the holds' keys */
+  int c;             /* the next of them */
+  int i;             /* the next item to look at for a consumer's keepalive */
+  int first;         /* the round's first error */
+  int64_t lease;     /* the keepalive's in flight, and when it was sent */
   int64_t sent;
 } etcd_aren;
 

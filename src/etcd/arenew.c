@@ -2,7 +2,7 @@
  * loop's multi handle (acall.c), no thread: the blocking round's calls
  * (query.c's dl_etcd_renew) one after another, on its request builders
  * and answer parsers: the session lease's keepalive, each reliable
- * consumer's lease's keepalive, then the txn reading every hold's key.
+ * consumer's lease's keepalive, then the txns reading every hold's key.
  * As the blocking round, it takes no e->lease_mu: a keepalive's answer
  * is taken only while the session's lease is still the one sent (e->mu,
  * a leaf lock held for a look). */
@@ -12,8 +12,7 @@
 
 void dl_etcd_aren_free(etcd_aren *r) {
   if (r == NULL) return;
-  free(r->body);
-  free(r->revs);
+  dl_etcd_renew_txns_free(&r->t);
   free(r);
 }
 
@@ -65,9 +64,9 @@ static void on_txn(void *ud, int rc, json_object *o, int code) {
   etcd_aren *r = op->ren;
   op->call = NULL;
   if (rc != 0 && r->first == 0) r->first = rc;
-  if (rc == 0 && o) dl_etcd_renew_answer(op->e, r->n, r->items, r->revs, o);
+  if (rc == 0 && o) dl_etcd_renew_answer(op->e, r->n, r->items, &r->t, r->c, o);
   json_object_put(o);
-  r->asked = 0; /* read */
+  r->c++;
   step(op);
 }
 
@@ -76,7 +75,7 @@ static void step(dl_async *op) {
   etcd_aren *r = op->ren;
   for (; r->i < r->n; r->i++) {
     dl_renew_item *it = &r->items[r->i];
-    if (!it->permit || r->revs[r->i] != 0) continue;
+    if (!it->permit || r->t.revs[r->i] != 0) continue;
     int cr = dl_etcd_consumer_look(op->e, it, r->lease_ms, &r->lease);
     if (cr != 3) {
       dl_etcd_renew_consumer_end(it, cr, &r->first);
@@ -88,10 +87,16 @@ static void step(dl_async *op) {
     next_call(op, "/v3/lease/keepalive", body, on_consumer);
     return;
   }
-  if (r->asked > 0) {
+  if (r->c < r->t.ntxn) {
+    char *body = dl_etcd_renew_body(&r->t, r->c);
     (*r->calls)++;
-    next_call(op, "/v3/kv/txn", r->body, on_txn);
-    return;
+    if (body) {
+      next_call(op, "/v3/kv/txn", body, on_txn);
+      free(body);
+      return;
+    }
+    if (r->first == 0)
+      r->first = dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory");
   }
   dl_etcd_op_end(op, r->first);
 }
@@ -120,7 +125,7 @@ int dl_etcd_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms,
   r->n = n;
   r->lease_ms = lease_ms;
   r->calls = calls;
-  int rc = dl_etcd_renew_txn(e, n, items, &r->body, &r->revs, &r->asked);
+  int rc = dl_etcd_renew_txns(e, n, items, &r->t);
   if (rc != 0) {
     dl_etcd_op_drop(op);
     return rc;

@@ -448,16 +448,26 @@ int dl_etcd_renew_session_kept(dl_etcd *e, int64_t lease, int64_t sent, int rc,
 /* A consumer item's end (cr: dl_etcd_consumer_renew's) into its result,
  * and *first (the round's first error) if it is one. */
 void dl_etcd_renew_consumer_end(dl_renew_item *it, int cr, int *first);
-/* The txn reading every item held here (*asked of them): *body and
- * *revs (revs[i] the hold's create revision, 0 not held here) malloc'ed;
- * an item not held gets result 0, except a permit's (result -1: a
- * consumer's, dl_etcd_consumer_renew's). 0, or DLOCK_ENOMEM. */
-int dl_etcd_renew_txn(dl_etcd *e, int n, dl_renew_item *items, char **body,
-                      int64_t **revs, int *asked);
-/* That txn's answer r (kept) into the items asked: held (1), or lost and
- * forgotten (0). */
+/* The reads of every item held here, in txns of at most ETCD_TXN_OPS
+ * (etcd refuses more: its --max-txn-ops, 128 by default). */
+#define ETCD_TXN_OPS 128
+typedef struct etcd_renew_txns {
+  int64_t *revs; /* per item: its hold's create revision, 0 not held here */
+  char *reads;   /* the reads, txn c's from reads[cut[c]] to cut[c + 1] */
+  size_t *cut;
+  int ntxn;
+} etcd_renew_txns;
+/* Fills *t; an item not held gets result 0, except a permit's (result
+ * -1: a consumer's, dl_etcd_consumer_renew's). 0, or DLOCK_ENOMEM. */
+int dl_etcd_renew_txns(dl_etcd *e, int n, dl_renew_item *items,
+                       etcd_renew_txns *t);
+/* Txn c's body (malloc'ed), or NULL out of memory. */
+char *dl_etcd_renew_body(const etcd_renew_txns *t, int c);
+/* Txn c's answer r (kept) into its items: held (1), or lost and forgotten
+ * (0). */
 void dl_etcd_renew_answer(dl_etcd *e, int n, dl_renew_item *items,
-                          const int64_t *revs, json_object *r);
+                          const etcd_renew_txns *t, int c, json_object *r);
+void dl_etcd_renew_txns_free(etcd_renew_txns *t);
 void dl_etcd_hold_free(etcd_hold *h);
 /* Drops a hold or claim: unwatched, unlinked, freed; the client's other
  * owners waiting for the key look again. e->mu not held. */

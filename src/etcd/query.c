@@ -262,20 +262,21 @@ void dl_etcd_renew_consumer_end(dl_renew_item *it, int cr, int *first) {
   if (cr < 0 && *first == 0) *first = cr;
 }
 
-int dl_etcd_renew_txn(dl_etcd *e, int n, dl_renew_item *items, char **body,
-                      int64_t **revs, int *asked) {
-  size_t cap = (size_t)n * (B64(ETCD_KEY_MAX) + 48) + 32;
-  char *bd = malloc(cap);
-  int64_t *rv = calloc((size_t)n + 1, sizeof *rv);
-  *body = NULL;
-  *revs = NULL;
-  *asked = 0;
-  if (bd == NULL || rv == NULL) {
-    free(bd);
-    free(rv);
-    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  }
-  size_t at = (size_t)snprintf(bd, cap, "{\"success\":[");
+void dl_etcd_renew_txns_free(etcd_renew_txns *t) {
+  free(t->revs);
+  free(t->reads);
+  free(t->cut);
+  memset(t, 0, sizeof *t);
+}
+
+int dl_etcd_renew_txns(dl_etcd *e, int n, dl_renew_item *items,
+                       etcd_renew_txns *t) {
+  memset(t, 0, sizeof *t);
+  size_t cap = 0, at = 0;
+  int asked = 0;
+  t->revs = calloc((size_t)n + 1, sizeof *t->revs);
+  t->cut = calloc((size_t)n / ETCD_TXN_OPS + 2, sizeof *t->cut);
+  if (t->revs == NULL || t->cut == NULL) goto oom;
   for (int i = 0; i < n; i++) {
     items[i].result = -1;
     pthread_mutex_lock(&e->mu);
@@ -287,40 +288,64 @@ int dl_etcd_renew_txn(dl_etcd *e, int n, dl_renew_item *items, char **body,
     char k64[B64(ETCD_KEY_MAX)] = "";
     if (h) {
       dl_etcd_b64(h->key, strlen(h->key), k64);
-      rv[i] = h->rev;
+      t->revs[i] = h->rev;
     }
     pthread_mutex_unlock(&e->mu);
     if (k64[0] == '\0') { /* not held here: never re-created */
       if (!items[i].permit) items[i].result = 0;
       continue;
     }
-    at += (size_t)snprintf(bd + at, cap - at,
+    size_t need = strlen(k64) + 48;
+    if (at + need > cap) {
+      size_t nc = cap ? cap * 2 : 4096;
+      while (nc < at + need)
+        nc *= 2;
+      char *r = realloc(t->reads, nc);
+      if (r == NULL) goto oom;
+      t->reads = r;
+      cap = nc;
+    }
+    if (asked % ETCD_TXN_OPS == 0) t->cut[t->ntxn++] = at; /* a new txn */
+    at += (size_t)snprintf(t->reads + at, cap - at,
                            "%s{\"request_range\":{\"key\":\"%s\","
                            "\"keys_only\":true}}",
-                           *asked ? "," : "", k64);
-    (*asked)++;
+                           asked % ETCD_TXN_OPS ? "," : "", k64);
+    asked++;
   }
-  snprintf(bd + at, cap - at, "]}");
-  *body = bd;
-  *revs = rv;
+  t->cut[t->ntxn] = at;
   return 0;
+oom:
+  dl_etcd_renew_txns_free(t);
+  return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+}
+
+char *dl_etcd_renew_body(const etcd_renew_txns *t, int c) {
+  size_t len = t->cut[c + 1] - t->cut[c];
+  char *body = malloc(len + 32);
+  if (body)
+    snprintf(body, len + 32, "{\"success\":[%.*s]}", (int)len,
+             t->reads + t->cut[c]);
+  return body;
 }
 
 void dl_etcd_renew_answer(dl_etcd *e, int n, dl_renew_item *items,
-                          const int64_t *revs, json_object *r) {
-  int j = 0;
+                          const etcd_renew_txns *t, int c, json_object *r) {
+  int a = 0;
   for (int i = 0; i < n; i++) {
-    if (revs[i] == 0) continue; /* not asked */
-    json_object *x = dl_etcd_txn_resp(r, j++, "response_range");
+    if (t->revs[i] == 0) continue; /* not asked */
+    int j = a++ - c * ETCD_TXN_OPS;
+    if (j < 0 || j >= ETCD_TXN_OPS) continue; /* another txn's */
+    const int64_t rev = t->revs[i];
+    json_object *x = dl_etcd_txn_resp(r, j, "response_range");
     int64_t now = dl_etcd_i64(dl_etcd_kv0(x), "create_revision");
     pthread_mutex_lock(&e->mu);
     etcd_hold *h = e->holds;
-    while (h && !(h->held && h->rev == revs[i] &&
-                  strcmp(h->lock, items[i].key) == 0 &&
-                  strcmp(h->owner, items[i].owner) == 0))
+    while (h &&
+           !(h->held && h->rev == rev && strcmp(h->lock, items[i].key) == 0 &&
+             strcmp(h->owner, items[i].owner) == 0))
       h = h->next;
     int64_t until = h && h->own_lease ? h->lease_until : e->lease_until;
-    bool gone = h == NULL || now != revs[i];
+    bool gone = h == NULL || now != rev;
     /* Deleted (a force release), or its lease ended: lost, and forgotten
      * (never re-created). */
     if (h && gone) {
@@ -361,27 +386,27 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
     int rc = dl_etcd_keepalive(e, lease, deadline, &ttl);
     first = dl_etcd_renew_session_kept(e, lease, sent, rc, ttl);
   }
-  /* Every hold's key, read in one txn. */
-  char *body;
-  int64_t *revs;
-  int asked;
-  int rc = dl_etcd_renew_txn(e, n, items, &body, &revs, &asked);
+  /* Every hold's key, read in txns of ETCD_TXN_OPS reads. */
+  etcd_renew_txns t;
+  int rc = dl_etcd_renew_txns(e, n, items, &t);
   if (rc != 0) return rc;
   for (int i = 0; i < n; i++)
-    if (items[i].permit && revs[i] == 0)
+    if (items[i].permit && t.revs[i] == 0)
       dl_etcd_renew_consumer_end(
           &items[i], dl_etcd_consumer_renew(e, &items[i], lease_ms, deadline),
           &first);
-  json_object *r = NULL;
-  if (asked > 0) {
+  for (int c = 0; c < t.ntxn; c++) {
+    char *body = dl_etcd_renew_body(&t, c);
+    json_object *r = NULL;
     (*calls)++;
-    rc = dl_etcd_call(e, "/v3/kv/txn", body, deadline, &r, NULL);
+    rc = body ? dl_etcd_call(e, "/v3/kv/txn", body, deadline, &r, NULL)
+              : dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    free(body);
+    if (rc != 0 && first == 0) first = rc;
+    if (rc == 0) dl_etcd_renew_answer(e, n, items, &t, c, r);
+    if (r) json_object_put(r);
   }
-  free(body);
-  if (rc != 0 && first == 0) first = rc;
-  if (rc == 0 && r) dl_etcd_renew_answer(e, n, items, revs, r);
-  if (r) json_object_put(r);
-  free(revs);
+  dl_etcd_renew_txns_free(&t);
   return first;
 }
 
