@@ -774,6 +774,37 @@ static int run_sampled(dlock_loop *lp, int64_t ms) {
   return most;
 }
 
+/* An event-loop client of s (*c) on a new loop (*lp), its watchdog
+ * timeout watchdog_ms (0: the default), holding the n locks l (named
+ * prefix0, prefix1, ...), acquired with all in flight; *c NULL if
+ * something failed (CHECKed). */
+static void open_holding(const th_etcd *s, int64_t watchdog_ms,
+                         const char *prefix, int n, dlock_loop **lp,
+                         dlock_lock **l, dlock_client **c) {
+  *c = NULL;
+  CHECK_RC(dlock_loop_new(NULL, lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s->url;
+  if (watchdog_ms) o.watchdog_timeout_ms = watchdog_ms;
+  dlock_client *cl;
+  CHECK_RC(dlock_client_open_async(&o, *lp, &cl), 0);
+  adone *d = calloc((size_t)n, sizeof *d);
+  CHECK(d != NULL);
+  char name[32];
+  for (int i = 0; i < n; i++) {
+    snprintf(name, sizeof name, "%s%d", prefix, i);
+    CHECK_RC(dlock_lock_new(cl, name, NULL, &l[i]), 0);
+    CHECK_RC(dlock_lock_acquire_async(l[i], 0, 0, on_adone, &d[i], NULL), 0);
+  }
+  bool all = run_all(*lp, d, n);
+  for (int i = 0; i < n && all; i++)
+    all = d[i].rc == 0;
+  free(d);
+  CHECK(all);
+  *c = cl;
+}
+
 /* An event-loop client's watchdog renewal rounds run on its loop's multi
  * handle: holds kept over several lease periods (1 s watchdog timeout)
  * stay held, their keys there (read in two txns a round), with no thread
@@ -785,27 +816,13 @@ static void t_etcd_async_renew(void) {
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
-  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s.url;
-  o.watchdog_timeout_ms = th_soon(1000);
-  dlock_client *c;
-  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
   dlock_lock *l[N];
-  adone d[N];
-  char name[32];
-  memset(d, 0, sizeof d);
+  dlock_client *c;
+  open_holding(&s, th_soon(1000), "rn", N, &lp, l, &c);
+  if (c == NULL) return;
   atomic_store(&lost_at, 0);
-  for (int i = 0; i < N; i++) {
-    snprintf(name, sizeof name, "rn%d", i);
-    CHECK_RC(dlock_lock_new(c, name, NULL, &l[i]), 0);
-    dlock_lock_on_lost(l[i], on_lost, NULL);
-    CHECK_RC(dlock_lock_acquire_async(l[i], 0, 0, on_adone, &d[i], NULL), 0);
-  }
-  CHECK(run_all(lp, d, N));
   for (int i = 0; i < N; i++)
-    CHECK_RC(d[i].rc, 0);
+    dlock_lock_on_lost(l[i], on_lost, NULL);
   dlock_client_stats st0, st1;
   dlock_client_stats_get(c, &st0);
   int before = tasks();
@@ -858,24 +875,11 @@ static void t_etcd_async_nothread(void) {
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
-  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s.url;
-  dlock_client *c;
-  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
   dlock_lock *l[N];
   adone d[N];
-  char name[32];
-  memset(d, 0, sizeof d);
-  for (int i = 0; i < N; i++) {
-    snprintf(name, sizeof name, "nt%d", i);
-    CHECK_RC(dlock_lock_new(c, name, NULL, &l[i]), 0);
-    CHECK_RC(dlock_lock_acquire_async(l[i], 0, 0, on_adone, &d[i], NULL), 0);
-  }
-  CHECK(run_all(lp, d, N));
-  for (int i = 0; i < N; i++)
-    CHECK_RC(d[i].rc, 0);
+  dlock_client *c;
+  open_holding(&s, 0, "nt", N, &lp, l, &c);
+  if (c == NULL) return;
   /* The releases, then pings, in flight together. */
   int before = tasks();
   memset(d, 0, sizeof d);
