@@ -615,7 +615,7 @@ static bool run_one(dlock_loop *lp, const tdone *t) {
 
 /* The keys under prefix (etcdctl's answer, one a line): how many. */
 static int keys_under(const th_etcd *s, const char *prefix) {
-  char args[128], buf[4096];
+  char args[128], buf[16384];
   snprintf(args, sizeof args, "get --prefix %s --keys-only", prefix);
   const char *out = th_etcd_ctl(s, args, buf, sizeof buf);
   int n = 0;
@@ -763,6 +763,108 @@ static void t_etcd_async_acquire(void) {
   th_etcd_stop(&s);
 }
 
+/* Runs lp for ms, sampling the threads: the most there were. */
+static int run_sampled(dlock_loop *lp, int64_t ms) {
+  int most = tasks();
+  for (int64_t end = th_now_ms() + ms; th_now_ms() < end;) {
+    dlock_loop_run(lp, 5);
+    int n = tasks();
+    if (n > most) most = n;
+  }
+  return most;
+}
+
+/* An event-loop client of s (*c) on a new loop (*lp), its watchdog
+ * timeout watchdog_ms (0: the default), holding the n locks l (named
+ * prefix0, prefix1, ...), acquired with all in flight; *c NULL if
+ * something failed (CHECKed). */
+static void open_holding(const th_etcd *s, int64_t watchdog_ms,
+                         const char *prefix, int n, dlock_loop **lp,
+                         dlock_lock **l, dlock_client **c) {
+  *c = NULL;
+  CHECK_RC(dlock_loop_new(NULL, lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s->url;
+  if (watchdog_ms) o.watchdog_timeout_ms = watchdog_ms;
+  dlock_client *cl;
+  CHECK_RC(dlock_client_open_async(&o, *lp, &cl), 0);
+  adone *d = calloc((size_t)n, sizeof *d);
+  CHECK(d != NULL);
+  char name[32];
+  for (int i = 0; i < n; i++) {
+    snprintf(name, sizeof name, "%s%d", prefix, i);
+    CHECK_RC(dlock_lock_new(cl, name, NULL, &l[i]), 0);
+    CHECK_RC(dlock_lock_acquire_async(l[i], 0, 0, on_adone, &d[i], NULL), 0);
+  }
+  bool all = run_all(*lp, d, n);
+  for (int i = 0; i < n && all; i++)
+    all = d[i].rc == 0;
+  free(d);
+  CHECK(all);
+  *c = cl;
+}
+
+/* An event-loop client's watchdog renewal rounds run on its loop's multi
+ * handle: holds kept over several lease periods (1 s watchdog timeout)
+ * stay held, their keys there (read in two txns a round), with no thread
+ * started for the rounds;
+ * the session's lease revoked from outside: every hold reported lost. */
+static void t_etcd_async_renew(void) {
+  NEED_ETCD();
+  enum { N = 160 }; /* more than etcd takes in one txn (128 reads) */
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_lock *l[N];
+  dlock_client *c;
+  open_holding(&s, th_soon(1000), "rn", N, &lp, l, &c);
+  if (c == NULL) return;
+  atomic_store(&lost_at, 0);
+  for (int i = 0; i < N; i++)
+    dlock_lock_on_lost(l[i], on_lost, NULL);
+  dlock_client_stats st0, st1;
+  dlock_client_stats_get(c, &st0);
+  int before = tasks();
+  int most = run_sampled(lp, th_soon(3200));
+  dlock_client_stats_get(c, &st1);
+  fprintf(stderr, "    threads: %d before, at most %d over %d renewal calls\n",
+          before, most, (int)(st1.renewal_calls - st0.renewal_calls));
+  CHECK(st1.renewal_calls - st0.renewal_calls >= 3);
+  CHECK_EQ(most, before);
+  CHECK_EQ(atomic_load(&lost_at), 0);
+  CHECK_EQ(keys_under(&s, "rn"), N);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(dlock_lock_is_lost(l[i]), 0);
+  /* The session's lease revoked: lost, each of them. */
+  char buf[512], args[128];
+  const char *out = th_etcd_ctl(&s, "lease list", buf, sizeof buf);
+  const char *id = strrchr(out, '\n');
+  while (id && id > out && id[-1] != '\n')
+    id--;
+  CHECK(strstr(out, "found 1 leases") != NULL && id != NULL);
+  snprintf(args, sizeof args, "lease revoke %.*s", (int)strcspn(id, "\n"), id);
+  th_etcd_ctl(&s, args, buf, sizeof buf);
+  int64_t t0 = th_now_ms(), end = t0 + th_soon(3000);
+  int lost = 0;
+  while (lost < N && th_now_ms() < end) {
+    dlock_loop_run(lp, 5);
+    lost = 0;
+    for (int i = 0; i < N; i++)
+      lost += dlock_lock_is_lost(l[i]) == 1;
+  }
+  fprintf(stderr, "    the lease revoked: %d of %d lost in %lld ms\n", lost, N,
+          (long long)(th_now_ms() - t0));
+  CHECK_EQ(lost, N);
+  CHECK(atomic_load(&lost_at) != 0 &&
+        atomic_load(&lost_at) - t0 < th_soon(100));
+  for (int i = 0; i < N; i++)
+    dlock_lock_free(l[i]);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
 /* An event-loop client's release, force release, queries and ping are calls on
  * a multi handle its loop drives: N of them in flight start no thread
  * (each was a thread of its own), and end as the blocking ones do; the
@@ -773,24 +875,11 @@ static void t_etcd_async_nothread(void) {
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
-  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s.url;
-  dlock_client *c;
-  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
   dlock_lock *l[N];
   adone d[N];
-  char name[32];
-  memset(d, 0, sizeof d);
-  for (int i = 0; i < N; i++) {
-    snprintf(name, sizeof name, "nt%d", i);
-    CHECK_RC(dlock_lock_new(c, name, NULL, &l[i]), 0);
-    CHECK_RC(dlock_lock_acquire_async(l[i], 0, 0, on_adone, &d[i], NULL), 0);
-  }
-  CHECK(run_all(lp, d, N));
-  for (int i = 0; i < N; i++)
-    CHECK_RC(d[i].rc, 0);
+  dlock_client *c;
+  open_holding(&s, 0, "nt", N, &lp, l, &c);
+  if (c == NULL) return;
   /* The releases, then pings, in flight together. */
   int before = tasks();
   memset(d, 0, sizeof d);
@@ -997,7 +1086,8 @@ static void t_etcd_async_failover(void) {
 TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
-        T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight))
+        T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
+        T_BARE(t_etcd_async_renew))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

@@ -12,10 +12,25 @@ typedef enum aop_kind {
   AOP_RELEASE,
   AOP_FORCE,
   AOP_QUERY,
-  AOP_ACQUIRE
+  AOP_ACQUIRE,
+  AOP_RENEW
 } aop_kind;
 
 struct etcd_aacq;
+
+/* A renewal round's (arenew.c). */
+typedef struct etcd_aren {
+  dl_renew_item *items;
+  int n;
+  int64_t lease_ms;
+  int *calls;
+  etcd_renew_txns t; /* the txns reading the holds' keys */
+  int c;             /* the next of them */
+  int i;             /* the next item to look at for a consumer's keepalive */
+  int first;         /* the round's first error */
+  int64_t lease;     /* the keepalive's in flight, and when it was sent */
+  int64_t sent;
+} etcd_aren;
 
 /* One operation in flight, in e->aops (the loop's thread). */
 struct dl_async {
@@ -42,6 +57,7 @@ struct dl_async {
   int result;             /* the release's, while its lease is revoked */
   char pfx[ETCD_KEY_MAX]; /* its lock's prefix */
   struct etcd_aacq *acq;  /* the acquire's (amutex.c) */
+  etcd_aren *ren;         /* the renewal round's (arenew.c) */
 };
 
 /* A new operation of kind, listed, its deadline one command timeout
@@ -77,5 +93,13 @@ void dl_etcd_acquire_cancel(dl_async *op);
  * left to the close; 1 op ended (done: DLOCK_ECLOSED), 0 it runs on a
  * job, which the close ends. */
 int dl_etcd_acquire_close(dl_async *op);
+
+/* ---- arenew.c ---- */
+/* The event loop's renew_async (dl_etcd_aops). */
+int dl_etcd_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms,
+                        int n, dl_renew_item *items, int *calls,
+                        dl_done_fn done, void *ud, dl_async **out);
+/* Frees a round's state (accepts NULL). */
+void dl_etcd_aren_free(etcd_aren *r);
 
 #endif /* DLOCK_ETCD_AOP_H */

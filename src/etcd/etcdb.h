@@ -440,6 +440,34 @@ void dl_etcd_holder_value(const char *v64, int64_t lease, char *owner,
                           size_t olen, char *info, size_t ilen);
 int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
                   dl_renew_item *items, int *calls);
+/* The renewal round's parts, for both drivers. The session keepalive's
+ * end (rc, ttl: dl_etcd_keepalive's for lease, sent at `sent`): rc when
+ * negative, else 0. */
+int dl_etcd_renew_session_kept(dl_etcd *e, int64_t lease, int64_t sent, int rc,
+                               int64_t ttl);
+/* A consumer item's end (cr: dl_etcd_consumer_renew's) into its result,
+ * and *first (the round's first error) if it is one. */
+void dl_etcd_renew_consumer_end(dl_renew_item *it, int cr, int *first);
+/* The reads of every item held here, in txns of at most ETCD_TXN_OPS
+ * (etcd refuses more: its --max-txn-ops, 128 by default). */
+#define ETCD_TXN_OPS 128
+typedef struct etcd_renew_txns {
+  int64_t *revs; /* per item: its hold's create revision, 0 not held here */
+  char *reads;   /* the reads, txn c's from reads[cut[c]] to cut[c + 1] */
+  size_t *cut;
+  int ntxn;
+} etcd_renew_txns;
+/* Fills *t; an item not held gets result 0, except a permit's (result
+ * -1: a consumer's, dl_etcd_consumer_renew's). 0, or DLOCK_ENOMEM. */
+int dl_etcd_renew_txns(dl_etcd *e, int n, dl_renew_item *items,
+                       etcd_renew_txns *t);
+/* Txn c's body (malloc'ed), or NULL out of memory. */
+char *dl_etcd_renew_body(const etcd_renew_txns *t, int c);
+/* Txn c's answer r (kept) into its items: held (1), or lost and forgotten
+ * (0). */
+void dl_etcd_renew_answer(dl_etcd *e, int n, dl_renew_item *items,
+                          const etcd_renew_txns *t, int c, json_object *r);
+void dl_etcd_renew_txns_free(etcd_renew_txns *t);
 void dl_etcd_hold_free(etcd_hold *h);
 /* Drops a hold or claim: unwatched, unlinked, freed; the client's other
  * owners waiting for the key look again. e->mu not held. */
@@ -646,6 +674,14 @@ void dl_etcd_queue_kick(dl_backend *b, const dl_sync_ref *s);
  * code (no answer: unknown). */
 int dl_etcd_consumer_renew(dl_etcd *e, dl_renew_item *it, int64_t lease_ms,
                            int64_t deadline);
+/* Its halves, for the event loop's round: the look (as above, or 3: its
+ * lease in *lease to keep alive), and that keepalive's end (rc, ttl:
+ * dl_etcd_keepalive's, sent at `sent`) as dl_etcd_consumer_renew's
+ * result. */
+int dl_etcd_consumer_look(dl_etcd *e, dl_renew_item *it, int64_t lease_ms,
+                          int64_t *lease);
+int dl_etcd_consumer_kept(dl_etcd *e, dl_renew_item *it, int64_t lease,
+                          int64_t sent, int rc, int64_t ttl);
 /* The consumers' leases revoked (their values go back at once), and
  * forgotten: the client closing. */
 void dl_etcd_consumers_free(dl_etcd *e, int64_t deadline);

@@ -244,41 +244,39 @@ int dl_etcd_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   return 0;
 }
 
-int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
-                  dl_renew_item *items, int *calls) {
-  dl_etcd *e = (dl_etcd *)b;
-  *calls = 0;
-  int first = 0;
-  /* Renewal: the session's lease, kept alive once (Go's keepalive
-   * stream, as one request a renewal: the gateway takes one message). */
+int dl_etcd_renew_session_kept(dl_etcd *e, int64_t lease, int64_t sent, int rc,
+                               int64_t ttl) {
   pthread_mutex_lock(&e->mu);
-  int64_t lease = e->lease;
+  if (rc == 1 && e->lease == lease) {
+    e->lease_ttl_s = ttl;
+    e->lease_until = dl_validity(sent, ttl * 1000);
+  } else if (rc == 0 && e->lease == lease) {
+    e->lease = 0; /* gone: every key on it too (the checks say so) */
+  }
   pthread_mutex_unlock(&e->mu);
-  if (lease_ms > 0 && lease != 0) {
-    int64_t sent = dl_now_ms(), ttl;
-    (*calls)++;
-    int rc = dl_etcd_keepalive(e, lease, deadline, &ttl);
-    pthread_mutex_lock(&e->mu);
-    if (rc == 1 && e->lease == lease) {
-      e->lease_ttl_s = ttl;
-      e->lease_until = dl_validity(sent, ttl * 1000);
-    } else if (rc == 0 && e->lease == lease) {
-      e->lease = 0; /* gone: every key on it too (the checks say so) */
-    }
-    pthread_mutex_unlock(&e->mu);
-    if (rc < 0) first = rc;
-  }
-  /* Every hold's key, read in one txn. */
-  size_t cap = (size_t)n * (B64(ETCD_KEY_MAX) + 48) + 32;
-  char *body = malloc(cap);
-  int64_t *revs = calloc((size_t)n + 1, sizeof *revs);
-  if (body == NULL || revs == NULL) {
-    free(body);
-    free(revs);
-    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  }
-  size_t at = (size_t)snprintf(body, cap, "{\"success\":[");
+  return rc < 0 ? rc : 0;
+}
+
+void dl_etcd_renew_consumer_end(dl_renew_item *it, int cr, int *first) {
+  it->result = cr == 2 ? 0 : cr < 0 ? -1 : cr;
+  if (cr < 0 && *first == 0) *first = cr;
+}
+
+void dl_etcd_renew_txns_free(etcd_renew_txns *t) {
+  free(t->revs);
+  free(t->reads);
+  free(t->cut);
+  memset(t, 0, sizeof *t);
+}
+
+int dl_etcd_renew_txns(dl_etcd *e, int n, dl_renew_item *items,
+                       etcd_renew_txns *t) {
+  memset(t, 0, sizeof *t);
+  size_t cap = 0, at = 0;
   int asked = 0;
+  t->revs = calloc((size_t)n + 1, sizeof *t->revs);
+  t->cut = calloc((size_t)n / ETCD_TXN_OPS + 2, sizeof *t->cut);
+  if (t->revs == NULL || t->cut == NULL) goto oom;
   for (int i = 0; i < n; i++) {
     items[i].result = -1;
     pthread_mutex_lock(&e->mu);
@@ -290,45 +288,64 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
     char k64[B64(ETCD_KEY_MAX)] = "";
     if (h) {
       dl_etcd_b64(h->key, strlen(h->key), k64);
-      revs[i] = h->rev;
+      t->revs[i] = h->rev;
     }
     pthread_mutex_unlock(&e->mu);
     if (k64[0] == '\0') { /* not held here: never re-created */
-      int cr = items[i].permit
-                   ? dl_etcd_consumer_renew(e, &items[i], lease_ms, deadline)
-                   : 0;
-      items[i].result = cr == 2 ? 0 : cr < 0 ? -1 : cr;
-      if (cr < 0 && first == 0) first = cr;
+      if (!items[i].permit) items[i].result = 0;
       continue;
     }
-    at += (size_t)snprintf(body + at, cap - at,
+    size_t need = strlen(k64) + 48;
+    if (at + need > cap) {
+      size_t nc = cap ? cap * 2 : 4096;
+      while (nc < at + need)
+        nc *= 2;
+      char *r = realloc(t->reads, nc);
+      if (r == NULL) goto oom;
+      t->reads = r;
+      cap = nc;
+    }
+    if (asked % ETCD_TXN_OPS == 0) t->cut[t->ntxn++] = at; /* a new txn */
+    at += (size_t)snprintf(t->reads + at, cap - at,
                            "%s{\"request_range\":{\"key\":\"%s\","
                            "\"keys_only\":true}}",
-                           asked ? "," : "", k64);
+                           asked % ETCD_TXN_OPS ? "," : "", k64);
     asked++;
   }
-  snprintf(body + at, cap - at, "]}");
-  json_object *r = NULL;
-  int rc = 0;
-  if (asked > 0) {
-    (*calls)++;
-    rc = dl_etcd_call(e, "/v3/kv/txn", body, deadline, &r, NULL);
-  }
-  free(body);
-  if (rc != 0 && first == 0) first = rc;
-  int j = 0;
-  for (int i = 0; i < n && rc == 0; i++) {
-    if (revs[i] == 0) continue; /* not asked */
-    json_object *x = dl_etcd_txn_resp(r, j++, "response_range");
+  t->cut[t->ntxn] = at;
+  return 0;
+oom:
+  dl_etcd_renew_txns_free(t);
+  return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+}
+
+char *dl_etcd_renew_body(const etcd_renew_txns *t, int c) {
+  size_t len = t->cut[c + 1] - t->cut[c];
+  char *body = malloc(len + 32);
+  if (body)
+    snprintf(body, len + 32, "{\"success\":[%.*s]}", (int)len,
+             t->reads + t->cut[c]);
+  return body;
+}
+
+void dl_etcd_renew_answer(dl_etcd *e, int n, dl_renew_item *items,
+                          const etcd_renew_txns *t, int c, json_object *r) {
+  int a = 0;
+  for (int i = 0; i < n; i++) {
+    if (t->revs[i] == 0) continue; /* not asked */
+    int j = a++ - c * ETCD_TXN_OPS;
+    if (j < 0 || j >= ETCD_TXN_OPS) continue; /* another txn's */
+    const int64_t rev = t->revs[i];
+    json_object *x = dl_etcd_txn_resp(r, j, "response_range");
     int64_t now = dl_etcd_i64(dl_etcd_kv0(x), "create_revision");
     pthread_mutex_lock(&e->mu);
     etcd_hold *h = e->holds;
-    while (h && !(h->held && h->rev == revs[i] &&
-                  strcmp(h->lock, items[i].key) == 0 &&
-                  strcmp(h->owner, items[i].owner) == 0))
+    while (h &&
+           !(h->held && h->rev == rev && strcmp(h->lock, items[i].key) == 0 &&
+             strcmp(h->owner, items[i].owner) == 0))
       h = h->next;
     int64_t until = h && h->own_lease ? h->lease_until : e->lease_until;
-    bool gone = h == NULL || now != revs[i];
+    bool gone = h == NULL || now != rev;
     /* Deleted (a force release), or its lease ended: lost, and forgotten
      * (never re-created). */
     if (h && gone) {
@@ -351,8 +368,45 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
       items[i].valid_until = until;
     } /* else: there, but its lease not confirmed in time: unknown */
   }
-  if (r) json_object_put(r);
-  free(revs);
+}
+
+int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
+                  dl_renew_item *items, int *calls) {
+  dl_etcd *e = (dl_etcd *)b;
+  *calls = 0;
+  int first = 0;
+  /* Renewal: the session's lease, kept alive once (Go's keepalive
+   * stream, as one request a renewal: the gateway takes one message). */
+  pthread_mutex_lock(&e->mu);
+  int64_t lease = e->lease;
+  pthread_mutex_unlock(&e->mu);
+  if (lease_ms > 0 && lease != 0) {
+    int64_t sent = dl_now_ms(), ttl;
+    (*calls)++;
+    int rc = dl_etcd_keepalive(e, lease, deadline, &ttl);
+    first = dl_etcd_renew_session_kept(e, lease, sent, rc, ttl);
+  }
+  /* Every hold's key, read in txns of ETCD_TXN_OPS reads. */
+  etcd_renew_txns t;
+  int rc = dl_etcd_renew_txns(e, n, items, &t);
+  if (rc != 0) return rc;
+  for (int i = 0; i < n; i++)
+    if (items[i].permit && t.revs[i] == 0)
+      dl_etcd_renew_consumer_end(
+          &items[i], dl_etcd_consumer_renew(e, &items[i], lease_ms, deadline),
+          &first);
+  for (int c = 0; c < t.ntxn; c++) {
+    char *body = dl_etcd_renew_body(&t, c);
+    json_object *r = NULL;
+    (*calls)++;
+    rc = body ? dl_etcd_call(e, "/v3/kv/txn", body, deadline, &r, NULL)
+              : dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    free(body);
+    if (rc != 0 && first == 0) first = rc;
+    if (rc == 0) dl_etcd_renew_answer(e, n, items, &t, c, r);
+    if (r) json_object_put(r);
+  }
+  dl_etcd_renew_txns_free(&t);
   return first;
 }
 

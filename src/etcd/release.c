@@ -3,7 +3,8 @@
  * builder and reply parser: the blocking entry, and the event-loop
  * client's own entries on the loop's multi handle (acall.c), which take
  * no thread: release, force release, lock queries (query.c's halves) and
- * ping (the mutex's acquire: amutex.c). The event-loop client's other
+ * ping (the mutex's acquire: amutex.c; the watchdog's renewals:
+ * arenew.c). The event-loop client's other
  * operations are core/blockloop.c's jobs (a thread each). */
 #include "aop.h"
 
@@ -130,6 +131,7 @@ void dl_etcd_op_drop(dl_async *op) {
   if ((*op->pprev = op->next) != NULL) op->next->pprev = op->pprev;
   dl_timer_stop(op->e->env->loop, &op->timer);
   free(op->acq);
+  dl_etcd_aren_free(op->ren);
   free(op);
 }
 
@@ -420,5 +422,6 @@ const dl_backend_ops dl_etcd_aops = {
     .lock_force_release_async = force_async,
     .lock_query_async = query_async,
     .ping_async = ping_async,
+    .renew_async = dl_etcd_renew_async,
     .cancel = own_cancel,
 };

@@ -222,13 +222,14 @@ int dl_etcd_q_reliable(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
   return dl_etcd_q_poll(e, s, n, q, dest);
 }
 
-int dl_etcd_consumer_renew(dl_etcd *e, dl_renew_item *it, int64_t lease_ms,
-                           int64_t deadline) {
+int dl_etcd_consumer_look(dl_etcd *e, dl_renew_item *it, int64_t lease_ms,
+                          int64_t *lease) {
   const char *id = strrchr(it->owner, ':');
   id = id ? id + 1 : it->owner;
   pthread_mutex_lock(&e->mu);
   etcd_consumer *c = find(e, it->key, id);
-  int64_t lease = c ? c->lease : 0, until = c ? c->until : 0;
+  int64_t until = c ? c->until : 0;
+  *lease = c ? c->lease : 0;
   pthread_mutex_unlock(&e->mu);
   if (c == NULL) return 2;
   if (lease_ms == 0 || until == 0) {
@@ -236,17 +237,33 @@ int dl_etcd_consumer_renew(dl_etcd *e, dl_renew_item *it, int64_t lease_ms,
     it->valid_until = until;
     return 1;
   }
-  int64_t sent = dl_now_ms(), ttl = 0;
-  int rc = dl_etcd_keepalive(e, lease, deadline, &ttl);
+  return 3;
+}
+
+int dl_etcd_consumer_kept(dl_etcd *e, dl_renew_item *it, int64_t lease,
+                          int64_t sent, int rc, int64_t ttl) {
   if (rc < 0) return rc;
+  const char *id = strrchr(it->owner, ':');
+  id = id ? id + 1 : it->owner;
   pthread_mutex_lock(&e->mu);
-  if ((c = find(e, it->key, id)) != NULL && c->lease == lease)
+  etcd_consumer *c = find(e, it->key, id);
+  if (c != NULL && c->lease == lease)
     c->until = rc == 1 ? dl_validity(sent, ttl * 1000) : 0;
-  until = c ? c->until : 0;
+  int64_t until = c ? c->until : 0;
   pthread_mutex_unlock(&e->mu);
   if (rc == 0 || until == 0) return 0;
   it->valid_until = until;
   return 1;
+}
+
+int dl_etcd_consumer_renew(dl_etcd *e, dl_renew_item *it, int64_t lease_ms,
+                           int64_t deadline) {
+  int64_t lease;
+  int rc = dl_etcd_consumer_look(e, it, lease_ms, &lease);
+  if (rc != 3) return rc;
+  int64_t sent = dl_now_ms(), ttl = 0;
+  rc = dl_etcd_keepalive(e, lease, deadline, &ttl);
+  return dl_etcd_consumer_kept(e, it, lease, sent, rc, ttl);
 }
 
 void dl_etcd_consumers_free(dl_etcd *e, int64_t deadline) {
