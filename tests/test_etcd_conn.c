@@ -615,12 +615,15 @@ static bool run_one(dlock_loop *lp, const tdone *t) {
 
 /* The keys under prefix (etcdctl's answer, one a line): how many. */
 static int keys_under(const th_etcd *s, const char *prefix) {
-  char args[128], buf[16384];
+  enum { CAP = 1 << 17 }; /* a few thousand keys */
+  char args[128], *buf = malloc(CAP);
+  if (buf == NULL) return -1;
   snprintf(args, sizeof args, "get --prefix %s --keys-only", prefix);
-  const char *out = th_etcd_ctl(s, args, buf, sizeof buf);
+  const char *out = th_etcd_ctl(s, args, buf, CAP);
   int n = 0;
   for (const char *p = out; *p; p++) /* non-empty lines */
     n += *p != '\n' && (p == out || p[-1] == '\n');
+  free(buf);
   return n;
 }
 
