@@ -91,7 +91,7 @@ static int chunk_prepare(dl_watchdog *w, dl_renewal **all, size_t total,
     at += dl_wd_strings_len(w, r);
   }
   pthread_mutex_unlock(&w->mu);
-  k->items = malloc(n * sizeof *k->items);
+  k->items = calloc(n, sizeof *k->items); /* valid_until 0: none told */
   if (k->items == NULL) return DLOCK_ENOMEM;
   for (size_t i = 0; i < n; i++) {
     k->items[i].key = k->copies[2 * i];
@@ -125,7 +125,11 @@ static int chunk_apply(dl_watchdog *w, chunk *k, int failed, int calls) {
     bool lost = false, told = false; /* told: DLOCK_EVENT_RENEWED */
     if (k->items[i].result == 1) {
       told = !k->check && dl_wd_linked(w, r) && DL_EVENTS_ON(w->c);
-      if (!k->check && k->items[i].valid_until > r->valid_until)
+      /* A check extends nothing on the server, but the validity it
+       * confirms (etcd: the session lease's, ZooKeeper: the session's) is
+       * as good as a renewal's: a hold just confirmed is not reported
+       * lost for the validity it had before. */
+      if (k->items[i].valid_until > r->valid_until)
         r->valid_until = k->items[i].valid_until;
       int64_t left = k->items[i].valid_until - at;
       if (!k->check && left > 0 && (win == 0 || left < win)) win = left;
@@ -197,6 +201,14 @@ static bool wanted(dl_watchdog *w, const dl_renewal *r) {
   return false;
 }
 
+/* qsort's order of a round's holds (w->mu held): the earliest validity
+ * first. */
+static int by_validity(const void *a, const void *b) {
+  int64_t x = (*(dl_renewal *const *)a)->valid_until,
+          y = (*(dl_renewal *const *)b)->valid_until;
+  return (x > y) - (x < y);
+}
+
 /* Takes a reference to every hold of a round: the renewed holds, or with
  * `check` the holds on the pending keys (which it clears). Returns 0 and
  * *snap (NULL when *n is 0), or DLOCK_ENOMEM. */
@@ -226,6 +238,10 @@ static int round_snapshot(dl_watchdog *w, bool check, dl_renewal ***snap,
     s[i++] = r;
   }
   if (check) dl_wd_clear_pending(w);
+  /* The earliest validity first: a round slower than its deadline (calls
+   * queued behind a burst of acquires) confirms the holds nearest their
+   * end before it runs out, not the newest (the list's head). */
+  if (i > 1) qsort(s, i, sizeof *s, by_validity);
   pthread_mutex_unlock(&w->mu);
   if (i == 0) { /* a check whose keys name no hold any more */
     free(s);
@@ -299,19 +315,22 @@ void *dl_wd_run(void *arg) {
     else if (idle) pthread_cond_timedwait(&w->cv, &w->mu, &ts);
     if (w->stop) break;
     if (w->stalled) continue;
+    int64_t now = dl_now_ms();
+    if (now >= w->next_expiry) expire_due(w, now);
+    /* A renewal due goes before the checks (as dl_wd_tick). */
+    if (now >= w->next) {
+      pthread_mutex_unlock(&w->mu);
+      int64_t started = dl_now_ms();
+      int rc = dl_watchdog_run_once(w);
+      pthread_mutex_lock(&w->mu);
+      w->next = started + dl_wd_period(w, rc < 0);
+    }
+    if (w->stop) break;
     if (w->npending > 0 || w->check_all) {
       pthread_mutex_unlock(&w->mu);
       round_of(w, true);
       pthread_mutex_lock(&w->mu);
     }
-    int64_t now = dl_now_ms();
-    if (now >= w->next_expiry) expire_due(w, now);
-    if (now < w->next) continue;
-    pthread_mutex_unlock(&w->mu);
-    int64_t started = dl_now_ms();
-    int rc = dl_watchdog_run_once(w);
-    pthread_mutex_lock(&w->mu);
-    w->next = started + dl_wd_period(w, rc < 0);
   }
   pthread_mutex_unlock(&w->mu);
   return NULL;
@@ -386,18 +405,22 @@ static bool round_start(dl_watchdog *w, bool check) {
 void dl_wd_tick(void *ud) {
   dl_watchdog *w = ud;
   if (w->round || w->stop || w->stalled) return; /* the round ticks at its end */
-  pthread_mutex_lock(&w->mu);
-  bool checks = w->npending > 0 || w->check_all;
-  pthread_mutex_unlock(&w->mu);
-  if (checks && round_start(w, true)) return;
   int64_t now = dl_now_ms();
-  pthread_mutex_lock(&w->mu);
-  if (now >= w->next_expiry) expire_due(w, now);
-  pthread_mutex_unlock(&w->mu);
+  /* A renewal due goes before the checks: checks come with every hold's
+   * watch (one a new hold in a burst of acquires), and back to back they
+   * would keep the renewals from running until validities ran out. */
   if (now >= w->next) {
     if (round_start(w, false)) return;
     w->next = now + dl_wd_period(w, false);
   }
+  pthread_mutex_lock(&w->mu);
+  bool checks = w->npending > 0 || w->check_all;
+  pthread_mutex_unlock(&w->mu);
+  if (checks && round_start(w, true)) return;
+  now = dl_now_ms();
+  pthread_mutex_lock(&w->mu);
+  if (now >= w->next_expiry) expire_due(w, now);
+  pthread_mutex_unlock(&w->mu);
   pthread_mutex_lock(&w->mu);
   int64_t until = w->next < w->next_expiry ? w->next : w->next_expiry;
   pthread_mutex_unlock(&w->mu);

@@ -222,7 +222,8 @@ typedef struct dl_renew_item {
   bool permit;       /* a permit of a permit-expirable semaphore */
   /* out */
   int result;          /* 1 held (and extended), 0 gone, < 0 unknown (error) */
-  int64_t valid_until; /* result 1, extended: the new validity */
+  int64_t valid_until; /* result 1: the validity confirmed (extended, or
+                        * for a check the lease's known one; 0: none) */
 } dl_renew_item;
 
 /* Told a key whose holds may have been taken away, or NULL: any key. */
