@@ -952,6 +952,155 @@ static void t_etcd_async_nothread(void) {
   th_etcd_stop(&s);
 }
 
+/* An operation's end with its token (the fence after a fenced write). */
+typedef struct fdone {
+  adone d;
+  uint64_t token;
+} fdone;
+static void on_fdone(int rc, uint64_t token, const char *errmsg, void *ud) {
+  fdone *f = ud;
+  on_adone(rc, token, errmsg, &f->d);
+  f->token = token;
+}
+
+/* Runs lp until the n operations in f are done (10 s at most). */
+static bool run_fdone(dlock_loop *lp, const fdone *f, int n) {
+  bool all = true;
+  for (int i = 0; i < n && all; i++)
+    all = run_all(lp, &f[i].d, 1);
+  return all;
+}
+
+/* An event-loop client's fenced writes, reads and deletes run on its
+ * loop's multi handle: N in flight start no thread (each was a thread of
+ * its own), and end as the blocking client's: a write with the hold's
+ * token accepted, one with an older token refused (the fence the
+ * higher), a held write after the hold's key is gone refused, a lock's
+ * key not a fenced resource. */
+static void t_etcd_async_fence(void) {
+  NEED_ETCD();
+  enum { N = 16 };
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_lock *l[N];
+  dlock_client *c, *bc;
+  open_holding(&s, 0, "fn", N, &lp, l, &c);
+  if (c == NULL) return;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  CHECK_RC(dlock_client_open(&o, &bc), 0);
+  fdone f[N];
+  char res[N][16], val[N][16];
+  void *v;
+  size_t len;
+  uint64_t fence;
+  /* Held writes, all in flight: each fence the hold's token. */
+  memset(f, 0, sizeof f);
+  int before = tasks();
+  for (int i = 0; i < N; i++) {
+    snprintf(res[i], sizeof res[i], "fr%d", i);
+    snprintf(val[i], sizeof val[i], "held%d", i);
+    CHECK_RC(dlock_fence_set_held_async(l[i], res[i], val[i], strlen(val[i]),
+                                        on_fdone, &f[i], NULL),
+             0);
+  }
+  CHECK(few_threads(before, N, "held fenced writes"));
+  CHECK(run_fdone(lp, f, N));
+  uint64_t tok[N];
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(f[i].d.rc, 0);
+    tok[i] = f[i].token;
+    CHECK(tok[i] > 0);
+    CHECK_RC(dlock_fence_get(bc, res[i], &v, &len, &fence), 1);
+    CHECK(len == strlen(val[i]) && memcmp(v, val[i], len) == 0);
+    CHECK_EQ(fence, tok[i]);
+    dlock_fence_value_free(v);
+  }
+  /* An older token: refused, as the blocking client's. */
+  memset(f, 0, sizeof f);
+  before = tasks();
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_fence_set_async(c, res[i], "old", 3, tok[i] - 1, on_fdone,
+                                   &f[i], NULL),
+             0);
+  CHECK(few_threads(before, N, "stale fenced writes"));
+  CHECK(run_fdone(lp, f, N));
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(f[i].d.rc, DLOCK_ESTALE);
+    CHECK_EQ(f[i].token, tok[i]);
+    CHECK_RC(dlock_fence_set(bc, res[i], "old", 3, tok[i] - 1), DLOCK_ESTALE);
+  }
+  /* The current token: written; read back on the loop as blocking. */
+  memset(f, 0, sizeof f);
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_fence_set_async(c, res[i], "cur", 3, tok[i], on_fdone, &f[i],
+                                   NULL),
+             0);
+  CHECK(run_fdone(lp, f, N));
+  void *av[N];
+  size_t alen[N];
+  uint64_t afence[N];
+  for (int i = 0; i < N; i++)
+    CHECK_RC(f[i].d.rc, 0);
+  memset(f, 0, sizeof f);
+  before = tasks();
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_fence_get_async(c, res[i], &av[i], &alen[i], &afence[i],
+                                   on_fdone, &f[i], NULL),
+             0);
+  CHECK(few_threads(before, N, "fenced reads"));
+  CHECK(run_fdone(lp, f, N));
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(f[i].d.rc, 1);
+    CHECK_RC(dlock_fence_get(bc, res[i], &v, &len, &fence), 1);
+    CHECK(alen[i] == 3 && len == 3 && memcmp(av[i], "cur", 3) == 0 &&
+          memcmp(v, "cur", 3) == 0);
+    CHECK_EQ(afence[i], tok[i]);
+    CHECK_EQ(fence, tok[i]);
+    dlock_fence_value_free(av[i]);
+    dlock_fence_value_free(v);
+  }
+  /* A lock's name is not a fenced resource: refused by both. */
+  memset(f, 0, sizeof f);
+  CHECK_RC(dlock_fence_set_async(c, "fn1", "x", 1, 1, on_fdone, &f[0], NULL),
+           0);
+  CHECK(run_fdone(lp, f, 1));
+  CHECK_RC(f[0].d.rc, DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_fence_set(bc, "fn1", "x", 1, 1), DLOCK_EWRONGTYPE);
+  /* The hold's key deleted from outside: the held write refused. */
+  char buf[512];
+  th_etcd_ctl(&s, "del --prefix fn0/", buf, sizeof buf);
+  memset(f, 0, sizeof f);
+  CHECK_RC(dlock_fence_set_held_async(l[0], res[0], "late", 4, on_fdone, &f[0],
+                                      NULL),
+           0);
+  CHECK(run_fdone(lp, f, 1));
+  CHECK_RC(f[0].d.rc, DLOCK_ELOST);
+  CHECK_RC(dlock_fence_get(bc, res[0], &v, &len, &fence), 1);
+  CHECK(len == 3 && memcmp(v, "cur", 3) == 0);
+  dlock_fence_value_free(v);
+  /* Deletes: 1, then none there for either client. */
+  memset(f, 0, sizeof f);
+  before = tasks();
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_fence_del_async(c, res[i], on_fdone, &f[i], NULL), 0);
+  CHECK(few_threads(before, N, "fenced deletes"));
+  CHECK(run_fdone(lp, f, N));
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(f[i].d.rc, 1);
+    CHECK_RC(dlock_fence_get(bc, res[i], NULL, NULL, NULL), 0);
+    CHECK_RC(dlock_fence_del(bc, res[i]), 0);
+  }
+  for (int i = 0; i < N; i++)
+    dlock_lock_free(l[i]);
+  dlock_client_close(bc);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
 /* A release in flight still holds the lock for the client's other owners
  * of the name (they share its key): one trying meanwhile is refused at
  * once, without a request; before, it found no claim, put the key, took
@@ -1087,7 +1236,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
-        T_BARE(t_etcd_async_renew))
+        T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_fence))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

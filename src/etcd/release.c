@@ -4,7 +4,7 @@
  * client's own entries on the loop's multi handle (acall.c), which take
  * no thread: release, force release, lock queries (query.c's halves) and
  * ping (the mutex's acquire: amutex.c; the watchdog's renewals:
- * arenew.c). The event-loop client's other
+ * arenew.c; fenced resources: fence.c). The event-loop client's other
  * operations are core/blockloop.c's jobs (a thread each). */
 #include "aop.h"
 
@@ -132,6 +132,7 @@ void dl_etcd_op_drop(dl_async *op) {
   dl_timer_stop(op->e->env->loop, &op->timer);
   free(op->acq);
   dl_etcd_aren_free(op->ren);
+  dl_etcd_fen_free(op->fen);
   free(op);
 }
 
@@ -175,11 +176,8 @@ int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
   return dl_etcd_op_later(op, rc);
 }
 
-/* op's next call, within a command timeout of its own; one that cannot
- * start (out of memory: op freed) tells done `told`, or DLOCK_ENOMEM when
- * told is 0. */
-static void op_next(dl_async *op, const char *path, const char *body,
-                    etcd_acall_fn fn, int told) {
+void dl_etcd_op_next(dl_async *op, const char *path, const char *body,
+                     etcd_acall_fn fn, int told) {
   dl_done_fn done = op->done;
   void *dud = op->ud;
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
@@ -244,7 +242,7 @@ static void on_deleted(void *ud, int rc, json_object *o, int code) {
   dl_etcd_lease_body(revoke, body, sizeof body);
   op->result = rc; /* told even if the revoke cannot start: the lease
                       ends with its TTL */
-  op_next(op, "/v3/lease/revoke", body, on_revoked, rc);
+  dl_etcd_op_next(op, "/v3/lease/revoke", body, on_revoked, rc);
 }
 
 /* A try of the release's delete: 0, or DLOCK_ENOMEM (op freed, untold:
@@ -320,7 +318,7 @@ static void on_range(void *ud, int rc, json_object *o, int code) {
     dl_etcd_op_end(op, rc);
     return;
   }
-  op_next(op, "/v3/kv/txn", body, on_forced, 0);
+  dl_etcd_op_next(op, "/v3/kv/txn", body, on_forced, 0);
   free(body);
 }
 
@@ -366,7 +364,7 @@ static void on_query(void *ud, int rc, json_object *o, int code) {
   }
   char body[64];
   dl_etcd_ttl_body(lease, body, sizeof body);
-  op_next(op, "/v3/lease/timetolive", body, on_ttl, 0);
+  dl_etcd_op_next(op, "/v3/lease/timetolive", body, on_ttl, 0);
 }
 
 static int query_async(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
@@ -423,5 +421,6 @@ const dl_backend_ops dl_etcd_aops = {
     .lock_query_async = query_async,
     .ping_async = ping_async,
     .renew_async = dl_etcd_renew_async,
+    .fence_async = dl_etcd_fence_async,
     .cancel = own_cancel,
 };
