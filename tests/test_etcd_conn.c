@@ -1101,6 +1101,102 @@ static void t_etcd_async_fence(void) {
   th_etcd_stop(&s);
 }
 
+/* Whether the snapshots a (the event-loop client's) and b (the blocking
+ * client's) of one name agree (the lease's time left within 2 s). */
+static bool same_state(const dlock_lock_state *a, const dlock_lock_state *b) {
+  bool same = a->held == b->held && a->holders == b->holders &&
+              strcmp(a->owner, b->owner) == 0 &&
+              a->hold_count == b->hold_count && strcmp(a->info, b->info) == 0 &&
+              a->token == b->token && a->waiters == b->waiters &&
+              strcmp(a->mode, b->mode) == 0 && a->readers == b->readers &&
+              a->queued == b->queued && a->counter == b->counter &&
+              a->permits_taken == b->permits_taken &&
+              strcmp(a->type, b->type) == 0 &&
+              (a->ttl_ms == b->ttl_ms ||
+               (a->ttl_ms > 0 && b->ttl_ms > 0 &&
+                llabs((long long)(a->ttl_ms - b->ttl_ms)) < 2000));
+  if (!same)
+    fprintf(stderr,
+            "    differ: held %d/%d owner %s/%s token %llu/%llu ttl %lld/%lld "
+            "counter %lld/%lld taken %d/%d type %s/%s\n",
+            a->held, b->held, a->owner, b->owner, (unsigned long long)a->token,
+            (unsigned long long)b->token, (long long)a->ttl_ms,
+            (long long)b->ttl_ms, (long long)a->counter, (long long)b->counter,
+            a->permits_taken, b->permits_taken, a->type, b->type);
+  return same;
+}
+
+/* An event-loop client's inspect runs on its loop's multi handle: N in
+ * flight start no thread (each was a thread of its own), and each
+ * snapshot is the blocking client's: a held lock's (its holder, token
+ * and lease), a free one's, a counting semaphore's, a permit-expirable
+ * semaphore's and a latch's. */
+static void t_etcd_async_inspect(void) {
+  NEED_ETCD();
+  enum { N = 16, M = N + 4 };
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_lock *l[M];
+  dlock_client *c, *bc;
+  open_holding(&s, 0, "in", N, &lp, l, &c);
+  if (c == NULL) return;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  CHECK_RC(dlock_client_open(&o, &bc), 0);
+  dlock_semaphore *sem;
+  CHECK_RC(dlock_semaphore_new(bc, "isem", &sem), 0);
+  CHECK_EQ(dlock_semaphore_try_set_permits(sem, 3), 1);
+  CHECK_RC(dlock_semaphore_try_acquire(sem, 1, 0), 0);
+  dlock_permits *pm;
+  char id[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_new(bc, "iperm", &pm), 0);
+  CHECK_EQ(dlock_permits_try_set(pm, 2), 1);
+  CHECK_RC(dlock_permits_try_acquire(pm, 0, 0, id), 0);
+  dlock_latch *la;
+  CHECK_RC(dlock_latch_new(bc, "ilatch", &la), 0);
+  CHECK_EQ(dlock_latch_try_set_count(la, 5), 1);
+  const char *other[] = {"ifree", "isem", "iperm", "ilatch"};
+  for (int i = N; i < M; i++)
+    CHECK_RC(dlock_lock_new(c, other[i - N], NULL, &l[i]), 0);
+  dlock_lock_state st[M], bst;
+  adone d[M];
+  memset(d, 0, sizeof d);
+  int before = tasks();
+  for (int i = 0; i < M; i++)
+    CHECK_RC(dlock_lock_inspect_async(l[i], &st[i], on_adone, &d[i], NULL), 0);
+  CHECK(few_threads(before, M, "inspects"));
+  CHECK(run_all(lp, d, M));
+  char name[32];
+  for (int i = 0; i < M; i++) {
+    CHECK_RC(d[i].rc, 0);
+    snprintf(name, sizeof name, "in%d", i);
+    dlock_lock *bl;
+    CHECK_RC(dlock_lock_new(bc, i < N ? name : other[i - N], NULL, &bl), 0);
+    CHECK_RC(dlock_lock_inspect(bl, &bst), 0);
+    CHECK(same_state(&st[i], &bst));
+    dlock_lock_free(bl);
+  }
+  for (int i = 0; i < N; i++)
+    CHECK(st[i].held == 1 && st[i].token > 0 && st[i].ttl_ms > 0 &&
+          st[i].ttl_ms <= 30000 && strcmp(st[i].type, "keys") == 0);
+  CHECK(st[N].held == 0 && strcmp(st[N].type, "none") == 0 &&
+        st[N].counter == -1);
+  CHECK_EQ(st[N + 1].counter, 2);
+  CHECK(st[N + 2].counter == 1 && st[N + 2].permits_taken == 1);
+  CHECK(st[N + 3].counter == 5 && strcmp(st[N + 3].type, "latch") == 0);
+  for (int i = 0; i < M; i++)
+    dlock_lock_free(l[i]);
+  dlock_semaphore_free(sem);
+  dlock_permits_free(pm);
+  dlock_latch_free(la);
+  dlock_client_close(bc);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
 /* A release in flight still holds the lock for the client's other owners
  * of the name (they share its key): one trying meanwhile is refused at
  * once, without a request; before, it found no claim, put the key, took
@@ -1236,7 +1332,8 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
-        T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_fence))
+        T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_fence),
+        T_BARE(t_etcd_async_inspect))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

@@ -14,7 +14,8 @@ typedef enum aop_kind {
   AOP_QUERY,
   AOP_ACQUIRE,
   AOP_RENEW,
-  AOP_FENCE
+  AOP_FENCE,
+  AOP_INSPECT
 } aop_kind;
 
 struct etcd_aacq;
@@ -61,6 +62,9 @@ struct dl_async {
   struct etcd_aacq *acq;  /* the acquire's (amutex.c) */
   etcd_aren *ren;         /* the renewal round's (arenew.c) */
   etcd_fen *fen;          /* the fenced resource's (fence.c) */
+  const char *key;        /* the inspect's name, */
+  dlock_lock_state *st;   /* its snapshot, */
+  int step;               /* and its semaphore read's step */
 };
 
 /* A new operation of kind, listed, its deadline one command timeout
