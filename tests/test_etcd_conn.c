@@ -597,15 +597,18 @@ static bool few_threads(int before, int n, const char *what) {
   return during - before < n / 4;
 }
 
-/* When an adone's operation ended (th_now_ms). */
+/* When an adone's operation ended (th_now_ms), and its token (a fenced
+ * write's: the fence after it). */
 typedef struct tdone {
   adone d;
   int64_t at;
+  uint64_t token;
 } tdone;
 static void on_tdone(int rc, uint64_t token, const char *errmsg, void *ud) {
   tdone *t = ud;
   on_adone(rc, token, errmsg, &t->d);
   t->at = th_now_ms();
+  t->token = token;
 }
 
 /* Runs lp until t's operation is done (10 s at most). */
@@ -665,7 +668,7 @@ static void async_acquire(const th_etcd *s, const char *url) {
   CHECK_RC(d[0].rc, 2);
   CHECK_EQ(keys_under(s, "aq0/"), 1);
   /* Busy: a try of another client is refused, its key gone. */
-  tdone t = {{0}, 0};
+  tdone t = {{0}, 0, 0};
   before = tasks();
   CHECK_RC(dlock_lock_acquire_async(w, 0, 0, on_tdone, &t, NULL), 0);
   CHECK(tasks() - before < 1);
@@ -952,19 +955,35 @@ static void t_etcd_async_nothread(void) {
   th_etcd_stop(&s);
 }
 
-/* An operation's end with its token (the fence after a fenced write). */
-typedef struct fdone {
-  adone d;
-  uint64_t token;
-} fdone;
-static void on_fdone(int rc, uint64_t token, const char *errmsg, void *ud) {
-  fdone *f = ud;
-  on_adone(rc, token, errmsg, &f->d);
-  f->token = token;
+/* open_holding's (no watchdog timeout of its own), and a blocking client
+ * of s (*bc) whose answers the event-loop client's are held to; *c NULL
+ * if something failed (CHECKed). */
+static void open_twins(const th_etcd *s, const char *prefix, int n,
+                       dlock_loop **lp, dlock_lock **l, dlock_client **c,
+                       dlock_client **bc) {
+  open_holding(s, 0, prefix, n, lp, l, c);
+  if (*c == NULL) return;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s->url;
+  int rc = dlock_client_open(&o, bc);
+  CHECK_RC(rc, 0);
+  if (rc != 0) *c = NULL;
+}
+
+/* Frees the n locks l and closes what open_twins opened, and s. */
+static void close_twins(th_etcd *s, dlock_loop *lp, dlock_lock **l, int n,
+                        dlock_client *c, dlock_client *bc) {
+  for (int i = 0; i < n; i++)
+    dlock_lock_free(l[i]);
+  dlock_client_close(bc);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  th_etcd_stop(s);
 }
 
 /* Runs lp until the n operations in f are done (10 s at most). */
-static bool run_fdone(dlock_loop *lp, const fdone *f, int n) {
+static bool run_tdones(dlock_loop *lp, const tdone *f, int n) {
   bool all = true;
   for (int i = 0; i < n && all; i++)
     all = run_all(lp, &f[i].d, 1);
@@ -985,13 +1004,9 @@ static void t_etcd_async_fence(void) {
   dlock_loop *lp;
   dlock_lock *l[N];
   dlock_client *c, *bc;
-  open_holding(&s, 0, "fn", N, &lp, l, &c);
+  open_twins(&s, "fn", N, &lp, l, &c, &bc);
   if (c == NULL) return;
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s.url;
-  CHECK_RC(dlock_client_open(&o, &bc), 0);
-  fdone f[N];
+  tdone f[N];
   char res[N][16], val[N][16];
   void *v;
   size_t len;
@@ -1003,11 +1018,11 @@ static void t_etcd_async_fence(void) {
     snprintf(res[i], sizeof res[i], "fr%d", i);
     snprintf(val[i], sizeof val[i], "held%d", i);
     CHECK_RC(dlock_fence_set_held_async(l[i], res[i], val[i], strlen(val[i]),
-                                        on_fdone, &f[i], NULL),
+                                        on_tdone, &f[i], NULL),
              0);
   }
   CHECK(few_threads(before, N, "held fenced writes"));
-  CHECK(run_fdone(lp, f, N));
+  CHECK(run_tdones(lp, f, N));
   uint64_t tok[N];
   for (int i = 0; i < N; i++) {
     CHECK_RC(f[i].d.rc, 0);
@@ -1022,11 +1037,11 @@ static void t_etcd_async_fence(void) {
   memset(f, 0, sizeof f);
   before = tasks();
   for (int i = 0; i < N; i++)
-    CHECK_RC(dlock_fence_set_async(c, res[i], "old", 3, tok[i] - 1, on_fdone,
+    CHECK_RC(dlock_fence_set_async(c, res[i], "old", 3, tok[i] - 1, on_tdone,
                                    &f[i], NULL),
              0);
   CHECK(few_threads(before, N, "stale fenced writes"));
-  CHECK(run_fdone(lp, f, N));
+  CHECK(run_tdones(lp, f, N));
   for (int i = 0; i < N; i++) {
     CHECK_RC(f[i].d.rc, DLOCK_ESTALE);
     CHECK_EQ(f[i].token, tok[i]);
@@ -1035,10 +1050,10 @@ static void t_etcd_async_fence(void) {
   /* The current token: written; read back on the loop as blocking. */
   memset(f, 0, sizeof f);
   for (int i = 0; i < N; i++)
-    CHECK_RC(dlock_fence_set_async(c, res[i], "cur", 3, tok[i], on_fdone, &f[i],
+    CHECK_RC(dlock_fence_set_async(c, res[i], "cur", 3, tok[i], on_tdone, &f[i],
                                    NULL),
              0);
-  CHECK(run_fdone(lp, f, N));
+  CHECK(run_tdones(lp, f, N));
   void *av[N];
   size_t alen[N];
   uint64_t afence[N];
@@ -1048,10 +1063,10 @@ static void t_etcd_async_fence(void) {
   before = tasks();
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_fence_get_async(c, res[i], &av[i], &alen[i], &afence[i],
-                                   on_fdone, &f[i], NULL),
+                                   on_tdone, &f[i], NULL),
              0);
   CHECK(few_threads(before, N, "fenced reads"));
-  CHECK(run_fdone(lp, f, N));
+  CHECK(run_tdones(lp, f, N));
   for (int i = 0; i < N; i++) {
     CHECK_RC(f[i].d.rc, 1);
     CHECK_RC(dlock_fence_get(bc, res[i], &v, &len, &fence), 1);
@@ -1064,19 +1079,19 @@ static void t_etcd_async_fence(void) {
   }
   /* A lock's name is not a fenced resource: refused by both. */
   memset(f, 0, sizeof f);
-  CHECK_RC(dlock_fence_set_async(c, "fn1", "x", 1, 1, on_fdone, &f[0], NULL),
+  CHECK_RC(dlock_fence_set_async(c, "fn1", "x", 1, 1, on_tdone, &f[0], NULL),
            0);
-  CHECK(run_fdone(lp, f, 1));
+  CHECK(run_tdones(lp, f, 1));
   CHECK_RC(f[0].d.rc, DLOCK_EWRONGTYPE);
   CHECK_RC(dlock_fence_set(bc, "fn1", "x", 1, 1), DLOCK_EWRONGTYPE);
   /* The hold's key deleted from outside: the held write refused. */
   char buf[512];
   th_etcd_ctl(&s, "del --prefix fn0/", buf, sizeof buf);
   memset(f, 0, sizeof f);
-  CHECK_RC(dlock_fence_set_held_async(l[0], res[0], "late", 4, on_fdone, &f[0],
+  CHECK_RC(dlock_fence_set_held_async(l[0], res[0], "late", 4, on_tdone, &f[0],
                                       NULL),
            0);
-  CHECK(run_fdone(lp, f, 1));
+  CHECK(run_tdones(lp, f, 1));
   CHECK_RC(f[0].d.rc, DLOCK_ELOST);
   CHECK_RC(dlock_fence_get(bc, res[0], &v, &len, &fence), 1);
   CHECK(len == 3 && memcmp(v, "cur", 3) == 0);
@@ -1085,20 +1100,15 @@ static void t_etcd_async_fence(void) {
   memset(f, 0, sizeof f);
   before = tasks();
   for (int i = 0; i < N; i++)
-    CHECK_RC(dlock_fence_del_async(c, res[i], on_fdone, &f[i], NULL), 0);
+    CHECK_RC(dlock_fence_del_async(c, res[i], on_tdone, &f[i], NULL), 0);
   CHECK(few_threads(before, N, "fenced deletes"));
-  CHECK(run_fdone(lp, f, N));
+  CHECK(run_tdones(lp, f, N));
   for (int i = 0; i < N; i++) {
     CHECK_RC(f[i].d.rc, 1);
     CHECK_RC(dlock_fence_get(bc, res[i], NULL, NULL, NULL), 0);
     CHECK_RC(dlock_fence_del(bc, res[i]), 0);
   }
-  for (int i = 0; i < N; i++)
-    dlock_lock_free(l[i]);
-  dlock_client_close(bc);
-  dlock_client_close(c);
-  dlock_loop_free(lp);
-  th_etcd_stop(&s);
+  close_twins(&s, lp, l, N, c, bc);
 }
 
 /* Whether the snapshots a (the event-loop client's) and b (the blocking
@@ -1139,12 +1149,8 @@ static void t_etcd_async_inspect(void) {
   dlock_loop *lp;
   dlock_lock *l[M];
   dlock_client *c, *bc;
-  open_holding(&s, 0, "in", N, &lp, l, &c);
+  open_twins(&s, "in", N, &lp, l, &c, &bc);
   if (c == NULL) return;
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s.url;
-  CHECK_RC(dlock_client_open(&o, &bc), 0);
   dlock_semaphore *sem;
   CHECK_RC(dlock_semaphore_new(bc, "isem", &sem), 0);
   CHECK_EQ(dlock_semaphore_try_set_permits(sem, 3), 1);
@@ -1186,15 +1192,10 @@ static void t_etcd_async_inspect(void) {
   CHECK_EQ(st[N + 1].counter, 2);
   CHECK(st[N + 2].counter == 1 && st[N + 2].permits_taken == 1);
   CHECK(st[N + 3].counter == 5 && strcmp(st[N + 3].type, "latch") == 0);
-  for (int i = 0; i < M; i++)
-    dlock_lock_free(l[i]);
   dlock_semaphore_free(sem);
   dlock_permits_free(pm);
   dlock_latch_free(la);
-  dlock_client_close(bc);
-  dlock_client_close(c);
-  dlock_loop_free(lp);
-  th_etcd_stop(&s);
+  close_twins(&s, lp, l, M, c, bc);
 }
 
 /* A release in flight still holds the lock for the client's other owners
