@@ -302,8 +302,8 @@ DLOCK_API int dlock_client_ping_async(dlock_client *c, dlock_done_cb cb,
  * fence after the call, the higher one on DLOCK_ESTALE), get (rc 1 with
  * *value, *len and *fence set before cb runs: free the value with
  * dlock_fence_value_free; 0 none there; the outputs must stay valid until
- * cb), del (rc 1, 0). Redis and ZooKeeper (etcd has no event-loop client;
- * Redlock no fenced resources: DLOCK_ENOTSUP). */
+ * cb), del (rc 1, 0). Redis, ZooKeeper and etcd (Redlock has no fenced
+ * resources: DLOCK_ENOTSUP). */
 DLOCK_API int dlock_fence_set_async(dlock_client *c, const char *resource,
                                     const void *value, size_t len,
                                     uint64_t token, dlock_done_cb cb, void *ud,

@@ -597,15 +597,18 @@ static bool few_threads(int before, int n, const char *what) {
   return during - before < n / 4;
 }
 
-/* When an adone's operation ended (th_now_ms). */
+/* When an adone's operation ended (th_now_ms), and its token (a fenced
+ * write's: the fence after it). */
 typedef struct tdone {
   adone d;
   int64_t at;
+  uint64_t token;
 } tdone;
 static void on_tdone(int rc, uint64_t token, const char *errmsg, void *ud) {
   tdone *t = ud;
   on_adone(rc, token, errmsg, &t->d);
   t->at = th_now_ms();
+  t->token = token;
 }
 
 /* Runs lp until t's operation is done (10 s at most). */
@@ -668,7 +671,7 @@ static void async_acquire(const th_etcd *s, const char *url) {
   CHECK_RC(d[0].rc, 2);
   CHECK_EQ(keys_under(s, "aq0/"), 1);
   /* Busy: a try of another client is refused, its key gone. */
-  tdone t = {{0}, 0};
+  tdone t = {{0}, 0, 0};
   before = tasks();
   CHECK_RC(dlock_lock_acquire_async(w, 0, 0, on_tdone, &t, NULL), 0);
   CHECK(tasks() - before < 1);
@@ -1023,6 +1026,249 @@ static void t_etcd_async_nothread(void) {
   th_etcd_stop(&s);
 }
 
+/* open_holding's (no watchdog timeout of its own), and a blocking client
+ * of s (*bc) whose answers the event-loop client's are held to; *c NULL
+ * if something failed (CHECKed). */
+static void open_twins(const th_etcd *s, const char *prefix, int n,
+                       dlock_loop **lp, dlock_lock **l, dlock_client **c,
+                       dlock_client **bc) {
+  open_holding(s, 0, prefix, n, lp, l, c);
+  if (*c == NULL) return;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s->url;
+  int rc = dlock_client_open(&o, bc);
+  CHECK_RC(rc, 0);
+  if (rc != 0) *c = NULL;
+}
+
+/* Frees the n locks l and closes what open_twins opened, and s. */
+static void close_twins(th_etcd *s, dlock_loop *lp, dlock_lock **l, int n,
+                        dlock_client *c, dlock_client *bc) {
+  for (int i = 0; i < n; i++)
+    dlock_lock_free(l[i]);
+  dlock_client_close(bc);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  th_etcd_stop(s);
+}
+
+/* Runs lp until the n operations in f are done (10 s at most). */
+static bool run_tdones(dlock_loop *lp, const tdone *f, int n) {
+  bool all = true;
+  for (int i = 0; i < n && all; i++)
+    all = run_all(lp, &f[i].d, 1);
+  return all;
+}
+
+/* An event-loop client's fenced writes, reads and deletes run on its
+ * loop's multi handle: N in flight start no thread (each was a thread of
+ * its own), and end as the blocking client's: a write with the hold's
+ * token accepted, one with an older token refused (the fence the
+ * higher), a held write after the hold's key is gone refused, a lock's
+ * key not a fenced resource. */
+static void t_etcd_async_fence(void) {
+  NEED_ETCD();
+  enum { N = 16 };
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_lock *l[N];
+  dlock_client *c, *bc;
+  open_twins(&s, "fn", N, &lp, l, &c, &bc);
+  if (c == NULL) return;
+  tdone f[N];
+  char res[N][16], val[N][16];
+  void *v;
+  size_t len;
+  uint64_t fence;
+  /* Held writes, all in flight: each fence the hold's token. */
+  memset(f, 0, sizeof f);
+  int before = tasks();
+  for (int i = 0; i < N; i++) {
+    snprintf(res[i], sizeof res[i], "fr%d", i);
+    snprintf(val[i], sizeof val[i], "held%d", i);
+    CHECK_RC(dlock_fence_set_held_async(l[i], res[i], val[i], strlen(val[i]),
+                                        on_tdone, &f[i], NULL),
+             0);
+  }
+  CHECK(few_threads(before, N, "held fenced writes"));
+  CHECK(run_tdones(lp, f, N));
+  uint64_t tok[N];
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(f[i].d.rc, 0);
+    tok[i] = f[i].token;
+    CHECK(tok[i] > 0);
+    CHECK_RC(dlock_fence_get(bc, res[i], &v, &len, &fence), 1);
+    CHECK(len == strlen(val[i]) && memcmp(v, val[i], len) == 0);
+    CHECK_EQ(fence, tok[i]);
+    dlock_fence_value_free(v);
+  }
+  /* An older token: refused, as the blocking client's. */
+  memset(f, 0, sizeof f);
+  before = tasks();
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_fence_set_async(c, res[i], "old", 3, tok[i] - 1, on_tdone,
+                                   &f[i], NULL),
+             0);
+  CHECK(few_threads(before, N, "stale fenced writes"));
+  CHECK(run_tdones(lp, f, N));
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(f[i].d.rc, DLOCK_ESTALE);
+    CHECK_EQ(f[i].token, tok[i]);
+    CHECK_RC(dlock_fence_set(bc, res[i], "old", 3, tok[i] - 1), DLOCK_ESTALE);
+  }
+  /* The current token: written; read back on the loop as blocking. */
+  memset(f, 0, sizeof f);
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_fence_set_async(c, res[i], "cur", 3, tok[i], on_tdone, &f[i],
+                                   NULL),
+             0);
+  CHECK(run_tdones(lp, f, N));
+  void *av[N];
+  size_t alen[N];
+  uint64_t afence[N];
+  for (int i = 0; i < N; i++)
+    CHECK_RC(f[i].d.rc, 0);
+  memset(f, 0, sizeof f);
+  before = tasks();
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_fence_get_async(c, res[i], &av[i], &alen[i], &afence[i],
+                                   on_tdone, &f[i], NULL),
+             0);
+  CHECK(few_threads(before, N, "fenced reads"));
+  CHECK(run_tdones(lp, f, N));
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(f[i].d.rc, 1);
+    CHECK_RC(dlock_fence_get(bc, res[i], &v, &len, &fence), 1);
+    CHECK(alen[i] == 3 && len == 3 && memcmp(av[i], "cur", 3) == 0 &&
+          memcmp(v, "cur", 3) == 0);
+    CHECK_EQ(afence[i], tok[i]);
+    CHECK_EQ(fence, tok[i]);
+    dlock_fence_value_free(av[i]);
+    dlock_fence_value_free(v);
+  }
+  /* A lock's name is not a fenced resource: refused by both. */
+  memset(f, 0, sizeof f);
+  CHECK_RC(dlock_fence_set_async(c, "fn1", "x", 1, 1, on_tdone, &f[0], NULL),
+           0);
+  CHECK(run_tdones(lp, f, 1));
+  CHECK_RC(f[0].d.rc, DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_fence_set(bc, "fn1", "x", 1, 1), DLOCK_EWRONGTYPE);
+  /* The hold's key deleted from outside: the held write refused. */
+  char buf[512];
+  th_etcd_ctl(&s, "del --prefix fn0/", buf, sizeof buf);
+  memset(f, 0, sizeof f);
+  CHECK_RC(dlock_fence_set_held_async(l[0], res[0], "late", 4, on_tdone, &f[0],
+                                      NULL),
+           0);
+  CHECK(run_tdones(lp, f, 1));
+  CHECK_RC(f[0].d.rc, DLOCK_ELOST);
+  CHECK_RC(dlock_fence_get(bc, res[0], &v, &len, &fence), 1);
+  CHECK(len == 3 && memcmp(v, "cur", 3) == 0);
+  dlock_fence_value_free(v);
+  /* Deletes: 1, then none there for either client. */
+  memset(f, 0, sizeof f);
+  before = tasks();
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_fence_del_async(c, res[i], on_tdone, &f[i], NULL), 0);
+  CHECK(few_threads(before, N, "fenced deletes"));
+  CHECK(run_tdones(lp, f, N));
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(f[i].d.rc, 1);
+    CHECK_RC(dlock_fence_get(bc, res[i], NULL, NULL, NULL), 0);
+    CHECK_RC(dlock_fence_del(bc, res[i]), 0);
+  }
+  close_twins(&s, lp, l, N, c, bc);
+}
+
+/* Whether the snapshots a (the event-loop client's) and b (the blocking
+ * client's) of one name agree (the lease's time left within 2 s). */
+static bool same_state(const dlock_lock_state *a, const dlock_lock_state *b) {
+  bool same = a->held == b->held && a->holders == b->holders &&
+              strcmp(a->owner, b->owner) == 0 &&
+              a->hold_count == b->hold_count && strcmp(a->info, b->info) == 0 &&
+              a->token == b->token && a->waiters == b->waiters &&
+              strcmp(a->mode, b->mode) == 0 && a->readers == b->readers &&
+              a->queued == b->queued && a->counter == b->counter &&
+              a->permits_taken == b->permits_taken &&
+              strcmp(a->type, b->type) == 0 &&
+              (a->ttl_ms == b->ttl_ms ||
+               (a->ttl_ms > 0 && b->ttl_ms > 0 &&
+                llabs((long long)(a->ttl_ms - b->ttl_ms)) < 2000));
+  if (!same)
+    fprintf(stderr,
+            "    differ: held %d/%d owner %s/%s token %llu/%llu ttl %lld/%lld "
+            "counter %lld/%lld taken %d/%d type %s/%s\n",
+            a->held, b->held, a->owner, b->owner, (unsigned long long)a->token,
+            (unsigned long long)b->token, (long long)a->ttl_ms,
+            (long long)b->ttl_ms, (long long)a->counter, (long long)b->counter,
+            a->permits_taken, b->permits_taken, a->type, b->type);
+  return same;
+}
+
+/* An event-loop client's inspect runs on its loop's multi handle: N in
+ * flight start no thread (each was a thread of its own), and each
+ * snapshot is the blocking client's: a held lock's (its holder, token
+ * and lease), a free one's, a counting semaphore's, a permit-expirable
+ * semaphore's and a latch's. */
+static void t_etcd_async_inspect(void) {
+  NEED_ETCD();
+  enum { N = 16, M = N + 4 };
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_lock *l[M];
+  dlock_client *c, *bc;
+  open_twins(&s, "in", N, &lp, l, &c, &bc);
+  if (c == NULL) return;
+  dlock_semaphore *sem;
+  CHECK_RC(dlock_semaphore_new(bc, "isem", &sem), 0);
+  CHECK_EQ(dlock_semaphore_try_set_permits(sem, 3), 1);
+  CHECK_RC(dlock_semaphore_try_acquire(sem, 1, 0), 0);
+  dlock_permits *pm;
+  char id[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_new(bc, "iperm", &pm), 0);
+  CHECK_EQ(dlock_permits_try_set(pm, 2), 1);
+  CHECK_RC(dlock_permits_try_acquire(pm, 0, 0, id), 0);
+  dlock_latch *la;
+  CHECK_RC(dlock_latch_new(bc, "ilatch", &la), 0);
+  CHECK_EQ(dlock_latch_try_set_count(la, 5), 1);
+  const char *other[] = {"ifree", "isem", "iperm", "ilatch"};
+  for (int i = N; i < M; i++)
+    CHECK_RC(dlock_lock_new(c, other[i - N], NULL, &l[i]), 0);
+  dlock_lock_state st[M], bst;
+  adone d[M];
+  memset(d, 0, sizeof d);
+  int before = tasks();
+  for (int i = 0; i < M; i++)
+    CHECK_RC(dlock_lock_inspect_async(l[i], &st[i], on_adone, &d[i], NULL), 0);
+  CHECK(few_threads(before, M, "inspects"));
+  CHECK(run_all(lp, d, M));
+  char name[32];
+  for (int i = 0; i < M; i++) {
+    CHECK_RC(d[i].rc, 0);
+    snprintf(name, sizeof name, "in%d", i);
+    dlock_lock *bl;
+    CHECK_RC(dlock_lock_new(bc, i < N ? name : other[i - N], NULL, &bl), 0);
+    CHECK_RC(dlock_lock_inspect(bl, &bst), 0);
+    CHECK(same_state(&st[i], &bst));
+    dlock_lock_free(bl);
+  }
+  for (int i = 0; i < N; i++)
+    CHECK(st[i].held == 1 && st[i].token > 0 && st[i].ttl_ms > 0 &&
+          st[i].ttl_ms <= 30000 && strcmp(st[i].type, "keys") == 0);
+  CHECK(st[N].held == 0 && strcmp(st[N].type, "none") == 0 &&
+        st[N].counter == -1);
+  CHECK_EQ(st[N + 1].counter, 2);
+  CHECK(st[N + 2].counter == 1 && st[N + 2].permits_taken == 1);
+  CHECK(st[N + 3].counter == 5 && strcmp(st[N + 3].type, "latch") == 0);
+  dlock_semaphore_free(sem);
+  dlock_permits_free(pm);
+  dlock_latch_free(la);
+  close_twins(&s, lp, l, M, c, bc);
+}
+
 /* A release in flight still holds the lock for the client's other owners
  * of the name (they share its key): one trying meanwhile is refused at
  * once, without a request; before, it found no claim, put the key, took
@@ -1158,7 +1404,8 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
-        T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst))
+        T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
+        T_BARE(t_etcd_async_fence), T_BARE(t_etcd_async_inspect))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

@@ -1,7 +1,7 @@
-/* aop.h: the event-loop client's own operations (release.c's, and the
- * mutex acquire's of amutex.c): each one a struct dl_async listed in
- * e->aops, driven by calls on the loop's multi handle (acall.c), on the
- * loop's thread alone. */
+/* aop.h: the event-loop client's own operations (release.c's, the mutex
+ * acquire's of amutex.c, the renewals' of arenew.c, fence.c's): each one a
+ * struct dl_async listed in e->aops, driven by calls on the loop's multi handle
+ * (acall.c), on the loop's thread alone. */
 #ifndef DLOCK_ETCD_AOP_H
 #define DLOCK_ETCD_AOP_H
 
@@ -13,10 +13,13 @@ typedef enum aop_kind {
   AOP_FORCE,
   AOP_QUERY,
   AOP_ACQUIRE,
-  AOP_RENEW
+  AOP_RENEW,
+  AOP_FENCE,
+  AOP_INSPECT
 } aop_kind;
 
 struct etcd_aacq;
+typedef struct etcd_fen etcd_fen; /* a fenced resource's (fence.c) */
 
 /* A renewal round's (arenew.c). */
 typedef struct etcd_aren {
@@ -58,6 +61,10 @@ struct dl_async {
   char pfx[ETCD_KEY_MAX]; /* its lock's prefix */
   struct etcd_aacq *acq;  /* the acquire's (amutex.c) */
   etcd_aren *ren;         /* the renewal round's (arenew.c) */
+  etcd_fen *fen;          /* the fenced resource's (fence.c) */
+  const char *key;        /* the inspect's name, */
+  dlock_lock_state *st;   /* its snapshot, */
+  int step;               /* and its semaphore read's step */
 };
 
 /* A new operation of kind, listed, its deadline one command timeout
@@ -76,6 +83,11 @@ int dl_etcd_op_later(dl_async *op, int rc);
  * untold). */
 int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
                     etcd_acall_fn fn);
+/* op's next call, within a command timeout of its own; one that cannot
+ * start (out of memory: op freed) tells done `told`, or DLOCK_ENOMEM when
+ * told is 0. */
+void dl_etcd_op_next(dl_async *op, const char *path, const char *body,
+                     etcd_acall_fn fn, int told);
 
 /* The txn deleting key if its create revision is still rev (release.c):
  * its body, at most ETCD_DELETE_AT_MAX bytes. */
@@ -101,5 +113,12 @@ int dl_etcd_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms,
                         dl_done_fn done, void *ud, dl_async **out);
 /* Frees a round's state (accepts NULL). */
 void dl_etcd_aren_free(etcd_aren *r);
+
+/* ---- fence.c ---- */
+/* The event loop's fence_async (dl_etcd_aops). */
+int dl_etcd_fence_async(dl_backend *b, dl_fence_req *f, dl_done_fn done,
+                        void *ud, dl_async **out);
+/* Frees a fenced resource's operation's state (accepts NULL). */
+void dl_etcd_fen_free(etcd_fen *s);
 
 #endif /* DLOCK_ETCD_AOP_H */

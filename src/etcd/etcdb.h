@@ -579,6 +579,23 @@ int64_t dl_etcd_query_answer(dl_etcd *e, const dl_lock_ref *l, dl_lock_query q,
                              json_object *r, int64_t rev, long long *v);
 void dl_etcd_ttl_body(int64_t lease, char *body, size_t len);
 int64_t dl_etcd_ttl_answer(json_object *r);
+/* inspect's halves: st reset, the lock's prefix into pfx (ETCD_KEY_MAX
+ * bytes) and the /v3/kv/range body of its keys (ETCD_RANGE_BODY_MAX);
+ * then their answer r (put here) into st and what to ask next: a
+ * semaphore's counts (dl_etcd_sem_inspect's halves), the latch's key
+ * (dl_etcd_latch_inspect's), the holder's *lease's timetolive (its answer
+ * into st by dl_etcd_inspect_ttl, r put), or nothing. */
+typedef enum etcd_inspect_next {
+  ETCD_INSPECT_DONE,
+  ETCD_INSPECT_SEM,
+  ETCD_INSPECT_LATCH,
+  ETCD_INSPECT_TTL
+} etcd_inspect_next;
+void dl_etcd_inspect_req(dl_etcd *e, const char *key, dlock_lock_state *st,
+                         char *pfx, char *body, size_t len);
+etcd_inspect_next dl_etcd_inspect_answer(json_object *r, const char *pfx,
+                                         dlock_lock_state *st, int64_t *lease);
+void dl_etcd_inspect_ttl(json_object *r, dlock_lock_state *st);
 int dl_etcd_force_txn(dl_etcd *e, json_object *r, const char *pfx, char **out);
 int dl_etcd_force_busy(dl_etcd *e, const dl_lock_ref *l);
 /* Whether a call's error may pass (no answer: the server unreachable or

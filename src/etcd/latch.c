@@ -37,17 +37,27 @@ static bool count_of(const char *v, size_t len, long long *count) {
   return end != v && *end == '\0';
 }
 
-int dl_etcd_latch_inspect(dl_etcd *e, const char *key, dlock_lock_state *st) {
+bool dl_etcd_latch_inspect_req(dl_etcd *e, const char *key, etcd_json *j) {
   char k[ETCD_KEY_MAX];
   if ((size_t)snprintf(k, sizeof k, "%s%s", e->prefix, key) >= sizeof k)
-    return 0; /* no such key can be there */
+    return false;
+  dl_etcd_json_add(j, "{\"success\":[");
+  dl_etcd_op_range(j, k, NULL, NULL);
+  dl_etcd_json_add(j, "]}");
+  return true;
+}
+
+int dl_etcd_latch_inspect(dl_etcd *e, const char *key, dlock_lock_state *st) {
   etcd_json j = {0};
-  dl_etcd_json_add(&j, "{\"success\":[");
-  dl_etcd_op_range(&j, k, NULL, NULL);
-  dl_etcd_json_add(&j, "]}");
+  if (!dl_etcd_latch_inspect_req(e, key, &j)) return 0;
   json_object *r;
   int rc = dl_etcd_txn_post(e, &j, &r);
-  if (rc != 0) return rc;
+  return rc != 0 ? rc : dl_etcd_latch_inspect_answer(e, r, st);
+}
+
+int dl_etcd_latch_inspect_answer(dl_etcd *e, json_object *r,
+                                 dlock_lock_state *st) {
+  int rc = 0;
   json_object *kv = dl_etcd_txn_kv(r, 0);
   if (kv) {
     size_t len = 0;

@@ -24,32 +24,33 @@ static bool valid_id(const char *id) {
   return strspn(id, "0123456789abcdef") == ID_LEN;
 }
 
-/* The permits' state: 1 set (*max, *mod: the total's mod revision), 0 no
- * total set, or a negative code (DLOCK_EWRONGTYPE recorded: a total that
- * is not a number, or a key under PREFIX/NAME/permits/ that is not a
- * permit's); *taken the permit keys, *rev the revision read at. */
-static int permits_read(dl_etcd *e, const char *total, long long *max,
-                        int64_t *mod, long long *taken, int64_t *rev) {
+/* permits_read's request: the txn reading the total and the keys under
+ * it (ETCD_SEM_INSPECT_BODY_MAX bytes). */
+static void permits_read_body(const char *total, char *body, size_t len) {
   char pfx[ETCD_SEM_KEY + 2], t64[B64(ETCD_SEM_KEY)], p64[B64(ETCD_SEM_KEY)];
-  char end64[B64(ETCD_SEM_KEY)], body[3 * B64(ETCD_SEM_KEY) + 200];
+  char end64[B64(ETCD_SEM_KEY)];
   snprintf(pfx, sizeof pfx, "%s/", total);
   dl_etcd_b64(total, strlen(total), t64);
   dl_etcd_b64(pfx, strlen(pfx), p64);
   dl_etcd_prefix_end(pfx, end64);
-  snprintf(body, sizeof body,
+  snprintf(body, len,
            "{\"success\":[{\"request_range\":{\"key\":\"%s\"}},"
            "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
            "\"keys_only\":true}}]}",
            t64, p64, end64);
-  json_object *r;
+}
+
+/* Its answer r (put here), as permits_read. */
+static int permits_read_answer(dl_etcd *e, const char *total, json_object *r,
+                               long long *max, int64_t *mod, long long *taken,
+                               int64_t *rev) {
+  char pfx[ETCD_SEM_KEY + 2];
+  snprintf(pfx, sizeof pfx, "%s/", total);
   *max = *taken = 0;
   *mod = 0;
-  int rc = dl_etcd_call(e, "/v3/kv/txn", body,
-                        dl_now_ms() + e->command_timeout_ms, &r, NULL);
-  if (rc != 0) return rc;
   *rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
   json_object *kv = dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range"));
-  rc = dl_etcd_count_of(e, kv, total, max);
+  int rc = dl_etcd_count_of(e, kv, total, max);
   if (rc == 1) *mod = dl_etcd_i64(kv, "mod_revision");
   json_object *kvs =
       dl_etcd_get(dl_etcd_txn_resp(r, 1, "response_range"), "kvs");
@@ -68,6 +69,22 @@ static int permits_read(dl_etcd *e, const char *total, long long *max,
   *taken = (long long)n;
   json_object_put(r);
   return rc;
+}
+
+/* The permits' state: 1 set (*max, *mod: the total's mod revision), 0 no
+ * total set, or a negative code (DLOCK_EWRONGTYPE recorded: a total that
+ * is not a number, or a key under PREFIX/NAME/permits/ that is not a
+ * permit's); *taken the permit keys, *rev the revision read at. */
+static int permits_read(dl_etcd *e, const char *total, long long *max,
+                        int64_t *mod, long long *taken, int64_t *rev) {
+  char body[ETCD_SEM_INSPECT_BODY_MAX];
+  permits_read_body(total, body, sizeof body);
+  json_object *r;
+  *max = *taken = 0;
+  *mod = 0;
+  int rc = dl_etcd_call(e, "/v3/kv/txn", body,
+                        dl_now_ms() + e->command_timeout_ms, &r, NULL);
+  return rc != 0 ? rc : permits_read_answer(e, total, r, max, mod, taken, rev);
 }
 
 /* An acquire's state (the dl_etcd_try_fn's context). */
@@ -334,22 +351,49 @@ int dl_etcd_permits_update(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
   }
 }
 
-int dl_etcd_sem_inspect(dl_etcd *e, const char *key, dlock_lock_state *st) {
-  char base[ETCD_KEY_MAX], total[ETCD_SEM_KEY];
+const char *dl_etcd_sem_inspect_req(dl_etcd *e, const char *key, int step,
+                                    char *total, char *body, size_t len) {
+  char base[ETCD_KEY_MAX];
   dl_sync_ref s = {.key = key, .name = key, .hint = NULL};
-  if (dl_etcd_sem_base(e, &s, base) != 0) return 0; /* no semaphore's name */
+  if (dl_etcd_sem_base(e, &s, base) != 0) return NULL; /* no semaphore's */
+  snprintf(total, ETCD_SEM_KEY, "%s%s", base, step ? "semaphore" : "permits");
+  if (step) {
+    dl_etcd_count_read_body(total, body, len);
+    return "/v3/kv/range";
+  }
+  permits_read_body(total, body, len);
+  return "/v3/kv/txn";
+}
+
+int dl_etcd_sem_inspect_answer(dl_etcd *e, const char *total, int step,
+                               json_object *r, dlock_lock_state *st) {
   long long max, taken, v;
   int64_t mod, rev;
-  snprintf(total, sizeof total, "%spermits", base);
-  int rc = permits_read(e, total, &max, &mod, &taken, &rev);
+  if (step) {
+    int rc = dl_etcd_count_read_answer(e, total, r, &v, &mod, &rev);
+    if (rc == 1) st->counter = v;
+    return rc < 0 && rc != DLOCK_EWRONGTYPE ? rc : 0;
+  }
+  int rc = permits_read_answer(e, total, r, &max, &mod, &taken, &rev);
   if (rc == 1) {
     st->counter = max - taken > 0 ? max - taken : 0;
     st->permits_taken = (int)taken;
     return 0;
   }
-  if (rc < 0 && rc != DLOCK_EWRONGTYPE) return rc;
-  snprintf(total, sizeof total, "%ssemaphore", base);
-  rc = dl_etcd_count_read(e, total, &v, &mod, &rev);
-  if (rc == 1) st->counter = v;
-  return rc < 0 && rc != DLOCK_EWRONGTYPE ? rc : 0;
+  return rc < 0 && rc != DLOCK_EWRONGTYPE ? rc : 1;
+}
+
+int dl_etcd_sem_inspect(dl_etcd *e, const char *key, dlock_lock_state *st) {
+  int rc = 1;
+  for (int step = 0; step < 2 && rc == 1; step++) {
+    char total[ETCD_SEM_KEY], body[ETCD_SEM_INSPECT_BODY_MAX];
+    const char *path =
+        dl_etcd_sem_inspect_req(e, key, step, total, body, sizeof body);
+    if (path == NULL) return 0;
+    json_object *r;
+    rc = dl_etcd_call(e, path, body, dl_now_ms() + e->command_timeout_ms, &r,
+                      NULL);
+    if (rc == 0) rc = dl_etcd_sem_inspect_answer(e, total, step, r, st);
+  }
+  return rc;
 }

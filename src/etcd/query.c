@@ -410,27 +410,29 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
   return first;
 }
 
-/* inspect's snapshot; with cb (detect_deadlocks' walk), every holder's
- * owner to cb too (a read lock's readers), and no more than the keys. */
-static int inspect(dl_backend *b, const char *key, dlock_lock_state *st,
-                   dl_holder_cb cb, void *ud) {
-  dl_etcd *e = (dl_etcd *)b;
-  const bool walk = cb != NULL;
+void dl_etcd_inspect_req(dl_etcd *e, const char *key, dlock_lock_state *st,
+                         char *pfx, char *body, size_t len) {
   memset(st, 0, sizeof *st);
   st->held_ms = -1;
   st->ttl_ms = DLOCK_TTL_FREE;
   st->counter = -1;
-  json_object *r;
-  char pfx[ETCD_KEY_MAX];
-  int rc = range_prefix(e, key, 0, &r, pfx, sizeof pfx);
-  if (rc != 0) return rc;
+  snprintf(pfx, ETCD_KEY_MAX, "%s%s/", e->prefix, key);
+  dl_etcd_range_under_body(pfx, 0, body, len);
+}
+
+/* inspect's keys: r's (the range under pfx) into st, the holder's lease
+ * into *lease; with cb (detect_deadlocks' walk), every holder's owner to
+ * cb too (a read lock's readers). How many keys r has. */
+static size_t inspect_keys(json_object *r, const char *pfx,
+                           dlock_lock_state *st, dl_holder_cb cb, void *ud,
+                           int64_t *lease) {
   json_object *kvs = dl_etcd_get(r, "kvs");
   size_t n = kvs ? json_object_array_length(kvs) : 0;
   /* "keys": a lock's keys under the name's prefix (the mutex's or the
    * read-write lock's); "data": a key there that no lock makes (no recipe
    * takes it); "none": nothing. */
   snprintf(st->type, sizeof st->type, "%s", n ? "keys" : "none");
-  int64_t lease = 0;
+  *lease = 0;
   int keys = 0;
   bool reading = false;
   for (size_t i = 0; i < n; i++) {
@@ -468,9 +470,9 @@ static int inspect(dl_backend *b, const char *key, dlock_lock_state *st,
     st->held = 1;
     st->holders = 1;
     st->hold_count = 1;
-    lease = dl_etcd_i64(kv, "lease");
+    *lease = dl_etcd_i64(kv, "lease");
     json_object *v = dl_etcd_get(kv, "value");
-    dl_etcd_holder_value(v ? json_object_get_string(v) : "", lease, st->owner,
+    dl_etcd_holder_value(v ? json_object_get_string(v) : "", *lease, st->owner,
                          sizeof st->owner, st->info, sizeof st->info);
     st->token = (uint64_t)dl_etcd_i64(kv, "create_revision");
     st->ttl_ms = DLOCK_TTL_NONE;
@@ -482,22 +484,52 @@ static int inspect(dl_backend *b, const char *key, dlock_lock_state *st,
     if (cb && st->owner[0] && cb(st->owner, ud) != 0) cb = NULL;
   }
   if (st->held) st->waiters = st->queued = keys - st->holders;
+  return n;
+}
+
+etcd_inspect_next dl_etcd_inspect_answer(json_object *r, const char *pfx,
+                                         dlock_lock_state *st, int64_t *lease) {
+  size_t n = inspect_keys(r, pfx, st, NULL, NULL, lease);
   json_object_put(r);
-  if (walk) return 0; /* the walk's: the holders are all it needs */
   /* Keys no lock makes: a semaphore's, perhaps (they live under PFX). */
-  if (!st->held && strcmp(st->type, "data") == 0 &&
-      (rc = dl_etcd_sem_inspect(e, key, st)) != 0)
-    return rc;
+  if (!st->held && strcmp(st->type, "data") == 0) return ETCD_INSPECT_SEM;
   /* Nothing under the name: a latch's count, perhaps, at the name. */
-  if (n == 0 && (rc = dl_etcd_latch_inspect(e, key, st)) != 0) return rc;
-  if (lease != 0) {
-    char body[64];
+  if (n == 0) return ETCD_INSPECT_LATCH;
+  return *lease != 0 ? ETCD_INSPECT_TTL : ETCD_INSPECT_DONE;
+}
+
+void dl_etcd_inspect_ttl(json_object *r, dlock_lock_state *st) {
+  int64_t ttl = dl_etcd_ttl_answer(r);
+  if (ttl != DLOCK_TTL_FREE) st->ttl_ms = ttl;
+}
+
+/* inspect's snapshot; with cb (detect_deadlocks' walk), no more than the
+ * keys. */
+static int inspect(dl_backend *b, const char *key, dlock_lock_state *st,
+                   dl_holder_cb cb, void *ud) {
+  dl_etcd *e = (dl_etcd *)b;
+  char pfx[ETCD_KEY_MAX], body[ETCD_RANGE_BODY_MAX];
+  dl_etcd_inspect_req(e, key, st, pfx, body, sizeof body);
+  json_object *r;
+  int rc = dl_etcd_call(e, "/v3/kv/range", body,
+                        dl_now_ms() + e->command_timeout_ms, &r, NULL);
+  if (rc != 0) return rc;
+  int64_t lease;
+  if (cb) { /* the walk's: the holders are all it needs */
+    inspect_keys(r, pfx, st, cb, ud, &lease);
+    json_object_put(r);
+    return 0;
+  }
+  switch (dl_etcd_inspect_answer(r, pfx, st, &lease)) {
+  case ETCD_INSPECT_SEM: return dl_etcd_sem_inspect(e, key, st);
+  case ETCD_INSPECT_LATCH: return dl_etcd_latch_inspect(e, key, st);
+  case ETCD_INSPECT_TTL:
     dl_etcd_ttl_body(lease, body, sizeof body);
     rc = dl_etcd_call(e, "/v3/lease/timetolive", body,
                       dl_now_ms() + e->command_timeout_ms, &r, NULL);
-    if (rc != 0) return rc;
-    int64_t ttl = dl_etcd_ttl_answer(r);
-    if (ttl != DLOCK_TTL_FREE) st->ttl_ms = ttl;
+    if (rc == 0) dl_etcd_inspect_ttl(r, st);
+    return rc;
+  case ETCD_INSPECT_DONE: break;
   }
   return 0;
 }

@@ -4,9 +4,11 @@
  * client's own entries on the loop's multi handle (acall.c), which take
  * no thread: release, force release, lock queries (query.c's halves) and
  * ping (the mutex's acquire: amutex.c; the watchdog's renewals:
- * arenew.c). The event-loop client's other
+ * arenew.c; fenced resources: fence.c), and inspect (query.c's, sem.h's
+ * halves). The event-loop client's other
  * operations are core/blockloop.c's jobs (a thread each). */
 #include "aop.h"
+#include "sem.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -132,6 +134,7 @@ void dl_etcd_op_drop(dl_async *op) {
   dl_timer_stop(op->e->env->loop, &op->timer);
   free(op->acq);
   dl_etcd_aren_free(op->ren);
+  dl_etcd_fen_free(op->fen);
   free(op);
 }
 
@@ -175,11 +178,8 @@ int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
   return dl_etcd_op_later(op, rc);
 }
 
-/* op's next call, within a command timeout of its own; one that cannot
- * start (out of memory: op freed) tells done `told`, or DLOCK_ENOMEM when
- * told is 0. */
-static void op_next(dl_async *op, const char *path, const char *body,
-                    etcd_acall_fn fn, int told) {
+void dl_etcd_op_next(dl_async *op, const char *path, const char *body,
+                     etcd_acall_fn fn, int told) {
   dl_done_fn done = op->done;
   void *dud = op->ud;
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
@@ -244,7 +244,7 @@ static void on_deleted(void *ud, int rc, json_object *o, int code) {
   dl_etcd_lease_body(revoke, body, sizeof body);
   op->result = rc; /* told even if the revoke cannot start: the lease
                       ends with its TTL */
-  op_next(op, "/v3/lease/revoke", body, on_revoked, rc);
+  dl_etcd_op_next(op, "/v3/lease/revoke", body, on_revoked, rc);
 }
 
 /* A try of the release's delete: 0, or DLOCK_ENOMEM (op freed, untold:
@@ -320,7 +320,7 @@ static void on_range(void *ud, int rc, json_object *o, int code) {
     dl_etcd_op_end(op, rc);
     return;
   }
-  op_next(op, "/v3/kv/txn", body, on_forced, 0);
+  dl_etcd_op_next(op, "/v3/kv/txn", body, on_forced, 0);
   free(body);
 }
 
@@ -366,7 +366,7 @@ static void on_query(void *ud, int rc, json_object *o, int code) {
   }
   char body[64];
   dl_etcd_ttl_body(lease, body, sizeof body);
-  op_next(op, "/v3/lease/timetolive", body, on_ttl, 0);
+  dl_etcd_op_next(op, "/v3/lease/timetolive", body, on_ttl, 0);
 }
 
 static int query_async(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
@@ -383,6 +383,98 @@ static int query_async(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   const char *path = dl_etcd_query_req(e, l, q, body, sizeof body, &op->rev);
   int rc = path ? dl_etcd_op_call(op, path, body, on_query)
                 : dl_etcd_op_later(op, 0);
+  if (rc == 0) *out = op;
+  return rc;
+}
+
+/* ---- inspect: the range of the name's keys, then a semaphore's counts,
+ * the latch's key, or the holder's lease's timetolive ---- */
+static void on_latch(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  if (rc == 0) rc = dl_etcd_latch_inspect_answer(op->e, o, op->st);
+  dl_etcd_op_end(op, rc);
+}
+
+static void on_holder_ttl(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  if (rc == 0) dl_etcd_inspect_ttl(o, op->st);
+  dl_etcd_op_end(op, rc);
+}
+
+static void sem_step(dl_async *op);
+
+static void on_sem(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  char total[ETCD_SEM_KEY], body[ETCD_SEM_INSPECT_BODY_MAX];
+  if (rc == 0 && dl_etcd_sem_inspect_req(op->e, op->key, op->step, total, body,
+                                         sizeof body))
+    rc = dl_etcd_sem_inspect_answer(op->e, total, op->step, o, op->st);
+  else
+    json_object_put(o);
+  if (rc == 1 && ++op->step < 2) {
+    sem_step(op);
+    return;
+  }
+  dl_etcd_op_end(op, rc < 0 ? rc : 0);
+}
+
+static void sem_step(dl_async *op) {
+  char total[ETCD_SEM_KEY], body[ETCD_SEM_INSPECT_BODY_MAX];
+  const char *path = dl_etcd_sem_inspect_req(op->e, op->key, op->step, total,
+                                             body, sizeof body);
+  if (path == NULL)
+    dl_etcd_op_end(op, 0);
+  else
+    dl_etcd_op_next(op, path, body, on_sem, 0);
+}
+
+static void on_keys(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  int64_t lease = 0;
+  etcd_inspect_next next =
+      rc == 0 ? dl_etcd_inspect_answer(o, op->pfx, op->st, &lease)
+              : ETCD_INSPECT_DONE;
+  etcd_json j = {0};
+  char body[64];
+  switch (next) {
+  case ETCD_INSPECT_SEM: sem_step(op); return;
+  case ETCD_INSPECT_LATCH:
+    if (!dl_etcd_latch_inspect_req(op->e, op->key, &j)) break;
+    if (j.oom) {
+      rc = dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory");
+      dl_etcd_json_free(&j);
+      break;
+    }
+    dl_etcd_op_next(op, "/v3/kv/txn", j.p, on_latch, 0);
+    dl_etcd_json_free(&j);
+    return;
+  case ETCD_INSPECT_TTL:
+    dl_etcd_ttl_body(lease, body, sizeof body);
+    dl_etcd_op_next(op, "/v3/lease/timetolive", body, on_holder_ttl, 0);
+    return;
+  case ETCD_INSPECT_DONE: break;
+  }
+  dl_etcd_op_end(op, rc);
+}
+
+static int inspect_async(dl_backend *b, const char *key, dlock_lock_state *st,
+                         dl_done_fn done, void *ud, dl_async **out) {
+  dl_etcd *e = (dl_etcd *)b;
+  dl_async *op = dl_etcd_op_new(e, AOP_INSPECT, done, ud);
+  if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  op->key = key;
+  op->st = st;
+  char body[ETCD_RANGE_BODY_MAX];
+  dl_etcd_inspect_req(e, key, st, op->pfx, body, sizeof body);
+  int rc = dl_etcd_op_call(op, "/v3/kv/range", body, on_keys);
   if (rc == 0) *out = op;
   return rc;
 }
@@ -423,5 +515,7 @@ const dl_backend_ops dl_etcd_aops = {
     .lock_query_async = query_async,
     .ping_async = ping_async,
     .renew_async = dl_etcd_renew_async,
+    .fence_async = dl_etcd_fence_async,
+    .inspect_async = inspect_async,
     .cancel = own_cancel,
 };

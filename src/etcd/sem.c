@@ -48,20 +48,30 @@ int dl_etcd_count_of(dl_etcd *e, json_object *kv, const char *key,
   return 1;
 }
 
+void dl_etcd_count_read_body(const char *key, char *body, size_t len) {
+  char k64[B64(ETCD_SEM_KEY)];
+  dl_etcd_b64(key, strlen(key), k64);
+  snprintf(body, len, "{\"key\":\"%s\"}", k64);
+}
+
 int dl_etcd_count_read(dl_etcd *e, const char *key, long long *v, int64_t *mod,
                        int64_t *rev) {
-  char k64[B64(ETCD_SEM_KEY)], body[B64(ETCD_SEM_KEY) + 32];
-  dl_etcd_b64(key, strlen(key), k64);
-  snprintf(body, sizeof body, "{\"key\":\"%s\"}", k64);
+  char body[ETCD_SEM_INSPECT_BODY_MAX];
+  dl_etcd_count_read_body(key, body, sizeof body);
   json_object *r;
   *v = 0;
   *mod = 0;
   int rc = dl_etcd_call(e, "/v3/kv/range", body,
                         dl_now_ms() + e->command_timeout_ms, &r, NULL);
-  if (rc != 0) return rc;
+  return rc != 0 ? rc : dl_etcd_count_read_answer(e, key, r, v, mod, rev);
+}
+
+int dl_etcd_count_read_answer(dl_etcd *e, const char *key, json_object *r,
+                              long long *v, int64_t *mod, int64_t *rev) {
+  *mod = 0;
   *rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
   json_object *kv = dl_etcd_kv0(r);
-  rc = dl_etcd_count_of(e, kv, key, v);
+  int rc = dl_etcd_count_of(e, kv, key, v);
   if (rc == 1) *mod = dl_etcd_i64(kv, "mod_revision");
   json_object_put(r);
   return rc;

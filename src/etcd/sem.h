@@ -25,6 +25,11 @@ int dl_etcd_sem_base(dl_etcd *e, const dl_sync_ref *s, char *out);
  * revision of the read. */
 int dl_etcd_count_read(dl_etcd *e, const char *key, long long *v, int64_t *mod,
                        int64_t *rev);
+/* Its halves: the /v3/kv/range body (ETCD_SEM_INSPECT_BODY_MAX bytes),
+ * and the answer r (put here) read as dl_etcd_count_read. */
+void dl_etcd_count_read_body(const char *key, char *body, size_t len);
+int dl_etcd_count_read_answer(dl_etcd *e, const char *key, json_object *r,
+                              long long *v, int64_t *mod, int64_t *rev);
 /* The number of a count key's kv (kv NULL: 0 with *v 0), as
  * dl_etcd_count_read. */
 int dl_etcd_count_of(dl_etcd *e, json_object *kv, const char *key,
@@ -73,9 +78,25 @@ int dl_etcd_permits_update(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
  * semaphore's; left -1 when neither is set, or is someone else's), and
  * st->permits_taken. 0, or a negative code (an answer that did not come). */
 int dl_etcd_sem_inspect(dl_etcd *e, const char *key, dlock_lock_state *st);
+/* Its halves, step 0 (the permits' total and keys) and 1 (the counting
+ * semaphore's count): the step's key into total (ETCD_SEM_KEY bytes), its
+ * request's body (ETCD_SEM_INSPECT_BODY_MAX bytes) and path, NULL when
+ * key is no semaphore's name (nothing to ask); then the answer r (put
+ * here) into st: 1 step 1 to ask next, 0 done, or a negative code. */
+#define ETCD_SEM_INSPECT_BODY_MAX (3 * (4 * ((ETCD_SEM_KEY + 2) / 3) + 1) + 200)
+const char *dl_etcd_sem_inspect_req(dl_etcd *e, const char *key, int step,
+                                    char *total, char *body, size_t len);
+int dl_etcd_sem_inspect_answer(dl_etcd *e, const char *total, int step,
+                               json_object *r, dlock_lock_state *st);
 /* latch.c: nothing under the name: the key at the name itself, a latch's
  * count (st->counter, type "latch") or another value (type "data"); st
  * unchanged when there is no key. 0 or a negative code recorded. */
 int dl_etcd_latch_inspect(dl_etcd *e, const char *key, dlock_lock_state *st);
+/* Its halves: the txn reading the key at the name into j (false: no such
+ * key can be there, nothing to ask), and its answer r (put here) into
+ * st. */
+bool dl_etcd_latch_inspect_req(dl_etcd *e, const char *key, etcd_json *j);
+int dl_etcd_latch_inspect_answer(dl_etcd *e, json_object *r,
+                                 dlock_lock_state *st);
 
 #endif
