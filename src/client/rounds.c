@@ -201,14 +201,6 @@ static bool wanted(dl_watchdog *w, const dl_renewal *r) {
   return false;
 }
 
-/* qsort's order of a round's holds (w->mu held): the earliest validity
- * first. */
-static int by_validity(const void *a, const void *b) {
-  int64_t x = (*(dl_renewal *const *)a)->valid_until,
-          y = (*(dl_renewal *const *)b)->valid_until;
-  return (x > y) - (x < y);
-}
-
 /* Takes a reference to every hold of a round: the renewed holds, or with
  * `check` the holds on the pending keys (which it clears). Returns 0 and
  * *snap (NULL when *n is 0), or DLOCK_ENOMEM. */
@@ -238,11 +230,18 @@ static int round_snapshot(dl_watchdog *w, bool check, dl_renewal ***snap,
     s[i++] = r;
   }
   if (check) dl_wd_clear_pending(w);
-  /* The earliest validity first: a round slower than its deadline (calls
-   * queued behind a burst of acquires) confirms the holds nearest their
-   * end before it runs out, not the newest (the list's head). */
-  if (i > 1) qsort(s, i, sizeof *s, by_validity);
   pthread_mutex_unlock(&w->mu);
+  /* The oldest first (the list's head is the newest): a round slower than
+   * its deadline (calls queued behind a burst of acquires) confirms the
+   * holds nearest the end of their validity before it runs out. The
+   * order they were added is the order of their validities, and a round
+   * keeps it (its chunks go in turn); no sort, and nothing read under the
+   * lock for it (100 000 holds: a reversal, not 1.7 million compares). */
+  for (size_t a = 0, b = i; a + 1 < b; a++, b--) {
+    dl_renewal *t = s[a];
+    s[a] = s[b - 1];
+    s[b - 1] = t;
+  }
   if (i == 0) { /* a check whose keys name no hold any more */
     free(s);
     return 0;
