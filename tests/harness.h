@@ -96,6 +96,15 @@ int th_run_inline(int argc, char **argv, const th_test *tests, size_t n);
 static inline int64_t th_soon(int64_t ms) {
   return getenv("DLOCK_UNDER_VALGRIND") ? 10 * ms : ms;
 }
+/* The sanitizers' slowdown that scripts/test.sh announces
+ * (DLOCK_TEST_SLOWDOWN: 2 under ASan, 4 under TSan; else 1), for a bound
+ * on work that grows with the number of holds rather than a single
+ * notice's latency. */
+static inline int th_slowdown(void) {
+  const char *e = getenv("DLOCK_TEST_SLOWDOWN");
+  int n = e ? atoi(e) : 1;
+  return n > 1 ? n : 1;
+}
 
 /* ---- redis-server processes ---- */
 typedef struct th_redis {

@@ -862,8 +862,11 @@ static void t_etcd_async_renew(void) {
   fprintf(stderr, "    the lease revoked: %d of %d lost in %lld ms\n", lost, N,
           (long long)(th_now_ms() - t0));
   CHECK_EQ(lost, N);
+  /* The first notice within 100 ms; here N holds' watches hear the
+   * deletes at once, which a sanitizer's slowdown stretches (131 ms once
+   * under TSan beside other builds). */
   CHECK(atomic_load(&lost_at) != 0 &&
-        atomic_load(&lost_at) - t0 < th_soon(100));
+        atomic_load(&lost_at) - t0 < th_soon(100) * th_slowdown());
   for (int i = 0; i < N; i++)
     dlock_lock_free(l[i]);
   dlock_client_close(c);
