@@ -512,6 +512,10 @@ long long th_calls(th_redis *r, const char *cmd) {
   return n;
 }
 
+long long th_scripts_run(th_redis *r) {
+  return th_calls(r, "evalsha") + th_calls(r, "eval");
+}
+
 long long th_cmd_int(th_redis *r, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);

@@ -149,6 +149,9 @@ bool th_replicas_online(th_redis *m, int n);
 /* Calls of `cmd` in INFO commandstats ("cmdstat_<cmd>:calls=<n>"), 0 if
  * absent (CONFIG RESETSTAT zeroes them). */
 long long th_calls(th_redis *r, const char *cmd);
+/* Scripts run on r: EVALSHA and EVAL calls (a script's first use on an
+ * event-loop connection goes as EVAL, with its body). */
+long long th_scripts_run(th_redis *r);
 
 /* A client on r with the given watchdog timeout (0 = default). */
 dlock_client *th_client(th_redis *r, int64_t watchdog_ms);

@@ -132,17 +132,33 @@ static void pipelined_evals(int kind) {
 }
 TD_DRIVERS(pipelined_evals)
 
-/* dl_aconn_eval: EVALSHA, and EVAL once after SCRIPT FLUSH (NOSCRIPT). */
+/* dl_aconn_eval: a script's first use on a connection as EVAL (its body:
+ * cached in the connection's order), then EVALSHA; after SCRIPT FLUSH,
+ * the NOSCRIPT's request once more as EVAL. */
 static void eval_noscript(int kind) {
   setup s;
   CHECK_RC(setup_open(&s, kind), 0);
   got g;
   int err = 0;
+  freeReplyObject(th_cmd(&th_srv, "CONFIG RESETSTAT"));
+  const char *keys[] = {"a", "a:t", "a:q", "a:s", "a:h"};
+  const char *wkeys[] = {"w", "w:t", "w:h"}, *wargs[] = {"10000", "o:1"};
+  for (int i = 0; i < 2; i++) { /* each script's first use */
+    memset(&g, 0, sizeof g);
+    CHECK(dl_aconn_eval(s.c, i ? DL_SCRIPT_LOCK_ACQUIRE : DL_SCRIPT_LOCK_INSPECT,
+                        i ? 3 : 5, i ? wkeys : keys, i ? 2 : 0,
+                        i ? wargs : NULL, 0, on_reply, &g, &err) != NULL);
+    CHECK(td_run_until(&s.t, &g.done, 3000));
+    CHECK_RC(g.rc, 0);
+  }
+  CHECK_EQ(th_calls(&th_srv, "eval"), 2);
+  CHECK_EQ(th_calls(&th_srv, "evalsha"), 0);
+  freeReplyObject(th_cmd(&th_srv, "DEL w w:t w:h"));
   const char *flush[] = {"SCRIPT", "FLUSH"};
+  memset(&g, 0, sizeof g);
   CHECK(send_cmd(&s, &g, 0, 2, flush, &err) != NULL);
   CHECK(td_run_until(&s.t, &g.done, 3000));
   freeReplyObject(th_cmd(&th_srv, "CONFIG RESETSTAT"));
-  const char *keys[] = {"a", "a:t", "a:q", "a:s", "a:h"};
   for (int round = 0; round < 2; round++) {
     memset(&g, 0, sizeof g);
     CHECK(dl_aconn_eval(s.c, DL_SCRIPT_LOCK_INSPECT, 5, keys, 0, NULL, 0,

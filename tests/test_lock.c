@@ -892,7 +892,7 @@ static void t_channels_linger(void) {
     CHECK_RC(g.rc, 0);
     if (round == 1) {
       CHECK_EQ(th_calls(&th_srv, "subscribe"), 0);
-      CHECK_EQ(th_calls(&th_srv, "evalsha"),
+      CHECK_EQ(th_scripts_run(&th_srv),
                2); /* b's one attempt, a's release */
     }
     CHECK(th_wait_subscribed(&th_srv, gch, 0));
@@ -1003,7 +1003,7 @@ static void *wait_late(void *p) {
 
 static bool late_heard(void *p) {
   late_arg *a = p; /* b's thread returned, or b attempted again */
-  return atomic_load(&a->done) || th_calls(&th_srv, "evalsha") > 0;
+  return atomic_load(&a->done) || th_scripts_run(&th_srv) > 0;
 }
 
 static void t_late_grant_of_earlier_wait_ignored(void) {

@@ -40,8 +40,17 @@ static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
 /* Bytes formatted into one write at most. */
 #define BATCH_MAX (256 * 1024)
 
+/* r's bit in c->evaled: a script and its sharded variant apart. */
+static uint64_t script_bit(const dl_areq *r) {
+  _Static_assert(2 * DL_SCRIPT_COUNT <= 64, "evaled holds every variant");
+  int id = r->script & ~(DL_EVAL_SHARDED | DL_EVAL_WAKE_FIRST);
+  return (uint64_t)1 << (id + ((r->script & DL_EVAL_SHARDED) ? DL_SCRIPT_COUNT
+                                                              : 0));
+}
+
 /* Closes the socket; the queues stay. */
 static void drop_socket(dl_aconn *c) {
+  c->evaled = 0; /* the next server (or the same restarted) knows none */
   dl_watch_free(c->w);
   c->w = NULL;
   dl_io_close(c->io);
@@ -110,6 +119,11 @@ static bool fill(dl_aconn *c) {
   c->wlen = c->woff = 0;
   while (c->outq.head && c->wlen < BATCH_MAX) {
     dl_areq *r = c->outq.head;
+    if (r->script >= 0 && r->sha && !(c->evaled & script_bit(r))) {
+      /* The script's first use here: with its body (out of memory, as
+       * EVALSHA: a NOSCRIPT is still followed). */
+      if (dl_aq_to_eval(r) == 0) c->evaled |= script_bit(r);
+    }
     size_t need = c->wlen + r->len + (r->ping ? PING_LEN : 0) +
                   (r->asking ? ASKING_LEN : 0);
     if (need > c->wcap) {
@@ -203,7 +217,9 @@ static void on_reply(dl_aconn *c, redisReply *reply) {
   }
   dl_aq_del(&c->infl, r);
   if (r->fn && r->script >= 0 && r->sha && dl_reply_noscript(reply)) {
-    /* SCRIPT FLUSH or a restart: the body once. */
+    /* SCRIPT FLUSH: the body once, and every script's next first use
+     * with its body. */
+    c->evaled = script_bit(r); /* r's goes with its body now */
     freeReplyObject(reply);
     dl_aq_resend_eval(c, r);
     return;
