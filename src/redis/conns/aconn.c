@@ -40,9 +40,9 @@ static const char ASKING[] = "*1\r\n$6\r\nASKING\r\n";
 /* Bytes formatted into one write at most. */
 #define BATCH_MAX (256 * 1024)
 
-/* r's bit in c->evaled: a script and its sharded variant apart. */
+/* r's bit in c->loaded: a script and its sharded variant apart. */
 static uint64_t script_bit(const dl_areq *r) {
-  _Static_assert(2 * DL_SCRIPT_COUNT <= 64, "evaled holds every variant");
+  _Static_assert(2 * DL_SCRIPT_COUNT <= 64, "loaded holds every variant");
   int id = r->script & ~(DL_EVAL_SHARDED | DL_EVAL_WAKE_FIRST);
   return (uint64_t)1 << (id + ((r->script & DL_EVAL_SHARDED) ? DL_SCRIPT_COUNT
                                                               : 0));
@@ -50,7 +50,7 @@ static uint64_t script_bit(const dl_areq *r) {
 
 /* Closes the socket; the queues stay. */
 static void drop_socket(dl_aconn *c) {
-  c->evaled = 0; /* the next server (or the same restarted) knows none */
+  c->loaded = 0; /* the next server (or the same restarted) knows none */
   dl_watch_free(c->w);
   c->w = NULL;
   dl_io_close(c->io);
@@ -119,13 +119,20 @@ static bool fill(dl_aconn *c) {
   c->wlen = c->woff = 0;
   while (c->outq.head && c->wlen < BATCH_MAX) {
     dl_areq *r = c->outq.head;
-    if (r->script >= 0 && r->sha && !(c->evaled & script_bit(r))) {
-      /* The script's first use here: with its body (out of memory, as
-       * EVALSHA: a NOSCRIPT is still followed). */
-      if (dl_aq_to_eval(r) == 0) c->evaled |= script_bit(r);
-    }
+    /* The script's first use here: its SCRIPT LOAD goes first. */
+    const dl_script *ld = r->script >= 0 && r->sha &&
+                                  !(c->loaded & script_bit(r))
+                              ? dl_script_of(r->script)
+                              : NULL;
+    size_t ldlen = ld ? strlen(ld->body) : 0;
+    char ldhead[64];
+    int ldh = ld ? snprintf(ldhead, sizeof ldhead,
+                            "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$%zu\r\n",
+                            ldlen)
+                 : 0;
     size_t need = c->wlen + r->len + (r->ping ? PING_LEN : 0) +
-                  (r->asking ? ASKING_LEN : 0);
+                  (r->asking ? ASKING_LEN : 0) +
+                  (ld ? (size_t)ldh + ldlen + 2 : 0);
     if (need > c->wcap) {
       size_t cap = c->wcap ? c->wcap : 16384;
       while (cap < need) cap *= 2;
@@ -138,6 +145,14 @@ static bool fill(dl_aconn *c) {
     if (r->ping) {
       memcpy(c->wbuf + c->wlen, PING, PING_LEN);
       c->wlen += PING_LEN;
+    }
+    r->load_out = ld != NULL;
+    if (ld) { /* before ASKING, which goes right before its command */
+      memcpy(c->wbuf + c->wlen, ldhead, (size_t)ldh);
+      memcpy(c->wbuf + c->wlen + ldh, ld->body, ldlen);
+      memcpy(c->wbuf + c->wlen + ldh + ldlen, "\r\n", 2);
+      c->wlen += (size_t)ldh + ldlen + 2;
+      c->loaded |= script_bit(r);
     }
     if (r->asking) {
       memcpy(c->wbuf + c->wlen, ASKING, ASKING_LEN);
@@ -210,6 +225,11 @@ static void on_reply(dl_aconn *c, redisReply *reply) {
     freeReplyObject(reply);
     return;
   }
+  if (r->load_out) { /* SCRIPT LOAD's: a refusal shows as NOSCRIPT */
+    r->load_out = false;
+    freeReplyObject(reply);
+    return;
+  }
   if (r->asking_out) { /* ASKING's OK (an error shows in the command's) */
     r->asking_out = false;
     freeReplyObject(reply);
@@ -219,7 +239,7 @@ static void on_reply(dl_aconn *c, redisReply *reply) {
   if (r->fn && r->script >= 0 && r->sha && dl_reply_noscript(reply)) {
     /* SCRIPT FLUSH: the body once, and every script's next first use
      * with its body. */
-    c->evaled = script_bit(r); /* r's goes with its body now */
+    c->loaded = script_bit(r); /* r's goes with its body now */
     freeReplyObject(reply);
     dl_aq_resend_eval(c, r);
     return;

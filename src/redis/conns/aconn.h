@@ -31,6 +31,10 @@ struct dl_areq {
    * are the caller's to follow). */
   bool asking, keep_errors;
   bool asking_out; /* its ASKING written, the OK not yet read */
+  /* Its script's SCRIPT LOAD went ahead of it (the script's first use on
+   * the connection), the reply not yet read: dropped, an error too (the
+   * EVALSHA's NOSCRIPT then says it). */
+  bool load_out;
   /* A command's (dl_aconn_command): an error reply comes as its code. */
   bool check_errors;
   dl_reply_fn fn; /* NULL once timed out or cancelled */
@@ -71,13 +75,15 @@ struct dl_aconn {
   dl_aconn_push push; /* push mode when push.reply is set */
   dl_timer retry_timer; /* push mode: the next connect after a failure */
   unsigned gen; /* dl_target's gen of the connection made last */
-  /* The scripts this connection has sent as EVAL (bit dl_aconn_script_bit):
-   * a script's first use goes with its body, so the server caches it in
-   * the order of the connection; an EVALSHA that got NOSCRIPT and went
-   * again would run after requests sent behind it (a release after the
-   * same owner's next acquire, deleting the new hold). Cleared with the
-   * socket, and by a NOSCRIPT (SCRIPT FLUSH). */
-  uint64_t evaled;
+  /* The scripts this connection has loaded (a bit each, script_bit): a
+   * script's first use goes behind a SCRIPT LOAD of its body, so the
+   * server has it in the connection's order. An EVALSHA that got NOSCRIPT
+   * and went again would run after requests sent behind it (a release
+   * after the same owner's next acquire, deleting the new hold). SCRIPT
+   * LOAD, not EVAL: Redis 7.4 evicts scripts EVAL loaded once there are
+   * 500 of them, never those loaded so. Cleared with the socket, and by a
+   * NOSCRIPT (SCRIPT FLUSH). */
+  uint64_t loaded;
   bool readonly; /* a READONLY reply: drop the connection after it */
   /* Requests queued from a callback go out at the end of the loop's
    * dispatch, in one write, straight away (dl_aconn_flush_soon). */
@@ -114,9 +120,6 @@ void dl_aq_finish(dl_aconn *c, dl_areq *r, int rc, redisReply *reply);
 void dl_aq_answer(dl_aconn *c, dl_areq *r, int rc, redisReply *reply);
 /* Fails every request of q with rc. */
 void dl_aq_fail(dl_aconn *c, rq *q, int rc);
-/* Makes r (an EVALSHA) the EVAL of its script's body, in place: 0, or
- * DLOCK_ENOMEM with r unchanged. */
-int dl_aq_to_eval(dl_areq *r);
 /* The script's body once, for a request that got NOSCRIPT: r goes out
  * again as EVAL, the same request (its handle and deadline stand). */
 void dl_aq_resend_eval(dl_aconn *c, dl_areq *r);

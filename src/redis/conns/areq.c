@@ -204,7 +204,9 @@ static int eval_of(const char *cmd, size_t len, const char *body, char **out) {
   return (int)total;
 }
 
-int dl_aq_to_eval(dl_areq *r) {
+/* Makes r (an EVALSHA) the EVAL of its script's body, in place: 0, or
+ * DLOCK_ENOMEM with r unchanged. */
+static int to_eval(dl_areq *r) {
   char *cmd = NULL;
   int len = eval_of(r->cmd, r->len, dl_script_of(r->script)->body, &cmd);
   if (len < 0) return DLOCK_ENOMEM;
@@ -219,7 +221,7 @@ int dl_aq_to_eval(dl_areq *r) {
  * again as EVAL, the same request (its handle and deadline stand). */
 void dl_aq_resend_eval(dl_aconn *c, dl_areq *r) {
   r->sha = false; /* a second NOSCRIPT is an error like any other */
-  if (dl_aq_to_eval(r) != 0) {
+  if (to_eval(r) != 0) {
     set_msg(c, DLOCK_ENOMEM, "out of memory");
     dl_aq_finish(c, r, DLOCK_ENOMEM, NULL);
     return;
