@@ -1,7 +1,7 @@
 /* amutex.c: the event-loop client's acquire of the mutex (DL_KIND_LOCK) on
  * the loop's multi handle (acall.c), with no thread: the blocking
- * acquire's steps (mutex.c's halves, backend.c's session) driven by call
- * answers instead of a thread: a re-entry's check, the claim, the session
+ * acquire's steps (the halves in mutex.c, holds.c and line.c, backend.c's
+ * session) driven by call answers instead of a thread: a re-entry's check, the claim, the session
  * or fixed lease, the claim txn that reads the owner; a waiter's look
  * (its own key still there, and its predecessor), the watch on the
  * predecessor's key (a stream on the same multi handle, parsed as wait.c

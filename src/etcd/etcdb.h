@@ -468,17 +468,6 @@ char *dl_etcd_renew_body(const etcd_renew_txns *t, int c);
 void dl_etcd_renew_answer(dl_etcd *e, int n, dl_renew_item *items,
                           const etcd_renew_txns *t, int c, json_object *r);
 void dl_etcd_renew_txns_free(etcd_renew_txns *t);
-void dl_etcd_hold_free(etcd_hold *h);
-/* Drops a hold or claim: unwatched, unlinked, freed; the client's other
- * owners waiting for the key look again. e->mu not held. */
-void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h);
-/* The release's first half (mutex.c): 0 still held (count > 1: the
- * client counts re-entries), 1 with the hold no longer held (still
- * listed, so that the client's other owners of the name wait until
- * dl_etcd_hold_drop) and unwatched in *hp (its key to delete at its
- * revision: release.c), or DLOCK_ENOTOWNER recorded. */
-int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
-                          etcd_hold **hp);
 /* fence.c: fenced resources (the seam's fence). */
 int dl_etcd_fence(dl_backend *b, dl_fence_req *f);
 /* Deletes key if its create revision is still rev: 1 deleted, 0 it was
@@ -491,63 +480,6 @@ int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
  * true), 0 it was not there, or a negative code. */
 int dl_etcd_delete_own(dl_etcd *e, const char *key, int64_t rev,
                        int64_t deadline, bool *retried);
-/* Creates h's key (h->key on h->lease, `value`) in one txn that also reads
- * the owner under pfx, the lowest create revision there (Go's
- * Mutex.tryAcquire, Election.Campaign): 0 with h->rev and *owner_rev (0:
- * nobody), 1 when h->key is there on another lease (not ours: nothing
- * changed, h->rev 0), or a negative code. */
-int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
-                         const char *pfx, int64_t deadline, int64_t *owner_rev);
-/* Its txn's body (malloc'ed; NULL out of memory), and the txn's answer r
- * (put here) as its result. */
-char *dl_etcd_put_read_body(const etcd_hold *h, const char *value,
-                            const char *pfx);
-int dl_etcd_put_read_answer(dl_etcd *e, etcd_hold *h, json_object *r,
-                            int64_t *owner_rev);
-/* ---- the mutex acquire's steps, for both drivers (mutex.c; the event
- * loop's: amutex.c) ---- */
-/* A re-entry's first half: the create revision of the owner's hold of l
- * (its key into key, len bytes), 0 none held; its second, given the
- * key's create revision `now` (dl_etcd_create_rev_*: 0 gone): 1 taken
- * again (a's results), or 0 not the same key any more (the hold dropped:
- * take it afresh). */
-int64_t dl_etcd_reenter_begin(dl_etcd *e, const dl_lock_ref *l, char *key,
-                              size_t len);
-int dl_etcd_reenter_end(dl_etcd *e, dl_acquire *a, int64_t rev, int64_t now);
-/* A range reading key's create revision: its body (ETCD_CREATE_REV_BODY_MAX
- * bytes), and its answer r (put here): > 0, 0 the key is gone. */
-#define ETCD_CREATE_REV_BODY_MAX (4 * ((ETCD_KEY_MAX + 2) / 3) + 70)
-void dl_etcd_create_rev_body(const char *key, char *body, size_t len);
-int64_t dl_etcd_create_rev_answer(json_object *r);
-/* A claim on l for its owner (own_lease: a fixed lease), not yet listed:
- * NULL out of memory (recorded). */
-etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease);
-/* Lists the claim h on the mutex l unless it would have to wait first
- * (another owner of this client on the same key) or clear a stale hold
- * of the owner: 1 listed, 0 not (nothing done). */
-int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h);
-/* Once h->lease is known: the acquire's key (h->key), its lock's prefix
- * (pfx, ETCD_KEY_MAX bytes), the prefix its line is read under (wait_pfx,
- * ETCD_KEY_MAX + 8 bytes) and its value (*value, malloc'ed); an orphan of
- * that key is ours again. 0, or DLOCK_ENOMEM recorded. */
-int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
-                      char *wait_pfx, char **value);
-/* h won (its lease valid until `until`): held, watched, a's results: 1,
- * or a negative code (h still listed, held: the caller's failure path). */
-int dl_etcd_mutex_won(dl_etcd *e, dl_acquire *a, etcd_hold *h, int64_t until);
-/* A waiter's look, in one txn: whether its own key (at its create
- * revision rev) is still there, and if so the key before it under pfx.
- * Its body (malloc'ed, NULL out of memory); its answer r (put here): 1
- * (*pred, *at: the revision read), 0 nobody before it, DLOCK_ELOST our
- * key is gone (recorded). */
-char *dl_etcd_look_body(const char *key, const char *pfx, int64_t rev);
-int dl_etcd_look_answer(dl_etcd *e, const char *key, json_object *r, char *pred,
-                        size_t len, int64_t *at);
-/* The key before ours in the line: the highest create revision below
- * `rev` under pfx. 1 found (its key in pred, the answer's revision in
- * *at), 0 none, or a negative code. */
-int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
-                        size_t len, int64_t *at, int64_t deadline);
 /* The keys under the prefix pfx (ending in '/'), oldest (lowest create
  * revision) first, `limit` of them (0: all), values included: 0 with the
  * range's answer in *out, or a negative code. */
@@ -598,6 +530,98 @@ etcd_inspect_next dl_etcd_inspect_answer(json_object *r, const char *pfx,
 void dl_etcd_inspect_ttl(json_object *r, dlock_lock_state *st);
 int dl_etcd_force_txn(dl_etcd *e, json_object *r, const char *pfx, char **out);
 int dl_etcd_force_busy(dl_etcd *e, const dl_lock_ref *l);
+/* A lease of ms milliseconds in etcd's whole seconds, rounded up (no
+ * overflow near INT64_MAX). */
+static inline int64_t dl_etcd_ttl_s(int64_t ms) {
+  return ms / 1000 + (ms % 1000 != 0);
+}
+
+/* ---- holds.c: the locks the client holds or is taking (e->holds) ---- */
+/* Frees h (NULL: nothing), unlisted. */
+void dl_etcd_hold_free(etcd_hold *h);
+/* Drops a hold or claim: unwatched, unlinked, freed; the client's other
+ * owners waiting for the key look again. e->mu not held. */
+void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h);
+/* A claim on l for its owner (own_lease: a fixed lease), not yet listed:
+ * NULL out of memory (recorded). */
+etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease);
+/* Lists the claim h on the mutex l unless it would have to wait first
+ * (another owner of this client on the same key) or clear a stale hold
+ * of the owner: 1 listed, 0 not (nothing done). */
+int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h);
+/* Waits for the client's other owner holding (or taking) l on the same
+ * lease (shared_key: the mutex's key is the lease's) to let go, a stale
+ * hold of the owner cleared on the way, then lists a claim on it (as
+ * dl_etcd_claim_new's): 1 claimed (*out), 0 not by a's deadline (or a
+ * cancel), or a negative code. */
+int dl_etcd_claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
+                  etcd_hold **out);
+/* A re-entry's first half: the create revision of the owner's hold of l
+ * (its key into key, len bytes), 0 none held; its second, given the
+ * key's create revision `now` (dl_etcd_create_rev_*: 0 gone): 1 taken
+ * again (a's results), or 0 not the same key any more (the hold dropped:
+ * take it afresh). */
+int64_t dl_etcd_reenter_begin(dl_etcd *e, const dl_lock_ref *l, char *key,
+                              size_t len);
+int dl_etcd_reenter_end(dl_etcd *e, dl_acquire *a, int64_t rev, int64_t now);
+/* The read-write lock's other side held by l's owner: for a reader, the
+ * owner's write hold (":write" after its owner id); for a writer, the
+ * owner's read hold. */
+bool dl_etcd_other_side_held(dl_etcd *e, const dl_lock_ref *l);
+/* The release's first half: 0 still held (count > 1: the client counts
+ * re-entries), 1 with the hold no longer held (still listed, so that the
+ * client's other owners of the name wait until dl_etcd_hold_drop) and
+ * unwatched in *hp (its key to delete at its revision: release.c), or
+ * DLOCK_ENOTOWNER recorded. */
+int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
+                          etcd_hold **hp);
+
+/* ---- line.c: the requests on a line of keys under one prefix ---- */
+/* The range [key, range_end) of every key under `pfx`: range_end's base64
+ * into end (pfx with its last byte + 1). */
+void dl_etcd_prefix_end(const char *pfx, char *end_b64);
+/* Creates h's key (h->key on h->lease, `value`) in one txn that also reads
+ * the owner under pfx, the lowest create revision there (Go's
+ * Mutex.tryAcquire, Election.Campaign): 0 with h->rev and *owner_rev (0:
+ * nobody), 1 when h->key is there on another lease (not ours: nothing
+ * changed, h->rev 0), or a negative code. */
+int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
+                         const char *pfx, int64_t deadline, int64_t *owner_rev);
+/* Its txn's body (malloc'ed; NULL out of memory), and the txn's answer r
+ * (put here) as its result. */
+char *dl_etcd_put_read_body(const etcd_hold *h, const char *value,
+                            const char *pfx);
+int dl_etcd_put_read_answer(dl_etcd *e, etcd_hold *h, json_object *r,
+                            int64_t *owner_rev);
+/* The key before ours in the line: the highest create revision below
+ * `rev` under pfx. 1 found (its key in pred, the answer's revision in
+ * *at), 0 none, or a negative code. */
+int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
+                        size_t len, int64_t *at, int64_t deadline);
+/* A waiter's look, in one txn: whether its own key (at its create
+ * revision rev) is still there, and if so the key before it under pfx.
+ * Its body (malloc'ed, NULL out of memory); its answer r (put here): 1
+ * (*pred, *at: the revision read), 0 nobody before it, DLOCK_ELOST our
+ * key is gone (recorded). */
+char *dl_etcd_look_body(const char *key, const char *pfx, int64_t rev);
+int dl_etcd_look_answer(dl_etcd *e, const char *key, json_object *r, char *pred,
+                        size_t len, int64_t *at);
+/* The look's blocking call: as its answer, or a negative code. */
+int dl_etcd_look(dl_etcd *e, const char *key, const char *pfx, int64_t rev,
+                 char *pred, size_t len, int64_t *at, int64_t deadline);
+/* A range reading key's create revision: its body (ETCD_CREATE_REV_BODY_MAX
+ * bytes), and its answer r (put here): > 0, 0 the key is gone. */
+#define ETCD_CREATE_REV_BODY_MAX (4 * ((ETCD_KEY_MAX + 2) / 3) + 70)
+void dl_etcd_create_rev_body(const char *key, char *body, size_t len);
+int64_t dl_etcd_create_rev_answer(json_object *r);
+/* Its blocking call: the create revision of key now (> 0, 0 gone), or a
+ * negative code. */
+int64_t dl_etcd_create_rev(dl_etcd *e, const char *key, int64_t deadline);
+/* Deletes key whatever its revision (one of ours, on our lease, while we
+ * hold the claim on it: nobody else's); its answer is not read. */
+void dl_etcd_delete_key(dl_etcd *e, const char *key);
+
+/* ---- ride.c: a wait's failed calls ---- */
 /* Whether a call's error may pass (no answer: the server unreachable or
  * slow). */
 bool dl_etcd_transient(int rc);
@@ -613,17 +637,26 @@ bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,
  * pause in ms, or 0 when the error stands. */
 int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
                            int *rides);
+
+/* ---- mutex.c: the mutex acquire's steps, for both drivers (the event
+ * loop's: amutex.c) ---- */
+/* Once h->lease is known: the acquire's key (h->key), its lock's prefix
+ * (pfx, ETCD_KEY_MAX bytes), the prefix its line is read under (wait_pfx,
+ * ETCD_KEY_MAX + 8 bytes) and its value (*value, malloc'ed); an orphan of
+ * that key is ours again. 0, or DLOCK_ENOMEM recorded. */
+int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
+                      char *wait_pfx, char **value);
+/* h won (its lease valid until `until`): held, watched, a's results: 1,
+ * or a negative code (h still listed, held: the caller's failure path). */
+int dl_etcd_mutex_won(dl_etcd *e, dl_acquire *a, etcd_hold *h, int64_t until);
+/* Whether an acquire's wait is over: none asked for, its deadline come,
+ * or (on an event-loop client) the operation cancelled. */
+static inline bool dl_etcd_wait_over(const dl_acquire *a) {
+  return !a->wait || dl_now_ms() >= a->deadline || dl_offload_cancelled();
+}
 /* How long a waiter on h's key (lease_ms: the acquire's) waits before it
  * keeps its lease alive: a third of its TTL. */
 int64_t dl_etcd_lease_step(dl_etcd *e, etcd_hold *h, int64_t lease_ms);
-/* A lease of ms milliseconds in etcd's whole seconds, rounded up (no
- * overflow near INT64_MAX). */
-static inline int64_t dl_etcd_ttl_s(int64_t ms) {
-  return ms / 1000 + (ms % 1000 != 0);
-}
-/* The range [key, range_end) of every key under `pfx`: range_end's base64
- * into end (pfx with its last byte + 1). */
-void dl_etcd_prefix_end(const char *pfx, char *end_b64);
 
 /* ---- elect.c: Go's concurrency.Election ---- */
 int dl_etcd_elect_join(dl_backend *b, const dl_sync_ref *s, const char *id,

@@ -71,7 +71,7 @@ int dl_probe_lock_step(int layout, int step, const char *key, long long arg,
   char *c = NULL;
   int cl = -1;
   if (step == DL_PROBE_ACQUIRE && layout == DL_PROBE_PLAIN) {
-    /* lease, owner, no holder info, no count (acquire.c's plain form) */
+    /* lease, owner, no holder info, no count (attempt.c's plain form) */
     cl = redisFormatCommand(&c, "EVALSHA %s 2 %s %s 10000 bench:ceil:1 %s 0",
                             s->sha, key, tok, "");
   } else if (step == DL_PROBE_ACQUIRE) {

@@ -1,21 +1,14 @@
-/* acquire.c: the acquire of the Redis lock family (rlock.h, release.c) and
- * its waiting algorithm: pub/sub on the unlock channel, the plain lock's
- * hand-off queue with grants on the waiter's own channel, reservations for
- * starving waiters, the fair lock's queue; one state machine for both
- * drivers. */
-#include "rlock.h"
+/* acquire.c: the acquire of the Redis lock family (acquire.h, rlock.h) up
+ * to the end of its wait: the first attempt, then the waiting algorithm:
+ * pub/sub on the unlock channel, the plain lock's hand-off queue with
+ * grants on the waiter's own channel, reservations for starving waiters,
+ * the fair lock's queue, failovers ridden out; one state machine for both
+ * drivers. Its way out is leave.c's. */
+#include "acquire.h"
 
-#include <hiredis/hiredis.h>
-#include <limits.h>
 #include <stddef.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-/* A starving waiter's hand-off reservation lasts this long, renewed at each
- * attempt; a starving waiter attempts at least every RESERVE_MS / 3. So a
- * waiter that dies blocks a free lock for at most this long. */
-#define RESERVE_MS 600
 /* A plain string lock's waiter also polls (its peers, redsync or npm
  * redlock, delete without a message): sleeps of 1, 2, 4 ... up to this many
  * ms, each drawn in [d/2, d] (dl_backoff), unless the client's own
@@ -26,205 +19,6 @@
  * many command timeouts (30 s by default), as Redisson's retry attempts
  * end. */
 #define RIDE_TIMEOUTS 10
-/* ---- acquire, a state machine (see dl_pend) ---- */
-
-/* Where an acquire is: which step it waits for. */
-typedef enum acq_state {
-  ACQ_FIRST,     /* the first attempt's reply */
-  ACQ_SUBBED,    /* the unlock channel's subscription */
-  ACQ_GRANTS,    /* the grant channel's */
-  ACQ_LOOP,      /* the top of the wait */
-  ACQ_ATTEMPTED, /* an attempt's reply, while waiting */
-  ACQ_RIDDEN,    /* the pause after an attempt the deployment failed */
-  ACQ_WAITED,    /* a wake-up, or the sleep's end */
-  ACQ_CANCELLED, /* leaving the hand-off queue */
-  ACQ_GIVEN,     /* giving back a grant that came as we gave up */
-  ACQ_UNSUB,     /* the subscriptions go, then the fair queue */
-  ACQ_FAIR_LEFT, /* leaving the fair queue */
-  ACQ_UNRESERVE,
-  ACQ_UNRESERVED, /* freeing the hand-off reservation */
-  ACQ_NOTED,      /* the waiter's record written (waits.c) */
-  ACQ_CLEARED,    /* and deleted */
-  ACQ_WALK,
-  ACQ_WALKED /* detect_deadlocks: following the owners */
-} acq_state;
-
-typedef struct acq_op {
-  dl_redis *R;
-  dl_acquire *a;
-  acq_state st;
-  int64_t start, end; /* end: every request answered by then (0: none) */
-  int rc;
-  uint64_t tok;
-  /* The highest fencing-token counter a refused queued attempt of this
-   * wait found: a grant at or below it is not this wait's (ACQ_WAITED). */
-  uint64_t seen;
-  int64_t ttl, sent;
-  int64_t queued_sent; /* when the last attempt that queued us went */
-  /* deaf: the last attempt went before our subscription was confirmed */
-  bool reserved, grants, queued, starving, again, left, deaf;
-  dl_wait_rec rec; /* the waiter's record (waits.c) */
-  dl_sub *sub, *grant;
-  dl_backoff poll;   /* a plain string lock's polling */
-  int64_t ride;      /* the last pause riding out a failover (0: none yet) */
-  int64_t ride_since; /* when the failures ridden out began */
-  acq_state ride_to; /* where the attempt after it goes */
-  dl_pend p;
-  dl_rlock_rel rel;
-  char ch[OWNER_CHANNEL_MAX], gch[OWNER_CHANNEL_MAX]; /* last: not zeroed */
-  /* detect_deadlocks' walk (waits.c), not zeroed either: set up when used */
-  dl_wait_walk walk;
-} acq_op;
-
-/* A queued waiter's heartbeat (rlock.h) at `now`. */
-#define grant_beat(o, now) dl_grant_beat((now) - (o)->start, (o)->a->lease_ms)
-
-/* Sends one attempt at a side of a read-write lock. */
-static int rw_send(acq_op *o, const char *lease) {
-  const dl_lock_ref *l = o->a->lock;
-  const char *owner = l->owner;
-  /* The same thread's owner ids on the other side. */
-  char reader[DL_OWNER_MAX], writer[DL_OWNER_MAX];
-  size_t ol = strlen(owner);
-  if (l->kind == DL_KIND_WRITE) {
-    memcpy(reader, owner, ol - 6);
-    reader[ol - 6] = '\0';
-    memcpy(writer, owner, ol + 1);
-  } else {
-    memcpy(reader, owner, ol + 1);
-    snprintf(writer, sizeof writer, "%s:write", owner);
-  }
-  char tk[DL_DERIVED_MAX];
-  const char *keys[] = {l->key, TOKEN_KEY(l, tk)};
-  const char *args[] = {
-      lease,  owner,  l->kind == DL_KIND_READ ? "read" : "write",
-      writer, reader, o->a->info};
-  return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_RW_ACQUIRE, 2, keys,
-                            6, args);
-}
-
-/* Sends one attempt; the next state is `next`. `enqueue`: if refused, join
- * (or stay in) the fair lock's queue, or the plain lock's hand-off queue.
- * Returns 0 or DL_PENDING. */
-static int attempt_send(acq_op *o, acq_state next, bool enqueue) {
-  const dl_acquire *a = o->a;
-  const dl_lock_ref *l = a->lock;
-  char lease[DL_INT_BUF], count[DL_INT_BUF];
-  dl_fmt_ll(lease, a->lease_ms);
-  o->st = next;
-  o->sent = dl_now_ms();
-  o->deaf = !o->sub || o->R->link->ops->sub_grant(o->R->link, o->sub, 0) < 0;
-  if (is_rw(l)) return rw_send(o, lease);
-  /* A server of a Redlock: its restart delay, ARGV[10], the token
-   * proposed, ARGV[11], and the waiter's record, ARGV[12..14] (see the
-   * script). Only what is sent is formatted (the hot path: one test). */
-  char young[DL_INT_BUF], propose[DL_INT_BUF];
-  int extra = o->R->part ? dl_redis_part_args(o->R, a, young, propose) : 0;
-  if (l->kind == DL_KIND_PLAIN) {
-    char ptk[DL_DERIVED_MAX];
-    const char *pkeys[] = {l->key, TOKEN_KEY(l, ptk)};
-    const char *pargs[] = {lease, l->owner, a->info, count, "",     "",
-                           "",    "",       "",      young, propose};
-    dl_fmt_ll(count, a->held);
-    if (extra == 14)
-      return dl_redis_part_eval(o->R, &o->p, o->end, a, 2, pkeys, pargs);
-    return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, 2,
-                              pkeys, extra ? extra : 4, pargs);
-  }
-  bool fair = l->kind == DL_KIND_FAIR;
-  /* A plain lock's first attempt sends only what it needs: every
-   * argument carried costs the server about as much as a fifth of a
-   * command (tests/test_cost.sh), so the defaults at the end (no holder
-   * info, no count, not starving) are left out. */
-  int nkeys = fair || enqueue ? 5 : 3;
-  int nargs = extra ? extra : fair ? 8 : enqueue ? 9 : 6;
-  if (nargs == 6 && !o->starving)
-    nargs = a->held != 0 ? 4 : a->info[0] ? 3 : 2;
-  char tk[DL_DERIVED_MAX], hk[DL_DERIVED_MAX], qk[DL_DERIVED_MAX],
-      tok[DL_DERIVED_MAX];
-  const char *keys[] = {l->key, TOKEN_KEY(l, tk), HANDOFF_KEY(l, hk), qk, tok};
-  if (nkeys == 5) {
-    if (fair) {
-      QUEUE_KEY(l, qk);
-      TIMEOUT_KEY(l, tok);
-    } else {
-      GRANT_QUEUE_KEY(l, qk);
-      GRANT_WAITERS_KEY(l, tok);
-    }
-  }
-  char reserve[DL_INT_BUF], stale[DL_INT_BUF], alive[DL_INT_BUF];
-  if (nargs >= 4) dl_fmt_ll(count, a->held);
-  if (nargs >= 6) dl_fmt_ll(reserve, RESERVE_MS);
-  if (nargs >= 7) dl_fmt_ll(stale, l->fair_stale_ms);
-  if (nargs >= 9) dl_fmt_ll(alive, 3 * grant_beat(o, o->sent));
-  const char *args[] = {lease,
-                        l->owner,
-                        a->info,
-                        count,
-                        o->starving ? "1" : "0",
-                        reserve,
-                        stale,
-                        enqueue ? "1" : "0",
-                        alive,
-                        young,
-                        propose};
-  if (extra == 14)
-    return dl_redis_part_eval(o->R, &o->p, o->end, a, nkeys, keys, args);
-  return dl_redis_step_eval(o->R, &o->p, o->end, DL_SCRIPT_LOCK_ACQUIRE, nkeys,
-                            keys, nargs, args);
-}
-
-/* An attempt's answer: 1 and o->tok when acquired (2 re-entered), 0 and
- * the holder's PTTL in o->ttl when another owner holds it (o->reserved: the
- * lock is free but reserved for a starving waiter of this client), or a
- * negative code. */
-static int attempt_result(acq_op *o) {
-  dl_redis *R = o->R;
-  const dl_lock_ref *l = o->a->lock;
-  if (o->p.rc != 0) return o->p.rc;
-  redisReply *r = o->p.reply;
-  o->p.reply = NULL;
-  o->reserved = false;
-  long long status = -2, value = 0;
-  if (r->type == REDIS_REPLY_INTEGER && !is_rw(l)) { /* taken: the token */
-    status = 1;
-    value = r->integer;
-  } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
-             r->element[0]->type == REDIS_REPLY_INTEGER &&
-             r->element[1]->type == REDIS_REPLY_INTEGER) {
-    status = r->element[0]->integer;
-    value = r->element[1]->integer;
-  }
-  /* Found by the reply fuzzer: statuses our scripts never send. */
-  if (status < (is_rw(l) ? -1 : 0) || status > 2 ||
-      (is_rw(l) && r->elements != 2)) {
-    freeReplyObject(r);
-    return dl_seterr(R->env.err_owner, DLOCK_EPROTO,
-                     "unexpected reply to the acquire");
-  }
-  if (r->elements >= 3 && r->element[2]->type == REDIS_REPLY_STRING) {
-    size_t idl = strlen(R->env.client_id);
-    o->reserved = strncmp(r->element[2]->str, R->env.client_id, idl) == 0 &&
-                  r->element[2]->str[idl] == ':';
-  }
-  /* A queued waiter refused: the counter as the attempt found it. */
-  if (status == 0 && r->elements >= 4 &&
-      r->element[3]->type == REDIS_REPLY_INTEGER &&
-      r->element[3]->integer > 0 && (uint64_t)r->element[3]->integer > o->seen)
-    o->seen = (uint64_t)r->element[3]->integer;
-  freeReplyObject(r);
-  if (status == -1)
-    return dl_seterr(R->env.err_owner, DLOCK_EDEADLK,
-                     "this owner holds the read lock of '%s': release it "
-                     "before asking for the write lock",
-                     l->name);
-  if (status == 0) {
-    o->ttl = dl_redis_ttl(value);
-    return 0;
-  }
-  o->tok = (uint64_t)value;
-  return (int)status; /* 1 taken, 2 re-entered */
-}
 
 /* The channels a waiter listens on (each OWNER_CHANNEL_MAX bytes): the
  * unlock channel, or a fair lock's waiter's own (a release tells only the
@@ -241,23 +35,7 @@ static void wait_channels(const dl_lock_ref *l, const char *owner, char *ch,
   if (l->kind == DL_KIND_LOCK) owner_channel(gch, l, owner);
 }
 
-/* Sends a script of the way out (leaving a queue, freeing a reservation);
- * the next state is `next`. */
-static int leave_send(acq_op *o, acq_state next, int script, int nkeys,
-                      const char *const *keys, int nargs,
-                      const char *const *args) {
-  o->st = next;
-  return dl_redis_step_eval(o->R, &o->p, o->end, script, nkeys, keys, nargs,
-                            args);
-}
-
-static void drop_reply(acq_op *o) {
-  if (o->p.reply) freeReplyObject(o->p.reply);
-  o->p.reply = NULL;
-}
-
-/* Starts an acquire: o->a is the request (and gets the result). */
-static void acq_init(acq_op *o, dl_redis *R, dl_acquire *a) {
+void dl_acq_init(acq_op *o, dl_redis *R, dl_acquire *a) {
   memset(o, 0, offsetof(acq_op, ch));
   o->ch[0] = o->gch[0] = '\0';
   o->R = R;
@@ -300,10 +78,7 @@ static bool ride_out(acq_op *o, int rc, int64_t *pause_end) {
   return true;
 }
 
-/* Runs the acquire from where it stands until it waits on a step
- * (DL_PENDING) or ends: 1 acquired (a->status, token, valid_until), 0
- * refused until the deadline (a->ttl), or a negative code. */
-static int acq_step(acq_op *o) {
+int dl_acq_step(acq_op *o) {
   dl_redis *R = o->R;
   dl_acquire *a = o->a;
   const dl_lock_ref *l = a->lock;
@@ -313,7 +88,7 @@ static int acq_step(acq_op *o) {
   for (;;) {
     switch (o->st) {
     case ACQ_FIRST:
-      o->rc = attempt_result(o);
+      o->rc = dl_acq_attempt_result(o);
       if (o->rc < 0 && ride_out(o, o->rc, &pause_end)) {
         o->ride_to = ACQ_FIRST;
         goto ride;
@@ -369,14 +144,15 @@ static int acq_step(acq_op *o) {
       o->starving = o->grants && !o->queued && R->starvation_ms > 0 &&
                     dl_now_ms() - o->start >= R->starvation_ms;
       if (o->again) {
-        if (attempt_send(o, ACQ_ATTEMPTED, fair || o->queued) == DL_PENDING)
+        if (dl_acq_attempt_send(o, ACQ_ATTEMPTED, fair || o->queued) ==
+            DL_PENDING)
           return DL_PENDING;
         continue;
       }
       o->again = true;
       goto doze;
     case ACQ_ATTEMPTED:
-      o->rc = attempt_result(o);
+      o->rc = dl_acq_attempt_result(o);
       if (o->rc < 0 && ride_out(o, o->rc, &pause_end)) {
         o->ride_to = ACQ_ATTEMPTED;
         goto ride;
@@ -389,10 +165,7 @@ static int acq_step(acq_op *o) {
          * attempts take the lock afresh: count 1.) */
         o->queued = false; /* the script took us off the queue */
         o->rc = dl_seterr(R->env.err_owner, DLOCK_ECLOSED, "the client closed");
-        o->st = ACQ_GIVEN;
-        if (dl_rlock_rel_start(&o->rel, R, l, a->lease_ms, 1, o->end) ==
-            DL_PENDING)
-          return DL_PENDING;
+        if (dl_acq_give_back(o) == DL_PENDING) return DL_PENDING;
         continue;
       }
       if (o->rc != 0) goto out;
@@ -453,10 +226,10 @@ static int acq_step(acq_op *o) {
       continue;
     case ACQ_RIDDEN:
       /* The attempt again, as the one that failed was sent. */
-      if (attempt_send(o, o->ride_to,
-                       o->ride_to == ACQ_FIRST
-                           ? (fair && a->wait) || o->queued
-                           : fair || o->queued) == DL_PENDING)
+      if (dl_acq_attempt_send(o, o->ride_to,
+                              o->ride_to == ACQ_FIRST
+                                  ? (fair && a->wait) || o->queued
+                                  : fair || o->queued) == DL_PENDING)
         return DL_PENDING;
       continue;
     case ACQ_NOTED:
@@ -509,99 +282,16 @@ static int acq_step(acq_op *o) {
     closed:
       o->rc = dl_seterr(R->env.err_owner, DLOCK_ECLOSED, "the client closed");
     out:
-      /* Taken by a queued attempt: the script took us off the queue. */
-      if (o->rc > 0) o->queued = false;
-      if (o->queued) { /* gave up: leave the hand-off queue */
-        o->left = false;
-        char qk[DL_DERIVED_MAX], wk[DL_DERIVED_MAX];
-        const char *k[] = {l->key, GRANT_QUEUE_KEY(l, qk),
-                           GRANT_WAITERS_KEY(l, wk)};
-        const char *args[] = {l->owner};
-        if (leave_send(o, ACQ_CANCELLED, DL_SCRIPT_LOCK_CANCEL, 3, k, 1,
-                       args) == DL_PENDING)
-          return DL_PENDING;
-        continue;
-      }
-      o->st = ACQ_UNSUB;
-      continue;
-    case ACQ_CANCELLED:
-      o->st = ACQ_UNSUB;
-      if (o->p.rc == 0) {
-        /* Handed over as we gave up (the grant is in flight or was lost):
-         * give it back rather than leave it held until its lease ends. */
-        bool handed =
-            o->p.reply->type == REDIS_REPLY_INTEGER && o->p.reply->integer == 1;
-        drop_reply(o);
-        o->left = true;
-        if (handed) {
-          o->st = ACQ_GIVEN;
-          if (dl_rlock_rel_start(&o->rel, R, l, a->lease_ms, 1, o->end) ==
-              DL_PENDING)
-            return DL_PENDING;
-        }
-      }
-      continue;
-    case ACQ_GIVEN:
-      if (dl_rlock_rel_step(&o->rel) == DL_PENDING) return DL_PENDING;
-      o->st = ACQ_UNSUB;
-      continue;
-    case ACQ_UNSUB:
-      /* Still queued (the server did not answer): unsubscribe the grant
-       * channel now, so that a release finds us deaf and skips us. */
-      if (o->grant) ops->sub_unref(R->link, o->grant, o->left);
-      if (o->sub) ops->sub_unref(R->link, o->sub, true);
-      o->grant = o->sub = NULL;
-      o->st = ACQ_UNRESERVE;
-      if (fair && a->wait && o->rc <= 0) { /* gave up: leave the queue */
-        char ch2[DL_DERIVED_MAX], qk[DL_DERIVED_MAX], tk[DL_DERIVED_MAX];
-        const char *k[] = {l->key, CHANNEL(l, ch2), QUEUE_KEY(l, qk),
-                           TIMEOUT_KEY(l, tk)};
-        const char *args[] = {l->owner, UNLOCK_MESSAGE};
-        if (leave_send(o, ACQ_FAIR_LEFT, DL_SCRIPT_FAIR_CANCEL, 4, k, 2,
-                       args) == DL_PENDING)
-          return DL_PENDING;
-      }
-      continue;
-    case ACQ_FAIR_LEFT:
-      drop_reply(o);
-      o->st = ACQ_UNRESERVE;
-      continue;
-    case ACQ_UNRESERVE:
-      if (o->starving && o->rc <= 0) { /* gave up: free the hand-off */
-        char hk[DL_DERIVED_MAX];
-        const char *k[] = {HANDOFF_KEY(l, hk)};
-        const char *args[] = {l->owner};
-        if (leave_send(o, ACQ_UNRESERVED, DL_SCRIPT_LOCK_UNRESERVE, 1, k, 1,
-                       args) == DL_PENDING)
-          return DL_PENDING;
-        continue;
-      }
+      o->st = ACQ_OUT;
       /* fall through */
-    case ACQ_UNRESERVED:
-      drop_reply(o);
-      if (o->rec.noted) { /* the wait ended: its record goes */
-        o->st = ACQ_CLEARED;
-        if (dl_redis_wait_clear(R, &o->p, l, &o->rec) == DL_PENDING)
-          return DL_PENDING;
-        continue;
-      }
-      /* fall through */
-    case ACQ_CLEARED:
-      drop_reply(o); /* a record not deleted goes with its lease */
-      if (o->rc == 0) a->ttl = o->ttl;
-      if (o->rc <= 0) return o->rc;
-      a->status = o->rc;
-      a->token = o->tok;
-      /* The script set the lease when it ran, after `sent`. */
-      a->valid_until = dl_validity(o->sent, a->lease_ms);
-      return 1;
+    default:
+      /* ACQ_OUT and the states after it: the way out (leave.c) */
+      return dl_acq_leave(o);
     }
   }
 }
 
-/* The first step: a look for lingering subscriptions, then the first
- * attempt. */
-static int acq_start(acq_op *o) {
+int dl_acq_start(acq_op *o) {
   dl_redis *R = o->R;
   const dl_acquire *a = o->a;
   const dl_lock_ref *l = a->lock;
@@ -617,94 +307,8 @@ static int acq_start(acq_op *o) {
   /* A fair lock's one-shot try does not join the queue (as Redisson's
    * tryLock() without a wait). */
   bool fair = l->kind == DL_KIND_FAIR;
-  if (attempt_send(o, ACQ_FIRST, (fair && a->wait) || o->queued) == DL_PENDING)
+  if (dl_acq_attempt_send(o, ACQ_FIRST, (fair && a->wait) || o->queued) ==
+      DL_PENDING)
     return DL_PENDING;
-  return acq_step(o);
-}
-
-int dl_redis_lock_acquire(dl_backend *b, dl_acquire *a) {
-  dl_redis *R = (dl_redis *)b;
-  int rc = dl_redis_driver_check(R, false);
-  if (rc != 0) return rc;
-  acq_op o;
-  acq_init(&o, R, a);
-  rc = acq_start(&o);
-  if (rc != 1 || R->min_replicas == 0) return rc;
-  /* Replica acknowledgement: a hold the replicas did not get in time could
-   * vanish in a failover, so it is given back (one count: a re-entry keeps
-   * the holds before it) and reported apart from "locked". */
-  int ack = dl_redis_replicate(R, &a->lock->key, 1, "acquire",
-                               " (the lock was given back)");
-  if (ack == 0) return rc;
-  dl_rlock_release_now(R, a->lock, a->lease_ms, 1);
-  return ack;
-}
-
-/* ---- the event-loop driver ---- */
-typedef struct acq_async {
-  dl_shell sh;
-  acq_op o;
-  /* Replica acknowledgement (as the blocking acquire's): WAIT once taken,
-   * and on a shortfall the hold given back, then DLOCK_ENOTACKED. */
-  enum { AA_ACQUIRE, AA_WAIT, AA_GIVE_BACK } phase;
-  dl_pend wait;
-  int rc;
-} acq_async;
-
-/* After the acquire's result rc. */
-static int acq_acked(acq_async *x, int rc) {
-  dl_redis *R = x->o.R;
-  for (;;) {
-    switch (x->phase) {
-    case AA_ACQUIRE:
-      if (rc != 1 || R->min_replicas == 0) return rc;
-      x->rc = rc;
-      x->phase = AA_WAIT;
-      if (dl_redis_replicate_start(R, &x->o.a->lock->key, 1, &x->wait) == DL_PENDING)
-        return DL_PENDING;
-      continue;
-    case AA_WAIT:
-      rc = dl_redis_replicate_result(R, &x->wait, "acquire",
-                                     " (the lock was given back)");
-      if (rc == 0) return x->rc;
-      x->rc = rc;
-      x->phase = AA_GIVE_BACK;
-      if (dl_rlock_rel_start(&x->o.rel, R, x->o.a->lock, x->o.a->lease_ms, 1,
-                             0) == DL_PENDING)
-        return DL_PENDING;
-      continue;
-    case AA_GIVE_BACK: {
-      int r = dl_rlock_rel_step(&x->o.rel);
-      if (r == DL_PENDING) return DL_PENDING;
-      return x->rc; /* the shortfall's code and detail */
-    }
-    }
-  }
-}
-
-static int acq_async_step(dl_shell *sh) {
-  acq_async *x = (acq_async *)sh;
-  if (x->phase != AA_ACQUIRE) return acq_acked(x, 0);
-  int rc = acq_step(&x->o);
-  return rc == DL_PENDING ? rc : acq_acked(x, rc);
-}
-
-int dl_redis_lock_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
-                                void *ud, dl_async **op) {
-  dl_redis *R = (dl_redis *)b;
-  *op = NULL;
-  int rc = dl_redis_driver_check(R, true);
-  if (rc != 0) return rc;
-  acq_async *x = malloc(sizeof *x);
-  if (x == NULL)
-    return dl_seterr(R->env.err_owner, DLOCK_ENOMEM, "out of memory");
-  acq_init(&x->o, R, a);
-  x->phase = AA_ACQUIRE;
-  dl_shell_init(&x->sh, R, done, ud, acq_async_step, &x->o.p);
-  dl_shell_bind(&x->sh, &x->o.rel.p);
-  dl_shell_bind(&x->sh, &x->wait);
-  x->sh.deadline = &a->deadline;
-  int rc0 = acq_start(&x->o);
-  return dl_shell_start(&x->sh, rc0 == DL_PENDING ? rc0 : acq_acked(x, rc0),
-                        op);
+  return dl_acq_step(o);
 }

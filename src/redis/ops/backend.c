@@ -1,6 +1,6 @@
 /* backend.c: the Redis backend: the typed operations of core/backend.h over
  * a link, made from a redis://, rediss:// or unix:// URL. The operations of
- * each kind are in their own files (acquire.c and release.c, sem_latch.c,
+ * each kind are in their own files (acquire.h's and release.c, sem_latch.c,
  * snapshot.c, blocking_queue.c; the renewal of holds and replica
  * acknowledgement in renew.c); here are the table, the loss notices and
  * what the files share. */

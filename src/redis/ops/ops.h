@@ -1,11 +1,11 @@
 /* ops.h: the Redis backend's operations, the floor above the links: the
  * typed operations of core/backend.h over a link (backend.c, the table and
- * what the files share), each kind in its file: acquire.c and release.c
- * (the lock family, rlock.h), sem_latch.c (semaphores, permits, latch),
- * blocking_queue.c, snapshot.c (inspect, scan), renew.c (renewals, replica
- * acknowledgement), reqop.c (the request-only machine), names.c (Redisson's
- * names). It sees the links and the connections (links.h), never Redlock
- * (tests/check_layers.sh). */
+ * what the files share), each kind in its files: the acquire's
+ * (acquire.h) and release.c (the lock family, rlock.h), sem_latch.c
+ * (semaphores, permits, latch), blocking_queue.c, snapshot.c (inspect,
+ * scan), renew.c (renewals, replica acknowledgement), reqop.c (the
+ * request-only machine), names.c (Redisson's names). It sees the links and
+ * the connections (links.h), never Redlock (tests/check_layers.sh). */
 #ifndef DLOCK_REDIS_OPS_H
 #define DLOCK_REDIS_OPS_H
 

@@ -5,7 +5,7 @@
  * (its queue and timeouts) and RReadWriteLock (the "mode" field, the
  * readers' lease keys). Here: the release (sent behind a PING when others
  * wait, retried through a latch), the force release and the queries; the
- * acquire and its wait are in acquire.c. */
+ * acquire and its wait are in acquire.h's files. */
 #include "rlock.h"
 
 #include <hiredis/hiredis.h>

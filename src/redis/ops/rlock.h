@@ -1,5 +1,5 @@
-/* rlock.h: what the Redis lock's two files share (release.c: the release, the
- * force release, the queries; acquire.c: the acquire and its wait):
+/* rlock.h: what the Redis lock's files share (release.c: the release, the
+ * force release, the queries; acquire.h's: the acquire and its wait):
  * Redisson's derived names, the constants of the waiting algorithm, and the
  * release machine, with which an acquire also gives back a grant that came
  * as it gave up. Private to src/redis. */

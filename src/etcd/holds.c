@@ -1,0 +1,210 @@
+/* holds.c: the etcd client's list of the locks it holds or is taking
+ * (etcd_hold, e->holds): a hold found, dropped or freed; a claim that
+ * keeps the client's other owners of a name off its key until it is
+ * taken (and waits for theirs), a stale hold of the owner cleared on the
+ * way; a re-entry's bookkeeping; the read-write lock's other side; and
+ * the release's first half. */
+#include "etcdb.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void dl_etcd_hold_free(etcd_hold *h) {
+  if (h == NULL) return;
+  free(h->lock);
+  free(h->owner);
+  free(h->key);
+  free(h);
+}
+
+static etcd_hold *hold_find(dl_etcd *e, const char *lock, const char *owner) {
+  for (etcd_hold *h = e->holds; h; h = h->next)
+    if (strcmp(h->lock, lock) == 0 &&
+        (owner == NULL || strcmp(h->owner, owner) == 0))
+      return h;
+  return NULL;
+}
+
+/* Removes h from the list (e->mu held). */
+static void hold_unlink(dl_etcd *e, etcd_hold *h) {
+  for (etcd_hold **pp = &e->holds; *pp; pp = &(*pp)->next)
+    if (*pp == h) {
+      *pp = h->next;
+      break;
+    }
+}
+
+void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h) {
+  dl_etcd_unwatch(e, h->watch);
+  pthread_mutex_lock(&e->mu);
+  hold_unlink(e, h);
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  dl_etcd_hold_free(h);
+}
+
+etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease) {
+  etcd_hold *h = calloc(1, sizeof *h);
+  if (h == NULL || !(h->lock = dl_strdup(l->key)) ||
+      !(h->owner = dl_strdup(l->owner))) {
+    dl_etcd_hold_free(h);
+    dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  h->own_lease = own_lease;
+  return h;
+}
+
+/* What keeps h (a claim on l) from being listed now (e->mu held): a hold
+ * of this very owner that the client no longer counts (it was reported
+ * lost, and not released: stale, its key goes), else another owner's
+ * holding or taking l on the same lease (shared_key: the mutex's key is
+ * the lease's); NULL nothing. *stale: whether it is the former. */
+static etcd_hold *claim_blocker(dl_etcd *e, const dl_lock_ref *l,
+                                const etcd_hold *h, bool shared_key,
+                                bool *stale) {
+  *stale = true;
+  for (etcd_hold *x = e->holds; x; x = x->next)
+    if (x->held && !x->permit && strcmp(x->lock, l->key) == 0 &&
+        strcmp(x->owner, l->owner) == 0)
+      return x;
+  *stale = false;
+  etcd_hold *o = NULL;
+  for (etcd_hold *x = e->holds; x && !h->own_lease && shared_key; x = x->next)
+    if (!x->own_lease && !x->permit && strcmp(x->lock, l->key) == 0) o = x;
+  return o;
+}
+
+int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h) {
+  bool stale;
+  pthread_mutex_lock(&e->mu);
+  bool free_now = claim_blocker(e, l, h, true, &stale) == NULL;
+  if (free_now) {
+    h->next = e->holds;
+    e->holds = h;
+  }
+  pthread_mutex_unlock(&e->mu);
+  return free_now;
+}
+
+int dl_etcd_claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
+                  etcd_hold **out) {
+  const dl_lock_ref *l = a->lock;
+  etcd_hold *h = dl_etcd_claim_new(e, l, own_lease);
+  if (h == NULL) return DLOCK_ENOMEM;
+  pthread_mutex_lock(&e->mu);
+  int rc = 1;
+  for (;;) {
+    bool is_stale;
+    etcd_hold *o = claim_blocker(e, l, h, shared_key, &is_stale);
+    if (o && is_stale) {
+      pthread_mutex_unlock(&e->mu);
+      int64_t deadline = dl_now_ms() + e->command_timeout_ms;
+      dl_etcd_delete_at(e, o->key, o->rev, deadline);
+      if (o->own_lease) dl_etcd_revoke(e, o->lease, deadline);
+      dl_etcd_hold_drop(e, o);
+      pthread_mutex_lock(&e->mu);
+      continue;
+    }
+    if (o == NULL) break;
+    if (atomic_load(e->env->closing)) {
+      rc = dl_seterr(e->err, DLOCK_ECLOSED, "the client is closing");
+      break;
+    }
+    if (dl_etcd_wait_over(a)) {
+      rc = 0;
+      break;
+    }
+    a->waited = true;
+    struct timespec ts;
+    dl_abstime(a->deadline == INT64_MAX ? dl_now_ms() + 60000 : a->deadline,
+               &ts);
+    pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+  }
+  if (rc == 1) {
+    h->next = e->holds;
+    e->holds = h;
+  }
+  pthread_mutex_unlock(&e->mu);
+  if (rc != 1)
+    dl_etcd_hold_free(h);
+  else
+    *out = h;
+  return rc;
+}
+
+int64_t dl_etcd_reenter_begin(dl_etcd *e, const dl_lock_ref *l, char *key,
+                              size_t len) {
+  pthread_mutex_lock(&e->mu);
+  etcd_hold *h = hold_find(e, l->key, l->owner);
+  int64_t rev = h && h->held ? h->rev : 0;
+  if (rev) snprintf(key, len, "%s", h->key);
+  pthread_mutex_unlock(&e->mu);
+  return rev;
+}
+
+int dl_etcd_reenter_end(dl_etcd *e, dl_acquire *a, int64_t rev, int64_t now) {
+  const dl_lock_ref *l = a->lock;
+  pthread_mutex_lock(&e->mu);
+  etcd_hold *h = hold_find(e, l->key, l->owner);
+  bool same = h && h->held && now == rev; /* the client counts it */
+  bool held = h && h->held;
+  int64_t until = h && h->own_lease ? h->lease_until : e->lease_until;
+  pthread_mutex_unlock(&e->mu);
+  if (!same) {
+    if (held) dl_etcd_hold_drop(e, h); /* not one being released */
+    return 0;
+  }
+  a->status = 2;
+  a->token = (uint64_t)rev;
+  a->valid_until = until;
+  return 1;
+}
+
+bool dl_etcd_other_side_held(dl_etcd *e, const dl_lock_ref *l) {
+  char other[DL_OWNER_MAX + 8];
+  size_t n = strlen(l->owner);
+  if (l->kind == DL_KIND_READ)
+    snprintf(other, sizeof other, "%s:write", l->owner);
+  else if (n > 6 && strcmp(l->owner + n - 6, ":write") == 0)
+    snprintf(other, sizeof other, "%.*s", (int)(n - 6), l->owner);
+  else
+    return false;
+  pthread_mutex_lock(&e->mu);
+  etcd_hold *h = hold_find(e, l->key, other);
+  bool held = h && h->held;
+  pthread_mutex_unlock(&e->mu);
+  return held;
+}
+
+int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
+                          etcd_hold **hp) {
+  *hp = NULL;
+  pthread_mutex_lock(&e->mu);
+  etcd_hold *h = hold_find(e, l->key, l->owner);
+  if (h && !h->held) h = NULL;
+  int rc = 1;
+  if (h == NULL)
+    rc = DLOCK_ENOTOWNER;
+  else if (count > 1) /* one re-entry less (the client counts it) */
+    rc = 0;
+  /* Ours from here: no longer held, so that a renewal or a check finding
+   * the key gone (a force release) leaves it alone; but still listed
+   * until its key is deleted (dl_etcd_hold_drop), so that the client's
+   * other owners of the name keep waiting (claim): one claiming now would
+   * find our key still there and take it as its own (put_and_read), and
+   * our delete would then take it from under it. */
+  if (rc == 1) h->held = false;
+  pthread_mutex_unlock(&e->mu);
+  if (h == NULL)
+    return dl_seterr(e->err, DLOCK_ENOTOWNER, "'%s' is not held by %s", l->name,
+                     l->owner);
+  if (rc != 1) return rc;
+  dl_etcd_unwatch(e, h->watch);
+  h->watch = NULL;
+  *hp = h;
+  return 1;
+}

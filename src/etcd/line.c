@@ -1,0 +1,211 @@
+/* line.c: the requests on a line of keys under one prefix, oldest first
+ * (Go's Mutex and Election, contrib/recipes' RWMutex, the semaphore's
+ * waiters): a key created in one txn that also reads the line's owner,
+ * the predecessor of a key, a waiter's look (its own key still there, and
+ * the key before it), a key's create revision, a key deleted: the bodies
+ * and answers both drivers share, and the blocking calls. */
+#include "etcdb.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define B64(n) (4 * (((n) + 2) / 3) + 1)
+
+void dl_etcd_prefix_end(const char *pfx, char *end_b64) {
+  char end[ETCD_KEY_MAX];
+  size_t n = strlen(pfx);
+  memcpy(end, pfx, n);
+  /* pfx ends with '/': its last byte + 1 ('0') ends the range. */
+  end[n - 1] = (char)(end[n - 1] + 1);
+  dl_etcd_b64(end, n, end_b64);
+}
+
+/* A txn's body: a compare of the create revision of key (b64) with rev,
+ * then the success and failure ops (JSON arrays' insides). */
+static char *txn_body(const char *k64, int64_t rev, const char *success,
+                      const char *failure) {
+  size_t n = strlen(success) + strlen(failure) + strlen(k64) + 200;
+  char *body = malloc(n);
+  if (body)
+    snprintf(body, n,
+             "{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\","
+             "\"create_revision\":\"%" PRId64 "\"}],\"success\":[%s],"
+             "\"failure\":[%s]}",
+             k64, rev, success, failure);
+  return body;
+}
+
+/* Posts a txn's body (NULL: out of memory), and frees it. */
+static int txn_post(dl_etcd *e, char *body, int64_t deadline,
+                    json_object **out) {
+  if (body == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  int rc = dl_etcd_call(e, "/v3/kv/txn", body, deadline, out, NULL);
+  free(body);
+  return rc;
+}
+
+void dl_etcd_delete_key(dl_etcd *e, const char *key) {
+  char k64[B64(ETCD_KEY_MAX)], body[B64(ETCD_KEY_MAX) + 32];
+  dl_etcd_b64(key, strlen(key), k64);
+  snprintf(body, sizeof body, "{\"key\":\"%s\"}", k64);
+  json_object *r;
+  if (dl_etcd_call(e, "/v3/kv/deleterange", body,
+                   dl_now_ms() + e->command_timeout_ms, &r, NULL) == 0)
+    json_object_put(r);
+}
+
+int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
+                        size_t len, int64_t *at, int64_t deadline) {
+  char p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
+  char body[3 * B64(ETCD_KEY_MAX)];
+  dl_etcd_b64(pfx, strlen(pfx), p64);
+  dl_etcd_prefix_end(pfx, end64);
+  snprintf(body, sizeof body,
+           "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":\"1\","
+           "\"sort_order\":\"DESCEND\",\"sort_target\":\"CREATE\","
+           "\"max_create_revision\":\"%" PRId64 "\",\"keys_only\":true}",
+           p64, end64, rev - 1);
+  json_object *r;
+  int rc = dl_etcd_call(e, "/v3/kv/range", body, deadline, &r, NULL);
+  if (rc != 0) return rc;
+  *at = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
+  json_object *kv = dl_etcd_kv0(r);
+  json_object *k = dl_etcd_get(kv, "key");
+  rc = 0;
+  if (k && dl_etcd_unb64(json_object_get_string(k), pred, len) >= 0) rc = 1;
+  json_object_put(r);
+  return rc;
+}
+
+char *dl_etcd_look_body(const char *key, const char *pfx, int64_t rev) {
+  char k64[B64(ETCD_KEY_MAX)], p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
+  char range[3 * B64(ETCD_KEY_MAX)];
+  dl_etcd_b64(key, strlen(key), k64);
+  dl_etcd_b64(pfx, strlen(pfx), p64);
+  dl_etcd_prefix_end(pfx, end64);
+  snprintf(range, sizeof range,
+           "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
+           "\"limit\":\"1\",\"sort_order\":\"DESCEND\","
+           "\"sort_target\":\"CREATE\",\"max_create_revision\":\"%" PRId64
+           "\",\"keys_only\":true}}",
+           p64, end64, rev - 1);
+  return txn_body(k64, rev, range, "");
+}
+
+int dl_etcd_look_answer(dl_etcd *e, const char *key, json_object *r, char *pred,
+                        size_t len, int64_t *at) {
+  json_object *s = dl_etcd_get(r, "succeeded");
+  if (s == NULL || !json_object_get_boolean(s)) {
+    json_object_put(r);
+    return dl_seterr(e->err, DLOCK_ELOST,
+                     "our etcd key %s went while we waited (the lease "
+                     "ended, or it was deleted)",
+                     key);
+  }
+  *at = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
+  json_object *kv = dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range"));
+  json_object *k = dl_etcd_get(kv, "key");
+  int rc = 0;
+  if (k && dl_etcd_unb64(json_object_get_string(k), pred, len) >= 0) rc = 1;
+  json_object_put(r);
+  return rc;
+}
+
+int dl_etcd_look(dl_etcd *e, const char *key, const char *pfx, int64_t rev,
+                 char *pred, size_t len, int64_t *at, int64_t deadline) {
+  json_object *r;
+  int rc = txn_post(e, dl_etcd_look_body(key, pfx, rev), deadline, &r);
+  return rc != 0 ? rc : dl_etcd_look_answer(e, key, r, pred, len, at);
+}
+
+void dl_etcd_create_rev_body(const char *key, char *body, size_t len) {
+  char k64[B64(ETCD_KEY_MAX)];
+  dl_etcd_b64(key, strlen(key), k64);
+  snprintf(body, len, "{\"key\":\"%s\",\"keys_only\":true}", k64);
+}
+
+int64_t dl_etcd_create_rev_answer(json_object *r) {
+  int64_t rev = dl_etcd_i64(dl_etcd_kv0(r), "create_revision");
+  json_object_put(r);
+  return rev;
+}
+
+int64_t dl_etcd_create_rev(dl_etcd *e, const char *key, int64_t deadline) {
+  char body[ETCD_CREATE_REV_BODY_MAX];
+  dl_etcd_create_rev_body(key, body, sizeof body);
+  json_object *r;
+  int rc = dl_etcd_call(e, "/v3/kv/range", body, deadline, &r, NULL);
+  return rc != 0 ? rc : dl_etcd_create_rev_answer(r);
+}
+
+char *dl_etcd_put_read_body(const etcd_hold *h, const char *value,
+                            const char *pfx) {
+  char k64[B64(ETCD_KEY_MAX)], p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
+  dl_etcd_b64(h->key, strlen(h->key), k64);
+  dl_etcd_b64(pfx, strlen(pfx), p64);
+  dl_etcd_prefix_end(pfx, end64);
+  /* The value: any length (an election's proclaimed value, a holder's
+   * description). */
+  size_t vl = strlen(value), put_len = B64(ETCD_KEY_MAX) + B64(vl) + 128;
+  char owner[3 * B64(ETCD_KEY_MAX)], get[B64(ETCD_KEY_MAX) + 64];
+  char *v64 = malloc(B64(vl)), *put = malloc(put_len),
+       *success = malloc(sizeof owner + put_len + 8), *body = NULL;
+  char failure[sizeof owner + sizeof get + 8];
+  if (v64 && put && success) {
+    dl_etcd_b64(value, vl, v64);
+    snprintf(owner, sizeof owner,
+             "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
+             "\"limit\":\"1\",\"sort_order\":\"ASCEND\","
+             "\"sort_target\":\"CREATE\",\"keys_only\":true}}",
+             p64, end64);
+    snprintf(put, put_len,
+             "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
+             "\"lease\":\"%" PRId64 "\"}}",
+             k64, v64, h->lease);
+    snprintf(get, sizeof get, "{\"request_range\":{\"key\":\"%s\"}}", k64);
+    snprintf(success, sizeof owner + put_len + 8, "%s,%s", put, owner);
+    snprintf(failure, sizeof failure, "%s,%s", get, owner);
+    body = txn_body(k64, 0, success, failure);
+  }
+  free(v64);
+  free(put);
+  free(success);
+  return body;
+}
+
+int dl_etcd_put_read_answer(dl_etcd *e, etcd_hold *h, json_object *r,
+                            int64_t *owner_rev) {
+  json_object *s = dl_etcd_get(r, "succeeded");
+  if (s && json_object_get_boolean(s)) {
+    h->rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
+  } else {
+    /* Our key was there already (a release of ours that did not get
+     * through): it is ours, as Go's Mutex takes it; unless it is on
+     * another lease (nothing of ours: not touched). */
+    json_object *mine = dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range"));
+    if (mine && dl_etcd_i64(mine, "lease") != h->lease) {
+      json_object_put(r);
+      h->rev = 0;
+      return 1;
+    }
+    h->rev = dl_etcd_i64(mine, "create_revision");
+  }
+  json_object *o = dl_etcd_txn_resp(r, 1, "response_range");
+  *owner_rev = dl_etcd_i64(dl_etcd_kv0(o), "create_revision");
+  json_object_put(r);
+  if (h->rev <= 0)
+    return dl_seterr(e->err, DLOCK_EPROTO,
+                     "etcd txn on %s: no create revision in the answer",
+                     h->key);
+  return 0;
+}
+
+int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
+                         const char *pfx, int64_t deadline,
+                         int64_t *owner_rev) {
+  json_object *r;
+  int rc = txn_post(e, dl_etcd_put_read_body(h, value, pfx), deadline, &r);
+  return rc != 0 ? rc : dl_etcd_put_read_answer(e, h, r, owner_rev);
+}
