@@ -42,6 +42,109 @@ static void t_etcd_server(void) {
 
 #ifdef DLOCK_TEST_HAVE_ETCD
 
+/* The create revision in `etcdctl get KEY -w json`'s answer, or 0. */
+static long long create_rev_of(const th_etcd *s, const char *key) {
+  char args[300], buf[4096];
+  snprintf(args, sizeof args, "get %s -w json", key);
+  const char *p = strstr(th_etcd_ctl(s, args, buf, sizeof buf),
+                         "\"create_revision\":");
+  return p ? atoll(p + strlen("\"create_revision\":")) : 0;
+}
+
+typedef struct {
+  int calls, rc;
+  uint64_t token;
+} own_done;
+
+static void on_own_done(int rc, uint64_t token, const char *errmsg, void *ud) {
+  (void)errmsg;
+  own_done *d = ud;
+  d->rc = rc;
+  d->token = token;
+  d->calls++;
+}
+
+/* An acquire (try, no wait) or a release of l, on lp's client when lp is
+ * not NULL: its result (*tok the token). */
+static int own_call(dlock_loop *lp, dlock_lock *l, bool acquire,
+                    uint64_t *tok) {
+  if (lp == NULL)
+    return acquire ? dlock_lock_try_acquire(l, 0, 0, tok)
+                   : dlock_lock_release(l);
+  own_done d = {0};
+  int rc = acquire ? dlock_lock_acquire_async(l, 0, 0, on_own_done, &d, NULL)
+                   : dlock_lock_release_async(l, on_own_done, &d, NULL);
+  for (int64_t end = th_now_ms() + 5000; rc == 0 && d.calls == 0 &&
+                                         th_now_ms() < end;)
+    dlock_loop_run(lp, 10);
+  if (tok) *tok = d.token;
+  return rc != 0 ? rc : d.calls ? d.rc : DLOCK_ETIMEDOUT;
+}
+
+/* Our key already there when we acquire (a release of ours that did not
+ * get through leaves it, listed to be deleted at its revision by the
+ * watcher): deleted at that revision and made anew, so the hold's
+ * revision is its own, and the old key's late delete (at the old
+ * revision) leaves the new hold alone. Before, the acquire took the key
+ * as it was (its token the old revision), and that delete took the hold.
+ * Blocking and event-loop clients. */
+static void t_etcd_own_key_made_anew(void) {
+  TH_ETCD_SETUP(s);
+  for (int async = 0; async < 2; async++) {
+    dlock_loop *lp = NULL;
+    dlock_client *c = NULL;
+    if (async) {
+      CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+      dlock_client_options o;
+      dlock_client_options_init(&o);
+      o.url = s.url;
+      CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+    } else {
+      c = th_etcd_client(&s, 9000);
+    }
+    CHECK(c != NULL);
+    char pname[16], name[16];
+    snprintf(pname, sizeof pname, "probe%d", async);
+    snprintf(name, sizeof name, "orph%d", async);
+    dlock_lock *p, *l;
+    CHECK_RC(dlock_lock_new(c, pname, "me", &p), 0);
+    CHECK_RC(own_call(lp, p, true, NULL), 0);
+    char key[256], buf[4096], args[600], orphan[300];
+    snprintf(args, sizeof args, "get --prefix %s/ --keys-only", pname);
+    th_etcd_ctl(&s, args, key, sizeof key);
+    key[strcspn(key, "\n")] = '\0';
+    CHECK(strncmp(key, pname, strlen(pname)) == 0);
+    const char *lease = key + strlen(pname) + 1; /* the session's, in hex */
+    snprintf(orphan, sizeof orphan, "%s/%s", name, lease);
+    snprintf(args, sizeof args, "put %s '' --lease=%s", orphan, lease);
+    CHECK(strstr(th_etcd_ctl(&s, args, buf, sizeof buf), "OK") != NULL);
+    CHECK_RC(own_call(lp, p, false, NULL), 1);
+    dlock_lock_free(p);
+    long long old = create_rev_of(&s, orphan);
+    CHECK(old > 0);
+    CHECK_RC(dlock_lock_new(c, name, "me", &l), 0);
+    uint64_t tok = 0;
+    CHECK_RC(own_call(lp, l, true, &tok), 0);
+    CHECK((long long)tok > old);
+    CHECK_EQ(create_rev_of(&s, orphan), (long long)tok);
+    /* The old key's delete, late: nothing to delete any more. */
+    char txn[400];
+    snprintf(txn, sizeof txn, "%s/txn%d", th_tmpdir(), async);
+    FILE *f = fopen(txn, "w");
+    CHECK(f != NULL);
+    fprintf(f, "create(\"%s\") = \"%lld\"\n\ndel %s\n\n\n", orphan, old,
+            orphan);
+    fclose(f);
+    snprintf(args, sizeof args, "txn < %s", txn);
+    CHECK(strstr(th_etcd_ctl(&s, args, buf, sizeof buf), "FAILURE") != NULL);
+    CHECK_EQ(create_rev_of(&s, orphan), (long long)tok);
+    CHECK_RC(own_call(lp, l, false, NULL), 1);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    if (lp) dlock_loop_free(lp);
+  }
+}
+
 /* Acquire and release on Go's layout: the key NAME/<lease in hex> (its
  * value dlock's owner id, which Go never reads), on the client's lease (TTL the
  * watchdog lease), its create revision the token; re-entry counted in the
@@ -764,7 +867,8 @@ static void t_etcd_prefix(void) {
   th_etcd_stop(&s);
 }
 
-TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout), T_BARE(t_etcd_exclusion),
+TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout),
+        T_BARE(t_etcd_own_key_made_anew), T_BARE(t_etcd_exclusion),
         T_BARE(t_etcd_waiter_key_gone), T_BARE(t_etcd_holder_killed),
         T_BARE(t_etcd_long_wait), T_BARE(t_etcd_cluster_member_killed),
         T_BARE(t_etcd_paused_server), T_BARE(t_etcd_release_orphan),

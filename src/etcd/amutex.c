@@ -31,6 +31,7 @@ typedef enum astep {
   S_KEEP,  /* a waiter's fixed lease kept alive */
   S_PAUSE, /* a waiter's pause (a transient error ridden out) */
   S_DELETE,
+  S_UNORPHAN, /* our old key deleted at its revision, to put anew */
   S_REVOKE
 } astep;
 
@@ -51,6 +52,7 @@ struct etcd_aacq {
   bool watched;    /* a watch ended (the blocking path's `waited`) */
   bool cancelled;
   int rides; /* transient errors ridden out */
+  int fresh_tries; /* our old key found at the put, deleted */
   char key[ETCD_KEY_MAX];
   char wait_pfx[ETCD_KEY_MAX + 8];
   char pred[ETCD_KEY_MAX];
@@ -479,11 +481,22 @@ static void on_put(dl_async *op, int rc, json_object *o) {
   struct etcd_aacq *q = op->acq;
   etcd_hold *h = q->h;
   int64_t owner_rev = 0;
-  if (rc == 0 && (rc = dl_etcd_put_read_answer(op->e, h, o, &owner_rev)) == 1)
+  if (rc == 0)
+    rc = dl_etcd_put_read_answer(op->e, h, o, true, &owner_rev);
+  if (rc == 1)
     rc = dl_seterr(op->e->err, DLOCK_EWRONGTYPE,
                    "%s is there on a lease not ours: no lock of ours "
                    "made it (nothing changed)",
                    h->key);
+  if (rc == 2 && q->fresh_tries++ == ETCD_FRESH_TRIES)
+    rc = dl_seterr(op->e->err, DLOCK_EPROTO,
+                   "etcd: %s of ours comes back at each put", h->key);
+  if (rc == 2) { /* ours, left over: deleted at its revision, then put */
+    char body[ETCD_DELETE_AT_MAX];
+    dl_etcd_delete_at_body(h->key, h->rev, body, sizeof body);
+    call(op, S_UNORPHAN, "/v3/kv/txn", body);
+    return;
+  }
   if (rc != 0) {
     fail(op, rc);
     return;
@@ -568,6 +581,15 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     }
     return;
   case S_PUT: on_put(op, rc, o); return;
+  case S_UNORPHAN:
+    if (o) json_object_put(o);
+    if (rc != 0) { /* h->rev: the failure path deletes it */
+      fail(op, rc);
+      return;
+    }
+    q->h->rev = 0;
+    put_step(op);
+    return;
   case S_LOOK: on_look(op, rc, o); return;
   case S_KEEP:
     if (rc == 0 && (rc = dl_etcd_keepalive_answer(e, o, &got)) == 0)

@@ -95,7 +95,8 @@ static int step(dl_elect *el, unsigned wakes) {
   int64_t deadline = dl_now_ms() + e->command_timeout_ms;
   if (el->h.rev == 0) {
     int64_t owner = 0;
-    rc = dl_etcd_put_and_read(e, &el->h, el->id, el->pfx, deadline, &owner);
+    rc = dl_etcd_put_and_read(e, &el->h, el->id, el->pfx, false, deadline,
+                              &owner);
     if (rc == 1)
       rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
                      "%s is there on a lease not ours: no election of ours "

@@ -584,15 +584,23 @@ void dl_etcd_prefix_end(const char *pfx, char *end_b64);
  * the owner under pfx, the lowest create revision there (Go's
  * Mutex.tryAcquire, Election.Campaign): 0 with h->rev and *owner_rev (0:
  * nobody), 1 when h->key is there on another lease (not ours: nothing
- * changed, h->rev 0), or a negative code. */
+ * changed, h->rev 0), or a negative code. Our key there already (left by
+ * a release that did not get through) is taken as it is, as Go's Mutex
+ * does; with `fresh`, deleted at its create revision and made anew, so
+ * that the hold's revision is its own: a late delete of the old key (the
+ * orphan's, dl_etcd_delete_at) then finds nothing to delete. */
 int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
-                         const char *pfx, int64_t deadline, int64_t *owner_rev);
+                         const char *pfx, bool fresh, int64_t deadline,
+                         int64_t *owner_rev);
+/* How often a fresh put deletes our old key and tries again. */
+#define ETCD_FRESH_TRIES 3
 /* Its txn's body (malloc'ed; NULL out of memory), and the txn's answer r
- * (put here) as its result. */
+ * (put here) as its result: also 2 (fresh) when our key was there, at
+ * create revision h->rev, for the caller to delete and put again. */
 char *dl_etcd_put_read_body(const etcd_hold *h, const char *value,
                             const char *pfx);
 int dl_etcd_put_read_answer(dl_etcd *e, etcd_hold *h, json_object *r,
-                            int64_t *owner_rev);
+                            bool fresh, int64_t *owner_rev);
 /* The key before ours in the line: the highest create revision below
  * `rev` under pfx. 1 found (its key in pred, the answer's revision in
  * *at), 0 none, or a negative code. */

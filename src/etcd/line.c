@@ -176,14 +176,15 @@ char *dl_etcd_put_read_body(const etcd_hold *h, const char *value,
 }
 
 int dl_etcd_put_read_answer(dl_etcd *e, etcd_hold *h, json_object *r,
-                            int64_t *owner_rev) {
+                            bool fresh, int64_t *owner_rev) {
   json_object *s = dl_etcd_get(r, "succeeded");
   if (s && json_object_get_boolean(s)) {
     h->rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
   } else {
     /* Our key was there already (a release of ours that did not get
-     * through): it is ours, as Go's Mutex takes it; unless it is on
-     * another lease (nothing of ours: not touched). */
+     * through): unless it is on another lease (nothing of ours: not
+     * touched), it is ours; as Go's Mutex takes it, or (fresh) to be
+     * deleted at its revision and made anew. */
     json_object *mine = dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range"));
     if (mine && dl_etcd_i64(mine, "lease") != h->lease) {
       json_object_put(r);
@@ -191,6 +192,10 @@ int dl_etcd_put_read_answer(dl_etcd *e, etcd_hold *h, json_object *r,
       return 1;
     }
     h->rev = dl_etcd_i64(mine, "create_revision");
+    if (fresh && h->rev > 0) {
+      json_object_put(r);
+      return 2;
+    }
   }
   json_object *o = dl_etcd_txn_resp(r, 1, "response_range");
   *owner_rev = dl_etcd_i64(dl_etcd_kv0(o), "create_revision");
@@ -203,9 +208,18 @@ int dl_etcd_put_read_answer(dl_etcd *e, etcd_hold *h, json_object *r,
 }
 
 int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
-                         const char *pfx, int64_t deadline,
+                         const char *pfx, bool fresh, int64_t deadline,
                          int64_t *owner_rev) {
-  json_object *r;
-  int rc = txn_post(e, dl_etcd_put_read_body(h, value, pfx), deadline, &r);
-  return rc != 0 ? rc : dl_etcd_put_read_answer(e, h, r, owner_rev);
+  for (int tries = 0;; tries++) {
+    json_object *r;
+    int rc = txn_post(e, dl_etcd_put_read_body(h, value, pfx), deadline, &r);
+    if (rc == 0) rc = dl_etcd_put_read_answer(e, h, r, fresh, owner_rev);
+    if (rc != 2) return rc;
+    if (tries == ETCD_FRESH_TRIES)
+      return dl_seterr(e->err, DLOCK_EPROTO,
+                       "etcd: %s of ours comes back at each put", h->key);
+    rc = dl_etcd_delete_at(e, h->key, h->rev, deadline);
+    if (rc < 0) return rc; /* h->rev: the acquire's failure path deletes it */
+    h->rev = 0;
+  }
 }

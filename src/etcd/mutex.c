@@ -186,7 +186,8 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   bool waited = false, walked = false;
   int rides = 0;
   for (int tries = 0; rc == 0; tries++) {
-    rc = dl_etcd_put_and_read(e, h, value, wait_pfx, deadline, &owner_rev);
+    rc = dl_etcd_put_and_read(e, h, value, wait_pfx, true, deadline,
+                              &owner_rev);
     if (rc != 1) break;
     /* The key is someone else's: a read-write lock's takes another time
      * (a clash of clocks); a mutex's is no key of a mutex. */

@@ -154,7 +154,7 @@ static int line_wait(dl_etcd *e, sem_line *ln, const char *data_pfx, int64_t at,
   if (ln->h.rev && ln->h.lease != lease) ln->h.rev = 0; /* it went with it */
   if (ln->h.rev == 0) {
     ln->h.lease = lease;
-    rc = dl_etcd_put_and_read(e, &ln->h, "", ln->pfx, cmd, &head);
+    rc = dl_etcd_put_and_read(e, &ln->h, "", ln->pfx, false, cmd, &head);
     if (rc == 1)
       return dl_seterr(e->err, DLOCK_EWRONGTYPE,
                        "%s is there on a lease not ours: not a waiter of "
