@@ -870,6 +870,69 @@ static void t_giveback_after_next(void) {
   CHECK_EQ(th_scripts_run(&srv[0]), 2); /* nothing sent behind them */
 }
 
+/* INFO clients' `field` of r, or -1. */
+static long long clients_info(th_redis *r, const char *field) {
+  redisReply *info = th_cmd(r, "INFO clients");
+  long long n = -1;
+  char pat[64];
+  snprintf(pat, sizeof pat, "%s:", field);
+  const char *at = info && info->type == REDIS_REPLY_STRING ? info->str : NULL;
+  if (at && (at = strstr(at, pat)) != NULL) n = atoll(at + strlen(pat));
+  if (info) freeReplyObject(info);
+  return n;
+}
+
+static bool release_blocked(void *p) {
+  return clients_info(p, "blocked_clients") >= 1;
+}
+
+typedef struct pinged {
+  dlock_client *c;
+  th_redis *r;
+} pinged;
+
+/* The client pings until it has a connection to r again (besides the
+ * harness's own): a ping sent on the killed one reads its end. */
+static bool reconnected(void *p) {
+  pinged *x = p;
+  (void)dlock_client_ping(x->c);
+  return clients_info(x->r, "connected_clients") >= 2;
+}
+
+/* A release that a quorum answered leaves its part to the first server in
+ * flight, where it waits (CLIENT PAUSE). Its connection is killed: the
+ * release never ran there, and is sent again after a pause (growing with
+ * each kill, to 160 ms after the sixth). Meanwhile the same owner's next
+ * acquire goes to that server on the new connection: the release sent
+ * again after it would delete the new hold there. It is not sent. */
+static void t_release_resent_after_next(void) {
+  CHECK(start(3));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 5000; /* the release's part is sent again */
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:rr", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 30000, NULL), 0);
+  CHECK(exists_becomes(&srv[0], "rl:rr", 1));
+  freeReplyObject(th_cmd(&srv[0], "CLIENT PAUSE 10000 WRITE"));
+  CHECK_EQ(dlock_lock_release(l), 1); /* the second and the third */
+  for (int kill = 0; kill < 6; kill++) {
+    CHECK(th_wait_for(release_blocked, &srv[0], 3000));
+    CHECK_EQ(th_cmd_int(&srv[0], "CLIENT KILL TYPE normal"), 1);
+  }
+  freeReplyObject(th_cmd(&srv[0], "CLIENT UNPAUSE"));
+  pinged x = {c, &srv[0]};
+  CHECK(th_wait_for(reconnected, &x, 3000));
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 30000, NULL), 0);
+  /* The close lets the release's part end (sent again or not). */
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  for (int i = 0; i < 3; i++) CHECK_EQ(th_cmd_int(&srv[i], "EXISTS rl:rr"), 1);
+}
+
 /* ---- a take-away is heard at once ---- */
 static atomic_int lost_calls;
 static _Atomic int64_t lost_at;
@@ -1174,6 +1237,7 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_replica_auto), T_BARE(t_bad_urls), T_BARE(t_duplicate_server),
         T_BARE(t_stalled_server), T_BARE(t_first_use_in_order),
         T_BARE(t_giveback_after_next),
+        T_BARE(t_release_resent_after_next),
         T_BARE(t_deleted_by_quorum),
         T_BARE(t_all_down_named), T_BARE(t_close_waits_for_release),
         T_BARE(t_refusal_counted), T_BARE(t_unlimited_wait_refused),
