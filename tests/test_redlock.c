@@ -857,7 +857,8 @@ static void t_giveback_after_next(void) {
   freeReplyObject(th_cmd(&srv[0], "CONFIG RESETSTAT"));
   th_redis_kill(&srv[0], SIGSTOP);
   CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), DLOCK_EBUSY);
-  for (int i = 1; i < 3; i++) th_cmd_int(&srv[i], "DEL rl:gb");
+  for (int i = 1; i < 3; i++)
+    th_cmd_int(&srv[i], "DEL rl:gb");
   CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0); /* by 1 and 2 */
   th_redis_kill(&srv[0], SIGCONT);
   /* Both attempts ran there; then the client's close lets what is still
@@ -866,7 +867,8 @@ static void t_giveback_after_next(void) {
   CHECK(th_wait_for(scripts_reach, &ran, 3000));
   dlock_lock_free(l);
   dlock_client_close(c);
-  for (int i = 0; i < 3; i++) CHECK_EQ(th_cmd_int(&srv[i], "EXISTS rl:gb"), 1);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(th_cmd_int(&srv[i], "EXISTS rl:gb"), 1);
   CHECK_EQ(th_scripts_run(&srv[0]), 2); /* nothing sent behind them */
 }
 
@@ -930,7 +932,8 @@ static void t_release_resent_after_next(void) {
   /* The close lets the release's part end (sent again or not). */
   dlock_lock_free(l);
   dlock_client_close(c);
-  for (int i = 0; i < 3; i++) CHECK_EQ(th_cmd_int(&srv[i], "EXISTS rl:rr"), 1);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(th_cmd_int(&srv[i], "EXISTS rl:rr"), 1);
 }
 
 /* ---- a take-away is heard at once ---- */
@@ -1236,10 +1239,8 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_delayed_restart), T_BARE(t_replica_ack),
         T_BARE(t_replica_auto), T_BARE(t_bad_urls), T_BARE(t_duplicate_server),
         T_BARE(t_stalled_server), T_BARE(t_first_use_in_order),
-        T_BARE(t_giveback_after_next),
-        T_BARE(t_release_resent_after_next),
-        T_BARE(t_deleted_by_quorum),
-        T_BARE(t_all_down_named), T_BARE(t_close_waits_for_release),
-        T_BARE(t_refusal_counted), T_BARE(t_unlimited_wait_refused),
-        T_BARE(t_inspect_quorum), T_BARE(t_threads_share_loop),
-        T_BARE(t_long_wait_quiet))
+        T_BARE(t_giveback_after_next), T_BARE(t_release_resent_after_next),
+        T_BARE(t_deleted_by_quorum), T_BARE(t_all_down_named),
+        T_BARE(t_close_waits_for_release), T_BARE(t_refusal_counted),
+        T_BARE(t_unlimited_wait_refused), T_BARE(t_inspect_quorum),
+        T_BARE(t_threads_share_loop), T_BARE(t_long_wait_quiet))

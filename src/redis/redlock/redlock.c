@@ -17,8 +17,9 @@
  * granted, or a quorum has become impossible; a query's answer cannot
  * change): the call returns then, and a stalled server's operation goes
  * on in the background, on the loop: a grant that comes after the round
- * was decided is given back (released on that server), and the operation
- * is freed when its last part has answered. A server still busy with an
+ * was decided is given back (released on that server) unless the same
+ * owner's next acquire went there since (rlsent.c), and the operation is
+ * freed when its last part has answered. A server still busy with an
  * earlier attempt of the same call counts as not answering the next.
  * The parts run their *_async operations on a loop: the client's for an
  * event-loop client; for a blocking client a private loop on a thread of
@@ -196,9 +197,9 @@ static bool start_part(rl_op *o, int i, int phase) {
       o->as[i].propose = B->opt.fencing ? o->propose : 0;
       o->as[i].detect = false; /* the parts do not wait */
       dl_rl_rec_attempt(o, i, &o->as[i]);
-      dl_rl_sent_mark(o, i);
+      unsigned was = dl_rl_sent_mark(o, i);
       rc = ops->lock_acquire_async(b, &o->as[i], part_done, s, &o->sub[i]);
-      if (rc < 0) dl_rl_sent_unmark(o, i);
+      if (rc < 0) dl_rl_sent_unmark(o, i, was);
       break;
     case OP_RENEW:
       rc = ops->renew_async(b, INT64_MAX, o->lease_ms, o->nitems, o->is[i],

@@ -1,9 +1,10 @@
 /* redlock.h: what the Redlock backend's files share: redlock.c (the
  * operation, a state machine over the parts), rlvote.c (how a round's
  * answers decide it), rlops.c (the backend's entries, the URL, the
- * factory) and rlloop.c (a blocking client's loop thread): the top floor
- * of the Redis backend, over the operations (ops.h) of one backend per
- * server. Only for them, and for probe.c (a redlock:// URL's servers). */
+ * factory), rlloop.c (a blocking client's loop thread), rlwait.c (waiter
+ * records) and rlsent.c (the acquires sent, per name and owner): the top
+ * floor of the Redis backend, over the operations (ops.h) of one backend
+ * per server. Only for them, and for probe.c (a redlock:// URL's servers). */
 #ifndef DLOCK_REDIS_REDLOCK_H
 #define DLOCK_REDIS_REDLOCK_H
 
@@ -302,9 +303,10 @@ int dl_rl_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
  * DLOCK_ENOMEM. dl_rl_sent_unref lets go of it, freed with the last. */
 int dl_rl_sent_ref(rl_op *o);
 void dl_rl_sent_unref(rl_op *o);
-/* o's attempt goes to server i (counted), or failed to start (not). */
-void dl_rl_sent_mark(rl_op *o, int i);
-void dl_rl_sent_unmark(rl_op *o, int i);
+/* o's attempt goes to server i: counted (returns what o had counted
+ * there before); dl_rl_sent_unmark(o, i, that) if it failed to start. */
+unsigned dl_rl_sent_mark(rl_op *o, int i);
+void dl_rl_sent_unmark(rl_op *o, int i, unsigned was);
 /* Whether another acquire of o's name and owner went to server i since
  * o's last attempt there. */
 bool dl_rl_sent_since(const rl_op *o, int i);

@@ -21,8 +21,7 @@ static unsigned bucket(const char *key, const char *owner) {
 static rl_sent *find(redlock *B, const char *key, const char *owner) {
   size_t kl = strlen(key);
   for (rl_sent *e = B->sent[bucket(key, owner)]; e; e = e->next)
-    if (strcmp(e->id, key) == 0 && strcmp(e->id + kl + 1, owner) == 0)
-      return e;
+    if (strcmp(e->id, key) == 0 && strcmp(e->id + kl + 1, owner) == 0) return e;
   return NULL;
 }
 
@@ -52,17 +51,21 @@ void dl_rl_sent_unref(rl_op *o) {
   redlock *B = o->B;
   size_t kl = strlen(e->id);
   rl_sent **pp = &B->sent[bucket(e->id, e->id + kl + 1)];
-  while (*pp != e) pp = &(*pp)->next;
+  while (*pp != e)
+    pp = &(*pp)->next;
   *pp = e->next;
   free(e);
 }
 
-void dl_rl_sent_mark(rl_op *o, int i) {
+unsigned dl_rl_sent_mark(rl_op *o, int i) {
+  unsigned was = o->sent_n[i];
   o->sent_n[i] = ++o->sent->n[i];
+  return was;
 }
 
-void dl_rl_sent_unmark(rl_op *o, int i) {
+void dl_rl_sent_unmark(rl_op *o, int i, unsigned was) {
   o->sent->n[i]--;
+  o->sent_n[i] = was;
 }
 
 bool dl_rl_sent_since(const rl_op *o, int i) {
