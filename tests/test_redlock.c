@@ -871,20 +871,8 @@ static void t_giveback_after_next(void) {
     CHECK_EQ(th_cmd_int(&srv[i], "EXISTS rl:gb"), 1);
 }
 
-/* INFO clients' `field` of r, or -1. */
-static long long clients_info(th_redis *r, const char *field) {
-  redisReply *info = th_cmd(r, "INFO clients");
-  long long n = -1;
-  char pat[64];
-  snprintf(pat, sizeof pat, "%s:", field);
-  const char *at = info && info->type == REDIS_REPLY_STRING ? info->str : NULL;
-  if (at && (at = strstr(at, pat)) != NULL) n = atoll(at + strlen(pat));
-  if (info) freeReplyObject(info);
-  return n;
-}
-
 static bool release_blocked(void *p) {
-  return clients_info(p, "blocked_clients") >= 1;
+  return th_info_ll(p, "clients", "blocked_clients:", -1) >= 1;
 }
 
 typedef struct pinged {
@@ -897,7 +885,7 @@ typedef struct pinged {
 static bool reconnected(void *p) {
   pinged *x = p;
   (void)dlock_client_ping(x->c);
-  return clients_info(x->r, "connected_clients") >= 2;
+  return th_info_ll(x->r, "clients", "connected_clients:", -1) >= 2;
 }
 
 /* A release that a quorum answered leaves its part to the first server in
