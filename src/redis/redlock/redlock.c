@@ -514,11 +514,13 @@ int dl_rl_run(rl_op *o, dl_async **op) {
       return rc;
     }
   }
-  if ((o->kind == OP_ACQUIRE || o->kind == OP_RELEASE) && dl_rl_sent_ref(o)) {
+  int rc = o->kind == OP_ACQUIRE || o->kind == OP_RELEASE ? dl_rl_sent_ref(o)
+                                                           : 0;
+  if (rc != 0) {
     free(o->info);
     free(o->lbuf);
     free(o);
-    return DLOCK_ENOMEM; /* recorded */
+    return rc;
   }
   o->starting = true;
   o->counted = true;
@@ -529,7 +531,7 @@ int dl_rl_run(rl_op *o, dl_async **op) {
   o->left--;
   if (o->st == ST_DONE && !o->delivered) {
     /* Closing: nothing could take it to the loop. */
-    int rc = o->result < 0 ? o->result : DLOCK_ECLOSED;
+    rc = o->result < 0 ? o->result : DLOCK_ECLOSED;
     o->delivered = true;
     maybe_free(o);
     return rc;

@@ -1,7 +1,7 @@
 /* rlsent.c: how many acquires of each name and owner went to each server,
  * while an acquire or a release of that name and owner is under way, so
  * that nothing of an older call is sent to a server behind a later
- * acquire of the same owner there (redlock.h, "sent since"). */
+ * acquire of the same owner there (redlock.h says why). */
 #include "redlock.h"
 
 #include <stdlib.h>
