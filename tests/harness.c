@@ -511,6 +511,17 @@ long long th_info_ll(th_redis *r, const char *section, const char *prefix,
   return n;
 }
 
+int th_clients(th_redis *r, const char *type) {
+  redisReply *rep = type ? th_cmd(r, "CLIENT LIST TYPE %s", type)
+                         : th_cmd(r, "CLIENT LIST");
+  int n = 0;
+  for (size_t i = 0; rep && rep->type == REDIS_REPLY_STRING && i < rep->len;
+       i++)
+    n += rep->str[i] == '\n';
+  if (rep) freeReplyObject(rep);
+  return n;
+}
+
 long long th_calls(th_redis *r, const char *cmd) {
   char pat[64];
   snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);

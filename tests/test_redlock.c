@@ -880,12 +880,13 @@ typedef struct pinged {
   th_redis *r;
 } pinged;
 
-/* The client pings until it has a connection to r again (besides the
- * harness's own): a ping sent on the killed one reads its end. */
+/* The client pings until it has a command connection to r again (besides
+ * the harness's own; its subscriber's is another type): a ping sent on
+ * the killed one reads its end, and only then does the next reconnect. */
 static bool reconnected(void *p) {
   pinged *x = p;
   (void)dlock_client_ping(x->c);
-  return th_info_ll(x->r, "clients", "connected_clients:", -1) >= 2;
+  return th_clients(x->r, "normal") >= 2;
 }
 
 /* A release that a quorum answered leaves its part to the first server in
