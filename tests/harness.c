@@ -501,15 +501,31 @@ redisReply *th_cmd(th_redis *r, const char *fmt, ...) {
   return rep;
 }
 
-long long th_calls(th_redis *r, const char *cmd) {
-  redisReply *rep = th_cmd(r, "INFO commandstats");
-  long long n = 0;
-  char pat[64];
-  snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+long long th_info_ll(th_redis *r, const char *section, const char *prefix,
+                     long long absent) {
+  redisReply *rep = th_cmd(r, "INFO %s", section);
+  long long n = absent;
   const char *at = rep && rep->type == REDIS_REPLY_STRING ? rep->str : NULL;
-  if (at && (at = strstr(at, pat)) != NULL) n = atoll(at + strlen(pat));
+  if (at && (at = strstr(at, prefix)) != NULL) n = atoll(at + strlen(prefix));
   if (rep) freeReplyObject(rep);
   return n;
+}
+
+int th_clients(th_redis *r, const char *type) {
+  redisReply *rep = type ? th_cmd(r, "CLIENT LIST TYPE %s", type)
+                         : th_cmd(r, "CLIENT LIST");
+  int n = 0;
+  for (size_t i = 0; rep && rep->type == REDIS_REPLY_STRING && i < rep->len;
+       i++)
+    n += rep->str[i] == '\n';
+  if (rep) freeReplyObject(rep);
+  return n;
+}
+
+long long th_calls(th_redis *r, const char *cmd) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "cmdstat_%s:calls=", cmd);
+  return th_info_ll(r, "commandstats", pat, 0);
 }
 
 long long th_scripts_run(th_redis *r) {

@@ -146,6 +146,13 @@ long long th_cmd_int(th_redis *r, const char *fmt, ...);
  * master_link_status:up comes first; after a diskless sync the master
  * puts it online only at its first REPLCONF ACK, up to a second later. */
 bool th_replicas_online(th_redis *m, int n);
+/* The number right after `prefix` ("blocked_clients:") in INFO `section`
+ * of r, or `absent`. */
+long long th_info_ll(th_redis *r, const char *section, const char *prefix,
+                     long long absent);
+/* Connections to r (CLIENT LIST), only those of `type` ("normal",
+ * "pubsub", ...) unless NULL; the asking one included. */
+int th_clients(th_redis *r, const char *type);
 /* Calls of `cmd` in INFO commandstats ("cmdstat_<cmd>:calls=<n>"), 0 if
  * absent (CONFIG RESETSTAT zeroes them). */
 long long th_calls(th_redis *r, const char *cmd);

@@ -824,6 +824,106 @@ static void t_first_use_in_order(void) {
   dlock_client_close(c);
 }
 
+/* ---- a call's late answer is settled by the same owner's next call ---- */
+
+typedef struct scripts_at {
+  th_redis *r;
+  long long want;
+} scripts_at;
+
+static bool scripts_reach(void *p) {
+  scripts_at *x = p;
+  return th_scripts_run(x->r) >= x->want;
+}
+
+/* A try refused by a quorum leaves its attempt queued on a stopped server;
+ * the same owner's next try, taken by the other two, goes behind it there.
+ * Running again, that server grants both: the first grant is a failed
+ * call's, and a give-back of it, sent behind the second, would delete the
+ * new hold there. It is not sent: the later acquire's call settles that
+ * server (it kept its grant). */
+static void t_giveback_after_next(void) {
+  CHECK(start(3));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 5000; /* the stopped server's attempts wait */
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:gb", NULL, &l), 0);
+  for (int i = 1; i < 3; i++) /* another owner holds it there */
+    freeReplyObject(th_cmd(&srv[i], "SET rl:gb other:1 PX 30000"));
+  freeReplyObject(th_cmd(&srv[0], "CONFIG RESETSTAT"));
+  th_redis_kill(&srv[0], SIGSTOP);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), DLOCK_EBUSY);
+  for (int i = 1; i < 3; i++)
+    th_cmd_int(&srv[i], "DEL rl:gb");
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 10000, NULL), 0); /* by 1 and 2 */
+  th_redis_kill(&srv[0], SIGCONT);
+  /* Both attempts ran there; then the client's close lets what is still
+   * in flight finish (a give-back would be). */
+  scripts_at ran = {&srv[0], 2};
+  CHECK(th_wait_for(scripts_reach, &ran, 3000));
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(th_cmd_int(&srv[i], "EXISTS rl:gb"), 1);
+}
+
+static bool release_blocked(void *p) {
+  return th_info_ll(p, "clients", "blocked_clients:", -1) >= 1;
+}
+
+typedef struct pinged {
+  dlock_client *c;
+  th_redis *r;
+} pinged;
+
+/* The client pings until it has a command connection to r again (besides
+ * the harness's own; its subscriber's is another type): a ping sent on
+ * the killed one reads its end, and only then does the next reconnect. */
+static bool reconnected(void *p) {
+  pinged *x = p;
+  (void)dlock_client_ping(x->c);
+  return th_clients(x->r, "normal") >= 2;
+}
+
+/* A release that a quorum answered leaves its part to the first server in
+ * flight, where it waits (CLIENT PAUSE). Its connection is killed: the
+ * release never ran there, and is sent again after a pause (growing with
+ * each kill, to 160 ms after the sixth). Meanwhile the same owner's next
+ * acquire goes to that server on the new connection: the release sent
+ * again after it would delete the new hold there. It is not sent. */
+static void t_release_resent_after_next(void) {
+  CHECK(start(3));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 5000; /* the release's part is sent again */
+  dlock_client *c = th_client_opts(&o);
+  CHECK(c != NULL);
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "rl:rr", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 30000, NULL), 0);
+  CHECK(exists_becomes(&srv[0], "rl:rr", 1));
+  freeReplyObject(th_cmd(&srv[0], "CLIENT PAUSE 10000 WRITE"));
+  CHECK_EQ(dlock_lock_release(l), 1); /* the second and the third */
+  for (int kill = 0; kill < 6; kill++) {
+    CHECK(th_wait_for(release_blocked, &srv[0], 3000));
+    CHECK_EQ(th_cmd_int(&srv[0], "CLIENT KILL TYPE normal"), 1);
+  }
+  freeReplyObject(th_cmd(&srv[0], "CLIENT UNPAUSE"));
+  pinged x = {c, &srv[0]};
+  CHECK(th_wait_for(reconnected, &x, 3000));
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 30000, NULL), 0);
+  /* The close lets the release's part end (sent again or not). */
+  dlock_lock_free(l);
+  dlock_client_close(c);
+  for (int i = 0; i < 3; i++)
+    CHECK_EQ(th_cmd_int(&srv[i], "EXISTS rl:rr"), 1);
+}
+
 /* ---- a take-away is heard at once ---- */
 static atomic_int lost_calls;
 static _Atomic int64_t lost_at;
@@ -1127,8 +1227,8 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_delayed_restart), T_BARE(t_replica_ack),
         T_BARE(t_replica_auto), T_BARE(t_bad_urls), T_BARE(t_duplicate_server),
         T_BARE(t_stalled_server), T_BARE(t_first_use_in_order),
-        T_BARE(t_deleted_by_quorum),
-        T_BARE(t_all_down_named), T_BARE(t_close_waits_for_release),
-        T_BARE(t_refusal_counted), T_BARE(t_unlimited_wait_refused),
-        T_BARE(t_inspect_quorum), T_BARE(t_threads_share_loop),
-        T_BARE(t_long_wait_quiet))
+        T_BARE(t_giveback_after_next), T_BARE(t_release_resent_after_next),
+        T_BARE(t_deleted_by_quorum), T_BARE(t_all_down_named),
+        T_BARE(t_close_waits_for_release), T_BARE(t_refusal_counted),
+        T_BARE(t_unlimited_wait_refused), T_BARE(t_inspect_quorum),
+        T_BARE(t_threads_share_loop), T_BARE(t_long_wait_quiet))

@@ -47,6 +47,14 @@ typedef struct dl_redis {
    * not on a server of a composite, whose quorum decides without it. */
   bool ride;
   bool part; /* a server of a composite (dl_redis_part_new) */
+  /* A server of a composite: the composite's count of the acquires of l's
+   * name and owner sent to it (NULL: none kept; ud acquires_ud). A release
+   * is not sent again after a lost connection once that count has changed
+   * since it started: the acquire went behind its first send, and the
+   * resend would delete the hold that acquire took (its own call settles
+   * this server). */
+  unsigned (*acquires_sent)(void *ud, const dl_lock_ref *l);
+  void *acquires_ud;
 } dl_redis;
 
 /* Replica acknowledgement after a write (`what`, to the nkeys keys; 0:

@@ -118,7 +118,8 @@ static int rel_send(dl_rlock_rel *o) {
  * command timeout and RELEASE_RIDE_MS from the first send (or until `end`,
  * if sooner and not 0); a retry that finds the latch returns the first
  * result instead of "not the owner". A server of a Redlock (R->part) only
- * after a lost connection, for one command timeout.
+ * after a lost connection, for one command timeout, and not once the same
+ * owner's acquire of the name went there (R->acquires_sent).
  * Request ids are "<nonce>:<seq>": unique across processes even with an
  * explicit client id. Returns 0 (go on with rel_step) or DL_PENDING. */
 int dl_rlock_rel_start(dl_rlock_rel *o, dl_redis *R, const dl_lock_ref *l,
@@ -132,6 +133,7 @@ int dl_rlock_rel_start(dl_rlock_rel *o, dl_redis *R, const dl_lock_ref *l,
   if (end != 0 && end < o->until) o->until = end;
   o->pause = 0;
   o->retry = false;
+  o->sent = R->acquires_sent ? R->acquires_sent(R->acquires_ud, l) : 0;
   /* This handle's last acquire had to wait: others likely wait too, and the
    * message that wakes one of them goes out ahead of our reply. */
   o->wake_first = contended(l) ? DL_EVAL_WAKE_FIRST : 0;
@@ -146,6 +148,11 @@ int dl_rlock_rel_start(dl_rlock_rel *o, dl_redis *R, const dl_lock_ref *l,
 int dl_rlock_rel_step(dl_rlock_rel *o) {
   for (;;) {
     if (o->st == REL_PAUSED) {
+      if (o->R->acquires_sent &&
+          o->R->acquires_sent(o->R->acquires_ud, o->l) != o->sent)
+        return dl_seterr(o->R->env.err_owner, o->lost,
+                         "the connection was lost; the release is not sent "
+                         "again: the same owner's acquire went after it");
       o->pause = o->pause ? (2 * o->pause > 200 ? 200 : 2 * o->pause) : 5;
       o->retry = true;
       if (rel_send(o) == DL_PENDING) return DL_PENDING;
@@ -164,6 +171,7 @@ int dl_rlock_rel_step(dl_rlock_rel *o) {
       /* The connection reconnects at once after a failure, then backs off:
        * do not spin on its "next reconnect in" answer. */
       o->st = REL_PAUSED;
+      o->lost = rc;
       if (dl_redis_step_pause(o->R, &o->p,
                               now + (o->pause < left ? o->pause : left)) ==
           DL_PENDING)

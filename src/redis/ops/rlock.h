@@ -163,6 +163,8 @@ typedef struct dl_rlock_rel {
   int64_t until; /* retries end here */
   int64_t pause; /* before the next retry */
   bool retry;    /* the next send is a retry */
+  int lost;      /* ... after this error */
+  unsigned sent; /* R->acquires_sent at the start */
   int wake_first;
   char id[16 + 1 + DL_INT_BUF]; /* the request id, "<nonce>:<seq>" */
   int st;

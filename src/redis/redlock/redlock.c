@@ -17,8 +17,9 @@
  * granted, or a quorum has become impossible; a query's answer cannot
  * change): the call returns then, and a stalled server's operation goes
  * on in the background, on the loop: a grant that comes after the round
- * was decided is given back (released on that server), and the operation
- * is freed when its last part has answered. A server still busy with an
+ * was decided is given back (released on that server) unless the same
+ * owner's next acquire went there since (rlsent.c), and the operation is
+ * freed when its last part has answered. A server still busy with an
  * earlier attempt of the same call counts as not answering the next.
  * The parts run their *_async operations on a loop: the client's for an
  * event-loop client; for a blocking client a private loop on a thread of
@@ -38,6 +39,7 @@ static bool start_part(rl_op *o, int i, int phase);
 static void maybe_free(rl_op *o) {
   if (!o->delivered || o->left > 0) return;
   if (o->counted) o->B->live--;
+  dl_rl_sent_unref(o);
   dl_rl_rec_free(o);
   free(o->copies);
   free(o->snaps);
@@ -92,7 +94,8 @@ static bool succeeding(const rl_op *o) {
  * part of a hold that succeeded (its release and renewals go to every
  * server, after it on the same connection), else given back, as is an
  * unknown outcome (a lost reply may have taken it) or the fence of an
- * attempt given up; anything else is dropped. */
+ * attempt given up, unless the same owner's next acquire went to that
+ * server meanwhile (rlsent.c); anything else is dropped. */
 static void straggler(rl_op *o, int i, int phase, int rc) {
   bool give_back = false;
   int start = PH_GIVEBACK;
@@ -113,6 +116,8 @@ static void straggler(rl_op *o, int i, int phase, int rc) {
     give_back = rc != 0;
   else if (o->kind == OP_ACQUIRE && phase == PH_FENCE)
     give_back = o->fence_failed;
+  if (give_back && start == PH_GIVEBACK && dl_rl_sent_since(o, i))
+    give_back = false; /* it would go behind that acquire */
   if (give_back && start_part(o, i, start)) {
     o->pending[i] = true;
     o->phase_of[i] = start;
@@ -192,7 +197,9 @@ static bool start_part(rl_op *o, int i, int phase) {
       o->as[i].propose = B->opt.fencing ? o->propose : 0;
       o->as[i].detect = false; /* the parts do not wait */
       dl_rl_rec_attempt(o, i, &o->as[i]);
+      unsigned was = dl_rl_sent_mark(o, i);
       rc = ops->lock_acquire_async(b, &o->as[i], part_done, s, &o->sub[i]);
+      if (rc < 0) dl_rl_sent_unmark(o, i, was);
       break;
     case OP_RENEW:
       rc = ops->renew_async(b, INT64_MAX, o->lease_ms, o->nitems, o->is[i],
@@ -265,6 +272,8 @@ static void fan(rl_op *o, int phase) {
   for (int i = 0; i < B->n; i++) {
     if (phase == PH_RELEASE && (o->rc[i] == 0 || o->pending[i]))
       continue; /* nothing there, or its straggler sees to it */
+    if (phase == PH_RELEASE && dl_rl_sent_since(o, i))
+      continue; /* a later acquire's call settles it (rlsent.c) */
     /* The fence goes only where the token is not the server's already
      * (it took the proposal, or gave the largest). */
     if (phase == PH_FENCE && (o->rc[i] != 1 || o->as[i].token >= o->token))
@@ -505,6 +514,14 @@ int dl_rl_run(rl_op *o, dl_async **op) {
       return rc;
     }
   }
+  int rc = o->kind == OP_ACQUIRE || o->kind == OP_RELEASE ? dl_rl_sent_ref(o)
+                                                           : 0;
+  if (rc != 0) {
+    free(o->info);
+    free(o->lbuf);
+    free(o);
+    return rc;
+  }
   o->starting = true;
   o->counted = true;
   o->B->live++;
@@ -514,7 +531,7 @@ int dl_rl_run(rl_op *o, dl_async **op) {
   o->left--;
   if (o->st == ST_DONE && !o->delivered) {
     /* Closing: nothing could take it to the loop. */
-    int rc = o->result < 0 ? o->result : DLOCK_ECLOSED;
+    rc = o->result < 0 ? o->result : DLOCK_ECLOSED;
     o->delivered = true;
     maybe_free(o);
     return rc;

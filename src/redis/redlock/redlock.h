@@ -1,9 +1,10 @@
 /* redlock.h: what the Redlock backend's files share: redlock.c (the
  * operation, a state machine over the parts), rlvote.c (how a round's
  * answers decide it), rlops.c (the backend's entries, the URL, the
- * factory) and rlloop.c (a blocking client's loop thread): the top floor
- * of the Redis backend, over the operations (ops.h) of one backend per
- * server. Only for them, and for probe.c (a redlock:// URL's servers). */
+ * factory), rlloop.c (a blocking client's loop thread), rlwait.c (waiter
+ * records) and rlsent.c (the acquires sent, per name and owner): the top
+ * floor of the Redis backend, over the operations (ops.h) of one backend
+ * per server. Only for them, and for probe.c (a redlock:// URL's servers). */
 #ifndef DLOCK_REDIS_REDLOCK_H
 #define DLOCK_REDIS_REDLOCK_H
 
@@ -40,6 +41,14 @@ typedef struct rl_task {
 } rl_task;
 typedef struct rl_thread rl_thread;
 
+typedef struct rl_sent rl_sent; /* rlsent.c */
+#define RL_SENT_BUCKETS 256
+/* A part's place, what its count of acquires sent is read with. */
+typedef struct rl_part_at {
+  struct redlock *B;
+  int i;
+} rl_part_at;
+
 typedef struct redlock {
   dl_backend base;
   rl_thread *thread;       /* a blocking client's: the parts' loop, or NULL */
@@ -55,6 +64,10 @@ typedef struct redlock {
   dl_redlock_url_opts opt;     /* the URL's options */
   _Atomic uint64_t last_token; /* the largest token taken (proposals) */
   int live; /* operations started and not yet freed (the loop's thread) */
+  /* The acquires sent to each server, per name and owner with an acquire
+   * or a release under way (rlsent.c; the loop's thread). */
+  rl_sent *sent[RL_SENT_BUCKETS];
+  rl_part_at at[RL_MAX];
   bool closing;
 } redlock;
 
@@ -144,6 +157,10 @@ struct rl_op {
   int64_t a_lease_ms;
   int a_held;
   char *info;     /* a->info, copied */
+  /* acquire and release: its name and owner's acquires sent (rlsent.c);
+   * an acquire's count there when its last attempt went to server i */
+  rl_sent *sent;
+  unsigned sent_n[RL_MAX];
   uint64_t token; /* the token taken, once the quorum granted */
   /* acquire, release, force, query */
   const dl_lock_ref *l;
@@ -272,6 +289,33 @@ void dl_rl_rec_free(rl_op *o);
 /* The backend's waiters entry (blocking clients). */
 int dl_rl_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,
                   void *ud);
+
+/* ---- rlsent.c: the acquires sent to each server, per name and owner ----
+ * One connection runs its requests in the order sent, so an attempt still
+ * in flight on a server runs before the same owner's next acquire sent
+ * there. What the older call sends there after that acquire went (its
+ * give-back, a release sent again after a lost connection) would run
+ * behind it and delete the hold it took or re-took: it is not sent. The
+ * later acquire's call settles that server (kept as part of its hold, or
+ * given back in turn): the count the client believes is what each script
+ * writes, so the server ends as that call left it. */
+/* Takes a hold on the entry of o's name and owner (made if none): 0, or
+ * DLOCK_ENOMEM. dl_rl_sent_unref lets go of it, freed with the last. */
+int dl_rl_sent_ref(rl_op *o);
+void dl_rl_sent_unref(rl_op *o);
+/* o's attempt goes to server i: counted (returns what o had counted
+ * there before); dl_rl_sent_unmark(o, i, that) if it failed to start. */
+unsigned dl_rl_sent_mark(rl_op *o, int i);
+void dl_rl_sent_unmark(rl_op *o, int i, unsigned was);
+/* Whether another acquire of o's name and owner went to server i since
+ * o's last attempt there. */
+bool dl_rl_sent_since(const rl_op *o, int i);
+/* A part's hook (ops.h, dl_redis.acquires_sent; ud its rl_part_at): the
+ * acquires of l's name and owner sent to that server, 0 when none is
+ * under way. */
+unsigned dl_rl_sent_count(void *ud, const dl_lock_ref *l);
+/* Frees what is left of B's table (B closing). */
+void dl_rl_sent_free(redlock *B);
 
 /* ---- rlloop.c: a blocking client's loop, driven by its calls or its
  * thread ---- */

@@ -347,6 +347,7 @@ static void rl_free(dl_backend *b) {
   } else {
     free_parts(B);
   }
+  dl_rl_sent_free(B);
   free(B);
 }
 
@@ -514,6 +515,9 @@ int dl_redlock_backend_new(const dlock_client_options *opts,
     if (rc >= 0) rc = dl_redis_part_new(&o, &pe, &part);
     if (rc >= 0) {
       ((dl_redis *)part)->restart_delay_ms = B->opt.restart_delay_ms;
+      B->at[B->n] = (rl_part_at){B, B->n};
+      ((dl_redis *)part)->acquires_sent = dl_rl_sent_count;
+      ((dl_redis *)part)->acquires_ud = &B->at[B->n];
       server_name(&((dl_redis *)part)->cfg.ep, B->name[B->n],
                   sizeof B->name[B->n]);
       B->part[B->n++] = part;
