@@ -43,7 +43,7 @@ static void on_session(void *ud, int rc, json_object *o, int code) {
   int64_t ttl;
   rc = kept(op, rc, o, &ttl);
   r->first = dl_etcd_renew_session_kept(op->e, r->lease, r->sent, rc, ttl);
-  if (rc == 1) dl_etcd_renew_carry(op->e, r->lease, r->n, r->items, &r->t);
+  dl_etcd_renew_carry(op->e, r->lease, r->n, r->items, &r->t);
   step(op);
 }
 
@@ -106,10 +106,14 @@ static void step(dl_async *op) {
 }
 
 /* The round's first step from the loop's dispatch (nothing to keep
- * alive first). */
+ * alive first: a check, which the lease's last known validity vouches
+ * for as well). */
 static void on_start(void *ud, int rc, json_object *o, int code) {
   (void)rc, (void)o, (void)code;
-  step(ud);
+  dl_async *op = ud;
+  etcd_aren *r = op->ren;
+  dl_etcd_renew_carry(op->e, r->lease, r->n, r->items, &r->t);
+  step(op);
 }
 
 int dl_etcd_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms,

@@ -466,12 +466,13 @@ typedef struct etcd_renew_txns {
  * -1: a consumer's, dl_etcd_consumer_renew's). 0, or DLOCK_ENOMEM. */
 int dl_etcd_renew_txns(dl_etcd *e, int n, dl_renew_item *items,
                        etcd_renew_txns *t);
-/* After the session keepalive of `lease` was answered alive (e->lease_until
- * its validity): every item of t held on that lease, whose key no watch
- * event has put in doubt since a read last found it (etcd_hold's
- * heard_seen), is held until e->lease_until (result 1) before its read
- * answers. Its key lives as long as the lease unless deleted, and a
- * deletion is heard on its watch (from its create revision on). */
+/* After the round's session keepalive (if any: a check has none): every
+ * item of t held on `lease` while it is still the session's, whose key no
+ * watch event has put in doubt since a read last found it (etcd_hold's
+ * heard_seen), is held until e->lease_until, the lease's last confirmed
+ * validity (result 1), before its read answers. Its key lives as long as
+ * the lease unless deleted, and a deletion is heard on its watch (from
+ * its create revision on). */
 void dl_etcd_renew_carry(dl_etcd *e, int64_t lease, int n, dl_renew_item *items,
                          const etcd_renew_txns *t);
 /* The deadline of a round's reads: deadline, but at most a third of the

@@ -1,5 +1,6 @@
 /* query.c: the etcd mutex's force release, queries and renewals (the
- * session lease kept alive, every held key checked in one txn). */
+ * session lease kept alive, vouching for the holds whose watch heard
+ * nothing, and every held key read, in txns of ETCD_TXN_OPS). */
 #include "etcdb.h"
 #include "sem.h"
 
@@ -344,7 +345,7 @@ void dl_etcd_renew_carry(dl_etcd *e, int64_t lease, int n, dl_renew_item *items,
                          const etcd_renew_txns *t) {
   int64_t now = dl_now_ms();
   pthread_mutex_lock(&e->mu);
-  int64_t until = e->lease == lease ? e->lease_until : 0;
+  int64_t until = lease != 0 && e->lease == lease ? e->lease_until : 0;
   for (int i = 0; until > now && i < n; i++) {
     if (t->revs[i] == 0 || items[i].permit) continue;
     etcd_hold *h = item_hold(e, &items[i], t->revs[i]);
@@ -425,8 +426,8 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
     (*calls)++;
     rc = dl_etcd_keepalive(e, lease, deadline, &ttl);
     first = dl_etcd_renew_session_kept(e, lease, sent, rc, ttl);
-    if (rc == 1) dl_etcd_renew_carry(e, lease, n, items, &t);
   }
+  dl_etcd_renew_carry(e, lease, n, items, &t);
   for (int i = 0; i < n; i++)
     if (items[i].permit && t.revs[i] == 0)
       dl_etcd_renew_consumer_end(
