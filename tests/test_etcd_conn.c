@@ -958,8 +958,11 @@ static void t_etcd_async_burst(void) {
  * A key deleted from outside is still lost at once: its watch hears it,
  * and the check reads that key alone. */
 static void t_etcd_reads_unanswered(void) {
-  if (!th_etcd_available()) {
-    fprintf(stderr, "    skipped: no etcd server installed\n");
+  NEED_ETCD();
+  if (getenv("DLOCK_UNDER_VALGRIND")) {
+    /* Three leases stretched tenfold (30 s); the same renewal path's
+     * memory is checked by t_etcd_async_renew. */
+    fprintf(stderr, "    skipped under valgrind\n");
     return;
   }
   enum { N = 6 };
