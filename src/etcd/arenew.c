@@ -2,7 +2,9 @@
  * loop's multi handle (acall.c), no thread: the blocking round's calls
  * (query.c's dl_etcd_renew) one after another, on its request builders
  * and answer parsers: the session lease's keepalive, each reliable
- * consumer's lease's keepalive, then the txns reading every hold's key.
+ * consumer's lease's keepalive, then the txns reading every hold's key
+ * (the keepalive's answer vouches for the quiet ones first:
+ * dl_etcd_renew_carry).
  * As the blocking round, it takes no e->lease_mu: a keepalive's answer
  * is taken only while the session's lease is still the one sent (e->mu,
  * a leaf lock held for a look). */
@@ -41,6 +43,7 @@ static void on_session(void *ud, int rc, json_object *o, int code) {
   int64_t ttl;
   rc = kept(op, rc, o, &ttl);
   r->first = dl_etcd_renew_session_kept(op->e, r->lease, r->sent, rc, ttl);
+  dl_etcd_renew_carry(op->e, r->lease, r->n, r->items, &r->t);
   step(op);
 }
 
@@ -88,6 +91,7 @@ static void step(dl_async *op) {
     return;
   }
   if (r->c < r->t.ntxn) {
+    if (r->c == 0) op->deadline = dl_etcd_reads_deadline(op->e, op->deadline);
     char *body = dl_etcd_renew_body(&r->t, r->c);
     (*r->calls)++;
     if (body) {
@@ -102,10 +106,14 @@ static void step(dl_async *op) {
 }
 
 /* The round's first step from the loop's dispatch (nothing to keep
- * alive first). */
+ * alive first: a check, which the lease's last known validity vouches
+ * for as well). */
 static void on_start(void *ud, int rc, json_object *o, int code) {
   (void)rc, (void)o, (void)code;
-  step(ud);
+  dl_async *op = ud;
+  etcd_aren *r = op->ren;
+  dl_etcd_renew_carry(op->e, r->lease, r->n, r->items, &r->t);
+  step(op);
 }
 
 int dl_etcd_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms,

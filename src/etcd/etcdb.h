@@ -50,6 +50,10 @@ typedef struct etcd_hold {
   bool held;
   bool permit; /* a permit of a permit-expirable semaphore (permits.c) */
   etcd_watch *watch;
+  /* Its watch's dl_etcd_watch_heard when the last read that found the
+   * key was sent: equal to it now, nothing said the key may be gone
+   * since (a session keepalive then vouches for it: dl_etcd_renew_carry). */
+  unsigned heard_seen;
 } etcd_hold;
 
 /* Fixed leases kept between holds (their keys deleted): at most this
@@ -452,8 +456,9 @@ void dl_etcd_renew_consumer_end(dl_renew_item *it, int cr, int *first);
  * (etcd refuses more: its --max-txn-ops, 128 by default). */
 #define ETCD_TXN_OPS 128
 typedef struct etcd_renew_txns {
-  int64_t *revs; /* per item: its hold's create revision, 0 not held here */
-  char *reads;   /* the reads, txn c's from reads[cut[c]] to cut[c + 1] */
+  int64_t *revs;   /* per item: its hold's create revision, 0 not held here */
+  unsigned *heard; /* per item: its watch's dl_etcd_watch_heard then */
+  char *reads;     /* the reads, txn c's from reads[cut[c]] to cut[c + 1] */
   size_t *cut;
   int ntxn;
 } etcd_renew_txns;
@@ -461,6 +466,20 @@ typedef struct etcd_renew_txns {
  * -1: a consumer's, dl_etcd_consumer_renew's). 0, or DLOCK_ENOMEM. */
 int dl_etcd_renew_txns(dl_etcd *e, int n, dl_renew_item *items,
                        etcd_renew_txns *t);
+/* After the round's session keepalive (if any: a check has none): every
+ * item of t held on `lease` while it is still the session's, whose key no
+ * watch event has put in doubt since a read last found it (etcd_hold's
+ * heard_seen), is held until e->lease_until, the lease's last confirmed
+ * validity (result 1), before its read answers. Its key lives as long as
+ * the lease unless deleted, and a deletion is heard on its watch (from
+ * its create revision on). */
+void dl_etcd_renew_carry(dl_etcd *e, int64_t lease, int n, dl_renew_item *items,
+                         const etcd_renew_txns *t);
+/* The deadline of a round's reads: deadline, but at most a third of the
+ * session's lease away (a watchdog period): reads slower than that (the
+ * server busy with a burst of acquires) would hold the next round's
+ * keepalive back; their items are read again in the next round. */
+int64_t dl_etcd_reads_deadline(const dl_etcd *e, int64_t deadline);
 /* Txn c's body (malloc'ed), or NULL out of memory. */
 char *dl_etcd_renew_body(const etcd_renew_txns *t, int c);
 /* Txn c's answer r (kept) into its items: held (1), or lost and forgotten
@@ -808,6 +827,10 @@ void dl_etcd_wake_waits(dl_etcd *e);
  * revision), and stops. Any thread; e->mu not held. */
 int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h);
 void dl_etcd_unwatch(dl_etcd *e, etcd_watch *w);
+/* How many times w heard something that may mean its key is gone (a
+ * deletion, a cancel, its stream's end, a start that failed); e->mu
+ * held. */
+unsigned dl_etcd_watch_heard(const etcd_watch *w);
 /* Hands a key of ours (at rev; lease: its own lease to revoke after, or
  * 0) to the watcher thread, which deletes it, retrying every 500 ms
  * while the servers do not answer. */

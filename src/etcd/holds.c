@@ -38,11 +38,13 @@ static void hold_unlink(dl_etcd *e, etcd_hold *h) {
 }
 
 void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h) {
-  dl_etcd_unwatch(e, h->watch);
   pthread_mutex_lock(&e->mu);
   hold_unlink(e, h);
   pthread_cond_broadcast(&e->cv);
   pthread_mutex_unlock(&e->mu);
+  /* Unlinked first: a renewal looks at a listed hold's watch (e->mu),
+   * which the watcher thread frees once stopped. */
+  dl_etcd_unwatch(e, h->watch);
   dl_etcd_hold_free(h);
 }
 

@@ -1,5 +1,6 @@
 /* query.c: the etcd mutex's force release, queries and renewals (the
- * session lease kept alive, every held key checked in one txn). */
+ * session lease kept alive, vouching for the holds whose watch heard
+ * nothing, and every held key read, in txns of ETCD_TXN_OPS). */
 #include "etcdb.h"
 #include "sem.h"
 
@@ -264,6 +265,7 @@ void dl_etcd_renew_consumer_end(dl_renew_item *it, int cr, int *first) {
 
 void dl_etcd_renew_txns_free(etcd_renew_txns *t) {
   free(t->revs);
+  free(t->heard);
   free(t->reads);
   free(t->cut);
   memset(t, 0, sizeof *t);
@@ -275,8 +277,9 @@ int dl_etcd_renew_txns(dl_etcd *e, int n, dl_renew_item *items,
   size_t cap = 0, at = 0;
   int asked = 0;
   t->revs = calloc((size_t)n + 1, sizeof *t->revs);
+  t->heard = calloc((size_t)n + 1, sizeof *t->heard);
   t->cut = calloc((size_t)n / ETCD_TXN_OPS + 2, sizeof *t->cut);
-  if (t->revs == NULL || t->cut == NULL) goto oom;
+  if (t->revs == NULL || t->heard == NULL || t->cut == NULL) goto oom;
   for (int i = 0; i < n; i++) {
     items[i].result = -1;
     pthread_mutex_lock(&e->mu);
@@ -289,6 +292,7 @@ int dl_etcd_renew_txns(dl_etcd *e, int n, dl_renew_item *items,
     if (h) {
       dl_etcd_b64(h->key, strlen(h->key), k64);
       t->revs[i] = h->rev;
+      t->heard[i] = h->watch ? dl_etcd_watch_heard(h->watch) : 0;
     }
     pthread_mutex_unlock(&e->mu);
     if (k64[0] == '\0') { /* not held here: never re-created */
@@ -328,6 +332,41 @@ char *dl_etcd_renew_body(const etcd_renew_txns *t, int c) {
   return body;
 }
 
+/* The hold items[i] was asked for at rev, if still held (e->mu held). */
+static etcd_hold *item_hold(dl_etcd *e, const dl_renew_item *it, int64_t rev) {
+  etcd_hold *h = e->holds;
+  while (h && !(h->held && h->rev == rev && strcmp(h->lock, it->key) == 0 &&
+                strcmp(h->owner, it->owner) == 0))
+    h = h->next;
+  return h;
+}
+
+void dl_etcd_renew_carry(dl_etcd *e, int64_t lease, int n, dl_renew_item *items,
+                         const etcd_renew_txns *t) {
+  int64_t now = dl_now_ms();
+  pthread_mutex_lock(&e->mu);
+  int64_t until = lease != 0 && e->lease == lease ? e->lease_until : 0;
+  for (int i = 0; until > now && i < n; i++) {
+    if (t->revs[i] == 0 || items[i].permit) continue;
+    etcd_hold *h = item_hold(e, &items[i], t->revs[i]);
+    /* A watch that heard nothing since the key was last found: a deletion
+     * would have been heard (its stream starts from the key's creation,
+     * and a start that failed or an end counts as heard). */
+    if (h && !h->own_lease && h->lease == lease && h->watch &&
+        dl_etcd_watch_heard(h->watch) == h->heard_seen) {
+      items[i].result = 1;
+      items[i].valid_until = until;
+    }
+  }
+  pthread_mutex_unlock(&e->mu);
+}
+
+int64_t dl_etcd_reads_deadline(const dl_etcd *e, int64_t deadline) {
+  int64_t cap =
+      dl_now_ms() + (e->session_ttl_ms > 3 ? e->session_ttl_ms / 3 : 1);
+  return deadline < cap ? deadline : cap;
+}
+
 void dl_etcd_renew_answer(dl_etcd *e, int n, dl_renew_item *items,
                           const etcd_renew_txns *t, int c, json_object *r) {
   int a = 0;
@@ -339,11 +378,7 @@ void dl_etcd_renew_answer(dl_etcd *e, int n, dl_renew_item *items,
     json_object *x = dl_etcd_txn_resp(r, j, "response_range");
     int64_t now = dl_etcd_i64(dl_etcd_kv0(x), "create_revision");
     pthread_mutex_lock(&e->mu);
-    etcd_hold *h = e->holds;
-    while (h &&
-           !(h->held && h->rev == rev && strcmp(h->lock, items[i].key) == 0 &&
-             strcmp(h->owner, items[i].owner) == 0))
-      h = h->next;
+    etcd_hold *h = item_hold(e, &items[i], rev);
     int64_t until = h && h->own_lease ? h->lease_until : e->lease_until;
     bool gone = h == NULL || now != rev;
     /* Deleted (a force release), or its lease ended: lost, and forgotten
@@ -355,6 +390,8 @@ void dl_etcd_renew_answer(dl_etcd *e, int n, dl_renew_item *items,
           break;
         }
       pthread_cond_broadcast(&e->cv);
+    } else if (h && (int)(t->heard[i] - h->heard_seen) > 0) {
+      h->heard_seen = t->heard[i]; /* found after what its watch heard */
     }
     pthread_mutex_unlock(&e->mu);
     if (gone) {
@@ -366,7 +403,8 @@ void dl_etcd_renew_answer(dl_etcd *e, int n, dl_renew_item *items,
     } else if (until > dl_now_ms()) {
       items[i].result = 1;
       items[i].valid_until = until;
-    } /* else: there, but its lease not confirmed in time: unknown */
+    } /* else: there, but its lease not confirmed in time: unknown (or
+       * what the keepalive carried: dl_etcd_renew_carry) */
   }
 }
 
@@ -375,6 +413,9 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
   dl_etcd *e = (dl_etcd *)b;
   *calls = 0;
   int first = 0;
+  etcd_renew_txns t;
+  int rc = dl_etcd_renew_txns(e, n, items, &t);
+  if (rc != 0) return rc;
   /* Renewal: the session's lease, kept alive once (Go's keepalive
    * stream, as one request a renewal: the gateway takes one message). */
   pthread_mutex_lock(&e->mu);
@@ -383,23 +424,22 @@ int dl_etcd_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
   if (lease_ms > 0 && lease != 0) {
     int64_t sent = dl_now_ms(), ttl;
     (*calls)++;
-    int rc = dl_etcd_keepalive(e, lease, deadline, &ttl);
+    rc = dl_etcd_keepalive(e, lease, deadline, &ttl);
     first = dl_etcd_renew_session_kept(e, lease, sent, rc, ttl);
   }
-  /* Every hold's key, read in txns of ETCD_TXN_OPS reads. */
-  etcd_renew_txns t;
-  int rc = dl_etcd_renew_txns(e, n, items, &t);
-  if (rc != 0) return rc;
+  dl_etcd_renew_carry(e, lease, n, items, &t);
   for (int i = 0; i < n; i++)
     if (items[i].permit && t.revs[i] == 0)
       dl_etcd_renew_consumer_end(
           &items[i], dl_etcd_consumer_renew(e, &items[i], lease_ms, deadline),
           &first);
+  /* Every hold's key, read in txns of ETCD_TXN_OPS reads. */
+  int64_t reads = dl_etcd_reads_deadline(e, deadline);
   for (int c = 0; c < t.ntxn; c++) {
     char *body = dl_etcd_renew_body(&t, c);
     json_object *r = NULL;
     (*calls)++;
-    rc = body ? dl_etcd_call(e, "/v3/kv/txn", body, deadline, &r, NULL)
+    rc = body ? dl_etcd_call(e, "/v3/kv/txn", body, reads, &r, NULL)
               : dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
     free(body);
     if (rc != 0 && first == 0) first = rc;

@@ -25,6 +25,9 @@ struct etcd_watch {
   int64_t retry_at; /* a stream that ended starts again then */
   bool cancelled;   /* the server cancelled it: h ends */
   bool stop;
+  /* e->mu: bumped with every deletion, cancel or end of the stream heard,
+   * and a start that failed: the key may be gone (dl_etcd_watch_heard). */
+  unsigned heard;
 };
 
 /* Feeds n bytes of a stream to tok, calling on(ud, message) for each
@@ -335,10 +338,18 @@ static void notify(dl_etcd *e, const char *lock) {
 static void on_hold_message(void *ud, json_object *o) {
   etcd_watch *w = ud;
   int k = message_kind(o, false, false);
+  if (k == 0) return;
+  pthread_mutex_lock(&w->e->mu);
+  w->heard++;
+  pthread_mutex_unlock(&w->e->mu);
   if (k == 2)
     w->cancelled = true;
-  else if (k != 0)
+  else
     notify(w->e, w->lock);
+}
+
+unsigned dl_etcd_watch_heard(const etcd_watch *w) {
+  return w->heard;
 }
 
 static size_t on_hold_data(char *p, size_t size, size_t nmemb, void *ud) {
@@ -363,12 +374,15 @@ static void watch_free(etcd_watch *w) {
 /* Starts w's stream (watcher thread, e->mu held). */
 static void watch_start(dl_etcd *e, etcd_watch *w) {
   CURL *h = curl_easy_init();
-  if (h == NULL) return;
-  dl_etcd_headers_free(e, w->hd);
-  if ((w->hd = watch_headers_locked(e)) == NULL ||
+  if (h) {
+    dl_etcd_headers_free(e, w->hd);
+    w->hd = watch_headers_locked(e);
+  }
+  if (h == NULL || w->hd == NULL ||
       watch_setup(e, h, atomic_load(&e->current), w->body, w->hd, on_hold_data,
                   w) != 0) {
-    curl_easy_cleanup(h);
+    if (h) curl_easy_cleanup(h);
+    w->heard++; /* not watched: nothing would be heard */
     return;
   }
   stream_reset(&w->st);
@@ -452,6 +466,7 @@ static void *watcher_main(void *arg) {
       if (w == NULL) continue;
       pthread_mutex_lock(&e->mu);
       w->h = NULL;
+      w->heard++;
       w->retry_at = dl_now_ms() + 200;
       bool stop = w->stop;
       pthread_mutex_unlock(&e->mu);
