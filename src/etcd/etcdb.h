@@ -667,10 +667,12 @@ int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
 
 /* ---- mutex.c: the mutex acquire's steps, for both drivers (the event
  * loop's: amutex.c) ---- */
-/* Once h->lease is known: the acquire's key (h->key), its lock's prefix
- * (pfx, ETCD_KEY_MAX bytes), the prefix its line is read under (wait_pfx,
- * ETCD_KEY_MAX + 8 bytes) and its value (*value, malloc'ed); an orphan of
- * that key is ours again. 0, or DLOCK_ENOMEM recorded. */
+/* Once h->lease is known: the acquire's key (h->key, made unless set
+ * already: a put again keeps it), its lock's prefix (pfx, ETCD_KEY_MAX
+ * bytes), the prefix its line is read under (wait_pfx, ETCD_KEY_MAX + 8
+ * bytes) and its value (*value, malloc'ed); an orphan of that key is
+ * dropped from the list (the put deletes it). 0, or DLOCK_ENOMEM
+ * recorded. */
 int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
                       char *wait_pfx, char **value);
 /* h won (its lease valid until `until`): held, watched, a's results: 1,

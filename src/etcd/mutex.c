@@ -100,14 +100,17 @@ int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
   lock_prefix(e, l->key, pfx, ETCD_KEY_MAX);
   snprintf(wait_pfx, ETCD_KEY_MAX + 8, "%s%s", pfx,
            l->kind == DL_KIND_READ ? "write/" : "");
-  if (rw)
+  if (h->key) /* a put again (our old key deleted first): the same key */
+    snprintf(key, sizeof key, "%s", h->key);
+  else if (rw)
     rw_key(pfx, l->kind == DL_KIND_WRITE, key, sizeof key);
   else
     snprintf(key, sizeof key, "%s%" PRIx64, pfx, (uint64_t)h->lease);
-  if ((h->key = dl_strdup(key)) == NULL)
+  if (h->key == NULL && (h->key = dl_strdup(key)) == NULL)
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  /* Our key, left by a release that failed: ours again (as Go takes it),
-   * not to be deleted behind us. */
+  /* Our key, left by a release that failed: the put deletes it at its
+   * revision and makes it anew (dl_etcd_put_and_read, fresh); the
+   * orphan's own delete is not sent any more. */
   pthread_mutex_lock(&e->mu);
   for (etcd_hold **pp = &e->orphans; *pp;) {
     etcd_hold *o = *pp;
