@@ -104,6 +104,7 @@ int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
     rw_key(pfx, l->kind == DL_KIND_WRITE, key, sizeof key);
   else
     snprintf(key, sizeof key, "%s%" PRIx64, pfx, (uint64_t)h->lease);
+  free(h->key); /* a put again: a key anew (the read-write lock's) */
   if ((h->key = dl_strdup(key)) == NULL)
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   /* Our key, left by a release that failed: ours again (as Go takes it),
@@ -191,7 +192,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     if (rc != 1) break;
     /* The key is someone else's: a read-write lock's takes another time
      * (a clash of clocks); a mutex's is no key of a mutex. */
-    if (!rw || tries == 3) {
+    if (!rw || tries == ETCD_RW_CLASHES) {
       rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
                      "%s is there on a lease not ours: no lock of ours "
                      "made it (nothing changed)",
