@@ -783,7 +783,9 @@ static int run_sampled(dlock_loop *lp, int64_t ms) {
 /* An event-loop client's acquire of a read-write lock's sides runs on its
  * loop's multi handle too: readers waiting for another client's writer
  * start no thread, each takes the read side within 100 ms of the writer's
- * release, and N of them hold it together; a writer waits for them all. */
+ * release, and N of them hold it together; a writer waits for them all;
+ * a writer's owner is given the read side at once, then refused the write
+ * side. */
 static void t_etcd_async_rw(void) {
   NEED_ETCD();
   enum { N = 8 };
@@ -871,8 +873,27 @@ static void t_etcd_async_rw(void) {
   CHECK_RC(wt.d.rc, 0);
   CHECK_EQ(tasks(), before);
   CHECK_EQ(keys_under(&s, "rwq/"), 1);
+  /* The writer's owner takes the read side at once (the downgrade), and
+   * holding it is refused the write side (both a job's: threads). */
+  memset(&wt, 0, sizeof wt);
+  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_read(rw2), 0, 0, on_tdone,
+                                    &wt, NULL),
+           0);
+  CHECK(run_one(lp, &wt));
+  CHECK_RC(wt.d.rc, 0);
+  CHECK_EQ(keys_under(&s, "rwq/"), 2);
   memset(&r, 0, sizeof r);
   CHECK_RC(dlock_lock_release_async(w, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 1);
+  memset(&wt, 0, sizeof wt);
+  CHECK_RC(dlock_lock_acquire_async(w, 0, 0, on_tdone, &wt, NULL), 0);
+  CHECK(run_one(lp, &wt));
+  CHECK_RC(wt.d.rc, DLOCK_EDEADLK);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_lock_release_async(dlock_rwlock_read(rw2), on_tdone, &r,
+                                    NULL),
+           0);
   CHECK(run_one(lp, &r));
   CHECK_RC(r.d.rc, 1);
   CHECK_EQ(keys_under(&s, "rwq/"), 0);
