@@ -780,6 +780,132 @@ static int run_sampled(dlock_loop *lp, int64_t ms) {
   return most;
 }
 
+/* An event-loop client's acquire of a read-write lock's sides runs on its
+ * loop's multi handle too: readers waiting for another client's writer
+ * start no thread, each takes the read side within 100 ms of the writer's
+ * release, and N of them hold it together; a writer waits for them all;
+ * a writer's owner is given the read side at once, then refused the write
+ * side. */
+static void t_etcd_async_rw(void) {
+  NEED_ETCD();
+  enum { N = 8 };
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  dlock_client *c, *c2;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  CHECK_RC(dlock_client_open_async(&o, lp, &c2), 0);
+  dlock_rwlock *rw[N], *rw2;
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_rwlock_new(c, "rwq", NULL, &rw[i]), 0);
+  CHECK_RC(dlock_rwlock_new(c2, "rwq", NULL, &rw2), 0);
+  dlock_lock *w = dlock_rwlock_write(rw2);
+  /* The first of each client: its session's lease, its watcher thread. */
+  adone d[N];
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_read(rw[0]), 0, 0, on_adone,
+                                    &d[0], NULL),
+           0);
+  CHECK(run_all(lp, d, 1));
+  CHECK_RC(d[0].rc, 0);
+  CHECK_RC(dlock_lock_release_async(dlock_rwlock_read(rw[0]), on_adone, &d[1],
+                                    NULL),
+           0);
+  CHECK(run_all(lp, d + 1, 1));
+  CHECK_RC(d[1].rc, 1);
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_acquire_async(w, 0, 0, on_adone, &d[0], NULL), 0);
+  CHECK(run_all(lp, d, 1));
+  CHECK_RC(d[0].rc, 0);
+  /* N readers wait for the writer, on the loop. */
+  int before = tasks();
+  tdone t[N];
+  memset(t, 0, sizeof t);
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_read(rw[i]), 10000, 0,
+                                      on_tdone, &t[i], NULL),
+             0);
+  CHECK_EQ(run_sampled(lp, 200), before);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(t[i].d.calls, 0);
+  CHECK_EQ(keys_under(&s, "rwq/"), N + 1);
+  /* The writer's release: every reader takes the read side, together. */
+  tdone r;
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_lock_release_async(w, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 1);
+  int64_t last = 0;
+  for (int i = 0; i < N; i++) {
+    CHECK(run_one(lp, &t[i]));
+    CHECK_RC(t[i].d.rc, 0);
+    if (t[i].at > last) last = t[i].at;
+  }
+  fprintf(stderr, "    %d readers took it at most %lld ms after the release\n",
+          N, (long long)(last - r.at));
+  CHECK(last - r.at < th_soon(100));
+  CHECK_EQ(tasks(), before);
+  CHECK_EQ(keys_under(&s, "rwq/"), N);
+  /* A writer: refused at once, then waits for every reader, on the loop. */
+  tdone wt;
+  memset(&wt, 0, sizeof wt);
+  CHECK_RC(dlock_lock_acquire_async(w, 0, 0, on_tdone, &wt, NULL), 0);
+  CHECK(run_one(lp, &wt));
+  CHECK_RC(wt.d.rc, DLOCK_EBUSY);
+  memset(&wt, 0, sizeof wt);
+  CHECK_RC(dlock_lock_acquire_async(w, 10000, 0, on_tdone, &wt, NULL), 0);
+  CHECK_EQ(run_sampled(lp, 100), before);
+  adone rd[N];
+  memset(rd, 0, sizeof rd);
+  for (int i = 0; i < N; i++) {
+    CHECK_EQ(wt.d.calls, 0);
+    CHECK_RC(dlock_lock_release_async(dlock_rwlock_read(rw[i]), on_adone,
+                                      &rd[i], NULL),
+             0);
+    CHECK(run_all(lp, rd + i, 1));
+    CHECK_RC(rd[i].rc, 1);
+  }
+  CHECK(run_one(lp, &wt));
+  CHECK_RC(wt.d.rc, 0);
+  CHECK_EQ(tasks(), before);
+  CHECK_EQ(keys_under(&s, "rwq/"), 1);
+  /* The writer's owner takes the read side at once (the downgrade), and
+   * holding it is refused the write side (both a job's: threads). */
+  memset(&wt, 0, sizeof wt);
+  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_read(rw2), 0, 0, on_tdone,
+                                    &wt, NULL),
+           0);
+  CHECK(run_one(lp, &wt));
+  CHECK_RC(wt.d.rc, 0);
+  CHECK_EQ(keys_under(&s, "rwq/"), 2);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_lock_release_async(w, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 1);
+  memset(&wt, 0, sizeof wt);
+  CHECK_RC(dlock_lock_acquire_async(w, 0, 0, on_tdone, &wt, NULL), 0);
+  CHECK(run_one(lp, &wt));
+  CHECK_RC(wt.d.rc, DLOCK_EDEADLK);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_lock_release_async(dlock_rwlock_read(rw2), on_tdone, &r,
+                                    NULL),
+           0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 1);
+  CHECK_EQ(keys_under(&s, "rwq/"), 0);
+  for (int i = 0; i < N; i++)
+    dlock_rwlock_free(rw[i]);
+  dlock_rwlock_free(rw2);
+  dlock_client_close(c);
+  dlock_client_close(c2);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
 /* An event-loop client of s (*c) on a new loop (*lp), its watchdog
  * timeout watchdog_ms (0: the default), holding the n locks l (named
  * prefix0, prefix1, ...), acquired with all in flight; *c NULL if
@@ -1480,7 +1606,7 @@ static void t_etcd_async_failover(void) {
 
 TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
-        T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
+        T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire), T_BARE(t_etcd_async_rw),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

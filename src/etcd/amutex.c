@@ -1,5 +1,6 @@
-/* amutex.c: the event-loop client's acquire of the mutex (DL_KIND_LOCK) on
- * the loop's multi handle (acall.c), with no thread: the blocking
+/* amutex.c: the event-loop client's acquire of the mutex (DL_KIND_LOCK)
+ * and of the read-write lock's sides (DL_KIND_READ, DL_KIND_WRITE) on the
+ * loop's multi handle (acall.c), with no thread: the blocking
  * acquire's steps (the halves in mutex.c, holds.c and line.c, backend.c's
  * session) driven by call answers instead of a thread: a re-entry's check, the claim, the session
  * or fixed lease, the claim txn that reads the owner; a waiter's look
@@ -10,7 +11,8 @@
  * the own key's delete at its revision. Deadlock detection and the other
  * kinds still run the blocking acquire on a job (core/blockloop.c); so
  * does an acquire that would first wait for another owner of this client
- * on the same key. */
+ * on the same key, and a side of a read-write lock whose owner holds the
+ * other side (a downgrade, or a refusal). */
 #include "aop.h"
 
 #include <inttypes.h>
@@ -39,6 +41,7 @@ struct etcd_aacq {
   dl_acquire *a;
   astep step;
   bool own;        /* a fixed lease (not the session's) */
+  bool rw;         /* a side of a read-write lock: a key of its own */
   bool session;    /* this op's session call holds e->lease_mu */
   etcd_hold *h;    /* the claim, listed */
   int64_t rev;     /* the re-entry's hold's create revision */
@@ -53,6 +56,7 @@ struct etcd_aacq {
   bool cancelled;
   int rides; /* transient errors ridden out */
   int fresh_tries; /* our old key found at the put, deleted */
+  int clashes;     /* a read-write key found someone else's, put anew */
   char key[ETCD_KEY_MAX];
   char wait_pfx[ETCD_KEY_MAX + 8];
   char pred[ETCD_KEY_MAX];
@@ -293,7 +297,7 @@ static void claim_step(dl_async *op) {
     end(op, DLOCK_ENOMEM);
     return;
   }
-  if (!dl_etcd_claim_now(op->e, q->a->lock, h)) {
+  if (!dl_etcd_claim_now(op->e, q->a->lock, h, !q->rw)) {
     dl_etcd_hold_free(h);
     to_job(op);
     return;
@@ -483,6 +487,13 @@ static void on_put(dl_async *op, int rc, json_object *o) {
   int64_t owner_rev = 0;
   if (rc == 0)
     rc = dl_etcd_put_read_answer(op->e, h, o, true, &owner_rev);
+  /* The key is someone else's: a read-write lock's takes another time (a
+   * clash of clocks: a new key at the next put); a mutex's is no key of a
+   * mutex. */
+  if (rc == 1 && q->rw && q->clashes++ < ETCD_RW_CLASHES) {
+    put_step(op);
+    return;
+  }
   if (rc == 1)
     rc = dl_seterr(op->e->err, DLOCK_EWRONGTYPE,
                    "%s is there on a lease not ours: no lock of ours "
@@ -501,8 +512,9 @@ static void on_put(dl_async *op, int rc, json_object *o) {
     fail(op, rc);
     return;
   }
-  /* Ours if nobody is before us: the owner (the oldest key) is ours. */
-  if (owner_rev != 0 && owner_rev >= h->rev) {
+  /* Ours if nobody is before us: the owner (the oldest key under wait_pfx)
+   * is ours or younger, or there is none (a reader, no writer). */
+  if (owner_rev == 0 ? q->rw : owner_rev >= h->rev) {
     won(op);
     return;
   }
@@ -622,9 +634,13 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
 int dl_etcd_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
                           void *ud, dl_async **out) {
   dl_etcd *e = (dl_etcd *)b;
-  /* The mutex; deadlock detection's walk and the other kinds: the
-   * blocking acquire, on a job. */
-  if (a->lock->kind != DL_KIND_LOCK || (a->wait && a->detect))
+  /* The mutex and the read-write lock's sides; deadlock detection's walk,
+   * the other kinds, and a side whose owner holds the other (a downgrade,
+   * or a refusal): the blocking acquire, on a job. */
+  dl_lock_kind kind = a->lock->kind;
+  bool rw = kind == DL_KIND_READ || kind == DL_KIND_WRITE;
+  if ((kind != DL_KIND_LOCK && !rw) || (a->wait && a->detect) ||
+      (rw && dl_etcd_other_side_held(e, a->lock)))
     return dl_blockloop_jobs(e->form)->lock_acquire_async(b, a, done, ud, out);
   dl_async *op = dl_etcd_op_new(e, AOP_ACQUIRE, done, ud);
   if (op && (op->acq = calloc(1, sizeof *op->acq)) == NULL) {
@@ -634,6 +650,7 @@ int dl_etcd_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
   if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   op->acq->a = a;
   op->acq->own = a->lease_ms != e->session_ttl_ms;
+  op->acq->rw = rw;
   /* The first step from the loop's dispatch: done never runs within this
    * call, and every step runs where a call's answer would. */
   op->later = on_call;

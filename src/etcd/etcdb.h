@@ -564,10 +564,12 @@ void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h);
 /* A claim on l for its owner (own_lease: a fixed lease), not yet listed:
  * NULL out of memory (recorded). */
 etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease);
-/* Lists the claim h on the mutex l unless it would have to wait first
- * (another owner of this client on the same key) or clear a stale hold
- * of the owner: 1 listed, 0 not (nothing done). */
-int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h);
+/* Lists the claim h on l unless it would have to wait first (another
+ * owner of this client on the same key: shared_key, the mutex's key is
+ * the lease's) or clear a stale hold of the owner: 1 listed, 0 not
+ * (nothing done). */
+int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h,
+                      bool shared_key);
 /* Waits for the client's other owner holding (or taking) l on the same
  * lease (shared_key: the mutex's key is the lease's) to let go, a stale
  * hold of the owner cleared on the way, then lists a claim on it (as
@@ -613,6 +615,9 @@ int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
                          int64_t *owner_rev);
 /* How often a fresh put deletes our old key and tries again. */
 #define ETCD_FRESH_TRIES 3
+/* How often a read-write lock's put, its key found someone else's (a
+ * clash of clocks), tries again with a new key. */
+#define ETCD_RW_CLASHES 3
 /* Its txn's body (malloc'ed; NULL out of memory), and the txn's answer r
  * (put here) as its result: also 2 (fresh) when our key was there, at
  * create revision h->rev, for the caller to delete and put again. */
@@ -667,12 +672,12 @@ int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
 
 /* ---- mutex.c: the mutex acquire's steps, for both drivers (the event
  * loop's: amutex.c) ---- */
-/* Once h->lease is known: the acquire's key (h->key, made unless set
- * already: a put again keeps it), its lock's prefix (pfx, ETCD_KEY_MAX
- * bytes), the prefix its line is read under (wait_pfx, ETCD_KEY_MAX + 8
- * bytes) and its value (*value, malloc'ed); an orphan of that key is
- * dropped from the list (the put deletes it). 0, or DLOCK_ENOMEM
- * recorded. */
+/* Once h->lease is known: the acquire's key (h->key, an earlier one freed:
+ * a read-write lock's put again takes a new one), its lock's prefix
+ * (pfx, ETCD_KEY_MAX bytes), the prefix its line is read under (wait_pfx,
+ * ETCD_KEY_MAX + 8 bytes) and its value (*value, malloc'ed); an orphan of
+ * that key is dropped from the list (the put deletes it). 0, or
+ * DLOCK_ENOMEM recorded. */
 int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
                       char *wait_pfx, char **value);
 /* h won (its lease valid until `until`): held, watched, a's results: 1,

@@ -80,10 +80,11 @@ static etcd_hold *claim_blocker(dl_etcd *e, const dl_lock_ref *l,
   return o;
 }
 
-int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h) {
+int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h,
+                      bool shared_key) {
   bool stale;
   pthread_mutex_lock(&e->mu);
-  bool free_now = claim_blocker(e, l, h, true, &stale) == NULL;
+  bool free_now = claim_blocker(e, l, h, shared_key, &stale) == NULL;
   if (free_now) {
     h->next = e->holds;
     e->holds = h;

@@ -100,13 +100,12 @@ int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
   lock_prefix(e, l->key, pfx, ETCD_KEY_MAX);
   snprintf(wait_pfx, ETCD_KEY_MAX + 8, "%s%s", pfx,
            l->kind == DL_KIND_READ ? "write/" : "");
-  if (h->key) /* a put again (our old key deleted first): the same key */
-    snprintf(key, sizeof key, "%s", h->key);
-  else if (rw)
+  if (rw)
     rw_key(pfx, l->kind == DL_KIND_WRITE, key, sizeof key);
   else
     snprintf(key, sizeof key, "%s%" PRIx64, pfx, (uint64_t)h->lease);
-  if (h->key == NULL && (h->key = dl_strdup(key)) == NULL)
+  free(h->key); /* a put again: a key anew (the read-write lock's) */
+  if ((h->key = dl_strdup(key)) == NULL)
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   /* Our key, left by a release that failed: the put deletes it at its
    * revision and makes it anew (dl_etcd_put_and_read, fresh); the
@@ -194,7 +193,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     if (rc != 1) break;
     /* The key is someone else's: a read-write lock's takes another time
      * (a clash of clocks); a mutex's is no key of a mutex. */
-    if (!rw || tries == 3) {
+    if (!rw || tries == ETCD_RW_CLASHES) {
       rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
                      "%s is there on a lease not ours: no lock of ours "
                      "made it (nothing changed)",
