@@ -204,28 +204,20 @@ static int eval_of(const char *cmd, size_t len, const char *body, char **out) {
   return (int)total;
 }
 
-/* Makes r (an EVALSHA) the EVAL of its script's body, in place: 0, or
- * DLOCK_ENOMEM with r unchanged. */
-static int to_eval(dl_areq *r) {
-  char *cmd = NULL;
-  int len = eval_of(r->cmd, r->len, dl_script_of(r->script)->body, &cmd);
-  if (len < 0) return DLOCK_ENOMEM;
-  free(r->cmd);
-  r->cmd = cmd;
-  r->len = (size_t)len;
-  r->sha = false; /* a NOSCRIPT now is an error like any other */
-  return 0;
-}
-
 /* The script's body once, for a request that got NOSCRIPT: r goes out
  * again as EVAL, the same request (its handle and deadline stand). */
 void dl_aq_resend_eval(dl_aconn *c, dl_areq *r) {
+  char *cmd = NULL;
+  int len = eval_of(r->cmd, r->len, dl_script_of(r->script)->body, &cmd);
   r->sha = false; /* a second NOSCRIPT is an error like any other */
-  if (to_eval(r) != 0) {
+  if (len < 0) {
     set_msg(c, DLOCK_ENOMEM, "out of memory");
     dl_aq_finish(c, r, DLOCK_ENOMEM, NULL);
     return;
   }
+  free(r->cmd);
+  r->cmd = cmd;
+  r->len = (size_t)len;
   r->ping = false;
   dl_aq_push(&c->outq, r, Q_OUT);
 }
