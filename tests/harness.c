@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -148,6 +149,11 @@ static int timeout_s(void) {
  * LeakSanitizer exits with by default. */
 #define CHECK_FAILED_EXIT 99
 
+/* The failed CHECKs of the test's process, told to the runner in a page
+ * both share: valgrind turns the exit status of a test that failed a CHECK
+ * (and so left its clients open) into its own 3 for the leaks. */
+static _Atomic int *told_checks;
+
 /* The test's own process: runs it and exits CHECK_FAILED_EXIT if a CHECK
  * failed, else through exit(0), where the leak checkers look. */
 static void run_child(const th_test *t, pid_t runner, const sigset_t *mask) {
@@ -161,6 +167,7 @@ static void run_child(const th_test *t, pid_t runner, const sigset_t *mask) {
   fflush(stdout);
   fflush(stderr);
   if (th_failed_checks) {
+    if (told_checks) *told_checks = th_failed_checks;
     /* Threads of the failed test may still run: no exit handlers beyond
      * stopping our servers, and no leak report on top of the failure. */
     cleanup_all();
@@ -211,6 +218,7 @@ static void run_one(const th_test *t, bool fork_each, const sigset_t *mask,
   }
   fflush(stdout);
   fflush(stderr);
+  if (told_checks) *told_checks = 0;
   pid_t runner = getpid(), pid = fork();
   if (pid == 0) run_child(t, runner, mask);
   if (pid < 0) {
@@ -229,6 +237,9 @@ static void run_one(const th_test *t, bool fork_each, const sigset_t *mask,
              signal_name(WTERMSIG(st)));
   else if (WEXITSTATUS(st) == CHECK_FAILED_EXIT)
     snprintf(why, len, ": a CHECK failed");
+  else if (told_checks && *told_checks > 0)
+    snprintf(why, len, ": a CHECK failed (exit status %d: valgrind's leak "
+             "report of the clients it left open above)", WEXITSTATUS(st));
   else if (WEXITSTATUS(st) != 0) /* valgrind's 3, LeakSanitizer's 1 */
     snprintf(why, len, ": exit status %d (a report above?)", WEXITSTATUS(st));
 }
@@ -251,6 +262,11 @@ static int run(int argc, char **argv, const th_test *tests, size_t n,
   if (mkdtemp(tmpdir) == NULL) {
     fprintf(stderr, "cannot make a temp dir: %s\n", strerror(errno));
     return 2;
+  }
+  if (fork_each && told_checks == NULL) {
+    void *page = mmap(NULL, sizeof *told_checks, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (page != MAP_FAILED) told_checks = page;
   }
   atexit(cleanup_all);
   signal(SIGINT, on_signal);

@@ -225,7 +225,8 @@ bool cf_here(const char *where) {
 }
 
 bool cf_waiters_reach(dlock_lock *l, int n, int timeout_ms) {
-  int64_t end = th_now_ms() + timeout_ms;
+  /* Scaled: under valgrind a forked waiter takes seconds to show. */
+  int64_t end = th_now_ms() + (int64_t)timeout_ms * cf_slowdown();
   for (;;) {
     dlock_lock_state st;
     if (dlock_lock_inspect(l, &st) == 0 && (st.waiters >= n || st.queued >= n))

@@ -116,7 +116,8 @@ void cf_lock_free(cf_lock *h);
  * its last attempt (dlock_fairlock_new's stale_ms). */
 #define CF_FAIR_STALE_MS (1000 * cf_slowdown())
 /* Polls the lock's snapshot until n waiters wait (or are queued): true,
- * or false at timeout_ms (where waiters leave no trace: they retry). */
+ * or false at timeout_ms times cf_slowdown() (where waiters leave no
+ * trace: they retry). */
 bool cf_waiters_reach(dlock_lock *l, int n, int timeout_ms);
 /* Polls the deployment's Redis servers until none lists a connection
  * named client_name (dlock_client_options.client_name): true, or false at

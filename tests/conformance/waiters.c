@@ -13,8 +13,8 @@
     for (dl_feature k = cf_lock_kinds[k##_i]; cf_has(k); k = DL_FEAT_COUNT)
 
 /* Waits for n waiters to show on l: whether they did. Where waiters leave
- * no trace (they retry, redlock://) it gives up after half a second (and
- * the test shows less). */
+ * no trace (they retry, redlock://) it gives up after half a second,
+ * scaled (and the test shows less). */
 static bool await_waiters(dlock_lock *l, int n) {
   if (!cf_has(DL_FEAT_WAIT_NOTIFY)) {
     cf_waiters_reach(l, n, 500);
