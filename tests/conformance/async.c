@@ -6,6 +6,9 @@
 
 #include <string.h>
 
+/* How long a waiter may take to show in a snapshot (scaled). */
+#define CF_SEEN_MS (3000 * cf_slowdown())
+
 #define FOR_KINDS(k)                                                           \
   for (int k##_i = 0; k##_i < 5; k##_i++)                                      \
     for (dl_feature k = cf_lock_kinds[k##_i];                                  \
@@ -308,7 +311,7 @@ static void t_async_cancel(void) {
      * trace; elsewhere (Redis: they wait for a message) a moment later. */
     int never = 0;
     bool seen = !cf_waiters_by_session();
-    for (int64_t end = th_now_ms() + 3000; !seen && th_now_ms() < end;) {
+    for (int64_t end = th_now_ms() + CF_SEEN_MS; !seen && th_now_ms() < end;) {
       cf_run_until(f.lp, &never, 5);
       seen = cf_waiters_reach(probe.l, 1, 0);
     }
@@ -364,7 +367,7 @@ static void t_async_free_waiter(void) {
     cf_got g = {0};
     CHECK_RC(dlock_lock_acquire_async(w.l, -1, 10000, cf_done, &g, NULL), 0);
     bool seen = !cf_waiters_by_session();
-    for (int64_t end = th_now_ms() + 3000; !seen && th_now_ms() < end;) {
+    for (int64_t end = th_now_ms() + CF_SEEN_MS; !seen && th_now_ms() < end;) {
       cf_run_until(f.lp, &never, 5);
       seen = cf_waiters_reach(next.l, 1, 0);
     }
