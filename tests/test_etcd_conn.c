@@ -780,6 +780,89 @@ static int run_sampled(dlock_loop *lp, int64_t ms) {
   return most;
 }
 
+/* An event-loop client's fair lock is acquired on its loop's multi handle
+ * too (the mutex's layout, FIFO by create revision): waiters of their own
+ * leases queued behind another client's holder start no thread, and are
+ * served one by one in their order of arrival, each within 100 ms of its
+ * predecessor's release. */
+static void t_etcd_async_fair(void) {
+  NEED_ETCD();
+  enum { N = 4 };
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  dlock_client *c, *c2;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  CHECK_RC(dlock_client_open_async(&o, lp, &c2), 0);
+  dlock_lock *h, *warm, *w[N];
+  CHECK_RC(dlock_fairlock_new(c, "fq", NULL, 0, &h), 0);
+  CHECK_RC(dlock_fairlock_new(c2, "fq-warm", NULL, 0, &warm), 0);
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_fairlock_new(c2, "fq", NULL, 0, &w[i]), 0);
+  /* Each client's first: its session's lease, its watcher thread. */
+  adone d[2];
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_acquire_async(h, 0, 0, on_adone, &d[0], NULL), 0);
+  CHECK_RC(dlock_lock_acquire_async(warm, 0, 0, on_adone, &d[1], NULL), 0);
+  CHECK(run_all(lp, d, 2));
+  CHECK_RC(d[0].rc, 0);
+  CHECK_RC(d[1].rc, 0);
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_release_async(warm, on_adone, &d[0], NULL), 0);
+  CHECK(run_all(lp, d, 1));
+  CHECK_RC(d[0].rc, 1);
+  /* N waiters, each on a lease of its own (a key of its own), in line one
+   * after the other. */
+  int before = tasks();
+  tdone t[N];
+  memset(t, 0, sizeof t);
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(dlock_lock_acquire_async(w[i], 10000, 10000, on_tdone, &t[i],
+                                      NULL),
+             0);
+    int64_t end = th_now_ms() + th_soon(3000);
+    while (keys_under(&s, "fq/") < i + 2 && th_now_ms() < end)
+      dlock_loop_run(lp, 5);
+    CHECK_EQ(keys_under(&s, "fq/"), i + 2);
+  }
+  CHECK_EQ(run_sampled(lp, 200), before);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(t[i].d.calls, 0);
+  /* Served in their order of arrival, one release after the other. */
+  tdone r;
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_lock_release_async(h, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 1);
+  for (int i = 0; i < N; i++) {
+    CHECK(run_one(lp, &t[i]));
+    CHECK_RC(t[i].d.rc, 0);
+    for (int j = i + 1; j < N; j++)
+      CHECK_EQ(t[j].d.calls, 0);
+    fprintf(stderr, "    waiter %d took it %lld ms after the release\n", i,
+            (long long)(t[i].at - r.at));
+    CHECK(t[i].at - r.at < th_soon(100));
+    memset(&r, 0, sizeof r);
+    CHECK_RC(dlock_lock_release_async(w[i], on_tdone, &r, NULL), 0);
+    CHECK(run_one(lp, &r));
+    CHECK_RC(r.d.rc, 1);
+  }
+  CHECK_EQ(tasks(), before);
+  CHECK_EQ(keys_under(&s, "fq/"), 0);
+  dlock_lock_free(h);
+  dlock_lock_free(warm);
+  for (int i = 0; i < N; i++)
+    dlock_lock_free(w[i]);
+  dlock_client_close(c);
+  dlock_client_close(c2);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
 /* An event-loop client's acquire of a read-write lock's sides runs on its
  * loop's multi handle too: readers waiting for another client's writer
  * start no thread, each takes the read side within 100 ms of the writer's
@@ -1607,6 +1690,7 @@ static void t_etcd_async_failover(void) {
 TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire), T_BARE(t_etcd_async_rw),
+        T_BARE(t_etcd_async_fair),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

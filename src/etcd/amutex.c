@@ -1,18 +1,19 @@
-/* amutex.c: the event-loop client's acquire of the mutex (DL_KIND_LOCK)
- * and of the read-write lock's sides (DL_KIND_READ, DL_KIND_WRITE) on the
- * loop's multi handle (acall.c), with no thread: the blocking
- * acquire's steps (the halves in mutex.c, holds.c and line.c, backend.c's
- * session) driven by call answers instead of a thread: a re-entry's check, the claim, the session
- * or fixed lease, the claim txn that reads the owner; a waiter's look
- * (its own key still there, and its predecessor), the watch on the
- * predecessor's key (a stream on the same multi handle, parsed as wait.c
- * parses it) in steps of a third of the lease, each step keeping the
- * lease alive; the deadline and a cancel a dl_timer; and when not taken,
- * the own key's delete at its revision. Deadlock detection and the other
- * kinds still run the blocking acquire on a job (core/blockloop.c); so
- * does an acquire that would first wait for another owner of this client
- * on the same key, and a side of a read-write lock whose owner holds the
- * other side (a downgrade, or a refusal). */
+/* amutex.c: the event-loop client's acquire of the mutex (DL_KIND_LOCK,
+ * and DL_KIND_FAIR on the same layout) and of the read-write lock's sides
+ * (DL_KIND_READ, DL_KIND_WRITE) on the loop's multi handle (acall.c), with
+ * no thread: the blocking acquire's steps (the halves in mutex.c, holds.c
+ * and line.c, backend.c's session) driven by call answers instead of a
+ * thread: a re-entry's check, the claim, the session or fixed lease, the
+ * claim txn that reads the owner; a waiter's look (its own key still
+ * there, and its predecessor), the watch on the predecessor's key (a
+ * stream on the same multi handle, parsed as wait.c parses it) in steps of
+ * a third of the lease, each step keeping the lease alive; the deadline
+ * and a cancel a dl_timer; and when not taken, the own key's delete at its
+ * revision. Deadlock detection and the other kinds still run the blocking
+ * acquire on a job (core/blockloop.c); so does an acquire that would first
+ * wait for another owner of this client on the same key, and a side of a
+ * read-write lock whose owner holds the other side (a downgrade, or a
+ * refusal). */
 #include "aop.h"
 
 #include <inttypes.h>
@@ -634,12 +635,14 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
 int dl_etcd_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
                           void *ud, dl_async **out) {
   dl_etcd *e = (dl_etcd *)b;
-  /* The mutex and the read-write lock's sides; deadlock detection's walk,
-   * the other kinds, and a side whose owner holds the other (a downgrade,
-   * or a refusal): the blocking acquire, on a job. */
+  /* The mutex (the fair lock is the mutex: its line is FIFO) and the
+   * read-write lock's sides here; deadlock detection's walk, the other
+   * kinds, and a side whose owner holds the other (a downgrade, or a
+   * refusal): the blocking acquire, on a job. */
   dl_lock_kind kind = a->lock->kind;
   bool rw = kind == DL_KIND_READ || kind == DL_KIND_WRITE;
-  if ((kind != DL_KIND_LOCK && !rw) || (a->wait && a->detect) ||
+  bool mutex = kind == DL_KIND_LOCK || kind == DL_KIND_FAIR;
+  if ((!mutex && !rw) || (a->wait && a->detect) ||
       (rw && dl_etcd_other_side_held(e, a->lock)))
     return dl_blockloop_jobs(e->form)->lock_acquire_async(b, a, done, ud, out);
   dl_async *op = dl_etcd_op_new(e, AOP_ACQUIRE, done, ud);
