@@ -9,9 +9,13 @@
  * stream on the same multi handle, parsed as wait.c parses it) in steps of
  * a third of the lease, each step keeping the lease alive; the deadline
  * and a cancel a dl_timer; and when not taken, the own key's delete at its
- * revision. Deadlock detection and the other kinds still run the blocking
- * acquire on a job (core/blockloop.c); so does an acquire that would first
- * wait for another owner of this client on the same key, and a side of a
+ * revision. An acquire that must first wait for another owner of this
+ * client on the same key (the session lease's: they take turns locally)
+ * waits on the loop too, parked in e->aclaims until a hold goes
+ * (dl_etcd_holds_gone wakes the loop from any thread). Deadlock detection
+ * and the other kinds still run the blocking acquire on a job
+ * (core/blockloop.c); so does an acquire that must first clear a stale
+ * hold of its own owner (reported lost, not released), and a side of a
  * read-write lock whose owner holds the other side (a downgrade, or a
  * refusal). */
 #include "aop.h"
