@@ -780,6 +780,17 @@ static int run_sampled(dlock_loop *lp, int64_t ms) {
   return most;
 }
 
+/* A loop (*lp), and n event-loop clients of s on it (c). */
+static void loop_clients(const th_etcd *s, dlock_loop **lp, dlock_client **c,
+                         int n) {
+  CHECK_RC(dlock_loop_new(NULL, lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s->url;
+  for (int i = 0; i < n; i++)
+    CHECK_RC(dlock_client_open_async(&o, *lp, &c[i]), 0);
+}
+
 /* An event-loop client's fair lock is acquired on its loop's multi handle
  * too (the mutex's layout, FIFO by create revision): waiters of their own
  * leases queued behind another client's holder start no thread, and are
@@ -791,13 +802,9 @@ static void t_etcd_async_fair(void) {
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
-  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s.url;
-  dlock_client *c, *c2;
-  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
-  CHECK_RC(dlock_client_open_async(&o, lp, &c2), 0);
+  dlock_client *cs[2];
+  loop_clients(&s, &lp, cs, 2);
+  dlock_client *c = cs[0], *c2 = cs[1];
   dlock_lock *h, *warm, *w[N];
   CHECK_RC(dlock_fairlock_new(c, "fq", NULL, 0, &h), 0);
   CHECK_RC(dlock_fairlock_new(c2, "fq-warm", NULL, 0, &warm), 0);
@@ -875,12 +882,8 @@ static void t_etcd_async_owners(void) {
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
-  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s.url;
   dlock_client *c;
-  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  loop_clients(&s, &lp, &c, 1);
   dlock_lock *a, *w[2];
   CHECK_RC(dlock_lock_new(c, "ow", "a", &a), 0);
   CHECK_RC(dlock_lock_new(c, "ow", "b", &w[0]), 0);
