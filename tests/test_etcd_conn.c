@@ -780,6 +780,17 @@ static int run_sampled(dlock_loop *lp, int64_t ms) {
   return most;
 }
 
+/* A loop (*lp), and n event-loop clients of s on it (c). */
+static void loop_clients(const th_etcd *s, dlock_loop **lp, dlock_client **c,
+                         int n) {
+  CHECK_RC(dlock_loop_new(NULL, lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s->url;
+  for (int i = 0; i < n; i++)
+    CHECK_RC(dlock_client_open_async(&o, *lp, &c[i]), 0);
+}
+
 /* An event-loop client's fair lock is acquired on its loop's multi handle
  * too (the mutex's layout, FIFO by create revision): waiters of their own
  * leases queued behind another client's holder start no thread, and are
@@ -791,13 +802,9 @@ static void t_etcd_async_fair(void) {
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
-  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s.url;
-  dlock_client *c, *c2;
-  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
-  CHECK_RC(dlock_client_open_async(&o, lp, &c2), 0);
+  dlock_client *cs[2];
+  loop_clients(&s, &lp, cs, 2);
+  dlock_client *c = cs[0], *c2 = cs[1];
   dlock_lock *h, *warm, *w[N];
   CHECK_RC(dlock_fairlock_new(c, "fq", NULL, 0, &h), 0);
   CHECK_RC(dlock_fairlock_new(c2, "fq-warm", NULL, 0, &warm), 0);
@@ -860,6 +867,109 @@ static void t_etcd_async_fair(void) {
   dlock_client_close(c);
   dlock_client_close(c2);
   dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
+/* Two owners of one event-loop client take turns on a mutex's name
+ * locally (the session's lease is theirs both: one key): waiters for
+ * another owner of the client wait on the loop, with no thread, and are
+ * served one by one, each within 100 ms of the holder's release; such a
+ * try is refused at once, a wait ends not taken at its deadline, a cancel
+ * ends it at once, and the client's close with one waiting ends it
+ * DLOCK_ECLOSED. */
+static void t_etcd_async_owners(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_client *c;
+  loop_clients(&s, &lp, &c, 1);
+  dlock_lock *a, *w[2];
+  CHECK_RC(dlock_lock_new(c, "ow", "a", &a), 0);
+  CHECK_RC(dlock_lock_new(c, "ow", "b", &w[0]), 0);
+  CHECK_RC(dlock_lock_new(c, "ow", "c", &w[1]), 0);
+  /* The first: the session's lease, the watcher thread. */
+  tdone r;
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_lock_acquire_async(a, 0, 0, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  int before = tasks();
+  /* Two waiters for a: no thread, no key of theirs (a's is the lease's). */
+  tdone t[2];
+  memset(t, 0, sizeof t);
+  for (int i = 0; i < 2; i++)
+    CHECK_RC(dlock_lock_acquire_async(w[i], 10000, 0, on_tdone, &t[i], NULL),
+             0);
+  CHECK_EQ(run_sampled(lp, 200), before);
+  CHECK_EQ(t[0].d.calls + t[1].d.calls, 0);
+  CHECK_EQ(keys_under(&s, "ow/"), 1);
+  /* a's release hands it to one of them, its release to the other. */
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_lock_release_async(a, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 1);
+  int64_t end = th_now_ms() + th_soon(3000);
+  while (t[0].d.calls + t[1].d.calls == 0 && th_now_ms() < end)
+    dlock_loop_run(lp, 5);
+  int first = t[0].d.calls ? 0 : 1;
+  CHECK_EQ(t[first].d.calls, 1);
+  CHECK_RC(t[first].d.rc, 0);
+  CHECK_EQ(t[1 - first].d.calls, 0);
+  fprintf(stderr, "    owner %c took it %lld ms after the release\n",
+          'b' + first, (long long)(t[first].at - r.at));
+  CHECK(t[first].at - r.at < th_soon(100));
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_lock_release_async(w[first], on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 1);
+  CHECK(run_one(lp, &t[1 - first]));
+  CHECK_RC(t[1 - first].d.rc, 0);
+  fprintf(stderr, "    owner %c took it %lld ms after the release\n",
+          'b' + 1 - first, (long long)(t[1 - first].at - r.at));
+  CHECK(t[1 - first].at - r.at < th_soon(100));
+  CHECK_EQ(tasks(), before);
+  /* Held by c: a try of a is refused at once, a wait at its deadline. */
+  memset(t, 0, sizeof t);
+  CHECK_RC(dlock_lock_acquire_async(a, 0, 0, on_tdone, &t[0], NULL), 0);
+  CHECK(run_one(lp, &t[0]));
+  CHECK_RC(t[0].d.rc, DLOCK_EBUSY);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_acquire_async(a, 300, 0, on_tdone, &t[1], NULL), 0);
+  CHECK(run_one(lp, &t[1]));
+  CHECK_RC(t[1].d.rc, DLOCK_EBUSY);
+  fprintf(stderr, "    a 300 ms wait ended after %lld ms\n",
+          (long long)(t[1].at - t0));
+  CHECK(t[1].at - t0 >= 300 && t[1].at - t0 < 300 + th_soon(200));
+  /* A wait cancelled: at once. */
+  memset(t, 0, sizeof t);
+  dlock_op *op;
+  CHECK_RC(dlock_lock_acquire_async(a, 10000, 0, on_tdone, &t[0], &op), 0);
+  for (end = th_now_ms() + 100; th_now_ms() < end;)
+    dlock_loop_run(lp, 10);
+  CHECK_EQ(t[0].d.calls, 0);
+  t0 = th_now_ms();
+  dlock_op_cancel(op);
+  CHECK(run_one(lp, &t[0]));
+  CHECK_RC(t[0].d.rc, DLOCK_ECANCELED);
+  fprintf(stderr, "    a cancelled wait ended after %lld ms\n",
+          (long long)(t[0].at - t0));
+  CHECK(t[0].at - t0 < th_soon(100));
+  CHECK_EQ(tasks(), before);
+  CHECK_EQ(keys_under(&s, "ow/"), 1);
+  /* The client closed with one waiting: told within the close. */
+  CHECK_RC(dlock_lock_acquire_async(a, 10000, 0, on_tdone, &t[1], NULL), 0);
+  for (end = th_now_ms() + 100; th_now_ms() < end;)
+    dlock_loop_run(lp, 10);
+  CHECK_EQ(t[1].d.calls, 0);
+  dlock_lock_free(a);
+  for (int i = 0; i < 2; i++)
+    dlock_lock_free(w[i]);
+  dlock_client_close(c);
+  CHECK_EQ(t[1].d.calls, 1);
+  CHECK_RC(t[1].d.rc, DLOCK_ECLOSED);
+  dlock_loop_free(lp);
+  CHECK_EQ(keys_under(&s, "ow/"), 0);
   th_etcd_stop(&s);
 }
 
@@ -1690,7 +1800,7 @@ static void t_etcd_async_failover(void) {
 TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire), T_BARE(t_etcd_async_rw),
-        T_BARE(t_etcd_async_fair),
+        T_BARE(t_etcd_async_fair), T_BARE(t_etcd_async_owners),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

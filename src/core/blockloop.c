@@ -32,6 +32,8 @@ struct dl_blockloop {
   char *keys[NOTICE_KEYS]; /* these keys may be */
   int nkeys;
   bool closed; /* dl_blockloop_close: notices are dropped */
+  /* dl_blockloop_set_woken's */
+  void (*woken)(dl_backend *);
 };
 
 static dl_blockloop *form_of(dl_backend *b) {
@@ -311,10 +313,12 @@ static void on_notice(void *ud, const char *key, size_t len) {
   pthread_mutex_unlock(&f->mu);
 }
 
-/* The offload's woken (the loop's thread): whether any key may be lost,
- * else the keys that may be. */
+/* The offload's woken (the loop's thread): the backend's own work
+ * (dl_blockloop_wake), then whether any key may be lost, else the keys
+ * that may be. */
 static void on_woken(void *ud) {
   dl_blockloop *f = ud;
+  if (f->woken) f->woken(f->b);
   char *keys[NOTICE_KEYS];
   pthread_mutex_lock(&f->mu);
   bool any = f->any;
@@ -469,6 +473,16 @@ int dl_blockloop_new(dl_backend *b, const dl_backend_env *env,
   b->ops = o;
   *out = f;
   return 0;
+}
+
+void dl_blockloop_set_woken(dl_blockloop *f, void (*woken)(dl_backend *b)) {
+  f->woken = woken;
+}
+
+void dl_blockloop_wake(dl_blockloop *f) {
+  pthread_mutex_lock(&f->mu);
+  if (!f->closed) dl_offload_wake(f->off); /* as a notice's */
+  pthread_mutex_unlock(&f->mu);
 }
 
 const dl_backend_ops *dl_blockloop_jobs(const dl_blockloop *f) {

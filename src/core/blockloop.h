@@ -41,6 +41,14 @@ typedef struct dl_blockloop_head {
 int dl_blockloop_new(dl_backend *b, const dl_backend_env *env,
                      void (*kick)(dl_backend *b), const dl_backend_ops *own,
                      dl_blockloop **out);
+/* Sets woken (NULL: none), which runs on the loop's thread soon after
+ * each dl_blockloop_wake (and maybe at other times: it looks for its own
+ * work). Before any operation starts. */
+void dl_blockloop_set_woken(dl_blockloop *f, void (*woken)(dl_backend *b));
+/* Asks for woken(b) on the loop's thread soon, as a loss notice is
+ * passed on; nothing once f is closed. Any thread (may be called with
+ * the backend's own locks held: it takes a leaf lock). */
+void dl_blockloop_wake(dl_blockloop *f);
 /* The entries as jobs (a thread each), for a backend's own entry that
  * hands an operation back to them. */
 const dl_backend_ops *dl_blockloop_jobs(const dl_blockloop *f);

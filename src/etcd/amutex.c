@@ -9,9 +9,13 @@
  * stream on the same multi handle, parsed as wait.c parses it) in steps of
  * a third of the lease, each step keeping the lease alive; the deadline
  * and a cancel a dl_timer; and when not taken, the own key's delete at its
- * revision. Deadlock detection and the other kinds still run the blocking
- * acquire on a job (core/blockloop.c); so does an acquire that would first
- * wait for another owner of this client on the same key, and a side of a
+ * revision. An acquire that must first wait for another owner of this
+ * client on the same key (the session lease's: they take turns locally)
+ * waits on the loop too, parked in e->aclaims until a hold goes
+ * (dl_etcd_holds_gone wakes the loop from any thread). Deadlock detection
+ * and the other kinds still run the blocking acquire on a job
+ * (core/blockloop.c); so does an acquire that must first clear a stale
+ * hold of its own owner (reported lost, not released), and a side of a
  * read-write lock whose owner holds the other side (a downgrade, or a
  * refusal). */
 #include "aop.h"
@@ -33,6 +37,7 @@ typedef enum astep {
   S_WATCH,
   S_KEEP,  /* a waiter's fixed lease kept alive */
   S_PAUSE, /* a waiter's pause (a transient error ridden out) */
+  S_CLAIM, /* waiting for another owner of this client (e->aclaims) */
   S_DELETE,
   S_UNORPHAN, /* our old key deleted at its revision, to put anew */
   S_REVOKE
@@ -51,6 +56,8 @@ struct etcd_aacq {
   int rc;          /* the failure path's result */
   dl_async *job;   /* handed to a job: its operation */
   dl_async *snext; /* waiting for another op's session call */
+  dl_async *cnext; /* in e->aclaims, when parked */
+  bool parked;     /* waiting for another owner of this client */
   bool in_line;    /* our key is in line: a session step keeps it */
   bool won;        /* a keep step ends the acquire (it won) */
   bool watched;    /* a watch ended (the blocking path's `waited`) */
@@ -64,6 +71,7 @@ struct etcd_aacq {
 };
 
 static void on_call(void *ud, int rc, json_object *o, int code);
+static bool wait_over(dl_async *op);
 static void session_step(dl_async *op);
 static void look_step(dl_async *op);
 static void keep_done(dl_async *op);
@@ -289,8 +297,55 @@ static void lease_step(dl_async *op) {
   call(op, S_FIXED_KEEP, "/v3/lease/keepalive", body);
 }
 
-/* The claim (without waiting for this client's other owners of the
- * name: those acquires go to a job). */
+/* ---- the wait for another owner of this client ---- */
+/* Lists op among the acquires waiting for another owner (e->aclaims): a
+ * hold dropped from now on wakes them (dl_etcd_holds_gone). */
+static void park(dl_async *op) {
+  dl_etcd *e = op->e;
+  pthread_mutex_lock(&e->mu);
+  op->acq->cnext = e->aclaims;
+  e->aclaims = op;
+  op->acq->parked = true;
+  pthread_mutex_unlock(&e->mu);
+}
+
+static void unpark(dl_async *op) {
+  dl_etcd *e = op->e;
+  if (!op->acq->parked) return;
+  pthread_mutex_lock(&e->mu);
+  for (dl_async **pp = &e->aclaims; *pp; pp = &(*pp)->acq->cnext)
+    if (*pp == op) {
+      *pp = op->acq->cnext;
+      break;
+    }
+  op->acq->parked = false;
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* Not taken, nothing sent: as the blocking claim's refusal. */
+static void refuse(dl_async *op) {
+  op->acq->a->ttl = DLOCK_TTL_NONE;
+  end(op, 0);
+}
+
+static void claim_step(dl_async *op);
+
+/* A parked op's look: a hold dropped (dl_etcd_aclaims_woken), a cancel,
+ * its deadline, or the fallback's period come. */
+static void on_claim_timer(void *ud) {
+  dl_async *op = ud;
+  unpark(op);
+  op->acq->step = S_START;
+  if (op->acq->cancelled)
+    refuse(op);
+  else
+    claim_step(op);
+}
+
+/* The claim: listed at once, or parked until the client's other owner of
+ * the name lets go (its hold dropped wakes the loop; a look every 50 ms
+ * besides, should a wake be missed), its deadline or a cancel. A stale
+ * hold of the owner's own is the blocking acquire's to clear, on a job. */
 static void claim_step(dl_async *op) {
   struct etcd_aacq *q = op->acq;
   etcd_hold *h = dl_etcd_claim_new(op->e, q->a->lock, q->own);
@@ -298,13 +353,45 @@ static void claim_step(dl_async *op) {
     end(op, DLOCK_ENOMEM);
     return;
   }
-  if (!dl_etcd_claim_now(op->e, q->a->lock, h, !q->rw)) {
-    dl_etcd_hold_free(h);
-    to_job(op);
+  park(op); /* before the look: no drop after it goes unseen */
+  bool stale;
+  if (dl_etcd_claim_now(op->e, q->a->lock, h, !q->rw, &stale)) {
+    unpark(op);
+    q->h = h;
+    lease_step(op);
     return;
   }
-  q->h = h;
-  lease_step(op);
+  dl_etcd_hold_free(h);
+  if (stale || wait_over(op)) {
+    unpark(op);
+    if (stale)
+      to_job(op);
+    else
+      refuse(op);
+    return;
+  }
+  q->a->waited = true;
+  q->step = S_CLAIM;
+  int64_t at = dl_now_ms() + 50;
+  dl_timer_stop(op->e->env->loop, &op->timer);
+  dl_timer_init(&op->timer, on_claim_timer, op);
+  if (dl_timer_start(op->e->env->loop, &op->timer,
+                     at < q->a->deadline ? at : q->a->deadline) != 0) {
+    unpark(op);
+    end(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+  }
+}
+
+void dl_etcd_aclaims_woken(dl_backend *b) {
+  dl_etcd *e = (dl_etcd *)b;
+  int64_t now = dl_now_ms();
+  pthread_mutex_lock(&e->mu);
+  if (e->aclaim_look)
+    for (dl_async *op = e->aclaims; op; op = op->acq->cnext)
+      /* Armed while parked: restarted, it needs no memory. */
+      dl_timer_start(e->env->loop, &op->timer, now);
+  e->aclaim_look = false;
+  pthread_mutex_unlock(&e->mu);
 }
 
 static void start(dl_async *op) {
@@ -617,7 +704,8 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     keep_done(op);
     return;
   case S_WATCH:
-  case S_PAUSE: return; /* not a call's */
+  case S_PAUSE:
+  case S_CLAIM: return; /* not a call's */
   case S_DELETE: {
     int gone = rc;
     if (rc == 0 && q->h->rev > 0) gone = dl_etcd_txn_succeeded(o);
@@ -673,12 +761,15 @@ void dl_etcd_acquire_cancel(dl_async *op) {
   q->cancelled = true;
   if (q->step == S_WATCH || q->step == S_PAUSE)
     wait_until(op, q->step, dl_now_ms());
+  else if (q->step == S_CLAIM) /* armed: restarted, it needs no memory */
+    dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms());
 }
 
 int dl_etcd_acquire_close(dl_async *op) {
   dl_etcd *e = op->e;
   struct etcd_aacq *q = op->acq;
   if (q->job) return 0;
+  unpark(op);
   e->asess_wait = NULL; /* each is ended here too */
   dl_etcd_acall_abort(op->call);
   op->call = NULL;

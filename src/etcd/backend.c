@@ -541,6 +541,8 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
   if (rc == 0 && env->loop) rc = dl_etcd_aloop_new(e);
   if (rc == 0 && env->loop)
     rc = dl_blockloop_new(&e->base, env, etcd_kick, &dl_etcd_aops, &e->form);
+  if (rc == 0 && env->loop)
+    dl_blockloop_set_woken(e->form, dl_etcd_aclaims_woken);
   if (rc != 0) {
     etcd_free(&e->base);
     return rc;

@@ -136,6 +136,11 @@ typedef struct dl_etcd {
    * lease_mu) is in flight, and those waiting for it (the loop's
    * thread). */
   struct dl_async *asess, *asess_wait;
+  /* amutex.c's acquires waiting for another owner of this client to let
+   * go of the lock's name (e->mu; only the loop's thread changes it), and
+   * whether a hold went since they last looked (e->mu). */
+  struct dl_async *aclaims;
+  bool aclaim_look;
   struct etcd_consumer *consumers; /* mu: reliable.c's */
 } dl_etcd;
 
@@ -295,6 +300,9 @@ extern const dl_backend_ops dl_etcd_aops;
 /* Ends every operation in flight (done: DLOCK_ECLOSED): the client
  * closing. The loop's thread. */
 void dl_etcd_aops_close(dl_etcd *e);
+/* amutex.c's, for dl_blockloop_set_woken: the acquires waiting for
+ * another owner of this client look again if a hold went. */
+void dl_etcd_aclaims_woken(dl_backend *b);
 
 /* ---- grpc.c ---- */
 /* The gRPC method of the gateway's path, or NULL (none here). */
@@ -561,15 +569,19 @@ void dl_etcd_hold_free(etcd_hold *h);
 /* Drops a hold or claim: unwatched, unlinked, freed; the client's other
  * owners waiting for the key look again. e->mu not held. */
 void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h);
+/* A hold or claim unlinked (e->mu held): the client's other owners
+ * waiting for the key look again, on a thread (e->cv) or on the loop
+ * (e->aclaims, woken through e->form). */
+void dl_etcd_holds_gone(dl_etcd *e);
 /* A claim on l for its owner (own_lease: a fixed lease), not yet listed:
  * NULL out of memory (recorded). */
 etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease);
 /* Lists the claim h on l unless it would have to wait first (another
  * owner of this client on the same key: shared_key, the mutex's key is
- * the lease's) or clear a stale hold of the owner: 1 listed, 0 not
- * (nothing done). */
+ * the lease's) or clear a stale hold of the owner (*stale true): 1
+ * listed, 0 not (nothing done). */
 int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h,
-                      bool shared_key);
+                      bool shared_key, bool *stale);
 /* Waits for the client's other owner holding (or taking) l on the same
  * lease (shared_key: the mutex's key is the lease's) to let go, a stale
  * hold of the owner cleared on the way, then lists a claim on it (as

@@ -37,10 +37,19 @@ static void hold_unlink(dl_etcd *e, etcd_hold *h) {
     }
 }
 
+void dl_etcd_holds_gone(dl_etcd *e) {
+  pthread_cond_broadcast(&e->cv);
+  /* Once until the loop looks: it looks at every waiter. */
+  if (e->aclaims && !e->aclaim_look) {
+    e->aclaim_look = true;
+    dl_blockloop_wake(e->form);
+  }
+}
+
 void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h) {
   pthread_mutex_lock(&e->mu);
   hold_unlink(e, h);
-  pthread_cond_broadcast(&e->cv);
+  dl_etcd_holds_gone(e);
   pthread_mutex_unlock(&e->mu);
   /* Unlinked first: a renewal looks at a listed hold's watch (e->mu),
    * which the watcher thread frees once stopped. */
@@ -81,10 +90,9 @@ static etcd_hold *claim_blocker(dl_etcd *e, const dl_lock_ref *l,
 }
 
 int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h,
-                      bool shared_key) {
-  bool stale;
+                      bool shared_key, bool *stale) {
   pthread_mutex_lock(&e->mu);
-  bool free_now = claim_blocker(e, l, h, shared_key, &stale) == NULL;
+  bool free_now = claim_blocker(e, l, h, shared_key, stale) == NULL;
   if (free_now) {
     h->next = e->holds;
     e->holds = h;

@@ -389,7 +389,7 @@ void dl_etcd_renew_answer(dl_etcd *e, int n, dl_renew_item *items,
           *pp = h->next;
           break;
         }
-      pthread_cond_broadcast(&e->cv);
+      dl_etcd_holds_gone(e);
     } else if (h && (int)(t->heard[i] - h->heard_seen) > 0) {
       h->heard_seen = t->heard[i]; /* found after what its watch heard */
     }
