@@ -630,18 +630,32 @@ static int keys_under(const th_etcd *s, const char *prefix) {
   return n;
 }
 
+/* A loop (*lp), and n event-loop clients of url on it (c): whether all
+ * opened (else what did is closed). */
+static bool loop_clients(const char *url, dlock_loop **lp, dlock_client **c,
+                         int n) {
+  if (dlock_loop_new(NULL, lp) != 0) return false;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  for (int i = 0; i < n; i++)
+    if (dlock_client_open_async(&o, *lp, &c[i]) != 0) {
+      while (i-- > 0)
+        dlock_client_close(c[i]);
+      dlock_loop_free(*lp);
+      return false;
+    }
+  return true;
+}
+
 /* async_acquire on the server s at url (its transport). */
 static void async_acquire(const th_etcd *s, const char *url) {
   enum { N = 16 };
   fprintf(stderr, "    %s\n", url);
   dlock_loop *lp;
-  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  dlock_client *c, *c2;
-  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
-  CHECK_RC(dlock_client_open_async(&o, lp, &c2), 0);
+  dlock_client *cs[2];
+  CHECK(loop_clients(url, &lp, cs, 2));
+  dlock_client *c = cs[0], *c2 = cs[1];
   dlock_lock *l[N], *w;
   adone d[N];
   char name[32];
@@ -780,16 +794,6 @@ static int run_sampled(dlock_loop *lp, int64_t ms) {
   return most;
 }
 
-/* A loop (*lp), and n event-loop clients of s on it (c). */
-static void loop_clients(const th_etcd *s, dlock_loop **lp, dlock_client **c,
-                         int n) {
-  CHECK_RC(dlock_loop_new(NULL, lp), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s->url;
-  for (int i = 0; i < n; i++)
-    CHECK_RC(dlock_client_open_async(&o, *lp, &c[i]), 0);
-}
 
 /* An event-loop client's fair lock is acquired on its loop's multi handle
  * too (the mutex's layout, FIFO by create revision): waiters of their own
@@ -803,7 +807,7 @@ static void t_etcd_async_fair(void) {
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
   dlock_client *cs[2];
-  loop_clients(&s, &lp, cs, 2);
+  CHECK(loop_clients(s.url, &lp, cs, 2));
   dlock_client *c = cs[0], *c2 = cs[1];
   dlock_lock *h, *warm, *w[N];
   CHECK_RC(dlock_fairlock_new(c, "fq", NULL, 0, &h), 0);
@@ -883,7 +887,7 @@ static void t_etcd_async_owners(void) {
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
   dlock_client *c;
-  loop_clients(&s, &lp, &c, 1);
+  CHECK(loop_clients(s.url, &lp, &c, 1));
   dlock_lock *a, *w[2];
   CHECK_RC(dlock_lock_new(c, "ow", "a", &a), 0);
   CHECK_RC(dlock_lock_new(c, "ow", "b", &w[0]), 0);
@@ -985,13 +989,9 @@ static void t_etcd_async_rw(void) {
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
-  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s.url;
-  dlock_client *c, *c2;
-  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
-  CHECK_RC(dlock_client_open_async(&o, lp, &c2), 0);
+  dlock_client *cs[2];
+  CHECK(loop_clients(s.url, &lp, cs, 2));
+  dlock_client *c = cs[0], *c2 = cs[1];
   dlock_rwlock *rw[N], *rw2;
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_rwlock_new(c, "rwq", NULL, &rw[i]), 0);
