@@ -1067,11 +1067,12 @@ static void t_etcd_async_rw(void) {
   CHECK_EQ(tasks(), before);
   CHECK_EQ(keys_under(&s, "rwq/"), 1);
   /* The writer's owner takes the read side at once (the downgrade), and
-   * holding it is refused the write side (both a job's: threads). */
+   * holding it is refused the write side: on the loop too. */
   memset(&wt, 0, sizeof wt);
   CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_read(rw2), 0, 0, on_tdone,
                                     &wt, NULL),
            0);
+  CHECK_EQ(tasks(), before);
   CHECK(run_one(lp, &wt));
   CHECK_RC(wt.d.rc, 0);
   CHECK_EQ(keys_under(&s, "rwq/"), 2);
@@ -1081,6 +1082,7 @@ static void t_etcd_async_rw(void) {
   CHECK_RC(r.d.rc, 1);
   memset(&wt, 0, sizeof wt);
   CHECK_RC(dlock_lock_acquire_async(w, 0, 0, on_tdone, &wt, NULL), 0);
+  CHECK_EQ(tasks(), before);
   CHECK(run_one(lp, &wt));
   CHECK_RC(wt.d.rc, DLOCK_EDEADLK);
   memset(&r, 0, sizeof r);

@@ -12,12 +12,12 @@
  * revision. An acquire that must first wait for another owner of this
  * client on the same key (the session lease's: they take turns locally)
  * waits on the loop too, parked in e->aclaims until a hold goes
- * (dl_etcd_holds_gone wakes the loop from any thread). Deadlock detection
+ * (dl_etcd_holds_gone wakes the loop from any thread). A side of a
+ * read-write lock whose owner holds the other side is taken at once (the
+ * read side: a downgrade) or refused (the write side). Deadlock detection
  * and the other kinds still run the blocking acquire on a job
  * (core/blockloop.c); so does an acquire that must first clear a stale
- * hold of its own owner (reported lost, not released), and a side of a
- * read-write lock whose owner holds the other side (a downgrade, or a
- * refusal). */
+ * hold of its own owner (reported lost, not released). */
 #include "aop.h"
 
 #include <inttypes.h>
@@ -58,6 +58,7 @@ struct etcd_aacq {
   dl_async *snext; /* waiting for another op's session call */
   dl_async *cnext; /* in e->aclaims, when parked */
   bool parked;     /* waiting for another owner of this client */
+  bool downgrade;  /* the read side, its owner holding the write side */
   bool in_line;    /* our key is in line: a session step keeps it */
   bool won;        /* a keep step ends the acquire (it won) */
   bool watched;    /* a watch ended (the blocking path's `waited`) */
@@ -394,6 +395,21 @@ void dl_etcd_aclaims_woken(dl_backend *b) {
   pthread_mutex_unlock(&e->mu);
 }
 
+/* A side of a read-write lock whose owner holds the other side: the write
+ * side refused (it would wait for itself), the read side taken at once
+ * (the downgrade); then the claim. */
+static void side_step(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  if (q->rw && dl_etcd_other_side_held(op->e, q->a->lock)) {
+    if (q->a->lock->kind == DL_KIND_WRITE) {
+      end(op, dl_etcd_side_refused(op->e, q->a->lock));
+      return;
+    }
+    q->downgrade = true;
+  }
+  claim_step(op);
+}
+
 static void start(dl_async *op) {
   struct etcd_aacq *q = op->acq;
   if (q->a->held > 0 && (q->rev = dl_etcd_reenter_begin(
@@ -403,7 +419,7 @@ static void start(dl_async *op) {
     call(op, S_REENTER, "/v3/kv/range", body);
     return;
   }
-  claim_step(op);
+  side_step(op);
 }
 
 /* ---- the wait ---- */
@@ -601,8 +617,9 @@ static void on_put(dl_async *op, int rc, json_object *o) {
     return;
   }
   /* Ours if nobody is before us: the owner (the oldest key under wait_pfx)
-   * is ours or younger, or there is none (a reader, no writer). */
-  if (owner_rev == 0 ? q->rw : owner_rev >= h->rev) {
+   * is ours or younger, or there is none (a reader, no writer); or ours at
+   * once, the downgrade (the writer before us is our owner's). */
+  if (q->downgrade || (owner_rev == 0 ? q->rw : owner_rev >= h->rev)) {
     won(op);
     return;
   }
@@ -627,7 +644,7 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     if (dl_etcd_reenter_end(e, q->a, q->rev, dl_etcd_create_rev_answer(o)))
       dl_etcd_op_end(op, 1);
     else
-      claim_step(op);
+      side_step(op);
     return;
   case S_SESSION_KEEP:
     if (rc == 0) rc = dl_etcd_keepalive_answer(e, o, &got);
@@ -724,14 +741,12 @@ int dl_etcd_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
                           void *ud, dl_async **out) {
   dl_etcd *e = (dl_etcd *)b;
   /* The mutex (the fair lock is the mutex: its line is FIFO) and the
-   * read-write lock's sides here; deadlock detection's walk, the other
-   * kinds, and a side whose owner holds the other (a downgrade, or a
-   * refusal): the blocking acquire, on a job. */
+   * read-write lock's sides here; deadlock detection's walk and the other
+   * kinds: the blocking acquire, on a job. */
   dl_lock_kind kind = a->lock->kind;
   bool rw = kind == DL_KIND_READ || kind == DL_KIND_WRITE;
   bool mutex = kind == DL_KIND_LOCK || kind == DL_KIND_FAIR;
-  if ((!mutex && !rw) || (a->wait && a->detect) ||
-      (rw && dl_etcd_other_side_held(e, a->lock)))
+  if ((!mutex && !rw) || (a->wait && a->detect))
     return dl_blockloop_jobs(e->form)->lock_acquire_async(b, a, done, ud, out);
   dl_async *op = dl_etcd_op_new(e, AOP_ACQUIRE, done, ud);
   if (op && (op->acq = calloc(1, sizeof *op->acq)) == NULL) {

@@ -601,6 +601,10 @@ int dl_etcd_reenter_end(dl_etcd *e, dl_acquire *a, int64_t rev, int64_t now);
  * owner's write hold (":write" after its owner id); for a writer, the
  * owner's read hold. */
 bool dl_etcd_other_side_held(dl_etcd *e, const dl_lock_ref *l);
+/* The write side refused to the owner of l's read side (it would wait
+ * for itself, as contrib's RWMutex does, forever): DLOCK_EDEADLK,
+ * recorded. */
+int dl_etcd_side_refused(dl_etcd *e, const dl_lock_ref *l);
 /* The release's first half: 0 still held (count > 1: the client counts
  * re-entries), 1 with the hold no longer held (still listed, so that the
  * client's other owners of the name wait until dl_etcd_hold_drop) and

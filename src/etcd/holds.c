@@ -191,6 +191,13 @@ bool dl_etcd_other_side_held(dl_etcd *e, const dl_lock_ref *l) {
   return held;
 }
 
+int dl_etcd_side_refused(dl_etcd *e, const dl_lock_ref *l) {
+  return dl_seterr(e->err, DLOCK_EDEADLK,
+                   "this owner holds the read lock of '%s': release it "
+                   "before asking for the write lock",
+                   l->name);
+}
+
 int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
                           etcd_hold **hp) {
   *hp = NULL;

@@ -157,11 +157,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
    * itself (contrib's RWMutex does, forever): refused; the write holder
    * takes the read side at once, the downgrade (as Curator's). */
   bool other = rw && dl_etcd_other_side_held(e, l);
-  if (other && l->kind == DL_KIND_WRITE)
-    return dl_seterr(e->err, DLOCK_EDEADLK,
-                     "this owner holds the read lock of '%s': release it "
-                     "before asking for the write lock",
-                     l->name);
+  if (other && l->kind == DL_KIND_WRITE) return dl_etcd_side_refused(e, l);
   bool downgrade = other;
   /* A fixed lease (not the watchdog's) is a lease of its own, never kept
    * alive: the key goes when it ends, as a lone Go session's would. */
