@@ -1719,10 +1719,15 @@ static void t_etcd_release_in_flight(void) {
 
 /* Waits until the cluster has a leader (10 s at most). */
 static bool has_leader(th_etcd m[3]) {
+  /* The same leader in looks 100 ms apart: a member resumed after a pause
+   * still calls itself the leader until it hears the new term. */
   int64_t end = th_now_ms() + th_soon(10000);
-  while (th_etcd_leader(m) < 0 && th_now_ms() < end)
-    th_sleep_ms(20);
-  return th_etcd_leader(m) >= 0;
+  for (int last = -1;; th_sleep_ms(100)) {
+    int now = th_etcd_leader(m);
+    if (now >= 0 && now == last) return true;
+    if (th_now_ms() >= end) return false;
+    last = now;
+  }
 }
 
 /* The event-loop client's calls follow the endpoints as the blocking
