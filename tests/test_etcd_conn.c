@@ -977,6 +977,119 @@ static void t_etcd_async_owners(void) {
   th_etcd_stop(&s);
 }
 
+/* An event-loop client's count-down latch runs on its loop's multi handle:
+ * N awaits in flight (a watch each) and the count-downs start no thread;
+ * the count-down to zero wakes every await within 100 ms; an await ends
+ * at its deadline (as the blocking client's), a cancelled one at once,
+ * and one in flight at the client's close with DLOCK_ECLOSED. */
+static void t_etcd_async_latch(void) {
+  NEED_ETCD();
+  enum { N = 8 };
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  CHECK(loop_clients(s.url, &lp, &c, 1));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  CHECK_RC(dlock_client_open(&o, &cb), 0);
+  dlock_latch *l, *w[N], *lb;
+  CHECK_RC(dlock_latch_new(c, "al", &l), 0);
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_latch_new(c, "al", &w[i]), 0);
+  CHECK_RC(dlock_latch_new(cb, "al", &lb), 0);
+  /* The first call opens the connection. */
+  tdone r;
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_latch_try_set_count_async(l, 2, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 1);
+  int before = tasks();
+  /* N awaits: no thread, none done. */
+  tdone t[N];
+  memset(t, 0, sizeof t);
+  int watches = th_etcd_started(&s, "Watch");
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_latch_await_async(w[i], 10000, on_tdone, &t[i], NULL), 0);
+  CHECK_EQ(run_sampled(lp, 200), before);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(t[i].d.calls, 0);
+  CHECK_EQ(th_etcd_started(&s, "Watch") - watches, N);
+  /* Count-downs: no thread; the one to zero wakes them all. */
+  int64_t zero = 0;
+  for (int k = 1; k >= 0; k--) {
+    memset(&r, 0, sizeof r);
+    CHECK_RC(dlock_latch_count_down_async(l, on_tdone, &r, NULL), 0);
+    CHECK(tasks() - before < 1);
+    CHECK(run_one(lp, &r));
+    CHECK_RC(r.d.rc, 0);
+    zero = r.at;
+    memset(&r, 0, sizeof r);
+    CHECK_RC(dlock_latch_get_count_async(l, on_tdone, &r, NULL), 0);
+    CHECK(tasks() - before < 1);
+    CHECK(run_one(lp, &r));
+    CHECK_RC(r.d.rc, k);
+  }
+  int64_t last = 0;
+  for (int i = 0; i < N; i++) {
+    CHECK(run_one(lp, &t[i]));
+    CHECK_RC(t[i].d.rc, 0);
+    if (t[i].at > last) last = t[i].at;
+  }
+  fprintf(stderr, "    %d awaits woken within %lld ms of the count-down\n",
+          N, (long long)(last - zero));
+  CHECK(last - zero < th_soon(100));
+  /* At zero: a count-down is refused, as on the blocking client. */
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_latch_count_down_async(l, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, dlock_latch_count_down(lb));
+  CHECK_RC(r.d.rc, DLOCK_ERANGE);
+  /* An await with a short deadline: at it, as the blocking client's. */
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_latch_try_set_count_async(l, 1, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 1);
+  memset(t, 0, sizeof t);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_latch_await_async(w[0], 300, on_tdone, &t[0], NULL), 0);
+  CHECK(run_one(lp, &t[0]));
+  fprintf(stderr, "    a 300 ms await ended after %lld ms: %s\n",
+          (long long)(t[0].at - t0), dlock_err_name(t[0].d.rc));
+  CHECK_RC(t[0].d.rc, dlock_latch_try_await(lb, 50));
+  CHECK_RC(t[0].d.rc, DLOCK_EBUSY);
+  CHECK(t[0].at - t0 >= 300 && t[0].at - t0 < 300 + th_soon(200));
+  /* A cancelled await: at once. */
+  dlock_op *op;
+  CHECK_RC(dlock_latch_await_async(w[1], 10000, on_tdone, &t[1], &op), 0);
+  CHECK_EQ(run_sampled(lp, 100), before);
+  CHECK_EQ(t[1].d.calls, 0);
+  t0 = th_now_ms();
+  dlock_op_cancel(op);
+  CHECK(run_one(lp, &t[1]));
+  CHECK_RC(t[1].d.rc, DLOCK_ECANCELED);
+  fprintf(stderr, "    a cancelled await ended after %lld ms\n",
+          (long long)(t[1].at - t0));
+  CHECK(t[1].at - t0 < th_soon(100));
+  CHECK_EQ(tasks(), before);
+  /* The client closed with one in flight: told within the close. */
+  CHECK_RC(dlock_latch_await_async(w[2], 10000, on_tdone, &t[2], NULL), 0);
+  CHECK_EQ(run_sampled(lp, 100), before);
+  CHECK_EQ(t[2].d.calls, 0);
+  dlock_latch_free(l);
+  for (int i = 0; i < N; i++)
+    dlock_latch_free(w[i]);
+  dlock_client_close(c);
+  CHECK_EQ(t[2].d.calls, 1);
+  CHECK_RC(t[2].d.rc, DLOCK_ECLOSED);
+  dlock_loop_free(lp);
+  CHECK_RC(dlock_latch_count_down(lb), 0);
+  dlock_latch_free(lb);
+  dlock_client_close(cb);
+  th_etcd_stop(&s);
+}
+
 /* An event-loop client's acquire of a read-write lock's sides runs on its
  * loop's multi handle too: readers waiting for another client's writer
  * start no thread, each takes the read side within 100 ms of the writer's
@@ -1803,6 +1916,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire), T_BARE(t_etcd_async_rw),
         T_BARE(t_etcd_async_fair), T_BARE(t_etcd_async_owners),
+        T_BARE(t_etcd_async_latch),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),
