@@ -977,28 +977,24 @@ static void t_etcd_async_owners(void) {
   th_etcd_stop(&s);
 }
 
-/* An event-loop client's count-down latch runs on its loop's multi handle:
- * N awaits in flight (a watch each) and the count-downs start no thread;
- * the count-down to zero wakes every await within 100 ms; an await ends
- * at its deadline (as the blocking client's), a cancelled one at once,
- * and one in flight at the client's close with DLOCK_ECLOSED. */
-static void t_etcd_async_latch(void) {
-  NEED_ETCD();
+/* async_latch on the server s at url (its transport). */
+static void async_latch(th_etcd *s, const char *url) {
   enum { N = 8 };
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
+  fprintf(stderr, "    %s\n", url);
   dlock_loop *lp;
   dlock_client *c, *cb;
-  CHECK(loop_clients(s.url, &lp, &c, 1));
+  CHECK(loop_clients(url, &lp, &c, 1));
   dlock_client_options o;
   dlock_client_options_init(&o);
-  o.url = s.url;
+  o.url = url;
   CHECK_RC(dlock_client_open(&o, &cb), 0);
-  dlock_latch *l, *w[N], *lb;
+  dlock_latch *l, *w[N], *lb, *x, *xb;
   CHECK_RC(dlock_latch_new(c, "al", &l), 0);
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_latch_new(c, "al", &w[i]), 0);
   CHECK_RC(dlock_latch_new(cb, "al", &lb), 0);
+  CHECK_RC(dlock_latch_new(c, "alx", &x), 0);
+  CHECK_RC(dlock_latch_new(cb, "alx", &xb), 0);
   /* The first call opens the connection. */
   tdone r;
   memset(&r, 0, sizeof r);
@@ -1009,13 +1005,13 @@ static void t_etcd_async_latch(void) {
   /* N awaits: no thread, none done. */
   tdone t[N];
   memset(t, 0, sizeof t);
-  int watches = th_etcd_started(&s, "Watch");
+  long long watches = th_etcd_started(s, "Watch");
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_latch_await_async(w[i], 10000, on_tdone, &t[i], NULL), 0);
   CHECK_EQ(run_sampled(lp, 200), before);
   for (int i = 0; i < N; i++)
     CHECK_EQ(t[i].d.calls, 0);
-  CHECK_EQ(th_etcd_started(&s, "Watch") - watches, N);
+  CHECK_EQ(th_etcd_started(s, "Watch") - watches, N);
   /* Count-downs: no thread; the one to zero wakes them all. */
   int64_t zero = 0;
   for (int k = 1; k >= 0; k--) {
@@ -1046,6 +1042,19 @@ static void t_etcd_async_latch(void) {
   CHECK(run_one(lp, &r));
   CHECK_RC(r.d.rc, dlock_latch_count_down(lb));
   CHECK_RC(r.d.rc, DLOCK_ERANGE);
+  /* Another kind at the name: refused, as on the blocking client. */
+  char buf[256];
+  th_etcd_ctl(s, "put alx/k v", buf, sizeof buf);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_latch_await_async(x, 1000, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, dlock_latch_try_await(xb, 1000));
+  CHECK_RC(r.d.rc, DLOCK_EWRONGTYPE);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_latch_count_down_async(x, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, DLOCK_EWRONGTYPE);
+  th_etcd_ctl(s, "del alx/k", buf, sizeof buf);
   /* An await with a short deadline: at it, as the blocking client's. */
   memset(&r, 0, sizeof r);
   CHECK_RC(dlock_latch_try_set_count_async(l, 1, on_tdone, &r, NULL), 0);
@@ -1078,15 +1087,33 @@ static void t_etcd_async_latch(void) {
   CHECK_EQ(run_sampled(lp, 100), before);
   CHECK_EQ(t[2].d.calls, 0);
   dlock_latch_free(l);
+  dlock_latch_free(x);
   for (int i = 0; i < N; i++)
     dlock_latch_free(w[i]);
   dlock_client_close(c);
   CHECK_EQ(t[2].d.calls, 1);
   CHECK_RC(t[2].d.rc, DLOCK_ECLOSED);
   dlock_loop_free(lp);
-  CHECK_RC(dlock_latch_count_down(lb), 0);
+  CHECK_RC(dlock_latch_count_down(lb), 0); /* at zero for the next */
   dlock_latch_free(lb);
+  dlock_latch_free(xb);
   dlock_client_close(cb);
+}
+
+/* An event-loop client's count-down latch runs on its loop's multi handle:
+ * N awaits in flight (a watch each) and the count-downs start no thread;
+ * the count-down to zero wakes every await within 100 ms; an await ends
+ * at its deadline, and another kind at the name is refused, as on the
+ * blocking client; a cancelled await ends at once, and one in flight at
+ * the client's close with DLOCK_ECLOSED; over gRPC and over the gateway. */
+static void t_etcd_async_latch(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  char url[300];
+  snprintf(url, sizeof url, "%s?transport=json", s.url);
+  async_latch(&s, s.url);
+  async_latch(&s, url);
   th_etcd_stop(&s);
 }
 
