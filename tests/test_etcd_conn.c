@@ -616,6 +616,33 @@ static bool run_one(dlock_loop *lp, const tdone *t) {
   return run_all(lp, &t->d, 1);
 }
 
+/* Runs lp until each of t[0..n) is done: when the last ended, or 0 when
+ * one did not end with 0 (says which). */
+static int64_t last_ok(dlock_loop *lp, const tdone *t, int n) {
+  int64_t last = 0;
+  for (int i = 0; i < n; i++) {
+    if (!run_one(lp, &t[i]) || t[i].d.rc != 0) {
+      fprintf(stderr, "    operation %d: %s\n", i,
+              t[i].d.calls ? dlock_err_name(t[i].d.rc) : "not done");
+      return 0;
+    }
+    if (t[i].at > last) last = t[i].at;
+  }
+  return last;
+}
+
+/* Cancels op, in flight (t's): whether it ended DLOCK_ECANCELED within
+ * 100 ms; says after how long (what: the operation). */
+static bool cancelled_soon(dlock_loop *lp, dlock_op *op, tdone *t,
+                           const char *what) {
+  int64_t t0 = th_now_ms();
+  dlock_op_cancel(op);
+  if (!run_one(lp, t)) return false;
+  fprintf(stderr, "    a cancelled %s ended after %lld ms: %s\n", what,
+          (long long)(t->at - t0), dlock_err_name(t->d.rc));
+  return t->d.rc == DLOCK_ECANCELED && t->at - t0 < th_soon(100);
+}
+
 /* The keys under prefix (etcdctl's answer, one a line): how many. */
 static int keys_under(const th_etcd *s, const char *prefix) {
   enum { CAP = 1 << 17 }; /* a few thousand keys */
@@ -646,6 +673,17 @@ static bool loop_clients(const char *url, dlock_loop **lp, dlock_client **c,
       return false;
     }
   return true;
+}
+
+/* fn on a server of its own, at its URL (gRPC), then over the gateway. */
+static void both_transports(void (*fn)(const th_etcd *s, const char *url)) {
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  char url[300];
+  snprintf(url, sizeof url, "%s?transport=json", s.url);
+  fn(&s, s.url);
+  fn(&s, url);
+  th_etcd_stop(&s);
 }
 
 /* async_acquire on the server s at url (its transport). */
@@ -774,13 +812,7 @@ static void async_acquire(const th_etcd *s, const char *url) {
  * gRPC and over the gateway. */
 static void t_etcd_async_acquire(void) {
   NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
-  char url[300];
-  snprintf(url, sizeof url, "%s?transport=json", s.url);
-  async_acquire(&s, s.url);
-  async_acquire(&s, url);
-  th_etcd_stop(&s);
+  both_transports(async_acquire);
 }
 
 /* Runs lp for ms, sampling the threads: the most there were. */
@@ -952,13 +984,7 @@ static void t_etcd_async_owners(void) {
   for (end = th_now_ms() + 100; th_now_ms() < end;)
     dlock_loop_run(lp, 10);
   CHECK_EQ(t[0].d.calls, 0);
-  t0 = th_now_ms();
-  dlock_op_cancel(op);
-  CHECK(run_one(lp, &t[0]));
-  CHECK_RC(t[0].d.rc, DLOCK_ECANCELED);
-  fprintf(stderr, "    a cancelled wait ended after %lld ms\n",
-          (long long)(t[0].at - t0));
-  CHECK(t[0].at - t0 < th_soon(100));
+  CHECK(cancelled_soon(lp, op, &t[0], "wait"));
   CHECK_EQ(tasks(), before);
   CHECK_EQ(keys_under(&s, "ow/"), 1);
   /* The client closed with one waiting: told within the close. */
@@ -978,7 +1004,7 @@ static void t_etcd_async_owners(void) {
 }
 
 /* async_latch on the server s at url (its transport). */
-static void async_latch(th_etcd *s, const char *url) {
+static void async_latch(const th_etcd *s, const char *url) {
   enum { N = 8 };
   fprintf(stderr, "    %s\n", url);
   dlock_loop *lp;
@@ -1027,12 +1053,8 @@ static void async_latch(th_etcd *s, const char *url) {
     CHECK(run_one(lp, &r));
     CHECK_RC(r.d.rc, k);
   }
-  int64_t last = 0;
-  for (int i = 0; i < N; i++) {
-    CHECK(run_one(lp, &t[i]));
-    CHECK_RC(t[i].d.rc, 0);
-    if (t[i].at > last) last = t[i].at;
-  }
+  int64_t last = last_ok(lp, t, N);
+  CHECK(last > 0);
   fprintf(stderr, "    %d awaits woken within %lld ms of the count-down\n",
           N, (long long)(last - zero));
   CHECK(last - zero < th_soon(100));
@@ -1074,13 +1096,7 @@ static void async_latch(th_etcd *s, const char *url) {
   CHECK_RC(dlock_latch_await_async(w[1], 10000, on_tdone, &t[1], &op), 0);
   CHECK_EQ(run_sampled(lp, 100), before);
   CHECK_EQ(t[1].d.calls, 0);
-  t0 = th_now_ms();
-  dlock_op_cancel(op);
-  CHECK(run_one(lp, &t[1]));
-  CHECK_RC(t[1].d.rc, DLOCK_ECANCELED);
-  fprintf(stderr, "    a cancelled await ended after %lld ms\n",
-          (long long)(t[1].at - t0));
-  CHECK(t[1].at - t0 < th_soon(100));
+  CHECK(cancelled_soon(lp, op, &t[1], "await"));
   CHECK_EQ(tasks(), before);
   /* The client closed with one in flight: told within the close. */
   CHECK_RC(dlock_latch_await_async(w[2], 10000, on_tdone, &t[2], NULL), 0);
@@ -1108,13 +1124,7 @@ static void async_latch(th_etcd *s, const char *url) {
  * the client's close with DLOCK_ECLOSED; over gRPC and over the gateway. */
 static void t_etcd_async_latch(void) {
   NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
-  char url[300];
-  snprintf(url, sizeof url, "%s?transport=json", s.url);
-  async_latch(&s, s.url);
-  async_latch(&s, url);
-  th_etcd_stop(&s);
+  both_transports(async_latch);
 }
 
 /* An event-loop client's acquire of a read-write lock's sides runs on its
@@ -1172,12 +1182,8 @@ static void t_etcd_async_rw(void) {
   CHECK_RC(dlock_lock_release_async(w, on_tdone, &r, NULL), 0);
   CHECK(run_one(lp, &r));
   CHECK_RC(r.d.rc, 1);
-  int64_t last = 0;
-  for (int i = 0; i < N; i++) {
-    CHECK(run_one(lp, &t[i]));
-    CHECK_RC(t[i].d.rc, 0);
-    if (t[i].at > last) last = t[i].at;
-  }
+  int64_t last = last_ok(lp, t, N);
+  CHECK(last > 0);
   fprintf(stderr, "    %d readers took it at most %lld ms after the release\n",
           N, (long long)(last - r.at));
   CHECK(last - r.at < th_soon(100));
