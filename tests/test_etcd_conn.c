@@ -1015,6 +1015,8 @@ static void async_latch(const th_etcd *s, const char *url) {
   o.url = url;
   CHECK_RC(dlock_client_open(&o, &cb), 0);
   dlock_latch *l, *w[N], *lb, *x, *xb;
+  char buf[256];
+  th_etcd_ctl(s, "del --prefix al", buf, sizeof buf); /* an earlier pass's */
   CHECK_RC(dlock_latch_new(c, "al", &l), 0);
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_latch_new(c, "al", &w[i]), 0);
@@ -1065,7 +1067,6 @@ static void async_latch(const th_etcd *s, const char *url) {
   CHECK_RC(r.d.rc, dlock_latch_count_down(lb));
   CHECK_RC(r.d.rc, DLOCK_ERANGE);
   /* Another kind at the name: refused, as on the blocking client. */
-  char buf[256];
   th_etcd_ctl(s, "put alx/k v", buf, sizeof buf);
   memset(&r, 0, sizeof r);
   CHECK_RC(dlock_latch_await_async(x, 1000, on_tdone, &r, NULL), 0);
