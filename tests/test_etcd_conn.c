@@ -1057,8 +1057,8 @@ static void async_latch(const th_etcd *s, const char *url) {
   }
   int64_t last = last_ok(lp, t, N);
   CHECK(last > 0);
-  fprintf(stderr, "    %d awaits woken within %lld ms of the count-down\n",
-          N, (long long)(last - zero));
+  fprintf(stderr, "    %d awaits woken within %lld ms of the count-down\n", N,
+          (long long)(last - zero));
   CHECK(last - zero < th_soon(100));
   /* At zero: a count-down is refused, as on the blocking client. */
   memset(&r, 0, sizeof r);

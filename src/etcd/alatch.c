@@ -43,8 +43,8 @@ static void on_call(void *ud, int rc, json_object *o, int code);
 static int txn_send(dl_async *op, lstep step, etcd_json *j) {
   op->lat->step = step;
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
-  int rc = j->oom ? dl_etcd_op_later(
-                        op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"))
+  int rc = j->oom ? dl_etcd_op_later(op, dl_seterr(op->e->err, DLOCK_ENOMEM,
+                                                   "out of memory"))
                   : dl_etcd_op_call(op, "/v3/kv/txn", j->p, on_call);
   dl_etcd_json_free(j);
   return rc;
@@ -83,10 +83,9 @@ static void wait_until(dl_async *op, lstep step, int64_t at) {
  * blocking await's dl_etcd_ride_out; else the await ends with it. */
 static void await_error(dl_async *op, int rc) {
   etcd_alatch *l = op->lat;
-  int64_t pause =
-      l->cancelled ? 0
-                   : dl_etcd_ride_pause(op->e, l->wait, l->deadline, rc,
-                                        &l->rides);
+  int64_t pause = l->cancelled ? 0
+                               : dl_etcd_ride_pause(op->e, l->wait, l->deadline,
+                                                    rc, &l->rides);
   if (pause > 0)
     wait_until(op, L_PAUSE, dl_now_ms() + pause);
   else

@@ -21,7 +21,7 @@ typedef enum aop_kind {
 } aop_kind;
 
 struct etcd_aacq;
-typedef struct etcd_fen etcd_fen; /* a fenced resource's (fence.c) */
+typedef struct etcd_fen etcd_fen;       /* a fenced resource's (fence.c) */
 typedef struct etcd_alatch etcd_alatch; /* a latch's (alatch.c) */
 
 /* A renewal round's (arenew.c). */

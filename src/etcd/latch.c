@@ -77,8 +77,8 @@ void dl_etcd_latch_look_req(const etcd_latch_names *n, etcd_json *j) {
   dl_etcd_json_add(j, "]}");
 }
 
-int dl_etcd_latch_look_answer(dl_etcd *e, const dl_sync_ref *s,
-                              json_object *r, etcd_latch_look *lk) {
+int dl_etcd_latch_look_answer(dl_etcd *e, const dl_sync_ref *s, json_object *r,
+                              etcd_latch_look *lk) {
   int rc = 0;
   memset(lk, 0, sizeof *lk);
   lk->rev = dl_etcd_txn_rev(r);
@@ -163,7 +163,9 @@ int dl_etcd_latch_check(dl_etcd *e, dl_sync_op op, long long n) {
 int dl_etcd_latch_next(dl_sync_op op, long long n, const etcd_latch_look *lk,
                        long long *v, long long *to) {
   switch (op) {
-  case DL_LATCH_COUNT: *v = lk->there && lk->count > 0 ? lk->count : 0; return 0;
+  case DL_LATCH_COUNT:
+    *v = lk->there && lk->count > 0 ? lk->count : 0;
+    return 0;
   case DL_LATCH_SET:
     *v = lk->there ? 0 : 1; /* a count runs (or a stale value sits there) */
     *to = n;

@@ -94,8 +94,7 @@ int dl_etcd_sem_inspect_answer(dl_etcd *e, const char *total, int step,
 typedef struct etcd_latch_names {
   char key[ETCD_KEY_MAX], sub[ETCD_KEY_MAX + 2], end[ETCD_KEY_MAX + 2];
 } etcd_latch_names;
-void dl_etcd_latch_names(dl_etcd *e, const dl_sync_ref *s,
-                         etcd_latch_names *n);
+void dl_etcd_latch_names(dl_etcd *e, const dl_sync_ref *s, etcd_latch_names *n);
 /* What a look found. */
 typedef struct etcd_latch_look {
   bool there;      /* a count runs */
@@ -107,8 +106,8 @@ typedef struct etcd_latch_look {
  * into j; its answer r (put here): 0 with *lk, DLOCK_EWRONGTYPE recorded
  * (something else is there), or a negative code. */
 void dl_etcd_latch_look_req(const etcd_latch_names *n, etcd_json *j);
-int dl_etcd_latch_look_answer(dl_etcd *e, const dl_sync_ref *s,
-                              json_object *r, etcd_latch_look *lk);
+int dl_etcd_latch_look_answer(dl_etcd *e, const dl_sync_ref *s, json_object *r,
+                              etcd_latch_look *lk);
 /* The write compared on what lk saw (the key absent, or at its mod
  * revision) and on nothing under the key, into j: a put of count (> 0),
  * or the key's delete (count 0). Its answer's succeeded: done, else the
