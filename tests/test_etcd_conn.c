@@ -616,6 +616,33 @@ static bool run_one(dlock_loop *lp, const tdone *t) {
   return run_all(lp, &t->d, 1);
 }
 
+/* Runs lp until each of t[0..n) is done: when the last ended, or 0 when
+ * one did not end with 0 (says which). */
+static int64_t last_ok(dlock_loop *lp, const tdone *t, int n) {
+  int64_t last = 0;
+  for (int i = 0; i < n; i++) {
+    if (!run_one(lp, &t[i]) || t[i].d.rc != 0) {
+      fprintf(stderr, "    operation %d: %s\n", i,
+              t[i].d.calls ? dlock_err_name(t[i].d.rc) : "not done");
+      return 0;
+    }
+    if (t[i].at > last) last = t[i].at;
+  }
+  return last;
+}
+
+/* Cancels op, in flight (t's): whether it ended DLOCK_ECANCELED within
+ * 100 ms; says after how long (what: the operation). */
+static bool cancelled_soon(dlock_loop *lp, dlock_op *op, tdone *t,
+                           const char *what) {
+  int64_t t0 = th_now_ms();
+  dlock_op_cancel(op);
+  if (!run_one(lp, t)) return false;
+  fprintf(stderr, "    a cancelled %s ended after %lld ms: %s\n", what,
+          (long long)(t->at - t0), dlock_err_name(t->d.rc));
+  return t->d.rc == DLOCK_ECANCELED && t->at - t0 < th_soon(100);
+}
+
 /* The keys under prefix (etcdctl's answer, one a line): how many. */
 static int keys_under(const th_etcd *s, const char *prefix) {
   enum { CAP = 1 << 17 }; /* a few thousand keys */
@@ -646,6 +673,17 @@ static bool loop_clients(const char *url, dlock_loop **lp, dlock_client **c,
       return false;
     }
   return true;
+}
+
+/* fn on a server of its own, at its URL (gRPC), then over the gateway. */
+static void both_transports(void (*fn)(const th_etcd *s, const char *url)) {
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  char url[300];
+  snprintf(url, sizeof url, "%s?transport=json", s.url);
+  fn(&s, s.url);
+  fn(&s, url);
+  th_etcd_stop(&s);
 }
 
 /* async_acquire on the server s at url (its transport). */
@@ -774,13 +812,7 @@ static void async_acquire(const th_etcd *s, const char *url) {
  * gRPC and over the gateway. */
 static void t_etcd_async_acquire(void) {
   NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
-  char url[300];
-  snprintf(url, sizeof url, "%s?transport=json", s.url);
-  async_acquire(&s, s.url);
-  async_acquire(&s, url);
-  th_etcd_stop(&s);
+  both_transports(async_acquire);
 }
 
 /* Runs lp for ms, sampling the threads: the most there were. */
@@ -952,13 +984,7 @@ static void t_etcd_async_owners(void) {
   for (end = th_now_ms() + 100; th_now_ms() < end;)
     dlock_loop_run(lp, 10);
   CHECK_EQ(t[0].d.calls, 0);
-  t0 = th_now_ms();
-  dlock_op_cancel(op);
-  CHECK(run_one(lp, &t[0]));
-  CHECK_RC(t[0].d.rc, DLOCK_ECANCELED);
-  fprintf(stderr, "    a cancelled wait ended after %lld ms\n",
-          (long long)(t[0].at - t0));
-  CHECK(t[0].at - t0 < th_soon(100));
+  CHECK(cancelled_soon(lp, op, &t[0], "wait"));
   CHECK_EQ(tasks(), before);
   CHECK_EQ(keys_under(&s, "ow/"), 1);
   /* The client closed with one waiting: told within the close. */
@@ -975,6 +1001,131 @@ static void t_etcd_async_owners(void) {
   dlock_loop_free(lp);
   CHECK_EQ(keys_under(&s, "ow/"), 0);
   th_etcd_stop(&s);
+}
+
+/* async_latch on the server s at url (its transport). */
+static void async_latch(const th_etcd *s, const char *url) {
+  enum { N = 8 };
+  fprintf(stderr, "    %s\n", url);
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  CHECK(loop_clients(url, &lp, &c, 1));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  CHECK_RC(dlock_client_open(&o, &cb), 0);
+  dlock_latch *l, *w[N], *lb, *x, *xb;
+  char buf[256];
+  th_etcd_ctl(s, "del --prefix al", buf, sizeof buf); /* an earlier pass's */
+  CHECK_RC(dlock_latch_new(c, "al", &l), 0);
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_latch_new(c, "al", &w[i]), 0);
+  CHECK_RC(dlock_latch_new(cb, "al", &lb), 0);
+  CHECK_RC(dlock_latch_new(c, "alx", &x), 0);
+  CHECK_RC(dlock_latch_new(cb, "alx", &xb), 0);
+  /* The first call opens the connection. */
+  tdone r;
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_latch_try_set_count_async(l, 2, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 1);
+  int before = tasks();
+  /* N awaits: no thread, none done. */
+  tdone t[N];
+  memset(t, 0, sizeof t);
+  long long watches = th_etcd_started(s, "Watch");
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_latch_await_async(w[i], 10000, on_tdone, &t[i], NULL), 0);
+  CHECK_EQ(run_sampled(lp, 200), before);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(t[i].d.calls, 0);
+  CHECK_EQ(th_etcd_started(s, "Watch") - watches, N);
+  /* Count-downs: no thread; the one to zero wakes them all. */
+  int64_t zero = 0;
+  for (int k = 1; k >= 0; k--) {
+    memset(&r, 0, sizeof r);
+    CHECK_RC(dlock_latch_count_down_async(l, on_tdone, &r, NULL), 0);
+    CHECK(tasks() - before < 1);
+    CHECK(run_one(lp, &r));
+    CHECK_RC(r.d.rc, 0);
+    zero = r.at;
+    memset(&r, 0, sizeof r);
+    CHECK_RC(dlock_latch_get_count_async(l, on_tdone, &r, NULL), 0);
+    CHECK(tasks() - before < 1);
+    CHECK(run_one(lp, &r));
+    CHECK_RC(r.d.rc, k);
+  }
+  int64_t last = last_ok(lp, t, N);
+  CHECK(last > 0);
+  fprintf(stderr, "    %d awaits woken within %lld ms of the count-down\n", N,
+          (long long)(last - zero));
+  CHECK(last - zero < th_soon(100));
+  /* At zero: a count-down is refused, as on the blocking client. */
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_latch_count_down_async(l, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, dlock_latch_count_down(lb));
+  CHECK_RC(r.d.rc, DLOCK_ERANGE);
+  /* Another kind at the name: refused, as on the blocking client. */
+  th_etcd_ctl(s, "put alx/k v", buf, sizeof buf);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_latch_await_async(x, 1000, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, dlock_latch_try_await(xb, 1000));
+  CHECK_RC(r.d.rc, DLOCK_EWRONGTYPE);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_latch_count_down_async(x, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, DLOCK_EWRONGTYPE);
+  th_etcd_ctl(s, "del alx/k", buf, sizeof buf);
+  /* An await with a short deadline: at it, as the blocking client's. */
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_latch_try_set_count_async(l, 1, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 1);
+  memset(t, 0, sizeof t);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_latch_await_async(w[0], 300, on_tdone, &t[0], NULL), 0);
+  CHECK(run_one(lp, &t[0]));
+  fprintf(stderr, "    a 300 ms await ended after %lld ms: %s\n",
+          (long long)(t[0].at - t0), dlock_err_name(t[0].d.rc));
+  CHECK_RC(t[0].d.rc, dlock_latch_try_await(lb, 50));
+  CHECK_RC(t[0].d.rc, DLOCK_EBUSY);
+  CHECK(t[0].at - t0 >= 300 && t[0].at - t0 < 300 + th_soon(200));
+  /* A cancelled await: at once. */
+  dlock_op *op;
+  CHECK_RC(dlock_latch_await_async(w[1], 10000, on_tdone, &t[1], &op), 0);
+  CHECK_EQ(run_sampled(lp, 100), before);
+  CHECK_EQ(t[1].d.calls, 0);
+  CHECK(cancelled_soon(lp, op, &t[1], "await"));
+  CHECK_EQ(tasks(), before);
+  /* The client closed with one in flight: told within the close. */
+  CHECK_RC(dlock_latch_await_async(w[2], 10000, on_tdone, &t[2], NULL), 0);
+  CHECK_EQ(run_sampled(lp, 100), before);
+  CHECK_EQ(t[2].d.calls, 0);
+  dlock_latch_free(l);
+  dlock_latch_free(x);
+  for (int i = 0; i < N; i++)
+    dlock_latch_free(w[i]);
+  dlock_client_close(c);
+  CHECK_EQ(t[2].d.calls, 1);
+  CHECK_RC(t[2].d.rc, DLOCK_ECLOSED);
+  dlock_loop_free(lp);
+  CHECK_RC(dlock_latch_count_down(lb), 0); /* at zero for the next */
+  dlock_latch_free(lb);
+  dlock_latch_free(xb);
+  dlock_client_close(cb);
+}
+
+/* An event-loop client's count-down latch runs on its loop's multi handle:
+ * N awaits in flight (a watch each) and the count-downs start no thread;
+ * the count-down to zero wakes every await within 100 ms; an await ends
+ * at its deadline, and another kind at the name is refused, as on the
+ * blocking client; a cancelled await ends at once, and one in flight at
+ * the client's close with DLOCK_ECLOSED; over gRPC and over the gateway. */
+static void t_etcd_async_latch(void) {
+  NEED_ETCD();
+  both_transports(async_latch);
 }
 
 /* An event-loop client's acquire of a read-write lock's sides runs on its
@@ -1032,12 +1183,8 @@ static void t_etcd_async_rw(void) {
   CHECK_RC(dlock_lock_release_async(w, on_tdone, &r, NULL), 0);
   CHECK(run_one(lp, &r));
   CHECK_RC(r.d.rc, 1);
-  int64_t last = 0;
-  for (int i = 0; i < N; i++) {
-    CHECK(run_one(lp, &t[i]));
-    CHECK_RC(t[i].d.rc, 0);
-    if (t[i].at > last) last = t[i].at;
-  }
+  int64_t last = last_ok(lp, t, N);
+  CHECK(last > 0);
   fprintf(stderr, "    %d readers took it at most %lld ms after the release\n",
           N, (long long)(last - r.at));
   CHECK(last - r.at < th_soon(100));
@@ -1808,6 +1955,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire), T_BARE(t_etcd_async_rw),
         T_BARE(t_etcd_async_fair), T_BARE(t_etcd_async_owners),
+        T_BARE(t_etcd_async_latch),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

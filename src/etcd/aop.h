@@ -1,5 +1,6 @@
 /* aop.h: the event-loop client's own operations (release.c's, the mutex
- * acquire's of amutex.c, the renewals' of arenew.c, fence.c's): each one a
+ * acquire's of amutex.c, the renewals' of arenew.c, fence.c's, the
+ * latch's of alatch.c): each one a
  * struct dl_async listed in e->aops, driven by calls on the loop's multi handle
  * (acall.c), on the loop's thread alone. */
 #ifndef DLOCK_ETCD_AOP_H
@@ -15,11 +16,13 @@ typedef enum aop_kind {
   AOP_ACQUIRE,
   AOP_RENEW,
   AOP_FENCE,
-  AOP_INSPECT
+  AOP_INSPECT,
+  AOP_LATCH
 } aop_kind;
 
 struct etcd_aacq;
-typedef struct etcd_fen etcd_fen; /* a fenced resource's (fence.c) */
+typedef struct etcd_fen etcd_fen;       /* a fenced resource's (fence.c) */
+typedef struct etcd_alatch etcd_alatch; /* a latch's (alatch.c) */
 
 /* A renewal round's (arenew.c). */
 typedef struct etcd_aren {
@@ -62,6 +65,7 @@ struct dl_async {
   struct etcd_aacq *acq;  /* the acquire's (amutex.c) */
   etcd_aren *ren;         /* the renewal round's (arenew.c) */
   etcd_fen *fen;          /* the fenced resource's (fence.c) */
+  etcd_alatch *lat;       /* the latch's (alatch.c) */
   const char *key;        /* the inspect's name, */
   dlock_lock_state *st;   /* its snapshot, */
   int step;               /* and its semaphore read's step */
@@ -120,5 +124,19 @@ int dl_etcd_fence_async(dl_backend *b, dl_fence_req *f, dl_done_fn done,
                         void *ud, dl_async **out);
 /* Frees a fenced resource's operation's state (accepts NULL). */
 void dl_etcd_fen_free(etcd_fen *s);
+
+/* ---- alatch.c ---- */
+/* The event loop's sync_update_async (the latch's updates here, the
+ * semaphores' on a job) and latch_await_async (dl_etcd_aops). */
+int dl_etcd_sync_update_async(dl_backend *b, const dl_sync_ref *s,
+                              dl_sync_op op, long long n, const char *id,
+                              long long *v, dl_done_fn done, void *ud,
+                              dl_async **out);
+int dl_etcd_latch_await_async(dl_backend *b, const dl_sync_ref *s, bool wait,
+                              int64_t deadline, dl_done_fn done, void *ud,
+                              dl_async **out);
+/* A cancel of a latch's operation: an await's wait ends as at its
+ * deadline (a call in flight is answered first). */
+void dl_etcd_latch_cancel(dl_async *op);
 
 #endif /* DLOCK_ETCD_AOP_H */

@@ -6,7 +6,8 @@
  * waiter watches the key until it is deleted. Anything else at the key (a
  * value that is no number), or any key under P + NAME + "/" (another kind
  * at the name: a lock, a queue), is refused with DLOCK_EWRONGTYPE and left
- * as it is. */
+ * as it is. The steps' halves (requests, answers, verdicts) serve both
+ * drivers: the blocking entries here, the event loop's in alatch.c. */
 #include "etcdb.h"
 #include "sem.h"
 
@@ -15,12 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The latch's key, and the range of the keys under it. */
-typedef struct latch_names {
-  char key[ETCD_KEY_MAX], sub[ETCD_KEY_MAX + 2], end[ETCD_KEY_MAX + 2];
-} latch_names;
-
-static void names_of(dl_etcd *e, const dl_sync_ref *s, latch_names *n) {
+void dl_etcd_latch_names(dl_etcd *e, const dl_sync_ref *s,
+                         etcd_latch_names *n) {
   snprintf(n->key, sizeof n->key, "%s%s", e->prefix, s->key);
   snprintf(n->sub, sizeof n->sub, "%s/", n->key);
   snprintf(n->end, sizeof n->end, "%s0", n->key); /* '/' + 1 */
@@ -73,27 +70,16 @@ int dl_etcd_latch_inspect_answer(dl_etcd *e, json_object *r,
   return rc;
 }
 
-/* What a read found. */
-typedef struct latch_look {
-  bool there;      /* a count runs */
-  long long count; /* its value */
-  int64_t mod, create;
-  int64_t rev; /* the answer's revision */
-} latch_look;
+void dl_etcd_latch_look_req(const etcd_latch_names *n, etcd_json *j) {
+  dl_etcd_json_add(j, "{\"success\":[");
+  dl_etcd_op_range(j, n->key, NULL, NULL);
+  dl_etcd_op_range(j, n->sub, n->end, ",\"limit\":\"1\",\"keys_only\":true");
+  dl_etcd_json_add(j, "]}");
+}
 
-/* Reads the latch (the key, and whether anything is under it) in one
- * txn: 0 with *lk, DLOCK_EWRONGTYPE recorded (something else is there),
- * or a negative code. */
-static int look(dl_etcd *e, const dl_sync_ref *s, const latch_names *n,
-                latch_look *lk) {
-  etcd_json j = {0};
-  dl_etcd_json_add(&j, "{\"success\":[");
-  dl_etcd_op_range(&j, n->key, NULL, NULL);
-  dl_etcd_op_range(&j, n->sub, n->end, ",\"limit\":\"1\",\"keys_only\":true");
-  dl_etcd_json_add(&j, "]}");
-  json_object *r;
-  int rc = dl_etcd_txn_post(e, &j, &r);
-  if (rc != 0) return rc;
+int dl_etcd_latch_look_answer(dl_etcd *e, const dl_sync_ref *s, json_object *r,
+                              etcd_latch_look *lk) {
+  int rc = 0;
   memset(lk, 0, sizeof *lk);
   lk->rev = dl_etcd_txn_rev(r);
   json_object *kv = dl_etcd_txn_kv(r, 0), *under = dl_etcd_txn_kv(r, 1);
@@ -124,26 +110,41 @@ static int look(dl_etcd *e, const dl_sync_ref *s, const latch_names *n,
   return rc;
 }
 
-/* One write compared on what lk saw (the key absent, or at its mod
- * revision) and on nothing under the key: put count (> 0), or delete
- * (count 0). 1 done, 0 the latch changed meanwhile, or a negative code. */
-static int write_if(dl_etcd *e, const latch_names *n, const latch_look *lk,
-                    long long count) {
+/* Reads the latch: 0 with *lk, DLOCK_EWRONGTYPE recorded (something else
+ * is there), or a negative code. */
+static int look(dl_etcd *e, const dl_sync_ref *s, const etcd_latch_names *n,
+                etcd_latch_look *lk) {
   etcd_json j = {0};
+  dl_etcd_latch_look_req(n, &j);
+  json_object *r;
+  int rc = dl_etcd_txn_post(e, &j, &r);
+  return rc != 0 ? rc : dl_etcd_latch_look_answer(e, s, r, lk);
+}
+
+void dl_etcd_latch_write_req(const etcd_latch_names *n,
+                             const etcd_latch_look *lk, long long count,
+                             etcd_json *j) {
   char v[32];
   int vl = snprintf(v, sizeof v, "%lld", count);
-  dl_etcd_json_add(&j, "{\"compare\":[");
+  dl_etcd_json_add(j, "{\"compare\":[");
   if (lk->there)
-    dl_etcd_cmp_mod(&j, n->key, lk->mod);
+    dl_etcd_cmp_mod(j, n->key, lk->mod);
   else
-    dl_etcd_cmp_absent(&j, n->key, NULL);
-  dl_etcd_cmp_absent(&j, n->sub, n->end);
-  dl_etcd_json_add(&j, "],\"success\":[");
+    dl_etcd_cmp_absent(j, n->key, NULL);
+  dl_etcd_cmp_absent(j, n->sub, n->end);
+  dl_etcd_json_add(j, "],\"success\":[");
   if (count > 0)
-    dl_etcd_op_put(&j, n->key, v, (size_t)vl);
+    dl_etcd_op_put(j, n->key, v, (size_t)vl);
   else
-    dl_etcd_op_delete(&j, n->key);
-  dl_etcd_json_add(&j, "]}");
+    dl_etcd_op_delete(j, n->key);
+  dl_etcd_json_add(j, "]}");
+}
+
+/* The write: 1 done, 0 the latch changed meanwhile, or a negative code. */
+static int write_if(dl_etcd *e, const etcd_latch_names *n,
+                    const etcd_latch_look *lk, long long count) {
+  etcd_json j = {0};
+  dl_etcd_latch_write_req(n, lk, count, &j);
   json_object *r;
   int rc = dl_etcd_txn_post(e, &j, &r);
   if (rc != 0) return rc;
@@ -152,64 +153,79 @@ static int write_if(dl_etcd *e, const latch_names *n, const latch_look *lk,
   return rc;
 }
 
-static int latch_update(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
-                        long long n, long long *v) {
-  latch_names nm;
-  names_of(e, s, &nm);
+int dl_etcd_latch_check(dl_etcd *e, dl_sync_op op, long long n) {
   if (op == DL_LATCH_SET && (n < 1 || n > INT32_MAX))
     return dl_seterr(e->err, DLOCK_EINVAL, "a latch's count is 1..%d",
                      INT32_MAX);
-  for (;;) {
-    latch_look lk;
-    int rc = look(e, s, &nm, &lk);
-    if (rc != 0) return rc;
-    switch (op) {
-    case DL_LATCH_COUNT: *v = lk.there && lk.count > 0 ? lk.count : 0; return 0;
-    case DL_LATCH_SET:
-      if (lk.there) {
-        *v = 0; /* a count runs (or a stale value sits there) */
-        return 0;
-      }
-      rc = write_if(e, &nm, &lk, n);
-      if (rc < 0) return rc;
-      if (rc == 1) {
-        *v = 1;
-        return 0;
-      }
-      break; /* changed meanwhile: look again */
-    default: /* DL_LATCH_DOWN */
-      if (!lk.there || lk.count <= 0) {
-        *v = -1;
-        return 0;
-      }
-      rc = write_if(e, &nm, &lk, lk.count - 1);
-      if (rc < 0) return rc;
-      if (rc == 1) {
-        *v = lk.count - 1;
-        return 0;
-      }
-      break;
+  return 0;
+}
+
+int dl_etcd_latch_next(dl_sync_op op, long long n, const etcd_latch_look *lk,
+                       long long *v, long long *to) {
+  switch (op) {
+  case DL_LATCH_COUNT:
+    *v = lk->there && lk->count > 0 ? lk->count : 0;
+    return 0;
+  case DL_LATCH_SET:
+    *v = lk->there ? 0 : 1; /* a count runs (or a stale value sits there) */
+    *to = n;
+    return !lk->there;
+  default: /* DL_LATCH_DOWN */
+    if (!lk->there || lk->count <= 0) {
+      *v = -1;
+      return 0;
     }
+    *v = *to = lk->count - 1;
+    return 1;
   }
+}
+
+bool dl_etcd_latch_open(const etcd_latch_look *lk, int64_t *first) {
+  /* At zero; or the count waited for ended and another began since. */
+  if (!lk->there || lk->count <= 0 || (*first && lk->create != *first))
+    return false;
+  *first = lk->create;
+  return true;
+}
+
+static int latch_update(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
+                        long long n, long long *v) {
+  etcd_latch_names nm;
+  dl_etcd_latch_names(e, s, &nm);
+  int rc = dl_etcd_latch_check(e, op, n);
+  while (rc == 0) {
+    etcd_latch_look lk;
+    long long to, result;
+    if ((rc = look(e, s, &nm, &lk)) != 0) return rc;
+    if (dl_etcd_latch_next(op, n, &lk, &result, &to) == 0) {
+      *v = result;
+      return 0;
+    }
+    rc = write_if(e, &nm, &lk, to);
+    if (rc == 1) {
+      *v = result;
+      return 0;
+    }
+    /* 0: changed meanwhile, look again */
+  }
+  return rc;
 }
 
 int dl_etcd_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
                         int64_t deadline) {
   dl_etcd *e = (dl_etcd *)b;
-  latch_names nm;
-  names_of(e, s, &nm);
+  etcd_latch_names nm;
+  dl_etcd_latch_names(e, s, &nm);
   int64_t first = 0; /* the create revision of the count waited for */
   int rides = 0;
   for (;;) {
     unsigned wakes = atomic_load(&e->wakes);
-    latch_look lk;
+    etcd_latch_look lk;
     int rc = look(e, s, &nm, &lk);
     if (rc < 0 && dl_etcd_ride_out(e, wait, deadline, rc, &rides)) continue;
     if (rc != 0) return rc;
-    /* At zero; or the count waited for ended and another began since. */
-    if (!lk.there || lk.count <= 0 || (first && lk.create != first)) return 1;
+    if (!dl_etcd_latch_open(&lk, &first)) return 1;
     if (!wait || dl_now_ms() >= deadline) return 0;
-    first = lk.create;
     /* Its deletion after the read: zero reached. A stream that ended
      * (1 too) is looked at again. */
     rc = dl_etcd_wait_delete_since(e, nm.key, lk.rev, deadline, wakes);

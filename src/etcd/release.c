@@ -4,8 +4,8 @@
  * client's own entries on the loop's multi handle (acall.c), which take
  * no thread: release, force release, lock queries (query.c's halves) and
  * ping (the mutex's acquire: amutex.c; the watchdog's renewals:
- * arenew.c; fenced resources: fence.c), and inspect (query.c's, sem.h's
- * halves). The event-loop client's other
+ * arenew.c; fenced resources: fence.c; the latch: alatch.c), and inspect
+ * (query.c's, sem.h's halves). The event-loop client's other
  * operations are core/blockloop.c's jobs (a thread each). */
 #include "aop.h"
 #include "sem.h"
@@ -135,6 +135,7 @@ void dl_etcd_op_drop(dl_async *op) {
   free(op->acq);
   dl_etcd_aren_free(op->ren);
   dl_etcd_fen_free(op->fen);
+  free(op->lat);
   free(op);
 }
 
@@ -479,11 +480,13 @@ static int inspect_async(dl_backend *b, const char *key, dlock_lock_state *st,
   return rc;
 }
 
-/* Nothing to give up: a request in flight is answered (its result kept),
- * and a release's retries end at its deadline. */
+/* A request in flight is answered (its result kept), and a release's
+ * retries end at its deadline; an acquire's or a latch await's wait ends
+ * now. */
 static void own_cancel(dl_backend *b, dl_async *op) {
   (void)b;
   if (op->kind == AOP_ACQUIRE) dl_etcd_acquire_cancel(op);
+  if (op->kind == AOP_LATCH) dl_etcd_latch_cancel(op);
 }
 
 void dl_etcd_aops_close(dl_etcd *e) {
@@ -517,5 +520,7 @@ const dl_backend_ops dl_etcd_aops = {
     .renew_async = dl_etcd_renew_async,
     .fence_async = dl_etcd_fence_async,
     .inspect_async = inspect_async,
+    .sync_update_async = dl_etcd_sync_update_async,
+    .latch_await_async = dl_etcd_latch_await_async,
     .cancel = own_cancel,
 };

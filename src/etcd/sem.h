@@ -1,5 +1,6 @@
 /* sem.h: what the etcd backend's semaphores share (sem.c, permits.c): the
- * keys of a name, the count keys, and the acquire that waits in a line.
+ * keys of a name, the count keys, and the acquire that waits in a line;
+ * and the latch's steps both its drivers share (latch.c, alatch.c).
  * The layout is dlock's own (etcd's clients have no semaphore): see
  * docs/WIRE.md's etcd section. */
 #ifndef DLOCK_ETCD_SEM_H
@@ -88,6 +89,44 @@ const char *dl_etcd_sem_inspect_req(dl_etcd *e, const char *key, int step,
                                     char *total, char *body, size_t len);
 int dl_etcd_sem_inspect_answer(dl_etcd *e, const char *total, int step,
                                json_object *r, dlock_lock_state *st);
+/* latch.c: the latch's steps, for both drivers (the event loop's:
+ * alatch.c). The latch's key and the range of the keys under it. */
+typedef struct etcd_latch_names {
+  char key[ETCD_KEY_MAX], sub[ETCD_KEY_MAX + 2], end[ETCD_KEY_MAX + 2];
+} etcd_latch_names;
+void dl_etcd_latch_names(dl_etcd *e, const dl_sync_ref *s, etcd_latch_names *n);
+/* What a look found. */
+typedef struct etcd_latch_look {
+  bool there;      /* a count runs */
+  long long count; /* its value */
+  int64_t mod, create;
+  int64_t rev; /* the answer's revision */
+} etcd_latch_look;
+/* The look: one txn reading the key and whether anything is under it,
+ * into j; its answer r (put here): 0 with *lk, DLOCK_EWRONGTYPE recorded
+ * (something else is there), or a negative code. */
+void dl_etcd_latch_look_req(const etcd_latch_names *n, etcd_json *j);
+int dl_etcd_latch_look_answer(dl_etcd *e, const dl_sync_ref *s, json_object *r,
+                              etcd_latch_look *lk);
+/* The write compared on what lk saw (the key absent, or at its mod
+ * revision) and on nothing under the key, into j: a put of count (> 0),
+ * or the key's delete (count 0). Its answer's succeeded: done, else the
+ * latch changed meanwhile (look again). */
+void dl_etcd_latch_write_req(const etcd_latch_names *n,
+                             const etcd_latch_look *lk, long long count,
+                             etcd_json *j);
+/* An update's (DL_LATCH_*) check before anything is sent: 0, or
+ * DLOCK_EINVAL recorded. */
+int dl_etcd_latch_check(dl_etcd *e, dl_sync_op op, long long n);
+/* An update's step after the look lk: 0 done (*v its result), or 1 the
+ * write of *to compared on lk next (*v the result if it succeeds). */
+int dl_etcd_latch_next(dl_sync_op op, long long n, const etcd_latch_look *lk,
+                       long long *v, long long *to);
+/* An await's verdict on the look lk: false zero reached (or the count
+ * waited for, *first's create revision, ended and another began), true a
+ * count runs (*first: it). */
+bool dl_etcd_latch_open(const etcd_latch_look *lk, int64_t *first);
+
 /* latch.c: nothing under the name: the key at the name itself, a latch's
  * count (st->counter, type "latch") or another value (type "data"); st
  * unchanged when there is no key. 0 or a negative code recorded. */

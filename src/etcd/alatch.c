@@ -1,0 +1,245 @@
+/* alatch.c: the event-loop client's count-down latch on the loop's multi
+ * handle (acall.c), with no thread: the blocking path's steps (latch.c's
+ * halves: the look txn, the write compared on it, the verdicts) driven by
+ * call answers. Try-set, count-down and get-count: a look, then the
+ * write, looked at again when the latch changed meanwhile. The await: a
+ * look, then a watch on the latch's key from the look's revision (a
+ * stream on the same multi handle, parsed as wait.c parses it) until the
+ * key is deleted, then a look again; its deadline and a cancel a
+ * dl_timer, a transient error ridden out with a pause on it. The
+ * semaphores' updates still run on a job (core/blockloop.c). */
+#include "aop.h"
+#include "sem.h"
+
+#include <stdlib.h>
+
+typedef enum lstep {
+  L_LOOK,
+  L_WRITE,
+  L_WATCH, /* the watch in flight, the timer at the deadline */
+  L_PAUSE  /* a pause before the next look */
+} lstep;
+
+struct etcd_alatch {
+  const dl_sync_ref *s;
+  etcd_latch_names n;
+  etcd_latch_look lk; /* the last look */
+  bool await;         /* an await, else an update (op) */
+  dl_sync_op op;
+  long long n_arg, *v;
+  long long result; /* the update's, once its write succeeds */
+  bool wait;        /* the await's */
+  int64_t deadline;
+  int64_t first; /* the create revision of the count waited for */
+  int rides;     /* transient errors ridden out */
+  bool cancelled;
+  lstep step;
+};
+
+static void on_call(void *ud, int rc, json_object *o, int code);
+
+/* The next call (step) with body j (freed), within one command timeout:
+ * 0, or DLOCK_ENOMEM (op freed, untold). */
+static int txn_send(dl_async *op, lstep step, etcd_json *j) {
+  op->lat->step = step;
+  op->deadline = dl_now_ms() + op->e->command_timeout_ms;
+  int rc = j->oom ? dl_etcd_op_later(op, dl_seterr(op->e->err, DLOCK_ENOMEM,
+                                                   "out of memory"))
+                  : dl_etcd_op_call(op, "/v3/kv/txn", j->p, on_call);
+  dl_etcd_json_free(j);
+  return rc;
+}
+
+static int look(dl_async *op) {
+  etcd_json j = {0};
+  dl_etcd_latch_look_req(&op->lat->n, &j);
+  op->later = on_call; /* an error known at once: the look's answer */
+  return txn_send(op, L_LOOK, &j);
+}
+
+/* As look, from a callback: one that cannot start tells done. */
+static void look_next(dl_async *op) {
+  dl_done_fn done = op->done;
+  void *ud = op->ud;
+  if (look(op) != 0) done(ud, DLOCK_ENOMEM);
+}
+
+static void on_timer(void *ud);
+
+/* Runs on_timer at `at` in step. */
+static void wait_until(dl_async *op, lstep step, int64_t at) {
+  op->lat->step = step;
+  dl_timer_stop(op->e->env->loop, &op->timer);
+  dl_timer_init(&op->timer, on_timer, op);
+  if (dl_timer_start(op->e->env->loop, &op->timer, at) != 0) {
+    dl_etcd_acall_abort(op->call);
+    op->call = NULL;
+    dl_etcd_op_end(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+  }
+}
+
+/* An await's call or watch that failed with rc: ridden out (a pause,
+ * then a look) when transient and the deadline leaves room, as the
+ * blocking await's dl_etcd_ride_out; else the await ends with it. */
+static void await_error(dl_async *op, int rc) {
+  etcd_alatch *l = op->lat;
+  int64_t pause = l->cancelled ? 0
+                               : dl_etcd_ride_pause(op->e, l->wait, l->deadline,
+                                                    rc, &l->rides);
+  if (pause > 0)
+    wait_until(op, L_PAUSE, dl_now_ms() + pause);
+  else
+    dl_etcd_op_end(op, rc);
+}
+
+static void on_watch(void *ud, int rc, json_object *o, int code) {
+  (void)o, (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  dl_timer_stop(op->e->env->loop, &op->timer);
+  if (rc < 0)
+    await_error(op, rc);
+  else if (rc == 2) /* the stream ended (a member gone): a look in a moment */
+    wait_until(op, L_PAUSE, dl_now_ms() + 50);
+  else
+    look_next(op);
+}
+
+/* The await's look lk: zero reached, or its key watched for its delete
+ * until the deadline. */
+static void await_look(dl_async *op) {
+  etcd_alatch *l = op->lat;
+  if (!dl_etcd_latch_open(&l->lk, &l->first)) {
+    dl_etcd_op_end(op, 1);
+    return;
+  }
+  if (!l->wait || dl_now_ms() >= l->deadline || l->cancelled) {
+    dl_etcd_op_end(op, 0);
+    return;
+  }
+  char body[ETCD_WATCH_BODY_MAX];
+  dl_etcd_watch_delete_body(l->n.key, l->lk.rev, body, sizeof body);
+  int rc = dl_etcd_awatch(op->e, body, on_watch, op, &op->call);
+  if (rc != 0)
+    await_error(op, rc);
+  else
+    wait_until(op, L_WATCH, l->deadline);
+}
+
+/* The deadline or a cancel during the watch (not taken: 0), or a pause
+ * over (a look). */
+static void on_timer(void *ud) {
+  dl_async *op = ud;
+  if (op->lat->step == L_WATCH) {
+    dl_etcd_acall_abort(op->call);
+    op->call = NULL;
+    dl_etcd_op_end(op, 0);
+    return;
+  }
+  look_next(op);
+}
+
+/* An update's look lk: done, or its write. */
+static void update_look(dl_async *op) {
+  etcd_alatch *l = op->lat;
+  long long to;
+  if (dl_etcd_latch_next(l->op, l->n_arg, &l->lk, &l->result, &to) == 0) {
+    *l->v = l->result;
+    dl_etcd_op_end(op, 0);
+    return;
+  }
+  etcd_json j = {0};
+  dl_etcd_latch_write_req(&l->n, &l->lk, to, &j);
+  dl_done_fn done = op->done;
+  void *ud = op->ud;
+  if (txn_send(op, L_WRITE, &j) != 0) done(ud, DLOCK_ENOMEM);
+}
+
+static void on_call(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  etcd_alatch *l = op->lat;
+  op->call = NULL;
+  if (l->step == L_WRITE) {
+    if (rc == 0) rc = dl_etcd_txn_succeeded(o);
+    json_object_put(o);
+    if (rc == 0) { /* changed meanwhile: look again */
+      look_next(op);
+      return;
+    }
+    if (rc == 1) *l->v = l->result;
+    dl_etcd_op_end(op, rc == 1 ? 0 : rc);
+    return;
+  }
+  if (rc == 0)
+    rc = dl_etcd_latch_look_answer(op->e, l->s, o, &l->lk);
+  else
+    json_object_put(o);
+  if (rc < 0 && l->await)
+    await_error(op, rc);
+  else if (rc < 0)
+    dl_etcd_op_end(op, rc);
+  else if (l->await)
+    await_look(op);
+  else
+    update_look(op);
+}
+
+/* A new latch operation on s: NULL out of memory (recorded). */
+static dl_async *op_new(dl_etcd *e, const dl_sync_ref *s, dl_done_fn done,
+                        void *ud) {
+  dl_async *op = dl_etcd_op_new(e, AOP_LATCH, done, ud);
+  if (op && (op->lat = calloc(1, sizeof *op->lat)) == NULL) {
+    dl_etcd_op_drop(op);
+    op = NULL;
+  }
+  if (op == NULL) {
+    dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    return NULL;
+  }
+  op->lat->s = s;
+  dl_etcd_latch_names(e, s, &op->lat->n);
+  return op;
+}
+
+int dl_etcd_sync_update_async(dl_backend *b, const dl_sync_ref *s,
+                              dl_sync_op op_, long long n, const char *id,
+                              long long *v, dl_done_fn done, void *ud,
+                              dl_async **out) {
+  dl_etcd *e = (dl_etcd *)b;
+  if (op_ != DL_LATCH_SET && op_ != DL_LATCH_DOWN && op_ != DL_LATCH_COUNT)
+    return dl_blockloop_jobs(e->form)->sync_update_async(b, s, op_, n, id, v,
+                                                         done, ud, out);
+  dl_async *op = op_new(e, s, done, ud);
+  if (op == NULL) return DLOCK_ENOMEM;
+  op->lat->op = op_;
+  op->lat->n_arg = n;
+  op->lat->v = v;
+  int rc = dl_etcd_latch_check(e, op_, n);
+  rc = rc != 0 ? dl_etcd_op_later(op, rc) : look(op);
+  if (rc == 0) *out = op;
+  return rc;
+}
+
+int dl_etcd_latch_await_async(dl_backend *b, const dl_sync_ref *s, bool wait,
+                              int64_t deadline, dl_done_fn done, void *ud,
+                              dl_async **out) {
+  dl_etcd *e = (dl_etcd *)b;
+  dl_async *op = op_new(e, s, done, ud);
+  if (op == NULL) return DLOCK_ENOMEM;
+  op->lat->await = true;
+  op->lat->wait = wait;
+  op->lat->deadline = deadline;
+  int rc = look(op);
+  if (rc == 0) *out = op;
+  return rc;
+}
+
+void dl_etcd_latch_cancel(dl_async *op) {
+  etcd_alatch *l = op->lat;
+  l->cancelled = true;
+  /* A watch or a pause ends now, from the loop's dispatch (armed:
+   * restarted, it needs no memory); a look in flight is answered first. */
+  if (l->await && (l->step == L_WATCH || l->step == L_PAUSE))
+    dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms());
+}
