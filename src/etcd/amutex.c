@@ -299,13 +299,18 @@ static void lease_step(dl_async *op) {
 }
 
 /* ---- the wait for another owner of this client ---- */
-/* Lists op among the acquires waiting for another owner (e->aclaims): a
- * hold dropped from now on wakes them (dl_etcd_holds_gone). */
+/* Lists op last among the acquires waiting for another owner
+ * (e->aclaims): a hold dropped from now on wakes them
+ * (dl_etcd_holds_gone), in their order (a wake looks at them in it, and
+ * each that still waits is listed last again). */
 static void park(dl_async *op) {
   dl_etcd *e = op->e;
   pthread_mutex_lock(&e->mu);
-  op->acq->cnext = e->aclaims;
-  e->aclaims = op;
+  dl_async **pp = &e->aclaims;
+  while (*pp)
+    pp = &(*pp)->acq->cnext;
+  op->acq->cnext = NULL;
+  *pp = op;
   op->acq->parked = true;
   pthread_mutex_unlock(&e->mu);
 }
@@ -343,9 +348,13 @@ static void on_claim_timer(void *ud) {
     claim_step(op);
 }
 
+/* How often a parked acquire looks again, should a wake be missed (none
+ * is known to be: the wake does the hand-off). */
+#define ACLAIM_LOOK_MS 500
+
 /* The claim: listed at once, or parked until the client's other owner of
- * the name lets go (its hold dropped wakes the loop; a look every 50 ms
- * besides, should a wake be missed), its deadline or a cancel. A stale
+ * the name lets go (its hold dropped wakes the loop; a look every
+ * ACLAIM_LOOK_MS besides), its deadline or a cancel. A stale
  * hold of the owner's own is the blocking acquire's to clear, on a job. */
 static void claim_step(dl_async *op) {
   struct etcd_aacq *q = op->acq;
@@ -373,7 +382,7 @@ static void claim_step(dl_async *op) {
   }
   q->a->waited = true;
   q->step = S_CLAIM;
-  int64_t at = dl_now_ms() + 50;
+  int64_t at = dl_now_ms() + ACLAIM_LOOK_MS;
   dl_timer_stop(op->e->env->loop, &op->timer);
   dl_timer_init(&op->timer, on_claim_timer, op);
   if (dl_timer_start(op->e->env->loop, &op->timer,
@@ -387,12 +396,14 @@ void dl_etcd_aclaims_woken(dl_backend *b) {
   dl_etcd *e = (dl_etcd *)b;
   int64_t now = dl_now_ms();
   pthread_mutex_lock(&e->mu);
-  if (e->aclaim_look)
-    for (dl_async *op = e->aclaims; op; op = op->acq->cnext)
-      /* Armed while parked: restarted, it needs no memory. */
-      dl_timer_start(e->env->loop, &op->timer, now);
+  bool look = e->aclaim_look;
   e->aclaim_look = false;
   pthread_mutex_unlock(&e->mu);
+  /* Only this thread changes the list: walked without e->mu (a timer's
+   * start may call the loop's hook). Armed while parked: restarted, a
+   * timer needs no memory. */
+  for (dl_async *op = look ? e->aclaims : NULL; op; op = op->acq->cnext)
+    dl_timer_start(e->env->loop, &op->timer, now);
 }
 
 /* A side of a read-write lock whose owner holds the other side: the write
@@ -618,8 +629,9 @@ static void on_put(dl_async *op, int rc, json_object *o) {
   }
   /* Ours if nobody is before us: the owner (the oldest key under wait_pfx)
    * is ours or younger, or there is none (a reader, no writer); or ours at
-   * once, the downgrade (the writer before us is our owner's). */
-  if (q->downgrade || (owner_rev == 0 ? q->rw : owner_rev >= h->rev)) {
+   * once, the downgrade, while the owner is our owner's write hold. */
+  if (dl_etcd_mutex_ours(op->e, q->a->lock, h, owner_rev, q->rw,
+                         q->downgrade)) {
     won(op);
     return;
   }

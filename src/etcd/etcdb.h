@@ -605,6 +605,13 @@ bool dl_etcd_other_side_held(dl_etcd *e, const dl_lock_ref *l);
  * for itself, as contrib's RWMutex does, forever): DLOCK_EDEADLK,
  * recorded. */
 int dl_etcd_side_refused(dl_etcd *e, const dl_lock_ref *l);
+/* Whether the claim h on l, put, holds the lock at once: nobody before it
+ * (the owner, the oldest key under its wait prefix, owner_rev, is h or
+ * younger; or none, for a reader: rw), or a downgrade (the read side of
+ * the owner of the write side) while that owner is the owner's write
+ * hold, still held. */
+bool dl_etcd_mutex_ours(dl_etcd *e, const dl_lock_ref *l, const etcd_hold *h,
+                        int64_t owner_rev, bool rw, bool downgrade);
 /* The release's first half: 0 still held (count > 1: the client counts
  * re-entries), 1 with the hold no longer held (still listed, so that the
  * client's other owners of the name wait until dl_etcd_hold_drop) and

@@ -191,6 +191,22 @@ bool dl_etcd_other_side_held(dl_etcd *e, const dl_lock_ref *l) {
   return held;
 }
 
+bool dl_etcd_mutex_ours(dl_etcd *e, const dl_lock_ref *l, const etcd_hold *h,
+                        int64_t owner_rev, bool rw, bool downgrade) {
+  if (owner_rev == 0 ? rw : owner_rev >= h->rev) return true;
+  if (!downgrade) return false;
+  /* The downgrade: the owner is this owner's write hold, still held. Gone
+   * meanwhile, the reader waits as any (another client's writer may hold
+   * the lock by now). */
+  char w[DL_OWNER_MAX + 8];
+  snprintf(w, sizeof w, "%s:write", l->owner);
+  pthread_mutex_lock(&e->mu);
+  etcd_hold *o = hold_find(e, l->key, w);
+  bool ours = o && o->held && o->rev == owner_rev;
+  pthread_mutex_unlock(&e->mu);
+  return ours;
+}
+
 int dl_etcd_side_refused(dl_etcd *e, const dl_lock_ref *l) {
   return dl_seterr(e->err, DLOCK_EDEADLK,
                    "this owner holds the read lock of '%s': release it "

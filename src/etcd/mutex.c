@@ -206,7 +206,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   if (rc != 0) goto fail;
   /* Ours if nobody is before us: the owner (the oldest key under
    * wait_pfx) is ours or younger, or there is none (a reader, no writer). */
-  bool won = downgrade || (owner_rev == 0 ? rw : owner_rev >= h->rev);
+  bool won = dl_etcd_mutex_ours(e, l, h, owner_rev, rw, downgrade);
   while (!won) {
     if (dl_etcd_wait_over(a)) {
       rc = 0;
