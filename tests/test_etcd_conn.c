@@ -7,6 +7,7 @@
 #include "harness.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -1128,6 +1129,138 @@ static void t_etcd_async_latch(void) {
   both_transports(async_latch);
 }
 
+/* The counting semaphore's calls t_etcd_async_sem compares. */
+typedef enum sem_call {
+  SC_SET,
+  SC_ADD,
+  SC_RELEASE,
+  SC_TRY,
+  SC_AVAILABLE,
+  SC_DRAIN
+} sem_call;
+
+/* k(n) on the blocking client's semaphore b: its result. */
+static int sem_blocking(dlock_semaphore *b, sem_call k, int n) {
+  switch (k) {
+  case SC_SET: return dlock_semaphore_try_set_permits(b, n);
+  case SC_ADD: return dlock_semaphore_add_permits(b, n);
+  case SC_RELEASE: return dlock_semaphore_release(b, n);
+  case SC_TRY: return dlock_semaphore_try_acquire(b, n, 0);
+  case SC_AVAILABLE: return dlock_semaphore_get_available(b);
+  default: return dlock_semaphore_drain(b);
+  }
+}
+
+/* k(n) started on the event-loop client's semaphore a, t told. */
+static int sem_start(dlock_semaphore *a, sem_call k, int n, tdone *t) {
+  memset(t, 0, sizeof *t);
+  switch (k) {
+  case SC_SET:
+    return dlock_semaphore_try_set_permits_async(a, n, on_tdone, t, NULL);
+  case SC_ADD:
+    return dlock_semaphore_add_permits_async(a, n, on_tdone, t, NULL);
+  case SC_RELEASE:
+    return dlock_semaphore_release_async(a, n, on_tdone, t, NULL);
+  case SC_TRY: return dlock_semaphore_acquire_async(a, n, 0, on_tdone, t, NULL);
+  case SC_AVAILABLE:
+    return dlock_semaphore_get_available_async(a, on_tdone, t, NULL);
+  default: return dlock_semaphore_drain_async(a, on_tdone, t, NULL);
+  }
+}
+
+/* k(n) on the event-loop client's semaphore a, on lp, then on the
+ * blocking client's b (a name of the same history): whether both gave
+ * want, and the event-loop client's started no thread beyond the
+ * `before` there were; says what differed. */
+static bool sem_both(dlock_loop *lp, dlock_semaphore *a, dlock_semaphore *b,
+                     sem_call k, int n, int want, int before) {
+  tdone t;
+  int rc = sem_start(a, k, n, &t), threads = tasks();
+  bool ran = rc == 0 && run_one(lp, &t);
+  int got = ran ? t.d.rc : rc, blocking = sem_blocking(b, k, n);
+  if (ran && got == want && blocking == want && threads <= before) return true;
+  fprintf(stderr,
+          "    call %d(%d): event loop %d (%s), blocking %d (%s), expected "
+          "%d; threads %d, %d before\n",
+          (int)k, n, got, dlock_err_name(got), blocking,
+          dlock_err_name(blocking), want, threads, before);
+  return false;
+}
+
+/* async_sem on the server s at url (its transport). */
+static void async_sem(const th_etcd *s, const char *url) {
+  enum { N = 8 };
+  fprintf(stderr, "    %s\n", url);
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  CHECK(loop_clients(url, &lp, &c, 1));
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  CHECK_RC(dlock_client_open(&o, &cb), 0);
+  dlock_semaphore *a[N], *b;
+  char buf[256];
+  th_etcd_ctl(s, "del --prefix as", buf, sizeof buf); /* an earlier pass's */
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_semaphore_new(c, "as", &a[i]), 0);
+  CHECK_RC(dlock_semaphore_new(cb, "asb", &b), 0);
+  /* The first call opens the connection (threads not counted). */
+  CHECK(sem_both(lp, a[0], b, SC_SET, 5, 1, INT_MAX));
+  int before = tasks();
+  /* N releases, then N tries, in flight together: no thread, each as
+   * the blocking client's. */
+  for (int round = 0; round < 2; round++) {
+    sem_call k = round == 0 ? SC_RELEASE : SC_TRY;
+    tdone t[N];
+    for (int i = 0; i < N; i++)
+      CHECK_RC(sem_start(a[i], k, 1, &t[i]), 0);
+    int during = tasks();
+    CHECK(last_ok(lp, t, N) > 0);
+    fprintf(stderr, "    threads: %d before %d %s, %d with them in flight\n",
+            before, N, round == 0 ? "releases" : "tries", during);
+    CHECK(during <= before);
+    for (int i = 0; i < N; i++)
+      CHECK_RC(sem_blocking(b, k, 1), 0);
+    CHECK(
+        sem_both(lp, a[0], b, SC_AVAILABLE, 0, round == 0 ? 5 + N : 5, before));
+  }
+  /* Set already; a try of more than there are; a drain; a try on none. */
+  CHECK(sem_both(lp, a[0], b, SC_SET, 7, 0, before));
+  CHECK(sem_both(lp, a[0], b, SC_ADD, -3, 0, before));
+  CHECK(sem_both(lp, a[0], b, SC_TRY, 3, DLOCK_EBUSY, before));
+  CHECK(sem_both(lp, a[0], b, SC_DRAIN, 0, 2, before));
+  CHECK(sem_both(lp, a[0], b, SC_TRY, 1, DLOCK_EBUSY, before));
+  CHECK(sem_both(lp, a[0], b, SC_DRAIN, 0, 0, before));
+  /* Past an int: refused, nothing changed. */
+  CHECK(sem_both(lp, a[0], b, SC_ADD, INT_MAX, 0, before));
+  CHECK(sem_both(lp, a[0], b, SC_RELEASE, 1, DLOCK_ERANGE, before));
+  CHECK(sem_both(lp, a[0], b, SC_AVAILABLE, 0, INT_MAX, before));
+  CHECK(sem_both(lp, a[0], b, SC_TRY, INT_MAX, 0, before));
+  /* Not a count at the key: refused. */
+  th_etcd_ctl(s, "put as/semaphore x", buf, sizeof buf);
+  th_etcd_ctl(s, "put asb/semaphore x", buf, sizeof buf);
+  CHECK(sem_both(lp, a[0], b, SC_AVAILABLE, 0, DLOCK_EWRONGTYPE, before));
+  CHECK(sem_both(lp, a[0], b, SC_TRY, 1, DLOCK_EWRONGTYPE, before));
+  CHECK(sem_both(lp, a[0], b, SC_ADD, 1, DLOCK_EWRONGTYPE, before));
+  CHECK_EQ(tasks(), before);
+  for (int i = 0; i < N; i++)
+    dlock_semaphore_free(a[i]);
+  dlock_semaphore_free(b);
+  dlock_client_close(c);
+  dlock_client_close(cb);
+  dlock_loop_free(lp);
+}
+
+/* An event-loop client's counting semaphore runs on its loop's multi
+ * handle but for a waiting acquire: N releases and N tries in flight
+ * start no thread; each update, and a try (on an exhausted semaphore
+ * too), gives what the blocking client's gives on a name of the same
+ * history, errors included; over gRPC and over the gateway. */
+static void t_etcd_async_sem(void) {
+  NEED_ETCD();
+  both_transports(async_sem);
+}
+
 /* An event-loop client's acquire of a read-write lock's sides runs on its
  * loop's multi handle too: readers waiting for another client's writer
  * start no thread, each takes the read side within 100 ms of the writer's
@@ -1955,7 +2088,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire), T_BARE(t_etcd_async_rw),
         T_BARE(t_etcd_async_fair), T_BARE(t_etcd_async_owners),
-        T_BARE(t_etcd_async_latch),
+        T_BARE(t_etcd_async_latch), T_BARE(t_etcd_async_sem),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

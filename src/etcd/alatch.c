@@ -7,7 +7,8 @@
  * stream on the same multi handle, parsed as wait.c parses it) until the
  * key is deleted, then a look again; its deadline and a cancel a
  * dl_timer, a transient error ridden out with a pause on it. The
- * semaphores' updates still run on a job (core/blockloop.c). */
+ * counting semaphore's updates go to asem.c, the permit-expirable
+ * semaphore's to a job (core/blockloop.c). */
 #include "aop.h"
 #include "sem.h"
 
@@ -207,9 +208,20 @@ int dl_etcd_sync_update_async(dl_backend *b, const dl_sync_ref *s,
                               long long *v, dl_done_fn done, void *ud,
                               dl_async **out) {
   dl_etcd *e = (dl_etcd *)b;
-  if (op_ != DL_LATCH_SET && op_ != DL_LATCH_DOWN && op_ != DL_LATCH_COUNT)
+  switch (op_) {
+  case DL_SEM_SET:
+  case DL_SEM_ADD:
+  case DL_SEM_DRAIN:
+  case DL_SEM_RELEASE:
+  case DL_SEM_AVAILABLE:
+    return dl_etcd_sem_update_async(b, s, op_, n, v, done, ud, out);
+  case DL_LATCH_SET:
+  case DL_LATCH_DOWN:
+  case DL_LATCH_COUNT: break;
+  default: /* the permit-expirable semaphore's */
     return dl_blockloop_jobs(e->form)->sync_update_async(b, s, op_, n, id, v,
                                                          done, ud, out);
+  }
   dl_async *op = op_new(e, s, done, ud);
   if (op == NULL) return DLOCK_ENOMEM;
   op->lat->op = op_;

@@ -1,6 +1,6 @@
 /* aop.h: the event-loop client's own operations (release.c's, the mutex
  * acquire's of amutex.c, the renewals' of arenew.c, fence.c's, the
- * latch's of alatch.c): each one a
+ * latch's of alatch.c, the semaphore's of asem.c): each one a
  * struct dl_async listed in e->aops, driven by calls on the loop's multi handle
  * (acall.c), on the loop's thread alone. */
 #ifndef DLOCK_ETCD_AOP_H
@@ -17,12 +17,14 @@ typedef enum aop_kind {
   AOP_RENEW,
   AOP_FENCE,
   AOP_INSPECT,
-  AOP_LATCH
+  AOP_LATCH,
+  AOP_SEM
 } aop_kind;
 
 struct etcd_aacq;
 typedef struct etcd_fen etcd_fen;       /* a fenced resource's (fence.c) */
 typedef struct etcd_alatch etcd_alatch; /* a latch's (alatch.c) */
+typedef struct etcd_asem etcd_asem;     /* a semaphore's (asem.c) */
 
 /* A renewal round's (arenew.c). */
 typedef struct etcd_aren {
@@ -66,6 +68,7 @@ struct dl_async {
   etcd_aren *ren;         /* the renewal round's (arenew.c) */
   etcd_fen *fen;          /* the fenced resource's (fence.c) */
   etcd_alatch *lat;       /* the latch's (alatch.c) */
+  etcd_asem *sem;         /* the semaphore's (asem.c) */
   const char *key;        /* the inspect's name, */
   dlock_lock_state *st;   /* its snapshot, */
   int step;               /* and its semaphore read's step */
@@ -127,7 +130,8 @@ void dl_etcd_fen_free(etcd_fen *s);
 
 /* ---- alatch.c ---- */
 /* The event loop's sync_update_async (the latch's updates here, the
- * semaphores' on a job) and latch_await_async (dl_etcd_aops). */
+ * counting semaphore's in asem.c, the permit-expirable semaphore's on a
+ * job) and latch_await_async (dl_etcd_aops). */
 int dl_etcd_sync_update_async(dl_backend *b, const dl_sync_ref *s,
                               dl_sync_op op, long long n, const char *id,
                               long long *v, dl_done_fn done, void *ud,
@@ -138,5 +142,16 @@ int dl_etcd_latch_await_async(dl_backend *b, const dl_sync_ref *s, bool wait,
 /* A cancel of a latch's operation: an await's wait ends as at its
  * deadline (a call in flight is answered first). */
 void dl_etcd_latch_cancel(dl_async *op);
+
+/* ---- asem.c ---- */
+/* The counting semaphore's updates (sync_update's DL_SEM_*), and the
+ * event loop's sem_acquire_async (dl_etcd_aops): a try here, a wait on a
+ * job. */
+int dl_etcd_sem_update_async(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
+                             long long n, long long *v, dl_done_fn done,
+                             void *ud, dl_async **out);
+int dl_etcd_sem_acquire_async(dl_backend *b, const dl_sync_ref *s, int permits,
+                              bool wait, int64_t deadline, dl_done_fn done,
+                              void *ud, dl_async **out);
 
 #endif /* DLOCK_ETCD_AOP_H */

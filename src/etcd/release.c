@@ -136,6 +136,7 @@ void dl_etcd_op_drop(dl_async *op) {
   dl_etcd_aren_free(op->ren);
   dl_etcd_fen_free(op->fen);
   free(op->lat);
+  free(op->sem);
   free(op);
 }
 
@@ -520,6 +521,7 @@ const dl_backend_ops dl_etcd_aops = {
     .renew_async = dl_etcd_renew_async,
     .fence_async = dl_etcd_fence_async,
     .inspect_async = inspect_async,
+    .sem_acquire_async = dl_etcd_sem_acquire_async,
     .sync_update_async = dl_etcd_sync_update_async,
     .latch_await_async = dl_etcd_latch_await_async,
     .cancel = own_cancel,

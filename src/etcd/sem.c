@@ -77,61 +77,82 @@ int dl_etcd_count_read_answer(dl_etcd *e, const char *key, json_object *r,
   return rc;
 }
 
-/* Puts v at the count key if its mod revision is still mod (0: if it is
- * not there): 0 with *ok whether it was put, or a negative code. */
-static int count_put(dl_etcd *e, const char *key, int64_t mod, long long v,
-                     bool *ok) {
+void dl_etcd_count_put_body(const char *key, int64_t mod, long long v,
+                            char *body, size_t len) {
   char k64[B64(ETCD_SEM_KEY)], num[24], n64[B64(24)];
-  char body[2 * B64(ETCD_SEM_KEY) + 256];
   dl_etcd_b64(key, strlen(key), k64);
   snprintf(num, sizeof num, "%lld", v);
   dl_etcd_b64(num, strlen(num), n64);
-  snprintf(body, sizeof body,
+  snprintf(body, len,
            "{\"compare\":[{\"target\":\"%s\",\"key\":\"%s\",\"%s\":\"%" PRId64
            "\"}],\"success\":[{\"request_put\":{\"key\":\"%s\",\"value\":"
            "\"%s\"}}]}",
            mod ? "MOD" : "CREATE", k64,
            mod ? "mod_revision" : "create_revision", mod, k64, n64);
+}
+
+/* Puts v at the count key if its mod revision is still mod (0: if it is
+ * not there): 0 with *ok whether it was put, or a negative code. */
+static int count_put(dl_etcd *e, const char *key, int64_t mod, long long v,
+                     bool *ok) {
+  char body[ETCD_COUNT_PUT_BODY_MAX];
+  dl_etcd_count_put_body(key, mod, v, body, sizeof body);
   json_object *r;
   int rc = dl_etcd_call(e, "/v3/kv/txn", body,
                         dl_now_ms() + e->command_timeout_ms, &r, NULL);
   if (rc != 0) return rc;
-  json_object *s = dl_etcd_get(r, "succeeded");
-  *ok = s && json_object_get_boolean(s);
+  *ok = dl_etcd_txn_succeeded(r);
   json_object_put(r);
   return 0;
+}
+
+int dl_etcd_count_next(dl_etcd *e, const char *key, dl_sync_op op, long long n,
+                       bool there, long long cur, long long *next,
+                       long long *out) {
+  *out = op == DL_SEM_SET ? 1 : op == DL_SEM_DRAIN ? cur : 0;
+  if (op == DL_SEM_SET) {
+    *next = n;
+    return there ? (*out = 0) : 1;
+  }
+  if (op == DL_SEM_DRAIN) {
+    *next = 0;
+    return there;
+  }
+  /* The API counts in an int: refused before the write. */
+  if ((n > 0 && cur + n > INT_MAX) || (n < 0 && cur + n < INT_MIN)) {
+    *out = 0;
+    return dl_seterr(e->err, DLOCK_ERANGE,
+                     "%s holds %lld permits: adding %lld would take the "
+                     "count outside an int (nothing changed)",
+                     key, cur, n);
+  }
+  *next = cur + n;
+  return 1;
 }
 
 int dl_etcd_count_change(dl_etcd *e, const char *key, dl_sync_op op,
                          long long n, long long *out) {
   *out = 0;
-  for (int tries = 0; tries < 100; tries++) {
-    long long cur, next = 0;
+  for (int tries = 0; tries < ETCD_COUNT_TRIES; tries++) {
+    long long cur, next = 0, result;
     int64_t mod, rev;
     int rc = dl_etcd_count_read(e, key, &cur, &mod, &rev);
     if (rc < 0) return rc;
-    bool set = rc == 1;
-    if (op == DL_SEM_SET) {
-      if (set) return 0;
-      next = n;
-    } else if (op == DL_SEM_DRAIN) {
-      if (!set) return 0;
-      next = 0;
-    } else {
-      /* The API counts in an int: refused before the write. */
-      if ((n > 0 && cur + n > INT_MAX) || (n < 0 && cur + n < INT_MIN))
-        return dl_seterr(e->err, DLOCK_ERANGE,
-                         "%s holds %lld permits: adding %lld would take the "
-                         "count outside an int (nothing changed)",
-                         key, cur, n);
-      next = cur + n;
+    if ((rc = dl_etcd_count_next(e, key, op, n, rc == 1, cur, &next,
+                                 &result)) <= 0) {
+      if (rc == 0) *out = result;
+      return rc;
     }
     bool ok = false;
     if ((rc = count_put(e, key, mod, next, &ok)) != 0) return rc;
     if (!ok) continue; /* another writer came first: read again */
-    *out = op == DL_SEM_SET ? 1 : op == DL_SEM_DRAIN ? cur : 0;
+    *out = result;
     return 0;
   }
+  return dl_etcd_count_busy(e, key);
+}
+
+int dl_etcd_count_busy(dl_etcd *e, const char *key) {
   return dl_seterr(e->err, DLOCK_EBUSY, "the permits of %s kept changing", key);
 }
 
@@ -214,34 +235,53 @@ typedef struct sem_try {
   long long n;
 } sem_try;
 
+bool dl_etcd_sem_take_to(long long v, long long n, long long *to) {
+  *to = v - n;
+  return v >= n;
+}
+
 /* Takes n permits if that many are available: dl_etcd_try_fn. */
 static int sem_take(dl_etcd *e, void *ctx, int64_t *at) {
   sem_try *t = ctx;
   for (;;) {
-    long long v;
+    long long v, to;
     int64_t mod;
     int rc = dl_etcd_count_read(e, t->key, &v, &mod, at);
-    if (rc <= 0 || v < t->n) return rc < 0 ? rc : 0;
+    if (rc < 0) return rc;
+    if (!dl_etcd_sem_take_to(v, t->n, &to)) return 0;
     bool ok = false;
-    if ((rc = count_put(e, t->key, mod, v - t->n, &ok)) != 0) return rc;
+    if ((rc = count_put(e, t->key, mod, to, &ok)) != 0) return rc;
     if (ok) return 1;
   }
+}
+
+int dl_etcd_sem_check(dl_etcd *e, const dl_sync_ref *s, bool acquire,
+                      dl_sync_op op, long long n, char *key) {
+  char base[ETCD_KEY_MAX];
+  int rc = dl_etcd_sem_base(e, s, base);
+  if (rc != 0) return rc;
+  snprintf(key, ETCD_SEM_KEY, "%ssemaphore", base);
+  if (acquire && n <= 0)
+    return dl_seterr(e->err, DLOCK_EINVAL, "permits must be positive");
+  if (!acquire &&
+      ((op == DL_SEM_SET && n < 0) || (op == DL_SEM_RELEASE && n <= 0)))
+    return dl_seterr(e->err, DLOCK_EINVAL, "bad permits: %lld", n);
+  return 0;
 }
 
 int dl_etcd_sem_acquire(dl_backend *b, const dl_sync_ref *s, int permits,
                         bool wait, int64_t deadline) {
   dl_etcd *e = (dl_etcd *)b;
-  char base[ETCD_KEY_MAX], line[ETCD_SEM_KEY];
+  char line[ETCD_SEM_KEY];
   sem_try t = {.n = permits};
-  int rc = dl_etcd_sem_base(e, s, base);
+  int rc = dl_etcd_sem_check(e, s, true, DL_SEM_AVAILABLE, permits, t.key);
   if (rc != 0) return rc;
-  if (permits <= 0)
-    return dl_seterr(e->err, DLOCK_EINVAL, "permits must be positive");
   unsigned char raw[16];
   if (dl_random_bytes(raw, sizeof raw) != 0)
     return dl_seterr(e->err, DLOCK_ENOMEM, "no random bytes for a waiter");
-  snprintf(t.key, sizeof t.key, "%ssemaphore", base);
-  int n = snprintf(line, sizeof line, "%swaiters/semaphore/", base);
+  /* The line is the count key's sibling: PREFIX/NAME/waiters/semaphore/. */
+  int n = snprintf(line, sizeof line, "%.*swaiters/semaphore/",
+                   (int)(strlen(t.key) - strlen("semaphore")), t.key);
   for (int i = 0; i < 16; i++)
     n += snprintf(line + n, sizeof line - (size_t)n, "%02x", raw[i]);
   bool waited;
@@ -249,34 +289,30 @@ int dl_etcd_sem_acquire(dl_backend *b, const dl_sync_ref *s, int permits,
                           &waited);
 }
 
-/* The counting semaphore's updates. */
-static int semaphore_update(dl_etcd *e, const char *base, dl_sync_op op,
+/* The counting semaphore's updates (key its count key, checked). */
+static int semaphore_update(dl_etcd *e, const char *key, dl_sync_op op,
                             long long n, long long *v) {
-  char key[ETCD_SEM_KEY];
-  snprintf(key, sizeof key, "%ssemaphore", base);
   if (op == DL_SEM_AVAILABLE) {
     int64_t mod, rev;
     int rc = dl_etcd_count_read(e, key, v, &mod, &rev);
     return rc < 0 ? rc : 0;
   }
-  if ((op == DL_SEM_SET && n < 0) || (op == DL_SEM_RELEASE && n <= 0))
-    return dl_seterr(e->err, DLOCK_EINVAL, "bad permits: %lld", n);
   return dl_etcd_count_change(e, key, op, n, v);
 }
 
 int dl_etcd_sem_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                        long long n, const char *id, long long *v) {
   dl_etcd *e = (dl_etcd *)b;
-  char base[ETCD_KEY_MAX];
+  char key[ETCD_SEM_KEY];
   *v = 0;
-  int rc = dl_etcd_sem_base(e, s, base);
+  int rc = dl_etcd_sem_check(e, s, false, op, n, key);
   if (rc != 0) return rc;
   switch (op) {
   case DL_SEM_SET:
   case DL_SEM_ADD:
   case DL_SEM_DRAIN:
   case DL_SEM_RELEASE:
-  case DL_SEM_AVAILABLE: return semaphore_update(e, base, op, n, v);
+  case DL_SEM_AVAILABLE: return semaphore_update(e, key, op, n, v);
   case DL_PERMITS_SET:
   case DL_PERMITS_ADD:
   case DL_PERMITS_AVAILABLE:

@@ -35,6 +35,23 @@ int dl_etcd_count_read_answer(dl_etcd *e, const char *key, json_object *r,
  * dl_etcd_count_read. */
 int dl_etcd_count_of(dl_etcd *e, json_object *kv, const char *key,
                      long long *v);
+/* The txn putting v at the count key if its mod revision is still mod
+ * (0: if it is not there): its body (ETCD_COUNT_PUT_BODY_MAX bytes). Its
+ * answer's succeeded: put, else another writer came first. */
+#define ETCD_COUNT_PUT_BODY_MAX (2 * (4 * ((ETCD_SEM_KEY + 2) / 3) + 1) + 256)
+void dl_etcd_count_put_body(const char *key, int64_t mod, long long v,
+                            char *body, size_t len);
+/* A change's step after the count key's read (there: it is; cur its
+ * count): 0 done (*out the result), 1 the put of *next compared on the
+ * read next (*out the result once it is put), or a negative code
+ * (DLOCK_ERANGE recorded, nothing changed). */
+int dl_etcd_count_next(dl_etcd *e, const char *key, dl_sync_op op, long long n,
+                       bool there, long long cur, long long *next,
+                       long long *out);
+/* A change's puts beaten by other writers this many times: given up,
+ * with dl_etcd_count_busy's DLOCK_EBUSY (recorded). */
+#define ETCD_COUNT_TRIES 100
+int dl_etcd_count_busy(dl_etcd *e, const char *key);
 /* Changes the count key `key` by op, in a txn on its mod revision (read
  * again and retried when another writer came first; never after an
  * answer that did not come): DL_SEM_SET (n if none: *out 1, else 0),
@@ -57,6 +74,17 @@ typedef int (*dl_etcd_try_fn)(dl_etcd *e, void *ctx, int64_t *at);
 int dl_etcd_sem_wait(dl_etcd *e, const char *line_key, const char *data_pfx,
                      dl_etcd_try_fn try_fn, void *ctx, bool wait,
                      int64_t deadline, bool *waited);
+
+/* The counting semaphore's checks before anything is sent, for an
+ * acquire (n permits) or an update op: its count key into key
+ * (ETCD_SEM_KEY bytes); 0, or DLOCK_ENAMETOOLONG or DLOCK_EINVAL
+ * recorded. */
+int dl_etcd_sem_check(dl_etcd *e, const dl_sync_ref *s, bool acquire,
+                      dl_sync_op op, long long n, char *key);
+/* An acquire's try after the count v was read: true with *to the count
+ * to put (compared on the read) when n permits are there, else false
+ * (not taken). */
+bool dl_etcd_sem_take_to(long long v, long long n, long long *to);
 
 /* sem.c: the seam's entries: the counting semaphore's acquire, and every
  * update of either semaphore (sync_update's DL_SEM_* and DL_PERMITS_*;
