@@ -1,6 +1,7 @@
 /* sem.h: what the etcd backend's semaphores share (sem.c, permits.c): the
  * keys of a name, the count keys, and the acquire that waits in a line;
- * and the latch's steps both its drivers share (latch.c, alatch.c).
+ * the counting semaphore's steps both its drivers share (sem.c, asem.c);
+ * and the latch's (latch.c, alatch.c).
  * The layout is dlock's own (etcd's clients have no semaphore): see
  * docs/WIRE.md's etcd section. */
 #ifndef DLOCK_ETCD_SEM_H
