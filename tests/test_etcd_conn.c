@@ -1207,23 +1207,37 @@ static void async_sem(const th_etcd *s, const char *url) {
   /* The first call opens the connection (threads not counted). */
   CHECK(sem_both(lp, a[0], b, SC_SET, 5, 1, INT_MAX));
   int before = tasks();
-  /* N releases, then N tries, in flight together: no thread, each as
-   * the blocking client's. */
-  for (int round = 0; round < 2; round++) {
+  /* N releases, then N tries, then N tries for the 5 left, in flight
+   * together: no thread; as many taken and refused as the blocking
+   * client's, which leaves the same count. */
+  for (int round = 0; round < 3; round++) {
+    static const char *what[] = {"releases", "tries", "tries for 5"};
     sem_call k = round == 0 ? SC_RELEASE : SC_TRY;
     tdone t[N];
     for (int i = 0; i < N; i++)
       CHECK_RC(sem_start(a[i], k, 1, &t[i]), 0);
-    int during = tasks();
-    CHECK(last_ok(lp, t, N) > 0);
-    fprintf(stderr, "    threads: %d before %d %s, %d with them in flight\n",
-            before, N, round == 0 ? "releases" : "tries", during);
+    int during = tasks(), ok = 0, busy = 0, bok = 0, bbusy = 0;
+    for (int i = 0; i < N; i++) {
+      CHECK(run_one(lp, &t[i]));
+      ok += t[i].d.rc == 0;
+      busy += t[i].d.rc == DLOCK_EBUSY;
+      int rc = sem_blocking(b, k, 1);
+      bok += rc == 0;
+      bbusy += rc == DLOCK_EBUSY;
+    }
+    fprintf(stderr,
+            "    threads: %d before %d %s, %d with them in flight; %d done, "
+            "%d refused (blocking: %d, %d)\n",
+            before, N, what[round], during, ok, busy, bok, bbusy);
     CHECK(during <= before);
-    for (int i = 0; i < N; i++)
-      CHECK_RC(sem_blocking(b, k, 1), 0);
-    CHECK(
-        sem_both(lp, a[0], b, SC_AVAILABLE, 0, round == 0 ? 5 + N : 5, before));
+    CHECK_EQ(ok, round < 2 ? N : 5);
+    CHECK_EQ(busy, N - ok);
+    CHECK_EQ(bok, ok);
+    CHECK_EQ(bbusy, busy);
+    CHECK(sem_both(lp, a[0], b, SC_AVAILABLE, 0, (int[]){5 + N, 5, 0}[round],
+                   before));
   }
+  CHECK(sem_both(lp, a[0], b, SC_ADD, 5, 0, before));
   /* Set already; a try of more than there are; a drain; a try on none. */
   CHECK(sem_both(lp, a[0], b, SC_SET, 7, 0, before));
   CHECK(sem_both(lp, a[0], b, SC_ADD, -3, 0, before));
