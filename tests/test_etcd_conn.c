@@ -1004,17 +1004,28 @@ static void t_etcd_async_owners(void) {
   th_etcd_stop(&s);
 }
 
+/* A loop (*lp), an event-loop client of url on it (*c) and a blocking
+ * one (*cb), to compare their answers: whether all opened (else what did
+ * is closed). */
+static bool loop_and_blocking(const char *url, dlock_loop **lp,
+                              dlock_client **c, dlock_client **cb) {
+  if (!loop_clients(url, lp, c, 1)) return false;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = url;
+  if (dlock_client_open(&o, cb) == 0) return true;
+  dlock_client_close(*c);
+  dlock_loop_free(*lp);
+  return false;
+}
+
 /* async_latch on the server s at url (its transport). */
 static void async_latch(const th_etcd *s, const char *url) {
   enum { N = 8 };
   fprintf(stderr, "    %s\n", url);
   dlock_loop *lp;
   dlock_client *c, *cb;
-  CHECK(loop_clients(url, &lp, &c, 1));
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  CHECK_RC(dlock_client_open(&o, &cb), 0);
+  CHECK(loop_and_blocking(url, &lp, &c, &cb));
   dlock_latch *l, *w[N], *lb, *x, *xb;
   char buf[256];
   th_etcd_ctl(s, "del --prefix al", buf, sizeof buf); /* an earlier pass's */
@@ -1193,11 +1204,7 @@ static void async_sem(const th_etcd *s, const char *url) {
   fprintf(stderr, "    %s\n", url);
   dlock_loop *lp;
   dlock_client *c, *cb;
-  CHECK(loop_clients(url, &lp, &c, 1));
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = url;
-  CHECK_RC(dlock_client_open(&o, &cb), 0);
+  CHECK(loop_and_blocking(url, &lp, &c, &cb));
   dlock_semaphore *a[N], *b;
   char buf[256];
   th_etcd_ctl(s, "del --prefix as", buf, sizeof buf); /* an earlier pass's */
