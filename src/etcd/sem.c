@@ -109,23 +109,23 @@ static int count_put(dl_etcd *e, const char *key, int64_t mod, long long v,
 int dl_etcd_count_next(dl_etcd *e, const char *key, dl_sync_op op, long long n,
                        bool there, long long cur, long long *next,
                        long long *out) {
-  *out = op == DL_SEM_SET ? 1 : op == DL_SEM_DRAIN ? cur : 0;
-  if (op == DL_SEM_SET) {
+  *out = 0;
+  if (op == DL_SEM_SET) { /* n if none: 1 */
     *next = n;
-    return there ? (*out = 0) : 1;
+    *out = !there;
+    return !there;
   }
-  if (op == DL_SEM_DRAIN) {
+  if (op == DL_SEM_DRAIN) { /* to 0 if there: what it was */
     *next = 0;
+    *out = cur;
     return there;
   }
   /* The API counts in an int: refused before the write. */
-  if ((n > 0 && cur + n > INT_MAX) || (n < 0 && cur + n < INT_MIN)) {
-    *out = 0;
+  if ((n > 0 && cur + n > INT_MAX) || (n < 0 && cur + n < INT_MIN))
     return dl_seterr(e->err, DLOCK_ERANGE,
                      "%s holds %lld permits: adding %lld would take the "
                      "count outside an int (nothing changed)",
                      key, cur, n);
-  }
   *next = cur + n;
   return 1;
 }
