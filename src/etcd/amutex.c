@@ -4,78 +4,28 @@
  * no thread: the blocking acquire's steps (the halves in mutex.c, holds.c
  * and line.c, backend.c's session) driven by call answers instead of a
  * thread: a re-entry's check, the claim, the session or fixed lease, the
- * claim txn that reads the owner; a waiter's look (its own key still
- * there, and its predecessor), the watch on the predecessor's key (a
- * stream on the same multi handle, parsed as wait.c parses it) in steps of
- * a third of the lease, each step keeping the lease alive; the deadline
- * and a cancel a dl_timer; and when not taken, the own key's delete at its
- * revision. An acquire that must first wait for another owner of this
- * client on the same key (the session lease's: they take turns locally)
- * waits on the loop too, parked in e->aclaims until a hold goes
- * (dl_etcd_holds_gone wakes the loop from any thread). A side of a
+ * claim txn that reads the owner (from its answer on: amwait.c); a
+ * waiter's look (its own key still there, and its predecessor), the watch
+ * on the predecessor's key (a stream on the same multi handle, parsed as
+ * wait.c parses it) in steps of a third of the lease, each step keeping
+ * the lease alive; the deadline and a cancel a dl_timer; and when not
+ * taken, the own key's delete at its revision. An acquire that must first wait
+ * for another owner of this client on the same key (the session lease's: they
+ * take turns locally) waits on the loop too, parked in e->aclaims until a hold
+ * goes (dl_etcd_holds_gone wakes the loop from any thread). A side of a
  * read-write lock whose owner holds the other side is taken at once (the
  * read side: a downgrade) or refused (the write side). Deadlock detection
  * and the other kinds still run the blocking acquire on a job
  * (core/blockloop.c); so does an acquire that must first clear a stale
  * hold of its own owner (reported lost, not released). */
-#include "aop.h"
+#include "amutex.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum astep {
-  S_START,
-  S_REENTER,
-  S_SESSION_KEEP,
-  S_SESSION_GRANT,
-  S_FIXED_KEEP,
-  S_FIXED_GRANT,
-  S_PUT,
-  S_LOOK,
-  S_WATCH,
-  S_KEEP,  /* a waiter's fixed lease kept alive */
-  S_PAUSE, /* a waiter's pause (a transient error ridden out) */
-  S_CLAIM, /* waiting for another owner of this client (e->aclaims) */
-  S_DELETE,
-  S_UNORPHAN, /* our old key deleted at its revision, to put anew */
-  S_REVOKE
-} astep;
-
-struct etcd_aacq {
-  dl_acquire *a;
-  astep step;
-  bool own;        /* a fixed lease (not the session's) */
-  bool rw;         /* a side of a read-write lock: a key of its own */
-  bool session;    /* this op's session call holds e->lease_mu */
-  etcd_hold *h;    /* the claim, listed */
-  int64_t rev;     /* the re-entry's hold's create revision */
-  int64_t sent;    /* the lease call's */
-  int64_t until;   /* the lease's validity */
-  int rc;          /* the failure path's result */
-  dl_async *job;   /* handed to a job: its operation */
-  dl_async *snext; /* waiting for another op's session call */
-  dl_async *cnext; /* in e->aclaims, when parked */
-  bool parked;     /* waiting for another owner of this client */
-  bool downgrade;  /* the read side, its owner holding the write side */
-  bool in_line;    /* our key is in line: a session step keeps it */
-  bool won;        /* a keep step ends the acquire (it won) */
-  bool watched;    /* a watch ended (the blocking path's `waited`) */
-  bool cancelled;
-  int rides; /* transient errors ridden out */
-  int fresh_tries; /* our old key found at the put, deleted */
-  int clashes;     /* a read-write key found someone else's, put anew */
-  char key[ETCD_KEY_MAX];
-  char wait_pfx[ETCD_KEY_MAX + 8];
-  char pred[ETCD_KEY_MAX];
-};
-
 static void on_call(void *ud, int rc, json_object *o, int code);
-static bool wait_over(dl_async *op);
-static void session_step(dl_async *op);
-static void look_step(dl_async *op);
-static void keep_done(dl_async *op);
 
 /* Ends op with rc (its claim dropped, if any). */
 static void end(dl_async *op, int rc) {
@@ -95,7 +45,7 @@ static void session_release(dl_etcd *e) {
   while (w) {
     dl_async *next = w->acq->snext;
     w->acq->snext = NULL;
-    session_step(w);
+    dl_am_session_step(w);
     w = next;
   }
 }
@@ -108,7 +58,7 @@ static void session_done(dl_async *op) {
 }
 
 /* Starts op's next call (step) within one command timeout. */
-static void call(dl_async *op, astep step, const char *path, const char *body) {
+void dl_am_call(dl_async *op, astep step, const char *path, const char *body) {
   struct etcd_aacq *q = op->acq;
   q->step = step;
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
@@ -159,19 +109,19 @@ static void fail_lease(dl_async *op, int gone) {
   }
   char body[64];
   dl_etcd_lease_body(revoke, body, sizeof body);
-  call(op, S_REVOKE, "/v3/lease/revoke", body);
+  dl_am_call(op, S_REVOKE, "/v3/lease/revoke", body);
 }
 
 /* Not taken (rc: the result): our key goes (Go's TryLock does the same),
  * at its own revision only; as the blocking acquire's failure path. */
-static void fail(dl_async *op, int rc) {
+void dl_am_fail(dl_async *op, int rc) {
   struct etcd_aacq *q = op->acq;
   etcd_hold *h = q->h;
   q->rc = rc;
   if (h->rev > 0) {
     char body[ETCD_DELETE_AT_MAX];
     dl_etcd_delete_at_body(h->key, h->rev, body, sizeof body);
-    call(op, S_DELETE, "/v3/kv/txn", body);
+    dl_am_call(op, S_DELETE, "/v3/kv/txn", body);
   } else if (h->key && h->lease && !q->own &&
              (dl_etcd_transient(rc) || rc == DLOCK_EPROTO)) {
     /* a put whose answer we did not get: our key, on our lease */
@@ -179,7 +129,7 @@ static void fail(dl_async *op, int rc) {
     dl_etcd_b64(h->key, strlen(h->key), k64);
     snprintf(body, sizeof body, "{\"key\":\"%s\"}", k64);
     h->rev = -1; /* no delete_at result to read */
-    call(op, S_DELETE, "/v3/kv/deleterange", body);
+    dl_am_call(op, S_DELETE, "/v3/kv/deleterange", body);
   } else {
     fail_lease(op, 0);
   }
@@ -187,7 +137,7 @@ static void fail(dl_async *op, int rc) {
 
 /* ---- the steps ---- */
 /* The claim txn, the lease known (h->lease; until: its validity). */
-static void put_step(dl_async *op) {
+void dl_am_put_step(dl_async *op) {
   struct etcd_aacq *q = op->acq;
   char pfx[ETCD_KEY_MAX];
   char *value = NULL;
@@ -197,15 +147,15 @@ static void put_step(dl_async *op) {
   if (rc == 0 && body == NULL)
     rc = dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory");
   if (rc != 0) {
-    fail(op, rc);
+    dl_am_fail(op, rc);
     return;
   }
-  call(op, S_PUT, "/v3/kv/txn", body);
+  dl_am_call(op, S_PUT, "/v3/kv/txn", body);
   free(body);
 }
 
 static void session_retry(void *ud) {
-  session_step(ud);
+  dl_am_session_step(ud);
 }
 
 /* The session lease l (valid until u): the claim's, or for a waiter
@@ -215,21 +165,22 @@ static void session_got(dl_async *op, int64_t l, int64_t u) {
   if (!q->in_line) {
     q->h->lease = l;
     q->until = u;
-    put_step(op);
+    dl_am_put_step(op);
   } else if (l == q->h->lease) {
     q->until = u;
-    keep_done(op);
+    dl_am_keep_done(op);
   } else { /* a new session: the old one ended */
-    fail(op, dl_seterr(op->e->err, DLOCK_ELOST,
-                       "the lease of our etcd key %s ended while we waited",
-                       q->h->key));
+    dl_am_fail(op,
+               dl_seterr(op->e->err, DLOCK_ELOST,
+                         "the lease of our etcd key %s ended while we waited",
+                         q->h->key));
   }
 }
 
 /* The session lease: valid already, or one grant or keepalive on the
  * loop at a time (others wait for it), under e->lease_mu as the blocking
  * path's (a job holding it: looked at again in 5 ms). */
-static void session_step(dl_async *op) {
+void dl_am_session_step(dl_async *op) {
   dl_etcd *e = op->e;
   op->acq->step = S_START; /* not waiting: a cancel looks later */
   struct etcd_aacq *q = op->acq;
@@ -248,13 +199,13 @@ static void session_step(dl_async *op) {
   if (pthread_mutex_trylock(&e->lease_mu) != 0) {
     dl_timer_init(&op->timer, session_retry, op);
     if (dl_timer_start(e->env->loop, &op->timer, q->sent + 5) != 0)
-      fail(op, dl_seterr(e->err, DLOCK_ENOMEM, "out of memory"));
+      dl_am_fail(op, dl_seterr(e->err, DLOCK_ENOMEM, "out of memory"));
     return;
   }
   /* Looked at again under lease_mu: a job may have just renewed it. */
   if ((need = dl_etcd_session_need(e, q->sent, &l, &u)) == 0) {
     pthread_mutex_unlock(&e->lease_mu);
-    session_step(op);
+    dl_am_session_step(op);
     return;
   }
   q->session = true;
@@ -263,10 +214,10 @@ static void session_step(dl_async *op) {
   if (need == 1) {
     q->h->lease = l;
     dl_etcd_lease_body(l, body, sizeof body);
-    call(op, S_SESSION_KEEP, "/v3/lease/keepalive", body);
+    dl_am_call(op, S_SESSION_KEEP, "/v3/lease/keepalive", body);
   } else {
     dl_etcd_grant_body(dl_etcd_ttl_s(e->session_ttl_ms), body, sizeof body);
-    call(op, S_SESSION_GRANT, "/v3/lease/grant", body);
+    dl_am_call(op, S_SESSION_GRANT, "/v3/lease/grant", body);
   }
 }
 
@@ -274,7 +225,7 @@ static void fixed_grant(dl_async *op) {
   char body[64];
   op->acq->sent = dl_now_ms();
   dl_etcd_grant_body(dl_etcd_ttl_s(op->acq->a->lease_ms), body, sizeof body);
-  call(op, S_FIXED_GRANT, "/v3/lease/grant", body);
+  dl_am_call(op, S_FIXED_GRANT, "/v3/lease/grant", body);
 }
 
 /* A fixed lease (dl_etcd_fixed_lease's steps): an idle one of the same
@@ -282,7 +233,7 @@ static void fixed_grant(dl_async *op) {
 static void lease_step(dl_async *op) {
   struct etcd_aacq *q = op->acq;
   if (!q->own) {
-    session_step(op);
+    dl_am_session_step(op);
     return;
   }
   q->h->lease_ms = q->a->lease_ms;
@@ -295,7 +246,7 @@ static void lease_step(dl_async *op) {
   q->h->lease = l;
   char body[64];
   dl_etcd_lease_body(l, body, sizeof body);
-  call(op, S_FIXED_KEEP, "/v3/lease/keepalive", body);
+  dl_am_call(op, S_FIXED_KEEP, "/v3/lease/keepalive", body);
 }
 
 /* ---- the wait for another owner of this client ---- */
@@ -372,7 +323,7 @@ static void claim_step(dl_async *op) {
     return;
   }
   dl_etcd_hold_free(h);
-  if (stale || wait_over(op)) {
+  if (stale || dl_am_wait_over(op)) {
     unpark(op);
     if (stale)
       to_job(op);
@@ -427,216 +378,10 @@ static void start(dl_async *op) {
                              op->e, q->a->lock, q->key, sizeof q->key)) != 0) {
     char body[ETCD_CREATE_REV_BODY_MAX];
     dl_etcd_create_rev_body(q->key, body, sizeof body);
-    call(op, S_REENTER, "/v3/kv/range", body);
+    dl_am_call(op, S_REENTER, "/v3/kv/range", body);
     return;
   }
   side_step(op);
-}
-
-/* ---- the wait ---- */
-/* Whether the wait is over: none asked for, its deadline come, or the
- * operation cancelled. */
-static bool wait_over(dl_async *op) {
-  const dl_acquire *a = op->acq->a;
-  return !a->wait || dl_now_ms() >= a->deadline || op->acq->cancelled;
-}
-
-static void on_wait_timer(void *ud);
-
-/* Runs on_wait_timer at `at` (step: what op waits in). */
-static void wait_until(dl_async *op, astep step, int64_t at) {
-  op->acq->step = step;
-  dl_timer_stop(op->e->env->loop, &op->timer); /* a cancel's: armed */
-  dl_timer_init(&op->timer, on_wait_timer, op);
-  if (dl_timer_start(op->e->env->loop, &op->timer, at) != 0)
-    fail(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
-}
-
-/* A waiter's step that failed with rc: ridden out (a pause, then a look)
- * when transient and the deadline leaves room, else the acquire fails. */
-static void wait_error(dl_async *op, int rc) {
-  struct etcd_aacq *q = op->acq;
-  int64_t pause =
-      q->in_line && !q->cancelled
-          ? dl_etcd_ride_pause(op->e, q->a->wait, q->a->deadline, rc, &q->rides)
-          : 0;
-  if (pause > 0)
-    wait_until(op, S_PAUSE, dl_now_ms() + pause);
-  else
-    fail(op, rc);
-}
-
-/* The wait's end at its deadline or a cancel: not taken. */
-static void wait_end(dl_async *op) {
-  op->acq->a->ttl = DLOCK_TTL_NONE; /* the holder's lease is not read */
-  fail(op, 0);
-}
-
-static void won(dl_async *op) {
-  struct etcd_aacq *q = op->acq;
-  int rc = dl_etcd_mutex_won(op->e, q->a, q->h, q->until);
-  if (rc != 1) {
-    fail(op, rc);
-    return;
-  }
-  q->h = NULL; /* held: the client's now */
-  dl_etcd_op_end(op, 1);
-}
-
-/* Keeps the lease of our key alive while it waits (keep_lease's steps):
- * a fixed lease's keepalive, or the session's step. */
-static void keep_step(dl_async *op) {
-  struct etcd_aacq *q = op->acq;
-  if (!q->own) {
-    session_step(op);
-    return;
-  }
-  q->sent = dl_now_ms();
-  char body[64];
-  dl_etcd_lease_body(q->h->lease, body, sizeof body);
-  call(op, S_KEEP, "/v3/lease/keepalive", body);
-}
-
-static void keep_done(dl_async *op) {
-  if (op->acq->won)
-    won(op);
-  else
-    look_step(op);
-}
-
-/* Our key still there, and who is before it: one txn. */
-static void look_step(dl_async *op) {
-  struct etcd_aacq *q = op->acq;
-  if (wait_over(op)) {
-    wait_end(op);
-    return;
-  }
-  q->a->waited = true;
-  char *body = dl_etcd_look_body(q->h->key, q->wait_pfx, q->h->rev);
-  if (body == NULL) {
-    fail(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
-    return;
-  }
-  call(op, S_LOOK, "/v3/kv/txn", body);
-  free(body);
-}
-
-static void on_watch(void *ud, int rc, json_object *o, int code) {
-  (void)o, (void)code;
-  dl_async *op = ud;
-  op->call = NULL;
-  dl_timer_stop(op->e->env->loop, &op->timer);
-  if (rc < 0) {
-    wait_error(op, rc);
-    return;
-  }
-  op->acq->watched = true;
-  if (rc == 2) /* the stream ended (a member gone): a look in a moment */
-    wait_until(op, S_PAUSE, dl_now_ms() + 50);
-  else
-    look_step(op);
-}
-
-/* Watches the key before ours (pred, read at revision at) until it is
- * deleted, for a third of the lease at most, or until the deadline. */
-static void watch_step(dl_async *op, int64_t at) {
-  struct etcd_aacq *q = op->acq;
-  if (wait_over(op)) { /* cancelled while it looked */
-    wait_end(op);
-    return;
-  }
-  char body[ETCD_WATCH_BODY_MAX];
-  dl_etcd_watch_delete_body(q->pred, at, body, sizeof body);
-  int rc = dl_etcd_awatch(op->e, body, on_watch, op, &op->call);
-  if (rc != 0) {
-    wait_error(op, rc);
-    return;
-  }
-  int64_t step = dl_now_ms() + dl_etcd_lease_step(op->e, q->h, q->a->lease_ms);
-  wait_until(op, S_WATCH, step < q->a->deadline ? step : q->a->deadline);
-}
-
-/* The watch's step or the deadline come, a cancel, or a pause over. */
-static void on_wait_timer(void *ud) {
-  dl_async *op = ud;
-  struct etcd_aacq *q = op->acq;
-  if (q->step == S_WATCH) {
-    dl_etcd_acall_abort(op->call);
-    op->call = NULL;
-    q->watched = true;
-    if (!wait_over(op)) {
-      keep_step(op); /* a third of the lease: kept alive */
-      return;
-    }
-  }
-  look_step(op); /* ends it when the wait is over */
-}
-
-static void on_look(dl_async *op, int rc, json_object *o) {
-  struct etcd_aacq *q = op->acq;
-  int64_t at = 0;
-  if (rc == 0)
-    rc = dl_etcd_look_answer(op->e, q->h->key, o, q->pred, sizeof q->pred, &at);
-  if (rc < 0 && rc != DLOCK_ELOST) {
-    wait_error(op, rc);
-  } else if (rc < 0) {
-    fail(op, rc);
-  } else if (rc == 0) {
-    /* Nobody before us: ours, our key being there (Go 3.4's Mutex does not
-     * look: etcd issue 11456). A fixed lease runs from the grant: after a
-     * wait, from a keepalive. */
-    q->won = true;
-    if (q->own && q->watched)
-      keep_step(op);
-    else
-      won(op);
-  } else {
-    watch_step(op, at);
-  }
-}
-
-/* The claim txn's answer. */
-static void on_put(dl_async *op, int rc, json_object *o) {
-  struct etcd_aacq *q = op->acq;
-  etcd_hold *h = q->h;
-  int64_t owner_rev = 0;
-  if (rc == 0)
-    rc = dl_etcd_put_read_answer(op->e, h, o, true, &owner_rev);
-  /* The key is someone else's: a read-write lock's takes another time (a
-   * clash of clocks: a new key at the next put); a mutex's is no key of a
-   * mutex. */
-  if (rc == 1 && q->rw && q->clashes++ < ETCD_RW_CLASHES) {
-    put_step(op);
-    return;
-  }
-  if (rc == 1)
-    rc = dl_seterr(op->e->err, DLOCK_EWRONGTYPE,
-                   "%s is there on a lease not ours: no lock of ours "
-                   "made it (nothing changed)",
-                   h->key);
-  if (rc == 2 && q->fresh_tries++ == ETCD_FRESH_TRIES)
-    rc = dl_seterr(op->e->err, DLOCK_EPROTO,
-                   "etcd: %s of ours comes back at each put", h->key);
-  if (rc == 2) { /* ours, left over: deleted at its revision, then put */
-    char body[ETCD_DELETE_AT_MAX];
-    dl_etcd_delete_at_body(h->key, h->rev, body, sizeof body);
-    call(op, S_UNORPHAN, "/v3/kv/txn", body);
-    return;
-  }
-  if (rc != 0) {
-    fail(op, rc);
-    return;
-  }
-  /* Ours if nobody is before us: the owner (the oldest key under wait_pfx)
-   * is ours or younger, or there is none (a reader, no writer); or ours at
-   * once, the downgrade, while the owner is our owner's write hold. */
-  if (dl_etcd_mutex_ours(op->e, q->a->lock, h, owner_rev, q->rw,
-                         q->downgrade)) {
-    won(op);
-    return;
-  }
-  q->in_line = true;
-  look_step(op); /* refused at once when there is no wait */
 }
 
 static void on_call(void *ud, int rc, json_object *o, int code) {
@@ -669,11 +414,11 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     if (rc >= 0) { /* gone: a new session, still under lease_mu */
       char body[64];
       dl_etcd_grant_body(dl_etcd_ttl_s(e->session_ttl_ms), body, sizeof body);
-      call(op, S_SESSION_GRANT, "/v3/lease/grant", body);
+      dl_am_call(op, S_SESSION_GRANT, "/v3/lease/grant", body);
       return;
     }
     session_done(op);
-    wait_error(op, rc);
+    dl_am_wait_error(op, rc);
     return;
   case S_SESSION_GRANT:
     if (rc == 0 && (rc = dl_etcd_grant_answer(e, o, &l, &got)) == 0)
@@ -684,16 +429,16 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     if (rc == 0)
       session_got(op, l, q->until);
     else
-      wait_error(op, rc);
+      dl_am_wait_error(op, rc);
     return;
   case S_FIXED_KEEP:
     if (rc == 0) rc = dl_etcd_keepalive_answer(e, o, &got);
     if (rc < 0) {
       q->h->lease = 0; /* as the blocking path: left to its TTL */
-      fail(op, rc);
+      dl_am_fail(op, rc);
     } else if (rc == 1 && got * 1000 >= q->a->lease_ms) {
       q->until = q->h->lease_until = dl_validity(q->sent, q->a->lease_ms);
-      put_step(op);
+      dl_am_put_step(op);
     } else { /* gone: a new one */
       q->h->lease = 0;
       fixed_grant(op);
@@ -703,34 +448,34 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     if (rc == 0 && (rc = dl_etcd_grant_answer(e, o, &l, &got)) == 0) {
       q->h->lease = l;
       q->until = q->h->lease_until = dl_validity(q->sent, q->a->lease_ms);
-      put_step(op);
+      dl_am_put_step(op);
     } else {
       q->h->lease = 0;
-      fail(op, rc);
+      dl_am_fail(op, rc);
     }
     return;
-  case S_PUT: on_put(op, rc, o); return;
+  case S_PUT: dl_am_on_put(op, rc, o); return;
   case S_UNORPHAN:
     if (o) json_object_put(o);
     if (rc != 0) { /* h->rev: the failure path deletes it */
-      fail(op, rc);
+      dl_am_fail(op, rc);
       return;
     }
     q->h->rev = 0;
-    put_step(op);
+    dl_am_put_step(op);
     return;
-  case S_LOOK: on_look(op, rc, o); return;
+  case S_LOOK: dl_am_on_look(op, rc, o); return;
   case S_KEEP:
     if (rc == 0 && (rc = dl_etcd_keepalive_answer(e, o, &got)) == 0)
       rc = dl_seterr(e->err, DLOCK_ELOST,
                      "the lease of our etcd key %s ended while we waited",
                      q->h->key);
     if (rc < 0) {
-      wait_error(op, rc);
+      dl_am_wait_error(op, rc);
       return;
     }
     q->until = q->h->lease_until = dl_validity(q->sent, q->h->lease_ms);
-    keep_done(op);
+    dl_am_keep_done(op);
     return;
   case S_WATCH:
   case S_PAUSE:
@@ -787,7 +532,7 @@ void dl_etcd_acquire_cancel(dl_async *op) {
    * wait ends now, from the loop's dispatch. */
   q->cancelled = true;
   if (q->step == S_WATCH || q->step == S_PAUSE)
-    wait_until(op, q->step, dl_now_ms());
+    dl_am_wait_until(op, q->step, dl_now_ms());
   else if (q->step == S_CLAIM) /* armed: restarted, it needs no memory */
     dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms());
 }
