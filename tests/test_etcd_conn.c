@@ -1282,6 +1282,112 @@ static void t_etcd_async_sem(void) {
   both_transports(async_sem);
 }
 
+/* async_sem_wait on the server s at url (its transport). */
+static void async_sem_wait(const th_etcd *s, const char *url) {
+  enum { N = 8, HANDED = 3 };
+  fprintf(stderr, "    %s\n", url);
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  CHECK(loop_and_blocking(url, &lp, &c, &cb));
+  dlock_semaphore *a[N + 1], *b;
+  char buf[256];
+  th_etcd_ctl(s, "del --prefix aw", buf, sizeof buf); /* an earlier pass's */
+  for (int i = 0; i <= N; i++)
+    CHECK_RC(dlock_semaphore_new(c, "aw", &a[i]), 0);
+  CHECK_RC(dlock_semaphore_new(cb, "aw", &b), 0);
+  CHECK_RC(dlock_semaphore_try_set_permits(b, 0), 1);
+  /* The first call opens the connection (threads not counted). */
+  tdone t[N + 1];
+  CHECK_RC(sem_start(a[0], SC_AVAILABLE, 0, &t[0]), 0);
+  CHECK(run_one(lp, &t[0]));
+  CHECK_RC(t[0].d.rc, 0);
+  int before = tasks();
+  /* N acquires waiting in line: no thread, none done, a watch each. */
+  long long watches = th_etcd_started(s, "Watch");
+  dlock_op *op[N];
+  memset(t, 0, sizeof t);
+  for (int i = 0; i < N; i++)
+    CHECK_RC(
+        dlock_semaphore_acquire_async(a[i], 1, 10000, on_tdone, &t[i], &op[i]),
+        0);
+  CHECK_EQ(run_sampled(lp, 200), before);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(t[i].d.calls, 0);
+  CHECK_EQ(th_etcd_started(s, "Watch") - watches, N);
+  /* Each permit released is taken by one waiter, within 100 ms. */
+  int done = 0;
+  for (int k = 0; k < HANDED; k++) {
+    int64_t t0 = th_now_ms();
+    CHECK_RC(dlock_semaphore_release(b, 1), 0);
+    int64_t end = t0 + th_soon(2000);
+    int took = -1;
+    while (took < 0 && th_now_ms() < end) {
+      dlock_loop_run(lp, 5);
+      for (int i = 0; i < N; i++)
+        if (t[i].d.calls && !(done & (1 << i))) took = i;
+    }
+    CHECK(took >= 0);
+    done |= 1 << took;
+    fprintf(stderr, "    waiter %d took the permit %lld ms after its release\n",
+            took, (long long)(t[took].at - t0));
+    CHECK_RC(t[took].d.rc, 0);
+    CHECK(t[took].at - t0 < th_soon(100));
+  }
+  CHECK(tasks() <= before);
+  /* No other waiter woken: each permit taken once, the count 0 again. */
+  CHECK_EQ(run_sampled(lp, 50), before);
+  int woken = 0;
+  for (int i = 0; i < N; i++)
+    woken += t[i].d.calls;
+  CHECK_EQ(woken, HANDED);
+  CHECK_RC(dlock_semaphore_get_available(b), 0);
+  /* A waiter cancelled: at once, its place gone. */
+  int cancel = 0;
+  while (done & (1 << cancel))
+    cancel++;
+  CHECK(cancelled_soon(lp, op[cancel], &t[cancel], "semaphore acquire"));
+  done |= 1 << cancel;
+  /* A wait with a short deadline: at it, as the blocking client's. */
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_semaphore_acquire_async(a[N], 1, 300, on_tdone, &t[N], NULL),
+           0);
+  CHECK(run_one(lp, &t[N]));
+  fprintf(stderr, "    a 300 ms wait ended after %lld ms: %s\n",
+          (long long)(t[N].at - t0), dlock_err_name(t[N].d.rc));
+  CHECK_RC(t[N].d.rc, dlock_semaphore_try_acquire(b, 1, 50));
+  CHECK_RC(t[N].d.rc, DLOCK_EBUSY);
+  CHECK(t[N].at - t0 >= 300 && t[N].at - t0 < 300 + th_soon(200));
+  CHECK_EQ(tasks(), before);
+  /* The others in flight at the client's close: told within it, and no
+   * place left in the line. */
+  CHECK(keys_under(s, "aw/waiters/") == N - HANDED - 1);
+  for (int i = 0; i <= N; i++)
+    dlock_semaphore_free(a[i]);
+  dlock_client_close(c);
+  for (int i = 0; i < N; i++)
+    if (!(done & (1 << i))) {
+      CHECK_EQ(t[i].d.calls, 1);
+      CHECK_RC(t[i].d.rc, DLOCK_ECLOSED);
+    }
+  dlock_loop_free(lp);
+  CHECK_EQ(keys_under(s, "aw/waiters/"), 0);
+  CHECK_RC(dlock_semaphore_get_available(b), 0);
+  dlock_semaphore_free(b);
+  dlock_client_close(cb);
+}
+
+/* An event-loop client's counting semaphore acquire that waits runs on
+ * its loop's multi handle too (a place in the line, a watch on the place
+ * before it or on the count): N waiters start no thread; each permit
+ * released is taken by one of them within 100 ms; a cancelled one ends
+ * at once, one at its deadline as the blocking client's, and those in
+ * flight at the client's close with DLOCK_ECLOSED, leaving no place in
+ * the line; over gRPC and over the gateway. */
+static void t_etcd_async_sem_wait(void) {
+  NEED_ETCD();
+  both_transports(async_sem_wait);
+}
+
 /* An event-loop client's acquire of a read-write lock's sides runs on its
  * loop's multi handle too: readers waiting for another client's writer
  * start no thread, each takes the read side within 100 ms of the writer's
@@ -2110,6 +2216,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire), T_BARE(t_etcd_async_rw),
         T_BARE(t_etcd_async_fair), T_BARE(t_etcd_async_owners),
         T_BARE(t_etcd_async_latch), T_BARE(t_etcd_async_sem),
+        T_BARE(t_etcd_async_sem_wait),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

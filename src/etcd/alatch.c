@@ -120,7 +120,7 @@ static void await_look(dl_async *op) {
   }
   char body[ETCD_WATCH_BODY_MAX];
   dl_etcd_watch_delete_body(l->n.key, l->lk.rev, body, sizeof body);
-  int rc = dl_etcd_awatch(op->e, body, on_watch, op, &op->call);
+  int rc = dl_etcd_awatch(op->e, body, false, on_watch, op, &op->call);
   if (rc != 0)
     await_error(op, rc);
   else

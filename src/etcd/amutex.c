@@ -2,9 +2,10 @@
  * and DL_KIND_FAIR on the same layout) and of the read-write lock's sides
  * (DL_KIND_READ, DL_KIND_WRITE) on the loop's multi handle (acall.c), with
  * no thread: the blocking acquire's steps (the halves in mutex.c, holds.c
- * and line.c, backend.c's session) driven by call answers instead of a
- * thread: a re-entry's check, the claim, the session or fixed lease, the
- * claim txn that reads the owner (from its answer on: amwait.c); a
+ * and line.c, backend.c's session; the session's step: asession.c)
+ * driven by call answers instead of a thread: a re-entry's check, the
+ * claim, the session or fixed lease, the claim txn that reads the owner
+ * (from its answer on: amwait.c); a
  * waiter's look (its own key still there, and its predecessor), the watch
  * on the predecessor's key (a stream on the same multi handle, parsed as
  * wait.c parses it) in steps of a third of the lease, each step keeping
@@ -35,28 +36,6 @@ static void end(dl_async *op, int rc) {
   dl_etcd_op_end(op, rc);
 }
 
-/* Ends the loop's session call, and lets those waiting for it look
- * again. */
-static void session_release(dl_etcd *e) {
-  pthread_mutex_unlock(&e->lease_mu);
-  e->asess = NULL;
-  dl_async *w = e->asess_wait;
-  e->asess_wait = NULL;
-  while (w) {
-    dl_async *next = w->acq->snext;
-    w->acq->snext = NULL;
-    dl_am_session_step(w);
-    w = next;
-  }
-}
-
-/* As session_release, if op's call is the session's. */
-static void session_done(dl_async *op) {
-  if (!op->acq->session) return;
-  op->acq->session = false;
-  session_release(op->e);
-}
-
 /* Starts op's next call (step) within one command timeout. */
 void dl_am_call(dl_async *op, astep step, const char *path, const char *body) {
   struct etcd_aacq *q = op->acq;
@@ -66,10 +45,8 @@ void dl_am_call(dl_async *op, astep step, const char *path, const char *body) {
   dl_done_fn done = op->done;
   void *ud = op->ud;
   etcd_hold *h = q->h;
-  bool session = q->session;
   if (dl_etcd_op_call(op, path, body, on_call) == 0) return;
   /* op freed (out of memory): our key goes with its lease */
-  if (session) session_release(e);
   if (h) dl_etcd_hold_drop(e, h);
   done(ud, DLOCK_ENOMEM);
 }
@@ -154,15 +131,13 @@ void dl_am_put_step(dl_async *op) {
   free(body);
 }
 
-static void session_retry(void *ud) {
-  dl_am_session_step(ud);
-}
-
-/* The session lease l (valid until u): the claim's, or for a waiter
- * (dl_etcd_session in keep_lease) still its key's. */
-static void session_got(dl_async *op, int64_t l, int64_t u) {
+/* The session step's end (rc, the lease l valid until u): the claim's
+ * lease, or for a waiter (keep_step) still its key's. */
+static void session_got(dl_async *op, int rc, int64_t l, int64_t u) {
   struct etcd_aacq *q = op->acq;
-  if (!q->in_line) {
+  if (rc < 0) {
+    dl_am_wait_error(op, rc);
+  } else if (!q->in_line) {
     q->h->lease = l;
     q->until = u;
     dl_am_put_step(op);
@@ -177,48 +152,9 @@ static void session_got(dl_async *op, int64_t l, int64_t u) {
   }
 }
 
-/* The session lease: valid already, or one grant or keepalive on the
- * loop at a time (others wait for it), under e->lease_mu as the blocking
- * path's (a job holding it: looked at again in 5 ms). */
 void dl_am_session_step(dl_async *op) {
-  dl_etcd *e = op->e;
   op->acq->step = S_START; /* not waiting: a cancel looks later */
-  struct etcd_aacq *q = op->acq;
-  int64_t l, u;
-  q->sent = dl_now_ms();
-  int need = dl_etcd_session_need(e, q->sent, &l, &u);
-  if (need == 0) {
-    session_got(op, l, u);
-    return;
-  }
-  if (e->asess) {
-    q->snext = e->asess_wait;
-    e->asess_wait = op;
-    return;
-  }
-  if (pthread_mutex_trylock(&e->lease_mu) != 0) {
-    dl_timer_init(&op->timer, session_retry, op);
-    if (dl_timer_start(e->env->loop, &op->timer, q->sent + 5) != 0)
-      dl_am_fail(op, dl_seterr(e->err, DLOCK_ENOMEM, "out of memory"));
-    return;
-  }
-  /* Looked at again under lease_mu: a job may have just renewed it. */
-  if ((need = dl_etcd_session_need(e, q->sent, &l, &u)) == 0) {
-    pthread_mutex_unlock(&e->lease_mu);
-    dl_am_session_step(op);
-    return;
-  }
-  q->session = true;
-  e->asess = op;
-  char body[64];
-  if (need == 1) {
-    q->h->lease = l;
-    dl_etcd_lease_body(l, body, sizeof body);
-    dl_am_call(op, S_SESSION_KEEP, "/v3/lease/keepalive", body);
-  } else {
-    dl_etcd_grant_body(dl_etcd_ttl_s(e->session_ttl_ms), body, sizeof body);
-    dl_am_call(op, S_SESSION_GRANT, "/v3/lease/grant", body);
-  }
+  dl_etcd_asess_step(op, session_got);
 }
 
 static void fixed_grant(dl_async *op) {
@@ -403,34 +339,6 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     else
       side_step(op);
     return;
-  case S_SESSION_KEEP:
-    if (rc == 0) rc = dl_etcd_keepalive_answer(e, o, &got);
-    if (rc >= 0 &&
-        dl_etcd_session_kept(e, q->sent, rc == 1 ? got : 0, &q->until) == 0) {
-      session_done(op);
-      session_got(op, q->h->lease, q->until);
-      return;
-    }
-    if (rc >= 0) { /* gone: a new session, still under lease_mu */
-      char body[64];
-      dl_etcd_grant_body(dl_etcd_ttl_s(e->session_ttl_ms), body, sizeof body);
-      dl_am_call(op, S_SESSION_GRANT, "/v3/lease/grant", body);
-      return;
-    }
-    session_done(op);
-    dl_am_wait_error(op, rc);
-    return;
-  case S_SESSION_GRANT:
-    if (rc == 0 && (rc = dl_etcd_grant_answer(e, o, &l, &got)) == 0)
-      dl_etcd_session_granted(e, q->sent, l, got, &q->until);
-    else if (!q->in_line)
-      q->h->lease = 0;
-    session_done(op);
-    if (rc == 0)
-      session_got(op, l, q->until);
-    else
-      dl_am_wait_error(op, rc);
-    return;
   case S_FIXED_KEEP:
     if (rc == 0) rc = dl_etcd_keepalive_answer(e, o, &got);
     if (rc < 0) {
@@ -542,14 +450,9 @@ int dl_etcd_acquire_close(dl_async *op) {
   struct etcd_aacq *q = op->acq;
   if (q->job) return 0;
   unpark(op);
-  e->asess_wait = NULL; /* each is ended here too */
+  dl_etcd_asess_close(op);
   dl_etcd_acall_abort(op->call);
   op->call = NULL;
-  if (q->session) {
-    q->session = false;
-    pthread_mutex_unlock(&e->lease_mu);
-    e->asess = NULL;
-  }
   /* A fixed lease goes now (the session's, with its keys, goes with the
    * client). */
   if (q->h && q->own && q->h->lease)

@@ -9,8 +9,6 @@
 typedef enum astep {
   S_START,
   S_REENTER,
-  S_SESSION_KEEP,
-  S_SESSION_GRANT,
   S_FIXED_KEEP,
   S_FIXED_GRANT,
   S_PUT,
@@ -29,14 +27,12 @@ struct etcd_aacq {
   astep step;
   bool own;        /* a fixed lease (not the session's) */
   bool rw;         /* a side of a read-write lock: a key of its own */
-  bool session;    /* this op's session call holds e->lease_mu */
   etcd_hold *h;    /* the claim, listed */
   int64_t rev;     /* the re-entry's hold's create revision */
   int64_t sent;    /* the lease call's */
   int64_t until;   /* the lease's validity */
   int rc;          /* the failure path's result */
   dl_async *job;   /* handed to a job: its operation */
-  dl_async *snext; /* waiting for another op's session call */
   dl_async *cnext; /* in e->aclaims, when parked */
   bool parked;     /* waiting for another owner of this client */
   bool downgrade;  /* the read side, its owner holding the write side */
@@ -60,8 +56,8 @@ void dl_am_call(dl_async *op, astep step, const char *path, const char *body);
 void dl_am_fail(dl_async *op, int rc);
 /* The claim txn: our key put, the owner read. */
 void dl_am_put_step(dl_async *op);
-/* The session's lease for op: kept alive, or granted anew (one call for
- * the loop's ops at a time, e->lease_mu). */
+/* The session's lease for op (asession.c's step): the claim's, or a
+ * waiter's kept alive. */
 void dl_am_session_step(dl_async *op);
 
 /* ---- amwait.c's ---- */

@@ -122,7 +122,7 @@ static void watch_step(dl_async *op, int64_t at) {
   }
   char body[ETCD_WATCH_BODY_MAX];
   dl_etcd_watch_delete_body(q->pred, at, body, sizeof body);
-  int rc = dl_etcd_awatch(op->e, body, on_watch, op, &op->call);
+  int rc = dl_etcd_awatch(op->e, body, false, on_watch, op, &op->call);
   if (rc != 0) {
     dl_am_wait_error(op, rc);
     return;

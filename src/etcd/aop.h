@@ -1,6 +1,7 @@
 /* aop.h: the event-loop client's own operations (release.c's, the mutex
  * acquire's of amutex.c, the renewals' of arenew.c, fence.c's, the
- * latch's of alatch.c, the semaphore's of asem.c): each one a
+ * latch's of alatch.c, the semaphore's of asem.c; the session lease's
+ * step of asession.c that the acquire and the semaphore share): each one a
  * struct dl_async listed in e->aops, driven by calls on the loop's multi handle
  * (acall.c), on the loop's thread alone. */
 #ifndef DLOCK_ETCD_AOP_H
@@ -40,6 +41,11 @@ typedef struct etcd_aren {
   int64_t sent;
 } etcd_aren;
 
+/* The end of a session step (asession.c): rc 0 with the session's lease
+ * (valid until `until`), or a negative code (its call failed). */
+typedef void (*etcd_asess_fn)(dl_async *op, int rc, int64_t lease,
+                              int64_t until);
+
 /* One operation in flight, in e->aops (the loop's thread). */
 struct dl_async {
   dl_blockloop_head head; /* own true */
@@ -72,6 +78,13 @@ struct dl_async {
   const char *key;        /* the inspect's name, */
   dlock_lock_state *st;   /* its snapshot, */
   int step;               /* and its semaphore read's step */
+  struct {                /* its session step's (asession.c) */
+    etcd_asess_fn fn;
+    struct dl_async *next; /* waiting for another op's session call */
+    bool holds;            /* its call holds e->lease_mu (e->asess) */
+    int64_t sent, lease;   /* the call's: when, and the lease kept (0: a
+                              grant) */
+  } sess;
 };
 
 /* A new operation of kind, listed, its deadline one command timeout
@@ -101,6 +114,20 @@ void dl_etcd_op_next(dl_async *op, const char *path, const char *body,
 #define ETCD_DELETE_AT_MAX (2 * (4 * ((ETCD_KEY_MAX + 2) / 3) + 1) + 200)
 void dl_etcd_delete_at_body(const char *key, int64_t rev, char *body,
                             size_t len);
+
+/* ---- asession.c ---- */
+/* op's step for the session lease: valid already (fn at once, within
+ * this call), or a keepalive or a grant on the loop, one at a time for
+ * the loop's operations (e->asess; the others wait for it, e->asess_wait),
+ * under e->lease_mu as the blocking path's (a job holding it: looked at
+ * again in 5 ms, on op->timer); fn then gets its end (op->call is the
+ * step's meanwhile). Never from the call that starts op: fn may run
+ * within. */
+void dl_etcd_asess_step(dl_async *op, etcd_asess_fn fn);
+/* The client closing: op's part in the session's steps given up
+ * (e->lease_mu unlocked if its call holds it, op off the waiters; its
+ * call is the caller's to abort), nothing told. */
+void dl_etcd_asess_close(dl_async *op);
 
 /* ---- amutex.c ---- */
 /* The event loop's lock_acquire_async (dl_etcd_aops). */
@@ -145,13 +172,16 @@ void dl_etcd_latch_cancel(dl_async *op);
 
 /* ---- asem.c ---- */
 /* The counting semaphore's updates (sync_update's DL_SEM_*), and the
- * event loop's sem_acquire_async (dl_etcd_aops): a try here, a wait on a
- * job. */
+ * event loop's sem_acquire_async (dl_etcd_aops): a try, and a wait in
+ * the line. */
 int dl_etcd_sem_update_async(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                              long long n, long long *v, dl_done_fn done,
                              void *ud, dl_async **out);
 int dl_etcd_sem_acquire_async(dl_backend *b, const dl_sync_ref *s, int permits,
                               bool wait, int64_t deadline, dl_done_fn done,
                               void *ud, dl_async **out);
+/* A cancel of a semaphore's operation: an acquire's wait ends now (not
+ * taken; a call in flight is answered first). */
+void dl_etcd_sem_cancel(dl_async *op);
 
 #endif /* DLOCK_ETCD_AOP_H */

@@ -1,57 +1,227 @@
 /* asem.c: the event-loop client's counting semaphore on the loop's multi
  * handle (acall.c), with no thread: the blocking path's steps (sem.c's
  * halves: the count key's read, the put compared on its mod revision,
- * the verdicts) driven by call answers. An update (try-set, add, release,
- * drain, available) and an acquire with no wait (a try): a read, then the
- * put, read again when another writer came first. An acquire that waits
- * (a place in the line) and the permit-expirable semaphore still run on
- * a job (core/blockloop.c). */
+ * the verdicts; line.c's: the place in the line) driven by call answers.
+ * An update (try-set, add, release, drain, available) and a try: a read,
+ * then the put, read again when another writer came first. An acquire
+ * that waits, as dl_etcd_sem_wait: after each try that found too few, a
+ * place in the line of waiters (on the session's lease, asession.c's
+ * step keeping it alive), a look at the place before ours, and a watch
+ * (a stream on the same multi handle) on that place's delete, or for the
+ * line's first on any change of the count, for a third of the lease at
+ * most; then a try again. Its deadline and a cancel end the watch on a
+ * dl_timer; the place goes at the end, whatever the result. The
+ * permit-expirable semaphore still runs on a job (core/blockloop.c). */
 #include "aop.h"
 #include "sem.h"
 
 #include <stdlib.h>
+#include <string.h>
+
+typedef enum mstep {
+  M_START,   /* the first step, from the loop's dispatch */
+  M_READ,    /* the count key's read */
+  M_PUT,     /* the put compared on it */
+  M_SESSION, /* the session lease's step (asession.c) */
+  M_LINE,    /* our place in the line put */
+  M_LOOK,    /* our place still there, and the one before it */
+  M_WATCH,   /* the watch in flight, the timer at the step's end */
+  M_PAUSE,   /* a moment before the next try */
+  M_LEAVE    /* our place deleted, the result kept */
+} mstep;
 
 struct etcd_asem {
   char key[ETCD_SEM_KEY]; /* the count key */
-  bool take;              /* an acquire's try, else an update (op) */
+  bool take;              /* an acquire, else an update (op) */
   dl_sync_op op;
   long long n, *v;
   long long result; /* the update's, once its put succeeds */
   int tries;        /* the update's puts beaten by another writer */
-  bool put;         /* the call in flight is the put, else the read */
+  mstep step;
+  /* A waiting acquire's: */
+  bool wait, cancelled;
+  int64_t deadline;
+  int64_t at;   /* the last read's revision: changes after it are heard */
+  bool first;   /* the line's first: its read is the one the watch follows */
+  int rc;       /* the result, while our place is deleted */
+  etcd_hold ln; /* our place (ln.key: line), its lease and revision */
+  char line[ETCD_SEM_KEY];
+  char lpfx[ETCD_SEM_KEY + 2]; /* the line: line's parent and '/' */
+  char pred[ETCD_SEM_KEY];     /* the place before ours */
 };
 
 static void on_call(void *ud, int rc, json_object *o, int code);
+static void on_session(dl_async *op, int rc, int64_t lease, int64_t until);
 
-/* The count key's read, within a command timeout of its own: 0, or
- * DLOCK_ENOMEM (op freed, untold). */
-static int read_count(dl_async *op) {
+/* op's next call (step), within a command timeout of its own. */
+static void next(dl_async *op, mstep step, const char *path, const char *body) {
+  op->sem->step = step;
+  dl_etcd_op_next(op, path, body, on_call, 0);
+}
+
+static void read_count(dl_async *op) {
   char body[ETCD_SEM_INSPECT_BODY_MAX];
   dl_etcd_count_read_body(op->sem->key, body, sizeof body);
-  op->sem->put = false;
-  op->deadline = dl_now_ms() + op->e->command_timeout_ms;
-  return dl_etcd_op_call(op, "/v3/kv/range", body, on_call);
+  next(op, M_READ, "/v3/kv/range", body);
 }
 
 /* After a read (mod, the count's mod revision): the put of `to`. */
 static void put_count(dl_async *op, int64_t mod, long long to) {
   char body[ETCD_COUNT_PUT_BODY_MAX];
   dl_etcd_count_put_body(op->sem->key, mod, to, body, sizeof body);
-  op->sem->put = true;
-  dl_etcd_op_next(op, "/v3/kv/txn", body, on_call, 0);
+  next(op, M_PUT, "/v3/kv/txn", body);
 }
 
-/* The read's answer (rc: dl_etcd_count_read_answer's): done, or the put. */
+/* The end, rc told once our place in the line is gone (at its own
+ * revision only), whatever the result: the next in line looks. */
+static void finish(dl_async *op, int rc) {
+  etcd_asem *m = op->sem;
+  if (m->ln.rev <= 0) {
+    dl_etcd_op_end(op, rc);
+    return;
+  }
+  char body[ETCD_DELETE_AT_MAX];
+  dl_etcd_delete_at_body(m->line, m->ln.rev, body, sizeof body);
+  m->ln.rev = 0;
+  m->rc = rc;
+  m->step = M_LEAVE;
+  dl_etcd_op_next(op, "/v3/kv/txn", body, on_call, rc);
+}
+
+static bool wait_over(const dl_async *op) {
+  const etcd_asem *m = op->sem;
+  return !m->wait || m->cancelled || dl_now_ms() >= m->deadline;
+}
+
+static void on_timer(void *ud);
+
+/* Runs on_timer at `at` in step. */
+static void wait_until(dl_async *op, mstep step, int64_t at) {
+  op->sem->step = step;
+  dl_timer_stop(op->e->env->loop, &op->timer);
+  dl_timer_init(&op->timer, on_timer, op);
+  if (dl_timer_start(op->e->env->loop, &op->timer, at) != 0) {
+    dl_etcd_acall_abort(op->call);
+    op->call = NULL;
+    finish(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+  }
+}
+
+/* The next try, unless cancelled (no try after a cancel). */
+static void try_again(dl_async *op) {
+  if (op->sem->cancelled)
+    finish(op, 0);
+  else
+    read_count(op);
+}
+
+static void on_watch(void *ud, int rc, json_object *o, int code) {
+  (void)o, (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  op->sem->first = false; /* the next try looks at the line again */
+  dl_timer_stop(op->e->env->loop, &op->timer);
+  if (rc < 0)
+    finish(op, rc);
+  else if (rc == 2) /* the stream ended (a member gone): a try in a moment */
+    wait_until(op, M_PAUSE, dl_now_ms() + 50);
+  else
+    try_again(op);
+}
+
+/* The look's answer (pred: a place before ours, read at revision pat):
+ * a watch on that place's delete, or for the line's first on any change
+ * of the count since the last read, until the step's end or the
+ * deadline. */
+static void watch_step(dl_async *op, bool pred, int64_t pat) {
+  etcd_asem *m = op->sem;
+  char body[ETCD_WATCH_PREFIX_BODY_MAX];
+  if (pred)
+    dl_etcd_watch_delete_body(m->pred, pat, body, sizeof body);
+  else
+    dl_etcd_watch_prefix_body(m->key, m->at, body, sizeof body);
+  int rc = dl_etcd_awatch(op->e, body, !pred, on_watch, op, &op->call);
+  if (rc != 0) {
+    finish(op, rc);
+    return;
+  }
+  int64_t step = dl_now_ms() + dl_etcd_sem_step(op->e);
+  wait_until(op, M_WATCH, step < m->deadline ? step : m->deadline);
+}
+
+/* The step's end, the deadline or a cancel during the watch, or a pause
+ * over: a try (none after a cancel). */
+static void on_timer(void *ud) {
+  dl_async *op = ud;
+  if (op->sem->step == M_WATCH) {
+    dl_etcd_acall_abort(op->call);
+    op->call = NULL;
+  }
+  op->sem->first = false;
+  try_again(op);
+}
+
+/* Our place still there, and the one before it: one txn. */
+static void look_step(dl_async *op) {
+  etcd_asem *m = op->sem;
+  if (wait_over(op)) {
+    finish(op, 0);
+    return;
+  }
+  char *body = dl_etcd_look_body(m->line, m->lpfx, m->ln.rev);
+  if (body == NULL) {
+    finish(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+    return;
+  }
+  next(op, M_LOOK, "/v3/kv/txn", body);
+  free(body);
+}
+
+static void session_step(dl_async *op) {
+  op->sem->step = M_SESSION; /* a cancel looks at its end */
+  dl_etcd_asess_step(op, on_session);
+}
+
+/* The session's lease l: our place put on it (again, if it went with an
+ * earlier one), then the look. */
+static void on_session(dl_async *op, int rc, int64_t l, int64_t until) {
+  (void)until;
+  etcd_asem *m = op->sem;
+  if (rc < 0 || wait_over(op)) {
+    finish(op, rc < 0 ? rc : 0);
+    return;
+  }
+  if (m->ln.rev && m->ln.lease != l) m->ln.rev = 0; /* it went with it */
+  if (m->ln.rev) {
+    look_step(op);
+    return;
+  }
+  m->ln.lease = l;
+  char *body = dl_etcd_put_read_body(&m->ln, "", m->lpfx);
+  if (body == NULL) {
+    finish(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+    return;
+  }
+  next(op, M_LINE, "/v3/kv/txn", body);
+  free(body);
+}
+
+/* The read's answer (rc: dl_etcd_count_read_answer's): done, the put, or
+ * for an acquire that found too few, the end or the wait. */
 static void on_read(dl_async *op, int rc, long long cur, int64_t mod) {
   etcd_asem *m = op->sem;
   long long to;
   if (rc < 0) {
-    dl_etcd_op_end(op, rc);
+    finish(op, rc);
   } else if (m->take) {
-    if (dl_etcd_sem_take_to(cur, m->n, &to))
+    if (!m->cancelled && dl_etcd_sem_take_to(cur, m->n, &to))
       put_count(op, mod, to);
+    else if (wait_over(op))
+      finish(op, 0); /* not taken */
+    else if (m->first)
+      watch_step(op, false, 0);
     else
-      dl_etcd_op_end(op, 0); /* not taken */
+      session_step(op);
   } else if (m->op == DL_SEM_AVAILABLE) {
     *m->v = cur;
     dl_etcd_op_end(op, 0);
@@ -64,42 +234,95 @@ static void on_read(dl_async *op, int rc, long long cur, int64_t mod) {
   }
 }
 
+/* The put's answer. */
+static void on_put(dl_async *op, int rc, json_object *o) {
+  etcd_asem *m = op->sem;
+  bool ok = rc == 0 && dl_etcd_txn_succeeded(o);
+  json_object_put(o);
+  if (rc != 0) {
+    finish(op, rc);
+  } else if (ok) {
+    if (!m->take) *m->v = m->result;
+    finish(op, m->take ? 1 : 0);
+  } else if (!m->take && ++m->tries >= ETCD_COUNT_TRIES) {
+    finish(op, dl_etcd_count_busy(op->e, m->key));
+  } else { /* another writer came first: read again */
+    read_count(op);
+  }
+}
+
 static void on_call(void *ud, int rc, json_object *o, int code) {
   (void)code;
   dl_async *op = ud;
   etcd_asem *m = op->sem;
   op->call = NULL;
-  if (!m->put) {
-    long long cur = 0;
-    int64_t mod = 0, rev;
+  long long cur = 0;
+  int64_t mod = 0;
+  switch (m->step) {
+  case M_START:
+    if (rc < 0)
+      dl_etcd_op_end(op, rc);
+    else
+      read_count(op);
+    return;
+  case M_READ:
     if (rc == 0)
-      rc = dl_etcd_count_read_answer(op->e, m->key, o, &cur, &mod, &rev);
+      rc = dl_etcd_count_read_answer(op->e, m->key, o, &cur, &mod, &m->at);
     else
       json_object_put(o);
     on_read(op, rc, cur, mod);
     return;
-  }
-  bool ok = rc == 0 && dl_etcd_txn_succeeded(o);
-  json_object_put(o);
-  if (rc != 0) {
-    dl_etcd_op_end(op, rc);
-  } else if (ok) {
-    if (!m->take) *m->v = m->result;
-    dl_etcd_op_end(op, m->take ? 1 : 0);
-  } else if (!m->take && ++m->tries >= ETCD_COUNT_TRIES) {
-    dl_etcd_op_end(op, dl_etcd_count_busy(op->e, m->key));
-  } else { /* another writer came first: read again */
-    dl_done_fn done = op->done;
-    void *dud = op->ud;
-    if (read_count(op) != 0) done(dud, DLOCK_ENOMEM);
+  case M_PUT: on_put(op, rc, o); return;
+  case M_LINE:
+    if (rc == 0)
+      rc = dl_etcd_put_read_answer(op->e, &m->ln, o, false, &mod);
+    else
+      json_object_put(o);
+    if (rc == 1) rc = dl_etcd_sem_not_ours(op->e, m->line);
+    if (rc < 0)
+      finish(op, rc);
+    else
+      look_step(op);
+    return;
+  case M_LOOK:
+    if (rc == 0)
+      rc =
+          dl_etcd_look_answer(op->e, m->line, o, m->pred, sizeof m->pred, &mod);
+    else
+      json_object_put(o);
+    if (rc == DLOCK_ELOST) { /* our place went (its lease ended): anew */
+      m->ln.rev = 0;
+      session_step(op);
+    } else if (rc < 0) {
+      finish(op, rc);
+    } else if (rc == 1) {
+      watch_step(op, true, mod);
+    } else {
+      /* First in line: the count read again, its watch from that read
+       * on. A watch from a revision already past (our place's put came
+       * after the try's read) is etcd's unsynced watcher, told only at
+       * its next sync, up to 100 ms later. */
+      m->first = true;
+      try_again(op);
+    }
+    return;
+  case M_LEAVE:
+    json_object_put(o);
+    dl_etcd_op_end(op, m->rc);
+    return;
+  case M_SESSION:
+  case M_WATCH:
+  case M_PAUSE: return; /* not a call's */
   }
 }
 
-/* A new operation on s's count (acquire: a try of n permits, else the
- * update op), started: 0 (*out), or a negative code recorded. */
+/* A new operation on s's count (acquire: of n permits, waiting until
+ * deadline with wait; else the update op), started from the loop's
+ * dispatch: 0 (*out), or a negative code recorded. */
 static int sem_start(dl_etcd *e, const dl_sync_ref *s, bool acquire,
-                     dl_sync_op op_, long long n, long long *v, dl_done_fn done,
-                     void *ud, dl_async **out) {
+                     dl_sync_op op_, long long n, long long *v, bool wait,
+                     int64_t deadline, dl_done_fn done, void *ud,
+                     dl_async **out) {
   dl_async *op = dl_etcd_op_new(e, AOP_SEM, done, ud);
   if (op && (op->sem = calloc(1, sizeof *op->sem)) == NULL) {
     dl_etcd_op_drop(op);
@@ -112,8 +335,16 @@ static int sem_start(dl_etcd *e, const dl_sync_ref *s, bool acquire,
   m->n = n;
   m->v = v;
   if (v) *v = 0;
+  m->wait = wait;
+  m->deadline = deadline;
   int rc = dl_etcd_sem_check(e, s, acquire, op_, n, m->key);
-  rc = rc != 0 ? dl_etcd_op_later(op, rc) : read_count(op);
+  if (rc == 0 && wait && (rc = dl_etcd_sem_line_key(e, m->key, m->line)) == 0) {
+    m->ln.key = m->line;
+    memcpy(m->lpfx, m->line, strrchr(m->line, '/') + 1 - m->line);
+  }
+  m->step = M_START;
+  op->later = on_call;
+  rc = dl_etcd_op_later(op, rc);
   if (rc == 0) *out = op;
   return rc;
 }
@@ -121,15 +352,21 @@ static int sem_start(dl_etcd *e, const dl_sync_ref *s, bool acquire,
 int dl_etcd_sem_update_async(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                              long long n, long long *v, dl_done_fn done,
                              void *ud, dl_async **out) {
-  return sem_start((dl_etcd *)b, s, false, op, n, v, done, ud, out);
+  return sem_start((dl_etcd *)b, s, false, op, n, v, false, 0, done, ud, out);
 }
 
 int dl_etcd_sem_acquire_async(dl_backend *b, const dl_sync_ref *s, int permits,
                               bool wait, int64_t deadline, dl_done_fn done,
                               void *ud, dl_async **out) {
-  dl_etcd *e = (dl_etcd *)b;
-  if (wait) /* a place in the line: on a job */
-    return dl_blockloop_jobs(e->form)->sem_acquire_async(
-        b, s, permits, wait, deadline, done, ud, out);
-  return sem_start(e, s, true, DL_SEM_AVAILABLE, permits, NULL, done, ud, out);
+  return sem_start((dl_etcd *)b, s, true, DL_SEM_AVAILABLE, permits, NULL, wait,
+                   deadline, done, ud, out);
+}
+
+void dl_etcd_sem_cancel(dl_async *op) {
+  etcd_asem *m = op->sem;
+  m->cancelled = true;
+  /* A watch or a pause ends now, from the loop's dispatch (armed:
+   * restarted, it needs no memory); a call in flight is answered first. */
+  if (m->step == M_WATCH || m->step == M_PAUSE)
+    dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms());
 }

@@ -132,9 +132,9 @@ typedef struct dl_etcd {
   struct etcd_aloop *aloop; /* acall.c's: the loop's multi handle */
   struct dl_async *aops;    /* release.c's operations in flight (the
                                loop's thread) */
-  /* amutex.c's acquire whose session call (a grant or keepalive, under
-   * lease_mu) is in flight, and those waiting for it (the loop's
-   * thread). */
+  /* asession.c's: the loop's operation whose session call (a grant or
+   * keepalive, under lease_mu) is in flight, and those waiting for it, in
+   * their order (the loop's thread). */
   struct dl_async *asess, *asess_wait;
   /* amutex.c's acquires waiting for another owner of this client to let
    * go of the lock's name (e->mu; only the loop's thread changes it), and
@@ -284,14 +284,15 @@ void dl_etcd_aloop_free(dl_etcd *e);
 int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, etcd_acall_fn fn, void *ud,
                   etcd_acall **out);
-/* A waiter's watch (the body of dl_etcd_watch_delete_body) on the loop, a
- * stream with no deadline of its own (the caller aborts it): 0 and *out,
- * then fn(ud, rc, NULL, 0) once, later: rc 1 news (the key deleted, or
- * the watch cancelled by the server: look again), 2 the stream ended
- * without news (a member gone: look again after a moment), or a negative
- * code recorded. Or a negative code recorded (fn never runs). */
-int dl_etcd_awatch(dl_etcd *e, const char *body, etcd_acall_fn fn, void *ud,
-                   etcd_acall **out);
+/* A waiter's watch (the body of dl_etcd_watch_delete_body, or with any of
+ * dl_etcd_watch_prefix_body) on the loop, a stream with no deadline of its
+ * own (the caller aborts it): 0 and *out, then fn(ud, rc, NULL, 0) once,
+ * later: rc 1 news (the key deleted, or with `any` any event; or the
+ * watch cancelled by the server: look again), 2 the stream ended without news
+ * (a member gone: look again after a moment), or a negative code
+ * recorded. Or a negative code recorded (fn never runs). */
+int dl_etcd_awatch(dl_etcd *e, const char *body, bool any, etcd_acall_fn fn,
+                   void *ud, etcd_acall **out);
 /* Ends a call in flight; its fn never runs. The loop's thread. */
 void dl_etcd_acall_abort(etcd_acall *c);
 /* ---- release.c: the operations on it (own *_async entries) ---- */
@@ -843,6 +844,11 @@ int dl_etcd_wait_delete_since(dl_etcd *e, const char *key, int64_t rev,
  * client closes). */
 int dl_etcd_wait_change(dl_etcd *e, const char *pfx, int64_t rev,
                         int64_t deadline, unsigned wakes);
+/* The body of a watch for any event under the prefix pfx after revision
+ * rev, ETCD_WATCH_PREFIX_BODY_MAX bytes. */
+#define ETCD_WATCH_PREFIX_BODY_MAX (ETCD_KEY_MAX * 4 + 160)
+void dl_etcd_watch_prefix_body(const char *pfx, int64_t rev, char *body,
+                               size_t len);
 /* As dl_etcd_wait_change; with put, only a PUT event is news (a new
  * value, as Go's WaitPrefixEvents waits for), not a DELETE. */
 int dl_etcd_wait_prefix(dl_etcd *e, const char *pfx, int64_t rev, bool put,

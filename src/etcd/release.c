@@ -4,9 +4,10 @@
  * client's own entries on the loop's multi handle (acall.c), which take
  * no thread: release, force release, lock queries (query.c's halves) and
  * ping (the mutex's acquire: amutex.c; the watchdog's renewals:
- * arenew.c; fenced resources: fence.c; the latch: alatch.c), and inspect
- * (query.c's, sem.h's halves). The event-loop client's other
- * operations are core/blockloop.c's jobs (a thread each). */
+ * arenew.c; fenced resources: fence.c; the latch: alatch.c; the
+ * counting semaphore: asem.c), and inspect (query.c's, sem.h's
+ * halves). The event-loop client's other operations are
+ * core/blockloop.c's jobs (a thread each). */
 #include "aop.h"
 #include "sem.h"
 
@@ -482,12 +483,13 @@ static int inspect_async(dl_backend *b, const char *key, dlock_lock_state *st,
 }
 
 /* A request in flight is answered (its result kept), and a release's
- * retries end at its deadline; an acquire's or a latch await's wait ends
- * now. */
+ * retries end at its deadline; an acquire's, a latch await's or a
+ * semaphore acquire's wait ends now. */
 static void own_cancel(dl_backend *b, dl_async *op) {
   (void)b;
   if (op->kind == AOP_ACQUIRE) dl_etcd_acquire_cancel(op);
   if (op->kind == AOP_LATCH) dl_etcd_latch_cancel(op);
+  if (op->kind == AOP_SEM) dl_etcd_sem_cancel(op);
 }
 
 void dl_etcd_aops_close(dl_etcd *e) {
@@ -498,6 +500,7 @@ void dl_etcd_aops_close(dl_etcd *e) {
       if (dl_etcd_acquire_close(op)) next = e->aops;
       continue;
     }
+    dl_etcd_asess_close(op);
     dl_etcd_acall_abort(op->call);
     op->call = NULL;
     if (op->h) { /* not known to be deleted: the lease's revoke takes it */

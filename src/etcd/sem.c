@@ -163,6 +163,20 @@ typedef struct sem_line {
   char pfx[ETCD_SEM_KEY + 2]; /* the line: the key's parent + '/' */
 } sem_line;
 
+int dl_etcd_sem_not_ours(dl_etcd *e, const char *key) {
+  return dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                   "%s is there on a lease not ours: not a waiter of "
+                   "ours (nothing changed)",
+                   key);
+}
+
+int64_t dl_etcd_sem_step(dl_etcd *e) {
+  pthread_mutex_lock(&e->mu);
+  int64_t step = e->lease_ttl_s * 1000 / 3;
+  pthread_mutex_unlock(&e->mu);
+  return step > 200 ? step : 200;
+}
+
 /* Waits once for the next try (its place in the line taken first, on
  * the session's lease, which the waits keep alive): 1 or 0 (look again),
  * or a negative code. */
@@ -176,17 +190,10 @@ static int line_wait(dl_etcd *e, sem_line *ln, const char *data_pfx, int64_t at,
   if (ln->h.rev == 0) {
     ln->h.lease = lease;
     rc = dl_etcd_put_and_read(e, &ln->h, "", ln->pfx, false, cmd, &head);
-    if (rc == 1)
-      return dl_seterr(e->err, DLOCK_EWRONGTYPE,
-                       "%s is there on a lease not ours: not a waiter of "
-                       "ours (nothing changed)",
-                       ln->buf);
+    if (rc == 1) return dl_etcd_sem_not_ours(e, ln->buf);
     if (rc != 0) return rc;
   }
-  pthread_mutex_lock(&e->mu);
-  int64_t step = e->lease_ttl_s * 1000 / 3;
-  pthread_mutex_unlock(&e->mu);
-  step = now + (step > 200 ? step : 200);
+  int64_t step = now + dl_etcd_sem_step(e);
   if (step > deadline) step = deadline;
   char pred[ETCD_SEM_KEY];
   int64_t pat = 0;
@@ -269,21 +276,26 @@ int dl_etcd_sem_check(dl_etcd *e, const dl_sync_ref *s, bool acquire,
   return 0;
 }
 
+int dl_etcd_sem_line_key(dl_etcd *e, const char *key, char *line) {
+  unsigned char raw[16];
+  if (dl_random_bytes(raw, sizeof raw) != 0)
+    return dl_seterr(e->err, DLOCK_ENOMEM, "no random bytes for a waiter");
+  /* The line is the count key's sibling: PREFIX/NAME/waiters/semaphore/. */
+  int n = snprintf(line, ETCD_SEM_KEY, "%.*swaiters/semaphore/",
+                   (int)(strlen(key) - strlen("semaphore")), key);
+  for (int i = 0; i < 16; i++)
+    n += snprintf(line + n, ETCD_SEM_KEY - (size_t)n, "%02x", raw[i]);
+  return 0;
+}
+
 int dl_etcd_sem_acquire(dl_backend *b, const dl_sync_ref *s, int permits,
                         bool wait, int64_t deadline) {
   dl_etcd *e = (dl_etcd *)b;
   char line[ETCD_SEM_KEY];
   sem_try t = {.n = permits};
   int rc = dl_etcd_sem_check(e, s, true, DL_SEM_AVAILABLE, permits, t.key);
+  if (rc == 0) rc = dl_etcd_sem_line_key(e, t.key, line);
   if (rc != 0) return rc;
-  unsigned char raw[16];
-  if (dl_random_bytes(raw, sizeof raw) != 0)
-    return dl_seterr(e->err, DLOCK_ENOMEM, "no random bytes for a waiter");
-  /* The line is the count key's sibling: PREFIX/NAME/waiters/semaphore/. */
-  int n = snprintf(line, sizeof line, "%.*swaiters/semaphore/",
-                   (int)(strlen(t.key) - strlen("semaphore")), t.key);
-  for (int i = 0; i < 16; i++)
-    n += snprintf(line + n, sizeof line - (size_t)n, "%02x", raw[i]);
   bool waited;
   return dl_etcd_sem_wait(e, line, t.key, sem_take, &t, wait, deadline,
                           &waited);

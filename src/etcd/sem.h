@@ -76,12 +76,24 @@ int dl_etcd_sem_wait(dl_etcd *e, const char *line_key, const char *data_pfx,
                      dl_etcd_try_fn try_fn, void *ctx, bool wait,
                      int64_t deadline, bool *waited);
 
+/* The line's halves both drivers share: the place taken found on a lease
+ * not ours (DLOCK_EWRONGTYPE recorded, key: the place's); and how long a
+ * waiter watches before it looks again, its place's lease (the
+ * session's) kept alive then: a third of the session's TTL, 200 ms at
+ * least. */
+int dl_etcd_sem_not_ours(dl_etcd *e, const char *key);
+int64_t dl_etcd_sem_step(dl_etcd *e);
+
 /* The counting semaphore's checks before anything is sent, for an
  * acquire (n permits) or an update op: its count key into key
  * (ETCD_SEM_KEY bytes); 0, or DLOCK_ENAMETOOLONG or DLOCK_EINVAL
  * recorded. */
 int dl_etcd_sem_check(dl_etcd *e, const dl_sync_ref *s, bool acquire,
                       dl_sync_op op, long long n, char *key);
+/* A waiting acquire's place in the line of the count key `key`: a key of
+ * its own, PREFIX/NAME/waiters/semaphore/ and 32 random hex digits, into
+ * line (ETCD_SEM_KEY bytes); 0, or DLOCK_ENOMEM recorded. */
+int dl_etcd_sem_line_key(dl_etcd *e, const char *key, char *line);
 /* An acquire's try after the count v was read: true with *to the count
  * to put (compared on the read) when n permits are there, else false
  * (not taken). */
