@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 typedef enum lstep {
+  L_START, /* the first step, from the loop's dispatch */
   L_LOOK,
   L_WRITE,
   L_WATCH, /* the watch in flight, the timer at the deadline */
@@ -39,30 +40,18 @@ struct etcd_alatch {
 
 static void on_call(void *ud, int rc, json_object *o, int code);
 
-/* The next call (step) with body j (freed), within one command timeout:
- * 0, or DLOCK_ENOMEM (op freed, untold). */
-static int txn_send(dl_async *op, lstep step, etcd_json *j) {
+/* The next call (step) with body j (freed), within one command timeout
+ * of its own. */
+static void txn_next(dl_async *op, lstep step, etcd_json *j) {
   op->lat->step = step;
-  op->deadline = dl_now_ms() + op->e->command_timeout_ms;
-  int rc = j->oom ? dl_etcd_op_later(op, dl_seterr(op->e->err, DLOCK_ENOMEM,
-                                                   "out of memory"))
-                  : dl_etcd_op_call(op, "/v3/kv/txn", j->p, on_call);
+  dl_etcd_op_next(op, "/v3/kv/txn", j->oom ? NULL : j->p, on_call, 0);
   dl_etcd_json_free(j);
-  return rc;
 }
 
-static int look(dl_async *op) {
+static void look_next(dl_async *op) {
   etcd_json j = {0};
   dl_etcd_latch_look_req(&op->lat->n, &j);
-  op->later = on_call; /* an error known at once: the look's answer */
-  return txn_send(op, L_LOOK, &j);
-}
-
-/* As look, from a callback: one that cannot start tells done. */
-static void look_next(dl_async *op) {
-  dl_done_fn done = op->done;
-  void *ud = op->ud;
-  if (look(op) != 0) done(ud, DLOCK_ENOMEM);
+  txn_next(op, L_LOOK, &j);
 }
 
 static void on_timer(void *ud);
@@ -151,9 +140,7 @@ static void update_look(dl_async *op) {
   }
   etcd_json j = {0};
   dl_etcd_latch_write_req(&l->n, &l->lk, to, &j);
-  dl_done_fn done = op->done;
-  void *ud = op->ud;
-  if (txn_send(op, L_WRITE, &j) != 0) done(ud, DLOCK_ENOMEM);
+  txn_next(op, L_WRITE, &j);
 }
 
 static void on_call(void *ud, int rc, json_object *o, int code) {
@@ -161,6 +148,13 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
   dl_async *op = ud;
   etcd_alatch *l = op->lat;
   op->call = NULL;
+  if (l->step == L_START) {
+    if (rc < 0)
+      dl_etcd_op_end(op, rc);
+    else
+      look_next(op);
+    return;
+  }
   if (l->step == L_WRITE) {
     if (rc == 0) rc = dl_etcd_txn_succeeded(o);
     json_object_put(o);
@@ -184,6 +178,16 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     await_look(op);
   else
     update_look(op);
+}
+
+/* Starts op (rc: an error known at once) from the loop's dispatch: 0
+ * (*out), or DLOCK_ENOMEM (op freed, untold). */
+static int start(dl_async *op, int rc, dl_async **out) {
+  op->lat->step = L_START;
+  op->later = on_call;
+  rc = dl_etcd_op_later(op, rc);
+  if (rc == 0) *out = op;
+  return rc;
 }
 
 /* A new latch operation on s: NULL out of memory (recorded). */
@@ -227,10 +231,7 @@ int dl_etcd_sync_update_async(dl_backend *b, const dl_sync_ref *s,
   op->lat->op = op_;
   op->lat->n_arg = n;
   op->lat->v = v;
-  int rc = dl_etcd_latch_check(e, op_, n);
-  rc = rc != 0 ? dl_etcd_op_later(op, rc) : look(op);
-  if (rc == 0) *out = op;
-  return rc;
+  return start(op, dl_etcd_latch_check(e, op_, n), out);
 }
 
 int dl_etcd_latch_await_async(dl_backend *b, const dl_sync_ref *s, bool wait,
@@ -242,9 +243,7 @@ int dl_etcd_latch_await_async(dl_backend *b, const dl_sync_ref *s, bool wait,
   op->lat->await = true;
   op->lat->wait = wait;
   op->lat->deadline = deadline;
-  int rc = look(op);
-  if (rc == 0) *out = op;
-  return rc;
+  return start(op, 0, out);
 }
 
 void dl_etcd_latch_cancel(dl_async *op) {

@@ -103,9 +103,10 @@ int dl_etcd_op_later(dl_async *op, int rc);
  * untold). */
 int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
                     etcd_acall_fn fn);
-/* op's next call, within a command timeout of its own; one that cannot
- * start (out of memory: op freed) tells done `told`, or DLOCK_ENOMEM when
- * told is 0. */
+/* op's next call, within a command timeout of its own (body NULL: a body
+ * that ran out of memory, fn told DLOCK_ENOMEM as by a call that cannot
+ * start); one that cannot even be told (out of memory: op freed) tells
+ * done `told`, or DLOCK_ENOMEM when told is 0. */
 void dl_etcd_op_next(dl_async *op, const char *path, const char *body,
                      etcd_acall_fn fn, int told);
 

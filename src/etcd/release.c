@@ -186,8 +186,15 @@ void dl_etcd_op_next(dl_async *op, const char *path, const char *body,
   dl_done_fn done = op->done;
   void *dud = op->ud;
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
-  if (dl_etcd_op_call(op, path, body, fn) != 0)
-    done(dud, told ? told : DLOCK_ENOMEM);
+  int rc;
+  if (body) {
+    rc = dl_etcd_op_call(op, path, body, fn);
+  } else { /* its body ran out of memory: as a call that cannot start */
+    op->later = fn;
+    rc = dl_etcd_op_later(op,
+                          dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+  }
+  if (rc != 0) done(dud, told ? told : DLOCK_ENOMEM);
 }
 
 static void on_ping(void *ud, int rc, json_object *o, int code) {
