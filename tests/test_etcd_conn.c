@@ -1282,43 +1282,83 @@ static void t_etcd_async_sem(void) {
   both_transports(async_sem);
 }
 
-/* async_sem_wait on the server s at url (its transport). */
-static void async_sem_wait(const th_etcd *s, const char *url) {
+/* A waiting acquire's kind t_etcd_async_sem_wait runs: the counting
+ * semaphore, or the permit-expirable one. */
+typedef struct wait_kind {
+  bool permits;
+  const char *name;                /* the name, and its waiters' prefix */
+  dlock_semaphore *sa[9], *sb;     /* the event loop's handles, the blocking */
+  dlock_permits *pa[9], *pb;
+  char held[3][DLOCK_PERMIT_ID_LEN]; /* the blocking client's permits */
+  char id[9][DLOCK_PERMIT_ID_LEN];
+} wait_kind;
+
+/* Handle i's acquire of one permit, waiting up to wait_ms, t told. */
+static int wait_start(wait_kind *k, int i, int64_t wait_ms, tdone *t,
+                      dlock_op **op) {
+  memset(t, 0, sizeof *t);
+  if (k->permits)
+    return dlock_permits_acquire_async(k->pa[i], wait_ms, 0, k->id[i],
+                                       on_tdone, t, op);
+  return dlock_semaphore_acquire_async(k->sa[i], 1, wait_ms, on_tdone, t, op);
+}
+
+/* The blocking client's try with a 50 ms wait: its result. */
+static int wait_blocking_try(wait_kind *k) {
+  char id[DLOCK_PERMIT_ID_LEN];
+  if (k->permits) return dlock_permits_try_acquire(k->pb, 50, 0, id);
+  return dlock_semaphore_try_acquire(k->sb, 1, 50);
+}
+
+/* async_wait on the server s at url (its transport) for k's kind. */
+static void async_wait(const th_etcd *s, const char *url, wait_kind *k) {
   enum { N = 8, HANDED = 3 };
-  fprintf(stderr, "    %s\n", url);
+  fprintf(stderr, "    %s %s\n", k->permits ? "permits" : "semaphore", url);
   dlock_loop *lp;
   dlock_client *c, *cb;
   CHECK(loop_and_blocking(url, &lp, &c, &cb));
-  dlock_semaphore *a[N + 1], *b;
-  char buf[256];
-  th_etcd_ctl(s, "del --prefix aw", buf, sizeof buf); /* an earlier pass's */
+  char buf[256], waiters[64];
+  snprintf(buf, sizeof buf, "del --prefix %s", k->name); /* an earlier pass's */
+  th_etcd_ctl(s, buf, buf, sizeof buf);
+  snprintf(waiters, sizeof waiters, "%s/waiters/", k->name);
   for (int i = 0; i <= N; i++)
-    CHECK_RC(dlock_semaphore_new(c, "aw", &a[i]), 0);
-  CHECK_RC(dlock_semaphore_new(cb, "aw", &b), 0);
-  CHECK_RC(dlock_semaphore_try_set_permits(b, 0), 1);
-  /* The first call opens the connection (threads not counted). */
+    CHECK_RC(k->permits ? dlock_permits_new(c, k->name, &k->pa[i])
+                        : dlock_semaphore_new(c, k->name, &k->sa[i]),
+             0);
+  if (k->permits) {
+    CHECK_RC(dlock_permits_new(cb, k->name, &k->pb), 0);
+    CHECK_RC(dlock_permits_try_set(k->pb, HANDED + 1), 1);
+  } else {
+    CHECK_RC(dlock_semaphore_new(cb, k->name, &k->sb), 0);
+    CHECK_RC(dlock_semaphore_try_set_permits(k->sb, 0), 1);
+  }
+  /* The first call opens the connection, and a permit's hold starts the
+   * client's watcher thread (threads not counted). */
   tdone t[N + 1];
-  CHECK_RC(sem_start(a[0], SC_AVAILABLE, 0, &t[0]), 0);
-  CHECK(run_one(lp, &t[0]));
-  CHECK_RC(t[0].d.rc, 0);
+  CHECK_RC(wait_start(k, N, 0, &t[N], NULL), 0);
+  CHECK(run_one(lp, &t[N]));
+  CHECK_RC(t[N].d.rc, k->permits ? 0 : DLOCK_EBUSY);
+  /* None free: the blocking client holds the permits left. */
+  for (int i = 0; k->permits && i < HANDED; i++)
+    CHECK_RC(dlock_permits_try_acquire(k->pb, 0, 0, k->held[i]), 0);
+  run_sampled(lp, 50); /* the watches of the permits' keys start */
   int before = tasks();
   /* N acquires waiting in line: no thread, none done, a watch each. */
   long long watches = th_etcd_started(s, "Watch");
   dlock_op *op[N];
-  memset(t, 0, sizeof t);
   for (int i = 0; i < N; i++)
-    CHECK_RC(
-        dlock_semaphore_acquire_async(a[i], 1, 10000, on_tdone, &t[i], &op[i]),
-        0);
+    CHECK_RC(wait_start(k, i, 10000, &t[i], &op[i]), 0);
   CHECK_EQ(run_sampled(lp, 200), before);
   for (int i = 0; i < N; i++)
     CHECK_EQ(t[i].d.calls, 0);
   CHECK_EQ(th_etcd_started(s, "Watch") - watches, N);
   /* Each permit released is taken by one waiter, within 100 ms. */
   int done = 0;
-  for (int k = 0; k < HANDED; k++) {
+  for (int h = 0; h < HANDED; h++) {
     int64_t t0 = th_now_ms();
-    CHECK_RC(dlock_semaphore_release(b, 1), 0);
+    CHECK_RC(k->permits ? dlock_permits_release(k->pb, k->held[h])
+                        : dlock_semaphore_release(k->sb, 1),
+             0);
     int64_t end = t0 + th_soon(2000);
     int took = -1;
     while (took < 0 && th_now_ms() < end) {
@@ -1333,36 +1373,38 @@ static void async_sem_wait(const th_etcd *s, const char *url) {
     CHECK_RC(t[took].d.rc, 0);
     CHECK(t[took].at - t0 < th_soon(100));
   }
-  CHECK(tasks() <= before);
-  /* No other waiter woken: each permit taken once, the count 0 again. */
+  /* No other waiter woken: each permit taken once, none left. */
   CHECK_EQ(run_sampled(lp, 50), before);
   int woken = 0;
   for (int i = 0; i < N; i++)
     woken += t[i].d.calls;
   CHECK_EQ(woken, HANDED);
-  CHECK_RC(dlock_semaphore_get_available(b), 0);
+  CHECK_RC(k->permits ? dlock_permits_get_available(k->pb)
+                      : dlock_semaphore_get_available(k->sb),
+           0);
   /* A waiter cancelled: at once, its place gone. */
   int cancel = 0;
   while (done & (1 << cancel))
     cancel++;
-  CHECK(cancelled_soon(lp, op[cancel], &t[cancel], "semaphore acquire"));
+  CHECK(cancelled_soon(lp, op[cancel], &t[cancel], "waiting acquire"));
   done |= 1 << cancel;
   /* A wait with a short deadline: at it, as the blocking client's. */
   int64_t t0 = th_now_ms();
-  CHECK_RC(dlock_semaphore_acquire_async(a[N], 1, 300, on_tdone, &t[N], NULL),
-           0);
+  CHECK_RC(wait_start(k, N, 300, &t[N], NULL), 0);
   CHECK(run_one(lp, &t[N]));
   fprintf(stderr, "    a 300 ms wait ended after %lld ms: %s\n",
           (long long)(t[N].at - t0), dlock_err_name(t[N].d.rc));
-  CHECK_RC(t[N].d.rc, dlock_semaphore_try_acquire(b, 1, 50));
+  CHECK_RC(t[N].d.rc, wait_blocking_try(k));
   CHECK_RC(t[N].d.rc, DLOCK_EBUSY);
   CHECK(t[N].at - t0 >= 300 && t[N].at - t0 < 300 + th_soon(200));
   CHECK_EQ(tasks(), before);
   /* The others in flight at the client's close: told within it, and no
    * place left in the line. */
-  CHECK(keys_under(s, "aw/waiters/") == N - HANDED - 1);
-  for (int i = 0; i <= N; i++)
-    dlock_semaphore_free(a[i]);
+  CHECK(keys_under(s, waiters) == N - HANDED - 1);
+  for (int i = 0; i <= N; i++) {
+    dlock_semaphore_free(k->sa[i]);
+    dlock_permits_free(k->pa[i]);
+  }
   dlock_client_close(c);
   for (int i = 0; i < N; i++)
     if (!(done & (1 << i))) {
@@ -1370,22 +1412,38 @@ static void async_sem_wait(const th_etcd *s, const char *url) {
       CHECK_RC(t[i].d.rc, DLOCK_ECLOSED);
     }
   dlock_loop_free(lp);
-  CHECK_EQ(keys_under(s, "aw/waiters/"), 0);
-  CHECK_RC(dlock_semaphore_get_available(b), 0);
-  dlock_semaphore_free(b);
+  CHECK_EQ(keys_under(s, waiters), 0);
+  dlock_semaphore_free(k->sb);
+  dlock_permits_free(k->pb);
   dlock_client_close(cb);
 }
 
-/* An event-loop client's counting semaphore acquire that waits runs on
- * its loop's multi handle too (a place in the line, a watch on the place
- * before it or on the count): N waiters start no thread; each permit
- * released is taken by one of them within 100 ms; a cancelled one ends
- * at once, one at its deadline as the blocking client's, and those in
- * flight at the client's close with DLOCK_ECLOSED, leaving no place in
- * the line; over gRPC and over the gateway. */
+static void async_sem_wait(const th_etcd *s, const char *url) {
+  wait_kind k = {.permits = false, .name = "aw"};
+  async_wait(s, url, &k);
+}
+
+static void async_permits_wait(const th_etcd *s, const char *url) {
+  wait_kind k = {.permits = true, .name = "ap"};
+  async_wait(s, url, &k);
+}
+
+/* An event-loop client's waiting acquire of the counting semaphore and of
+ * the permit-expirable one runs on its loop's multi handle too (a place
+ * in the line, a watch on the place before it or on the permits): N
+ * waiters start no thread; each permit released is taken by one of them
+ * within 100 ms; a cancelled one ends at once, one at its deadline as the
+ * blocking client's, and those in flight at the client's close with
+ * DLOCK_ECLOSED, leaving no place in the line; over gRPC and over the
+ * gateway. */
 static void t_etcd_async_sem_wait(void) {
   NEED_ETCD();
   both_transports(async_sem_wait);
+}
+
+static void t_etcd_async_permits_wait(void) {
+  NEED_ETCD();
+  both_transports(async_permits_wait);
 }
 
 /* An event-loop client's acquire of a read-write lock's sides runs on its
@@ -2216,7 +2274,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire), T_BARE(t_etcd_async_rw),
         T_BARE(t_etcd_async_fair), T_BARE(t_etcd_async_owners),
         T_BARE(t_etcd_async_latch), T_BARE(t_etcd_async_sem),
-        T_BARE(t_etcd_async_sem_wait),
+        T_BARE(t_etcd_async_sem_wait), T_BARE(t_etcd_async_permits_wait),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

@@ -1,9 +1,9 @@
 /* aop.h: the event-loop client's own operations (release.c's, the mutex
  * acquire's of amutex.c, the renewals' of arenew.c, fence.c's, the
- * latch's of alatch.c, the semaphore's of asem.c; the session lease's
- * step of asession.c that the acquire and the semaphore share): each one a
- * struct dl_async listed in e->aops, driven by calls on the loop's multi handle
- * (acall.c), on the loop's thread alone. */
+ * latch's of alatch.c, the semaphores' of asem.c and apermits.c; the
+ * session lease's step of asession.c that the acquires share): each one
+ * a struct dl_async listed in e->aops, driven by calls on the loop's multi
+ * handle (acall.c), on the loop's thread alone. */
 #ifndef DLOCK_ETCD_AOP_H
 #define DLOCK_ETCD_AOP_H
 
@@ -181,8 +181,15 @@ int dl_etcd_sem_update_async(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
 int dl_etcd_sem_acquire_async(dl_backend *b, const dl_sync_ref *s, int permits,
                               bool wait, int64_t deadline, dl_done_fn done,
                               void *ud, dl_async **out);
-/* A cancel of a semaphore's operation: an acquire's wait ends now (not
- * taken; a call in flight is answered first). */
+/* ---- apermits.c ---- */
+/* The event loop's permit_acquire_async (dl_etcd_aops): a try, and a
+ * wait in asem.c's line. */
+int dl_etcd_permit_acquire_async(dl_backend *b, const dl_sync_ref *s,
+                                 const char *id, int64_t lease_ms, bool wait,
+                                 int64_t deadline, int64_t *valid_until,
+                                 dl_done_fn done, void *ud, dl_async **out);
+/* A cancel of either semaphore's operation (asem.c): an acquire's wait
+ * ends now (not taken; a call in flight is answered first). */
 void dl_etcd_sem_cancel(dl_async *op);
 
 #endif /* DLOCK_ETCD_AOP_H */

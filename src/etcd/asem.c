@@ -11,44 +11,12 @@
  * line's first on any change of the count, for a third of the lease at
  * most; then a try again. Its deadline and a cancel end the watch on a
  * dl_timer; the place goes at the end, whatever the result. The
- * permit-expirable semaphore still runs on a job (core/blockloop.c). */
-#include "aop.h"
-#include "sem.h"
+ * permit-expirable semaphore's acquire waits in the same line (its try:
+ * apermits.c); its updates still run on a job (core/blockloop.c). */
+#include "asem.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-typedef enum mstep {
-  M_START,   /* the first step, from the loop's dispatch */
-  M_READ,    /* the count key's read */
-  M_PUT,     /* the put compared on it */
-  M_SESSION, /* the session lease's step (asession.c) */
-  M_LINE,    /* our place in the line put */
-  M_LOOK,    /* our place still there, and the one before it */
-  M_WATCH,   /* the watch in flight, the timer at the step's end */
-  M_PAUSE,   /* a moment before the next try */
-  M_LEAVE    /* our place deleted, the result kept */
-} mstep;
-
-struct etcd_asem {
-  char key[ETCD_SEM_KEY]; /* the count key */
-  bool take;              /* an acquire, else an update (op) */
-  dl_sync_op op;
-  long long n, *v;
-  long long result; /* the update's, once its put succeeds */
-  int tries;        /* the update's puts beaten by another writer */
-  mstep step;
-  /* A waiting acquire's: */
-  bool wait, cancelled;
-  int64_t deadline;
-  int64_t at;   /* the last read's revision: changes after it are heard */
-  bool first;   /* the line's first: its read is the one the watch follows */
-  int rc;       /* the result, while our place is deleted */
-  etcd_hold ln; /* our place (ln.key: line), its lease and revision */
-  char line[ETCD_SEM_KEY];
-  char lpfx[ETCD_SEM_KEY + 2]; /* the line: line's parent and '/' */
-  char pred[ETCD_SEM_KEY];     /* the place before ours */
-};
 
 static void on_call(void *ud, int rc, json_object *o, int code);
 static void on_session(dl_async *op, int rc, int64_t lease, int64_t until);
@@ -72,10 +40,15 @@ static void put_count(dl_async *op, int64_t mod, long long to) {
   next(op, M_PUT, "/v3/kv/txn", body);
 }
 
-/* The end, rc told once our place in the line is gone (at its own
- * revision only), whatever the result: the next in line looks. */
-static void finish(dl_async *op, int rc) {
+/* Our place goes at its own revision only, whatever the result: the
+ * next in line looks. */
+void dl_as_finish(dl_async *op, int rc) {
   etcd_asem *m = op->sem;
+  if (m->permit && !m->ended) {
+    m->ended = true;
+    dl_ap_end(op, rc);
+    return;
+  }
   if (m->ln.rev <= 0) {
     dl_etcd_op_end(op, rc);
     return;
@@ -103,16 +76,24 @@ static void wait_until(dl_async *op, mstep step, int64_t at) {
   if (dl_timer_start(op->e->env->loop, &op->timer, at) != 0) {
     dl_etcd_acall_abort(op->call);
     op->call = NULL;
-    finish(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+    dl_as_finish(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
   }
+}
+
+/* A try: the count's read, or a permit's (apermits.c). */
+static void try_step(dl_async *op) {
+  if (op->sem->permit)
+    dl_ap_try(op);
+  else
+    read_count(op);
 }
 
 /* The next try, unless cancelled (no try after a cancel). */
 static void try_again(dl_async *op) {
   if (op->sem->cancelled)
-    finish(op, 0);
+    dl_as_finish(op, 0);
   else
-    read_count(op);
+    try_step(op);
 }
 
 static void on_watch(void *ud, int rc, json_object *o, int code) {
@@ -122,7 +103,7 @@ static void on_watch(void *ud, int rc, json_object *o, int code) {
   op->sem->first = false; /* the next try looks at the line again */
   dl_timer_stop(op->e->env->loop, &op->timer);
   if (rc < 0)
-    finish(op, rc);
+    dl_as_finish(op, rc);
   else if (rc == 2) /* the stream ended (a member gone): a try in a moment */
     wait_until(op, M_PAUSE, dl_now_ms() + 50);
   else
@@ -142,7 +123,7 @@ static void watch_step(dl_async *op, bool pred, int64_t pat) {
     dl_etcd_watch_prefix_body(m->key, m->at, body, sizeof body);
   int rc = dl_etcd_awatch(op->e, body, !pred, on_watch, op, &op->call);
   if (rc != 0) {
-    finish(op, rc);
+    dl_as_finish(op, rc);
     return;
   }
   int64_t step = dl_now_ms() + dl_etcd_sem_step(op->e);
@@ -165,12 +146,12 @@ static void on_timer(void *ud) {
 static void look_step(dl_async *op) {
   etcd_asem *m = op->sem;
   if (wait_over(op)) {
-    finish(op, 0);
+    dl_as_finish(op, 0);
     return;
   }
   char *body = dl_etcd_look_body(m->line, m->lpfx, m->ln.rev);
   if (body == NULL) {
-    finish(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+    dl_as_finish(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
     return;
   }
   next(op, M_LOOK, "/v3/kv/txn", body);
@@ -188,7 +169,7 @@ static void on_session(dl_async *op, int rc, int64_t l, int64_t until) {
   (void)until;
   etcd_asem *m = op->sem;
   if (rc < 0 || wait_over(op)) {
-    finish(op, rc < 0 ? rc : 0);
+    dl_as_finish(op, rc < 0 ? rc : 0);
     return;
   }
   if (m->ln.rev && m->ln.lease != l) m->ln.rev = 0; /* it went with it */
@@ -199,29 +180,34 @@ static void on_session(dl_async *op, int rc, int64_t l, int64_t until) {
   m->ln.lease = l;
   char *body = dl_etcd_put_read_body(&m->ln, "", m->lpfx);
   if (body == NULL) {
-    finish(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+    dl_as_finish(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
     return;
   }
   next(op, M_LINE, "/v3/kv/txn", body);
   free(body);
 }
 
+void dl_as_tried(dl_async *op, int rc) {
+  if (rc != 0 || wait_over(op))
+    dl_as_finish(op, rc);
+  else if (op->sem->first)
+    watch_step(op, false, 0);
+  else
+    session_step(op);
+}
+
 /* The read's answer (rc: dl_etcd_count_read_answer's): done, the put, or
- * for an acquire that found too few, the end or the wait. */
+ * for an acquire that found too few, the try's end. */
 static void on_read(dl_async *op, int rc, long long cur, int64_t mod) {
   etcd_asem *m = op->sem;
   long long to;
   if (rc < 0) {
-    finish(op, rc);
+    dl_as_finish(op, rc);
   } else if (m->take) {
     if (!m->cancelled && dl_etcd_sem_take_to(cur, m->n, &to))
       put_count(op, mod, to);
-    else if (wait_over(op))
-      finish(op, 0); /* not taken */
-    else if (m->first)
-      watch_step(op, false, 0);
     else
-      session_step(op);
+      dl_as_tried(op, 0);
   } else if (m->op == DL_SEM_AVAILABLE) {
     *m->v = cur;
     dl_etcd_op_end(op, 0);
@@ -240,12 +226,14 @@ static void on_put(dl_async *op, int rc, json_object *o) {
   bool ok = rc == 0 && dl_etcd_txn_succeeded(o);
   json_object_put(o);
   if (rc != 0) {
-    finish(op, rc);
+    dl_as_finish(op, rc);
+  } else if (ok && m->take) {
+    dl_as_tried(op, 1);
   } else if (ok) {
-    if (!m->take) *m->v = m->result;
-    finish(op, m->take ? 1 : 0);
+    *m->v = m->result;
+    dl_etcd_op_end(op, 0);
   } else if (!m->take && ++m->tries >= ETCD_COUNT_TRIES) {
-    finish(op, dl_etcd_count_busy(op->e, m->key));
+    dl_as_finish(op, dl_etcd_count_busy(op->e, m->key));
   } else { /* another writer came first: read again */
     read_count(op);
   }
@@ -263,7 +251,7 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     if (rc < 0)
       dl_etcd_op_end(op, rc);
     else
-      read_count(op);
+      try_step(op);
     return;
   case M_READ:
     if (rc == 0)
@@ -280,7 +268,7 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
       json_object_put(o);
     if (rc == 1) rc = dl_etcd_sem_not_ours(op->e, m->line);
     if (rc < 0)
-      finish(op, rc);
+      dl_as_finish(op, rc);
     else
       look_step(op);
     return;
@@ -294,7 +282,7 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
       m->ln.rev = 0;
       session_step(op);
     } else if (rc < 0) {
-      finish(op, rc);
+      dl_as_finish(op, rc);
     } else if (rc == 1) {
       watch_step(op, true, mod);
     } else {
@@ -312,7 +300,8 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     return;
   case M_SESSION:
   case M_WATCH:
-  case M_PAUSE: return; /* not a call's */
+  case M_PAUSE:
+  case M_TRY: return; /* not a call's */
   }
 }
 
@@ -338,9 +327,15 @@ static int sem_start(dl_etcd *e, const dl_sync_ref *s, bool acquire,
   m->wait = wait;
   m->deadline = deadline;
   int rc = dl_etcd_sem_check(e, s, acquire, op_, n, m->key);
-  if (rc == 0 && wait && (rc = dl_etcd_sem_line_key(e, m->key, m->line)) == 0) {
+  if (rc == 0 && wait) rc = dl_etcd_sem_line_key(e, m->key, m->line);
+  return dl_as_begin(op, rc, out);
+}
+
+int dl_as_begin(dl_async *op, int rc, dl_async **out) {
+  etcd_asem *m = op->sem;
+  if (rc == 0 && m->wait) {
     m->ln.key = m->line;
-    memcpy(m->lpfx, m->line, strrchr(m->line, '/') + 1 - m->line);
+    memcpy(m->lpfx, m->line, (size_t)(strrchr(m->line, '/') + 1 - m->line));
   }
   m->step = M_START;
   op->later = on_call;

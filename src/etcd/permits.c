@@ -24,9 +24,7 @@ static bool valid_id(const char *id) {
   return strspn(id, "0123456789abcdef") == ID_LEN;
 }
 
-/* permits_read's request: the txn reading the total and the keys under
- * it (ETCD_SEM_INSPECT_BODY_MAX bytes). */
-static void permits_read_body(const char *total, char *body, size_t len) {
+void dl_etcd_permits_read_body(const char *total, char *body, size_t len) {
   char pfx[ETCD_SEM_KEY + 2], t64[B64(ETCD_SEM_KEY)], p64[B64(ETCD_SEM_KEY)];
   char end64[B64(ETCD_SEM_KEY)];
   snprintf(pfx, sizeof pfx, "%s/", total);
@@ -40,10 +38,9 @@ static void permits_read_body(const char *total, char *body, size_t len) {
            t64, p64, end64);
 }
 
-/* Its answer r (put here), as permits_read. */
-static int permits_read_answer(dl_etcd *e, const char *total, json_object *r,
-                               long long *max, int64_t *mod, long long *taken,
-                               int64_t *rev) {
+int dl_etcd_permits_read_answer(dl_etcd *e, const char *total, json_object *r,
+                                long long *max, int64_t *mod, long long *taken,
+                                int64_t *rev) {
   char pfx[ETCD_SEM_KEY + 2];
   snprintf(pfx, sizeof pfx, "%s/", total);
   *max = *taken = 0;
@@ -78,31 +75,60 @@ static int permits_read_answer(dl_etcd *e, const char *total, json_object *r,
 static int permits_read(dl_etcd *e, const char *total, long long *max,
                         int64_t *mod, long long *taken, int64_t *rev) {
   char body[ETCD_SEM_INSPECT_BODY_MAX];
-  permits_read_body(total, body, sizeof body);
+  dl_etcd_permits_read_body(total, body, sizeof body);
   json_object *r;
   *max = *taken = 0;
   *mod = 0;
   int rc = dl_etcd_call(e, "/v3/kv/txn", body,
                         dl_now_ms() + e->command_timeout_ms, &r, NULL);
-  return rc != 0 ? rc : permits_read_answer(e, total, r, max, mod, taken, rev);
+  return rc != 0
+             ? rc
+             : dl_etcd_permits_read_answer(e, total, r, max, mod, taken, rev);
 }
 
-/* An acquire's state (the dl_etcd_try_fn's context). */
-typedef struct permit_try {
-  char total[ETCD_SEM_KEY]; /* PREFIX/NAME/permits */
-  char key[ETCD_SEM_KEY];   /* the permit's */
-  const char *value;        /* the holder: the client's id */
-  int64_t lease_ms;
-  bool own;         /* a lease of its own (a fixed lease) */
-  int64_t lease;    /* the lease the key goes on (0: none yet) */
-  int64_t lease_at; /* when it was last granted or kept alive */
-  int64_t until;    /* surely valid until then */
-  int64_t rev;      /* taken: the key's create revision */
-  bool unsure;      /* a put whose answer did not come */
-} permit_try;
+char *dl_etcd_permit_put_body(const etcd_permit_try *t, int64_t mod,
+                              int64_t at) {
+  char pfx[ETCD_SEM_KEY + 2], t64[B64(ETCD_SEM_KEY)], p64[B64(ETCD_SEM_KEY)];
+  char end64[B64(ETCD_SEM_KEY)], k64[B64(ETCD_SEM_KEY)];
+  size_t vl = strlen(t->value), len = 5 * B64(ETCD_SEM_KEY) + vl * 2;
+  char *v64 = malloc(B64(vl)), *body = malloc(len);
+  if (v64 == NULL || body == NULL) {
+    free(v64);
+    free(body);
+    return NULL;
+  }
+  snprintf(pfx, sizeof pfx, "%s/", t->total);
+  dl_etcd_b64(t->total, strlen(t->total), t64);
+  dl_etcd_b64(pfx, strlen(pfx), p64);
+  dl_etcd_prefix_end(pfx, end64);
+  dl_etcd_b64(t->key, strlen(t->key), k64);
+  dl_etcd_b64(t->value, vl, v64);
+  /* The total as read, no permit key written since the count (a
+   * deletion since only frees one more), and ours not there. */
+  snprintf(
+      body, len,
+      "{\"compare\":[{\"target\":\"MOD\",\"key\":\"%s\","
+      "\"mod_revision\":\"%" PRId64 "\"},{\"target\":\"MOD\","
+      "\"key\":\"%s\",\"range_end\":\"%s\",\"result\":\"LESS\","
+      "\"mod_revision\":\"%" PRId64 "\"},{\"target\":\"CREATE\","
+      "\"key\":\"%s\",\"create_revision\":\"0\"}],\"success\":[{"
+      "\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64
+      "\"}}]}",
+      t64, mod, p64, end64, at + 1, k64, k64, v64, t->lease);
+  free(v64);
+  return body;
+}
+
+bool dl_etcd_permit_put_answer(etcd_permit_try *t, json_object *r) {
+  json_object *s = dl_etcd_get(r, "succeeded");
+  bool ok = s && json_object_get_boolean(s);
+  t->rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
+  json_object_put(r);
+  return ok;
+}
 
 /* The lease the permit's key goes on, fresh: 0 or a negative code. */
-static int fresh_lease(dl_etcd *e, permit_try *t) {
+static int fresh_lease(dl_etcd *e, etcd_permit_try *t) {
   int64_t sent = dl_now_ms(), deadline = sent + e->command_timeout_ms;
   if (!t->own) return dl_etcd_session(e, deadline, &t->lease, &t->until);
   if (t->lease != 0 && sent - t->lease_at > 100) {
@@ -125,41 +151,15 @@ static int fresh_lease(dl_etcd *e, permit_try *t) {
 
 /* Takes the permit if one is free: dl_etcd_try_fn. */
 static int permit_take(dl_etcd *e, void *ctx, int64_t *at) {
-  permit_try *t = ctx;
-  for (int tries = 0; tries < 100; tries++) {
+  etcd_permit_try *t = ctx;
+  for (int tries = 0; tries < ETCD_COUNT_TRIES; tries++) {
     long long max, taken;
     int64_t mod;
     int rc = permits_read(e, t->total, &max, &mod, &taken, at);
     if (rc <= 0 || max - taken < 1) return rc < 0 ? rc : 0;
     if ((rc = fresh_lease(e, t)) != 0) return rc;
-    char pfx[ETCD_SEM_KEY + 2], t64[B64(ETCD_SEM_KEY)], p64[B64(ETCD_SEM_KEY)];
-    char end64[B64(ETCD_SEM_KEY)], k64[B64(ETCD_SEM_KEY)];
-    size_t vl = strlen(t->value);
-    char *v64 = malloc(B64(vl)), *body = malloc(5 * B64(ETCD_SEM_KEY) + vl * 2);
-    if (v64 == NULL || body == NULL) {
-      free(v64);
-      free(body);
-      return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-    }
-    snprintf(pfx, sizeof pfx, "%s/", t->total);
-    dl_etcd_b64(t->total, strlen(t->total), t64);
-    dl_etcd_b64(pfx, strlen(pfx), p64);
-    dl_etcd_prefix_end(pfx, end64);
-    dl_etcd_b64(t->key, strlen(t->key), k64);
-    dl_etcd_b64(t->value, vl, v64);
-    /* The total as read, no permit key written since the count (a
-     * deletion since only frees one more), and ours not there. */
-    snprintf(
-        body, 5 * B64(ETCD_SEM_KEY) + vl * 2,
-        "{\"compare\":[{\"target\":\"MOD\",\"key\":\"%s\","
-        "\"mod_revision\":\"%" PRId64 "\"},{\"target\":\"MOD\","
-        "\"key\":\"%s\",\"range_end\":\"%s\",\"result\":\"LESS\","
-        "\"mod_revision\":\"%" PRId64 "\"},{\"target\":\"CREATE\","
-        "\"key\":\"%s\",\"create_revision\":\"0\"}],\"success\":[{"
-        "\"request_put\":{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64
-        "\"}}]}",
-        t64, mod, p64, end64, *at + 1, k64, k64, v64, t->lease);
-    free(v64);
+    char *body = dl_etcd_permit_put_body(t, mod, *at);
+    if (body == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
     json_object *r;
     rc = dl_etcd_call(e, "/v3/kv/txn", body,
                       dl_now_ms() + e->command_timeout_ms, &r, NULL);
@@ -168,36 +168,38 @@ static int permit_take(dl_etcd *e, void *ctx, int64_t *at) {
       t->unsure = dl_etcd_transient(rc);
       return rc;
     }
-    json_object *s = dl_etcd_get(r, "succeeded");
-    bool ok = s && json_object_get_boolean(s);
-    t->rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
-    json_object_put(r);
-    if (ok) return 1;
+    if (dl_etcd_permit_put_answer(t, r)) return 1;
   }
-  return dl_seterr(e->err, DLOCK_EBUSY, "the permits of %s kept changing",
-                   t->total);
+  return dl_etcd_count_busy(e, t->total);
+}
+
+void dl_etcd_permit_delete_body(const char *key, char *body, size_t len) {
+  char k64[B64(ETCD_SEM_KEY)];
+  dl_etcd_b64(key, strlen(key), k64);
+  snprintf(body, len, "{\"key\":\"%s\"}", k64);
+}
+
+int dl_etcd_permit_delete_answer(json_object *r) {
+  int rc = dl_etcd_i64(r, "deleted") > 0;
+  json_object_put(r);
+  return rc;
 }
 
 /* Deletes key whatever its revision (a permit's: its id is never used
  * again): 1 deleted, 0 it was not there, or a negative code. */
 static int delete_key(dl_etcd *e, const char *key) {
-  char k64[B64(ETCD_SEM_KEY)];
-  char body[B64(ETCD_SEM_KEY) + 32];
-  dl_etcd_b64(key, strlen(key), k64);
-  snprintf(body, sizeof body, "{\"key\":\"%s\"}", k64);
+  char body[ETCD_PERMIT_DELETE_BODY_MAX];
+  dl_etcd_permit_delete_body(key, body, sizeof body);
   json_object *r;
   int rc = dl_etcd_call(e, "/v3/kv/deleterange", body,
                         dl_now_ms() + e->command_timeout_ms, &r, NULL);
-  if (rc != 0) return rc;
-  rc = dl_etcd_i64(r, "deleted") > 0;
-  json_object_put(r);
-  return rc;
+  return rc != 0 ? rc : dl_etcd_permit_delete_answer(r);
 }
 
 /* The permit taken by t, as a hold of the client's (renewed and checked
  * with the locks', its key watched): 0 or a negative code. */
 static int hold_permit(dl_etcd *e, const dl_sync_ref *s, const char *owner,
-                       permit_try *t) {
+                       etcd_permit_try *t) {
   etcd_hold *h = calloc(1, sizeof *h);
   if (h == NULL || !(h->lock = dl_strdup(s->key)) ||
       !(h->owner = dl_strdup(owner)) || !(h->key = dl_strdup(t->key))) {
@@ -220,33 +222,31 @@ static int hold_permit(dl_etcd *e, const dl_sync_ref *s, const char *owner,
   return rc;
 }
 
-int dl_etcd_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
-                           int64_t lease_ms, bool wait, int64_t deadline,
-                           int64_t *valid_until) {
-  dl_etcd *e = (dl_etcd *)b;
-  char base[ETCD_KEY_MAX], line[ETCD_SEM_KEY];
-  char owner[DL_OWNER_MAX];
+int dl_etcd_permit_init(dl_etcd *e, const dl_sync_ref *s, const char *id,
+                        int64_t lease_ms, etcd_permit_try *t) {
+  char base[ETCD_KEY_MAX];
   int rc = dl_etcd_sem_base(e, s, base);
   if (rc != 0) return rc;
   if (!valid_id(id))
     return dl_seterr(e->err, DLOCK_EINVAL,
                      "a permit id is 32 lower-case hex digits");
-  permit_try *t = calloc(1, sizeof *t);
-  if (t == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   snprintf(t->total, sizeof t->total, "%spermits", base);
   snprintf(t->key, sizeof t->key, "%spermits/%s", base, id);
-  snprintf(line, sizeof line, "%swaiters/permits/%s", base, id);
-  snprintf(owner, sizeof owner, "%s:%s", e->env->client_id, id);
+  snprintf(t->line, sizeof t->line, "%swaiters/permits/%s", base, id);
+  snprintf(t->owner, sizeof t->owner, "%s:%s", e->env->client_id, id);
   t->value = e->env->client_id;
   t->lease_ms = lease_ms;
   /* The watchdog's lease is the session's (as a lock's); any other a
    * lease of the permit's own, never kept alive. */
   t->own = lease_ms != e->session_ttl_ms;
-  bool waited;
-  rc = dl_etcd_sem_wait(e, line, t->total, permit_take, t, wait, deadline,
-                        &waited);
+  return 0;
+}
+
+int dl_etcd_permit_end(dl_etcd *e, const dl_sync_ref *s, etcd_permit_try *t,
+                       int rc, int64_t *valid_until) {
   bool taken = rc == 1;
-  if (taken && (rc = hold_permit(e, s, owner, t)) == 0) {
+  t->left = ETCD_PERMIT_KEPT;
+  if (taken && (rc = hold_permit(e, s, t->owner, t)) == 0) {
     rc = 1;
     *valid_until = t->until;
     if (!t->own) {
@@ -257,14 +257,31 @@ int dl_etcd_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
   } else if (taken || t->unsure) {
     /* Not handed over (or not known whether it was put): the permit
      * goes, and a lease of its own with it. */
-    if (t->own && t->lease)
-      dl_etcd_revoke(e, t->lease, dl_now_ms() + e->command_timeout_ms);
-    else
-      delete_key(e, t->key);
+    t->left = t->own && t->lease ? ETCD_PERMIT_REVOKE : ETCD_PERMIT_DELETE;
   } else if (t->own && t->lease) {
     /* Nothing was put on it: kept for the next fixed-lease hold. */
     dl_etcd_lease_idle(e, t->lease, t->lease_ms, t->until);
   }
+  return rc;
+}
+
+int dl_etcd_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
+                           int64_t lease_ms, bool wait, int64_t deadline,
+                           int64_t *valid_until) {
+  dl_etcd *e = (dl_etcd *)b;
+  etcd_permit_try *t = calloc(1, sizeof *t);
+  if (t == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  int rc = dl_etcd_permit_init(e, s, id, lease_ms, t);
+  if (rc == 0) {
+    bool waited;
+    rc = dl_etcd_sem_wait(e, t->line, t->total, permit_take, t, wait, deadline,
+                          &waited);
+    rc = dl_etcd_permit_end(e, s, t, rc, valid_until);
+  }
+  if (t->left == ETCD_PERMIT_REVOKE)
+    dl_etcd_revoke(e, t->lease, dl_now_ms() + e->command_timeout_ms);
+  else if (t->left == ETCD_PERMIT_DELETE)
+    delete_key(e, t->key);
   free(t);
   return rc;
 }
@@ -361,7 +378,7 @@ const char *dl_etcd_sem_inspect_req(dl_etcd *e, const char *key, int step,
     dl_etcd_count_read_body(total, body, len);
     return "/v3/kv/range";
   }
-  permits_read_body(total, body, len);
+  dl_etcd_permits_read_body(total, body, len);
   return "/v3/kv/txn";
 }
 
@@ -374,7 +391,7 @@ int dl_etcd_sem_inspect_answer(dl_etcd *e, const char *total, int step,
     if (rc == 1) st->counter = v;
     return rc < 0 && rc != DLOCK_EWRONGTYPE ? rc : 0;
   }
-  int rc = permits_read_answer(e, total, r, &max, &mod, &taken, &rev);
+  int rc = dl_etcd_permits_read_answer(e, total, r, &max, &mod, &taken, &rev);
   if (rc == 1) {
     st->counter = max - taken > 0 ? max - taken : 0;
     st->permits_taken = (int)taken;

@@ -532,6 +532,7 @@ const dl_backend_ops dl_etcd_aops = {
     .fence_async = dl_etcd_fence_async,
     .inspect_async = inspect_async,
     .sem_acquire_async = dl_etcd_sem_acquire_async,
+    .permit_acquire_async = dl_etcd_permit_acquire_async,
     .sync_update_async = dl_etcd_sync_update_async,
     .latch_await_async = dl_etcd_latch_await_async,
     .cancel = own_cancel,

@@ -1,7 +1,8 @@
 /* sem.h: what the etcd backend's semaphores share (sem.c, permits.c): the
  * keys of a name, the count keys, and the acquire that waits in a line;
- * the counting semaphore's steps both its drivers share (sem.c, asem.c);
- * and the latch's (latch.c, alatch.c).
+ * the counting semaphore's steps both its drivers share (sem.c, asem.c),
+ * the permit-expirable semaphore's (permits.c, apermits.c); and the
+ * latch's (latch.c, alatch.c).
  * The layout is dlock's own (etcd's clients have no semaphore): see
  * docs/WIRE.md's etcd section. */
 #ifndef DLOCK_ETCD_SEM_H
@@ -107,6 +108,59 @@ int dl_etcd_sem_acquire(dl_backend *b, const dl_sync_ref *s, int permits,
                         bool wait, int64_t deadline);
 int dl_etcd_sem_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
                        long long n, const char *id, long long *v);
+
+/* permits.c: the permit-expirable semaphore's acquire, its steps for both
+ * drivers (the event loop's: apermits.c). Its state. */
+typedef struct etcd_permit_try {
+  char total[ETCD_SEM_KEY]; /* PREFIX/NAME/permits */
+  char key[ETCD_SEM_KEY];   /* the permit's */
+  char line[ETCD_SEM_KEY];  /* its place in the line of waiters */
+  char owner[DL_OWNER_MAX]; /* the hold's: the client's id and the id */
+  const char *value;        /* the key's: the client's id */
+  int64_t lease_ms;
+  bool own;         /* a lease of its own (a fixed lease) */
+  int64_t lease;    /* the lease the key goes on (0: none yet) */
+  int64_t lease_at; /* when it was last granted or kept alive */
+  int64_t until;    /* surely valid until then */
+  int64_t rev;      /* taken: the key's create revision */
+  bool unsure;      /* a put whose answer did not come */
+  enum {
+    ETCD_PERMIT_KEPT,   /* nothing to undo */
+    ETCD_PERMIT_REVOKE, /* its own lease to revoke (the key with it) */
+    ETCD_PERMIT_DELETE  /* its key to delete */
+  } left;               /* dl_etcd_permit_end's verdict */
+} etcd_permit_try;
+/* t for the acquire of permit id of s (lease_ms: the permit's): 0, or
+ * DLOCK_ENAMETOOLONG or DLOCK_EINVAL recorded. */
+int dl_etcd_permit_init(dl_etcd *e, const dl_sync_ref *s, const char *id,
+                        int64_t lease_ms, etcd_permit_try *t);
+/* The permits' read (the total and the keys under it): its txn's body
+ * (ETCD_SEM_INSPECT_BODY_MAX bytes), and its answer r (put here): 1 set
+ * (*max, *mod: the total's mod revision), 0 no total set, or a negative
+ * code (DLOCK_EWRONGTYPE recorded); *taken the permit keys, *rev the
+ * revision read at. */
+void dl_etcd_permits_read_body(const char *total, char *body, size_t len);
+int dl_etcd_permits_read_answer(dl_etcd *e, const char *total, json_object *r,
+                                long long *max, int64_t *mod, long long *taken,
+                                int64_t *rev);
+/* The txn putting t's key on t->lease if the total's mod revision is still
+ * mod and no permit key was written after revision at (malloc'ed, NULL
+ * out of memory); its answer r (put here): whether it was put (t->rev). */
+char *dl_etcd_permit_put_body(const etcd_permit_try *t, int64_t mod,
+                              int64_t at);
+bool dl_etcd_permit_put_answer(etcd_permit_try *t, json_object *r);
+/* The acquire's end (rc: the wait's, 1 taken): 1 with the permit held by
+ * the client (its key watched; *valid_until), or rc (0, a negative code),
+ * t->left what is left to undo on the server; a fixed lease with nothing
+ * on it kept idle. */
+int dl_etcd_permit_end(dl_etcd *e, const dl_sync_ref *s, etcd_permit_try *t,
+                       int rc, int64_t *valid_until);
+/* A permit key's delete whatever its revision: the /v3/kv/deleterange
+ * body (ETCD_PERMIT_DELETE_BODY_MAX bytes), and its answer r (put
+ * here): 1 deleted, 0 it was not there. */
+#define ETCD_PERMIT_DELETE_BODY_MAX (4 * ((ETCD_SEM_KEY + 2) / 3) + 40)
+void dl_etcd_permit_delete_body(const char *key, char *body, size_t len);
+int dl_etcd_permit_delete_answer(json_object *r);
 
 /* permits.c: the permit-expirable semaphore's entries. */
 int dl_etcd_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
