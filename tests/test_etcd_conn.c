@@ -1179,23 +1179,30 @@ static int sem_start(dlock_semaphore *a, sem_call k, int n, tdone *t) {
   }
 }
 
+/* Whether call k(n) gave want on the event-loop client (got; INT_MIN:
+ * not done) and on the blocking one, the former with no thread beyond
+ * the `before` there were (threads: while it was in flight); says what
+ * differed. */
+static bool same_answers(int k, int n, int got, int blocking, int want,
+                         int threads, int before) {
+  if (got == want && blocking == want && threads <= before) return true;
+  fprintf(stderr,
+          "    call %d(%d): event loop %d (%s), blocking %d (%s), expected "
+          "%d; threads %d, %d before\n",
+          k, n, got, dlock_err_name(got), blocking, dlock_err_name(blocking),
+          want, threads, before);
+  return false;
+}
+
 /* k(n) on the event-loop client's semaphore a, on lp, then on the
- * blocking client's b (a name of the same history): whether both gave
- * want, and the event-loop client's started no thread beyond the
- * `before` there were; says what differed. */
+ * blocking client's b (a name of the same history): same_answers. */
 static bool sem_both(dlock_loop *lp, dlock_semaphore *a, dlock_semaphore *b,
                      sem_call k, int n, int want, int before) {
   tdone t;
   int rc = sem_start(a, k, n, &t), threads = tasks();
-  bool ran = rc == 0 && run_one(lp, &t);
-  int got = ran ? t.d.rc : rc, blocking = sem_blocking(b, k, n);
-  if (ran && got == want && blocking == want && threads <= before) return true;
-  fprintf(stderr,
-          "    call %d(%d): event loop %d (%s), blocking %d (%s), expected "
-          "%d; threads %d, %d before\n",
-          (int)k, n, got, dlock_err_name(got), blocking,
-          dlock_err_name(blocking), want, threads, before);
-  return false;
+  int got = rc != 0 ? rc : run_one(lp, &t) ? t.d.rc : INT_MIN;
+  return same_answers((int)k, n, got, sem_blocking(b, k, n), want, threads,
+                      before);
 }
 
 /* async_sem on the server s at url (its transport). */
@@ -1286,8 +1293,8 @@ static void t_etcd_async_sem(void) {
  * semaphore, or the permit-expirable one. */
 typedef struct wait_kind {
   bool permits;
-  const char *name;                /* the name, and its waiters' prefix */
-  dlock_semaphore *sa[9], *sb;     /* the event loop's handles, the blocking */
+  const char *name;            /* the name, and its waiters' prefix */
+  dlock_semaphore *sa[9], *sb; /* the event loop's handles, the blocking */
   dlock_permits *pa[9], *pb;
   char held[3][DLOCK_PERMIT_ID_LEN]; /* the blocking client's permits */
   char id[9][DLOCK_PERMIT_ID_LEN];
@@ -1298,8 +1305,8 @@ static int wait_start(wait_kind *k, int i, int64_t wait_ms, tdone *t,
                       dlock_op **op) {
   memset(t, 0, sizeof *t);
   if (k->permits)
-    return dlock_permits_acquire_async(k->pa[i], wait_ms, 0, k->id[i],
-                                       on_tdone, t, op);
+    return dlock_permits_acquire_async(k->pa[i], wait_ms, 0, k->id[i], on_tdone,
+                                       t, op);
   return dlock_semaphore_acquire_async(k->sa[i], 1, wait_ms, on_tdone, t, op);
 }
 
@@ -1444,6 +1451,122 @@ static void t_etcd_async_sem_wait(void) {
 static void t_etcd_async_permits_wait(void) {
   NEED_ETCD();
   both_transports(async_permits_wait);
+}
+
+/* The permit-expirable semaphore's calls t_etcd_async_permits compares. */
+typedef enum permits_call {
+  PC_SET,
+  PC_ADD,
+  PC_AVAILABLE,
+  PC_TRY,
+  PC_RELEASE,
+  PC_FORCE
+} permits_call;
+
+/* k(n, id) on the blocking client's permits b: its result (a try's id
+ * into id). */
+static int permits_blocking(dlock_permits *b, permits_call k, int n, char *id) {
+  switch (k) {
+  case PC_SET: return dlock_permits_try_set(b, n);
+  case PC_ADD: return dlock_permits_add(b, n);
+  case PC_AVAILABLE: return dlock_permits_get_available(b);
+  case PC_TRY: return dlock_permits_try_acquire(b, 0, 0, id);
+  case PC_RELEASE: return dlock_permits_release(b, id);
+  default: return dlock_permits_force_release(b, id);
+  }
+}
+
+/* k(n, id) on the event-loop client's permits a, run on lp: its result
+ * (a try's id into id), or what it did not do; *threads: the process's
+ * threads while it was in flight. */
+static int permits_loop(dlock_loop *lp, dlock_permits *a, permits_call k, int n,
+                        char *id, int *threads) {
+  tdone t;
+  memset(&t, 0, sizeof t);
+  int rc;
+  switch (k) {
+  case PC_SET:
+    rc = dlock_permits_try_set_async(a, n, on_tdone, &t, NULL);
+    break;
+  case PC_ADD: rc = dlock_permits_add_async(a, n, on_tdone, &t, NULL); break;
+  case PC_AVAILABLE:
+    rc = dlock_permits_get_available_async(a, on_tdone, &t, NULL);
+    break;
+  case PC_TRY:
+    rc = dlock_permits_acquire_async(a, 0, 0, id, on_tdone, &t, NULL);
+    break;
+  case PC_RELEASE:
+    rc = dlock_permits_release_async(a, id, on_tdone, &t, NULL);
+    break;
+  default: rc = dlock_permits_force_release_async(a, id, on_tdone, &t, NULL);
+  }
+  *threads = tasks();
+  if (rc != 0) return rc;
+  return run_one(lp, &t) ? t.d.rc : INT_MIN;
+}
+
+/* k(n) on the event-loop client's a (ida: its id) and the blocking
+ * client's b (idb), names of the same history: same_answers. */
+static bool permits_both(dlock_loop *lp, dlock_permits *a, dlock_permits *b,
+                         permits_call k, int n, char *ida, char *idb, int want,
+                         int before) {
+  int threads, got = permits_loop(lp, a, k, n, ida, &threads);
+  return same_answers((int)k, n, got, permits_blocking(b, k, n, idb), want,
+                      threads, before);
+}
+
+/* An event-loop client's permit-expirable semaphore updates run on its
+ * loop's multi handle too: set, add, available, a permit's release (its
+ * own hold's delete at its revision, then its fixed lease kept idle) and
+ * a force release give what the blocking client's give on a name of the
+ * same history, errors included, and start no thread. */
+static void t_etcd_async_permits(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  CHECK(loop_and_blocking(s.url, &lp, &c, &cb));
+  dlock_permits *a, *b;
+  CHECK_RC(dlock_permits_new(c, "au", &a), 0);
+  CHECK_RC(dlock_permits_new(cb, "aub", &b), 0);
+  char ida[DLOCK_PERMIT_ID_LEN], idb[DLOCK_PERMIT_ID_LEN];
+  char ida2[DLOCK_PERMIT_ID_LEN], idb2[DLOCK_PERMIT_ID_LEN], buf[256];
+  /* The first calls open the connection, and a permit's hold starts the
+   * client's watcher thread (threads not counted). */
+  CHECK(permits_both(lp, a, b, PC_SET, 3, ida, idb, 1, INT_MAX));
+  CHECK(permits_both(lp, a, b, PC_TRY, 0, ida, idb, 0, INT_MAX));
+  int before = tasks();
+  CHECK(permits_both(lp, a, b, PC_SET, 5, ida, idb, 0, before));
+  CHECK(permits_both(lp, a, b, PC_ADD, 1, ida, idb, 0, before));
+  CHECK(permits_both(lp, a, b, PC_AVAILABLE, 0, ida, idb, 3, before));
+  CHECK(permits_both(lp, a, b, PC_TRY, 0, ida2, idb2, 0, before));
+  CHECK(permits_both(lp, a, b, PC_AVAILABLE, 0, ida, idb, 2, before));
+  /* Released, then released again; taken back by force, then again. */
+  CHECK(permits_both(lp, a, b, PC_RELEASE, 0, ida, idb, 0, before));
+  CHECK(
+      permits_both(lp, a, b, PC_RELEASE, 0, ida, idb, DLOCK_ENOTOWNER, before));
+  CHECK(permits_both(lp, a, b, PC_FORCE, 0, ida2, idb2, 1, before));
+  CHECK(permits_both(lp, a, b, PC_FORCE, 0, ida2, idb2, 0, before));
+  CHECK(permits_both(lp, a, b, PC_AVAILABLE, 0, ida, idb, 4, before));
+  /* Refused before anything is sent. */
+  CHECK(permits_both(lp, a, b, PC_SET, -1, ida, idb, DLOCK_EINVAL, before));
+  snprintf(ida, sizeof ida, "not an id");
+  snprintf(idb, sizeof idb, "not an id");
+  CHECK(permits_both(lp, a, b, PC_RELEASE, 0, ida, idb, DLOCK_EINVAL, before));
+  /* Not a count at the total: refused. */
+  th_etcd_ctl(&s, "put au/permits x", buf, sizeof buf);
+  th_etcd_ctl(&s, "put aub/permits x", buf, sizeof buf);
+  CHECK(permits_both(lp, a, b, PC_AVAILABLE, 0, ida, idb, DLOCK_EWRONGTYPE,
+                     before));
+  CHECK(permits_both(lp, a, b, PC_ADD, 1, ida, idb, DLOCK_EWRONGTYPE, before));
+  CHECK_EQ(tasks(), before);
+  dlock_permits_free(a);
+  dlock_permits_free(b);
+  dlock_client_close(c);
+  dlock_client_close(cb);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
 }
 
 /* An event-loop client's acquire of a read-write lock's sides runs on its
@@ -2275,6 +2398,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_async_fair), T_BARE(t_etcd_async_owners),
         T_BARE(t_etcd_async_latch), T_BARE(t_etcd_async_sem),
         T_BARE(t_etcd_async_sem_wait), T_BARE(t_etcd_async_permits_wait),
+        T_BARE(t_etcd_async_permits),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

@@ -8,7 +8,7 @@
  * key is deleted, then a look again; its deadline and a cancel a
  * dl_timer, a transient error ridden out with a pause on it. The
  * counting semaphore's updates go to asem.c, the permit-expirable
- * semaphore's to a job (core/blockloop.c). */
+ * semaphore's to apermits.c. */
 #include "aop.h"
 #include "sem.h"
 
@@ -59,13 +59,8 @@ static void on_timer(void *ud);
 /* Runs on_timer at `at` in step. */
 static void wait_until(dl_async *op, lstep step, int64_t at) {
   op->lat->step = step;
-  dl_timer_stop(op->e->env->loop, &op->timer);
-  dl_timer_init(&op->timer, on_timer, op);
-  if (dl_timer_start(op->e->env->loop, &op->timer, at) != 0) {
-    dl_etcd_acall_abort(op->call);
-    op->call = NULL;
-    dl_etcd_op_end(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
-  }
+  int rc = dl_etcd_op_timer(op, on_timer, at);
+  if (rc != 0) dl_etcd_op_end(op, rc);
 }
 
 /* An await's call or watch that failed with rc: ridden out (a pause,
@@ -223,8 +218,7 @@ int dl_etcd_sync_update_async(dl_backend *b, const dl_sync_ref *s,
   case DL_LATCH_DOWN:
   case DL_LATCH_COUNT: break;
   default: /* the permit-expirable semaphore's */
-    return dl_blockloop_jobs(e->form)->sync_update_async(b, s, op_, n, id, v,
-                                                         done, ud, out);
+    return dl_etcd_permits_update_async(b, s, op_, n, id, v, done, ud, out);
   }
   dl_async *op = op_new(e, s, done, ud);
   if (op == NULL) return DLOCK_ENOMEM;

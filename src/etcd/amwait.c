@@ -21,10 +21,8 @@ bool dl_am_wait_over(dl_async *op) {
 /* Runs on_wait_timer at `at` (step: what op waits in). */
 void dl_am_wait_until(dl_async *op, astep step, int64_t at) {
   op->acq->step = step;
-  dl_timer_stop(op->e->env->loop, &op->timer); /* a cancel's: armed */
-  dl_timer_init(&op->timer, on_wait_timer, op);
-  if (dl_timer_start(op->e->env->loop, &op->timer, at) != 0)
-    dl_am_fail(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+  int rc = dl_etcd_op_timer(op, on_wait_timer, at);
+  if (rc != 0) dl_am_fail(op, rc); /* its watch aborted first */
 }
 
 /* A waiter's step that failed with rc: ridden out (a pause, then a look)

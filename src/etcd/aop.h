@@ -110,11 +110,22 @@ int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
 void dl_etcd_op_next(dl_async *op, const char *path, const char *body,
                      etcd_acall_fn fn, int told);
 
+/* Runs fn(op) at `at` on op->timer (stopped first: armed by a cancel's
+ * restart, or an earlier step's): 0, or DLOCK_ENOMEM recorded, op's call
+ * in flight (a watch) then aborted: the caller ends op. */
+int dl_etcd_op_timer(dl_async *op, dl_timer_fn fn, int64_t at);
+
 /* The txn deleting key if its create revision is still rev (release.c):
  * its body, at most ETCD_DELETE_AT_MAX bytes. */
 #define ETCD_DELETE_AT_MAX (2 * (4 * ((ETCD_KEY_MAX + 2) / 3) + 1) + 200)
 void dl_etcd_delete_at_body(const char *key, int64_t rev, char *body,
                             size_t len);
+/* Its answer r (put here): 1 deleted, 0 not. */
+int dl_etcd_delete_at_answer(json_object *r);
+/* A try's result *rc of a release's delete, after earlier tries
+ * (*retried): true when it is to be sent again in 20 ms (*retried set),
+ * else false with the release's result in *rc. */
+bool dl_etcd_delete_again(int *rc, bool *retried, int64_t deadline);
 
 /* ---- asession.c ---- */
 /* op's step for the session lease: valid already (fn at once, within
@@ -188,6 +199,12 @@ int dl_etcd_permit_acquire_async(dl_backend *b, const dl_sync_ref *s,
                                  const char *id, int64_t lease_ms, bool wait,
                                  int64_t deadline, int64_t *valid_until,
                                  dl_done_fn done, void *ud, dl_async **out);
+/* The event loop's updates of the permit-expirable semaphore
+ * (sync_update's DL_PERMITS_*). */
+int dl_etcd_permits_update_async(dl_backend *b, const dl_sync_ref *s,
+                                 dl_sync_op op, long long n, const char *id,
+                                 long long *v, dl_done_fn done, void *ud,
+                                 dl_async **out);
 /* A cancel of either semaphore's operation (asem.c): an acquire's wait
  * ends now (not taken; a call in flight is answered first). */
 void dl_etcd_sem_cancel(dl_async *op);

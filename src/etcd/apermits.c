@@ -5,7 +5,11 @@
  * answers, in asem.c's line of waiters when it waits; at the end the
  * permit held by the client (permits.c's dl_etcd_permit_end), or what
  * was put undone. The session's lease is asession.c's step; a fixed
- * lease an idle one kept alive, else a grant. */
+ * lease an idle one kept alive, else a grant. Its updates: set and add
+ * asem.c's count at the total; available a read; a release (or a force
+ * release) the read, then the permit's key deleted (a hold of this
+ * client's at its revision, sent again every 20 ms while the servers do
+ * not answer), its own lease kept idle or revoked. */
 #include "asem.h"
 
 #include <stdio.h>
@@ -32,7 +36,9 @@ static void on_read(void *ud, int rc, json_object *o, int code) {
                                      &taken, &m->at);
   else
     json_object_put(o);
-  if (rc <= 0 || max - taken < 1 || m->cancelled)
+  if (!m->take)
+    dl_ap_update_read(op, rc, max, taken);
+  else if (rc <= 0 || max - taken < 1 || m->cancelled)
     dl_as_tried(op, rc < 0 ? rc : 0); /* none free: not now */
   else
     lease_step(op);
@@ -188,12 +194,8 @@ int dl_etcd_permit_acquire_async(dl_backend *b, const dl_sync_ref *s,
                                  int64_t deadline, int64_t *valid_until,
                                  dl_done_fn done, void *ud, dl_async **out) {
   dl_etcd *e = (dl_etcd *)b;
-  dl_async *op = dl_etcd_op_new(e, AOP_SEM, done, ud);
-  if (op && (op->sem = calloc(1, sizeof *op->sem)) == NULL) {
-    dl_etcd_op_drop(op);
-    op = NULL;
-  }
-  if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  dl_async *op = dl_as_new(e, done, ud);
+  if (op == NULL) return DLOCK_ENOMEM;
   etcd_asem *m = op->sem;
   m->take = m->permit = true;
   m->wait = wait;
@@ -204,5 +206,108 @@ int dl_etcd_permit_acquire_async(dl_backend *b, const dl_sync_ref *s,
   /* The line's first watches the total and the permits' keys under it. */
   snprintf(m->key, sizeof m->key, "%s", m->pt.total);
   snprintf(m->line, sizeof m->line, "%s", m->pt.line);
+  return dl_as_begin(op, rc, out);
+}
+
+/* ---- the updates: the total's (asem.c's count), available, release ---- */
+static void on_revoked(void *ud, int rc, json_object *o, int code) {
+  (void)rc, (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  json_object_put(o);
+  dl_etcd_op_end(op, op->sem->rc);
+}
+
+static void delete_try(void *ud);
+
+/* The release's delete answered (an own hold's at its revision, sent
+ * again while the servers do not answer; else the key whatever its
+ * revision): the hold's end, a lease of its own revoked. */
+static void on_deleted(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  etcd_asem *m = op->sem;
+  bool own = op->h && m->pop != DL_PERMITS_FORCE;
+  op->call = NULL;
+  if (rc == 0)
+    rc = own ? dl_etcd_delete_at_answer(o) : dl_etcd_permit_delete_answer(o);
+  else
+    json_object_put(o);
+  if (own && dl_etcd_delete_again(&rc, &m->retried, m->deadline)) {
+    int trc = dl_etcd_op_timer(op, delete_try, dl_now_ms() + 20);
+    if (trc == 0) return;
+    rc = trc;
+  }
+  etcd_hold *h = op->h;
+  op->h = NULL;
+  int64_t revoke = h ? dl_etcd_permit_released(op->e, h, rc, m->retried,
+                                               m->pop == DL_PERMITS_FORCE)
+                     : 0;
+  if (rc >= 0) *m->v = rc;
+  m->rc = rc < 0 ? rc : 0;
+  char body[64];
+  if (revoke == 0) {
+    dl_etcd_op_end(op, m->rc);
+    return;
+  }
+  dl_etcd_lease_body(revoke, body, sizeof body);
+  next(op, "/v3/lease/revoke", body, on_revoked);
+}
+
+static void delete_try(void *ud) {
+  dl_async *op = ud;
+  char body[ETCD_DELETE_AT_MAX];
+  dl_etcd_delete_at_body(op->h->key, op->h->rev, body, sizeof body);
+  next(op, "/v3/kv/txn", body, on_deleted);
+}
+
+void dl_ap_update_read(dl_async *op, int rc, long long max, long long taken) {
+  etcd_asem *m = op->sem;
+  if (rc < 0) { /* a key of another kind where the permits live */
+    dl_etcd_op_end(op, rc);
+    return;
+  }
+  if (m->pop == DL_PERMITS_AVAILABLE) {
+    *m->v = max - taken;
+    dl_etcd_op_end(op, 0);
+    return;
+  }
+  /* Ours from here (op->h: the close's to drop): off the list, so that a
+   * renewal or a check finding the key gone cannot free it under us. */
+  op->h = dl_etcd_permit_unhold(op->e, m->s, m->pt.owner);
+  m->deadline = dl_now_ms() + op->e->command_timeout_ms;
+  if (op->h && m->pop != DL_PERMITS_FORCE) {
+    delete_try(op);
+    return;
+  }
+  /* Its key alone: a permit's id is never taken again, so a release sent
+   * twice frees one permit. */
+  char body[ETCD_PERMIT_DELETE_BODY_MAX];
+  dl_etcd_permit_delete_body(m->pt.key, body, sizeof body);
+  next(op, "/v3/kv/deleterange", body, on_deleted);
+}
+
+int dl_etcd_permits_update_async(dl_backend *b, const dl_sync_ref *s,
+                                 dl_sync_op op_, long long n, const char *id,
+                                 long long *v, dl_done_fn done, void *ud,
+                                 dl_async **out) {
+  dl_etcd *e = (dl_etcd *)b;
+  dl_async *op = dl_as_new(e, done, ud);
+  if (op == NULL) return DLOCK_ENOMEM;
+  etcd_asem *m = op->sem;
+  m->s = s;
+  m->v = v;
+  *v = 0;
+  int rc = dl_etcd_permits_check(e, s, op_, n, id, &m->pt);
+  if (op_ == DL_PERMITS_SET || op_ == DL_PERMITS_ADD) {
+    /* The total: a count, as the counting semaphore's (its permits out
+     * all come back one day). */
+    m->op = op_ == DL_PERMITS_SET ? DL_SEM_SET : DL_SEM_ADD;
+    m->n = n;
+    snprintf(m->key, sizeof m->key, "%s", m->pt.total);
+  } else {
+    m->permit = true;
+    m->pop = op_;
+  }
   return dl_as_begin(op, rc, out);
 }

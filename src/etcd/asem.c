@@ -12,7 +12,7 @@
  * most; then a try again. Its deadline and a cancel end the watch on a
  * dl_timer; the place goes at the end, whatever the result. The
  * permit-expirable semaphore's acquire waits in the same line (its try:
- * apermits.c); its updates still run on a job (core/blockloop.c). */
+ * apermits.c), and its total's updates are this count's. */
 #include "asem.h"
 
 #include <stdlib.h>
@@ -71,13 +71,8 @@ static void on_timer(void *ud);
 /* Runs on_timer at `at` in step. */
 static void wait_until(dl_async *op, mstep step, int64_t at) {
   op->sem->step = step;
-  dl_timer_stop(op->e->env->loop, &op->timer);
-  dl_timer_init(&op->timer, on_timer, op);
-  if (dl_timer_start(op->e->env->loop, &op->timer, at) != 0) {
-    dl_etcd_acall_abort(op->call);
-    op->call = NULL;
-    dl_as_finish(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
-  }
+  int rc = dl_etcd_op_timer(op, on_timer, at);
+  if (rc != 0) dl_as_finish(op, rc);
 }
 
 /* A try: the count's read, or a permit's (apermits.c). */
@@ -312,12 +307,8 @@ static int sem_start(dl_etcd *e, const dl_sync_ref *s, bool acquire,
                      dl_sync_op op_, long long n, long long *v, bool wait,
                      int64_t deadline, dl_done_fn done, void *ud,
                      dl_async **out) {
-  dl_async *op = dl_etcd_op_new(e, AOP_SEM, done, ud);
-  if (op && (op->sem = calloc(1, sizeof *op->sem)) == NULL) {
-    dl_etcd_op_drop(op);
-    op = NULL;
-  }
-  if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  dl_async *op = dl_as_new(e, done, ud);
+  if (op == NULL) return DLOCK_ENOMEM;
   etcd_asem *m = op->sem;
   m->take = acquire;
   m->op = op_;
@@ -329,6 +320,16 @@ static int sem_start(dl_etcd *e, const dl_sync_ref *s, bool acquire,
   int rc = dl_etcd_sem_check(e, s, acquire, op_, n, m->key);
   if (rc == 0 && wait) rc = dl_etcd_sem_line_key(e, m->key, m->line);
   return dl_as_begin(op, rc, out);
+}
+
+dl_async *dl_as_new(dl_etcd *e, dl_done_fn done, void *ud) {
+  dl_async *op = dl_etcd_op_new(e, AOP_SEM, done, ud);
+  if (op && (op->sem = calloc(1, sizeof *op->sem)) == NULL) {
+    dl_etcd_op_drop(op);
+    op = NULL;
+  }
+  if (op == NULL) dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  return op;
 }
 
 int dl_as_begin(dl_async *op, int rc, dl_async **out) {

@@ -44,9 +44,14 @@ struct etcd_asem {
   int64_t *valid_until;
   int64_t mod; /* the total's mod revision read */
   etcd_permit_try pt;
+  /* An update of the permits' (apermits.c, not take): */
+  dl_sync_op pop;
+  bool retried; /* its release's delete sent again */
 };
 
 /* ---- asem.c's ---- */
+/* A new operation of either semaphore: NULL out of memory (recorded). */
+dl_async *dl_as_new(dl_etcd *e, dl_done_fn done, void *ud);
 /* Starts op (rc: an error known at once) from the loop's dispatch: its
  * first try. 0 (*out), or DLOCK_ENOMEM (op freed, untold). */
 int dl_as_begin(dl_async *op, int rc, dl_async **out);
@@ -64,5 +69,7 @@ void dl_ap_try(dl_async *op);
 /* A permit's acquire ending with rc: the permit held, or what was put
  * undone; then dl_as_finish. */
 void dl_ap_end(dl_async *op, int rc);
+/* The permits' update read (not take): available, or the release. */
+void dl_ap_update_read(dl_async *op, int rc, long long max, long long taken);
 
 #endif /* DLOCK_ETCD_ASEM_H */

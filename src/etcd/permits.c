@@ -286,16 +286,8 @@ int dl_etcd_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
   return rc;
 }
 
-/* Gives back permit `id` (force: whoever holds it): 1 released, 0 it was
- * not out, or a negative code. A hold of this client's ends whatever the
- * server says. */
-static int release(dl_etcd *e, const dl_sync_ref *s, const char *base,
-                   const char *id, bool force) {
-  char key[ETCD_SEM_KEY], owner[DL_OWNER_MAX];
-  snprintf(key, sizeof key, "%spermits/%s", base, id);
-  snprintf(owner, sizeof owner, "%s:%s", e->env->client_id, id);
-  /* Ours from here: off the list, so that a renewal or a check finding
-   * the key gone cannot free it under us. */
+etcd_hold *dl_etcd_permit_unhold(dl_etcd *e, const dl_sync_ref *s,
+                                 const char *owner) {
   pthread_mutex_lock(&e->mu);
   etcd_hold *h = NULL;
   for (etcd_hold **pp = &e->holds; *pp; pp = &(*pp)->next)
@@ -306,6 +298,28 @@ static int release(dl_etcd *e, const dl_sync_ref *s, const char *base,
       break;
     }
   pthread_mutex_unlock(&e->mu);
+  return h;
+}
+
+int64_t dl_etcd_permit_released(dl_etcd *e, etcd_hold *h, int rc, bool retried,
+                                bool force) {
+  int64_t revoke = 0;
+  if (h->own_lease && rc == 1 && !retried && !force)
+    dl_etcd_lease_idle(e, h->lease, h->lease_ms, h->lease_until);
+  else if (h->own_lease)
+    revoke = h->lease;
+  dl_etcd_hold_drop(e, h);
+  return revoke;
+}
+
+/* Gives back the permit at key (owner: its hold's; force: whoever holds
+ * it): 1 released, 0 it was not out, or a negative code. A hold of this
+ * client's ends whatever the server says. */
+static int release(dl_etcd *e, const dl_sync_ref *s, const char *key,
+                   const char *owner, bool force) {
+  /* Ours from here: off the list, so that a renewal or a check finding
+   * the key gone cannot free it under us. */
+  etcd_hold *h = dl_etcd_permit_unhold(e, s, owner);
   int64_t deadline = dl_now_ms() + e->command_timeout_ms;
   int rc;
   bool retried = false;
@@ -317,55 +331,61 @@ static int release(dl_etcd *e, const dl_sync_ref *s, const char *base,
     /* Ours: at its own create revision, as a lock's release. */
     rc = dl_etcd_delete_own(e, h->key, h->rev, deadline, &retried);
   }
-  if (h) {
-    if (h->own_lease && rc == 1 && !retried && !force)
-      dl_etcd_lease_idle(e, h->lease, h->lease_ms, h->lease_until);
-    else if (h->own_lease)
-      dl_etcd_revoke(e, h->lease, deadline);
-    dl_etcd_hold_drop(e, h);
-  }
+  int64_t revoke = h ? dl_etcd_permit_released(e, h, rc, retried, force) : 0;
+  if (revoke) dl_etcd_revoke(e, revoke, deadline);
   return rc;
 }
 
-int dl_etcd_permits_update(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
-                           long long n, const char *id, long long *v) {
-  char base[ETCD_KEY_MAX], total[ETCD_SEM_KEY];
+int dl_etcd_permits_check(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
+                          long long n, const char *id, etcd_permit_try *t) {
+  char base[ETCD_KEY_MAX];
   int rc = dl_etcd_sem_base(e, s, base);
   if (rc != 0) return rc;
-  snprintf(total, sizeof total, "%spermits", base);
+  snprintf(t->total, sizeof t->total, "%spermits", base);
   switch (op) {
   case DL_PERMITS_SET:
   case DL_PERMITS_ADD:
     if (op == DL_PERMITS_SET && n < 0)
       return dl_seterr(e->err, DLOCK_EINVAL, "permits must not be negative");
-    /* The total: its permits out all come back one day. */
-    return dl_etcd_count_change(
-        e, total, op == DL_PERMITS_SET ? DL_SEM_SET : DL_SEM_ADD, n, v);
-  case DL_PERMITS_AVAILABLE: {
-    long long max, taken;
-    int64_t mod, rev;
-    rc = permits_read(e, total, &max, &mod, &taken, &rev);
-    if (rc < 0) return rc;
-    *v = max - taken;
     return 0;
-  }
+  case DL_PERMITS_AVAILABLE: return 0;
   case DL_PERMITS_RELEASE:
   case DL_PERMITS_FORCE:
     if (!valid_id(id))
       return dl_seterr(e->err, DLOCK_EINVAL,
                        "a permit id is 32 lower-case hex digits");
-    /* A key of another kind where the permits live is refused. */
-    {
-      long long max, taken;
-      int64_t mod, rev;
-      rc = permits_read(e, total, &max, &mod, &taken, &rev);
-      if (rc < 0) return rc;
-    }
-    rc = release(e, s, base, id, op == DL_PERMITS_FORCE);
-    if (rc >= 0) *v = rc;
-    return rc < 0 ? rc : 0;
+    snprintf(t->key, sizeof t->key, "%spermits/%s", base, id);
+    snprintf(t->owner, sizeof t->owner, "%s:%s", e->env->client_id, id);
+    return 0;
   default: return dl_seterr(e->err, DLOCK_EINVAL, "not a permits operation");
   }
+}
+
+int dl_etcd_permits_update(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
+                           long long n, const char *id, long long *v) {
+  etcd_permit_try *t = calloc(1, sizeof *t);
+  if (t == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  int rc = dl_etcd_permits_check(e, s, op, n, id, t);
+  long long max, taken;
+  int64_t mod, rev;
+  if (rc != 0) {
+    /* refused before anything is sent */
+  } else if (op == DL_PERMITS_SET || op == DL_PERMITS_ADD) {
+    /* The total: its permits out all come back one day. */
+    rc = dl_etcd_count_change(
+        e, t->total, op == DL_PERMITS_SET ? DL_SEM_SET : DL_SEM_ADD, n, v);
+  } else if ((rc = permits_read(e, t->total, &max, &mod, &taken, &rev)) < 0) {
+    /* a key of another kind where the permits live: refused */
+  } else if (op == DL_PERMITS_AVAILABLE) {
+    *v = max - taken;
+    rc = 0;
+  } else {
+    rc = release(e, s, t->key, t->owner, op == DL_PERMITS_FORCE);
+    if (rc >= 0) *v = rc;
+    rc = rc < 0 ? rc : 0;
+  }
+  free(t);
+  return rc;
 }
 
 const char *dl_etcd_sem_inspect_req(dl_etcd *e, const char *key, int step,

@@ -29,8 +29,7 @@ void dl_etcd_delete_at_body(const char *key, int64_t rev, char *body,
            k64, rev, k64);
 }
 
-/* Its answer r (put here): 1 deleted, 0 not. */
-static int delete_at_result(json_object *r) {
+int dl_etcd_delete_at_answer(json_object *r) {
   int rc = dl_etcd_txn_succeeded(r);
   json_object_put(r);
   return rc;
@@ -42,15 +41,13 @@ int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
   dl_etcd_delete_at_body(key, rev, body, sizeof body);
   json_object *r;
   int rc = dl_etcd_call(e, "/v3/kv/txn", body, deadline, &r, NULL);
-  return rc != 0 ? rc : delete_at_result(r);
+  return rc != 0 ? rc : dl_etcd_delete_at_answer(r);
 }
 
-/* A try's result *rc of a release's delete, after earlier tries
- * (*retried): true when it is to be sent again in 20 ms (*retried set),
- * else false with the release's result in *rc. The delete is conditional
- * on our revision, so a retry never deletes a newer hold; a retry that
- * finds the key gone means an earlier try did it. */
-static bool delete_again(int *rc, bool *retried, int64_t deadline) {
+/* The delete is conditional on our revision, so a retry never deletes a
+ * newer hold; a retry that finds the key gone means an earlier try did
+ * it. */
+bool dl_etcd_delete_again(int *rc, bool *retried, int64_t deadline) {
   if (*rc == 0 && *retried) *rc = 1;
   if (*rc >= 0 || !dl_etcd_transient(*rc) || dl_now_ms() + 20 >= deadline)
     return false;
@@ -63,7 +60,7 @@ int dl_etcd_delete_own(dl_etcd *e, const char *key, int64_t rev,
   *retried = false;
   for (;;) {
     int rc = dl_etcd_delete_at(e, key, rev, deadline);
-    if (!delete_again(&rc, retried, deadline)) return rc;
+    if (!dl_etcd_delete_again(&rc, retried, deadline)) return rc;
     dl_sleep_ms(20);
   }
 }
@@ -197,6 +194,15 @@ void dl_etcd_op_next(dl_async *op, const char *path, const char *body,
   if (rc != 0) done(dud, told ? told : DLOCK_ENOMEM);
 }
 
+int dl_etcd_op_timer(dl_async *op, dl_timer_fn fn, int64_t at) {
+  dl_timer_stop(op->e->env->loop, &op->timer);
+  dl_timer_init(&op->timer, fn, op);
+  if (dl_timer_start(op->e->env->loop, &op->timer, at) == 0) return 0;
+  dl_etcd_acall_abort(op->call);
+  op->call = NULL;
+  return dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory");
+}
+
 static void on_ping(void *ud, int rc, json_object *o, int code) {
   (void)code;
   dl_async *op = ud;
@@ -235,8 +241,8 @@ static void on_deleted(void *ud, int rc, json_object *o, int code) {
   (void)code;
   dl_async *op = ud;
   op->call = NULL;
-  if (rc == 0) rc = delete_at_result(o);
-  if (delete_again(&rc, &op->retried, op->deadline)) {
+  if (rc == 0) rc = dl_etcd_delete_at_answer(o);
+  if (dl_etcd_delete_again(&rc, &op->retried, op->deadline)) {
     op->later = NULL;
     dl_timer_init(&op->timer, release_try, op);
     if (dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms() + 20) == 0)

@@ -162,6 +162,20 @@ int dl_etcd_permit_end(dl_etcd *e, const dl_sync_ref *s, etcd_permit_try *t,
 void dl_etcd_permit_delete_body(const char *key, char *body, size_t len);
 int dl_etcd_permit_delete_answer(json_object *r);
 
+/* An update's (DL_PERMITS_*) checks before anything is sent, and its
+ * keys into t (total; a release's key and owner): 0, or a negative code
+ * recorded (DLOCK_EINVAL, DLOCK_ENAMETOOLONG). */
+int dl_etcd_permits_check(dl_etcd *e, const dl_sync_ref *s, dl_sync_op op,
+                          long long n, const char *id, etcd_permit_try *t);
+/* A release's halves: the client's hold of the permit (owner: its
+ * owner), off the client's list (NULL: none), and after the delete (rc:
+ * its result, retried: sent again) its end: a lease of its own kept idle
+ * or to revoke (returned, 0 none), h dropped. */
+etcd_hold *dl_etcd_permit_unhold(dl_etcd *e, const dl_sync_ref *s,
+                                 const char *owner);
+int64_t dl_etcd_permit_released(dl_etcd *e, etcd_hold *h, int rc, bool retried,
+                                bool force);
+
 /* permits.c: the permit-expirable semaphore's entries. */
 int dl_etcd_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
                            int64_t lease_ms, bool wait, int64_t deadline,
