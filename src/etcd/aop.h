@@ -169,8 +169,8 @@ void dl_etcd_fen_free(etcd_fen *s);
 
 /* ---- alatch.c ---- */
 /* The event loop's sync_update_async (the latch's updates here, the
- * counting semaphore's in asem.c, the permit-expirable semaphore's on a
- * job) and latch_await_async (dl_etcd_aops). */
+ * counting semaphore's in asem.c, the permit-expirable semaphore's in
+ * apermits.c) and latch_await_async (dl_etcd_aops). */
 int dl_etcd_sync_update_async(dl_backend *b, const dl_sync_ref *s,
                               dl_sync_op op, long long n, const char *id,
                               long long *v, dl_done_fn done, void *ud,
