@@ -1282,6 +1282,223 @@ static void t_etcd_async_sem(void) {
   both_transports(async_sem);
 }
 
+/* A queue poll's outputs and its end. */
+typedef struct qdone {
+  tdone t;
+  void *v;
+  size_t len;
+} qdone;
+
+/* Runs lp for ms, no longer. */
+static void run_for(dlock_loop *lp, int64_t ms) {
+  for (int64_t end = th_now_ms() + ms; th_now_ms() < end;)
+    dlock_loop_run(lp, 1);
+}
+
+/* The queue q's size by the blocking client's handle, -1 on an error. */
+static int64_t qsize(dlock_queue *q) {
+  int64_t n = -1;
+  return dlock_queue_size(q, &n) == 0 ? n : -1;
+}
+
+/* async_queue on the server s at url (its transport). */
+static void async_queue(const th_etcd *s, const char *url) {
+  enum { N = 8 };
+  fprintf(stderr, "    %s\n", url);
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  CHECK(loop_and_blocking(url, &lp, &c, &cb));
+  dlock_queue *q, *qb, *x, *xb;
+  char buf[256];
+  th_etcd_ctl(s, "del --prefix aq", buf, sizeof buf); /* an earlier pass's */
+  CHECK_RC(dlock_queue_new(c, "aq", &q), 0);
+  CHECK_RC(dlock_queue_new(cb, "aq", &qb), 0);
+  CHECK_RC(dlock_queue_new(c, "aqx", &x), 0);
+  CHECK_RC(dlock_queue_new(cb, "aqx", &xb), 0);
+  /* The first call opens the connection. */
+  tdone r;
+  int64_t n = -1;
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_size_async(q, &n, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  CHECK_EQ(n, 0);
+  int before = tasks();
+  /* N waiting polls: no thread, none done, a watch each. */
+  qdone p[N];
+  memset(p, 0, sizeof p);
+  long long watches = th_etcd_started(s, "Watch");
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_queue_poll_async(q, 10000, &p[i].v, &p[i].len, on_tdone,
+                                    &p[i].t, NULL),
+             0);
+  CHECK_EQ(run_sampled(lp, 150), before);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(p[i].t.d.calls, 0);
+  CHECK_EQ(th_etcd_started(s, "Watch") - watches, N);
+  /* N offers: no thread; each poll woken with one of the values. */
+  tdone o[N];
+  memset(o, 0, sizeof o);
+  for (int i = 0; i < N; i++) {
+    char v[8];
+    snprintf(v, sizeof v, "v%d", i);
+    CHECK_RC(dlock_queue_offer_async(q, v, strlen(v), on_tdone, &o[i], NULL),
+             0);
+  }
+  CHECK(tasks() - before < 1);
+  int64_t offered = last_ok(lp, o, N);
+  CHECK(offered > 0);
+  int64_t last = 0;
+  for (int i = 0; i < N; i++) {
+    CHECK(run_one(lp, &p[i].t));
+    CHECK_RC(p[i].t.d.rc, 0);
+    if (p[i].t.at > last) last = p[i].t.at;
+  }
+  fprintf(stderr, "    %d polls woken within %lld ms of the last offer\n", N,
+          (long long)(last - offered));
+  CHECK(last - offered < th_soon(100));
+  unsigned seen = 0;
+  for (int i = 0; i < N; i++) {
+    int k = -1;
+    CHECK(p[i].len == 2 && sscanf(p[i].v, "v%d", &k) == 1 && k >= 0 && k < N);
+    if (k >= 0 && k < N) seen |= 1u << k;
+    dlock_queue_value_free(p[i].v);
+  }
+  CHECK_EQ(seen, (1u << N) - 1); /* each value once */
+  CHECK_EQ(qsize(qb), 0);
+  /* Both ends, as the blocking client's: the head's, then the tail's. */
+  memset(o, 0, sizeof o);
+  CHECK_RC(dlock_queue_offer_async(q, "t1", 2, on_tdone, &o[0], NULL), 0);
+  CHECK(run_one(lp, &o[0]));
+  CHECK_RC(dlock_queue_offer_first_async(q, "h1", 2, on_tdone, &o[1], NULL), 0);
+  CHECK_RC(dlock_queue_offer(qb, "t2", 2), 0);
+  CHECK(last_ok(lp, o, 2) > 0);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_size_async(q, &n, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  CHECK_EQ(n, 3);
+  CHECK_EQ(qsize(qb), 3);
+  memset(p, 0, sizeof p);
+  CHECK_RC(
+      dlock_queue_poll_async(q, 0, &p[0].v, &p[0].len, on_tdone, &p[0].t, NULL),
+      0);
+  CHECK_RC(dlock_queue_poll_last_async(q, 0, &p[1].v, &p[1].len, on_tdone,
+                                       &p[1].t, NULL),
+           0);
+  CHECK(run_one(lp, &p[0].t) && run_one(lp, &p[1].t));
+  CHECK(p[0].t.d.rc == 0 && p[0].len == 2 && memcmp(p[0].v, "h1", 2) == 0);
+  CHECK(p[1].t.d.rc == 0 && p[1].len == 2 && memcmp(p[1].v, "t2", 2) == 0);
+  dlock_queue_value_free(p[0].v);
+  dlock_queue_value_free(p[1].v);
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_RC(dlock_queue_poll(qb, 0, &v, &len), 0);
+  CHECK(len == 2 && memcmp(v, "t1", 2) == 0);
+  dlock_queue_value_free(v);
+  /* Another kind at the name: refused, as on the blocking client. */
+  th_etcd_ctl(s, "put aqx v", buf, sizeof buf);
+  memset(o, 0, sizeof o);
+  memset(p, 0, sizeof p);
+  CHECK_RC(dlock_queue_offer_async(x, "v", 1, on_tdone, &o[0], NULL), 0);
+  CHECK_RC(dlock_queue_poll_async(x, 1000, &p[0].v, &p[0].len, on_tdone,
+                                  &p[0].t, NULL),
+           0);
+  CHECK(run_one(lp, &o[0]) && run_one(lp, &p[0].t));
+  CHECK_RC(o[0].d.rc, dlock_queue_offer(xb, "v", 1));
+  CHECK_RC(p[0].t.d.rc, dlock_queue_poll(xb, 1000, &v, &len));
+  CHECK_RC(p[0].t.d.rc, DLOCK_EWRONGTYPE);
+  th_etcd_ctl(s, "del aqx", buf, sizeof buf);
+  /* A poll with a short deadline: at it, as the blocking client's. */
+  memset(p, 0, sizeof p);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_queue_poll_async(q, 200, &p[0].v, &p[0].len, on_tdone, &p[0].t,
+                                  NULL),
+           0);
+  CHECK(run_one(lp, &p[0].t));
+  fprintf(stderr, "    a 200 ms poll ended after %lld ms: %s\n",
+          (long long)(p[0].t.at - t0), dlock_err_name(p[0].t.d.rc));
+  CHECK_RC(p[0].t.d.rc, dlock_queue_poll(qb, 50, &v, &len));
+  CHECK_RC(p[0].t.d.rc, DLOCK_EBUSY);
+  CHECK(p[0].t.at - t0 >= 200 && p[0].t.at - t0 < 200 + th_soon(200));
+  /* A cancelled poll: at once, no thread. */
+  dlock_op *op;
+  CHECK_RC(dlock_queue_poll_async(q, 10000, &p[1].v, &p[1].len, on_tdone,
+                                  &p[1].t, &op),
+           0);
+  CHECK_EQ(run_sampled(lp, 100), before);
+  CHECK_EQ(p[1].t.d.calls, 0);
+  CHECK(cancelled_soon(lp, op, &p[1].t, "poll"));
+  /* One cancelled as a value comes, or at any step of its take: the
+   * value is the poll's (0), or still in the queue (DLOCK_ECANCELED). */
+  CHECK_RC(dlock_queue_poll_async(q, 10000, &p[2].v, &p[2].len, on_tdone,
+                                  &p[2].t, &op),
+           0);
+  run_for(lp, 50);
+  CHECK_RC(dlock_queue_offer(qb, "c", 1), 0);
+  dlock_op_cancel(op); /* its watch's news not yet heard */
+  CHECK(run_one(lp, &p[2].t));
+  CHECK_RC(p[2].t.d.rc, DLOCK_ECANCELED);
+  CHECK_EQ(qsize(qb), 1);
+  int kept = 0;
+  for (int k = 0; k < 8; k++) {
+    qdone *d = &p[3];
+    memset(d, 0, sizeof *d);
+    CHECK_RC(
+        dlock_queue_poll_async(q, 10000, &d->v, &d->len, on_tdone, &d->t, &op),
+        0);
+    run_for(lp, k);
+    if (d->t.d.calls == 0) dlock_op_cancel(op);
+    CHECK(run_one(lp, &d->t));
+    CHECK(d->t.d.rc == 0 || d->t.d.rc == DLOCK_ECANCELED);
+    if (d->t.d.rc == 0) {
+      CHECK(d->len == 1 && memcmp(d->v, "c", 1) == 0);
+      dlock_queue_value_free(d->v);
+      CHECK_RC(dlock_queue_offer(qb, "c", 1), 0);
+    } else {
+      kept++;
+    }
+    CHECK_EQ(qsize(qb), 1);
+  }
+  fprintf(stderr,
+          "    8 polls cancelled after 0 to 7 ms: %d left the "
+          "value\n",
+          kept);
+  CHECK_RC(dlock_queue_poll(qb, 0, &v, &len), 0);
+  dlock_queue_value_free(v);
+  CHECK_EQ(tasks(), before);
+  /* The client closed with one in flight: told within the close. */
+  memset(p, 0, sizeof p);
+  CHECK_RC(dlock_queue_poll_async(q, 10000, &p[0].v, &p[0].len, on_tdone,
+                                  &p[0].t, NULL),
+           0);
+  CHECK_EQ(run_sampled(lp, 100), before);
+  CHECK_EQ(p[0].t.d.calls, 0);
+  dlock_queue_free(q);
+  dlock_queue_free(x);
+  dlock_client_close(c);
+  CHECK_EQ(p[0].t.d.calls, 1);
+  CHECK_RC(p[0].t.d.rc, DLOCK_ECLOSED);
+  dlock_loop_free(lp);
+  CHECK_EQ(qsize(qb), 0);
+  dlock_queue_free(qb);
+  dlock_queue_free(xb);
+  dlock_client_close(cb);
+}
+
+/* An event-loop client's queue runs on its loop's multi handle: N polls
+ * waiting (a watch on the queue's values each) and N offers start no
+ * thread; the offers wake every poll within 100 ms, each with a value of
+ * its own; both ends, the size, another kind at the name and a poll's
+ * deadline as on the blocking client; a cancelled poll ends at once and
+ * takes nothing (a value it took as it was cancelled goes back), and one
+ * in flight at the client's close ends DLOCK_ECLOSED; over gRPC and over
+ * the gateway. */
+static void t_etcd_async_queue(void) {
+  NEED_ETCD();
+  both_transports(async_queue);
+}
+
 /* An event-loop client's acquire of a read-write lock's sides runs on its
  * loop's multi handle too: readers waiting for another client's writer
  * start no thread, each takes the read side within 100 ms of the writer's
@@ -2110,6 +2327,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire), T_BARE(t_etcd_async_rw),
         T_BARE(t_etcd_async_fair), T_BARE(t_etcd_async_owners),
         T_BARE(t_etcd_async_latch), T_BARE(t_etcd_async_sem),
+        T_BARE(t_etcd_async_queue),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

@@ -1,6 +1,7 @@
 /* aop.h: the event-loop client's own operations (release.c's, the mutex
  * acquire's of amutex.c, the renewals' of arenew.c, fence.c's, the
- * latch's of alatch.c, the semaphore's of asem.c): each one a
+ * latch's of alatch.c, the semaphore's of asem.c, the queue's of
+ * aqueue.c): each one a
  * struct dl_async listed in e->aops, driven by calls on the loop's multi handle
  * (acall.c), on the loop's thread alone. */
 #ifndef DLOCK_ETCD_AOP_H
@@ -18,13 +19,15 @@ typedef enum aop_kind {
   AOP_FENCE,
   AOP_INSPECT,
   AOP_LATCH,
-  AOP_SEM
+  AOP_SEM,
+  AOP_QUEUE
 } aop_kind;
 
 struct etcd_aacq;
 typedef struct etcd_fen etcd_fen;       /* a fenced resource's (fence.c) */
 typedef struct etcd_alatch etcd_alatch; /* a latch's (alatch.c) */
 typedef struct etcd_asem etcd_asem;     /* a semaphore's (asem.c) */
+typedef struct etcd_aqueue etcd_aqueue; /* a queue's (aqueue.c) */
 
 /* A renewal round's (arenew.c). */
 typedef struct etcd_aren {
@@ -69,6 +72,7 @@ struct dl_async {
   etcd_fen *fen;          /* the fenced resource's (fence.c) */
   etcd_alatch *lat;       /* the latch's (alatch.c) */
   etcd_asem *sem;         /* the semaphore's (asem.c) */
+  etcd_aqueue *aq;        /* the queue's (aqueue.c) */
   const char *key;        /* the inspect's name, */
   dlock_lock_state *st;   /* its snapshot, */
   int step;               /* and its semaphore read's step */
@@ -153,5 +157,16 @@ int dl_etcd_sem_update_async(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
 int dl_etcd_sem_acquire_async(dl_backend *b, const dl_sync_ref *s, int permits,
                               bool wait, int64_t deadline, dl_done_fn done,
                               void *ud, dl_async **out);
+
+/* ---- aqueue.c ---- */
+/* The event loop's queue_async (dl_etcd_aops): offers, sizes and a plain
+ * handle's polls here, the others on a job. */
+int dl_etcd_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
+                        dl_done_fn done, void *ud, dl_async **out);
+/* A cancel of a queue's operation: a poll's wait ends as at its deadline
+ * (a call in flight is answered first; a value its take got goes back). */
+void dl_etcd_queue_cancel(dl_async *op);
+/* Frees a queue operation's state (accepts NULL). */
+void dl_etcd_aqueue_free(etcd_aqueue *a);
 
 #endif /* DLOCK_ETCD_AOP_H */

@@ -292,6 +292,10 @@ int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
  * code recorded. Or a negative code recorded (fn never runs). */
 int dl_etcd_awatch(dl_etcd *e, const char *body, etcd_acall_fn fn, void *ud,
                    etcd_acall **out);
+/* As dl_etcd_awatch, a PUT being the news, not a DELETE (a queue's new
+ * value: the body of dl_etcd_watch_prefix_body). */
+int dl_etcd_awatch_put(dl_etcd *e, const char *body, etcd_acall_fn fn, void *ud,
+                       etcd_acall **out);
 /* Ends a call in flight; its fn never runs. The loop's thread. */
 void dl_etcd_acall_abort(etcd_acall *c);
 /* ---- release.c: the operations on it (own *_async entries) ---- */
@@ -843,6 +847,11 @@ int dl_etcd_wait_delete_since(dl_etcd *e, const char *key, int64_t rev,
  * client closes). */
 int dl_etcd_wait_change(dl_etcd *e, const char *pfx, int64_t rev,
                         int64_t deadline, unsigned wakes);
+/* The body of a watch for the keys under pfx after revision rev,
+ * ETCD_WATCH_PREFIX_BODY_MAX bytes. */
+#define ETCD_WATCH_PREFIX_BODY_MAX (ETCD_KEY_MAX * 4 + 160)
+void dl_etcd_watch_prefix_body(const char *pfx, int64_t rev, char *body,
+                               size_t len);
 /* As dl_etcd_wait_change; with put, only a PUT event is news (a new
  * value, as Go's WaitPrefixEvents waits for), not a DELETE. */
 int dl_etcd_wait_prefix(dl_etcd *e, const char *pfx, int64_t rev, bool put,

@@ -31,6 +31,8 @@ int dl_etcd_q_check_clean(dl_etcd *e, const dl_sync_ref *s, json_object *r);
 /* The next key's number: the wall clock's UnixNano, above the last one
  * this process used. */
 long long dl_etcd_q_nanos(void);
+/* The epoch ms (the delayed values' due times). */
+long long dl_etcd_q_epoch_ms(void);
 /* Moves kv, the value at the key `from` (not Q's), into the queue: to
  * its head (head) or tail, in one txn compared on from's mod revision
  * and on nothing foreign there: 1 moved, 0 moved by another (or the new
@@ -45,6 +47,39 @@ int dl_etcd_q_move(dl_etcd *e, const qnames *n, json_object *kv,
  * when the next delayed value is due. 1 (q->got), 0, or a negative code. */
 int dl_etcd_q_poll(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                    dl_queue_req *q, const char *dest);
+/* The halves of queue.c's steps, for both drivers (aqueue.c: the event
+ * loop's). An offer's txn into j (a new key: q's value at the head, the
+ * tail or, delayed_at >= 0, among the delayed values due then): 0, or a
+ * negative code recorded (j then freed by the caller); its answer r (put
+ * here): 1 done (q->n), 0 the key was taken (*tries counts them: another
+ * key), or a negative code recorded (DLOCK_EWRONGTYPE). */
+int dl_etcd_q_offer_req(dl_etcd *e, const qnames *n, const dl_queue_req *q,
+                        bool head, long long delayed_at, etcd_json *j);
+int dl_etcd_q_offer_answer(dl_etcd *e, const dl_sync_ref *s, dl_queue_req *q,
+                           long long delayed_at, json_object *r, int *tries);
+/* A take's candidate: the value at the head (or the tail) when looked. */
+typedef struct qcand {
+  char key[ETCD_KEY_MAX];
+  int64_t mod; /* its mod revision */
+  char *v;     /* its value (malloc'ed, a NUL after len bytes) */
+  size_t len;
+  int64_t rev; /* the revision read */
+} qcand;
+/* A take's look (last: the tail's, else the head's) into j; its answer r
+ * (put here): 1 a candidate in c (free c->v), 0 none (c->rev), or a
+ * negative code recorded. Then its take: the txn deleting c's key at its
+ * mod revision (and putting its value at dest, unless NULL), into j;
+ * taken when the txn succeeded, else another took it: look again. */
+void dl_etcd_q_look_req(const qnames *n, bool last, etcd_json *j);
+int dl_etcd_q_look_answer(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
+                          bool last, json_object *r, qcand *c);
+void dl_etcd_q_take_req(const qnames *n, const qcand *c, const char *dest,
+                        etcd_json *j);
+/* The count of the queue's values (or its delayed ones) into j; its
+ * answer r (put here): 0 (*out), or a negative code recorded. */
+void dl_etcd_q_count_req(const qnames *n, bool delayed, etcd_json *j);
+int dl_etcd_q_count_answer(dl_etcd *e, const dl_sync_ref *s, bool delayed,
+                           json_object *r, long long *out);
 /* reliable.c: DL_QUEUE_POLL_RELIABLE and DL_QUEUE_ACK. */
 int dl_etcd_q_reliable(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                        dl_queue_req *q);

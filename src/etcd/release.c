@@ -4,7 +4,8 @@
  * client's own entries on the loop's multi handle (acall.c), which take
  * no thread: release, force release, lock queries (query.c's halves) and
  * ping (the mutex's acquire: amutex.c; the watchdog's renewals:
- * arenew.c; fenced resources: fence.c; the latch: alatch.c), and inspect
+ * arenew.c; fenced resources: fence.c; the latch: alatch.c; the queue:
+ * aqueue.c), and inspect
  * (query.c's, sem.h's halves). The event-loop client's other
  * operations are core/blockloop.c's jobs (a thread each). */
 #include "aop.h"
@@ -137,6 +138,7 @@ void dl_etcd_op_drop(dl_async *op) {
   dl_etcd_fen_free(op->fen);
   free(op->lat);
   free(op->sem);
+  dl_etcd_aqueue_free(op->aq);
   free(op);
 }
 
@@ -488,6 +490,7 @@ static void own_cancel(dl_backend *b, dl_async *op) {
   (void)b;
   if (op->kind == AOP_ACQUIRE) dl_etcd_acquire_cancel(op);
   if (op->kind == AOP_LATCH) dl_etcd_latch_cancel(op);
+  if (op->kind == AOP_QUEUE) dl_etcd_queue_cancel(op);
 }
 
 void dl_etcd_aops_close(dl_etcd *e) {
@@ -524,5 +527,6 @@ const dl_backend_ops dl_etcd_aops = {
     .sem_acquire_async = dl_etcd_sem_acquire_async,
     .sync_update_async = dl_etcd_sync_update_async,
     .latch_await_async = dl_etcd_latch_await_async,
+    .queue_async = dl_etcd_queue_async,
     .cancel = own_cancel,
 };

@@ -313,16 +313,21 @@ int dl_etcd_wait_change(dl_etcd *e, const char *pfx, int64_t rev,
   return dl_etcd_wait_prefix(e, pfx, rev, false, deadline, wakes);
 }
 
-int dl_etcd_wait_prefix(dl_etcd *e, const char *pfx, int64_t rev, bool put,
-                        int64_t deadline, unsigned wakes) {
-  char body[ETCD_KEY_MAX * 4 + 160], p64[ETCD_KEY_MAX * 2],
-      end64[ETCD_KEY_MAX * 2];
+void dl_etcd_watch_prefix_body(const char *pfx, int64_t rev, char *body,
+                               size_t len) {
+  char p64[ETCD_KEY_MAX * 2], end64[ETCD_KEY_MAX * 2];
   dl_etcd_b64(pfx, strlen(pfx), p64);
   dl_etcd_prefix_end(pfx, end64);
-  snprintf(body, sizeof body,
+  snprintf(body, len,
            "{\"create_request\":{\"key\":\"%s\",\"range_end\":\"%s\","
            "\"start_revision\":\"%" PRId64 "\"}}",
            p64, end64, rev + 1);
+}
+
+int dl_etcd_wait_prefix(dl_etcd *e, const char *pfx, int64_t rev, bool put,
+                        int64_t deadline, unsigned wakes) {
+  char body[ETCD_WATCH_PREFIX_BODY_MAX];
+  dl_etcd_watch_prefix_body(pfx, rev, body, sizeof body);
   return wait_for(e, body, !put, put, deadline, wakes);
 }
 

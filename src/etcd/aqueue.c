@@ -1,0 +1,314 @@
+/* aqueue.c: the event-loop client's queue on the loop's multi handle
+ * (acall.c), with no thread: the blocking path's steps (queue.c's halves:
+ * the txns and their verdicts, the same keys: docs/WIRE.md) driven by
+ * call answers. An offer (at the tail, the head, or delayed): its txn,
+ * again at another key when its key was taken. A size: its count. A poll
+ * of a plain handle (either end): a look, then the take compared on the
+ * value's mod revision (looked at again when another consumer took it);
+ * none there and a wait: a watch on Q/ from the look's revision until a
+ * PUT (a stream on the same multi handle), then a look again; its
+ * deadline and a cancel a dl_timer, a transient error ridden out with a
+ * pause on it. A value taken as its poll is cancelled goes back where the
+ * poll took it from (the head for a poll, the tail for a poll_last). A
+ * delayed handle's poll (its moves first), the transfer, the reliable
+ * take and its ack still run on a job (core/blockloop.c). */
+#include "aop.h"
+#include "queue.h"
+
+#include <stdlib.h>
+
+typedef enum qstep {
+  Q_OFFER, /* an offer's txn */
+  Q_COUNT, /* a size's */
+  Q_LOOK,  /* a poll's look */
+  Q_TAKE,  /* its take */
+  Q_BACK,  /* a value taken as its poll was cancelled, offered back */
+  Q_WATCH, /* the watch on Q/ in flight, the timer at the deadline */
+  Q_PAUSE  /* a pause before the next look */
+} qstep;
+
+struct etcd_aqueue {
+  const dl_sync_ref *s;
+  dl_queue_req *q;
+  qnames n;
+  qcand c;           /* the take's candidate (c.v: NULL when none) */
+  dl_queue_req back; /* the offer giving c back */
+  long long delayed_at;
+  int tries; /* an offer's keys found taken */
+  int rides; /* a poll's transient errors ridden out */
+  bool cancelled;
+  qstep step;
+};
+
+static void on_call(void *ud, int rc, json_object *o, int code);
+
+/* The next call (step) with body j (freed), within one command timeout;
+ * an error known at once comes to on_call: 0, or DLOCK_ENOMEM (op freed,
+ * untold). */
+static int txn_send(dl_async *op, qstep step, etcd_json *j) {
+  op->aq->step = step;
+  op->later = on_call;
+  op->deadline = dl_now_ms() + op->e->command_timeout_ms;
+  int rc = j->oom ? dl_etcd_op_later(op, dl_seterr(op->e->err, DLOCK_ENOMEM,
+                                                   "out of memory"))
+                  : dl_etcd_op_call(op, "/v3/kv/txn", j->p, on_call);
+  dl_etcd_json_free(j);
+  return rc;
+}
+
+/* As txn_send, from a callback: one that cannot start tells done. */
+static void txn_next(dl_async *op, qstep step, etcd_json *j) {
+  dl_done_fn done = op->done;
+  void *ud = op->ud;
+  if (txn_send(op, step, j) != 0) done(ud, DLOCK_ENOMEM);
+}
+
+/* An offer of q (or, step Q_BACK, the give-back) at a new key. */
+static int offer_send(dl_async *op, qstep step, const dl_queue_req *q,
+                      bool head) {
+  etcd_aqueue *a = op->aq;
+  etcd_json j = {0};
+  int rc = dl_etcd_q_offer_req(op->e, &a->n, q, head, a->delayed_at, &j);
+  if (rc == 0) return txn_send(op, step, &j);
+  dl_etcd_json_free(&j);
+  op->later = on_call;
+  a->step = step;
+  return dl_etcd_op_later(op, rc);
+}
+
+static int look(dl_async *op) {
+  etcd_json j = {0};
+  dl_etcd_q_look_req(&op->aq->n, op->aq->q->op == DL_QUEUE_POLL_LAST, &j);
+  return txn_send(op, Q_LOOK, &j);
+}
+
+static void look_next(dl_async *op) {
+  dl_done_fn done = op->done;
+  void *ud = op->ud;
+  if (look(op) != 0) done(ud, DLOCK_ENOMEM);
+}
+
+static void on_timer(void *ud);
+
+/* Runs on_timer at `at` in step. */
+static void wait_until(dl_async *op, qstep step, int64_t at) {
+  op->aq->step = step;
+  dl_timer_stop(op->e->env->loop, &op->timer);
+  dl_timer_init(&op->timer, on_timer, op);
+  if (dl_timer_start(op->e->env->loop, &op->timer, at) != 0) {
+    dl_etcd_acall_abort(op->call);
+    op->call = NULL;
+    dl_etcd_op_end(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+  }
+}
+
+/* A poll's call or watch that failed with rc: ridden out (a pause, then a
+ * look) when transient and the deadline leaves room, as the blocking
+ * poll's dl_etcd_ride_out; else the poll ends with it. */
+static void poll_error(dl_async *op, int rc) {
+  etcd_aqueue *a = op->aq;
+  int64_t pause = a->cancelled
+                      ? 0
+                      : dl_etcd_ride_pause(op->e, a->q->wait, a->q->deadline,
+                                           rc, &a->rides);
+  if (pause > 0)
+    wait_until(op, Q_PAUSE, dl_now_ms() + pause);
+  else
+    dl_etcd_op_end(op, rc);
+}
+
+static void on_watch(void *ud, int rc, json_object *o, int code) {
+  (void)o, (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  dl_timer_stop(op->e->env->loop, &op->timer);
+  if (rc < 0)
+    poll_error(op, rc);
+  else if (rc == 2) /* the stream ended (a member gone): a look in a moment */
+    wait_until(op, Q_PAUSE, dl_now_ms() + 50);
+  else
+    look_next(op);
+}
+
+/* None there at revision rev: the poll ends (not taken: 0), or waits for
+ * a new value (a PUT under Q/ after rev) until its deadline. */
+static void poll_none(dl_async *op, int64_t rev) {
+  etcd_aqueue *a = op->aq;
+  if (!a->q->wait || dl_now_ms() >= a->q->deadline || a->cancelled) {
+    dl_etcd_op_end(op, 0);
+    return;
+  }
+  char body[ETCD_WATCH_PREFIX_BODY_MAX];
+  dl_etcd_watch_prefix_body(a->n.lo, rev, body, sizeof body);
+  int rc = dl_etcd_awatch_put(op->e, body, on_watch, op, &op->call);
+  if (rc != 0)
+    poll_error(op, rc);
+  else
+    wait_until(op, Q_WATCH, a->q->deadline);
+}
+
+/* The deadline or a cancel during the watch (not taken: 0), or a pause
+ * over (a look). */
+static void on_timer(void *ud) {
+  dl_async *op = ud;
+  if (op->aq->step == Q_WATCH) {
+    dl_etcd_acall_abort(op->call);
+    op->call = NULL;
+    dl_etcd_op_end(op, 0);
+    return;
+  }
+  look_next(op);
+}
+
+/* The poll's value is its (1), freed with op no longer. */
+static void poll_got(dl_async *op) {
+  etcd_aqueue *a = op->aq;
+  a->q->got = a->c.v;
+  a->q->got_len = a->c.len;
+  a->c.v = NULL;
+  dl_etcd_op_end(op, 1);
+}
+
+/* A poll's take answered (rc, o): the value is the poll's; or, cancelled
+ * meanwhile, offered back; or another consumer took it: a look again. */
+static void on_take(dl_async *op, int rc, json_object *o) {
+  etcd_aqueue *a = op->aq;
+  bool ok = rc == 0 && dl_etcd_txn_succeeded(o);
+  json_object_put(o);
+  if (!ok) {
+    free(a->c.v);
+    a->c.v = NULL;
+  }
+  if (rc < 0) {
+    poll_error(op, rc);
+  } else if (ok && a->cancelled) {
+    /* Where this poll takes from: the head for a poll, the tail for a
+     * poll_last. */
+    a->back = (dl_queue_req){.value = a->c.v, .len = a->c.len};
+    a->delayed_at = -1;
+    a->tries = 0;
+    dl_done_fn done = op->done;
+    void *ud = op->ud;
+    if (offer_send(op, Q_BACK, &a->back, a->q->op == DL_QUEUE_POLL) != 0)
+      done(ud, DLOCK_ENOMEM);
+  } else if (ok) {
+    poll_got(op);
+  } else {
+    look_next(op);
+  }
+}
+
+static void on_call(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  etcd_aqueue *a = op->aq;
+  dl_etcd *e = op->e;
+  long long v = 0;
+  op->call = NULL;
+  switch (a->step) {
+  case Q_OFFER:
+  case Q_BACK:
+    if (rc == 0)
+      rc = dl_etcd_q_offer_answer(e, a->s, a->step == Q_BACK ? &a->back : a->q,
+                                  a->delayed_at, o, &a->tries);
+    else
+      json_object_put(o);
+    if (rc == 0) { /* its key was taken: another */
+      dl_done_fn done = op->done;
+      void *dud = op->ud;
+      bool back = a->step == Q_BACK;
+      if (offer_send(op, a->step, back ? &a->back : a->q,
+                     back ? a->q->op == DL_QUEUE_POLL
+                          : a->q->op == DL_QUEUE_OFFER_FIRST) != 0)
+        done(dud, DLOCK_ENOMEM);
+    } else if (a->step == Q_BACK && rc < 0) {
+      poll_got(op); /* not given back: the caller's rather than lost */
+    } else {
+      dl_etcd_op_end(op, rc < 0 ? rc : 0);
+    }
+    return;
+  case Q_COUNT:
+    if (rc == 0)
+      rc = dl_etcd_q_count_answer(e, a->s, a->q->op == DL_QUEUE_SIZE_DELAYED, o,
+                                  &v);
+    else
+      json_object_put(o);
+    a->q->n = v;
+    dl_etcd_op_end(op, rc);
+    return;
+  case Q_TAKE: on_take(op, rc, o); return;
+  default: break; /* Q_LOOK */
+  }
+  if (rc == 0)
+    rc = dl_etcd_q_look_answer(e, a->s, &a->n, a->q->op == DL_QUEUE_POLL_LAST,
+                               o, &a->c);
+  else
+    json_object_put(o);
+  if (rc < 0) {
+    poll_error(op, rc);
+  } else if (rc == 0) {
+    poll_none(op, a->c.rev);
+  } else if (a->cancelled) { /* not taken */
+    free(a->c.v);
+    a->c.v = NULL;
+    dl_etcd_op_end(op, 0);
+  } else {
+    etcd_json j = {0};
+    dl_etcd_q_take_req(&a->n, &a->c, NULL, &j);
+    txn_next(op, Q_TAKE, &j);
+  }
+}
+
+int dl_etcd_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
+                        dl_done_fn done, void *ud, dl_async **out) {
+  dl_etcd *e = (dl_etcd *)b;
+  bool poll = q->op == DL_QUEUE_POLL || q->op == DL_QUEUE_POLL_LAST;
+  if ((poll && q->delayed) ||
+      (!poll && q->op != DL_QUEUE_OFFER && q->op != DL_QUEUE_OFFER_FIRST &&
+       q->op != DL_QUEUE_OFFER_DELAYED && q->op != DL_QUEUE_SIZE &&
+       q->op != DL_QUEUE_SIZE_DELAYED)) /* on a job */
+    return dl_blockloop_jobs(e->form)->queue_async(b, s, q, done, ud, out);
+  dl_async *op = dl_etcd_op_new(e, AOP_QUEUE, done, ud);
+  if (op && (op->aq = calloc(1, sizeof *op->aq)) == NULL) {
+    dl_etcd_op_drop(op);
+    op = NULL;
+  }
+  if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  etcd_aqueue *a = op->aq;
+  a->s = s;
+  a->q = q;
+  a->delayed_at = -1;
+  dl_etcd_qnames(e, s, &a->n);
+  q->got = NULL;
+  q->got_len = 0;
+  q->n = 0;
+  int rc;
+  etcd_json j = {0};
+  if (poll) {
+    rc = look(op);
+  } else if (q->op == DL_QUEUE_SIZE || q->op == DL_QUEUE_SIZE_DELAYED) {
+    dl_etcd_q_count_req(&a->n, q->op == DL_QUEUE_SIZE_DELAYED, &j);
+    rc = txn_send(op, Q_COUNT, &j);
+  } else {
+    if (q->op == DL_QUEUE_OFFER_DELAYED)
+      a->delayed_at = dl_etcd_q_epoch_ms() + q->delay_ms;
+    rc = offer_send(op, Q_OFFER, q, q->op == DL_QUEUE_OFFER_FIRST);
+  }
+  if (rc == 0) *out = op;
+  return rc;
+}
+
+void dl_etcd_queue_cancel(dl_async *op) {
+  etcd_aqueue *a = op->aq;
+  a->cancelled = true;
+  /* A watch or a pause ends now, from the loop's dispatch (armed:
+   * restarted, it needs no memory); a call in flight is answered first. */
+  if (a->step == Q_WATCH || a->step == Q_PAUSE)
+    dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms());
+}
+
+void dl_etcd_aqueue_free(etcd_aqueue *a) {
+  if (a == NULL) return;
+  free(a->c.v);
+  free(a);
+}
