@@ -1943,6 +1943,105 @@ static void t_etcd_async_nothread(void) {
   th_etcd_stop(&s);
 }
 
+/* A scan's names passed, and whether each came on the loop's thread. */
+typedef struct scan_seen {
+  adone d;
+  int names;
+  int stop_after; /* 0: never stops */
+  bool elsewhere; /* a name came on another thread */
+  pthread_t loop;
+} scan_seen;
+static int on_scanned(const char *name, void *ud) {
+  (void)name;
+  scan_seen *s = ud;
+  s->names++;
+  if (!pthread_equal(pthread_self(), s->loop)) s->elsewhere = true;
+  return s->stop_after && s->names >= s->stop_after;
+}
+static void on_scan_end(int rc, uint64_t token, const char *errmsg, void *ud) {
+  on_adone(rc, token, errmsg, &((scan_seen *)ud)->d);
+}
+
+/* An event-loop client's scan (list, status) is a range a page on its
+ * loop's multi handle: N scans in flight start no thread (each was a
+ * thread of its own), each passes the names the blocking client's does,
+ * on the loop's thread, and stops when its callback says so; the
+ * client's close ends those still in flight, each told once. */
+static void t_etcd_async_scan(void) {
+  NEED_ETCD();
+  enum { N = 16, M = 4 };
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_lock *l[M];
+  dlock_client *c, *cb;
+  open_holding(&s, 0, "sc", M, &lp, l, &c);
+  if (c == NULL) return;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  CHECK_RC(dlock_client_open(&o, &cb), 0);
+  scan_seen b = {.loop = pthread_self()};
+  CHECK_RC(dlock_client_scan_locks(cb, "sc*", on_scanned, &b), M);
+  CHECK_EQ(b.names, M);
+  scan_seen sn[N];
+  memset(sn, 0, sizeof sn);
+  int before = tasks();
+  for (int i = 0; i < N; i++) {
+    sn[i].loop = pthread_self();
+    CHECK_RC(dlock_client_scan_locks_async(c, "sc*", on_scanned, on_scan_end,
+                                           &sn[i], NULL),
+             0);
+  }
+  CHECK(few_threads(before, N, "scans"));
+  for (int i = 0; i < N; i++)
+    CHECK(run_all(lp, &sn[i].d, 1));
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(sn[i].d.rc, M);
+    CHECK_EQ(sn[i].names, M);
+    CHECK(!sn[i].elsewhere);
+  }
+  /* Stopped by its callback after the first name. */
+  memset(&sn[0], 0, sizeof sn[0]);
+  sn[0].loop = pthread_self();
+  sn[0].stop_after = 1;
+  CHECK_RC(dlock_client_scan_locks_async(c, "sc*", on_scanned, on_scan_end,
+                                         &sn[0], NULL),
+           0);
+  CHECK(run_all(lp, &sn[0].d, 1));
+  CHECK_RC(sn[0].d.rc, 1);
+  CHECK_EQ(sn[0].names, 1);
+  /* A pattern matching none. */
+  memset(&sn[1], 0, sizeof sn[1]);
+  sn[1].loop = pthread_self();
+  CHECK_RC(dlock_client_scan_locks_async(c, "none*", on_scanned, on_scan_end,
+                                         &sn[1], NULL),
+           0);
+  CHECK(run_all(lp, &sn[1].d, 1));
+  CHECK_RC(sn[1].d.rc, 0);
+  CHECK_EQ(tasks(), before);
+  /* Closed with scans in flight: each told once. */
+  memset(sn, 0, sizeof sn);
+  for (int i = 0; i < N; i++) {
+    sn[i].loop = pthread_self();
+    CHECK_RC(dlock_client_scan_locks_async(c, "sc*", on_scanned, on_scan_end,
+                                           &sn[i], NULL),
+             0);
+  }
+  for (int i = 0; i < M; i++)
+    dlock_lock_free(l[i]);
+  dlock_client_close(c);
+  for (int i = 0; i < N; i++)
+    CHECK(run_all(lp, &sn[i].d, 1));
+  for (int i = 0; i < N; i++) {
+    CHECK(sn[i].d.rc == M || sn[i].d.rc == DLOCK_ECLOSED);
+    CHECK_EQ(sn[i].d.calls, 1);
+  }
+  dlock_loop_free(lp);
+  dlock_client_close(cb);
+  th_etcd_stop(&s);
+}
+
 /* open_holding's (no watchdog timeout of its own), and a blocking client
  * of s (*bc) whose answers the event-loop client's are held to; *c NULL
  * if something failed (CHECKed). */
@@ -2331,7 +2430,8 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),
-        T_BARE(t_etcd_async_fence), T_BARE(t_etcd_async_inspect))
+        T_BARE(t_etcd_async_fence), T_BARE(t_etcd_async_inspect),
+        T_BARE(t_etcd_async_scan))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

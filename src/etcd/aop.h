@@ -20,7 +20,8 @@ typedef enum aop_kind {
   AOP_INSPECT,
   AOP_LATCH,
   AOP_SEM,
-  AOP_QUEUE
+  AOP_QUEUE,
+  AOP_SCAN
 } aop_kind;
 
 struct etcd_aacq;
@@ -73,6 +74,7 @@ struct dl_async {
   etcd_alatch *lat;       /* the latch's (alatch.c) */
   etcd_asem *sem;         /* the semaphore's (asem.c) */
   etcd_aqueue *aq;        /* the queue's (aqueue.c) */
+  etcd_scan *scan;        /* the scan's */
   const char *key;        /* the inspect's name, */
   dlock_lock_state *st;   /* its snapshot, */
   int step;               /* and its semaphore read's step */

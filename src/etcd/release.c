@@ -2,12 +2,12 @@
  * create revision, etcd issue 22082), its two drivers on one request
  * builder and reply parser: the blocking entry, and the event-loop
  * client's own entries on the loop's multi handle (acall.c), which take
- * no thread: release, force release, lock queries (query.c's halves) and
- * ping (the mutex's acquire: amutex.c; the watchdog's renewals:
+ * no thread: release, force release, lock queries (query.c's halves),
+ * ping and scan (the mutex's acquire: amutex.c; the watchdog's renewals:
  * arenew.c; fenced resources: fence.c; the latch: alatch.c; the queue:
- * aqueue.c), and inspect
- * (query.c's, sem.h's halves). The event-loop client's other
- * operations are core/blockloop.c's jobs (a thread each). */
+ * aqueue.c), and inspect (query.c's, sem.h's halves). The event-loop
+ * client's other operations are core/blockloop.c's jobs (a thread
+ * each). */
 #include "aop.h"
 #include "sem.h"
 
@@ -139,6 +139,7 @@ void dl_etcd_op_drop(dl_async *op) {
   free(op->lat);
   free(op->sem);
   dl_etcd_aqueue_free(op->aq);
+  free(op->scan);
   free(op);
 }
 
@@ -483,6 +484,40 @@ static int inspect_async(dl_backend *b, const char *key, dlock_lock_state *st,
   return rc;
 }
 
+/* ---- scan: the pages of keys under the prefix, one call each ---- */
+static void on_page(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  if (rc != 0) {
+    json_object_put(o);
+  } else if (dl_etcd_scan_page(op->scan, o)) {
+    char body[ETCD_SCAN_BODY_MAX];
+    dl_etcd_scan_body(op->scan, body, sizeof body);
+    dl_etcd_op_next(op, "/v3/kv/range", body, on_page, 0);
+    return;
+  }
+  dl_etcd_op_end(op, rc != 0 ? rc : op->scan->passed);
+}
+
+static int scan_async(dl_backend *b, const char *match, size_t prefix_len,
+                      dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
+                      dl_async **out) {
+  dl_etcd *e = (dl_etcd *)b;
+  dl_async *op = dl_etcd_op_new(e, AOP_SCAN, done, ud);
+  if (op && (op->scan = malloc(sizeof *op->scan)) == NULL) {
+    dl_etcd_op_drop(op);
+    op = NULL;
+  }
+  if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  dl_etcd_scan_begin(e, match, prefix_len, cb, cb_ud, op->scan);
+  char body[ETCD_SCAN_BODY_MAX];
+  dl_etcd_scan_body(op->scan, body, sizeof body);
+  int rc = dl_etcd_op_call(op, "/v3/kv/range", body, on_page);
+  if (rc == 0) *out = op;
+  return rc;
+}
+
 /* A request in flight is answered (its result kept), and a release's
  * retries end at its deadline; an acquire's or a latch await's wait ends
  * now. */
@@ -528,5 +563,6 @@ const dl_backend_ops dl_etcd_aops = {
     .sync_update_async = dl_etcd_sync_update_async,
     .latch_await_async = dl_etcd_latch_await_async,
     .queue_async = dl_etcd_queue_async,
+    .scan_async = scan_async,
     .cancel = own_cancel,
 };
