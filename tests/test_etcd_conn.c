@@ -1516,6 +1516,66 @@ static void t_etcd_async_queue(void) {
   both_transports(async_queue);
 }
 
+/* A delayed queue handle's poll on an event-loop client moves the values
+ * due on the loop too: a poll waiting for a value offered with a delay
+ * starts no thread and gets it at its due time (within 100 ms); the
+ * delayed size as the blocking client's. */
+static void t_etcd_async_delayed(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  CHECK(loop_and_blocking(s.url, &lp, &c, &cb));
+  dlock_queue *q, *qb;
+  CHECK_RC(dlock_queue_new_delayed(c, "ad", &q), 0);
+  CHECK_RC(dlock_queue_new(cb, "ad", &qb), 0); /* no mover of its own */
+  tdone r;
+  memset(&r, 0, sizeof r);
+  int64_t n = -1;
+  CHECK_RC(dlock_queue_size_async(q, &n, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  int before = tasks();
+  memset(&r, 0, sizeof r);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_queue_offer_delayed_async(q, 300, "d", 1, on_tdone, &r, NULL),
+           0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  int64_t dn = -1;
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_delayed_size_async(q, &n, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  CHECK_RC(dlock_queue_delayed_size(qb, &dn), 0);
+  CHECK(n == 1 && dn == 1);
+  qdone p;
+  memset(&p, 0, sizeof p);
+  CHECK_RC(dlock_queue_poll_async(q, 3000, &p.v, &p.len, on_tdone, &p.t, NULL),
+           0);
+  CHECK_EQ(run_sampled(lp, 100), before);
+  CHECK_EQ(p.t.d.calls, 0);
+  CHECK(run_one(lp, &p.t));
+  CHECK(p.t.d.rc == 0 && p.len == 1 && memcmp(p.v, "d", 1) == 0);
+  dlock_queue_value_free(p.v);
+  fprintf(stderr,
+          "    a value offered with a 300 ms delay polled after %lld "
+          "ms\n",
+          (long long)(p.t.at - t0));
+  CHECK(p.t.at - t0 >= 300 && p.t.at - t0 < 300 + th_soon(100));
+  CHECK_EQ(tasks(), before);
+  CHECK_RC(dlock_queue_delayed_size(qb, &dn), 0);
+  CHECK_EQ(dn, 0);
+  CHECK_EQ(qsize(qb), 0);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  dlock_queue_free(qb);
+  dlock_client_close(cb);
+  th_etcd_stop(&s);
+}
+
 /* An event-loop client's acquire of a read-write lock's sides runs on its
  * loop's multi handle too: readers waiting for another client's writer
  * start no thread, each takes the read side within 100 ms of the writer's
@@ -2443,7 +2503,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire), T_BARE(t_etcd_async_rw),
         T_BARE(t_etcd_async_fair), T_BARE(t_etcd_async_owners),
         T_BARE(t_etcd_async_latch), T_BARE(t_etcd_async_sem),
-        T_BARE(t_etcd_async_queue),
+        T_BARE(t_etcd_async_queue), T_BARE(t_etcd_async_delayed),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

@@ -3,27 +3,31 @@
  * the txns and their verdicts, the same keys: docs/WIRE.md) driven by
  * call answers. An offer (at the tail, the head, or delayed): its txn,
  * again at another key when its key was taken. A size: its count. A poll
- * of a plain handle (either end): a look, then the take compared on the
+ * (either end): a delayed handle's first moves the delayed values due
+ * (a read, then a txn each); then a look, and the take compared on the
  * value's mod revision (looked at again when another consumer took it);
  * none there and a wait: a watch on Q/ from the look's revision until a
- * PUT (a stream on the same multi handle), then a look again; its
- * deadline and a cancel a dl_timer, a transient error ridden out with a
- * pause on it. A value taken as its poll is cancelled goes back where the
- * poll took it from (the head for a poll, the tail for a poll_last). A
- * delayed handle's poll (its moves first), the transfer, the reliable
- * take and its ack still run on a job (core/blockloop.c). */
+ * PUT (a stream on the same multi handle) or the next delayed value's due
+ * time, then again; its deadline and a cancel a dl_timer, a transient
+ * error ridden out with a pause on it. A value taken as its poll is
+ * cancelled goes back where the poll took it from (the head for a poll,
+ * the tail for a poll_last). The transfer, the reliable take and its ack
+ * still run on a job (core/blockloop.c). */
 #include "aop.h"
 #include "queue.h"
 
 #include <stdlib.h>
 
 typedef enum qstep {
+  Q_DUE,   /* a delayed handle's poll: the read of the values due */
+  Q_MOVE,  /* the move of one of them */
   Q_OFFER, /* an offer's txn */
   Q_COUNT, /* a size's */
   Q_LOOK,  /* a poll's look */
   Q_TAKE,  /* its take */
   Q_BACK,  /* a value taken as its poll was cancelled, offered back */
-  Q_WATCH, /* the watch on Q/ in flight, the timer at the deadline */
+  Q_WATCH, /* the watch on Q/ in flight, the timer at the deadline (or
+              the next due time) */
   Q_PAUSE  /* a pause before the next look */
 } qstep;
 
@@ -32,6 +36,8 @@ struct etcd_aqueue {
   dl_queue_req *q;
   qnames n;
   qcand c;           /* the take's candidate (c.v: NULL when none) */
+  qdue due;          /* a delayed handle's moves (due.r: NULL when none) */
+  long long next;    /* ms from the moves' end to the next due, or -1 */
   dl_queue_req back; /* the offer giving c back */
   long long delayed_at;
   int tries; /* an offer's keys found taken */
@@ -88,6 +94,17 @@ static void look_next(dl_async *op) {
   if (look(op) != 0) done(ud, DLOCK_ENOMEM);
 }
 
+/* A poll's round: a delayed handle's moves, then a look. */
+static void poll_again(dl_async *op) {
+  if (!op->aq->q->delayed) {
+    look_next(op);
+    return;
+  }
+  etcd_json j = {0};
+  dl_etcd_q_due_req(&op->aq->n, &j);
+  txn_next(op, Q_DUE, &j);
+}
+
 static void on_timer(void *ud);
 
 /* Runs on_timer at `at` in step. */
@@ -127,37 +144,80 @@ static void on_watch(void *ud, int rc, json_object *o, int code) {
   else if (rc == 2) /* the stream ended (a member gone): a look in a moment */
     wait_until(op, Q_PAUSE, dl_now_ms() + 50);
   else
-    look_next(op);
+    poll_again(op);
 }
 
 /* None there at revision rev: the poll ends (not taken: 0), or waits for
- * a new value (a PUT under Q/ after rev) until its deadline. */
+ * a new value (a PUT under Q/ after rev) until its deadline, or the next
+ * delayed value's due time. */
 static void poll_none(dl_async *op, int64_t rev) {
   etcd_aqueue *a = op->aq;
-  if (!a->q->wait || dl_now_ms() >= a->q->deadline || a->cancelled) {
+  int64_t now = dl_now_ms(), until = a->q->deadline;
+  if (!a->q->wait || now >= until || a->cancelled) {
     dl_etcd_op_end(op, 0);
     return;
   }
+  if (a->next >= 0 && a->next < until - now)
+    until = now + (a->next < 5 ? 5 : a->next);
   char body[ETCD_WATCH_PREFIX_BODY_MAX];
   dl_etcd_watch_prefix_body(a->n.lo, rev, body, sizeof body);
   int rc = dl_etcd_awatch_put(op->e, body, on_watch, op, &op->call);
   if (rc != 0)
     poll_error(op, rc);
   else
-    wait_until(op, Q_WATCH, a->q->deadline);
+    wait_until(op, Q_WATCH, until);
 }
 
 /* The deadline or a cancel during the watch (not taken: 0), or a pause
- * over (a look). */
+ * over, or the next due time (again). */
 static void on_timer(void *ud) {
   dl_async *op = ud;
-  if (op->aq->step == Q_WATCH) {
+  etcd_aqueue *a = op->aq;
+  if (a->step == Q_WATCH) {
     dl_etcd_acall_abort(op->call);
     op->call = NULL;
-    dl_etcd_op_end(op, 0);
+    if (a->cancelled || dl_now_ms() >= a->q->deadline) {
+      dl_etcd_op_end(op, 0);
+      return;
+    }
+  }
+  poll_again(op);
+}
+
+/* A delayed handle's moves: the next, or (none left) the look. */
+static void due_step(dl_async *op) {
+  etcd_aqueue *a = op->aq;
+  etcd_json j = {0};
+  if (a->due.i >= a->due.k) {
+    a->next = dl_etcd_q_due_end(&a->n, &a->due);
+    look_next(op);
     return;
   }
-  look_next(op);
+  int rc = dl_etcd_q_due_move_req(op->e, &a->n, &a->due, &j);
+  if (rc == 0) {
+    txn_next(op, Q_MOVE, &j);
+    return;
+  }
+  dl_etcd_json_free(&j);
+  dl_etcd_q_due_end(&a->n, &a->due);
+  poll_error(op, rc);
+}
+
+/* The read of the values due (rc, o), or a move's answer. */
+static void on_due(dl_async *op, int rc, json_object *o) {
+  etcd_aqueue *a = op->aq;
+  if (rc != 0)
+    json_object_put(o);
+  else if (a->step == Q_DUE)
+    rc = dl_etcd_q_due_answer(op->e, a->s, &a->n, o, &a->due);
+  else if ((rc = dl_etcd_q_move_answer(o, &a->due.at)) == 0)
+    a->due.again = true; /* moved by another: looked at again */
+  if (rc < 0) {
+    dl_etcd_q_due_end(&a->n, &a->due);
+    poll_error(op, rc);
+  } else {
+    due_step(op);
+  }
 }
 
 /* The poll's value is its (1), freed with op no longer. */
@@ -206,6 +266,8 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
   long long v = 0;
   op->call = NULL;
   switch (a->step) {
+  case Q_DUE:
+  case Q_MOVE: on_due(op, rc, o); return;
   case Q_OFFER:
   case Q_BACK:
     if (rc == 0)
@@ -263,10 +325,9 @@ int dl_etcd_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
                         dl_done_fn done, void *ud, dl_async **out) {
   dl_etcd *e = (dl_etcd *)b;
   bool poll = q->op == DL_QUEUE_POLL || q->op == DL_QUEUE_POLL_LAST;
-  if ((poll && q->delayed) ||
-      (!poll && q->op != DL_QUEUE_OFFER && q->op != DL_QUEUE_OFFER_FIRST &&
-       q->op != DL_QUEUE_OFFER_DELAYED && q->op != DL_QUEUE_SIZE &&
-       q->op != DL_QUEUE_SIZE_DELAYED)) /* on a job */
+  if (!poll && q->op != DL_QUEUE_OFFER && q->op != DL_QUEUE_OFFER_FIRST &&
+      q->op != DL_QUEUE_OFFER_DELAYED && q->op != DL_QUEUE_SIZE &&
+      q->op != DL_QUEUE_SIZE_DELAYED) /* on a job */
     return dl_blockloop_jobs(e->form)->queue_async(b, s, q, done, ud, out);
   dl_async *op = dl_etcd_op_new(e, AOP_QUEUE, done, ud);
   if (op && (op->aq = calloc(1, sizeof *op->aq)) == NULL) {
@@ -278,13 +339,17 @@ int dl_etcd_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
   a->s = s;
   a->q = q;
   a->delayed_at = -1;
+  a->next = -1;
   dl_etcd_qnames(e, s, &a->n);
   q->got = NULL;
   q->got_len = 0;
   q->n = 0;
   int rc;
   etcd_json j = {0};
-  if (poll) {
+  if (poll && q->delayed) {
+    dl_etcd_q_due_req(&a->n, &j);
+    rc = txn_send(op, Q_DUE, &j);
+  } else if (poll) {
     rc = look(op);
   } else if (q->op == DL_QUEUE_SIZE || q->op == DL_QUEUE_SIZE_DELAYED) {
     dl_etcd_q_count_req(&a->n, q->op == DL_QUEUE_SIZE_DELAYED, &j);
@@ -310,5 +375,7 @@ void dl_etcd_queue_cancel(dl_async *op) {
 void dl_etcd_aqueue_free(etcd_aqueue *a) {
   if (a == NULL) return;
   free(a->c.v);
+  free(a->due.all);
+  json_object_put(a->due.r);
   free(a);
 }

@@ -293,30 +293,106 @@ static long long due_of(const qnames *n, const char *key) {
   return strtoll(t, NULL, 10);
 }
 
-int dl_etcd_q_move(dl_etcd *e, const qnames *n, json_object *kv,
-                   const char *from, bool head, int64_t *rev) {
+int dl_etcd_q_move_req(dl_etcd *e, const qnames *n, json_object *kv,
+                       const char *from, bool head, etcd_json *j) {
   size_t len = 0;
   char *v = dl_etcd_kv_value(kv, &len);
   if (v == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   char key[ETCD_KEY_MAX + 32];
   snprintf(key, sizeof key, "%s%lld", head ? n->d0 : n->lo, dl_etcd_q_nanos());
-  etcd_json j = {0};
-  dl_etcd_json_add(&j, "{\"compare\":[");
-  dl_etcd_cmp_mod(&j, from, dl_etcd_i64(kv, "mod_revision"));
-  dl_etcd_cmp_absent(&j, key, NULL);
-  dl_etcd_q_cmp_clean(&j, n);
-  dl_etcd_json_add(&j, "],\"success\":[");
-  dl_etcd_op_delete(&j, from);
-  dl_etcd_op_put(&j, key, v, len);
-  dl_etcd_json_add(&j, "]}");
+  dl_etcd_json_add(j, "{\"compare\":[");
+  dl_etcd_cmp_mod(j, from, dl_etcd_i64(kv, "mod_revision"));
+  dl_etcd_cmp_absent(j, key, NULL);
+  dl_etcd_q_cmp_clean(j, n);
+  dl_etcd_json_add(j, "],\"success\":[");
+  dl_etcd_op_delete(j, from);
+  dl_etcd_op_put(j, key, v, len);
+  dl_etcd_json_add(j, "]}");
   free(v);
-  json_object *r;
-  int rc = dl_etcd_txn_post(e, &j, &r);
-  if (rc != 0) return rc;
-  rc = dl_etcd_txn_succeeded(r);
+  return 0;
+}
+
+int dl_etcd_q_move_answer(json_object *r, int64_t *rev) {
+  int rc = dl_etcd_txn_succeeded(r);
   if (rev && dl_etcd_txn_rev(r) > *rev) *rev = dl_etcd_txn_rev(r);
   json_object_put(r);
   return rc;
+}
+
+int dl_etcd_q_move(dl_etcd *e, const qnames *n, json_object *kv,
+                   const char *from, bool head, int64_t *rev) {
+  etcd_json j = {0};
+  json_object *r;
+  int rc = dl_etcd_q_move_req(e, n, kv, from, head, &j);
+  if (rc == 0)
+    rc = dl_etcd_txn_post(e, &j, &r);
+  else
+    dl_etcd_json_free(&j);
+  return rc != 0 ? rc : dl_etcd_q_move_answer(r, rev);
+}
+
+void dl_etcd_q_due_req(const qnames *n, etcd_json *j) {
+  char due[3 * ETCD_KEY_MAX + 32];
+  snprintf(due, sizeof due, "%s%016lld", n->dl, dl_etcd_q_epoch_ms() + 1);
+  char more[64];
+  snprintf(more, sizeof more, ",\"limit\":\"%d\"", MOVE_MAX);
+  dl_etcd_json_add(j, "{\"success\":[");
+  dl_etcd_q_read_clean(j, n);
+  dl_etcd_op_range(j, n->dl, due, more);
+  dl_etcd_op_range(j, due, n->dl_end, ",\"limit\":\"1\",\"keys_only\":true");
+  dl_etcd_json_add(j, "]}");
+}
+
+int dl_etcd_q_due_answer(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
+                         json_object *r, qdue *d) {
+  *d = (qdue){.r = r, .at = dl_etcd_txn_rev(r)};
+  int rc = dl_etcd_q_check_clean(e, s, r);
+  json_object *kvs =
+      dl_etcd_get(dl_etcd_txn_resp(r, 3, "response_range"), "kvs");
+  size_t k = kvs && json_object_is_type(kvs, json_type_array)
+                 ? json_object_array_length(kvs)
+                 : 0;
+  d->again = k == MOVE_MAX;
+  due_kv *all = k ? calloc(k, sizeof *all) : NULL;
+  if (rc == 0 && k && all == NULL)
+    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  char key[3 * ETCD_KEY_MAX + 64] = "(a key)";
+  for (size_t i = 0; rc == 0 && i < k; i++) {
+    json_object *kv = json_object_array_get_idx(kvs, i);
+    long long t = dl_etcd_kv_key(kv, key, sizeof key) < 0 ? -1 : due_of(n, key);
+    if (t < 0)
+      rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                     "'%s': the key '%s' among its delayed values is none",
+                     s->name, key);
+    else
+      all[i] = (due_kv){kv, t, dl_etcd_i64(kv, "create_revision")};
+  }
+  if (rc == 0 && k > 1) qsort(all, k, sizeof *all, by_due);
+  d->all = all;
+  d->k = rc == 0 ? k : 0; /* nothing moved then */
+  return rc;
+}
+
+int dl_etcd_q_due_move_req(dl_etcd *e, const qnames *n, qdue *d, etcd_json *j) {
+  char key[3 * ETCD_KEY_MAX + 64] = "";
+  json_object *kv = d->all[d->i++].kv;
+  dl_etcd_kv_key(kv, key, sizeof key);
+  return dl_etcd_q_move_req(e, n, kv, key, false, j);
+}
+
+long long dl_etcd_q_due_end(const qnames *n, qdue *d) {
+  long long next = -1;
+  char key[3 * ETCD_KEY_MAX + 64];
+  json_object *nx = d->r ? dl_etcd_txn_kv(d->r, 4) : NULL;
+  if (nx && dl_etcd_kv_key(nx, key, sizeof key) >= 0 && due_of(n, key) >= 0) {
+    long long t = due_of(n, key) - dl_etcd_q_epoch_ms();
+    next = t > 0 ? t : 0;
+  }
+  if (d->again) next = 0;
+  free(d->all);
+  json_object_put(d->r);
+  *d = (qdue){0};
+  return next;
 }
 
 /* Moves the delayed values due by now to the queue's tail: 0 with *next
@@ -325,60 +401,26 @@ int dl_etcd_q_move(dl_etcd *e, const qnames *n, json_object *kv,
  * code (DLOCK_EWRONGTYPE: a key of another shape there, nothing moved). */
 static int move_due(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                     long long *next, int64_t *rev) {
-  long long now = dl_etcd_q_epoch_ms();
-  char due[3 * ETCD_KEY_MAX + 32];
-  snprintf(due, sizeof due, "%s%016lld", n->dl, now + 1);
-  char more[64];
-  snprintf(more, sizeof more, ",\"limit\":\"%d\"", MOVE_MAX);
   etcd_json j = {0};
-  dl_etcd_json_add(&j, "{\"success\":[");
-  dl_etcd_q_read_clean(&j, n);
-  dl_etcd_op_range(&j, n->dl, due, more);
-  dl_etcd_op_range(&j, due, n->dl_end, ",\"limit\":\"1\",\"keys_only\":true");
-  dl_etcd_json_add(&j, "]}");
+  dl_etcd_q_due_req(n, &j);
   json_object *r;
   int rc = dl_etcd_txn_post(e, &j, &r);
   if (rc != 0) return rc;
-  rc = dl_etcd_q_check_clean(e, s, r);
-  int64_t at = dl_etcd_txn_rev(r);
-  json_object *kvs =
-      dl_etcd_get(dl_etcd_txn_resp(r, 3, "response_range"), "kvs");
-  size_t k = kvs && json_object_is_type(kvs, json_type_array)
-                 ? json_object_array_length(kvs)
-                 : 0;
-  due_kv *all = k ? calloc(k, sizeof *all) : NULL;
-  if (rc == 0 && k && all == NULL)
-    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  char key[3 * ETCD_KEY_MAX + 64] = "(a key)";
-  for (size_t i = 0; rc == 0 && i < k; i++) {
-    json_object *kv = json_object_array_get_idx(kvs, i);
-    long long d = dl_etcd_kv_key(kv, key, sizeof key) < 0 ? -1 : due_of(n, key);
-    if (d < 0) {
-      rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
-                     "'%s': the key '%s' among its delayed values is none",
-                     s->name, key);
-      break;
-    }
-    all[i] = (due_kv){kv, d, dl_etcd_i64(kv, "create_revision")};
-  }
-  if (rc == 0 && k > 1) qsort(all, k, sizeof *all, by_due);
-  bool again = k == MOVE_MAX;
-  for (size_t i = 0; rc == 0 && i < k; i++) {
-    dl_etcd_kv_key(all[i].kv, key, sizeof key);
-    int m = dl_etcd_q_move(e, n, all[i].kv, key, false, &at);
+  qdue d;
+  rc = dl_etcd_q_due_answer(e, s, n, r, &d);
+  while (rc == 0 && d.i < d.k) {
+    j = (etcd_json){0};
+    int m = dl_etcd_q_due_move_req(e, n, &d, &j);
+    if (m == 0)
+      m = dl_etcd_txn_post(e, &j, &r);
+    else
+      dl_etcd_json_free(&j);
+    if (m == 0) m = dl_etcd_q_move_answer(r, &d.at);
     if (m < 0) rc = m;
-    if (m == 0) again = true; /* looked at again */
+    if (m == 0) d.again = true; /* looked at again */
   }
-  *next = -1;
-  json_object *nx = dl_etcd_txn_kv(r, 4);
-  if (nx && dl_etcd_kv_key(nx, key, sizeof key) >= 0 && due_of(n, key) >= 0) {
-    long long d = due_of(n, key) - dl_etcd_q_epoch_ms();
-    *next = d > 0 ? d : 0;
-  }
-  if (again) *next = 0;
-  if (rev) *rev = at; /* after our own moves */
-  free(all);
-  json_object_put(r);
+  if (rev) *rev = d.at; /* after our own moves */
+  *next = dl_etcd_q_due_end(n, &d);
   return rc;
 }
 

@@ -40,6 +40,31 @@ long long dl_etcd_q_epoch_ms(void);
  * txn's revision. */
 int dl_etcd_q_move(dl_etcd *e, const qnames *n, json_object *kv,
                    const char *from, bool head, int64_t *rev);
+/* dl_etcd_q_move's halves: its txn into j (0, or DLOCK_ENOMEM recorded:
+ * j then freed by the caller), and its answer r (put here). */
+int dl_etcd_q_move_req(dl_etcd *e, const qnames *n, json_object *kv,
+                       const char *from, bool head, etcd_json *j);
+int dl_etcd_q_move_answer(json_object *r, int64_t *rev);
+/* The move of the delayed values due by now to the queue's tail, in
+ * steps for both drivers: the read of them into j; its answer r (kept in
+ * d until dl_etcd_q_due_end): 0, or a negative code recorded
+ * (DLOCK_EWRONGTYPE: nothing to move); then while d->i < d->k, the next
+ * one's move into j (0, or DLOCK_ENOMEM), its answer by
+ * dl_etcd_q_move_answer (d->at raised; 0: moved by another, d->again
+ * set); and the end: ms until the next is due (0: more are due now, -1
+ * none waits), d freed. */
+typedef struct qdue {
+  json_object *r; /* the read's answer, which the values are of */
+  struct due_kv *all;
+  size_t k, i; /* the due values in due order, the next to move */
+  bool again;  /* more may be due now */
+  int64_t at;  /* the revision after the moves */
+} qdue;
+void dl_etcd_q_due_req(const qnames *n, etcd_json *j);
+int dl_etcd_q_due_answer(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
+                         json_object *r, qdue *d);
+int dl_etcd_q_due_move_req(dl_etcd *e, const qnames *n, qdue *d, etcd_json *j);
+long long dl_etcd_q_due_end(const qnames *n, qdue *d);
 /* A poll (q->op DL_QUEUE_POLL or _LAST; DL_QUEUE_POLL_RELIABLE takes
  * the head): takes, also putting the value at dest in the same txn when
  * dest is not NULL, waiting (a watch on Q/) until q->deadline when
