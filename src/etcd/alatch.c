@@ -70,13 +70,7 @@ static void on_timer(void *ud);
 /* Runs on_timer at `at` in step. */
 static void wait_until(dl_async *op, lstep step, int64_t at) {
   op->lat->step = step;
-  dl_timer_stop(op->e->env->loop, &op->timer);
-  dl_timer_init(&op->timer, on_timer, op);
-  if (dl_timer_start(op->e->env->loop, &op->timer, at) != 0) {
-    dl_etcd_acall_abort(op->call);
-    op->call = NULL;
-    dl_etcd_op_end(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
-  }
+  dl_etcd_op_wake_at(op, on_timer, at);
 }
 
 /* An await's call or watch that failed with rc: ridden out (a pause,
@@ -84,12 +78,9 @@ static void wait_until(dl_async *op, lstep step, int64_t at) {
  * blocking await's dl_etcd_ride_out; else the await ends with it. */
 static void await_error(dl_async *op, int rc) {
   etcd_alatch *l = op->lat;
-  int64_t pause = l->cancelled ? 0
-                               : dl_etcd_ride_pause(op->e, l->wait, l->deadline,
-                                                    rc, &l->rides);
-  if (pause > 0)
-    wait_until(op, L_PAUSE, dl_now_ms() + pause);
-  else
+  l->step = L_PAUSE;
+  if (!dl_etcd_op_ride(op, on_timer, l->cancelled, l->wait, l->deadline, rc,
+                       &l->rides))
     dl_etcd_op_end(op, rc);
 }
 

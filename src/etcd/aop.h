@@ -91,6 +91,15 @@ void dl_etcd_op_end(dl_async *op, int rc);
  * dispatch (to op->later when set, else op ends with it). 0, or
  * DLOCK_ENOMEM (op freed, untold). */
 int dl_etcd_op_later(dl_async *op, int rc);
+/* Runs fn(op) at `at` on op->timer (a wait's deadline, a pause); out of
+ * memory, op's call is given up and op ends with DLOCK_ENOMEM. */
+void dl_etcd_op_wake_at(dl_async *op, dl_timer_fn fn, int64_t at);
+/* A wait's call or watch that failed with rc: ridden out, fn(op) run
+ * after a pause (true), when transient, not cancelled and the deadline
+ * leaves room, as the blocking waits' dl_etcd_ride_out; else false (the
+ * error stands). */
+bool dl_etcd_op_ride(dl_async *op, dl_timer_fn fn, bool cancelled, bool wait,
+                     int64_t deadline, int rc, int *rides);
 /* Starts op's call (until op->deadline); one that cannot start gets fn
  * its error from the loop's dispatch. 0, or DLOCK_ENOMEM (op freed,
  * untold). */

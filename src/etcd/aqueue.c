@@ -110,13 +110,7 @@ static void on_timer(void *ud);
 /* Runs on_timer at `at` in step. */
 static void wait_until(dl_async *op, qstep step, int64_t at) {
   op->aq->step = step;
-  dl_timer_stop(op->e->env->loop, &op->timer);
-  dl_timer_init(&op->timer, on_timer, op);
-  if (dl_timer_start(op->e->env->loop, &op->timer, at) != 0) {
-    dl_etcd_acall_abort(op->call);
-    op->call = NULL;
-    dl_etcd_op_end(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
-  }
+  dl_etcd_op_wake_at(op, on_timer, at);
 }
 
 /* A poll's call or watch that failed with rc: ridden out (a pause, then a
@@ -124,13 +118,9 @@ static void wait_until(dl_async *op, qstep step, int64_t at) {
  * poll's dl_etcd_ride_out; else the poll ends with it. */
 static void poll_error(dl_async *op, int rc) {
   etcd_aqueue *a = op->aq;
-  int64_t pause = a->cancelled
-                      ? 0
-                      : dl_etcd_ride_pause(op->e, a->q->wait, a->q->deadline,
-                                           rc, &a->rides);
-  if (pause > 0)
-    wait_until(op, Q_PAUSE, dl_now_ms() + pause);
-  else
+  a->step = Q_PAUSE;
+  if (!dl_etcd_op_ride(op, on_timer, a->cancelled, a->q->wait, a->q->deadline,
+                       rc, &a->rides))
     dl_etcd_op_end(op, rc);
 }
 

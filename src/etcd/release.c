@@ -175,6 +175,23 @@ int dl_etcd_op_later(dl_async *op, int rc) {
   return 0;
 }
 
+void dl_etcd_op_wake_at(dl_async *op, dl_timer_fn fn, int64_t at) {
+  dl_timer_stop(op->e->env->loop, &op->timer);
+  dl_timer_init(&op->timer, fn, op);
+  if (dl_timer_start(op->e->env->loop, &op->timer, at) == 0) return;
+  dl_etcd_acall_abort(op->call);
+  op->call = NULL;
+  dl_etcd_op_end(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
+}
+
+bool dl_etcd_op_ride(dl_async *op, dl_timer_fn fn, bool cancelled, bool wait,
+                     int64_t deadline, int rc, int *rides) {
+  int64_t pause =
+      cancelled ? 0 : dl_etcd_ride_pause(op->e, wait, deadline, rc, rides);
+  if (pause > 0) dl_etcd_op_wake_at(op, fn, dl_now_ms() + pause);
+  return pause > 0;
+}
+
 int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
                     etcd_acall_fn fn) {
   int rc = dl_etcd_acall(op->e, path, body, op->deadline, fn, op, &op->call);
