@@ -2039,6 +2039,99 @@ static void on_scan_end(int rc, uint64_t token, const char *errmsg, void *ud) {
   on_adone(rc, token, errmsg, &((scan_seen *)ud)->d);
 }
 
+/* An event-loop client's reliable take and ack run on its loop's multi
+ * handle too: a reliable poll waiting starts no thread and gets another
+ * client's offer within 100 ms, its value kept at the consumer's key
+ * until the ack deletes it (an ack of a value not taken:
+ * DLOCK_ENOTOWNER, as on the blocking client); a value a consumer took
+ * and did not acknowledge before its lease ended goes back to the head,
+ * and the next reliable take gets it; a cancelled one ends at once. */
+static void t_etcd_async_reliable(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  CHECK(loop_and_blocking(s.url, &lp, &c, &cb));
+  dlock_queue *q, *qb;
+  CHECK_RC(dlock_queue_new(c, "ar", &q), 0);
+  CHECK_RC(dlock_queue_new(cb, "ar", &qb), 0);
+  const char *proc = "__dlock_processing/ar/";
+  tdone r;
+  memset(&r, 0, sizeof r);
+  int64_t n = -1;
+  CHECK_RC(dlock_queue_size_async(q, &n, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  int before = tasks();
+  qdone p;
+  memset(&p, 0, sizeof p);
+  CHECK_RC(dlock_queue_poll_reliable_async(q, 3000, &p.v, &p.len, on_tdone,
+                                           &p.t, NULL),
+           0);
+  CHECK_EQ(run_sampled(lp, 100), before);
+  CHECK_EQ(p.t.d.calls, 0);
+  CHECK_RC(dlock_queue_offer(qb, "r1", 2), 0);
+  int64_t offered = th_now_ms();
+  CHECK(run_one(lp, &p.t));
+  CHECK(p.t.d.rc == 0 && p.len == 2 && memcmp(p.v, "r1", 2) == 0);
+  dlock_queue_value_free(p.v);
+  fprintf(stderr, "    a reliable poll woken %lld ms after the offer\n",
+          (long long)(p.t.at - offered));
+  CHECK(p.t.at - offered < th_soon(100));
+  CHECK_EQ(keys_under(&s, proc), 1);
+  CHECK_EQ(qsize(qb), 0);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_ack_async(q, "r1", 2, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  CHECK_EQ(keys_under(&s, proc), 0);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_ack_async(q, "r1", 2, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, dlock_queue_ack(qb, "r1", 2));
+  CHECK_RC(r.d.rc, DLOCK_ENOTOWNER);
+  CHECK_EQ(run_sampled(lp, 20), before);
+  /* The blocking client takes r2 and closes (its consumer's lease goes)
+   * without an ack: our next reliable take gives it back and gets it. */
+  CHECK_RC(dlock_queue_offer(qb, "r2", 2), 0);
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_RC(dlock_queue_poll_reliable(qb, 0, &v, &len), 0);
+  CHECK(len == 2 && memcmp(v, "r2", 2) == 0);
+  dlock_queue_value_free(v);
+  dlock_queue_free(qb);
+  dlock_client_close(cb);
+  before = tasks(); /* without the blocking client's */
+  CHECK_EQ(keys_under(&s, proc), 1);
+  memset(&p, 0, sizeof p);
+  CHECK_RC(
+      dlock_queue_poll_reliable_async(q, 0, &p.v, &p.len, on_tdone, &p.t, NULL),
+      0);
+  CHECK(run_one(lp, &p.t));
+  CHECK(p.t.d.rc == 0 && p.len == 2 && memcmp(p.v, "r2", 2) == 0);
+  dlock_queue_value_free(p.v);
+  CHECK_EQ(keys_under(&s, proc), 1); /* ours now */
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_ack_async(q, "r2", 2, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  CHECK_EQ(keys_under(&s, proc), 0);
+  /* A cancelled reliable poll: at once. */
+  dlock_op *op;
+  memset(&p, 0, sizeof p);
+  CHECK_RC(dlock_queue_poll_reliable_async(q, 10000, &p.v, &p.len, on_tdone,
+                                           &p.t, &op),
+           0);
+  CHECK_EQ(run_sampled(lp, 50), before);
+  CHECK(cancelled_soon(lp, op, &p.t, "reliable poll"));
+  CHECK_EQ(tasks(), before);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
 /* An event-loop client's scan (list, status) is a range a page on its
  * loop's multi handle: N scans in flight start no thread (each was a
  * thread of its own), each passes the names the blocking client's does,
@@ -2504,6 +2597,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_async_fair), T_BARE(t_etcd_async_owners),
         T_BARE(t_etcd_async_latch), T_BARE(t_etcd_async_sem),
         T_BARE(t_etcd_async_queue), T_BARE(t_etcd_async_delayed),
+        T_BARE(t_etcd_async_reliable),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

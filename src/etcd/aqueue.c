@@ -11,24 +11,34 @@
  * time, then again; its deadline and a cancel a dl_timer, a transient
  * error ridden out with a pause on it. A value taken as its poll is
  * cancelled goes back where the poll took it from (the head for a poll,
- * the tail for a poll_last). The transfer, the reliable take and its ack
- * still run on a job (core/blockloop.c). */
+ * the tail for a poll_last). A reliable take first has its consumer's
+ * lease (granted, its key put on it) and gives back the values taken by
+ * consumers whose key is gone (reliable.c's halves), then polls, its
+ * take also putting the value at its own key; an ack reads the
+ * consumer's taken values, then deletes the one acknowledged at its mod
+ * revision. The transfer (a blocking client's mover) runs on a job. */
 #include "aop.h"
 #include "queue.h"
 
 #include <stdlib.h>
 
 typedef enum qstep {
-  Q_DUE,   /* a delayed handle's poll: the read of the values due */
-  Q_MOVE,  /* the move of one of them */
-  Q_OFFER, /* an offer's txn */
-  Q_COUNT, /* a size's */
-  Q_LOOK,  /* a poll's look */
-  Q_TAKE,  /* its take */
-  Q_BACK,  /* a value taken as its poll was cancelled, offered back */
-  Q_WATCH, /* the watch on Q/ in flight, the timer at the deadline (or
-              the next due time) */
-  Q_PAUSE  /* a pause before the next look */
+  Q_GRANT,   /* a reliable take's consumer lease: its grant */
+  Q_CONS,    /* the consumer's key put on it */
+  Q_REVOKE,  /* the lease it had (or the new one, not kept) revoked */
+  Q_TAKEN,   /* the read of the taken values, to give back the dead's */
+  Q_DUE,     /* a delayed handle's poll: the read of the values due */
+  Q_MOVE,    /* the move of one of them (or of a dead consumer's) */
+  Q_ACKREAD, /* an ack's read of the consumer's taken values */
+  Q_ACKDEL,  /* the delete of the one acknowledged */
+  Q_OFFER,   /* an offer's txn */
+  Q_COUNT,   /* a size's */
+  Q_LOOK,    /* a poll's look */
+  Q_TAKE,    /* its take */
+  Q_BACK,    /* a value taken as its poll was cancelled, offered back */
+  Q_WATCH,   /* the watch on Q/ in flight, the timer at the deadline (or
+                the next due time) */
+  Q_PAUSE    /* a pause before the next look */
 } qstep;
 
 struct etcd_aqueue {
@@ -40,8 +50,12 @@ struct etcd_aqueue {
   long long next;    /* ms from the moves' end to the next due, or -1 */
   dl_queue_req back; /* the offer giving c back */
   long long delayed_at;
-  int tries; /* an offer's keys found taken */
-  int rides; /* a poll's transient errors ridden out */
+  int tries;                  /* an offer's keys found taken */
+  int rides;                  /* a poll's transient errors ridden out */
+  char dest[ETCD_Q_DEST_MAX]; /* a reliable take's: where it puts the value */
+  bool giving; /* the moves are the give-back's, not the delayed ones' */
+  int64_t lease, sent; /* the consumer lease granted, when asked */
+  int result;          /* the reliable take's, as its lease is revoked */
   bool cancelled;
   qstep step;
 };
@@ -62,6 +76,15 @@ static int txn_send(dl_async *op, qstep step, etcd_json *j) {
   return rc;
 }
 
+/* The revoke of `lease` (its answer to on_call), from a callback. */
+static void revoke_next(dl_async *op, int64_t lease) {
+  char body[64];
+  dl_etcd_lease_body(lease, body, sizeof body);
+  op->aq->step = Q_REVOKE;
+  op->later = on_call;
+  dl_etcd_op_next(op, "/v3/lease/revoke", body, on_call, 0);
+}
+
 /* As txn_send, from a callback: one that cannot start tells done. */
 static void txn_next(dl_async *op, qstep step, etcd_json *j) {
   dl_done_fn done = op->done;
@@ -74,7 +97,9 @@ static int offer_send(dl_async *op, qstep step, const dl_queue_req *q,
                       bool head) {
   etcd_aqueue *a = op->aq;
   etcd_json j = {0};
-  int rc = dl_etcd_q_offer_req(op->e, &a->n, q, head, a->delayed_at, &j);
+  int rc =
+      dl_etcd_q_offer_req(op->e, &a->n, q, head, a->delayed_at,
+                          step == Q_BACK && a->dest[0] ? a->dest : NULL, &j);
   if (rc == 0) return txn_send(op, step, &j);
   dl_etcd_json_free(&j);
   op->later = on_call;
@@ -178,6 +203,13 @@ static void on_timer(void *ud) {
 static void due_step(dl_async *op) {
   etcd_aqueue *a = op->aq;
   etcd_json j = {0};
+  if (a->due.i >= a->due.k && a->giving) { /* then the take */
+    dl_etcd_q_due_end(&a->n, &a->due);
+    a->giving = false;
+    dl_etcd_q_reliable_dest(&a->n, a->q, a->dest, sizeof a->dest);
+    poll_again(op);
+    return;
+  }
   if (a->due.i >= a->due.k) {
     a->next = dl_etcd_q_due_end(&a->n, &a->due);
     look_next(op);
@@ -190,7 +222,10 @@ static void due_step(dl_async *op) {
   }
   dl_etcd_json_free(&j);
   dl_etcd_q_due_end(&a->n, &a->due);
-  poll_error(op, rc);
+  if (a->giving)
+    dl_etcd_op_end(op, rc);
+  else
+    poll_error(op, rc);
 }
 
 /* The read of the values due (rc, o), or a move's answer. */
@@ -200,12 +235,18 @@ static void on_due(dl_async *op, int rc, json_object *o) {
     json_object_put(o);
   else if (a->step == Q_DUE)
     rc = dl_etcd_q_due_answer(op->e, a->s, &a->n, o, &a->due);
+  else if (a->step == Q_TAKEN)
+    rc = dl_etcd_q_taken_answer(op->e, a->s, &a->n, a->q->consumer, o, &a->due);
   else if ((rc = dl_etcd_q_move_answer(o, &a->due.at)) == 0)
     a->due.again = true; /* moved by another: looked at again */
-  if (rc < 0) {
+  if (rc < 0 && (a->giving || a->step == Q_TAKEN)) {
+    dl_etcd_q_due_end(&a->n, &a->due);
+    dl_etcd_op_end(op, rc); /* as the blocking give-back: no ride */
+  } else if (rc < 0) {
     dl_etcd_q_due_end(&a->n, &a->due);
     poll_error(op, rc);
   } else {
+    if (a->step == Q_TAKEN) a->giving = true;
     due_step(op);
   }
 }
@@ -239,13 +280,87 @@ static void on_take(dl_async *op, int rc, json_object *o) {
     a->tries = 0;
     dl_done_fn done = op->done;
     void *ud = op->ud;
-    if (offer_send(op, Q_BACK, &a->back, a->q->op == DL_QUEUE_POLL) != 0)
+    if (offer_send(op, Q_BACK, &a->back, a->q->op != DL_QUEUE_POLL_LAST) != 0)
       done(ud, DLOCK_ENOMEM);
   } else if (ok) {
     poll_got(op);
   } else {
     look_next(op);
   }
+}
+
+/* A reliable take's give-back of the dead consumers' values: their read. */
+static void taken_next(dl_async *op) {
+  etcd_json j = {0};
+  dl_etcd_q_taken_req(&op->aq->n, &j);
+  txn_next(op, Q_TAKEN, &j);
+}
+
+/* The consumer lease's steps (rc, o: a call's answer): the grant, its
+ * key, a lease to revoke; then the give-back. */
+static void on_lease(dl_async *op, int rc, json_object *o) {
+  etcd_aqueue *a = op->aq;
+  int64_t got, revoke = 0;
+  if (a->step == Q_GRANT) {
+    if (rc == 0)
+      rc = dl_etcd_grant_answer(op->e, o, &a->lease, &got);
+    else
+      json_object_put(o);
+    if (rc < 0) {
+      dl_etcd_op_end(op, rc);
+    } else {
+      etcd_json j = {0};
+      dl_etcd_q_consumer_put_req(&a->n, a->q, a->lease, &j);
+      txn_next(op, Q_CONS, &j);
+    }
+    return;
+  }
+  json_object_put(o);
+  if (a->step == Q_CONS) {
+    a->result = rc;
+    if (rc == 0)
+      a->result = dl_etcd_q_consumer_keep(op->e, a->s, a->q, a->lease, a->sent,
+                                          &revoke);
+    else
+      revoke = a->lease; /* not known to be put: not kept */
+    if (revoke) {
+      revoke_next(op, revoke);
+      return;
+    }
+  }
+  if (a->result < 0)
+    dl_etcd_op_end(op, a->result);
+  else
+    taken_next(op);
+}
+
+/* An ack's read (its candidate in a->c), or its delete's answer. */
+static void on_ack(dl_async *op, int rc, json_object *o) {
+  etcd_aqueue *a = op->aq;
+  etcd_json j = {0};
+  if (a->step == Q_ACKREAD) {
+    if (rc == 0)
+      rc = dl_etcd_q_ack_answer(op->e, a->q, o, &a->c);
+    else
+      json_object_put(o);
+    if (rc != 1) {
+      dl_etcd_op_end(op, rc); /* q->n 0: none there */
+      return;
+    }
+    dl_etcd_q_ack_del_req(&a->c, &j);
+    txn_next(op, Q_ACKDEL, &j);
+    return;
+  }
+  bool ok = rc == 0 && dl_etcd_txn_succeeded(o);
+  json_object_put(o);
+  if (rc < 0 || ok) {
+    a->q->n = ok;
+    dl_etcd_op_end(op, rc);
+    return;
+  }
+  /* Gone meanwhile (given back: its lease ended): read again. */
+  dl_etcd_q_ack_req(&a->n, a->q, &j);
+  txn_next(op, Q_ACKREAD, &j);
 }
 
 static void on_call(void *ud, int rc, json_object *o, int code) {
@@ -256,8 +371,14 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
   long long v = 0;
   op->call = NULL;
   switch (a->step) {
+  case Q_GRANT:
+  case Q_CONS:
+  case Q_REVOKE: on_lease(op, rc, o); return;
+  case Q_TAKEN:
   case Q_DUE:
   case Q_MOVE: on_due(op, rc, o); return;
+  case Q_ACKREAD:
+  case Q_ACKDEL: on_ack(op, rc, o); return;
   case Q_OFFER:
   case Q_BACK:
     if (rc == 0)
@@ -270,7 +391,7 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
       void *dud = op->ud;
       bool back = a->step == Q_BACK;
       if (offer_send(op, a->step, back ? &a->back : a->q,
-                     back ? a->q->op == DL_QUEUE_POLL
+                     back ? a->q->op != DL_QUEUE_POLL_LAST
                           : a->q->op == DL_QUEUE_OFFER_FIRST) != 0)
         done(dud, DLOCK_ENOMEM);
     } else if (a->step == Q_BACK && rc < 0) {
@@ -306,18 +427,37 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     dl_etcd_op_end(op, 0);
   } else {
     etcd_json j = {0};
-    dl_etcd_q_take_req(&a->n, &a->c, NULL, &j);
+    dl_etcd_q_take_req(&a->n, &a->c, a->dest[0] ? a->dest : NULL, &j);
     txn_next(op, Q_TAKE, &j);
   }
+}
+
+/* A reliable take's first step (its consumer lease, or the give-back) or
+ * an ack's: 0, or DLOCK_ENOMEM (op freed, untold). */
+static int reliable_start(dl_async *op) {
+  etcd_aqueue *a = op->aq;
+  etcd_json j = {0};
+  char body[64];
+  if (a->q->op == DL_QUEUE_ACK) {
+    dl_etcd_q_ack_req(&a->n, a->q, &j);
+    return txn_send(op, Q_ACKREAD, &j);
+  }
+  if (dl_etcd_q_consumer_valid(op->e, a->s, a->q)) {
+    dl_etcd_q_taken_req(&a->n, &j);
+    return txn_send(op, Q_TAKEN, &j);
+  }
+  a->step = Q_GRANT;
+  a->sent = dl_now_ms();
+  op->later = on_call;
+  dl_etcd_grant_body(dl_etcd_ttl_s(a->q->lease_ms), body, sizeof body);
+  return dl_etcd_op_call(op, "/v3/lease/grant", body, on_call);
 }
 
 int dl_etcd_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
                         dl_done_fn done, void *ud, dl_async **out) {
   dl_etcd *e = (dl_etcd *)b;
   bool poll = q->op == DL_QUEUE_POLL || q->op == DL_QUEUE_POLL_LAST;
-  if (!poll && q->op != DL_QUEUE_OFFER && q->op != DL_QUEUE_OFFER_FIRST &&
-      q->op != DL_QUEUE_OFFER_DELAYED && q->op != DL_QUEUE_SIZE &&
-      q->op != DL_QUEUE_SIZE_DELAYED) /* on a job */
+  if (q->op == DL_QUEUE_TRANSFER) /* a blocking client's mover's: a job */
     return dl_blockloop_jobs(e->form)->queue_async(b, s, q, done, ud, out);
   dl_async *op = dl_etcd_op_new(e, AOP_QUEUE, done, ud);
   if (op && (op->aq = calloc(1, sizeof *op->aq)) == NULL) {
@@ -336,7 +476,10 @@ int dl_etcd_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
   q->n = 0;
   int rc;
   etcd_json j = {0};
-  if (poll && q->delayed) {
+  if (q->op == DL_QUEUE_POLL_RELIABLE || q->op == DL_QUEUE_ACK) {
+    rc = dl_etcd_q_reliable_check(e, q);
+    rc = rc != 0 ? dl_etcd_op_later(op, rc) : reliable_start(op);
+  } else if (poll && q->delayed) {
     dl_etcd_q_due_req(&a->n, &j);
     rc = txn_send(op, Q_DUE, &j);
   } else if (poll) {

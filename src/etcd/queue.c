@@ -130,7 +130,8 @@ long long dl_etcd_q_epoch_ms(void) {
 
 /* ---- offers ---- */
 int dl_etcd_q_offer_req(dl_etcd *e, const qnames *n, const dl_queue_req *q,
-                        bool head, long long delayed_at, etcd_json *j) {
+                        bool head, long long delayed_at, const char *from,
+                        etcd_json *j) {
   char key[3 * ETCD_KEY_MAX + 64];
   if (delayed_at >= 0) {
     unsigned char rnd[8];
@@ -150,6 +151,7 @@ int dl_etcd_q_offer_req(dl_etcd *e, const qnames *n, const dl_queue_req *q,
   dl_etcd_json_add(j, "],\"success\":[");
   dl_etcd_op_put(j, key, q->value, q->len);
   dl_etcd_op_range(j, n->d0, n->dc, ",\"count_only\":true");
+  if (from) dl_etcd_op_delete(j, from);
   dl_etcd_json_add(j, "],\"failure\":[");
   dl_etcd_q_read_clean(j, n);
   dl_etcd_json_add(j, "]}");
@@ -178,7 +180,7 @@ static int offer(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
   for (int tries = 0;;) {
     etcd_json j = {0};
     json_object *r;
-    int rc = dl_etcd_q_offer_req(e, n, q, head, delayed_at, &j);
+    int rc = dl_etcd_q_offer_req(e, n, q, head, delayed_at, NULL, &j);
     if (rc == 0)
       rc = dl_etcd_txn_post(e, &j, &r);
     else
@@ -268,12 +270,6 @@ static int take(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
 }
 
 /* ---- the delayed values ---- */
-typedef struct due_kv {
-  json_object *kv;
-  long long due;
-  int64_t create;
-} due_kv;
-
 /* Due order (the keys' due time), then offer order. */
 static int by_due(const void *a, const void *b) {
   const due_kv *x = a, *y = b;
@@ -377,7 +373,7 @@ int dl_etcd_q_due_move_req(dl_etcd *e, const qnames *n, qdue *d, etcd_json *j) {
   char key[3 * ETCD_KEY_MAX + 64] = "";
   json_object *kv = d->all[d->i++].kv;
   dl_etcd_kv_key(kv, key, sizeof key);
-  return dl_etcd_q_move_req(e, n, kv, key, false, j);
+  return dl_etcd_q_move_req(e, n, kv, key, d->head, j);
 }
 
 long long dl_etcd_q_due_end(const qnames *n, qdue *d) {

@@ -53,11 +53,18 @@ int dl_etcd_q_move_answer(json_object *r, int64_t *rev);
  * dl_etcd_q_move_answer (d->at raised; 0: moved by another, d->again
  * set); and the end: ms until the next is due (0: more are due now, -1
  * none waits), d freed. */
+/* A value to move: its kv, its due time and create revision (the order). */
+typedef struct due_kv {
+  json_object *kv;
+  long long due;
+  int64_t create;
+} due_kv;
 typedef struct qdue {
   json_object *r; /* the read's answer, which the values are of */
-  struct due_kv *all;
+  due_kv *all;
   size_t k, i; /* the due values in due order, the next to move */
   bool again;  /* more may be due now */
+  bool head;   /* the moves go to the head (reliable.c's give-back) */
   int64_t at;  /* the revision after the moves */
 } qdue;
 void dl_etcd_q_due_req(const qnames *n, etcd_json *j);
@@ -74,12 +81,14 @@ int dl_etcd_q_poll(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                    dl_queue_req *q, const char *dest);
 /* The halves of queue.c's steps, for both drivers (aqueue.c: the event
  * loop's). An offer's txn into j (a new key: q's value at the head, the
- * tail or, delayed_at >= 0, among the delayed values due then): 0, or a
- * negative code recorded (j then freed by the caller); its answer r (put
- * here): 1 done (q->n), 0 the key was taken (*tries counts them: another
- * key), or a negative code recorded (DLOCK_EWRONGTYPE). */
+ * tail or, delayed_at >= 0, among the delayed values due then; the key
+ * `from` deleted in the same txn unless NULL): 0, or a negative code
+ * recorded (j then freed by the caller); its answer r (put here): 1 done
+ * (q->n), 0 the key was taken (*tries counts them: another key), or a
+ * negative code recorded (DLOCK_EWRONGTYPE). */
 int dl_etcd_q_offer_req(dl_etcd *e, const qnames *n, const dl_queue_req *q,
-                        bool head, long long delayed_at, etcd_json *j);
+                        bool head, long long delayed_at, const char *from,
+                        etcd_json *j);
 int dl_etcd_q_offer_answer(dl_etcd *e, const dl_sync_ref *s, dl_queue_req *q,
                            long long delayed_at, json_object *r, int *tries);
 /* A take's candidate: the value at the head (or the tail) when looked. */
@@ -108,5 +117,39 @@ int dl_etcd_q_count_answer(dl_etcd *e, const dl_sync_ref *s, bool delayed,
 /* reliable.c: DL_QUEUE_POLL_RELIABLE and DL_QUEUE_ACK. */
 int dl_etcd_q_reliable(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                        dl_queue_req *q);
+/* Its halves, for both drivers. q's consumer id and lease: 0, or
+ * DLOCK_EINVAL recorded. */
+int dl_etcd_q_reliable_check(dl_etcd *e, const dl_queue_req *q);
+/* The consumer's lease: whether it is surely valid; else, one granted,
+ * the txn putting its key on it into j, then kept in the client's list
+ * (sent: when the grant went): 0 and *revoke (the lease it had, to
+ * revoke now; 0 none), or DLOCK_ENOMEM recorded (*revoke: the new one). */
+bool dl_etcd_q_consumer_valid(dl_etcd *e, const dl_sync_ref *s,
+                              const dl_queue_req *q);
+void dl_etcd_q_consumer_put_req(const qnames *n, const dl_queue_req *q,
+                                int64_t lease, etcd_json *j);
+int dl_etcd_q_consumer_keep(dl_etcd *e, const dl_sync_ref *s,
+                            const dl_queue_req *q, int64_t lease, int64_t sent,
+                            int64_t *revoke);
+/* The give-back of the values taken by consumers whose key is gone: the
+ * read of the keys into j; its answer r (kept in d until
+ * dl_etcd_q_due_end): 0 with those values in d, newest taken first, each
+ * moved by dl_etcd_q_due_move_req to the head; or a negative code
+ * recorded (DLOCK_EWRONGTYPE: nothing to move). own: the consumer's id. */
+void dl_etcd_q_taken_req(const qnames *n, etcd_json *j);
+int dl_etcd_q_taken_answer(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
+                           const char *own, json_object *r, qdue *d);
+/* The key a reliable take puts its value at (ETCD_Q_DEST_MAX bytes). */
+#define ETCD_Q_DEST_MAX (3 * ETCD_KEY_MAX + 64)
+void dl_etcd_q_reliable_dest(const qnames *n, const dl_queue_req *q, char *dest,
+                             size_t len);
+/* The ack: the read of the consumer's taken values into j; its answer r
+ * (put here): 1 one holding q's value (c->key, c->mod), 0 none, or a
+ * negative code recorded; then the txn deleting it at c->mod into j
+ * (gone meanwhile: the txn fails, read again). */
+void dl_etcd_q_ack_req(const qnames *n, const dl_queue_req *q, etcd_json *j);
+int dl_etcd_q_ack_answer(dl_etcd *e, const dl_queue_req *q, json_object *r,
+                         qcand *c);
+void dl_etcd_q_ack_del_req(const qcand *c, etcd_json *j);
 
 #endif
