@@ -1301,28 +1301,39 @@ static int64_t qsize(dlock_queue *q) {
   return dlock_queue_size(q, &n) == 0 ? n : -1;
 }
 
+/* A loop (*lp), an event-loop client of url (*c) and a blocking one (*cb),
+ * a handle of each on the queue `name` (*q: delayed if so; *qb: plain,
+ * no mover of its own), the event-loop client's connection opened (a
+ * size): whether all went (the test stops there if not). */
+static bool queue_pair(const char *url, const char *name, bool delayed,
+                       dlock_loop **lp, dlock_client **c, dlock_client **cb,
+                       dlock_queue **q, dlock_queue **qb) {
+  if (!loop_and_blocking(url, lp, c, cb)) return false;
+  tdone r;
+  memset(&r, 0, sizeof r);
+  int64_t n = -1;
+  return (delayed ? dlock_queue_new_delayed(*c, name, q)
+                  : dlock_queue_new(*c, name, q)) == 0 &&
+         dlock_queue_new(*cb, name, qb) == 0 &&
+         dlock_queue_size_async(*q, &n, on_tdone, &r, NULL) == 0 &&
+         run_one(*lp, &r) && r.d.rc == 0;
+}
+
 /* async_queue on the server s at url (its transport). */
 static void async_queue(const th_etcd *s, const char *url) {
   enum { N = 8 };
   fprintf(stderr, "    %s\n", url);
   dlock_loop *lp;
   dlock_client *c, *cb;
-  CHECK(loop_and_blocking(url, &lp, &c, &cb));
   dlock_queue *q, *qb, *x, *xb;
   char buf[256];
   th_etcd_ctl(s, "del --prefix aq", buf, sizeof buf); /* an earlier pass's */
-  CHECK_RC(dlock_queue_new(c, "aq", &q), 0);
-  CHECK_RC(dlock_queue_new(cb, "aq", &qb), 0);
+  CHECK(queue_pair(url, "aq", false, &lp, &c, &cb, &q, &qb));
   CHECK_RC(dlock_queue_new(c, "aqx", &x), 0);
   CHECK_RC(dlock_queue_new(cb, "aqx", &xb), 0);
-  /* The first call opens the connection. */
+  CHECK_EQ(qsize(qb), 0);
   tdone r;
   int64_t n = -1;
-  memset(&r, 0, sizeof r);
-  CHECK_RC(dlock_queue_size_async(q, &n, on_tdone, &r, NULL), 0);
-  CHECK(run_one(lp, &r));
-  CHECK_RC(r.d.rc, 0);
-  CHECK_EQ(n, 0);
   int before = tasks();
   /* N waiting polls: no thread, none done, a watch each. */
   qdone p[N];
@@ -1526,16 +1537,10 @@ static void t_etcd_async_delayed(void) {
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
   dlock_client *c, *cb;
-  CHECK(loop_and_blocking(s.url, &lp, &c, &cb));
   dlock_queue *q, *qb;
-  CHECK_RC(dlock_queue_new_delayed(c, "ad", &q), 0);
-  CHECK_RC(dlock_queue_new(cb, "ad", &qb), 0); /* no mover of its own */
+  CHECK(queue_pair(s.url, "ad", true, &lp, &c, &cb, &q, &qb));
   tdone r;
-  memset(&r, 0, sizeof r);
   int64_t n = -1;
-  CHECK_RC(dlock_queue_size_async(q, &n, on_tdone, &r, NULL), 0);
-  CHECK(run_one(lp, &r));
-  CHECK_RC(r.d.rc, 0);
   int before = tasks();
   memset(&r, 0, sizeof r);
   int64_t t0 = th_now_ms();
@@ -2052,17 +2057,10 @@ static void t_etcd_async_reliable(void) {
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
   dlock_client *c, *cb;
-  CHECK(loop_and_blocking(s.url, &lp, &c, &cb));
   dlock_queue *q, *qb;
-  CHECK_RC(dlock_queue_new(c, "ar", &q), 0);
-  CHECK_RC(dlock_queue_new(cb, "ar", &qb), 0);
+  CHECK(queue_pair(s.url, "ar", false, &lp, &c, &cb, &q, &qb));
   const char *proc = "__dlock_processing/ar/";
   tdone r;
-  memset(&r, 0, sizeof r);
-  int64_t n = -1;
-  CHECK_RC(dlock_queue_size_async(q, &n, on_tdone, &r, NULL), 0);
-  CHECK(run_one(lp, &r));
-  CHECK_RC(r.d.rc, 0);
   int before = tasks();
   qdone p;
   memset(&p, 0, sizeof p);
