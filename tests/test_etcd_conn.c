@@ -1289,6 +1289,305 @@ static void t_etcd_async_sem(void) {
   both_transports(async_sem);
 }
 
+/* A queue poll's outputs and its end. */
+typedef struct qdone {
+  tdone t;
+  void *v;
+  size_t len;
+} qdone;
+
+/* Runs lp for ms, no longer. */
+static void run_for(dlock_loop *lp, int64_t ms) {
+  for (int64_t end = th_now_ms() + ms; th_now_ms() < end;)
+    dlock_loop_run(lp, 1);
+}
+
+/* The queue q's size by the blocking client's handle, -1 on an error. */
+static int64_t qsize(dlock_queue *q) {
+  int64_t n = -1;
+  return dlock_queue_size(q, &n) == 0 ? n : -1;
+}
+
+/* A loop (*lp), an event-loop client of url (*c) and a blocking one (*cb),
+ * a handle of each on the queue `name` (*q: delayed if so; *qb: plain,
+ * no mover of its own), the event-loop client's connection opened (a
+ * size): whether all went (the test stops there if not). */
+static bool queue_pair(const char *url, const char *name, bool delayed,
+                       dlock_loop **lp, dlock_client **c, dlock_client **cb,
+                       dlock_queue **q, dlock_queue **qb) {
+  if (!loop_and_blocking(url, lp, c, cb)) return false;
+  tdone r;
+  memset(&r, 0, sizeof r);
+  int64_t n = -1;
+  return (delayed ? dlock_queue_new_delayed(*c, name, q)
+                  : dlock_queue_new(*c, name, q)) == 0 &&
+         dlock_queue_new(*cb, name, qb) == 0 &&
+         dlock_queue_size_async(*q, &n, on_tdone, &r, NULL) == 0 &&
+         run_one(*lp, &r) && r.d.rc == 0;
+}
+
+/* async_queue on the server s at url (its transport). */
+static void async_queue(const th_etcd *s, const char *url) {
+  enum { N = 8 };
+  fprintf(stderr, "    %s\n", url);
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  dlock_queue *q, *qb, *x, *xb;
+  char buf[256];
+  th_etcd_ctl(s, "del --prefix aq", buf, sizeof buf); /* an earlier pass's */
+  CHECK(queue_pair(url, "aq", false, &lp, &c, &cb, &q, &qb));
+  CHECK_RC(dlock_queue_new(c, "aqx", &x), 0);
+  CHECK_RC(dlock_queue_new(cb, "aqx", &xb), 0);
+  CHECK_EQ(qsize(qb), 0);
+  tdone r;
+  int64_t n = -1;
+  int before = tasks();
+  /* N waiting polls: no thread, none done, a watch each. */
+  qdone p[N];
+  memset(p, 0, sizeof p);
+  long long watches = th_etcd_started(s, "Watch");
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_queue_poll_async(q, 10000, &p[i].v, &p[i].len, on_tdone,
+                                    &p[i].t, NULL),
+             0);
+  CHECK_EQ(run_sampled(lp, 100), before);
+  for (int i = 0; i < N; i++)
+    CHECK_EQ(p[i].t.d.calls, 0);
+  CHECK_EQ(th_etcd_started(s, "Watch") - watches, N);
+  /* N offers: no thread; each poll woken with one of the values. */
+  tdone o[N];
+  memset(o, 0, sizeof o);
+  for (int i = 0; i < N; i++) {
+    char v[8];
+    snprintf(v, sizeof v, "v%d", i);
+    CHECK_RC(dlock_queue_offer_async(q, v, strlen(v), on_tdone, &o[i], NULL),
+             0);
+  }
+  CHECK(tasks() - before < 1);
+  int64_t offered = last_ok(lp, o, N);
+  CHECK(offered > 0);
+  int64_t last = 0;
+  for (int i = 0; i < N; i++) {
+    CHECK(run_one(lp, &p[i].t));
+    CHECK_RC(p[i].t.d.rc, 0);
+    if (p[i].t.at > last) last = p[i].t.at;
+  }
+  fprintf(stderr, "    %d polls woken within %lld ms of the last offer\n", N,
+          (long long)(last - offered));
+  /* Each take a write, and a poll that lost a race looks again (as Go's
+   * Dequeue): 8 in series at least. */
+  CHECK(last - offered < th_soon(300));
+  unsigned seen = 0;
+  for (int i = 0; i < N; i++) {
+    int k = -1;
+    CHECK(p[i].len == 2 && sscanf(p[i].v, "v%d", &k) == 1 && k >= 0 && k < N);
+    if (k >= 0 && k < N) seen |= 1u << k;
+    dlock_queue_value_free(p[i].v);
+  }
+  CHECK_EQ(seen, (1u << N) - 1); /* each value once */
+  CHECK_EQ(qsize(qb), 0);
+  /* A poll woken by another client's offer. */
+  memset(p, 0, sizeof p);
+  CHECK_RC(dlock_queue_poll_async(q, 10000, &p[0].v, &p[0].len, on_tdone,
+                                  &p[0].t, NULL),
+           0);
+  run_for(lp, 50);
+  CHECK_RC(dlock_queue_offer(qb, "w", 1), 0);
+  offered = th_now_ms(); /* the loop runs after */
+  CHECK(run_one(lp, &p[0].t));
+  CHECK(p[0].t.d.rc == 0 && p[0].len == 1 && memcmp(p[0].v, "w", 1) == 0);
+  dlock_queue_value_free(p[0].v);
+  fprintf(stderr, "    a poll woken %lld ms after another client's offer\n",
+          (long long)(p[0].t.at - offered));
+  CHECK(p[0].t.at - offered < th_soon(100));
+  /* Both ends, as the blocking client's: the head's, then the tail's. */
+  memset(o, 0, sizeof o);
+  CHECK_RC(dlock_queue_offer_async(q, "t1", 2, on_tdone, &o[0], NULL), 0);
+  CHECK(run_one(lp, &o[0]));
+  CHECK_RC(dlock_queue_offer_first_async(q, "h1", 2, on_tdone, &o[1], NULL), 0);
+  CHECK_RC(dlock_queue_offer(qb, "t2", 2), 0);
+  CHECK(last_ok(lp, o, 2) > 0);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_size_async(q, &n, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  CHECK_EQ(n, 3);
+  CHECK_EQ(qsize(qb), 3);
+  memset(p, 0, sizeof p);
+  CHECK_RC(
+      dlock_queue_poll_async(q, 0, &p[0].v, &p[0].len, on_tdone, &p[0].t, NULL),
+      0);
+  CHECK_RC(dlock_queue_poll_last_async(q, 0, &p[1].v, &p[1].len, on_tdone,
+                                       &p[1].t, NULL),
+           0);
+  CHECK(run_one(lp, &p[0].t) && run_one(lp, &p[1].t));
+  CHECK(p[0].t.d.rc == 0 && p[0].len == 2 && memcmp(p[0].v, "h1", 2) == 0);
+  CHECK(p[1].t.d.rc == 0 && p[1].len == 2 && memcmp(p[1].v, "t2", 2) == 0);
+  dlock_queue_value_free(p[0].v);
+  dlock_queue_value_free(p[1].v);
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_RC(dlock_queue_poll(qb, 0, &v, &len), 0);
+  CHECK(len == 2 && memcmp(v, "t1", 2) == 0);
+  dlock_queue_value_free(v);
+  /* Another kind at the name: refused, as on the blocking client. */
+  th_etcd_ctl(s, "put aqx v", buf, sizeof buf);
+  memset(o, 0, sizeof o);
+  memset(p, 0, sizeof p);
+  CHECK_RC(dlock_queue_offer_async(x, "v", 1, on_tdone, &o[0], NULL), 0);
+  CHECK_RC(dlock_queue_poll_async(x, 1000, &p[0].v, &p[0].len, on_tdone,
+                                  &p[0].t, NULL),
+           0);
+  CHECK(run_one(lp, &o[0]) && run_one(lp, &p[0].t));
+  CHECK_RC(o[0].d.rc, dlock_queue_offer(xb, "v", 1));
+  CHECK_RC(p[0].t.d.rc, dlock_queue_poll(xb, 1000, &v, &len));
+  CHECK_RC(p[0].t.d.rc, DLOCK_EWRONGTYPE);
+  th_etcd_ctl(s, "del aqx", buf, sizeof buf);
+  /* A poll with a short deadline: at it, as the blocking client's. */
+  memset(p, 0, sizeof p);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_queue_poll_async(q, 200, &p[0].v, &p[0].len, on_tdone, &p[0].t,
+                                  NULL),
+           0);
+  CHECK(run_one(lp, &p[0].t));
+  fprintf(stderr, "    a 200 ms poll ended after %lld ms: %s\n",
+          (long long)(p[0].t.at - t0), dlock_err_name(p[0].t.d.rc));
+  CHECK_RC(p[0].t.d.rc, dlock_queue_poll(qb, 50, &v, &len));
+  CHECK_RC(p[0].t.d.rc, DLOCK_EBUSY);
+  CHECK(p[0].t.at - t0 >= 200 && p[0].t.at - t0 < 200 + th_soon(200));
+  /* A cancelled poll: at once, no thread. */
+  dlock_op *op;
+  CHECK_RC(dlock_queue_poll_async(q, 10000, &p[1].v, &p[1].len, on_tdone,
+                                  &p[1].t, &op),
+           0);
+  CHECK_EQ(run_sampled(lp, 50), before);
+  CHECK_EQ(p[1].t.d.calls, 0);
+  CHECK(cancelled_soon(lp, op, &p[1].t, "poll"));
+  /* One cancelled as a value comes, or at any step of its take: the
+   * value is the poll's (0), or still in the queue (DLOCK_ECANCELED). */
+  CHECK_RC(dlock_queue_poll_async(q, 10000, &p[2].v, &p[2].len, on_tdone,
+                                  &p[2].t, &op),
+           0);
+  run_for(lp, 50);
+  CHECK_RC(dlock_queue_offer(qb, "c", 1), 0);
+  dlock_op_cancel(op); /* its watch's news not yet heard */
+  CHECK(run_one(lp, &p[2].t));
+  CHECK_RC(p[2].t.d.rc, DLOCK_ECANCELED);
+  CHECK_EQ(qsize(qb), 1);
+  int kept = 0;
+  for (int k = 0; k < 8; k++) {
+    qdone *d = &p[3];
+    memset(d, 0, sizeof *d);
+    CHECK_RC(
+        dlock_queue_poll_async(q, 10000, &d->v, &d->len, on_tdone, &d->t, &op),
+        0);
+    run_for(lp, k);
+    if (d->t.d.calls == 0) dlock_op_cancel(op);
+    CHECK(run_one(lp, &d->t));
+    CHECK(d->t.d.rc == 0 || d->t.d.rc == DLOCK_ECANCELED);
+    if (d->t.d.rc == 0) {
+      CHECK(d->len == 1 && memcmp(d->v, "c", 1) == 0);
+      dlock_queue_value_free(d->v);
+      CHECK_RC(dlock_queue_offer(qb, "c", 1), 0);
+    } else {
+      kept++;
+    }
+    CHECK_EQ(qsize(qb), 1);
+  }
+  fprintf(stderr,
+          "    8 polls cancelled after 0 to 7 ms: %d left the "
+          "value\n",
+          kept);
+  CHECK_RC(dlock_queue_poll(qb, 0, &v, &len), 0);
+  dlock_queue_value_free(v);
+  CHECK_EQ(tasks(), before);
+  /* The client closed with one in flight: told within the close. */
+  memset(p, 0, sizeof p);
+  CHECK_RC(dlock_queue_poll_async(q, 10000, &p[0].v, &p[0].len, on_tdone,
+                                  &p[0].t, NULL),
+           0);
+  CHECK_EQ(run_sampled(lp, 50), before);
+  CHECK_EQ(p[0].t.d.calls, 0);
+  dlock_queue_free(q);
+  dlock_queue_free(x);
+  dlock_client_close(c);
+  CHECK_EQ(p[0].t.d.calls, 1);
+  CHECK_RC(p[0].t.d.rc, DLOCK_ECLOSED);
+  dlock_loop_free(lp);
+  CHECK_EQ(qsize(qb), 0);
+  dlock_queue_free(qb);
+  dlock_queue_free(xb);
+  dlock_client_close(cb);
+}
+
+/* An event-loop client's queue runs on its loop's multi handle: N polls
+ * waiting (a watch on the queue's values each) and N offers start no
+ * thread; the offers wake every poll, each with a value of its own (all
+ * within 300 ms), and another client's offer a poll within 100 ms; both
+ * ends, the size, another kind at the name and a poll's deadline as on
+ * the blocking client; a cancelled poll ends at once and
+ * takes nothing (a value it took as it was cancelled goes back), and one
+ * in flight at the client's close ends DLOCK_ECLOSED; over gRPC and over
+ * the gateway. */
+static void t_etcd_async_queue(void) {
+  NEED_ETCD();
+  both_transports(async_queue);
+}
+
+/* A delayed queue handle's poll on an event-loop client moves the values
+ * due on the loop too: a poll waiting for a value offered with a delay
+ * starts no thread and gets it at its due time (within 100 ms); the
+ * delayed size as the blocking client's. */
+static void t_etcd_async_delayed(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  dlock_queue *q, *qb;
+  CHECK(queue_pair(s.url, "ad", true, &lp, &c, &cb, &q, &qb));
+  tdone r;
+  int64_t n = -1;
+  int before = tasks();
+  memset(&r, 0, sizeof r);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_queue_offer_delayed_async(q, 300, "d", 1, on_tdone, &r, NULL),
+           0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  int64_t dn = -1;
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_delayed_size_async(q, &n, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  CHECK_RC(dlock_queue_delayed_size(qb, &dn), 0);
+  CHECK(n == 1 && dn == 1);
+  qdone p;
+  memset(&p, 0, sizeof p);
+  CHECK_RC(dlock_queue_poll_async(q, 3000, &p.v, &p.len, on_tdone, &p.t, NULL),
+           0);
+  CHECK_EQ(run_sampled(lp, 100), before);
+  CHECK_EQ(p.t.d.calls, 0);
+  CHECK(run_one(lp, &p.t));
+  CHECK(p.t.d.rc == 0 && p.len == 1 && memcmp(p.v, "d", 1) == 0);
+  dlock_queue_value_free(p.v);
+  fprintf(stderr,
+          "    a value offered with a 300 ms delay polled after %lld "
+          "ms\n",
+          (long long)(p.t.at - t0));
+  CHECK(p.t.at - t0 >= 300 && p.t.at - t0 < 300 + th_soon(100));
+  CHECK_EQ(tasks(), before);
+  CHECK_RC(dlock_queue_delayed_size(qb, &dn), 0);
+  CHECK_EQ(dn, 0);
+  CHECK_EQ(qsize(qb), 0);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  dlock_queue_free(qb);
+  dlock_client_close(cb);
+  th_etcd_stop(&s);
+}
+
 /* A waiting acquire's kind t_etcd_async_sem_wait runs: the counting
  * semaphore, or the permit-expirable one. */
 typedef struct wait_kind {
@@ -2013,6 +2312,191 @@ static void t_etcd_async_nothread(void) {
   th_etcd_stop(&s);
 }
 
+/* A scan's names passed, and whether each came on the loop's thread. */
+typedef struct scan_seen {
+  adone d;
+  int names;
+  int stop_after; /* 0: never stops */
+  bool elsewhere; /* a name came on another thread */
+  pthread_t loop;
+} scan_seen;
+static int on_scanned(const char *name, void *ud) {
+  (void)name;
+  scan_seen *s = ud;
+  s->names++;
+  if (!pthread_equal(pthread_self(), s->loop)) s->elsewhere = true;
+  return s->stop_after && s->names >= s->stop_after;
+}
+static void on_scan_end(int rc, uint64_t token, const char *errmsg, void *ud) {
+  on_adone(rc, token, errmsg, &((scan_seen *)ud)->d);
+}
+
+/* An event-loop client's reliable take and ack run on its loop's multi
+ * handle too: a reliable poll waiting starts no thread and gets another
+ * client's offer within 100 ms, its value kept at the consumer's key
+ * until the ack deletes it (an ack of a value not taken:
+ * DLOCK_ENOTOWNER, as on the blocking client); a value a consumer took
+ * and did not acknowledge before its lease ended goes back to the head,
+ * and the next reliable take gets it; a cancelled one ends at once. */
+static void t_etcd_async_reliable(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  dlock_queue *q, *qb;
+  CHECK(queue_pair(s.url, "ar", false, &lp, &c, &cb, &q, &qb));
+  const char *proc = "__dlock_processing/ar/";
+  tdone r;
+  int before = tasks();
+  qdone p;
+  memset(&p, 0, sizeof p);
+  CHECK_RC(dlock_queue_poll_reliable_async(q, 3000, &p.v, &p.len, on_tdone,
+                                           &p.t, NULL),
+           0);
+  CHECK_EQ(run_sampled(lp, 100), before);
+  CHECK_EQ(p.t.d.calls, 0);
+  CHECK_RC(dlock_queue_offer(qb, "r1", 2), 0);
+  int64_t offered = th_now_ms();
+  CHECK(run_one(lp, &p.t));
+  CHECK(p.t.d.rc == 0 && p.len == 2 && memcmp(p.v, "r1", 2) == 0);
+  dlock_queue_value_free(p.v);
+  fprintf(stderr, "    a reliable poll woken %lld ms after the offer\n",
+          (long long)(p.t.at - offered));
+  CHECK(p.t.at - offered < th_soon(100));
+  CHECK_EQ(keys_under(&s, proc), 1);
+  CHECK_EQ(qsize(qb), 0);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_ack_async(q, "r1", 2, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  CHECK_EQ(keys_under(&s, proc), 0);
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_ack_async(q, "r1", 2, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, dlock_queue_ack(qb, "r1", 2));
+  CHECK_RC(r.d.rc, DLOCK_ENOTOWNER);
+  CHECK_EQ(run_sampled(lp, 20), before);
+  /* The blocking client takes r2 and closes (its consumer's lease goes)
+   * without an ack: our next reliable take gives it back and gets it. */
+  CHECK_RC(dlock_queue_offer(qb, "r2", 2), 0);
+  void *v = NULL;
+  size_t len = 0;
+  CHECK_RC(dlock_queue_poll_reliable(qb, 0, &v, &len), 0);
+  CHECK(len == 2 && memcmp(v, "r2", 2) == 0);
+  dlock_queue_value_free(v);
+  dlock_queue_free(qb);
+  dlock_client_close(cb);
+  before = tasks(); /* without the blocking client's */
+  CHECK_EQ(keys_under(&s, proc), 1);
+  memset(&p, 0, sizeof p);
+  CHECK_RC(
+      dlock_queue_poll_reliable_async(q, 0, &p.v, &p.len, on_tdone, &p.t, NULL),
+      0);
+  CHECK(run_one(lp, &p.t));
+  CHECK(p.t.d.rc == 0 && p.len == 2 && memcmp(p.v, "r2", 2) == 0);
+  dlock_queue_value_free(p.v);
+  CHECK_EQ(keys_under(&s, proc), 1); /* ours now */
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_ack_async(q, "r2", 2, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_RC(r.d.rc, 0);
+  CHECK_EQ(keys_under(&s, proc), 0);
+  /* A cancelled reliable poll: at once. */
+  dlock_op *op;
+  memset(&p, 0, sizeof p);
+  CHECK_RC(dlock_queue_poll_reliable_async(q, 10000, &p.v, &p.len, on_tdone,
+                                           &p.t, &op),
+           0);
+  CHECK_EQ(run_sampled(lp, 50), before);
+  CHECK(cancelled_soon(lp, op, &p.t, "reliable poll"));
+  CHECK_EQ(tasks(), before);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
+/* An event-loop client's scan (list, status) is a range a page on its
+ * loop's multi handle: N scans in flight start no thread (each was a
+ * thread of its own), each passes the names the blocking client's does,
+ * on the loop's thread, and stops when its callback says so; the
+ * client's close ends those still in flight, each told once. */
+static void t_etcd_async_scan(void) {
+  NEED_ETCD();
+  enum { N = 16, M = 4 };
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_lock *l[M];
+  dlock_client *c, *cb;
+  open_holding(&s, 0, "sc", M, &lp, l, &c);
+  if (c == NULL) return;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  CHECK_RC(dlock_client_open(&o, &cb), 0);
+  scan_seen b = {.loop = pthread_self()};
+  CHECK_RC(dlock_client_scan_locks(cb, "sc*", on_scanned, &b), M);
+  CHECK_EQ(b.names, M);
+  scan_seen sn[N];
+  memset(sn, 0, sizeof sn);
+  int before = tasks();
+  for (int i = 0; i < N; i++) {
+    sn[i].loop = pthread_self();
+    CHECK_RC(dlock_client_scan_locks_async(c, "sc*", on_scanned, on_scan_end,
+                                           &sn[i], NULL),
+             0);
+  }
+  CHECK(few_threads(before, N, "scans"));
+  for (int i = 0; i < N; i++)
+    CHECK(run_all(lp, &sn[i].d, 1));
+  for (int i = 0; i < N; i++) {
+    CHECK_RC(sn[i].d.rc, M);
+    CHECK_EQ(sn[i].names, M);
+    CHECK(!sn[i].elsewhere);
+  }
+  /* Stopped by its callback after the first name. */
+  memset(&sn[0], 0, sizeof sn[0]);
+  sn[0].loop = pthread_self();
+  sn[0].stop_after = 1;
+  CHECK_RC(dlock_client_scan_locks_async(c, "sc*", on_scanned, on_scan_end,
+                                         &sn[0], NULL),
+           0);
+  CHECK(run_all(lp, &sn[0].d, 1));
+  CHECK_RC(sn[0].d.rc, 1);
+  CHECK_EQ(sn[0].names, 1);
+  /* A pattern matching none. */
+  memset(&sn[1], 0, sizeof sn[1]);
+  sn[1].loop = pthread_self();
+  CHECK_RC(dlock_client_scan_locks_async(c, "none*", on_scanned, on_scan_end,
+                                         &sn[1], NULL),
+           0);
+  CHECK(run_all(lp, &sn[1].d, 1));
+  CHECK_RC(sn[1].d.rc, 0);
+  CHECK_EQ(tasks(), before);
+  /* Closed with scans in flight: each told once. */
+  memset(sn, 0, sizeof sn);
+  for (int i = 0; i < N; i++) {
+    sn[i].loop = pthread_self();
+    CHECK_RC(dlock_client_scan_locks_async(c, "sc*", on_scanned, on_scan_end,
+                                           &sn[i], NULL),
+             0);
+  }
+  for (int i = 0; i < M; i++)
+    dlock_lock_free(l[i]);
+  dlock_client_close(c);
+  for (int i = 0; i < N; i++)
+    CHECK(run_all(lp, &sn[i].d, 1));
+  for (int i = 0; i < N; i++) {
+    CHECK(sn[i].d.rc == M || sn[i].d.rc == DLOCK_ECLOSED);
+    CHECK_EQ(sn[i].d.calls, 1);
+  }
+  dlock_loop_free(lp);
+  dlock_client_close(cb);
+  th_etcd_stop(&s);
+}
+
 /* open_holding's (no watchdog timeout of its own), and a blocking client
  * of s (*bc) whose answers the event-loop client's are held to; *c NULL
  * if something failed (CHECKed). */
@@ -2399,10 +2883,13 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_async_latch), T_BARE(t_etcd_async_sem),
         T_BARE(t_etcd_async_sem_wait), T_BARE(t_etcd_async_permits_wait),
         T_BARE(t_etcd_async_permits),
+        T_BARE(t_etcd_async_queue), T_BARE(t_etcd_async_delayed),
+        T_BARE(t_etcd_async_reliable),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),
-        T_BARE(t_etcd_async_fence), T_BARE(t_etcd_async_inspect))
+        T_BARE(t_etcd_async_fence), T_BARE(t_etcd_async_inspect),
+        T_BARE(t_etcd_async_scan))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

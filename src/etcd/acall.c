@@ -342,16 +342,20 @@ int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
   return call_new(e, path, body, deadline, true, fn, ud, out);
 }
 
-int dl_etcd_awatch(dl_etcd *e, const char *body, bool any, etcd_acall_fn fn,
-                   void *ud, etcd_acall **out) {
+/* dl_etcd_awatch's and dl_etcd_awatch_put's. */
+static int awatch(dl_etcd *e, const char *body, bool any, bool put,
+                  etcd_acall_fn fn, void *ud, etcd_acall **out) {
   int rc;
   etcd_acall *c = call_alloc(e, fn, ud, &rc);
   *out = NULL;
   if (c == NULL) return rc;
   c->idx = atomic_load(&e->current);
-  if ((c->w = dl_etcd_waiting_new(e)) != NULL) c->w->any = any;
-  if (c->w && (c->h = curl_easy_init()) != NULL)
+  if ((c->w = dl_etcd_waiting_new(e)) != NULL &&
+      (c->h = curl_easy_init()) != NULL) {
+    c->w->any = any;
+    c->w->put = put;
     c->hd = dl_etcd_waiting_setup(e, c->w, c->h, c->idx, body);
+  }
   if (c->hd) curl_easy_setopt(c->h, CURLOPT_PRIVATE, c);
   if (c->hd == NULL || curl_multi_add_handle(c->a->m, c->h) != CURLM_OK) {
     call_free(c);
@@ -359,4 +363,14 @@ int dl_etcd_awatch(dl_etcd *e, const char *body, bool any, etcd_acall_fn fn,
   }
   *out = c;
   return 0;
+}
+
+int dl_etcd_awatch(dl_etcd *e, const char *body, bool any, etcd_acall_fn fn,
+                   void *ud, etcd_acall **out) {
+  return awatch(e, body, any, false, fn, ud, out);
+}
+
+int dl_etcd_awatch_put(dl_etcd *e, const char *body, etcd_acall_fn fn, void *ud,
+                       etcd_acall **out) {
+  return awatch(e, body, false, true, fn, ud, out);
 }

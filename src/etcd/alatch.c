@@ -59,8 +59,7 @@ static void on_timer(void *ud);
 /* Runs on_timer at `at` in step. */
 static void wait_until(dl_async *op, lstep step, int64_t at) {
   op->lat->step = step;
-  int rc = dl_etcd_op_timer(op, on_timer, at);
-  if (rc != 0) dl_etcd_op_end(op, rc);
+  dl_etcd_op_wake_at(op, on_timer, at);
 }
 
 /* An await's call or watch that failed with rc: ridden out (a pause,
@@ -68,12 +67,9 @@ static void wait_until(dl_async *op, lstep step, int64_t at) {
  * blocking await's dl_etcd_ride_out; else the await ends with it. */
 static void await_error(dl_async *op, int rc) {
   etcd_alatch *l = op->lat;
-  int64_t pause = l->cancelled ? 0
-                               : dl_etcd_ride_pause(op->e, l->wait, l->deadline,
-                                                    rc, &l->rides);
-  if (pause > 0)
-    wait_until(op, L_PAUSE, dl_now_ms() + pause);
-  else
+  l->step = L_PAUSE;
+  if (!dl_etcd_op_ride(op, on_timer, l->cancelled, l->wait, l->deadline, rc,
+                       &l->rides))
     dl_etcd_op_end(op, rc);
 }
 

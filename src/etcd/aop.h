@@ -1,9 +1,10 @@
 /* aop.h: the event-loop client's own operations (release.c's, the mutex
  * acquire's of amutex.c, the renewals' of arenew.c, fence.c's, the
- * latch's of alatch.c, the semaphores' of asem.c and apermits.c; the
- * session lease's step of asession.c that the acquires share): each one
- * a struct dl_async listed in e->aops, driven by calls on the loop's multi
- * handle (acall.c), on the loop's thread alone. */
+ * latch's of alatch.c, the semaphores' of asem.c and apermits.c, the
+ * queue's of aqueue.c; the session lease's step of asession.c that the
+ * acquires share): each one a struct dl_async listed in e->aops, driven
+ * by calls on the loop's multi handle (acall.c), on the loop's thread
+ * alone. */
 #ifndef DLOCK_ETCD_AOP_H
 #define DLOCK_ETCD_AOP_H
 
@@ -19,13 +20,16 @@ typedef enum aop_kind {
   AOP_FENCE,
   AOP_INSPECT,
   AOP_LATCH,
-  AOP_SEM
+  AOP_SEM,
+  AOP_QUEUE,
+  AOP_SCAN
 } aop_kind;
 
 struct etcd_aacq;
 typedef struct etcd_fen etcd_fen;       /* a fenced resource's (fence.c) */
 typedef struct etcd_alatch etcd_alatch; /* a latch's (alatch.c) */
 typedef struct etcd_asem etcd_asem;     /* a semaphore's (asem.c) */
+typedef struct etcd_aqueue etcd_aqueue; /* a queue's (aqueue.c) */
 
 /* A renewal round's (arenew.c). */
 typedef struct etcd_aren {
@@ -75,6 +79,8 @@ struct dl_async {
   etcd_fen *fen;          /* the fenced resource's (fence.c) */
   etcd_alatch *lat;       /* the latch's (alatch.c) */
   etcd_asem *sem;         /* the semaphore's (asem.c) */
+  etcd_aqueue *aq;        /* the queue's (aqueue.c) */
+  etcd_scan *scan;        /* the scan's */
   const char *key;        /* the inspect's name, */
   dlock_lock_state *st;   /* its snapshot, */
   int step;               /* and its semaphore read's step */
@@ -98,6 +104,15 @@ void dl_etcd_op_end(dl_async *op, int rc);
  * dispatch (to op->later when set, else op ends with it). 0, or
  * DLOCK_ENOMEM (op freed, untold). */
 int dl_etcd_op_later(dl_async *op, int rc);
+/* Runs fn(op) at `at` on op->timer (a wait's deadline, a pause); out of
+ * memory, op's call is given up and op ends with DLOCK_ENOMEM. */
+void dl_etcd_op_wake_at(dl_async *op, dl_timer_fn fn, int64_t at);
+/* A wait's call or watch that failed with rc: ridden out, fn(op) run
+ * after a pause (true), when transient, not cancelled and the deadline
+ * leaves room, as the blocking waits' dl_etcd_ride_out; else false (the
+ * error stands). */
+bool dl_etcd_op_ride(dl_async *op, dl_timer_fn fn, bool cancelled, bool wait,
+                     int64_t deadline, int rc, int *rides);
 /* Starts op's call (until op->deadline); one that cannot start gets fn
  * its error from the loop's dispatch. 0, or DLOCK_ENOMEM (op freed,
  * untold). */
@@ -208,5 +223,16 @@ int dl_etcd_permits_update_async(dl_backend *b, const dl_sync_ref *s,
 /* A cancel of either semaphore's operation (asem.c): an acquire's wait
  * ends now (not taken; a call in flight is answered first). */
 void dl_etcd_sem_cancel(dl_async *op);
+
+/* ---- aqueue.c ---- */
+/* The event loop's queue_async (dl_etcd_aops): offers, sizes and a plain
+ * handle's polls here, the others on a job. */
+int dl_etcd_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
+                        dl_done_fn done, void *ud, dl_async **out);
+/* A cancel of a queue's operation: a poll's wait ends as at its deadline
+ * (a call in flight is answered first; a value its take got goes back). */
+void dl_etcd_queue_cancel(dl_async *op);
+/* Frees a queue operation's state (accepts NULL). */
+void dl_etcd_aqueue_free(etcd_aqueue *a);
 
 #endif /* DLOCK_ETCD_AOP_H */

@@ -293,6 +293,10 @@ int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
  * recorded. Or a negative code recorded (fn never runs). */
 int dl_etcd_awatch(dl_etcd *e, const char *body, bool any, etcd_acall_fn fn,
                    void *ud, etcd_acall **out);
+/* As dl_etcd_awatch, a PUT being the news, not a DELETE (a queue's new
+ * value: the body of dl_etcd_watch_prefix_body). */
+int dl_etcd_awatch_put(dl_etcd *e, const char *body, etcd_acall_fn fn, void *ud,
+                       etcd_acall **out);
 /* Ends a call in flight; its fn never runs. The loop's thread. */
 void dl_etcd_acall_abort(etcd_acall *c);
 /* ---- release.c: the operations on it (own *_async entries) ---- */
@@ -431,6 +435,26 @@ int dl_etcd_lock_holders(dl_backend *b, const char *key, dl_holder_cb cb,
  * time (keys sorted by name: a lock's keys come together). */
 int dl_etcd_scan(dl_backend *b, const char *match, size_t prefix_len,
                  dlock_scan_cb cb, void *ud);
+/* Its halves, for both drivers: the state of a scan (its next page's
+ * first key), begun; a page's /v3/kv/range body (ETCD_SCAN_BODY_MAX
+ * bytes); and its answer r (put here): each name passed to cb (counted
+ * in passed), true when there is a page after it (cb did not stop). */
+typedef struct etcd_scan {
+  const char *match;
+  size_t prefix_len;
+  dlock_scan_cb cb;
+  void *ud;
+  size_t pl; /* the URL's prefix's length */
+  char end64[4 * ((ETCD_KEY_MAX + 2) / 3) + 1];
+  char from[ETCD_KEY_MAX + 1], last[ETCD_KEY_MAX];
+  size_t fl; /* from's length (its NUL too, after a page) */
+  int passed;
+} etcd_scan;
+#define ETCD_SCAN_BODY_MAX ETCD_RANGE_BODY_MAX
+void dl_etcd_scan_begin(dl_etcd *e, const char *match, size_t prefix_len,
+                        dlock_scan_cb cb, void *ud, etcd_scan *sc);
+void dl_etcd_scan_body(const etcd_scan *sc, char *body, size_t len);
+bool dl_etcd_scan_page(etcd_scan *sc, json_object *r);
 /* The waiters (waits.c): the keys in line behind each lock's holders
  * under the key prefix `prefix`, owner and info from their values. */
 int dl_etcd_waiters(dl_backend *b, const char *prefix, dlock_waiter_cb cb,

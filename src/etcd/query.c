@@ -584,75 +584,92 @@ int dl_etcd_lock_holders(dl_backend *b, const char *key, dl_holder_cb cb,
   return inspect(b, key, &st, cb, ud);
 }
 
+void dl_etcd_scan_begin(dl_etcd *e, const char *match, size_t prefix_len,
+                        dlock_scan_cb cb, void *ud, etcd_scan *sc) {
+  /* Every key under the URL's prefix (the whole keyspace without one: key
+   * and range_end "\0"), a page at a time, keys only. */
+  *sc =
+      (etcd_scan){.match = match, .prefix_len = prefix_len, .cb = cb, .ud = ud};
+  sc->pl = strlen(e->prefix);
+  if (sc->pl)
+    dl_etcd_prefix_end(e->prefix, sc->end64);
+  else
+    snprintf(sc->end64, sizeof sc->end64, "AA==");
+  memcpy(sc->from, e->prefix, sc->pl);
+  sc->fl = sc->pl;
+}
+
+void dl_etcd_scan_body(const etcd_scan *sc, char *body, size_t len) {
+  char p64[B64(ETCD_KEY_MAX)];
+  if (sc->fl == 0)
+    snprintf(p64, sizeof p64, "AA==");
+  else
+    dl_etcd_b64(sc->from, sc->fl, p64);
+  snprintf(body, len,
+           "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":\"500\","
+           "\"keys_only\":true}",
+           p64, sc->end64);
+}
+
+bool dl_etcd_scan_page(etcd_scan *sc, json_object *r) {
+  json_object *kvs = dl_etcd_get(r, "kvs");
+  size_t n = kvs ? json_object_array_length(kvs) : 0;
+  json_object *more = dl_etcd_get(r, "more");
+  bool again = more && json_object_get_boolean(more);
+  bool stop = false;
+  size_t pl = sc->pl;
+  for (size_t i = 0; i < n && !stop; i++) {
+    json_object *k = dl_etcd_get(json_object_array_get_idx(kvs, i), "key");
+    char key[ETCD_KEY_MAX];
+    int kl = k ? dl_etcd_unb64(json_object_get_string(k), key, sizeof key) : -1;
+    if (kl < 0) continue;
+    memcpy(sc->from, key, (size_t)kl); /* the next page: after this key */
+    sc->from[kl] = '\0';
+    sc->fl = (size_t)kl + 1;
+    /* PREFIX + lock + "/" + hex: a mutex's key; PREFIX + lock +
+     * "/read/" or "/write/" + a number: a read-write lock's. */
+    char *slash = strrchr(key, '/');
+    if (slash == NULL || (size_t)(slash - key) <= pl) continue;
+    size_t hl = strlen(slash + 1);
+    if (hl == 0 || hl > 20 || strspn(slash + 1, "0123456789abcdef") != hl)
+      continue;
+    *slash = '\0';
+    char *side = strrchr(key, '/');
+    bool rw = side &&
+              (strcmp(side, "/read") == 0 || strcmp(side, "/write") == 0) &&
+              strspn(slash + 1, "0123456789") == hl;
+    if (rw && (size_t)(side - key) > pl)
+      *side = '\0';
+    else if (hl > 16)
+      continue;
+    const char *lock = key + pl;
+    if (strcmp(lock, sc->last) == 0) continue; /* its next waiter */
+    snprintf(sc->last, sizeof sc->last, "%s", lock);
+    if (strlen(lock) < sc->prefix_len || fnmatch(sc->match, lock, 0) != 0)
+      continue;
+    sc->passed++;
+    stop = sc->cb(lock + sc->prefix_len, sc->ud) != 0;
+  }
+  json_object_put(r);
+  return !stop && again && n > 0;
+}
+
 int dl_etcd_scan(dl_backend *b, const char *match, size_t prefix_len,
                  dlock_scan_cb cb, void *ud) {
   dl_etcd *e = (dl_etcd *)b;
-  /* Every key under the URL's prefix (the whole keyspace without one: key
-   * and range_end "\0"), a page at a time, keys only. */
-  size_t pl = strlen(e->prefix);
-  char p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
-  if (pl) {
-    dl_etcd_prefix_end(e->prefix, end64);
-  } else {
-    snprintf(end64, sizeof end64, "AA==");
-  }
-  char from[ETCD_KEY_MAX + 1] = "", last[ETCD_KEY_MAX] = "";
-  size_t fl = pl;
-  memcpy(from, e->prefix, pl);
-  int passed = 0;
+  etcd_scan *sc = malloc(sizeof *sc);
+  if (sc == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  dl_etcd_scan_begin(e, match, prefix_len, cb, ud, sc);
+  int rc;
   for (;;) {
-    if (fl == 0)
-      snprintf(p64, sizeof p64, "AA==");
-    else
-      dl_etcd_b64(from, fl, p64);
-    char body[3 * B64(ETCD_KEY_MAX)];
-    snprintf(body, sizeof body,
-             "{\"key\":\"%s\",\"range_end\":\"%s\",\"limit\":\"500\","
-             "\"keys_only\":true}",
-             p64, end64);
+    char body[ETCD_SCAN_BODY_MAX];
+    dl_etcd_scan_body(sc, body, sizeof body);
     json_object *r;
-    int rc = dl_etcd_call(e, "/v3/kv/range", body,
-                          dl_now_ms() + e->command_timeout_ms, &r, NULL);
-    if (rc != 0) return rc;
-    json_object *kvs = dl_etcd_get(r, "kvs");
-    size_t n = kvs ? json_object_array_length(kvs) : 0;
-    json_object *more = dl_etcd_get(r, "more");
-    bool again = more && json_object_get_boolean(more);
-    bool stop = false;
-    for (size_t i = 0; i < n && !stop; i++) {
-      json_object *k = dl_etcd_get(json_object_array_get_idx(kvs, i), "key");
-      char key[ETCD_KEY_MAX];
-      int kl =
-          k ? dl_etcd_unb64(json_object_get_string(k), key, sizeof key) : -1;
-      if (kl < 0) continue;
-      memcpy(from, key, (size_t)kl); /* the next page: after this key */
-      from[kl] = '\0';
-      fl = (size_t)kl + 1;
-      /* PREFIX + lock + "/" + hex: a mutex's key; PREFIX + lock +
-       * "/read/" or "/write/" + a number: a read-write lock's. */
-      char *slash = strrchr(key, '/');
-      if (slash == NULL || (size_t)(slash - key) <= pl) continue;
-      size_t hl = strlen(slash + 1);
-      if (hl == 0 || hl > 20 || strspn(slash + 1, "0123456789abcdef") != hl)
-        continue;
-      *slash = '\0';
-      char *side = strrchr(key, '/');
-      bool rw = side &&
-                (strcmp(side, "/read") == 0 || strcmp(side, "/write") == 0) &&
-                strspn(slash + 1, "0123456789") == hl;
-      if (rw && (size_t)(side - key) > pl)
-        *side = '\0';
-      else if (hl > 16)
-        continue;
-      const char *lock = key + pl;
-      if (strcmp(lock, last) == 0) continue; /* its next waiter */
-      snprintf(last, sizeof last, "%s", lock);
-      if (strlen(lock) < prefix_len || fnmatch(match, lock, 0) != 0) continue;
-      passed++;
-      stop = cb(lock + prefix_len, ud) != 0;
-    }
-    json_object_put(r);
-    if (stop || !again || n == 0) break;
+    rc = dl_etcd_call(e, "/v3/kv/range", body,
+                      dl_now_ms() + e->command_timeout_ms, &r, NULL);
+    if (rc != 0 || !dl_etcd_scan_page(sc, r)) break;
   }
-  return passed;
+  if (rc == 0) rc = sc->passed;
+  free(sc);
+  return rc;
 }

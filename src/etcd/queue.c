@@ -33,6 +33,8 @@
 
 /* Delayed values one move takes at most (the rest: at once after). */
 #define MOVE_MAX 100
+/* An offer's tries at a free key. */
+#define OFFER_TRIES 100
 /* The digits of a value's key after Q/ (Go's UnixNano has 19). */
 #define DIGITS_MIN 17
 #define DIGITS_MAX 25
@@ -120,129 +122,154 @@ long long dl_etcd_q_nanos(void) {
   return want;
 }
 
-/* The epoch ms (the delayed values' due times). */
-static long long epoch_ms(void) {
+long long dl_etcd_q_epoch_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---- offers ---- */
+int dl_etcd_q_offer_req(dl_etcd *e, const qnames *n, const dl_queue_req *q,
+                        bool head, long long delayed_at, const char *from,
+                        etcd_json *j) {
+  char key[3 * ETCD_KEY_MAX + 64];
+  if (delayed_at >= 0) {
+    unsigned char rnd[8];
+    unsigned long long id = 0;
+    if (dl_random_bytes(rnd, sizeof rnd) != 0)
+      return dl_seterr(e->err, DLOCK_ENOMEM, "no random bytes");
+    for (int i = 0; i < 8; i++)
+      id = id << 8 | rnd[i];
+    snprintf(key, sizeof key, "%s%016lld-%016llx", n->dl, delayed_at, id);
+  } else {
+    snprintf(key, sizeof key, "%s%lld", head ? n->d0 : n->lo,
+             dl_etcd_q_nanos());
+  }
+  dl_etcd_json_add(j, "{\"compare\":[");
+  dl_etcd_cmp_absent(j, key, NULL);
+  dl_etcd_q_cmp_clean(j, n);
+  dl_etcd_json_add(j, "],\"success\":[");
+  dl_etcd_op_put(j, key, q->value, q->len);
+  dl_etcd_op_range(j, n->d0, n->dc, ",\"count_only\":true");
+  if (from) dl_etcd_op_delete(j, from);
+  dl_etcd_json_add(j, "],\"failure\":[");
+  dl_etcd_q_read_clean(j, n);
+  dl_etcd_json_add(j, "]}");
+  return 0;
+}
+
+int dl_etcd_q_offer_answer(dl_etcd *e, const dl_sync_ref *s, dl_queue_req *q,
+                           long long delayed_at, json_object *r, int *tries) {
+  int rc = 1;
+  if (dl_etcd_txn_succeeded(r))
+    q->n = delayed_at >= 0 ? delayed_at : dl_etcd_txn_count(r, 1);
+  else /* else the key was taken: another */
+    rc = dl_etcd_q_check_clean(e, s, r);
+  json_object_put(r);
+  if (rc == 0 && ++*tries >= OFFER_TRIES)
+    rc = dl_seterr(e->err, DLOCK_EPROTO,
+                   "etcd: no free key for a value of queue '%s'", s->name);
+  return rc;
+}
+
 /* Puts len bytes at a new key (head: Q/0..., else Q/...; delayed_at >= 0:
  * the delayed value due then): 0 (q->n: the new length, or the due
  * time), DLOCK_EWRONGTYPE, or a negative code. */
 static int offer(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                  dl_queue_req *q, bool head, long long delayed_at) {
-  for (int tries = 0; tries < 100; tries++) {
-    char key[3 * ETCD_KEY_MAX + 64];
-    if (delayed_at >= 0) {
-      unsigned char rnd[8];
-      unsigned long long id = 0;
-      if (dl_random_bytes(rnd, sizeof rnd) != 0)
-        return dl_seterr(e->err, DLOCK_ENOMEM, "no random bytes");
-      for (int i = 0; i < 8; i++)
-        id = id << 8 | rnd[i];
-      snprintf(key, sizeof key, "%s%016lld-%016llx", n->dl, delayed_at, id);
-    } else {
-      snprintf(key, sizeof key, "%s%lld", head ? n->d0 : n->lo,
-               dl_etcd_q_nanos());
-    }
+  for (int tries = 0;;) {
     etcd_json j = {0};
-    dl_etcd_json_add(&j, "{\"compare\":[");
-    dl_etcd_cmp_absent(&j, key, NULL);
-    dl_etcd_q_cmp_clean(&j, n);
-    dl_etcd_json_add(&j, "],\"success\":[");
-    dl_etcd_op_put(&j, key, q->value, q->len);
-    dl_etcd_op_range(&j, n->d0, n->dc, ",\"count_only\":true");
-    dl_etcd_json_add(&j, "],\"failure\":[");
-    dl_etcd_q_read_clean(&j, n);
-    dl_etcd_json_add(&j, "]}");
     json_object *r;
-    int rc = dl_etcd_txn_post(e, &j, &r);
-    if (rc != 0) return rc;
-    if (dl_etcd_txn_succeeded(r)) {
-      q->n = delayed_at >= 0 ? delayed_at : dl_etcd_txn_count(r, 1);
-      json_object_put(r);
-      return 0;
-    }
-    rc = dl_etcd_q_check_clean(e, s, r); /* else the key was taken: another */
-    json_object_put(r);
-    if (rc != 0) return rc;
+    int rc = dl_etcd_q_offer_req(e, n, q, head, delayed_at, NULL, &j);
+    if (rc == 0)
+      rc = dl_etcd_txn_post(e, &j, &r);
+    else
+      dl_etcd_json_free(&j);
+    if (rc == 0) rc = dl_etcd_q_offer_answer(e, s, q, delayed_at, r, &tries);
+    if (rc != 0) return rc < 0 ? rc : 0;
   }
-  return dl_seterr(e->err, DLOCK_EPROTO,
-                   "etcd: no free key for a value of queue '%s'", s->name);
 }
 
 /* ---- takes ---- */
+void dl_etcd_q_look_req(const qnames *n, bool last, etcd_json *j) {
+  const char *newest = ",\"limit\":\"1\",\"sort_target\":\"CREATE\","
+                       "\"sort_order\":\"DESCEND\"",
+             *oldest = ",\"limit\":\"1\",\"sort_target\":\"CREATE\","
+                       "\"sort_order\":\"ASCEND\"";
+  dl_etcd_json_add(j, "{\"success\":[");
+  dl_etcd_q_read_clean(j, n);
+  dl_etcd_op_range(j, n->d0, n->d1, last ? oldest : newest);
+  dl_etcd_op_range(j, n->d1, n->dc, last ? newest : oldest);
+  dl_etcd_json_add(j, "]}");
+}
+
+int dl_etcd_q_look_answer(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
+                          bool last, json_object *r, qcand *c) {
+  int rc = dl_etcd_q_check_clean(e, s, r);
+  json_object *heads = dl_etcd_txn_kv(r, 3), *tails = dl_etcd_txn_kv(r, 4);
+  json_object *kv = last ? (tails ? tails : heads) : (heads ? heads : tails);
+  c->rev = dl_etcd_txn_rev(r);
+  c->v = NULL;
+  snprintf(c->key, sizeof c->key, "(a key)");
+  if (rc == 0 && kv &&
+      (dl_etcd_kv_key(kv, c->key, sizeof c->key) < 0 ||
+       !is_value_key(n, c->key)))
+    rc = wrongtype(e, s, c->key);
+  if (rc == 0 && kv) {
+    c->v = dl_etcd_kv_value(kv, &c->len);
+    c->mod = dl_etcd_i64(kv, "mod_revision");
+    rc = c->v ? 1 : dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  }
+  json_object_put(r);
+  return rc;
+}
+
+void dl_etcd_q_take_req(const qnames *n, const qcand *c, const char *dest,
+                        etcd_json *j) {
+  /* Go's deleteRevKey, and nothing foreign since. */
+  dl_etcd_json_add(j, "{\"compare\":[");
+  dl_etcd_cmp_mod(j, c->key, c->mod);
+  dl_etcd_q_cmp_clean(j, n);
+  dl_etcd_json_add(j, "],\"success\":[");
+  dl_etcd_op_delete(j, c->key);
+  if (dest) dl_etcd_op_put(j, dest, c->v, c->len);
+  dl_etcd_json_add(j, "]}");
+}
+
 /* One look and take: 1 (q->got; put at the key dest too when it is not
  * NULL, in the same txn), 0 none (*rev the revision read), or a negative
  * code. */
 static int take(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                 dl_queue_req *q, const char *dest, int64_t *rev) {
-  bool last = q->op == DL_QUEUE_POLL_LAST;
-  const char *newest = ",\"limit\":\"1\",\"sort_target\":\"CREATE\","
-                       "\"sort_order\":\"DESCEND\"",
-             *oldest = ",\"limit\":\"1\",\"sort_target\":\"CREATE\","
-                       "\"sort_order\":\"ASCEND\"";
+  qcand c;
   for (;;) {
     etcd_json j = {0};
-    dl_etcd_json_add(&j, "{\"success\":[");
-    dl_etcd_q_read_clean(&j, n);
-    dl_etcd_op_range(&j, n->d0, n->d1, last ? oldest : newest);
-    dl_etcd_op_range(&j, n->d1, n->dc, last ? newest : oldest);
-    dl_etcd_json_add(&j, "]}");
+    dl_etcd_q_look_req(n, q->op == DL_QUEUE_POLL_LAST, &j);
     json_object *r;
     int rc = dl_etcd_txn_post(e, &j, &r);
     if (rc != 0) return rc;
-    rc = dl_etcd_q_check_clean(e, s, r);
-    json_object *heads = dl_etcd_txn_kv(r, 3), *tails = dl_etcd_txn_kv(r, 4);
-    json_object *kv = last ? (tails ? tails : heads) : (heads ? heads : tails);
-    *rev = dl_etcd_txn_rev(r);
-    char key[ETCD_KEY_MAX] = "(a key)";
-    if (rc == 0 && kv &&
-        (dl_etcd_kv_key(kv, key, sizeof key) < 0 || !is_value_key(n, key)))
-      rc = wrongtype(e, s, key);
-    if (rc != 0 || kv == NULL) {
-      json_object_put(r);
-      return rc;
-    }
-    size_t len = 0;
-    char *v = dl_etcd_kv_value(kv, &len);
-    int64_t mod = dl_etcd_i64(kv, "mod_revision");
-    json_object_put(r);
-    if (v == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-    /* Go's deleteRevKey, and nothing foreign since. */
+    rc = dl_etcd_q_look_answer(e, s, n, q->op == DL_QUEUE_POLL_LAST, r, &c);
+    *rev = c.rev;
+    if (rc != 1) return rc;
     j = (etcd_json){0};
-    dl_etcd_json_add(&j, "{\"compare\":[");
-    dl_etcd_cmp_mod(&j, key, mod);
-    dl_etcd_q_cmp_clean(&j, n);
-    dl_etcd_json_add(&j, "],\"success\":[");
-    dl_etcd_op_delete(&j, key);
-    if (dest) dl_etcd_op_put(&j, dest, v, len);
-    dl_etcd_json_add(&j, "]}");
+    dl_etcd_q_take_req(n, &c, dest, &j);
     rc = dl_etcd_txn_post(e, &j, &r);
     if (rc == 0) {
       rc = dl_etcd_txn_succeeded(r);
       json_object_put(r);
     }
     if (rc == 1) {
-      q->got = v;
-      q->got_len = len;
+      q->got = c.v;
+      q->got_len = c.len;
       return 1;
     }
-    free(v);
+    free(c.v);
     if (rc < 0) return rc;
     /* Another consumer took it (or something foreign came): again. */
   }
 }
 
 /* ---- the delayed values ---- */
-typedef struct due_kv {
-  json_object *kv;
-  long long due;
-  int64_t create;
-} due_kv;
-
 /* Due order (the keys' due time), then offer order. */
 static int by_due(const void *a, const void *b) {
   const due_kv *x = a, *y = b;
@@ -262,30 +289,106 @@ static long long due_of(const qnames *n, const char *key) {
   return strtoll(t, NULL, 10);
 }
 
-int dl_etcd_q_move(dl_etcd *e, const qnames *n, json_object *kv,
-                   const char *from, bool head, int64_t *rev) {
+int dl_etcd_q_move_req(dl_etcd *e, const qnames *n, json_object *kv,
+                       const char *from, bool head, etcd_json *j) {
   size_t len = 0;
   char *v = dl_etcd_kv_value(kv, &len);
   if (v == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   char key[ETCD_KEY_MAX + 32];
   snprintf(key, sizeof key, "%s%lld", head ? n->d0 : n->lo, dl_etcd_q_nanos());
-  etcd_json j = {0};
-  dl_etcd_json_add(&j, "{\"compare\":[");
-  dl_etcd_cmp_mod(&j, from, dl_etcd_i64(kv, "mod_revision"));
-  dl_etcd_cmp_absent(&j, key, NULL);
-  dl_etcd_q_cmp_clean(&j, n);
-  dl_etcd_json_add(&j, "],\"success\":[");
-  dl_etcd_op_delete(&j, from);
-  dl_etcd_op_put(&j, key, v, len);
-  dl_etcd_json_add(&j, "]}");
+  dl_etcd_json_add(j, "{\"compare\":[");
+  dl_etcd_cmp_mod(j, from, dl_etcd_i64(kv, "mod_revision"));
+  dl_etcd_cmp_absent(j, key, NULL);
+  dl_etcd_q_cmp_clean(j, n);
+  dl_etcd_json_add(j, "],\"success\":[");
+  dl_etcd_op_delete(j, from);
+  dl_etcd_op_put(j, key, v, len);
+  dl_etcd_json_add(j, "]}");
   free(v);
-  json_object *r;
-  int rc = dl_etcd_txn_post(e, &j, &r);
-  if (rc != 0) return rc;
-  rc = dl_etcd_txn_succeeded(r);
+  return 0;
+}
+
+int dl_etcd_q_move_answer(json_object *r, int64_t *rev) {
+  int rc = dl_etcd_txn_succeeded(r);
   if (rev && dl_etcd_txn_rev(r) > *rev) *rev = dl_etcd_txn_rev(r);
   json_object_put(r);
   return rc;
+}
+
+int dl_etcd_q_move(dl_etcd *e, const qnames *n, json_object *kv,
+                   const char *from, bool head, int64_t *rev) {
+  etcd_json j = {0};
+  json_object *r;
+  int rc = dl_etcd_q_move_req(e, n, kv, from, head, &j);
+  if (rc == 0)
+    rc = dl_etcd_txn_post(e, &j, &r);
+  else
+    dl_etcd_json_free(&j);
+  return rc != 0 ? rc : dl_etcd_q_move_answer(r, rev);
+}
+
+void dl_etcd_q_due_req(const qnames *n, etcd_json *j) {
+  char due[3 * ETCD_KEY_MAX + 32];
+  snprintf(due, sizeof due, "%s%016lld", n->dl, dl_etcd_q_epoch_ms() + 1);
+  char more[64];
+  snprintf(more, sizeof more, ",\"limit\":\"%d\"", MOVE_MAX);
+  dl_etcd_json_add(j, "{\"success\":[");
+  dl_etcd_q_read_clean(j, n);
+  dl_etcd_op_range(j, n->dl, due, more);
+  dl_etcd_op_range(j, due, n->dl_end, ",\"limit\":\"1\",\"keys_only\":true");
+  dl_etcd_json_add(j, "]}");
+}
+
+int dl_etcd_q_due_answer(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
+                         json_object *r, qdue *d) {
+  *d = (qdue){.r = r, .at = dl_etcd_txn_rev(r)};
+  int rc = dl_etcd_q_check_clean(e, s, r);
+  json_object *kvs =
+      dl_etcd_get(dl_etcd_txn_resp(r, 3, "response_range"), "kvs");
+  size_t k = kvs && json_object_is_type(kvs, json_type_array)
+                 ? json_object_array_length(kvs)
+                 : 0;
+  d->again = k == MOVE_MAX;
+  due_kv *all = k ? calloc(k, sizeof *all) : NULL;
+  if (rc == 0 && k && all == NULL)
+    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  char key[3 * ETCD_KEY_MAX + 64] = "(a key)";
+  for (size_t i = 0; rc == 0 && i < k; i++) {
+    json_object *kv = json_object_array_get_idx(kvs, i);
+    long long t = dl_etcd_kv_key(kv, key, sizeof key) < 0 ? -1 : due_of(n, key);
+    if (t < 0)
+      rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                     "'%s': the key '%s' among its delayed values is none",
+                     s->name, key);
+    else
+      all[i] = (due_kv){kv, t, dl_etcd_i64(kv, "create_revision")};
+  }
+  if (rc == 0 && k > 1) qsort(all, k, sizeof *all, by_due);
+  d->all = all;
+  d->k = rc == 0 ? k : 0; /* nothing moved then */
+  return rc;
+}
+
+int dl_etcd_q_due_move_req(dl_etcd *e, const qnames *n, qdue *d, etcd_json *j) {
+  char key[3 * ETCD_KEY_MAX + 64] = "";
+  json_object *kv = d->all[d->i++].kv;
+  dl_etcd_kv_key(kv, key, sizeof key);
+  return dl_etcd_q_move_req(e, n, kv, key, d->head, j);
+}
+
+long long dl_etcd_q_due_end(const qnames *n, qdue *d) {
+  long long next = -1;
+  char key[3 * ETCD_KEY_MAX + 64];
+  json_object *nx = d->r ? dl_etcd_txn_kv(d->r, 4) : NULL;
+  if (nx && dl_etcd_kv_key(nx, key, sizeof key) >= 0 && due_of(n, key) >= 0) {
+    long long t = due_of(n, key) - dl_etcd_q_epoch_ms();
+    next = t > 0 ? t : 0;
+  }
+  if (d->again) next = 0;
+  free(d->all);
+  json_object_put(d->r);
+  *d = (qdue){0};
+  return next;
 }
 
 /* Moves the delayed values due by now to the queue's tail: 0 with *next
@@ -294,60 +397,26 @@ int dl_etcd_q_move(dl_etcd *e, const qnames *n, json_object *kv,
  * code (DLOCK_EWRONGTYPE: a key of another shape there, nothing moved). */
 static int move_due(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                     long long *next, int64_t *rev) {
-  long long now = epoch_ms();
-  char due[3 * ETCD_KEY_MAX + 32];
-  snprintf(due, sizeof due, "%s%016lld", n->dl, now + 1);
-  char more[64];
-  snprintf(more, sizeof more, ",\"limit\":\"%d\"", MOVE_MAX);
   etcd_json j = {0};
-  dl_etcd_json_add(&j, "{\"success\":[");
-  dl_etcd_q_read_clean(&j, n);
-  dl_etcd_op_range(&j, n->dl, due, more);
-  dl_etcd_op_range(&j, due, n->dl_end, ",\"limit\":\"1\",\"keys_only\":true");
-  dl_etcd_json_add(&j, "]}");
+  dl_etcd_q_due_req(n, &j);
   json_object *r;
   int rc = dl_etcd_txn_post(e, &j, &r);
   if (rc != 0) return rc;
-  rc = dl_etcd_q_check_clean(e, s, r);
-  int64_t at = dl_etcd_txn_rev(r);
-  json_object *kvs =
-      dl_etcd_get(dl_etcd_txn_resp(r, 3, "response_range"), "kvs");
-  size_t k = kvs && json_object_is_type(kvs, json_type_array)
-                 ? json_object_array_length(kvs)
-                 : 0;
-  due_kv *all = k ? calloc(k, sizeof *all) : NULL;
-  if (rc == 0 && k && all == NULL)
-    rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  char key[3 * ETCD_KEY_MAX + 64] = "(a key)";
-  for (size_t i = 0; rc == 0 && i < k; i++) {
-    json_object *kv = json_object_array_get_idx(kvs, i);
-    long long d = dl_etcd_kv_key(kv, key, sizeof key) < 0 ? -1 : due_of(n, key);
-    if (d < 0) {
-      rc = dl_seterr(e->err, DLOCK_EWRONGTYPE,
-                     "'%s': the key '%s' among its delayed values is none",
-                     s->name, key);
-      break;
-    }
-    all[i] = (due_kv){kv, d, dl_etcd_i64(kv, "create_revision")};
-  }
-  if (rc == 0 && k > 1) qsort(all, k, sizeof *all, by_due);
-  bool again = k == MOVE_MAX;
-  for (size_t i = 0; rc == 0 && i < k; i++) {
-    dl_etcd_kv_key(all[i].kv, key, sizeof key);
-    int m = dl_etcd_q_move(e, n, all[i].kv, key, false, &at);
+  qdue d;
+  rc = dl_etcd_q_due_answer(e, s, n, r, &d);
+  while (rc == 0 && d.i < d.k) {
+    j = (etcd_json){0};
+    int m = dl_etcd_q_due_move_req(e, n, &d, &j);
+    if (m == 0)
+      m = dl_etcd_txn_post(e, &j, &r);
+    else
+      dl_etcd_json_free(&j);
+    if (m == 0) m = dl_etcd_q_move_answer(r, &d.at);
     if (m < 0) rc = m;
-    if (m == 0) again = true; /* looked at again */
+    if (m == 0) d.again = true; /* looked at again */
   }
-  *next = -1;
-  json_object *nx = dl_etcd_txn_kv(r, 4);
-  if (nx && dl_etcd_kv_key(nx, key, sizeof key) >= 0 && due_of(n, key) >= 0) {
-    long long d = due_of(n, key) - epoch_ms();
-    *next = d > 0 ? d : 0;
-  }
-  if (again) *next = 0;
-  if (rev) *rev = at; /* after our own moves */
-  free(all);
-  json_object_put(r);
+  if (rev) *rev = d.at; /* after our own moves */
+  *next = dl_etcd_q_due_end(n, &d);
   return rc;
 }
 
@@ -406,21 +475,30 @@ void dl_etcd_queue_kick(dl_backend *b, const dl_sync_ref *s) {
   dl_etcd_wake_waits(e);
 }
 
-/* The count of the keys in [key, end). */
-static int count(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
-                 const char *key, const char *end, bool clean, long long *out) {
-  etcd_json j = {0};
-  dl_etcd_json_add(&j, "{\"success\":[");
-  if (clean) dl_etcd_q_read_clean(&j, n);
-  dl_etcd_op_range(&j, key, end, ",\"count_only\":true");
-  dl_etcd_json_add(&j, "]}");
-  json_object *r;
-  int rc = dl_etcd_txn_post(e, &j, &r);
-  if (rc != 0) return rc;
-  rc = clean ? dl_etcd_q_check_clean(e, s, r) : 0;
-  *out = dl_etcd_txn_count(r, clean ? 3 : 0);
+void dl_etcd_q_count_req(const qnames *n, bool delayed, etcd_json *j) {
+  dl_etcd_json_add(j, "{\"success\":[");
+  if (!delayed) dl_etcd_q_read_clean(j, n);
+  dl_etcd_op_range(j, delayed ? n->dl : n->d0, delayed ? n->dl_end : n->dc,
+                   ",\"count_only\":true");
+  dl_etcd_json_add(j, "]}");
+}
+
+int dl_etcd_q_count_answer(dl_etcd *e, const dl_sync_ref *s, bool delayed,
+                           json_object *r, long long *out) {
+  int rc = delayed ? 0 : dl_etcd_q_check_clean(e, s, r);
+  *out = dl_etcd_txn_count(r, delayed ? 0 : 3);
   json_object_put(r);
   return rc;
+}
+
+/* The count of the queue's values, or of its delayed ones. */
+static int count(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
+                 bool delayed, long long *out) {
+  etcd_json j = {0};
+  dl_etcd_q_count_req(n, delayed, &j);
+  json_object *r;
+  int rc = dl_etcd_txn_post(e, &j, &r);
+  return rc != 0 ? rc : dl_etcd_q_count_answer(e, s, delayed, r, out);
 }
 
 int dl_etcd_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q) {
@@ -439,16 +517,16 @@ int dl_etcd_queue(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q) {
     rc = offer(e, s, n, q, q->op == DL_QUEUE_OFFER_FIRST, -1);
     break;
   case DL_QUEUE_OFFER_DELAYED:
-    rc = offer(e, s, n, q, false, epoch_ms() + q->delay_ms);
+    rc = offer(e, s, n, q, false, dl_etcd_q_epoch_ms() + q->delay_ms);
     break;
   case DL_QUEUE_POLL:
   case DL_QUEUE_POLL_LAST: rc = dl_etcd_q_poll(e, s, n, q, NULL); break;
   case DL_QUEUE_SIZE:
-    rc = count(e, s, n, n->d0, n->dc, true, &v);
+    rc = count(e, s, n, false, &v);
     q->n = v;
     break;
   case DL_QUEUE_SIZE_DELAYED:
-    rc = count(e, s, n, n->dl, n->dl_end, false, &v);
+    rc = count(e, s, n, true, &v);
     q->n = v;
     break;
   case DL_QUEUE_TRANSFER: rc = transfer(e, s, n, q); break;

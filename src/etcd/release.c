@@ -2,12 +2,12 @@
  * create revision, etcd issue 22082), its two drivers on one request
  * builder and reply parser: the blocking entry, and the event-loop
  * client's own entries on the loop's multi handle (acall.c), which take
- * no thread: release, force release, lock queries (query.c's halves) and
- * ping (the mutex's acquire: amutex.c; the watchdog's renewals:
+ * no thread: release, force release, lock queries (query.c's halves),
+ * ping and scan (the mutex's acquire: amutex.c; the watchdog's renewals:
  * arenew.c; fenced resources: fence.c; the latch: alatch.c; the
- * counting semaphore: asem.c), and inspect (query.c's, sem.h's
- * halves). The event-loop client's other operations are
- * core/blockloop.c's jobs (a thread each). */
+ * semaphores: asem.c, apermits.c; the queue: aqueue.c), and inspect
+ * (query.c's, sem.h's halves). The event-loop client's other operations
+ * are core/blockloop.c's jobs (a thread each). */
 #include "aop.h"
 #include "sem.h"
 
@@ -135,6 +135,8 @@ void dl_etcd_op_drop(dl_async *op) {
   dl_etcd_fen_free(op->fen);
   free(op->lat);
   free(op->sem);
+  dl_etcd_aqueue_free(op->aq);
+  free(op->scan);
   free(op);
 }
 
@@ -168,6 +170,19 @@ int dl_etcd_op_later(dl_async *op, int rc) {
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   }
   return 0;
+}
+
+void dl_etcd_op_wake_at(dl_async *op, dl_timer_fn fn, int64_t at) {
+  int rc = dl_etcd_op_timer(op, fn, at);
+  if (rc != 0) dl_etcd_op_end(op, rc);
+}
+
+bool dl_etcd_op_ride(dl_async *op, dl_timer_fn fn, bool cancelled, bool wait,
+                     int64_t deadline, int rc, int *rides) {
+  int64_t pause =
+      cancelled ? 0 : dl_etcd_ride_pause(op->e, wait, deadline, rc, rides);
+  if (pause > 0) dl_etcd_op_wake_at(op, fn, dl_now_ms() + pause);
+  return pause > 0;
 }
 
 int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
@@ -495,14 +510,49 @@ static int inspect_async(dl_backend *b, const char *key, dlock_lock_state *st,
   return rc;
 }
 
+/* ---- scan: the pages of keys under the prefix, one call each ---- */
+static void on_page(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  if (rc != 0) {
+    json_object_put(o);
+  } else if (dl_etcd_scan_page(op->scan, o)) {
+    char body[ETCD_SCAN_BODY_MAX];
+    dl_etcd_scan_body(op->scan, body, sizeof body);
+    dl_etcd_op_next(op, "/v3/kv/range", body, on_page, 0);
+    return;
+  }
+  dl_etcd_op_end(op, rc != 0 ? rc : op->scan->passed);
+}
+
+static int scan_async(dl_backend *b, const char *match, size_t prefix_len,
+                      dlock_scan_cb cb, void *cb_ud, dl_done_fn done, void *ud,
+                      dl_async **out) {
+  dl_etcd *e = (dl_etcd *)b;
+  dl_async *op = dl_etcd_op_new(e, AOP_SCAN, done, ud);
+  if (op && (op->scan = malloc(sizeof *op->scan)) == NULL) {
+    dl_etcd_op_drop(op);
+    op = NULL;
+  }
+  if (op == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  dl_etcd_scan_begin(e, match, prefix_len, cb, cb_ud, op->scan);
+  char body[ETCD_SCAN_BODY_MAX];
+  dl_etcd_scan_body(op->scan, body, sizeof body);
+  int rc = dl_etcd_op_call(op, "/v3/kv/range", body, on_page);
+  if (rc == 0) *out = op;
+  return rc;
+}
+
 /* A request in flight is answered (its result kept), and a release's
- * retries end at its deadline; an acquire's, a latch await's or a
- * semaphore acquire's wait ends now. */
+ * retries end at its deadline; an acquire's, a latch await's, a
+ * semaphore acquire's or a queue poll's wait ends now. */
 static void own_cancel(dl_backend *b, dl_async *op) {
   (void)b;
   if (op->kind == AOP_ACQUIRE) dl_etcd_acquire_cancel(op);
   if (op->kind == AOP_LATCH) dl_etcd_latch_cancel(op);
   if (op->kind == AOP_SEM) dl_etcd_sem_cancel(op);
+  if (op->kind == AOP_QUEUE) dl_etcd_queue_cancel(op);
 }
 
 void dl_etcd_aops_close(dl_etcd *e) {
@@ -541,5 +591,7 @@ const dl_backend_ops dl_etcd_aops = {
     .permit_acquire_async = dl_etcd_permit_acquire_async,
     .sync_update_async = dl_etcd_sync_update_async,
     .latch_await_async = dl_etcd_latch_await_async,
+    .queue_async = dl_etcd_queue_async,
+    .scan_async = scan_async,
     .cancel = own_cancel,
 };
