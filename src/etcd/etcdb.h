@@ -123,9 +123,12 @@ typedef struct dl_etcd {
   bool watcher_started;
   bool watcher_stop;
   /* When the watcher thread looks at its watches next, at the latest: a
-   * watch due to start later needs no wake-up (under load, most holds
-   * are released before their watch is due: no thread woken either). */
+   * watch due to start later needs no wake-up. While holds come, it looks
+   * every ETCD_WATCH_DEFER_MS (watch_added: one came since its last
+   * look), so that under load, where most holds are released before
+   * their watch is due, no hold wakes it. */
   int64_t watcher_next;
+  bool watch_added;
   CURLM *multi;
   etcd_watch *watches; /* every watch the thread runs or will start */
   atomic_llong round_trips;

@@ -441,6 +441,9 @@ static void *watcher_main(void *arg) {
       if (w->h == NULL && w->retry_at < next) next = w->retry_at;
       pp = &w->next;
     }
+    if (e->watch_added && now + ETCD_WATCH_DEFER_MS < next)
+      next = now + ETCD_WATCH_DEFER_MS;
+    e->watch_added = false;
     e->watcher_next = next;
     etcd_hold *o = NULL;
     if (e->orphans && now >= e->orphan_at) {
@@ -520,6 +523,7 @@ int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h) {
     h->watch = w;
     /* Due before the thread's next look (a new thread looks at once). */
     wake = w->retry_at < e->watcher_next;
+    e->watch_added = true;
   }
   pthread_mutex_unlock(&e->mu);
   if (rc != 0) {
