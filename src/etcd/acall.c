@@ -15,10 +15,13 @@
  * wait for it (CURLOPT_PIPEWAIT). */
 #include "etcdb.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* The client's multi handle and what drives it. */
 typedef struct etcd_aloop {
@@ -36,7 +39,22 @@ typedef struct asock {
   etcd_aloop *a;
   curl_socket_t fd;
   dl_watch *w;
+  bool corked; /* a call's connection (a watch's is not corked) */
 } asock;
+
+/* What curl wrote to its gRPC connections in a socket action, sent now:
+ * their sockets are corked (on_sockopt), so the frames of every stream
+ * written in one action go out together. */
+static void flush_corked(etcd_aloop *a) {
+  for (asock *s = a->socks; s; s = s->next)
+    if (s->corked) dl_etcd_cork_flush(s->fd);
+}
+
+static int on_sockopt(void *ud, curl_socket_t fd, curlsocktype purpose) {
+  (void)ud;
+  if (purpose == CURLSOCKTYPE_IPCXN) dl_etcd_cork(fd);
+  return CURL_SOCKOPT_OK;
+}
 
 struct etcd_acall {
   etcd_aloop *a;
@@ -64,6 +82,7 @@ static void on_io(void *ud, int events) {
               (events & DL_EV_WRITE ? CURL_CSELECT_OUT : 0);
   int running;
   curl_multi_socket_action(a->m, s->fd, flags, &running);
+  flush_corked(a);
   check_done(a);
 }
 
@@ -86,6 +105,9 @@ static int on_socket(CURL *h, curl_socket_t fd, int what, void *ud,
     if ((s = calloc(1, sizeof *s)) == NULL) return -1;
     s->a = a;
     s->fd = fd;
+    int cork = 0;
+    socklen_t len = sizeof cork;
+    s->corked = getsockopt(fd, IPPROTO_TCP, TCP_CORK, &cork, &len) == 0 && cork;
     if (dl_watch_new(a->lp, fd, on_io, s, &s->w) != 0) {
       free(s);
       return -1;
@@ -104,6 +126,7 @@ static void on_timer(void *ud) {
   etcd_aloop *a = ud;
   int running;
   curl_multi_socket_action(a->m, CURL_SOCKET_TIMEOUT, 0, &running);
+  flush_corked(a);
   check_done(a);
 }
 
@@ -200,6 +223,7 @@ static int try_start(etcd_acall *c) {
      * and curl 7.88 fails prior knowledge on a reused one (CURLE_HTTP2). */
     curl_easy_setopt(c->h, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(c->h, CURLOPT_FRESH_CONNECT, prior ? 1L : 0L);
+    curl_easy_setopt(c->h, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
     a->h2[c->idx] = true;
   }
   if (curl_multi_add_handle(a->m, c->h) != CURLM_OK)

@@ -122,6 +122,13 @@ typedef struct dl_etcd {
   pthread_t watcher;
   bool watcher_started;
   bool watcher_stop;
+  /* When the watcher thread looks at its watches next, at the latest: a
+   * watch due to start later needs no wake-up. While holds come, it looks
+   * every ETCD_WATCH_DEFER_MS (watch_added: one came since its last
+   * look), so that under load, where most holds are released before
+   * their watch is due, no hold wakes it. */
+  int64_t watcher_next;
+  bool watch_added;
   CURLM *multi;
   etcd_watch *watches; /* every watch the thread runs or will start */
   atomic_llong round_trips;
@@ -349,6 +356,12 @@ int dl_etcd_grpc_feed(etcd_buf *b, const char *p, size_t n,
                       void (*on)(void *, json_object *), void *ud);
 /* Frees a pooled gRPC handle (the client closing). */
 void dl_etcd_gconn_free(struct etcd_gconn *c);
+/* TCP_CORK on a gRPC connection's socket fd: what curl writes waits in
+ * the kernel until dl_etcd_cork_flush sends it, as one segment where it
+ * fits (curl 7.88 sends each HTTP/2 frame alone, and each costs the
+ * server a read). dl_etcd_cork: 0, or -1 (not corked). Any thread. */
+int dl_etcd_cork(curl_socket_t fd);
+void dl_etcd_cork_flush(curl_socket_t fd);
 /* An easy handle from the pool (or a new one), and back. */
 CURL *dl_etcd_handle(dl_etcd *e);
 void dl_etcd_handle_put(dl_etcd *e, CURL *h);

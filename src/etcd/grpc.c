@@ -6,10 +6,14 @@
  * trailers) on an easy handle from e's pool, each with its own HTTP/2
  * connection, one call at a time on it; the status comes in the trailers
  * (grpc-status, grpc-message), the token in the `token` metadata. */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "etcd_min.pb-c.h"
 #include "etcdb.h"
@@ -17,15 +21,24 @@
 
 #define GPOOL_MAX 16
 
-/* A pooled handle and the endpoint its HTTP/2 connection goes to (-1:
+/* A pooled handle, the multi handle that drives it (and keeps its
+ * connection), and the endpoint its HTTP/2 connection goes to (-1:
  * none). curl 7.88 fails a prior-knowledge request on a connection it
  * reuses (CURLE_HTTP2: curl issue 10634, fixed in 8.0), and HTTP/2
  * without prior knowledge opens a cleartext connection as HTTP/1.1 (which
  * etcd hands to its gateway): prior knowledge only when the handle has
- * no connection to that endpoint; at most one connection a handle. */
+ * no connection to that endpoint; at most one connection a handle.
+ *
+ * The connection's socket is corked (TCP_CORK) and flushed after each
+ * curl_multi_perform: curl 7.88 writes each HTTP/2 frame of a call
+ * (HEADERS, DATA, a PING's ACK) with a send() of its own, which costs
+ * the server a read and a wake-up each (docs/PERFORMANCE.md, "etcd over
+ * gRPC with libcurl"). */
 struct etcd_gconn {
   CURL *h;
+  CURLM *m;
   int ep;
+  curl_socket_t fd; /* the connection's socket, or CURL_SOCKET_BAD */
 };
 
 /* The gateway's paths and their gRPC methods. stream: a bidi stream
@@ -112,11 +125,15 @@ static struct etcd_gconn *gconn_get(dl_etcd *e) {
   pthread_mutex_unlock(&e->mu);
   if (c) return c;
   if ((c = malloc(sizeof *c)) == NULL) return NULL;
-  if ((c->h = curl_easy_init()) == NULL) {
-    free(c);
+  c->ep = -1;
+  c->fd = CURL_SOCKET_BAD;
+  c->h = curl_easy_init();
+  c->m = curl_multi_init();
+  if (c->h == NULL || c->m == NULL) {
+    dl_etcd_gconn_free(c);
     return NULL;
   }
-  c->ep = -1;
+  curl_multi_setopt(c->m, CURLMOPT_MAXCONNECTS, 1L);
   return c;
 }
 
@@ -134,17 +151,95 @@ static void gconn_put(dl_etcd *e, struct etcd_gconn *c) {
 
 void dl_etcd_gconn_free(struct etcd_gconn *c) {
   if (c == NULL) return;
-  curl_easy_cleanup(c->h);
+  if (c->h) curl_easy_cleanup(c->h);
+  if (c->m) curl_multi_cleanup(c->m); /* closes the connection */
   free(c);
 }
 
-/* A fresh handle instead of c's (its connection closed). */
+/* Fresh handles instead of c's (its connection closed). */
 static int gconn_renew(struct etcd_gconn *c) {
   curl_easy_cleanup(c->h);
+  curl_multi_cleanup(c->m);
   c->ep = -1;
-  if ((c->h = curl_easy_init()) != NULL) return 0;
+  c->fd = CURL_SOCKET_BAD;
+  c->h = curl_easy_init();
+  c->m = curl_multi_init();
+  if (c->h && c->m) {
+    curl_multi_setopt(c->m, CURLMOPT_MAXCONNECTS, 1L);
+    return 0;
+  }
+  if (c->h) curl_easy_cleanup(c->h);
+  if (c->m) curl_multi_cleanup(c->m);
+  c->h = NULL;
+  c->m = NULL;
   c->ep = -2; /* freed, not pooled */
   return -1;
+}
+
+int dl_etcd_cork(curl_socket_t fd) {
+  int one = 1;
+  return setsockopt(fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one);
+}
+
+void dl_etcd_cork_flush(curl_socket_t fd) {
+  int off = 0, on = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+  setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+}
+
+/* curl's new socket for c's connection: corked (flush_cork sends). */
+static int on_sockopt(void *ud, curl_socket_t fd, curlsocktype purpose) {
+  struct etcd_gconn *c = ud;
+  if (purpose == CURLSOCKTYPE_IPCXN && dl_etcd_cork(fd) == 0) c->fd = fd;
+  return CURL_SOCKOPT_OK;
+}
+
+/* curl closes c's socket: no flush of it after. */
+static int on_close(void *ud, curl_socket_t fd) {
+  struct etcd_gconn *c = ud;
+  if (c->fd == fd) c->fd = CURL_SOCKET_BAD;
+  return close(fd);
+}
+
+/* What curl wrote to c's socket, sent now. */
+static void flush_cork(struct etcd_gconn *c) {
+  if (c->fd != CURL_SOCKET_BAD) dl_etcd_cork_flush(c->fd);
+}
+
+/* curl_easy_perform on c's own multi handle, flushing the corked socket
+ * after curl has written (each curl_multi_perform). */
+static CURLcode gconn_perform(struct etcd_gconn *c) {
+  curl_easy_setopt(c->h, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
+  curl_easy_setopt(c->h, CURLOPT_SOCKOPTDATA, c);
+  curl_easy_setopt(c->h, CURLOPT_CLOSESOCKETFUNCTION, on_close);
+  curl_easy_setopt(c->h, CURLOPT_CLOSESOCKETDATA, c);
+  CURLMcode mc = curl_multi_add_handle(c->m, c->h);
+  if (mc != CURLM_OK)
+    return mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY
+                                     : CURLE_FAILED_INIT;
+  CURLcode cc = CURLE_OK;
+  for (;;) {
+    int running = 0, left = 0;
+    mc = curl_multi_perform(c->m, &running);
+    flush_cork(c);
+    if (mc != CURLM_OK) {
+      cc = mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY : CURLE_RECV_ERROR;
+      break;
+    }
+    CURLMsg *msg = curl_multi_info_read(c->m, &left);
+    if (msg && msg->msg == CURLMSG_DONE) {
+      cc = msg->data.result;
+      break;
+    }
+    /* curl's own timeouts (CURLOPT_TIMEOUT_MS) shorten the wait. */
+    mc = curl_multi_poll(c->m, NULL, 0, 1000, NULL);
+    if (mc != CURLM_OK) {
+      cc = CURLE_RECV_ERROR;
+      break;
+    }
+  }
+  curl_multi_remove_handle(c->m, c->h);
+  return cc;
 }
 
 /* The request's headers: e's gRPC ones, headed by the token's metadata
@@ -312,7 +407,7 @@ int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
     dl_etcd_req_setup(e, q, h, idx, hd, left, !reused);
     curl_easy_setopt(h, CURLOPT_MAXCONNECTS, 1L);
     bool h2;
-    etcd_try t = dl_etcd_req_end(e, q, h, idx, curl_easy_perform(h),
+    etcd_try t = dl_etcd_req_end(e, q, h, idx, gconn_perform(c),
                                  reused && !again, out, code, &rc, &h2);
     if (t == ETCD_TRY_AGAIN) {
       /* Our connection had gone: again on a fresh handle. */

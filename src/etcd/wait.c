@@ -448,6 +448,10 @@ static void *watcher_main(void *arg) {
       if (w->h == NULL && w->retry_at < next) next = w->retry_at;
       pp = &w->next;
     }
+    if (e->watch_added && now + ETCD_WATCH_DEFER_MS < next)
+      next = now + ETCD_WATCH_DEFER_MS;
+    e->watch_added = false;
+    e->watcher_next = next;
     etcd_hold *o = NULL;
     if (e->orphans && now >= e->orphan_at) {
       o = e->orphans;
@@ -520,10 +524,14 @@ int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h) {
   w->retry_at = dl_now_ms() + ETCD_WATCH_DEFER_MS;
   pthread_mutex_lock(&e->mu);
   int rc = start_watcher(e);
+  bool wake = false;
   if (rc == 0) {
     w->next = e->watches;
     e->watches = w;
     h->watch = w;
+    /* Due before the thread's next look (a new thread looks at once). */
+    wake = w->retry_at < e->watcher_next;
+    e->watch_added = true;
   }
   pthread_mutex_unlock(&e->mu);
   if (rc != 0) {
@@ -532,7 +540,7 @@ int dl_etcd_watch_hold(dl_etcd *e, etcd_hold *h) {
     free(w);
     return rc;
   }
-  curl_multi_wakeup(e->multi);
+  if (wake) curl_multi_wakeup(e->multi);
   return 0;
 }
 
@@ -575,7 +583,9 @@ void dl_etcd_unwatch(dl_etcd *e, etcd_watch *w) {
   if (w == NULL) return;
   pthread_mutex_lock(&e->mu);
   w->stop = true;
-  CURLM *m = e->multi;
+  /* A stream not started yet holds nothing on the server: the thread
+   * frees it at its next look, with no wake-up. */
+  CURLM *m = w->h ? e->multi : NULL;
   pthread_mutex_unlock(&e->mu);
   if (m) curl_multi_wakeup(m);
 }
