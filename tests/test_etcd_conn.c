@@ -563,8 +563,9 @@ static void t_etcd_cycle_quiet(void) {
           segs, sw, N, took);
   CHECK(segs > 1.5 && segs < 2.5);
   /* The watcher looks every 10 ms while holds come: one wake-up a hold
-   * was 56 to 59 here, now 8 or 9. */
-  CHECK(sw < N / 2 + took / 10);
+   * was 56 to 59 here, now 8 or 9. (Not under valgrind, which runs one
+   * thread at a time.) */
+  CHECK(sw < N / 2 + took / 10 || getenv("DLOCK_UNDER_VALGRIND"));
   dlock_lock_free(l);
   dlock_client_close(c);
   /* The event loop's calls: one connection, corked the same way. */
@@ -777,8 +778,10 @@ static bool loop_clients(const char *url, dlock_loop **lp, dlock_client **c,
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = url;
+  o.connect_timeout_ms = (int)th_soon(o.connect_timeout_ms);
   for (int i = 0; i < n; i++)
     if (dlock_client_open_async(&o, *lp, &c[i]) != 0) {
+      fprintf(stderr, "    open: %s\n", dlock_client_open_errmsg());
       while (i-- > 0)
         dlock_client_close(c[i]);
       dlock_loop_free(*lp);
@@ -936,6 +939,21 @@ static int run_sampled(dlock_loop *lp, int64_t ms) {
     if (n > most) most = n;
   }
   return most;
+}
+
+/* As run_sampled, until the server has started n Watch calls since it
+ * had `base` (at most th_soon(2000): waits that reach their watch late,
+ * as under valgrind), then 50 ms more. */
+static int run_until_watches(dlock_loop *lp, const th_etcd *s,
+                             long long base, int n) {
+  int most = tasks();
+  for (int64_t end = th_now_ms() + th_soon(2000);
+       th_now_ms() < end && th_etcd_started(s, "Watch") - base < n;) {
+    int m = run_sampled(lp, 20);
+    if (m > most) most = m;
+  }
+  int m = run_sampled(lp, 50);
+  return m > most ? m : most;
 }
 
 
@@ -1159,7 +1177,7 @@ static void async_latch(const th_etcd *s, const char *url) {
   long long watches = th_etcd_started(s, "Watch");
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_latch_await_async(w[i], 10000, on_tdone, &t[i], NULL), 0);
-  CHECK_EQ(run_sampled(lp, 200), before);
+  CHECK_EQ(run_until_watches(lp, s, watches, N), before);
   for (int i = 0; i < N; i++)
     CHECK_EQ(t[i].d.calls, 0);
   CHECK_EQ(th_etcd_started(s, "Watch") - watches, N);
@@ -1461,7 +1479,7 @@ static void async_queue(const th_etcd *s, const char *url) {
     CHECK_RC(dlock_queue_poll_async(q, 10000, &p[i].v, &p[i].len, on_tdone,
                                     &p[i].t, NULL),
              0);
-  CHECK_EQ(run_sampled(lp, 100), before);
+  CHECK_EQ(run_until_watches(lp, s, watches, N), before);
   for (int i = 0; i < N; i++)
     CHECK_EQ(p[i].t.d.calls, 0);
   CHECK_EQ(th_etcd_started(s, "Watch") - watches, N);
@@ -1765,7 +1783,7 @@ static void async_wait(const th_etcd *s, const char *url, wait_kind *k) {
   dlock_op *op[N];
   for (int i = 0; i < N; i++)
     CHECK_RC(wait_start(k, i, 10000, &t[i], &op[i]), 0);
-  CHECK_EQ(run_sampled(lp, 200), before);
+  CHECK_EQ(run_until_watches(lp, s, watches, N), before);
   for (int i = 0; i < N; i++)
     CHECK_EQ(t[i].d.calls, 0);
   CHECK_EQ(th_etcd_started(s, "Watch") - watches, N);
