@@ -3,13 +3,15 @@
  * (read with etcdctl), someone else's keys where they live refused and
  * left alone, a SIGKILLed holder's permits back with its session's lease,
  * and the line of waiters: served in order, a release waking one of them
- * (no herd); and `dlock run --permits` there. The counts, waits and
+ * (no herd), the first in line at once (its watch one etcd has synced);
+ * and `dlock run --permits` there. The counts, waits and
  * losses every backend keeps are the conformance suite's. */
 #include "harness.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -252,6 +254,141 @@ static void t_etcd_sem_line(void) {
   th_etcd_stop(&s);
 }
 
+/* ---- the hand-off ---- */
+/* A blocking waiter (one thread) of handoff_rounds: its kind's handle. */
+typedef struct handoff {
+  dlock_semaphore *sem;
+  dlock_permits *p;
+  char id[DLOCK_PERMIT_ID_LEN];
+  int rc;
+  atomic_llong at; /* when its acquire returned */
+} handoff;
+
+static void *handoff_wait(void *arg) {
+  handoff *h = arg;
+  h->rc = h->p ? dlock_permits_try_acquire(h->p, 5000, 0, h->id)
+               : dlock_semaphore_try_acquire(h->sem, 1, 5000);
+  atomic_store(&h->at, th_now_ms());
+  return NULL;
+}
+
+/* A gauge of s's metrics (name: its line's start, up to the space). */
+static long long gauge(const th_etcd *s, const char *name) {
+  size_t len = 4 << 20;
+  char *buf = malloc(len), pat[128];
+  if (buf == NULL) return -1;
+  th_etcd_get(s, "/metrics", buf, len);
+  snprintf(pat, sizeof pat, "\n%s ", name);
+  const char *p = strstr(buf, pat);
+  long long n = p ? atoll(p + strlen(pat)) : -1;
+  free(buf);
+  return n;
+}
+
+/* Waits until s has started n Watch streams and has `watchers` watches
+ * registered (a stream is counted as it starts, before its watch is):
+ * whether it did. */
+static bool watches_reach(const th_etcd *s, long long n, long long watchers) {
+  int64_t end = th_now_ms() + th_soon(3000);
+  bool ok;
+  while (!(ok = th_etcd_started(s, "Watch") >= n &&
+                gauge(s, "etcd_debugging_mvcc_watcher_total") >= watchers) &&
+         th_now_ms() < end)
+    th_sleep_ms(2);
+  return ok;
+}
+
+static int cmp_ll(const void *a, const void *b) {
+  long long x = *(const long long *)a, y = *(const long long *)b;
+  return (x > y) - (x < y);
+}
+
+/* ROUNDS hand-offs of the one permit of `name` (permits: the
+ * permit-expirable semaphore's) from the blocking client a to a waiter
+ * of the blocking client b, released as soon as the waiter's watch is
+ * registered: each hand-off's ms, sorted, in ms[]; in *unsynced, how
+ * many times etcd had an unsynced watch (one behind its revision) at the
+ * release. A
+ * permit's hold has a watch of its own (the watcher thread's), counted
+ * before the next. */
+enum { ROUNDS = 10 };
+static void handoff_rounds(const th_etcd *s, bool permits, const char *name,
+                           long long ms[ROUNDS], int *unsynced) {
+  *unsynced = 0;
+  dlock_client *a = th_etcd_client(s, 0), *b = th_etcd_client(s, 0);
+  CHECK(a != NULL && b != NULL);
+  dlock_semaphore *sa = NULL;
+  dlock_permits *pa = NULL;
+  handoff w = {0};
+  if (permits) {
+    CHECK_RC(dlock_permits_new(a, name, &pa), 0);
+    CHECK_RC(dlock_permits_new(b, name, &w.p), 0);
+    CHECK_EQ(dlock_permits_try_set(pa, 1), 1);
+  } else {
+    CHECK_RC(dlock_semaphore_new(a, name, &sa), 0);
+    CHECK_RC(dlock_semaphore_new(b, name, &w.sem), 0);
+    CHECK_EQ(dlock_semaphore_try_set_permits(sa, 1), 1);
+  }
+  char id[DLOCK_PERMIT_ID_LEN];
+  long long watches = th_etcd_started(s, "Watch");
+  for (int i = 0; i < ROUNDS; i++) {
+    CHECK_RC(permits ? dlock_permits_try_acquire(pa, 0, 0, id)
+                     : dlock_semaphore_try_acquire(sa, 1, 0),
+             0);
+    if (permits) CHECK(watches_reach(s, ++watches, 1)); /* a's hold's */
+    atomic_store(&w.at, 0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, handoff_wait, &w) == 0);
+    CHECK(watches_reach(s, ++watches, permits ? 2 : 1)); /* the waiter's */
+    *unsynced += gauge(s, "etcd_debugging_mvcc_slow_watcher_total") != 0;
+    int64_t t0 = th_now_ms();
+    CHECK_RC(permits ? dlock_permits_release(pa, id)
+                     : dlock_semaphore_release(sa, 1),
+             0);
+    pthread_join(t, NULL);
+    CHECK_RC(w.rc, 0);
+    ms[i] = atomic_load(&w.at) - t0;
+    if (permits) CHECK(watches_reach(s, ++watches, 1)); /* b's hold's */
+    CHECK_RC(permits ? dlock_permits_release(w.p, w.id)
+                     : dlock_semaphore_release(w.sem, 1),
+             0);
+    watches = th_etcd_started(s, "Watch");
+  }
+  qsort(ms, ROUNDS, sizeof ms[0], cmp_ll);
+  fprintf(stderr, "    %s hand-offs (ms, sorted):", name);
+  for (int i = 0; i < ROUNDS; i++)
+    fprintf(stderr, " %lld", ms[i]);
+  fprintf(stderr, "; %d with an unsynced watch\n", *unsynced);
+  if (permits) {
+    dlock_permits_free(pa);
+    dlock_permits_free(w.p);
+  } else {
+    dlock_semaphore_free(sa);
+    dlock_semaphore_free(w.sem);
+  }
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* A blocking waiter first in line whose watch has just started takes a
+ * permit released by another client within 50 ms (the median of ten
+ * hand-offs), for both semaphores: its watch on the count starts from a
+ * read made after its place in the line, so etcd has it synced, never
+ * unsynced (a watch from an earlier revision, told at etcd's next sync
+ * of those: up to 100 ms late). */
+static void t_etcd_sem_handoff(void) {
+  TH_ETCD_SETUP(s);
+  long long ms[ROUNDS];
+  int unsynced;
+  handoff_rounds(&s, false, "hs", ms, &unsynced);
+  CHECK_EQ(unsynced, 0);
+  CHECK(ms[ROUNDS / 2] < th_soon(50));
+  handoff_rounds(&s, true, "hp", ms, &unsynced);
+  CHECK_EQ(unsynced, 0);
+  CHECK(ms[ROUNDS / 2] < th_soon(50));
+  th_etcd_stop(&s);
+}
+
 /* dlock run --permits 1 on etcd://: a second run with -w 0 meanwhile
  * exits 75; status --permits counts the permit out; release --force
  * --permit ID stops the holder's command as lost (exit 76). */
@@ -299,7 +436,7 @@ static void t_etcd_sem_cli(void) {
 
 TH_MAIN(T_BARE(t_etcd_sem_layout), T_BARE(t_etcd_sem_foreign),
         T_BARE(t_etcd_permits_holder_killed), T_BARE(t_etcd_sem_line),
-        T_BARE(t_etcd_sem_cli))
+        T_BARE(t_etcd_sem_handoff), T_BARE(t_etcd_sem_cli))
 #else
 static void t_etcd_sem_skipped(void) {
   fprintf(stderr, "    skipped: built without the etcd backend\n");

@@ -177,11 +177,22 @@ int64_t dl_etcd_sem_step(dl_etcd *e) {
   return step > 200 ? step : 200;
 }
 
+/* Watches the keys under data_pfx for a change after revision at, for a
+ * step (a third of the lease) at most: 1, 0 (look again), or a negative
+ * code. */
+static int count_wait(dl_etcd *e, const char *data_pfx, int64_t at,
+                      int64_t deadline, unsigned wakes) {
+  int64_t step = dl_now_ms() + dl_etcd_sem_step(e);
+  return dl_etcd_wait_change(e, data_pfx, at, step < deadline ? step : deadline,
+                             wakes);
+}
+
 /* Waits once for the next try (its place in the line taken first, on
  * the session's lease, which the waits keep alive): 1 or 0 (look again),
- * or a negative code. */
-static int line_wait(dl_etcd *e, sem_line *ln, const char *data_pfx, int64_t at,
-                     int64_t deadline, unsigned wakes) {
+ * 2 first in line (a try, then count_wait from its read), or a negative
+ * code. */
+static int line_wait(dl_etcd *e, sem_line *ln, int64_t deadline,
+                     unsigned wakes) {
   int64_t now = dl_now_ms(), cmd = now + e->command_timeout_ms;
   int64_t lease, until, head;
   int rc = dl_etcd_session(e, cmd, &lease, &until);
@@ -200,7 +211,11 @@ static int line_wait(dl_etcd *e, sem_line *ln, const char *data_pfx, int64_t at,
   rc = dl_etcd_predecessor(e, ln->pfx, ln->h.rev, pred, sizeof pred, &pat, cmd);
   if (rc < 0) return rc;
   if (rc == 1) return dl_etcd_wait_delete_since(e, pred, pat, step, wakes);
-  return dl_etcd_wait_change(e, data_pfx, at, step, wakes);
+  /* First in line: the count is watched from a read made after our place
+   * (a try's). A watch from the last try's revision, which our place's
+   * put has passed, is etcd's unsynced watcher, told only at its next
+   * sync, up to 100 ms later. */
+  return 2;
 }
 
 int dl_etcd_sem_wait(dl_etcd *e, const char *line_key, const char *data_pfx,
@@ -214,6 +229,7 @@ int dl_etcd_sem_wait(dl_etcd *e, const char *line_key, const char *data_pfx,
   if (slash) slash[1] = '\0';
   ln.h.key = ln.buf;
   *waited = false;
+  bool first = false; /* the last look found us first in line */
   int rc;
   for (;;) {
     unsigned wakes = atomic_load(&e->wakes);
@@ -226,8 +242,14 @@ int dl_etcd_sem_wait(dl_etcd *e, const char *line_key, const char *data_pfx,
       break;
     }
     *waited = true;
-    if ((rc = line_wait(e, &ln, data_pfx, at, deadline, wakes)) < 0) break;
-    if (rc == 0 && dl_offload_cancelled()) break; /* no try after a cancel */
+    rc = first ? count_wait(e, data_pfx, at, deadline, wakes)
+               : line_wait(e, &ln, deadline, wakes);
+    first = rc == 2; /* the next try's read starts the watch */
+    if (rc < 0) break;
+    if (rc != 1 && dl_offload_cancelled()) { /* no try after a cancel */
+      rc = 0;
+      break;
+    }
   }
   /* Our place goes (at its own revision only), whatever the result: the
    * next in line looks. */

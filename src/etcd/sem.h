@@ -69,8 +69,9 @@ typedef int (*dl_etcd_try_fn)(dl_etcd *e, void *ctx, int64_t *at);
 /* Tries, and with `wait` waits until `deadline` for the next try: in a
  * line of waiters (line_key, on the session's lease, ordered by create
  * revision), each watching the place before its own until it goes, the
- * first watching the keys under data_pfx for any change after the try's
- * revision: a change wakes one waiter, not a herd. 1 taken, 0 not by the
+ * first watching the keys under data_pfx for any change after the
+ * revision of a try made once it is first (a watch etcd has synced at
+ * once): a change wakes one waiter, not a herd. 1 taken, 0 not by the
  * deadline (or cancelled), or a negative code; the place in the line
  * goes, whatever the result. *waited: it waited. */
 int dl_etcd_sem_wait(dl_etcd *e, const char *line_key, const char *data_pfx,
