@@ -54,7 +54,11 @@ struct etcd_aqueue {
   int rides;                  /* a poll's transient errors ridden out */
   char dest[ETCD_Q_DEST_MAX]; /* a reliable take's: where it puts the value */
   bool giving; /* the moves are the give-back's, not the delayed ones' */
-  int64_t lease, sent; /* the consumer lease granted, when asked */
+  int64_t lease, sent; /* the consumer lease granted (its ID chosen before
+                          the grant), when asked */
+  int64_t revoking;    /* the lease Q_REVOKE revokes */
+  char *again; /* Q_TAKE's or Q_BACK's txn, sent again at the client's
+                 close */
   int result;          /* the reliable take's, as its lease is revoked */
   bool cancelled;
   qstep step;
@@ -69,6 +73,11 @@ static int txn_send(dl_async *op, qstep step, etcd_json *j) {
   op->aq->step = step;
   op->later = on_call;
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
+  if (step == Q_TAKE || step == Q_BACK) { /* they move a value */
+    free(op->aq->again);
+    if ((op->aq->again = j->p ? dl_strdup(j->p) : NULL) == NULL)
+      j->oom = true;
+  }
   int rc = j->oom ? dl_etcd_op_later(op, dl_seterr(op->e->err, DLOCK_ENOMEM,
                                                    "out of memory"))
                   : dl_etcd_op_call(op, "/v3/kv/txn", j->p, on_call);
@@ -81,6 +90,7 @@ static void revoke_next(dl_async *op, int64_t lease) {
   char body[64];
   dl_etcd_lease_body(lease, body, sizeof body);
   op->aq->step = Q_REVOKE;
+  op->aq->revoking = lease;
   op->later = on_call;
   dl_etcd_op_next(op, "/v3/lease/revoke", body, on_call, 0);
 }
@@ -449,7 +459,8 @@ static int reliable_start(dl_async *op) {
   a->step = Q_GRANT;
   a->sent = dl_now_ms();
   op->later = on_call;
-  dl_etcd_grant_body(dl_etcd_ttl_s(a->q->lease_ms), body, sizeof body);
+  a->lease =
+      dl_etcd_grant_id_body(dl_etcd_ttl_s(a->q->lease_ms), body, sizeof body);
   return dl_etcd_op_call(op, "/v3/lease/grant", body, on_call);
 }
 
@@ -505,8 +516,50 @@ void dl_etcd_queue_cancel(dl_async *op) {
     dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms());
 }
 
+/* The client closing with a take or a give-back in flight (its call
+ * aborted): the same txn again, blocking: 1 it succeeded, 0 it failed
+ * (a compare), or a negative code. Either is compared so that it does
+ * its work once: the take on the value's mod revision, the give-back on
+ * its new key being absent. */
+static int again(dl_async *op) {
+  etcd_aqueue *a = op->aq;
+  dl_etcd *e = op->e;
+  json_object *r;
+  int rc = dl_etcd_call(e, "/v3/kv/txn", a->again,
+                        dl_now_ms() + e->command_timeout_ms, &r, NULL);
+  if (rc != 0) return rc;
+  rc = dl_etcd_txn_succeeded(r);
+  /* A give-back's key is this process's own (a UnixNano above any it
+   * used): found taken, it is the aborted txn's put, unless a foreign key
+   * failed the txn. */
+  if (rc == 0 && a->step == Q_BACK) rc = dl_etcd_q_check_clean(e, a->s, r);
+  json_object_put(r);
+  return rc;
+}
+
+int dl_etcd_queue_close(dl_async *op) {
+  etcd_aqueue *a = op->aq;
+  dl_etcd *e = op->e;
+  int64_t l = a->step == Q_REVOKE                        ? a->revoking
+              : a->step == Q_GRANT || a->step == Q_CONS ? a->lease
+                                                         : 0;
+  if (l) dl_etcd_revoke(e, l, dl_now_ms() + e->command_timeout_ms);
+  if ((a->step != Q_TAKE && a->step != Q_BACK) || a->c.v == NULL ||
+      a->again == NULL)
+    return 0;
+  int rc = again(op);
+  /* A take: the value is the poll's now, else the aborted take's (a
+   * reliable take's: at the consumer's key, back to the queue when its
+   * lease goes) or another consumer's. A give-back not known to be done:
+   * the poll's rather than lost. */
+  if (a->step == Q_TAKE ? rc != 1 : rc >= 0) return 0;
+  poll_got(op);
+  return 1;
+}
+
 void dl_etcd_aqueue_free(etcd_aqueue *a) {
   if (a == NULL) return;
+  free(a->again);
   free(a->c.v);
   free(a->due.all);
   json_object_put(a->due.r);

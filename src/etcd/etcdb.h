@@ -409,6 +409,11 @@ int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
                   int64_t *got_s);
 /* Its request body, and its answer r (put here) as its result. */
 void dl_etcd_grant_body(int64_t ttl_s, char *body, size_t len);
+/* A grant's body naming the lease's ID (a random positive one), so that
+ * it can be revoked when its answer never comes: that ID, or 0 (no random
+ * bytes: the server chooses, as dl_etcd_grant_body's). A clash with a
+ * live lease (odds 2^-63 a pair) fails the grant. */
+int64_t dl_etcd_grant_id_body(int64_t ttl_s, char *body, size_t len);
 int dl_etcd_grant_answer(dl_etcd *e, json_object *r, int64_t *lease,
                          int64_t *got_s);
 /* Revokes a lease (its keys go): 0 or a negative code. */
