@@ -2641,6 +2641,7 @@ static void back_at_close(const th_etcd *s, bool resumes) {
   pthread_t t;
   if (resumes) CHECK_RC(pthread_create(&t, NULL, cont_later, (void *)s), 0);
   int64_t t0 = th_now_ms();
+  dlock_queue_free(q); /* freed with its poll */
   dlock_client_close(c);
   int64_t took = th_now_ms() - t0;
   if (resumes)
@@ -2670,7 +2671,6 @@ static void back_at_close(const th_etcd *s, bool resumes) {
   size_t len = 0;
   while (dlock_queue_poll(qb, 0, &v, &len) == 0)
     dlock_queue_value_free(v);
-  dlock_queue_free(q);
   dlock_queue_free(qb);
   dlock_client_close(cb);
   dlock_loop_free(lp);

@@ -57,8 +57,7 @@ struct etcd_aqueue {
   int64_t lease, sent; /* the consumer lease granted (its ID chosen before
                           the grant), when asked */
   int64_t revoking;    /* the lease Q_REVOKE revokes */
-  char *again; /* Q_TAKE's or Q_BACK's txn, sent again at the client's
-                 close */
+  char *again;         /* Q_BACK's txn, sent again at the client's close */
   int result;          /* the reliable take's, as its lease is revoked */
   bool cancelled;
   qstep step;
@@ -73,10 +72,9 @@ static int txn_send(dl_async *op, qstep step, etcd_json *j) {
   op->aq->step = step;
   op->later = on_call;
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
-  if (step == Q_TAKE || step == Q_BACK) { /* they move a value */
+  if (step == Q_BACK) {
     free(op->aq->again);
-    if ((op->aq->again = j->p ? dl_strdup(j->p) : NULL) == NULL)
-      j->oom = true;
+    if ((op->aq->again = j->p ? dl_strdup(j->p) : NULL) == NULL) j->oom = true;
   }
   int rc = j->oom ? dl_etcd_op_later(op, dl_seterr(op->e->err, DLOCK_ENOMEM,
                                                    "out of memory"))
@@ -516,23 +514,20 @@ void dl_etcd_queue_cancel(dl_async *op) {
     dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms());
 }
 
-/* The client closing with a take or a give-back in flight (its call
- * aborted): the same txn again, blocking: 1 it succeeded, 0 it failed
- * (a compare), or a negative code. Either is compared so that it does
- * its work once: the take on the value's mod revision, the give-back on
- * its new key being absent. */
-static int again(dl_async *op) {
+/* The client closing with a give-back in flight (its call aborted): the
+ * same txn again, blocking: 0 the value is back, or a negative code. It
+ * is compared on its new key being absent, so that the two put it once:
+ * that key is this process's own (a UnixNano above any it used), and
+ * found taken it is the aborted txn's put, unless a foreign key failed
+ * the txn. */
+static int back_again(dl_async *op) {
   etcd_aqueue *a = op->aq;
   dl_etcd *e = op->e;
   json_object *r;
   int rc = dl_etcd_call(e, "/v3/kv/txn", a->again,
                         dl_now_ms() + e->command_timeout_ms, &r, NULL);
   if (rc != 0) return rc;
-  rc = dl_etcd_txn_succeeded(r);
-  /* A give-back's key is this process's own (a UnixNano above any it
-   * used): found taken, it is the aborted txn's put, unless a foreign key
-   * failed the txn. */
-  if (rc == 0 && a->step == Q_BACK) rc = dl_etcd_q_check_clean(e, a->s, r);
+  rc = dl_etcd_txn_succeeded(r) ? 0 : dl_etcd_q_check_clean(e, a->s, r);
   json_object_put(r);
   return rc;
 }
@@ -540,20 +535,14 @@ static int again(dl_async *op) {
 int dl_etcd_queue_close(dl_async *op) {
   etcd_aqueue *a = op->aq;
   dl_etcd *e = op->e;
-  int64_t l = a->step == Q_REVOKE                        ? a->revoking
+  int64_t l = a->step == Q_REVOKE                       ? a->revoking
               : a->step == Q_GRANT || a->step == Q_CONS ? a->lease
-                                                         : 0;
+                                                        : 0;
   if (l) dl_etcd_revoke(e, l, dl_now_ms() + e->command_timeout_ms);
-  if ((a->step != Q_TAKE && a->step != Q_BACK) || a->c.v == NULL ||
-      a->again == NULL)
+  if (a->step != Q_BACK || a->c.v == NULL || a->again == NULL ||
+      back_again(op) == 0)
     return 0;
-  int rc = again(op);
-  /* A take: the value is the poll's now, else the aborted take's (a
-   * reliable take's: at the consumer's key, back to the queue when its
-   * lease goes) or another consumer's. A give-back not known to be done:
-   * the poll's rather than lost. */
-  if (a->step == Q_TAKE ? rc != 1 : rc >= 0) return 0;
-  poll_got(op);
+  poll_got(op); /* not known to be back: the poll's rather than lost */
   return 1;
 }
 

@@ -53,8 +53,8 @@ int64_t dl_etcd_grant_id_body(int64_t ttl_s, char *body, size_t len) {
     dl_etcd_grant_body(ttl_s, body, len);
     return 0;
   }
-  snprintf(body, len, "{\"TTL\":\"%" PRId64 "\",\"ID\":\"%" PRId64 "\"}",
-           ttl_s, (int64_t)id);
+  snprintf(body, len, "{\"TTL\":\"%" PRId64 "\",\"ID\":\"%" PRId64 "\"}", ttl_s,
+           (int64_t)id);
   return (int64_t)id;
 }
 
