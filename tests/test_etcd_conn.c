@@ -2589,21 +2589,25 @@ static void t_etcd_async_reliable_close(void) {
 
 static void *cont_later(void *ud) {
   th_etcd *s = ud;
-  th_sleep_ms(300);
+  th_sleep_ms(150); /* within the close's give-back (400 ms) */
   th_etcd_kill(s, SIGCONT);
   return NULL;
 }
 
-/* A cancelled poll whose take got a value, closed while the value goes
- * back (its txn sent to a server that is paused): resumes, the
- * server resumes during the close, else after it. */
-static void back_at_close(const th_etcd *s, bool resumes) {
+/* How back_at_close's server comes back: during the close, after it, or
+ * after the give-back timed out (no close then). */
+typedef enum back_end { RESUMES, PAUSED, NO_CLOSE } back_end;
+
+/* A cancelled poll whose take got a value, its give-back sent to a server
+ * that is paused, then closed (or not: how). */
+static void back_at_close(const th_etcd *s, back_end how) {
+  bool resumes = how == RESUMES;
   dlock_loop *lp;
   CHECK_RC(dlock_loop_new(NULL, &lp), 0);
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = s->url;
-  o.command_timeout_ms = 500;
+  o.command_timeout_ms = 400;
   dlock_client *c, *cb;
   CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
   CHECK_RC(dlock_client_open(&o, &cb), 0);
@@ -2641,6 +2645,7 @@ static void back_at_close(const th_etcd *s, bool resumes) {
   pthread_t t;
   if (resumes) CHECK_RC(pthread_create(&t, NULL, cont_later, (void *)s), 0);
   int64_t t0 = th_now_ms();
+  if (how == NO_CLOSE) CHECK(run_one(lp, &p.t)); /* the give-back's timeout */
   dlock_queue_free(q); /* freed with its poll */
   dlock_client_close(c);
   int64_t took = th_now_ms() - t0;
@@ -2650,9 +2655,10 @@ static void back_at_close(const th_etcd *s, bool resumes) {
     th_etcd_kill((th_etcd *)s, SIGCONT);
   CHECK_EQ(p.t.d.calls, 1);
   int64_t left = qsize(qb);
-  fprintf(stderr, "    closed in %lld ms (server %s): %s, %lld left\n",
-          (long long)took, resumes ? "resumed meanwhile" : "paused",
-          dlock_err_name(p.t.d.rc), (long long)left);
+  fprintf(stderr, "    %s in %lld ms (server %s): %s, %lld left\n",
+          how == NO_CLOSE ? "ended" : "closed", (long long)took,
+          resumes ? "resumed meanwhile" : "paused", dlock_err_name(p.t.d.rc),
+          (long long)left);
   if (p.t.d.rc == 0) {
     /* Not known to be back: the caller's (the aborted txn may still
      * have put it back: twice rather than lost). */
@@ -2663,6 +2669,7 @@ static void back_at_close(const th_etcd *s, bool resumes) {
     CHECK_RC(p.t.d.rc, DLOCK_ECLOSED);
     CHECK_EQ(left, 1);
   }
+  if (how == NO_CLOSE) CHECK_RC(p.t.d.rc, 0);
   if (resumes) { /* back, and once */
     CHECK_RC(p.t.d.rc, DLOCK_ECLOSED);
     CHECK_EQ(left, 1);
@@ -2680,13 +2687,15 @@ static void back_at_close(const th_etcd *s, bool resumes) {
  * to the queue: the value is never lost. The server resumes during the
  * close: the give-back is sent again and the value is in the queue, once,
  * the poll DLOCK_ECLOSED. It does not (the give-back fails): the value is
- * the poll's (rc 0 and the value), not dropped. */
+ * the poll's (rc 0 and the value), not dropped. So it is when the
+ * give-back fails with no close (its command timeout). */
 static void t_etcd_async_queue_close(void) {
   NEED_ETCD();
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
-  back_at_close(&s, true);
-  back_at_close(&s, false);
+  back_at_close(&s, RESUMES);
+  back_at_close(&s, PAUSED);
+  back_at_close(&s, NO_CLOSE);
   th_etcd_stop(&s);
 }
 
