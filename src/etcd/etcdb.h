@@ -309,8 +309,10 @@ void dl_etcd_acall_abort(etcd_acall *c);
 /* ---- release.c: the operations on it (own *_async entries) ---- */
 /* The backend's own event-loop entries, for dl_blockloop_new. */
 extern const dl_backend_ops dl_etcd_aops;
-/* Ends every operation in flight (done: DLOCK_ECLOSED): the client
- * closing. The loop's thread. */
+/* Ends every operation in flight (done: DLOCK_ECLOSED; a queue poll's
+ * value that cannot go back: done 1, dl_etcd_queue_close): the client
+ * closing. The loop's thread; it may block on a few calls (revokes, a
+ * give-back), each within the command timeout. */
 void dl_etcd_aops_close(dl_etcd *e);
 /* amutex.c's, for dl_blockloop_set_woken: the acquires waiting for
  * another owner of this client look again if a hold went. */
