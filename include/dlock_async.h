@@ -114,7 +114,9 @@ DLOCK_API void dlock_loop_free(dlock_loop *lp);
  * DLOCK_EINVAL; use the *_async ones below. Close it with
  * dlock_client_close on lp's thread, before dlock_loop_free: every
  * operation still pending then completes with DLOCK_ECLOSED (its callback
- * runs within the close). */
+ * runs within the close), but an etcd:// queue poll cancelled after its
+ * take, whose value cannot go back: it completes with the value (rc 0)
+ * rather than drop it (docs/API.md, etcd's event-loop client). */
 DLOCK_API int dlock_client_open_async(const dlock_client_options *opts,
                                       dlock_loop *lp, dlock_client **out);
 
@@ -321,7 +323,9 @@ DLOCK_API int dlock_fence_del_async(dlock_client *c, const char *resource,
  * ack (the value copied; rc 0, DLOCK_ENOTOWNER), poll, poll_reliable and
  * poll_last (rc 0 with *value and *len set before cb runs: free the value
  * with dlock_queue_value_free; DLOCK_EBUSY, DLOCK_ECANCELED; value and len
- * must stay valid until cb), size (rc 0, *n set before cb runs). */
+ * must stay valid until cb; a poll cancelled, or ended by the client's
+ * close, after its value was taken gets rc 0 and the value when it cannot
+ * put it back), size (rc 0, *n set before cb runs). */
 DLOCK_API int dlock_queue_offer_async(dlock_queue *q, const void *value,
                                       size_t len, dlock_done_cb cb, void *ud,
                                       dlock_op **op);

@@ -396,6 +396,8 @@ const char *th_etcd_ctl(const th_etcd *r, const char *args, char *buf,
  * a plain-HTTP server has started (its /metrics, the gateway's calls
  * included), or -1. */
 long long th_etcd_started(const th_etcd *r, const char *method);
+/* How many of them it has answered (every status), or -1. */
+long long th_etcd_handled(const th_etcd *r, const char *method);
 void th_etcd_kill(th_etcd *r, int sig); /* signal; SIGKILL also reaps */
 void th_etcd_stop(th_etcd *r);          /* kill, reap and remove the dir */
 

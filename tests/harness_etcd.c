@@ -73,20 +73,31 @@ const char *th_etcd_get(const th_etcd *r, const char *path, char *buf,
   return buf;
 }
 
-long long th_etcd_started(const th_etcd *r, const char *method) {
+/* The sum of the counter `metric`'s series for gRPC method `method`. */
+static long long grpc_count(const th_etcd *r, const char *metric,
+                            const char *method) {
   size_t len = 4 << 20;
-  char *buf = malloc(len), pat[128];
+  char *buf = malloc(len), pat[64], m[128];
   if (buf == NULL) return -1;
   th_etcd_get(r, "/metrics", buf, len);
-  snprintf(pat, sizeof pat, "\ngrpc_server_started_total{grpc_method=\"%s\",",
-           method);
+  snprintf(pat, sizeof pat, "\n%s{", metric);
+  snprintf(m, sizeof m, "grpc_method=\"%s\"", method);
   long long n = 0;
   for (const char *p = strstr(buf, pat); p; p = strstr(p + 1, pat)) {
-    const char *sp = strchr(p + 1, ' ');
-    if (sp) n += atoll(sp + 1);
+    const char *end = strchr(p + 1, '}'), *at = strstr(p, m);
+    const char *sp = end ? strchr(end, ' ') : NULL;
+    if (sp && at && at < end) n += atoll(sp + 1);
   }
   free(buf);
   return n;
+}
+
+long long th_etcd_started(const th_etcd *r, const char *method) {
+  return grpc_count(r, "grpc_server_started_total", method);
+}
+
+long long th_etcd_handled(const th_etcd *r, const char *method) {
+  return grpc_count(r, "grpc_server_handled_total", method);
 }
 
 int th_etcd_leader(th_etcd r[3]) {

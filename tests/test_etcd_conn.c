@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <linux/tcp.h> /* tcp_info with tcpi_data_segs_out */
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -2546,6 +2547,176 @@ static void t_etcd_async_reliable(void) {
   th_etcd_stop(&s);
 }
 
+/* The leases the server s has (etcdctl's "found N leases"), -1 unknown. */
+static int leases(const th_etcd *s) {
+  char buf[4096];
+  const char *f = strstr(th_etcd_ctl(s, "lease list", buf, sizeof buf),
+                         "found ");
+  int n = -1;
+  return f && sscanf(f, "found %d leases", &n) == 1 ? n : -1;
+}
+
+/* Runs lp a round at a time (no wait) until the server s has started
+ * `more` calls of `method` beyond `from` (2 s at most): whether it did.
+ * The loop is not run meanwhile, so their answers wait for the next. */
+static bool run_until_started(dlock_loop *lp, const th_etcd *s,
+                              const char *method, long long from, int more) {
+  for (int64_t end = th_now_ms() + th_soon(2000); th_now_ms() < end;) {
+    dlock_loop_run(lp, 0);
+    if (th_etcd_started(s, method) >= from + more) return true;
+  }
+  return false;
+}
+
+/* An event-loop client closed while a reliable take's consumer lease is
+ * being granted (its grant started on the server, its answer not yet
+ * read): the lease is revoked within the close, as the blocking client's
+ * consumer lease is at its close, not left to its TTL. */
+static void t_etcd_async_reliable_close(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_client *c;
+  CHECK(loop_clients(s.url, &lp, &c, 1));
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new(c, "arc", &q), 0);
+  int64_t n = -1;
+  tdone r;
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_size_async(q, &n, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r)); /* the connection opened */
+  int before = leases(&s);
+  CHECK(before >= 0);
+  qdone p;
+  memset(&p, 0, sizeof p);
+  long long grants = th_etcd_started(&s, "LeaseGrant");
+  CHECK_RC(dlock_queue_poll_reliable_async(q, 10000, &p.v, &p.len, on_tdone,
+                                           &p.t, NULL),
+           0);
+  CHECK(run_until_started(lp, &s, "LeaseGrant", grants, 1));
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  CHECK_EQ(p.t.d.calls, 1);
+  CHECK_RC(p.t.d.rc, DLOCK_ECLOSED);
+  CHECK_EQ(leases(&s), before);
+  CHECK_EQ(keys_under(&s, "__dlock_consumers/arc/"), 0);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
+static void *cont_later(void *ud) {
+  th_etcd *s = ud;
+  th_sleep_ms(150); /* within the close's give-back (400 ms) */
+  th_etcd_kill(s, SIGCONT);
+  return NULL;
+}
+
+/* How back_at_close's server comes back: during the close, after it, or
+ * after the give-back timed out (no close then). */
+typedef enum back_end { RESUMES, PAUSED, NO_CLOSE } back_end;
+
+/* A cancelled poll whose take got a value, its give-back sent to a server
+ * that is paused, then closed (or not: how). */
+static void back_at_close(const th_etcd *s, back_end how) {
+  bool resumes = how == RESUMES;
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s->url;
+  o.command_timeout_ms = 400;
+  dlock_client *c, *cb;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  CHECK_RC(dlock_client_open(&o, &cb), 0);
+  dlock_queue *q, *qb;
+  CHECK_RC(dlock_queue_new(c, "aqc", &q), 0);
+  CHECK_RC(dlock_queue_new(cb, "aqc", &qb), 0);
+  int64_t n = -1;
+  tdone r;
+  memset(&r, 0, sizeof r);
+  CHECK_RC(dlock_queue_size_async(q, &n, on_tdone, &r, NULL), 0);
+  CHECK(run_one(lp, &r));
+  CHECK_EQ(n, 0);
+  CHECK_RC(dlock_queue_offer(qb, "c", 1), 0);
+  qdone p;
+  memset(&p, 0, sizeof p);
+  dlock_op *op;
+  long long txns = th_etcd_started(s, "Txn"), done = th_etcd_handled(s, "Txn");
+  CHECK_RC(dlock_queue_poll_async(q, 10000, &p.v, &p.len, on_tdone, &p.t, &op),
+           0);
+  /* Its look and its take started; the take's answer not yet read. */
+  CHECK(run_until_started(lp, s, "Txn", txns, 2));
+  CHECK_EQ(p.t.d.calls, 0);
+  dlock_op_cancel(op);
+  /* The take answered, and its answer here, before the server pauses. */
+  for (int64_t end = th_now_ms() + th_soon(1000);
+       th_etcd_handled(s, "Txn") < done + 2 && th_now_ms() < end;)
+    ;
+  CHECK(th_etcd_handled(s, "Txn") >= done + 2);
+  struct pollfd pf = {.fd = dlock_loop_fd(lp), .events = POLLIN};
+  CHECK_EQ(poll(&pf, 1, th_soon(1000)), 1);
+  th_etcd_kill((th_etcd *)s, SIGSTOP);
+  /* The answer read: the value goes back, its txn to the paused server. */
+  run_for(lp, 20);
+  CHECK_EQ(p.t.d.calls, 0);
+  pthread_t t;
+  if (resumes) CHECK_RC(pthread_create(&t, NULL, cont_later, (void *)s), 0);
+  int64_t t0 = th_now_ms();
+  if (how == NO_CLOSE) CHECK(run_one(lp, &p.t)); /* the give-back's timeout */
+  dlock_queue_free(q); /* freed with its poll */
+  dlock_client_close(c);
+  int64_t took = th_now_ms() - t0;
+  if (resumes)
+    pthread_join(t, NULL);
+  else
+    th_etcd_kill((th_etcd *)s, SIGCONT);
+  CHECK_EQ(p.t.d.calls, 1);
+  int64_t left = qsize(qb);
+  fprintf(stderr, "    %s in %lld ms (server %s): %s, %lld left\n",
+          how == NO_CLOSE ? "ended" : "closed", (long long)took,
+          resumes ? "resumed meanwhile" : "paused", dlock_err_name(p.t.d.rc),
+          (long long)left);
+  if (p.t.d.rc == 0) {
+    /* Not known to be back: the caller's (the aborted txn may still
+     * have put it back: twice rather than lost). */
+    CHECK(p.len == 1 && memcmp(p.v, "c", 1) == 0);
+    dlock_queue_value_free(p.v);
+    CHECK(left == 0 || left == 1);
+  } else {
+    CHECK_RC(p.t.d.rc, DLOCK_ECLOSED);
+    CHECK_EQ(left, 1);
+  }
+  if (how == NO_CLOSE) CHECK_RC(p.t.d.rc, 0);
+  if (resumes) { /* back, and once */
+    CHECK_RC(p.t.d.rc, DLOCK_ECLOSED);
+    CHECK_EQ(left, 1);
+  }
+  void *v = NULL;
+  size_t len = 0;
+  while (dlock_queue_poll(qb, 0, &v, &len) == 0)
+    dlock_queue_value_free(v);
+  dlock_queue_free(qb);
+  dlock_client_close(cb);
+  dlock_loop_free(lp);
+}
+
+/* An event-loop client closed while a cancelled poll's value goes back
+ * to the queue: the value is never lost. The server resumes during the
+ * close: the give-back is sent again and the value is in the queue, once,
+ * the poll DLOCK_ECLOSED. It does not (the give-back fails): the value is
+ * the poll's (rc 0 and the value), not dropped. So it is when the
+ * give-back fails with no close (its command timeout). */
+static void t_etcd_async_queue_close(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  back_at_close(&s, RESUMES);
+  back_at_close(&s, PAUSED);
+  back_at_close(&s, NO_CLOSE);
+  th_etcd_stop(&s);
+}
+
 /* An event-loop client's scan (list, status) is a range a page on its
  * loop's multi handle: N scans in flight start no thread (each was a
  * thread of its own), each passes the names the blocking client's does,
@@ -3014,7 +3185,8 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_async_sem_wait), T_BARE(t_etcd_async_permits_wait),
         T_BARE(t_etcd_async_permits),
         T_BARE(t_etcd_async_queue), T_BARE(t_etcd_async_delayed),
-        T_BARE(t_etcd_async_reliable),
+        T_BARE(t_etcd_async_reliable), T_BARE(t_etcd_async_reliable_close),
+        T_BARE(t_etcd_async_queue_close),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

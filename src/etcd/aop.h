@@ -232,6 +232,14 @@ int dl_etcd_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
 /* A cancel of a queue's operation: a poll's wait ends as at its deadline
  * (a call in flight is answered first; a value its take got goes back). */
 void dl_etcd_queue_cancel(dl_async *op);
+/* The client closing, op's call aborted: a reliable take's consumer
+ * lease not yet in the client's list (its grant in flight: its ID is
+ * chosen; or granted; or one being revoked) is revoked now, blocking; a
+ * cancelled poll's give-back in flight is sent again, blocking (compared
+ * so that it puts the value once), and when that fails the value is the
+ * poll's: done(ud, 1), op ended, 1 returned. Else 0: op is the caller's
+ * to end (DLOCK_ECLOSED). */
+int dl_etcd_queue_close(dl_async *op);
 /* Frees a queue operation's state (accepts NULL). */
 void dl_etcd_aqueue_free(etcd_aqueue *a);
 

@@ -54,7 +54,10 @@ struct etcd_aqueue {
   int rides;                  /* a poll's transient errors ridden out */
   char dest[ETCD_Q_DEST_MAX]; /* a reliable take's: where it puts the value */
   bool giving; /* the moves are the give-back's, not the delayed ones' */
-  int64_t lease, sent; /* the consumer lease granted, when asked */
+  int64_t lease, sent; /* the consumer lease granted (its ID chosen before
+                          the grant), when asked */
+  int64_t revoking;    /* the lease Q_REVOKE revokes */
+  char *again;         /* Q_BACK's txn, sent again at the client's close */
   int result;          /* the reliable take's, as its lease is revoked */
   bool cancelled;
   qstep step;
@@ -69,6 +72,10 @@ static int txn_send(dl_async *op, qstep step, etcd_json *j) {
   op->aq->step = step;
   op->later = on_call;
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
+  if (step == Q_BACK) {
+    free(op->aq->again);
+    if ((op->aq->again = j->p ? dl_strdup(j->p) : NULL) == NULL) j->oom = true;
+  }
   int rc = j->oom ? dl_etcd_op_later(op, dl_seterr(op->e->err, DLOCK_ENOMEM,
                                                    "out of memory"))
                   : dl_etcd_op_call(op, "/v3/kv/txn", j->p, on_call);
@@ -81,6 +88,7 @@ static void revoke_next(dl_async *op, int64_t lease) {
   char body[64];
   dl_etcd_lease_body(lease, body, sizeof body);
   op->aq->step = Q_REVOKE;
+  op->aq->revoking = lease;
   op->later = on_call;
   dl_etcd_op_next(op, "/v3/lease/revoke", body, on_call, 0);
 }
@@ -449,7 +457,8 @@ static int reliable_start(dl_async *op) {
   a->step = Q_GRANT;
   a->sent = dl_now_ms();
   op->later = on_call;
-  dl_etcd_grant_body(dl_etcd_ttl_s(a->q->lease_ms), body, sizeof body);
+  a->lease =
+      dl_etcd_grant_id_body(dl_etcd_ttl_s(a->q->lease_ms), body, sizeof body);
   return dl_etcd_op_call(op, "/v3/lease/grant", body, on_call);
 }
 
@@ -505,8 +514,41 @@ void dl_etcd_queue_cancel(dl_async *op) {
     dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms());
 }
 
+/* The client closing with a give-back in flight (its call aborted): the
+ * same txn again, blocking: 0 the value is back, or a negative code. It
+ * is compared on its new key being absent, so that the two put it once:
+ * that key is this process's own (a UnixNano above any it used), and
+ * found taken it is the aborted txn's put, unless a foreign key failed
+ * the txn. */
+static int back_again(dl_async *op) {
+  etcd_aqueue *a = op->aq;
+  dl_etcd *e = op->e;
+  json_object *r;
+  int rc = dl_etcd_call(e, "/v3/kv/txn", a->again,
+                        dl_now_ms() + e->command_timeout_ms, &r, NULL);
+  if (rc != 0) return rc;
+  rc = dl_etcd_txn_succeeded(r) ? 0 : dl_etcd_q_check_clean(e, a->s, r);
+  json_object_put(r);
+  return rc;
+}
+
+int dl_etcd_queue_close(dl_async *op) {
+  etcd_aqueue *a = op->aq;
+  dl_etcd *e = op->e;
+  int64_t l = a->step == Q_REVOKE                       ? a->revoking
+              : a->step == Q_GRANT || a->step == Q_CONS ? a->lease
+                                                        : 0;
+  if (l) dl_etcd_revoke(e, l, dl_now_ms() + e->command_timeout_ms);
+  if (a->step != Q_BACK || a->c.v == NULL || a->again == NULL ||
+      back_again(op) == 0)
+    return 0;
+  poll_got(op); /* not known to be back: the poll's rather than lost */
+  return 1;
+}
+
 void dl_etcd_aqueue_free(etcd_aqueue *a) {
   if (a == NULL) return;
+  free(a->again);
   free(a->c.v);
   free(a->due.all);
   json_object_put(a->due.r);

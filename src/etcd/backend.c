@@ -42,6 +42,22 @@ void dl_etcd_grant_body(int64_t ttl_s, char *body, size_t len) {
   snprintf(body, len, "{\"TTL\":\"%" PRId64 "\"}", ttl_s);
 }
 
+int64_t dl_etcd_grant_id_body(int64_t ttl_s, char *body, size_t len) {
+  unsigned char rnd[8];
+  uint64_t id = 0;
+  if (dl_random_bytes(rnd, sizeof rnd) == 0)
+    for (int i = 0; i < 8; i++)
+      id = id << 8 | rnd[i];
+  id &= INT64_MAX; /* as etcd's own: positive */
+  if (id == 0) {   /* no random bytes: the server's choice */
+    dl_etcd_grant_body(ttl_s, body, len);
+    return 0;
+  }
+  snprintf(body, len, "{\"TTL\":\"%" PRId64 "\",\"ID\":\"%" PRId64 "\"}", ttl_s,
+           (int64_t)id);
+  return (int64_t)id;
+}
+
 int dl_etcd_grant_answer(dl_etcd *e, json_object *r, int64_t *lease,
                          int64_t *got_s) {
   *lease = dl_etcd_i64(r, "ID");

@@ -309,8 +309,10 @@ void dl_etcd_acall_abort(etcd_acall *c);
 /* ---- release.c: the operations on it (own *_async entries) ---- */
 /* The backend's own event-loop entries, for dl_blockloop_new. */
 extern const dl_backend_ops dl_etcd_aops;
-/* Ends every operation in flight (done: DLOCK_ECLOSED): the client
- * closing. The loop's thread. */
+/* Ends every operation in flight (done: DLOCK_ECLOSED; a queue poll's
+ * value that cannot go back: done 1, dl_etcd_queue_close): the client
+ * closing. The loop's thread; it may block on a few calls (revokes, a
+ * give-back), each within the command timeout. */
 void dl_etcd_aops_close(dl_etcd *e);
 /* amutex.c's, for dl_blockloop_set_woken: the acquires waiting for
  * another owner of this client look again if a hold went. */
@@ -409,6 +411,11 @@ int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
                   int64_t *got_s);
 /* Its request body, and its answer r (put here) as its result. */
 void dl_etcd_grant_body(int64_t ttl_s, char *body, size_t len);
+/* A grant's body naming the lease's ID (a random positive one), so that
+ * it can be revoked when its answer never comes: that ID, or 0 (no random
+ * bytes: the server chooses, as dl_etcd_grant_body's). A clash with a
+ * live lease (odds 2^-63 a pair) fails the grant. */
+int64_t dl_etcd_grant_id_body(int64_t ttl_s, char *body, size_t len);
 int dl_etcd_grant_answer(dl_etcd *e, json_object *r, int64_t *lease,
                          int64_t *got_s);
 /* Revokes a lease (its keys go): 0 or a negative code. */

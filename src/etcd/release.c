@@ -566,6 +566,10 @@ void dl_etcd_aops_close(dl_etcd *e) {
     dl_etcd_asess_close(op);
     dl_etcd_acall_abort(op->call);
     op->call = NULL;
+    if (op->kind == AOP_QUEUE && dl_etcd_queue_close(op)) {
+      next = e->aops;
+      continue;
+    }
     if (op->h) { /* not known to be deleted: the lease's revoke takes it */
       dl_etcd_orphan(e, op->h->key, op->h->rev,
                      op->h->own_lease ? op->h->lease : 0);
