@@ -3176,6 +3176,51 @@ static void t_etcd_async_failover(void) {
     th_etcd_stop(&m[i]);
 }
 
+/* A waiting semaphore acquire cancelled while its look at the line is
+ * out (another waiter before it) ends at once: the look's answer does
+ * not start its watch (it did, and the cancel waited for the place
+ * before it, a third of the lease or the deadline: 4.8 s here). */
+static void t_etcd_async_sem_cancel_look(void) {
+  NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  CHECK(loop_and_blocking(s.url, &lp, &c, &cb));
+  dlock_semaphore *sa, *sb;
+  CHECK_RC(dlock_semaphore_new(c, "scl", &sa), 0);
+  CHECK_RC(dlock_semaphore_new(cb, "scl", &sb), 0);
+  CHECK_RC(dlock_semaphore_try_set_permits(sb, 0), 1);
+  tdone t[2];
+  memset(t, 0, sizeof t);
+  dlock_op *op[2];
+  long long txns = th_etcd_started(&s, "Txn");
+  CHECK_RC(dlock_semaphore_acquire_async(sa, 1, 5000, on_tdone, &t[0], &op[0]),
+           0);
+  CHECK(run_until_started(lp, &s, "Txn", txns, 2)); /* A's place, its look */
+  run_for(lp, 100);                                 /* A watching */
+  txns = th_etcd_started(&s, "Txn");
+  CHECK_RC(dlock_semaphore_acquire_async(sa, 1, 5000, on_tdone, &t[1], &op[1]),
+           0);
+  CHECK(run_until_started(lp, &s, "Txn", txns, 2)); /* B's place, its look */
+  int64_t t0 = th_now_ms();
+  dlock_op_cancel(op[1]);
+  CHECK(run_one(lp, &t[1]));
+  fprintf(stderr, "    cancelled during its look: %s after %lld ms\n",
+          dlock_err_name(t[1].d.rc), (long long)(t[1].at - t0));
+  CHECK_RC(t[1].d.rc, DLOCK_ECANCELED);
+  CHECK(t[1].at - t0 < th_soon(200));
+  dlock_op_cancel(op[0]);
+  CHECK(run_one(lp, &t[0]));
+  CHECK_RC(t[0].d.rc, DLOCK_ECANCELED);
+  dlock_semaphore_free(sa);
+  dlock_semaphore_free(sb);
+  dlock_client_close(c);
+  dlock_client_close(cb);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
 TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_cycle_quiet),
         T_BARE(t_etcd_transport), T_BARE(t_etcd_watch_grpc),
@@ -3186,7 +3231,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_async_permits),
         T_BARE(t_etcd_async_queue), T_BARE(t_etcd_async_delayed),
         T_BARE(t_etcd_async_reliable), T_BARE(t_etcd_async_reliable_close),
-        T_BARE(t_etcd_async_queue_close),
+        T_BARE(t_etcd_async_queue_close), T_BARE(t_etcd_async_sem_cancel_look),
         T_BARE(t_etcd_async_failover), T_BARE(t_etcd_release_in_flight),
         T_BARE(t_etcd_async_renew), T_BARE(t_etcd_async_burst),
         T_BARE(t_etcd_reads_unanswered),

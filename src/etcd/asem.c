@@ -111,6 +111,10 @@ static void on_watch(void *ud, int rc, json_object *o, int code) {
  * deadline. */
 static void watch_step(dl_async *op, bool pred, int64_t pat) {
   etcd_asem *m = op->sem;
+  if (wait_over(op)) { /* cancelled (or over) while the look was out */
+    dl_as_finish(op, 0);
+    return;
+  }
   char body[ETCD_WATCH_PREFIX_BODY_MAX];
   if (pred)
     dl_etcd_watch_delete_body(m->pred, pat, body, sizeof body);
