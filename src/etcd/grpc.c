@@ -20,6 +20,7 @@
 #include "pbjson.h"
 
 #define GPOOL_MAX 16
+#define GCONN_FDS 4
 
 /* A pooled handle, the multi handle that drives it (and keeps its
  * connection), and the endpoint its HTTP/2 connection goes to (-1:
@@ -38,7 +39,11 @@ struct etcd_gconn {
   CURL *h;
   CURLM *m;
   int ep;
-  curl_socket_t fd; /* the connection's socket, or CURL_SOCKET_BAD */
+  /* The sockets curl opened for it and has not closed, corked: more than
+   * one while a connect tries the address families in turn (happy
+   * eyeballs), the loser closed. */
+  curl_socket_t fds[GCONN_FDS];
+  int nfds;
 };
 
 /* The gateway's paths and their gRPC methods. stream: a bidi stream
@@ -126,7 +131,7 @@ static struct etcd_gconn *gconn_get(dl_etcd *e) {
   if (c) return c;
   if ((c = malloc(sizeof *c)) == NULL) return NULL;
   c->ep = -1;
-  c->fd = CURL_SOCKET_BAD;
+  c->nfds = 0;
   c->h = curl_easy_init();
   c->m = curl_multi_init();
   if (c->h == NULL || c->m == NULL) {
@@ -161,7 +166,7 @@ static int gconn_renew(struct etcd_gconn *c) {
   curl_easy_cleanup(c->h);
   curl_multi_cleanup(c->m);
   c->ep = -1;
-  c->fd = CURL_SOCKET_BAD;
+  c->nfds = 0;
   c->h = curl_easy_init();
   c->m = curl_multi_init();
   if (c->h && c->m) {
@@ -190,20 +195,29 @@ void dl_etcd_cork_flush(curl_socket_t fd) {
 /* curl's new socket for c's connection: corked (flush_cork sends). */
 static int on_sockopt(void *ud, curl_socket_t fd, curlsocktype purpose) {
   struct etcd_gconn *c = ud;
-  if (purpose == CURLSOCKTYPE_IPCXN && dl_etcd_cork(fd) == 0) c->fd = fd;
+  /* One more than it can flush stays uncorked: slower for the server,
+   * never held back. */
+  if (purpose == CURLSOCKTYPE_IPCXN && c->nfds < GCONN_FDS &&
+      dl_etcd_cork(fd) == 0)
+    c->fds[c->nfds++] = fd;
   return CURL_SOCKOPT_OK;
 }
 
 /* curl closes c's socket: no flush of it after. */
 static int on_close(void *ud, curl_socket_t fd) {
   struct etcd_gconn *c = ud;
-  if (c->fd == fd) c->fd = CURL_SOCKET_BAD;
+  for (int i = 0; i < c->nfds; i++)
+    if (c->fds[i] == fd) {
+      c->fds[i] = c->fds[--c->nfds];
+      break;
+    }
   return close(fd);
 }
 
 /* What curl wrote to c's socket, sent now. */
 static void flush_cork(struct etcd_gconn *c) {
-  if (c->fd != CURL_SOCKET_BAD) dl_etcd_cork_flush(c->fd);
+  for (int i = 0; i < c->nfds; i++)
+    dl_etcd_cork_flush(c->fds[i]);
 }
 
 /* curl_easy_perform on c's own multi handle, flushing the corked socket
