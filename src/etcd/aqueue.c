@@ -519,7 +519,9 @@ void dl_etcd_queue_cancel(dl_async *op) {
  * is compared on its new key being absent, so that the two put it once:
  * that key is this process's own (a UnixNano above any it used), and
  * found taken it is the aborted txn's put, unless a foreign key failed
- * the txn. */
+ * the txn. (Found absent it may also be the aborted txn's put, taken by
+ * another consumer meanwhile: then the value is in the queue twice, a
+ * duplicate rather than a loss; docs/API.md says so.) */
 static int back_again(dl_async *op) {
   etcd_aqueue *a = op->aq;
   dl_etcd *e = op->e;
