@@ -169,7 +169,10 @@ int bench_async_process(const cli_global *g, const bench_opts *o,
     cli_err("cannot make an event loop");
     return -1;
   }
-  dlock_client *c = async_client(g, o, lp, 0);
+  /* etcd: the session lease is the locks' 10 s, as run.c's threads, so
+   * that the holds ride on it (else each is a lease of its own: a
+   * keepalive or a grant a cycle). */
+  dlock_client *c = async_client(g, o, lp, o->etcd ? 10000 : 0);
   int n = o->inflight;
   aslot *slots = c ? calloc((size_t)n, sizeof *slots) : NULL;
   int rc = slots ? 0 : -1;
