@@ -3,8 +3,10 @@
 # e.g. main's, over the JSON gateway, and this tree's, over gRPC) beside
 # etcd's own Go client (etcdpeer bench), on one private single-member
 # etcd, in one run, alternating (the order turns each round), ROUNDS
-# rounds, in three scenarios: 1 thread uncontended, 16 threads
-# uncontended, 4 processes contending with 1 ms holds (Go: 4 threads).
+# rounds, in four scenarios: 1 thread uncontended, 16 threads
+# uncontended, dlock's event loop with 64 operations in flight
+# uncontended (Go: its 16 threads again, as there is no event-loop Go
+# client), 4 processes contending with 1 ms holds (Go: 4 threads).
 # Per row: cycles/s (the bench's own figure) and the server's CPU
 # (utime + stime from /proc) over the cycles the command ran
 # (cycles/s x duration: the bench's baselines are in it).
@@ -36,7 +38,7 @@ run() { # WHO SCENARIO
   if [ "$who" = go ]; then
     case $sc in
       u1) row go u1 "$peer" bench "127.0.0.1:$port" uncontended 1 "$secs" ;;
-      u16) row go u16 "$peer" bench "127.0.0.1:$port" uncontended 16 "$secs" ;;
+      u16|a64) row go "$sc" "$peer" bench "127.0.0.1:$port" uncontended 16 "$secs" ;;
       c4) row go c4 "$peer" bench "127.0.0.1:$port" contended 4 "$secs" 1 ;;
     esac
     return
@@ -45,11 +47,12 @@ run() { # WHO SCENARIO
   case $sc in
     u1) row "$who" u1 "$bin" -u "$u" bench -t 1 -d "${secs}s" --json uncontended ;;
     u16) row "$who" u16 "$bin" -u "$u" bench -t 16 -d "${secs}s" --json uncontended ;;
+    a64) row "$who" a64 "$bin" -u "$u" bench --async --inflight 64 -d "${secs}s" --json uncontended ;;
     c4) row "$who" c4 "$bin" -u "$u" bench -p 4 -d "${secs}s" --hold 1ms --json contended ;;
   esac
 }
 for r in $(seq "$rounds"); do
-  for sc in u1 u16 c4; do
+  for sc in u1 u16 a64 c4; do
     case $(( r % 3 )) in
       1) order="go A B" ;; 2) order="A B go" ;; *) order="B go A" ;;
     esac
