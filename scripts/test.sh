@@ -60,7 +60,7 @@ case "$mode" in
     # run after the rest have run.
     tests=()
     for t in test_etcd_interop test_cli test_bench test_zk test_etcd \
-             test_etcd_conn \
+             test_etcd_conn test_etcd_async \
              test_zk_interop test_cluster test_observe test_deadlock \
              test_redlock test_lock; do
       [ -x "build-normal/tests/$t" ] && tests+=("build-normal/tests/$t")
