@@ -8,15 +8,6 @@
 #include "dlock_async.h"
 #include "harness.h"
 
-/* A test skips (passes, saying so) where no etcd server can run. */
-#define NEED_ETCD()                                                            \
-  do {                                                                         \
-    if (!th_etcd_available()) {                                                \
-      fprintf(stderr, "    skipped: no etcd server installed\n");              \
-      return;                                                                  \
-    }                                                                          \
-  } while (0)
-
 /* An event-loop operation's outcome: its rc, and how many times its
  * callback came (et_on_adone, its ud an et_adone). */
 typedef struct et_adone {

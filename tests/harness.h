@@ -347,13 +347,19 @@ typedef struct th_etcd {
 /* True if an etcd server can be started here (etcd on the PATH); a test
  * without one skips, saying so. */
 bool th_etcd_available(void);
-/* In a test: skips it (returns, saying so) where no etcd server can run,
- * else declares and starts the server `s` (th_etcd_start), checked. */
+/* In a test: skips it (returns, saying so) where no etcd server can run
+ * (scripts/install-deps.sh installs one). */
+#define TH_NEED_ETCD()                                                         \
+  do {                                                                         \
+    if (!th_etcd_available()) {                                                \
+      fprintf(stderr, "    skipped: no etcd server installed\n");              \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+/* In a test: TH_NEED_ETCD, then declares and starts the server `s`
+ * (th_etcd_start), checked. */
 #define TH_ETCD_SETUP(s)                                                       \
-  if (!th_etcd_available()) {                                                  \
-    fprintf(stderr, "    skipped: no etcd server installed\n");                \
-    return;                                                                    \
-  }                                                                            \
+  TH_NEED_ETCD();                                                              \
   th_etcd s;                                                                   \
   CHECK_RC(th_etcd_start(&s), 0)
 /* A client of s (lease_ms > 0: its watchdog lease), or NULL with the

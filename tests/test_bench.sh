@@ -77,16 +77,18 @@ if command -v etcd >/dev/null &&
   # its own makes one or more a cycle).
   leases() { curl -s "http://127.0.0.1:$eport/metrics" | awk '/^grpc_server_started_total/ && /Lease(Grant|KeepAlive)"/ {n += $2} END {print n + 0}'; }
   l0=$(leases)
-  aout=$(DLOCK_URL="etcd://127.0.0.1:$eport" "$DLOCK" bench --json --async --inflight 4 -d 500ms uncontended 2>>"$TMP/err")
+  secs=0.5
+  aout=$(DLOCK_URL="etcd://127.0.0.1:$eport" "$DLOCK" bench --json --async --inflight 4 -d "${secs}s" uncontended 2>>"$TMP/err")
   l1=$(leases)
   kill "$etcd_pid" 2>/dev/null; wait "$etcd_pid" 2>/dev/null
   if python3 -c "
 import json,sys
 r=json.loads(sys.argv[1].splitlines()[-1])
-ops=r['ops_per_sec']*0.5; calls=int(sys.argv[3])-int(sys.argv[2])
+ops=r['ops_per_sec']*float(sys.argv[4]); calls=int(sys.argv[3])-int(sys.argv[2])
 assert r['errors']==0 and ops>=10, r
-assert calls<=2+ops/5, '%d lease calls for %d cycles' % (calls, ops)
-" "$aout" "$l0" "$l1"; then echo "ok   etcd_async_session"; passed=$((passed+1))
+# At least the session's grant: the counter is read.
+assert 1<=calls<=2+ops/5, '%d lease calls for %d cycles' % (calls, ops)
+" "$aout" "$l0" "$l1" "$secs"; then echo "ok   etcd_async_session"; passed=$((passed+1))
   else echo "FAIL etcd_async_session: $aout leases $l0 -> $l1 $(cat "$TMP/err")"; failed=$((failed+1)); fi
   if python3 -c "
 import json,sys

@@ -12,20 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* A test that needs a server skips (passes, saying so) where none can run:
- * scripts/install-deps.sh installs one. */
-#define NEED_ETCD()                                                            \
-  do {                                                                         \
-    if (!th_etcd_available()) {                                                \
-      fprintf(stderr, "    skipped: no etcd server installed\n");              \
-      return;                                                                  \
-    }                                                                          \
-  } while (0)
-
 /* The server starts, says it is healthy, and is gone (process, dir) once
  * stopped. */
 static void t_etcd_server(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   th_etcd s;
   int64_t t0 = th_now_ms();
   CHECK_RC(th_etcd_start(&s), 0);
@@ -404,7 +394,7 @@ static void t_etcd_long_wait(void) {
  * reported), the waiter keeps waiting, and gets the lock at the release;
  * the tokens still grow. The member restarted rejoins. */
 static void t_etcd_cluster_member_killed(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   th_etcd m[3];
   char url[256];
   CHECK_RC(th_etcd_cluster_start(m, url, sizeof url), 0);

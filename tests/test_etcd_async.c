@@ -226,15 +226,15 @@ static void async_acquire(const th_etcd *s, const char *url) {
  * deadline and is cancelled, each leaving no key of its own behind; over
  * gRPC and over the gateway. */
 static void t_etcd_async_acquire(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   both_transports(async_acquire);
 }
 
 /* As et_run_sampled, until the server has started n Watch calls since it
  * had `base` (at most th_soon(2000): waits that reach their watch late,
  * as under valgrind), then 50 ms more. */
-static int run_until_watches(dlock_loop *lp, const th_etcd *s,
-                             long long base, int n) {
+static int run_until_watches(dlock_loop *lp, const th_etcd *s, long long base,
+                             int n) {
   int most = et_tasks();
   for (int64_t end = th_now_ms() + th_soon(2000);
        th_now_ms() < end && th_etcd_started(s, "Watch") - base < n;) {
@@ -251,7 +251,7 @@ static int run_until_watches(dlock_loop *lp, const th_etcd *s,
  * served one by one in their order of arrival, each within 100 ms of its
  * predecessor's release. */
 static void t_etcd_async_fair(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   enum { N = 4 };
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
@@ -282,9 +282,8 @@ static void t_etcd_async_fair(void) {
   tdone t[N];
   memset(t, 0, sizeof t);
   for (int i = 0; i < N; i++) {
-    CHECK_RC(dlock_lock_acquire_async(w[i], 10000, 10000, on_tdone, &t[i],
-                                      NULL),
-             0);
+    CHECK_RC(
+        dlock_lock_acquire_async(w[i], 10000, 10000, on_tdone, &t[i], NULL), 0);
     int64_t end = th_now_ms() + th_soon(3000);
     while (et_keys_under(&s, "fq/") < i + 2 && th_now_ms() < end)
       dlock_loop_run(lp, 5);
@@ -332,9 +331,7 @@ static void t_etcd_async_fair(void) {
  * ends it at once, and the client's close with one waiting ends it
  * DLOCK_ECLOSED. */
 static void t_etcd_async_owners(void) {
-  NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
+  TH_ETCD_SETUP(s);
   dlock_loop *lp;
   dlock_client *c;
   CHECK(loop_clients(s.url, &lp, &c, 1));
@@ -553,7 +550,7 @@ static void async_latch(const th_etcd *s, const char *url) {
  * blocking client; a cancelled await ends at once, and one in flight at
  * the client's close with DLOCK_ECLOSED; over gRPC and over the gateway. */
 static void t_etcd_async_latch(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   both_transports(async_latch);
 }
 
@@ -702,7 +699,7 @@ static void async_sem(const th_etcd *s, const char *url) {
  * too), gives what the blocking client's gives on a name of the same
  * history, errors included; over gRPC and over the gateway. */
 static void t_etcd_async_sem(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   both_transports(async_sem);
 }
 
@@ -947,7 +944,7 @@ static void async_queue(const th_etcd *s, const char *url) {
  * in flight at the client's close ends DLOCK_ECLOSED; over gRPC and over
  * the gateway. */
 static void t_etcd_async_queue(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   both_transports(async_queue);
 }
 
@@ -956,9 +953,7 @@ static void t_etcd_async_queue(void) {
  * starts no thread and gets it at its due time (within 100 ms); the
  * delayed size as the blocking client's. */
 static void t_etcd_async_delayed(void) {
-  NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
+  TH_ETCD_SETUP(s);
   dlock_loop *lp;
   dlock_client *c, *cb;
   dlock_queue *q, *qb;
@@ -1160,12 +1155,12 @@ static void async_permits_wait(const th_etcd *s, const char *url) {
  * DLOCK_ECLOSED, leaving no place in the line; over gRPC and over the
  * gateway. */
 static void t_etcd_async_sem_wait(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   both_transports(async_sem_wait);
 }
 
 static void t_etcd_async_permits_wait(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   both_transports(async_permits_wait);
 }
 
@@ -1237,9 +1232,7 @@ static bool permits_both(dlock_loop *lp, dlock_permits *a, dlock_permits *b,
  * a force release give what the blocking client's give on a name of the
  * same history, errors included, and start no thread. */
 static void t_etcd_async_permits(void) {
-  NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
+  TH_ETCD_SETUP(s);
   dlock_loop *lp;
   dlock_client *c, *cb;
   CHECK(loop_and_blocking(s.url, &lp, &c, &cb));
@@ -1292,7 +1285,7 @@ static void t_etcd_async_permits(void) {
  * a writer's owner is given the read side at once, then refused the write
  * side. */
 static void t_etcd_async_rw(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   enum { N = 8 };
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
@@ -1373,8 +1366,8 @@ static void t_etcd_async_rw(void) {
   /* The writer's owner takes the read side at once (the downgrade), and
    * holding it is refused the write side: on the loop too. */
   memset(&wt, 0, sizeof wt);
-  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_read(rw2), 0, 0, on_tdone,
-                                    &wt, NULL),
+  CHECK_RC(dlock_lock_acquire_async(dlock_rwlock_read(rw2), 0, 0, on_tdone, &wt,
+                                    NULL),
            0);
   CHECK_EQ(et_tasks(), before);
   CHECK(run_one(lp, &wt));
@@ -1390,8 +1383,7 @@ static void t_etcd_async_rw(void) {
   CHECK(run_one(lp, &wt));
   CHECK_RC(wt.d.rc, DLOCK_EDEADLK);
   memset(&r, 0, sizeof r);
-  CHECK_RC(dlock_lock_release_async(dlock_rwlock_read(rw2), on_tdone, &r,
-                                    NULL),
+  CHECK_RC(dlock_lock_release_async(dlock_rwlock_read(rw2), on_tdone, &r, NULL),
            0);
   CHECK(run_one(lp, &r));
   CHECK_RC(r.d.rc, 1);
@@ -1410,7 +1402,7 @@ static void t_etcd_async_rw(void) {
  * (each was a thread of its own), and end as the blocking ones do; the
  * client's close ends those still in flight, each told once. */
 static void t_etcd_async_nothread(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   enum { N = 16 };
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
@@ -1519,9 +1511,7 @@ static void on_scan_end(int rc, uint64_t token, const char *errmsg, void *ud) {
  * and did not acknowledge before its lease ended goes back to the head,
  * and the next reliable take gets it; a cancelled one ends at once. */
 static void t_etcd_async_reliable(void) {
-  NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
+  TH_ETCD_SETUP(s);
   dlock_loop *lp;
   dlock_client *c, *cb;
   dlock_queue *q, *qb;
@@ -1600,8 +1590,8 @@ static void t_etcd_async_reliable(void) {
 /* The leases the server s has (etcdctl's "found N leases"), -1 unknown. */
 static int leases(const th_etcd *s) {
   char buf[4096];
-  const char *f = strstr(th_etcd_ctl(s, "lease list", buf, sizeof buf),
-                         "found ");
+  const char *f =
+      strstr(th_etcd_ctl(s, "lease list", buf, sizeof buf), "found ");
   int n = -1;
   return f && sscanf(f, "found %d leases", &n) == 1 ? n : -1;
 }
@@ -1623,9 +1613,7 @@ static bool run_until_started(dlock_loop *lp, const th_etcd *s,
  * read): the lease is revoked within the close, as the blocking client's
  * consumer lease is at its close, not left to its TTL. */
 static void t_etcd_async_reliable_close(void) {
-  NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
+  TH_ETCD_SETUP(s);
   dlock_loop *lp;
   dlock_client *c;
   CHECK(loop_clients(s.url, &lp, &c, 1));
@@ -1657,7 +1645,8 @@ static void t_etcd_async_reliable_close(void) {
 
 static void *cont_later(void *ud) {
   th_etcd *s = ud;
-  th_sleep_ms(150); /* within the close's give-back (400 ms) */
+  /* within the close's give-back (a command timeout: 400 ms or more) */
+  th_sleep_ms(150);
   th_etcd_kill(s, SIGCONT);
   return NULL;
 }
@@ -1669,51 +1658,49 @@ typedef enum back_end { RESUMES, PAUSED, NO_CLOSE } back_end;
 /* One try at back_at_close's window: q's poll of the one value in the
  * queue, cancelled while its take's answer waits unread, the server then
  * paused and the answer read, the value's give-back sent to the paused
- * server. Whether it was caught; if not (the answer was read before the
- * cancel, or the cancel ended the poll before its take), the poll ended
- * and the queue has its one value again, for the next try. *got: 1
- * caught, 0 not, -1 a check failed. */
+ * server. The window is found from outside (the server's counts), so the
+ * loop may read the take's answer before the cancel: then the poll has
+ * the value (checked), it goes back to the queue for another try, and
+ * *got is 0. 1: caught; -1: a check failed (the server not left paused). */
 static void take_caught(dlock_loop *lp, const th_etcd *s, dlock_queue *q,
                         dlock_queue *qb, qdone *p, int *got) {
   *got = -1;
   memset(p, 0, sizeof *p);
   dlock_op *op;
   long long txns = th_etcd_started(s, "Txn"), done = th_etcd_handled(s, "Txn");
-  CHECK_RC(dlock_queue_poll_async(q, 10000, &p->v, &p->len, on_tdone, &p->t,
-                                  &op),
-           0);
+  CHECK_RC(
+      dlock_queue_poll_async(q, 10000, &p->v, &p->len, on_tdone, &p->t, &op),
+      0);
   /* Its look and its take started; the take's answer not yet read. */
-  bool caught = run_until_started(lp, s, "Txn", txns, 2) && p->t.d.calls == 0;
-  if (caught) {
-    dlock_op_cancel(op);
-    /* The take answered, and its answer here, before the server pauses. */
-    for (int64_t end = th_now_ms() + th_soon(1000);
-         th_etcd_handled(s, "Txn") < done + 2 && th_now_ms() < end;)
-      ;
-    CHECK(th_etcd_handled(s, "Txn") >= done + 2);
-    struct pollfd pf = {.fd = dlock_loop_fd(lp), .events = POLLIN};
-    CHECK_EQ(poll(&pf, 1, th_soon(1000)), 1);
-    th_etcd_kill((th_etcd *)s, SIGSTOP);
-    /* The answer read: the value goes back, its txn to the paused server. */
-    run_for(lp, 20);
-    caught = p->t.d.calls == 0;
-    if (!caught) th_etcd_kill((th_etcd *)s, SIGCONT);
-  }
-  if (caught) {
-    *got = 1;
+  CHECK(run_until_started(lp, s, "Txn", txns, 2));
+  if (p->t.d.calls != 0) { /* read before the cancel: a plain poll's */
+    fprintf(stderr, "    the take's answer was read before the cancel\n");
+    CHECK_RC(p->t.d.rc, 0);
+    CHECK(p->len == 1 && memcmp(p->v, "c", 1) == 0);
+    dlock_queue_value_free(p->v);
+    CHECK_EQ(qsize(qb), 0);
+    CHECK_RC(dlock_queue_offer(qb, "c", 1), 0);
+    *got = 0;
     return;
   }
-  fprintf(stderr, "    the take's answer was read before the cancel: again\n");
-  if (p->t.d.calls == 0) dlock_op_cancel(op);
-  CHECK(run_one(lp, &p->t));
-  if (p->t.d.rc == 0) dlock_queue_value_free(p->v);
-  void *v = NULL;
-  size_t len = 0;
-  while (qsize(qb) > 1 && dlock_queue_poll(qb, 0, &v, &len) == 0)
-    dlock_queue_value_free(v);
-  if (qsize(qb) == 0) CHECK_RC(dlock_queue_offer(qb, "c", 1), 0);
-  CHECK_EQ(qsize(qb), 1);
-  *got = 0;
+  dlock_op_cancel(op);
+  /* The take answered, and its answer here, before the server pauses. */
+  for (int64_t end = th_now_ms() + th_soon(1000);
+       th_etcd_handled(s, "Txn") < done + 2 && th_now_ms() < end;)
+    ;
+  CHECK(th_etcd_handled(s, "Txn") >= done + 2);
+  struct pollfd pf = {.fd = dlock_loop_fd(lp), .events = POLLIN};
+  CHECK_EQ(poll(&pf, 1, th_soon(1000)), 1);
+  th_etcd_kill((th_etcd *)s, SIGSTOP);
+  /* The answer read: the value goes back, its txn to the paused server. */
+  run_for(lp, 20);
+  if (p->t.d.calls != 0) {
+    th_etcd_kill((th_etcd *)s, SIGCONT);
+    fprintf(stderr, "    the cancelled poll ended (%s) before its give-back\n",
+            dlock_err_name(p->t.d.rc));
+    CHECK_EQ(p->t.d.calls, 0);
+  }
+  *got = 1;
 }
 
 /* A cancelled poll whose take got a value, its give-back sent to a server
@@ -1725,7 +1712,9 @@ static void back_at_close(const th_etcd *s, back_end how) {
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = s->url;
-  o.command_timeout_ms = 400;
+  /* The take's own deadline too: valgrind's and the sanitizers' slowdown
+   * between its send and the pause must not time it out. */
+  o.command_timeout_ms = (int)th_soon(400) * th_slowdown();
   dlock_client *c, *cb;
   CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
   CHECK_RC(dlock_client_open(&o, &cb), 0);
@@ -1739,9 +1728,6 @@ static void back_at_close(const th_etcd *s, back_end how) {
   CHECK(run_one(lp, &r));
   CHECK_EQ(n, 0);
   CHECK_RC(dlock_queue_offer(qb, "c", 1), 0);
-  /* The window (the take answered, its answer not yet read, the poll
-   * cancelled) is caught from outside, by the server's counts: a try
-   * that missed it (the answer read first) is made again, a few times. */
   qdone p;
   int caught = 0;
   for (int tries = 0; tries < 5 && caught == 0; tries++)
@@ -1795,9 +1781,7 @@ static void back_at_close(const th_etcd *s, back_end how) {
  * the poll's (rc 0 and the value), not dropped. So it is when the
  * give-back fails with no close (its command timeout). */
 static void t_etcd_async_queue_close(void) {
-  NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
+  TH_ETCD_SETUP(s);
   back_at_close(&s, RESUMES);
   back_at_close(&s, PAUSED);
   back_at_close(&s, NO_CLOSE);
@@ -1810,7 +1794,7 @@ static void t_etcd_async_queue_close(void) {
  * on the loop's thread, and stops when its callback says so; the
  * client's close ends those still in flight, each told once. */
 static void t_etcd_async_scan(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   enum { N = 16, M = 4 };
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
@@ -1926,7 +1910,7 @@ static bool run_tdones(dlock_loop *lp, const tdone *f, int n) {
  * higher), a held write after the hold's key is gone refused, a lock's
  * key not a fenced resource. */
 static void t_etcd_async_fence(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   enum { N = 16 };
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
@@ -2071,7 +2055,7 @@ static bool same_state(const dlock_lock_state *a, const dlock_lock_state *b) {
  * and lease), a free one's, a counting semaphore's, a permit-expirable
  * semaphore's and a latch's. */
 static void t_etcd_async_inspect(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   enum { N = 16, M = N + 4 };
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
@@ -2133,9 +2117,7 @@ static void t_etcd_async_inspect(void) {
  * not start its watch (it did, and the cancel waited for the place
  * before it, a third of the lease or the deadline: 4.8 s here). */
 static void t_etcd_async_sem_cancel_look(void) {
-  NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
+  TH_ETCD_SETUP(s);
   dlock_loop *lp;
   dlock_client *c, *cb;
   CHECK(loop_and_blocking(s.url, &lp, &c, &cb));

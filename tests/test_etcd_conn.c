@@ -115,7 +115,7 @@ static void t_cn_auth(th_etcd *s, dlock_client_options *o) {
 }
 
 static void t_etcd_tls(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   th_etcd s;
   int64_t t0 = th_now_ms();
   CHECK_RC(th_etcd_start_with(&s, true, NULL), 0);
@@ -239,9 +239,7 @@ static dlock_client *auth_client(const char *url, const char *user,
  * nothing; a token the server no longer takes (here: the password set
  * again, which drops the user's tokens) is replaced, and the holds stay. */
 static void t_etcd_auth(void) {
-  NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
+  TH_ETCD_SETUP(s);
   char buf[512], url[160];
   th_etcd_ctl(&s, "user add root --new-user-password=sesame", buf, sizeof buf);
   CHECK(strstr(th_etcd_ctl(&s, "auth enable", buf, sizeof buf), "Enabled") !=
@@ -392,9 +390,7 @@ static void count(const th_etcd *s, long long *v) {
  * write) of a lease kept from the last hold, instead of a grant and a
  * revoke (two writes). A short hold starts no watch; a longer one does. */
 static void t_etcd_cycle_cost(void) {
-  NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
+  TH_ETCD_SETUP(s);
   dlock_client_options o;
   dlock_client_options_init(&o);
   o.url = s.url;
@@ -508,9 +504,7 @@ static long long others_switches(void) {
  * thread one by one: a hold's watch is due 10 ms after the acquire, and
  * while holds come the thread looks every 10 ms anyway. */
 static void t_etcd_cycle_quiet(void) {
-  NEED_ETCD();
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
+  TH_ETCD_SETUP(s);
   dlock_client *c = th_etcd_client(&s, 0);
   CHECK(c != NULL);
   dlock_lock *l;
@@ -610,7 +604,7 @@ static void t_etcd_transport(void) {
  * again), a force release is heard through it at once, and the waiter is
  * woken by its predecessor's delete. */
 static void t_etcd_watch_grpc(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   th_etcd s;
   CHECK_RC(th_etcd_start_with(&s, false, "--enable-grpc-gateway=false"), 0);
   dlock_client *c = th_etcd_client(&s, 0), *c2 = th_etcd_client(&s, 0);
@@ -665,7 +659,7 @@ static void t_etcd_watch_grpc(void) {
  * started for the rounds;
  * the session's lease revoked from outside: every hold reported lost. */
 static void t_etcd_async_renew(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   enum { N = 160 }; /* more than etcd takes in one txn (128 reads) */
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
@@ -742,7 +736,7 @@ static void on_burst(int rc, uint64_t token, const char *errmsg, void *ud) {
  * about a third of the runs here) with every key still there. Renewals
  * due go first now: none lost, every key there, one lease period on. */
 static void t_etcd_async_burst(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   if (getenv("DLOCK_UNDER_VALGRIND")) {
     /* The burst's pace against the watchdog is what it tests, and
      * valgrind's slowdown changes it (the renewal path's memory is
@@ -806,7 +800,7 @@ static void t_etcd_async_burst(void) {
  * A key deleted from outside is still lost at once: its watch hears it,
  * and the check reads that key alone. */
 static void t_etcd_reads_unanswered(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   if (getenv("DLOCK_UNDER_VALGRIND")) {
     /* Three leases stretched tenfold (30 s); the same renewal path's
      * memory is checked by t_etcd_async_renew. */
@@ -934,7 +928,7 @@ static bool has_leader(th_etcd m[3]) {
  * deadline. Pings (etcd's Status needs no leader) while the members
  * elect one. */
 static void t_etcd_async_failover(void) {
-  NEED_ETCD();
+  TH_NEED_ETCD();
   enum { N = 8 };
   th_etcd m[3];
   char url[256];

@@ -121,10 +121,12 @@ static void start_cycle(aslot *s) {
   int rc = DLOCK_EBUSY;
   if (s->t0 < a->end_us) {
     if (contended)
-      rc = dlock_lock_acquire_async(s->l, (a->end_us - s->t0) / 1000 + 1, 10000,
+      rc = dlock_lock_acquire_async(s->l, (a->end_us - s->t0) / 1000 + 1,
+                                    BENCH_LEASE_MS,
                                     c_acquired, s, NULL);
     else
-      rc = dlock_lock_acquire_async(s->l, 0, 10000, u_acquired, s, NULL);
+      rc = dlock_lock_acquire_async(s->l, 0, BENCH_LEASE_MS, u_acquired, s,
+                                    NULL);
     if (rc != 0) count_error(a, rc, dlock_client_errmsg(a->c));
   }
   if (rc != 0) a->active--;
@@ -169,10 +171,8 @@ int bench_async_process(const cli_global *g, const bench_opts *o,
     cli_err("cannot make an event loop");
     return -1;
   }
-  /* etcd: the session lease is the locks' 10 s, as run.c's threads, so
-   * that the holds ride on it (else each is a lease of its own: a
-   * keepalive or a grant a cycle). */
-  dlock_client *c = async_client(g, o, lp, o->etcd ? 10000 : 0);
+  /* etcd: the session lease is the locks' (BENCH_LEASE_MS). */
+  dlock_client *c = async_client(g, o, lp, o->etcd ? BENCH_LEASE_MS : 0);
   int n = o->inflight;
   aslot *slots = c ? calloc((size_t)n, sizeof *slots) : NULL;
   int rc = slots ? 0 : -1;

@@ -11,6 +11,13 @@
 
 struct redisContext; /* hiredis: the baselines' plain connection */
 
+/* The lease of the scenarios' locks (workers.c, async.c). On etcd it is
+ * the client's session lease too (run.c, async.c), as etcdpeer's Go
+ * session (WithTTL(10)): the holds ride on it, where a lease that differs
+ * from the session's would be a lease of each hold's own (a keepalive or
+ * a grant a cycle). */
+#define BENCH_LEASE_MS 10000
+
 /* The command line, as bench.c parsed it. */
 typedef struct bench_opts {
   const char *scenario;

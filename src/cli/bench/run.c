@@ -21,10 +21,8 @@ static int run_threads(const cli_global *g, const bench_opts *o,
                        int64_t start_us, int64_t end_us, bench_result *out) {
   if (o->async)
     return bench_async_process(g, o, lock_name, start_us, end_us, out);
-  /* etcd: the client's session lease is the locks' 10 s (workers.c), as
-   * etcdpeer's Go session (WithTTL(10), kept alive): the holds ride on it,
-   * no lease granted per hold. */
-  dlock_client *c = bench_client(g, o, o->etcd ? 10000 : 0);
+  /* etcd: the session lease is the locks' (BENCH_LEASE_MS). */
+  dlock_client *c = bench_client(g, o, o->etcd ? BENCH_LEASE_MS : 0);
   if (c == NULL) return -1;
   bench_worker *ws = calloc((size_t)o->threads, sizeof *ws);
   pthread_t *th = calloc((size_t)o->threads, sizeof *th);

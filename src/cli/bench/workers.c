@@ -43,7 +43,7 @@ void *bench_uncontended_worker(void *p) {
   sleep_until_us(w->start_us);
   while (dl_now_us() < w->end_us) {
     int64_t t0 = dl_now_us();
-    int rc = dlock_lock_try_acquire(l, 0, 10000, NULL);
+    int rc = dlock_lock_try_acquire(l, 0, BENCH_LEASE_MS, NULL);
     if (rc == 0 && (rc = dlock_lock_release(l)) == 1) rc = 0;
     if (rc != 0) {
       if (w->res.errors++ == 0)
@@ -83,8 +83,8 @@ void *bench_contended_worker(void *p) {
     if (t0 >= w->end_us) break;
     int64_t wait = (w->end_us - t0) / 1000 + 1;
     int rc = is_sem  ? dlock_semaphore_try_acquire(sem, 1, wait)
-             : is_pm ? dlock_permits_try_acquire(pm, wait, 10000, id)
-                     : dlock_lock_try_acquire(l, wait, 10000, NULL);
+             : is_pm ? dlock_permits_try_acquire(pm, wait, BENCH_LEASE_MS, id)
+                     : dlock_lock_try_acquire(l, wait, BENCH_LEASE_MS, NULL);
     int64_t t1 = dl_now_us();
     if (rc == DLOCK_EBUSY) break; /* the run ended while waiting */
     if (rc != 0) {
