@@ -673,11 +673,14 @@ static void t_etcd_force_heard(void) {
 static void t_etcd_etcdctl_interop(void) {
   TH_ETCD_SETUP(s);
   char cmd[1024], buf[512];
-  /* etcdctl holds for 1.5 s. */
+  /* etcdctl holds until told (the file `go`, 30 s at most): a hold
+   * that ended on its own while a slow client opened (valgrind) would let
+   * dlock in rightly. */
   snprintf(cmd, sizeof cmd,
            "ETCDCTL_API=3 exec etcdctl --endpoints %s lock shared -- "
-           "sh -c 'echo held > %s/held; sleep 1.5' >/dev/null 2>&1",
-           s.endpoint, s.dir);
+           "sh -c 'echo held > %s/held; i=0; while [ ! -e %s/go ] && "
+           "[ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done' >/dev/null 2>&1",
+           s.endpoint, s.dir, s.dir);
   char held[300];
   snprintf(held, sizeof held, "%s/held", s.dir);
   pid_t pid = th__spawn(cmd);
@@ -690,8 +693,13 @@ static void t_etcd_etcdctl_interop(void) {
   dlock_lock *l;
   CHECK_RC(dlock_lock_new(c, "shared", "me", &l), 0);
   CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), DLOCK_EBUSY);
+  /* Told to let go 200 ms into dlock's wait. */
+  snprintf(cmd, sizeof cmd, "sleep 0.2; touch %s/go", s.dir);
+  pid_t let_go = th__spawn(cmd);
+  CHECK(let_go > 0);
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_lock_try_acquire(l, 10000, 0, NULL), 0);
+  waitpid(let_go, NULL, 0);
   int st = 0;
   waitpid(pid, &st, 0);
   fprintf(stderr, "    dlock got it from etcdctl after %lld ms\n",
