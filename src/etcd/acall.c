@@ -70,6 +70,7 @@ struct etcd_acall {
   etcd_acall *sub; /* the authenticate under way for this call */
   etcd_waiting *w; /* a watch's stream (dl_etcd_awatch), else NULL */
   etcd_acall_fn fn;
+  etcd_acall_pb_fn pbfn; /* instead of fn: a call made with a message */
   void *ud;
 };
 
@@ -194,12 +195,24 @@ void dl_etcd_acall_abort(etcd_acall *c) {
   call_free(c);
 }
 
-/* Ends c: fn runs, c is freed. */
+/* Ends c: fn (or pbfn, with the answer's message) runs, c is freed. */
 static void finish(etcd_acall *c, int rc, json_object *o, int code) {
   etcd_acall_fn fn = c->fn;
+  etcd_acall_pb_fn pbfn = c->pbfn;
   void *ud = c->ud;
+  ProtobufCMessage *m = NULL;
+  if (rc == 0) { /* taken; else freed with c */
+    m = c->q.reply;
+    c->q.reply = NULL;
+  }
+  if (pbfn && rc == 0 && m == NULL) /* cannot be, but told */
+    rc = dl_seterr(c->a->e->err, DLOCK_EPROTO, "etcd %s: no answer",
+                   c->q.path);
   call_free(c);
-  fn(ud, rc, o, code);
+  if (pbfn)
+    pbfn(ud, rc, m, code);
+  else
+    fn(ud, rc, o, code);
 }
 
 /* Starts c's try at the endpoint c->i tries on: 0, or a negative code
@@ -245,9 +258,16 @@ static int call_begin(etcd_acall *c) {
   return try_start(c);
 }
 
-static int call_new(dl_etcd *e, const char *path, const char *body,
-                    int64_t deadline, bool auth, etcd_acall_fn fn, void *ud,
-                    etcd_acall **out);
+/* A new call's request: the gateway's JSON, or a message (its answer
+ * to pbfn, not fn). */
+typedef struct acall_req {
+  const char *path, *body;
+  const ProtobufCMessage *msg;
+} acall_req;
+
+static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline,
+                    bool auth, etcd_acall_fn fn, etcd_acall_pb_fn pbfn,
+                    void *ud, etcd_acall **out);
 
 /* The authenticate's end: c's call again with the new token, or the
  * error. */
@@ -301,8 +321,9 @@ static void try_end(etcd_acall *c, CURLcode cc) {
   if (c->auth && !c->reauthed && dl_etcd_token_refused(e, rc, code)) {
     c->reauthed = true;
     char *body = dl_etcd_auth_body(e);
-    int arc = body ? call_new(e, "/v3/auth/authenticate", body, c->deadline,
-                              false, on_auth, c, &c->sub)
+    acall_req ar = {"/v3/auth/authenticate", body, NULL};
+    int arc = body ? call_new(e, &ar, c->deadline, false, on_auth, NULL, c,
+                              &c->sub)
                    : dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
     free(body);
     if (arc == 0) return;
@@ -339,16 +360,18 @@ static etcd_acall *call_alloc(dl_etcd *e, etcd_acall_fn fn, void *ud, int *rc) {
   return c;
 }
 
-static int call_new(dl_etcd *e, const char *path, const char *body,
-                    int64_t deadline, bool auth, etcd_acall_fn fn, void *ud,
-                    etcd_acall **out) {
+static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline,
+                    bool auth, etcd_acall_fn fn, etcd_acall_pb_fn pbfn,
+                    void *ud, etcd_acall **out) {
   int rc;
   etcd_acall *c = call_alloc(e, fn, ud, &rc);
   *out = NULL;
   if (c == NULL) return rc;
+  c->pbfn = pbfn;
   c->deadline = deadline;
   c->auth = auth;
-  rc = dl_etcd_req_init(e, &c->q, path, body);
+  rc = r->msg ? dl_etcd_req_init_pb(e, &c->q, r->path, r->msg)
+              : dl_etcd_req_init(e, &c->q, r->path, r->body);
   if (rc == 0 && (c->h = curl_easy_init()) == NULL)
     rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   if (rc == 0) rc = call_begin(c);
@@ -363,7 +386,15 @@ static int call_new(dl_etcd *e, const char *path, const char *body,
 int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, etcd_acall_fn fn, void *ud,
                   etcd_acall **out) {
-  return call_new(e, path, body, deadline, true, fn, ud, out);
+  acall_req r = {path, body, NULL};
+  return call_new(e, &r, deadline, true, fn, NULL, ud, out);
+}
+
+int dl_etcd_acall_pb(dl_etcd *e, const char *path, const ProtobufCMessage *msg,
+                     int64_t deadline, etcd_acall_pb_fn fn, void *ud,
+                     etcd_acall **out) {
+  acall_req r = {path, NULL, msg};
+  return call_new(e, &r, deadline, true, NULL, fn, ud, out);
 }
 
 /* dl_etcd_awatch's and dl_etcd_awatch_put's. */

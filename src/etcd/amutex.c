@@ -20,6 +20,7 @@
  * (core/blockloop.c); so does an acquire that must first clear a stale
  * hold of its own owner (reported lost, not released). */
 #include "amutex.h"
+#include "pbtxn.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@
 #include <string.h>
 
 static void on_call(void *ud, int rc, json_object *o, int code);
+static void on_txn(void *ud, int rc, ProtobufCMessage *m, int code);
 
 /* Ends op with rc (its claim dropped, if any). */
 static void end(dl_async *op, int rc) {
@@ -36,8 +38,10 @@ static void end(dl_async *op, int rc) {
   dl_etcd_op_end(op, rc);
 }
 
-/* Starts op's next call (step) within one command timeout. */
-void dl_am_call(dl_async *op, astep step, const char *path, const char *body) {
+/* Starts op's next call (step) within one command timeout: body's, or
+ * msg's (a txn). */
+static void am_call(dl_async *op, astep step, const char *path,
+                    const char *body, const ProtobufCMessage *msg) {
   struct etcd_aacq *q = op->acq;
   q->step = step;
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
@@ -45,10 +49,20 @@ void dl_am_call(dl_async *op, astep step, const char *path, const char *body) {
   dl_done_fn done = op->done;
   void *ud = op->ud;
   etcd_hold *h = q->h;
-  if (dl_etcd_op_call(op, path, body, on_call) == 0) return;
+  if ((msg ? dl_etcd_op_call_pb(op, path, msg, on_txn)
+           : dl_etcd_op_call(op, path, body, on_call)) == 0)
+    return;
   /* op freed (out of memory): our key goes with its lease */
   if (h) dl_etcd_hold_drop(e, h);
   done(ud, DLOCK_ENOMEM);
+}
+
+void dl_am_call(dl_async *op, astep step, const char *path, const char *body) {
+  am_call(op, step, path, body, NULL);
+}
+
+void dl_am_txn(dl_async *op, astep step, const ProtobufCMessage *msg) {
+  am_call(op, step, "/v3/kv/txn", NULL, msg);
 }
 
 static void on_job(void *ud, int rc) {
@@ -96,9 +110,9 @@ void dl_am_fail(dl_async *op, int rc) {
   etcd_hold *h = q->h;
   q->rc = rc;
   if (h->rev > 0) {
-    char body[ETCD_DELETE_AT_MAX];
-    dl_etcd_delete_at_body(h->key, h->rev, body, sizeof body);
-    dl_am_call(op, S_DELETE, "/v3/kv/txn", body);
+    etcd_delete_txn t;
+    dl_etcd_delete_txn(&t, h->key, h->rev);
+    dl_am_txn(op, S_DELETE, &t.txn.base);
   } else if (h->key && h->lease && !q->own &&
              (dl_etcd_transient(rc) || rc == DLOCK_EPROTO)) {
     /* a put whose answer we did not get: our key, on our lease */
@@ -119,16 +133,15 @@ void dl_am_put_step(dl_async *op) {
   char pfx[ETCD_KEY_MAX];
   char *value = NULL;
   int rc = dl_etcd_mutex_key(op->e, q->a, q->h, pfx, q->wait_pfx, &value);
-  char *body = rc == 0 ? dl_etcd_put_read_body(q->h, value, q->wait_pfx) : NULL;
-  free(value);
-  if (rc == 0 && body == NULL)
-    rc = dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory");
   if (rc != 0) {
+    free(value);
     dl_am_fail(op, rc);
     return;
   }
-  dl_am_call(op, S_PUT, "/v3/kv/txn", body);
-  free(body);
+  etcd_claim_txn t;
+  dl_etcd_claim_txn(&t, q->h, value, q->wait_pfx);
+  dl_am_txn(op, S_PUT, &t.txn.base);
+  free(value);
 }
 
 /* The session step's end (rc, the lease l valid until u): the claim's
@@ -362,15 +375,9 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
       dl_am_fail(op, rc);
     }
     return;
-  case S_PUT: dl_am_on_put(op, rc, o); return;
-  case S_UNORPHAN:
-    if (o) json_object_put(o);
-    if (rc != 0) { /* h->rev: the failure path deletes it */
-      dl_am_fail(op, rc);
-      return;
-    }
-    q->h->rev = 0;
-    dl_am_put_step(op);
+  case S_PUT:
+  case S_UNORPHAN: /* txns made with a message: on_txn's */
+    json_object_put(o);
     return;
   case S_LOOK: dl_am_on_look(op, rc, o); return;
   case S_KEEP:
@@ -388,17 +395,36 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
   case S_WATCH:
   case S_PAUSE:
   case S_CLAIM: return; /* not a call's */
-  case S_DELETE: {
-    int gone = rc;
-    if (rc == 0 && q->h->rev > 0) gone = dl_etcd_txn_succeeded(o);
+  case S_DELETE: /* a put's key whose answer we did not get (h->rev -1;
+                    the fenced delete's answer: on_txn) */
     json_object_put(o);
-    fail_lease(op, gone);
+    fail_lease(op, rc);
     return;
-  }
   case S_REVOKE:
     json_object_put(o);
     fail_done(op);
     return;
+  }
+}
+
+/* The answer of a txn made with a message (dl_am_txn's steps). */
+static void on_txn(void *ud, int rc, ProtobufCMessage *m, int code) {
+  (void)code;
+  dl_async *op = ud;
+  struct etcd_aacq *q = op->acq;
+  op->call = NULL;
+  if (q->step == S_PUT) {
+    dl_am_on_put(op, rc, m);
+  } else if (q->step == S_UNORPHAN) {
+    if (m) protobuf_c_message_free_unpacked(m, NULL);
+    if (rc != 0) { /* h->rev: the failure path deletes it */
+      dl_am_fail(op, rc);
+      return;
+    }
+    q->h->rev = 0;
+    dl_am_put_step(op);
+  } else { /* S_DELETE: the failure path's delete at our revision */
+    fail_lease(op, rc == 0 ? dl_etcd_delete_answer(m) : rc);
   }
 }
 

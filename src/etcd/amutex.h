@@ -52,6 +52,9 @@ struct etcd_aacq {
 /* Starts op's next call (step) within one command timeout; out of memory,
  * op is told DLOCK_ENOMEM and freed. */
 void dl_am_call(dl_async *op, astep step, const char *path, const char *body);
+/* As dl_am_call, a txn made with a message (S_PUT, S_UNORPHAN, S_DELETE:
+ * pbtxn.h's), its answer a message. */
+void dl_am_txn(dl_async *op, astep step, const ProtobufCMessage *msg);
 /* Ends op with rc after its key (at its revision) and a fixed lease go. */
 void dl_am_fail(dl_async *op, int rc);
 /* The claim txn: our key put, the owner read. */
@@ -73,6 +76,6 @@ void dl_am_wait_error(dl_async *op, int rc);
 void dl_am_keep_done(dl_async *op);
 /* The look's and the claim txn's answers (rc the call's). */
 void dl_am_on_look(dl_async *op, int rc, json_object *o);
-void dl_am_on_put(dl_async *op, int rc, json_object *o);
+void dl_am_on_put(dl_async *op, int rc, ProtobufCMessage *m);
 
 #endif /* DLOCK_ETCD_AMUTEX_H */

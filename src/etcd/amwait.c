@@ -4,6 +4,7 @@
  * third of the lease, each step keeping the lease alive, the deadline and
  * a cancel a dl_timer, transient errors ridden out with a pause. */
 #include "amutex.h"
+#include "pbtxn.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -169,11 +170,11 @@ void dl_am_on_look(dl_async *op, int rc, json_object *o) {
 }
 
 /* The claim txn's answer. */
-void dl_am_on_put(dl_async *op, int rc, json_object *o) {
+void dl_am_on_put(dl_async *op, int rc, ProtobufCMessage *m) {
   struct etcd_aacq *q = op->acq;
   etcd_hold *h = q->h;
   int64_t owner_rev = 0;
-  if (rc == 0) rc = dl_etcd_put_read_answer(op->e, h, o, true, &owner_rev);
+  if (rc == 0) rc = dl_etcd_claim_answer(op->e, h, m, true, &owner_rev);
   /* The key is someone else's: a read-write lock's takes another time (a
    * clash of clocks: a new key at the next put); a mutex's is no key of a
    * mutex. */
@@ -190,9 +191,9 @@ void dl_am_on_put(dl_async *op, int rc, json_object *o) {
     rc = dl_seterr(op->e->err, DLOCK_EPROTO,
                    "etcd: %s of ours comes back at each put", h->key);
   if (rc == 2) { /* ours, left over: deleted at its revision, then put */
-    char body[ETCD_DELETE_AT_MAX];
-    dl_etcd_delete_at_body(h->key, h->rev, body, sizeof body);
-    dl_am_call(op, S_UNORPHAN, "/v3/kv/txn", body);
+    etcd_delete_txn t;
+    dl_etcd_delete_txn(&t, h->key, h->rev);
+    dl_am_txn(op, S_UNORPHAN, &t.txn.base);
     return;
   }
   if (rc != 0) {

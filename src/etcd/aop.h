@@ -64,6 +64,7 @@ struct dl_async {
   int rc;              /* that result */
   char msg[512];       /* its detail */
   etcd_acall_fn later; /* what gets it (NULL: op ends with it) */
+  etcd_acall_pb_fn later_pb; /* dl_etcd_op_call_pb's fn, through later */
   const dl_lock_ref *l;
   etcd_hold *h; /* the release's hold, off the list */
   int64_t deadline;
@@ -124,19 +125,23 @@ int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
  * done `told`, or DLOCK_ENOMEM when told is 0. */
 void dl_etcd_op_next(dl_async *op, const char *path, const char *body,
                      etcd_acall_fn fn, int told);
+/* dl_etcd_op_call and dl_etcd_op_next with the request a message (read,
+ * not kept), its answer a message (dl_etcd_acall_pb). */
+int dl_etcd_op_call_pb(dl_async *op, const char *path,
+                       const ProtobufCMessage *msg, etcd_acall_pb_fn fn);
+void dl_etcd_op_next_pb(dl_async *op, const char *path,
+                        const ProtobufCMessage *msg, etcd_acall_pb_fn fn,
+                        int told);
 
 /* Runs fn(op) at `at` on op->timer (stopped first: armed by a cancel's
  * restart, or an earlier step's): 0, or DLOCK_ENOMEM recorded, op's call
  * in flight (a watch) then aborted: the caller ends op. */
 int dl_etcd_op_timer(dl_async *op, dl_timer_fn fn, int64_t at);
 
-/* The txn deleting key if its create revision is still rev (release.c):
- * its body, at most ETCD_DELETE_AT_MAX bytes. */
-#define ETCD_DELETE_AT_MAX (2 * (4 * ((ETCD_KEY_MAX + 2) / 3) + 1) + 200)
-void dl_etcd_delete_at_body(const char *key, int64_t rev, char *body,
-                            size_t len);
-/* Its answer r (put here): 1 deleted, 0 not. */
-int dl_etcd_delete_at_answer(json_object *r);
+/* The txn deleting key if its create revision is still rev (pbtxn.h's),
+ * on the loop: as dl_etcd_op_call_pb. */
+int dl_etcd_op_delete_at(dl_async *op, const char *key, int64_t rev,
+                         etcd_acall_pb_fn fn);
 /* A try's result *rc of a release's delete, after earlier tries
  * (*retried): true when it is to be sent again in 20 ms (*retried set),
  * else false with the release's result in *rc. */

@@ -11,6 +11,7 @@
  * client's at its revision, sent again every 20 ms while the servers do
  * not answer), its own lease kept idle or revoked. */
 #include "asem.h"
+#include "pbtxn.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,16 +224,8 @@ static void delete_try(void *ud);
 /* The release's delete answered (an own hold's at its revision, sent
  * again while the servers do not answer; else the key whatever its
  * revision): the hold's end, a lease of its own revoked. */
-static void on_deleted(void *ud, int rc, json_object *o, int code) {
-  (void)code;
-  dl_async *op = ud;
+static void deleted(dl_async *op, int rc, bool own) {
   etcd_asem *m = op->sem;
-  bool own = op->h && m->pop != DL_PERMITS_FORCE;
-  op->call = NULL;
-  if (rc == 0)
-    rc = own ? dl_etcd_delete_at_answer(o) : dl_etcd_permit_delete_answer(o);
-  else
-    json_object_put(o);
   if (own && dl_etcd_delete_again(&rc, &m->retried, m->deadline)) {
     int trc = dl_etcd_op_timer(op, delete_try, dl_now_ms() + 20);
     if (trc == 0) return;
@@ -254,11 +247,32 @@ static void on_deleted(void *ud, int rc, json_object *o, int code) {
   next(op, "/v3/lease/revoke", body, on_revoked);
 }
 
+/* An own hold's delete at its revision answered. */
+static void on_deleted_at(void *ud, int rc, ProtobufCMessage *msg, int code) {
+  (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  deleted(op, rc == 0 ? dl_etcd_delete_answer(msg) : rc, true);
+}
+
+/* A force release's delete of the key, whatever its revision, answered. */
+static void on_deleted(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  if (rc == 0)
+    rc = dl_etcd_permit_delete_answer(o);
+  else
+    json_object_put(o);
+  deleted(op, rc, false);
+}
+
 static void delete_try(void *ud) {
   dl_async *op = ud;
-  char body[ETCD_DELETE_AT_MAX];
-  dl_etcd_delete_at_body(op->h->key, op->h->rev, body, sizeof body);
-  next(op, "/v3/kv/txn", body, on_deleted);
+  etcd_delete_txn t;
+  dl_etcd_delete_txn(&t, op->h->key, op->h->rev);
+  op->sem->step = M_TRY;
+  dl_etcd_op_next_pb(op, "/v3/kv/txn", &t.txn.base, on_deleted_at, 0);
 }
 
 void dl_ap_update_read(dl_async *op, int rc, long long max, long long taken) {

@@ -14,11 +14,13 @@
  * permit-expirable semaphore's acquire waits in the same line (its try:
  * apermits.c), and its total's updates are this count's. */
 #include "asem.h"
+#include "pbtxn.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static void on_call(void *ud, int rc, json_object *o, int code);
+static void on_txn(void *ud, int rc, ProtobufCMessage *m, int code);
 static void on_session(dl_async *op, int rc, int64_t lease, int64_t until);
 
 /* op's next call (step), within a command timeout of its own. */
@@ -53,12 +55,12 @@ void dl_as_finish(dl_async *op, int rc) {
     dl_etcd_op_end(op, rc);
     return;
   }
-  char body[ETCD_DELETE_AT_MAX];
-  dl_etcd_delete_at_body(m->line, m->ln.rev, body, sizeof body);
+  etcd_delete_txn t;
+  dl_etcd_delete_txn(&t, m->line, m->ln.rev);
   m->ln.rev = 0;
   m->rc = rc;
   m->step = M_LEAVE;
-  dl_etcd_op_next(op, "/v3/kv/txn", body, on_call, rc);
+  dl_etcd_op_next_pb(op, "/v3/kv/txn", &t.txn.base, on_txn, rc);
 }
 
 static bool wait_over(const dl_async *op) {
@@ -177,13 +179,10 @@ static void on_session(dl_async *op, int rc, int64_t l, int64_t until) {
     return;
   }
   m->ln.lease = l;
-  char *body = dl_etcd_put_read_body(&m->ln, "", m->lpfx);
-  if (body == NULL) {
-    dl_as_finish(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
-    return;
-  }
-  next(op, M_LINE, "/v3/kv/txn", body);
-  free(body);
+  etcd_claim_txn t;
+  dl_etcd_claim_txn(&t, &m->ln, "", m->lpfx);
+  m->step = M_LINE;
+  dl_etcd_op_next_pb(op, "/v3/kv/txn", &t.txn.base, on_txn, 0);
 }
 
 void dl_as_tried(dl_async *op, int rc) {
@@ -261,15 +260,8 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     return;
   case M_PUT: on_put(op, rc, o); return;
   case M_LINE:
-    if (rc == 0)
-      rc = dl_etcd_put_read_answer(op->e, &m->ln, o, false, &mod);
-    else
-      json_object_put(o);
-    if (rc == 1) rc = dl_etcd_sem_not_ours(op->e, m->line);
-    if (rc < 0)
-      dl_as_finish(op, rc);
-    else
-      look_step(op);
+  case M_LEAVE: /* txns made with a message: on_txn's */
+    json_object_put(o);
     return;
   case M_LOOK:
     if (rc == 0)
@@ -292,10 +284,6 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
       m->first = true;
       try_again(op);
     }
-    return;
-  case M_LEAVE:
-    json_object_put(o);
-    dl_etcd_op_end(op, m->rc);
     return;
   case M_SESSION:
   case M_WATCH:
@@ -334,6 +322,27 @@ dl_async *dl_as_new(dl_etcd *e, dl_done_fn done, void *ud) {
   }
   if (op == NULL) dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   return op;
+}
+
+/* The answer of a txn made with a message: our place put in the line
+ * (M_LINE), or gone (M_LEAVE). */
+static void on_txn(void *ud, int rc, ProtobufCMessage *msg, int code) {
+  (void)code;
+  dl_async *op = ud;
+  etcd_asem *m = op->sem;
+  op->call = NULL;
+  if (m->step == M_LEAVE) {
+    if (msg) protobuf_c_message_free_unpacked(msg, NULL);
+    dl_etcd_op_end(op, m->rc);
+    return;
+  }
+  int64_t mod;
+  if (rc == 0) rc = dl_etcd_claim_answer(op->e, &m->ln, msg, false, &mod);
+  if (rc == 1) rc = dl_etcd_sem_not_ours(op->e, m->line);
+  if (rc < 0)
+    dl_as_finish(op, rc);
+  else
+    look_step(op);
 }
 
 int dl_as_begin(dl_async *op, int rc, dl_async **out) {

@@ -7,6 +7,7 @@
 
 #include <curl/curl.h>
 #include <json-c/json.h>
+#include <protobuf-c/protobuf-c.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -171,6 +172,13 @@ size_t dl_etcd_buf_write(char *ptr, size_t size, size_t nmemb, void *ud);
  * when code is non-NULL, else 0). */
 int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
                  int64_t deadline, json_object **out, int *code);
+/* As dl_etcd_call with the request a message of path's method (read, not
+ * kept), for the hot path's calls (no JSON either way over gRPC; the
+ * gateway's JSON converted at the transport, pbjson.c): 0 with the answer
+ * in *out (free it with protobuf_c_message_free_unpacked(*out, NULL)),
+ * or a negative code recorded. */
+int dl_etcd_call_pb(dl_etcd *e, const char *path, const ProtobufCMessage *msg,
+                    int64_t deadline, ProtobufCMessage **out, int *code);
 /* As dl_etcd_call for the streaming calls that answer one message
  * ({"result": ...}): *out is that message's result. */
 int dl_etcd_call1(dl_etcd *e, const char *path, const char *body,
@@ -217,6 +225,10 @@ typedef struct etcd_req {
   const struct etcd_method *m; /* its gRPC method; NULL: the gateway */
   uint8_t *req;                /* the request's bytes (owned) */
   size_t len;
+  /* A call made with a message (dl_etcd_req_init_pb): the answer's type,
+   * and the try's answer as a message (owned until taken), not JSON. */
+  const ProtobufCMessageDescriptor *resp;
+  ProtobufCMessage *reply;
   char url[512];
   etcd_buf body;     /* the try's answer */
   int status;        /* grpc-status, -1 until known */
@@ -238,6 +250,11 @@ typedef enum etcd_try {
  * with dl_etcd_req_free. */
 int dl_etcd_req_init(dl_etcd *e, etcd_req *q, const char *path,
                      const char *body);
+/* As dl_etcd_req_init, the request a message of path's method (read, not
+ * kept): packed as is over gRPC, the gateway's JSON of it otherwise; the
+ * answer comes as a message too (dl_etcd_req_end: q->reply). */
+int dl_etcd_req_init_pb(dl_etcd *e, etcd_req *q, const char *path,
+                        const ProtobufCMessage *msg);
 void dl_etcd_req_free(etcd_req *q);
 /* The headers of q's tries: e's, headed by the token (gRPC's metadata or
  * the gateway's Authorization) when auth and there is one, its
@@ -252,7 +269,8 @@ struct curl_slist *dl_etcd_req_headers(dl_etcd *e, const etcd_req *q, bool auth,
 void dl_etcd_req_setup(dl_etcd *e, etcd_req *q, CURL *h, int idx,
                        struct curl_slist *hd, int64_t left, bool prior);
 /* The end of a try of q at idx on h (curl's result cc): what next, and
- * *rc (DONE: 0 with *out, or a negative code recorded, *code the gRPC
+ * *rc (DONE: 0 with *out, or with q->reply and *out NULL for a request
+ * made with a message; or a negative code recorded, *code the gRPC
  * status; NEXT: the code recorded). may_again: the try went without prior
  * knowledge on a reused connection (AGAIN possible). *h2: the answer came
  * over HTTP/2 (its connection may be reused). */
@@ -291,6 +309,16 @@ void dl_etcd_aloop_free(dl_etcd *e);
 int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, etcd_acall_fn fn, void *ud,
                   etcd_acall **out);
+/* A call's end for dl_etcd_acall_pb: rc 0 with its answer m (the
+ * callee's: free it with protobuf_c_message_free_unpacked(m, NULL)), or
+ * a negative code recorded (m NULL). On the loop's thread. */
+typedef void (*etcd_acall_pb_fn)(void *ud, int rc, ProtobufCMessage *m,
+                                 int code);
+/* dl_etcd_acall with the request a message (dl_etcd_call_pb's), its
+ * answer a message to fn. */
+int dl_etcd_acall_pb(dl_etcd *e, const char *path, const ProtobufCMessage *msg,
+                     int64_t deadline, etcd_acall_pb_fn fn, void *ud,
+                     etcd_acall **out);
 /* A waiter's watch (the body of dl_etcd_watch_delete_body, or with any of
  * dl_etcd_watch_prefix_body) on the loop, a stream with no deadline of its
  * own (the caller aborts it): 0 and *out, then fn(ud, rc, NULL, 0) once,
@@ -324,6 +352,14 @@ const struct etcd_method *dl_etcd_grpc_method(const char *path);
 /* q->req: the JSON body as q->m's framed request message; 0, or a
  * negative code recorded. */
 int dl_etcd_grpc_frame(dl_etcd *e, etcd_req *q, const char *body);
+/* For dl_etcd_req_init_pb: q->resp set to q->m's answer type (m: path's
+ * method), and q->req the message, framed over gRPC (e->grpc), else the
+ * gateway's JSON of it; 0, or a negative code recorded. */
+int dl_etcd_grpc_req_pb(dl_etcd *e, etcd_req *q, const struct etcd_method *m,
+                        const ProtobufCMessage *msg);
+/* The gateway's answer o (put here) to a request made with a message, as
+ * q->reply: 0, or a negative code recorded. */
+int dl_etcd_grpc_reply_of_json(dl_etcd *e, etcd_req *q, json_object *o);
 /* dl_etcd_req_setup and dl_etcd_req_end of a gRPC call. */
 void dl_etcd_grpc_setup(dl_etcd *e, etcd_req *q, CURL *h, int idx,
                         struct curl_slist *hd, int64_t left, bool prior);
@@ -686,13 +722,6 @@ int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
 /* How often a read-write lock's put, its key found someone else's (a
  * clash of clocks), tries again with a new key. */
 #define ETCD_RW_CLASHES 3
-/* Its txn's body (malloc'ed; NULL out of memory), and the txn's answer r
- * (put here) as its result: also 2 (fresh) when our key was there, at
- * create revision h->rev, for the caller to delete and put again. */
-char *dl_etcd_put_read_body(const etcd_hold *h, const char *value,
-                            const char *pfx);
-int dl_etcd_put_read_answer(dl_etcd *e, etcd_hold *h, json_object *r,
-                            bool fresh, int64_t *owner_rev);
 /* The key before ours in the line: the highest create revision below
  * `rev` under pfx. 1 found (its key in pred, the answer's revision in
  * *at), 0 none, or a negative code. */

@@ -1,7 +1,9 @@
 /* grpc.c: the etcd backend's unary calls over etcd's gRPC API: HTTP/2 by
  * libcurl (cleartext with prior knowledge, TLS by ALPN), the messages by
  * protobuf-c, converted from and to the gateway's JSON (pbjson.c) so that
- * the call sites are the same on either transport. A call is one POST of
+ * the call sites are the same on either transport; the hot path's txns
+ * (pbtxn.c) are messages, packed as they are, and converted to and from
+ * JSON for the gateway instead. A call is one POST of
  * one length-prefixed message (content-type application/grpc, te:
  * trailers) on an easy handle from e's pool, each with its own HTTP/2
  * connection, one call at a time on it; the status comes in the trailers
@@ -281,15 +283,9 @@ struct curl_slist *dl_etcd_grpc_headers_locked(dl_etcd *e) {
   return headers_locked(e, true, NULL);
 }
 
-/* The gRPC frame (flag 0, length, message) of the JSON body as m's
- * request (*len bytes, the caller frees it), or NULL (a body that is not
- * m's request, out of memory). */
-static uint8_t *frame_of(const method *m, const char *body, size_t *len) {
-  json_object *o = json_tokener_parse(body);
-  ProtobufCMessage *msg = NULL;
-  int bad = o == NULL || dl_pb_from_json(m->req, o, &msg) != 0;
-  json_object_put(o);
-  if (bad) return NULL;
+/* The gRPC frame (flag 0, length, message) of msg (*len bytes, the
+ * caller frees it), or NULL out of memory. */
+static uint8_t *frame_msg(const ProtobufCMessage *msg, size_t *len) {
   size_t n = protobuf_c_message_get_packed_size(msg);
   uint8_t *p = malloc(n + 5);
   if (p != NULL) {
@@ -301,6 +297,18 @@ static uint8_t *frame_of(const method *m, const char *body, size_t *len) {
     protobuf_c_message_pack(msg, p + 5);
     *len = n + 5;
   }
+  return p;
+}
+
+/* The gRPC frame of the JSON body as m's request (*len bytes, the caller
+ * frees it), or NULL (a body that is not m's request, out of memory). */
+static uint8_t *frame_of(const method *m, const char *body, size_t *len) {
+  json_object *o = json_tokener_parse(body);
+  ProtobufCMessage *msg = NULL;
+  int bad = o == NULL || dl_pb_from_json(m->req, o, &msg) != 0;
+  json_object_put(o);
+  if (bad) return NULL;
+  uint8_t *p = frame_msg(msg, len);
   protobuf_c_message_free_unpacked(msg, NULL);
   return p;
 }
@@ -310,6 +318,41 @@ int dl_etcd_grpc_frame(dl_etcd *e, etcd_req *q, const char *body) {
     return dl_seterr(e->err, DLOCK_EINVAL,
                      "etcd %s: a request that is not etcd's (or out of "
                      "memory)",
+                     q->path);
+  return 0;
+}
+
+int dl_etcd_grpc_req_pb(dl_etcd *e, etcd_req *q, const method *m,
+                        const ProtobufCMessage *msg) {
+  if (m == NULL || msg->descriptor != m->req)
+    return dl_seterr(e->err, DLOCK_EINVAL,
+                     "etcd %s: a request that is not etcd's", q->path);
+  q->resp = m->resp;
+  if (e->grpc) {
+    q->m = m;
+    if ((q->req = frame_msg(msg, &q->len)) == NULL)
+      return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    return 0;
+  }
+  json_object *o = dl_pb_to_json(msg);
+  const char *t = o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)
+                    : NULL;
+  if (t) {
+    q->len = strlen(t);
+    if ((q->req = malloc(q->len + 1)) != NULL) memcpy(q->req, t, q->len + 1);
+  }
+  json_object_put(o);
+  return q->req ? 0 : dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+}
+
+int dl_etcd_grpc_reply_of_json(dl_etcd *e, etcd_req *q, json_object *o) {
+  const method *m = method_of(q->path);
+  json_object *r = o;
+  if (m && m->stream && !json_object_object_get_ex(o, "result", &r)) r = NULL;
+  int bad = m == NULL || r == NULL || dl_pb_from_json(m->resp, r, &q->reply);
+  json_object_put(o);
+  if (bad)
+    return dl_seterr(e->err, DLOCK_EPROTO, "etcd %s: an answer not etcd's",
                      q->path);
   return 0;
 }
@@ -334,16 +377,22 @@ static json_object *message_json(const method *m, const uint8_t *p, size_t n,
   return w;
 }
 
-/* The answer of a call that ended with grpc-status 0: its JSON in *out,
- * or a negative code recorded. */
-static int answer(dl_etcd *e, const method *m, const char *path,
-                  const etcd_req *r, json_object **out) {
+/* The answer of a call that ended with grpc-status 0: its JSON in *out
+ * (r->reply for a request made with a message), or a negative code
+ * recorded. */
+static int answer(dl_etcd *e, const method *m, const char *path, etcd_req *r,
+                  json_object **out) {
   const uint8_t *p = (const uint8_t *)r->body.p;
   size_t got = r->body.n;
   size_t n = got >= 5 ? (size_t)p[1] << 24 | (size_t)p[2] << 16 |
                             (size_t)p[3] << 8 | p[4]
                       : 0;
   bool bad = !(got >= 5 && p[0] == 0 && got == n + 5);
+  if (!bad && r->resp) {
+    r->reply = protobuf_c_message_unpack(r->resp, NULL, n, p + 5);
+    if (r->reply) return 0;
+    bad = true; /* or out of memory: protobuf-c does not tell */
+  }
   json_object *o = bad ? NULL : message_json(m, p + 5, n, &bad);
   if (bad)
     return dl_seterr(e->err, DLOCK_EPROTO,

@@ -200,7 +200,16 @@ int dl_etcd_req_init(dl_etcd *e, etcd_req *q, const char *path,
   return 0;
 }
 
+int dl_etcd_req_init_pb(dl_etcd *e, etcd_req *q, const char *path,
+                        const ProtobufCMessage *msg) {
+  memset(q, 0, sizeof *q);
+  q->path = path;
+  q->status = -1;
+  return dl_etcd_grpc_req_pb(e, q, dl_etcd_grpc_method(path), msg);
+}
+
 void dl_etcd_req_free(etcd_req *q) {
+  if (q->reply) protobuf_c_message_free_unpacked(q->reply, NULL);
   free(q->req);
   free(q->body.p);
   memset(q, 0, sizeof *q);
@@ -259,24 +268,40 @@ etcd_try dl_etcd_req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,
         status == 400 && !e->tls ? "; a TLS port? Its URL is etcds://" : "");
   else if (status != 200 || dl_etcd_get(o, "error"))
     *rc = answer_error(e, o, q->path, status, code);
+  else if (q->resp)
+    return *rc = dl_etcd_grpc_reply_of_json(e, q, o), ETCD_TRY_DONE;
   else
     *out = o;
   if (*rc != 0) json_object_put(o);
   return ETCD_TRY_DONE;
 }
 
-/* One call (dl_etcd_call's), with the token of generation *gen (none
- * when !auth). */
-static int call_once(dl_etcd *e, const char *path, const char *body,
-                     int64_t deadline, json_object **out, int *code, bool auth,
-                     unsigned *gen) {
+/* A call's request: the gateway's JSON, or a message (its answer a
+ * message too: *reply, dl_etcd_call_pb's). */
+typedef struct call_req {
+  const char *path, *body;
+  const ProtobufCMessage *msg;
+  ProtobufCMessage **reply;
+} call_req;
+
+/* One call (dl_etcd_call's, dl_etcd_call_pb's), with the token of
+ * generation *gen (none when !auth). */
+static int call_once(dl_etcd *e, const call_req *cr, int64_t deadline,
+                     json_object **out, int *code, bool auth, unsigned *gen) {
   *out = NULL;
   if (code) *code = 0;
+  const char *path = cr->path;
   etcd_req q;
-  int rc = dl_etcd_req_init(e, &q, path, body);
-  if (rc != 0) return rc;
+  int rc = cr->msg ? dl_etcd_req_init_pb(e, &q, path, cr->msg)
+                   : dl_etcd_req_init(e, &q, path, cr->body);
+  if (rc != 0) {
+    dl_etcd_req_free(&q);
+    return rc;
+  }
   if (q.m) { /* gRPC: grpc.c's handles */
     rc = dl_etcd_grpc_once(e, &q, deadline, out, code, auth, gen);
+    if (cr->reply) *cr->reply = q.reply;
+    q.reply = NULL;
     dl_etcd_req_free(&q);
     return rc;
   }
@@ -304,6 +329,8 @@ static int call_once(dl_etcd *e, const char *path, const char *body,
   }
   dl_etcd_headers_free(e, hd);
   dl_etcd_handle_put(e, h);
+  if (cr->reply) *cr->reply = q.reply;
+  q.reply = NULL;
   dl_etcd_req_free(&q);
   return rc;
 }
@@ -373,8 +400,8 @@ int dl_etcd_authenticate(dl_etcd *e, unsigned gen, int64_t deadline) {
     int code;
     unsigned g;
     json_object *r = NULL;
-    rc = call_once(e, "/v3/auth/authenticate", body, deadline, &r, &code, false,
-                   &g);
+    call_req cr = {"/v3/auth/authenticate", body, NULL, NULL};
+    rc = call_once(e, &cr, deadline, &r, &code, false, &g);
     free(body);
     rc = dl_etcd_auth_take(e, gen, rc, code, r);
   }
@@ -382,16 +409,38 @@ int dl_etcd_authenticate(dl_etcd *e, unsigned gen, int64_t deadline) {
   return rc;
 }
 
-int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
-                 int64_t deadline, json_object **out, int *code) {
+/* dl_etcd_call's and dl_etcd_call_pb's. */
+static int call(dl_etcd *e, const call_req *cr, int64_t deadline,
+                json_object **out, int *code) {
   unsigned gen = 0;
   int c = 0;
-  int rc = call_once(e, path, body, deadline, out, &c, true, &gen);
+  int rc = call_once(e, cr, deadline, out, &c, true, &gen);
   /* A token no longer good: a new one, and the call again, once. */
   if (dl_etcd_token_refused(e, rc, c) &&
       (rc = dl_etcd_authenticate(e, gen, deadline)) == 0)
-    rc = call_once(e, path, body, deadline, out, &c, true, &gen);
+    rc = call_once(e, cr, deadline, out, &c, true, &gen);
   if (code) *code = c;
+  return rc;
+}
+
+int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
+                 int64_t deadline, json_object **out, int *code) {
+  call_req cr = {path, body, NULL, NULL};
+  return call(e, &cr, deadline, out, code);
+}
+
+int dl_etcd_call_pb(dl_etcd *e, const char *path, const ProtobufCMessage *msg,
+                    int64_t deadline, ProtobufCMessage **out, int *code) {
+  *out = NULL;
+  json_object *o;
+  call_req cr = {path, NULL, msg, out};
+  int rc = call(e, &cr, deadline, &o, code);
+  if (rc == 0 && *out == NULL) /* not a message: cannot be, but told */
+    rc = dl_seterr(e->err, DLOCK_EPROTO, "etcd %s: no answer", path);
+  if (rc != 0 && *out) {
+    protobuf_c_message_free_unpacked(*out, NULL);
+    *out = NULL;
+  }
   return rc;
 }
 

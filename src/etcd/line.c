@@ -4,7 +4,7 @@
  * the predecessor of a key, a waiter's look (its own key still there, and
  * the key before it), a key's create revision, a key deleted: the bodies
  * and answers both drivers share, and the blocking calls. */
-#include "etcdb.h"
+#include "pbtxn.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -140,80 +140,15 @@ int64_t dl_etcd_create_rev(dl_etcd *e, const char *key, int64_t deadline) {
   return rc != 0 ? rc : dl_etcd_create_rev_answer(r);
 }
 
-char *dl_etcd_put_read_body(const etcd_hold *h, const char *value,
-                            const char *pfx) {
-  char k64[B64(ETCD_KEY_MAX)], p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
-  dl_etcd_b64(h->key, strlen(h->key), k64);
-  dl_etcd_b64(pfx, strlen(pfx), p64);
-  dl_etcd_prefix_end(pfx, end64);
-  /* The value: any length (an election's proclaimed value, a holder's
-   * description). */
-  size_t vl = strlen(value), put_len = B64(ETCD_KEY_MAX) + B64(vl) + 128;
-  char owner[3 * B64(ETCD_KEY_MAX)], get[B64(ETCD_KEY_MAX) + 64];
-  char *v64 = malloc(B64(vl)), *put = malloc(put_len),
-       *success = malloc(sizeof owner + put_len + 8), *body = NULL;
-  char failure[sizeof owner + sizeof get + 8];
-  if (v64 && put && success) {
-    dl_etcd_b64(value, vl, v64);
-    snprintf(owner, sizeof owner,
-             "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
-             "\"limit\":\"1\",\"sort_order\":\"ASCEND\","
-             "\"sort_target\":\"CREATE\",\"keys_only\":true}}",
-             p64, end64);
-    snprintf(put, put_len,
-             "{\"request_put\":{\"key\":\"%s\",\"value\":\"%s\","
-             "\"lease\":\"%" PRId64 "\"}}",
-             k64, v64, h->lease);
-    snprintf(get, sizeof get, "{\"request_range\":{\"key\":\"%s\"}}", k64);
-    snprintf(success, sizeof owner + put_len + 8, "%s,%s", put, owner);
-    snprintf(failure, sizeof failure, "%s,%s", get, owner);
-    body = txn_body(k64, 0, success, failure);
-  }
-  free(v64);
-  free(put);
-  free(success);
-  return body;
-}
-
-int dl_etcd_put_read_answer(dl_etcd *e, etcd_hold *h, json_object *r,
-                            bool fresh, int64_t *owner_rev) {
-  json_object *s = dl_etcd_get(r, "succeeded");
-  if (s && json_object_get_boolean(s)) {
-    h->rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
-  } else {
-    /* Our key was there already (a release of ours that did not get
-     * through): unless it is on another lease (nothing of ours: not
-     * touched), it is ours; as Go's Mutex takes it, or (fresh) to be
-     * deleted at its revision and made anew. */
-    json_object *mine = dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range"));
-    if (mine && dl_etcd_i64(mine, "lease") != h->lease) {
-      json_object_put(r);
-      h->rev = 0;
-      return 1;
-    }
-    h->rev = dl_etcd_i64(mine, "create_revision");
-    if (fresh && h->rev > 0) {
-      json_object_put(r);
-      return 2;
-    }
-  }
-  json_object *o = dl_etcd_txn_resp(r, 1, "response_range");
-  *owner_rev = dl_etcd_i64(dl_etcd_kv0(o), "create_revision");
-  json_object_put(r);
-  if (h->rev <= 0)
-    return dl_seterr(e->err, DLOCK_EPROTO,
-                     "etcd txn on %s: no create revision in the answer",
-                     h->key);
-  return 0;
-}
-
 int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
                          const char *pfx, bool fresh, int64_t deadline,
                          int64_t *owner_rev) {
   for (int tries = 0;; tries++) {
-    json_object *r;
-    int rc = txn_post(e, dl_etcd_put_read_body(h, value, pfx), deadline, &r);
-    if (rc == 0) rc = dl_etcd_put_read_answer(e, h, r, fresh, owner_rev);
+    etcd_claim_txn t;
+    dl_etcd_claim_txn(&t, h, value, pfx);
+    ProtobufCMessage *r;
+    int rc = dl_etcd_call_pb(e, "/v3/kv/txn", &t.txn.base, deadline, &r, NULL);
+    if (rc == 0) rc = dl_etcd_claim_answer(e, h, r, fresh, owner_rev);
     if (rc != 2) return rc;
     if (tries == ETCD_FRESH_TRIES)
       return dl_seterr(e->err, DLOCK_EPROTO,

@@ -9,6 +9,7 @@
  * (query.c's, sem.h's halves). The event-loop client's other operations
  * are core/blockloop.c's jobs (a thread each). */
 #include "aop.h"
+#include "pbtxn.h"
 #include "sem.h"
 
 #include <inttypes.h>
@@ -18,30 +19,13 @@
 
 #define B64(n) (4 * (((n) + 2) / 3) + 1)
 
-void dl_etcd_delete_at_body(const char *key, int64_t rev, char *body,
-                            size_t len) {
-  char k64[B64(ETCD_KEY_MAX)];
-  dl_etcd_b64(key, strlen(key), k64);
-  snprintf(body, len,
-           "{\"compare\":[{\"target\":\"CREATE\",\"key\":\"%s\","
-           "\"create_revision\":\"%" PRId64 "\"}],\"success\":["
-           "{\"request_delete_range\":{\"key\":\"%s\"}}],\"failure\":[]}",
-           k64, rev, k64);
-}
-
-int dl_etcd_delete_at_answer(json_object *r) {
-  int rc = dl_etcd_txn_succeeded(r);
-  json_object_put(r);
-  return rc;
-}
-
 int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
                       int64_t deadline) {
-  char body[ETCD_DELETE_AT_MAX];
-  dl_etcd_delete_at_body(key, rev, body, sizeof body);
-  json_object *r;
-  int rc = dl_etcd_call(e, "/v3/kv/txn", body, deadline, &r, NULL);
-  return rc != 0 ? rc : dl_etcd_delete_at_answer(r);
+  etcd_delete_txn t;
+  dl_etcd_delete_txn(&t, key, rev);
+  ProtobufCMessage *r;
+  int rc = dl_etcd_call_pb(e, "/v3/kv/txn", &t.txn.base, deadline, &r, NULL);
+  return rc != 0 ? rc : dl_etcd_delete_answer(r);
 }
 
 /* The delete is conditional on our revision, so a retry never deletes a
@@ -193,6 +177,41 @@ int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
   return dl_etcd_op_later(op, rc);
 }
 
+/* A dl_etcd_op_call_pb that could not start: its fn told, from the
+ * loop's dispatch (on_later). */
+static void later_pb(void *ud, int rc, json_object *o, int code) {
+  dl_async *op = ud;
+  json_object_put(o);
+  op->later_pb(op, rc, NULL, code);
+}
+
+int dl_etcd_op_call_pb(dl_async *op, const char *path,
+                       const ProtobufCMessage *msg, etcd_acall_pb_fn fn) {
+  int rc =
+      dl_etcd_acall_pb(op->e, path, msg, op->deadline, fn, op, &op->call);
+  if (rc == 0) return 0;
+  op->later = later_pb;
+  op->later_pb = fn;
+  return dl_etcd_op_later(op, rc);
+}
+
+void dl_etcd_op_next_pb(dl_async *op, const char *path,
+                        const ProtobufCMessage *msg, etcd_acall_pb_fn fn,
+                        int told) {
+  dl_done_fn done = op->done;
+  void *dud = op->ud;
+  op->deadline = dl_now_ms() + op->e->command_timeout_ms;
+  if (dl_etcd_op_call_pb(op, path, msg, fn) != 0)
+    done(dud, told ? told : DLOCK_ENOMEM);
+}
+
+int dl_etcd_op_delete_at(dl_async *op, const char *key, int64_t rev,
+                         etcd_acall_pb_fn fn) {
+  etcd_delete_txn t;
+  dl_etcd_delete_txn(&t, key, rev);
+  return dl_etcd_op_call_pb(op, "/v3/kv/txn", &t.txn.base, fn);
+}
+
 void dl_etcd_op_next(dl_async *op, const char *path, const char *body,
                      etcd_acall_fn fn, int told) {
   dl_done_fn done = op->done;
@@ -252,11 +271,11 @@ static void on_revoked(void *ud, int rc, json_object *o, int code) {
   dl_etcd_op_end(op, op->result);
 }
 
-static void on_deleted(void *ud, int rc, json_object *o, int code) {
+static void on_deleted(void *ud, int rc, ProtobufCMessage *m, int code) {
   (void)code;
   dl_async *op = ud;
   op->call = NULL;
-  if (rc == 0) rc = dl_etcd_delete_at_answer(o);
+  if (rc == 0) rc = dl_etcd_delete_answer(m);
   if (dl_etcd_delete_again(&rc, &op->retried, op->deadline)) {
     op->later = NULL;
     dl_timer_init(&op->timer, release_try, op);
@@ -281,11 +300,9 @@ static void on_deleted(void *ud, int rc, json_object *o, int code) {
 /* A try of the release's delete: 0, or DLOCK_ENOMEM (op freed, untold:
  * the hold handed back). */
 static int release_send(dl_async *op) {
-  char body[ETCD_DELETE_AT_MAX];
-  dl_etcd_delete_at_body(op->h->key, op->h->rev, body, sizeof body);
   dl_etcd *e = op->e;
   etcd_hold *h = op->h;
-  int rc = dl_etcd_op_call(op, "/v3/kv/txn", body, on_deleted);
+  int rc = dl_etcd_op_delete_at(op, h->key, h->rev, on_deleted);
   if (rc != 0) { /* not known to be deleted: the lease's revoke takes it */
     dl_etcd_orphan(e, h->key, h->rev, h->own_lease ? h->lease : 0);
     dl_etcd_hold_drop(e, h);

@@ -1,0 +1,128 @@
+/* pbtxn.c: the claim and the fenced delete as protobuf messages, and
+ * their answers (pbtxn.h). */
+#include "pbtxn.h"
+
+#include <string.h>
+
+/* The bytes of s, for a message that only reads them. */
+static ProtobufCBinaryData bytes(const char *s, size_t n) {
+  return (ProtobufCBinaryData){n, (uint8_t *)(uintptr_t)s};
+}
+
+/* A compare of key's create revision with rev. */
+static void cmp_create(Etcdserverpb__Compare *c, const char *key,
+                       int64_t rev) {
+  *c = (Etcdserverpb__Compare)ETCDSERVERPB__COMPARE__INIT;
+  c->target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__CREATE;
+  c->key = bytes(key, strlen(key));
+  c->target_union_case = ETCDSERVERPB__COMPARE__TARGET_UNION_CREATE_REVISION;
+  c->create_revision = rev;
+}
+
+static void range_op(Etcdserverpb__RequestOp *op, Etcdserverpb__RangeRequest *r) {
+  *op = (Etcdserverpb__RequestOp)ETCDSERVERPB__REQUEST_OP__INIT;
+  op->request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE;
+  op->request_range = r;
+}
+
+void dl_etcd_claim_txn(etcd_claim_txn *t, const etcd_hold *h,
+                       const char *value, const char *pfx) {
+  size_t n = strlen(pfx);
+  memcpy(t->end, pfx, n);
+  t->end[n - 1] = (char)(t->end[n - 1] + 1); /* after the '/': '0' */
+  cmp_create(&t->cmp, h->key, 0);
+  t->cmps[0] = &t->cmp;
+  t->put = (Etcdserverpb__PutRequest)ETCDSERVERPB__PUT_REQUEST__INIT;
+  t->put.key = bytes(h->key, strlen(h->key));
+  t->put.value = bytes(value, strlen(value));
+  t->put.lease = h->lease;
+  t->put_op = (Etcdserverpb__RequestOp)ETCDSERVERPB__REQUEST_OP__INIT;
+  t->put_op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_PUT;
+  t->put_op.request_put = &t->put;
+  t->owner = (Etcdserverpb__RangeRequest)ETCDSERVERPB__RANGE_REQUEST__INIT;
+  t->owner.key = bytes(pfx, n);
+  t->owner.range_end = bytes(t->end, n);
+  t->owner.limit = 1;
+  t->owner.sort_order = ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__ASCEND;
+  t->owner.sort_target = ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE;
+  t->owner.keys_only = 1;
+  range_op(&t->owner_op, &t->owner);
+  t->get = (Etcdserverpb__RangeRequest)ETCDSERVERPB__RANGE_REQUEST__INIT;
+  t->get.key = t->put.key;
+  range_op(&t->get_op, &t->get);
+  t->succ[0] = &t->put_op;
+  t->succ[1] = &t->owner_op;
+  t->fail[0] = &t->get_op;
+  t->fail[1] = &t->owner_op;
+  t->txn = (Etcdserverpb__TxnRequest)ETCDSERVERPB__TXN_REQUEST__INIT;
+  t->txn.n_compare = 1;
+  t->txn.compare = t->cmps;
+  t->txn.n_success = 2;
+  t->txn.success = t->succ;
+  t->txn.n_failure = 2;
+  t->txn.failure = t->fail;
+}
+
+/* The first key of the txn answer's i-th response when it is a range's,
+ * or NULL. */
+static const Etcdserverpb__KeyValue *kv0(const Etcdserverpb__TxnResponse *r,
+                                         size_t i) {
+  if (i >= r->n_responses || r->responses[i]->response_case !=
+                                 ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_RANGE)
+    return NULL;
+  const Etcdserverpb__RangeResponse *rr = r->responses[i]->response_range;
+  return rr && rr->n_kvs > 0 ? rr->kvs[0] : NULL;
+}
+
+int dl_etcd_claim_answer(dl_etcd *e, etcd_hold *h, ProtobufCMessage *m,
+                         bool fresh, int64_t *owner_rev) {
+  const Etcdserverpb__TxnResponse *r = (const Etcdserverpb__TxnResponse *)m;
+  int rc = 0;
+  if (r->succeeded) {
+    h->rev = r->header ? r->header->revision : 0;
+  } else {
+    /* Our key was there already (a release of ours that did not get
+     * through): unless it is on another lease (nothing of ours: not
+     * touched), it is ours; as Go's Mutex takes it, or (fresh) to be
+     * deleted at its revision and made anew. */
+    const Etcdserverpb__KeyValue *mine = kv0(r, 0);
+    h->rev = mine ? mine->create_revision : 0;
+    if (mine && mine->lease != h->lease) {
+      h->rev = 0;
+      rc = 1;
+    } else if (fresh && h->rev > 0) {
+      rc = 2;
+    }
+  }
+  const Etcdserverpb__KeyValue *owner = kv0(r, 1);
+  *owner_rev = owner ? owner->create_revision : 0;
+  protobuf_c_message_free_unpacked(m, NULL);
+  if (rc == 0 && h->rev <= 0)
+    return dl_seterr(e->err, DLOCK_EPROTO,
+                     "etcd txn on %s: no create revision in the answer",
+                     h->key);
+  return rc;
+}
+
+void dl_etcd_delete_txn(etcd_delete_txn *t, const char *key, int64_t rev) {
+  cmp_create(&t->cmp, key, rev);
+  t->cmps[0] = &t->cmp;
+  t->del =
+      (Etcdserverpb__DeleteRangeRequest)ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
+  t->del.key = t->cmp.key;
+  t->op = (Etcdserverpb__RequestOp)ETCDSERVERPB__REQUEST_OP__INIT;
+  t->op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE;
+  t->op.request_delete_range = &t->del;
+  t->succ[0] = &t->op;
+  t->txn = (Etcdserverpb__TxnRequest)ETCDSERVERPB__TXN_REQUEST__INIT;
+  t->txn.n_compare = 1;
+  t->txn.compare = t->cmps;
+  t->txn.n_success = 1;
+  t->txn.success = t->succ;
+}
+
+int dl_etcd_delete_answer(ProtobufCMessage *m) {
+  int rc = ((const Etcdserverpb__TxnResponse *)m)->succeeded ? 1 : 0;
+  protobuf_c_message_free_unpacked(m, NULL);
+  return rc;
+}

@@ -1,0 +1,52 @@
+/* pbtxn.h: the hot path's two txns as etcd's protobuf messages, for both
+ * drivers (dl_etcd_call_pb, dl_etcd_acall_pb): the claim (our key put and
+ * the line's owner read, dl_etcd_put_and_read's) and the fenced delete
+ * (dl_etcd_delete_at's). Over gRPC they go without JSON either way; the
+ * gateway gets their JSON (grpc.c converts). A message's parts point into
+ * its struct and into the strings it was built from: all must live until
+ * the call has started (the request is packed or converted then). Private
+ * to src/etcd. */
+#ifndef DLOCK_ETCD_PBTXN_H
+#define DLOCK_ETCD_PBTXN_H
+
+#include "etcd_min.pb-c.h"
+#include "etcdb.h"
+
+/* The claim: h->key put with value on h->lease unless it is there (create
+ * revision 0), then the owner of the line under pfx (the lowest create
+ * revision: one key, keys only); if it is there, it and the owner read. */
+typedef struct etcd_claim_txn {
+  Etcdserverpb__TxnRequest txn;
+  Etcdserverpb__Compare cmp, *cmps[1];
+  Etcdserverpb__RequestOp put_op, owner_op, get_op, *succ[2], *fail[2];
+  Etcdserverpb__PutRequest put;
+  Etcdserverpb__RangeRequest owner, get;
+  char end[ETCD_KEY_MAX]; /* pfx's range end */
+} etcd_claim_txn;
+/* t for h, value and pfx (which ends with '/'); t->txn.base is the
+ * request. */
+void dl_etcd_claim_txn(etcd_claim_txn *t, const etcd_hold *h,
+                       const char *value, const char *pfx);
+/* The claim's answer r (freed here): 0 (h->rev our key's create revision,
+ * *owner_rev the owner's, 0 none), 1 the key is there on a lease not ours
+ * (h->rev 0: nothing of ours), 2 (fresh) our key was there, at create
+ * revision h->rev, for the caller to delete and put again; or a negative
+ * code recorded. Without fresh, our key found there is taken as made. */
+int dl_etcd_claim_answer(dl_etcd *e, etcd_hold *h, ProtobufCMessage *r,
+                         bool fresh, int64_t *owner_rev);
+
+/* The fenced delete: key deleted only while its create revision is rev,
+ * so that a retried release never deletes a newer hold (etcd issue
+ * 22082). */
+typedef struct etcd_delete_txn {
+  Etcdserverpb__TxnRequest txn;
+  Etcdserverpb__Compare cmp, *cmps[1];
+  Etcdserverpb__RequestOp op, *succ[1];
+  Etcdserverpb__DeleteRangeRequest del;
+} etcd_delete_txn;
+/* t for key at rev; t->txn.base is the request. */
+void dl_etcd_delete_txn(etcd_delete_txn *t, const char *key, int64_t rev);
+/* Its answer r (freed here): 1 deleted, 0 not there at rev. */
+int dl_etcd_delete_answer(ProtobufCMessage *r);
+
+#endif
