@@ -109,6 +109,54 @@ if [ -n "${got[redisson.server_instructions]:-}" ]; then
   done
 fi
 
+# etcd://: the mutex's cycle on etcd (a private single-member etcd; the
+# locks on the client's session lease, tests/cost/cycles.c): the gRPC
+# calls the server starts per cycle (its /metrics; not the watches and
+# status calls, which follow the wall clock), and the client's
+# instructions, for both forms. Skipped where etcd cannot run or the
+# build has no etcd backend.
+etcd_calls() { # the calls the server has started so far
+  curl -s "http://127.0.0.1:$eport/metrics" |
+    awk '/^grpc_server_started_total/ && $0 !~ /Watch|Status/ {n += $2} END {print n + 0}'
+}
+if command -v etcd >/dev/null &&
+   [[ $("$CYCLES" etcd://127.0.0.1:1 blocking 1 2>&1) != *libcurl* ]]; then
+  . "$SRC/bench/etcd/etcd_start.sh"
+  if etcd_launch "$TMP/etcd"; then
+    eport=$port
+    eurl="etcd://127.0.0.1:$eport"
+    EN=${COST_ETCD_N:-100}
+    for mode in blocking loop; do
+      c=()
+      for k in 1 2; do
+        c+=("$(etcd_calls)")
+        "$CYCLES" "$eurl" "$mode" $((EN * k)) || { echo "FAIL: cycles etcd $mode" >&2; fails=1; }
+      done
+      c+=("$(etcd_calls)")
+      got[etcd.$mode.server_calls]=$(awk -v a="${c[0]}" -v b="${c[1]}" -v d="${c[2]}" -v n="$EN" \
+        'BEGIN{printf "%.2f", ((d - b) - (b - a)) / n}')
+      echo "etcd $mode: server calls per cycle ${got[etcd.$mode.server_calls]}"
+      command -v valgrind >/dev/null || continue
+      ir=()
+      for k in 1 2; do
+        out=$TMP/cg.etcd.$mode.$k
+        valgrind --tool=callgrind --callgrind-out-file="$out" \
+          "$CYCLES" "$eurl" "$mode" $((EN * k)) 2>"$out.log" ||
+          { echo "FAIL: callgrind cycles etcd $mode" >&2; cat "$out.log" >&2; fails=1; }
+        ir+=("$(cat "$out"* 2>/dev/null | awk '/^totals:/ {s += $2} END {print s + 0}')")
+      done
+      got[etcd.$mode.client_instructions]=$(( (${ir[1]} - ${ir[0]}) / EN ))
+      echo "etcd $mode: client instructions per cycle ${got[etcd.$mode.client_instructions]}"
+    done
+  else
+    fails=1
+  fi
+  kill "$ep" 2>/dev/null; wait "$ep" 2>/dev/null
+else
+  echo "etcd: not gated (no etcd server, or a build without the etcd backend)"
+  etcd_skip=1
+fi
+
 if ! command -v valgrind >/dev/null; then
   echo "valgrind is missing: the client's instructions are not gated" >&2
   fails=1
@@ -117,6 +165,7 @@ fi
 # budgets: "NAME VALUE  # why", NAME as in got[].
 while read -r name budget _; do
   case "$name" in ''|'#'*) continue ;; esac
+  case "$name" in etcd.*) [ -n "${etcd_skip:-}" ] && continue ;; esac
   v=${got[$name]:-}
   if [ -z "$v" ]; then echo "FAIL: no figure for $name" >&2; fails=1; continue; fi
   verdict=$(awk -v v="$v" -v b="$budget" 'BEGIN{

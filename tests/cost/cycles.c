@@ -7,6 +7,9 @@
  *
  *   cycles URL blocking|loop|redisson N [NAME]
  *
+ * On etcd:// the locks ride on the client's session lease (the cycles'
+ * lease is the session's), as `dlock bench`'s do.
+ *
  * redisson: Redisson's cycle on a plain hiredis connection, one command
  * at a time (src/cli/bench/redisson.c), the baseline the gate measures
  * the server's side of dlock's against (URL redis://HOST:PORT only).
@@ -186,6 +189,10 @@ int main(int argc, char **argv) {
   dlock_client_options_init(&o);
   o.url = argv[1];
   o.password = getenv("DLOCK_PASSWORD");
+  /* etcd: the client's session lease is the cycles' 10 s, so that the
+   * holds ride on it (two txns a cycle, as `dlock bench`'s), where a
+   * lease of each hold's own adds a keepalive a cycle. */
+  if (strncmp(o.url, "etcd", 4) == 0) o.watchdog_timeout_ms = 10000;
   if (n <= 0) return 2;
   if (strcmp(argv[2], "blocking") == 0) return run_blocking(&o, name, n);
   if (strcmp(argv[2], "loop") == 0) return run_loop(&o, name, n);
