@@ -122,6 +122,8 @@ etcd_calls() { # the calls the server has started so far
 if command -v etcd >/dev/null &&
    [[ $("$CYCLES" etcd://127.0.0.1:1 blocking 1 2>&1) != *libcurl* ]]; then
   . "$SRC/bench/etcd/etcd_start.sh"
+  # Its dir is under $TMP: on any other way out, redis-tmp.sh's clean-up
+  # stops it (every process with $TMP/ in its command line).
   if etcd_launch "$TMP/etcd"; then
     eport=$port
     eurl="etcd://127.0.0.1:$eport"

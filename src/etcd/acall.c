@@ -206,8 +206,7 @@ static void finish(etcd_acall *c, int rc, json_object *o, int code) {
     c->q.reply = NULL;
   }
   if (pbfn && rc == 0 && m == NULL) /* cannot be, but told */
-    rc = dl_seterr(c->a->e->err, DLOCK_EPROTO, "etcd %s: no answer",
-                   c->q.path);
+    rc = dl_seterr(c->a->e->err, DLOCK_EPROTO, "etcd %s: no answer", c->q.path);
   call_free(c);
   if (pbfn)
     pbfn(ud, rc, m, code);
@@ -265,9 +264,9 @@ typedef struct acall_req {
   const ProtobufCMessage *msg;
 } acall_req;
 
-static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline,
-                    bool auth, etcd_acall_fn fn, etcd_acall_pb_fn pbfn,
-                    void *ud, etcd_acall **out);
+static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline, bool auth,
+                    etcd_acall_fn fn, etcd_acall_pb_fn pbfn, void *ud,
+                    etcd_acall **out);
 
 /* The authenticate's end: c's call again with the new token, or the
  * error. */
@@ -322,9 +321,9 @@ static void try_end(etcd_acall *c, CURLcode cc) {
     c->reauthed = true;
     char *body = dl_etcd_auth_body(e);
     acall_req ar = {"/v3/auth/authenticate", body, NULL};
-    int arc = body ? call_new(e, &ar, c->deadline, false, on_auth, NULL, c,
-                              &c->sub)
-                   : dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+    int arc =
+        body ? call_new(e, &ar, c->deadline, false, on_auth, NULL, c, &c->sub)
+             : dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
     free(body);
     if (arc == 0) return;
     rc = arc;
@@ -360,9 +359,9 @@ static etcd_acall *call_alloc(dl_etcd *e, etcd_acall_fn fn, void *ud, int *rc) {
   return c;
 }
 
-static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline,
-                    bool auth, etcd_acall_fn fn, etcd_acall_pb_fn pbfn,
-                    void *ud, etcd_acall **out) {
+static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline, bool auth,
+                    etcd_acall_fn fn, etcd_acall_pb_fn pbfn, void *ud,
+                    etcd_acall **out) {
   int rc;
   etcd_acall *c = call_alloc(e, fn, ud, &rc);
   *out = NULL;

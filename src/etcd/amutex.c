@@ -376,8 +376,12 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     }
     return;
   case S_PUT:
-  case S_UNORPHAN: /* txns made with a message: on_txn's */
+  case S_UNORPHAN: /* txns made with a message: on_txn's, never here */
     json_object_put(o);
+    dl_am_fail(op, dl_seterr(e->err, DLOCK_EPROTO,
+                             "etcd: a txn of step %d "
+                             "answered as JSON",
+                             (int)q->step));
     return;
   case S_LOOK: dl_am_on_look(op, rc, o); return;
   case S_KEEP:
@@ -395,8 +399,8 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
   case S_WATCH:
   case S_PAUSE:
   case S_CLAIM: return; /* not a call's */
-  case S_DELETE: /* a put's key whose answer we did not get (h->rev -1;
-                    the fenced delete's answer: on_txn) */
+  case S_DELETE:        /* a put's key whose answer we did not get (h->rev -1;
+                           the fenced delete's answer: on_txn) */
     json_object_put(o);
     fail_lease(op, rc);
     return;

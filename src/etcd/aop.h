@@ -58,12 +58,12 @@ struct dl_async {
   aop_kind kind;
   dl_done_fn done;
   void *ud;
-  etcd_acall *call;    /* the call in flight, if any */
-  dl_timer timer;      /* the release's pause before a retry; a result
-                          known at once, told from the loop's dispatch */
-  int rc;              /* that result */
-  char msg[512];       /* its detail */
-  etcd_acall_fn later; /* what gets it (NULL: op ends with it) */
+  etcd_acall *call;          /* the call in flight, if any */
+  dl_timer timer;            /* the release's pause before a retry; a result
+                                known at once, told from the loop's dispatch */
+  int rc;                    /* that result */
+  char msg[512];             /* its detail */
+  etcd_acall_fn later;       /* what gets it (NULL: op ends with it) */
   etcd_acall_pb_fn later_pb; /* dl_etcd_op_call_pb's fn, through later */
   const dl_lock_ref *l;
   etcd_hold *h; /* the release's hold, off the list */

@@ -260,8 +260,10 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     return;
   case M_PUT: on_put(op, rc, o); return;
   case M_LINE:
-  case M_LEAVE: /* txns made with a message: on_txn's */
+  case M_LEAVE: /* txns made with a message: on_txn's, never here */
     json_object_put(o);
+    dl_etcd_op_end(op, dl_seterr(op->e->err, DLOCK_EPROTO,
+                                 "etcd: a semaphore's txn answered as JSON"));
     return;
   case M_LOOK:
     if (rc == 0)
@@ -336,7 +338,7 @@ static void on_txn(void *ud, int rc, ProtobufCMessage *msg, int code) {
     dl_etcd_op_end(op, m->rc);
     return;
   }
-  int64_t mod;
+  int64_t mod = 0;
   if (rc == 0) rc = dl_etcd_claim_answer(op->e, &m->ln, msg, false, &mod);
   if (rc == 1) rc = dl_etcd_sem_not_ours(op->e, m->line);
   if (rc < 0)

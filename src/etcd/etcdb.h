@@ -352,9 +352,10 @@ const struct etcd_method *dl_etcd_grpc_method(const char *path);
 /* q->req: the JSON body as q->m's framed request message; 0, or a
  * negative code recorded. */
 int dl_etcd_grpc_frame(dl_etcd *e, etcd_req *q, const char *body);
-/* For dl_etcd_req_init_pb: q->resp set to q->m's answer type (m: path's
- * method), and q->req the message, framed over gRPC (e->grpc), else the
- * gateway's JSON of it; 0, or a negative code recorded. */
+/* For dl_etcd_req_init_pb: q->resp set to m's answer type (m: path's
+ * method, NULL none), and q->req the message, framed over gRPC (e->grpc:
+ * q->m set to m), else the gateway's JSON of it; 0, or a negative code
+ * recorded. */
 int dl_etcd_grpc_req_pb(dl_etcd *e, etcd_req *q, const struct etcd_method *m,
                         const ProtobufCMessage *msg);
 /* The gateway's answer o (put here) to a request made with a message, as
@@ -702,8 +703,11 @@ int dl_etcd_release_begin(dl_etcd *e, const dl_lock_ref *l, int count,
                           etcd_hold **hp);
 
 /* ---- line.c: the requests on a line of keys under one prefix ---- */
-/* The range [key, range_end) of every key under `pfx`: range_end's base64
- * into end (pfx with its last byte + 1). */
+/* The range [key, range_end) of every key under `pfx` (which ends with
+ * '/'): range_end's bytes into end (pfx with its last byte + 1; not
+ * terminated), their count returned. */
+size_t dl_etcd_range_end(const char *pfx, char *end);
+/* As dl_etcd_range_end, range_end's base64 (terminated) into end_b64. */
 void dl_etcd_prefix_end(const char *pfx, char *end_b64);
 /* Creates h's key (h->key on h->lease, `value`) in one txn that also reads
  * the owner under pfx, the lowest create revision there (Go's

@@ -335,8 +335,8 @@ int dl_etcd_grpc_req_pb(dl_etcd *e, etcd_req *q, const method *m,
     return 0;
   }
   json_object *o = dl_pb_to_json(msg);
-  const char *t = o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN)
-                    : NULL;
+  const char *t =
+      o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN) : NULL;
   if (t) {
     q->len = strlen(t);
     if ((q->req = malloc(q->len + 1)) != NULL) memcpy(q->req, t, q->len + 1);
@@ -349,7 +349,8 @@ int dl_etcd_grpc_reply_of_json(dl_etcd *e, etcd_req *q, json_object *o) {
   const method *m = method_of(q->path);
   json_object *r = o;
   if (m && m->stream && !json_object_object_get_ex(o, "result", &r)) r = NULL;
-  int bad = m == NULL || r == NULL || dl_pb_from_json(m->resp, r, &q->reply);
+  int bad =
+      m == NULL || r == NULL || dl_pb_from_json_answer(m->resp, r, &q->reply);
   json_object_put(o);
   if (bad)
     return dl_seterr(e->err, DLOCK_EPROTO, "etcd %s: an answer not etcd's",

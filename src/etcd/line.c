@@ -13,13 +13,17 @@
 
 #define B64(n) (4 * (((n) + 2) / 3) + 1)
 
-void dl_etcd_prefix_end(const char *pfx, char *end_b64) {
-  char end[ETCD_KEY_MAX];
+size_t dl_etcd_range_end(const char *pfx, char *end) {
   size_t n = strlen(pfx);
   memcpy(end, pfx, n);
   /* pfx ends with '/': its last byte + 1 ('0') ends the range. */
   end[n - 1] = (char)(end[n - 1] + 1);
-  dl_etcd_b64(end, n, end_b64);
+  return n;
+}
+
+void dl_etcd_prefix_end(const char *pfx, char *end_b64) {
+  char end[ETCD_KEY_MAX];
+  dl_etcd_b64(end, dl_etcd_range_end(pfx, end), end_b64);
 }
 
 /* A txn's body: a compare of the create revision of key (b64) with rev,

@@ -5,6 +5,7 @@
 #include "pbjson.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +32,11 @@ static size_t elem_size(ProtobufCType t) {
 
 /* One JSON value into the element at dst: 0, or -1 (a value of the wrong
  * kind, not base64, out of memory). */
+static int from_json(const ProtobufCMessageDescriptor *d, json_object *o,
+                     bool answer, ProtobufCMessage **out);
+
 static int value_in(const ProtobufCFieldDescriptor *f, json_object *v,
-                    void *dst) {
+                    bool answer, void *dst) {
   switch (f->type) {
   case PROTOBUF_C_TYPE_INT64:
   case PROTOBUF_C_TYPE_SINT64:
@@ -85,13 +89,15 @@ static int value_in(const ProtobufCFieldDescriptor *f, json_object *v,
     return n < 0 ? -1 : 0;
   }
   case PROTOBUF_C_TYPE_MESSAGE:
-    return dl_pb_from_json(f->descriptor, v, (ProtobufCMessage **)dst);
+    return from_json(f->descriptor, v, answer, (ProtobufCMessage **)dst);
   default: return -1; /* float, double: in none of etcd's requests */
   }
 }
 
-int dl_pb_from_json(const ProtobufCMessageDescriptor *d, json_object *o,
-                    ProtobufCMessage **out) {
+/* dl_pb_from_json's and dl_pb_from_json_answer's: answer, names d does
+ * not have skipped. */
+static int from_json(const ProtobufCMessageDescriptor *d, json_object *o,
+                     bool answer, ProtobufCMessage **out) {
   *out = NULL;
   if (!json_object_is_type(o, json_type_object)) return -1;
   ProtobufCMessage *m = calloc(1, d->sizeof_message);
@@ -101,6 +107,7 @@ int dl_pb_from_json(const ProtobufCMessageDescriptor *d, json_object *o,
   json_object_object_foreach(o, name, v) {
     const ProtobufCFieldDescriptor *f =
         protobuf_c_message_descriptor_get_field_by_name(d, name);
+    if (f == NULL && answer) continue; /* a newer etcd's: as unpack skips */
     if (f == NULL) {
       rc = -1; /* a field etcd_min.proto does not know */
       break;
@@ -121,7 +128,7 @@ int dl_pb_from_json(const ProtobufCMessageDescriptor *d, json_object *o,
       *(void **)member = arr;
       size_t *count = (size_t *)((char *)m + f->quantifier_offset);
       for (*count = 0; *count < n && rc == 0; ++*count)
-        rc = value_in(f, json_object_array_get_idx(v, *count),
+        rc = value_in(f, json_object_array_get_idx(v, *count), answer,
                       arr + *count * sz);
       if (rc != 0) { /* the element that failed is not counted */
         --*count;
@@ -131,7 +138,7 @@ int dl_pb_from_json(const ProtobufCMessageDescriptor *d, json_object *o,
     }
     /* The old value (a default: a proto3 message has no other) is not
      * freed; a string's default is protobuf-c's static empty string. */
-    if ((rc = value_in(f, v, member)) != 0) break;
+    if ((rc = value_in(f, v, answer, member)) != 0) break;
     if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)
       *(uint32_t *)((char *)m + f->quantifier_offset) = f->id;
     else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset)
@@ -143,6 +150,16 @@ int dl_pb_from_json(const ProtobufCMessageDescriptor *d, json_object *o,
   }
   *out = m;
   return 0;
+}
+
+int dl_pb_from_json(const ProtobufCMessageDescriptor *d, json_object *o,
+                    ProtobufCMessage **out) {
+  return from_json(d, o, false, out);
+}
+
+int dl_pb_from_json_answer(const ProtobufCMessageDescriptor *d, json_object *o,
+                           ProtobufCMessage **out) {
+  return from_json(d, o, true, out);
 }
 
 /* One element at p as JSON into *out: 1, 0 when it is a zero value the

@@ -16,6 +16,11 @@
  * Numbers may be JSON numbers or strings, enums names or numbers. */
 int dl_pb_from_json(const ProtobufCMessageDescriptor *d, json_object *o,
                     ProtobufCMessage **out);
+/* As dl_pb_from_json for an answer of the gateway: a field d does not
+ * have (a newer etcd's) is skipped, as protobuf-c's unpack skips one on
+ * the wire. */
+int dl_pb_from_json_answer(const ProtobufCMessageDescriptor *d, json_object *o,
+                           ProtobufCMessage **out);
 /* The message m as JSON (the caller puts it), or NULL out of memory. */
 json_object *dl_pb_to_json(const ProtobufCMessage *m);
 

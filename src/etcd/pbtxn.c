@@ -10,8 +10,7 @@ static ProtobufCBinaryData bytes(const char *s, size_t n) {
 }
 
 /* A compare of key's create revision with rev. */
-static void cmp_create(Etcdserverpb__Compare *c, const char *key,
-                       int64_t rev) {
+static void cmp_create(Etcdserverpb__Compare *c, const char *key, int64_t rev) {
   *c = (Etcdserverpb__Compare)ETCDSERVERPB__COMPARE__INIT;
   c->target = ETCDSERVERPB__COMPARE__COMPARE_TARGET__CREATE;
   c->key = bytes(key, strlen(key));
@@ -19,19 +18,33 @@ static void cmp_create(Etcdserverpb__Compare *c, const char *key,
   c->create_revision = rev;
 }
 
-static void range_op(Etcdserverpb__RequestOp *op, Etcdserverpb__RangeRequest *r) {
+/* op: the range request r. */
+static void range_op(Etcdserverpb__RequestOp *op,
+                     Etcdserverpb__RangeRequest *r) {
   *op = (Etcdserverpb__RequestOp)ETCDSERVERPB__REQUEST_OP__INIT;
   op->request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_RANGE;
   op->request_range = r;
 }
 
-void dl_etcd_claim_txn(etcd_claim_txn *t, const etcd_hold *h,
-                       const char *value, const char *pfx) {
-  size_t n = strlen(pfx);
-  memcpy(t->end, pfx, n);
-  t->end[n - 1] = (char)(t->end[n - 1] + 1); /* after the '/': '0' */
+/* txn: the one compare c, then the ops succ (n_succ) or fail (n_fail). */
+static void txn_init(Etcdserverpb__TxnRequest *txn,
+                     Etcdserverpb__Compare **cmps, Etcdserverpb__Compare *c,
+                     Etcdserverpb__RequestOp **succ, size_t n_succ,
+                     Etcdserverpb__RequestOp **fail, size_t n_fail) {
+  cmps[0] = c;
+  *txn = (Etcdserverpb__TxnRequest)ETCDSERVERPB__TXN_REQUEST__INIT;
+  txn->n_compare = 1;
+  txn->compare = cmps;
+  txn->n_success = n_succ;
+  txn->success = succ;
+  txn->n_failure = n_fail;
+  txn->failure = fail;
+}
+
+void dl_etcd_claim_txn(etcd_claim_txn *t, const etcd_hold *h, const char *value,
+                       const char *pfx) {
+  size_t n = dl_etcd_range_end(pfx, t->end);
   cmp_create(&t->cmp, h->key, 0);
-  t->cmps[0] = &t->cmp;
   t->put = (Etcdserverpb__PutRequest)ETCDSERVERPB__PUT_REQUEST__INIT;
   t->put.key = bytes(h->key, strlen(h->key));
   t->put.value = bytes(value, strlen(value));
@@ -54,21 +67,16 @@ void dl_etcd_claim_txn(etcd_claim_txn *t, const etcd_hold *h,
   t->succ[1] = &t->owner_op;
   t->fail[0] = &t->get_op;
   t->fail[1] = &t->owner_op;
-  t->txn = (Etcdserverpb__TxnRequest)ETCDSERVERPB__TXN_REQUEST__INIT;
-  t->txn.n_compare = 1;
-  t->txn.compare = t->cmps;
-  t->txn.n_success = 2;
-  t->txn.success = t->succ;
-  t->txn.n_failure = 2;
-  t->txn.failure = t->fail;
+  txn_init(&t->txn, t->cmps, &t->cmp, t->succ, 2, t->fail, 2);
 }
 
 /* The first key of the txn answer's i-th response when it is a range's,
  * or NULL. */
 static const Etcdserverpb__KeyValue *kv0(const Etcdserverpb__TxnResponse *r,
                                          size_t i) {
-  if (i >= r->n_responses || r->responses[i]->response_case !=
-                                 ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_RANGE)
+  if (i >= r->n_responses ||
+      r->responses[i]->response_case !=
+          ETCDSERVERPB__RESPONSE_OP__RESPONSE_RESPONSE_RANGE)
     return NULL;
   const Etcdserverpb__RangeResponse *rr = r->responses[i]->response_range;
   return rr && rr->n_kvs > 0 ? rr->kvs[0] : NULL;
@@ -106,19 +114,14 @@ int dl_etcd_claim_answer(dl_etcd *e, etcd_hold *h, ProtobufCMessage *m,
 
 void dl_etcd_delete_txn(etcd_delete_txn *t, const char *key, int64_t rev) {
   cmp_create(&t->cmp, key, rev);
-  t->cmps[0] = &t->cmp;
-  t->del =
-      (Etcdserverpb__DeleteRangeRequest)ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
+  t->del = (Etcdserverpb__DeleteRangeRequest)
+      ETCDSERVERPB__DELETE_RANGE_REQUEST__INIT;
   t->del.key = t->cmp.key;
   t->op = (Etcdserverpb__RequestOp)ETCDSERVERPB__REQUEST_OP__INIT;
   t->op.request_case = ETCDSERVERPB__REQUEST_OP__REQUEST_REQUEST_DELETE_RANGE;
   t->op.request_delete_range = &t->del;
   t->succ[0] = &t->op;
-  t->txn = (Etcdserverpb__TxnRequest)ETCDSERVERPB__TXN_REQUEST__INIT;
-  t->txn.n_compare = 1;
-  t->txn.compare = t->cmps;
-  t->txn.n_success = 1;
-  t->txn.success = t->succ;
+  txn_init(&t->txn, t->cmps, &t->cmp, t->succ, 1, NULL, 0);
 }
 
 int dl_etcd_delete_answer(ProtobufCMessage *m) {

@@ -4,8 +4,8 @@
  * (dl_etcd_delete_at's). Over gRPC they go without JSON either way; the
  * gateway gets their JSON (grpc.c converts). A message's parts point into
  * its struct and into the strings it was built from: all must live until
- * the call has started (the request is packed or converted then). Private
- * to src/etcd. */
+ * dl_etcd_call_pb or dl_etcd_acall_pb returns (the blocking call packs it
+ * again for a try after a new token). Private to src/etcd. */
 #ifndef DLOCK_ETCD_PBTXN_H
 #define DLOCK_ETCD_PBTXN_H
 
@@ -25,8 +25,8 @@ typedef struct etcd_claim_txn {
 } etcd_claim_txn;
 /* t for h, value and pfx (which ends with '/'); t->txn.base is the
  * request. */
-void dl_etcd_claim_txn(etcd_claim_txn *t, const etcd_hold *h,
-                       const char *value, const char *pfx);
+void dl_etcd_claim_txn(etcd_claim_txn *t, const etcd_hold *h, const char *value,
+                       const char *pfx);
 /* The claim's answer r (freed here): 0 (h->rev our key's create revision,
  * *owner_rev the owner's, 0 none), 1 the key is there on a lease not ours
  * (h->rev 0: nothing of ours), 2 (fresh) our key was there, at create
@@ -49,4 +49,4 @@ void dl_etcd_delete_txn(etcd_delete_txn *t, const char *key, int64_t rev);
 /* Its answer r (freed here): 1 deleted, 0 not there at rev. */
 int dl_etcd_delete_answer(ProtobufCMessage *r);
 
-#endif
+#endif /* DLOCK_ETCD_PBTXN_H */

@@ -12,12 +12,9 @@
 #include "pbtxn.h"
 #include "sem.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define B64(n) (4 * (((n) + 2) / 3) + 1)
 
 int dl_etcd_delete_at(dl_etcd *e, const char *key, int64_t rev,
                       int64_t deadline) {
@@ -187,8 +184,7 @@ static void later_pb(void *ud, int rc, json_object *o, int code) {
 
 int dl_etcd_op_call_pb(dl_async *op, const char *path,
                        const ProtobufCMessage *msg, etcd_acall_pb_fn fn) {
-  int rc =
-      dl_etcd_acall_pb(op->e, path, msg, op->deadline, fn, op, &op->call);
+  int rc = dl_etcd_acall_pb(op->e, path, msg, op->deadline, fn, op, &op->call);
   if (rc == 0) return 0;
   op->later = later_pb;
   op->later_pb = fn;
