@@ -455,9 +455,11 @@ static void t_etcd_cycle_cost(void) {
   th_etcd_stop(&s);
 }
 
-/* What this process's TCP connections to `port` have sent: segments
- * that carried data (TCP_INFO's tcpi_data_segs_out, Linux 4.6). */
-static long long segs_to(int port) {
+/* This process's TCP connections to `port`: how many, and (*segs, unless
+ * NULL) what they have sent: segments that carried data (TCP_INFO's
+ * tcpi_data_segs_out, Linux 4.6). */
+static int conns_to(int port, long long *segs) {
+  int conns = 0;
   long long n = 0;
   DIR *d = opendir("/proc/self/fd");
   for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
@@ -471,9 +473,17 @@ static long long segs_to(int port) {
         a.sin_family != AF_INET || ntohs(a.sin_port) != port ||
         getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
       continue;
+    conns += ti.tcpi_state == 1; /* TCP_ESTABLISHED (netinet/tcp.h) */
     n += ti.tcpi_data_segs_out;
   }
   if (d) closedir(d);
+  if (segs) *segs = n;
+  return conns;
+}
+
+static long long segs_to(int port) {
+  long long n;
+  conns_to(port, &n);
   return n;
 }
 
@@ -557,6 +567,66 @@ static void t_etcd_cycle_quiet(void) {
   dlock_lock_free(l);
   dlock_client_close(c);
   dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
+typedef struct pinger {
+  dlock_client *c;
+  pthread_barrier_t *go;
+  int fails;
+} pinger;
+
+static void *ping_some(void *ud) {
+  pinger *p = ud;
+  pthread_barrier_wait(p->go);
+  for (int i = 0; i < 20; i++)
+    p->fails += dlock_client_ping(p->c) != 0;
+  return NULL;
+}
+
+/* A blocking call alone in flight goes on the client's own connection,
+ * driven by the calling thread (no other thread woken); calls of 16
+ * threads at once go as streams of one shared connection (gmux.c), not
+ * a connection a thread: two connections in all. */
+static void t_etcd_calls_shared(void) {
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 0);
+  CHECK(c != NULL);
+  enum { N = 50, T = 16 };
+  long long sw0 = others_switches();
+  int64_t t0 = th_now_ms();
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_client_ping(c), 0);
+  long long sw = others_switches() - sw0, took = th_now_ms() - t0;
+  int alone = conns_to(s.port, NULL);
+  fprintf(stderr,
+          "    %d calls of one thread: %d connection(s), %lld wake-ups of "
+          "the other threads (%lld ms)\n",
+          N, alone, sw, took);
+  CHECK_EQ(alone, 1);
+  /* A hand-off to another thread would be a wake-up a call. */
+  CHECK(sw < N / 2 + took / 100 || getenv("DLOCK_UNDER_VALGRIND"));
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, T);
+  pinger p[T];
+  pthread_t th[T];
+  for (int i = 0; i < T; i++) {
+    p[i] = (pinger){.c = c, .go = &go};
+    pthread_create(&th[i], NULL, ping_some, &p[i]);
+  }
+  int fails = 0;
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    fails += p[i].fails;
+  }
+  pthread_barrier_destroy(&go);
+  int conns = conns_to(s.port, NULL);
+  fprintf(stderr, "    %d threads' calls at once: %d connection(s)\n", T,
+          conns);
+  CHECK_EQ(fails, 0);
+  /* The lone call's and the shared one (a connection a thread: 16). */
+  CHECK_EQ(conns, 2);
+  dlock_client_close(c);
   th_etcd_stop(&s);
 }
 
@@ -999,7 +1069,8 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_cycle_quiet), T_BARE(t_etcd_transport),
         T_BARE(t_etcd_watch_grpc), T_BARE(t_etcd_async_failover),
         T_BARE(t_etcd_release_in_flight), T_BARE(t_etcd_async_renew),
-        T_BARE(t_etcd_async_burst), T_BARE(t_etcd_reads_unanswered))
+        T_BARE(t_etcd_async_burst), T_BARE(t_etcd_reads_unanswered),
+        T_BARE(t_etcd_calls_shared))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

@@ -3,7 +3,8 @@
  * (CURLPIPE_MULTIPLEX) with no thread of its own: a caller whose call
  * finds no one driving the multi handle drives it (adds the calls handed
  * in, curl_multi_perform, curl_multi_poll) until its own call ends, then
- * hands the driving to a caller still waiting; the others hand their
+ * leaves the driving to the next call or a caller still waiting; the
+ * others hand their
  * easy handle in (curl_multi_wakeup ends the driver's poll) and wait for
  * the driver to end their call. A call alone in flight does not come
  * here (grpc.c's own handle: no wait on another thread). */
@@ -20,6 +21,7 @@ typedef struct gmux_call {
   bool added; /* on the multi handle */
   bool done;  /* g->mu: ended, cc set, off the multi handle */
   bool lead;  /* g->mu: this caller drives */
+  bool nudge; /* g->mu: to drive if no one does when it wakes */
   CURLcode cc;
   pthread_cond_t cv;
 } gmux_call;
@@ -160,6 +162,8 @@ CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
   else
     g->driving = c.lead = true;
   while (!c.done) {
+    if (c.nudge && !g->driving) g->driving = c.lead = true;
+    c.nudge = false;
     if (!c.lead) {
       pthread_cond_wait(&c.cv, &g->mu);
       continue;
@@ -180,12 +184,14 @@ CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
     curl_multi_poll(g->m, NULL, 0, 1000, NULL);
     pthread_mutex_lock(&g->mu);
   }
-  if (c.lead) { /* the driving to a caller still waiting, or none */
+  if (c.lead) {
+    /* The driving left to whoever comes first: a new call (often this
+     * thread's next, with no wake-up), else a caller still waiting,
+     * woken for it. */
+    g->driving = false;
     if (g->calls) {
-      g->calls->lead = true;
+      g->calls->nudge = true;
       pthread_cond_signal(&g->calls->cv);
-    } else {
-      g->driving = false;
     }
   }
   pthread_mutex_unlock(&g->mu);
