@@ -30,6 +30,8 @@ struct etcd_gmux {
   pthread_mutex_t mu;
   CURLM *m;         /* used by the driver alone (curl_multi_wakeup: any) */
   bool driving;     /* mu: a caller drives m */
+  bool polling;     /* mu: the driver is in curl_multi_poll, or about to */
+  int nnew;         /* mu: calls handed in, not yet on m */
   gmux_call *calls; /* mu: handed in, not ended */
   bool *h2;         /* mu: per endpoint, a connection open or opening */
   bool tls;
@@ -87,6 +89,7 @@ static void end_call(gmux_call *c, CURLcode cc, const gmux_call *self) {
 /* The calls handed in since the last turn, onto the multi handle (g->mu
  * held: the endpoints' h2). */
 static void add_new(struct etcd_gmux *g, const gmux_call *self) {
+  g->nnew = 0;
   for (gmux_call *c = g->calls, *next; c; c = next) {
     next = c->next;
     if (c->added) continue;
@@ -157,10 +160,11 @@ CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
   if ((c.next = g->calls) != NULL) c.next->pprev = &c.next;
   c.pprev = &g->calls;
   g->calls = &c;
-  if (g->driving)
-    curl_multi_wakeup(g->m); /* the driver adds it */
-  else
+  g->nnew++;
+  if (!g->driving)
     g->driving = c.lead = true;
+  else if (g->polling) /* else the driver looks before it polls */
+    curl_multi_wakeup(g->m);
   while (!c.done) {
     if (c.nudge && !g->driving) g->driving = c.lead = true;
     c.nudge = false;
@@ -178,11 +182,14 @@ CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
       end_call(f, f->cc, &c);
     }
     if (c.done) break;
+    if (g->nnew > 0) continue;
+    g->polling = true;
     pthread_mutex_unlock(&g->mu);
     /* curl's own timeouts (CURLOPT_TIMEOUT_MS) shorten the wait; a call
      * handed in ends it (curl_multi_wakeup). */
     curl_multi_poll(g->m, NULL, 0, 1000, NULL);
     pthread_mutex_lock(&g->mu);
+    g->polling = false;
   }
   if (c.lead) {
     /* The driving left to whoever comes first: a new call (often this
