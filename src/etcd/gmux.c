@@ -9,6 +9,7 @@
  * the driver to end their call. A call alone in flight does not come
  * here (grpc.c's own handle: no wait on another thread). */
 #include <stdlib.h>
+#include <sys/socket.h>
 
 #include "etcdb.h"
 
@@ -116,6 +117,20 @@ static void add_new(struct etcd_gmux *g, const gmux_call *self) {
   }
 }
 
+/* A call answered in HTTP/1.1 (its connection had gone, and curl opened
+ * a new one without prior knowledge: etcd's gateway answered): that
+ * connection is shut, so that curl drops it rather than send another
+ * call on it (a call sent so waited for its deadline, unanswered). */
+static void drop_http1(CURL *h) {
+  long version = 0;
+  curl_socket_t fd = CURL_SOCKET_BAD;
+  if (curl_easy_getinfo(h, CURLINFO_HTTP_VERSION, &version) == CURLE_OK &&
+      version != CURL_HTTP_VERSION_2_0 &&
+      curl_easy_getinfo(h, CURLINFO_ACTIVESOCKET, &fd) == CURLE_OK &&
+      fd != CURL_SOCKET_BAD)
+    shutdown(fd, SHUT_RDWR);
+}
+
 /* One turn of the driver (g->mu not held): curl's work, then the calls
  * that ended, in a list through fin. */
 static gmux_call *turn(struct etcd_gmux *g) {
@@ -129,6 +144,7 @@ static gmux_call *turn(struct etcd_gmux *g) {
     gmux_call *c = NULL;
     CURLcode cc = msg->data.result;
     curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
+    if (cc == CURLE_OK && !g->tls) drop_http1(msg->easy_handle);
     curl_multi_remove_handle(g->m, msg->easy_handle);
     c->added = false;
     c->cc = cc;
