@@ -114,6 +114,9 @@ static void t_cn_auth(th_etcd *s, dlock_client_options *o) {
   dlock_client_close(c);
 }
 
+static int conns_to(int port, long long *segs);
+static void ping_at_once(dlock_client *c);
+
 static void t_etcd_tls(void) {
   TH_NEED_ETCD();
   th_etcd s;
@@ -157,6 +160,11 @@ static void t_etcd_tls(void) {
   CHECK_RC(dlock_lock_new(c2, "tl", "other", &l2), 0);
   CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), DLOCK_EBUSY);
   async_cycle(&o, "tla"); /* the event loop's calls over TLS too */
+  /* Blocking calls at once, multiplexed over TLS too: one connection
+   * more, the shared one. */
+  int conns = conns_to(s.port, NULL);
+  ping_at_once(c);
+  CHECK_EQ(conns_to(s.port, NULL) - conns, 1);
   /* The watches over TLS (gRPC's Watch, HTTP/2 by ALPN): a wait that
    * runs out, the hold's watch hearing a force release, a waiter woken. */
   atomic_store(&lost_at, 0);

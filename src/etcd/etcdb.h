@@ -421,10 +421,12 @@ void dl_etcd_corks_flush(etcd_corks *k);
  * a call that opens the endpoint's connection (one that finds none, or
  * `fresh`: a try again after its connection had gone), the others wait
  * for it (curl 7.88 fails prior knowledge on a reused connection, curl
- * issue 10634). curl's result once the transfer ended. Any thread;
+ * issue 10634); one that finds no connection to wait for is *refused
+ * (nothing sent: again with `fresh`). curl's result once the transfer
+ * ended. Any thread;
  * blocks; e->gmux set up (dl_etcd_gmux_new). */
 CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
-                              bool *prior);
+                              bool *prior, bool *refused);
 /* A call to idx ended without an HTTP/2 answer: the next one opens a new
  * connection (prior knowledge). Any thread. */
 void dl_etcd_gmux_gone(dl_etcd *e, int idx);

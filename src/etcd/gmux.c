@@ -9,7 +9,6 @@
  * the driver to end their call. A call alone in flight does not come
  * here (grpc.c's own handle: no wait on another thread). */
 #include <stdlib.h>
-#include <sys/socket.h>
 
 #include "etcdb.h"
 
@@ -19,6 +18,8 @@ typedef struct gmux_call {
   CURL *h;
   int idx;
   bool fresh, prior;
+  bool refused; /* it would have opened a connection without prior
+                   knowledge */
   bool added; /* on the multi handle */
   bool done;  /* g->mu: ended, cc set, off the multi handle */
   bool lead;  /* g->mu: this caller drives */
@@ -75,6 +76,20 @@ void dl_etcd_gmux_gone(dl_etcd *e, int idx) {
   pthread_mutex_unlock(&g->mu);
 }
 
+/* A call without prior knowledge may not open a connection: on cleartext
+ * curl would open it as HTTP/1.1, which etcd gives its gateway, and a
+ * connection so opened, kept, took the next calls waiting for one and
+ * left some unanswered until their deadline (a server restart with 16
+ * threads' calls in flight). Such a call ends at once (refused), and is
+ * made again with prior knowledge on a new connection. */
+static curl_socket_t refuse_open(void *ud, curlsocktype purpose,
+                                 struct curl_sockaddr *a) {
+  (void)purpose;
+  (void)a;
+  ((gmux_call *)ud)->refused = true;
+  return CURL_SOCKET_BAD;
+}
+
 static void unlink_call(gmux_call *c) {
   if ((*c->pprev = c->next) != NULL) c->next->pprev = c->pprev;
 }
@@ -103,6 +118,9 @@ static void add_new(struct etcd_gmux *g, const gmux_call *self) {
       /* Prior knowledge on a new connection only: a call that failed
        * may have left its connection in the cache (a stream timed out). */
       curl_easy_setopt(c->h, CURLOPT_FRESH_CONNECT, c->prior ? 1L : 0L);
+      curl_easy_setopt(c->h, CURLOPT_OPENSOCKETFUNCTION,
+                       c->prior ? NULL : refuse_open);
+      curl_easy_setopt(c->h, CURLOPT_OPENSOCKETDATA, c);
     }
     /* Wait for the connection being opened rather than open another. */
     curl_easy_setopt(c->h, CURLOPT_PIPEWAIT, 1L);
@@ -115,20 +133,6 @@ static void add_new(struct etcd_gmux *g, const gmux_call *self) {
     c->added = true;
     g->h2[c->idx] = true;
   }
-}
-
-/* A call answered in HTTP/1.1 (its connection had gone, and curl opened
- * a new one without prior knowledge: etcd's gateway answered): that
- * connection is shut, so that curl drops it rather than send another
- * call on it (a call sent so waited for its deadline, unanswered). */
-static void drop_http1(CURL *h) {
-  long version = 0;
-  curl_socket_t fd = CURL_SOCKET_BAD;
-  if (curl_easy_getinfo(h, CURLINFO_HTTP_VERSION, &version) == CURLE_OK &&
-      version != CURL_HTTP_VERSION_2_0 &&
-      curl_easy_getinfo(h, CURLINFO_ACTIVESOCKET, &fd) == CURLE_OK &&
-      fd != CURL_SOCKET_BAD)
-    shutdown(fd, SHUT_RDWR);
 }
 
 /* One turn of the driver (g->mu not held): curl's work, then the calls
@@ -144,7 +148,6 @@ static gmux_call *turn(struct etcd_gmux *g) {
     gmux_call *c = NULL;
     CURLcode cc = msg->data.result;
     curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&c);
-    if (cc == CURLE_OK && !g->tls) drop_http1(msg->easy_handle);
     curl_multi_remove_handle(g->m, msg->easy_handle);
     c->added = false;
     c->cc = cc;
@@ -168,7 +171,7 @@ static gmux_call *turn(struct etcd_gmux *g) {
 }
 
 CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
-                              bool *prior) {
+                              bool *prior, bool *refused) {
   struct etcd_gmux *g = e->gmux;
   gmux_call c = {.h = h, .idx = idx, .fresh = fresh};
   dl_cond_init(&c.cv);
@@ -220,5 +223,6 @@ CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
   pthread_mutex_unlock(&g->mu);
   pthread_cond_destroy(&c.cv);
   *prior = c.prior;
+  *refused = c.refused;
   return c.cc;
 }

@@ -449,9 +449,14 @@ static etcd_try try_on(dl_etcd *e, etcd_req *q, struct etcd_gconn *c, CURL *h,
     return dl_etcd_req_end(e, q, h, idx, gconn_perform(c), reused && !again,
                            out, code, rc, h2);
   }
-  bool prior = false;
+  bool prior = false, refused = false;
   dl_etcd_req_setup(e, q, h, idx, hd, left, false);
-  CURLcode cc = dl_etcd_gmux_perform(e, h, idx, again, &prior);
+  CURLcode cc = dl_etcd_gmux_perform(e, h, idx, again, &prior, &refused);
+  if (refused && !again) { /* the connection had gone: nothing sent */
+    *h2 = false;
+    dl_etcd_gmux_gone(e, idx);
+    return ETCD_TRY_AGAIN;
+  }
   etcd_try t = dl_etcd_req_end(e, q, h, idx, cc, !prior && !again, out, code,
                                rc, h2);
   if (!*h2) dl_etcd_gmux_gone(e, idx); /* no connection kept */
