@@ -525,9 +525,8 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
     if (l) e->grpc_headers = l;
     gok = l != NULL;
   }
-  int rc = e->pool && h2 && gok
-               ? 0
-               : dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  int rc =
+      e->pool && h2 && gok ? 0 : dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   if (rc == 0) rc = parse_url(e, url);
   if (rc == 0) rc = take_options(e, opts);
   if (rc == 0 && e->grpc && dl_etcd_gmux_new(e) != 0)

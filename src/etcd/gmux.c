@@ -4,10 +4,10 @@
  * finds no one driving the multi handle drives it (adds the calls handed
  * in, curl_multi_perform, curl_multi_poll) until its own call ends, then
  * leaves the driving to the next call or a caller still waiting; the
- * others hand their
- * easy handle in (curl_multi_wakeup ends the driver's poll) and wait for
- * the driver to end their call. A call alone in flight does not come
- * here (grpc.c's own handle: no wait on another thread). */
+ * others hand their easy handle in (curl_multi_wakeup ends the driver's
+ * poll) and wait for the driver to end their call. A call alone in
+ * flight does not come here (grpc.c's own handle: no wait on another
+ * thread). */
 #include <stdlib.h>
 
 #include "etcdb.h"
@@ -20,10 +20,10 @@ typedef struct gmux_call {
   bool fresh, prior;
   bool refused; /* it would have opened a connection without prior
                    knowledge */
-  bool added; /* on the multi handle */
-  bool done;  /* g->mu: ended, cc set, off the multi handle */
-  bool lead;  /* g->mu: this caller drives */
-  bool nudge; /* g->mu: to drive if no one does when it wakes */
+  bool added;   /* on the multi handle */
+  bool done;    /* g->mu: ended, cc set, off the multi handle */
+  bool lead;    /* g->mu: this caller drives */
+  bool nudge;   /* g->mu: to drive if no one does when it wakes */
   CURLcode cc;
   pthread_cond_t cv;
 } gmux_call;
@@ -160,8 +160,8 @@ static gmux_call *turn(struct etcd_gmux *g) {
       if (c->added) {
         curl_multi_remove_handle(g->m, c->h);
         c->added = false;
-        c->cc = mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY
-                                          : CURLE_RECV_ERROR;
+        c->cc =
+            mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY : CURLE_RECV_ERROR;
         c->fin = fin;
         fin = c;
       }

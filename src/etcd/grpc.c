@@ -439,9 +439,8 @@ etcd_try dl_etcd_grpc_end(dl_etcd *e, etcd_req *q, CURL *h, int idx,
  * lone call's), or on gmux.c's shared one. again: a try again after the
  * connection had gone (prior knowledge on a new one). */
 static etcd_try try_on(dl_etcd *e, etcd_req *q, struct etcd_gconn *c, CURL *h,
-                       int idx, struct curl_slist *hd, int64_t left,
-                       bool again, json_object **out, int *code, int *rc,
-                       bool *h2) {
+                       int idx, struct curl_slist *hd, int64_t left, bool again,
+                       json_object **out, int *code, int *rc, bool *h2) {
   if (c) {
     bool reused = c->ep == idx;
     dl_etcd_req_setup(e, q, h, idx, hd, left, !reused);
@@ -457,8 +456,8 @@ static etcd_try try_on(dl_etcd *e, etcd_req *q, struct etcd_gconn *c, CURL *h,
     dl_etcd_gmux_gone(e, idx);
     return ETCD_TRY_AGAIN;
   }
-  etcd_try t = dl_etcd_req_end(e, q, h, idx, cc, !prior && !again, out, code,
-                               rc, h2);
+  etcd_try t =
+      dl_etcd_req_end(e, q, h, idx, cc, !prior && !again, out, code, rc, h2);
   if (!*h2) dl_etcd_gmux_gone(e, idx); /* no connection kept */
   return t;
 }
@@ -484,8 +483,7 @@ int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
       break;
     }
     bool h2;
-    etcd_try t =
-        try_on(e, q, c, h, idx, hd, left, again, out, code, &rc, &h2);
+    etcd_try t = try_on(e, q, c, h, idx, hd, left, again, out, code, &rc, &h2);
     if (t == ETCD_TRY_AGAIN) {
       /* Our connection had gone: again on a new one. */
       if (c && gconn_renew(c) != 0) {
