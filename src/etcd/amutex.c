@@ -28,7 +28,7 @@
 #include <string.h>
 
 static void on_call(void *ud, int rc, json_object *o, int code);
-static void on_txn(void *ud, int rc, ProtobufCMessage *m, int code);
+static void on_msg(void *ud, int rc, ProtobufCMessage *m, int code);
 
 /* Ends op with rc (its claim dropped, if any). */
 static void end(dl_async *op, int rc) {
@@ -49,7 +49,7 @@ static void am_call(dl_async *op, astep step, const char *path,
   dl_done_fn done = op->done;
   void *ud = op->ud;
   etcd_hold *h = q->h;
-  if ((msg ? dl_etcd_op_call_pb(op, path, msg, on_txn)
+  if ((msg ? dl_etcd_op_call_pb(op, path, msg, on_msg)
            : dl_etcd_op_call(op, path, body, on_call)) == 0)
     return;
   /* op freed (out of memory): our key goes with its lease */
@@ -61,8 +61,9 @@ void dl_am_call(dl_async *op, astep step, const char *path, const char *body) {
   am_call(op, step, path, body, NULL);
 }
 
-void dl_am_txn(dl_async *op, astep step, const ProtobufCMessage *msg) {
-  am_call(op, step, "/v3/kv/txn", NULL, msg);
+void dl_am_call_pb(dl_async *op, astep step, const char *path,
+                   const ProtobufCMessage *msg) {
+  am_call(op, step, path, NULL, msg);
 }
 
 static void on_job(void *ud, int rc) {
@@ -112,7 +113,7 @@ void dl_am_fail(dl_async *op, int rc) {
   if (h->rev > 0) {
     etcd_delete_txn t;
     dl_etcd_delete_txn(&t, h->key, h->rev);
-    dl_am_txn(op, S_DELETE, &t.txn.base);
+    dl_am_call_pb(op, S_DELETE, "/v3/kv/txn", &t.txn.base);
   } else if (h->key && h->lease && !q->own &&
              (dl_etcd_transient(rc) || rc == DLOCK_EPROTO)) {
     /* a put whose answer we did not get: our key, on our lease */
@@ -140,7 +141,7 @@ void dl_am_put_step(dl_async *op) {
   }
   etcd_claim_txn t;
   dl_etcd_claim_txn(&t, q->h, value, q->wait_pfx);
-  dl_am_txn(op, S_PUT, &t.txn.base);
+  dl_am_call_pb(op, S_PUT, "/v3/kv/txn", &t.txn.base);
   free(value);
 }
 
@@ -193,9 +194,9 @@ static void lease_step(dl_async *op) {
     return;
   }
   q->h->lease = l;
-  char body[64];
-  dl_etcd_lease_body(l, body, sizeof body);
-  dl_am_call(op, S_FIXED_KEEP, "/v3/lease/keepalive", body);
+  Etcdserverpb__LeaseKeepAliveRequest req;
+  dl_etcd_keepalive_msg(&req, l);
+  dl_am_call_pb(op, S_FIXED_KEEP, "/v3/lease/keepalive", &req.base);
 }
 
 /* ---- the wait for another owner of this client ---- */
@@ -352,19 +353,6 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     else
       side_step(op);
     return;
-  case S_FIXED_KEEP:
-    if (rc == 0) rc = dl_etcd_keepalive_answer(e, o, &got);
-    if (rc < 0) {
-      q->h->lease = 0; /* as the blocking path: left to its TTL */
-      dl_am_fail(op, rc);
-    } else if (rc == 1 && got * 1000 >= q->a->lease_ms) {
-      q->until = q->h->lease_until = dl_validity(q->sent, q->a->lease_ms);
-      dl_am_put_step(op);
-    } else { /* gone: a new one */
-      q->h->lease = 0;
-      fixed_grant(op);
-    }
-    return;
   case S_FIXED_GRANT:
     if (rc == 0 && (rc = dl_etcd_grant_answer(e, o, &l, &got)) == 0) {
       q->h->lease = l;
@@ -376,31 +364,20 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     }
     return;
   case S_PUT:
-  case S_UNORPHAN: /* txns made with a message: on_txn's, never here */
+  case S_UNORPHAN:
+  case S_FIXED_KEEP:
+  case S_KEEP: /* calls made with a message: on_msg's, never here */
     json_object_put(o);
     dl_am_fail(op, dl_seterr(e->err, DLOCK_EPROTO,
-                             "etcd: a txn of step %d "
-                             "answered as JSON",
+                             "etcd: a call of step %d answered as JSON",
                              (int)q->step));
     return;
   case S_LOOK: dl_am_on_look(op, rc, o); return;
-  case S_KEEP:
-    if (rc == 0 && (rc = dl_etcd_keepalive_answer(e, o, &got)) == 0)
-      rc = dl_seterr(e->err, DLOCK_ELOST,
-                     "the lease of our etcd key %s ended while we waited",
-                     q->h->key);
-    if (rc < 0) {
-      dl_am_wait_error(op, rc);
-      return;
-    }
-    q->until = q->h->lease_until = dl_validity(q->sent, q->h->lease_ms);
-    dl_am_keep_done(op);
-    return;
   case S_WATCH:
   case S_PAUSE:
   case S_CLAIM: return; /* not a call's */
   case S_DELETE:        /* a put's key whose answer we did not get (h->rev -1;
-                           the fenced delete's answer: on_txn) */
+                           the fenced delete's answer: on_msg) */
     json_object_put(o);
     fail_lease(op, rc);
     return;
@@ -411,13 +388,37 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
   }
 }
 
-/* The answer of a txn made with a message (dl_am_txn's steps). */
-static void on_txn(void *ud, int rc, ProtobufCMessage *m, int code) {
+/* The answer of a call made with a message (dl_am_call_pb's steps). */
+static void on_msg(void *ud, int rc, ProtobufCMessage *m, int code) {
   (void)code;
   dl_async *op = ud;
   struct etcd_aacq *q = op->acq;
   op->call = NULL;
-  if (q->step == S_PUT) {
+  int64_t got = 0;
+  if (q->step == S_FIXED_KEEP) {
+    if (rc == 0) rc = dl_etcd_keepalive_reply(m, &got);
+    if (rc < 0) {
+      q->h->lease = 0; /* as the blocking path: left to its TTL */
+      dl_am_fail(op, rc);
+    } else if (rc == 1 && got * 1000 >= q->a->lease_ms) {
+      q->until = q->h->lease_until = dl_validity(q->sent, q->a->lease_ms);
+      dl_am_put_step(op);
+    } else { /* gone: a new one */
+      q->h->lease = 0;
+      fixed_grant(op);
+    }
+  } else if (q->step == S_KEEP) {
+    if (rc == 0 && (rc = dl_etcd_keepalive_reply(m, &got)) == 0)
+      rc = dl_seterr(op->e->err, DLOCK_ELOST,
+                     "the lease of our etcd key %s ended while we waited",
+                     q->h->key);
+    if (rc < 0) {
+      dl_am_wait_error(op, rc);
+      return;
+    }
+    q->until = q->h->lease_until = dl_validity(q->sent, q->h->lease_ms);
+    dl_am_keep_done(op);
+  } else if (q->step == S_PUT) {
     dl_am_on_put(op, rc, m);
   } else if (q->step == S_UNORPHAN) {
     if (m) protobuf_c_message_free_unpacked(m, NULL);

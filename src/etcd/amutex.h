@@ -52,9 +52,11 @@ struct etcd_aacq {
 /* Starts op's next call (step) within one command timeout; out of memory,
  * op is told DLOCK_ENOMEM and freed. */
 void dl_am_call(dl_async *op, astep step, const char *path, const char *body);
-/* As dl_am_call, a txn made with a message (S_PUT, S_UNORPHAN, S_DELETE:
- * pbtxn.h's), its answer a message. */
-void dl_am_txn(dl_async *op, astep step, const ProtobufCMessage *msg);
+/* As dl_am_call, a call made with a message (pbtxn.h's: S_PUT,
+ * S_UNORPHAN and S_DELETE's txns, S_FIXED_KEEP and S_KEEP's keepalives),
+ * its answer a message. */
+void dl_am_call_pb(dl_async *op, astep step, const char *path,
+                   const ProtobufCMessage *msg);
 /* Ends op with rc after its key (at its revision) and a fixed lease go. */
 void dl_am_fail(dl_async *op, int rc);
 /* The claim txn: our key put, the owner read. */

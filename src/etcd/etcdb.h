@@ -439,10 +439,9 @@ void dl_etcd_session_granted(dl_etcd *e, int64_t sent, int64_t lease,
 /* Keeps `lease` alive once: 1 alive (*ttl_s), 0 gone, or a negative code. */
 int dl_etcd_keepalive(dl_etcd *e, int64_t lease, int64_t deadline,
                       int64_t *ttl_s);
-/* A lease's request body ({"ID": id}: keepalive, revoke), and a
- * keepalive's answer o (put here) as dl_etcd_keepalive's result. */
+/* A lease's request body ({"ID": id}: a revoke; a keepalive is a
+ * message, pbtxn.h's). */
 void dl_etcd_lease_body(int64_t id, char *body, size_t len);
-int dl_etcd_keepalive_answer(dl_etcd *e, json_object *o, int64_t *ttl_s);
 /* Grants a lease of ttl_s seconds: 0 (*lease, *got_s), or a code. */
 int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
                   int64_t *got_s);
