@@ -2,11 +2,11 @@
  * drivers (dl_etcd_call_pb, dl_etcd_acall_pb): the claim (our key put and
  * the line's owner read, dl_etcd_put_and_read's), the fenced delete
  * (dl_etcd_delete_at's) and a lease's keepalive (a fixed lease's at each
- * acquire, the session's and consumers' renewals). Over gRPC they go without JSON either way; the
- * gateway gets their JSON (grpc.c converts). A message's parts point into
- * its struct and into the strings it was built from: all must live until
- * dl_etcd_call_pb or dl_etcd_acall_pb returns (the blocking call packs it
- * again for a try after a new token). Private to src/etcd. */
+ * acquire, the session's and consumers' renewals). Over gRPC they go without
+ * JSON either way; the gateway gets their JSON (grpc.c converts). A message's
+ * parts point into its struct and into the strings it was built from: all must
+ * live until dl_etcd_call_pb or dl_etcd_acall_pb returns (the blocking call
+ * packs it again for a try after a new token). Private to src/etcd. */
 #ifndef DLOCK_ETCD_PBTXN_H
 #define DLOCK_ETCD_PBTXN_H
 
@@ -38,8 +38,7 @@ int dl_etcd_claim_answer(dl_etcd *e, etcd_hold *h, ProtobufCMessage *r,
 
 /* A keepalive of lease id (LeaseKeepAlive, one message on its stream):
  * r->base is the request. */
-void dl_etcd_keepalive_msg(Etcdserverpb__LeaseKeepAliveRequest *r,
-                           int64_t id);
+void dl_etcd_keepalive_msg(Etcdserverpb__LeaseKeepAliveRequest *r, int64_t id);
 /* Its answer m (freed here): 1 kept alive (*ttl_s its TTL), 0 the lease
  * is gone (a dead lease's answer has no TTL). */
 int dl_etcd_keepalive_reply(ProtobufCMessage *m, int64_t *ttl_s);
