@@ -1737,7 +1737,7 @@ static void back_at_close(const th_etcd *s, back_end how) {
   if (resumes) CHECK_RC(pthread_create(&t, NULL, cont_later, (void *)s), 0);
   int64_t t0 = th_now_ms();
   if (how == NO_CLOSE) CHECK(run_one(lp, &p.t)); /* the give-back's timeout */
-  dlock_queue_free(q); /* freed with its poll */
+  dlock_queue_free(q);                           /* freed with its poll */
   dlock_client_close(c);
   int64_t took = th_now_ms() - t0;
   if (resumes)
@@ -2155,6 +2155,87 @@ static void t_etcd_async_sem_cancel_look(void) {
   th_etcd_stop(&s);
 }
 
+/* Runs lp until each of the n locks in l is reported lost (th_soon(8000)
+ * at most). */
+static bool run_until_lost(dlock_loop *lp, dlock_lock **l, int n) {
+  for (int64_t end = th_now_ms() + th_soon(8000); th_now_ms() < end;) {
+    int lost = 0;
+    for (int i = 0; i < n; i++)
+      lost += dlock_lock_is_lost(l[i]) == 1;
+    if (lost == n) return true;
+    dlock_loop_run(lp, 10);
+  }
+  return false;
+}
+
+/* An event-loop acquire whose owner has a stale hold of the name (the
+ * server paused past the watchdog's timeout: reported lost, not released)
+ * clears it on the loop as the blocking claim does, with no thread: the
+ * old key deleted at its revision, a fixed lease of its own revoked; then
+ * it takes the lock afresh, one key each. */
+static void t_etcd_async_stale(void) {
+  TH_NEED_ETCD();
+  enum { N = 8 };
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_lock *l[N + 1];
+  et_adone d[N + 1];
+  dlock_client *c;
+  et_open_holding(&s, 2000, "st", N, &lp, l, &c);
+  if (c == NULL) return;
+  /* One more on a fixed lease of its own. */
+  CHECK_RC(dlock_lock_new(c, "stf", NULL, &l[N]), 0);
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_acquire_async(l[N], 0, 2500, et_on_adone, &d[N], NULL),
+           0);
+  CHECK(et_run_all(lp, d + N, 1));
+  CHECK_RC(d[N].rc, 0);
+  th_etcd_kill(&s, SIGSTOP);
+  bool lost = run_until_lost(lp, l, N + 1);
+  th_etcd_kill(&s, SIGCONT);
+  CHECK(lost);
+  int before = et_tasks();
+  long long revokes = th_etcd_started(&s, "LeaseRevoke");
+  memset(d, 0, sizeof d);
+  for (int i = 0; i <= N; i++)
+    CHECK_RC(dlock_lock_acquire_async(l[i], 5000, i == N ? 2500 : 0,
+                                      et_on_adone, &d[i], NULL),
+             0);
+  int most = before, left = N + 1;
+  for (int64_t end = th_now_ms() + th_soon(10000); left && th_now_ms() < end;) {
+    int m = et_run_sampled(lp, 5);
+    if (m > most) most = m;
+    left = 0;
+    for (int i = 0; i <= N; i++)
+      left += d[i].calls == 0;
+  }
+  CHECK_EQ(left, 0);
+  fprintf(stderr,
+          "    threads: %d before %d acquires past a stale hold, at "
+          "most %d as they ran\n",
+          before, N + 1, most);
+  CHECK_EQ(most, before);
+  for (int i = 0; i <= N; i++) {
+    CHECK_RC(d[i].rc, 0);
+    CHECK_EQ(dlock_lock_is_lost(l[i]), 0);
+  }
+  CHECK_EQ(th_etcd_started(&s, "LeaseRevoke") - revokes, 1); /* stf's */
+  CHECK_EQ(et_keys_under(&s, "st"), N + 1);
+  memset(d, 0, sizeof d);
+  for (int i = 0; i <= N; i++)
+    CHECK_RC(dlock_lock_release_async(l[i], et_on_adone, &d[i], NULL), 0);
+  CHECK(et_run_all(lp, d, N + 1));
+  for (int i = 0; i <= N; i++) {
+    CHECK_RC(d[i].rc, 1);
+    dlock_lock_free(l[i]);
+  }
+  CHECK_EQ(et_keys_under(&s, "st"), 0);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
 TH_MAIN(T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
         T_BARE(t_etcd_async_rw), T_BARE(t_etcd_async_fair),
         T_BARE(t_etcd_async_owners), T_BARE(t_etcd_async_latch),
@@ -2164,7 +2245,7 @@ TH_MAIN(T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
         T_BARE(t_etcd_async_reliable), T_BARE(t_etcd_async_reliable_close),
         T_BARE(t_etcd_async_queue_close), T_BARE(t_etcd_async_sem_cancel_look),
         T_BARE(t_etcd_async_fence), T_BARE(t_etcd_async_inspect),
-        T_BARE(t_etcd_async_scan))
+        T_BARE(t_etcd_async_scan), T_BARE(t_etcd_async_stale))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

@@ -168,9 +168,9 @@ int dl_etcd_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
 /* A cancel of an acquire: its wait ends as at its deadline. */
 void dl_etcd_acquire_cancel(dl_async *op);
 /* The client closing: an acquire's claim and calls given up, its lease
- * left to the close; 1 op ended (done: DLOCK_ECLOSED), 0 it runs on a
- * job, which the close ends. */
-int dl_etcd_acquire_close(dl_async *op);
+ * left to the close (a fixed one revoked); op ended (done:
+ * DLOCK_ECLOSED). */
+void dl_etcd_acquire_close(dl_async *op);
 
 /* ---- arenew.c ---- */
 /* The event loop's renew_async (dl_etcd_aops). */

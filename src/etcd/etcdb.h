@@ -663,6 +663,13 @@ etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease);
  * listed, 0 not (nothing done). */
 int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h,
                       bool shared_key, bool *stale);
+/* The stale hold of l's owner that dl_etcd_claim_now found (*stale),
+ * taken to be cleared as a release takes its hold: no longer held (a
+ * renewal or a check finding its key gone leaves it alone), unwatched,
+ * still listed (the client's other owners of the name keep waiting) until
+ * its key is deleted and it is dropped (dl_etcd_hold_drop); NULL none
+ * now. */
+etcd_hold *dl_etcd_stale_take(dl_etcd *e, const dl_lock_ref *l);
 /* Waits for the client's other owner holding (or taking) l on the same
  * lease (shared_key: the mutex's key is the lease's) to let go, a stale
  * hold of the owner cleared on the way, then lists a claim on it (as

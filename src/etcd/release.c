@@ -572,8 +572,8 @@ void dl_etcd_aops_close(dl_etcd *e) {
   for (dl_async *op = e->aops, *next; op; op = next) {
     next = op->next;
     if (op->kind == AOP_ACQUIRE) {
-      /* Ended here, or later by its job (which the close ends). */
-      if (dl_etcd_acquire_close(op)) next = e->aops;
+      dl_etcd_acquire_close(op); /* ended: the list changed */
+      next = e->aops;
       continue;
     }
     dl_etcd_asess_close(op);
