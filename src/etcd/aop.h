@@ -237,13 +237,22 @@ int dl_etcd_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
 /* A cancel of a queue's operation: a poll's wait ends as at its deadline
  * (a call in flight is answered first; a value its take got goes back). */
 void dl_etcd_queue_cancel(dl_async *op);
+/* Whether op is a plain poll's take or give-back in flight: its answer
+ * says where a value is, so the close waits for it. */
+bool dl_etcd_queue_taking(const dl_async *op);
+/* The client closing, every other operation ended: the takes and
+ * give-backs in flight (dl_etcd_queue_taking) answered, each within its
+ * deadline, on the calling thread; a value a take got goes back where it
+ * was taken from (the head for a poll, the tail for a poll_last), as a
+ * cancelled poll's does. The ops are then dl_etcd_queue_close's. */
+void dl_etcd_queues_drain(dl_etcd *e);
 /* The client closing, op's call aborted: a reliable take's consumer
  * lease not yet in the client's list (its grant in flight: its ID is
  * chosen; or granted; or one being revoked) is revoked now, blocking; a
  * cancelled poll's give-back in flight is sent again, blocking (compared
- * so that it puts the value once), and when that fails the value is the
- * poll's: done(ud, 1), op ended, 1 returned. Else 0: op is the caller's
- * to end (DLOCK_ECLOSED). */
+ * so that it puts the value once), and when that fails (or cannot be
+ * sent) the value is the poll's: done(ud, 1), op ended, 1 returned. Else
+ * 0: op is the caller's to end (DLOCK_ECLOSED). */
 int dl_etcd_queue_close(dl_async *op);
 /* Frees a queue operation's state (accepts NULL). */
 void dl_etcd_aqueue_free(etcd_aqueue *a);

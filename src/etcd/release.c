@@ -568,9 +568,12 @@ static void own_cancel(dl_backend *b, dl_async *op) {
   if (op->kind == AOP_QUEUE) dl_etcd_queue_cancel(op);
 }
 
-void dl_etcd_aops_close(dl_etcd *e) {
+/* Ends e's operations, but for a plain poll's take or give-back in
+ * flight unless `takes`. */
+static void aops_end(dl_etcd *e, bool takes) {
   for (dl_async *op = e->aops, *next; op; op = next) {
     next = op->next;
+    if (!takes && dl_etcd_queue_taking(op)) continue;
     if (op->kind == AOP_ACQUIRE) {
       /* Ended here, or later by its job (which the close ends). */
       if (dl_etcd_acquire_close(op)) next = e->aops;
@@ -592,6 +595,15 @@ void dl_etcd_aops_close(dl_etcd *e) {
         op, dl_seterr(e->env->err_owner, DLOCK_ECLOSED, "the client closed"));
     next = e->aops;
   }
+}
+
+void dl_etcd_aops_close(dl_etcd *e) {
+  /* A take's answer says whether its value left the queue: waited for
+   * (and the value put back) with nothing else on the multi handle, so
+   * that no other operation's step runs within the close. */
+  aops_end(e, false);
+  dl_etcd_queues_drain(e);
+  aops_end(e, true);
 }
 
 const dl_backend_ops dl_etcd_aops = {
