@@ -38,8 +38,8 @@ typedef enum qstep {
   Q_TAKE,    /* its take */
   Q_BACK,    /* a value taken as its poll was cancelled, offered back */
   Q_WATCH,   /* the watch on Q/ in flight, the timer at the deadline (or
-                the next due time) */
-  Q_PAUSE    /* a pause before the next look */
+                the next due time; or a moment after its stream ended) */
+  Q_PAUSE    /* a pause (an error ridden out) before the next look */
 } qstep;
 
 struct etcd_aqueue {
@@ -141,12 +141,9 @@ static void poll_again(dl_async *op) {
   txn_next(op, Q_DUE, &j);
 }
 
-static void on_timer(void *ud);
-
-/* Runs on_timer at `at` in step. */
-static void wait_until(dl_async *op, qstep step, int64_t at) {
-  op->aq->step = step;
-  dl_etcd_op_wake_at(op, on_timer, at);
+/* A pause over: a look. */
+static void on_pause(void *ud) {
+  poll_again(ud);
 }
 
 /* A poll's call or watch that failed with rc: ridden out (a pause, then a
@@ -155,20 +152,19 @@ static void wait_until(dl_async *op, qstep step, int64_t at) {
 static void poll_error(dl_async *op, int rc) {
   etcd_aqueue *a = op->aq;
   a->step = Q_PAUSE;
-  if (!dl_etcd_op_ride(op, on_timer, a->cancelled, a->q->wait, a->q->deadline,
+  if (!dl_etcd_op_ride(op, on_pause, a->cancelled, a->q->wait, a->q->deadline,
                        rc, &a->rides))
     dl_etcd_op_end(op, rc);
 }
 
-static void on_watch(void *ud, int rc, json_object *o, int code) {
-  (void)o, (void)code;
-  dl_async *op = ud;
-  op->call = NULL;
-  dl_timer_stop(op->e->env->loop, &op->timer);
+/* The watch's end: news, or the next due time (a look again); the
+ * deadline or a cancel (not taken: 0). */
+static void on_waited(dl_async *op, int rc) {
+  etcd_aqueue *a = op->aq;
   if (rc < 0)
     poll_error(op, rc);
-  else if (rc == 2) /* the stream ended (a member gone): a look in a moment */
-    wait_until(op, Q_PAUSE, dl_now_ms() + 50);
+  else if (rc == 0 && (a->cancelled || dl_now_ms() >= a->q->deadline))
+    dl_etcd_op_end(op, 0);
   else
     poll_again(op);
 }
@@ -187,27 +183,8 @@ static void poll_none(dl_async *op, int64_t rev) {
     until = now + (a->next < 5 ? 5 : a->next);
   char body[ETCD_WATCH_PREFIX_BODY_MAX];
   dl_etcd_watch_prefix_body(a->n.lo, rev, body, sizeof body);
-  int rc = dl_etcd_awatch_put(op->e, body, on_watch, op, &op->call);
-  if (rc != 0)
-    poll_error(op, rc);
-  else
-    wait_until(op, Q_WATCH, until);
-}
-
-/* The deadline or a cancel during the watch (not taken: 0), or a pause
- * over, or the next due time (again). */
-static void on_timer(void *ud) {
-  dl_async *op = ud;
-  etcd_aqueue *a = op->aq;
-  if (a->step == Q_WATCH) {
-    dl_etcd_acall_abort(op->call);
-    op->call = NULL;
-    if (a->cancelled || dl_now_ms() >= a->q->deadline) {
-      dl_etcd_op_end(op, 0);
-      return;
-    }
-  }
-  poll_again(op);
+  a->step = Q_WATCH;
+  dl_etcd_op_watch(op, body, ETCD_ON_PUT, until, on_waited);
 }
 
 /* A delayed handle's moves: the next, or (none left) the look. */
