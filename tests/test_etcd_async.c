@@ -1788,6 +1788,97 @@ static void t_etcd_async_queue_close(void) {
   th_etcd_stop(&s);
 }
 
+/* One try of t_etcd_async_queue_close_takes on s: the checks, and in
+ * *backs the txns sent within the close (its give-backs: the window
+ * caught; 0 when every take that got a value was read before it). */
+static void takes_at_close(const th_etcd *s, long long *backs) {
+  enum { N = 16, V = 24 };
+  *backs = -1;
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  dlock_queue *q, *qb;
+  CHECK(queue_pair(s->url, "aqt", false, &lp, &c, &cb, &q, &qb));
+  char v[8];
+  for (int i = 0; i < V; i++) {
+    snprintf(v, sizeof v, "v%02d", i);
+    CHECK_RC(dlock_queue_offer(qb, v, 3), 0);
+  }
+  qdone p[N];
+  memset(p, 0, sizeof p);
+  long long txns = th_etcd_started(s, "Txn");
+  for (int i = 0; i < N; i++)
+    CHECK_RC((i % 2 ? dlock_queue_poll_last_async : dlock_queue_poll_async)(
+                 q, 10000, &p[i].v, &p[i].len, on_tdone, &p[i].t, NULL),
+             0);
+  /* Their looks and half of them their takes sent; then every call the
+   * server started answered there, the answers left unread. */
+  CHECK(run_until_started(lp, s, "Txn", txns, N + N / 2));
+  long long sent = th_etcd_started(s, "Txn");
+  for (int64_t end = th_now_ms() + th_soon(2000) * th_slowdown();
+       th_etcd_handled(s, "Txn") < sent && th_now_ms() < end;)
+    th_sleep_ms(1);
+  CHECK(th_etcd_handled(s, "Txn") >= sent);
+  int before = 0;
+  for (int i = 0; i < N; i++)
+    before += p[i].t.d.calls;
+  int64_t t0 = th_now_ms();
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  int64_t took = th_now_ms() - t0;
+  *backs = th_etcd_started(s, "Txn") - sent;
+  int seen[V] = {0}, polled = 0, left = 0;
+  for (int i = 0; i < N; i++) {
+    CHECK_EQ(p[i].t.d.calls, 1);
+    if (p[i].t.d.rc != 0) {
+      CHECK_RC(p[i].t.d.rc, DLOCK_ECLOSED);
+      continue;
+    }
+    int k = -1;
+    CHECK(p[i].len == 3 && sscanf(p[i].v, "v%d", &k) == 1 && k >= 0 && k < V);
+    if (k >= 0 && k < V) seen[k]++;
+    polled++;
+    dlock_queue_value_free(p[i].v);
+  }
+  void *got = NULL;
+  size_t len = 0;
+  while (dlock_queue_poll(qb, 0, &got, &len) == 0) {
+    int k = -1;
+    CHECK(len == 3 && sscanf(got, "v%d", &k) == 1 && k >= 0 && k < V);
+    if (k >= 0 && k < V) seen[k]++;
+    left++;
+    dlock_queue_value_free(got);
+  }
+  fprintf(stderr,
+          "    closed in %lld ms (%lld txns within): %d polls ended before, "
+          "%d with a value, %d values left of %d\n",
+          (long long)took, *backs, before, polled, left, V);
+  for (int k = 0; k < V; k++) {
+    if (seen[k] != 1) fprintf(stderr, "    v%02d seen %d times\n", k, seen[k]);
+    CHECK_EQ(seen[k], 1);
+  }
+  dlock_queue_free(qb);
+  dlock_client_close(cb);
+  dlock_loop_free(lp);
+}
+
+/* An event-loop client closed while its polls' takes are answered by the
+ * server but not yet read (the loop not run since they went): the close
+ * waits for each take's answer and puts a value taken back where it was
+ * taken from, so every value offered is a poll's (rc 0) or still in the
+ * queue, once: none lost, none twice. Half the polls take from each end,
+ * so that a take of the head and one of the tail are in flight. The
+ * window is found from outside (the server's counts): a try whose takes
+ * were all read before the close (no give-back within it) is made again,
+ * up to 3 times. */
+static void t_etcd_async_queue_close_takes(void) {
+  TH_ETCD_SETUP(s);
+  long long backs = 0;
+  for (int tries = 0; tries < 3 && backs == 0; tries++)
+    takes_at_close(&s, &backs);
+  CHECK(backs > 0);
+  th_etcd_stop(&s);
+}
+
 /* An event-loop client's scan (list, status) is a range a page on its
  * loop's multi handle: N scans in flight start no thread (each was a
  * thread of its own), each passes the names the blocking client's does,
@@ -2243,9 +2334,11 @@ TH_MAIN(T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
         T_BARE(t_etcd_async_permits_wait), T_BARE(t_etcd_async_permits),
         T_BARE(t_etcd_async_queue), T_BARE(t_etcd_async_delayed),
         T_BARE(t_etcd_async_reliable), T_BARE(t_etcd_async_reliable_close),
-        T_BARE(t_etcd_async_queue_close), T_BARE(t_etcd_async_sem_cancel_look),
-        T_BARE(t_etcd_async_fence), T_BARE(t_etcd_async_inspect),
-        T_BARE(t_etcd_async_scan), T_BARE(t_etcd_async_stale))
+        T_BARE(t_etcd_async_queue_close),
+        T_BARE(t_etcd_async_queue_close_takes),
+        T_BARE(t_etcd_async_sem_cancel_look), T_BARE(t_etcd_async_fence),
+        T_BARE(t_etcd_async_inspect), T_BARE(t_etcd_async_scan),
+        T_BARE(t_etcd_async_stale))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

@@ -17,6 +17,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ typedef struct etcd_aloop {
   dl_loop *lp;
   CURLM *m;
   dl_timer timer; /* curl's timeout */
+  int64_t due;    /* when it falls due (dl_now_ms() time), -1 none */
   bool *h2;       /* per endpoint: a connection is open or opening */
   struct asock *socks;
 } etcd_aloop;
@@ -39,6 +41,7 @@ typedef struct asock {
   etcd_aloop *a;
   curl_socket_t fd;
   dl_watch *w;
+  int ev;      /* the DL_EV_* curl waits for */
   bool corked; /* a call's connection (a watch's is not corked) */
 } asock;
 
@@ -118,14 +121,15 @@ static int on_socket(CURL *h, curl_socket_t fd, int what, void *ud,
     s->pprev = &a->socks;
     a->socks = s;
   }
-  int ev = (what & CURL_POLL_IN ? DL_EV_READ : 0) |
-           (what & CURL_POLL_OUT ? DL_EV_WRITE : 0);
-  return dl_watch_set(s->w, ev) == 0 ? 0 : -1;
+  s->ev = (what & CURL_POLL_IN ? DL_EV_READ : 0) |
+          (what & CURL_POLL_OUT ? DL_EV_WRITE : 0);
+  return dl_watch_set(s->w, s->ev) == 0 ? 0 : -1;
 }
 
 static void on_timer(void *ud) {
   etcd_aloop *a = ud;
   int running;
+  a->due = -1;
   curl_multi_socket_action(a->m, CURL_SOCKET_TIMEOUT, 0, &running);
   flush_corked(a);
   check_done(a);
@@ -135,11 +139,13 @@ static int on_timeout(CURLM *m, long ms, void *ud) {
   (void)m;
   etcd_aloop *a = ud;
   if (ms < 0) {
+    a->due = -1;
     dl_timer_stop(a->lp, &a->timer);
     return 0;
   }
   /* Fires from the loop's dispatch, never within this call. */
-  return dl_timer_start(a->lp, &a->timer, dl_now_ms() + ms) == 0 ? 0 : -1;
+  a->due = dl_now_ms() + ms;
+  return dl_timer_start(a->lp, &a->timer, a->due) == 0 ? 0 : -1;
 }
 
 int dl_etcd_aloop_new(dl_etcd *e) {
@@ -153,6 +159,7 @@ int dl_etcd_aloop_new(dl_etcd *e) {
   }
   a->e = e;
   a->lp = e->env->loop;
+  a->due = -1;
   dl_timer_init(&a->timer, on_timer, a);
   curl_multi_setopt(a->m, CURLMOPT_SOCKETFUNCTION, on_socket);
   curl_multi_setopt(a->m, CURLMOPT_SOCKETDATA, a);
@@ -176,6 +183,48 @@ void dl_etcd_aloop_free(dl_etcd *e) {
   free(a->h2);
   free(a);
   e->aloop = NULL;
+}
+
+void dl_etcd_aloop_drain(dl_etcd *e, bool (*more)(void *ud, int64_t *until),
+                         void *ud) {
+  etcd_aloop *a = e->aloop;
+  struct pollfd *fds = NULL;
+  int64_t until;
+  while (a && more(ud, &until)) {
+    int64_t now = dl_now_ms(), wait = until - now;
+    if (wait <= 0) break;
+    if (a->due >= 0 && a->due - now < wait)
+      wait = a->due > now ? a->due - now : 0;
+    nfds_t n = 0, k = 0;
+    for (asock *s = a->socks; s; s = s->next)
+      n++;
+    struct pollfd *more_fds = realloc(fds, (n ? n : 1) * sizeof *fds);
+    if (more_fds == NULL) break; /* the calls are the close's to abort */
+    fds = more_fds;
+    for (asock *s = a->socks; s; s = s->next)
+      if (s->ev)
+        fds[k++] = (struct pollfd){s->fd,
+                                   (short)((s->ev & DL_EV_READ ? POLLIN : 0) |
+                                           (s->ev & DL_EV_WRITE ? POLLOUT : 0)),
+                                   0};
+    int running, got = poll(fds, k, (int)wait);
+    /* By descriptor, not by asock: an action may free another's. */
+    for (nfds_t i = 0; got > 0 && i < k; i++) {
+      short r = fds[i].revents;
+      if (r == 0) continue;
+      int flags = (r & (POLLIN | POLLHUP | POLLERR) ? CURL_CSELECT_IN : 0) |
+                  (r & POLLOUT ? CURL_CSELECT_OUT : 0) |
+                  (r & POLLERR ? CURL_CSELECT_ERR : 0);
+      curl_multi_socket_action(a->m, fds[i].fd, flags, &running);
+    }
+    if (a->due >= 0 && dl_now_ms() >= a->due) {
+      a->due = -1; /* curl sets the next */
+      curl_multi_socket_action(a->m, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
+    flush_corked(a);
+    check_done(a);
+  }
+  free(fds);
 }
 
 static void call_free(etcd_acall *c) {

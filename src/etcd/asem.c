@@ -68,15 +68,6 @@ static bool wait_over(const dl_async *op) {
   return !m->wait || m->cancelled || dl_now_ms() >= m->deadline;
 }
 
-static void on_timer(void *ud);
-
-/* Runs on_timer at `at` in step. */
-static void wait_until(dl_async *op, mstep step, int64_t at) {
-  op->sem->step = step;
-  int rc = dl_etcd_op_timer(op, on_timer, at);
-  if (rc != 0) dl_as_finish(op, rc);
-}
-
 /* A try: the count's read, or a permit's (apermits.c). */
 static void try_step(dl_async *op) {
   if (op->sem->permit)
@@ -93,16 +84,12 @@ static void try_again(dl_async *op) {
     try_step(op);
 }
 
-static void on_watch(void *ud, int rc, json_object *o, int code) {
-  (void)o, (void)code;
-  dl_async *op = ud;
-  op->call = NULL;
+/* The watch's end (news, the step's end, the deadline or a cancel): a
+ * try (none after a cancel). */
+static void on_waited(dl_async *op, int rc) {
   op->sem->first = false; /* the next try looks at the line again */
-  dl_timer_stop(op->e->env->loop, &op->timer);
   if (rc < 0)
     dl_as_finish(op, rc);
-  else if (rc == 2) /* the stream ended (a member gone): a try in a moment */
-    wait_until(op, M_PAUSE, dl_now_ms() + 50);
   else
     try_again(op);
 }
@@ -122,25 +109,10 @@ static void watch_step(dl_async *op, bool pred, int64_t pat) {
     dl_etcd_watch_delete_body(m->pred, pat, body, sizeof body);
   else
     dl_etcd_watch_prefix_body(m->key, m->at, body, sizeof body);
-  int rc = dl_etcd_awatch(op->e, body, !pred, on_watch, op, &op->call);
-  if (rc != 0) {
-    dl_as_finish(op, rc);
-    return;
-  }
   int64_t step = dl_now_ms() + dl_etcd_sem_step(op->e);
-  wait_until(op, M_WATCH, step < m->deadline ? step : m->deadline);
-}
-
-/* The step's end, the deadline or a cancel during the watch, or a pause
- * over: a try (none after a cancel). */
-static void on_timer(void *ud) {
-  dl_async *op = ud;
-  if (op->sem->step == M_WATCH) {
-    dl_etcd_acall_abort(op->call);
-    op->call = NULL;
-  }
-  op->sem->first = false;
-  try_again(op);
+  m->step = M_WATCH;
+  dl_etcd_op_watch(op, body, pred ? ETCD_ON_DELETE : ETCD_ON_ANY,
+                   step < m->deadline ? step : m->deadline, on_waited);
 }
 
 /* Our place still there, and the one before it: one txn. */
@@ -289,7 +261,6 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     return;
   case M_SESSION:
   case M_WATCH:
-  case M_PAUSE:
   case M_TRY: return; /* not a call's */
   }
 }
@@ -376,8 +347,9 @@ int dl_etcd_sem_acquire_async(dl_backend *b, const dl_sync_ref *s, int permits,
 void dl_etcd_sem_cancel(dl_async *op) {
   etcd_asem *m = op->sem;
   m->cancelled = true;
-  /* A watch or a pause ends now, from the loop's dispatch (armed:
-   * restarted, it needs no memory); a call in flight is answered first. */
-  if (m->step == M_WATCH || m->step == M_PAUSE)
+  /* A watch (or the pause after its stream's end) ends now, from the
+   * loop's dispatch (armed: restarted, it needs no memory); a call in
+   * flight is answered first. */
+  if (m->step == M_WATCH)
     dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms());
 }

@@ -14,8 +14,8 @@ typedef enum mstep {
   M_SESSION, /* the session lease's step (asession.c) */
   M_LINE,    /* our place in the line put */
   M_LOOK,    /* our place still there, and the one before it */
-  M_WATCH,   /* the watch in flight, the timer at the step's end */
-  M_PAUSE,   /* a moment before the next try */
+  M_WATCH,   /* the watch in flight, the timer at the step's end (or a
+                moment after its stream ended) */
   M_LEAVE,   /* our place deleted, the result kept */
   M_TRY      /* a permit's try, or its undoing (apermits.c's calls) */
 } mstep;

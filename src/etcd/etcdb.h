@@ -302,6 +302,13 @@ int dl_etcd_aloop_new(dl_etcd *e);
 /* Frees it: every call still in flight must have been aborted; calls
  * started from now on fail with DLOCK_ECLOSED. The loop's thread. */
 void dl_etcd_aloop_free(dl_etcd *e);
+/* Drives e's multi handle on the calling thread (the loop's, the client
+ * closing: the loop is not run meanwhile), polling its sockets and
+ * keeping curl's timeout, while more(ud, &until) says calls are still to
+ * be answered and until (dl_now_ms() time) is not reached. The calls' fns
+ * run within. */
+void dl_etcd_aloop_drain(dl_etcd *e, bool (*more)(void *ud, int64_t *until),
+                         void *ud);
 /* dl_etcd_call on the loop (its thread): the same request, headers,
  * endpoints in turn, deadline, re-authentication and errors, with no
  * thread. 0 and *out (fn(ud, ...) then runs once, later, on the loop's
@@ -339,8 +346,10 @@ void dl_etcd_acall_abort(etcd_acall *c);
 extern const dl_backend_ops dl_etcd_aops;
 /* Ends every operation in flight (done: DLOCK_ECLOSED; a queue poll's
  * value that cannot go back: done 1, dl_etcd_queue_close): the client
- * closing. The loop's thread; it may block on a few calls (revokes, a
- * give-back), each within the command timeout. */
+ * closing. A plain poll's take or give-back in flight is answered first
+ * and a value taken goes back (dl_etcd_queues_drain). The loop's thread;
+ * it may block on a few calls (the takes' answers, revokes, a give-back),
+ * each within the command timeout. */
 void dl_etcd_aops_close(dl_etcd *e);
 /* amutex.c's, for dl_blockloop_set_woken: the acquires waiting for
  * another owner of this client look again if a hold went. */
