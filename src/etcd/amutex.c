@@ -142,9 +142,8 @@ void dl_am_fail(dl_async *op, int rc) {
   } else if (h->key && h->lease && !q->own &&
              (dl_etcd_transient(rc) || rc == DLOCK_EPROTO)) {
     /* a put whose answer we did not get: our key, on our lease */
-    char k64[4 * ((ETCD_KEY_MAX + 2) / 3) + 1], body[sizeof k64 + 32];
-    dl_etcd_b64(h->key, strlen(h->key), k64);
-    snprintf(body, sizeof body, "{\"key\":\"%s\"}", k64);
+    char body[ETCD_DELETE_KEY_BODY_MAX];
+    dl_etcd_delete_key_body(h->key, body, sizeof body);
     h->rev = -1; /* no delete_at result to read */
     dl_am_call(op, S_DELETE, "/v3/kv/deleterange", body);
   } else {

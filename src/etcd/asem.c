@@ -51,6 +51,15 @@ void dl_as_finish(dl_async *op, int rc) {
     dl_ap_end(op, rc);
     return;
   }
+  if (m->ln.rev <= 0 && m->unsure) { /* by key: it is ours alone */
+    char body[ETCD_DELETE_KEY_BODY_MAX];
+    dl_etcd_delete_key_body(m->line, body, sizeof body);
+    m->unsure = false;
+    m->rc = rc;
+    m->step = M_UNPUT;
+    dl_etcd_op_next(op, "/v3/kv/deleterange", body, on_call, rc);
+    return;
+  }
   if (m->ln.rev <= 0) {
     dl_etcd_op_end(op, rc);
     return;
@@ -231,6 +240,10 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     on_read(op, rc, cur, mod);
     return;
   case M_PUT: on_put(op, rc, o); return;
+  case M_UNPUT:
+    json_object_put(o);
+    dl_etcd_op_end(op, m->rc);
+    return;
   case M_LINE:
   case M_LEAVE: /* txns made with a message: on_txn's, never here */
     json_object_put(o);
@@ -312,6 +325,8 @@ static void on_txn(void *ud, int rc, ProtobufCMessage *msg, int code) {
   int64_t mod = 0;
   if (rc == 0) rc = dl_etcd_claim_answer(op->e, &m->ln, msg, false, &mod);
   if (rc == 1) rc = dl_etcd_sem_not_ours(op->e, m->line);
+  /* A put whose answer we did not get may have made our place. */
+  m->unsure = rc < 0 && (dl_etcd_transient(rc) || rc == DLOCK_EPROTO);
   if (rc < 0)
     dl_as_finish(op, rc);
   else

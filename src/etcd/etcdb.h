@@ -766,8 +766,12 @@ int64_t dl_etcd_create_rev_answer(json_object *r);
  * negative code. */
 int64_t dl_etcd_create_rev(dl_etcd *e, const char *key, int64_t deadline);
 /* Deletes key whatever its revision (one of ours, on our lease, while we
- * hold the claim on it: nobody else's); its answer is not read. */
+ * hold the claim on it: nobody else's); its answer is not read. Its
+ * /v3/kv/deleterange body (ETCD_DELETE_KEY_BODY_MAX bytes; key shorter
+ * than ETCD_KEY_MAX): the event loop's. */
 void dl_etcd_delete_key(dl_etcd *e, const char *key);
+#define ETCD_DELETE_KEY_BODY_MAX (4 * ((ETCD_KEY_MAX + 2) / 3) + 32)
+void dl_etcd_delete_key_body(const char *key, char *body, size_t len);
 
 /* ---- ride.c: a wait's failed calls ---- */
 /* Whether a call's error may pass (no answer: the server unreachable or
