@@ -254,8 +254,6 @@ static void finish(etcd_acall *c, int rc, json_object *o, int code) {
     m = c->q.reply;
     c->q.reply = NULL;
   }
-  if (pbfn && rc == 0 && m == NULL) /* cannot be, but told */
-    rc = dl_seterr(c->a->e->err, DLOCK_EPROTO, "etcd %s: no answer", c->q.path);
   call_free(c);
   if (pbfn)
     pbfn(ud, rc, m, code);
@@ -306,14 +304,8 @@ static int call_begin(etcd_acall *c) {
   return try_start(c);
 }
 
-/* A new call's request: the gateway's JSON, or a message (its answer
- * to pbfn, not fn). */
-typedef struct acall_req {
-  const char *path, *body;
-  const ProtobufCMessage *msg;
-} acall_req;
-
-static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline, bool auth,
+/* A new call (k->msg: its answer to pbfn, not fn). */
+static int call_new(dl_etcd *e, const etcd_ask *k, int64_t deadline, bool auth,
                     etcd_acall_fn fn, etcd_acall_pb_fn pbfn, void *ud,
                     etcd_acall **out);
 
@@ -369,7 +361,7 @@ static void try_end(etcd_acall *c, CURLcode cc) {
   if (c->auth && !c->reauthed && dl_etcd_token_refused(e, rc, code)) {
     c->reauthed = true;
     char *body = dl_etcd_auth_body(e);
-    acall_req ar = {"/v3/auth/authenticate", body, NULL};
+    etcd_ask ar = {"/v3/auth/authenticate", body, NULL};
     int arc =
         body ? call_new(e, &ar, c->deadline, false, on_auth, NULL, c, &c->sub)
              : dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
@@ -408,7 +400,7 @@ static etcd_acall *call_alloc(dl_etcd *e, etcd_acall_fn fn, void *ud, int *rc) {
   return c;
 }
 
-static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline, bool auth,
+static int call_new(dl_etcd *e, const etcd_ask *k, int64_t deadline, bool auth,
                     etcd_acall_fn fn, etcd_acall_pb_fn pbfn, void *ud,
                     etcd_acall **out) {
   int rc;
@@ -418,8 +410,7 @@ static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline, bool auth,
   c->pbfn = pbfn;
   c->deadline = deadline;
   c->auth = auth;
-  rc = r->msg ? dl_etcd_req_init_pb(e, &c->q, r->path, r->msg)
-              : dl_etcd_req_init(e, &c->q, r->path, r->body);
+  rc = dl_etcd_req_init(e, &c->q, k);
   if (rc == 0 && (c->h = curl_easy_init()) == NULL)
     rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   if (rc == 0) rc = call_begin(c);
@@ -434,15 +425,15 @@ static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline, bool auth,
 int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, etcd_acall_fn fn, void *ud,
                   etcd_acall **out) {
-  acall_req r = {path, body, NULL};
-  return call_new(e, &r, deadline, true, fn, NULL, ud, out);
+  etcd_ask k = {path, body, NULL};
+  return call_new(e, &k, deadline, true, fn, NULL, ud, out);
 }
 
 int dl_etcd_acall_pb(dl_etcd *e, const char *path, const ProtobufCMessage *msg,
                      int64_t deadline, etcd_acall_pb_fn fn, void *ud,
                      etcd_acall **out) {
-  acall_req r = {path, NULL, msg};
-  return call_new(e, &r, deadline, true, NULL, fn, ud, out);
+  etcd_ask k = {path, NULL, msg};
+  return call_new(e, &k, deadline, true, NULL, fn, ud, out);
 }
 
 /* dl_etcd_awatch's and dl_etcd_awatch_put's. */

@@ -225,7 +225,7 @@ typedef struct etcd_req {
   const struct etcd_method *m; /* its gRPC method; NULL: the gateway */
   uint8_t *req;                /* the request's bytes (owned) */
   size_t len;
-  /* A call made with a message (dl_etcd_req_init_pb): the answer's type,
+  /* A call made with a message (etcd_ask.msg): the answer's type,
    * and the try's answer as a message (owned until taken), not JSON. */
   const ProtobufCMessageDescriptor *resp;
   ProtobufCMessage *reply;
@@ -244,17 +244,19 @@ typedef enum etcd_try {
                     done): the same endpoint again, on a new connection
                     with prior knowledge */
 } etcd_try;
-/* q for a call of path with body (the gateway's JSON): over gRPC when e
- * speaks it and path has a method, else the gateway's. 0, or a negative
- * code recorded (a body that is not etcd's request, out of memory). Free
- * with dl_etcd_req_free. */
-int dl_etcd_req_init(dl_etcd *e, etcd_req *q, const char *path,
-                     const char *body);
-/* As dl_etcd_req_init, the request a message of path's method (read, not
- * kept): packed as is over gRPC, the gateway's JSON of it otherwise; the
- * answer comes as a message too (dl_etcd_req_end: q->reply). */
-int dl_etcd_req_init_pb(dl_etcd *e, etcd_req *q, const char *path,
-                        const ProtobufCMessage *msg);
+/* A call as its caller asks it, on either driver: path (the gateway's,
+ * "/v3/kv/txn") with body, the gateway's JSON; or with msg, a message of
+ * path's method (read, not kept; body NULL), its answer a message too. */
+typedef struct etcd_ask {
+  const char *path, *body;
+  const ProtobufCMessage *msg;
+} etcd_ask;
+/* q for the call k: body over gRPC when e speaks it and path has a
+ * method, else the gateway's; msg packed as is over gRPC, the gateway's
+ * JSON of it otherwise (its answer: dl_etcd_req_end's q->reply). 0, or a
+ * negative code recorded (a body that is not etcd's request, out of
+ * memory). Free with dl_etcd_req_free. */
+int dl_etcd_req_init(dl_etcd *e, etcd_req *q, const etcd_ask *k);
 void dl_etcd_req_free(etcd_req *q);
 /* The headers of q's tries: e's, headed by the token (gRPC's metadata or
  * the gateway's Authorization) when auth and there is one, its
@@ -270,7 +272,8 @@ void dl_etcd_req_setup(dl_etcd *e, etcd_req *q, CURL *h, int idx,
                        struct curl_slist *hd, int64_t left, bool prior);
 /* The end of a try of q at idx on h (curl's result cc): what next, and
  * *rc (DONE: 0 with *out, or with q->reply and *out NULL for a request
- * made with a message; or a negative code recorded, *code the gRPC
+ * made with a message, DLOCK_EPROTO when it has none; or a negative code
+ * recorded, *code the gRPC
  * status; NEXT: the code recorded). may_again: the try went without prior
  * knowledge on a reused connection (AGAIN possible). *h2: the answer came
  * over HTTP/2 (its connection may be reused). */
@@ -361,10 +364,10 @@ const struct etcd_method *dl_etcd_grpc_method(const char *path);
 /* q->req: the JSON body as q->m's framed request message; 0, or a
  * negative code recorded. */
 int dl_etcd_grpc_frame(dl_etcd *e, etcd_req *q, const char *body);
-/* For dl_etcd_req_init_pb: q->resp set to m's answer type (m: path's
- * method, NULL none), and q->req the message, framed over gRPC (e->grpc:
- * q->m set to m), else the gateway's JSON of it; 0, or a negative code
- * recorded. */
+/* For dl_etcd_req_init with a message: q->resp set to m's answer type
+ * (m: path's method, NULL none), and q->req the message, framed over gRPC
+ * (e->grpc: q->m set to m), else the gateway's JSON of it; 0, or a
+ * negative code recorded. */
 int dl_etcd_grpc_req_pb(dl_etcd *e, etcd_req *q, const struct etcd_method *m,
                         const ProtobufCMessage *msg);
 /* The gateway's answer o (put here) to a request made with a message, as
