@@ -1737,7 +1737,7 @@ static void back_at_close(const th_etcd *s, back_end how) {
   if (resumes) CHECK_RC(pthread_create(&t, NULL, cont_later, (void *)s), 0);
   int64_t t0 = th_now_ms();
   if (how == NO_CLOSE) CHECK(run_one(lp, &p.t)); /* the give-back's timeout */
-  dlock_queue_free(q); /* freed with its poll */
+  dlock_queue_free(q);                           /* freed with its poll */
   dlock_client_close(c);
   int64_t took = th_now_ms() - t0;
   if (resumes)
@@ -1785,6 +1785,97 @@ static void t_etcd_async_queue_close(void) {
   back_at_close(&s, RESUMES);
   back_at_close(&s, PAUSED);
   back_at_close(&s, NO_CLOSE);
+  th_etcd_stop(&s);
+}
+
+/* One try of t_etcd_async_queue_close_takes on s: the checks, and in
+ * *backs the txns sent within the close (its give-backs: the window
+ * caught; 0 when every take that got a value was read before it). */
+static void takes_at_close(const th_etcd *s, long long *backs) {
+  enum { N = 16, V = 24 };
+  *backs = -1;
+  dlock_loop *lp;
+  dlock_client *c, *cb;
+  dlock_queue *q, *qb;
+  CHECK(queue_pair(s->url, "aqt", false, &lp, &c, &cb, &q, &qb));
+  char v[8];
+  for (int i = 0; i < V; i++) {
+    snprintf(v, sizeof v, "v%02d", i);
+    CHECK_RC(dlock_queue_offer(qb, v, 3), 0);
+  }
+  qdone p[N];
+  memset(p, 0, sizeof p);
+  long long txns = th_etcd_started(s, "Txn");
+  for (int i = 0; i < N; i++)
+    CHECK_RC((i % 2 ? dlock_queue_poll_last_async : dlock_queue_poll_async)(
+                 q, 10000, &p[i].v, &p[i].len, on_tdone, &p[i].t, NULL),
+             0);
+  /* Their looks and half of them their takes sent; then every call the
+   * server started answered there, the answers left unread. */
+  CHECK(run_until_started(lp, s, "Txn", txns, N + N / 2));
+  long long sent = th_etcd_started(s, "Txn");
+  for (int64_t end = th_now_ms() + th_soon(2000) * th_slowdown();
+       th_etcd_handled(s, "Txn") < sent && th_now_ms() < end;)
+    th_sleep_ms(1);
+  CHECK(th_etcd_handled(s, "Txn") >= sent);
+  int before = 0;
+  for (int i = 0; i < N; i++)
+    before += p[i].t.d.calls;
+  int64_t t0 = th_now_ms();
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  int64_t took = th_now_ms() - t0;
+  *backs = th_etcd_started(s, "Txn") - sent;
+  int seen[V] = {0}, polled = 0, left = 0;
+  for (int i = 0; i < N; i++) {
+    CHECK_EQ(p[i].t.d.calls, 1);
+    if (p[i].t.d.rc != 0) {
+      CHECK_RC(p[i].t.d.rc, DLOCK_ECLOSED);
+      continue;
+    }
+    int k = -1;
+    CHECK(p[i].len == 3 && sscanf(p[i].v, "v%d", &k) == 1 && k >= 0 && k < V);
+    if (k >= 0 && k < V) seen[k]++;
+    polled++;
+    dlock_queue_value_free(p[i].v);
+  }
+  void *got = NULL;
+  size_t len = 0;
+  while (dlock_queue_poll(qb, 0, &got, &len) == 0) {
+    int k = -1;
+    CHECK(len == 3 && sscanf(got, "v%d", &k) == 1 && k >= 0 && k < V);
+    if (k >= 0 && k < V) seen[k]++;
+    left++;
+    dlock_queue_value_free(got);
+  }
+  fprintf(stderr,
+          "    closed in %lld ms (%lld txns within): %d polls ended before, "
+          "%d with a value, %d values left of %d\n",
+          (long long)took, *backs, before, polled, left, V);
+  for (int k = 0; k < V; k++) {
+    if (seen[k] != 1) fprintf(stderr, "    v%02d seen %d times\n", k, seen[k]);
+    CHECK_EQ(seen[k], 1);
+  }
+  dlock_queue_free(qb);
+  dlock_client_close(cb);
+  dlock_loop_free(lp);
+}
+
+/* An event-loop client closed while its polls' takes are answered by the
+ * server but not yet read (the loop not run since they went): the close
+ * waits for each take's answer and puts a value taken back where it was
+ * taken from, so every value offered is a poll's (rc 0) or still in the
+ * queue, once: none lost, none twice. Half the polls take from each end,
+ * so that a take of the head and one of the tail are in flight. The
+ * window is found from outside (the server's counts): a try whose takes
+ * were all read before the close (no give-back within it) is made again,
+ * up to 3 times. */
+static void t_etcd_async_queue_close_takes(void) {
+  TH_ETCD_SETUP(s);
+  long long backs = 0;
+  for (int tries = 0; tries < 3 && backs == 0; tries++)
+    takes_at_close(&s, &backs);
+  CHECK(backs > 0);
   th_etcd_stop(&s);
 }
 
@@ -2155,6 +2246,87 @@ static void t_etcd_async_sem_cancel_look(void) {
   th_etcd_stop(&s);
 }
 
+/* Runs lp until each of the n locks in l is reported lost (th_soon(8000)
+ * at most). */
+static bool run_until_lost(dlock_loop *lp, dlock_lock **l, int n) {
+  for (int64_t end = th_now_ms() + th_soon(8000); th_now_ms() < end;) {
+    int lost = 0;
+    for (int i = 0; i < n; i++)
+      lost += dlock_lock_is_lost(l[i]) == 1;
+    if (lost == n) return true;
+    dlock_loop_run(lp, 10);
+  }
+  return false;
+}
+
+/* An event-loop acquire whose owner has a stale hold of the name (the
+ * server paused past the watchdog's timeout: reported lost, not released)
+ * clears it on the loop as the blocking claim does, with no thread: the
+ * old key deleted at its revision, a fixed lease of its own revoked; then
+ * it takes the lock afresh, one key each. */
+static void t_etcd_async_stale(void) {
+  TH_NEED_ETCD();
+  enum { N = 8 };
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  dlock_lock *l[N + 1];
+  et_adone d[N + 1];
+  dlock_client *c;
+  et_open_holding(&s, 2000, "st", N, &lp, l, &c);
+  if (c == NULL) return;
+  /* One more on a fixed lease of its own. */
+  CHECK_RC(dlock_lock_new(c, "stf", NULL, &l[N]), 0);
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_acquire_async(l[N], 0, 2500, et_on_adone, &d[N], NULL),
+           0);
+  CHECK(et_run_all(lp, d + N, 1));
+  CHECK_RC(d[N].rc, 0);
+  th_etcd_kill(&s, SIGSTOP);
+  bool lost = run_until_lost(lp, l, N + 1);
+  th_etcd_kill(&s, SIGCONT);
+  CHECK(lost);
+  int before = et_tasks();
+  long long revokes = th_etcd_started(&s, "LeaseRevoke");
+  memset(d, 0, sizeof d);
+  for (int i = 0; i <= N; i++)
+    CHECK_RC(dlock_lock_acquire_async(l[i], 5000, i == N ? 2500 : 0,
+                                      et_on_adone, &d[i], NULL),
+             0);
+  int most = before, left = N + 1;
+  for (int64_t end = th_now_ms() + th_soon(10000); left && th_now_ms() < end;) {
+    int m = et_run_sampled(lp, 5);
+    if (m > most) most = m;
+    left = 0;
+    for (int i = 0; i <= N; i++)
+      left += d[i].calls == 0;
+  }
+  CHECK_EQ(left, 0);
+  fprintf(stderr,
+          "    threads: %d before %d acquires past a stale hold, at "
+          "most %d as they ran\n",
+          before, N + 1, most);
+  CHECK_EQ(most, before);
+  for (int i = 0; i <= N; i++) {
+    CHECK_RC(d[i].rc, 0);
+    CHECK_EQ(dlock_lock_is_lost(l[i]), 0);
+  }
+  CHECK_EQ(th_etcd_started(&s, "LeaseRevoke") - revokes, 1); /* stf's */
+  CHECK_EQ(et_keys_under(&s, "st"), N + 1);
+  memset(d, 0, sizeof d);
+  for (int i = 0; i <= N; i++)
+    CHECK_RC(dlock_lock_release_async(l[i], et_on_adone, &d[i], NULL), 0);
+  CHECK(et_run_all(lp, d, N + 1));
+  for (int i = 0; i <= N; i++) {
+    CHECK_RC(d[i].rc, 1);
+    dlock_lock_free(l[i]);
+  }
+  CHECK_EQ(et_keys_under(&s, "st"), 0);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
 TH_MAIN(T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
         T_BARE(t_etcd_async_rw), T_BARE(t_etcd_async_fair),
         T_BARE(t_etcd_async_owners), T_BARE(t_etcd_async_latch),
@@ -2162,9 +2334,11 @@ TH_MAIN(T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
         T_BARE(t_etcd_async_permits_wait), T_BARE(t_etcd_async_permits),
         T_BARE(t_etcd_async_queue), T_BARE(t_etcd_async_delayed),
         T_BARE(t_etcd_async_reliable), T_BARE(t_etcd_async_reliable_close),
-        T_BARE(t_etcd_async_queue_close), T_BARE(t_etcd_async_sem_cancel_look),
-        T_BARE(t_etcd_async_fence), T_BARE(t_etcd_async_inspect),
-        T_BARE(t_etcd_async_scan))
+        T_BARE(t_etcd_async_queue_close),
+        T_BARE(t_etcd_async_queue_close_takes),
+        T_BARE(t_etcd_async_sem_cancel_look), T_BARE(t_etcd_async_fence),
+        T_BARE(t_etcd_async_inspect), T_BARE(t_etcd_async_scan),
+        T_BARE(t_etcd_async_stale))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

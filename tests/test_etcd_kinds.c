@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #ifdef DLOCK_TEST_HAVE_ETCD
@@ -416,10 +417,87 @@ static void t_etcd_queue_race(void) {
   th_etcd_stop(&s);
 }
 
+/* A consumer taking (a wait each) until its client shuts down. */
+typedef struct taker {
+  dlock_queue *q;
+  int got[RACE_N];
+  int n, rc;
+  atomic_int *taken; /* the consumers' count so far */
+} taker;
+
+static void *take_all(void *arg) {
+  taker *t = arg;
+  void *v;
+  size_t len;
+  while ((t->rc = dlock_queue_poll(t->q, 10000, &v, &len)) == 0) {
+    int i = atoi(v);
+    if (i >= 0 && i < RACE_N && t->n < RACE_N) t->got[t->n++] = i;
+    dlock_queue_value_free(v);
+    atomic_fetch_add(t->taken, 1);
+  }
+  return NULL;
+}
+
+/* A blocking client shut down from another thread while its consumers'
+ * takes are in flight: each take is answered before its poll returns,
+ * so every value is a consumer's or still in the queue, once, and the
+ * consumers then get DLOCK_ECLOSED. */
+static void t_etcd_queue_shutdown(void) {
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 0), *cb = th_etcd_client(&s, 0);
+  CHECK(c && cb);
+  dlock_queue *qb;
+  CHECK_RC(dlock_queue_new(cb, "shut", &qb), 0);
+  for (int i = 0; i < RACE_N; i++) {
+    char v[16];
+    snprintf(v, sizeof v, "%d", i);
+    CHECK_RC(dlock_queue_offer(qb, v, strlen(v)), 0);
+  }
+  taker t[2] = {{0}};
+  pthread_t th[2];
+  atomic_int taken_so_far = 0;
+  for (int i = 0; i < 2; i++) {
+    t[i].taken = &taken_so_far;
+    CHECK_RC(dlock_queue_new(c, "shut", &t[i].q), 0);
+    pthread_create(&th[i], NULL, take_all, &t[i]);
+  }
+  /* A few values taken: the takes go on as it shuts down. */
+  for (int64_t end = th_now_ms() + th_soon(5000) * th_slowdown();
+       atomic_load(&taken_so_far) < 4 && th_now_ms() < end;)
+    th_sleep_ms(1);
+  dlock_client_shutdown(c);
+  int seen[RACE_N] = {0}, taken = 0, left = 0;
+  for (int i = 0; i < 2; i++) {
+    pthread_join(th[i], NULL);
+    CHECK_RC(t[i].rc, DLOCK_ECLOSED);
+    for (int k = 0; k < t[i].n; k++)
+      seen[t[i].got[k]]++;
+    taken += t[i].n;
+    dlock_queue_free(t[i].q);
+  }
+  dlock_client_close(c);
+  void *v;
+  size_t len;
+  while (dlock_queue_poll(qb, 0, &v, &len) == 0) {
+    int i = atoi(v);
+    if (i >= 0 && i < RACE_N) seen[i]++;
+    left++;
+    dlock_queue_value_free(v);
+  }
+  fprintf(stderr, "    %d taken before the shutdown, %d left\n", taken, left);
+  CHECK(taken > 0 && left > 0);
+  for (int i = 0; i < RACE_N; i++)
+    CHECK_EQ(seen[i], 1);
+  dlock_queue_free(qb);
+  dlock_client_close(cb);
+  th_etcd_stop(&s);
+}
+
 TH_MAIN(T_BARE(t_etcd_latch_keys), T_BARE(t_etcd_latch_woken_early),
         T_BARE(t_etcd_queue_keys), T_BARE(t_etcd_queue_foreign),
         T_BARE(t_etcd_queue_reliable), T_BARE(t_etcd_queue_transfer),
-        T_BARE(t_etcd_waits_ride_out), T_BARE(t_etcd_queue_race))
+        T_BARE(t_etcd_waits_ride_out), T_BARE(t_etcd_queue_race),
+        T_BARE(t_etcd_queue_shutdown))
 #else
 static void t_skipped(void) {
   fprintf(stderr, "    skipped: built without libcurl and json-c\n");

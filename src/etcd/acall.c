@@ -17,6 +17,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ typedef struct etcd_aloop {
   dl_loop *lp;
   CURLM *m;
   dl_timer timer; /* curl's timeout */
+  int64_t due;    /* when it falls due (dl_now_ms() time), -1 none */
   bool *h2;       /* per endpoint: a connection is open or opening */
   struct asock *socks;
 } etcd_aloop;
@@ -39,6 +41,7 @@ typedef struct asock {
   etcd_aloop *a;
   curl_socket_t fd;
   dl_watch *w;
+  int ev;      /* the DL_EV_* curl waits for */
   bool corked; /* a call's connection (a watch's is not corked) */
 } asock;
 
@@ -118,14 +121,15 @@ static int on_socket(CURL *h, curl_socket_t fd, int what, void *ud,
     s->pprev = &a->socks;
     a->socks = s;
   }
-  int ev = (what & CURL_POLL_IN ? DL_EV_READ : 0) |
-           (what & CURL_POLL_OUT ? DL_EV_WRITE : 0);
-  return dl_watch_set(s->w, ev) == 0 ? 0 : -1;
+  s->ev = (what & CURL_POLL_IN ? DL_EV_READ : 0) |
+          (what & CURL_POLL_OUT ? DL_EV_WRITE : 0);
+  return dl_watch_set(s->w, s->ev) == 0 ? 0 : -1;
 }
 
 static void on_timer(void *ud) {
   etcd_aloop *a = ud;
   int running;
+  a->due = -1;
   curl_multi_socket_action(a->m, CURL_SOCKET_TIMEOUT, 0, &running);
   flush_corked(a);
   check_done(a);
@@ -135,11 +139,13 @@ static int on_timeout(CURLM *m, long ms, void *ud) {
   (void)m;
   etcd_aloop *a = ud;
   if (ms < 0) {
+    a->due = -1;
     dl_timer_stop(a->lp, &a->timer);
     return 0;
   }
   /* Fires from the loop's dispatch, never within this call. */
-  return dl_timer_start(a->lp, &a->timer, dl_now_ms() + ms) == 0 ? 0 : -1;
+  a->due = dl_now_ms() + ms;
+  return dl_timer_start(a->lp, &a->timer, a->due) == 0 ? 0 : -1;
 }
 
 int dl_etcd_aloop_new(dl_etcd *e) {
@@ -153,6 +159,7 @@ int dl_etcd_aloop_new(dl_etcd *e) {
   }
   a->e = e;
   a->lp = e->env->loop;
+  a->due = -1;
   dl_timer_init(&a->timer, on_timer, a);
   curl_multi_setopt(a->m, CURLMOPT_SOCKETFUNCTION, on_socket);
   curl_multi_setopt(a->m, CURLMOPT_SOCKETDATA, a);
@@ -176,6 +183,48 @@ void dl_etcd_aloop_free(dl_etcd *e) {
   free(a->h2);
   free(a);
   e->aloop = NULL;
+}
+
+void dl_etcd_aloop_drain(dl_etcd *e, bool (*more)(void *ud, int64_t *until),
+                         void *ud) {
+  etcd_aloop *a = e->aloop;
+  struct pollfd *fds = NULL;
+  int64_t until;
+  while (a && more(ud, &until)) {
+    int64_t now = dl_now_ms(), wait = until - now;
+    if (wait <= 0) break;
+    if (a->due >= 0 && a->due - now < wait)
+      wait = a->due > now ? a->due - now : 0;
+    nfds_t n = 0, k = 0;
+    for (asock *s = a->socks; s; s = s->next)
+      n++;
+    struct pollfd *more_fds = realloc(fds, (n ? n : 1) * sizeof *fds);
+    if (more_fds == NULL) break; /* the calls are the close's to abort */
+    fds = more_fds;
+    for (asock *s = a->socks; s; s = s->next)
+      if (s->ev)
+        fds[k++] = (struct pollfd){s->fd,
+                                   (short)((s->ev & DL_EV_READ ? POLLIN : 0) |
+                                           (s->ev & DL_EV_WRITE ? POLLOUT : 0)),
+                                   0};
+    int running, got = poll(fds, k, (int)wait);
+    /* By descriptor, not by asock: an action may free another's. */
+    for (nfds_t i = 0; got > 0 && i < k; i++) {
+      short r = fds[i].revents;
+      if (r == 0) continue;
+      int flags = (r & (POLLIN | POLLHUP | POLLERR) ? CURL_CSELECT_IN : 0) |
+                  (r & POLLOUT ? CURL_CSELECT_OUT : 0) |
+                  (r & POLLERR ? CURL_CSELECT_ERR : 0);
+      curl_multi_socket_action(a->m, fds[i].fd, flags, &running);
+    }
+    if (a->due >= 0 && dl_now_ms() >= a->due) {
+      a->due = -1; /* curl sets the next */
+      curl_multi_socket_action(a->m, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
+    flush_corked(a);
+    check_done(a);
+  }
+  free(fds);
 }
 
 static void call_free(etcd_acall *c) {
@@ -205,8 +254,6 @@ static void finish(etcd_acall *c, int rc, json_object *o, int code) {
     m = c->q.reply;
     c->q.reply = NULL;
   }
-  if (pbfn && rc == 0 && m == NULL) /* cannot be, but told */
-    rc = dl_seterr(c->a->e->err, DLOCK_EPROTO, "etcd %s: no answer", c->q.path);
   call_free(c);
   if (pbfn)
     pbfn(ud, rc, m, code);
@@ -257,14 +304,8 @@ static int call_begin(etcd_acall *c) {
   return try_start(c);
 }
 
-/* A new call's request: the gateway's JSON, or a message (its answer
- * to pbfn, not fn). */
-typedef struct acall_req {
-  const char *path, *body;
-  const ProtobufCMessage *msg;
-} acall_req;
-
-static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline, bool auth,
+/* A new call (k->msg: its answer to pbfn, not fn). */
+static int call_new(dl_etcd *e, const etcd_ask *k, int64_t deadline, bool auth,
                     etcd_acall_fn fn, etcd_acall_pb_fn pbfn, void *ud,
                     etcd_acall **out);
 
@@ -320,7 +361,7 @@ static void try_end(etcd_acall *c, CURLcode cc) {
   if (c->auth && !c->reauthed && dl_etcd_token_refused(e, rc, code)) {
     c->reauthed = true;
     char *body = dl_etcd_auth_body(e);
-    acall_req ar = {"/v3/auth/authenticate", body, NULL};
+    etcd_ask ar = {"/v3/auth/authenticate", body, NULL};
     int arc =
         body ? call_new(e, &ar, c->deadline, false, on_auth, NULL, c, &c->sub)
              : dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
@@ -359,7 +400,7 @@ static etcd_acall *call_alloc(dl_etcd *e, etcd_acall_fn fn, void *ud, int *rc) {
   return c;
 }
 
-static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline, bool auth,
+static int call_new(dl_etcd *e, const etcd_ask *k, int64_t deadline, bool auth,
                     etcd_acall_fn fn, etcd_acall_pb_fn pbfn, void *ud,
                     etcd_acall **out) {
   int rc;
@@ -369,8 +410,7 @@ static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline, bool auth,
   c->pbfn = pbfn;
   c->deadline = deadline;
   c->auth = auth;
-  rc = r->msg ? dl_etcd_req_init_pb(e, &c->q, r->path, r->msg)
-              : dl_etcd_req_init(e, &c->q, r->path, r->body);
+  rc = dl_etcd_req_init(e, &c->q, k);
   if (rc == 0 && (c->h = curl_easy_init()) == NULL)
     rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   if (rc == 0) rc = call_begin(c);
@@ -385,15 +425,15 @@ static int call_new(dl_etcd *e, const acall_req *r, int64_t deadline, bool auth,
 int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, etcd_acall_fn fn, void *ud,
                   etcd_acall **out) {
-  acall_req r = {path, body, NULL};
-  return call_new(e, &r, deadline, true, fn, NULL, ud, out);
+  etcd_ask k = {path, body, NULL};
+  return call_new(e, &k, deadline, true, fn, NULL, ud, out);
 }
 
 int dl_etcd_acall_pb(dl_etcd *e, const char *path, const ProtobufCMessage *msg,
                      int64_t deadline, etcd_acall_pb_fn fn, void *ud,
                      etcd_acall **out) {
-  acall_req r = {path, NULL, msg};
-  return call_new(e, &r, deadline, true, NULL, fn, ud, out);
+  etcd_ask k = {path, NULL, msg};
+  return call_new(e, &k, deadline, true, NULL, fn, ud, out);
 }
 
 /* dl_etcd_awatch's and dl_etcd_awatch_put's. */

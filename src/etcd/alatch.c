@@ -18,8 +18,9 @@ typedef enum lstep {
   L_START, /* the first step, from the loop's dispatch */
   L_LOOK,
   L_WRITE,
-  L_WATCH, /* the watch in flight, the timer at the deadline */
-  L_PAUSE  /* a pause before the next look */
+  L_WATCH, /* the watch in flight, the timer at the deadline (or a moment
+              after its stream ended) */
+  L_PAUSE  /* a pause (an error ridden out) before the next look */
 } lstep;
 
 struct etcd_alatch {
@@ -54,12 +55,9 @@ static void look_next(dl_async *op) {
   txn_next(op, L_LOOK, &j);
 }
 
-static void on_timer(void *ud);
-
-/* Runs on_timer at `at` in step. */
-static void wait_until(dl_async *op, lstep step, int64_t at) {
-  op->lat->step = step;
-  dl_etcd_op_wake_at(op, on_timer, at);
+/* A pause over: a look. */
+static void on_pause(void *ud) {
+  look_next(ud);
 }
 
 /* An await's call or watch that failed with rc: ridden out (a pause,
@@ -68,20 +66,18 @@ static void wait_until(dl_async *op, lstep step, int64_t at) {
 static void await_error(dl_async *op, int rc) {
   etcd_alatch *l = op->lat;
   l->step = L_PAUSE;
-  if (!dl_etcd_op_ride(op, on_timer, l->cancelled, l->wait, l->deadline, rc,
+  if (!dl_etcd_op_ride(op, on_pause, l->cancelled, l->wait, l->deadline, rc,
                        &l->rides))
     dl_etcd_op_end(op, rc);
 }
 
-static void on_watch(void *ud, int rc, json_object *o, int code) {
-  (void)o, (void)code;
-  dl_async *op = ud;
-  op->call = NULL;
-  dl_timer_stop(op->e->env->loop, &op->timer);
+/* The watch's end: news (a look), or the deadline or a cancel (not
+ * taken: 0). */
+static void on_waited(dl_async *op, int rc) {
   if (rc < 0)
     await_error(op, rc);
-  else if (rc == 2) /* the stream ended (a member gone): a look in a moment */
-    wait_until(op, L_PAUSE, dl_now_ms() + 50);
+  else if (rc == 0)
+    dl_etcd_op_end(op, 0);
   else
     look_next(op);
 }
@@ -100,24 +96,8 @@ static void await_look(dl_async *op) {
   }
   char body[ETCD_WATCH_BODY_MAX];
   dl_etcd_watch_delete_body(l->n.key, l->lk.rev, body, sizeof body);
-  int rc = dl_etcd_awatch(op->e, body, false, on_watch, op, &op->call);
-  if (rc != 0)
-    await_error(op, rc);
-  else
-    wait_until(op, L_WATCH, l->deadline);
-}
-
-/* The deadline or a cancel during the watch (not taken: 0), or a pause
- * over (a look). */
-static void on_timer(void *ud) {
-  dl_async *op = ud;
-  if (op->lat->step == L_WATCH) {
-    dl_etcd_acall_abort(op->call);
-    op->call = NULL;
-    dl_etcd_op_end(op, 0);
-    return;
-  }
-  look_next(op);
+  l->step = L_WATCH;
+  dl_etcd_op_watch(op, body, ETCD_ON_DELETE, l->deadline, on_waited);
 }
 
 /* An update's look lk: done, or its write. */

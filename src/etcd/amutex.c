@@ -15,10 +15,10 @@
  * take turns locally) waits on the loop too, parked in e->aclaims until a hold
  * goes (dl_etcd_holds_gone wakes the loop from any thread). A side of a
  * read-write lock whose owner holds the other side is taken at once (the
- * read side: a downgrade) or refused (the write side). Deadlock detection
- * and the other kinds still run the blocking acquire on a job
- * (core/blockloop.c); so does an acquire that must first clear a stale
- * hold of its own owner (reported lost, not released). */
+ * read side: a downgrade) or refused (the write side). A stale hold of
+ * the owner's own (reported lost, not released) is cleared on the way, as
+ * the blocking claim clears it. Deadlock detection's walk and the other
+ * kinds still run the blocking acquire on a job (core/blockloop.c). */
 #include "amutex.h"
 #include "pbtxn.h"
 
@@ -28,13 +28,14 @@
 #include <string.h>
 
 static void on_call(void *ud, int rc, json_object *o, int code);
-static void on_txn(void *ud, int rc, ProtobufCMessage *m, int code);
+static void on_msg(void *ud, int rc, ProtobufCMessage *m, int code);
 
-/* Ends op with rc (its claim dropped, if any). */
+/* Ends op with rc (its claim, and a stale hold it was clearing, dropped). */
 static void end(dl_async *op, int rc) {
-  etcd_hold *h = op->acq->h;
-  op->acq->h = NULL;
+  etcd_hold *h = op->acq->h, *st = op->acq->stale;
+  op->acq->h = op->acq->stale = NULL;
   if (h) dl_etcd_hold_drop(op->e, h);
+  if (st) dl_etcd_hold_drop(op->e, st);
   dl_etcd_op_end(op, rc);
 }
 
@@ -48,12 +49,13 @@ static void am_call(dl_async *op, astep step, const char *path,
   dl_etcd *e = op->e;
   dl_done_fn done = op->done;
   void *ud = op->ud;
-  etcd_hold *h = q->h;
-  if ((msg ? dl_etcd_op_call_pb(op, path, msg, on_txn)
+  etcd_hold *h = q->h, *st = q->stale;
+  if ((msg ? dl_etcd_op_call_pb(op, path, msg, on_msg)
            : dl_etcd_op_call(op, path, body, on_call)) == 0)
     return;
   /* op freed (out of memory): our key goes with its lease */
   if (h) dl_etcd_hold_drop(e, h);
+  if (st) dl_etcd_hold_drop(e, st);
   done(ud, DLOCK_ENOMEM);
 }
 
@@ -61,22 +63,46 @@ void dl_am_call(dl_async *op, astep step, const char *path, const char *body) {
   am_call(op, step, path, body, NULL);
 }
 
-void dl_am_txn(dl_async *op, astep step, const ProtobufCMessage *msg) {
-  am_call(op, step, "/v3/kv/txn", NULL, msg);
+void dl_am_call_pb(dl_async *op, astep step, const char *path,
+                   const ProtobufCMessage *msg) {
+  am_call(op, step, path, NULL, msg);
 }
 
-static void on_job(void *ud, int rc) {
-  dl_async *op = ud;
-  op->acq->job = NULL;
-  dl_etcd_op_end(op, rc);
+static void claim_step(dl_async *op);
+
+/* ---- a stale hold of the owner's own (reported lost, not released) ----
+ * As the blocking claim clears it (holds.c): its key deleted at its
+ * revision, a lease of its own revoked (whatever their answers: a key
+ * left on the session's lease is the put's to find, S_UNORPHAN), the hold
+ * dropped; then the claim again. */
+static void stale_step(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  if ((q->stale = dl_etcd_stale_take(op->e, q->a->lock)) == NULL) {
+    claim_step(op); /* gone meanwhile: look again */
+    return;
+  }
+  etcd_delete_txn t;
+  dl_etcd_delete_txn(&t, q->stale->key, q->stale->rev);
+  dl_am_call_pb(op, S_STALE, "/v3/kv/txn", &t.txn.base);
 }
 
-/* Hands op to the blocking acquire on a job (the caller has no claim). */
-static void to_job(dl_async *op) {
-  dl_backend *b = &op->e->base;
-  int rc = dl_blockloop_jobs(op->e->form)
-               ->lock_acquire_async(b, op->acq->a, on_job, op, &op->acq->job);
-  if (rc != 0) dl_etcd_op_end(op, rc);
+static void stale_done(dl_async *op) {
+  etcd_hold *st = op->acq->stale;
+  op->acq->stale = NULL;
+  dl_etcd_hold_drop(op->e, st);
+  op->acq->step = S_START;
+  claim_step(op);
+}
+
+static void stale_deleted(dl_async *op) {
+  etcd_hold *st = op->acq->stale;
+  if (!st->own_lease || st->lease == 0) {
+    stale_done(op);
+    return;
+  }
+  char body[64];
+  dl_etcd_lease_body(st->lease, body, sizeof body);
+  dl_am_call(op, S_STALE_REVOKE, "/v3/lease/revoke", body);
 }
 
 /* ---- the failure path: our key, then a fixed lease ---- */
@@ -112,13 +138,12 @@ void dl_am_fail(dl_async *op, int rc) {
   if (h->rev > 0) {
     etcd_delete_txn t;
     dl_etcd_delete_txn(&t, h->key, h->rev);
-    dl_am_txn(op, S_DELETE, &t.txn.base);
+    dl_am_call_pb(op, S_DELETE, "/v3/kv/txn", &t.txn.base);
   } else if (h->key && h->lease && !q->own &&
              (dl_etcd_transient(rc) || rc == DLOCK_EPROTO)) {
     /* a put whose answer we did not get: our key, on our lease */
-    char k64[4 * ((ETCD_KEY_MAX + 2) / 3) + 1], body[sizeof k64 + 32];
-    dl_etcd_b64(h->key, strlen(h->key), k64);
-    snprintf(body, sizeof body, "{\"key\":\"%s\"}", k64);
+    char body[ETCD_DELETE_KEY_BODY_MAX];
+    dl_etcd_delete_key_body(h->key, body, sizeof body);
     h->rev = -1; /* no delete_at result to read */
     dl_am_call(op, S_DELETE, "/v3/kv/deleterange", body);
   } else {
@@ -140,7 +165,7 @@ void dl_am_put_step(dl_async *op) {
   }
   etcd_claim_txn t;
   dl_etcd_claim_txn(&t, q->h, value, q->wait_pfx);
-  dl_am_txn(op, S_PUT, &t.txn.base);
+  dl_am_call_pb(op, S_PUT, "/v3/kv/txn", &t.txn.base);
   free(value);
 }
 
@@ -193,9 +218,9 @@ static void lease_step(dl_async *op) {
     return;
   }
   q->h->lease = l;
-  char body[64];
-  dl_etcd_lease_body(l, body, sizeof body);
-  dl_am_call(op, S_FIXED_KEEP, "/v3/lease/keepalive", body);
+  Etcdserverpb__LeaseKeepAliveRequest req;
+  dl_etcd_keepalive_msg(&req, l);
+  dl_am_call_pb(op, S_FIXED_KEEP, "/v3/lease/keepalive", &req.base);
 }
 
 /* ---- the wait for another owner of this client ---- */
@@ -234,8 +259,6 @@ static void refuse(dl_async *op) {
   end(op, 0);
 }
 
-static void claim_step(dl_async *op);
-
 /* A parked op's look: a hold dropped (dl_etcd_aclaims_woken), a cancel,
  * its deadline, or the fallback's period come. */
 static void on_claim_timer(void *ud) {
@@ -254,8 +277,8 @@ static void on_claim_timer(void *ud) {
 
 /* The claim: listed at once, or parked until the client's other owner of
  * the name lets go (its hold dropped wakes the loop; a look every
- * ACLAIM_LOOK_MS besides), its deadline or a cancel. A stale
- * hold of the owner's own is the blocking acquire's to clear, on a job. */
+ * ACLAIM_LOOK_MS besides), its deadline or a cancel; a stale hold of the
+ * owner's own cleared first (stale_step). */
 static void claim_step(dl_async *op) {
   struct etcd_aacq *q = op->acq;
   etcd_hold *h = dl_etcd_claim_new(op->e, q->a->lock, q->own);
@@ -275,7 +298,7 @@ static void claim_step(dl_async *op) {
   if (stale || dl_am_wait_over(op)) {
     unpark(op);
     if (stale)
-      to_job(op);
+      stale_step(op);
     else
       refuse(op);
     return;
@@ -352,19 +375,6 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     else
       side_step(op);
     return;
-  case S_FIXED_KEEP:
-    if (rc == 0) rc = dl_etcd_keepalive_answer(e, o, &got);
-    if (rc < 0) {
-      q->h->lease = 0; /* as the blocking path: left to its TTL */
-      dl_am_fail(op, rc);
-    } else if (rc == 1 && got * 1000 >= q->a->lease_ms) {
-      q->until = q->h->lease_until = dl_validity(q->sent, q->a->lease_ms);
-      dl_am_put_step(op);
-    } else { /* gone: a new one */
-      q->h->lease = 0;
-      fixed_grant(op);
-    }
-    return;
   case S_FIXED_GRANT:
     if (rc == 0 && (rc = dl_etcd_grant_answer(e, o, &l, &got)) == 0) {
       q->h->lease = l;
@@ -376,17 +386,57 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     }
     return;
   case S_PUT:
-  case S_UNORPHAN: /* txns made with a message: on_txn's, never here */
+  case S_UNORPHAN:
+  case S_FIXED_KEEP:
+  case S_KEEP:
+  case S_STALE: /* calls made with a message: on_msg's, never here */
     json_object_put(o);
     dl_am_fail(op, dl_seterr(e->err, DLOCK_EPROTO,
-                             "etcd: a txn of step %d "
-                             "answered as JSON",
+                             "etcd: a call of step %d answered as JSON",
                              (int)q->step));
     return;
   case S_LOOK: dl_am_on_look(op, rc, o); return;
-  case S_KEEP:
-    if (rc == 0 && (rc = dl_etcd_keepalive_answer(e, o, &got)) == 0)
-      rc = dl_seterr(e->err, DLOCK_ELOST,
+  case S_WATCH:
+  case S_PAUSE:
+  case S_CLAIM: return; /* not a call's */
+  case S_DELETE:        /* a put's key whose answer we did not get (h->rev -1;
+                           the fenced delete's answer: on_msg) */
+    json_object_put(o);
+    fail_lease(op, rc);
+    return;
+  case S_REVOKE:
+    json_object_put(o);
+    fail_done(op);
+    return;
+  case S_STALE_REVOKE:
+    json_object_put(o);
+    stale_done(op);
+    return;
+  }
+}
+
+/* The answer of a call made with a message (dl_am_call_pb's steps). */
+static void on_msg(void *ud, int rc, ProtobufCMessage *m, int code) {
+  (void)code;
+  dl_async *op = ud;
+  struct etcd_aacq *q = op->acq;
+  op->call = NULL;
+  int64_t got = 0;
+  if (q->step == S_FIXED_KEEP) {
+    if (rc == 0) rc = dl_etcd_keepalive_reply(m, &got);
+    if (rc < 0) {
+      q->h->lease = 0; /* as the blocking path: left to its TTL */
+      dl_am_fail(op, rc);
+    } else if (rc == 1 && got * 1000 >= q->a->lease_ms) {
+      q->until = q->h->lease_until = dl_validity(q->sent, q->a->lease_ms);
+      dl_am_put_step(op);
+    } else { /* gone: a new one */
+      q->h->lease = 0;
+      fixed_grant(op);
+    }
+  } else if (q->step == S_KEEP) {
+    if (rc == 0 && (rc = dl_etcd_keepalive_reply(m, &got)) == 0)
+      rc = dl_seterr(op->e->err, DLOCK_ELOST,
                      "the lease of our etcd key %s ended while we waited",
                      q->h->key);
     if (rc < 0) {
@@ -395,30 +445,11 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     }
     q->until = q->h->lease_until = dl_validity(q->sent, q->h->lease_ms);
     dl_am_keep_done(op);
-    return;
-  case S_WATCH:
-  case S_PAUSE:
-  case S_CLAIM: return; /* not a call's */
-  case S_DELETE:        /* a put's key whose answer we did not get (h->rev -1;
-                           the fenced delete's answer: on_txn) */
-    json_object_put(o);
-    fail_lease(op, rc);
-    return;
-  case S_REVOKE:
-    json_object_put(o);
-    fail_done(op);
-    return;
-  }
-}
-
-/* The answer of a txn made with a message (dl_am_txn's steps). */
-static void on_txn(void *ud, int rc, ProtobufCMessage *m, int code) {
-  (void)code;
-  dl_async *op = ud;
-  struct etcd_aacq *q = op->acq;
-  op->call = NULL;
-  if (q->step == S_PUT) {
+  } else if (q->step == S_PUT) {
     dl_am_on_put(op, rc, m);
+  } else if (q->step == S_STALE) {
+    if (m) protobuf_c_message_free_unpacked(m, NULL);
+    stale_deleted(op);
   } else if (q->step == S_UNORPHAN) {
     if (m) protobuf_c_message_free_unpacked(m, NULL);
     if (rc != 0) { /* h->rev: the failure path deletes it */
@@ -462,10 +493,6 @@ int dl_etcd_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
 
 void dl_etcd_acquire_cancel(dl_async *op) {
   struct etcd_aacq *q = op->acq;
-  if (q->job) {
-    dl_blockloop_jobs(op->e->form)->cancel(&op->e->base, q->job);
-    return;
-  }
   /* A call in flight is answered (its result kept, as a release's); a
    * wait ends now, from the loop's dispatch. */
   q->cancelled = true;
@@ -475,18 +502,18 @@ void dl_etcd_acquire_cancel(dl_async *op) {
     dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms());
 }
 
-int dl_etcd_acquire_close(dl_async *op) {
+void dl_etcd_acquire_close(dl_async *op) {
   dl_etcd *e = op->e;
   struct etcd_aacq *q = op->acq;
-  if (q->job) return 0;
   unpark(op);
   dl_etcd_asess_close(op);
   dl_etcd_acall_abort(op->call);
   op->call = NULL;
-  /* A fixed lease goes now (the session's, with its keys, goes with the
-   * client). */
-  if (q->h && q->own && q->h->lease)
-    dl_etcd_revoke(e, q->h->lease, dl_now_ms() + e->command_timeout_ms);
+  /* A fixed lease goes now, and a stale hold's own (the session's, with
+   * its keys, goes with the client). */
+  int64_t deadline = dl_now_ms() + e->command_timeout_ms;
+  if (q->h && q->own && q->h->lease) dl_etcd_revoke(e, q->h->lease, deadline);
+  if (q->stale && q->stale->own_lease && q->stale->lease)
+    dl_etcd_revoke(e, q->stale->lease, deadline);
   end(op, dl_seterr(e->env->err_owner, DLOCK_ECLOSED, "the client closed"));
-  return 1;
 }

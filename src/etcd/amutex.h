@@ -19,26 +19,28 @@ typedef enum astep {
   S_CLAIM, /* waiting for another owner of this client (e->aclaims) */
   S_DELETE,
   S_UNORPHAN, /* our old key deleted at its revision, to put anew */
-  S_REVOKE
+  S_REVOKE,
+  S_STALE,       /* a stale hold's key deleted at its revision */
+  S_STALE_REVOKE /* and its lease of its own revoked */
 } astep;
 
 struct etcd_aacq {
   dl_acquire *a;
   astep step;
-  bool own;        /* a fixed lease (not the session's) */
-  bool rw;         /* a side of a read-write lock: a key of its own */
-  etcd_hold *h;    /* the claim, listed */
-  int64_t rev;     /* the re-entry's hold's create revision */
-  int64_t sent;    /* the lease call's */
-  int64_t until;   /* the lease's validity */
-  int rc;          /* the failure path's result */
-  dl_async *job;   /* handed to a job: its operation */
-  dl_async *cnext; /* in e->aclaims, when parked */
-  bool parked;     /* waiting for another owner of this client */
-  bool downgrade;  /* the read side, its owner holding the write side */
-  bool in_line;    /* our key is in line: a session step keeps it */
-  bool won;        /* a keep step ends the acquire (it won) */
-  bool watched;    /* a watch ended (the blocking path's `waited`) */
+  bool own;         /* a fixed lease (not the session's) */
+  bool rw;          /* a side of a read-write lock: a key of its own */
+  etcd_hold *h;     /* the claim, listed */
+  etcd_hold *stale; /* a stale hold of the owner being cleared (holds.c) */
+  int64_t rev;      /* the re-entry's hold's create revision */
+  int64_t sent;     /* the lease call's */
+  int64_t until;    /* the lease's validity */
+  int rc;           /* the failure path's result */
+  dl_async *cnext;  /* in e->aclaims, when parked */
+  bool parked;      /* waiting for another owner of this client */
+  bool downgrade;   /* the read side, its owner holding the write side */
+  bool in_line;     /* our key is in line: a session step keeps it */
+  bool won;         /* a keep step ends the acquire (it won) */
+  bool watched;     /* a watch ended (the blocking path's `waited`) */
   bool cancelled;
   int rides;       /* transient errors ridden out */
   int fresh_tries; /* our old key found at the put, deleted */
@@ -52,9 +54,11 @@ struct etcd_aacq {
 /* Starts op's next call (step) within one command timeout; out of memory,
  * op is told DLOCK_ENOMEM and freed. */
 void dl_am_call(dl_async *op, astep step, const char *path, const char *body);
-/* As dl_am_call, a txn made with a message (S_PUT, S_UNORPHAN, S_DELETE:
- * pbtxn.h's), its answer a message. */
-void dl_am_txn(dl_async *op, astep step, const ProtobufCMessage *msg);
+/* As dl_am_call, a call made with a message (pbtxn.h's: S_PUT,
+ * S_UNORPHAN and S_DELETE's txns, S_FIXED_KEEP and S_KEEP's keepalives),
+ * its answer a message. */
+void dl_am_call_pb(dl_async *op, astep step, const char *path,
+                   const ProtobufCMessage *msg);
 /* Ends op with rc after its key (at its revision) and a fixed lease go. */
 void dl_am_fail(dl_async *op, int rc);
 /* The claim txn: our key put, the owner read. */

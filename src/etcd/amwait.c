@@ -66,9 +66,9 @@ static void keep_step(dl_async *op) {
     return;
   }
   q->sent = dl_now_ms();
-  char body[64];
-  dl_etcd_lease_body(q->h->lease, body, sizeof body);
-  dl_am_call(op, S_KEEP, "/v3/lease/keepalive", body);
+  Etcdserverpb__LeaseKeepAliveRequest req;
+  dl_etcd_keepalive_msg(&req, q->h->lease);
+  dl_am_call_pb(op, S_KEEP, "/v3/lease/keepalive", &req.base);
 }
 
 void dl_am_keep_done(dl_async *op) {
@@ -193,7 +193,7 @@ void dl_am_on_put(dl_async *op, int rc, ProtobufCMessage *m) {
   if (rc == 2) { /* ours, left over: deleted at its revision, then put */
     etcd_delete_txn t;
     dl_etcd_delete_txn(&t, h->key, h->rev);
-    dl_am_txn(op, S_UNORPHAN, &t.txn.base);
+    dl_am_call_pb(op, S_UNORPHAN, "/v3/kv/txn", &t.txn.base);
     return;
   }
   if (rc != 0) {

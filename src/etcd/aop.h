@@ -45,6 +45,11 @@ typedef struct etcd_aren {
   int64_t sent;
 } etcd_aren;
 
+/* A wait's end (dl_etcd_op_watch): rc 0 its time is up (the watch
+ * aborted), 1 news, or the stream ended and a moment has passed (look
+ * again), or a negative code (the watch failed, or could not start). */
+typedef void (*etcd_op_wait_fn)(dl_async *op, int rc);
+
 /* The end of a session step (asession.c): rc 0 with the session's lease
  * (valid until `until`), or a negative code (its call failed). */
 typedef void (*etcd_asess_fn)(dl_async *op, int rc, int64_t lease,
@@ -65,6 +70,7 @@ struct dl_async {
   char msg[512];             /* its detail */
   etcd_acall_fn later;       /* what gets it (NULL: op ends with it) */
   etcd_acall_pb_fn later_pb; /* dl_etcd_op_call_pb's fn, through later */
+  etcd_op_wait_fn waited;    /* dl_etcd_op_watch's fn */
   const dl_lock_ref *l;
   etcd_hold *h; /* the release's hold, off the list */
   int64_t deadline;
@@ -138,6 +144,20 @@ void dl_etcd_op_next_pb(dl_async *op, const char *path,
  * in flight (a watch) then aborted: the caller ends op. */
 int dl_etcd_op_timer(dl_async *op, dl_timer_fn fn, int64_t at);
 
+/* What dl_etcd_op_watch waits for on its key or prefix. */
+typedef enum etcd_watch_on {
+  ETCD_ON_DELETE,
+  ETCD_ON_ANY,
+  ETCD_ON_PUT
+} etcd_watch_on;
+/* A wait's step: a watch (body: dl_etcd_awatch's, waiting for `on`) as
+ * op->call, and op->timer at `until` (a cancel that restarts the timer
+ * ends the wait as its time up); fn(op, rc) once at its end, within
+ * this call when the watch cannot start. A stream that ends without news
+ * (a member gone) is told after a pause of 50 ms, on op->timer. */
+void dl_etcd_op_watch(dl_async *op, const char *body, etcd_watch_on on,
+                      int64_t until, etcd_op_wait_fn fn);
+
 /* The txn deleting key if its create revision is still rev (pbtxn.h's),
  * on the loop: as dl_etcd_op_call_pb. */
 int dl_etcd_op_delete_at(dl_async *op, const char *key, int64_t rev,
@@ -168,9 +188,9 @@ int dl_etcd_acquire_async(dl_backend *b, dl_acquire *a, dl_done_fn done,
 /* A cancel of an acquire: its wait ends as at its deadline. */
 void dl_etcd_acquire_cancel(dl_async *op);
 /* The client closing: an acquire's claim and calls given up, its lease
- * left to the close; 1 op ended (done: DLOCK_ECLOSED), 0 it runs on a
- * job, which the close ends. */
-int dl_etcd_acquire_close(dl_async *op);
+ * left to the close (a fixed one revoked); op ended (done:
+ * DLOCK_ECLOSED). */
+void dl_etcd_acquire_close(dl_async *op);
 
 /* ---- arenew.c ---- */
 /* The event loop's renew_async (dl_etcd_aops). */
@@ -237,13 +257,22 @@ int dl_etcd_queue_async(dl_backend *b, const dl_sync_ref *s, dl_queue_req *q,
 /* A cancel of a queue's operation: a poll's wait ends as at its deadline
  * (a call in flight is answered first; a value its take got goes back). */
 void dl_etcd_queue_cancel(dl_async *op);
+/* Whether op is a plain poll's take or give-back in flight: its answer
+ * says where a value is, so the close waits for it. */
+bool dl_etcd_queue_taking(const dl_async *op);
+/* The client closing, every other operation ended: the takes and
+ * give-backs in flight (dl_etcd_queue_taking) answered, each within its
+ * deadline, on the calling thread; a value a take got goes back where it
+ * was taken from (the head for a poll, the tail for a poll_last), as a
+ * cancelled poll's does. The ops are then dl_etcd_queue_close's. */
+void dl_etcd_queues_drain(dl_etcd *e);
 /* The client closing, op's call aborted: a reliable take's consumer
  * lease not yet in the client's list (its grant in flight: its ID is
  * chosen; or granted; or one being revoked) is revoked now, blocking; a
  * cancelled poll's give-back in flight is sent again, blocking (compared
- * so that it puts the value once), and when that fails the value is the
- * poll's: done(ud, 1), op ended, 1 returned. Else 0: op is the caller's
- * to end (DLOCK_ECLOSED). */
+ * so that it puts the value once), and when that fails (or cannot be
+ * sent) the value is the poll's: done(ud, 1), op ended, 1 returned. Else
+ * 0: op is the caller's to end (DLOCK_ECLOSED). */
 int dl_etcd_queue_close(dl_async *op);
 /* Frees a queue operation's state (accepts NULL). */
 void dl_etcd_aqueue_free(etcd_aqueue *a);

@@ -97,16 +97,13 @@ static void on_session(dl_async *op, int rc, int64_t l, int64_t until) {
 
 /* A fixed lease's keepalive: kept for lease_ms from when it was sent, or
  * gone (the next idle one, or a grant). */
-static void on_keep(void *ud, int rc, json_object *o, int code) {
+static void on_keep(void *ud, int rc, ProtobufCMessage *m, int code) {
   (void)code;
   dl_async *op = ud;
   etcd_permit_try *t = &op->sem->pt;
   op->call = NULL;
   int64_t ttl = 0;
-  if (rc == 0)
-    rc = dl_etcd_keepalive_answer(op->e, o, &ttl);
-  else
-    json_object_put(o);
+  if (rc == 0) rc = dl_etcd_keepalive_reply(m, &ttl);
   if (rc < 0) {
     dl_as_tried(op, rc);
   } else if (rc == 1 && ttl * 1000 >= t->lease_ms) {
@@ -157,8 +154,10 @@ static void lease_step(dl_async *op) {
   t->lease_at = now;
   char body[64];
   if (t->lease != 0) {
-    dl_etcd_lease_body(t->lease, body, sizeof body);
-    next(op, "/v3/lease/keepalive", body, on_keep);
+    Etcdserverpb__LeaseKeepAliveRequest req;
+    dl_etcd_keepalive_msg(&req, t->lease);
+    op->sem->step = M_TRY; /* as next's */
+    dl_etcd_op_next_pb(op, "/v3/lease/keepalive", &req.base, on_keep, 0);
   } else {
     dl_etcd_grant_body(dl_etcd_ttl_s(t->lease_ms), body, sizeof body);
     next(op, "/v3/lease/grant", body, on_grant);

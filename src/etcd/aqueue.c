@@ -10,8 +10,9 @@
  * PUT (a stream on the same multi handle) or the next delayed value's due
  * time, then again; its deadline and a cancel a dl_timer, a transient
  * error ridden out with a pause on it. A value taken as its poll is
- * cancelled goes back where the poll took it from (the head for a poll,
- * the tail for a poll_last). A reliable take first has its consumer's
+ * cancelled, or as the client closes (its take's answer waited for
+ * within the close), goes back where the poll took it from (the head for
+ * a poll, the tail for a poll_last). A reliable take first has its consumer's
  * lease (granted, its key put on it) and gives back the values taken by
  * consumers whose key is gone (reliable.c's halves), then polls, its
  * take also putting the value at its own key; an ack reads the
@@ -37,8 +38,8 @@ typedef enum qstep {
   Q_TAKE,    /* its take */
   Q_BACK,    /* a value taken as its poll was cancelled, offered back */
   Q_WATCH,   /* the watch on Q/ in flight, the timer at the deadline (or
-                the next due time) */
-  Q_PAUSE    /* a pause before the next look */
+                the next due time; or a moment after its stream ended) */
+  Q_PAUSE    /* a pause (an error ridden out) before the next look */
 } qstep;
 
 struct etcd_aqueue {
@@ -60,6 +61,8 @@ struct etcd_aqueue {
   char *again;         /* Q_BACK's txn, sent again at the client's close */
   int result;          /* the reliable take's, as its lease is revoked */
   bool cancelled;
+  bool closing; /* its take or give-back answered within the client's
+                   close (dl_etcd_queues_drain) */
   qstep step;
 };
 
@@ -138,12 +141,9 @@ static void poll_again(dl_async *op) {
   txn_next(op, Q_DUE, &j);
 }
 
-static void on_timer(void *ud);
-
-/* Runs on_timer at `at` in step. */
-static void wait_until(dl_async *op, qstep step, int64_t at) {
-  op->aq->step = step;
-  dl_etcd_op_wake_at(op, on_timer, at);
+/* A pause over: a look. */
+static void on_pause(void *ud) {
+  poll_again(ud);
 }
 
 /* A poll's call or watch that failed with rc: ridden out (a pause, then a
@@ -152,20 +152,19 @@ static void wait_until(dl_async *op, qstep step, int64_t at) {
 static void poll_error(dl_async *op, int rc) {
   etcd_aqueue *a = op->aq;
   a->step = Q_PAUSE;
-  if (!dl_etcd_op_ride(op, on_timer, a->cancelled, a->q->wait, a->q->deadline,
+  if (!dl_etcd_op_ride(op, on_pause, a->cancelled, a->q->wait, a->q->deadline,
                        rc, &a->rides))
     dl_etcd_op_end(op, rc);
 }
 
-static void on_watch(void *ud, int rc, json_object *o, int code) {
-  (void)o, (void)code;
-  dl_async *op = ud;
-  op->call = NULL;
-  dl_timer_stop(op->e->env->loop, &op->timer);
+/* The watch's end: news, or the next due time (a look again); the
+ * deadline or a cancel (not taken: 0). */
+static void on_waited(dl_async *op, int rc) {
+  etcd_aqueue *a = op->aq;
   if (rc < 0)
     poll_error(op, rc);
-  else if (rc == 2) /* the stream ended (a member gone): a look in a moment */
-    wait_until(op, Q_PAUSE, dl_now_ms() + 50);
+  else if (rc == 0 && (a->cancelled || dl_now_ms() >= a->q->deadline))
+    dl_etcd_op_end(op, 0);
   else
     poll_again(op);
 }
@@ -184,27 +183,8 @@ static void poll_none(dl_async *op, int64_t rev) {
     until = now + (a->next < 5 ? 5 : a->next);
   char body[ETCD_WATCH_PREFIX_BODY_MAX];
   dl_etcd_watch_prefix_body(a->n.lo, rev, body, sizeof body);
-  int rc = dl_etcd_awatch_put(op->e, body, on_watch, op, &op->call);
-  if (rc != 0)
-    poll_error(op, rc);
-  else
-    wait_until(op, Q_WATCH, until);
-}
-
-/* The deadline or a cancel during the watch (not taken: 0), or a pause
- * over, or the next due time (again). */
-static void on_timer(void *ud) {
-  dl_async *op = ud;
-  etcd_aqueue *a = op->aq;
-  if (a->step == Q_WATCH) {
-    dl_etcd_acall_abort(op->call);
-    op->call = NULL;
-    if (a->cancelled || dl_now_ms() >= a->q->deadline) {
-      dl_etcd_op_end(op, 0);
-      return;
-    }
-  }
-  poll_again(op);
+  a->step = Q_WATCH;
+  dl_etcd_op_watch(op, body, ETCD_ON_PUT, until, on_waited);
 }
 
 /* A delayed handle's moves: the next, or (none left) the look. */
@@ -278,9 +258,12 @@ static void on_take(dl_async *op, int rc, json_object *o) {
     free(a->c.v);
     a->c.v = NULL;
   }
-  if (rc < 0) {
+  if (a->closing && !ok) {
+    return; /* nothing taken (or not known: as any failed take): the
+               close ends op */
+  } else if (rc < 0) {
     poll_error(op, rc);
-  } else if (ok && a->cancelled) {
+  } else if (ok && (a->cancelled || a->closing)) {
     /* Where this poll takes from: the head for a poll, the tail for a
      * poll_last. */
     a->back = (dl_queue_req){.value = a->c.v, .len = a->c.len};
@@ -404,6 +387,9 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
         done(dud, DLOCK_ENOMEM);
     } else if (a->step == Q_BACK && rc < 0) {
       poll_got(op); /* not given back: the caller's rather than lost */
+    } else if (a->step == Q_BACK && a->closing) {
+      free(a->c.v); /* back: the close ends op */
+      a->c.v = NULL;
     } else {
       dl_etcd_op_end(op, rc < 0 ? rc : 0);
     }
@@ -534,6 +520,33 @@ static int back_again(dl_async *op) {
   return rc;
 }
 
+bool dl_etcd_queue_taking(const dl_async *op) {
+  const etcd_aqueue *a = op->aq;
+  return op->kind == AOP_QUEUE && op->call && !a->dest[0] &&
+         (a->step == Q_TAKE || a->step == Q_BACK);
+}
+
+/* dl_etcd_aloop_drain's: whether a closing op's call is in flight, the
+ * latest of their deadlines in *until (and a moment for curl's timeout
+ * to be heard). */
+static bool closing_calls(void *ud, int64_t *until) {
+  bool any = false;
+  *until = 0;
+  for (dl_async *op = ((dl_etcd *)ud)->aops; op; op = op->next)
+    if (op->kind == AOP_QUEUE && op->aq->closing && op->call) {
+      any = true;
+      if (op->deadline + 50 > *until) *until = op->deadline + 50;
+    }
+  return any;
+}
+
+void dl_etcd_queues_drain(dl_etcd *e) {
+  bool any = false;
+  for (dl_async *op = e->aops; op; op = op->next)
+    if (dl_etcd_queue_taking(op)) any = op->aq->closing = true;
+  if (any) dl_etcd_aloop_drain(e, closing_calls, e);
+}
+
 int dl_etcd_queue_close(dl_async *op) {
   etcd_aqueue *a = op->aq;
   dl_etcd *e = op->e;
@@ -541,8 +554,7 @@ int dl_etcd_queue_close(dl_async *op) {
               : a->step == Q_GRANT || a->step == Q_CONS ? a->lease
                                                         : 0;
   if (l) dl_etcd_revoke(e, l, dl_now_ms() + e->command_timeout_ms);
-  if (a->step != Q_BACK || a->c.v == NULL || a->again == NULL ||
-      back_again(op) == 0)
+  if (a->step != Q_BACK || a->c.v == NULL || (a->again && back_again(op) == 0))
     return 0;
   poll_got(op); /* not known to be back: the poll's rather than lost */
   return 1;

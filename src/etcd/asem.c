@@ -51,6 +51,15 @@ void dl_as_finish(dl_async *op, int rc) {
     dl_ap_end(op, rc);
     return;
   }
+  if (m->ln.rev <= 0 && m->unsure) { /* by key: it is ours alone */
+    char body[ETCD_DELETE_KEY_BODY_MAX];
+    dl_etcd_delete_key_body(m->line, body, sizeof body);
+    m->unsure = false;
+    m->rc = rc;
+    m->step = M_UNPUT;
+    dl_etcd_op_next(op, "/v3/kv/deleterange", body, on_call, rc);
+    return;
+  }
   if (m->ln.rev <= 0) {
     dl_etcd_op_end(op, rc);
     return;
@@ -66,15 +75,6 @@ void dl_as_finish(dl_async *op, int rc) {
 static bool wait_over(const dl_async *op) {
   const etcd_asem *m = op->sem;
   return !m->wait || m->cancelled || dl_now_ms() >= m->deadline;
-}
-
-static void on_timer(void *ud);
-
-/* Runs on_timer at `at` in step. */
-static void wait_until(dl_async *op, mstep step, int64_t at) {
-  op->sem->step = step;
-  int rc = dl_etcd_op_timer(op, on_timer, at);
-  if (rc != 0) dl_as_finish(op, rc);
 }
 
 /* A try: the count's read, or a permit's (apermits.c). */
@@ -93,16 +93,12 @@ static void try_again(dl_async *op) {
     try_step(op);
 }
 
-static void on_watch(void *ud, int rc, json_object *o, int code) {
-  (void)o, (void)code;
-  dl_async *op = ud;
-  op->call = NULL;
+/* The watch's end (news, the step's end, the deadline or a cancel): a
+ * try (none after a cancel). */
+static void on_waited(dl_async *op, int rc) {
   op->sem->first = false; /* the next try looks at the line again */
-  dl_timer_stop(op->e->env->loop, &op->timer);
   if (rc < 0)
     dl_as_finish(op, rc);
-  else if (rc == 2) /* the stream ended (a member gone): a try in a moment */
-    wait_until(op, M_PAUSE, dl_now_ms() + 50);
   else
     try_again(op);
 }
@@ -122,25 +118,10 @@ static void watch_step(dl_async *op, bool pred, int64_t pat) {
     dl_etcd_watch_delete_body(m->pred, pat, body, sizeof body);
   else
     dl_etcd_watch_prefix_body(m->key, m->at, body, sizeof body);
-  int rc = dl_etcd_awatch(op->e, body, !pred, on_watch, op, &op->call);
-  if (rc != 0) {
-    dl_as_finish(op, rc);
-    return;
-  }
   int64_t step = dl_now_ms() + dl_etcd_sem_step(op->e);
-  wait_until(op, M_WATCH, step < m->deadline ? step : m->deadline);
-}
-
-/* The step's end, the deadline or a cancel during the watch, or a pause
- * over: a try (none after a cancel). */
-static void on_timer(void *ud) {
-  dl_async *op = ud;
-  if (op->sem->step == M_WATCH) {
-    dl_etcd_acall_abort(op->call);
-    op->call = NULL;
-  }
-  op->sem->first = false;
-  try_again(op);
+  m->step = M_WATCH;
+  dl_etcd_op_watch(op, body, pred ? ETCD_ON_DELETE : ETCD_ON_ANY,
+                   step < m->deadline ? step : m->deadline, on_waited);
 }
 
 /* Our place still there, and the one before it: one txn. */
@@ -259,6 +240,10 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     on_read(op, rc, cur, mod);
     return;
   case M_PUT: on_put(op, rc, o); return;
+  case M_UNPUT:
+    json_object_put(o);
+    dl_etcd_op_end(op, m->rc);
+    return;
   case M_LINE:
   case M_LEAVE: /* txns made with a message: on_txn's, never here */
     json_object_put(o);
@@ -289,7 +274,6 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     return;
   case M_SESSION:
   case M_WATCH:
-  case M_PAUSE:
   case M_TRY: return; /* not a call's */
   }
 }
@@ -341,6 +325,8 @@ static void on_txn(void *ud, int rc, ProtobufCMessage *msg, int code) {
   int64_t mod = 0;
   if (rc == 0) rc = dl_etcd_claim_answer(op->e, &m->ln, msg, false, &mod);
   if (rc == 1) rc = dl_etcd_sem_not_ours(op->e, m->line);
+  /* A put whose answer we did not get may have made our place. */
+  m->unsure = rc < 0 && (dl_etcd_transient(rc) || rc == DLOCK_EPROTO);
   if (rc < 0)
     dl_as_finish(op, rc);
   else
@@ -376,8 +362,9 @@ int dl_etcd_sem_acquire_async(dl_backend *b, const dl_sync_ref *s, int permits,
 void dl_etcd_sem_cancel(dl_async *op) {
   etcd_asem *m = op->sem;
   m->cancelled = true;
-  /* A watch or a pause ends now, from the loop's dispatch (armed:
-   * restarted, it needs no memory); a call in flight is answered first. */
-  if (m->step == M_WATCH || m->step == M_PAUSE)
+  /* A watch (or the pause after its stream's end) ends now, from the
+   * loop's dispatch (armed: restarted, it needs no memory); a call in
+   * flight is answered first. */
+  if (m->step == M_WATCH)
     dl_timer_start(op->e->env->loop, &op->timer, dl_now_ms());
 }

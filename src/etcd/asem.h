@@ -14,9 +14,10 @@ typedef enum mstep {
   M_SESSION, /* the session lease's step (asession.c) */
   M_LINE,    /* our place in the line put */
   M_LOOK,    /* our place still there, and the one before it */
-  M_WATCH,   /* the watch in flight, the timer at the step's end */
-  M_PAUSE,   /* a moment before the next try */
+  M_WATCH,   /* the watch in flight, the timer at the step's end (or a
+                moment after its stream ended) */
   M_LEAVE,   /* our place deleted, the result kept */
+  M_UNPUT,   /* our place deleted by key (its put's answer lost) */
   M_TRY      /* a permit's try, or its undoing (apermits.c's calls) */
 } mstep;
 
@@ -35,6 +36,7 @@ struct etcd_asem {
   bool first;   /* the line's first: its read is the one the watch follows */
   int rc;       /* the result, while our place is deleted */
   etcd_hold ln; /* our place (ln.key: line), its lease and revision */
+  bool unsure;  /* its put's answer lost: maybe there (deleted by key) */
   char line[ETCD_SEM_KEY];
   char lpfx[ETCD_SEM_KEY + 2]; /* the line: line's parent and '/' */
   char pred[ETCD_SEM_KEY];     /* the place before ours */

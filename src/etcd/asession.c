@@ -5,8 +5,10 @@
  * for it; under e->lease_mu as the blocking path's (backend.c's halves:
  * dl_etcd_session_need, _kept, _granted). */
 #include "aop.h"
+#include "pbtxn.h"
 
-static void on_call(void *ud, int rc, json_object *o, int code);
+static void on_kept(void *ud, int rc, ProtobufCMessage *m, int code);
+static void on_granted(void *ud, int rc, json_object *o, int code);
 
 /* Ends the loop's session call, and lets those waiting for it look
  * again. */
@@ -34,37 +36,49 @@ static void call_end(dl_async *op, int rc, int64_t l, int64_t u) {
 /* op's session call (lease_mu held): a keepalive of l, or a grant (l 0). */
 static void call_start(dl_async *op, int64_t l) {
   dl_etcd *e = op->e;
-  char body[64];
   op->sess.lease = l;
   op->sess.sent = dl_now_ms();
-  if (l)
-    dl_etcd_lease_body(l, body, sizeof body);
-  else
+  int64_t deadline = op->sess.sent + e->command_timeout_ms;
+  int rc;
+  if (l) {
+    Etcdserverpb__LeaseKeepAliveRequest req;
+    dl_etcd_keepalive_msg(&req, l);
+    rc = dl_etcd_acall_pb(e, "/v3/lease/keepalive", &req.base, deadline,
+                          on_kept, op, &op->call);
+  } else {
+    char body[64];
     dl_etcd_grant_body(dl_etcd_ttl_s(e->session_ttl_ms), body, sizeof body);
-  int rc = dl_etcd_acall(e, l ? "/v3/lease/keepalive" : "/v3/lease/grant", body,
-                         op->sess.sent + e->command_timeout_ms, on_call, op,
-                         &op->call);
+    rc = dl_etcd_acall(e, "/v3/lease/grant", body, deadline, on_granted, op,
+                       &op->call);
+  }
   if (rc != 0) call_end(op, rc, 0, 0);
 }
 
-static void on_call(void *ud, int rc, json_object *o, int code) {
+/* The session's keepalive answered: kept, or a new session (still under
+ * lease_mu) when the lease is gone. */
+static void on_kept(void *ud, int rc, ProtobufCMessage *m, int code) {
   (void)code;
   dl_async *op = ud;
   dl_etcd *e = op->e;
   op->call = NULL;
-  int64_t got = 0, l = op->sess.lease, until = 0;
-  if (l) {
-    if (rc == 0) rc = dl_etcd_keepalive_answer(e, o, &got);
-    if (rc >= 0 && dl_etcd_session_kept(e, op->sess.sent, rc == 1 ? got : 0,
-                                        &until) == 0) {
-      call_end(op, 0, l, until);
-    } else if (rc >= 0) { /* gone: a new session, still under lease_mu */
-      call_start(op, 0);
-    } else {
-      call_end(op, rc, 0, 0);
-    }
-    return;
-  }
+  int64_t got = 0, until = 0;
+  if (rc == 0) rc = dl_etcd_keepalive_reply(m, &got);
+  if (rc >= 0 && dl_etcd_session_kept(e, op->sess.sent, rc == 1 ? got : 0,
+                                      &until) == 0)
+    call_end(op, 0, op->sess.lease, until);
+  else if (rc >= 0)
+    call_start(op, 0);
+  else
+    call_end(op, rc, 0, 0);
+}
+
+/* The session's grant answered. */
+static void on_granted(void *ud, int rc, json_object *o, int code) {
+  (void)code;
+  dl_async *op = ud;
+  dl_etcd *e = op->e;
+  op->call = NULL;
+  int64_t got = 0, l = 0, until = 0;
   if (rc == 0 && (rc = dl_etcd_grant_answer(e, o, &l, &got)) == 0)
     dl_etcd_session_granted(e, op->sess.sent, l, got, &until);
   call_end(op, rc, rc == 0 ? l : 0, until);

@@ -2,6 +2,7 @@
  * lease (one per client, kept alive by the watchdog's renewals), and the
  * seam's table. */
 #include "etcdb.h"
+#include "pbtxn.h"
 #include "sem.h"
 
 #include <inttypes.h>
@@ -19,23 +20,14 @@ void dl_etcd_lease_body(int64_t id, char *body, size_t len) {
   snprintf(body, len, "{\"ID\":\"%" PRId64 "\"}", id);
 }
 
-int dl_etcd_keepalive_answer(dl_etcd *e, json_object *o, int64_t *ttl_s) {
-  json_object *r;
-  int rc = dl_etcd_result(e, "/v3/lease/keepalive", o, &r);
-  if (rc != 0) return rc;
-  /* A dead lease's answer has no TTL (a zero, omitted). */
-  *ttl_s = dl_etcd_i64(r, "TTL");
-  json_object_put(r);
-  return *ttl_s > 0;
-}
-
 int dl_etcd_keepalive(dl_etcd *e, int64_t lease, int64_t deadline,
                       int64_t *ttl_s) {
-  char body[64];
-  dl_etcd_lease_body(lease, body, sizeof body);
-  json_object *o;
-  int rc = dl_etcd_call(e, "/v3/lease/keepalive", body, deadline, &o, NULL);
-  return rc != 0 ? rc : dl_etcd_keepalive_answer(e, o, ttl_s);
+  Etcdserverpb__LeaseKeepAliveRequest req;
+  dl_etcd_keepalive_msg(&req, lease);
+  ProtobufCMessage *r;
+  int rc = dl_etcd_call_pb(e, "/v3/lease/keepalive", &req.base, deadline, &r,
+                           NULL);
+  return rc != 0 ? rc : dl_etcd_keepalive_reply(r, ttl_s);
 }
 
 void dl_etcd_grant_body(int64_t ttl_s, char *body, size_t len) {

@@ -229,7 +229,7 @@ typedef struct etcd_req {
   const struct etcd_method *m; /* its gRPC method; NULL: the gateway */
   uint8_t *req;                /* the request's bytes (owned) */
   size_t len;
-  /* A call made with a message (dl_etcd_req_init_pb): the answer's type,
+  /* A call made with a message (etcd_ask.msg): the answer's type,
    * and the try's answer as a message (owned until taken), not JSON. */
   const ProtobufCMessageDescriptor *resp;
   ProtobufCMessage *reply;
@@ -248,17 +248,19 @@ typedef enum etcd_try {
                     done): the same endpoint again, on a new connection
                     with prior knowledge */
 } etcd_try;
-/* q for a call of path with body (the gateway's JSON): over gRPC when e
- * speaks it and path has a method, else the gateway's. 0, or a negative
- * code recorded (a body that is not etcd's request, out of memory). Free
- * with dl_etcd_req_free. */
-int dl_etcd_req_init(dl_etcd *e, etcd_req *q, const char *path,
-                     const char *body);
-/* As dl_etcd_req_init, the request a message of path's method (read, not
- * kept): packed as is over gRPC, the gateway's JSON of it otherwise; the
- * answer comes as a message too (dl_etcd_req_end: q->reply). */
-int dl_etcd_req_init_pb(dl_etcd *e, etcd_req *q, const char *path,
-                        const ProtobufCMessage *msg);
+/* A call as its caller asks it, on either driver: path (the gateway's,
+ * "/v3/kv/txn") with body, the gateway's JSON; or with msg, a message of
+ * path's method (read, not kept; body NULL), its answer a message too. */
+typedef struct etcd_ask {
+  const char *path, *body;
+  const ProtobufCMessage *msg;
+} etcd_ask;
+/* q for the call k: body over gRPC when e speaks it and path has a
+ * method, else the gateway's; msg packed as is over gRPC, the gateway's
+ * JSON of it otherwise (its answer: dl_etcd_req_end's q->reply). 0, or a
+ * negative code recorded (a body that is not etcd's request, out of
+ * memory). Free with dl_etcd_req_free. */
+int dl_etcd_req_init(dl_etcd *e, etcd_req *q, const etcd_ask *k);
 void dl_etcd_req_free(etcd_req *q);
 /* The headers of q's tries: e's, headed by the token (gRPC's metadata or
  * the gateway's Authorization) when auth and there is one, its
@@ -274,7 +276,8 @@ void dl_etcd_req_setup(dl_etcd *e, etcd_req *q, CURL *h, int idx,
                        struct curl_slist *hd, int64_t left, bool prior);
 /* The end of a try of q at idx on h (curl's result cc): what next, and
  * *rc (DONE: 0 with *out, or with q->reply and *out NULL for a request
- * made with a message; or a negative code recorded, *code the gRPC
+ * made with a message, DLOCK_EPROTO when it has none; or a negative code
+ * recorded, *code the gRPC
  * status; NEXT: the code recorded). may_again: the try went without prior
  * knowledge on a reused connection (AGAIN possible). *h2: the answer came
  * over HTTP/2 (its connection may be reused). */
@@ -306,6 +309,13 @@ int dl_etcd_aloop_new(dl_etcd *e);
 /* Frees it: every call still in flight must have been aborted; calls
  * started from now on fail with DLOCK_ECLOSED. The loop's thread. */
 void dl_etcd_aloop_free(dl_etcd *e);
+/* Drives e's multi handle on the calling thread (the loop's, the client
+ * closing: the loop is not run meanwhile), polling its sockets and
+ * keeping curl's timeout, while more(ud, &until) says calls are still to
+ * be answered and until (dl_now_ms() time) is not reached. The calls' fns
+ * run within. */
+void dl_etcd_aloop_drain(dl_etcd *e, bool (*more)(void *ud, int64_t *until),
+                         void *ud);
 /* dl_etcd_call on the loop (its thread): the same request, headers,
  * endpoints in turn, deadline, re-authentication and errors, with no
  * thread. 0 and *out (fn(ud, ...) then runs once, later, on the loop's
@@ -343,8 +353,10 @@ void dl_etcd_acall_abort(etcd_acall *c);
 extern const dl_backend_ops dl_etcd_aops;
 /* Ends every operation in flight (done: DLOCK_ECLOSED; a queue poll's
  * value that cannot go back: done 1, dl_etcd_queue_close): the client
- * closing. The loop's thread; it may block on a few calls (revokes, a
- * give-back), each within the command timeout. */
+ * closing. A plain poll's take or give-back in flight is answered first
+ * and a value taken goes back (dl_etcd_queues_drain). The loop's thread;
+ * it may block on a few calls (the takes' answers, revokes, a give-back),
+ * each within the command timeout. */
 void dl_etcd_aops_close(dl_etcd *e);
 /* amutex.c's, for dl_blockloop_set_woken: the acquires waiting for
  * another owner of this client look again if a hold went. */
@@ -356,10 +368,10 @@ const struct etcd_method *dl_etcd_grpc_method(const char *path);
 /* q->req: the JSON body as q->m's framed request message; 0, or a
  * negative code recorded. */
 int dl_etcd_grpc_frame(dl_etcd *e, etcd_req *q, const char *body);
-/* For dl_etcd_req_init_pb: q->resp set to m's answer type (m: path's
- * method, NULL none), and q->req the message, framed over gRPC (e->grpc:
- * q->m set to m), else the gateway's JSON of it; 0, or a negative code
- * recorded. */
+/* For dl_etcd_req_init with a message: q->resp set to m's answer type
+ * (m: path's method, NULL none), and q->req the message, framed over gRPC
+ * (e->grpc: q->m set to m), else the gateway's JSON of it; 0, or a
+ * negative code recorded. */
 int dl_etcd_grpc_req_pb(dl_etcd *e, etcd_req *q, const struct etcd_method *m,
                         const ProtobufCMessage *msg);
 /* The gateway's answer o (put here) to a request made with a message, as
@@ -479,10 +491,9 @@ void dl_etcd_session_granted(dl_etcd *e, int64_t sent, int64_t lease,
 /* Keeps `lease` alive once: 1 alive (*ttl_s), 0 gone, or a negative code. */
 int dl_etcd_keepalive(dl_etcd *e, int64_t lease, int64_t deadline,
                       int64_t *ttl_s);
-/* A lease's request body ({"ID": id}: keepalive, revoke), and a
- * keepalive's answer o (put here) as dl_etcd_keepalive's result. */
+/* A lease's request body ({"ID": id}: a revoke; a keepalive is a
+ * message, pbtxn.h's). */
 void dl_etcd_lease_body(int64_t id, char *body, size_t len);
-int dl_etcd_keepalive_answer(dl_etcd *e, json_object *o, int64_t *ttl_s);
 /* Grants a lease of ttl_s seconds: 0 (*lease, *got_s), or a code. */
 int dl_etcd_grant(dl_etcd *e, int64_t ttl_s, int64_t deadline, int64_t *lease,
                   int64_t *got_s);
@@ -704,6 +715,13 @@ etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease);
  * listed, 0 not (nothing done). */
 int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h,
                       bool shared_key, bool *stale);
+/* The stale hold of l's owner that dl_etcd_claim_now found (*stale),
+ * taken to be cleared as a release takes its hold: no longer held (a
+ * renewal or a check finding its key gone leaves it alone), unwatched,
+ * still listed (the client's other owners of the name keep waiting) until
+ * its key is deleted and it is dropped (dl_etcd_hold_drop); NULL none
+ * now. */
+etcd_hold *dl_etcd_stale_take(dl_etcd *e, const dl_lock_ref *l);
 /* Waits for the client's other owner holding (or taking) l on the same
  * lease (shared_key: the mutex's key is the lease's) to let go, a stale
  * hold of the owner cleared on the way, then lists a claim on it (as
@@ -791,8 +809,12 @@ int64_t dl_etcd_create_rev_answer(json_object *r);
  * negative code. */
 int64_t dl_etcd_create_rev(dl_etcd *e, const char *key, int64_t deadline);
 /* Deletes key whatever its revision (one of ours, on our lease, while we
- * hold the claim on it: nobody else's); its answer is not read. */
+ * hold the claim on it: nobody else's); its answer is not read. Its
+ * /v3/kv/deleterange body (ETCD_DELETE_KEY_BODY_MAX bytes; key shorter
+ * than ETCD_KEY_MAX): the event loop's. */
 void dl_etcd_delete_key(dl_etcd *e, const char *key);
+#define ETCD_DELETE_KEY_BODY_MAX (4 * ((ETCD_KEY_MAX + 2) / 3) + 32)
+void dl_etcd_delete_key_body(const char *key, char *body, size_t len);
 
 /* ---- ride.c: a wait's failed calls ---- */
 /* Whether a call's error may pass (no answer: the server unreachable or

@@ -69,21 +69,26 @@ etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease) {
   return h;
 }
 
-/* What keeps h (a claim on l) from being listed now (e->mu held): a hold
- * of this very owner that the client no longer counts (it was reported
- * lost, and not released: stale, its key goes), else another owner's
- * holding or taking l on the same lease (shared_key: the mutex's key is
- * the lease's); NULL nothing. *stale: whether it is the former. */
-static etcd_hold *claim_blocker(dl_etcd *e, const dl_lock_ref *l,
-                                const etcd_hold *h, bool shared_key,
-                                bool *stale) {
-  *stale = true;
+/* A stale hold of l's owner (e->mu held): one the client no longer counts
+ * (it was reported lost, and not released; an acquire reaches the claim
+ * only when the client counts none), its key to go. */
+static etcd_hold *stale_find(dl_etcd *e, const dl_lock_ref *l) {
   for (etcd_hold *x = e->holds; x; x = x->next)
     if (x->held && !x->permit && strcmp(x->lock, l->key) == 0 &&
         strcmp(x->owner, l->owner) == 0)
       return x;
-  *stale = false;
-  etcd_hold *o = NULL;
+  return NULL;
+}
+
+/* What keeps h (a claim on l) from being listed now (e->mu held): a stale
+ * hold of the owner, else another owner's holding or taking l on the same
+ * lease (shared_key: the mutex's key is the lease's); NULL nothing.
+ * *stale: whether it is the former. */
+static etcd_hold *claim_blocker(dl_etcd *e, const dl_lock_ref *l,
+                                const etcd_hold *h, bool shared_key,
+                                bool *stale) {
+  etcd_hold *o = stale_find(e, l);
+  if ((*stale = o != NULL)) return o;
   for (etcd_hold *x = e->holds; x && !h->own_lease && shared_key; x = x->next)
     if (!x->own_lease && !x->permit && strcmp(x->lock, l->key) == 0) o = x;
   return o;
@@ -101,6 +106,20 @@ int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h,
   return free_now;
 }
 
+etcd_hold *dl_etcd_stale_take(dl_etcd *e, const dl_lock_ref *l) {
+  pthread_mutex_lock(&e->mu);
+  etcd_hold *h = stale_find(e, l);
+  /* Ours from here, as a release's (dl_etcd_release_begin): no longer
+   * held, still listed until its key is deleted. */
+  if (h) h->held = false;
+  pthread_mutex_unlock(&e->mu);
+  if (h) {
+    dl_etcd_unwatch(e, h->watch);
+    h->watch = NULL;
+  }
+  return h;
+}
+
 int dl_etcd_claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
                   etcd_hold **out) {
   const dl_lock_ref *l = a->lock;
@@ -113,10 +132,12 @@ int dl_etcd_claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
     etcd_hold *o = claim_blocker(e, l, h, shared_key, &is_stale);
     if (o && is_stale) {
       pthread_mutex_unlock(&e->mu);
-      int64_t deadline = dl_now_ms() + e->command_timeout_ms;
-      dl_etcd_delete_at(e, o->key, o->rev, deadline);
-      if (o->own_lease) dl_etcd_revoke(e, o->lease, deadline);
-      dl_etcd_hold_drop(e, o);
+      if ((o = dl_etcd_stale_take(e, l)) != NULL) {
+        int64_t deadline = dl_now_ms() + e->command_timeout_ms;
+        dl_etcd_delete_at(e, o->key, o->rev, deadline);
+        if (o->own_lease) dl_etcd_revoke(e, o->lease, deadline);
+        dl_etcd_hold_drop(e, o);
+      }
       pthread_mutex_lock(&e->mu);
       continue;
     }

@@ -186,26 +186,19 @@ int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
           : "");
 }
 
-int dl_etcd_req_init(dl_etcd *e, etcd_req *q, const char *path,
-                     const char *body) {
+int dl_etcd_req_init(dl_etcd *e, etcd_req *q, const etcd_ask *k) {
   memset(q, 0, sizeof *q);
-  q->path = path;
+  q->path = k->path;
   q->status = -1;
-  q->m = e->grpc ? dl_etcd_grpc_method(path) : NULL;
-  if (q->m) return dl_etcd_grpc_frame(e, q, body);
-  q->len = strlen(body);
+  if (k->msg)
+    return dl_etcd_grpc_req_pb(e, q, dl_etcd_grpc_method(k->path), k->msg);
+  q->m = e->grpc ? dl_etcd_grpc_method(k->path) : NULL;
+  if (q->m) return dl_etcd_grpc_frame(e, q, k->body);
+  q->len = strlen(k->body);
   if ((q->req = malloc(q->len + 1)) == NULL)
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  memcpy(q->req, body, q->len + 1);
+  memcpy(q->req, k->body, q->len + 1);
   return 0;
-}
-
-int dl_etcd_req_init_pb(dl_etcd *e, etcd_req *q, const char *path,
-                        const ProtobufCMessage *msg) {
-  memset(q, 0, sizeof *q);
-  q->path = path;
-  q->status = -1;
-  return dl_etcd_grpc_req_pb(e, q, dl_etcd_grpc_method(path), msg);
 }
 
 void dl_etcd_req_free(etcd_req *q) {
@@ -243,9 +236,10 @@ void dl_etcd_req_setup(dl_etcd *e, etcd_req *q, CURL *h, int idx,
   atomic_fetch_add(&e->round_trips, 1);
 }
 
-etcd_try dl_etcd_req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,
-                         bool may_again, json_object **out, int *code, int *rc,
-                         bool *h2) {
+/* dl_etcd_req_end's, but for its check of a message's answer. */
+static etcd_try req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,
+                        bool may_again, json_object **out, int *code, int *rc,
+                        bool *h2) {
   *out = NULL;
   if (code) *code = 0;
   if (q->m)
@@ -276,31 +270,23 @@ etcd_try dl_etcd_req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,
   return ETCD_TRY_DONE;
 }
 
-/* A call's request: the gateway's JSON, or a message (its answer a
- * message too: *reply, dl_etcd_call_pb's). */
-typedef struct call_req {
-  const char *path, *body;
-  const ProtobufCMessage *msg;
-  ProtobufCMessage **reply;
-} call_req;
-
 /* One call (dl_etcd_call's, dl_etcd_call_pb's), with the token of
  * generation *gen (none when !auth). */
-static int call_once(dl_etcd *e, const call_req *cr, int64_t deadline,
-                     json_object **out, int *code, bool auth, unsigned *gen) {
+static int call_once(dl_etcd *e, const etcd_ask *k, ProtobufCMessage **reply,
+                     int64_t deadline, json_object **out, int *code, bool auth,
+                     unsigned *gen) {
   *out = NULL;
   if (code) *code = 0;
-  const char *path = cr->path;
+  const char *path = k->path;
   etcd_req q;
-  int rc = cr->msg ? dl_etcd_req_init_pb(e, &q, path, cr->msg)
-                   : dl_etcd_req_init(e, &q, path, cr->body);
+  int rc = dl_etcd_req_init(e, &q, k);
   if (rc != 0) {
     dl_etcd_req_free(&q);
     return rc;
   }
   if (q.m) { /* gRPC: grpc.c's handles */
     rc = dl_etcd_grpc_once(e, &q, deadline, out, code, auth, gen);
-    if (cr->reply) *cr->reply = q.reply;
+    if (reply) *reply = q.reply;
     q.reply = NULL;
     dl_etcd_req_free(&q);
     return rc;
@@ -329,7 +315,7 @@ static int call_once(dl_etcd *e, const call_req *cr, int64_t deadline,
   }
   dl_etcd_headers_free(e, hd);
   dl_etcd_handle_put(e, h);
-  if (cr->reply) *cr->reply = q.reply;
+  if (reply) *reply = q.reply;
   q.reply = NULL;
   dl_etcd_req_free(&q);
   return rc;
@@ -400,8 +386,8 @@ int dl_etcd_authenticate(dl_etcd *e, unsigned gen, int64_t deadline) {
     int code;
     unsigned g;
     json_object *r = NULL;
-    call_req cr = {"/v3/auth/authenticate", body, NULL, NULL};
-    rc = call_once(e, &cr, deadline, &r, &code, false, &g);
+    etcd_ask k = {"/v3/auth/authenticate", body, NULL};
+    rc = call_once(e, &k, NULL, deadline, &r, &code, false, &g);
     free(body);
     rc = dl_etcd_auth_take(e, gen, rc, code, r);
   }
@@ -409,34 +395,45 @@ int dl_etcd_authenticate(dl_etcd *e, unsigned gen, int64_t deadline) {
   return rc;
 }
 
+etcd_try dl_etcd_req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,
+                         bool may_again, json_object **out, int *code, int *rc,
+                         bool *h2) {
+  etcd_try t = req_end(e, q, h, idx, cc, may_again, out, code, rc, h2);
+  if (t == ETCD_TRY_DONE && *rc == 0 && q->resp && q->reply == NULL) {
+    /* A message's call answered without one: cannot be, but told. */
+    json_object_put(*out);
+    *out = NULL;
+    *rc = dl_seterr(e->err, DLOCK_EPROTO, "etcd %s: no answer", q->path);
+  }
+  return t;
+}
+
 /* dl_etcd_call's and dl_etcd_call_pb's. */
-static int call(dl_etcd *e, const call_req *cr, int64_t deadline,
-                json_object **out, int *code) {
+static int call(dl_etcd *e, const etcd_ask *k, ProtobufCMessage **reply,
+                int64_t deadline, json_object **out, int *code) {
   unsigned gen = 0;
   int c = 0;
-  int rc = call_once(e, cr, deadline, out, &c, true, &gen);
+  int rc = call_once(e, k, reply, deadline, out, &c, true, &gen);
   /* A token no longer good: a new one, and the call again, once. */
   if (dl_etcd_token_refused(e, rc, c) &&
       (rc = dl_etcd_authenticate(e, gen, deadline)) == 0)
-    rc = call_once(e, cr, deadline, out, &c, true, &gen);
+    rc = call_once(e, k, reply, deadline, out, &c, true, &gen);
   if (code) *code = c;
   return rc;
 }
 
 int dl_etcd_call(dl_etcd *e, const char *path, const char *body,
                  int64_t deadline, json_object **out, int *code) {
-  call_req cr = {path, body, NULL, NULL};
-  return call(e, &cr, deadline, out, code);
+  etcd_ask k = {path, body, NULL};
+  return call(e, &k, NULL, deadline, out, code);
 }
 
 int dl_etcd_call_pb(dl_etcd *e, const char *path, const ProtobufCMessage *msg,
                     int64_t deadline, ProtobufCMessage **out, int *code) {
   *out = NULL;
   json_object *o;
-  call_req cr = {path, NULL, msg, out};
-  int rc = call(e, &cr, deadline, &o, code);
-  if (rc == 0 && *out == NULL) /* not a message: cannot be, but told */
-    rc = dl_seterr(e->err, DLOCK_EPROTO, "etcd %s: no answer", path);
+  etcd_ask k = {path, NULL, msg};
+  int rc = call(e, &k, out, deadline, &o, code);
   if (rc != 0 && *out) {
     protobuf_c_message_free_unpacked(*out, NULL);
     *out = NULL;

@@ -50,10 +50,15 @@ static int txn_post(dl_etcd *e, char *body, int64_t deadline,
   return rc;
 }
 
-void dl_etcd_delete_key(dl_etcd *e, const char *key) {
-  char k64[B64(ETCD_KEY_MAX)], body[B64(ETCD_KEY_MAX) + 32];
+void dl_etcd_delete_key_body(const char *key, char *body, size_t len) {
+  char k64[B64(ETCD_KEY_MAX)];
   dl_etcd_b64(key, strlen(key), k64);
-  snprintf(body, sizeof body, "{\"key\":\"%s\"}", k64);
+  snprintf(body, len, "{\"key\":\"%s\"}", k64);
+}
+
+void dl_etcd_delete_key(dl_etcd *e, const char *key) {
+  char body[ETCD_DELETE_KEY_BODY_MAX];
+  dl_etcd_delete_key_body(key, body, sizeof body);
   json_object *r;
   if (dl_etcd_call(e, "/v3/kv/deleterange", body,
                    dl_now_ms() + e->command_timeout_ms, &r, NULL) == 0)

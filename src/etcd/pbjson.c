@@ -4,6 +4,7 @@
  * keep writing and reading the gateway's JSON while grpc.c sends gRPC. */
 #include "pbjson.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -35,24 +36,47 @@ static size_t elem_size(ProtobufCType t) {
 static int from_json(const ProtobufCMessageDescriptor *d, json_object *o,
                      bool answer, ProtobufCMessage **out);
 
+/* An integer (the gateway's int64s are strings: "123", or 123) into
+ * *out: 0, or -1 (not a whole number, or out of range; a garbled
+ * revision read as 0 would mean "none"). uns: unsigned (uint64). */
+static int int_in(json_object *v, bool uns, uint64_t *out) {
+  if (json_object_is_type(v, json_type_int)) {
+    int64_t i = json_object_get_int64(v);
+    if (uns && i < 0) return -1;
+    *out = uns && i == INT64_MAX ? json_object_get_uint64(v) : (uint64_t)i;
+    return 0;
+  }
+  if (!json_object_is_type(v, json_type_string)) return -1;
+  const char *p = json_object_get_string(v);
+  char *end;
+  errno = 0;
+  if (uns && *p == '-') return -1;
+  *out = uns ? (uint64_t)strtoull(p, &end, 10) : (uint64_t)strtoll(p, &end, 10);
+  return *p == '\0' || *end != '\0' || errno ? -1 : 0;
+}
+
 static int value_in(const ProtobufCFieldDescriptor *f, json_object *v,
                     bool answer, void *dst) {
+  uint64_t u;
   switch (f->type) {
   case PROTOBUF_C_TYPE_INT64:
   case PROTOBUF_C_TYPE_SINT64:
   case PROTOBUF_C_TYPE_SFIXED64:
-    *(int64_t *)dst = json_object_get_int64(v); /* "123" or 123 */
+    if (int_in(v, false, &u) != 0) return -1;
+    *(int64_t *)dst = (int64_t)u;
     return 0;
   case PROTOBUF_C_TYPE_UINT64:
   case PROTOBUF_C_TYPE_FIXED64:
-    *(uint64_t *)dst = json_object_get_uint64(v);
+    if (int_in(v, true, &u) != 0) return -1;
+    *(uint64_t *)dst = u;
     return 0;
   case PROTOBUF_C_TYPE_INT32:
   case PROTOBUF_C_TYPE_SINT32:
   case PROTOBUF_C_TYPE_SFIXED32:
   case PROTOBUF_C_TYPE_UINT32:
   case PROTOBUF_C_TYPE_FIXED32:
-    *(int32_t *)dst = (int32_t)json_object_get_int64(v);
+    if (int_in(v, false, &u) != 0) return -1;
+    *(int32_t *)dst = (int32_t)(int64_t)u;
     return 0;
   case PROTOBUF_C_TYPE_BOOL:
     *(protobuf_c_boolean *)dst = json_object_get_boolean(v) != 0;
@@ -136,8 +160,15 @@ static int from_json(const ProtobufCMessageDescriptor *d, json_object *o,
       }
       continue;
     }
-    /* The old value (a default: a proto3 message has no other) is not
-     * freed; a string's default is protobuf-c's static empty string. */
+    /* The old value (a default: a proto3 message has no other, json-c
+     * keeps one member of a name) is not freed; a string's default is
+     * protobuf-c's static empty string. A oneof's second member would
+     * overwrite the first's: malformed. */
+    if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+        *(uint32_t *)((char *)m + f->quantifier_offset) != 0) {
+      rc = -1;
+      break;
+    }
     if ((rc = value_in(f, v, answer, member)) != 0) break;
     if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)
       *(uint32_t *)((char *)m + f->quantifier_offset) = f->id;

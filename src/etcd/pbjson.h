@@ -12,8 +12,9 @@
 
 /* The JSON object o as a new message of d: 0 with *out (free it with
  * protobuf_c_message_free_unpacked(*out, NULL)), or -1 (a field d does
- * not have, a value of the wrong kind, out of memory; *out NULL).
- * Numbers may be JSON numbers or strings, enums names or numbers. */
+ * not have, a value of the wrong kind, an integer that is not one whole
+ * number in range, two members of one oneof, out of memory; *out NULL).
+ * Integers may be JSON numbers or strings, enums names or numbers. */
 int dl_pb_from_json(const ProtobufCMessageDescriptor *d, json_object *o,
                     ProtobufCMessage **out);
 /* As dl_pb_from_json for an answer of the gateway: a field d does not

@@ -112,6 +112,19 @@ int dl_etcd_claim_answer(dl_etcd *e, etcd_hold *h, ProtobufCMessage *m,
   return rc;
 }
 
+void dl_etcd_keepalive_msg(Etcdserverpb__LeaseKeepAliveRequest *r,
+                           int64_t id) {
+  *r = (Etcdserverpb__LeaseKeepAliveRequest)
+      ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
+  r->id = id;
+}
+
+int dl_etcd_keepalive_reply(ProtobufCMessage *m, int64_t *ttl_s) {
+  *ttl_s = ((const Etcdserverpb__LeaseKeepAliveResponse *)m)->ttl;
+  protobuf_c_message_free_unpacked(m, NULL);
+  return *ttl_s > 0;
+}
+
 void dl_etcd_delete_txn(etcd_delete_txn *t, const char *key, int64_t rev) {
   cmp_create(&t->cmp, key, rev);
   t->del = (Etcdserverpb__DeleteRangeRequest)

@@ -233,6 +233,43 @@ int dl_etcd_op_timer(dl_async *op, dl_timer_fn fn, int64_t at) {
   return dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory");
 }
 
+/* dl_etcd_op_watch's timer: the pause after a stream's end over. */
+static void on_watch_pause(void *ud) {
+  dl_async *op = ud;
+  op->waited(op, 1);
+}
+
+/* Its timer at `until`: the watch aborted, the time up. */
+static void on_watch_until(void *ud) {
+  dl_async *op = ud;
+  dl_etcd_acall_abort(op->call);
+  op->call = NULL;
+  op->waited(op, 0);
+}
+
+/* The watch's end, its timer stopped: news (1) or its error told; a
+ * stream's end (2) told as news after a pause. */
+static void on_watch(void *ud, int rc, json_object *o, int code) {
+  (void)o, (void)code;
+  dl_async *op = ud;
+  op->call = NULL;
+  dl_timer_stop(op->e->env->loop, &op->timer);
+  if (rc == 2) /* the stream ended (a member gone): again in a moment */
+    rc = dl_etcd_op_timer(op, on_watch_pause, dl_now_ms() + 50);
+  if (rc != 0) op->waited(op, rc);
+}
+
+void dl_etcd_op_watch(dl_async *op, const char *body, etcd_watch_on on,
+                      int64_t until, etcd_op_wait_fn fn) {
+  op->waited = fn;
+  int rc = on == ETCD_ON_PUT
+               ? dl_etcd_awatch_put(op->e, body, on_watch, op, &op->call)
+               : dl_etcd_awatch(op->e, body, on == ETCD_ON_ANY, on_watch, op,
+                                &op->call);
+  if (rc == 0) rc = dl_etcd_op_timer(op, on_watch_until, until);
+  if (rc != 0) fn(op, rc);
+}
+
 static void on_ping(void *ud, int rc, json_object *o, int code) {
   (void)code;
   dl_async *op = ud;
@@ -568,12 +605,15 @@ static void own_cancel(dl_backend *b, dl_async *op) {
   if (op->kind == AOP_QUEUE) dl_etcd_queue_cancel(op);
 }
 
-void dl_etcd_aops_close(dl_etcd *e) {
+/* Ends e's operations, but for a plain poll's take or give-back in
+ * flight unless `takes`. */
+static void aops_end(dl_etcd *e, bool takes) {
   for (dl_async *op = e->aops, *next; op; op = next) {
     next = op->next;
+    if (!takes && dl_etcd_queue_taking(op)) continue;
     if (op->kind == AOP_ACQUIRE) {
-      /* Ended here, or later by its job (which the close ends). */
-      if (dl_etcd_acquire_close(op)) next = e->aops;
+      dl_etcd_acquire_close(op); /* ended: the list changed */
+      next = e->aops;
       continue;
     }
     dl_etcd_asess_close(op);
@@ -592,6 +632,15 @@ void dl_etcd_aops_close(dl_etcd *e) {
         op, dl_seterr(e->env->err_owner, DLOCK_ECLOSED, "the client closed"));
     next = e->aops;
   }
+}
+
+void dl_etcd_aops_close(dl_etcd *e) {
+  /* A take's answer says whether its value left the queue: waited for
+   * (and the value put back) with nothing else on the multi handle, so
+   * that no other operation's step runs within the close. */
+  aops_end(e, false);
+  dl_etcd_queues_drain(e);
+  aops_end(e, true);
 }
 
 const dl_backend_ops dl_etcd_aops = {

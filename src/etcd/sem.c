@@ -202,6 +202,11 @@ static int line_wait(dl_etcd *e, sem_line *ln, int64_t deadline,
     ln->h.lease = lease;
     rc = dl_etcd_put_and_read(e, &ln->h, "", ln->pfx, false, cmd, &head);
     if (rc == 1) return dl_etcd_sem_not_ours(e, ln->buf);
+    /* A put whose answer we did not get may have made our place (a key
+     * of its own, random): it goes, else it would stand first in line,
+     * unwatched, until our session ends. */
+    if (rc < 0 && (dl_etcd_transient(rc) || rc == DLOCK_EPROTO))
+      dl_etcd_delete_key(e, ln->buf);
     if (rc != 0) return rc;
   }
   int64_t step = now + dl_etcd_sem_step(e);
