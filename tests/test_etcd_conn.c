@@ -114,6 +114,9 @@ static void t_cn_auth(th_etcd *s, dlock_client_options *o) {
   dlock_client_close(c);
 }
 
+static int conns_to(int port, long long *segs);
+static void ping_at_once(dlock_client *c);
+
 static void t_etcd_tls(void) {
   TH_NEED_ETCD();
   th_etcd s;
@@ -157,6 +160,11 @@ static void t_etcd_tls(void) {
   CHECK_RC(dlock_lock_new(c2, "tl", "other", &l2), 0);
   CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), DLOCK_EBUSY);
   async_cycle(&o, "tla"); /* the event loop's calls over TLS too */
+  /* Blocking calls at once, multiplexed over TLS too: one connection
+   * more, the shared one. */
+  int conns = conns_to(s.port, NULL);
+  ping_at_once(c);
+  CHECK_EQ(conns_to(s.port, NULL) - conns, 1);
   /* The watches over TLS (gRPC's Watch, HTTP/2 by ALPN): a wait that
    * runs out, the hold's watch hearing a force release, a waiter woken. */
   atomic_store(&lost_at, 0);
@@ -455,9 +463,11 @@ static void t_etcd_cycle_cost(void) {
   th_etcd_stop(&s);
 }
 
-/* What this process's TCP connections to `port` have sent: segments
- * that carried data (TCP_INFO's tcpi_data_segs_out, Linux 4.6). */
-static long long segs_to(int port) {
+/* This process's TCP connections to `port`: how many, and (*segs, unless
+ * NULL) what they have sent: segments that carried data (TCP_INFO's
+ * tcpi_data_segs_out, Linux 4.6). */
+static int conns_to(int port, long long *segs) {
+  int conns = 0;
   long long n = 0;
   DIR *d = opendir("/proc/self/fd");
   for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
@@ -471,9 +481,17 @@ static long long segs_to(int port) {
         a.sin_family != AF_INET || ntohs(a.sin_port) != port ||
         getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
       continue;
+    conns += ti.tcpi_state == 1; /* TCP_ESTABLISHED (netinet/tcp.h) */
     n += ti.tcpi_data_segs_out;
   }
   if (d) closedir(d);
+  if (segs) *segs = n;
+  return conns;
+}
+
+static long long segs_to(int port) {
+  long long n;
+  conns_to(port, &n);
   return n;
 }
 
@@ -557,6 +575,79 @@ static void t_etcd_cycle_quiet(void) {
   dlock_lock_free(l);
   dlock_client_close(c);
   dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
+typedef struct pinger {
+  dlock_client *c;
+  pthread_barrier_t *go;
+  int fails;
+} pinger;
+
+static void *ping_some(void *ud) {
+  pinger *p = ud;
+  pthread_barrier_wait(p->go);
+  for (int i = 0; i < 20; i++) {
+    int rc = dlock_client_ping(p->c);
+    if (rc != 0 && p->fails++ == 0)
+      fprintf(stderr, "    ping: %s: %s\n", dlock_err_name(rc),
+              dlock_client_errmsg(p->c));
+  }
+  return NULL;
+}
+
+/* T threads' pings at once, all answered. */
+static void ping_at_once(dlock_client *c) {
+  enum { T = 16 };
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, T);
+  pinger p[T];
+  pthread_t th[T];
+  for (int i = 0; i < T; i++) {
+    p[i] = (pinger){.c = c, .go = &go};
+    pthread_create(&th[i], NULL, ping_some, &p[i]);
+  }
+  int fails = 0;
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    fails += p[i].fails;
+  }
+  pthread_barrier_destroy(&go);
+  CHECK_EQ(fails, 0);
+}
+
+/* A blocking call alone in flight goes on the client's own connection,
+ * driven by the calling thread (no other thread woken); calls of 16
+ * threads at once go as streams of one shared connection (gmux.c), not
+ * a connection a thread: two connections in all. After a server restart
+ * the shared connection is gone: the calls that find it so (sent as
+ * HTTP/1.1 on a new one, to etcd's gateway) go again on a new one. */
+static void t_etcd_calls_shared(void) {
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 0);
+  CHECK(c != NULL);
+  enum { N = 50 };
+  long long sw0 = others_switches();
+  int64_t t0 = th_now_ms();
+  for (int i = 0; i < N; i++)
+    CHECK_RC(dlock_client_ping(c), 0);
+  long long sw = others_switches() - sw0, took = th_now_ms() - t0;
+  int alone = conns_to(s.port, NULL);
+  fprintf(stderr,
+          "    %d calls of one thread: %d connection(s), %lld wake-ups of "
+          "the other threads (%lld ms)\n",
+          N, alone, sw, took);
+  CHECK_EQ(alone, 1);
+  /* A hand-off to another thread would be a wake-up a call. */
+  CHECK(sw < N / 2 + took / 100 || getenv("DLOCK_UNDER_VALGRIND"));
+  ping_at_once(c);
+  int conns = conns_to(s.port, NULL);
+  fprintf(stderr, "    16 threads' calls at once: %d connection(s)\n", conns);
+  /* The lone call's and the shared one (a connection a thread: 16). */
+  CHECK_EQ(conns, 2);
+  CHECK_RC(th_etcd_restart(&s), 0);
+  ping_at_once(c);
+  dlock_client_close(c);
   th_etcd_stop(&s);
 }
 
@@ -999,7 +1090,8 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_cycle_quiet), T_BARE(t_etcd_transport),
         T_BARE(t_etcd_watch_grpc), T_BARE(t_etcd_async_failover),
         T_BARE(t_etcd_release_in_flight), T_BARE(t_etcd_async_renew),
-        T_BARE(t_etcd_async_burst), T_BARE(t_etcd_reads_unanswered))
+        T_BARE(t_etcd_async_burst), T_BARE(t_etcd_reads_unanswered),
+        T_BARE(t_etcd_calls_shared))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

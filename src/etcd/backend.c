@@ -289,9 +289,8 @@ static void etcd_free(dl_backend *b) {
   for (int i = 0; i < e->npool; i++)
     curl_easy_cleanup(e->pool[i]);
   free(e->pool);
-  for (int i = 0; i < e->ngpool; i++)
-    dl_etcd_gconn_free(e->gpool[i]);
-  free(e->gpool);
+  dl_etcd_gconn_free(e->gsolo);
+  dl_etcd_gmux_free(e);
   if (e->headers) curl_slist_free_all(e->headers);
   if (e->grpc_headers) curl_slist_free_all(e->grpc_headers);
   free(e->tls_ca_file);
@@ -503,7 +502,6 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
   pthread_mutex_init(&e->auth_mu, NULL);
   dl_cond_init(&e->cv);
   e->pool = calloc(16, sizeof *e->pool);
-  e->gpool = calloc(16, sizeof *e->gpool);
   e->grpc = true;
   /* No "Expect: 100-continue" before a large body (a round trip more). */
   e->headers = curl_slist_append(NULL, "Content-Type: application/json");
@@ -519,11 +517,12 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
     if (l) e->grpc_headers = l;
     gok = l != NULL;
   }
-  int rc = e->pool && e->gpool && h2 && gok
-               ? 0
-               : dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
+  int rc =
+      e->pool && h2 && gok ? 0 : dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   if (rc == 0) rc = parse_url(e, url);
   if (rc == 0) rc = take_options(e, opts);
+  if (rc == 0 && e->grpc && dl_etcd_gmux_new(e) != 0)
+    rc = dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   if (rc == 0) {
     /* The servers answer (any one of them). */
     json_object *r;

@@ -97,8 +97,12 @@ typedef struct dl_etcd {
    * JSON gateway (the URL's transport=json). */
   bool grpc;
   struct curl_slist *grpc_headers; /* of every gRPC call (but the token) */
-  struct etcd_gconn **gpool;       /* grpc.c's idle handles */
-  int ngpool;
+  /* grpc.c's blocking calls: one alone in flight (gcalls was 0) runs on
+   * gsolo, its connection kept; the others join gmux.c's connections,
+   * multiplexed. */
+  atomic_int gcalls;        /* the blocking gRPC calls in flight */
+  struct etcd_gconn *gsolo; /* the lone call's handle (created at need) */
+  struct etcd_gmux *gmux;   /* gmux.c's multi handle, NULL: none yet */
   pthread_mutex_t lease_mu; /* one grant or keepalive of it at a time */
   int64_t lease;            /* the session's lease, 0 none */
   int64_t lease_ttl_s;      /* as granted */
@@ -405,8 +409,44 @@ int dl_etcd_grpc_watch(dl_etcd *e, CURL *h, int idx, const char *body,
  * or -1 (bytes that are not gRPC's WatchResponses, out of memory). */
 int dl_etcd_grpc_feed(etcd_buf *b, const char *p, size_t n,
                       void (*on)(void *, json_object *), void *ud);
-/* Frees a pooled gRPC handle (the client closing). */
+/* Frees a gRPC call's handle (the client closing). */
 void dl_etcd_gconn_free(struct etcd_gconn *c);
+/* The corked sockets of a multi handle's gRPC connections (grpc.c's
+ * per-call handle's, gmux.c's shared one's). */
+#define ETCD_CORKS_MAX 8
+typedef struct etcd_corks {
+  curl_socket_t fds[ETCD_CORKS_MAX];
+  int n;
+} etcd_corks;
+/* Sets h's socket callbacks so that the connections it opens have their
+ * sockets corked and recorded in k (until curl closes them); k outlives
+ * them. */
+void dl_etcd_corks_use(etcd_corks *k, CURL *h);
+/* Sends what curl wrote to k's sockets (after each curl_multi_perform). */
+void dl_etcd_corks_flush(etcd_corks *k);
+/* ---- gmux.c: the blocking gRPC calls of several threads at once ---- */
+/* Runs h (set up for a gRPC call to endpoint idx by dl_etcd_req_setup)
+ * on e's one multi handle, its streams multiplexed on one HTTP/2
+ * connection an endpoint: no thread of its own, the first waiting caller
+ * drives the multi handle for every call on it and hands the driving on
+ * when its own call ends. On cleartext, prior knowledge (*prior) only for
+ * a call that opens the endpoint's connection (one that finds none, or
+ * `fresh`: a try again after its connection had gone), the others wait
+ * for it (curl 7.88 fails prior knowledge on a reused connection, curl
+ * issue 10634); one that finds no connection to wait for is *refused
+ * (nothing sent: again with `fresh`). curl's result once the transfer
+ * ended. Any thread;
+ * blocks; e->gmux set up (dl_etcd_gmux_new). */
+CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
+                              bool *prior, bool *refused);
+/* A call to idx ended without an HTTP/2 answer: the next one opens a new
+ * connection (prior knowledge). Any thread. */
+void dl_etcd_gmux_gone(dl_etcd *e, int idx);
+/* Sets up e->gmux: 0, or -1 out of memory. After the endpoints are
+ * parsed. */
+int dl_etcd_gmux_new(dl_etcd *e);
+/* Frees e->gmux (no call on it) and closes its connections. */
+void dl_etcd_gmux_free(dl_etcd *e);
 /* TCP_CORK on a gRPC connection's socket fd: what curl writes waits in
  * the kernel until dl_etcd_cork_flush sends it, as one segment where it
  * fits (curl 7.88 sends each HTTP/2 frame alone, and each costs the

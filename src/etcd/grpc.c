@@ -5,9 +5,11 @@
  * (pbtxn.c) are messages, packed as they are, and converted to and from
  * JSON for the gateway instead. A call is one POST of
  * one length-prefixed message (content-type application/grpc, te:
- * trailers) on an easy handle from e's pool, each with its own HTTP/2
- * connection, one call at a time on it; the status comes in the trailers
- * (grpc-status, grpc-message), the token in the `token` metadata. */
+ * trailers): a call alone in flight on the client's own handle (gsolo)
+ * and its HTTP/2 connection, with no other thread involved; calls of
+ * several threads at once as streams of gmux.c's shared connection. The
+ * status comes in the trailers (grpc-status, grpc-message), the token in
+ * the `token` metadata. */
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -21,10 +23,7 @@
 #include "etcdb.h"
 #include "pbjson.h"
 
-#define GPOOL_MAX 16
-#define GCONN_FDS 4
-
-/* A pooled handle, the multi handle that drives it (and keeps its
+/* The lone call's handle, the multi handle that drives it (and keeps its
  * connection), and the endpoint its HTTP/2 connection goes to (-1:
  * none). curl 7.88 fails a prior-knowledge request on a connection it
  * reuses (CURLE_HTTP2: curl issue 10634, fixed in 8.0), and HTTP/2
@@ -41,11 +40,7 @@ struct etcd_gconn {
   CURL *h;
   CURLM *m;
   int ep;
-  /* The sockets curl opened for it and has not closed, corked: more than
-   * one while a connect tries the address families in turn (happy
-   * eyeballs), the loser closed. */
-  curl_socket_t fds[GCONN_FDS];
-  int nfds;
+  etcd_corks corks;
 };
 
 /* The gateway's paths and their gRPC methods. stream: a bidi stream
@@ -125,15 +120,14 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud) {
   return len;
 }
 
+/* e->gsolo, made at need: NULL out of memory. By the one call alone in
+ * flight (e->gcalls was 0). */
 static struct etcd_gconn *gconn_get(dl_etcd *e) {
-  struct etcd_gconn *c = NULL;
-  pthread_mutex_lock(&e->mu);
-  if (e->ngpool > 0) c = e->gpool[--e->ngpool];
-  pthread_mutex_unlock(&e->mu);
+  struct etcd_gconn *c = e->gsolo;
   if (c) return c;
   if ((c = malloc(sizeof *c)) == NULL) return NULL;
   c->ep = -1;
-  c->nfds = 0;
+  c->corks.n = 0;
   c->h = curl_easy_init();
   c->m = curl_multi_init();
   if (c->h == NULL || c->m == NULL) {
@@ -141,19 +135,7 @@ static struct etcd_gconn *gconn_get(dl_etcd *e) {
     return NULL;
   }
   curl_multi_setopt(c->m, CURLMOPT_MAXCONNECTS, 1L);
-  return c;
-}
-
-/* Back to the pool (its connection kept), or freed. */
-static void gconn_put(dl_etcd *e, struct etcd_gconn *c) {
-  curl_easy_reset(c->h);
-  pthread_mutex_lock(&e->mu);
-  if (e->ngpool < GPOOL_MAX) {
-    e->gpool[e->ngpool++] = c;
-    c = NULL;
-  }
-  pthread_mutex_unlock(&e->mu);
-  if (c) dl_etcd_gconn_free(c);
+  return e->gsolo = c;
 }
 
 void dl_etcd_gconn_free(struct etcd_gconn *c) {
@@ -168,7 +150,7 @@ static int gconn_renew(struct etcd_gconn *c) {
   curl_easy_cleanup(c->h);
   curl_multi_cleanup(c->m);
   c->ep = -1;
-  c->nfds = 0;
+  c->corks.n = 0;
   c->h = curl_easy_init();
   c->m = curl_multi_init();
   if (c->h && c->m) {
@@ -194,41 +176,46 @@ void dl_etcd_cork_flush(curl_socket_t fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
 }
 
-/* curl's new socket for c's connection: corked (flush_cork sends). */
+/* curl's new socket for a connection: corked (dl_etcd_corks_flush
+ * sends). More than one while a connect tries the address families in
+ * turn (happy eyeballs), the loser closed. */
 static int on_sockopt(void *ud, curl_socket_t fd, curlsocktype purpose) {
-  struct etcd_gconn *c = ud;
+  etcd_corks *k = ud;
   /* One more than it can flush stays uncorked: slower for the server,
    * never held back. */
-  if (purpose == CURLSOCKTYPE_IPCXN && c->nfds < GCONN_FDS &&
+  if (purpose == CURLSOCKTYPE_IPCXN && k->n < ETCD_CORKS_MAX &&
       dl_etcd_cork(fd) == 0)
-    c->fds[c->nfds++] = fd;
+    k->fds[k->n++] = fd;
   return CURL_SOCKOPT_OK;
 }
 
-/* curl closes c's socket: no flush of it after. */
+/* curl closes a socket: no flush of it after. */
 static int on_close(void *ud, curl_socket_t fd) {
-  struct etcd_gconn *c = ud;
-  for (int i = 0; i < c->nfds; i++)
-    if (c->fds[i] == fd) {
-      c->fds[i] = c->fds[--c->nfds];
+  etcd_corks *k = ud;
+  for (int i = 0; i < k->n; i++)
+    if (k->fds[i] == fd) {
+      k->fds[i] = k->fds[--k->n];
       break;
     }
   return close(fd);
 }
 
-/* What curl wrote to c's socket, sent now. */
-static void flush_cork(struct etcd_gconn *c) {
-  for (int i = 0; i < c->nfds; i++)
-    dl_etcd_cork_flush(c->fds[i]);
+void dl_etcd_corks_use(etcd_corks *k, CURL *h) {
+  curl_easy_setopt(h, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
+  curl_easy_setopt(h, CURLOPT_SOCKOPTDATA, k);
+  curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, on_close);
+  curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, k);
+}
+
+void dl_etcd_corks_flush(etcd_corks *k) {
+  for (int i = 0; i < k->n; i++)
+    dl_etcd_cork_flush(k->fds[i]);
 }
 
 /* curl_easy_perform on c's own multi handle, flushing the corked socket
  * after curl has written (each curl_multi_perform). */
 static CURLcode gconn_perform(struct etcd_gconn *c) {
-  curl_easy_setopt(c->h, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
-  curl_easy_setopt(c->h, CURLOPT_SOCKOPTDATA, c);
-  curl_easy_setopt(c->h, CURLOPT_CLOSESOCKETFUNCTION, on_close);
-  curl_easy_setopt(c->h, CURLOPT_CLOSESOCKETDATA, c);
+  dl_etcd_corks_use(&c->corks, c->h);
   CURLMcode mc = curl_multi_add_handle(c->m, c->h);
   if (mc != CURLM_OK)
     return mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY
@@ -237,7 +224,7 @@ static CURLcode gconn_perform(struct etcd_gconn *c) {
   for (;;) {
     int running = 0, left = 0;
     mc = curl_multi_perform(c->m, &running);
-    flush_cork(c);
+    dl_etcd_corks_flush(&c->corks);
     if (mc != CURLM_OK) {
       cc = mc == CURLM_OUT_OF_MEMORY ? CURLE_OUT_OF_MEMORY : CURLE_RECV_ERROR;
       break;
@@ -448,17 +435,46 @@ etcd_try dl_etcd_grpc_end(dl_etcd *e, etcd_req *q, CURL *h, int idx,
   return ETCD_TRY_DONE;
 }
 
+/* One try of q at endpoint idx on h: on c's own connection (c: the
+ * lone call's), or on gmux.c's shared one. again: a try again after the
+ * connection had gone (prior knowledge on a new one). */
+static etcd_try try_on(dl_etcd *e, etcd_req *q, struct etcd_gconn *c, CURL *h,
+                       int idx, struct curl_slist *hd, int64_t left, bool again,
+                       json_object **out, int *code, int *rc, bool *h2) {
+  if (c) {
+    bool reused = c->ep == idx;
+    dl_etcd_req_setup(e, q, h, idx, hd, left, !reused);
+    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, 1L);
+    return dl_etcd_req_end(e, q, h, idx, gconn_perform(c), reused && !again,
+                           out, code, rc, h2);
+  }
+  bool prior = false, refused = false;
+  dl_etcd_req_setup(e, q, h, idx, hd, left, false);
+  CURLcode cc = dl_etcd_gmux_perform(e, h, idx, again, &prior, &refused);
+  if (refused && !again) { /* the connection had gone: nothing sent */
+    *h2 = false;
+    dl_etcd_gmux_gone(e, idx);
+    return ETCD_TRY_AGAIN;
+  }
+  etcd_try t =
+      dl_etcd_req_end(e, q, h, idx, cc, !prior && !again, out, code, rc, h2);
+  if (!*h2) dl_etcd_gmux_gone(e, idx); /* no connection kept */
+  return t;
+}
+
 int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
                       json_object **out, int *code, bool auth, unsigned *gen) {
-  struct etcd_gconn *c = gconn_get(e);
-  struct curl_slist *hd = c ? dl_etcd_grpc_headers(e, auth, gen) : NULL;
-  if (c == NULL || hd == NULL) {
-    if (c) gconn_put(e, c);
-    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  }
+  /* Alone in flight: the client's own handle, driven by this thread with
+   * no other. Else a stream of the shared connection (gmux.c), which
+   * this thread may drive for the others too. */
+  bool solo = atomic_fetch_add(&e->gcalls, 1) == 0;
+  struct etcd_gconn *c = solo ? gconn_get(e) : NULL;
+  CURL *h = solo ? (c ? c->h : NULL) : dl_etcd_handle(e);
+  struct curl_slist *hd = h ? dl_etcd_grpc_headers(e, auth, gen) : NULL;
   int start = atomic_load(&e->current), rc = 0;
+  if (hd == NULL) rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   bool again = false; /* the same endpoint again, with prior knowledge */
-  for (int i = 0; i < e->nendpoints; i++) {
+  for (int i = 0; i < e->nendpoints && hd; i++) {
     int idx = (start + i) % e->nendpoints;
     int64_t left = deadline - dl_now_ms();
     if (left <= 0) {
@@ -466,39 +482,42 @@ int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
                      q->path);
       break;
     }
-    CURL *h = c->h;
-    bool reused = c->ep == idx;
-    dl_etcd_req_setup(e, q, h, idx, hd, left, !reused);
-    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, 1L);
     bool h2;
-    etcd_try t = dl_etcd_req_end(e, q, h, idx, gconn_perform(c),
-                                 reused && !again, out, code, &rc, &h2);
+    etcd_try t = try_on(e, q, c, h, idx, hd, left, again, out, code, &rc, &h2);
     if (t == ETCD_TRY_AGAIN) {
-      /* Our connection had gone: again on a fresh handle. */
-      if (gconn_renew(c) != 0) {
+      /* Our connection had gone: again on a new one. */
+      if (c && gconn_renew(c) != 0) {
         rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
         break;
       }
+      h = c ? c->h : h;
       again = true;
       i--;
       continue;
     }
     again = false;
-    /* A connection that answered HTTP/2 is kept; any other may be half
-     * gone: a fresh handle. */
-    c->ep = h2 ? idx : -1;
-    if (!h2 && gconn_renew(c) != 0 && t == ETCD_TRY_NEXT) {
-      rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-      break;
+    if (c) {
+      /* A connection that answered HTTP/2 is kept; any other may be half
+       * gone: a fresh handle. */
+      c->ep = h2 ? idx : -1;
+      if (!h2 && gconn_renew(c) != 0 && t == ETCD_TRY_NEXT) {
+        rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+        break;
+      }
+      h = c->h;
     }
     if (t == ETCD_TRY_DONE) break;
   }
-  dl_etcd_headers_free(e, hd);
-  if (c->ep == -2) {
-    free(c); /* its handle is NULL */
-  } else {
-    gconn_put(e, c);
+  if (hd) dl_etcd_headers_free(e, hd);
+  if (c && c->ep == -2) { /* its handles freed by gconn_renew */
+    free(c);
+    e->gsolo = NULL;
+  } else if (c) {
+    curl_easy_reset(c->h);
+  } else if (h) {
+    dl_etcd_handle_put(e, h);
   }
+  atomic_fetch_sub(&e->gcalls, 1);
   return rc;
 }
 
