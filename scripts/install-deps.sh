@@ -11,7 +11,7 @@ packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
           etcd-server etcd-client libcurl4-openssl-dev libjson-c-dev
           golang-go golang-etcd-server-dev curl libmicrohttpd-dev tmux
           postgresql libpq-dev prometheus libprotobuf-c-dev
-          protobuf-c-compiler)
+          protobuf-c-compiler iptables)
 # default-jdk-headless (javac) and libcurator-recipes-java: the ZooKeeper
 # interop test (tests/test_zk_interop.sh) compiles a Curator peer; valgrind:
 # the cost gate (tests/test_cost.sh) in every run; abigail-tools: the ABI
@@ -31,6 +31,8 @@ packages=(build-essential cmake pkg-config libhiredis-dev libssl-dev
 # libprotobuf-c-dev and protobuf-c-compiler: the etcd backend's gRPC
 # messages (src/etcd/etcd_min.proto; without them etcd:// is off) and the
 # gRPC spike (bench/etcd/grpc_probe.c, ctest test_etcd_grpc_probe).
+# iptables: tests/test_partition.c cuts connections in a network namespace
+# of its own.
 [ "${DLOCK_WITH_TOOLS:-0}" = 1 ] && packages+=(clang)
 # Node and npm for the interop test with npm redlock and redis-semaphore
 # (tests/test_interop_node.sh); only when missing: an npm installed outside

@@ -453,6 +453,15 @@ void dl_io_shutdown(dl_io *io) {
   shutdown(io->fd, SHUT_RDWR);
 }
 
+void dl_io_abort(dl_io *io) {
+  if (io == NULL) return;
+  /* Linger on, for 0 s: close() sends a reset and empties the send queue,
+   * even after the shutdown below has queued a FIN behind the data. */
+  struct linger lg = {.l_onoff = 1, .l_linger = 0};
+  if (io->fd >= 0) setsockopt(io->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  dl_io_shutdown(io);
+}
+
 void dl_io_close(dl_io *io) {
   if (io == NULL) return;
   if (io->ssl) {

@@ -29,6 +29,13 @@ int dl_io_read_bell(dl_io *io, char *buf, size_t len, int64_t deadline_ms,
 int dl_io_write(dl_io *io, const char *buf, size_t len, int64_t deadline_ms);
 /* Makes blocked and later reads/writes fail at once; thread-safe. */
 void dl_io_shutdown(dl_io *io);
+/* dl_io_shutdown for a connection given up on with requests unanswered (a
+ * timeout, a lost connection): its close then resets the connection, and
+ * the kernel drops what it has not yet delivered instead of retransmitting
+ * it, so that a request the caller was told failed cannot reach the server
+ * later, after requests sent on another connection (a release applied to
+ * the same owner's next hold). Thread-safe. */
+void dl_io_abort(dl_io *io);
 void dl_io_close(dl_io *io);
 
 /* ---- net/io.c for an event loop: the same socket, never blocking ----

@@ -80,6 +80,9 @@ static void connect_failed(dl_aconn *c, int rc, const char *msg) {
  * twice), what it cannot have seen goes out on the next connection, at
  * once (conn.c retries at once, then backs off). */
 static void conn_lost(dl_aconn *c, int rc, const char *msg) {
+  /* Reset: nothing left unsent reaches the server after the next
+   * connection's requests (dl_io_abort). */
+  dl_io_abort(c->io);
   drop_socket(c);
   set_msg(c, rc, msg);
   while (c->batch.tail) { /* back to the head of outq, in order */

@@ -150,8 +150,9 @@ static bool kick(dl_req *r) {
 }
 
 /* Called with mu held: fails every pending request with `err`, shuts the
- * socket (a thread blocked on it returns at once) and marks the connection
- * down. The next call reconnects. */
+ * socket (a thread blocked on it returns at once; dl_io_abort unless the
+ * client closes) and marks the connection down. The next call
+ * reconnects. */
 static void conn_fail(dl_conn *c, int err, const char *why) {
   if (c->cur == NULL) return;
   snprintf(c->last_msg, sizeof c->last_msg, "%s", why);
@@ -168,7 +169,11 @@ static void conn_fail(dl_conn *c, int err, const char *why) {
   }
   c->infl = c->infl_tail = c->outq = c->outq_tail = NULL;
   c->outq_len = 0;
-  dl_io_shutdown(c->cur->io);
+  /* A failure resets the connection: what it still has to deliver must
+   * not reach the server after the next connection's requests. A close
+   * lets it go out. */
+  if (err == DLOCK_ECLOSED) dl_io_shutdown(c->cur->io);
+  else dl_io_abort(c->cur->io);
   hold_put(c->cur);
   c->cur = NULL;
   c->state = CONN_DOWN;
