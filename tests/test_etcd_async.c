@@ -1484,19 +1484,38 @@ static void t_etcd_async_nothread(void) {
   th_etcd_stop(&s);
 }
 
-/* Whether the n operations d all ended once with want; else says the
- * first of them that did not (what: their kind). */
+/* Whether the n operations d all ended once with want; else says how
+ * many did not, and the first (what: their kind). */
 static bool all_ended(const et_adone *d, int n, int want, const char *what) {
+  int bad = 0, first = -1;
   for (int i = 0; i < n; i++)
-    if (d[i].calls != 1 || d[i].rc != want) {
-      fprintf(stderr, "    %s %d: %s\n", what, i,
-              d[i].calls ? dlock_err_name(d[i].rc) : "not done");
-      return false;
-    }
-  return true;
+    if ((d[i].calls != 1 || d[i].rc != want) && bad++ == 0) first = i;
+  if (bad)
+    fprintf(stderr, "    %d %s(s) of %d not as they should, %s %d: %s\n", bad,
+            what, n, what, first,
+            d[first].calls ? dlock_err_name(d[first].rc) : "not done");
+  return bad == 0;
 }
 
 enum { AR_N = 32 };
+
+/* AR_N releases of l's locks in flight at once on lp, ended into d. */
+static void releases(dlock_loop *lp, dlock_lock **l, et_adone *d) {
+  memset(d, 0, AR_N * sizeof *d);
+  for (int i = 0; i < AR_N; i++)
+    CHECK_RC(dlock_lock_release_async(l[i], et_on_adone, &d[i], NULL), 0);
+  et_run_all(lp, d, AR_N);
+}
+
+/* The connections to port, once they are at most `most` (the loop run
+ * meanwhile; 1 s at most). */
+static int conns_down_to(dlock_loop *lp, int port, int most) {
+  int64_t end = th_now_ms() + th_soon(1000);
+  int n;
+  while ((n = et_conns_to(port, NULL)) > most && th_now_ms() < end)
+    dlock_loop_run(lp, 10);
+  return n;
+}
 
 /* A round on lp: AR_N acquires (of l's locks) and AR_N pings in flight
  * at once, then AR_N releases: whether each ended as it should (*ok), and
@@ -1516,13 +1535,11 @@ static void cycles_at_once(dlock_loop *lp, dlock_client *c, dlock_lock **l,
   }
   et_run_all(lp, acq, AR_N);
   et_run_all(lp, ping, AR_N);
-  for (int i = 0; i < AR_N; i++)
-    CHECK_RC(dlock_lock_release_async(l[i], et_on_adone, &rel[i], NULL), 0);
-  et_run_all(lp, rel, AR_N);
+  releases(lp, l, rel);
   *ms = th_now_ms() - t0;
-  *ok = all_ended(acq, AR_N, 0, "acquire") &&
-         all_ended(ping, AR_N, 0, "ping") &&
-         all_ended(rel, AR_N, 1, "release");
+  bool acquired = all_ended(acq, AR_N, 0, "acquire"),
+       pinged = all_ended(ping, AR_N, 0, "ping");
+  *ok = all_ended(rel, AR_N, 1, "release") && acquired && pinged;
 }
 
 /* An event-loop client's calls after a server restart, many in flight:
@@ -1536,39 +1553,33 @@ static void t_etcd_async_restart(void) {
   th_etcd s;
   CHECK_RC(th_etcd_start(&s), 0);
   dlock_loop *lp;
-  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s.url;
-  dlock_client *c;
-  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
   dlock_lock *l[AR_N];
-  char name[32];
-  for (int i = 0; i < AR_N; i++) {
-    snprintf(name, sizeof name, "ar%d", i);
-    CHECK_RC(dlock_lock_new(c, name, NULL, &l[i]), 0);
-  }
+  dlock_client *c;
+  et_open_holding(&s, 0, "ar", AR_N, &lp, l, &c);
+  if (c == NULL) return;
+  et_adone d[AR_N];
+  releases(lp, l, d);
+  CHECK(all_ended(d, AR_N, 1, "release"));
   int64_t ms[3];
   bool ok;
   cycles_at_once(lp, c, l, &ok, &ms[0]);
   CHECK(ok);
   int conns[3];
-  conns[0] = et_conns_to(s.port, NULL);
+  /* The calls' and the watcher thread's, its holds' watches ended. */
+  conns[0] = conns_down_to(lp, s.port, 2);
   fprintf(stderr, "    before the restart: %lld ms, %d connection(s)\n",
           (long long)ms[0], conns[0]);
   CHECK_RC(th_etcd_restart(&s), 0);
   for (int r = 1; r < 3; r++) {
     cycles_at_once(lp, c, l, &ok, &ms[r]);
-    conns[r] = et_conns_to(s.port, NULL);
+    conns[r] = conns_down_to(lp, s.port, 2);
     fprintf(stderr, "    round %d: %s in %lld ms, %d connection(s)\n", r,
             ok ? "all answered" : "NOT all answered", (long long)ms[r],
             conns[r]);
     CHECK(ok);
-    /* The calls' and the watcher thread's, as before the restart. */
     CHECK(conns[r] <= 2);
   }
   th_etcd_kill(&s, SIGKILL);
-  et_adone d[AR_N];
   memset(d, 0, sizeof d);
   int64_t t0 = th_now_ms();
   for (int i = 0; i < AR_N; i++)
