@@ -426,7 +426,8 @@ void dl_etcd_corks_use(etcd_corks *k, CURL *h);
 void dl_etcd_corks_flush(etcd_corks *k);
 /* With refused not NULL, h may not open a connection: one it would open
  * is refused (curl's result CURLE_COULDNT_CONNECT, nothing sent) and
- * *refused set; NULL: h opens connections again. For a cleartext gRPC
+ * *refused set (it lives as long as h's transfer); NULL: h opens
+ * connections again. For a cleartext gRPC
  * call without prior knowledge, which curl would open as HTTP/1.1 (etcd
  * gives it its gateway): such a connection, kept, takes the calls
  * waiting for one (CURLOPT_PIPEWAIT) after it, left unanswered or each
