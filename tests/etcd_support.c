@@ -2,8 +2,12 @@
  * (etcd_support.h). */
 #include "etcd_support.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <linux/tcp.h> /* tcp_info with tcpi_data_segs_out */
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 
 void et_on_adone(int rc, uint64_t token, const char *errmsg, void *ud) {
   (void)token, (void)errmsg;
@@ -80,4 +84,27 @@ void et_open_holding(const th_etcd *s, int64_t watchdog_ms, const char *prefix,
   free(d);
   CHECK(all);
   *c = cl;
+}
+
+int et_conns_to(int port, long long *segs) {
+  int conns = 0;
+  long long n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
+    int fd = atoi(de->d_name);
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    struct tcp_info ti;
+    socklen_t tl = sizeof ti;
+    if (de->d_name[0] == '.' || fd == dirfd(d) ||
+        getpeername(fd, (struct sockaddr *)&a, &len) != 0 ||
+        a.sin_family != AF_INET || ntohs(a.sin_port) != port ||
+        getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
+      continue;
+    conns += ti.tcpi_state == 1; /* TCP_ESTABLISHED (netinet/tcp.h) */
+    n += ti.tcpi_data_segs_out;
+  }
+  if (d) closedir(d);
+  if (segs) *segs = n;
+  return conns;
 }

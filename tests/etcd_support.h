@@ -1,7 +1,8 @@
 /* etcd_support.h: what test_etcd_conn and test_etcd_async share: a test's
  * skip where no etcd server can run, an event-loop operation's outcome
  * and the loop run until operations end, the threads counted, a server's
- * keys counted, and an event-loop client holding locks. */
+ * keys counted, an event-loop client holding locks, and the connections
+ * to a server counted. */
 #ifndef DLOCK_TEST_ETCD_SUPPORT_H
 #define DLOCK_TEST_ETCD_SUPPORT_H
 
@@ -33,5 +34,10 @@ int et_keys_under(const th_etcd *s, const char *prefix);
  * something failed (CHECKed). */
 void et_open_holding(const th_etcd *s, int64_t watchdog_ms, const char *prefix,
                      int n, dlock_loop **lp, dlock_lock **l, dlock_client **c);
+
+/* This process's TCP connections to `port` (established): how many, and
+ * (*segs, unless NULL) what they have sent: segments that carried data
+ * (TCP_INFO's tcpi_data_segs_out, Linux 4.6). */
+int et_conns_to(int port, long long *segs);
 
 #endif

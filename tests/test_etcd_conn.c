@@ -8,15 +8,11 @@
  * are test_etcd_async.c's. */
 #include "etcd_support.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <netinet/in.h>
-#include <linux/tcp.h> /* tcp_info with tcpi_data_segs_out */
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #ifdef DLOCK_TEST_HAVE_ETCD
@@ -114,7 +110,6 @@ static void t_cn_auth(th_etcd *s, dlock_client_options *o) {
   dlock_client_close(c);
 }
 
-static int conns_to(int port, long long *segs);
 static void ping_at_once(dlock_client *c);
 
 static void t_etcd_tls(void) {
@@ -162,9 +157,9 @@ static void t_etcd_tls(void) {
   async_cycle(&o, "tla"); /* the event loop's calls over TLS too */
   /* Blocking calls at once, multiplexed over TLS too: one connection
    * more, the shared one. */
-  int conns = conns_to(s.port, NULL);
+  int conns = et_conns_to(s.port, NULL);
   ping_at_once(c);
-  CHECK_EQ(conns_to(s.port, NULL) - conns, 1);
+  CHECK_EQ(et_conns_to(s.port, NULL) - conns, 1);
   /* The watches over TLS (gRPC's Watch, HTTP/2 by ALPN): a wait that
    * runs out, the hold's watch hearing a force release, a waiter woken. */
   atomic_store(&lost_at, 0);
@@ -463,35 +458,9 @@ static void t_etcd_cycle_cost(void) {
   th_etcd_stop(&s);
 }
 
-/* This process's TCP connections to `port`: how many, and (*segs, unless
- * NULL) what they have sent: segments that carried data (TCP_INFO's
- * tcpi_data_segs_out, Linux 4.6). */
-static int conns_to(int port, long long *segs) {
-  int conns = 0;
-  long long n = 0;
-  DIR *d = opendir("/proc/self/fd");
-  for (struct dirent *de; d && (de = readdir(d)) != NULL;) {
-    int fd = atoi(de->d_name);
-    struct sockaddr_in a;
-    socklen_t len = sizeof a;
-    struct tcp_info ti;
-    socklen_t tl = sizeof ti;
-    if (de->d_name[0] == '.' || fd == dirfd(d) ||
-        getpeername(fd, (struct sockaddr *)&a, &len) != 0 ||
-        a.sin_family != AF_INET || ntohs(a.sin_port) != port ||
-        getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
-      continue;
-    conns += ti.tcpi_state == 1; /* TCP_ESTABLISHED (netinet/tcp.h) */
-    n += ti.tcpi_data_segs_out;
-  }
-  if (d) closedir(d);
-  if (segs) *segs = n;
-  return conns;
-}
-
 static long long segs_to(int port) {
   long long n;
-  conns_to(port, &n);
+  et_conns_to(port, &n);
   return n;
 }
 
@@ -632,7 +601,7 @@ static void t_etcd_calls_shared(void) {
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_client_ping(c), 0);
   long long sw = others_switches() - sw0, took = th_now_ms() - t0;
-  int alone = conns_to(s.port, NULL);
+  int alone = et_conns_to(s.port, NULL);
   fprintf(stderr,
           "    %d calls of one thread: %d connection(s), %lld wake-ups of "
           "the other threads (%lld ms)\n",
@@ -641,7 +610,7 @@ static void t_etcd_calls_shared(void) {
   /* A hand-off to another thread would be a wake-up a call. */
   CHECK(sw < N / 2 + took / 100 || getenv("DLOCK_UNDER_VALGRIND"));
   ping_at_once(c);
-  int conns = conns_to(s.port, NULL);
+  int conns = et_conns_to(s.port, NULL);
   fprintf(stderr, "    16 threads' calls at once: %d connection(s)\n", conns);
   /* The lone call's and the shared one (a connection a thread: 16). */
   CHECK_EQ(conns, 2);

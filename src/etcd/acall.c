@@ -12,7 +12,9 @@
  * share one HTTP/2 connection an endpoint, as streams (CURLPIPE_MULTIPLEX):
  * only the call that opens it asks for prior knowledge (curl 7.88 fails
  * prior knowledge on a reused connection, curl issue 10634), the others
- * wait for it (CURLOPT_PIPEWAIT). */
+ * wait for it (CURLOPT_PIPEWAIT) and may not open one (dl_etcd_no_open):
+ * those that find it gone (a server restart) go again, one of them
+ * opening a new one. */
 #include "etcdb.h"
 
 #include <netinet/in.h>
@@ -24,6 +26,14 @@
 #include <string.h>
 #include <sys/socket.h>
 
+/* An endpoint's HTTP/2 connection, as the calls see it. */
+typedef struct aconn {
+  bool open;          /* open or opening */
+  unsigned opens;     /* the tries started that open one */
+  unsigned unreached; /* opens of the last such try that did not reach
+                         the server */
+} aconn;
+
 /* The client's multi handle and what drives it. */
 typedef struct etcd_aloop {
   dl_etcd *e;
@@ -31,7 +41,7 @@ typedef struct etcd_aloop {
   CURLM *m;
   dl_timer timer; /* curl's timeout */
   int64_t due;    /* when it falls due (dl_now_ms() time), -1 none */
-  bool *h2;       /* per endpoint: a connection is open or opening */
+  aconn *conns;   /* per endpoint */
   struct asock *socks;
 } etcd_aloop;
 
@@ -70,6 +80,9 @@ struct etcd_acall {
   unsigned gen;      /* the token's generation sent */
   int start, i, idx; /* the endpoints: the first tried, tries, this one */
   bool again, may_again;
+  bool refused;    /* the try would have opened a connection without
+                      prior knowledge (dl_etcd_no_open): nothing sent */
+  unsigned opens;  /* its endpoint's when the try started */
   etcd_acall *sub; /* the authenticate under way for this call */
   etcd_waiting *w; /* a watch's stream (dl_etcd_awatch), else NULL */
   etcd_acall_fn fn;
@@ -150,10 +163,10 @@ static int on_timeout(CURLM *m, long ms, void *ud) {
 
 int dl_etcd_aloop_new(dl_etcd *e) {
   etcd_aloop *a = calloc(1, sizeof *a);
-  if (a) a->h2 = calloc((size_t)e->nendpoints, sizeof *a->h2);
-  if (a && a->h2) a->m = curl_multi_init();
-  if (a == NULL || a->h2 == NULL || a->m == NULL) {
-    if (a) free(a->h2);
+  if (a) a->conns = calloc((size_t)e->nendpoints, sizeof *a->conns);
+  if (a && a->conns) a->m = curl_multi_init();
+  if (a == NULL || a->conns == NULL || a->m == NULL) {
+    if (a) free(a->conns);
     free(a);
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   }
@@ -180,7 +193,7 @@ void dl_etcd_aloop_free(dl_etcd *e) {
   while (a->socks)          /* watches curl did not remove */
     sock_free(a->socks);
   dl_timer_stop(a->lp, &a->timer);
-  free(a->h2);
+  free(a->conns);
   free(a);
   e->aloop = NULL;
 }
@@ -271,7 +284,8 @@ static int try_start(etcd_acall *c) {
   if (left <= 0)
     return dl_seterr(e->err, DLOCK_ETIMEDOUT, "etcd %s: no answer in time",
                      c->q.path);
-  bool prior = c->again || !a->h2[c->idx];
+  aconn *k = &a->conns[c->idx];
+  bool prior = c->again || !k->open;
   c->may_again = !prior;
   dl_etcd_req_setup(e, &c->q, c->h, c->idx, c->hd, left, prior);
   curl_easy_setopt(c->h, CURLOPT_PRIVATE, c);
@@ -283,7 +297,13 @@ static int try_start(etcd_acall *c) {
     curl_easy_setopt(c->h, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(c->h, CURLOPT_FRESH_CONNECT, prior ? 1L : 0L);
     curl_easy_setopt(c->h, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
-    a->h2[c->idx] = true;
+    /* Without prior knowledge it waits for a connection, never opens
+     * one (it would be HTTP/1.1 on cleartext). */
+    c->refused = false;
+    if (!e->tls) dl_etcd_no_open(c->h, prior ? NULL : &c->refused);
+    if (prior) k->opens++;
+    c->opens = k->opens;
+    k->open = true;
   }
   if (curl_multi_add_handle(a->m, c->h) != CURLM_OK)
     return dl_seterr(e->err, DLOCK_ENOMEM, "etcd %s: curl_multi_add_handle",
@@ -348,10 +368,23 @@ static void try_end(etcd_acall *c, CURLcode cc) {
   }
   json_object *o = NULL;
   int code = 0, rc = 0;
+  aconn *k = &a->conns[c->idx];
+  if (c->refused && c->opens != k->unreached) {
+    /* The connection it waited for was gone (a server restart): again,
+     * opening one with prior knowledge unless another try started
+     * opening one since (the others wait for that one). Else the one it
+     * waited for did not reach the server: nor did this try (the next
+     * endpoint), rather than one at a time in turn. */
+    if (c->opens == k->opens) k->open = false;
+    if ((rc = try_start(c)) != 0) finish(c, rc, NULL, 0);
+    return;
+  }
   bool h2;
   etcd_try t = dl_etcd_req_end(e, &c->q, c->h, c->idx, cc,
                                c->may_again && !c->again, &o, &code, &rc, &h2);
-  if (c->q.m && !h2) a->h2[c->idx] = false; /* no connection kept */
+  if (c->q.m && !c->may_again && t == ETCD_TRY_NEXT) /* it opened */
+    k->unreached = c->opens;
+  if (c->q.m && !h2) k->open = false; /* no connection kept */
   c->again = t == ETCD_TRY_AGAIN;
   if (t == ETCD_TRY_AGAIN || (t == ETCD_TRY_NEXT && ++c->i < e->nendpoints)) {
     if ((rc = try_start(c)) != 0) finish(c, rc, NULL, 0);

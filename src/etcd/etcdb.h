@@ -424,6 +424,16 @@ typedef struct etcd_corks {
 void dl_etcd_corks_use(etcd_corks *k, CURL *h);
 /* Sends what curl wrote to k's sockets (after each curl_multi_perform). */
 void dl_etcd_corks_flush(etcd_corks *k);
+/* With refused not NULL, h may not open a connection: one it would open
+ * is refused (curl's result CURLE_COULDNT_CONNECT, nothing sent) and
+ * *refused set (it lives as long as h's transfer); NULL: h opens
+ * connections again. For a cleartext gRPC
+ * call without prior knowledge, which curl would open as HTTP/1.1 (etcd
+ * gives it its gateway): such a connection, kept, takes the calls
+ * waiting for one (CURLOPT_PIPEWAIT) after it, left unanswered or each
+ * on an HTTP/1.1 connection of its own (a server restart with many
+ * calls in flight). */
+void dl_etcd_no_open(CURL *h, bool *refused);
 /* ---- gmux.c: the blocking gRPC calls of several threads at once ---- */
 /* Runs h (set up for a gRPC call to endpoint idx by dl_etcd_req_setup)
  * on e's one multi handle, its streams multiplexed on one HTTP/2

@@ -76,20 +76,6 @@ void dl_etcd_gmux_gone(dl_etcd *e, int idx) {
   pthread_mutex_unlock(&g->mu);
 }
 
-/* A call without prior knowledge may not open a connection: on cleartext
- * curl would open it as HTTP/1.1, which etcd gives its gateway, and a
- * connection so opened, kept, took the next calls waiting for one and
- * left some unanswered until their deadline (a server restart with 16
- * threads' calls in flight). Such a call ends at once (refused), and is
- * made again with prior knowledge on a new connection. */
-static curl_socket_t refuse_open(void *ud, curlsocktype purpose,
-                                 struct curl_sockaddr *a) {
-  (void)purpose;
-  (void)a;
-  ((gmux_call *)ud)->refused = true;
-  return CURL_SOCKET_BAD;
-}
-
 static void unlink_call(gmux_call *c) {
   if ((*c->pprev = c->next) != NULL) c->next->pprev = c->pprev;
 }
@@ -118,9 +104,9 @@ static void add_new(struct etcd_gmux *g, const gmux_call *self) {
       /* Prior knowledge on a new connection only: a call that failed
        * may have left its connection in the cache (a stream timed out). */
       curl_easy_setopt(c->h, CURLOPT_FRESH_CONNECT, c->prior ? 1L : 0L);
-      curl_easy_setopt(c->h, CURLOPT_OPENSOCKETFUNCTION,
-                       c->prior ? NULL : refuse_open);
-      curl_easy_setopt(c->h, CURLOPT_OPENSOCKETDATA, c);
+      /* One that would open a connection as HTTP/1.1 is refused, and
+       * made again with prior knowledge on a new connection. */
+      dl_etcd_no_open(c->h, c->prior ? NULL : &c->refused);
     }
     /* Wait for the connection being opened rather than open another. */
     curl_easy_setopt(c->h, CURLOPT_PIPEWAIT, 1L);

@@ -212,6 +212,19 @@ void dl_etcd_corks_flush(etcd_corks *k) {
     dl_etcd_cork_flush(k->fds[i]);
 }
 
+static curl_socket_t refuse_open(void *ud, curlsocktype purpose,
+                                 struct curl_sockaddr *a) {
+  (void)purpose;
+  (void)a;
+  *(bool *)ud = true;
+  return CURL_SOCKET_BAD;
+}
+
+void dl_etcd_no_open(CURL *h, bool *refused) {
+  curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, refused ? refuse_open : NULL);
+  curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, (void *)refused);
+}
+
 /* curl_easy_perform on c's own multi handle, flushing the corked socket
  * after curl has written (each curl_multi_perform). */
 static CURLcode gconn_perform(struct etcd_gconn *c) {
