@@ -13,7 +13,7 @@
  * taken, the own key's delete at its revision. An acquire that must first wait
  * for another owner of this client on the same key (the session lease's: they
  * take turns locally) waits on the loop too, parked in e->aclaims until a hold
- * goes (dl_etcd_holds_gone wakes the loop from any thread). A side of a
+ * goes (dl_etcd_hold_unlink wakes the loop from any thread). A side of a
  * read-write lock whose owner holds the other side is taken at once (the
  * read side: a downgrade) or refused (the write side). A stale hold of
  * the owner's own (reported lost, not released) is cleared on the way, as
@@ -226,7 +226,7 @@ static void lease_step(dl_async *op) {
 /* ---- the wait for another owner of this client ---- */
 /* Lists op last among the acquires waiting for another owner
  * (e->aclaims): a hold dropped from now on wakes them
- * (dl_etcd_holds_gone), in their order (a wake looks at them in it, and
+ * (dl_etcd_hold_unlink), in their order (a wake looks at them in it, and
  * each that still waits is listed last again). */
 static void park(dl_async *op) {
   dl_etcd *e = op->e;

@@ -699,13 +699,16 @@ static inline int64_t dl_etcd_ttl_s(int64_t ms) {
 /* ---- holds.c: the locks the client holds or is taking (e->holds) ---- */
 /* Frees h (NULL: nothing), unlisted. */
 void dl_etcd_hold_free(etcd_hold *h);
-/* Drops a hold or claim: unwatched, unlinked, freed; the client's other
- * owners waiting for the key look again. e->mu not held. */
+/* Drops a hold or claim: unlinked (dl_etcd_hold_unlink), then unwatched
+ * and freed (dl_etcd_hold_end). e->mu not held. */
 void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h);
-/* A hold or claim unlinked (e->mu held): the client's other owners
- * waiting for the key look again, on a thread (e->cv) or on the loop
- * (e->aclaims, woken through e->form). */
-void dl_etcd_holds_gone(dl_etcd *e);
+/* dl_etcd_hold_drop's halves, for a caller that holds e->mu already: h
+ * off the list (e->mu held), the client's other owners waiting for the
+ * key then looking again, on a thread (e->cv) or on the loop
+ * (e->aclaims, woken through e->form); then, e->mu released, h
+ * unwatched and freed. */
+void dl_etcd_hold_unlink(dl_etcd *e, etcd_hold *h);
+void dl_etcd_hold_end(dl_etcd *e, etcd_hold *h);
 /* A claim on l for its owner (own_lease: a fixed lease), not yet listed:
  * NULL out of memory (recorded). */
 etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease);
