@@ -50,8 +50,7 @@ static void am_call(dl_async *op, astep step, const char *path,
   dl_done_fn done = op->done;
   void *ud = op->ud;
   etcd_hold *h = q->h, *st = q->stale;
-  if ((msg ? dl_etcd_op_call_pb(op, path, msg, on_msg)
-           : dl_etcd_op_call(op, path, body, on_call)) == 0)
+  if (dl_etcd_op_ask(op, &(etcd_ask){path, body, msg}, on_call, on_msg) == 0)
     return;
   /* op freed (out of memory): our key goes with its lease */
   if (h) dl_etcd_hold_drop(e, h);

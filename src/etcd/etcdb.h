@@ -333,6 +333,11 @@ typedef void (*etcd_acall_pb_fn)(void *ud, int rc, ProtobufCMessage *m,
 int dl_etcd_acall_pb(dl_etcd *e, const char *path, const ProtobufCMessage *msg,
                      int64_t deadline, etcd_acall_pb_fn fn, void *ud,
                      etcd_acall **out);
+/* Either, as k asks: with k->msg, dl_etcd_acall_pb's (pbfn), else
+ * dl_etcd_acall's (fn). */
+int dl_etcd_acall_ask(dl_etcd *e, const etcd_ask *k, int64_t deadline,
+                      etcd_acall_fn fn, etcd_acall_pb_fn pbfn, void *ud,
+                      etcd_acall **out);
 /* A waiter's watch (the body of dl_etcd_watch_delete_body, or with any of
  * dl_etcd_watch_prefix_body) on the loop, a stream with no deadline of its
  * own (the caller aborts it): 0 and *out, then fn(ud, rc, NULL, 0) once,
