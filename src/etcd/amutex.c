@@ -39,10 +39,7 @@ static void end(dl_async *op, int rc) {
   dl_etcd_op_end(op, rc);
 }
 
-/* Starts op's next call (step) within one command timeout: body's, or
- * msg's (a txn). */
-static void am_call(dl_async *op, astep step, const char *path,
-                    const char *body, const ProtobufCMessage *msg) {
+void dl_am_ask(dl_async *op, astep step, const etcd_ask *k) {
   struct etcd_aacq *q = op->acq;
   q->step = step;
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
@@ -50,7 +47,7 @@ static void am_call(dl_async *op, astep step, const char *path,
   dl_done_fn done = op->done;
   void *ud = op->ud;
   etcd_hold *h = q->h, *st = q->stale;
-  if (dl_etcd_op_ask(op, &(etcd_ask){path, body, msg}, on_call, on_msg) == 0)
+  if (dl_etcd_op_ask(op, k, on_call, on_msg) == 0)
     return;
   /* op freed (out of memory): our key goes with its lease */
   if (h) dl_etcd_hold_drop(e, h);
@@ -59,12 +56,12 @@ static void am_call(dl_async *op, astep step, const char *path,
 }
 
 void dl_am_call(dl_async *op, astep step, const char *path, const char *body) {
-  am_call(op, step, path, body, NULL);
+  dl_am_ask(op, step, &(etcd_ask){path, body, NULL});
 }
 
 void dl_am_call_pb(dl_async *op, astep step, const char *path,
                    const ProtobufCMessage *msg) {
-  am_call(op, step, path, NULL, msg);
+  dl_am_ask(op, step, &(etcd_ask){path, NULL, msg});
 }
 
 static void claim_step(dl_async *op);
@@ -217,9 +214,8 @@ static void lease_step(dl_async *op) {
     return;
   }
   q->h->lease = l;
-  Etcdserverpb__LeaseKeepAliveRequest req;
-  dl_etcd_keepalive_msg(&req, l);
-  dl_am_call_pb(op, S_FIXED_KEEP, "/v3/lease/keepalive", &req.base);
+  etcd_keepalive ka;
+  dl_am_ask(op, S_FIXED_KEEP, dl_etcd_keepalive_ask(&ka, l));
 }
 
 /* ---- the wait for another owner of this client ---- */
@@ -422,7 +418,7 @@ static void on_msg(void *ud, int rc, ProtobufCMessage *m, int code) {
   op->call = NULL;
   int64_t got = 0;
   if (q->step == S_FIXED_KEEP) {
-    if (rc == 0) rc = dl_etcd_keepalive_reply(m, &got);
+    rc = dl_etcd_keepalive_reply(rc, m, &got);
     if (rc < 0) {
       q->h->lease = 0; /* as the blocking path: left to its TTL */
       dl_am_fail(op, rc);
@@ -434,7 +430,7 @@ static void on_msg(void *ud, int rc, ProtobufCMessage *m, int code) {
       fixed_grant(op);
     }
   } else if (q->step == S_KEEP) {
-    if (rc == 0 && (rc = dl_etcd_keepalive_reply(m, &got)) == 0)
+    if ((rc = dl_etcd_keepalive_reply(rc, m, &got)) == 0)
       rc = dl_seterr(op->e->err, DLOCK_ELOST,
                      "the lease of our etcd key %s ended while we waited",
                      q->h->key);

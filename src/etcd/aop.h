@@ -121,7 +121,7 @@ void dl_etcd_op_wake_at(dl_async *op, dl_timer_fn fn, int64_t at);
 bool dl_etcd_op_ride(dl_async *op, dl_timer_fn fn, bool cancelled, bool wait,
                      int64_t deadline, int rc, int *rides);
 /* Starts op's call k (until op->deadline), its answer to fn, or to pbfn
- * when k->msg (a message: dl_etcd_acall_pb's); one that cannot start
+ * when k->msg (a message: dl_etcd_acall_ask's); one that cannot start
  * gets its error from the loop's dispatch. 0, or DLOCK_ENOMEM (op freed,
  * untold). */
 int dl_etcd_op_ask(dl_async *op, const etcd_ask *k, etcd_acall_fn fn,
@@ -134,8 +134,8 @@ void dl_etcd_op_ask_next(dl_async *op, const etcd_ask *k, etcd_acall_fn fn,
                          etcd_acall_pb_fn pbfn, int told);
 /* dl_etcd_op_ask and dl_etcd_op_ask_next asked with path and body (the
  * gateway's JSON; for dl_etcd_op_next NULL, a body that ran out of
- * memory), the answer JSON to fn; the _pb forms with msg, a message of
- * path's method (read, not kept), the answer a message to fn. */
+ * memory), the answer JSON to fn; dl_etcd_op_next_pb with msg, a message
+ * of path's method (read, not kept), the answer a message to fn. */
 static inline int dl_etcd_op_call(dl_async *op, const char *path,
                                   const char *body, etcd_acall_fn fn) {
   return dl_etcd_op_ask(op, &(etcd_ask){path, body, NULL}, fn, NULL);
@@ -144,11 +144,6 @@ static inline void dl_etcd_op_next(dl_async *op, const char *path,
                                    const char *body, etcd_acall_fn fn,
                                    int told) {
   dl_etcd_op_ask_next(op, &(etcd_ask){path, body, NULL}, fn, NULL, told);
-}
-static inline int dl_etcd_op_call_pb(dl_async *op, const char *path,
-                                     const ProtobufCMessage *msg,
-                                     etcd_acall_pb_fn fn) {
-  return dl_etcd_op_ask(op, &(etcd_ask){path, NULL, msg}, NULL, fn);
 }
 static inline void dl_etcd_op_next_pb(dl_async *op, const char *path,
                                       const ProtobufCMessage *msg,
@@ -176,7 +171,7 @@ void dl_etcd_op_watch(dl_async *op, const char *body, etcd_watch_on on,
                       int64_t until, etcd_op_wait_fn fn);
 
 /* The txn deleting key if its create revision is still rev (pbtxn.h's),
- * on the loop: as dl_etcd_op_call_pb. */
+ * on the loop: as dl_etcd_op_ask. */
 int dl_etcd_op_delete_at(dl_async *op, const char *key, int64_t rev,
                          etcd_acall_pb_fn fn);
 /* A try's result *rc of a release's delete, after earlier tries

@@ -323,18 +323,14 @@ void dl_etcd_aloop_drain(dl_etcd *e, bool (*more)(void *ud, int64_t *until),
 int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, etcd_acall_fn fn, void *ud,
                   etcd_acall **out);
-/* A call's end for dl_etcd_acall_pb: rc 0 with its answer m (the
+/* A call's end when made with a message: rc 0 with its answer m (the
  * callee's: free it with protobuf_c_message_free_unpacked(m, NULL)), or
  * a negative code recorded (m NULL). On the loop's thread. */
 typedef void (*etcd_acall_pb_fn)(void *ud, int rc, ProtobufCMessage *m,
                                  int code);
-/* dl_etcd_acall with the request a message (dl_etcd_call_pb's), its
- * answer a message to fn. */
-int dl_etcd_acall_pb(dl_etcd *e, const char *path, const ProtobufCMessage *msg,
-                     int64_t deadline, etcd_acall_pb_fn fn, void *ud,
-                     etcd_acall **out);
-/* Either, as k asks: with k->msg, dl_etcd_acall_pb's (pbfn), else
- * dl_etcd_acall's (fn). */
+/* dl_etcd_acall of the call k: with k->msg, the request a message
+ * (dl_etcd_call_pb's), its answer a message to pbfn (fn NULL); else
+ * k->body's, its answer to fn (pbfn NULL). */
 int dl_etcd_acall_ask(dl_etcd *e, const etcd_ask *k, int64_t deadline,
                       etcd_acall_fn fn, etcd_acall_pb_fn pbfn, void *ud,
                       etcd_acall **out);

@@ -210,7 +210,8 @@ int dl_etcd_op_delete_at(dl_async *op, const char *key, int64_t rev,
                          etcd_acall_pb_fn fn) {
   etcd_delete_txn t;
   dl_etcd_delete_txn(&t, key, rev);
-  return dl_etcd_op_call_pb(op, "/v3/kv/txn", &t.txn.base, fn);
+  return dl_etcd_op_ask(op, &(etcd_ask){"/v3/kv/txn", NULL, &t.txn.base},
+                        NULL, fn);
 }
 
 int dl_etcd_op_timer(dl_async *op, dl_timer_fn fn, int64_t at) {
