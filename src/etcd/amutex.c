@@ -422,7 +422,7 @@ static void on_msg(void *ud, int rc, ProtobufCMessage *m, int code) {
     if (rc < 0) {
       q->h->lease = 0; /* as the blocking path: left to its TTL */
       dl_am_fail(op, rc);
-    } else if (rc == 1 && got * 1000 >= q->a->lease_ms) {
+    } else if (dl_etcd_fixed_kept(rc, got, q->a->lease_ms)) {
       q->until = q->h->lease_until = dl_validity(q->sent, q->a->lease_ms);
       dl_am_put_step(op);
     } else { /* gone: a new one */

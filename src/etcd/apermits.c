@@ -106,7 +106,7 @@ static void on_keep(void *ud, int rc, ProtobufCMessage *m, int code) {
   rc = dl_etcd_keepalive_reply(rc, m, &ttl);
   if (rc < 0) {
     dl_as_tried(op, rc);
-  } else if (rc == 1 && ttl * 1000 >= t->lease_ms) {
+  } else if (dl_etcd_fixed_kept(rc, ttl, t->lease_ms)) {
     t->until = dl_validity(t->lease_at, t->lease_ms);
     put_step(op);
   } else {

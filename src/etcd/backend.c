@@ -104,7 +104,7 @@ int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
     int64_t got;
     int rc = dl_etcd_keepalive(e, l, deadline, &got);
     if (rc < 0) return rc;
-    if (rc == 1 && got * 1000 >= lease_ms) {
+    if (dl_etcd_fixed_kept(rc, got, lease_ms)) {
       *lease = l;
       *until = dl_validity(sent, lease_ms);
       return 0;

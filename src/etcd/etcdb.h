@@ -514,6 +514,12 @@ int dl_etcd_revoke(dl_etcd *e, int64_t lease, int64_t deadline);
  * (*lease, *until), or a negative code. */
 int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
                         int64_t *lease, int64_t *until);
+/* Whether a fixed lease of lease_ms is kept by its keepalive's end (rc,
+ * ttl_s: dl_etcd_keepalive's): alive, its TTL still covering the lease;
+ * else a new one is due. */
+static inline bool dl_etcd_fixed_kept(int rc, int64_t ttl_s, int64_t lease_ms) {
+  return rc == 1 && ttl_s * 1000 >= lease_ms;
+}
 /* A fixed lease whose hold ended with its key deleted (nothing else on
  * it): kept idle for the next (the oldest idle one revoked when the
  * client keeps enough). */
