@@ -462,11 +462,10 @@ int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
   return call_new(e, &k, deadline, true, fn, NULL, ud, out);
 }
 
-int dl_etcd_acall_pb(dl_etcd *e, const char *path, const ProtobufCMessage *msg,
-                     int64_t deadline, etcd_acall_pb_fn fn, void *ud,
-                     etcd_acall **out) {
-  etcd_ask k = {path, NULL, msg};
-  return call_new(e, &k, deadline, true, NULL, fn, ud, out);
+int dl_etcd_acall_ask(dl_etcd *e, const etcd_ask *k, int64_t deadline,
+                      etcd_acall_fn fn, etcd_acall_pb_fn pbfn, void *ud,
+                      etcd_acall **out) {
+  return call_new(e, k, deadline, true, fn, pbfn, ud, out);
 }
 
 /* dl_etcd_awatch's and dl_etcd_awatch_put's. */

@@ -13,7 +13,7 @@
  * taken, the own key's delete at its revision. An acquire that must first wait
  * for another owner of this client on the same key (the session lease's: they
  * take turns locally) waits on the loop too, parked in e->aclaims until a hold
- * goes (dl_etcd_holds_gone wakes the loop from any thread). A side of a
+ * goes (dl_etcd_hold_unlink wakes the loop from any thread). A side of a
  * read-write lock whose owner holds the other side is taken at once (the
  * read side: a downgrade) or refused (the write side). A stale hold of
  * the owner's own (reported lost, not released) is cleared on the way, as
@@ -39,10 +39,7 @@ static void end(dl_async *op, int rc) {
   dl_etcd_op_end(op, rc);
 }
 
-/* Starts op's next call (step) within one command timeout: body's, or
- * msg's (a txn). */
-static void am_call(dl_async *op, astep step, const char *path,
-                    const char *body, const ProtobufCMessage *msg) {
+void dl_am_ask(dl_async *op, astep step, const etcd_ask *k) {
   struct etcd_aacq *q = op->acq;
   q->step = step;
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
@@ -50,8 +47,7 @@ static void am_call(dl_async *op, astep step, const char *path,
   dl_done_fn done = op->done;
   void *ud = op->ud;
   etcd_hold *h = q->h, *st = q->stale;
-  if ((msg ? dl_etcd_op_call_pb(op, path, msg, on_msg)
-           : dl_etcd_op_call(op, path, body, on_call)) == 0)
+  if (dl_etcd_op_ask(op, k, on_call, on_msg) == 0)
     return;
   /* op freed (out of memory): our key goes with its lease */
   if (h) dl_etcd_hold_drop(e, h);
@@ -60,12 +56,12 @@ static void am_call(dl_async *op, astep step, const char *path,
 }
 
 void dl_am_call(dl_async *op, astep step, const char *path, const char *body) {
-  am_call(op, step, path, body, NULL);
+  dl_am_ask(op, step, &(etcd_ask){path, body, NULL});
 }
 
 void dl_am_call_pb(dl_async *op, astep step, const char *path,
                    const ProtobufCMessage *msg) {
-  am_call(op, step, path, NULL, msg);
+  dl_am_ask(op, step, &(etcd_ask){path, NULL, msg});
 }
 
 static void claim_step(dl_async *op);
@@ -218,15 +214,14 @@ static void lease_step(dl_async *op) {
     return;
   }
   q->h->lease = l;
-  Etcdserverpb__LeaseKeepAliveRequest req;
-  dl_etcd_keepalive_msg(&req, l);
-  dl_am_call_pb(op, S_FIXED_KEEP, "/v3/lease/keepalive", &req.base);
+  etcd_keepalive ka;
+  dl_am_ask(op, S_FIXED_KEEP, dl_etcd_keepalive_ask(&ka, l));
 }
 
 /* ---- the wait for another owner of this client ---- */
 /* Lists op last among the acquires waiting for another owner
  * (e->aclaims): a hold dropped from now on wakes them
- * (dl_etcd_holds_gone), in their order (a wake looks at them in it, and
+ * (dl_etcd_hold_unlink), in their order (a wake looks at them in it, and
  * each that still waits is listed last again). */
 static void park(dl_async *op) {
   dl_etcd *e = op->e;
@@ -423,11 +418,11 @@ static void on_msg(void *ud, int rc, ProtobufCMessage *m, int code) {
   op->call = NULL;
   int64_t got = 0;
   if (q->step == S_FIXED_KEEP) {
-    if (rc == 0) rc = dl_etcd_keepalive_reply(m, &got);
+    rc = dl_etcd_keepalive_reply(rc, m, &got);
     if (rc < 0) {
       q->h->lease = 0; /* as the blocking path: left to its TTL */
       dl_am_fail(op, rc);
-    } else if (rc == 1 && got * 1000 >= q->a->lease_ms) {
+    } else if (dl_etcd_fixed_kept(rc, got, q->a->lease_ms)) {
       q->until = q->h->lease_until = dl_validity(q->sent, q->a->lease_ms);
       dl_am_put_step(op);
     } else { /* gone: a new one */
@@ -435,7 +430,7 @@ static void on_msg(void *ud, int rc, ProtobufCMessage *m, int code) {
       fixed_grant(op);
     }
   } else if (q->step == S_KEEP) {
-    if (rc == 0 && (rc = dl_etcd_keepalive_reply(m, &got)) == 0)
+    if ((rc = dl_etcd_keepalive_reply(rc, m, &got)) == 0)
       rc = dl_seterr(op->e->err, DLOCK_ELOST,
                      "the lease of our etcd key %s ended while we waited",
                      q->h->key);

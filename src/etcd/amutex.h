@@ -51,12 +51,13 @@ struct etcd_aacq {
 };
 
 /* ---- amutex.c's ---- */
-/* Starts op's next call (step) within one command timeout; out of memory,
+/* Starts op's next call k (step) within one command timeout, its answer
+ * JSON, or with k->msg a message (pbtxn.h's: S_PUT, S_UNORPHAN and
+ * S_DELETE's txns, S_FIXED_KEEP and S_KEEP's keepalives); out of memory,
  * op is told DLOCK_ENOMEM and freed. */
+void dl_am_ask(dl_async *op, astep step, const etcd_ask *k);
+/* dl_am_ask of path with body, or with msg (read, not kept). */
 void dl_am_call(dl_async *op, astep step, const char *path, const char *body);
-/* As dl_am_call, a call made with a message (pbtxn.h's: S_PUT,
- * S_UNORPHAN and S_DELETE's txns, S_FIXED_KEEP and S_KEEP's keepalives),
- * its answer a message. */
 void dl_am_call_pb(dl_async *op, astep step, const char *path,
                    const ProtobufCMessage *msg);
 /* Ends op with rc after its key (at its revision) and a fixed lease go. */

@@ -66,9 +66,8 @@ static void keep_step(dl_async *op) {
     return;
   }
   q->sent = dl_now_ms();
-  Etcdserverpb__LeaseKeepAliveRequest req;
-  dl_etcd_keepalive_msg(&req, q->h->lease);
-  dl_am_call_pb(op, S_KEEP, "/v3/lease/keepalive", &req.base);
+  etcd_keepalive ka;
+  dl_am_ask(op, S_KEEP, dl_etcd_keepalive_ask(&ka, q->h->lease));
 }
 
 void dl_am_keep_done(dl_async *op) {

@@ -69,7 +69,7 @@ struct dl_async {
   int rc;                    /* that result */
   char msg[512];             /* its detail */
   etcd_acall_fn later;       /* what gets it (NULL: op ends with it) */
-  etcd_acall_pb_fn later_pb; /* dl_etcd_op_call_pb's fn, through later */
+  etcd_acall_pb_fn later_pb; /* dl_etcd_op_ask's pbfn, through later */
   etcd_op_wait_fn waited;    /* dl_etcd_op_watch's fn */
   const dl_lock_ref *l;
   etcd_hold *h; /* the release's hold, off the list */
@@ -120,24 +120,36 @@ void dl_etcd_op_wake_at(dl_async *op, dl_timer_fn fn, int64_t at);
  * error stands). */
 bool dl_etcd_op_ride(dl_async *op, dl_timer_fn fn, bool cancelled, bool wait,
                      int64_t deadline, int rc, int *rides);
-/* Starts op's call (until op->deadline); one that cannot start gets fn
- * its error from the loop's dispatch. 0, or DLOCK_ENOMEM (op freed,
+/* Starts op's call k (until op->deadline), its answer to fn, or to pbfn
+ * when k->msg (a message: dl_etcd_acall_ask's); one that cannot start
+ * gets its error from the loop's dispatch. 0, or DLOCK_ENOMEM (op freed,
  * untold). */
-int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
-                    etcd_acall_fn fn);
-/* op's next call, within a command timeout of its own (body NULL: a body
- * that ran out of memory, fn told DLOCK_ENOMEM as by a call that cannot
- * start); one that cannot even be told (out of memory: op freed) tells
- * done `told`, or DLOCK_ENOMEM when told is 0. */
-void dl_etcd_op_next(dl_async *op, const char *path, const char *body,
-                     etcd_acall_fn fn, int told);
-/* dl_etcd_op_call and dl_etcd_op_next with the request a message (read,
- * not kept), its answer a message (dl_etcd_acall_pb). */
-int dl_etcd_op_call_pb(dl_async *op, const char *path,
-                       const ProtobufCMessage *msg, etcd_acall_pb_fn fn);
-void dl_etcd_op_next_pb(dl_async *op, const char *path,
-                        const ProtobufCMessage *msg, etcd_acall_pb_fn fn,
-                        int told);
+int dl_etcd_op_ask(dl_async *op, const etcd_ask *k, etcd_acall_fn fn,
+                   etcd_acall_pb_fn pbfn);
+/* op's next call k, within a command timeout of its own (neither body nor
+ * msg: a body that ran out of memory, fn told DLOCK_ENOMEM as by a call
+ * that cannot start); one that cannot even be told (out of memory: op
+ * freed) tells done `told`, or DLOCK_ENOMEM when told is 0. */
+void dl_etcd_op_ask_next(dl_async *op, const etcd_ask *k, etcd_acall_fn fn,
+                         etcd_acall_pb_fn pbfn, int told);
+/* dl_etcd_op_ask and dl_etcd_op_ask_next asked with path and body (the
+ * gateway's JSON; for dl_etcd_op_next NULL, a body that ran out of
+ * memory), the answer JSON to fn; dl_etcd_op_next_pb with msg, a message
+ * of path's method (read, not kept), the answer a message to fn. */
+static inline int dl_etcd_op_call(dl_async *op, const char *path,
+                                  const char *body, etcd_acall_fn fn) {
+  return dl_etcd_op_ask(op, &(etcd_ask){path, body, NULL}, fn, NULL);
+}
+static inline void dl_etcd_op_next(dl_async *op, const char *path,
+                                   const char *body, etcd_acall_fn fn,
+                                   int told) {
+  dl_etcd_op_ask_next(op, &(etcd_ask){path, body, NULL}, fn, NULL, told);
+}
+static inline void dl_etcd_op_next_pb(dl_async *op, const char *path,
+                                      const ProtobufCMessage *msg,
+                                      etcd_acall_pb_fn fn, int told) {
+  dl_etcd_op_ask_next(op, &(etcd_ask){path, NULL, msg}, NULL, fn, told);
+}
 
 /* Runs fn(op) at `at` on op->timer (stopped first: armed by a cancel's
  * restart, or an earlier step's): 0, or DLOCK_ENOMEM recorded, op's call
@@ -159,7 +171,7 @@ void dl_etcd_op_watch(dl_async *op, const char *body, etcd_watch_on on,
                       int64_t until, etcd_op_wait_fn fn);
 
 /* The txn deleting key if its create revision is still rev (pbtxn.h's),
- * on the loop: as dl_etcd_op_call_pb. */
+ * on the loop: as dl_etcd_op_ask. */
 int dl_etcd_op_delete_at(dl_async *op, const char *key, int64_t rev,
                          etcd_acall_pb_fn fn);
 /* A try's result *rc of a release's delete, after earlier tries

@@ -103,10 +103,10 @@ static void on_keep(void *ud, int rc, ProtobufCMessage *m, int code) {
   etcd_permit_try *t = &op->sem->pt;
   op->call = NULL;
   int64_t ttl = 0;
-  if (rc == 0) rc = dl_etcd_keepalive_reply(m, &ttl);
+  rc = dl_etcd_keepalive_reply(rc, m, &ttl);
   if (rc < 0) {
     dl_as_tried(op, rc);
-  } else if (rc == 1 && ttl * 1000 >= t->lease_ms) {
+  } else if (dl_etcd_fixed_kept(rc, ttl, t->lease_ms)) {
     t->until = dl_validity(t->lease_at, t->lease_ms);
     put_step(op);
   } else {
@@ -154,10 +154,10 @@ static void lease_step(dl_async *op) {
   t->lease_at = now;
   char body[64];
   if (t->lease != 0) {
-    Etcdserverpb__LeaseKeepAliveRequest req;
-    dl_etcd_keepalive_msg(&req, t->lease);
+    etcd_keepalive ka;
     op->sem->step = M_TRY; /* as next's */
-    dl_etcd_op_next_pb(op, "/v3/lease/keepalive", &req.base, on_keep, 0);
+    dl_etcd_op_ask_next(op, dl_etcd_keepalive_ask(&ka, t->lease), NULL,
+                        on_keep, 0);
   } else {
     dl_etcd_grant_body(dl_etcd_ttl_s(t->lease_ms), body, sizeof body);
     next(op, "/v3/lease/grant", body, on_grant);

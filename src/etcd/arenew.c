@@ -30,19 +30,13 @@ static void next_call(dl_async *op, const char *path, const char *body,
   if (dl_etcd_op_call(op, path, body, fn) != 0) done(dud, DLOCK_ENOMEM);
 }
 
-/* A keepalive's answer: dl_etcd_keepalive's result, *ttl. */
-static int kept(dl_async *op, int rc, ProtobufCMessage *m, int64_t *ttl) {
-  op->call = NULL;
-  *ttl = 0;
-  return rc == 0 ? dl_etcd_keepalive_reply(m, ttl) : rc;
-}
-
 static void on_session(void *ud, int rc, ProtobufCMessage *m, int code) {
   (void)code;
   dl_async *op = ud;
   etcd_aren *r = op->ren;
+  op->call = NULL;
   int64_t ttl;
-  rc = kept(op, rc, m, &ttl);
+  rc = dl_etcd_keepalive_reply(rc, m, &ttl);
   r->first = dl_etcd_renew_session_kept(op->e, r->lease, r->sent, rc, ttl);
   dl_etcd_renew_carry(op->e, r->lease, r->n, r->items, &r->t);
   step(op);
@@ -52,8 +46,9 @@ static void on_consumer(void *ud, int rc, ProtobufCMessage *m, int code) {
   (void)code;
   dl_async *op = ud;
   etcd_aren *r = op->ren;
+  op->call = NULL;
   int64_t ttl;
-  rc = kept(op, rc, m, &ttl);
+  rc = dl_etcd_keepalive_reply(rc, m, &ttl);
   dl_etcd_renew_consumer_end(
       &r->items[r->i],
       dl_etcd_consumer_kept(op->e, &r->items[r->i], r->lease, r->sent, rc, ttl),
@@ -85,13 +80,12 @@ static void step(dl_async *op) {
       dl_etcd_renew_consumer_end(it, cr, &r->first);
       continue;
     }
-    Etcdserverpb__LeaseKeepAliveRequest req;
-    dl_etcd_keepalive_msg(&req, r->lease);
+    etcd_keepalive ka;
     r->sent = dl_now_ms();
     dl_done_fn done = op->done;
     void *dud = op->ud; /* as next_call's: op freed when it cannot start */
-    if (dl_etcd_op_call_pb(op, "/v3/lease/keepalive", &req.base,
-                           on_consumer) != 0)
+    if (dl_etcd_op_ask(op, dl_etcd_keepalive_ask(&ka, r->lease), NULL,
+                       on_consumer) != 0)
       done(dud, DLOCK_ENOMEM);
     return;
   }
@@ -148,11 +142,11 @@ int dl_etcd_renew_async(dl_backend *b, int64_t deadline, int64_t lease_ms,
   r->lease = e->lease;
   pthread_mutex_unlock(&e->mu);
   if (lease_ms > 0 && r->lease != 0) {
-    Etcdserverpb__LeaseKeepAliveRequest req;
-    dl_etcd_keepalive_msg(&req, r->lease);
+    etcd_keepalive ka;
     r->sent = dl_now_ms();
     (*calls)++;
-    rc = dl_etcd_op_call_pb(op, "/v3/lease/keepalive", &req.base, on_session);
+    rc = dl_etcd_op_ask(op, dl_etcd_keepalive_ask(&ka, r->lease), NULL,
+                        on_session);
   } else {
     op->later = on_start;
     rc = dl_etcd_op_later(op, 0);

@@ -41,10 +41,9 @@ static void call_start(dl_async *op, int64_t l) {
   int64_t deadline = op->sess.sent + e->command_timeout_ms;
   int rc;
   if (l) {
-    Etcdserverpb__LeaseKeepAliveRequest req;
-    dl_etcd_keepalive_msg(&req, l);
-    rc = dl_etcd_acall_pb(e, "/v3/lease/keepalive", &req.base, deadline,
-                          on_kept, op, &op->call);
+    etcd_keepalive ka;
+    rc = dl_etcd_acall_ask(e, dl_etcd_keepalive_ask(&ka, l), deadline, NULL,
+                           on_kept, op, &op->call);
   } else {
     char body[64];
     dl_etcd_grant_body(dl_etcd_ttl_s(e->session_ttl_ms), body, sizeof body);
@@ -62,7 +61,7 @@ static void on_kept(void *ud, int rc, ProtobufCMessage *m, int code) {
   dl_etcd *e = op->e;
   op->call = NULL;
   int64_t got = 0, until = 0;
-  if (rc == 0) rc = dl_etcd_keepalive_reply(m, &got);
+  rc = dl_etcd_keepalive_reply(rc, m, &got);
   if (rc >= 0 && dl_etcd_session_kept(e, op->sess.sent, rc == 1 ? got : 0,
                                       &until) == 0)
     call_end(op, 0, op->sess.lease, until);

@@ -22,12 +22,11 @@ void dl_etcd_lease_body(int64_t id, char *body, size_t len) {
 
 int dl_etcd_keepalive(dl_etcd *e, int64_t lease, int64_t deadline,
                       int64_t *ttl_s) {
-  Etcdserverpb__LeaseKeepAliveRequest req;
-  dl_etcd_keepalive_msg(&req, lease);
+  etcd_keepalive t;
+  const etcd_ask *k = dl_etcd_keepalive_ask(&t, lease);
   ProtobufCMessage *r;
-  int rc = dl_etcd_call_pb(e, "/v3/lease/keepalive", &req.base, deadline, &r,
-                           NULL);
-  return rc != 0 ? rc : dl_etcd_keepalive_reply(r, ttl_s);
+  int rc = dl_etcd_call_pb(e, k->path, k->msg, deadline, &r, NULL);
+  return dl_etcd_keepalive_reply(rc, r, ttl_s);
 }
 
 void dl_etcd_grant_body(int64_t ttl_s, char *body, size_t len) {
@@ -105,7 +104,7 @@ int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
     int64_t got;
     int rc = dl_etcd_keepalive(e, l, deadline, &got);
     if (rc < 0) return rc;
-    if (rc == 1 && got * 1000 >= lease_ms) {
+    if (dl_etcd_fixed_kept(rc, got, lease_ms)) {
       *lease = l;
       *until = dl_validity(sent, lease_ms);
       return 0;

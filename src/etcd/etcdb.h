@@ -323,16 +323,17 @@ void dl_etcd_aloop_drain(dl_etcd *e, bool (*more)(void *ud, int64_t *until),
 int dl_etcd_acall(dl_etcd *e, const char *path, const char *body,
                   int64_t deadline, etcd_acall_fn fn, void *ud,
                   etcd_acall **out);
-/* A call's end for dl_etcd_acall_pb: rc 0 with its answer m (the
+/* A call's end when made with a message: rc 0 with its answer m (the
  * callee's: free it with protobuf_c_message_free_unpacked(m, NULL)), or
  * a negative code recorded (m NULL). On the loop's thread. */
 typedef void (*etcd_acall_pb_fn)(void *ud, int rc, ProtobufCMessage *m,
                                  int code);
-/* dl_etcd_acall with the request a message (dl_etcd_call_pb's), its
- * answer a message to fn. */
-int dl_etcd_acall_pb(dl_etcd *e, const char *path, const ProtobufCMessage *msg,
-                     int64_t deadline, etcd_acall_pb_fn fn, void *ud,
-                     etcd_acall **out);
+/* dl_etcd_acall of the call k: with k->msg, the request a message
+ * (dl_etcd_call_pb's), its answer a message to pbfn (fn NULL); else
+ * k->body's, its answer to fn (pbfn NULL). */
+int dl_etcd_acall_ask(dl_etcd *e, const etcd_ask *k, int64_t deadline,
+                      etcd_acall_fn fn, etcd_acall_pb_fn pbfn, void *ud,
+                      etcd_acall **out);
 /* A waiter's watch (the body of dl_etcd_watch_delete_body, or with any of
  * dl_etcd_watch_prefix_body) on the loop, a stream with no deadline of its
  * own (the caller aborts it): 0 and *out, then fn(ud, rc, NULL, 0) once,
@@ -523,6 +524,12 @@ int dl_etcd_revoke(dl_etcd *e, int64_t lease, int64_t deadline);
  * (*lease, *until), or a negative code. */
 int dl_etcd_fixed_lease(dl_etcd *e, int64_t lease_ms, int64_t deadline,
                         int64_t *lease, int64_t *until);
+/* Whether a fixed lease of lease_ms is kept by its keepalive's end (rc,
+ * ttl_s: dl_etcd_keepalive's): alive, its TTL still covering the lease;
+ * else a new one is due. */
+static inline bool dl_etcd_fixed_kept(int rc, int64_t ttl_s, int64_t lease_ms) {
+  return rc == 1 && ttl_s * 1000 >= lease_ms;
+}
 /* A fixed lease whose hold ended with its key deleted (nothing else on
  * it): kept idle for the next (the oldest idle one revoked when the
  * client keeps enough). */
@@ -709,13 +716,16 @@ static inline int64_t dl_etcd_ttl_s(int64_t ms) {
 /* ---- holds.c: the locks the client holds or is taking (e->holds) ---- */
 /* Frees h (NULL: nothing), unlisted. */
 void dl_etcd_hold_free(etcd_hold *h);
-/* Drops a hold or claim: unwatched, unlinked, freed; the client's other
- * owners waiting for the key look again. e->mu not held. */
+/* Drops a hold or claim: unlinked (dl_etcd_hold_unlink), then unwatched
+ * and freed (dl_etcd_hold_end). e->mu not held. */
 void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h);
-/* A hold or claim unlinked (e->mu held): the client's other owners
- * waiting for the key look again, on a thread (e->cv) or on the loop
- * (e->aclaims, woken through e->form). */
-void dl_etcd_holds_gone(dl_etcd *e);
+/* dl_etcd_hold_drop's halves, for a caller that holds e->mu already: h
+ * off the list (e->mu held), the client's other owners waiting for the
+ * key then looking again, on a thread (e->cv) or on the loop
+ * (e->aclaims, woken through e->form); then, e->mu released, h
+ * unwatched and freed. */
+void dl_etcd_hold_unlink(dl_etcd *e, etcd_hold *h);
+void dl_etcd_hold_end(dl_etcd *e, etcd_hold *h);
 /* A claim on l for its owner (own_lease: a fixed lease), not yet listed:
  * NULL out of memory (recorded). */
 etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease);

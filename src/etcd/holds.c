@@ -28,16 +28,12 @@ static etcd_hold *hold_find(dl_etcd *e, const char *lock, const char *owner) {
   return NULL;
 }
 
-/* Removes h from the list (e->mu held). */
-static void hold_unlink(dl_etcd *e, etcd_hold *h) {
+void dl_etcd_hold_unlink(dl_etcd *e, etcd_hold *h) {
   for (etcd_hold **pp = &e->holds; *pp; pp = &(*pp)->next)
     if (*pp == h) {
       *pp = h->next;
       break;
     }
-}
-
-void dl_etcd_holds_gone(dl_etcd *e) {
   pthread_cond_broadcast(&e->cv);
   /* Once until the loop looks: it looks at every waiter. */
   if (e->aclaims && !e->aclaim_look) {
@@ -46,15 +42,18 @@ void dl_etcd_holds_gone(dl_etcd *e) {
   }
 }
 
-void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h) {
-  pthread_mutex_lock(&e->mu);
-  hold_unlink(e, h);
-  dl_etcd_holds_gone(e);
-  pthread_mutex_unlock(&e->mu);
+void dl_etcd_hold_end(dl_etcd *e, etcd_hold *h) {
   /* Unlinked first: a renewal looks at a listed hold's watch (e->mu),
    * which the watcher thread frees once stopped. */
   dl_etcd_unwatch(e, h->watch);
   dl_etcd_hold_free(h);
+}
+
+void dl_etcd_hold_drop(dl_etcd *e, etcd_hold *h) {
+  pthread_mutex_lock(&e->mu);
+  dl_etcd_hold_unlink(e, h);
+  pthread_mutex_unlock(&e->mu);
+  dl_etcd_hold_end(e, h);
 }
 
 etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease) {

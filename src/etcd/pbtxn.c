@@ -1,5 +1,5 @@
-/* pbtxn.c: the claim and the fenced delete as protobuf messages, and
- * their answers (pbtxn.h). */
+/* pbtxn.c: the claim, the keepalive and the fenced delete as protobuf
+ * messages, and their answers (pbtxn.h). */
 #include "pbtxn.h"
 
 #include <string.h>
@@ -112,14 +112,17 @@ int dl_etcd_claim_answer(dl_etcd *e, etcd_hold *h, ProtobufCMessage *m,
   return rc;
 }
 
-void dl_etcd_keepalive_msg(Etcdserverpb__LeaseKeepAliveRequest *r,
-                           int64_t id) {
-  *r = (Etcdserverpb__LeaseKeepAliveRequest)
+const etcd_ask *dl_etcd_keepalive_ask(etcd_keepalive *t, int64_t id) {
+  t->req = (Etcdserverpb__LeaseKeepAliveRequest)
       ETCDSERVERPB__LEASE_KEEP_ALIVE_REQUEST__INIT;
-  r->id = id;
+  t->req.id = id;
+  t->k = (etcd_ask){"/v3/lease/keepalive", NULL, &t->req.base};
+  return &t->k;
 }
 
-int dl_etcd_keepalive_reply(ProtobufCMessage *m, int64_t *ttl_s) {
+int dl_etcd_keepalive_reply(int rc, ProtobufCMessage *m, int64_t *ttl_s) {
+  *ttl_s = 0;
+  if (rc != 0) return rc;
   *ttl_s = ((const Etcdserverpb__LeaseKeepAliveResponse *)m)->ttl;
   protobuf_c_message_free_unpacked(m, NULL);
   return *ttl_s > 0;

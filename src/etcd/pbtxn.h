@@ -1,11 +1,11 @@
 /* pbtxn.h: the hot path's calls as etcd's protobuf messages, for both
- * drivers (dl_etcd_call_pb, dl_etcd_acall_pb): the claim (our key put and
+ * drivers (dl_etcd_call_pb, dl_etcd_acall_ask): the claim (our key put and
  * the line's owner read, dl_etcd_put_and_read's), the fenced delete
  * (dl_etcd_delete_at's) and a lease's keepalive (a fixed lease's at each
  * acquire, the session's and consumers' renewals). Over gRPC they go without
  * JSON either way; the gateway gets their JSON (grpc.c converts). A message's
  * parts point into its struct and into the strings it was built from: all must
- * live until dl_etcd_call_pb or dl_etcd_acall_pb returns (the blocking call
+ * live until dl_etcd_call_pb or dl_etcd_acall_ask returns (the blocking call
  * packs it again for a try after a new token). Private to src/etcd. */
 #ifndef DLOCK_ETCD_PBTXN_H
 #define DLOCK_ETCD_PBTXN_H
@@ -36,12 +36,18 @@ void dl_etcd_claim_txn(etcd_claim_txn *t, const etcd_hold *h, const char *value,
 int dl_etcd_claim_answer(dl_etcd *e, etcd_hold *h, ProtobufCMessage *r,
                          bool fresh, int64_t *owner_rev);
 
-/* A keepalive of lease id (LeaseKeepAlive, one message on its stream):
- * r->base is the request. */
-void dl_etcd_keepalive_msg(Etcdserverpb__LeaseKeepAliveRequest *r, int64_t id);
-/* Its answer m (freed here): 1 kept alive (*ttl_s its TTL), 0 the lease
- * is gone (a dead lease's answer has no TTL). */
-int dl_etcd_keepalive_reply(ProtobufCMessage *m, int64_t *ttl_s);
+/* A keepalive of lease id (LeaseKeepAlive, one message on its stream) as
+ * a call: t's (the caller's, to live as the message must) k, for the
+ * blocking call or any of the loop's that take an etcd_ask. */
+typedef struct etcd_keepalive {
+  Etcdserverpb__LeaseKeepAliveRequest req;
+  etcd_ask k;
+} etcd_keepalive;
+const etcd_ask *dl_etcd_keepalive_ask(etcd_keepalive *t, int64_t id);
+/* Its end: rc, the call's, when it failed (negative, *ttl_s 0); else its
+ * answer m (freed here): 1 kept alive (*ttl_s its TTL), 0 the lease is
+ * gone (a dead lease's answer has no TTL). */
+int dl_etcd_keepalive_reply(int rc, ProtobufCMessage *m, int64_t *ttl_s);
 
 /* The fenced delete: key deleted only while its create revision is rev,
  * so that a retried release never deletes a newer hold (etcd issue

@@ -137,7 +137,7 @@ static int fresh_lease(dl_etcd *e, etcd_permit_try *t) {
     int64_t ttl;
     int rc = dl_etcd_keepalive(e, t->lease, deadline, &ttl);
     if (rc < 0) return rc;
-    if (rc == 1 && ttl * 1000 >= t->lease_ms) {
+    if (dl_etcd_fixed_kept(rc, ttl, t->lease_ms)) {
       t->lease_at = sent;
       t->until = dl_validity(sent, t->lease_ms);
       return 0;

@@ -384,22 +384,14 @@ void dl_etcd_renew_answer(dl_etcd *e, int n, dl_renew_item *items,
     /* Deleted (a force release), or its lease ended: lost, and forgotten
      * (never re-created). */
     if (h && gone) {
-      for (etcd_hold **pp = &e->holds; *pp; pp = &(*pp)->next)
-        if (*pp == h) {
-          *pp = h->next;
-          break;
-        }
-      dl_etcd_holds_gone(e);
+      dl_etcd_hold_unlink(e, h);
     } else if (h && (int)(t->heard[i] - h->heard_seen) > 0) {
       h->heard_seen = t->heard[i]; /* found after what its watch heard */
     }
     pthread_mutex_unlock(&e->mu);
     if (gone) {
       items[i].result = 0;
-      if (h) {
-        dl_etcd_unwatch(e, h->watch);
-        dl_etcd_hold_free(h);
-      }
+      if (h) dl_etcd_hold_end(e, h);
     } else if (until > dl_now_ms()) {
       items[i].result = 1;
       items[i].valid_until = until;

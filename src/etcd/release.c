@@ -166,62 +166,52 @@ bool dl_etcd_op_ride(dl_async *op, dl_timer_fn fn, bool cancelled, bool wait,
   return pause > 0;
 }
 
-int dl_etcd_op_call(dl_async *op, const char *path, const char *body,
-                    etcd_acall_fn fn) {
-  int rc = dl_etcd_acall(op->e, path, body, op->deadline, fn, op, &op->call);
-  if (rc == 0) return 0;
-  op->later = fn;
-  return dl_etcd_op_later(op, rc);
-}
-
-/* A dl_etcd_op_call_pb that could not start: its fn told, from the
- * loop's dispatch (on_later). */
+/* op->later for a call made with a message: its fn told. */
 static void later_pb(void *ud, int rc, json_object *o, int code) {
   dl_async *op = ud;
   json_object_put(o);
   op->later_pb(op, rc, NULL, code);
 }
 
-int dl_etcd_op_call_pb(dl_async *op, const char *path,
-                       const ProtobufCMessage *msg, etcd_acall_pb_fn fn) {
-  int rc = dl_etcd_acall_pb(op->e, path, msg, op->deadline, fn, op, &op->call);
-  if (rc == 0) return 0;
-  op->later = later_pb;
-  op->later_pb = fn;
+/* A call of op's that could not start (rc): fn, or pbfn, told from the
+ * loop's dispatch (on_later). */
+static int unstarted(dl_async *op, int rc, etcd_acall_fn fn,
+                     etcd_acall_pb_fn pbfn) {
+  op->later = pbfn ? later_pb : fn;
+  op->later_pb = pbfn;
   return dl_etcd_op_later(op, rc);
 }
 
-void dl_etcd_op_next_pb(dl_async *op, const char *path,
-                        const ProtobufCMessage *msg, etcd_acall_pb_fn fn,
-                        int told) {
+int dl_etcd_op_ask(dl_async *op, const etcd_ask *k, etcd_acall_fn fn,
+                   etcd_acall_pb_fn pbfn) {
+  if (k->msg)
+    fn = NULL;
+  else
+    pbfn = NULL;
+  int rc = dl_etcd_acall_ask(op->e, k, op->deadline, fn, pbfn, op, &op->call);
+  return rc == 0 ? 0 : unstarted(op, rc, fn, pbfn);
+}
+
+void dl_etcd_op_ask_next(dl_async *op, const etcd_ask *k, etcd_acall_fn fn,
+                         etcd_acall_pb_fn pbfn, int told) {
   dl_done_fn done = op->done;
   void *dud = op->ud;
   op->deadline = dl_now_ms() + op->e->command_timeout_ms;
-  if (dl_etcd_op_call_pb(op, path, msg, fn) != 0)
-    done(dud, told ? told : DLOCK_ENOMEM);
+  int rc;
+  if (k->body || k->msg)
+    rc = dl_etcd_op_ask(op, k, fn, pbfn);
+  else /* its body ran out of memory: as a call that cannot start */
+    rc = unstarted(op, dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"),
+                   fn, NULL);
+  if (rc != 0) done(dud, told ? told : DLOCK_ENOMEM);
 }
 
 int dl_etcd_op_delete_at(dl_async *op, const char *key, int64_t rev,
                          etcd_acall_pb_fn fn) {
   etcd_delete_txn t;
   dl_etcd_delete_txn(&t, key, rev);
-  return dl_etcd_op_call_pb(op, "/v3/kv/txn", &t.txn.base, fn);
-}
-
-void dl_etcd_op_next(dl_async *op, const char *path, const char *body,
-                     etcd_acall_fn fn, int told) {
-  dl_done_fn done = op->done;
-  void *dud = op->ud;
-  op->deadline = dl_now_ms() + op->e->command_timeout_ms;
-  int rc;
-  if (body) {
-    rc = dl_etcd_op_call(op, path, body, fn);
-  } else { /* its body ran out of memory: as a call that cannot start */
-    op->later = fn;
-    rc = dl_etcd_op_later(op,
-                          dl_seterr(op->e->err, DLOCK_ENOMEM, "out of memory"));
-  }
-  if (rc != 0) done(dud, told ? told : DLOCK_ENOMEM);
+  return dl_etcd_op_ask(op, &(etcd_ask){"/v3/kv/txn", NULL, &t.txn.base},
+                        NULL, fn);
 }
 
 int dl_etcd_op_timer(dl_async *op, dl_timer_fn fn, int64_t at) {
