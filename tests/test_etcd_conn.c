@@ -547,35 +547,27 @@ static void t_etcd_cycle_quiet(void) {
   th_etcd_stop(&s);
 }
 
+/* A thread's pings: 20 once past go, or (stop not NULL) until *stop,
+ * those answered counted (and the failures of the 20, the first told). */
 typedef struct pinger {
   dlock_client *c;
   pthread_barrier_t *go;
+  atomic_bool *stop;
+  atomic_int ok;
   int fails;
 } pinger;
 
 static void *ping_some(void *ud) {
   pinger *p = ud;
-  pthread_barrier_wait(p->go);
-  for (int i = 0; i < 20; i++) {
+  if (p->go) pthread_barrier_wait(p->go);
+  for (int i = 0; p->stop ? !atomic_load(p->stop) : i < 20; i++) {
     int rc = dlock_client_ping(p->c);
-    if (rc != 0 && p->fails++ == 0)
+    if (rc == 0)
+      atomic_fetch_add(&p->ok, 1);
+    else if (p->stop == NULL && p->fails++ == 0)
       fprintf(stderr, "    ping: %s: %s\n", dlock_err_name(rc),
               dlock_client_errmsg(p->c));
   }
-  return NULL;
-}
-
-/* A thread's pings one after another until *stop, counted. */
-typedef struct looper {
-  dlock_client *c;
-  atomic_bool *stop;
-  atomic_int ok;
-} looper;
-
-static void *ping_loop(void *ud) {
-  looper *p = ud;
-  while (!atomic_load(p->stop))
-    if (dlock_client_ping(p->c) == 0) atomic_fetch_add(&p->ok, 1);
   return NULL;
 }
 
@@ -584,12 +576,12 @@ static void *ping_loop(void *ud) {
 static void restart_under_pings(th_etcd *s, dlock_client *c) {
   enum { T = 16 };
   atomic_bool stop = false;
-  looper p[T];
+  pinger p[T];
   pthread_t th[T];
   int base[T];
   for (int i = 0; i < T; i++) {
-    p[i] = (looper){.c = c, .stop = &stop};
-    pthread_create(&th[i], NULL, ping_loop, &p[i]);
+    p[i] = (pinger){.c = c, .stop = &stop};
+    pthread_create(&th[i], NULL, ping_some, &p[i]);
   }
   int64_t end = th_now_ms() + th_soon(5000);
   for (int i = 0; i < T; i++) /* each thread's calls under way */
