@@ -547,22 +547,57 @@ static void t_etcd_cycle_quiet(void) {
   th_etcd_stop(&s);
 }
 
+/* A thread's pings: 20 once past go, or (stop not NULL) until *stop,
+ * those answered counted (and the failures of the 20, the first told). */
 typedef struct pinger {
   dlock_client *c;
   pthread_barrier_t *go;
+  atomic_bool *stop;
+  atomic_int ok;
   int fails;
 } pinger;
 
 static void *ping_some(void *ud) {
   pinger *p = ud;
-  pthread_barrier_wait(p->go);
-  for (int i = 0; i < 20; i++) {
+  if (p->go) pthread_barrier_wait(p->go);
+  for (int i = 0; p->stop ? !atomic_load(p->stop) : i < 20; i++) {
     int rc = dlock_client_ping(p->c);
-    if (rc != 0 && p->fails++ == 0)
+    if (rc == 0)
+      atomic_fetch_add(&p->ok, 1);
+    else if (p->stop == NULL && p->fails++ == 0)
       fprintf(stderr, "    ping: %s: %s\n", dlock_err_name(rc),
               dlock_client_errmsg(p->c));
   }
   return NULL;
+}
+
+/* s restarted under T threads' pings (those while it is down fail), and
+ * each thread's answered after it. */
+static void restart_under_pings(th_etcd *s, dlock_client *c) {
+  enum { T = 16 };
+  atomic_bool stop = false;
+  pinger p[T];
+  pthread_t th[T];
+  int base[T];
+  for (int i = 0; i < T; i++) {
+    p[i] = (pinger){.c = c, .stop = &stop};
+    pthread_create(&th[i], NULL, ping_some, &p[i]);
+  }
+  int64_t end = th_now_ms() + th_soon(5000);
+  for (int i = 0; i < T; i++) /* each thread's calls under way */
+    while (atomic_load(&p[i].ok) == 0 && th_now_ms() < end) th_sleep_ms(1);
+  CHECK_RC(th_etcd_restart(s), 0);
+  for (int i = 0; i < T; i++) base[i] = atomic_load(&p[i].ok);
+  end = th_now_ms() + th_soon(5000);
+  bool all = false;
+  while (!all && th_now_ms() < end) {
+    all = true;
+    for (int i = 0; i < T; i++) all = all && atomic_load(&p[i].ok) > base[i] + 2;
+    if (!all) th_sleep_ms(1);
+  }
+  atomic_store(&stop, true);
+  for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+  CHECK(all);
 }
 
 /* T threads' pings at once, all answered. */
@@ -589,8 +624,10 @@ static void ping_at_once(dlock_client *c) {
  * driven by the calling thread (no other thread woken); calls of 16
  * threads at once go as streams of one shared connection (gmux.c), not
  * a connection a thread: two connections in all. After a server restart
- * the shared connection is gone: the calls that find it so (sent as
- * HTTP/1.1 on a new one, to etcd's gateway) go again on a new one. */
+ * the shared connection is gone: the calls that find it so (refused
+ * rather than sent as HTTP/1.1 on a new one, to etcd's gateway) go
+ * again, one opening a new one, the others waiting for it, with calls
+ * in flight through the restart too: two connections still. */
 static void t_etcd_calls_shared(void) {
   TH_ETCD_SETUP(s);
   dlock_client *c = th_etcd_client(&s, 0);
@@ -616,6 +653,14 @@ static void t_etcd_calls_shared(void) {
   CHECK_EQ(conns, 2);
   CHECK_RC(th_etcd_restart(&s), 0);
   ping_at_once(c);
+  /* Calls in flight through a restart: one opens the shared connection
+   * again, the others wait for it (each one that found it gone opening
+   * its own, or clearing the one just opened: 3 to 13). */
+  restart_under_pings(&s, c);
+  conns = et_conns_to(s.port, NULL);
+  fprintf(stderr, "    16 threads' calls through a restart: %d connection(s)\n",
+          conns);
+  CHECK(conns <= 2);
   dlock_client_close(c);
   th_etcd_stop(&s);
 }

@@ -26,14 +26,6 @@
 #include <string.h>
 #include <sys/socket.h>
 
-/* An endpoint's HTTP/2 connection, as the calls see it. */
-typedef struct aconn {
-  bool open;          /* open or opening */
-  unsigned opens;     /* the tries started that open one */
-  unsigned unreached; /* opens of the last such try that did not reach
-                         the server */
-} aconn;
-
 /* The client's multi handle and what drives it. */
 typedef struct etcd_aloop {
   dl_etcd *e;
@@ -41,7 +33,7 @@ typedef struct etcd_aloop {
   CURLM *m;
   dl_timer timer; /* curl's timeout */
   int64_t due;    /* when it falls due (dl_now_ms() time), -1 none */
-  aconn *conns;   /* per endpoint */
+  etcd_h2conn *conns; /* per endpoint */
   struct asock *socks;
 } etcd_aloop;
 
@@ -284,7 +276,7 @@ static int try_start(etcd_acall *c) {
   if (left <= 0)
     return dl_seterr(e->err, DLOCK_ETIMEDOUT, "etcd %s: no answer in time",
                      c->q.path);
-  aconn *k = &a->conns[c->idx];
+  etcd_h2conn *k = &a->conns[c->idx];
   bool prior = c->again || !k->open;
   c->may_again = !prior;
   dl_etcd_req_setup(e, &c->q, c->h, c->idx, c->hd, left, prior);
@@ -301,9 +293,7 @@ static int try_start(etcd_acall *c) {
      * one (it would be HTTP/1.1 on cleartext). */
     c->refused = false;
     if (!e->tls) dl_etcd_no_open(c->h, prior ? NULL : &c->refused);
-    if (prior) k->opens++;
-    c->opens = k->opens;
-    k->open = true;
+    c->opens = dl_etcd_h2_start(k, prior);
   }
   if (curl_multi_add_handle(a->m, c->h) != CURLM_OK)
     return dl_seterr(e->err, DLOCK_ENOMEM, "etcd %s: curl_multi_add_handle",
@@ -368,23 +358,17 @@ static void try_end(etcd_acall *c, CURLcode cc) {
   }
   json_object *o = NULL;
   int code = 0, rc = 0;
-  aconn *k = &a->conns[c->idx];
-  if (c->refused && c->opens != k->unreached) {
-    /* The connection it waited for was gone (a server restart): again,
-     * opening one with prior knowledge unless another try started
-     * opening one since (the others wait for that one). Else the one it
-     * waited for did not reach the server: nor did this try (the next
-     * endpoint), rather than one at a time in turn. */
-    if (c->opens == k->opens) k->open = false;
+  etcd_h2conn *k = &a->conns[c->idx];
+  if (c->refused && dl_etcd_h2_refused(k, c->opens)) {
     if ((rc = try_start(c)) != 0) finish(c, rc, NULL, 0);
     return;
   }
   bool h2;
   etcd_try t = dl_etcd_req_end(e, &c->q, c->h, c->idx, cc,
                                c->may_again && !c->again, &o, &code, &rc, &h2);
-  if (c->q.m && !c->may_again && t == ETCD_TRY_NEXT) /* it opened */
-    k->unreached = c->opens;
-  if (c->q.m && !h2) k->open = false; /* no connection kept */
+  if (c->q.m && !c->may_again) /* it opened */
+    dl_etcd_h2_opened(k, c->opens, cc);
+  if (c->q.m && !h2) dl_etcd_h2_gone(k, c->opens); /* no connection kept */
   c->again = t == ETCD_TRY_AGAIN;
   if (t == ETCD_TRY_AGAIN || (t == ETCD_TRY_NEXT && ++c->i < e->nendpoints)) {
     if ((rc = try_start(c)) != 0) finish(c, rc, NULL, 0);

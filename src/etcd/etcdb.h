@@ -218,6 +218,9 @@ int dl_etcd_status_error(dl_etcd *e, const char *path, int grpc,
  * was not reached (the next endpoint may be tried: nothing was sent). */
 int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
                        const char *why, bool *next);
+/* Whether curl's result cc says the server was not reached (nothing
+ * sent). */
+bool dl_etcd_unreached(CURLcode cc);
 /* ---- one try of a call, for both drivers (http.c, grpc.c): the
  * blocking one (dl_etcd_call, an easy handle each) and the event loop's
  * (acall.c, on a multi handle) ---- */
@@ -435,6 +438,32 @@ void dl_etcd_corks_flush(etcd_corks *k);
  * on an HTTP/1.1 connection of its own (a server restart with many
  * calls in flight). */
 void dl_etcd_no_open(CURL *h, bool *refused);
+/* An endpoint's shared HTTP/2 connection as its gRPC tries see it
+ * (acall.c's, gmux.c's; the caller's lock). On cleartext the try that
+ * opens it asks for prior knowledge, the others wait for it and may not
+ * open one (dl_etcd_no_open); after a server restart the first refused
+ * opens a new one, the others wait for that, and when it does not reach
+ * the server they end not reached with it, rather than each opening its
+ * own. */
+typedef struct etcd_h2conn {
+  bool open;          /* open or opening */
+  unsigned opens;     /* the tries started that open one */
+  unsigned unreached; /* opens of the last such try that did not reach
+                         the server */
+} etcd_h2conn;
+/* A try starts on k, opening the connection or not (waiting for it): its
+ * mark, for the two below. */
+unsigned dl_etcd_h2_start(etcd_h2conn *k, bool opens);
+/* The try of mark that opened k's connection ended (curl's result cc). */
+void dl_etcd_h2_opened(etcd_h2conn *k, unsigned mark, CURLcode cc);
+/* The try of mark kept no connection: the next opens one, unless a try
+ * started opening one since. */
+void dl_etcd_h2_gone(etcd_h2conn *k, unsigned mark);
+/* The try of mark was refused (dl_etcd_no_open: nothing sent): true, it
+ * goes again (opening the connection unless a try started opening one
+ * since); false, the connection it waited for did not reach the server,
+ * nor did it (the next endpoint). */
+bool dl_etcd_h2_refused(etcd_h2conn *k, unsigned mark);
 /* ---- gmux.c: the blocking gRPC calls of several threads at once ---- */
 /* Runs h (set up for a gRPC call to endpoint idx by dl_etcd_req_setup)
  * on e's one multi handle, its streams multiplexed on one HTTP/2
@@ -445,14 +474,18 @@ void dl_etcd_no_open(CURL *h, bool *refused);
  * `fresh`: a try again after its connection had gone), the others wait
  * for it (curl 7.88 fails prior knowledge on a reused connection, curl
  * issue 10634); one that finds no connection to wait for is *refused
- * (nothing sent: again with `fresh`). curl's result once the transfer
- * ended. Any thread;
+ * (nothing sent: to be made again, without `fresh`: one opens the
+ * connection, the others wait for it; not refused but not reached when
+ * the connection it waited for did not reach the server:
+ * dl_etcd_h2_refused). *mark: the try's (dl_etcd_h2_start). curl's
+ * result once the transfer ended. Any thread;
  * blocks; e->gmux set up (dl_etcd_gmux_new). */
 CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
-                              bool *prior, bool *refused);
-/* A call to idx ended without an HTTP/2 answer: the next one opens a new
- * connection (prior knowledge). Any thread. */
-void dl_etcd_gmux_gone(dl_etcd *e, int idx);
+                              bool *prior, bool *refused, unsigned *mark);
+/* A call to idx (its try's mark) ended without an HTTP/2 answer: the next
+ * one opens a new connection (prior knowledge), unless a call started
+ * opening one since (dl_etcd_h2_gone). Any thread. */
+void dl_etcd_gmux_gone(dl_etcd *e, int idx, unsigned mark);
 /* Sets up e->gmux: 0, or -1 out of memory. After the endpoints are
  * parsed. */
 int dl_etcd_gmux_new(dl_etcd *e);

@@ -20,6 +20,7 @@ typedef struct gmux_call {
   bool fresh, prior;
   bool refused; /* it would have opened a connection without prior
                    knowledge */
+  unsigned opens; /* its endpoint's mark (dl_etcd_h2_start) */
   bool added;   /* on the multi handle */
   bool done;    /* g->mu: ended, cc set, off the multi handle */
   bool lead;    /* g->mu: this caller drives */
@@ -35,17 +36,17 @@ struct etcd_gmux {
   bool polling;     /* mu: the driver is in curl_multi_poll, or about to */
   int nnew;         /* mu: calls handed in, not yet on m */
   gmux_call *calls; /* mu: handed in, not ended */
-  bool *h2;         /* mu: per endpoint, a connection open or opening */
+  etcd_h2conn *conns; /* mu: per endpoint */
   bool tls;
   etcd_corks corks; /* the driver's: m's connections' sockets */
 };
 
 int dl_etcd_gmux_new(dl_etcd *e) {
   struct etcd_gmux *g = calloc(1, sizeof *g);
-  if (g) g->h2 = calloc((size_t)e->nendpoints, sizeof *g->h2);
-  if (g && g->h2) g->m = curl_multi_init();
-  if (g == NULL || g->h2 == NULL || g->m == NULL) {
-    if (g) free(g->h2);
+  if (g) g->conns = calloc((size_t)e->nendpoints, sizeof *g->conns);
+  if (g && g->conns) g->m = curl_multi_init();
+  if (g == NULL || g->conns == NULL || g->m == NULL) {
+    if (g) free(g->conns);
     free(g);
     return -1;
   }
@@ -64,15 +65,15 @@ void dl_etcd_gmux_free(dl_etcd *e) {
   if (g == NULL) return;
   curl_multi_cleanup(g->m); /* its connections close (g->corks told) */
   pthread_mutex_destroy(&g->mu);
-  free(g->h2);
+  free(g->conns);
   free(g);
   e->gmux = NULL;
 }
 
-void dl_etcd_gmux_gone(dl_etcd *e, int idx) {
+void dl_etcd_gmux_gone(dl_etcd *e, int idx, unsigned mark) {
   struct etcd_gmux *g = e->gmux;
   pthread_mutex_lock(&g->mu);
-  g->h2[idx] = false;
+  dl_etcd_h2_gone(&g->conns[idx], mark);
   pthread_mutex_unlock(&g->mu);
 }
 
@@ -89,15 +90,16 @@ static void end_call(gmux_call *c, CURLcode cc, const gmux_call *self) {
 }
 
 /* The calls handed in since the last turn, onto the multi handle (g->mu
- * held: the endpoints' h2). */
+ * held: the endpoints' connections). */
 static void add_new(struct etcd_gmux *g, const gmux_call *self) {
   g->nnew = 0;
   for (gmux_call *c = g->calls, *next; c; c = next) {
     next = c->next;
     if (c->added) continue;
+    etcd_h2conn *k = &g->conns[c->idx];
     c->prior = false;
     if (!g->tls) {
-      c->prior = c->fresh || !g->h2[c->idx];
+      c->prior = c->fresh || !k->open;
       curl_easy_setopt(c->h, CURLOPT_HTTP_VERSION,
                        c->prior ? (long)CURL_HTTP_VERSION_2_PRIOR_KNOWLEDGE
                                 : (long)CURL_HTTP_VERSION_2_0);
@@ -105,7 +107,7 @@ static void add_new(struct etcd_gmux *g, const gmux_call *self) {
        * may have left its connection in the cache (a stream timed out). */
       curl_easy_setopt(c->h, CURLOPT_FRESH_CONNECT, c->prior ? 1L : 0L);
       /* One that would open a connection as HTTP/1.1 is refused, and
-       * made again with prior knowledge on a new connection. */
+       * made again (dl_etcd_h2_refused). */
       dl_etcd_no_open(c->h, c->prior ? NULL : &c->refused);
     }
     /* Wait for the connection being opened rather than open another. */
@@ -117,7 +119,7 @@ static void add_new(struct etcd_gmux *g, const gmux_call *self) {
       continue;
     }
     c->added = true;
-    g->h2[c->idx] = true;
+    c->opens = dl_etcd_h2_start(k, c->prior);
   }
 }
 
@@ -157,7 +159,7 @@ static gmux_call *turn(struct etcd_gmux *g) {
 }
 
 CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
-                              bool *prior, bool *refused) {
+                              bool *prior, bool *refused, unsigned *mark) {
   struct etcd_gmux *g = e->gmux;
   gmux_call c = {.h = h, .idx = idx, .fresh = fresh};
   dl_cond_init(&c.cv);
@@ -184,6 +186,8 @@ CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
     pthread_mutex_lock(&g->mu);
     for (gmux_call *f = fin, *n; f; f = n) {
       n = f->fin;
+      /* Told before the calls waiting for its connection see it. */
+      if (f->prior) dl_etcd_h2_opened(&g->conns[f->idx], f->opens, f->cc);
       end_call(f, f->cc, &c);
     }
     if (c.done) break;
@@ -206,9 +210,14 @@ CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
       pthread_cond_signal(&g->calls->cv);
     }
   }
+  /* Here, once the calls that ended with it are told (the one it waited
+   * for among them). */
+  if (c.refused && !dl_etcd_h2_refused(&g->conns[idx], c.opens))
+    c.refused = false;
   pthread_mutex_unlock(&g->mu);
   pthread_cond_destroy(&c.cv);
   *prior = c.prior;
   *refused = c.refused;
+  *mark = c.opens;
   return c.cc;
 }

@@ -225,6 +225,26 @@ void dl_etcd_no_open(CURL *h, bool *refused) {
   curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, (void *)refused);
 }
 
+unsigned dl_etcd_h2_start(etcd_h2conn *k, bool opens) {
+  if (opens) k->opens++;
+  k->open = true;
+  return k->opens;
+}
+
+void dl_etcd_h2_opened(etcd_h2conn *k, unsigned mark, CURLcode cc) {
+  if (dl_etcd_unreached(cc)) k->unreached = mark;
+}
+
+void dl_etcd_h2_gone(etcd_h2conn *k, unsigned mark) {
+  if (mark == k->opens) k->open = false;
+}
+
+bool dl_etcd_h2_refused(etcd_h2conn *k, unsigned mark) {
+  if (mark == k->unreached) return false;
+  dl_etcd_h2_gone(k, mark); /* the one it waited for (a server restart) */
+  return true;
+}
+
 /* curl_easy_perform on c's own multi handle, flushing the corked socket
  * after curl has written (each curl_multi_perform). */
 static CURLcode gconn_perform(struct etcd_gconn *c) {
@@ -461,17 +481,18 @@ static etcd_try try_on(dl_etcd *e, etcd_req *q, struct etcd_gconn *c, CURL *h,
     return dl_etcd_req_end(e, q, h, idx, gconn_perform(c), reused && !again,
                            out, code, rc, h2);
   }
-  bool prior = false, refused = false;
-  dl_etcd_req_setup(e, q, h, idx, hd, left, false);
-  CURLcode cc = dl_etcd_gmux_perform(e, h, idx, again, &prior, &refused);
-  if (refused && !again) { /* the connection had gone: nothing sent */
-    *h2 = false;
-    dl_etcd_gmux_gone(e, idx);
-    return ETCD_TRY_AGAIN;
-  }
+  bool prior, refused;
+  unsigned mark;
+  CURLcode cc;
+  int64_t end = dl_now_ms() + left;
+  do { /* refused: nothing sent, again (gmux.c: opening the connection
+        * or waiting for the one being opened) */
+    dl_etcd_req_setup(e, q, h, idx, hd, left, false);
+    cc = dl_etcd_gmux_perform(e, h, idx, again, &prior, &refused, &mark);
+  } while (refused && (left = end - dl_now_ms()) > 0);
   etcd_try t =
       dl_etcd_req_end(e, q, h, idx, cc, !prior && !again, out, code, rc, h2);
-  if (!*h2) dl_etcd_gmux_gone(e, idx); /* no connection kept */
+  if (!*h2) dl_etcd_gmux_gone(e, idx, mark); /* no connection kept */
   return t;
 }
 

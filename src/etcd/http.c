@@ -152,6 +152,10 @@ static bool tls_error(CURLcode cc) {
   }
 }
 
+bool dl_etcd_unreached(CURLcode cc) {
+  return cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST;
+}
+
 int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
                        const char *why, bool *next) {
   *next = false;
@@ -163,7 +167,7 @@ int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
                      e->endpoints[idx], why[0] ? why : curl_easy_strerror(cc));
   /* Not reached: the next endpoint. Anything else may have been done
    * by the server (a txn), so it is not sent again elsewhere. */
-  if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) {
+  if (dl_etcd_unreached(cc)) {
     *next = true;
     return dl_seterr(e->err, DLOCK_ECONNECT, "etcd %s: cannot reach %s: %s",
                      path, e->endpoints[idx],
