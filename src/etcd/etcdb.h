@@ -429,7 +429,10 @@ void dl_etcd_corks_use(etcd_corks *k, CURL *h);
 /* Sends what curl wrote to k's sockets (after each curl_multi_perform). */
 void dl_etcd_corks_flush(etcd_corks *k);
 /* With refused not NULL, h may not open a connection: one it would open
- * is refused (curl's result CURLE_COULDNT_CONNECT, nothing sent) and
+ * is refused (curl's result CURLE_COULDNT_CONNECT; nothing sent on it,
+ * though curl may make it after a reused connection died under a request
+ * sent there, which the caller's retry sends again: a claim or a fenced
+ * delete, safe to repeat) and
  * *refused set (it lives as long as h's transfer); NULL: h opens
  * connections again. For a cleartext gRPC
  * call without prior knowledge, which curl would open as HTTP/1.1 (etcd

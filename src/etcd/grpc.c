@@ -490,6 +490,8 @@ static etcd_try try_on(dl_etcd *e, etcd_req *q, struct etcd_gconn *c, CURL *h,
     dl_etcd_req_setup(e, q, h, idx, hd, left, false);
     cc = dl_etcd_gmux_perform(e, h, idx, again, &prior, &refused, &mark);
   } while (refused && (left = end - dl_now_ms()) > 0);
+  /* Out of time while refused: nothing was sent, the server may be up. */
+  if (refused) cc = CURLE_OPERATION_TIMEDOUT;
   etcd_try t =
       dl_etcd_req_end(e, q, h, idx, cc, !prior && !again, out, code, rc, h2);
   if (!*h2) dl_etcd_gmux_gone(e, idx, mark); /* no connection kept */
