@@ -457,7 +457,8 @@ typedef struct etcd_h2conn {
 /* A try starts on k, opening the connection or not (waiting for it): its
  * mark, for the two below. */
 unsigned dl_etcd_h2_start(etcd_h2conn *k, bool opens);
-/* The try of mark that opened k's connection ended (curl's result cc). */
+/* The try of mark that opened k's connection ended (curl's result cc);
+ * one that did not reach the server also marks the connection gone. */
 void dl_etcd_h2_opened(etcd_h2conn *k, unsigned mark, CURLcode cc);
 /* The try of mark kept no connection: the next opens one, unless a try
  * started opening one since. */

@@ -232,7 +232,11 @@ unsigned dl_etcd_h2_start(etcd_h2conn *k, bool opens) {
 }
 
 void dl_etcd_h2_opened(etcd_h2conn *k, unsigned mark, CURLcode cc) {
-  if (dl_etcd_unreached(cc)) k->unreached = mark;
+  if (!dl_etcd_unreached(cc)) return;
+  k->unreached = mark;
+  /* No connection came of it: a try started from now on opens one
+   * (gmux.c's opener thread marks it gone only later). */
+  dl_etcd_h2_gone(k, mark);
 }
 
 void dl_etcd_h2_gone(etcd_h2conn *k, unsigned mark) {
