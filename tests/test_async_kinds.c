@@ -877,7 +877,99 @@ static void queue_cancel_close(int kind) {
 }
 TD_DRIVERS(queue_cancel_close)
 
-TH_MAIN(TD_T(semaphore_ops), TD_T(semaphore_cancel_close), TD_T(permits_ops),
+/* One try of t_queue_close_takes: 24 values, 16 polls (half from each
+ * end) whose pops the server has run, their replies unread (the loop not
+ * run since), then the close. Every value must be a poll's (rc 0) or still
+ * in the queue, once. *within: the polls that completed within the close
+ * (0: every reply was read before it, the window missed). */
+static void takes_at_close(int *within) {
+  enum { N = 16, V = 24 };
+  *within = -1;
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = th_srv.url;
+  dlock_client *c = NULL;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new(c, "k:qt", &q), 0);
+  freeReplyObject(th_cmd(&th_srv, "DEL k:qt"));
+  for (int i = 0; i < V; i++)
+    freeReplyObject(th_cmd(&th_srv, "RPUSH k:qt v%02d", i));
+  td_got g[N];
+  void *v[N];
+  size_t len[N];
+  memset(g, 0, sizeof g);
+  memset(v, 0, sizeof v);
+  long long pops = th_calls(&th_srv, "lpop") + th_calls(&th_srv, "rpop");
+  for (int i = 0; i < N; i++)
+    CHECK_RC((i % 2 ? dlock_queue_poll_last_async : dlock_queue_poll_async)(
+                 q, 10000, &v[i], &len[i], td_on_done, &g[i], NULL),
+             0);
+  /* Run the loop a step at a time until the server has run all 16 pops,
+   * then no more: their replies wait in the socket. */
+  bool ran = false;
+  for (int64_t end = th_now_ms() + th_soon(5000); !ran && th_now_ms() < end;) {
+    CHECK(dlock_loop_run(lp, 0) >= 0);
+    for (int64_t t = th_now_ms() + 20; th_now_ms() < t;) {
+      if (th_calls(&th_srv, "lpop") + th_calls(&th_srv, "rpop") >= pops + N) {
+        ran = true;
+        break;
+      }
+      th_sleep_ms(1);
+    }
+  }
+  CHECK(ran);
+  int before = 0;
+  for (int i = 0; i < N; i++)
+    before += g[i].calls;
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  *within = N - before;
+  int seen[V] = {0}, polled = 0;
+  for (int i = 0; i < N; i++) {
+    CHECK_EQ(g[i].calls, 1);
+    if (g[i].rc != 0) {
+      CHECK_RC(g[i].rc, DLOCK_ECLOSED);
+      continue;
+    }
+    int k = -1;
+    CHECK(len[i] == 3 && sscanf(v[i], "v%d", &k) == 1 && k >= 0 && k < V);
+    if (k >= 0 && k < V) seen[k]++;
+    polled++;
+    dlock_queue_value_free(v[i]);
+  }
+  redisReply *r = th_cmd(&th_srv, "LRANGE k:qt 0 -1");
+  CHECK(r && r->type == REDIS_REPLY_ARRAY);
+  for (size_t i = 0; r && i < r->elements; i++) {
+    int k = -1;
+    CHECK(sscanf(r->element[i]->str, "v%d", &k) == 1 && k >= 0 && k < V);
+    if (k >= 0 && k < V) seen[k]++;
+  }
+  fprintf(stderr, "    %d polls ended before the close, %d with a value, %zu "
+          "values left of %d\n", before, polled, r ? r->elements : 0, V);
+  freeReplyObject(r);
+  for (int k = 0; k < V; k++) {
+    if (seen[k] != 1) fprintf(stderr, "    v%02d seen %d times\n", k, seen[k]);
+    CHECK_EQ(seen[k], 1);
+  }
+  dlock_loop_free(lp);
+}
+
+/* An event-loop client closed while its polls' pops have run on the server
+ * but their replies are not yet read: the close reads them (its command
+ * timeout at most) and each such poll completes with its value, so none
+ * is lost. A try whose replies were all read before the close is made
+ * again, up to 3 times. */
+static void t_queue_close_takes(void) {
+  int within = 0;
+  for (int tries = 0; tries < 3 && within == 0; tries++)
+    takes_at_close(&within);
+  CHECK(within > 0);
+}
+
+TH_MAIN(T(t_queue_close_takes), TD_T(semaphore_ops), TD_T(semaphore_cancel_close), TD_T(permits_ops),
         TD_T(permits_cancel_close), TD_T(latch_ops), TD_T(latch_cancel_close),
         TD_T(rwlock_one_owner), TD_T(multilock_ops),
         TD_T(multilock_cancel_close), TD_T(lock_reads),

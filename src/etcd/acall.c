@@ -293,11 +293,12 @@ static int try_start(etcd_acall *c) {
      * one (it would be HTTP/1.1 on cleartext). */
     c->refused = false;
     if (!e->tls) dl_etcd_no_open(c->h, prior ? NULL : &c->refused);
-    c->opens = dl_etcd_h2_start(k, prior);
   }
   if (curl_multi_add_handle(a->m, c->h) != CURLM_OK)
     return dl_seterr(e->err, DLOCK_ENOMEM, "etcd %s: curl_multi_add_handle",
                      c->q.path);
+  /* Once added: a try that never started opens nothing. */
+  if (c->q.m) c->opens = dl_etcd_h2_start(k, prior);
   return 0;
 }
 

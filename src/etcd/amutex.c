@@ -453,8 +453,13 @@ static void on_msg(void *ud, int rc, ProtobufCMessage *m, int code) {
     }
     q->h->rev = 0;
     dl_am_put_step(op);
-  } else { /* S_DELETE: the failure path's delete at our revision */
+  } else if (q->step == S_DELETE) { /* the failure path's, at our revision */
     fail_lease(op, rc == 0 ? dl_etcd_delete_answer(m) : rc);
+  } else { /* no other step calls with a message */
+    if (m) protobuf_c_message_free_unpacked(m, NULL);
+    dl_am_fail(op, dl_seterr(op->e->err, DLOCK_EPROTO,
+                             "etcd acquire: a message answer at step %d",
+                             (int)q->step));
   }
 }
 

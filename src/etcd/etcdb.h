@@ -429,7 +429,10 @@ void dl_etcd_corks_use(etcd_corks *k, CURL *h);
 /* Sends what curl wrote to k's sockets (after each curl_multi_perform). */
 void dl_etcd_corks_flush(etcd_corks *k);
 /* With refused not NULL, h may not open a connection: one it would open
- * is refused (curl's result CURLE_COULDNT_CONNECT, nothing sent) and
+ * is refused (curl's result CURLE_COULDNT_CONNECT; nothing sent on it,
+ * though curl may make it after a reused connection died under a request
+ * sent there, which the caller's retry sends again: a claim or a fenced
+ * delete, safe to repeat) and
  * *refused set (it lives as long as h's transfer); NULL: h opens
  * connections again. For a cleartext gRPC
  * call without prior knowledge, which curl would open as HTTP/1.1 (etcd
@@ -454,7 +457,8 @@ typedef struct etcd_h2conn {
 /* A try starts on k, opening the connection or not (waiting for it): its
  * mark, for the two below. */
 unsigned dl_etcd_h2_start(etcd_h2conn *k, bool opens);
-/* The try of mark that opened k's connection ended (curl's result cc). */
+/* The try of mark that opened k's connection ended (curl's result cc);
+ * one that did not reach the server also marks the connection gone. */
 void dl_etcd_h2_opened(etcd_h2conn *k, unsigned mark, CURLcode cc);
 /* The try of mark kept no connection: the next opens one, unless a try
  * started opening one since. */

@@ -232,7 +232,11 @@ unsigned dl_etcd_h2_start(etcd_h2conn *k, bool opens) {
 }
 
 void dl_etcd_h2_opened(etcd_h2conn *k, unsigned mark, CURLcode cc) {
-  if (dl_etcd_unreached(cc)) k->unreached = mark;
+  if (!dl_etcd_unreached(cc)) return;
+  k->unreached = mark;
+  /* No connection came of it: a try started from now on opens one
+   * (gmux.c's opener thread marks it gone only later). */
+  dl_etcd_h2_gone(k, mark);
 }
 
 void dl_etcd_h2_gone(etcd_h2conn *k, unsigned mark) {
@@ -490,6 +494,8 @@ static etcd_try try_on(dl_etcd *e, etcd_req *q, struct etcd_gconn *c, CURL *h,
     dl_etcd_req_setup(e, q, h, idx, hd, left, false);
     cc = dl_etcd_gmux_perform(e, h, idx, again, &prior, &refused, &mark);
   } while (refused && (left = end - dl_now_ms()) > 0);
+  /* Out of time while refused: nothing was sent, the server may be up. */
+  if (refused) cc = CURLE_OPERATION_TIMEDOUT;
   etcd_try t =
       dl_etcd_req_end(e, q, h, idx, cc, !prior && !again, out, code, rc, h2);
   if (!*h2) dl_etcd_gmux_gone(e, idx, mark); /* no connection kept */

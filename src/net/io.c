@@ -458,7 +458,17 @@ void dl_io_abort(dl_io *io) {
   /* Linger on, for 0 s: close() sends a reset and empties the send queue,
    * even after the shutdown below has queued a FIN behind the data. */
   struct linger lg = {.l_onoff = 1, .l_linger = 0};
-  if (io->fd >= 0) setsockopt(io->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  if (io->fd >= 0) {
+    setsockopt(io->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    /* And at once, whoever still holds the socket (the close comes with
+     * the last reference, maybe another thread's): on Linux a TCP socket
+     * "connected" to AF_UNSPEC disconnects with a reset. Elsewhere, and
+     * for a unix socket, it fails, and the close resets. */
+    struct sockaddr sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_family = AF_UNSPEC;
+    (void)connect(io->fd, &sa, sizeof sa);
+  }
   dl_io_shutdown(io);
 }
 

@@ -31,6 +31,10 @@
  * failed connect once the backoff has run). */
 #include "aconn.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+
 #include <string.h>
 
 static const char PING[] = "*1\r\n$4\r\nPING\r\n";
@@ -531,6 +535,44 @@ uint64_t dl_aconn_reads(const dl_aconn *c) {
 }
 
 bool dl_aconn_up(const dl_aconn *c) { return c->state == A_UP; }
+
+void dl_aconn_take(dl_areq *r) {
+  if (r) r->take = true;
+}
+
+/* The latest deadline of a take written (at least in part) and still
+ * awaited, or 0. */
+static int64_t takes_due(const dl_aconn *c) {
+  int64_t due = 0;
+  for (const dl_areq *r = c->infl.head; r; r = r->next)
+    if (r->take && r->fn && r->deadline.at > due) due = r->deadline.at;
+  return due;
+}
+
+void dl_aconn_drain_takes(dl_aconn *c) {
+  if (c == NULL || c->closed) return;
+  enter(c);
+  c->draining = true;
+  for (;;) {
+    int64_t due = c->state == A_UP && c->io ? takes_due(c) : 0;
+    int64_t left = due ? due + 50 - dl_now_ms() : 0;
+    if (left <= 0) break;
+    /* A batch half written goes on (a take may be in it); TLS may want
+     * the other direction for a read or a write. */
+    struct pollfd pf = {.fd = dl_io_fd(c->io), .events = POLLIN};
+    if (c->woff < c->wlen || c->want_r == DL_EV_WRITE) pf.events |= POLLOUT;
+    int n = poll(&pf, 1, left > INT_MAX ? INT_MAX : (int)left);
+    if (n < 0 && errno != EINTR) break;
+    if (n <= 0) continue;
+    if (c->woff < c->wlen && (pf.revents & (POLLOUT | POLLIN | POLLERR)))
+      flush(c);
+    if (!c->closed && c->state == A_UP && c->io &&
+        (pf.revents & (POLLIN | POLLOUT | POLLHUP | POLLERR)))
+      read_replies(c);
+  }
+  c->draining = false;
+  leave(c);
+}
 
 void dl_aconn_free(dl_aconn *c) {
   if (c == NULL || c->closed) return;

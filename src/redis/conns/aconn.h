@@ -45,6 +45,7 @@ struct dl_areq {
   int script;
   bool ro_resent; /* went again after a READONLY reply (Sentinel) */
   bool sha;       /* sent as EVALSHA: may go once more as EVAL */
+  bool take;      /* dl_aconn_take: its reply may carry a value taken */
 };
 
 struct dl_aconn {
@@ -70,6 +71,7 @@ struct dl_aconn {
   char last_msg[256];
   int depth;   /* dispatches under way */
   bool closed; /* dl_aconn_free was called */
+  bool draining; /* in dl_aconn_drain_takes: no new request */
   uint64_t batches;
   uint64_t reads;     /* read attempts, for tests */
   dl_aconn_push push; /* push mode when push.reply is set */

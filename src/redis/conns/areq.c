@@ -92,7 +92,7 @@ static void on_deadline(void *ud) {
 static int enqueue(dl_aconn *c, dl_areq *r, int64_t deadline) {
   int rc = 0;
   dl_aconn_check_moved(c);
-  if (c->closed) rc = DLOCK_ECLOSED;
+  if (c->closed || c->draining) rc = DLOCK_ECLOSED;
   else if (c->state == A_DOWN && dl_now_ms() < c->next_connect_ms)
     rc = dl_seterr(c->cfg->err_owner, c->last_err ? c->last_err
                                                   : DLOCK_ECONNLOST,

@@ -358,6 +358,16 @@ dl_areq *dl_aconn_eval_cluster(dl_aconn *c, bool asking, int script,
                                int nkeys, const char **keys, int nargs,
                                const char **args, int64_t deadline,
                                dl_reply_fn fn, void *ud, int *err);
+/* Marks r as a take: its reply may carry a value the server took off a
+ * list (a queue poll's pop), which a close must not drop. Accepts NULL. */
+void dl_aconn_take(dl_areq *r);
+/* For a close: while a take (dl_aconn_take) written to the server, at
+ * least in part, awaits its reply, drives c's socket here, without the
+ * loop (poll), until the last such take's deadline and 50 ms: the replies
+ * that come complete their requests as usual (callbacks run, now), and a
+ * request made meanwhile fails at once with DLOCK_ECLOSED. Then returns;
+ * dl_aconn_free fails what is left. Loop thread; accepts NULL. */
+void dl_aconn_drain_takes(dl_aconn *c);
 /* The callback will not run; a reply in flight is dropped when it comes.
  * Not from inside r's own callback (r is gone then). Accepts NULL. */
 void dl_areq_cancel(dl_areq *r);

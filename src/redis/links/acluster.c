@@ -304,6 +304,7 @@ static int q_send(acreq *q) {
   }
   q->ping = false;
   q->asking = false;
+  if (q->req && q->h.p->take) dl_aconn_take(q->req);
   if (q->req) return DL_PENDING;
   q->tries++;
   if (err == DLOCK_ECLOSED || err == DLOCK_ENOMEM) return q_end(q, err, NULL);
@@ -516,6 +517,8 @@ static void acl_free(dl_rlink *base) {
     dl_asub_free(L->nodes[i]->sub);
     L->nodes[i]->sub = NULL;
   }
+  /* A poll's pop in flight may have taken a value: its reply is read. */
+  for (int i = 0; i < L->nnodes; i++) dl_aconn_drain_takes(L->nodes[i]->conn);
   for (;;) {
     apend *h = L->pend;
     /* In flight: ended by the connections' close below. */

@@ -59,6 +59,7 @@ static int al_eval_start(dl_rlink *base, dl_pend *p, int64_t until, int script,
     p->rc = err;
     return 0;
   }
+  if (p->take) dl_aconn_take(r);
   p->link_data = r;
   return DL_PENDING;
 }
@@ -74,6 +75,7 @@ static int al_command_start(dl_rlink *base, dl_pend *p, int argc,
     p->rc = err;
     return 0;
   }
+  if (p->take) dl_aconn_take(r);
   p->link_data = r;
   return DL_PENDING;
 }
@@ -373,6 +375,9 @@ static void al_free(dl_rlink *base) {
     p->rc = DLOCK_ECLOSED;
     p->resume(p);
   }
+  /* A poll's pop in flight may have taken a value: its reply is read, and
+   * the poll completes with it (dl_aconn_drain_takes). */
+  dl_aconn_drain_takes(L->conn);
   dl_awaitpool_free(L->waits);
   dl_aconn_free(L->conn);
   free(L);

@@ -36,6 +36,10 @@ typedef struct dl_pend {
    * NULL: each argument a C string. Borrowed until the step is sent. */
   const size_t *lens;
   int acked; /* a replicate step's acknowledgements (rc 0) */
+  /* An eval or command step whose reply may carry a value it took off the
+   * server (a queue poll's pop): on an event loop, the client's close
+   * waits for its reply (dl_aconn_drain_takes) instead of dropping it. */
+  bool take;
 } dl_pend;
 enum { DL_STEP_EVAL, DL_STEP_COMMAND, DL_STEP_SUB_REF, DL_STEP_SUB_WAIT,
        DL_STEP_PAUSE, DL_STEP_REPLICATE };

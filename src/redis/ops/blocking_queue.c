@@ -153,6 +153,9 @@ static int delay_offer_send(queue_op *x) {
 static int poll_send(dl_waiter *w) {
   queue_op *x = w->ctx;
   const char *pop = x->q->op == DL_QUEUE_POLL ? "LPOP" : "RPOP";
+  /* What a plain or delayed poll pops is the poll's alone (a reliable
+   * take's waits at its consumer's key, a transfer moves none). */
+  w->p.take = x->q->op == DL_QUEUE_POLL || x->q->op == DL_QUEUE_POLL_LAST;
   if (x->q->op == DL_QUEUE_POLL_RELIABLE) {
     const char *keys[] = {x->s->key, x->leases, x->mine};
     const char *args[] = {x->q->consumer, x->lease, x->procs};
