@@ -202,6 +202,7 @@ typedef struct acreq {
   int64_t down_since; /* CLUSTERDOWN first met (dl_cluster_reply_stands) */
   int tries;
   dl_areq *req; /* in flight, or NULL: pausing */
+  bool take;    /* dl_pend.take at the start: every send is a take */
   dl_timer t;   /* the pause before the next try */
   long scan_i;  /* a SCAN's master, of scan_n (0: not a SCAN) */
   int scan_n;
@@ -304,7 +305,7 @@ static int q_send(acreq *q) {
   }
   q->ping = false;
   q->asking = false;
-  if (q->req && q->h.p->take) dl_aconn_take(q->req);
+  if (q->req && q->take) dl_aconn_take(q->req);
   if (q->req) return DL_PENDING;
   q->tries++;
   if (err == DLOCK_ECLOSED || err == DLOCK_ENOMEM) return q_end(q, err, NULL);
@@ -408,6 +409,7 @@ static int acl_eval_start(dl_rlink *base, dl_pend *p, int64_t until, int script,
   }
   q->script = script & ~DL_EVAL_WAKE_FIRST;
   q->ping = (script & DL_EVAL_WAKE_FIRST) != 0;
+  q->take = p->take;
   q->nkeys = nkeys;
   q->slot = nkeys > 0 ? dl_key_slot(keys[0], strlen(keys[0])) : -1;
   return q_start(L, p, q, until);
@@ -470,6 +472,7 @@ static int acl_command_start(dl_rlink *base, dl_pend *p, int argc,
     return 0;
   }
   q->script = -1;
+  q->take = p->take;
   q->slot = dl_cluster_command_slot(q->n, (const char **)q->v, q->lens);
   if (argc >= 2 && strcasecmp(argv[0], "SCAN") == 0) {
     int rc = scan_route(L, q);

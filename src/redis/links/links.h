@@ -36,9 +36,11 @@ typedef struct dl_pend {
    * NULL: each argument a C string. Borrowed until the step is sent. */
   const size_t *lens;
   int acked; /* a replicate step's acknowledgements (rc 0) */
-  /* An eval or command step whose reply may carry a value it took off the
-   * server (a queue poll's pop): on an event loop, the client's close
-   * waits for its reply (dl_aconn_drain_takes) instead of dropping it. */
+  /* Within a take step's start only (dl_redis_step_take_eval,
+   * _take_command; false in every other step's): its reply may carry a
+   * value it took off the server (a queue poll's pop), so on an event loop
+   * the client's close waits for it (dl_aconn_drain_takes) instead of
+   * dropping it. The link copies it within the start. */
   bool take;
 } dl_pend;
 enum { DL_STEP_EVAL, DL_STEP_COMMAND, DL_STEP_SUB_REF, DL_STEP_SUB_WAIT,

@@ -35,16 +35,20 @@ static int started(dl_pend *p, int rc) {
   return rc;
 }
 
-int dl_redis_step_eval(dl_redis *r, dl_pend *p, int64_t until, int script,
-                       int nkeys, const char *const *keys, int nargs,
-                       const char *const *args) {
+static int step_eval(dl_redis *r, dl_pend *p, int64_t until, int script,
+                     int nkeys, const char *const *keys, int nargs,
+                     const char *const *args, bool take) {
   const dl_rlink_ops *ops = r->link->ops;
   p->reply = NULL;
   p->step = DL_STEP_EVAL;
   p->pending = false;
-  if (ops->eval_start)
-    return started(p, ops->eval_start(r->link, p, until, script, nkeys, keys,
-                                      nargs, args));
+  if (ops->eval_start) {
+    p->take = take; /* read within the start */
+    int rc = ops->eval_start(r->link, p, until, script, nkeys, keys, nargs,
+                             args);
+    p->take = false;
+    return started(p, rc);
+  }
   if (until != 0 && dl_now_ms() >= until) {
     p->rc = dl_seterr(r->env.err_owner, DLOCK_ETIMEDOUT,
                       "no time left for the request");
@@ -55,6 +59,18 @@ int dl_redis_step_eval(dl_redis *r, dl_pend *p, int64_t until, int script,
                          &args, &p->reply, &err);
   if (p->rc == 0) p->rc = err;
   return 0;
+}
+
+int dl_redis_step_eval(dl_redis *r, dl_pend *p, int64_t until, int script,
+                       int nkeys, const char *const *keys, int nargs,
+                       const char *const *args) {
+  return step_eval(r, p, until, script, nkeys, keys, nargs, args, false);
+}
+
+int dl_redis_step_take_eval(dl_redis *r, dl_pend *p, int64_t until,
+                            int script, int nkeys, const char *const *keys,
+                            int nargs, const char *const *args) {
+  return step_eval(r, p, until, script, nkeys, keys, nargs, args, true);
 }
 
 int dl_redis_step_sub_ref(dl_redis *r, dl_pend *p, const char *channel,
@@ -248,17 +264,31 @@ out:
   return w->rc;
 }
 
-int dl_redis_step_command(dl_redis *r, dl_pend *p, int argc,
-                          const char **argv) {
+static int step_command(dl_redis *r, dl_pend *p, int argc, const char **argv,
+                        bool take) {
   const dl_rlink_ops *ops = r->link->ops;
   p->reply = NULL;
   p->step = DL_STEP_COMMAND;
   p->pending = false;
   p->lens = NULL;
-  if (ops->command_start)
-    return started(p, ops->command_start(r->link, p, argc, argv));
+  if (ops->command_start) {
+    p->take = take; /* read within the start */
+    int rc = ops->command_start(r->link, p, argc, argv);
+    p->take = false;
+    return started(p, rc);
+  }
   p->rc = ops->command(r->link, argc, argv, &p->reply);
   return 0;
+}
+
+int dl_redis_step_command(dl_redis *r, dl_pend *p, int argc,
+                          const char **argv) {
+  return step_command(r, p, argc, argv, false);
+}
+
+int dl_redis_step_take_command(dl_redis *r, dl_pend *p, int argc,
+                               const char **argv) {
+  return step_command(r, p, argc, argv, true);
 }
 
 int dl_redis_step_command_bin(dl_redis *r, dl_pend *p, int argc,
@@ -269,6 +299,7 @@ int dl_redis_step_command_bin(dl_redis *r, dl_pend *p, int argc,
   p->pending = false;
   if (ops->command_start) {
     p->lens = lens; /* the loop link writes the command within the start */
+    p->take = false;
     int rc = ops->command_start(r->link, p, argc, argv);
     p->lens = NULL;
     return started(p, rc);

@@ -153,9 +153,6 @@ static int delay_offer_send(queue_op *x) {
 static int poll_send(dl_waiter *w) {
   queue_op *x = w->ctx;
   const char *pop = x->q->op == DL_QUEUE_POLL ? "LPOP" : "RPOP";
-  /* What a plain or delayed poll pops is the poll's alone (a reliable
-   * take's waits at its consumer's key, a transfer moves none). */
-  w->p.take = x->q->op == DL_QUEUE_POLL || x->q->op == DL_QUEUE_POLL_LAST;
   if (x->q->op == DL_QUEUE_POLL_RELIABLE) {
     const char *keys[] = {x->s->key, x->leases, x->mine};
     const char *args[] = {x->q->consumer, x->lease, x->procs};
@@ -165,11 +162,14 @@ static int poll_send(dl_waiter *w) {
   if (x->q->delayed || x->q->op == DL_QUEUE_TRANSFER) {
     const char *keys[] = {x->s->key, x->zset, x->list};
     const char *args[] = {x->q->op == DL_QUEUE_TRANSFER ? "" : pop, MOVE_LIMIT};
-    return dl_redis_step_eval(w->R, &w->p, 0, DL_SCRIPT_DELAY_POLL, 3, keys, 2,
-                              args);
+    /* A take: what it pops is the poll's alone (dl_pend.take; a transfer
+     * moves none, a reliable take's waits at its consumer's key). */
+    return (x->q->op == DL_QUEUE_TRANSFER ? dl_redis_step_eval
+                                          : dl_redis_step_take_eval)(
+        w->R, &w->p, 0, DL_SCRIPT_DELAY_POLL, 3, keys, 2, args);
   }
   const char *argv[] = {pop, x->s->key};
-  return dl_redis_step_command(w->R, &w->p, 2, argv);
+  return dl_redis_step_take_command(w->R, &w->p, 2, argv);
 }
 
 static int poll_result(dl_waiter *w) {

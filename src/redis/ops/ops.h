@@ -201,6 +201,11 @@ int dl_redis_int_reply(dl_redis *r, struct redisReply *rep, long long lo,
 int dl_redis_step_eval(dl_redis *r, dl_pend *p, int64_t until, int script,
                        int nkeys, const char *const *keys, int nargs,
                        const char *const *args);
+/* As dl_redis_step_eval for a script that takes a value off the server
+ * (dl_pend.take: an event-loop client's close waits for its reply). */
+int dl_redis_step_take_eval(dl_redis *r, dl_pend *p, int64_t until,
+                            int script, int nkeys, const char *const *keys,
+                            int nargs, const char *const *args);
 /* An operation's state (`size` bytes, its dl_shell first) for the
  * blocking driver (`stack`, the caller's) or the event-loop one
  * (allocated), zeroed: NULL with *err when the client is of the other
@@ -339,6 +344,10 @@ int dl_redis_wait_step(dl_waiter *w);
 /* A command's reply as a step (GET, say): as dl_redis_step_eval. */
 int dl_redis_step_command(dl_redis *r, dl_pend *p, int argc,
                           const char **argv);
+/* As dl_redis_step_command for a command that takes a value off the
+ * server (a pop: dl_pend.take). */
+int dl_redis_step_take_command(dl_redis *r, dl_pend *p, int argc,
+                               const char **argv);
 /* As dl_redis_step_command with each argument's length (binary values). */
 int dl_redis_step_command_bin(dl_redis *r, dl_pend *p, int argc,
                               const char **argv, const size_t *lens);
