@@ -30,9 +30,9 @@ int dl_io_write(dl_io *io, const char *buf, size_t len, int64_t deadline_ms);
 /* Makes blocked and later reads/writes fail at once; thread-safe. */
 void dl_io_shutdown(dl_io *io);
 /* dl_io_shutdown for a connection given up on with requests unanswered (a
- * timeout, a lost connection): its close then resets the connection, and
- * the kernel drops what it has not yet delivered instead of retransmitting
- * it, so that a request the caller was told failed cannot reach the server
+ * timeout, a lost connection): the connection is reset (on Linux at once,
+ * elsewhere at its close), and the kernel drops what it has not yet
+ * delivered instead of sending it once the network is back, so that a request the caller was told failed cannot reach the server
  * later, after requests sent on another connection (a release applied to
  * the same owner's next hold). Thread-safe. */
 void dl_io_abort(dl_io *io);

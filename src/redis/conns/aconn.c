@@ -34,7 +34,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
-
 #include <string.h>
 
 static const char PING[] = "*1\r\n$4\r\nPING\r\n";
