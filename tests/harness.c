@@ -5,9 +5,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -336,11 +338,60 @@ bool th_port_free(int port) {
   return ok;
 }
 
+/* Ports handed out by th_free_port are reserved across processes until
+ * the process that drew them exits: an flock on /tmp/dlock-test-ports/PORT,
+ * its fd kept open (and inherited by a forked test). Without it a server
+ * killed by a test left its port free until its restart, and a test in
+ * another process (ctest -j2) could draw it meanwhile, so the restart
+ * failed. A port whose reservation cannot be made (no room left) is still
+ * handed out if no other process holds it, guarded by the checks alone. */
+static int reserved_fd[256];
+static unsigned nreserved;
+
+/* Takes the reservation of port: 1 taken, 0 held by another process (or by
+ * this one already), -1 no reservation possible (no dir, no room). */
+static int reserve(int port) {
+  static const char dir[] = "/tmp/dlock-test-ports";
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) return -1;
+  char path[64];
+  snprintf(path, sizeof path, "%s/%d", dir, port);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return -1;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    close(fd);
+    return e == EWOULDBLOCK ? 0 : -1;
+  }
+  if (nreserved >= sizeof reserved_fd / sizeof reserved_fd[0]) {
+    close(fd); /* not held elsewhere, but no room to keep it */
+    return -1;
+  }
+  reserved_fd[nreserved++] = fd;
+  return 1;
+}
+
+/* Gives back the last reservation taken (a port found bound after all). */
+static void unreserve_last(void) {
+  if (nreserved > 0) close(reserved_fd[--nreserved]);
+}
+
+bool th_port_reserved(int port) {
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/dlock-test-ports/%d", port);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool held = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  close(fd);
+  return held;
+}
+
 /* A port below the kernel's ephemeral range (32768 and up here): the
  * local port of some test's outgoing connection can never take it while
  * a server restarts on it (which made reconnect tests flaky), and a
  * cluster node's bus port (+10000) stays below it too. Drawn at random,
- * seeded by the pid, so that concurrent tests rarely try the same. */
+ * seeded by the pid, so that concurrent tests rarely try the same; the
+ * port and, when it is in the range too, its bus port are reserved
+ * (above). */
 int th_free_port(void) {
   static _Thread_local unsigned seed;
   static _Thread_local pid_t seeded_by;
@@ -352,12 +403,26 @@ int th_free_port(void) {
    * are not handed out again (a server's client and peer ports). */
   static _Thread_local int given[32];
   static _Thread_local unsigned ngiven;
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   for (int tries = 0; tries < 500; tries++) {
     int port = 10000 + (int)(rand_r(&seed) % 12000); /* 10000..21999 */
     bool again = false;
     for (unsigned i = 0; i < 32 && !again; i++)
       again = given[i] == port;
-    if (again || !th_port_free(port)) continue;
+    if (again) continue;
+    pthread_mutex_lock(&mu);
+    int mine = reserve(port), bus = 0, bus_mine = -1;
+    if (mine != 0 && (bus = port + 10000) <= 21999) {
+      bus_mine = reserve(bus);
+      if (bus_mine == 0 && mine == 1) unreserve_last();
+    }
+    bool ok = mine != 0 && bus_mine != 0 && th_port_free(port);
+    if (!ok && mine != 0 && bus_mine != 0) {
+      if (bus_mine == 1) unreserve_last();
+      if (mine == 1) unreserve_last();
+    }
+    pthread_mutex_unlock(&mu);
+    if (!ok) continue;
     given[ngiven++ % 32] = port;
     return port;
   }

@@ -282,6 +282,9 @@ void th_tls_options(dlock_client_options *o, th_tls_paths *p,
 int th_free_port(void);
 /* Whether nothing listens on (or is bound to) 127.0.0.1:port now. */
 bool th_port_free(int port);
+/* Whether a process (this one included) holds port's reservation: port
+ * was handed out by th_free_port in a process that has not exited. */
+bool th_port_reserved(int port);
 /* Whether a line of the file at path (up to 1 KiB read a line) holds
  * needle; false if it cannot be read. */
 bool th_file_has(const char *path, const char *needle);

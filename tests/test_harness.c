@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- the hidden tests, run only through inner() ---- */
@@ -287,7 +288,49 @@ static void t_cluster(void) {
   }
 }
 
+/* A killed server's port stays its test's until the test exits: another
+ * process (ctest -j2) does not draw it while it is free, so the server
+ * can restart on it; the reservation ends with the process. */
+static void t_killed_port_kept(void) {
+  th_redis r;
+  CHECK_RC(th_redis_start(&r, NULL), 0);
+  int port = r.port;
+  th_redis_kill(&r, SIGKILL);
+  CHECK(th_port_free(port)); /* the window: nothing listens on it */
+  pid_t pid = fork();
+  if (pid == 0) { /* another test's process, inheriting nothing of use */
+    bool reserved = th_port_reserved(port);
+    int drawn = 0;
+    for (int i = 0; i < 3000; i++)
+      if (th_free_port() == port) drawn++;
+    _exit(reserved && drawn == 0 ? 0 : 1);
+  }
+  int st = -1;
+  CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CHECK_RC(th_redis_restart(&r), 0);
+  CHECK_EQ(r.port, port);
+  th_redis_stop(&r);
+  /* Positive control: a port drawn by a process that has exited is free
+   * to draw again. */
+  int fds[2];
+  CHECK(pipe(fds) == 0);
+  pid = fork();
+  if (pid == 0) {
+    int p = th_free_port();
+    _exit(write(fds[1], &p, sizeof p) == sizeof p && th_port_reserved(p)
+              ? 0 : 1);
+  }
+  int theirs = 0;
+  CHECK(read(fds[0], &theirs, sizeof theirs) == sizeof theirs);
+  close(fds[0]);
+  close(fds[1]);
+  CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CHECK(theirs > 0 && !th_port_reserved(theirs));
+}
+
 TH_MAIN(T_BARE(t_failed_check_contained), T_BARE(t_crash_named),
         T_BARE(t_hang_killed), T_BARE(t_leak_fails),
         T_BARE(t_crash_leaves_nothing), T_BARE(t_fresh_server_per_test),
-        T_BARE(t_by_name), T_BARE(t_cluster))
+        T_BARE(t_by_name), T_BARE(t_cluster), T_BARE(t_killed_port_kept))
