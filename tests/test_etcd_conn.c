@@ -665,6 +665,161 @@ static void t_etcd_calls_shared(void) {
   th_etcd_stop(&s);
 }
 
+/* A thread's blocking calls with the server going down: pings until
+ * *stop, the first to end after *down_at was set kept (its rc, and how
+ * long after), then (past go, twice) one ping more, its rc and time. */
+typedef struct downer {
+  dlock_client *c;
+  pthread_barrier_t *go;
+  atomic_bool *stop;
+  atomic_llong *down_at;
+  int64_t flight_ms, ms;
+  int flight_rc, rc;
+} downer;
+
+static void *ping_down(void *ud) {
+  downer *d = ud;
+  d->flight_rc = 1;
+  while (!atomic_load(d->stop)) {
+    int rc = dlock_client_ping(d->c);
+    long long k = atomic_load(d->down_at);
+    if (k && d->flight_rc == 1) {
+      d->flight_rc = rc;
+      d->flight_ms = th_now_ms() - k;
+    }
+  }
+  pthread_barrier_wait(d->go); /* every thread's pings over */
+  pthread_barrier_wait(d->go);
+  int64_t t0 = th_now_ms();
+  d->rc = dlock_client_ping(d->c);
+  d->ms = th_now_ms() - t0;
+  return NULL;
+}
+
+/* A waiter's acquire of l (wait_ms): its rc and when it ended. */
+typedef struct waitd {
+  dlock_lock *l;
+  int64_t wait_ms, end;
+  int rc;
+} waitd;
+
+static void *wait_down(void *ud) {
+  waitd *w = ud;
+  w->rc = dlock_lock_try_acquire(w->l, w->wait_ms, 0, NULL);
+  w->end = th_now_ms();
+  return NULL;
+}
+
+/* The blocking calls of many threads with the server down (killed, not
+ * restarting), its connection attempts counted. 16 threads' pings in
+ * flight at the kill end at once (DLOCK_ECONNLOST: the connection cut,
+ * mid-answer too; DLOCK_ECONNECT; or answered). 8 waiters ride out the
+ * server's loss within their wait (API.md) and end together at its end,
+ * DLOCK_ECONNECT, with a connection attempt about every
+ * reconnect_min_ms, not one a waiter and pause. Then 16 pings at once
+ * each end at once with DLOCK_ECONNECT, after one or two attempts in all
+ * (the lone call's, the shared connection's), not one a call (16 to 29
+ * before calls skipped an endpoint just found unreachable). */
+static void t_etcd_calls_down(void) {
+  TH_ETCD_SETUP(s);
+  enum { T = 16, W = 8 };
+  dlock_client *c = th_etcd_client(&s, 0), *c2 = th_etcd_client(&s, 0);
+  CHECK(c != NULL && c2 != NULL);
+  dlock_lock *held, *wl[W];
+  CHECK_RC(dlock_lock_new(c2, "dn", "other", &held), 0);
+  CHECK_RC(dlock_lock_try_acquire(held, 0, 0, NULL), 0);
+  ping_at_once(c); /* the shared connection open */
+  atomic_bool stop = false;
+  atomic_llong down_at = 0;
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, T + 1);
+  downer d[T];
+  pthread_t th[T], wt[W];
+  waitd wd[W];
+  for (int i = 0; i < W; i++) {
+    CHECK_RC(dlock_lock_new(c, "dn", NULL, &wl[i]), 0);
+    wd[i] = (waitd){.l = wl[i], .wait_ms = th_soon(1000)};
+    pthread_create(&wt[i], NULL, wait_down, &wd[i]);
+  }
+  for (int i = 0; i < T; i++) {
+    d[i] = (downer){.c = c, .go = &go, .stop = &stop, .down_at = &down_at};
+    pthread_create(&th[i], NULL, ping_down, &d[i]);
+  }
+  /* A waiter's key there (then it watches), the pings in flight. */
+  char buf[512];
+  for (int64_t end = th_now_ms() + th_soon(3000); th_now_ms() < end;
+       th_sleep_ms(5)) {
+    const char *k =
+        th_etcd_ctl(&s, "get --prefix dn/ --keys-only", buf, sizeof buf);
+    int n = 0;
+    for (; (k = strstr(k, "dn/")) != NULL; k += 3) n++;
+    if (n >= 2) break; /* one waiter's: the others wait for it in c */
+  }
+  et_count_connects(s.port);
+  th_etcd_kill(&s, SIGKILL);
+  atomic_store(&down_at, th_now_ms());
+  int64_t end = th_now_ms() + th_soon(3000);
+  for (int i = 0; i < T; i++) /* each thread's call at the kill ended */
+    while (d[i].flight_rc == 1 && th_now_ms() < end) th_sleep_ms(1);
+  atomic_store(&stop, true);
+  pthread_barrier_wait(&go);
+  int bad = 0;
+  int64_t flight = 0, first = INT64_MAX, last = 0;
+  for (int i = 0; i < T; i++) {
+    if (d[i].flight_ms > flight) flight = d[i].flight_ms;
+    if (d[i].flight_rc != 0 && d[i].flight_rc != DLOCK_ECONNLOST &&
+        d[i].flight_rc != DLOCK_ECONNECT && bad++ == 0)
+      fprintf(stderr, "    thread %d's call in flight: %s\n", i,
+              dlock_err_name(d[i].flight_rc));
+  }
+  for (int i = 0; i < W; i++) {
+    pthread_join(wt[i], NULL);
+    if (wd[i].end < first) first = wd[i].end;
+    if (wd[i].end > last) last = wd[i].end;
+    if (wd[i].rc != DLOCK_ECONNECT && bad++ == 0)
+      fprintf(stderr, "    waiter %d: %s\n", i, dlock_err_name(wd[i].rc));
+  }
+  int64_t ride = last - atomic_load(&down_at);
+  int ride_tries = et_connects();
+  fprintf(stderr,
+          "    server down: the calls in flight ended in %lld ms; %d "
+          "waiters %lld ms later, within %lld ms, %d connection attempt(s)\n",
+          (long long)flight, W, (long long)ride, (long long)(last - first),
+          ride_tries);
+  /* Past the time calls skip the endpoint found unreachable (the
+   * default reconnect_min_ms): the next ones try it again. */
+  th_sleep_ms(100 + 20);
+  et_count_connects(s.port);
+  pthread_barrier_wait(&go);
+  int64_t most = 0;
+  for (int i = 0; i < T; i++) {
+    pthread_join(th[i], NULL);
+    if (d[i].ms > most) most = d[i].ms;
+    if (d[i].rc != DLOCK_ECONNECT && bad++ == 0)
+      fprintf(stderr, "    thread %d: %s\n", i, dlock_err_name(d[i].rc));
+  }
+  int tries = et_connects();
+  et_count_connects(0);
+  fprintf(stderr, "    %d pings at once: %lld ms, %d connection attempt(s)\n",
+          T, (long long)most, tries);
+  pthread_barrier_destroy(&go);
+  CHECK_EQ(bad, 0);
+  CHECK(flight < th_soon(500));
+  CHECK(last - first < th_soon(100));
+  /* An attempt a reconnect_min_ms or so (the lone call's path's and the
+   * shared connection's, the waiters' watches'), not one a waiter's
+   * pause (20 ms doubling to 200). */
+  CHECK(ride_tries <= 3 * (ride / 100 + 1) + 2 * W);
+  CHECK(most < th_soon(500));
+  CHECK(tries >= 1 && tries <= 2);
+  for (int i = 0; i < W; i++)
+    dlock_lock_free(wl[i]);
+  dlock_lock_free(held);
+  dlock_client_close(c2);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
 /* The calls' transport: etcd's gRPC API by default, its JSON gateway with
  * ?transport=json (the two share holds); another value is a bad URL. A
  * gRPC client rides out a server restart: its idle connection is gone,
@@ -1105,7 +1260,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_watch_grpc), T_BARE(t_etcd_async_failover),
         T_BARE(t_etcd_release_in_flight), T_BARE(t_etcd_async_renew),
         T_BARE(t_etcd_async_burst), T_BARE(t_etcd_reads_unanswered),
-        T_BARE(t_etcd_calls_shared))
+        T_BARE(t_etcd_calls_shared), T_BARE(t_etcd_calls_down))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

@@ -271,11 +271,18 @@ static void finish(etcd_acall *c, int rc, json_object *o, int code) {
 static int try_start(etcd_acall *c) {
   etcd_aloop *a = c->a;
   dl_etcd *e = a->e;
-  c->idx = (c->start + c->i) % e->nendpoints;
   int64_t left = c->deadline - dl_now_ms();
   if (left <= 0)
     return dl_seterr(e->err, DLOCK_ETIMEDOUT, "etcd %s: no answer in time",
                      c->q.path);
+  int rc;
+  for (;;) { /* a call skips the endpoints just found unreachable */
+    c->idx = (c->start + c->i) % e->nendpoints;
+    if (c->w || c->again ||
+        !dl_etcd_skip_unreached(e, c->q.path, c->idx, &rc))
+      break;
+    if (++c->i >= e->nendpoints) return rc;
+  }
   etcd_h2conn *k = &a->conns[c->idx];
   bool prior = c->again || !k->open;
   c->may_again = !prior;
