@@ -571,16 +571,16 @@ static void *ping_some(void *ud) {
   return NULL;
 }
 
-/* s restarted under T threads' pings (those while it is down fail), and
- * each thread's answered after it. */
-static void restart_under_pings(th_etcd *s, dlock_client *c) {
+/* s restarted under T threads' pings, of the nc clients c in turn
+ * (those while it is down fail), and each thread's answered after it. */
+static void restart_under_pings(th_etcd *s, dlock_client *const *c, int nc) {
   enum { T = 16 };
   atomic_bool stop = false;
   pinger p[T];
   pthread_t th[T];
   int base[T];
   for (int i = 0; i < T; i++) {
-    p[i] = (pinger){.c = c, .stop = &stop};
+    p[i] = (pinger){.c = c[i % nc], .stop = &stop};
     pthread_create(&th[i], NULL, ping_some, &p[i]);
   }
   int64_t end = th_now_ms() + th_soon(5000);
@@ -656,7 +656,7 @@ static void t_etcd_calls_shared(void) {
   /* Calls in flight through a restart: one opens the shared connection
    * again, the others wait for it (each one that found it gone opening
    * its own, or clearing the one just opened: 3 to 13). */
-  restart_under_pings(&s, c);
+  restart_under_pings(&s, &c, 1);
   conns = et_conns_to(s.port, NULL);
   fprintf(stderr, "    16 threads' calls through a restart: %d connection(s)\n",
           conns);
@@ -820,6 +820,116 @@ static void t_etcd_calls_down(void) {
   th_etcd_stop(&s);
 }
 
+static atomic_int losses;
+static void on_lost_count(dlock_lock *l, const char *owner, void *ud) {
+  (void)l, (void)owner, (void)ud;
+  atomic_fetch_add(&losses, 1);
+}
+
+/* The connections to port once they are at most `most` (1 s at most). */
+static int conns_at_most(int port, int most) {
+  int n;
+  for (int64_t end = th_now_ms() + th_soon(1000);
+       (n = et_conns_to(port, NULL)) > most && th_now_ms() < end;)
+    th_sleep_ms(5);
+  return n;
+}
+
+/* A server restart (its data kept, SAFETY.md 26) seen by the clients of
+ * o[0] and o[1] (two transports), each a blocking client and an
+ * event-loop one: their holds survive (never told lost, released as
+ * held), the blocking calls of 16 threads in flight through it are
+ * answered after it, 32 event-loop pings of each at once too, and the
+ * connections are no more than before it under the same calls. */
+static void restart_holding(th_etcd *s, const dlock_client_options *o) {
+  enum { N = 32 };
+  dlock_client *c[2], *ac[2];
+  dlock_loop *lp;
+  dlock_lock *l[2], *al[2];
+  et_adone d[2 * N];
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  atomic_store(&losses, 0);
+  char name[8];
+  for (int k = 0; k < 2; k++) {
+    CHECK_RC(dlock_client_open(&o[k], &c[k]), 0);
+    CHECK_RC(dlock_client_open_async(&o[k], lp, &ac[k]), 0);
+    snprintf(name, sizeof name, "rh%d", k);
+    CHECK_RC(dlock_lock_new(c[k], name, "me", &l[k]), 0);
+    snprintf(name, sizeof name, "rha%d", k);
+    CHECK_RC(dlock_lock_new(ac[k], name, "me", &al[k]), 0);
+    dlock_lock_on_lost(l[k], on_lost_count, NULL);
+    dlock_lock_on_lost(al[k], on_lost_count, NULL);
+    CHECK_RC(dlock_lock_try_acquire(l[k], 0, 0, NULL), 0);
+    memset(d, 0, sizeof d);
+    CHECK_RC(dlock_lock_acquire_async(al[k], 0, 0, et_on_adone, &d[0], NULL),
+             0);
+    CHECK(et_run_all(lp, d, 1));
+    CHECK_RC(d[0].rc, 0);
+  }
+  int conns[2];
+  for (int r = 0; r < 2; r++) {
+    if (r == 1) restart_under_pings(s, c, 2);
+    ping_at_once(c[0]);
+    ping_at_once(c[1]);
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < 2 * N; i++)
+      CHECK_RC(dlock_client_ping_async(ac[i % 2], et_on_adone, &d[i], NULL),
+               0);
+    CHECK(et_run_all(lp, d, 2 * N));
+    int ok = 0;
+    for (int i = 0; i < 2 * N; i++)
+      ok += d[i].rc == 0 && d[i].calls == 1;
+    CHECK_EQ(ok, 2 * N);
+    conns[r] = r == 0 ? et_conns_to(s->port, NULL)
+                      : conns_at_most(s->port, conns[0]);
+  }
+  fprintf(stderr, "    connections %d before the restart, %d after\n",
+          conns[0], conns[1]);
+  CHECK(conns[1] <= conns[0]);
+  for (int k = 0; k < 2; k++) {
+    CHECK_RC(dlock_lock_is_held(l[k]), 1);
+    CHECK_RC(dlock_lock_release(l[k]), 1);
+    memset(d, 0, sizeof d);
+    CHECK_RC(dlock_lock_release_async(al[k], et_on_adone, &d[0], NULL), 0);
+    CHECK(et_run_all(lp, d, 1));
+    CHECK_RC(d[0].rc, 1);
+  }
+  CHECK_EQ(atomic_load(&losses), 0);
+  for (int k = 0; k < 2; k++) {
+    dlock_lock_free(al[k]);
+    dlock_client_close(ac[k]);
+    dlock_lock_free(l[k]);
+    dlock_client_close(c[k]);
+  }
+  dlock_loop_free(lp);
+}
+
+/* A restart over etcds:// (TLS, gRPC by ALPN's HTTP/2) and etcd's JSON
+ * gateway on it (?transport=json: HTTP/1.1, a connection a call in
+ * flight), both drivers (restart_holding). */
+static void t_etcd_restart_transports(void) {
+  TH_NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start_with(&s, true, NULL), 0);
+  char url[200], ca[400], cert[400], key[400];
+  dlock_client_options o[2];
+  snprintf(ca, sizeof ca, "%s/ca.crt", s.tls_dir);
+  snprintf(cert, sizeof cert, "%s/client.crt", s.tls_dir);
+  snprintf(key, sizeof key, "%s/client.key", s.tls_dir);
+  snprintf(url, sizeof url, "%s?transport=json", s.url);
+  for (int k = 0; k < 2; k++) {
+    dlock_client_options_init(&o[k]);
+    o[k].url = k ? url : s.url;
+    o[k].tls_ca_file = ca;
+    o[k].tls_cert_file = cert;
+    o[k].tls_key_file = key;
+    o[k].connect_timeout_ms = (int)th_soon(2000); /* as t_etcd_tls */
+    o[k].command_timeout_ms = (int)th_soon(3000);
+  }
+  restart_holding(&s, o);
+  th_etcd_stop(&s);
+}
+
 /* The calls' transport: etcd's gRPC API by default, its JSON gateway with
  * ?transport=json (the two share holds); another value is a bad URL. A
  * gRPC client rides out a server restart: its idle connection is gone,
@@ -846,7 +956,23 @@ static void t_etcd_transport(void) {
   CHECK_RC(dlock_lock_release(lj), 1);
   CHECK_RC(dlock_lock_try_acquire(lg, 0, 0, NULL), 0);
   CHECK_RC(dlock_lock_try_acquire(lj, 0, 0, NULL), DLOCK_EBUSY);
+  /* The gateway's client holds one too, its calls of 16 threads at
+   * once a connection each (HTTP/1.1), kept. */
+  dlock_lock *lj2;
+  CHECK_RC(dlock_lock_new(j, "tr2", "j", &lj2), 0);
+  CHECK_RC(dlock_lock_try_acquire(lj2, 0, 0, NULL), 0);
+  ping_at_once(j);
+  int conns = et_conns_to(s.port, NULL);
   CHECK_RC(th_etcd_restart(&s), 0);
+  /* After the restart: held still, the calls answered on as many
+   * connections as before, not more. */
+  ping_at_once(j);
+  int after = conns_at_most(s.port, conns);
+  fprintf(stderr, "    ?transport=json: %d connections before the restart, "
+          "%d after\n", conns, after);
+  CHECK(after <= conns);
+  CHECK_RC(dlock_lock_release(lj2), 1);
+  dlock_lock_free(lj2);
   CHECK_RC(dlock_lock_release(lg), 1);
   CHECK_RC(dlock_lock_try_acquire(lg, 0, 0, NULL), 0);
   CHECK_RC(dlock_lock_release(lg), 1);
@@ -1260,7 +1386,8 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_watch_grpc), T_BARE(t_etcd_async_failover),
         T_BARE(t_etcd_release_in_flight), T_BARE(t_etcd_async_renew),
         T_BARE(t_etcd_async_burst), T_BARE(t_etcd_reads_unanswered),
-        T_BARE(t_etcd_calls_shared), T_BARE(t_etcd_calls_down))
+        T_BARE(t_etcd_calls_shared), T_BARE(t_etcd_calls_down),
+        T_BARE(t_etcd_restart_transports))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

@@ -300,6 +300,11 @@ static int try_start(etcd_acall *c) {
      * one (it would be HTTP/1.1 on cleartext). */
     c->refused = false;
     if (!e->tls) dl_etcd_no_open(c->h, prior ? NULL : &c->refused);
+  } else if (e->tls && c->w == NULL) {
+    /* The gateway over TLS: HTTP/2 by ALPN, so calls at once wait for
+     * the connection being opened (one a call after a server restart,
+     * and kept: 50 more for 64 pings) and share it. */
+    curl_easy_setopt(c->h, CURLOPT_PIPEWAIT, 1L);
   }
   if (curl_multi_add_handle(a->m, c->h) != CURLM_OK)
     return dl_seterr(e->err, DLOCK_ENOMEM, "etcd %s: curl_multi_add_handle",
