@@ -278,8 +278,7 @@ static int try_start(etcd_acall *c) {
   int rc;
   for (;;) { /* a call skips the endpoints just found unreachable */
     c->idx = (c->start + c->i) % e->nendpoints;
-    if (c->w || c->again ||
-        !dl_etcd_skip_unreached(e, c->q.path, c->idx, &rc))
+    if (c->w || c->again || !dl_etcd_skip_unreached(e, c->q.path, c->idx, &rc))
       break;
     if (++c->i >= e->nendpoints) return rc;
   }

@@ -231,6 +231,12 @@ bool dl_etcd_unreached(CURLcode cc);
  * down end together, not each after a connection attempt of its own):
  * true with DLOCK_ECONNECT recorded in *rc. Any thread. */
 bool dl_etcd_skip_unreached(dl_etcd *e, const char *path, int idx, int *rc);
+/* A call failed to reach endpoint idx: calls skip it for e->unreached_ms
+ * from now, unless they already do (the window is not lengthened by the
+ * calls that share the failure). Any thread. */
+void dl_etcd_mark_unreached(dl_etcd *e, int idx);
+/* Whether calls skip endpoint idx now (dl_etcd_mark_unreached). */
+bool dl_etcd_unreached_now(dl_etcd *e, int idx);
 /* ---- one try of a call, for both drivers (http.c, grpc.c): the
  * blocking one (dl_etcd_call, an easy handle each) and the event loop's
  * (acall.c, on a multi handle) ---- */

@@ -466,7 +466,7 @@ etcd_try dl_etcd_grpc_end(dl_etcd *e, etcd_req *q, CURL *h, int idx,
   else if (q->status > 0)
     *rc = dl_etcd_status_error(e, q->path, q->status, q->message, status, code);
   else /* gRPC's trailers never came: curl 7.88 takes a connection
-         * closed mid-answer (the server killed) for the stream's end */
+        * closed mid-answer (the server killed) for the stream's end */
     *rc = dl_seterr(e->err, DLOCK_ECONNLOST,
                     "etcd %s at %s: the answer cut short, without a gRPC "
                     "status (HTTP %ld)",

@@ -156,9 +156,22 @@ bool dl_etcd_unreached(CURLcode cc) {
   return cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST;
 }
 
+void dl_etcd_mark_unreached(dl_etcd *e, int idx) {
+  /* Not again by the calls that skip it meanwhile (or that waited for the
+   * same attempt): the window runs from the first failure. */
+  int64_t now = dl_now_ms(), at = atomic_load(&e->unreached_at[idx]);
+  if (at == 0 || now - at >= e->unreached_ms)
+    atomic_store(&e->unreached_at[idx], now);
+}
+
+bool dl_etcd_unreached_now(dl_etcd *e, int idx) {
+  int64_t at = atomic_load(&e->unreached_at[idx]);
+  return at != 0 && dl_now_ms() - at < e->unreached_ms;
+}
+
 bool dl_etcd_skip_unreached(dl_etcd *e, const char *path, int idx, int *rc) {
-  int64_t at = atomic_load(&e->unreached_at[idx]), ago = dl_now_ms() - at;
-  if (at == 0 || ago >= e->unreached_ms) return false;
+  int64_t ago = dl_now_ms() - atomic_load(&e->unreached_at[idx]);
+  if (!dl_etcd_unreached_now(e, idx)) return false;
   *rc = dl_seterr(e->err, DLOCK_ECONNECT,
                   "etcd %s: cannot reach %s (not reached %lld ms ago)", path,
                   e->endpoints[idx], (long long)ago);
@@ -178,7 +191,7 @@ int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
    * by the server (a txn), so it is not sent again elsewhere. */
   if (dl_etcd_unreached(cc)) {
     *next = true;
-    atomic_store(&e->unreached_at[idx], dl_now_ms());
+    dl_etcd_mark_unreached(e, idx);
     return dl_seterr(e->err, DLOCK_ECONNECT, "etcd %s: cannot reach %s: %s",
                      path, e->endpoints[idx],
                      why[0] ? why : curl_easy_strerror(cc));
