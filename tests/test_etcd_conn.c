@@ -877,8 +877,10 @@ static void restart_holding(th_etcd *s, const dlock_client_options *o) {
     ping_at_once(c[0]);
     ping_at_once(c[1]);
     /* The first round after the restart: one may go on the connection
-     * that is gone (under valgrind, 1 of 64 on etcds://: curl 7.88 took
-     * it for alive), DLOCK_ECONNLOST; the next round, each answered. */
+     * that is gone, DLOCK_ECONNLOST (under valgrind, 1 of 64 on
+     * etcds://: curl 7.88 put its stream on the old connection, not
+     * checked while a call, likely a renewal, was on it with the loop
+     * not run); the next round, each answered. */
     for (int round = 0; round < 1 + r; round++) {
       memset(d, 0, sizeof d);
       for (int i = 0; i < 2 * N; i++)
