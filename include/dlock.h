@@ -163,7 +163,8 @@ typedef struct dlock_client_options {
    * renews it every watchdog_timeout_ms / 3. Default 30000 (Redisson);
    * 3 to DLOCK_LEASE_MAX_MS. */
   int64_t watchdog_timeout_ms;
-  /* Reconnect backoff after a lost connection, doubling from min to max. */
+  /* Reconnect backoff after a lost connection, doubling from min to max.
+   * etcd: how long calls skip an endpoint a call could not reach. */
   int reconnect_min_ms; /* default 100 */
   int reconnect_max_ms; /* default 5000 */
   /* Command connections shared by all threads (requests are pipelined

@@ -4,8 +4,10 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <linux/tcp.h> /* tcp_info with tcpi_data_segs_out */
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 
@@ -107,4 +109,31 @@ int et_conns_to(int port, long long *segs) {
   if (d) closedir(d);
   if (segs) *segs = n;
   return conns;
+}
+
+static atomic_int count_port, connects;
+
+void et_count_connects(int port) {
+  atomic_store(&connects, 0);
+  atomic_store(&count_port, port);
+}
+
+int et_connects(void) { return atomic_load(&connects); }
+
+/* libc's connect, counted: this executable's definition comes first in
+ * the lookup of libcurl's calls (ld exports it, libcurl referring to
+ * it), and passes on to the next (libc's, or a sanitizer's). */
+int connect(int fd, const struct sockaddr *a, socklen_t len) {
+  typedef int connect_fn(int, const struct sockaddr *, socklen_t);
+  static connect_fn *_Atomic real;
+  connect_fn *f = atomic_load(&real);
+  if (f == NULL) {
+    *(void **)&f = dlsym(RTLD_NEXT, "connect");
+    atomic_store(&real, f);
+  }
+  int port = atomic_load(&count_port);
+  if (port && a && a->sa_family == AF_INET &&
+      ntohs(((const struct sockaddr_in *)a)->sin_port) == port)
+    atomic_fetch_add(&connects, 1);
+  return f(fd, a, len);
 }

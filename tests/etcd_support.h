@@ -2,7 +2,7 @@
  * skip where no etcd server can run, an event-loop operation's outcome
  * and the loop run until operations end, the threads counted, a server's
  * keys counted, an event-loop client holding locks, and the connections
- * to a server counted. */
+ * to a server counted, and the attempts at one. */
 #ifndef DLOCK_TEST_ETCD_SUPPORT_H
 #define DLOCK_TEST_ETCD_SUPPORT_H
 
@@ -39,5 +39,11 @@ void et_open_holding(const th_etcd *s, int64_t watchdog_ms, const char *prefix,
  * (*segs, unless NULL) what they have sent: segments that carried data
  * (TCP_INFO's tcpi_data_segs_out, Linux 4.6). */
 int et_conns_to(int port, long long *segs);
+
+/* The connect() calls of this process (curl's included) to `port` since
+ * et_count_connects(port) (0 counts none): how many were tried, refused
+ * or not. */
+void et_count_connects(int port);
+int et_connects(void);
 
 #endif

@@ -271,11 +271,17 @@ static void finish(etcd_acall *c, int rc, json_object *o, int code) {
 static int try_start(etcd_acall *c) {
   etcd_aloop *a = c->a;
   dl_etcd *e = a->e;
-  c->idx = (c->start + c->i) % e->nendpoints;
   int64_t left = c->deadline - dl_now_ms();
   if (left <= 0)
     return dl_seterr(e->err, DLOCK_ETIMEDOUT, "etcd %s: no answer in time",
                      c->q.path);
+  int rc;
+  for (;;) { /* a call skips the endpoints just found unreachable */
+    c->idx = (c->start + c->i) % e->nendpoints;
+    if (c->w || c->again || !dl_etcd_skip_unreached(e, c->q.path, c->idx, &rc))
+      break;
+    if (++c->i >= e->nendpoints) return rc;
+  }
   etcd_h2conn *k = &a->conns[c->idx];
   bool prior = c->again || !k->open;
   c->may_again = !prior;
@@ -293,6 +299,11 @@ static int try_start(etcd_acall *c) {
      * one (it would be HTTP/1.1 on cleartext). */
     c->refused = false;
     if (!e->tls) dl_etcd_no_open(c->h, prior ? NULL : &c->refused);
+  } else if (e->tls && c->w == NULL) {
+    /* The gateway over TLS: HTTP/2 by ALPN, so calls at once wait for
+     * the connection being opened (one a call after a server restart,
+     * and kept: 50 more for 64 pings) and share it. */
+    curl_easy_setopt(c->h, CURLOPT_PIPEWAIT, 1L);
   }
   if (curl_multi_add_handle(a->m, c->h) != CURLM_OK)
     return dl_seterr(e->err, DLOCK_ENOMEM, "etcd %s: curl_multi_add_handle",

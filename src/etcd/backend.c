@@ -304,6 +304,7 @@ static void etcd_free(dl_backend *b) {
   for (int i = 0; i < e->nendpoints; i++)
     free(e->endpoints[i]);
   free(e->endpoints);
+  free(e->unreached_at);
   free(e->prefix);
   pthread_cond_destroy(&e->cv);
   pthread_mutex_destroy(&e->mu);
@@ -398,7 +399,8 @@ static int parse_url(dl_etcd *e, const char *url) {
   for (size_t i = 0; i < hl; i++)
     n += p[i] == ',';
   e->endpoints = calloc((size_t)n, sizeof *e->endpoints);
-  if (e->endpoints == NULL)
+  e->unreached_at = calloc((size_t)n, sizeof *e->unreached_at);
+  if (e->endpoints == NULL || e->unreached_at == NULL)
     return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");
   const char *s = p;
   for (int i = 0; i < n; i++) {
@@ -495,6 +497,7 @@ int dl_etcd_backend_new(const dlock_client_options *opts,
   e->env = env;
   e->command_timeout_ms = env->command_timeout_ms;
   e->connect_timeout_ms = opts->connect_timeout_ms;
+  e->unreached_ms = opts->reconnect_min_ms;
   e->session_ttl_ms = opts->watchdog_timeout_ms;
   pthread_mutex_init(&e->mu, NULL);
   pthread_mutex_init(&e->lease_mu, NULL);

@@ -69,6 +69,11 @@ typedef struct dl_etcd {
   const struct dlock_client *err;
   char **endpoints; /* "http://host:port" */
   int nendpoints;
+  /* Per endpoint: when a call last failed to reach it (dl_now_ms; 0: it
+   * answered since), and how long calls skip it after that (the options'
+   * reconnect_min_ms): dl_etcd_skip_unreached. */
+  _Atomic int64_t *unreached_at;
+  int unreached_ms;
   atomic_int current; /* the endpoint that answered last */
   char *prefix;       /* the URL's path without its leading '/', plus '/'
                          ("" without one) */
@@ -221,6 +226,17 @@ int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
 /* Whether curl's result cc says the server was not reached (nothing
  * sent). */
 bool dl_etcd_unreached(CURLcode cc);
+/* Whether a call to path skips endpoint idx, not reached by a call less
+ * than e->unreached_ms ago (the calls of many threads with the server
+ * down end together, not each after a connection attempt of its own):
+ * true with DLOCK_ECONNECT recorded in *rc. Any thread. */
+bool dl_etcd_skip_unreached(dl_etcd *e, const char *path, int idx, int *rc);
+/* A call failed to reach endpoint idx: calls skip it for e->unreached_ms
+ * from now, unless they already do (the window is not lengthened by the
+ * calls that share the failure). Any thread. */
+void dl_etcd_mark_unreached(dl_etcd *e, int idx);
+/* Whether calls skip endpoint idx now (dl_etcd_mark_unreached). */
+bool dl_etcd_unreached_now(dl_etcd *e, int idx);
 /* ---- one try of a call, for both drivers (http.c, grpc.c): the
  * blocking one (dl_etcd_call, an easy handle each) and the event loop's
  * (acall.c, on a multi handle) ---- */

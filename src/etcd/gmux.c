@@ -91,12 +91,18 @@ static void end_call(gmux_call *c, CURLcode cc, const gmux_call *self) {
 
 /* The calls handed in since the last turn, onto the multi handle (g->mu
  * held: the endpoints' connections). */
-static void add_new(struct etcd_gmux *g, const gmux_call *self) {
+static void add_new(dl_etcd *e, struct etcd_gmux *g, const gmux_call *self) {
   g->nnew = 0;
   for (gmux_call *c = g->calls, *next; c; c = next) {
     next = c->next;
     if (c->added) continue;
     etcd_h2conn *k = &g->conns[c->idx];
+    /* One that would open the connection just after an attempt failed
+     * to reach the server (handed in before that ended) ends with it. */
+    if (!k->open && !c->fresh && dl_etcd_unreached_now(e, c->idx)) {
+      end_call(c, CURLE_COULDNT_CONNECT, self);
+      continue;
+    }
     c->prior = false;
     if (!g->tls) {
       c->prior = c->fresh || !k->open;
@@ -179,15 +185,18 @@ CURLcode dl_etcd_gmux_perform(dl_etcd *e, CURL *h, int idx, bool fresh,
       pthread_cond_wait(&c.cv, &g->mu);
       continue;
     }
-    add_new(g, &c);
+    add_new(e, g, &c);
     if (c.done) break;
     pthread_mutex_unlock(&g->mu);
     gmux_call *fin = turn(g);
     pthread_mutex_lock(&g->mu);
     for (gmux_call *f = fin, *n; f; f = n) {
       n = f->fin;
-      /* Told before the calls waiting for its connection see it. */
+      /* Told before the calls waiting for its connection see it, and
+       * before those handed in meanwhile would open another. */
       if (f->prior) dl_etcd_h2_opened(&g->conns[f->idx], f->opens, f->cc);
+      if (f->prior && dl_etcd_unreached(f->cc))
+        dl_etcd_mark_unreached(e, f->idx);
       end_call(f, f->cc, &c);
     }
     if (c.done) break;

@@ -465,10 +465,12 @@ etcd_try dl_etcd_grpc_end(dl_etcd *e, etcd_req *q, CURL *h, int idx,
     *rc = answer(e, q->m, q->path, q, out);
   else if (q->status > 0)
     *rc = dl_etcd_status_error(e, q->path, q->status, q->message, status, code);
-  else
-    *rc = dl_seterr(e->err, DLOCK_EPROTO,
-                    "etcd %s: an answer without a gRPC status (HTTP %ld)",
-                    q->path, status);
+  else /* gRPC's trailers never came: curl 7.88 takes a connection
+        * closed mid-answer (the server killed) for the stream's end */
+    *rc = dl_seterr(e->err, DLOCK_ECONNLOST,
+                    "etcd %s at %s: the answer cut short, without a gRPC "
+                    "status (HTTP %ld)",
+                    q->path, e->endpoints[idx], status);
   return ETCD_TRY_DONE;
 }
 
@@ -522,6 +524,7 @@ int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
                      q->path);
       break;
     }
+    if (!again && dl_etcd_skip_unreached(e, q->path, idx, &rc)) continue;
     bool h2;
     etcd_try t = try_on(e, q, c, h, idx, hd, left, again, out, code, &rc, &h2);
     if (t == ETCD_TRY_AGAIN) {

@@ -156,6 +156,28 @@ bool dl_etcd_unreached(CURLcode cc) {
   return cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST;
 }
 
+void dl_etcd_mark_unreached(dl_etcd *e, int idx) {
+  /* Not again by the calls that skip it meanwhile (or that waited for the
+   * same attempt): the window runs from the first failure. */
+  int64_t now = dl_now_ms(), at = atomic_load(&e->unreached_at[idx]);
+  if (at == 0 || now - at >= e->unreached_ms)
+    atomic_store(&e->unreached_at[idx], now);
+}
+
+bool dl_etcd_unreached_now(dl_etcd *e, int idx) {
+  int64_t at = atomic_load(&e->unreached_at[idx]);
+  return at != 0 && dl_now_ms() - at < e->unreached_ms;
+}
+
+bool dl_etcd_skip_unreached(dl_etcd *e, const char *path, int idx, int *rc) {
+  int64_t ago = dl_now_ms() - atomic_load(&e->unreached_at[idx]);
+  if (!dl_etcd_unreached_now(e, idx)) return false;
+  *rc = dl_seterr(e->err, DLOCK_ECONNECT,
+                  "etcd %s: cannot reach %s (not reached %lld ms ago)", path,
+                  e->endpoints[idx], (long long)ago);
+  return true;
+}
+
 int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
                        const char *why, bool *next) {
   *next = false;
@@ -169,6 +191,7 @@ int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
    * by the server (a txn), so it is not sent again elsewhere. */
   if (dl_etcd_unreached(cc)) {
     *next = true;
+    dl_etcd_mark_unreached(e, idx);
     return dl_seterr(e->err, DLOCK_ECONNECT, "etcd %s: cannot reach %s: %s",
                      path, e->endpoints[idx],
                      why[0] ? why : curl_easy_strerror(cc));
@@ -311,6 +334,7 @@ static int call_once(dl_etcd *e, const etcd_ask *k, ProtobufCMessage **reply,
                      path);
       break;
     }
+    if (dl_etcd_skip_unreached(e, path, idx, &rc)) continue;
     dl_etcd_req_setup(e, &q, h, idx, hd, left, false);
     bool h2;
     if (dl_etcd_req_end(e, &q, h, idx, curl_easy_perform(h), false, out, code,
@@ -403,6 +427,8 @@ etcd_try dl_etcd_req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,
                          bool may_again, json_object **out, int *code, int *rc,
                          bool *h2) {
   etcd_try t = req_end(e, q, h, idx, cc, may_again, out, code, rc, h2);
+  if (cc == CURLE_OK && atomic_load(&e->unreached_at[idx]) != 0)
+    atomic_store(&e->unreached_at[idx], 0); /* reached */
   if (t == ETCD_TRY_DONE && *rc == 0 && q->resp && q->reply == NULL) {
     /* A message's call answered without one: cannot be, but told. */
     json_object_put(*out);
