@@ -8,8 +8,9 @@
  * server may have run them: never sent twice) and puts batch back at the
  * head of outq for the next connection. Requests that sends queue during
  * one round of the loop go out in one write (automatic pipelining, as in
- * conn.c): at the end of the round when they are sent from a callback,
- * else when the socket is next writable; writability is watched for only
+ * conn.c): at the end of the round when they are sent from a callback
+ * (and every MID_FLUSH replies while many are handled in one read), else
+ * when the socket is next writable; writability is watched for only
  * while a write is unfinished, and a read stops at a short read of a
  * plain socket (the loop's readiness is level-triggered): a request costs
  * no epoll_ctl and no read that finds nothing.
