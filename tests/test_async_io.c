@@ -423,6 +423,65 @@ static void free_in_callback(int kind) {
 }
 TD_DRIVERS(free_in_callback)
 
+/* Many replies handled in one read: what their callbacks send goes out
+ * every 16 of them, while the rest are handled, not at the round's end
+ * alone (the server runs it meanwhile). 64 ECHOs go out in one write and
+ * the server answers them in one; each callback sends one more, and the
+ * last callback must find three of those writes made before it. */
+enum { NWAVE = 64 };
+typedef struct wave {
+  setup *s;
+  int answered, fails, done;
+  uint64_t batches_at_last; /* the writes made when the 64th was handled */
+} wave;
+
+static void on_wave_next(void *ud, int rc, redisReply *r) {
+  wave *w = ud;
+  if (rc != 0 || r == NULL || r->type != REDIS_REPLY_STRING) w->fails++;
+  if (r) freeReplyObject(r);
+  if (++w->answered == 2 * NWAVE) w->done = 1;
+}
+
+static void on_wave(void *ud, int rc, redisReply *r) {
+  wave *w = ud;
+  if (rc != 0 || r == NULL || r->type != REDIS_REPLY_STRING) w->fails++;
+  if (r) freeReplyObject(r);
+  if (++w->answered == NWAVE) w->batches_at_last = dl_aconn_batches(w->s->c);
+  const char *argv[] = {"ECHO", "next"};
+  size_t lens[] = {4, 4};
+  int err = 0;
+  if (dl_aconn_send(w->s->c, 2, argv, lens, 0, on_wave_next, w, &err) == NULL)
+    w->fails++;
+}
+
+static void writes_within_a_read(int kind) {
+  setup s;
+  CHECK_RC(setup_open(&s, kind), 0);
+  got g;
+  int err = 0;
+  CHECK(ping(&s, &g, 0, &err) != NULL); /* connected, and warm */
+  CHECK(td_run_until(&s.t, &g.done, 5000));
+  wave w = {&s, 0, 0, 0, 0};
+  uint64_t b0 = dl_aconn_batches(s.c);
+  for (int i = 0; i < NWAVE; i++) {
+    const char *argv[] = {"ECHO", "first"};
+    size_t lens[] = {4, 5};
+    CHECK(dl_aconn_send(s.c, 2, argv, lens, 0, on_wave, &w, &err) != NULL);
+  }
+  CHECK(td_run_until(&s.t, &w.done, 5000));
+  CHECK_EQ(w.fails, 0);
+  CHECK_EQ(w.answered, 2 * NWAVE);
+  fprintf(stderr, "    %d replies in one read: %llu writes before the last "
+          "was handled, %llu in all\n", NWAVE,
+          (unsigned long long)(w.batches_at_last - b0),
+          (unsigned long long)(dl_aconn_batches(s.c) - b0));
+  /* One write carried the 64; its replies came in one read unless the
+   * server's answer was split, which only adds writes. */
+  CHECK(w.batches_at_last - b0 >= 1 + NWAVE / 16 - 1);
+  setup_close(&s);
+}
+TD_DRIVERS(writes_within_a_read)
+
 /* A chain of requests, each sent from the callback of the one before (as
  * a lock's release follows its acquire): each goes out at the end of the
  * dispatch without the loop being asked for writability, is read once
@@ -486,4 +545,4 @@ TD_DRIVERS(chained_requests)
 TH_MAIN(TD_T(ping_round_trip), TD_T(pipelined_evals), TD_T(eval_noscript),
         TD_T(deadline_late_reply), TD_T(reconnect), TD_T(connect_refused),
         TD_T(cancel), TD_T(close_pending), TD_T(free_in_callback),
-        TD_T(chained_requests))
+        TD_T(chained_requests), TD_T(writes_within_a_read))

@@ -1246,6 +1246,39 @@ static void t_inspect_quorum(void) {
   dlock_client_close(c);
 }
 
+/* A force release answers whether a quorum held the lock: a key left on
+ * a minority (a grant given back late, an acquire that failed) is deleted
+ * but answers 0, as the lock was free; even when that minority's answer
+ * comes first (the conformance suite's t_takeaway once saw 1 from the
+ * holder's late grant on the third server). */
+static void t_force_by_quorum(void) {
+  CHECK(start(3));
+  dlock_client *a = client(0), *b = client(0);
+  CHECK(a && b);
+  dlock_lock *h, *f;
+  CHECK_RC(dlock_lock_new(a, "rl:f", "holder", &h), 0);
+  CHECK_RC(dlock_lock_new(b, "rl:f", NULL, &f), 0);
+  CHECK_RC(dlock_lock_try_acquire(h, 0, 10000, NULL), 0);
+  CHECK(holders_become(3, "rl:f", 3));
+  th_cmd_int(&srv[0], "DEL rl:f");
+  th_cmd_int(&srv[1], "DEL rl:f");
+  /* srv[2] (1) and srv[0] (0) answer at once, srv[1] 200 ms later. */
+  th_cmd_int(&srv[1], "CLIENT PAUSE 200");
+  CHECK_EQ(dlock_lock_force_release(f), 0);
+  CHECK(holders_become(3, "rl:f", 0));
+  /* Held by a quorum: 1, whichever answers first. */
+  CHECK_RC(dlock_lock_try_acquire(h, 0, 10000, NULL), 0);
+  CHECK(holders_become(3, "rl:f", 3));
+  th_cmd_int(&srv[0], "DEL rl:f");
+  CHECK_EQ(dlock_lock_force_release(f), 1);
+  CHECK(holders_become(3, "rl:f", 0));
+  CHECK_EQ(dlock_lock_force_release(f), 0);
+  dlock_lock_free(h);
+  dlock_lock_free(f);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
 TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_acquire_validity_release), T_BARE(t_minority_taken),
         T_BARE(t_fencing_over_quorums), T_BARE(t_renew_by_quorum),
@@ -1257,4 +1290,5 @@ TH_MAIN(T_BARE(t_quorum_table_3), T_BARE(t_quorum_table_5),
         T_BARE(t_deleted_by_quorum), T_BARE(t_all_down_named),
         T_BARE(t_close_waits_for_release), T_BARE(t_refusal_counted),
         T_BARE(t_unlimited_wait_refused), T_BARE(t_inspect_quorum),
-        T_BARE(t_threads_share_loop), T_BARE(t_long_wait_quiet))
+        T_BARE(t_threads_share_loop), T_BARE(t_long_wait_quiet),
+        T_BARE(t_force_by_quorum))

@@ -332,8 +332,7 @@ static void step(rl_op *o) {
         if ((r = dl_rl_renewed(o)) == -2) return;
         break;
       case OP_FORCE:
-        if (!dl_rl_settled(o)) return;
-        r = dl_rl_forced(o);
+        if ((r = dl_rl_forced(o)) == -2) return;
         break;
       case OP_QUERY:
         if ((r = dl_rl_queried(o)) == -2) return;

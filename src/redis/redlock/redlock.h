@@ -241,9 +241,12 @@ int dl_rl_quorum_error(rl_op *o, int err);
 int dl_rl_refused(const rl_op *o);
 /* An acquire round: 1 taken (o->a filled in), 0 not, -1 not decided. */
 int dl_rl_acquired(rl_op *o);
-/* Release and force release: whether decided (a quorum answered). */
+/* A release: whether decided (a quorum answered), then its result. */
 bool dl_rl_settled(const rl_op *o);
 int dl_rl_released(rl_op *o);
+/* A force release: 1 the lock was held (a quorum deleted it, or answers
+ * that failed may hide one), 0 not (a minority's keys deleted too), an
+ * error, or -2 while the answers still to come could make a quorum. */
 int dl_rl_forced(rl_op *o);
 /* Renew, query, ping: the result, or -2 while the answers still to come
  * could change it. */

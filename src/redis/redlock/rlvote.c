@@ -195,7 +195,7 @@ int dl_rl_acquired(rl_op *o) {
   return 1;
 }
 
-/* Release and force release: decided once a quorum answered (the rest
+/* A release: decided once a quorum answered (the rest
  * go on in the background), or all did. */
 bool dl_rl_settled(const rl_op *o) {
   int answered = 0;
@@ -263,14 +263,22 @@ int dl_rl_renewed(rl_op *o) {
 }
 
 int dl_rl_forced(rl_op *o) {
-  int deleted = 0, none = 0, wrong = 0;
+  int deleted = 0, none = 0, wrong = 0, q = o->B->quorum;
   for (int i = 0; i < o->B->n; i++) {
     deleted += o->rc[i] == 1;
     none += o->rc[i] == 0;
     wrong += o->rc[i] == DLOCK_EWRONGTYPE;
   }
-  if (deleted > 0) return 1;
-  if (wrong > 0) return dl_rl_part_error(o, part_with(o, DLOCK_EWRONGTYPE));
+  /* The servers that had the key, may have had it, or are still to say. */
+  int maybe = o->B->n - none - wrong;
+  if (deleted >= q) return 1;
+  if (o->await > 0 && maybe >= q) return -2;
+  if (deleted > 0 && maybe >= q) return 1; /* failures may hide a quorum */
+  if (wrong > 0 && deleted == 0)
+    return dl_rl_part_error(o, part_with(o, DLOCK_EWRONGTYPE));
+  /* Held by a minority at most: not held (a grant given back late, a
+   * key left by an acquire that failed), though those keys are deleted. */
+  if (maybe < q) return 0;
   return none > 0 ? 0 : dl_rl_quorum_error(o, 0);
 }
 
