@@ -655,6 +655,17 @@ static void t_etcd_force_heard(void) {
           ms);
   CHECK(ms >= 0 && ms < th_soon(1000));
   CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  /* An application's key of a mutex's shape (NAME/ + hex digits) but on
+   * no lease, which no recipe writes: not a lock, refused, untouched. */
+  th_etcd_ctl(&s, "put fr/42 alice", buf, sizeof buf);
+  dlock_lock_state st;
+  CHECK_RC(dlock_lock_inspect(lb, &st), 0);
+  CHECK_EQ(st.held, 0);
+  CHECK(strcmp(st.type, "data") == 0);
+  CHECK_RC(dlock_lock_force_release(lb), DLOCK_EWRONGTYPE);
+  CHECK(strstr(th_etcd_ctl(&s, "get fr/42 --print-value-only", buf, sizeof buf),
+               "alice") != NULL);
+  th_etcd_ctl(&s, "del fr/42", buf, sizeof buf);
   /* A key of no mutex under the prefix: refused, untouched. */
   th_etcd_ctl(&s, "put fr/other x", buf, sizeof buf);
   CHECK_RC(dlock_lock_force_release(lb), DLOCK_EWRONGTYPE);
@@ -851,6 +862,7 @@ static void t_etcd_prefix(void) {
   CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), 0);
   th_etcd_ctl(&s, "put n2 x", buf, sizeof buf);    /* outside the prefix */
   th_etcd_ctl(&s, "put app/x y", buf, sizeof buf); /* no mutex's key */
+  th_etcd_ctl(&s, "put app/k/42 y", buf, sizeof buf); /* on no lease */
   char names[256] = "";
   CHECK_EQ(dlock_client_scan_locks(c, NULL, collect, names), 2);
   CHECK(strcmp(names, "m;n;") == 0);
