@@ -679,6 +679,40 @@ static void t_etcd_force_heard(void) {
   th_etcd_stop(&s);
 }
 
+/* A reader waits only for the writers' keys (contrib's RWMutex), so a
+ * mutex's (or an election's) key at the name must refuse it: else a
+ * reader held beside the mutex's holder, and a mutex waiting behind the
+ * readers took the lock while a later reader held. Refused, nothing left. */
+static void t_etcd_reader_meets_mutex(void) {
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
+  CHECK(a && b);
+  dlock_lock *m;
+  dlock_rwlock *rw;
+  CHECK_RC(dlock_lock_new(a, "mx", "a", &m), 0);
+  CHECK_RC(dlock_rwlock_new(b, "mx", "b", &rw), 0);
+  CHECK_RC(dlock_lock_try_acquire(m, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 0, 0, NULL),
+           DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 300, 0, NULL),
+           DLOCK_EWRONGTYPE);
+  char buf[512];
+  th_etcd_ctl(&s, "get --prefix mx/ --keys-only", buf, sizeof buf);
+  CHECK(strstr(buf, "mx/read/") == NULL);
+  CHECK(strncmp(buf, "mx/", 3) == 0 && strstr(buf + 3, "mx/") == NULL);
+  /* The positive control: with the mutex gone a reader holds, and a
+   * mutex then waits behind it. */
+  CHECK_RC(dlock_lock_release(m), 1);
+  CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(m, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release(dlock_rwlock_read(rw)), 1);
+  dlock_rwlock_free(rw);
+  dlock_lock_free(m);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
 /* etcdctl lock and dlock exclude each other on the same name, both ways,
  * and each wakes the other. */
 static void t_etcd_etcdctl_interop(void) {
@@ -883,6 +917,7 @@ TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout),
         T_BARE(t_etcd_long_wait), T_BARE(t_etcd_cluster_member_killed),
         T_BARE(t_etcd_paused_server), T_BARE(t_etcd_release_orphan),
         T_BARE(t_etcd_leader), T_BARE(t_etcd_force_heard),
+        T_BARE(t_etcd_reader_meets_mutex),
         T_BARE(t_etcd_etcdctl_interop), T_BARE(t_etcd_cli_run),
         T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
 #else
