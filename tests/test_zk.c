@@ -294,6 +294,31 @@ static void t_zk_rwlock(void) {
   CHECK_EQ(children(zh, "/rw/x", NULL, 0), 0);
   CHECK_EQ(dlock_lock_is_held(rA), 0);
   CHECK_EQ(dlock_lock_is_held(rC), 0);
+  /* A mutex's node at the path: a reader (whose turn waits only for
+   * writers) would hold beside its holder; refused, its node gone. */
+  dlock_lock *mx;
+  CHECK_RC(dlock_lock_new(a, "/rw/x", "M", &mx), 0);
+  CHECK_RC(dlock_lock_try_acquire(mx, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(rA, 0, 0, NULL), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_lock_try_acquire(rA, 200, 0, NULL), DLOCK_EWRONGTYPE);
+  CHECK_EQ(marked(zh, "/rw/x", "__READ__"), 0);
+  CHECK_EQ(children(zh, "/rw/x", NULL, 0), 1);
+  CHECK_RC(dlock_lock_release(mx), 1);
+  CHECK_RC(dlock_lock_try_acquire(rA, 0, 0, NULL), 0); /* the control */
+  /* A mutex waiting behind the reader is no holder: a force release takes
+   * the reader's node alone, and the mutex then holds. */
+  rw_waiter mw = {mx, 1, 0};
+  CHECK(pthread_create(&th, NULL, rw_wait, &mw) == 0);
+  end = th_now_ms() + 5000;
+  while (marked(zh, "/rw/x", "lock-") != 1 && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(marked(zh, "/rw/x", "lock-"), 1);
+  CHECK_EQ(dlock_lock_force_release(wB), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(mw.rc, 0);
+  CHECK_EQ(marked(zh, "/rw/x", "lock-"), 1);
+  CHECK_RC(dlock_lock_release(mx), 1);
+  dlock_lock_free(mx);
   dlock_rwlock_free(ra);
   dlock_rwlock_free(rb);
   dlock_rwlock_free(rc);

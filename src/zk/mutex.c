@@ -56,8 +56,8 @@ static bool is_reader(const char *name) {
 
 int dl_zk_holders(char **v, int n) {
   if (n == 0 || !is_reader(v[0])) return n > 0;
-  int k = 0;
-  while (k < n && !dl_zk_is_writer(v[k]))
+  int k = 0; /* a mutex's node behind the readers waits: no holder */
+  while (k < n && is_reader(v[k]))
     k++;
   return k;
 }
@@ -221,15 +221,23 @@ int dl_zk_check_path(dl_zk *z, const char *key) {
   return 0;
 }
 
+/* A reader's turn with a node of another recipe before it (a mutex's, a
+ * leader latch's): not a read-write lock. */
+#define TURN_FOREIGN (-2)
+
 /* Where our node (index idx of the n sorted) stands: -1 it has the lock,
  * else the index of the node to watch. The mutex and the writer: the first
  * node has it, the others watch the one just before (of either side). A
  * reader: it has it while no writer is before it, else it watches the
- * first writer (InterProcessReadWriteLock's readLockPredicate). */
+ * first writer (InterProcessReadWriteLock's readLockPredicate); a node
+ * before it that is neither side's is TURN_FOREIGN (the recipe would hold
+ * beside a mutex's holder there). */
 static int turn_of(dl_lock_kind kind, char **v, int idx) {
   if (kind != DL_KIND_READ) return idx == 0 ? -1 : idx - 1;
-  for (int i = 0; i < idx; i++)
+  for (int i = 0; i < idx; i++) {
     if (dl_zk_is_writer(v[i])) return i;
+    if (!is_reader(v[i])) return TURN_FOREIGN;
+  }
   return -1;
 }
 
@@ -268,6 +276,11 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
     if (idx < 0)
       return dl_seterr(z->env->err_owner, DLOCK_ELOST, "our lock node %s "
                        "is gone (the session expired?)", node);
+    if (w == TURN_FOREIGN)
+      return dl_seterr(z->env->err_owner, DLOCK_EWRONGTYPE,
+                       "%s: a mutex's or a leader latch's node is before "
+                       "ours: not a read-write lock (nothing left)",
+                       key);
     if (w < 0) return 1;
     if (!a->wait || dl_now_ms() >= a->deadline || dl_offload_cancelled())
       return 0;
