@@ -713,6 +713,44 @@ static void t_etcd_reader_meets_mutex(void) {
   th_etcd_stop(&s);
 }
 
+/* A mutex at a name where another kind keeps keys on no lease (a
+ * semaphore's count, a queue's values, an application's): no lock's line,
+ * so refused at once, its key gone, rather than waiting behind them for
+ * ever; both the oldest key (the claim's) and one before ours (the
+ * wait's look). */
+static void t_etcd_mutex_meets_data(void) {
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
+  CHECK(a && b);
+  dlock_permits *p;
+  CHECK_RC(dlock_permits_new(a, "md", &p), 0);
+  CHECK_EQ(dlock_permits_try_set(p, 2), 1);
+  dlock_lock *m, *ma, *mb;
+  CHECK_RC(dlock_lock_new(b, "md", "b", &m), 0);
+  CHECK_RC(dlock_lock_try_acquire(m, 0, 0, NULL), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_lock_try_acquire(m, 5000, 0, NULL), DLOCK_EWRONGTYPE);
+  char buf[512];
+  th_etcd_ctl(&s, "get --prefix md/ --keys-only", buf, sizeof buf);
+  CHECK(strcmp(buf, "md/permits\n") == 0 || strcmp(buf, "md/permits\n\n") == 0);
+  /* Another kind's key after the holder's, before ours. */
+  CHECK_RC(dlock_lock_new(a, "mp", "a", &ma), 0);
+  CHECK_RC(dlock_lock_new(b, "mp", "b", &mb), 0);
+  CHECK_RC(dlock_lock_try_acquire(ma, 0, 0, NULL), 0);
+  th_etcd_ctl(&s, "put mp/1795846123719938336 v", buf, sizeof buf);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(mb, 5000, 0, NULL), DLOCK_EWRONGTYPE);
+  CHECK(th_now_ms() - t0 < th_soon(2000));
+  CHECK_RC(dlock_lock_try_acquire(mb, 0, 0, NULL), DLOCK_EBUSY); /* a's */
+  CHECK_RC(dlock_lock_release(ma), 1);
+  dlock_lock_free(ma);
+  dlock_lock_free(mb);
+  dlock_lock_free(m);
+  dlock_permits_free(p);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
 /* etcdctl lock and dlock exclude each other on the same name, both ways,
  * and each wakes the other. */
 static void t_etcd_etcdctl_interop(void) {
@@ -917,7 +955,7 @@ TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout),
         T_BARE(t_etcd_long_wait), T_BARE(t_etcd_cluster_member_killed),
         T_BARE(t_etcd_paused_server), T_BARE(t_etcd_release_orphan),
         T_BARE(t_etcd_leader), T_BARE(t_etcd_force_heard),
-        T_BARE(t_etcd_reader_meets_mutex),
+        T_BARE(t_etcd_reader_meets_mutex), T_BARE(t_etcd_mutex_meets_data),
         T_BARE(t_etcd_etcdctl_interop), T_BARE(t_etcd_cli_run),
         T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
 #else

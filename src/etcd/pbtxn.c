@@ -126,6 +126,8 @@ int dl_etcd_claim_answer(dl_etcd *e, etcd_hold *h, ProtobufCMessage *m,
   }
   const Etcdserverpb__KeyValue *owner = kv0(r, 1);
   *owner_rev = owner ? owner->create_revision : 0;
+  /* Every key of a line is on its holder's or waiter's lease. */
+  bool foreign = rc != 1 && owner && owner->lease == 0;
   /* A reader's: a mutex's key before ours (on a lease: an application's
    * key on none is no holder). */
   const Etcdserverpb__KeyValue *mx = kv0(r, 2);
@@ -136,6 +138,8 @@ int dl_etcd_claim_answer(dl_etcd *e, etcd_hold *h, ProtobufCMessage *m,
     return dl_seterr(e->err, DLOCK_EPROTO,
                      "etcd txn on %s: no create revision in the answer",
                      h->key);
+  if (foreign)
+    return dl_etcd_foreign_in_line(e, h->key);
   if (mutex)
     return dl_seterr(e->err, DLOCK_EWRONGTYPE,
                      "%s: a mutex's or an election's key is at the name: not "

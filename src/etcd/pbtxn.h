@@ -37,7 +37,9 @@ void dl_etcd_claim_txn(etcd_claim_txn *t, const etcd_hold *h, const char *value,
  * *owner_rev the owner's, 0 none), 1 the key is there on a lease not ours
  * (h->rev 0: nothing of ours), 2 (fresh) our key was there, at create
  * revision h->rev, for the caller to delete and put again; or a negative
- * code recorded. Without fresh, our key found there is taken as made. A
+ * code recorded. Without fresh, our key found there is taken as made. The
+ * line's oldest key on no lease: DLOCK_EWRONGTYPE (dl_etcd_foreign_in_line),
+ * h->rev its key's (the caller's failure path deletes it). A
  * reader's claim with a mutex's key older than its own at the name:
  * DLOCK_EWRONGTYPE recorded, h->rev its key's (the caller's failure path
  * deletes it). */
