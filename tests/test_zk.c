@@ -745,6 +745,12 @@ static void t_zk_foreign_nodes(void) {
            ZOK);
   CHECK_RC(zoo_create(zh, "/app/conf", "x", 1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL,
                       0), ZOK);
+  /* An application's node whose name holds a recipe's mark ("lock-")
+   * without ZooKeeper's 10-digit sequence after it. */
+  CHECK_RC(zoo_create(zh, "/ff", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0),
+           ZOK);
+  CHECK_RC(zoo_create(zh, "/ff/block-list", "x", 1, &ZOO_OPEN_ACL_UNSAFE, 0,
+                      NULL, 0), ZOK);
   dlock_permits *sem;
   CHECK_RC(dlock_permits_new(c, "/sem", &sem), 0);
   CHECK_EQ(dlock_permits_try_set(sem, 2), 1);
@@ -760,6 +766,7 @@ static void t_zk_foreign_nodes(void) {
     bool semaphore, lock;
   } rows[] = {{"/cfg2", 0, "data", false, false},
               {"/app", 1, "nodes", false, false},
+              {"/ff", 1, "nodes", false, false},
               {"/sem", 0, "znode", true, false},
               {"/lk", 1, "znode", false, true}};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {

@@ -15,14 +15,24 @@ static const char *const marks[] = {"lock-", "__READ__", "__WRIT__", "latch-",
                                     "lease-"};
 #define NMARKS (sizeof marks / sizeof marks[0])
 
+/* Whether s is a sequential node's suffix: ZooKeeper's counter, "%010d"
+ * (a '-' once it wraps). */
+static bool is_sequence(const char *s) {
+  if (*s == '-') s++;
+  size_t n = strlen(s);
+  return n >= 10 && strspn(s, "0123456789") == n;
+}
+
 /* Curator's sort key (standardFixForSorting, and the read-write lock's
- * driver): what follows the last mark in the name; NULL if it has none. */
+ * driver): what follows the last mark in the name; NULL if it has none,
+ * or no sequence follows it (an application's "block-list" is no
+ * recipe's node). */
 const char *dl_zk_seq_of(const char *name) {
   for (size_t m = 0; m < NMARKS; m++) {
     const char *s = NULL;
     for (const char *p = strstr(name, marks[m]); p; p = strstr(p + 1, marks[m]))
       s = p;
-    if (s) return s + strlen(marks[m]);
+    if (s && is_sequence(s + strlen(marks[m]))) return s + strlen(marks[m]);
   }
   return NULL;
 }
