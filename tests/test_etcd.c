@@ -893,9 +893,9 @@ static void t_etcd_enotsup(void) {
   /* A port out of range, not a number, or no host: the URL's fault (exit
    * 64), not an unreachable server's. */
   static const char *const bad[] = {
-      "etcd://127.0.0.1:0",      "etcd://127.0.0.1:65536",
-      "etcd://127.0.0.1:2x79",   "etcd://:2379",
-      "etcd://127.0.0.1:",       "etcd://127.0.0.1:2379,h:-1/app"};
+      "etcd://127.0.0.1:0",    "etcd://127.0.0.1:65536",
+      "etcd://127.0.0.1:2x79", "etcd://:2379",
+      "etcd://127.0.0.1:",     "etcd://127.0.0.1:2379,h:-1/app"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     o.url = bad[i];
     CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);

@@ -70,8 +70,8 @@ void dl_etcd_claim_txn(etcd_claim_txn *t, const etcd_hold *h, const char *value,
   size_t ops = 2;
   /* A reader: its line is PFX + "write/", its key PFX + "read/<n>". */
   size_t key_n = strlen(h->key), base = n >= 6 ? n - 6 : 0;
-  if (base > 0 && strncmp(pfx + base, "write/", 6) == 0 &&
-      key_n > base + 5 && strncmp(h->key, pfx, base) == 0 &&
+  if (base > 0 && strncmp(pfx + base, "write/", 6) == 0 && key_n > base + 5 &&
+      strncmp(h->key, pfx, base) == 0 &&
       strncmp(h->key + base, "read/", 5) == 0) {
     /* The keys of a mutex's shape, PFX + hex, all sort in [PFX0, PFXg). */
     memcpy(t->mlo, pfx, base);
@@ -138,8 +138,7 @@ int dl_etcd_claim_answer(dl_etcd *e, etcd_hold *h, ProtobufCMessage *m,
     return dl_seterr(e->err, DLOCK_EPROTO,
                      "etcd txn on %s: no create revision in the answer",
                      h->key);
-  if (foreign)
-    return dl_etcd_foreign_in_line(e, h->key);
+  if (foreign) return dl_etcd_foreign_in_line(e, h->key);
   if (mutex)
     return dl_seterr(e->err, DLOCK_EWRONGTYPE,
                      "%s: a mutex's or an election's key is at the name: not "

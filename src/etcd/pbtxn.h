@@ -26,7 +26,7 @@ typedef struct etcd_claim_txn {
       *fail[3];
   Etcdserverpb__PutRequest put;
   Etcdserverpb__RangeRequest owner, get, mutex;
-  char end[ETCD_KEY_MAX];                  /* pfx's range end */
+  char end[ETCD_KEY_MAX];                    /* pfx's range end */
   char mlo[ETCD_KEY_MAX], mhi[ETCD_KEY_MAX]; /* a reader's: [PFX0, PFXg) */
 } etcd_claim_txn;
 /* t for h, value and pfx (which ends with '/'); t->txn.base is the
