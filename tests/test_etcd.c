@@ -655,6 +655,17 @@ static void t_etcd_force_heard(void) {
           ms);
   CHECK(ms >= 0 && ms < th_soon(1000));
   CHECK_RC(dlock_lock_release(la), DLOCK_ELOST);
+  /* An application's key of a mutex's shape (NAME/ + hex digits) but on
+   * no lease, which no recipe writes: not a lock, refused, untouched. */
+  th_etcd_ctl(&s, "put fr/42 alice", buf, sizeof buf);
+  dlock_lock_state st;
+  CHECK_RC(dlock_lock_inspect(lb, &st), 0);
+  CHECK_EQ(st.held, 0);
+  CHECK(strcmp(st.type, "data") == 0);
+  CHECK_RC(dlock_lock_force_release(lb), DLOCK_EWRONGTYPE);
+  CHECK(strstr(th_etcd_ctl(&s, "get fr/42 --print-value-only", buf, sizeof buf),
+               "alice") != NULL);
+  th_etcd_ctl(&s, "del fr/42", buf, sizeof buf);
   /* A key of no mutex under the prefix: refused, untouched. */
   th_etcd_ctl(&s, "put fr/other x", buf, sizeof buf);
   CHECK_RC(dlock_lock_force_release(lb), DLOCK_EWRONGTYPE);
@@ -663,6 +674,78 @@ static void t_etcd_force_heard(void) {
             "x") != NULL);
   dlock_lock_free(la);
   dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
+/* A reader waits only for the writers' keys (contrib's RWMutex), so a
+ * mutex's (or an election's) key at the name must refuse it: else a
+ * reader held beside the mutex's holder, and a mutex waiting behind the
+ * readers took the lock while a later reader held. Refused, nothing left. */
+static void t_etcd_reader_meets_mutex(void) {
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
+  CHECK(a && b);
+  dlock_lock *m;
+  dlock_rwlock *rw;
+  CHECK_RC(dlock_lock_new(a, "mx", "a", &m), 0);
+  CHECK_RC(dlock_rwlock_new(b, "mx", "b", &rw), 0);
+  CHECK_RC(dlock_lock_try_acquire(m, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 0, 0, NULL),
+           DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 300, 0, NULL),
+           DLOCK_EWRONGTYPE);
+  char buf[512];
+  th_etcd_ctl(&s, "get --prefix mx/ --keys-only", buf, sizeof buf);
+  CHECK(strstr(buf, "mx/read/") == NULL);
+  CHECK(strncmp(buf, "mx/", 3) == 0 && strstr(buf + 3, "mx/") == NULL);
+  /* The positive control: with the mutex gone a reader holds, and a
+   * mutex then waits behind it. */
+  CHECK_RC(dlock_lock_release(m), 1);
+  CHECK_RC(dlock_lock_try_acquire(dlock_rwlock_read(rw), 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(m, 0, 0, NULL), DLOCK_EBUSY);
+  CHECK_RC(dlock_lock_release(dlock_rwlock_read(rw)), 1);
+  dlock_rwlock_free(rw);
+  dlock_lock_free(m);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  th_etcd_stop(&s);
+}
+
+/* A mutex at a name where another kind keeps keys on no lease (a
+ * semaphore's count, a queue's values, an application's): no lock's line,
+ * so refused at once, its key gone, rather than waiting behind them for
+ * ever; both the oldest key (the claim's) and one before ours (the
+ * wait's look). */
+static void t_etcd_mutex_meets_data(void) {
+  TH_ETCD_SETUP(s);
+  dlock_client *a = th_etcd_client(&s, 0), *b = th_etcd_client(&s, 0);
+  CHECK(a && b);
+  dlock_permits *p;
+  CHECK_RC(dlock_permits_new(a, "md", &p), 0);
+  CHECK_EQ(dlock_permits_try_set(p, 2), 1);
+  dlock_lock *m, *ma, *mb;
+  CHECK_RC(dlock_lock_new(b, "md", "b", &m), 0);
+  CHECK_RC(dlock_lock_try_acquire(m, 0, 0, NULL), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_lock_try_acquire(m, 5000, 0, NULL), DLOCK_EWRONGTYPE);
+  char buf[512];
+  th_etcd_ctl(&s, "get --prefix md/ --keys-only", buf, sizeof buf);
+  CHECK(strcmp(buf, "md/permits\n") == 0 || strcmp(buf, "md/permits\n\n") == 0);
+  /* Another kind's key after the holder's, before ours. */
+  CHECK_RC(dlock_lock_new(a, "mp", "a", &ma), 0);
+  CHECK_RC(dlock_lock_new(b, "mp", "b", &mb), 0);
+  CHECK_RC(dlock_lock_try_acquire(ma, 0, 0, NULL), 0);
+  th_etcd_ctl(&s, "put mp/1795846123719938336 v", buf, sizeof buf);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(mb, 5000, 0, NULL), DLOCK_EWRONGTYPE);
+  CHECK(th_now_ms() - t0 < th_soon(2000));
+  CHECK_RC(dlock_lock_try_acquire(mb, 0, 0, NULL), DLOCK_EBUSY); /* a's */
+  CHECK_RC(dlock_lock_release(ma), 1);
+  dlock_lock_free(ma);
+  dlock_lock_free(mb);
+  dlock_lock_free(m);
+  dlock_permits_free(p);
   dlock_client_close(a);
   dlock_client_close(b);
   th_etcd_stop(&s);
@@ -807,6 +890,16 @@ static void t_etcd_enotsup(void) {
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
   o.url = "etcd:///app";
   CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+  /* A port out of range, not a number, or no host: the URL's fault (exit
+   * 64), not an unreachable server's. */
+  static const char *const bad[] = {
+      "etcd://127.0.0.1:0",    "etcd://127.0.0.1:65536",
+      "etcd://127.0.0.1:2x79", "etcd://:2379",
+      "etcd://127.0.0.1:",     "etcd://127.0.0.1:2379,h:-1/app"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    o.url = bad[i];
+    CHECK_RC(dlock_client_open(&o, &c), DLOCK_EURL);
+  }
   /* Nobody there: the open fails, naming it. */
   char url[64];
   snprintf(url, sizeof url, "etcd://127.0.0.1:%d", th_free_port());
@@ -851,6 +944,7 @@ static void t_etcd_prefix(void) {
   CHECK_RC(dlock_lock_try_acquire(l2, 0, 0, NULL), 0);
   th_etcd_ctl(&s, "put n2 x", buf, sizeof buf);    /* outside the prefix */
   th_etcd_ctl(&s, "put app/x y", buf, sizeof buf); /* no mutex's key */
+  th_etcd_ctl(&s, "put app/k/42 y", buf, sizeof buf); /* on no lease */
   char names[256] = "";
   CHECK_EQ(dlock_client_scan_locks(c, NULL, collect, names), 2);
   CHECK(strcmp(names, "m;n;") == 0);
@@ -871,6 +965,7 @@ TH_MAIN(T_BARE(t_etcd_server), T_BARE(t_etcd_layout),
         T_BARE(t_etcd_long_wait), T_BARE(t_etcd_cluster_member_killed),
         T_BARE(t_etcd_paused_server), T_BARE(t_etcd_release_orphan),
         T_BARE(t_etcd_leader), T_BARE(t_etcd_force_heard),
+        T_BARE(t_etcd_reader_meets_mutex), T_BARE(t_etcd_mutex_meets_data),
         T_BARE(t_etcd_etcdctl_interop), T_BARE(t_etcd_cli_run),
         T_BARE(t_etcd_enotsup), T_BARE(t_etcd_prefix))
 #else

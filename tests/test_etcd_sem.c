@@ -114,6 +114,23 @@ static void t_etcd_sem_foreign(void) {
   CHECK(strcmp(ctl(&s, "get --prefix p2/", buf, sizeof buf),
                "p2/permits\n2\np2/permits/not-an-id\nx") == 0);
   dlock_permits_free(p);
+  /* A lock's key at the name (a mutex held there): neither semaphore
+   * writes its count beside it. */
+  dlock_lock *l;
+  CHECK_RC(dlock_lock_new(c, "ml", NULL, &l), 0);
+  CHECK_RC(dlock_lock_try_acquire(l, 0, 0, NULL), 0);
+  CHECK_RC(dlock_semaphore_new(c, "ml", &sem), 0);
+  CHECK_RC(dlock_semaphore_try_set_permits(sem, 1), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_semaphore_release(sem, 1), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_permits_new(c, "ml", &p), 0);
+  CHECK_RC(dlock_permits_try_set(p, 1), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_permits_try_acquire(p, 0, 0, id), DLOCK_EWRONGTYPE);
+  ctl(&s, "get --prefix ml/ --keys-only", buf, sizeof buf);
+  CHECK(strncmp(buf, "ml/", 3) == 0 && strchr(buf + 3, '/') == NULL);
+  CHECK_RC(dlock_lock_release(l), 1);
+  dlock_lock_free(l);
+  dlock_permits_free(p);
+  dlock_semaphore_free(sem);
   dlock_client_close(c);
   th_etcd_stop(&s);
 }

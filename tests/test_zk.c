@@ -294,6 +294,31 @@ static void t_zk_rwlock(void) {
   CHECK_EQ(children(zh, "/rw/x", NULL, 0), 0);
   CHECK_EQ(dlock_lock_is_held(rA), 0);
   CHECK_EQ(dlock_lock_is_held(rC), 0);
+  /* A mutex's node at the path: a reader (whose turn waits only for
+   * writers) would hold beside its holder; refused, its node gone. */
+  dlock_lock *mx;
+  CHECK_RC(dlock_lock_new(a, "/rw/x", "M", &mx), 0);
+  CHECK_RC(dlock_lock_try_acquire(mx, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(rA, 0, 0, NULL), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_lock_try_acquire(rA, 200, 0, NULL), DLOCK_EWRONGTYPE);
+  CHECK_EQ(marked(zh, "/rw/x", "__READ__"), 0);
+  CHECK_EQ(children(zh, "/rw/x", NULL, 0), 1);
+  CHECK_RC(dlock_lock_release(mx), 1);
+  CHECK_RC(dlock_lock_try_acquire(rA, 0, 0, NULL), 0); /* the control */
+  /* A mutex waiting behind the reader is no holder: a force release takes
+   * the reader's node alone, and the mutex then holds. */
+  rw_waiter mw = {mx, 1, 0};
+  CHECK(pthread_create(&th, NULL, rw_wait, &mw) == 0);
+  end = th_now_ms() + 5000;
+  while (marked(zh, "/rw/x", "lock-") != 1 && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(marked(zh, "/rw/x", "lock-"), 1);
+  CHECK_EQ(dlock_lock_force_release(wB), 1);
+  pthread_join(th, NULL);
+  CHECK_RC(mw.rc, 0);
+  CHECK_EQ(marked(zh, "/rw/x", "lock-"), 1);
+  CHECK_RC(dlock_lock_release(mx), 1);
+  dlock_lock_free(mx);
   dlock_rwlock_free(ra);
   dlock_rwlock_free(rb);
   dlock_rwlock_free(rc);
@@ -720,6 +745,12 @@ static void t_zk_foreign_nodes(void) {
            ZOK);
   CHECK_RC(zoo_create(zh, "/app/conf", "x", 1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL,
                       0), ZOK);
+  /* An application's node whose name holds a recipe's mark ("lock-")
+   * without ZooKeeper's 10-digit sequence after it. */
+  CHECK_RC(zoo_create(zh, "/ff", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0),
+           ZOK);
+  CHECK_RC(zoo_create(zh, "/ff/block-list", "x", 1, &ZOO_OPEN_ACL_UNSAFE, 0,
+                      NULL, 0), ZOK);
   dlock_permits *sem;
   CHECK_RC(dlock_permits_new(c, "/sem", &sem), 0);
   CHECK_EQ(dlock_permits_try_set(sem, 2), 1);
@@ -735,6 +766,7 @@ static void t_zk_foreign_nodes(void) {
     bool semaphore, lock;
   } rows[] = {{"/cfg2", 0, "data", false, false},
               {"/app", 1, "nodes", false, false},
+              {"/ff", 1, "nodes", false, false},
               {"/sem", 0, "znode", true, false},
               {"/lk", 1, "znode", false, true}};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {

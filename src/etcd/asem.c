@@ -32,7 +32,7 @@ static void next(dl_async *op, mstep step, const char *path, const char *body) {
 static void read_count(dl_async *op) {
   char body[ETCD_SEM_INSPECT_BODY_MAX];
   dl_etcd_count_read_body(op->sem->key, body, sizeof body);
-  next(op, M_READ, "/v3/kv/range", body);
+  next(op, M_READ, "/v3/kv/txn", body);
 }
 
 /* After a read (mod, the count's mod revision): the put of `to`. */

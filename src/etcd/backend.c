@@ -415,6 +415,17 @@ static int parse_url(dl_etcd *e, const char *url) {
     const char *colon = memrchr(s, ':', len);
     bool bracket = s[len - 1] == ']';
     bool port = colon && !bracket;
+    /* The URL's fault, not an unreachable server's: no host, or a port
+     * that is not 1-65535. */
+    size_t pn = port ? len - (size_t)(colon + 1 - s) : 0;
+    long pv = pn > 0 && pn <= 5 && strspn(colon + 1, "0123456789") == pn
+                  ? strtol(colon + 1, NULL, 10)
+                  : 0;
+    if ((port ? colon : s + len) == s || (port && (pv < 1 || pv > 65535)))
+      return dl_seterr(NULL, DLOCK_EURL,
+                       "a HOST:PORT with no host, or a port not 1-65535, in "
+                       "the etcd URL %s",
+                       url);
     size_t m = len + 16;
     if ((e->endpoints[i] = malloc(m)) == NULL)
       return dl_seterr(NULL, DLOCK_ENOMEM, "out of memory");

@@ -857,16 +857,22 @@ int dl_etcd_put_and_read(dl_etcd *e, etcd_hold *h, const char *value,
 /* How often a read-write lock's put, its key found someone else's (a
  * clash of clocks), tries again with a new key. */
 #define ETCD_RW_CLASHES 3
+/* A line (a lock's, an election's, a semaphore's waiters') holds only
+ * keys on leases: one on none is another kind's at the name.
+ * DLOCK_EWRONGTYPE recorded, naming key (ours, or the line's prefix). */
+int dl_etcd_foreign_in_line(dl_etcd *e, const char *key);
 /* The key before ours in the line: the highest create revision below
  * `rev` under pfx. 1 found (its key in pred, the answer's revision in
- * *at), 0 none, or a negative code. */
+ * *at), 0 none, or a negative code (DLOCK_EWRONGTYPE: it is on no
+ * lease). */
 int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
                         size_t len, int64_t *at, int64_t deadline);
 /* A waiter's look, in one txn: whether its own key (at its create
  * revision rev) is still there, and if so the key before it under pfx.
  * Its body (malloc'ed, NULL out of memory); its answer r (put here): 1
  * (*pred, *at: the revision read), 0 nobody before it, DLOCK_ELOST our
- * key is gone (recorded). */
+ * key is gone, DLOCK_EWRONGTYPE the key before it is on no lease
+ * (recorded). */
 char *dl_etcd_look_body(const char *key, const char *pfx, int64_t rev);
 int dl_etcd_look_answer(dl_etcd *e, const char *key, json_object *r, char *pred,
                         size_t len, int64_t *at);

@@ -65,6 +65,23 @@ void dl_etcd_delete_key(dl_etcd *e, const char *key) {
     json_object_put(r);
 }
 
+int dl_etcd_foreign_in_line(dl_etcd *e, const char *key) {
+  return dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                   "a key on no lease is in the line of %s: another kind "
+                   "at the name, no lock's (nothing of ours left)",
+                   key);
+}
+
+/* The line's key kv (NULL: none) into pred: 1, 0 none, or
+ * DLOCK_EWRONGTYPE recorded when it is on no lease (mine: whose line). */
+static int pred_of(dl_etcd *e, json_object *kv, const char *mine, char *pred,
+                   size_t len) {
+  json_object *k = dl_etcd_get(kv, "key");
+  if (k == NULL || dl_etcd_unb64(json_object_get_string(k), pred, len) < 0)
+    return 0;
+  return dl_etcd_i64(kv, "lease") == 0 ? dl_etcd_foreign_in_line(e, mine) : 1;
+}
+
 int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
                         size_t len, int64_t *at, int64_t deadline) {
   char p64[B64(ETCD_KEY_MAX)], end64[B64(ETCD_KEY_MAX)];
@@ -80,10 +97,7 @@ int dl_etcd_predecessor(dl_etcd *e, const char *pfx, int64_t rev, char *pred,
   int rc = dl_etcd_call(e, "/v3/kv/range", body, deadline, &r, NULL);
   if (rc != 0) return rc;
   *at = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
-  json_object *kv = dl_etcd_kv0(r);
-  json_object *k = dl_etcd_get(kv, "key");
-  rc = 0;
-  if (k && dl_etcd_unb64(json_object_get_string(k), pred, len) >= 0) rc = 1;
+  rc = pred_of(e, dl_etcd_kv0(r), pfx, pred, len);
   json_object_put(r);
   return rc;
 }
@@ -114,10 +128,8 @@ int dl_etcd_look_answer(dl_etcd *e, const char *key, json_object *r, char *pred,
                      key);
   }
   *at = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
-  json_object *kv = dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range"));
-  json_object *k = dl_etcd_get(kv, "key");
-  int rc = 0;
-  if (k && dl_etcd_unb64(json_object_get_string(k), pred, len) >= 0) rc = 1;
+  int rc = pred_of(e, dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range")),
+                   key, pred, len);
   json_object_put(r);
   return rc;
 }

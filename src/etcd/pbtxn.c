@@ -67,7 +67,29 @@ void dl_etcd_claim_txn(etcd_claim_txn *t, const etcd_hold *h, const char *value,
   t->succ[1] = &t->owner_op;
   t->fail[0] = &t->get_op;
   t->fail[1] = &t->owner_op;
-  txn_init(&t->txn, t->cmps, &t->cmp, t->succ, 2, t->fail, 2);
+  size_t ops = 2;
+  /* A reader: its line is PFX + "write/", its key PFX + "read/<n>". */
+  size_t key_n = strlen(h->key), base = n >= 6 ? n - 6 : 0;
+  if (base > 0 && strncmp(pfx + base, "write/", 6) == 0 && key_n > base + 5 &&
+      strncmp(h->key, pfx, base) == 0 &&
+      strncmp(h->key + base, "read/", 5) == 0) {
+    /* The keys of a mutex's shape, PFX + hex, all sort in [PFX0, PFXg). */
+    memcpy(t->mlo, pfx, base);
+    memcpy(t->mhi, pfx, base);
+    t->mlo[base] = '0';
+    t->mhi[base] = 'g';
+    t->mutex = (Etcdserverpb__RangeRequest)ETCDSERVERPB__RANGE_REQUEST__INIT;
+    t->mutex.key = bytes(t->mlo, base + 1);
+    t->mutex.range_end = bytes(t->mhi, base + 1);
+    t->mutex.limit = 1;
+    t->mutex.sort_order = ETCDSERVERPB__RANGE_REQUEST__SORT_ORDER__ASCEND;
+    t->mutex.sort_target = ETCDSERVERPB__RANGE_REQUEST__SORT_TARGET__CREATE;
+    t->mutex.keys_only = 1;
+    range_op(&t->mutex_op, &t->mutex);
+    t->succ[2] = t->fail[2] = &t->mutex_op;
+    ops = 3;
+  }
+  txn_init(&t->txn, t->cmps, &t->cmp, t->succ, ops, t->fail, ops);
 }
 
 /* The first key of the txn answer's i-th response when it is a range's,
@@ -104,10 +126,23 @@ int dl_etcd_claim_answer(dl_etcd *e, etcd_hold *h, ProtobufCMessage *m,
   }
   const Etcdserverpb__KeyValue *owner = kv0(r, 1);
   *owner_rev = owner ? owner->create_revision : 0;
+  /* Every key of a line is on its holder's or waiter's lease. */
+  bool foreign = rc != 1 && owner && owner->lease == 0;
+  /* A reader's: a mutex's key before ours (on a lease: an application's
+   * key on none is no holder). */
+  const Etcdserverpb__KeyValue *mx = kv0(r, 2);
+  bool mutex = rc != 1 && mx && mx->lease != 0 && h->rev > 0 &&
+               mx->create_revision < h->rev;
   protobuf_c_message_free_unpacked(m, NULL);
   if (rc == 0 && h->rev <= 0)
     return dl_seterr(e->err, DLOCK_EPROTO,
                      "etcd txn on %s: no create revision in the answer",
+                     h->key);
+  if (foreign) return dl_etcd_foreign_in_line(e, h->key);
+  if (mutex)
+    return dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                     "%s: a mutex's or an election's key is at the name: not "
+                     "a read-write lock (nothing left)",
                      h->key);
   return rc;
 }

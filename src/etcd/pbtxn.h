@@ -15,14 +15,19 @@
 
 /* The claim: h->key put with value on h->lease unless it is there (create
  * revision 0), then the owner of the line under pfx (the lowest create
- * revision: one key, keys only); if it is there, it and the owner read. */
+ * revision: one key, keys only); if it is there, it and the owner read.
+ * A read-write lock's reader (its line: the writers' keys) also reads the
+ * oldest key of a mutex's shape at the name (PFX + hex: a mutex's or an
+ * election's, which its line does not see). */
 typedef struct etcd_claim_txn {
   Etcdserverpb__TxnRequest txn;
   Etcdserverpb__Compare cmp, *cmps[1];
-  Etcdserverpb__RequestOp put_op, owner_op, get_op, *succ[2], *fail[2];
+  Etcdserverpb__RequestOp put_op, owner_op, get_op, mutex_op, *succ[3],
+      *fail[3];
   Etcdserverpb__PutRequest put;
-  Etcdserverpb__RangeRequest owner, get;
-  char end[ETCD_KEY_MAX]; /* pfx's range end */
+  Etcdserverpb__RangeRequest owner, get, mutex;
+  char end[ETCD_KEY_MAX];                    /* pfx's range end */
+  char mlo[ETCD_KEY_MAX], mhi[ETCD_KEY_MAX]; /* a reader's: [PFX0, PFXg) */
 } etcd_claim_txn;
 /* t for h, value and pfx (which ends with '/'); t->txn.base is the
  * request. */
@@ -32,7 +37,12 @@ void dl_etcd_claim_txn(etcd_claim_txn *t, const etcd_hold *h, const char *value,
  * *owner_rev the owner's, 0 none), 1 the key is there on a lease not ours
  * (h->rev 0: nothing of ours), 2 (fresh) our key was there, at create
  * revision h->rev, for the caller to delete and put again; or a negative
- * code recorded. Without fresh, our key found there is taken as made. */
+ * code recorded. Without fresh, our key found there is taken as made. The
+ * line's oldest key on no lease: DLOCK_EWRONGTYPE (dl_etcd_foreign_in_line),
+ * h->rev its key's (the caller's failure path deletes it). A
+ * reader's claim with a mutex's key older than its own at the name:
+ * DLOCK_EWRONGTYPE recorded, h->rev its key's (the caller's failure path
+ * deletes it). */
 int dl_etcd_claim_answer(dl_etcd *e, etcd_hold *h, ProtobufCMessage *r,
                          bool fresh, int64_t *owner_rev);
 

@@ -31,11 +31,14 @@ void dl_etcd_permits_read_body(const char *total, char *body, size_t len) {
   dl_etcd_b64(total, strlen(total), t64);
   dl_etcd_b64(pfx, strlen(pfx), p64);
   dl_etcd_prefix_end(pfx, end64);
-  snprintf(body, len,
-           "{\"success\":[{\"request_range\":{\"key\":\"%s\"}},"
-           "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
-           "\"keys_only\":true}}]}",
-           t64, p64, end64);
+  size_t at = (size_t)snprintf(
+      body, len,
+      "{\"success\":[{\"request_range\":{\"key\":\"%s\"}},"
+      "{\"request_range\":{\"key\":\"%s\",\"range_end\":\"%s\","
+      "\"keys_only\":true}}",
+      t64, p64, end64);
+  at += dl_etcd_sem_foreign_ops(total, body + at, len - at);
+  snprintf(body + at, len - at, "]}");
 }
 
 int dl_etcd_permits_read_answer(dl_etcd *e, const char *total, json_object *r,
@@ -47,7 +50,8 @@ int dl_etcd_permits_read_answer(dl_etcd *e, const char *total, json_object *r,
   *mod = 0;
   *rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
   json_object *kv = dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range"));
-  int rc = dl_etcd_count_of(e, kv, total, max);
+  int rc = dl_etcd_sem_foreign_check(e, total, r, 2);
+  if (rc == 0) rc = dl_etcd_count_of(e, kv, total, max);
   if (rc == 1) *mod = dl_etcd_i64(kv, "mod_revision");
   json_object *kvs =
       dl_etcd_get(dl_etcd_txn_resp(r, 1, "response_range"), "kvs");
@@ -396,7 +400,7 @@ const char *dl_etcd_sem_inspect_req(dl_etcd *e, const char *key, int step,
   snprintf(total, ETCD_SEM_KEY, "%s%s", base, step ? "semaphore" : "permits");
   if (step) {
     dl_etcd_count_read_body(total, body, len);
-    return "/v3/kv/range";
+    return "/v3/kv/txn";
   }
   dl_etcd_permits_read_body(total, body, len);
   return "/v3/kv/txn";

@@ -40,10 +40,12 @@ static int range_prefix(dl_etcd *e, const char *lock, int limit,
 
 /* What a key under pfx is: a mutex's (PFX + a lease id in hex), a
  * read-write lock's reader or writer (contrib/recipes' RWMutex: PFX +
- * "read/" or "write/" + a decimal number), or nothing a recipe makes. */
-static etcd_key_kind kind_of(const char *key, const char *pfx) {
+ * "read/" or "write/" + a decimal number), or nothing a recipe makes.
+ * Every recipe's key is on a lease: one on none of that shape is an
+ * application's (`users/42`), never a holder. */
+static etcd_key_kind kind_of(const char *key, int64_t lease, const char *pfx) {
   size_t n = strlen(pfx);
-  if (strncmp(key, pfx, n) != 0) return ETCD_KEY_NONE;
+  if (lease == 0 || strncmp(key, pfx, n) != 0) return ETCD_KEY_NONE;
   const char *t = key + n;
   size_t m = strspn(t, "0123456789abcdef");
   if (m > 0 && m <= 16 && t[m] == '\0') return ETCD_KEY_MUTEX;
@@ -65,11 +67,12 @@ static int holders_of(json_object *kvs, const char *pfx, char *bad,
   int holders = 0;
   bool reading = true;
   for (size_t i = 0; i < n; i++) {
-    json_object *k = dl_etcd_get(json_object_array_get_idx(kvs, i), "key");
+    json_object *kv = json_object_array_get_idx(kvs, i);
+    json_object *k = dl_etcd_get(kv, "key");
     char key[ETCD_KEY_MAX];
     etcd_key_kind kk = ETCD_KEY_NONE;
     if (k && dl_etcd_unb64(json_object_get_string(k), key, sizeof key) >= 0)
-      kk = kind_of(key, pfx);
+      kk = kind_of(key, dl_etcd_i64(kv, "lease"), pfx);
     if (kk == ETCD_KEY_NONE) {
       snprintf(bad, len, "%s", k ? key : "?");
       return -1;
@@ -473,7 +476,7 @@ static size_t inspect_keys(json_object *r, const char *pfx,
     char name[ETCD_KEY_MAX];
     etcd_key_kind kk = ETCD_KEY_NONE;
     if (k && dl_etcd_unb64(json_object_get_string(k), name, sizeof name) >= 0)
-      kk = kind_of(name, pfx);
+      kk = kind_of(name, dl_etcd_i64(kv, "lease"), pfx);
     if (kk == ETCD_KEY_NONE) {
       snprintf(st->type, sizeof st->type, "data");
       continue;
@@ -611,7 +614,8 @@ bool dl_etcd_scan_page(etcd_scan *sc, json_object *r) {
   bool stop = false;
   size_t pl = sc->pl;
   for (size_t i = 0; i < n && !stop; i++) {
-    json_object *k = dl_etcd_get(json_object_array_get_idx(kvs, i), "key");
+    json_object *kv = json_object_array_get_idx(kvs, i);
+    json_object *k = dl_etcd_get(kv, "key");
     char key[ETCD_KEY_MAX];
     int kl = k ? dl_etcd_unb64(json_object_get_string(k), key, sizeof key) : -1;
     if (kl < 0) continue;
@@ -619,7 +623,9 @@ bool dl_etcd_scan_page(etcd_scan *sc, json_object *r) {
     sc->from[kl] = '\0';
     sc->fl = (size_t)kl + 1;
     /* PREFIX + lock + "/" + hex: a mutex's key; PREFIX + lock +
-     * "/read/" or "/write/" + a number: a read-write lock's. */
+     * "/read/" or "/write/" + a number: a read-write lock's; on a lease
+     * (kind_of's rule). */
+    if (dl_etcd_i64(kv, "lease") == 0) continue;
     char *slash = strrchr(key, '/');
     if (slash == NULL || (size_t)(slash - key) <= pl) continue;
     size_t hl = strlen(slash + 1);

@@ -48,10 +48,55 @@ int dl_etcd_count_of(dl_etcd *e, json_object *kv, const char *key,
   return 1;
 }
 
+/* The ranges under a semaphore's name where its layout puts nothing and
+ * the other kinds do (a lock's PFX + hex, a queue's PFX + digits, before
+ * "permits"; a read-write lock's "read/" and "write/"). */
+static const char *const foreign_lo[] = {"", "read/", "write/"};
+static const char *const foreign_hi[] = {"p", "read0", "write0"};
+#define FOREIGN_N 3
+
+size_t dl_etcd_sem_foreign_ops(const char *key, char *out, size_t len) {
+  const char *slash = strrchr(key, '/');
+  size_t bl = slash ? (size_t)(slash - key) + 1 : 0, at = 0;
+  for (int i = 0; i < FOREIGN_N && at < len; i++) {
+    char lo[ETCD_SEM_KEY], hi[ETCD_SEM_KEY];
+    char lo64[B64(ETCD_SEM_KEY)], hi64[B64(ETCD_SEM_KEY)];
+    int ln = snprintf(lo, sizeof lo, "%.*s%s", (int)bl, key, foreign_lo[i]);
+    int hn = snprintf(hi, sizeof hi, "%.*s%s", (int)bl, key, foreign_hi[i]);
+    dl_etcd_b64(lo, (size_t)ln, lo64);
+    dl_etcd_b64(hi, (size_t)hn, hi64);
+    at += (size_t)snprintf(out + at, len - at,
+                           ",{\"request_range\":{\"key\":\"%s\",\"range_end\":"
+                           "\"%s\",\"limit\":\"1\",\"keys_only\":true}}",
+                           lo64, hi64);
+  }
+  return at;
+}
+
+int dl_etcd_sem_foreign_check(dl_etcd *e, const char *key, json_object *r,
+                              int first) {
+  for (int i = 0; i < FOREIGN_N; i++) {
+    json_object *kv =
+        dl_etcd_kv0(dl_etcd_txn_resp(r, first + i, "response_range"));
+    char k[ETCD_SEM_KEY] = "(a key)";
+    json_object *kk = dl_etcd_get(kv, "key");
+    if (kv == NULL) continue;
+    if (kk) dl_etcd_unb64(json_object_get_string(kk), k, sizeof k);
+    return dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                     "not a dlock semaphore: %s is another kind's at the "
+                     "name of %s (a lock's, a queue's; nothing changed)",
+                     k, key);
+  }
+  return 0;
+}
+
 void dl_etcd_count_read_body(const char *key, char *body, size_t len) {
   char k64[B64(ETCD_SEM_KEY)];
   dl_etcd_b64(key, strlen(key), k64);
-  snprintf(body, len, "{\"key\":\"%s\"}", k64);
+  size_t at = (size_t)snprintf(
+      body, len, "{\"success\":[{\"request_range\":{\"key\":\"%s\"}}", k64);
+  at += dl_etcd_sem_foreign_ops(key, body + at, len - at);
+  snprintf(body + at, len - at, "]}");
 }
 
 int dl_etcd_count_read(dl_etcd *e, const char *key, long long *v, int64_t *mod,
@@ -61,7 +106,7 @@ int dl_etcd_count_read(dl_etcd *e, const char *key, long long *v, int64_t *mod,
   json_object *r;
   *v = 0;
   *mod = 0;
-  int rc = dl_etcd_call(e, "/v3/kv/range", body,
+  int rc = dl_etcd_call(e, "/v3/kv/txn", body,
                         dl_now_ms() + e->command_timeout_ms, &r, NULL);
   return rc != 0 ? rc : dl_etcd_count_read_answer(e, key, r, v, mod, rev);
 }
@@ -69,9 +114,11 @@ int dl_etcd_count_read(dl_etcd *e, const char *key, long long *v, int64_t *mod,
 int dl_etcd_count_read_answer(dl_etcd *e, const char *key, json_object *r,
                               long long *v, int64_t *mod, int64_t *rev) {
   *mod = 0;
+  *v = 0;
   *rev = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
-  json_object *kv = dl_etcd_kv0(r);
-  int rc = dl_etcd_count_of(e, kv, key, v);
+  json_object *kv = dl_etcd_kv0(dl_etcd_txn_resp(r, 0, "response_range"));
+  int rc = dl_etcd_sem_foreign_check(e, key, r, 1);
+  if (rc == 0) rc = dl_etcd_count_of(e, kv, key, v);
   if (rc == 1) *mod = dl_etcd_i64(kv, "mod_revision");
   json_object_put(r);
   return rc;

@@ -28,11 +28,22 @@ int dl_etcd_sem_base(dl_etcd *e, const dl_sync_ref *s, char *out);
  * revision of the read. */
 int dl_etcd_count_read(dl_etcd *e, const char *key, long long *v, int64_t *mod,
                        int64_t *rev);
-/* Its halves: the /v3/kv/range body (ETCD_SEM_INSPECT_BODY_MAX bytes),
- * and the answer r (put here) read as dl_etcd_count_read. */
+/* Its halves: the /v3/kv/txn body (ETCD_SEM_INSPECT_BODY_MAX bytes), and
+ * the answer r (put here) read as dl_etcd_count_read. The txn also reads
+ * where another kind's keys would be at the name
+ * (dl_etcd_sem_foreign_ops): one there is DLOCK_EWRONGTYPE. */
 void dl_etcd_count_read_body(const char *key, char *body, size_t len);
 int dl_etcd_count_read_answer(dl_etcd *e, const char *key, json_object *r,
                               long long *v, int64_t *mod, int64_t *rev);
+/* The txn ops (",{request_range...}" each, into out) reading the first
+ * key, if any, of each range under the name of the count key `key` where
+ * a semaphore puts nothing and a lock, a read-write lock or a queue does;
+ * the bytes written. */
+size_t dl_etcd_sem_foreign_ops(const char *key, char *out, size_t len);
+/* Their answers, responses first.. of the txn answer r (not freed): 0
+ * none there, or DLOCK_EWRONGTYPE recorded. */
+int dl_etcd_sem_foreign_check(dl_etcd *e, const char *key, json_object *r,
+                              int first);
 /* The number of a count key's kv (kv NULL: 0 with *v 0), as
  * dl_etcd_count_read. */
 int dl_etcd_count_of(dl_etcd *e, json_object *kv, const char *key,
@@ -194,7 +205,7 @@ int dl_etcd_sem_inspect(dl_etcd *e, const char *key, dlock_lock_state *st);
  * request's body (ETCD_SEM_INSPECT_BODY_MAX bytes) and path, NULL when
  * key is no semaphore's name (nothing to ask); then the answer r (put
  * here) into st: 1 step 1 to ask next, 0 done, or a negative code. */
-#define ETCD_SEM_INSPECT_BODY_MAX (3 * (4 * ((ETCD_SEM_KEY + 2) / 3) + 1) + 200)
+#define ETCD_SEM_INSPECT_BODY_MAX (9 * (4 * ((ETCD_SEM_KEY + 2) / 3) + 1) + 600)
 const char *dl_etcd_sem_inspect_req(dl_etcd *e, const char *key, int step,
                                     char *total, char *body, size_t len);
 int dl_etcd_sem_inspect_answer(dl_etcd *e, const char *total, int step,

@@ -71,7 +71,7 @@ static int add_page(wkeys *w, json_object *kvs, size_t base_len, char *from,
     *fl = (size_t)kl + 1;
     etcd_key_kind kind = ETCD_KEY_NONE;
     size_t ln = lock_of(key + base_len, &kind);
-    if (ln == 0) continue;
+    if (ln == 0 || dl_etcd_i64(kv, "lease") == 0) continue; /* no recipe's */
     if (w->n == w->cap) {
       size_t cap = w->cap ? 2 * w->cap : 64;
       wkey *nv = realloc(w->v, cap * sizeof *nv);

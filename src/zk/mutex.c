@@ -15,14 +15,24 @@ static const char *const marks[] = {"lock-", "__READ__", "__WRIT__", "latch-",
                                     "lease-"};
 #define NMARKS (sizeof marks / sizeof marks[0])
 
+/* Whether s is a sequential node's suffix: ZooKeeper's counter, "%010d"
+ * (a '-' once it wraps). */
+static bool is_sequence(const char *s) {
+  if (*s == '-') s++;
+  size_t n = strlen(s);
+  return n >= 10 && strspn(s, "0123456789") == n;
+}
+
 /* Curator's sort key (standardFixForSorting, and the read-write lock's
- * driver): what follows the last mark in the name; NULL if it has none. */
+ * driver): what follows the last mark in the name; NULL if it has none,
+ * or no sequence follows it (an application's "block-list" is no
+ * recipe's node). */
 const char *dl_zk_seq_of(const char *name) {
   for (size_t m = 0; m < NMARKS; m++) {
     const char *s = NULL;
     for (const char *p = strstr(name, marks[m]); p; p = strstr(p + 1, marks[m]))
       s = p;
-    if (s) return s + strlen(marks[m]);
+    if (s && is_sequence(s + strlen(marks[m]))) return s + strlen(marks[m]);
   }
   return NULL;
 }
@@ -56,8 +66,8 @@ static bool is_reader(const char *name) {
 
 int dl_zk_holders(char **v, int n) {
   if (n == 0 || !is_reader(v[0])) return n > 0;
-  int k = 0;
-  while (k < n && !dl_zk_is_writer(v[k]))
+  int k = 0; /* a mutex's node behind the readers waits: no holder */
+  while (k < n && is_reader(v[k]))
     k++;
   return k;
 }
@@ -221,15 +231,23 @@ int dl_zk_check_path(dl_zk *z, const char *key) {
   return 0;
 }
 
+/* A reader's turn with a node of another recipe before it (a mutex's, a
+ * leader latch's): not a read-write lock. */
+#define TURN_FOREIGN (-2)
+
 /* Where our node (index idx of the n sorted) stands: -1 it has the lock,
  * else the index of the node to watch. The mutex and the writer: the first
  * node has it, the others watch the one just before (of either side). A
  * reader: it has it while no writer is before it, else it watches the
- * first writer (InterProcessReadWriteLock's readLockPredicate). */
+ * first writer (InterProcessReadWriteLock's readLockPredicate); a node
+ * before it that is neither side's is TURN_FOREIGN (the recipe would hold
+ * beside a mutex's holder there). */
 static int turn_of(dl_lock_kind kind, char **v, int idx) {
   if (kind != DL_KIND_READ) return idx == 0 ? -1 : idx - 1;
-  for (int i = 0; i < idx; i++)
+  for (int i = 0; i < idx; i++) {
     if (dl_zk_is_writer(v[i])) return i;
+    if (!is_reader(v[i])) return TURN_FOREIGN;
+  }
   return -1;
 }
 
@@ -268,6 +286,11 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
     if (idx < 0)
       return dl_seterr(z->env->err_owner, DLOCK_ELOST, "our lock node %s "
                        "is gone (the session expired?)", node);
+    if (w == TURN_FOREIGN)
+      return dl_seterr(z->env->err_owner, DLOCK_EWRONGTYPE,
+                       "%s: a mutex's or a leader latch's node is before "
+                       "ours: not a read-write lock (nothing left)",
+                       key);
     if (w < 0) return 1;
     if (!a->wait || dl_now_ms() >= a->deadline || dl_offload_cancelled())
       return 0;

@@ -189,7 +189,7 @@ const char *dl_zk_seq_of(const char *name);
 /* Whether `name` is a read-write lock's writer node. */
 bool dl_zk_is_writer(const char *name);
 /* How many of the n sorted nodes hold the lock now: the first alone, or
- * the readers before the first writer. */
+ * the readers before the first node of another kind. */
 int dl_zk_holders(char **v, int n);
 /* Creates key + "/_c_<uuid>-" + mark (with_uuid, or a fresh UUID) as a
  * protected ephemeral-sequential node with `data` (the missing parents as
