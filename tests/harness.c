@@ -2,6 +2,7 @@
  * management for the tests. */
 #include "harness.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -535,9 +536,45 @@ int th_redis_restart(th_redis *r) {
   return spawn(r);
 }
 
+/* Whether every thread of pid is stopped (state 'T' in the stat file of
+ * each thread under /proc/PID/task). */
+static bool all_threads_stopped(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (d == NULL) return false;
+  bool all = true, any = false;
+  struct dirent *e;
+  while (all && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char stat[400], buf[512];
+    snprintf(stat, sizeof stat, "%s/%s/stat", path, e->d_name);
+    FILE *f = fopen(stat, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* "pid (comm) S ..." */
+    if (paren == NULL || paren[1] != ' ') continue; /* the thread left */
+    any = true;
+    all = paren[2] == 'T' || paren[2] == 't';
+  }
+  closedir(d);
+  return all && any;
+}
+
+bool th__await_stop(pid_t pid) {
+  int64_t end = th_now_ms() + 5000;
+  while (!all_threads_stopped(pid)) {
+    if (th_now_ms() >= end) return false;
+    th_sleep_ms(1);
+  }
+  return true;
+}
+
 void th_redis_kill(th_redis *r, int sig) {
   if (r->pid <= 0) return;
   kill(r->pid, sig);
+  if (sig == SIGSTOP) th__await_stop(r->pid);
   if (sig == SIGKILL || sig == SIGTERM) {
     waitpid(r->pid, NULL, 0);
     r->pid = 0;

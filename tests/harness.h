@@ -443,6 +443,11 @@ void th_deploy_stop(th_deploy *d);
  * d: o's strings point into d. */
 void th_deploy_options(th_deploy *d, dlock_client_options *o);
 
+/* For the harness's own files: after a SIGSTOP to a server this process
+ * started, waits (up to 5 s) until all its threads have stopped (/proc) (the
+ * group stop is not done when kill returns: a loaded machine's server
+ * answered a request sent just after it); whether it did. */
+bool th__await_stop(pid_t pid);
 /* For the harness's own files: a server process (pid, its dir) to stop and
  * remove when the process that started it exits or fails a test; forget it
  * again by its dir (0 as the pid: stopped, dir still to remove). */

@@ -319,6 +319,7 @@ static int await_healthy(th_etcd *r) {
 void th_etcd_kill(th_etcd *r, int sig) {
   if (r->pid <= 0) return;
   kill(r->pid, sig);
+  if (sig == SIGSTOP) th__await_stop(r->pid);
   if (sig == SIGKILL) {
     while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR) {
     }

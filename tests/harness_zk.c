@@ -208,6 +208,7 @@ int th_zk_leader(th_zk zk[3]) {
 void th_zk_kill(th_zk *r, int sig) {
   if (r->pid <= 0) return;
   kill(r->pid, sig);
+  if (sig == SIGSTOP) th__await_stop(r->pid);
   if (sig == SIGKILL) {
     while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR) {
     }

@@ -330,7 +330,28 @@ static void t_killed_port_kept(void) {
   CHECK(theirs > 0 && !th_port_reserved(theirs));
 }
 
+/* A server sent SIGSTOP through the harness has stopped, every thread of
+ * it, when th_redis_kill returns: a request sent then gets no answer. */
+static void t_stop_done(void) {
+  th_redis r;
+  CHECK_RC(th_redis_start(&r, NULL), 0);
+  redisContext *c = th_redis_connect(&r);
+  CHECK(c != NULL);
+  th_redis_kill(&r, SIGSTOP);
+  CHECK(th__await_stop(r.pid)); /* at once: already stopped */
+  struct timeval tv = {0, 200000};
+  redisSetTimeout(c, tv);
+  redisReply *rep = redisCommand(c, "PING");
+  CHECK(rep == NULL); /* timed out */
+  if (rep) freeReplyObject(rep);
+  redisFree(c);
+  th_redis_kill(&r, SIGCONT);
+  CHECK_EQ(th_cmd_int(&r, "DBSIZE"), 0);
+  th_redis_stop(&r);
+}
+
 TH_MAIN(T_BARE(t_failed_check_contained), T_BARE(t_crash_named),
         T_BARE(t_hang_killed), T_BARE(t_leak_fails),
         T_BARE(t_crash_leaves_nothing), T_BARE(t_fresh_server_per_test),
-        T_BARE(t_by_name), T_BARE(t_cluster), T_BARE(t_killed_port_kept))
+        T_BARE(t_by_name), T_BARE(t_cluster), T_BARE(t_killed_port_kept),
+        T_BARE(t_stop_done))
