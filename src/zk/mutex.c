@@ -60,6 +60,11 @@ bool dl_zk_is_writer(const char *name) {
   return strstr(name, "__WRIT__") != NULL;
 }
 
+bool dl_zk_is_latch(const char *name) {
+  const char *seq = dl_zk_seq_of(name);
+  return seq && seq - name >= 6 && strncmp(seq - 6, "latch-", 6) == 0;
+}
+
 static bool is_reader(const char *name) {
   return strstr(name, "__READ__") != NULL;
 }
