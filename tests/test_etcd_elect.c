@@ -218,17 +218,9 @@ static void t_etcd_observe(void) {
  * the value for a leader's. A candidate's key on a lease is one, whatever
  * made it (t_etcd_elect_proclaim). */
 static void t_etcd_elect_meets_data(void) {
-  if (!th_etcd_available()) {
-    fprintf(stderr, "    skipped: no etcd server installed\n");
-    return;
-  }
-  th_etcd s;
-  CHECK_RC(th_etcd_start(&s), 0);
-  dlock_client_options o;
-  dlock_client_options_init(&o);
-  o.url = s.url;
-  dlock_client *c = NULL;
-  CHECK_RC(dlock_client_open(&o, &c), 0);
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 0);
+  CHECK(c != NULL);
   dlock_queue *q;
   CHECK_RC(dlock_queue_new(c, "qx", &q), 0);
   CHECK_RC(dlock_queue_offer(q, "a", 1), 0);
@@ -248,8 +240,7 @@ static void t_etcd_elect_meets_data(void) {
   const char *k1 = strstr(keys, "qx/");
   CHECK(k1 != NULL && strstr(k1 + 1, "qx/") == NULL);
   int64_t n = 0;
-  CHECK_RC(dlock_queue_size(q, &n), 0);
-  CHECK_EQ(n, 1);
+  CHECK(dlock_queue_size(q, &n) == 0 && n == 1);
   dlock_queue_free(q);
   dlock_client_close(c);
   th_etcd_stop(&s);
