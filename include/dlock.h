@@ -1007,8 +1007,11 @@ DLOCK_API int dlock_leader_start(dlock_leader *l);
  * is the leader, without polling. Returns 0 leader, DLOCK_EBUSY not in
  * time, DLOCK_ECLOSED the client was shut down or is closing, DLOCK_ELOST
  * out of the election for good (its session ended), DLOCK_EWRONGTYPE out of it
- * on Redis because NAME holds something else than a lock (nothing changed),
- * DLOCK_EINVAL not started. Blocks the calling thread; thread-safe. */
+ * because NAME holds another kind's data (Redis: something else than a
+ * lock; etcd://: a key on no lease, a queue's value or an application's;
+ * zk://: a node of another recipe, a mutex's, before its own), nothing of
+ * its own left, DLOCK_EINVAL not started. Blocks the calling thread;
+ * thread-safe. */
 DLOCK_API int dlock_leader_try_await(dlock_leader *l, int64_t wait_ms);
 /* 1 if this participant is the leader now (as last heard), else 0. */
 DLOCK_API int dlock_leader_has_leadership(dlock_leader *l);
@@ -1018,8 +1021,9 @@ DLOCK_API int dlock_leader_has_leadership(dlock_leader *l);
 DLOCK_API int dlock_leader_token(dlock_leader *l, uint64_t *token);
 /* The present leader's id (Curator's getLeader; etcd://: its key's value,
  * as Go's Election.Leader, a Proclaim's included) into buf (len bytes, cut
- * to fit): 1, 0 when nobody takes part, or a negative code. One server
- * call; needs no start. */
+ * to fit): 1, 0 when nobody takes part, DLOCK_EWRONGTYPE when the first
+ * in line is no participant (etcd://: a key on no lease; zk://: another
+ * recipe's node), or a negative code. One server call; needs no start. */
 DLOCK_API int dlock_leader_get_current(dlock_leader *l, char *buf, size_t len);
 /* Sets the value this participant leads with (Go's Election.Proclaim):
  * the present leader's value that dlock_leader_get_current, observers and

@@ -212,7 +212,42 @@ static void t_etcd_observe(void) {
   th_etcd_stop(&s);
 }
 
-TH_MAIN(T_BARE(t_etcd_elect_proclaim), T_BARE(t_etcd_observe))
+/* A queue's value at the name (a key on no lease, no candidate's): a
+ * participant is refused (DLOCK_EWRONGTYPE, its own key deleted: only
+ * the queue's value is left), and dlock_leader_get_current does not take
+ * the value for a leader's. A candidate's key on a lease is one, whatever
+ * made it (t_etcd_elect_proclaim). */
+static void t_etcd_elect_meets_data(void) {
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 0);
+  CHECK(c != NULL);
+  dlock_queue *q;
+  CHECK_RC(dlock_queue_new(c, "qx", &q), 0);
+  CHECK_RC(dlock_queue_offer(q, "a", 1), 0);
+  dlock_leader *me;
+  CHECK_RC(dlock_leader_new(c, "qx", "me", &me), 0);
+  char cur[64] = "?";
+  CHECK_RC(dlock_leader_get_current(me, cur, sizeof cur), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_leader_start(me), 0);
+  CHECK_RC(dlock_leader_try_await(me, 5000), DLOCK_EWRONGTYPE);
+  CHECK(strstr(dlock_client_errmsg(c), "qx") != NULL);
+  CHECK_EQ(dlock_leader_has_leadership(me), 0);
+  dlock_leader_free(me);
+  /* Only the queue's value under qx/ (a refused participant's key goes
+   * with its lease, revoked). */
+  char out[2000];
+  const char *keys = ctl(&s, "get qx/ --prefix --keys-only", out, sizeof out);
+  const char *k1 = strstr(keys, "qx/");
+  CHECK(k1 != NULL && strstr(k1 + 1, "qx/") == NULL);
+  int64_t n = 0;
+  CHECK(dlock_queue_size(q, &n) == 0 && n == 1);
+  dlock_queue_free(q);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+TH_MAIN(T_BARE(t_etcd_elect_proclaim), T_BARE(t_etcd_observe),
+        T_BARE(t_etcd_elect_meets_data))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");

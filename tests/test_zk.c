@@ -436,6 +436,31 @@ static void t_zk_leader(void) {
   CHECK(tb2 > tb);
   dlock_leader_free(lb);
   CHECK_EQ(children(zh, "/el/x", NULL, 0), 0);
+  /* A mutex held at the path: its node is no latch's. A participant is
+   * refused (its own node deleted: the mutex's alone is left), and the
+   * holder is not named as the leader. */
+  dlock_lock *m;
+  CHECK_RC(dlock_lock_new(a, "/el/m", NULL, &m), 0);
+  CHECK_RC(dlock_lock_try_acquire(m, 0, 0, NULL), 0);
+  CHECK_RC(dlock_leader_new(b, "/el/m", "node-B", &lb), 0);
+  CHECK_RC(dlock_leader_get_current(lb, id, sizeof id), DLOCK_EWRONGTYPE);
+  CHECK_RC(dlock_leader_start(lb), 0);
+  CHECK_RC(dlock_leader_try_await(lb, 5000), DLOCK_EWRONGTYPE);
+  CHECK(strstr(dlock_client_errmsg(b), "/el/m") != NULL);
+  dlock_leader_free(lb);
+  CHECK_EQ(children(zh, "/el/m", NULL, 0), 1);
+  CHECK_RC(dlock_lock_release(m), 1);
+  /* And the other way: a leader at the path, a mutex is refused (its
+   * node deleted) instead of queueing behind the leader's node. */
+  CHECK_RC(dlock_leader_new(b, "/el/m", "node-B", &lb), 0);
+  CHECK_RC(dlock_leader_start(lb), 0);
+  CHECK_RC(dlock_leader_try_await(lb, 5000), 0);
+  CHECK_RC(dlock_lock_try_acquire(m, 0, 0, NULL), DLOCK_EWRONGTYPE);
+  CHECK(strstr(dlock_client_errmsg(a), "latch") != NULL);
+  CHECK_EQ(children(zh, "/el/m", NULL, 0), 1);
+  CHECK_EQ(dlock_leader_has_leadership(lb), 1);
+  dlock_leader_free(lb);
+  dlock_lock_free(m);
   dlock_client_close(a);
   dlock_client_close(b);
   zookeeper_close(zh);

@@ -204,9 +204,12 @@ typedef struct dl_fence_req {
 /* ---- leader election (Curator's LeaderLatch) ---- */
 typedef struct dl_elect dl_elect;
 /* Told, on a backend thread, each change of a participant's leadership:
- * leader 1 (token: the leadership's fencing token) or 0; gone true when it
- * is out of the election for good (its session ended: leader is 0). */
-typedef void (*dl_elect_fn)(void *ud, int leader, uint64_t token, bool gone);
+ * leader 1 (token: the leadership's fencing token) or 0; gone 1 when it
+ * is out of the election for good (its session ended: leader is 0), or a
+ * negative code when it was refused for good (DLOCK_EWRONGTYPE: another
+ * kind's data at the name; leader 0, nothing of its own left, the detail
+ * recorded on this thread just before). */
+typedef void (*dl_elect_fn)(void *ud, int leader, uint64_t token, int gone);
 /* An election watched (Go's Observe), and what it is told: the leader's
  * value (len bytes, NUL-terminated) and token, or value NULL: nobody. */
 typedef struct dl_observer dl_observer;

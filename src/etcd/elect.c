@@ -22,6 +22,7 @@ struct dl_elect {
   pthread_t thread;
   bool stop;      /* guarded by e->mu: leave */
   bool self_free; /* left from its own callback: the thread frees it */
+  bool out;       /* guarded by e->mu: the thread has ended its steps */
   etcd_hold h;    /* its key, lease and create revision (rev 0: none) */
   int64_t ttl_ms;
   int64_t lease_until;
@@ -87,7 +88,10 @@ static int keep(dl_elect *el) {
 
 /* One step: campaign (the key made if it is not there), then wait for our
  * predecessor's or our own key's delete, a third of the TTL at most.
- * Returns 0 to step again, or a negative code (pause, then again). */
+ * Returns 0 to step again, DLOCK_EWRONGTYPE recorded when a key on no
+ * lease is first in line or just before ours (a queue's value, an
+ * application's key: no candidate's, every one's is on its lease), or
+ * another negative code (pause, then again). */
 static int step(dl_elect *el, unsigned wakes) {
   dl_etcd *e = el->e;
   int rc = keep(el);
@@ -217,7 +221,7 @@ int dl_etcd_elect_proclaim(dl_backend *b, dl_elect *el, const char *value) {
   char *v = dl_strdup(value);
   if (v == NULL) return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   pthread_mutex_lock(&e->mu);
-  while (el->asked && !el->stop) /* one at a time */
+  while (el->asked && !el->stop && !el->out) /* one at a time */
     pthread_cond_wait(&e->cv, &e->mu);
   el->asked = v;
   el->answered = false;
@@ -226,7 +230,8 @@ int dl_etcd_elect_proclaim(dl_backend *b, dl_elect *el, const char *value) {
   atomic_fetch_add(&e->wakes, 1);
   dl_etcd_wake_waits(e);
   pthread_mutex_lock(&e->mu);
-  while (!el->answered && !el->stop && !atomic_load(e->env->closing))
+  while (!el->answered && !el->stop && !el->out &&
+         !atomic_load(e->env->closing))
     pthread_cond_wait(&e->cv, &e->mu);
   int rc = el->answered ? el->answer : DLOCK_ECLOSED;
   char detail[sizeof el->detail];
@@ -237,21 +242,31 @@ int dl_etcd_elect_proclaim(dl_backend *b, dl_elect *el, const char *value) {
   free(v);
   if (rc == DLOCK_ECLOSED)
     return dl_seterr(e->err, rc,
-                     "the participant left, or the client is "
-                     "closing: nothing proclaimed");
+                     "the participant left (or was refused), or the client "
+                     "is closing: nothing proclaimed");
   return rc < 0 ? dl_seterr(e->err, rc, "%s", detail) : rc;
 }
 
 static void *elect_main(void *arg) {
   dl_elect *el = arg;
   dl_etcd *e = el->e;
+  int refused = 0;
+  char why[256] = "";
   for (;;) {
     /* The wake count before the reasons to stop or to proclaim are read:
      * a leave or a Proclaim after it ends the step's wait at once. */
     unsigned wakes = atomic_load(&e->wakes);
     if (stopping(el)) break;
     serve(el);
-    if (step(el, wakes) < 0 && !stopping(el)) {
+    int rc = step(el, wakes);
+    if (rc == DLOCK_EWRONGTYPE) { /* another kind's name: out for good */
+      refused = rc;
+      snprintf(why, sizeof why, "%s",
+               dlock_client_errmsg((const dlock_client *)e->err));
+      tell(el, 0);
+      break;
+    }
+    if (rc < 0 && !stopping(el)) {
       /* An error (no server answering): not the leader meanwhile, as
        * nobody can tell; again after a pause. */
       tell(el, 0);
@@ -260,14 +275,18 @@ static void *elect_main(void *arg) {
   }
   pthread_mutex_lock(&e->mu);
   bool shutdown = atomic_load(e->env->closing) && !el->stop && !el->self_free;
+  el->out = true;
   pthread_cond_broadcast(&e->cv); /* a Proclaim waiting: no answer */
   pthread_mutex_unlock(&e->mu);
   /* Our key goes with our lease, at once. */
   if (el->h.lease)
     dl_etcd_revoke(e, el->h.lease, dl_now_ms() + e->command_timeout_ms);
-  if (shutdown && el->fn) {
+  if (refused && el->fn) {
+    dl_seterr(e->err, refused, "%s", why);
+    el->fn(el->ud, 0, 0, refused);
+  } else if (shutdown && el->fn) {
     el->leader = 0;
-    el->fn(el->ud, 0, 0, false);
+    el->fn(el->ud, 0, 0, 0);
   }
   pthread_mutex_lock(&e->mu);
   bool self_free = el->self_free;
@@ -363,6 +382,13 @@ int dl_etcd_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
   json_object *kv = dl_etcd_kv0(r);
   json_object *v = dl_etcd_get(kv, "value");
   rc = kv != NULL;
+  if (kv && dl_etcd_i64(kv, "lease") == 0) { /* no candidate's */
+    json_object_put(r);
+    return dl_seterr(e->err, DLOCK_EWRONGTYPE,
+                     "%s: the first key is on no lease (a queue's value, an "
+                     "application's key): no election's",
+                     pfx);
+  }
   /* Any length: etcdctl's proposal or a Go leader's Proclaim may be
    * longer than an id; cut to fit buf. */
   const char *v64 = v ? json_object_get_string(v) : "";

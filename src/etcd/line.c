@@ -68,7 +68,8 @@ void dl_etcd_delete_key(dl_etcd *e, const char *key) {
 int dl_etcd_foreign_in_line(dl_etcd *e, const char *key) {
   return dl_seterr(e->err, DLOCK_EWRONGTYPE,
                    "a key on no lease is in the line of %s: another kind "
-                   "at the name, no lock's (nothing of ours left)",
+                   "at the name, no lock's or election's (nothing of ours "
+                   "left)",
                    key);
 }
 

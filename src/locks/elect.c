@@ -87,7 +87,7 @@ int dlock_leader_on_change(dlock_leader *l, dlock_leader_cb cb, void *ud) {
 }
 
 /* ---- the lock in turns (backends without an election) ---- */
-static void changed(void *ud, int leader, uint64_t token, bool gone);
+static void changed(void *ud, int leader, uint64_t token, int gone);
 
 static void on_hold_lost(dlock_lock *lk, const char *owner, void *ud) {
   (void)lk;
@@ -124,14 +124,14 @@ static void *take_turns(void *arg) {
       l->refused = rc;
       snprintf(l->why, sizeof l->why, "%s", dlock_client_errmsg(l->c));
       pthread_mutex_unlock(&l->mu);
-      changed(l, 0, 0, true);
+      changed(l, 0, 0, 1);
       break;
     }
     if (rc != 0) { /* the server's trouble: a little later */
       dl_sleep_ms(100);
       continue;
     }
-    changed(l, 1, token, false);
+    changed(l, 1, token, 0);
     pthread_mutex_lock(&l->mu);
     while (!l->stop && !l->lost && !atomic_load(&l->c->closing))
       pthread_cond_wait(&l->cv, &l->mu);
@@ -139,9 +139,9 @@ static void *take_turns(void *arg) {
     pthread_mutex_unlock(&l->mu);
     dlock_lock_release(l->lock); /* frees it, or forgets a lost hold */
     if (!lost) break; /* leaving: no "not leader" (Curator's close()) */
-    changed(l, 0, 0, false);
+    changed(l, 0, 0, 0);
   }
-  if (atomic_load(&l->c->closing)) changed(l, 0, 0, true);
+  if (atomic_load(&l->c->closing)) changed(l, 0, 0, 1);
   pthread_mutex_lock(&l->mu);
   bool self_free = l->self_free;
   pthread_mutex_unlock(&l->mu);
@@ -184,14 +184,18 @@ static int start_turns(dlock_leader *l) {
   return 0;
 }
 
-/* The backend's news, on its thread. */
-static void changed(void *ud, int leader, uint64_t token, bool gone) {
+/* The backend's news, on its thread (a refusal's detail recorded on it). */
+static void changed(void *ud, int leader, uint64_t token, int gone) {
   dlock_leader *l = ud;
   pthread_mutex_lock(&l->mu);
   bool was = l->leader;
   l->leader = leader != 0;
   l->token = leader ? token : 0;
   if (gone) l->gone = true;
+  if (gone < 0) {
+    l->refused = gone;
+    snprintf(l->why, sizeof l->why, "%s", dlock_client_errmsg(l->c));
+  }
   dlock_leader_cb cb = l->cb;
   void *cb_ud = l->ud;
   pthread_cond_broadcast(&l->cv);

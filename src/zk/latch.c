@@ -122,8 +122,12 @@ static int call(dl_elect *e, const char *watch, struct String_vector *sv) {
   return zrc;
 }
 
+/* A step's verdict: a node of another recipe before ours (a mutex's):
+ * no election at the path, DLOCK_EWRONGTYPE recorded. */
+#define STEP_REFUSED (-2)
+
 /* One step of the recipe: 1 sleep until the next event, 0 step again at
- * once, -1 an error (sleep a little, or until an event). */
+ * once, -1 an error (sleep a little, or until an event), STEP_REFUSED. */
 static int step(dl_elect *e) {
   dl_zk *z = e->z;
   if (e->node[0] == '\0') {
@@ -146,8 +150,13 @@ static int step(dl_elect *e) {
   }
   const char *mine = strrchr(e->node, '/') + 1;
   int idx = -1;
-  for (int i = 0; i < n && idx < 0; i++)
-    if (strcmp(v[i], mine) == 0) idx = i;
+  bool foreign = false; /* before ours */
+  for (int i = 0; i < n && idx < 0; i++) {
+    if (strcmp(v[i], mine) == 0)
+      idx = i;
+    else if (!dl_zk_is_latch(v[i]))
+      foreign = true;
+  }
   char watch[NODE_MAX];
   snprintf(watch, sizeof watch, "%s/%s", e->key, idx > 0 ? v[idx - 1] : mine);
   free(v);
@@ -158,6 +167,13 @@ static int step(dl_elect *e) {
     e->node[0] = '\0';
     tell(e, 0, false);
     return 0;
+  }
+  if (foreign) {
+    dl_seterr(z->env->err_owner, DLOCK_EWRONGTYPE,
+              "%s: a node of another recipe (a mutex's) is before ours: no "
+              "leader latch's path (ours deleted)",
+              e->key);
+    return STEP_REFUSED;
   }
   tell(e, idx == 0, false);
   /* The leader watches its own node (deleted by hand: it is no longer the
@@ -173,6 +189,8 @@ static void *latch_main(void *arg) {
   dl_zk *z = e->z;
   int64_t until = 0; /* after an error: no step before this */
   int state = ZOO_CONNECTED_STATE;
+  int refused = 0;
+  char why[256] = "";
   for (;;) {
     pthread_mutex_lock(&z->mu);
     uint64_t seen = z->events;
@@ -193,6 +211,12 @@ static void *latch_main(void *arg) {
       tell(e, 0, false);
     } else if (dl_now_ms() >= until) {
       r = step(e);
+      if (r == STEP_REFUSED) { /* out for good */
+        refused = DLOCK_EWRONGTYPE;
+        snprintf(why, sizeof why, "%s", dlock_client_errmsg(z->env->err_owner));
+        tell(e, 0, false);
+        break;
+      }
       if (r == 0) continue;
       if (r < 0) until = dl_now_ms() + 200;
     } else {
@@ -227,9 +251,12 @@ static void *latch_main(void *arg) {
     dl_zk_orphan_node(z, e->node);
   /* dlock_client_shutdown, the participant still in: out, its node gone;
    * told, so that a dlock_leader_try_await looks again (and ends). */
-  if (shutdown && e->fn) {
+  if (refused && e->fn) {
+    dl_seterr(z->env->err_owner, refused, "%s", why);
+    e->fn(e->ud, 0, 0, refused);
+  } else if (shutdown && e->fn) {
     e->leader = 0;
-    e->fn(e->ud, 0, 0, false);
+    e->fn(e->ud, 0, 0, 0);
   }
   pthread_mutex_lock(&z->mu);
   bool self_free = e->self_free;
@@ -324,11 +351,17 @@ int dl_zk_elect_leader(dl_backend *b, const dl_sync_ref *s, char *buf,
     int n = dl_zk_sorted_locks(&sv, &v);
     char node[NODE_MAX] = "";
     if (n > 0) snprintf(node, sizeof node, "%s/%s", s->key, v[0]);
+    bool latch = n > 0 && dl_zk_is_latch(v[0]);
     free(v);
     deallocate_String_vector(&sv);
     if (n < 0)
       return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
     if (n == 0) return 0;
+    if (!latch)
+      return dl_seterr(z->env->err_owner, DLOCK_EWRONGTYPE,
+                       "%s: the first node is another recipe's (a mutex's): "
+                       "no leader latch's",
+                       s->key);
     char data[DL_OWNER_MAX + DLOCK_INFO_MAX + 2];
     int dlen = (int)sizeof data - 1;
     atomic_fetch_add(&z->round_trips, 1);

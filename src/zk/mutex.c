@@ -60,6 +60,11 @@ bool dl_zk_is_writer(const char *name) {
   return strstr(name, "__WRIT__") != NULL;
 }
 
+bool dl_zk_is_latch(const char *name) {
+  const char *seq = dl_zk_seq_of(name);
+  return seq && seq - name >= 6 && strncmp(seq - 6, "latch-", 6) == 0;
+}
+
 static bool is_reader(const char *name) {
   return strstr(name, "__READ__") != NULL;
 }
@@ -231,19 +236,24 @@ int dl_zk_check_path(dl_zk *z, const char *key) {
   return 0;
 }
 
-/* A reader's turn with a node of another recipe before it (a mutex's, a
- * leader latch's): not a read-write lock. */
+/* A turn with a node of another recipe before it: a reader's with a
+ * mutex's or a leader latch's, a mutex's or writer's with a latch's. */
 #define TURN_FOREIGN (-2)
 
 /* Where our node (index idx of the n sorted) stands: -1 it has the lock,
  * else the index of the node to watch. The mutex and the writer: the first
- * node has it, the others watch the one just before (of either side). A
- * reader: it has it while no writer is before it, else it watches the
- * first writer (InterProcessReadWriteLock's readLockPredicate); a node
- * before it that is neither side's is TURN_FOREIGN (the recipe would hold
- * beside a mutex's holder there). */
+ * node has it, the others watch the one just before (of either side); a
+ * leader latch's node before it is TURN_FOREIGN (it would lead beside
+ * the lock's holder). A reader: it has it while no writer is before it,
+ * else it watches the first writer (InterProcessReadWriteLock's
+ * readLockPredicate); a node before it that is neither side's is
+ * TURN_FOREIGN (the recipe would hold beside a mutex's holder there). */
 static int turn_of(dl_lock_kind kind, char **v, int idx) {
-  if (kind != DL_KIND_READ) return idx == 0 ? -1 : idx - 1;
+  if (kind != DL_KIND_READ) {
+    for (int i = 0; i < idx; i++)
+      if (dl_zk_is_latch(v[i])) return TURN_FOREIGN;
+    return idx == 0 ? -1 : idx - 1;
+  }
   for (int i = 0; i < idx; i++) {
     if (dl_zk_is_writer(v[i])) return i;
     if (!is_reader(v[i])) return TURN_FOREIGN;
@@ -288,8 +298,12 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
                        "is gone (the session expired?)", node);
     if (w == TURN_FOREIGN)
       return dl_seterr(z->env->err_owner, DLOCK_EWRONGTYPE,
-                       "%s: a mutex's or a leader latch's node is before "
-                       "ours: not a read-write lock (nothing left)",
+                       a->lock->kind == DL_KIND_READ
+                           ? "%s: a mutex's or a leader latch's node is "
+                             "before ours: not a read-write lock (nothing "
+                             "left)"
+                           : "%s: a leader latch's node is before ours: "
+                             "an election's path, no lock's (nothing left)",
                        key);
     if (w < 0) return 1;
     if (!a->wait || dl_now_ms() >= a->deadline || dl_offload_cancelled())

@@ -188,6 +188,8 @@ void dl_zk_locks_free(struct String_vector *sv, char ***v);
 const char *dl_zk_seq_of(const char *name);
 /* Whether `name` is a read-write lock's writer node. */
 bool dl_zk_is_writer(const char *name);
+/* Whether `name` is a leader latch's node ("latch-" and a sequence). */
+bool dl_zk_is_latch(const char *name);
 /* How many of the n sorted nodes hold the lock now: the first alone, or
  * the readers before the first node of another kind. */
 int dl_zk_holders(char **v, int n);
