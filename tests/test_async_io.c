@@ -61,6 +61,15 @@ static dl_areq *ping(setup *s, got *g, int64_t deadline, int *err) {
   return send_cmd(s, g, deadline, 1, argv, err);
 }
 
+/* setup_open, then one PING answered: connected, and warm. */
+static int setup_open_warm(setup *s, int kind) {
+  int rc = setup_open(s, kind), err = 0;
+  got g;
+  if (rc == 0 && ping(s, &g, 0, &err) == NULL) rc = err ? err : -1;
+  if (rc == 0 && !td_run_until(&s->t, &g.done, 5000)) rc = DLOCK_ETIMEDOUT;
+  return rc;
+}
+
 static void ping_round_trip(int kind) {
   setup s;
   CHECK_RC(setup_open(&s, kind), 0);
@@ -456,11 +465,8 @@ static void on_wave(void *ud, int rc, redisReply *r) {
 
 static void writes_within_a_read(int kind) {
   setup s;
-  CHECK_RC(setup_open(&s, kind), 0);
-  got g;
+  CHECK_RC(setup_open_warm(&s, kind), 0);
   int err = 0;
-  CHECK(ping(&s, &g, 0, &err) != NULL); /* connected, and warm */
-  CHECK(td_run_until(&s.t, &g.done, 5000));
   wave w = {&s, 0, 0, 0, 0};
   uint64_t b0 = dl_aconn_batches(s.c);
   for (int i = 0; i < NWAVE; i++) {
@@ -513,11 +519,7 @@ static void on_chain(void *ud, int rc, redisReply *r) {
 
 static void chained_requests(int kind) {
   setup s;
-  CHECK_RC(setup_open(&s, kind), 0);
-  got g;
-  int err = 0;
-  CHECK(ping(&s, &g, 0, &err) != NULL); /* connected, and warm */
-  CHECK(td_run_until(&s.t, &g.done, 5000));
+  CHECK_RC(setup_open_warm(&s, kind), 0);
   uint64_t w0, t0, w1, t1;
   dl_loop_hook_calls(s.t.lp, &w0, &t0);
   uint64_t r0 = dl_aconn_reads(s.c), b0 = dl_aconn_batches(s.c);
