@@ -302,8 +302,8 @@ void dl_etcd_req_setup(dl_etcd *e, etcd_req *q, CURL *h, int idx,
  * *rc (DONE: 0 with *out, or with q->reply and *out NULL for a request
  * made with a message, DLOCK_EPROTO when it has none; or a negative code
  * recorded, *code the gRPC
- * status; NEXT, DEAD: the code recorded). may_again: the try went without
- * prior knowledge on a reused connection (AGAIN possible). *h2: the answer came
+ * status; NEXT, DEAD: the code recorded). may_again: the try went without prior
+ * knowledge on a reused connection (AGAIN possible). *h2: the answer came
  * over HTTP/2 (its connection may be reused). */
 etcd_try dl_etcd_req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,
                          bool may_again, json_object **out, int *code, int *rc,
