@@ -72,7 +72,6 @@ struct etcd_acall {
   unsigned gen;      /* the token's generation sent */
   int start, i, idx; /* the endpoints: the first tried, tries, this one */
   bool again, may_again;
-  bool retried;    /* a try on a dead connection made again (once) */
   bool refused;    /* the try would have opened a connection without
                       prior knowledge (dl_etcd_no_open): nothing sent */
   unsigned opens;  /* its endpoint's when the try started */
@@ -383,12 +382,6 @@ static void try_end(etcd_acall *c, CURLcode cc) {
     dl_etcd_h2_opened(k, c->opens, cc);
   if (c->q.m && !h2) dl_etcd_h2_gone(k, c->opens); /* no connection kept */
   c->again = t == ETCD_TRY_AGAIN;
-  /* Its connection died under it: again once, on the connection the
-   * first of the calls that found it dead opens (h2_gone above). */
-  if (t == ETCD_TRY_DEAD && !c->retried) {
-    c->retried = true;
-    t = ETCD_TRY_AGAIN;
-  }
   if (t == ETCD_TRY_AGAIN || (t == ETCD_TRY_NEXT && ++c->i < e->nendpoints)) {
     if ((rc = try_start(c)) != 0) finish(c, rc, NULL, 0);
     return;

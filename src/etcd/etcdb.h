@@ -257,20 +257,15 @@ typedef struct etcd_req {
   int status;        /* grpc-status, -1 until known */
   char message[300]; /* grpc-message */
   char why[CURL_ERROR_SIZE];
-  bool repeat; /* safe to send twice: a read, a status, a renewal */
 } etcd_req;
 /* How a try ended (dl_etcd_req_end). */
 typedef enum etcd_try {
-  ETCD_TRY_DONE,  /* its result is the call's */
-  ETCD_TRY_NEXT,  /* the server was not reached: the next endpoint */
-  ETCD_TRY_AGAIN, /* a reused connection was gone and curl opened an
+  ETCD_TRY_DONE, /* its result is the call's */
+  ETCD_TRY_NEXT, /* the server was not reached: the next endpoint */
+  ETCD_TRY_AGAIN /* a reused connection was gone and curl opened an
                     HTTP/1.1 one, which etcd gave its gateway (nothing
                     done): the same endpoint again, on a new connection
                     with prior knowledge */
-  ETCD_TRY_DEAD   /* a request safe to repeat (q->repeat) went on a
-                     reused connection that died before any answer (a
-                     server restart): the same endpoint again, once, on
-                     the connection opened next; else as DONE */
 } etcd_try;
 /* A call as its caller asks it, on either driver: path (the gateway's,
  * "/v3/kv/txn") with body, the gateway's JSON; or with msg, a message of
@@ -302,7 +297,7 @@ void dl_etcd_req_setup(dl_etcd *e, etcd_req *q, CURL *h, int idx,
  * *rc (DONE: 0 with *out, or with q->reply and *out NULL for a request
  * made with a message, DLOCK_EPROTO when it has none; or a negative code
  * recorded, *code the gRPC
- * status; NEXT, DEAD: the code recorded). may_again: the try went without prior
+ * status; NEXT: the code recorded). may_again: the try went without prior
  * knowledge on a reused connection (AGAIN possible). *h2: the answer came
  * over HTTP/2 (its connection may be reused). */
 etcd_try dl_etcd_req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,

@@ -515,8 +515,7 @@ int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
   struct curl_slist *hd = h ? dl_etcd_grpc_headers(e, auth, gen) : NULL;
   int start = atomic_load(&e->current), rc = 0;
   if (hd == NULL) rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  bool again = false;   /* the same endpoint again, with prior knowledge */
-  bool retried = false; /* a dead connection's try made again */
+  bool again = false; /* the same endpoint again, with prior knowledge */
   for (int i = 0; i < e->nendpoints && hd; i++) {
     int idx = (start + i) % e->nendpoints;
     int64_t left = deadline - dl_now_ms();
@@ -540,18 +539,6 @@ int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
       continue;
     }
     again = false;
-    if (t == ETCD_TRY_DEAD && !retried) {
-      /* Its connection died: again once on the one opened next (gmux's
-       * shared by the calls that found it dead, as after a refusal). */
-      retried = true;
-      if (c && gconn_renew(c) != 0) {
-        rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-        break;
-      }
-      h = c ? c->h : h;
-      i--;
-      continue;
-    }
     if (c) {
       /* A connection that answered HTTP/2 is kept; any other may be half
        * gone: a fresh handle. */
@@ -562,7 +549,7 @@ int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
       }
       h = c->h;
     }
-    if (t != ETCD_TRY_NEXT) break;
+    if (t == ETCD_TRY_DONE) break;
   }
   if (hd) dl_etcd_headers_free(e, hd);
   if (c && c->ep == -2) { /* its handles freed by gconn_renew */

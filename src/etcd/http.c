@@ -213,23 +213,10 @@ int dl_etcd_curl_error(dl_etcd *e, const char *path, int idx, CURLcode cc,
           : "");
 }
 
-/* Whether a request of path does the same when sent twice: a read, a
- * status, a lease's renewal or look-up (a txn, a put, a delete, a grant
- * or a revoke may have been done by the first). */
-static bool repeatable(const char *path) {
-  static const char *const paths[] = {
-      "/v3/kv/range", "/v3/maintenance/status", "/v3/lease/keepalive",
-      "/v3/lease/timetolive", "/v3/auth/authenticate"};
-  for (size_t i = 0; i < sizeof paths / sizeof *paths; i++)
-    if (strcmp(path, paths[i]) == 0) return true;
-  return false;
-}
-
 int dl_etcd_req_init(dl_etcd *e, etcd_req *q, const etcd_ask *k) {
   memset(q, 0, sizeof *q);
   q->path = k->path;
   q->status = -1;
-  q->repeat = repeatable(k->path);
   if (k->msg)
     return dl_etcd_grpc_req_pb(e, q, dl_etcd_grpc_method(k->path), k->msg);
   q->m = e->grpc ? dl_etcd_grpc_method(k->path) : NULL;
@@ -339,7 +326,6 @@ static int call_once(dl_etcd *e, const etcd_ask *k, ProtobufCMessage **reply,
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   }
   int start = atomic_load(&e->current);
-  bool retried = false; /* a dead connection's try made again */
   for (int i = 0; i < e->nendpoints; i++) {
     int idx = (start + i) % e->nendpoints;
     int64_t left = deadline - dl_now_ms();
@@ -351,14 +337,9 @@ static int call_once(dl_etcd *e, const etcd_ask *k, ProtobufCMessage **reply,
     if (dl_etcd_skip_unreached(e, path, idx, &rc)) continue;
     dl_etcd_req_setup(e, &q, h, idx, hd, left, false);
     bool h2;
-    etcd_try t = dl_etcd_req_end(e, &q, h, idx, curl_easy_perform(h), false,
-                                 out, code, &rc, &h2);
-    if (t == ETCD_TRY_DEAD && !retried) { /* curl has closed it */
-      retried = true;
-      i--;
-      continue;
-    }
-    if (t != ETCD_TRY_NEXT) break;
+    if (dl_etcd_req_end(e, &q, h, idx, curl_easy_perform(h), false, out, code,
+                        &rc, &h2) != ETCD_TRY_NEXT)
+      break;
   }
   dl_etcd_headers_free(e, hd);
   dl_etcd_handle_put(e, h);
@@ -442,34 +423,10 @@ int dl_etcd_authenticate(dl_etcd *e, unsigned gen, int64_t deadline) {
   return rc;
 }
 
-/* Whether the try on h (curl's result cc) went on a connection curl had
- * (none opened for it) that died before any byte of an answer came: the
- * server closed or reset it (a restart; curl 7.88 puts a stream on a
- * connection in use by another without checking it is still there). */
-static bool died_unanswered(CURL *h, CURLcode cc) {
-  long opened = -1, status = -1, head = -1;
-  switch (cc) {
-  case CURLE_SEND_ERROR:
-  case CURLE_RECV_ERROR:
-  case CURLE_HTTP2:
-  case CURLE_HTTP2_STREAM:
-  case CURLE_GOT_NOTHING:
-  case CURLE_PARTIAL_FILE: break;
-  default: return false;
-  }
-  curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &opened);
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-  curl_easy_getinfo(h, CURLINFO_HEADER_SIZE, &head);
-  return opened == 0 && status == 0 && head == 0;
-}
-
 etcd_try dl_etcd_req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,
                          bool may_again, json_object **out, int *code, int *rc,
                          bool *h2) {
   etcd_try t = req_end(e, q, h, idx, cc, may_again, out, code, rc, h2);
-  if (t == ETCD_TRY_DONE && q->repeat && *rc != DLOCK_ETLS &&
-      died_unanswered(h, cc))
-    t = ETCD_TRY_DEAD;
   if (cc == CURLE_OK && atomic_load(&e->unreached_at[idx]) != 0)
     atomic_store(&e->unreached_at[idx], 0); /* reached */
   if (t == ETCD_TRY_DONE && *rc == 0 && q->resp && q->reply == NULL) {
