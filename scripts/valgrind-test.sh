@@ -13,8 +13,10 @@ start=$(date +%s)
 # and its exit status 3 fails that test. =no keeps the redis-server and
 # openssl the tests exec out of valgrind. Under valgrind a test may take
 # longer than the runner's default 120 s.
+# tests/valgrind.supp: leaks inside libraries we call (as lsan.supp).
 DLOCK_TEST_TIMEOUT_S=600 DLOCK_UNDER_VALGRIND=1 \
   valgrind -q --error-exitcode=3 --leak-check=full \
+  --suppressions="$(dirname "$0")/../tests/valgrind.supp" \
   --errors-for-leak-kinds=definite --trace-children=no "$@" >"$out" 2>&1
 rc=$?
 {
