@@ -29,7 +29,10 @@ check contended "r=rows[0]; assert r['processes']==2 and 0<r['utilisation']<=1 a
 check contended_fair "r=rows[0]; assert r['kind']=='fair' and r['errors']==0 and r['ops_per_sec']>0" -- -d 500ms -p 2 --kind fair contended
 check contended_semaphore "r=rows[0]; assert r['kind']=='semaphore' and r['errors']==0 and r['ops_per_sec']>0" -- -d 500ms -p 2 --kind semaphore --permits 2 contended
 check contended_permits "r=rows[0]; assert r['kind']=='permits' and r['errors']==0 and r['ops_per_sec']>0" -- -d 500ms -p 2 --kind permits --permits 2 contended
-check watchdog "r=rows[0]; assert r['locks']==500 and r['lost']==0 and 0 < r['renewal_round_trips_per_period'] <= 5 and r['ops_per_sec'] > 0 and r['bytes_per_lock']>=0 and 0 <= r['client_cpu_share'] <= 1" -- -k 500 --lease 300ms --periods 2 watchdog
+# 500 locks renewed 100 a round trip: 5 a period; a round that falls on the
+# measured periods' edge counts a little more (5.1 seen under ASan beside
+# TSan), one a lock would be 500.
+check watchdog "r=rows[0]; assert r['locks']==500 and r['lost']==0 and 0 < r['renewal_round_trips_per_period'] <= 6 and r['ops_per_sec'] > 0 and r['bytes_per_lock']>=0 and 0 <= r['client_cpu_share'] <= 1" -- -k 500 --lease 300ms --periods 2 watchdog
 check async_uncontended "r=rows[0]; assert r['async'] is True and r['inflight']==64 and r['threads']==1 and r['ops_per_sec']>0 and r['p50_us']>0" -- --async -d 300ms uncontended
 check async_inflight "r=rows[0]; assert r['inflight']==256 and r['ops_per_sec']>0 and r['ceiling_at_inflight_ops_per_sec']>0 and r['ops_over_ceiling_at_inflight']>0" -- --async --inflight 256 -d 300ms uncontended
 check async_contended "r=rows[0]; assert r['async'] is True and r['processes']==2 and r['inflight']==1 and 0<r['utilisation']<=1" -- --async -d 500ms -p 2 --hold 1ms contended
