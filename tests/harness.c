@@ -371,9 +371,10 @@ static int reserve(int port) {
   return 1;
 }
 
-/* Gives back the last reservation taken (a port found bound after all). */
-static void unreserve_last(void) {
-  if (nreserved > 0) close(reserved_fd[--nreserved]);
+/* Gives back the reservations taken since there were `mark` (a port found
+ * bound after all, or its bus port another process's). */
+static void unreserve_to(unsigned mark) {
+  while (nreserved > mark) close(reserved_fd[--nreserved]);
 }
 
 bool th_port_reserved(int port) {
@@ -412,16 +413,11 @@ int th_free_port(void) {
       again = given[i] == port;
     if (again) continue;
     pthread_mutex_lock(&mu);
-    int mine = reserve(port), bus = 0, bus_mine = -1;
-    if (mine != 0 && (bus = port + 10000) <= 21999) {
-      bus_mine = reserve(bus);
-      if (bus_mine == 0 && mine == 1) unreserve_last();
-    }
-    bool ok = mine != 0 && bus_mine != 0 && th_port_free(port);
-    if (!ok && mine != 0 && bus_mine != 0) {
-      if (bus_mine == 1) unreserve_last();
-      if (mine == 1) unreserve_last();
-    }
+    unsigned mark = nreserved;
+    int bus = port + 10000;
+    bool ok = reserve(port) != 0 && (bus > 21999 || reserve(bus) != 0) &&
+              th_port_free(port);
+    if (!ok) unreserve_to(mark);
     pthread_mutex_unlock(&mu);
     if (!ok) continue;
     given[ngiven++ % 32] = port;
