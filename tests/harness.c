@@ -152,10 +152,26 @@ static int timeout_s(void) {
  * LeakSanitizer exits with by default. */
 #define CHECK_FAILED_EXIT 99
 
-/* The failed CHECKs of the test's process, told to the runner in a page
- * both share: valgrind turns the exit status of a test that failed a CHECK
- * (and so left its clients open) into its own 3 for the leaks. */
-static _Atomic int *told_checks;
+/* The failed CHECKs of the test's process and what the first said, told to
+ * the runner in a page both share: valgrind turns the exit status of a
+ * test that failed a CHECK (and so left its clients open) into its own 3
+ * for the leaks, and its leak report buries the CHECK's line. */
+typedef struct told {
+  _Atomic int checks;
+  char first[240];
+} told;
+static told *told_checks;
+
+void th_check_failed(const char *fmt, ...) {
+  char line[sizeof told_checks->first];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "    %s\n", line);
+  if (th_failed_checks++ == 0 && told_checks)
+    memcpy(told_checks->first, line, sizeof line);
+}
 
 /* The test's own process: runs it and exits CHECK_FAILED_EXIT if a CHECK
  * failed, else through exit(0), where the leak checkers look. */
@@ -170,7 +186,7 @@ static void run_child(const th_test *t, pid_t runner, const sigset_t *mask) {
   fflush(stdout);
   fflush(stderr);
   if (th_failed_checks) {
-    if (told_checks) *told_checks = th_failed_checks;
+    if (told_checks) told_checks->checks = th_failed_checks;
     /* Threads of the failed test may still run: no exit handlers beyond
      * stopping our servers, and no leak report on top of the failure. */
     cleanup_all();
@@ -221,7 +237,10 @@ static void run_one(const th_test *t, bool fork_each, const sigset_t *mask,
   }
   fflush(stdout);
   fflush(stderr);
-  if (told_checks) *told_checks = 0;
+  if (told_checks) {
+    told_checks->checks = 0;
+    told_checks->first[0] = '\0';
+  }
   pid_t runner = getpid(), pid = fork();
   if (pid == 0) run_child(t, runner, mask);
   if (pid < 0) {
@@ -239,10 +258,13 @@ static void run_one(const th_test *t, bool fork_each, const sigset_t *mask,
     snprintf(why, len, ": killed by signal %d (%s)", WTERMSIG(st),
              signal_name(WTERMSIG(st)));
   else if (WEXITSTATUS(st) == CHECK_FAILED_EXIT)
-    snprintf(why, len, ": a CHECK failed");
-  else if (told_checks && *told_checks > 0)
-    snprintf(why, len, ": a CHECK failed (exit status %d: valgrind's leak "
-             "report of the clients it left open above)", WEXITSTATUS(st));
+    snprintf(why, len, ": a CHECK failed: %s",
+             told_checks ? told_checks->first : "(above)");
+  else if (told_checks && told_checks->checks > 0)
+    snprintf(why, len,
+             ": a CHECK failed (exit status %d: valgrind's leak report of "
+             "the clients it left open above); the first: %s",
+             WEXITSTATUS(st), told_checks->first);
   else if (WEXITSTATUS(st) != 0) /* valgrind's 3, LeakSanitizer's 1 */
     snprintf(why, len, ": exit status %d (a report above?)", WEXITSTATUS(st));
 }
@@ -291,7 +313,7 @@ static int run(int argc, char **argv, const th_test *tests, size_t n,
         if (strcmp(argv[a], tests[i].name) == 0) want = true;
       if (!want) continue;
     }
-    char why[160] = "";
+    char why[512] = "";
     int64_t took = 0;
     if (tests[i].redis && th_redis_start(&th_srv, tests[i].redis) != 0) {
       snprintf(why, sizeof why, ": cannot start redis-server %s",

@@ -14,12 +14,24 @@
 
 /* ---- assertions: a failed check ends the current test ---- */
 extern int th_failed_checks;
+/* Says why a check failed (printf's format: one line, no newline) on
+ * stderr and counts it; the runner repeats the test's first on its FAIL
+ * line, below any leak report of the clients the test left open. */
+void th_check_failed(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
 #define CHECK(cond)                                                            \
   do {                                                                         \
     if (!(cond)) {                                                             \
-      fprintf(stderr, "    %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__,     \
-              #cond);                                                          \
-      th_failed_checks++;                                                      \
+      th_check_failed("%s:%d: CHECK(%s) failed", __FILE__, __LINE__, #cond);   \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+/* CHECK with the reason in `why` (a string) said as well. */
+#define CHECK_WHY(cond, why)                                                   \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      th_check_failed("%s:%d: CHECK(%s) failed: %s", __FILE__, __LINE__,       \
+                      #cond, (why));                                           \
       return;                                                                  \
     }                                                                          \
   } while (0)
@@ -27,9 +39,8 @@ extern int th_failed_checks;
   do {                                                                         \
     long long a_ = (long long)(a), b_ = (long long)(b);                        \
     if (a_ != b_) {                                                            \
-      fprintf(stderr, "    %s:%d: %s == %lld, expected %s == %lld\n",         \
-              __FILE__, __LINE__, #a, a_, #b, b_);                             \
-      th_failed_checks++;                                                      \
+      th_check_failed("%s:%d: %s == %lld, expected %s == %lld", __FILE__,      \
+                      __LINE__, #a, a_, #b, b_);                               \
       return;                                                                  \
     }                                                                          \
   } while (0)
@@ -37,9 +48,8 @@ extern int th_failed_checks;
   do {                                                                         \
     int rc_ = (call);                                                          \
     if (rc_ != (expect)) {                                                     \
-      fprintf(stderr, "    %s:%d: %s returned %d (%s), expected %s\n",        \
-              __FILE__, __LINE__, #call, rc_, dlock_err_name(rc_), #expect);   \
-      th_failed_checks++;                                                      \
+      th_check_failed("%s:%d: %s returned %d (%s), expected %s", __FILE__,     \
+                      __LINE__, #call, rc_, dlock_err_name(rc_), #expect);     \
       return;                                                                  \
     }                                                                          \
   } while (0)

@@ -706,14 +706,17 @@ static void *ping_down(void *ud) {
 /* A waiter's acquire of l (wait_ms): its rc and when it ended. */
 typedef struct waitd {
   dlock_lock *l;
+  dlock_client *c;
   int64_t wait_ms, end;
   int rc;
+  char msg[120]; /* the detail of a failure */
 } waitd;
 
 static void *wait_down(void *ud) {
   waitd *w = ud;
   w->rc = dlock_lock_try_acquire(w->l, w->wait_ms, 0, NULL);
   w->end = th_now_ms();
+  snprintf(w->msg, sizeof w->msg, "%s", dlock_client_errmsg(w->c));
   return NULL;
 }
 
@@ -725,8 +728,9 @@ static void *wait_down(void *ud) {
  * DLOCK_ECONNECT, with a connection attempt about every
  * reconnect_min_ms, not one a waiter and pause. Then 16 pings at once
  * each end at once with DLOCK_ECONNECT, after one or two attempts in all
- * (the lone call's, the shared connection's), not one a call (16 to 29
- * before calls skipped an endpoint just found unreachable). */
+ * (the lone call's, the shared connection's; a few more when the calls
+ * look before the first refusal is marked), not one a call (16 to 29 before calls skipped an endpoint just found
+ * unreachable). */
 static void t_etcd_calls_down(void) {
   TH_ETCD_SETUP(s);
   enum { T = 16, W = 8 };
@@ -745,7 +749,7 @@ static void t_etcd_calls_down(void) {
   waitd wd[W];
   for (int i = 0; i < W; i++) {
     CHECK_RC(dlock_lock_new(c, "dn", NULL, &wl[i]), 0);
-    wd[i] = (waitd){.l = wl[i], .wait_ms = th_soon(1000)};
+    wd[i] = (waitd){.l = wl[i], .c = c, .wait_ms = th_soon(1000)};
     pthread_create(&wt[i], NULL, wait_down, &wd[i]);
   }
   for (int i = 0; i < T; i++) {
@@ -773,20 +777,24 @@ static void t_etcd_calls_down(void) {
   atomic_store(&stop, true);
   pthread_barrier_wait(&go);
   int bad = 0;
+  char why[160] = "";
   int64_t flight = 0, first = INT64_MAX, last = 0;
   for (int i = 0; i < T; i++) {
     if (d[i].flight_ms > flight) flight = d[i].flight_ms;
     if (d[i].flight_rc != 0 && d[i].flight_rc != DLOCK_ECONNLOST &&
         d[i].flight_rc != DLOCK_ECONNECT && bad++ == 0)
-      fprintf(stderr, "    thread %d's call in flight: %s\n", i,
-              dlock_err_name(d[i].flight_rc));
+      snprintf(why, sizeof why, "thread %d's call in flight: %s", i,
+               dlock_err_name(d[i].flight_rc));
   }
   for (int i = 0; i < W; i++) {
     pthread_join(wt[i], NULL);
     if (wd[i].end < first) first = wd[i].end;
     if (wd[i].end > last) last = wd[i].end;
     if (wd[i].rc != DLOCK_ECONNECT && bad++ == 0)
-      fprintf(stderr, "    waiter %d: %s\n", i, dlock_err_name(wd[i].rc));
+      snprintf(why, sizeof why, "waiter %d: %s after %lld ms: %s", i,
+               dlock_err_name(wd[i].rc),
+               (long long)(wd[i].end - atomic_load(&down_at)),
+               wd[i].msg);
   }
   int64_t ride = last - atomic_load(&down_at);
   int ride_tries = et_connects();
@@ -805,14 +813,14 @@ static void t_etcd_calls_down(void) {
     pthread_join(th[i], NULL);
     if (d[i].ms > most) most = d[i].ms;
     if (d[i].rc != DLOCK_ECONNECT && bad++ == 0)
-      fprintf(stderr, "    thread %d: %s\n", i, dlock_err_name(d[i].rc));
+      snprintf(why, sizeof why, "thread %d: %s", i, dlock_err_name(d[i].rc));
   }
   int tries = et_connects();
   et_count_connects(0);
   fprintf(stderr, "    %d pings at once: %lld ms, %d connection attempt(s)\n",
           T, (long long)most, tries);
   pthread_barrier_destroy(&go);
-  CHECK_EQ(bad, 0);
+  CHECK_WHY(bad == 0, why);
   CHECK(flight < th_soon(500));
   CHECK(last - first < th_soon(100));
   /* An attempt a reconnect_min_ms or so (the lone call's path's and the
@@ -820,7 +828,11 @@ static void t_etcd_calls_down(void) {
    * pause (20 ms doubling to 200). */
   CHECK(ride_tries <= 3 * (ride / 100 + 1) + 2 * W);
   CHECK(most < th_soon(500));
-  CHECK(tries >= 1 && tries <= 2);
+  /* The lone call's and the shared connection's; under valgrind beside
+   * other tests up to 4 (3 and 4 in 5 of 15 runs of three at once): calls
+   * that looked before the first refusal was marked, a client's watchdog
+   * (c2's hold, c's leftover keys) trying its round in the same moment. */
+  CHECK(tries >= 1 && tries <= 4);
   for (int i = 0; i < W; i++)
     dlock_lock_free(wl[i]);
   dlock_lock_free(held);

@@ -55,6 +55,11 @@ typedef struct etcd_hold {
    * key was sent: equal to it now, nothing said the key may be gone
    * since (a session keepalive then vouches for it: dl_etcd_renew_carry). */
   unsigned heard_seen;
+  /* The transient error (dl_etcd_transient) the acquire taking this key
+   * last met and rides out, 0 since a call was answered: what an acquire
+   * of the same lock in this client, waiting behind this one, ends with
+   * at its deadline (dl_etcd_claim), not DLOCK_EBUSY. */
+  atomic_int riding;
 } etcd_hold;
 
 /* Fixed leases kept between holds (their keys deleted): at most this

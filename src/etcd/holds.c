@@ -146,7 +146,20 @@ int dl_etcd_claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
       break;
     }
     if (dl_etcd_wait_over(a)) {
-      rc = 0;
+      /* Behind an acquire of ours that rides out the server's loss (or,
+       * a moment ago, began where the server was just found unreachable):
+       * not "held" (EBUSY) but the server not reached, as that acquire
+       * ends. */
+      int riding = atomic_load(&o->riding);
+      if (riding == 0 && !o->held &&
+          dl_etcd_unreached_now(e, atomic_load(&e->current)))
+        riding = DLOCK_ECONNECT;
+      if (dl_offload_cancelled()) riding = 0;
+      rc = riding ? dl_seterr(e->err, riding,
+                              "etcd: no answer for %s (an acquire of it in "
+                              "this client rides out the server's loss)",
+                              l->key)
+                  : 0;
       break;
     }
     a->waited = true;

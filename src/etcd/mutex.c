@@ -23,7 +23,11 @@
 #include <string.h>
 #include <time.h>
 
-static bool ride_out(dl_etcd *e, const dl_acquire *a, int rc, int *rides) {
+/* Whether the acquire of h rides out rc (ride.c), told to the acquires of
+ * the same lock in this client that wait behind it (h->riding). */
+static bool ride_out(dl_etcd *e, const dl_acquire *a, etcd_hold *h, int rc,
+                     int *rides) {
+  atomic_store(&h->riding, dl_etcd_transient(rc) ? rc : 0);
   return dl_etcd_ride_out(e, a->wait, a->deadline, rc, rides);
 }
 
@@ -228,8 +232,9 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
      * issue 11456). */
     rc = dl_etcd_look(e, h->key, wait_pfx, h->rev, pred, sizeof pred, &at,
                       dl_now_ms() + e->command_timeout_ms);
-    if (rc < 0 && rc != DLOCK_ELOST && ride_out(e, a, rc, &rides)) continue;
+    if (rc < 0 && rc != DLOCK_ELOST && ride_out(e, a, h, rc, &rides)) continue;
     if (rc < 0) break;
+    if (rides) atomic_store(&h->riding, 0); /* answered */
     if (rc == 0) {
       won = true;
       rc = 1;
@@ -240,11 +245,11 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     int64_t step = dl_now_ms() + dl_etcd_lease_step(e, h, a->lease_ms);
     rc = dl_etcd_wait_delete(e, pred, at,
                              step < a->deadline ? step : a->deadline);
-    if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
+    if (rc < 0 && ride_out(e, a, h, rc, &rides)) continue;
     if (rc < 0) break;
     waited = true;
     if (rc == 0 && !dl_etcd_wait_over(a)) rc = keep_lease(e, h, &until);
-    if (rc < 0 && ride_out(e, a, rc, &rides)) continue;
+    if (rc < 0 && ride_out(e, a, h, rc, &rides)) continue;
     if (rc < 0) break;
     if (rc == 0 && dl_etcd_wait_over(a)) break; /* the deadline, or a cancel */
   }
@@ -254,7 +259,10 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   if (won) goto fail;
   /* Refused: the holder's lease is not read. */
   if (rc == 0) a->ttl = DLOCK_TTL_NONE;
-fail:;
+fail:
+  /* Told to the acquires waiting behind this one in this client until the
+   * hold is dropped (dl_etcd_claim). */
+  atomic_store(&h->riding, dl_etcd_transient(rc) ? rc : 0);
   /* Not taken: our key goes (Go's TryLock and a cancelled Lock do the
    * same), at its own revision only. */
   int gone = 0;
