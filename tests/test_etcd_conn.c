@@ -841,6 +841,172 @@ static void t_etcd_calls_down(void) {
   th_etcd_stop(&s);
 }
 
+/* An event-loop client's waiting acquires of a mutex and a read-write
+ * lock's write side, started once the server is down (*go) and run on
+ * their own loop until both end, then released: in a thread of its own,
+ * the main thread restarting the server (a server started from a thread
+ * goes with that thread: PR_SET_PDEATHSIG). */
+typedef struct aside {
+  const char *url;
+  atomic_bool *go;
+  atomic_int ready; /* 1 opened, -1 failed */
+  int rc[2], released[2];
+  bool ran;
+  int64_t end;
+} aside;
+
+static void *async_side(void *ud) {
+  aside *x = ud;
+  dlock_loop *lp = NULL;
+  dlock_client *ac = NULL;
+  dlock_lock *al = NULL;
+  dlock_rwlock *arw = NULL;
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = x->url;
+  x->rc[0] = x->rc[1] = 1;
+  if (dlock_loop_new(NULL, &lp) != 0 ||
+      dlock_client_open_async(&o, lp, &ac) != 0 ||
+      dlock_lock_new(ac, "dw3", NULL, &al) != 0 ||
+      dlock_rwlock_new(ac, "dw4", NULL, &arw) != 0) {
+    fprintf(stderr, "    the event loop's client: %s\n",
+            ac ? dlock_client_errmsg(ac) : dlock_client_open_errmsg());
+    atomic_store(&x->ready, -1);
+  } else {
+    atomic_store(&x->ready, 1);
+    while (!atomic_load(x->go)) th_sleep_ms(1);
+    et_adone d[2] = {{0}};
+    dlock_lock *aw = dlock_rwlock_write(arw);
+    if (dlock_lock_acquire_async(al, th_soon(15000), 0, et_on_adone, &d[0],
+                                 NULL) == 0 &&
+        dlock_lock_acquire_async(aw, th_soon(15000), 0, et_on_adone, &d[1],
+                                 NULL) == 0)
+      x->ran = et_run_all(lp, d, 2);
+    x->end = th_now_ms();
+    x->rc[0] = d[0].rc;
+    x->rc[1] = d[1].rc;
+    memset(d, 0, sizeof d);
+    if (x->ran && dlock_lock_release_async(al, et_on_adone, &d[0], NULL) == 0 &&
+        dlock_lock_release_async(aw, et_on_adone, &d[1], NULL) == 0 &&
+        et_run_all(lp, d, 2)) {
+      x->released[0] = d[0].rc;
+      x->released[1] = d[1].rc;
+    }
+  }
+  dlock_lock_free(al);
+  dlock_rwlock_free(arw);
+  dlock_client_close(ac);
+  dlock_loop_free(lp);
+  return NULL;
+}
+
+/* Waiting acquires that start with the server down (killed, its data
+ * kept) ride it out from their first call, as the Redis backend's do: the
+ * lease's grant and the put go again after a pause, within the wait, and
+ * take their lock once the server is back (a blocking client's and an
+ * event-loop client's, each a mutex and a read-write lock's write side).
+ * The control: an acquire without a wait fails at once with
+ * DLOCK_ECONNECT (before, the waiting ones did the same). */
+static void t_etcd_acquire_while_down(void) {
+  TH_ETCD_SETUP(s);
+  dlock_client *c = th_etcd_client(&s, 0);
+  CHECK(c != NULL);
+  atomic_bool go = false;
+  aside x = {.url = s.url, .go = &go, .ready = 0};
+  pthread_t at, wt[2];
+  pthread_create(&at, NULL, async_side, &x);
+  dlock_lock *try, *l;
+  dlock_rwlock *rw;
+  CHECK_RC(dlock_lock_new(c, "dw0", NULL, &try), 0);
+  CHECK_RC(dlock_lock_new(c, "dw1", "me", &l), 0);
+  CHECK_RC(dlock_rwlock_new(c, "dw2", "me", &rw), 0);
+  dlock_lock *w = dlock_rwlock_write(rw);
+  while (atomic_load(&x.ready) == 0) th_sleep_ms(1);
+  th_etcd_kill(&s, SIGKILL);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_try_acquire(try, 0, 0, NULL), DLOCK_ECONNECT);
+  CHECK(th_now_ms() - t0 < th_soon(1000));
+  waitd wd[2] = {{.l = l, .c = c, .wait_ms = th_soon(15000)},
+                 {.l = w, .c = c, .wait_ms = th_soon(15000)}};
+  for (int i = 0; i < 2; i++) pthread_create(&wt[i], NULL, wait_down, &wd[i]);
+  atomic_store(&go, true);
+  th_sleep_ms(300);
+  int restarted = th_etcd_restart(&s);
+  int64_t up_at = th_now_ms();
+  for (int i = 0; i < 2; i++) pthread_join(wt[i], NULL);
+  pthread_join(at, NULL);
+  fprintf(stderr,
+          "    server back %lld ms after the kill; the blocking acquires "
+          "%s, %s %lld and %lld ms after it, the event loop's %s, %s\n",
+          (long long)(up_at - t0), dlock_err_name(wd[0].rc),
+          dlock_err_name(wd[1].rc), (long long)(wd[0].end - up_at),
+          (long long)(wd[1].end - up_at), dlock_err_name(x.rc[0]),
+          dlock_err_name(x.rc[1]));
+  CHECK_RC(restarted, 0);
+  CHECK_WHY(wd[0].rc == 0, wd[0].msg);
+  CHECK_WHY(wd[1].rc == 0, wd[1].msg);
+  CHECK(x.ran);
+  CHECK_RC(x.rc[0], 0);
+  CHECK_RC(x.rc[1], 0);
+  CHECK_RC(x.released[0], 1);
+  CHECK_RC(x.released[1], 1);
+  /* Taken once the server was back: its health answered (up_at) just
+   * after it began to serve. */
+  CHECK(wd[0].end >= up_at - 100 && wd[1].end >= up_at - 100 &&
+        x.end >= up_at - 100);
+  CHECK_RC(dlock_lock_release(l), 1);
+  CHECK_RC(dlock_lock_release(w), 1);
+  dlock_lock_free(try);
+  dlock_lock_free(l);
+  dlock_rwlock_free(rw);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
+/* A wait without a limit with the server down (killed, not back) ends
+ * DLOCK_ECONNECT after 10 command timeouts of pauses (here 200 ms each),
+ * as on Redis, rather than hiding the outage for ever: a mutex's acquire
+ * on a blocking client and on an event-loop one. */
+static void t_etcd_wait_forever_down(void) {
+  TH_ETCD_SETUP(s);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  o.command_timeout_ms = 200;
+  dlock_client *c = NULL, *ac = NULL;
+  dlock_loop *lp = NULL;
+  CHECK_RC(dlock_client_open(&o, &c), 0);
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  CHECK_RC(dlock_client_open_async(&o, lp, &ac), 0);
+  dlock_lock *l, *al;
+  CHECK_RC(dlock_lock_new(c, "wf", NULL, &l), 0);
+  CHECK_RC(dlock_lock_new(ac, "wf", NULL, &al), 0);
+  th_etcd_kill(&s, SIGKILL);
+  int64_t t0 = th_now_ms();
+  int rc = dlock_lock_try_acquire(l, -1, 0, NULL);
+  int64_t took = th_now_ms() - t0;
+  et_adone d = {0};
+  t0 = th_now_ms();
+  CHECK_RC(dlock_lock_acquire_async(al, -1, 0, et_on_adone, &d, NULL), 0);
+  bool ran = et_run_all(lp, &d, 1);
+  int64_t atook = th_now_ms() - t0;
+  fprintf(stderr, "    blocking: %s after %lld ms; event loop: %s after %lld ms\n",
+          dlock_err_name(rc), (long long)took, dlock_err_name(d.rc),
+          (long long)atook);
+  CHECK_RC(rc, DLOCK_ECONNECT);
+  CHECK(ran);
+  CHECK_RC(d.rc, DLOCK_ECONNECT);
+  /* 20 + 40 + 80 + 160 ms, then 200 ms each: 10 timeouts' worth. */
+  CHECK(took >= 10 * 200 && took < th_soon(8000));
+  CHECK(atook >= 10 * 200 && atook < th_soon(8000));
+  dlock_lock_free(l);
+  dlock_lock_free(al);
+  dlock_client_close(ac);
+  dlock_loop_free(lp);
+  dlock_client_close(c);
+  th_etcd_stop(&s);
+}
+
 /* The connections to port once they are at most `most` (1 s at most). */
 static int conns_at_most(int port, int most) {
   int n;
@@ -1420,6 +1586,7 @@ TH_MAIN(T_BARE(t_etcd_tls), T_BARE(t_etcd_auth), T_BARE(t_etcd_cycle_cost),
         T_BARE(t_etcd_release_in_flight), T_BARE(t_etcd_async_renew),
         T_BARE(t_etcd_async_burst), T_BARE(t_etcd_reads_unanswered),
         T_BARE(t_etcd_calls_shared), T_BARE(t_etcd_calls_down),
+        T_BARE(t_etcd_acquire_while_down), T_BARE(t_etcd_wait_forever_down),
         T_BARE(t_etcd_restart_transports))
 #else
 static void t_etcd_none(void) {

@@ -86,6 +86,7 @@ static void on_waited(dl_async *op, int rc) {
  * until the deadline. */
 static void await_look(dl_async *op) {
   etcd_alatch *l = op->lat;
+  l->rides = 0; /* answered */
   if (!dl_etcd_latch_open(&l->lk, &l->first)) {
     dl_etcd_op_end(op, 1);
     return;

@@ -131,6 +131,8 @@ void dl_am_fail(dl_async *op, int rc) {
   struct etcd_aacq *q = op->acq;
   etcd_hold *h = q->h;
   q->rc = rc;
+  /* Told to the acquires parked behind us until the hold is dropped. */
+  atomic_store(&h->riding, dl_etcd_transient(rc) ? rc : 0);
   if (h->rev > 0) {
     etcd_delete_txn t;
     dl_etcd_delete_txn(&t, h->key, h->rev);
@@ -154,9 +156,19 @@ void dl_am_put_step(dl_async *op) {
   char pfx[ETCD_KEY_MAX];
   char *value = NULL;
   int rc = dl_etcd_mutex_key(op->e, q->a, q->h, pfx, q->wait_pfx, &value);
+  free(value);
   if (rc != 0) {
-    free(value);
     dl_am_fail(op, rc);
+    return;
+  }
+  dl_am_put_again(op);
+}
+
+void dl_am_put_again(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  char *value = dl_etcd_mutex_value(op->e, q->a);
+  if (value == NULL) {
+    dl_am_fail(op, DLOCK_ENOMEM);
     return;
   }
   etcd_claim_txn t;
@@ -200,7 +212,7 @@ static void fixed_grant(dl_async *op) {
 
 /* A fixed lease (dl_etcd_fixed_lease's steps): an idle one of the same
  * TTL kept alive, else a new grant. */
-static void lease_step(dl_async *op) {
+void dl_am_lease_step(dl_async *op) {
   struct etcd_aacq *q = op->acq;
   if (!q->own) {
     dl_am_session_step(op);
@@ -286,14 +298,19 @@ static void claim_step(dl_async *op) {
   if (dl_etcd_claim_now(op->e, q->a->lock, h, !q->rw, &stale)) {
     unpark(op);
     q->h = h;
-    lease_step(op);
+    dl_am_lease_step(op);
     return;
   }
   dl_etcd_hold_free(h);
   if (stale || dl_am_wait_over(op)) {
     unpark(op);
+    int riding = stale || q->rw || q->cancelled
+                     ? 0
+                     : dl_etcd_claim_riding(op->e, q->a->lock);
     if (stale)
       stale_step(op);
+    else if (riding)
+      end(op, riding);
     else
       refuse(op);
     return;
@@ -377,7 +394,7 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
       dl_am_put_step(op);
     } else {
       q->h->lease = 0;
-      dl_am_fail(op, rc);
+      dl_am_wait_error(op, rc);
     }
     return;
   case S_PUT:
@@ -421,7 +438,7 @@ static void on_msg(void *ud, int rc, ProtobufCMessage *m, int code) {
     rc = dl_etcd_keepalive_reply(rc, m, &got);
     if (rc < 0) {
       q->h->lease = 0; /* as the blocking path: left to its TTL */
-      dl_am_fail(op, rc);
+      dl_am_wait_error(op, rc);
     } else if (dl_etcd_fixed_kept(rc, got, q->a->lease_ms)) {
       q->until = q->h->lease_until = dl_validity(q->sent, q->a->lease_ms);
       dl_am_put_step(op);

@@ -64,6 +64,10 @@ void dl_am_call_pb(dl_async *op, astep step, const char *path,
 void dl_am_fail(dl_async *op, int rc);
 /* The claim txn: our key put, the owner read. */
 void dl_am_put_step(dl_async *op);
+/* The claim txn again with the same key (a put whose answer was lost). */
+void dl_am_put_again(dl_async *op);
+/* The claim's lease: a fixed lease's, or the session's; then the put. */
+void dl_am_lease_step(dl_async *op);
 /* The session's lease for op (asession.c's step): the claim's, or a
  * waiter's kept alive. */
 void dl_am_session_step(dl_async *op);
@@ -74,8 +78,9 @@ void dl_am_session_step(dl_async *op);
 bool dl_am_wait_over(dl_async *op);
 /* Runs the wait's timer at `at` (step: what op waits in). */
 void dl_am_wait_until(dl_async *op, astep step, int64_t at);
-/* A waiter's step that failed with rc: ridden out (a pause, then a look)
- * when transient and the deadline leaves room, else the acquire fails. */
+/* A waiting acquire's step that failed with rc: ridden out (a pause, then
+ * the step again: the lease, the put, a look) when transient and the
+ * deadline leaves room, else the acquire fails. */
 void dl_am_wait_error(dl_async *op, int rc);
 /* A keep step's end: the acquire won, or the next look. */
 void dl_am_keep_done(dl_async *op);

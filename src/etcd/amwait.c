@@ -26,14 +26,14 @@ void dl_am_wait_until(dl_async *op, astep step, int64_t at) {
   if (rc != 0) dl_am_fail(op, rc); /* its watch aborted first */
 }
 
-/* A waiter's step that failed with rc: ridden out (a pause, then a look)
- * when transient and the deadline leaves room, else the acquire fails. */
 void dl_am_wait_error(dl_async *op, int rc) {
   struct etcd_aacq *q = op->acq;
   int64_t pause =
-      q->in_line && !q->cancelled
+      !q->cancelled
           ? dl_etcd_ride_pause(op->e, q->a->wait, q->a->deadline, rc, &q->rides)
           : 0;
+  /* Told to the acquires of the name in this client parked behind us. */
+  atomic_store(&q->h->riding, dl_etcd_transient(rc) ? rc : 0);
   if (pause > 0)
     dl_am_wait_until(op, S_PAUSE, dl_now_ms() + pause);
   else
@@ -42,8 +42,13 @@ void dl_am_wait_error(dl_async *op, int rc) {
 
 /* The wait's end at its deadline or a cancel: not taken. */
 static void wait_end(dl_async *op) {
-  op->acq->a->ttl = DLOCK_TTL_NONE; /* the holder's lease is not read */
-  dl_am_fail(op, 0);
+  struct etcd_aacq *q = op->acq;
+  /* Riding out the server's loss at the deadline (the last pause ends
+   * there): its error (recorded), not "held". */
+  int riding = q->cancelled ? 0 : atomic_load(&q->h->riding);
+  if (riding == 0)
+    q->a->ttl = DLOCK_TTL_NONE; /* the holder's lease is not read */
+  dl_am_fail(op, riding);
 }
 
 static void won(dl_async *op) {
@@ -142,6 +147,15 @@ static void on_wait_timer(void *ud) {
       return;
     }
   }
+  if (q->step == S_PAUSE && !q->in_line) { /* before our key was in line */
+    if (dl_am_wait_over(op))
+      wait_end(op); /* cancelled: the pause left room before the deadline */
+    else if (q->h->lease == 0)
+      dl_am_lease_step(op);
+    else
+      dl_am_put_again(op);
+    return;
+  }
   look_step(op); /* ends it when the wait is over */
 }
 
@@ -150,6 +164,10 @@ void dl_am_on_look(dl_async *op, int rc, json_object *o) {
   int64_t at = 0;
   if (rc == 0)
     rc = dl_etcd_look_answer(op->e, q->h->key, o, q->pred, sizeof q->pred, &at);
+  if (rc >= 0 && q->rides) { /* answered */
+    q->rides = 0;
+    atomic_store(&q->h->riding, 0);
+  }
   if (rc < 0 && rc != DLOCK_ELOST) {
     dl_am_wait_error(op, rc);
   } else if (rc < 0) {
@@ -195,8 +213,8 @@ void dl_am_on_put(dl_async *op, int rc, ProtobufCMessage *m) {
     dl_am_call_pb(op, S_UNORPHAN, "/v3/kv/txn", &t.txn.base);
     return;
   }
-  if (rc != 0) {
-    dl_am_fail(op, rc);
+  if (rc < 0) {
+    dl_am_wait_error(op, rc); /* a put that may have been done: again */
     return;
   }
   /* Ours if nobody is before us: the owner (the oldest key under wait_pfx)

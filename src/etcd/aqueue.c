@@ -174,6 +174,7 @@ static void on_waited(dl_async *op, int rc) {
  * delayed value's due time. */
 static void poll_none(dl_async *op, int64_t rev) {
   etcd_aqueue *a = op->aq;
+  a->rides = 0; /* answered */
   int64_t now = dl_now_ms(), until = a->q->deadline;
   if (!a->q->wait || now >= until || a->cancelled) {
     dl_etcd_op_end(op, 0);

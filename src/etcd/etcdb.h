@@ -793,6 +793,11 @@ etcd_hold *dl_etcd_claim_new(dl_etcd *e, const dl_lock_ref *l, bool own_lease);
  * listed, 0 not (nothing done). */
 int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h,
                       bool shared_key, bool *stale);
+/* What an acquire of l (a mutex's: the key shared) parked behind another
+ * owner's acquire in this client ends with at its deadline: 0 (not
+ * taken: DLOCK_EBUSY), or the transient error that acquire rides out
+ * (the server not reached), recorded. */
+int dl_etcd_claim_riding(dl_etcd *e, const dl_lock_ref *l);
 /* The stale hold of l's owner that dl_etcd_claim_now found (*stale),
  * taken to be cleared as a release takes its hold: no longer held (a
  * renewal or a check finding its key gone leaves it alone), unwatched,
@@ -927,6 +932,8 @@ int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
  * DLOCK_ENOMEM recorded. */
 int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
                       char *wait_pfx, char **value);
+/* The value of a's key (malloc'ed), or NULL with DLOCK_ENOMEM recorded. */
+char *dl_etcd_mutex_value(dl_etcd *e, const dl_acquire *a);
 /* h won (its lease valid until `until`): held, watched, a's results: 1,
  * or a negative code (h still listed, held: the caller's failure path). */
 int dl_etcd_mutex_won(dl_etcd *e, dl_acquire *a, etcd_hold *h, int64_t until);

@@ -119,6 +119,33 @@ etcd_hold *dl_etcd_stale_take(dl_etcd *e, const dl_lock_ref *l) {
   return h;
 }
 
+/* What an acquire of l that waited behind o (e->mu held) ends with at its
+ * deadline: behind an acquire of ours that rides out the server's loss
+ * (or began a moment ago where the server was just found unreachable),
+ * not "held" (0: DLOCK_EBUSY) but the server not reached, recorded, as
+ * that acquire ends. */
+static int behind_riding(dl_etcd *e, const dl_lock_ref *l,
+                         const etcd_hold *o) {
+  int riding = o ? atomic_load(&o->riding) : 0;
+  if (riding == 0 && o && !o->held &&
+      dl_etcd_unreached_now(e, atomic_load(&e->current)))
+    riding = DLOCK_ECONNECT;
+  if (riding == 0) return 0;
+  return dl_seterr(e->err, riding,
+                   "etcd: no answer for %s (an acquire of it in this client "
+                   "rides out the server's loss)",
+                   l->key);
+}
+
+int dl_etcd_claim_riding(dl_etcd *e, const dl_lock_ref *l) {
+  pthread_mutex_lock(&e->mu);
+  bool stale;
+  etcd_hold none = {.own_lease = false};
+  int rc = behind_riding(e, l, claim_blocker(e, l, &none, true, &stale));
+  pthread_mutex_unlock(&e->mu);
+  return rc;
+}
+
 int dl_etcd_claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
                   etcd_hold **out) {
   const dl_lock_ref *l = a->lock;
@@ -146,20 +173,7 @@ int dl_etcd_claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
       break;
     }
     if (dl_etcd_wait_over(a)) {
-      /* Behind an acquire of ours that rides out the server's loss (or,
-       * a moment ago, began where the server was just found unreachable):
-       * not "held" (EBUSY) but the server not reached, as that acquire
-       * ends. */
-      int riding = atomic_load(&o->riding);
-      if (riding == 0 && !o->held &&
-          dl_etcd_unreached_now(e, atomic_load(&e->current)))
-        riding = DLOCK_ECONNECT;
-      if (dl_offload_cancelled()) riding = 0;
-      rc = riding ? dl_seterr(e->err, riding,
-                              "etcd: no answer for %s (an acquire of it in "
-                              "this client rides out the server's loss)",
-                              l->key)
-                  : 0;
+      rc = dl_offload_cancelled() ? 0 : behind_riding(e, l, o);
       break;
     }
     a->waited = true;

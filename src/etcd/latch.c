@@ -224,6 +224,7 @@ int dl_etcd_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
     int rc = look(e, s, &nm, &lk);
     if (rc < 0 && dl_etcd_ride_out(e, wait, deadline, rc, &rides)) continue;
     if (rc != 0) return rc;
+    rides = 0; /* answered */
     if (!dl_etcd_latch_open(&lk, &first)) return 1;
     if (!wait || dl_now_ms() >= deadline) return 0;
     /* Its deletion after the read: zero reached. A stream that ended

@@ -125,13 +125,20 @@ int dl_etcd_mutex_key(dl_etcd *e, const dl_acquire *a, etcd_hold *h, char *pfx,
     }
   }
   pthread_mutex_unlock(&e->mu);
-  /* The key's value: the owner id, a newline, the holder's description
-   * (Go never reads it; dlock status and the waiters do). */
-  size_t vl = strlen(l->owner) + (a->info ? strlen(a->info) : 0) + 2;
-  if ((*value = malloc(vl)) == NULL)
-    return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-  snprintf(*value, vl, "%s\n%s", l->owner, a->info ? a->info : "");
-  return 0;
+  return (*value = dl_etcd_mutex_value(e, a)) != NULL ? 0 : DLOCK_ENOMEM;
+}
+
+char *dl_etcd_mutex_value(dl_etcd *e, const dl_acquire *a) {
+  /* The owner id, a newline, the holder's description (Go never reads
+   * it; dlock status and the waiters do). */
+  const char *owner = a->lock->owner, *info = a->info ? a->info : "";
+  size_t vl = strlen(owner) + strlen(info) + 2;
+  char *value = malloc(vl);
+  if (value == NULL)
+    dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+  else
+    snprintf(value, vl, "%s\n%s", owner, info);
+  return value;
 }
 
 int dl_etcd_mutex_won(dl_etcd *e, dl_acquire *a, etcd_hold *h, int64_t until) {
@@ -171,25 +178,35 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     if (rc == 0) a->ttl = DLOCK_TTL_NONE;
     return rc;
   }
-  int64_t sent = dl_now_ms(), until = 0;
-  int64_t deadline = sent + e->command_timeout_ms;
-  if (own) {
-    rc = dl_etcd_fixed_lease(e, a->lease_ms, deadline, &h->lease, &until);
-    h->lease_until = until;
-    h->lease_ms = a->lease_ms;
-  } else {
-    rc = dl_etcd_session(e, deadline, &h->lease, &until);
-  }
+  int64_t until = 0;
+  int rides = 0;
+  /* A waiting acquire rides out the server's loss here too (as the Redis
+   * backend's first attempt): the lease asked for again, and the put sent
+   * again with the same key (a put that went through is found by the
+   * next, deleted at its revision and made anew: fresh). */
+  do {
+    int64_t deadline = dl_now_ms() + e->command_timeout_ms;
+    if (own) {
+      rc = dl_etcd_fixed_lease(e, a->lease_ms, deadline, &h->lease, &until);
+      h->lease_until = until;
+      h->lease_ms = a->lease_ms;
+    } else {
+      rc = dl_etcd_session(e, deadline, &h->lease, &until);
+    }
+  } while (rc < 0 && ride_out(e, a, h, rc, &rides));
   char pfx[ETCD_KEY_MAX], key[ETCD_KEY_MAX + 24], wait_pfx[ETCD_KEY_MAX + 8];
   char *value = NULL;
   if (rc == 0) rc = dl_etcd_mutex_key(e, a, h, pfx, wait_pfx, &value);
   if (h->key) snprintf(key, sizeof key, "%s", h->key);
   int64_t owner_rev = 0;
   bool waited = false, walked = false;
-  int rides = 0;
-  for (int tries = 0; rc == 0; tries++) {
-    rc = dl_etcd_put_and_read(e, h, value, wait_pfx, true, deadline,
-                              &owner_rev);
+  for (int tries = 0; rc == 0;) {
+    rc = dl_etcd_put_and_read(e, h, value, wait_pfx, true,
+                              dl_now_ms() + e->command_timeout_ms, &owner_rev);
+    if (rc < 0 && ride_out(e, a, h, rc, &rides)) {
+      rc = 0;
+      continue;
+    }
     if (rc != 1) break;
     /* The key is someone else's: a read-write lock's takes another time
      * (a clash of clocks); a mutex's is no key of a mutex. */
@@ -200,6 +217,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
                      key);
       break;
     }
+    tries++;
     rw_key(pfx, l->kind == DL_KIND_WRITE, key, sizeof key);
     free(h->key);
     rc = (h->key = dl_strdup(key)) == NULL
@@ -213,7 +231,9 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   bool won = dl_etcd_mutex_ours(e, l, h, owner_rev, rw, downgrade);
   while (!won) {
     if (dl_etcd_wait_over(a)) {
-      rc = 0;
+      /* Riding out the server's loss at the deadline (the last pause
+       * ends there): its error (recorded), not "held". */
+      rc = dl_offload_cancelled() ? 0 : atomic_load(&h->riding);
       break;
     }
     a->waited = true;
@@ -234,7 +254,10 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
                       dl_now_ms() + e->command_timeout_ms);
     if (rc < 0 && rc != DLOCK_ELOST && ride_out(e, a, h, rc, &rides)) continue;
     if (rc < 0) break;
-    if (rides) atomic_store(&h->riding, 0); /* answered */
+    if (rides) { /* answered */
+      rides = 0;
+      atomic_store(&h->riding, 0);
+    }
     if (rc == 0) {
       won = true;
       rc = 1;

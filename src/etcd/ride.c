@@ -13,17 +13,34 @@ bool dl_etcd_transient(int rc) {
 /* A wait rides out what a member lost or a leader change makes requests
  * fail with (etcd answers "leader changed", a member goes away), as the
  * Redis waits ride out a failover: true after a pause (20 ms, doubling up
- * to 200 ms) when rc is transient and the wait's deadline leaves room,
+ * to 200 ms, the last one up to the deadline) when rc is transient and
+ * the deadline has not come,
  * false when the error stands (the client closing, the operation
- * cancelled, the time spent). */
+ * cancelled, the time spent, or for a wait without a limit about
+ * RIDE_TIMEOUTS command timeouts of failures since the last answer: the
+ * caller sets *rides to 0 at each). */
+/* A wait without a limit rides out this many command timeouts of pauses
+ * at most (30 s by default), as the Redis backend's (RIDE_TIMEOUTS): an
+ * outage that long is reported, not hidden. */
+#define RIDE_TIMEOUTS 10
+
 int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
                            int *rides) {
   if (!dl_etcd_transient(rc) || !wait || atomic_load(e->env->closing) ||
       dl_offload_cancelled())
     return 0;
+  /* The pauses: 20, 40, 80, 160, then 200 ms each. */
+  if (deadline == INT64_MAX &&
+      *rides >= 4 + RIDE_TIMEOUTS * (int64_t)e->command_timeout_ms / 200)
+    return 0;
   int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
   if (pause > 200) pause = 200;
-  if (dl_now_ms() + pause >= deadline) return 0;
+  /* The last pause ends at the deadline, and the last try is made there:
+   * a wait ends at its end (and the acquires of ours queued behind it
+   * with it), not up to a pause before. */
+  int64_t left = deadline - dl_now_ms();
+  if (left <= 0) return 0;
+  if (pause > left) pause = left;
   (*rides)++;
   return pause;
 }
