@@ -746,6 +746,72 @@ static void t_zk_loss_one_moment(void) {
   th_zk_stop(&zk);
 }
 
+/* A waiter's acquire (its rc, its detail) in a thread of its own. */
+typedef struct zwaiter {
+  dlock_client *c;
+  dlock_lock *l;
+  int64_t wait_ms;
+  int rc;
+  char msg[160];
+} zwaiter;
+
+static void *zwait(void *ud) {
+  zwaiter *w = ud;
+  w->rc = dlock_lock_try_acquire(w->l, w->wait_ms, 0, NULL);
+  snprintf(w->msg, sizeof w->msg, "%s", dlock_client_errmsg(w->c));
+  return NULL;
+}
+
+/* A waiter in line rides out the server's restart (killed, started again
+ * with its data within the sessions' 5 s: the sessions and their nodes
+ * survive), as Curator's retry loop does: it takes the lock once the
+ * holder's node is deleted after the restart. Before, the connection's
+ * loss ended its wait (DLOCK_ECONNLOST). */
+static void t_zk_wait_rides_restart(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client *a = zclient(&zk, 5000), *b = zclient(&zk, 5000);
+  CHECK(a != NULL && b != NULL);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "/wr/x", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "/wr/x", "b", &lb), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  char holder[256], node[300];
+  CHECK_EQ(children(zh, "/wr/x", holder, sizeof holder), 1);
+  zwaiter w = {.c = b, .l = lb, .wait_ms = th_soon(30000)};
+  pthread_t t;
+  pthread_create(&t, NULL, zwait, &w);
+  int64_t end = th_now_ms() + th_soon(5000);
+  while (children(zh, "/wr/x", NULL, 0) < 2 && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(children(zh, "/wr/x", NULL, 0), 2); /* b in line */
+  th_zk_kill(&zk, SIGKILL);
+  int64_t t0 = th_now_ms();
+  int up = th_zk_start_again(&zk);
+  int64_t back = th_now_ms() - t0;
+  /* The holder's node deleted after the restart, as its release would. */
+  snprintf(node, sizeof node, "/wr/x/%s", holder);
+  int zrc = ZCONNECTIONLOSS;
+  end = th_now_ms() + th_soon(10000);
+  while ((zrc = zoo_delete(zh, node, -1)) != ZOK && zrc != ZNONODE &&
+         th_now_ms() < end)
+    th_sleep_ms(20);
+  pthread_join(t, NULL);
+  fprintf(stderr,
+          "    the server back in %lld ms; the holder's node deleted: %d; "
+          "the waiter: %s %s\n",
+          (long long)back, zrc, dlock_err_name(w.rc), w.msg);
+  CHECK_RC(up, 0);
+  CHECK_EQ(zrc, ZOK);
+  CHECK_WHY(w.rc == 0, w.msg);
+  CHECK_RC(dlock_lock_release(lb), 1);
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
 /* The data of path as a string ("" if none or unreadable). */
 static const char *data_of(zhandle_t *zh, const char *path, char *buf,
                            int len) {
@@ -1555,6 +1621,7 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_multilock), T_BARE(t_zk_async), T_BARE(t_zk_server_restart),
         T_BARE(t_zk_ensemble_leader_killed), T_BARE(t_zk_session_expiry_loss),
         T_BARE(t_zk_chroot), T_BARE(t_zk_inspect), T_BARE(t_zk_loss_one_moment),
+        T_BARE(t_zk_wait_rides_restart),
         T_BARE(t_zk_foreign_nodes), T_BARE(t_zk_close_unanswered),
         T_BARE(t_zk_auth), T_BARE(t_zk_session_renewed))
 #else
