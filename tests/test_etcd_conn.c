@@ -846,10 +846,26 @@ static void t_etcd_calls_down(void) {
  * their own loop until both end, then released: in a thread of its own,
  * the main thread restarting the server (a server started from a thread
  * goes with that thread: PR_SET_PDEATHSIG). */
+/* An event-loop operation's outcome with its detail. */
+typedef struct adone_msg {
+  int rc, calls;
+  char msg[200];
+} adone_msg;
+
+static void on_adone_msg(int rc, uint64_t token, const char *errmsg,
+                         void *ud) {
+  (void)token;
+  adone_msg *d = ud;
+  d->rc = rc;
+  d->calls++;
+  snprintf(d->msg, sizeof d->msg, "%s", errmsg ? errmsg : "");
+}
+
 typedef struct aside {
   const char *url;
   atomic_bool *go;
   atomic_int ready; /* 1 opened, -1 failed */
+  adone_msg ctl;    /* the control: an acquire without a wait */
   int rc[2], released[2];
   bool ran;
   int64_t end;
@@ -873,9 +889,22 @@ static void *async_side(void *ud) {
             ac ? dlock_client_errmsg(ac) : dlock_client_open_errmsg());
     atomic_store(&x->ready, -1);
   } else {
+    /* The session's lease granted: the acquires below fail (or ride) at
+     * the put. */
+    et_adone d[2] = {{0}};
+    if (dlock_lock_acquire_async(al, 0, 0, et_on_adone, &d[0], NULL) == 0 &&
+        et_run_all(lp, d, 1) && d[0].rc == 0) {
+      memset(d, 0, sizeof d);
+      if (dlock_lock_release_async(al, et_on_adone, &d[0], NULL) == 0)
+        et_run_all(lp, d, 1);
+    }
     atomic_store(&x->ready, 1);
     while (!atomic_load(x->go)) th_sleep_ms(1);
-    et_adone d[2] = {{0}};
+    if (dlock_lock_acquire_async(al, 0, 0, on_adone_msg, &x->ctl, NULL) == 0)
+      for (int64_t end = th_now_ms() + th_soon(5000);
+           x->ctl.calls == 0 && th_now_ms() < end;)
+        dlock_loop_run(lp, 10);
+    memset(d, 0, sizeof d);
     dlock_lock *aw = dlock_rwlock_write(arw);
     if (dlock_lock_acquire_async(al, th_soon(15000), 0, et_on_adone, &d[0],
                                  NULL) == 0 &&
@@ -906,7 +935,8 @@ static void *async_side(void *ud) {
  * take their lock once the server is back (a blocking client's and an
  * event-loop client's, each a mutex and a read-write lock's write side).
  * The control: an acquire without a wait fails at once with
- * DLOCK_ECONNECT (before, the waiting ones did the same). */
+ * DLOCK_ECONNECT (before, the waiting ones did the same), its detail the
+ * put's (not the cleanup's delete's, which failed after it). */
 static void t_etcd_acquire_while_down(void) {
   TH_ETCD_SETUP(s);
   dlock_client *c = th_etcd_client(&s, 0);
@@ -915,9 +945,15 @@ static void t_etcd_acquire_while_down(void) {
   aside x = {.url = s.url, .go = &go, .ready = 0};
   pthread_t at, wt[2];
   pthread_create(&at, NULL, async_side, &x);
+  /* The control's client has its session already: its acquire fails at
+   * the put, whose detail stays the error's (not the cleanup's delete's). */
+  dlock_client *c2 = th_etcd_client(&s, 0);
+  CHECK(c2 != NULL);
   dlock_lock *try, *l;
   dlock_rwlock *rw;
-  CHECK_RC(dlock_lock_new(c, "dw0", NULL, &try), 0);
+  CHECK_RC(dlock_lock_new(c2, "dw0", "me", &try), 0);
+  CHECK_RC(dlock_lock_try_acquire(try, 0, 0, NULL), 0);
+  CHECK_RC(dlock_lock_release(try), 1);
   CHECK_RC(dlock_lock_new(c, "dw1", "me", &l), 0);
   CHECK_RC(dlock_rwlock_new(c, "dw2", "me", &rw), 0);
   dlock_lock *w = dlock_rwlock_write(rw);
@@ -926,6 +962,9 @@ static void t_etcd_acquire_while_down(void) {
   int64_t t0 = th_now_ms();
   CHECK_RC(dlock_lock_try_acquire(try, 0, 0, NULL), DLOCK_ECONNECT);
   CHECK(th_now_ms() - t0 < th_soon(1000));
+  char why[400];
+  snprintf(why, sizeof why, "%s", dlock_client_errmsg(c2));
+  CHECK_WHY(strstr(why, "/v3/kv/txn") != NULL, why);
   waitd wd[2] = {{.l = l, .c = c, .wait_ms = th_soon(15000)},
                  {.l = w, .c = c, .wait_ms = th_soon(15000)}};
   for (int i = 0; i < 2; i++) pthread_create(&wt[i], NULL, wait_down, &wd[i]);
@@ -950,6 +989,8 @@ static void t_etcd_acquire_while_down(void) {
   CHECK_RC(x.rc[1], 0);
   CHECK_RC(x.released[0], 1);
   CHECK_RC(x.released[1], 1);
+  CHECK_RC(x.ctl.rc, DLOCK_ECONNECT);
+  CHECK_WHY(strstr(x.ctl.msg, "/v3/kv/txn") != NULL, x.ctl.msg);
   /* Taken once the server was back: its health answered (up_at) just
    * after it began to serve. */
   CHECK(wd[0].end >= up_at - 100 && wd[1].end >= up_at - 100 &&
@@ -959,6 +1000,7 @@ static void t_etcd_acquire_while_down(void) {
   dlock_lock_free(try);
   dlock_lock_free(l);
   dlock_rwlock_free(rw);
+  dlock_client_close(c2);
   dlock_client_close(c);
   th_etcd_stop(&s);
 }

@@ -70,6 +70,10 @@ int dl_seterr(const struct dlock_client *owner, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Forgets the calling thread's detail for `owner` (NULL: the open's). */
 void dl_clearerr(const struct dlock_client *owner);
+/* Copies the calling thread's detail for `owner` (NULL: the open's) into
+ * buf (len bytes, "" when none): a failure path's cleanup calls, which
+ * record their own, then put it back (dl_seterr(owner, rc, "%s", buf)). */
+void dl_err_copy(const struct dlock_client *owner, char *buf, size_t len);
 /* Moves the calling thread's detail for c to dlock_client_open's (a failed
  * open), or leaves it as it is when there is none. */
 void dl_err_to_open(const struct dlock_client *c);

@@ -132,6 +132,11 @@ void dl_clearerr(const dlock_client *owner) {
   if (s) slot_drop(s);
 }
 
+void dl_err_copy(const dlock_client *owner, char *buf, size_t len) {
+  const char *m = owner ? dlock_client_errmsg(owner) : tl_open;
+  snprintf(buf, len, "%s", m);
+}
+
 const char *dlock_client_errmsg(const dlock_client *c) {
   err_slot *s = c ? slot_find(serial_of(c)) : NULL;
   return s ? s->msg : "";

@@ -103,7 +103,11 @@ static void stale_deleted(dl_async *op) {
 
 /* ---- the failure path: our key, then a fixed lease ---- */
 static void fail_done(dl_async *op) {
-  end(op, op->acq->rc);
+  int rc = op->acq->rc;
+  /* The detail the cause's (dl_am_fail kept it), not the cleanup's. */
+  if (rc < 0 && op->acq->why[0])
+    dl_seterr(op->e->env->err_owner, rc, "%s", op->acq->why);
+  end(op, rc);
 }
 
 /* A fixed lease whose key is surely gone (gone 1) is kept for the next;
@@ -131,6 +135,8 @@ void dl_am_fail(dl_async *op, int rc) {
   struct etcd_aacq *q = op->acq;
   etcd_hold *h = q->h;
   q->rc = rc;
+  q->why[0] = '\0';
+  if (rc < 0) dl_err_copy(op->e->env->err_owner, q->why, sizeof q->why);
   /* Told to the acquires parked behind us until the hold is dropped. */
   atomic_store(&h->riding, dl_etcd_transient(rc) ? rc : 0);
   if (h->rev > 0) {

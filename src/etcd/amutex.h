@@ -48,6 +48,7 @@ struct etcd_aacq {
   char key[ETCD_KEY_MAX];
   char wait_pfx[ETCD_KEY_MAX + 8];
   char pred[ETCD_KEY_MAX];
+  char why[400]; /* the failure's detail, kept through the cleanup's calls */
 };
 
 /* ---- amutex.c's ---- */

@@ -287,7 +287,10 @@ fail:
    * hold is dropped (dl_etcd_claim). */
   atomic_store(&h->riding, dl_etcd_transient(rc) ? rc : 0);
   /* Not taken: our key goes (Go's TryLock and a cancelled Lock do the
-   * same), at its own revision only. */
+   * same), at its own revision only; the error's detail stays the
+   * cause's, not the cleanup's. */
+  char why[400] = "";
+  if (rc < 0) dl_err_copy(e->err, why, sizeof why);
   int gone = 0;
   if (h->rev > 0)
     gone = dl_etcd_delete_at(e, h->key, h->rev,
@@ -303,5 +306,6 @@ fail:
   else if (own && h->lease)
     dl_etcd_revoke(e, h->lease, dl_now_ms() + e->command_timeout_ms);
   dl_etcd_hold_drop(e, h);
+  if (rc < 0 && why[0]) dl_seterr(e->err, rc, "%s", why);
   return rc;
 }

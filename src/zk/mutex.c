@@ -432,8 +432,12 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
                                               : dl_zk_await_turn(z, a, node, &first);
   if (first.data) deallocate_String_vector(&first);
   if (rc != 1) {
-    /* Not acquired (timeout or error): our node goes, as Curator's. */
-    dl_zk_delete_own(z, node);
+    /* Not acquired (timeout or error): our node goes, as Curator's; the
+     * error's detail stays the cause's, not the delete's. */
+    char why[400];
+    dl_err_copy(z->env->err_owner, why, sizeof why);
+    if (dl_zk_delete_own(z, node) != 0 && rc < 0 && why[0])
+      dl_seterr(z->env->err_owner, rc, "%s", why);
     if (rc == 0) a->ttl = DLOCK_TTL_NONE; /* ZooKeeper locks have no lease */
     return rc;
   }
