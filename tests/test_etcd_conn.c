@@ -729,8 +729,8 @@ static void *wait_down(void *ud) {
  * reconnect_min_ms, not one a waiter and pause. Then 16 pings at once
  * each end at once with DLOCK_ECONNECT, after one or two attempts in all
  * (the lone call's, the shared connection's; a few more when the calls
- * look before the first refusal is marked), not one a call (16 to 29 before calls skipped an endpoint just found
- * unreachable). */
+ * look before the first refusal is marked), not one a call (16 to 29
+ * before calls skipped an endpoint just found unreachable). */
 static void t_etcd_calls_down(void) {
   TH_ETCD_SETUP(s);
   enum { T = 16, W = 8 };
@@ -1032,7 +1032,8 @@ static void t_etcd_wait_forever_down(void) {
   CHECK_RC(dlock_lock_acquire_async(al, -1, 0, et_on_adone, &d, NULL), 0);
   bool ran = et_run_all(lp, &d, 1);
   int64_t atook = th_now_ms() - t0;
-  fprintf(stderr, "    blocking: %s after %lld ms; event loop: %s after %lld ms\n",
+  fprintf(stderr,
+          "    blocking: %s after %lld ms; event loop: %s after %lld ms\n",
           dlock_err_name(rc), (long long)took, dlock_err_name(d.rc),
           (long long)atook);
   CHECK_RC(rc, DLOCK_ECONNECT);

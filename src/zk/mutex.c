@@ -261,30 +261,6 @@ static int turn_of(dl_lock_kind kind, char **v, int idx) {
   return -1;
 }
 
-/* Whether a waiting acquire rides out the connection's loss zrc (the
- * server restarting, a network blip within the session's timeout: our
- * node stays), as Curator's retry loop does: true after a pause (20 ms,
- * doubling up to 200, the last to the deadline; an event of the session,
- * its reconnection, ends it early), false when the error stands (not a
- * connection's loss, no wait, the deadline come, the session expired,
- * the client closing, the operation cancelled). */
-static bool ride_out(dl_zk *z, const dl_acquire *a, int zrc, int *rides,
-                     const char *key) {
-  if ((zrc != ZCONNECTIONLOSS && zrc != ZOPERATIONTIMEOUT) || !a->wait)
-    return false;
-  int64_t now = dl_now_ms(), left = a->deadline - now;
-  if (left <= 0) return false;
-  int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
-  if (pause > 200) pause = 200;
-  if (pause > left) pause = left;
-  (*rides)++;
-  pthread_mutex_lock(&z->mu);
-  uint64_t seen = z->events;
-  pthread_mutex_unlock(&z->mu);
-  return dl_zk_await_event(z, seen, now + pause, key) == 0 &&
-         !dl_offload_cancelled();
-}
-
 /* Waits (or not) until our node has its turn: 1 acquired, 0 not by the
  * deadline, or a negative code. */
 int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
@@ -303,7 +279,9 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
       atomic_fetch_add(&z->round_trips, 1);
       zrc = zoo_get_children(z->zh, key, 0, &sv);
     }
-    if (zrc != ZOK && ride_out(z, a, zrc, &rides, key)) continue;
+    if (zrc != ZOK &&
+        dl_zk_ride_out(z, a->wait, a->deadline, zrc, &rides, key))
+      continue;
     if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
     rides = 0; /* answered */
     char **v;
@@ -352,7 +330,9 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
     atomic_fetch_add(&z->round_trips, 1);
     zrc = zoo_wget(z->zh, pred, dl_zk_watcher, z, buf, &blen, NULL);
     if (zrc == ZNONODE) continue;
-    if (zrc != ZOK && ride_out(z, a, zrc, &rides, key)) continue;
+    if (zrc != ZOK &&
+        dl_zk_ride_out(z, a->wait, a->deadline, zrc, &rides, key))
+      continue;
     if (zrc != ZOK) return dl_zk_err(z, zrc, "watch", pred);
     int rc = dl_zk_await_event(z, seen, a->deadline, key);
     if (rc != 0) return rc;

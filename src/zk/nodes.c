@@ -392,6 +392,23 @@ int dl_zk_await_event(dl_zk *z, uint64_t seen, int64_t deadline,
   return 0;
 }
 
+bool dl_zk_ride_out(dl_zk *z, bool wait, int64_t deadline, int zrc,
+                    int *rides, const char *what) {
+  if ((zrc != ZCONNECTIONLOSS && zrc != ZOPERATIONTIMEOUT) || !wait)
+    return false;
+  int64_t now = dl_now_ms(), left = deadline - now;
+  if (left <= 0) return false;
+  int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
+  if (pause > 200) pause = 200;
+  if (pause > left) pause = left;
+  (*rides)++;
+  pthread_mutex_lock(&z->mu);
+  uint64_t seen = z->events;
+  pthread_mutex_unlock(&z->mu);
+  return dl_zk_await_event(z, seen, now + pause, what) == 0 &&
+         !dl_offload_cancelled();
+}
+
 /* ---- what a znode holds, for the recipes ---- */
 static bool is_count(const char *data, int len) {
   if (data == NULL || len <= 0 || len > 20) return false;

@@ -239,6 +239,16 @@ int dl_zk_delete_soon(dl_zk *z, const char *node, int wait_ms);
  * for `what`) / DLOCK_ECLOSED, recorded. */
 int dl_zk_await_event(dl_zk *z, uint64_t seen, int64_t deadline,
                       const char *what);
+/* Whether a wait (wait: one asked for, until deadline) rides out zrc, a
+ * connection's loss (the server restarting, a blip within the session's
+ * timeout: our nodes stay), as Curator's retry loop does: true after a
+ * pause (20 ms, doubling up to 200, the last to the deadline; an event of
+ * the session, its reconnection, ends it early), false when the error
+ * stands (not a connection's loss, no wait, the deadline come, the
+ * session expired, the client closing, the operation cancelled). *rides:
+ * the pauses so far (0 at the wait's start, and again at each answer). */
+bool dl_zk_ride_out(dl_zk *z, bool wait, int64_t deadline, int zrc,
+                    int *rides, const char *what);
 /* Remembers a node of ours as an orphan (deleted later). */
 void dl_zk_orphan_node(dl_zk *z, const char *node);
 /* Tries once to delete every orphan; those it cannot are kept. */
