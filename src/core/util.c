@@ -94,6 +94,14 @@ int64_t dl_validity(int64_t sent, int64_t lease_ms) {
   return d > INT64_MAX - sent ? INT64_MAX : sent + d;
 }
 
+int64_t dl_ride_pause_ms(int *rides, int64_t left) {
+  if (left <= 0) return 0;
+  int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
+  if (pause > 200) pause = 200;
+  (*rides)++;
+  return pause < left ? pause : left;
+}
+
 int dl_check_lease(const struct dlock_client *owner, const char *what,
                    int64_t lease_ms) {
   if (lease_ms <= DLOCK_LEASE_MAX_MS) return 0;

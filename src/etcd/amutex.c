@@ -138,7 +138,7 @@ void dl_am_fail(dl_async *op, int rc) {
   q->why[0] = '\0';
   if (rc < 0) dl_err_copy(op->e->env->err_owner, q->why, sizeof q->why);
   /* Told to the acquires parked behind us until the hold is dropped. */
-  atomic_store(&h->riding, dl_etcd_transient(rc) ? rc : 0);
+  dl_etcd_riding(h, rc);
   if (h->rev > 0) {
     etcd_delete_txn t;
     dl_etcd_delete_txn(&t, h->key, h->rev);

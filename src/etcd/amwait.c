@@ -32,12 +32,14 @@ void dl_am_wait_error(dl_async *op, int rc) {
       !q->cancelled
           ? dl_etcd_ride_pause(op->e, q->a->wait, q->a->deadline, rc, &q->rides)
           : 0;
-  /* Told to the acquires of the name in this client parked behind us. */
-  atomic_store(&q->h->riding, dl_etcd_transient(rc) ? rc : 0);
-  if (pause > 0)
+  if (pause > 0) {
+    /* Told to the acquires of the name in this client parked behind us
+     * (dl_am_fail tells them otherwise). */
+    dl_etcd_riding(q->h, rc);
     dl_am_wait_until(op, S_PAUSE, dl_now_ms() + pause);
-  else
+  } else {
     dl_am_fail(op, rc);
+  }
 }
 
 /* The wait's end at its deadline or a cancel: not taken. */

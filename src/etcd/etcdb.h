@@ -909,6 +909,10 @@ void dl_etcd_delete_key_body(const char *key, char *body, size_t len);
 /* Whether a call's error may pass (no answer: the server unreachable or
  * slow). */
 bool dl_etcd_transient(int rc);
+/* Tells the acquires of h's lock in this client waiting behind h's that
+ * it rides out rc (a transient error), or, rc being any other, that it
+ * does not (etcd_hold.riding). */
+void dl_etcd_riding(etcd_hold *h, int rc);
 /* A wait (wait true, until deadline) rides out what a member lost or a
  * leader change makes requests fail with, as the Redis waits ride out a
  * failover: true after a pause (20 ms, doubling up to 200 ms; *rides

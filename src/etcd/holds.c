@@ -79,16 +79,15 @@ static etcd_hold *stale_find(dl_etcd *e, const dl_lock_ref *l) {
   return NULL;
 }
 
-/* What keeps h (a claim on l) from being listed now (e->mu held): a stale
- * hold of the owner, else another owner's holding or taking l on the same
- * lease (shared_key: the mutex's key is the lease's); NULL nothing.
- * *stale: whether it is the former. */
+/* What keeps a claim on l (own_lease: on a lease of its own) from being
+ * listed now (e->mu held): a stale hold of the owner, else another owner's
+ * holding or taking l on the same lease (shared_key: the mutex's key is
+ * the lease's); NULL nothing. *stale: whether it is the former. */
 static etcd_hold *claim_blocker(dl_etcd *e, const dl_lock_ref *l,
-                                const etcd_hold *h, bool shared_key,
-                                bool *stale) {
+                                bool own_lease, bool shared_key, bool *stale) {
   etcd_hold *o = stale_find(e, l);
   if ((*stale = o != NULL)) return o;
-  for (etcd_hold *x = e->holds; x && !h->own_lease && shared_key; x = x->next)
+  for (etcd_hold *x = e->holds; x && !own_lease && shared_key; x = x->next)
     if (!x->own_lease && !x->permit && strcmp(x->lock, l->key) == 0) o = x;
   return o;
 }
@@ -96,7 +95,7 @@ static etcd_hold *claim_blocker(dl_etcd *e, const dl_lock_ref *l,
 int dl_etcd_claim_now(dl_etcd *e, const dl_lock_ref *l, etcd_hold *h,
                       bool shared_key, bool *stale) {
   pthread_mutex_lock(&e->mu);
-  bool free_now = claim_blocker(e, l, h, shared_key, stale) == NULL;
+  bool free_now = claim_blocker(e, l, h->own_lease, shared_key, stale) == NULL;
   if (free_now) {
     h->next = e->holds;
     e->holds = h;
@@ -140,8 +139,7 @@ static int behind_riding(dl_etcd *e, const dl_lock_ref *l,
 int dl_etcd_claim_riding(dl_etcd *e, const dl_lock_ref *l) {
   pthread_mutex_lock(&e->mu);
   bool stale;
-  etcd_hold none = {.own_lease = false};
-  int rc = behind_riding(e, l, claim_blocker(e, l, &none, true, &stale));
+  int rc = behind_riding(e, l, claim_blocker(e, l, false, true, &stale));
   pthread_mutex_unlock(&e->mu);
   return rc;
 }
@@ -155,7 +153,7 @@ int dl_etcd_claim(dl_etcd *e, dl_acquire *a, bool own_lease, bool shared_key,
   int rc = 1;
   for (;;) {
     bool is_stale;
-    etcd_hold *o = claim_blocker(e, l, h, shared_key, &is_stale);
+    etcd_hold *o = claim_blocker(e, l, own_lease, shared_key, &is_stale);
     if (o && is_stale) {
       pthread_mutex_unlock(&e->mu);
       if ((o = dl_etcd_stale_take(e, l)) != NULL) {

@@ -27,7 +27,7 @@
  * the same lock in this client that wait behind it (h->riding). */
 static bool ride_out(dl_etcd *e, const dl_acquire *a, etcd_hold *h, int rc,
                      int *rides) {
-  atomic_store(&h->riding, dl_etcd_transient(rc) ? rc : 0);
+  dl_etcd_riding(h, rc);
   return dl_etcd_ride_out(e, a->wait, a->deadline, rc, rides);
 }
 
@@ -285,7 +285,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
 fail:
   /* Told to the acquires waiting behind this one in this client until the
    * hold is dropped (dl_etcd_claim). */
-  atomic_store(&h->riding, dl_etcd_transient(rc) ? rc : 0);
+  dl_etcd_riding(h, rc);
   /* Not taken: our key goes (Go's TryLock and a cancelled Lock do the
    * same), at its own revision only; the error's detail stays the
    * cause's, not the cleanup's. */

@@ -10,20 +10,24 @@ bool dl_etcd_transient(int rc) {
   return rc == DLOCK_ECONNECT || rc == DLOCK_ECONNLOST || rc == DLOCK_ETIMEDOUT;
 }
 
-/* A wait rides out what a member lost or a leader change makes requests
- * fail with (etcd answers "leader changed", a member goes away), as the
- * Redis waits ride out a failover: true after a pause (20 ms, doubling up
- * to 200 ms, the last one up to the deadline) when rc is transient and
- * the deadline has not come,
- * false when the error stands (the client closing, the operation
- * cancelled, the time spent, or for a wait without a limit about
- * RIDE_TIMEOUTS command timeouts of failures since the last answer: the
- * caller sets *rides to 0 at each). */
+void dl_etcd_riding(etcd_hold *h, int rc) {
+  atomic_store(&h->riding, dl_etcd_transient(rc) ? rc : 0);
+}
+
 /* A wait without a limit rides out this many command timeouts of pauses
  * at most (30 s by default), as the Redis backend's (RIDE_TIMEOUTS): an
  * outage that long is reported, not hidden. */
 #define RIDE_TIMEOUTS 10
 
+/* A wait rides out what a member lost or a leader change makes requests
+ * fail with (etcd answers "leader changed", a member goes away), as the
+ * Redis waits ride out a failover: true after a pause (dl_ride_pause_ms:
+ * 20 ms doubling to 200, the last one up to the deadline, and the last
+ * try made there) when rc is transient and the deadline has not come,
+ * false when the error stands (the client closing, the operation
+ * cancelled, the time spent, or for a wait without a limit about
+ * RIDE_TIMEOUTS command timeouts of pauses since the last answer: the
+ * caller sets *rides to 0 at each). */
 int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
                            int *rides) {
   if (!dl_etcd_transient(rc) || !wait || atomic_load(e->env->closing) ||
@@ -33,16 +37,7 @@ int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
   if (deadline == INT64_MAX &&
       *rides >= 4 + RIDE_TIMEOUTS * (int64_t)e->command_timeout_ms / 200)
     return 0;
-  int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
-  if (pause > 200) pause = 200;
-  /* The last pause ends at the deadline, and the last try is made there:
-   * a wait ends at its end (and the acquires of ours queued behind it
-   * with it), not up to a pause before. */
-  int64_t left = deadline - dl_now_ms();
-  if (left <= 0) return 0;
-  if (pause > left) pause = left;
-  (*rides)++;
-  return pause;
+  return dl_ride_pause_ms(rides, deadline - dl_now_ms());
 }
 
 bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,

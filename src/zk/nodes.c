@@ -396,12 +396,8 @@ bool dl_zk_ride_out(dl_zk *z, bool wait, int64_t deadline, int zrc,
                     int *rides, const char *what) {
   if ((zrc != ZCONNECTIONLOSS && zrc != ZOPERATIONTIMEOUT) || !wait)
     return false;
-  int64_t now = dl_now_ms(), left = deadline - now;
-  if (left <= 0) return false;
-  int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
-  if (pause > 200) pause = 200;
-  if (pause > left) pause = left;
-  (*rides)++;
+  int64_t now = dl_now_ms(), pause = dl_ride_pause_ms(rides, deadline - now);
+  if (pause == 0) return false;
   pthread_mutex_lock(&z->mu);
   uint64_t seen = z->events;
   pthread_mutex_unlock(&z->mu);
