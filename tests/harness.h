@@ -417,6 +417,9 @@ const char *th_etcd_ctl(const th_etcd *r, const char *args, char *buf,
 long long th_etcd_started(const th_etcd *r, const char *method);
 /* How many of them it has answered (every status), or -1. */
 long long th_etcd_handled(const th_etcd *r, const char *method);
+/* The unlabelled gauge `name` of a plain-HTTP server's /metrics
+ * ("etcd_debugging_mvcc_slow_watcher_total"), or -1. */
+long long th_etcd_gauge(const th_etcd *r, const char *name);
 void th_etcd_kill(th_etcd *r, int sig); /* signal; SIGKILL also reaps */
 void th_etcd_stop(th_etcd *r);          /* kill, reap and remove the dir */
 

@@ -100,6 +100,18 @@ long long th_etcd_handled(const th_etcd *r, const char *method) {
   return grpc_count(r, "grpc_server_handled_total", method);
 }
 
+long long th_etcd_gauge(const th_etcd *r, const char *name) {
+  size_t len = 4 << 20;
+  char *buf = malloc(len), pat[128];
+  if (buf == NULL) return -1;
+  th_etcd_get(r, "/metrics", buf, len);
+  snprintf(pat, sizeof pat, "\n%s ", name);
+  const char *p = strstr(buf, pat);
+  long long n = p ? atoll(p + strlen(pat)) : -1;
+  free(buf);
+  return n;
+}
+
 int th_etcd_leader(th_etcd r[3]) {
   for (int i = 0; i < 3; i++) {
     if (r[i].pid <= 0) continue;
