@@ -289,19 +289,6 @@ static void *handoff_wait(void *arg) {
   return NULL;
 }
 
-/* A gauge of s's metrics (name: its line's start, up to the space). */
-static long long gauge(const th_etcd *s, const char *name) {
-  size_t len = 4 << 20;
-  char *buf = malloc(len), pat[128];
-  if (buf == NULL) return -1;
-  th_etcd_get(s, "/metrics", buf, len);
-  snprintf(pat, sizeof pat, "\n%s ", name);
-  const char *p = strstr(buf, pat);
-  long long n = p ? atoll(p + strlen(pat)) : -1;
-  free(buf);
-  return n;
-}
-
 /* Waits until s has started n Watch streams and has `watchers` watches
  * registered (a stream is counted as it starts, before its watch is):
  * whether it did. */
@@ -309,7 +296,8 @@ static bool watches_reach(const th_etcd *s, long long n, long long watchers) {
   int64_t end = th_now_ms() + th_soon(3000);
   bool ok;
   while (!(ok = th_etcd_started(s, "Watch") >= n &&
-                gauge(s, "etcd_debugging_mvcc_watcher_total") >= watchers) &&
+                th_etcd_gauge(s, "etcd_debugging_mvcc_watcher_total") >=
+                    watchers) &&
          th_now_ms() < end)
     th_sleep_ms(2);
   return ok;
@@ -357,7 +345,8 @@ static void handoff_rounds(const th_etcd *s, bool permits, const char *name,
     pthread_t t;
     CHECK(pthread_create(&t, NULL, handoff_wait, &w) == 0);
     CHECK(watches_reach(s, ++watches, permits ? 2 : 1)); /* the waiter's */
-    *unsynced += gauge(s, "etcd_debugging_mvcc_slow_watcher_total") != 0;
+    *unsynced +=
+        th_etcd_gauge(s, "etcd_debugging_mvcc_slow_watcher_total") != 0;
     int64_t t0 = th_now_ms();
     CHECK_RC(permits ? dlock_permits_release(pa, id)
                      : dlock_semaphore_release(sa, 1),
