@@ -550,7 +550,6 @@ static void *permit_wait(void *arg) {
   return NULL;
 }
 
-
 /* Curator's InterProcessSemaphoreV2 as the permit-expirable semaphore: the
  * count is the path's data (set once, added to); each permit is a
  * protected lease node under leases/ named by the permit's id; a taker
@@ -749,15 +748,21 @@ static void t_zk_loss_one_moment(void) {
 /* A waiter's acquire (its rc, its detail) in a thread of its own. */
 typedef struct zwaiter {
   dlock_client *c;
-  dlock_lock *l;
+  dlock_lock *l;    /* a lock's waiting acquire, */
+  dlock_permits *p; /* or a permit's */
   int64_t wait_ms;
   int rc;
+  int64_t took; /* ms */
+  char id[DLOCK_PERMIT_ID_LEN];
   char msg[160];
 } zwaiter;
 
 static void *zwait(void *ud) {
   zwaiter *w = ud;
-  w->rc = dlock_lock_try_acquire(w->l, w->wait_ms, 0, NULL);
+  int64_t t0 = th_now_ms();
+  w->rc = w->p ? dlock_permits_try_acquire(w->p, w->wait_ms, 0, w->id)
+               : dlock_lock_try_acquire(w->l, w->wait_ms, 0, NULL);
+  w->took = th_now_ms() - t0;
   snprintf(w->msg, sizeof w->msg, "%s", dlock_client_errmsg(w->c));
   return NULL;
 }
@@ -765,49 +770,117 @@ static void *zwait(void *ud) {
 /* A waiter in line rides out the server's restart (killed, started again
  * with its data within the sessions' 5 s: the sessions and their nodes
  * survive), as Curator's retry loop does: it takes the lock once the
- * holder's node is deleted after the restart. Before, the connection's
- * loss ended its wait (DLOCK_ECONNLOST). */
+ * holder's node is deleted after the restart. So does a permit's waiter,
+ * holding the semaphore's "locks" mutex with its lease node made, waiting
+ * for a lease to go. Before, the connection's loss ended their waits
+ * (DLOCK_ECONNLOST). */
 static void t_zk_wait_rides_restart(void) {
   ZK_SETUP(zk, zh);
   dlock_client *a = zclient(&zk, 5000), *b = zclient(&zk, 5000);
   CHECK(a != NULL && b != NULL);
   dlock_lock *la, *lb;
+  dlock_permits *pa, *pb;
   CHECK_RC(dlock_lock_new(a, "/wr/x", "a", &la), 0);
   CHECK_RC(dlock_lock_new(b, "/wr/x", "b", &lb), 0);
   CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  CHECK_RC(dlock_permits_new(a, "/wr/p", &pa), 0);
+  CHECK_RC(dlock_permits_new(b, "/wr/p", &pb), 0);
+  CHECK_RC(dlock_permits_try_set(pa, 1), 1);
+  char held[DLOCK_PERMIT_ID_LEN];
+  CHECK_RC(dlock_permits_try_acquire(pa, 0, 0, held), 0);
   char holder[256], node[300];
   CHECK_EQ(children(zh, "/wr/x", holder, sizeof holder), 1);
+  CHECK_EQ(children(zh, "/wr/p/leases", NULL, 0), 1);
   zwaiter w = {.c = b, .l = lb, .wait_ms = th_soon(30000)};
-  pthread_t t;
+  zwaiter wp = {.c = b, .p = pb, .wait_ms = th_soon(30000)};
+  pthread_t t, tp;
   pthread_create(&t, NULL, zwait, &w);
+  pthread_create(&tp, NULL, zwait, &wp);
+  /* b in the lock's line; b's lease node made: its wait for a lease. */
   int64_t end = th_now_ms() + th_soon(5000);
-  while (children(zh, "/wr/x", NULL, 0) < 2 && th_now_ms() < end)
+  while ((children(zh, "/wr/x", NULL, 0) < 2 ||
+          children(zh, "/wr/p/leases", NULL, 0) < 2) &&
+         th_now_ms() < end)
     th_sleep_ms(5);
-  CHECK_EQ(children(zh, "/wr/x", NULL, 0), 2); /* b in line */
+  CHECK_EQ(children(zh, "/wr/x", NULL, 0), 2);
+  CHECK_EQ(children(zh, "/wr/p/leases", NULL, 0), 2);
   th_zk_kill(&zk, SIGKILL);
   int64_t t0 = th_now_ms();
   int up = th_zk_start_again(&zk);
   int64_t back = th_now_ms() - t0;
-  /* The holder's node deleted after the restart, as its release would. */
-  snprintf(node, sizeof node, "/wr/x/%s", holder);
-  int zrc = ZCONNECTIONLOSS;
+  /* The lock's holder's node deleted after the restart, as its release
+   * would; the permit released by its holder. */
+  int zrc = ZCONNECTIONLOSS, zrcp = DLOCK_ECONNLOST;
   end = th_now_ms() + th_soon(10000);
+  snprintf(node, sizeof node, "/wr/x/%s", holder);
   while ((zrc = zoo_delete(zh, node, -1)) != ZOK && zrc != ZNONODE &&
          th_now_ms() < end)
     th_sleep_ms(20);
+  while ((zrcp = dlock_permits_release(pa, held)) != 0 && th_now_ms() < end)
+    th_sleep_ms(20);
   pthread_join(t, NULL);
+  pthread_join(tp, NULL);
   fprintf(stderr,
-          "    the server back in %lld ms; the holder's node deleted: %d; "
-          "the waiter: %s %s\n",
-          (long long)back, zrc, dlock_err_name(w.rc), w.msg);
+          "    the server back in %lld ms; the holders' nodes deleted: %d "
+          "%d; the lock's waiter: %s %s; the permit's: %s %s\n",
+          (long long)back, zrc, zrcp, dlock_err_name(w.rc), w.msg,
+          dlock_err_name(wp.rc), wp.msg);
   CHECK_RC(up, 0);
   CHECK_EQ(zrc, ZOK);
+  CHECK_RC(zrcp, 0);
   CHECK_WHY(w.rc == 0, w.msg);
+  CHECK_WHY(wp.rc == 0, wp.msg);
   CHECK_RC(dlock_lock_release(lb), 1);
+  CHECK_RC(dlock_permits_release(pb, wp.id), 0);
+  dlock_permits_free(pa);
+  dlock_permits_free(pb);
   dlock_lock_free(la);
   dlock_lock_free(lb);
   dlock_client_close(a);
   dlock_client_close(b);
+  zookeeper_close(zh);
+  th_zk_stop(&zk);
+}
+
+/* A wait without a limit rides out the server's loss for 10 command
+ * timeouts (DL_RIDE_TIMEOUTS) at most, as the Redis and etcd backends'
+ * do: the outage is then reported (before, it was ridden out for ever:
+ * with no server to say the session expired, the client never learns). */
+static void t_zk_wait_forever_down(void) {
+  ZK_SETUP(zk, zh);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = zk.url;
+  o.zk_connect_timeout_ms = 5000;
+  o.zk_session_timeout_ms = 30000;
+  o.command_timeout_ms = 200;
+  dlock_client *a = zclient(&zk, 0), *b = NULL;
+  CHECK(a != NULL);
+  CHECK_RC(dlock_client_open(&o, &b), 0);
+  dlock_lock *la, *lb;
+  CHECK_RC(dlock_lock_new(a, "/wf/x", "a", &la), 0);
+  CHECK_RC(dlock_lock_new(b, "/wf/x", "b", &lb), 0);
+  CHECK_RC(dlock_lock_try_acquire(la, 0, 0, NULL), 0);
+  zwaiter w = {.c = b, .l = lb, .wait_ms = -1};
+  pthread_t t;
+  pthread_create(&t, NULL, zwait, &w);
+  int64_t end = th_now_ms() + th_soon(5000);
+  while (children(zh, "/wf/x", NULL, 0) < 2 && th_now_ms() < end)
+    th_sleep_ms(5);
+  CHECK_EQ(children(zh, "/wf/x", NULL, 0), 2); /* b in line */
+  int64_t t0 = th_now_ms();
+  th_zk_kill(&zk, SIGKILL);
+  pthread_join(t, NULL);
+  int64_t took = th_now_ms() - t0;
+  fprintf(stderr, "    the waiter: %s after %lld ms: %s\n",
+          dlock_err_name(w.rc), (long long)took, w.msg);
+  CHECK_WHY(w.rc == DLOCK_ECONNLOST || w.rc == DLOCK_ETIMEDOUT, w.msg);
+  /* 20 + 40 + 80 + 160 ms, then 200 ms each: 10 timeouts' worth. */
+  CHECK(took >= 10 * 200 && took < th_soon(8000));
+  dlock_lock_free(la);
+  dlock_lock_free(lb);
+  dlock_client_close(b);
+  dlock_client_close(a);
   zookeeper_close(zh);
   th_zk_stop(&zk);
 }
@@ -830,18 +903,21 @@ static void t_zk_foreign_nodes(void) {
   ZK_SETUP(zk, zh);
   dlock_client *c = zclient(&zk, 0);
   CHECK(c != NULL);
-  CHECK_RC(zoo_create(zh, "/cfg2", "topdata", 7, &ZOO_OPEN_ACL_UNSAFE, 0,
-                      NULL, 0), ZOK);
+  CHECK_RC(
+      zoo_create(zh, "/cfg2", "topdata", 7, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0),
+      ZOK);
   CHECK_RC(zoo_create(zh, "/app", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0),
            ZOK);
-  CHECK_RC(zoo_create(zh, "/app/conf", "x", 1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL,
-                      0), ZOK);
+  CHECK_RC(
+      zoo_create(zh, "/app/conf", "x", 1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0),
+      ZOK);
   /* An application's node whose name holds a recipe's mark ("lock-")
    * without ZooKeeper's 10-digit sequence after it. */
   CHECK_RC(zoo_create(zh, "/ff", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0),
            ZOK);
   CHECK_RC(zoo_create(zh, "/ff/block-list", "x", 1, &ZOO_OPEN_ACL_UNSAFE, 0,
-                      NULL, 0), ZOK);
+                      NULL, 0),
+           ZOK);
   dlock_permits *sem;
   CHECK_RC(dlock_permits_new(c, "/sem", &sem), 0);
   CHECK_EQ(dlock_permits_try_set(sem, 2), 1);
@@ -901,8 +977,8 @@ static void t_zk_foreign_nodes(void) {
     dlock_rwlock_free(rw);
   }
   /* An empty node the recipes may use: a lock, then a semaphore's count. */
-  CHECK_RC(zoo_create(zh, "/empty", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL,
-                      0), ZOK);
+  CHECK_RC(zoo_create(zh, "/empty", NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0),
+           ZOK);
   dlock_lock *e;
   CHECK_RC(dlock_lock_new(c, "/empty", NULL, &e), 0);
   CHECK_RC(dlock_lock_try_acquire(e, 0, 0, &tok), 0);
@@ -1621,7 +1697,7 @@ TH_MAIN(T_BARE(t_zk_server), T_BARE(t_zk_tick), T_BARE(t_zk_url),
         T_BARE(t_zk_multilock), T_BARE(t_zk_async), T_BARE(t_zk_server_restart),
         T_BARE(t_zk_ensemble_leader_killed), T_BARE(t_zk_session_expiry_loss),
         T_BARE(t_zk_chroot), T_BARE(t_zk_inspect), T_BARE(t_zk_loss_one_moment),
-        T_BARE(t_zk_wait_rides_restart),
+        T_BARE(t_zk_wait_rides_restart), T_BARE(t_zk_wait_forever_down),
         T_BARE(t_zk_foreign_nodes), T_BARE(t_zk_close_unanswered),
         T_BARE(t_zk_auth), T_BARE(t_zk_session_renewed))
 #else

@@ -40,11 +40,18 @@ void dl_sleep_ms(int64_t ms);
  * at `sent` and confirmed, is certainly valid: less an allowance for clocks
  * that run at different rates (Redlock's). */
 int64_t dl_validity(int64_t sent, int64_t lease_ms);
+/* A wait without a limit rides out a server's loss for this many command
+ * timeouts at most (30 s by default): an outage that long is reported,
+ * not hidden. Every backend's. */
+#define DL_RIDE_TIMEOUTS 10
 /* The next pause of a wait riding out a server's loss (the etcd and
  * ZooKeeper backends'): 20 ms, doubling to 200 (*rides: the pauses so far,
- * counted here), the last one cut to `left`, the time the wait has left;
- * 0 when none is left. */
-int64_t dl_ride_pause_ms(int *rides, int64_t left);
+ * counted here; the caller sets it to 0 at each answer), the last one cut
+ * to the wait's deadline (dl_now_ms() time; INT64_MAX: none, and then
+ * pauses for DL_RIDE_TIMEOUTS times command_timeout_ms at most); 0 when
+ * the wait is to end. */
+int64_t dl_ride_pause_ms(int *rides, int64_t deadline,
+                         int64_t command_timeout_ms);
 /* The one rule for a lease every backend keeps: 0 when lease_ms is at most
  * DLOCK_LEASE_MAX_MS, else DLOCK_EINVAL with the detail recorded for owner
  * (NULL: the open's), naming `what` ("lease_ms") and the largest accepted. */

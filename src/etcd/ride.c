@@ -14,11 +14,6 @@ void dl_etcd_riding(etcd_hold *h, int rc) {
   atomic_store(&h->riding, dl_etcd_transient(rc) ? rc : 0);
 }
 
-/* A wait without a limit rides out this many command timeouts of pauses
- * at most (30 s by default), as the Redis backend's (RIDE_TIMEOUTS): an
- * outage that long is reported, not hidden. */
-#define RIDE_TIMEOUTS 10
-
 /* A wait rides out what a member lost or a leader change makes requests
  * fail with (etcd answers "leader changed", a member goes away), as the
  * Redis waits ride out a failover: true after a pause (dl_ride_pause_ms:
@@ -26,18 +21,14 @@ void dl_etcd_riding(etcd_hold *h, int rc) {
  * try made there) when rc is transient and the deadline has not come,
  * false when the error stands (the client closing, the operation
  * cancelled, the time spent, or for a wait without a limit about
- * RIDE_TIMEOUTS command timeouts of pauses since the last answer: the
+ * DL_RIDE_TIMEOUTS command timeouts of pauses since the last answer: the
  * caller sets *rides to 0 at each). */
 int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
                            int *rides) {
   if (!dl_etcd_transient(rc) || !wait || atomic_load(e->env->closing) ||
       dl_offload_cancelled())
     return 0;
-  /* The pauses: 20, 40, 80, 160, then 200 ms each. */
-  if (deadline == INT64_MAX &&
-      *rides >= 4 + RIDE_TIMEOUTS * (int64_t)e->command_timeout_ms / 200)
-    return 0;
-  return dl_ride_pause_ms(rides, deadline - dl_now_ms());
+  return dl_ride_pause_ms(rides, deadline, e->command_timeout_ms);
 }
 
 bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,

@@ -396,12 +396,12 @@ bool dl_zk_ride_out(dl_zk *z, bool wait, int64_t deadline, int zrc,
                     int *rides, const char *what) {
   if ((zrc != ZCONNECTIONLOSS && zrc != ZOPERATIONTIMEOUT) || !wait)
     return false;
-  int64_t now = dl_now_ms(), pause = dl_ride_pause_ms(rides, deadline - now);
+  int64_t pause = dl_ride_pause_ms(rides, deadline, z->command_timeout_ms);
   if (pause == 0) return false;
   pthread_mutex_lock(&z->mu);
   uint64_t seen = z->events;
   pthread_mutex_unlock(&z->mu);
-  return dl_zk_await_event(z, seen, now + pause, what) == 0 &&
+  return dl_zk_await_event(z, seen, dl_now_ms() + pause, what) == 0 &&
          !dl_offload_cancelled();
 }
 

@@ -31,13 +31,16 @@ static bool valid_id(const char *id) {
 }
 
 /* The permits set at `path`: 1 and *n, 0 none set (no node or no number
- * in it; *version then the node's, -1 no node), or a negative code. */
-static int read_count(dl_zk *z, const char *path, long long *n, int *version) {
+ * in it; *version then the node's, -1 no node), or a negative code (the
+ * call's ZooKeeper code in *zrcp, if given). */
+static int read_count(dl_zk *z, const char *path, long long *n, int *version,
+                      int *zrcp) {
   char buf[32];
   int len = (int)sizeof buf - 1;
   struct Stat st;
   atomic_fetch_add(&z->round_trips, 1);
   int zrc = zoo_get(z->zh, path, 0, buf, &len, &st);
+  if (zrcp) *zrcp = zrc;
   *n = 0;
   *version = -1;
   if (zrc == ZNONODE) return 0;
@@ -53,14 +56,16 @@ static int read_count(dl_zk *z, const char *path, long long *n, int *version) {
 }
 
 /* The leases out (children of <path>/leases): how many, or a negative
- * code. With watch, a child watch is left that fires at the next change. */
-static int count_leases(dl_zk *z, const char *path, bool watch) {
+ * code (the call's ZooKeeper code in *zrcp, if given). With watch, a child
+ * watch is left that fires at the next change. */
+static int count_leases(dl_zk *z, const char *path, bool watch, int *zrcp) {
   char leases[NODE_MAX];
   sub(leases, sizeof leases, path, "leases");
   struct String_vector sv = {0};
   atomic_fetch_add(&z->round_trips, 1);
   int zrc = watch ? zoo_wget_children(z->zh, leases, dl_zk_watcher, z, &sv)
                   : zoo_get_children(z->zh, leases, 0, &sv);
+  if (zrcp) *zrcp = zrc;
   if (zrc == ZNONODE) return 0;
   if (zrc != ZOK) return dl_zk_err(z, zrc, "list", leases);
   int n = 0;
@@ -115,7 +120,7 @@ static int write_count(dl_zk *z, const char *path, long long n,
   for (int tries = 0; tries < 100; tries++) {
     long long cur;
     int version;
-    int rc = read_count(z, path, &cur, &version);
+    int rc = read_count(z, path, &cur, &version, NULL);
     if (rc < 0) return rc;
     if (rc == 1 && set_only) return 0;
     /* The API counts in an int: a change that takes the permits past it
@@ -156,26 +161,35 @@ static int write_count(dl_zk *z, const char *path, long long n,
 }
 
 /* Waits, holding the "locks" mutex, until the leases (ours included) are
- * at most the permits: 1, 0 not by the deadline, or a negative code. */
+ * at most the permits: 1, 0 not by the deadline, or a negative code. A
+ * wait rides out the connection's loss (dl_zk_ride_out): our nodes stay
+ * while the session lives. */
 static int await_lease(dl_zk *z, const char *path, const char *node,
                        bool wait, int64_t deadline) {
+  int rides = 0;
   for (;;) {
     pthread_mutex_lock(&z->mu);
     uint64_t seen = z->events;
     pthread_mutex_unlock(&z->mu);
     long long max;
-    int version;
-    int rc = read_count(z, path, &max, &version);
+    int version, zrc = ZOK;
+    int rc = read_count(z, path, &max, &version, &zrc);
+    int n = rc < 0 ? rc : count_leases(z, path, true, &zrc);
+    if (n >= 0) {
+      struct Stat st;
+      atomic_fetch_add(&z->round_trips, 1);
+      zrc = zoo_exists(z->zh, node, 0, &st);
+    }
+    if (zrc != ZOK && zrc != ZNONODE &&
+        dl_zk_ride_out(z, wait, deadline, zrc, &rides, path))
+      continue;
     if (rc < 0) return rc;
-    int n = count_leases(z, path, true);
     if (n < 0) return n;
-    struct Stat st;
-    atomic_fetch_add(&z->round_trips, 1);
-    int zrc = zoo_exists(z->zh, node, 0, &st);
     if (zrc == ZNONODE)
       return dl_seterr(z->env->err_owner, DLOCK_ELOST, "our lease node %s "
                        "is gone (the session expired?)", node);
     if (zrc != ZOK) return dl_zk_err(z, zrc, "check", node);
+    rides = 0; /* answered */
     if (n <= max) return 1;
     if (!wait || dl_now_ms() >= deadline || dl_offload_cancelled()) return 0;
     rc = dl_zk_await_event(z, seen, deadline, path);
@@ -256,9 +270,9 @@ int dl_zk_sync_update(dl_backend *b, const dl_sync_ref *s, dl_sync_op op,
   case DL_PERMITS_AVAILABLE: {
     long long max;
     int version;
-    rc = read_count(z, s->key, &max, &version);
+    rc = read_count(z, s->key, &max, &version, NULL);
     if (rc < 0) return rc;
-    int out = count_leases(z, s->key, false);
+    int out = count_leases(z, s->key, false, NULL);
     if (out < 0) return out;
     *v = max - out > 0 ? max - out : 0;
     return 0;
@@ -291,9 +305,9 @@ int dl_zk_permits_state(dl_zk *z, const char *path, int64_t *counter,
   int version;
   *counter = -1;
   *taken = 0;
-  int rc = read_count(z, path, &max, &version);
+  int rc = read_count(z, path, &max, &version, NULL);
   if (rc <= 0) return rc;
-  int out = count_leases(z, path, false);
+  int out = count_leases(z, path, false, NULL);
   if (out < 0) return out;
   *taken = out;
   *counter = max - out > 0 ? max - out : 0;

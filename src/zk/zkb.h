@@ -245,8 +245,10 @@ int dl_zk_await_event(dl_zk *z, uint64_t seen, int64_t deadline,
  * pause (20 ms, doubling up to 200, the last to the deadline; an event of
  * the session, its reconnection, ends it early), false when the error
  * stands (not a connection's loss, no wait, the deadline come, the
- * session expired, the client closing, the operation cancelled). *rides:
- * the pauses so far (0 at the wait's start, and again at each answer). */
+ * session expired, the client closing, the operation cancelled; for a wait
+ * without a limit, DL_RIDE_TIMEOUTS command timeouts of pauses since the
+ * last answer). *rides: the pauses so far (0 at the wait's start, and
+ * again at each answer). */
 bool dl_zk_ride_out(dl_zk *z, bool wait, int64_t deadline, int zrc,
                     int *rides, const char *what);
 /* Remembers a node of ours as an orphan (deleted later). */

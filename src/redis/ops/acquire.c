@@ -15,11 +15,6 @@
  * wait_backoff_max_ms is set. A dlock releaser's message still wakes it at
  * once. */
 #define PLAIN_POLL_MAX_MS 64
-/* An acquire without a wait limit rides out failures (ride_out) for this
- * many command timeouts (30 s by default), as Redisson's retry attempts
- * end. */
-#define RIDE_TIMEOUTS 10
-
 /* The channels a waiter listens on (each OWNER_CHANNEL_MAX bytes): the
  * unlock channel, or a fair lock's waiter's own (a release tells only the
  * first of the queue); and the plain lock's waiter's own grant channel,
@@ -68,10 +63,10 @@ static bool ride_out(acq_op *o, int rc, int64_t *pause_end) {
   int64_t now = dl_now_ms();
   if (o->ride == 0) o->ride_since = now;
   o->ride = o->ride ? (o->ride * 2 > 200 ? 200 : o->ride * 2) : 10;
-  /* A wait without a limit rides out RIDE_TIMEOUTS command timeouts of
+  /* A wait without a limit rides out DL_RIDE_TIMEOUTS command timeouts of
    * failures at most: an outage that long is reported, not hidden. */
   if (a->deadline == INT64_MAX &&
-      now - o->ride_since >= RIDE_TIMEOUTS * o->R->env.command_timeout_ms)
+      now - o->ride_since >= DL_RIDE_TIMEOUTS * o->R->env.command_timeout_ms)
     return false;
   if (!transient || now + o->ride >= a->deadline) return false;
   *pause_end = now + o->ride;
