@@ -455,6 +455,11 @@ void th_deploy_stop(th_deploy *d);
 /* dlock_client_options_init(o), then the URL (and for rediss the CA) of
  * d: o's strings point into d. */
 void th_deploy_options(th_deploy *d, dlock_client_options *o);
+/* Stalls (stop: SIGSTOP, each waited for until stopped) or resumes
+ * (SIGCONT) every server of d that holds data: the Redis servers, a
+ * cluster's nodes, Sentinel's master and replica (not the sentinels),
+ * ZooKeeper, etcd. Returns how many it signalled. */
+int th_deploy_pause(th_deploy *d, bool stop);
 
 /* For the harness's own files: after a SIGSTOP to a server this process
  * started, waits (up to 5 s) until all its threads have stopped (/proc) (the

@@ -3,6 +3,7 @@
  * conformance suite). */
 #include "harness.h"
 
+#include <signal.h>
 #include <string.h>
 
 const char *const th_deploy_kinds[] = {"redis",    "unix",    "rediss",
@@ -78,6 +79,27 @@ void th_deploy_stop(th_deploy *d) {
   th_cluster_stop(&d->cluster);
   th_zk_stop(&d->zk);
   th_etcd_stop(&d->etcd);
+}
+
+int th_deploy_pause(th_deploy *d, bool stop) {
+  pid_t pids[16];
+  int n = 0;
+  for (int i = 0; i < 3; i++) {
+    pids[n++] = d->redis[i].pid;
+    pids[n++] = d->cluster.nodes[i].pid;
+    pids[n++] = d->cluster.replicas[i].pid;
+  }
+  pids[n++] = d->sentinel.master.pid;
+  pids[n++] = d->sentinel.replica.pid;
+  pids[n++] = d->zk.pid;
+  pids[n++] = d->etcd.pid;
+  int done = 0;
+  for (int i = 0; i < n; i++) {
+    if (pids[i] <= 0 || kill(pids[i], stop ? SIGSTOP : SIGCONT) != 0) continue;
+    if (stop) th__await_stop(pids[i]);
+    done++;
+  }
+  return done;
 }
 
 void th_deploy_options(th_deploy *d, dlock_client_options *o) {

@@ -259,10 +259,124 @@ static void t_shutdown_waiter(void) {
   dlock_client_close(n);
 }
 
+/* ---- a wait through its servers' stall ---- */
+/* The waiters' command timeout, and the stall: longer than it (their
+ * calls fail), shorter than what the deployment's own failure detection
+ * acts on (Sentinel's down-after, 1 s; a cluster's node timeout, 2 s) and
+ * than a ZooKeeper session, so that no failover or session's end comes
+ * into it (test_sentinel, test_cluster and test_zk have those). */
+static int64_t stall_cmd_ms(void) {
+  return 100 * cf_slowdown() < 400 ? 100 * cf_slowdown() : 400;
+}
+static int64_t stall_ms(void) {
+  return 4 * stall_cmd_ms() > 600 ? 4 * stall_cmd_ms() : 600;
+}
+
+typedef struct try_arg {
+  dlock_lock *l;
+  int64_t wait_ms;
+  char msg[160];
+  dlock_client *c;
+} try_arg;
+static int try_for(void *arg) {
+  try_arg *t = arg;
+  int rc = dlock_lock_try_acquire(t->l, t->wait_ms, 10000, NULL);
+  snprintf(t->msg, sizeof t->msg, "%s", rc ? dlock_client_errmsg(t->c) : "");
+  return rc;
+}
+
+/* A waiting acquire rides out a stall of every server it uses (each
+ * stopped longer than the waiter's command timeout: its calls fail, or on
+ * zk:// wait), made as the wait starts: it ends with the lock once the
+ * holder lets go after the stall, blocking and on the event loop, as
+ * Redisson's retry attempts, Curator's retry loop and etcd's client do.
+ * The control: an acquire without a wait, made in the same stall, fails
+ * (on zk://, whose calls wait out a stall within the session, it ends
+ * after it, refused by the holder). */
+static void t_wait_rides_stall(void) {
+  CF_NEEDS_SERVER();
+  dlock_client_options o;
+  cf_options(&o, 0);
+  o.command_timeout_ms = (int)stall_cmd_ms();
+  dlock_client *a = cf_client(0), *b = th_client_opts(&o),
+               *ctl = th_client_opts(&o);
+  dlock_loop *lp = NULL;
+  dlock_client *ac = NULL;
+  CHECK(a && b && ctl);
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  CHECK_RC(dlock_client_open_async(&o, lp, &ac), 0);
+  char name[64], aname[64];
+  cf_name(name, sizeof name, "stall");
+  cf_name(aname, sizeof aname, "stall-async");
+  dlock_lock *h, *ha, *w, *c, *aw;
+  CHECK_RC(dlock_lock_new(a, name, "holder", &h), 0);
+  CHECK_RC(dlock_lock_new(a, aname, "holder", &ha), 0);
+  CHECK_RC(dlock_lock_new(b, name, "waiter", &w), 0);
+  CHECK_RC(dlock_lock_new(ctl, name, "control", &c), 0);
+  CHECK_RC(dlock_lock_new(ac, aname, "waiter", &aw), 0);
+  CHECK_RC(dlock_lock_try_acquire(h, 0, 10000, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(ha, 0, 10000, NULL), 0);
+  /* From here to the resume, no CHECK (a CHECK returns). */
+  int64_t wait_ms = 10000 * cf_slowdown();
+  try_arg tw = {w, wait_ms, "", b}, tc = {c, 0, "", ctl};
+  cf_bg bw, bc;
+  cf_got got = {0};
+  int stopped = th_deploy_pause(&cf_dep, true);
+  int64_t t0 = th_now_ms();
+  int sw = cf_bg_start(&bw, try_for, &tw);
+  int sc = cf_bg_start(&bc, try_for, &tc);
+  int sa = dlock_lock_acquire_async(aw, wait_ms, 10000, cf_done, &got, NULL);
+  /* The event loop's acquire meets the stall too. */
+  while (th_now_ms() - t0 < stall_ms())
+    dlock_loop_run(lp, 10);
+  int resumed = th_deploy_pause(&cf_dep, false);
+  int64_t stall = th_now_ms() - t0;
+  if (sc == 0) cf_bg_join(&bc);
+  CHECK_EQ(resumed, stopped);
+  CHECK(stopped > 0);
+  CHECK(sw == 0 && sc == 0);
+  CHECK_RC(sa, 0);
+  fprintf(stderr,
+          "    %d server(s) stopped for %lld ms (command timeout %lld ms); "
+          "the control without a wait: %s after %lld ms (%s)\n",
+          stopped, (long long)stall, (long long)stall_cmd_ms(),
+          dlock_err_name(bc.rc), (long long)(bc.at - t0), tc.msg);
+  CHECK(bc.rc != 0);
+  CHECK(bc.rc != DLOCK_EBUSY || bc.at - t0 >= stall_ms());
+  CHECK_EQ(got.calls, 0); /* still waiting */
+  int64_t r = th_now_ms();
+  CHECK_EQ(dlock_lock_release(h), 1);
+  CHECK_EQ(dlock_lock_release(ha), 1);
+  cf_bg_join(&bw);
+  bool ran = cf_run_until(lp, &got.calls, 5000);
+  fprintf(stderr,
+          "    the waiters after the holder's release: blocking %s after "
+          "%lld ms (%s), event loop %s after %lld ms\n",
+          dlock_err_name(bw.rc), (long long)(bw.at - r), tw.msg,
+          dlock_err_name(got.rc), (long long)(got.at - r));
+  CHECK_WHY(bw.rc == 0, tw.msg);
+  CHECK(bw.at >= r);
+  CHECK(ran);
+  CHECK_RC(got.rc, 0);
+  CHECK(got.at >= r);
+  CHECK_EQ(dlock_lock_release(w), 1);
+  dlock_lock_free(h);
+  dlock_lock_free(ha);
+  dlock_lock_free(w);
+  dlock_lock_free(c);
+  dlock_lock_free(aw);
+  dlock_client_close(ac);
+  dlock_loop_free(lp);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  dlock_client_close(ctl);
+}
+
 const th_test cf_waiters_tests[] = {
     T_BARE(t_killed_waiter),
     T_BARE(t_fair_order),
     T_BARE(t_shutdown_waiter),
+    T_BARE(t_wait_rides_stall),
 };
 const size_t cf_waiters_ntests =
     sizeof cf_waiters_tests / sizeof cf_waiters_tests[0];
