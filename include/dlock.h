@@ -1042,8 +1042,10 @@ DLOCK_API int dlock_leader_proclaim(dlock_leader *l, const char *value);
 
 /* Called on a library thread of the observer with the present leader's
  * value (len bytes, NUL-terminated, cut at DLOCK_LEADER_VALUE_MAX) and its
- * leadership's fencing token, or value NULL (token 0) when nobody leads;
- * once at the start and then at every change: a new leader, a Proclaim.
+ * leadership's fencing token, or value NULL (token 0) when nobody leads
+ * (also while the first in line is no participant: a key on no lease,
+ * where dlock_leader_get_current answers DLOCK_EWRONGTYPE); once at the
+ * start and then at every change: a new leader, a Proclaim.
  * Calls for one observer never overlap; it must not free l. */
 typedef void (*dlock_leader_observe_cb)(dlock_leader *l, const char *value,
                                         size_t len, uint64_t token, void *ud);

@@ -85,6 +85,7 @@ typedef struct seen {
   char last[64];  /* "" for nobody */
   uint64_t token; /* the last one's */
   char want[64];  /* seen_is's: wanted as the last value */
+  char log[256];  /* every value told, each after a '|' */
 } seen;
 
 static void on_value(dlock_leader *l, const char *value, size_t len,
@@ -95,6 +96,8 @@ static void on_value(dlock_leader *l, const char *value, size_t len,
   s->n++;
   snprintf(s->last, sizeof s->last, "%.*s", value ? (int)len : 0,
            value ? value : "");
+  size_t at = strlen(s->log);
+  snprintf(s->log + at, sizeof s->log - at, "|%s", s->last);
   s->token = token;
   pthread_mutex_unlock(&s->mu);
 }
@@ -214,9 +217,11 @@ static void t_etcd_observe(void) {
 
 /* A queue's value at the name (a key on no lease, no candidate's): a
  * participant is refused (DLOCK_EWRONGTYPE, its own key deleted: only
- * the queue's value is left), and dlock_leader_get_current does not take
- * the value for a leader's. A candidate's key on a lease is one, whatever
- * made it (t_etcd_elect_proclaim). */
+ * the queue's value is left), dlock_leader_get_current does not take
+ * the value for a leader's, and an observer is told that nobody leads
+ * while it is first (a candidate after it leads once it goes). A
+ * candidate's key on a lease is one, whatever made it
+ * (t_etcd_elect_proclaim). */
 static void t_etcd_elect_meets_data(void) {
   TH_ETCD_SETUP(s);
   dlock_client *c = th_etcd_client(&s, 0);
@@ -241,6 +246,31 @@ static void t_etcd_elect_meets_data(void) {
   CHECK(k1 != NULL && strstr(k1 + 1, "qx/") == NULL);
   int64_t n = 0;
   CHECK(dlock_queue_size(q, &n) == 0 && n == 1);
+  /* An observer: nobody leads, though a candidate's key (a Go leader's,
+   * on a lease) comes after the value; it leads once the value is
+   * taken. */
+  seen sn = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  dlock_leader *ob;
+  CHECK_RC(dlock_leader_new(c, "qx", "observer", &ob), 0);
+  CHECK_RC(dlock_leader_observe(ob, on_value, &sn), 0);
+  CHECK(await_seen(&sn, ""));
+  char args[300], lease[40] = "";
+  CHECK(sscanf(ctl(&s, "lease grant 30", out, sizeof out), "lease %39s",
+               lease) == 1);
+  snprintf(args, sizeof args, "put qx/%s go-leader --lease=%s", lease, lease);
+  CHECK(strncmp(ctl(&s, args, out, sizeof out), "OK", 2) == 0);
+  void *v = NULL;
+  size_t vlen = 0;
+  CHECK_RC(dlock_queue_poll(q, 0, &v, &vlen), 0);
+  CHECK(vlen == 1 && memcmp(v, "a", 1) == 0);
+  dlock_queue_value_free(v);
+  CHECK(await_seen(&sn, "go-leader"));
+  pthread_mutex_lock(&sn.mu);
+  fprintf(stderr, "    the observer was told: %s\n", sn.log);
+  bool nobody_first = strcmp(sn.log, "||go-leader") == 0;
+  pthread_mutex_unlock(&sn.mu);
+  CHECK(nobody_first);
+  dlock_leader_free(ob);
   dlock_queue_free(q);
   dlock_client_close(c);
   th_etcd_stop(&s);

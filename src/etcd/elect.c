@@ -412,7 +412,9 @@ static bool observer_stopping(dl_observer *o) {
 
 /* Reads the leader (the oldest key under the prefix) and tells it when it
  * is not what was told last (its key and mod revision): the answer's
- * revision, or a negative code. */
+ * revision, or a negative code. A first key on no lease (a queue's value,
+ * an application's key) is no candidate's: nobody leads, as
+ * dl_etcd_elect_leader says (Go's Observe would tell it). */
 static int64_t observe_step(dl_observer *o, char *last, size_t len,
                             int64_t *last_mod) {
   dl_etcd *e = o->e;
@@ -421,6 +423,7 @@ static int64_t observe_step(dl_observer *o, char *last, size_t len,
   if (rc != 0) return rc;
   int64_t at = dl_etcd_i64(dl_etcd_get(r, "header"), "revision");
   json_object *kv = dl_etcd_kv0(r);
+  if (kv && dl_etcd_i64(kv, "lease") == 0) kv = NULL;
   json_object *k = dl_etcd_get(kv, "key"), *v = dl_etcd_get(kv, "value");
   const char *k64 = k ? json_object_get_string(k) : "";
   int64_t mod = kv ? dl_etcd_i64(kv, "mod_revision") : 0;
