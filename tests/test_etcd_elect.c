@@ -244,11 +244,15 @@ static void t_etcd_elect_meets_data(void) {
   const char *keys = ctl(&s, "get qx/ --prefix --keys-only", out, sizeof out);
   const char *k1 = strstr(keys, "qx/");
   CHECK(k1 != NULL && strstr(k1 + 1, "qx/") == NULL);
+  char value_key[128];
+  snprintf(value_key, sizeof value_key, "%.*s", (int)strcspn(k1, "\r\n"), k1);
   int64_t n = 0;
   CHECK(dlock_queue_size(q, &n) == 0 && n == 1);
   /* An observer: nobody leads, though a candidate's key (a Go leader's,
    * on a lease) comes after the value; it leads once the value is
-   * taken. */
+   * deleted (by etcdctl: dlock's queue refuses a poll beside the
+   * candidate's key where its lease id sorts outside the values'
+   * range, as it is another kind's). */
   seen sn = {.mu = PTHREAD_MUTEX_INITIALIZER};
   dlock_leader *ob;
   CHECK_RC(dlock_leader_new(c, "qx", "observer", &ob), 0);
@@ -259,11 +263,8 @@ static void t_etcd_elect_meets_data(void) {
                lease) == 1);
   snprintf(args, sizeof args, "put qx/%s go-leader --lease=%s", lease, lease);
   CHECK(strncmp(ctl(&s, args, out, sizeof out), "OK", 2) == 0);
-  void *v = NULL;
-  size_t vlen = 0;
-  CHECK_RC(dlock_queue_poll(q, 0, &v, &vlen), 0);
-  CHECK(vlen == 1 && memcmp(v, "a", 1) == 0);
-  dlock_queue_value_free(v);
+  snprintf(args, sizeof args, "del %s", value_key);
+  CHECK(strncmp(ctl(&s, args, out, sizeof out), "1", 1) == 0);
   CHECK(await_seen(&sn, "go-leader"));
   pthread_mutex_lock(&sn.mu);
   fprintf(stderr, "    the observer was told: %s\n", sn.log);
