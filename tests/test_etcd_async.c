@@ -231,18 +231,20 @@ static void t_etcd_async_acquire(void) {
 }
 
 /* As et_run_sampled, until the server has started n Watch calls since it
- * had `base` (at most th_soon(2000): waits that reach their watch late,
- * as under valgrind), then 50 ms more. */
+ * had `base`, has n watches more than the `wbase` it had registered (a
+ * call is counted as it starts, before its watch is), and none of them
+ * is slow (at most th_soon(2000): waits that reach their watch late, as
+ * under valgrind), then 50 ms more. A watch from a revision the store has
+ * passed (others wrote meanwhile) is etcd's "slow" watcher, told of
+ * events only at its next sync, up to 100 ms later: a bound on our
+ * notice's latency is measured from synced watches. */
 static int run_until_watches(dlock_loop *lp, const th_etcd *s, long long base,
-                             int n) {
+                             long long wbase, int n) {
   int most = et_tasks();
-  /* Started, and synced: a watch from a revision the store has passed
-   * (others wrote meanwhile) is etcd's "slow" watcher, told of events
-   * only at its next sync, up to 100 ms later; a bound on our notice's
-   * latency is measured from synced watches. */
   for (int64_t end = th_now_ms() + th_soon(2000);
        th_now_ms() < end &&
        (th_etcd_started(s, "Watch") - base < n ||
+        th_etcd_gauge(s, "etcd_debugging_mvcc_watcher_total") - wbase < n ||
         th_etcd_gauge(s, "etcd_debugging_mvcc_slow_watcher_total") != 0);) {
     int m = et_run_sampled(lp, 20);
     if (m > most) most = m;
@@ -465,10 +467,11 @@ static void async_latch(const th_etcd *s, const char *url) {
   /* N awaits: no thread, none done. */
   tdone t[N];
   memset(t, 0, sizeof t);
-  long long watches = th_etcd_started(s, "Watch");
+  long long watches = th_etcd_started(s, "Watch"),
+            watchers = th_etcd_gauge(s, "etcd_debugging_mvcc_watcher_total");
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_latch_await_async(w[i], 10000, on_tdone, &t[i], NULL), 0);
-  CHECK_EQ(run_until_watches(lp, s, watches, N), before);
+  CHECK_EQ(run_until_watches(lp, s, watches, watchers, N), before);
   for (int i = 0; i < N; i++)
     CHECK_EQ(t[i].d.calls, 0);
   CHECK_EQ(th_etcd_started(s, "Watch") - watches, N);
@@ -765,12 +768,13 @@ static void async_queue(const th_etcd *s, const char *url) {
   /* N waiting polls: no thread, none done, a watch each. */
   qdone p[N];
   memset(p, 0, sizeof p);
-  long long watches = th_etcd_started(s, "Watch");
+  long long watches = th_etcd_started(s, "Watch"),
+            watchers = th_etcd_gauge(s, "etcd_debugging_mvcc_watcher_total");
   for (int i = 0; i < N; i++)
     CHECK_RC(dlock_queue_poll_async(q, 10000, &p[i].v, &p[i].len, on_tdone,
                                     &p[i].t, NULL),
              0);
-  CHECK_EQ(run_until_watches(lp, s, watches, N), before);
+  CHECK_EQ(run_until_watches(lp, s, watches, watchers, N), before);
   for (int i = 0; i < N; i++)
     CHECK_EQ(p[i].t.d.calls, 0);
   CHECK_EQ(th_etcd_started(s, "Watch") - watches, N);
@@ -1068,11 +1072,12 @@ static void async_wait(const th_etcd *s, const char *url, wait_kind *k) {
   et_run_sampled(lp, 50); /* the watches of the permits' keys start */
   int before = et_tasks();
   /* N acquires waiting in line: no thread, none done, a watch each. */
-  long long watches = th_etcd_started(s, "Watch");
+  long long watches = th_etcd_started(s, "Watch"),
+            watchers = th_etcd_gauge(s, "etcd_debugging_mvcc_watcher_total");
   dlock_op *op[N];
   for (int i = 0; i < N; i++)
     CHECK_RC(wait_start(k, i, 10000, &t[i], &op[i]), 0);
-  CHECK_EQ(run_until_watches(lp, s, watches, N), before);
+  CHECK_EQ(run_until_watches(lp, s, watches, watchers, N), before);
   for (int i = 0; i < N; i++)
     CHECK_EQ(t[i].d.calls, 0);
   CHECK_EQ(th_etcd_started(s, "Watch") - watches, N);

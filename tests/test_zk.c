@@ -845,7 +845,8 @@ static void t_zk_wait_rides_restart(void) {
 /* A wait without a limit rides out the server's loss for 10 command
  * timeouts (DL_RIDE_TIMEOUTS) at most, as the Redis and etcd backends'
  * do: the outage is then reported (before, it was ridden out for ever:
- * with no server to say the session expired, the client never learns). */
+ * with no server to say the session expired, the client never learns);
+ * so does an acquire begun while the server is down. */
 static void t_zk_wait_forever_down(void) {
   ZK_SETUP(zk, zh);
   dlock_client_options o;
@@ -877,6 +878,22 @@ static void t_zk_wait_forever_down(void) {
   CHECK_WHY(w.rc == DLOCK_ECONNLOST || w.rc == DLOCK_ETIMEDOUT, w.msg);
   /* 20 + 40 + 80 + 160 ms, then 200 ms each: 10 timeouts' worth. */
   CHECK(took >= 10 * 200 && took < th_soon(8000));
+  /* An acquire begun with the server down: its node's create, whose
+   * outcome is unknown, is resolved for as long (before, for ever). */
+  dlock_lock *ly;
+  CHECK_RC(dlock_lock_new(b, "/wf/y", "b", &ly), 0);
+  w = (zwaiter){.c = b, .l = ly, .wait_ms = -1};
+  t0 = th_now_ms();
+  pthread_create(&t, NULL, zwait, &w);
+  pthread_join(t, NULL);
+  took = th_now_ms() - t0;
+  fprintf(stderr,
+          "    an acquire begun with the server down: %s after %lld "
+          "ms: %s\n",
+          dlock_err_name(w.rc), (long long)took, w.msg);
+  CHECK_WHY(w.rc == DLOCK_ECONNLOST || w.rc == DLOCK_ETIMEDOUT, w.msg);
+  CHECK(took < th_soon(8000));
+  dlock_lock_free(ly);
   dlock_lock_free(la);
   dlock_lock_free(lb);
   dlock_client_close(b);

@@ -279,10 +279,11 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
       atomic_fetch_add(&z->round_trips, 1);
       zrc = zoo_get_children(z->zh, key, 0, &sv);
     }
-    if (zrc != ZOK &&
-        dl_zk_ride_out(z, a->wait, a->deadline, zrc, &rides, key))
-      continue;
-    if (zrc != ZOK) return dl_zk_err(z, zrc, "list", key);
+    if (zrc != ZOK) {
+      int r = dl_zk_ride_out(z, a->wait, a->deadline, zrc, &rides, key);
+      if (r > 0) continue;
+      return r < 0 ? r : dl_zk_err(z, zrc, "list", key);
+    }
     rides = 0; /* answered */
     char **v;
     int n = dl_zk_sorted_locks(&sv, &v);
@@ -330,10 +331,11 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
     atomic_fetch_add(&z->round_trips, 1);
     zrc = zoo_wget(z->zh, pred, dl_zk_watcher, z, buf, &blen, NULL);
     if (zrc == ZNONODE) continue;
-    if (zrc != ZOK &&
-        dl_zk_ride_out(z, a->wait, a->deadline, zrc, &rides, key))
-      continue;
-    if (zrc != ZOK) return dl_zk_err(z, zrc, "watch", pred);
+    if (zrc != ZOK) {
+      int r = dl_zk_ride_out(z, a->wait, a->deadline, zrc, &rides, key);
+      if (r > 0) continue;
+      return r < 0 ? r : dl_zk_err(z, zrc, "watch", pred);
+    }
     int rc = dl_zk_await_event(z, seen, a->deadline, key);
     if (rc != 0) return rc;
   }
@@ -385,8 +387,7 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
                      "this owner holds the read lock of '%s': release it "
                      "before asking for the write lock",
                      l->name);
-  int64_t limit = sent + z->command_timeout_ms;
-  if (a->wait && a->deadline > limit) limit = a->deadline;
+  int64_t limit = dl_zk_create_limit(z, sent, a->wait, a->deadline);
   /* The node's data: the owner id, then a newline and the holder's
    * description if it set one (Curator stores the host address and never
    * reads it back; dlock status shows it). */

@@ -244,8 +244,12 @@ static int create_loop(dl_zk *z, const char *key, const char *prefix,
      * protected name says it did not (a second node of ours would hold a
      * place in the line that nobody releases). */
     for (;;) {
-      if (dl_now_ms() >= deadline) {
+      bool closing = atomic_load(z->env->closing);
+      if (dl_now_ms() >= deadline || closing || dl_offload_cancelled()) {
         add_orphan(z, key, prefix); /* whatever happened: deleted later */
+        if (closing)
+          return dl_seterr(z->env->err_owner, DLOCK_ECLOSED,
+                           "client closing");
         return dl_zk_err(z, zrc, "create", path);
       }
       int f = find_protected(z, key, prefix, node, len);
@@ -373,6 +377,14 @@ int dl_zk_create_listed(dl_zk *z, const char *key, const char *mark,
                      p.create_rc);
 }
 
+int64_t dl_zk_create_limit(const dl_zk *z, int64_t sent, bool wait,
+                           int64_t deadline) {
+  int64_t limit = sent + z->command_timeout_ms;
+  if (wait && deadline == INT64_MAX)
+    return sent + (int64_t)DL_RIDE_TIMEOUTS * z->command_timeout_ms;
+  return wait && deadline > limit ? deadline : limit;
+}
+
 int dl_zk_await_event(dl_zk *z, uint64_t seen, int64_t deadline,
                       const char *what) {
   pthread_mutex_lock(&z->mu);
@@ -392,17 +404,18 @@ int dl_zk_await_event(dl_zk *z, uint64_t seen, int64_t deadline,
   return 0;
 }
 
-bool dl_zk_ride_out(dl_zk *z, bool wait, int64_t deadline, int zrc,
-                    int *rides, const char *what) {
+int dl_zk_ride_out(dl_zk *z, bool wait, int64_t deadline, int zrc,
+                   int *rides, const char *what) {
   if ((zrc != ZCONNECTIONLOSS && zrc != ZOPERATIONTIMEOUT) || !wait)
-    return false;
+    return 0;
   int64_t pause = dl_ride_pause_ms(rides, deadline, z->command_timeout_ms);
-  if (pause == 0) return false;
+  if (pause == 0) return 0;
   pthread_mutex_lock(&z->mu);
   uint64_t seen = z->events;
   pthread_mutex_unlock(&z->mu);
-  return dl_zk_await_event(z, seen, dl_now_ms() + pause, what) == 0 &&
-         !dl_offload_cancelled();
+  int rc = dl_zk_await_event(z, seen, dl_now_ms() + pause, what);
+  if (rc < 0) return rc;
+  return !dl_offload_cancelled();
 }
 
 /* ---- what a znode holds, for the recipes ---- */

@@ -180,9 +180,11 @@ static int await_lease(dl_zk *z, const char *path, const char *node,
       atomic_fetch_add(&z->round_trips, 1);
       zrc = zoo_exists(z->zh, node, 0, &st);
     }
-    if (zrc != ZOK && zrc != ZNONODE &&
-        dl_zk_ride_out(z, wait, deadline, zrc, &rides, path))
-      continue;
+    if (zrc != ZOK && zrc != ZNONODE) {
+      int r = dl_zk_ride_out(z, wait, deadline, zrc, &rides, path);
+      if (r > 0) continue;
+      if (r < 0) return r;
+    }
     if (rc < 0) return rc;
     if (n < 0) return n;
     if (zrc == ZNONODE)
@@ -210,8 +212,7 @@ int dl_zk_permit_acquire(dl_backend *b, const dl_sync_ref *s, const char *id,
   if ((rc = check_place(z, s->key)) != 0) return rc;
   dl_zk_clean_orphans(z);
   int64_t sent = dl_now_ms();
-  int64_t limit = sent + z->command_timeout_ms;
-  if (wait && deadline > limit) limit = deadline;
+  int64_t limit = dl_zk_create_limit(z, sent, wait, deadline);
   char owner[DL_OWNER_MAX], locks[NODE_MAX];
   snprintf(owner, sizeof owner, "%s:%s", z->env->client_id, id);
   sub(locks, sizeof locks, s->key, "locks");

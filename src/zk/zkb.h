@@ -233,6 +233,13 @@ int dl_zk_delete_own(dl_zk *z, const char *node);
  * leaving while the server may be unreachable: the connection loss would
  * be known only after two thirds of the session timeout. */
 int dl_zk_delete_soon(dl_zk *z, const char *node, int wait_ms);
+/* Until when (dl_now_ms() time) a create made for a wait (or not: wait)
+ * that began at `sent` may go on resolving a connection's loss: one
+ * command timeout, or the wait's deadline if later; for a wait without a
+ * limit, DL_RIDE_TIMEOUTS command timeouts (an outage that long is
+ * reported, as the waits' rides report it). */
+int64_t dl_zk_create_limit(const dl_zk *z, int64_t sent, bool wait,
+                           int64_t deadline);
 /* Sleeps until a watch event or session change after `seen` (z->events
  * read before the watch was set), the deadline, or the operation's cancel:
  * 0 (look again), or DLOCK_ECONNLOST (the session expired while waiting
@@ -241,16 +248,17 @@ int dl_zk_await_event(dl_zk *z, uint64_t seen, int64_t deadline,
                       const char *what);
 /* Whether a wait (wait: one asked for, until deadline) rides out zrc, a
  * connection's loss (the server restarting, a blip within the session's
- * timeout: our nodes stay), as Curator's retry loop does: true after a
- * pause (20 ms, doubling up to 200, the last to the deadline; an event of
- * the session, its reconnection, ends it early), false when the error
- * stands (not a connection's loss, no wait, the deadline come, the
- * session expired, the client closing, the operation cancelled; for a wait
- * without a limit, DL_RIDE_TIMEOUTS command timeouts of pauses since the
- * last answer). *rides: the pauses so far (0 at the wait's start, and
- * again at each answer). */
-bool dl_zk_ride_out(dl_zk *z, bool wait, int64_t deadline, int zrc,
-                    int *rides, const char *what);
+ * timeout: our nodes stay), as Curator's retry loop does: 1 after a pause
+ * (20 ms, doubling up to 200, the last to the deadline; an event of the
+ * session, its reconnection, ends it early): go again; 0 when zrc stands
+ * (not a connection's loss, no wait, the deadline come, the operation
+ * cancelled; for a wait without a limit, DL_RIDE_TIMEOUTS command
+ * timeouts of pauses since the last answer); or a negative code recorded
+ * in its stead, which the wait returns (DLOCK_ECONNLOST: the session
+ * expired in the pause; DLOCK_ECLOSED: the client closing). *rides: the
+ * pauses so far (0 at the wait's start, and again at each answer). */
+int dl_zk_ride_out(dl_zk *z, bool wait, int64_t deadline, int zrc,
+                   int *rides, const char *what);
 /* Remembers a node of ours as an orphan (deleted later). */
 void dl_zk_orphan_node(dl_zk *z, const char *node);
 /* Tries once to delete every orphan; those it cannot are kept. */
