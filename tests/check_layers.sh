@@ -18,63 +18,86 @@
 # must fail (the positive control).
 set -uo pipefail
 
-rank() {
+# Each layer's rank (a layer sees those of lower or equal rank), and the
+# floors' order inside src/redis; lookups, not subshells (the check reads
+# a thousand includes).
+declare -A RANK=([core]=0 [net]=1 [redis]=2 [zk]=2 [etcd]=2 [client]=3
+                 [locks]=4 [cli]=5)
+declare -A FLOOR_RANK=([entry]=0 [lua]=0 [conns]=1 [links]=2 [ops]=3
+                       [redlock]=4 [top]=5)
+rank() { r=${RANK[$1]:--1}; }
+floor_rank() { r=${FLOOR_RANK[$1]:--1}; }
+
+# The floor of a file inside src/redis ($1: its path under redis/), in fl.
+redis_floor() {
   case $1 in
-    core) echo 0 ;; net) echo 1 ;; redis | zk | etcd) echo 2 ;; client) echo 3 ;;
-    locks) echo 4 ;; cli) echo 5 ;; *) echo -1 ;;
+    redis.h) fl=entry ;;
+    probe.c | probe.h) fl=top ;;
+    */*) fl=${1%%/*} ;;
+    *) fl=none ;;
   esac
 }
 
-# The floor of a file inside src/redis ($1: its path under redis/), and
-# the floors' order (-1: not a floor).
-redis_floor() {
-  case $1 in
-    redis.h) echo entry ;;
-    probe.c | probe.h) echo top ;;
-    */*) echo "${1%%/*}" ;;
-    *) echo none ;;
-  esac
-}
-floor_rank() {
-  case $1 in
-    entry | lua) echo 0 ;; conns) echo 1 ;; links) echo 2 ;; ops) echo 3 ;;
-    redlock) echo 4 ;; top) echo 5 ;; *) echo -1 ;;
-  esac
+# $1 made absolute (from the working directory) and without "." and ".."
+# steps, in np (realpath -m without the fork; no symbolic links here).
+normpath() {
+  local p=$1 part out=() IFS=/
+  [[ $p == /* ]] || p=$PWD/$p
+  for part in $p; do
+    case $part in
+      '' | .) ;;
+      ..) ((${#out[@]})) && unset 'out[${#out[@]}-1]' ;;
+      *) out+=("$part") ;;
+    esac
+  done
+  np=/${out[*]}
 }
 
 # Prints one line per wrong include under $1; returns 1 if any.
 check() {
-  local src=$1 bad=0 f layer inc target tl ff tf
+  local src=$1 bad=0 f layer inc target tl ff tf srcabs rl rt r fl np
+  normpath "$src"
+  srcabs=$np
   while IFS= read -r f; do
     layer=${f#"$src"/}
     layer=${layer%%/*}
-    [[ $(rank "$layer") -ge 0 ]] || { echo "$f: not in a layer"; bad=1; continue; }
+    rank "$layer"
+    rl=$r
+    [[ $rl -ge 0 ]] || { echo "$f: not in a layer"; bad=1; continue; }
     if [[ $layer == redis ]]; then
-      ff=$(redis_floor "${f#"$src"/redis/}")
-      [[ $(floor_rank "$ff") -ge 0 ]] || {
+      redis_floor "${f#"$src"/redis/}"
+      ff=$fl
+      floor_rank "$ff"
+      [[ $r -ge 0 ]] || {
         echo "$f: not in a floor of src/redis"
         bad=1
       }
     fi
     while IFS= read -r inc; do
-      target=$(realpath -m "$(dirname "$f")/$inc")
+      normpath "${f%/*}/$inc"
+      target=$np
       # Not beside the file: from src/ (the build's include path).
-      [[ -e $target ]] || target=$(realpath -m "$src/$inc")
-      case $target in "$(realpath -m "$src")"/*) ;; *) continue ;; esac
-      tl=${target#"$(realpath -m "$src")"/}
+      [[ -e $target ]] || { normpath "$src/$inc"; target=$np; }
+      case $target in "$srcabs"/*) ;; *) continue ;; esac
+      tl=${target#"$srcabs"/}
       tl=${tl%%/*}
+      rank "$tl"
+      rt=$r
       if [[ $layer == redis && $tl == redis ]]; then
         # Inside the Redis layer: its floors point one way.
-        tf=$(redis_floor "${target#"$(realpath -m "$src")"/redis/}")
-        if [[ $(floor_rank "$ff") -ge 0 &&
-              $(floor_rank "$tf") -gt $(floor_rank "$ff") ]]; then
+        redis_floor "${target#"$srcabs"/redis/}"
+        tf=$fl
+        floor_rank "$ff"
+        local rf=$r
+        floor_rank "$tf"
+        if [[ $rf -ge 0 && $r -gt $rf ]]; then
           echo "$f includes $inc: the redis floor $ff may not see $tf (a floor above it)"
           bad=1
         fi
-      elif [[ $(rank "$tl") -gt $(rank "$layer") ]]; then
+      elif [[ $rt -gt $rl ]]; then
         echo "$f includes $inc: $layer may not see $tl (a layer above it)"
         bad=1
-      elif [[ $tl != "$layer" && $(rank "$tl") -eq $(rank "$layer") ]]; then
+      elif [[ $tl != "$layer" && $rt -eq $rl ]]; then
         echo "$f includes $inc: $layer may not see $tl (a peer layer)"
         bad=1
       elif [[ $layer == cli && ( $tl == redis || $tl == zk || $tl == etcd ) &&
@@ -85,22 +108,30 @@ check() {
         bad=1
       fi
     done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
-    if grep -q '^[[:space:]]*#[[:space:]]*include[[:space:]]*<hiredis/' "$f" &&
-       [[ $layer != redis && $layer != cli ]]; then
-      echo "$f includes hiredis: only the Redis layer and the CLI may"
-      bad=1
-    fi
-    if grep -q '^[[:space:]]*#[[:space:]]*include[[:space:]]*<zookeeper/' "$f" &&
-       [[ $layer != zk ]]; then
-      echo "$f includes ZooKeeper: only the zk layer may"
-      bad=1
-    fi
-    if grep -Eq '^[[:space:]]*#[[:space:]]*include[[:space:]]*<(curl|json-c|jansson|protobuf-c)[/.]' "$f" &&
-       [[ $layer != etcd ]]; then
-      echo "$f includes libcurl, a JSON library or protobuf-c: only the etcd layer may"
-      bad=1
-    fi
   done < <(find "$src" -name '*.c' -o -name '*.h' | sort)
+  # The libraries' headers, each seen by its own layer only (one grep
+  # over the tree for each).
+  while IFS= read -r f; do
+    layer=${f#"$src"/}
+    layer=${layer%%/*}
+    [[ $layer == redis || $layer == cli ]] && continue
+    echo "$f includes hiredis: only the Redis layer and the CLI may"
+    bad=1
+  done < <(grep -rl --include='*.[ch]' '^[[:space:]]*#[[:space:]]*include[[:space:]]*<hiredis/' "$src" | sort)
+  while IFS= read -r f; do
+    layer=${f#"$src"/}
+    layer=${layer%%/*}
+    [[ $layer == zk ]] && continue
+    echo "$f includes ZooKeeper: only the zk layer may"
+    bad=1
+  done < <(grep -rl --include='*.[ch]' '^[[:space:]]*#[[:space:]]*include[[:space:]]*<zookeeper/' "$src" | sort)
+  while IFS= read -r f; do
+    layer=${f#"$src"/}
+    layer=${layer%%/*}
+    [[ $layer == etcd ]] && continue
+    echo "$f includes libcurl, a JSON library or protobuf-c: only the etcd layer may"
+    bad=1
+  done < <(grep -rlE --include='*.[ch]' '^[[:space:]]*#[[:space:]]*include[[:space:]]*<(curl|json-c|jansson|protobuf-c)[/.]' "$src" | sort)
   return $bad
 }
 

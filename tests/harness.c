@@ -323,6 +323,7 @@ static int run(int argc, char **argv, const th_test *tests, size_t n,
       run_one(&tests[i], fork_each, &mask, why, sizeof why);
       took = th_now_ms() - t0;
     }
+    if (th_after_each) th_after_each();
     if (tests[i].redis) th_redis_stop(&th_srv);
     printf("%s %s (%lld ms)%s\n", why[0] ? "FAIL" : "ok  ", tests[i].name,
            (long long)took, why);
@@ -340,6 +341,8 @@ static int run(int argc, char **argv, const th_test *tests, size_t n,
   memcpy(tmpdir, outer_tmpdir, sizeof tmpdir);
   return status;
 }
+
+void (*th_after_each)(void);
 
 int th_run(int argc, char **argv, const th_test *tests, size_t n,
            int (*before_all)(void)) {

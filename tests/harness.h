@@ -87,6 +87,10 @@ typedef struct th_test {
  * exit status: 0, 1 if a test failed, 2 on a usage or setup error. */
 int th_run(int argc, char **argv, const th_test *tests, size_t n,
            int (*before_all)(void));
+/* If set, called in the runner's process after each test, whatever its
+ * end (the conformance runner resumes the servers a test stopped, so a
+ * test that crashed mid-stall leaves none stopped for the next). */
+extern void (*th_after_each)(void);
 /* The same, all in the calling process, one test after the other, for a
  * suite whose tests share state on purpose (test_safety: its fenced
  * resource is a thread of the driver). A crash ends the run. */

@@ -141,6 +141,20 @@ static void t_crash_named(void) {
   CHECK(has(out, "1 passed, 1 failed\n"));
 }
 
+/* th_after_each runs in the runner after each test, a crashed one too. */
+static int after_each_n;
+static void count_after_each(void) { after_each_n++; }
+static void t_after_each(void) {
+  char out[4096];
+  const char *names[] = {"h_abort", "h_clean", NULL};
+  after_each_n = 0;
+  th_after_each = count_after_each;
+  int rc = inner(names, out, sizeof out);
+  th_after_each = NULL;
+  CHECK_EQ(rc, 1);
+  CHECK_EQ(after_each_n, 2);
+}
+
 static void t_hang_killed(void) {
   char out[4096];
   const char *names[] = {"h_hang", "h_clean", NULL};
@@ -353,7 +367,7 @@ static void t_stop_done(void) {
 }
 
 TH_MAIN(T_BARE(t_failed_check_contained), T_BARE(t_crash_named),
-        T_BARE(t_hang_killed), T_BARE(t_leak_fails),
+        T_BARE(t_after_each), T_BARE(t_hang_killed), T_BARE(t_leak_fails),
         T_BARE(t_crash_leaves_nothing), T_BARE(t_fresh_server_per_test),
         T_BARE(t_by_name), T_BARE(t_cluster), T_BARE(t_killed_port_kept),
         T_BARE(t_stop_done))

@@ -1,8 +1,9 @@
 /* main.c: the conformance suite's runner: `conformance KIND [TEST...]`
  * starts a deployment of the URL kind KIND (th_deploy_kinds: redis, unix,
- * rediss, sentinel, cluster, redlock, zk) once, before the first test, and
- * runs every test (or those named), each in a process of its own, against
- * it (th_run). The tests use names of their own, so they share it. */
+ * rediss, sentinel, cluster, redlock, zk, etcd) once, before the first
+ * test, and runs every test (or those named), each in a process of its
+ * own, against it (th_run). The tests use names of their own, so they
+ * share it. */
 #include "conformance.h"
 
 #include <string.h>
@@ -39,6 +40,12 @@ static int start(void) {
   return rc;
 }
 
+/* After each test: a test that stopped the servers (th_deploy_pause) and
+ * crashed before it resumed them leaves none stopped for the next. */
+static void resume_servers(void) {
+  if (!cf_skipped) th_deploy_pause(&cf_dep, false);
+}
+
 int main(int argc, char **argv) {
   bool known = false;
   for (int i = 0; argc > 1 && th_deploy_kinds[i]; i++)
@@ -46,7 +53,7 @@ int main(int argc, char **argv) {
   if (!known) {
     fprintf(stderr,
             "usage: %s KIND [TEST...] (KIND: redis, unix, rediss, "
-            "sentinel, cluster, redlock, zk)\n",
+            "sentinel, cluster, redlock, zk, etcd)\n",
             argv[0]);
     return 2;
   }
@@ -70,6 +77,7 @@ int main(int argc, char **argv) {
   for (size_t i = 0, at = 0; i < nparts; at += counts[i++])
     memcpy(all + at, parts[i], counts[i] * sizeof *all);
   argv[1] = argv[0]; /* the runner sees PROGRAM [TEST...] */
+  th_after_each = resume_servers;
   int rc = th_run(argc - 1, argv + 1, all, n, start);
   th_deploy_stop(&cf_dep);
   free(all);
