@@ -53,6 +53,23 @@ normpath() {
   np=/${out[*]}
 }
 
+# Prints "FILE includes WHAT" for each file under $1 outside the layers
+# $4... that includes a header matching $2 (an extended regex after
+# "#include "); returns 1 if any.
+only() {
+  local src=$1 re=$2 what=$3 f layer bad=0
+  shift 3
+  while IFS= read -r f; do
+    layer=${f#"$src"/}
+    layer=${layer%%/*}
+    [[ " $* " == *" $layer "* ]] && continue
+    echo "$f includes $what"
+    bad=1
+  done < <(grep -rlE --include='*.[ch]' \
+             "^[[:space:]]*#[[:space:]]*include[[:space:]]*$re" "$src" | sort)
+  return $bad
+}
+
 # Prints one line per wrong include under $1; returns 1 if any.
 check() {
   local src=$1 bad=0 f layer inc target tl ff tf srcabs rl rt r fl np
@@ -109,29 +126,12 @@ check() {
       fi
     done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
   done < <(find "$src" -name '*.c' -o -name '*.h' | sort)
-  # The libraries' headers, each seen by its own layer only (one grep
+  # The libraries' headers, each seen by its own layers only (one grep
   # over the tree for each).
-  while IFS= read -r f; do
-    layer=${f#"$src"/}
-    layer=${layer%%/*}
-    [[ $layer == redis || $layer == cli ]] && continue
-    echo "$f includes hiredis: only the Redis layer and the CLI may"
-    bad=1
-  done < <(grep -rl --include='*.[ch]' '^[[:space:]]*#[[:space:]]*include[[:space:]]*<hiredis/' "$src" | sort)
-  while IFS= read -r f; do
-    layer=${f#"$src"/}
-    layer=${layer%%/*}
-    [[ $layer == zk ]] && continue
-    echo "$f includes ZooKeeper: only the zk layer may"
-    bad=1
-  done < <(grep -rl --include='*.[ch]' '^[[:space:]]*#[[:space:]]*include[[:space:]]*<zookeeper/' "$src" | sort)
-  while IFS= read -r f; do
-    layer=${f#"$src"/}
-    layer=${layer%%/*}
-    [[ $layer == etcd ]] && continue
-    echo "$f includes libcurl, a JSON library or protobuf-c: only the etcd layer may"
-    bad=1
-  done < <(grep -rlE --include='*.[ch]' '^[[:space:]]*#[[:space:]]*include[[:space:]]*<(curl|json-c|jansson|protobuf-c)[/.]' "$src" | sort)
+  only "$src" '<hiredis/' "hiredis: only the Redis layer and the CLI may" redis cli || bad=1
+  only "$src" '<zookeeper/' "ZooKeeper: only the zk layer may" zk || bad=1
+  only "$src" '<(curl|json-c|jansson|protobuf-c)[/.]' \
+    "libcurl, a JSON library or protobuf-c: only the etcd layer may" etcd || bad=1
   return $bad
 }
 
