@@ -573,8 +573,33 @@ static void t_pbjson_answers(void) {
 #define ETCD_UNIT_TESTS
 #endif
 
-TH_MAIN(T_BARE(t_metrics_format), T_BARE(t_resp_format), T_BARE(t_park),
-        T_BARE(t_error_text), T_BARE(t_durations), T_BARE(t_url_redis),
-        T_BARE(t_url_bad), T_BARE(t_url_twice), T_BARE(t_url_redact),
-        T_BARE(t_errors), T_BARE(t_bad_open),
+/* A wait riding out a server's loss: pauses of 20 ms doubling to 200, the
+ * last cut to the deadline; without a deadline, over once
+ * DL_RIDE_TIMEOUTS command timeouts have passed since the first. */
+static void t_ride_pauses(void) {
+  dl_ride r = {0};
+  int64_t want[] = {20, 40, 80, 160, 200, 200, 200};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    CHECK_EQ(dl_ride_pause_ms(&r, INT64_MAX, 50), want[i]);
+  CHECK(r.since > 0 && r.since <= dl_now_ms());
+  /* Time, not the count of pauses: 10 command timeouts of 50 ms on. */
+  r.since = dl_now_ms() - DL_RIDE_TIMEOUTS * 50 + 1000;
+  CHECK_EQ(dl_ride_pause_ms(&r, INT64_MAX, 50), 200);
+  r.since = dl_now_ms() - DL_RIDE_TIMEOUTS * 50;
+  CHECK_EQ(dl_ride_pause_ms(&r, INT64_MAX, 50), 0);
+  /* An answer: the next ride starts afresh, from its own first pause. */
+  dl_ride_answered(&r);
+  CHECK_EQ(r.n, 0);
+  CHECK_EQ(dl_ride_pause_ms(&r, INT64_MAX, 50), 20);
+  /* A deadline: the last pause cut to it, then none. */
+  dl_ride_answered(&r);
+  int64_t p = dl_ride_pause_ms(&r, dl_now_ms() + 5, 50);
+  CHECK(p > 0 && p <= 5);
+  CHECK_EQ(dl_ride_pause_ms(&r, dl_now_ms() - 1, 50), 0);
+}
+
+TH_MAIN(T_BARE(t_metrics_format), T_BARE(t_ride_pauses), T_BARE(t_resp_format),
+        T_BARE(t_park), T_BARE(t_error_text), T_BARE(t_durations),
+        T_BARE(t_url_redis), T_BARE(t_url_bad), T_BARE(t_url_twice),
+        T_BARE(t_url_redact), T_BARE(t_errors), T_BARE(t_bad_open),
         T_BARE(t_options_size) ETCD_UNIT_TESTS)

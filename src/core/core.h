@@ -44,14 +44,26 @@ int64_t dl_validity(int64_t sent, int64_t lease_ms);
  * timeouts at most (30 s by default): an outage that long is reported,
  * not hidden. Every backend's. */
 #define DL_RIDE_TIMEOUTS 10
-/* The next pause of a wait riding out a server's loss (the etcd and
- * ZooKeeper backends'): 20 ms, doubling to 200 (*rides: the pauses so far,
- * counted here; the caller sets it to 0 at each answer), the last one cut
- * to the wait's deadline (dl_now_ms() time; INT64_MAX: none, and then
- * pauses for DL_RIDE_TIMEOUTS times command_timeout_ms at most); 0 when
- * the wait is to end. */
-int64_t dl_ride_pause_ms(int *rides, int64_t deadline,
+/* A wait riding out a server's loss (the etcd and ZooKeeper backends'):
+ * the pauses so far and when the first began (dl_now_ms() time). Zeroed
+ * ({0}, dl_ride_answered) at each answer. */
+typedef struct dl_ride {
+  int n;
+  int64_t since;
+} dl_ride;
+/* The next pause of a wait riding out a server's loss: 20 ms, doubling to
+ * 200 (counted in *r), the last one cut to the wait's deadline
+ * (dl_now_ms() time; INT64_MAX: none, and then the ride ends
+ * DL_RIDE_TIMEOUTS times command_timeout_ms after its first pause, as
+ * the Redis backend's); 0 when the wait is to end. */
+int64_t dl_ride_pause_ms(dl_ride *r, int64_t deadline,
                          int64_t command_timeout_ms);
+/* The server answered: the ride (if any) is over, the next counts
+ * afresh. */
+static inline void dl_ride_answered(dl_ride *r) {
+  r->n = 0;
+  r->since = 0;
+}
 /* The one rule for a lease every backend keeps: 0 when lease_ms is at most
  * DLOCK_LEASE_MAX_MS, else DLOCK_EINVAL with the detail recorded for owner
  * (NULL: the open's), naming `what` ("lease_ms") and the largest accepted. */

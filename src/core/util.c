@@ -94,17 +94,19 @@ int64_t dl_validity(int64_t sent, int64_t lease_ms) {
   return d > INT64_MAX - sent ? INT64_MAX : sent + d;
 }
 
-int64_t dl_ride_pause_ms(int *rides, int64_t deadline,
+int64_t dl_ride_pause_ms(dl_ride *r, int64_t deadline,
                          int64_t command_timeout_ms) {
-  /* The pauses: 20, 40, 80, 160, then 200 ms each. */
+  int64_t now = dl_now_ms();
+  if (r->n == 0) r->since = now;
   if (deadline == INT64_MAX &&
-      *rides >= 4 + DL_RIDE_TIMEOUTS * command_timeout_ms / 200)
+      now - r->since >= DL_RIDE_TIMEOUTS * command_timeout_ms)
     return 0;
-  int64_t left = deadline - dl_now_ms();
+  int64_t left = deadline - now;
   if (left <= 0) return 0;
-  int64_t pause = (int64_t)20 << (*rides < 4 ? *rides : 4);
+  /* The pauses: 20, 40, 80, 160, then 200 ms each. */
+  int64_t pause = (int64_t)20 << (r->n < 4 ? r->n : 4);
   if (pause > 200) pause = 200;
-  (*rides)++;
+  if (r->n < 5) r->n++;
   return pause < left ? pause : left;
 }
 

@@ -34,7 +34,7 @@ struct etcd_alatch {
   bool wait;        /* the await's */
   int64_t deadline;
   int64_t first; /* the create revision of the count waited for */
-  int rides;     /* transient errors ridden out */
+  dl_ride rides; /* transient errors ridden out */
   bool cancelled;
   lstep step;
 };
@@ -86,7 +86,7 @@ static void on_waited(dl_async *op, int rc) {
  * until the deadline. */
 static void await_look(dl_async *op) {
   etcd_alatch *l = op->lat;
-  l->rides = 0; /* answered */
+  dl_ride_answered(&l->rides); /* answered */
   if (!dl_etcd_latch_open(&l->lk, &l->first)) {
     dl_etcd_op_end(op, 1);
     return;

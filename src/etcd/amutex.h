@@ -42,7 +42,7 @@ struct etcd_aacq {
   bool won;         /* a keep step ends the acquire (it won) */
   bool watched;     /* a watch ended (the blocking path's `waited`) */
   bool cancelled;
-  int rides;       /* transient errors ridden out */
+  dl_ride rides;   /* transient errors ridden out */
   int fresh_tries; /* our old key found at the put, deleted */
   int clashes;     /* a read-write key found someone else's, put anew */
   char key[ETCD_KEY_MAX];

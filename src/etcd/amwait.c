@@ -166,8 +166,8 @@ void dl_am_on_look(dl_async *op, int rc, json_object *o) {
   int64_t at = 0;
   if (rc == 0)
     rc = dl_etcd_look_answer(op->e, q->h->key, o, q->pred, sizeof q->pred, &at);
-  if (rc >= 0 && q->rides) { /* answered */
-    q->rides = 0;
+  if (rc >= 0 && q->rides.n) { /* answered */
+    dl_ride_answered(&q->rides);
     atomic_store(&q->h->riding, 0);
   }
   if (rc < 0 && rc != DLOCK_ELOST) {

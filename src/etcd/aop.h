@@ -119,7 +119,7 @@ void dl_etcd_op_wake_at(dl_async *op, dl_timer_fn fn, int64_t at);
  * leaves room, as the blocking waits' dl_etcd_ride_out; else false (the
  * error stands). */
 bool dl_etcd_op_ride(dl_async *op, dl_timer_fn fn, bool cancelled, bool wait,
-                     int64_t deadline, int rc, int *rides);
+                     int64_t deadline, int rc, dl_ride *rides);
 /* Starts op's call k (until op->deadline), its answer to fn, or to pbfn
  * when k->msg (a message: dl_etcd_acall_ask's); one that cannot start
  * gets its error from the loop's dispatch. 0, or DLOCK_ENOMEM (op freed,

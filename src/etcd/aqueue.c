@@ -52,7 +52,7 @@ struct etcd_aqueue {
   dl_queue_req back; /* the offer giving c back */
   long long delayed_at;
   int tries;                  /* an offer's keys found taken */
-  int rides;                  /* a poll's transient errors ridden out */
+  dl_ride rides;              /* a poll's transient errors ridden out */
   char dest[ETCD_Q_DEST_MAX]; /* a reliable take's: where it puts the value */
   bool giving; /* the moves are the give-back's, not the delayed ones' */
   int64_t lease, sent; /* the consumer lease granted (its ID chosen before
@@ -174,7 +174,7 @@ static void on_waited(dl_async *op, int rc) {
  * delayed value's due time. */
 static void poll_none(dl_async *op, int64_t rev) {
   etcd_aqueue *a = op->aq;
-  a->rides = 0; /* answered */
+  dl_ride_answered(&a->rides); /* answered */
   int64_t now = dl_now_ms(), until = a->q->deadline;
   if (!a->q->wait || now >= until || a->cancelled) {
     dl_etcd_op_end(op, 0);

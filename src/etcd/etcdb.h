@@ -916,15 +916,15 @@ void dl_etcd_riding(etcd_hold *h, int rc);
 /* A wait (wait true, until deadline) rides out what a member lost or a
  * leader change makes requests fail with, as the Redis waits ride out a
  * failover: true after a pause (20 ms, doubling up to 200 ms; *rides
- * counts them) when rc is transient and the deadline leaves room, false
- * when the error stands (the client closing, the operation cancelled,
- * the time spent). */
+ * keeps the ride, dl_ride_pause_ms) when rc is transient and the deadline
+ * leaves room, false when the error stands (the client closing, the
+ * operation cancelled, the time spent). */
 bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,
-                      int *rides);
+                      dl_ride *rides);
 /* Its decision alone (the event loop's waits pause on a timer): the
  * pause in ms, or 0 when the error stands. */
 int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
-                           int *rides);
+                           dl_ride *rides);
 
 /* ---- mutex.c: the mutex acquire's steps, for both drivers (the event
  * loop's: amutex.c) ---- */

@@ -217,14 +217,14 @@ int dl_etcd_latch_await(dl_backend *b, const dl_sync_ref *s, bool wait,
   etcd_latch_names nm;
   dl_etcd_latch_names(e, s, &nm);
   int64_t first = 0; /* the create revision of the count waited for */
-  int rides = 0;
+  dl_ride rides = {0};
   for (;;) {
     unsigned wakes = atomic_load(&e->wakes);
     etcd_latch_look lk;
     int rc = look(e, s, &nm, &lk);
     if (rc < 0 && dl_etcd_ride_out(e, wait, deadline, rc, &rides)) continue;
     if (rc != 0) return rc;
-    rides = 0; /* answered */
+    dl_ride_answered(&rides); /* answered */
     if (!dl_etcd_latch_open(&lk, &first)) return 1;
     if (!wait || dl_now_ms() >= deadline) return 0;
     /* Its deletion after the read: zero reached. A stream that ended

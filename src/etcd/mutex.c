@@ -26,16 +26,16 @@
 /* Whether the acquire of h rides out rc (ride.c), told to the acquires of
  * the same lock in this client that wait behind it (h->riding). */
 static bool ride_out(dl_etcd *e, const dl_acquire *a, etcd_hold *h, int rc,
-                     int *rides) {
+                     dl_ride *rides) {
   dl_etcd_riding(h, rc);
   return dl_etcd_ride_out(e, a->wait, a->deadline, rc, rides);
 }
 
 /* The server answered a call of the acquire of h: a ride (if any) is over,
  * and the next outage counts its pauses afresh. */
-static void answered(etcd_hold *h, int *rides) {
-  if (*rides == 0) return;
-  *rides = 0;
+static void answered(etcd_hold *h, dl_ride *rides) {
+  if (rides->n == 0) return;
+  dl_ride_answered(rides);
   atomic_store(&h->riding, 0);
 }
 
@@ -187,7 +187,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
     return rc;
   }
   int64_t until = 0;
-  int rides = 0;
+  dl_ride rides = {0};
   /* A waiting acquire rides out the server's loss here too (as the Redis
    * backend's first attempt): the lease asked for again, and the put sent
    * again with the same key (a put that went through is found by the

@@ -422,7 +422,7 @@ static int move_due(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
 
 int dl_etcd_q_poll(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
                    dl_queue_req *q, const char *dest) {
-  int rides = 0;
+  dl_ride rides = {0};
   for (;;) {
     unsigned wakes = atomic_load(&e->wakes);
     long long next = -1;
@@ -432,7 +432,7 @@ int dl_etcd_q_poll(dl_etcd *e, const dl_sync_ref *s, const qnames *n,
     if (rc < 0 && dl_etcd_ride_out(e, q->wait, q->deadline, rc, &rides))
       continue;
     if (rc != 0 || !q->wait) return rc;
-    rides = 0; /* answered */
+    dl_ride_answered(&rides); /* answered */
     int64_t now = dl_now_ms(), until = q->deadline;
     if (now >= until || dl_offload_cancelled()) return 0;
     if (next >= 0 && next < until - now) until = now + (next < 5 ? 5 : next);

@@ -159,7 +159,7 @@ void dl_etcd_op_wake_at(dl_async *op, dl_timer_fn fn, int64_t at) {
 }
 
 bool dl_etcd_op_ride(dl_async *op, dl_timer_fn fn, bool cancelled, bool wait,
-                     int64_t deadline, int rc, int *rides) {
+                     int64_t deadline, int rc, dl_ride *rides) {
   int64_t pause =
       cancelled ? 0 : dl_etcd_ride_pause(op->e, wait, deadline, rc, rides);
   if (pause > 0) dl_etcd_op_wake_at(op, fn, dl_now_ms() + pause);

@@ -20,11 +20,11 @@ void dl_etcd_riding(etcd_hold *h, int rc) {
  * 20 ms doubling to 200, the last one up to the deadline, and the last
  * try made there) when rc is transient and the deadline has not come,
  * false when the error stands (the client closing, the operation
- * cancelled, the time spent, or for a wait without a limit about
- * DL_RIDE_TIMEOUTS command timeouts of pauses since the last answer: the
- * caller sets *rides to 0 at each). */
+ * cancelled, the time spent, or for a wait without a limit
+ * DL_RIDE_TIMEOUTS command timeouts since the first failure after the
+ * last answer: the caller calls dl_ride_answered at each). */
 int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
-                           int *rides) {
+                           dl_ride *rides) {
   if (!dl_etcd_transient(rc) || !wait || atomic_load(e->env->closing) ||
       dl_offload_cancelled())
     return 0;
@@ -32,7 +32,7 @@ int64_t dl_etcd_ride_pause(dl_etcd *e, bool wait, int64_t deadline, int rc,
 }
 
 bool dl_etcd_ride_out(dl_etcd *e, bool wait, int64_t deadline, int rc,
-                      int *rides) {
+                      dl_ride *rides) {
   int64_t pause = dl_etcd_ride_pause(e, wait, deadline, rc, rides);
   if (pause == 0) return false;
   dl_etcd_pause(e, pause);

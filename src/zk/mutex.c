@@ -268,7 +268,7 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
   const char *key = a->lock->key;
   const char *mine = strrchr(node, '/') + 1;
   bool walked = false; /* detect_deadlocks: once, before the first wait */
-  int rides = 0;
+  dl_ride rides = {0};
   for (;;) {
     struct String_vector sv = {0};
     int zrc = ZOK;
@@ -284,7 +284,7 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
       if (r > 0) continue;
       return r < 0 ? r : dl_zk_err(z, zrc, "list", key);
     }
-    rides = 0; /* answered */
+    dl_ride_answered(&rides); /* answered */
     char **v;
     int n = dl_zk_sorted_locks(&sv, &v);
     if (n < 0) {

@@ -405,7 +405,7 @@ int dl_zk_await_event(dl_zk *z, uint64_t seen, int64_t deadline,
 }
 
 int dl_zk_ride_out(dl_zk *z, bool wait, int64_t deadline, int zrc,
-                   int *rides, const char *what) {
+                   dl_ride *rides, const char *what) {
   if ((zrc != ZCONNECTIONLOSS && zrc != ZOPERATIONTIMEOUT) || !wait)
     return 0;
   int64_t pause = dl_ride_pause_ms(rides, deadline, z->command_timeout_ms);

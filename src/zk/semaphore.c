@@ -166,7 +166,7 @@ static int write_count(dl_zk *z, const char *path, long long n,
  * while the session lives. */
 static int await_lease(dl_zk *z, const char *path, const char *node,
                        bool wait, int64_t deadline) {
-  int rides = 0;
+  dl_ride rides = {0};
   for (;;) {
     pthread_mutex_lock(&z->mu);
     uint64_t seen = z->events;
@@ -191,7 +191,7 @@ static int await_lease(dl_zk *z, const char *path, const char *node,
       return dl_seterr(z->env->err_owner, DLOCK_ELOST, "our lease node %s "
                        "is gone (the session expired?)", node);
     if (zrc != ZOK) return dl_zk_err(z, zrc, "check", node);
-    rides = 0; /* answered */
+    dl_ride_answered(&rides); /* answered */
     if (n <= max) return 1;
     if (!wait || dl_now_ms() >= deadline || dl_offload_cancelled()) return 0;
     rc = dl_zk_await_event(z, seen, deadline, path);

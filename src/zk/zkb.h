@@ -253,12 +253,13 @@ int dl_zk_await_event(dl_zk *z, uint64_t seen, int64_t deadline,
  * session, its reconnection, ends it early): go again; 0 when zrc stands
  * (not a connection's loss, no wait, the deadline come, the operation
  * cancelled; for a wait without a limit, DL_RIDE_TIMEOUTS command
- * timeouts of pauses since the last answer); or a negative code recorded
- * in its stead, which the wait returns (DLOCK_ECONNLOST: the session
- * expired in the pause; DLOCK_ECLOSED: the client closing). *rides: the
- * pauses so far (0 at the wait's start, and again at each answer). */
+ * timeouts since the first failure after the last answer); or a negative
+ * code recorded in its stead, which the wait returns (DLOCK_ECONNLOST:
+ * the session expired in the pause; DLOCK_ECLOSED: the client closing).
+ * *rides: the ride so far ({0} at the wait's start, dl_ride_answered at
+ * each answer). */
 int dl_zk_ride_out(dl_zk *z, bool wait, int64_t deadline, int zrc,
-                   int *rides, const char *what);
+                   dl_ride *rides, const char *what);
 /* Remembers a node of ours as an orphan (deleted later). */
 void dl_zk_orphan_node(dl_zk *z, const char *node);
 /* Tries once to delete every orphan; those it cannot are kept. */
