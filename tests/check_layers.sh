@@ -41,7 +41,8 @@ redis_floor() {
 # $1 made absolute (from the working directory) and without "." and ".."
 # steps, in np (realpath -m without the fork; no symbolic links here).
 normpath() {
-  local p=$1 part out=() IFS=/
+  local - p=$1 part out=() IFS=/
+  set -f # no globbing of the path's parts
   [[ $p == /* ]] || p=$PWD/$p
   for part in $p; do
     case $part in
@@ -65,8 +66,9 @@ only() {
     [[ " $* " == *" $layer "* ]] && continue
     echo "$f includes $what"
     bad=1
-  done < <(grep -rlE --include='*.[ch]' \
-             "^[[:space:]]*#[[:space:]]*include[[:space:]]*$re" "$src" | sort)
+  done < <(find "$src" \( -name '*.c' -o -name '*.h' \) -print0 | sort -z |
+             xargs -0 grep -lE \
+               "^[[:space:]]*#[[:space:]]*include[[:space:]]*$re")
   return $bad
 }
 

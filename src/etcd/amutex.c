@@ -187,6 +187,7 @@ void dl_am_put_again(dl_async *op) {
  * lease, or for a waiter (keep_step) still its key's. */
 static void session_got(dl_async *op, int rc, int64_t l, int64_t u) {
   struct etcd_aacq *q = op->acq;
+  if (rc >= 0) dl_am_answered(op);
   if (rc < 0) {
     dl_am_wait_error(op, rc);
   } else if (!q->in_line) {
@@ -395,6 +396,7 @@ static void on_call(void *ud, int rc, json_object *o, int code) {
     return;
   case S_FIXED_GRANT:
     if (rc == 0 && (rc = dl_etcd_grant_answer(e, o, &l, &got)) == 0) {
+      dl_am_answered(op);
       q->h->lease = l;
       q->until = q->h->lease_until = dl_validity(q->sent, q->a->lease_ms);
       dl_am_put_step(op);
@@ -442,6 +444,7 @@ static void on_msg(void *ud, int rc, ProtobufCMessage *m, int code) {
   int64_t got = 0;
   if (q->step == S_FIXED_KEEP) {
     rc = dl_etcd_keepalive_reply(rc, m, &got);
+    if (rc >= 0) dl_am_answered(op);
     if (rc < 0) {
       q->h->lease = 0; /* as the blocking path: left to its TTL */
       dl_am_wait_error(op, rc);

@@ -85,6 +85,10 @@ void dl_am_wait_until(dl_async *op, astep step, int64_t at);
 void dl_am_wait_error(dl_async *op, int rc);
 /* A keep step's end: the acquire won, or the next look. */
 void dl_am_keep_done(dl_async *op);
+/* The server answered a call of the acquire: its ride (if any) is over,
+ * the next outage counts afresh, and the acquires behind it are told no
+ * error (etcd_hold.riding). */
+void dl_am_answered(dl_async *op);
 /* The look's and the claim txn's answers (rc the call's). */
 void dl_am_on_look(dl_async *op, int rc, json_object *o);
 void dl_am_on_put(dl_async *op, int rc, ProtobufCMessage *m);

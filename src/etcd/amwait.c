@@ -161,15 +161,19 @@ static void on_wait_timer(void *ud) {
   look_step(op); /* ends it when the wait is over */
 }
 
+void dl_am_answered(dl_async *op) {
+  struct etcd_aacq *q = op->acq;
+  if (q->rides.n == 0) return;
+  dl_ride_answered(&q->rides);
+  atomic_store(&q->h->riding, 0);
+}
+
 void dl_am_on_look(dl_async *op, int rc, json_object *o) {
   struct etcd_aacq *q = op->acq;
   int64_t at = 0;
   if (rc == 0)
     rc = dl_etcd_look_answer(op->e, q->h->key, o, q->pred, sizeof q->pred, &at);
-  if (rc >= 0 && q->rides.n) { /* answered */
-    dl_ride_answered(&q->rides);
-    atomic_store(&q->h->riding, 0);
-  }
+  if (rc >= 0) dl_am_answered(op);
   if (rc < 0 && rc != DLOCK_ELOST) {
     dl_am_wait_error(op, rc);
   } else if (rc < 0) {
@@ -194,6 +198,7 @@ void dl_am_on_put(dl_async *op, int rc, ProtobufCMessage *m) {
   etcd_hold *h = q->h;
   int64_t owner_rev = 0;
   if (rc == 0) rc = dl_etcd_claim_answer(op->e, h, m, true, &owner_rev);
+  if (rc >= 0) dl_am_answered(op);
   /* The key is someone else's: a read-write lock's takes another time (a
    * clash of clocks: a new key at the next put); a mutex's is no key of a
    * mutex. */
