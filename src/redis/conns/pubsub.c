@@ -37,6 +37,9 @@ typedef struct sleeper {
    * so a woken thread returns without queueing for mu behind the thread
    * that woke it. Changed under mu only. */
   atomic_int state;
+  /* Set under mu when the reader role is given to it (make_reader): a
+   * sleeper woken before it took the role up gives it back. */
+  bool given;
 } sleeper;
 
 enum { SLEEPING, WOKEN, STOPPED, READING };
@@ -104,6 +107,7 @@ static bool make_reader(dl_pubsub *p, sleeper *w, bool self) {
   int expect = SLEEPING;
   if (!atomic_compare_exchange_strong(&w->state, &expect, READING))
     return false;
+  w->given = true;
   p->reader = w;
   p->idle = false;
   if (!self) dl_park_wake(&w->state);
@@ -506,11 +510,23 @@ int dl_pubsub_wait(dl_pubsub *p, dl_sub *s, int64_t deadline, int64_t since,
     if (state != SLEEPING || dl_now_ms() >= deadline) break;
     pthread_mutex_unlock(&p->mu);
     dl_park_wait(&w.state, SLEEPING, deadline);
-    if (atomic_load_explicit(&w.state, memory_order_acquire) == WOKEN)
+    if (atomic_load_explicit(&w.state, memory_order_acquire) == WOKEN) {
+      /* Woken after the reader role was given to it (a waker's store
+       * follows make_reader's under mu, so `given` is seen): the role
+       * goes back, else nobody would read and the thread would wait on
+       * it at the close. */
+      if (w.given) {
+        pthread_mutex_lock(&p->mu);
+        if (p->reader == &w) leave_reader(p, &w, 0);
+        pthread_mutex_unlock(&p->mu);
+      }
       return 1;
+    }
     pthread_mutex_lock(&p->mu);
   }
-  /* Timed out or closing; a waker may still have taken it. */
+  /* Timed out or closing; a waker may still have taken it, perhaps after
+   * the role was given to it and before it took it up. */
+  if (p->reader == &w) leave_reader(p, &w, 0);
   int state = atomic_load_explicit(&w.state, memory_order_acquire);
   if (state != WOKEN && dl_subs_unlink(&p->t, s, &w.base)) all_del(p, &w);
   if (p->want == &w) p->want = NULL;
