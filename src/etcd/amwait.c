@@ -163,9 +163,7 @@ static void on_wait_timer(void *ud) {
 
 void dl_am_answered(dl_async *op) {
   struct etcd_aacq *q = op->acq;
-  if (q->rides.n == 0) return;
-  dl_ride_answered(&q->rides);
-  atomic_store(&q->h->riding, 0);
+  dl_etcd_answered(q->h, &q->rides);
 }
 
 void dl_am_on_look(dl_async *op, int rc, json_object *o) {

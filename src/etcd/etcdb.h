@@ -913,6 +913,10 @@ bool dl_etcd_transient(int rc);
  * it rides out rc (a transient error), or, rc being any other, that it
  * does not (etcd_hold.riding). */
 void dl_etcd_riding(etcd_hold *h, int rc);
+/* The server answered a call of the acquire of h (either driver): its
+ * ride, if any, is over (*rides reset, dl_ride_answered), and the acquires
+ * waiting behind it are told it no longer rides anything out. */
+void dl_etcd_answered(etcd_hold *h, dl_ride *rides);
 /* A wait (wait true, until deadline) rides out what a member lost or a
  * leader change makes requests fail with, as the Redis waits ride out a
  * failover: true after a pause (20 ms, doubling up to 200 ms; *rides

@@ -31,14 +31,6 @@ static bool ride_out(dl_etcd *e, const dl_acquire *a, etcd_hold *h, int rc,
   return dl_etcd_ride_out(e, a->wait, a->deadline, rc, rides);
 }
 
-/* The server answered a call of the acquire of h: a ride (if any) is over,
- * and the next outage counts its pauses afresh. */
-static void answered(etcd_hold *h, dl_ride *rides) {
-  if (rides->n == 0) return;
-  dl_ride_answered(rides);
-  atomic_store(&h->riding, 0);
-}
-
 /* The lock's key prefix: URL prefix + lock + "/". */
 static void lock_prefix(dl_etcd *e, const char *lock, char *out, size_t len) {
   snprintf(out, len, "%s%s/", e->prefix, lock);
@@ -202,7 +194,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
       rc = dl_etcd_session(e, deadline, &h->lease, &until);
     }
   } while (rc < 0 && ride_out(e, a, h, rc, &rides));
-  if (rc == 0) answered(h, &rides);
+  if (rc == 0) dl_etcd_answered(h, &rides);
   char pfx[ETCD_KEY_MAX], key[ETCD_KEY_MAX + 24], wait_pfx[ETCD_KEY_MAX + 8];
   char *value = NULL;
   if (rc == 0) rc = dl_etcd_mutex_key(e, a, h, pfx, wait_pfx, &value);
@@ -216,7 +208,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
       rc = 0;
       continue;
     }
-    if (rc >= 0) answered(h, &rides);
+    if (rc >= 0) dl_etcd_answered(h, &rides);
     if (rc != 1) break;
     /* The key is someone else's: a read-write lock's takes another time
      * (a clash of clocks); a mutex's is no key of a mutex. */
@@ -264,7 +256,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
                       dl_now_ms() + e->command_timeout_ms);
     if (rc < 0 && rc != DLOCK_ELOST && ride_out(e, a, h, rc, &rides)) continue;
     if (rc < 0) break;
-    answered(h, &rides);
+    dl_etcd_answered(h, &rides);
     if (rc == 0) {
       won = true;
       rc = 1;

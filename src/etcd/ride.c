@@ -14,6 +14,12 @@ void dl_etcd_riding(etcd_hold *h, int rc) {
   atomic_store(&h->riding, dl_etcd_transient(rc) ? rc : 0);
 }
 
+void dl_etcd_answered(etcd_hold *h, dl_ride *rides) {
+  if (rides->n == 0) return;
+  dl_ride_answered(rides);
+  atomic_store(&h->riding, 0);
+}
+
 /* A wait rides out what a member lost or a leader change makes requests
  * fail with (etcd answers "leader changed", a member goes away), as the
  * Redis waits ride out a failover: true after a pause (dl_ride_pause_ms:

@@ -7,7 +7,9 @@
  * that can break exclusion must show a violation (else the injection did not
  * work). docs/SAFETY.md maps each guarantee to its scenario here.
  *
- *   test_safety [--dlock PATH] [SCENARIO...] */
+ *   test_safety [--dlock PATH] [SCENARIO...]
+ * PATH: the CLI its `dlock run` rows start (default: the one built beside
+ * it). */
 #include "../harness.h"
 #include "client/client.h"
 #include "proxy.h"
@@ -36,7 +38,7 @@
 #define VICTIM 0  /* the victim's worker id */
 
 static char self[PATH_MAX];
-static const char *dlock_bin = "dlock";
+static const char *dlock_bin = DLOCK_CLI_PATH;
 static char dir[64]; /* the resource socket and faketime files */
 static th_redis srv;
 static const char *lock_name;
