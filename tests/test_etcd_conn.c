@@ -1097,27 +1097,30 @@ static void restart_holding(th_etcd *s, const dlock_client_options *o) {
     if (r == 1) restart_under_pings(s, c, 2);
     ping_at_once(c[0]);
     ping_at_once(c[1]);
-    /* The first round after the restart: one may go on the connection
-     * that is gone, DLOCK_ECONNLOST (under valgrind, 1 of 64 on
-     * etcds://: curl 7.88 put its stream on the old connection, not
-     * checked while a call, likely a renewal, was on it with the loop
-     * not run); the next round, each answered. */
+    /* After the restart, every ping answered. Under valgrind, curl 7.88
+     * put one of them on the gateway's TLS connection that was gone (its
+     * stream on it, not checked while a call, likely a renewal, was on
+     * it with the loop not run): DLOCK_ECONNLOST, 1 of 64 in each run,
+     * until a read lost with a pooled connection went again (http.c).
+     * Two rounds after it. */
     for (int round = 0; round < 1 + r; round++) {
       memset(d, 0, sizeof d);
       for (int i = 0; i < 2 * N; i++)
         CHECK_RC(dlock_client_ping_async(ac[i % 2], et_on_adone, &d[i], NULL),
                  0);
       CHECK(et_run_all(lp, d, 2 * N));
-      int ok = 0, lost = 0;
+      int ok = 0, lost = 0, lost_json = 0;
       for (int i = 0; i < 2 * N; i++) {
         ok += d[i].rc == 0 && d[i].calls == 1;
         lost += d[i].rc == DLOCK_ECONNLOST && d[i].calls == 1;
+        lost_json += d[i].rc == DLOCK_ECONNLOST && i % 2 == 1;
       }
       if (ok < 2 * N)
-        fprintf(stderr, "    %d of %d pings answered, %d DLOCK_ECONNLOST\n",
-                ok, 2 * N, lost);
-      CHECK_EQ(ok + (r == 1 && round == 0 ? lost : 0), 2 * N);
-      CHECK(lost <= 2); /* a client's first, at most */
+        fprintf(stderr,
+                "    %d of %d pings answered, %d DLOCK_ECONNLOST (%d of them "
+                "through the gateway)\n",
+                ok, 2 * N, lost, lost_json);
+      CHECK_EQ(ok, 2 * N);
     }
     conns[r] = r == 0 || getenv("DLOCK_UNDER_VALGRIND")
                    ? et_conns_to(s->port, NULL)

@@ -284,7 +284,8 @@ static int try_start(etcd_acall *c) {
   }
   etcd_h2conn *k = &a->conns[c->idx];
   bool prior = c->again || !k->open;
-  c->may_again = !prior;
+  /* The gateway's: a first try (a read lost goes again, once). */
+  c->may_again = c->q.m ? !prior : !c->again;
   dl_etcd_req_setup(e, &c->q, c->h, c->idx, c->hd, left, prior);
   curl_easy_setopt(c->h, CURLOPT_PRIVATE, c);
   if (c->q.m) {

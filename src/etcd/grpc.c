@@ -45,36 +45,39 @@ struct etcd_gconn {
 
 /* The gateway's paths and their gRPC methods. stream: a bidi stream
  * method, called with one message (its answer wrapped as the gateway
- * writes a stream's: {"result": ...}). */
+ * writes a stream's: {"result": ...}). safe: the server does the same
+ * whether it runs once or twice (a read), so a call lost with its
+ * connection goes again (dl_etcd_grpc_end). */
 typedef struct etcd_method {
   const char *path, *grpc;
   const ProtobufCMessageDescriptor *req, *resp;
-  bool stream;
+  bool stream, safe;
 } method;
 
-#define M(p, g, r, s)                                                          \
+#define M(p, g, r, s, safe)                                                    \
   {                                                                            \
     p, g, &etcdserverpb__##r##_request__descriptor,                            \
-        &etcdserverpb__##r##_response__descriptor, s                           \
+        &etcdserverpb__##r##_response__descriptor, s, safe                     \
   }
 static const method methods[] = {
-    M("/v3/kv/txn", "/etcdserverpb.KV/Txn", txn, false),
-    M("/v3/kv/range", "/etcdserverpb.KV/Range", range, false),
+    M("/v3/kv/txn", "/etcdserverpb.KV/Txn", txn, false, false),
+    M("/v3/kv/range", "/etcdserverpb.KV/Range", range, false, true),
     M("/v3/kv/deleterange", "/etcdserverpb.KV/DeleteRange", delete_range,
+      false, false),
+    M("/v3/kv/put", "/etcdserverpb.KV/Put", put, false, false),
+    M("/v3/lease/grant", "/etcdserverpb.Lease/LeaseGrant", lease_grant, false,
       false),
-    M("/v3/kv/put", "/etcdserverpb.KV/Put", put, false),
-    M("/v3/lease/grant", "/etcdserverpb.Lease/LeaseGrant", lease_grant, false),
     M("/v3/lease/revoke", "/etcdserverpb.Lease/LeaseRevoke", lease_revoke,
-      false),
+      false, false),
     M("/v3/lease/keepalive", "/etcdserverpb.Lease/LeaseKeepAlive",
-      lease_keep_alive, true),
+      lease_keep_alive, true, false),
     M("/v3/lease/timetolive", "/etcdserverpb.Lease/LeaseTimeToLive",
-      lease_time_to_live, false),
+      lease_time_to_live, false, true),
     M("/v3/maintenance/status", "/etcdserverpb.Maintenance/Status", status,
-      false),
+      false, true),
     M("/v3/auth/authenticate", "/etcdserverpb.Auth/Authenticate", authenticate,
-      false),
-    M("/v3/watch", "/etcdserverpb.Watch/Watch", watch, true),
+      false, false),
+    M("/v3/watch", "/etcdserverpb.Watch/Watch", watch, true, false),
 };
 #undef M
 
@@ -86,6 +89,11 @@ static const method *method_of(const char *path) {
 
 const struct etcd_method *dl_etcd_grpc_method(const char *path) {
   return method_of(path);
+}
+
+bool dl_etcd_path_safe(const char *path) {
+  const method *m = method_of(path);
+  return m && m->safe;
 }
 
 static int hex(char c) {
@@ -449,9 +457,14 @@ etcd_try dl_etcd_grpc_end(dl_etcd *e, etcd_req *q, CURL *h, int idx,
   curl_easy_getinfo(h, CURLINFO_HTTP_VERSION, &version);
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
   *h2 = cc == CURLE_OK && version == CURL_HTTP_VERSION_2_0;
+  /* A read lost with a connection it found open (curl 7.88 may put a
+   * stream on one already gone, a server restarted): again, on a new
+   * one. Anything else may have been done: its error stands. */
+  bool lost_read = may_again && q->m->safe;
   if (cc != CURLE_OK) {
     bool next = false;
     *rc = dl_etcd_curl_error(e, q->path, idx, cc, q->why, &next);
+    if (!next && *rc == DLOCK_ECONNLOST && lost_read) return ETCD_TRY_AGAIN;
     return next ? ETCD_TRY_NEXT : ETCD_TRY_DONE;
   }
   atomic_store(&e->current, idx);
@@ -465,6 +478,8 @@ etcd_try dl_etcd_grpc_end(dl_etcd *e, etcd_req *q, CURL *h, int idx,
     *rc = answer(e, q->m, q->path, q, out);
   else if (q->status > 0)
     *rc = dl_etcd_status_error(e, q->path, q->status, q->message, status, code);
+  else if (lost_read) /* (as below) */
+    return ETCD_TRY_AGAIN;
   else /* gRPC's trailers never came: curl 7.88 takes a connection
         * closed mid-answer (the server killed) for the stream's end */
     *rc = dl_seterr(e->err, DLOCK_ECONNLOST,

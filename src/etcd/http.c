@@ -275,6 +275,14 @@ static etcd_try req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,
   if (cc != CURLE_OK) {
     bool next = false;
     *rc = dl_etcd_curl_error(e, q->path, idx, cc, q->why, &next);
+    /* A read lost with a connection from curl's pool (over TLS, HTTP/2:
+     * curl 7.88 may put a stream on one already gone, a server
+     * restarted): again, on another. */
+    long opened = -1;
+    if (!next && *rc == DLOCK_ECONNLOST && may_again &&
+        curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &opened) == CURLE_OK &&
+        opened == 0 && dl_etcd_path_safe(q->path))
+      return ETCD_TRY_AGAIN;
     return next ? ETCD_TRY_NEXT : ETCD_TRY_DONE;
   }
   *rc = 0;
@@ -326,6 +334,7 @@ static int call_once(dl_etcd *e, const etcd_ask *k, ProtobufCMessage **reply,
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   }
   int start = atomic_load(&e->current);
+  bool again = false;
   for (int i = 0; i < e->nendpoints; i++) {
     int idx = (start + i) % e->nendpoints;
     int64_t left = deadline - dl_now_ms();
@@ -334,12 +343,14 @@ static int call_once(dl_etcd *e, const etcd_ask *k, ProtobufCMessage **reply,
                      path);
       break;
     }
-    if (dl_etcd_skip_unreached(e, path, idx, &rc)) continue;
+    if (!again && dl_etcd_skip_unreached(e, path, idx, &rc)) continue;
     dl_etcd_req_setup(e, &q, h, idx, hd, left, false);
     bool h2;
-    if (dl_etcd_req_end(e, &q, h, idx, curl_easy_perform(h), false, out, code,
-                        &rc, &h2) != ETCD_TRY_NEXT)
-      break;
+    etcd_try t = dl_etcd_req_end(e, &q, h, idx, curl_easy_perform(h), !again,
+                                 out, code, &rc, &h2);
+    again = t == ETCD_TRY_AGAIN; /* a read lost: once more, here */
+    if (again) i--;
+    else if (t != ETCD_TRY_NEXT) break;
   }
   dl_etcd_headers_free(e, hd);
   dl_etcd_handle_put(e, h);
