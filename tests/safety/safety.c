@@ -908,7 +908,12 @@ static void s12_run(bool enforce, bool delayed) {
   CHECK(th_redis_restart(&rl[2]) == 0);
   th_redis_kill(&rl[0], SIGKILL);
   CHECK(th_redis_restart(&rl[0]) == 0);
-  CHECK_EQ(rl_holders(), 1); /* only server 1 still has it */
+  /* The injection worked: servers 0 and 2 came back without the lock.
+   * (Server 1's copy may be gone too: a renewal in the restarts' window,
+   * a quorum short, tells the victim of the loss, seen under ASan with
+   * the delay's 400 ms lease.) */
+  CHECK_EQ(th_cmd_int(&rl[0], "EXISTS %s", lock_name), 0);
+  CHECK_EQ(th_cmd_int(&rl[2], "EXISTS %s", lock_name), 0);
   size_t mark = res_mark();
   start_others(3, 1);
   if (!delayed) {
