@@ -1560,6 +1560,57 @@ static void cycles_at_once(dlock_loop *lp, dlock_client *c, dlock_lock **l,
   *ok = all_ended(rel, AR_N, 1, "release") && acquired && pinged;
 }
 
+
+/* An event-loop acquire that rode out a stall of the server (its
+ * session's grant unanswered for three command timeouts, then answered)
+ * and won from its put ends its ride there: an acquire of the same lock
+ * in the same client, another owner waiting behind it, ends at its
+ * deadline with DLOCK_EBUSY (held), not with the ride's stale error
+ * (DLOCK_ETIMEDOUT, "an acquire of it in this client rides out the
+ * server's loss"), which it got when only a look ended a ride. */
+static void t_etcd_async_ride_answered(void) {
+  TH_NEED_ETCD();
+  th_etcd s;
+  CHECK_RC(th_etcd_start(&s), 0);
+  dlock_loop *lp;
+  CHECK_RC(dlock_loop_new(NULL, &lp), 0);
+  dlock_client_options o;
+  dlock_client_options_init(&o);
+  o.url = s.url;
+  o.command_timeout_ms = (int)th_soon(200);
+  dlock_client *c;
+  CHECK_RC(dlock_client_open_async(&o, lp, &c), 0);
+  dlock_lock *a, *b;
+  CHECK_RC(dlock_lock_new(c, "ra", "a", &a), 0);
+  CHECK_RC(dlock_lock_new(c, "ra", "b", &b), 0);
+  et_adone d[2];
+  memset(d, 0, sizeof d);
+  th_etcd_kill(&s, SIGSTOP);
+  CHECK_RC(dlock_lock_acquire_async(a, 10000, 0, et_on_adone, &d[0], NULL), 0);
+  for (int64_t end = th_now_ms() + 3 * o.command_timeout_ms;
+       th_now_ms() < end;)
+    dlock_loop_run(lp, 10);
+  CHECK_EQ(d[0].calls, 0); /* riding it out */
+  th_etcd_kill(&s, SIGCONT);
+  CHECK(et_run_all(lp, d, 1));
+  CHECK_RC(d[0].rc, 0);
+  int64_t t0 = th_now_ms();
+  CHECK_RC(dlock_lock_acquire_async(b, 300, 0, et_on_adone, &d[1], NULL), 0);
+  CHECK(et_run_all(lp, d + 1, 1));
+  fprintf(stderr, "    the acquire behind it: %s after %lld ms\n",
+          dlock_err_name(d[1].rc), (long long)(th_now_ms() - t0));
+  CHECK_RC(d[1].rc, DLOCK_EBUSY);
+  memset(d, 0, sizeof d);
+  CHECK_RC(dlock_lock_release_async(a, et_on_adone, &d[0], NULL), 0);
+  CHECK(et_run_all(lp, d, 1));
+  CHECK_RC(d[0].rc, 1);
+  dlock_lock_free(a);
+  dlock_lock_free(b);
+  dlock_client_close(c);
+  dlock_loop_free(lp);
+  th_etcd_stop(&s);
+}
+
 /* An event-loop client's calls after a server restart, many in flight:
  * the shared HTTP/2 connection is gone, and the calls that find it so
  * each end once, answered, on one new connection (they opened one each,
@@ -2473,7 +2524,8 @@ TH_MAIN(T_BARE(t_etcd_async_nothread), T_BARE(t_etcd_async_acquire),
         T_BARE(t_etcd_async_queue_close_takes),
         T_BARE(t_etcd_async_sem_cancel_look), T_BARE(t_etcd_async_fence),
         T_BARE(t_etcd_async_inspect), T_BARE(t_etcd_async_scan),
-        T_BARE(t_etcd_async_stale), T_BARE(t_etcd_async_restart))
+        T_BARE(t_etcd_async_stale), T_BARE(t_etcd_async_restart),
+        T_BARE(t_etcd_async_ride_answered))
 #else
 static void t_etcd_none(void) {
   fprintf(stderr, "    skipped: no etcd backend or server here\n");
