@@ -72,6 +72,7 @@ struct etcd_acall {
   unsigned gen;      /* the token's generation sent */
   int start, i, idx; /* the endpoints: the first tried, tries, this one */
   bool again, may_again;
+  bool reread;     /* a read lost went once more (ETCD_TRY_REREAD) */
   bool refused;    /* the try would have opened a connection without
                       prior knowledge (dl_etcd_no_open): nothing sent */
   unsigned opens;  /* its endpoint's when the try started */
@@ -284,8 +285,8 @@ static int try_start(etcd_acall *c) {
   }
   etcd_h2conn *k = &a->conns[c->idx];
   bool prior = c->again || !k->open;
-  /* The gateway's: a first try (a read lost goes again, once). */
-  c->may_again = c->q.m ? !prior : !c->again;
+  /* (The gateway's: any first try; a read lost goes once more.) */
+  c->may_again = c->q.m ? !prior : true;
   dl_etcd_req_setup(e, &c->q, c->h, c->idx, c->hd, left, prior);
   curl_easy_setopt(c->h, CURLOPT_PRIVATE, c);
   if (c->q.m) {
@@ -324,6 +325,7 @@ static int call_begin(etcd_acall *c) {
   c->start = atomic_load(&e->current);
   c->i = 0;
   c->again = false;
+  c->reread = false;
   return try_start(c);
 }
 
@@ -378,12 +380,17 @@ static void try_end(etcd_acall *c, CURLcode cc) {
   }
   bool h2;
   etcd_try t = dl_etcd_req_end(e, &c->q, c->h, c->idx, cc,
-                               c->may_again && !c->again, &o, &code, &rc, &h2);
+                               c->may_again && !c->again && !c->reread, &o,
+                               &code, &rc, &h2);
   if (c->q.m && !c->may_again) /* it opened */
     dl_etcd_h2_opened(k, c->opens, cc);
   if (c->q.m && !h2) dl_etcd_h2_gone(k, c->opens); /* no connection kept */
   c->again = t == ETCD_TRY_AGAIN;
-  if (t == ETCD_TRY_AGAIN || (t == ETCD_TRY_NEXT && ++c->i < e->nendpoints)) {
+  /* A read lost: once more, as a first try (those lost with it wait for
+   * the connection the first of them opens). */
+  if (t == ETCD_TRY_REREAD) c->reread = true;
+  if (t == ETCD_TRY_AGAIN || t == ETCD_TRY_REREAD ||
+      (t == ETCD_TRY_NEXT && ++c->i < e->nendpoints)) {
     if ((rc = try_start(c)) != 0) finish(c, rc, NULL, 0);
     return;
   }

@@ -267,10 +267,14 @@ typedef struct etcd_req {
 typedef enum etcd_try {
   ETCD_TRY_DONE, /* its result is the call's */
   ETCD_TRY_NEXT, /* the server was not reached: the next endpoint */
-  ETCD_TRY_AGAIN /* a reused connection was gone, and curl opened an
-                    HTTP/1.1 one, which etcd gave its gateway (nothing
-                    done), or a read was lost with it: the same endpoint
-                    again, on a new connection with prior knowledge */
+  ETCD_TRY_AGAIN, /* a reused connection was gone and curl opened an
+                     HTTP/1.1 one, which etcd gave its gateway (nothing
+                     done): the same endpoint again, on a new connection
+                     with prior knowledge */
+  ETCD_TRY_REREAD /* a read lost with a connection the try found open
+                     (dl_etcd_path_safe): the same endpoint once more, as
+                     a first try (the calls lost with it share the
+                     connection the first of them opens, or its failure) */
 } etcd_try;
 /* A call as its caller asks it, on either driver: path (the gateway's,
  * "/v3/kv/txn") with body, the gateway's JSON; or with msg, a message of
@@ -392,7 +396,7 @@ void dl_etcd_aclaims_woken(dl_backend *b);
 const struct etcd_method *dl_etcd_grpc_method(const char *path);
 /* Whether the call at path (the gateway's) is a read: the server does the
  * same whether it runs once or twice, so one lost with a connection found
- * open goes again on a new one (ETCD_TRY_AGAIN). */
+ * open goes once more (ETCD_TRY_REREAD). */
 bool dl_etcd_path_safe(const char *path);
 /* q->req: the JSON body as q->m's framed request message; 0, or a
  * negative code recorded. */

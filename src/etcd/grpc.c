@@ -464,7 +464,7 @@ etcd_try dl_etcd_grpc_end(dl_etcd *e, etcd_req *q, CURL *h, int idx,
   if (cc != CURLE_OK) {
     bool next = false;
     *rc = dl_etcd_curl_error(e, q->path, idx, cc, q->why, &next);
-    if (!next && *rc == DLOCK_ECONNLOST && lost_read) return ETCD_TRY_AGAIN;
+    if (!next && *rc == DLOCK_ECONNLOST && lost_read) return ETCD_TRY_REREAD;
     return next ? ETCD_TRY_NEXT : ETCD_TRY_DONE;
   }
   atomic_store(&e->current, idx);
@@ -479,7 +479,7 @@ etcd_try dl_etcd_grpc_end(dl_etcd *e, etcd_req *q, CURL *h, int idx,
   else if (q->status > 0)
     *rc = dl_etcd_status_error(e, q->path, q->status, q->message, status, code);
   else if (lost_read) /* (as below) */
-    return ETCD_TRY_AGAIN;
+    return ETCD_TRY_REREAD;
   else /* gRPC's trailers never came: curl 7.88 takes a connection
         * closed mid-answer (the server killed) for the stream's end */
     *rc = dl_seterr(e->err, DLOCK_ECONNLOST,
@@ -491,16 +491,18 @@ etcd_try dl_etcd_grpc_end(dl_etcd *e, etcd_req *q, CURL *h, int idx,
 
 /* One try of q at endpoint idx on h: on c's own connection (c: the
  * lone call's), or on gmux.c's shared one. again: a try again after the
- * connection had gone (prior knowledge on a new one). */
+ * connection had gone (prior knowledge on a new one); reread: a read's
+ * second try (ETCD_TRY_REREAD), its last. */
 static etcd_try try_on(dl_etcd *e, etcd_req *q, struct etcd_gconn *c, CURL *h,
                        int idx, struct curl_slist *hd, int64_t left, bool again,
-                       json_object **out, int *code, int *rc, bool *h2) {
+                       bool reread, json_object **out, int *code, int *rc,
+                       bool *h2) {
   if (c) {
     bool reused = c->ep == idx;
     dl_etcd_req_setup(e, q, h, idx, hd, left, !reused);
     curl_easy_setopt(h, CURLOPT_MAXCONNECTS, 1L);
-    return dl_etcd_req_end(e, q, h, idx, gconn_perform(c), reused && !again,
-                           out, code, rc, h2);
+    return dl_etcd_req_end(e, q, h, idx, gconn_perform(c),
+                           reused && !again && !reread, out, code, rc, h2);
   }
   bool prior, refused;
   unsigned mark;
@@ -513,8 +515,8 @@ static etcd_try try_on(dl_etcd *e, etcd_req *q, struct etcd_gconn *c, CURL *h,
   } while (refused && (left = end - dl_now_ms()) > 0);
   /* Out of time while refused: nothing was sent, the server may be up. */
   if (refused) cc = CURLE_OPERATION_TIMEDOUT;
-  etcd_try t =
-      dl_etcd_req_end(e, q, h, idx, cc, !prior && !again, out, code, rc, h2);
+  etcd_try t = dl_etcd_req_end(e, q, h, idx, cc, !prior && !again && !reread,
+                               out, code, rc, h2);
   if (!*h2) dl_etcd_gmux_gone(e, idx, mark); /* no connection kept */
   return t;
 }
@@ -531,6 +533,7 @@ int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
   int start = atomic_load(&e->current), rc = 0;
   if (hd == NULL) rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   bool again = false; /* the same endpoint again, with prior knowledge */
+  bool reread = false; /* a read lost went once more */
   for (int i = 0; i < e->nendpoints && hd; i++) {
     int idx = (start + i) % e->nendpoints;
     int64_t left = deadline - dl_now_ms();
@@ -541,7 +544,20 @@ int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
     }
     if (!again && dl_etcd_skip_unreached(e, q->path, idx, &rc)) continue;
     bool h2;
-    etcd_try t = try_on(e, q, c, h, idx, hd, left, again, out, code, &rc, &h2);
+    etcd_try t =
+        try_on(e, q, c, h, idx, hd, left, again, reread, out, code, &rc, &h2);
+    if (t == ETCD_TRY_REREAD) {
+      /* As a first try: the lone call on a new connection of its own,
+       * a shared one's on whichever its callers open next. */
+      if (c && gconn_renew(c) != 0) {
+        rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
+        break;
+      }
+      h = c ? c->h : h;
+      reread = true;
+      i--;
+      continue;
+    }
     if (t == ETCD_TRY_AGAIN) {
       /* Our connection had gone: again on a new one. */
       if (c && gconn_renew(c) != 0) {

@@ -282,7 +282,7 @@ static etcd_try req_end(dl_etcd *e, etcd_req *q, CURL *h, int idx, CURLcode cc,
     if (!next && *rc == DLOCK_ECONNLOST && may_again &&
         curl_easy_getinfo(h, CURLINFO_NUM_CONNECTS, &opened) == CURLE_OK &&
         opened == 0 && dl_etcd_path_safe(q->path))
-      return ETCD_TRY_AGAIN;
+      return ETCD_TRY_REREAD;
     return next ? ETCD_TRY_NEXT : ETCD_TRY_DONE;
   }
   *rc = 0;
@@ -334,7 +334,7 @@ static int call_once(dl_etcd *e, const etcd_ask *k, ProtobufCMessage **reply,
     return dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
   }
   int start = atomic_load(&e->current);
-  bool again = false;
+  bool reread = false; /* a read lost went once more */
   for (int i = 0; i < e->nendpoints; i++) {
     int idx = (start + i) % e->nendpoints;
     int64_t left = deadline - dl_now_ms();
@@ -343,14 +343,17 @@ static int call_once(dl_etcd *e, const etcd_ask *k, ProtobufCMessage **reply,
                      path);
       break;
     }
-    if (!again && dl_etcd_skip_unreached(e, path, idx, &rc)) continue;
+    if (dl_etcd_skip_unreached(e, path, idx, &rc)) continue;
     dl_etcd_req_setup(e, &q, h, idx, hd, left, false);
     bool h2;
-    etcd_try t = dl_etcd_req_end(e, &q, h, idx, curl_easy_perform(h), !again,
+    etcd_try t = dl_etcd_req_end(e, &q, h, idx, curl_easy_perform(h), !reread,
                                  out, code, &rc, &h2);
-    again = t == ETCD_TRY_AGAIN; /* a read lost: once more, here */
-    if (again) i--;
-    else if (t != ETCD_TRY_NEXT) break;
+    if (t == ETCD_TRY_REREAD) { /* once more, here */
+      reread = true;
+      i--;
+    } else if (t != ETCD_TRY_NEXT) {
+      break;
+    }
   }
   dl_etcd_headers_free(e, hd);
   dl_etcd_handle_put(e, h);
