@@ -151,6 +151,9 @@ static void child(const char *url, const char *base, int i, int held_fd,
   char go;
   if (read(go_fd, &go, 1) != 1) _exit(2);
   int rc = dlock_lock_try_acquire(m, 3000, 0, NULL);
+  if (rc != DLOCK_EBUSY)
+    fprintf(stderr, "    worker-%d's wait: %s (%s)\n", i, dlock_err_name(rc),
+            dlock_client_errmsg(c));
   _exit(rc == DLOCK_EBUSY ? 0 : 3);
 }
 
@@ -192,6 +195,10 @@ static void two_processes(const char *url, const char *base, const char *kind,
   for (int i = 0; i < 2; i++) {
     int st = 0;
     CHECK(waitpid(pid[i], &st, 0) == pid[i]);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+      fprintf(stderr, "    worker-%d: %s %d\n", i,
+              WIFEXITED(st) ? "exit status" : "signal",
+              WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   }
   CHECK_EQ(run_cli_on(url, "", out, sizeof out), 0);
