@@ -1071,7 +1071,7 @@ static void async_wait(const th_etcd *s, const char *url, wait_kind *k) {
   /* None free: the blocking client holds the permits left. */
   for (int i = 0; k->permits && i < HANDED; i++)
     CHECK_RC(dlock_permits_try_acquire(k->pb, 0, 0, k->held[i]), 0);
-  et_run_sampled(lp, 50); /* the watches of the permits' keys start */
+  et_run_sampled(lp, th_soon(50)); /* the permits' keys' watches start */
   int before = et_tasks();
   /* N acquires waiting in line: no thread, none done, a watch each. */
   long long watches = th_etcd_started(s, "Watch"),
