@@ -293,7 +293,11 @@ static int try_for(void *arg) {
  * Redisson's retry attempts, Curator's retry loop and etcd's client do.
  * The control: an acquire without a wait, made in the same stall, fails
  * (on zk://, whose calls wait out a stall within the session, it ends
- * after it, refused by the holder). */
+ * after it, refused by the holder). It asks for a lock of its own, held
+ * by the holder too: its request, given up on, may still run when the
+ * server resumes (docs/SAFETY.md, row 4c) and, on the waiter's lock, took
+ * it once for its lease after the holder's release (rediss://, a
+ * fresh-clone run). */
 static void t_wait_rides_stall(void) {
   CF_NEEDS_SERVER();
   dlock_client_options o;
@@ -306,17 +310,20 @@ static void t_wait_rides_stall(void) {
   CHECK(a && b && ctl);
   CHECK_RC(dlock_loop_new(NULL, &lp), 0);
   CHECK_RC(dlock_client_open_async(&o, lp, &ac), 0);
-  char name[64], aname[64];
+  char name[64], aname[64], cname[64];
   cf_name(name, sizeof name, "stall");
   cf_name(aname, sizeof aname, "stall-async");
-  dlock_lock *h, *ha, *w, *c, *aw;
+  cf_name(cname, sizeof cname, "stall-control");
+  dlock_lock *h, *ha, *hc, *w, *c, *aw;
   CHECK_RC(dlock_lock_new(a, name, "holder", &h), 0);
   CHECK_RC(dlock_lock_new(a, aname, "holder", &ha), 0);
+  CHECK_RC(dlock_lock_new(a, cname, "holder", &hc), 0);
   CHECK_RC(dlock_lock_new(b, name, "waiter", &w), 0);
-  CHECK_RC(dlock_lock_new(ctl, name, "control", &c), 0);
+  CHECK_RC(dlock_lock_new(ctl, cname, "control", &c), 0);
   CHECK_RC(dlock_lock_new(ac, aname, "waiter", &aw), 0);
   CHECK_RC(dlock_lock_try_acquire(h, 0, 10000, NULL), 0);
   CHECK_RC(dlock_lock_try_acquire(ha, 0, 10000, NULL), 0);
+  CHECK_RC(dlock_lock_try_acquire(hc, 0, 10000, NULL), 0);
   /* From here to the resume, no CHECK (a CHECK returns). */
   int64_t wait_ms = 10000 * cf_slowdown();
   try_arg tw = {w, wait_ms, "", b}, tc = {c, 0, "", ctl};
@@ -338,8 +345,11 @@ static void t_wait_rides_stall(void) {
   int early = got.calls; /* 0: the event loop's waiter still waits */
   int64_t r = th_now_ms();
   int rel = dlock_lock_release(h), rela = dlock_lock_release(ha);
-  if (sw == 0) cf_bg_join(&bw);
+  /* (The loop runs while the thread waits: the event loop's time is its
+   * own.) */
   bool ran = sa == 0 && cf_run_until(lp, &got.calls, 5000);
+  if (sw == 0) cf_bg_join(&bw);
+  int relc = dlock_lock_release(hc);
   CHECK_EQ(resumed, stopped);
   CHECK(stopped > 0);
   CHECK(sw == 0 && sc == 0);
@@ -354,6 +364,7 @@ static void t_wait_rides_stall(void) {
   CHECK_EQ(early, 0);
   CHECK_EQ(rel, 1);
   CHECK_EQ(rela, 1);
+  CHECK_EQ(relc, 1);
   fprintf(stderr,
           "    the waiters after the holder's release: blocking %s after "
           "%lld ms (%s), event loop %s after %lld ms\n",
@@ -367,6 +378,7 @@ static void t_wait_rides_stall(void) {
   CHECK_EQ(dlock_lock_release(w), 1);
   dlock_lock_free(h);
   dlock_lock_free(ha);
+  dlock_lock_free(hc);
   dlock_lock_free(w);
   dlock_lock_free(c);
   dlock_lock_free(aw);
