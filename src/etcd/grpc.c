@@ -546,26 +546,19 @@ int dl_etcd_grpc_once(dl_etcd *e, etcd_req *q, int64_t deadline,
     bool h2;
     etcd_try t =
         try_on(e, q, c, h, idx, hd, left, again, reread, out, code, &rc, &h2);
-    if (t == ETCD_TRY_REREAD) {
-      /* As a first try: the lone call on a new connection of its own,
-       * a shared one's on whichever its callers open next. */
+    if (t == ETCD_TRY_AGAIN || t == ETCD_TRY_REREAD) {
+      /* Our connection had gone (again: prior knowledge on a new one), or
+       * a read was lost with it (reread: as a first try, the lone call
+       * on a new connection of its own, a shared one's on whichever its
+       * callers open next). Neither follows the other: each try's
+       * may_again is false once either is set. */
       if (c && gconn_renew(c) != 0) {
         rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
         break;
       }
       h = c ? c->h : h;
-      reread = true;
-      i--;
-      continue;
-    }
-    if (t == ETCD_TRY_AGAIN) {
-      /* Our connection had gone: again on a new one. */
-      if (c && gconn_renew(c) != 0) {
-        rc = dl_seterr(e->err, DLOCK_ENOMEM, "out of memory");
-        break;
-      }
-      h = c ? c->h : h;
-      again = true;
+      again = t == ETCD_TRY_AGAIN;
+      reread = reread || t == ETCD_TRY_REREAD;
       i--;
       continue;
     }
