@@ -23,14 +23,21 @@ done
 ROW=wd dl -k 100000 --lease 2s --periods 3 watchdog
 
 python3 - "$OUT" <<'PY'
-import json, sys
+import json, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
     d = json.loads(line)
     rows.setdefault(d['row'], []).append(d)
 def rng(vals, fmt='%.2f'):
+    # The range over the rounds, and its median when there are three or
+    # more (the shared machine's noise moves single rounds).
     vals = sorted(vals)
-    return (fmt % vals[0]) if len(vals) == 1 else (fmt + ' to ' + fmt) % (vals[0], vals[-1])
+    if len(vals) == 1:
+        return fmt % vals[0]
+    r = (fmt + ' to ' + fmt) % (vals[0], vals[-1])
+    if len(vals) >= 3:
+        r += (' (median ' + fmt + ')') % statistics.median(vals)
+    return r
 print('| row | figure | goal |')
 print('|---|---|---|')
 one = rows.get('one', [])
