@@ -98,8 +98,13 @@ typedef struct dl_acquire {
   bool waited;         /* it waited for another holder first */
   /* out, when refused */
   int64_t ttl; /* the holder's remaining lease in ms, DLOCK_TTL_NONE
-                  (none counting down) or DLOCK_TTL_FREE (gone since) */
+                  (none counting down), DLOCK_TTL_FREE (gone since) or
+                  DL_TTL_UNKNOWN (not read) */
 } dl_acquire;
+
+/* dl_acquire's ttl when the backend did not read the holder's lease
+ * (etcd's refusal names the holder's key, not its lease's time). */
+#define DL_TTL_UNKNOWN (-3)
 
 typedef enum dl_lock_query {
   DL_QUERY_LOCKED, /* 1 if anyone holds it */

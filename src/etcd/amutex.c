@@ -269,7 +269,7 @@ static void unpark(dl_async *op) {
 
 /* Not taken, nothing sent: as the blocking claim's refusal. */
 static void refuse(dl_async *op) {
-  op->acq->a->ttl = DLOCK_TTL_NONE;
+  op->acq->a->ttl = DL_TTL_UNKNOWN;
   end(op, 0);
 }
 

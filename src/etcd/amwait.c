@@ -49,7 +49,7 @@ static void wait_end(dl_async *op) {
    * there): its error (recorded), not "held". */
   int riding = q->cancelled ? 0 : atomic_load(&q->h->riding);
   if (riding == 0)
-    q->a->ttl = DLOCK_TTL_NONE; /* the holder's lease is not read */
+    q->a->ttl = DL_TTL_UNKNOWN; /* the holder's lease is not read */
   dl_am_fail(op, riding);
 }
 

@@ -175,7 +175,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   bool own = a->lease_ms != e->session_ttl_ms;
   etcd_hold *h = NULL;
   if ((rc = dl_etcd_claim(e, a, own, !rw, &h)) != 1) {
-    if (rc == 0) a->ttl = DLOCK_TTL_NONE;
+    if (rc == 0) a->ttl = DL_TTL_UNKNOWN;
     return rc;
   }
   int64_t until = 0;
@@ -280,7 +280,7 @@ int dl_etcd_lock_acquire(dl_backend *b, dl_acquire *a) {
   if (won && (rc = dl_etcd_mutex_won(e, a, h, until)) == 1) return 1;
   if (won) goto fail;
   /* Refused: the holder's lease is not read. */
-  if (rc == 0) a->ttl = DLOCK_TTL_NONE;
+  if (rc == 0) a->ttl = DL_TTL_UNKNOWN;
 fail:
   /* Told to the acquires waiting behind this one in this client until the
    * hold is dropped (dl_etcd_claim). */

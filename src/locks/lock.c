@@ -279,13 +279,21 @@ int dl_acq_end(dlock_lock *l, dl_acq_req *q, int rc, uint64_t *token,
   *give_back = false;
   free(q->info);
   q->info = NULL;
-  if (rc == 0)
-    return not_granted(l, q,
-                       dl_seterr(c, DLOCK_EBUSY,
-                                 "'%s' is held by another owner "
-                                 "(remaining lease %lld ms)",
-                                 NAME(l), (long long)q->a.ttl),
-                       false);
+  if (rc == 0) {
+    /* The holder's lease when one counts down (not on zk://, nor a
+     * Redis key without an expiry). */
+    char lease[64] = "";
+    if (q->a.ttl >= 0)
+      snprintf(lease, sizeof lease, " (remaining lease %lld ms)",
+               (long long)q->a.ttl);
+    else if (q->a.ttl == DLOCK_TTL_NONE)
+      snprintf(lease, sizeof lease, " (no lease counting down)");
+    return not_granted(
+        l, q,
+        dl_seterr(c, DLOCK_EBUSY, "'%s' is held by another owner%s",
+                  NAME(l), lease),
+        false);
+  }
   if (rc < 0) return not_granted(l, q, rc, false);
   int64_t now_us = dl_now_us();
   uint64_t tok;

@@ -260,7 +260,14 @@ static void t_try_wait(void) {
     fprintf(stderr, "    %s: a wait of %d ms gave up after %lld ms\n",
             dl_feature_name(k), CF_WAIT_MS, (long long)took);
     CHECK(cf_in_time(took, CF_WAIT_MS, 10));
-    CHECK(strstr(dlock_client_errmsg(b), "held by another") != NULL);
+    const char *msg = dlock_client_errmsg(b);
+    CHECK(strstr(msg, "held by another") != NULL);
+    /* The holder's remaining lease where the backend read it, or that
+     * none counts down (zk://: it once said "remaining lease -1 ms"). */
+    CHECK_WHY(strstr(msg, "lease -") == NULL, msg);
+    CHECK_WHY(!strstr(msg, "(no lease counting down)") ==
+                  cf_has(DL_FEAT_LEASE),
+              msg);
     CHECK_EQ(dlock_lock_hold_count(w.l), 0);
     CHECK_EQ(dlock_lock_release(h.l), 1);
     /* The waiter left nothing behind: it takes the lock at once now. */
