@@ -160,6 +160,8 @@ static void watched(zhandle_t *zh, int type, int state, const char *path,
       z->sessions++;
       dl_zk_holds_free(z->holds);
       z->holds = NULL;
+      z->due = NULL;
+      z->due_tail = &z->due;
       dl_zk_orphans_free(z->orphans);
       z->orphans = NULL;
       fn = z->notice;
@@ -265,6 +267,7 @@ static void free_rest(dl_zk *z) {
   dl_zk_holds_free(z->holds);
   dl_zk_orphans_free(z->orphans);
   pthread_cond_destroy(&z->cv);
+  pthread_cond_destroy(&z->due_cv);
   pthread_mutex_destroy(&z->mu);
   free(z->connect);
   free(z->chroot);
@@ -331,6 +334,7 @@ static void zk_free(dl_backend *b) {
   pthread_mutex_unlock(&z->mu);
   /* An event-loop client's operations end, their callers are told. */
   dl_blockloop_close(z->form);
+  dl_zk_due_stop(z); /* no watch is sent on the handle being closed */
   /* Closing ends the session (its nodes go) and joins the library's
    * threads, so no watcher runs on z after this; or, when the server
    * does not answer in time, the close goes on without us (see
@@ -461,6 +465,8 @@ int dl_zk_backend_new(const dlock_client_options *opts,
   z->state = ZOO_CONNECTING_STATE;
   pthread_mutex_init(&z->mu, NULL);
   dl_cond_init(&z->cv);
+  dl_cond_init(&z->due_cv);
+  z->due_tail = &z->due;
   int connect_ms = opts->zk_connect_timeout_ms;
   int rc = configure(z, opts, &connect_ms);
   /* On an event loop, the recipes run on the seam's event-loop form of

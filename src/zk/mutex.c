@@ -121,6 +121,19 @@ void dl_zk_holds_free(zk_hold *h) {
   }
 }
 
+/* Takes h off the queue of watches to send (z->mu held): the queue is
+ * short, the holds taken in the last HOLD_WATCH_DELAY_MS. */
+static void due_unlink(dl_zk *z, zk_hold *h) {
+  if (h->watch_at == 0) return;
+  h->watch_at = 0;
+  zk_hold **pp = &z->due;
+  while (*pp && *pp != h)
+    pp = &(*pp)->due_next;
+  if (*pp == NULL) return;
+  *pp = h->due_next;
+  if (z->due_tail == &h->due_next) z->due_tail = pp;
+}
+
 /* Removes and returns the hold of (key, owner), or NULL. */
 static zk_hold *hold_take(dl_zk *z, const char *key, const char *owner) {
   pthread_mutex_lock(&z->mu);
@@ -129,7 +142,10 @@ static zk_hold *hold_take(dl_zk *z, const char *key, const char *owner) {
                   strcmp((*pp)->owner, owner) == 0))
     pp = &(*pp)->next;
   zk_hold *h = *pp;
-  if (h) *pp = h->next;
+  if (h) {
+    *pp = h->next;
+    due_unlink(z, h);
+  }
   pthread_mutex_unlock(&z->mu);
   return h;
 }
@@ -186,6 +202,50 @@ void dl_zk_hold_event(dl_zk *z, int type, const char *path) {
   if (fn) fn(ud, key, strlen(key));
 }
 
+/* A hold's watch is sent this long after the hold is taken: a hold
+ * released sooner sends none (a watch costs the server a request and, at
+ * the release, an event: 0.71 to 0.78 x the cycles/s at 16 threads). A
+ * deletion before the watch is sent is heard when its answer says the
+ * node is gone (hold_watched). */
+#define HOLD_WATCH_DELAY_MS 10
+
+/* The thread that sends the holds' watches when they fall due. */
+static void *due_main(void *arg) {
+  dl_zk *z = arg;
+  char node[NODE_MAX];
+  pthread_mutex_lock(&z->mu);
+  while (!z->due_stop) {
+    zk_hold *h = z->due;
+    int64_t now = dl_now_ms();
+    if (h == NULL) {
+      pthread_cond_wait(&z->due_cv, &z->mu);
+      continue;
+    }
+    if (h->watch_at > now) {
+      struct timespec ts;
+      dl_abstime(h->watch_at, &ts);
+      pthread_cond_timedwait(&z->due_cv, &z->mu, &ts);
+      continue;
+    }
+    due_unlink(z, h);
+    snprintf(node, sizeof node, "%s", h->node);
+    pthread_mutex_unlock(&z->mu);
+    watch_hold(z, node);
+    pthread_mutex_lock(&z->mu);
+  }
+  pthread_mutex_unlock(&z->mu);
+  return NULL;
+}
+
+void dl_zk_due_stop(dl_zk *z) {
+  pthread_mutex_lock(&z->mu);
+  bool started = z->due_started;
+  z->due_stop = true;
+  pthread_cond_signal(&z->due_cv);
+  pthread_mutex_unlock(&z->mu);
+  if (started) pthread_join(z->due_thread, NULL);
+}
+
 int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
                    const char *node, uint64_t czxid) {
   zk_hold *nh = calloc(1, sizeof *nh);
@@ -202,8 +262,20 @@ int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
   pthread_mutex_lock(&z->mu);
   nh->next = z->holds;
   z->holds = nh;
+  bool now = z->due_stop;
+  if (!now && !z->due_started) {
+    z->due_started =
+        pthread_create(&z->due_thread, NULL, due_main, z) == 0;
+    now = !z->due_started; /* no thread: the watch at once */
+  }
+  if (!now) {
+    nh->watch_at = dl_now_ms() + HOLD_WATCH_DELAY_MS;
+    *z->due_tail = nh;
+    z->due_tail = &nh->due_next;
+    if (z->due == nh) pthread_cond_signal(&z->due_cv);
+  }
   pthread_mutex_unlock(&z->mu);
-  watch_hold(z, node);
+  if (now) watch_hold(z, node);
   return 0;
 }
 

@@ -19,6 +19,10 @@ typedef struct zk_hold {
   char *owner;
   char *node; /* key + "/_c_<uuid>-lock-NNNNNNNNNN" */
   uint64_t czxid;
+  /* z->mu: when its node's watch is due (it is on z->due), 0 once sent
+   * or gone from the queue */
+  int64_t watch_at;
+  struct zk_hold *due_next;
 } zk_hold;
 
 /* A node of ours we could not delete, or a create whose outcome we could
@@ -63,6 +67,14 @@ typedef struct dl_zk {
                       next session is connected) */
   uint64_t sessions; /* sessions that expired: each one's holds are lost */
   zk_hold *holds;
+  /* The holds whose watch is not sent yet, oldest first (mutex.c: a
+   * hold's watch is due HOLD_WATCH_DELAY_MS after it is taken, so that a
+   * hold released sooner sends none), and the thread that sends them,
+   * started with the first hold, stopped by zk_free (due_stop). */
+  zk_hold *due, **due_tail;
+  pthread_cond_t due_cv;
+  pthread_t due_thread;
+  bool due_started, due_stop;
   zk_orphan *orphans;
   int participants; /* election threads running (latch.c): the backend is
                        freed only once they have all ended */
@@ -287,5 +299,8 @@ int dl_zk_scan(dl_backend *b, const char *match, size_t prefix_len,
                dlock_scan_cb cb, void *ud);
 /* Frees the list of holds. */
 void dl_zk_holds_free(zk_hold *h);
+/* Stops the thread that sends the holds' watches (zk_free, before the
+ * handle is closed; z->mu not held). */
+void dl_zk_due_stop(dl_zk *z);
 
 #endif
