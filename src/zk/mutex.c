@@ -90,199 +90,6 @@ static const char *mark_of(dl_lock_kind kind) {
   }
 }
 
-static zk_hold *hold_find(dl_zk *z, const char *key, const char *owner) {
-  for (zk_hold *h = z->holds; h; h = h->next)
-    if (strcmp(h->key, key) == 0 && strcmp(h->owner, owner) == 0) return h;
-  return NULL;
-}
-
-bool dl_zk_hold_node(dl_zk *z, const char *key, const char *owner, char *node,
-                     size_t len) {
-  pthread_mutex_lock(&z->mu);
-  zk_hold *h = z->expired ? NULL : hold_find(z, key, owner);
-  if (h) snprintf(node, len, "%s", h->node);
-  pthread_mutex_unlock(&z->mu);
-  return h != NULL;
-}
-
-static void hold_free(zk_hold *h) {
-  if (h == NULL) return;
-  free(h->key);
-  free(h->owner);
-  free(h->node);
-  free(h);
-}
-
-void dl_zk_holds_free(zk_hold *h) {
-  while (h) {
-    zk_hold *next = h->next;
-    hold_free(h);
-    h = next;
-  }
-}
-
-/* Takes h off the queue of watches to send (z->mu held): the queue is
- * short, the holds taken in the last HOLD_WATCH_DELAY_MS. */
-static void due_unlink(dl_zk *z, zk_hold *h) {
-  if (h->watch_at == 0) return;
-  h->watch_at = 0;
-  zk_hold **pp = &z->due;
-  while (*pp && *pp != h)
-    pp = &(*pp)->due_next;
-  if (*pp == NULL) return;
-  *pp = h->due_next;
-  if (z->due_tail == &h->due_next) z->due_tail = pp;
-}
-
-/* Removes and returns the hold of (key, owner), or NULL. */
-static zk_hold *hold_take(dl_zk *z, const char *key, const char *owner) {
-  pthread_mutex_lock(&z->mu);
-  zk_hold **pp = &z->holds;
-  while (*pp && !(strcmp((*pp)->key, key) == 0 &&
-                  strcmp((*pp)->owner, owner) == 0))
-    pp = &(*pp)->next;
-  zk_hold *h = *pp;
-  if (h) {
-    *pp = h->next;
-    due_unlink(z, h);
-  }
-  pthread_mutex_unlock(&z->mu);
-  return h;
-}
-
-/* A watch on a held node, in flight: the node's path for the answer. */
-typedef struct hold_watch {
-  dl_zk *z;
-  char node[];
-} hold_watch;
-
-static void watch_hold(dl_zk *z, const char *node);
-
-/* The answer to watch_hold's exists: a node already gone is a loss. On a
- * close the pending answers come with ZCLOSING (z is not touched). */
-static void hold_watched(int zrc, const struct Stat *st, const void *data) {
-  (void)st;
-  hold_watch *w = (hold_watch *)data;
-  if (zrc == ZNONODE && dl_zk_enter(w->z)) {
-    dl_zk_hold_event(w->z, ZOO_DELETED_EVENT, w->node);
-    dl_zk_leave(w->z);
-  }
-  free(w);
-}
-
-/* Watches a held node (an exists watch, sent without waiting for its
- * answer): its deletion by anyone else (a force release, zkCli) is heard
- * at once, not at the next renewal. Out of memory: heard at the next
- * renewal. */
-static void watch_hold(dl_zk *z, const char *node) {
-  size_t n = strlen(node) + 1;
-  hold_watch *w = malloc(sizeof *w + n);
-  if (w == NULL) return;
-  w->z = z;
-  memcpy(w->node, node, n);
-  if (zoo_awexists(z->zh, node, dl_zk_watcher, z, hold_watched, w) != ZOK)
-    free(w);
-}
-
-void dl_zk_hold_event(dl_zk *z, int type, const char *path) {
-  char key[NODE_MAX] = "";
-  pthread_mutex_lock(&z->mu);
-  for (zk_hold *h = z->holds; h && key[0] == '\0'; h = h->next)
-    if (strcmp(h->node, path) == 0) snprintf(key, sizeof key, "%s", h->key);
-  dl_notice_fn fn = z->notice;
-  void *ud = z->notice_ud;
-  pthread_mutex_unlock(&z->mu);
-  if (key[0] == '\0') return;      /* released by us, or not a hold's node */
-  if (type != ZOO_DELETED_EVENT) { /* its data changed: watch on */
-    watch_hold(z, path);
-    return;
-  }
-  /* The watchdog checks the holds on key at once and reports the loss
-   * (on an event-loop client fn passes it to the loop's thread). */
-  if (fn) fn(ud, key, strlen(key));
-}
-
-/* A hold's watch is sent this long after the hold is taken: a hold
- * released sooner sends none (a watch costs the server a request and, at
- * the release, an event: 0.71 to 0.78 x the cycles/s at 16 threads). A
- * deletion before the watch is sent is heard when its answer says the
- * node is gone (hold_watched). */
-#define HOLD_WATCH_DELAY_MS 10
-
-/* The thread that sends the holds' watches when they fall due. */
-static void *due_main(void *arg) {
-  dl_zk *z = arg;
-  char node[NODE_MAX];
-  pthread_mutex_lock(&z->mu);
-  while (!z->due_stop) {
-    zk_hold *h = z->due;
-    int64_t now = dl_now_ms();
-    if (h == NULL) {
-      pthread_cond_wait(&z->due_cv, &z->mu);
-      continue;
-    }
-    if (h->watch_at > now) {
-      struct timespec ts;
-      dl_abstime(h->watch_at, &ts);
-      pthread_cond_timedwait(&z->due_cv, &z->mu, &ts);
-      continue;
-    }
-    due_unlink(z, h);
-    snprintf(node, sizeof node, "%s", h->node);
-    pthread_mutex_unlock(&z->mu);
-    watch_hold(z, node);
-    pthread_mutex_lock(&z->mu);
-  }
-  pthread_mutex_unlock(&z->mu);
-  return NULL;
-}
-
-void dl_zk_due_stop(dl_zk *z) {
-  pthread_mutex_lock(&z->mu);
-  bool started = z->due_started;
-  z->due_stop = true;
-  pthread_cond_signal(&z->due_cv);
-  pthread_mutex_unlock(&z->mu);
-  if (started) pthread_join(z->due_thread, NULL);
-}
-
-int dl_zk_hold_add(dl_zk *z, const char *key, const char *owner,
-                   const char *node, uint64_t czxid) {
-  zk_hold *nh = calloc(1, sizeof *nh);
-  if (nh) {
-    nh->key = dl_strdup(key);
-    nh->owner = dl_strdup(owner);
-    nh->node = dl_strdup(node);
-    nh->czxid = czxid;
-  }
-  if (!nh || !nh->key || !nh->owner || !nh->node) {
-    hold_free(nh);
-    return dl_seterr(z->env->err_owner, DLOCK_ENOMEM, "out of memory");
-  }
-  pthread_mutex_lock(&z->mu);
-  nh->next = z->holds;
-  z->holds = nh;
-  bool now = z->due_stop;
-  if (!now && !z->due_started) {
-    z->due_started =
-        pthread_create(&z->due_thread, NULL, due_main, z) == 0;
-    now = !z->due_started; /* no thread: the watch at once */
-  }
-  if (!now) {
-    nh->watch_at = dl_now_ms() + HOLD_WATCH_DELAY_MS;
-    *z->due_tail = nh;
-    z->due_tail = &nh->due_next;
-    if (z->due == nh) pthread_cond_signal(&z->due_cv);
-  }
-  pthread_mutex_unlock(&z->mu);
-  if (now) watch_hold(z, node);
-  return 0;
-}
-
-void dl_zk_hold_drop(dl_zk *z, const char *key, const char *owner) {
-  hold_free(hold_take(z, key, owner));
-}
-
 int dl_zk_check_path(dl_zk *z, const char *key) {
   size_t n = strlen(key);
   /* ZooKeeper's own rules (PathUtils.validatePath): absolute, no empty,
@@ -372,8 +179,10 @@ int dl_zk_await_turn(dl_zk *z, dl_acquire *a, const char *node,
     free(v);
     deallocate_String_vector(&sv);
     if (idx < 0)
-      return dl_seterr(z->env->err_owner, DLOCK_ELOST, "our lock node %s "
-                       "is gone (the session expired?)", node);
+      return dl_seterr(z->env->err_owner, DLOCK_ELOST,
+                       "our lock node %s "
+                       "is gone (the session expired?)",
+                       node);
     if (w == TURN_FOREIGN)
       return dl_seterr(z->env->err_owner, DLOCK_EWRONGTYPE,
                        a->lock->kind == DL_KIND_READ
@@ -417,7 +226,8 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
   dl_zk *z = (dl_zk *)b;
   const dl_lock_ref *l = a->lock;
   if (mark_of(l->kind) == NULL)
-    return dl_seterr(z->env->err_owner, DLOCK_ENOTSUP, "the ZooKeeper "
+    return dl_seterr(z->env->err_owner, DLOCK_ENOTSUP,
+                     "the ZooKeeper "
                      "backend has no plain string lock (it has Curator's "
                      "mutex and read-write lock)");
   int rc = dl_zk_check_path(z, l->key);
@@ -434,8 +244,8 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
   int64_t sent = dl_now_ms();
   pthread_mutex_lock(&z->mu);
   bool other_held = (l->kind == DL_KIND_READ || l->kind == DL_KIND_WRITE) &&
-                    !z->expired && hold_find(z, l->key, other) != NULL;
-  zk_hold *h = a->held > 0 ? hold_find(z, l->key, l->owner) : NULL;
+                    !z->expired && dl_zk_hold_find(z, l->key, other) != NULL;
+  zk_hold *h = a->held > 0 ? dl_zk_hold_find(z, l->key, l->owner) : NULL;
   uint64_t czxid = h ? h->czxid : 0;
   char node[NODE_MAX];
   if (h) snprintf(node, sizeof node, "%s", h->node);
@@ -451,7 +261,8 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
       return 1;
     }
     if (zrc != ZNONODE) return dl_zk_err(z, zrc, "check", node);
-    hold_free(hold_take(z, l->key, l->owner)); /* lost: take it afresh */
+    dl_zk_hold_free(
+        dl_zk_hold_take(z, l->key, l->owner)); /* lost: take it afresh */
   }
   /* Curator's reader waits for itself here, forever; dlock refuses. */
   if (l->kind == DL_KIND_WRITE && other_held)
@@ -481,8 +292,9 @@ int dl_zk_lock_acquire(dl_backend *b, dl_acquire *a) {
     return dl_zk_wrong_place(z, p, l->key, "lock");
   }
   /* The write holder takes the read side at once: the downgrade. */
-  rc = l->kind == DL_KIND_READ && other_held ? 1
-                                              : dl_zk_await_turn(z, a, node, &first);
+  rc = l->kind == DL_KIND_READ && other_held
+           ? 1
+           : dl_zk_await_turn(z, a, node, &first);
   if (first.data) deallocate_String_vector(&first);
   if (rc != 1) {
     /* Not acquired (timeout or error): our node goes, as Curator's; the
@@ -513,10 +325,12 @@ int dl_zk_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
   dl_zk *z = (dl_zk *)b;
   /* Re-entered: one hold less (the client counts it), the node stays. */
   if (count > 1) return 0;
-  zk_hold *h = hold_take(z, l->key, l->owner);
+  zk_hold *h = dl_zk_hold_take(z, l->key, l->owner);
   if (h == NULL)
-    return dl_seterr(z->env->err_owner, DLOCK_ENOTOWNER, "'%s' is not held "
-                     "by %s", l->name, l->owner);
+    return dl_seterr(z->env->err_owner, DLOCK_ENOTOWNER,
+                     "'%s' is not held "
+                     "by %s",
+                     l->name, l->owner);
   /* The node's name holds our own random UUID: nobody else's node can
    * have it, so deleting it by name needs no check first (one round trip,
    * as Curator). ZNONODE: it was gone (deleted by an operator, or the
@@ -531,9 +345,11 @@ int dl_zk_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
     if (zrc == ZOK || (zrc == ZNONODE && lost_reply)) {
       rc = 1;
     } else if (zrc == ZNONODE) {
-      rc = dl_seterr(z->env->err_owner, DLOCK_ENOTOWNER, "'%s' was no longer "
+      rc = dl_seterr(z->env->err_owner, DLOCK_ENOTOWNER,
+                     "'%s' was no longer "
                      "held by %s (its node was deleted, or the session "
-                     "expired)", l->name, l->owner);
+                     "expired)",
+                     l->name, l->owner);
     } else if ((zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) &&
                dl_now_ms() < deadline) {
       lost_reply = true;
@@ -545,7 +361,7 @@ int dl_zk_lock_release(dl_backend *b, const dl_lock_ref *l, int64_t lease_ms,
     }
     break;
   }
-  hold_free(h);
+  dl_zk_hold_free(h);
   return rc;
 }
 
@@ -607,7 +423,7 @@ int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   *v = 0;
   if (q == DL_QUERY_HELD || q == DL_QUERY_COUNT) {
     pthread_mutex_lock(&z->mu);
-    zk_hold *h = z->expired ? NULL : hold_find(z, l->key, l->owner);
+    zk_hold *h = z->expired ? NULL : dl_zk_hold_find(z, l->key, l->owner);
     char node[NODE_MAX] = "";
     uint64_t czxid = h ? h->czxid : 0;
     if (h) snprintf(node, sizeof node, "%s", h->node);
@@ -627,7 +443,8 @@ int dl_zk_lock_query(dl_backend *b, const dl_lock_ref *l, dl_lock_query q,
   char **names;
   int n = dl_zk_list_locks(z, l->key, &sv, &names, NULL);
   if (n < 0) return n;
-  if (q == DL_QUERY_LOCKED) *v = n > 0;
+  if (q == DL_QUERY_LOCKED)
+    *v = n > 0;
   else if (q == DL_QUERY_TTL)
     *v = n > 0 ? DLOCK_TTL_NONE : DLOCK_TTL_FREE;
   else if (q == DL_QUERY_TOKEN && n > 0) {
@@ -701,7 +518,7 @@ int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
     pthread_mutex_lock(&z->mu);
     /* A permit's hold is its lease node (semaphore.c), under its own
      * owner: found the same way. */
-    zk_hold *h = hold_find(z, it->key, it->owner);
+    zk_hold *h = dl_zk_hold_find(z, it->key, it->owner);
     char node[NODE_MAX] = "";
     c->czxid = h ? h->czxid : 0;
     if (h) snprintf(node, sizeof node, "%s", h->node);
@@ -709,7 +526,7 @@ int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
     pthread_mutex_unlock(&z->mu);
     if (node[0] == '\0' || expired) {
       it->result = 0; /* the session ended: never re-created */
-      hold_free(hold_take(z, it->key, it->owner));
+      dl_zk_hold_free(dl_zk_hold_take(z, it->key, it->owner));
       continue;
     }
     c->rr = rr;
@@ -758,7 +575,7 @@ int dl_zk_renew(dl_backend *b, int64_t deadline, int64_t lease_ms, int n,
       it->valid_until = dl_zk_valid_until(z, sent);
     } else if (zrc == ZOK || zrc == ZNONODE) {
       it->result = 0; /* deleted (force release): lost, not re-created */
-      hold_free(hold_take(z, it->key, it->owner));
+      dl_zk_hold_free(dl_zk_hold_take(z, it->key, it->owner));
     } else if (first == 0) {
       first = dl_zk_err(z, zrc, "renew", it->key);
     }

@@ -67,7 +67,7 @@ typedef struct dl_zk {
                       next session is connected) */
   uint64_t sessions; /* sessions that expired: each one's holds are lost */
   zk_hold *holds;
-  /* The holds whose watch is not sent yet, oldest first (mutex.c: a
+  /* The holds whose watch is not sent yet, oldest first (holds.c: a
    * hold's watch is due HOLD_WATCH_DELAY_MS after it is taken, so that a
    * hold released sooner sends none), and the thread that sends them,
    * started with the first hold, stopped by zk_free (due_stop). */
@@ -299,6 +299,13 @@ int dl_zk_scan(dl_backend *b, const char *match, size_t prefix_len,
                dlock_scan_cb cb, void *ud);
 /* Frees the list of holds. */
 void dl_zk_holds_free(zk_hold *h);
+/* holds.c: the hold of (key, owner) in z->holds (z->mu held), or NULL. */
+zk_hold *dl_zk_hold_find(dl_zk *z, const char *key, const char *owner);
+/* Removes the hold of (key, owner) from z->holds (and from the queue of
+ * watches to send) and returns it, or NULL; z->mu not held. */
+zk_hold *dl_zk_hold_take(dl_zk *z, const char *key, const char *owner);
+/* Frees one hold taken off the lists (NULL: nothing). */
+void dl_zk_hold_free(zk_hold *h);
 /* Stops the thread that sends the holds' watches (zk_free, before the
  * handle is closed; z->mu not held). */
 void dl_zk_due_stop(dl_zk *z);
